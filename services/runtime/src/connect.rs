@@ -1,0 +1,185 @@
+//! Detect-or-spawn, shared by `coffer-mcp-shim` and the `coffer` CLI.
+//!
+//! 1. If `daemon.lock` is held and `daemon.json` is valid and `GET /v1/health` answers with the
+//!    same pid, connect with its token.
+//! 2. Otherwise start `coffer-daemon` detached (new session; raw stdout/stderr appended to
+//!    `logs/daemon.stdio`), and wait — on the lock and the health check, with a deadline — for
+//!    a valid `daemon.json`.
+//!
+//! Two entry points racing are safe: only the holder of `daemon.lock` creates `daemon.json`, and
+//! a second daemon that cannot take the lock exits.
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use secrecy::ExposeSecret;
+
+use crate::daemon_file::{DaemonInfo, lock_is_held};
+use crate::home::CofferHome;
+
+/// How long an entry point waits for a daemon it started (or saw starting).
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A connection to a running daemon.
+#[derive(Clone)]
+pub struct Daemon {
+    pub info: DaemonInfo,
+    /// `http://127.0.0.1:<port>`
+    pub base_url: String,
+    pub http: reqwest::Client,
+}
+
+/// Error reaching the daemon. Entry points map every variant to exit code 5.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Home(#[from] crate::home::HomeError),
+    #[error("cannot find the coffer-daemon executable (looked next to {exe} and on PATH); set COFFER_DAEMON_BIN")]
+    NoDaemonBinary { exe: String },
+    #[error("cannot start coffer-daemon: {0}")]
+    Spawn(#[from] crate::spawn::SpawnError),
+    #[error("coffer-daemon exited during start-up ({status}){detail}")]
+    StartFailed { status: String, detail: String },
+    #[error("coffer-daemon did not become ready within {0:?}; see {1}")]
+    Timeout(Duration, String),
+}
+
+impl Daemon {
+    /// True when this entry point's version differs from the daemon's.
+    pub fn version_mismatch(&self) -> bool {
+        self.info.version != crate::VERSION
+    }
+
+    /// A request to `path` (e.g. `/v1/status`) carrying the daemon's token.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{}", self.base_url, path))
+            .header("X-Coffer-Token", self.info.token.expose_secret())
+    }
+}
+
+/// An HTTP client for loopback use: no proxy, no TLS.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(2))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .build()
+        .expect("reqwest client builds")
+}
+
+/// Finds a running daemon without ever starting one (`daemon stop`, `daemon status`, `logs`).
+pub async fn detect(home: &CofferHome) -> Option<Daemon> {
+    if !lock_is_held(&home.daemon_lock()) {
+        return None;
+    }
+    let info = DaemonInfo::read(&home.daemon_json()).ok()?;
+    let http = http_client();
+    let base_url = format!("http://127.0.0.1:{}", info.port);
+    let resp = http.get(format!("{base_url}/v1/health")).timeout(Duration::from_secs(2)).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let body: serde_json::Value = resp.json().await.ok()?;
+    (body.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(info.pid))).then_some(Daemon { info, base_url, http })
+}
+
+/// Finds the running daemon or starts one and waits for it (at most [`START_DEADLINE`]).
+///
+/// # Errors
+/// [`ConnectError`] when the home cannot be prepared, the daemon binary is missing, or the
+/// daemon does not come up (the message carries the tail of its start-up output).
+pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> {
+    if let Some(d) = detect(home).await {
+        return Ok(d);
+    }
+    home.ensure()?;
+    let deadline = Instant::now() + START_DEADLINE;
+    let mut child: Option<crate::spawn::ManagedChild> = None;
+    loop {
+        if let Some(d) = detect(home).await {
+            return Ok(d);
+        }
+        let held = lock_is_held(&home.daemon_lock());
+        match child.as_mut() {
+            None if !held => child = Some(spawn_daemon(home)?),
+            Some(c) if !held => {
+                if let Ok(Some(status)) = c.inner().try_wait() {
+                    return Err(ConnectError::StartFailed {
+                        status: status.to_string(),
+                        detail: tail_of(&home.daemon_stdio()),
+                    });
+                }
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(ConnectError::Timeout(START_DEADLINE, home.daemon_stdio().display().to_string()));
+        }
+        // Poll the lock and the health endpoint; both are cheap local checks.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, ConnectError> {
+    let program = find_binary("coffer-daemon", Some(crate::env::DAEMON_BIN))
+        .ok_or_else(|| ConnectError::NoDaemonBinary { exe: exe_dir().display().to_string() })?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.daemon_stdio())
+        .map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
+    let err = out.try_clone().map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
+    let mut spec = crate::spawn::SpawnSpec::new(program, "daemon", "coffer-daemon");
+    spec.detached = true;
+    spec.stdout = Stdio::from(out);
+    spec.stderr = Stdio::from(err);
+    // The daemon reads its own configuration from these; everything else COFFER_* is stripped.
+    for var in [crate::env::HOME, crate::env::PORT, crate::env::PORT_RANGE, crate::env::LOG] {
+        if let Some(v) = std::env::var_os(var) {
+            spec.env.push((var.into(), v));
+        }
+    }
+    spec.env.push((crate::env::HOME.into(), home.root().as_os_str().to_owned()));
+    Ok(crate::spawn::spawn(spec)?)
+}
+
+fn tail_of(path: &std::path::Path) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else { return String::new() };
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(": ");
+    out.push_str(&lines.into_iter().rev().collect::<Vec<_>>().join(" | "));
+    out
+}
+
+fn exe_dir() -> PathBuf {
+    std::env::current_exe().ok().and_then(|p| p.parent().map(PathBuf::from)).unwrap_or_default()
+}
+
+/// Finds an executable: the path in `override_var` if set, else next to the current executable,
+/// else on `PATH`.
+pub fn find_binary(name: &str, override_var: Option<&str>) -> Option<PathBuf> {
+    if let Some(v) = override_var.and_then(std::env::var_os).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(v));
+    }
+    let beside = exe_dir().join(name);
+    if is_executable(&beside) {
+        return Some(beside);
+    }
+    which_on_path(name)
+}
+
+/// Resolves `name` on `PATH` to an absolute path.
+pub fn which_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

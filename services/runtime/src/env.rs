@@ -1,0 +1,34 @@
+//! Names of the environment variables through which the supervisor configures its children.
+//!
+//! A child learns everything it needs from these; none of them is ever passed to a third-party
+//! child (upstream MCP server, agent CLI): [`crate::spawn`] strips every `COFFER_*` variable.
+
+/// Root of Coffer's files; default `~/.coffer`.
+pub const HOME: &str = "COFFER_HOME";
+/// Public port: exact port to bind (fails if taken).
+pub const PORT: &str = "COFFER_PORT";
+/// Public port range `START-END` tried in order when `COFFER_PORT` is unset (default 8000-8009).
+pub const PORT_RANGE: &str = "COFFER_PORT_RANGE";
+/// Per-run internal token for gRPC (hex). Never written to disk.
+pub const INTERNAL_TOKEN: &str = "COFFER_INTERNAL_TOKEN";
+/// Public token (hex) the edge checks; also in daemon.json.
+pub const PUBLIC_TOKEN: &str = "COFFER_PUBLIC_TOKEN";
+/// File descriptor number of the inherited primary listener.
+pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
+/// File descriptor number of the inherited internal gRPC listener (gateway only; its primary
+/// listener is the public HTTP one).
+pub const GRPC_FD: &str = "COFFER_GRPC_FD";
+/// Addresses (`127.0.0.1:port`) of the internal services.
+pub const STORE_ADDR: &str = "COFFER_STORE_ADDR";
+pub const CHAT_ADDR: &str = "COFFER_CHAT_ADDR";
+pub const RETRIEVAL_ADDR: &str = "COFFER_RETRIEVAL_ADDR";
+pub const GATEWAY_GRPC_ADDR: &str = "COFFER_GATEWAY_GRPC_ADDR";
+pub const CONTROL_ADDR: &str = "COFFER_CONTROL_ADDR";
+/// The public port, for the edge's Origin check.
+pub const PUBLIC_PORT: &str = "COFFER_PUBLIC_PORT";
+/// `tracing` filter for every process (default `info`).
+pub const LOG: &str = "COFFER_LOG";
+/// Path of the `coffer-daemon` binary to spawn (overrides the lookup next to the executable).
+pub const DAEMON_BIN: &str = "COFFER_DAEMON_BIN";
+/// Supervisor pid, so children know who started them.
+pub const SUPERVISOR_PID: &str = "COFFER_SUPERVISOR_PID";

@@ -1,0 +1,103 @@
+//! The `COFFER_HOME` layout (default `~/.coffer`), created with owner-only permissions.
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Error preparing `COFFER_HOME`; the message always names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    #[error("cannot find a home directory: set COFFER_HOME")]
+    NoHome,
+    #[error("cannot create {path}: {source}")]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not writable by this user: {source}")]
+    NotWritable { path: PathBuf, source: std::io::Error },
+}
+
+/// Paths inside one `COFFER_HOME`.
+#[derive(Debug, Clone)]
+pub struct CofferHome {
+    root: PathBuf,
+}
+
+impl CofferHome {
+    /// `COFFER_HOME` if set and non-empty, else `$HOME/.coffer`.
+    pub fn from_env() -> Result<Self, HomeError> {
+        if let Some(v) = std::env::var_os(crate::env::HOME).filter(|v| !v.is_empty()) {
+            return Ok(Self::at(PathBuf::from(v)));
+        }
+        let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(HomeError::NoHome)?;
+        Ok(Self::at(PathBuf::from(home).join(".coffer")))
+    }
+
+    /// A home rooted at `root` (made absolute against the current directory).
+    pub fn at(root: PathBuf) -> Self {
+        let root = if root.is_absolute() {
+            root
+        } else {
+            std::env::current_dir().map(|d| d.join(&root)).unwrap_or(root)
+        };
+        Self { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn daemon_json(&self) -> PathBuf {
+        self.root.join("daemon.json")
+    }
+    pub fn daemon_lock(&self) -> PathBuf {
+        self.root.join("daemon.lock")
+    }
+    pub fn db(&self) -> PathBuf {
+        self.root.join("coffer.db")
+    }
+    pub fn secret_key(&self) -> PathBuf {
+        self.root.join("secret.key")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    pub fn upstream_logs(&self) -> PathBuf {
+        self.root.join("logs").join("upstreams")
+    }
+    pub fn pids(&self) -> PathBuf {
+        self.root.join("upstream-pids")
+    }
+    /// Raw stdout/stderr of a detached daemon (not the rotated log).
+    pub fn daemon_stdio(&self) -> PathBuf {
+        self.root.join("logs").join("daemon.stdio")
+    }
+
+    /// Creates the root and its subfolders (mode 0700) and proves the root is writable.
+    ///
+    /// # Errors
+    /// [`HomeError::Create`] or [`HomeError::NotWritable`], naming the offending path.
+    pub fn ensure(&self) -> Result<(), HomeError> {
+        let dirs = [
+            self.root.clone(),
+            self.logs(),
+            self.upstream_logs(),
+            self.pids(),
+            self.root.join("knowledge"),
+            self.root.join("memory"),
+            self.root.join("skills"),
+            self.root.join("workspace"),
+        ];
+        for d in dirs {
+            if !d.is_dir() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&d)
+                    .map_err(|source| HomeError::Create { path: d.clone(), source })?;
+            }
+        }
+        // Tighten a root created by someone else with a looser mode; ignore failure (not owner).
+        let _ = std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700));
+        let probe = self.root.join(format!(".write-probe-{}", std::process::id()));
+        std::fs::write(&probe, b"")
+            .map_err(|source| HomeError::NotWritable { path: self.root.clone(), source })?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(())
+    }
+}

@@ -1,0 +1,73 @@
+//! Shared process plumbing used by every Coffer binary.
+//!
+//! - [`home`]: the `COFFER_HOME` layout and its owner-only permissions.
+//! - [`logging`]: per-process log files under `logs/`.
+//! - [`listen`]: listeners inherited from the supervisor as file descriptors.
+//! - [`grpc`]: the internal-token interceptor and trace-id propagation over gRPC.
+//! - [`spawn`]: the one helper that starts every child process.
+//! - [`daemon_file`]: `daemon.json` and `daemon.lock`.
+//! - [`connect`]: detect-or-spawn, shared by the shim and the CLI.
+//! - [`token`]: random tokens and constant-time comparison.
+
+pub mod connect;
+pub mod daemon_file;
+pub mod env;
+pub mod grpc;
+pub mod home;
+pub mod listen;
+pub mod logging;
+pub mod spawn;
+pub mod token;
+
+/// Version of this build; the daemon and its entry points compare it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Current time as RFC 3339 UTC with millisecond precision, e.g. `2026-11-30T09:31:36.123Z`.
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339_from_unix_ms(now.as_millis() as i64)
+}
+
+/// Formats milliseconds since the Unix epoch as RFC 3339 UTC (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
+pub fn rfc3339_from_unix_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard Hinnant's
+/// `civil_from_days` algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339_from_unix_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_from_unix_ms(1_796_031_096_123), "2026-11-30T09:31:36.123Z");
+        assert_eq!(rfc3339_from_unix_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,223 @@
+//! The supervisor (`coffer-daemon`): binds the listeners, spawns and watches the services,
+//! restarts a crashed one with backoff, owns `daemon.json`/`daemon.lock`, sweeps orphans at
+//! start, serves the control RPC, and shuts everything down in order. No domain logic.
+//!
+//! Start-up: prepare `COFFER_HOME` → take `daemon.lock` → remove a stale `daemon.json` → sweep
+//! orphans → bind listeners → start store, then retrieval, chat, gateway, each waited on through
+//! the standard gRPC health check → write `daemon.json`. Shutdown (SIGTERM/SIGINT or the `Stop`
+//! RPC): gateway first (stops accepting, drains), then chat, retrieval, store last; SIGKILL what
+//! does not exit in time; remove `daemon.json`; release the lock by exiting.
+
+mod control;
+mod service;
+
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use coffer_runtime::daemon_file::{DaemonInfo, DaemonLock};
+use coffer_runtime::env as cenv;
+use coffer_runtime::home::CofferHome;
+use secrecy::{ExposeSecret, SecretString};
+use tokio_util::sync::CancellationToken;
+
+pub use service::{ServiceState, ServiceStatusView};
+
+/// Exit code when another daemon already holds the lock.
+pub const EXIT_ALREADY_RUNNING: u8 = 3;
+
+/// Process entry: runs the supervisor to completion and maps failures to an exit code with a
+/// clear message on stderr.
+pub fn main_entry() -> std::process::ExitCode {
+    let home = match CofferHome::from_env().and_then(|h| h.ensure().map(|_| h)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("coffer-daemon: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let _guard = match coffer_runtime::logging::init_file(&home, "daemon") {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("coffer-daemon: cannot open logs in {}: {e:#}", home.logs().display());
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(home)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(coffer_runtime::daemon_file::DaemonFileError::Locked { .. }) = e.downcast_ref() {
+                eprintln!("coffer-daemon: another coffer-daemon is already running ({e})");
+                tracing::info!("Another daemon holds the lock; exiting.");
+                return std::process::ExitCode::from(EXIT_ALREADY_RUNNING);
+            }
+            tracing::error!(error = %format!("{e:#}"), "Daemon failed.");
+            eprintln!("coffer-daemon: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Everything the supervisor shares between its tasks.
+pub(crate) struct Shared {
+    pub pid: u32,
+    pub port: u16,
+    pub started_at: String,
+    pub shutdown: CancellationToken,
+    pub services: Vec<service::ServiceHandle>,
+}
+
+/// Runs the daemon until shutdown.
+///
+/// # Errors
+/// When the lock is held by another daemon, a listener cannot be bound, or a service never
+/// becomes healthy.
+pub async fn run(home: CofferHome) -> anyhow::Result<()> {
+    let lock = DaemonLock::acquire(&home.daemon_lock(), Duration::from_secs(2))?;
+    // We hold the lock, so any daemon.json is stale (its daemon is dead).
+    let _ = std::fs::remove_file(home.daemon_json());
+    let swept = coffer_runtime::spawn::sweep_orphans(&home.pids());
+    if swept > 0 {
+        tracing::warn!(count = swept, "Swept orphan processes of a previous run.");
+    }
+
+    let public = bind_public()?;
+    let port = public.local_addr()?.port();
+    let bind_internal = || TcpListener::bind("127.0.0.1:0").context("binding an internal loopback listener");
+    let store_l = bind_internal()?;
+    let retrieval_l = bind_internal()?;
+    let chat_l = bind_internal()?;
+    let gateway_grpc_l = bind_internal()?;
+    let control_l = bind_internal()?;
+    let addr = |l: &TcpListener| l.local_addr().map(|a| a.to_string());
+    let (store_a, retrieval_a, chat_a, gw_a, control_a) =
+        (addr(&store_l)?, addr(&retrieval_l)?, addr(&chat_l)?, addr(&gateway_grpc_l)?, addr(&control_l)?);
+
+    let internal_token = coffer_runtime::token::random_token();
+    let public_token = coffer_runtime::token::random_token();
+    let pid = std::process::id();
+    let started_at = coffer_runtime::now_rfc3339();
+
+    let mut base_env: Vec<(String, String)> = vec![
+        (cenv::HOME.into(), home.root().display().to_string()),
+        (cenv::INTERNAL_TOKEN.into(), internal_token.expose_secret().to_owned()),
+        (cenv::STORE_ADDR.into(), store_a.clone()),
+        (cenv::CHAT_ADDR.into(), chat_a.clone()),
+        (cenv::RETRIEVAL_ADDR.into(), retrieval_a.clone()),
+        (cenv::GATEWAY_GRPC_ADDR.into(), gw_a.clone()),
+        (cenv::CONTROL_ADDR.into(), control_a.clone()),
+        (cenv::SUPERVISOR_PID.into(), pid.to_string()),
+        (cenv::LISTEN_FD.into(), "3".into()),
+    ];
+    if let Ok(v) = std::env::var(cenv::LOG) {
+        base_env.push((cenv::LOG.into(), v));
+    }
+    let mut gateway_env = base_env.clone();
+    gateway_env.push((cenv::GRPC_FD.into(), "4".into()));
+    gateway_env.push((cenv::PUBLIC_TOKEN.into(), public_token.expose_secret().to_owned()));
+    gateway_env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
+
+    let shutdown = CancellationToken::new();
+    let ctx = service::Context { home: home.clone(), internal_token: internal_token.clone(), shutdown: shutdown.clone() };
+    // Order matters: start in this order, stop in reverse (store last).
+    let services = vec![
+        service::ServiceHandle::new("store", "coffer-store", vec![(store_l.as_raw_fd(), 3)], base_env.clone(), store_a, true),
+        service::ServiceHandle::new("retrieval", "coffer-retrieval", vec![(retrieval_l.as_raw_fd(), 3)], base_env.clone(), retrieval_a, true),
+        service::ServiceHandle::new("chat", "coffer-chat", vec![(chat_l.as_raw_fd(), 3)], base_env.clone(), chat_a, true),
+        service::ServiceHandle::new(
+            "gateway",
+            "coffer-gateway",
+            vec![(public.as_raw_fd(), 3), (gateway_grpc_l.as_raw_fd(), 4)],
+            gateway_env,
+            gw_a,
+            false,
+        ),
+    ];
+    let shared = Arc::new(Shared { pid, port, started_at: started_at.clone(), shutdown: shutdown.clone(), services });
+
+    // Control RPC first, so status works while services start.
+    let control_listener = tokio::net::TcpListener::from_std({
+        control_l.set_nonblocking(true)?;
+        control_l
+    })?;
+    let control_task = tokio::spawn(control::serve(control_listener, internal_token.clone(), shared.clone()));
+
+    let mut runners = Vec::new();
+    let start = std::time::Instant::now();
+    for (i, svc) in shared.services.iter().enumerate() {
+        runners.push(tokio::spawn(svc.clone().run(ctx.clone())));
+        // The store must be up before the services that depend on it.
+        if i == 0 {
+            svc.wait_healthy(Duration::from_secs(60)).await.context("store did not become healthy")?;
+        }
+    }
+    for svc in &shared.services {
+        svc.wait_healthy(Duration::from_secs(60)).await.with_context(|| format!("{} did not become healthy", svc.name))?;
+    }
+    tracing::info!(port, elapsed_ms = start.elapsed().as_millis() as u64, "All services healthy.");
+
+    let info = DaemonInfo { pid, port, token: public_token, started_at, version: coffer_runtime::VERSION.into() };
+    info.create_exclusive(&home.daemon_json()).context("writing daemon.json")?;
+    tracing::info!(port, pid, "Daemon ready.");
+
+    wait_for_stop(&shutdown).await;
+    tracing::info!("Shutting down.");
+    shutdown.cancel();
+    for svc in shared.services.iter().rev() {
+        svc.stop().await;
+    }
+    for r in runners {
+        let _ = r.await;
+    }
+    let _ = std::fs::remove_file(home.daemon_json());
+    control_task.abort();
+    tracing::info!("Daemon stopped.");
+    drop(public);
+    drop(lock);
+    Ok(())
+}
+
+async fn wait_for_stop(shutdown: &CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received."),
+        _ = int.recv() => tracing::info!("SIGINT received."),
+        _ = shutdown.cancelled() => tracing::info!("Stop requested."),
+    }
+}
+
+/// Binds the public listener: `COFFER_PORT` exactly, else the first free port of
+/// `COFFER_PORT_RANGE` (default `8000-8009`).
+fn bind_public() -> anyhow::Result<TcpListener> {
+    if let Ok(p) = std::env::var(cenv::PORT) {
+        let port: u16 = p.parse().with_context(|| format!("{}={p:?} is not a port number", cenv::PORT))?;
+        return TcpListener::bind(("127.0.0.1", port))
+            .with_context(|| format!("cannot listen on 127.0.0.1:{port} ({} is set)", cenv::PORT));
+    }
+    let range = std::env::var(cenv::PORT_RANGE).unwrap_or_else(|_| "8000-8009".into());
+    let (a, b) = range
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?)))
+        .filter(|(a, b)| a <= b && *a > 0)
+        .with_context(|| format!("{}={range:?} is not START-END", cenv::PORT_RANGE))?;
+    for port in a..=b {
+        match TcpListener::bind(("127.0.0.1", port)) {
+            Ok(l) => {
+                if port != a {
+                    tracing::info!(port, preferred = a, "Preferred port taken; using the next free one.");
+                }
+                return Ok(l);
+            }
+            Err(e) => tracing::debug!(port, error = %e, "Port unavailable."),
+        }
+    }
+    anyhow::bail!("no free port in 127.0.0.1:{a}-{b}; set {} to choose one", cenv::PORT)
+}
+
+/// The internal token wrapped for sharing; kept out of `Debug` output.
+pub(crate) type Token = SecretString;

@@ -1,0 +1,356 @@
+//! One supervised service: spawn it through the spawn helper, wait for its gRPC health check,
+//! restart it with exponential backoff when it exits, mark it `failed` after repeated crashes.
+use std::os::fd::RawFd;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coffer_runtime::home::CofferHome;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+/// First restart delay; doubles per consecutive crash up to [`BACKOFF_MAX`].
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Healthy this long resets the backoff and the crash window.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// This many crashes inside [`CRASH_WINDOW`] mark a service `failed`.
+const CRASH_LIMIT: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// How long a service may take to answer its health check after spawning.
+const HEALTH_DEADLINE: Duration = Duration::from_secs(60);
+/// Grace between SIGTERM and SIGKILL when stopping a service.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Lifecycle state, as shown by `/v1/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceState {
+    Starting,
+    Healthy,
+    Restarting,
+    Failed,
+    Stopped,
+}
+
+impl ServiceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Healthy => "healthy",
+            Self::Restarting => "restarting",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// A snapshot of one service for status replies.
+#[derive(Debug, Clone)]
+pub struct ServiceStatusView {
+    pub name: String,
+    pub pid: u32,
+    pub state: ServiceState,
+    pub uptime_s: u64,
+    pub restarts: u32,
+    pub last_error: String,
+    pub address: String,
+}
+
+#[derive(Clone)]
+pub(crate) struct Context {
+    pub home: CofferHome,
+    pub internal_token: crate::Token,
+    pub shutdown: CancellationToken,
+}
+
+enum Command {
+    Restart(oneshot::Sender<()>),
+    Stop(oneshot::Sender<()>),
+}
+
+struct Inner {
+    pid: u32,
+    restarts: u32,
+    last_error: String,
+    healthy_since: Option<Instant>,
+}
+
+/// Handle to a supervised service; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct ServiceHandle {
+    pub name: &'static str,
+    binary: &'static str,
+    fds: Arc<Vec<(RawFd, RawFd)>>,
+    env: Arc<Vec<(String, String)>>,
+    pub address: String,
+    /// Whether repeated crashes may mark it failed (never the gateway: clients wait on it).
+    may_fail: bool,
+    inner: Arc<Mutex<Inner>>,
+    state_tx: Arc<watch::Sender<ServiceState>>,
+    cmd_tx: mpsc::Sender<Command>,
+    cmd_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Command>>>,
+}
+
+impl ServiceHandle {
+    pub fn new(
+        name: &'static str,
+        binary: &'static str,
+        fds: Vec<(RawFd, RawFd)>,
+        env: Vec<(String, String)>,
+        address: String,
+        may_fail: bool,
+    ) -> Self {
+        let (cmd_tx, cmd_rx) = mpsc::channel(8);
+        Self {
+            name,
+            binary,
+            fds: Arc::new(fds),
+            env: Arc::new(env),
+            address,
+            may_fail,
+            inner: Arc::new(Mutex::new(Inner { pid: 0, restarts: 0, last_error: String::new(), healthy_since: None })),
+            state_tx: Arc::new(watch::channel(ServiceState::Stopped).0),
+            cmd_tx,
+            cmd_rx: Arc::new(tokio::sync::Mutex::new(cmd_rx)),
+        }
+    }
+
+    pub fn view(&self) -> ServiceStatusView {
+        let i = self.inner.lock().expect("service state lock");
+        let state = *self.state_tx.borrow();
+        ServiceStatusView {
+            name: self.name.into(),
+            pid: i.pid,
+            state,
+            uptime_s: match (state, i.healthy_since) {
+                (ServiceState::Healthy, Some(t)) => t.elapsed().as_secs(),
+                _ => 0,
+            },
+            restarts: i.restarts,
+            last_error: i.last_error.clone(),
+            address: self.address.clone(),
+        }
+    }
+
+    fn set_state(&self, s: ServiceState) {
+        self.state_tx.send_replace(s);
+    }
+
+    /// Waits until the service is healthy.
+    ///
+    /// # Errors
+    /// When it becomes `failed`/`stopped` or `deadline` passes; the message carries its last error.
+    pub async fn wait_healthy(&self, deadline: Duration) -> anyhow::Result<()> {
+        let mut rx = self.state_tx.subscribe();
+        let res = tokio::time::timeout(deadline, rx.wait_for(|s| matches!(s, ServiceState::Healthy | ServiceState::Failed))).await;
+        match res {
+            Ok(Ok(s)) if *s == ServiceState::Healthy => Ok(()),
+            _ => anyhow::bail!("{} is {}: {}", self.name, self.view().state.as_str(), self.view().last_error),
+        }
+    }
+
+    /// Restarts the service now (SIGTERM, wait, respawn); also revives a `failed` one.
+    pub async fn restart(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmd_tx.send(Command::Restart(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Stops the service for good (used at shutdown).
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmd_tx.send(Command::Stop(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    fn spawn_child(&self, ctx: &Context) -> anyhow::Result<coffer_runtime::spawn::ManagedChild> {
+        let program = coffer_runtime::connect::find_binary(self.binary, None)
+            .ok_or_else(|| anyhow::anyhow!("cannot find {} next to coffer-daemon or on PATH", self.binary))?;
+        let stdio_path = ctx.home.logs().join(format!("{}.stdio", self.name));
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&stdio_path)?;
+        let mut spec = coffer_runtime::spawn::SpawnSpec::new(program, "service", self.name);
+        spec.args = vec![];
+        spec.env = self.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        spec.fds = self.fds.as_ref().clone();
+        spec.stdout = Stdio::from(out.try_clone()?);
+        spec.stderr = Stdio::from(out);
+        spec.pid_dir = Some(ctx.home.pids());
+        Ok(coffer_runtime::spawn::spawn(spec)?)
+    }
+
+    /// The supervision loop; ends after [`ServiceHandle::stop`].
+    pub async fn run(self, ctx: Context) {
+        let mut rx = self.cmd_rx.clone().lock_owned().await;
+        let mut backoff = BACKOFF_START;
+        let mut crashes: Vec<Instant> = Vec::new();
+        let mut first = true;
+        'outer: loop {
+            self.set_state(if first { ServiceState::Starting } else { ServiceState::Restarting });
+            first = false;
+            let mut child = match self.spawn_child(&ctx) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.note_error(format!("spawn failed: {e:#}"));
+                    tracing::error!(service = self.name, error = %format!("{e:#}"), "Cannot start service.");
+                    self.set_state(ServiceState::Failed);
+                    // Wait for an explicit restart or stop.
+                    match rx.recv().await {
+                        Some(Command::Restart(ack)) => {
+                            let _ = ack.send(());
+                            continue;
+                        }
+                        Some(Command::Stop(ack)) => {
+                            let _ = ack.send(());
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            };
+            let pid = child.pid() as u32;
+            self.inner.lock().expect("state").pid = pid;
+            tracing::info!(service = self.name, pid, "Service started.");
+
+            // Wait for health, a premature exit, or a command.
+            let health = self.await_health(&ctx);
+            tokio::pin!(health);
+            let exited_early = tokio::select! {
+                ok = &mut health => {
+                    if ok {
+                        let mut i = self.inner.lock().expect("state");
+                        i.healthy_since = Some(Instant::now());
+                        drop(i);
+                        self.set_state(ServiceState::Healthy);
+                        tracing::info!(service = self.name, pid, "Service healthy.");
+                        None
+                    } else {
+                        self.note_error(format!("no healthy answer within {}s", HEALTH_DEADLINE.as_secs()));
+                        child.terminate(STOP_GRACE).await;
+                        Some("unhealthy".to_owned())
+                    }
+                }
+                status = child.wait() => Some(describe_exit(status)),
+                cmd = rx.recv() => {
+                    child.terminate(STOP_GRACE).await;
+                    match cmd {
+                        Some(Command::Restart(ack)) => { let _ = ack.send(()); continue 'outer; }
+                        Some(Command::Stop(ack)) => { self.stopped(); let _ = ack.send(()); break 'outer; }
+                        None => break 'outer,
+                    }
+                }
+            };
+
+            let reason = match exited_early {
+                Some(r) => r,
+                None => tokio::select! {
+                    status = child.wait() => describe_exit(status),
+                    cmd = rx.recv() => {
+                        child.terminate(STOP_GRACE).await;
+                        match cmd {
+                            Some(Command::Restart(ack)) => {
+                                self.inner.lock().expect("state").restarts += 1;
+                                tracing::info!(service = self.name, "Service restarted on request.");
+                                let _ = ack.send(());
+                                continue 'outer;
+                            }
+                            Some(Command::Stop(ack)) => { self.stopped(); let _ = ack.send(()); break 'outer; }
+                            None => break 'outer,
+                        }
+                    }
+                },
+            };
+
+            if ctx.shutdown.is_cancelled() {
+                // Shutting down: the stop command will arrive.
+                self.stopped();
+                if let Some(Command::Stop(ack) | Command::Restart(ack)) = rx.recv().await {
+                    let _ = ack.send(());
+                }
+                break;
+            }
+            // A crash.
+            let now = Instant::now();
+            let stable = self.inner.lock().expect("state").healthy_since.is_some_and(|t| t.elapsed() >= STABLE_AFTER);
+            if stable {
+                backoff = BACKOFF_START;
+                crashes.clear();
+            }
+            crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
+            crashes.push(now);
+            {
+                let mut i = self.inner.lock().expect("state");
+                i.restarts += 1;
+                i.pid = 0;
+                i.healthy_since = None;
+                i.last_error = format!("exited: {reason}");
+            }
+            if self.may_fail && crashes.len() >= CRASH_LIMIT {
+                self.set_state(ServiceState::Failed);
+                tracing::error!(service = self.name, crashes = crashes.len(), window_s = CRASH_WINDOW.as_secs(), %reason,
+                    "Service crashed repeatedly; marked failed. Restart it with `coffer daemon restart`.");
+                match rx.recv().await {
+                    Some(Command::Restart(ack)) => {
+                        crashes.clear();
+                        backoff = BACKOFF_START;
+                        let _ = ack.send(());
+                        continue;
+                    }
+                    Some(Command::Stop(ack)) => {
+                        let _ = ack.send(());
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            self.set_state(ServiceState::Restarting);
+            tracing::warn!(service = self.name, %reason, backoff_ms = backoff.as_millis() as u64, "Service exited; restarting.");
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                cmd = rx.recv() => match cmd {
+                    Some(Command::Restart(ack)) => { let _ = ack.send(()); }
+                    Some(Command::Stop(ack)) => { self.stopped(); let _ = ack.send(()); break; }
+                    None => break,
+                }
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+        self.stopped();
+    }
+
+    fn stopped(&self) {
+        self.inner.lock().expect("state").pid = 0;
+        self.set_state(ServiceState::Stopped);
+    }
+
+    fn note_error(&self, e: String) {
+        self.inner.lock().expect("state").last_error = e;
+    }
+
+    /// Polls the standard gRPC health check until SERVING or the deadline.
+    async fn await_health(&self, ctx: &Context) -> bool {
+        let deadline = Instant::now() + HEALTH_DEADLINE;
+        let mut delay = Duration::from_millis(5);
+        while Instant::now() < deadline {
+            if coffer_runtime::grpc::check_health(&self.address, &ctx.internal_token).await {
+                return true;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+fn describe_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => format!("exit code {c}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            _ => s.to_string(),
+        },
+        Err(e) => format!("wait failed: {e}"),
+    }
+}
