@@ -1,2 +1,4 @@
-//! placeholder
-fn main() {}
+//! `coffer-chat`: thin entry over the library.
+fn main() -> std::process::ExitCode {
+    coffer_chat::main_entry()
+}

@@ -32,3 +32,5 @@ pub const LOG: &str = "COFFER_LOG";
 pub const DAEMON_BIN: &str = "COFFER_DAEMON_BIN";
 /// Supervisor pid, so children know who started them.
 pub const SUPERVISOR_PID: &str = "COFFER_SUPERVISOR_PID";
+/// When the supervisor started (RFC 3339), reported by `/v1/health`.
+pub const STARTED_AT: &str = "COFFER_STARTED_AT";

@@ -16,6 +16,7 @@ pub mod grpc;
 pub mod home;
 pub mod listen;
 pub mod logging;
+pub mod service;
 pub mod spawn;
 pub mod token;
 

@@ -31,6 +31,8 @@ pub const EXIT_ALREADY_RUNNING: u8 = 3;
 /// Process entry: runs the supervisor to completion and maps failures to an exit code with a
 /// clear message on stderr.
 pub fn main_entry() -> std::process::ExitCode {
+    // Everything Coffer writes (DB, logs, keys, pid records) is for this user only.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let home = match CofferHome::from_env().and_then(|h| h.ensure().map(|_| h)) {
         Ok(h) => h,
         Err(e) => {
@@ -110,6 +112,7 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         (cenv::GATEWAY_GRPC_ADDR.into(), gw_a.clone()),
         (cenv::CONTROL_ADDR.into(), control_a.clone()),
         (cenv::SUPERVISOR_PID.into(), pid.to_string()),
+        (cenv::STARTED_AT.into(), started_at.clone()),
         (cenv::LISTEN_FD.into(), "3".into()),
     ];
     if let Ok(v) = std::env::var(cenv::LOG) {

@@ -1,0 +1,192 @@
+//! The REST error envelope and its code → HTTP status table (meilisearch-style), plus the one
+//! conversion from `tonic::Status` to the envelope.
+//!
+//! Body: `{"error":{"code":"TOOL_DISABLED","message":"…","details":{…}}}`. 4xx are client
+//! mistakes and are not logged as errors; 5xx carry an opaque message and the cause is logged
+//! with the trace id.
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// Every error code the REST surface returns, with its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    BadRequest,
+    InvalidArgument,
+    UnknownField,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    AlreadyExists,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ToolDisabled,
+    UpstreamUnavailable,
+    UpstreamTimeout,
+    ServiceUnavailable,
+    Internal,
+}
+
+impl Code {
+    /// The table: code → (wire name, HTTP status).
+    pub const fn spec(self) -> (&'static str, StatusCode) {
+        match self {
+            Code::BadRequest => ("BAD_REQUEST", StatusCode::BAD_REQUEST),
+            Code::InvalidArgument => ("INVALID_ARGUMENT", StatusCode::BAD_REQUEST),
+            Code::UnknownField => ("UNKNOWN_FIELD", StatusCode::BAD_REQUEST),
+            Code::Unauthorized => ("UNAUTHORIZED", StatusCode::UNAUTHORIZED),
+            Code::Forbidden => ("FORBIDDEN", StatusCode::FORBIDDEN),
+            Code::NotFound => ("NOT_FOUND", StatusCode::NOT_FOUND),
+            Code::MethodNotAllowed => ("METHOD_NOT_ALLOWED", StatusCode::METHOD_NOT_ALLOWED),
+            Code::Conflict => ("CONFLICT", StatusCode::CONFLICT),
+            Code::AlreadyExists => ("ALREADY_EXISTS", StatusCode::CONFLICT),
+            Code::PayloadTooLarge => ("PAYLOAD_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
+            Code::UnsupportedMediaType => ("UNSUPPORTED_MEDIA_TYPE", StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            Code::ToolDisabled => ("TOOL_DISABLED", StatusCode::FORBIDDEN),
+            Code::UpstreamUnavailable => ("UPSTREAM_UNAVAILABLE", StatusCode::BAD_GATEWAY),
+            Code::UpstreamTimeout => ("UPSTREAM_TIMEOUT", StatusCode::GATEWAY_TIMEOUT),
+            Code::ServiceUnavailable => ("SERVICE_UNAVAILABLE", StatusCode::SERVICE_UNAVAILABLE),
+            Code::Internal => ("INTERNAL", StatusCode::INTERNAL_SERVER_ERROR),
+        }
+    }
+
+    /// Every code, for docs and tests.
+    pub const ALL: &'static [Code] = &[
+        Code::BadRequest,
+        Code::InvalidArgument,
+        Code::UnknownField,
+        Code::Unauthorized,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::MethodNotAllowed,
+        Code::Conflict,
+        Code::AlreadyExists,
+        Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
+        Code::ToolDisabled,
+        Code::UpstreamUnavailable,
+        Code::UpstreamTimeout,
+        Code::ServiceUnavailable,
+        Code::Internal,
+    ];
+}
+
+/// A REST error: code, human message, optional details object.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Value,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), details: json!({}) }
+    }
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(Code::NotFound, what)
+    }
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::new(Code::InvalidArgument, msg)
+    }
+    /// 500 with an opaque message; the cause is logged (inside the request's trace span).
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "Internal error.");
+        Self::new(Code::Internal, "internal error; see logs/gateway.log with this trace id")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (code, status) = self.code.spec();
+        let body = json!({"error": {"code": code, "message": self.message, "details": self.details}});
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The one conversion from an internal RPC failure to the envelope.
+impl From<tonic::Status> for ApiError {
+    fn from(s: tonic::Status) -> Self {
+        use tonic::Code as G;
+        match s.code() {
+            G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
+            G::NotFound => ApiError::not_found(s.message()),
+            G::AlreadyExists => ApiError::new(Code::AlreadyExists, s.message()),
+            G::Aborted => ApiError::new(Code::Conflict, s.message()),
+            G::FailedPrecondition => ApiError::new(Code::Conflict, s.message()),
+            G::PermissionDenied => ApiError::new(Code::Forbidden, s.message()),
+            G::Unavailable => {
+                tracing::warn!(error = %s.message(), "Internal service unavailable.");
+                ApiError::new(Code::ServiceUnavailable, "an internal service is restarting; retry shortly")
+            }
+            G::DeadlineExceeded => ApiError::new(Code::ServiceUnavailable, "an internal service did not answer in time"),
+            _ => ApiError::internal(format!("{:?}: {}", s.code(), s.message())),
+        }
+    }
+}
+
+/// JSON body extractor whose rejections are envelopes: malformed JSON → `BAD_REQUEST`, wrong
+/// shape or unknown field → `INVALID_ARGUMENT`/`UNKNOWN_FIELD`, over the limit → 413.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| body_rejection(e.status(), &e.body_text()))?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses a JSON request body into `T` with envelope errors.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let msg = e.to_string();
+        if let Some(rest) = msg.strip_prefix("unknown field `") {
+            let field = rest.split('`').next().unwrap_or_default();
+            return ApiError::new(Code::UnknownField, format!("unknown field {field:?}"))
+                .with_details(json!({"field": field}));
+        }
+        match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                ApiError::new(Code::BadRequest, format!("malformed JSON: {msg}"))
+            }
+            _ => ApiError::invalid(format!("invalid request body: {msg}")),
+        }
+    })
+}
+
+/// Maps a body-read failure (usually the size limit) to the envelope.
+pub fn body_rejection(status: StatusCode, text: &str) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(Code::PayloadTooLarge, "request body is larger than the limit").with_details(json!({"limit_bytes": crate::REST_BODY_LIMIT}))
+    } else {
+        ApiError::new(Code::BadRequest, format!("cannot read request body: {text}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_upper_snake_and_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for c in Code::ALL {
+            let (name, _) = c.spec();
+            assert!(name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'), "{name}");
+            assert!(seen.insert(name), "{name} twice");
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The edge (`coffer-gateway`): axum on the public listener inherited from the supervisor —
+//! `/mcp` (MCP Streamable HTTP, the gateway), `/v1/*` (REST), later `/ui` — plus a gRPC health
+//! endpoint on its internal listener.
+//!
+//! Invariants: `GET /v1/health` touches no other service; every other route needs the token or
+//! a web-session cookie; `Host` must be loopback and `Origin` (when present) our own; every
+//! response carries `X-Coffer-Trace`.
+
+pub mod error;
+pub mod mcp;
+pub mod middleware;
+pub mod rest;
+pub mod snapshot;
+pub mod state;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use coffer_runtime::env as cenv;
+use coffer_runtime::home::CofferHome;
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+
+/// Body limit of `/v1/*` and `/ui` (bytes).
+pub const REST_BODY_LIMIT: usize = 2 * 1024 * 1024;
+/// Body limit of `/mcp` (bytes).
+pub const MCP_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Builds the full router over `state` (used by `run` and by in-process tests).
+pub fn router(state: Arc<AppState>) -> Router {
+    let rest = rest::routes().layer(DefaultBodyLimit::max(REST_BODY_LIMIT));
+    let mcp = mcp::http::routes().layer(DefaultBodyLimit::max(MCP_BODY_LIMIT));
+    Router::new()
+        .merge(rest)
+        .merge(mcp)
+        .fallback(middleware::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::host_origin))
+        .layer(axum::middleware::from_fn(middleware::trace))
+        .with_state(state)
+}
+
+pub use state::AppState;
+
+fn env(var: &'static str) -> anyhow::Result<String> {
+    std::env::var(var).map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
+}
+
+/// Runs the edge until `shutdown`: stops accepting, drains in-flight requests (bounded), ends
+/// every MCP session (terminating upstream children), then returns.
+///
+/// # Errors
+/// When the inherited listeners or environment are unusable.
+pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let public = coffer_runtime::listen::inherited(cenv::LISTEN_FD)?;
+    let grpc = coffer_runtime::listen::inherited(cenv::GRPC_FD)?;
+    let internal = coffer_runtime::grpc::internal_token_from_env()?;
+    let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
+    let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
+    let store = coffer_proto::store::store_client::StoreClient::new(coffer_runtime::grpc::channel(&env(cenv::STORE_ADDR)?, &internal)?)
+        .max_decoding_message_size(64 * 1024 * 1024);
+    let control = coffer_proto::control::control_client::ControlClient::new(coffer_runtime::grpc::channel(&env(cenv::CONTROL_ADDR)?, &internal)?);
+    let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
+
+    let snapshot = snapshot::start(store.clone(), shutdown.clone());
+    let gateway = mcp::Gateway::new(home.clone(), store.clone(), snapshot.clone(), shutdown.clone());
+    let state = Arc::new(AppState {
+        public_token,
+        port,
+        pid,
+        started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
+        store,
+        control,
+        snapshot,
+        web_sessions: Default::default(),
+        gateway: gateway.clone(),
+    });
+
+    let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(grpc, internal, tonic::service::Routes::default(), shutdown.clone()));
+    tracing::info!(port, "Edge listening.");
+    let app = router(state);
+    let drain = shutdown.clone();
+    axum::serve(public, app.into_make_service())
+        .with_graceful_shutdown(async move { drain.cancelled().await })
+        .await?;
+    gateway.close_all().await;
+    let _ = grpc_task.await;
+    Ok(())
+}

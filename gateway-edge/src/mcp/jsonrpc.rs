@@ -1,0 +1,38 @@
+//! JSON-RPC 2.0 error objects as `/mcp` returns them, and Coffer's error codes.
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// JSON-RPC 2.0 parse error.
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 invalid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0 method not found.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC 2.0 invalid params (also: unknown tool or server).
+pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC 2.0 internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// Coffer: the capability or its server is disabled by the user.
+pub const TOOL_DISABLED: i64 = -32000;
+/// Coffer: the upstream could not be started or reached, or crashed.
+pub const UPSTREAM_UNAVAILABLE: i64 = -32001;
+/// Coffer: the upstream did not answer within the per-call timeout.
+pub const UPSTREAM_TIMEOUT: i64 = -32002;
+
+/// A JSON-RPC error response object for request `id` (`null` when unknown).
+pub fn error_object(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut err = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        err["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": err})
+}
+
+/// An HTTP response with `status` whose body is a JSON-RPC error with `id: null`.
+pub fn http_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = error_object(Value::Null, code, message, None);
+    let mut r = (status, body.to_string()).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}

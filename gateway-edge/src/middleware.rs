@@ -1,0 +1,160 @@
+//! Edge middleware, outermost first: trace id → Host/Origin (DNS rebinding) → authentication.
+//!
+//! Every response carries `X-Coffer-Trace`; the id is the span field `trace_id` on every log
+//! line the request causes here, and travels in gRPC metadata to the other services.
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
+
+use crate::error::{ApiError, Code};
+use crate::state::AppState;
+
+/// Response header carrying the trace id.
+pub const TRACE_HEADER: &str = "x-coffer-trace";
+/// Cookie set by the web page's one-time login.
+pub const SESSION_COOKIE: &str = "coffer_session";
+
+/// An error in the wire format of the route: JSON-RPC on `/mcp`, the envelope elsewhere.
+pub fn reject(path: &str, code: Code, message: &str) -> Response {
+    if path == "/mcp" || path.starts_with("/mcp/") {
+        let (_, status) = code.spec();
+        let rpc_code = match code {
+            Code::PayloadTooLarge | Code::BadRequest => -32600,
+            _ => -32001,
+        };
+        crate::mcp::jsonrpc::http_error(status, rpc_code, message)
+    } else {
+        ApiError::new(code, message).into_response()
+    }
+}
+
+/// Assigns a trace id, runs the request inside span `request{trace_id, method, path}`, and
+/// stamps `X-Coffer-Trace` on the response.
+pub async fn trace(req: Request, next: Next) -> Response {
+    let id = coffer_runtime::grpc::new_trace_id();
+    let span = tracing::info_span!("request", trace_id = %id, method = %req.method(), path = %req.uri().path());
+    let started = std::time::Instant::now();
+    let mut resp = coffer_runtime::grpc::with_trace(id.clone(), next.run(req)).instrument(span.clone()).await;
+    let status = resp.status().as_u16();
+    span.in_scope(|| tracing::debug!(status, elapsed_us = started.elapsed().as_micros() as u64, "Request done."));
+    resp.headers_mut().insert(TRACE_HEADER, HeaderValue::from_str(&id).expect("hex is a valid header"));
+    resp
+}
+
+/// `Host` must name loopback; `Origin`, when present, must be exactly Coffer's own origin.
+pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !host_is_loopback(host, st.port) {
+        tracing::info!(host = %host.chars().take(80).collect::<String>(), "Refused: Host is not loopback.");
+        return reject(&path, Code::Forbidden, "Host header must name this machine's loopback address");
+    }
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
+        if !ok {
+            tracing::info!("Refused: foreign Origin.");
+            return reject(&path, Code::Forbidden, "Origin is not Coffer's own origin");
+        }
+    }
+    next.run(req).await
+}
+
+fn host_is_loopback(host: &str, port: u16) -> bool {
+    let (name, p) = match host.rsplit_once(':') {
+        Some((n, _)) if !n.ends_with(']') && n.contains(':') => (host, None), // bare IPv6
+        Some((n, p)) => (n, Some(p)),
+        None => (host, None),
+    };
+    let name_ok = matches!(name.to_ascii_lowercase().as_str(), "127.0.0.1" | "localhost" | "[::1]");
+    let port_ok = p.is_none_or(|p| p.parse::<u16>().ok() == Some(port));
+    name_ok && port_ok
+}
+
+fn origin_is_ours(origin: &str, port: u16) -> bool {
+    let o = origin.to_ascii_lowercase();
+    o == format!("http://127.0.0.1:{port}") || o == format!("http://localhost:{port}") || o == format!("http://[::1]:{port}")
+}
+
+/// Requires the token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time compared) or
+/// a valid web-session cookie. `GET /v1/health` alone is open.
+pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path == "/v1/health" {
+        return next.run(req).await;
+    }
+    if authorized(&st, req.headers()) {
+        return next.run(req).await;
+    }
+    let path = path.to_owned();
+    let mut resp = reject(&path, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)");
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
+    resp
+}
+
+fn authorized(st: &AppState, h: &HeaderMap) -> bool {
+    if let Some(v) = h.get("x-coffer-token") {
+        return coffer_runtime::token::token_matches(&st.public_token, v.as_bytes());
+    }
+    if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
+        && let Some(t) = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer "))
+    {
+        return coffer_runtime::token::token_matches(&st.public_token, t.trim().as_bytes());
+    }
+    for cookie in h.get_all(header::COOKIE) {
+        let Ok(s) = cookie.to_str() else { continue };
+        for part in s.split(';') {
+            if let Some((k, v)) = part.trim().split_once('=')
+                && k == SESSION_COOKIE
+                && st.web_sessions.contains(v)
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Fallback for unknown routes: 404 in the route's wire format.
+pub async fn not_found(req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    let mut r = reject(&path, Code::NotFound, &format!("no route for {} {}", req.method(), truncate(&path, 200)));
+    if path.starts_with("/mcp") {
+        *r.status_mut() = StatusCode::NOT_FOUND;
+    }
+    r
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        for ok in ["127.0.0.1:8000", "localhost:8000", "LOCALHOST", "[::1]:8000", "127.0.0.1"] {
+            assert!(host_is_loopback(ok, 8000), "{ok}");
+        }
+        for bad in ["evil.com", "evil.com:8000", "127.0.0.1:8001", "127.0.0.1.evil.com", "", "localhost.:8000", "10.0.0.1:8000"] {
+            assert!(!host_is_loopback(bad, 8000), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origins() {
+        assert!(origin_is_ours("http://127.0.0.1:8000", 8000));
+        assert!(origin_is_ours("http://localhost:8000", 8000));
+        for bad in ["http://evil.com", "http://127.0.0.1:8001", "https://127.0.0.1:8000", "null", "http://127.0.0.1:8000.evil.com"] {
+            assert!(!origin_is_ours(bad, 8000), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! REST routes under `/v1`: health, status, daemon control. Registry and log routes live in
+//! sibling modules.
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use coffer_proto::control::{RestartServiceRequest, StatusRequest, StopRequest};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// All `/v1` routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/status", get(status))
+        .route("/v1/daemon/stop", post(stop))
+        .route("/v1/daemon/services/{name}/restart", post(restart_service))
+}
+
+/// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is
+/// the supervisor's (the pid in `daemon.json`).
+async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
+}
+
+/// `GET /v1/status` → `{daemon, services:[…], upstreams:[…]}`.
+async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
+    let services: Vec<Value> = r
+        .services
+        .into_iter()
+        .map(|s| {
+            json!({
+                "name": s.name, "pid": s.pid, "state": s.state, "uptime_s": s.uptime_s,
+                "restarts": s.restarts, "last_error": if s.last_error.is_empty() { Value::Null } else { Value::String(s.last_error) },
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "daemon": {"pid": r.pid, "version": r.version, "started_at": r.started_at, "port": r.port},
+        "services": services,
+        "upstreams": st.gateway.upstream_status(),
+    })))
+}
+
+/// `POST /v1/daemon/stop` → 202; the daemon then shuts down in order.
+async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+    st.control.clone().stop(StopRequest {}).await?;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"stopping": true}))))
+}
+
+/// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart.
+async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if name == "gateway" {
+        return Err(ApiError::invalid("the gateway serves this request; restart it with `coffer daemon restart`"));
+    }
+    let s = st.control.clone().restart_service(RestartServiceRequest { name }).await?.into_inner().service.unwrap_or_default();
+    Ok(Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})))
+}

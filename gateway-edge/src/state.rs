@@ -1,0 +1,36 @@
+//! Shared state of the edge process.
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use coffer_proto::control::control_client::ControlClient;
+use coffer_proto::store::store_client::StoreClient;
+use coffer_runtime::grpc::AuthChannel;
+use secrecy::SecretString;
+
+use crate::snapshot::SnapshotHandle;
+
+/// Web-session ids issued by the web page's one-time login (none until that page exists).
+#[derive(Default)]
+pub struct WebSessions(Mutex<HashSet<String>>);
+
+impl WebSessions {
+    /// True when `id` is a live session. Ids are 64 random hex characters, so a set lookup
+    /// leaks nothing useful about other ids' values.
+    pub fn contains(&self, id: &str) -> bool {
+        id.len() == 64 && self.0.lock().expect("web sessions").contains(id)
+    }
+}
+
+/// Everything a request handler may need.
+pub struct AppState {
+    pub public_token: SecretString,
+    /// Public port, for the Host/Origin checks.
+    pub port: u16,
+    pub pid: u32,
+    pub started_at: String,
+    pub store: StoreClient<AuthChannel>,
+    pub control: ControlClient<AuthChannel>,
+    pub snapshot: SnapshotHandle,
+    pub web_sessions: WebSessions,
+    pub gateway: Arc<crate::mcp::Gateway>,
+}

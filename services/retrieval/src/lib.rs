@@ -1,0 +1,7 @@
+//! The retrieval service (`coffer-retrieval`): knowledge, memory and skills search with fusion.
+//! For now it serves only the standard gRPC health check; the retrieval issue fills it in.
+
+/// Process entry for `coffer-retrieval`.
+pub fn main_entry() -> std::process::ExitCode {
+    coffer_runtime::service::service_main("retrieval", |_home, shutdown| coffer_runtime::service::run_health_only(shutdown))
+}

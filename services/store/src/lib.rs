@@ -1,0 +1,31 @@
+//! The store service (`coffer-store`): the only process that opens `coffer.db` read-write.
+//! It migrates the database before it reports healthy, serialises every write through one
+//! writer thread, and streams committed changes to the other services.
+
+pub mod db;
+pub mod rpc;
+
+use coffer_runtime::home::CofferHome;
+
+/// Process entry for `coffer-store`.
+pub fn main_entry() -> std::process::ExitCode {
+    coffer_runtime::service::service_main("store", run)
+}
+
+/// Opens and migrates the DB, then serves the store RPC and health on the inherited listener
+/// until `shutdown`.
+///
+/// # Errors
+/// When the listener, token or database is unusable.
+pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
+    let listener = coffer_runtime::listen::inherited(coffer_runtime::env::LISTEN_FD)?;
+    let token = coffer_runtime::grpc::internal_token_from_env()?;
+    let db = db::Db::open(&home.db())?;
+    tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
+    let routes = tonic::service::Routes::new(
+        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db))
+            .max_decoding_message_size(16 * 1024 * 1024),
+    );
+    coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown).await?;
+    Ok(())
+}
