@@ -1,18 +1,480 @@
-//! `/mcp`: MCP Streamable HTTP (2025-11-25).
+//! `/mcp`: MCP Streamable HTTP (MCP 2025-11-25, basic/transports §Streamable HTTP; also
+//! negotiating 2025-06-18 and 2025-03-26).
+//!
+//! - `POST` carries one JSON-RPC message (or, on a 2025-03-26 session only, a batch). A request
+//!   gets `application/json` with its response; notifications and client responses get 202.
+//!   `initialize` (without a session id) creates a session and returns `Mcp-Session-Id`.
+//! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it).
+//! - `DELETE` ends the session. An unknown or ended session gets 404 so clients re-initialize.
+//! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400).
+//! - Before any session, `server/discover` (the sessionless 2026-07-28 probe) gets -32601 so
+//!   newer clients fall back to `initialize`.
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::StatusCode;
-use axum::response::Response;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
+use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The `/mcp` route.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/mcp", any(handle))
 }
 
-async fn handle() -> Response {
-    super::jsonrpc::http_error(StatusCode::NOT_IMPLEMENTED, super::jsonrpc::METHOD_NOT_FOUND, "not yet")
+async fn handle(
+    State(st): State<Arc<AppState>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    match method {
+        Method::POST => {
+            let body = match body {
+                Ok(b) => b,
+                Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                    return jsonrpc::http_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        INVALID_REQUEST,
+                        &format!(
+                            "request body is larger than {} bytes",
+                            crate::MCP_BODY_LIMIT
+                        ),
+                    );
+                }
+                Err(e) => {
+                    return jsonrpc::http_error(
+                        StatusCode::BAD_REQUEST,
+                        INVALID_REQUEST,
+                        &format!("cannot read body: {}", e.body_text()),
+                    );
+                }
+            };
+            post(st, headers, body).await
+        }
+        Method::GET => get(st, headers).await,
+        Method::DELETE => delete(st, headers).await,
+        _ => {
+            let mut r = jsonrpc::http_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                INVALID_REQUEST,
+                "use POST, GET or DELETE on /mcp",
+            );
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            r
+        }
+    }
+}
+
+/// A JSON-RPC message as received; everything but the routing fields stays raw.
+#[derive(Deserialize)]
+struct Incoming {
+    jsonrpc: Option<Value>,
+    id: Option<Box<RawValue>>,
+    method: Option<Value>,
+    params: Option<Box<RawValue>>,
+    result: Option<Box<RawValue>>,
+    error: Option<Box<RawValue>>,
+}
+
+enum Parsed {
+    Request {
+        id: Box<RawValue>,
+        method: String,
+        params: Option<Box<RawValue>>,
+    },
+    Notification {
+        method: String,
+        params: Option<Box<RawValue>>,
+    },
+    Response,
+}
+
+/// Validates the JSON-RPC envelope (`jsonrpc: "2.0"`, string `method`, string/number `id`).
+fn classify(m: Incoming) -> Result<Parsed, (Value, String)> {
+    let id_value = || {
+        m.id.as_ref()
+            .and_then(|i| serde_json::from_str::<Value>(i.get()).ok())
+            .unwrap_or(Value::Null)
+    };
+    if m.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return Err((
+            id_value(),
+            "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
+        ));
+    }
+    if let Some(id) = &m.id {
+        let first = id.get().as_bytes().first().copied().unwrap_or(b'n');
+        if !(first == b'"' || first == b'-' || first.is_ascii_digit()) {
+            return Err((
+                Value::Null,
+                "Invalid Request: \"id\" must be a string or a number".into(),
+            ));
+        }
+    }
+    match (m.method, m.id) {
+        (Some(Value::String(method)), Some(id)) => Ok(Parsed::Request {
+            id,
+            method,
+            params: m.params,
+        }),
+        (Some(Value::String(method)), None) => Ok(Parsed::Notification {
+            method,
+            params: m.params,
+        }),
+        (Some(_), id) => Err((
+            id.and_then(|i| serde_json::from_str(i.get()).ok())
+                .unwrap_or(Value::Null),
+            "Invalid Request: \"method\" must be a string".into(),
+        )),
+        (None, Some(_)) if m.result.is_some() || m.error.is_some() => Ok(Parsed::Response),
+        (None, _) => Err((Value::Null, "Invalid Request: no \"method\"".into())),
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn rpc_error(status: StatusCode, id: Value, code: i64, msg: &str) -> Response {
+    json_response(
+        status,
+        jsonrpc::error_object(id, code, msg, None).to_string(),
+    )
+}
+
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+}
+
+/// Checks `MCP-Protocol-Version` when present.
+fn check_version(headers: &HeaderMap) -> Result<(), Response> {
+    match headers
+        .get(VERSION_HEADER)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
+        Some(v) if !SUPPORTED_VERSIONS.contains(&v) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            INVALID_REQUEST,
+            &format!(
+                "Unsupported MCP-Protocol-Version {:?}; supported: {}",
+                v.chars().take(40).collect::<String>(),
+                SUPPORTED_VERSIONS.join(", ")
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn accepts(headers: &HeaderMap, what: &str) -> bool {
+    match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(a) => a.contains(what) || a.contains("*/*"),
+    }
+}
+
+fn lookup(st: &AppState, headers: &HeaderMap) -> Result<Arc<Session>, Response> {
+    match session_id(headers) {
+        None => Err(rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header; send initialize first")),
+        Some(id) => st.gateway.session(id).ok_or_else(|| {
+            rpc_error(StatusCode::NOT_FOUND, Value::Null, jsonrpc::UPSTREAM_UNAVAILABLE, "Session not found: it ended or belongs to another daemon run; initialize a new session")
+        }),
+    }
+}
+
+async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        && !ct.to_ascii_lowercase().starts_with("application/json")
+    {
+        return rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Value::Null,
+            INVALID_REQUEST,
+            "Content-Type must be application/json",
+        );
+    }
+    if !accepts(&headers, "application/json") && !accepts(&headers, "text/event-stream") {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            Value::Null,
+            INVALID_REQUEST,
+            "Accept must allow application/json and text/event-stream",
+        );
+    }
+    if let Err(r) = check_version(&headers) {
+        return r;
+    }
+    let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if first == Some(b'[') {
+        return post_batch(st, headers, body).await;
+    }
+    let msg: Incoming = match serde_json::from_slice(&body) {
+        Ok(m) => m,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            );
+        }
+    };
+    let parsed = match classify(msg) {
+        Ok(p) => p,
+        Err((id, m)) => return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &m),
+    };
+    match parsed {
+        Parsed::Request { id, method, params } if method == "initialize" => {
+            initialize(&st, &id, params.as_deref())
+        }
+        Parsed::Request { id, method, .. }
+            if method == "server/discover" && session_id(&headers).is_none() =>
+        {
+            let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+            rpc_error(
+                StatusCode::OK,
+                id,
+                METHOD_NOT_FOUND,
+                "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)",
+            )
+        }
+        Parsed::Request { id, method, params } => {
+            let session = match lookup(&st, &headers) {
+                Ok(s) => s,
+                Err(r) => return r,
+            };
+            let answer = session.handle_request(&method, params.as_deref()).await;
+            json_response(StatusCode::OK, answer.into_response(&id))
+        }
+        Parsed::Notification { method, params } => match lookup(&st, &headers) {
+            Ok(session) => {
+                session
+                    .handle_notification(&method, params.as_deref())
+                    .await;
+                StatusCode::ACCEPTED.into_response()
+            }
+            Err(r) => r,
+        },
+        Parsed::Response => match lookup(&st, &headers) {
+            Ok(session) => {
+                session.touch();
+                StatusCode::ACCEPTED.into_response()
+            }
+            Err(r) => r,
+        },
+    }
+}
+
+/// `initialize`: negotiates the version, creates the session, answers as one server.
+fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Response {
+    let params: Value = params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_else(|| json!({}));
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let version = if SUPPORTED_VERSIONS.contains(&requested) {
+        requested
+    } else {
+        SUPPORTED_VERSIONS[0]
+    };
+    let session = st.gateway.create_session(version, &params);
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": {
+            "tools": {"listChanged": true},
+            "prompts": {"listChanged": true},
+            "resources": {"listChanged": true, "subscribe": true},
+            "completions": {},
+            "logging": {}
+        },
+        "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
+        "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
+    });
+    let body = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}",
+        id.get(),
+        result
+    );
+    let mut r = json_response(StatusCode::OK, body);
+    r.headers_mut().insert(
+        SESSION_HEADER,
+        HeaderValue::from_str(&session.id).expect("hex id"),
+    );
+    r
+}
+
+/// A JSON-RPC batch: only on a session that negotiated 2025-03-26 (batching was removed in
+/// 2025-06-18).
+async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let session = match session_id(&headers).and_then(|id| st.gateway.session(id)) {
+        Some(s) if s.protocol_version == "2025-03-26" => s,
+        Some(s) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                INVALID_REQUEST,
+                &format!(
+                    "JSON-RPC batches are not supported in protocol {}; only sessions that negotiated 2025-03-26 may send them",
+                    s.protocol_version
+                ),
+            );
+        }
+        None if session_id(&headers).is_some() => {
+            return lookup(&st, &headers).err().expect("unknown session");
+        }
+        None => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                INVALID_REQUEST,
+                "JSON-RPC batches need a 2025-03-26 session; send initialize alone first",
+            );
+        }
+    };
+    let items: Vec<Box<RawValue>> = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            );
+        }
+    };
+    if items.is_empty() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            INVALID_REQUEST,
+            "Invalid Request: empty batch",
+        );
+    }
+    let futs = items.into_iter().map(|raw| {
+        let session = session.clone();
+        async move {
+            let msg: Incoming = match serde_json::from_str(raw.get()) {
+                Ok(m) => m,
+                Err(e) => {
+                    return Some(
+                        jsonrpc::error_object(
+                            Value::Null,
+                            INVALID_REQUEST,
+                            &format!("Invalid Request: {e}"),
+                            None,
+                        )
+                        .to_string(),
+                    );
+                }
+            };
+            match classify(msg) {
+                Err((id, m)) => {
+                    Some(jsonrpc::error_object(id, INVALID_REQUEST, &m, None).to_string())
+                }
+                Ok(Parsed::Request { id, method, params }) => Some(
+                    session
+                        .handle_request(&method, params.as_deref())
+                        .await
+                        .into_response(&id),
+                ),
+                Ok(Parsed::Notification { method, params }) => {
+                    session
+                        .handle_notification(&method, params.as_deref())
+                        .await;
+                    None
+                }
+                Ok(Parsed::Response) => None,
+            }
+        }
+    });
+    let answers: Vec<String> = futures_util::future::join_all(futs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if answers.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    json_response(StatusCode::OK, format!("[{}]", answers.join(",")))
+}
+
+/// `GET /mcp`: the session's server→client SSE stream.
+async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
+    if !accepts(&headers, "text/event-stream") {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            Value::Null,
+            INVALID_REQUEST,
+            "GET /mcp needs Accept: text/event-stream",
+        );
+    }
+    if let Err(r) = check_version(&headers) {
+        return r;
+    }
+    let session = match lookup(&st, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let (backlog, rx) = session.outbound.subscribe(last);
+    let last_sent = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
+    let closed = session.closed.clone();
+    let live = tokio_stream::wrappers::BroadcastStream::new(rx)
+        .filter_map(move |m| async move { m.ok().filter(|(id, _)| *id > last_sent) })
+        .take_until(async move { closed.cancelled().await });
+    let stream = futures_util::stream::iter(backlog)
+        .chain(live)
+        .map(|(id, msg)| {
+            Ok::<_, Infallible>(Event::default().id(id.to_string()).data(msg.as_ref()))
+        });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// `DELETE /mcp`: ends the session and its upstream children.
+async fn delete(st: Arc<AppState>, headers: HeaderMap) -> Response {
+    let Some(id) = session_id(&headers) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            INVALID_REQUEST,
+            "Bad Request: no Mcp-Session-Id header",
+        );
+    };
+    if st.gateway.end_session(id, "DELETE").await {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        lookup(&st, &headers)
+            .err()
+            .unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
+    }
 }

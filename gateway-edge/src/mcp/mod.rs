@@ -1,38 +1,345 @@
-//! The MCP gateway: one downstream MCP server aggregating every enabled upstream.
+//! The MCP gateway: one downstream MCP server whose tools and prompts are the union of every
+//! registered, enabled upstream (each name prefixed `<server>__`), plus Coffer's `coffer__*`
+//! built-ins. See [`session`] for the session model and [`http`] for the transport.
+pub mod builtin;
 pub mod http;
 pub mod jsonrpc;
+pub mod naming;
+pub mod session;
+pub mod upstream;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use coffer_proto::store::store_client::StoreClient;
+use coffer_proto::store::{AppendInvocationsRequest, Invocation};
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::snapshot::SnapshotHandle;
+pub use session::Session;
+
+/// Protocol revisions `/mcp` negotiates, newest first (MCP 2025-11-25 lifecycle §version
+/// negotiation: answer the client's version if supported, else our latest).
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Invocation outcome as stored in `mcp_invocations`.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    Ok,
+    UpstreamError,
+    Disabled,
+    Timeout,
+    Unreachable,
+    Invalid,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Disabled => "disabled",
+            Outcome::Timeout => "timeout",
+            Outcome::Unreachable => "unreachable",
+            Outcome::Invalid => "invalid",
+        }
+    }
+}
+
+/// Per-server health as seen by all sessions, for `/v1/status`.
+#[derive(Default)]
+pub struct Health {
+    map: Mutex<HashMap<String, (bool, String, String)>>, // healthy, last_error, at
+}
+
+impl Health {
+    fn started(&self, server: &str) {
+        let mut m = self.map.lock().expect("health");
+        let e = m.entry(server.to_owned()).or_default();
+        e.0 = true;
+    }
+    fn failed(&self, server: &str, error: &str) {
+        let mut m = self.map.lock().expect("health");
+        m.insert(
+            server.to_owned(),
+            (false, error.to_owned(), coffer_runtime::now_rfc3339()),
+        );
+    }
+}
+
+/// State every session shares.
+pub struct Shared {
+    pub home: CofferHome,
+    pub snapshot: SnapshotHandle,
+    pub health: Health,
+    recorder: mpsc::UnboundedSender<Invocation>,
+}
+
+impl Shared {
+    fn setting_ms(&self, key: &str, default: u64) -> Duration {
+        let v = self
+            .snapshot
+            .current()
+            .settings
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        Duration::from_millis(v)
+    }
+    /// Deadline for one upstream's part of a list fan-out (`gateway.list_timeout_ms`, 10 s).
+    pub fn list_timeout(&self) -> Duration {
+        self.setting_ms("gateway.list_timeout_ms", 10_000)
+    }
+    /// Deadline for an upstream's start and `initialize` (`gateway.start_timeout_ms`, 30 s).
+    pub fn start_timeout(&self) -> Duration {
+        self.setting_ms("gateway.start_timeout_ms", 30_000)
+    }
+    /// Default per-call timeout (`gateway.call_timeout_ms`, 60 s); a server's own wins.
+    pub fn call_timeout(&self) -> Duration {
+        self.setting_ms("gateway.call_timeout_ms", 60_000)
+    }
+    /// Session idle timeout (`gateway.session_idle_timeout_s`, 30 min).
+    pub fn idle_timeout(&self) -> Duration {
+        self.setting_ms("gateway.session_idle_timeout_s", 1800) * 1000
+    }
+    /// Longest exposed name (`gateway.max_tool_name_len`, 51).
+    pub fn max_name_len(&self) -> usize {
+        self.snapshot
+            .current()
+            .settings
+            .get("gateway.max_tool_name_len")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(naming::DEFAULT_MAX_LEN)
+    }
+
+    /// Queues an invocation record (written in batches off the hot path).
+    pub fn record(
+        &self,
+        method: &str,
+        target: &str,
+        server: &str,
+        session: &str,
+        elapsed: Duration,
+        outcome: Outcome,
+    ) {
+        let _ = self.recorder.send(Invocation {
+            id: 0,
+            at: coffer_runtime::now_rfc3339(),
+            target: target.to_owned(),
+            method: method.to_owned(),
+            server: server.to_owned(),
+            session_id: session.to_owned(),
+            duration_ms: elapsed.as_millis() as u64,
+            outcome: outcome.as_str().into(),
+            trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+        });
+    }
+}
 
 /// Owner of every downstream session.
 pub struct Gateway {
-    #[allow(dead_code)]
-    home: CofferHome,
-    #[allow(dead_code)]
-    store: StoreClient<AuthChannel>,
-    #[allow(dead_code)]
-    snapshot: SnapshotHandle,
-    #[allow(dead_code)]
-    shutdown: CancellationToken,
+    pub shared: Arc<Shared>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    admin: tokio::sync::Mutex<Option<Arc<Session>>>,
 }
 
 impl Gateway {
-    pub fn new(home: CofferHome, store: StoreClient<AuthChannel>, snapshot: SnapshotHandle, shutdown: CancellationToken) -> Arc<Self> {
-        Arc::new(Self { home, store, snapshot, shutdown })
+    /// Creates the gateway and starts its invocation writer and idle-session reaper.
+    pub fn new(
+        home: CofferHome,
+        store: StoreClient<AuthChannel>,
+        snapshot: SnapshotHandle,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_invocations(store, rx));
+        let gw = Arc::new(Self {
+            shared: Arc::new(Shared {
+                home,
+                snapshot,
+                health: Health::default(),
+                recorder: tx,
+            }),
+            sessions: Mutex::default(),
+            admin: tokio::sync::Mutex::new(None),
+        });
+        tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
+        gw
     }
 
-    /// Ends every session and its upstream children.
-    pub async fn close_all(&self) {}
+    /// Creates and registers a session for an `initialize` with `params`; returns it.
+    pub fn create_session(&self, protocol_version: &str, params: &Value) -> Arc<Session> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let s = Session::new(
+            id.clone(),
+            protocol_version.to_owned(),
+            params,
+            self.shared.clone(),
+        );
+        self.sessions
+            .lock()
+            .expect("sessions")
+            .insert(id, s.clone());
+        tracing::info!(session = %s.id, protocol = %protocol_version, "MCP session started.");
+        s
+    }
 
-    /// Per-upstream status for `/v1/status`.
-    pub fn upstream_status(&self) -> serde_json::Value {
-        serde_json::Value::Array(vec![])
+    pub fn session(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions.lock().expect("sessions").get(id).cloned()
+    }
+
+    /// Ends session `id`; false if unknown.
+    pub async fn end_session(&self, id: &str, why: &str) -> bool {
+        let s = self.sessions.lock().expect("sessions").remove(id);
+        match s {
+            Some(s) => {
+                s.close().await;
+                tracing::info!(session = %id, reason = why, "MCP session ended.");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of live downstream sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().expect("sessions").len()
+    }
+
+    /// A long-lived internal session for REST (`/v1/tools`, capabilities), created on demand.
+    pub async fn admin_session(&self) -> Arc<Session> {
+        let mut a = self.admin.lock().await;
+        if let Some(s) = a.as_ref() {
+            s.touch();
+            return s.clone();
+        }
+        let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-admin", "version": coffer_runtime::VERSION}});
+        let s = Session::new(
+            format!("admin-{}", uuid::Uuid::new_v4().simple()),
+            SUPPORTED_VERSIONS[0].into(),
+            &params,
+            self.shared.clone(),
+        );
+        *a = Some(s.clone());
+        s
+    }
+
+    /// Ends every session and its upstream children (shutdown).
+    pub async fn close_all(&self) {
+        let all: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let admin = self.admin.lock().await.take();
+        futures_util::future::join_all(all.iter().chain(admin.iter()).map(|s| s.close())).await;
+    }
+
+    /// Per-upstream status for `/v1/status`: running instances across sessions and last error.
+    pub fn upstream_status(&self) -> Value {
+        let snap = self.shared.snapshot.current();
+        let mut running: HashMap<String, usize> = HashMap::new();
+        for s in self.sessions.lock().expect("sessions").values() {
+            for n in s.running_upstreams() {
+                *running.entry(n).or_default() += 1;
+            }
+        }
+        let health = self.shared.health.map.lock().expect("health");
+        let mut names: Vec<&String> = snap.servers.keys().collect();
+        names.sort();
+        Value::Array(
+            names
+                .into_iter()
+                .map(|n| {
+                    let s = &snap.servers[n];
+                    let (healthy, err, at) = health.get(n).cloned().unwrap_or((true, String::new(), String::new()));
+                    let state = if !s.enabled { "disabled" } else if healthy { "ok" } else { "unhealthy" };
+                    json!({
+                        "name": n, "enabled": s.enabled, "transport": s.transport, "state": state,
+                        "running": running.get(n).copied().unwrap_or(0),
+                        "last_error": if err.is_empty() { Value::Null } else { Value::String(err) },
+                        "last_error_at": if at.is_empty() { Value::Null } else { Value::String(at) },
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Writes invocation records in batches (up to 500 per write, at least every 200 ms).
+async fn write_invocations(
+    mut store: StoreClient<AuthChannel>,
+    mut rx: mpsc::UnboundedReceiver<Invocation>,
+) {
+    let mut batch = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+        while batch.len() < 500 {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(i)) => batch.push(i),
+                _ => break,
+            }
+        }
+        let items = std::mem::take(&mut batch);
+        let n = items.len();
+        // Retry a few times across a store restart; never block callers.
+        for attempt in 0..5u32 {
+            match store
+                .append_invocations(AppendInvocationsRequest {
+                    invocations: items.clone(),
+                })
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if attempt < 4 => {
+                    tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable.")
+                }
+            }
+        }
+    }
+}
+
+/// Ends sessions idle for longer than the idle timeout (an open GET stream alone does not count
+/// as traffic).
+async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let Some(gw) = gw.upgrade() else { return };
+        let limit = gw.shared.idle_timeout();
+        let idle: Vec<String> = gw
+            .sessions
+            .lock()
+            .expect("sessions")
+            .iter()
+            .filter(|(_, s)| s.idle_for() > limit)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            gw.end_session(&id, "idle timeout").await;
+        }
+        let admin_idle = gw
+            .admin
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|s| s.idle_for() > Duration::from_secs(120));
+        if admin_idle && let Some(s) = gw.admin.lock().await.take() {
+            s.close().await;
+        }
     }
 }
