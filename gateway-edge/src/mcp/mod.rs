@@ -206,6 +206,23 @@ impl Gateway {
         }
     }
 
+    /// Invalidates every session's capability cache and notifies each client; returns how many
+    /// sessions were refreshed.
+    pub fn refresh_all(&self) -> usize {
+        let sessions: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
+        for s in &sessions {
+            s.invalidate(None);
+            s.notify_client("notifications/tools/list_changed", None);
+            s.notify_client("notifications/prompts/list_changed", None);
+        }
+        if let Ok(a) = self.admin.try_lock()
+            && let Some(s) = a.as_ref()
+        {
+            s.invalidate(None);
+        }
+        sessions.len()
+    }
+
     /// Number of live downstream sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.lock().expect("sessions").len()

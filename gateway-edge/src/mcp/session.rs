@@ -199,6 +199,16 @@ struct Cached {
     items: Arc<Vec<Value>>,
 }
 
+/// One item of a merged list.
+pub struct Listed {
+    /// The upstream's definition with `name` replaced by the exposed name.
+    pub item: Value,
+    pub server: String,
+    pub original: String,
+    /// Policy: server enabled and no `enabled = false` preference.
+    pub enabled: bool,
+}
+
 /// One downstream session.
 pub struct Session {
     pub id: String,
@@ -428,6 +438,14 @@ impl Session {
         Ok(items)
     }
 
+    /// One server's live list of `kind` (for `/v1/mcp/servers/{name}/capabilities`).
+    ///
+    /// # Errors
+    /// When the upstream cannot be started or fails the list.
+    pub async fn fetch_server(&self, server: &McpServer, kind: ListKind) -> Result<Arc<Vec<Value>>, UpstreamError> {
+        self.fetch(server, kind).await
+    }
+
     /// Drops the cached lists of `server` (all kinds), or of every server.
     pub fn invalidate(&self, server: Option<&str>) {
         let mut c = self.cache.lock().expect("cache");
@@ -442,6 +460,11 @@ impl Session {
     /// assigns exposed names, refreshes the reverse map, and returns the enabled items with
     /// exposed names, plus `(server, original)` for each.
     pub async fn list(&self, kind: ListKind) -> Vec<(Value, String, String)> {
+        self.list_all(kind).await.into_iter().filter(|l| l.enabled).map(|l| (l.item, l.server, l.original)).collect()
+    }
+
+    /// Like [`Session::list`] but keeps disabled items, flagged (for `/v1/tools`).
+    pub async fn list_all(&self, kind: ListKind) -> Vec<Listed> {
         let snap = self.shared.snapshot.current();
         let mut servers: Vec<McpServer> = snap
             .servers
@@ -498,10 +521,9 @@ impl Session {
         let mut out = Vec::with_capacity(all.len());
         for (((server, mut item), (_, original)), name) in all.into_iter().zip(pairs).zip(exposed) {
             map.insert(name.clone(), server.clone(), original.clone());
-            if snap.capability_enabled(&server, kind.kind(), &original) {
-                item["name"] = Value::String(name);
-                out.push((item, server, original));
-            }
+            let enabled = snap.capability_enabled(&server, kind.kind(), &original);
+            item["name"] = Value::String(name);
+            out.push(Listed { item, server, original, enabled });
         }
         self.names.write().expect("names").insert(kind, map);
         out
@@ -510,7 +532,7 @@ impl Session {
     /// Resolves an exposed name to `(server, original)` and checks policy — all before any
     /// upstream is contacted, unless the name is unknown to this session and its server is
     /// enabled (then the lists are fetched once to learn it).
-    async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
+    pub async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
         let lookup = |s: &Self| {
             s.names
                 .read()
@@ -566,7 +588,7 @@ impl Session {
 
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
     /// name, return the upstream's answer verbatim; records the invocation.
-    async fn route_call(self: &Arc<Self>, kind: ListKind, params: Option<&RawValue>) -> Answer {
+    pub async fn route_call(self: &Arc<Self>, kind: ListKind, params: Option<&RawValue>) -> Answer {
         let started = Instant::now();
         let method = if kind == ListKind::Tools {
             "tools/call"
