@@ -3,6 +3,7 @@
 //! built-ins. See [`session`] for the session model and [`http`] for the transport.
 pub mod builtin;
 pub mod http;
+pub mod http_upstream;
 pub mod jsonrpc;
 pub mod naming;
 pub mod session;

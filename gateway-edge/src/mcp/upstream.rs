@@ -73,23 +73,124 @@ struct Incoming {
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
+/// Transport-independent half of an upstream connection: matches responses to requests and
+/// hands everything else to the session. Both transports feed received messages to
+/// [`Core::dispatch`] and report the end of the connection with [`Core::close`].
+pub struct Core {
+    pub server: String,
+    pending: Pending,
+    alive: AtomicBool,
+    close_reason: Mutex<String>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+}
+
+impl Core {
+    /// A new core for `server` whose unsolicited messages go to `events`.
+    pub fn new(server: &str, events: mpsc::UnboundedSender<UpstreamEvent>) -> Arc<Self> {
+        Arc::new(Self {
+            server: server.to_owned(),
+            pending: Arc::default(),
+            alive: AtomicBool::new(true),
+            close_reason: Mutex::new(String::new()),
+            events,
+        })
+    }
+
+    /// True until [`Core::close`].
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Handles one received JSON-RPC message (one line / one SSE event). Non-JSON-RPC input is
+    /// skipped and logged.
+    pub fn dispatch(&self, line: &[u8]) {
+        let line = trim_line(line);
+        if line.is_empty() {
+            return;
+        }
+        let msg: Incoming = match serde_json::from_slice(line) {
+            Ok(m) => m,
+            Err(_) => {
+                tracing::debug!(server = %self.server, bytes = line.len(), "Skipped a non-JSON-RPC message from upstream.");
+                return;
+            }
+        };
+        let server = self.server.clone();
+        match (msg.method, msg.id) {
+            (Some(method), Some(id)) => {
+                let _ = self.events.send(UpstreamEvent::Request { server, id, method, params: msg.params });
+            }
+            (Some(method), None) => {
+                let _ = self.events.send(UpstreamEvent::Notification { server, method, params: msg.params });
+            }
+            (None, Some(id)) => {
+                let Ok(n) = id.get().parse::<u64>() else {
+                    tracing::debug!(server = %self.server, "Response with an id we never sent; ignored.");
+                    return;
+                };
+                let tx = self.pending.lock().expect("pending").remove(&n);
+                let reply = match (msg.result, msg.error) {
+                    (Some(r), _) => Reply::Result(r),
+                    (None, Some(e)) => Reply::Error(e),
+                    (None, None) => Reply::Result(RawValue::from_string("{}".into()).expect("json")),
+                };
+                match tx {
+                    Some(tx) => {
+                        let _ = tx.send(reply);
+                    }
+                    None => tracing::debug!(server = %self.server, id = n, "Late or duplicate response ignored."),
+                }
+            }
+            (None, None) => tracing::debug!(server = %self.server, "Skipped a JSON value that is not JSON-RPC."),
+        }
+    }
+
+    /// Marks the connection dead: every request in flight fails at once with `reason`.
+    pub fn close(&self, reason: &str) {
+        if !self.alive.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        *self.close_reason.lock().expect("reason") = reason.to_owned();
+        self.pending.lock().expect("pending").clear();
+        let _ = self.events.send(UpstreamEvent::Closed { server: self.server.clone() });
+    }
+
+    /// Fails one request in flight (e.g. its HTTP POST failed) with a JSON-RPC error `message`.
+    pub fn fail(&self, id: u64, code: i64, message: &str) {
+        if let Some(tx) = self.pending.lock().expect("pending").remove(&id) {
+            let e = serde_json::json!({"code": code, "message": message});
+            let _ = tx.send(Reply::Error(RawValue::from_string(e.to_string()).expect("json")));
+        }
+    }
+
+    fn closed_error(&self) -> UpstreamError {
+        let reason = self.close_reason.lock().expect("reason").clone();
+        UpstreamError::Closed { server: self.server.clone(), reason: if reason.is_empty() { "exited".into() } else { reason } }
+    }
+}
+
+/// How messages reach the upstream.
+enum Transport {
+    Stdio { stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>, child: tokio::sync::Mutex<Option<ManagedChild>> },
+    Http(super::http_upstream::HttpTransport),
+}
+
 /// A running upstream.
 pub struct Upstream {
     pub server: String,
     next_id: AtomicU64,
-    pending: Pending,
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
-    child: tokio::sync::Mutex<Option<ManagedChild>>,
-    alive: Arc<AtomicBool>,
-    close_reason: Arc<Mutex<String>>,
+    core: Arc<Core>,
+    transport: Transport,
     /// The upstream's `initialize` result (raw).
     pub init_result: serde_json::Value,
+    /// Process id (0 for HTTP upstreams).
     pub pid: i32,
 }
 
 impl Upstream {
-    /// Starts `server` and performs the MCP handshake, mirroring the downstream client's
-    /// `protocol_version`, `capabilities` and `client_info`. Non-response messages go to `events`.
+    /// Starts `server` (spawning a stdio child or opening a Streamable HTTP client session) and
+    /// performs the MCP handshake, mirroring the downstream client's `protocol_version`,
+    /// `capabilities` and `client_info`. Non-response messages go to `events`.
     ///
     /// # Errors
     /// [`UpstreamError::Start`] when the process cannot start, exits, or fails `initialize`
@@ -102,133 +203,80 @@ impl Upstream {
         timeout: Duration,
     ) -> Result<Arc<Self>, UpstreamError> {
         let name = server.name.clone();
-        let start_err = |reason: String| UpstreamError::Start {
-            server: name.clone(),
-            reason,
+        let start_err = |reason: String| UpstreamError::Start { server: name.clone(), reason };
+        let core = Core::new(&name, events);
+        let (transport, pid) = match server.transport.as_str() {
+            "stdio" => {
+                let (t, pid) = start_stdio(server, home, core.clone()).map_err(start_err)?;
+                (t, pid)
+            }
+            "http" => {
+                let t = super::http_upstream::HttpTransport::new(server, core.clone()).map_err(start_err)?;
+                (Transport::Http(t), 0)
+            }
+            other => return Err(start_err(format!("transport {other:?} is not supported"))),
         };
-        if server.transport != "stdio" {
-            return Err(start_err(format!(
-                "transport {:?} is not supported yet",
-                server.transport
-            )));
-        }
-        let mut spec = SpawnSpec::new(&server.command, "upstream", &server.name);
-        spec.args = server.args.iter().map(Into::into).collect();
-        spec.env = server
-            .env
-            .iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        spec.cwd = Some(if server.cwd.is_empty() {
-            home.root().join("workspace")
-        } else {
-            server.cwd.clone().into()
-        });
-        spec.stdin = Stdio::piped();
-        spec.stdout = Stdio::piped();
-        spec.stderr = Stdio::piped();
-        spec.pid_dir = Some(home.pids());
-        let mut child = coffer_runtime::spawn::spawn(spec).map_err(|e| start_err(e.to_string()))?;
-        let pid = child.pid();
-        let stdin = child.inner().stdin.take();
-        let stdout = child
-            .inner()
-            .stdout
-            .take()
-            .ok_or_else(|| start_err("no stdout".into()))?;
-        if let Some(stderr) = child.inner().stderr.take() {
-            tokio::spawn(drain_stderr(
-                stderr,
-                home.upstream_logs().join(format!("{}.log", server.name)),
-            ));
-        }
-        let pending: Pending = Arc::default();
-        let alive = Arc::new(AtomicBool::new(true));
-        let close_reason = Arc::new(Mutex::new(String::new()));
-        tokio::spawn(read_loop(
-            name.clone(),
-            stdout,
-            pending.clone(),
-            alive.clone(),
-            close_reason.clone(),
-            events,
-        ));
-
-        let mut up = Self {
-            server: name.clone(),
-            next_id: AtomicU64::new(1),
-            pending,
-            stdin: tokio::sync::Mutex::new(stdin),
-            child: tokio::sync::Mutex::new(Some(child)),
-            alive,
-            close_reason,
-            init_result: serde_json::Value::Null,
-            pid,
-        };
+        let mut up = Self { server: name.clone(), next_id: AtomicU64::new(1), core, transport, init_result: serde_json::Value::Null, pid };
         let params = RawValue::from_string(init_params.to_string()).expect("valid JSON");
-        let reply = up
-            .request("initialize", Some(&params), timeout)
-            .await
-            .map_err(|e| match e {
-                UpstreamError::Closed { reason, .. } => {
-                    start_err(format!("exited during initialize ({reason})"))
-                }
-                UpstreamError::Timeout { ms, .. } => {
-                    start_err(format!("no initialize answer within {ms} ms"))
-                }
-                e => e,
-            })?;
+        let reply = up.request("initialize", Some(&params), timeout).await.map_err(|e| match e {
+            UpstreamError::Closed { reason, .. } => start_err(format!("exited during initialize ({reason})")),
+            UpstreamError::Timeout { ms, .. } => start_err(format!("no initialize answer within {ms} ms")),
+            e => e,
+        });
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                up.shutdown(Duration::from_millis(500)).await;
+                return Err(e);
+            }
+        };
         match reply {
             Reply::Result(r) => up.init_result = serde_json::from_str(r.get()).unwrap_or_default(),
-            Reply::Error(e) => return Err(start_err(format!("initialize failed: {}", e.get()))),
+            Reply::Error(e) => {
+                up.shutdown(Duration::from_millis(500)).await;
+                return Err(start_err(format!("initialize failed: {}", e.get())));
+            }
+        }
+        if let Transport::Http(t) = &up.transport {
+            t.initialized(up.init_result.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or_default());
         }
         up.notify("notifications/initialized", None).await?;
         Ok(Arc::new(up))
     }
 
-    /// True while the child runs and its stdout is open.
+    /// True while the connection is open (stdio: the child's stdout is open).
     pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.core.is_alive()
     }
 
     /// Whether the upstream declared capability `name` (e.g. `tools`) in its initialize result.
     pub fn has_capability(&self, name: &str) -> bool {
-        self.init_result
-            .get("capabilities")
-            .and_then(|c| c.get(name))
-            .is_some()
+        self.init_result.get("capabilities").and_then(|c| c.get(name)).is_some()
     }
 
-    fn closed_error(&self) -> UpstreamError {
-        let reason = self.close_reason.lock().expect("reason").clone();
-        UpstreamError::Closed {
-            server: self.server.clone(),
-            reason: if reason.is_empty() {
-                "exited".into()
-            } else {
-                reason
-            },
+    /// Sends one complete JSON-RPC message. `request_id` is set for requests, so an HTTP
+    /// transport can fail that request if its POST fails.
+    async fn send(&self, line: String, request_id: Option<u64>) -> Result<(), UpstreamError> {
+        if !self.core.is_alive() {
+            return Err(self.core.closed_error());
         }
-    }
-
-    async fn write_line(&self, line: &[u8]) -> Result<(), UpstreamError> {
-        let mut guard = self.stdin.lock().await;
-        let Some(stdin) = guard.as_mut() else {
-            return Err(self.closed_error());
-        };
-        let res = async {
-            stdin.write_all(line).await?;
-            stdin.write_all(b"\n").await?;
-            stdin.flush().await
-        }
-        .await;
-        res.map_err(|e| {
-            self.alive.store(false, Ordering::Release);
-            UpstreamError::Closed {
-                server: self.server.clone(),
-                reason: format!("stdin: {e}"),
+        match &self.transport {
+            Transport::Stdio { stdin, .. } => {
+                let mut guard = stdin.lock().await;
+                let Some(stdin) = guard.as_mut() else { return Err(self.core.closed_error()) };
+                let res = async {
+                    stdin.write_all(line.as_bytes()).await?;
+                    stdin.write_all(b"\n").await?;
+                    stdin.flush().await
+                }
+                .await;
+                res.map_err(|e| {
+                    self.core.close(&format!("stdin: {e}"));
+                    self.core.closed_error()
+                })
             }
-        })
+            Transport::Http(t) => t.send(line, request_id).await,
+        }
     }
 
     /// Sends request `method` with raw `params` and waits (at most `timeout`) for the reply.
@@ -237,207 +285,130 @@ impl Upstream {
     /// # Errors
     /// [`UpstreamError::Closed`] when the upstream is gone or exits before answering;
     /// [`UpstreamError::Timeout`].
-    pub async fn request(
-        &self,
-        method: &str,
-        params: Option<&RawValue>,
-        timeout: Duration,
-    ) -> Result<Reply, UpstreamError> {
+    pub async fn request(&self, method: &str, params: Option<&RawValue>, timeout: Duration) -> Result<Reply, UpstreamError> {
         let (id, rx) = self.begin(method, params).await?;
         self.finish(id, rx, timeout).await
     }
 
     /// First half of [`Upstream::request`]: registers and sends; returns the upstream id.
-    pub async fn begin(
-        &self,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
+    pub async fn begin(&self, method: &str, params: Option<&RawValue>) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
         if !self.is_alive() {
-            return Err(self.closed_error());
+            return Err(self.core.closed_error());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().expect("pending").insert(id, tx);
+        self.core.pending.lock().expect("pending").insert(id, tx);
         let method_json = serde_json::to_string(method).expect("string");
         let line = match params {
-            Some(p) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json},\"params\":{}}}",
-                p.get()
-            ),
+            Some(p) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json},\"params\":{}}}", p.get()),
             None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json}}}"),
         };
-        if let Err(e) = self.write_line(line.as_bytes()).await {
-            self.pending.lock().expect("pending").remove(&id);
+        if let Err(e) = self.send(line, Some(id)).await {
+            self.core.pending.lock().expect("pending").remove(&id);
             return Err(e);
         }
         Ok((id, rx))
     }
 
     /// Second half of [`Upstream::request`].
-    pub async fn finish(
-        &self,
-        id: u64,
-        rx: oneshot::Receiver<Reply>,
-        timeout: Duration,
-    ) -> Result<Reply, UpstreamError> {
+    pub async fn finish(&self, id: u64, rx: oneshot::Receiver<Reply>, timeout: Duration) -> Result<Reply, UpstreamError> {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_)) => Err(self.closed_error()),
+            Ok(Err(_)) => Err(self.core.closed_error()),
             Err(_) => {
-                self.pending.lock().expect("pending").remove(&id);
-                let params = format!("{{\"requestId\":{id},\"reason\":\"timeout\"}}");
-                let _ = self
-                    .notify(
-                        "notifications/cancelled",
-                        Some(&RawValue::from_string(params).expect("json")),
-                    )
-                    .await;
-                Err(UpstreamError::Timeout {
-                    server: self.server.clone(),
-                    ms: timeout.as_millis() as u64,
-                })
+                self.core.pending.lock().expect("pending").remove(&id);
+                self.cancel(id, "timeout").await;
+                Err(UpstreamError::Timeout { server: self.server.clone(), ms: timeout.as_millis() as u64 })
             }
         }
+    }
+
+    /// Sends `notifications/cancelled` for upstream request `id`.
+    pub async fn cancel(&self, id: u64, reason: &str) {
+        let params = serde_json::json!({"requestId": id, "reason": reason}).to_string();
+        let _ = self.notify("notifications/cancelled", Some(&RawValue::from_string(params).expect("json"))).await;
     }
 
     /// Sends a notification.
     ///
     /// # Errors
     /// [`UpstreamError::Closed`] when the upstream is gone.
-    pub async fn notify(
-        &self,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<(), UpstreamError> {
+    pub async fn notify(&self, method: &str, params: Option<&RawValue>) -> Result<(), UpstreamError> {
         let method_json = serde_json::to_string(method).expect("string");
         let line = match params {
-            Some(p) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"method\":{method_json},\"params\":{}}}",
-                p.get()
-            ),
+            Some(p) => format!("{{\"jsonrpc\":\"2.0\",\"method\":{method_json},\"params\":{}}}", p.get()),
             None => format!("{{\"jsonrpc\":\"2.0\",\"method\":{method_json}}}"),
         };
-        self.write_line(line.as_bytes()).await
+        self.send(line, None).await
     }
 
     /// Answers a request the upstream sent us (`id` raw) with a raw result or error object.
     pub async fn respond(&self, id: &RawValue, reply: Reply) -> Result<(), UpstreamError> {
         let line = match reply {
-            Reply::Result(r) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}",
-                id.get(),
-                r.get()
-            ),
-            Reply::Error(e) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}",
-                id.get(),
-                e.get()
-            ),
+            Reply::Result(r) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), r.get()),
+            Reply::Error(e) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}", id.get(), e.get()),
         };
-        self.write_line(line.as_bytes()).await
+        self.send(line, None).await
     }
 
-    /// Stops the upstream: close stdin (the stdio transport's shutdown signal), then SIGTERM to
-    /// its process group, then SIGKILL after `grace`. Removes its pid record.
+    /// Stops the upstream. stdio: close stdin (the transport's shutdown signal), then SIGTERM to
+    /// its process group, SIGKILL after `grace`, pid record removed. HTTP: `DELETE` the session.
     pub async fn shutdown(&self, grace: Duration) {
-        self.stdin.lock().await.take();
-        if let Some(mut child) = self.child.lock().await.take() {
-            // Give it a moment to exit on EOF before signalling.
-            if tokio::time::timeout(Duration::from_millis(200), child.inner().wait())
-                .await
-                .is_err()
-            {
-                child.terminate(grace).await;
-            } else {
-                child.terminate(Duration::ZERO).await;
+        match &self.transport {
+            Transport::Stdio { stdin, child } => {
+                stdin.lock().await.take();
+                if let Some(mut child) = child.lock().await.take() {
+                    // Give it a moment to exit on EOF before signalling.
+                    if tokio::time::timeout(Duration::from_millis(200), child.inner().wait()).await.is_err() {
+                        child.terminate(grace).await;
+                    } else {
+                        child.terminate(Duration::ZERO).await;
+                    }
+                }
             }
+            Transport::Http(t) => t.close().await,
         }
-        self.alive.store(false, Ordering::Release);
+        self.core.close("shut down");
     }
 }
 
-async fn read_loop(
-    server: String,
-    stdout: tokio::process::ChildStdout,
-    pending: Pending,
-    alive: Arc<AtomicBool>,
-    close_reason: Arc<Mutex<String>>,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
-) {
+fn start_stdio(server: &McpServer, home: &CofferHome, core: Arc<Core>) -> Result<(Transport, i32), String> {
+    let mut spec = SpawnSpec::new(&server.command, "upstream", &server.name);
+    spec.args = server.args.iter().map(Into::into).collect();
+    spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    spec.cwd = Some(if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() });
+    spec.stdin = Stdio::piped();
+    spec.stdout = Stdio::piped();
+    spec.stderr = Stdio::piped();
+    spec.pid_dir = Some(home.pids());
+    let mut child = coffer_runtime::spawn::spawn(spec).map_err(|e| e.to_string())?;
+    let pid = child.pid();
+    let stdin = child.inner().stdin.take();
+    let stdout = child.inner().stdout.take().ok_or("no stdout")?;
+    if let Some(stderr) = child.inner().stderr.take() {
+        tokio::spawn(drain_stderr(stderr, home.upstream_logs().join(format!("{}.log", server.name))));
+    }
+    tokio::spawn(read_loop(stdout, core));
+    Ok((Transport::Stdio { stdin: tokio::sync::Mutex::new(stdin), child: tokio::sync::Mutex::new(Some(child)) }, pid))
+}
+
+async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut buf = Vec::with_capacity(8 * 1024);
     let reason = loop {
         buf.clear();
         match read_frame(&mut reader, &mut buf).await {
             Ok(0) => break "exited (stdout closed)".to_owned(),
-            Ok(_) => {}
+            Ok(_) => core.dispatch(&buf),
             Err(e) => break format!("stdout: {e}"),
         }
-        let line = trim_line(&buf);
-        if line.is_empty() {
-            continue;
-        }
-        let msg: Incoming = match serde_json::from_slice(line) {
-            Ok(m) => m,
-            Err(_) => {
-                tracing::debug!(server = %server, bytes = line.len(), "Skipped a non-JSON-RPC line from upstream stdout.");
-                continue;
-            }
-        };
-        match (msg.method, msg.id) {
-            (Some(method), Some(id)) => {
-                let _ = events.send(UpstreamEvent::Request {
-                    server: server.clone(),
-                    id,
-                    method,
-                    params: msg.params,
-                });
-            }
-            (Some(method), None) => {
-                let _ = events.send(UpstreamEvent::Notification {
-                    server: server.clone(),
-                    method,
-                    params: msg.params,
-                });
-            }
-            (None, Some(id)) => {
-                let Ok(n) = id.get().parse::<u64>() else {
-                    tracing::debug!(server = %server, "Response with an id we never sent; ignored.");
-                    continue;
-                };
-                let tx = pending.lock().expect("pending").remove(&n);
-                let reply = match (msg.result, msg.error) {
-                    (Some(r), _) => Reply::Result(r),
-                    (None, Some(e)) => Reply::Error(e),
-                    (None, None) => {
-                        Reply::Result(RawValue::from_string("{}".into()).expect("json"))
-                    }
-                };
-                match tx {
-                    Some(tx) => {
-                        let _ = tx.send(reply);
-                    }
-                    None => {
-                        tracing::debug!(server = %server, id = n, "Late or duplicate response ignored.")
-                    }
-                }
-            }
-            (None, None) => {
-                tracing::debug!(server = %server, "Skipped a JSON line that is not JSON-RPC.")
-            }
-        }
     };
-    alive.store(false, Ordering::Release);
-    *close_reason.lock().expect("reason") = reason;
-    // Dropping every sender fails each request in flight at once.
-    pending.lock().expect("pending").clear();
-    let _ = events.send(UpstreamEvent::Closed { server });
+    core.close(&reason);
 }
 
 /// Reads one `\n`-terminated frame into `buf` (without losing sync on an over-long line, which
 /// is discarded). Returns bytes consumed; 0 at EOF.
-async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
+pub async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
@@ -477,7 +448,7 @@ fn memchr(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == b'\n')
 }
 
-fn trim_line(b: &[u8]) -> &[u8] {
+pub fn trim_line(b: &[u8]) -> &[u8] {
     let mut s = b;
     while let [rest @ .., last] = s {
         if last.is_ascii_whitespace() {
