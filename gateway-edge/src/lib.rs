@@ -75,6 +75,8 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
         snapshot,
         web_sessions: Default::default(),
         gateway: gateway.clone(),
+        home,
+        shutdown: shutdown.clone(),
     });
 
     let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(grpc, internal, tonic::service::Routes::default(), shutdown.clone()));

@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use coffer_proto::control::control_client::ControlClient;
 use coffer_proto::store::store_client::StoreClient;
 use coffer_runtime::grpc::AuthChannel;
+use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
 
 use crate::snapshot::SnapshotHandle;
 
@@ -33,4 +35,8 @@ pub struct AppState {
     pub snapshot: SnapshotHandle,
     pub web_sessions: WebSessions,
     pub gateway: Arc<crate::mcp::Gateway>,
+    /// `COFFER_HOME` (log files for `/v1/logs`).
+    pub home: CofferHome,
+    /// Cancelled at shutdown; long-lived responses (SSE) end on it so draining finishes.
+    pub shutdown: CancellationToken,
 }

@@ -11,6 +11,10 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub mod logs;
+pub mod servers;
+pub mod settings;
+
 /// All `/v1` routes.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -18,6 +22,9 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/status", get(status))
         .route("/v1/daemon/stop", post(stop))
         .route("/v1/daemon/services/{name}/restart", post(restart_service))
+        .merge(servers::routes())
+        .merge(logs::routes())
+        .merge(settings::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is
