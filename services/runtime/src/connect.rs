@@ -7,11 +7,14 @@
 //!    a valid `daemon.json`.
 //!
 //! Two entry points racing are safe: only the holder of `daemon.lock` creates `daemon.json`, and
-//! a second daemon that cannot take the lock exits.
+//! a second daemon that cannot take the lock exits. Entry points also serialise the spawn itself
+//! on `spawn.lock`, so a burst of them started against no daemon starts exactly one.
+use std::fs::File;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{Flock, FlockArg};
 use secrecy::ExposeSecret;
 
 use crate::daemon_file::{DaemonInfo, lock_is_held};
@@ -97,13 +100,26 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
     home.ensure()?;
     let deadline = Instant::now() + START_DEADLINE;
     let mut child: Option<crate::spawn::ManagedChild> = None;
+    // Held from our spawn until we return, so entry points racing from nothing start one daemon
+    // between them instead of one each (the extras would lose the daemon.lock race and exit,
+    // but only after the lock's patience).
+    let mut _spawn_guard: Option<Flock<File>> = None;
     loop {
         if let Some(d) = detect(home).await {
             return Ok(d);
         }
         let held = lock_is_held(&home.daemon_lock());
         match child.as_mut() {
-            None if !held => child = Some(spawn_daemon(home)?),
+            None if !held => {
+                if let Some(guard) = try_spawn_lock(home) {
+                    // Re-check under the spawn lock: the previous holder's daemon may hold
+                    // daemon.lock by now.
+                    if !lock_is_held(&home.daemon_lock()) {
+                        child = Some(spawn_daemon(home)?);
+                        _spawn_guard = guard;
+                    }
+                }
+            }
             Some(c) if !held => {
                 if let Ok(Some(status)) = c.inner().try_wait() {
                     return Err(ConnectError::StartFailed {
@@ -119,6 +135,24 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
         }
         // Poll the lock and the health endpoint; both are cheap local checks.
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Takes `spawn.lock` (an exclusive `flock`, released when the guard drops or the process dies)
+/// without waiting. `None` when another entry point is starting a daemon right now; `Some(None)`
+/// when the file cannot be opened — spawn unserialised then, `daemon.lock` still leaves one.
+fn try_spawn_lock(home: &CofferHome) -> Option<Option<Flock<File>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(home.root().join("spawn.lock"));
+    match opened {
+        Ok(file) => Flock::lock(file, FlockArg::LockExclusiveNonblock).ok().map(Some),
+        Err(_) => Some(None),
     }
 }
 

@@ -1,0 +1,156 @@
+//! [`ApiClient`]: the CLI's client of the daemon's `/v1/*` REST API. Every command that talks
+//! to the daemon goes through it, so authentication, timeouts, the error envelope and the trace
+//! id are handled once.
+use std::time::Duration;
+
+use coffer_runtime::connect::Daemon;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::error::{ApiFailure, CliError};
+
+/// Default deadline of one REST call. Generous: `POST …/restart` waits for a service to come
+/// back healthy.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Response header carrying the trace id (design, "Wire contracts").
+pub const TRACE_HEADER: &str = "x-coffer-trace";
+
+/// A successful (2xx) REST response, body kept as received so `--json` can print it unchanged.
+#[derive(Debug, Clone)]
+pub struct ApiResponse {
+    pub status: u16,
+    /// `X-Coffer-Trace`, when present.
+    pub trace: Option<String>,
+    /// The raw body (UTF-8; may be empty).
+    pub body: String,
+}
+
+impl ApiResponse {
+    /// The body parsed as JSON; an empty body is `null`.
+    ///
+    /// # Errors
+    /// [`CliError::Failed`] when the body is not JSON.
+    pub fn json(&self) -> Result<Value, CliError> {
+        if self.body.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&self.body).map_err(|e| {
+            CliError::Failed(format!(
+                "the daemon answered with a body that is not JSON ({e}); trace {}",
+                self.trace.as_deref().unwrap_or("-")
+            ))
+        })
+    }
+}
+
+/// An authenticated client of one running daemon.
+#[derive(Clone)]
+pub struct ApiClient {
+    daemon: Daemon,
+}
+
+impl ApiClient {
+    pub fn new(daemon: Daemon) -> Self {
+        Self { daemon }
+    }
+
+    /// The daemon this client talks to (pid, port, version from `daemon.json`).
+    pub fn daemon(&self) -> &Daemon {
+        &self.daemon
+    }
+
+    /// A request to `path` (e.g. `/v1/mcp/servers`) carrying the token and the default timeout;
+    /// add headers (`If-Match`), a query or a body, then pass it to [`ApiClient::send`].
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.daemon.request(method, path).timeout(REQUEST_TIMEOUT)
+    }
+
+    /// Sends `req` and returns the 2xx response.
+    ///
+    /// # Errors
+    /// [`CliError::Unreachable`] when the daemon does not answer; [`CliError::Api`] (decoded from
+    /// the error envelope, with the trace id) for any non-2xx status.
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Result<ApiResponse, CliError> {
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let trace = resp.headers().get(TRACE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = resp.text().await?;
+        if (200..300).contains(&status) {
+            Ok(ApiResponse { status, trace, body })
+        } else {
+            Err(ApiFailure::from_body(status, trace, &body).into())
+        }
+    }
+
+    /// `GET path` → the raw 2xx response (for `--json`, which prints bodies unchanged).
+    pub async fn get_raw(&self, path: &str) -> Result<ApiResponse, CliError> {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    /// `GET path` → parsed JSON.
+    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
+        self.get_raw(path).await?.json()
+    }
+
+    /// `POST path` with an optional JSON body → parsed JSON.
+    pub async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+        self.call(Method::POST, path, body).await
+    }
+
+    /// `PATCH path` with a JSON body → parsed JSON.
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+
+    /// `PUT path` with a JSON body → parsed JSON.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
+    /// `DELETE path` → parsed JSON (`null` for an empty body).
+    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+        let mut req = self.request(method, path);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        self.send(req).await?.json()
+    }
+}
+
+/// Percent-encodes one path segment (a server or service name) for use inside a REST path.
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(path_segment("git-hub_1.x~"), "git-hub_1.x~");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+        assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn empty_body_is_null_and_garbage_is_an_error() {
+        let r = |body: &str| ApiResponse { status: 200, trace: Some("t".into()), body: body.into() };
+        assert_eq!(r("").json().unwrap(), Value::Null);
+        assert_eq!(r(r#"{"a":1}"#).json().unwrap()["a"], 1);
+        assert!(matches!(r("<html>").json(), Err(CliError::Failed(_))));
+    }
+}

@@ -1,0 +1,165 @@
+//! `coffer status`: the daemon, its services and upstreams from `GET /v1/status`. Starts the
+//! daemon if needed; `--json` prints the REST body unchanged.
+use clap::Args;
+use serde_json::Value;
+
+use crate::api::ApiClient;
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output::{self, cell, format_duration, render_table};
+
+/// Longest `LAST ERROR` shown in the table; `--json` has the full text.
+const LAST_ERROR_WIDTH: usize = 80;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {}
+
+/// Connects (starting the daemon if needed) and prints its status.
+///
+/// # Errors
+/// Exit 5 when the daemon cannot be reached or started; API errors otherwise.
+pub async fn run(ctx: &Ctx, _args: StatusArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    show(ctx, &api).await
+}
+
+/// Fetches `/v1/status` from `api` and prints it (shared with `coffer daemon status`).
+///
+/// # Errors
+/// API and stdout errors.
+pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
+    let resp = api.get_raw("/v1/status").await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::print(&render_status(&resp.json()?))
+}
+
+/// Human status: a header line, the services table, then the upstreams table if any.
+pub fn render_status(status: &Value) -> String {
+    let d = &status["daemon"];
+    let uptime =
+        d["started_at"].as_str().and_then(output::seconds_since).map(format_duration).unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "Coffer daemon: pid {}, port {}, version {}, up {}\n\n",
+        cell(d.get("pid"), 20),
+        cell(d.get("port"), 20),
+        cell(d.get("version"), 40),
+        uptime
+    );
+    let services = status["services"].as_array().map(Vec::as_slice).unwrap_or_default();
+    out.push_str(&render_services(services));
+    if let Some(ups) = status["upstreams"].as_array().filter(|u| !u.is_empty()) {
+        out.push_str("\nUpstreams:\n");
+        out.push_str(&render_generic(ups));
+    }
+    out
+}
+
+/// The services table: NAME PID STATE UPTIME RESTARTS LAST ERROR.
+pub fn render_services(services: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = services
+        .iter()
+        .map(|s| {
+            let pid = match s.get("pid").and_then(Value::as_u64) {
+                Some(0) | None => "-".into(),
+                Some(p) => p.to_string(),
+            };
+            let uptime = match (s["state"].as_str(), s.get("uptime_s").and_then(Value::as_u64)) {
+                (Some("healthy"), Some(u)) => format_duration(u),
+                _ => "-".into(),
+            };
+            vec![
+                cell(s.get("name"), 40),
+                pid,
+                cell(s.get("state"), 20),
+                uptime,
+                cell(s.get("restarts"), 10),
+                cell(s.get("last_error"), LAST_ERROR_WIDTH),
+            ]
+        })
+        .collect();
+    render_table(&["NAME", "PID", "STATE", "UPTIME", "RESTARTS", "LAST ERROR"], &rows)
+}
+
+/// A table of objects whose fields are not fixed yet (upstreams): one column per key seen in any
+/// item — `name`, `state`, `pid`, `uptime_s`, `restarts` first, then the rest alphabetically,
+/// `last_error` last; `*_s` durations formatted.
+pub fn render_generic(items: &[Value]) -> String {
+    const FIRST: [&str; 5] = ["name", "state", "pid", "uptime_s", "restarts"];
+    const LAST: &str = "last_error";
+    let mut seen = std::collections::BTreeSet::new();
+    for item in items {
+        if let Some(obj) = item.as_object() {
+            seen.extend(obj.keys().map(String::as_str));
+        }
+    }
+    let mut keys: Vec<&str> = FIRST.iter().copied().filter(|k| seen.contains(k)).collect();
+    keys.extend(seen.iter().copied().filter(|k| !FIRST.contains(k) && *k != LAST));
+    if seen.contains(LAST) {
+        keys.push(LAST);
+    }
+    let headers: Vec<String> = keys.iter().map(|k| k.trim_end_matches("_s").replace('_', " ").to_uppercase()).collect();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            keys.iter()
+                .map(|k| match i.get(*k) {
+                    Some(Value::Number(n)) if k.ends_with("_s") => {
+                        n.as_u64().map(format_duration).unwrap_or_else(|| n.to_string())
+                    }
+                    v => cell(v, LAST_ERROR_WIDTH),
+                })
+                .collect()
+        })
+        .collect();
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    render_table(&header_refs, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn services_table() {
+        let services = vec![
+            json!({"name":"store","pid":1240,"state":"healthy","uptime_s":192,"restarts":0,"last_error":null}),
+            json!({"name":"retrieval","pid":0,"state":"failed","uptime_s":0,"restarts":5,"last_error":"exited with\nstatus 1"}),
+            json!({"name":"chat","pid":1250,"state":"restarting","uptime_s":9,"restarts":1,"last_error":""}),
+        ];
+        assert_eq!(
+            render_services(&services),
+            "NAME       PID   STATE       UPTIME  RESTARTS  LAST ERROR\n\
+             store      1240  healthy     3m12s   0         -\n\
+             retrieval  -     failed      -       5         exited with status 1\n\
+             chat       1250  restarting  -       1         -\n"
+        );
+    }
+
+    #[test]
+    fn status_without_upstreams_has_no_upstream_table() {
+        let s = json!({
+            "daemon": {"pid": 7, "port": 8000, "version": "0.1.0", "started_at": "not a time"},
+            "services": [], "upstreams": []
+        });
+        let out = render_status(&s);
+        assert!(out.starts_with("Coffer daemon: pid 7, port 8000, version 0.1.0, up -\n"), "{out}");
+        assert!(!out.contains("Upstreams"));
+    }
+
+    #[test]
+    fn upstreams_render_whatever_fields_they_have() {
+        let ups = vec![
+            json!({"state":"running","name":"github","uptime_s":75,"session":"ab12"}),
+            json!({"name":"fs","state":"stopped","last_error":"boom"}),
+        ];
+        assert_eq!(
+            render_generic(&ups),
+            "NAME    STATE    UPTIME  SESSION  LAST ERROR\n\
+             github  running  1m15s   ab12     -\n\
+             fs      stopped  -       -        boom\n"
+        );
+    }
+}

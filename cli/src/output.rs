@@ -1,0 +1,216 @@
+//! Writing results to stdout (the only place the CLI does) and formatting them: aligned tables,
+//! durations, JSON bodies.
+//!
+//! stdout carries only a command's result; diagnostics go to stderr. Writes go through
+//! [`print`] so a closed pipe (`coffer logs | head`) ends the command quietly instead of
+//! panicking the way `println!` does.
+use std::io::Write;
+
+use serde_json::Value;
+
+use crate::error::CliError;
+
+/// Writes `text` to stdout and flushes.
+///
+/// # Errors
+/// [`CliError::StdoutClosed`] when the reader went away; [`CliError::Failed`] otherwise.
+pub fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::StdoutClosed,
+        _ => CliError::Failed(format!("cannot write to stdout: {e}")),
+    })
+}
+
+/// Writes `line` and a newline to stdout.
+pub fn println(line: &str) -> Result<(), CliError> {
+    let mut s = String::with_capacity(line.len() + 1);
+    s.push_str(line);
+    s.push('\n');
+    print(&s)
+}
+
+/// Prints a REST body unchanged (`--json`), ending it with a newline if it has none.
+pub fn print_body(body: &str) -> Result<(), CliError> {
+    if body.ends_with('\n') { print(body) } else { println(body) }
+}
+
+/// Prints a value the CLI made up itself (not a REST body) as one line of JSON.
+pub fn print_json(v: &Value) -> Result<(), CliError> {
+    println(&v.to_string())
+}
+
+/// Renders rows under `headers` as columns separated by two spaces, each as wide as its widest
+/// cell (in chars). The last column is not padded, so no line ends in spaces.
+pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let cols = headers.len();
+    let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(cols) {
+            width[i] = width[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header_cells: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header_cells).chain(rows) {
+        let mut line = String::new();
+        for (i, w) in width.iter().enumerate() {
+            let cell = row.get(i).map(String::as_str).unwrap_or("");
+            line.push_str(cell);
+            if i + 1 < cols {
+                line.extend(std::iter::repeat_n(' ', w - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A duration in seconds as its two largest units: `45s`, `3m12s`, `2h05m`, `3d04h`.
+pub fn format_duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, (secs % 86_400) / 3600, (secs % 3600) / 60, secs % 60);
+    if d > 0 {
+        format!("{d}d{h:02}h")
+    } else if h > 0 {
+        format!("{h}h{m:02}m")
+    } else if m > 0 {
+        format!("{m}m{s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// One table cell from a JSON value: strings as they are (on one line, at most `max` chars),
+/// `null` and empty strings as `-`, anything else as compact JSON.
+pub fn cell(v: Option<&Value>, max: usize) -> String {
+    let s = match v {
+        None | Some(Value::Null) => return "-".into(),
+        Some(Value::String(s)) if s.trim().is_empty() => return "-".into(),
+        Some(Value::String(s)) => s.split_whitespace().collect::<Vec<_>>().join(" "),
+        Some(other) => other.to_string(),
+    };
+    truncate(&s, max)
+}
+
+/// `s` cut to at most `max` chars, ending in `…` when cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// Parses an RFC 3339 UTC timestamp as written by the daemon (`2026-11-30T09:31:36.123Z`;
+/// fraction optional, `+00:00` accepted) into milliseconds since the Unix epoch.
+pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (date, time) = s.split_once(['T', 't', ' '])?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let time = time.strip_suffix(['Z', 'z']).or_else(|| time.strip_suffix("+00:00"))?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (h, mi, se) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let millis = if frac.is_empty() {
+        0
+    } else {
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let three: String = frac.chars().chain(std::iter::repeat('0')).take(3).collect();
+        three.parse::<i64>().ok()?
+    };
+    let days = days_from_civil(y, mo, da);
+    Some(((days * 86_400 + h * 3600 + mi * 60 + se) * 1000) + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Seconds elapsed since an RFC 3339 instant, `None` when it does not parse.
+pub fn seconds_since(rfc3339: &str) -> Option<u64> {
+    let then = parse_rfc3339_ms(rfc3339)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
+    Some(((now - then).max(0) / 1000) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn table_is_aligned_without_trailing_spaces() {
+        let rows = vec![
+            vec!["store".into(), "1240".into(), "healthy".into(), "-".into()],
+            vec!["retrieval".into(), "7".into(), "failed".into(), "exit status 1".into()],
+        ];
+        let t = render_table(&["NAME", "PID", "STATE", "LAST ERROR"], &rows);
+        assert_eq!(
+            t,
+            "NAME       PID   STATE    LAST ERROR\n\
+             store      1240  healthy  -\n\
+             retrieval  7     failed   exit status 1\n"
+        );
+        assert!(t.lines().all(|l| !l.ends_with(' ')));
+    }
+
+    #[test]
+    fn table_with_no_rows_is_the_header_and_short_rows_are_padded() {
+        assert_eq!(render_table(&["A", "B"], &[]), "A  B\n");
+        assert_eq!(render_table(&["A", "B", "C"], &[vec!["xyz".into()]]), "A    B  C\nxyz\n");
+    }
+
+    #[test]
+    fn table_counts_chars_not_bytes() {
+        let t = render_table(&["N", "X"], &[vec!["é".into(), "1".into()], vec!["ab".into(), "2".into()]]);
+        assert_eq!(t, "N   X\né   1\nab  2\n");
+    }
+
+    #[test]
+    fn durations_show_two_units() {
+        assert_eq!(format_duration(0), "0s");
+        assert_eq!(format_duration(45), "45s");
+        assert_eq!(format_duration(192), "3m12s");
+        assert_eq!(format_duration(7500), "2h05m");
+        assert_eq!(format_duration(3 * 86_400 + 4 * 3600 + 59), "3d04h");
+    }
+
+    #[test]
+    fn cells_flatten_and_truncate() {
+        assert_eq!(cell(None, 10), "-");
+        assert_eq!(cell(Some(&Value::Null), 10), "-");
+        assert_eq!(cell(Some(&json!("")), 10), "-");
+        assert_eq!(cell(Some(&json!("a\n  b")), 10), "a b");
+        assert_eq!(cell(Some(&json!(3)), 10), "3");
+        assert_eq!(cell(Some(&json!("abcdefghijkl")), 5), "abcd…");
+    }
+
+    #[test]
+    fn rfc3339_round_trips_with_the_runtime_formatter() {
+        for ms in [0_i64, 951_782_400_000, 1_796_031_096_123, 4_102_444_799_999] {
+            let s = coffer_runtime::rfc3339_from_unix_ms(ms);
+            assert_eq!(parse_rfc3339_ms(&s), Some(ms), "{s}");
+        }
+        assert_eq!(parse_rfc3339_ms("2026-11-30T09:31:36Z"), Some(1_796_031_096_000));
+        assert_eq!(parse_rfc3339_ms("2026-11-30T09:31:36.123456Z"), Some(1_796_031_096_123));
+        assert_eq!(parse_rfc3339_ms("2026-11-30T09:31:36+00:00"), Some(1_796_031_096_000));
+        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-30T09:31:36", "2026-11-30T09:31:36.x1Z"] {
+            assert_eq!(parse_rfc3339_ms(bad), None, "{bad}");
+        }
+    }
+}
