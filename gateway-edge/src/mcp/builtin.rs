@@ -28,30 +28,18 @@ pub fn definitions() -> Vec<Value> {
 pub async fn call(session: &std::sync::Arc<Session>, name: &str, args: Option<&str>) -> Answer {
     match name {
         "search_tools" => search_tools(session, args).await,
-        other => Answer::Error(RpcError::new(
-            INVALID_PARAMS,
-            format!("Unknown tool \"coffer__{other}\""),
-        )),
+        other => Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"coffer__{other}\""))),
     }
 }
 
 async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> Answer {
-    let args: Value = args
-        .and_then(|a| serde_json::from_str(a).ok())
-        .unwrap_or_else(|| json!({}));
+    let args: Value = args.and_then(|a| serde_json::from_str(a).ok()).unwrap_or_else(|| json!({}));
     let Some(query) = args.get("query").and_then(Value::as_str) else {
         return tool_error("search_tools needs a string argument \"query\"");
     };
-    let limit = args
-        .get("limit")
-        .and_then(Value::as_u64)
-        .unwrap_or(10)
-        .clamp(1, 50) as usize;
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10).clamp(1, 50) as usize;
+    let words: Vec<String> =
+        query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
     if words.is_empty() {
         return tool_error("query has no words to search for");
     }
@@ -60,21 +48,9 @@ async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> 
         .iter()
         .filter(|(_, server, _)| server != "coffer")
         .filter_map(|(tool, server, _)| {
-            let name = tool
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_lowercase();
-            let title = tool
-                .get("title")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_lowercase();
-            let desc = tool
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_lowercase();
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default().to_lowercase();
+            let title = tool.get("title").and_then(Value::as_str).unwrap_or_default().to_lowercase();
+            let desc = tool.get("description").and_then(Value::as_str).unwrap_or_default().to_lowercase();
             let score: u32 = words
                 .iter()
                 .map(|w| {
@@ -86,10 +62,7 @@ async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> 
             (score > 0).then_some((score, tool, server.as_str()))
         })
         .collect();
-    scored.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1["name"].as_str().cmp(&b.1["name"].as_str()))
-    });
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1["name"].as_str().cmp(&b.1["name"].as_str())));
     scored.truncate(limit);
     let matches: Vec<Value> = scored
         .iter()
@@ -104,20 +77,17 @@ async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> 
                 format!(
                     "{} — {}",
                     m["name"].as_str().unwrap_or_default(),
-                    m["description"]
-                        .as_str()
-                        .unwrap_or("")
-                        .lines()
-                        .next()
-                        .unwrap_or("")
+                    m["description"].as_str().unwrap_or("").lines().next().unwrap_or("")
                 )
             })
             .collect::<Vec<_>>()
             .join("\n")
     };
     Answer::Result(
-        serde_json::value::RawValue::from_string(json!({"content": [{"type": "text", "text": text}], "structuredContent": {"matches": matches}}).to_string())
-            .expect("json"),
+        serde_json::value::RawValue::from_string(
+            json!({"content": [{"type": "text", "text": text}], "structuredContent": {"matches": matches}}).to_string(),
+        )
+        .expect("json"),
     )
 }
 

@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::session::RequestCtx;
 use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
@@ -50,10 +51,7 @@ async fn handle(
                     return jsonrpc::http_error(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         INVALID_REQUEST,
-                        &format!(
-                            "request body is larger than {} bytes",
-                            crate::MCP_BODY_LIMIT
-                        ),
+                        &format!("request body is larger than {} bytes", crate::MCP_BODY_LIMIT),
                     );
                 }
                 Err(e) => {
@@ -69,13 +67,9 @@ async fn handle(
         Method::GET => get(st, headers).await,
         Method::DELETE => delete(st, headers).await,
         _ => {
-            let mut r = jsonrpc::http_error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                INVALID_REQUEST,
-                "use POST, GET or DELETE on /mcp",
-            );
-            r.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            let mut r =
+                jsonrpc::http_error(StatusCode::METHOD_NOT_ALLOWED, INVALID_REQUEST, "use POST, GET or DELETE on /mcp");
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             r
         }
     }
@@ -93,74 +87,45 @@ struct Incoming {
 }
 
 enum Parsed {
-    Request {
-        id: Box<RawValue>,
-        method: String,
-        params: Option<Box<RawValue>>,
-    },
-    Notification {
-        method: String,
-        params: Option<Box<RawValue>>,
-    },
-    Response,
+    Request { id: Box<RawValue>, method: String, params: Option<Box<RawValue>> },
+    Notification { method: String, params: Option<Box<RawValue>> },
+    Response { id: Box<RawValue>, result: Option<Box<RawValue>>, error: Option<Box<RawValue>> },
 }
 
 /// Validates the JSON-RPC envelope (`jsonrpc: "2.0"`, string `method`, string/number `id`).
 fn classify(m: Incoming) -> Result<Parsed, (Value, String)> {
-    let id_value = || {
-        m.id.as_ref()
-            .and_then(|i| serde_json::from_str::<Value>(i.get()).ok())
-            .unwrap_or(Value::Null)
-    };
+    let id_value = || m.id.as_ref().and_then(|i| serde_json::from_str::<Value>(i.get()).ok()).unwrap_or(Value::Null);
     if m.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
-        return Err((
-            id_value(),
-            "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
-        ));
+        return Err((id_value(), "Invalid Request: \"jsonrpc\" must be \"2.0\"".into()));
     }
     if let Some(id) = &m.id {
         let first = id.get().as_bytes().first().copied().unwrap_or(b'n');
         if !(first == b'"' || first == b'-' || first.is_ascii_digit()) {
-            return Err((
-                Value::Null,
-                "Invalid Request: \"id\" must be a string or a number".into(),
-            ));
+            return Err((Value::Null, "Invalid Request: \"id\" must be a string or a number".into()));
         }
     }
     match (m.method, m.id) {
-        (Some(Value::String(method)), Some(id)) => Ok(Parsed::Request {
-            id,
-            method,
-            params: m.params,
-        }),
-        (Some(Value::String(method)), None) => Ok(Parsed::Notification {
-            method,
-            params: m.params,
-        }),
+        (Some(Value::String(method)), Some(id)) => Ok(Parsed::Request { id, method, params: m.params }),
+        (Some(Value::String(method)), None) => Ok(Parsed::Notification { method, params: m.params }),
         (Some(_), id) => Err((
-            id.and_then(|i| serde_json::from_str(i.get()).ok())
-                .unwrap_or(Value::Null),
+            id.and_then(|i| serde_json::from_str(i.get()).ok()).unwrap_or(Value::Null),
             "Invalid Request: \"method\" must be a string".into(),
         )),
-        (None, Some(_)) if m.result.is_some() || m.error.is_some() => Ok(Parsed::Response),
+        (None, Some(id)) if m.result.is_some() || m.error.is_some() => {
+            Ok(Parsed::Response { id, result: m.result, error: m.error })
+        }
         (None, _) => Err((Value::Null, "Invalid Request: no \"method\"".into())),
     }
 }
 
 fn json_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, msg: &str) -> Response {
-    json_response(
-        status,
-        jsonrpc::error_object(id, code, msg, None).to_string(),
-    )
+    json_response(status, jsonrpc::error_object(id, code, msg, None).to_string())
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
@@ -169,10 +134,7 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 
 /// Checks `MCP-Protocol-Version` when present.
 fn check_version(headers: &HeaderMap) -> Result<(), Response> {
-    match headers
-        .get(VERSION_HEADER)
-        .map(|v| v.to_str().unwrap_or(""))
-    {
+    match headers.get(VERSION_HEADER).map(|v| v.to_str().unwrap_or("")) {
         Some(v) if !SUPPORTED_VERSIONS.contains(&v) => Err(rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
@@ -196,17 +158,25 @@ fn accepts(headers: &HeaderMap, what: &str) -> bool {
 
 fn lookup(st: &AppState, headers: &HeaderMap) -> Result<Arc<Session>, Response> {
     match session_id(headers) {
-        None => Err(rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header; send initialize first")),
+        None => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            INVALID_REQUEST,
+            "Bad Request: no Mcp-Session-Id header; send initialize first",
+        )),
         Some(id) => st.gateway.session(id).ok_or_else(|| {
-            rpc_error(StatusCode::NOT_FOUND, Value::Null, jsonrpc::UPSTREAM_UNAVAILABLE, "Session not found: it ended or belongs to another daemon run; initialize a new session")
+            rpc_error(
+                StatusCode::NOT_FOUND,
+                Value::Null,
+                jsonrpc::UPSTREAM_UNAVAILABLE,
+                "Session not found: it ended or belongs to another daemon run; initialize a new session",
+            )
         }),
     }
 }
 
 async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
         return rpc_error(
@@ -234,12 +204,7 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let msg: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
         Err(e) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                PARSE_ERROR,
-                &format!("Parse error: {e}"),
-            );
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
         }
     };
     let parsed = match classify(msg) {
@@ -247,12 +212,8 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         Err((id, m)) => return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &m),
     };
     match parsed {
-        Parsed::Request { id, method, params } if method == "initialize" => {
-            initialize(&st, &id, params.as_deref())
-        }
-        Parsed::Request { id, method, .. }
-            if method == "server/discover" && session_id(&headers).is_none() =>
-        {
+        Parsed::Request { id, method, params } if method == "initialize" => initialize(&st, &id, params.as_deref()),
+        Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
             rpc_error(
                 StatusCode::OK,
@@ -266,21 +227,18 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
                 Ok(s) => s,
                 Err(r) => return r,
             };
-            let answer = session.handle_request(&method, params.as_deref()).await;
-            json_response(StatusCode::OK, answer.into_response(&id))
+            respond(session, id, method, params).await
         }
         Parsed::Notification { method, params } => match lookup(&st, &headers) {
             Ok(session) => {
-                session
-                    .handle_notification(&method, params.as_deref())
-                    .await;
+                session.handle_notification(&method, params.as_deref()).await;
                 StatusCode::ACCEPTED.into_response()
             }
             Err(r) => r,
         },
-        Parsed::Response => match lookup(&st, &headers) {
+        Parsed::Response { id, result, error } => match lookup(&st, &headers) {
             Ok(session) => {
-                session.touch();
+                session.handle_response(&id, result, error).await;
                 StatusCode::ACCEPTED.into_response()
             }
             Err(r) => r,
@@ -288,20 +246,47 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     }
 }
 
+/// Runs one request. Answers `application/json`, unless the request causes an upstream request
+/// to be relayed to the client before it completes: then the answer switches to
+/// `text/event-stream`, carrying the relayed request(s) and finally the response.
+async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, params: Option<Box<RawValue>>) -> Response {
+    let (side_tx, mut side_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(side_tx) };
+    let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+    let mut task = tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
+        let answer = session.handle_request_ctx(&method, params.as_deref(), &ctx).await;
+        drop(ctx);
+        answer.into_response(&id)
+    }));
+    let first = tokio::select! {
+        biased;
+        done = &mut task => {
+            return match done {
+                Ok(body) => json_response(StatusCode::OK, body),
+                Err(e) => {
+                    tracing::error!(error = %e, "Request task failed.");
+                    rpc_error(StatusCode::INTERNAL_SERVER_ERROR, Value::Null, jsonrpc::INTERNAL_ERROR, "internal error")
+                }
+            };
+        }
+        Some(msg) = side_rx.recv() => msg,
+    };
+    let relayed = futures_util::stream::once(async move { first })
+        .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(side_rx));
+    let last = futures_util::stream::once(async move {
+        task.await.unwrap_or_else(|_| {
+            jsonrpc::error_object(Value::Null, jsonrpc::INTERNAL_ERROR, "internal error", None).to_string()
+        })
+    });
+    let stream = relayed.chain(last).map(|m| Ok::<_, Infallible>(Event::default().data(m)));
+    Sse::new(stream).into_response()
+}
+
 /// `initialize`: negotiates the version, creates the session, answers as one server.
 fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Response {
-    let params: Value = params
-        .and_then(|p| serde_json::from_str(p.get()).ok())
-        .unwrap_or_else(|| json!({}));
-    let requested = params
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let version = if SUPPORTED_VERSIONS.contains(&requested) {
-        requested
-    } else {
-        SUPPORTED_VERSIONS[0]
-    };
+    let params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
+    let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+    let version = if SUPPORTED_VERSIONS.contains(&requested) { requested } else { SUPPORTED_VERSIONS[0] };
     let session = st.gateway.create_session(version, &params);
     let result = json!({
         "protocolVersion": version,
@@ -315,16 +300,9 @@ fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Respon
         "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
         "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
     });
-    let body = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}",
-        id.get(),
-        result
-    );
+    let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);
     let mut r = json_response(StatusCode::OK, body);
-    r.headers_mut().insert(
-        SESSION_HEADER,
-        HeaderValue::from_str(&session.id).expect("hex id"),
-    );
+    r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
 }
 
@@ -359,21 +337,11 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
     let items: Vec<Box<RawValue>> = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                PARSE_ERROR,
-                &format!("Parse error: {e}"),
-            );
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
         }
     };
     if items.is_empty() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            INVALID_REQUEST,
-            "Invalid Request: empty batch",
-        );
+        return rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, "Invalid Request: empty batch");
     }
     let futs = items.into_iter().map(|raw| {
         let session = session.clone();
@@ -382,41 +350,29 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
                 Ok(m) => m,
                 Err(e) => {
                     return Some(
-                        jsonrpc::error_object(
-                            Value::Null,
-                            INVALID_REQUEST,
-                            &format!("Invalid Request: {e}"),
-                            None,
-                        )
-                        .to_string(),
+                        jsonrpc::error_object(Value::Null, INVALID_REQUEST, &format!("Invalid Request: {e}"), None)
+                            .to_string(),
                     );
                 }
             };
             match classify(msg) {
-                Err((id, m)) => {
-                    Some(jsonrpc::error_object(id, INVALID_REQUEST, &m, None).to_string())
+                Err((id, m)) => Some(jsonrpc::error_object(id, INVALID_REQUEST, &m, None).to_string()),
+                Ok(Parsed::Request { id, method, params }) => {
+                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: None };
+                    Some(session.handle_request_ctx(&method, params.as_deref(), &ctx).await.into_response(&id))
                 }
-                Ok(Parsed::Request { id, method, params }) => Some(
-                    session
-                        .handle_request(&method, params.as_deref())
-                        .await
-                        .into_response(&id),
-                ),
                 Ok(Parsed::Notification { method, params }) => {
-                    session
-                        .handle_notification(&method, params.as_deref())
-                        .await;
+                    session.handle_notification(&method, params.as_deref()).await;
                     None
                 }
-                Ok(Parsed::Response) => None,
+                Ok(Parsed::Response { id, result, error }) => {
+                    session.handle_response(&id, result, error).await;
+                    None
+                }
             }
         }
     });
-    let answers: Vec<String> = futures_util::future::join_all(futs)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let answers: Vec<String> = futures_util::future::join_all(futs).await.into_iter().flatten().collect();
     if answers.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }
@@ -440,10 +396,7 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let last = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let (backlog, rx) = session.outbound.subscribe(last);
     let last_sent = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
     let closed = session.closed.clone();
@@ -452,12 +405,8 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
         .take_until(async move { closed.cancelled().await });
     let stream = futures_util::stream::iter(backlog)
         .chain(live)
-        .map(|(id, msg)| {
-            Ok::<_, Infallible>(Event::default().id(id.to_string()).data(msg.as_ref()))
-        });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+        .map(|(id, msg)| Ok::<_, Infallible>(Event::default().id(id.to_string()).data(msg.as_ref())));
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
 /// `DELETE /mcp`: ends the session and its upstream children.
@@ -473,8 +422,6 @@ async fn delete(st: Arc<AppState>, headers: HeaderMap) -> Response {
     if st.gateway.end_session(id, "DELETE").await {
         StatusCode::NO_CONTENT.into_response()
     } else {
-        lookup(&st, &headers)
-            .err()
-            .unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
+        lookup(&st, &headers).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
     }
 }

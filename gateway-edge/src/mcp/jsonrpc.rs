@@ -33,9 +33,6 @@ pub fn error_object(id: Value, code: i64, message: &str, data: Option<Value>) ->
 pub fn http_error(status: StatusCode, code: i64, message: &str) -> Response {
     let body = error_object(Value::Null, code, message, None);
     let mut r = (status, body.to_string()).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }

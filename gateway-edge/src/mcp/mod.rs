@@ -66,10 +66,7 @@ impl Health {
     }
     fn failed(&self, server: &str, error: &str) {
         let mut m = self.map.lock().expect("health");
-        m.insert(
-            server.to_owned(),
-            (false, error.to_owned(), coffer_runtime::now_rfc3339()),
-        );
+        m.insert(server.to_owned(), (false, error.to_owned(), coffer_runtime::now_rfc3339()));
     }
 }
 
@@ -83,13 +80,7 @@ pub struct Shared {
 
 impl Shared {
     fn setting_ms(&self, key: &str, default: u64) -> Duration {
-        let v = self
-            .snapshot
-            .current()
-            .settings
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default);
+        let v = self.snapshot.current().settings.get(key).and_then(|v| v.parse().ok()).unwrap_or(default);
         Duration::from_millis(v)
     }
     /// Deadline for one upstream's part of a list fan-out (`gateway.list_timeout_ms`, 10 s).
@@ -119,15 +110,7 @@ impl Shared {
     }
 
     /// Queues an invocation record (written in batches off the hot path).
-    pub fn record(
-        &self,
-        method: &str,
-        target: &str,
-        server: &str,
-        session: &str,
-        elapsed: Duration,
-        outcome: Outcome,
-    ) {
+    pub fn record(&self, method: &str, target: &str, server: &str, session: &str, elapsed: Duration, outcome: Outcome) {
         let _ = self.recorder.send(Invocation {
             id: 0,
             at: coffer_runtime::now_rfc3339(),
@@ -160,12 +143,7 @@ impl Gateway {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_invocations(store, rx));
         let gw = Arc::new(Self {
-            shared: Arc::new(Shared {
-                home,
-                snapshot,
-                health: Health::default(),
-                recorder: tx,
-            }),
+            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder: tx }),
             sessions: Mutex::default(),
             admin: tokio::sync::Mutex::new(None),
         });
@@ -176,16 +154,8 @@ impl Gateway {
     /// Creates and registers a session for an `initialize` with `params`; returns it.
     pub fn create_session(&self, protocol_version: &str, params: &Value) -> Arc<Session> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let s = Session::new(
-            id.clone(),
-            protocol_version.to_owned(),
-            params,
-            self.shared.clone(),
-        );
-        self.sessions
-            .lock()
-            .expect("sessions")
-            .insert(id, s.clone());
+        let s = Session::new(id.clone(), protocol_version.to_owned(), params, self.shared.clone());
+        self.sessions.lock().expect("sessions").insert(id, s.clone());
         tracing::info!(session = %s.id, protocol = %protocol_version, "MCP session started.");
         s
     }
@@ -249,13 +219,7 @@ impl Gateway {
 
     /// Ends every session and its upstream children (shutdown).
     pub async fn close_all(&self) {
-        let all: Vec<Arc<Session>> = self
-            .sessions
-            .lock()
-            .expect("sessions")
-            .drain()
-            .map(|(_, s)| s)
-            .collect();
+        let all: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").drain().map(|(_, s)| s).collect();
         let admin = self.admin.lock().await.take();
         futures_util::future::join_all(all.iter().chain(admin.iter()).map(|s| s.close())).await;
     }
@@ -278,7 +242,13 @@ impl Gateway {
                 .map(|n| {
                     let s = &snap.servers[n];
                     let (healthy, err, at) = health.get(n).cloned().unwrap_or((true, String::new(), String::new()));
-                    let state = if !s.enabled { "disabled" } else if healthy { "ok" } else { "unhealthy" };
+                    let state = if !s.enabled {
+                        "disabled"
+                    } else if healthy {
+                        "ok"
+                    } else {
+                        "unhealthy"
+                    };
                     json!({
                         "name": n, "enabled": s.enabled, "transport": s.transport, "state": state,
                         "running": running.get(n).copied().unwrap_or(0),
@@ -292,10 +262,7 @@ impl Gateway {
 }
 
 /// Writes invocation records in batches (up to 500 per write, at least every 200 ms).
-async fn write_invocations(
-    mut store: StoreClient<AuthChannel>,
-    mut rx: mpsc::UnboundedReceiver<Invocation>,
-) {
+async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Invocation>) {
     let mut batch = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -310,12 +277,7 @@ async fn write_invocations(
         let n = items.len();
         // Retry a few times across a store restart; never block callers.
         for attempt in 0..5u32 {
-            match store
-                .append_invocations(AppendInvocationsRequest {
-                    invocations: items.clone(),
-                })
-                .await
-            {
+            match store.append_invocations(AppendInvocationsRequest { invocations: items.clone() }).await {
                 Ok(_) => break,
                 Err(e) if attempt < 4 => {
                     tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
@@ -350,12 +312,7 @@ async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
         for id in idle {
             gw.end_session(&id, "idle timeout").await;
         }
-        let admin_idle = gw
-            .admin
-            .lock()
-            .await
-            .as_ref()
-            .is_some_and(|s| s.idle_for() > Duration::from_secs(120));
+        let admin_idle = gw.admin.lock().await.as_ref().is_some_and(|s| s.idle_for() > Duration::from_secs(120));
         if admin_idle && let Some(s) = gw.admin.lock().await.take() {
             s.close().await;
         }

@@ -19,15 +19,7 @@ pub const ABSOLUTE_MAX_LEN: usize = 64;
 pub const SEP: &str = "__";
 
 fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
 fn hash6(input: &str, salt: u32) -> String {
@@ -53,11 +45,7 @@ pub fn expose_one(server: &str, original: &str, max_len: usize) -> String {
     let max_len = max_len.clamp(SEP.len() + 26 + 8, ABSOLUTE_MAX_LEN);
     let full = format!("{server}{SEP}{original}");
     let base = sanitize(&full);
-    if base.chars().count() <= max_len && !original.is_empty() {
-        base
-    } else {
-        with_suffix(&base, &full, max_len, 0)
-    }
+    if base.chars().count() <= max_len && !original.is_empty() { base } else { with_suffix(&base, &full, max_len, 0) }
 }
 
 /// Assigns exposed names to `(server, original)` pairs. Returns the names in input order; the
@@ -69,10 +57,7 @@ pub fn assign(entries: &[(String, String)], max_len: usize) -> Vec<String> {
     let mut taken: HashSet<String> = HashSet::with_capacity(entries.len());
     let mut out = vec![String::new(); entries.len()];
     // First pass: every name whose plain form is free keeps it, in sorted order.
-    let plain: Vec<String> = entries
-        .iter()
-        .map(|(s, o)| expose_one(s, o, max_len))
-        .collect();
+    let plain: Vec<String> = entries.iter().map(|(s, o)| expose_one(s, o, max_len)).collect();
     let mut pending = Vec::new();
     for &i in &order {
         if taken.insert(plain[i].clone()) {
@@ -121,9 +106,7 @@ impl NameMap {
 
 /// Splits an exposed name at the first `__` into `(server, rest)`.
 pub fn split(exposed: &str) -> Option<(&str, &str)> {
-    exposed
-        .split_once(SEP)
-        .filter(|(s, r)| !s.is_empty() && !r.is_empty())
+    exposed.split_once(SEP).filter(|(s, r)| !s.is_empty() && !r.is_empty())
 }
 
 #[cfg(test)]
@@ -131,10 +114,7 @@ mod tests {
     use super::*;
 
     fn valid(n: &str, max: usize) -> bool {
-        !n.is_empty()
-            && n.len() <= max
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        !n.is_empty() && n.len() <= max && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     }
 
     #[test]
@@ -179,14 +159,8 @@ mod tests {
 
     #[test]
     fn many_long_names_stay_unique_and_valid() {
-        let entries: Vec<_> = (0..500)
-            .map(|i| {
-                (
-                    "srv".to_string(),
-                    format!("{}{i}", "very_long_tool_name_".repeat(4)),
-                )
-            })
-            .collect();
+        let entries: Vec<_> =
+            (0..500).map(|i| ("srv".to_string(), format!("{}{i}", "very_long_tool_name_".repeat(4)))).collect();
         let names = assign(&entries, 51);
         let set: HashSet<_> = names.iter().collect();
         assert_eq!(set.len(), 500);

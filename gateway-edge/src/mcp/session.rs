@@ -3,7 +3,7 @@
 //! upstream's capability lists for 60 s, keeps the reverse map from exposed names to
 //! `(server, original name)`, checks policy before any upstream contact, and routes calls with
 //! fresh upstream request ids, returning results verbatim.
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::jsonrpc::{
-    self, INVALID_PARAMS, METHOD_NOT_FOUND, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
-};
+use super::jsonrpc::{self, INVALID_PARAMS, METHOD_NOT_FOUND, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
 use super::naming::{self, NameMap};
 use super::upstream::{Reply, Upstream, UpstreamError, UpstreamEvent};
 use super::{Outcome, Shared};
@@ -34,6 +32,8 @@ const REPLAY_BUFFER: usize = 512;
 pub enum ListKind {
     Tools,
     Prompts,
+    Resources,
+    ResourceTemplates,
 }
 
 impl ListKind {
@@ -41,21 +41,64 @@ impl ListKind {
         match self {
             ListKind::Tools => "tools/list",
             ListKind::Prompts => "prompts/list",
+            ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
         }
     }
-    /// Key of the items array in the list result (and of the capability in `initialize`).
+    /// Key of the items array in the list result.
     pub fn key(self) -> &'static str {
         match self {
             ListKind::Tools => "tools",
             ListKind::Prompts => "prompts",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+        }
+    }
+    /// The server capability (in `initialize`) that offers this list.
+    pub fn capability(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Prompts => "prompts",
+            ListKind::Resources | ListKind::ResourceTemplates => "resources",
+        }
+    }
+    /// The field that identifies an item (and is rewritten when exposed).
+    pub fn ident(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
         }
     }
     pub fn kind(self) -> Kind {
         match self {
             ListKind::Tools => Kind::Tool,
             ListKind::Prompts => Kind::Prompt,
+            ListKind::Resources | ListKind::ResourceTemplates => Kind::Resource,
         }
     }
+}
+
+/// Prefix of exposed resource URIs: `coffer://<server>/<original URI, unencoded>`.
+pub const URI_PREFIX: &str = "coffer://";
+
+/// The exposed form of an upstream resource URI (or URI template).
+pub fn expose_uri(server: &str, uri: &str) -> String {
+    format!("{URI_PREFIX}{server}/{uri}")
+}
+
+/// Splits an exposed URI into `(server, original URI)`; `None` if it is not `coffer://…/…`.
+pub fn split_uri(uri: &str) -> Option<(&str, &str)> {
+    uri.strip_prefix(URI_PREFIX)?.split_once('/').filter(|(s, _)| !s.is_empty())
+}
+
+/// What the HTTP layer knows about the request being handled.
+#[derive(Default, Clone)]
+pub struct RequestCtx {
+    /// The downstream request id as raw JSON text (for `notifications/cancelled`).
+    pub id: Option<String>,
+    /// The originating POST's response stream, for relaying upstream requests on it.
+    pub side: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// A JSON-RPC error produced by the gateway itself.
@@ -68,11 +111,7 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
     fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
@@ -91,11 +130,11 @@ impl RpcError {
 impl From<UpstreamError> for RpcError {
     fn from(e: UpstreamError) -> Self {
         match &e {
-            UpstreamError::Timeout { server, ms } => RpcError::new(UPSTREAM_TIMEOUT, e.to_string())
-                .with_data(json!({"server": server, "timeout_ms": ms})),
+            UpstreamError::Timeout { server, ms } => {
+                RpcError::new(UPSTREAM_TIMEOUT, e.to_string()).with_data(json!({"server": server, "timeout_ms": ms}))
+            }
             UpstreamError::Start { server, .. } | UpstreamError::Closed { server, .. } => {
-                RpcError::new(UPSTREAM_UNAVAILABLE, e.to_string())
-                    .with_data(json!({"server": server}))
+                RpcError::new(UPSTREAM_UNAVAILABLE, e.to_string()).with_data(json!({"server": server}))
             }
         }
     }
@@ -116,16 +155,8 @@ impl Answer {
     /// The JSON-RPC response text for downstream request `id` (raw).
     pub fn into_response(self, id: &RawValue) -> String {
         match self {
-            Answer::Result(r) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}",
-                id.get(),
-                r.get()
-            ),
-            Answer::UpstreamError(e) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}",
-                id.get(),
-                e.get()
-            ),
+            Answer::Result(r) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), r.get()),
+            Answer::UpstreamError(e) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}", id.get(), e.get()),
             Answer::Error(e) => {
                 let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
                 jsonrpc::error_object(id, e.code, &e.message, e.data).to_string()
@@ -143,11 +174,7 @@ pub struct Outbound {
 
 impl Outbound {
     fn new() -> Self {
-        Self {
-            next: AtomicU64::new(1),
-            ring: Mutex::new(VecDeque::new()),
-            tx: broadcast::channel(1024).0,
-        }
+        Self { next: AtomicU64::new(1), ring: Mutex::new(VecDeque::new()), tx: broadcast::channel(1024).0 }
     }
 
     /// Queues a message (a complete JSON-RPC object) for the client.
@@ -175,19 +202,17 @@ impl Outbound {
         };
         (backlog, rx)
     }
+
+    /// True while at least one GET stream is open.
+    pub fn has_listener(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
 }
 
 enum SlotState {
     Idle,
-    Ready {
-        upstream: Arc<Upstream>,
-        version: i64,
-    },
-    Failed {
-        at: Instant,
-        attempts: u32,
-        error: UpstreamError,
-    },
+    Ready { upstream: Arc<Upstream>, version: i64 },
+    Failed { at: Instant, attempts: u32, error: UpstreamError },
 }
 
 struct Slot {
@@ -201,12 +226,26 @@ struct Cached {
 
 /// One item of a merged list.
 pub struct Listed {
-    /// The upstream's definition with `name` replaced by the exposed name.
+    /// The upstream's definition with its name (or URI) replaced by the exposed one.
     pub item: Value,
     pub server: String,
+    /// Original name, URI or URI template.
     pub original: String,
     /// Policy: server enabled and no `enabled = false` preference.
     pub enabled: bool,
+}
+
+/// A request an upstream sent that waits for the downstream client's answer.
+struct Relay {
+    server: String,
+    upstream_id: Box<RawValue>,
+}
+
+/// A POST response stream that upstream requests may be relayed on while its call runs.
+struct RelayStream {
+    token: u64,
+    server: String,
+    side: mpsc::UnboundedSender<String>,
 }
 
 /// One downstream session.
@@ -223,17 +262,33 @@ pub struct Session {
     pub outbound: Outbound,
     pub closed: CancellationToken,
     events_tx: mpsc::UnboundedSender<UpstreamEvent>,
+    /// Level set by `logging/setLevel`, applied to upstreams started later too.
+    log_level: Mutex<Option<String>>,
+    /// Unprefixed resource URIs that an upstream returned in a tool result this session.
+    tool_uris: Mutex<HashMap<String, String>>,
+    /// Downstream request id (raw JSON text) → (server, upstream request id), while in flight.
+    inflight: Mutex<HashMap<String, (String, u64)>>,
+    relay_streams: Mutex<Vec<RelayStream>>,
+    relays: Arc<Mutex<HashMap<String, Relay>>>,
+    counter: AtomicU64,
+}
+
+/// Removes a [`RelayStream`] registration when the call that made it ends.
+struct StreamGuard<'a> {
+    session: &'a Session,
+    token: u64,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.session.relay_streams.lock().expect("streams").retain(|r| r.token != self.token);
+    }
 }
 
 impl Session {
     /// Creates a session for a client that sent `initialize` with `params` and negotiated
     /// `protocol_version`; starts its event and policy-watch tasks.
-    pub fn new(
-        id: String,
-        protocol_version: String,
-        params: &Value,
-        shared: Arc<Shared>,
-    ) -> Arc<Self> {
+    pub fn new(id: String, protocol_version: String, params: &Value, shared: Arc<Shared>) -> Arc<Self> {
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
@@ -252,6 +307,12 @@ impl Session {
             outbound: Outbound::new(),
             closed: CancellationToken::new(),
             events_tx,
+            log_level: Mutex::default(),
+            tool_uris: Mutex::default(),
+            inflight: Mutex::default(),
+            relay_streams: Mutex::default(),
+            relays: Arc::default(),
+            counter: AtomicU64::new(1),
         });
         tokio::spawn(event_loop(Arc::downgrade(&s), events_rx, s.closed.clone()));
         tokio::spawn(policy_watch(Arc::downgrade(&s), s.closed.clone()));
@@ -268,28 +329,22 @@ impl Session {
         self.last_activity.lock().expect("activity").elapsed()
     }
 
+    /// Whether the downstream client declared capability `name` (`sampling`, `roots`, …).
+    fn client_has(&self, name: &str) -> bool {
+        self.init_params["capabilities"].get(name).is_some()
+    }
+
     /// Ends the session: every upstream child is terminated and its pid record removed.
     pub async fn close(&self) {
         self.closed.cancel();
-        let slots: Vec<Arc<Slot>> = self
-            .slots
-            .lock()
-            .expect("slots")
-            .drain()
-            .map(|(_, s)| s)
-            .collect();
-        let mut stops = Vec::new();
-        for slot in slots {
-            stops.push(async move {
-                let mut st = slot.state.lock().await;
-                if let SlotState::Ready { upstream, .. } =
-                    std::mem::replace(&mut *st, SlotState::Idle)
-                {
-                    upstream.shutdown(Duration::from_secs(2)).await;
-                }
-            });
-        }
-        futures_util::future::join_all(stops).await;
+        let slots: Vec<Arc<Slot>> = self.slots.lock().expect("slots").drain().map(|(_, s)| s).collect();
+        futures_util::future::join_all(slots.into_iter().map(|slot| async move {
+            let mut st = slot.state.lock().await;
+            if let SlotState::Ready { upstream, .. } = std::mem::replace(&mut *st, SlotState::Idle) {
+                upstream.shutdown(Duration::from_secs(2)).await;
+            }
+        }))
+        .await;
     }
 
     /// Names of upstreams running in this session.
@@ -298,12 +353,21 @@ impl Session {
         slots
             .iter()
             .filter(|(_, s)| {
-                s.state.try_lock().is_ok_and(
-                    |st| matches!(&*st, SlotState::Ready { upstream, .. } if upstream.is_alive()),
-                )
+                s.state
+                    .try_lock()
+                    .is_ok_and(|st| matches!(&*st, SlotState::Ready { upstream, .. } if upstream.is_alive()))
             })
             .map(|(n, _)| n.clone())
             .collect()
+    }
+
+    /// The running upstream for `server`, if any (never starts one).
+    async fn running(&self, server: &str) -> Option<Arc<Upstream>> {
+        let slot = self.slots.lock().expect("slots").get(server).cloned()?;
+        match &*slot.state.lock().await {
+            SlotState::Ready { upstream, .. } if upstream.is_alive() => Some(upstream.clone()),
+            _ => None,
+        }
     }
 
     /// The running upstream for `server`, started on demand (with bounded backoff after a
@@ -313,31 +377,21 @@ impl Session {
             let mut slots = self.slots.lock().expect("slots");
             slots
                 .entry(server.name.clone())
-                .or_insert_with(|| {
-                    Arc::new(Slot {
-                        state: tokio::sync::Mutex::new(SlotState::Idle),
-                    })
-                })
+                .or_insert_with(|| Arc::new(Slot { state: tokio::sync::Mutex::new(SlotState::Idle) }))
                 .clone()
         };
         let mut st = slot.state.lock().await;
         let attempts = match &*st {
-            SlotState::Ready { upstream, version }
-                if upstream.is_alive() && *version == server.version =>
-            {
+            SlotState::Ready { upstream, version } if upstream.is_alive() && *version == server.version => {
                 return Ok(upstream.clone());
             }
             SlotState::Ready { upstream, .. } => {
                 upstream.shutdown(Duration::from_secs(2)).await;
                 0
             }
-            SlotState::Failed {
-                at,
-                attempts,
-                error,
-            } => {
-                let backoff = Duration::from_millis(500u64.saturating_mul(1 << (*attempts).min(6)))
-                    .min(Duration::from_secs(30));
+            SlotState::Failed { at, attempts, error } => {
+                let backoff =
+                    Duration::from_millis(500u64.saturating_mul(1 << (*attempts).min(6))).min(Duration::from_secs(30));
                 if at.elapsed() < backoff {
                     return Err(error.clone());
                 }
@@ -345,6 +399,9 @@ impl Session {
             }
             SlotState::Idle => 0,
         };
+        if self.closed.is_cancelled() {
+            return Err(UpstreamError::Closed { server: server.name.clone(), reason: "session ended".into() });
+        }
         let started = Instant::now();
         let res = Upstream::start(
             server,
@@ -358,31 +415,27 @@ impl Session {
             Ok(u) => {
                 tracing::info!(server = %server.name, session = %self.id, pid = u.pid, elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
                 self.shared.health.started(&server.name);
-                *st = SlotState::Ready {
-                    upstream: u.clone(),
-                    version: server.version,
-                };
+                let level = self.log_level.lock().expect("level").clone();
+                if let Some(level) = level
+                    && u.has_capability("logging")
+                {
+                    let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
+                    let _ = u.request("logging/setLevel", Some(&p), self.shared.list_timeout()).await;
+                }
+                *st = SlotState::Ready { upstream: u.clone(), version: server.version };
                 Ok(u)
             }
             Err(e) => {
                 tracing::warn!(server = %server.name, session = %self.id, error = %e, "Upstream failed to start.");
                 self.shared.health.failed(&server.name, &e.to_string());
-                *st = SlotState::Failed {
-                    at: Instant::now(),
-                    attempts: attempts + 1,
-                    error: e.clone(),
-                };
+                *st = SlotState::Failed { at: Instant::now(), attempts: attempts + 1, error: e.clone() };
                 Err(e)
             }
         }
     }
 
     /// One upstream's full list of `kind` (all pages), from the cache when fresh.
-    async fn fetch(
-        &self,
-        server: &McpServer,
-        kind: ListKind,
-    ) -> Result<Arc<Vec<Value>>, UpstreamError> {
+    async fn fetch(&self, server: &McpServer, kind: ListKind) -> Result<Arc<Vec<Value>>, UpstreamError> {
         let key = (server.name.clone(), kind);
         if let Some(c) = self.cache.lock().expect("cache").get(&key)
             && c.at.elapsed() < LIST_TTL
@@ -391,21 +444,20 @@ impl Session {
         }
         let up = self.upstream(server).await?;
         let mut items = Vec::new();
-        if up.has_capability(kind.key()) {
+        if up.has_capability(kind.capability()) {
             let mut cursor: Option<String> = None;
             for _ in 0..MAX_PAGES {
-                let params = match &cursor {
-                    Some(c) => {
-                        Some(RawValue::from_string(json!({"cursor": c}).to_string()).expect("json"))
-                    }
-                    None => None,
-                };
-                let reply = up
-                    .request(kind.method(), params.as_deref(), self.shared.list_timeout())
-                    .await?;
+                let params =
+                    cursor.as_ref().map(|c| RawValue::from_string(json!({"cursor": c}).to_string()).expect("json"));
+                let reply = up.request(kind.method(), params.as_deref(), self.shared.list_timeout()).await?;
                 let body: Value = match reply {
                     Reply::Result(r) => serde_json::from_str(r.get()).unwrap_or_default(),
                     Reply::Error(e) => {
+                        // An upstream without this list (e.g. no templates) is simply empty.
+                        let code = serde_json::from_str::<Value>(e.get()).ok().and_then(|v| v["code"].as_i64());
+                        if code == Some(METHOD_NOT_FOUND) {
+                            break;
+                        }
                         return Err(UpstreamError::Closed {
                             server: server.name.clone(),
                             reason: format!("{} failed: {}", kind.method(), e.get()),
@@ -413,28 +465,17 @@ impl Session {
                     }
                 };
                 if let Some(Value::Array(page)) = body.get(kind.key()) {
-                    items.extend(
-                        page.iter()
-                            .filter(|i| i.get("name").and_then(Value::as_str).is_some())
-                            .cloned(),
-                    );
+                    items
+                        .extend(page.iter().filter(|i| i.get(kind.ident()).and_then(Value::as_str).is_some()).cloned());
                 }
                 match body.get("nextCursor").and_then(Value::as_str) {
-                    Some(c) if !c.is_empty() && cursor.as_deref() != Some(c) => {
-                        cursor = Some(c.to_owned())
-                    }
+                    Some(c) if !c.is_empty() && cursor.as_deref() != Some(c) => cursor = Some(c.to_owned()),
                     _ => break,
                 }
             }
         }
         let items = Arc::new(items);
-        self.cache.lock().expect("cache").insert(
-            key,
-            Cached {
-                at: Instant::now(),
-                items: items.clone(),
-            },
-        );
+        self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
         Ok(items)
     }
 
@@ -455,23 +496,19 @@ impl Session {
         }
     }
 
-    /// Fans `kind` out to every enabled upstream in parallel (each bounded by the list
-    /// deadline; a slow or failing one is left out and logged), merges in server-name order,
-    /// assigns exposed names, refreshes the reverse map, and returns the enabled items with
-    /// exposed names, plus `(server, original)` for each.
+    /// Fans `kind` out to every enabled upstream in parallel and returns the enabled items with
+    /// exposed names (see [`Session::list_all`]).
     pub async fn list(&self, kind: ListKind) -> Vec<(Value, String, String)> {
         self.list_all(kind).await.into_iter().filter(|l| l.enabled).map(|l| (l.item, l.server, l.original)).collect()
     }
 
-    /// Like [`Session::list`] but keeps disabled items, flagged (for `/v1/tools`).
+    /// Fans `kind` out to every enabled upstream in parallel (each bounded by the list
+    /// deadline; a slow or failing one is left out, logged and shown in status), merges in
+    /// server-name order, assigns exposed names (or `coffer://` URIs), refreshes the reverse
+    /// map, and returns every item with its policy flag.
     pub async fn list_all(&self, kind: ListKind) -> Vec<Listed> {
         let snap = self.shared.snapshot.current();
-        let mut servers: Vec<McpServer> = snap
-            .servers
-            .values()
-            .filter(|s| s.enabled)
-            .cloned()
-            .collect();
+        let mut servers: Vec<McpServer> = snap.servers.values().filter(|s| s.enabled).cloned().collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
         let deadline = self.shared.list_timeout();
         let fetches = servers.iter().map(|s| async move {
@@ -494,72 +531,64 @@ impl Session {
 
         let mut all: Vec<(String, Value)> = Vec::new();
         if kind == ListKind::Tools {
-            all.extend(
-                super::builtin::definitions()
-                    .into_iter()
-                    .map(|d| ("coffer".to_owned(), d)),
-            );
+            all.extend(super::builtin::definitions().into_iter().map(|d| ("coffer".to_owned(), d)));
         }
         for (server, items) in results.into_iter().flatten() {
             all.extend(items.iter().map(|i| (server.clone(), i.clone())));
         }
         all.sort_by(|a, b| a.0.cmp(&b.0)); // stable: upstream order kept within a server
+        let ident = kind.ident();
         let pairs: Vec<(String, String)> = all
             .iter()
-            .map(|(s, i)| {
-                (
-                    s.clone(),
-                    i.get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                )
-            })
+            .map(|(s, i)| (s.clone(), i.get(ident).and_then(Value::as_str).unwrap_or_default().to_owned()))
             .collect();
-        let exposed = naming::assign(&pairs, self.shared.max_name_len());
+        let exposed: Vec<String> = match kind {
+            ListKind::Tools | ListKind::Prompts => naming::assign(&pairs, self.shared.max_name_len()),
+            ListKind::Resources | ListKind::ResourceTemplates => pairs.iter().map(|(s, o)| expose_uri(s, o)).collect(),
+        };
         let mut map = NameMap::default();
         let mut out = Vec::with_capacity(all.len());
         for (((server, mut item), (_, original)), name) in all.into_iter().zip(pairs).zip(exposed) {
             map.insert(name.clone(), server.clone(), original.clone());
             let enabled = snap.capability_enabled(&server, kind.kind(), &original);
-            item["name"] = Value::String(name);
+            item[ident] = Value::String(name);
             out.push(Listed { item, server, original, enabled });
         }
-        self.names.write().expect("names").insert(kind, map);
+        if matches!(kind, ListKind::Tools | ListKind::Prompts) {
+            self.names.write().expect("names").insert(kind, map);
+        }
         out
     }
 
-    /// Resolves an exposed name to `(server, original)` and checks policy — all before any
-    /// upstream is contacted, unless the name is unknown to this session and its server is
-    /// enabled (then the lists are fetched once to learn it).
-    pub async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
-        let lookup = |s: &Self| {
-            s.names
-                .read()
-                .expect("names")
-                .get(&kind)
-                .and_then(|m| m.get(exposed).cloned())
-        };
-        let snap = self.shared.snapshot.current();
-        let noun = if kind == ListKind::Tools {
-            "tool"
+    fn disabled(exposed: &str, server: &str, noun: &str) -> RpcError {
+        let what = if noun == "tool" {
+            "Tool"
+        } else if noun == "prompt" {
+            "Prompt"
         } else {
-            "prompt"
+            "Resource"
         };
-        let disabled = |server: &str| {
-            RpcError::new(TOOL_DISABLED, format!("Tool {exposed} is disabled")).with_data(
-                json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun}),
-            )
-        };
+        RpcError::new(TOOL_DISABLED, format!("{what} {exposed} is disabled"))
+            .with_data(json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun}))
+    }
+
+    /// Resolves an exposed tool or prompt name to `(server, original)` and checks policy — all
+    /// before any upstream is contacted, unless the name is unknown to this session and its
+    /// server is enabled (then the lists are fetched once to learn it).
+    ///
+    /// # Errors
+    /// -32602 for an unknown name or server; -32000 `TOOL_DISABLED`.
+    pub async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
+        let lookup = |s: &Self| s.names.read().expect("names").get(&kind).and_then(|m| m.get(exposed).cloned());
+        let snap = self.shared.snapshot.current();
+        let noun = if kind == ListKind::Tools { "tool" } else { "prompt" };
         let found = match lookup(self) {
             Some(f) => f,
             None => {
                 let Some((server, _)) = naming::split(exposed) else {
                     return Err(RpcError::new(
                         INVALID_PARAMS,
-                        format!(
-                            "Unknown {noun} {exposed:?}: exposed names look like <server>__<name>"
-                        ),
+                        format!("Unknown {noun} {exposed:?}: exposed names look like <server>__<name>"),
                     ));
                 };
                 if server != "coffer" {
@@ -570,77 +599,86 @@ impl Session {
                                 format!("Unknown server {server:?} in {noun} {exposed:?}"),
                             ));
                         }
-                        Some(s) if !s.enabled => return Err(disabled(server)),
+                        Some(s) if !s.enabled => return Err(Self::disabled(exposed, server, noun)),
                         Some(_) => {}
                     }
                 }
                 self.list(kind).await;
-                lookup(self).ok_or_else(|| {
-                    RpcError::new(INVALID_PARAMS, format!("Unknown {noun} {exposed:?}"))
-                })?
+                lookup(self).ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("Unknown {noun} {exposed:?}")))?
             }
         };
         if !snap.capability_enabled(&found.0, kind.kind(), &found.1) {
-            return Err(disabled(&found.0));
+            return Err(Self::disabled(exposed, &found.0, noun));
         }
         Ok(found)
+    }
+
+    /// Resolves a resource URI: `coffer://<server>/<uri>`, or an unprefixed URI an upstream
+    /// returned in a tool result this session. Checks policy.
+    fn resolve_uri(&self, uri: &str) -> Result<(String, String), RpcError> {
+        let snap = self.shared.snapshot.current();
+        let (server, original) = match split_uri(uri) {
+            Some((server, original)) => (server.to_owned(), original.to_owned()),
+            None => match self.tool_uris.lock().expect("uris").get(uri) {
+                Some(server) => (server.clone(), uri.to_owned()),
+                None => {
+                    return Err(RpcError::new(
+                        INVALID_PARAMS,
+                        format!(
+                            "Unknown resource {:?}: resource URIs look like coffer://<server>/<uri>",
+                            truncate(uri, 200)
+                        ),
+                    ));
+                }
+            },
+        };
+        match snap.servers.get(&server) {
+            None => Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?} in resource URI"))),
+            Some(s) if !s.enabled => Err(Self::disabled(uri, &server, "resource")),
+            Some(_) if !snap.capability_enabled(&server, Kind::Resource, &original) => {
+                Err(Self::disabled(uri, &server, "resource"))
+            }
+            Some(_) => Ok((server, original)),
+        }
     }
 
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
     /// name, return the upstream's answer verbatim; records the invocation.
     pub async fn route_call(self: &Arc<Self>, kind: ListKind, params: Option<&RawValue>) -> Answer {
+        self.route_call_ctx(kind, params, &RequestCtx::default()).await
+    }
+
+    async fn route_call_ctx(self: &Arc<Self>, kind: ListKind, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
         let started = Instant::now();
-        let method = if kind == ListKind::Tools {
-            "tools/call"
-        } else {
-            "prompts/get"
-        };
-        let mut fields: std::collections::BTreeMap<String, Box<RawValue>> =
-            match params.map(|p| serde_json::from_str(p.get())) {
-                Some(Ok(f)) => f,
-                _ => {
-                    return Answer::Error(RpcError::new(
-                        INVALID_PARAMS,
-                        format!("{method} needs params {{name, arguments}}"),
-                    ));
-                }
-            };
-        let exposed: String = match fields
-            .get("name")
-            .map(|n| serde_json::from_str::<String>(n.get()))
-        {
-            Some(Ok(n)) => n,
-            _ => {
+        let method = if kind == ListKind::Tools { "tools/call" } else { "prompts/get" };
+        let mut fields = match parse_fields(params) {
+            Some(f) => f,
+            None => {
                 return Answer::Error(RpcError::new(
                     INVALID_PARAMS,
-                    format!("{method} needs a string params.name"),
+                    format!("{method} needs params {{name, arguments}}"),
                 ));
             }
         };
+        let exposed: String = match fields.get("name").map(|n| serde_json::from_str::<String>(n.get())) {
+            Some(Ok(n)) => n,
+            _ => return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.name"))),
+        };
         let (answer, server) = match self.resolve(kind, &exposed).await {
-            Err(e) => {
-                let server = naming::split(&exposed)
-                    .map(|(s, _)| s.to_owned())
-                    .unwrap_or_default();
-                (Answer::Error(e), server)
-            }
+            Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == "coffer" && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
-                (
-                    super::builtin::call(self, &original, args.as_deref()).await,
-                    server,
-                )
+                (super::builtin::call(self, &original, args.as_deref()).await, server)
             }
             Ok((server, original)) => {
-                fields.insert(
-                    "name".into(),
-                    RawValue::from_string(serde_json::to_string(&original).expect("json"))
-                        .expect("json"),
-                );
-                let forwarded =
-                    RawValue::from_string(serde_json::to_string(&fields).expect("json"))
-                        .expect("json");
-                let answer = self.forward(&server, method, &forwarded).await;
+                fields.insert("name".into(), raw_string(&original));
+                let forwarded = to_raw(&fields);
+                let answer = self.forward(&server, method, &forwarded, ctx).await;
+                if kind == ListKind::Tools
+                    && let Answer::Result(r) = &answer
+                {
+                    self.learn_uris(&server, r);
+                }
                 (answer, server)
             }
         };
@@ -649,34 +687,172 @@ impl Session {
             Answer::UpstreamError(_) => Outcome::UpstreamError,
             Answer::Error(e) => e.outcome(),
         };
-        self.shared.record(
-            method,
-            &exposed,
-            &server,
-            &self.id,
-            started.elapsed(),
-            outcome,
-        );
+        self.shared.record(method, &exposed, &server, &self.id, started.elapsed(), outcome);
         answer
     }
 
-    async fn forward(&self, server: &str, method: &str, params: &RawValue) -> Answer {
+    /// Remembers resource URIs a tool result points at (`resource_link`, embedded resources),
+    /// so a later unprefixed `resources/read` of one reaches the same upstream.
+    fn learn_uris(&self, server: &str, result: &RawValue) {
+        if !result.get().contains("\"resource") {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(result.get()) else { return };
+        let Some(content) = v.get("content").and_then(Value::as_array) else { return };
+        let mut uris = self.tool_uris.lock().expect("uris");
+        for block in content {
+            let uri = match block.get("type").and_then(Value::as_str) {
+                Some("resource_link") => block.get("uri"),
+                Some("resource") => block.get("resource").and_then(|r| r.get("uri")),
+                _ => None,
+            };
+            if let Some(u) = uri.and_then(Value::as_str)
+                && uris.len() < 10_000
+            {
+                uris.insert(u.to_owned(), server.to_owned());
+            }
+        }
+    }
+
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: resolve the URI, forward
+    /// with the original one; in read results, `contents[].uri` is rewritten to the exposed form
+    /// when the request used it.
+    async fn route_resource(self: &Arc<Self>, method: &str, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
+        let started = Instant::now();
+        let Some(mut fields) = parse_fields(params) else {
+            return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs params {{uri}}")));
+        };
+        let Some(Ok(uri)) = fields.get("uri").map(|u| serde_json::from_str::<String>(u.get())) else {
+            return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.uri")));
+        };
+        let (server, original) = match self.resolve_uri(&uri) {
+            Ok(p) => p,
+            Err(e) => {
+                if method == "resources/read" {
+                    let server = split_uri(&uri).map(|(s, _)| s.to_owned()).unwrap_or_default();
+                    self.shared.record(method, &uri, &server, &self.id, started.elapsed(), e.outcome());
+                }
+                return Answer::Error(e);
+            }
+        };
+        fields.insert("uri".into(), raw_string(&original));
+        let mut answer = self.forward(&server, method, &to_raw(&fields), ctx).await;
+        if method == "resources/read"
+            && split_uri(&uri).is_some()
+            && let Answer::Result(r) = &answer
+            && let Ok(mut v) = serde_json::from_str::<Value>(r.get())
+        {
+            if let Some(contents) = v.get_mut("contents").and_then(Value::as_array_mut) {
+                for c in contents {
+                    if let Some(u) = c.get("uri").and_then(Value::as_str) {
+                        c["uri"] = Value::String(expose_uri(&server, u));
+                    }
+                }
+            }
+            answer = Answer::ok(v);
+        }
+        if method == "resources/read" {
+            let outcome = match &answer {
+                Answer::Result(_) => Outcome::Ok,
+                Answer::UpstreamError(_) => Outcome::UpstreamError,
+                Answer::Error(e) => e.outcome(),
+            };
+            self.shared.record(method, &uri, &server, &self.id, started.elapsed(), outcome);
+        }
+        answer
+    }
+
+    /// `completion/complete`: routes by `ref/prompt` name or `ref/resource` URI.
+    async fn route_completion(self: &Arc<Self>, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
+            return Answer::Error(RpcError::new(INVALID_PARAMS, "completion/complete needs params {ref, argument}"));
+        };
+        let server = match p["ref"]["type"].as_str() {
+            Some("ref/prompt") => {
+                let name = p["ref"]["name"].as_str().unwrap_or_default().to_owned();
+                match self.resolve(ListKind::Prompts, &name).await {
+                    Ok((server, original)) => {
+                        p["ref"]["name"] = Value::String(original);
+                        server
+                    }
+                    Err(e) => return Answer::Error(e),
+                }
+            }
+            Some("ref/resource") => {
+                let uri = p["ref"]["uri"].as_str().unwrap_or_default().to_owned();
+                match self.resolve_uri(&uri) {
+                    Ok((server, original)) => {
+                        p["ref"]["uri"] = Value::String(original);
+                        server
+                    }
+                    Err(e) => return Answer::Error(e),
+                }
+            }
+            _ => {
+                return Answer::Error(RpcError::new(
+                    INVALID_PARAMS,
+                    "completion/complete needs ref.type ref/prompt or ref/resource",
+                ));
+            }
+        };
+        let raw = RawValue::from_string(p.to_string()).expect("json");
+        self.forward(&server, "completion/complete", &raw, ctx).await
+    }
+
+    /// `logging/setLevel`: remembered for the session and applied to every running upstream
+    /// that offers logging.
+    async fn set_level(&self, params: Option<&RawValue>) -> Answer {
+        let level = params
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .and_then(|v| v["level"].as_str().map(str::to_owned));
+        let Some(level) = level else {
+            return Answer::Error(RpcError::new(INVALID_PARAMS, "logging/setLevel needs params.level"));
+        };
+        *self.log_level.lock().expect("level") = Some(level.clone());
+        let names: Vec<String> = self.slots.lock().expect("slots").keys().cloned().collect();
+        let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
+        for name in names {
+            if let Some(up) = self.running(&name).await
+                && up.has_capability("logging")
+                && let Err(e) = up.request("logging/setLevel", Some(&p), self.shared.list_timeout()).await
+            {
+                tracing::debug!(server = %name, error = %e, "logging/setLevel not applied.");
+            }
+        }
+        Answer::ok(json!({}))
+    }
+
+    async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
         let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else {
-            return Answer::Error(RpcError::new(
-                INVALID_PARAMS,
-                format!("Unknown server {server:?}"),
-            ));
+            return Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));
         };
         let up = match self.upstream(&spec).await {
             Ok(u) => u,
             Err(e) => return Answer::Error(e.into()),
         };
-        let timeout = if spec.timeout_ms > 0 {
-            Duration::from_millis(spec.timeout_ms)
-        } else {
-            self.shared.call_timeout()
+        let timeout =
+            if spec.timeout_ms > 0 { Duration::from_millis(spec.timeout_ms) } else { self.shared.call_timeout() };
+        let _guard = ctx.side.as_ref().map(|side| {
+            let token = self.counter.fetch_add(1, Ordering::Relaxed);
+            self.relay_streams.lock().expect("streams").push(RelayStream {
+                token,
+                server: server.to_owned(),
+                side: side.clone(),
+            });
+            StreamGuard { session: self, token }
+        });
+        let (uid, rx) = match up.begin(method, Some(params)).await {
+            Ok(p) => p,
+            Err(e) => return Answer::Error(e.into()),
         };
-        match up.request(method, Some(params), timeout).await {
+        if let Some(id) = &ctx.id {
+            self.inflight.lock().expect("inflight").insert(id.clone(), (server.to_owned(), uid));
+        }
+        let res = up.finish(uid, rx, timeout).await;
+        if let Some(id) = &ctx.id {
+            self.inflight.lock().expect("inflight").remove(id);
+        }
+        match res {
             Ok(Reply::Result(r)) => Answer::Result(r),
             Ok(Reply::Error(e)) => Answer::UpstreamError(e),
             Err(e) => {
@@ -689,64 +865,190 @@ impl Session {
     }
 
     /// Handles one downstream request (after `initialize`).
-    pub async fn handle_request(
+    pub async fn handle_request(self: &Arc<Self>, method: &str, params: Option<&RawValue>) -> Answer {
+        self.handle_request_ctx(method, params, &RequestCtx::default()).await
+    }
+
+    /// Handles one downstream request with what the HTTP layer knows about it.
+    pub async fn handle_request_ctx(
         self: &Arc<Self>,
         method: &str,
         params: Option<&RawValue>,
+        ctx: &RequestCtx,
     ) -> Answer {
         self.touch();
+        let list = |kind: ListKind| async move {
+            let items: Vec<Value> = self.list(kind).await.into_iter().map(|(t, _, _)| t).collect();
+            let mut body = serde_json::Map::new();
+            body.insert(kind.key().to_owned(), Value::Array(items));
+            Answer::ok(Value::Object(body))
+        };
         match method {
             "ping" => Answer::ok(json!({})),
-            "tools/list" => {
-                let tools: Vec<Value> = self
-                    .list(ListKind::Tools)
-                    .await
-                    .into_iter()
-                    .map(|(t, _, _)| t)
-                    .collect();
-                Answer::ok(json!({"tools": tools}))
+            "tools/list" => list(ListKind::Tools).await,
+            "prompts/list" => list(ListKind::Prompts).await,
+            "resources/list" => list(ListKind::Resources).await,
+            "resources/templates/list" => list(ListKind::ResourceTemplates).await,
+            "tools/call" => self.route_call_ctx(ListKind::Tools, params, ctx).await,
+            "prompts/get" => self.route_call_ctx(ListKind::Prompts, params, ctx).await,
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                self.route_resource(method, params, ctx).await
             }
-            "prompts/list" => {
-                let prompts: Vec<Value> = self
-                    .list(ListKind::Prompts)
-                    .await
-                    .into_iter()
-                    .map(|(t, _, _)| t)
-                    .collect();
-                Answer::ok(json!({"prompts": prompts}))
-            }
-            "tools/call" => self.route_call(ListKind::Tools, params).await,
-            "prompts/get" => self.route_call(ListKind::Prompts, params).await,
-            "resources/list" => Answer::ok(json!({"resources": []})),
-            "resources/templates/list" => Answer::ok(json!({"resourceTemplates": []})),
-            "resources/read" => Answer::Error(RpcError::new(INVALID_PARAMS, "Unknown resource")),
-            "resources/subscribe" | "resources/unsubscribe" => {
-                Answer::Error(RpcError::new(INVALID_PARAMS, "Unknown resource"))
-            }
-            "completion/complete" => {
-                Answer::ok(json!({"completion": {"values": [], "hasMore": false}}))
-            }
-            "logging/setLevel" => Answer::ok(json!({})),
+            "completion/complete" => self.route_completion(params, ctx).await,
+            "logging/setLevel" => self.set_level(params).await,
             "initialize" => Answer::Error(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 "session already initialized; start a new session without Mcp-Session-Id",
             )),
-            other => Answer::Error(RpcError::new(
-                METHOD_NOT_FOUND,
-                format!("Method not found: {}", truncate(other, 100)),
-            )),
+            other => {
+                Answer::Error(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {}", truncate(other, 100))))
+            }
         }
     }
 
-    /// Handles a downstream notification (no answer).
-    pub async fn handle_notification(&self, method: &str, _params: Option<&RawValue>) {
+    /// Handles a downstream notification (no answer). `notifications/cancelled` is forwarded to
+    /// the upstream handling that request, with the upstream's request id.
+    pub async fn handle_notification(&self, method: &str, params: Option<&RawValue>) {
         self.touch();
         match method {
-            "notifications/initialized" | "notifications/roots/list_changed" => {}
-            other => {
-                tracing::debug!(session = %self.id, method = %truncate(other, 100), "Notification ignored.")
+            "notifications/cancelled" => {
+                let p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+                let Some(rid) = p.get("requestId") else { return };
+                let found = self.inflight.lock().expect("inflight").get(&rid.to_string()).cloned();
+                match found {
+                    Some((server, uid)) => {
+                        if let Some(up) = self.running(&server).await {
+                            let reason = p.get("reason").and_then(Value::as_str).unwrap_or("cancelled by the client");
+                            up.cancel(uid, reason).await;
+                            up.fail_local(uid, -32800, "Request cancelled by the client");
+                        }
+                    }
+                    None => tracing::debug!(session = %self.id, "Cancel for an unknown or finished request ignored."),
+                }
             }
+            "notifications/initialized" => {}
+            "notifications/roots/list_changed" => {
+                let names: Vec<String> = self.slots.lock().expect("slots").keys().cloned().collect();
+                for n in names {
+                    if let Some(up) = self.running(&n).await {
+                        let _ = up.notify(method, None).await;
+                    }
+                }
+            }
+            other => tracing::debug!(session = %self.id, method = %truncate(other, 100), "Notification ignored."),
         }
+    }
+
+    /// A response from the client to a request we relayed from an upstream: passed back to that
+    /// upstream with its original id. Unknown ids are ignored (already answered or timed out).
+    pub async fn handle_response(&self, id: &RawValue, result: Option<Box<RawValue>>, error: Option<Box<RawValue>>) {
+        self.touch();
+        let relay = self.relays.lock().expect("relays").remove(id.get());
+        let Some(relay) = relay else {
+            tracing::debug!(session = %self.id, "Response for an unknown relayed request ignored.");
+            return;
+        };
+        let reply = match (result, error) {
+            (Some(r), _) => Reply::Result(r),
+            (None, Some(e)) => Reply::Error(e),
+            (None, None) => Reply::Result(RawValue::from_string("{}".into()).expect("json")),
+        };
+        if let Some(up) = self.running(&relay.server).await {
+            let _ = up.respond(&relay.upstream_id, reply).await;
+        }
+    }
+
+    /// Relays a request an upstream sent (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`, `ping`) to the client: on the originating POST's stream when a call to that
+    /// upstream is running, else on the GET stream; the id is rewritten both ways. When the
+    /// client lacks the capability or cannot be reached, the upstream gets an error at once.
+    async fn relay(&self, server: String, id: Box<RawValue>, method: String, params: Option<Box<RawValue>>) {
+        let Some(up) = self.running(&server).await else { return };
+        let needed = match method.as_str() {
+            "sampling/createMessage" => Some("sampling"),
+            "elicitation/create" => Some("elicitation"),
+            "roots/list" => Some("roots"),
+            "ping" => None,
+            _ => {
+                let err = error_raw(
+                    METHOD_NOT_FOUND,
+                    &format!(
+                        "Method not found: {} (Coffer relays sampling, elicitation, roots and ping)",
+                        truncate(&method, 100)
+                    ),
+                );
+                let _ = up.respond(&id, Reply::Error(err)).await;
+                return;
+            }
+        };
+        if let Some(cap) = needed
+            && !self.client_has(cap)
+        {
+            let err = error_raw(METHOD_NOT_FOUND, &format!("The client did not declare the {cap} capability"));
+            let _ = up.respond(&id, Reply::Error(err)).await;
+            return;
+        }
+        let side = self
+            .relay_streams
+            .lock()
+            .expect("streams")
+            .iter()
+            .rev()
+            .find(|r| r.server == server && !r.side.is_closed())
+            .map(|r| r.side.clone());
+        if side.is_none() && !self.outbound.has_listener() {
+            if method == "ping" {
+                let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
+            } else {
+                let err = error_raw(UPSTREAM_UNAVAILABLE, "The client has no open stream to relay this request on");
+                let _ = up.respond(&id, Reply::Error(err)).await;
+            }
+            return;
+        }
+        let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
+        self.relays.lock().expect("relays").insert(relay_id.clone(), Relay { server: server.clone(), upstream_id: id });
+        let msg = match &params {
+            Some(p) => format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{},\"params\":{}}}",
+                serde_json::to_string(&method).expect("json"),
+                p.get()
+            ),
+            None => format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{}}}",
+                serde_json::to_string(&method).expect("json")
+            ),
+        };
+        match side {
+            Some(tx) if tx.send(msg.clone()).is_ok() => {}
+            _ => self.outbound.push(msg),
+        }
+        // Bound the wait by the call timeout: an unanswered relay gets an error upstream.
+        let timeout = self
+            .shared
+            .snapshot
+            .current()
+            .servers
+            .get(&server)
+            .map(|s| s.timeout_ms)
+            .filter(|t| *t > 0)
+            .map(Duration::from_millis)
+            .unwrap_or_else(|| self.shared.call_timeout());
+        let relays = self.relays.clone();
+        let closed = self.closed.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = closed.cancelled() => {}
+            }
+            let expired = relays.lock().expect("relays").remove(&relay_id);
+            if let Some(r) = expired {
+                let err = error_raw(
+                    UPSTREAM_TIMEOUT,
+                    &format!("The client did not answer {method} within {} ms", timeout.as_millis()),
+                );
+                let _ = up.respond(&r.upstream_id, Reply::Error(err)).await;
+            }
+        });
     }
 
     /// Sends a notification to the client on its GET stream.
@@ -763,9 +1065,28 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
+/// Top-level params fields with raw values (so everything but the field we rewrite stays
+/// verbatim).
+fn parse_fields(params: Option<&RawValue>) -> Option<BTreeMap<String, Box<RawValue>>> {
+    serde_json::from_str(params?.get()).ok()
+}
+
+fn to_raw(fields: &BTreeMap<String, Box<RawValue>>) -> Box<RawValue> {
+    RawValue::from_string(serde_json::to_string(fields).expect("json")).expect("json")
+}
+
+fn raw_string(s: &str) -> Box<RawValue> {
+    RawValue::from_string(serde_json::to_string(s).expect("json")).expect("json")
+}
+
+fn error_raw(code: i64, message: &str) -> Box<RawValue> {
+    RawValue::from_string(json!({"code": code, "message": message}).to_string()).expect("json")
+}
+
 /// Handles what upstreams send on their own: list changes invalidate the cache and are
-/// forwarded; log messages are forwarded with the server named; requests we cannot relay get an
-/// error at once; progress is deliberately not forwarded.
+/// forwarded once; log messages are forwarded with the server named in `logger`; resource
+/// updates get their URI exposed; requests are relayed to the client; progress is deliberately
+/// not forwarded.
 async fn event_loop(
     session: std::sync::Weak<Session>,
     mut rx: mpsc::UnboundedReceiver<UpstreamEvent>,
@@ -778,11 +1099,7 @@ async fn event_loop(
         };
         let Some(s) = session.upgrade() else { return };
         match ev {
-            UpstreamEvent::Notification {
-                server,
-                method,
-                params,
-            } => match method.as_str() {
+            UpstreamEvent::Notification { server, method, params } => match method.as_str() {
                 "notifications/tools/list_changed"
                 | "notifications/prompts/list_changed"
                 | "notifications/resources/list_changed" => {
@@ -790,41 +1107,30 @@ async fn event_loop(
                     s.notify_client(&method, None);
                 }
                 "notifications/message" => {
-                    let mut p: Value = params
-                        .and_then(|p| serde_json::from_str(p.get()).ok())
-                        .unwrap_or_else(|| json!({}));
+                    let mut p: Value =
+                        params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
                     if p.is_object() {
                         p["logger"] = Value::String(server);
                     }
                     s.notify_client(&method, Some(p));
                 }
+                "notifications/resources/updated" => {
+                    let mut p: Value =
+                        params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
+                    if let Some(u) = p.get("uri").and_then(Value::as_str) {
+                        p["uri"] = Value::String(expose_uri(&server, u));
+                    }
+                    s.notify_client(&method, Some(p));
+                }
                 _ => {}
             },
-            UpstreamEvent::Request {
-                server, id, method, ..
-            } => {
-                let up = {
-                    let slot = s.slots.lock().expect("slots").get(&server).cloned();
-                    match slot {
-                        Some(slot) => match &*slot.state.lock().await {
-                            SlotState::Ready { upstream, .. } => Some(upstream.clone()),
-                            _ => None,
-                        },
-                        None => None,
-                    }
-                };
-                if let Some(up) = up {
-                    let reply = if method == "ping" {
-                        Reply::Result(RawValue::from_string("{}".into()).expect("json"))
-                    } else {
-                        let err = json!({"code": METHOD_NOT_FOUND, "message": format!("Coffer cannot relay {method} to the client")});
-                        Reply::Error(RawValue::from_string(err.to_string()).expect("json"))
-                    };
-                    let _ = up.respond(&id, reply).await;
-                }
+            UpstreamEvent::Request { server, id, method, params } => {
+                // Relays wait on the client; never block the loop on them.
+                let s2 = s.clone();
+                tokio::spawn(async move { s2.relay(server, id, method, params).await });
             }
             UpstreamEvent::Closed { server } => {
-                tracing::info!(server = %server, session = %s.id, "Upstream exited.");
+                tracing::info!(server = %server, session = %s.id, "Upstream connection closed.");
                 s.invalidate(Some(&server));
             }
         }
@@ -848,21 +1154,18 @@ async fn policy_watch(session: std::sync::Weak<Session>, closed: CancellationTok
         let snap = rx.borrow_and_update().clone();
         let gone: Vec<Arc<Slot>> = {
             let mut slots = s.slots.lock().expect("slots");
-            let names: Vec<String> = slots
-                .keys()
-                .filter(|n| !snap.servers.get(*n).is_some_and(|sv| sv.enabled))
-                .cloned()
-                .collect();
+            let names: Vec<String> =
+                slots.keys().filter(|n| !snap.servers.get(*n).is_some_and(|sv| sv.enabled)).cloned().collect();
             names.into_iter().filter_map(|n| slots.remove(&n)).collect()
         };
         for slot in gone {
-            if let SlotState::Ready { upstream, .. } =
-                std::mem::replace(&mut *slot.state.lock().await, SlotState::Idle)
+            if let SlotState::Ready { upstream, .. } = std::mem::replace(&mut *slot.state.lock().await, SlotState::Idle)
             {
                 upstream.shutdown(Duration::from_secs(2)).await;
             }
         }
         s.notify_client("notifications/tools/list_changed", None);
         s.notify_client("notifications/prompts/list_changed", None);
+        s.notify_client("notifications/resources/list_changed", None);
     }
 }

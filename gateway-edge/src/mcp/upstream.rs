@@ -46,20 +46,9 @@ pub enum Reply {
 /// Something an upstream sent that is not a response to us.
 #[derive(Debug)]
 pub enum UpstreamEvent {
-    Notification {
-        server: String,
-        method: String,
-        params: Option<Box<RawValue>>,
-    },
-    Request {
-        server: String,
-        id: Box<RawValue>,
-        method: String,
-        params: Option<Box<RawValue>>,
-    },
-    Closed {
-        server: String,
-    },
+    Notification { server: String, method: String, params: Option<Box<RawValue>> },
+    Request { server: String, id: Box<RawValue>, method: String, params: Option<Box<RawValue>> },
+    Closed { server: String },
 }
 
 #[derive(Deserialize)]
@@ -165,13 +154,19 @@ impl Core {
 
     fn closed_error(&self) -> UpstreamError {
         let reason = self.close_reason.lock().expect("reason").clone();
-        UpstreamError::Closed { server: self.server.clone(), reason: if reason.is_empty() { "exited".into() } else { reason } }
+        UpstreamError::Closed {
+            server: self.server.clone(),
+            reason: if reason.is_empty() { "exited".into() } else { reason },
+        }
     }
 }
 
 /// How messages reach the upstream.
 enum Transport {
-    Stdio { stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>, child: tokio::sync::Mutex<Option<ManagedChild>> },
+    Stdio {
+        stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+        child: tokio::sync::Mutex<Option<ManagedChild>>,
+    },
     Http(super::http_upstream::HttpTransport),
 }
 
@@ -216,7 +211,14 @@ impl Upstream {
             }
             other => return Err(start_err(format!("transport {other:?} is not supported"))),
         };
-        let mut up = Self { server: name.clone(), next_id: AtomicU64::new(1), core, transport, init_result: serde_json::Value::Null, pid };
+        let mut up = Self {
+            server: name.clone(),
+            next_id: AtomicU64::new(1),
+            core,
+            transport,
+            init_result: serde_json::Value::Null,
+            pid,
+        };
         let params = RawValue::from_string(init_params.to_string()).expect("valid JSON");
         let reply = up.request("initialize", Some(&params), timeout).await.map_err(|e| match e {
             UpstreamError::Closed { reason, .. } => start_err(format!("exited during initialize ({reason})")),
@@ -285,13 +287,22 @@ impl Upstream {
     /// # Errors
     /// [`UpstreamError::Closed`] when the upstream is gone or exits before answering;
     /// [`UpstreamError::Timeout`].
-    pub async fn request(&self, method: &str, params: Option<&RawValue>, timeout: Duration) -> Result<Reply, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        timeout: Duration,
+    ) -> Result<Reply, UpstreamError> {
         let (id, rx) = self.begin(method, params).await?;
         self.finish(id, rx, timeout).await
     }
 
     /// First half of [`Upstream::request`]: registers and sends; returns the upstream id.
-    pub async fn begin(&self, method: &str, params: Option<&RawValue>) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
+    pub async fn begin(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
         if !self.is_alive() {
             return Err(self.core.closed_error());
         }
@@ -311,7 +322,12 @@ impl Upstream {
     }
 
     /// Second half of [`Upstream::request`].
-    pub async fn finish(&self, id: u64, rx: oneshot::Receiver<Reply>, timeout: Duration) -> Result<Reply, UpstreamError> {
+    pub async fn finish(
+        &self,
+        id: u64,
+        rx: oneshot::Receiver<Reply>,
+        timeout: Duration,
+    ) -> Result<Reply, UpstreamError> {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(self.core.closed_error()),
@@ -321,6 +337,11 @@ impl Upstream {
                 Err(UpstreamError::Timeout { server: self.server.clone(), ms: timeout.as_millis() as u64 })
             }
         }
+    }
+
+    /// Completes request `id` locally with a JSON-RPC error (e.g. after the client cancelled it).
+    pub fn fail_local(&self, id: u64, code: i64, message: &str) {
+        self.core.fail(id, code, message);
     }
 
     /// Sends `notifications/cancelled` for upstream request `id`.
@@ -408,10 +429,7 @@ async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
 
 /// Reads one `\n`-terminated frame into `buf` (without losing sync on an over-long line, which
 /// is discarded). Returns bytes consumed; 0 at EOF.
-pub async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<usize> {
+pub async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     let mut total = 0;
     let mut discarding = false;
     loop {
@@ -428,10 +446,7 @@ pub async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(
             if buf.len() + n > MAX_FRAME {
                 discarding = true;
                 buf.clear();
-                tracing::warn!(
-                    limit = MAX_FRAME,
-                    "Upstream frame over the limit; discarded."
-                );
+                tracing::warn!(limit = MAX_FRAME, "Upstream frame over the limit; discarded.");
             } else {
                 buf.extend_from_slice(chunk);
             }
@@ -473,12 +488,7 @@ async fn drain_stderr(stderr: tokio::process::ChildStderr, path: std::path::Path
     if std::fs::metadata(&path).is_ok_and(|m| m.len() > STDERR_LOG_ROTATE) {
         let _ = std::fs::rename(&path, path.with_extension("log.1"));
     }
-    let mut file = match tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .await
-    {
+    let mut file = match tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await {
         Ok(f) => Some(f),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "Cannot open upstream log; discarding its stderr.");

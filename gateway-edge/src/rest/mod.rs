@@ -14,6 +14,7 @@ use crate::state::AppState;
 pub mod logs;
 pub mod servers;
 pub mod settings;
+pub mod tools;
 
 /// All `/v1` routes.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -25,17 +26,25 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(servers::routes())
         .merge(logs::routes())
         .merge(settings::routes())
+        .merge(tools::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is
 /// the supervisor's (the pid in `daemon.json`).
 async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
+    Json(
+        json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}),
+    )
 }
 
 /// `GET /v1/status` → `{daemon, services:[…], upstreams:[…]}`.
 async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
+    let r = st
+        .control
+        .clone()
+        .status(StatusRequest {})
+        .await?
+        .into_inner();
     let services: Vec<Value> = r
         .services
         .into_iter()
@@ -54,16 +63,35 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
 }
 
 /// `POST /v1/daemon/stop` → 202; the daemon then shuts down in order.
-async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+async fn stop(
+    State(st): State<Arc<AppState>>,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     st.control.clone().stop(StopRequest {}).await?;
-    Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"stopping": true}))))
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(json!({"stopping": true})),
+    ))
 }
 
 /// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart.
-async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn restart_service(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     if name == "gateway" {
-        return Err(ApiError::invalid("the gateway serves this request; restart it with `coffer daemon restart`"));
+        return Err(ApiError::invalid(
+            "the gateway serves this request; restart it with `coffer daemon restart`",
+        ));
     }
-    let s = st.control.clone().restart_service(RestartServiceRequest { name }).await?.into_inner().service.unwrap_or_default();
-    Ok(Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})))
+    let s = st
+        .control
+        .clone()
+        .restart_service(RestartServiceRequest { name })
+        .await?
+        .into_inner()
+        .service
+        .unwrap_or_default();
+    Ok(Json(
+        json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts}),
+    ))
 }

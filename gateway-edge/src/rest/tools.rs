@@ -64,7 +64,10 @@ struct CallBody {
 /// `POST /v1/tools/call {name, arguments}` → the tool's `CallToolResult`, verbatim. Gateway
 /// errors map to the envelope: TOOL_DISABLED 403, unknown tool 404, UPSTREAM_UNAVAILABLE 502,
 /// UPSTREAM_TIMEOUT 504; an upstream JSON-RPC error is 502 with the error in `details`.
-async fn call_tool(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<CallBody>) -> Result<Json<Value>, ApiError> {
+async fn call_tool(
+    State(st): State<Arc<AppState>>,
+    JsonBody(body): JsonBody<CallBody>,
+) -> Result<Json<Value>, ApiError> {
     let session = st.gateway.admin_session().await;
     let mut params = json!({"name": body.name});
     if let Some(a) = body.arguments {
@@ -78,7 +81,11 @@ async fn call_tool(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Cal
         Answer::Result(r) => Ok(Json(serde_json::from_str(r.get()).unwrap_or(Value::Null))),
         Answer::UpstreamError(e) => {
             let e: Value = serde_json::from_str(e.get()).unwrap_or(Value::Null);
-            Err(ApiError::new(Code::UpstreamUnavailable, format!("upstream error: {}", e["message"].as_str().unwrap_or("unknown"))).with_details(e))
+            Err(ApiError::new(
+                Code::UpstreamUnavailable,
+                format!("upstream error: {}", e["message"].as_str().unwrap_or("unknown")),
+            )
+            .with_details(e))
         }
         Answer::Error(e) => {
             let code = match e.code {
@@ -101,7 +108,12 @@ struct PatchTool {
 
 /// `PATCH /v1/tools/{exposed name} {"enabled": bool}` → `{name, server, original_name,
 /// enabled}` once the gateway's policy holds the change (read-your-writes).
-async fn patch_tool(State(st): State<Arc<AppState>>, Path(name): Path<String>, headers: axum::http::HeaderMap, JsonBody(body): JsonBody<PatchTool>) -> Result<Json<Value>, ApiError> {
+async fn patch_tool(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+    JsonBody(body): JsonBody<PatchTool>,
+) -> Result<Json<Value>, ApiError> {
     let session = st.gateway.admin_session().await;
     // Resolve without the policy check: a disabled tool must be re-enableable.
     session.list_all(ListKind::Tools).await;
@@ -113,7 +125,12 @@ async fn patch_tool(State(st): State<Arc<AppState>>, Path(name): Path<String>, h
             let listed = session.list_all(ListKind::Tools).await;
             match listed.into_iter().find(|l| l.item["name"] == name.as_str()) {
                 Some(l) => (l.server, l.original),
-                None => return Err(ApiError::new(Code::Conflict, format!("server {server:?} is disabled; enable the server to toggle its tools"))),
+                None => {
+                    return Err(ApiError::new(
+                        Code::Conflict,
+                        format!("server {server:?} is disabled; enable the server to toggle its tools"),
+                    ));
+                }
             }
         }
         Err(e) => return Err(ApiError::not_found(e.message)),
@@ -123,7 +140,13 @@ async fn patch_tool(State(st): State<Arc<AppState>>, Path(name): Path<String>, h
         .store
         .clone()
         .set_preference(SetPreferenceRequest {
-            preference: Some(Preference { server: server.clone(), kind: "tool".into(), name: original.clone(), enabled: body.enabled, updated_at: String::new() }),
+            preference: Some(Preference {
+                server: server.clone(),
+                kind: "tool".into(),
+                name: original.clone(),
+                enabled: body.enabled,
+                updated_at: String::new(),
+            }),
             actor,
         })
         .await?
@@ -144,7 +167,10 @@ async fn capabilities(State(st): State<Arc<AppState>>, Path(name): Path<String>)
     let session = st.gateway.admin_session().await;
     let mut out = json!({"server": name});
     for kind in [ListKind::Tools, ListKind::Prompts] {
-        let items = session.fetch_server(&server, kind).await.map_err(|e| ApiError::new(Code::UpstreamUnavailable, e.to_string()))?;
+        let items = session
+            .fetch_server(&server, kind)
+            .await
+            .map_err(|e| ApiError::new(Code::UpstreamUnavailable, e.to_string()))?;
         let listed: Vec<Value> = items
             .iter()
             .map(|i| {
