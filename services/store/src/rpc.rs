@@ -104,8 +104,9 @@ fn get_server_tx(t: &rusqlite::Connection, name: &str) -> Result<Option<McpServe
     Ok(t.query_row(&format!("SELECT {SERVER_COLS} FROM mcp_servers WHERE name = ?1"), [name], server_from_row).optional()?)
 }
 
-fn audit(t: &Transaction, actor: &str, action: &str, target: &str) -> Result<(), StoreError> {
-    let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+/// Appends an audit row inside the caller's transaction. `trace` is the request's trace id,
+/// read in the async handler (the writer thread has no request context).
+fn audit(t: &Transaction, trace: &str, actor: &str, action: &str, target: &str) -> Result<(), StoreError> {
     t.execute(
         "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail) VALUES (?1, ?2, ?3, ?4, 'ok', ?5, '{}')",
         params![coffer_runtime::now_rfc3339(), if actor.is_empty() { "api" } else { actor }, action, target, trace],
@@ -149,6 +150,7 @@ impl Store for StoreService {
     }
 
     async fn create_server(&self, req: Request<CreateServerRequest>) -> Result<Response<WriteServerReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         let mut s = r.server.ok_or_else(|| Status::invalid_argument("server is required"))?;
         validate_server(&s)?;
@@ -180,7 +182,7 @@ impl Store for StoreService {
                         s.updated_at
                     ],
                 )?;
-                audit(t, &r.actor, "server.create", &s.name)?;
+                audit(t, &trace, &r.actor, "server.create", &s.name)?;
                 ch.push("server", s.name.clone(), "create");
                 Ok(s)
             })
@@ -189,6 +191,7 @@ impl Store for StoreService {
     }
 
     async fn update_server(&self, req: Request<UpdateServerRequest>) -> Result<Response<WriteServerReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         let mut s = r.server.ok_or_else(|| Status::invalid_argument("server is required"))?;
         validate_server(&s)?;
@@ -225,7 +228,7 @@ impl Store for StoreService {
                 } else {
                     "server.update"
                 };
-                audit(t, &r.actor, action, &s.name)?;
+                audit(t, &trace, &r.actor, action, &s.name)?;
                 ch.push("server", s.name.clone(), "update");
                 Ok(s)
             })
@@ -234,6 +237,7 @@ impl Store for StoreService {
     }
 
     async fn delete_server(&self, req: Request<DeleteServerRequest>) -> Result<Response<WriteReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         let ((), seq) = self
             .db
@@ -244,7 +248,7 @@ impl Store for StoreService {
                 }
                 t.execute("DELETE FROM mcp_servers WHERE name = ?1", [&r.name])?;
                 t.execute("DELETE FROM capability_prefs WHERE server = ?1", [&r.name])?;
-                audit(t, &r.actor, "server.remove", &r.name)?;
+                audit(t, &trace, &r.actor, "server.remove", &r.name)?;
                 ch.push("server", r.name.clone(), "delete");
                 Ok(())
             })
@@ -277,6 +281,7 @@ impl Store for StoreService {
     }
 
     async fn set_preference(&self, req: Request<SetPreferenceRequest>) -> Result<Response<WriteReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         let p = r.preference.ok_or_else(|| Status::invalid_argument("preference is required"))?;
         validate_server_name(&p.server)
@@ -296,7 +301,7 @@ impl Store for StoreService {
                     params![p.server, p.kind, p.name, p.enabled as i64, coffer_runtime::now_rfc3339()],
                 )?;
                 let target = format!("{}/{}/{}", p.server, p.kind, p.name);
-                audit(t, &r.actor, if p.enabled { "capability.enable" } else { "capability.disable" }, &target)?;
+                audit(t, &trace, &r.actor, if p.enabled { "capability.enable" } else { "capability.disable" }, &target)?;
                 ch.push("preference", target, "set");
                 Ok(())
             })
@@ -420,6 +425,7 @@ impl Store for StoreService {
     }
 
     async fn patch_settings(&self, req: Request<PatchSettingsRequest>) -> Result<Response<WriteReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         for k in r.set.keys().chain(r.remove.iter()) {
             if k.is_empty() || k.len() > 128 {
@@ -443,7 +449,7 @@ impl Store for StoreService {
                     ch.push("settings", k.clone(), "delete");
                 }
                 let keys: Vec<&String> = r.set.keys().chain(r.remove.iter()).collect();
-                audit(t, &r.actor, "settings.update", &serde_json::to_string(&keys).expect("json"))?;
+                audit(t, &trace, &r.actor, "settings.update", &serde_json::to_string(&keys).expect("json"))?;
                 Ok(())
             })
             .await?;
