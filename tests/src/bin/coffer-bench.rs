@@ -1,0 +1,415 @@
+//! `coffer-bench`: Coffer's benchmarks (apart from the tests). Every figure is printed beside a
+//! baseline measured in the same run, with the ratio. Run with `./scripts/bench` (release
+//! build); results are recorded in `docs/BENCHMARKS.md`.
+//!
+//! Measures: cold start (no daemon → `coffer status` answered), restart time of a killed
+//! service, idle memory of all Coffer processes; `tools/call` of server-everything's `echo`
+//! through shim → gateway → stdio upstream vs the same client calling the same upstream
+//! directly over stdio (p50/p99 latency and calls/s with 1 and 16 in flight); gateway memory
+//! with 100 sessions that each listed tools; time from no daemon to the first `tools/list`
+//! answered through the shim.
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+
+/// A minimal MCP client over a child's stdio, used identically for the direct baseline and for
+/// the path through Coffer, so the ratio compares transports, not clients.
+struct StdioClient {
+    _child: tokio::process::Child,
+    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>,
+    next: AtomicU64,
+}
+
+impl StdioClient {
+    async fn spawn(program: &Path, args: &[String], env: &[(String, String)]) -> Result<Self> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .envs(env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", program.display()))?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>> = Arc::default();
+        let p2 = pending.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                if v.get("method").is_some() {
+                    continue;
+                }
+                if let Some(id) = v.get("id").and_then(Value::as_u64)
+                    && let Some(tx) = p2.lock().expect("pending").remove(&id)
+                {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        let c = Self { _child: child, stdin: tokio::sync::Mutex::new(stdin), pending, next: AtomicU64::new(1) };
+        let init = c
+            .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "coffer-bench", "version": "1"}}))
+            .await?;
+        if init.get("result").is_none() {
+            bail!("initialize failed: {init}");
+        }
+        c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await?;
+        Ok(c)
+    }
+
+    async fn send(&self, v: Value) -> Result<()> {
+        let mut s = self.stdin.lock().await;
+        s.write_all(format!("{v}\n").as_bytes()).await?;
+        s.flush().await?;
+        Ok(())
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("pending").insert(id, tx);
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
+        tokio::time::timeout(Duration::from_secs(60), rx).await.context("timeout")?.context("closed")
+    }
+}
+
+struct Stats {
+    p50_us: f64,
+    p99_us: f64,
+    per_s: f64,
+}
+
+fn stats(mut lat: Vec<Duration>, wall: Duration) -> Stats {
+    lat.sort();
+    let pick = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6;
+    Stats { p50_us: pick(0.50), p99_us: pick(0.99), per_s: lat.len() as f64 / wall.as_secs_f64() }
+}
+
+/// `total` echo calls with `inflight` concurrent callers.
+async fn echo_load(c: &Arc<StdioClient>, name: &str, total: usize, inflight: usize) -> Result<Stats> {
+    let per = total / inflight;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..inflight {
+        let c = c.clone();
+        let name = name.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let t = Instant::now();
+                let r = c
+                    .request("tools/call", json!({"name": name, "arguments": {"message": format!("m{w}-{i}")}}))
+                    .await?;
+                if r.get("result").is_none() {
+                    bail!("call failed: {r}");
+                }
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(stats(all, start.elapsed()))
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Pids of processes whose environment has `COFFER_HOME=<home>` (the daemon and its services)
+/// and of their descendants.
+fn coffer_pids(home: &Path) -> Vec<(i32, String)> {
+    let needle = format!("COFFER_HOME={}", home.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_owned();
+            out.push((pid, comm));
+        }
+    }
+    out
+}
+
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        if rest.split_whitespace().nth(1).and_then(|pp| pp.parse::<i32>().ok()) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+struct Env {
+    bins: PathBuf,
+    home: tempfile::TempDir,
+    port: u16,
+}
+
+impl Env {
+    fn new(bins: &Path) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Ok(Self { bins: bins.to_path_buf(), home: tempfile::tempdir()?, port })
+    }
+    fn vars(&self) -> Vec<(String, String)> {
+        vec![
+            ("COFFER_HOME".into(), self.home.path().display().to_string()),
+            ("COFFER_PORT".into(), self.port.to_string()),
+        ]
+    }
+    async fn coffer(&self, args: &[&str]) -> Result<std::process::Output> {
+        Ok(tokio::process::Command::new(self.bins.join("coffer")).args(args).envs(self.vars()).output().await?)
+    }
+    fn token(&self) -> Result<String> {
+        let v: Value = serde_json::from_slice(&std::fs::read(self.home.path().join("daemon.json"))?)?;
+        Ok(v["token"].as_str().context("token")?.to_owned())
+    }
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+    async fn stop(&self) {
+        let _ = self.coffer(&["daemon", "stop"]).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
+    let everything = root.join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let node = coffer_runtime::connect::which_on_path("node").context("node on PATH")?;
+    let tiny = bins.join("coffer-tiny-upstream");
+    for b in ["coffer", "coffer-daemon", "coffer-mcp-shim", "coffer-gateway", "coffer-tiny-upstream"] {
+        if !bins.join(b).exists() {
+            bail!("{} missing: run ./scripts/bench (it builds the release binaries first)", bins.join(b).display());
+        }
+    }
+    if !everything.exists() {
+        bail!("server-everything missing: run tests/peers/install.sh");
+    }
+    let http = reqwest::Client::builder().no_proxy().build()?;
+    println!("# Coffer benchmarks\n");
+    println!("binaries: {}\n", bins.display());
+
+    // 1. Cold start, 5 runs: no daemon → `coffer status` answered. Baseline: `coffer status`
+    //    against the running daemon.
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for _ in 0..5 {
+        let env = Env::new(&bins)?;
+        let t = Instant::now();
+        let out = env.coffer(&["status"]).await?;
+        cold.push(t.elapsed());
+        if !out.status.success() {
+            bail!("coffer status failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let t = Instant::now();
+        env.coffer(&["status"]).await?;
+        warm.push(t.elapsed());
+        env.stop().await;
+    }
+    cold.sort();
+    warm.sort();
+    println!("## Daemon\n");
+    println!("| measure | value | baseline (same run) | ratio |\n|---|---|---|---|");
+    println!(
+        "| cold start: no daemon → `coffer status` answered (median of 5) | {:.0} ms | warm `coffer status` {:.1} ms | {:.1}× |",
+        cold[2].as_secs_f64() * 1e3,
+        warm[2].as_secs_f64() * 1e3,
+        cold[2].as_secs_f64() / warm[2].as_secs_f64()
+    );
+
+    // 2. Restart time of each killed service; 3. idle memory.
+    let env = Env::new(&bins)?;
+    env.coffer(&["daemon", "start"]).await?;
+    let token = env.token()?;
+    let status = |http: reqwest::Client, url: String, token: String| async move {
+        http.get(url).header("X-Coffer-Token", token).send().await?.json::<Value>().await.map_err(anyhow::Error::from)
+    };
+    let procs = coffer_pids(env.home.path());
+    let idle_kib: u64 = procs.iter().map(|(p, _)| rss_kib(*p)).sum();
+    let idle_detail: Vec<String> = procs.iter().map(|(p, c)| format!("{c} {} MiB", rss_kib(*p) / 1024)).collect();
+    for svc in ["store", "chat", "retrieval", "gateway"] {
+        let s = status(http.clone(), env.url("/v1/status"), token.clone()).await?;
+        let entry =
+            s["services"].as_array().and_then(|a| a.iter().find(|x| x["name"] == svc)).cloned().context("service")?;
+        let pid = entry["pid"].as_i64().context("pid")? as i32;
+        let restarts = entry["restarts"].as_u64().unwrap_or(0);
+        let t = Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)?;
+        loop {
+            if let Ok(s) = status(http.clone(), env.url("/v1/status"), token.clone()).await
+                && let Some(e) = s["services"].as_array().and_then(|a| a.iter().find(|x| x["name"] == svc))
+                && e["state"] == "healthy"
+                && e["restarts"].as_u64().unwrap_or(0) > restarts
+            {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                bail!("{svc} did not recover");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        println!(
+            "| restart of a SIGKILLed `{svc}` until healthy in status | {:.0} ms | first backoff 100 ms | — |",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "| idle memory, all Coffer processes (RSS) | {:.1} MiB | {} | — |\n",
+        idle_kib as f64 / 1024.0,
+        idle_detail.join(", ")
+    );
+
+    // 4. echo through shim → gateway → stdio upstream vs direct stdio.
+    let reg = json!({"name": "everything", "command": node, "args": [everything, "stdio"]});
+    let r = http.post(env.url("/v1/mcp/servers")).header("X-Coffer-Token", &token).json(&reg).send().await?;
+    if !r.status().is_success() {
+        bail!("register failed: {}", r.text().await?);
+    }
+    let direct = Arc::new(StdioClient::spawn(&node, &[everything.display().to_string(), "stdio".into()], &[]).await?);
+    let shim = Arc::new(StdioClient::spawn(&bins.join("coffer-mcp-shim"), &[], &env.vars()).await?);
+    shim.request("tools/list", json!({})).await?;
+    for (c, n) in [(&direct, "echo"), (&shim, "everything__echo")] {
+        echo_load(c, n, 300, 1).await?; // warm-up
+    }
+    println!("## Gateway: `tools/call` of server-everything `echo`\n");
+    println!("| in flight | path | p50 | p99 | calls/s |\n|---|---|---|---|---|");
+    for inflight in [1usize, 16] {
+        let total = if inflight == 1 { 2000 } else { 8000 };
+        let d = echo_load(&direct, "echo", total, inflight).await?;
+        let s = echo_load(&shim, "everything__echo", total, inflight).await?;
+        println!("| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |", d.p50_us, d.p99_us, d.per_s);
+        println!("| {inflight} | shim → gateway → stdio | {:.0} µs | {:.0} µs | {:.0} |", s.p50_us, s.p99_us, s.per_s);
+        println!(
+            "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
+            s.p50_us - d.p50_us,
+            s.p50_us / d.p50_us,
+            s.p99_us / d.p99_us,
+            s.per_s / d.per_s
+        );
+    }
+    drop(shim);
+    drop(direct);
+
+    // 5. Gateway memory with 100 sessions that listed tools (tiny upstream), children apart.
+    let reg = json!({"name": "tiny", "command": tiny});
+    http.post(env.url("/v1/mcp/servers")).header("X-Coffer-Token", &token).json(&reg).send().await?;
+    http.patch(env.url("/v1/mcp/servers/everything"))
+        .header("X-Coffer-Token", &token)
+        .json(&json!({"enabled": false}))
+        .send()
+        .await?;
+    let s = status(http.clone(), env.url("/v1/status"), token.clone()).await?;
+    let gw_pid = s["services"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "gateway"))
+        .and_then(|e| e["pid"].as_i64())
+        .context("gateway pid")? as i32;
+    let before = rss_kib(gw_pid);
+    let mut sessions = Vec::new();
+    let t = Instant::now();
+    for _ in 0..100 {
+        let r = http
+            .post(env.url("/mcp"))
+            .header("X-Coffer-Token", &token)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}}))
+            .send()
+            .await?;
+        let sid = r.headers().get("mcp-session-id").context("session id")?.to_str()?.to_owned();
+        let l: Value = http
+            .post(env.url("/mcp"))
+            .header("X-Coffer-Token", &token)
+            .header("Mcp-Session-Id", &sid)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if l["result"]["tools"].as_array().map_or(0, Vec::len) < 2 {
+            bail!("tools/list through a session failed: {l}");
+        }
+        sessions.push(sid);
+    }
+    let open_s = t.elapsed();
+    let after = rss_kib(gw_pid);
+    let kids: u64 = children_of(gw_pid).iter().map(|p| rss_kib(*p)).sum();
+    println!("\n## Gateway sessions\n");
+    println!("| measure | value | baseline (same run) | ratio |\n|---|---|---|---|");
+    println!(
+        "| gateway RSS with 100 sessions that listed tools | {:.1} MiB | {:.1} MiB with none | {:.2}× (+{:.0} KiB/session) |",
+        after as f64 / 1024.0,
+        before as f64 / 1024.0,
+        after as f64 / before.max(1) as f64,
+        (after.saturating_sub(before)) as f64 / 100.0
+    );
+    println!(
+        "| upstream children of those sessions (tiny upstream), RSS | {:.1} MiB total | — | — |",
+        kids as f64 / 1024.0
+    );
+    println!(
+        "| opening 100 sessions (initialize + tools/list each, sequential) | {:.0} ms | — | {:.1} ms/session |",
+        open_s.as_secs_f64() * 1e3,
+        open_s.as_secs_f64() * 10.0
+    );
+    for sid in sessions {
+        let _ =
+            http.delete(env.url("/mcp")).header("X-Coffer-Token", &token).header("Mcp-Session-Id", sid).send().await;
+    }
+    http.patch(env.url("/v1/mcp/servers/everything"))
+        .header("X-Coffer-Token", &token)
+        .json(&json!({"enabled": true}))
+        .send()
+        .await?;
+    http.delete(env.url("/v1/mcp/servers/tiny")).header("X-Coffer-Token", &token).send().await?;
+    env.stop().await;
+
+    // 6. No daemon → first tools/list answered through the shim (server-everything registered).
+    let t = Instant::now();
+    let shim = StdioClient::spawn(&bins.join("coffer-mcp-shim"), &[], &env.vars()).await?;
+    let l = shim.request("tools/list", json!({})).await?;
+    let first = t.elapsed();
+    if l["result"]["tools"].as_array().map_or(0, Vec::len) < 2 {
+        bail!("tools/list through the shim failed: {l}");
+    }
+    let t = Instant::now();
+    shim.request("tools/list", json!({})).await?;
+    let cached = t.elapsed();
+    drop(shim);
+    println!(
+        "| no daemon → first `tools/list` through the shim (daemon + upstream start) | {:.0} ms | cached `tools/list` {:.1} ms | {:.0}× |",
+        first.as_secs_f64() * 1e3,
+        cached.as_secs_f64() * 1e3,
+        first.as_secs_f64() / cached.as_secs_f64()
+    );
+    env.stop().await;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! A tiny MCP stdio server of our own for volume, fault and benchmark runs (the real peers in
+//! `tests/peers/` prove correctness; this one is small, fast to start and scriptable).
+//!
+//! Tools: `echo {message}`, `add {a,b}`, `slow {ms}` (answers after `ms`, concurrently),
+//! `fail` (an `isError` result), `rpc_error` (a JSON-RPC error), `crash` (exits at once),
+//! `big {bytes}` (a text block of that size), `stderr {lines}` (writes to stderr),
+//! `changed` (emits `notifications/tools/list_changed`), `sample` (asks the client for
+//! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`).
+//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. `--banner` prints a non-JSON line first.
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+type Out = Arc<Mutex<std::io::Stdout>>;
+
+fn send(out: &Out, v: &Value) {
+    let mut o = out.lock().expect("stdout");
+    let _ = writeln!(o, "{v}");
+    let _ = o.flush();
+}
+
+fn text(s: impl Into<String>) -> Value {
+    json!({"content": [{"type": "text", "text": s.into()}]})
+}
+
+fn tools() -> Vec<Value> {
+    let obj = |props: Value| json!({"type": "object", "properties": props});
+    let mut t = vec![
+        json!({"name": "echo", "description": "Echoes the message", "inputSchema": obj(json!({"message": {"type": "string"}}))}),
+        json!({"name": "add", "description": "Adds two numbers", "inputSchema": obj(json!({"a": {"type": "number"}, "b": {"type": "number"}}))}),
+        json!({"name": "slow", "description": "Answers after ms milliseconds", "inputSchema": obj(json!({"ms": {"type": "integer"}}))}),
+        json!({"name": "fail", "description": "Returns an isError result", "inputSchema": obj(json!({}))}),
+        json!({"name": "rpc_error", "description": "Answers with a JSON-RPC error", "inputSchema": obj(json!({}))}),
+        json!({"name": "crash", "description": "Exits the process", "inputSchema": obj(json!({}))}),
+        json!({"name": "big", "description": "Returns a text of the given size", "inputSchema": obj(json!({"bytes": {"type": "integer"}}))}),
+        json!({"name": "stderr", "description": "Writes lines to stderr", "inputSchema": obj(json!({"lines": {"type": "integer"}}))}),
+        json!({"name": "changed", "description": "Emits tools/list_changed", "inputSchema": obj(json!({}))}),
+        json!({"name": "sample", "description": "Asks the client to sample", "inputSchema": obj(json!({}))}),
+        json!({"name": "whoami", "description": "Pid and environment", "inputSchema": obj(json!({}))}),
+    ];
+    let extra: usize = std::env::var("TINY_EXTRA_TOOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    for i in 0..extra {
+        t.push(json!({"name": format!("tool_{i}"), "description": format!("Extra tool {i}"), "inputSchema": obj(json!({}))}));
+    }
+    t
+}
+
+fn main() {
+    let out: Out = Arc::new(Mutex::new(std::io::stdout()));
+    if std::env::args().any(|a| a == "--banner") {
+        let mut o = out.lock().expect("stdout");
+        let _ = writeln!(o, "tiny-upstream starting (this line is not JSON-RPC)");
+    }
+    // Requests we sent to the client (sampling), by our id → the tool call id waiting on it.
+    let waiting: Arc<Mutex<HashMap<u64, Value>>> = Arc::default();
+    let mut next_id = 1u64;
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else { continue };
+        let id = msg.get("id").cloned();
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        let Some(method) = method else {
+            // A response to our sampling request.
+            if let Some(our) = id.as_ref().and_then(Value::as_u64)
+                && let Some(call_id) = waiting.lock().expect("waiting").remove(&our)
+            {
+                let result = msg.get("result").cloned().unwrap_or_else(|| json!({"error": msg.get("error")}));
+                send(&out, &json!({"jsonrpc": "2.0", "id": call_id, "result": text(format!("sampled: {result}"))}));
+            }
+            continue;
+        };
+        let Some(id) = id else { continue };
+        let params = msg.get("params").cloned().unwrap_or(json!({}));
+        let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+        match method.as_str() {
+            "initialize" => send(
+                &out,
+                &reply(json!({
+                    "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!("2025-06-18")),
+                    "capabilities": {"tools": {"listChanged": true}, "prompts": {}, "resources": {"subscribe": true}, "logging": {}},
+                    "serverInfo": {"name": "tiny", "version": "1"}
+                })),
+            ),
+            "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {
+                send(&out, &reply(json!({})))
+            }
+            "tools/list" => send(&out, &reply(json!({"tools": tools()}))),
+            "prompts/list" => {
+                send(&out, &reply(json!({"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]})))
+            }
+            "prompts/get" => send(
+                &out,
+                &reply(json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}]})),
+            ),
+            "resources/list" => send(&out, &reply(json!({"resources": [{"uri": "tiny://doc/1", "name": "doc1"}]}))),
+            "resources/read" => {
+                let uri = params.get("uri").cloned().unwrap_or(Value::Null);
+                send(&out, &reply(json!({"contents": [{"uri": uri, "text": "doc one"}]})));
+            }
+            "tools/call" => {
+                let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let args = params.get("arguments").cloned().unwrap_or(json!({}));
+                match name.as_str() {
+                    "echo" => send(&out, &reply(text(args.get("message").and_then(Value::as_str).unwrap_or_default()))),
+                    "add" => {
+                        let s = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+                        send(&out, &reply(text(s.to_string())));
+                    }
+                    "slow" => {
+                        let ms = args["ms"].as_u64().unwrap_or(100);
+                        let out = out.clone();
+                        std::thread::spawn(move || {
+                            std::thread::sleep(std::time::Duration::from_millis(ms));
+                            send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(format!("slept {ms} ms"))}));
+                        });
+                    }
+                    "fail" => {
+                        send(&out, &reply(json!({"content": [{"type": "text", "text": "it failed"}], "isError": true})))
+                    }
+                    "rpc_error" => send(
+                        &out,
+                        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "tiny internal error", "data": {"why": "asked to"}}}),
+                    ),
+                    "crash" => std::process::exit(3),
+                    "big" => send(&out, &reply(text("x".repeat(args["bytes"].as_u64().unwrap_or(1024) as usize)))),
+                    "stderr" => {
+                        let n = args["lines"].as_u64().unwrap_or(1000);
+                        let mut e = std::io::stderr().lock();
+                        for i in 0..n {
+                            let _ = writeln!(e, "stderr line {i} {}", "y".repeat(100));
+                        }
+                        send(&out, &reply(text(format!("wrote {n} lines"))));
+                    }
+                    "changed" => {
+                        send(&out, &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+                        send(&out, &reply(text("changed")));
+                    }
+                    "sample" => {
+                        let our = next_id;
+                        next_id += 1;
+                        waiting.lock().expect("waiting").insert(our, id.clone());
+                        send(
+                            &out,
+                            &json!({"jsonrpc": "2.0", "id": our, "method": "sampling/createMessage",
+                                "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 10}}),
+                        );
+                    }
+                    "whoami" => send(
+                        &out,
+                        &reply(text(
+                            json!({"pid": std::process::id(), "env": std::env::var("TINY_ECHO_ENV").ok(),
+                            "coffer_vars": std::env::vars().filter(|(k, _)| k.starts_with("COFFER_")).count()})
+                            .to_string(),
+                        )),
+                    ),
+                    n if n.starts_with("tool_") => send(&out, &reply(text(n.to_owned()))),
+                    other => send(
+                        &out,
+                        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": format!("Unknown tool: {other}")}}),
+                    ),
+                }
+            }
+            other => send(
+                &out,
+                &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("Method not found: {other}")}}),
+            ),
+        }
+    }
+}
