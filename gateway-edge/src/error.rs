@@ -127,9 +127,29 @@ impl From<tonic::Status> for ApiError {
                 ApiError::new(Code::ServiceUnavailable, "an internal service is restarting; retry shortly")
             }
             G::DeadlineExceeded => ApiError::new(Code::ServiceUnavailable, "an internal service did not answer in time"),
+            G::Unknown if broke_mid_call(&s) => {
+                tracing::warn!(error = %s.message(), "Internal service connection broke mid-call.");
+                ApiError::new(
+                    Code::ServiceUnavailable,
+                    "an internal service restarted mid-request; it may or may not have taken effect; retry shortly",
+                )
+            }
             _ => ApiError::internal(format!("{:?}: {}", s.code(), s.message())),
         }
     }
+}
+
+/// True when a call failed because its connection broke (the service died mid-call): tonic
+/// reports that as `Unknown` with a transport or I/O error as the source, not `UNAVAILABLE`.
+fn broke_mid_call(s: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(s);
+    while let Some(e) = source {
+        if e.is::<tonic::transport::Error>() || e.is::<std::io::Error>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// JSON body extractor whose rejections are envelopes: malformed JSON → `BAD_REQUEST`, wrong

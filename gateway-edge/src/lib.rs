@@ -35,6 +35,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(rest)
         .merge(mcp)
         .fallback(middleware::not_found)
+        .method_not_allowed_fallback(middleware::method_not_allowed)
+        .layer(axum::middleware::from_fn(middleware::body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::host_origin))
         .layer(axum::middleware::from_fn(middleware::trace))

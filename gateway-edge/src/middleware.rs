@@ -83,7 +83,8 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 /// a valid web-session cookie. `GET /v1/health` alone is open.
 pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if path == "/v1/health" {
+    // Only `GET /v1/health` (and its HEAD) is open; other methods on that path need the token.
+    if path == "/v1/health" && matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD) {
         return next.run(req).await;
     }
     if authorized(&st, req.headers()) {
@@ -116,6 +117,34 @@ fn authorized(st: &AppState, h: &HeaderMap) -> bool {
         }
     }
     false
+}
+
+/// Refuses a request whose declared `Content-Length` exceeds its route's body limit (`/mcp`
+/// 16 MiB, everything else 2 MiB) with 413 in the route's wire format, before any handler runs:
+/// a handler that never reads its body must not run for an oversized request either. A body
+/// without a declared length is bounded where it is read (`DefaultBodyLimit`).
+pub async fn body_limit(req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let is_mcp = path == "/mcp" || path.starts_with("/mcp/");
+    let limit = if is_mcp { crate::MCP_BODY_LIMIT } else { crate::REST_BODY_LIMIT };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        let message = "request body is larger than the limit";
+        if is_mcp {
+            return reject(path, Code::PayloadTooLarge, message);
+        }
+        return ApiError::new(Code::PayloadTooLarge, message)
+            .with_details(serde_json::json!({"limit_bytes": limit}))
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// Fallback for a known path with an unsupported method: 405 in the route's wire format (axum
+/// keeps its `Allow` header).
+pub async fn method_not_allowed(req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    reject(&path, Code::MethodNotAllowed, &format!("{} is not allowed on {}", req.method(), truncate(&path, 200)))
 }
 
 /// Fallback for unknown routes: 404 in the route's wire format.
