@@ -1,1 +1,8 @@
-//! End-to-end tests.
+//! End-to-end tests: Coffer's real binaries on a temporary `COFFER_HOME` (one test binary, one
+//! module per area). Run with `cargo build --workspace --bins && cargo test -p coffer-tests`.
+
+mod cli;
+mod daemon;
+mod edge;
+mod recovery;
+mod store;

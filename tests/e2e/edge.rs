@@ -1,0 +1,241 @@
+//! The public edge's wire contracts on a running daemon: authentication, Host/Origin checks,
+//! error formats (`/v1` envelope, `/mcp` JSON-RPC), body limits, `X-Coffer-Trace` on every
+//! response and in the logs, and concurrent requests.
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::Context;
+use coffer_tests::{Api, SendExt, TestHome};
+use reqwest::Method;
+
+async fn daemon() -> anyhow::Result<(TestHome, Api)> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    Ok((home, api))
+}
+
+#[tokio::test]
+async fn health_needs_no_token() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let r = api.anon(Method::GET, "/v1/health").reply().await?;
+    r.trace_id()?;
+    let body = r.ok_json()?;
+    assert_eq!(body["pid"], home.daemon_info()?.pid);
+    assert_eq!(body["version"], coffer_runtime::VERSION);
+    // Only GET /v1/health is open: nothing else under /v1 or /mcp.
+    for (m, path) in [
+        (Method::GET, "/v1/status"),
+        (Method::POST, "/v1/daemon/stop"),
+        (Method::POST, "/v1/health"),
+        (Method::GET, "/v1/health/x"),
+    ] {
+        let r = api.anon(m.clone(), path).reply().await?;
+        r.expect_envelope(401, "UNAUTHORIZED").with_context(|| format!("{m} {path}"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_or_wrong_token_is_401() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let r = api.anon(Method::GET, "/v1/status").reply().await?;
+    r.expect_envelope(401, "UNAUTHORIZED")?;
+    assert!(r.headers.contains_key("www-authenticate"), "401 names the scheme: {:?}", r.headers);
+
+    let wrong = "0".repeat(64);
+    let attempts = [
+        api.anon(Method::GET, "/v1/status").header("X-Coffer-Token", &wrong),
+        api.anon(Method::GET, "/v1/status").header("X-Coffer-Token", &api.token()[..63]),
+        api.anon(Method::GET, "/v1/status").header("X-Coffer-Token", format!("{}0", api.token())),
+        api.anon(Method::GET, "/v1/status").header("X-Coffer-Token", ""),
+        api.anon(Method::GET, "/v1/status").header("Authorization", format!("Bearer {wrong}")),
+        api.anon(Method::GET, "/v1/status").header("Authorization", format!("Basic {}", api.token())),
+        api.anon(Method::GET, "/v1/status").header("Authorization", api.token()),
+    ];
+    for (i, rb) in attempts.into_iter().enumerate() {
+        rb.reply().await?.expect_envelope(401, "UNAUTHORIZED").with_context(|| format!("attempt {i}"))?;
+    }
+
+    // /mcp answers in its own wire format: a JSON-RPC error object with id null.
+    let r = api.anon(Method::POST, "/mcp").header("Content-Type", "application/json").body("{}").reply().await?;
+    r.expect_jsonrpc_error(401)?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bearer_token_works() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let r = api.anon(Method::GET, "/v1/status").bearer_auth(api.token()).reply().await?;
+    r.trace_id()?;
+    let body = r.ok_json()?;
+    assert_eq!(body["services"].as_array().map(Vec::len), Some(4), "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn foreign_host_is_403_and_logged_with_the_trace_id() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let other_port = format!("127.0.0.1:{}", api.port() + 1);
+    for host in ["evil.com", "evil.com:80", other_port.as_str(), "127.0.0.1.evil.com"] {
+        // Even the open health route and a valid token do not help (DNS rebinding).
+        for path in ["/v1/health", "/v1/status"] {
+            let r = api.get(path).header("Host", host).reply().await?;
+            r.expect_envelope(403, "FORBIDDEN").with_context(|| format!("Host {host} {path}"))?;
+        }
+    }
+    let r = api.post("/mcp").header("Host", "evil.com").body("{}").reply().await?;
+    r.expect_jsonrpc_error(403)?;
+
+    // The refusal is logged inside the request's span, so the trace id finds it.
+    let r = api.get("/v1/status").header("Host", "evil.com").reply().await?;
+    let trace = r.trace_id()?.to_owned();
+    let line = home
+        .wait_for_log_line("gateway", &[&format!("trace_id={trace}"), "Host is not loopback"], Duration::from_secs(5))
+        .await?;
+    assert!(!line.contains(api.token()), "the token is never logged: {line}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn foreign_origin_is_403_and_own_origin_is_allowed() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let port = api.port();
+    let foreign = [
+        "http://evil.com".to_owned(),
+        "null".to_owned(),
+        format!("https://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{}", port + 1),
+        format!("http://127.0.0.1:{port}.evil.com"),
+        format!("http://evil.com:{port}"),
+    ];
+    for origin in &foreign {
+        let r = api.get("/v1/status").header("Origin", origin).reply().await?;
+        r.expect_envelope(403, "FORBIDDEN").with_context(|| format!("Origin {origin}"))?;
+    }
+    let r = api.post("/mcp").header("Origin", "http://evil.com").body("{}").reply().await?;
+    r.expect_jsonrpc_error(403)?;
+
+    for origin in [format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}")] {
+        let r = api.get("/v1/status").header("Origin", &origin).reply().await?;
+        r.trace_id()?;
+        r.ok_json().with_context(|| format!("Origin {origin}"))?;
+    }
+    // Host may be any loopback name with our port.
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "localhost".to_owned()] {
+        api.get("/v1/status").header("Host", &host).reply().await?.ok_json().with_context(|| format!("Host {host}"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn unknown_route_is_404_envelope() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    for (m, path) in
+        [(Method::GET, "/v1/nope"), (Method::GET, "/nope"), (Method::DELETE, "/v1/health/extra"), (Method::POST, "/v1")]
+    {
+        let r = api.request(m.clone(), path).reply().await?;
+        let err = r.expect_envelope(404, "NOT_FOUND").with_context(|| format!("{m} {path}"))?;
+        assert!(err["message"].as_str().is_some_and(|s| s.contains(path)), "message names the path: {err}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_envelope() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    for (m, path) in [(Method::PUT, "/v1/status"), (Method::DELETE, "/v1/daemon/stop"), (Method::POST, "/v1/health")] {
+        let r = api.request(m.clone(), path).reply().await?;
+        r.expect_envelope(405, "METHOD_NOT_ALLOWED").with_context(|| format!("{m} {path}"))?;
+        assert!(r.headers.contains_key("allow"), "{m} {path}: 405 names the allowed methods: {:?}", r.headers);
+    }
+    Ok(())
+}
+
+/// The body limits (`/v1` 2 MiB, `/mcp` 16 MiB) apply before any handler runs: a request that
+/// declares a larger body is refused on its headers alone, in the route's wire format. (The
+/// requests are written by hand and send no body: a client that writes a large body which the
+/// server refuses early may see a broken pipe instead of the response.)
+#[tokio::test]
+async fn body_over_the_limit_is_413_before_the_handler() -> anyhow::Result<()> {
+    const REST_LIMIT: usize = 2 * 1024 * 1024;
+    const MCP_LIMIT: usize = 16 * 1024 * 1024;
+    let (_home, api) = daemon().await?;
+    let before = api.service("store").await?;
+    let len = |n: usize| [("Content-Type", "application/json".to_owned()), ("Content-Length", n.to_string())];
+
+    // A POST route that exists and ignores its body: the oversized request must not restart the store.
+    let r = api.raw("POST", "/v1/daemon/services/store/restart", &len(REST_LIMIT + 1), b"").await?;
+    let err = r.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
+    assert_eq!(err["details"]["limit_bytes"], REST_LIMIT, "{err}");
+    let after = api.service("store").await?;
+    assert_eq!((&after["pid"], &after["restarts"]), (&before["pid"], &before["restarts"]), "the handler did not run");
+
+    // Exactly at the limit the handler runs (and answers 404 for an unknown service).
+    let r = api.raw("POST", "/v1/daemon/services/nope/restart", &len(REST_LIMIT), b"").await?;
+    r.expect_envelope(404, "NOT_FOUND")?;
+
+    // /mcp: 16 MiB, and the error is a JSON-RPC object.
+    let r = api.raw("POST", "/mcp", &len(MCP_LIMIT + 1), b"{").await?;
+    let err = r.expect_jsonrpc_error(413)?;
+    assert_eq!(err["code"], -32600, "invalid request: {err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_response_carries_a_fresh_trace_id() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let requests = vec![
+        api.anon(Method::GET, "/v1/health"),
+        api.get("/v1/health"),
+        api.get("/v1/status"),
+        api.anon(Method::GET, "/v1/status"),
+        api.get("/v1/missing"),
+        api.get("/v1/status").header("Host", "evil.com"),
+        api.get("/v1/status").header("Origin", "http://evil.com"),
+        api.post("/v1/daemon/services/nope/restart"),
+        api.post("/v1/daemon/services/gateway/restart"),
+        api.request(Method::PUT, "/v1/status"),
+        api.post("/mcp").body("{}"),
+        api.anon(Method::POST, "/mcp").body("{}"),
+    ];
+    let mut seen = HashSet::new();
+    for (i, rb) in requests.into_iter().enumerate() {
+        let r = rb.reply().await?;
+        let id = r.trace_id().with_context(|| format!("request {i} ({})", r.status))?;
+        assert!(seen.insert(id.to_owned()), "trace id {id} reused");
+    }
+    Ok(())
+}
+
+/// The trace id crosses the process boundary: `POST /v1/daemon/stop` makes the edge call the
+/// supervisor's control RPC, which logs inside a span carrying the same id.
+#[tokio::test]
+async fn trace_id_reaches_the_supervisor_log() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let r = api.post("/v1/daemon/stop").reply().await?;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let trace = r.trace_id()?.to_owned();
+    home.wait_for_log_line("daemon", &[&format!("trace_id={trace}"), "Stop requested"], Duration::from_secs(5)).await?;
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    assert!(!home.daemon_json_path().exists(), "daemon.json removed after stop");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_concurrent_status_requests_succeed() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let api = api.clone();
+        set.spawn(async move { api.get("/v1/status").reply().await });
+    }
+    let mut ids = HashSet::new();
+    while let Some(r) = set.join_next().await {
+        let r = r??;
+        let body = r.ok_json()?;
+        assert_eq!(body["services"].as_array().map(Vec::len), Some(4));
+        ids.insert(r.trace_id()?.to_owned());
+    }
+    assert_eq!(ids.len(), 50, "distinct trace ids");
+    Ok(())
+}
