@@ -1,2 +1,56 @@
-//! placeholder
-fn main() {}
+//! `coffer-mcp-shim`: the stdio MCP server that MCP clients launch. A thin wrapper around the
+//! `coffer_shim` library: logging to stderr, signals, detect-or-spawn, run until stdin ends.
+#![deny(clippy::print_stdout)]
+
+use std::process::ExitCode;
+
+use coffer_shim::{Config, DaemonConnector};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    // stdout is the protocol: logs go to stderr only (the MCP client usually keeps it).
+    coffer_runtime::logging::init_stderr("warn");
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            tracing::error!(error = %err, "Cannot start the async runtime.");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let on_signal = shutdown.clone();
+        let (mut term, mut int) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+        tokio::spawn(async move {
+            match (term.as_mut(), int.as_mut()) {
+                (Ok(term), Ok(int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                    on_signal.cancel();
+                }
+                _ => tracing::warn!("Cannot watch SIGTERM/SIGINT; the shim ends with stdin only."),
+            }
+        });
+        coffer_shim::run(
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+            DaemonConnector::from_env(),
+            Config::default(),
+            shutdown,
+        )
+        .await
+    });
+    // A read of stdin may still block in tokio's blocking pool (after a signal); do not wait
+    // for it. The daemon is never stopped by the shim's exit.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "coffer-mcp-shim stopped.");
+            ExitCode::FAILURE
+        }
+    }
+}

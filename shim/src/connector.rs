@@ -1,0 +1,80 @@
+//! Where the daemon is: the [`Connector`] seam between the bridge and detect-or-spawn, so tests
+//! can point the shim at a stand-in `/mcp` server.
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use coffer_runtime::home::CofferHome;
+use secrecy::SecretString;
+
+/// Any error a [`Connector`] reports; the shim only shows its message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How to reach the daemon's public HTTP edge.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `http://127.0.0.1:<port>`, without a trailing slash.
+    pub base_url: String,
+    /// The public token, sent as `X-Coffer-Token` on every request.
+    pub token: SecretString,
+    /// The client to send with (loopback: no proxy, no TLS).
+    pub http: reqwest::Client,
+}
+
+impl Endpoint {
+    /// An endpoint at `base_url` using [`coffer_runtime::connect::http_client`].
+    pub fn new(base_url: impl Into<String>, token: SecretString) -> Self {
+        Self { base_url: base_url.into(), token, http: coffer_runtime::connect::http_client() }
+    }
+
+    /// The MCP endpoint, `{base_url}/mcp`.
+    pub(crate) fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base_url.trim_end_matches('/'))
+    }
+}
+
+/// Finds (or starts) the daemon. The shim calls it before it forwards the first message and
+/// again whenever the daemon connection or the MCP session was lost.
+pub trait Connector: Send + Sync + 'static {
+    /// Returns how to reach a running daemon.
+    ///
+    /// # Errors
+    /// Any error that means the daemon cannot be reached; the shim answers the message that
+    /// needed it with a JSON-RPC error (-32001) carrying this error's text.
+    fn connect(&self) -> impl Future<Output = Result<Endpoint, BoxError>> + Send;
+}
+
+/// The production connector: detect-or-spawn on `COFFER_HOME` (see
+/// [`coffer_runtime::connect::detect_or_spawn`]), starting `coffer-daemon` when none runs.
+pub struct DaemonConnector {
+    home: Result<CofferHome, String>,
+    warned_version: AtomicBool,
+}
+
+impl DaemonConnector {
+    /// A connector for `COFFER_HOME` (default `~/.coffer`). A home that cannot be determined is
+    /// reported on each connection attempt rather than here, so the shim still answers the
+    /// client with a JSON-RPC error.
+    pub fn from_env() -> Self {
+        Self { home: CofferHome::from_env().map_err(|e| e.to_string()), warned_version: AtomicBool::new(false) }
+    }
+
+    /// A connector for an explicit home.
+    pub fn new(home: CofferHome) -> Self {
+        Self { home: Ok(home), warned_version: AtomicBool::new(false) }
+    }
+}
+
+impl Connector for DaemonConnector {
+    async fn connect(&self) -> Result<Endpoint, BoxError> {
+        let home = self.home.as_ref().map_err(|e| BoxError::from(e.clone()))?;
+        let daemon = coffer_runtime::connect::detect_or_spawn(home).await?;
+        if daemon.version_mismatch() && !self.warned_version.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                shim_version = coffer_runtime::VERSION,
+                daemon_version = %daemon.info.version,
+                "The running coffer-daemon is another version than this shim; run `coffer daemon restart` to use one version."
+            );
+        }
+        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http: daemon.http })
+    }
+}

@@ -1,0 +1,490 @@
+//! Drives the shim library over in-memory stdio against a fake `/mcp` server on real loopback
+//! HTTP ([`fake_mcp`]), bypassing detect-or-spawn with a test connector.
+mod fake_mcp;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_shim::{BoxError, Config, Connector, Endpoint, ShimError};
+use fake_mcp::{FakeMcp, PROTOCOL};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A connector the test points at whichever fake "daemon" is current.
+#[derive(Clone)]
+struct TestConnector {
+    endpoint: Arc<Mutex<Option<Endpoint>>>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl TestConnector {
+    fn new(endpoint: Option<Endpoint>) -> Self {
+        Self { endpoint: Arc::new(Mutex::new(endpoint)), calls: Arc::new(AtomicUsize::new(0)) }
+    }
+    fn point_at(&self, endpoint: Endpoint) {
+        *self.endpoint.lock().unwrap() = Some(endpoint);
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Connector for TestConnector {
+    async fn connect(&self) -> Result<Endpoint, BoxError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.endpoint.lock().unwrap().clone().ok_or_else(|| "no daemon in this test".into())
+    }
+}
+
+/// The shim running on in-memory stdin/stdout.
+struct Shim {
+    stdin: Option<DuplexStream>,
+    stdout: Lines<BufReader<DuplexStream>>,
+    task: JoinHandle<Result<(), ShimError>>,
+    shutdown: CancellationToken,
+}
+
+impl Shim {
+    fn start(connector: TestConnector) -> Self {
+        Self::start_with(connector, Config::default())
+    }
+
+    fn start_with(connector: TestConnector, config: Config) -> Self {
+        let (stdin, shim_in) = tokio::io::duplex(64 * 1024);
+        let (shim_out, stdout) = tokio::io::duplex(1024 * 1024);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(coffer_shim::run(shim_in, shim_out, connector, config, shutdown.clone()));
+        Self { stdin: Some(stdin), stdout: BufReader::new(stdout).lines(), task, shutdown }
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.send_raw(format!("{message}\n").as_bytes()).await;
+    }
+
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).await.expect("write stdin");
+        stdin.flush().await.expect("flush stdin");
+    }
+
+    /// The next stdout line, which must be one JSON value.
+    async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(WAIT, self.stdout.next_line())
+            .await
+            .expect("timed out waiting for a stdout line")
+            .expect("read stdout")
+            .expect("stdout ended early");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
+    }
+
+    /// The next `n` lines, keyed by their `id` (or `method` for notifications).
+    async fn recv_n(&mut self, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(self.recv().await);
+        }
+        out
+    }
+
+    /// Closes stdin, asserts nothing more is written to stdout, and that `run` returns Ok.
+    async fn finish(mut self) {
+        drop(self.stdin.take());
+        let rest = tokio::time::timeout(WAIT, self.stdout.next_line()).await.expect("stdout closes").expect("read");
+        assert_eq!(rest, None, "unexpected stdout line after EOF");
+        let result = tokio::time::timeout(WAIT, self.task).await.expect("shim stops").expect("shim task");
+        result.expect("run returns Ok");
+    }
+}
+
+fn initialize_request(id: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "initialize",
+        "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "test-client", "version": "1.0"}},
+    })
+}
+
+/// Runs the initialize handshake and returns the session id the fake assigned.
+async fn handshake(shim: &mut Shim, fake: &FakeMcp) -> String {
+    shim.send(initialize_request(json!(0))).await;
+    let reply = shim.recv().await;
+    assert_eq!(reply["id"], json!(0));
+    assert_eq!(reply["result"]["protocolVersion"], json!(PROTOCOL));
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    fake.wait_until("notifications/initialized", |s| !s.posts_of("notifications/initialized").is_empty()).await;
+    let sid = fake.with(|s| s.posts_of("notifications/initialized").last().unwrap().session.clone());
+    let sid = sid.expect("initialized carries the session id");
+    // Then the shim opens the server stream (unless the fake refuses it with 405).
+    fake.wait_until("GET /mcp", |s| s.listening(&sid) || !s.get_allowed).await;
+    sid
+}
+
+fn echo(id: i64, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "echo", "params": params})
+}
+
+#[tokio::test]
+async fn passes_requests_and_responses_through() {
+    let fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    let sid = handshake(&mut shim, &fake).await;
+
+    shim.send(echo(1, json!({"text": "a\nb", "n": 1}))).await;
+    // The fake pretty-prints this body over several lines; stdout gets it as one line.
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"echo": {"text": "a\nb", "n": 1}}}));
+
+    fake.with(|s| {
+        let init = &s.posts_of("initialize")[0];
+        assert_eq!(init.session, None, "initialize is sent without a session id");
+        assert_eq!(init.protocol_version, None);
+        assert_eq!(init.id, Some(json!(0)), "the client's own initialize goes through unchanged");
+        let call = &s.posts_of("echo")[0];
+        assert_eq!(call.session.as_deref(), Some(sid.as_str()));
+        assert_eq!(call.protocol_version.as_deref(), Some(PROTOCOL));
+        assert_eq!(call.content_type.as_deref(), Some("application/json"));
+        let accept = call.accept.as_deref().unwrap_or_default();
+        assert!(accept.contains("application/json") && accept.contains("text/event-stream"), "{accept}");
+    });
+    assert_eq!(connector.calls(), 1, "detect-or-spawn once");
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_requests_answer_out_of_order() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 1, "method": "wait", "params": {"gate": "a"}})).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 2, "method": "wait", "params": {"gate": "b"}})).await;
+    // Both are at the server at once: the shim does not serialize POSTs.
+    fake.wait_until("both waits in flight", |s| s.posts_of("wait").len() == 2).await;
+    fake.release("b");
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 2, "result": {"gate": "b"}}));
+    fake.release("a");
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"gate": "a"}}));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn sse_response_writes_server_messages_before_the_response() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 5, "method": "stream"})).await;
+    let lines = shim.recv_n(3).await;
+    assert_eq!(lines[0]["method"], json!("notifications/message"));
+    assert_eq!(lines[1], json!({"jsonrpc": "2.0", "id": "srv-1", "method": "roots/list"}));
+    assert_eq!(
+        lines[2],
+        json!({"jsonrpc": "2.0", "id": 5, "result": {"content": [{"type": "text", "text": "done\nline 2"}]}})
+    );
+    // The client answers the server's request: forwarded, accepted with 202, nothing on stdout.
+    shim.send(json!({"jsonrpc": "2.0", "id": "srv-1", "result": {"roots": []}})).await;
+    fake.wait_until("the client's response", |s| s.posts().any(|p| p.id == Some(json!("srv-1")))).await;
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn broken_response_stream_resumes_with_last_event_id() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    let sid = handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 8, "method": "drop"})).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 8, "result": {"resumed": true}}));
+    let expected = format!("{sid}-d-0");
+    fake.with(|s| assert!(s.gets().iter().any(|g| g.last_event_id.as_deref() == Some(expected.as_str()))));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn session_404_fails_in_flight_requests_then_reinitializes() {
+    let fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    let first = handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 10, "method": "hang"})).await;
+    fake.wait_until("hang in flight", |s| !s.posts_of("hang").is_empty()).await;
+    fake.kill_session(&first);
+    shim.send(echo(11, json!({}))).await;
+
+    // Both the request that met the 404 and the one hanging on its stream fail at once.
+    let mut errors = shim.recv_n(2).await;
+    errors.sort_by_key(|e| e["id"].as_i64());
+    for (e, id) in errors.iter().zip([10, 11]) {
+        assert_eq!(e["id"], json!(id));
+        assert_eq!(e["error"]["code"], json!(-32001), "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains("Coffer daemon") && message.contains("retried"), "{message}");
+    }
+
+    // The next request re-initializes transparently and works on the new session.
+    shim.send(echo(12, json!({"again": true}))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 12, "result": {"echo": {"again": true}}}));
+    fake.with(|s| {
+        let inits = s.posts_of("initialize");
+        assert_eq!(inits.len(), 2);
+        let (original, replay) = (&inits[0].body, &inits[1].body);
+        assert_eq!(replay["params"], original["params"], "the client's initialize is replayed");
+        assert_ne!(replay["id"], original["id"], "with a fresh id");
+        assert_eq!(inits[1].session, None);
+        let initialized = s.posts_of("notifications/initialized");
+        assert_eq!(initialized.len(), 2);
+        let second = initialized[1].session.clone().unwrap();
+        assert_ne!(second, first);
+        assert_eq!(s.posts_of("echo").last().unwrap().session.as_deref(), Some(second.as_str()));
+    });
+    assert_eq!(connector.calls(), 2, "detect-or-spawn again after the loss");
+    // The replayed initialize's answer was swallowed: nothing else is on stdout.
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn daemon_death_fails_in_flight_requests_then_respawns() {
+    let mut fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 20, "method": "hang"})).await;
+    fake.wait_until("hang in flight", |s| !s.posts_of("hang").is_empty()).await;
+    fake.kill();
+    let error = shim.recv().await;
+    assert_eq!(error["id"], json!(20));
+    assert_eq!(error["error"]["code"], json!(-32001));
+
+    // "Re-spawn": detect-or-spawn now finds a new daemon.
+    let second = FakeMcp::start();
+    connector.point_at(second.endpoint());
+    shim.send(echo(21, json!({"after": "restart"}))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 21, "result": {"echo": {"after": "restart"}}}));
+    second.with(|s| {
+        assert_eq!(s.posts_of("initialize").len(), 1, "initialize replayed on the new daemon");
+        assert_eq!(s.posts_of("notifications/initialized").len(), 1);
+    });
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn refused_connection_fails_the_request_then_recovers() {
+    let mut fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+    fake.kill();
+
+    shim.send(echo(30, json!({}))).await;
+    let error = shim.recv().await;
+    assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (json!(30), json!(-32001)));
+
+    let second = FakeMcp::start();
+    connector.point_at(second.endpoint());
+    shim.send(echo(31, json!({}))).await;
+    assert_eq!(shim.recv().await["result"], json!({"echo": {}}));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn unreachable_daemon_is_a_json_rpc_error() {
+    let mut shim = Shim::start(TestConnector::new(None));
+    shim.send(initialize_request(json!("init"))).await;
+    let error = shim.recv().await;
+    assert_eq!(error["id"], json!("init"));
+    assert_eq!(error["error"]["code"], json!(-32001));
+    assert!(error["error"]["data"]["reason"].as_str().unwrap().contains("no daemon"));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn oversized_lines_are_rejected_and_the_shim_continues() {
+    let fake = FakeMcp::start();
+    let config = Config { max_frame_bytes: 1024, ..Config::default() };
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    handshake(&mut shim, &fake).await;
+
+    let big = echo(40, json!({"pad": "x".repeat(4096)}));
+    shim.send(big).await;
+    let error = shim.recv().await;
+    assert_eq!(error["id"], json!(40));
+    assert_eq!(error["error"]["code"], json!(-32600));
+
+    shim.send_raw(format!("[{}]\n", "1,".repeat(2000)).as_bytes()).await;
+    let error = shim.recv().await;
+    assert_eq!(error["id"], Value::Null);
+    assert_eq!(error["error"]["code"], json!(-32600));
+
+    shim.send(echo(41, json!({"small": true}))).await;
+    assert_eq!(shim.recv().await["id"], json!(41));
+    fake.with(|s| assert!(s.posts().all(|p| p.id != Some(json!(40))), "the oversized line never reached the daemon"));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn default_frame_limit_accepts_large_messages() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+    let pad = "y".repeat(4 * 1024 * 1024);
+    shim.send(echo(42, json!({"pad": pad}))).await;
+    let reply = shim.recv().await;
+    assert_eq!(reply["result"]["echo"]["pad"].as_str().map(str::len), Some(pad.len()), "{:.300}", reply.to_string());
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn malformed_lines_get_errors_and_the_shim_continues() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+
+    shim.send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \n").await;
+    let error = shim.recv().await;
+    assert_eq!(
+        error,
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": error["error"]["message"]}})
+    );
+
+    shim.send_raw(b"42\n\n   \n").await;
+    let error = shim.recv().await;
+    assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (Value::Null, json!(-32600)));
+
+    shim.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":3}\r\n").await;
+    let error = shim.recv().await;
+    assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (json!(3), json!(-32600)));
+
+    shim.send(echo(2, json!("still here"))).await;
+    assert_eq!(shim.recv().await["result"], json!({"echo": "still here"}));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn http_error_bodies_pass_through_with_the_request_id() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 50, "method": "error"})).await;
+    assert_eq!(
+        shim.recv().await,
+        json!({"jsonrpc": "2.0", "id": 50, "error": {"code": -32602, "message": "bad params"}})
+    );
+    shim.send(json!({"jsonrpc": "2.0", "id": 51, "method": "stream_error"})).await;
+    let lines = shim.recv_n(2).await;
+    assert_eq!(lines[0]["method"], json!("notifications/message"));
+    assert_eq!(lines[1], json!({"jsonrpc": "2.0", "id": 51, "error": {"code": -32603, "message": "internal error"}}));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn batches_are_split_and_answered_as_one_array() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+    let batch = json!([
+        echo(60, json!("a")),
+        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+        echo(61, json!("b")),
+    ]);
+    shim.send(batch).await;
+    let reply = shim.recv().await;
+    let mut ids: Vec<i64> =
+        reply.as_array().expect("a batch answer").iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [60, 61]);
+    fake.with(|s| assert_eq!(s.posts_of("notifications/roots/list_changed").len(), 1));
+
+    shim.send_raw(b"[]\n").await;
+    assert_eq!(shim.recv().await["error"]["code"], json!(-32600));
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn server_stream_is_copied_and_resumed() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    let sid = handshake(&mut shim, &fake).await;
+
+    fake.wait_until("GET stream connected", |s| s.listening(&sid)).await;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    let event = fake.push(&sid, &note);
+    assert_eq!(shim.recv().await, note);
+
+    // The server ends the stream; the shim reconnects (after the server's `retry: 10`) with
+    // the last event id, and the new stream works.
+    fake.end_get_stream(&sid);
+    fake.wait_until("GET reconnected", |s| s.gets().len() >= 2 && s.listening(&sid)).await;
+    fake.with(|s| {
+        let gets = s.gets();
+        assert_eq!(gets[0].last_event_id, None);
+        assert_eq!(gets[1].last_event_id.as_deref(), Some(event.as_str()));
+        assert_eq!(gets[1].session.as_deref(), Some(sid.as_str()));
+        assert_eq!(gets[1].accept.as_deref(), Some("text/event-stream"));
+    });
+    let ask = json!({"jsonrpc": "2.0", "id": "srv-9", "method": "sampling/createMessage", "params": {}});
+    fake.push(&sid, &ask);
+    assert_eq!(shim.recv().await, ask);
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn get_405_means_no_server_stream() {
+    let fake = FakeMcp::start();
+    fake.refuse_get();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+    fake.wait_until("GET tried", |s| !s.gets().is_empty()).await;
+    shim.send(echo(70, json!(1))).await;
+    assert_eq!(shim.recv().await["id"], json!(70));
+    fake.with(|s| assert_eq!(s.gets().len(), 1));
+    shim.finish().await;
+    fake.with(|s| assert_eq!(s.gets().len(), 1, "405 is not retried"));
+}
+
+#[tokio::test]
+async fn eof_ends_the_session_with_delete() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    let sid = handshake(&mut shim, &fake).await;
+    shim.finish().await;
+    fake.with(|s| {
+        let deletes = s.deletes();
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].session.as_deref(), Some(sid.as_str()));
+    });
+}
+
+#[tokio::test]
+async fn eof_lets_in_flight_requests_finish() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 80, "method": "wait", "params": {"gate": "late"}})).await;
+    fake.wait_until("wait in flight", |s| !s.posts_of("wait").is_empty()).await;
+    drop(shim.stdin.take());
+    fake.release("late");
+    assert_eq!(shim.recv().await["id"], json!(80));
+    shim.finish().await;
+    fake.with(|s| assert_eq!(s.deletes().len(), 1));
+}
+
+#[tokio::test]
+async fn shutdown_signal_stops_at_once_and_deletes_the_session() {
+    let fake = FakeMcp::start();
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    let sid = handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 90, "method": "hang"})).await;
+    fake.wait_until("hang in flight", |s| !s.posts_of("hang").is_empty()).await;
+    shim.shutdown.cancel();
+    let result = tokio::time::timeout(WAIT, &mut shim.task).await.expect("stops").expect("task");
+    result.expect("run returns Ok");
+    fake.with(|s| assert_eq!(s.deletes()[0].session.as_deref(), Some(sid.as_str())));
+}
