@@ -6,6 +6,7 @@
 //! a web-session cookie; `Host` must be loopback and `Origin` (when present) our own; every
 //! response carries `X-Coffer-Trace`.
 
+pub mod credentials;
 pub mod error;
 pub mod mcp;
 pub mod middleware;
@@ -37,8 +38,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::body_limit))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::host_origin))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::auth,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::host_origin,
+        ))
         .layer(axum::middleware::from_fn(middleware::trace))
         .with_state(state)
 }
@@ -46,7 +53,8 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub use state::AppState;
 
 fn env(var: &'static str) -> anyhow::Result<String> {
-    std::env::var(var).map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
+    std::env::var(var)
+        .map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
 }
 
 /// Runs the edge until `shutdown`: stops accepting, drains in-flight requests (bounded), ends
@@ -60,18 +68,32 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let internal = coffer_runtime::grpc::internal_token_from_env()?;
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
-    let store = coffer_proto::store::store_client::StoreClient::new(coffer_runtime::grpc::channel(&env(cenv::STORE_ADDR)?, &internal)?)
-        .max_decoding_message_size(64 * 1024 * 1024);
-    let control = coffer_proto::control::control_client::ControlClient::new(coffer_runtime::grpc::channel(&env(cenv::CONTROL_ADDR)?, &internal)?);
-    let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let store = coffer_proto::store::store_client::StoreClient::new(coffer_runtime::grpc::channel(
+        &env(cenv::STORE_ADDR)?,
+        &internal,
+    )?)
+    .max_decoding_message_size(64 * 1024 * 1024);
+    let control = coffer_proto::control::control_client::ControlClient::new(
+        coffer_runtime::grpc::channel(&env(cenv::CONTROL_ADDR)?, &internal)?,
+    );
+    let pid: u32 = std::env::var(cenv::SUPERVISOR_PID)
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
 
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
-    let gateway = mcp::Gateway::new(home.clone(), store.clone(), snapshot.clone(), shutdown.clone());
+    let gateway = mcp::Gateway::new(
+        home.clone(),
+        store.clone(),
+        snapshot.clone(),
+        shutdown.clone(),
+    );
     let state = Arc::new(AppState {
         public_token,
         port,
         pid,
-        started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
+        started_at: std::env::var(cenv::STARTED_AT)
+            .unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
         store,
         control,
         snapshot,
@@ -81,12 +103,23 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
         shutdown: shutdown.clone(),
     });
 
-    let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(grpc, internal, tonic::service::Routes::default(), shutdown.clone()));
+    let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(
+        grpc,
+        internal,
+        tonic::service::Routes::default(),
+        shutdown.clone(),
+    ));
     tracing::info!(port, "Edge listening.");
     let app = router(state);
     let drain = shutdown.clone();
+    let gw = gateway.clone();
+    // On shutdown, end every MCP session first: their GET streams close, so the graceful drain
+    // does not wait on long-lived SSE connections, and upstream children are terminated.
     axum::serve(public, app.into_make_service())
-        .with_graceful_shutdown(async move { drain.cancelled().await })
+        .with_graceful_shutdown(async move {
+            drain.cancelled().await;
+            gw.close_all().await;
+        })
         .await?;
     gateway.close_all().await;
     let _ = grpc_task.await;

@@ -4,5 +4,6 @@
 mod cli;
 mod daemon;
 mod edge;
+mod gateway;
 mod recovery;
 mod store;

@@ -31,6 +31,7 @@
 
 pub mod bins;
 pub mod http;
+pub mod mcp;
 pub mod ports;
 pub mod procs;
 pub mod wait;

@@ -7,7 +7,7 @@
 //! `changed` (emits `notifications/tools/list_changed`), `sample` (asks the client for
 //! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`).
 //! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. `--banner` prints a non-JSON line first.
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -99,8 +99,15 @@ fn main() {
             ),
             "resources/list" => send(&out, &reply(json!({"resources": [{"uri": "tiny://doc/1", "name": "doc1"}]}))),
             "resources/read" => {
-                let uri = params.get("uri").cloned().unwrap_or(Value::Null);
-                send(&out, &reply(json!({"contents": [{"uri": uri, "text": "doc one"}]})));
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
+                if uri == "tiny://doc/1" {
+                    send(&out, &reply(json!({"contents": [{"uri": uri, "text": "doc one"}]})));
+                } else {
+                    send(
+                        &out,
+                        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002, "message": format!("Resource not found: {uri}")}}),
+                    );
+                }
             }
             "tools/call" => {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -113,6 +120,7 @@ fn main() {
                     }
                     "slow" => {
                         let ms = args["ms"].as_u64().unwrap_or(100);
+                        eprintln!("slow {ms} started");
                         let out = out.clone();
                         std::thread::spawn(move || {
                             std::thread::sleep(std::time::Duration::from_millis(ms));

@@ -1,0 +1,472 @@
+//! The MCP gateway end to end over `/mcp` (Streamable HTTP) with real upstream processes: the
+//! pinned `server-everything` for correctness, our tiny upstream for volume and faults.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use coffer_tests::mcp::{McpSession, mcp_post, register_everything, register_tiny};
+use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
+use serde_json::{Value, json};
+
+/// Processes of our tiny upstream belonging to this home.
+fn tiny_pids(home: &TestHome) -> Vec<i32> {
+    home.processes().into_iter().filter(|p| p.name == "coffer-tiny-upstream").map(|p| p.pid).collect()
+}
+
+fn upstream_records(home: &TestHome) -> usize {
+    home.pid_records().into_iter().filter(|r| r.kind == "upstream").count()
+}
+
+fn error_code(v: &Value) -> Option<i64> {
+    v["error"]["code"].as_i64()
+}
+
+fn text_of(v: &Value) -> String {
+    v["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn invocations(api: &Api, query: &str) -> anyhow::Result<Vec<Value>> {
+    let v = api.get(&format!("/v1/invocations?{query}")).reply().await?.ok_json()?;
+    Ok(v["items"].as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn everything_main_path_list_call_disable_and_log() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_everything(&api, "everything").await?;
+    let s = McpSession::latest(&api).await?;
+    let names = s.tool_names().await?;
+    ensure!(names.contains(&"everything__echo".to_owned()), "{names:?}");
+    ensure!(names.contains(&"coffer__search_tools".to_owned()), "{names:?}");
+    ensure!(
+        names.iter().all(|n| n.len() <= 51 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+    );
+
+    // Verbatim: exactly what server-everything answers directly.
+    let r = s.tool("everything__echo", json!({"message": "hello coffer"})).await?;
+    assert_eq!(r["result"], json!({"content": [{"type": "text", "text": "Echo: hello coffer"}]}));
+
+    // Built-in search finds it.
+    let found = s.tool("coffer__search_tools", json!({"query": "echo"})).await?;
+    ensure!(text_of(&found).contains("everything__echo"), "{found}");
+
+    // Disable through REST: read-your-writes, absent from the list, refused with TOOL_DISABLED.
+    let p = api
+        .request(reqwest::Method::PATCH, "/v1/tools/everything__echo")
+        .json(&json!({"enabled": false}))
+        .reply()
+        .await?;
+    ensure!(p.status == 200, "{}", p.text);
+    ensure!(!s.tool_names().await?.contains(&"everything__echo".to_owned()));
+    let r = s.tool("everything__echo", json!({"message": "x"})).await?;
+    assert_eq!(error_code(&r), Some(-32000), "{r}");
+    assert_eq!(r["error"]["message"], "Tool everything__echo is disabled");
+    assert_eq!(r["error"]["data"]["server"], "everything");
+
+    // The invocation log has both calls (written in batches, so wait), never the arguments.
+    let rows = wait_for("invocations to be written", Duration::from_secs(10), || async {
+        let rows = invocations(&api, "target=everything__echo").await?;
+        Ok((rows.len() >= 2).then_some(rows))
+    })
+    .await?;
+    let outcomes: Vec<&str> = rows.iter().filter_map(|r| r["outcome"].as_str()).collect();
+    ensure!(outcomes.contains(&"ok") && outcomes.contains(&"disabled"), "{outcomes:?}");
+    ensure!(rows.iter().all(|r| r["session_id"] == s.id.as_str() && r["server"] == "everything"));
+    ensure!(!serde_json::to_string(&rows)?.contains("hello coffer"), "arguments never stored");
+
+    // Re-enable: works again.
+    api.request(reqwest::Method::PATCH, "/v1/tools/everything__echo").json(&json!({"enabled": true})).reply().await?;
+    assert_eq!(text_of(&s.tool("everything__echo", json!({"message": "back"})).await?), "Echo: back");
+    Ok(())
+}
+
+#[tokio::test]
+async fn disabled_server_is_refused_before_any_upstream_contact() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    api.request(reqwest::Method::PATCH, "/v1/mcp/servers/tiny").json(&json!({"enabled": false})).reply().await?;
+    let s = McpSession::latest(&api).await?;
+    let r = s.tool("tiny__echo", json!({"message": "x"})).await?;
+    assert_eq!(error_code(&r), Some(-32000), "{r}");
+    ensure!(tiny_pids(&home).is_empty(), "no upstream was started for a disabled server");
+    ensure!(!s.tool_names().await?.iter().any(|n| n.starts_with("tiny__")));
+    ensure!(tiny_pids(&home).is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn protocol_errors_are_structured_and_the_session_survives() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+
+    let r = s.post_raw("{not json".into()).await?;
+    ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32700), "malformed: {} {}", r.status, r.text);
+    let r = s.post_raw(json!({"id": 5, "method": "ping"}).to_string()).await?;
+    ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "missing jsonrpc: {}", r.text);
+    let r = s.post_raw(json!({"jsonrpc": "2.0", "id": 6, "method": 42}).to_string()).await?;
+    ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "non-string method: {}", r.text);
+    let r = s.post_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.into()).await?;
+    ensure!(r.status == 400 && r.text.contains("batch"), "batch on {}: {}", s.version, r.text);
+    let r = s.tool("nounderscore", json!({})).await?;
+    assert_eq!(error_code(&r), Some(-32602), "{r}");
+    let r = s.tool("ghost__echo", json!({})).await?;
+    assert_eq!(error_code(&r), Some(-32602), "{r}");
+    ensure!(r["error"]["message"].as_str().unwrap_or_default().contains("ghost"));
+    let r = s.request("no/such/method", json!({})).await?;
+    assert_eq!(error_code(&r), Some(-32601), "{r}");
+    let r = mcp_post(&api, Some(&s.id), json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string())
+        .header("MCP-Protocol-Version", "1999-01-01")
+        .reply()
+        .await?;
+    ensure!(r.status == 400, "unsupported version header: {}", r.status);
+
+    // No session: tools/call before initialize, an unknown session id (e.g. from another run).
+    let r = mcp_post(
+        &api,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "tiny__echo"}}).to_string(),
+    )
+    .reply()
+    .await?;
+    ensure!(r.status == 400 && r.json()?["error"].is_object(), "before initialize: {} {}", r.status, r.text);
+    let r = mcp_post(
+        &api,
+        Some("0123456789abcdef0123456789abcdef"),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
+    )
+    .reply()
+    .await?;
+    ensure!(r.status == 404 && r.json()?["error"].is_object(), "unknown session: {} {}", r.status, r.text);
+    // The sessionless 2026-07-28 probe falls back.
+    let r =
+        mcp_post(&api, None, json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}).to_string())
+            .reply()
+            .await?;
+    assert_eq!(error_code(&r.json()?), Some(-32601), "{}", r.text);
+
+    // After all that, the session still works.
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "still here"})).await?), "still here");
+    Ok(())
+}
+
+#[tokio::test]
+async fn batches_only_on_2025_03_26_sessions() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let old = McpSession::open(&api, "2025-03-26", json!({})).await?;
+    assert_eq!(old.version, "2025-03-26");
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "tiny__echo", "arguments": {"message": "a"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "tiny__echo", "arguments": {"message": "b"}}}
+    ]);
+    let r = old.post_raw(batch.to_string()).await?;
+    let arr = r.json()?;
+    let arr = arr.as_array().context("batch answer is an array")?;
+    assert_eq!(arr.len(), 2, "one answer per request: {arr:?}");
+    let mid = McpSession::open(&api, "2025-06-18", json!({})).await?;
+    let r = mid.post_raw(batch.to_string()).await?;
+    ensure!(r.status == 400 && r.text.contains("2025-06-18"), "{}", r.text);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_arguments_concurrency_and_many_sessions() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+
+    // A 10 MB argument goes through (and comes back).
+    let big = "z".repeat(10 * 1024 * 1024);
+    let r = s.tool("tiny__echo", json!({"message": big})).await?;
+    ensure!(text_of(&r).len() == big.len(), "10 MB round trip");
+
+    // 50 concurrent calls on one session, each answered to its caller.
+    let mut calls = Vec::new();
+    for i in 0..50 {
+        let s = s.clone();
+        calls.push(tokio::spawn(async move {
+            let msg = format!("call-{i}");
+            let r = s.tool("tiny__echo", json!({"message": msg})).await?;
+            ensure!(text_of(&r) == msg, "call {i} got {r}");
+            anyhow::Ok(())
+        }));
+    }
+    for c in calls {
+        c.await??;
+    }
+
+    // 20 sessions at once, each with its own upstream child.
+    let mut sessions = Vec::new();
+    for i in 0..20 {
+        let api = api.clone();
+        sessions.push(tokio::spawn(async move {
+            let s = McpSession::latest(&api).await?;
+            let r = s.tool("tiny__whoami", json!({})).await?;
+            let who: Value = serde_json::from_str(&text_of(&r))?;
+            ensure!(who["coffer_vars"] == 0, "upstream sees no COFFER_* variable: {who}");
+            let msg = format!("s{i}");
+            ensure!(text_of(&s.tool("tiny__echo", json!({"message": msg})).await?) == msg);
+            anyhow::Ok((s, who["pid"].as_i64().unwrap_or(0)))
+        }));
+    }
+    let mut pids = std::collections::HashSet::new();
+    let mut opened = Vec::new();
+    for t in sessions {
+        let (s, pid) = t.await??;
+        pids.insert(pid);
+        opened.push(s);
+    }
+    assert_eq!(pids.len(), 20, "two sessions never share an upstream");
+    for s in opened {
+        assert_eq!(s.delete().await?, 204);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn session_end_reaps_upstreams_and_pid_records() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    ensure!(tiny_pids(&home).is_empty(), "upstreams start lazily, not at initialize");
+    s.tool_names().await?;
+    assert_eq!(tiny_pids(&home).len(), 1);
+    assert_eq!(upstream_records(&home), 1);
+    assert_eq!(s.delete().await?, 204);
+    wait_for("the upstream to be reaped", Duration::from_secs(10), || async {
+        Ok((tiny_pids(&home).is_empty() && upstream_records(&home) == 0).then_some(()))
+    })
+    .await?;
+    let r = s.request("ping", json!({})).await;
+    ensure!(r.is_err() || r.as_ref().is_ok_and(|v| v["error"].is_object()), "ended session is gone");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_crash_mid_call_fails_fast_and_the_next_call_restarts_it() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "up"})).await?), "up");
+    let slow = {
+        let s = s.clone();
+        tokio::spawn(async move { s.tool("tiny__slow", json!({"ms": 20000})).await })
+    };
+    // Make sure the slow call is in flight (the upstream logged its start), then crash it.
+    let log = home.root().join("logs/upstreams/tiny.log");
+    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
+        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
+    })
+    .await?;
+    let started = Instant::now();
+    let crash = s.tool("tiny__crash", json!({})).await?;
+    assert_eq!(error_code(&crash), Some(-32001), "{crash}");
+    let r = slow.await??;
+    assert_eq!(error_code(&r), Some(-32001), "in-flight call fails at once: {r}");
+    ensure!(started.elapsed() < Duration::from_secs(5), "no hang: {:?}", started.elapsed());
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "again"})).await?), "again", "restarted");
+    let status = api.status().await?;
+    ensure!(status["upstreams"].as_array().is_some_and(|u| u.iter().any(|x| x["name"] == "tiny")), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_call_timeout_gives_32002_and_other_calls_proceed() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let r = api
+        .post_json(
+            "/v1/mcp/servers",
+            &json!({"name": "tiny", "command": coffer_tests::bin("coffer-tiny-upstream")?, "timeout_ms": 500}),
+        )
+        .reply()
+        .await?;
+    ensure!(r.status.is_success(), "{}", r.text);
+    let s = McpSession::latest(&api).await?;
+    let slow = {
+        let s = s.clone();
+        tokio::spawn(async move { s.tool("tiny__slow", json!({"ms": 10000})).await })
+    };
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "meanwhile"})).await?), "meanwhile");
+    let r = slow.await??;
+    assert_eq!(error_code(&r), Some(-32002), "{r}");
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "after"})).await?), "after");
+    Ok(())
+}
+
+#[tokio::test]
+async fn upstream_errors_are_forwarded_unchanged() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    let r = s.tool("tiny__fail", json!({})).await?;
+    assert_eq!(r["result"], json!({"content": [{"type": "text", "text": "it failed"}], "isError": true}));
+    let r = s.tool("tiny__rpc_error", json!({})).await?;
+    assert_eq!(r["error"], json!({"code": -32603, "message": "tiny internal error", "data": {"why": "asked to"}}));
+    Ok(())
+}
+
+#[tokio::test]
+async fn noisy_stderr_and_banner_lines_never_stall_an_upstream() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?;
+    coffer_tests::mcp::register_stdio(&api, "tiny", &tiny, &["--banner".into()], json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    let r = s.tool("tiny__stderr", json!({"lines": 100000})).await?;
+    assert_eq!(text_of(&r), "wrote 100000 lines");
+    let log = home.root().join("logs/upstreams/tiny.log");
+    wait_for("the stderr log to fill", Duration::from_secs(10), || async {
+        Ok(std::fs::metadata(&log).is_ok_and(|m| m.len() > 1_000_000).then_some(()))
+    })
+    .await?;
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "ok"})).await?), "ok");
+    Ok(())
+}
+
+#[tokio::test]
+async fn resources_are_namespaced_reversibly() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_everything(&api, "everything").await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    let list = s.call("resources/list", json!({})).await?;
+    let uris: Vec<&str> =
+        list["resources"].as_array().context("resources")?.iter().filter_map(|r| r["uri"].as_str()).collect();
+    ensure!(uris.contains(&"coffer://tiny/tiny://doc/1"), "{uris:?}");
+    let ev = uris.iter().find(|u| u.starts_with("coffer://everything/")).context("an everything resource")?;
+    let read = s.call("resources/read", json!({"uri": ev})).await?;
+    assert_eq!(read["contents"][0]["uri"].as_str(), Some(*ev), "contents[].uri exposed");
+    let templates = s.call("resources/templates/list", json!({})).await?;
+    ensure!(
+        templates["resourceTemplates"]
+            .as_array()
+            .is_some_and(|t| t.iter().all(|x| x["uriTemplate"].as_str().is_some_and(|u| u.starts_with("coffer://"))))
+    );
+    // Bad URIs: unknown server, another server's URI under the wrong prefix, unprefixed unknown.
+    for bad in ["coffer://ghost/x", "coffer://tiny/demo://resource/static/document/architecture.md", "demo://nothing"] {
+        let r = s.request("resources/read", json!({"uri": bad})).await?;
+        ensure!(r["error"].is_object(), "{bad}: {r}");
+    }
+    let r = s.request("resources/subscribe", json!({"uri": "coffer://ghost/x"})).await?;
+    assert_eq!(error_code(&r), Some(-32602));
+    // A resource link returned in a tool result can be read unprefixed.
+    let links = s.tool("everything__get-resource-links", json!({"count": 1})).await?;
+    let link = links["result"]["content"]
+        .as_array()
+        .and_then(|c| c.iter().find(|b| b["type"] == "resource_link"))
+        .context("a link")?;
+    let read = s.call("resources/read", json!({"uri": link["uri"]})).await?;
+    ensure!(read["contents"].as_array().is_some_and(|c| !c.is_empty()), "{read}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn prompts_and_completions_route_by_exposed_name() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_everything(&api, "everything").await?;
+    let s = McpSession::latest(&api).await?;
+    let prompts = s.call("prompts/list", json!({})).await?;
+    ensure!(
+        prompts["prompts"].as_array().is_some_and(|p| p.iter().any(|x| x["name"] == "everything__simple-prompt")),
+        "{prompts}"
+    );
+    let got = s.call("prompts/get", json!({"name": "everything__simple-prompt"})).await?;
+    ensure!(got["messages"].as_array().is_some_and(|m| !m.is_empty()));
+    let c = s
+        .call("completion/complete", json!({"ref": {"type": "ref/prompt", "name": "everything__completable-prompt"}, "argument": {"name": "department", "value": "E"}}))
+        .await?;
+    ensure!(c["completion"]["values"].as_array().is_some_and(|v| v.iter().any(|x| x == "Engineering")), "{c}");
+    assert_eq!(s.call("logging/setLevel", json!({"level": "debug"})).await?, json!({}));
+    Ok(())
+}
+
+#[tokio::test]
+async fn five_hundred_session_cycles_leave_nothing_behind() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    for i in 0..500 {
+        let s = McpSession::latest(&api).await?;
+        let r = s.tool("tiny__echo", json!({"message": i.to_string()})).await?;
+        ensure!(text_of(&r) == i.to_string(), "cycle {i}: {r}");
+        ensure!(s.delete().await? == 204, "cycle {i}");
+    }
+    wait_for("every upstream of 500 sessions to be reaped", Duration::from_secs(30), || async {
+        Ok((tiny_pids(&home).is_empty() && upstream_records(&home) == 0).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_sessions_three_upstreams_interleaved_and_a_kill_under_load() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    for n in ["ta", "tb", "tc"] {
+        register_tiny(&api, n, json!({})).await?;
+    }
+    let mut sessions = Vec::new();
+    for _ in 0..20 {
+        sessions.push(McpSession::latest(&api).await?);
+    }
+    // Every session calls every upstream, interleaved; each answer reaches its caller.
+    let mut tasks = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        for n in ["ta", "tb", "tc"] {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for k in 0..5 {
+                    let msg = format!("{i}-{n}-{k}");
+                    let r = s.tool(&format!("{n}__echo"), json!({"message": msg})).await?;
+                    ensure!(text_of(&r) == msg, "{msg} got {r}");
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    for t in tasks {
+        t.await??;
+    }
+    // Kill one session's `ta` child under load: only that session's calls to `ta` fail.
+    let victim = &sessions[0];
+    let who: Value = serde_json::from_str(&text_of(&victim.tool("ta__whoami", json!({})).await?))?;
+    let pid = who["pid"].as_i64().context("pid")? as i32;
+    let in_flight = {
+        let v = victim.clone();
+        tokio::spawn(async move { v.tool("ta__slow", json!({"ms": 20000})).await })
+    };
+    let others: Vec<_> = sessions[1..]
+        .iter()
+        .map(|s| {
+            let s = s.clone();
+            tokio::spawn(async move { s.tool("ta__slow", json!({"ms": 300})).await })
+        })
+        .collect();
+    // The slow call is in flight once the upstream logged its start.
+    let log = home.root().join("logs/upstreams/ta.log");
+    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
+        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
+    })
+    .await?;
+    procs::signal(pid, nix::sys::signal::Signal::SIGKILL);
+    let r = in_flight.await??;
+    assert_eq!(error_code(&r), Some(-32001), "the victim's in-flight call: {r}");
+    for o in others {
+        let r = o.await??;
+        assert_eq!(text_of(&r), "slept 300 ms", "other sessions unaffected: {r}");
+    }
+    assert_eq!(text_of(&victim.tool("tb__echo", json!({"message": "fine"})).await?), "fine");
+    Ok(())
+}
