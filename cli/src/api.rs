@@ -15,6 +15,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Response header carrying the trace id (design, "Wire contracts").
 pub const TRACE_HEADER: &str = "x-coffer-trace";
+/// Request header naming the acting party in the audit log; the CLI always says `cli`.
+pub const ACTOR_HEADER: &str = "X-Coffer-Actor";
 
 /// A successful (2xx) REST response, body kept as received so `--json` can print it unchanged.
 #[derive(Debug, Clone)]
@@ -60,10 +62,11 @@ impl ApiClient {
         &self.daemon
     }
 
-    /// A request to `path` (e.g. `/v1/mcp/servers`) carrying the token and the default timeout;
-    /// add headers (`If-Match`), a query or a body, then pass it to [`ApiClient::send`].
+    /// A request to `path` (e.g. `/v1/mcp/servers`) carrying the token, `X-Coffer-Actor: cli`
+    /// and the default timeout; add headers (`If-Match`), a body or another timeout, then pass it
+    /// to [`ApiClient::send`].
     pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.daemon.request(method, path).timeout(REQUEST_TIMEOUT)
+        self.daemon.request(method, path).header(ACTOR_HEADER, "cli").timeout(REQUEST_TIMEOUT)
     }
 
     /// Sends `req` and returns the 2xx response.
@@ -135,9 +138,39 @@ pub fn path_segment(s: &str) -> String {
     out
 }
 
+/// `path` with a query string of the parameters that have a value, each percent-encoded:
+/// `with_query("/v1/audit", &[("actor", Some("cli")), ("limit", None)])` → `/v1/audit?actor=cli`.
+pub fn with_query(path: &str, params: &[(&str, Option<&str>)]) -> String {
+    let mut out = path.to_owned();
+    let mut sep = '?';
+    for (k, v) in params {
+        if let Some(v) = v {
+            out.push(sep);
+            out.push_str(&path_segment(k));
+            out.push('=');
+            out.push_str(&path_segment(v));
+            sep = '&';
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queries_skip_absent_values_and_escape() {
+        assert_eq!(with_query("/v1/audit", &[("actor", None), ("limit", None)]), "/v1/audit");
+        assert_eq!(
+            with_query("/v1/invocations", &[("server", Some("a b")), ("since", None), ("limit", Some("5"))]),
+            "/v1/invocations?server=a%20b&limit=5"
+        );
+        assert_eq!(
+            with_query("/p", &[("since", Some("2026-11-30T09:00:00+01:00"))]),
+            "/p?since=2026-11-30T09%3A00%3A00%2B01%3A00"
+        );
+    }
 
     #[test]
     fn path_segments_are_escaped() {

@@ -38,6 +38,9 @@ pub struct ApiFailure {
     pub details: Value,
     /// The `X-Coffer-Trace` header of the response, when present.
     pub trace: Option<String>,
+    /// What the user can do about it, printed as a second `hint:` line (set by the command that
+    /// knows, see [`CliError::with_hint`]).
+    pub hint: Option<String>,
 }
 
 impl ApiFailure {
@@ -53,11 +56,12 @@ impl ApiFailure {
                 message: text("message").unwrap_or_else(|| format!("HTTP {status}")),
                 details: e.get("details").cloned().unwrap_or(Value::Null),
                 trace,
+                hint: None,
             };
         }
         let snippet: String = body.trim().chars().take(200).collect();
         let message = if snippet.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {snippet}") };
-        Self { status, code: format!("HTTP_{status}"), message, details: Value::Null, trace }
+        Self { status, code: format!("HTTP_{status}"), message, details: Value::Null, trace, hint: None }
     }
 }
 
@@ -76,6 +80,10 @@ pub enum CliError {
     /// The daemon answered with an error status (exit from [`exit_code_for_status`]).
     #[error("{}", .0.message)]
     Api(Box<ApiFailure>),
+    /// Something the command looked up locally or in a body does not exist (exit 3), e.g.
+    /// `settings get KEY` of an unset key. API 404s are [`CliError::Api`].
+    #[error("{0}")]
+    NotFound(String),
     /// The command line is valid for clap but not for the command (exit 2).
     #[error("{0}")]
     Usage(String),
@@ -98,6 +106,7 @@ impl CliError {
             CliError::Connect(_) | CliError::NotRunning | CliError::Unreachable(_) => exit::UNREACHABLE,
             CliError::Api(f) => exit_code_for_status(f.status),
             CliError::Usage(_) => exit::USAGE,
+            CliError::NotFound(_) => exit::NOT_FOUND,
             CliError::Failed(_) => exit::ERROR,
             CliError::Quiet(code) => *code,
             CliError::StdoutClosed => exit::OK,
@@ -105,16 +114,48 @@ impl CliError {
     }
 
     /// The line printed on stderr, or `None` when nothing should be printed.
-    /// API errors read `error: <message> (trace <id>)`.
+    /// API errors read `error: <message> (trace <id>)`, followed by `hint: <hint>` when set.
     pub fn render(&self) -> Option<String> {
         match self {
             CliError::Quiet(_) | CliError::StdoutClosed => None,
-            CliError::Api(f) => Some(match &f.trace {
-                Some(t) => format!("error: {} (trace {t})", f.message),
-                None => format!("error: {}", f.message),
-            }),
+            CliError::Api(f) => {
+                let mut s = match &f.trace {
+                    Some(t) => format!("error: {} (trace {t})", f.message),
+                    None => format!("error: {}", f.message),
+                };
+                if let Some(h) = &f.hint {
+                    s.push_str("\nhint: ");
+                    s.push_str(h);
+                }
+                Some(s)
+            }
             other => Some(format!("error: {other}")),
         }
+    }
+
+    /// The envelope code of an API error (`NOT_FOUND`, `TOOL_DISABLED`, …); `None` for other
+    /// errors.
+    pub fn api_code(&self) -> Option<&str> {
+        match self {
+            CliError::Api(f) => Some(&f.code),
+            _ => None,
+        }
+    }
+
+    /// The envelope `details` of an API error; `None` for other errors.
+    pub fn api_details(&self) -> Option<&Value> {
+        match self {
+            CliError::Api(f) => Some(&f.details),
+            _ => None,
+        }
+    }
+
+    /// Adds a `hint:` line to an API error; other errors are returned unchanged.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        if let CliError::Api(f) = &mut self {
+            f.hint = Some(hint.into());
+        }
+        self
     }
 }
 
@@ -177,6 +218,7 @@ mod tests {
         let timeout = ConnectError::Timeout(std::time::Duration::from_secs(1), "x".into());
         assert_eq!(CliError::from(timeout).exit_code(), exit::UNREACHABLE);
         assert_eq!(CliError::Usage("x".into()).exit_code(), exit::USAGE);
+        assert_eq!(CliError::NotFound("x".into()).exit_code(), exit::NOT_FOUND);
         assert_eq!(CliError::Failed("x".into()).exit_code(), exit::ERROR);
         assert_eq!(CliError::Quiet(5).exit_code(), 5);
         assert_eq!(CliError::StdoutClosed.exit_code(), exit::OK);
@@ -189,6 +231,16 @@ mod tests {
         assert_eq!(f.code, "NOT_FOUND");
         assert_eq!(f.details["name"], "x");
         assert_eq!(CliError::from(f).render().unwrap(), r#"error: no server "x" (trace abc123)"#);
+    }
+
+    #[test]
+    fn hints_render_on_a_second_line() {
+        let body = r#"{"error":{"code":"TOOL_DISABLED","message":"Tool x is disabled","details":{}}}"#;
+        let e = CliError::from(ApiFailure::from_body(403, Some("t1".into()), body)).with_hint("coffer tools enable x");
+        assert_eq!(e.api_code(), Some("TOOL_DISABLED"));
+        assert!(e.api_details().is_some_and(|d| d.is_object()));
+        assert_eq!(e.render().unwrap(), "error: Tool x is disabled (trace t1)\nhint: coffer tools enable x");
+        assert_eq!(CliError::Failed("x".into()).with_hint("h").render().unwrap(), "error: x");
     }
 
     #[test]

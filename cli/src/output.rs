@@ -67,6 +67,107 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Like [`render_table`], but with the last column cut (ending in `…`) so that every line fits
+/// in `max_width` chars, keeping at least [`MIN_LAST_COLUMN`] chars of it. `None` leaves the
+/// table as wide as its cells.
+pub fn render_table_fitted(headers: &[&str], rows: &[Vec<String>], max_width: Option<usize>) -> String {
+    let (Some(max), Some(last)) = (max_width, headers.len().checked_sub(1)) else {
+        return render_table(headers, rows);
+    };
+    let mut width: Vec<usize> = headers[..last].iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(last) {
+            width[i] = width[i].max(cell.chars().count());
+        }
+    }
+    let used: usize = width.iter().map(|w| w + 2).sum();
+    let room = max.saturating_sub(used).max(MIN_LAST_COLUMN);
+    let fitted: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            let mut r = row.clone();
+            if let Some(c) = r.get_mut(last) {
+                *c = truncate(c, room);
+            }
+            r
+        })
+        .collect();
+    render_table(headers, &fitted)
+}
+
+/// The narrowest a fitted table's last column gets, however narrow the terminal.
+pub const MIN_LAST_COLUMN: usize = 16;
+
+/// The width to fit tables to: `$COLUMNS` when set to a number, else the width of the terminal
+/// stdout is, else `None` (piped output is not cut).
+pub fn terminal_width() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok()).filter(|&n| n > 0) {
+        return Some(n);
+    }
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0)).filter(|&w| w > 0)
+}
+
+/// A timeout in milliseconds as seconds without trailing zeros: `30s`, `1.5s`, `0.25s`.
+pub fn format_ms_as_seconds(ms: u64) -> String {
+    let whole = ms / 1000;
+    let frac = ms % 1000;
+    if frac == 0 {
+        return format!("{whole}s");
+    }
+    let digits = format!("{frac:03}");
+    format!("{whole}.{}s", digits.trim_end_matches('0'))
+}
+
+/// A timestamp from the daemon (`2026-11-30T09:57:00.211Z`) as `2026-11-30 09:57:00` (UTC,
+/// whole seconds); anything that does not parse is shown as it is.
+pub fn format_time(rfc3339: &str) -> String {
+    match parse_rfc3339_ms(rfc3339) {
+        Some(ms) => {
+            coffer_runtime::rfc3339_from_unix_ms(ms).chars().take(19).map(|c| if c == 'T' { ' ' } else { c }).collect()
+        }
+        None => rfc3339.to_owned(),
+    }
+}
+
+/// `yes` / `no`.
+pub fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+/// One word as a POSIX shell would need it typed: unchanged when it holds only safe characters,
+/// else in single quotes (a `'` inside becomes `'\''`).
+pub fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'-' | b'_' | b'.' | b'/' | b':' | b'=' | b'@' | b'+' | b',' | b'%')
+        });
+    if safe { word.to_owned() } else { format!("'{}'", word.replace('\'', "'\\''")) }
+}
+
+/// Words joined by spaces, each quoted by [`shell_quote`]: a command line that can be pasted.
+pub fn shell_join<'a>(words: impl IntoIterator<Item = &'a str>) -> String {
+    words.into_iter().map(shell_quote).collect::<Vec<_>>().join(" ")
+}
+
+/// `key: value` lines with the values aligned, for one resource shown in full (`mcp show`).
+/// A multi-line value continues under its first line.
+pub fn render_fields(fields: &[(&str, String)]) -> String {
+    let width = fields.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (k, v) in fields {
+        let mut lines = v.lines();
+        let first = lines.next().unwrap_or("");
+        out.push_str(format!("{:<width$} {first}", format!("{k}:")).trim_end());
+        out.push('\n');
+        for more in lines {
+            out.push_str(format!("{:<width$} {more}", "").trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// A duration in seconds as its two largest units: `45s`, `3m12s`, `2h05m`, `3d04h`.
 pub fn format_duration(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86_400, (secs % 86_400) / 3600, (secs % 3600) / 60, secs % 60);
@@ -179,6 +280,53 @@ mod tests {
     fn table_counts_chars_not_bytes() {
         let t = render_table(&["N", "X"], &[vec!["é".into(), "1".into()], vec!["ab".into(), "2".into()]]);
         assert_eq!(t, "N   X\né   1\nab  2\n");
+    }
+
+    #[test]
+    fn fitted_tables_cut_only_the_last_column() {
+        let rows = vec![
+            vec!["everything__echo".into(), "Echoes back the input string, at length".into()],
+            vec!["x".into(), "short".into()],
+        ];
+        let t = render_table_fitted(&["NAME", "DESCRIPTION"], &rows, Some(36));
+        assert_eq!(t, "NAME              DESCRIPTION\neverything__echo  Echoes back the i…\nx                 short\n");
+        assert!(t.lines().all(|l| l.chars().count() <= 36));
+        // Never narrower than MIN_LAST_COLUMN, and no width means no cut.
+        let narrow = render_table_fitted(&["NAME", "DESCRIPTION"], &rows, Some(5));
+        assert!(narrow.contains(&format!("{}…", &"Echoes back the input string"[..MIN_LAST_COLUMN - 1])), "{narrow}");
+        assert_eq!(
+            render_table_fitted(&["NAME", "DESCRIPTION"], &rows, None),
+            render_table(&["NAME", "DESCRIPTION"], &rows)
+        );
+    }
+
+    #[test]
+    fn timeouts_in_seconds() {
+        assert_eq!(format_ms_as_seconds(30_000), "30s");
+        assert_eq!(format_ms_as_seconds(1_500), "1.5s");
+        assert_eq!(format_ms_as_seconds(250), "0.25s");
+        assert_eq!(format_ms_as_seconds(1), "0.001s");
+    }
+
+    #[test]
+    fn times_are_shown_to_the_second() {
+        assert_eq!(format_time("2026-11-30T09:57:00.211Z"), "2026-11-30 09:57:00");
+        assert_eq!(format_time("soon"), "soon");
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_quote("/usr/bin/node"), "/usr/bin/node");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_join(["npx", "-y", "@scope/pkg", "$HOME"]), "npx -y @scope/pkg '$HOME'");
+    }
+
+    #[test]
+    fn fields_are_aligned() {
+        let f = [("name", "everything".to_owned()), ("env", "A=1\nB=2".to_owned()), ("cwd", String::new())];
+        assert_eq!(render_fields(&f), "name: everything\nenv:  A=1\n      B=2\ncwd:\n");
     }
 
     #[test]

@@ -52,20 +52,7 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<(), CliError> {
         Some(s) => SERVICES.iter().copied().filter(|x| x == s).collect(),
         None => SERVICES.to_vec(),
     };
-    let prefixed = args.service.is_none();
-
-    let mut streams = Vec::new();
-    let mut followers = Vec::new();
-    for &service in &services {
-        let path = newest_log(&dir, service);
-        let (lines, offset) = match &path {
-            Some(p) => read_tail(p, args.lines, !args.follow).map_err(|e| read_error(p, &e))?,
-            None => (Vec::new(), 0),
-        };
-        let mut last_key = String::new();
-        streams.push(keyed(service, lines, &mut last_key));
-        followers.push(Follower { service, dir: dir.clone(), path, offset, partial: Vec::new(), last_key });
-    }
+    let (tail, initial) = Tail::start(&dir, &services, args.lines, args.follow)?;
 
     // A missing logs folder means a wrong home (or a daemon never started there); a missing
     // file only means that service has not run yet (callback runs only with SeaTalk enabled).
@@ -75,31 +62,84 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<(), CliError> {
             dir.display()
         )));
     }
-    if followers.iter().all(|f| f.path.is_none()) {
+    if !tail.has_files() {
         let what = match &args.service {
             Some(s) => format!("no log file for {s} in {} yet", dir.display()),
             None => format!("no log files in {} yet", dir.display()),
         };
         eprintln!("{what}{}", if args.follow { "; waiting…" } else { "" });
     }
+    let prefixed = args.service.is_none();
+    output::print(&render(&initial, prefixed))?;
+    if args.follow { tail.follow(prefixed).await } else { Ok(()) }
+}
 
-    let mut merged = merge(streams);
-    let skip = merged.len().saturating_sub(args.lines);
-    merged.drain(..skip);
-    output::print(&render(&merged, prefixed))?;
+/// The newest log files of some names in one folder (`<name>.log` or `<name>.<date>.log`):
+/// their last lines, then, if asked, what is appended to them. Shared by `coffer logs` and
+/// `coffer mcp logs` (upstream stderr under `logs/upstreams/`).
+pub struct Tail<'a> {
+    dir: PathBuf,
+    followers: Vec<Follower<'a>>,
+}
 
-    if !args.follow {
-        return Ok(());
-    }
-    loop {
-        tokio::time::sleep(FOLLOW_POLL).await;
-        let mut batch = Vec::new();
-        for f in &mut followers {
-            batch.push(f.poll().map_err(|e| read_error(f.path.as_deref().unwrap_or(&dir), &e))?);
+impl<'a> Tail<'a> {
+    /// Reads the last `lines` lines (in total, interleaved by timestamp) of the newest file of
+    /// each of `names` in `dir`. With `follow` a final line still being written is left for
+    /// [`Tail::follow`]. A name without a file yet gives no lines.
+    ///
+    /// # Errors
+    /// [`CliError::Failed`] when a file exists but cannot be read.
+    pub fn start(
+        dir: &Path,
+        names: &[&'a str],
+        lines: usize,
+        follow: bool,
+    ) -> Result<(Self, Vec<LogLine<'a>>), CliError> {
+        let mut streams = Vec::new();
+        let mut followers = Vec::new();
+        for &name in names {
+            let path = newest_log(dir, name);
+            let (text, offset) = match &path {
+                Some(p) => read_tail(p, lines, !follow).map_err(|e| read_error(p, &e))?,
+                None => (Vec::new(), 0),
+            };
+            let mut last_key = String::new();
+            streams.push(keyed(name, text, &mut last_key));
+            followers.push(Follower {
+                service: name,
+                dir: dir.to_owned(),
+                path,
+                offset,
+                partial: Vec::new(),
+                last_key,
+            });
         }
-        let merged = merge(batch);
-        if !merged.is_empty() {
-            output::print(&render(&merged, prefixed))?;
+        let mut merged = merge(streams);
+        let skip = merged.len().saturating_sub(lines);
+        merged.drain(..skip);
+        Ok((Self { dir: dir.to_owned(), followers }, merged))
+    }
+
+    /// True when at least one of the names had a file when [`Tail::start`] looked.
+    pub fn has_files(&self) -> bool {
+        self.followers.iter().any(|f| f.path.is_some())
+    }
+
+    /// Prints new lines as they are written until stdout closes (Ctrl-C otherwise).
+    ///
+    /// # Errors
+    /// When a file cannot be read or stdout cannot be written.
+    pub async fn follow(mut self, prefixed: bool) -> Result<(), CliError> {
+        loop {
+            tokio::time::sleep(FOLLOW_POLL).await;
+            let mut batch = Vec::new();
+            for f in &mut self.followers {
+                batch.push(f.poll().map_err(|e| read_error(f.path.as_deref().unwrap_or(&self.dir), &e))?);
+            }
+            let merged = merge(batch);
+            if !merged.is_empty() {
+                output::print(&render(&merged, prefixed))?;
+            }
         }
     }
 }
@@ -197,8 +237,8 @@ fn split_lines(bytes: &[u8]) -> Vec<String> {
 
 /// One log line with its service and sort key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogLine {
-    pub service: &'static str,
+pub struct LogLine<'a> {
+    pub service: &'a str,
     /// The line's leading timestamp, or the last one seen before it in the same file (a
     /// continuation line of a multi-line event sorts with its event).
     pub key: String,
@@ -220,7 +260,7 @@ pub fn leading_timestamp(line: &str) -> Option<&str> {
 
 /// Attaches sort keys to consecutive lines of one file; `last_key` carries the key across calls
 /// (between polls while following).
-pub fn keyed(service: &'static str, lines: Vec<String>, last_key: &mut String) -> Vec<LogLine> {
+pub fn keyed<'a>(service: &'a str, lines: Vec<String>, last_key: &mut String) -> Vec<LogLine<'a>> {
     lines
         .into_iter()
         .map(|text| {
@@ -235,7 +275,7 @@ pub fn keyed(service: &'static str, lines: Vec<String>, last_key: &mut String) -
 /// Interleaves several files' lines by key. Each file's own order is kept even where its
 /// timestamps are not monotonic; on equal keys the stream taken from last goes on, so a
 /// multi-line event stays together.
-pub fn merge(streams: Vec<Vec<LogLine>>) -> Vec<LogLine> {
+pub fn merge<'a>(streams: Vec<Vec<LogLine<'a>>>) -> Vec<LogLine<'a>> {
     let total = streams.iter().map(Vec::len).sum();
     let mut pos = vec![0usize; streams.len()];
     let mut order: Vec<(usize, usize)> = Vec::with_capacity(total);
@@ -257,13 +297,13 @@ pub fn merge(streams: Vec<Vec<LogLine>>) -> Vec<LogLine> {
         pos[b] += 1;
         last = Some(b);
     }
-    let mut streams: Vec<Vec<Option<LogLine>>> =
+    let mut streams: Vec<Vec<Option<LogLine<'a>>>> =
         streams.into_iter().map(|s| s.into_iter().map(Some).collect()).collect();
     order.into_iter().filter_map(|(s, i)| streams[s][i].take()).collect()
 }
 
 /// Lines as printed: raw for one service, `service   | line` when interleaving.
-pub fn render(lines: &[LogLine], prefixed: bool) -> String {
+pub fn render(lines: &[LogLine<'_>], prefixed: bool) -> String {
     let mut out = String::new();
     for l in lines {
         if prefixed {
@@ -276,8 +316,8 @@ pub fn render(lines: &[LogLine], prefixed: bool) -> String {
 }
 
 /// Follows one service's newest log file across growth, truncation and daily rotation.
-struct Follower {
-    service: &'static str,
+struct Follower<'a> {
+    service: &'a str,
     dir: PathBuf,
     path: Option<PathBuf>,
     /// Bytes of `path` already consumed.
@@ -287,9 +327,9 @@ struct Follower {
     last_key: String,
 }
 
-impl Follower {
+impl<'a> Follower<'a> {
     /// New complete lines since the last poll.
-    fn poll(&mut self) -> std::io::Result<Vec<LogLine>> {
+    fn poll(&mut self) -> std::io::Result<Vec<LogLine<'a>>> {
         let mut lines = Vec::new();
         let newest = newest_log(&self.dir, self.service);
         if newest.is_some() && newest != self.path {
