@@ -1,10 +1,15 @@
 //! The command tree. Each command group is one module with its clap arguments and a
 //! `run(ctx, args)`; adding a group is one new file plus one variant and one match arm here.
 
+pub mod audit;
 pub mod completions;
 pub mod daemon;
+pub mod invocations;
 pub mod logs;
+pub mod mcp;
+pub mod settings;
 pub mod status;
+pub mod tools;
 
 use clap::Subcommand;
 
@@ -19,6 +24,19 @@ pub enum Command {
     Daemon(daemon::DaemonCommand),
     /// Show the daemon, its services and upstreams (starts the daemon if needed).
     Status(status::StatusArgs),
+    /// Register, inspect and test upstream MCP servers.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
+    /// List, enable, disable and call the tools clients see.
+    #[command(subcommand)]
+    Tools(tools::ToolsCommand),
+    /// Show which tools and prompts were called, how long they took and how they ended.
+    Invocations(invocations::InvocationsArgs),
+    /// Show who changed what: servers, tool preferences, settings.
+    Audit(audit::AuditArgs),
+    /// Read and change the daemon's settings.
+    #[command(subcommand)]
+    Settings(settings::SettingsCommand),
     /// Print (and follow) the local log files; never starts the daemon.
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
@@ -34,6 +52,11 @@ impl Command {
         match self {
             Command::Daemon(c) => daemon::run(ctx, c).await,
             Command::Status(a) => status::run(ctx, a).await,
+            Command::Mcp(c) => mcp::run(ctx, c).await,
+            Command::Tools(c) => tools::run(ctx, c).await,
+            Command::Invocations(a) => invocations::run(ctx, a).await,
+            Command::Audit(a) => audit::run(ctx, a).await,
+            Command::Settings(c) => settings::run(ctx, c).await,
             Command::Logs(a) => logs::run(ctx, a).await,
             Command::Completions(a) => completions::run(a),
         }

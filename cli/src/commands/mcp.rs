@@ -1,0 +1,732 @@
+//! `coffer mcp add|list|show|remove|enable|disable|refresh|test|logs`: the registry of upstream
+//! MCP servers (`/v1/mcp/servers…`) and a look at one server's live capabilities and stderr.
+//!
+//! `add` resolves a stdio server's command here, against the user's `PATH` and current folder:
+//! the daemon may run with another `PATH` and in another folder, so it is sent an absolute path.
+//! `logs` reads `logs/upstreams/<name>.log` locally and never starts a daemon.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{ArgGroup, Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::api::{ApiClient, path_segment};
+use crate::commands::logs::Tail;
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output::{self, cell, format_ms_as_seconds, render_fields, render_table_fitted, shell_join, yes_no};
+
+const ADD_EXAMPLES: &str = "\
+Examples:
+  coffer mcp add everything -- npx -y @modelcontextprotocol/server-everything stdio
+  coffer mcp add fs --env LOG_LEVEL=debug --timeout 30 -- ./bin/fs-server --root ~/notes
+  coffer mcp add remote --url https://mcp.example.com/mcp --header 'Authorization: Bearer XYZ'
+
+A bare COMMAND is looked up on your PATH and a relative one in the current folder, here, before
+the server is registered: the daemon stores the absolute path. The server itself runs in --cwd,
+by default Coffer's workspace folder ($COFFER_HOME/workspace).";
+
+const LIST_EXAMPLES: &str = "\
+Examples:
+  coffer mcp list
+  coffer mcp list --json | jq -r '.items[].name'";
+
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  coffer mcp show everything
+  coffer mcp show everything --capabilities   # also starts it and counts its tools and prompts";
+
+const TEST_EXAMPLES: &str = "\
+Examples:
+  coffer mcp test everything
+
+Lists the server's tools and prompts through the gateway, starting the server if needed, and
+times it. The gateway keeps the lists for 60 s, so a repeat within that time is answered from
+them; `coffer mcp refresh` drops them.";
+
+const LOGS_EXAMPLES: &str = "\
+Examples:
+  coffer mcp logs everything
+  coffer mcp logs everything -f -n 200
+
+Prints what the server wrote on stderr, from $COFFER_HOME/logs/upstreams/NAME.log. Reads the
+file only; never starts the daemon.";
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Register an MCP server: a command to run (stdio) or a URL (Streamable HTTP).
+    #[command(after_help = ADD_EXAMPLES)]
+    Add(AddArgs),
+    /// List the registered MCP servers.
+    #[command(after_help = LIST_EXAMPLES)]
+    List(NoArgs),
+    /// Show one MCP server in full.
+    #[command(after_help = SHOW_EXAMPLES)]
+    Show(ShowArgs),
+    /// Unregister an MCP server (its tool preferences go with it).
+    #[command(after_help = "Example:\n  coffer mcp remove everything")]
+    Remove(NameArg),
+    /// Enable a server: its tools are offered to clients again.
+    #[command(after_help = "Example:\n  coffer mcp enable everything")]
+    Enable(NameArg),
+    /// Disable a server: its tools disappear from clients' lists and calls get TOOL_DISABLED.
+    #[command(after_help = "Example:\n  coffer mcp disable everything")]
+    Disable(NameArg),
+    /// Drop every session's cached tool and prompt lists; clients are told their lists changed.
+    #[command(after_help = "Example:\n  coffer mcp refresh")]
+    Refresh(NoArgs),
+    /// Start a server (if needed), list its tools and prompts, and time it.
+    #[command(after_help = TEST_EXAMPLES)]
+    Test(NameArg),
+    /// Print (and follow) what a server wrote on stderr.
+    #[command(after_help = LOGS_EXAMPLES)]
+    Logs(McpLogsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NoArgs {}
+
+#[derive(Debug, Args)]
+pub struct NameArg {
+    /// The server's name.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("target").required(true).args(["command", "url"])),
+    override_usage = "coffer mcp add NAME [OPTIONS] -- COMMAND [ARGS]...\n       coffer mcp add NAME --url URL [--header KEY:VALUE]..."
+)]
+pub struct AddArgs {
+    /// The server's name: 1-24 characters a-z, 0-9 and '-'. Its tools appear as NAME__TOOL.
+    pub name: String,
+    /// An environment variable for the server process (repeatable).
+    #[arg(short, long = "env", value_name = "KEY=VALUE", value_parser = parse_env_pair, conflicts_with = "url")]
+    pub env: Vec<(String, String)>,
+    /// The folder the server runs in [default: $COFFER_HOME/workspace].
+    #[arg(long, value_name = "DIR", conflicts_with = "url")]
+    pub cwd: Option<PathBuf>,
+    /// Per-call timeout in seconds [default: the gateway's].
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout_seconds)]
+    pub timeout: Option<f64>,
+    /// Register the server disabled.
+    #[arg(long)]
+    pub disabled: bool,
+    /// The URL of a Streamable HTTP server (instead of a command).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// An HTTP header sent to the --url server (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "KEY:VALUE", value_parser = parse_header_pair, conflicts_with = "command")]
+    pub headers: Vec<(String, String)>,
+    /// The command that starts a stdio server, and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The server's name.
+    pub name: String,
+    /// Also list the server's live capabilities and count them (starts the server).
+    #[arg(long)]
+    pub capabilities: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct McpLogsArgs {
+    /// The server's name.
+    pub name: String,
+    /// Keep printing lines as they are written (Ctrl-C to stop).
+    #[arg(short, long)]
+    pub follow: bool,
+    /// How many of the last lines to print first.
+    #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 50)]
+    pub lines: usize,
+}
+
+/// Runs one `coffer mcp …` command.
+///
+/// # Errors
+/// API errors (exit 3 unknown server, 4 duplicate, 1 rejected), a command that cannot be resolved
+/// (exit 1), exit 5 when the daemon cannot be reached.
+pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
+    match cmd {
+        McpCommand::Add(a) => add(ctx, a).await,
+        McpCommand::List(_) => list(ctx).await,
+        McpCommand::Show(a) => show(ctx, a).await,
+        McpCommand::Remove(a) => remove(ctx, &a.name).await,
+        McpCommand::Enable(a) => set_enabled(ctx, &a.name, true).await,
+        McpCommand::Disable(a) => set_enabled(ctx, &a.name, false).await,
+        McpCommand::Refresh(_) => refresh(ctx).await,
+        McpCommand::Test(a) => test(ctx, &a.name).await,
+        McpCommand::Logs(a) => logs(ctx, a).await,
+    }
+}
+
+fn server_path(name: &str) -> String {
+    format!("/v1/mcp/servers/{}", path_segment(name))
+}
+
+// ---------------------------------------------------------------------------------------------
+// add
+
+async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
+    let body = add_body(&a, &current_dir()?, coffer_runtime::connect::which_on_path)?;
+    if a.url.is_none() && a.cwd.is_none() {
+        for arg in a.command.iter().skip(1).filter(|x| looks_relative(x)) {
+            eprintln!(
+                "warning: argument {arg} is a relative path, but the server runs in {}; pass --cwd or an absolute path",
+                ctx.home.root().join("workspace").display()
+            );
+        }
+    }
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let s = resp.json()?;
+    let name = s["name"].as_str().unwrap_or(&a.name);
+    let state = if s["enabled"].as_bool() == Some(false) { ", disabled" } else { "" };
+    let mut out = format!("Added MCP server {name}{state} ({}: {})\n", text(&s["transport"]), target(&s));
+    if state.is_empty() {
+        out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
+    } else {
+        out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));
+    }
+    output::print(&out)
+}
+
+/// The `POST /v1/mcp/servers` body for `a`, with a stdio command resolved against `cwd` and
+/// `lookup` (the user's `PATH`) and `--cwd` made absolute.
+///
+/// # Errors
+/// [`CliError::Failed`] (exit 1) when the command or `--cwd` does not name what it should.
+fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<Value, CliError> {
+    let mut body = json!({"name": a.name});
+    if let Some(url) = &a.url {
+        body["transport"] = json!("http");
+        body["url"] = json!(url);
+        body["headers"] = json!(a.headers.iter().cloned().collect::<BTreeMap<_, _>>());
+    } else {
+        let (cmd, args) = a.command.split_first().ok_or_else(|| CliError::Usage("give a command after --".into()))?;
+        let resolved = resolve_command(cmd, cwd, lookup).map_err(CliError::Failed)?;
+        body["transport"] = json!("stdio");
+        body["command"] = json!(resolved.to_string_lossy());
+        body["args"] = json!(args);
+        body["env"] = json!(a.env.iter().cloned().collect::<BTreeMap<_, _>>());
+        if let Some(dir) = &a.cwd {
+            body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
+        }
+    }
+    if let Some(t) = a.timeout {
+        body["timeout_s"] = json!(t);
+    }
+    if a.disabled {
+        body["enabled"] = json!(false);
+    }
+    Ok(body)
+}
+
+fn current_dir() -> Result<PathBuf, CliError> {
+    std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current folder: {e}")))
+}
+
+/// Resolves the command of a stdio server to an absolute path of an executable file: a bare
+/// name (`npx`) through `lookup` (the user's `PATH`), a path with a `/` against `cwd`. `.`
+/// components are dropped; symlinks are kept, so a versioned install behind one still upgrades.
+///
+/// # Errors
+/// A message naming the command and what is wrong with it.
+pub fn resolve_command(cmd: &str, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<PathBuf, String> {
+    if cmd.trim().is_empty() {
+        return Err("the command is empty".into());
+    }
+    let path = if cmd.contains('/') {
+        cwd.join(cmd)
+    } else {
+        match lookup(cmd) {
+            // A relative PATH entry (`.`, `bin`) is relative to the current folder too.
+            Some(p) => cwd.join(p),
+            None => {
+                return Err(format!(
+                    "command {cmd:?} not found on your PATH; give its path (./{cmd} or /abs/path/{cmd})"
+                ));
+            }
+        }
+    };
+    let path = std::path::absolute(&path).unwrap_or(path);
+    let shown = path.display();
+    match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!("command {shown} does not exist")),
+        Err(e) => Err(format!("cannot inspect command {shown}: {e}")),
+        Ok(m) if !m.is_file() => Err(format!("command {shown} is not a file")),
+        Ok(m) if !is_executable(&m) => Err(format!("command {shown} is not executable (chmod +x?)")),
+        Ok(_) => Ok(path),
+    }
+}
+
+/// `--cwd` as an absolute path of an existing folder.
+fn resolve_dir(dir: &Path, cwd: &Path) -> Result<PathBuf, String> {
+    let path = std::path::absolute(cwd.join(dir)).unwrap_or_else(|_| cwd.join(dir));
+    if path.is_dir() { Ok(path) } else { Err(format!("--cwd {} is not a folder", path.display())) }
+}
+
+fn is_executable(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    m.permissions().mode() & 0o111 != 0
+}
+
+/// True for an argument that is plainly a path relative to the current folder (`./x`, `../x`).
+fn looks_relative(arg: &str) -> bool {
+    arg.starts_with("./") || arg.starts_with("../")
+}
+
+/// Parses `--env KEY=VALUE`: split at the first `=`; the key must be non-empty, the value may be
+/// empty or hold more `=`.
+///
+/// # Errors
+/// A message clap prints as a usage error (exit 2).
+pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
+    if k.is_empty() {
+        return Err(format!("the variable name before '=' is empty in {s:?}"));
+    }
+    if k.contains('\0') || v.contains('\0') {
+        return Err("a NUL byte cannot be in an environment variable".into());
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// Parses `--header KEY:VALUE`: split at the first `:`, blanks around the value trimmed
+/// (`Authorization: Bearer x`); the name must be a valid HTTP header name (RFC 9110 token).
+///
+/// # Errors
+/// A message clap prints as a usage error (exit 2).
+pub fn parse_header_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("expected KEY:VALUE, got {s:?}"))?;
+    let k = k.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if k.is_empty() || !k.bytes().all(token) {
+        return Err(format!("{k:?} is not a valid HTTP header name"));
+    }
+    let v = v.trim();
+    if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of header {k} holds a line break or NUL"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// Parses `--timeout SECONDS`: a positive number (fractions allowed), at most a day.
+///
+/// # Errors
+/// A message clap prints as a usage error (exit 2).
+pub fn parse_timeout_seconds(s: &str) -> Result<f64, String> {
+    let t: f64 = s.trim().parse().map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if !(0.001..=86_400.0).contains(&t) {
+        return Err("the timeout must be between 0.001 and 86400 seconds".into());
+    }
+    Ok(t)
+}
+
+// ---------------------------------------------------------------------------------------------
+// list, show
+
+async fn list(ctx: &Ctx) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.get_raw("/v1/mcp/servers").await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let v = resp.json()?;
+    let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        return output::println("No MCP servers yet; add one with `coffer mcp add NAME -- COMMAND ARGS…`");
+    }
+    output::print(&render_servers(items, output::terminal_width()))
+}
+
+/// The servers table. The command (or URL) comes last, out of the order one might expect,
+/// because it is the one long column: last, it can be cut to the terminal's width.
+pub fn render_servers(items: &[Value], width: Option<usize>) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|s| {
+            vec![
+                cell(s.get("name"), 40),
+                cell(s.get("transport"), 10),
+                yes_no(s["enabled"].as_bool().unwrap_or(false)).to_owned(),
+                timeout(s),
+                target(s),
+            ]
+        })
+        .collect();
+    render_table_fitted(&["NAME", "TRANSPORT", "ENABLED", "TIMEOUT", "COMMAND/URL"], &rows, width)
+}
+
+/// A stdio server's command line (quoted so it can be pasted) or an http server's URL.
+fn target(s: &Value) -> String {
+    if s["transport"] == "http" {
+        return text(&s["url"]);
+    }
+    let args = s["args"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let words = std::iter::once(s["command"].as_str().unwrap_or("-")).chain(args.iter().filter_map(Value::as_str));
+    shell_join(words)
+}
+
+fn timeout(s: &Value) -> String {
+    s["timeout_ms"].as_u64().map_or_else(|| "default".into(), format_ms_as_seconds)
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| cell(Some(v), 200), str::to_owned)
+}
+
+async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.get_raw(&server_path(&a.name)).await?;
+    if !a.capabilities {
+        if ctx.json {
+            return output::print_body(&resp.body);
+        }
+        return output::print(&render_fields(&server_fields(&resp.json()?)));
+    }
+    let server = resp.json()?;
+    let caps = api.get(&format!("{}/capabilities", server_path(&a.name))).await;
+    if ctx.json {
+        // Two REST bodies, each unchanged, in one document.
+        return match caps {
+            Ok(c) => output::print_json(&json!({"server": server, "capabilities": c})),
+            Err(e) => {
+                output::print_json(&json!({"server": server, "capabilities": null}))?;
+                Err(e)
+            }
+        };
+    }
+    let mut fields = server_fields(&server);
+    match &caps {
+        Ok(c) => fields.push(("capabilities", capability_counts(c))),
+        Err(_) => fields.push(("capabilities", "unavailable (see below)".into())),
+    }
+    output::print(&render_fields(&fields))?;
+    caps.map(|_| ()).map_err(|e| e.with_hint(format!("see `coffer mcp logs {}`", a.name)))
+}
+
+/// Every field of a server, in a fixed order, for `mcp show`.
+pub fn server_fields(s: &Value) -> Vec<(&'static str, String)> {
+    let map_lines = |v: &Value, sep: &str| -> String {
+        v.as_object()
+            .filter(|m| !m.is_empty())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}{sep}{}", v.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut f = vec![("name", text(&s["name"])), ("transport", text(&s["transport"]))];
+    f.push(("enabled", yes_no(s["enabled"].as_bool().unwrap_or(false)).into()));
+    if s["transport"] == "http" {
+        f.push(("url", text(&s["url"])));
+        f.push(("headers", map_lines(&s["headers"], ": ")));
+    } else {
+        f.push(("command", text(&s["command"])));
+        let args: Vec<&str> =
+            s["args"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        f.push(("args", if args.is_empty() { "-".into() } else { shell_join(args) }));
+        f.push(("env", map_lines(&s["env"], "=")));
+        f.push(("cwd", s["cwd"].as_str().map_or_else(|| "default ($COFFER_HOME/workspace)".into(), str::to_owned)));
+    }
+    f.push(("timeout", timeout(s)));
+    f.push(("version", cell(s.get("version"), 20)));
+    f.push(("created", s["created_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
+    f.push(("updated", s["updated_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
+    f
+}
+
+/// `13 tools (12 enabled), 4 prompts (4 enabled), 0 resources` from a capabilities body.
+pub fn capability_counts(c: &Value) -> String {
+    let part = |key: &str| {
+        let items = c[key].as_array().map(Vec::as_slice).unwrap_or_default();
+        let on = items.iter().filter(|i| i["enabled"].as_bool() != Some(false)).count();
+        if items.is_empty() || key == "resources" {
+            format!("{} {key}", items.len())
+        } else {
+            format!("{} {key} ({on} enabled)", items.len())
+        }
+    };
+    format!("{}, {}, {}", part("tools"), part("prompts"), part("resources"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// remove, enable, disable, refresh, test
+
+async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    api.delete(&server_path(name)).await?;
+    if ctx.json {
+        return output::print_json(&json!({"removed": name}));
+    }
+    output::println(&format!("Removed MCP server {name}"))
+}
+
+async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let req = api.request(reqwest::Method::PATCH, &server_path(name)).json(&json!({"enabled": enabled}));
+    let resp = api.send(req).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::println(&if enabled {
+        format!("Enabled MCP server {name}: its tools are offered to clients")
+    } else {
+        format!("Disabled MCP server {name}: its tools are hidden from clients and calls get TOOL_DISABLED")
+    })
+}
+
+async fn refresh(ctx: &Ctx) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/refresh")).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let n = resp.json()?["sessions"].as_u64().unwrap_or(0);
+    let s = if n == 1 { "" } else { "s" };
+    output::println(&format!("Dropped the cached capability lists of {n} session{s}; clients were told to list again"))
+}
+
+async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
+    let api: ApiClient = ctx.connect().await?;
+    let started = Instant::now();
+    let got = api.get_raw(&format!("{}/capabilities", server_path(name))).await;
+    let ms = started.elapsed().as_millis();
+    let resp = got.map_err(|e| match e.api_code() {
+        Some("NOT_FOUND") | None => e,
+        Some(_) => e.with_hint(format!("failed after {ms} ms; see `coffer mcp logs {name}`")),
+    })?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let c = resp.json()?;
+    let count = |k: &str| c[k].as_array().map_or(0, Vec::len);
+    output::println(&format!(
+        "{name}: initialize ok, {} tools, {} prompts, in {ms} ms",
+        count("tools"),
+        count("prompts")
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// logs
+
+async fn logs(ctx: &Ctx, a: McpLogsArgs) -> Result<(), CliError> {
+    // The name becomes a file name: refuse anything that is not a server name (`../gateway`).
+    let valid = !a.name.is_empty() && a.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        return Err(CliError::Usage(format!("{:?} is not a server name (a-z, 0-9 and '-')", a.name)));
+    }
+    let dir = ctx.home.upstream_logs();
+    let names = [a.name.as_str()];
+    let (tail, initial) = Tail::start(&dir, &names, a.lines, a.follow)?;
+    if !tail.has_files() {
+        // Tell an unknown name from a server that has not run yet, if a daemon is there to ask;
+        // never start one just for that.
+        if let Some(api) = ctx.detect().await
+            && let Err(e) = api.get(&server_path(&a.name)).await
+            && e.api_code() == Some("NOT_FOUND")
+        {
+            return Err(e);
+        }
+        eprintln!(
+            "no log for {} in {} yet (written once the server has started){}",
+            a.name,
+            dir.display(),
+            if a.follow { "; waiting…" } else { "" }
+        );
+    }
+    output::print(&crate::commands::logs::render(&initial, false))?;
+    if a.follow { tail.follow(false).await } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<AddArgs, clap::Error> {
+        let mut full = vec!["coffer", "mcp", "add"];
+        full.extend_from_slice(args);
+        match crate::Cli::try_parse_from(full)?.command {
+            crate::commands::Command::Mcp(McpCommand::Add(a)) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn exe(dir: &Path, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn env_pairs() {
+        assert_eq!(parse_env_pair("A=1").unwrap(), ("A".into(), "1".into()));
+        assert_eq!(parse_env_pair("A=").unwrap(), ("A".into(), String::new()));
+        assert_eq!(parse_env_pair("URL=a=b").unwrap(), ("URL".into(), "a=b".into()));
+        assert!(parse_env_pair("A").unwrap_err().contains("KEY=VALUE"));
+        assert!(parse_env_pair("=1").unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn header_pairs() {
+        assert_eq!(
+            parse_header_pair("Authorization: Bearer x:y").unwrap(),
+            ("Authorization".into(), "Bearer x:y".into())
+        );
+        assert_eq!(parse_header_pair("X-A:1").unwrap(), ("X-A".into(), "1".into()));
+        assert!(parse_header_pair("X-A=1").unwrap_err().contains("KEY:VALUE"));
+        assert!(parse_header_pair(": 1").is_err());
+        assert!(parse_header_pair("Bad Name: 1").unwrap_err().contains("not a valid HTTP header name"));
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(parse_timeout_seconds("30").unwrap(), 30.0);
+        assert_eq!(parse_timeout_seconds("0.5").unwrap(), 0.5);
+        for bad in ["0", "-1", "abc", "inf", "86401"] {
+            assert!(parse_timeout_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn commands_resolve_to_absolute_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let srv = exe(&bin, "srv");
+        let none = |_: &str| None;
+        // A bare name through PATH; a relative PATH entry is relative to the current folder.
+        let on_path = |n: &str| (n == "srv").then(|| srv.clone());
+        assert_eq!(resolve_command("srv", Path::new("/elsewhere"), on_path).unwrap(), srv);
+        assert_eq!(resolve_command("srv", dir.path(), |_: &str| Some(PathBuf::from("bin/srv"))).unwrap(), srv);
+        assert!(resolve_command("nosuch", dir.path(), none).unwrap_err().contains("not found on your PATH"));
+        // Relative paths against the current folder, `.` dropped; absolute paths as they are.
+        assert_eq!(resolve_command("./bin/srv", dir.path(), none).unwrap(), srv);
+        assert_eq!(resolve_command("bin/./srv", dir.path(), none).unwrap(), srv);
+        assert_eq!(resolve_command(srv.to_str().unwrap(), Path::new("/"), none).unwrap(), srv);
+        // What is wrong is named.
+        assert!(resolve_command("./bin/missing", dir.path(), none).unwrap_err().contains("does not exist"));
+        assert!(resolve_command("./bin", dir.path(), none).unwrap_err().contains("not a file"));
+        std::fs::write(bin.join("plain"), "x").unwrap();
+        assert!(resolve_command("bin/plain", dir.path(), none).unwrap_err().contains("not executable"));
+        assert!(resolve_command(" ", dir.path(), none).unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn add_builds_the_stdio_body() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = exe(dir.path(), "node");
+        let a = parse(&[
+            "fs",
+            "-e",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--cwd",
+            ".",
+            "--timeout",
+            "2.5",
+            "--disabled",
+            "--",
+            "node",
+            "-y",
+            "./s.js",
+        ])
+        .unwrap();
+        let body = add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "name": "fs", "transport": "stdio", "command": node.to_str().unwrap(), "args": ["-y", "./s.js"],
+                "env": {"A": "1", "B": "x=y"}, "cwd": dir.path().to_str().unwrap(), "timeout_s": 2.5, "enabled": false,
+            })
+        );
+        let missing = add_body(&a, dir.path(), |_: &str| None).unwrap_err();
+        assert_eq!(missing.exit_code(), crate::error::exit::ERROR);
+    }
+
+    #[test]
+    fn add_builds_the_http_body() {
+        let a = parse(&["remote", "--url", "https://x.test/mcp", "-H", "Authorization: Bearer t"]).unwrap();
+        let body = add_body(&a, Path::new("/"), |_: &str| None).unwrap();
+        assert_eq!(
+            body,
+            json!({"name": "remote", "transport": "http", "url": "https://x.test/mcp", "headers": {"Authorization": "Bearer t"}})
+        );
+    }
+
+    #[test]
+    fn add_usage_errors_exit_2() {
+        for bad in [
+            &["x"][..],                                  // neither command nor url
+            &["x", "--url", "http://a", "--", "node"],   // both
+            &["x", "--env", "NOEQUALS", "--", "node"],   // bad K=V
+            &["x", "-H", "A:1", "--", "node"],           // header without url
+            &["x", "--url", "http://a", "--env", "A=1"], // env with url
+            &["x", "--timeout", "soon", "--", "node"],   // bad timeout
+            &["x", "--"],                                // empty command
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+        let e = parse(&["x", "--env", "NOEQUALS", "--", "node"]).unwrap_err().to_string();
+        assert!(e.contains("KEY=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn servers_table_and_fields() {
+        let stdio = json!({
+            "name": "everything", "transport": "stdio", "command": "/usr/bin/node", "args": ["/p/index.js", "stdio"],
+            "env": {"A": "1", "B": "two words"}, "cwd": null, "url": null, "headers": {}, "enabled": true,
+            "timeout_ms": null, "version": 3, "created_at": "2026-11-30T09:56:56.541Z", "updated_at": "2026-11-30T10:00:00.000Z",
+        });
+        let http = json!({
+            "name": "remote", "transport": "http", "command": null, "args": [], "env": {}, "cwd": null,
+            "url": "https://x.test/mcp", "headers": {"Authorization": "Bearer t"}, "enabled": false, "timeout_ms": 1500,
+            "version": 1, "created_at": "x", "updated_at": "x",
+        });
+        assert_eq!(
+            render_servers(&[stdio.clone(), http.clone()], None),
+            "NAME        TRANSPORT  ENABLED  TIMEOUT  COMMAND/URL\n\
+             everything  stdio      yes      default  /usr/bin/node /p/index.js stdio\n\
+             remote      http       no       1.5s     https://x.test/mcp\n"
+        );
+        assert_eq!(
+            render_fields(&server_fields(&stdio)),
+            "name:      everything\n\
+             transport: stdio\n\
+             enabled:   yes\n\
+             command:   /usr/bin/node\n\
+             args:      /p/index.js stdio\n\
+             env:       A=1\n           B=two words\n\
+             cwd:       default ($COFFER_HOME/workspace)\n\
+             timeout:   default\n\
+             version:   3\n\
+             created:   2026-11-30 09:56:56\n\
+             updated:   2026-11-30 10:00:00\n"
+        );
+        let f = render_fields(&server_fields(&http));
+        assert!(f.contains("url:       https://x.test/mcp\nheaders:   Authorization: Bearer t\n"), "{f}");
+    }
+
+    #[test]
+    fn counts() {
+        let c =
+            json!({"server": "e", "tools": [{"enabled": true}, {"enabled": false}], "prompts": [], "resources": []});
+        assert_eq!(capability_counts(&c), "2 tools (1 enabled), 0 prompts, 0 resources");
+    }
+}
