@@ -470,3 +470,54 @@ async fn twenty_sessions_three_upstreams_interleaved_and_a_kill_under_load() -> 
     assert_eq!(text_of(&victim.tool("tb__echo", json!({"message": "fine"})).await?), "fine");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_upstreams_and_odd_client_messages() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+
+    // An upstream that answers one request twice: the first answer wins, the session goes on.
+    assert_eq!(text_of(&s.tool("tiny__twice", json!({})).await?), "first");
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "next"})).await?), "next");
+
+    // An upstream request the client cannot answer (no sampling capability declared): the
+    // upstream gets an error at once, so the call completes instead of hanging.
+    let r = s.tool("tiny__sample", json!({})).await?;
+    ensure!(text_of(&r).contains("sampling"), "upstream saw an error naming the capability: {r}");
+
+    // A cancel for an unknown request id is accepted and ignored.
+    let r = s
+        .post_raw(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 424242}}).to_string(),
+        )
+        .await?;
+    assert_eq!(r.status, 202);
+
+    // A client cancel reaches the upstream with the upstream's own request id.
+    let slow = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.post_raw(json!({"jsonrpc": "2.0", "id": "slow-1", "method": "tools/call", "params": {"name": "tiny__slow", "arguments": {"ms": 20000}}}).to_string())
+                .await
+        })
+    };
+    let log = home.root().join("logs/upstreams/tiny.log");
+    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
+        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
+    })
+    .await?;
+    let started = Instant::now();
+    let r = s.post_raw(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow-1", "reason": "user"}}).to_string()).await?;
+    assert_eq!(r.status, 202);
+    wait_for("the upstream to see the cancellation", Duration::from_secs(10), || async {
+        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("cancelled ").then_some(()))
+    })
+    .await?;
+    let answer = slow.await??;
+    ensure!(started.elapsed() < Duration::from_secs(10), "the cancelled call ends promptly");
+    ensure!(answer.json()?["error"].is_object(), "{}", answer.text);
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "alive"})).await?), "alive");
+    Ok(())
+}
