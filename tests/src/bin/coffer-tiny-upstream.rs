@@ -4,8 +4,10 @@
 //! Tools: `echo {message}`, `add {a,b}`, `slow {ms}` (answers after `ms`, concurrently),
 //! `fail` (an `isError` result), `rpc_error` (a JSON-RPC error), `crash` (exits at once),
 //! `big {bytes}` (a text block of that size), `stderr {lines}` (writes to stderr),
-//! `changed` (emits `notifications/tools/list_changed`), `sample` (asks the client for
-//! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`).
+//! `twice` (answers one request twice), `changed` (emits `notifications/tools/list_changed`),
+//! `sample` (asks the client for
+//! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`),
+//! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch).
 //! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. `--banner` prints a non-JSON line first.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -34,6 +36,7 @@ fn tools() -> Vec<Value> {
         json!({"name": "add", "description": "Adds two numbers", "inputSchema": obj(json!({"a": {"type": "number"}, "b": {"type": "number"}}))}),
         json!({"name": "slow", "description": "Answers after ms milliseconds", "inputSchema": obj(json!({"ms": {"type": "integer"}}))}),
         json!({"name": "fail", "description": "Returns an isError result", "inputSchema": obj(json!({}))}),
+        json!({"name": "twice", "description": "Answers the same request twice", "inputSchema": obj(json!({}))}),
         json!({"name": "rpc_error", "description": "Answers with a JSON-RPC error", "inputSchema": obj(json!({}))}),
         json!({"name": "crash", "description": "Exits the process", "inputSchema": obj(json!({}))}),
         json!({"name": "big", "description": "Returns a text of the given size", "inputSchema": obj(json!({"bytes": {"type": "integer"}}))}),
@@ -41,6 +44,7 @@ fn tools() -> Vec<Value> {
         json!({"name": "changed", "description": "Emits tools/list_changed", "inputSchema": obj(json!({}))}),
         json!({"name": "sample", "description": "Asks the client to sample", "inputSchema": obj(json!({}))}),
         json!({"name": "whoami", "description": "Pid and environment", "inputSchema": obj(json!({}))}),
+        json!({"name": "stderr_env", "description": "Writes TINY_ECHO_ENV to stderr", "inputSchema": obj(json!({}))}),
     ];
     let extra: usize = std::env::var("TINY_EXTRA_TOOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     for i in 0..extra {
@@ -74,7 +78,12 @@ fn main() {
             }
             continue;
         };
-        let Some(id) = id else { continue };
+        let Some(id) = id else {
+            if method == "notifications/cancelled" {
+                eprintln!("cancelled {}", msg["params"]["requestId"]);
+            }
+            continue;
+        };
         let params = msg.get("params").cloned().unwrap_or(json!({}));
         let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
         match method.as_str() {
@@ -127,6 +136,10 @@ fn main() {
                             send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(format!("slept {ms} ms"))}));
                         });
                     }
+                    "twice" => {
+                        send(&out, &reply(text("first")));
+                        send(&out, &reply(text("second")));
+                    }
                     "fail" => {
                         send(&out, &reply(json!({"content": [{"type": "text", "text": "it failed"}], "isError": true})))
                     }
@@ -143,6 +156,14 @@ fn main() {
                             let _ = writeln!(e, "stderr line {i} {}", "y".repeat(100));
                         }
                         send(&out, &reply(text(format!("wrote {n} lines"))));
+                    }
+                    "stderr_env" => {
+                        let v = std::env::var("TINY_ECHO_ENV").unwrap_or_default();
+                        let mut e = std::io::stderr().lock();
+                        let _ = writeln!(e, "TINY_ECHO_ENV={v}");
+                        let _ = writeln!(e, "leaking it mid-line: [{v}] and again {v}{v}");
+                        let _ = e.flush();
+                        send(&out, &reply(text("wrote TINY_ECHO_ENV to stderr")));
                     }
                     "changed" => {
                         send(&out, &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
