@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coffer_proto::store::store_client::StoreClient;
-use coffer_proto::store::{AppendInvocationsRequest, Invocation};
+use coffer_proto::store::{AppendInvocationsRequest, Invocation, McpServer, ResolveCredentialsRequest};
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
+use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -76,6 +77,8 @@ pub struct Shared {
     pub snapshot: SnapshotHandle,
     pub health: Health,
     recorder: mpsc::UnboundedSender<Invocation>,
+    /// For resolving credential references when an upstream starts.
+    store: StoreClient<AuthChannel>,
 }
 
 impl Shared {
@@ -107,6 +110,38 @@ impl Shared {
             .get("gateway.max_tool_name_len")
             .and_then(|v| v.parse().ok())
             .unwrap_or(naming::DEFAULT_MAX_LEN)
+    }
+
+    /// `server` with every credential reference in its `env` and `headers` replaced by the
+    /// credential's value (from the store, decrypted there), and the values used, so the caller
+    /// can redact them from the upstream's stderr. Call it right before starting the upstream;
+    /// the result must not outlive the start.
+    ///
+    /// # Errors
+    /// A message naming the first credential that does not exist or cannot be read (never a
+    /// value).
+    pub async fn resolve_server(&self, server: &McpServer) -> Result<(McpServer, Vec<SecretString>), String> {
+        let names = crate::credentials::referenced([&server.env, &server.headers]);
+        if names.is_empty() {
+            return Ok((server.clone(), Vec::new()));
+        }
+        let reply = self
+            .store
+            .clone()
+            .resolve_credentials(ResolveCredentialsRequest { names: names.into_iter().collect() })
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::NotFound | tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => {
+                    s.message().to_owned()
+                }
+                _ => format!("cannot resolve its credentials: the store is unavailable ({})", s.code()),
+            })?;
+        let values: HashMap<String, SecretString> =
+            reply.into_inner().values.into_iter().map(|(k, v)| (k, SecretString::from(v))).collect();
+        let mut resolved = server.clone();
+        let used = crate::credentials::substitute(&mut resolved, &values)
+            .map_err(|name| format!("credential {name:?} not found"))?;
+        Ok((resolved, used))
     }
 
     /// Queues an invocation record (written in batches off the hot path).
@@ -141,9 +176,9 @@ impl Gateway {
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_invocations(store, rx));
+        tokio::spawn(write_invocations(store.clone(), rx));
         let gw = Arc::new(Self {
-            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder: tx }),
+            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder: tx, store }),
             sessions: Mutex::default(),
             admin: tokio::sync::Mutex::new(None),
         });
@@ -215,6 +250,42 @@ impl Gateway {
         );
         *a = Some(s.clone());
         s
+    }
+
+    /// Starts `server` once in a fresh, short-lived session and reports its `initialize`
+    /// result, capability counts and timing (`coffer mcp test`). The session is closed after.
+    pub async fn probe(&self, server: &coffer_proto::store::McpServer) -> Value {
+        let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-test", "version": coffer_runtime::VERSION}});
+        let s = Session::new(format!("probe-{}", uuid::Uuid::new_v4().simple()), SUPPORTED_VERSIONS[0].into(), &params, self.shared.clone());
+        let started = std::time::Instant::now();
+        let mut report = json!({"server": server.name});
+        let mut counts = serde_json::Map::new();
+        let mut error: Option<String> = None;
+        for kind in [session::ListKind::Tools, session::ListKind::Prompts, session::ListKind::Resources] {
+            match s.fetch_server(server, kind).await {
+                Ok(items) => {
+                    counts.insert(kind.key().to_owned(), json!(items.len()));
+                }
+                Err(e) => {
+                    error = Some(e.to_string());
+                    break;
+                }
+            }
+            if kind == session::ListKind::Tools {
+                report["initialize_ms"] = json!(started.elapsed().as_millis() as u64);
+            }
+        }
+        if let Some(init) = s.upstream_init(&server.name).await {
+            report["protocol_version"] = init.get("protocolVersion").cloned().unwrap_or(Value::Null);
+            report["server_info"] = init.get("serverInfo").cloned().unwrap_or(Value::Null);
+            report["capabilities"] = init.get("capabilities").cloned().unwrap_or(Value::Null);
+        }
+        report["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
+        report["counts"] = Value::Object(counts);
+        report["ok"] = json!(error.is_none());
+        report["error"] = error.map(Value::String).unwrap_or(Value::Null);
+        s.close().await;
+        report
     }
 
     /// Ends every session and its upstream children (shutdown).

@@ -403,14 +403,22 @@ impl Session {
             return Err(UpstreamError::Closed { server: server.name.clone(), reason: "session ended".into() });
         }
         let started = Instant::now();
-        let res = Upstream::start(
-            server,
-            &self.shared.home,
-            &self.init_params,
-            self.events_tx.clone(),
-            self.shared.start_timeout(),
-        )
-        .await;
+        // Credential references become values only here, only for this child; a missing
+        // credential fails the start like any other start error (-32001, naming it).
+        let res = match self.shared.resolve_server(server).await {
+            Ok((resolved, secrets)) => {
+                Upstream::start(
+                    &resolved,
+                    &self.shared.home,
+                    &self.init_params,
+                    self.events_tx.clone(),
+                    self.shared.start_timeout(),
+                    secrets,
+                )
+                .await
+            }
+            Err(reason) => Err(UpstreamError::Start { server: server.name.clone(), reason }),
+        };
         match res {
             Ok(u) => {
                 tracing::info!(server = %server.name, session = %self.id, pid = u.pid, elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
@@ -477,6 +485,11 @@ impl Session {
         let items = Arc::new(items);
         self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
         Ok(items)
+    }
+
+    /// The `initialize` result of `server`'s running upstream in this session, if any.
+    pub async fn upstream_init(&self, server: &str) -> Option<Value> {
+        self.running(server).await.map(|u| u.init_result.clone())
     }
 
     /// One server's live list of `kind` (for `/v1/mcp/servers/{name}/capabilities`).
@@ -560,7 +573,10 @@ impl Session {
         out
     }
 
-    fn disabled(exposed: &str, server: &str, noun: &str) -> RpcError {
+    /// The `TOOL_DISABLED` error; `data.scope` says whether the capability itself or its whole
+    /// server is disabled.
+    fn disabled(snap: &crate::snapshot::Snapshot, exposed: &str, server: &str, noun: &str) -> RpcError {
+        let scope = if server != "coffer" && !snap.servers.get(server).is_some_and(|s| s.enabled) { "server" } else { noun };
         let what = if noun == "tool" {
             "Tool"
         } else if noun == "prompt" {
@@ -569,7 +585,7 @@ impl Session {
             "Resource"
         };
         RpcError::new(TOOL_DISABLED, format!("{what} {exposed} is disabled"))
-            .with_data(json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun}))
+            .with_data(json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun, "scope": scope}))
     }
 
     /// Resolves an exposed tool or prompt name to `(server, original)` and checks policy — all
@@ -599,7 +615,7 @@ impl Session {
                                 format!("Unknown server {server:?} in {noun} {exposed:?}"),
                             ));
                         }
-                        Some(s) if !s.enabled => return Err(Self::disabled(exposed, server, noun)),
+                        Some(s) if !s.enabled => return Err(Self::disabled(&snap, exposed, server, noun)),
                         Some(_) => {}
                     }
                 }
@@ -608,7 +624,7 @@ impl Session {
             }
         };
         if !snap.capability_enabled(&found.0, kind.kind(), &found.1) {
-            return Err(Self::disabled(exposed, &found.0, noun));
+            return Err(Self::disabled(&snap, exposed, &found.0, noun));
         }
         Ok(found)
     }
@@ -634,9 +650,9 @@ impl Session {
         };
         match snap.servers.get(&server) {
             None => Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?} in resource URI"))),
-            Some(s) if !s.enabled => Err(Self::disabled(uri, &server, "resource")),
+            Some(s) if !s.enabled => Err(Self::disabled(&snap, uri, &server, "resource")),
             Some(_) if !snap.capability_enabled(&server, Kind::Resource, &original) => {
-                Err(Self::disabled(uri, &server, "resource"))
+                Err(Self::disabled(&snap, uri, &server, "resource"))
             }
             Some(_) => Ok((server, original)),
         }
@@ -683,6 +699,7 @@ impl Session {
             }
         };
         let outcome = match &answer {
+            Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
             Answer::Result(_) => Outcome::Ok,
             Answer::UpstreamError(_) => Outcome::UpstreamError,
             Answer::Error(e) => e.outcome(),
@@ -753,7 +770,8 @@ impl Session {
         }
         if method == "resources/read" {
             let outcome = match &answer {
-                Answer::Result(_) => Outcome::Ok,
+                Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
+            Answer::Result(_) => Outcome::Ok,
                 Answer::UpstreamError(_) => Outcome::UpstreamError,
                 Answer::Error(e) => e.outcome(),
             };
@@ -1059,6 +1077,13 @@ impl Session {
         };
         self.outbound.push(msg.to_string());
     }
+}
+
+/// Whether a tool result reports a tool-level error (`isError: true`); cheap on the common path.
+fn is_tool_error(result: &RawValue) -> bool {
+    let t = result.get();
+    t.contains("\"isError\"")
+        && serde_json::from_str::<Value>(t).is_ok_and(|v| v.get("isError").and_then(Value::as_bool) == Some(true))
 }
 
 fn truncate(s: &str, n: usize) -> String {

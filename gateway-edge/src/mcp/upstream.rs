@@ -15,6 +15,7 @@ use std::time::Duration;
 use coffer_proto::store::McpServer;
 use coffer_runtime::home::CofferHome;
 use coffer_runtime::spawn::{ManagedChild, SpawnSpec};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -185,7 +186,9 @@ pub struct Upstream {
 impl Upstream {
     /// Starts `server` (spawning a stdio child or opening a Streamable HTTP client session) and
     /// performs the MCP handshake, mirroring the downstream client's `protocol_version`,
-    /// `capabilities` and `client_info`. Non-response messages go to `events`.
+    /// `capabilities` and `client_info`. Non-response messages go to `events`. `secrets` are
+    /// the credential values resolved into `server` (see `Shared::resolve_server`): they are
+    /// redacted from the child's stderr log and from start errors.
     ///
     /// # Errors
     /// [`UpstreamError::Start`] when the process cannot start, exits, or fails `initialize`
@@ -196,13 +199,16 @@ impl Upstream {
         init_params: &serde_json::Value,
         events: mpsc::UnboundedSender<UpstreamEvent>,
         timeout: Duration,
+        secrets: Vec<SecretString>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let name = server.name.clone();
-        let start_err = |reason: String| UpstreamError::Start { server: name.clone(), reason };
+        let redactor = Arc::new(crate::credentials::Redactor::new(&secrets));
+        let start_err =
+            |reason: String| UpstreamError::Start { server: name.clone(), reason: redactor.redact_str(&reason) };
         let core = Core::new(&name, events);
         let (transport, pid) = match server.transport.as_str() {
             "stdio" => {
-                let (t, pid) = start_stdio(server, home, core.clone()).map_err(start_err)?;
+                let (t, pid) = start_stdio(server, home, core.clone(), redactor.clone()).map_err(start_err)?;
                 (t, pid)
             }
             "http" => {
@@ -393,7 +399,12 @@ impl Upstream {
     }
 }
 
-fn start_stdio(server: &McpServer, home: &CofferHome, core: Arc<Core>) -> Result<(Transport, i32), String> {
+fn start_stdio(
+    server: &McpServer,
+    home: &CofferHome,
+    core: Arc<Core>,
+    redactor: Arc<crate::credentials::Redactor>,
+) -> Result<(Transport, i32), String> {
     let mut spec = SpawnSpec::new(&server.command, "upstream", &server.name);
     spec.args = server.args.iter().map(Into::into).collect();
     spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
@@ -407,7 +418,7 @@ fn start_stdio(server: &McpServer, home: &CofferHome, core: Arc<Core>) -> Result
     let stdin = child.inner().stdin.take();
     let stdout = child.inner().stdout.take().ok_or("no stdout")?;
     if let Some(stderr) = child.inner().stderr.take() {
-        tokio::spawn(drain_stderr(stderr, home.upstream_logs().join(format!("{}.log", server.name))));
+        tokio::spawn(drain_stderr(stderr, home.upstream_logs().join(format!("{}.log", server.name)), redactor));
     }
     tokio::spawn(read_loop(stdout, core));
     Ok((Transport::Stdio { stdin: tokio::sync::Mutex::new(stdin), child: tokio::sync::Mutex::new(Some(child)) }, pid))
@@ -483,8 +494,13 @@ pub fn trim_line(b: &[u8]) -> &[u8] {
 }
 
 /// Copies an upstream's stderr to its log file, line by line, never blocking the upstream (a
-/// write failure or invalid UTF-8 never stops the draining).
-async fn drain_stderr(stderr: tokio::process::ChildStderr, path: std::path::PathBuf) {
+/// write failure or invalid UTF-8 never stops the draining). Every credential value the
+/// upstream was started with is replaced by `[REDACTED]` first.
+async fn drain_stderr(
+    stderr: tokio::process::ChildStderr,
+    path: std::path::PathBuf,
+    redactor: Arc<crate::credentials::Redactor>,
+) {
     if std::fs::metadata(&path).is_ok_and(|m| m.len() > STDERR_LOG_ROTATE) {
         let _ = std::fs::rename(&path, path.with_extension("log.1"));
     }
@@ -504,7 +520,8 @@ async fn drain_stderr(stderr: tokio::process::ChildStderr, path: std::path::Path
             Ok(_) => {}
         }
         if let Some(f) = file.as_mut() {
-            let line = String::from_utf8_lossy(trim_line(&buf));
+            let line = redactor.redact(trim_line(&buf));
+            let line = String::from_utf8_lossy(&line);
             let stamped = format!("{} {line}\n", coffer_runtime::now_rfc3339());
             if f.write_all(stamped.as_bytes()).await.is_err() {
                 file = None;

@@ -24,6 +24,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/tools/{name}", patch(patch_tool))
         .route("/v1/mcp/servers/{name}/capabilities", get(capabilities))
         .route("/v1/mcp/refresh", post(refresh))
+        .route("/v1/mcp/servers/{name}/test", post(test_server))
 }
 
 #[derive(Deserialize)]
@@ -194,4 +195,15 @@ async fn capabilities(State(st): State<Arc<AppState>>, Path(name): Path<String>)
 async fn refresh(State(st): State<Arc<AppState>>) -> Json<Value> {
     let n = st.gateway.refresh_all();
     Json(json!({"sessions": n}))
+}
+
+/// `POST /v1/mcp/servers/{name}/test` → starts the server once in a fresh session (no cache) and
+/// reports `{server, ok, error, protocol_version, server_info, capabilities, counts:{tools,
+/// prompts, resources}, initialize_ms, elapsed_ms}`. A server that fails still answers 200 with
+/// `ok: false` and the error; an unknown server is 404.
+async fn test_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let Some(server) = st.snapshot.current().servers.get(&name).cloned() else {
+        return Err(ApiError::not_found(format!("no MCP server {name:?}")));
+    };
+    Ok(Json(st.gateway.probe(&server).await))
 }
