@@ -2,6 +2,7 @@
 //! module per area). Run with `cargo build --workspace --bins && cargo test -p coffer-tests`.
 
 mod cli;
+mod credentials;
 mod daemon;
 mod edge;
 mod gateway;

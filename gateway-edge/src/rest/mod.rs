@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub mod credentials;
 pub mod logs;
 pub mod servers;
 pub mod settings;
@@ -24,6 +25,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/daemon/stop", post(stop))
         .route("/v1/daemon/services/{name}/restart", post(restart_service))
         .merge(servers::routes())
+        .merge(credentials::routes())
         .merge(logs::routes())
         .merge(settings::routes())
         .merge(tools::routes())

@@ -21,6 +21,7 @@ use coffer_proto::store::{
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
+use crate::credentials::{self, WireValue};
 use crate::error::{ApiError, Code, JsonBody};
 use crate::rest::logs::Params;
 use crate::snapshot::Kind;
@@ -222,7 +223,8 @@ pub fn timeout_ms(
 /// A server as JSON: `{name, transport, command, args, env, cwd, url, headers, enabled,
 /// timeout_ms, version, created_at, updated_at}`. Fields that do not apply or hold the default
 /// are `null` (`command` of an http server, `url` of a stdio server, `cwd` when the default,
-/// `timeout_ms` when the default).
+/// `timeout_ms` when the default). `env`/`headers` values that reference a credential are
+/// `{"credential_ref": name}`.
 pub fn server_json(s: &McpServer) -> Value {
     let opt = |v: &str| {
         if v.is_empty() {
@@ -231,13 +233,7 @@ pub fn server_json(s: &McpServer) -> Value {
             Value::String(v.to_owned())
         }
     };
-    let sorted = |m: &HashMap<String, String>| -> serde_json::Map<String, Value> {
-        let mut kv: Vec<_> = m.iter().collect();
-        kv.sort();
-        kv.into_iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect()
-    };
+    let sorted = credentials::render;
     json!({
         "name": s.name,
         "transport": s.transport,
@@ -305,12 +301,14 @@ struct CreateBody {
     command: Option<String>,
     #[serde(default)]
     args: Vec<String>,
+    /// Values: a string or `{"credential_ref": name}`.
     #[serde(default)]
-    env: HashMap<String, String>,
+    env: HashMap<String, WireValue>,
     cwd: Option<String>,
     url: Option<String>,
+    /// Values: a string or `{"credential_ref": name}`.
     #[serde(default)]
-    headers: HashMap<String, String>,
+    headers: HashMap<String, WireValue>,
     enabled: Option<bool>,
     timeout_s: Option<f64>,
     timeout_ms: Option<u64>,
@@ -375,8 +373,12 @@ fn check_transport_fields(b: &CreateBody) -> Result<&'static str, ApiError> {
 /// A stdio `command` that is a bare name is resolved on the daemon's `PATH` (the CLI sends an
 /// already absolute path, resolved against the user's shell).
 ///
+/// `env` and `headers` values are strings or `{"credential_ref": name}` (stored as a reference,
+/// resolved only when an upstream starts).
+///
 /// Errors: `INVALID_ARGUMENT` (bad name, transport, command not found or not executable, field
-/// that does not fit the transport, timeout out of range, the store's validation message),
+/// that does not fit the transport, timeout out of range, a reference to a credential that does
+/// not exist, the store's validation message),
 /// `UNKNOWN_FIELD`, `ALREADY_EXISTS` (409) for a duplicate name.
 async fn create_server(
     State(st): State<Arc<AppState>>,
@@ -393,15 +395,19 @@ async fn create_server(
         }
         _ => String::new(),
     };
+    let env = credentials::to_stored("env", b.env)?;
+    let server_headers = credentials::to_stored("headers", b.headers)?;
+    super::credentials::require_credentials(&st, &credentials::referenced([&env, &server_headers]))
+        .await?;
     let server = McpServer {
         name: b.name,
         transport: transport.to_owned(),
         command,
         args: b.args,
-        env: b.env,
+        env,
         cwd: b.cwd.unwrap_or_default(),
         url: b.url.unwrap_or_default(),
-        headers: b.headers,
+        headers: server_headers,
         enabled: b.enabled.unwrap_or(true),
         timeout_ms: timeout.unwrap_or(0),
         ..Default::default()
@@ -454,11 +460,11 @@ struct PatchBody {
     enabled: Option<bool>,
     command: Option<String>,
     args: Option<Vec<String>>,
-    env: Option<HashMap<String, String>>,
+    env: Option<HashMap<String, WireValue>>,
     #[serde(default, deserialize_with = "present")]
     cwd: Option<Option<String>>,
     url: Option<String>,
-    headers: Option<HashMap<String, String>>,
+    headers: Option<HashMap<String, WireValue>>,
     #[serde(default, deserialize_with = "present")]
     timeout_s: Option<Option<f64>>,
     #[serde(default, deserialize_with = "present")]
@@ -511,7 +517,7 @@ fn apply_patch(
         s.args = a.clone();
     }
     if let Some(e) = &p.env {
-        s.env = e.clone();
+        s.env = credentials::to_stored("env", e.clone())?;
     }
     if let Some(c) = &p.cwd {
         s.cwd = c.clone().unwrap_or_default();
@@ -520,7 +526,7 @@ fn apply_patch(
         s.url = u.clone();
     }
     if let Some(h) = &p.headers {
-        s.headers = h.clone();
+        s.headers = credentials::to_stored("headers", h.clone())?;
     }
     match (p.timeout_s, p.timeout_ms) {
         (None, None) => {}
@@ -537,7 +543,8 @@ fn apply_patch(
 ///
 /// Errors: `NOT_FOUND`, `CONFLICT` (409, stale `If-Match`; details carry both versions),
 /// `INVALID_ARGUMENT` (a field that does not fit the transport, a rename, a bad command or
-/// timeout, the store's validation), `UNKNOWN_FIELD`.
+/// timeout, a reference to a credential that does not exist, the store's validation),
+/// `UNKNOWN_FIELD`.
 async fn patch_server(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -549,6 +556,18 @@ async fn patch_server(
         Some(c) => Some(resolve_command(c, coffer_runtime::connect::which_on_path)?),
         None => None,
     };
+    // Only references this patch sets are checked: an unrelated patch (`enabled`) of a server
+    // whose credential was removed since still applies.
+    let refs: std::collections::BTreeSet<String> = [&p.env, &p.headers]
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m.values())
+        .filter_map(|v| match v {
+            WireValue::Ref(r) => Some(r.credential_ref.clone()),
+            WireValue::Literal(_) => None,
+        })
+        .collect();
+    super::credentials::require_credentials(&st, &refs).await?;
     let mut store = st.store.clone();
     let mut attempt = 0;
     loop {

@@ -4,6 +4,7 @@
 
 pub mod db;
 pub mod rpc;
+pub mod vault;
 
 use coffer_runtime::home::CofferHome;
 
@@ -22,8 +23,9 @@ pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken
     let token = coffer_runtime::grpc::internal_token_from_env()?;
     let db = db::Db::open(&home.db())?;
     tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
+    let vault = vault::Vault::new(home.secret_key());
     let routes = tonic::service::Routes::new(
-        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db))
+        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db, vault))
             .max_decoding_message_size(16 * 1024 * 1024),
     );
     coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown).await?;

@@ -2,14 +2,17 @@
 //! `tonic::Status` here, once.
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use coffer_proto::store::store_server::Store;
 use coffer_proto::store::*;
 use rusqlite::{OptionalExtension, Row, Transaction, params};
+use secrecy::{ExposeSecret, SecretString};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::db::{Db, StoreError};
+use crate::vault::{Vault, VaultError};
 
 /// Longest page a list RPC returns.
 const MAX_PAGE: u32 = 500;
@@ -28,6 +31,26 @@ impl From<StoreError> for Status {
         }
     }
 }
+
+impl From<VaultError> for Status {
+    fn from(e: VaultError) -> Self {
+        match e {
+            VaultError::InvalidName(_) | VaultError::InvalidValue(_) => Status::invalid_argument(e.to_string()),
+            VaultError::Random(_) => {
+                tracing::error!(error = %e, "Credential encryption failed.");
+                Status::internal("credential encryption failed; see logs/store.log")
+            }
+            // The key file needs the user's attention: say which file and why (never a value).
+            _ => {
+                tracing::warn!(error = %e, "Credential key problem.");
+                Status::failed_precondition(e.to_string())
+            }
+        }
+    }
+}
+
+/// Most names one `ResolveCredentials` call may ask for.
+const MAX_RESOLVE: usize = 1024;
 
 /// Validates an MCP server name: `^[a-z0-9][a-z0-9-]{0,23}$`, not the reserved `coffer`.
 ///
@@ -117,12 +140,18 @@ fn audit(t: &Transaction, trace: &str, actor: &str, action: &str, target: &str) 
 /// The gRPC service.
 pub struct StoreService {
     db: Db,
+    vault: Arc<Vault>,
 }
 
 impl StoreService {
-    pub fn new(db: Db) -> Self {
-        Self { db }
+    /// The service over `db`, encrypting credentials with `vault`.
+    pub fn new(db: Db, vault: Vault) -> Self {
+        Self { db, vault: Arc::new(vault) }
     }
+}
+
+fn credential_from_row(r: &Row<'_>) -> rusqlite::Result<CredentialInfo> {
+    Ok(CredentialInfo { name: r.get(0)?, version: r.get(1)?, created_at: r.get(2)?, updated_at: r.get(3)? })
 }
 
 type ChangeStream = Pin<Box<dyn Stream<Item = Result<Change, Status>> + Send>>;
@@ -456,6 +485,126 @@ impl Store for StoreService {
         Ok(Response::new(WriteReply { seq }))
     }
 
+    async fn set_credential(&self, req: Request<SetCredentialRequest>) -> Result<Response<WriteCredentialReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+        let mut r = req.into_inner();
+        let value = SecretString::from(std::mem::take(&mut r.value));
+        crate::vault::validate_name(&r.name)?;
+        crate::vault::validate_value(&value)?;
+        // A missing key may be created only while no ciphertext exists under an earlier one;
+        // otherwise a lost key file would be silently replaced and those rows lost.
+        let stored = self
+            .db
+            .read(|c| Ok(c.query_row("SELECT EXISTS (SELECT 1 FROM credentials)", [], |r| r.get::<_, bool>(0))?))
+            .await?;
+        let vault = self.vault.clone();
+        let name = r.name.clone();
+        let sealed = tokio::task::spawn_blocking(move || vault.seal(&name, &value, !stored))
+            .await
+            .map_err(|_| Status::internal("credential encryption task failed"))??;
+        let (credential, seq) = self
+            .db
+            .write(move |t, ch| {
+                let now = coffer_runtime::now_rfc3339();
+                let cur = t
+                    .query_row("SELECT name, version, created_at, updated_at FROM credentials WHERE name = ?1", [&r.name], credential_from_row)
+                    .optional()?;
+                let (info, op) = match cur {
+                    Some(cur) => {
+                        let info = CredentialInfo { version: cur.version + 1, updated_at: now, ..cur };
+                        t.execute(
+                            "UPDATE credentials SET nonce = ?2, ciphertext = ?3, version = ?4, updated_at = ?5 WHERE name = ?1",
+                            params![info.name, sealed.nonce, sealed.ciphertext, info.version, info.updated_at],
+                        )?;
+                        (info, "update")
+                    }
+                    None => {
+                        let info = CredentialInfo { name: r.name.clone(), version: 1, created_at: now.clone(), updated_at: now };
+                        t.execute(
+                            "INSERT INTO credentials (name, nonce, ciphertext, version, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                            params![info.name, sealed.nonce, sealed.ciphertext, info.version, info.created_at, info.updated_at],
+                        )?;
+                        (info, "create")
+                    }
+                };
+                audit(t, &trace, &r.actor, "credential.set", &info.name)?;
+                ch.push("credential", info.name.clone(), op);
+                Ok(info)
+            })
+            .await?;
+        Ok(Response::new(WriteCredentialReply { credential: Some(credential), seq }))
+    }
+
+    async fn list_credentials(&self, _: Request<ListCredentialsRequest>) -> Result<Response<ListCredentialsReply>, Status> {
+        let items = self
+            .db
+            .read(|c| {
+                let mut st =
+                    c.prepare_cached("SELECT name, version, created_at, updated_at FROM credentials ORDER BY name")?;
+                let rows = st.query_map([], credential_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        Ok(Response::new(ListCredentialsReply { items }))
+    }
+
+    async fn delete_credential(&self, req: Request<DeleteCredentialRequest>) -> Result<Response<WriteReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+        let r = req.into_inner();
+        let ((), seq) = self
+            .db
+            .write(move |t, ch| {
+                if t.execute("DELETE FROM credentials WHERE name = ?1", [&r.name])? == 0 {
+                    return Err(StoreError::NotFound(format!("credential {:?}", truncate(&r.name, 80))));
+                }
+                audit(t, &trace, &r.actor, "credential.remove", &r.name)?;
+                ch.push("credential", r.name.clone(), "delete");
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(WriteReply { seq }))
+    }
+
+    async fn resolve_credentials(
+        &self,
+        req: Request<ResolveCredentialsRequest>,
+    ) -> Result<Response<ResolveCredentialsReply>, Status> {
+        let mut names = req.into_inner().names;
+        if names.len() > MAX_RESOLVE {
+            return Err(Status::invalid_argument(format!("at most {MAX_RESOLVE} credentials per call")));
+        }
+        // First occurrence order, so "the first missing one" is the caller's first.
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|n| seen.insert(n.clone()));
+        let rows = self
+            .db
+            .read(move |c| {
+                let mut st = c.prepare_cached("SELECT nonce, ciphertext FROM credentials WHERE name = ?1")?;
+                let mut rows = Vec::with_capacity(names.len());
+                for n in names {
+                    let row = st.query_row([&n], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))).optional()?;
+                    match row {
+                        Some((nonce, ct)) => rows.push((n, nonce, ct)),
+                        None => return Err(StoreError::NotFound(format!("credential {:?}", truncate(&n, 80)))),
+                    }
+                }
+                Ok(rows)
+            })
+            .await?;
+        let vault = self.vault.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            rows.into_iter()
+                .map(|(n, nonce, ct)| vault.open(&n, &nonce, &ct).map(|v| (n, v)))
+                .collect::<Result<Vec<(String, SecretString)>, VaultError>>()
+        })
+        .await
+        .map_err(|_| Status::internal("credential decryption task failed"))??;
+        // The reply is the one place values leave the store: the gateway asked for them to start
+        // an upstream with them.
+        let values = opened.into_iter().map(|(n, v)| (n, v.expose_secret().to_owned())).collect();
+        Ok(Response::new(ResolveCredentialsReply { values }))
+    }
+
     async fn head(&self, _: Request<HeadRequest>) -> Result<Response<HeadReply>, Status> {
         Ok(Response::new(HeadReply { seq: self.db.head() }))
     }
@@ -525,6 +674,119 @@ fn page<T>(mut items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> (Vec<T>, i6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn service() -> (tempfile::TempDir, StoreService) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("coffer.db")).unwrap();
+        let svc = StoreService::new(db, Vault::new(dir.path().join("secret.key")));
+        (dir, svc)
+    }
+
+    async fn set(svc: &StoreService, name: &str, value: &str) -> Result<WriteCredentialReply, Status> {
+        let req = SetCredentialRequest { name: name.into(), value: value.into(), actor: "cli".into() };
+        svc.set_credential(Request::new(req)).await.map(Response::into_inner)
+    }
+
+    async fn resolve(svc: &StoreService, names: &[&str]) -> Result<HashMap<String, String>, Status> {
+        let req = ResolveCredentialsRequest { names: names.iter().map(|n| (*n).to_owned()).collect() };
+        svc.resolve_credentials(Request::new(req)).await.map(|r| r.into_inner().values)
+    }
+
+    #[tokio::test]
+    async fn credentials_lifecycle_never_exposes_values() {
+        let (dir, svc) = service();
+        let secret = "s3cr3t-0123456789abcdef";
+        let r = set(&svc, "github", secret).await.unwrap();
+        let c = r.credential.unwrap();
+        assert_eq!((c.name.as_str(), c.version), ("github", 1));
+        assert!(r.seq > 0);
+        let r2 = set(&svc, "github", "second-value").await.unwrap();
+        let c2 = r2.credential.unwrap();
+        assert_eq!(c2.version, 2);
+        assert_eq!(c2.created_at, c.created_at);
+        assert!(r2.seq > r.seq);
+        set(&svc, "npm.token", secret).await.unwrap();
+
+        let list = svc.list_credentials(Request::new(ListCredentialsRequest {})).await.unwrap().into_inner().items;
+        assert_eq!(list.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["github", "npm.token"]);
+
+        let values = resolve(&svc, &["npm.token", "github", "npm.token"]).await.unwrap();
+        assert_eq!(values.len(), 2);
+        assert_eq!(values["github"], "second-value");
+        assert_eq!(values["npm.token"], secret);
+        let dbg = format!("{:?}", ResolveCredentialsReply { values });
+        assert!(!dbg.contains(secret) && dbg.contains("github"), "{dbg}");
+        let dbg = format!("{:?}", SetCredentialRequest { name: "n".into(), value: secret.into(), actor: String::new() });
+        assert!(!dbg.contains(secret), "{dbg}");
+
+        let e = resolve(&svc, &["github", "nope", "also-missing"]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        assert!(e.message().contains("\"nope\""), "{}", e.message());
+
+        for (name, value) in [("bad name", "x"), ("_x", "x"), ("ok", ""), ("ok", "a\0b")] {
+            let e = set(&svc, name, value).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{name:?}");
+        }
+
+        let del = |name: &str| {
+            let req = DeleteCredentialRequest { name: name.into(), actor: String::new() };
+            svc.delete_credential(Request::new(req))
+        };
+        del("npm.token").await.unwrap();
+        assert_eq!(del("npm.token").await.unwrap_err().code(), tonic::Code::NotFound);
+
+        let audit = svc
+            .list_audit(Request::new(ListAuditRequest { limit: 100, ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        let actions: Vec<(&str, &str, &str)> =
+            audit.iter().rev().map(|a| (a.actor.as_str(), a.action.as_str(), a.target.as_str())).collect();
+        assert_eq!(
+            actions,
+            [
+                ("cli", "credential.set", "github"),
+                ("cli", "credential.set", "github"),
+                ("cli", "credential.set", "npm.token"),
+                ("api", "credential.remove", "npm.token"),
+            ]
+        );
+        let changes = svc.db.changes_since(0, 100).await.unwrap();
+        let ops: Vec<(&str, &str, &str)> = changes.iter().map(|c| (c.entity, c.key.as_str(), c.op)).collect();
+        assert_eq!(
+            ops,
+            [
+                ("credential", "github", "create"),
+                ("credential", "github", "update"),
+                ("credential", "npm.token", "create"),
+                ("credential", "npm.token", "delete"),
+            ]
+        );
+
+        // Neither the database nor its WAL holds a value in the clear.
+        for f in ["coffer.db", "coffer.db-wal"] {
+            let bytes = std::fs::read(dir.path().join(f)).unwrap_or_default();
+            for v in [secret, "second-value"] {
+                assert!(!bytes.windows(v.len()).any(|w| w == v.as_bytes()), "{f} holds a value");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_key_is_reported_not_replaced() {
+        let (dir, svc) = service();
+        set(&svc, "github", "value-1").await.unwrap();
+        // A restarted store whose key file was deleted.
+        std::fs::remove_file(dir.path().join("secret.key")).unwrap();
+        let svc = StoreService::new(svc.db.clone(), Vault::new(dir.path().join("secret.key")));
+        let e = resolve(&svc, &["github"]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("secret.key") && e.message().contains("missing"), "{}", e.message());
+        let e = set(&svc, "other", "x").await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(!dir.path().join("secret.key").exists());
+    }
 
     #[test]
     fn server_names() {
