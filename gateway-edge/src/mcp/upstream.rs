@@ -135,6 +135,12 @@ impl Core {
         }
     }
 
+    /// Whether request `id` still waits for its reply (false once answered, failed or timed
+    /// out): an HTTP transport stops reading a response stream that nobody waits on.
+    pub fn is_pending(&self, id: u64) -> bool {
+        self.pending.lock().expect("pending").contains_key(&id)
+    }
+
     /// Marks the connection dead: every request in flight fails at once with `reason`.
     pub fn close(&self, reason: &str) {
         if !self.alive.swap(false, Ordering::AcqRel) {
