@@ -126,6 +126,22 @@ impl Db {
         })
     }
 
+    /// Checkpoints the WAL into the main database file and truncates it (at shutdown), through
+    /// the writer thread.
+    ///
+    /// # Errors
+    /// When SQLite refuses the checkpoint or the writer is gone.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn: &mut Connection| {
+            let r = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(StoreError::from);
+            let _ = tx.send(r);
+        });
+        let writer = self.writer.clone();
+        tokio::task::spawn_blocking(move || writer.send(job)).await.map_err(|_| StoreError::WriterGone)?.map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Highest committed change number.
     pub fn head(&self) -> u64 {
         self.head.load(Ordering::Acquire)

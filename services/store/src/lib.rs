@@ -25,9 +25,13 @@ pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken
     tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
     let vault = vault::Vault::new(home.secret_key());
     let routes = tonic::service::Routes::new(
-        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db, vault))
+        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db.clone(), vault))
             .max_decoding_message_size(16 * 1024 * 1024),
     );
     coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown).await?;
+    // Fold the WAL back into the main file so a stopped Coffer is one self-contained coffer.db.
+    if let Err(e) = db.checkpoint().await {
+        tracing::warn!(error = %e, "WAL checkpoint at shutdown failed.");
+    }
     Ok(())
 }
