@@ -6,7 +6,8 @@
 //!   `initialize` (without a session id) creates a session and returns `Mcp-Session-Id`.
 //! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it).
 //! - `DELETE` ends the session. An unknown or ended session gets 404 so clients re-initialize.
-//! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400).
+//! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400); the sessionless
+//!   `server/discover` probe below is exempt (it names the revision it probes for).
 //! - Before any session, `server/discover` (the sessionless 2026-07-28 probe) gets -32601 so
 //!   newer clients fall back to `initialize`.
 use std::convert::Infallible;
@@ -194,11 +195,11 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
             "Accept must allow application/json and text/event-stream",
         );
     }
-    if let Err(r) = check_version(&headers) {
-        return r;
-    }
     let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
     if first == Some(b'[') {
+        if let Err(r) = check_version(&headers) {
+            return r;
+        }
         return post_batch(st, headers, body).await;
     }
     let msg: Incoming = match serde_json::from_slice(&body) {
@@ -211,6 +212,13 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         Ok(p) => p,
         Err((id, m)) => return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &m),
     };
+    // The sessionless `server/discover` probe carries the revision it probes for (2026-07-28) in
+    // MCP-Protocol-Version; it must still get -32601 below, or clients cannot tell why to fall back.
+    let probe = matches!(&parsed, Parsed::Request { method, .. } if method == "server/discover")
+        && session_id(&headers).is_none();
+    if !probe && let Err(r) = check_version(&headers) {
+        return r;
+    }
     match parsed {
         Parsed::Request { id, method, params } if method == "initialize" => initialize(&st, &id, params.as_deref()),
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
