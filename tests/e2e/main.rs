@@ -6,5 +6,6 @@ mod credentials;
 mod daemon;
 mod edge;
 mod gateway;
+mod peers;
 mod recovery;
 mod store;

@@ -32,6 +32,7 @@
 pub mod bins;
 pub mod http;
 pub mod mcp;
+pub mod peers;
 pub mod ports;
 pub mod procs;
 pub mod wait;
@@ -661,7 +662,7 @@ fn list(ps: &[ProcInfo]) -> String {
 /// ends, so even a test process killed from outside (timeout, Ctrl-C) leaves no daemon: its
 /// services then follow through their own death signal.
 #[allow(unsafe_code)]
-fn die_with_test_thread(cmd: &mut std::process::Command) {
+pub(crate) fn die_with_test_thread(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the hook runs in the forked child before exec and only calls prctl(2), which is
     // async-signal-safe and does not allocate.
