@@ -9,6 +9,8 @@ pub enum HomeError {
     NoHome,
     #[error("cannot create {path}: {source}")]
     Create { path: PathBuf, source: std::io::Error },
+    #[error("{path} exists but is not a directory; set COFFER_HOME to a folder")]
+    NotADirectory { path: PathBuf },
     #[error("{path} is not writable by this user: {source}")]
     NotWritable { path: PathBuf, source: std::io::Error },
 }
@@ -84,6 +86,9 @@ impl CofferHome {
             self.root.join("workspace"),
         ];
         for d in dirs {
+            if d.exists() && !d.is_dir() {
+                return Err(HomeError::NotADirectory { path: d });
+            }
             if !d.is_dir() {
                 std::fs::DirBuilder::new()
                     .recursive(true)
