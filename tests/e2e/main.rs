@@ -6,6 +6,7 @@ mod credentials;
 mod daemon;
 mod edge;
 mod gateway;
+mod http_upstream;
 mod peers;
 mod recovery;
 mod store;
