@@ -115,6 +115,10 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let gw = gateway.clone();
     // On shutdown, end every MCP session first: their GET streams close, so the graceful drain
     // does not wait on long-lived SSE connections, and upstream children are terminated.
+    // Small request/response exchanges on loopback: never let Nagle hold a segment back.
+    let public = axum::serve::ListenerExt::tap_io(public, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(public, app.into_make_service())
         .with_graceful_shutdown(async move {
             drain.cancelled().await;

@@ -278,12 +278,10 @@ impl Upstream {
             Transport::Stdio { stdin, .. } => {
                 let mut guard = stdin.lock().await;
                 let Some(stdin) = guard.as_mut() else { return Err(self.core.closed_error()) };
-                let res = async {
-                    stdin.write_all(line.as_bytes()).await?;
-                    stdin.write_all(b"\n").await?;
-                    stdin.flush().await
-                }
-                .await;
+                // One write per message: the newline travels with the frame.
+                let mut line = line;
+                line.push('\n');
+                let res = stdin.write_all(line.as_bytes()).await;
                 res.map_err(|e| {
                     self.core.close(&format!("stdin: {e}"));
                     self.core.closed_error()
