@@ -2,6 +2,10 @@
 //! module per area). Run with `cargo build --workspace --bins && cargo test -p coffer-tests`.
 
 mod cli;
+mod cli_connect;
+mod cli_credentials;
+mod cli_doctor;
+mod cli_import;
 mod credentials;
 mod daemon;
 mod edge;

@@ -6,7 +6,6 @@
 //! `logs` reads `logs/upstreams/<name>.log` locally and never starts a daemon.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Value, json};
@@ -40,10 +39,10 @@ Examples:
 const TEST_EXAMPLES: &str = "\
 Examples:
   coffer mcp test everything
+  coffer mcp test everything --json
 
-Lists the server's tools and prompts through the gateway, starting the server if needed, and
-times it. The gateway keeps the lists for 60 s, so a repeat within that time is answered from
-them; `coffer mcp refresh` drops them.";
+Starts the server in a fresh session of its own (no cached lists), initializes it, counts its
+tools, prompts and resources, and times it. Exits 1 with the server's error when it fails.";
 
 const LOGS_EXAMPLES: &str = "\
 Examples:
@@ -76,12 +75,15 @@ pub enum McpCommand {
     /// Drop every session's cached tool and prompt lists; clients are told their lists changed.
     #[command(after_help = "Example:\n  coffer mcp refresh")]
     Refresh(NoArgs),
-    /// Start a server (if needed), list its tools and prompts, and time it.
+    /// Start a server in a fresh session, count its tools, prompts and resources, and time it.
     #[command(after_help = TEST_EXAMPLES)]
     Test(NameArg),
     /// Print (and follow) what a server wrote on stderr.
     #[command(after_help = LOGS_EXAMPLES)]
     Logs(McpLogsArgs),
+    /// Register the MCP servers of a Claude Desktop, Claude Code, Cursor or VS Code config file.
+    #[command(after_help = crate::commands::import::IMPORT_EXAMPLES)]
+    Import(crate::commands::import::ImportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +163,7 @@ pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
         McpCommand::Refresh(_) => refresh(ctx).await,
         McpCommand::Test(a) => test(ctx, &a.name).await,
         McpCommand::Logs(a) => logs(ctx, a).await,
+        McpCommand::Import(a) => crate::commands::import::run(ctx, a).await,
     }
 }
 
@@ -499,23 +502,39 @@ async fn refresh(ctx: &Ctx) -> Result<(), CliError> {
 
 async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let api: ApiClient = ctx.connect().await?;
-    let started = Instant::now();
-    let got = api.get_raw(&format!("{}/capabilities", server_path(name))).await;
-    let ms = started.elapsed().as_millis();
-    let resp = got.map_err(|e| match e.api_code() {
-        Some("NOT_FOUND") | None => e,
-        Some(_) => e.with_hint(format!("failed after {ms} ms; see `coffer mcp logs {name}`")),
-    })?;
+    let resp = api.send(api.request(reqwest::Method::POST, &format!("{}/test", server_path(name)))).await?;
+    let report = resp.json()?;
+    let ok = report["ok"].as_bool() == Some(true);
     if ctx.json {
-        return output::print_body(&resp.body);
+        output::print_body(&resp.body)?;
+        return if ok { Ok(()) } else { Err(CliError::Quiet(crate::error::exit::ERROR)) };
     }
-    let c = resp.json()?;
-    let count = |k: &str| c[k].as_array().map_or(0, Vec::len);
-    output::println(&format!(
-        "{name}: initialize ok, {} tools, {} prompts, in {ms} ms",
+    if ok {
+        return output::println(&render_test(name, &report));
+    }
+    let error = report["error"].as_str().unwrap_or("the server did not answer");
+    let ms = report["elapsed_ms"].as_u64().unwrap_or(0);
+    Err(CliError::Failed(format!("{name}: {error} (after {ms} ms); see `coffer mcp logs {name}`")))
+}
+
+/// `NAME: initialize ok (protocol P, server X vY), N tools, M prompts, K resources, in T ms`
+/// from a successful `POST …/test` body.
+pub fn render_test(name: &str, r: &Value) -> String {
+    let count = |k: &str| r["counts"][k].as_u64().unwrap_or(0);
+    let info = &r["server_info"];
+    let server = match (info["name"].as_str(), info["version"].as_str()) {
+        (Some(n), Some(v)) => format!(", server {n} v{}", v.trim_start_matches('v')),
+        (Some(n), None) => format!(", server {n}"),
+        _ => String::new(),
+    };
+    format!(
+        "{name}: initialize ok (protocol {}{server}), {} tools, {} prompts, {} resources, in {} ms",
+        r["protocol_version"].as_str().unwrap_or("?"),
         count("tools"),
-        count("prompts")
-    ))
+        count("prompts"),
+        count("resources"),
+        r["elapsed_ms"].as_u64().unwrap_or(0)
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -721,6 +740,22 @@ mod tests {
         );
         let f = render_fields(&server_fields(&http));
         assert!(f.contains("url:       https://x.test/mcp\nheaders:   Authorization: Bearer t\n"), "{f}");
+    }
+
+    #[test]
+    fn test_line() {
+        let r = json!({"server": "e", "ok": true, "error": null, "protocol_version": "2025-06-18",
+            "server_info": {"name": "example-servers/everything", "version": "1.0.0"}, "capabilities": {},
+            "counts": {"tools": 11, "prompts": 3, "resources": 100}, "initialize_ms": 80, "elapsed_ms": 412});
+        assert_eq!(
+            render_test("e", &r),
+            "e: initialize ok (protocol 2025-06-18, server example-servers/everything v1.0.0), 11 tools, 3 prompts, 100 resources, in 412 ms"
+        );
+        let bare = json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5});
+        assert_eq!(
+            render_test("t", &bare),
+            "t: initialize ok (protocol 2025-11-25), 0 tools, 0 prompts, 0 resources, in 5 ms"
+        );
     }
 
     #[test]

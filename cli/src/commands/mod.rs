@@ -3,7 +3,11 @@
 
 pub mod audit;
 pub mod completions;
+pub mod connect;
+pub mod credentials;
 pub mod daemon;
+pub mod doctor;
+pub mod import;
 pub mod invocations;
 pub mod logs;
 pub mod mcp;
@@ -37,6 +41,14 @@ pub enum Command {
     /// Read and change the daemon's settings.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
+    /// Store, list and remove credentials (values are never shown).
+    #[command(subcommand)]
+    Credentials(credentials::CredentialsCommand),
+    /// Register Coffer as an MCP server in Claude Code, Codex, Claude Desktop or Cursor.
+    #[command(after_help = connect::CONNECT_EXAMPLES)]
+    Connect(connect::ConnectArgs),
+    /// Check the install, the daemon and every upstream; say how to fix what is wrong.
+    Doctor(doctor::DoctorArgs),
     /// Print (and follow) the local log files; never starts the daemon.
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
@@ -57,6 +69,9 @@ impl Command {
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,
             Command::Settings(c) => settings::run(ctx, c).await,
+            Command::Credentials(c) => credentials::run(ctx, c).await,
+            Command::Connect(a) => connect::run(ctx, a).await,
+            Command::Doctor(a) => doctor::run(ctx, a).await,
             Command::Logs(a) => logs::run(ctx, a).await,
             Command::Completions(a) => completions::run(a),
         }

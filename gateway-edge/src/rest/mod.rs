@@ -12,6 +12,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub mod credentials;
+pub mod import;
 pub mod logs;
 pub mod servers;
 pub mod settings;
@@ -26,6 +27,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/daemon/services/{name}/restart", post(restart_service))
         .merge(servers::routes())
         .merge(credentials::routes())
+        .merge(import::routes())
         .merge(logs::routes())
         .merge(settings::routes())
         .merge(tools::routes())

@@ -1,0 +1,638 @@
+//! `coffer connect claude-code|codex|claude-desktop|cursor [--remove] [--print]`: registers
+//! `coffer-mcp-shim` (the one next to this `coffer`) as the MCP server `coffer` in an MCP
+//! client's configuration, or removes it.
+//!
+//! Idempotent: a client that already has exactly this entry is left untouched (no write at
+//! all). Every other key of the client's file is kept; JSON files keep their indentation and
+//! key order, `config.toml` its comments and layout (`toml_edit`). A file is written through a
+//! temporary file and a rename, so the client never reads half of one, and the file as it was
+//! before Coffer first changed it is kept once as `<file>.bak`.
+//!
+//! Files (`$HOME` is honoured; tests point it at a temporary folder):
+//! - Claude Code: `claude mcp add --scope user coffer -- SHIM` when `claude` is on `PATH`, else
+//!   `~/.claude.json` `mcpServers.coffer = {"type":"stdio","command":SHIM,"args":[]}`;
+//! - Codex: `$CODEX_HOME/config.toml` (default `~/.codex/config.toml`), table
+//!   `[mcp_servers.coffer]` with `command = SHIM` and `args = []`;
+//! - Claude Desktop: `~/.config/Claude/claude_desktop_config.json` (Linux) or
+//!   `~/Library/Application Support/Claude/claude_desktop_config.json` (macOS),
+//!   `mcpServers.coffer = {"command":SHIM,"args":[]}`;
+//! - Cursor: `~/.cursor/mcp.json`, the same entry.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde_json::{Map, Value, json};
+
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output;
+
+/// The server name Coffer takes in a client's configuration.
+pub const SERVER_NAME: &str = "coffer";
+/// The shim's file name, looked for next to `coffer`.
+pub const SHIM: &str = "coffer-mcp-shim";
+
+pub const CONNECT_EXAMPLES: &str = "\
+Examples:
+  coffer connect claude-code
+  coffer connect cursor --print        # show the snippet, change nothing
+  coffer connect claude-desktop --remove
+
+Registers coffer-mcp-shim (next to this coffer) as the MCP server \"coffer\" in the client's
+configuration; running it again changes nothing. Other settings in the file are kept, and the
+file as it was before the first change is kept as FILE.bak. Restart the client afterwards.";
+
+/// The MCP clients `coffer connect` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Client {
+    /// Claude Code (`claude mcp add --scope user`, else ~/.claude.json).
+    ClaudeCode,
+    /// OpenAI Codex CLI (~/.codex/config.toml).
+    Codex,
+    /// Claude Desktop (claude_desktop_config.json).
+    ClaudeDesktop,
+    /// Cursor (~/.cursor/mcp.json).
+    Cursor,
+}
+
+impl Client {
+    /// The name as typed on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Client::ClaudeCode => "claude-code",
+            Client::Codex => "codex",
+            Client::ClaudeDesktop => "claude-desktop",
+            Client::Cursor => "cursor",
+        }
+    }
+
+    /// The client's configuration file under `home` (`codex_home`: `$CODEX_HOME` when set).
+    pub fn config_path(self, home: &Path, codex_home: Option<&Path>) -> PathBuf {
+        match self {
+            Client::ClaudeCode => home.join(".claude.json"),
+            Client::Codex => codex_home.map_or_else(|| home.join(".codex"), Path::to_path_buf).join("config.toml"),
+            Client::ClaudeDesktop if cfg!(target_os = "macos") => {
+                home.join("Library/Application Support/Claude/claude_desktop_config.json")
+            }
+            Client::ClaudeDesktop => home.join(".config/Claude/claude_desktop_config.json"),
+            Client::Cursor => home.join(".cursor/mcp.json"),
+        }
+    }
+
+    /// The `mcpServers.coffer` entry of a JSON client.
+    pub fn json_entry(self, shim: &str) -> Value {
+        match self {
+            Client::ClaudeCode => json!({"type": "stdio", "command": shim, "args": []}),
+            _ => json!({"command": shim, "args": []}),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    /// The MCP client to connect.
+    pub client: Client,
+    /// Remove Coffer from the client's configuration instead.
+    #[arg(long)]
+    pub remove: bool,
+    /// Only print the exact snippet or command; change nothing.
+    #[arg(long)]
+    pub print: bool,
+}
+
+/// What a connect or remove did to a client's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The entry was not there and was added.
+    Added,
+    /// An entry named `coffer` was there with another command and was replaced.
+    Updated,
+    /// The entry was already exactly so: nothing was written.
+    Unchanged,
+    /// The entry was there and was removed.
+    Removed,
+    /// `--remove`, and there was no entry: nothing was written.
+    Absent,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Added => "added",
+            Outcome::Updated => "updated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Removed => "removed",
+            Outcome::Absent => "absent",
+        }
+    }
+
+    fn changed(self) -> bool {
+        matches!(self, Outcome::Added | Outcome::Updated | Outcome::Removed)
+    }
+}
+
+/// Runs `coffer connect`. Never contacts the daemon.
+///
+/// # Errors
+/// Exit 1 when the shim is missing, `$HOME` is unset, the client's file cannot be parsed
+/// (naming it; it is left untouched) or written, or `claude mcp …` fails.
+pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
+    let shim = shim_path()?;
+    let shim_s = shim.to_string_lossy().into_owned();
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| CliError::Failed("HOME is not set; cannot find the client's configuration".into()))?;
+    let codex_home = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let path = a.client.config_path(&home, codex_home.as_deref());
+    let claude = if a.client == Client::ClaudeCode { coffer_runtime::connect::which_on_path("claude") } else { None };
+
+    if a.print {
+        return print_snippet(a.client, &path, &shim_s, a.remove, claude.is_some());
+    }
+    if !shim.is_file() && !a.remove {
+        return Err(CliError::Failed(format!(
+            "{} does not exist; install Coffer's binaries together (./scripts/install)",
+            shim.display()
+        )));
+    }
+    let (outcome, backup, via) = match (a.client, &claude) {
+        (Client::ClaudeCode, Some(claude)) => (claude_cli(claude, &path, &shim_s, a.remove).await?, None, "claude"),
+        (Client::Codex, _) => {
+            let (o, b) = edit_file(&path, a.remove, |text| toml_edit_coffer(text, &shim_s, a.remove))?;
+            (o, b, "file")
+        }
+        (client, _) => {
+            let entry = client.json_entry(&shim_s);
+            let (o, b) = edit_file(&path, a.remove, |text| json_edit_coffer(text, &entry, a.remove))?;
+            (o, b, "file")
+        }
+    };
+    if ctx.json {
+        return output::print_json(&json!({
+            "client": a.client.as_str(), "path": path.display().to_string(), "action": outcome.as_str(),
+            "changed": outcome.changed(), "backup": backup.map(|b| b.display().to_string()),
+            "command": shim_s, "via": via,
+        }));
+    }
+    let client = a.client.as_str();
+    let shown = path.display();
+    let mut out = match outcome {
+        Outcome::Added => {
+            format!("Connected {client} to Coffer: added the MCP server \"coffer\" ({shim_s}) to {shown}\n")
+        }
+        Outcome::Updated => {
+            format!("Connected {client} to Coffer: the MCP server \"coffer\" in {shown} now runs {shim_s}\n")
+        }
+        Outcome::Unchanged => format!("{client} is already connected to Coffer ({shown}); nothing changed\n"),
+        Outcome::Removed => format!("Removed the MCP server \"coffer\" from {shown}\n"),
+        Outcome::Absent => format!("{client} has no MCP server \"coffer\" in {shown}; nothing changed\n"),
+    };
+    if let Some(b) = &backup {
+        out.push_str(&format!("The file as it was before is kept as {}\n", b.display()));
+    }
+    if outcome.changed() {
+        out.push_str(&format!("Restart {client} to pick it up.\n"));
+    }
+    output::print(&out)
+}
+
+/// `coffer-mcp-shim` next to the running `coffer`.
+fn shim_path() -> Result<PathBuf, CliError> {
+    let exe =
+        std::env::current_exe().map_err(|e| CliError::Failed(format!("cannot find this coffer executable: {e}")))?;
+    Ok(exe.parent().map_or_else(|| PathBuf::from(SHIM), |d| d.join(SHIM)))
+}
+
+/// `--print`: the exact snippet or command on stdout; where it goes on stderr.
+fn print_snippet(client: Client, path: &Path, shim: &str, remove: bool, claude: bool) -> Result<(), CliError> {
+    let shown = path.display();
+    let snippet = match (client, remove) {
+        (Client::ClaudeCode, false) if claude => {
+            format!("claude mcp add --scope user {SERVER_NAME} -- {}\n", output::shell_quote(shim))
+        }
+        (Client::ClaudeCode, true) if claude => format!("claude mcp remove --scope user {SERVER_NAME}\n"),
+        (Client::Codex, false) => {
+            eprintln!("# Add to {shown}:");
+            toml_edit_coffer("", shim, false).map_err(CliError::Failed)?.1.unwrap_or_default()
+        }
+        (Client::Codex, true) => {
+            eprintln!("# Delete this table from {shown}:");
+            format!("[mcp_servers.{SERVER_NAME}]\n")
+        }
+        (client, false) => {
+            eprintln!("# Merge into {shown}:");
+            let doc = json!({"mcpServers": {SERVER_NAME: client.json_entry(shim)}});
+            format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default())
+        }
+        (_, true) => {
+            eprintln!("# Delete this key from {shown}:");
+            format!("mcpServers.{SERVER_NAME}\n")
+        }
+    };
+    output::print(&snippet)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claude Code through its own CLI
+
+/// Adds or removes the server with `claude mcp …` (user scope). Idempotent: `~/.claude.json`
+/// (where that scope lives) is read first, and `claude` only runs when something must change.
+async fn claude_cli(claude: &Path, config: &Path, shim: &str, remove: bool) -> Result<Outcome, CliError> {
+    let current = match std::fs::read_to_string(config) {
+        Ok(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(&text).ok(),
+        _ => None,
+    };
+    let entry = current.as_ref().and_then(|v| v.get("mcpServers")).and_then(|m| m.get(SERVER_NAME));
+    let run = |args: Vec<String>| async move { run_claude(claude, &args).await };
+    let name = SERVER_NAME.to_owned();
+    if remove {
+        if entry.is_none() {
+            return Ok(Outcome::Absent);
+        }
+        run(vec!["mcp".into(), "remove".into(), "--scope".into(), "user".into(), name]).await?;
+        return Ok(Outcome::Removed);
+    }
+    if entry.is_some_and(|e| same_entry(e, shim)) {
+        return Ok(Outcome::Unchanged);
+    }
+    let outcome = if entry.is_some() {
+        run(vec!["mcp".into(), "remove".into(), "--scope".into(), "user".into(), name.clone()]).await?;
+        Outcome::Updated
+    } else {
+        Outcome::Added
+    };
+    let add = vec!["mcp", "add", "--scope", "user", &name, "--", shim];
+    run(add.into_iter().map(str::to_owned).collect()).await?;
+    Ok(outcome)
+}
+
+/// Runs `claude ARGS` to completion through the one spawn helper.
+async fn run_claude(claude: &Path, args: &[String]) -> Result<(), CliError> {
+    use coffer_runtime::spawn::{SpawnSpec, spawn};
+    use tokio::io::AsyncReadExt;
+
+    let mut spec = SpawnSpec::new(claude, "client", "claude");
+    spec.args = args.iter().map(Into::into).collect();
+    spec.stdin = std::process::Stdio::null();
+    spec.stdout = std::process::Stdio::piped();
+    spec.stderr = std::process::Stdio::piped();
+    let shown = format!("claude {}", output::shell_join(args.iter().map(String::as_str)));
+    let mut child = spawn(spec).map_err(|e| CliError::Failed(format!("cannot run `{shown}`: {e}")))?;
+    let mut stdout = child.inner().stdout.take();
+    let mut stderr = child.inner().stderr.take();
+    let (mut out, mut err) = (String::new(), String::new());
+    let read_out = async {
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_string(&mut out).await;
+        }
+    };
+    let read_err = async {
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_string(&mut err).await;
+        }
+    };
+    tokio::join!(read_out, read_err);
+    let status = child.wait().await.map_err(|e| CliError::Failed(format!("`{shown}` failed: {e}")))?;
+    if status.success() {
+        return Ok(());
+    }
+    let said = format!("{}{}", err.trim(), out.trim());
+    Err(CliError::Failed(format!("`{shown}` failed ({status}): {}", output::truncate(&said, 400))))
+}
+
+/// True when a client's entry already runs exactly `shim` with no arguments or environment.
+fn same_entry(e: &Value, shim: &str) -> bool {
+    let empty = |k: &str| match e.get(k) {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(Value::Object(o)) => o.is_empty(),
+        _ => false,
+    };
+    e["command"] == shim
+        && empty("args")
+        && empty("env")
+        && e.get("type").is_none_or(|t| t == "stdio")
+        && e.get("url").is_none()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Editing the files
+
+/// Applies `edit` to the text of `path` (empty when it does not exist) and, when it returns new
+/// text, writes it atomically, keeping the previous file as `<path>.bak` unless one exists.
+/// With `remove` a missing file is left missing.
+///
+/// `edit` returns the outcome and the new text (`None`: write nothing).
+///
+/// # Errors
+/// [`CliError::Failed`] naming the file for a read, parse or write failure.
+fn edit_file(
+    path: &Path,
+    remove: bool,
+    edit: impl FnOnce(&str) -> Result<(Outcome, Option<String>), String>,
+) -> Result<(Outcome, Option<PathBuf>), CliError> {
+    let shown = path.display();
+    let existing = match std::fs::read_to_string(path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(CliError::Failed(format!("cannot read {shown}: {e}"))),
+    };
+    if existing.is_none() && remove {
+        return Ok((Outcome::Absent, None));
+    }
+    let (outcome, text) = edit(existing.as_deref().unwrap_or(""))
+        .map_err(|e| CliError::Failed(format!("{shown}: {e}; it was left as it is")))?;
+    let Some(text) = text else {
+        return Ok((outcome, None));
+    };
+    let mut backup = None;
+    if existing.is_some() {
+        let bak = PathBuf::from(format!("{}.bak", path.display()));
+        if !bak.exists() {
+            std::fs::copy(path, &bak).map_err(|e| CliError::Failed(format!("cannot keep a copy of {shown}: {e}")))?;
+            backup = Some(bak);
+        }
+    }
+    write_atomically(path, text.as_bytes()).map_err(|e| CliError::Failed(format!("cannot write {shown}: {e}")))?;
+    Ok((outcome, backup))
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: readers see
+/// the old file or the new one, never a part. Keeps the old file's permissions (new files: 0600,
+/// since client configs hold tokens); creates missing parent folders.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mode = std::fs::metadata(path).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o600);
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.coffer-{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Sets (or with `remove`, deletes) `mcpServers.coffer` in the JSON text of a client's file,
+/// keeping every other key in its order and the file's indentation.
+///
+/// # Errors
+/// A message when the text is not a JSON object, or `mcpServers` is not an object.
+pub fn json_edit_coffer(text: &str, entry: &Value, remove: bool) -> Result<(Outcome, Option<String>), String> {
+    let mut doc: Value = if text.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON at line {} column {}", e.line(), e.column()))?
+    };
+    let root = doc.as_object_mut().ok_or("the file is not a JSON object")?;
+    let outcome = if remove {
+        let Some(servers) = root.get_mut("mcpServers") else {
+            return Ok((Outcome::Absent, None));
+        };
+        let servers = servers.as_object_mut().ok_or("mcpServers is not an object")?;
+        if servers.shift_remove(SERVER_NAME).is_none() {
+            return Ok((Outcome::Absent, None));
+        }
+        Outcome::Removed
+    } else {
+        let servers = root.entry("mcpServers").or_insert_with(|| Value::Object(Map::new()));
+        let servers = servers.as_object_mut().ok_or("mcpServers is not an object")?;
+        let shim = entry["command"].as_str().unwrap_or_default();
+        match servers.get(SERVER_NAME) {
+            Some(e) if same_entry(e, shim) => return Ok((Outcome::Unchanged, None)),
+            Some(_) => {
+                servers.insert(SERVER_NAME.to_owned(), entry.clone());
+                Outcome::Updated
+            }
+            None => {
+                servers.insert(SERVER_NAME.to_owned(), entry.clone());
+                Outcome::Added
+            }
+        }
+    };
+    Ok((outcome, Some(to_json_text(&doc, &detect_indent(text)))))
+}
+
+/// The indentation unit of a JSON text: the leading blanks of its first indented line; two
+/// spaces when it has none.
+fn detect_indent(text: &str) -> String {
+    text.lines()
+        .skip(1)
+        .map(|l| &l[..l.len() - l.trim_start_matches([' ', '\t']).len()])
+        .find(|ws| !ws.is_empty())
+        .unwrap_or("  ")
+        .to_owned()
+}
+
+/// `doc` pretty-printed with `indent` as the indentation unit, ending in a newline.
+fn to_json_text(doc: &Value, indent: &str) -> String {
+    let pretty = serde_json::to_string_pretty(doc).expect("a JSON value serializes");
+    let mut out = String::with_capacity(pretty.len() + 1);
+    // serde_json indents with two spaces; a newline inside a value is always escaped, so every
+    // line's leading spaces are indentation.
+    for line in pretty.lines() {
+        let body = line.trim_start_matches(' ');
+        out.push_str(&indent.repeat((line.len() - body.len()) / 2));
+        out.push_str(body);
+        out.push('\n');
+    }
+    out
+}
+
+/// Sets (or with `remove`, deletes) `[mcp_servers.coffer]` in the TOML text of Codex's
+/// `config.toml`, keeping comments, order and layout of everything else.
+///
+/// # Errors
+/// A message when the text is not TOML, or `mcp_servers` is not a table.
+pub fn toml_edit_coffer(text: &str, shim: &str, remove: bool) -> Result<(Outcome, Option<String>), String> {
+    use toml_edit::{Array, DocumentMut, Item, Table, value};
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+        format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
+    })?;
+    let root = doc.as_table_mut();
+    if remove {
+        let Some(servers) = root.get_mut("mcp_servers") else {
+            return Ok((Outcome::Absent, None));
+        };
+        let servers = servers.as_table_like_mut().ok_or("mcp_servers is not a table")?;
+        if servers.remove(SERVER_NAME).is_none() {
+            return Ok((Outcome::Absent, None));
+        }
+        if servers.is_empty() && root.get("mcp_servers").and_then(Item::as_table).is_some_and(Table::is_implicit) {
+            root.remove("mcp_servers");
+        }
+        return Ok((Outcome::Removed, Some(doc.to_string())));
+    }
+    if !root.contains_key("mcp_servers") {
+        let mut t = Table::new();
+        t.set_implicit(true);
+        root.insert("mcp_servers", Item::Table(t));
+    }
+    let servers = root.get_mut("mcp_servers").and_then(Item::as_table_like_mut).ok_or("mcp_servers is not a table")?;
+    let current = servers.get(SERVER_NAME).and_then(Item::as_table_like).map(|t| {
+        let command = t.get("command").and_then(Item::as_str) == Some(shim);
+        let no_args = t.get("args").is_none_or(|a| a.as_array().is_some_and(Array::is_empty));
+        let others = t.iter().any(|(k, _)| !matches!(k, "command" | "args"));
+        command && no_args && !others
+    });
+    if current == Some(true) {
+        return Ok((Outcome::Unchanged, None));
+    }
+    let mut entry = Table::new();
+    entry.insert("command", value(shim));
+    entry.insert("args", value(Array::new()));
+    match root.get_mut("mcp_servers") {
+        Some(Item::Table(t)) => {
+            t.insert(SERVER_NAME, Item::Table(entry));
+        }
+        Some(Item::Value(toml_edit::Value::InlineTable(t))) => {
+            t.insert(SERVER_NAME, toml_edit::Value::InlineTable(entry.into_inline_table()));
+        }
+        _ => return Err("mcp_servers is not a table".into()),
+    }
+    Ok((if current.is_some() { Outcome::Updated } else { Outcome::Added }, Some(doc.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIM_PATH: &str = "/opt/coffer/bin/coffer-mcp-shim";
+
+    fn entry() -> Value {
+        Client::Cursor.json_entry(SHIM_PATH)
+    }
+
+    #[test]
+    fn paths() {
+        let h = Path::new("/h");
+        assert_eq!(Client::ClaudeCode.config_path(h, None), Path::new("/h/.claude.json"));
+        assert_eq!(Client::Codex.config_path(h, None), Path::new("/h/.codex/config.toml"));
+        assert_eq!(Client::Codex.config_path(h, Some(Path::new("/c"))), Path::new("/c/config.toml"));
+        assert_eq!(Client::Cursor.config_path(h, None), Path::new("/h/.cursor/mcp.json"));
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            Client::ClaudeDesktop.config_path(h, None),
+            Path::new("/h/.config/Claude/claude_desktop_config.json")
+        );
+    }
+
+    #[test]
+    fn json_add_is_idempotent_and_keeps_other_keys() {
+        let text = "{\n    \"theme\": \"dark\",\n    \"mcpServers\": {\n        \"fs\": {\"command\": \"npx\"}\n    },\n    \"z\": 1\n}\n";
+        let (o, new) = json_edit_coffer(text, &entry(), false).unwrap();
+        assert_eq!(o, Outcome::Added);
+        let new = new.unwrap();
+        assert!(new.starts_with("{\n    \"theme\": \"dark\",\n    \"mcpServers\": {\n        \"fs\": {"), "{new}");
+        let v: Value = serde_json::from_str(&new).unwrap();
+        assert_eq!(v["mcpServers"]["coffer"], entry());
+        assert_eq!(v["mcpServers"]["fs"]["command"], "npx");
+        assert_eq!(v["z"], 1);
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["theme", "mcpServers", "z"], "order kept");
+        // Twice is once.
+        assert_eq!(json_edit_coffer(&new, &entry(), false).unwrap(), (Outcome::Unchanged, None));
+        // Another command: updated.
+        let other = new.replace(SHIM_PATH, "/old/coffer-mcp-shim");
+        assert_eq!(json_edit_coffer(&other, &entry(), false).unwrap().0, Outcome::Updated);
+        // Remove, then remove again.
+        let (o, removed) = json_edit_coffer(&new, &entry(), true).unwrap();
+        assert_eq!(o, Outcome::Removed);
+        let removed = removed.unwrap();
+        let v: Value = serde_json::from_str(&removed).unwrap();
+        assert_eq!(v["mcpServers"], json!({"fs": {"command": "npx"}}));
+        assert_eq!(json_edit_coffer(&removed, &entry(), true).unwrap(), (Outcome::Absent, None));
+    }
+
+    #[test]
+    fn json_edge_cases() {
+        let (o, t) = json_edit_coffer("", &entry(), false).unwrap();
+        assert_eq!(o, Outcome::Added);
+        assert_eq!(
+            t.unwrap(),
+            format!(
+                "{{\n  \"mcpServers\": {{\n    \"coffer\": {{\n      \"command\": \"{SHIM_PATH}\",\n      \"args\": []\n    }}\n  }}\n}}\n"
+            )
+        );
+        assert_eq!(json_edit_coffer("{}", &entry(), true).unwrap(), (Outcome::Absent, None));
+        assert!(json_edit_coffer("{\"a\": ", &entry(), false).unwrap_err().contains("line 1"));
+        assert!(json_edit_coffer("[]", &entry(), false).unwrap_err().contains("not a JSON object"));
+        assert!(json_edit_coffer("{\"mcpServers\": []}", &entry(), false).unwrap_err().contains("not an object"));
+        // Claude Code's own shape, with an empty env, counts as the same entry.
+        let cc = json!({"mcpServers": {"coffer": {"type": "stdio", "command": SHIM_PATH, "args": [], "env": {}}}});
+        let e = Client::ClaudeCode.json_entry(SHIM_PATH);
+        assert_eq!(json_edit_coffer(&cc.to_string(), &e, false).unwrap(), (Outcome::Unchanged, None));
+    }
+
+    #[test]
+    fn toml_add_remove_keeps_the_rest() {
+        let text = "# my codex config\nmodel = \"o3\"  # fast\n\n[mcp_servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"fs\"]\n\n[profiles.x]\nmodel = \"y\"\n";
+        let (o, new) = toml_edit_coffer(text, SHIM_PATH, false).unwrap();
+        assert_eq!(o, Outcome::Added);
+        let new = new.unwrap();
+        for part in [
+            "# my codex config\nmodel = \"o3\"  # fast\n",
+            "[mcp_servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"fs\"]\n",
+            "[profiles.x]\nmodel = \"y\"\n",
+        ] {
+            assert!(new.contains(part), "{part} kept in {new}");
+        }
+        assert!(new.contains(&format!("[mcp_servers.coffer]\ncommand = \"{SHIM_PATH}\"\nargs = []\n")), "{new}");
+        assert_eq!(toml_edit_coffer(&new, SHIM_PATH, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(toml_edit_coffer(&new, "/other/shim", false).unwrap().0, Outcome::Updated);
+        let (o, removed) = toml_edit_coffer(&new, SHIM_PATH, true).unwrap();
+        assert_eq!(o, Outcome::Removed);
+        assert_eq!(removed.unwrap().trim_end(), text.trim_end());
+        assert_eq!(toml_edit_coffer(text, SHIM_PATH, true).unwrap(), (Outcome::Absent, None));
+        // From nothing, and back to nothing.
+        let (_, fresh) = toml_edit_coffer("", SHIM_PATH, false).unwrap();
+        let fresh = fresh.unwrap();
+        assert_eq!(fresh, format!("[mcp_servers.coffer]\ncommand = \"{SHIM_PATH}\"\nargs = []\n"));
+        assert_eq!(toml_edit_coffer(&fresh, SHIM_PATH, true).unwrap().1.unwrap().trim(), "");
+        // An inline table stays inline.
+        let (_, inline) = toml_edit_coffer("mcp_servers = { fs = { command = \"npx\" } }\n", SHIM_PATH, false).unwrap();
+        let inline = inline.unwrap();
+        assert!(inline.contains("coffer = { command = "), "{inline}");
+        assert!(toml_edit_coffer("x = [", SHIM_PATH, false).unwrap_err().contains("not valid TOML"));
+        assert!(toml_edit_coffer("mcp_servers = 3", SHIM_PATH, false).unwrap_err().contains("not a table"));
+    }
+
+    #[test]
+    fn files_are_written_atomically_with_one_backup() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/mcp.json");
+        // Removing from a missing file creates nothing.
+        let r = edit_file(&p, true, |t| json_edit_coffer(t, &entry(), true)).unwrap();
+        assert_eq!(r, (Outcome::Absent, None));
+        assert!(!p.exists());
+        let (o, bak) = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap();
+        assert_eq!((o, bak), (Outcome::Added, None), "no backup of a file that did not exist");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::write(&p, "{\"keep\": true}").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (_, bak) = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap();
+        let bak = bak.unwrap();
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), "{\"keep\": true}");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644, "mode kept");
+        // The backup is taken once: a later change keeps the first one.
+        let (o, again) = edit_file(&p, true, |t| json_edit_coffer(t, &entry(), true)).unwrap();
+        assert_eq!((o, again), (Outcome::Removed, None));
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), "{\"keep\": true}");
+        let left: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
+        // A file that does not parse is left untouched.
+        std::fs::write(&p, "{oops").unwrap();
+        let e = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap_err();
+        assert!(e.to_string().contains("left as it is"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "{oops");
+    }
+}

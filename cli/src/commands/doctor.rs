@@ -1,0 +1,489 @@
+//! `coffer doctor`: checks what commonly breaks a Coffer install and says how to fix each
+//! problem. Never starts a daemon (a stopped one is reported with the command that starts it).
+//!
+//! Checks, each `ok`, `warn` or `fail` with a `fix:` line when not ok:
+//! - permissions of `COFFER_HOME` (0700), `daemon.json` and `secret.key` (0600), owned by you;
+//! - `coffer-mcp-shim` next to this `coffer` (MCP clients are pointed at it);
+//! - the daemon answers, its version equals this CLI's, every service is healthy (`/v1/status`);
+//! - every registered stdio upstream: its command exists and is executable, its working folder
+//!   exists, arguments that look like files exist (relative ones against that folder); and the
+//!   credentials any upstream references exist.
+//!
+//! Exit 0 when no check fails (warnings allowed), 1 otherwise.
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use coffer_runtime::daemon_file::lock_is_held;
+use serde_json::{Value, json};
+
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output;
+
+const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  coffer doctor
+  coffer doctor --json | jq '.checks[] | select(.status != \"ok\")'
+
+Never starts the daemon. Exits 0 when no check failed (warnings allowed), 1 otherwise.";
+
+/// File extensions that make an argument a file the server needs (a script or an archive).
+const SCRIPT_EXTENSIONS: &[&str] = &["js", "mjs", "cjs", "ts", "py", "rb", "pl", "php", "sh", "jar"];
+
+#[derive(Debug, Args)]
+#[command(after_help = DOCTOR_EXAMPLES)]
+pub struct DoctorArgs {}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub message: String,
+    /// What to do about it (set when not ok).
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { name: name.into(), status: Status::Ok, message: message.into(), fix: None }
+    }
+    fn warn(name: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { name: name.into(), status: Status::Warn, message: message.into(), fix: Some(fix.into()) }
+    }
+    fn fail(name: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { name: name.into(), status: Status::Fail, message: message.into(), fix: Some(fix.into()) }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"name": self.name, "status": self.status.as_str(), "message": self.message, "fix": self.fix})
+    }
+}
+
+/// Runs every check and prints the results.
+///
+/// # Errors
+/// Exit 1 (after printing) when a check failed; stdout errors.
+pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
+    let home = ctx.home.root();
+    let mut checks = vec![
+        check_home(home),
+        check_private_file(&ctx.home.daemon_json(), "daemon.json", "absent: no daemon is running"),
+        check_private_file(&ctx.home.secret_key(), "secret.key", "absent: created when the first credential is stored"),
+        check_shim(),
+    ];
+    match ctx.detect_quietly().await {
+        Some(api) => {
+            let info = &api.daemon().info;
+            checks.push(Check::ok("daemon", format!("running: pid {}, port {}", info.pid, info.port)));
+            checks.push(check_version(&info.version, coffer_runtime::VERSION));
+            match api.get("/v1/status").await {
+                Ok(status) => checks.extend(check_services(&status)),
+                Err(e) => checks.push(Check::fail(
+                    "services",
+                    format!("GET /v1/status failed: {e}"),
+                    "coffer daemon restart; then coffer logs daemon",
+                )),
+            }
+            let servers = api.get("/v1/mcp/servers").await;
+            let creds = api.get("/v1/credentials").await;
+            match (servers, creds) {
+                (Ok(s), Ok(c)) => {
+                    let have: BTreeSet<String> = c["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|i| i["name"].as_str().map(str::to_owned))
+                        .collect();
+                    let workspace = home.join("workspace");
+                    let items = s["items"].as_array().cloned().unwrap_or_default();
+                    if items.is_empty() {
+                        checks.push(Check::ok("upstreams", "none registered"));
+                    }
+                    checks.extend(items.iter().map(|srv| check_server(srv, &workspace, &have)));
+                }
+                (Err(e), _) | (_, Err(e)) => checks.push(Check::fail(
+                    "upstreams",
+                    format!("cannot read the registry: {e}"),
+                    "coffer daemon restart; then coffer logs store",
+                )),
+            }
+        }
+        None if lock_is_held(&ctx.home.daemon_lock()) => {
+            checks.push(Check::fail(
+                "daemon",
+                "a daemon holds daemon.lock but does not answer on the port daemon.json names (starting, or stuck)",
+                "wait a moment and run coffer doctor again; if it persists: coffer daemon restart, then coffer logs daemon",
+            ));
+        }
+        None => {
+            checks.push(Check::warn(
+                "daemon",
+                "not running (clients and commands start it when they need it)",
+                "start it now: coffer daemon start",
+            ));
+            checks.push(Check::warn(
+                "upstreams",
+                "not checked: the daemon is not running",
+                "coffer daemon start, then coffer doctor again",
+            ));
+        }
+    }
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    if ctx.json {
+        output::print_json(&json!({"ok": !failed, "checks": checks.iter().map(Check::to_json).collect::<Vec<_>>()}))?;
+    } else {
+        output::print(&render(&checks))?;
+    }
+    if failed { Err(CliError::Quiet(crate::error::exit::ERROR)) } else { Ok(()) }
+}
+
+/// The human report: one line per check, a `fix:` line under each one that is not ok, and a
+/// closing count.
+pub fn render(checks: &[Check]) -> String {
+    let width = checks.iter().map(|c| c.name.chars().count()).max().unwrap_or(0);
+    let mut out = String::new();
+    for c in checks {
+        out.push_str(&format!("{:<4}  {:<width$}  {}\n", c.status.as_str(), c.name, c.message));
+        if let Some(fix) = &c.fix {
+            out.push_str(&format!("{:<4}  {:<width$}  fix: {fix}\n", "", ""));
+        }
+    }
+    let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+    let (warns, fails) = (count(Status::Warn), count(Status::Fail));
+    out.push_str(&format!(
+        "\n{} ok, {warns} {}, {fails} failed\n",
+        count(Status::Ok),
+        if warns == 1 { "warning" } else { "warnings" }
+    ));
+    out
+}
+
+fn mode_of(m: &std::fs::Metadata) -> u32 {
+    m.permissions().mode() & 0o7777
+}
+
+fn my_uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// `COFFER_HOME` must be a folder of ours that nobody else can enter (0700).
+pub fn check_home(home: &Path) -> Check {
+    let shown = home.display();
+    match std::fs::metadata(home) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Check::warn("home", format!("{shown} does not exist yet"), "coffer daemon start creates it (mode 0700)")
+        }
+        Err(e) => Check::fail(
+            "home",
+            format!("cannot inspect {shown}: {e}"),
+            format!("check the path and its parents: ls -ld {shown}"),
+        ),
+        Ok(m) if !m.is_dir() => {
+            Check::fail("home", format!("{shown} is not a folder"), "move it away, or set COFFER_HOME to a folder")
+        }
+        Ok(m) if m.uid() != my_uid() => Check::fail(
+            "home",
+            format!("{shown} belongs to uid {}, not to you (uid {})", m.uid(), my_uid()),
+            format!("chown -R $(id -u) {shown}, or set COFFER_HOME to a folder of yours"),
+        ),
+        Ok(m) if mode_of(&m) & 0o077 != 0 || mode_of(&m) & 0o700 != 0o700 => Check::fail(
+            "home",
+            format!("{shown} has mode {:04o}; it holds tokens and credentials and must be 0700", mode_of(&m)),
+            format!("chmod 700 {shown}"),
+        ),
+        Ok(_) => Check::ok("home", format!("{shown} (0700)")),
+    }
+}
+
+/// A secret file (`daemon.json`, `secret.key`) must be ours and 0600 when it exists.
+pub fn check_private_file(path: &Path, name: &str, absent: &str) -> Check {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Check::ok(name, absent),
+        Err(e) => Check::fail(name, format!("cannot inspect {shown}: {e}"), format!("ls -l {shown}")),
+        Ok(m) if m.uid() != my_uid() => Check::fail(
+            name,
+            format!("{shown} belongs to uid {}, not to you", m.uid()),
+            format!("chown $(id -u) {shown}"),
+        ),
+        Ok(m) if mode_of(&m) & 0o077 != 0 => Check::fail(
+            name,
+            format!("{shown} has mode {:04o}: other users can read a secret", mode_of(&m)),
+            format!("chmod 600 {shown}"),
+        ),
+        Ok(m) => Check::ok(name, format!("{shown} ({:04o})", mode_of(&m))),
+    }
+}
+
+/// `coffer-mcp-shim` must be next to this `coffer`: that is the path `coffer connect` gives
+/// clients.
+fn check_shim() -> Check {
+    let exe = std::env::current_exe().ok();
+    let Some(shim) = exe.as_deref().and_then(Path::parent).map(|d| d.join(crate::commands::connect::SHIM)) else {
+        return Check::fail("shim", "cannot find this coffer executable", "run coffer by its path");
+    };
+    match std::fs::metadata(&shim) {
+        Ok(m) if m.is_file() && mode_of(&m) & 0o111 != 0 => Check::ok("shim", shim.display().to_string()),
+        Ok(_) => Check::fail(
+            "shim",
+            format!("{} is not an executable file", shim.display()),
+            format!("chmod +x {}", shim.display()),
+        ),
+        Err(_) => Check::fail(
+            "shim",
+            format!("{} is missing; MCP clients are pointed at it", shim.display()),
+            "install Coffer's binaries together: ./scripts/install",
+        ),
+    }
+}
+
+/// The daemon must run the same version as this CLI.
+pub fn check_version(daemon: &str, cli: &str) -> Check {
+    if daemon == cli {
+        Check::ok("version", format!("daemon and CLI are both {cli}"))
+    } else {
+        Check::fail(
+            "version",
+            format!("the daemon runs {daemon} but this coffer is {cli}"),
+            "coffer daemon restart (starts the daemon installed with this coffer)",
+        )
+    }
+}
+
+/// One check per service of a `/v1/status` body: healthy or not.
+pub fn check_services(status: &Value) -> Vec<Check> {
+    status["services"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let name = s["name"].as_str().unwrap_or("?");
+            let state = s["state"].as_str().unwrap_or("unknown");
+            let label = format!("service {name}");
+            if state == "healthy" {
+                return Check::ok(label, format!("healthy, pid {}", output::cell(s.get("pid"), 12)));
+            }
+            let err = s["last_error"].as_str().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
+            let fix = if name == "gateway" {
+                "coffer daemon restart; then coffer logs gateway".to_owned()
+            } else {
+                format!("coffer daemon restart {name}; then coffer logs {name}")
+            };
+            Check::fail(label, format!("{state}{err}"), fix)
+        })
+        .collect()
+}
+
+/// True for an argument that names a file the server needs: `./x`, `../x`, or a script
+/// (`index.js`, `/p/server.py`); not an option, a URL or an npm package (`@scope/pkg`).
+pub fn looks_like_file_arg(a: &str) -> bool {
+    if a.starts_with('-') || a.starts_with('@') || a.contains("://") || a.contains('=') {
+        return false;
+    }
+    if a.starts_with("./") || a.starts_with("../") {
+        return true;
+    }
+    Path::new(a).extension().and_then(|e| e.to_str()).is_some_and(|e| SCRIPT_EXTENSIONS.contains(&e))
+}
+
+/// Checks one registered server (a `GET /v1/mcp/servers` item): for stdio, its command, working
+/// folder and file arguments (relative ones against its folder, `workspace` by default); for
+/// both transports, that the credentials it references exist. A disabled server's problems are
+/// warnings: nothing runs it.
+pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>) -> Check {
+    let name = s["name"].as_str().unwrap_or("?");
+    let label = format!("upstream {name}");
+    let enabled = s["enabled"].as_bool() != Some(false);
+    let problem = |message: String, fix: String| {
+        if enabled {
+            Check::fail(label.clone(), message, fix)
+        } else {
+            Check::warn(label.clone(), format!("{message} (the server is disabled)"), fix)
+        }
+    };
+    let re_add =
+        format!("coffer mcp remove {name}, then add it again with the right path (coffer mcp add {name} -- …)");
+    let mut missing: Vec<&str> = [&s["env"], &s["headers"]]
+        .into_iter()
+        .filter_map(Value::as_object)
+        .flat_map(|m| m.values())
+        .filter_map(|v| v["credential_ref"].as_str())
+        .filter(|c| !credentials.contains(*c))
+        .collect();
+    missing.dedup();
+    if let Some(c) = missing.first() {
+        return problem(
+            format!("references credential {c}, which does not exist"),
+            format!("coffer credentials set {c}"),
+        );
+    }
+    if s["transport"] != "stdio" {
+        let url = s["url"].as_str().unwrap_or("-");
+        let state = if enabled { "" } else { ", disabled" };
+        return Check::ok(label, format!("http {url}{state} (not contacted; coffer mcp test {name} tries it)"));
+    }
+    let command = s["command"].as_str().unwrap_or_default();
+    match std::fs::metadata(command) {
+        Err(_) if command.is_empty() => return problem("has no command".into(), re_add),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return problem(format!("command {command} does not exist"), format!("install it, or {re_add}"));
+        }
+        Err(e) => return problem(format!("cannot inspect command {command}: {e}"), format!("ls -l {command}")),
+        Ok(m) if !m.is_file() => return problem(format!("command {command} is not a file"), re_add),
+        Ok(m) if mode_of(&m) & 0o111 == 0 => {
+            return problem(format!("command {command} is not executable"), format!("chmod +x {command}"));
+        }
+        Ok(_) => {}
+    }
+    let cwd: PathBuf = match s["cwd"].as_str().filter(|c| !c.is_empty()) {
+        Some(c) if !Path::new(c).is_dir() => {
+            return problem(format!("working folder {c} does not exist"), format!("mkdir -p {c}, or {re_add}"));
+        }
+        Some(c) => PathBuf::from(c),
+        None => workspace.to_path_buf(),
+    };
+    let args = s["args"].as_array().map(Vec::as_slice).unwrap_or_default();
+    for a in args.iter().filter_map(Value::as_str).filter(|a| looks_like_file_arg(a)) {
+        let p = cwd.join(a);
+        if !p.exists() {
+            return problem(
+                format!("argument {a} does not exist (looked for {})", p.display()),
+                format!("give the file's absolute path: {re_add}"),
+            );
+        }
+    }
+    let state = if enabled { "" } else { ", disabled" };
+    Check::ok(label, format!("{command} exists and is executable{state}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(p: &Path, mode: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn permissions() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        assert_eq!(check_home(&home).status, Status::Warn);
+        std::fs::create_dir(&home).unwrap();
+        chmod(&home, 0o755);
+        let c = check_home(&home);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.message.contains("0755") && c.fix.as_deref() == Some(&*format!("chmod 700 {}", home.display())));
+        chmod(&home, 0o700);
+        assert_eq!(check_home(&home).status, Status::Ok);
+
+        let f = home.join("secret.key");
+        assert_eq!(check_private_file(&f, "secret.key", "absent").status, Status::Ok);
+        std::fs::write(&f, "k").unwrap();
+        chmod(&f, 0o644);
+        let c = check_private_file(&f, "secret.key", "absent");
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.fix.unwrap(), format!("chmod 600 {}", f.display()));
+        chmod(&f, 0o600);
+        assert_eq!(check_private_file(&f, "secret.key", "absent").status, Status::Ok);
+    }
+
+    #[test]
+    fn versions_and_services() {
+        assert_eq!(check_version("0.1.0", "0.1.0").status, Status::Ok);
+        let c = check_version("0.0.9", "0.1.0");
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.fix.unwrap().contains("coffer daemon restart"));
+        let status = json!({"services": [
+            {"name": "store", "pid": 10, "state": "healthy", "last_error": null},
+            {"name": "chat", "pid": 0, "state": "failed", "last_error": "exit status 1"},
+        ]});
+        let c = check_services(&status);
+        assert_eq!(c[0].status, Status::Ok);
+        assert_eq!((c[1].status, c[1].message.as_str()), (Status::Fail, "failed: exit status 1"));
+        assert_eq!(c[1].fix.as_deref(), Some("coffer daemon restart chat; then coffer logs chat"));
+    }
+
+    #[test]
+    fn file_arguments() {
+        for yes in ["./x", "../a/b", "index.js", "/p/server.py", "dist/main.mjs"] {
+            assert!(looks_like_file_arg(yes), "{yes}");
+        }
+        for no in ["-y", "--port=3", "@scope/pkg", "stdio", "https://x/a.js", "/Users/me/Desktop", "mcp-server-fetch"] {
+            assert!(!looks_like_file_arg(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn servers() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let exe = ws.join("srv");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        chmod(&exe, 0o755);
+        std::fs::write(ws.join("index.js"), "").unwrap();
+        let creds: BTreeSet<String> = ["tok".to_owned()].into();
+        let srv = |v: Value| {
+            let mut base = json!({"name": "s", "transport": "stdio", "command": exe.to_str().unwrap(), "args": [],
+                "env": {}, "headers": {}, "cwd": null, "enabled": true});
+            for (k, x) in v.as_object().unwrap() {
+                base[k] = x.clone();
+            }
+            check_server(&base, ws, &creds)
+        };
+        assert_eq!(
+            srv(json!({"args": ["./index.js", "-y"], "env": {"T": {"credential_ref": "tok"}}})).status,
+            Status::Ok
+        );
+        let c = srv(json!({"command": "/nonexistent/srv"}));
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.name, "upstream s");
+        assert!(c.message.contains("/nonexistent/srv does not exist"), "{c:?}");
+        let c = srv(json!({"command": "/nonexistent/srv", "enabled": false}));
+        assert_eq!(c.status, Status::Warn);
+        assert!(srv(json!({"args": ["./missing.js"]})).message.contains("argument ./missing.js does not exist"));
+        assert!(srv(json!({"cwd": "/nonexistent-dir"})).message.contains("working folder"));
+        let c = srv(json!({"env": {"T": {"credential_ref": "gone"}}}));
+        assert_eq!(c.fix.as_deref(), Some("coffer credentials set gone"));
+        chmod(&exe, 0o644);
+        assert!(srv(json!({})).message.contains("not executable"));
+        let http =
+            json!({"name": "h", "transport": "http", "url": "http://x/mcp", "env": {}, "headers": {}, "enabled": true});
+        assert_eq!(check_server(&http, ws, &creds).status, Status::Ok);
+    }
+
+    #[test]
+    fn report() {
+        let checks =
+            [Check::ok("home", "/h (0700)"), Check::fail("upstream fs", "command /x does not exist", "install it")];
+        assert_eq!(
+            render(&checks),
+            "ok    home         /h (0700)\n\
+             fail  upstream fs  command /x does not exist\n\
+             \x20                  fix: install it\n\
+             \n1 ok, 0 warnings, 1 failed\n"
+        );
+    }
+}

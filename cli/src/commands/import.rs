@@ -1,0 +1,333 @@
+//! `coffer mcp import PATH [--dry-run]`: registers the MCP servers of another client's config
+//! file — Claude Desktop, Claude Code (`.mcp.json`, `~/.claude.json`), Cursor, VS Code —
+//! through `POST /v1/mcp/import`, which moves secret-looking values into credentials.
+//!
+//! The file is read and parsed here (JSON, or the JSON with comments and trailing commas that
+//! VS Code writes), and only its MCP parts are sent: `~/.claude.json` also holds history and
+//! account data that the daemon has no business seeing, and can outgrow the REST body limit.
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::{Map, Value, json};
+
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output;
+
+pub const IMPORT_EXAMPLES: &str = "\
+Examples:
+  coffer mcp import ~/.config/Claude/claude_desktop_config.json
+  coffer mcp import ~/.claude.json --dry-run
+  coffer mcp import .vscode/mcp.json --json
+
+Understands `mcpServers` (Claude Desktop, Claude Code's .mcp.json and ~/.claude.json with its
+per-project servers, Cursor) and `servers` (VS Code). Names become valid Coffer names (the report
+shows changes); commands are resolved to absolute paths on the daemon's PATH; env values and
+headers that look secret (…TOKEN, …KEY, Authorization, ghp_…, sk-…) go to the credential store
+as SERVER-VAR and the server references them. Servers already registered are left as they are.
+Exits 1 when some entry could not be imported, 2 when the file cannot be read or parsed.";
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The config file (claude_desktop_config.json, .mcp.json, ~/.claude.json, ~/.cursor/mcp.json,
+    /// .vscode/mcp.json).
+    pub path: PathBuf,
+    /// Show what would be imported; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Runs `coffer mcp import`.
+///
+/// # Errors
+/// Exit 2 when the file cannot be read, is not JSON (naming the line and column) or holds no MCP
+/// servers; exit 1 (after the report) when some entry was invalid; API errors; exit 5 when the
+/// daemon cannot be reached.
+pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
+    let path = std::path::absolute(&a.path).unwrap_or_else(|_| a.path.clone());
+    let config = read_config(&path)?;
+    let subset = mcp_subset(&config).ok_or_else(|| {
+        CliError::Usage(format!(
+            "{} holds no MCP servers: expected \"mcpServers\" (Claude Desktop, Claude Code, Cursor) or \"servers\" (VS Code)",
+            path.display()
+        ))
+    })?;
+    let body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/import").json(&body)).await?;
+    let report = resp.json()?;
+    if ctx.json {
+        output::print_body(&resp.body)?;
+    } else {
+        output::print(&render_report(&report))?;
+    }
+    match report["invalid"].as_array().map_or(0, Vec::len) {
+        0 => Ok(()),
+        _ if ctx.json => Err(CliError::Quiet(crate::error::exit::ERROR)),
+        n => Err(CliError::Failed(format!("{n} {} not imported (see above)", plural(n, "entry was", "entries were")))),
+    }
+}
+
+/// Reads a config file as a JSON object. JSON with comments and trailing commas (VS Code's
+/// `mcp.json` and `settings.json`) is accepted.
+///
+/// # Errors
+/// [`CliError::Usage`] (exit 2) naming the path when the file cannot be read, and the line and
+/// column when it is not JSON or not an object.
+pub fn read_config(path: &Path) -> Result<Value, CliError> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Usage(format!("cannot read {shown}: {e}")))?;
+    let parsed = serde_json::from_str::<Value>(&text).or_else(|_| serde_json::from_str::<Value>(&strip_jsonc(&text)));
+    match parsed {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(other) => Err(CliError::Usage(format!(
+            "{shown}: the file holds a JSON {}, not an object with MCP servers",
+            kind_of(&other)
+        ))),
+        Err(e) => {
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg);
+            Err(CliError::Usage(format!("{shown}:{}:{}: not valid JSON: {msg}", e.line(), e.column())))
+        }
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `text` with `//` and `/* */` comments and trailing commas (before `}` or `]`) replaced by
+/// spaces, outside strings: JSON with comments as VS Code writes it, turned into JSON with every
+/// other character at its place, so error positions still match the file.
+pub fn strip_jsonc(text: &str) -> String {
+    let mut out: Vec<char> = text.chars().collect();
+    let n = out.len();
+    let mut i = 0;
+    let mut in_string = false;
+    // Index of a comma that may be trailing, until something other than blanks or comments follows.
+    let mut comma: Option<usize> = None;
+    while i < n {
+        let c = out[i];
+        if in_string {
+            match c {
+                '\\' => i += 1,
+                '"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match (c, out.get(i + 1).copied()) {
+            ('/', Some('/')) => {
+                while i < n && out[i] != '\n' {
+                    out[i] = ' ';
+                    i += 1;
+                }
+                continue;
+            }
+            ('/', Some('*')) => {
+                // Blank everything up to and including the closing `*/` (or to the end), keeping
+                // line breaks so that later positions stay on their lines.
+                let end =
+                    (i + 2..n.saturating_sub(1)).find(|&j| out[j] == '*' && out[j + 1] == '/').map_or(n, |j| j + 2);
+                for c in &mut out[i..end] {
+                    if *c != '\n' {
+                        *c = ' ';
+                    }
+                }
+                i = end;
+                continue;
+            }
+            ('"', _) => {
+                in_string = true;
+                comma = None;
+            }
+            (',', _) => comma = Some(i),
+            ('}' | ']', _) => {
+                if let Some(k) = comma.take() {
+                    out[k] = ' ';
+                }
+            }
+            (c, _) if c.is_whitespace() => {}
+            _ => comma = None,
+        }
+        i += 1;
+    }
+    out.into_iter().collect()
+}
+
+/// The MCP parts of a config file: `mcpServers`, `servers`, `mcp.servers`, and each
+/// `projects.<path>.mcpServers` of `~/.claude.json`; `None` when it has none of them.
+pub fn mcp_subset(config: &Value) -> Option<Value> {
+    let root = config.as_object()?;
+    let mut out = Map::new();
+    for key in ["mcpServers", "servers"] {
+        if let Some(v) = root.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    if let Some(v) = root.get("mcp").and_then(|m| m.get("servers")) {
+        out.insert("mcp".to_owned(), json!({"servers": v}));
+    }
+    if let Some(projects) = root.get("projects").and_then(Value::as_object) {
+        let with_servers: Map<String, Value> = projects
+            .iter()
+            .filter_map(|(path, p)| p.get("mcpServers").map(|s| (path.clone(), json!({"mcpServers": s}))))
+            .collect();
+        if !with_servers.is_empty() {
+            out.insert("projects".to_owned(), Value::Object(with_servers));
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+/// The human report of an import body.
+pub fn render_report(r: &Value) -> String {
+    let list = |k: &str| r[k].as_array().cloned().unwrap_or_default();
+    let (imported, duplicates, invalid) = (list("imported"), list("duplicates"), list("invalid"));
+    let dry = r["dry_run"].as_bool() == Some(true);
+    let total = imported.len() + duplicates.len() + invalid.len();
+    let source = r["source"].as_str().unwrap_or("the config");
+    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let width = imported.iter().chain(&duplicates).chain(&invalid).map(|e| text(e, "name").chars().count()).max();
+    let width = width.unwrap_or(0);
+    // `name ("Original Name")` when the name was changed.
+    let label = |e: &Value| {
+        let (name, original) = (text(e, "name"), text(e, "original_name"));
+        if original.is_empty() || original == name { name } else { format!("{name} (was {original:?})") }
+    };
+    let mut out = format!(
+        "{} {} of {total} MCP {} from {source}:\n",
+        if dry { "Would import" } else { "Imported" },
+        imported.len(),
+        plural(total, "server", "servers")
+    );
+    for e in &imported {
+        let mut line = format!("  {:<width$}  {}", text(e, "name"), text(e, "transport"));
+        let original = text(e, "original_name");
+        if original != text(e, "name") {
+            line.push_str(&format!("  was {original:?}"));
+        }
+        let creds: Vec<String> = e["credentials_created"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        if !creds.is_empty() {
+            line.push_str(&format!("  secrets moved to credentials: {}", creds.join(", ")));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+        for w in e["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            out.push_str(&format!("  {:<width$}  warning: {w}\n", ""));
+        }
+    }
+    if !duplicates.is_empty() {
+        out.push_str(&format!("Skipped {} already there:\n", duplicates.len()));
+        for e in &duplicates {
+            out.push_str(&format!("  {}: {}\n", label(e), text(e, "reason")));
+        }
+    }
+    if !invalid.is_empty() {
+        out.push_str(&format!("Not imported, {} invalid:\n", invalid.len()));
+        for e in &invalid {
+            out.push_str(&format!("  {}: {}\n", label(e), text(e, "reason")));
+        }
+    }
+    if dry {
+        out.push_str("Dry run: nothing was changed; run again without --dry-run to import.\n");
+    } else if !imported.is_empty() {
+        out.push_str("See their tools: coffer tools list\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonc_comments_and_trailing_commas() {
+        let text = "{\n  // servers\n  \"servers\": {\n    \"a\": {\"command\": \"x\", /* why */ \"args\": [\"//not a comment\", \"/*nor*/\",],},\n  },\n}\n";
+        let stripped = strip_jsonc(text);
+        assert_eq!(stripped.chars().count(), text.chars().count(), "positions are kept");
+        let v: Value = serde_json::from_str(&stripped).unwrap();
+        assert_eq!(v["servers"]["a"]["args"], json!(["//not a comment", "/*nor*/"]));
+        assert_eq!(strip_jsonc(r#"{"a": "x\"//y", "b": [1, 2]}"#), r#"{"a": "x\"//y", "b": [1, 2]}"#);
+        assert_eq!(strip_jsonc("[1, /* c */ ]"), "[1          ]");
+    }
+
+    #[test]
+    fn bad_files_name_the_path_and_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cfg.json");
+        std::fs::write(&p, "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"\n  }\n").unwrap();
+        let e = read_config(&p).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        assert!(msg.starts_with(&format!("{}:5:", p.display())), "{msg}");
+        assert!(msg.contains("not valid JSON"), "{msg}");
+        std::fs::write(&p, "[1]").unwrap();
+        assert!(read_config(&p).unwrap_err().to_string().contains("JSON array"));
+        let missing = read_config(&dir.path().join("nope.json")).unwrap_err();
+        assert_eq!(missing.exit_code(), 2);
+        assert!(missing.to_string().contains("nope.json"), "{missing}");
+    }
+
+    #[test]
+    fn only_the_mcp_parts_are_sent() {
+        let claude_json = json!({
+            "numStartups": 3, "oauthAccount": {"emailAddress": "me@example.com"},
+            "mcpServers": {"a": {"command": "x"}},
+            "projects": {"/p": {"history": ["secret prompt"], "mcpServers": {"b": {"command": "y"}}}, "/q": {"history": []}},
+        });
+        assert_eq!(
+            mcp_subset(&claude_json).unwrap(),
+            json!({"mcpServers": {"a": {"command": "x"}}, "projects": {"/p": {"mcpServers": {"b": {"command": "y"}}}}})
+        );
+        let settings = json!({"editor.fontSize": 12, "mcp": {"servers": {"f": {"command": "uvx"}}, "inputs": []}});
+        assert_eq!(mcp_subset(&settings).unwrap(), json!({"mcp": {"servers": {"f": {"command": "uvx"}}}}));
+        assert_eq!(mcp_subset(&json!({"theme": "dark"})), None);
+    }
+
+    #[test]
+    fn report() {
+        let r = json!({
+            "format": "mcpServers", "source": "/h/cfg.json", "dry_run": false,
+            "imported": [
+                {"name": "fs", "original_name": "fs", "transport": "stdio", "credentials_created": [], "warnings": []},
+                {"name": "github", "original_name": "GitHub", "transport": "stdio",
+                 "credentials_created": ["github-GITHUB_TOKEN"], "warnings": ["args[0] is odd"]},
+            ],
+            "duplicates": [{"name": "web", "original_name": "web", "reason": "a server named web is already registered; left as it is"}],
+            "invalid": [{"name": "local", "original_name": "Local", "reason": "command ./x is relative"}],
+        });
+        assert_eq!(
+            render_report(&r),
+            "Imported 2 of 4 MCP servers from /h/cfg.json:\n\
+             \x20 fs      stdio\n\
+             \x20 github  stdio  was \"GitHub\"  secrets moved to credentials: github-GITHUB_TOKEN\n\
+             \x20         warning: args[0] is odd\n\
+             Skipped 1 already there:\n\
+             \x20 web: a server named web is already registered; left as it is\n\
+             Not imported, 1 invalid:\n\
+             \x20 local (was \"Local\"): command ./x is relative\n\
+             See their tools: coffer tools list\n"
+        );
+        let dry = json!({"source": "/x", "dry_run": true, "imported": [], "duplicates": [], "invalid": []});
+        assert!(render_report(&dry).starts_with("Would import 0 of 0 MCP servers from /x:\nDry run"));
+    }
+}

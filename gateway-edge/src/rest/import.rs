@@ -1,0 +1,1102 @@
+//! `POST /v1/mcp/import`: registers the MCP servers of another MCP client's config file —
+//! Claude Desktop (`claude_desktop_config.json`), Claude Code (`.mcp.json`, `~/.claude.json`),
+//! Cursor (`mcp.json`) and VS Code (`.vscode/mcp.json`) — moving secret-looking `env` and
+//! `headers` values into the credential store and registering references to them instead.
+//!
+//! The work is split in two: [`plan`] is pure (the config, the names already taken and a
+//! command lookup in; what to register, what is a duplicate and what is invalid, each with its
+//! reason, out) and is what the unit tests cover; [`import`] then writes the plan through the
+//! normal store RPCs (`SetCredential`, `CreateServer`, which audit each credential and server)
+//! and appends one `mcp.import` audit row with counts, never values. A valid entry is imported
+//! even when others in the same file fail; a name that is already registered is reported as a
+//! duplicate and left as it is.
+//!
+//! The formats, as their clients document them:
+//! - `mcpServers: {NAME: {command, args, env}}` (Claude Desktop); Claude Code's `.mcp.json` and
+//!   Cursor add `type` (`stdio`, `http`, `sse`; absent means stdio for a command, HTTP for a
+//!   url), `url` and `headers`;
+//! - `~/.claude.json`: the user's `mcpServers` at the top and each project's under
+//!   `projects.<path>.mcpServers`;
+//! - VS Code: `servers: {NAME: {type, command, args, env, url, headers}}` (also `mcp.servers`
+//!   in a `settings.json`) next to `inputs`.
+//!
+//! Values the client expands when it starts a server (`${VAR}`, `${input:id}`,
+//! `${workspaceFolder}`) cannot be imported: Coffer expands nothing, so such an entry is
+//! reported invalid, naming the variable (never the rest of the value).
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use coffer_proto::store::{
+    AppendAuditRequest, AuditEntry, CreateServerRequest, DeleteCredentialRequest, ListCredentialsRequest,
+    ListServersRequest, McpServer, SetCredentialRequest,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::credentials::{REF_PREFIX, encode_ref};
+use crate::error::{ApiError, Code, JsonBody};
+use crate::rest::servers::{actor, resolve_command, settle};
+use crate::state::AppState;
+
+/// Most server entries one import may hold.
+pub const MAX_ENTRIES: usize = 500;
+/// Longest Coffer server name (the store's rule: `^[a-z0-9][a-z0-9-]{0,23}$`).
+pub const MAX_NAME: usize = 24;
+/// Longest credential name (the store's rule: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).
+pub const MAX_CREDENTIAL_NAME: usize = 64;
+/// Server names the registry refuses.
+const RESERVED: &[&str] = &["coffer"];
+/// The shim's file name: an entry running it is Coffer itself.
+const SHIM: &str = "coffer-mcp-shim";
+/// Words in an `env` or header name that make its value a secret (matched case-insensitively
+/// anywhere in the name).
+const SECRET_WORDS: &[&str] = &["token", "key", "secret", "password", "passwd", "auth", "credential"];
+/// Prefixes of well-known token formats (GitHub, GitLab, OpenAI/Anthropic/Stripe, Slack, AWS,
+/// Google, npm, Hugging Face, PyPI, Shopify).
+const TOKEN_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxs-",
+    "xapp-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "npm_",
+    "hf_",
+    "pypi-",
+    "shpat_",
+];
+/// Authorization schemes whose value is a credential (matched case-insensitively).
+const AUTH_SCHEMES: &[&str] = &["bearer ", "basic ", "token "];
+/// Shortest unlabelled string that counts as a token on entropy alone.
+const ENTROPY_MIN_LEN: usize = 32;
+/// Shannon entropy (bits per character) from which such a string counts as a token.
+const ENTROPY_MIN_BITS: f64 = 3.5;
+
+/// The import route.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/v1/mcp/import", post(import))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding the entries of a config file.
+
+/// One server definition found in a config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found<'a> {
+    /// Its key in the file.
+    pub original_name: String,
+    /// Where in the file: `mcpServers`, `servers`, `mcp.servers`, `projects["/p"].mcpServers`.
+    pub origin: String,
+    pub def: &'a Value,
+}
+
+/// The server entries of `config` in file order — the top-level `mcpServers`, VS Code's
+/// `servers` and `mcp.servers`, then each `projects.<path>.mcpServers` of `~/.claude.json` —
+/// and a label of the format (`mcpServers`, `claude.json`, `vscode`).
+///
+/// # Errors
+/// A message when `config` is not an object, one of those keys is not an object, or none of
+/// them is there.
+pub fn find_entries(config: &Value) -> Result<(&'static str, Vec<Found<'_>>), String> {
+    let Some(root) = config.as_object() else {
+        return Err("config must be a JSON object: the whole content of the config file".into());
+    };
+    let mut format = "mcpServers";
+    let mut sections: Vec<(String, &Value)> = Vec::new();
+    if let Some(v) = root.get("mcpServers") {
+        sections.push(("mcpServers".into(), v));
+    }
+    if let Some(v) = root.get("servers") {
+        format = "vscode";
+        sections.push(("servers".into(), v));
+    }
+    if let Some(v) = root.get("mcp").and_then(|m| m.get("servers")) {
+        format = "vscode";
+        sections.push(("mcp.servers".into(), v));
+    }
+    if let Some(projects) = root.get("projects").and_then(Value::as_object) {
+        for (path, p) in projects {
+            if let Some(v) = p.get("mcpServers") {
+                format = "claude.json";
+                sections.push((format!("projects[{}].mcpServers", json!(path)), v));
+            }
+        }
+    }
+    if sections.is_empty() {
+        return Err("found no MCP servers: expected \"mcpServers\" (Claude Desktop, Claude Code, Cursor), \
+                    \"servers\" (VS Code) or \"projects\".*.\"mcpServers\" (~/.claude.json)"
+            .into());
+    }
+    let mut found = Vec::new();
+    for (origin, v) in sections {
+        let Some(map) = v.as_object() else {
+            return Err(format!("{origin} must be an object that maps server names to servers"));
+        };
+        found.extend(map.iter().map(|(name, def)| Found { original_name: name.clone(), origin: origin.clone(), def }));
+    }
+    Ok((format, found))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading one definition.
+
+/// One entry's definition, read but not yet resolved (the command is as the file gives it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    pub command: String,
+    pub args: Vec<String>,
+    /// In file order; a `null` value (VS Code: unset the variable) is left out.
+    pub env: Vec<(String, String)>,
+    /// Empty: Coffer's default.
+    pub cwd: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub enabled: bool,
+}
+
+/// Reads one server entry.
+///
+/// # Errors
+/// Why the entry cannot be imported, in a sentence that names the field and never quotes an
+/// `env` or header value (only a `${…}` reference in one).
+pub fn parse_definition(def: &Value) -> Result<Definition, String> {
+    let Some(obj) = def.as_object() else {
+        return Err("the entry is not an object".into());
+    };
+    let text = |key: &str| -> Result<Option<String>, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("{key} is not a string")),
+        }
+    };
+    let kind = text("type")?.or(text("transport")?).map(|t| t.to_ascii_lowercase());
+    let command = text("command")?.filter(|c| !c.trim().is_empty());
+    let url = text("url")?.or(text("serverUrl")?).filter(|u| !u.trim().is_empty());
+    let transport = match kind.as_deref() {
+        Some("stdio") => "stdio",
+        Some("http" | "streamable-http" | "streamable_http" | "streamablehttp") => "http",
+        Some("sse") => {
+            return Err("type sse (the HTTP+SSE transport of MCP 2024-11-05) is not supported: Coffer speaks \
+                        Streamable HTTP; if the server offers it too, add it with `coffer mcp add NAME --url URL`"
+                .into());
+        }
+        Some(other) => return Err(format!("type {:?} is not one of stdio, http, sse", shorten(other, 30))),
+        None if command.is_some() => "stdio",
+        None if url.is_some() => "http",
+        None => return Err("the entry has neither a command nor a url".into()),
+    };
+    let disabled = obj.get("disabled").and_then(Value::as_bool) == Some(true)
+        || obj.get("enabled").and_then(Value::as_bool) == Some(false);
+    let mut d = Definition {
+        transport,
+        command: String::new(),
+        args: Vec::new(),
+        env: Vec::new(),
+        cwd: String::new(),
+        url: String::new(),
+        headers: Vec::new(),
+        enabled: !disabled,
+    };
+    if transport == "stdio" {
+        d.command = command.ok_or("a stdio entry needs a command")?;
+        no_expansion("command", &d.command)?;
+        if let Some(v) = obj.get("args").filter(|v| !v.is_null()) {
+            let items = v.as_array().ok_or("args is not an array")?;
+            for (i, a) in items.iter().enumerate() {
+                let a = scalar(a).ok_or_else(|| format!("args[{i}] is not a string"))?;
+                no_expansion(&format!("args[{i}]"), &a)?;
+                d.args.push(a);
+            }
+        }
+        d.env = string_map(obj.get("env"), "env")?;
+        if let Some(f) = obj.get("envFile").filter(|v| !v.is_null()) {
+            let shown = f.as_str().map_or_else(String::new, |s| format!(" ({})", shorten(s, 80)));
+            return Err(format!("envFile{shown} is not supported: put the variables in env"));
+        }
+        if let Some(cwd) = text("cwd")?.filter(|c| !c.is_empty()) {
+            no_expansion("cwd", &cwd)?;
+            if !cwd.starts_with('/') {
+                return Err(format!("cwd {} is a relative path; give an absolute path", shorten(&cwd, 80)));
+            }
+            d.cwd = cwd;
+        }
+    } else {
+        d.url = url.ok_or("an http entry needs a url")?;
+        no_expansion("url", &d.url)?;
+        let lower = d.url.to_ascii_lowercase();
+        if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+            return Err("url must start with http:// or https://".into());
+        }
+        d.headers = string_map(obj.get("headers"), "headers")?;
+    }
+    Ok(d)
+}
+
+/// A string, number or boolean as a string; anything else `None`.
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// An `env` or `headers` object as pairs in file order; `null` values are left out.
+fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, String> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let map = v.as_object().ok_or_else(|| format!("{field} is not an object"))?;
+    let mut out = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        if v.is_null() {
+            continue;
+        }
+        let s = scalar(v).ok_or_else(|| format!("{field} value of {k:?} is not a string"))?;
+        no_expansion(&format!("{field} value of {k:?}"), &s)?;
+        if s.starts_with(REF_PREFIX) {
+            return Err(format!("{field} value of {k:?} starts with Coffer's reserved prefix {REF_PREFIX:?}"));
+        }
+        out.push((k.clone(), s));
+    }
+    Ok(out)
+}
+
+/// Fails when `value` holds a `${…}` reference, naming the field and only the reference.
+fn no_expansion(field: &str, value: &str) -> Result<(), String> {
+    let Some(start) = value.find("${") else {
+        return Ok(());
+    };
+    let var = match value[start..].find('}') {
+        Some(end) => &value[start..=start + end],
+        None => &value[start..],
+    };
+    Err(format!(
+        "{field} uses {}, which the client expands when it starts the server; Coffer expands no variables: \
+         write the value in the file, or add the server with `coffer mcp add`",
+        shorten(var, 60)
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names.
+
+/// A valid Coffer server name for `original`: lowercase ASCII letters and digits, every other
+/// run of characters one `-`, no `-` at either end, at most [`MAX_NAME`] characters; `server`
+/// when nothing is left. `"GitHub Tools"` → `github-tools`, `"@scope/pkg_x"` → `scope-pkg-x`.
+pub fn derive_name(original: &str) -> String {
+    let mut out = String::new();
+    for c in original.chars().map(|c| c.to_ascii_lowercase()) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.truncate(MAX_NAME);
+    let out = out.trim_end_matches('-');
+    if out.is_empty() { "server".into() } else { out.to_owned() }
+}
+
+/// `base` with the first suffix `-2`, `-3`, … that `taken` refuses, cut to fit `max` chars.
+fn unique(base: &str, max: usize, taken: impl Fn(&str) -> bool) -> String {
+    (2..)
+        .map(|n| {
+            let suffix = format!("-{n}");
+            let stem: String = base.chars().take(max.saturating_sub(suffix.len())).collect();
+            format!("{}{suffix}", stem.trim_end_matches(['-', '_', '.']))
+        })
+        .find(|c| !taken(c))
+        .expect("some suffix is free")
+}
+
+/// The credential name for variable (or header) `var` of server `server`: `<server>-<var>`,
+/// characters the credential store refuses replaced by `_`, at most [`MAX_CREDENTIAL_NAME`].
+pub fn credential_name(server: &str, var: &str) -> String {
+    let var: String =
+        var.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' }).collect();
+    let mut name = format!("{server}-{var}");
+    name.truncate(MAX_CREDENTIAL_NAME);
+    name
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets.
+
+/// True when the `env` variable or header `key` with `value` should go to the credential store:
+/// its name contains one of [`SECRET_WORDS`] (case-insensitive), or the value looks like a
+/// token ([`looks_like_token`]). Empty values are never secrets.
+pub fn is_secret(key: &str, value: &str) -> bool {
+    if value.is_empty() {
+        return false;
+    }
+    let k = key.to_ascii_lowercase();
+    SECRET_WORDS.iter().any(|w| k.contains(w)) || looks_like_token(value)
+}
+
+/// True for a value that looks like a credential whatever it is called: a well-known token
+/// prefix ([`TOKEN_PREFIXES`]) followed by at least 8 more characters, an authorization scheme
+/// (`Bearer …`), or a long ([`ENTROPY_MIN_LEN`]+), unbroken, high-entropy string of letters
+/// and digits that is not a path or URL.
+pub fn looks_like_token(value: &str) -> bool {
+    let v = value.trim();
+    if TOKEN_PREFIXES.iter().any(|p| v.len() >= p.len() + 8 && v.starts_with(p) && !v.contains(char::is_whitespace)) {
+        return true;
+    }
+    let lower = v.to_ascii_lowercase();
+    if AUTH_SCHEMES.iter().any(|s| lower.starts_with(s) && v.len() > s.len() + 3) {
+        return true;
+    }
+    let charset = v.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b));
+    let pathish = v.starts_with(['/', '.', '~']) || v.contains("://");
+    let mixed = v.bytes().any(|b| b.is_ascii_digit()) && v.bytes().any(|b| b.is_ascii_alphabetic());
+    v.len() >= ENTROPY_MIN_LEN && charset && !pathish && mixed && entropy_bits(v) >= ENTROPY_MIN_BITS
+}
+
+/// Shannon entropy of `s` in bits per character.
+fn entropy_bits(s: &str) -> f64 {
+    let mut counts: HashMap<u8, usize> = HashMap::new();
+    for b in s.bytes() {
+        *counts.entry(b).or_default() += 1;
+    }
+    let n = s.len() as f64;
+    counts.values().map(|&c| c as f64 / n).map(|p| -p * p.log2()).sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planning.
+
+/// What an import would do.
+pub struct Plan {
+    /// `mcpServers`, `claude.json` or `vscode`.
+    pub format: &'static str,
+    pub imported: Vec<Planned>,
+    pub duplicates: Vec<Skipped>,
+    pub invalid: Vec<Skipped>,
+}
+
+/// One server to register. No `Debug`: it holds credential values.
+pub struct Planned {
+    pub original_name: String,
+    pub origin: String,
+    /// The server as it will be stored: absolute command, secrets replaced by references.
+    pub server: McpServer,
+    /// Credentials to create first, `(name, value)`.
+    pub credentials: Vec<(String, SecretString)>,
+    /// Things the user should know (a secret-looking argument, a relative path).
+    pub warnings: Vec<String>,
+}
+
+/// An entry that is not imported, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The Coffer name the entry maps to.
+    pub name: String,
+    pub original_name: String,
+    pub origin: String,
+    pub reason: String,
+}
+
+impl Skipped {
+    fn new(name: &str, f: &Found<'_>, reason: impl Into<String>) -> Self {
+        Self {
+            name: name.to_owned(),
+            original_name: f.original_name.clone(),
+            origin: f.origin.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"name": self.name, "original_name": self.original_name, "origin": self.origin, "reason": self.reason})
+    }
+}
+
+/// Plans the import of `config`: reads every entry, derives its Coffer name, resolves its
+/// command with `lookup` (the daemon's `PATH`; an absolute path must exist and be executable),
+/// and moves secret-looking `env`/`headers` values into credentials named
+/// `<server>-<VAR>` (with a `-2`… suffix when `credentials` already holds that name: an
+/// import never replaces a credential).
+///
+/// An entry whose name is in `registered` is a duplicate and is not planned; so is a second
+/// entry of the file with the same name and the same definition (`~/.claude.json` often repeats
+/// a server across projects). A second entry with the same name and another definition gets a
+/// `-2`… suffix.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` when the config has no MCP servers section or more than [`MAX_ENTRIES`]
+/// entries. Problems of single entries are [`Plan::invalid`], not errors.
+pub fn plan(
+    config: &Value,
+    registered: &BTreeSet<String>,
+    credentials: &BTreeSet<String>,
+    lookup: impl Fn(&str) -> Option<PathBuf>,
+) -> Result<Plan, ApiError> {
+    let (format, found) =
+        find_entries(config).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "config"})))?;
+    if found.len() > MAX_ENTRIES {
+        return Err(ApiError::invalid(format!(
+            "the config holds {} servers; import at most {MAX_ENTRIES} at once",
+            found.len()
+        ))
+        .with_details(json!({"field": "config"})));
+    }
+    let mut p = Plan { format, imported: Vec::new(), duplicates: Vec::new(), invalid: Vec::new() };
+    // Names planned so far, with the definition and origin they came from.
+    let mut taken: HashMap<String, (Definition, String, String)> = HashMap::new();
+    let mut used_credentials: BTreeSet<String> = credentials.clone();
+    for f in &found {
+        let base = derive_name(&f.original_name);
+        let def = match parse_definition(f.def) {
+            Ok(d) => d,
+            Err(reason) => {
+                p.invalid.push(Skipped::new(&base, f, reason));
+                continue;
+            }
+        };
+        if def.transport == "stdio" && FsPath::new(&def.command).file_name().is_some_and(|n| n == SHIM) {
+            p.invalid.push(Skipped::new(
+                &base,
+                f,
+                "this entry is Coffer itself (coffer-mcp-shim); importing it would make Coffer its own upstream",
+            ));
+            continue;
+        }
+        if registered.contains(&base) {
+            p.duplicates.push(Skipped::new(
+                &base,
+                f,
+                format!("a server named {base} is already registered; left as it is"),
+            ));
+            continue;
+        }
+        let name = match taken.get(&base) {
+            Some((same, orig, origin)) if *same == def => {
+                p.duplicates.push(Skipped::new(
+                    &base,
+                    f,
+                    format!("the same server as {orig:?} in {origin}, earlier in this file"),
+                ));
+                continue;
+            }
+            Some(_) => {
+                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains(n) || RESERVED.contains(&n))
+            }
+            None if RESERVED.contains(&base.as_str()) => {
+                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains(n))
+            }
+            None => base.clone(),
+        };
+        match plan_one(&name, f, &def, &mut used_credentials, &lookup) {
+            Ok(planned) => {
+                taken.insert(name, (def, f.original_name.clone(), f.origin.clone()));
+                p.imported.push(planned);
+            }
+            Err(reason) => p.invalid.push(Skipped::new(&name, f, reason)),
+        }
+    }
+    Ok(p)
+}
+
+/// Plans one valid definition under `name`; `used` holds the credential names already taken.
+fn plan_one(
+    name: &str,
+    f: &Found<'_>,
+    def: &Definition,
+    used: &mut BTreeSet<String>,
+    lookup: &impl Fn(&str) -> Option<PathBuf>,
+) -> Result<Planned, String> {
+    let mut warnings = Vec::new();
+    let command = if def.transport == "stdio" {
+        if def.command.contains('/') && !def.command.starts_with('/') {
+            return Err(format!(
+                "command {} is relative to a folder the client chose, which Coffer does not know; give an absolute path",
+                shorten(&def.command, 80)
+            ));
+        }
+        resolve_command(&def.command, lookup).map_err(|e| e.message)?
+    } else {
+        String::new()
+    };
+    for (i, a) in def.args.iter().enumerate() {
+        if looks_like_token(a) {
+            warnings.push(format!(
+                "args[{i}] looks like a secret and is stored as given; arguments cannot reference credentials, \
+                 so prefer a server option that reads it from an environment variable"
+            ));
+        } else if a.starts_with("./") || a.starts_with("../") {
+            warnings.push(format!(
+                "args[{i}] {} is a relative path; the server runs in {}",
+                shorten(a, 80),
+                if def.cwd.is_empty() { "Coffer's workspace folder" } else { &def.cwd }
+            ));
+        }
+    }
+    let mut credentials = Vec::new();
+    let mut secure = |pairs: &[(String, String)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                if !is_secret(k, v) {
+                    return (k.clone(), v.clone());
+                }
+                let mut cred = credential_name(name, k);
+                if used.contains(&cred) {
+                    cred = unique(&cred, MAX_CREDENTIAL_NAME, |n| used.contains(n));
+                }
+                used.insert(cred.clone());
+                credentials.push((cred.clone(), SecretString::from(v.clone())));
+                (k.clone(), encode_ref(&cred))
+            })
+            .collect()
+    };
+    let env = secure(&def.env);
+    let headers = secure(&def.headers);
+    if let Some((c, _)) =
+        credentials.iter().find(|(_, v)| v.expose_secret().len() > crate::rest::credentials::MAX_VALUE_BYTES)
+    {
+        return Err(format!(
+            "the value for credential {c} is longer than {} bytes",
+            crate::rest::credentials::MAX_VALUE_BYTES
+        ));
+    }
+    let server = McpServer {
+        name: name.to_owned(),
+        transport: def.transport.to_owned(),
+        command,
+        args: def.args.clone(),
+        env,
+        cwd: def.cwd.clone(),
+        url: def.url.clone(),
+        headers,
+        enabled: def.enabled,
+        ..Default::default()
+    };
+    Ok(Planned { original_name: f.original_name.clone(), origin: f.origin.clone(), server, credentials, warnings })
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The route.
+
+/// Body of `POST /v1/mcp/import`. No `Debug`: the config may hold secrets.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportBody {
+    /// The JSON object of a config file (or the part of it that holds MCP servers).
+    config: Value,
+    /// A label for the report and the audit row, e.g. the file's path.
+    source: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /v1/mcp/import` with `{"config": {…}, "source": "label", "dry_run": false}` →
+/// `{format, source, dry_run, imported:[{name, original_name, origin, transport,
+/// credentials_created:[…], warnings:[…]}], duplicates:[{name, original_name, origin, reason}],
+/// invalid:[…same…]}` (200 even when some or all entries are not imported). With `dry_run`
+/// nothing is written and `imported` says what would be.
+///
+/// Writes go through the store's `SetCredential` and `CreateServer` (each audited as usual),
+/// then one `mcp.import` audit row with the counts. A server the store refuses (a race on its
+/// name, a store error) is reported in `duplicates`/`invalid` and the credentials made for it
+/// are removed again.
+///
+/// Errors: `INVALID_ARGUMENT` (no MCP servers section, too many entries, body shape),
+/// `UNKNOWN_FIELD`, `SERVICE_UNAVAILABLE` while the store restarts.
+async fn import(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<JsonBody<ImportBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    let JsonBody(b) = body.map_err(|e| match e.code {
+        // serde's type errors may quote what was sent (a secret in the config): say what is
+        // expected instead.
+        Code::InvalidArgument => ApiError::invalid(
+            "the body must be {\"config\": {…the config file…}, \"source\": \"label\", \"dry_run\": false}",
+        ),
+        _ => e,
+    })?;
+    let source: Option<String> = b.source.as_deref().map(|s| shorten(s.trim(), 300)).filter(|s| !s.is_empty());
+    let dry_run = b.dry_run;
+    let mut store = st.store.clone();
+    let registered: BTreeSet<String> =
+        store.list_servers(ListServersRequest {}).await?.into_inner().servers.into_iter().map(|s| s.name).collect();
+    let existing: BTreeSet<String> = store
+        .list_credentials(ListCredentialsRequest {})
+        .await?
+        .into_inner()
+        .items
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    let Plan { format, imported: planned, mut duplicates, mut invalid } =
+        plan(&b.config, &registered, &existing, coffer_runtime::connect::which_on_path)?;
+    drop(b);
+    let who = actor(&headers);
+    let mut imported: Vec<Value> = Vec::new();
+    let mut credentials_created = 0usize;
+    let mut last_seq = 0u64;
+    for p in planned {
+        let report = |p: &Planned| {
+            json!({
+                "name": p.server.name, "original_name": p.original_name, "origin": p.origin,
+                "transport": p.server.transport,
+                "credentials_created": p.credentials.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+                "warnings": p.warnings,
+            })
+        };
+        if dry_run {
+            imported.push(report(&p));
+            continue;
+        }
+        let skipped = |reason: String| Skipped {
+            name: p.server.name.clone(),
+            original_name: p.original_name.clone(),
+            origin: p.origin.clone(),
+            reason,
+        };
+        let mut made: Vec<String> = Vec::new();
+        let mut failed: Option<Skipped> = None;
+        for (name, value) in &p.credentials {
+            // The request's `Debug` prints no value (coffer-proto).
+            let req = SetCredentialRequest {
+                name: name.clone(),
+                value: value.expose_secret().to_owned(),
+                actor: who.clone(),
+            };
+            match store.set_credential(req).await {
+                Ok(r) => {
+                    last_seq = last_seq.max(r.into_inner().seq);
+                    made.push(name.clone());
+                }
+                Err(e) => {
+                    failed =
+                        Some(skipped(format!("credential {name} could not be stored: {}", ApiError::from(e).message)));
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            let req = CreateServerRequest { server: Some(p.server.clone()), actor: who.clone() };
+            match store.create_server(req).await {
+                Ok(r) => {
+                    last_seq = last_seq.max(r.into_inner().seq);
+                    credentials_created += made.len();
+                    tracing::info!(server = %p.server.name, transport = %p.server.transport, "Server imported.");
+                    imported.push(report(&p));
+                    continue;
+                }
+                Err(e) if e.code() == tonic::Code::AlreadyExists => {
+                    let reason = format!("a server named {} is already registered; left as it is", p.server.name);
+                    duplicates.push(skipped(reason));
+                }
+                Err(e) => failed = Some(skipped(ApiError::from(e).message)),
+            }
+        }
+        invalid.extend(failed);
+        // Take back the credentials made for a server that was not registered.
+        for name in made {
+            let req = DeleteCredentialRequest { name: name.clone(), actor: who.clone() };
+            match store.delete_credential(req).await {
+                Ok(r) => last_seq = last_seq.max(r.into_inner().seq),
+                Err(e) => {
+                    tracing::warn!(credential = %name, error = %e.message(), "Could not remove a credential of a failed import.")
+                }
+            }
+        }
+    }
+    if !dry_run {
+        let detail = json!({
+            "source": source, "format": format, "imported": imported.len(), "duplicates": duplicates.len(),
+            "invalid": invalid.len(), "credentials_created": credentials_created,
+        });
+        let entry = AuditEntry {
+            actor: who,
+            action: "mcp.import".into(),
+            target: source.clone().unwrap_or_else(|| "config".into()),
+            outcome: if imported.is_empty() && !invalid.is_empty() { "error" } else { "ok" }.into(),
+            trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+            detail: detail.to_string(),
+            ..Default::default()
+        };
+        match store.append_audit(AppendAuditRequest { entries: vec![entry] }).await {
+            Ok(r) => last_seq = last_seq.max(r.into_inner().seq),
+            Err(e) => tracing::warn!(error = %e.message(), "Could not audit an import."),
+        }
+        settle(&st, last_seq).await;
+        tracing::info!(
+            imported = imported.len(),
+            duplicates = duplicates.len(),
+            invalid = invalid.len(),
+            credentials_created,
+            "Import done."
+        );
+    }
+    Ok(Json(json!({
+        "format": format,
+        "source": source,
+        "dry_run": dry_run,
+        "imported": imported,
+        "duplicates": duplicates.iter().map(Skipped::to_json).collect::<Vec<_>>(),
+        "invalid": invalid.iter().map(Skipped::to_json).collect::<Vec<_>>(),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Claude Desktop's `claude_desktop_config.json`: stdio servers only, other keys around.
+    const CLAUDE_DESKTOP: &str = r#"{
+      "globalShortcut": "Ctrl+Space",
+      "mcpServers": {
+        "filesystem": {
+          "command": "npx",
+          "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]
+        },
+        "GitHub": {
+          "command": "npx",
+          "args": ["-y", "@modelcontextprotocol/server-github"],
+          "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_0123456789abcdefghijABCDEFGHIJ012345", "LOG_LEVEL": "info"}
+        },
+        "local script": {"command": "./run-server.sh"},
+        "broken": {"args": ["x"]}
+      }
+    }"#;
+
+    /// Claude Code's project `.mcp.json`: `type` stdio/http/sse, headers.
+    const CLAUDE_CODE_PROJECT: &str = r#"{
+      "mcpServers": {
+        "notes": {"type": "stdio", "command": "/bin/sh", "args": ["-c", "exec cat"], "env": {"NOTES_DIR": "/tmp/notes"}},
+        "linear": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer lin_api_0123456789abcdef"}},
+        "old-sse": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+        "expanded": {"type": "http", "url": "https://api.example.com/mcp", "headers": {"X-API-Key": "${API_KEY}"}}
+      }
+    }"#;
+
+    /// Claude Code's `~/.claude.json`: user servers at the top, project servers under
+    /// `projects`, and much else that is not about MCP.
+    const CLAUDE_JSON: &str = r#"{
+      "numStartups": 42,
+      "oauthAccount": {"emailAddress": "me@example.com"},
+      "mcpServers": {
+        "memory": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"], "env": {}}
+      },
+      "projects": {
+        "/home/me/a": {
+          "allowedTools": [],
+          "mcpServers": {
+            "memory": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"], "env": {}},
+            "db": {"command": "uvx", "args": ["mcp-server-sqlite", "--db-path", "/home/me/a/app.db"]}
+          }
+        },
+        "/home/me/b": {
+          "mcpServers": {
+            "db": {"command": "uvx", "args": ["mcp-server-sqlite", "--db-path", "/home/me/b/app.db"]}
+          }
+        },
+        "/home/me/c": {"history": []}
+      }
+    }"#;
+
+    /// Cursor's `~/.cursor/mcp.json`: a url without `type`, an API key in `env`.
+    const CURSOR: &str = r#"{
+      "mcpServers": {
+        "web-search": {"command": "npx", "args": ["-y", "brave-search-mcp"], "env": {"BRAVE_API_KEY": "BSAxyz"}},
+        "remote": {"url": "http://localhost:8931/mcp", "headers": {"X-Team": "core"}},
+        "Coffer": {"command": "/usr/local/bin/coffer-mcp-shim", "args": []}
+      }
+    }"#;
+
+    /// VS Code's `.vscode/mcp.json`: `servers` with `type`, `inputs` beside them.
+    const VSCODE: &str = r#"{
+      "inputs": [{"type": "promptString", "id": "perplexity-key", "description": "Perplexity API Key", "password": true}],
+      "servers": {
+        "Perplexity": {"type": "stdio", "command": "npx", "args": ["-y", "server-perplexity-ask"], "env": {"PERPLEXITY_API_KEY": "${input:perplexity-key}"}},
+        "fetch": {"type": "stdio", "command": "uvx", "args": ["mcp-server-fetch"]},
+        "github": {"type": "http", "url": "http://127.0.0.1:7/mcp/"},
+        "legacy": {"type": "sse", "url": "http://localhost:3000/sse"},
+        "weird": {"type": "websocket", "url": "ws://x"}
+      }
+    }"#;
+
+    fn lookup(name: &str) -> Option<PathBuf> {
+        match name {
+            "npx" => Some(PathBuf::from("/usr/bin/npx")),
+            "uvx" => Some(PathBuf::from("/home/me/.local/bin/uvx")),
+            _ => None,
+        }
+    }
+
+    fn run(config: &str, registered: &[&str], creds: &[&str]) -> Plan {
+        let v: Value = serde_json::from_str(config).unwrap();
+        let r = registered.iter().map(|s| (*s).to_owned()).collect();
+        let c = creds.iter().map(|s| (*s).to_owned()).collect();
+        plan(&v, &r, &c, lookup).unwrap()
+    }
+
+    fn names(p: &Plan) -> Vec<&str> {
+        p.imported.iter().map(|i| i.server.name.as_str()).collect()
+    }
+
+    fn reason<'a>(list: &'a [Skipped], name: &str) -> &'a str {
+        &list
+            .iter()
+            .find(|s| s.name == name || s.original_name == name)
+            .unwrap_or_else(|| panic!("{name} in {list:?}"))
+            .reason
+    }
+
+    #[test]
+    fn claude_desktop() {
+        let p = run(CLAUDE_DESKTOP, &[], &[]);
+        assert_eq!(p.format, "mcpServers");
+        assert_eq!(names(&p), ["filesystem", "github"]);
+        let fs = &p.imported[0].server;
+        assert_eq!((fs.transport.as_str(), fs.command.as_str()), ("stdio", "/usr/bin/npx"));
+        assert_eq!(fs.args, ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]);
+        let gh = &p.imported[1];
+        assert_eq!(gh.original_name, "GitHub");
+        assert_eq!(
+            gh.server.env["GITHUB_PERSONAL_ACCESS_TOKEN"],
+            "coffer-credential-ref:github-GITHUB_PERSONAL_ACCESS_TOKEN"
+        );
+        assert_eq!(gh.server.env["LOG_LEVEL"], "info");
+        assert_eq!(gh.credentials.len(), 1);
+        assert_eq!(gh.credentials[0].0, "github-GITHUB_PERSONAL_ACCESS_TOKEN");
+        assert_eq!(gh.credentials[0].1.expose_secret(), "ghp_0123456789abcdefghijABCDEFGHIJ012345");
+        assert!(reason(&p.invalid, "local script").contains("relative"), "{:?}", p.invalid);
+        assert_eq!(p.invalid.iter().find(|s| s.original_name == "local script").unwrap().name, "local-script");
+        assert!(reason(&p.invalid, "broken").contains("neither a command nor a url"));
+        assert!(p.duplicates.is_empty());
+    }
+
+    #[test]
+    fn claude_code_project() {
+        let p = run(CLAUDE_CODE_PROJECT, &[], &[]);
+        assert_eq!(names(&p), ["notes", "linear"]);
+        let notes = &p.imported[0].server;
+        assert_eq!(notes.command, "/bin/sh");
+        assert_eq!(notes.env["NOTES_DIR"], "/tmp/notes");
+        assert!(p.imported[0].credentials.is_empty());
+        let linear = &p.imported[1];
+        assert_eq!((linear.server.transport.as_str(), linear.server.url.as_str()), ("http", "http://127.0.0.1:9/mcp"));
+        assert_eq!(linear.server.headers["Authorization"], "coffer-credential-ref:linear-Authorization");
+        assert_eq!(linear.credentials[0].1.expose_secret(), "Bearer lin_api_0123456789abcdef");
+        assert!(reason(&p.invalid, "old-sse").contains("Streamable HTTP"));
+        let r = reason(&p.invalid, "expanded");
+        assert!(r.contains("${API_KEY}") && r.contains("headers"), "{r}");
+    }
+
+    #[test]
+    fn claude_json_with_projects() {
+        let p = run(CLAUDE_JSON, &[], &[]);
+        assert_eq!(p.format, "claude.json");
+        // The user's memory server and project a's identical one are one server; the two `db`
+        // servers differ, so the second gets a suffix.
+        assert_eq!(names(&p), ["memory", "db", "db-2"]);
+        assert_eq!(p.imported[1].origin, "projects[\"/home/me/a\"].mcpServers");
+        assert_eq!(p.imported[1].server.command, "/home/me/.local/bin/uvx");
+        assert_eq!(p.imported[2].server.args[2], "/home/me/b/app.db");
+        assert_eq!(p.duplicates.len(), 1);
+        assert!(p.duplicates[0].reason.contains("earlier in this file"), "{:?}", p.duplicates);
+        assert!(p.invalid.is_empty(), "{:?}", p.invalid);
+    }
+
+    #[test]
+    fn cursor() {
+        let p = run(CURSOR, &["remote"], &[]);
+        assert_eq!(names(&p), ["web-search"]);
+        // BRAVE_API_KEY is a secret by its name, however short its value.
+        assert_eq!(p.imported[0].credentials[0].0, "web-search-BRAVE_API_KEY");
+        assert!(reason(&p.duplicates, "remote").contains("already registered"));
+        assert!(reason(&p.invalid, "Coffer").contains("Coffer itself"));
+    }
+
+    #[test]
+    fn vscode() {
+        let p = run(VSCODE, &[], &[]);
+        assert_eq!(p.format, "vscode");
+        assert_eq!(names(&p), ["fetch", "github"]);
+        assert!(reason(&p.invalid, "Perplexity").contains("${input:perplexity-key}"));
+        assert!(!reason(&p.invalid, "Perplexity").contains("description"));
+        assert!(reason(&p.invalid, "legacy").contains("sse"));
+        assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
+        let settings = json!({"editor.fontSize": 14, "mcp": {"servers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"]}}}});
+        let p = plan(&settings, &BTreeSet::new(), &BTreeSet::new(), lookup).unwrap();
+        assert_eq!((p.format, names(&p)), ("vscode", vec!["fetch"]));
+    }
+
+    #[test]
+    fn not_a_config() {
+        let e = |v: Value| plan(&v, &BTreeSet::new(), &BTreeSet::new(), lookup).err().expect("an error").message;
+        assert!(e(json!([1])).contains("JSON object"));
+        assert!(e(json!({"theme": "dark"})).contains("found no MCP servers"));
+        assert!(e(json!({"mcpServers": []})).contains("must be an object"));
+        let many: serde_json::Map<String, Value> =
+            (0..=MAX_ENTRIES).map(|i| (format!("s{i}"), json!({"command": "npx"}))).collect();
+        assert!(e(json!({"mcpServers": many})).contains("at most"));
+        let empty = plan(&json!({"mcpServers": {}}), &BTreeSet::new(), &BTreeSet::new(), lookup).unwrap();
+        assert!(empty.imported.is_empty() && empty.invalid.is_empty());
+    }
+
+    #[test]
+    fn names_are_derived() {
+        assert_eq!(derive_name("GitHub"), "github");
+        assert_eq!(derive_name("GitHub Tools"), "github-tools");
+        assert_eq!(derive_name("@modelcontextprotocol/server-filesystem"), "modelcontextprotocol-ser");
+        assert_eq!(derive_name("my_server__v2"), "my-server-v2");
+        assert_eq!(derive_name("--x--"), "x");
+        assert_eq!(derive_name("éè"), "server");
+        assert_eq!(derive_name("a-very-long-name-that-ends-here-x"), "a-very-long-name-that-en");
+        assert_eq!(derive_name("abcdefghijklmnopqrstuvw-z"), "abcdefghijklmnopqrstuvw");
+        for n in ["github", "x", "a-very-long-name-that-en"] {
+            assert_eq!(derive_name(n), n, "valid names are kept");
+        }
+        assert_eq!(unique("abcdefghijklmnopqrstuvwx", 24, |n| n.ends_with("-2")), "abcdefghijklmnopqrstuv-3");
+        // The reserved name gets a suffix.
+        let p =
+            plan(&json!({"mcpServers": {"coffer": {"command": "npx"}}}), &BTreeSet::new(), &BTreeSet::new(), lookup)
+                .unwrap();
+        assert_eq!(names(&p), ["coffer-2"]);
+    }
+
+    #[test]
+    fn credential_names_never_replace_existing_ones() {
+        assert_eq!(credential_name("gh", "X-API-Key"), "gh-X-API-Key");
+        assert_eq!(credential_name("gh", "a b/c"), "gh-a_b_c");
+        assert_eq!(credential_name("s", &"K".repeat(100)).len(), MAX_CREDENTIAL_NAME);
+        let p = run(CLAUDE_DESKTOP, &[], &["github-GITHUB_PERSONAL_ACCESS_TOKEN"]);
+        assert_eq!(p.imported[1].credentials[0].0, "github-GITHUB_PERSONAL_ACCESS_TOKEN-2");
+        for (n, _) in p.imported.iter().flat_map(|i| &i.credentials) {
+            assert!(crate::credentials::valid_name(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn secrets_by_name_and_by_shape() {
+        for (k, v) in [
+            ("GITHUB_TOKEN", "x1"),
+            ("api_key", "abc"),
+            ("Authorization", "Basic dXNlcjpwYXNz"),
+            ("DB_PASSWORD", "hunter2"),
+            ("CLIENT_SECRET", "s"),
+            ("X-Auth-User", "u"),
+            ("AWS_CREDENTIALS", "c"),
+            ("ANYTHING", "ghp_0123456789abcdefghij"),
+            ("ANYTHING", "sk-proj-0123456789abcdef"),
+            ("ANYTHING", "Bearer abc.def.ghi"),
+            ("ANYTHING", "xoxb-123456789012-abcdef"),
+            ("ANYTHING", "Zx8f0Qm3Lr7Tb2Wn9Kc4Vd6Hj1Ps5Ya0"),
+        ] {
+            assert!(is_secret(k, v), "{k}={v}");
+        }
+        for (k, v) in [
+            ("LOG_LEVEL", "debug"),
+            ("GITHUB_TOKEN", ""),
+            ("PATH_TO_DB", "/home/me/projects/some/long/path/to/the/database.sqlite"),
+            ("URL", "https://example.com/a/b/c/d/e/f/g/h/i/j/k/l/m/n"),
+            ("MODE", "production-environment-variable-name"),
+            ("SHORT", "sk-1"),
+            ("ID", "00000000000000000000000000000000000"),
+        ] {
+            assert!(!is_secret(k, v), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn definitions() {
+        let d = |v: Value| parse_definition(&v);
+        let ok =
+            d(json!({"command": "x", "args": ["a", 1, true], "env": {"A": "1", "B": 2, "C": null}, "disabled": true}))
+                .unwrap();
+        assert_eq!(ok.args, ["a", "1", "true"]);
+        assert_eq!(ok.env, [("A".to_owned(), "1".to_owned()), ("B".to_owned(), "2".to_owned())]);
+        assert!(!ok.enabled);
+        assert_eq!(d(json!({"type": "streamable-http", "url": "http://a/mcp"})).unwrap().transport, "http");
+        assert_eq!(d(json!({"serverUrl": "http://a/mcp"})).unwrap().url, "http://a/mcp");
+        assert_eq!(d(json!({"command": "x", "cwd": "/srv"})).unwrap().cwd, "/srv");
+        for (bad, want) in [
+            (json!("npx"), "not an object"),
+            (json!({"command": 5}), "command is not a string"),
+            (json!({"command": "x", "args": "a b"}), "args is not an array"),
+            (json!({"command": "x", "args": [{}]}), "args[0] is not a string"),
+            (json!({"command": "x", "env": {"A": []}}), "env value of \"A\" is not a string"),
+            (json!({"command": "x", "env": {"A": "coffer-credential-ref:y"}}), "reserved prefix"),
+            (json!({"command": "x", "envFile": "${workspaceFolder}/.env"}), "envFile"),
+            (json!({"command": "x", "cwd": "rel"}), "relative"),
+            (json!({"command": "x", "args": ["${workspaceFolder}/a.js"]}), "args[0] uses ${workspaceFolder}"),
+            (json!({"type": "stdio", "url": "http://a"}), "needs a command"),
+            (json!({"type": "http", "command": "x"}), "needs a url"),
+            (json!({"url": "ftp://a"}), "http:// or https://"),
+        ] {
+            let e = d(bad.clone()).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        // A value is never quoted in a reason, only the variable it references.
+        let e = d(json!({"command": "x", "env": {"T": "secretvalue-${X}"}})).unwrap_err();
+        assert!(e.contains("${X}") && !e.contains("secretvalue"), "{e}");
+    }
+
+    #[test]
+    fn commands_resolve_or_are_invalid() {
+        let p = plan(
+            &json!({"mcpServers": {
+                "abs": {"command": "/bin/sh"},
+                "missing": {"command": "/nonexistent/bin/srv"},
+                "unknown": {"command": "not-on-path"},
+                "rel": {"command": "node_modules/.bin/srv"},
+            }}),
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            lookup,
+        )
+        .unwrap();
+        assert_eq!(names(&p), ["abs"]);
+        assert!(reason(&p.invalid, "missing").contains("does not exist"));
+        assert!(reason(&p.invalid, "unknown").contains("not found on PATH"));
+        assert!(reason(&p.invalid, "rel").contains("absolute path"));
+    }
+
+    #[test]
+    fn warnings_for_arguments() {
+        let p = plan(
+            &json!({"mcpServers": {"s": {"command": "npx", "args": ["./dist/index.js", "--token", "ghp_0123456789abcdefghijklmn"]}}}),
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            lookup,
+        )
+        .unwrap();
+        let w = &p.imported[0].warnings;
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("relative path") && w[1].contains("looks like a secret"), "{w:?}");
+        assert!(!w[1].contains("ghp_"), "the value itself is not repeated: {w:?}");
+    }
+}

@@ -1,0 +1,167 @@
+//! `coffer connect` on the private `$HOME` of a test home: Cursor and Claude Desktop files are
+//! created or edited keeping every other key, twice is the same as once, `--remove` undoes it,
+//! the first previous version is kept as `.bak`; Claude Code goes through `claude mcp add` when
+//! a `claude` is on `PATH` (a recording stand-in here); Codex's TOML keeps its comments. No
+//! daemon is involved.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, ensure};
+use coffer_tests::{CliOutput, TestHome};
+use serde_json::{Value, json};
+
+/// The private `$HOME` every process of `home` gets.
+fn user_home(home: &TestHome) -> anyhow::Result<PathBuf> {
+    home.env().get("HOME").map(PathBuf::from).context("the harness sets HOME")
+}
+
+/// Runs `coffer <args>` with extra environment.
+pub(crate) async fn cli_env(home: &TestHome, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<CliOutput> {
+    let mut cmd = home.cli_command(args)?;
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(coffer_tests::CLI_TIMEOUT, cmd.output()).await.context("coffer ran too long")??;
+    Ok(CliOutput {
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+fn read_json(p: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON: {text}", p.display()))
+}
+
+fn shim() -> anyhow::Result<String> {
+    Ok(coffer_tests::bin("coffer-mcp-shim")?.display().to_string())
+}
+
+/// connect, connect again, remove, remove again on one client whose file is `path`.
+async fn round_trip(home: &TestHome, client: &str, path: &Path, entry: &Value) -> anyhow::Result<()> {
+    let before = std::fs::read(path).ok();
+    let out = home.cli(&["connect", client, "--json"]).await?.ok()?;
+    let j = out.json()?;
+    assert_eq!((j["action"].as_str(), j["path"].as_str()), (Some("added"), path.to_str()), "{out}");
+    let doc = read_json(path)?;
+    assert_eq!(doc["mcpServers"]["coffer"], *entry, "{doc}");
+    let after_first = std::fs::read(path)?;
+    let bak = PathBuf::from(format!("{}.bak", path.display()));
+    match &before {
+        Some(b) => assert_eq!(&std::fs::read(&bak)?, b, "the file as it was is kept as .bak"),
+        None => ensure!(!bak.exists(), "no backup of a file that did not exist"),
+    }
+
+    // Twice is once: nothing is written.
+    let out = home.cli(&["connect", client]).await?.ok()?;
+    ensure!(out.stdout.contains("already connected"), "{out}");
+    assert_eq!(std::fs::read(path)?, after_first, "connecting again rewrote the file");
+
+    let out = home.cli(&["connect", client, "--remove"]).await?.ok()?;
+    ensure!(out.stdout.contains("Removed"), "{out}");
+    let doc = read_json(path)?;
+    ensure!(doc["mcpServers"].get("coffer").is_none(), "{doc}");
+    let out = home.cli(&["connect", client, "--remove", "--json"]).await?.ok()?;
+    assert_eq!(out.json()?["action"], "absent");
+    Ok(())
+}
+
+#[tokio::test]
+async fn connect_cursor_and_claude_desktop_files() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let user = user_home(&home)?;
+    let shim = shim()?;
+
+    // Cursor: an existing file with other servers and keys, indented with four spaces.
+    let cursor = user.join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().context("parent")?)?;
+    let original = "{\n    \"mcpServers\": {\n        \"fs\": {\"command\": \"npx\", \"args\": [\"-y\", \"fs\"]}\n    },\n    \"theme\": \"dark\"\n}\n";
+    std::fs::write(&cursor, original)?;
+    round_trip(&home, "cursor", &cursor, &json!({"command": shim, "args": []})).await?;
+    let doc = read_json(&cursor)?;
+    assert_eq!(doc, json!({"mcpServers": {"fs": {"command": "npx", "args": ["-y", "fs"]}}, "theme": "dark"}));
+    let text = std::fs::read_to_string(&cursor)?;
+    ensure!(text.starts_with("{\n    \"mcpServers\""), "the file's indentation is kept: {text}");
+    assert_eq!(std::fs::read_to_string(user.join(".cursor/mcp.json.bak"))?, original, "the first .bak is kept");
+
+    // Claude Desktop: no file yet.
+    let desktop = user.join(".config/Claude/claude_desktop_config.json");
+    round_trip(&home, "claude-desktop", &desktop, &json!({"command": shim, "args": []})).await?;
+    assert_eq!(read_json(&desktop)?, json!({"mcpServers": {}}));
+
+    // --print changes nothing and prints the snippet.
+    let before = std::fs::read(&cursor)?;
+    let out = home.cli(&["connect", "cursor", "--print"]).await?.ok()?;
+    let snippet: Value = serde_json::from_str(&out.stdout).with_context(|| out.to_string())?;
+    assert_eq!(snippet, json!({"mcpServers": {"coffer": {"command": shim, "args": []}}}));
+    assert_eq!(std::fs::read(&cursor)?, before);
+
+    // A file that does not parse is left alone.
+    std::fs::write(&cursor, "{ not json")?;
+    let out = home.cli(&["connect", "cursor"]).await?;
+    assert_eq!(out.code, Some(1), "{out}");
+    ensure!(out.stderr.contains("mcp.json") && out.stderr.contains("left as it is"), "{out}");
+    assert_eq!(std::fs::read_to_string(&cursor)?, "{ not json");
+    assert!(home.processes().is_empty(), "connect starts no daemon");
+    Ok(())
+}
+
+#[tokio::test]
+async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let user = user_home(&home)?;
+    let shim = shim()?;
+    let system_path = std::env::var("PATH").unwrap_or_default();
+
+    // Without `claude` on PATH: ~/.claude.json is edited, keeping the rest of it.
+    let no_claude = home.temp().join("no-claude-bin");
+    std::fs::create_dir_all(&no_claude)?;
+    let claude_json = user.join(".claude.json");
+    std::fs::write(&claude_json, json!({"numStartups": 3, "projects": {"/p": {"mcpServers": {}}}}).to_string())?;
+    let path_without = no_claude.display().to_string();
+    let out = cli_env(&home, &["connect", "claude-code", "--json"], &[("PATH", &path_without)]).await?.ok()?;
+    assert_eq!(out.json()?["via"], "file", "{out}");
+    let doc = read_json(&claude_json)?;
+    assert_eq!(doc["mcpServers"]["coffer"], json!({"type": "stdio", "command": shim, "args": []}));
+    assert_eq!((doc["numStartups"].as_u64(), &doc["projects"]), (Some(3), &json!({"/p": {"mcpServers": {}}})));
+    let out = cli_env(&home, &["connect", "claude-code", "--remove"], &[("PATH", &path_without)]).await?.ok()?;
+    ensure!(out.stdout.contains("Removed"), "{out}");
+
+    // With a `claude` on PATH, its own CLI is used (a stand-in that records its arguments).
+    let bin = home.temp().join("claude-bin");
+    std::fs::create_dir_all(&bin)?;
+    let log = home.temp().join("claude-args.log");
+    let fake = bin.join("claude");
+    std::fs::write(&fake, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let path_with = format!("{}:{system_path}", bin.display());
+    let out = cli_env(&home, &["connect", "claude-code", "--json"], &[("PATH", &path_with)]).await?.ok()?;
+    assert_eq!((out.json()?["via"].as_str(), out.json()?["action"].as_str()), (Some("claude"), Some("added")));
+    assert_eq!(std::fs::read_to_string(&log)?, format!("mcp add --scope user coffer -- {shim}\n"));
+    let out = cli_env(&home, &["connect", "claude-code", "--print"], &[("PATH", &path_with)]).await?.ok()?;
+    assert_eq!(out.stdout, format!("claude mcp add --scope user coffer -- {shim}\n"));
+
+    // Codex: CODEX_HOME points into the test home; comments and other tables survive.
+    let codex_home = home.temp().join("codex-home");
+    std::fs::create_dir_all(&codex_home)?;
+    let toml = codex_home.join("config.toml");
+    let original =
+        "# my settings\nmodel = \"o3\"\n\n[mcp_servers.docs]\ncommand = \"npx\"\nargs = [\"-y\", \"docs\"]\n";
+    std::fs::write(&toml, original)?;
+    let env = [("CODEX_HOME", codex_home.to_str().context("utf-8")?)];
+    let out = cli_env(&home, &["connect", "codex"], &env).await?.ok()?;
+    ensure!(out.stdout.contains("Connected codex"), "{out}");
+    let text = std::fs::read_to_string(&toml)?;
+    ensure!(text.contains(&format!("[mcp_servers.coffer]\ncommand = \"{shim}\"\nargs = []\n")), "{text}");
+    ensure!(text.starts_with("# my settings\nmodel = \"o3\"\n") && text.contains("[mcp_servers.docs]"), "{text}");
+    let out = cli_env(&home, &["connect", "codex"], &env).await?.ok()?;
+    ensure!(out.stdout.contains("already connected"), "{out}");
+    cli_env(&home, &["connect", "codex", "--remove"], &env).await?.ok()?;
+    assert_eq!(std::fs::read_to_string(&toml)?, original);
+    assert!(!user.join(".codex").exists(), "$HOME/.codex untouched when CODEX_HOME is set");
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! `coffer doctor` end to end: on a healthy home every check passes (exit 0); an upstream whose
+//! command is gone, or a home readable by others, fails (exit 1) and is named with its fix; no
+//! daemon is ever started by it.
+use std::os::unix::fs::PermissionsExt;
+
+use anyhow::{Context, ensure};
+use coffer_tests::{SendExt, TestHome};
+use serde_json::{Value, json};
+
+fn check<'a>(report: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
+    report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == name)
+        .with_context(|| format!("no check {name:?} in {report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+
+    // No daemon: a warning that says how to start one, and none is started.
+    let out = home.cli(&["doctor"]).await?;
+    assert_eq!(out.code, Some(0), "{out}");
+    ensure!(out.stdout.contains("fix: start it now: coffer daemon start"), "{out}");
+    assert!(home.processes().is_empty(), "doctor started a daemon");
+
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?;
+    let body = json!({"name": "tiny", "command": tiny.display().to_string()});
+    let r = api.post_json("/v1/mcp/servers", &body).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+
+    // `mcp test` starts it in a fresh session and reports what it offers.
+    let out = home.cli(&["mcp", "test", "tiny"]).await?.ok()?;
+    ensure!(out.stdout.starts_with("tiny: initialize ok (protocol ") && out.stdout.contains(" tools, "), "{out}");
+    let out = home.cli(&["mcp", "test", "nosuch"]).await?;
+    assert_eq!(out.code, Some(3), "{out}");
+
+    let out = home.cli(&["doctor"]).await?;
+    assert_eq!(out.code, Some(0), "healthy home: {out}");
+    ensure!(!out.stdout.contains("fail "), "{out}");
+    let report = home.cli(&["doctor", "--json"]).await?.ok()?.json()?;
+    assert_eq!(report["ok"], true);
+    for name in
+        ["home", "daemon.json", "shim", "daemon", "version", "service store", "service gateway", "upstream tiny"]
+    {
+        assert_eq!(check(&report, name)?["status"], "ok", "{name}: {report}");
+    }
+
+    // An upstream whose command went away: exit 1, named, with a fix.
+    let gone = home.temp().join("gone-server");
+    std::fs::copy(&tiny, &gone)?;
+    let body = json!({"name": "broken", "command": gone.display().to_string()});
+    let r = api.post_json("/v1/mcp/servers", &body).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    std::fs::remove_file(&gone)?;
+    let out = home.cli(&["doctor"]).await?;
+    assert_eq!(out.code, Some(1), "{out}");
+    let line = out.stdout.lines().find(|l| l.starts_with("fail")).with_context(|| out.to_string())?;
+    ensure!(line.contains("upstream broken") && line.contains(&format!("{} does not exist", gone.display())), "{out}");
+    ensure!(out.stdout.contains("fix: install it, or coffer mcp remove broken"), "{out}");
+    let report = home.cli(&["doctor", "--json"]).await?;
+    assert_eq!(report.code, Some(1), "{report}");
+    let report = report.json()?;
+    assert_eq!(report["ok"], false);
+    assert_eq!(check(&report, "upstream broken")?["status"], "fail");
+    assert_eq!(check(&report, "upstream tiny")?["status"], "ok");
+    let out = home.cli(&["mcp", "test", "broken"]).await?;
+    assert_eq!(out.code, Some(1), "{out}");
+    ensure!(out.stderr.contains("broken"), "{out}");
+
+    // Disabled, it is only a warning.
+    let r =
+        api.request(reqwest::Method::PATCH, "/v1/mcp/servers/broken").json(&json!({"enabled": false})).reply().await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let out = home.cli(&["doctor"]).await?;
+    assert_eq!(out.code, Some(0), "{out}");
+    ensure!(out.stdout.contains("warn  upstream broken"), "{out}");
+
+    // A home that others can read fails, with the chmod that fixes it.
+    std::fs::set_permissions(home.root(), std::fs::Permissions::from_mode(0o755))?;
+    let out = home.cli(&["doctor"]).await?;
+    std::fs::set_permissions(home.root(), std::fs::Permissions::from_mode(0o700))?;
+    assert_eq!(out.code, Some(1), "{out}");
+    ensure!(out.stdout.contains(&format!("fix: chmod 700 {}", home.root().display())), "{out}");
+    Ok(())
+}
