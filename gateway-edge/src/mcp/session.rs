@@ -217,6 +217,22 @@ enum SlotState {
 
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
+    /// Lock-free-ish fast path for the common case: the running upstream and the registry
+    /// version it was started for. Stale entries fail the liveness/version check.
+    ready: std::sync::RwLock<Option<(Arc<Upstream>, i64)>>,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self { state: tokio::sync::Mutex::new(SlotState::Idle), ready: std::sync::RwLock::new(None) }
+    }
+
+    fn ready_for(&self, version: i64) -> Option<Arc<Upstream>> {
+        match &*self.ready.read().expect("slot") {
+            Some((u, v)) if *v == version && u.is_alive() => Some(u.clone()),
+            _ => None,
+        }
+    }
 }
 
 struct Cached {
@@ -377,9 +393,12 @@ impl Session {
             let mut slots = self.slots.lock().expect("slots");
             slots
                 .entry(server.name.clone())
-                .or_insert_with(|| Arc::new(Slot { state: tokio::sync::Mutex::new(SlotState::Idle) }))
+                .or_insert_with(|| Arc::new(Slot::new()))
                 .clone()
         };
+        if let Some(u) = slot.ready_for(server.version) {
+            return Ok(u);
+        }
         let mut st = slot.state.lock().await;
         let attempts = match &*st {
             SlotState::Ready { upstream, version } if upstream.is_alive() && *version == server.version => {
@@ -430,6 +449,7 @@ impl Session {
                     let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
                     let _ = u.request("logging/setLevel", Some(&p), self.shared.list_timeout()).await;
                 }
+                *slot.ready.write().expect("slot") = Some((u.clone(), server.version));
                 *st = SlotState::Ready { upstream: u.clone(), version: server.version };
                 Ok(u)
             }

@@ -171,7 +171,8 @@ impl Core {
 /// How messages reach the upstream.
 enum Transport {
     Stdio {
-        stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+        /// Frames for the writer task; `None` once stdin is closed.
+        stdin: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
         child: tokio::sync::Mutex<Option<ManagedChild>>,
     },
     Http(super::http_upstream::HttpTransport),
@@ -276,16 +277,12 @@ impl Upstream {
         }
         match &self.transport {
             Transport::Stdio { stdin, .. } => {
-                let mut guard = stdin.lock().await;
-                let Some(stdin) = guard.as_mut() else { return Err(self.core.closed_error()) };
-                // One write per message: the newline travels with the frame.
-                let mut line = line;
-                line.push('\n');
-                let res = stdin.write_all(line.as_bytes()).await;
-                res.map_err(|e| {
-                    self.core.close(&format!("stdin: {e}"));
-                    self.core.closed_error()
-                })
+                // The writer task batches whatever is queued into one write; the newline
+                // travels with the frame.
+                let mut frame = line.into_bytes();
+                frame.push(b'\n');
+                let sent = stdin.lock().expect("stdin").as_ref().is_some_and(|tx| tx.send(frame).is_ok());
+                if sent { Ok(()) } else { Err(self.core.closed_error()) }
             }
             Transport::Http(t) => t.send(line, request_id).await,
         }
@@ -387,7 +384,8 @@ impl Upstream {
     pub async fn shutdown(&self, grace: Duration) {
         match &self.transport {
             Transport::Stdio { stdin, child } => {
-                stdin.lock().await.take();
+                // Dropping the sender ends the writer task, which closes the child's stdin.
+                stdin.lock().expect("stdin").take();
                 if let Some(mut child) = child.lock().await.take() {
                     // Give it a moment to exit on EOF before signalling.
                     if tokio::time::timeout(Duration::from_millis(200), child.inner().wait()).await.is_err() {
@@ -424,8 +422,36 @@ fn start_stdio(
     if let Some(stderr) = child.inner().stderr.take() {
         tokio::spawn(drain_stderr(stderr, home.upstream_logs().join(format!("{}.log", server.name)), redactor));
     }
+    let (tx, rx) = mpsc::unbounded_channel();
+    if let Some(stdin) = stdin {
+        tokio::spawn(write_loop(stdin, rx, core.clone()));
+    }
     tokio::spawn(read_loop(stdout, core));
-    Ok((Transport::Stdio { stdin: tokio::sync::Mutex::new(stdin), child: tokio::sync::Mutex::new(Some(child)) }, pid))
+    Ok((Transport::Stdio { stdin: Mutex::new(Some(tx)), child: tokio::sync::Mutex::new(Some(child)) }, pid))
+}
+
+/// Writes queued frames to the child's stdin, coalescing everything already queued into one
+/// write (fewer syscalls and wake-ups for the upstream when many calls are in flight). Ends,
+/// closing stdin, when every sender is gone; a write error closes the connection.
+async fn write_loop(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, core: Arc<Core>) {
+    let mut batch = Vec::with_capacity(16 * 1024);
+    while let Some(first) = rx.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(next) => batch.extend_from_slice(&next),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = stdin.write_all(&batch).await {
+            core.close(&format!("stdin: {e}"));
+            return;
+        }
+        if batch.capacity() > 4 * 1024 * 1024 {
+            batch = Vec::with_capacity(16 * 1024);
+        }
+    }
 }
 
 async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
