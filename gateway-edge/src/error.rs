@@ -127,6 +127,10 @@ impl From<tonic::Status> for ApiError {
                 ApiError::new(Code::ServiceUnavailable, "an internal service is restarting; retry shortly")
             }
             G::DeadlineExceeded => ApiError::new(Code::ServiceUnavailable, "an internal service did not answer in time"),
+            G::Cancelled => ApiError::new(
+                Code::ServiceUnavailable,
+                "an internal call was cancelled (a service restarting?); it may or may not have taken effect; retry shortly",
+            ),
             G::Unknown if broke_mid_call(&s) => {
                 tracing::warn!(error = %s.message(), "Internal service connection broke mid-call.");
                 ApiError::new(
@@ -142,6 +146,13 @@ impl From<tonic::Status> for ApiError {
 /// True when a call failed because its connection broke (the service died mid-call): tonic
 /// reports that as `Unknown` with a transport or I/O error as the source, not `UNAVAILABLE`.
 fn broke_mid_call(s: &tonic::Status) -> bool {
+    let m = s.message().to_ascii_lowercase();
+    if ["transport error", "connection", "broken pipe", "h2 protocol error", "stream closed", "reset"]
+        .iter()
+        .any(|needle| m.contains(needle))
+    {
+        return true;
+    }
     let mut source = std::error::Error::source(s);
     while let Some(e) = source {
         if e.is::<tonic::transport::Error>() || e.is::<std::io::Error>() {
