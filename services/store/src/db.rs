@@ -147,6 +147,11 @@ impl Db {
         self.head.load(Ordering::Acquire)
     }
 
+    /// The database file (`COFFER_HOME/coffer.db`).
+    pub fn path(&self) -> &Path {
+        self.path.as_path()
+    }
+
     /// Subscribes to changes committed from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<ChangeRec> {
         self.changes.subscribe()

@@ -2,7 +2,9 @@
 //! It migrates the database before it reports healthy, serialises every write through one
 //! writer thread, and streams committed changes to the other services.
 
+pub mod backup;
 pub mod db;
+pub mod retention;
 pub mod rpc;
 pub mod vault;
 
@@ -24,11 +26,16 @@ pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken
     let db = db::Db::open(&home.db())?;
     tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
     let vault = vault::Vault::new(home.secret_key());
+    // Retention runs beside the RPCs, through the same single writer: a pass now, then hourly.
+    let retention = retention::spawn(db.clone(), shutdown.clone());
     let routes = tonic::service::Routes::new(
         coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db.clone(), vault))
             .max_decoding_message_size(16 * 1024 * 1024),
     );
-    coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown).await?;
+    coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown.clone()).await?;
+    // The worker stops between two batches once shutdown is cancelled.
+    shutdown.cancel();
+    let _ = retention.await;
     // Fold the WAL back into the main file so a stopped Coffer is one self-contained coffer.db.
     if let Err(e) = db.checkpoint().await {
         tracing::warn!(error = %e, "WAL checkpoint at shutdown failed.");

@@ -49,6 +49,23 @@ impl From<VaultError> for Status {
     }
 }
 
+impl From<crate::backup::BackupError> for Status {
+    fn from(e: crate::backup::BackupError) -> Self {
+        use crate::backup::BackupError as B;
+        match e {
+            B::Invalid(m) => Status::invalid_argument(m),
+            B::Exists(m) => Status::already_exists(m),
+            // The target is the caller's choice: say what is wrong with it.
+            B::Target { .. } => Status::failed_precondition(format!("cannot write the backup: {e}")),
+            B::Source { .. } => {
+                tracing::error!(error = %e, "Backup failed reading the home.");
+                Status::internal(format!("backup failed: {e}"))
+            }
+            B::Store(e) => e.into(),
+        }
+    }
+}
+
 /// Most names one `ResolveCredentials` call may ask for.
 const MAX_RESOLVE: usize = 1024;
 
@@ -603,6 +620,37 @@ impl Store for StoreService {
         // an upstream with them.
         let values = opened.into_iter().map(|(n, v)| (n, v.expose_secret().to_owned())).collect();
         Ok(Response::new(ResolveCredentialsReply { values }))
+    }
+
+    async fn prune_now(&self, req: Request<PruneNowRequest>) -> Result<Response<PruneNowReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+        let actor = req.into_inner().actor;
+        let p = crate::retention::prune_now(&self.db, &actor, &trace).await?;
+        tracing::info!(invocations = p.invocations, audit = p.audit, "Pruned on request.");
+        Ok(Response::new(PruneNowReply { invocations: p.invocations, audit: p.audit }))
+    }
+
+    async fn backup(&self, req: Request<BackupRequest>) -> Result<Response<BackupReply>, Status> {
+        let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+        let r = req.into_inner();
+        let started = std::time::Instant::now();
+        let out = crate::backup::backup(&self.db, &r.path).await?;
+        let dir = out.dir.display().to_string();
+        tracing::info!(
+            dir = %dir,
+            secret_key = out.secret_key_included,
+            skipped = out.skipped.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "Backup written."
+        );
+        let target = dir.clone();
+        self.db.write(move |t, _| audit(t, &trace, &r.actor, "backup.create", &target)).await?;
+        Ok(Response::new(BackupReply {
+            path: dir,
+            manifest_json: out.manifest_json,
+            secret_key_included: out.secret_key_included,
+            skipped: out.skipped,
+        }))
     }
 
     async fn head(&self, _: Request<HeadRequest>) -> Result<Response<HeadReply>, Status> {
