@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub mod backup;
 pub mod credentials;
 pub mod import;
 pub mod logs;
+pub mod openapi;
 pub mod servers;
 pub mod settings;
 pub mod tools;
@@ -29,6 +31,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(credentials::routes())
         .merge(import::routes())
         .merge(logs::routes())
+        .merge(backup::routes())
+        .merge(openapi::router())
         .merge(settings::routes())
         .merge(tools::routes())
 }

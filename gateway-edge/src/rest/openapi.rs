@@ -1,0 +1,1194 @@
+//! The public HTTP surface described once: [`routes`] lists every route the edge answers
+//! (method, path, parameters, body and answer as JSON Schema literals, error codes). From that
+//! table come `GET /v1/openapi.json` ([`document`], OpenAPI 3.1) and `docs/REST.md`
+//! ([`markdown`]).
+//!
+//! Tests keep the table honest: every route this crate's source registers must be in it with the
+//! same methods (and nothing else may be), its error codes must be real [`Code`]s, its `$ref`s
+//! must resolve, and `docs/REST.md` must equal [`markdown`] (`COFFER_UPDATE_DOCS=1 cargo test -p
+//! coffer-gateway --lib openapi` rewrites it). The end-to-end suite then asks the running edge,
+//! for every documented path, which methods it allows.
+//!
+//! A hand-kept table rather than a derive macro (`utoipa`): it costs no build time, and the
+//! tests above catch the drift a macro would prevent.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Map, Value, json};
+
+use crate::error::Code;
+use crate::state::AppState;
+
+/// The route serving the document.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new().route("/v1/openapi.json", get(openapi_json))
+}
+
+/// `GET /v1/openapi.json` → the OpenAPI 3.1 document of this edge.
+async fn openapi_json() -> Json<Value> {
+    Json(document())
+}
+
+/// Where a parameter goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum In {
+    Path,
+    Query,
+    Header,
+}
+
+impl In {
+    fn as_str(self) -> &'static str {
+        match self {
+            In::Path => "path",
+            In::Query => "query",
+            In::Header => "header",
+        }
+    }
+}
+
+/// One path, query or header parameter.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: &'static str,
+    pub location: In,
+    pub description: &'static str,
+    pub schema: Value,
+    pub required: bool,
+}
+
+/// The successful answer of a route.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub description: &'static str,
+    /// JSON Schema of an `application/json` body; `None`: no body.
+    pub json: Option<Value>,
+    /// Description of a `text/event-stream` alternative, when the route can stream.
+    pub sse: Option<&'static str>,
+}
+
+/// The wire format of a route's errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Errors {
+    /// The REST envelope `{"error":{code, message, details}}`.
+    Envelope,
+    /// JSON-RPC error objects (`/mcp`).
+    JsonRpc,
+}
+
+/// One documented route (one method on one path).
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub method: &'static str,
+    /// axum path syntax, which is also OpenAPI's: `/v1/mcp/servers/{name}`.
+    pub path: &'static str,
+    pub tag: &'static str,
+    pub summary: &'static str,
+    /// Markdown; may be empty.
+    pub description: &'static str,
+    pub params: Vec<Param>,
+    /// JSON Schema of the `application/json` request body, when the route takes one.
+    pub body: Option<Value>,
+    pub answer: Answer,
+    /// Envelope codes this route answers with besides the ones every route may give
+    /// ([`COMMON_ERRORS`]).
+    pub errors: &'static [&'static str],
+    pub error_format: Errors,
+    /// True for the one route that needs no token (`GET /v1/health`).
+    pub open: bool,
+}
+
+/// Codes any authenticated route may answer with: a foreign `Host`/`Origin` (403), a missing
+/// token (401), a body over the limit (413), an internal service restarting (503), a bug (500).
+pub const COMMON_ERRORS: &[&str] =
+    &["UNAUTHORIZED", "FORBIDDEN", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE", "INTERNAL"];
+
+/// Tags in the order the documentation presents them, with a sentence each.
+pub const TAGS: &[(&str, &str)] = &[
+    ("daemon", "Health, status and lifecycle of the daemon and its services."),
+    ("servers", "The MCP server registry and per-capability preferences."),
+    ("tools", "The aggregated tools clients see, through the gateway's policy."),
+    ("credentials", "Encrypted credentials; values are write-only."),
+    ("logs", "Invocation log, audit log and the processes' log files."),
+    ("settings", "The daemon's flat map of string settings."),
+    ("maintenance", "Backups, retention and this document."),
+    ("mcp", "The MCP gateway itself (MCP Streamable HTTP; JSON-RPC errors)."),
+];
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks.
+
+fn route(method: &'static str, path: &'static str, tag: &'static str, summary: &'static str) -> Route {
+    Route {
+        method,
+        path,
+        tag,
+        summary,
+        description: "",
+        params: Vec::new(),
+        body: None,
+        answer: Answer { status: 200, description: "OK", json: None, sse: None },
+        errors: &[],
+        error_format: Errors::Envelope,
+        open: false,
+    }
+}
+
+impl Route {
+    fn describe(mut self, d: &'static str) -> Self {
+        self.description = d;
+        self
+    }
+    fn path_param(mut self, name: &'static str, description: &'static str) -> Self {
+        let schema = json!({"type": "string"});
+        self.params.push(Param { name, location: In::Path, description, schema, required: true });
+        self
+    }
+    fn query(mut self, name: &'static str, schema: Value, description: &'static str) -> Self {
+        self.params.push(Param { name, location: In::Query, description, schema, required: false });
+        self
+    }
+    fn header(mut self, name: &'static str, description: &'static str) -> Self {
+        let schema = json!({"type": "string"});
+        self.params.push(Param { name, location: In::Header, description, schema, required: false });
+        self
+    }
+    /// `X-Coffer-Actor`, the acting party the audit log records.
+    fn actor(self) -> Self {
+        self.header("X-Coffer-Actor", "Who acts, for the audit log: cli, api, ui, mcp, agent or channel (default api).")
+    }
+    fn body(mut self, schema: Value) -> Self {
+        self.body = Some(schema);
+        self
+    }
+    fn ok(mut self, status: u16, description: &'static str, schema: Value) -> Self {
+        self.answer = Answer { status, description, json: Some(schema), sse: self.answer.sse };
+        self
+    }
+    fn no_content(mut self, description: &'static str) -> Self {
+        self.answer = Answer { status: 204, description, json: None, sse: None };
+        self
+    }
+    fn sse(mut self, description: &'static str) -> Self {
+        self.answer.sse = Some(description);
+        self
+    }
+    fn errors(mut self, codes: &'static [&'static str]) -> Self {
+        self.errors = codes;
+        self
+    }
+    fn open(mut self) -> Self {
+        self.open = true;
+        self
+    }
+}
+
+fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn page(item: &str) -> Value {
+    json!({
+        "type": "object",
+        "required": ["items", "next_cursor"],
+        "properties": {
+            "items": {"type": "array", "items": r(item)},
+            "next_cursor": {"type": ["string", "null"], "description": "Pass back as `cursor` for the next page; null on the last."},
+        },
+    })
+}
+
+fn limit_param(r: Route) -> Route {
+    r.query("limit", json!({"type": "integer", "minimum": 1, "maximum": 500, "default": 50}), "Page size.").query(
+        "cursor",
+        json!({"type": "string"}),
+        "`next_cursor` of the previous page.",
+    )
+}
+
+const SERVER_NAME: &str = "Server name (`^[a-z0-9][a-z0-9-]{0,23}$`).";
+
+// ---------------------------------------------------------------------------------------------
+// The table.
+
+/// Every route of the edge, in documentation order.
+pub fn routes() -> Vec<Route> {
+    vec![
+        // Daemon.
+        route("GET", "/v1/health", "daemon", "Liveness of the daemon")
+            .describe("Needs no token and touches no other service. `pid` is the supervisor's (the one in `daemon.json`).")
+            .ok(200, "The daemon is up.", r("Health"))
+            .open(),
+        route("GET", "/v1/status", "daemon", "Daemon, services and upstreams")
+            .ok(200, "Current status.", r("Status")),
+        route("POST", "/v1/daemon/stop", "daemon", "Stop the daemon")
+            .describe("Answers first, then the daemon stops its services in order and exits.")
+            .ok(202, "Stopping.", json!({"type": "object", "properties": {"stopping": {"const": true}}})),
+        route("POST", "/v1/daemon/services/{name}/restart", "daemon", "Restart one service")
+            .describe("Answers once the service is healthy again (or has given up). The gateway itself cannot restart this way: use `coffer daemon restart`.")
+            .path_param("name", "`store`, `chat` or `retrieval`.")
+            .ok(200, "The service after the restart.", r("ServiceRestart"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        // Servers.
+        route("GET", "/v1/mcp/servers", "servers", "List MCP servers")
+            .describe("Sorted by name; one page.")
+            .ok(200, "The registry.", page("McpServer")),
+        route("POST", "/v1/mcp/servers", "servers", "Register an MCP server")
+            .describe("A stdio `command` that is a bare name is resolved on the daemon's `PATH`. `env` and `headers` values are strings or `{\"credential_ref\": name}`; a reference to a credential that does not exist is refused. Answers with `ETag` and `Location`.")
+            .actor()
+            .body(r("McpServerCreate"))
+            .ok(201, "Registered.", r("McpServer"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS"]),
+        route("GET", "/v1/mcp/servers/{name}", "servers", "Get one MCP server")
+            .describe("With `ETag: \"<version>\"`.")
+            .path_param("name", SERVER_NAME)
+            .ok(200, "The server.", r("McpServer"))
+            .errors(&["NOT_FOUND"]),
+        route("PATCH", "/v1/mcp/servers/{name}", "servers", "Change an MCP server")
+            .describe("Absent fields stay; `cwd`, `timeout_s`, `timeout_ms` set to null restore the default; `args`, `env`, `headers` replace the whole list or map. With `If-Match: \"<version>\"` the write happens only at that version.")
+            .path_param("name", SERVER_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .body(r("McpServerPatch"))
+            .ok(200, "The server after the change, with its new ETag.", r("McpServer"))
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("DELETE", "/v1/mcp/servers/{name}", "servers", "Remove an MCP server")
+            .describe("Removes its preferences too. Honours `If-Match`.")
+            .path_param("name", SERVER_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .no_content("Removed.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/mcp/servers/{name}/preferences", "servers", "A server's explicit preferences")
+            .describe("Only explicit flags: a capability without one is enabled. `coffer` names the built-in server.")
+            .path_param("name", SERVER_NAME)
+            .ok(200, "The preferences.", page("Preference"))
+            .errors(&["NOT_FOUND"]),
+        route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}", "servers", "Enable or disable a capability named in the query")
+            .describe("For names a path segment carries badly (resource URIs with `/`).")
+            .path_param("name", SERVER_NAME)
+            .path_param("kind", "`tool`, `prompt` or `resource` (plurals accepted).")
+            .query("name", json!({"type": "string"}), "The capability's original (unprefixed) name. Required.")
+            .actor()
+            .body(r("EnabledFlag"))
+            .ok(200, "The preference.", r("PreferenceSet"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}/{capname}", "servers", "Enable or disable a capability")
+            .path_param("name", SERVER_NAME)
+            .path_param("kind", "`tool`, `prompt` or `resource` (plurals accepted).")
+            .path_param("capname", "The capability's original (unprefixed) name, percent-encoded.")
+            .actor()
+            .body(r("EnabledFlag"))
+            .ok(200, "The preference.", r("PreferenceSet"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("GET", "/v1/mcp/servers/{name}/capabilities", "servers", "A server's live capabilities")
+            .describe("Fetched through the gateway's admin session (starting the upstream if needed), each with its enabled flag.")
+            .path_param("name", SERVER_NAME)
+            .ok(200, "Tools and prompts of the upstream.", r("Capabilities"))
+            .errors(&["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]),
+        route("POST", "/v1/mcp/servers/{name}/test", "servers", "Probe a server in a fresh session")
+            .describe("Starts the server once without any cache. A server that fails still answers 200 with `ok: false` and the error.")
+            .path_param("name", SERVER_NAME)
+            .ok(200, "The probe's report.", r("ProbeReport"))
+            .errors(&["NOT_FOUND"]),
+        route("POST", "/v1/mcp/refresh", "servers", "Refresh every session's capability lists")
+            .describe("Invalidates the 60 s capability caches; every client is told its lists changed.")
+            .ok(200, "How many sessions were refreshed.", json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "integer"}}})),
+        route("POST", "/v1/mcp/import", "servers", "Import the MCP servers of another client's config")
+            .describe("Claude Desktop, Claude Code, Cursor and VS Code formats. Secret-looking `env`/`headers` values become credentials referenced by the new servers. Answers 200 even when some or all entries are not imported; with `dry_run` nothing is written.")
+            .actor()
+            .body(json!({
+                "type": "object", "required": ["config"], "additionalProperties": false,
+                "properties": {
+                    "config": {"type": "object", "description": "The config file's JSON (or its MCP servers part)."},
+                    "source": {"type": "string", "description": "A label for the report and the audit row, e.g. the file's path."},
+                    "dry_run": {"type": "boolean", "default": false},
+                },
+            }))
+            .ok(200, "What was (or would be) imported, and what was not and why.", r("ImportReport"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Tools.
+        route("GET", "/v1/tools", "tools", "The aggregated tools")
+            .describe("What clients see: exposed names (`<server>__<tool>`) with original names and enabled flags.")
+            .query("server", json!({"type": "string"}), "Only this server's tools.")
+            .ok(200, "The tools.", page("Tool")),
+        route("POST", "/v1/tools/call", "tools", "Call a tool")
+            .describe("Through the same routing and policy as `/mcp`. The result is the upstream's `CallToolResult`, verbatim (a tool error is `isError: true` with 200). An upstream JSON-RPC error is 502 with the error in `details`.")
+            .body(json!({
+                "type": "object", "required": ["name"], "additionalProperties": false,
+                "properties": {"name": {"type": "string", "description": "Exposed name."}, "arguments": {"type": "object"}},
+            }))
+            .ok(200, "The tool's result.", json!({"type": "object", "description": "MCP `CallToolResult`."}))
+            .errors(&["TOOL_DISABLED", "NOT_FOUND", "UPSTREAM_UNAVAILABLE", "UPSTREAM_TIMEOUT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("PATCH", "/v1/tools/{name}", "tools", "Enable or disable a tool by its exposed name")
+            .describe("Answers once the gateway's policy holds the change.")
+            .path_param("name", "Exposed name (`<server>__<tool>`).")
+            .actor()
+            .body(r("EnabledFlag"))
+            .ok(200, "The tool's new state.", json!({
+                "type": "object", "required": ["name", "server", "original_name", "enabled"],
+                "properties": {"name": {"type": "string"}, "server": {"type": "string"}, "original_name": {"type": "string"}, "enabled": {"type": "boolean"}},
+            }))
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Credentials.
+        route("GET", "/v1/credentials", "credentials", "List credentials")
+            .describe("Names and versions, sorted by name; never a value.")
+            .ok(200, "The credentials.", page("Credential")),
+        route("GET", "/v1/credentials/{name}", "credentials", "One credential's metadata")
+            .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
+            .ok(200, "Its metadata; never the value.", r("Credential"))
+            .errors(&["NOT_FOUND"]),
+        route("PUT", "/v1/credentials/{name}", "credentials", "Set a credential")
+            .describe("Creates (201) or replaces (200, version + 1) the value, encrypted under `secret.key`. The value is never echoed, logged or quoted in an error.")
+            .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
+            .actor()
+            .body(json!({
+                "type": "object", "required": ["value"], "additionalProperties": false,
+                "properties": {"value": {"type": "string", "minLength": 1, "description": "1-65536 bytes.", "writeOnly": true}},
+            }))
+            .ok(200, "Replaced (201 when created).", json!({
+                "type": "object", "required": ["name", "version", "updated_at"],
+                "properties": {"name": {"type": "string"}, "version": {"type": "integer"}, "updated_at": {"type": "string", "format": "date-time"}},
+            }))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
+        route("DELETE", "/v1/credentials/{name}", "credentials", "Remove a credential")
+            .describe("Servers that reference it then fail to start, naming it, until it is set again.")
+            .path_param("name", "Credential name.")
+            .actor()
+            .no_content("Removed.")
+            .errors(&["NOT_FOUND"]),
+        // Logs.
+        limit_param(
+            route("GET", "/v1/invocations", "logs", "The invocation log")
+                .describe("Newest first. Never arguments or results. Times: RFC 3339, a date (`2026-11-30`) or a duration ago (`15m`, `2h`, `7d`).")
+                .query("server", json!({"type": "string"}), "Only this server.")
+                .query("target", json!({"type": "string"}), "Only this exposed name or URI.")
+                .query("outcome", json!({"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"]}), "Only this outcome.")
+                .query("since", json!({"type": "string"}), "Inclusive lower bound.")
+                .query("until", json!({"type": "string"}), "Exclusive upper bound."),
+        )
+        .ok(200, "A page of invocations.", page("Invocation"))
+        .errors(&["INVALID_ARGUMENT"]),
+        limit_param(
+            route("GET", "/v1/audit", "logs", "The audit log")
+                .describe("Who changed what, newest first.")
+                .query("actor", json!({"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"]}), "Only this actor.")
+                .query("action", json!({"type": "string"}), "Only this action, e.g. `server.create`."),
+        )
+        .ok(200, "A page of audit entries.", page("AuditEntry"))
+        .errors(&["INVALID_ARGUMENT"]),
+        route("GET", "/v1/logs/{service}", "logs", "Tail (or follow) a process's log")
+            .describe("The last `n` lines of the service's newest log file. With `follow=true` the answer is an SSE stream: `event: file` (data: the path) whenever the file is (re)opened, then `event: line` per line, the tail first, then new lines; rotation is followed.")
+            .path_param("service", "`daemon`, `gateway`, `store`, `chat`, `retrieval` or `callback`.")
+            .query("n", json!({"type": "integer", "minimum": 1, "default": 200}), "Lines (at most 10000 are served).")
+            .query("follow", json!({"type": "boolean", "default": false}), "Stream new lines (SSE).")
+            .ok(200, "The tail.", r("LogTail"))
+            .sse("With `follow=true`: `file` and `line` events.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        // Settings.
+        route("GET", "/v1/settings", "settings", "Every setting")
+            .ok(200, "The settings, keys sorted.", r("Settings")),
+        route("PATCH", "/v1/settings", "settings", "Set and remove settings")
+            .describe("Answers once the gateway's snapshot holds the change. Removing an absent key is not an error. `retention.*` settings apply at the next retention pass.")
+            .actor()
+            .body(json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "set": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Keys (1-128 bytes) to set."},
+                    "remove": {"type": "array", "items": {"type": "string"}},
+                },
+            }))
+            .ok(200, "The settings after the patch.", r("Settings"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Maintenance.
+        route("POST", "/v1/backup", "maintenance", "Back up the home")
+            .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
+            .actor()
+            .body(json!({
+                "type": "object", "required": ["path"], "additionalProperties": false,
+                "properties": {"path": {"type": "string", "description": "Absolute path of a directory that does not exist yet or is empty; not inside a copied folder."}},
+            }))
+            .ok(201, "Written.", r("Backup"))
+            .errors(&["INVALID_ARGUMENT", "ALREADY_EXISTS", "CONFLICT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("POST", "/v1/maintenance/prune", "maintenance", "Run a retention pass now")
+            .describe("Deletes invocation and audit rows older than `retention.invocations_days` (default 30) / `retention.audit_days` (365) or beyond the newest `retention.invocations_max_rows` / `retention.audit_max_rows` (100000 each); `0` disables a limit. The store also runs this at start and hourly. Audited as `maintenance.prune`.")
+            .actor()
+            .ok(200, "Rows deleted.", json!({
+                "type": "object", "required": ["deleted"],
+                "properties": {"deleted": {
+                    "type": "object", "required": ["invocations", "audit"],
+                    "properties": {"invocations": {"type": "integer"}, "audit": {"type": "integer"}},
+                }},
+            })),
+        route("GET", "/v1/openapi.json", "maintenance", "This document")
+            .describe("OpenAPI 3.1, generated from the same table as docs/REST.md.")
+            .ok(200, "The OpenAPI document.", json!({"type": "object"})),
+        // MCP.
+        mcp_route("POST", "Send one JSON-RPC message")
+            .describe("One JSON-RPC message (a batch only on a 2025-03-26 session). A request gets `application/json` with its response (or an SSE stream when the client accepts one and the call relays upstream requests); notifications and client responses get 202. `initialize` without a session creates one and returns `Mcp-Session-Id`.")
+            .body(json!({"type": ["object", "array"], "description": "JSON-RPC 2.0 message."}))
+            .ok(200, "The JSON-RPC response.", json!({"type": ["object", "array"]}))
+            .sse("The response, preceded by relayed server-to-client messages."),
+        mcp_route("GET", "Open the session's server-to-client stream")
+            .describe("SSE; `Last-Event-ID` resumes it.")
+            .sse("Server-to-client JSON-RPC messages."),
+        mcp_route("DELETE", "End the session").no_content("The session and its upstream children are gone."),
+    ]
+}
+
+fn mcp_route(method: &'static str, summary: &'static str) -> Route {
+    let mut r = route(method, "/mcp", "mcp", summary)
+        .header("Mcp-Session-Id", "The session, from `initialize`'s answer; unknown or ended sessions get 404.")
+        .header("MCP-Protocol-Version", "When sent, a supported revision: 2025-11-25, 2025-06-18 or 2025-03-26.");
+    r.error_format = Errors::JsonRpc;
+    r
+}
+
+/// Reusable schemas, by name.
+pub fn schemas() -> BTreeMap<&'static str, Value> {
+    let codes: Vec<&str> = Code::ALL.iter().map(|c| c.spec().0).collect();
+    let time = json!({"type": "string", "format": "date-time"});
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    let mut m = BTreeMap::new();
+    m.insert(
+        "Error",
+        json!({
+            "type": "object", "required": ["error"],
+            "properties": {"error": {
+                "type": "object", "required": ["code", "message", "details"],
+                "properties": {
+                    "code": {"enum": codes},
+                    "message": {"type": "string"},
+                    "details": {"type": "object"},
+                },
+            }},
+        }),
+    );
+    m.insert("JsonRpcError", json!({
+        "type": "object", "required": ["jsonrpc", "id", "error"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "error": {"type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "integer", "description": "-32000 TOOL_DISABLED, -32001 upstream unavailable, -32002 upstream timeout, -32602 unknown tool or server, -32601 unknown method."},
+                "message": {"type": "string"},
+                "data": {},
+            }},
+        },
+    }));
+    m.insert("Health", json!({
+        "type": "object", "required": ["status", "pid", "version", "started_at"],
+        "properties": {"status": {"const": "ok"}, "pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time},
+    }));
+    m.insert("Status", json!({
+        "type": "object", "required": ["daemon", "services", "upstreams"],
+        "properties": {
+            "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
+            "services": {"type": "array", "items": r("ServiceStatus")},
+            "upstreams": {"type": "array", "items": {"type": "object"}, "description": "Upstreams of live sessions and their state."},
+        },
+    }));
+    m.insert(
+        "ServiceStatus",
+        json!({
+            "type": "object", "required": ["name", "pid", "state", "uptime_s", "restarts", "last_error"],
+            "properties": {
+                "name": {"type": "string"}, "pid": {"type": "integer"},
+                "state": {"enum": ["starting", "healthy", "restarting", "failed", "stopped"]},
+                "uptime_s": {"type": "integer"}, "restarts": {"type": "integer"},
+                "last_error": {"type": ["string", "null"]},
+            },
+        }),
+    );
+    m.insert("ServiceRestart", json!({
+        "type": "object", "required": ["name", "pid", "state", "restarts"],
+        "properties": {"name": {"type": "string"}, "pid": {"type": "integer"}, "state": {"type": "string"}, "restarts": {"type": "integer"}},
+    }));
+    m.insert("EnvValue", json!({
+        "description": "A literal, or a reference to a credential resolved only when the upstream starts.",
+        "oneOf": [
+            {"type": "string"},
+            {"type": "object", "required": ["credential_ref"], "additionalProperties": false, "properties": {"credential_ref": {"type": "string"}}},
+        ],
+    }));
+    m.insert("McpServer", json!({
+        "type": "object",
+        "required": ["name", "transport", "command", "args", "env", "cwd", "url", "headers", "enabled", "timeout_ms", "version", "created_at", "updated_at"],
+        "properties": {
+            "name": {"type": "string"},
+            "transport": {"enum": ["stdio", "http"]},
+            "command": {"type": ["string", "null"], "description": "stdio: absolute path."},
+            "args": strings,
+            "env": {"type": "object", "additionalProperties": r("EnvValue")},
+            "cwd": {"type": ["string", "null"], "description": "null: the default working directory."},
+            "url": {"type": ["string", "null"], "description": "http: the MCP endpoint."},
+            "headers": {"type": "object", "additionalProperties": r("EnvValue")},
+            "enabled": {"type": "boolean"},
+            "timeout_ms": {"type": ["integer", "null"], "description": "Per-call timeout; null: the default."},
+            "version": {"type": "integer", "description": "Bumped by every write; the ETag."},
+            "created_at": time, "updated_at": time,
+        },
+    }));
+    let server_fields = json!({
+        "name": {"type": "string"},
+        "transport": {"enum": ["stdio", "http"], "description": "Default: stdio with a command, http with only a url."},
+        "command": {"type": "string"},
+        "args": strings,
+        "env": {"type": "object", "additionalProperties": r("EnvValue")},
+        "cwd": {"type": ["string", "null"]},
+        "url": {"type": "string"},
+        "headers": {"type": "object", "additionalProperties": r("EnvValue")},
+        "enabled": {"type": "boolean", "default": true},
+        "timeout_s": {"type": ["number", "null"], "description": "Per-call timeout, 0.001-86400 s; or timeout_ms."},
+        "timeout_ms": {"type": ["integer", "null"], "description": "Per-call timeout, 1-86400000 ms; or timeout_s."},
+    });
+    m.insert(
+        "McpServerCreate",
+        json!({
+            "type": "object", "required": ["name"], "additionalProperties": false, "properties": server_fields,
+        }),
+    );
+    m.insert(
+        "McpServerPatch",
+        json!({
+            "type": "object", "additionalProperties": false, "properties": server_fields,
+            "description": "Every field optional. `name` and `transport` are accepted only unchanged.",
+        }),
+    );
+    m.insert("EnabledFlag", json!({
+        "type": "object", "required": ["enabled"], "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}},
+    }));
+    m.insert("Preference", json!({
+        "type": "object", "required": ["server", "kind", "name", "enabled", "updated_at"],
+        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}, "updated_at": time},
+    }));
+    m.insert("PreferenceSet", json!({
+        "type": "object", "required": ["server", "kind", "name", "enabled"],
+        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}},
+    }));
+    m.insert("Tool", json!({
+        "type": "object", "required": ["name", "server", "original_name", "title", "description", "enabled"],
+        "properties": {
+            "name": {"type": "string", "description": "Exposed name."}, "server": {"type": "string"}, "original_name": {"type": "string"},
+            "title": {"type": ["string", "null"]}, "description": {"type": ["string", "null"]}, "enabled": {"type": "boolean"},
+        },
+    }));
+    let capability = json!({
+        "type": "object", "required": ["name", "exposed_name", "description", "enabled"],
+        "properties": {"name": {"type": "string"}, "exposed_name": {"type": "string"}, "description": {"type": ["string", "null"]}, "enabled": {"type": "boolean"}},
+    });
+    m.insert(
+        "Capabilities",
+        json!({
+            "type": "object", "required": ["server", "tools", "prompts", "resources"],
+            "properties": {
+                "server": {"type": "string"},
+                "tools": {"type": "array", "items": capability},
+                "prompts": {"type": "array", "items": capability},
+                "resources": {"type": "array", "items": {"type": "object"}},
+            },
+        }),
+    );
+    m.insert("ProbeReport", json!({
+        "type": "object", "required": ["server", "ok", "error", "counts", "elapsed_ms"],
+        "properties": {
+            "server": {"type": "string"}, "ok": {"type": "boolean"}, "error": {"type": ["string", "null"]},
+            "protocol_version": {"type": ["string", "null"]}, "server_info": {"type": ["object", "null"]},
+            "capabilities": {"type": ["object", "null"]},
+            "counts": {"type": "object", "properties": {"tools": {"type": "integer"}, "prompts": {"type": "integer"}, "resources": {"type": "integer"}}},
+            "initialize_ms": {"type": "integer"}, "elapsed_ms": {"type": "integer"},
+        },
+    }));
+    let import_entry = json!({
+        "type": "object", "required": ["name", "original_name", "origin"],
+        "properties": {
+            "name": {"type": "string"}, "original_name": {"type": "string"}, "origin": {"type": "string"},
+            "transport": {"type": "string"}, "credentials_created": strings, "warnings": strings, "reason": {"type": "string"},
+        },
+    });
+    m.insert(
+        "ImportReport",
+        json!({
+            "type": "object", "required": ["format", "dry_run", "imported", "duplicates", "invalid"],
+            "properties": {
+                "format": {"type": "string"}, "source": {"type": ["string", "null"]}, "dry_run": {"type": "boolean"},
+                "imported": {"type": "array", "items": import_entry},
+                "duplicates": {"type": "array", "items": import_entry},
+                "invalid": {"type": "array", "items": import_entry},
+            },
+        }),
+    );
+    m.insert("Credential", json!({
+        "type": "object", "required": ["name", "version", "created_at", "updated_at"],
+        "properties": {"name": {"type": "string"}, "version": {"type": "integer"}, "created_at": time, "updated_at": time},
+    }));
+    m.insert(
+        "Invocation",
+        json!({
+            "type": "object",
+            "required": ["id", "at", "target", "method", "server", "session_id", "duration_ms", "outcome", "trace_id"],
+            "properties": {
+                "id": {"type": "integer"}, "at": time, "target": {"type": "string"},
+                "method": {"enum": ["tools/call", "resources/read", "prompts/get"]}, "server": {"type": "string"},
+                "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
+                "outcome": {"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"]},
+                "trace_id": {"type": "string"},
+            },
+        }),
+    );
+    m.insert("AuditEntry", json!({
+        "type": "object", "required": ["id", "at", "actor", "action", "target", "outcome", "trace_id", "detail"],
+        "properties": {
+            "id": {"type": "integer"}, "at": time,
+            "actor": {"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"]},
+            "action": {"type": "string", "description": "e.g. `server.create`, `credential.set`, `backup.create`, `maintenance.prune`."},
+            "target": {"type": "string"}, "outcome": {"enum": ["ok", "error"]}, "trace_id": {"type": "string"},
+            "detail": {"type": "object"},
+        },
+    }));
+    m.insert(
+        "LogTail",
+        json!({
+            "type": "object", "required": ["service", "file", "lines"],
+            "properties": {"service": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
+        }),
+    );
+    m.insert(
+        "Settings",
+        json!({
+            "type": "object", "required": ["values"],
+            "properties": {"values": {"type": "object", "additionalProperties": {"type": "string"}}},
+        }),
+    );
+    m.insert("BackupManifest", json!({
+        "type": "object", "required": ["format_version", "coffer_version", "created_at", "schema_version", "files"],
+        "description": "`manifest.json` of a backup directory.",
+        "properties": {
+            "format_version": {"const": 1},
+            "coffer_version": {"type": "string"},
+            "created_at": time,
+            "schema_version": {"type": "integer", "description": "Migrations applied to the database."},
+            "files": {"type": "array", "items": {
+                "type": "object", "required": ["path", "bytes", "sha256"],
+                "properties": {"path": {"type": "string", "description": "Relative, `/`-separated."}, "bytes": {"type": "integer"}, "sha256": {"type": "string", "description": "Lowercase hex."}},
+            }},
+        },
+    }));
+    m.insert("Backup", json!({
+        "type": "object", "required": ["path", "manifest", "secret_key_included", "skipped"],
+        "properties": {
+            "path": {"type": "string", "description": "The backup directory (absolute)."},
+            "manifest": r("BackupManifest"),
+            "secret_key_included": {"type": "boolean", "description": "True: the backup can decrypt its credentials; keep it private."},
+            "skipped": {"type": "array", "items": {"type": "string"}, "description": "Entries not copied (symlinks, special files)."},
+        },
+    }));
+    m
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAPI.
+
+fn operation_id(r: &Route) -> String {
+    let mut id = r.method.to_ascii_lowercase();
+    for seg in r.path.split('/').filter(|s| !s.is_empty() && *s != "v1") {
+        let seg = seg.trim_start_matches('{').trim_end_matches('}');
+        for part in seg.split(|c: char| !c.is_ascii_alphanumeric()).filter(|p| !p.is_empty()) {
+            let mut cs = part.chars();
+            if let Some(c) = cs.next() {
+                id.push(c.to_ascii_uppercase());
+                id.push_str(cs.as_str());
+            }
+        }
+    }
+    id
+}
+
+/// Codes grouped by HTTP status, for one route (its own and the common ones).
+fn error_statuses(r: &Route) -> BTreeMap<u16, Vec<&'static str>> {
+    let mut by_status: BTreeMap<u16, Vec<&'static str>> = BTreeMap::new();
+    let common = COMMON_ERRORS.iter().filter(|c| !(r.open && **c == "UNAUTHORIZED"));
+    for code in r.errors.iter().chain(common) {
+        let status = Code::ALL.iter().find(|c| c.spec().0 == *code).map_or(500, |c| c.spec().1.as_u16());
+        let list = by_status.entry(status).or_default();
+        if !list.contains(code) {
+            list.push(code);
+        }
+    }
+    by_status
+}
+
+fn operation(r: &Route) -> Value {
+    let mut op = Map::new();
+    op.insert("operationId".into(), json!(operation_id(r)));
+    op.insert("tags".into(), json!([r.tag]));
+    op.insert("summary".into(), json!(r.summary));
+    if !r.description.is_empty() {
+        op.insert("description".into(), json!(r.description));
+    }
+    if !r.params.is_empty() {
+        let params: Vec<Value> = r
+            .params
+            .iter()
+            .map(|p| {
+                json!({"name": p.name, "in": p.location.as_str(), "required": p.required, "description": p.description, "schema": p.schema})
+            })
+            .collect();
+        op.insert("parameters".into(), Value::Array(params));
+    }
+    if let Some(b) = &r.body {
+        op.insert("requestBody".into(), json!({"required": true, "content": {"application/json": {"schema": b}}}));
+    }
+    let mut responses = Map::new();
+    let mut ok = json!({"description": r.answer.description});
+    let mut content = Map::new();
+    if let Some(s) = &r.answer.json {
+        content.insert("application/json".into(), json!({"schema": s}));
+    }
+    if let Some(d) = r.answer.sse {
+        content.insert("text/event-stream".into(), json!({"schema": {"type": "string", "description": d}}));
+    }
+    if !content.is_empty() {
+        ok["content"] = Value::Object(content);
+    }
+    responses.insert(r.answer.status.to_string(), ok);
+    match r.error_format {
+        Errors::Envelope => {
+            for (status, codes) in error_statuses(r) {
+                responses.insert(
+                    status.to_string(),
+                    json!({"description": codes.join(", "), "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+                );
+            }
+        }
+        Errors::JsonRpc => {
+            responses.insert(
+                "4XX".into(),
+                json!({"description": "A JSON-RPC error object (`id: null` where there is no request id); 404 for an unknown or ended session.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JsonRpcError"}}}}),
+            );
+        }
+    }
+    op.insert("responses".into(), Value::Object(responses));
+    if r.open {
+        op.insert("security".into(), json!([]));
+    }
+    Value::Object(op)
+}
+
+/// The OpenAPI 3.1 document of the edge.
+pub fn document() -> Value {
+    let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    for r in routes() {
+        paths.entry(r.path).or_default().insert(r.method.to_ascii_lowercase(), operation(&r));
+    }
+    let tags: Vec<Value> = TAGS.iter().map(|(n, d)| json!({"name": n, "description": d})).collect();
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Coffer",
+            "version": coffer_runtime::VERSION,
+            "summary": "The local REST API of the Coffer daemon (loopback only).",
+            "description": "Every route but `GET /v1/health` needs the token from `daemon.json` (`X-Coffer-Token` or `Authorization: Bearer`) or the web session cookie. `Host` must be a loopback name and `Origin`, when sent, Coffer's own. Errors use the envelope `{\"error\":{code, message, details}}`; every response carries `X-Coffer-Trace`. Bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp`.",
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
+        "servers": [{"url": "http://127.0.0.1:{port}", "variables": {"port": {"default": "8000", "description": "`port` in daemon.json."}}}],
+        "security": [{"token": []}, {"bearer": []}, {"session": []}],
+        "tags": tags,
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "token": {"type": "apiKey", "in": "header", "name": "X-Coffer-Token"},
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": crate::middleware::SESSION_COOKIE},
+            },
+            "schemas": schemas(),
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown (docs/REST.md).
+
+/// A JSON Schema as a compact, TypeScript-like shape for the reader: `{name: string, tags?:
+/// [string]}`, `"a" | "b"`, `string | null`, named schemas as links.
+pub fn shape(s: &Value) -> String {
+    if let Some(name) = s.get("$ref").and_then(Value::as_str).and_then(|r| r.rsplit('/').next()) {
+        return format!("[{name}](#{})", name.to_ascii_lowercase());
+    }
+    if let Some(c) = s.get("const") {
+        return c.to_string();
+    }
+    if let Some(alts) = s.get("enum").and_then(Value::as_array) {
+        return alts.iter().map(Value::to_string).collect::<Vec<_>>().join(" \\| ");
+    }
+    if let Some(alts) = s.get("oneOf").and_then(Value::as_array) {
+        return alts.iter().map(shape).collect::<Vec<_>>().join(" \\| ");
+    }
+    let types: Vec<&str> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => return "any".into(),
+    };
+    types.iter().map(|t| one_shape(t, s)).collect::<Vec<_>>().join(" \\| ")
+}
+
+fn one_shape(t: &str, s: &Value) -> String {
+    match t {
+        "object" => {
+            let Some(props) = s.get("properties").and_then(Value::as_object) else {
+                return match s.get("additionalProperties") {
+                    Some(v) if v.is_object() => format!("{{…: {}}}", shape(v)),
+                    _ => "object".into(),
+                };
+            };
+            let required: Vec<&str> = s
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let fields: Vec<String> = props
+                .iter()
+                .map(|(k, v)| format!("{k}{}: {}", if required.contains(&k.as_str()) { "" } else { "?" }, shape(v)))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        "array" => format!("[{}]", s.get("items").map_or_else(|| "any".into(), shape)),
+        other => other.to_owned(),
+    }
+}
+
+/// `docs/REST.md`, generated from [`routes`] and [`schemas`].
+pub fn markdown() -> String {
+    let routes = routes();
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "# Coffer REST API\n");
+    let _ = writeln!(
+        w,
+        "<!-- Generated from gateway-edge/src/rest/openapi.rs; do not edit. Regenerate with\n     COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi -->\n"
+    );
+    let _ = writeln!(
+        w,
+        "The daemon listens on `http://127.0.0.1:<port>` (the `port` in `COFFER_HOME/daemon.json`). \
+The same description, as OpenAPI 3.1, is served at `GET /v1/openapi.json`. The `coffer` CLI \
+([CLI.md](CLI.md)) is a client of these routes; its `--json` prints their bodies unchanged.\n"
+    );
+    let _ = writeln!(w, "## Conventions\n");
+    let _ = writeln!(
+        w,
+        "- **Authentication.** Every route but `GET /v1/health` needs the token from `daemon.json` in \
+`X-Coffer-Token` (or `Authorization: Bearer <token>`), or the web page's session cookie.\n\
+- **Host and Origin.** `Host` must be `127.0.0.1`, `localhost` or `[::1]` (with the daemon's port); \
+`Origin`, when sent, must be exactly the daemon's own origin. Anything else is 403 `FORBIDDEN`.\n\
+- **Errors** are `{{\"error\":{{\"code\":\"NOT_FOUND\",\"message\":\"…\",\"details\":{{…}}}}}}` with the codes \
+below (`/mcp` answers JSON-RPC error objects instead). 5xx messages are opaque; the cause is in the \
+logs under the request's trace id.\n\
+- **Tracing.** Every response carries `X-Coffer-Trace`; the same id is on every log line the request caused.\n\
+- **Lists** answer `{{\"items\":[…],\"next_cursor\":…}}`; pass `next_cursor` back as `cursor`.\n\
+- **Versions.** Servers carry a `version` and an `ETag`; a write with a stale `If-Match` gets 409 `CONFLICT`.\n\
+- **Audit.** Writes are recorded with the actor named in `X-Coffer-Actor` (`cli`, `api`, `ui`, `mcp`, \
+`agent`, `channel`; default `api`).\n\
+- **Limits.** Request bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp` (413 `PAYLOAD_TOO_LARGE`).\n"
+    );
+    let _ = writeln!(w, "| code | HTTP status |\n|---|---|");
+    for c in Code::ALL {
+        let (name, status) = c.spec();
+        let _ = writeln!(w, "| `{name}` | {} |", status.as_u16());
+    }
+    let _ = writeln!(w, "\nEvery authenticated route may also answer {}.\n", common_list());
+    let _ = writeln!(w, "## Routes\n");
+    let _ = writeln!(w, "| method | path | summary |\n|---|---|---|");
+    for r in &routes {
+        let _ = writeln!(w, "| {} | [`{}`](#{}) | {} |", r.method, r.path, anchor(r), r.summary);
+    }
+    for (tag, about) in TAGS {
+        let _ = writeln!(w, "\n## {}\n\n{about}", title(tag));
+        for r in routes.iter().filter(|r| r.tag == *tag) {
+            route_markdown(w, r);
+        }
+    }
+    let _ = writeln!(w, "\n## Schemas\n");
+    for (name, s) in schemas() {
+        let _ = writeln!(w, "### {name}\n");
+        if let Some(d) = s.get("description").and_then(Value::as_str) {
+            let _ = writeln!(w, "{d}\n");
+        }
+        let _ = writeln!(w, "{}\n", code_shape(&s));
+    }
+    out
+}
+
+fn common_list() -> String {
+    COMMON_ERRORS.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+}
+
+fn title(tag: &str) -> String {
+    let mut cs = tag.chars();
+    cs.next().map(|c| c.to_ascii_uppercase().to_string() + cs.as_str()).unwrap_or_default()
+}
+
+/// The GitHub-style anchor of a route's heading (`### GET /v1/mcp/servers/{name}`).
+fn anchor(r: &Route) -> String {
+    format!("{} {}", r.method, r.path)
+        .to_ascii_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A shape in a paragraph: links kept, so no code span around schema references.
+fn code_shape(s: &Value) -> String {
+    let text = shape(s);
+    if text.contains("](#") { text } else { format!("`{}`", text.replace("\\|", "|")) }
+}
+
+fn route_markdown(w: &mut String, r: &Route) {
+    let _ = writeln!(w, "\n### {} {}\n", r.method, r.path);
+    let _ = writeln!(w, "{}.", r.summary);
+    if !r.description.is_empty() {
+        let _ = writeln!(w, "{}", r.description);
+    }
+    if r.open {
+        let _ = writeln!(w, "\nNo token needed.");
+    }
+    if !r.params.is_empty() {
+        let _ = writeln!(w, "\n| parameter | in | type | description |\n|---|---|---|---|");
+        for p in &r.params {
+            let _ = writeln!(
+                w,
+                "| `{}` | {} | {} | {} |",
+                p.name,
+                p.location.as_str(),
+                code_shape(&p.schema),
+                p.description
+            );
+        }
+    }
+    if let Some(b) = &r.body {
+        let _ = writeln!(w, "\n**Body:** {}", code_shape(b));
+    }
+    let answer = match (&r.answer.json, r.answer.sse) {
+        (Some(s), None) => code_shape(s),
+        (Some(s), Some(d)) => format!("{} — or `text/event-stream`: {d}", code_shape(s)),
+        (None, Some(d)) => format!("`text/event-stream`: {d}"),
+        (None, None) => "no body".into(),
+    };
+    let _ = writeln!(w, "\n**{} {}:** {answer}", r.answer.status, r.answer.description.trim_end_matches('.'));
+    match r.error_format {
+        Errors::JsonRpc => {
+            let _ = writeln!(w, "\n**Errors:** JSON-RPC error objects ([JsonRpcError](#jsonrpcerror)).");
+        }
+        Errors::Envelope if !r.errors.is_empty() => {
+            let list: Vec<String> = error_statuses(r)
+                .into_iter()
+                .flat_map(|(status, codes)| {
+                    codes.into_iter().filter(|c| r.errors.contains(c)).map(move |c| format!("`{c}` {status}"))
+                })
+                .collect();
+            let _ = writeln!(w, "\n**Errors:** {}.", list.join(", "));
+        }
+        Errors::Envelope => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let routes = routes();
+        let mut seen = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        let tags: Vec<&str> = TAGS.iter().map(|t| t.0).collect();
+        for r in &routes {
+            assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method, r.path);
+            assert!(ids.insert(operation_id(r)), "operationId {} twice", operation_id(r));
+            assert!(r.path == "/mcp" || r.path.starts_with("/v1/"), "{}", r.path);
+            assert!(tags.contains(&r.tag), "{} {}: unknown tag {}", r.method, r.path, r.tag);
+            assert!(["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&r.method), "{}", r.method);
+            // Path parameters in the template and in the list match.
+            let in_path: BTreeSet<&str> =
+                r.path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
+            let listed: BTreeSet<&str> = r.params.iter().filter(|p| p.location == In::Path).map(|p| p.name).collect();
+            assert_eq!(in_path, listed, "{} {}", r.method, r.path);
+            for code in r.errors {
+                assert!(Code::ALL.iter().any(|c| c.spec().0 == *code), "{} {}: unknown code {code}", r.method, r.path);
+            }
+        }
+        assert_eq!(routes.iter().filter(|r| r.open).count(), 1, "only GET /v1/health is open");
+        for code in COMMON_ERRORS {
+            assert!(Code::ALL.iter().any(|c| c.spec().0 == *code), "{code}");
+        }
+    }
+
+    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r);
+                }
+                m.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn document_is_openapi_3_1_and_every_ref_resolves() {
+        let doc = document();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(!found.is_empty());
+        for r in found {
+            let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("foreign $ref {r}"));
+            assert!(doc["components"]["schemas"].get(name).is_some(), "{r} does not resolve");
+        }
+        // Every schema is used.
+        let text = doc["paths"].to_string() + &doc["components"]["schemas"].to_string();
+        for name in schemas().keys() {
+            assert!(text.contains(&format!("#/components/schemas/{name}\"")), "schema {name} is unused");
+        }
+        let n: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
+        assert_eq!(n, routes().len());
+        assert_eq!(doc["paths"]["/v1/health"]["get"]["security"], json!([]));
+        assert!(doc["paths"]["/v1/status"]["get"]["responses"].get("401").is_some());
+        assert_eq!(doc["paths"]["/v1/mcp/servers"]["post"]["responses"]["409"]["description"], "ALREADY_EXISTS");
+    }
+
+    /// Every `.route("path", methods…)` in the crate's non-test source, as (METHOD, path);
+    /// `any(…)` gives method `*`.
+    fn routes_in_source() -> BTreeSet<(String, String)> {
+        let mut files = Vec::new();
+        let mut stack = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+        let mut found = BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            // Test modules (fake servers) come last in a file.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for unsupported in [".nest(", ".nest_service(", ".route_service("] {
+                assert!(
+                    !code.contains(unsupported),
+                    "{}: {unsupported} is not understood by this check; extend it",
+                    f.display()
+                );
+            }
+            for (at, _) in code.match_indices(".route(") {
+                let args = balanced(&code[at + ".route".len()..]);
+                let path =
+                    args.split('"').nth(1).unwrap_or_else(|| panic!("{}: a route without a literal path", f.display()));
+                let after = args.find(path).map_or(0, |i| i + path.len() + 1);
+                let methods = method_calls(&args[after..]);
+                assert!(!methods.is_empty(), "{}: route {path} without a method", f.display());
+                for m in methods {
+                    found.insert((m, path.to_owned()));
+                }
+            }
+        }
+        found
+    }
+
+    /// The parenthesised text starting at `s` (which starts with `(`), strings skipped.
+    fn balanced(s: &str) -> &str {
+        let (mut depth, mut in_str, mut prev) = (0, false, ' ');
+        for (i, c) in s.char_indices() {
+            match c {
+                '"' if prev != '\\' => in_str = !in_str,
+                '(' if !in_str => depth += 1,
+                ')' if !in_str => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return &s[..=i];
+                    }
+                }
+                _ => {}
+            }
+            prev = c;
+        }
+        s
+    }
+
+    fn method_calls(s: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let bytes = s.as_bytes();
+        for m in ["get", "post", "put", "patch", "delete", "head", "options", "trace", "any"] {
+            for (i, _) in s.match_indices(&format!("{m}(")) {
+                let before = if i == 0 { b' ' } else { bytes[i - 1] };
+                if !(before.is_ascii_alphanumeric() || before == b'_') {
+                    out.push(if m == "any" { "*".to_owned() } else { m.to_ascii_uppercase() });
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_route_in_the_source_is_documented_and_nothing_else() {
+        let source = routes_in_source();
+        let table: BTreeSet<(String, String)> =
+            routes().iter().map(|r| (r.method.to_owned(), r.path.to_owned())).collect();
+        let mut missing = Vec::new();
+        for (m, p) in &source {
+            let documented =
+                if m == "*" { table.iter().any(|(_, tp)| tp == p) } else { table.contains(&(m.clone(), p.clone())) };
+            if !documented {
+                missing.push(format!("{m} {p}"));
+            }
+        }
+        assert!(missing.is_empty(), "routes in gateway-edge/src that rest/openapi.rs does not document: {missing:?}");
+        let extra: Vec<String> = table
+            .iter()
+            .filter(|(m, p)| {
+                !source.contains(&(m.clone(), p.clone())) && !source.contains(&("*".to_owned(), p.clone()))
+            })
+            .map(|(m, p)| format!("{m} {p}"))
+            .collect();
+        assert!(extra.is_empty(), "documented routes the source does not define: {extra:?}");
+    }
+
+    #[test]
+    fn rest_md_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/REST.md");
+        let want = markdown();
+        if std::env::var_os("COFFER_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/REST.md is out of date with gateway-edge/src/rest/openapi.rs; regenerate it with\n  COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi"
+        );
+    }
+
+    #[test]
+    fn shapes_read_like_types() {
+        let s = json!({"type": "object", "required": ["a"], "properties": {"a": {"type": "string"}, "b": {"type": ["integer", "null"]}, "c": {"type": "array", "items": {"$ref": "#/components/schemas/Tool"}}}});
+        assert_eq!(shape(&s), "{a: string, b?: integer \\| null, c?: [[Tool](#tool)]}");
+        assert_eq!(shape(&json!({"enum": ["x", "y"]})), "\"x\" \\| \"y\"");
+        assert_eq!(shape(&json!({"type": "object", "additionalProperties": {"type": "string"}})), "{…: string}");
+    }
+}
