@@ -2,6 +2,7 @@
 //! `run(ctx, args)`; adding a group is one new file plus one variant and one match arm here.
 
 pub mod audit;
+pub mod backup;
 pub mod completions;
 pub mod connect;
 pub mod credentials;
@@ -11,6 +12,7 @@ pub mod import;
 pub mod invocations;
 pub mod logs;
 pub mod mcp;
+pub mod restore;
 pub mod settings;
 pub mod status;
 pub mod tools;
@@ -49,6 +51,11 @@ pub enum Command {
     Connect(connect::ConnectArgs),
     /// Check the install, the daemon and every upstream; say how to fix what is wrong.
     Doctor(doctor::DoctorArgs),
+    /// Back up the vault (database, markdown folders, secret.key) into a new directory.
+    Backup(backup::BackupArgs),
+    /// Restore a backup into a stopped Coffer (the current state is kept aside); never starts
+    /// the daemon.
+    Restore(restore::RestoreArgs),
     /// Print (and follow) the local log files; never starts the daemon.
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
@@ -72,6 +79,8 @@ impl Command {
             Command::Credentials(c) => credentials::run(ctx, c).await,
             Command::Connect(a) => connect::run(ctx, a).await,
             Command::Doctor(a) => doctor::run(ctx, a).await,
+            Command::Backup(a) => backup::run(ctx, a).await,
+            Command::Restore(a) => restore::run(ctx, a).await,
             Command::Logs(a) => logs::run(ctx, a).await,
             Command::Completions(a) => completions::run(a),
         }
