@@ -1,6 +1,7 @@
 //! End-to-end tests: Coffer's real binaries on a temporary `COFFER_HOME` (one test binary, one
 //! module per area). Run with `cargo build --workspace --bins && cargo test -p coffer-tests`.
 
+mod backup;
 mod cli;
 mod cli_connect;
 mod cli_credentials;
@@ -8,9 +9,12 @@ mod cli_doctor;
 mod cli_import;
 mod credentials;
 mod daemon;
+mod docs;
 mod edge;
 mod gateway;
 mod http_upstream;
+mod openapi;
 mod peers;
 mod recovery;
+mod retention;
 mod store;
