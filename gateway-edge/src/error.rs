@@ -126,7 +126,9 @@ impl From<tonic::Status> for ApiError {
                 tracing::warn!(error = %s.message(), "Internal service unavailable.");
                 ApiError::new(Code::ServiceUnavailable, "an internal service is restarting; retry shortly")
             }
-            G::DeadlineExceeded => ApiError::new(Code::ServiceUnavailable, "an internal service did not answer in time"),
+            G::DeadlineExceeded => {
+                ApiError::new(Code::ServiceUnavailable, "an internal service did not answer in time")
+            }
             G::Cancelled => ApiError::new(
                 Code::ServiceUnavailable,
                 "an internal call was cancelled (a service restarting?); it may or may not have taken effect; retry shortly",
@@ -175,7 +177,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| body_rejection(e.status(), &e.body_text()))?;
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_rejection(e.status(), &e.body_text()))?;
         parse_json(&bytes).map(JsonBody)
     }
 }
@@ -201,7 +205,8 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
 /// Maps a body-read failure (usually the size limit) to the envelope.
 pub fn body_rejection(status: StatusCode, text: &str) -> ApiError {
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(Code::PayloadTooLarge, "request body is larger than the limit").with_details(json!({"limit_bytes": crate::REST_BODY_LIMIT}))
+        ApiError::new(Code::PayloadTooLarge, "request body is larger than the limit")
+            .with_details(json!({"limit_bytes": crate::REST_BODY_LIMIT}))
     } else {
         ApiError::new(Code::BadRequest, format!("cannot read request body: {text}"))
     }

@@ -38,14 +38,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::auth,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::host_origin,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::host_origin))
         .layer(axum::middleware::from_fn(middleware::trace))
         .with_state(state)
 }
@@ -53,8 +47,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub use state::AppState;
 
 fn env(var: &'static str) -> anyhow::Result<String> {
-    std::env::var(var)
-        .map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
+    std::env::var(var).map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
 }
 
 /// Runs the edge until `shutdown`: stops accepting, drains in-flight requests (bounded), ends
@@ -73,27 +66,19 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
         &internal,
     )?)
     .max_decoding_message_size(64 * 1024 * 1024);
-    let control = coffer_proto::control::control_client::ControlClient::new(
-        coffer_runtime::grpc::channel(&env(cenv::CONTROL_ADDR)?, &internal)?,
-    );
-    let pid: u32 = std::env::var(cenv::SUPERVISOR_PID)
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
+    let control = coffer_proto::control::control_client::ControlClient::new(coffer_runtime::grpc::channel(
+        &env(cenv::CONTROL_ADDR)?,
+        &internal,
+    )?);
+    let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
-    let gateway = mcp::Gateway::new(
-        home.clone(),
-        store.clone(),
-        snapshot.clone(),
-        shutdown.clone(),
-    );
+    let gateway = mcp::Gateway::new(home.clone(), store.clone(), snapshot.clone(), shutdown.clone());
     let state = Arc::new(AppState {
         public_token,
         port,
         pid,
-        started_at: std::env::var(cenv::STARTED_AT)
-            .unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
+        started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
         store,
         control,
         snapshot,

@@ -76,7 +76,9 @@ fn host_is_loopback(host: &str, port: u16) -> bool {
 
 fn origin_is_ours(origin: &str, port: u16) -> bool {
     let o = origin.to_ascii_lowercase();
-    o == format!("http://127.0.0.1:{port}") || o == format!("http://localhost:{port}") || o == format!("http://[::1]:{port}")
+    o == format!("http://127.0.0.1:{port}")
+        || o == format!("http://localhost:{port}")
+        || o == format!("http://[::1]:{port}")
 }
 
 /// Requires the token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time compared) or
@@ -173,7 +175,15 @@ mod tests {
         for ok in ["127.0.0.1:8000", "localhost:8000", "LOCALHOST", "[::1]:8000", "127.0.0.1"] {
             assert!(host_is_loopback(ok, 8000), "{ok}");
         }
-        for bad in ["evil.com", "evil.com:8000", "127.0.0.1:8001", "127.0.0.1.evil.com", "", "localhost.:8000", "10.0.0.1:8000"] {
+        for bad in [
+            "evil.com",
+            "evil.com:8000",
+            "127.0.0.1:8001",
+            "127.0.0.1.evil.com",
+            "",
+            "localhost.:8000",
+            "10.0.0.1:8000",
+        ] {
             assert!(!host_is_loopback(bad, 8000), "{bad}");
         }
     }
@@ -182,7 +192,13 @@ mod tests {
     fn origins() {
         assert!(origin_is_ours("http://127.0.0.1:8000", 8000));
         assert!(origin_is_ours("http://localhost:8000", 8000));
-        for bad in ["http://evil.com", "http://127.0.0.1:8001", "https://127.0.0.1:8000", "null", "http://127.0.0.1:8000.evil.com"] {
+        for bad in [
+            "http://evil.com",
+            "http://127.0.0.1:8001",
+            "https://127.0.0.1:8000",
+            "null",
+            "http://127.0.0.1:8000.evil.com",
+        ] {
             assert!(!origin_is_ours(bad, 8000), "{bad}");
         }
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coffer_proto::store::store_client::StoreClient;
-use coffer_proto::store::{GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListServersRequest, McpServer, WatchChangesRequest};
+use coffer_proto::store::{
+    GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListServersRequest, McpServer, WatchChangesRequest,
+};
 use coffer_runtime::grpc::AuthChannel;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -118,15 +120,13 @@ pub fn start(store: StoreClient<AuthChannel>, shutdown: CancellationToken) -> Sn
 
 async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot, tonic::Status> {
     let servers = store.list_servers(ListServersRequest {}).await?.into_inner().servers;
-    let prefs = store.list_preferences(ListPreferencesRequest { server: String::new() }).await?.into_inner().preferences;
+    let prefs =
+        store.list_preferences(ListPreferencesRequest { server: String::new() }).await?.into_inner().preferences;
     let settings = store.get_settings(GetSettingsRequest {}).await?.into_inner().values;
     Ok(Snapshot {
         seq,
         servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
-        prefs: prefs
-            .into_iter()
-            .filter_map(|p| Some(((p.server, Kind::parse(&p.kind)?, p.name), p.enabled)))
-            .collect(),
+        prefs: prefs.into_iter().filter_map(|p| Some(((p.server, Kind::parse(&p.kind)?, p.name), p.enabled))).collect(),
         settings,
         loaded: true,
     })

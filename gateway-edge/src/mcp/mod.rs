@@ -256,7 +256,12 @@ impl Gateway {
     /// result, capability counts and timing (`coffer mcp test`). The session is closed after.
     pub async fn probe(&self, server: &coffer_proto::store::McpServer) -> Value {
         let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-test", "version": coffer_runtime::VERSION}});
-        let s = Session::new(format!("probe-{}", uuid::Uuid::new_v4().simple()), SUPPORTED_VERSIONS[0].into(), &params, self.shared.clone());
+        let s = Session::new(
+            format!("probe-{}", uuid::Uuid::new_v4().simple()),
+            SUPPORTED_VERSIONS[0].into(),
+            &params,
+            self.shared.clone(),
+        );
         let started = std::time::Instant::now();
         let mut report = json!({"server": server.name});
         let mut counts = serde_json::Map::new();

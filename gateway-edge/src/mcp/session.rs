@@ -391,10 +391,7 @@ impl Session {
     async fn upstream(&self, server: &McpServer) -> Result<Arc<Upstream>, UpstreamError> {
         let slot = {
             let mut slots = self.slots.lock().expect("slots");
-            slots
-                .entry(server.name.clone())
-                .or_insert_with(|| Arc::new(Slot::new()))
-                .clone()
+            slots.entry(server.name.clone()).or_insert_with(|| Arc::new(Slot::new())).clone()
         };
         if let Some(u) = slot.ready_for(server.version) {
             return Ok(u);
@@ -596,7 +593,8 @@ impl Session {
     /// The `TOOL_DISABLED` error; `data.scope` says whether the capability itself or its whole
     /// server is disabled.
     fn disabled(snap: &crate::snapshot::Snapshot, exposed: &str, server: &str, noun: &str) -> RpcError {
-        let scope = if server != "coffer" && !snap.servers.get(server).is_some_and(|s| s.enabled) { "server" } else { noun };
+        let scope =
+            if server != "coffer" && !snap.servers.get(server).is_some_and(|s| s.enabled) { "server" } else { noun };
         let what = if noun == "tool" {
             "Tool"
         } else if noun == "prompt" {
@@ -604,8 +602,9 @@ impl Session {
         } else {
             "Resource"
         };
-        RpcError::new(TOOL_DISABLED, format!("{what} {exposed} is disabled"))
-            .with_data(json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun, "scope": scope}))
+        RpcError::new(TOOL_DISABLED, format!("{what} {exposed} is disabled")).with_data(
+            json!({"code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun, "scope": scope}),
+        )
     }
 
     /// Resolves an exposed tool or prompt name to `(server, original)` and checks policy — all
@@ -791,7 +790,7 @@ impl Session {
         if method == "resources/read" {
             let outcome = match &answer {
                 Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
-            Answer::Result(_) => Outcome::Ok,
+                Answer::Result(_) => Outcome::Ok,
                 Answer::UpstreamError(_) => Outcome::UpstreamError,
                 Answer::Error(e) => e.outcome(),
             };

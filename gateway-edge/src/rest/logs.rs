@@ -26,14 +26,7 @@ pub const DEFAULT_LIMIT: u32 = 50;
 /// Largest page size of the list routes (the store's own maximum).
 pub const MAX_LIMIT: u32 = 500;
 /// Services whose logs `/v1/logs/{service}` serves.
-pub const SERVICES: &[&str] = &[
-    "daemon",
-    "gateway",
-    "store",
-    "chat",
-    "retrieval",
-    "callback",
-];
+pub const SERVICES: &[&str] = &["daemon", "gateway", "store", "chat", "retrieval", "callback"];
 /// Default and largest line counts of a log tail.
 pub const DEFAULT_TAIL: usize = 200;
 pub const MAX_TAIL: usize = 10_000;
@@ -42,14 +35,7 @@ const TAIL_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// How often a followed log is polled for growth and rotation.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
 /// Invocation outcomes the store records.
-pub const OUTCOMES: &[&str] = &[
-    "ok",
-    "upstream_error",
-    "disabled",
-    "timeout",
-    "unreachable",
-    "invalid",
-];
+pub const OUTCOMES: &[&str] = &["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"];
 /// Actors the audit log records.
 pub const AUDIT_ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
 
@@ -81,8 +67,7 @@ impl Params {
         q: Result<Query<Vec<(String, String)>>, QueryRejection>,
         allowed: &[&str],
     ) -> Result<Self, ApiError> {
-        let Query(pairs) =
-            q.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
+        let Query(pairs) = q.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
         Self::parse(pairs, allowed)
     }
 
@@ -97,17 +82,11 @@ impl Params {
                 let shown: String = k.chars().take(40).collect();
                 return Err(bad_param(
                     &shown,
-                    format!(
-                        "unknown parameter {shown:?}; expected one of {}",
-                        allowed.join(", ")
-                    ),
+                    format!("unknown parameter {shown:?}; expected one of {}", allowed.join(", ")),
                 ));
             }
             if map.insert(k.clone(), v).is_some() {
-                return Err(bad_param(
-                    &k,
-                    format!("parameter {k:?} is given more than once"),
-                ));
+                return Err(bad_param(&k, format!("parameter {k:?} is given more than once")));
             }
         }
         Ok(Self(map))
@@ -115,10 +94,7 @@ impl Params {
 
     /// The value of `name`, `None` when absent or empty.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        self.0.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
 
     /// The value as a string for a store filter (empty = no filter).
@@ -134,14 +110,9 @@ impl Params {
         match self.get(name) {
             None => Ok(String::new()),
             Some(v) if allowed.contains(&v) => Ok(v.to_owned()),
-            Some(v) => Err(bad_param(
-                name,
-                format!(
-                    "{name} {:?} is not one of {}",
-                    truncate(v, 40),
-                    allowed.join(", ")
-                ),
-            )),
+            Some(v) => {
+                Err(bad_param(name, format!("{name} {:?} is not one of {}", truncate(v, 40), allowed.join(", "))))
+            }
         }
     }
 
@@ -155,20 +126,10 @@ impl Params {
         };
         match v.parse::<u64>() {
             Ok(n) if (1..=max).contains(&n) => Ok(n),
-            _ if max == u64::MAX => Err(bad_param(
-                name,
-                format!(
-                    "{name} must be a positive integer, not {:?}",
-                    truncate(v, 40)
-                ),
-            )),
-            _ => Err(bad_param(
-                name,
-                format!(
-                    "{name} must be an integer from 1 to {max}, not {:?}",
-                    truncate(v, 40)
-                ),
-            )),
+            _ if max == u64::MAX => {
+                Err(bad_param(name, format!("{name} must be a positive integer, not {:?}", truncate(v, 40))))
+            }
+            _ => Err(bad_param(name, format!("{name} must be an integer from 1 to {max}, not {:?}", truncate(v, 40)))),
         }
     }
 
@@ -177,8 +138,7 @@ impl Params {
     /// # Errors
     /// `INVALID_ARGUMENT` naming `limit`.
     pub fn limit(&self) -> Result<u32, ApiError> {
-        self.int_in("limit", u64::from(DEFAULT_LIMIT), u64::from(MAX_LIMIT))
-            .map(|n| n as u32)
+        self.int_in("limit", u64::from(DEFAULT_LIMIT), u64::from(MAX_LIMIT)).map(|n| n as u32)
     }
 
     /// `cursor`: the opaque `next_cursor` of the previous page (0 = from the newest).
@@ -191,10 +151,7 @@ impl Params {
         };
         match v.parse::<i64>() {
             Ok(n) if n > 0 => Ok(n),
-            _ => Err(bad_param(
-                "cursor",
-                "cursor is not one this server returned; pass next_cursor back unchanged",
-            )),
+            _ => Err(bad_param("cursor", "cursor is not one this server returned; pass next_cursor back unchanged")),
         }
     }
 
@@ -206,8 +163,7 @@ impl Params {
         let Some(v) = self.get(name) else {
             return Ok(String::new());
         };
-        parse_time(v, now_ms)
-            .map_err(|why| bad_param(name, format!("{name} {:?}: {why}", truncate(v, 40))))
+        parse_time(v, now_ms).map_err(|why| bad_param(name, format!("{name} {:?}: {why}", truncate(v, 40))))
     }
 
     /// A boolean: `true`/`false`/`1`/`0`, `false` when absent.
@@ -218,29 +174,18 @@ impl Params {
         match self.get(name) {
             None | Some("false" | "0") => Ok(false),
             Some("true" | "1") => Ok(true),
-            Some(v) => Err(bad_param(
-                name,
-                format!("{name} must be true or false, not {:?}", truncate(v, 40)),
-            )),
+            Some(v) => Err(bad_param(name, format!("{name} must be true or false, not {:?}", truncate(v, 40)))),
         }
     }
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(n).collect::<String>())
-    }
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
 /// The opaque `next_cursor` for a store's `next_before_id` (0 = no further page).
 pub fn next_cursor(next_before_id: i64) -> Value {
-    if next_before_id > 0 {
-        Value::String(next_before_id.to_string())
-    } else {
-        Value::Null
-    }
+    if next_before_id > 0 { Value::String(next_before_id.to_string()) } else { Value::Null }
 }
 
 /// Parses a point in time to RFC 3339 UTC with milliseconds (`2026-11-30T09:31:36.123Z`), the
@@ -265,10 +210,7 @@ pub fn parse_time(s: &str, now_ms: i64) -> Result<String, String> {
             'd' => 86_400_000,
             _ => return Err("a duration ends in s, m, h or d".into()),
         };
-        let ms = n
-            .checked_mul(unit_ms)
-            .and_then(|d| now_ms.checked_sub(d))
-            .ok_or("duration too large")?;
+        let ms = n.checked_mul(unit_ms).and_then(|d| now_ms.checked_sub(d)).ok_or("duration too large")?;
         return Ok(coffer_runtime::rfc3339_from_unix_ms(ms.max(0)));
     }
     let expected = "expected RFC 3339 (2026-11-30T09:31:36Z), a date (2026-11-30) or a duration ago (15m, 2h, 7d)";
@@ -278,10 +220,7 @@ pub fn parse_time(s: &str, now_ms: i64) -> Result<String, String> {
         if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
             return Err(expected.into());
         }
-        Ok(std::str::from_utf8(part)
-            .expect("digits")
-            .parse()
-            .expect("digits"))
+        Ok(std::str::from_utf8(part).expect("digits").parse().expect("digits"))
     };
     if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
         return Err(expected.into());
@@ -359,10 +298,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -378,12 +314,7 @@ async fn list_invocations(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let p = Params::from_query(
-        query,
-        &[
-            "server", "target", "outcome", "since", "until", "limit", "cursor",
-        ],
-    )?;
+    let p = Params::from_query(query, &["server", "target", "outcome", "since", "until", "limit", "cursor"])?;
     let now = now_ms();
     let req = ListInvocationsRequest {
         server: p.filter("server"),
@@ -405,9 +336,7 @@ async fn list_invocations(
             })
         })
         .collect();
-    Ok(Json(
-        json!({"items": items, "next_cursor": next_cursor(r.next_before_id)}),
-    ))
+    Ok(Json(json!({"items": items, "next_cursor": next_cursor(r.next_before_id)})))
 }
 
 /// `GET /v1/audit?actor=&action=&limit=&cursor=` → `{"items":[{id, at, actor, action,
@@ -431,17 +360,14 @@ async fn list_audit(
         .items
         .into_iter()
         .map(|e| {
-            let detail =
-                serde_json::from_str::<Value>(&e.detail).unwrap_or(Value::String(e.detail));
+            let detail = serde_json::from_str::<Value>(&e.detail).unwrap_or(Value::String(e.detail));
             json!({
                 "id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target,
                 "outcome": e.outcome, "trace_id": e.trace_id, "detail": detail,
             })
         })
         .collect();
-    Ok(Json(
-        json!({"items": items, "next_cursor": next_cursor(r.next_before_id)}),
-    ))
+    Ok(Json(json!({"items": items, "next_cursor": next_cursor(r.next_before_id)})))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -450,10 +376,7 @@ async fn list_audit(
 /// True when `file_name` is one of `service`'s log files: `<service>.log` or the daily
 /// `<service>.<date>.log` that `tracing-appender` writes.
 pub fn is_log_of(file_name: &str, service: &str) -> bool {
-    let Some(rest) = file_name
-        .strip_prefix(service)
-        .and_then(|r| r.strip_prefix('.'))
-    else {
+    let Some(rest) = file_name.strip_prefix(service).and_then(|r| r.strip_prefix('.')) else {
         return false;
     };
     let Some(mid) = rest.strip_suffix("log") else {
@@ -484,10 +407,7 @@ pub fn newest_log(dir: &FsPath, service: &str) -> std::io::Result<Option<PathBuf
             continue;
         }
         let key = (meta.modified().unwrap_or(std::time::UNIX_EPOCH), name);
-        if best
-            .as_ref()
-            .is_none_or(|b| (&key.0, &key.1) > (&b.0, &b.1))
-        {
+        if best.as_ref().is_none_or(|b| (&key.0, &key.1) > (&b.0, &b.1)) {
             best = Some((key.0, key.1, entry.path()));
         }
     }
@@ -529,11 +449,8 @@ pub fn tail_lines<R: Read + Seek>(
         buf.truncate(keep);
     }
     let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
-    let mut pieces: Vec<&[u8]> = if text.is_empty() && start == 0 {
-        Vec::new()
-    } else {
-        text.split(|&b| b == b'\n').collect()
-    };
+    let mut pieces: Vec<&[u8]> =
+        if text.is_empty() && start == 0 { Vec::new() } else { text.split(|&b| b == b'\n').collect() };
     // Reading began mid-file: the first piece is the tail of a longer line.
     if start > 0 && !pieces.is_empty() {
         pieces.remove(0);
@@ -570,9 +487,7 @@ async fn log_tail(
     }
     let p = Params::from_query(query, &["n", "follow"])?;
     // More than MAX_TAIL is not an error: the caller gets as many lines as are served.
-    let n = p
-        .int_in("n", DEFAULT_TAIL as u64, u64::MAX)?
-        .min(MAX_TAIL as u64) as usize;
+    let n = p.int_in("n", DEFAULT_TAIL as u64, u64::MAX)?.min(MAX_TAIL as u64) as usize;
     let follow = p.flag("follow")?;
     let dir = st.home.logs();
     let svc = service.clone();
@@ -588,9 +503,7 @@ async fn log_tail(
     .map_err(ApiError::internal)?
     .map_err(ApiError::internal)?;
     if !follow {
-        let file = file
-            .map(|f| Value::String(f.to_string_lossy().into_owned()))
-            .unwrap_or(Value::Null);
+        let file = file.map(|f| Value::String(f.to_string_lossy().into_owned())).unwrap_or(Value::Null);
         return Ok(Json(json!({"service": service, "file": file, "lines": lines})).into_response());
     }
     let mut pending: VecDeque<FollowItem> = VecDeque::new();
@@ -598,18 +511,8 @@ async fn log_tail(
         pending.push_back(FollowItem::File(f.to_string_lossy().into_owned()));
     }
     pending.extend(lines.into_iter().map(FollowItem::Line));
-    let follower = Follower {
-        dir: st.home.logs(),
-        service,
-        file,
-        offset,
-        partial: Vec::new(),
-    };
-    Ok(
-        Sse::new(follow_stream(follower, pending, st.shutdown.clone()))
-            .keep_alive(KeepAlive::default())
-            .into_response(),
-    )
+    let follower = Follower { dir: st.home.logs(), service, file, offset, partial: Vec::new() };
+    Ok(Sse::new(follow_stream(follower, pending, st.shutdown.clone())).keep_alive(KeepAlive::default()).into_response())
 }
 
 /// What a followed log produces.
@@ -657,17 +560,9 @@ impl Follower {
             self.file = newest;
             self.offset = 0;
             if !self.partial.is_empty() {
-                out.push(FollowItem::Line(
-                    String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned(),
-                ));
+                out.push(FollowItem::Line(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned()));
             }
-            out.push(FollowItem::File(
-                self.file
-                    .as_ref()
-                    .expect("set")
-                    .to_string_lossy()
-                    .into_owned(),
-            ));
+            out.push(FollowItem::File(self.file.as_ref().expect("set").to_string_lossy().into_owned()));
             self.read_more(&mut out)?;
         }
         Ok(out)
@@ -701,15 +596,11 @@ impl Follower {
             let rest = self.partial.split_off(last + 1);
             let complete = std::mem::replace(&mut self.partial, rest);
             for l in complete[..complete.len() - 1].split(|&b| b == b'\n') {
-                out.push(FollowItem::Line(
-                    String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)).into_owned(),
-                ));
+                out.push(FollowItem::Line(String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)).into_owned()));
             }
         }
         if self.partial.len() > Self::MAX_PARTIAL {
-            out.push(FollowItem::Line(
-                String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned(),
-            ));
+            out.push(FollowItem::Line(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned()));
         }
         Ok(())
     }
@@ -727,11 +618,7 @@ fn follow_stream(
         pending: VecDeque<FollowItem>,
         shutdown: CancellationToken,
     }
-    let init = S {
-        follower: Some(follower),
-        pending,
-        shutdown,
-    };
+    let init = S { follower: Some(follower), pending, shutdown };
     futures_util::stream::unfold(init, |mut s| async move {
         loop {
             if let Some(item) = s.pending.pop_front() {
@@ -768,12 +655,7 @@ mod tests {
     use crate::error::Code;
 
     fn params(q: &[(&str, &str)], allowed: &[&str]) -> Result<Params, ApiError> {
-        Params::parse(
-            q.iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            allowed,
-        )
+        Params::parse(q.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), allowed)
     }
 
     #[test]
@@ -783,16 +665,7 @@ mod tests {
         assert_eq!(p.limit().unwrap(), 50);
         assert_eq!(p.cursor().unwrap(), 0);
         assert!(!p.flag("follow").unwrap());
-        let p = params(
-            &[
-                ("limit", "500"),
-                ("cursor", "42"),
-                ("outcome", "ok"),
-                ("follow", "true"),
-            ],
-            &all,
-        )
-        .unwrap();
+        let p = params(&[("limit", "500"), ("cursor", "42"), ("outcome", "ok"), ("follow", "true")], &all).unwrap();
         assert_eq!(p.limit().unwrap(), 500);
         assert_eq!(p.cursor().unwrap(), 42);
         assert_eq!(p.one_of("outcome", OUTCOMES).unwrap(), "ok");
@@ -801,51 +674,20 @@ mod tests {
         assert_eq!(p.limit().unwrap(), 50);
 
         for bad in ["0", "501", "-1", "abc", "1.5"] {
-            let e = params(&[("limit", bad)], &all)
-                .unwrap()
-                .limit()
-                .unwrap_err();
+            let e = params(&[("limit", bad)], &all).unwrap().limit().unwrap_err();
             assert_eq!(e.code, Code::InvalidArgument);
             assert_eq!(e.details["parameter"], "limit", "{bad}");
         }
         for bad in ["0", "-3", "x"] {
-            assert_eq!(
-                params(&[("cursor", bad)], &all)
-                    .unwrap()
-                    .cursor()
-                    .unwrap_err()
-                    .details["parameter"],
-                "cursor"
-            );
+            assert_eq!(params(&[("cursor", bad)], &all).unwrap().cursor().unwrap_err().details["parameter"], "cursor");
         }
-        assert!(
-            params(&[("outcome", "great")], &all)
-                .unwrap()
-                .one_of("outcome", OUTCOMES)
-                .is_err()
-        );
-        assert!(
-            params(&[("follow", "yes")], &all)
-                .unwrap()
-                .flag("follow")
-                .is_err()
-        );
+        assert!(params(&[("outcome", "great")], &all).unwrap().one_of("outcome", OUTCOMES).is_err());
+        assert!(params(&[("follow", "yes")], &all).unwrap().flag("follow").is_err());
         let e = params(&[("limt", "5")], &all).unwrap_err();
         assert_eq!(e.details["parameter"], "limt");
         assert!(e.message.contains("unknown parameter"));
-        assert!(
-            params(&[("limit", "5"), ("limit", "6")], &all)
-                .unwrap_err()
-                .message
-                .contains("more than once")
-        );
-        assert_eq!(
-            params(&[("n", "20000")], &all)
-                .unwrap()
-                .int_in("n", 200, u64::MAX)
-                .unwrap(),
-            20000
-        );
+        assert!(params(&[("limit", "5"), ("limit", "6")], &all).unwrap_err().message.contains("more than once"));
+        assert_eq!(params(&[("n", "20000")], &all).unwrap().int_in("n", 200, u64::MAX).unwrap(), 20000);
         assert_eq!(next_cursor(0), Value::Null);
         assert_eq!(next_cursor(17), json!("17"));
     }
@@ -853,33 +695,15 @@ mod tests {
     #[test]
     fn times() {
         let now = 1_764_495_096_123; // 2025-11-30T09:31:36.123Z
-        assert_eq!(
-            coffer_runtime::rfc3339_from_unix_ms(now),
-            "2025-11-30T09:31:36.123Z"
-        );
+        assert_eq!(coffer_runtime::rfc3339_from_unix_ms(now), "2025-11-30T09:31:36.123Z");
         let t = |s: &str| parse_time(s, now);
         assert_eq!(t("2025-11-30").unwrap(), "2025-11-30T00:00:00.000Z");
-        assert_eq!(
-            t("2025-11-30T09:31:36Z").unwrap(),
-            "2025-11-30T09:31:36.000Z"
-        );
+        assert_eq!(t("2025-11-30T09:31:36Z").unwrap(), "2025-11-30T09:31:36.000Z");
         assert_eq!(t("2025-11-30t09:31z").unwrap(), "2025-11-30T09:31:00.000Z");
-        assert_eq!(
-            t("2025-11-30 09:31:36.5Z").unwrap(),
-            "2025-11-30T09:31:36.500Z"
-        );
-        assert_eq!(
-            t("2025-11-30T09:31:36.123456Z").unwrap(),
-            "2025-11-30T09:31:36.123Z"
-        );
-        assert_eq!(
-            t("2025-11-30T01:00:00+02:00").unwrap(),
-            "2025-11-29T23:00:00.000Z"
-        );
-        assert_eq!(
-            t("2025-11-30T23:30:00-01:00").unwrap(),
-            "2025-12-01T00:30:00.000Z"
-        );
+        assert_eq!(t("2025-11-30 09:31:36.5Z").unwrap(), "2025-11-30T09:31:36.500Z");
+        assert_eq!(t("2025-11-30T09:31:36.123456Z").unwrap(), "2025-11-30T09:31:36.123Z");
+        assert_eq!(t("2025-11-30T01:00:00+02:00").unwrap(), "2025-11-29T23:00:00.000Z");
+        assert_eq!(t("2025-11-30T23:30:00-01:00").unwrap(), "2025-12-01T00:30:00.000Z");
         assert_eq!(t("2024-02-29").unwrap(), "2024-02-29T00:00:00.000Z");
         assert_eq!(t("1970-01-01").unwrap(), "1970-01-01T00:00:00.000Z");
         assert_eq!(t("2h").unwrap(), "2025-11-30T07:31:36.123Z");
@@ -930,14 +754,8 @@ mod tests {
         assert_eq!(tail("a\r\nb\r\n", 10, 1 << 20, true).0, ["a", "b"]);
         assert_eq!(tail("a\n\nc\n", 10, 1 << 20, true).0, ["a", "", "c"]);
         // An unterminated last line: included, or left for the follower.
-        assert_eq!(
-            tail("a\nb\npart", 2, 1 << 20, true),
-            (vec!["b".to_owned(), "part".to_owned()], 8)
-        );
-        assert_eq!(
-            tail("a\nb\npart", 2, 1 << 20, false),
-            (vec!["a".to_owned(), "b".to_owned()], 4)
-        );
+        assert_eq!(tail("a\nb\npart", 2, 1 << 20, true), (vec!["b".to_owned(), "part".to_owned()], 8));
+        assert_eq!(tail("a\nb\npart", 2, 1 << 20, false), (vec!["a".to_owned(), "b".to_owned()], 4));
         assert_eq!(tail("part", 2, 1 << 20, false), (vec![], 0));
         // The byte cap drops the line cut in half.
         assert_eq!(tail("aaaa\nbb\ncc\n", 10, 7, true).0, ["bb", "cc"]);
@@ -967,24 +785,12 @@ mod tests {
         assert_eq!(f.poll().unwrap(), [FollowItem::Line("one".into())]);
         assert_eq!(f.poll().unwrap(), []);
         std::fs::write(&old, "one\ntwo\nthree\n").unwrap();
-        assert_eq!(
-            f.poll().unwrap(),
-            [
-                FollowItem::Line("two".into()),
-                FollowItem::Line("three".into())
-            ]
-        );
+        assert_eq!(f.poll().unwrap(), [FollowItem::Line("two".into()), FollowItem::Line("three".into())]);
         // Rotation: the new file is newer by name at equal mtimes, or by mtime.
         let new = dir.join("store.2026-01-02.log");
         std::fs::write(&new, "fresh\n").unwrap();
         let items = f.poll().unwrap();
-        assert_eq!(
-            items,
-            [
-                FollowItem::File(new.to_string_lossy().into_owned()),
-                FollowItem::Line("fresh".into())
-            ]
-        );
+        assert_eq!(items, [FollowItem::File(new.to_string_lossy().into_owned()), FollowItem::Line("fresh".into())]);
         assert_eq!(newest_log(&dir, "store").unwrap(), Some(new));
         assert_eq!(newest_log(&dir, "chat").unwrap(), None);
         assert_eq!(newest_log(&dir.join("missing"), "chat").unwrap(), None);

@@ -40,19 +40,12 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is
 /// the supervisor's (the pid in `daemon.json`).
 async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
-    Json(
-        json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}),
-    )
+    Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
 }
 
 /// `GET /v1/status` → `{daemon, services:[…], upstreams:[…]}`.
 async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let r = st
-        .control
-        .clone()
-        .status(StatusRequest {})
-        .await?
-        .into_inner();
+    let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
     let services: Vec<Value> = r
         .services
         .into_iter()
@@ -71,25 +64,15 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
 }
 
 /// `POST /v1/daemon/stop` → 202; the daemon then shuts down in order.
-async fn stop(
-    State(st): State<Arc<AppState>>,
-) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     st.control.clone().stop(StopRequest {}).await?;
-    Ok((
-        axum::http::StatusCode::ACCEPTED,
-        Json(json!({"stopping": true})),
-    ))
+    Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"stopping": true}))))
 }
 
 /// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart.
-async fn restart_service(
-    State(st): State<Arc<AppState>>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     if name == "gateway" {
-        return Err(ApiError::invalid(
-            "the gateway serves this request; restart it with `coffer daemon restart`",
-        ));
+        return Err(ApiError::invalid("the gateway serves this request; restart it with `coffer daemon restart`"));
     }
     let s = st
         .control
@@ -99,7 +82,5 @@ async fn restart_service(
         .into_inner()
         .service
         .unwrap_or_default();
-    Ok(Json(
-        json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts}),
-    ))
+    Ok(Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})))
 }

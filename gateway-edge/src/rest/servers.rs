@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
 use coffer_proto::store::{
-    CreateServerRequest, DeleteServerRequest, GetServerRequest, ListPreferencesRequest,
-    ListServersRequest, McpServer, Preference, SetPreferenceRequest, UpdateServerRequest,
+    CreateServerRequest, DeleteServerRequest, GetServerRequest, ListPreferencesRequest, ListServersRequest, McpServer,
+    Preference, SetPreferenceRequest, UpdateServerRequest,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
@@ -44,19 +44,10 @@ const PATCH_ATTEMPTS: usize = 3;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/mcp/servers", get(list_servers).post(create_server))
-        .route(
-            "/v1/mcp/servers/{name}",
-            get(get_server).patch(patch_server).delete(delete_server),
-        )
+        .route("/v1/mcp/servers/{name}", get(get_server).patch(patch_server).delete(delete_server))
         .route("/v1/mcp/servers/{name}/preferences", get(list_preferences))
-        .route(
-            "/v1/mcp/servers/{name}/capabilities/{kind}",
-            put(put_preference_by_query),
-        )
-        .route(
-            "/v1/mcp/servers/{name}/capabilities/{kind}/{capname}",
-            put(put_preference),
-        )
+        .route("/v1/mcp/servers/{name}/capabilities/{kind}", put(put_preference_by_query))
+        .route("/v1/mcp/servers/{name}/capabilities/{kind}/{capname}", put(put_preference))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -106,10 +97,7 @@ pub fn parse_if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     if s == "*" {
         return Ok(None);
     }
-    let inner = s
-        .strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(s);
+    let inner = s.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(s);
     if inner.is_empty() || !inner.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
@@ -129,14 +117,9 @@ pub fn etag(version: i64) -> HeaderValue {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming the command and what is wrong with it.
-pub fn resolve_command(
-    command: &str,
-    lookup: impl Fn(&str) -> Option<PathBuf>,
-) -> Result<String, ApiError> {
+pub fn resolve_command(command: &str, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<String, ApiError> {
     let shown = truncate(command, 200);
-    let err = |msg: String| {
-        ApiError::invalid(msg).with_details(json!({"field": "command", "command": shown}))
-    };
+    let err = |msg: String| ApiError::invalid(msg).with_details(json!({"field": "command", "command": shown}));
     if command.trim().is_empty() {
         return Err(err("a stdio server needs a command".into()));
     }
@@ -146,9 +129,7 @@ pub fn resolve_command(
     if command.starts_with('/') {
         let p = FsPath::new(command);
         return match std::fs::metadata(p) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(err(format!("command {shown} does not exist")))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(err(format!("command {shown} does not exist"))),
             Err(e) => Err(err(format!("command {shown} cannot be inspected: {e}"))),
             Ok(m) if !m.is_file() => Err(err(format!("command {shown} is not a file"))),
             Ok(m) if !is_executable(&m) => Err(err(format!("command {shown} is not executable"))),
@@ -156,9 +137,7 @@ pub fn resolve_command(
         };
     }
     if command.contains('/') {
-        return Err(err(format!(
-            "command {shown} is a relative path; give an absolute path"
-        )));
+        return Err(err(format!("command {shown} is a relative path; give an absolute path")));
     }
     match lookup(command) {
         Some(p) if p.is_absolute() => Ok(p.to_string_lossy().into_owned()),
@@ -166,9 +145,7 @@ pub fn resolve_command(
             "command {shown} resolves to the relative path {} on the daemon's PATH; give an absolute path",
             p.display()
         ))),
-        None => Err(err(format!(
-            "command {shown} not found on PATH; give an absolute path"
-        ))),
+        None => Err(err(format!("command {shown} not found on PATH; give an absolute path"))),
     }
 }
 
@@ -178,21 +155,14 @@ fn is_executable(m: &std::fs::Metadata) -> bool {
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(n).collect::<String>())
-    }
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
 /// Converts a per-call timeout given in seconds or milliseconds to milliseconds.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` when both are given, or the value is not within 1 ms ..= 24 h.
-pub fn timeout_ms(
-    timeout_s: Option<f64>,
-    timeout_ms: Option<u64>,
-) -> Result<Option<u64>, ApiError> {
+pub fn timeout_ms(timeout_s: Option<f64>, timeout_ms: Option<u64>) -> Result<Option<u64>, ApiError> {
     let range = || {
         ApiError::invalid(format!(
             "timeout must be between 1 ms and {} s; omit it for the default",
@@ -201,18 +171,15 @@ pub fn timeout_ms(
         .with_details(json!({"field": "timeout"}))
     };
     match (timeout_s, timeout_ms) {
-        (Some(_), Some(_)) => Err(ApiError::invalid("give timeout_s or timeout_ms, not both")
-            .with_details(json!({"field": "timeout"}))),
+        (Some(_), Some(_)) => {
+            Err(ApiError::invalid("give timeout_s or timeout_ms, not both").with_details(json!({"field": "timeout"})))
+        }
         (Some(s), None) => {
             if !s.is_finite() || s <= 0.0 {
                 return Err(range());
             }
             let ms = (s * 1000.0).round();
-            if ms < 1.0 || ms > MAX_TIMEOUT_MS as f64 {
-                Err(range())
-            } else {
-                Ok(Some(ms as u64))
-            }
+            if ms < 1.0 || ms > MAX_TIMEOUT_MS as f64 { Err(range()) } else { Ok(Some(ms as u64)) }
         }
         (None, Some(ms)) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Ok(Some(ms)),
         (None, Some(_)) => Err(range()),
@@ -227,11 +194,7 @@ pub fn timeout_ms(
 /// `{"credential_ref": name}`.
 pub fn server_json(s: &McpServer) -> Value {
     let opt = |v: &str| {
-        if v.is_empty() {
-            Value::Null
-        } else {
-            Value::String(v.to_owned())
-        }
+        if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) }
     };
     let sorted = credentials::render;
     json!({
@@ -279,16 +242,8 @@ fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
 async fn list_servers(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let servers = st
-        .store
-        .clone()
-        .list_servers(ListServersRequest {})
-        .await?
-        .into_inner()
-        .servers;
-    Ok(Json(
-        json!({"items": servers.iter().map(server_json).collect::<Vec<_>>(), "next_cursor": null}),
-    ))
+    let servers = st.store.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
+    Ok(Json(json!({"items": servers.iter().map(server_json).collect::<Vec<_>>(), "next_cursor": null})))
 }
 
 /// Body of `POST /v1/mcp/servers`.
@@ -320,18 +275,13 @@ fn check_transport_fields(b: &CreateBody) -> Result<&'static str, ApiError> {
         (Some("stdio"), ..) => "stdio",
         (Some("http"), ..) => "http",
         (Some(other), ..) => {
-            return Err(ApiError::invalid(format!(
-                "transport {:?} is not one of stdio, http",
-                truncate(other, 20)
-            ))
-            .with_details(json!({"field": "transport"})));
+            return Err(ApiError::invalid(format!("transport {:?} is not one of stdio, http", truncate(other, 20)))
+                .with_details(json!({"field": "transport"})));
         }
         (None, Some(_), _) => "stdio",
         (None, None, Some(_)) => "http",
         (None, None, None) => {
-            return Err(ApiError::invalid(
-                "give a command (stdio server) or a url (http server)",
-            ));
+            return Err(ApiError::invalid("give a command (stdio server) or a url (http server)"));
         }
     };
     let misplaced: Vec<&str> = if transport == "stdio" {
@@ -354,14 +304,11 @@ fn check_transport_fields(b: &CreateBody) -> Result<&'static str, ApiError> {
     };
     if let Some(f) = misplaced.first() {
         return Err(
-            ApiError::invalid(format!("{f} does not apply to a {transport} server"))
-                .with_details(json!({"field": f})),
+            ApiError::invalid(format!("{f} does not apply to a {transport} server")).with_details(json!({"field": f}))
         );
     }
     if transport == "http" && b.url.is_none() {
-        return Err(
-            ApiError::invalid("an http server needs a url").with_details(json!({"field": "url"}))
-        );
+        return Err(ApiError::invalid("an http server needs a url").with_details(json!({"field": "url"})));
     }
     Ok(transport)
 }
@@ -390,15 +337,13 @@ async fn create_server(
     let command = match (transport, &b.command) {
         ("stdio", Some(c)) => resolve_command(c, coffer_runtime::connect::which_on_path)?,
         ("stdio", None) => {
-            return Err(ApiError::invalid("a stdio server needs a command")
-                .with_details(json!({"field": "command"})));
+            return Err(ApiError::invalid("a stdio server needs a command").with_details(json!({"field": "command"})));
         }
         _ => String::new(),
     };
     let env = credentials::to_stored("env", b.env)?;
     let server_headers = credentials::to_stored("headers", b.headers)?;
-    super::credentials::require_credentials(&st, &credentials::referenced([&env, &server_headers]))
-        .await?;
+    super::credentials::require_credentials(&st, &credentials::referenced([&env, &server_headers])).await?;
     let server = McpServer {
         name: b.name,
         transport: transport.to_owned(),
@@ -415,10 +360,7 @@ async fn create_server(
     let reply = st
         .store
         .clone()
-        .create_server(CreateServerRequest {
-            server: Some(server),
-            actor: actor(&headers),
-        })
+        .create_server(CreateServerRequest { server: Some(server), actor: actor(&headers) })
         .await?
         .into_inner();
     settle(&st, reply.seq).await;
@@ -434,16 +376,8 @@ async fn create_server(
 /// `GET /v1/mcp/servers/{name}` → the server, with `ETag: "<version>"`.
 ///
 /// Errors: `NOT_FOUND`.
-async fn get_server(
-    State(st): State<Arc<AppState>>,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    let s = st
-        .store
-        .clone()
-        .get_server(GetServerRequest { name })
-        .await?
-        .into_inner();
+async fn get_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let s = st.store.clone().get_server(GetServerRequest { name }).await?.into_inner();
     Ok(with_etag(StatusCode::OK, &s))
 }
 
@@ -472,22 +406,14 @@ struct PatchBody {
 }
 
 /// Applies `p` to `cur`; `command` is the already resolved command when the patch sets one.
-fn apply_patch(
-    cur: &McpServer,
-    p: &PatchBody,
-    command: Option<&str>,
-) -> Result<McpServer, ApiError> {
+fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<McpServer, ApiError> {
     if p.name.as_deref().is_some_and(|n| n != cur.name) {
-        return Err(ApiError::invalid(
-            "a server cannot be renamed; remove it and add it under the new name",
-        )
-        .with_details(json!({"field": "name"})));
+        return Err(ApiError::invalid("a server cannot be renamed; remove it and add it under the new name")
+            .with_details(json!({"field": "name"})));
     }
     if p.transport.as_deref().is_some_and(|t| t != cur.transport) {
-        return Err(ApiError::invalid(
-            "a server's transport cannot be changed; remove it and add it again",
-        )
-        .with_details(json!({"field": "transport"})));
+        return Err(ApiError::invalid("a server's transport cannot be changed; remove it and add it again")
+            .with_details(json!({"field": "transport"})));
     }
     let stdio = cur.transport == "stdio";
     let misplaced: &[(&str, bool)] = if stdio {
@@ -501,10 +427,8 @@ fn apply_patch(
         ]
     };
     if let Some((f, _)) = misplaced.iter().find(|f| f.1) {
-        return Err(
-            ApiError::invalid(format!("{f} does not apply to a {} server", cur.transport))
-                .with_details(json!({"field": f})),
-        );
+        return Err(ApiError::invalid(format!("{f} does not apply to a {} server", cur.transport))
+            .with_details(json!({"field": f})));
     }
     let mut s = cur.clone();
     if let Some(e) = p.enabled {
@@ -572,10 +496,7 @@ async fn patch_server(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let cur = store
-            .get_server(GetServerRequest { name: name.clone() })
-            .await?
-            .into_inner();
+        let cur = store.get_server(GetServerRequest { name: name.clone() }).await?.into_inner();
         if let Some(e) = expected
             && e != cur.version
         {
@@ -600,11 +521,7 @@ async fn patch_server(
                 return Ok(with_etag(StatusCode::OK, &s));
             }
             // Without If-Match the caller asked for "whatever is current": lost races retry.
-            Err(e)
-                if e.code() == tonic::Code::Aborted
-                    && expected.is_none()
-                    && attempt < PATCH_ATTEMPTS =>
-            {
+            Err(e) if e.code() == tonic::Code::Aborted && expected.is_none() && attempt < PATCH_ATTEMPTS => {
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -625,10 +542,7 @@ async fn delete_server(
     let mut store = st.store.clone();
     if let Some(e) = expected {
         // Checked here too only for a helpful answer; the store checks again atomically.
-        let cur = store
-            .get_server(GetServerRequest { name: name.clone() })
-            .await?
-            .into_inner();
+        let cur = store.get_server(GetServerRequest { name: name.clone() }).await?.into_inner();
         if cur.version != e {
             return Err(conflict(&name, e, cur.version));
         }
@@ -653,12 +567,7 @@ async fn require_server(st: &AppState, name: &str) -> Result<(), ApiError> {
     if name == BUILTIN_SERVER {
         return Ok(());
     }
-    st.store
-        .clone()
-        .get_server(GetServerRequest {
-            name: name.to_owned(),
-        })
-        .await?;
+    st.store.clone().get_server(GetServerRequest { name: name.to_owned() }).await?;
     Ok(())
 }
 
@@ -667,18 +576,10 @@ async fn require_server(st: &AppState, name: &str) -> Result<(), ApiError> {
 /// enabled).
 ///
 /// Errors: `NOT_FOUND` for an unknown server.
-async fn list_preferences(
-    State(st): State<Arc<AppState>>,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+async fn list_preferences(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     require_server(&st, &name).await?;
-    let prefs = st
-        .store
-        .clone()
-        .list_preferences(ListPreferencesRequest { server: name })
-        .await?
-        .into_inner()
-        .preferences;
+    let prefs =
+        st.store.clone().list_preferences(ListPreferencesRequest { server: name }).await?.into_inner().preferences;
     let items: Vec<Value> = prefs
         .into_iter()
         .map(|p| json!({"server": p.server, "kind": p.kind, "name": p.name, "enabled": p.enabled, "updated_at": p.updated_at}))
@@ -721,10 +622,8 @@ async fn put_preference_by_query(
 ) -> Result<Json<Value>, ApiError> {
     let q = Params::from_query(query, &["name"])?;
     let capname = q.get("name").map(str::to_owned).ok_or_else(|| {
-        ApiError::invalid(
-            "give the capability's original name as ?name=… or as the last path segment",
-        )
-        .with_details(json!({"parameter": "name"}))
+        ApiError::invalid("give the capability's original name as ?name=… or as the last path segment")
+            .with_details(json!({"parameter": "name"}))
     })?;
     set_preference(&st, server, &kind, capname, b.enabled, &headers).await
 }
@@ -738,11 +637,8 @@ async fn set_preference(
     headers: &HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let kind = Kind::parse(kind).ok_or_else(|| {
-        ApiError::invalid(format!(
-            "kind {:?} is not one of tool, prompt, resource",
-            truncate(kind, 20)
-        ))
-        .with_details(json!({"parameter": "kind"}))
+        ApiError::invalid(format!("kind {:?} is not one of tool, prompt, resource", truncate(kind, 20)))
+            .with_details(json!({"parameter": "kind"}))
     })?;
     require_server(st, &server).await?;
     let preference = Preference {
@@ -755,18 +651,13 @@ async fn set_preference(
     let seq = st
         .store
         .clone()
-        .set_preference(SetPreferenceRequest {
-            preference: Some(preference),
-            actor: actor(headers),
-        })
+        .set_preference(SetPreferenceRequest { preference: Some(preference), actor: actor(headers) })
         .await?
         .into_inner()
         .seq;
     settle(st, seq).await;
     tracing::info!(server = %server, kind = kind.as_str(), enabled, "Capability preference set.");
-    Ok(Json(
-        json!({"server": server, "kind": kind.as_str(), "name": name, "enabled": enabled}),
-    ))
+    Ok(Json(json!({"server": server, "kind": kind.as_str(), "name": name, "enabled": enabled})))
 }
 
 #[cfg(test)]
@@ -776,10 +667,7 @@ mod tests {
     fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(
-                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            h.append(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         h
     }
@@ -788,23 +676,9 @@ mod tests {
     fn if_match() {
         assert_eq!(parse_if_match(&hm(&[])).unwrap(), None);
         assert_eq!(parse_if_match(&hm(&[("if-match", "*")])).unwrap(), None);
-        assert_eq!(
-            parse_if_match(&hm(&[("if-match", "\"3\"")])).unwrap(),
-            Some(3)
-        );
-        assert_eq!(
-            parse_if_match(&hm(&[("if-match", " 12 ")])).unwrap(),
-            Some(12)
-        );
-        for bad in [
-            "W/\"3\"",
-            "\"3\", \"4\"",
-            "abc",
-            "\"\"",
-            "-1",
-            "\"3",
-            "99999999999999999999",
-        ] {
+        assert_eq!(parse_if_match(&hm(&[("if-match", "\"3\"")])).unwrap(), Some(3));
+        assert_eq!(parse_if_match(&hm(&[("if-match", " 12 ")])).unwrap(), Some(12));
+        for bad in ["W/\"3\"", "\"3\", \"4\"", "abc", "\"\"", "-1", "\"3", "99999999999999999999"] {
             let e = parse_if_match(&hm(&[("if-match", bad)])).unwrap_err();
             assert_eq!(e.code, Code::InvalidArgument, "{bad}");
         }
@@ -826,15 +700,12 @@ mod tests {
     impl Fixture {
         fn new() -> Self {
             use std::os::unix::fs::PermissionsExt;
-            let d =
-                std::env::temp_dir().join(format!("coffer-servers-test-{}", uuid::Uuid::new_v4()));
+            let d = std::env::temp_dir().join(format!("coffer-servers-test-{}", uuid::Uuid::new_v4()));
             std::fs::create_dir_all(d.join("dir")).unwrap();
             std::fs::write(d.join("tool"), "#!/bin/sh\n").unwrap();
-            std::fs::set_permissions(d.join("tool"), std::fs::Permissions::from_mode(0o755))
-                .unwrap();
+            std::fs::set_permissions(d.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
             std::fs::write(d.join("plain"), "x").unwrap();
-            std::fs::set_permissions(d.join("plain"), std::fs::Permissions::from_mode(0o644))
-                .unwrap();
+            std::fs::set_permissions(d.join("plain"), std::fs::Permissions::from_mode(0o644)).unwrap();
             Fixture(d)
         }
         fn p(&self, name: &str) -> String {
@@ -855,10 +726,7 @@ mod tests {
         assert_eq!(resolve_command(&tool, lookup).unwrap(), tool);
         assert_eq!(resolve_command("tool", lookup).unwrap(), tool);
         let msg = |c: &str| resolve_command(c, lookup).unwrap_err().message;
-        assert_eq!(
-            msg("nope"),
-            "command nope not found on PATH; give an absolute path"
-        );
+        assert_eq!(msg("nope"), "command nope not found on PATH; give an absolute path");
         assert!(msg(&f.p("missing")).ends_with("does not exist"));
         assert!(msg(&f.p("plain")).ends_with("is not executable"));
         assert!(msg(&f.p("dir")).ends_with("is not a file"));
@@ -902,8 +770,7 @@ mod tests {
     #[test]
     fn patches() {
         let cur = stdio();
-        let p = patch(json!({"enabled": false, "args": ["b"], "cwd": null, "timeout_ms": null}))
-            .unwrap();
+        let p = patch(json!({"enabled": false, "args": ["b"], "cwd": null, "timeout_ms": null})).unwrap();
         let s = apply_patch(&cur, &p, None).unwrap();
         assert!(!s.enabled);
         assert_eq!(s.args, vec!["b".to_owned()]);
@@ -916,45 +783,23 @@ mod tests {
         let p = patch(json!({})).unwrap();
         assert_eq!(apply_patch(&cur, &p, None).unwrap(), cur);
         let p = patch(json!({"name": "fs", "transport": "stdio"})).unwrap();
-        assert_eq!(
-            apply_patch(&cur, &p, Some("/bin/false")).unwrap().command,
-            "/bin/false"
-        );
+        assert_eq!(apply_patch(&cur, &p, Some("/bin/false")).unwrap().command, "/bin/false");
 
-        for bad in [
-            json!({"name": "other"}),
-            json!({"transport": "http"}),
-            json!({"url": "http://x"}),
-            json!({"headers": {}}),
-        ] {
-            assert!(
-                apply_patch(&cur, &patch(bad.clone()).unwrap(), None).is_err(),
-                "{bad}"
-            );
+        for bad in
+            [json!({"name": "other"}), json!({"transport": "http"}), json!({"url": "http://x"}), json!({"headers": {}})]
+        {
+            assert!(apply_patch(&cur, &patch(bad.clone()).unwrap(), None).is_err(), "{bad}");
         }
         let e = patch(json!({"bogus": 1})).unwrap_err();
         assert_eq!(e.code, Code::UnknownField);
         assert_eq!(e.details["field"], "bogus");
-        assert_eq!(
-            patch(json!({"enabled": "yes"})).unwrap_err().code,
-            Code::InvalidArgument
-        );
+        assert_eq!(patch(json!({"enabled": "yes"})).unwrap_err().code, Code::InvalidArgument);
 
-        let http = McpServer {
-            transport: "http".into(),
-            command: String::new(),
-            url: "http://a".into(),
-            ..stdio()
-        };
+        let http = McpServer { transport: "http".into(), command: String::new(), url: "http://a".into(), ..stdio() };
         assert!(apply_patch(&http, &patch(json!({"args": ["x"]})).unwrap(), None).is_err());
         assert!(apply_patch(&http, &patch(json!({"cwd": "/x"})).unwrap(), None).is_err());
         assert!(apply_patch(&http, &patch(json!({"cwd": null})).unwrap(), None).is_ok());
-        assert_eq!(
-            apply_patch(&http, &patch(json!({"url": "https://b"})).unwrap(), None)
-                .unwrap()
-                .url,
-            "https://b"
-        );
+        assert_eq!(apply_patch(&http, &patch(json!({"url": "https://b"})).unwrap(), None).unwrap().url, "https://b");
     }
 
     fn create(v: Value) -> CreateBody {
@@ -963,19 +808,10 @@ mod tests {
 
     #[test]
     fn transports() {
+        assert_eq!(check_transport_fields(&create(json!({"name": "a", "command": "x"}))).unwrap(), "stdio");
+        assert_eq!(check_transport_fields(&create(json!({"name": "a", "url": "http://x"}))).unwrap(), "http");
         assert_eq!(
-            check_transport_fields(&create(json!({"name": "a", "command": "x"}))).unwrap(),
-            "stdio"
-        );
-        assert_eq!(
-            check_transport_fields(&create(json!({"name": "a", "url": "http://x"}))).unwrap(),
-            "http"
-        );
-        assert_eq!(
-            check_transport_fields(&create(
-                json!({"name": "a", "transport": "http", "url": "http://x"})
-            ))
-            .unwrap(),
+            check_transport_fields(&create(json!({"name": "a", "transport": "http", "url": "http://x"}))).unwrap(),
             "http"
         );
         for bad in [
@@ -986,20 +822,13 @@ mod tests {
             json!({"name": "a", "url": "http://x", "args": ["y"]}),
             json!({"name": "a", "transport": "http"}),
         ] {
-            assert!(
-                check_transport_fields(&create(bad.clone())).is_err(),
-                "{bad}"
-            );
+            assert!(check_transport_fields(&create(bad.clone())).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn server_shape() {
-        let v = server_json(&McpServer {
-            timeout_ms: 0,
-            cwd: String::new(),
-            ..stdio()
-        });
+        let v = server_json(&McpServer { timeout_ms: 0, cwd: String::new(), ..stdio() });
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         let mut want = [

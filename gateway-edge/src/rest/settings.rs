@@ -42,32 +42,20 @@ pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
     for k in p.set.keys().chain(p.remove.iter()) {
         if k.is_empty() || k.len() > MAX_KEY {
             let shown: String = k.chars().take(40).collect();
-            return Err(ApiError::invalid(format!(
-                "setting key {shown:?} must be 1-{MAX_KEY} bytes"
-            ))
-            .with_details(json!({"key": shown})));
+            return Err(ApiError::invalid(format!("setting key {shown:?} must be 1-{MAX_KEY} bytes"))
+                .with_details(json!({"key": shown})));
         }
     }
     let removed: BTreeSet<&String> = p.remove.iter().collect();
     if let Some(k) = p.set.keys().find(|k| removed.contains(k)) {
-        return Err(
-            ApiError::invalid(format!("setting {k:?} is both set and removed"))
-                .with_details(json!({"key": k})),
-        );
+        return Err(ApiError::invalid(format!("setting {k:?} is both set and removed")).with_details(json!({"key": k})));
     }
     Ok(())
 }
 
 async fn values(st: &AppState) -> Result<Json<Value>, ApiError> {
-    let values: BTreeMap<String, String> = st
-        .store
-        .clone()
-        .get_settings(GetSettingsRequest {})
-        .await?
-        .into_inner()
-        .values
-        .into_iter()
-        .collect();
+    let values: BTreeMap<String, String> =
+        st.store.clone().get_settings(GetSettingsRequest {}).await?.into_inner().values.into_iter().collect();
     Ok(Json(json!({"values": values})))
 }
 
@@ -92,11 +80,7 @@ async fn patch_settings(
     if !p.set.is_empty() || !p.remove.is_empty() {
         let keys: Vec<&String> = p.set.keys().chain(p.remove.iter()).collect();
         tracing::info!(keys = ?keys, "Settings patched.");
-        let req = PatchSettingsRequest {
-            set: p.set.into_iter().collect(),
-            remove: p.remove,
-            actor: actor(&headers),
-        };
+        let req = PatchSettingsRequest { set: p.set.into_iter().collect(), remove: p.remove, actor: actor(&headers) };
         let seq = st.store.clone().patch_settings(req).await?.into_inner().seq;
         settle(&st, seq).await;
     }
@@ -119,10 +103,7 @@ mod tests {
         assert!(check_patch(&patch(json!({"set": {"a": "1"}, "remove": ["a"]})).unwrap()).is_err());
         assert!(check_patch(&patch(json!({"set": {"": "1"}})).unwrap()).is_err());
         assert!(check_patch(&patch(json!({"remove": ["k".repeat(129)]})).unwrap()).is_err());
-        assert_eq!(
-            patch(json!({"set": {"a": 1}})).unwrap_err().code,
-            Code::InvalidArgument
-        );
+        assert_eq!(patch(json!({"set": {"a": 1}})).unwrap_err().code, Code::InvalidArgument);
         let e = patch(json!({"sett": {}})).unwrap_err();
         assert_eq!(e.code, Code::UnknownField);
         assert_eq!(e.details["field"], "sett");

@@ -3,5 +3,7 @@
 
 /// Process entry for `coffer-retrieval`.
 pub fn main_entry() -> std::process::ExitCode {
-    coffer_runtime::service::service_main("retrieval", |_home, shutdown| coffer_runtime::service::run_health_only(shutdown))
+    coffer_runtime::service::service_main("retrieval", |_home, shutdown| {
+        coffer_runtime::service::run_health_only(shutdown)
+    })
 }

@@ -164,7 +164,8 @@ fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, Connect
         .append(true)
         .open(home.daemon_stdio())
         .map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
-    let err = out.try_clone().map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
+    let err =
+        out.try_clone().map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
     let mut spec = crate::spawn::SpawnSpec::new(program, "daemon", "coffer-daemon");
     spec.detached = true;
     spec.stdout = Stdio::from(out);

@@ -63,7 +63,13 @@ impl DaemonInfo {
         if w.pid == 0 || w.port == 0 || w.token.len() < 32 {
             return Err(DaemonFileError::Invalid { path: path.into(), reason: "pid, port or token missing".into() });
         }
-        Ok(Self { pid: w.pid, port: w.port, token: SecretString::from(w.token), started_at: w.started_at, version: w.version })
+        Ok(Self {
+            pid: w.pid,
+            port: w.port,
+            token: SecretString::from(w.token),
+            started_at: w.started_at,
+            version: w.version,
+        })
     }
 
     /// Creates `path` exclusively: writes a 0600 temp file beside it, fsyncs, then hard-links it
@@ -90,7 +96,9 @@ impl DaemonInfo {
         let _ = std::fs::remove_file(&tmp);
         match linked {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(DaemonFileError::Exists { path: path.into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(DaemonFileError::Exists { path: path.into() })
+            }
             Err(e) => Err(io(e)),
         }
     }
@@ -179,7 +187,12 @@ mod tests {
     fn corrupt_and_truncated_are_invalid() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("daemon.json");
-        for body in [&b"{\"pid\": 4"[..], b"", b"null", b"{\"pid\":1,\"port\":0,\"token\":\"x\",\"started_at\":\"\",\"version\":\"\"}"] {
+        for body in [
+            &b"{\"pid\": 4"[..],
+            b"",
+            b"null",
+            b"{\"pid\":1,\"port\":0,\"token\":\"x\",\"started_at\":\"\",\"version\":\"\"}",
+        ] {
             std::fs::write(&p, body).unwrap();
             assert!(matches!(DaemonInfo::read(&p), Err(DaemonFileError::Invalid { .. })), "{body:?}");
         }

@@ -156,8 +156,9 @@ pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::t
 /// # Errors
 /// When `COFFER_INTERNAL_TOKEN` is missing.
 pub fn internal_token_from_env() -> anyhow::Result<SecretString> {
-    let v = std::env::var(crate::env::INTERNAL_TOKEN)
-        .map_err(|_| anyhow::anyhow!("{} is not set: this binary is started by coffer-daemon", crate::env::INTERNAL_TOKEN))?;
+    let v = std::env::var(crate::env::INTERNAL_TOKEN).map_err(|_| {
+        anyhow::anyhow!("{} is not set: this binary is started by coffer-daemon", crate::env::INTERNAL_TOKEN)
+    })?;
     Ok(SecretString::from(v))
 }
 

@@ -33,11 +33,8 @@ impl CofferHome {
 
     /// A home rooted at `root` (made absolute against the current directory).
     pub fn at(root: PathBuf) -> Self {
-        let root = if root.is_absolute() {
-            root
-        } else {
-            std::env::current_dir().map(|d| d.join(&root)).unwrap_or(root)
-        };
+        let root =
+            if root.is_absolute() { root } else { std::env::current_dir().map(|d| d.join(&root)).unwrap_or(root) };
         Self { root }
     }
 
@@ -100,8 +97,7 @@ impl CofferHome {
         // Tighten a root created by someone else with a looser mode; ignore failure (not owner).
         let _ = std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700));
         let probe = self.root.join(format!(".write-probe-{}", std::process::id()));
-        std::fs::write(&probe, b"")
-            .map_err(|source| HomeError::NotWritable { path: self.root.clone(), source })?;
+        std::fs::write(&probe, b"").map_err(|source| HomeError::NotWritable { path: self.root.clone(), source })?;
         let _ = std::fs::remove_file(&probe);
         Ok(())
     }

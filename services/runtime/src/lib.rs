@@ -25,9 +25,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Current time as RFC 3339 UTC with millisecond precision, e.g. `2026-11-30T09:31:36.123Z`.
 pub fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     rfc3339_from_unix_ms(now.as_millis() as i64)
 }
 
@@ -38,12 +36,7 @@ pub fn rfc3339_from_unix_ms(ms: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard Hinnant's

@@ -23,19 +23,13 @@ pub fn init_file(home: &CofferHome, service: &str) -> anyhow::Result<WorkerGuard
         .build(home.logs())?;
     let (writer, guard) = tracing_appender::non_blocking(appender);
     let filter = EnvFilter::try_from_env(crate::env::LOG).unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(false)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(false).with_target(false).init();
     Ok(guard)
 }
 
 /// Installs a subscriber writing to stderr (the shim and the CLI; never stdout).
 pub fn init_stderr(default_filter: &str) {
-    let filter =
-        EnvFilter::try_from_env(crate::env::LOG).unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter = EnvFilter::try_from_env(crate::env::LOG).unwrap_or_else(|_| EnvFilter::new(default_filter));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -28,11 +28,7 @@ where
             return std::process::ExitCode::from(1);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let result = rt.block_on(async move {
         let shutdown = CancellationToken::new();
         let s2 = shutdown.clone();

@@ -182,7 +182,11 @@ impl ManagedChild {
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(s) => s.ok(),
             Err(_) => {
-                tracing::warn!(pid = self.pid, grace_ms = grace.as_millis() as u64, "Child did not stop in time; killing.");
+                tracing::warn!(
+                    pid = self.pid,
+                    grace_ms = grace.as_millis() as u64,
+                    "Child did not stop in time; killing."
+                );
                 self.signal(Signal::SIGKILL);
                 self.child.wait().await.ok()
             }

@@ -138,7 +138,10 @@ impl Db {
             let _ = tx.send(r);
         });
         let writer = self.writer.clone();
-        tokio::task::spawn_blocking(move || writer.send(job)).await.map_err(|_| StoreError::WriterGone)?.map_err(|_| StoreError::WriterGone)?;
+        tokio::task::spawn_blocking(move || writer.send(job))
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
@@ -176,7 +179,10 @@ impl Db {
                 let now = coffer_runtime::now_rfc3339();
                 let mut recs = Vec::with_capacity(changes.0.len());
                 for (entity, key, op) in changes.0 {
-                    t.execute("INSERT INTO changes (entity, key, op, at) VALUES (?1, ?2, ?3, ?4)", (entity, &key, op, &now))?;
+                    t.execute(
+                        "INSERT INTO changes (entity, key, op, at) VALUES (?1, ?2, ?3, ?4)",
+                        (entity, &key, op, &now),
+                    )?;
                     recs.push(ChangeRec { seq: t.last_insert_rowid() as u64, entity, key, op });
                 }
                 t.commit()?;
@@ -199,7 +205,10 @@ impl Db {
         });
         // The writer queue is bounded; a full queue applies back-pressure on a blocking thread.
         let writer = self.writer.clone();
-        tokio::task::spawn_blocking(move || writer.send(job)).await.map_err(|_| StoreError::WriterGone)?.map_err(|_| StoreError::WriterGone)?;
+        tokio::task::spawn_blocking(move || writer.send(job))
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
@@ -237,7 +246,8 @@ impl Db {
     /// Change rows with `seq > from`, oldest first, at most `limit`.
     pub async fn changes_since(&self, from: u64, limit: u32) -> Result<Vec<ChangeRec>, StoreError> {
         self.read(move |c| {
-            let mut st = c.prepare_cached("SELECT seq, entity, key, op FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+            let mut st =
+                c.prepare_cached("SELECT seq, entity, key, op FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
             let rows = st.query_map((from as i64, limit), |r| {
                 Ok(ChangeRec {
                     seq: r.get::<_, i64>(0)? as u64,

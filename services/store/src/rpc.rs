@@ -100,15 +100,23 @@ fn validate_server(s: &McpServer) -> Result<(), StoreError> {
                 return Err(StoreError::Invalid("a stdio server needs a command".into()));
             }
             if !s.command.starts_with('/') {
-                return Err(StoreError::Invalid(format!("command {:?} must be an absolute path", truncate(&s.command, 80))));
+                return Err(StoreError::Invalid(format!(
+                    "command {:?} must be an absolute path",
+                    truncate(&s.command, 80)
+                )));
             }
         }
         "http" => {
             if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
-                return Err(StoreError::Invalid(format!("url {:?} must start with http:// or https://", truncate(&s.url, 80))));
+                return Err(StoreError::Invalid(format!(
+                    "url {:?} must start with http:// or https://",
+                    truncate(&s.url, 80)
+                )));
             }
         }
-        other => return Err(StoreError::Invalid(format!("transport {:?} is not one of stdio, http", truncate(other, 20)))),
+        other => {
+            return Err(StoreError::Invalid(format!("transport {:?} is not one of stdio, http", truncate(other, 20))));
+        }
     }
     for k in s.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
@@ -137,11 +145,11 @@ fn server_from_row(r: &Row<'_>) -> rusqlite::Result<McpServer> {
     })
 }
 
-const SERVER_COLS: &str =
-    "name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at";
+const SERVER_COLS: &str = "name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at";
 
 fn get_server_tx(t: &rusqlite::Connection, name: &str) -> Result<Option<McpServer>, StoreError> {
-    Ok(t.query_row(&format!("SELECT {SERVER_COLS} FROM mcp_servers WHERE name = ?1"), [name], server_from_row).optional()?)
+    Ok(t.query_row(&format!("SELECT {SERVER_COLS} FROM mcp_servers WHERE name = ?1"), [name], server_from_row)
+        .optional()?)
 }
 
 /// Appends an audit row inside the caller's transaction. `trace` is the request's trace id,
@@ -288,9 +296,14 @@ impl Store for StoreService {
         let ((), seq) = self
             .db
             .write(move |t, ch| {
-                let cur = get_server_tx(t, &r.name)?.ok_or_else(|| StoreError::NotFound(format!("server {:?}", r.name)))?;
+                let cur =
+                    get_server_tx(t, &r.name)?.ok_or_else(|| StoreError::NotFound(format!("server {:?}", r.name)))?;
                 if r.check_version && cur.version != r.expected_version {
-                    return Err(StoreError::Conflict { what: format!("server {:?}", r.name), expected: r.expected_version, current: cur.version });
+                    return Err(StoreError::Conflict {
+                        what: format!("server {:?}", r.name),
+                        expected: r.expected_version,
+                        current: cur.version,
+                    });
                 }
                 t.execute("DELETE FROM mcp_servers WHERE name = ?1", [&r.name])?;
                 t.execute("DELETE FROM capability_prefs WHERE server = ?1", [&r.name])?;
@@ -302,7 +315,10 @@ impl Store for StoreService {
         Ok(Response::new(WriteReply { seq }))
     }
 
-    async fn list_preferences(&self, req: Request<ListPreferencesRequest>) -> Result<Response<ListPreferencesReply>, Status> {
+    async fn list_preferences(
+        &self,
+        req: Request<ListPreferencesRequest>,
+    ) -> Result<Response<ListPreferencesReply>, Status> {
         let server = req.into_inner().server;
         let head = self.db.head();
         let preferences = self
@@ -330,10 +346,12 @@ impl Store for StoreService {
         let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let r = req.into_inner();
         let p = r.preference.ok_or_else(|| Status::invalid_argument("preference is required"))?;
-        validate_server_name(&p.server)
-            .or_else(|e| if p.server == "coffer" { Ok(()) } else { Err(e) })?;
+        validate_server_name(&p.server).or_else(|e| if p.server == "coffer" { Ok(()) } else { Err(e) })?;
         if !matches!(p.kind.as_str(), "tool" | "prompt" | "resource") {
-            return Err(Status::invalid_argument(format!("kind {:?} is not one of tool, prompt, resource", truncate(&p.kind, 20))));
+            return Err(Status::invalid_argument(format!(
+                "kind {:?} is not one of tool, prompt, resource",
+                truncate(&p.kind, 20)
+            )));
         }
         if p.name.is_empty() || p.name.len() > 1024 {
             return Err(Status::invalid_argument("capability name must be 1-1024 bytes"));
@@ -376,7 +394,10 @@ impl Store for StoreService {
         Ok(Response::new(WriteReply { seq }))
     }
 
-    async fn list_invocations(&self, req: Request<ListInvocationsRequest>) -> Result<Response<ListInvocationsReply>, Status> {
+    async fn list_invocations(
+        &self,
+        req: Request<ListInvocationsRequest>,
+    ) -> Result<Response<ListInvocationsReply>, Status> {
         let q = req.into_inner();
         let limit = q.limit.clamp(1, MAX_PAGE);
         let items = self
@@ -502,7 +523,10 @@ impl Store for StoreService {
         Ok(Response::new(WriteReply { seq }))
     }
 
-    async fn set_credential(&self, req: Request<SetCredentialRequest>) -> Result<Response<WriteCredentialReply>, Status> {
+    async fn set_credential(
+        &self,
+        req: Request<SetCredentialRequest>,
+    ) -> Result<Response<WriteCredentialReply>, Status> {
         let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let mut r = req.into_inner();
         let value = SecretString::from(std::mem::take(&mut r.value));
@@ -552,7 +576,10 @@ impl Store for StoreService {
         Ok(Response::new(WriteCredentialReply { credential: Some(credential), seq }))
     }
 
-    async fn list_credentials(&self, _: Request<ListCredentialsRequest>) -> Result<Response<ListCredentialsReply>, Status> {
+    async fn list_credentials(
+        &self,
+        _: Request<ListCredentialsRequest>,
+    ) -> Result<Response<ListCredentialsReply>, Status> {
         let items = self
             .db
             .read(|c| {
@@ -599,7 +626,8 @@ impl Store for StoreService {
                 let mut st = c.prepare_cached("SELECT nonce, ciphertext FROM credentials WHERE name = ?1")?;
                 let mut rows = Vec::with_capacity(names.len());
                 for n in names {
-                    let row = st.query_row([&n], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))).optional()?;
+                    let row =
+                        st.query_row([&n], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))).optional()?;
                     match row {
                         Some((nonce, ct)) => rows.push((n, nonce, ct)),
                         None => return Err(StoreError::NotFound(format!("credential {:?}", truncate(&n, 80)))),
@@ -693,7 +721,11 @@ impl Store for StoreService {
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let _ = tx.send(Err(Status::data_loss(format!("watcher lagged by {n} changes; reload and watch again")))).await;
+                        let _ = tx
+                            .send(Err(Status::data_loss(format!(
+                                "watcher lagged by {n} changes; reload and watch again"
+                            ))))
+                            .await;
                         return;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -764,7 +796,8 @@ mod tests {
         assert_eq!(values["npm.token"], secret);
         let dbg = format!("{:?}", ResolveCredentialsReply { values });
         assert!(!dbg.contains(secret) && dbg.contains("github"), "{dbg}");
-        let dbg = format!("{:?}", SetCredentialRequest { name: "n".into(), value: secret.into(), actor: String::new() });
+        let dbg =
+            format!("{:?}", SetCredentialRequest { name: "n".into(), value: secret.into(), actor: String::new() });
         assert!(!dbg.contains(secret), "{dbg}");
 
         let e = resolve(&svc, &["github", "nope", "also-missing"]).await.unwrap_err();

@@ -44,7 +44,10 @@ impl Control for ControlService {
         Ok(Response::new(StopReply {}))
     }
 
-    async fn restart_service(&self, req: Request<RestartServiceRequest>) -> Result<Response<RestartServiceReply>, Status> {
+    async fn restart_service(
+        &self,
+        req: Request<RestartServiceRequest>,
+    ) -> Result<Response<RestartServiceReply>, Status> {
         let name = req.into_inner().name;
         let Some(h) = self.shared.services.iter().find(|h| h.name == name) else {
             let known: Vec<_> = self.shared.services.iter().map(|h| h.name).collect();

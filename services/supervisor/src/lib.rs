@@ -124,12 +124,34 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     gateway_env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
 
     let shutdown = CancellationToken::new();
-    let ctx = service::Context { home: home.clone(), internal_token: internal_token.clone(), shutdown: shutdown.clone() };
+    let ctx =
+        service::Context { home: home.clone(), internal_token: internal_token.clone(), shutdown: shutdown.clone() };
     // Order matters: start in this order, stop in reverse (store last).
     let services = vec![
-        service::ServiceHandle::new("store", "coffer-store", vec![(store_l.as_raw_fd(), 3)], base_env.clone(), store_a, true),
-        service::ServiceHandle::new("retrieval", "coffer-retrieval", vec![(retrieval_l.as_raw_fd(), 3)], base_env.clone(), retrieval_a, true),
-        service::ServiceHandle::new("chat", "coffer-chat", vec![(chat_l.as_raw_fd(), 3)], base_env.clone(), chat_a, true),
+        service::ServiceHandle::new(
+            "store",
+            "coffer-store",
+            vec![(store_l.as_raw_fd(), 3)],
+            base_env.clone(),
+            store_a,
+            true,
+        ),
+        service::ServiceHandle::new(
+            "retrieval",
+            "coffer-retrieval",
+            vec![(retrieval_l.as_raw_fd(), 3)],
+            base_env.clone(),
+            retrieval_a,
+            true,
+        ),
+        service::ServiceHandle::new(
+            "chat",
+            "coffer-chat",
+            vec![(chat_l.as_raw_fd(), 3)],
+            base_env.clone(),
+            chat_a,
+            true,
+        ),
         service::ServiceHandle::new(
             "gateway",
             "coffer-gateway",
@@ -158,7 +180,9 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         }
     }
     for svc in &shared.services {
-        svc.wait_healthy(Duration::from_secs(60)).await.with_context(|| format!("{} did not become healthy", svc.name))?;
+        svc.wait_healthy(Duration::from_secs(60))
+            .await
+            .with_context(|| format!("{} did not become healthy", svc.name))?;
     }
     tracing::info!(port, elapsed_ms = start.elapsed().as_millis() as u64, "All services healthy.");
 

@@ -142,7 +142,9 @@ impl ServiceHandle {
     /// When it becomes `failed`/`stopped` or `deadline` passes; the message carries its last error.
     pub async fn wait_healthy(&self, deadline: Duration) -> anyhow::Result<()> {
         let mut rx = self.state_tx.subscribe();
-        let res = tokio::time::timeout(deadline, rx.wait_for(|s| matches!(s, ServiceState::Healthy | ServiceState::Failed))).await;
+        let res =
+            tokio::time::timeout(deadline, rx.wait_for(|s| matches!(s, ServiceState::Healthy | ServiceState::Failed)))
+                .await;
         match res {
             Ok(Ok(s)) if *s == ServiceState::Healthy => Ok(()),
             _ => anyhow::bail!("{} is {}: {}", self.name, self.view().state.as_str(), self.view().last_error),
