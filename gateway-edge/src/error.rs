@@ -177,6 +177,15 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A JSON body must say so: a form post (curl's default) or text/plain is refused.
+        let ct = req.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::new(
+                Code::UnsupportedMediaType,
+                format!("send the body as JSON with Content-Type: application/json (got {:?})", ct.chars().take(60).collect::<String>()),
+            ));
+        }
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|e| body_rejection(e.status(), &e.body_text()))?;

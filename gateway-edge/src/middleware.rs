@@ -93,6 +93,8 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
         return next.run(req).await;
     }
     let path = path.to_owned();
+    // A client mistake, not an error; logged so that hostile attempts leave a trace.
+    tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
     let mut resp = reject(&path, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)");
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
     resp

@@ -193,7 +193,6 @@ async fn every_response_carries_a_fresh_trace_id() -> anyhow::Result<()> {
         api.get("/v1/status").header("Host", "evil.com"),
         api.get("/v1/status").header("Origin", "http://evil.com"),
         api.post("/v1/daemon/services/nope/restart"),
-        api.post("/v1/daemon/services/gateway/restart"),
         api.request(Method::PUT, "/v1/status"),
         api.post("/mcp").body("{}"),
         api.anon(Method::POST, "/mcp").body("{}"),
@@ -204,6 +203,23 @@ async fn every_response_carries_a_fresh_trace_id() -> anyhow::Result<()> {
         let id = r.trace_id().with_context(|| format!("request {i} ({})", r.status))?;
         assert!(seen.insert(id.to_owned()), "trace id {id} reused");
     }
+    Ok(())
+}
+
+/// The gateway can restart itself over REST: 202 at once, then it comes back on the same port.
+#[tokio::test]
+async fn gateway_restarts_itself_on_request() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let before = api.service("gateway").await?;
+    let r = api.post("/v1/daemon/services/gateway/restart").reply().await?;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let fresh = coffer_tests::Api::new(api.port(), api.token());
+    let after = coffer_tests::wait_for("the gateway to come back", Duration::from_secs(15), || async {
+        let s = fresh.service("gateway").await?;
+        Ok((s["state"] == "healthy" && s["pid"] != before["pid"]).then_some(s))
+    })
+    .await?;
+    assert!(after["restarts"].as_u64() >= Some(1), "{after}");
     Ok(())
 }
 

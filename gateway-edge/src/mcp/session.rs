@@ -638,14 +638,58 @@ impl Session {
                         Some(_) => {}
                     }
                 }
-                self.list(kind).await;
+                // Learn only this server's names: exposed names never collide across servers
+                // (the `<server>__` prefix is kept whole), so an unrelated slow or hung upstream
+                // never delays this call.
+                self.learn_names(kind, server).await?;
                 lookup(self).ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("Unknown {noun} {exposed:?}")))?
             }
         };
+        if found.0 != "coffer" && !snap.servers.contains_key(&found.0) {
+            return Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {:?} in {noun} {exposed:?}: it was removed", found.0)));
+        }
         if !snap.capability_enabled(&found.0, kind.kind(), &found.1) {
             return Err(Self::disabled(&snap, exposed, &found.0, noun));
         }
         Ok(found)
+    }
+
+    /// Fetches one server's list of `kind` (bounded by the list deadline) and adds its exposed
+    /// names to the session's reverse map.
+    ///
+    /// # Errors
+    /// -32001 naming the upstream when it cannot be started or listed in time.
+    async fn learn_names(&self, kind: ListKind, server: &str) -> Result<(), RpcError> {
+        let items: Arc<Vec<Value>> = if server == "coffer" {
+            Arc::new(if kind == ListKind::Tools { super::builtin::definitions() } else { Vec::new() })
+        } else {
+            let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else {
+                return Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));
+            };
+            let deadline = self.shared.list_timeout();
+            match tokio::time::timeout(deadline, self.fetch(&spec, kind)).await {
+                Ok(Ok(items)) => items,
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    return Err(RpcError::new(
+                        UPSTREAM_UNAVAILABLE,
+                        format!("upstream {server} did not list its {} within {} ms", kind.key(), deadline.as_millis()),
+                    )
+                    .with_data(json!({"server": server})));
+                }
+            }
+        };
+        let pairs: Vec<(String, String)> = items
+            .iter()
+            .map(|i| (server.to_owned(), i.get("name").and_then(Value::as_str).unwrap_or_default().to_owned()))
+            .collect();
+        let exposed = naming::assign(&pairs, self.shared.max_name_len());
+        let mut names = self.names.write().expect("names");
+        let map = names.entry(kind).or_default();
+        for ((server, original), name) in pairs.into_iter().zip(exposed) {
+            map.insert(name, server, original);
+        }
+        Ok(())
     }
 
     /// Resolves a resource URI: `coffer://<server>/<uri>`, or an unprefixed URI an upstream
@@ -1182,7 +1226,7 @@ async fn event_loop(
 }
 
 /// Tells the client about policy and registry changes (`notifications/*/list_changed`) and
-/// stops upstreams whose server was removed or disabled.
+/// stops upstreams whose server was removed.
 async fn policy_watch(session: std::sync::Weak<Session>, closed: CancellationToken) {
     let mut rx = match session.upgrade() {
         Some(s) => s.shared.snapshot.subscribe(),
@@ -1198,8 +1242,9 @@ async fn policy_watch(session: std::sync::Weak<Session>, closed: CancellationTok
         let snap = rx.borrow_and_update().clone();
         let gone: Vec<Arc<Slot>> = {
             let mut slots = s.slots.lock().expect("slots");
-            let names: Vec<String> =
-                slots.keys().filter(|n| !snap.servers.get(*n).is_some_and(|sv| sv.enabled)).cloned().collect();
+            // Only removed servers: a disabled server's upstream stays up (calls already running
+            // finish; new ones are refused by policy) and is reaped with the session.
+            let names: Vec<String> = slots.keys().filter(|n| !snap.servers.contains_key(*n)).cloned().collect();
             names.into_iter().filter_map(|n| slots.remove(&n)).collect()
         };
         for slot in gone {

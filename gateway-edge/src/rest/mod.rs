@@ -69,10 +69,23 @@ async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode
     Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"stopping": true}))))
 }
 
-/// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart.
-async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart (200), or
+/// 202 `{"restarting":"gateway"}` for the gateway itself, which restarts right after answering.
+async fn restart_service(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     if name == "gateway" {
-        return Err(ApiError::invalid("the gateway serves this request; restart it with `coffer daemon restart`"));
+        // This process serves the request: answer first, then ask the supervisor. Its SIGTERM
+        // makes the edge drain (this response included) before it stops; the listener stays
+        // with the supervisor, so clients only see a short gap.
+        let mut control = st.control.clone();
+        tokio::spawn(async move {
+            if let Err(e) = control.restart_service(RestartServiceRequest { name: "gateway".into() }).await {
+                tracing::debug!(error = %e, "Gateway restart request ended with the gateway (expected).");
+            }
+        });
+        return Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"restarting": "gateway"}))));
     }
     let s = st
         .control
@@ -82,5 +95,5 @@ async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<Strin
         .into_inner()
         .service
         .unwrap_or_default();
-    Ok(Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})))
+    Ok((axum::http::StatusCode::OK, Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts}))))
 }

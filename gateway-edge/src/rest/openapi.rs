@@ -229,8 +229,8 @@ pub fn routes() -> Vec<Route> {
             .describe("Answers first, then the daemon stops its services in order and exits.")
             .ok(202, "Stopping.", json!({"type": "object", "properties": {"stopping": {"const": true}}})),
         route("POST", "/v1/daemon/services/{name}/restart", "daemon", "Restart one service")
-            .describe("Answers once the service is healthy again (or has given up). The gateway itself cannot restart this way: use `coffer daemon restart`.")
-            .path_param("name", "`store`, `chat` or `retrieval`.")
+            .describe("Answers once the service is healthy again (or has given up). For `gateway`, which serves this request, answers 202 `{\"restarting\":\"gateway\"}` at once and restarts right after; poll `GET /v1/health`.")
+            .path_param("name", "`store`, `chat`, `retrieval` or `gateway`.")
             .ok(200, "The service after the restart.", r("ServiceRestart"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         // Servers.

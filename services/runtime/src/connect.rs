@@ -11,6 +11,7 @@
 //! on `spawn.lock`, so a burst of them started against no daemon starts exactly one.
 use std::fs::File;
 use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,8 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
     home.ensure()?;
     let deadline = Instant::now() + START_DEADLINE;
     let mut child: Option<crate::spawn::ManagedChild> = None;
+    // Only what our daemon writes is reported on failure, not earlier runs' lines.
+    let stdio_start = std::fs::metadata(home.daemon_stdio()).map(|m| m.len()).unwrap_or(0);
     // Held from our spawn until we return, so entry points racing from nothing start one daemon
     // between them instead of one each (the extras would lose the daemon.lock race and exit,
     // but only after the lock's patience).
@@ -124,7 +127,7 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
                 if let Ok(Some(status)) = c.inner().try_wait() {
                     return Err(ConnectError::StartFailed {
                         status: status.to_string(),
-                        detail: tail_of(&home.daemon_stdio()),
+                        detail: tail_of(&home.daemon_stdio(), stdio_start),
                     });
                 }
             }
@@ -162,6 +165,7 @@ fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, Connect
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(home.daemon_stdio())
         .map_err(|source| crate::home::HomeError::NotWritable { path: home.daemon_stdio(), source })?;
     let err =
@@ -180,8 +184,10 @@ fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, Connect
     Ok(crate::spawn::spawn(spec)?)
 }
 
-fn tail_of(path: &std::path::Path) -> String {
-    let Ok(text) = std::fs::read_to_string(path) else { return String::new() };
+/// The last lines written to `path` after byte `from`, as `": a | b"` (empty when none).
+fn tail_of(path: &std::path::Path, from: u64) -> String {
+    let Ok(bytes) = std::fs::read(path) else { return String::new() };
+    let text = String::from_utf8_lossy(bytes.get(from as usize..).unwrap_or_default()).into_owned();
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     if lines.is_empty() {
         return String::new();
