@@ -521,3 +521,29 @@ async fn misbehaving_upstreams_and_odd_client_messages() -> anyhow::Result<()> {
     assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "alive"})).await?), "alive");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    // A server that never answers initialize.
+    let sleep = coffer_runtime::connect::which_on_path("sleep").context("sleep")?;
+    coffer_tests::mcp::register_stdio(&api, "hang", &sleep, &["1000".into()], json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    let started = Instant::now();
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "quick"})).await?), "quick");
+    ensure!(started.elapsed() < Duration::from_secs(3), "call took {:?}", started.elapsed());
+    // The hung one is left out of lists after the list deadline, and shown in status.
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.list_timeout_ms": "500"}}))
+        .reply()
+        .await?;
+    let s2 = McpSession::latest(&api).await?;
+    let names = s2.tool_names().await?;
+    ensure!(names.contains(&"tiny__echo".to_owned()) && !names.iter().any(|n| n.starts_with("hang__")), "{names:?}");
+    let status = api.status().await?;
+    let hang = status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned().context("hang")?;
+    assert_eq!(hang["state"], "unhealthy", "{hang}");
+    Ok(())
+}
