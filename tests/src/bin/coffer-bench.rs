@@ -128,6 +128,50 @@ async fn echo_load(c: &Arc<StdioClient>, name: &str, total: usize, inflight: usi
     Ok(stats(all, start.elapsed()))
 }
 
+/// `total` echo calls straight to `/mcp` over HTTP (no shim), `inflight` concurrent callers.
+async fn http_echo_load(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    sid: &str,
+    total: usize,
+    inflight: usize,
+) -> Result<Stats> {
+    let per = total / inflight;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..inflight {
+        let (http, url, token, sid) = (http.clone(), url.to_owned(), token.to_owned(), sid.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "everything__echo", "arguments": {"message": format!("h{w}-{i}")}}});
+                let t = Instant::now();
+                let r: Value = http
+                    .post(&url)
+                    .header("X-Coffer-Token", &token)
+                    .header("Mcp-Session-Id", &sid)
+                    .header("Accept", "application/json, text/event-stream")
+                    .json(&body)
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                if r.get("result").is_none() {
+                    bail!("call failed: {r}");
+                }
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(stats(all, start.elapsed()))
+}
+
 fn rss_kib(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -299,14 +343,30 @@ async fn main() -> Result<()> {
     for (c, n) in [(&direct, "echo"), (&shim, "everything__echo")] {
         echo_load(c, n, 300, 1).await?; // warm-up
     }
+    // The same gateway path without the shim: plain HTTP to /mcp (attributes the overhead).
+    let init = http
+        .post(env.url("/mcp"))
+        .header("X-Coffer-Token", &token)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-http", "version": "1"}}}))
+        .send()
+        .await?;
+    let http_sid = init.headers().get("mcp-session-id").context("session id")?.to_str()?.to_owned();
+    let mcp_url = env.url("/mcp");
+    http_echo_load(&http, &mcp_url, &token, &http_sid, 300, 1).await?; // warm-up (starts its upstream)
     println!("## Gateway: `tools/call` of server-everything `echo`\n");
     println!("| in flight | path | p50 | p99 | calls/s |\n|---|---|---|---|---|");
     for inflight in [1usize, 16] {
         let total = if inflight == 1 { 2000 } else { 8000 };
         let d = echo_load(&direct, "echo", total, inflight).await?;
         let s = echo_load(&shim, "everything__echo", total, inflight).await?;
+        let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
         println!("| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |", d.p50_us, d.p99_us, d.per_s);
         println!("| {inflight} | shim → gateway → stdio | {:.0} µs | {:.0} µs | {:.0} |", s.p50_us, s.p99_us, s.per_s);
+        println!(
+            "| {inflight} | HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
+            h.p50_us, h.p99_us, h.per_s
+        );
         println!(
             "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
             s.p50_us - d.p50_us,
