@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser};
 use coffer_runtime::home::CofferHome;
 
-use crate::context::Ctx;
+use crate::context::{Ctx, HomeSource};
 use crate::error::CliError;
 
 /// Coffer: your local AI vault. The daemon starts on demand; `coffer daemon stop` stops it.
@@ -37,7 +37,8 @@ pub struct Cli {
 /// Flags accepted before or after any command.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Print machine-readable JSON (REST bodies unchanged) instead of human output.
+    /// Print machine-readable JSON (REST bodies unchanged) instead of human output; errors as
+    /// {"error":{"code","message","details"}} on stdout.
     #[arg(long, global = true)]
     pub json: bool,
     /// Coffer's home folder [default: $COFFER_HOME, else ~/.coffer].
@@ -51,19 +52,37 @@ impl Cli {
     /// # Errors
     /// Whatever the command fails with; [`CliError::exit_code`] gives the process exit code.
     pub async fn run(self) -> Result<(), CliError> {
-        let home = match self.global.home {
-            Some(p) => CofferHome::at(p),
-            None => CofferHome::from_env().map_err(|e| CliError::Failed(e.to_string()))?,
+        let (home, home_source) = match self.global.home {
+            Some(p) => (CofferHome::at(p), HomeSource::Flag),
+            None => {
+                let source = if std::env::var_os(coffer_runtime::env::HOME).is_some_and(|v| !v.is_empty()) {
+                    HomeSource::Env
+                } else {
+                    HomeSource::Default
+                };
+                (CofferHome::from_env().map_err(|e| CliError::Config(e.to_string()))?, source)
+            }
         };
-        let ctx = Ctx { home, json: self.global.json };
+        let ctx = Ctx { home, home_source, json: self.global.json };
         self.command.run(&ctx).await
     }
 }
 
-/// Process entry: parses arguments (clap exits with 2 on usage errors), runs the command on a
-/// single-threaded runtime, prints any error on stderr and returns the exit code.
+/// Process entry: parses arguments, runs the command on a single-threaded runtime, prints any
+/// error on stderr (and with `--json` its envelope on stdout) and returns the exit code. clap's
+/// own usage errors exit 2 (with `--json`, after an `INVALID_ARGUMENT` envelope on stdout).
 pub fn main_entry() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let args: Vec<String> = std::env::args().collect();
+            if let Some(envelope) = clap_error_envelope(&e, &args) {
+                let _ = output::print_json(&envelope);
+            }
+            e.exit()
+        }
+    };
+    let json = cli.global.json;
     // Diagnostics from the shared runtime go to stderr, never stdout; quiet unless asked.
     coffer_runtime::logging::init_stderr("warn");
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -76,12 +95,49 @@ pub fn main_entry() -> ExitCode {
     match rt.block_on(cli.run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if json && let Some(envelope) = e.envelope() {
+                // A closed stdout only loses the document; the exit code still tells.
+                let _ = output::print_json(&envelope);
+            }
             if let Some(line) = e.render() {
                 eprintln!("{line}");
             }
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// With `--json` among `args` (before a `--`), the envelope of a clap error that is a real error
+/// (not `--help` or `--version`): code `INVALID_ARGUMENT`, clap's first line as the message, and
+/// for an invalid value the argument, the value and the valid ones in `details`.
+pub fn clap_error_envelope(e: &clap::Error, args: &[String]) -> Option<serde_json::Value> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let json = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json");
+    if !json || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        return None;
+    }
+    let rendered = e.render().to_string();
+    // clap's first paragraph (`error: …` and its continuation lines), on one line.
+    let first: Vec<&str> =
+        rendered.lines().map(str::trim).skip_while(|l| l.is_empty()).take_while(|l| !l.is_empty()).collect();
+    let message = first.join(" ").trim_start_matches("error:").trim().to_owned();
+    let message = if message.is_empty() { e.kind().to_string() } else { message };
+    let mut details = serde_json::Map::new();
+    let text = |v: &ContextValue| match v {
+        ContextValue::String(s) => Some(serde_json::Value::String(s.clone())),
+        ContextValue::Strings(v) => Some(serde_json::json!(v)),
+        _ => None,
+    };
+    for (kind, key) in [
+        (ContextKind::InvalidArg, "argument"),
+        (ContextKind::InvalidValue, "value"),
+        (ContextKind::ValidValue, "valid"),
+    ] {
+        if let Some(v) = e.get(kind).and_then(text) {
+            details.insert(key.into(), v);
+        }
+    }
+    Some(serde_json::json!({"error": {"code": error::codes::INVALID_ARGUMENT, "message": message, "details": details}}))
 }
 
 #[cfg(test)]
@@ -112,5 +168,30 @@ mod tests {
             assert!(msg.contains(s), "{msg}");
         }
         assert_eq!(Cli::try_parse_from(["coffer", "frobnicate"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn usage_errors_have_an_envelope_with_json() {
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let argv = args(&["coffer", "logs", "nosuch", "--json"]);
+        let e = Cli::try_parse_from(&argv).unwrap_err();
+        let env = clap_error_envelope(&e, &argv).unwrap();
+        assert_eq!(env["error"]["code"], "INVALID_ARGUMENT");
+        assert!(env["error"]["message"].as_str().unwrap().contains("nosuch"), "{env}");
+        assert_eq!(env["error"]["details"]["value"], "nosuch");
+        assert!(!env["error"]["message"].as_str().unwrap().contains('\n'), "{env}");
+        assert!(env["error"]["details"]["valid"].as_array().unwrap().iter().any(|v| v == "gateway"), "{env}");
+        let missing = args(&["coffer", "mcp", "add", "x", "--json"]);
+        let env = clap_error_envelope(&Cli::try_parse_from(&missing).unwrap_err(), &missing).unwrap();
+        let msg = env["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("the following required arguments were not provided: <COMMAND"), "{msg}");
+        // Without --json (or with it after `--`), or for --help, nothing.
+        let plain = args(&["coffer", "logs", "nosuch"]);
+        assert!(clap_error_envelope(&Cli::try_parse_from(&plain).unwrap_err(), &plain).is_none());
+        let after = args(&["coffer", "mcp", "add", "x", "--", "--json"]);
+        let e = Cli::try_parse_from(args(&["coffer", "frobnicate"])).unwrap_err();
+        assert!(clap_error_envelope(&e, &after).is_none());
+        let help = args(&["coffer", "status", "--help", "--json"]);
+        assert!(clap_error_envelope(&Cli::try_parse_from(&help).unwrap_err(), &help).is_none());
     }
 }

@@ -7,6 +7,7 @@ mod cli_connect;
 mod cli_credentials;
 mod cli_doctor;
 mod cli_import;
+mod cli_polish;
 mod credentials;
 mod daemon;
 mod docs;

@@ -1,5 +1,5 @@
-//! `coffer audit`: who changed what (servers, preferences, settings) and how it ended, from
-//! `GET /v1/audit`, newest first.
+//! `coffer audit`: who changed what (servers, preferences, settings, credentials, backups) and
+//! how it ended, from `GET /v1/audit`, newest first.
 use clap::Args;
 use clap::builder::PossibleValuesParser;
 use serde_json::Value;
@@ -11,6 +11,24 @@ use crate::output::{self, cell, render_table_fitted};
 
 /// Actors the audit log records (the gateway's `rest::logs::AUDIT_ACTORS`).
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
+
+/// Actions the audit log records: the store's `rpc.rs` and `retention.rs` and the gateway's
+/// `rest/import.rs` write them (an e2e test, `cli_polish`, checks this list against them).
+pub const ACTIONS: &[&str] = &[
+    "server.create",
+    "server.update",
+    "server.enable",
+    "server.disable",
+    "server.remove",
+    "capability.enable",
+    "capability.disable",
+    "settings.update",
+    "credential.set",
+    "credential.remove",
+    "mcp.import",
+    "backup.create",
+    "maintenance.prune",
+];
 
 const EXAMPLES: &str = "\
 Examples:
@@ -27,8 +45,8 @@ pub struct AuditArgs {
     /// Only changes made by this party.
     #[arg(long, value_name = "ACTOR", value_parser = PossibleValuesParser::new(ACTORS))]
     pub actor: Option<String>,
-    /// Only this action (server.create, server.update, server.delete, capability.disable, …).
-    #[arg(long, value_name = "ACTION")]
+    /// Only this action.
+    #[arg(long, value_name = "ACTION", value_parser = PossibleValuesParser::new(ACTIONS))]
     pub action: Option<String>,
     /// How many entries to show (1-500).
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
@@ -98,7 +116,26 @@ pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use serde_json::json;
+
+    #[test]
+    fn actions_are_checked_before_any_request() {
+        let parse = |args: &[&str]| {
+            let mut full = vec!["coffer", "audit"];
+            full.extend_from_slice(args);
+            crate::Cli::try_parse_from(full)
+        };
+        for a in ACTIONS {
+            assert!(parse(&["--action", a]).is_ok(), "{a}");
+        }
+        let e = parse(&["--action", "server.delete"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        for a in ACTIONS {
+            assert!(msg.contains(a), "{a} missing from {msg}");
+        }
+    }
 
     #[test]
     fn audit_table() {

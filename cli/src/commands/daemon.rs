@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use coffer_runtime::daemon_file::{DaemonInfo, lock_is_held};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::api::ApiClient;
 use crate::context::Ctx;
@@ -22,6 +22,12 @@ pub const STOP_DEADLINE: Duration = Duration::from_secs(15);
 const UNRESPONSIVE_DEADLINE: Duration = Duration::from_secs(15);
 /// Interval of the local lock probe.
 const POLL: Duration = Duration::from_millis(50);
+/// How long `restart gateway` waits for the new gateway to answer and be healthy.
+pub const GATEWAY_RESTART_DEADLINE: Duration = Duration::from_secs(15);
+/// Deadline of one probe while the gateway restarts.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Interval of those probes.
+const GATEWAY_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
@@ -33,12 +39,22 @@ pub enum DaemonCommand {
     Status(NoArgs),
     /// Stop the daemon (if running), then start it (e.g. after an upgrade); with SERVICE,
     /// restart only that service of the running daemon.
+    #[command(after_help = RESTART_EXAMPLES)]
     Restart(RestartArgs),
 }
 
+const RESTART_EXAMPLES: &str = "\
+Examples:
+  coffer daemon restart
+  coffer daemon restart store
+  coffer daemon restart gateway
+
+With SERVICE, waits until the service is healthy again. Restarting the gateway ends every MCP
+session (clients reconnect) and waits up to 15 s for the new gateway to answer.";
+
 #[derive(Debug, Args)]
 pub struct RestartArgs {
-    /// A service of the running daemon to restart alone (store, retrieval, chat).
+    /// A service of the running daemon to restart alone (store, retrieval, chat, gateway).
     pub service: Option<String>,
 }
 
@@ -53,6 +69,7 @@ pub async fn run(ctx: &Ctx, cmd: DaemonCommand) -> Result<(), CliError> {
     match cmd {
         DaemonCommand::Start(_) => start(ctx).await,
         DaemonCommand::Stop(_) => {
+            ctx.check_home()?;
             let was_running = stop(ctx).await?;
             report_stopped(ctx, was_running)
         }
@@ -84,15 +101,26 @@ async fn start(ctx: &Ctx) -> Result<(), CliError> {
 }
 
 /// `POST /v1/daemon/services/{name}/restart`, which answers once the service is healthy again
-/// (or has given up). Never starts a daemon.
+/// (or has given up) — except for the gateway, which serves that very request: it answers 202
+/// and restarts, and this waits ([`wait_for_new_gateway`]) until the new one answers, healthy.
+/// Never starts a daemon.
 async fn restart_service(ctx: &Ctx, name: &str) -> Result<(), CliError> {
+    ctx.check_home()?;
     let api = ctx.detect().await.ok_or(CliError::NotRunning)?;
+    let before = if name == GATEWAY { Some(service_of(&api.get("/v1/status").await?, GATEWAY)) } else { None };
     let path = format!("/v1/daemon/services/{}/restart", crate::api::path_segment(name));
     let resp = api.send(api.request(reqwest::Method::POST, &path)).await?;
+    let resp_body = if resp.status == 202 && name == GATEWAY {
+        let old_pid = before.as_ref().and_then(|s| s.get("pid")).and_then(Value::as_u64).unwrap_or(0);
+        let s = wait_for_new_gateway(&api, old_pid, GATEWAY_RESTART_DEADLINE).await?;
+        json!({"name": GATEWAY, "pid": s["pid"], "state": s["state"], "restarts": s["restarts"]}).to_string()
+    } else {
+        resp.body
+    };
     if ctx.json {
-        return output::print_body(&resp.body);
+        return output::print_body(&resp_body);
     }
-    let s = resp.json()?;
+    let s: Value = serde_json::from_str(&resp_body).unwrap_or(Value::Null);
     output::println(&format!(
         "Restarted {} (pid {}, {})",
         output::cell(s.get("name"), 40),
@@ -101,7 +129,64 @@ async fn restart_service(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     ))
 }
 
+/// The service the gateway runs as.
+const GATEWAY: &str = "gateway";
+
+/// The entry of `name` in a `/v1/status` body (`null` when absent).
+fn service_of(status: &Value, name: &str) -> Value {
+    status["services"].as_array().and_then(|a| a.iter().find(|s| s["name"] == name)).cloned().unwrap_or(Value::Null)
+}
+
+/// True when a `/v1/status` body shows a gateway other than `old_pid`, healthy.
+pub fn is_new_healthy_gateway(status: &Value, old_pid: u64) -> bool {
+    let g = service_of(status, GATEWAY);
+    let pid = g["pid"].as_u64().unwrap_or(0);
+    g["state"] == "healthy" && pid != 0 && pid != old_pid
+}
+
+/// After a 202 to `restart gateway`: polls until `GET /v1/health` answers again and
+/// `/v1/status` shows the gateway healthy with a pid other than `old_pid`; returns its entry.
+/// Connection errors while the old gateway drains and the new one starts are expected.
+///
+/// # Errors
+/// After `deadline`: exit 5 when the daemon did not answer the last probe, exit 1 when it
+/// answered but the gateway did not become healthy (with what the status last showed).
+pub async fn wait_for_new_gateway(api: &ApiClient, old_pid: u64, deadline: Duration) -> Result<Value, CliError> {
+    let until = Instant::now() + deadline;
+    let mut last: Option<Value> = None;
+    loop {
+        let health = api.send(api.request(reqwest::Method::GET, "/v1/health").timeout(PROBE_TIMEOUT)).await;
+        let answered = health.is_ok();
+        if answered
+            && let Ok(status) = api.send(api.request(reqwest::Method::GET, "/v1/status").timeout(PROBE_TIMEOUT)).await
+            && let Ok(status) = status.json()
+        {
+            if is_new_healthy_gateway(&status, old_pid) {
+                return Ok(service_of(&status, GATEWAY));
+            }
+            last = Some(service_of(&status, GATEWAY));
+        }
+        if Instant::now() >= until {
+            let secs = deadline.as_secs();
+            if !answered {
+                return Err(CliError::Unreachable(format!(
+                    "no answer {secs}s after the gateway restart; see `coffer logs gateway`"
+                )));
+            }
+            let shown = last.map_or_else(
+                || "unknown".to_owned(),
+                |g| format!("{}, pid {}", output::cell(g.get("state"), 20), output::cell(g.get("pid"), 20)),
+            );
+            return Err(CliError::Failed(format!(
+                "the gateway was not healthy again within {secs}s (last seen: {shown}); see `coffer logs gateway`"
+            )));
+        }
+        tokio::time::sleep(GATEWAY_POLL).await;
+    }
+}
+
 async fn status(ctx: &Ctx) -> Result<(), CliError> {
+    ctx.check_home()?;
     match ctx.detect().await {
         Some(api) => super::status::show(ctx, &api).await,
         None => {
@@ -223,4 +308,113 @@ fn report_stopped(ctx: &Ctx, was_running: bool) -> Result<(), CliError> {
         return output::print_json(&json!({"running": false, "stopped": was_running}));
     }
     output::println(if was_running { "Coffer daemon stopped" } else { "Coffer daemon is not running" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn status(pid: u64, state: &str, restarts: u64) -> Value {
+        json!({"daemon": {"pid": 1}, "services": [
+            {"name": "store", "pid": 10, "state": "healthy", "restarts": 0},
+            {"name": "gateway", "pid": pid, "state": state, "restarts": restarts},
+        ]})
+    }
+
+    #[test]
+    fn a_new_gateway_is_a_healthy_one_with_another_pid() {
+        assert!(!is_new_healthy_gateway(&status(7, "healthy", 0), 7));
+        assert!(!is_new_healthy_gateway(&status(8, "starting", 1), 7));
+        assert!(!is_new_healthy_gateway(&status(0, "healthy", 1), 7));
+        assert!(!is_new_healthy_gateway(&json!({"services": []}), 7));
+        assert!(is_new_healthy_gateway(&status(8, "healthy", 1), 7));
+    }
+
+    /// A fake daemon on a free port: `answer(path, n)` gives the body for the n-th request
+    /// (from 0), `None` to drop the connection unanswered (a gateway that is gone).
+    async fn fake_daemon(answer: impl Fn(&str, usize) -> Option<Value> + Send + Sync + 'static) -> ApiClient {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answer = Arc::new(answer);
+        let n = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let (answer, n) = (answer.clone(), n.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let Some(body) = answer(&path, n.fetch_add(1, Ordering::SeqCst)) else { return };
+                    let body = body.to_string();
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        client(port)
+    }
+
+    fn client(port: u16) -> ApiClient {
+        let info = DaemonInfo {
+            pid: 1,
+            port,
+            token: secrecy::SecretString::from("t".to_owned()),
+            started_at: String::new(),
+            version: String::new(),
+        };
+        ApiClient::new(coffer_runtime::connect::Daemon {
+            info,
+            base_url: format!("http://127.0.0.1:{port}"),
+            http: coffer_runtime::connect::http_client(),
+        })
+    }
+
+    #[tokio::test]
+    async fn waits_through_the_gap_for_the_new_gateway() {
+        // Requests 0-3 find no gateway; then the old one is still listed, then the new one
+        // starts, then it is healthy.
+        let api = fake_daemon(|path, n| match (path, n) {
+            (_, 0..=3) => None,
+            ("/v1/health", _) => Some(json!({"status": "ok", "pid": 1})),
+            ("/v1/status", 0..=5) => Some(status(7, "healthy", 0)),
+            ("/v1/status", 6..=7) => Some(status(8, "starting", 1)),
+            ("/v1/status", _) => Some(status(8, "healthy", 1)),
+            _ => None,
+        })
+        .await;
+        let g = wait_for_new_gateway(&api, 7, Duration::from_secs(10)).await.unwrap();
+        assert_eq!((g["pid"].as_u64(), g["state"].as_str()), (Some(8), Some("healthy")));
+    }
+
+    #[tokio::test]
+    async fn a_gateway_that_stays_unhealthy_fails_with_exit_1() {
+        let api = fake_daemon(|path, _| match path {
+            "/v1/health" => Some(json!({"status": "ok"})),
+            _ => Some(status(8, "failed", 5)),
+        })
+        .await;
+        let e = wait_for_new_gateway(&api, 7, Duration::from_millis(400)).await.unwrap_err();
+        assert_eq!(e.exit_code(), exit::ERROR);
+        assert!(e.to_string().contains("failed, pid 8"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_never_answers_again_is_unreachable() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let e = wait_for_new_gateway(&client(port), 7, Duration::from_millis(300)).await.unwrap_err();
+        assert_eq!(e.exit_code(), exit::UNREACHABLE);
+    }
 }

@@ -5,7 +5,9 @@
 //! `<service>.<YYYY-MM-DD>.log`; the newest is the one being written. Without SERVICE the last
 //! lines of every service are interleaved by the RFC 3339 timestamp `tracing` puts at the start
 //! of each line, each prefixed with its service name (`-n` counts lines in total). `-f` polls
-//! the files for growth and moves on to the next day's file when the appender rotates.
+//! the files for growth and moves on to the next day's file when the appender rotates. With
+//! `--json` every line is one JSON object, `{"service","line"}` (`{"server","line"}` for
+//! `coffer mcp logs`), also while following.
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -27,6 +29,15 @@ const FOLLOW_POLL: Duration = Duration::from_millis(250);
 const PREFIX_WIDTH: usize = 9;
 /// Chunk size of the backwards read that finds the last lines of a file.
 const TAIL_CHUNK: u64 = 64 * 1024;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  coffer logs store -n 100
+  coffer logs -f
+  coffer logs gateway --json | jq -r .line
+
+Without SERVICE, the services' lines are interleaved by time, each prefixed with its service.
+With --json, each line is one {\"service\",\"line\"} object (also with -f).";
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
@@ -57,7 +68,7 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<(), CliError> {
     // A missing logs folder means a wrong home (or a daemon never started there); a missing
     // file only means that service has not run yet (callback runs only with SeaTalk enabled).
     if !dir.is_dir() && !args.follow {
-        return Err(CliError::Failed(format!(
+        return Err(CliError::Config(format!(
             "no logs folder at {}; is COFFER_HOME (or --home) right?",
             dir.display()
         )));
@@ -69,9 +80,26 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<(), CliError> {
         };
         eprintln!("{what}{}", if args.follow { "; waiting…" } else { "" });
     }
-    let prefixed = args.service.is_none();
-    output::print(&render(&initial, prefixed))?;
-    if args.follow { tail.follow(prefixed).await } else { Ok(()) }
+    let style = if ctx.json {
+        Style::Json("service")
+    } else if args.service.is_none() {
+        Style::Prefixed
+    } else {
+        Style::Plain
+    };
+    output::print(&render(&initial, style))?;
+    if args.follow { tail.follow(style).await } else { Ok(()) }
+}
+
+/// How log lines are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// The line as written (one file).
+    Plain,
+    /// `service   | line` (several files interleaved).
+    Prefixed,
+    /// `--json`: one object per line, `{KEY: name, "line": line}` (KEY `service` or `server`).
+    Json(&'static str),
 }
 
 /// The newest log files of some names in one folder (`<name>.log` or `<name>.<date>.log`):
@@ -129,7 +157,7 @@ impl<'a> Tail<'a> {
     ///
     /// # Errors
     /// When a file cannot be read or stdout cannot be written.
-    pub async fn follow(mut self, prefixed: bool) -> Result<(), CliError> {
+    pub async fn follow(mut self, style: Style) -> Result<(), CliError> {
         loop {
             tokio::time::sleep(FOLLOW_POLL).await;
             let mut batch = Vec::new();
@@ -138,7 +166,7 @@ impl<'a> Tail<'a> {
             }
             let merged = merge(batch);
             if !merged.is_empty() {
-                output::print(&render(&merged, prefixed))?;
+                output::print(&render(&merged, style))?;
             }
         }
     }
@@ -302,14 +330,18 @@ pub fn merge<'a>(streams: Vec<Vec<LogLine<'a>>>) -> Vec<LogLine<'a>> {
     order.into_iter().filter_map(|(s, i)| streams[s][i].take()).collect()
 }
 
-/// Lines as printed: raw for one service, `service   | line` when interleaving.
-pub fn render(lines: &[LogLine<'_>], prefixed: bool) -> String {
+/// Lines as printed in `style`, each ending in a newline.
+pub fn render(lines: &[LogLine<'_>], style: Style) -> String {
     let mut out = String::new();
     for l in lines {
-        if prefixed {
-            out.push_str(&format!("{:<PREFIX_WIDTH$} | ", l.service));
+        match style {
+            Style::Plain => out.push_str(&l.text),
+            Style::Prefixed => {
+                out.push_str(&format!("{:<PREFIX_WIDTH$} | ", l.service));
+                out.push_str(&l.text);
+            }
+            Style::Json(key) => out.push_str(&serde_json::json!({key: l.service, "line": l.text}).to_string()),
         }
-        out.push_str(&l.text);
         out.push('\n');
     }
     out
@@ -525,8 +557,23 @@ mod tests {
     #[test]
     fn render_prefixes_only_when_interleaving() {
         let l = vec![LogLine { service: "chat", key: String::new(), text: "hello".into() }];
-        assert_eq!(render(&l, false), "hello\n");
-        assert_eq!(render(&l, true), "chat      | hello\n");
+        assert_eq!(render(&l, Style::Plain), "hello\n");
+        assert_eq!(render(&l, Style::Prefixed), "chat      | hello\n");
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let l = vec![
+            LogLine { service: "store", key: String::new(), text: "a \"quoted\" line\twith tab".into() },
+            LogLine { service: "gateway", key: String::new(), text: String::new() },
+        ];
+        let out = render(&l, Style::Json("service"));
+        let lines: Vec<serde_json::Value> = out.lines().map(|x| serde_json::from_str(x).unwrap()).collect();
+        assert_eq!(lines[0], serde_json::json!({"service": "store", "line": "a \"quoted\" line\twith tab"}));
+        assert_eq!(lines[1], serde_json::json!({"service": "gateway", "line": ""}));
+        assert_eq!(out.lines().next().unwrap(), r#"{"service":"store","line":"a \"quoted\" line\twith tab"}"#);
+        let srv = render(&l[..1], Style::Json("server"));
+        assert!(srv.starts_with(r#"{"server":"store","line":"#), "{srv}");
     }
 
     #[test]

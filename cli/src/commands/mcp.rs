@@ -11,7 +11,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{Value, json};
 
 use crate::api::{ApiClient, path_segment};
-use crate::commands::logs::Tail;
+use crate::commands::logs::{Style, Tail};
 use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{self, cell, format_ms_as_seconds, render_fields, render_table_fitted, shell_join, yes_no};
@@ -20,7 +20,14 @@ const ADD_EXAMPLES: &str = "\
 Examples:
   coffer mcp add everything -- npx -y @modelcontextprotocol/server-everything stdio
   coffer mcp add fs --env LOG_LEVEL=debug --timeout 30 -- ./bin/fs-server --root ~/notes
-  coffer mcp add remote --url https://mcp.example.com/mcp --header 'Authorization: Bearer XYZ'
+  coffer mcp add gh --env-credential GITHUB_TOKEN=github -- ./bin/github-server
+  coffer mcp add remote --url https://mcp.example.com/mcp --header 'X-Team: a' \\
+      --header-credential 'Authorization:remote-auth'
+
+Secrets belong in the credential store (`coffer credentials set NAME`): --env-credential and
+--header-credential send a reference to credential NAME, resolved only when the server starts; the
+credential must exist. An --env or --header value written as a reference,
+'{\"credential_ref\":\"NAME\"}', is read as one too (the same as the -credential flags).
 
 A bare COMMAND is looked up on your PATH and a relative one in the current folder, here, before
 the server is registered: the daemon stores the absolute path. The server itself runs in --cwd,
@@ -50,7 +57,7 @@ Examples:
   coffer mcp logs everything -f -n 200
 
 Prints what the server wrote on stderr, from $COFFER_HOME/logs/upstreams/NAME.log. Reads the
-file only; never starts the daemon.";
+file only; never starts the daemon. With --json, one {\"server\",\"line\"} object per line.";
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
@@ -98,7 +105,7 @@ pub struct NameArg {
 #[derive(Debug, Args)]
 #[command(
     group(ArgGroup::new("target").required(true).args(["command", "url"])),
-    override_usage = "coffer mcp add NAME [OPTIONS] -- COMMAND [ARGS]...\n       coffer mcp add NAME --url URL [--header KEY:VALUE]..."
+    override_usage = "coffer mcp add NAME [OPTIONS] -- COMMAND [ARGS]...\n       coffer mcp add NAME --url URL [--header KEY:VALUE]... [--header-credential KEY:CREDENTIAL]..."
 )]
 pub struct AddArgs {
     /// The server's name: 1-24 characters a-z, 0-9 and '-'. Its tools appear as NAME__TOOL.
@@ -106,6 +113,9 @@ pub struct AddArgs {
     /// An environment variable for the server process (repeatable).
     #[arg(short, long = "env", value_name = "KEY=VALUE", value_parser = parse_env_pair, conflicts_with = "url")]
     pub env: Vec<(String, String)>,
+    /// An environment variable set to the value of a stored credential (repeatable).
+    #[arg(long = "env-credential", value_name = "KEY=CREDENTIAL", value_parser = parse_env_credential, conflicts_with = "url")]
+    pub env_credentials: Vec<(String, String)>,
     /// The folder the server runs in [default: $COFFER_HOME/workspace].
     #[arg(long, value_name = "DIR", conflicts_with = "url")]
     pub cwd: Option<PathBuf>,
@@ -121,6 +131,9 @@ pub struct AddArgs {
     /// An HTTP header sent to the --url server (repeatable).
     #[arg(short = 'H', long = "header", value_name = "KEY:VALUE", value_parser = parse_header_pair, conflicts_with = "command")]
     pub headers: Vec<(String, String)>,
+    /// An HTTP header set to the value of a stored credential (repeatable).
+    #[arg(long = "header-credential", value_name = "KEY:CREDENTIAL", value_parser = parse_header_credential, conflicts_with = "command")]
+    pub header_credentials: Vec<(String, String)>,
     /// The command that starts a stdio server, and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -185,7 +198,13 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
         }
     }
     let api = ctx.connect().await?;
-    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await.map_err(|e| {
+        // A reference to a credential that does not exist (400, details {"credential": NAME}).
+        match e.api_details().and_then(|d| d["credential"].as_str()).map(str::to_owned) {
+            Some(c) => e.with_hint(format!("store it first: printf %s \"$VALUE\" | coffer credentials set {c}")),
+            None => e,
+        }
+    })?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -202,23 +221,27 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
 }
 
 /// The `POST /v1/mcp/servers` body for `a`, with a stdio command resolved against `cwd` and
-/// `lookup` (the user's `PATH`) and `--cwd` made absolute.
+/// `lookup` (the user's `PATH`) and `--cwd` made absolute. `--env-credential` and
+/// `--header-credential` become `{"credential_ref": NAME}` values, like literal values written
+/// that way.
 ///
 /// # Errors
-/// [`CliError::Failed`] (exit 1) when the command or `--cwd` does not name what it should.
+/// [`CliError::Failed`] (exit 1) when the command or `--cwd` does not name what it should;
+/// [`CliError::Usage`] (exit 2) for a key given both as a literal and as a credential, or a
+/// literal that looks like a malformed reference.
 fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<Value, CliError> {
     let mut body = json!({"name": a.name});
     if let Some(url) = &a.url {
         body["transport"] = json!("http");
         body["url"] = json!(url);
-        body["headers"] = json!(a.headers.iter().cloned().collect::<BTreeMap<_, _>>());
+        body["headers"] = Value::Object(wire_map("--header", &a.headers, &a.header_credentials, true)?);
     } else {
         let (cmd, args) = a.command.split_first().ok_or_else(|| CliError::Usage("give a command after --".into()))?;
         let resolved = resolve_command(cmd, cwd, lookup).map_err(CliError::Failed)?;
         body["transport"] = json!("stdio");
         body["command"] = json!(resolved.to_string_lossy());
         body["args"] = json!(args);
-        body["env"] = json!(a.env.iter().cloned().collect::<BTreeMap<_, _>>());
+        body["env"] = Value::Object(wire_map("--env", &a.env, &a.env_credentials, false)?);
         if let Some(dir) = &a.cwd {
             body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
         }
@@ -230,6 +253,62 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
         body["enabled"] = json!(false);
     }
     Ok(body)
+}
+
+/// The REST `env` or `headers` map: `literals` (a later one wins over an earlier one with the same
+/// key) as strings — or as references when written as one ([`literal_value`]) — and
+/// `credentials` as `{"credential_ref": NAME}`. `ignore_case` compares keys case-insensitively
+/// (header names).
+///
+/// # Errors
+/// [`CliError::Usage`] when a key is given both as a literal and as a credential, or for a
+/// malformed reference.
+fn wire_map(
+    flag: &str,
+    literals: &[(String, String)],
+    credentials: &[(String, String)],
+    ignore_case: bool,
+) -> Result<serde_json::Map<String, Value>, CliError> {
+    let norm = |k: &str| if ignore_case { k.to_ascii_lowercase() } else { k.to_owned() };
+    let mut map: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    for (k, v) in literals {
+        map.insert(norm(k), (k.clone(), literal_value(flag, k, v)?));
+    }
+    let mut refs: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    for (k, name) in credentials {
+        if map.contains_key(&norm(k)) {
+            return Err(CliError::Usage(format!("{k} is given both with {flag} and with {flag}-credential; keep one")));
+        }
+        refs.insert(norm(k), (k.clone(), json!({"credential_ref": name})));
+    }
+    map.extend(refs);
+    Ok(map.into_values().collect())
+}
+
+/// A literal `--env`/`--header` value as sent: a string, or a credential reference when the
+/// value is exactly a reference object, `{"credential_ref":"NAME"}` (what the docs show on the
+/// wire, so a user following them gets what they meant).
+///
+/// # Errors
+/// [`CliError::Usage`] for a JSON object that mentions `credential_ref` but is not exactly a
+/// reference to a valid credential name, pointing at `{flag}-credential`.
+pub fn literal_value(flag: &str, key: &str, value: &str) -> Result<Value, CliError> {
+    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(value.trim()) else {
+        return Ok(Value::String(value.to_owned()));
+    };
+    if !obj.contains_key("credential_ref") {
+        return Ok(Value::String(value.to_owned()));
+    }
+    let sep = if flag == "--env" { "=" } else { ":" };
+    match (obj.len(), obj.get("credential_ref").and_then(Value::as_str)) {
+        (1, Some(name)) if crate::commands::credentials::parse_name(name).is_ok() => {
+            Ok(json!({"credential_ref": name}))
+        }
+        _ => Err(CliError::Usage(format!(
+            "{flag} {key}{sep}{value} is not a credential reference; use {flag}-credential {key}{sep}NAME to reference \
+             credential NAME"
+        ))),
+    }
 }
 
 fn current_dir() -> Result<PathBuf, CliError> {
@@ -321,6 +400,26 @@ pub fn parse_header_pair(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// Parses `--env-credential KEY=CREDENTIAL`: a variable name and a credential name.
+///
+/// # Errors
+/// A message clap prints as a usage error (exit 2).
+pub fn parse_env_credential(s: &str) -> Result<(String, String), String> {
+    let (k, name) = parse_env_pair(s).map_err(|e| e.replace("KEY=VALUE", "KEY=CREDENTIAL"))?;
+    let name = crate::commands::credentials::parse_name(&name).map_err(|e| format!("credential {name:?}: {e}"))?;
+    Ok((k, name))
+}
+
+/// Parses `--header-credential KEY:CREDENTIAL`: a header name and a credential name.
+///
+/// # Errors
+/// A message clap prints as a usage error (exit 2).
+pub fn parse_header_credential(s: &str) -> Result<(String, String), String> {
+    let (k, name) = parse_header_pair(s).map_err(|e| e.replace("KEY:VALUE", "KEY:CREDENTIAL"))?;
+    let name = crate::commands::credentials::parse_name(&name).map_err(|e| format!("credential {name:?}: {e}"))?;
+    Ok((k, name))
+}
+
 /// Parses `--timeout SECONDS`: a positive number (fractions allowed), at most a day.
 ///
 /// # Errors
@@ -402,8 +501,13 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
         return match caps {
             Ok(c) => output::print_json(&json!({"server": server, "capabilities": c})),
             Err(e) => {
-                output::print_json(&json!({"server": server, "capabilities": null}))?;
-                Err(e)
+                // One document: the server, and the error envelope's fields beside it.
+                let mut doc = json!({"server": server, "capabilities": null});
+                if let Some(Value::Object(envelope)) = e.envelope() {
+                    doc.as_object_mut().expect("object").extend(envelope);
+                }
+                output::print_json(&doc)?;
+                Err(e.printed())
             }
         };
     }
@@ -421,12 +525,7 @@ pub fn server_fields(s: &Value) -> Vec<(&'static str, String)> {
     let map_lines = |v: &Value, sep: &str| -> String {
         v.as_object()
             .filter(|m| !m.is_empty())
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| format!("{k}{sep}{}", v.as_str().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
+            .map(|m| m.iter().map(|(k, v)| format!("{k}{sep}{}", wire_value_text(v))).collect::<Vec<_>>().join("\n"))
             .unwrap_or_else(|| "-".into())
     };
     let mut f = vec![("name", text(&s["name"])), ("transport", text(&s["transport"]))];
@@ -447,6 +546,18 @@ pub fn server_fields(s: &Value) -> Vec<(&'static str, String)> {
     f.push(("created", s["created_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
     f.push(("updated", s["updated_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
     f
+}
+
+/// An `env`/`headers` value as shown: a literal as it is, a credential reference as
+/// `<credential:NAME>` (the value itself is never in a REST body).
+pub fn wire_value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        _ => match v.get("credential_ref").and_then(Value::as_str) {
+            Some(name) => format!("<credential:{name}>"),
+            None => v.to_string(),
+        },
+    }
 }
 
 /// `13 tools (12 enabled), 4 prompts (4 enabled), 0 resources` from a capabilities body.
@@ -565,8 +676,9 @@ async fn logs(ctx: &Ctx, a: McpLogsArgs) -> Result<(), CliError> {
             if a.follow { "; waiting…" } else { "" }
         );
     }
-    output::print(&crate::commands::logs::render(&initial, false))?;
-    if a.follow { tail.follow(false).await } else { Ok(()) }
+    let style = if ctx.json { Style::Json("server") } else { Style::Plain };
+    output::print(&crate::commands::logs::render(&initial, style))?;
+    if a.follow { tail.follow(style).await } else { Ok(()) }
 }
 
 #[cfg(test)]
@@ -740,6 +852,111 @@ mod tests {
         );
         let f = render_fields(&server_fields(&http));
         assert!(f.contains("url:       https://x.test/mcp\nheaders:   Authorization: Bearer t\n"), "{f}");
+    }
+
+    #[test]
+    fn credential_flags_send_references() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = exe(dir.path(), "node");
+        let a = parse(&[
+            "gh",
+            "--env",
+            "LOG=debug",
+            "--env-credential",
+            "GITHUB_TOKEN=github",
+            "--env-credential",
+            "NPM_TOKEN=npm.token",
+            "--",
+            "node",
+        ])
+        .unwrap();
+        let body = add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap();
+        assert_eq!(
+            body["env"],
+            json!({"GITHUB_TOKEN": {"credential_ref": "github"}, "LOG": "debug", "NPM_TOKEN": {"credential_ref": "npm.token"}})
+        );
+        let a = parse(&[
+            "remote",
+            "--url",
+            "https://x.test/mcp",
+            "-H",
+            "X-Team: a",
+            "--header-credential",
+            "Authorization:remote-auth",
+        ])
+        .unwrap();
+        let body = add_body(&a, Path::new("/"), |_: &str| None).unwrap();
+        assert_eq!(body["headers"], json!({"Authorization": {"credential_ref": "remote-auth"}, "X-Team": "a"}));
+    }
+
+    #[test]
+    fn a_literal_written_as_a_reference_is_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = exe(dir.path(), "node");
+        for v in [r#"{"credential_ref":"github"}"#, r#" { "credential_ref" : "github" } "#] {
+            let a = parse(&["gh", "--env", &format!("T={v}"), "--", "node"]).unwrap();
+            let body = add_body(&a, dir.path(), |_: &str| Some(node.clone())).unwrap();
+            assert_eq!(body["env"], json!({"T": {"credential_ref": "github"}}), "{v}");
+        }
+        let a = parse(&["r", "--url", "http://a/mcp", "-H", r#"Authorization: {"credential_ref":"tok"}"#]).unwrap();
+        assert_eq!(
+            add_body(&a, Path::new("/"), |_: &str| None).unwrap()["headers"]["Authorization"],
+            json!({"credential_ref": "tok"})
+        );
+        // Other JSON stays literal; a malformed reference is refused, pointing at the flag.
+        assert_eq!(literal_value("--env", "J", r#"{"a":1}"#).unwrap(), json!(r#"{"a":1}"#));
+        assert_eq!(literal_value("--env", "J", "credential_ref").unwrap(), json!("credential_ref"));
+        for bad in [r#"{"credential_ref":"x","more":1}"#, r#"{"credential_ref":5}"#, r#"{"credential_ref":"bad name"}"#]
+        {
+            let e = literal_value("--env", "T", bad).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{bad}");
+            assert!(e.to_string().contains("--env-credential T=NAME"), "{e}");
+        }
+        let e = literal_value("--header", "A", r#"{"credential_ref":""}"#).unwrap_err();
+        assert!(e.to_string().contains("--header-credential A:NAME"), "{e}");
+    }
+
+    #[test]
+    fn credential_flag_usage_errors() {
+        for bad in [
+            &["x", "--env-credential", "NOEQUALS", "--", "node"][..],
+            &["x", "--env-credential", "T=bad name", "--", "node"],
+            &["x", "--env-credential", "=tok", "--", "node"],
+            &["x", "--url", "http://a", "--env-credential", "T=tok"],
+            &["x", "--header-credential", "Authorization:tok", "--", "node"],
+            &["x", "--url", "http://a", "--header-credential", "Authorization=tok"],
+            &["x", "--url", "http://a", "--header-credential", "Bad Name:tok"],
+            &["x", "--url", "http://a", "--header-credential", "A:-tok"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+        }
+        // The same key as a literal and as a credential.
+        let dir = tempfile::tempdir().unwrap();
+        let node = exe(dir.path(), "node");
+        let a = parse(&["x", "--env", "T=1", "--env-credential", "T=tok", "--", "node"]).unwrap();
+        let e = add_body(&a, dir.path(), |_: &str| Some(node.clone())).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::exit::USAGE);
+        let a = parse(&["x", "--url", "http://a", "-H", "authorization: x", "--header-credential", "Authorization:t"])
+            .unwrap();
+        assert_eq!(add_body(&a, Path::new("/"), |_: &str| None).unwrap_err().exit_code(), crate::error::exit::USAGE);
+    }
+
+    #[test]
+    fn references_are_shown_by_name() {
+        let stdio = json!({
+            "name": "gh", "transport": "stdio", "command": "/usr/bin/node", "args": [], "cwd": null,
+            "env": {"GITHUB_TOKEN": {"credential_ref": "github"}, "LOG": "debug"}, "enabled": true,
+        });
+        let f = render_fields(&server_fields(&stdio));
+        assert!(f.contains("env:       GITHUB_TOKEN=<credential:github>\n           LOG=debug\n"), "{f}");
+        let http = json!({
+            "name": "r", "transport": "http", "url": "https://x.test/mcp", "enabled": true,
+            "headers": {"Authorization": {"credential_ref": "remote-auth"}},
+        });
+        let f = render_fields(&server_fields(&http));
+        assert!(f.contains("headers:   Authorization: <credential:remote-auth>\n"), "{f}");
+        assert_eq!(wire_value_text(&json!({"other": 1})), r#"{"other":1}"#);
     }
 
     #[test]

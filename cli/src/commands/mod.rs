@@ -38,7 +38,7 @@ pub enum Command {
     Tools(tools::ToolsCommand),
     /// Show which tools and prompts were called, how long they took and how they ended.
     Invocations(invocations::InvocationsArgs),
-    /// Show who changed what: servers, tool preferences, settings.
+    /// Show who changed what: servers, tool preferences, settings, credentials, backups.
     Audit(audit::AuditArgs),
     /// Read and change the daemon's settings.
     #[command(subcommand)]
@@ -57,6 +57,7 @@ pub enum Command {
     /// the daemon.
     Restore(restore::RestoreArgs),
     /// Print (and follow) the local log files; never starts the daemon.
+    #[command(after_help = logs::EXAMPLES)]
     Logs(logs::LogsArgs),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),

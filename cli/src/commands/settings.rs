@@ -1,4 +1,11 @@
 //! `coffer settings get|set|unset`: the daemon's flat map of string settings (`/v1/settings`).
+//!
+//! The daemon stores any key; [`KNOWN`] are the ones Coffer itself reads, with their defaults
+//! and the values they accept. `get` shows those defaults for keys that are not set; `set`
+//! checks a known key's value here, and refuses an unknown key (a typo, most likely) unless
+//! `--force`.
+use std::collections::BTreeMap;
+
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -6,24 +13,76 @@ use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{self, render_table};
 
+/// A setting Coffer reads: its key, default and accepted range (integers, inclusive).
+#[derive(Debug, Clone, Copy)]
+pub struct Known {
+    pub key: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    /// The unit or meaning, for messages (`milliseconds`, `days, 0 = keep forever`).
+    pub unit: &'static str,
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+/// Every setting Coffer reads (the gateway's `mcp::Shared` timeouts and name length, the store's
+/// retention), in display order.
+pub const KNOWN: &[Known] = &[
+    Known { key: "gateway.list_timeout_ms", default: 10_000, min: 1, max: DAY_MS, unit: "milliseconds" },
+    Known { key: "gateway.start_timeout_ms", default: 30_000, min: 1, max: DAY_MS, unit: "milliseconds" },
+    Known { key: "gateway.call_timeout_ms", default: 60_000, min: 1, max: DAY_MS, unit: "milliseconds" },
+    Known { key: "gateway.session_idle_timeout_s", default: 1800, min: 1, max: 30 * 86_400, unit: "seconds" },
+    Known { key: "gateway.max_tool_name_len", default: 51, min: 40, max: 64, unit: "characters" },
+    Known { key: "retention.invocations_days", default: 30, min: 0, max: 36_500, unit: "days, 0 = keep all" },
+    Known {
+        key: "retention.invocations_max_rows",
+        default: 100_000,
+        min: 0,
+        max: 1_000_000_000,
+        unit: "rows, 0 = no limit",
+    },
+    Known { key: "retention.audit_days", default: 365, min: 0, max: 36_500, unit: "days, 0 = keep all" },
+    Known { key: "retention.audit_max_rows", default: 100_000, min: 0, max: 1_000_000_000, unit: "rows, 0 = no limit" },
+];
+
+/// The known setting `key`, if it is one.
+pub fn known(key: &str) -> Option<&'static Known> {
+    KNOWN.iter().find(|k| k.key == key)
+}
+
 const GET_EXAMPLES: &str = "\
 Examples:
   coffer settings get
-  coffer settings get some.key          # prints the value alone, for scripts
+  coffer settings get gateway.call_timeout_ms   # prints the value alone, for scripts
   coffer settings get --json
 
-With KEY, --json prints {\"values\":{KEY: value}}: the REST body cut to that key.";
+Without KEY, lists every setting that is set and every setting Coffer reads, with its default
+when it is not set (SOURCE `default`); --json prints the REST body (only what is set). With KEY,
+prints its value, or the default of a known setting that is not set (noted on stderr); --json
+then prints {\"values\":{KEY: value}}, with \"default\": true for a default. An unknown KEY
+that is not set exits 3.";
+
+const SET_EXAMPLES: &str = "\
+Examples:
+  coffer settings set gateway.call_timeout_ms 120000
+  coffer settings set retention.invocations_days 7
+  coffer settings set my.own.key 'some value' --force
+
+Values of the settings Coffer reads are checked here: integers in their range (timeouts at least
+1, gateway.max_tool_name_len 40-64, retention 0 or more). Any other key is refused, unless --force
+(it is then stored as given; Coffer ignores it).";
 
 #[derive(Debug, Subcommand)]
 pub enum SettingsCommand {
-    /// Show every setting, or one setting's value.
+    /// Show every setting (defaults included), or one setting's value.
     #[command(after_help = GET_EXAMPLES)]
     Get(GetArgs),
-    /// Set a setting to a (string) value.
-    #[command(after_help = "Example:\n  coffer settings set some.key 'some value'")]
+    /// Set a setting; known settings' values are checked, unknown keys need --force.
+    #[command(after_help = SET_EXAMPLES)]
     Set(SetArgs),
-    /// Remove a setting (not an error when it is not set).
-    #[command(after_help = "Example:\n  coffer settings unset some.key")]
+    /// Remove a setting, so its default applies (not an error when it is not set).
+    #[command(after_help = "Example:\n  coffer settings unset gateway.call_timeout_ms")]
     Unset(KeyArg),
 }
 
@@ -38,7 +97,11 @@ pub struct SetArgs {
     /// The setting's key (1-128 bytes).
     pub key: String,
     /// Its value, stored as a string.
+    #[arg(allow_negative_numbers = true)]
     pub value: String,
+    /// Store a key that is not one of the settings Coffer reads.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -50,8 +113,13 @@ pub struct KeyArg {
 /// Runs one `coffer settings …` command.
 ///
 /// # Errors
-/// Exit 3 when `get KEY` names no setting; API errors; exit 5 when the daemon cannot be reached.
+/// Exit 2 for a bad value of a known setting or an unknown key without `--force`; exit 3 when
+/// `get KEY` names no setting; API errors; exit 5 when the daemon cannot be reached.
 pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
+    // Checked before the daemon is asked (or started).
+    if let SettingsCommand::Set(a) = &cmd {
+        check_set(&a.key, &a.value, a.force)?;
+    }
     let api = ctx.connect().await?;
     match cmd {
         SettingsCommand::Get(GetArgs { key: None }) => {
@@ -60,22 +128,34 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
                 return output::print_body(&resp.body);
             }
             let body = resp.json()?;
-            match body["values"].as_object().filter(|m| !m.is_empty()) {
-                Some(values) => output::print(&render_settings(values)),
-                None => output::println("No settings"),
+            let empty = serde_json::Map::new();
+            let values = body["values"].as_object().unwrap_or(&empty);
+            let mut out = String::new();
+            if values.is_empty() {
+                out.push_str("No settings are set; Coffer uses these defaults:\n");
             }
+            out.push_str(&render_settings(values));
+            output::print(&out)
         }
         SettingsCommand::Get(GetArgs { key: Some(key) }) => {
             let body = api.get("/v1/settings").await?;
-            let Some(value) = body["values"].get(&key) else {
+            if let Some(value) = body["values"].get(&key) {
+                if ctx.json {
+                    return output::print_json(&json!({"values": {key: value}}));
+                }
+                return output::println(value.as_str().unwrap_or_default());
+            }
+            let Some(k) = known(&key) else {
                 return Err(CliError::NotFound(format!("no setting {key:?}; `coffer settings get` lists them")));
             };
+            let default = k.default.to_string();
             if ctx.json {
-                return output::print_json(&json!({"values": {key: value}}));
+                return output::print_json(&json!({"values": {key: default}, "default": true}));
             }
-            output::println(value.as_str().unwrap_or_default())
+            eprintln!("note: {key} is not set; this is its default");
+            output::println(&default)
         }
-        SettingsCommand::Set(SetArgs { key, value }) => {
+        SettingsCommand::Set(SetArgs { key, value, .. }) => {
             let resp = patch(&api, &json!({"set": {&key: &value}})).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
@@ -89,12 +169,42 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
                 return output::print_body(&resp.body);
             }
             let existed = before["values"].get(&key).is_some();
+            let default = known(&key).map(|k| format!(" (default {} applies)", k.default)).unwrap_or_default();
             output::println(&if existed {
-                format!("Removed setting {key}")
+                format!("Removed setting {key}{default}")
             } else {
-                format!("Setting {key} was not set")
+                format!("Setting {key} was not set{default}")
             })
         }
+    }
+}
+
+/// Checks `settings set KEY VALUE`: a known key's value must be an integer (digits only) in its
+/// range; an unknown key needs `force`.
+///
+/// # Errors
+/// [`CliError::Usage`] (exit 2) saying what is accepted (the known keys for an unknown one).
+pub fn check_set(key: &str, value: &str, force: bool) -> Result<(), CliError> {
+    let Some(k) = known(key) else {
+        if force {
+            return Ok(());
+        }
+        let keys: Vec<&str> = KNOWN.iter().map(|k| k.key).collect();
+        return Err(CliError::Usage(format!(
+            "{key:?} is not a setting Coffer reads (known: {}); pass --force to store it anyway",
+            keys.join(", ")
+        )));
+    };
+    let n = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| value.parse::<u64>().ok())
+        .flatten()
+        .filter(|n| (k.min..=k.max).contains(n));
+    match n {
+        Some(_) => Ok(()),
+        None => Err(CliError::Usage(format!(
+            "{key} must be an integer from {} to {} ({}); got {value:?}",
+            k.min, k.max, k.unit
+        ))),
     }
 }
 
@@ -102,23 +212,119 @@ async fn patch(api: &crate::api::ApiClient, body: &Value) -> Result<crate::api::
     api.send(api.request(reqwest::Method::PATCH, "/v1/settings").json(body)).await
 }
 
-/// The settings table: KEY VALUE (values on one line).
+/// The settings table: KEY VALUE SOURCE, every key that is set (`set`) and every known key that
+/// is not (its default, `default`), sorted by key; values on one line.
 pub fn render_settings(values: &serde_json::Map<String, Value>) -> String {
-    let rows: Vec<Vec<String>> = values
+    let mut rows: BTreeMap<String, Vec<String>> = values
         .iter()
-        .map(|(k, v)| vec![k.clone(), v.as_str().map_or_else(|| v.to_string(), |s| s.replace('\n', "\\n"))])
+        .map(|(k, v)| {
+            let shown = v.as_str().map_or_else(|| v.to_string(), |s| s.replace('\n', "\\n"));
+            (k.clone(), vec![k.clone(), shown, "set".to_owned()])
+        })
         .collect();
-    render_table(&["KEY", "VALUE"], &rows)
+    for k in KNOWN {
+        rows.entry(k.key.to_owned())
+            .or_insert_with(|| vec![k.key.to_owned(), k.default.to_string(), "default".to_owned()]);
+    }
+    render_table(&["KEY", "VALUE", "SOURCE"], &rows.into_values().collect::<Vec<_>>())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::exit;
 
     #[test]
-    fn settings_table() {
-        let v = json!({"a.b": "1", "long.key": "two\nlines"});
-        assert_eq!(render_settings(v.as_object().unwrap()), "KEY       VALUE\na.b       1\nlong.key  two\\nlines\n");
+    fn settings_table_shows_defaults_of_unset_keys() {
+        let v = json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"});
+        assert_eq!(
+            render_settings(v.as_object().unwrap()),
+            "KEY                             VALUE       SOURCE\n\
+             a.b                             1           set\n\
+             gateway.call_timeout_ms         120000      set\n\
+             gateway.list_timeout_ms         10000       default\n\
+             gateway.max_tool_name_len       51          default\n\
+             gateway.session_idle_timeout_s  1800        default\n\
+             gateway.start_timeout_ms        30000       default\n\
+             long.key                        two\\nlines  set\n\
+             retention.audit_days            365         default\n\
+             retention.audit_max_rows        100000      default\n\
+             retention.invocations_days      30          default\n\
+             retention.invocations_max_rows  100000      default\n"
+        );
+    }
+
+    #[test]
+    fn no_settings_lists_every_default() {
+        let t = render_settings(&serde_json::Map::new());
+        for (key, default) in [
+            ("gateway.list_timeout_ms", "10000"),
+            ("gateway.start_timeout_ms", "30000"),
+            ("gateway.call_timeout_ms", "60000"),
+            ("gateway.session_idle_timeout_s", "1800"),
+            ("gateway.max_tool_name_len", "51"),
+            ("retention.invocations_days", "30"),
+            ("retention.invocations_max_rows", "100000"),
+            ("retention.audit_days", "365"),
+            ("retention.audit_max_rows", "100000"),
+        ] {
+            let line = t.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key} missing:\n{t}"));
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells, [key, default, "default"], "{line}");
+        }
+        assert_eq!(t.lines().count(), KNOWN.len() + 1);
+    }
+
+    #[test]
+    fn known_values_are_checked() {
+        for (k, v) in [
+            ("gateway.call_timeout_ms", "1"),
+            ("gateway.call_timeout_ms", "86400000"),
+            ("gateway.session_idle_timeout_s", "3600"),
+            ("gateway.max_tool_name_len", "40"),
+            ("gateway.max_tool_name_len", "64"),
+            ("retention.audit_days", "0"),
+            ("retention.invocations_max_rows", "0"),
+        ] {
+            check_set(k, v, false).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+        for (k, v) in [
+            ("gateway.call_timeout_ms", "0"),
+            ("gateway.call_timeout_ms", "abc"),
+            ("gateway.call_timeout_ms", "-5"),
+            ("gateway.call_timeout_ms", "+5"),
+            ("gateway.call_timeout_ms", " 5"),
+            ("gateway.call_timeout_ms", "1.5"),
+            ("gateway.call_timeout_ms", ""),
+            ("gateway.call_timeout_ms", "99999999999999999999999"),
+            ("gateway.list_timeout_ms", "0"),
+            ("gateway.start_timeout_ms", "0"),
+            ("gateway.session_idle_timeout_s", "0"),
+            ("gateway.max_tool_name_len", "39"),
+            ("gateway.max_tool_name_len", "65"),
+            ("retention.audit_days", "-1"),
+            ("retention.audit_max_rows", "lots"),
+        ] {
+            let e = check_set(k, v, false).unwrap_err();
+            assert_eq!(e.exit_code(), exit::USAGE, "{k}={v}");
+            assert!(e.to_string().contains(k), "{e}");
+            // --force is for unknown keys only.
+            assert!(check_set(k, v, true).is_err(), "{k}={v} with --force");
+        }
+        let e = check_set("gateway.max_tool_name_len", "100", false).unwrap_err().to_string();
+        assert!(e.contains("from 40 to 64"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_need_force() {
+        let e = check_set("gateway.call_timeout", "5", false).unwrap_err();
+        assert_eq!(e.exit_code(), exit::USAGE);
+        let msg = e.to_string();
+        assert!(msg.contains("--force"), "{msg}");
+        for k in KNOWN {
+            assert!(msg.contains(k.key), "{msg}");
+        }
+        check_set("my.own.key", "anything at all", true).unwrap();
     }
 
     #[test]
@@ -126,5 +332,10 @@ mod tests {
         use clap::Parser;
         assert_eq!(crate::Cli::try_parse_from(["coffer", "settings", "set", "k"]).unwrap_err().exit_code(), 2);
         assert!(crate::Cli::try_parse_from(["coffer", "settings", "set", "k", ""]).is_ok());
+        assert!(crate::Cli::try_parse_from(["coffer", "settings", "set", "k", "v", "--force"]).is_ok());
+        // A negative number is a value (refused by the check, naming the key), not a flag.
+        let c = crate::Cli::try_parse_from(["coffer", "settings", "set", "retention.audit_days", "-1"]).unwrap();
+        let crate::commands::Command::Settings(SettingsCommand::Set(a)) = c.command else { panic!() };
+        assert_eq!(a.value, "-1");
     }
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::api::ApiClient;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, format_duration, render_table};
+use crate::output::{self, cell, format_duration, render_table, yes_no};
 
 /// Longest `LAST ERROR` shown in the table; `--json` has the full text.
 const LAST_ERROR_WIDTH: usize = 80;
@@ -84,7 +84,8 @@ pub fn render_services(services: &[Value]) -> String {
 
 /// A table of objects whose fields are not fixed yet (upstreams): one column per key seen in any
 /// item — `name`, `state`, `pid`, `uptime_s`, `restarts` first, then the rest alphabetically,
-/// `last_error` last; `*_s` durations formatted.
+/// `last_error` last; `*_s` durations formatted, booleans (`enabled`) as yes/no like every other
+/// table.
 pub fn render_generic(items: &[Value]) -> String {
     const FIRST: [&str; 5] = ["name", "state", "pid", "uptime_s", "restarts"];
     const LAST: &str = "last_error";
@@ -108,6 +109,7 @@ pub fn render_generic(items: &[Value]) -> String {
                     Some(Value::Number(n)) if k.ends_with("_s") => {
                         n.as_u64().map(format_duration).unwrap_or_else(|| n.to_string())
                     }
+                    Some(Value::Bool(b)) => yes_no(*b).to_owned(),
                     v => cell(v, LAST_ERROR_WIDTH),
                 })
                 .collect()
@@ -161,5 +163,24 @@ mod tests {
              github  running  1m15s   ab12     -\n\
              fs      stopped  -       -        boom\n"
         );
+    }
+
+    #[test]
+    fn upstream_enabled_is_yes_or_no() {
+        // The shape `GET /v1/status` gives upstreams.
+        let ups = vec![
+            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 1,
+                   "last_error": null, "last_error_at": null}),
+            json!({"name": "remote", "enabled": false, "transport": "http", "state": "disabled", "running": 0,
+                   "last_error": null, "last_error_at": null}),
+        ];
+        let t = render_generic(&ups);
+        assert_eq!(
+            t,
+            "NAME        STATE     ENABLED  LAST ERROR AT  RUNNING  TRANSPORT  LAST ERROR\n\
+             everything  ok        yes      -              1        stdio      -\n\
+             remote      disabled  no       -              0        http       -\n"
+        );
+        assert!(!t.contains("true") && !t.contains("false"), "{t}");
     }
 }
