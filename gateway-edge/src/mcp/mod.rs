@@ -82,9 +82,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A numeric setting, or `default` when unset, unparsable or zero; capped at 30 days so a
+    /// hand-written huge value can never overflow a deadline.
+    fn setting_u64(&self, key: &str, default: u64) -> u64 {
+        let v = self.snapshot.current().settings.get(key).and_then(|v| v.trim().parse::<u64>().ok()).filter(|v| *v > 0);
+        v.unwrap_or(default).min(30 * 24 * 3600 * 1000)
+    }
     fn setting_ms(&self, key: &str, default: u64) -> Duration {
-        let v = self.snapshot.current().settings.get(key).and_then(|v| v.parse().ok()).unwrap_or(default);
-        Duration::from_millis(v)
+        Duration::from_millis(self.setting_u64(key, default))
     }
     /// Deadline for one upstream's part of a list fan-out (`gateway.list_timeout_ms`, 10 s).
     pub fn list_timeout(&self) -> Duration {
@@ -100,7 +105,7 @@ impl Shared {
     }
     /// Session idle timeout (`gateway.session_idle_timeout_s`, 30 min).
     pub fn idle_timeout(&self) -> Duration {
-        self.setting_ms("gateway.session_idle_timeout_s", 1800) * 1000
+        Duration::from_secs(self.setting_u64("gateway.session_idle_timeout_s", 1800).min(30 * 24 * 3600))
     }
     /// Longest exposed name (`gateway.max_tool_name_len`, 51).
     pub fn max_name_len(&self) -> usize {
