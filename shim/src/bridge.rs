@@ -3,6 +3,19 @@
 //! basic/transports §Streamable HTTP: "Sending Messages to the Server", "Listening for Messages
 //! from the Server", "Resumability and Redelivery", "Session Management").
 //!
+//! Losing the session: a message that provably never reached a live session (connection refused,
+//! or reset before any answer; HTTP 404 for the session; HTTP 401 for a token from before a
+//! daemon restart) was not acted on, so a request that meets such a loss is sent once more on a
+//! re-established session ([`Bridge::request`]). Everything that may have taken effect gets
+//! -32001 at once and is never resent; a request still waiting for its answer when another
+//! message finds the session lost gets [`LOST_VERDICT_GRACE`] for its own POST to tell which it
+//! is. Re-establishing (detect-or-spawn, replayed `initialize`) happens under the session slot's
+//! write lock, once for every request that met the same loss. The one case that cannot be told
+//! apart: a request written onto a keep-alive connection in the instant between the daemon's
+//! death and its close reaching the shim fails like one the daemon read ("connection closed
+//! before message completed"), so it gets -32001 ([`Bridge::send`] lets pending socket events in
+//! first, so a close that has arrived is always seen).
+//!
 //! Who ends what: every request runs in a task of `requests`, every `GET /mcp` listener and
 //! session `DELETE` in a task of `background`; both end when `stop` is cancelled by
 //! [`Bridge::close`]. A listener also ends with the session it belongs to ([`Link::lost`]).
@@ -44,6 +57,10 @@ const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 /// every connection in a row that delivered nothing, up to [`LISTEN_RETRY_MAX`].
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(30);
+/// When the link is found lost (by another message or the `GET` stream) while a request still
+/// waits for the head of its answer, how long its own POST may take to show whether it reached
+/// the daemon (a dead daemon refuses or resets it at once) before it counts as in flight.
+const LOST_VERDICT_GRACE: Duration = Duration::from_secs(1);
 
 /// One connection to the daemon and, once `initialize` succeeded, one MCP session on it.
 struct Link {
@@ -105,7 +122,30 @@ impl Link {
 
 /// The daemon connection or session is gone (daemon dead, connection refused or broken, HTTP 404
 /// for the session, HTTP 401 for a token from before a restart).
-struct Lost(String);
+struct Lost {
+    reason: String,
+    /// The message provably never reached a live session: the connection was refused (or could
+    /// not be made), was reset before any answer, or the daemon answered 404 for the session or
+    /// 401 for the token. The daemon did not act on it, so it may be sent again on a new session.
+    /// Everything else (a connection closed before the answer was complete, a broken response
+    /// stream) may have taken effect.
+    undelivered: bool,
+}
+
+impl Lost {
+    fn undelivered(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into(), undelivered: true }
+    }
+
+    fn in_flight(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into(), undelivered: false }
+    }
+
+    /// The same loss met after the daemon had the message (e.g. resuming its response stream).
+    fn after_delivery(self) -> Self {
+        Self { undelivered: false, ..self }
+    }
+}
 
 /// What a POST brought back.
 enum Answer {
@@ -117,12 +157,6 @@ enum Answer {
     Ended,
     /// A notification or response the server did not accept (what it said, for the log).
     Rejected(String),
-}
-
-struct Posted {
-    answer: Answer,
-    /// The `Mcp-Session-Id` header of the answer, if any.
-    session_id: Option<HeaderValue>,
 }
 
 /// The answer to `GET /mcp`.
@@ -170,6 +204,10 @@ pub(crate) struct Bridge<C> {
     init: Mutex<Option<InitRecord>>,
     generations: AtomicU64,
     replays: AtomicU64,
+    /// Re-establishments that have ended, and the error of the last one that failed: requests
+    /// that waited while one ran take its outcome instead of starting another.
+    attempts: AtomicU64,
+    failed: Mutex<Option<(u64, Arc<ShimError>)>>,
     stop: CancellationToken,
     requests: TaskTracker,
     background: TaskTracker,
@@ -185,6 +223,8 @@ impl<C: Connector> Bridge<C> {
             init: Mutex::new(None),
             generations: AtomicU64::new(0),
             replays: AtomicU64::new(0),
+            attempts: AtomicU64::new(0),
+            failed: Mutex::new(None),
             stop: CancellationToken::new(),
             requests: TaskTracker::new(),
             background: TaskTracker::new(),
@@ -349,10 +389,40 @@ impl<C: Connector> Bridge<C> {
     }
 
     /// Forwards a request and returns the frame that answers it.
+    ///
+    /// A request that provably never reached a live session (see [`Lost::undelivered`]) is sent
+    /// once more on a re-established session: the daemon did not act on it, and the client sent
+    /// it to a daemon it believed running. Requests that may have taken effect are never resent.
     async fn request(self: &Arc<Self>, id: &Value, body: &Bytes) -> Frame {
-        match self.acquire().await {
-            Ok(link) => self.exchange(&link, body, id, Sink::Client).await.0,
-            Err(err) => unreachable_frame(id, &err.to_string()),
+        let link = match self.acquire().await {
+            Ok(link) => link,
+            Err(err) => return unreachable_frame(id, &err.to_string()),
+        };
+        let lost = match self.exchange(&link, body, id, Sink::Client).await {
+            Ok((frame, _)) => return frame,
+            Err(lost) => lost,
+        };
+        self.lose(&link, &lost.reason);
+        if !lost.undelivered {
+            return failure_frame(id, &lost);
+        }
+        debug!(
+            generation = link.generation,
+            reason = %lost.reason,
+            "A request never reached the daemon; sending it again on a new session."
+        );
+        // Waits for (or runs) the one re-establishment that every request which met the lost
+        // link shares: detect-or-spawn and the replayed initialize.
+        let link = match self.acquire().await {
+            Ok(link) => link,
+            Err(err) => return unreachable_frame(id, &err.to_string()),
+        };
+        match self.exchange(&link, body, id, Sink::Client).await {
+            Ok((frame, _)) => frame,
+            Err(lost) => {
+                self.lose(&link, &lost.reason);
+                failure_frame(id, &lost)
+            }
         }
     }
 
@@ -374,43 +444,60 @@ impl<C: Connector> Bridge<C> {
         // forever on a wedged daemon.
         let result = tokio::select! {
             biased;
-            () = link.lost.cancelled() => Err(Lost(link.reason())),
-            () = tokio::time::sleep(NOTIFY_TIMEOUT) => Ok(Posted {
-                answer: Answer::Rejected(format!("no answer within {NOTIFY_TIMEOUT:?}")),
-                session_id: None,
-            }),
-            posted = self.post(&link, body, None, Sink::Client) => posted,
+            () = link.lost.cancelled() => Err(Lost::in_flight(link.reason())),
+            () = tokio::time::sleep(NOTIFY_TIMEOUT) => Ok(Answer::Rejected(format!("no answer within {NOTIFY_TIMEOUT:?}"))),
+            posted = self.post(&link, body) => posted,
         };
         match result {
-            Ok(Posted { answer: Answer::Accepted, .. }) if initialized => self.listen(&link),
-            Ok(Posted { answer: Answer::Rejected(reason), .. }) => {
+            Ok(Answer::Accepted) if initialized => self.listen(&link),
+            Ok(Answer::Rejected(reason)) => {
                 warn!(method, %reason, "The daemon did not accept a notification or response.");
             }
             Ok(_) => {}
-            Err(Lost(reason)) => self.lose(&link, &reason),
+            Err(lost) => {
+                warn!(method, reason = %lost.reason, "Dropped a message for the daemon: the session was lost.");
+                self.lose(&link, &lost.reason);
+            }
         }
     }
 
     /// The client's `initialize`: starts a new session (ending the one it replaces) while
     /// holding the session slot, so nothing else is forwarded before the session id is known.
+    /// Like any request, it is sent once more (after detect-or-spawn again) when it provably
+    /// never reached the daemon.
     async fn initialize(self: Arc<Self>, id: Value, body: Bytes, mut slot: OwnedRwLockWriteGuard<Option<Arc<Link>>>) {
         let previous = slot.take();
-        let endpoint = match previous.as_ref().filter(|l| l.usable()) {
-            Some(link) => link.endpoint.clone(),
-            None => match self.connector.connect().await {
-                Ok(endpoint) => endpoint,
-                Err(err) => {
-                    drop(slot);
-                    self.emit(unreachable_frame(&id, &err.to_string())).await;
-                    return;
-                }
-            },
-        };
+        let mut endpoint = previous.as_ref().filter(|l| l.usable()).map(|l| l.endpoint.clone());
         if let Some(old) = previous.filter(|l| l.usable() && l.session_id.is_some()) {
             self.retire(old);
         }
-        let fresh = Link::new(self.next_generation(), endpoint, None, None);
-        let (frame, session_id) = self.exchange(&fresh, &body, &id, Sink::Client).await;
+        let mut resent = false;
+        let (fresh, frame, session_id) = loop {
+            let endpoint = match endpoint.take() {
+                Some(endpoint) => endpoint,
+                None => match self.connector.connect().await {
+                    Ok(endpoint) => endpoint,
+                    Err(err) => {
+                        drop(slot);
+                        self.emit(unreachable_frame(&id, &err.to_string())).await;
+                        return;
+                    }
+                },
+            };
+            let fresh = Link::new(self.next_generation(), endpoint, None, None);
+            match self.exchange(&fresh, &body, &id, Sink::Client).await {
+                Ok((frame, session_id)) => break (fresh, frame, session_id),
+                Err(lost) if lost.undelivered && !resent => {
+                    debug!(reason = %lost.reason, "The initialize never reached the daemon; detect-or-spawn again.");
+                    resent = true;
+                }
+                Err(lost) => {
+                    drop(slot);
+                    self.emit(failure_frame(&id, &lost)).await;
+                    return;
+                }
+            }
+        };
         if let Some(result) = initialize_result(&frame) {
             let request = serde_json::from_slice::<Value>(&body).ok();
             *self.init.lock().unwrap_or_else(PoisonError::into_inner) =
@@ -418,7 +505,7 @@ impl<C: Connector> Bridge<C> {
             let version = result.protocol_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
             debug!(generation = fresh.generation, protocol_version = ?result.protocol_version, "Session initialized.");
             *slot = Some(Link::new(fresh.generation, fresh.endpoint.clone(), session_id, version));
-        } else if fresh.usable() {
+        } else {
             // The daemon refused this initialize; keep the connection for whatever comes next.
             *slot = Some(fresh);
         }
@@ -428,7 +515,12 @@ impl<C: Connector> Bridge<C> {
 
     /// The current link, or a new one: detect-or-spawn, then (once the client initialized)
     /// a replay of its `initialize` and `notifications/initialized`.
-    async fn acquire(self: &Arc<Self>) -> Result<Arc<Link>, ShimError> {
+    ///
+    /// One re-establishment at a time, shared: whoever finds the link lost takes the slot's
+    /// write lock and establishes; everyone who waited meanwhile gets the new link, or, when
+    /// that attempt failed, its error (rather than starting one attempt each).
+    async fn acquire(self: &Arc<Self>) -> Result<Arc<Link>, Arc<ShimError>> {
+        let seen = self.attempts.load(Ordering::Acquire);
         if let Some(link) = self.slot.read().await.as_ref().filter(|l| l.usable()) {
             return Ok(link.clone());
         }
@@ -436,9 +528,25 @@ impl<C: Connector> Bridge<C> {
         if let Some(link) = slot.as_ref().filter(|l| l.usable()) {
             return Ok(link.clone());
         }
-        let link = self.establish().await?;
-        *slot = Some(link.clone());
-        Ok(link)
+        if let Some((attempt, err)) = self.failed.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+            && *attempt > seen
+        {
+            return Err(err.clone());
+        }
+        let result = self.establish().await;
+        let attempt = self.attempts.fetch_add(1, Ordering::AcqRel) + 1;
+        match result {
+            Ok(link) => {
+                *slot = Some(link.clone());
+                Ok(link)
+            }
+            Err(err) => {
+                warn!(error = %err, "Could not re-establish the MCP session with the Coffer daemon.");
+                let err = Arc::new(err);
+                *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some((attempt, err.clone()));
+                Err(err)
+            }
+        }
     }
 
     async fn establish(self: &Arc<Self>) -> Result<Arc<Link>, ShimError> {
@@ -456,7 +564,10 @@ impl<C: Connector> Bridge<C> {
         request["id"] = id.clone();
         let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
         let fresh = Link::new(generation, endpoint, None, None);
-        let (frame, session_id) = self.exchange(&fresh, &body, &id, Sink::Discard).await;
+        let (frame, session_id) = self
+            .exchange(&fresh, &body, &id, Sink::Discard)
+            .await
+            .map_err(|lost| ShimError::Reinitialize(lost.reason))?;
         let Some(result) = initialize_result(&frame) else {
             return Err(ShimError::Reinitialize(snippet(frame.bytes())));
         };
@@ -464,8 +575,8 @@ impl<C: Connector> Bridge<C> {
         let link = Link::new(generation, fresh.endpoint.clone(), session_id, version);
         if initialized {
             let body = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-            match self.post(&link, &body, None, Sink::Discard).await {
-                Ok(Posted { answer: Answer::Rejected(reason), .. }) | Err(Lost(reason)) => {
+            match self.post(&link, &body).await {
+                Ok(Answer::Rejected(reason)) | Err(Lost { reason, .. }) => {
                     return Err(ShimError::Reinitialize(reason));
                 }
                 Ok(_) => self.listen(&link),
@@ -475,39 +586,67 @@ impl<C: Connector> Bridge<C> {
         Ok(link)
     }
 
-    /// POSTs a request on `link` and turns every outcome into the frame for the client;
-    /// also returns the answer's `Mcp-Session-Id` header.
-    async fn exchange(&self, link: &Link, body: &Bytes, id: &Value, sink: Sink) -> (Frame, Option<HeaderValue>) {
-        let result = tokio::select! {
+    /// POSTs a request on `link` and turns every answer into the frame for the client; also
+    /// returns the answer's `Mcp-Session-Id` header. `Err` when the link turned out lost; the
+    /// caller decides what the client gets (and marks the link lost).
+    ///
+    /// Once the response has begun, the link being found lost (by anyone) ends the request at
+    /// once: it may have taken effect, and its stream may never end. Before that, whether it
+    /// reached the daemon is for its own POST to tell — a dead daemon refuses or resets it at
+    /// once, a live one answers — so it gets [`LOST_VERDICT_GRACE`] to do so.
+    async fn exchange(
+        &self,
+        link: &Link,
+        body: &Bytes,
+        id: &Value,
+        sink: Sink,
+    ) -> Result<(Frame, Option<HeaderValue>), Lost> {
+        let mut send = std::pin::pin!(self.send(link, body));
+        let resp = tokio::select! {
             biased;
-            () = link.lost.cancelled() => Err(Lost(link.reason())),
-            posted = self.post(link, body, Some(id), sink) => posted,
+            sent = &mut send => sent?,
+            () = link.lost.cancelled() => match tokio::time::timeout(LOST_VERDICT_GRACE, &mut send).await {
+                Ok(sent) => sent?,
+                Err(_) => return Err(Lost::in_flight(link.reason())),
+            },
         };
-        match result {
-            Ok(Posted { answer, session_id }) => {
-                let frame = match answer {
-                    Answer::Response(frame) => frame,
-                    Answer::Accepted => jsonrpc::error_frame(
-                        id,
-                        INTERNAL_ERROR,
-                        "The Coffer daemon accepted the request without answering it.",
-                        None,
-                    ),
-                    Answer::Ended => jsonrpc::lost_frame(id, "the daemon ended the response stream without answering"),
-                    Answer::Rejected(reason) => jsonrpc::error_frame(id, INTERNAL_ERROR, &reason, None),
-                };
-                (frame, session_id)
-            }
-            Err(Lost(reason)) => {
-                self.lose(link, &reason);
-                (jsonrpc::lost_frame(id, &link.reason()), None)
-            }
-        }
+        let session_id = resp.headers().get(SESSION_ID).cloned();
+        let answer = tokio::select! {
+            biased;
+            answer = self.receive(link, resp, Some(id), sink) => answer?,
+            () = link.lost.cancelled() => return Err(Lost::in_flight(link.reason())),
+        };
+        let frame = match answer {
+            Answer::Response(frame) => frame,
+            Answer::Accepted => jsonrpc::error_frame(
+                id,
+                INTERNAL_ERROR,
+                "The Coffer daemon accepted the request without answering it.",
+                None,
+            ),
+            Answer::Ended => jsonrpc::lost_frame(id, "the daemon ended the response stream without answering"),
+            Answer::Rejected(reason) => jsonrpc::error_frame(id, INTERNAL_ERROR, &reason, None),
+        };
+        Ok((frame, session_id))
     }
 
-    /// One POST of one message (MCP 2025-11-25, basic/transports §"Sending Messages to the
-    /// Server"). `request_id` is `None` for notifications and responses, which expect `202`.
-    async fn post(&self, link: &Link, body: &Bytes, request_id: Option<&Value>, sink: Sink) -> Result<Posted, Lost> {
+    /// One POST of a notification or a response, which expects `202` (MCP 2025-11-25,
+    /// basic/transports §"Sending Messages to the Server").
+    async fn post(&self, link: &Link, body: &Bytes) -> Result<Answer, Lost> {
+        let resp = self.send(link, body).await?;
+        self.receive(link, resp, None, Sink::Discard).await
+    }
+
+    /// Sends one message as a POST (a request's answer is then read by [`Bridge::receive`]) and
+    /// waits for the head of the answer. A 404 for the session or a 401 means
+    /// the session (or the daemon run) is gone, and the message was not acted on.
+    async fn send(&self, link: &Link, body: &Bytes) -> Result<reqwest::Response, Lost> {
+        // Let the runtime take in pending socket events first (tokio wakes a yielded task only
+        // after it has polled its I/O driver): a keep-alive connection the daemon closed when it
+        // died is then seen closed and not reused. A request written onto such a connection
+        // would fail as "closed before message completed", like one the daemon read and died
+        // on, and could not be told apart and resent.
+        tokio::task::yield_now().await;
         let resp = link
             .request(Method::POST)
             .header(CONTENT_TYPE, "application/json")
@@ -515,28 +654,42 @@ impl<C: Connector> Bridge<C> {
             .body(body.clone())
             .send()
             .await
-            .map_err(|e| Lost(format!("POST /mcp failed: {}", describe(&e))))?;
+            .map_err(|e| {
+                let reason = format!("POST /mcp failed: {}", describe(&e));
+                if never_delivered(&e) { Lost::undelivered(reason) } else { Lost::in_flight(reason) }
+            })?;
+        check_session(link, resp.status())?;
+        Ok(resp)
+    }
+
+    /// Reads the answer to a POST whose head has arrived. Every loss here is one after the
+    /// daemon had the message.
+    async fn receive(
+        &self,
+        link: &Link,
+        resp: reqwest::Response,
+        request_id: Option<&Value>,
+        sink: Sink,
+    ) -> Result<Answer, Lost> {
         let status = resp.status();
-        let session_id = resp.headers().get(SESSION_ID).cloned();
-        check_session(link, status)?;
         let Some(id) = request_id else {
-            let answer = if status.is_success() {
+            return Ok(if status.is_success() {
                 Answer::Accepted
             } else {
                 let body = resp.bytes().await.unwrap_or_default();
                 Answer::Rejected(format!("HTTP {status}: {}", snippet(&body)))
-            };
-            return Ok(Posted { answer, session_id });
+            });
         };
         if status == StatusCode::ACCEPTED {
-            return Ok(Posted { answer: Answer::Accepted, session_id });
+            return Ok(Answer::Accepted);
         }
         if status.is_success() && is_event_stream(&resp) {
-            let answer = self.read_stream(link, resp, id, sink).await?;
-            return Ok(Posted { answer, session_id });
+            return self.read_stream(link, resp, id, sink).await;
         }
-        let body =
-            resp.bytes().await.map_err(|e| Lost(format!("reading the /mcp response failed: {}", describe(&e))))?;
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| Lost::in_flight(format!("reading the /mcp response failed: {}", describe(&e))))?;
         let frame = if status.is_success() {
             match jsonrpc::parse(&body) {
                 Ok(_) => Frame::from_valid_json(body),
@@ -557,7 +710,7 @@ impl<C: Connector> Bridge<C> {
                 )
             })
         };
-        Ok(Posted { answer: Answer::Response(frame), session_id })
+        Ok(Answer::Response(frame))
     }
 
     /// Reads an SSE response until the response to `id` arrives, writing every other message
@@ -591,7 +744,7 @@ impl<C: Connector> Bridge<C> {
             };
             let Some(last) = parser.last_event_id().map(str::to_owned) else {
                 return match broken {
-                    Some(err) => Err(Lost(format!("the response stream broke: {err}"))),
+                    Some(err) => Err(Lost::in_flight(format!("the response stream broke: {err}"))),
                     None => Ok(Answer::Ended),
                 };
             };
@@ -602,7 +755,7 @@ impl<C: Connector> Bridge<C> {
             let delay = parser.retry().unwrap_or_else(|| resume_backoff(idle_resumes));
             tokio::time::sleep(delay).await;
             debug!(last_event_id = %last, "Resuming a response stream.");
-            resp = match self.open_stream(link, Some(&last)).await? {
+            resp = match self.open_stream(link, Some(&last)).await.map_err(Lost::after_delivery)? {
                 Listen::Stream(resp) => resp,
                 Listen::NotOffered | Listen::Rejected(_) => return Ok(Answer::Ended),
             };
@@ -647,7 +800,7 @@ impl<C: Connector> Bridge<C> {
         if let Some(last) = last_event_id.and_then(|v| HeaderValue::from_str(v).ok()) {
             req = req.header(LAST_EVENT_ID, last);
         }
-        let resp = req.send().await.map_err(|e| Lost(format!("GET /mcp failed: {}", describe(&e))))?;
+        let resp = req.send().await.map_err(|e| Lost::in_flight(format!("GET /mcp failed: {}", describe(&e))))?;
         let status = resp.status();
         check_session(link, status)?;
         if status == StatusCode::METHOD_NOT_ALLOWED {
@@ -711,8 +864,8 @@ impl<C: Connector> Bridge<C> {
                     warn!(%status, "The daemon refused the server-to-client stream.");
                     return;
                 }
-                Err(Lost(reason)) => {
-                    self.lose(link, &reason);
+                Err(lost) => {
+                    self.lose(link, &lost.reason);
                     return;
                 }
             }
@@ -721,8 +874,9 @@ impl<C: Connector> Bridge<C> {
         }
     }
 
-    /// Marks `link` lost: every request in flight on it is answered at once, and the next
-    /// message establishes a new session.
+    /// Marks `link` lost: every request in flight on it is answered at once (one still waiting
+    /// for the head of its answer after [`LOST_VERDICT_GRACE`]), and the next message, or a
+    /// request that never reached the daemon, establishes a new session.
     fn lose(&self, link: &Link, reason: &str) {
         if link.lost_reason.set(reason.to_owned()).is_err() {
             return; // someone else found it first
@@ -731,7 +885,7 @@ impl<C: Connector> Bridge<C> {
         warn!(
             generation = link.generation,
             %reason,
-            "Lost the MCP session with the Coffer daemon; requests in flight get an error and the next message re-initializes."
+            "Lost the MCP session with the Coffer daemon; requests in flight get an error, the next one re-establishes it."
         );
     }
 
@@ -757,13 +911,14 @@ impl<C: Connector> Bridge<C> {
     }
 }
 
-/// 404 for a session we sent, or 401, means the session (or the daemon we knew) is gone.
+/// 404 for a session we sent, or 401, means the session (or the daemon we knew) is gone; the
+/// daemon answers both before it looks at the message.
 fn check_session(link: &Link, status: StatusCode) -> Result<(), Lost> {
     if status == StatusCode::NOT_FOUND && link.session_id.is_some() {
-        return Err(Lost("the daemon no longer knows this MCP session (HTTP 404)".into()));
+        return Err(Lost::undelivered("the daemon no longer knows this MCP session (HTTP 404)"));
     }
     if status == StatusCode::UNAUTHORIZED {
-        return Err(Lost("the daemon refused the token (HTTP 401); it may have restarted".into()));
+        return Err(Lost::undelivered("the daemon refused the token (HTTP 401); it may have restarted"));
     }
     Ok(())
 }
@@ -788,6 +943,38 @@ fn invalid_frame(id: &Value) -> Frame {
         "Invalid Request: not a JSON-RPC request, notification or response.",
         None,
     )
+}
+
+/// Whether a POST that failed without an answer provably never reached the daemon: the
+/// connection could not be made (refused, timed out), or it was reset or broke while the request
+/// was being written. A reset means the daemon's socket was gone or never read our bytes; a
+/// daemon that read the request and then died closes the connection instead ("connection closed
+/// before message completed"), and that request may have taken effect.
+fn never_delivered(err: &reqwest::Error) -> bool {
+    if err.is_connect() {
+        return true;
+    }
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The -32001 answer for a request whose session was lost: "cannot be reached" when it never
+/// got to the daemon, "connection lost" when it may have.
+fn failure_frame(id: &Value, lost: &Lost) -> Frame {
+    if lost.undelivered { unreachable_frame(id, &lost.reason) } else { jsonrpc::lost_frame(id, &lost.reason) }
 }
 
 fn unreachable_frame(id: &Value, reason: &str) -> Frame {

@@ -19,11 +19,17 @@
 //! - once the session is initialized, listens on `GET /mcp` for server-initiated messages,
 //!   reconnecting with `Last-Event-ID`; a `405` means there is no such stream;
 //! - when the daemon dies, refuses the connection, or answers `404` for the session (or `401`
-//!   for a token from before a restart), answers every in-flight request at once with a
-//!   JSON-RPC error (-32001, "may be retried") and, on the next message, runs detect-or-spawn
-//!   again and replays the client's `initialize` (fresh id, answer not shown to the client) and
-//!   `notifications/initialized`. The replay is lazy on purpose: after `coffer daemon stop`
-//!   the shim starts a new daemon only when the client actually uses it;
+//!   for a token from before a restart), re-establishes the session: runs detect-or-spawn again
+//!   (starting a daemon if none runs) and replays the client's `initialize` (fresh id, answer
+//!   not shown to the client) and `notifications/initialized`. A request that provably never
+//!   reached a live session (connection refused, or reset before any answer; 404; 401) is then
+//!   sent once more on the new session, so the first request after a daemon restart or crash
+//!   just works; requests meeting the same loss together share one re-establishment. A request
+//!   that may have taken effect (its answer had begun, or the connection closed while the daemon
+//!   had it) is answered at once with a JSON-RPC error (-32001, "may be retried") and never
+//!   resent. A loss seen only by the `GET` stream just marks the session lost: the replay is
+//!   lazy on purpose, so after `coffer daemon stop` the shim starts a new daemon only when the
+//!   client actually uses it;
 //! - on stdin EOF lets in-flight requests finish (for at most [`Config::drain_timeout`]), on
 //!   SIGTERM/SIGINT (the caller cancels `shutdown`) stops at once; either way it ends the
 //!   session with `DELETE /mcp` and returns. It never stops the daemon.

@@ -18,4 +18,5 @@ mod openapi;
 mod peers;
 mod recovery;
 mod retention;
+mod shim_recovery;
 mod store;

@@ -48,6 +48,8 @@ pub struct Seen {
     pub last_event_id: Option<String>,
     pub accept: Option<String>,
     pub content_type: Option<String>,
+    /// It carried the token this fake accepts (else it was answered 401).
+    pub authorized: bool,
 }
 
 struct Session {
@@ -58,6 +60,9 @@ struct Session {
 /// What the fake has seen, and its knobs.
 pub struct State {
     pub requests: Vec<Seen>,
+    /// The JSON-RPC methods of the requests a live session took on (past the token and session
+    /// checks), in order.
+    pub accepted: Vec<String>,
     sessions: HashMap<String, Session>,
     next_session: u64,
     next_event: u64,
@@ -74,6 +79,10 @@ impl State {
     pub fn posts_of(&self, method: &str) -> Vec<&Seen> {
         self.posts().filter(|s| s.method.as_deref() == Some(method)).collect()
     }
+    /// How many `method` requests a live session took on.
+    pub fn accepted(&self, method: &str) -> usize {
+        self.accepted.iter().filter(|m| *m == method).count()
+    }
     pub fn gets(&self) -> Vec<&Seen> {
         self.requests.iter().filter(|s| s.http == Method::GET).collect()
     }
@@ -89,6 +98,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// The `X-Coffer-Token` this "daemon run" accepts.
+    token: String,
 }
 
 impl Shared {
@@ -114,6 +125,7 @@ impl Shared {
 /// A running fake `/mcp` server.
 pub struct FakeMcp {
     pub base_url: String,
+    pub addr: std::net::SocketAddr,
     shared: Arc<Shared>,
     kill: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -122,12 +134,20 @@ pub struct FakeMcp {
 impl FakeMcp {
     /// Starts a fake on `127.0.0.1:0`; it accepts connections as soon as this returns.
     pub fn start() -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        Self::start_at("127.0.0.1:0".parse().expect("address"), TOKEN)
+    }
+
+    /// Starts a fake on `addr` accepting `token`: e.g. the address of a killed fake, like a
+    /// daemon restarted on the same port with a new token.
+    pub fn start_at(addr: std::net::SocketAddr, token: &str) -> Self {
+        let listener = std::net::TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
         listener.set_nonblocking(true).expect("non-blocking listener");
-        let base_url = format!("http://{}", listener.local_addr().expect("local addr"));
+        let addr = listener.local_addr().expect("local addr");
+        let base_url = format!("http://{addr}");
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 requests: Vec::new(),
+                accepted: Vec::new(),
                 sessions: HashMap::new(),
                 next_session: 0,
                 next_event: 0,
@@ -136,6 +156,7 @@ impl FakeMcp {
                 resumable: HashMap::new(),
             }),
             changed: watch::channel(0).0,
+            token: token.to_owned(),
         });
         let (kill, killed) = oneshot::channel::<()>();
         // Like the daemon's edge: `/mcp` bodies up to 16 MiB (axum's default limit is 2 MiB).
@@ -155,11 +176,11 @@ impl FakeMcp {
             // Dropping the runtime drops every connection task: all sockets close at once.
             drop(rt);
         });
-        Self { base_url, shared, kill: Some(kill), thread: Some(thread) }
+        Self { base_url, addr, shared, kill: Some(kill), thread: Some(thread) }
     }
 
     pub fn endpoint(&self) -> Endpoint {
-        Endpoint::new(self.base_url.clone(), TOKEN.to_owned().into())
+        Endpoint::new(self.base_url.clone(), self.shared.token.clone().into())
     }
 
     /// Waits (at most 10 s) until `cond` holds for the fake's state.
@@ -278,10 +299,11 @@ async fn mcp(AxState(shared): AxState<Arc<Shared>>, method: Method, headers: Hea
         last_event_id: header(&headers, "last-event-id"),
         accept: header(&headers, "accept"),
         content_type: header(&headers, "content-type"),
+        authorized: header(&headers, "x-coffer-token").as_deref() == Some(shared.token.as_str()),
     };
-    let session = seen.session.clone();
+    let (session, authorized) = (seen.session.clone(), seen.authorized);
     shared.update(|s| s.requests.push(seen));
-    if header(&headers, "x-coffer-token").as_deref() != Some(TOKEN) {
+    if !authorized {
         return rpc_error(StatusCode::UNAUTHORIZED, -32001, "missing or wrong token");
     }
     if method == Method::POST && body_json.get("method").and_then(Value::as_str) == Some("initialize") {
@@ -326,6 +348,7 @@ async fn post(shared: &Arc<Shared>, sid: &str, msg: Value) -> Response {
         return Response::builder().status(StatusCode::ACCEPTED).body(Body::empty()).expect("response");
     }
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
+    shared.update(|s| s.accepted.push(msg["method"].as_str().unwrap_or_default().to_owned()));
     match msg["method"].as_str().unwrap_or_default() {
         "echo" => {
             let body = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": params}});

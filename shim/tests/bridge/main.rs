@@ -206,29 +206,53 @@ async fn broken_response_stream_resumes_with_last_event_id() {
     shim.finish().await;
 }
 
+/// Asserts a -32001 answer for `id`; `lost` tells which: the connection was lost while the
+/// daemon may have had the request, or the daemon could not be reached at all.
+fn assert_unavailable(e: &Value, id: i64, lost: bool) {
+    assert_eq!(e["id"], json!(id), "{e}");
+    assert_eq!(e["error"]["code"], json!(-32001), "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Coffer daemon") && message.contains("retried"), "{message}");
+    let expected = if lost { "was lost" } else { "cannot be reached" };
+    assert!(message.contains(expected), "{id}: expected {expected:?}, got {message}");
+}
+
+/// Asserts that `fake` got a replay of the client's `initialize` (same params, a fresh id, no
+/// session) and `notifications/initialized`, once; returns the new session id.
+fn assert_replayed(fake: &FakeMcp, original: &Value) -> String {
+    fake.with(|s| {
+        let inits: Vec<_> = s.posts_of("initialize").into_iter().filter(|p| p.body["id"] != original["id"]).collect();
+        assert_eq!(inits.len(), 1, "one replayed initialize: {:#?}", s.posts_of("initialize"));
+        assert_eq!(inits[0].body["params"], original["params"], "the client's initialize is replayed");
+        assert_eq!(inits[0].session, None);
+        let initialized = s.posts_of("notifications/initialized");
+        initialized.last().expect("notifications/initialized replayed").session.clone().unwrap()
+    })
+}
+
 #[tokio::test]
-async fn session_404_fails_in_flight_requests_then_reinitializes() {
+async fn session_404_resends_the_new_request_and_fails_those_in_flight() {
     let fake = FakeMcp::start();
     let connector = TestConnector::new(Some(fake.endpoint()));
     let mut shim = Shim::start(connector.clone());
     let first = handshake(&mut shim, &fake).await;
 
+    // In flight when the session is lost: one streaming its answer, one the daemon is working on.
     shim.send(json!({"jsonrpc": "2.0", "id": 10, "method": "hang"})).await;
-    fake.wait_until("hang in flight", |s| !s.posts_of("hang").is_empty()).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 13, "method": "wait", "params": {"gate": "never"}})).await;
+    fake.wait_until("hang and wait taken on", |s| s.accepted("hang") == 1 && s.accepted("wait") == 1).await;
     fake.kill_session(&first);
-    shim.send(echo(11, json!({}))).await;
+    shim.send(echo(11, json!({"n": 11}))).await;
 
-    // Both the request that met the 404 and the one hanging on its stream fail at once.
-    let mut errors = shim.recv_n(2).await;
-    errors.sort_by_key(|e| e["id"].as_i64());
-    for (e, id) in errors.iter().zip([10, 11]) {
-        assert_eq!(e["id"], json!(id));
-        assert_eq!(e["error"]["code"], json!(-32001), "{e}");
-        let message = e["error"]["message"].as_str().unwrap();
-        assert!(message.contains("Coffer daemon") && message.contains("retried"), "{message}");
-    }
+    // The request that met the 404 was not processed: it goes through on a new session. The
+    // ones in flight may have taken effect: -32001, never resent.
+    let mut lines = shim.recv_n(3).await;
+    lines.sort_by_key(|e| e["id"].as_i64());
+    assert_unavailable(&lines[0], 10, true);
+    assert_eq!(lines[1], json!({"jsonrpc": "2.0", "id": 11, "result": {"echo": {"n": 11}}}));
+    assert_unavailable(&lines[2], 13, true);
 
-    // The next request re-initializes transparently and works on the new session.
+    // And the session goes on.
     shim.send(echo(12, json!({"again": true}))).await;
     assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 12, "result": {"echo": {"again": true}}}));
     fake.with(|s| {
@@ -242,7 +266,15 @@ async fn session_404_fails_in_flight_requests_then_reinitializes() {
         assert_eq!(initialized.len(), 2);
         let second = initialized[1].session.clone().unwrap();
         assert_ne!(second, first);
-        assert_eq!(s.posts_of("echo").last().unwrap().session.as_deref(), Some(second.as_str()));
+        let echoes = s.posts_of("echo");
+        let sessions: Vec<_> = echoes.iter().map(|p| (p.id.clone().unwrap(), p.session.clone().unwrap())).collect();
+        assert_eq!(
+            sessions,
+            [(json!(11), first.clone()), (json!(11), second.clone()), (json!(12), second.clone())],
+            "11 met the 404 and was sent again on the new session"
+        );
+        assert_eq!(s.posts_of("hang").len(), 1, "in-flight requests are never resent");
+        assert_eq!(s.posts_of("wait").len(), 1, "in-flight requests are never resent");
     });
     assert_eq!(connector.calls(), 2, "detect-or-spawn again after the loss");
     // The replayed initialize's answer was swallowed: nothing else is on stdout.
@@ -250,18 +282,24 @@ async fn session_404_fails_in_flight_requests_then_reinitializes() {
 }
 
 #[tokio::test]
-async fn daemon_death_fails_in_flight_requests_then_respawns() {
+async fn daemon_death_fails_in_flight_requests_at_once_then_respawns() {
     let mut fake = FakeMcp::start();
     let connector = TestConnector::new(Some(fake.endpoint()));
     let mut shim = Shim::start(connector.clone());
     handshake(&mut shim, &fake).await;
 
+    // One streaming its answer, one the daemon is still working on (no answer yet).
     shim.send(json!({"jsonrpc": "2.0", "id": 20, "method": "hang"})).await;
-    fake.wait_until("hang in flight", |s| !s.posts_of("hang").is_empty()).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 22, "method": "wait", "params": {"gate": "never"}})).await;
+    fake.wait_until("hang and wait taken on", |s| s.accepted("hang") == 1 && s.accepted("wait") == 1).await;
+    let killed = std::time::Instant::now();
     fake.kill();
-    let error = shim.recv().await;
-    assert_eq!(error["id"], json!(20));
-    assert_eq!(error["error"]["code"], json!(-32001));
+    let mut errors = shim.recv_n(2).await;
+    let took = killed.elapsed();
+    errors.sort_by_key(|e| e["id"].as_i64());
+    assert_unavailable(&errors[0], 20, true);
+    assert_unavailable(&errors[1], 22, true);
+    assert!(took < Duration::from_millis(800), "in-flight requests fail at once, not after a grace: {took:?}");
 
     // "Re-spawn": detect-or-spawn now finds a new daemon.
     let second = FakeMcp::start();
@@ -271,21 +309,126 @@ async fn daemon_death_fails_in_flight_requests_then_respawns() {
     second.with(|s| {
         assert_eq!(s.posts_of("initialize").len(), 1, "initialize replayed on the new daemon");
         assert_eq!(s.posts_of("notifications/initialized").len(), 1);
+        assert!(s.posts_of("hang").is_empty() && s.posts_of("wait").is_empty(), "in-flight requests are not resent");
     });
     shim.finish().await;
 }
 
 #[tokio::test]
-async fn refused_connection_fails_the_request_then_recovers() {
+async fn daemon_restart_between_two_requests_is_transparent() {
+    let mut fake = FakeMcp::start();
+    // No `GET` stream: only the request itself can find the daemon gone.
+    fake.refuse_get();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+    shim.send(echo(1, json!("before"))).await;
+    assert_eq!(shim.recv().await["result"], json!({"echo": "before"}));
+
+    fake.kill();
+    let second = FakeMcp::start();
+    connector.point_at(second.endpoint());
+    shim.send(echo(2, json!("after"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 2, "result": {"echo": "after"}}));
+
+    let session = assert_replayed(&second, &initialize_request(json!(0)));
+    second.with(|s| {
+        let echoes = s.posts_of("echo");
+        assert_eq!(echoes.len(), 1);
+        assert_eq!(echoes[0].session.as_deref(), Some(session.as_str()));
+    });
+    assert_eq!(connector.calls(), 2, "detect-or-spawn again");
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn daemon_restart_on_the_same_port_with_a_new_token_is_transparent() {
+    let mut fake = FakeMcp::start();
+    fake.refuse_get();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+
+    let addr = fake.addr;
+    fake.kill();
+    let second = FakeMcp::start_at(addr, "the-next-run");
+    connector.point_at(second.endpoint());
+    shim.send(echo(3, json!("same port"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 3, "result": {"echo": "same port"}}));
+
+    let session = assert_replayed(&second, &initialize_request(json!(0)));
+    second.with(|s| {
+        let echoes: Vec<_> = s.posts_of("echo").into_iter().map(|p| (p.authorized, p.session.clone())).collect();
+        assert_eq!(echoes.len(), 2, "{echoes:?}");
+        assert!(!echoes[0].0, "first with the old token: 401");
+        assert_eq!(echoes[1], (true, Some(session.clone())), "then again on the new session");
+    });
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn concurrent_requests_meeting_the_dead_daemon_share_one_reinitialize() {
+    const N: i64 = 8;
+    let mut fake = FakeMcp::start();
+    fake.refuse_get();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+
+    fake.kill();
+    let second = FakeMcp::start();
+    connector.point_at(second.endpoint());
+    let lines: String = (100..100 + N).map(|id| format!("{}\n", echo(id, json!(id)))).collect();
+    shim.send_raw(lines.as_bytes()).await;
+    let mut replies = shim.recv_n(N as usize).await;
+    replies.sort_by_key(|r| r["id"].as_i64());
+    for (r, id) in replies.iter().zip(100..) {
+        assert_eq!(r, &json!({"jsonrpc": "2.0", "id": id, "result": {"echo": id}}));
+    }
+    let session = assert_replayed(&second, &initialize_request(json!(0)));
+    second.with(|s| {
+        assert_eq!(s.posts_of("initialize").len(), 1, "one re-initialize for all of them");
+        let echoes = s.posts_of("echo");
+        assert_eq!(echoes.len(), N as usize);
+        assert!(echoes.iter().all(|p| p.session.as_deref() == Some(session.as_str())));
+    });
+    assert_eq!(connector.calls(), 2, "one detect-or-spawn for all of them");
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn loss_seen_first_by_the_get_stream_still_respawns_on_the_next_request() {
+    let mut fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    handshake(&mut shim, &fake).await;
+
+    fake.kill();
+    // The listener reconnects after the fake's `retry: 10` and finds the daemon gone; give it
+    // ample time to mark the session lost before the client sends anything.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(connector.calls(), 1, "a loss seen by the GET stream alone starts no daemon");
+    let second = FakeMcp::start();
+    connector.point_at(second.endpoint());
+    shim.send(echo(4, json!("next"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 4, "result": {"echo": "next"}}));
+    assert_replayed(&second, &initialize_request(json!(0)));
+    assert_eq!(connector.calls(), 2);
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn refused_connection_with_no_daemon_to_find_fails_after_one_attempt() {
     let mut fake = FakeMcp::start();
     let connector = TestConnector::new(Some(fake.endpoint()));
     let mut shim = Shim::start(connector.clone());
     handshake(&mut shim, &fake).await;
     fake.kill();
 
+    // Detect-or-spawn runs again for the request but finds only the dead daemon: one -32001.
     shim.send(echo(30, json!({}))).await;
-    let error = shim.recv().await;
-    assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (json!(30), json!(-32001)));
+    assert_unavailable(&shim.recv().await, 30, false);
+    assert_eq!(connector.calls(), 2, "the failed request re-ran detect-or-spawn");
 
     let second = FakeMcp::start();
     connector.point_at(second.endpoint());
