@@ -73,6 +73,7 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
+    let snapshot_ready = snapshot.clone();
     let gateway = mcp::Gateway::new(home.clone(), store.clone(), snapshot.clone(), shutdown.clone());
     let state = Arc::new(AppState {
         public_token,
@@ -88,6 +89,11 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
         shutdown: shutdown.clone(),
     });
 
+    // Report healthy (and so let the supervisor write daemon.json) only once the policy
+    // snapshot has loaded: a call arriving earlier would see an empty registry.
+    if !snapshot_ready.wait_for(0, std::time::Duration::from_secs(50)).await {
+        tracing::warn!("Registry snapshot not loaded after 50 s; serving anyway.");
+    }
     let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(
         grpc,
         internal,
