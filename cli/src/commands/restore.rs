@@ -18,7 +18,7 @@
 //!    so `coffer restore --force` on it undoes this restore.
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -27,7 +27,6 @@ use clap::Args;
 use coffer_runtime::daemon_file::{DaemonFileError, DaemonLock, lock_is_held};
 use coffer_runtime::home::CofferHome;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::context::Ctx;
 use crate::error::CliError;
@@ -293,7 +292,8 @@ pub fn verify(dir: &Path) -> Result<Verified, CliError> {
             return Err(bad(format!("{} is {} bytes, the manifest says {}", e.path, meta.len(), e.bytes)));
         }
         let mut input = File::open(&p).map_err(|err| bad(format!("cannot read {}: {err}", e.path)))?;
-        let (_, sha) = digest(&mut input, None).map_err(|err| bad(format!("cannot read {}: {err}", e.path)))?;
+        let (_, sha) = coffer_runtime::digest::sha256_copy(&mut input, None)
+            .map_err(|err| bad(format!("cannot read {}: {err}", e.path)))?;
         if sha != e.sha256 {
             return Err(bad(format!("{} does not match its SHA-256 in the manifest (corrupt or changed)", e.path)));
         }
@@ -379,27 +379,6 @@ fn newer(a: &str, b: &str) -> bool {
     }
 }
 
-/// Reads `input` to the end, writing it to `out` when given; returns (bytes, SHA-256 hex).
-fn digest(input: &mut impl Read, mut out: Option<&mut File>) -> std::io::Result<(u64, String)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = match input.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        if let Some(o) = out.as_deref_mut() {
-            o.write_all(&buf[..n])?;
-        }
-        total += n as u64;
-    }
-    Ok((total, hex::encode(hasher.finalize())))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Applying.
 
@@ -446,8 +425,8 @@ fn stage(b: &Verified, staging: &Path) -> Result<(), CliError> {
             .mode(0o600)
             .open(&dst)
             .map_err(|err| fail(format!("cannot write {}: {err}", dst.display())))?;
-        let (bytes, sha) =
-            digest(&mut input, Some(&mut out)).map_err(|err| fail(format!("copying {}: {err}", e.path)))?;
+        let (bytes, sha) = coffer_runtime::digest::sha256_copy(&mut input, Some(&mut out))
+            .map_err(|err| fail(format!("copying {}: {err}", e.path)))?;
         out.sync_all().map_err(|err| fail(format!("cannot write {}: {err}", dst.display())))?;
         if bytes != e.bytes || sha != e.sha256 {
             return Err(fail(format!("{} changed while it was being restored; nothing was replaced", src.display())));
@@ -556,7 +535,7 @@ fn collect(dir: &Path, rel: &Path, out: &mut Vec<Value>) -> std::io::Result<()> 
         if kind.is_dir() && in_folder {
             collect(dir, &child, out)?;
         } else if kind.is_file() && (top_level_file || (in_folder && !rel.as_os_str().is_empty())) {
-            let (bytes, sha256) = digest(&mut File::open(e.path())?, None)?;
+            let (bytes, sha256) = coffer_runtime::digest::sha256_copy(&mut File::open(e.path())?, None)?;
             out.push(json!({"path": name, "bytes": bytes, "sha256": sha256}));
         }
     }

@@ -10,8 +10,8 @@
 //! a second daemon that cannot take the lock exits. Entry points also serialise the spawn itself
 //! on `spawn.lock`, so a burst of them started against no daemon starts exactly one.
 use std::fs::File;
-use std::path::PathBuf;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,7 @@
 
 pub mod connect;
 pub mod daemon_file;
+pub mod digest;
 pub mod env;
 pub mod grpc;
 pub mod home;

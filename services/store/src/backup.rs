@@ -19,12 +19,11 @@
 //! touches anything. The database snapshot is consistent on its own; the markdown folders are
 //! copied file by file after it (they are the user's files, edited outside any transaction).
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::db::{Db, StoreError};
 
@@ -264,7 +263,7 @@ fn hash_file(dir: &Path, rel: &str) -> Result<FileEntry, BackupError> {
     let err = |source| BackupError::Target { path: path.clone(), source };
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     let mut f = File::open(&path).map_err(err)?;
-    let (bytes, sha256) = digest(&mut f, None).map_err(err)?;
+    let (bytes, sha256) = coffer_runtime::digest::sha256_copy(&mut f, None).map_err(err)?;
     Ok(FileEntry { path: rel.to_owned(), bytes, sha256 })
 }
 
@@ -274,31 +273,10 @@ fn copy_file(src: &Path, dir: &Path, rel: &str) -> Result<FileEntry, BackupError
     let dst = dir.join(rel);
     let mut input = File::open(src).map_err(|source| BackupError::Source { path: src.into(), source })?;
     let mut out = create_private(&dst)?;
-    let (bytes, sha256) =
-        digest(&mut input, Some(&mut out)).map_err(|source| BackupError::Source { path: src.into(), source })?;
+    let (bytes, sha256) = coffer_runtime::digest::sha256_copy(&mut input, Some(&mut out))
+        .map_err(|source| BackupError::Source { path: src.into(), source })?;
     out.sync_all().map_err(|source| BackupError::Target { path: dst, source })?;
     Ok(FileEntry { path: rel.to_owned(), bytes, sha256 })
-}
-
-/// Reads `input` to the end, writing it to `out` when given; returns (bytes, SHA-256 hex).
-fn digest(input: &mut impl Read, mut out: Option<&mut File>) -> std::io::Result<(u64, String)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = match input.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        if let Some(o) = out.as_deref_mut() {
-            o.write_all(&buf[..n])?;
-        }
-        total += n as u64;
-    }
-    Ok((total, hex::encode(hasher.finalize())))
 }
 
 /// Copies the folder `home/rel` into `dir/rel` recursively (directories 0700, files 0600),
@@ -377,7 +355,7 @@ mod tests {
     }
 
     fn sha(bytes: &[u8]) -> String {
-        hex::encode(Sha256::digest(bytes))
+        coffer_runtime::digest::sha256_copy(&mut &bytes[..], None).expect("in-memory read").1
     }
 
     #[tokio::test]

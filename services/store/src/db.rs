@@ -137,12 +137,18 @@ impl Db {
             let r = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(StoreError::from);
             let _ = tx.send(r);
         });
+        self.submit(job).await?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Queues `job` for the writer thread. The queue is bounded; a full queue applies
+    /// back-pressure on a blocking thread, never on the async workers.
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
         let writer = self.writer.clone();
         tokio::task::spawn_blocking(move || writer.send(job))
             .await
             .map_err(|_| StoreError::WriterGone)?
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
+            .map_err(|_| StoreError::WriterGone)
     }
 
     /// Highest committed change number.
@@ -203,12 +209,7 @@ impl Db {
             });
             let _ = tx.send(out);
         });
-        // The writer queue is bounded; a full queue applies back-pressure on a blocking thread.
-        let writer = self.writer.clone();
-        tokio::task::spawn_blocking(move || writer.send(job))
-            .await
-            .map_err(|_| StoreError::WriterGone)?
-            .map_err(|_| StoreError::WriterGone)?;
+        self.submit(job).await?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
