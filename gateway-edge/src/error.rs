@@ -183,7 +183,10 @@ where
         if essence != "application/json" && !essence.ends_with("+json") {
             return Err(ApiError::new(
                 Code::UnsupportedMediaType,
-                format!("send the body as JSON with Content-Type: application/json (got {:?})", ct.chars().take(60).collect::<String>()),
+                format!(
+                    "send the body as JSON with Content-Type: application/json (got {:?})",
+                    ct.chars().take(60).collect::<String>()
+                ),
             ));
         }
         let bytes = axum::body::Bytes::from_request(req, state)

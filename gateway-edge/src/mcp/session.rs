@@ -646,7 +646,10 @@ impl Session {
             }
         };
         if found.0 != "coffer" && !snap.servers.contains_key(&found.0) {
-            return Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {:?} in {noun} {exposed:?}: it was removed", found.0)));
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Unknown server {:?} in {noun} {exposed:?}: it was removed", found.0),
+            ));
         }
         if !snap.capability_enabled(&found.0, kind.kind(), &found.1) {
             return Err(Self::disabled(&snap, exposed, &found.0, noun));

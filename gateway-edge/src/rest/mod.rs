@@ -95,5 +95,8 @@ async fn restart_service(
         .into_inner()
         .service
         .unwrap_or_default();
-    Ok((axum::http::StatusCode::OK, Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts}))))
+    Ok((
+        axum::http::StatusCode::OK,
+        Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})),
+    ))
 }
