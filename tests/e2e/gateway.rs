@@ -543,7 +543,8 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     let names = s2.tool_names().await?;
     ensure!(names.contains(&"tiny__echo".to_owned()) && !names.iter().any(|n| n.starts_with("hang__")), "{names:?}");
     let status = api.status().await?;
-    let hang = status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned().context("hang")?;
+    let hang =
+        status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned().context("hang")?;
     assert_eq!(hang["state"], "unhealthy", "{hang}");
     Ok(())
 }
