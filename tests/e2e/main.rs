@@ -17,6 +17,7 @@ mod http_upstream;
 mod openapi;
 mod peers;
 mod recovery;
+mod rest;
 mod retention;
 mod shim_recovery;
 mod store;
