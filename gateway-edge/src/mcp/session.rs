@@ -165,6 +165,9 @@ impl Answer {
     }
 }
 
+/// One message for the GET stream: its event id and the JSON-RPC text.
+pub type OutboundEvent = (u64, Arc<str>);
+
 /// Server→client messages for the session's GET stream, with ids for resumption.
 pub struct Outbound {
     next: AtomicU64,
@@ -190,10 +193,7 @@ impl Outbound {
     }
 
     /// Messages after `last_event_id` still in the buffer, and a receiver for later ones.
-    pub fn subscribe(
-        &self,
-        last_event_id: Option<u64>,
-    ) -> (Vec<(u64, Arc<str>)>, broadcast::Receiver<(u64, Arc<str>)>) {
+    pub fn subscribe(&self, last_event_id: Option<u64>) -> (Vec<OutboundEvent>, broadcast::Receiver<OutboundEvent>) {
         let ring = self.ring.lock().expect("outbound");
         let rx = self.tx.subscribe();
         let backlog = match last_event_id {
