@@ -14,6 +14,7 @@ pub const TRACE_HEADER: &str = "x-coffer-trace";
 
 /// A loopback HTTP client: no proxy, short connect timeout, 30 s request timeout.
 pub fn http_client() -> reqwest::Client {
+    coffer_runtime::tls::ensure_provider();
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))

@@ -64,6 +64,7 @@ impl Daemon {
 
 /// An HTTP client for loopback use: no proxy, no TLS.
 pub fn http_client() -> reqwest::Client {
+    crate::tls::ensure_provider();
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(2))

@@ -19,6 +19,7 @@ pub mod listen;
 pub mod logging;
 pub mod service;
 pub mod spawn;
+pub mod tls;
 pub mod token;
 
 /// Version of this build; the daemon and its entry points compare it.

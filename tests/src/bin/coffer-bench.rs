@@ -257,6 +257,7 @@ async fn main() -> Result<()> {
     if !everything.exists() {
         bail!("server-everything missing: run tests/peers/install.sh");
     }
+    coffer_runtime::tls::ensure_provider();
     let http = reqwest::Client::builder().no_proxy().build()?;
     println!("# Coffer benchmarks\n");
     println!("binaries: {}\n", bins.display());
