@@ -227,19 +227,8 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
         let three: String = frac.chars().chain(std::iter::repeat('0')).take(3).collect();
         three.parse::<i64>().ok()?
     };
-    let days = days_from_civil(y, mo, da);
+    let days = coffer_runtime::days_from_civil(y, mo, da);
     Some(((days * 86_400 + h * 3600 + mi * 60 + se) * 1000) + millis)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Seconds elapsed since an RFC 3339 instant, `None` when it does not parse.

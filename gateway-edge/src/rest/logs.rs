@@ -229,7 +229,7 @@ pub fn parse_time(s: &str, now_ms: i64) -> Result<String, String> {
     if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) {
         return Err("no such date".into());
     }
-    let day_ms = days_from_civil(y, mo, d) * 86_400_000;
+    let day_ms = coffer_runtime::days_from_civil(y, mo, d) * 86_400_000;
     if b.len() == 10 {
         return Ok(coffer_runtime::rfc3339_from_unix_ms(day_ms));
     }
@@ -284,17 +284,6 @@ fn days_in_month(y: i64, m: i64) -> i64 {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 fn now_ms() -> i64 {

@@ -41,6 +41,18 @@ pub fn rfc3339_from_unix_ms(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`);
+/// the inverse of the conversion [`rfc3339_from_unix_ms`] uses.
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day); Howard Hinnant's
 /// `civil_from_days` algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -65,5 +77,9 @@ mod tests {
         assert_eq!(rfc3339_from_unix_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_from_unix_ms(1_796_031_096_123), "2026-11-30T09:31:36.123Z");
         assert_eq!(rfc3339_from_unix_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        for days in [-800_000, -1, 0, 59, 10_957, 20_787, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, i64::from(m), i64::from(d)), days);
+        }
     }
 }
