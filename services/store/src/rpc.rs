@@ -147,6 +147,36 @@ fn server_from_row(r: &Row<'_>) -> rusqlite::Result<McpServer> {
 
 const SERVER_COLS: &str = "name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at";
 
+/// Writes every column of `s` (insert, or replace the row with the same name), inside the
+/// caller's transaction. The caller has set `version`, `created_at` and `updated_at`.
+fn write_server_row(t: &rusqlite::Connection, s: &McpServer) -> Result<(), StoreError> {
+    t.execute(
+        &format!(
+            "INSERT INTO mcp_servers ({SERVER_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+             ON CONFLICT (name) DO UPDATE SET transport = excluded.transport, command = excluded.command,
+               args_json = excluded.args_json, env_json = excluded.env_json, cwd = excluded.cwd, url = excluded.url,
+               headers_json = excluded.headers_json, enabled = excluded.enabled, timeout_ms = excluded.timeout_ms,
+               version = excluded.version, created_at = excluded.created_at, updated_at = excluded.updated_at"
+        ),
+        params![
+            s.name,
+            s.transport,
+            s.command,
+            serde_json::to_string(&s.args).expect("json"),
+            serde_json::to_string(&s.env).expect("json"),
+            s.cwd,
+            s.url,
+            serde_json::to_string(&s.headers).expect("json"),
+            s.enabled as i64,
+            s.timeout_ms as i64,
+            s.version,
+            s.created_at,
+            s.updated_at
+        ],
+    )?;
+    Ok(())
+}
+
 fn get_server_tx(t: &rusqlite::Connection, name: &str) -> Result<Option<McpServer>, StoreError> {
     Ok(t.query_row(&format!("SELECT {SERVER_COLS} FROM mcp_servers WHERE name = ?1"), [name], server_from_row)
         .optional()?)
@@ -218,24 +248,7 @@ impl Store for StoreService {
                 s.version = 1;
                 s.created_at = now.clone();
                 s.updated_at = now;
-                t.execute(
-                    &format!("INSERT INTO mcp_servers ({SERVER_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
-                    params![
-                        s.name,
-                        s.transport,
-                        s.command,
-                        serde_json::to_string(&s.args).expect("json"),
-                        serde_json::to_string(&s.env).expect("json"),
-                        s.cwd,
-                        s.url,
-                        serde_json::to_string(&s.headers).expect("json"),
-                        s.enabled as i64,
-                        s.timeout_ms as i64,
-                        s.version,
-                        s.created_at,
-                        s.updated_at
-                    ],
-                )?;
+                write_server_row(t, &s)?;
                 audit(t, &trace, &r.actor, "server.create", &s.name)?;
                 ch.push("server", s.name.clone(), "create");
                 Ok(s)
@@ -252,31 +265,19 @@ impl Store for StoreService {
         let (server, seq) = self
             .db
             .write(move |t, ch| {
-                let cur = get_server_tx(t, &s.name)?.ok_or_else(|| StoreError::NotFound(format!("server {:?}", s.name)))?;
+                let cur =
+                    get_server_tx(t, &s.name)?.ok_or_else(|| StoreError::NotFound(format!("server {:?}", s.name)))?;
                 if r.check_version && cur.version != r.expected_version {
-                    return Err(StoreError::Conflict { what: format!("server {:?}", s.name), expected: r.expected_version, current: cur.version });
+                    return Err(StoreError::Conflict {
+                        what: format!("server {:?}", s.name),
+                        expected: r.expected_version,
+                        current: cur.version,
+                    });
                 }
                 s.version = cur.version + 1;
                 s.created_at = cur.created_at;
                 s.updated_at = coffer_runtime::now_rfc3339();
-                t.execute(
-                    "UPDATE mcp_servers SET transport=?2, command=?3, args_json=?4, env_json=?5, cwd=?6, url=?7, headers_json=?8,
-                     enabled=?9, timeout_ms=?10, version=?11, updated_at=?12 WHERE name=?1",
-                    params![
-                        s.name,
-                        s.transport,
-                        s.command,
-                        serde_json::to_string(&s.args).expect("json"),
-                        serde_json::to_string(&s.env).expect("json"),
-                        s.cwd,
-                        s.url,
-                        serde_json::to_string(&s.headers).expect("json"),
-                        s.enabled as i64,
-                        s.timeout_ms as i64,
-                        s.version,
-                        s.updated_at
-                    ],
-                )?;
+                write_server_row(t, &s)?;
                 let action = if cur.enabled != s.enabled {
                     if s.enabled { "server.enable" } else { "server.disable" }
                 } else {
