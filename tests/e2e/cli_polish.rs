@@ -217,18 +217,21 @@ async fn logs_with_json_are_one_object_per_line() -> anyhow::Result<()> {
     // the follower (which starts at the end of the file) has printed one.
     let mut child = home.cli_command(&["logs", "gateway", "-f", "-n", "0", "--json"])?.spawn()?;
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let writer = {
-        let api = api.clone();
-        tokio::spawn(async move {
-            for i in 0.. {
-                let patch = json!({"set": {"my.own.key": i.to_string()}});
-                let _ = api.request(Method::PATCH, "/v1/settings").json(&patch).reply().await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
-    let line = tokio::time::timeout(Duration::from_secs(20), stdout.next_line()).await;
-    writer.abort();
+    // Each round writes one patch and waits for the follower's next line; a round without a line
+    // (the follower may not have opened the file yet) just writes again, up to a deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut line = None;
+    for i in 0.. {
+        let patch = json!({"set": {"my.own.key": i.to_string()}});
+        let _ = api.request(Method::PATCH, "/v1/settings").json(&patch).reply().await;
+        if let Ok(next) = tokio::time::timeout(Duration::from_millis(300), stdout.next_line()).await {
+            line = Some(next);
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+    }
     child.kill().await?;
     let line = line.context("no line while following")??.context("stdout closed")?;
     let v: Value = serde_json::from_str(&line).with_context(|| line.clone())?;

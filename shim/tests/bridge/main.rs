@@ -403,10 +403,23 @@ async fn loss_seen_first_by_the_get_stream_still_respawns_on_the_next_request() 
     let mut shim = Shim::start(connector.clone());
     handshake(&mut shim, &fake).await;
 
+    let addr = fake.addr;
     fake.kill();
-    // The listener reconnects after the fake's `retry: 10` and finds the daemon gone; give it
-    // ample time to mark the session lost before the client sends anything.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The dead daemon's port now resets every connection. Wait (with a deadline) until the GET
+    // stream's reconnect has hit it: the shim has then seen the loss before the client sends
+    // anything.
+    let dead = tokio::net::TcpListener::bind(addr).await.expect("rebind the dead daemon's port");
+    let (hit_tx, mut hit_rx) = tokio::sync::mpsc::unbounded_channel();
+    let resetter = tokio::spawn(async move {
+        while let Ok((sock, _)) = dead.accept().await {
+            drop(sock);
+            let _ = hit_tx.send(());
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), hit_rx.recv())
+        .await
+        .expect("the GET stream tried to reconnect to the dead daemon");
+    resetter.abort();
     assert_eq!(connector.calls(), 1, "a loss seen by the GET stream alone starts no daemon");
     let second = FakeMcp::start();
     connector.point_at(second.endpoint());
