@@ -113,6 +113,8 @@ async def serve(a, ops, ready):
         op = cmd["op"]
         try:
             if op == "close":
+                global CLOSING
+                CLOSING = True
                 return
             if op == "wire":
                 out = {"wire": wire}
@@ -171,6 +173,19 @@ async def run_v2(a):
                                "serverInfo": dump(c.server_info)})
 
 
+# Set once the test asked for a clean close: after that, only teardown is left.
+CLOSING = False
+
+
+def _only_teardown_race(e):
+    """True for the SDK's known teardown race (python-sdk #1749): after a requested close, its
+    stream tasks may raise anyio.BrokenResourceError inside an ExceptionGroup."""
+    if isinstance(e, anyio.BrokenResourceError):
+        return True
+    inner = getattr(e, "exceptions", None)
+    return bool(inner) and all(_only_teardown_race(x) for x in inner)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stdio", action="store_true")
@@ -188,6 +203,9 @@ def main():
     try:
         anyio.run(run_v1 if MAJOR < 2 else run_v2, a)
     except BaseException as e:  # noqa: BLE001 - report anything, incl. ExceptionGroup
+        if CLOSING and _only_teardown_race(e):
+            print("mcp_driver (mcp %s): ignored the SDK's teardown race after close: %r" % (SDK, e), file=sys.stderr)
+            return 0
         print("mcp_driver (mcp %s): %s: %r" % (SDK, type(e).__name__, e), file=sys.stderr)
         return 1
     return 0
