@@ -67,6 +67,10 @@ struct Link {
     /// Counts links in this process, for logs.
     generation: u64,
     endpoint: Endpoint,
+    /// `{base_url}/mcp`, parsed once (`None` when it does not parse: each request then reports it).
+    mcp_url: Option<reqwest::Url>,
+    /// The token header, built once.
+    token: HeaderValue,
     session_id: Option<HeaderValue>,
     protocol_version: Option<HeaderValue>,
     /// Cancelled when the daemon connection or the session is found lost; every request in
@@ -85,8 +89,13 @@ impl Link {
         session_id: Option<HeaderValue>,
         protocol_version: Option<HeaderValue>,
     ) -> Arc<Self> {
+        let mut token = HeaderValue::from_str(endpoint.token.expose_secret())
+            .unwrap_or_else(|_| HeaderValue::from_static("invalid-token"));
+        token.set_sensitive(true);
         Arc::new(Self {
             generation,
+            mcp_url: reqwest::Url::parse(&endpoint.mcp_url()).ok(),
+            token,
             endpoint,
             session_id,
             protocol_version,
@@ -106,10 +115,11 @@ impl Link {
 
     /// A request to `/mcp` with the token and, when known, the session headers.
     fn request(&self, method: Method) -> reqwest::RequestBuilder {
-        let mut token = HeaderValue::from_str(self.endpoint.token.expose_secret())
-            .unwrap_or_else(|_| HeaderValue::from_static("invalid-token"));
-        token.set_sensitive(true);
-        let mut req = self.endpoint.http.request(method, self.endpoint.mcp_url()).header(TOKEN, token);
+        let req = match &self.mcp_url {
+            Some(url) => self.endpoint.http.request(method, url.clone()),
+            None => self.endpoint.http.request(method, self.endpoint.mcp_url()),
+        };
+        let mut req = req.header(TOKEN, self.token.clone());
         if let Some(id) = &self.session_id {
             req = req.header(SESSION_ID, id.clone());
         }

@@ -44,6 +44,7 @@ mod connector;
 mod frame;
 mod jsonrpc;
 mod sse;
+pub mod stdio;
 
 use std::time::Duration;
 

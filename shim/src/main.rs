@@ -35,8 +35,8 @@ fn main() -> ExitCode {
             }
         });
         coffer_shim::run(
-            tokio::io::stdin(),
-            tokio::io::stdout(),
+            coffer_shim::stdio::stdin(),
+            coffer_shim::stdio::stdout(),
             DaemonConnector::from_env(),
             Config::default(),
             shutdown,

@@ -70,6 +70,10 @@ impl StdioClient {
         Ok(c)
     }
 
+    fn pid(&self) -> Option<u32> {
+        self._child.id()
+    }
+
     async fn send(&self, v: Value) -> Result<()> {
         let mut s = self.stdin.lock().await;
         s.write_all(format!("{v}\n").as_bytes()).await?;
@@ -83,6 +87,25 @@ impl StdioClient {
         self.pending.lock().expect("pending").insert(id, tx);
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
         tokio::time::timeout(Duration::from_secs(60), rx).await.context("timeout")?.context("closed")
+    }
+}
+
+/// CPU time of a set of processes between [`CpuMeter::start`] and [`CpuMeter::per_call`].
+struct CpuMeter<'a> {
+    start: Vec<(&'a str, String, u64)>,
+}
+
+impl<'a> CpuMeter<'a> {
+    fn start(procs: &[(&'a str, &str)]) -> Self {
+        Self { start: procs.iter().map(|(label, pid)| (*label, (*pid).to_owned(), cpu_ns(pid))).collect() }
+    }
+
+    /// µs of CPU per call for each process over `calls` calls.
+    fn per_call(self, calls: usize) -> Vec<(&'a str, f64)> {
+        self.start
+            .into_iter()
+            .map(|(label, pid, before)| (label, cpu_ns(&pid).saturating_sub(before) as f64 / 1e3 / calls as f64))
+            .collect()
     }
 }
 
@@ -172,6 +195,17 @@ async fn http_echo_load(
     Ok(stats(all, start.elapsed()))
 }
 
+/// CPU time used so far by every thread of `pid` ("self" for this process), in nanoseconds
+/// (`/proc/<pid>/task/*/schedstat`, first field: time spent on a CPU).
+fn cpu_ns(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn rss_kib(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -208,6 +242,24 @@ fn children_of(pid: i32) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Children of `pid` that run Node (server-everything upstreams).
+fn node_children(pid: i32) -> Vec<i32> {
+    children_of(pid)
+        .into_iter()
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "node"))
+        .collect()
+}
+
+/// The gateway service's pid, from `GET /v1/status`.
+async fn gateway_pid(http: &reqwest::Client, env: &Env, token: &str) -> Result<i32> {
+    let s: Value = http.get(env.url("/v1/status")).header("X-Coffer-Token", token).send().await?.json().await?;
+    Ok(s["services"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "gateway"))
+        .and_then(|e| e["pid"].as_i64())
+        .context("gateway pid")? as i32)
 }
 
 struct Env {
@@ -257,6 +309,15 @@ async fn main() -> Result<()> {
     if !everything.exists() {
         bail!("server-everything missing: run tests/peers/install.sh");
     }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let only = match args.as_slice() {
+        [] => None,
+        [flag, section] if flag == "--only" && ["daemon", "gateway", "sessions"].contains(&section.as_str()) => {
+            Some(section.clone())
+        }
+        _ => bail!("usage: coffer-bench [--only daemon|gateway|sessions]"),
+    };
+    let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
     coffer_runtime::tls::ensure_provider();
     let http = reqwest::Client::builder().no_proxy().build()?;
     println!("# Coffer benchmarks\n");
@@ -264,31 +325,33 @@ async fn main() -> Result<()> {
 
     // 1. Cold start, 5 runs: no daemon → `coffer status` answered. Baseline: `coffer status`
     //    against the running daemon.
-    let mut cold = Vec::new();
-    let mut warm = Vec::new();
-    for _ in 0..5 {
-        let env = Env::new(&bins)?;
-        let t = Instant::now();
-        let out = env.coffer(&["status"]).await?;
-        cold.push(t.elapsed());
-        if !out.status.success() {
-            bail!("coffer status failed: {}", String::from_utf8_lossy(&out.stderr));
+    if want("daemon") {
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        for _ in 0..5 {
+            let env = Env::new(&bins)?;
+            let t = Instant::now();
+            let out = env.coffer(&["status"]).await?;
+            cold.push(t.elapsed());
+            if !out.status.success() {
+                bail!("coffer status failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            let t = Instant::now();
+            env.coffer(&["status"]).await?;
+            warm.push(t.elapsed());
+            env.stop().await;
         }
-        let t = Instant::now();
-        env.coffer(&["status"]).await?;
-        warm.push(t.elapsed());
-        env.stop().await;
+        cold.sort();
+        warm.sort();
+        println!("## Daemon\n");
+        println!("| measure | value | baseline (same run) | ratio |\n|---|---|---|---|");
+        println!(
+            "| cold start: no daemon → `coffer status` answered (median of 5) | {:.0} ms | warm `coffer status` {:.1} ms | {:.1}× |",
+            cold[2].as_secs_f64() * 1e3,
+            warm[2].as_secs_f64() * 1e3,
+            cold[2].as_secs_f64() / warm[2].as_secs_f64()
+        );
     }
-    cold.sort();
-    warm.sort();
-    println!("## Daemon\n");
-    println!("| measure | value | baseline (same run) | ratio |\n|---|---|---|---|");
-    println!(
-        "| cold start: no daemon → `coffer status` answered (median of 5) | {:.0} ms | warm `coffer status` {:.1} ms | {:.1}× |",
-        cold[2].as_secs_f64() * 1e3,
-        warm[2].as_secs_f64() * 1e3,
-        cold[2].as_secs_f64() / warm[2].as_secs_f64()
-    );
 
     // 2. Restart time of each killed service; 3. idle memory.
     let env = Env::new(&bins)?;
@@ -297,40 +360,45 @@ async fn main() -> Result<()> {
     let status = |http: reqwest::Client, url: String, token: String| async move {
         http.get(url).header("X-Coffer-Token", token).send().await?.json::<Value>().await.map_err(anyhow::Error::from)
     };
-    let procs = coffer_pids(env.home.path());
-    let idle_kib: u64 = procs.iter().map(|(p, _)| rss_kib(*p)).sum();
-    let idle_detail: Vec<String> = procs.iter().map(|(p, c)| format!("{c} {} MiB", rss_kib(*p) / 1024)).collect();
-    for svc in ["store", "chat", "retrieval", "gateway"] {
-        let s = status(http.clone(), env.url("/v1/status"), token.clone()).await?;
-        let entry =
-            s["services"].as_array().and_then(|a| a.iter().find(|x| x["name"] == svc)).cloned().context("service")?;
-        let pid = entry["pid"].as_i64().context("pid")? as i32;
-        let restarts = entry["restarts"].as_u64().unwrap_or(0);
-        let t = Instant::now();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)?;
-        loop {
-            if let Ok(s) = status(http.clone(), env.url("/v1/status"), token.clone()).await
-                && let Some(e) = s["services"].as_array().and_then(|a| a.iter().find(|x| x["name"] == svc))
-                && e["state"] == "healthy"
-                && e["restarts"].as_u64().unwrap_or(0) > restarts
-            {
-                break;
+    if want("daemon") {
+        let procs = coffer_pids(env.home.path());
+        let idle_kib: u64 = procs.iter().map(|(p, _)| rss_kib(*p)).sum();
+        let idle_detail: Vec<String> = procs.iter().map(|(p, c)| format!("{c} {} MiB", rss_kib(*p) / 1024)).collect();
+        for svc in ["store", "chat", "retrieval", "gateway"] {
+            let s = status(http.clone(), env.url("/v1/status"), token.clone()).await?;
+            let entry = s["services"]
+                .as_array()
+                .and_then(|a| a.iter().find(|x| x["name"] == svc))
+                .cloned()
+                .context("service")?;
+            let pid = entry["pid"].as_i64().context("pid")? as i32;
+            let restarts = entry["restarts"].as_u64().unwrap_or(0);
+            let t = Instant::now();
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)?;
+            loop {
+                if let Ok(s) = status(http.clone(), env.url("/v1/status"), token.clone()).await
+                    && let Some(e) = s["services"].as_array().and_then(|a| a.iter().find(|x| x["name"] == svc))
+                    && e["state"] == "healthy"
+                    && e["restarts"].as_u64().unwrap_or(0) > restarts
+                {
+                    break;
+                }
+                if t.elapsed() > Duration::from_secs(20) {
+                    bail!("{svc} did not recover");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            if t.elapsed() > Duration::from_secs(20) {
-                bail!("{svc} did not recover");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            println!(
+                "| restart of a SIGKILLed `{svc}` until healthy in status | {:.0} ms | first backoff 100 ms | — |",
+                t.elapsed().as_secs_f64() * 1e3
+            );
         }
         println!(
-            "| restart of a SIGKILLed `{svc}` until healthy in status | {:.0} ms | first backoff 100 ms | — |",
-            t.elapsed().as_secs_f64() * 1e3
+            "| idle memory, all Coffer processes (RSS) | {:.1} MiB | {} | — |\n",
+            idle_kib as f64 / 1024.0,
+            idle_detail.join(", ")
         );
     }
-    println!(
-        "| idle memory, all Coffer processes (RSS) | {:.1} MiB | {} | — |\n",
-        idle_kib as f64 / 1024.0,
-        idle_detail.join(", ")
-    );
 
     // 4. echo through shim → gateway → stdio upstream vs direct stdio.
     let reg = json!({"name": "everything", "command": node, "args": [everything, "stdio"]});
@@ -338,47 +406,97 @@ async fn main() -> Result<()> {
     if !r.status().is_success() {
         bail!("register failed: {}", r.text().await?);
     }
-    let direct = Arc::new(StdioClient::spawn(&node, &[everything.display().to_string(), "stdio".into()], &[]).await?);
-    let shim = Arc::new(StdioClient::spawn(&bins.join("coffer-mcp-shim"), &[], &env.vars()).await?);
-    shim.request("tools/list", json!({})).await?;
-    for (c, n) in [(&direct, "echo"), (&shim, "everything__echo")] {
-        echo_load(c, n, 300, 1).await?; // warm-up
-    }
-    // The same gateway path without the shim: plain HTTP to /mcp (attributes the overhead).
-    let init = http
+    if want("gateway") {
+        let direct =
+            Arc::new(StdioClient::spawn(&node, &[everything.display().to_string(), "stdio".into()], &[]).await?);
+        let shim = Arc::new(StdioClient::spawn(&bins.join("coffer-mcp-shim"), &[], &env.vars()).await?);
+        shim.request("tools/list", json!({})).await?;
+        for (c, n) in [(&direct, "echo"), (&shim, "everything__echo")] {
+            echo_load(c, n, 300, 1).await?; // warm-up
+        }
+        let gw_pid = gateway_pid(&http, &env, &token).await?;
+        // The shim's session is the only one so far: its upstream is the gateway's one node child.
+        let shim_upstream_pid = *node_children(gw_pid).first().context("the shim session's server-everything child")?;
+        // The same gateway path without the shim: plain HTTP to /mcp (attributes the overhead).
+        let init = http
         .post(env.url("/mcp"))
         .header("X-Coffer-Token", &token)
         .header("Accept", "application/json, text/event-stream")
         .json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-http", "version": "1"}}}))
         .send()
         .await?;
-    let http_sid = init.headers().get("mcp-session-id").context("session id")?.to_str()?.to_owned();
-    let mcp_url = env.url("/mcp");
-    http_echo_load(&http, &mcp_url, &token, &http_sid, 300, 1).await?; // warm-up (starts its upstream)
-    println!("## Gateway: `tools/call` of server-everything `echo`\n");
-    println!("| in flight | path | p50 | p99 | calls/s |\n|---|---|---|---|---|");
-    for inflight in [1usize, 16] {
-        let total = if inflight == 1 { 2000 } else { 8000 };
-        let d = echo_load(&direct, "echo", total, inflight).await?;
-        let s = echo_load(&shim, "everything__echo", total, inflight).await?;
-        let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
-        println!("| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |", d.p50_us, d.p99_us, d.per_s);
-        println!("| {inflight} | shim → gateway → stdio | {:.0} µs | {:.0} µs | {:.0} |", s.p50_us, s.p99_us, s.per_s);
-        println!(
-            "| {inflight} | HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
-            h.p50_us, h.p99_us, h.per_s
-        );
-        println!(
-            "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
-            s.p50_us - d.p50_us,
-            s.p50_us / d.p50_us,
-            s.p99_us / d.p99_us,
-            s.per_s / d.per_s
-        );
+        let http_sid = init.headers().get("mcp-session-id").context("session id")?.to_str()?.to_owned();
+        let mcp_url = env.url("/mcp");
+        http_echo_load(&http, &mcp_url, &token, &http_sid, 300, 1).await?; // warm-up (starts its upstream)
+        println!("## Gateway: `tools/call` of server-everything `echo`\n");
+        println!("| in flight | path | p50 | p99 | calls/s |\n|---|---|---|---|---|");
+        let http_upstream_pid = node_children(gw_pid)
+            .into_iter()
+            .find(|p| *p != shim_upstream_pid)
+            .context("the HTTP session's server-everything child")?
+            .to_string();
+        let shim_upstream_pid = shim_upstream_pid.to_string();
+        let shim_pid = shim.pid().context("shim pid")?.to_string();
+        let direct_pid = direct.pid().context("direct pid")?.to_string();
+        let gw_pid = gw_pid.to_string();
+        let mut cpu_rows = Vec::new();
+        for inflight in [1usize, 16] {
+            let total = if inflight == 1 { 2000 } else { 8000 };
+            let cpu = CpuMeter::start(&[("client", "self"), ("upstream", &direct_pid)]);
+            let d = echo_load(&direct, "echo", total, inflight).await?;
+            cpu_rows.push((inflight, "direct stdio", cpu.per_call(total)));
+            let cpu = CpuMeter::start(&[
+                ("client", "self"),
+                ("shim", &shim_pid),
+                ("gateway", &gw_pid),
+                ("upstream", &shim_upstream_pid),
+            ]);
+            let s = echo_load(&shim, "everything__echo", total, inflight).await?;
+            cpu_rows.push((inflight, "shim → gateway → stdio", cpu.per_call(total)));
+            let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
+            let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
+            cpu_rows.push((inflight, "HTTP /mcp → gateway → stdio", cpu.per_call(total)));
+            println!(
+                "| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |",
+                d.p50_us, d.p99_us, d.per_s
+            );
+            println!(
+                "| {inflight} | shim → gateway → stdio | {:.0} µs | {:.0} µs | {:.0} |",
+                s.p50_us, s.p99_us, s.per_s
+            );
+            println!(
+                "| {inflight} | HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
+                h.p50_us, h.p99_us, h.per_s
+            );
+            println!(
+                "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
+                s.p50_us - d.p50_us,
+                s.p50_us / d.p50_us,
+                s.p99_us / d.p99_us,
+                s.per_s / d.per_s
+            );
+        }
+        println!("\nCPU time per call, by process (µs; `/proc/<pid>/task/*/schedstat`, same runs):\n");
+        println!("| in flight | path | client | shim | gateway | upstream | total |\n|---|---|---|---|---|---|---|");
+        for (inflight, path, per) in cpu_rows {
+            let get = |k: &str| per.iter().find(|(l, _)| *l == k).map_or("—".to_owned(), |(_, v)| format!("{v:.0}"));
+            let total: f64 = per.iter().map(|(_, v)| v).sum();
+            println!(
+                "| {inflight} | {path} | {} | {} | {} | {} | {total:.0} |",
+                get("client"),
+                get("shim"),
+                get("gateway"),
+                get("upstream")
+            );
+        }
+        drop(shim);
+        drop(direct);
     }
-    drop(shim);
-    drop(direct);
 
+    if !want("sessions") {
+        env.stop().await;
+        return Ok(());
+    }
     // 5. Gateway memory with 100 sessions that listed tools (tiny upstream), children apart.
     let reg = json!({"name": "tiny", "command": tiny});
     http.post(env.url("/v1/mcp/servers")).header("X-Coffer-Token", &token).json(&reg).send().await?;
@@ -387,12 +505,7 @@ async fn main() -> Result<()> {
         .json(&json!({"enabled": false}))
         .send()
         .await?;
-    let s = status(http.clone(), env.url("/v1/status"), token.clone()).await?;
-    let gw_pid = s["services"]
-        .as_array()
-        .and_then(|a| a.iter().find(|x| x["name"] == "gateway"))
-        .and_then(|e| e["pid"].as_i64())
-        .context("gateway pid")? as i32;
+    let gw_pid = gateway_pid(&http, &env, &token).await?;
     let before = rss_kib(gw_pid);
     let mut sessions = Vec::new();
     let t = Instant::now();
