@@ -48,7 +48,12 @@ pub async fn trace(req: Request, next: Next) -> Response {
 /// `Host` must name loopback; `Origin`, when present, must be exactly Coffer's own origin.
 pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
-    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    // HTTP/2 carries the host in the `:authority` pseudo-header, which hyper puts in the URI
+    // (RFC 9113 §8.3.1); the check is the same either way.
+    let host = match req.headers().get(header::HOST) {
+        Some(v) => v.to_str().unwrap_or(""),
+        None => req.uri().authority().map_or("", |a| a.as_str()),
+    };
     if !host_is_loopback(host, st.port) {
         tracing::info!(host = %host.chars().take(80).collect::<String>(), "Refused: Host is not loopback.");
         return reject(&path, Code::Forbidden, "Host header must name this machine's loopback address");

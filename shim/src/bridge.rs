@@ -4,17 +4,18 @@
 //! from the Server", "Resumability and Redelivery", "Session Management").
 //!
 //! Losing the session: a message that provably never reached a live session (connection refused,
-//! or reset before any answer; HTTP 404 for the session; HTTP 401 for a token from before a
-//! daemon restart) was not acted on, so a request that meets such a loss is sent once more on a
+//! or its HTTP/2 stream refused by the daemon; HTTP 404 for the session; HTTP 401 for a token
+//! from before a daemon restart) was not acted on, so a request that meets such a loss is sent once more on a
 //! re-established session ([`Bridge::request`]). Everything that may have taken effect gets
 //! -32001 at once and is never resent; a request still waiting for its answer when another
 //! message finds the session lost gets [`LOST_VERDICT_GRACE`] for its own POST to tell which it
 //! is. Re-establishing (detect-or-spawn, replayed `initialize`) happens under the session slot's
 //! write lock, once for every request that met the same loss. The one case that cannot be told
-//! apart: a request written onto a keep-alive connection in the instant between the daemon's
-//! death and its close reaching the shim fails like one the daemon read ("connection closed
-//! before message completed"), so it gets -32001 ([`Bridge::send`] lets pending socket events in
-//! first, so a close that has arrived is always seen).
+//! apart: a request written onto the HTTP/2 connection in the instant between the daemon's
+//! death and its close reaching the shim fails like the requests the daemon was working on (the
+//! connection broke under all of them), so it gets -32001 ([`Bridge::send`] lets pending socket
+//! events in first, so a close that has arrived is always seen and the request goes to a new
+//! connection, whose refusal is unambiguous).
 //!
 //! Who ends what: every request runs in a task of `requests`, every `GET /mcp` listener and
 //! session `DELETE` in a task of `background`; both end when `stop` is cancelled by
@@ -135,8 +136,8 @@ impl Link {
 struct Lost {
     reason: String,
     /// The message provably never reached a live session: the connection was refused (or could
-    /// not be made), was reset before any answer, or the daemon answered 404 for the session or
-    /// 401 for the token. The daemon did not act on it, so it may be sent again on a new session.
+    /// not be made), the daemon refused its HTTP/2 stream, or the daemon answered 404 for the
+    /// session or 401 for the token. The daemon did not act on it, so it may be sent again on a new session.
     /// Everything else (a connection closed before the answer was complete, a broken response
     /// stream) may have taken effect.
     undelivered: bool,
@@ -956,23 +957,18 @@ fn invalid_frame(id: &Value) -> Frame {
 }
 
 /// Whether a POST that failed without an answer provably never reached the daemon: the
-/// connection could not be made (refused, timed out), or it was reset or broke while the request
-/// was being written. A reset means the daemon's socket was gone or never read our bytes; a
-/// daemon that read the request and then died closes the connection instead ("connection closed
-/// before message completed"), and that request may have taken effect.
+/// connection could not be made (refused, timed out), or the daemon refused the HTTP/2 stream
+/// (`REFUSED_STREAM`: "no application processing has happened", RFC 9113 §8.7). A connection
+/// that reset or closed under the request says nothing: every stream of the session shares it,
+/// including those the daemon was working on, so such a request may have taken effect.
 fn never_delivered(err: &reqwest::Error) -> bool {
     if err.is_connect() {
         return true;
     }
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-            )
+        if let Some(h2) = cause.downcast_ref::<h2::Error>()
+            && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
         {
             return true;
         }

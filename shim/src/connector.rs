@@ -1,6 +1,7 @@
 //! Where the daemon is: the [`Connector`] seam between the bridge and detect-or-spawn, so tests
 //! can point the shim at a stand-in `/mcp` server.
 use std::future::Future;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use coffer_runtime::home::CofferHome;
@@ -21,9 +22,9 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint at `base_url` using [`coffer_runtime::connect::http_client`].
+    /// An endpoint at `base_url` using a new [`mcp_client`].
     pub fn new(base_url: impl Into<String>, token: SecretString) -> Self {
-        Self { base_url: base_url.into(), token, http: coffer_runtime::connect::http_client() }
+        Self { base_url: base_url.into(), token, http: mcp_client() }
     }
 
     /// The MCP endpoint, `{base_url}/mcp`.
@@ -48,6 +49,24 @@ pub trait Connector: Send + Sync + 'static {
 pub struct DaemonConnector {
     home: Result<CofferHome, String>,
     warned_version: AtomicBool,
+    /// The client for `/mcp`, built on first use and kept across re-connections.
+    http: OnceLock<reqwest::Client>,
+}
+
+/// The client the shim talks to `/mcp` with: HTTP/2 over cleartext TCP with prior knowledge
+/// (h2c, RFC 9113 §3.3), so all requests of the session are streams on one connection: the
+/// frames of requests (and answers) in flight together travel in one write and one read, where
+/// HTTP/1.1 needs a connection, a write and a read per request.
+pub fn mcp_client() -> reqwest::Client {
+    coffer_runtime::tls::ensure_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .pool_idle_timeout(std::time::Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .build()
+        .expect("reqwest client builds")
 }
 
 impl DaemonConnector {
@@ -55,12 +74,16 @@ impl DaemonConnector {
     /// reported on each connection attempt rather than here, so the shim still answers the
     /// client with a JSON-RPC error.
     pub fn from_env() -> Self {
-        Self { home: CofferHome::from_env().map_err(|e| e.to_string()), warned_version: AtomicBool::new(false) }
+        Self {
+            home: CofferHome::from_env().map_err(|e| e.to_string()),
+            warned_version: AtomicBool::new(false),
+            http: OnceLock::new(),
+        }
     }
 
     /// A connector for an explicit home.
     pub fn new(home: CofferHome) -> Self {
-        Self { home: Ok(home), warned_version: AtomicBool::new(false) }
+        Self { home: Ok(home), warned_version: AtomicBool::new(false), http: OnceLock::new() }
     }
 }
 
@@ -75,6 +98,7 @@ impl Connector for DaemonConnector {
                 "The running coffer-daemon is another version than this shim; run `coffer daemon restart` to use one version."
             );
         }
-        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http: daemon.http })
+        let http = self.http.get_or_init(mcp_client).clone();
+        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http })
     }
 }

@@ -22,7 +22,7 @@
 //!   for a token from before a restart), re-establishes the session: runs detect-or-spawn again
 //!   (starting a daemon if none runs) and replays the client's `initialize` (fresh id, answer
 //!   not shown to the client) and `notifications/initialized`. A request that provably never
-//!   reached a live session (connection refused, or reset before any answer; 404; 401) is then
+//!   reached a live session (connection refused, or its HTTP/2 stream refused; 404; 401) is then
 //!   sent once more on the new session, so the first request after a daemon restart or crash
 //!   just works; requests meeting the same loss together share one re-establishment. A request
 //!   that may have taken effect (its answer had begun, or the connection closed while the daemon
@@ -52,7 +52,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use connector::{BoxError, Connector, DaemonConnector, Endpoint};
+pub use connector::{BoxError, Connector, DaemonConnector, Endpoint, mcp_client};
 pub use jsonrpc::{DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
 
 use crate::bridge::Bridge;

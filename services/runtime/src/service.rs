@@ -6,10 +6,31 @@ use tokio_util::sync::CancellationToken;
 
 use crate::home::CofferHome;
 
-/// Runs `body(home, shutdown)` as service `name`. `shutdown` is cancelled on SIGTERM or SIGINT;
-/// `body` should then drain and return. Failures are logged and printed to stderr (which the
-/// supervisor captures in `logs/<name>.stdio`) and give exit code 1.
+/// The async runtime a service runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Two worker threads (tokio's multi-threaded scheduler).
+    MultiThread,
+    /// Every task on the main thread (tokio's current-thread scheduler): no hand-over of a
+    /// woken task to another thread, which is what a request path crossing several processes
+    /// on a small machine pays for most. For services whose work is short async steps.
+    CurrentThread,
+}
+
+/// Runs `body(home, shutdown)` as service `name` on a [`Flavor::MultiThread`] runtime; see
+/// [`service_main_on`].
 pub fn service_main<F, Fut>(name: &'static str, body: F) -> std::process::ExitCode
+where
+    F: FnOnce(CofferHome, CancellationToken) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    service_main_on(name, Flavor::MultiThread, body)
+}
+
+/// Runs `body(home, shutdown)` as service `name` on a runtime of `flavor`. `shutdown` is
+/// cancelled on SIGTERM or SIGINT; `body` should then drain and return. Failures are logged and
+/// printed to stderr (which the supervisor captures in `logs/<name>.stdio`) and give exit code 1.
+pub fn service_main_on<F, Fut>(name: &'static str, flavor: Flavor, body: F) -> std::process::ExitCode
 where
     F: FnOnce(CofferHome, CancellationToken) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
@@ -28,7 +49,15 @@ where
             return std::process::ExitCode::from(1);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let mut builder = match flavor {
+        Flavor::MultiThread => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+    };
+    let rt = builder.enable_all().build().expect("tokio runtime");
     let result = rt.block_on(async move {
         let shutdown = CancellationToken::new();
         let s2 = shutdown.clone();
