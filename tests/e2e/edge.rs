@@ -1,12 +1,14 @@
 //! The public edge's wire contracts on a running daemon: authentication, Host/Origin checks,
 //! error formats (`/v1` envelope, `/mcp` JSON-RPC), body limits, `X-Coffer-Trace` on every
-//! response and in the logs, and concurrent requests.
+//! response and in the logs, concurrent requests, and HTTP/2 cleartext with prior knowledge
+//! (h2c), where the Host check reads the `:authority` pseudo-header.
 use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::Context;
-use coffer_tests::{Api, SendExt, TestHome};
-use reqwest::Method;
+use coffer_tests::{Api, Reply, SendExt, TestHome};
+use reqwest::{Method, RequestBuilder, Version};
+use serde_json::json;
 
 async fn daemon() -> anyhow::Result<(TestHome, Api)> {
     let home = TestHome::new()?;
@@ -254,4 +256,113 @@ async fn fifty_concurrent_status_requests_succeed() -> anyhow::Result<()> {
     }
     assert_eq!(ids.len(), 50, "distinct trace ids");
     Ok(())
+}
+
+/// A foreign name that resolves to loopback, as a DNS-rebinding page's would.
+const REBIND_HOST: &str = "rebind.example";
+
+/// A client that speaks HTTP/2 cleartext with prior knowledge (no upgrade), with
+/// [`REBIND_HOST`] resolving to the daemon's loopback port.
+fn h2_client(port: u16) -> anyhow::Result<reqwest::Client> {
+    coffer_runtime::tls::ensure_provider();
+    Ok(reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .no_proxy()
+        .resolve(REBIND_HOST, format!("127.0.0.1:{port}").parse()?)
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30))
+        .build()?)
+}
+
+/// Sends `rb` and reads the response, requiring that it came over HTTP/2.
+async fn h2_reply(rb: RequestBuilder) -> anyhow::Result<Reply> {
+    let resp = rb.send().await.context("sending the HTTP/2 request")?;
+    anyhow::ensure!(resp.version() == Version::HTTP_2, "answered over {:?}, not HTTP/2", resp.version());
+    Reply::read(resp).await
+}
+
+/// Stops the daemon while the test's runtime still runs: the client's idle HTTP/2 connection
+/// must answer the gateway's graceful GOAWAY/PING, which it cannot do while `TestHome`'s
+/// blocking `Drop` holds the runtime (the gateway would then wait out its grace period).
+async fn stop(home: &TestHome) -> anyhow::Result<()> {
+    home.terminate_daemon(Duration::from_secs(15)).await
+}
+
+fn initialize_body() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "e2e-edge-h2", "version": "1"},
+    }})
+}
+
+/// h2c with prior knowledge works: there is no Host header, and the loopback `:authority`
+/// passes the Host check, for `/v1` and `/mcp` alike.
+#[tokio::test]
+async fn edge_h2c_prior_knowledge_with_loopback_authority_is_served() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let h2 = h2_client(api.port())?;
+    let base = format!("http://127.0.0.1:{}", api.port());
+
+    let r = h2_reply(h2.get(format!("{base}/v1/status")).header("X-Coffer-Token", api.token())).await?;
+    r.trace_id()?;
+    let body = r.ok_json()?;
+    assert_eq!(body["services"].as_array().map(Vec::len), Some(4), "{body}");
+
+    // Still authenticated over HTTP/2.
+    h2_reply(h2.get(format!("{base}/v1/status"))).await?.expect_envelope(401, "UNAUTHORIZED")?;
+
+    let r = h2_reply(
+        h2.post(format!("{base}/mcp"))
+            .header("X-Coffer-Token", api.token())
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize_body()),
+    )
+    .await?;
+    assert_eq!(r.status, 200, "initialize over HTTP/2: {}", r.text);
+    assert!(r.text.contains("protocolVersion"), "initialize answered with a result: {}", r.text);
+    stop(&home).await
+}
+
+/// DNS rebinding over HTTP/2: a foreign name in `:authority` (no Host header) is refused with the
+/// `/v1` envelope even with a valid token, and the refusal logs the authority it checked.
+#[tokio::test]
+async fn edge_h2c_foreign_authority_is_403() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let h2 = h2_client(api.port())?;
+    let foreign = format!("http://{REBIND_HOST}:{}", api.port());
+
+    for path in ["/v1/health", "/v1/status"] {
+        let r = h2_reply(h2.get(format!("{foreign}{path}")).header("X-Coffer-Token", api.token())).await?;
+        r.expect_envelope(403, "FORBIDDEN").with_context(|| format!("{REBIND_HOST} {path}"))?;
+    }
+
+    let r = h2_reply(h2.get(format!("{foreign}/v1/status")).header("X-Coffer-Token", api.token())).await?;
+    let trace = r.trace_id()?.to_owned();
+    let line = home
+        .wait_for_log_line(
+            "gateway",
+            &[&format!("trace_id={trace}"), "Host is not loopback", REBIND_HOST],
+            Duration::from_secs(5),
+        )
+        .await?;
+    assert!(!line.contains(api.token()), "the token is never logged: {line}");
+    stop(&home).await
+}
+
+/// `/mcp` over HTTP/2 with a foreign `:authority`: `initialize` is refused in `/mcp`'s own wire
+/// format, a JSON-RPC error object with id null.
+#[tokio::test]
+async fn edge_h2c_mcp_initialize_with_foreign_authority_is_a_jsonrpc_403() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let h2 = h2_client(api.port())?;
+    let r = h2_reply(
+        h2.post(format!("http://{REBIND_HOST}:{}/mcp", api.port()))
+            .header("X-Coffer-Token", api.token())
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize_body()),
+    )
+    .await?;
+    r.expect_jsonrpc_error(403)?;
+    stop(&home).await
 }

@@ -20,4 +20,5 @@ mod recovery;
 mod rest;
 mod retention;
 mod shim_recovery;
+mod shim_stdio;
 mod store;
