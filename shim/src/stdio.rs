@@ -10,7 +10,7 @@
 //! Making a descriptor non-blocking changes its open file description, which the client's end
 //! of a pipe does not share; the shim only does it for FIFOs and sockets.
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -47,38 +47,44 @@ fn nonblocking_dup(fd: impl AsFd) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
+/// `fd` made non-blocking and wrapped by `fifo` or `socket` for the reactor; `None` (stay on the
+/// blocking pool) for any other kind of file or when that fails.
+fn through_reactor<S>(
+    fd: BorrowedFd<'_>,
+    name: &str,
+    fifo: impl FnOnce(OwnedFd) -> io::Result<S>,
+    socket: impl FnOnce(OwnedFd) -> io::Result<S>,
+) -> Option<S> {
+    let wrapped = match kind(fd) {
+        Kind::Fifo => nonblocking_dup(fd).and_then(fifo),
+        Kind::Socket => nonblocking_dup(fd).and_then(socket),
+        Kind::Other => return None,
+    };
+    wrapped.map_err(|err| tracing::debug!(error = %err, "{name} stays on the blocking pool.")).ok()
+}
+
+fn unix_stream(fd: OwnedFd) -> io::Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd))
+}
+
 /// The process's standard input. Must be called inside the runtime.
 pub fn stdin() -> Stdin {
-    let fd = io::stdin();
-    let reactor = match kind(&fd) {
-        Kind::Fifo => nonblocking_dup(&fd)
-            .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked)
-            .map(|r| Box::pin(r) as Stdin),
-        Kind::Socket => nonblocking_dup(&fd)
-            .and_then(|fd| tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd)))
-            .map(|s| Box::pin(s) as Stdin),
-        Kind::Other => return Box::pin(tokio::io::stdin()),
-    };
-    reactor.unwrap_or_else(|err| {
-        tracing::debug!(error = %err, "stdin stays on the blocking pool.");
-        Box::pin(tokio::io::stdin())
-    })
+    through_reactor(
+        io::stdin().as_fd(),
+        "stdin",
+        |fd| Ok(Box::pin(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd)?) as Stdin),
+        |fd| Ok(Box::pin(unix_stream(fd)?) as Stdin),
+    )
+    .unwrap_or_else(|| Box::pin(tokio::io::stdin()))
 }
 
 /// The process's standard output. Must be called inside the runtime.
 pub fn stdout() -> Stdout {
-    let fd = io::stdout();
-    let reactor = match kind(&fd) {
-        Kind::Fifo => nonblocking_dup(&fd)
-            .and_then(tokio::net::unix::pipe::Sender::from_owned_fd_unchecked)
-            .map(|w| Box::pin(w) as Stdout),
-        Kind::Socket => nonblocking_dup(&fd)
-            .and_then(|fd| tokio::net::UnixStream::from_std(std::os::unix::net::UnixStream::from(fd)))
-            .map(|s| Box::pin(s) as Stdout),
-        Kind::Other => return Box::pin(tokio::io::stdout()),
-    };
-    reactor.unwrap_or_else(|err| {
-        tracing::debug!(error = %err, "stdout stays on the blocking pool.");
-        Box::pin(tokio::io::stdout())
-    })
+    through_reactor(
+        io::stdout().as_fd(),
+        "stdout",
+        |fd| Ok(Box::pin(tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(fd)?) as Stdout),
+        |fd| Ok(Box::pin(unix_stream(fd)?) as Stdout),
+    )
+    .unwrap_or_else(|| Box::pin(tokio::io::stdout()))
 }
