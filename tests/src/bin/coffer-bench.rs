@@ -121,21 +121,23 @@ fn stats(mut lat: Vec<Duration>, wall: Duration) -> Stats {
     Stats { p50_us: pick(0.50), p99_us: pick(0.99), per_s: lat.len() as f64 / wall.as_secs_f64() }
 }
 
-/// `total` echo calls with `inflight` concurrent callers.
-async fn echo_load(c: &Arc<StdioClient>, name: &str, total: usize, inflight: usize) -> Result<Stats> {
+/// `total` calls made by `inflight` concurrent callers, each waiting for its answer before its
+/// next call; `call(worker, i)` makes one call and returns its answer, which must be a result.
+async fn load<F, Fut>(total: usize, inflight: usize, call: F) -> Result<Stats>
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Value>> + Send,
+{
     let per = total / inflight;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..inflight {
-        let c = c.clone();
-        let name = name.to_owned();
+        let call = call.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(per);
             for i in 0..per {
                 let t = Instant::now();
-                let r = c
-                    .request("tools/call", json!({"name": name, "arguments": {"message": format!("m{w}-{i}")}}))
-                    .await?;
+                let r = call(w, i).await?;
                 if r.get("result").is_none() {
                     bail!("call failed: {r}");
                 }
@@ -151,6 +153,16 @@ async fn echo_load(c: &Arc<StdioClient>, name: &str, total: usize, inflight: usi
     Ok(stats(all, start.elapsed()))
 }
 
+/// `total` echo calls through a stdio client with `inflight` concurrent callers.
+async fn echo_load(c: &Arc<StdioClient>, name: &str, total: usize, inflight: usize) -> Result<Stats> {
+    let (c, name) = (c.clone(), Arc::<str>::from(name));
+    load(total, inflight, move |w, i| {
+        let (c, name) = (c.clone(), name.clone());
+        async move { c.request("tools/call", json!({"name": &*name, "arguments": {"message": format!("m{w}-{i}")}})).await }
+    })
+    .await
+}
+
 /// `total` echo calls straight to `/mcp` over HTTP (no shim), `inflight` concurrent callers.
 async fn http_echo_load(
     http: &reqwest::Client,
@@ -160,39 +172,25 @@ async fn http_echo_load(
     total: usize,
     inflight: usize,
 ) -> Result<Stats> {
-    let per = total / inflight;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..inflight {
-        let (http, url, token, sid) = (http.clone(), url.to_owned(), token.to_owned(), sid.to_owned());
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(per);
-            for i in 0..per {
-                let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "everything__echo", "arguments": {"message": format!("h{w}-{i}")}}});
-                let t = Instant::now();
-                let r: Value = http
-                    .post(&url)
-                    .header("X-Coffer-Token", &token)
-                    .header("Mcp-Session-Id", &sid)
-                    .header("Accept", "application/json, text/event-stream")
-                    .json(&body)
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
-                if r.get("result").is_none() {
-                    bail!("call failed: {r}");
-                }
-                lat.push(t.elapsed());
-            }
-            Ok::<_, anyhow::Error>(lat)
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    Ok(stats(all, start.elapsed()))
+    let (http, url, token, sid): (_, Arc<str>, Arc<str>, Arc<str>) =
+        (http.clone(), url.into(), token.into(), sid.into());
+    load(total, inflight, move |w, i| {
+        let (http, url, token, sid) = (http.clone(), url.clone(), token.clone(), sid.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "everything__echo", "arguments": {"message": format!("h{w}-{i}")}}});
+            Ok(http
+                .post(&*url)
+                .header("X-Coffer-Token", &*token)
+                .header("Mcp-Session-Id", &*sid)
+                .header("Accept", "application/json, text/event-stream")
+                .json(&body)
+                .send()
+                .await?
+                .json()
+                .await?)
+        }
+    })
+    .await
 }
 
 /// CPU time used so far by every thread of `pid` ("self" for this process), in nanoseconds
