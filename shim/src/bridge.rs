@@ -41,6 +41,7 @@ use crate::jsonrpc::{
     self, DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed,
 };
 use crate::sse::{SseEvent, SseParser};
+use crate::stream::{OpenError, StreamLink};
 use crate::{Config, ShimError};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -78,7 +79,9 @@ struct Link {
     /// flight on this link waits on it so it can be answered at once.
     lost: CancellationToken,
     /// Why `lost` was cancelled; set exactly once, by whoever cancels.
-    lost_reason: OnceLock<String>,
+    lost_reason: Arc<OnceLock<String>>,
+    /// The `/mcp` stream this link talks on ([`StreamLink`]); `None`: Streamable HTTP.
+    stream: Option<Arc<StreamLink>>,
     /// The `GET /mcp` listener has been started.
     listening: AtomicBool,
 }
@@ -101,7 +104,25 @@ impl Link {
             session_id,
             protocol_version,
             lost: CancellationToken::new(),
-            lost_reason: OnceLock::new(),
+            lost_reason: Arc::default(),
+            stream: None,
+            listening: AtomicBool::new(false),
+        })
+    }
+
+    /// The same connection once `initialize` succeeded on it: the session's headers added, the
+    /// loss state and the stream shared (losing one loses both).
+    fn with_session(&self, session_id: Option<HeaderValue>, protocol_version: Option<HeaderValue>) -> Arc<Self> {
+        Arc::new(Self {
+            generation: self.generation,
+            endpoint: self.endpoint.clone(),
+            mcp_url: self.mcp_url.clone(),
+            token: self.token.clone(),
+            session_id,
+            protocol_version,
+            lost: self.lost.clone(),
+            lost_reason: self.lost_reason.clone(),
+            stream: self.stream.clone(),
             listening: AtomicBool::new(false),
         })
     }
@@ -306,9 +327,15 @@ impl<C: Connector> Bridge<C> {
     /// session with `DELETE /mcp`.
     pub(crate) async fn close(&self, drain: bool, shutdown: &CancellationToken) {
         self.requests.close();
+        let stream = self.slot.try_read().ok().and_then(|slot| slot.as_ref().and_then(|l| l.stream.clone()));
         if drain {
+            let stream_drained = async {
+                if let Some(stream) = &stream {
+                    stream.drained().await;
+                }
+            };
             tokio::select! {
-                () = self.requests.wait() => {}
+                () = async { tokio::join!(self.requests.wait(), stream_drained); } => {}
                 () = tokio::time::sleep(self.config.drain_timeout) => {
                     debug!("In-flight requests did not finish before the drain timeout.");
                 }
@@ -320,7 +347,10 @@ impl<C: Connector> Bridge<C> {
         self.background.close();
         self.background.wait().await;
         let link = self.slot.try_read().ok().and_then(|slot| slot.clone());
-        if let Some(link) = link.filter(|l| l.usable() && l.session_id.is_some()) {
+        if let Some(stream) = link.as_ref().and_then(|l| l.stream.as_ref()) {
+            // Closing the stream ends its session.
+            stream.end("the client ended the session");
+        } else if let Some(link) = link.filter(|l| l.usable() && l.session_id.is_some()) {
             self.delete(&link).await;
         }
     }
@@ -358,6 +388,10 @@ impl<C: Connector> Bridge<C> {
                 self.spawn_request(async move { this.initialize(id, body, slot).await });
             }
             Kind::Request { id, .. } => {
+                let (id, body) = match self.send_on_stream(id, body).await {
+                    Ok(()) => return,
+                    Err(unsent) => unsent,
+                };
                 let this = self.clone();
                 self.spawn_request(async move {
                     let frame = this.request(&id, &body).await;
@@ -368,6 +402,29 @@ impl<C: Connector> Bridge<C> {
             Kind::Response { .. } => self.notify(None, &body).await,
             Kind::Invalid { id } => self.emit(invalid_frame(&id)).await,
         }
+    }
+
+    /// The fast path on a `/mcp` stream: the request is written in stdin order and its answer
+    /// goes from the stream's reader straight to stdout, with no task of its own. Gives the
+    /// request back when there is no usable stream link (it then takes the general path, which
+    /// re-establishes the session when needed).
+    async fn send_on_stream(&self, id: Value, body: Bytes) -> Result<(), (Value, Bytes)> {
+        let Some(stream) = self.current_stream() else { return Err((id, body)) };
+        if stream.is_idle() {
+            // Nothing in flight: the daemon may have closed the stream since the last answer.
+            // Let the runtime take in pending socket events first (a yielded task resumes only
+            // after the I/O driver ran), so a request is not written onto a stream whose close
+            // has already arrived.
+            tokio::task::yield_now().await;
+            let Some(stream) = self.current_stream() else { return Err((id, body)) };
+            return stream.send_for_client(id, body);
+        }
+        stream.send_for_client(id, body)
+    }
+
+    fn current_stream(&self) -> Option<Arc<StreamLink>> {
+        let slot = self.slot.try_read().ok()?;
+        slot.as_ref().filter(|l| l.usable())?.stream.clone()
     }
 
     async fn batch(self: Arc<Self>, messages: Vec<(Kind, Bytes)>) {
@@ -495,9 +552,12 @@ impl<C: Connector> Bridge<C> {
                     }
                 },
             };
-            let fresh = Link::new(self.next_generation(), endpoint, None, None);
-            match self.exchange(&fresh, &body, &id, Sink::Client).await {
-                Ok((frame, session_id)) => break (fresh, frame, session_id),
+            let attempt = match self.open_link(endpoint).await {
+                Ok(fresh) => self.exchange(&fresh, &body, &id, Sink::Client).await.map(|(f, sid)| (fresh, f, sid)),
+                Err(lost) => Err(lost),
+            };
+            match attempt {
+                Ok(done) => break done,
                 Err(lost) if lost.undelivered && !resent => {
                     debug!(reason = %lost.reason, "The initialize never reached the daemon; detect-or-spawn again.");
                     resent = true;
@@ -515,7 +575,7 @@ impl<C: Connector> Bridge<C> {
                 request.map(|request| InitRecord { request, initialized: false });
             let version = result.protocol_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
             debug!(generation = fresh.generation, protocol_version = ?result.protocol_version, "Session initialized.");
-            *slot = Some(Link::new(fresh.generation, fresh.endpoint.clone(), session_id, version));
+            *slot = Some(fresh.with_session(session_id, version));
         } else {
             // The daemon refused this initialize; keep the connection for whatever comes next.
             *slot = Some(fresh);
@@ -568,13 +628,13 @@ impl<C: Connector> Bridge<C> {
             init.as_ref().map(|r| (r.request.clone(), r.initialized))
         };
         let Some((mut request, initialized)) = record else {
-            return Ok(Link::new(generation, endpoint, None, None));
+            return self.open_link(endpoint).await.map_err(|lost| ShimError::Connect(lost.reason.into()));
         };
         let n = self.replays.fetch_add(1, Ordering::Relaxed) + 1;
         let id = json!(format!("coffer-shim-reinit-{n}"));
         request["id"] = id.clone();
         let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-        let fresh = Link::new(generation, endpoint, None, None);
+        let fresh = self.open_link(endpoint).await.map_err(|lost| ShimError::Connect(lost.reason.into()))?;
         let (frame, session_id) = self
             .exchange(&fresh, &body, &id, Sink::Discard)
             .await
@@ -583,7 +643,7 @@ impl<C: Connector> Bridge<C> {
             return Err(ShimError::Reinitialize(snippet(frame.bytes())));
         };
         let version = result.protocol_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
-        let link = Link::new(generation, fresh.endpoint.clone(), session_id, version);
+        let link = fresh.with_session(session_id, version);
         if initialized {
             let body = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
             match self.post(&link, &body).await {
@@ -612,6 +672,16 @@ impl<C: Connector> Bridge<C> {
         id: &Value,
         sink: Sink,
     ) -> Result<(Frame, Option<HeaderValue>), Lost> {
+        if let Some(stream) = &link.stream {
+            tokio::task::yield_now().await; // see `send_on_stream`
+            let Some(answer) = stream.send_for_bridge(id, body.clone()) else {
+                return Err(Lost::undelivered(link.reason()));
+            };
+            return match answer.await {
+                Ok(frame) => Ok((frame, None)),
+                Err(_) => Err(Lost::in_flight(link.reason())),
+            };
+        }
         let mut send = std::pin::pin!(self.send(link, body));
         let resp = tokio::select! {
             biased;
@@ -644,6 +714,13 @@ impl<C: Connector> Bridge<C> {
     /// One POST of a notification or a response, which expects `202` (MCP 2025-11-25,
     /// basic/transports §"Sending Messages to the Server").
     async fn post(&self, link: &Link, body: &Bytes) -> Result<Answer, Lost> {
+        if let Some(stream) = &link.stream {
+            return if stream.send(body.clone()) {
+                Ok(Answer::Accepted)
+            } else {
+                Err(Lost::undelivered(link.reason()))
+            };
+        }
         let resp = self.send(link, body).await?;
         self.receive(link, resp, None, Sink::Discard).await
     }
@@ -825,7 +902,7 @@ impl<C: Connector> Bridge<C> {
 
     /// Starts the `GET /mcp` listener of `link` (once; only for a link with a session).
     fn listen(self: &Arc<Self>, link: &Arc<Link>) {
-        if link.session_id.is_none() || link.listening.swap(true, Ordering::AcqRel) {
+        if link.stream.is_some() || link.session_id.is_none() || link.listening.swap(true, Ordering::AcqRel) {
             return;
         }
         let (this, link) = (self.clone(), link.clone());
@@ -904,6 +981,9 @@ impl<C: Connector> Bridge<C> {
     fn retire(self: &Arc<Self>, old: Arc<Link>) {
         let _ = old.lost_reason.set("the client started a new session".into());
         old.lost.cancel();
+        if old.stream.is_some() {
+            return; // closing the stream (its tasks see `lost`) ends the session
+        }
         let this = self.clone();
         self.background.spawn(async move { this.delete(&old).await });
     }
@@ -914,6 +994,29 @@ impl<C: Connector> Bridge<C> {
         match link.request(Method::DELETE).timeout(self.config.delete_timeout).send().await {
             Ok(resp) => debug!(status = %resp.status(), "Ended the MCP session."),
             Err(err) => debug!(error = %describe(&err), "Could not end the MCP session."),
+        }
+    }
+
+    /// A new link to `endpoint`: a `/mcp` stream when the endpoint may offer one and the daemon
+    /// accepts the upgrade, else Streamable HTTP. `Err` (never delivered) when the daemon cannot
+    /// be reached.
+    async fn open_link(&self, endpoint: Endpoint) -> Result<Arc<Link>, Lost> {
+        let link = Link::new(self.next_generation(), endpoint, None, None);
+        if !link.endpoint.stream {
+            return Ok(link);
+        }
+        match StreamLink::open(&link.endpoint, self.out.clone(), link.lost.clone(), link.lost_reason.clone()).await {
+            Ok(stream) => {
+                debug!(generation = link.generation, "Talking to the daemon on a /mcp stream.");
+                let mut link = Arc::into_inner(link).expect("a new link has one owner");
+                link.stream = Some(stream);
+                Ok(Arc::new(link))
+            }
+            Err(OpenError::NotOffered(why)) => {
+                debug!(reason = %why, "No /mcp stream; using Streamable HTTP.");
+                Ok(link)
+            }
+            Err(OpenError::Unreachable(why)) => Err(Lost::undelivered(why)),
         }
     }
 

@@ -19,12 +19,22 @@ pub struct Endpoint {
     pub token: SecretString,
     /// The client to send with (loopback: no proxy, no TLS).
     pub http: reqwest::Client,
+    /// Try switching `/mcp` to a stream (`Upgrade: coffer-mcp-stream`) before using Streamable
+    /// HTTP. The Coffer daemon offers it; a server that answers the upgrade with anything but
+    /// `101` is then spoken to with Streamable HTTP. [`Endpoint::new`] leaves it off.
+    pub stream: bool,
 }
 
 impl Endpoint {
     /// An endpoint at `base_url` using a new [`mcp_client`].
     pub fn new(base_url: impl Into<String>, token: SecretString) -> Self {
-        Self { base_url: base_url.into(), token, http: mcp_client() }
+        Self { base_url: base_url.into(), token, http: mcp_client(), stream: false }
+    }
+
+    /// The endpoint with [`Endpoint::stream`] set to `stream`.
+    #[must_use]
+    pub fn with_stream(self, stream: bool) -> Self {
+        Self { stream, ..self }
     }
 
     /// The MCP endpoint, `{base_url}/mcp`.
@@ -99,6 +109,6 @@ impl Connector for DaemonConnector {
             );
         }
         let http = self.http.get_or_init(mcp_client).clone();
-        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http })
+        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http, stream: true })
     }
 }

@@ -45,6 +45,7 @@ mod frame;
 mod jsonrpc;
 mod sse;
 pub mod stdio;
+mod stream;
 
 use std::time::Duration;
 

@@ -42,8 +42,15 @@ async fn handle(
     State(st): State<Arc<AppState>>,
     method: Method,
     headers: HeaderMap,
+    upgrade: StreamUpgrade,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
+    if let StreamUpgrade::Requested(on_upgrade) = upgrade {
+        if let Err(r) = check_version(&headers) {
+            return r;
+        }
+        return super::stream::accept(st, on_upgrade);
+    }
     match method {
         Method::POST => {
             let body = match body {
@@ -76,9 +83,27 @@ async fn handle(
     }
 }
 
+/// Whether a request asks to switch `/mcp` to a stream ([`super::stream`]), and hyper's handle
+/// for the switched connection (absent on HTTP/2, which has no `Upgrade`).
+enum StreamUpgrade {
+    No,
+    Requested(Option<hyper::upgrade::OnUpgrade>),
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StreamUpgrade {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Infallible> {
+        if parts.method != Method::GET || !super::stream::requested(&parts.headers) {
+            return Ok(Self::No);
+        }
+        Ok(Self::Requested(parts.extensions.remove::<hyper::upgrade::OnUpgrade>()))
+    }
+}
+
 /// A JSON-RPC message as received; everything but the routing fields stays raw.
 #[derive(Deserialize)]
-struct Incoming {
+pub(super) struct Incoming {
     jsonrpc: Option<Value>,
     id: Option<Box<RawValue>>,
     method: Option<Value>,
@@ -87,14 +112,14 @@ struct Incoming {
     error: Option<Box<RawValue>>,
 }
 
-enum Parsed {
+pub(super) enum Parsed {
     Request { id: Box<RawValue>, method: String, params: Option<Box<RawValue>> },
     Notification { method: String, params: Option<Box<RawValue>> },
     Response { id: Box<RawValue>, result: Option<Box<RawValue>>, error: Option<Box<RawValue>> },
 }
 
 /// Validates the JSON-RPC envelope (`jsonrpc: "2.0"`, string `method`, string/number `id`).
-fn classify(m: Incoming) -> Result<Parsed, (Value, String)> {
+pub(super) fn classify(m: Incoming) -> Result<Parsed, (Value, String)> {
     let id_value = || m.id.as_ref().and_then(|i| serde_json::from_str::<Value>(i.get()).ok()).unwrap_or(Value::Null);
     if m.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err((id_value(), "Invalid Request: \"jsonrpc\" must be \"2.0\"".into()));
@@ -295,6 +320,15 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
 fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Response {
+    let (session, body) = open_session(st, id, params);
+    let mut r = json_response(StatusCode::OK, body);
+    r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
+    r
+}
+
+/// Negotiates the protocol version of an `initialize` request, creates its session, and
+/// returns it with the JSON-RPC response (Coffer answering as one server).
+pub(super) fn open_session(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> (Arc<Session>, String) {
     let params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
     let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
     let version = if SUPPORTED_VERSIONS.contains(&requested) { requested } else { SUPPORTED_VERSIONS[0] };
@@ -312,9 +346,7 @@ fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Respon
         "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
     });
     let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);
-    let mut r = json_response(StatusCode::OK, body);
-    r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
-    r
+    (session, body)
 }
 
 /// A JSON-RPC batch: only on a session that negotiated 2025-03-26 (batching was removed in
@@ -354,6 +386,16 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
     if items.is_empty() {
         return rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, "Invalid Request: empty batch");
     }
+    let answers = batch_answers(&session, items).await;
+    if answers.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    json_response(StatusCode::OK, format!("[{}]", answers.join(",")))
+}
+
+/// Runs the items of a JSON-RPC batch concurrently; returns the answers to its requests (and
+/// the errors for its invalid items), in item order.
+pub(super) async fn batch_answers(session: &Arc<Session>, items: Vec<Box<RawValue>>) -> Vec<String> {
     let futs = items.into_iter().map(|raw| {
         let session = session.clone();
         async move {
@@ -383,11 +425,7 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
             }
         }
     });
-    let answers: Vec<String> = futures_util::future::join_all(futs).await.into_iter().flatten().collect();
-    if answers.is_empty() {
-        return StatusCode::ACCEPTED.into_response();
-    }
-    json_response(StatusCode::OK, format!("[{}]", answers.join(",")))
+    futures_util::future::join_all(futs).await.into_iter().flatten().collect()
 }
 
 /// `GET /mcp`: the session's server→client SSE stream.

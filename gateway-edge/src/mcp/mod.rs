@@ -7,6 +7,7 @@ pub mod http_upstream;
 pub mod jsonrpc;
 pub mod naming;
 pub mod session;
+pub mod stream;
 pub mod upstream;
 
 use std::collections::HashMap;

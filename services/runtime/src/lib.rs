@@ -17,6 +17,7 @@ pub mod grpc;
 pub mod home;
 pub mod listen;
 pub mod logging;
+pub mod ndjson;
 pub mod service;
 pub mod spawn;
 pub mod tls;

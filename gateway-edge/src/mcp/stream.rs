@@ -1,0 +1,354 @@
+//! `/mcp` switched to a stream: MCP's stdio framing (newline-delimited JSON-RPC, MCP 2025-11-25
+//! basic/transports §stdio) on an HTTP/1.1 connection upgraded with
+//! `Upgrade: coffer-mcp-stream` (RFC 9110 §7.8). This is how `coffer-mcp-shim` reaches the
+//! gateway: all messages of its session share one connection, many to a read or a write, where
+//! Streamable HTTP costs an HTTP exchange per message (docs/BENCHMARKS.md). Every other client
+//! keeps using Streamable HTTP on the same path; the session model behind both is the same
+//! [`Session`].
+//!
+//! Handshake: `GET /mcp` over HTTP/1.1 with `Connection: Upgrade`, `Upgrade: coffer-mcp-stream`
+//! and the token → `101 Switching Protocols`. The edge's Host/Origin and token checks apply to it
+//! as to any request; an unsupported `MCP-Protocol-Version` gets 400, and so does the upgrade
+//! over HTTP/2 (which has no `Upgrade`).
+//!
+//! On the stream:
+//! - one MCP session per connection. It starts with `initialize`; before that a request gets
+//!   -32600 (`server/discover` gets -32601, as over HTTP) and a notification is dropped; a second
+//!   `initialize` gets -32600;
+//! - requests run concurrently and their answers are written as they complete, in any order;
+//!   relayed upstream requests (sampling, elicitation, roots) and server notifications are
+//!   written on the same stream;
+//! - notifications and responses are handled before the next line is read, so they keep the
+//!   client's order;
+//! - a batch line is accepted only on a session that negotiated 2025-03-26 (one array answers it);
+//! - a line that is not JSON-RPC gets the JSON-RPC error for it and the stream goes on; a line
+//!   over [`crate::MCP_BODY_LIMIT`] gets -32600 with its request id and is skipped unread;
+//! - the session ends when the client closes the connection (its upstream children are
+//!   terminated). When the session ends first (idle timeout, `DELETE` by session id, daemon
+//!   shutdown), the gateway writes what is queued and closes the connection; the client opens a
+//!   new one for a new session.
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tracing::{Instrument, debug, info, warn};
+
+use super::Session;
+use super::http::{Incoming, Parsed, batch_answers, classify, open_session};
+use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::session::RequestCtx;
+use crate::state::AppState;
+
+/// The `Upgrade` token that switches `/mcp` to a stream.
+pub const PROTOCOL: &str = "coffer-mcp-stream";
+
+/// How long queued answers may take to reach a client after its session ended.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes gathered into one write to the connection at most (more only for a single message).
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
+
+/// Whether the request asks for the stream (`Upgrade` lists [`PROTOCOL`]).
+pub(super) fn requested(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case(PROTOCOL))
+}
+
+/// Answers an upgrade request: `101` and the stream served on the switched connection, or 400
+/// when the connection cannot switch (HTTP/2).
+pub(super) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
+    let Some(on_upgrade) = on_upgrade else {
+        return jsonrpc::http_error(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "Upgrade: coffer-mcp-stream needs an HTTP/1.1 connection; on HTTP/2 use Streamable HTTP (POST /mcp)",
+        );
+    };
+    let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
+    let span = tracing::info_span!("mcp_stream", trace_id = %trace);
+    tokio::spawn(
+        async move {
+            match on_upgrade.await {
+                Ok(upgraded) => serve(st, TokioIo::new(upgraded)).await,
+                Err(err) => debug!(error = %err, "The /mcp stream upgrade did not complete."),
+            }
+        }
+        .instrument(span),
+    );
+    let mut r = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    r.headers_mut().insert(header::UPGRADE, HeaderValue::from_static(PROTOCOL));
+    r
+}
+
+/// Serves one switched connection until the client closes it or its session ends.
+async fn serve<IO>(st: Arc<AppState>, io: IO)
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(io);
+    let (out, queue) = mpsc::unbounded_channel::<String>();
+    let mut writer = tokio::spawn(write_lines(queue, write));
+    let mut conn = Conn { st, out, session: None };
+    let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
+    let why = loop {
+        let closed = conn.session.as_ref().map(|s| s.closed.clone());
+        let input = tokio::select! {
+            biased;
+            () = async { closed.expect("guarded").cancelled().await }, if closed.is_some() => break "the session ended",
+            input = reader.next() => input,
+        };
+        match input {
+            Ok(Some(Input::Line(line))) => conn.on_line(line).await,
+            Ok(Some(Input::Oversized { prefix })) => {
+                let id = sniff_id(&prefix);
+                warn!(limit_bytes = crate::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
+                conn.send_error(
+                    id,
+                    INVALID_REQUEST,
+                    &format!("Invalid Request: the message is larger than {} bytes", crate::MCP_BODY_LIMIT),
+                );
+            }
+            Ok(None) => break "the client closed the stream",
+            Err(err) => {
+                debug!(error = %err, "Reading the /mcp stream failed.");
+                break "the stream broke";
+            }
+        }
+    };
+    let Conn { st, out, session } = conn;
+    drop(out);
+    if let Some(session) = session {
+        st.gateway.end_session(&session.id, why).await;
+    }
+    // Requests still running hold a sender; their upstreams are gone now, so they end soon.
+    if tokio::time::timeout(FLUSH_TIMEOUT, &mut writer).await.is_err() {
+        writer.abort();
+    }
+    debug!(reason = why, "The /mcp stream closed.");
+}
+
+/// One switched connection: where answers go, and its session once initialized.
+struct Conn {
+    st: Arc<AppState>,
+    out: mpsc::UnboundedSender<String>,
+    session: Option<Arc<Session>>,
+}
+
+impl Conn {
+    fn send(&self, message: String) {
+        // Fails only once the writer is gone (the client went away).
+        let _ = self.out.send(message);
+    }
+
+    fn send_error(&self, id: Value, code: i64, message: &str) {
+        self.send(jsonrpc::error_object(id, code, message, None).to_string());
+    }
+
+    async fn on_line(&mut self, line: Vec<u8>) {
+        let first = line.iter().copied().find(|b| !b.is_ascii_whitespace());
+        match first {
+            None => return, // an empty line carries no message
+            Some(b'[') => return self.on_batch(&line).await,
+            Some(_) => {}
+        }
+        let msg: Incoming = match serde_json::from_slice(&line) {
+            Ok(m) => m,
+            Err(e) => return self.send_error(Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),
+        };
+        let parsed = match classify(msg) {
+            Ok(p) => p,
+            Err((id, m)) => return self.send_error(id, INVALID_REQUEST, &m),
+        };
+        let Some(session) = self.session.clone() else {
+            return self.before_initialize(parsed);
+        };
+        match parsed {
+            Parsed::Request { id, method, .. } if method == "initialize" => self.send_error(
+                raw_id(&id),
+                INVALID_REQUEST,
+                "Invalid Request: the session of this stream is already initialized; open a new stream for a new session",
+            ),
+            Parsed::Request { id, method, params } => {
+                let out = self.out.clone();
+                let trace = coffer_runtime::grpc::new_trace_id();
+                tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
+                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(out.clone()) };
+                    let answer = session.handle_request_ctx(&method, params.as_deref(), &ctx).await;
+                    let _ = out.send(answer.into_response(&id));
+                }));
+            }
+            Parsed::Notification { method, params } => session.handle_notification(&method, params.as_deref()).await,
+            Parsed::Response { id, result, error } => session.handle_response(&id, result, error).await,
+        }
+    }
+
+    /// A message before `initialize` completed: only `initialize` (and the discovery probe) is
+    /// answered.
+    fn before_initialize(&mut self, parsed: Parsed) {
+        match parsed {
+            Parsed::Request { id, method, params } if method == "initialize" => {
+                let (session, body) = open_session(&self.st, &id, params.as_deref());
+                info!(session = %session.id, "MCP session on a /mcp stream.");
+                self.forward_outbound(&session);
+                self.session = Some(session);
+                self.send(body);
+            }
+            Parsed::Request { id, method, .. } => {
+                let id = raw_id(&id);
+                if method == "server/discover" {
+                    self.send_error(
+                        id,
+                        METHOD_NOT_FOUND,
+                        "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)",
+                    );
+                } else {
+                    self.send_error(id, INVALID_REQUEST, "Bad Request: send initialize first");
+                }
+            }
+            Parsed::Notification { method, .. } => {
+                debug!(method = %method, "Dropped a notification sent before initialize.");
+            }
+            Parsed::Response { .. } => debug!("Dropped a response sent before initialize."),
+        }
+    }
+
+    /// Copies the session's server→client messages (notifications, relayed requests that have
+    /// no originating request) onto the stream until the session ends.
+    fn forward_outbound(&self, session: &Arc<Session>) {
+        let (_, mut rx) = session.outbound.subscribe(None);
+        let out = self.out.clone();
+        let closed = session.closed.clone();
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    biased;
+                    () = closed.cancelled() => return,
+                    msg = rx.recv() => msg,
+                };
+                match msg {
+                    Ok((_, msg)) => {
+                        if out.send(msg.to_string()).is_err() {
+                            return;
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        warn!(skipped = n, "A /mcp stream fell behind its session's messages; some were dropped.");
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+
+    async fn on_batch(&mut self, line: &[u8]) {
+        let session = match &self.session {
+            Some(s) if s.protocol_version == "2025-03-26" => s.clone(),
+            Some(s) => {
+                let message = format!(
+                    "JSON-RPC batches are not supported in protocol {}; only sessions that negotiated 2025-03-26 may send them",
+                    s.protocol_version
+                );
+                return self.send_error(Value::Null, INVALID_REQUEST, &message);
+            }
+            None => {
+                return self.send_error(
+                    Value::Null,
+                    INVALID_REQUEST,
+                    "JSON-RPC batches need a 2025-03-26 session; send initialize alone first",
+                );
+            }
+        };
+        let items: Vec<Box<RawValue>> = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(e) => return self.send_error(Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),
+        };
+        if items.is_empty() {
+            return self.send_error(Value::Null, INVALID_REQUEST, "Invalid Request: empty batch");
+        }
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            let answers = batch_answers(&session, items).await;
+            if !answers.is_empty() {
+                let _ = out.send(format!("[{}]", answers.join(",")));
+            }
+        });
+    }
+}
+
+fn raw_id(id: &RawValue) -> Value {
+    serde_json::from_str(id.get()).unwrap_or(Value::Null)
+}
+
+/// The one writer of a stream: each message and a `\n`, gathering what is queued into one write.
+/// Raw CR and LF can only be insignificant whitespace in valid JSON (an upstream may answer
+/// pretty-printed), so they are dropped to keep one message per line.
+async fn write_lines<W: AsyncWrite + Unpin>(mut queue: mpsc::UnboundedReceiver<String>, mut write: W) {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    while let Some(first) = queue.recv().await {
+        push_line(&mut buf, &first);
+        while buf.len() < WRITE_BATCH_BYTES {
+            match queue.try_recv() {
+                Ok(msg) => push_line(&mut buf, &msg),
+                Err(_) => break,
+            }
+        }
+        if let Err(err) = write.write_all(&buf).await {
+            debug!(error = %err, "Writing the /mcp stream failed; the client went away.");
+            return;
+        }
+        buf.clear();
+    }
+    let _ = write.shutdown().await;
+}
+
+fn push_line(buf: &mut Vec<u8>, msg: &str) {
+    let bytes = msg.as_bytes();
+    if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
+        buf.extend(bytes.iter().copied().filter(|&b| b != b'\n' && b != b'\r'));
+    } else {
+        buf.extend_from_slice(bytes);
+    }
+    buf.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upgrade_token_is_found_in_a_list_case_blind() {
+        let mut h = HeaderMap::new();
+        assert!(!requested(&h));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(!requested(&h));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c, Coffer-MCP-Stream"));
+        assert!(requested(&h));
+    }
+
+    #[tokio::test]
+    async fn lines_are_gathered_and_stay_single_lines() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (w, mut r) = tokio::io::duplex(1024);
+        tx.send("{\"a\":1}".to_owned()).unwrap();
+        tx.send("{\n  \"b\": \"x\\ny\"\r\n}".to_owned()).unwrap();
+        drop(tx);
+        write_lines(rx, w).await;
+        let mut s = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await.unwrap();
+        assert_eq!(s, "{\"a\":1}\n{  \"b\": \"x\\ny\"}\n");
+        let v: Value = serde_json::from_str(s.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(v["b"], "x\ny");
+    }
+}

@@ -1,0 +1,316 @@
+//! The shim's fast link: `/mcp` switched to a stream (`Upgrade: coffer-mcp-stream`, see the
+//! gateway's `mcp::stream`), carrying MCP's stdio framing (newline-delimited JSON-RPC) both
+//! ways on one HTTP/1.1 connection. Many messages travel per read and per write, where
+//! Streamable HTTP costs an HTTP exchange each; the session is the connection's.
+//!
+//! [`StreamLink`] is the connection: a writer task gathers queued lines into one write, a
+//! reader task copies what the daemon sends to stdout, answering requests by their ids from the
+//! pending table. When the connection ends (daemon gone, session ended by the daemon) or the
+//! bridge ends it, every request still waiting gets -32001 at once; the bridge opens a new link
+//! on the next message.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use bytes::Bytes;
+use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
+use http_body_util::Empty;
+use hyper::header::{CONNECTION, HOST, UPGRADE};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use secrecy::ExposeSecret;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::connector::Endpoint;
+use crate::frame::Frame;
+use crate::jsonrpc::{self, INTERNAL_ERROR, Kind, Parsed};
+
+/// The `Upgrade` token of the stream (the gateway's `mcp::stream::PROTOCOL`).
+pub(crate) const PROTOCOL: &str = "coffer-mcp-stream";
+/// Largest line accepted from the daemon (an answer can be far larger than a request).
+const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
+/// Bytes gathered into one write at most (more only for a single message).
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
+/// How long the TCP connection and the `101` may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Who waits for the answer to a request sent on the stream.
+enum Waiter {
+    /// The client: the answer goes straight to stdout; on loss, -32001 for this id.
+    Client(Value),
+    /// The bridge (a replayed `initialize`, a request of a split batch).
+    Bridge(oneshot::Sender<Frame>),
+}
+
+/// Why opening a stream failed.
+pub(crate) enum OpenError {
+    /// The daemon does not offer the stream (any answer but `101`, `401`): use Streamable HTTP.
+    NotOffered(String),
+    /// The message never reached the daemon: connection refused or timed out, token refused.
+    Unreachable(String),
+}
+
+/// One `/mcp` stream connection. Ends when `lost` is cancelled (by its tasks when the
+/// connection ends, or by the bridge); `reason` says why.
+pub(crate) struct StreamLink {
+    queue: mpsc::UnboundedSender<Bytes>,
+    pending: Mutex<HashMap<String, Waiter>>,
+    /// Signalled whenever the pending table becomes empty.
+    idle: Notify,
+    lost: CancellationToken,
+    reason: Arc<OnceLock<String>>,
+}
+
+impl StreamLink {
+    /// Connects to `{base_url}/mcp` and switches it to the stream; starts its reader and writer.
+    /// Daemon messages that answer no pending request go to `out` (the client).
+    pub(crate) async fn open(
+        endpoint: &Endpoint,
+        out: mpsc::Sender<Frame>,
+        lost: CancellationToken,
+        reason: Arc<OnceLock<String>>,
+    ) -> Result<Arc<Self>, OpenError> {
+        let io = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(endpoint)).await.map_err(|_| {
+            OpenError::Unreachable(format!("no answer to the stream upgrade within {CONNECT_TIMEOUT:?}"))
+        })??;
+        let (read, write) = tokio::io::split(io);
+        let (queue, lines) = mpsc::unbounded_channel();
+        let link = Arc::new(Self { queue, pending: Mutex::default(), idle: Notify::new(), lost, reason });
+        tokio::spawn(link.clone().write_loop(lines, write));
+        tokio::spawn(link.clone().read_loop(read, out));
+        Ok(link)
+    }
+
+    fn usable(&self) -> bool {
+        !self.lost.is_cancelled()
+    }
+
+    /// Ends the connection (its tasks answer every waiting request with -32001 for `reason`).
+    pub(crate) fn end(&self, reason: &str) {
+        let _ = self.reason.set(reason.to_owned());
+        self.lost.cancel();
+    }
+
+    fn reason(&self) -> String {
+        self.reason.get().cloned().unwrap_or_else(|| "the daemon connection was lost".into())
+    }
+
+    /// Sends a request whose answer goes straight to the client. Returns the request back when
+    /// the link is already lost (it was not sent).
+    pub(crate) fn send_for_client(&self, id: Value, body: Bytes) -> Result<(), (Value, Bytes)> {
+        match self.enqueue(&id.to_string(), Waiter::Client(id.clone()), body.clone()) {
+            Ok(()) => Ok(()),
+            Err(()) => Err((id, body)),
+        }
+    }
+
+    /// Sends a request and returns the receiver of its answer; `None` when the link is already
+    /// lost (it was not sent). A dropped receiver means the link was lost while waiting.
+    pub(crate) fn send_for_bridge(&self, id: &Value, body: Bytes) -> Option<oneshot::Receiver<Frame>> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(&id.to_string(), Waiter::Bridge(tx), body).ok()?;
+        Some(rx)
+    }
+
+    /// Sends a notification or a response; false when the link is already lost.
+    pub(crate) fn send(&self, body: Bytes) -> bool {
+        self.usable() && self.queue.send(body).is_ok()
+    }
+
+    /// Whether no request waits for its answer on this link.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.table().is_empty()
+    }
+
+    /// Waits until no request waits for its answer.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.table().is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers the waiter and queues the line. Checked under the table lock against `lost`,
+    /// which the reader cancels before it empties the table: a request is either refused here
+    /// or answered there.
+    fn enqueue(&self, key: &str, waiter: Waiter, body: Bytes) -> Result<(), ()> {
+        let mut table = self.table();
+        if !self.usable() {
+            return Err(());
+        }
+        table.insert(key.to_owned(), waiter);
+        drop(table);
+        if self.queue.send(body).is_err() {
+            self.table().remove(key);
+            return Err(());
+        }
+        Ok(())
+    }
+
+    async fn write_loop<W: AsyncWrite + Unpin>(
+        self: Arc<Self>,
+        mut lines: mpsc::UnboundedReceiver<Bytes>,
+        mut write: W,
+    ) {
+        let mut buf = Vec::with_capacity(16 * 1024);
+        loop {
+            let first = tokio::select! {
+                biased;
+                () = self.lost.cancelled() => break,
+                line = lines.recv() => match line {
+                    Some(line) => line,
+                    None => break,
+                },
+            };
+            push_line(&mut buf, &first);
+            while buf.len() < WRITE_BATCH_BYTES {
+                match lines.try_recv() {
+                    Ok(line) => push_line(&mut buf, &line),
+                    Err(_) => break,
+                }
+            }
+            if let Err(err) = write.write_all(&buf).await {
+                self.end(&format!("writing to the daemon failed: {err}"));
+                break;
+            }
+            buf.clear();
+        }
+        let _ = write.shutdown().await;
+    }
+
+    async fn read_loop<R: AsyncRead + Unpin>(self: Arc<Self>, read: R, out: mpsc::Sender<Frame>) {
+        let mut reader = FrameReader::new(read, MAX_LINE_BYTES);
+        loop {
+            let input = tokio::select! {
+                biased;
+                () = self.lost.cancelled() => break,
+                input = reader.next() => input,
+            };
+            match input {
+                Ok(Some(Input::Line(line))) => self.on_line(Bytes::from(line), &out).await,
+                Ok(Some(Input::Oversized { prefix })) => {
+                    let id = sniff_id(&prefix);
+                    warn!(limit_bytes = MAX_LINE_BYTES, id = %id, "Skipped a daemon message over the size limit.");
+                    let frame = jsonrpc::error_frame(
+                        &id,
+                        INTERNAL_ERROR,
+                        &format!("The answer is larger than the shim's limit of {MAX_LINE_BYTES} bytes."),
+                        None,
+                    );
+                    self.answer(&id, frame, &out).await;
+                }
+                Ok(None) => {
+                    self.end("the daemon closed the MCP stream (it stopped, or ended the session)");
+                    break;
+                }
+                Err(err) => {
+                    self.end(&format!("reading from the daemon failed: {err}"));
+                    break;
+                }
+            }
+        }
+        // `lost` is cancelled now, so nothing new enters the table.
+        let waiting: Vec<Waiter> = self.table().drain().map(|(_, w)| w).collect();
+        self.idle.notify_waiters();
+        let reason = self.reason();
+        for waiter in waiting {
+            if let Waiter::Client(id) = waiter {
+                let _ = out.send(jsonrpc::lost_frame(&id, &reason)).await;
+            }
+        }
+    }
+
+    async fn on_line(&self, line: Bytes, out: &mpsc::Sender<Frame>) {
+        match jsonrpc::parse(&line) {
+            Ok(Parsed::Single(Kind::Response { id })) => self.answer(&id, Frame::from_valid_json(line), out).await,
+            Ok(_) => {
+                let _ = out.send(Frame::from_valid_json(line)).await;
+            }
+            Err(_) => warn!("Skipped a line from the daemon that is not JSON-RPC."),
+        }
+    }
+
+    /// Hands the answer to request `id` to whoever waits for it (the client when nobody does).
+    async fn answer(&self, id: &Value, frame: Frame, out: &mpsc::Sender<Frame>) {
+        let waiter = {
+            let mut table = self.table();
+            let waiter = table.remove(&id.to_string());
+            if table.is_empty() {
+                self.idle.notify_waiters();
+            }
+            waiter
+        };
+        match waiter {
+            Some(Waiter::Bridge(tx)) => {
+                let _ = tx.send(frame);
+            }
+            Some(Waiter::Client(_)) | None => {
+                let _ = out.send(frame).await;
+            }
+        }
+    }
+}
+
+/// `GET /mcp` with `Upgrade: coffer-mcp-stream` over a new HTTP/1.1 connection; the switched
+/// connection on `101`.
+async fn upgrade(endpoint: &Endpoint) -> Result<TokioIo<hyper::upgrade::Upgraded>, OpenError> {
+    let url = reqwest::Url::parse(&endpoint.mcp_url())
+        .map_err(|e| OpenError::Unreachable(format!("bad daemon address {}: {e}", endpoint.base_url)))?;
+    let host = url.host_str().unwrap_or("127.0.0.1").to_owned();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| OpenError::Unreachable(format!("connecting to {host}:{port} failed: {e}")))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| OpenError::Unreachable(format!("HTTP handshake failed: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(err) = conn.with_upgrades().await {
+            debug!(error = %err, "The stream upgrade connection failed.");
+        }
+    });
+    let authority = format!("{host}:{port}");
+    let mut token = hyper::header::HeaderValue::from_str(endpoint.token.expose_secret())
+        .map_err(|_| OpenError::Unreachable("the daemon token is not a valid header value".into()))?;
+    token.set_sensitive(true);
+    let req = Request::get(url.path())
+        .header(HOST, authority)
+        .header(CONNECTION, "upgrade")
+        .header(UPGRADE, PROTOCOL)
+        .header("x-coffer-token", token)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| OpenError::Unreachable(format!("building the upgrade request failed: {e}")))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| OpenError::Unreachable(format!("the stream upgrade request failed: {e}")))?;
+    match resp.status() {
+        StatusCode::SWITCHING_PROTOCOLS => {}
+        StatusCode::UNAUTHORIZED => {
+            return Err(OpenError::Unreachable(
+                "the daemon refused the token (HTTP 401); it may have restarted".into(),
+            ));
+        }
+        status => return Err(OpenError::NotOffered(format!("the daemon answered the stream upgrade with {status}"))),
+    }
+    let upgraded = hyper::upgrade::on(resp)
+        .await
+        .map_err(|e| OpenError::Unreachable(format!("switching to the stream failed: {e}")))?;
+    Ok(TokioIo::new(upgraded))
+}
+
+fn push_line(buf: &mut Vec<u8>, line: &[u8]) {
+    buf.extend_from_slice(line);
+    buf.push(b'\n');
+}
