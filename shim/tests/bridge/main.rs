@@ -1,6 +1,7 @@
 //! Drives the shim library over in-memory stdio against a fake `/mcp` server on real loopback
 //! HTTP ([`fake_mcp`]), bypassing detect-or-spawn with a test connector.
 mod fake_mcp;
+mod fake_stream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -643,4 +644,113 @@ async fn shutdown_signal_stops_at_once_and_deletes_the_session() {
     let result = tokio::time::timeout(WAIT, &mut shim.task).await.expect("stops").expect("task");
     result.expect("run returns Ok");
     fake.with(|s| assert_eq!(s.deletes()[0].session.as_deref(), Some(sid.as_str())));
+}
+
+// ---- The `/mcp` stream (`Upgrade: coffer-mcp-stream`) -----------------------------------------
+
+/// `initialize` + `notifications/initialized` on a stream fake; returns once the fake has both.
+async fn stream_handshake(shim: &mut Shim, fake: &fake_stream::FakeStream) {
+    shim.send(initialize_request(json!(0))).await;
+    let reply = shim.recv().await;
+    assert_eq!((&reply["id"], &reply["result"]["serverInfo"]["name"]), (&json!(0), &json!("fake-stream")));
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    fake.wait_until("notifications/initialized", |s| {
+        s.lines.iter().any(|(_, m)| m["method"] == "notifications/initialized")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stream_carries_the_session_in_order_and_answers_out_of_order() {
+    let fake = fake_stream::FakeStream::start().await;
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    stream_handshake(&mut shim, &fake).await;
+
+    shim.send(json!({"jsonrpc": "2.0", "id": 1, "method": "later", "params": {"ms": 300}})).await;
+    shim.send(echo(2, json!({"text": "b"}))).await;
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 2, "result": {"echo": {"text": "b"}}}));
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"later": 300}}));
+
+    fake.with(|s| {
+        assert_eq!(s.heads.len(), 1, "one connection for the whole session");
+        let head = s.heads[0].to_ascii_lowercase();
+        assert!(head.starts_with("get /mcp http/1.1"), "{head}");
+        assert!(head.contains("upgrade: coffer-mcp-stream") && head.contains("connection: upgrade"), "{head}");
+        let methods: Vec<&str> = s.lines.iter().map(|(_, m)| m["method"].as_str().unwrap_or("")).collect();
+        // The client's order on stdin is the order on the stream, notifications included.
+        assert_eq!(methods, ["initialize", "notifications/initialized", "later", "echo", "notifications/cancelled"]);
+        assert_eq!(s.lines[0].1, initialize_request(json!(0)), "the client's initialize goes through unchanged");
+    });
+    assert_eq!(connector.calls(), 1);
+    shim.finish().await;
+    fake.wait_until("the shim to close its stream", |s| s.closed_by_client == 1).await;
+}
+
+#[tokio::test]
+async fn stream_loss_fails_in_flight_requests_at_once_and_the_next_request_reinitializes() {
+    let fake = fake_stream::FakeStream::start().await;
+    let connector = TestConnector::new(Some(fake.endpoint()));
+    let mut shim = Shim::start(connector.clone());
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": "held-1", "method": "hold"})).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": "held-2", "method": "hold"})).await;
+    fake.wait_until("both held requests", |s| s.on(0).iter().filter(|m| m["method"] == "hold").count() == 2).await;
+
+    fake.drop_connections();
+    let mut failed: Vec<Value> = shim.recv_n(2).await;
+    failed.sort_by_key(|m| m["id"].as_str().unwrap_or_default().to_owned());
+    for (m, id) in failed.iter().zip(["held-1", "held-2"]) {
+        assert_eq!(m["id"], json!(id), "{m}");
+        assert_eq!(m["error"]["code"], json!(-32001), "{m}");
+        assert!(m["error"]["message"].as_str().unwrap().contains("may be retried"), "{m}");
+        assert!(m["error"]["data"]["reason"].as_str().unwrap().contains("closed the MCP stream"), "{m}");
+    }
+
+    // The next request opens a new stream, replays the client's initialize and initialized
+    // notification there (their answers stay with the shim), then goes through.
+    shim.send(echo(3, json!("after"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 3, "result": {"echo": "after"}}));
+    fake.with(|s| {
+        assert_eq!(s.heads.len(), 2, "a second connection");
+        let second = s.on(1);
+        let methods: Vec<&str> = second.iter().map(|m| m["method"].as_str().unwrap_or("")).collect();
+        assert_eq!(methods, ["initialize", "notifications/initialized", "echo"]);
+        assert_eq!(second[0]["id"], json!("coffer-shim-reinit-1"));
+        assert_eq!(second[0]["params"], initialize_request(json!(0))["params"], "the client's own initialize params");
+    });
+    assert_eq!(connector.calls(), 2, "detect-or-spawn again after the loss");
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn stream_eof_lets_in_flight_requests_finish_then_closes_the_stream() {
+    let fake = fake_stream::FakeStream::start().await;
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 7, "method": "later", "params": {"ms": 200}})).await;
+    fake.wait_until("the request", |s| s.on(0).iter().any(|m| m["method"] == "later")).await;
+    drop(shim.stdin.take());
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 7, "result": {"later": 200}}));
+    shim.finish().await;
+    fake.wait_until("the shim to close its stream", |s| s.closed_by_client == 1).await;
+}
+
+#[tokio::test]
+async fn a_server_without_the_stream_is_spoken_to_with_streamable_http() {
+    let fake = FakeMcp::start();
+    let connector = TestConnector::new(Some(fake.endpoint().with_stream(true)));
+    let mut shim = Shim::start(connector.clone());
+    let sid = handshake(&mut shim, &fake).await;
+    shim.send(echo(1, json!("over http"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"echo": "over http"}}));
+    fake.with(|s| {
+        assert_eq!(s.posts_of("echo")[0].session.as_deref(), Some(sid.as_str()), "the echo went as a POST");
+        assert!(
+            s.requests.iter().any(|r| r.http == axum::http::Method::GET && r.session.is_none()),
+            "the shim asked for the stream first"
+        );
+    });
+    shim.finish().await;
 }
