@@ -622,7 +622,6 @@ impl<C: Connector> Bridge<C> {
 
     async fn establish(self: &Arc<Self>) -> Result<Arc<Link>, ShimError> {
         let endpoint = self.connector.connect().await.map_err(ShimError::Connect)?;
-        let generation = self.next_generation();
         let record = {
             let init = self.init.lock().unwrap_or_else(PoisonError::into_inner);
             init.as_ref().map(|r| (r.request.clone(), r.initialized))
@@ -653,7 +652,7 @@ impl<C: Connector> Bridge<C> {
                 Ok(_) => self.listen(&link),
             }
         }
-        info!(generation, protocol_version = ?result.protocol_version, "Re-established the MCP session with the Coffer daemon.");
+        info!(generation = link.generation, protocol_version = ?result.protocol_version, "Re-established the MCP session with the Coffer daemon.");
         Ok(link)
     }
 

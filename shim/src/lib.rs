@@ -1,11 +1,19 @@
 //! `coffer-mcp-shim` as a library: a stdio MCP server that bridges every JSON-RPC message to
-//! the Coffer daemon's `/mcp` endpoint (MCP 2025-11-25, basic/transports §stdio on one side,
-//! §Streamable HTTP on the other).
+//! the Coffer daemon's `/mcp` endpoint (MCP 2025-11-25, basic/transports §stdio on both sides
+//! of a `/mcp` stream; §Streamable HTTP when the server offers no stream).
 //!
 //! An MCP client launches the shim as an ordinary stdio server. [`run`] reads newline-delimited
 //! JSON-RPC from stdin and
 //! - finds or starts the daemon through a [`Connector`] (production: [`DaemonConnector`], i.e.
 //!   detect-or-spawn) before the first message is forwarded;
+//! - when the [`Endpoint`] allows it (the daemon's does), switches `/mcp` to a stream
+//!   (`GET /mcp`, `Upgrade: coffer-mcp-stream` → `101`) and writes every message onto it in stdin
+//!   order; answers go to stdout as the daemon sends them, each request's matched by its id.
+//!   The session is the stream's: when it closes (daemon gone, session ended), every request in
+//!   flight gets -32001 at once, and the next message opens a new stream and replays the
+//!   client's `initialize` and `notifications/initialized` there (answers not shown). Closing
+//!   the stream at exit ends the session. A server that answers the upgrade with anything but
+//!   `101` is spoken to with Streamable HTTP, as follows;
 //! - POSTs each message to `{base_url}/mcp` with the token, and after `initialize` the
 //!   `Mcp-Session-Id` and `MCP-Protocol-Version` headers. Requests run concurrently and their
 //!   answers reach stdout in whatever order they complete; a notification or response is sent
