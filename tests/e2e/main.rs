@@ -14,6 +14,7 @@ mod docs;
 mod edge;
 mod gateway;
 mod http_upstream;
+mod mcp_stream;
 mod openapi;
 mod peers;
 mod recovery;

@@ -35,6 +35,7 @@ pub mod mcp;
 pub mod peers;
 pub mod ports;
 pub mod procs;
+pub mod stream;
 pub mod wait;
 
 use std::collections::BTreeMap;
