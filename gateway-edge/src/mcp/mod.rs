@@ -345,21 +345,25 @@ impl Gateway {
 
 /// Writes invocation records in batches (up to 500 per write, at least every 200 ms).
 async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Invocation>) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
-        while batch.len() < 500 {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(i)) => batch.push(i),
-                _ => break,
+    const BATCH: usize = 500;
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        // Gather for up to 200 ms (one timer per batch, not per record).
+        let deadline = tokio::time::sleep(Duration::from_millis(200));
+        tokio::pin!(deadline);
+        while batch.len() < BATCH {
+            tokio::select! {
+                biased;
+                () = &mut deadline => break,
+                n = { let room = BATCH - batch.len(); rx.recv_many(&mut batch, room) } => if n == 0 { break },
             }
         }
-        let items = std::mem::take(&mut batch);
+        let items = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
         let n = items.len();
         // Retry a few times across a store restart; never block callers.
+        let request = AppendInvocationsRequest { invocations: items };
         for attempt in 0..5u32 {
-            match store.append_invocations(AppendInvocationsRequest { invocations: items.clone() }).await {
+            match store.append_invocations(request.clone()).await {
                 Ok(_) => break,
                 Err(e) if attempt < 4 => {
                     tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
