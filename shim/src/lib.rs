@@ -148,11 +148,19 @@ where
     let bridge = Bridge::new(connector, config.clone(), frames);
     let mut reader = FrameReader::new(stdin, config.max_frame_bytes);
     let mut result = Ok(());
+    // Built once: a `cancelled()` future registers with its token when first polled, and a new
+    // one per message would register (and unregister) once per message.
+    let stop = async {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = stdout_closed.cancelled() => {}
+        }
+    };
+    tokio::pin!(stop);
     let eof = loop {
         let input = tokio::select! {
             biased;
-            () = shutdown.cancelled() => break false,
-            () = stdout_closed.cancelled() => break false,
+            () = &mut stop => break false,
             input = reader.next() => input,
         };
         let input = match input {
@@ -171,8 +179,7 @@ where
         };
         tokio::select! {
             biased;
-            () = shutdown.cancelled() => break false,
-            () = stdout_closed.cancelled() => break false,
+            () = &mut stop => break false,
             () = handle => {}
         }
     };

@@ -163,10 +163,13 @@ impl StreamLink {
         mut write: W,
     ) {
         let mut buf = Vec::with_capacity(16 * 1024);
+        let lost = self.lost.clone();
+        let lost = lost.cancelled(); // registered once, not per line
+        tokio::pin!(lost);
         loop {
             let first = tokio::select! {
                 biased;
-                () = self.lost.cancelled() => break,
+                () = &mut lost => break,
                 line = lines.recv() => match line {
                     Some(line) => line,
                     None => break,
@@ -190,10 +193,13 @@ impl StreamLink {
 
     async fn read_loop<R: AsyncRead + Unpin>(self: Arc<Self>, read: R, out: mpsc::Sender<Frame>) {
         let mut reader = FrameReader::new(read, MAX_LINE_BYTES);
+        let lost = self.lost.clone();
+        let lost = lost.cancelled(); // registered once, not per line
+        tokio::pin!(lost);
         loop {
             let input = tokio::select! {
                 biased;
-                () = self.lost.cancelled() => break,
+                () = &mut lost => break,
                 input = reader.next() => input,
             };
             match input {

@@ -102,11 +102,19 @@ where
     let mut writer = tokio::spawn(write_lines(queue, write));
     let mut conn = Conn { st, out, session: None };
     let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
+    // The session's end, once there is a session: registered with its token once, not per line.
+    let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
     let why = loop {
-        let closed = conn.session.as_ref().map(|s| s.closed.clone());
+        if ended.is_none()
+            && let Some(session) = &conn.session
+        {
+            ended.set(Some(session.closed.clone().cancelled_owned()));
+        }
         let input = tokio::select! {
             biased;
-            () = async { closed.expect("guarded").cancelled().await }, if closed.is_some() => break "the session ended",
+            Some(()) = async { match ended.as_mut().as_pin_mut() { Some(f) => Some(f.await), None => None } } => {
+                break "the session ended";
+            }
             input = reader.next() => input,
         };
         match input {

@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use coffer_proto::store::McpServer;
 use coffer_runtime::home::CofferHome;
+use coffer_runtime::ndjson::{FrameReader, Input};
 use coffer_runtime::spawn::{ManagedChild, SpawnSpec};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
 /// Longest line accepted from an upstream (bytes).
@@ -457,53 +458,18 @@ async fn write_loop(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::Unbound
 }
 
 async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut buf = Vec::with_capacity(8 * 1024);
+    let mut reader = FrameReader::new(stdout, MAX_FRAME);
     let reason = loop {
-        buf.clear();
-        match read_frame(&mut reader, &mut buf).await {
-            Ok(0) => break "exited (stdout closed)".to_owned(),
-            Ok(_) => core.dispatch(&buf),
+        match reader.next().await {
+            Ok(None) => break "exited (stdout closed)".to_owned(),
+            Ok(Some(Input::Line(line))) => core.dispatch(&line),
+            Ok(Some(Input::Oversized { .. })) => {
+                tracing::warn!(server = %core.server, limit = MAX_FRAME, "Upstream frame over the limit; discarded.");
+            }
             Err(e) => break format!("stdout: {e}"),
         }
     };
     core.close(&reason);
-}
-
-/// Reads one `\n`-terminated frame into `buf` (without losing sync on an over-long line, which
-/// is discarded). Returns bytes consumed; 0 at EOF.
-pub async fn read_frame<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    let mut total = 0;
-    let mut discarding = false;
-    loop {
-        let available = r.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(total);
-        }
-        let (chunk, done) = match memchr(available) {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
-        };
-        let n = chunk.len();
-        if !discarding {
-            if buf.len() + n > MAX_FRAME {
-                discarding = true;
-                buf.clear();
-                tracing::warn!(limit = MAX_FRAME, "Upstream frame over the limit; discarded.");
-            } else {
-                buf.extend_from_slice(chunk);
-            }
-        }
-        r.consume(n);
-        total += n;
-        if done {
-            return Ok(total);
-        }
-    }
-}
-
-fn memchr(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
 }
 
 pub fn trim_line(b: &[u8]) -> &[u8] {
@@ -543,14 +509,13 @@ async fn drain_stderr(
             None
         }
     };
-    let mut reader = BufReader::new(stderr);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match read_frame(&mut reader, &mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
+    // A stderr line over the frame limit is logged by its start.
+    let mut reader = FrameReader::new(stderr, MAX_FRAME);
+    while let Ok(Some(input)) = reader.next().await {
+        let buf = match input {
+            Input::Line(line) => line,
+            Input::Oversized { prefix } => prefix,
+        };
         if let Some(f) = file.as_mut() {
             let line = redactor.redact(trim_line(&buf));
             let line = String::from_utf8_lossy(&line);
@@ -559,23 +524,5 @@ async fn drain_stderr(
                 file = None;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn frames_split_and_overlong_discarded() {
-        let data = b"{\"a\":1}\nnot json\n\n{\"b\":2}\n".to_vec();
-        let mut r = BufReader::new(&data[..]);
-        let mut buf = Vec::new();
-        let mut frames = Vec::new();
-        while read_frame(&mut r, &mut buf).await.unwrap() > 0 {
-            frames.push(String::from_utf8(trim_line(&buf).to_vec()).unwrap());
-            buf.clear();
-        }
-        assert_eq!(frames, vec!["{\"a\":1}", "not json", "", "{\"b\":2}"]);
     }
 }

@@ -22,11 +22,12 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 
-/// A minimal MCP client over a child's stdio, used identically for the direct baseline and for
-/// the path through Coffer, so the ratio compares transports, not clients.
+/// A minimal MCP client speaking newline-delimited JSON-RPC: over a child's stdio (used
+/// identically for the direct baseline and for the path through the shim, so the ratio compares
+/// transports, not clients), or over a `/mcp` stream without the shim.
 struct StdioClient {
-    _child: tokio::process::Child,
-    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    _child: Option<tokio::process::Child>,
+    stdin: tokio::sync::Mutex<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>,
     pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>,
     next: AtomicU64,
 }
@@ -42,11 +43,46 @@ impl StdioClient {
             .kill_on_drop(true);
         let mut child = cmd.spawn().with_context(|| format!("starting {}", program.display()))?;
         let stdin = child.stdin.take().context("stdin")?;
-        let stdout = child.stdout.take().context("stdout")?;
+        let stdout = BufReader::new(child.stdout.take().context("stdout")?);
+        Self::start(Some(child), Box::new(stdin), stdout).await
+    }
+
+    /// Opens a `/mcp` stream (`Upgrade: coffer-mcp-stream`) on the daemon at `port`.
+    async fn stream(port: u16, token: &str) -> Result<Self> {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        tcp.set_nodelay(true)?;
+        let (read, mut write) = tcp.into_split();
+        let head = format!(
+            "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: coffer-mcp-stream\r\nX-Coffer-Token: {token}\r\n\r\n"
+        );
+        write.write_all(head.as_bytes()).await?;
+        let mut read = BufReader::new(read);
+        let mut status = String::new();
+        read.read_line(&mut status).await?;
+        if !status.starts_with("HTTP/1.1 101") {
+            bail!("the /mcp stream upgrade was refused: {status}");
+        }
+        loop {
+            let mut line = String::new();
+            if read.read_line(&mut line).await? == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        Self::start(None, Box::new(write), read).await
+    }
+
+    async fn start<R>(
+        child: Option<tokio::process::Child>,
+        stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+        stdout: BufReader<R>,
+    ) -> Result<Self>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    {
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>> = Arc::default();
         let p2 = pending.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
+            let mut lines = stdout.lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
                 if v.get("method").is_some() {
@@ -71,7 +107,7 @@ impl StdioClient {
     }
 
     fn pid(&self) -> Option<u32> {
-        self._child.id()
+        self._child.as_ref()?.id()
     }
 
     async fn send(&self, v: Value) -> Result<()> {
@@ -123,6 +159,9 @@ fn stats(mut lat: Vec<Duration>, wall: Duration) -> Stats {
 
 /// `total` calls made by `inflight` concurrent callers, each waiting for its answer before its
 /// next call; `call(worker, i)` makes one call and returns its answer, which must be a result.
+/// Calls each echo path makes before it is measured (at 16 in flight, after 300 at 1).
+const WARM_UP_CALLS: usize = 20_000;
+
 async fn load<F, Fut>(total: usize, inflight: usize, call: F) -> Result<Stats>
 where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
@@ -410,12 +449,15 @@ async fn main() -> Result<()> {
         let shim = Arc::new(StdioClient::spawn(&bins.join("coffer-mcp-shim"), &[], &env.vars()).await?);
         shim.request("tools/list", json!({})).await?;
         for (c, n) in [(&direct, "echo"), (&shim, "everything__echo")] {
-            echo_load(c, n, 300, 1).await?; // warm-up
+            // Warm-up to a steady state: Node's JIT keeps speeding the upstream up for some
+            // thousand calls, and both paths should be measured warm.
+            echo_load(c, n, 300, 1).await?;
+            echo_load(c, n, WARM_UP_CALLS, 16).await?;
         }
         let gw_pid = gateway_pid(&http, &env, &token).await?;
         // The shim's session is the only one so far: its upstream is the gateway's one node child.
         let shim_upstream_pid = *node_children(gw_pid).first().context("the shim session's server-everything child")?;
-        // The same gateway path without the shim: plain HTTP to /mcp (attributes the overhead).
+        // The gateway as any other MCP client reaches it: Streamable HTTP POSTs to /mcp, no shim.
         let init = http
         .post(env.url("/mcp"))
         .header("X-Coffer-Token", &token)
@@ -426,20 +468,34 @@ async fn main() -> Result<()> {
         let http_sid = init.headers().get("mcp-session-id").context("session id")?.to_str()?.to_owned();
         let mcp_url = env.url("/mcp");
         http_echo_load(&http, &mcp_url, &token, &http_sid, 300, 1).await?; // warm-up (starts its upstream)
+        http_echo_load(&http, &mcp_url, &token, &http_sid, WARM_UP_CALLS, 16).await?;
+        // The shim's link without the shim: the bench client on a /mcp stream itself.
+        let stream = Arc::new(StdioClient::stream(env.port, &token).await?);
+        echo_load(&stream, "everything__echo", 300, 1).await?;
+        echo_load(&stream, "everything__echo", WARM_UP_CALLS, 16).await?;
         println!("## Gateway: `tools/call` of server-everything `echo`\n");
         println!("| in flight | path | p50 | p99 | calls/s |\n|---|---|---|---|---|");
         let http_upstream_pid = node_children(gw_pid)
             .into_iter()
             .find(|p| *p != shim_upstream_pid)
-            .context("the HTTP session's server-everything child")?
+            .context("the HTTP session's server-everything child")?;
+        let stream_upstream_pid = node_children(gw_pid)
+            .into_iter()
+            .find(|p| *p != shim_upstream_pid && *p != http_upstream_pid)
+            .context("the stream session's server-everything child")?
             .to_string();
+        let http_upstream_pid = http_upstream_pid.to_string();
         let shim_upstream_pid = shim_upstream_pid.to_string();
         let shim_pid = shim.pid().context("shim pid")?.to_string();
         let direct_pid = direct.pid().context("direct pid")?.to_string();
         let gw_pid = gw_pid.to_string();
         let mut cpu_rows = Vec::new();
         for inflight in [1usize, 16] {
-            let total = if inflight == 1 { 2000 } else { 32000 };
+            let total = if inflight == 1 {
+                2000
+            } else {
+                std::env::var("XB_TOTAL").ok().and_then(|v| v.parse().ok()).unwrap_or(32000)
+            };
             let cpu = CpuMeter::start(&[("client", "self"), ("upstream", &direct_pid)]);
             let d = echo_load(&direct, "echo", total, inflight).await?;
             cpu_rows.push((inflight, "direct stdio", cpu.per_call(total)));
@@ -453,7 +509,10 @@ async fn main() -> Result<()> {
             cpu_rows.push((inflight, "shim → gateway → stdio", cpu.per_call(total)));
             let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
             let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
-            cpu_rows.push((inflight, "HTTP /mcp → gateway → stdio", cpu.per_call(total)));
+            cpu_rows.push((inflight, "Streamable HTTP /mcp → gateway → stdio", cpu.per_call(total)));
+            let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
+            let t = echo_load(&stream, "everything__echo", total, inflight).await?;
+            cpu_rows.push((inflight, "/mcp stream → gateway → stdio", cpu.per_call(total)));
             println!(
                 "| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |",
                 d.p50_us, d.p99_us, d.per_s
@@ -463,8 +522,12 @@ async fn main() -> Result<()> {
                 s.p50_us, s.p99_us, s.per_s
             );
             println!(
-                "| {inflight} | HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
+                "| {inflight} | Streamable HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
                 h.p50_us, h.p99_us, h.per_s
+            );
+            println!(
+                "| {inflight} | /mcp stream → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
+                t.p50_us, t.p99_us, t.per_s
             );
             println!(
                 "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
@@ -488,6 +551,7 @@ async fn main() -> Result<()> {
             );
         }
         drop(shim);
+        drop(stream);
         drop(direct);
     }
 
