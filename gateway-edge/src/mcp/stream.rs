@@ -112,9 +112,12 @@ where
         }
         let input = tokio::select! {
             biased;
-            Some(()) = async { match ended.as_mut().as_pin_mut() { Some(f) => Some(f.await), None => None } } => {
-                break "the session ended";
-            }
+            () = async {
+                match ended.as_mut().as_pin_mut() {
+                    Some(ended) => ended.await,
+                    None => std::future::pending().await,
+                }
+            } => break "the session ended",
             input = reader.next() => input,
         };
         match input {

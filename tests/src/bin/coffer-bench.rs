@@ -491,11 +491,7 @@ async fn main() -> Result<()> {
         let gw_pid = gw_pid.to_string();
         let mut cpu_rows = Vec::new();
         for inflight in [1usize, 16] {
-            let total = if inflight == 1 {
-                2000
-            } else {
-                std::env::var("XB_TOTAL").ok().and_then(|v| v.parse().ok()).unwrap_or(32000)
-            };
+            let total = if inflight == 1 { 2000 } else { 32_000 };
             let cpu = CpuMeter::start(&[("client", "self"), ("upstream", &direct_pid)]);
             let d = echo_load(&direct, "echo", total, inflight).await?;
             cpu_rows.push((inflight, "direct stdio", cpu.per_call(total)));
