@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
-use coffer_tests::mcp::{LATEST, McpSession, mcp_post, register_everything, register_tiny};
+use coffer_tests::mcp::{LATEST, McpSession, mcp_post, register_everything, register_tiny, set_tool_enabled};
 use coffer_tests::stream::{Handshake, McpStream, PROTOCOL, handshake, upgrade_headers};
 use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
 use serde_json::{Value, json};
@@ -54,16 +54,6 @@ async fn wait_reaped(home: &TestHome, pid: i32) -> anyhow::Result<()> {
         Ok((!procs::alive(pid) && upstream_records(home) == 0).then_some(()))
     })
     .await
-}
-
-async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::Result<()> {
-    let r = api
-        .request(reqwest::Method::PATCH, &format!("/v1/tools/{tool}"))
-        .json(&json!({"enabled": enabled}))
-        .reply()
-        .await?;
-    ensure!(r.status == 200, "PATCH /v1/tools/{tool}: {} {}", r.status, r.text);
-    Ok(())
 }
 
 /// A JSON-RPC error answer with `id` and `code` (and no result).

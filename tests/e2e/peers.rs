@@ -6,9 +6,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use coffer_tests::mcp::{register_everything, register_stdio};
+use coffer_tests::mcp::{register_everything, register_stdio, set_tool_enabled};
 use coffer_tests::peers::{PyClient, Sdk, TokenProxy, node22, peer_path, run_to_end, texts, venv_bin};
-use coffer_tests::{Api, SendExt, TestHome, bin, wait_for};
+use coffer_tests::{SendExt, TestHome, bin, wait_for};
 use serde_json::{Value, json};
 
 /// How long a notification may take to travel upstream → Coffer → shim → client.
@@ -18,16 +18,6 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
 /// shims, upstreams, peers) has exited.
 async fn stop_and_check_nothing_is_left(home: &TestHome) -> anyhow::Result<()> {
     home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
-}
-
-async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::Result<()> {
-    let r = api
-        .request(reqwest::Method::PATCH, &format!("/v1/tools/{tool}"))
-        .json(&json!({"enabled": enabled}))
-        .reply()
-        .await?;
-    ensure!(r.status == 200, "PATCH /v1/tools/{tool}: {} {}", r.status, r.text);
-    Ok(())
 }
 
 fn has(names: &[String], name: &str) -> bool {

@@ -159,9 +159,24 @@ pub fn service_in<'a>(status: &'a Value, name: &str) -> anyhow::Result<&'a Value
 /// Parses one complete HTTP/1.1 response with a `Content-Length` body; `None` while incomplete.
 fn parse_response(buf: &[u8]) -> anyhow::Result<Option<Reply>> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return Ok(None) };
-    let head = std::str::from_utf8(&buf[..end]).context("response head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
+    let (status, headers) = parse_head(&buf[..end])?;
+    let len: usize = headers.get("content-length").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0);
+    let body = &buf[end + 4..];
+    if body.len() < len {
+        return Ok(None);
+    }
+    Ok(Some(Reply { status, headers, text: String::from_utf8_lossy(&body[..len]).into_owned() }))
+}
+
+/// Parses an HTTP/1.1 response head (status line and header lines, without the blank line).
+///
+/// # Errors
+/// When it is not UTF-8 or not an HTTP/1.1 head.
+pub fn parse_head(head: &[u8]) -> anyhow::Result<(StatusCode, HeaderMap)> {
+    let head = std::str::from_utf8(head).context("response head is not UTF-8")?;
+    let mut lines = head.trim_end().split("\r\n");
     let status_line = lines.next().unwrap_or_default();
+    anyhow::ensure!(status_line.starts_with("HTTP/1.1 "), "not an HTTP/1.1 status line: {status_line:?}");
     let code: u16 = status_line
         .split(' ')
         .nth(1)
@@ -172,16 +187,7 @@ fn parse_response(buf: &[u8]) -> anyhow::Result<Option<Reply>> {
         let (k, v) = l.split_once(':').with_context(|| format!("bad header line {l:?}"))?;
         headers.append(reqwest::header::HeaderName::from_bytes(k.trim().as_bytes())?, v.trim().parse()?);
     }
-    let len: usize = headers.get("content-length").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0);
-    let body = &buf[end + 4..];
-    if body.len() < len {
-        return Ok(None);
-    }
-    Ok(Some(Reply {
-        status: StatusCode::from_u16(code)?,
-        headers,
-        text: String::from_utf8_lossy(&body[..len]).into_owned(),
-    }))
+    Ok((StatusCode::from_u16(code)?, headers))
 }
 
 /// A response read in full.

@@ -163,3 +163,18 @@ pub async fn register_everything(api: &Api, name: &str) -> anyhow::Result<Value>
 pub async fn register_tiny(api: &Api, name: &str, env: Value) -> anyhow::Result<Value> {
     register_stdio(api, name, &crate::bin("coffer-tiny-upstream")?, &[], env).await
 }
+
+/// Enables or disables an exposed tool (`PATCH /v1/tools/{tool}`), which every session then
+/// sees (`notifications/tools/list_changed`).
+///
+/// # Errors
+/// When the daemon does not answer 200.
+pub async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::Result<()> {
+    let r = api
+        .request(reqwest::Method::PATCH, &format!("/v1/tools/{tool}"))
+        .json(&json!({"enabled": enabled}))
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 200, "PATCH /v1/tools/{tool}: {} {}", r.status, r.text);
+    Ok(())
+}

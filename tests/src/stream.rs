@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderName};
+
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::http::{Api, Reply};
+use crate::http::{Api, Reply, parse_head};
 
 /// The `Upgrade` token of the stream.
 pub const PROTOCOL: &str = "coffer-mcp-stream";
@@ -89,24 +89,6 @@ pub async fn handshake(port: u16, headers: &[(String, String)]) -> anyhow::Resul
         Ok(Handshake::Refused(Reply { status, headers, text: String::from_utf8_lossy(&body).into_owned() }))
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange).await.context("no answer to the handshake within 10 s")?
-}
-
-fn parse_head(head: &[u8]) -> anyhow::Result<(StatusCode, HeaderMap)> {
-    let head = std::str::from_utf8(head).context("response head is not UTF-8")?;
-    let mut lines = head.trim_end().split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    ensure!(status_line.starts_with("HTTP/1.1 "), "not an HTTP/1.1 status line: {status_line:?}");
-    let code: u16 = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("bad status line {status_line:?}"))?;
-    let mut headers = HeaderMap::new();
-    for l in lines {
-        let (k, v) = l.split_once(':').with_context(|| format!("bad header line {l:?}"))?;
-        headers.append(HeaderName::from_bytes(k.trim().as_bytes())?, v.trim().parse()?);
-    }
-    Ok((StatusCode::from_u16(code)?, headers))
 }
 
 /// One switched `/mcp` connection.

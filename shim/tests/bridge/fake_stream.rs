@@ -12,7 +12,7 @@ use coffer_shim::Endpoint;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::fake_mcp::{PROTOCOL, TOKEN};
@@ -39,6 +39,8 @@ impl StreamState {
 pub struct FakeStream {
     base_url: String,
     state: Arc<Mutex<StreamState>>,
+    /// Bumped after every change of `state`.
+    changed: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -47,8 +49,9 @@ impl FakeStream {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base_url = format!("http://{}", listener.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(StreamState::default()));
+        let changed = watch::Sender::new(0);
         let stop = CancellationToken::new();
-        let (st, stop2) = (state.clone(), stop.clone());
+        let (st, stop2) = (Shared { state: state.clone(), changed: changed.clone() }, stop.clone());
         tokio::spawn(async move {
             loop {
                 let tcp = tokio::select! {
@@ -56,15 +59,14 @@ impl FakeStream {
                     accepted = listener.accept() => accepted.expect("accept").0,
                 };
                 let conn_stop = stop2.child_token();
-                let conn = {
-                    let mut s = st.lock().unwrap();
+                let conn = st.update(|s| {
                     s.live.push(conn_stop.clone());
                     s.heads.len()
-                };
+                });
                 tokio::spawn(serve(tcp, conn, st.clone(), conn_stop));
             }
         });
-        Self { base_url, state, stop }
+        Self { base_url, state, changed, stop }
     }
 
     /// An endpoint that asks for the stream.
@@ -83,13 +85,17 @@ impl FakeStream {
         }
     }
 
-    /// Waits (bounded) until `cond` holds.
+    /// Waits (at most [`crate::WAIT`]) until `cond` holds, woken by every change.
     pub async fn wait_until(&self, what: &str, mut cond: impl FnMut(&StreamState) -> bool) {
-        let deadline = tokio::time::Instant::now() + crate::WAIT;
-        while !cond(&self.state.lock().unwrap()) {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let mut rx = self.changed.subscribe();
+        let wait = async {
+            while !cond(&self.state.lock().unwrap()) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        assert!(tokio::time::timeout(crate::WAIT, wait).await.is_ok(), "timed out waiting for {what}");
     }
 }
 
@@ -99,7 +105,22 @@ impl Drop for FakeStream {
     }
 }
 
-async fn serve(tcp: TcpStream, conn: usize, state: Arc<Mutex<StreamState>>, stop: CancellationToken) {
+/// The state and its change signal, for the connection tasks.
+#[derive(Clone)]
+struct Shared {
+    state: Arc<Mutex<StreamState>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn update<T>(&self, f: impl FnOnce(&mut StreamState) -> T) -> T {
+        let out = f(&mut self.state.lock().unwrap());
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
+}
+
+async fn serve(tcp: TcpStream, conn: usize, state: Shared, stop: CancellationToken) {
     let (read, mut write) = tcp.into_split();
     let mut read = BufReader::new(read);
     let mut head = String::new();
@@ -114,7 +135,7 @@ async fn serve(tcp: TcpStream, conn: usize, state: Arc<Mutex<StreamState>>, stop
         head.push_str(&line);
     }
     let lower = head.to_ascii_lowercase();
-    state.lock().unwrap().heads.push(head);
+    state.update(|s| s.heads.push(head));
     if !lower.contains("upgrade: coffer-mcp-stream") || !lower.contains(&format!("x-coffer-token: {TOKEN}")) {
         let _ = write.write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n").await;
         return;
@@ -138,11 +159,11 @@ async fn serve(tcp: TcpStream, conn: usize, state: Arc<Mutex<StreamState>>, stop
             line = lines.next_line() => line,
         };
         let Ok(Some(line)) = line else {
-            state.lock().unwrap().closed_by_client += 1;
+            state.update(|s| s.closed_by_client += 1);
             break;
         };
         let msg: Value = serde_json::from_str(&line).expect("the shim writes JSON lines");
-        state.lock().unwrap().lines.push((conn, msg.clone()));
+        state.update(|s| s.lines.push((conn, msg.clone())));
         let Some(id) = msg.get("id").cloned() else { continue };
         let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
         match msg["method"].as_str() {
