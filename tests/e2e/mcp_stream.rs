@@ -462,6 +462,28 @@ async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result
     Ok(())
 }
 
+/// A connection that never sends `initialize` holds no session, and is closed after the idle
+/// timeout like an idle session.
+#[tokio::test]
+async fn a_stream_that_never_initializes_is_closed_after_the_idle_timeout() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.session_idle_timeout_s": "1"}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let mut s = McpStream::connect(&api).await?;
+    // Traffic before initialize is answered, but does not start a session.
+    let r = s.request("tools/list", json!({})).await?;
+    check_error(&r, &r["id"], -32600)?;
+    let late = s.expect_eof(Duration::from_secs(10)).await?;
+    ensure!(late.is_empty(), "nothing but EOF: {late:?}");
+    // The daemon still serves new streams.
+    McpStream::open(&api, LATEST).await?.request("ping", json!({})).await?;
+    Ok(())
+}
+
 /// Stopping the daemon ends every stream session and closes its connection: the client reads
 /// a clean EOF, and nothing of the home is left.
 #[tokio::test]

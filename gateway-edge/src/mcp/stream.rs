@@ -26,7 +26,8 @@
 //! - the session ends when the client closes the connection (its upstream children are
 //!   terminated). When the session ends first (idle timeout, `DELETE` by session id, daemon
 //!   shutdown), the gateway writes what is queued and closes the connection; the client opens a
-//!   new one for a new session.
+//!   new one for a new session. A connection that has not initialized within the idle timeout
+//!   is closed the same way.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,6 +105,9 @@ where
     let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
+    // A stream that never initializes is idle from its start: it gets the sessions' idle timeout.
+    let uninitialized = tokio::time::sleep(conn.st.gateway.shared.idle_timeout());
+    tokio::pin!(uninitialized);
     let why = loop {
         if ended.is_none()
             && let Some(session) = &conn.session
@@ -118,6 +122,7 @@ where
                     None => std::future::pending().await,
                 }
             } => break "the session ended",
+            () = &mut uninitialized, if conn.session.is_none() => break "no initialize within the idle timeout",
             input = reader.next() => input,
         };
         match input {
