@@ -462,6 +462,44 @@ async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result
     Ok(())
 }
 
+/// A client that sends without reading is not read further once 1024 of its lines are
+/// unanswered (`MAX_UNWRITTEN_ANSWERS`), so it cannot make the gateway hold unbounded answers:
+/// a `ping` sent after 1030 slow calls is read, and answered, only once slow answers have begun
+/// to be written; nothing is lost.
+#[tokio::test]
+async fn a_client_with_1024_unanswered_lines_is_not_read_further_and_loses_nothing() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let mut s = McpStream::open(&api, LATEST).await?;
+    tiny_pid(&mut s).await?; // the upstream runs
+    const SLOW: usize = 1030;
+    let mut batch = String::new();
+    for i in 0..SLOW {
+        let call = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "tiny__slow", "arguments": {"ms": 1500}}});
+        batch.push_str(&format!("{call}\n"));
+    }
+    batch.push_str("{\"jsonrpc\":\"2.0\",\"id\":\"ping\",\"method\":\"ping\"}\n");
+    s.send_raw(batch.as_bytes()).await?;
+    let mut slow_before_ping = None;
+    let mut slow_answers = HashSet::new();
+    while slow_answers.len() < SLOW || slow_before_ping.is_none() {
+        let m = s.recv().await?;
+        if m["id"] == "ping" {
+            ensure!(m["result"] == json!({}), "ping: {m}");
+            slow_before_ping = Some(slow_answers.len());
+        } else {
+            ensure!(m["result"]["content"].is_array(), "a slow call's result: {m}");
+            let id = m["id"].as_u64().context("numeric id")?;
+            ensure!(slow_answers.insert(id), "answered twice: {id}");
+        }
+    }
+    // Unthrottled, the ping would be answered at once, 1.5 s before any slow call.
+    let before = slow_before_ping.unwrap_or(0);
+    ensure!(before > 0, "the ping was read before any slow answer was written");
+    Ok(())
+}
+
 /// A connection that never sends `initialize` holds no session, and is closed after the idle
 /// timeout like an idle session.
 #[tokio::test]

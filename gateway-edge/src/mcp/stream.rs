@@ -39,7 +39,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info, warn};
 
 use super::Session;
@@ -55,6 +55,10 @@ pub const PROTOCOL: &str = "coffer-mcp-stream";
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes gathered into one write to the connection at most (more only for a single message).
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
+/// Lines a client may have sent whose answers are not yet written to it. At the limit the
+/// gateway stops reading the connection until the client reads, so a client that sends without
+/// reading holds at most this many answers in the gateway's memory.
+pub const MAX_UNWRITTEN_ANSWERS: usize = 1024;
 
 /// Whether the request asks for the stream (`Upgrade` lists [`PROTOCOL`]).
 pub(super) fn requested(headers: &HeaderMap) -> bool {
@@ -99,9 +103,11 @@ where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read, write) = tokio::io::split(io);
-    let (out, queue) = mpsc::unbounded_channel::<String>();
-    let mut writer = tokio::spawn(write_lines(queue, write));
-    let mut conn = Conn { st, out, session: None };
+    let (answers, answer_queue) = mpsc::unbounded_channel::<String>();
+    let (out, other_queue) = mpsc::unbounded_channel::<String>();
+    let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
+    let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
+    let mut conn = Conn { st, answers, out, budget: budget.clone(), session: None };
     let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
@@ -114,19 +120,38 @@ where
         {
             ended.set(Some(session.closed.clone().cancelled_owned()));
         }
+        // Why the connection must end now (the session ended, or it never began in time).
+        let initialized = conn.session.is_some();
+        let stop = async {
+            tokio::select! {
+                () = async {
+                    match ended.as_mut().as_pin_mut() {
+                        Some(ended) => ended.await,
+                        None => std::future::pending().await,
+                    }
+                } => "the session ended",
+                () = &mut uninitialized, if !initialized => "no initialize within the idle timeout",
+            }
+        };
+        tokio::pin!(stop);
+        // One unit of the budget per line read, given back when its answer is written (or at
+        // once when the line gets none): a client that does not read stops being read.
+        tokio::select! {
+            biased;
+            why = &mut stop => break why,
+            permit = budget.acquire() => permit.expect("the budget is never closed").forget(),
+        }
         let input = tokio::select! {
             biased;
-            () = async {
-                match ended.as_mut().as_pin_mut() {
-                    Some(ended) => ended.await,
-                    None => std::future::pending().await,
-                }
-            } => break "the session ended",
-            () = &mut uninitialized, if conn.session.is_none() => break "no initialize within the idle timeout",
+            why = &mut stop => break why,
             input = reader.next() => input,
         };
         match input {
-            Ok(Some(Input::Line(line))) => conn.on_line(line).await,
+            Ok(Some(Input::Line(line))) => {
+                if !conn.on_line(line).await {
+                    budget.add_permits(1);
+                }
+            }
             Ok(Some(Input::Oversized { prefix })) => {
                 let id = sniff_id(&prefix);
                 warn!(limit_bytes = crate::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
@@ -143,8 +168,8 @@ where
             }
         }
     };
-    let Conn { st, out, session } = conn;
-    drop(out);
+    let Conn { st, answers, out, session, .. } = conn;
+    drop((answers, out));
     if let Some(session) = session {
         st.gateway.end_session(&session.id, why).await;
     }
@@ -158,25 +183,33 @@ where
 /// One switched connection: where answers go, and its session once initialized.
 struct Conn {
     st: Arc<AppState>,
+    /// Answers to the client's lines, one per line that gets one (each holds a unit of `budget`).
+    answers: mpsc::UnboundedSender<String>,
+    /// Everything else for the client: relayed upstream requests, server notifications.
     out: mpsc::UnboundedSender<String>,
+    budget: Arc<Semaphore>,
     session: Option<Arc<Session>>,
 }
 
 impl Conn {
+    /// Queues the answer to the line being handled.
     fn send(&self, message: String) {
         // Fails only once the writer is gone (the client went away).
-        let _ = self.out.send(message);
+        let _ = self.answers.send(message);
     }
 
-    fn send_error(&self, id: Value, code: i64, message: &str) {
+    /// Queues a JSON-RPC error as the answer to the line being handled (returns `true`).
+    fn send_error(&self, id: Value, code: i64, message: &str) -> bool {
         self.send(jsonrpc::error_object(id, code, message, None).to_string());
+        true
     }
 
-    async fn on_line(&mut self, line: Vec<u8>) {
+    /// Handles one line; returns whether an answer to it is (or will be) queued on `answers`.
+    async fn on_line(&mut self, line: Vec<u8>) -> bool {
         let first = line.iter().copied().find(|b| !b.is_ascii_whitespace());
         match first {
-            None => return, // an empty line carries no message
-            Some(b'[') => return self.on_batch(&line).await,
+            None => return false, // an empty line carries no message
+            Some(b'[') => return self.on_batch(&line),
             Some(_) => {}
         }
         let msg: Incoming = match serde_json::from_slice(&line) {
@@ -197,22 +230,29 @@ impl Conn {
                 "Invalid Request: the session of this stream is already initialized; open a new stream for a new session",
             ),
             Parsed::Request { id, method, params } => {
-                let out = self.out.clone();
+                let (answers, side) = (self.answers.clone(), self.out.clone());
                 let trace = coffer_runtime::grpc::new_trace_id();
                 tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
-                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(out.clone()) };
+                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(side) };
                     let answer = session.handle_request_ctx(&method, params.as_deref(), &ctx).await;
-                    let _ = out.send(answer.into_response(&id));
+                    let _ = answers.send(answer.into_response(&id));
                 }));
+                true
             }
-            Parsed::Notification { method, params } => session.handle_notification(&method, params.as_deref()).await,
-            Parsed::Response { id, result, error } => session.handle_response(&id, result, error).await,
+            Parsed::Notification { method, params } => {
+                session.handle_notification(&method, params.as_deref()).await;
+                false
+            }
+            Parsed::Response { id, result, error } => {
+                session.handle_response(&id, result, error).await;
+                false
+            }
         }
     }
 
     /// A message before `initialize` completed: only `initialize` (and the discovery probe) is
     /// answered.
-    fn before_initialize(&mut self, parsed: Parsed) {
+    fn before_initialize(&mut self, parsed: Parsed) -> bool {
         match parsed {
             Parsed::Request { id, method, params } if method == "initialize" => {
                 let (session, body) = open_session(&self.st, &id, params.as_deref());
@@ -220,6 +260,7 @@ impl Conn {
                 self.forward_outbound(&session);
                 self.session = Some(session);
                 self.send(body);
+                true
             }
             Parsed::Request { id, method, .. } => {
                 let id = raw_id(&id);
@@ -228,15 +269,19 @@ impl Conn {
                         id,
                         METHOD_NOT_FOUND,
                         "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)",
-                    );
+                    )
                 } else {
-                    self.send_error(id, INVALID_REQUEST, "Bad Request: send initialize first");
+                    self.send_error(id, INVALID_REQUEST, "Bad Request: send initialize first")
                 }
             }
             Parsed::Notification { method, .. } => {
                 debug!(method = %method, "Dropped a notification sent before initialize.");
+                false
             }
-            Parsed::Response { .. } => debug!("Dropped a response sent before initialize."),
+            Parsed::Response { .. } => {
+                debug!("Dropped a response sent before initialize.");
+                false
+            }
         }
     }
 
@@ -268,7 +313,8 @@ impl Conn {
         });
     }
 
-    async fn on_batch(&mut self, line: &[u8]) {
+    /// A batch line; returns whether an answer to it is (or will be) queued.
+    fn on_batch(&mut self, line: &[u8]) -> bool {
         let session = match &self.session {
             Some(s) if s.protocol_version == "2025-03-26" => s.clone(),
             Some(s) => {
@@ -293,13 +339,16 @@ impl Conn {
         if items.is_empty() {
             return self.send_error(Value::Null, INVALID_REQUEST, "Invalid Request: empty batch");
         }
-        let out = self.out.clone();
+        let (out, budget) = (self.answers.clone(), self.budget.clone());
         tokio::spawn(async move {
             let answers = batch_answers(&session, items).await;
-            if !answers.is_empty() {
+            if answers.is_empty() {
+                budget.add_permits(1); // only notifications and responses: nothing to write
+            } else {
                 let _ = out.send(format!("[{}]", answers.join(",")));
             }
         });
+        true
     }
 }
 
@@ -307,24 +356,52 @@ fn raw_id(id: &RawValue) -> Value {
     serde_json::from_str(id.get()).unwrap_or(Value::Null)
 }
 
-/// The one writer of a stream: each message and a `\n`, gathering what is queued into one write.
-/// Raw CR and LF can only be insignificant whitespace in valid JSON (an upstream may answer
-/// pretty-printed), so they are dropped to keep one message per line.
-async fn write_lines<W: AsyncWrite + Unpin>(mut queue: mpsc::UnboundedReceiver<String>, mut write: W) {
+/// The one writer of a stream: each message and a `\n`, gathering what is queued into one
+/// write; after the write, gives back a unit of `budget` per answer written. Raw CR and LF can
+/// only be insignificant whitespace in valid JSON (an upstream may answer pretty-printed), so
+/// they are dropped to keep one message per line. Ends when both queues have ended.
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut answers: mpsc::UnboundedReceiver<String>,
+    mut other: mpsc::UnboundedReceiver<String>,
+    mut write: W,
+    budget: Arc<Semaphore>,
+) {
     let mut buf = Vec::with_capacity(16 * 1024);
-    while let Some(first) = queue.recv().await {
-        push_line(&mut buf, &first);
+    let (mut answers_open, mut other_open) = (true, true);
+    while answers_open || other_open {
+        let mut written_answers = 0;
+        tokio::select! {
+            msg = answers.recv(), if answers_open => match msg {
+                Some(msg) => {
+                    push_line(&mut buf, &msg);
+                    written_answers += 1;
+                }
+                None => answers_open = false,
+            },
+            msg = other.recv(), if other_open => match msg {
+                Some(msg) => push_line(&mut buf, &msg),
+                None => other_open = false,
+            },
+        }
         while buf.len() < WRITE_BATCH_BYTES {
-            match queue.try_recv() {
-                Ok(msg) => push_line(&mut buf, &msg),
-                Err(_) => break,
+            if let Ok(msg) = answers.try_recv() {
+                push_line(&mut buf, &msg);
+                written_answers += 1;
+            } else if let Ok(msg) = other.try_recv() {
+                push_line(&mut buf, &msg);
+            } else {
+                break;
             }
+        }
+        if buf.is_empty() {
+            continue;
         }
         if let Err(err) = write.write_all(&buf).await {
             debug!(error = %err, "Writing the /mcp stream failed; the client went away.");
             return;
         }
         buf.clear();
+        budget.add_permits(written_answers);
     }
     let _ = write.shutdown().await;
 }
@@ -357,10 +434,13 @@ mod tests {
     async fn lines_are_gathered_and_stay_single_lines() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (w, mut r) = tokio::io::duplex(1024);
+        let (other_tx, other_rx) = mpsc::unbounded_channel();
+        let budget = Arc::new(Semaphore::new(0));
         tx.send("{\"a\":1}".to_owned()).unwrap();
         tx.send("{\n  \"b\": \"x\\ny\"\r\n}".to_owned()).unwrap();
-        drop(tx);
-        write_lines(rx, w).await;
+        drop((tx, other_tx));
+        write_lines(rx, other_rx, w, budget.clone()).await;
+        assert_eq!(budget.available_permits(), 2, "a unit back per answer written");
         let mut s = String::new();
         tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await.unwrap();
         assert_eq!(s, "{\"a\":1}\n{  \"b\": \"x\\ny\"}\n");
