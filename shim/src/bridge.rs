@@ -41,7 +41,7 @@ use crate::jsonrpc::{
     self, DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed,
 };
 use crate::sse::{SseEvent, SseParser};
-use crate::stream::{OpenError, StreamLink};
+use crate::stream::{OpenError, StreamLink, Unsent};
 use crate::{Config, ShimError};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -388,10 +388,7 @@ impl<C: Connector> Bridge<C> {
                 self.spawn_request(async move { this.initialize(id, body, slot).await });
             }
             Kind::Request { id, .. } => {
-                let (id, body) = match self.send_on_stream(id, body).await {
-                    Ok(()) => return,
-                    Err(unsent) => unsent,
-                };
+                let Some((id, body)) = self.send_on_stream(id, body).await else { return };
                 let this = self.clone();
                 self.spawn_request(async move {
                     let frame = this.request(&id, &body).await;
@@ -405,21 +402,31 @@ impl<C: Connector> Bridge<C> {
     }
 
     /// The fast path on a `/mcp` stream: the request is written in stdin order and its answer
-    /// goes from the stream's reader straight to stdout, with no task of its own. Gives the
-    /// request back when there is no usable stream link (it then takes the general path, which
-    /// re-establishes the session when needed).
-    async fn send_on_stream(&self, id: Value, body: Bytes) -> Result<(), (Value, Bytes)> {
-        let Some(stream) = self.current_stream() else { return Err((id, body)) };
+    /// goes from the stream's reader straight to stdout, with no task of its own (a request
+    /// whose id is still in flight is answered with -32600 instead). Gives the request back when
+    /// there is no usable stream link (it then takes the general path, which re-establishes the
+    /// session when needed).
+    async fn send_on_stream(&self, id: Value, body: Bytes) -> Option<(Value, Bytes)> {
+        let Some(mut stream) = self.current_stream() else { return Some((id, body)) };
         if stream.is_idle() {
             // Nothing in flight: the daemon may have closed the stream since the last answer.
             // Let the runtime take in pending socket events first (a yielded task resumes only
             // after the I/O driver ran), so a request is not written onto a stream whose close
             // has already arrived.
             tokio::task::yield_now().await;
-            let Some(stream) = self.current_stream() else { return Err((id, body)) };
-            return stream.send_for_client(id, body);
+            match self.current_stream() {
+                Some(current) => stream = current,
+                None => return Some((id, body)),
+            }
         }
-        stream.send_for_client(id, body)
+        match stream.send_for_client(id.clone(), body.clone()) {
+            Ok(()) => None,
+            Err(Unsent::DuplicateId) => {
+                self.emit(duplicate_id_frame(&id)).await;
+                None
+            }
+            Err(Unsent::Lost) => Some((id, body)),
+        }
     }
 
     fn current_stream(&self) -> Option<Arc<StreamLink>> {
@@ -536,7 +543,7 @@ impl<C: Connector> Bridge<C> {
     async fn initialize(self: Arc<Self>, id: Value, body: Bytes, mut slot: OwnedRwLockWriteGuard<Option<Arc<Link>>>) {
         let previous = slot.take();
         let mut endpoint = previous.as_ref().filter(|l| l.usable()).map(|l| l.endpoint.clone());
-        if let Some(old) = previous.filter(|l| l.usable() && l.session_id.is_some()) {
+        if let Some(old) = previous.filter(|l| l.usable() && (l.session_id.is_some() || l.stream.is_some())) {
             self.retire(old);
         }
         let mut resent = false;
@@ -673,8 +680,10 @@ impl<C: Connector> Bridge<C> {
     ) -> Result<(Frame, Option<HeaderValue>), Lost> {
         if let Some(stream) = &link.stream {
             tokio::task::yield_now().await; // see `send_on_stream`
-            let Some(answer) = stream.send_for_bridge(id, body.clone()) else {
-                return Err(Lost::undelivered(link.reason()));
+            let answer = match stream.send_for_bridge(id, body.clone()) {
+                Ok(answer) => answer,
+                Err(Unsent::Lost) => return Err(Lost::undelivered(link.reason())),
+                Err(Unsent::DuplicateId) => return Ok((duplicate_id_frame(id), None)),
             };
             return match answer.await {
                 Ok(frame) => Ok((frame, None)),
@@ -1047,6 +1056,17 @@ fn is_event_stream(resp: &reqwest::Response) -> bool {
 /// The `result` of an initialize response; `None` when it is an error.
 fn initialize_result(frame: &Frame) -> Option<InitializeResult> {
     serde_json::from_slice::<InitializeReply>(frame.bytes()).ok()?.result
+}
+
+fn duplicate_id_frame(id: &Value) -> Frame {
+    jsonrpc::error_frame(
+        id,
+        INVALID_REQUEST,
+        &format!(
+            "Invalid Request: id {id} is already used by a request in flight (MCP request ids must be unique in a session)."
+        ),
+        None,
+    )
 }
 
 fn invalid_frame(id: &Value) -> Frame {

@@ -45,6 +45,16 @@ enum Waiter {
     Bridge(oneshot::Sender<Frame>),
 }
 
+/// Why a request was not sent on the stream.
+pub(crate) enum Unsent {
+    /// The link is lost; the request never left.
+    Lost,
+    /// A request with the same id is still waiting for its answer on this link. MCP request
+    /// ids "MUST NOT have been previously used by the requestor within the same session", and
+    /// answers are matched by id.
+    DuplicateId,
+}
+
 /// Why opening a stream failed.
 pub(crate) enum OpenError {
     /// The daemon does not offer the stream (any answer but `101`, `401`): use Streamable HTTP.
@@ -98,21 +108,17 @@ impl StreamLink {
         self.reason.get().cloned().unwrap_or_else(|| "the daemon connection was lost".into())
     }
 
-    /// Sends a request whose answer goes straight to the client. Returns the request back when
-    /// the link is already lost (it was not sent).
-    pub(crate) fn send_for_client(&self, id: Value, body: Bytes) -> Result<(), (Value, Bytes)> {
-        match self.enqueue(&id.to_string(), Waiter::Client(id.clone()), body.clone()) {
-            Ok(()) => Ok(()),
-            Err(()) => Err((id, body)),
-        }
+    /// Sends a request whose answer goes straight to the client.
+    pub(crate) fn send_for_client(&self, id: Value, body: Bytes) -> Result<(), Unsent> {
+        self.enqueue(&id.to_string(), Waiter::Client(id.clone()), body)
     }
 
-    /// Sends a request and returns the receiver of its answer; `None` when the link is already
-    /// lost (it was not sent). A dropped receiver means the link was lost while waiting.
-    pub(crate) fn send_for_bridge(&self, id: &Value, body: Bytes) -> Option<oneshot::Receiver<Frame>> {
+    /// Sends a request and returns the receiver of its answer. A dropped receiver means the
+    /// link was lost while waiting.
+    pub(crate) fn send_for_bridge(&self, id: &Value, body: Bytes) -> Result<oneshot::Receiver<Frame>, Unsent> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue(&id.to_string(), Waiter::Bridge(tx), body).ok()?;
-        Some(rx)
+        self.enqueue(&id.to_string(), Waiter::Bridge(tx), body)?;
+        Ok(rx)
     }
 
     /// Sends a notification or a response; false when the link is already lost.
@@ -143,16 +149,19 @@ impl StreamLink {
     /// Registers the waiter and queues the line. Checked under the table lock against `lost`,
     /// which the reader cancels before it empties the table: a request is either refused here
     /// or answered there.
-    fn enqueue(&self, key: &str, waiter: Waiter, body: Bytes) -> Result<(), ()> {
+    fn enqueue(&self, key: &str, waiter: Waiter, body: Bytes) -> Result<(), Unsent> {
         let mut table = self.table();
         if !self.usable() {
-            return Err(());
+            return Err(Unsent::Lost);
+        }
+        if table.contains_key(key) {
+            return Err(Unsent::DuplicateId);
         }
         table.insert(key.to_owned(), waiter);
         drop(table);
         if self.queue.send(body).is_err() {
             self.table().remove(key);
-            return Err(());
+            return Err(Unsent::Lost);
         }
         Ok(())
     }

@@ -754,3 +754,38 @@ async fn a_server_without_the_stream_is_spoken_to_with_streamable_http() {
     });
     shim.finish().await;
 }
+
+#[tokio::test]
+async fn a_second_initialize_closes_the_first_stream_and_its_session() {
+    let fake = fake_stream::FakeStream::start().await;
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(initialize_request(json!("again"))).await;
+    let reply = shim.recv().await;
+    assert_eq!(reply["id"], json!("again"), "{reply}");
+    fake.wait_until("the first stream closed by the shim", |s| s.closed_by_client == 1).await;
+    fake.with(|s| {
+        assert_eq!(s.heads.len(), 2, "a new connection for the new session");
+        assert_eq!(s.on(1)[0]["id"], json!("again"), "the new initialize went on the new stream");
+    });
+    shim.finish().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_id_in_flight_is_refused_and_the_first_request_still_gets_its_answer() {
+    let fake = fake_stream::FakeStream::start().await;
+    let mut shim = Shim::start(TestConnector::new(Some(fake.endpoint())));
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 7, "method": "hold"})).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 7, "method": "echo", "params": "second"})).await;
+    let refused = shim.recv().await;
+    assert_eq!((&refused["id"], &refused["error"]["code"]), (&json!(7), &json!(-32600)), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("already used"), "{refused}");
+    fake.wait_until("the first request", |s| s.on(0).iter().any(|m| m["method"] == "hold")).await;
+    fake.with(|s| assert_eq!(s.on(0).iter().filter(|m| m["id"] == json!(7)).count(), 1, "only the first was sent"));
+    // The first is still tracked: a loss answers it.
+    fake.drop_connections();
+    let lost = shim.recv().await;
+    assert_eq!((&lost["id"], &lost["error"]["code"]), (&json!(7), &json!(-32001)), "{lost}");
+    shim.finish().await;
+}
