@@ -108,6 +108,8 @@ async fn protocol_errors_are_structured_and_the_session_survives() -> anyhow::Re
     ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "missing jsonrpc: {}", r.text);
     let r = s.post_raw(json!({"jsonrpc": "2.0", "id": 6, "method": 42}).to_string()).await?;
     ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "non-string method: {}", r.text);
+    let r = s.post_raw(json!({"jsonrpc": "2.0", "id": null, "method": "tools/list"}).to_string()).await?;
+    ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "null id: {} {}", r.status, r.text);
     let r = s.post_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.into()).await?;
     ensure!(r.status == 400 && r.text.contains("batch"), "batch on {}: {}", s.version, r.text);
     let r = s.tool("nounderscore", json!({})).await?;

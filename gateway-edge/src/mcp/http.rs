@@ -105,11 +105,18 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StreamUpgrade {
 #[derive(Deserialize)]
 pub(super) struct Incoming {
     jsonrpc: Option<Value>,
+    /// `None` only when absent: a present `null` is kept (as raw `null`) so that it is refused
+    /// (MCP: a request id "MUST NOT be null") rather than taken for a notification.
+    #[serde(default, deserialize_with = "present")]
     id: Option<Box<RawValue>>,
     method: Option<Value>,
     params: Option<Box<RawValue>>,
     result: Option<Box<RawValue>>,
     error: Option<Box<RawValue>>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 pub(super) enum Parsed {
