@@ -48,6 +48,14 @@ pub async fn trace(req: Request, next: Next) -> Response {
 /// `Host` must name loopback; `Origin`, when present, must be exactly Coffer's own origin.
 pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
+    // One Host (RFC 9112 §3.2: more than one is a 400) and at most one Origin: with two, a
+    // check of the first could pass while something downstream reads the other.
+    for (name, what) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
+        if req.headers().get_all(&name).iter().nth(1).is_some() {
+            tracing::info!(header = what, "Refused: repeated header.");
+            return reject(&path, Code::BadRequest, &format!("more than one {what} header"));
+        }
+    }
     // HTTP/2 carries the host in the `:authority` pseudo-header, which hyper puts in the URI
     // (RFC 9113 §8.3.1); the check is the same either way.
     let host = match req.headers().get(header::HOST) {

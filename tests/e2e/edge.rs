@@ -87,6 +87,11 @@ async fn foreign_host_is_403_and_logged_with_the_trace_id() -> anyhow::Result<()
     }
     let r = api.post("/mcp").header("Host", "evil.com").body("{}").reply().await?;
     r.expect_jsonrpc_error(403)?;
+    // A second Host (here after the loopback one that `raw` sends) is refused, whatever it says.
+    for second in ["evil.com", "127.0.0.1"] {
+        let r = api.raw("GET", "/v1/status", &[("Host", second.to_owned())], b"").await?;
+        r.expect_envelope(400, "BAD_REQUEST").with_context(|| format!("second Host {second}"))?;
+    }
 
     // The refusal is logged inside the request's span, so the trace id finds it.
     let r = api.get("/v1/status").header("Host", "evil.com").reply().await?;

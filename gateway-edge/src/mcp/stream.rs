@@ -60,14 +60,20 @@ const WRITE_BATCH_BYTES: usize = 256 * 1024;
 /// reading holds at most this many answers in the gateway's memory.
 pub const MAX_UNWRITTEN_ANSWERS: usize = 1024;
 
-/// Whether the request asks for the stream (`Upgrade` lists [`PROTOCOL`]).
+/// Whether the request asks for the stream: `Upgrade` lists [`PROTOCOL`] and `Connection`
+/// lists `upgrade` (RFC 9110 §7.8: the upgrade option must be named in `Connection`).
 pub(super) fn requested(headers: &HeaderMap) -> bool {
+    lists(headers, header::UPGRADE, PROTOCOL) && lists(headers, header::CONNECTION, "upgrade")
+}
+
+/// Whether the comma-separated list header `name` contains `token` (case-blind).
+fn lists(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
-        .get_all(header::UPGRADE)
+        .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|p| p.trim().eq_ignore_ascii_case(PROTOCOL))
+        .any(|p| p.trim().eq_ignore_ascii_case(token))
 }
 
 /// Answers an upgrade request: `101` and the stream served on the switched connection, or 400
@@ -421,13 +427,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_upgrade_token_is_found_in_a_list_case_blind() {
+    fn the_upgrade_needs_both_headers_and_is_found_in_lists_case_blind() {
         let mut h = HeaderMap::new();
         assert!(!requested(&h));
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         assert!(!requested(&h));
         h.insert(header::UPGRADE, HeaderValue::from_static("h2c, Coffer-MCP-Stream"));
         assert!(requested(&h));
+        h.remove(header::CONNECTION);
+        assert!(!requested(&h), "Upgrade without Connection: upgrade is no upgrade request");
     }
 
     #[tokio::test]
