@@ -982,7 +982,7 @@ impl Session {
             "logging/setLevel" => self.set_level(params).await,
             "initialize" => Answer::Error(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
-                "session already initialized; start a new session without Mcp-Session-Id",
+                "session already initialized; initialize again only in a new session",
             )),
             other => {
                 Answer::Error(RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {}", truncate(other, 100))))

@@ -8,8 +8,9 @@
 //!
 //! Handshake: `GET /mcp` over HTTP/1.1 with `Connection: Upgrade`, `Upgrade: coffer-mcp-stream`
 //! and the token → `101 Switching Protocols`. The edge's Host/Origin and token checks apply to it
-//! as to any request; an unsupported `MCP-Protocol-Version` gets 400, and so does the upgrade
-//! over HTTP/2 (which has no `Upgrade`).
+//! as to any request; an unsupported `MCP-Protocol-Version` gets 400. HTTP/2 has no `Upgrade`
+//! (a request carrying it is malformed there, RFC 9113 §8.2.2, and hyper resets its stream);
+//! an HTTP/1.0 request asking for the stream gets 400.
 //!
 //! On the stream:
 //! - one MCP session per connection. It starts with `initialize`; before that a request gets
@@ -83,7 +84,7 @@ pub(super) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrade::OnUpg
         return jsonrpc::http_error(
             StatusCode::BAD_REQUEST,
             INVALID_REQUEST,
-            "Upgrade: coffer-mcp-stream needs an HTTP/1.1 connection; on HTTP/2 use Streamable HTTP (POST /mcp)",
+            "Upgrade: coffer-mcp-stream needs an HTTP/1.1 connection; otherwise use Streamable HTTP (POST /mcp)",
         );
     };
     let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
