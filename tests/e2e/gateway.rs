@@ -80,6 +80,31 @@ async fn everything_main_path_list_call_disable_and_log() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// A disabled tool is refused in a session that never listed, without starting its upstream
+/// (the exposed name `<server>__<original>` names the capability the policy holds).
+#[tokio::test]
+async fn disabled_tool_is_refused_before_any_upstream_contact() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let r = api
+        .request(reqwest::Method::PUT, "/v1/mcp/servers/tiny/capabilities/tools/echo")
+        .json(&json!({"enabled": false}))
+        .reply()
+        .await?;
+    ensure!(r.status.is_success(), "{} {}", r.status, r.text);
+    ensure!(tiny_pids(&home).is_empty(), "setting the preference started nothing");
+    let s = McpSession::latest(&api).await?;
+    let r = s.tool("tiny__echo", json!({"message": "x"})).await?;
+    assert_eq!(error_code(&r), Some(-32000), "{r}");
+    assert_eq!(r["error"]["data"]["code"], "TOOL_DISABLED", "{r}");
+    ensure!(tiny_pids(&home).is_empty(), "no upstream was started for a disabled tool");
+    // An enabled tool of the same server still works (and starts the upstream).
+    let r = s.tool("tiny__add", json!({"a": 1, "b": 2})).await?;
+    ensure!(r.get("result").is_some(), "{r}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn disabled_server_is_refused_before_any_upstream_contact() -> anyhow::Result<()> {
     let home = TestHome::new()?;

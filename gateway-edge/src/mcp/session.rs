@@ -638,6 +638,14 @@ impl Session {
                         Some(_) => {}
                     }
                 }
+                // Policy before contact: an exposed name that was not rewritten is
+                // `<server>__<original>`, so a disabled capability is refused here, before its
+                // upstream is started to learn the session's names.
+                if let Some((_, original)) = naming::split(exposed)
+                    && !snap.capability_enabled(server, kind.kind(), original)
+                {
+                    return Err(Self::disabled(&snap, exposed, server, noun));
+                }
                 // Learn only this server's names: exposed names never collide across servers
                 // (the `<server>__` prefix is kept whole), so an unrelated slow or hung upstream
                 // never delays this call.
