@@ -477,6 +477,39 @@ async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result
     Ok(())
 }
 
+/// A burst of `tools/list` on a session that has not listed yet costs the upstream one list:
+/// the first request fetches it, the others wait for that fetch and share it; every answer is
+/// complete.
+#[tokio::test]
+async fn a_burst_of_tools_list_costs_the_upstream_one_list() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let mut s = McpStream::open(&api, LATEST).await?;
+    const BURST: usize = 200;
+    let mut lines = String::new();
+    for i in 0..BURST {
+        lines.push_str(&format!("{}\n", json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"})));
+    }
+    s.send_raw(lines.as_bytes()).await?;
+    let mut answered = HashSet::new();
+    while answered.len() < BURST {
+        let m = s.recv().await?;
+        let names: Vec<&str> = m["result"]["tools"]
+            .as_array()
+            .context("a tools/list result")?
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        ensure!(names.contains(&"tiny__echo") && names.contains(&"coffer__search_tools"), "incomplete list: {names:?}");
+        ensure!(answered.insert(m["id"].as_u64().context("numeric id")?), "answered twice: {m}");
+    }
+    let log = home.logs_dir().join("upstreams").join("tiny.log");
+    let count = || std::fs::read_to_string(&log).unwrap_or_default().matches("tools/list received").count();
+    wait_for("the upstream's log of its tools/list", END_TIMEOUT, || async { Ok((count() > 0).then_some(())) }).await?;
+    ensure!(count() == 1, "the upstream was asked {} times", count());
+    Ok(())
+}
+
 /// A client that sends without reading is not read further once 1024 of its lines are
 /// unanswered (`MAX_UNWRITTEN_ANSWERS`), so it cannot make the gateway hold unbounded answers:
 /// a `ping` sent after 1030 slow calls is read, and answered, only once slow answers have begun

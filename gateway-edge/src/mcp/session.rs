@@ -235,6 +235,9 @@ impl Slot {
     }
 }
 
+/// A capability list of one upstream: (server name, kind).
+type ListKey = (String, ListKind);
+
 struct Cached {
     at: Instant,
     items: Arc<Vec<Value>>,
@@ -272,7 +275,10 @@ pub struct Session {
     init_params: Value,
     shared: Arc<Shared>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
-    cache: Mutex<HashMap<(String, ListKind), Cached>>,
+    cache: Mutex<HashMap<ListKey, Cached>>,
+    /// One gate per list being fetched, and the last failed fetch of each (see `fetch`).
+    fetching: Mutex<HashMap<ListKey, Arc<tokio::sync::Mutex<()>>>>,
+    fetch_failed: Mutex<HashMap<ListKey, (Instant, UpstreamError)>>,
     names: RwLock<HashMap<ListKind, NameMap>>,
     last_activity: Mutex<Instant>,
     pub outbound: Outbound,
@@ -318,6 +324,8 @@ impl Session {
             shared,
             slots: Mutex::default(),
             cache: Mutex::default(),
+            fetching: Mutex::default(),
+            fetch_failed: Mutex::default(),
             names: RwLock::default(),
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::new(),
@@ -460,13 +468,45 @@ impl Session {
     }
 
     /// One upstream's full list of `kind` (all pages), from the cache when fresh.
+    ///
+    /// One fetch per (server, kind) at a time: requests that need the same list meanwhile wait
+    /// for it and take its outcome (its list from the cache, or its error), so a burst of
+    /// `tools/list` costs the upstream one list, not one per request.
     async fn fetch(&self, server: &McpServer, kind: ListKind) -> Result<Arc<Vec<Value>>, UpstreamError> {
         let key = (server.name.clone(), kind);
-        if let Some(c) = self.cache.lock().expect("cache").get(&key)
-            && c.at.elapsed() < LIST_TTL
-        {
-            return Ok(c.items.clone());
+        if let Some(items) = self.cached(&key) {
+            return Ok(items);
         }
+        let asked = Instant::now();
+        let gate = self.fetching.lock().expect("fetching").entry(key.clone()).or_default().clone();
+        let _turn = gate.lock().await;
+        if let Some(items) = self.cached(&key) {
+            return Ok(items);
+        }
+        if let Some((at, err)) = self.fetch_failed.lock().expect("fetching").get(&key)
+            && *at > asked
+        {
+            return Err(err.clone());
+        }
+        let result = self.fetch_now(server, kind).await;
+        match &result {
+            Ok(items) => {
+                self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
+            }
+            Err(e) => {
+                self.fetch_failed.lock().expect("fetching").insert(key, (Instant::now(), e.clone()));
+            }
+        }
+        result
+    }
+
+    fn cached(&self, key: &ListKey) -> Option<Arc<Vec<Value>>> {
+        let cache = self.cache.lock().expect("cache");
+        cache.get(key).filter(|c| c.at.elapsed() < LIST_TTL).map(|c| c.items.clone())
+    }
+
+    /// [`Session::fetch`] without cache or sharing.
+    async fn fetch_now(&self, server: &McpServer, kind: ListKind) -> Result<Arc<Vec<Value>>, UpstreamError> {
         let up = self.upstream(server).await?;
         let mut items = Vec::new();
         if up.has_capability(kind.capability()) {
@@ -499,9 +539,7 @@ impl Session {
                 }
             }
         }
-        let items = Arc::new(items);
-        self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
-        Ok(items)
+        Ok(Arc::new(items))
     }
 
     /// The `initialize` result of `server`'s running upstream in this session, if any.

@@ -8,7 +8,7 @@
 //! `sample` (asks the client for
 //! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`),
 //! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch).
-//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. `--banner` prints a non-JSON line first.
+//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
@@ -98,7 +98,10 @@ fn main() {
             "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {
                 send(&out, &reply(json!({})))
             }
-            "tools/list" => send(&out, &reply(json!({"tools": tools()}))),
+            "tools/list" => {
+                eprintln!("tools/list received"); // counted by tests (upstream log)
+                send(&out, &reply(json!({"tools": tools()})))
+            }
             "prompts/list" => {
                 send(&out, &reply(json!({"prompts": [{"name": "greet", "arguments": [{"name": "who"}]}]})))
             }
