@@ -472,6 +472,8 @@ async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result
     let late = s.expect_eof(Duration::from_secs(20)).await?;
     ensure!(late.len() == 1, "exactly the in-flight call's answer before EOF: {late:?}");
     check_error(&late[0], &json!("slow"), -32001)?;
+    let message = late[0]["error"]["message"].as_str().unwrap_or_default();
+    ensure!(message.contains("Coffer stopped it"), "the error says Coffer ended it, not the upstream: {message}");
     wait_reaped(&home, pid).await?;
     home.wait_for_log_line("gateway", &["MCP session ended", "idle timeout"], END_TIMEOUT).await?;
     Ok(())

@@ -385,6 +385,9 @@ impl Upstream {
     /// Stops the upstream. stdio: close stdin (the transport's shutdown signal), then SIGTERM to
     /// its process group, SIGKILL after `grace`, pid record removed. HTTP: `DELETE` the session.
     pub async fn shutdown(&self, grace: Duration) {
+        // Said first, so requests still in flight learn that Coffer stopped the upstream, not
+        // that it went away by itself.
+        self.core.close("Coffer stopped it (its session ended, or its registration changed)");
         match &self.transport {
             Transport::Stdio { stdin, child } => {
                 // Dropping the sender ends the writer task, which closes the child's stdin.
@@ -400,7 +403,6 @@ impl Upstream {
             }
             Transport::Http(t) => t.close().await,
         }
-        self.core.close("shut down");
     }
 }
 
