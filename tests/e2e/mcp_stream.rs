@@ -48,6 +48,17 @@ fn slow_call() -> Value {
         "params": {"name": "tiny__slow", "arguments": {"ms": 60000}}})
 }
 
+/// Sets the sessions' idle timeout (`gateway.session_idle_timeout_s`).
+async fn set_idle_timeout_s(api: &Api, seconds: u64) -> anyhow::Result<()> {
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.session_idle_timeout_s": seconds.to_string()}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    Ok(())
+}
+
 /// Waits until upstream `pid` is gone and no upstream pid record is left.
 async fn wait_reaped(home: &TestHome, pid: i32) -> anyhow::Result<()> {
     wait_for(&format!("upstream {pid} to be reaped"), END_TIMEOUT, || async {
@@ -457,12 +468,7 @@ async fn closing_the_connection_ends_the_session_and_its_upstream() -> anyhow::R
 async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result<()> {
     let (home, api) = daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
-    let r = api
-        .request(reqwest::Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"gateway.session_idle_timeout_s": "1"}}))
-        .reply()
-        .await?;
-    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    set_idle_timeout_s(&api, 1).await?;
     let mut s = McpStream::open(&api, LATEST).await?;
     let pid = tiny_pid(&mut s).await?;
     // A call in flight does not keep a session alive; when the session ends, its upstream is
@@ -555,12 +561,7 @@ async fn a_client_with_1024_unanswered_lines_is_not_read_further_and_loses_nothi
 #[tokio::test]
 async fn a_stream_that_never_initializes_is_closed_after_the_idle_timeout() -> anyhow::Result<()> {
     let (_home, api) = daemon().await?;
-    let r = api
-        .request(reqwest::Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"gateway.session_idle_timeout_s": "1"}}))
-        .reply()
-        .await?;
-    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    set_idle_timeout_s(&api, 1).await?;
     let mut s = McpStream::connect(&api).await?;
     // Traffic before initialize is answered, but does not start a session.
     let r = s.request("tools/list", json!({})).await?;
