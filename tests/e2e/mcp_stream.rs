@@ -485,6 +485,32 @@ async fn idle_timeout_ends_the_session_and_closes_the_stream() -> anyhow::Result
     Ok(())
 }
 
+/// A call the client cancels ends at once with -32800 and is logged as `cancelled`, not as an
+/// upstream error.
+#[tokio::test]
+async fn a_cancelled_call_is_answered_at_once_and_logged_as_cancelled() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let mut s = McpStream::open(&api, LATEST).await?;
+    s.send(&slow_call()).await?;
+    // Cancel once the upstream is working on it (tiny logs "slow … started" to stderr).
+    let log = home.logs_dir().join("upstreams").join("tiny.log");
+    wait_for("the slow call at the upstream", END_TIMEOUT, || async {
+        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 60000 started").then_some(()))
+    })
+    .await?;
+    s.notify("notifications/cancelled", Some(json!({"requestId": "slow", "reason": "test"}))).await?;
+    let answer = s.response_to(&json!("slow")).await?;
+    check_error(&answer, &json!("slow"), -32800)?;
+    wait_for("the cancelled call in the invocation log", END_TIMEOUT, || async {
+        let v = api.get("/v1/invocations?outcome=cancelled").reply().await?.ok_json()?;
+        let items = v["items"].as_array().cloned().unwrap_or_default();
+        Ok(items.iter().any(|i| i["target"] == "tiny__slow").then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
 /// A burst of `tools/list` on a session that has not listed yet costs the upstream one list:
 /// the first request fetches it, the others wait for that fetch and share it; every answer is
 /// complete.

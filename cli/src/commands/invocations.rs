@@ -10,7 +10,7 @@ use crate::error::CliError;
 use crate::output::{self, cell, render_table};
 
 /// Outcomes the store records (the gateway's `rest::logs::OUTCOMES`).
-pub const OUTCOMES: &[&str] = &["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"];
+pub const OUTCOMES: &[&str] = &["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"];
 
 const EXAMPLES: &str = "\
 Examples:

@@ -39,6 +39,9 @@ pub enum Outcome {
     Timeout,
     Unreachable,
     Invalid,
+    /// The client cancelled the request (`notifications/cancelled`), or the upstream answered
+    /// it with -32800.
+    Cancelled,
 }
 
 impl Outcome {
@@ -50,6 +53,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Unreachable => "unreachable",
             Outcome::Invalid => "invalid",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }

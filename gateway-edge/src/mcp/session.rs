@@ -810,12 +810,7 @@ impl Session {
                 (answer, server)
             }
         };
-        let outcome = match &answer {
-            Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
-            Answer::Result(_) => Outcome::Ok,
-            Answer::UpstreamError(_) => Outcome::UpstreamError,
-            Answer::Error(e) => e.outcome(),
-        };
+        let outcome = answer.outcome();
         self.shared.record(method, &exposed, &server, &self.id, started.elapsed(), outcome);
         answer
     }
@@ -881,12 +876,7 @@ impl Session {
             answer = Answer::ok(v);
         }
         if method == "resources/read" {
-            let outcome = match &answer {
-                Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
-                Answer::Result(_) => Outcome::Ok,
-                Answer::UpstreamError(_) => Outcome::UpstreamError,
-                Answer::Error(e) => e.outcome(),
-            };
+            let outcome = answer.outcome();
             self.shared.record(method, &uri, &server, &self.id, started.elapsed(), outcome);
         }
         answer
@@ -1189,6 +1179,27 @@ impl Session {
         };
         self.outbound.push(msg.to_string());
     }
+}
+
+impl Answer {
+    /// How the invocation log records this answer.
+    fn outcome(&self) -> Outcome {
+        match self {
+            Answer::Result(r) if is_tool_error(r) => Outcome::UpstreamError,
+            Answer::Result(_) => Outcome::Ok,
+            Answer::UpstreamError(e) if is_cancellation(e) => Outcome::Cancelled,
+            Answer::UpstreamError(_) => Outcome::UpstreamError,
+            Answer::Error(e) => e.outcome(),
+        }
+    }
+}
+
+/// Whether an upstream error is the "request cancelled" error (-32800, as LSP and MCP SDKs use
+/// it; also what the gateway answers a request its client cancelled).
+fn is_cancellation(error: &RawValue) -> bool {
+    error.get().contains("-32800")
+        && serde_json::from_str::<Value>(error.get())
+            .is_ok_and(|v| v.get("code").and_then(Value::as_i64) == Some(-32800))
 }
 
 /// Whether a tool result reports a tool-level error (`isError: true`); cheap on the common path.

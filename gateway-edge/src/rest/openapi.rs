@@ -367,7 +367,7 @@ pub fn routes() -> Vec<Route> {
                 .describe("Newest first. Never arguments or results. Times: RFC 3339, a date (`2026-11-30`) or a duration ago (`15m`, `2h`, `7d`).")
                 .query("server", json!({"type": "string"}), "Only this server.")
                 .query("target", json!({"type": "string"}), "Only this exposed name or URI.")
-                .query("outcome", json!({"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"]}), "Only this outcome.")
+                .query("outcome", json!({"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]}), "Only this outcome.")
                 .query("since", json!({"type": "string"}), "Inclusive lower bound.")
                 .query("until", json!({"type": "string"}), "Exclusive upper bound."),
         )
@@ -635,7 +635,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "id": {"type": "integer"}, "at": time, "target": {"type": "string"},
                 "method": {"enum": ["tools/call", "resources/read", "prompts/get"]}, "server": {"type": "string"},
                 "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
-                "outcome": {"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid"]},
+                "outcome": {"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]},
                 "trace_id": {"type": "string"},
             },
         }),
