@@ -419,7 +419,7 @@ impl<C: Connector> Bridge<C> {
                 None => return Some((id, body)),
             }
         }
-        match stream.send_for_client(id.clone(), body.clone()) {
+        match stream.send_for_client(id.clone(), body.clone()).await {
             Ok(()) => None,
             Err(Unsent::DuplicateId) => {
                 self.emit(duplicate_id_frame(&id)).await;
@@ -680,7 +680,7 @@ impl<C: Connector> Bridge<C> {
     ) -> Result<(Frame, Option<HeaderValue>), Lost> {
         if let Some(stream) = &link.stream {
             tokio::task::yield_now().await; // see `send_on_stream`
-            let answer = match stream.send_for_bridge(id, body.clone()) {
+            let answer = match stream.send_for_bridge(id, body.clone()).await {
                 Ok(answer) => answer,
                 Err(Unsent::Lost) => return Err(Lost::undelivered(link.reason())),
                 Err(Unsent::DuplicateId) => return Ok((duplicate_id_frame(id), None)),
@@ -723,7 +723,7 @@ impl<C: Connector> Bridge<C> {
     /// basic/transports §"Sending Messages to the Server").
     async fn post(&self, link: &Link, body: &Bytes) -> Result<Answer, Lost> {
         if let Some(stream) = &link.stream {
-            return if stream.send(body.clone()) {
+            return if stream.send(body.clone()).await {
                 Ok(Answer::Accepted)
             } else {
                 Err(Lost::undelivered(link.reason()))

@@ -34,6 +34,8 @@ pub(crate) const PROTOCOL: &str = "coffer-mcp-stream";
 const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
 /// Bytes gathered into one write at most (more only for a single message).
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
+/// Lines queued for the writer at most.
+const QUEUE_LINES: usize = 1024;
 /// How long the TCP connection and the `101` may take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -66,7 +68,9 @@ pub(crate) enum OpenError {
 /// One `/mcp` stream connection. Ends when `lost` is cancelled (by its tasks when the
 /// connection ends, or by the bridge); `reason` says why.
 pub(crate) struct StreamLink {
-    queue: mpsc::UnboundedSender<Bytes>,
+    /// Lines for the writer; bounded, so a daemon that stops reading (it does when the client
+    /// leaves 1024 answers unread) stops the shim reading stdin, and nothing piles up here.
+    queue: mpsc::Sender<Bytes>,
     pending: Mutex<HashMap<String, Waiter>>,
     /// Signalled whenever the pending table becomes empty.
     idle: Notify,
@@ -87,7 +91,7 @@ impl StreamLink {
             OpenError::Unreachable(format!("no answer to the stream upgrade within {CONNECT_TIMEOUT:?}"))
         })??;
         let (read, write) = tokio::io::split(io);
-        let (queue, lines) = mpsc::unbounded_channel();
+        let (queue, lines) = mpsc::channel(QUEUE_LINES);
         let link = Arc::new(Self { queue, pending: Mutex::default(), idle: Notify::new(), lost, reason });
         tokio::spawn(link.clone().write_loop(lines, write));
         tokio::spawn(link.clone().read_loop(read, out));
@@ -109,21 +113,21 @@ impl StreamLink {
     }
 
     /// Sends a request whose answer goes straight to the client.
-    pub(crate) fn send_for_client(&self, id: Value, body: Bytes) -> Result<(), Unsent> {
-        self.enqueue(&id.to_string(), Waiter::Client(id.clone()), body)
+    pub(crate) async fn send_for_client(&self, id: Value, body: Bytes) -> Result<(), Unsent> {
+        self.enqueue(&id.to_string(), Waiter::Client(id.clone()), body).await
     }
 
     /// Sends a request and returns the receiver of its answer. A dropped receiver means the
     /// link was lost while waiting.
-    pub(crate) fn send_for_bridge(&self, id: &Value, body: Bytes) -> Result<oneshot::Receiver<Frame>, Unsent> {
+    pub(crate) async fn send_for_bridge(&self, id: &Value, body: Bytes) -> Result<oneshot::Receiver<Frame>, Unsent> {
         let (tx, rx) = oneshot::channel();
-        self.enqueue(&id.to_string(), Waiter::Bridge(tx), body)?;
+        self.enqueue(&id.to_string(), Waiter::Bridge(tx), body).await?;
         Ok(rx)
     }
 
     /// Sends a notification or a response; false when the link is already lost.
-    pub(crate) fn send(&self, body: Bytes) -> bool {
-        self.usable() && self.queue.send(body).is_ok()
+    pub(crate) async fn send(&self, body: Bytes) -> bool {
+        self.usable() && self.queue.send(body).await.is_ok()
     }
 
     /// Whether no request waits for its answer on this link.
@@ -149,28 +153,28 @@ impl StreamLink {
     /// Registers the waiter and queues the line. Checked under the table lock against `lost`,
     /// which the reader cancels before it empties the table: a request is either refused here
     /// or answered there.
-    fn enqueue(&self, key: &str, waiter: Waiter, body: Bytes) -> Result<(), Unsent> {
-        let mut table = self.table();
-        if !self.usable() {
-            return Err(Unsent::Lost);
+    ///
+    /// Waits while the writer's queue is full. If the link is lost meanwhile, the request was
+    /// not sent: it is given back (`Lost`) unless the reader has already answered it with
+    /// -32001 while emptying the table (then it is done, `Ok`).
+    async fn enqueue(&self, key: &str, waiter: Waiter, body: Bytes) -> Result<(), Unsent> {
+        {
+            let mut table = self.table();
+            if !self.usable() {
+                return Err(Unsent::Lost);
+            }
+            if table.contains_key(key) {
+                return Err(Unsent::DuplicateId);
+            }
+            table.insert(key.to_owned(), waiter);
         }
-        if table.contains_key(key) {
-            return Err(Unsent::DuplicateId);
-        }
-        table.insert(key.to_owned(), waiter);
-        drop(table);
-        if self.queue.send(body).is_err() {
-            self.table().remove(key);
+        if self.queue.send(body).await.is_err() && self.table().remove(key).is_some() {
             return Err(Unsent::Lost);
         }
         Ok(())
     }
 
-    async fn write_loop<W: AsyncWrite + Unpin>(
-        self: Arc<Self>,
-        mut lines: mpsc::UnboundedReceiver<Bytes>,
-        mut write: W,
-    ) {
+    async fn write_loop<W: AsyncWrite + Unpin>(self: Arc<Self>, mut lines: mpsc::Receiver<Bytes>, mut write: W) {
         let mut buf = Vec::with_capacity(16 * 1024);
         let lost = self.lost.clone();
         let lost = lost.cancelled(); // registered once, not per line
