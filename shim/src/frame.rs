@@ -24,10 +24,9 @@ impl Frame {
         let start = json.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(json.len());
         let end = json.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |i| i + 1);
         let json = json.slice(start..end);
-        if json.iter().any(|&b| b == b'\n' || b == b'\r') {
-            Self(json.iter().copied().filter(|&b| b != b'\n' && b != b'\r').collect::<Vec<u8>>().into())
-        } else {
-            Self(json)
+        match coffer_runtime::ndjson::without_line_breaks(&json) {
+            std::borrow::Cow::Borrowed(_) => Self(json),
+            std::borrow::Cow::Owned(one) => Self(one.into()),
         }
     }
 

@@ -31,6 +31,10 @@ use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
 const SESSION_HEADER: &str = "mcp-session-id";
+/// The answer to the sessionless `server/discover` probe, so newer clients fall back to
+/// `initialize`.
+pub(super) const DISCOVER_NOT_FOUND: &str =
+    "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The `/mcp` route.
@@ -258,12 +262,7 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         Parsed::Request { id, method, params } if method == "initialize" => initialize(&st, &id, params.as_deref()),
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
-            rpc_error(
-                StatusCode::OK,
-                id,
-                METHOD_NOT_FOUND,
-                "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)",
-            )
+            rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, DISCOVER_NOT_FOUND)
         }
         Parsed::Request { id, method, params } => {
             let session = match lookup(&st, &headers) {

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
+use coffer_runtime::ndjson::{FrameReader, Input, sniff_id, without_line_breaks};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -272,11 +272,7 @@ impl Conn {
             Parsed::Request { id, method, .. } => {
                 let id = raw_id(&id);
                 if method == "server/discover" {
-                    self.send_error(
-                        id,
-                        METHOD_NOT_FOUND,
-                        "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)",
-                    )
+                    self.send_error(id, METHOD_NOT_FOUND, super::http::DISCOVER_NOT_FOUND)
                 } else {
                     self.send_error(id, INVALID_REQUEST, "Bad Request: send initialize first")
                 }
@@ -414,12 +410,7 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 }
 
 fn push_line(buf: &mut Vec<u8>, msg: &str) {
-    let bytes = msg.as_bytes();
-    if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
-        buf.extend(bytes.iter().copied().filter(|&b| b != b'\n' && b != b'\r'));
-    } else {
-        buf.extend_from_slice(bytes);
-    }
+    buf.extend_from_slice(&without_line_breaks(msg.as_bytes()));
     buf.push(b'\n');
 }
 

@@ -3,6 +3,7 @@
 //! limit without holding an oversized line in memory, and finding the request id of one.
 //!
 //! Used by the shim on its stdin and by the gateway on `/mcp` connections upgraded to a stream.
+use std::borrow::Cow;
 use std::io;
 
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -122,6 +123,16 @@ pub fn sniff_id(prefix: &[u8]) -> Value {
     }
 }
 
+/// Valid JSON text as one line: raw CR and LF can occur in valid JSON only as insignificant
+/// whitespace, so removing them keeps the value intact. Borrows when there are none.
+pub fn without_line_breaks(json: &[u8]) -> Cow<'_, [u8]> {
+    if json.iter().any(|&b| b == b'\n' || b == b'\r') {
+        Cow::Owned(json.iter().copied().filter(|&b| b != b'\n' && b != b'\r').collect())
+    } else {
+        Cow::Borrowed(json)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -174,6 +185,16 @@ mod tests {
         assert!(matches!(&got[0], Input::Line(l) if l.len() == MAX));
         assert!(matches!(&got[1], Input::Oversized { prefix } if prefix.len() == SNIFF_PREFIX_BYTES));
         assert_eq!(lines(&got[2..]), ["z"]);
+    }
+
+    #[test]
+    fn line_breaks_are_removed_and_the_value_kept() {
+        let pretty = b"{\r\n  \"a\": \"x\\ny\",\n  \"b\": [1,\n 2]\n}";
+        let one = without_line_breaks(pretty);
+        assert!(!one.contains(&b'\n') && !one.contains(&b'\r'));
+        let v: Value = serde_json::from_slice(&one).unwrap();
+        assert_eq!(v, json!({"a": "x\ny", "b": [1, 2]}));
+        assert!(matches!(without_line_breaks(b"{}"), Cow::Borrowed(_)));
     }
 
     #[test]

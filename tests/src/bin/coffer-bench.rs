@@ -509,22 +509,14 @@ async fn main() -> Result<()> {
             let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
             let t = echo_load(&stream, "everything__echo", total, inflight).await?;
             cpu_rows.push((inflight, "/mcp stream → gateway → stdio", cpu.per_call(total)));
-            println!(
-                "| {inflight} | direct stdio (baseline) | {:.0} µs | {:.0} µs | {:.0} |",
-                d.p50_us, d.p99_us, d.per_s
-            );
-            println!(
-                "| {inflight} | shim → gateway → stdio | {:.0} µs | {:.0} µs | {:.0} |",
-                s.p50_us, s.p99_us, s.per_s
-            );
-            println!(
-                "| {inflight} | Streamable HTTP /mcp → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
-                h.p50_us, h.p99_us, h.per_s
-            );
-            println!(
-                "| {inflight} | /mcp stream → gateway → stdio (no shim) | {:.0} µs | {:.0} µs | {:.0} |",
-                t.p50_us, t.p99_us, t.per_s
-            );
+            for (path, r) in [
+                ("direct stdio (baseline)", &d),
+                ("shim → gateway → stdio", &s),
+                ("Streamable HTTP /mcp → gateway → stdio (no shim)", &h),
+                ("/mcp stream → gateway → stdio (no shim)", &t),
+            ] {
+                println!("| {inflight} | {path} | {:.0} µs | {:.0} µs | {:.0} |", r.p50_us, r.p99_us, r.per_s);
+            }
             println!(
                 "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
                 s.p50_us - d.p50_us,
