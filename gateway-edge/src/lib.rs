@@ -56,6 +56,10 @@ fn env(var: &'static str) -> anyhow::Result<String> {
 /// # Errors
 /// When the inherited listeners or environment are unusable.
 pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // A relay on the request path: ask for short time slices (on this, the runtime's only
+    // thread; upstream children inherit it). See `coffer_runtime::sched`.
+    let slice = coffer_runtime::sched::request_short_slice();
+    tracing::debug!(?slice, "Scheduler time-slice request.");
     let public = coffer_runtime::listen::inherited(cenv::LISTEN_FD)?;
     let grpc = coffer_runtime::listen::inherited(cenv::GRPC_FD)?;
     let internal = coffer_runtime::grpc::internal_token_from_env()?;

@@ -1,7 +1,5 @@
 //! JSON-RPC 2.0 as the shim needs it: telling requests, notifications and responses apart, and
 //! the error objects the shim answers with itself (codes as in the design's "Wire contracts").
-use std::collections::HashMap;
-
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -47,12 +45,13 @@ pub(crate) enum ParseError {
     NotAMessage,
 }
 
-/// Parses and classifies a JSON-RPC message or batch. The whole text is validated.
+/// Parses and classifies a JSON-RPC message or batch. The whole text is validated; a repeated
+/// member is a syntax error (as the daemon sees it too).
 pub(crate) fn parse(text: &[u8]) -> Result<Parsed<'_>, ParseError> {
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') => {
-            let map: HashMap<String, &RawValue> = serde_json::from_slice(text).map_err(|_| ParseError::Syntax)?;
-            Ok(Parsed::Single(classify(&map)))
+            let envelope: Envelope<'_> = serde_json::from_slice(text).map_err(|_| ParseError::Syntax)?;
+            Ok(Parsed::Single(classify(&envelope)))
         }
         Some(b'[') => {
             let items: Vec<&RawValue> = serde_json::from_slice(text).map_err(|_| ParseError::Syntax)?;
@@ -65,14 +64,32 @@ pub(crate) fn parse(text: &[u8]) -> Result<Parsed<'_>, ParseError> {
     }
 }
 
-fn classify(map: &HashMap<String, &RawValue>) -> Kind {
-    let id = map.get("id").and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+/// The members that tell JSON-RPC messages apart, borrowed from the text (nothing is copied);
+/// each is `Some` when present, even as `null`. Other members are validated and skipped.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize<'de>>::deserialize(d).map(Some)
+}
+
+fn classify(m: &Envelope<'_>) -> Kind {
+    let id = m.id.and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
     let id_ok = id.as_ref().is_some_and(|v| v.is_string() || v.is_number() || v.is_null());
-    let method = map.get("method").map(|raw| serde_json::from_str::<String>(raw.get()).ok());
+    let method = m.method.map(|raw| serde_json::from_str::<String>(raw.get()).ok());
     match (method, id) {
         (Some(Some(method)), Some(id)) if id_ok => Kind::Request { id, method },
         (Some(Some(method)), None) => Kind::Notification { method },
-        (None, Some(id)) if id_ok && (map.contains_key("result") || map.contains_key("error")) => Kind::Response { id },
+        (None, Some(id)) if id_ok && (m.result.is_some() || m.error.is_some()) => Kind::Response { id },
         (_, id) => Kind::Invalid { id: id.filter(|_| id_ok).unwrap_or(Value::Null) },
     }
 }
@@ -143,6 +160,19 @@ mod tests {
         assert_eq!(kind(r#"{"jsonrpc":"2.0","id":7}"#), Kind::Invalid { id: json!(7) });
         assert_eq!(kind(r#"{"id":[1],"method":"x"}"#), Kind::Invalid { id: Value::Null });
         assert_eq!(kind(r#"{"id":1,"method":5}"#), Kind::Invalid { id: json!(1) });
+        // Present as null still counts as present; escaped member names are the same members.
+        assert_eq!(kind(r#"{"id":1,"method":null}"#), Kind::Invalid { id: json!(1) });
+        assert_eq!(kind(r#"{"id":"r","result":null}"#), Kind::Response { id: json!("r") });
+        assert_eq!(
+            kind(r#"{"jsonrpc":"2.0","\u0069d":2,"meth\u006fd":"ping","params":{"x":[1,{"y":null}]}}"#),
+            Kind::Request { id: json!(2), method: "ping".into() }
+        );
+    }
+
+    #[test]
+    fn a_repeated_member_is_a_syntax_error() {
+        assert_eq!(parse(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).unwrap_err(), ParseError::Syntax);
+        assert_eq!(parse(br#"{"id":1,"method":"a","x":{"bad":}}"#).unwrap_err(), ParseError::Syntax);
     }
 
     #[test]

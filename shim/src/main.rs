@@ -16,6 +16,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // stdout is the protocol: logs go to stderr only (the MCP client usually keeps it).
     coffer_runtime::logging::init_stderr("warn");
+    // A relay on the request path: ask for short time slices (see `coffer_runtime::sched`).
+    let slice = coffer_runtime::sched::request_short_slice();
+    tracing::debug!(?slice, "Scheduler time-slice request.");
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {

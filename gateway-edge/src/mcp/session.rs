@@ -399,11 +399,21 @@ impl Session {
     async fn upstream(&self, server: &McpServer) -> Result<Arc<Upstream>, UpstreamError> {
         let slot = {
             let mut slots = self.slots.lock().expect("slots");
-            slots.entry(server.name.clone()).or_insert_with(|| Arc::new(Slot::new())).clone()
+            match slots.get(&server.name) {
+                Some(slot) => slot.clone(),
+                None => slots.entry(server.name.clone()).or_insert_with(|| Arc::new(Slot::new())).clone(),
+            }
         };
-        if let Some(u) = slot.ready_for(server.version) {
-            return Ok(u);
+        match slot.ready_for(server.version) {
+            Some(u) => Ok(u),
+            // Boxed: the start path is large, and every call's future would otherwise carry it.
+            None => Box::pin(self.start_upstream(server, slot)).await,
         }
+    }
+
+    /// [`Session::upstream`] when the slot has no live upstream of the current version: starts
+    /// one (once, however many callers wait), with backoff after failures.
+    async fn start_upstream(&self, server: &McpServer, slot: Arc<Slot>) -> Result<Arc<Upstream>, UpstreamError> {
         let mut st = slot.state.lock().await;
         let attempts = match &*st {
             SlotState::Ready { upstream, version } if upstream.is_alive() && *version == server.version => {
@@ -687,7 +697,7 @@ impl Session {
                 // Learn only this server's names: exposed names never collide across servers
                 // (the `<server>__` prefix is kept whole), so an unrelated slow or hung upstream
                 // never delays this call.
-                self.learn_names(kind, server).await?;
+                Box::pin(self.learn_names(kind, server)).await?;
                 lookup(self).ok_or_else(|| RpcError::new(INVALID_PARAMS, format!("Unknown {noun} {exposed:?}")))?
             }
         };
@@ -779,7 +789,7 @@ impl Session {
     async fn route_call_ctx(self: &Arc<Self>, kind: ListKind, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
         let started = Instant::now();
         let method = if kind == ListKind::Tools { "tools/call" } else { "prompts/get" };
-        let mut fields = match parse_fields(params) {
+        let fields = match parse_fields(params) {
             Some(f) => f,
             None => {
                 return Answer::Error(RpcError::new(
@@ -796,11 +806,10 @@ impl Session {
             Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == "coffer" && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
-                (super::builtin::call(self, &original, args.as_deref()).await, server)
+                (Box::pin(super::builtin::call(self, &original, args.as_deref())).await, server)
             }
             Ok((server, original)) => {
-                fields.insert("name".into(), raw_string(&original));
-                let forwarded = to_raw(&fields);
+                let forwarded = to_raw(&fields, "name", &raw_string(&original));
                 let answer = self.forward(&server, method, &forwarded, ctx).await;
                 if kind == ListKind::Tools
                     && let Answer::Result(r) = &answer
@@ -843,7 +852,7 @@ impl Session {
     /// when the request used it.
     async fn route_resource(self: &Arc<Self>, method: &str, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
         let started = Instant::now();
-        let Some(mut fields) = parse_fields(params) else {
+        let Some(fields) = parse_fields(params) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs params {{uri}}")));
         };
         let Some(Ok(uri)) = fields.get("uri").map(|u| serde_json::from_str::<String>(u.get())) else {
@@ -859,8 +868,8 @@ impl Session {
                 return Answer::Error(e);
             }
         };
-        fields.insert("uri".into(), raw_string(&original));
-        let mut answer = self.forward(&server, method, &to_raw(&fields), ctx).await;
+        let forwarded = to_raw(&fields, "uri", &raw_string(&original));
+        let mut answer = self.forward(&server, method, &forwarded, ctx).await;
         if method == "resources/read"
             && split_uri(&uri).is_some()
             && let Answer::Result(r) = &answer
@@ -943,10 +952,11 @@ impl Session {
     }
 
     async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
-        let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else {
+        let snapshot = self.shared.snapshot.current();
+        let Some(spec) = snapshot.servers.get(server) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));
         };
-        let up = match self.upstream(&spec).await {
+        let up = match self.upstream(spec).await {
             Ok(u) => u,
             Err(e) => return Answer::Error(e.into()),
         };
@@ -1005,17 +1015,19 @@ impl Session {
         };
         match method {
             "ping" => Answer::ok(json!({})),
-            "tools/list" => list(ListKind::Tools).await,
-            "prompts/list" => list(ListKind::Prompts).await,
-            "resources/list" => list(ListKind::Resources).await,
-            "resources/templates/list" => list(ListKind::ResourceTemplates).await,
+            // `tools/call` is the hot path; the other methods' futures are boxed so that every
+            // call's task does not carry (and move) the largest of them.
             "tools/call" => self.route_call_ctx(ListKind::Tools, params, ctx).await,
-            "prompts/get" => self.route_call_ctx(ListKind::Prompts, params, ctx).await,
+            "tools/list" => Box::pin(list(ListKind::Tools)).await,
+            "prompts/list" => Box::pin(list(ListKind::Prompts)).await,
+            "resources/list" => Box::pin(list(ListKind::Resources)).await,
+            "resources/templates/list" => Box::pin(list(ListKind::ResourceTemplates)).await,
+            "prompts/get" => Box::pin(self.route_call_ctx(ListKind::Prompts, params, ctx)).await,
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                self.route_resource(method, params, ctx).await
+                Box::pin(self.route_resource(method, params, ctx)).await
             }
-            "completion/complete" => self.route_completion(params, ctx).await,
-            "logging/setLevel" => self.set_level(params).await,
+            "completion/complete" => Box::pin(self.route_completion(params, ctx)).await,
+            "logging/setLevel" => Box::pin(self.set_level(params)).await,
             "initialize" => Answer::Error(RpcError::new(
                 jsonrpc::INVALID_REQUEST,
                 "session already initialized; initialize again only in a new session",
@@ -1213,14 +1225,47 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-/// Top-level params fields with raw values (so everything but the field we rewrite stays
-/// verbatim).
-fn parse_fields(params: Option<&RawValue>) -> Option<BTreeMap<String, Box<RawValue>>> {
+/// Top-level params fields with raw values, borrowed from the params text (so everything but
+/// the field we rewrite stays verbatim, and nothing is copied per call). A repeated key: the
+/// last one counts. `None` when params is absent or not a JSON object.
+fn parse_fields(params: Option<&RawValue>) -> Option<BTreeMap<FieldKey<'_>, &RawValue>> {
     serde_json::from_str(params?.get()).ok()
 }
 
-fn to_raw(fields: &BTreeMap<String, Box<RawValue>>) -> Box<RawValue> {
-    RawValue::from_string(serde_json::to_string(fields).expect("json")).expect("json")
+/// The fields again as one JSON object, with `key` set to `value` (keys in sorted order).
+fn to_raw(fields: &BTreeMap<FieldKey<'_>, &RawValue>, key: &str, value: &RawValue) -> Box<RawValue> {
+    let mut out: BTreeMap<&str, &RawValue> = fields.iter().map(|(k, v)| (&*k.0, *v)).collect();
+    out.insert(key, value);
+    RawValue::from_string(serde_json::to_string(&out).expect("json")).expect("json")
+}
+
+/// An object key as it appears in the params text: borrowed, or unescaped when it has escapes.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct FieldKey<'a>(std::borrow::Cow<'a, str>);
+
+impl std::borrow::Borrow<str> for FieldKey<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FieldKey<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = FieldKey<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(FieldKey(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(FieldKey(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
 }
 
 fn raw_string(s: &str) -> Box<RawValue> {

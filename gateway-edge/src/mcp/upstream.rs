@@ -7,6 +7,7 @@
 //! not JSON-RPC are skipped and logged. When the child exits, every request in flight fails at
 //! once with [`UpstreamError::Closed`].
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -287,7 +288,8 @@ impl Upstream {
                 let sent = stdin.lock().expect("stdin").as_ref().is_some_and(|tx| tx.send(frame).is_ok());
                 if sent { Ok(()) } else { Err(self.core.closed_error()) }
             }
-            Transport::Http(t) => t.send(line, request_id).await,
+            // Boxed: the HTTP send is large, and a stdio call's future would otherwise carry it.
+            Transport::Http(t) => Box::pin(t.send(line, request_id)).await,
         }
     }
 
@@ -320,9 +322,13 @@ impl Upstream {
         let (tx, rx) = oneshot::channel();
         self.core.pending.lock().expect("pending").insert(id, tx);
         let method_json = serde_json::to_string(method).expect("string");
-        let line = match params {
-            Some(p) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json},\"params\":{}}}", p.get()),
-            None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json}}}"),
+        // Room for the whole line and the newline the stdio writer appends (no reallocation).
+        let mut line = String::with_capacity(64 + method_json.len() + params.map_or(0, |p| p.get().len()));
+        let _ = match params {
+            Some(p) => {
+                write!(line, "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json},\"params\":{}}}", p.get())
+            }
+            None => write!(line, "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json}}}"),
         };
         if let Err(e) = self.send(line, Some(id)).await {
             self.core.pending.lock().expect("pending").remove(&id);

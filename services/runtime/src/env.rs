@@ -28,6 +28,9 @@ pub const CONTROL_ADDR: &str = "COFFER_CONTROL_ADDR";
 pub const PUBLIC_PORT: &str = "COFFER_PUBLIC_PORT";
 /// `tracing` filter for every process (default `info`).
 pub const LOG: &str = "COFFER_LOG";
+/// Time slice (µs) the relays on the request path ask the scheduler for; `0`: the kernel's
+/// default. See [`crate::sched`].
+pub const SCHED_SLICE_US: &str = "COFFER_SCHED_SLICE_US";
 /// Path of the `coffer-daemon` binary to spawn (overrides the lookup next to the executable).
 pub const DAEMON_BIN: &str = "COFFER_DAEMON_BIN";
 /// Supervisor pid, so children know who started them.

@@ -18,6 +18,7 @@ pub mod home;
 pub mod listen;
 pub mod logging;
 pub mod ndjson;
+pub mod sched;
 pub mod service;
 pub mod spawn;
 pub mod tls;
@@ -39,7 +40,30 @@ pub fn rfc3339_from_unix_ms(ms: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    if !(0..=9999).contains(&y) {
+        return format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60);
+    }
+    // Written digit by digit: this runs once per recorded invocation, on the gateway's hot path.
+    let mut out = [0u8; 24];
+    let fields: [(usize, i64, usize); 7] = [
+        (0, y, 4),
+        (5, i64::from(m), 2),
+        (8, i64::from(d), 2),
+        (11, rem / 3600, 2),
+        (14, (rem % 3600) / 60, 2),
+        (17, rem % 60, 2),
+        (20, millis, 3),
+    ];
+    for (at, mut value, width) in fields {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    for (at, sep) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (23, b'Z')] {
+        out[at] = sep;
+    }
+    out.iter().map(|&b| b as char).collect()
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`);
@@ -81,6 +105,25 @@ mod tests {
         for days in [-800_000, -1, 0, 59, 10_957, 20_787, 2_932_896] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, i64::from(m), i64::from(d)), days);
+        }
+    }
+
+    #[test]
+    fn digit_writer_matches_the_formatter() {
+        let reference = |ms: i64| {
+            let (secs, millis) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+            let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+            let (y, m, d) = civil_from_days(days);
+            format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+        };
+        // Every ~17 minutes (plus odd milliseconds) from 1900 to 2100, and the ends of the range.
+        let mut ms = -2_208_988_800_000i64;
+        while ms < 4_102_444_800_000 {
+            assert_eq!(rfc3339_from_unix_ms(ms), reference(ms));
+            ms += 1_000_003 * 1_000 / 997;
+        }
+        for ms in [-62_167_219_200_000, -62_167_219_200_001, 253_402_300_799_999, 253_402_300_800_000] {
+            assert_eq!(rfc3339_from_unix_ms(ms), reference(ms), "{ms}");
         }
     }
 }

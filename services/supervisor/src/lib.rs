@@ -115,8 +115,10 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         (cenv::STARTED_AT.into(), started_at.clone()),
         (cenv::LISTEN_FD.into(), "3".into()),
     ];
-    if let Ok(v) = std::env::var(cenv::LOG) {
-        base_env.push((cenv::LOG.into(), v));
+    for var in [cenv::LOG, cenv::SCHED_SLICE_US] {
+        if let Ok(v) = std::env::var(var) {
+            base_env.push((var.into(), v));
+        }
     }
     let mut gateway_env = base_env.clone();
     gateway_env.push((cenv::GRPC_FD.into(), "4".into()));

@@ -126,22 +126,42 @@ impl StdioClient {
     }
 }
 
-/// CPU time of a set of processes between [`CpuMeter::start`] and [`CpuMeter::per_call`].
+/// Scheduler counters of a set of processes between [`CpuMeter::start`] and
+/// [`CpuMeter::per_call`]: CPU time, time runnable but waiting for a CPU, and times scheduled
+/// onto a CPU (`/proc/<pid>/task/*/schedstat`, its three fields).
 struct CpuMeter<'a> {
-    start: Vec<(&'a str, String, u64)>,
+    start: Vec<(&'a str, String, [u64; 3])>,
+}
+
+/// Per call, for one label: µs on a CPU, µs waiting for one, times put on one.
+#[derive(Clone, Copy, Default)]
+struct SchedPerCall {
+    cpu_us: f64,
+    wait_us: f64,
+    runs: f64,
 }
 
 impl<'a> CpuMeter<'a> {
     fn start(procs: &[(&'a str, &str)]) -> Self {
-        Self { start: procs.iter().map(|(label, pid)| (*label, (*pid).to_owned(), cpu_ns(pid))).collect() }
+        Self { start: procs.iter().map(|(label, pid)| (*label, (*pid).to_owned(), schedstat(pid))).collect() }
     }
 
-    /// µs of CPU per call for each process over `calls` calls.
-    fn per_call(self, calls: usize) -> Vec<(&'a str, f64)> {
-        self.start
-            .into_iter()
-            .map(|(label, pid, before)| (label, cpu_ns(&pid).saturating_sub(before) as f64 / 1e3 / calls as f64))
-            .collect()
+    /// Counters per call for each label over `calls` calls (processes sharing a label summed).
+    fn per_call(self, calls: usize) -> Vec<(&'a str, SchedPerCall)> {
+        let mut out: Vec<(&'a str, SchedPerCall)> = Vec::new();
+        for (label, pid, before) in self.start {
+            let now = schedstat(&pid);
+            let d = |i: usize| now[i].saturating_sub(before[i]) as f64 / calls as f64;
+            let i = out.iter().position(|(l, _)| *l == label).unwrap_or_else(|| {
+                out.push((label, SchedPerCall::default()));
+                out.len() - 1
+            });
+            let v = &mut out[i].1;
+            v.cpu_us += d(0) / 1e3;
+            v.wait_us += d(1) / 1e3;
+            v.runs += d(2);
+        }
+        out
     }
 }
 
@@ -232,15 +252,17 @@ async fn http_echo_load(
     .await
 }
 
-/// CPU time used so far by every thread of `pid` ("self" for this process), in nanoseconds
-/// (`/proc/<pid>/task/*/schedstat`, first field: time spent on a CPU).
-fn cpu_ns(pid: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+/// Scheduler counters so far, summed over every thread of `pid` ("self" for this process):
+/// ns on a CPU, ns runnable but waiting, times run (`/proc/<pid>/task/*/schedstat`).
+fn schedstat(pid: &str) -> [u64; 3] {
+    let mut sum = [0u64; 3];
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return sum };
+    for s in tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()) {
+        for (acc, f) in sum.iter_mut().zip(s.split_whitespace()) {
+            *acc += f.parse::<u64>().unwrap_or(0);
+        }
+    }
+    sum
 }
 
 fn rss_kib(pid: i32) -> u64 {
@@ -331,7 +353,7 @@ impl Env {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
@@ -488,14 +510,42 @@ async fn main() -> Result<()> {
         let shim_upstream_pid = shim_upstream_pid.to_string();
         let shim_pid = shim.pid().context("shim pid")?.to_string();
         let direct_pid = direct.pid().context("direct pid")?.to_string();
+        // The daemon's other processes (supervisor, store writing the invocation log, chat,
+        // retrieval): their CPU is part of what a call through Coffer costs.
+        let others: Vec<String> = coffer_pids(env.home.path())
+            .into_iter()
+            .map(|(p, _)| p.to_string())
+            .filter(|p| {
+                ![&gw_pid.to_string(), &shim_pid].contains(&p)
+                    && node_children(gw_pid).iter().all(|n| n.to_string() != *p)
+            })
+            .collect();
         let gw_pid = gw_pid.to_string();
+        let meter = |coffer: &[(&'static str, &str)]| {
+            let mut procs = coffer.to_vec();
+            procs.extend(others.iter().map(|p| ("other Coffer", p.as_str())));
+            CpuMeter::start(&procs)
+        };
+        if let Some(secs) = std::env::var("COFFER_BENCH_SOAK_SECS").ok().and_then(|v| v.parse::<u64>().ok()) {
+            // For profilers: the shim path alone at 16 in flight for a while, pids on stderr.
+            eprintln!(
+                "soak: client {} shim {shim_pid} gateway {gw_pid} upstream {shim_upstream_pid} other {others:?}",
+                std::process::id()
+            );
+            let until = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < until {
+                echo_load(&shim, "everything__echo", 16_000, 16).await?;
+            }
+            env.stop().await;
+            return Ok(());
+        }
         let mut cpu_rows = Vec::new();
         for inflight in [1usize, 16] {
             let total = if inflight == 1 { 2000 } else { 32_000 };
             let cpu = CpuMeter::start(&[("client", "self"), ("upstream", &direct_pid)]);
             let d = echo_load(&direct, "echo", total, inflight).await?;
             cpu_rows.push((inflight, "direct stdio", cpu.per_call(total)));
-            let cpu = CpuMeter::start(&[
+            let cpu = meter(&[
                 ("client", "self"),
                 ("shim", &shim_pid),
                 ("gateway", &gw_pid),
@@ -503,10 +553,10 @@ async fn main() -> Result<()> {
             ]);
             let s = echo_load(&shim, "everything__echo", total, inflight).await?;
             cpu_rows.push((inflight, "shim → gateway → stdio", cpu.per_call(total)));
-            let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
+            let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
             let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
             cpu_rows.push((inflight, "Streamable HTTP /mcp → gateway → stdio", cpu.per_call(total)));
-            let cpu = CpuMeter::start(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
+            let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
             let t = echo_load(&stream, "everything__echo", total, inflight).await?;
             cpu_rows.push((inflight, "/mcp stream → gateway → stdio", cpu.per_call(total)));
             for (path, r) in [
@@ -525,18 +575,31 @@ async fn main() -> Result<()> {
                 s.per_s / d.per_s
             );
         }
-        println!("\nCPU time per call, by process (µs; `/proc/<pid>/task/*/schedstat`, same runs):\n");
-        println!("| in flight | path | client | shim | gateway | upstream | total |\n|---|---|---|---|---|---|---|");
-        for (inflight, path, per) in cpu_rows {
-            let get = |k: &str| per.iter().find(|(l, _)| *l == k).map_or("—".to_owned(), |(_, v)| format!("{v:.0}"));
-            let total: f64 = per.iter().map(|(_, v)| v).sum();
+        type Pick = fn(&SchedPerCall) -> f64;
+        let tables: [(&str, Pick); 3] = [
+            ("CPU time per call, by process (µs)", |v| v.cpu_us),
+            ("Time runnable but waiting for a CPU, per call (µs)", |v| v.wait_us),
+            ("Times put on a CPU, per call", |v| v.runs),
+        ];
+        for (title, pick) in tables {
+            println!("\n{title} (`/proc/<pid>/task/*/schedstat`, same runs):\n");
             println!(
-                "| {inflight} | {path} | {} | {} | {} | {} | {total:.0} |",
-                get("client"),
-                get("shim"),
-                get("gateway"),
-                get("upstream")
+                "| in flight | path | client | shim | gateway | upstream | other Coffer | total |\n|---|---|---|---|---|---|---|---|"
             );
+            for (inflight, path, per) in &cpu_rows {
+                let get = |k: &str| {
+                    per.iter().find(|(l, _)| *l == k).map_or("—".to_owned(), |(_, v)| format!("{:.1}", pick(v)))
+                };
+                let total: f64 = per.iter().map(|(_, v)| pick(v)).sum();
+                println!(
+                    "| {inflight} | {path} | {} | {} | {} | {} | {} | {total:.1} |",
+                    get("client"),
+                    get("shim"),
+                    get("gateway"),
+                    get("upstream"),
+                    get("other Coffer")
+                );
+            }
         }
         drop(shim);
         drop(stream);

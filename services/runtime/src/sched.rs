@@ -1,0 +1,129 @@
+//! CPU scheduling hints for the processes on the MCP request path.
+//!
+//! The shim and the gateway are relays: each wake-up does a few microseconds of work (read a
+//! line, route it, write it on) and then waits again. Under Linux's EEVDF scheduler (6.6+) a
+//! woken task that asks for a shorter time slice gets an earlier virtual deadline, so it runs
+//! sooner instead of waiting behind a busy process for the rest of that process's slice
+//! (default about 1.4 ms on two CPUs); custom slices for ordinary tasks came with Linux 6.12
+//! (`sched_setattr(2)` with `sched_runtime` set for `SCHED_OTHER`/`SCHED_BATCH`). The slice
+//! changes when a task runs, not how much CPU it gets: its fair share stays the same.
+//!
+//! Children inherit the setting across `fork`/`exec`, so upstream MCP servers the gateway starts
+//! get it too; they are relays of the same calls. `COFFER_SCHED_SLICE_US` overrides the length
+//! (microseconds; the kernel clamps it to 100..=100,000) and `0` leaves the kernel's default.
+//! Elsewhere, and on kernels without custom slices, this does nothing.
+//!
+//! Measured effect: `docs/BENCHMARKS.md` (the gateway section).
+
+/// The slice the relays ask for unless `COFFER_SCHED_SLICE_US` says otherwise: the shortest
+/// the kernel grants (100 µs).
+pub const DEFAULT_SLICE_US: u64 = 100;
+
+/// What [`request_short_slice`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceOutcome {
+    /// The kernel took a slice request of this many microseconds.
+    Requested(u64),
+    /// `COFFER_SCHED_SLICE_US=0`, or the process runs under a policy other than
+    /// `SCHED_OTHER`/`SCHED_BATCH` (real-time or idle: left as the user set it).
+    Skipped,
+    /// The platform or kernel refused; the reason.
+    Unsupported(String),
+}
+
+/// Asks the kernel for a short time slice for the calling thread (the whole process when called
+/// before other threads are started: threads inherit it). Never fails the caller.
+pub fn request_short_slice() -> SliceOutcome {
+    match slice_us(std::env::var(crate::env::SCHED_SLICE_US).ok().as_deref()) {
+        Ok(0) => SliceOutcome::Skipped,
+        Ok(us) => imp::set_slice(us.saturating_mul(1000)),
+        Err(e) => SliceOutcome::Unsupported(e),
+    }
+}
+
+/// The slice length in µs for a `COFFER_SCHED_SLICE_US` value (`None`: unset → the default).
+fn slice_us(value: Option<&str>) -> Result<u64, String> {
+    match value {
+        None => Ok(DEFAULT_SLICE_US),
+        Some(v) => v.trim().parse::<u64>().map_err(|_| format!("COFFER_SCHED_SLICE_US={v:?} is not a number")),
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod imp {
+    use super::SliceOutcome;
+
+    pub(super) fn set_slice(ns: u64) -> SliceOutcome {
+        // SAFETY: `attr` is a valid, writable `sched_attr` and the size passed is its size;
+        // the kernel writes at most that many bytes (pid 0: the calling thread, flags 0).
+        let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::sched_attr>() as u32;
+        let got = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut libc::sched_attr, size, 0) };
+        if got != 0 {
+            return SliceOutcome::Unsupported(format!("sched_getattr: {}", std::io::Error::last_os_error()));
+        }
+        if attr.sched_policy != libc::SCHED_OTHER as u32 && attr.sched_policy != libc::SCHED_BATCH as u32 {
+            return SliceOutcome::Skipped;
+        }
+        // Keep policy and nice value; only the slice request changes. No RESET_ON_FORK:
+        // upstream servers the gateway starts inherit it (see the module docs).
+        attr.size = size;
+        attr.sched_flags = 0;
+        attr.sched_runtime = ns;
+        attr.sched_deadline = 0;
+        attr.sched_period = 0;
+        // SAFETY: as above; the kernel only reads `size` bytes of `attr`.
+        let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0) };
+        if set != 0 {
+            return SliceOutcome::Unsupported(format!("sched_setattr: {}", std::io::Error::last_os_error()));
+        }
+        SliceOutcome::Requested(ns / 1000)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use super::SliceOutcome;
+
+    pub(super) fn set_slice(_ns: u64) -> SliceOutcome {
+        SliceOutcome::Unsupported("time-slice requests need Linux".into())
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// `se.slice` of this thread in ns, from `/proc/thread-self/sched` (Linux 6.6+).
+    fn slice_ns() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/thread-self/sched").ok()?;
+        let line = text.lines().find(|l| l.starts_with("se.slice"))?;
+        line.split(':').nth(1)?.trim().parse().ok()
+    }
+
+    #[test]
+    fn the_environment_value_is_parsed() {
+        assert_eq!(slice_us(None), Ok(DEFAULT_SLICE_US));
+        assert_eq!(slice_us(Some(" 250 ")), Ok(250));
+        assert_eq!(slice_us(Some("0")), Ok(0));
+        assert!(slice_us(Some("fast")).unwrap_err().contains("\"fast\" is not a number"));
+    }
+
+    #[test]
+    fn a_thread_gets_the_slice_it_asks_for() {
+        // On a fresh thread: the setting is per thread (and inherited by threads it starts).
+        let (before, outcome, after) =
+            std::thread::spawn(|| (slice_ns(), imp::set_slice(100_000), slice_ns())).join().expect("thread");
+        match (outcome, before, after) {
+            // Kernels with custom slices (6.12+) report the request in se.slice.
+            (SliceOutcome::Requested(100), Some(before), Some(after)) => {
+                assert_eq!(after, 100_000, "se.slice after the request (was {before})")
+            }
+            (SliceOutcome::Requested(100), ..) => {}
+            (other, ..) => assert!(matches!(other, SliceOutcome::Unsupported(_)), "{other:?}"),
+        }
+        // This thread was not touched.
+        assert_ne!(slice_ns(), Some(100_000));
+    }
+}
