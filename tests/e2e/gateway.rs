@@ -575,3 +575,32 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     assert_eq!(hang["state"], "unhealthy", "{hang}");
     Ok(())
 }
+
+/// `se.slice` (ns) of `pid` from `/proc/<pid>/sched` (Linux 6.6+), `None` when not shown.
+fn sched_slice_ns(pid: i64) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/sched")).ok()?;
+    text.lines().find(|l| l.starts_with("se.slice"))?.split(':').nth(1)?.trim().parse().ok()
+}
+
+#[tokio::test]
+async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> anyhow::Result<()> {
+    let mut home = TestHome::new()?;
+    home.set_env("COFFER_SCHED_SLICE_US", "250");
+    let api = home.start_daemon().await?;
+    let gateway = api.service("gateway").await?["pid"].as_i64().context("gateway pid")?;
+    let store = api.service("store").await?["pid"].as_i64().context("store pid")?;
+    if sched_slice_ns(gateway).is_none() {
+        eprintln!("this kernel does not show se.slice in /proc/<pid>/sched; nothing to check");
+        return Ok(());
+    }
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    ensure!(s.tool_names().await?.iter().any(|n| n.starts_with("tiny__")), "the tiny upstream listed no tools");
+    let upstream = *tiny_pids(&home).first().context("the tiny upstream's process")?;
+    // The gateway relays calls and its upstream children inherit the request; the store is
+    // not on the call path and keeps the kernel's default.
+    assert_eq!(sched_slice_ns(gateway), Some(250_000), "gateway");
+    assert_eq!(sched_slice_ns(i64::from(upstream)), Some(250_000), "upstream child");
+    assert_ne!(sched_slice_ns(store), Some(250_000), "store");
+    Ok(())
+}
