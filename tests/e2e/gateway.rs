@@ -604,3 +604,49 @@ async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> 
     assert_ne!(sched_slice_ns(store), Some(250_000), "store");
     Ok(())
 }
+
+#[tokio::test]
+async fn invocations_with_huge_targets_are_all_recorded_cut_short() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_everything(&api, "everything").await?;
+    let s = std::sync::Arc::new(McpSession::latest(&api).await?);
+    // 450 reads of a 100 KB URI: 45 MB of targets, more than one store request may carry if
+    // they were kept whole; every one of them must still be recorded.
+    let uri = format!("coffer://everything/demo://resource/{}", "x".repeat(100_000));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (s, uri) = (s.clone(), uri.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..75 {
+                let r = s.request("resources/read", json!({"uri": uri})).await?;
+                ensure!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let cut = format!("{}…", &uri[..1024 - '…'.len_utf8()]);
+    let rows = wait_for("450 invocation records", Duration::from_secs(20), || async {
+        let rows = invocations(&api, &format!("target={}&limit=500", urlencode(&cut))).await?;
+        Ok((rows.len() >= 450).then_some(rows))
+    })
+    .await?;
+    assert_eq!(rows.len(), 450);
+    ensure!(rows.iter().all(|r| r["method"] == "resources/read" && r["server"] == "everything"), "{:?}", rows[0]);
+    // The daemon keeps serving.
+    let r = s.tool("everything__echo", json!({"message": "still here"})).await?;
+    assert_eq!(text_of(&r), "Echo: still here");
+    Ok(())
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

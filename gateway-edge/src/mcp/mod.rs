@@ -154,12 +154,14 @@ impl Shared {
         Ok((resolved, used))
     }
 
-    /// Queues an invocation record (written in batches off the hot path).
+    /// Queues an invocation record (written in batches off the hot path). A target longer than
+    /// [`MAX_RECORDED_TARGET`] bytes (a long resource URI) is cut there and ends in `…`, so a
+    /// batch always fits one store request.
     pub fn record(&self, method: &str, target: &str, server: &str, session: &str, elapsed: Duration, outcome: Outcome) {
         let _ = self.recorder.send(Invocation {
             id: 0,
             at: coffer_runtime::now_rfc3339(),
-            target: target.to_owned(),
+            target: recorded_target(target),
             method: method.to_owned(),
             server: server.to_owned(),
             session_id: session.to_owned(),
@@ -348,8 +350,27 @@ impl Gateway {
 }
 
 /// Writes invocation records in batches (up to 500 per write, at least every 200 ms).
+/// Longest `target` kept in an invocation record, in bytes.
+pub const MAX_RECORDED_TARGET: usize = 1024;
+
+/// Records per store request: with every field bounded (a target by [`MAX_RECORDED_TARGET`],
+/// names and ids by their formats) a batch stays under 8 MiB, half the store's request limit;
+/// large batches keep the store's cost per call low (one commit per batch).
+const INVOCATION_BATCH: usize = 4000;
+
+fn recorded_target(target: &str) -> String {
+    if target.len() <= MAX_RECORDED_TARGET {
+        return target.to_owned();
+    }
+    let mut end = MAX_RECORDED_TARGET - '…'.len_utf8();
+    while !target.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &target[..end])
+}
+
 async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Invocation>) {
-    const BATCH: usize = 500;
+    const BATCH: usize = INVOCATION_BATCH;
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         // Gather for up to 200 ms (one timer per batch, not per record).
@@ -406,5 +427,22 @@ async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
         if admin_idle && let Some(s) = gw.admin.lock().await.take() {
             s.close().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_targets_are_cut_at_a_char_boundary() {
+        assert_eq!(recorded_target("everything__echo"), "everything__echo");
+        let exact = "a".repeat(MAX_RECORDED_TARGET);
+        assert_eq!(recorded_target(&exact), exact);
+        // Multi-byte characters straddling the limit are not split.
+        let long = format!("file:///{}", "é".repeat(MAX_RECORDED_TARGET));
+        let cut = recorded_target(&long);
+        assert!(cut.len() <= MAX_RECORDED_TARGET, "{}", cut.len());
+        assert!(cut.ends_with('…') && long.starts_with(cut.trim_end_matches('…')));
     }
 }

@@ -165,16 +165,38 @@ impl<'a> CpuMeter<'a> {
     }
 }
 
+/// Latencies and wall time of one or more measured runs of a path.
+#[derive(Default)]
 struct Stats {
-    p50_us: f64,
-    p99_us: f64,
-    per_s: f64,
+    lat: Vec<Duration>,
+    wall: Duration,
 }
 
-fn stats(mut lat: Vec<Duration>, wall: Duration) -> Stats {
-    lat.sort();
-    let pick = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6;
-    Stats { p50_us: pick(0.50), p99_us: pick(0.99), per_s: lat.len() as f64 / wall.as_secs_f64() }
+impl Stats {
+    /// Adds another run of the same path (rounds interleaved with the other paths).
+    fn merge(&mut self, other: Stats) {
+        self.lat.extend(other.lat);
+        self.wall += other.wall;
+    }
+
+    fn pick_us(&self, q: f64) -> f64 {
+        let mut lat = self.lat.clone();
+        lat.sort();
+        lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6
+    }
+
+    fn p50_us(&self) -> f64 {
+        self.pick_us(0.50)
+    }
+
+    fn p99_us(&self) -> f64 {
+        self.pick_us(0.99)
+    }
+
+    /// Calls per second over all runs.
+    fn per_s(&self) -> f64 {
+        self.lat.len() as f64 / self.wall.as_secs_f64()
+    }
 }
 
 /// `total` calls made by `inflight` concurrent callers, each waiting for its answer before its
@@ -209,7 +231,7 @@ where
     for t in tasks {
         all.extend(t.await??);
     }
-    Ok(stats(all, start.elapsed()))
+    Ok(Stats { lat: all, wall: start.elapsed() })
 }
 
 /// `total` echo calls through a stdio client with `inflight` concurrent callers.
@@ -539,41 +561,97 @@ async fn main() -> Result<()> {
             env.stop().await;
             return Ok(());
         }
+        // Each path is measured in ROUNDS rounds interleaved with the others (direct, shim, HTTP,
+        // stream, direct, …), so a change in the machine's speed during the run (other tenants
+        // of the host) falls on all paths alike instead of on whichever ran at that moment.
+        // Every measured round follows unmeasured calls on the same path (ROUND_WARM_UP of every
+        // 8), so the resumption after the other paths ran is not counted against any path.
+        const ROUNDS: usize = 4;
+        const ROUND_WARM_UP: usize = 1;
+        let paths = [
+            "direct stdio",
+            "shim → gateway → stdio",
+            "Streamable HTTP /mcp → gateway → stdio",
+            "/mcp stream → gateway → stdio",
+        ];
         let mut cpu_rows = Vec::new();
+        let mut spreads = Vec::new();
         for inflight in [1usize, 16] {
-            let total = if inflight == 1 { 2000 } else { 32_000 };
-            let cpu = CpuMeter::start(&[("client", "self"), ("upstream", &direct_pid)]);
-            let d = echo_load(&direct, "echo", total, inflight).await?;
-            cpu_rows.push((inflight, "direct stdio", cpu.per_call(total)));
-            let cpu = meter(&[
-                ("client", "self"),
-                ("shim", &shim_pid),
-                ("gateway", &gw_pid),
-                ("upstream", &shim_upstream_pid),
-            ]);
-            let s = echo_load(&shim, "everything__echo", total, inflight).await?;
-            cpu_rows.push((inflight, "shim → gateway → stdio", cpu.per_call(total)));
-            let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
-            let h = http_echo_load(&http, &mcp_url, &token, &http_sid, total, inflight).await?;
-            cpu_rows.push((inflight, "Streamable HTTP /mcp → gateway → stdio", cpu.per_call(total)));
-            let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
-            let t = echo_load(&stream, "everything__echo", total, inflight).await?;
-            cpu_rows.push((inflight, "/mcp stream → gateway → stdio", cpu.per_call(total)));
-            for (path, r) in [
-                ("direct stdio (baseline)", &d),
-                ("shim → gateway → stdio", &s),
-                ("Streamable HTTP /mcp → gateway → stdio (no shim)", &h),
-                ("/mcp stream → gateway → stdio (no shim)", &t),
-            ] {
-                println!("| {inflight} | {path} | {:.0} µs | {:.0} µs | {:.0} |", r.p50_us, r.p99_us, r.per_s);
+            let per_round = if inflight == 1 { 2000 } else { 32_000 } / ROUNDS;
+            let warm = per_round * ROUND_WARM_UP / 8;
+            let mut runs: [Stats; 4] = Default::default();
+            let mut sched: [Vec<(&str, SchedPerCall)>; 4] = Default::default();
+            let mut ratios = Vec::new();
+            for _ in 0..ROUNDS {
+                let mut round: Vec<(Stats, Vec<(&str, SchedPerCall)>)> = Vec::new();
+                let mut procs = vec![("client", "self"), ("upstream", direct_pid.as_str())];
+                for p in [&shim_pid, &gw_pid, &shim_upstream_pid, &http_upstream_pid, &stream_upstream_pid] {
+                    procs.push(("other Coffer", p.as_str()));
+                }
+                procs.extend(others.iter().map(|p| ("other Coffer", p.as_str())));
+                let cpu = CpuMeter::start(&procs);
+                echo_load(&direct, "echo", warm, inflight).await?;
+                let d = echo_load(&direct, "echo", per_round, inflight).await?;
+                round.push((d, cpu.per_call(per_round)));
+                let cpu = meter(&[
+                    ("client", "self"),
+                    ("shim", &shim_pid),
+                    ("gateway", &gw_pid),
+                    ("upstream", &shim_upstream_pid),
+                ]);
+                echo_load(&shim, "everything__echo", warm, inflight).await?;
+                let s = echo_load(&shim, "everything__echo", per_round, inflight).await?;
+                round.push((s, cpu.per_call(per_round)));
+                let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
+                http_echo_load(&http, &mcp_url, &token, &http_sid, warm, inflight).await?;
+                let h = http_echo_load(&http, &mcp_url, &token, &http_sid, per_round, inflight).await?;
+                round.push((h, cpu.per_call(per_round)));
+                let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
+                echo_load(&stream, "everything__echo", warm, inflight).await?;
+                let t = echo_load(&stream, "everything__echo", per_round, inflight).await?;
+                round.push((t, cpu.per_call(per_round)));
+                ratios.push(round[1].0.per_s() / round[0].0.per_s());
+                for (k, (stats, per_call)) in round.into_iter().enumerate() {
+                    runs[k].merge(stats);
+                    for (label, v) in per_call {
+                        let i = sched[k].iter().position(|(l, _)| *l == label).unwrap_or_else(|| {
+                            sched[k].push((label, SchedPerCall::default()));
+                            sched[k].len() - 1
+                        });
+                        let acc = &mut sched[k][i].1;
+                        acc.cpu_us += v.cpu_us / ROUNDS as f64;
+                        acc.wait_us += v.wait_us / ROUNDS as f64;
+                        acc.runs += v.runs / ROUNDS as f64;
+                    }
+                }
             }
+            for (k, per) in sched.into_iter().enumerate() {
+                cpu_rows.push((inflight, paths[k], per));
+            }
+            for (k, r) in runs.iter().enumerate() {
+                let path = match k {
+                    0 => "direct stdio (baseline)".to_owned(),
+                    1 => paths[1].to_owned(),
+                    _ => format!("{} (no shim)", paths[k]),
+                };
+                println!("| {inflight} | {path} | {:.0} µs | {:.0} µs | {:.0} |", r.p50_us(), r.p99_us(), r.per_s());
+            }
+            let (d, s) = (&runs[0], &runs[1]);
             println!(
                 "| {inflight} | **Coffer vs direct** | **+{:.0} µs** ({:.2}×) | {:.2}× | **{:.2}×** of direct |",
-                s.p50_us - d.p50_us,
-                s.p50_us / d.p50_us,
-                s.p99_us / d.p99_us,
-                s.per_s / d.per_s
+                s.p50_us() - d.p50_us(),
+                s.p50_us() / d.p50_us(),
+                s.p99_us() / d.p99_us(),
+                s.per_s() / d.per_s()
             );
+            ratios.sort_by(f64::total_cmp);
+            spreads.push((inflight, ratios));
+        }
+        println!("\nThroughput ratio (shim path / direct) of each of the {ROUNDS} rounds, sorted:\n");
+        println!("| in flight | per round |\n|---|---|");
+        for (inflight, ratios) in spreads {
+            let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!("| {inflight} | {} |", list.join(", "));
         }
         type Pick = fn(&SchedPerCall) -> f64;
         let tables: [(&str, Pick); 3] = [
