@@ -395,7 +395,15 @@ impl<C: Connector> Bridge<C> {
                     this.emit(frame).await;
                 });
             }
-            Kind::Notification { method } => self.notify(Some(&method), &body).await,
+            Kind::Notification { method } => {
+                if method == "notifications/cancelled"
+                    && let Some(stream) = self.current_stream()
+                    && let Some(id) = cancelled_request_id(&body)
+                {
+                    stream.forget_cancelled(&id);
+                }
+                self.notify(Some(&method), &body).await
+            }
             Kind::Response { .. } => self.notify(None, &body).await,
             Kind::Invalid { id } => self.emit(invalid_frame(&id)).await,
         }
@@ -1069,6 +1077,19 @@ fn duplicate_id_frame(id: &Value) -> Frame {
     )
 }
 
+/// `params.requestId` of a `notifications/cancelled` line.
+fn cancelled_request_id(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "requestId")]
+        request_id: Value,
+    }
+    #[derive(serde::Deserialize)]
+    struct Notification {
+        params: Params,
+    }
+    serde_json::from_slice::<Notification>(body).ok().map(|n| n.params.request_id)
+}
 fn invalid_frame(id: &Value) -> Frame {
     jsonrpc::error_frame(
         id,

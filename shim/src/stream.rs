@@ -130,6 +130,19 @@ impl StreamLink {
         self.usable() && self.queue.send(body).await.is_ok()
     }
 
+    /// The client cancelled request `id` (`notifications/cancelled`): the daemon will not answer
+    /// it (MCP: no response to a cancelled request), so it no longer waits here. An answer that
+    /// crossed the cancel on the wire still reaches the client, which ignores it (as MCP asks).
+    pub(crate) fn forget_cancelled(&self, id: &Value) {
+        let mut table = self.table();
+        if matches!(table.get(&id.to_string()), Some(Waiter::Client(_))) {
+            table.remove(&id.to_string());
+            if table.is_empty() {
+                self.idle.notify_waiters();
+            }
+        }
+    }
+
     /// Whether no request waits for its answer on this link.
     pub(crate) fn is_idle(&self) -> bool {
         self.table().is_empty()

@@ -19,6 +19,8 @@ pub const TOOL_DISABLED: i64 = -32000;
 pub const UPSTREAM_UNAVAILABLE: i64 = -32001;
 /// Coffer: the upstream did not answer within the per-call timeout.
 pub const UPSTREAM_TIMEOUT: i64 = -32002;
+/// The request was cancelled (LSP's `RequestCancelled`, which MCP SDKs use too).
+pub const REQUEST_CANCELLED: i64 = -32800;
 
 /// A JSON-RPC error response object for request `id` (`null` when unknown).
 pub fn error_object(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {

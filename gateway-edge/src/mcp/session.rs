@@ -3,7 +3,7 @@
 //! upstream's capability lists for 60 s, keeps the reverse map from exposed names to
 //! `(server, original name)`, checks policy before any upstream contact, and routes calls with
 //! fresh upstream request ids, returning results verbatim.
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -145,6 +145,10 @@ pub enum Answer {
     Result(Box<RawValue>),
     UpstreamError(Box<RawValue>),
     Error(RpcError),
+    /// The client cancelled the request (`notifications/cancelled`) while it was in flight.
+    /// MCP (basic/utilities/cancellation): the receiver SHOULD NOT answer it, so the `/mcp`
+    /// stream sends nothing; an HTTP POST, which must get a response, gets -32800.
+    Cancelled,
 }
 
 impl Answer {
@@ -160,6 +164,11 @@ impl Answer {
             Answer::Error(e) => {
                 let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
                 jsonrpc::error_object(id, e.code, &e.message, e.data).to_string()
+            }
+            Answer::Cancelled => {
+                let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+                jsonrpc::error_object(id, jsonrpc::REQUEST_CANCELLED, "Request cancelled by the client", None)
+                    .to_string()
             }
         }
     }
@@ -290,6 +299,9 @@ pub struct Session {
     tool_uris: Mutex<HashMap<String, String>>,
     /// Downstream request id (raw JSON text) → (server, upstream request id), while in flight.
     inflight: Mutex<HashMap<String, (String, u64)>>,
+    /// Downstream request ids (raw JSON text) the client cancelled while they were in flight;
+    /// each is taken out again when its request ends (as [`Answer::Cancelled`]).
+    cancelled: Mutex<HashSet<String>>,
     relay_streams: Mutex<Vec<RelayStream>>,
     relays: Arc<Mutex<HashMap<String, Relay>>>,
     counter: AtomicU64,
@@ -334,6 +346,7 @@ impl Session {
             log_level: Mutex::default(),
             tool_uris: Mutex::default(),
             inflight: Mutex::default(),
+            cancelled: Mutex::default(),
             relay_streams: Mutex::default(),
             relays: Arc::default(),
             counter: AtomicU64::new(1),
@@ -980,7 +993,13 @@ impl Session {
         }
         let res = up.finish(uid, rx, timeout).await;
         if let Some(id) = &ctx.id {
-            self.inflight.lock().expect("inflight").remove(id);
+            // Under the `inflight` lock, as the cancel handler marks it: a cancel either finds
+            // the request in flight and marks it, or finds it gone and does nothing.
+            let mut inflight = self.inflight.lock().expect("inflight");
+            inflight.remove(id);
+            if self.cancelled.lock().expect("cancelled").remove(id) {
+                return Answer::Cancelled;
+            }
         }
         match res {
             Ok(Reply::Result(r)) => Answer::Result(r),
@@ -1046,13 +1065,21 @@ impl Session {
             "notifications/cancelled" => {
                 let p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
                 let Some(rid) = p.get("requestId") else { return };
-                let found = self.inflight.lock().expect("inflight").get(&rid.to_string()).cloned();
+                let key = rid.to_string();
+                let found = {
+                    let inflight = self.inflight.lock().expect("inflight");
+                    let found = inflight.get(&key).cloned();
+                    if found.is_some() {
+                        self.cancelled.lock().expect("cancelled").insert(key);
+                    }
+                    found
+                };
                 match found {
                     Some((server, uid)) => {
                         if let Some(up) = self.running(&server).await {
                             let reason = p.get("reason").and_then(Value::as_str).unwrap_or("cancelled by the client");
                             up.cancel(uid, reason).await;
-                            up.fail_local(uid, -32800, "Request cancelled by the client");
+                            up.fail_local(uid, jsonrpc::REQUEST_CANCELLED, "Request cancelled by the client");
                         }
                     }
                     None => tracing::debug!(session = %self.id, "Cancel for an unknown or finished request ignored."),
@@ -1202,6 +1229,7 @@ impl Answer {
             Answer::UpstreamError(e) if is_cancellation(e) => Outcome::Cancelled,
             Answer::UpstreamError(_) => Outcome::UpstreamError,
             Answer::Error(e) => e.outcome(),
+            Answer::Cancelled => Outcome::Cancelled,
         }
     }
 }

@@ -46,7 +46,7 @@ use tracing::{Instrument, debug, info, warn};
 use super::Session;
 use super::http::{Incoming, Parsed, batch_answers, classify, open_session};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
-use super::session::RequestCtx;
+use super::session::{Answer, RequestCtx};
 use crate::state::AppState;
 
 /// The `Upgrade` token that switches `/mcp` to a stream.
@@ -237,12 +237,18 @@ impl Conn {
                 "Invalid Request: the session of this stream is already initialized; open a new stream for a new session",
             ),
             Parsed::Request { id, method, params } => {
-                let (answers, side) = (self.answers.clone(), self.out.clone());
+                let (answers, side, budget) = (self.answers.clone(), self.out.clone(), self.budget.clone());
                 let trace = coffer_runtime::grpc::new_trace_id();
                 tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
                     let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(side) };
-                    let answer = session.handle_request_ctx(&method, params.as_deref(), &ctx).await;
-                    let _ = answers.send(answer.into_response(&id));
+                    match session.handle_request_ctx(&method, params.as_deref(), &ctx).await {
+                        // MCP: a request the client cancelled gets no answer; its unit of the
+                        // budget comes back here instead of from the writer.
+                        Answer::Cancelled => budget.add_permits(1),
+                        answer => {
+                            let _ = answers.send(answer.into_response(&id));
+                        }
+                    }
                 }));
                 true
             }

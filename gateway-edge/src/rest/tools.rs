@@ -88,6 +88,8 @@ async fn call_tool(
             )
             .with_details(e))
         }
+        // REST calls carry no JSON-RPC id, so no client can cancel them.
+        Answer::Cancelled => Err(ApiError::new(Code::UpstreamUnavailable, "the call was cancelled")),
         Answer::Error(e) => {
             let code = match e.code {
                 jsonrpc::TOOL_DISABLED => Code::ToolDisabled,

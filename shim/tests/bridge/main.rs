@@ -737,6 +737,22 @@ async fn stream_eof_lets_in_flight_requests_finish_then_closes_the_stream() {
     fake.wait_until("the shim to close its stream", |s| s.closed_by_client == 1).await;
 }
 
+/// A request the client cancels no longer waits for an answer the daemon will not send (MCP:
+/// no response to a cancelled request): at stdin EOF nothing is left to drain, so the shim
+/// ends at once instead of after the drain timeout, and nothing is written for it.
+#[tokio::test]
+async fn a_cancelled_request_is_not_waited_for() {
+    let fake = fake_stream::FakeStream::start().await;
+    let config = Config { drain_timeout: Duration::from_secs(60), ..Config::default() };
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": "never", "method": "hold"})).await;
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "never"}})).await;
+    fake.wait_until("the cancel", |s| s.on(0).iter().any(|m| m["method"] == "notifications/cancelled")).await;
+    // Finishes within WAIT (10 s), far below the 60 s drain timeout, and writes nothing more.
+    shim.finish().await;
+}
+
 #[tokio::test]
 async fn a_server_without_the_stream_is_spoken_to_with_streamable_http() {
     let fake = FakeMcp::start();
