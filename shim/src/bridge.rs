@@ -41,7 +41,7 @@ use crate::jsonrpc::{
     self, DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed,
 };
 use crate::sse::{SseEvent, SseParser};
-use crate::stream::{OpenError, StreamLink, Unsent};
+use crate::stream::{Liveness, OpenError, StreamLink, Unsent};
 use crate::{Config, ShimError};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -1021,7 +1021,10 @@ impl<C: Connector> Bridge<C> {
         if !link.endpoint.stream {
             return Ok(link);
         }
-        match StreamLink::open(&link.endpoint, self.out.clone(), link.lost.clone(), link.lost_reason.clone()).await {
+        let liveness = Liveness { interval: self.config.liveness_interval, timeout: self.config.liveness_timeout };
+        match StreamLink::open(&link.endpoint, self.out.clone(), link.lost.clone(), link.lost_reason.clone(), liveness)
+            .await
+        {
             Ok(stream) => {
                 debug!(generation = link.generation, "Talking to the daemon on a /mcp stream.");
                 let mut link = Arc::into_inner(link).expect("a new link has one owner");

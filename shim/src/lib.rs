@@ -85,6 +85,13 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Timeout of the `DELETE /mcp` that ends the session at exit. Default 1 s.
     pub delete_timeout: Duration,
+    /// On the `/mcp` stream: while a request waits and nothing has come from the daemon for
+    /// this long, the shim sends it a `ping`. Default 15 s.
+    pub liveness_interval: Duration,
+    /// If nothing at all comes from the daemon within this long after that `ping` (a stopped or
+    /// wedged daemon), the stream is given up: every waiting request gets -32001 at once and
+    /// the next message connects again. Default 10 s.
+    pub liveness_timeout: Duration,
 }
 
 impl Default for Config {
@@ -93,6 +100,8 @@ impl Default for Config {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             drain_timeout: Duration::from_secs(5),
             delete_timeout: Duration::from_secs(1),
+            liveness_interval: Duration::from_secs(15),
+            liveness_timeout: Duration::from_secs(10),
         }
     }
 }

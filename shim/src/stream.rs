@@ -9,7 +9,9 @@
 //! bridge ends it, every request still waiting gets -32001 at once; the bridge opens a new link
 //! on the next message.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
@@ -18,7 +20,7 @@ use hyper::header::{CONNECTION, HOST, UPGRADE};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use secrecy::ExposeSecret;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -38,6 +40,14 @@ const WRITE_BATCH_BYTES: usize = 256 * 1024;
 const QUEUE_LINES: usize = 1024;
 /// How long the TCP connection and the `101` may take.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How a link notices a daemon that stopped answering while requests wait (see
+/// [`crate::Config::liveness_interval`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Liveness {
+    pub(crate) interval: Duration,
+    pub(crate) timeout: Duration,
+}
 
 /// Who waits for the answer to a request sent on the stream.
 enum Waiter {
@@ -76,6 +86,9 @@ pub(crate) struct StreamLink {
     idle: Notify,
     lost: CancellationToken,
     reason: Arc<OnceLock<String>>,
+    /// When the link opened, and the last time anything came from the daemon (ns after it).
+    opened: Instant,
+    heard_ns: AtomicU64,
 }
 
 impl StreamLink {
@@ -86,15 +99,25 @@ impl StreamLink {
         out: mpsc::Sender<Frame>,
         lost: CancellationToken,
         reason: Arc<OnceLock<String>>,
+        liveness: Liveness,
     ) -> Result<Arc<Self>, OpenError> {
         let io = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(endpoint)).await.map_err(|_| {
             OpenError::Unreachable(format!("no answer to the stream upgrade within {CONNECT_TIMEOUT:?}"))
         })??;
         let (read, write) = tokio::io::split(io);
         let (queue, lines) = mpsc::channel(QUEUE_LINES);
-        let link = Arc::new(Self { queue, pending: Mutex::default(), idle: Notify::new(), lost, reason });
+        let link = Arc::new(Self {
+            queue,
+            pending: Mutex::default(),
+            idle: Notify::new(),
+            lost,
+            reason,
+            opened: Instant::now(),
+            heard_ns: AtomicU64::new(0),
+        });
         tokio::spawn(link.clone().write_loop(lines, write));
         tokio::spawn(link.clone().read_loop(read, out));
+        tokio::spawn(link.clone().watchdog(liveness));
         Ok(link)
     }
 
@@ -187,6 +210,57 @@ impl StreamLink {
         Ok(())
     }
 
+    /// How long since anything came from the daemon.
+    fn silent_for(&self) -> Duration {
+        self.opened.elapsed().saturating_sub(Duration::from_nanos(self.heard_ns.load(Ordering::Relaxed)))
+    }
+
+    /// While requests wait and the daemon has been silent for `interval`, pings it; gives the
+    /// link up when nothing at all comes back within `timeout` (a stopped or wedged daemon
+    /// would otherwise leave every waiting request hanging). A live daemon answers `ping`
+    /// itself, however long its upstreams take.
+    async fn watchdog(self: Arc<Self>, liveness: Liveness) {
+        let mut pings = 0u64;
+        loop {
+            tokio::select! {
+                () = self.lost.cancelled() => return,
+                () = tokio::time::sleep(liveness.interval) => {}
+            }
+            let silent = self.silent_for();
+            if self.is_idle() || silent < liveness.interval {
+                continue;
+            }
+            pings += 1;
+            let id = Value::String(format!("coffer-shim-ping-{pings}"));
+            let body = Bytes::from(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string());
+            let heard_before = self.heard_ns.load(Ordering::Relaxed);
+            // The answer needs no one to wait for it: any line from the daemon will do.
+            let sent = tokio::select! {
+                () = self.lost.cancelled() => return,
+                sent = tokio::time::timeout(liveness.timeout, self.send_for_bridge(&id, body)) => sent,
+            };
+            if let Ok(Err(Unsent::DuplicateId)) = sent {
+                continue; // the client uses such an id itself; try the next one
+            }
+            tokio::select! {
+                () = self.lost.cancelled() => return,
+                () = tokio::time::sleep(liveness.timeout) => {}
+            }
+            if self.heard_ns.load(Ordering::Relaxed) == heard_before {
+                let waited = silent + liveness.timeout;
+                warn!(
+                    silent_ms = waited.as_millis() as u64,
+                    "The daemon stopped answering; giving up the /mcp stream."
+                );
+                self.end(&format!(
+                    "the daemon sent nothing for {} s, not even an answer to a ping (it may be stopped or overloaded)",
+                    waited.as_secs()
+                ));
+                return;
+            }
+        }
+    }
+
     async fn write_loop<W: AsyncWrite + Unpin>(self: Arc<Self>, mut lines: mpsc::Receiver<Bytes>, mut write: W) {
         let mut buf = Vec::with_capacity(16 * 1024);
         let lost = self.lost.clone();
@@ -228,6 +302,7 @@ impl StreamLink {
                 () = &mut lost => break,
                 input = reader.next() => input,
             };
+            self.heard_ns.store(self.opened.elapsed().as_nanos() as u64, Ordering::Relaxed);
             match input {
                 Ok(Some(Input::Line(line))) => self.on_line(Bytes::from(line), &out).await,
                 Ok(Some(Input::Oversized { prefix })) => {

@@ -2,8 +2,9 @@
 //! JSON-RPC after `101`) on real loopback TCP, recording every connection and line.
 //!
 //! Methods it answers on a stream: `initialize` (a session per connection), `echo` (result echoes
-//! `params`), `later` (answered after `params.ms` milliseconds), `hold` (never answered); other
-//! requests get an empty result. [`FakeStream::drop_connections`] closes every open connection the
+//! `params`), `later` (answered after `params.ms` milliseconds), `hold` (never answered),
+//! `freeze` (never answered, and from then on that connection answers nothing, like a stopped
+//! daemon); other requests (`ping` among them) get an empty result. [`FakeStream::drop_connections`] closes every open connection the
 //! way a dying daemon's sockets close.
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -153,6 +154,7 @@ async fn serve(tcp: TcpStream, conn: usize, state: Shared, stop: CancellationTok
         }
     });
     let mut lines = read.lines();
+    let mut frozen = false;
     loop {
         let line = tokio::select! {
             () = stop.cancelled() => break,
@@ -164,6 +166,9 @@ async fn serve(tcp: TcpStream, conn: usize, state: Shared, stop: CancellationTok
         };
         let msg: Value = serde_json::from_str(&line).expect("the shim writes JSON lines");
         state.update(|s| s.lines.push((conn, msg.clone())));
+        if frozen {
+            continue;
+        }
         let Some(id) = msg.get("id").cloned() else { continue };
         let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
         match msg["method"].as_str() {
@@ -182,6 +187,7 @@ async fn serve(tcp: TcpStream, conn: usize, state: Shared, stop: CancellationTok
                 });
             }
             Some("hold") => {}
+            Some("freeze") => frozen = true,
             _ => {
                 let _ = out.send(reply(json!({})));
             }

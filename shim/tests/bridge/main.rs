@@ -753,6 +753,52 @@ async fn a_cancelled_request_is_not_waited_for() {
     shim.finish().await;
 }
 
+/// A daemon that stops answering (stopped, wedged) while a request waits: the shim pings it,
+/// gets nothing back, and gives the stream up, so the request gets -32001 instead of hanging;
+/// the next request goes through on a new connection.
+#[tokio::test]
+async fn a_silent_daemon_fails_waiting_requests_instead_of_hanging_them() {
+    let fake = fake_stream::FakeStream::start().await;
+    let config = Config {
+        liveness_interval: Duration::from_millis(100),
+        liveness_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": "f", "method": "freeze"})).await;
+    let failed = shim.recv().await;
+    assert_eq!((&failed["id"], &failed["error"]["code"]), (&json!("f"), &json!(-32001)), "{failed}");
+    let reason = failed["error"]["data"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not even an answer to a ping"), "{reason}");
+    fake.with(|s| assert!(s.on(0).iter().any(|m| m["method"] == "ping"), "the shim pinged the silent daemon"));
+
+    shim.send(echo(2, json!("again"))).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 2, "result": {"echo": "again"}}));
+    fake.with(|s| assert_eq!(s.heads.len(), 2, "a new connection"));
+    shim.finish().await;
+}
+
+/// A daemon that answers its pings keeps the stream, however long a request takes.
+#[tokio::test]
+async fn a_slow_request_on_a_live_daemon_is_not_given_up() {
+    let fake = fake_stream::FakeStream::start().await;
+    let config = Config {
+        liveness_interval: Duration::from_millis(100),
+        liveness_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    stream_handshake(&mut shim, &fake).await;
+    shim.send(json!({"jsonrpc": "2.0", "id": 1, "method": "later", "params": {"ms": 1500}})).await;
+    assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"later": 1500}}));
+    fake.with(|s| {
+        assert!(s.on(0).iter().filter(|m| m["method"] == "ping").count() >= 2, "pinged while it waited");
+        assert_eq!(s.heads.len(), 1, "the same connection throughout");
+    });
+    shim.finish().await;
+}
+
 #[tokio::test]
 async fn a_server_without_the_stream_is_spoken_to_with_streamable_http() {
     let fake = FakeMcp::start();
