@@ -38,6 +38,11 @@ fn shim() -> anyhow::Result<String> {
     Ok(coffer_tests::bin("coffer-mcp-shim")?.display().to_string())
 }
 
+/// The test home's root: not the default home, so connect writes it for the shim.
+fn coffer_home(home: &TestHome) -> String {
+    home.root().display().to_string()
+}
+
 /// connect, connect again, remove, remove again on one client whose file is `path`.
 async fn round_trip(home: &TestHome, client: &str, path: &Path, entry: &Value) -> anyhow::Result<()> {
     let before = std::fs::read(path).ok();
@@ -69,16 +74,17 @@ async fn round_trip(home: &TestHome, client: &str, path: &Path, entry: &Value) -
 
 #[tokio::test]
 async fn connect_cursor_and_claude_desktop_files() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    let mut home = TestHome::new()?;
     let user = user_home(&home)?;
     let shim = shim()?;
+    let env = json!({"COFFER_HOME": coffer_home(&home)});
 
     // Cursor: an existing file with other servers and keys, indented with four spaces.
     let cursor = user.join(".cursor/mcp.json");
     std::fs::create_dir_all(cursor.parent().context("parent")?)?;
     let original = "{\n    \"mcpServers\": {\n        \"fs\": {\"command\": \"npx\", \"args\": [\"-y\", \"fs\"]}\n    },\n    \"theme\": \"dark\"\n}\n";
     std::fs::write(&cursor, original)?;
-    round_trip(&home, "cursor", &cursor, &json!({"command": shim, "args": []})).await?;
+    round_trip(&home, "cursor", &cursor, &json!({"command": shim, "args": [], "env": env})).await?;
     let doc = read_json(&cursor)?;
     assert_eq!(doc, json!({"mcpServers": {"fs": {"command": "npx", "args": ["-y", "fs"]}}, "theme": "dark"}));
     let text = std::fs::read_to_string(&cursor)?;
@@ -87,14 +93,14 @@ async fn connect_cursor_and_claude_desktop_files() -> anyhow::Result<()> {
 
     // Claude Desktop: no file yet.
     let desktop = user.join(".config/Claude/claude_desktop_config.json");
-    round_trip(&home, "claude-desktop", &desktop, &json!({"command": shim, "args": []})).await?;
+    round_trip(&home, "claude-desktop", &desktop, &json!({"command": shim, "args": [], "env": env})).await?;
     assert_eq!(read_json(&desktop)?, json!({"mcpServers": {}}));
 
     // --print changes nothing and prints the snippet.
     let before = std::fs::read(&cursor)?;
     let out = home.cli(&["connect", "cursor", "--print"]).await?.ok()?;
     let snippet: Value = serde_json::from_str(&out.stdout).with_context(|| out.to_string())?;
-    assert_eq!(snippet, json!({"mcpServers": {"coffer": {"command": shim, "args": []}}}));
+    assert_eq!(snippet, json!({"mcpServers": {"coffer": {"command": shim, "args": [], "env": env}}}));
     assert_eq!(std::fs::read(&cursor)?, before);
 
     // A file that does not parse is left alone.
@@ -103,6 +109,18 @@ async fn connect_cursor_and_claude_desktop_files() -> anyhow::Result<()> {
     assert_eq!(out.code, Some(1), "{out}");
     ensure!(out.stderr.contains("mcp.json") && out.stderr.contains("left as it is"), "{out}");
     assert_eq!(std::fs::read_to_string(&cursor)?, "{ not json");
+
+    // With the default home (no COFFER_HOME, no --home) the shim finds it alone: no env.
+    home.unset_env("COFFER_HOME");
+    std::fs::remove_file(&cursor)?;
+    home.cli(&["connect", "cursor"]).await?.ok()?;
+    assert_eq!(read_json(&cursor)?["mcpServers"]["coffer"], json!({"command": shim, "args": []}));
+    // --home is written as an absolute path, whatever the folder connect ran in.
+    let out = home.cli(&["--home", "relative/vault", "connect", "cursor", "--json"]).await?.ok()?;
+    assert_eq!(out.json()?["action"], "updated", "{out}");
+    let written =
+        read_json(&cursor)?["mcpServers"]["coffer"]["env"]["COFFER_HOME"].as_str().unwrap_or_default().to_owned();
+    ensure!(written.starts_with('/') && written.ends_with("relative/vault"), "{written}");
     assert!(home.processes().is_empty(), "connect starts no daemon");
     Ok(())
 }
@@ -113,6 +131,7 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     let user = user_home(&home)?;
     let shim = shim()?;
     let system_path = std::env::var("PATH").unwrap_or_default();
+    let ch = coffer_home(&home);
 
     // Without `claude` on PATH: ~/.claude.json is edited, keeping the rest of it.
     let no_claude = home.temp().join("no-claude-bin");
@@ -123,7 +142,10 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     let out = cli_env(&home, &["connect", "claude-code", "--json"], &[("PATH", &path_without)]).await?.ok()?;
     assert_eq!(out.json()?["via"], "file", "{out}");
     let doc = read_json(&claude_json)?;
-    assert_eq!(doc["mcpServers"]["coffer"], json!({"type": "stdio", "command": shim, "args": []}));
+    assert_eq!(
+        doc["mcpServers"]["coffer"],
+        json!({"type": "stdio", "command": shim, "args": [], "env": {"COFFER_HOME": ch}})
+    );
     assert_eq!((doc["numStartups"].as_u64(), &doc["projects"]), (Some(3), &json!({"/p": {"mcpServers": {}}})));
     let out = cli_env(&home, &["connect", "claude-code", "--remove"], &[("PATH", &path_without)]).await?.ok()?;
     ensure!(out.stdout.contains("Removed"), "{out}");
@@ -141,9 +163,12 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     let path_with = format!("{}:{system_path}", bin.display());
     let out = cli_env(&home, &["connect", "claude-code", "--json"], &[("PATH", &path_with)]).await?.ok()?;
     assert_eq!((out.json()?["via"].as_str(), out.json()?["action"].as_str()), (Some("claude"), Some("added")));
-    assert_eq!(std::fs::read_to_string(&log)?, format!("mcp add --scope user coffer -- {shim}\n"));
+    assert_eq!(
+        std::fs::read_to_string(&log)?,
+        format!("mcp add --scope user coffer --env COFFER_HOME={ch} -- {shim}\n")
+    );
     let out = cli_env(&home, &["connect", "claude-code", "--print"], &[("PATH", &path_with)]).await?.ok()?;
-    assert_eq!(out.stdout, format!("claude mcp add --scope user coffer -- {shim}\n"));
+    assert_eq!(out.stdout, format!("claude mcp add --scope user coffer --env COFFER_HOME={ch} -- {shim}\n"));
 
     // Codex: CODEX_HOME points into the test home; comments and other tables survive.
     let codex_home = home.temp().join("codex-home");
@@ -156,7 +181,12 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     let out = cli_env(&home, &["connect", "codex"], &env).await?.ok()?;
     ensure!(out.stdout.contains("Connected codex"), "{out}");
     let text = std::fs::read_to_string(&toml)?;
-    ensure!(text.contains(&format!("[mcp_servers.coffer]\ncommand = \"{shim}\"\nargs = []\n")), "{text}");
+    ensure!(
+        text.contains(&format!(
+            "[mcp_servers.coffer]\ncommand = \"{shim}\"\nargs = []\nenv = {{ COFFER_HOME = \"{ch}\" }}\n"
+        )),
+        "{text}"
+    );
     ensure!(text.starts_with("# my settings\nmodel = \"o3\"\n") && text.contains("[mcp_servers.docs]"), "{text}");
     let out = cli_env(&home, &["connect", "codex"], &env).await?.ok()?;
     ensure!(out.stdout.contains("already connected"), "{out}");

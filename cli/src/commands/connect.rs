@@ -31,6 +31,9 @@ use crate::output;
 pub const SERVER_NAME: &str = "coffer";
 /// The shim's file name, looked for next to `coffer`.
 pub const SHIM: &str = "coffer-mcp-shim";
+/// The variable that tells the shim which home to use (written only for a home that is not the
+/// default one: a client started from the desktop does not have the shell's environment).
+const ENV_HOME: &str = coffer_runtime::env::HOME;
 
 pub const CONNECT_EXAMPLES: &str = "\
 Examples:
@@ -79,12 +82,17 @@ impl Client {
         }
     }
 
-    /// The `mcpServers.coffer` entry of a JSON client.
-    pub fn json_entry(self, shim: &str) -> Value {
-        match self {
+    /// The `mcpServers.coffer` entry of a JSON client; `home`: the `COFFER_HOME` the shim must
+    /// use (when it is not the default one, which the shim finds by itself).
+    pub fn json_entry(self, shim: &str, home: Option<&str>) -> Value {
+        let mut entry = match self {
             Client::ClaudeCode => json!({"type": "stdio", "command": shim, "args": []}),
             _ => json!({"command": shim, "args": []}),
+        };
+        if let Some(home) = home {
+            entry["env"] = json!({ENV_HOME: home});
         }
+        entry
     }
 }
 
@@ -146,9 +154,11 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     let codex_home = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
     let path = a.client.config_path(&home, codex_home.as_deref());
     let claude = if a.client == Client::ClaudeCode { coffer_runtime::connect::which_on_path("claude") } else { None };
+    let coffer_home = shim_home(ctx);
+    let coffer_home = coffer_home.as_deref();
 
     if a.print {
-        return print_snippet(a.client, &path, &shim_s, a.remove, claude.is_some());
+        return print_snippet(a.client, &path, &shim_s, coffer_home, a.remove, claude.is_some());
     }
     if !shim.is_file() && !a.remove {
         return Err(CliError::Failed(format!(
@@ -157,13 +167,15 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
         )));
     }
     let (outcome, backup, via) = match (a.client, &claude) {
-        (Client::ClaudeCode, Some(claude)) => (claude_cli(claude, &path, &shim_s, a.remove).await?, None, "claude"),
+        (Client::ClaudeCode, Some(claude)) => {
+            (claude_cli(claude, &path, &shim_s, coffer_home, a.remove).await?, None, "claude")
+        }
         (Client::Codex, _) => {
-            let (o, b) = edit_file(&path, a.remove, |text| toml_edit_coffer(text, &shim_s, a.remove))?;
+            let (o, b) = edit_file(&path, a.remove, |text| toml_edit_coffer(text, &shim_s, coffer_home, a.remove))?;
             (o, b, "file")
         }
         (client, _) => {
-            let entry = client.json_entry(&shim_s);
+            let entry = client.json_entry(&shim_s, coffer_home);
             let (o, b) = edit_file(&path, a.remove, |text| json_edit_coffer(text, &entry, a.remove))?;
             (o, b, "file")
         }
@@ -172,7 +184,7 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
         return output::print_json(&json!({
             "client": a.client.as_str(), "path": path.display().to_string(), "action": outcome.as_str(),
             "changed": outcome.changed(), "backup": backup.map(|b| b.display().to_string()),
-            "command": shim_s, "via": via,
+            "command": shim_s, "via": via, "coffer_home": coffer_home,
         }));
     }
     let client = a.client.as_str();
@@ -197,6 +209,21 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     output::print(&out)
 }
 
+/// The home the shim must be told about: the one in use unless it is the default (absolute, so
+/// the client may start the shim from any folder).
+fn shim_home(ctx: &Ctx) -> Option<String> {
+    if ctx.home_source == crate::context::HomeSource::Default {
+        return None;
+    }
+    let root = ctx.home.root();
+    let abs = if root.is_absolute() {
+        root.to_path_buf()
+    } else {
+        std::env::current_dir().map_or_else(|_| root.to_path_buf(), |cwd| cwd.join(root))
+    };
+    Some(abs.to_string_lossy().into_owned())
+}
+
 /// `coffer-mcp-shim` next to the running `coffer`.
 fn shim_path() -> Result<PathBuf, CliError> {
     let exe =
@@ -205,16 +232,24 @@ fn shim_path() -> Result<PathBuf, CliError> {
 }
 
 /// `--print`: the exact snippet or command on stdout; where it goes on stderr.
-fn print_snippet(client: Client, path: &Path, shim: &str, remove: bool, claude: bool) -> Result<(), CliError> {
+fn print_snippet(
+    client: Client,
+    path: &Path,
+    shim: &str,
+    home: Option<&str>,
+    remove: bool,
+    claude: bool,
+) -> Result<(), CliError> {
     let shown = path.display();
     let snippet = match (client, remove) {
         (Client::ClaudeCode, false) if claude => {
-            format!("claude mcp add --scope user {SERVER_NAME} -- {}\n", output::shell_quote(shim))
+            let args = claude_add_args(shim, home);
+            format!("claude {}\n", output::shell_join(args.iter().map(String::as_str)))
         }
         (Client::ClaudeCode, true) if claude => format!("claude mcp remove --scope user {SERVER_NAME}\n"),
         (Client::Codex, false) => {
             eprintln!("# Add to {shown}:");
-            toml_edit_coffer("", shim, false).map_err(CliError::Failed)?.1.unwrap_or_default()
+            toml_edit_coffer("", shim, home, false).map_err(CliError::Failed)?.1.unwrap_or_default()
         }
         (Client::Codex, true) => {
             eprintln!("# Delete this table from {shown}:");
@@ -222,7 +257,7 @@ fn print_snippet(client: Client, path: &Path, shim: &str, remove: bool, claude: 
         }
         (client, false) => {
             eprintln!("# Merge into {shown}:");
-            let doc = json!({"mcpServers": {SERVER_NAME: client.json_entry(shim)}});
+            let doc = json!({"mcpServers": {SERVER_NAME: client.json_entry(shim, home)}});
             format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default())
         }
         (_, true) => {
@@ -238,7 +273,13 @@ fn print_snippet(client: Client, path: &Path, shim: &str, remove: bool, claude: 
 
 /// Adds or removes the server with `claude mcp …` (user scope). Idempotent: `~/.claude.json`
 /// (where that scope lives) is read first, and `claude` only runs when something must change.
-async fn claude_cli(claude: &Path, config: &Path, shim: &str, remove: bool) -> Result<Outcome, CliError> {
+async fn claude_cli(
+    claude: &Path,
+    config: &Path,
+    shim: &str,
+    home: Option<&str>,
+    remove: bool,
+) -> Result<Outcome, CliError> {
     let current = match std::fs::read_to_string(config) {
         Ok(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(&text).ok(),
         _ => None,
@@ -253,7 +294,7 @@ async fn claude_cli(claude: &Path, config: &Path, shim: &str, remove: bool) -> R
         run(vec!["mcp".into(), "remove".into(), "--scope".into(), "user".into(), name]).await?;
         return Ok(Outcome::Removed);
     }
-    if entry.is_some_and(|e| same_entry(e, shim)) {
+    if entry.is_some_and(|e| same_entry(e, shim, home)) {
         return Ok(Outcome::Unchanged);
     }
     let outcome = if entry.is_some() {
@@ -262,9 +303,18 @@ async fn claude_cli(claude: &Path, config: &Path, shim: &str, remove: bool) -> R
     } else {
         Outcome::Added
     };
-    let add = vec!["mcp", "add", "--scope", "user", &name, "--", shim];
-    run(add.into_iter().map(str::to_owned).collect()).await?;
+    run(claude_add_args(shim, home)).await?;
     Ok(outcome)
+}
+
+/// `claude` arguments that add the server (user scope), with the home when it must be given.
+fn claude_add_args(shim: &str, home: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = ["mcp", "add", "--scope", "user", SERVER_NAME].map(str::to_owned).into();
+    if let Some(home) = home {
+        args.extend(["--env".to_owned(), format!("{ENV_HOME}={home}")]);
+    }
+    args.extend(["--".to_owned(), shim.to_owned()]);
+    args
 }
 
 /// Runs `claude ARGS` to completion through the one spawn helper.
@@ -301,17 +351,22 @@ async fn run_claude(claude: &Path, args: &[String]) -> Result<(), CliError> {
     Err(CliError::Failed(format!("`{shown}` failed ({status}): {}", output::truncate(&said, 400))))
 }
 
-/// True when a client's entry already runs exactly `shim` with no arguments or environment.
-fn same_entry(e: &Value, shim: &str) -> bool {
+/// True when a client's entry already runs exactly `shim` with no arguments, and with no
+/// environment but `COFFER_HOME=home` when `home` is given.
+fn same_entry(e: &Value, shim: &str, home: Option<&str>) -> bool {
     let empty = |k: &str| match e.get(k) {
         None | Some(Value::Null) => true,
         Some(Value::Array(a)) => a.is_empty(),
         Some(Value::Object(o)) => o.is_empty(),
         _ => false,
     };
+    let env_ok = match home {
+        None => empty("env"),
+        Some(home) => e.get("env") == Some(&json!({ENV_HOME: home})),
+    };
     e["command"] == shim
         && empty("args")
-        && empty("env")
+        && env_ok
         && e.get("type").is_none_or(|t| t == "stdio")
         && e.get("url").is_none()
 }
@@ -406,8 +461,9 @@ pub fn json_edit_coffer(text: &str, entry: &Value, remove: bool) -> Result<(Outc
         let servers = root.entry("mcpServers").or_insert_with(|| Value::Object(Map::new()));
         let servers = servers.as_object_mut().ok_or("mcpServers is not an object")?;
         let shim = entry["command"].as_str().unwrap_or_default();
+        let home = entry["env"][ENV_HOME].as_str();
         match servers.get(SERVER_NAME) {
-            Some(e) if same_entry(e, shim) => return Ok((Outcome::Unchanged, None)),
+            Some(e) if same_entry(e, shim, home) => return Ok((Outcome::Unchanged, None)),
             Some(_) => {
                 servers.insert(SERVER_NAME.to_owned(), entry.clone());
                 Outcome::Updated
@@ -452,7 +508,12 @@ fn to_json_text(doc: &Value, indent: &str) -> String {
 ///
 /// # Errors
 /// A message when the text is not TOML, or `mcp_servers` is not a table.
-pub fn toml_edit_coffer(text: &str, shim: &str, remove: bool) -> Result<(Outcome, Option<String>), String> {
+pub fn toml_edit_coffer(
+    text: &str,
+    shim: &str,
+    home: Option<&str>,
+    remove: bool,
+) -> Result<(Outcome, Option<String>), String> {
     use toml_edit::{Array, DocumentMut, Item, Table, value};
     let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
@@ -480,8 +541,13 @@ pub fn toml_edit_coffer(text: &str, shim: &str, remove: bool) -> Result<(Outcome
     let current = servers.get(SERVER_NAME).and_then(Item::as_table_like).map(|t| {
         let command = t.get("command").and_then(Item::as_str) == Some(shim);
         let no_args = t.get("args").is_none_or(|a| a.as_array().is_some_and(Array::is_empty));
-        let others = t.iter().any(|(k, _)| !matches!(k, "command" | "args"));
-        command && no_args && !others
+        let env = t.get("env").and_then(Item::as_table_like);
+        let env_ok = match home {
+            None => env.is_none_or(|e| e.is_empty()),
+            Some(home) => env.is_some_and(|e| e.len() == 1 && e.get(ENV_HOME).and_then(Item::as_str) == Some(home)),
+        };
+        let others = t.iter().any(|(k, _)| !matches!(k, "command" | "args" | "env"));
+        command && no_args && env_ok && !others
     });
     if current == Some(true) {
         return Ok((Outcome::Unchanged, None));
@@ -489,6 +555,11 @@ pub fn toml_edit_coffer(text: &str, shim: &str, remove: bool) -> Result<(Outcome
     let mut entry = Table::new();
     entry.insert("command", value(shim));
     entry.insert("args", value(Array::new()));
+    if let Some(home) = home {
+        let mut env = toml_edit::InlineTable::new();
+        env.insert(ENV_HOME, home.into());
+        entry.insert("env", value(env));
+    }
     match root.get_mut("mcp_servers") {
         Some(Item::Table(t)) => {
             t.insert(SERVER_NAME, Item::Table(entry));
@@ -508,7 +579,7 @@ mod tests {
     const SHIM_PATH: &str = "/opt/coffer/bin/coffer-mcp-shim";
 
     fn entry() -> Value {
-        Client::Cursor.json_entry(SHIM_PATH)
+        Client::Cursor.json_entry(SHIM_PATH, None)
     }
 
     #[test]
@@ -568,14 +639,14 @@ mod tests {
         assert!(json_edit_coffer("{\"mcpServers\": []}", &entry(), false).unwrap_err().contains("not an object"));
         // Claude Code's own shape, with an empty env, counts as the same entry.
         let cc = json!({"mcpServers": {"coffer": {"type": "stdio", "command": SHIM_PATH, "args": [], "env": {}}}});
-        let e = Client::ClaudeCode.json_entry(SHIM_PATH);
+        let e = Client::ClaudeCode.json_entry(SHIM_PATH, None);
         assert_eq!(json_edit_coffer(&cc.to_string(), &e, false).unwrap(), (Outcome::Unchanged, None));
     }
 
     #[test]
     fn toml_add_remove_keeps_the_rest() {
         let text = "# my codex config\nmodel = \"o3\"  # fast\n\n[mcp_servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"fs\"]\n\n[profiles.x]\nmodel = \"y\"\n";
-        let (o, new) = toml_edit_coffer(text, SHIM_PATH, false).unwrap();
+        let (o, new) = toml_edit_coffer(text, SHIM_PATH, None, false).unwrap();
         assert_eq!(o, Outcome::Added);
         let new = new.unwrap();
         for part in [
@@ -586,23 +657,24 @@ mod tests {
             assert!(new.contains(part), "{part} kept in {new}");
         }
         assert!(new.contains(&format!("[mcp_servers.coffer]\ncommand = \"{SHIM_PATH}\"\nargs = []\n")), "{new}");
-        assert_eq!(toml_edit_coffer(&new, SHIM_PATH, false).unwrap(), (Outcome::Unchanged, None));
-        assert_eq!(toml_edit_coffer(&new, "/other/shim", false).unwrap().0, Outcome::Updated);
-        let (o, removed) = toml_edit_coffer(&new, SHIM_PATH, true).unwrap();
+        assert_eq!(toml_edit_coffer(&new, SHIM_PATH, None, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(toml_edit_coffer(&new, "/other/shim", None, false).unwrap().0, Outcome::Updated);
+        let (o, removed) = toml_edit_coffer(&new, SHIM_PATH, None, true).unwrap();
         assert_eq!(o, Outcome::Removed);
         assert_eq!(removed.unwrap().trim_end(), text.trim_end());
-        assert_eq!(toml_edit_coffer(text, SHIM_PATH, true).unwrap(), (Outcome::Absent, None));
+        assert_eq!(toml_edit_coffer(text, SHIM_PATH, None, true).unwrap(), (Outcome::Absent, None));
         // From nothing, and back to nothing.
-        let (_, fresh) = toml_edit_coffer("", SHIM_PATH, false).unwrap();
+        let (_, fresh) = toml_edit_coffer("", SHIM_PATH, None, false).unwrap();
         let fresh = fresh.unwrap();
         assert_eq!(fresh, format!("[mcp_servers.coffer]\ncommand = \"{SHIM_PATH}\"\nargs = []\n"));
-        assert_eq!(toml_edit_coffer(&fresh, SHIM_PATH, true).unwrap().1.unwrap().trim(), "");
+        assert_eq!(toml_edit_coffer(&fresh, SHIM_PATH, None, true).unwrap().1.unwrap().trim(), "");
         // An inline table stays inline.
-        let (_, inline) = toml_edit_coffer("mcp_servers = { fs = { command = \"npx\" } }\n", SHIM_PATH, false).unwrap();
+        let (_, inline) =
+            toml_edit_coffer("mcp_servers = { fs = { command = \"npx\" } }\n", SHIM_PATH, None, false).unwrap();
         let inline = inline.unwrap();
         assert!(inline.contains("coffer = { command = "), "{inline}");
-        assert!(toml_edit_coffer("x = [", SHIM_PATH, false).unwrap_err().contains("not valid TOML"));
-        assert!(toml_edit_coffer("mcp_servers = 3", SHIM_PATH, false).unwrap_err().contains("not a table"));
+        assert!(toml_edit_coffer("x = [", SHIM_PATH, None, false).unwrap_err().contains("not valid TOML"));
+        assert!(toml_edit_coffer("mcp_servers = 3", SHIM_PATH, None, false).unwrap_err().contains("not a table"));
     }
 
     #[test]
@@ -634,5 +706,34 @@ mod tests {
         let e = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap_err();
         assert!(e.to_string().contains("left as it is"), "{e}");
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "{oops");
+    }
+
+    #[test]
+    fn a_home_that_is_not_the_default_is_written_for_the_shim() {
+        const HOME: &str = "/srv/vault home";
+        // JSON clients: the entry carries it, and only the same home is "unchanged".
+        let entry = Client::Cursor.json_entry(SHIM_PATH, Some(HOME));
+        assert_eq!(entry, json!({"command": SHIM_PATH, "args": [], "env": {"COFFER_HOME": HOME}}));
+        let (o, text) = json_edit_coffer("", &entry, false).unwrap();
+        assert_eq!(o, Outcome::Added);
+        let text = text.unwrap();
+        assert_eq!(json_edit_coffer(&text, &entry, false).unwrap(), (Outcome::Unchanged, None));
+        let other = Client::Cursor.json_entry(SHIM_PATH, Some("/elsewhere"));
+        assert_eq!(json_edit_coffer(&text, &other, false).unwrap().0, Outcome::Updated);
+        let default = Client::Cursor.json_entry(SHIM_PATH, None);
+        assert_eq!(json_edit_coffer(&text, &default, false).unwrap().0, Outcome::Updated, "back to the default home");
+        // Codex: an env table, compared the same way.
+        let (_, toml) = toml_edit_coffer("", SHIM_PATH, Some(HOME), false).unwrap();
+        let toml = toml.unwrap();
+        let parsed: toml_edit::DocumentMut = toml.parse().unwrap();
+        assert_eq!(parsed["mcp_servers"]["coffer"]["env"]["COFFER_HOME"].as_str(), Some(HOME), "{toml}");
+        assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, Some(HOME), false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, None, false).unwrap().0, Outcome::Updated);
+        // Claude Code's CLI: --env after the name, the command after `--`.
+        assert_eq!(
+            claude_add_args(SHIM_PATH, Some(HOME)),
+            ["mcp", "add", "--scope", "user", "coffer", "--env", "COFFER_HOME=/srv/vault home", "--", SHIM_PATH]
+        );
+        assert_eq!(claude_add_args(SHIM_PATH, None), ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH]);
     }
 }
