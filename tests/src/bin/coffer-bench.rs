@@ -564,10 +564,10 @@ async fn main() -> Result<()> {
         // Each path is measured in ROUNDS rounds interleaved with the others (direct, shim, HTTP,
         // stream, direct, …), so a change in the machine's speed during the run (other tenants
         // of the host) falls on all paths alike instead of on whichever ran at that moment.
-        // Every measured round follows unmeasured calls on the same path (ROUND_WARM_UP of every
-        // 8), so the resumption after the other paths ran is not counted against any path.
+        // Every measured round follows as many unmeasured calls on the same path, so resuming
+        // after the other paths ran (Node picks up speed again over thousands of calls) is not
+        // counted against any path.
         const ROUNDS: usize = 4;
-        const ROUND_WARM_UP: usize = 1;
         let paths = [
             "direct stdio",
             "shim → gateway → stdio",
@@ -578,7 +578,6 @@ async fn main() -> Result<()> {
         let mut spreads = Vec::new();
         for inflight in [1usize, 16] {
             let per_round = if inflight == 1 { 2000 } else { 32_000 } / ROUNDS;
-            let warm = per_round * ROUND_WARM_UP / 8;
             let mut runs: [Stats; 4] = Default::default();
             let mut sched: [Vec<(&str, SchedPerCall)>; 4] = Default::default();
             let mut ratios = Vec::new();
@@ -589,25 +588,25 @@ async fn main() -> Result<()> {
                     procs.push(("other Coffer", p.as_str()));
                 }
                 procs.extend(others.iter().map(|p| ("other Coffer", p.as_str())));
+                echo_load(&direct, "echo", per_round, inflight).await?;
                 let cpu = CpuMeter::start(&procs);
-                echo_load(&direct, "echo", warm, inflight).await?;
                 let d = echo_load(&direct, "echo", per_round, inflight).await?;
                 round.push((d, cpu.per_call(per_round)));
+                echo_load(&shim, "everything__echo", per_round, inflight).await?;
                 let cpu = meter(&[
                     ("client", "self"),
                     ("shim", &shim_pid),
                     ("gateway", &gw_pid),
                     ("upstream", &shim_upstream_pid),
                 ]);
-                echo_load(&shim, "everything__echo", warm, inflight).await?;
                 let s = echo_load(&shim, "everything__echo", per_round, inflight).await?;
                 round.push((s, cpu.per_call(per_round)));
+                http_echo_load(&http, &mcp_url, &token, &http_sid, per_round, inflight).await?;
                 let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &http_upstream_pid)]);
-                http_echo_load(&http, &mcp_url, &token, &http_sid, warm, inflight).await?;
                 let h = http_echo_load(&http, &mcp_url, &token, &http_sid, per_round, inflight).await?;
                 round.push((h, cpu.per_call(per_round)));
+                echo_load(&stream, "everything__echo", per_round, inflight).await?;
                 let cpu = meter(&[("client", "self"), ("gateway", &gw_pid), ("upstream", &stream_upstream_pid)]);
-                echo_load(&stream, "everything__echo", warm, inflight).await?;
                 let t = echo_load(&stream, "everything__echo", per_round, inflight).await?;
                 round.push((t, cpu.per_call(per_round)));
                 ratios.push(round[1].0.per_s() / round[0].0.per_s());
