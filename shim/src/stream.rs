@@ -157,13 +157,20 @@ impl StreamLink {
     /// it (MCP: no response to a cancelled request), so it no longer waits here. An answer that
     /// crossed the cancel on the wire still reaches the client, which ignores it (as MCP asks).
     pub(crate) fn forget_cancelled(&self, id: &Value) {
+        let key = id.to_string();
         let mut table = self.table();
-        if matches!(table.get(&id.to_string()), Some(Waiter::Client(_))) {
-            table.remove(&id.to_string());
-            if table.is_empty() {
-                self.idle.notify_waiters();
-            }
+        if matches!(table.get(&key), Some(Waiter::Client(_))) {
+            self.take_waiter(&mut table, &key);
         }
+    }
+
+    /// Takes the waiter for `key` out of the table, signalling `idle` when that empties it.
+    fn take_waiter(&self, table: &mut HashMap<String, Waiter>, key: &str) -> Option<Waiter> {
+        let waiter = table.remove(key);
+        if table.is_empty() {
+            self.idle.notify_waiters();
+        }
+        waiter
     }
 
     /// Whether no request waits for its answer on this link.
@@ -349,14 +356,7 @@ impl StreamLink {
 
     /// Hands the answer to request `id` to whoever waits for it (the client when nobody does).
     async fn answer(&self, id: &Value, frame: Frame, out: &mpsc::Sender<Frame>) {
-        let waiter = {
-            let mut table = self.table();
-            let waiter = table.remove(&id.to_string());
-            if table.is_empty() {
-                self.idle.notify_waiters();
-            }
-            waiter
-        };
+        let waiter = self.take_waiter(&mut self.table(), &id.to_string());
         match waiter {
             Some(Waiter::Bridge(tx)) => {
                 let _ = tx.send(frame);

@@ -753,18 +753,22 @@ async fn a_cancelled_request_is_not_waited_for() {
     shim.finish().await;
 }
 
+/// Pings after 100 ms of silence, gives up 200 ms later.
+fn quick_liveness() -> Config {
+    Config {
+        liveness_interval: Duration::from_millis(100),
+        liveness_timeout: Duration::from_millis(200),
+        ..Config::default()
+    }
+}
+
 /// A daemon that stops answering (stopped, wedged) while a request waits: the shim pings it,
 /// gets nothing back, and gives the stream up, so the request gets -32001 instead of hanging;
 /// the next request goes through on a new connection.
 #[tokio::test]
 async fn a_silent_daemon_fails_waiting_requests_instead_of_hanging_them() {
     let fake = fake_stream::FakeStream::start().await;
-    let config = Config {
-        liveness_interval: Duration::from_millis(100),
-        liveness_timeout: Duration::from_millis(200),
-        ..Config::default()
-    };
-    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), quick_liveness());
     stream_handshake(&mut shim, &fake).await;
     shim.send(json!({"jsonrpc": "2.0", "id": "f", "method": "freeze"})).await;
     let failed = shim.recv().await;
@@ -783,12 +787,7 @@ async fn a_silent_daemon_fails_waiting_requests_instead_of_hanging_them() {
 #[tokio::test]
 async fn a_slow_request_on_a_live_daemon_is_not_given_up() {
     let fake = fake_stream::FakeStream::start().await;
-    let config = Config {
-        liveness_interval: Duration::from_millis(100),
-        liveness_timeout: Duration::from_millis(200),
-        ..Config::default()
-    };
-    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), config);
+    let mut shim = Shim::start_with(TestConnector::new(Some(fake.endpoint())), quick_liveness());
     stream_handshake(&mut shim, &fake).await;
     shim.send(json!({"jsonrpc": "2.0", "id": 1, "method": "later", "params": {"ms": 1500}})).await;
     assert_eq!(shim.recv().await, json!({"jsonrpc": "2.0", "id": 1, "result": {"later": 1500}}));
