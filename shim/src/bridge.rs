@@ -1093,6 +1093,7 @@ fn cancelled_request_id(body: &[u8]) -> Option<Value> {
     }
     serde_json::from_slice::<Notification>(body).ok().map(|n| n.params.request_id)
 }
+
 fn invalid_frame(id: &Value) -> Frame {
     jsonrpc::error_frame(
         id,

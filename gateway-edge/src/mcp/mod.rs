@@ -349,7 +349,6 @@ impl Gateway {
     }
 }
 
-/// Writes invocation records in batches (up to 500 per write, at least every 200 ms).
 /// Longest `target` kept in an invocation record, in bytes.
 pub const MAX_RECORDED_TARGET: usize = 1024;
 
@@ -369,6 +368,8 @@ fn recorded_target(target: &str) -> String {
     format!("{}…", &target[..end])
 }
 
+/// Writes invocation records in batches (up to [`INVOCATION_BATCH`] per write, at least every
+/// 200 ms).
 async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Invocation>) {
     const BATCH: usize = INVOCATION_BATCH;
     let mut batch = Vec::with_capacity(BATCH);
