@@ -650,3 +650,36 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn huge_unknown_names_neither_bloat_errors_nor_push_records_out_of_the_log() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    // A 1 MiB "server" part: no such server, and nothing of it may reach the store whole.
+    let huge = format!("{}__echo", "d".repeat(1 << 20));
+    for i in 0..20 {
+        let r = s.tool("tiny__echo", json!({"message": format!("m{i}")})).await?;
+        assert_eq!(text_of(&r), format!("m{i}"));
+        let r = s.tool(&huge, json!({})).await?;
+        assert_eq!(error_code(&r), Some(-32602), "{}", &r.to_string()[..200]);
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        ensure!(
+            message.len() < 200 && message.contains("at most 64 characters"),
+            "{}",
+            &message[..message.len().min(300)]
+        );
+    }
+    let rows = wait_for("20 echo records", Duration::from_secs(20), || async {
+        let rows = invocations(&api, "target=tiny__echo").await?;
+        Ok((rows.len() >= 20).then_some(rows))
+    })
+    .await?;
+    assert_eq!(rows.len(), 20);
+    let all = invocations(&api, "limit=100").await?;
+    let long: Vec<&Value> = all.iter().filter(|r| r["target"] != "tiny__echo").collect();
+    assert_eq!(long.len(), 20, "the refused calls are recorded too");
+    ensure!(long.iter().all(|r| r["server"].as_str().is_some_and(|s| s.len() <= 128)), "{:?}", long[0]["server"]);
+    Ok(())
+}

@@ -154,16 +154,17 @@ impl Shared {
         Ok((resolved, used))
     }
 
-    /// Queues an invocation record (written in batches off the hot path). A target longer than
-    /// [`MAX_RECORDED_TARGET`] bytes (a long resource URI) is cut there and ends in `…`, so a
-    /// batch always fits one store request.
+    /// Queues an invocation record (written in batches off the hot path). Fields a client
+    /// chooses are bounded: a target longer than [`MAX_RECORDED_TARGET`] bytes (a long resource
+    /// URI) or a server part longer than [`MAX_RECORDED_SERVER`] (of a name that resolves to no
+    /// server) is cut there and ends in `…`, so a batch always fits one store request.
     pub fn record(&self, method: &str, target: &str, server: &str, session: &str, elapsed: Duration, outcome: Outcome) {
         let _ = self.recorder.send(Invocation {
             id: 0,
             at: coffer_runtime::now_rfc3339(),
-            target: recorded_target(target),
+            target: recorded(target, MAX_RECORDED_TARGET),
             method: method.to_owned(),
-            server: server.to_owned(),
+            server: recorded(server, MAX_RECORDED_SERVER),
             session_id: session.to_owned(),
             duration_ms: elapsed.as_millis() as u64,
             outcome: outcome.as_str().into(),
@@ -351,21 +352,25 @@ impl Gateway {
 
 /// Longest `target` kept in an invocation record, in bytes.
 pub const MAX_RECORDED_TARGET: usize = 1024;
+/// Longest `server` kept in an invocation record, in bytes (registered names have at most 24).
+pub const MAX_RECORDED_SERVER: usize = 128;
 
-/// Records per store request: with every field bounded (a target by [`MAX_RECORDED_TARGET`],
-/// names and ids by their formats) a batch stays under 8 MiB, half the store's request limit;
+/// Records per store request: with every field bounded (target and server as above, the rest
+/// by their formats) a batch stays under 8 MiB, half the store's request limit;
 /// large batches keep the store's cost per call low (one commit per batch).
 const INVOCATION_BATCH: usize = 4000;
 
-fn recorded_target(target: &str) -> String {
-    if target.len() <= MAX_RECORDED_TARGET {
-        return target.to_owned();
+/// `text` as recorded: whole when it has at most `max` bytes, else cut at a character boundary
+/// and ended with `…` (`max` bytes at most in all).
+fn recorded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
     }
-    let mut end = MAX_RECORDED_TARGET - '…'.len_utf8();
-    while !target.is_char_boundary(end) {
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &target[..end])
+    format!("{}…", &text[..end])
 }
 
 /// Writes invocation records in batches (up to [`INVOCATION_BATCH`] per write, at least every
@@ -391,6 +396,16 @@ async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::Un
         for attempt in 0..5u32 {
             match store.append_invocations(request.clone()).await {
                 Ok(_) => break,
+                // Only an unreachable or restarting store is worth another try.
+                Err(e)
+                    if !matches!(
+                        e.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+                    ) =>
+                {
+                    tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");
+                    break;
+                }
                 Err(e) if attempt < 4 => {
                     tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
                     tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
@@ -436,13 +451,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn recorded_targets_are_cut_at_a_char_boundary() {
-        assert_eq!(recorded_target("everything__echo"), "everything__echo");
+    fn recorded_fields_are_cut_at_a_char_boundary() {
+        assert_eq!(recorded("everything__echo", MAX_RECORDED_TARGET), "everything__echo");
         let exact = "a".repeat(MAX_RECORDED_TARGET);
-        assert_eq!(recorded_target(&exact), exact);
+        assert_eq!(recorded(&exact, MAX_RECORDED_TARGET), exact);
+        assert_eq!(recorded(&"d".repeat(1 << 20), MAX_RECORDED_SERVER).len(), MAX_RECORDED_SERVER);
         // Multi-byte characters straddling the limit are not split.
         let long = format!("file:///{}", "é".repeat(MAX_RECORDED_TARGET));
-        let cut = recorded_target(&long);
+        let cut = recorded(&long, MAX_RECORDED_TARGET);
         assert!(cut.len() <= MAX_RECORDED_TARGET, "{}", cut.len());
         assert!(cut.ends_with('…') && long.starts_with(cut.trim_end_matches('…')));
     }

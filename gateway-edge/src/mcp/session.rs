@@ -675,9 +675,21 @@ impl Session {
     /// # Errors
     /// -32602 for an unknown name or server; -32000 `TOOL_DISABLED`.
     pub async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
+        let noun = if kind == ListKind::Tools { "tool" } else { "prompt" };
+        if exposed.chars().count() > naming::ABSOLUTE_MAX_LEN {
+            // No exposed name is that long; the error quotes only its start.
+            return Err(RpcError::new(
+                INVALID_PARAMS,
+                format!(
+                    "Unknown {noun} \"{}…\" ({} bytes): exposed names have at most {} characters",
+                    truncate(exposed, 40),
+                    exposed.len(),
+                    naming::ABSOLUTE_MAX_LEN
+                ),
+            ));
+        }
         let lookup = |s: &Self| s.names.read().expect("names").get(&kind).and_then(|m| m.get(exposed).cloned());
         let snap = self.shared.snapshot.current();
-        let noun = if kind == ListKind::Tools { "tool" } else { "prompt" };
         let found = match lookup(self) {
             Some(f) => f,
             None => {
@@ -784,7 +796,10 @@ impl Session {
             },
         };
         match snap.servers.get(&server) {
-            None => Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?} in resource URI"))),
+            None => Err(RpcError::new(
+                INVALID_PARAMS,
+                format!("Unknown server {:?} in resource URI", truncate(&server, 100)),
+            )),
             Some(s) if !s.enabled => Err(Self::disabled(&snap, uri, &server, "resource")),
             Some(_) if !snap.capability_enabled(&server, Kind::Resource, &original) => {
                 Err(Self::disabled(&snap, uri, &server, "resource"))
