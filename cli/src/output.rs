@@ -40,9 +40,25 @@ pub fn print_json(v: &Value) -> Result<(), CliError> {
     println(&v.to_string())
 }
 
+/// `text` safe to print on a terminal: every control character (C0, DEL, C1: ESC, BEL, CR, …,
+/// which could move the cursor, recolour, retitle or clear the terminal) is shown escaped as
+/// `\u{1b}`. Names, URIs and errors in the daemon's answers come from clients and upstreams.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 /// Renders rows under `headers` as columns separated by two spaces, each as wide as its widest
-/// cell (in chars). The last column is not padded, so no line ends in spaces.
+/// cell (in chars; control characters shown escaped, see [`printable`]). The last column is not
+/// padded, so no line ends in spaces.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().map(|c| printable(c).into_owned()).collect()).collect();
+    let rows = &rows;
     let cols = headers.len();
     let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -87,7 +103,7 @@ pub fn render_table_fitted(headers: &[&str], rows: &[Vec<String>], max_width: Op
         .map(|row| {
             let mut r = row.clone();
             if let Some(c) = r.get_mut(last) {
-                *c = truncate(c, room);
+                *c = truncate(&printable(c), room);
             }
             r
         })
@@ -156,8 +172,8 @@ pub fn render_fields(fields: &[(&str, String)]) -> String {
     let width = fields.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0) + 1;
     let mut out = String::new();
     for (k, v) in fields {
-        let mut lines = v.lines();
-        let first = lines.next().unwrap_or("");
+        let mut lines = v.lines().map(printable);
+        let first = lines.next().unwrap_or_default();
         out.push_str(format!("{:<width$} {first}", format!("{k}:")).trim_end());
         out.push('\n');
         for more in lines {
@@ -262,6 +278,13 @@ mod tests {
     #[test]
     fn table_with_no_rows_is_the_header_and_short_rows_are_padded() {
         assert_eq!(render_table(&["A", "B"], &[]), "A  B\n");
+        // Terminal control sequences in cells are shown, not obeyed; columns stay aligned.
+        let rows =
+            vec![vec!["x\u{1b}[31mRED\u{7}".to_owned(), "t".to_owned()], vec!["plain".to_owned(), "u".to_owned()]];
+        let t = render_table(&["NAME", "V"], &rows);
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert_eq!(t, "NAME                 V\nx\\u{1b}[31mRED\\u{7}  t\nplain                u\n");
+        assert_eq!(render_fields(&[("uri", "a\u{9b}b\nc".to_owned())]), "uri: a\\u{9b}b\n     c\n");
         assert_eq!(render_table(&["A", "B", "C"], &[vec!["xyz".into()]]), "A    B  C\nxyz\n");
     }
 
