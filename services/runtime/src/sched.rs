@@ -22,7 +22,8 @@ pub const DEFAULT_SLICE_US: u64 = 100;
 /// What [`request_short_slice`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SliceOutcome {
-    /// The kernel took a slice request of this many microseconds.
+    /// The kernel took a slice request of this many microseconds (as clamped to what the kernel
+    /// grants: 100..=100,000).
     Requested(u64),
     /// `COFFER_SCHED_SLICE_US=0`, or the process runs under a policy other than
     /// `SCHED_OTHER`/`SCHED_BATCH` (real-time or idle: left as the user set it).
@@ -31,21 +32,37 @@ pub enum SliceOutcome {
     Unsupported(String),
 }
 
+/// The kernel's bounds for a custom slice, in µs (`sched_setattr(2)`, Linux 6.12+).
+pub const SLICE_RANGE_US: std::ops::RangeInclusive<u64> = 100..=100_000;
+
 /// Asks the kernel for a short time slice for the calling thread (the whole process when called
-/// before other threads are started: threads inherit it). Never fails the caller.
+/// before other threads are started: threads inherit it). Never fails the caller; a
+/// `COFFER_SCHED_SLICE_US` that is not a whole number of µs is warned about once and the
+/// default used.
 pub fn request_short_slice() -> SliceOutcome {
-    match slice_us(std::env::var(crate::env::SCHED_SLICE_US).ok().as_deref()) {
-        Ok(0) => SliceOutcome::Skipped,
-        Ok(us) => imp::set_slice(us.saturating_mul(1000)),
-        Err(e) => SliceOutcome::Unsupported(e),
+    let us = match slice_us(std::env::var(crate::env::SCHED_SLICE_US).ok().as_deref()) {
+        Ok(us) => us,
+        Err(e) => {
+            tracing::warn!("{e}; using the default of {DEFAULT_SLICE_US} µs.");
+            DEFAULT_SLICE_US
+        }
+    };
+    if us == 0 {
+        return SliceOutcome::Skipped;
     }
+    let us = us.clamp(*SLICE_RANGE_US.start(), *SLICE_RANGE_US.end());
+    imp::set_slice(us * 1000)
 }
 
-/// The slice length in µs for a `COFFER_SCHED_SLICE_US` value (`None`: unset → the default).
+/// The slice length in µs for a `COFFER_SCHED_SLICE_US` value (unset or empty: the default).
 fn slice_us(value: Option<&str>) -> Result<u64, String> {
-    match value {
-        None => Ok(DEFAULT_SLICE_US),
-        Some(v) => v.trim().parse::<u64>().map_err(|_| format!("COFFER_SCHED_SLICE_US={v:?} is not a number")),
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_SLICE_US),
+        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) => {
+            // All digits: only too large to count can fail; that is the longest slice.
+            Ok(v.parse::<u64>().unwrap_or(u64::MAX))
+        }
+        Some(v) => Err(format!("COFFER_SCHED_SLICE_US={v:?} is not a whole number of microseconds")),
     }
 }
 
@@ -105,9 +122,13 @@ mod tests {
     #[test]
     fn the_environment_value_is_parsed() {
         assert_eq!(slice_us(None), Ok(DEFAULT_SLICE_US));
+        assert_eq!(slice_us(Some("")), Ok(DEFAULT_SLICE_US));
         assert_eq!(slice_us(Some(" 250 ")), Ok(250));
         assert_eq!(slice_us(Some("0")), Ok(0));
-        assert!(slice_us(Some("fast")).unwrap_err().contains("\"fast\" is not a number"));
+        assert_eq!(slice_us(Some("18446744073709551616")), Ok(u64::MAX));
+        for bad in ["fast", "-5", "+7", "1e3", "0x10", "1.5"] {
+            assert!(slice_us(Some(bad)).unwrap_err().contains("is not a whole number"), "{bad}");
+        }
     }
 
     #[test]
