@@ -219,11 +219,64 @@ async fn stop(ctx: &Ctx) -> Result<bool, CliError> {
         eprintln!("warning: the stop request failed ({e}); sending SIGTERM to pid {pid}");
         return sigterm_and_wait(ctx, pid).await;
     }
-    if wait_for_lock_release(ctx, STOP_DEADLINE).await {
+    if wait_until_gone(ctx, pid, STOP_DEADLINE).await {
+        note_successor(ctx, pid);
         return Ok(true);
     }
     eprintln!("warning: the daemon did not stop within {}s; sending SIGTERM to pid {pid}", STOP_DEADLINE.as_secs());
     sigterm_and_wait(ctx, pid).await
+}
+
+/// Whether daemon `pid` is gone: the lock is free, or no live process `pid` is left (an MCP
+/// client's shim may already have started the next daemon, which then holds the lock).
+fn daemon_gone(ctx: &Ctx, pid: u32) -> bool {
+    !lock_is_held(&ctx.home.daemon_lock()) || !process_alive(pid)
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn process_alive(pid: u32) -> bool {
+    let Ok(p) = i32::try_from(pid) else { return false };
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+        // `pid (comm) S …`: the state follows the last ')'.
+        return stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()).is_some_and(|st| st != 'Z');
+    }
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+/// Waits until daemon `pid` is gone; false when `deadline` passes first.
+async fn wait_until_gone(ctx: &Ctx, pid: u32, deadline: Duration) -> bool {
+    let until = Instant::now() + deadline;
+    loop {
+        if daemon_gone(ctx, pid) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Says so when another daemon holds the lock once daemon `pid` is gone (an MCP client started
+/// it on its next request).
+fn note_successor(ctx: &Ctx, pid: u32) {
+    if !lock_is_held(&ctx.home.daemon_lock()) {
+        return;
+    }
+    let next = DaemonInfo::read(&ctx.home.daemon_json()).ok().map(|i| i.pid).filter(|&p| p != pid);
+    match next {
+        Some(next) => eprintln!(
+            "note: the daemon (pid {pid}) stopped, and an MCP client has started a new one (pid {next}); \
+             close your MCP clients first to keep it stopped"
+        ),
+        None => eprintln!(
+            "note: the daemon (pid {pid}) stopped, and a new one is starting (an MCP client asked for it); \
+             close your MCP clients first to keep it stopped"
+        ),
+    }
 }
 
 async fn request_stop(api: &ApiClient) -> Result<(), CliError> {
@@ -269,16 +322,18 @@ async fn terminate_unresponsive(ctx: &Ctx) -> Result<bool, CliError> {
     }
 }
 
-/// SIGTERM to `pid`, then waits for the lock. Only signals while the lock is held: once it is
-/// free the daemon is gone and `pid` may already belong to someone else.
+/// SIGTERM to `pid`, then waits until it is gone. Only signals while that daemon is still
+/// there (lock held, process alive): once it is gone, `pid` may already belong to someone else.
 async fn sigterm_and_wait(ctx: &Ctx, pid: u32) -> Result<bool, CliError> {
-    if !lock_is_held(&ctx.home.daemon_lock()) {
+    if daemon_gone(ctx, pid) {
+        note_successor(ctx, pid);
         return Ok(true);
     }
     if let Ok(p) = i32::try_from(pid) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGTERM);
     }
-    if wait_for_lock_release(ctx, STOP_DEADLINE).await {
+    if wait_until_gone(ctx, pid, STOP_DEADLINE).await {
+        note_successor(ctx, pid);
         return Ok(true);
     }
     Err(CliError::Failed(format!(
@@ -286,21 +341,6 @@ async fn sigterm_and_wait(ctx: &Ctx, pid: u32) -> Result<bool, CliError> {
         STOP_DEADLINE.as_secs(),
         ctx.home.logs().display()
     )))
-}
-
-/// Polls the local lock probe until the lock is free; false when `deadline` passes first.
-async fn wait_for_lock_release(ctx: &Ctx, deadline: Duration) -> bool {
-    let lock = ctx.home.daemon_lock();
-    let until = Instant::now() + deadline;
-    loop {
-        if !lock_is_held(&lock) {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 fn report_stopped(ctx: &Ctx, was_running: bool) -> Result<(), CliError> {
@@ -322,6 +362,21 @@ mod tests {
             {"name": "store", "pid": 10, "state": "healthy", "restarts": 0},
             {"name": "gateway", "pid": pid, "state": state, "restarts": restarts},
         ]})
+    }
+
+    #[test]
+    fn a_process_that_exited_is_not_alive_even_before_it_is_reaped() {
+        assert!(process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Exited but not yet reaped: a zombie, which counts as gone.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            std::thread::yield_now();
+        }
+        assert!(!process_alive(pid), "a zombie is not alive");
+        child.wait().expect("reap");
+        assert!(!process_alive(pid), "a reaped pid is not alive");
+        assert!(!process_alive(u32::MAX));
     }
 
     #[test]
