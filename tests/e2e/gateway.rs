@@ -683,3 +683,30 @@ async fn huge_unknown_names_neither_bloat_errors_nor_push_records_out_of_the_log
     ensure!(long.iter().all(|r| r["server"].as_str().is_some_and(|s| s.len() <= 128)), "{:?}", long[0]["server"]);
     Ok(())
 }
+
+/// An upstream that sends nothing at all for a whole call timeout is wedged: the call gets
+/// -32002, and the next call runs on a fresh upstream instead of timing out behind it.
+#[tokio::test]
+async fn a_wedged_upstream_is_replaced_after_a_silent_timeout() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?;
+    let r =
+        api.post_json("/v1/mcp/servers", &json!({"name": "tiny", "command": tiny, "timeout_ms": 500})).reply().await?;
+    ensure!(r.status.is_success(), "{}", r.text);
+    let s = McpSession::latest(&api).await?;
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "before"})).await?), "before");
+    let first = tiny_pids(&home);
+    ensure!(first.len() == 1, "{first:?}");
+    let r = s.tool("tiny__slow", json!({"ms": 60000, "wedge": true})).await?;
+    assert_eq!(error_code(&r), Some(-32002), "{r}");
+    let started = Instant::now();
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "after"})).await?), "after");
+    ensure!(started.elapsed() < Duration::from_secs(5), "the next call did not wait behind the wedged upstream");
+    wait_for("the wedged upstream to be reaped", Duration::from_secs(10), || async {
+        let now = tiny_pids(&home);
+        Ok((now.len() == 1 && now != first).then_some(()))
+    })
+    .await?;
+    Ok(())
+}

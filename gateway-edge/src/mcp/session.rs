@@ -999,6 +999,7 @@ impl Session {
             });
             StreamGuard { session: self, token }
         });
+        let heard = up.heard();
         let (uid, rx) = match up.begin(method, Some(params)).await {
             Ok(p) => p,
             Err(e) => return Answer::Error(e.into()),
@@ -1006,7 +1007,7 @@ impl Session {
         if let Some(id) = &ctx.id {
             self.inflight.lock().expect("inflight").insert(id.clone(), (server.to_owned(), uid));
         }
-        let res = up.finish(uid, rx, timeout).await;
+        let res = up.finish_watched(uid, rx, timeout, Some(heard)).await;
         if let Some(id) = &ctx.id {
             // Under the `inflight` lock, as the cancel handler marks it: a cancel either finds
             // the request in flight and marks it, or finds it gone and does nothing.

@@ -72,6 +72,8 @@ pub struct Core {
     pub server: String,
     pending: Pending,
     alive: AtomicBool,
+    /// Messages received so far (every line or event, whatever it is).
+    heard: AtomicU64,
     close_reason: Mutex<String>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
 }
@@ -83,6 +85,7 @@ impl Core {
             server: server.to_owned(),
             pending: Arc::default(),
             alive: AtomicBool::new(true),
+            heard: AtomicU64::new(0),
             close_reason: Mutex::new(String::new()),
             events,
         })
@@ -96,6 +99,7 @@ impl Core {
     /// Handles one received JSON-RPC message (one line / one SSE event). Non-JSON-RPC input is
     /// skipped and logged.
     pub fn dispatch(&self, line: &[u8]) {
+        self.heard.fetch_add(1, Ordering::Relaxed);
         let line = trim_line(line);
         if line.is_empty() {
             return;
@@ -305,8 +309,14 @@ impl Upstream {
         params: Option<&RawValue>,
         timeout: Duration,
     ) -> Result<Reply, UpstreamError> {
+        let heard = self.heard();
         let (id, rx) = self.begin(method, params).await?;
-        self.finish(id, rx, timeout).await
+        self.finish_watched(id, rx, timeout, Some(heard)).await
+    }
+
+    /// Messages received from the upstream so far (any kind); see [`Upstream::finish_watched`].
+    pub fn heard(&self) -> u64 {
+        self.core.heard.load(Ordering::Relaxed)
     }
 
     /// First half of [`Upstream::request`]: registers and sends; returns the upstream id.
@@ -344,12 +354,35 @@ impl Upstream {
         rx: oneshot::Receiver<Reply>,
         timeout: Duration,
     ) -> Result<Reply, UpstreamError> {
+        self.finish_watched(id, rx, timeout, None).await
+    }
+
+    /// [`Upstream::finish`] that also watches a stdio upstream: `heard` is [`Upstream::heard`]
+    /// from before the request was sent, and when the call times out with nothing at all
+    /// received since (no answer, no other message), the upstream is taken for wedged.
+    pub async fn finish_watched(
+        &self,
+        id: u64,
+        rx: oneshot::Receiver<Reply>,
+        timeout: Duration,
+        heard: Option<u64>,
+    ) -> Result<Reply, UpstreamError> {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(self.core.closed_error()),
             Err(_) => {
                 self.core.pending.lock().expect("pending").remove(&id);
                 self.cancel(id, "timeout").await;
+                if matches!(self.transport, Transport::Stdio { .. }) && heard == Some(self.heard()) {
+                    // Not one message for the whole call timeout, this answer or any other: the
+                    // upstream is wedged (e.g. stopped reading its stdin). Closing it fails its
+                    // other calls now; the session's next call starts a fresh one.
+                    tracing::warn!(server = %self.server, timeout_ms = timeout.as_millis() as u64, "Upstream silent for a whole call timeout; restarting it on the next call.");
+                    self.core.close(&format!(
+                        "sent nothing for {} ms (a call timeout); Coffer starts it again on the next call",
+                        timeout.as_millis()
+                    ));
+                }
                 Err(UpstreamError::Timeout { server: self.server.clone(), ms: timeout.as_millis() as u64 })
             }
         }

@@ -130,6 +130,14 @@ fn main() {
                         let s = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
                         send(&out, &reply(text(s.to_string())));
                     }
+                    // `"wedge": true`: sleeps on the reading thread, so nothing is read or
+                    // answered meanwhile (a wedged server).
+                    "slow" if args["wedge"] == true => {
+                        let ms = args["ms"].as_u64().unwrap_or(100);
+                        eprintln!("wedged for {ms} ms");
+                        std::thread::sleep(std::time::Duration::from_millis(ms));
+                        send(&out, &reply(text(format!("slept {ms} ms"))));
+                    }
                     "slow" => {
                         let ms = args["ms"].as_u64().unwrap_or(100);
                         eprintln!("slow {ms} started");
