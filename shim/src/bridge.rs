@@ -281,6 +281,10 @@ impl<C: Connector> Bridge<C> {
                 ))
                 .await;
             }
+            Err(ParseError::Shape { id, reason }) => {
+                let message = format!("Invalid Request: {reason}");
+                self.emit(jsonrpc::error_frame(&id, INVALID_REQUEST, &message, None)).await;
+            }
             Err(ParseError::NotAMessage) => {
                 self.emit(jsonrpc::error_frame(
                     &Value::Null,

@@ -37,20 +37,28 @@ pub(crate) enum Parsed<'a> {
 }
 
 /// Why a text is not a JSON-RPC message.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum ParseError {
     /// Not valid JSON (→ [`PARSE_ERROR`]).
     Syntax,
+    /// A JSON object of the wrong shape, e.g. a member given twice (→ [`INVALID_REQUEST`] with
+    /// its `id` when one can be found, and the reason).
+    Shape { id: Value, reason: String },
     /// Valid JSON, but neither an object nor an array (→ [`INVALID_REQUEST`]).
     NotAMessage,
 }
 
-/// Parses and classifies a JSON-RPC message or batch. The whole text is validated; a repeated
-/// member is a syntax error (as the daemon sees it too).
+/// Parses and classifies a JSON-RPC message or batch. The whole text is validated; a member
+/// given twice makes it an invalid request (as the daemon sees it too).
 pub(crate) fn parse(text: &[u8]) -> Result<Parsed<'_>, ParseError> {
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'{') => {
-            let envelope: Envelope<'_> = serde_json::from_slice(text).map_err(|_| ParseError::Syntax)?;
+            let envelope: Envelope<'_> = serde_json::from_slice(text).map_err(|e| match e.classify() {
+                serde_json::error::Category::Data => {
+                    ParseError::Shape { id: coffer_runtime::ndjson::sniff_id(text), reason: e.to_string() }
+                }
+                _ => ParseError::Syntax,
+            })?;
             Ok(Parsed::Single(classify(&envelope)))
         }
         Some(b'[') => {
@@ -170,8 +178,14 @@ mod tests {
     }
 
     #[test]
-    fn a_repeated_member_is_a_syntax_error() {
-        assert_eq!(parse(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).unwrap_err(), ParseError::Syntax);
+    fn a_repeated_member_is_an_invalid_request_with_its_id() {
+        match parse(br#"{"jsonrpc":"2.0","id":7,"method":"ping","method":"x"}"#).unwrap_err() {
+            ParseError::Shape { id, reason } => {
+                assert_eq!(id, json!(7));
+                assert!(reason.contains("duplicate field `method`"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(parse(br#"{"id":1,"method":"a","x":{"bad":}}"#).unwrap_err(), ParseError::Syntax);
     }
 

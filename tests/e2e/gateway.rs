@@ -131,6 +131,10 @@ async fn protocol_errors_are_structured_and_the_session_survives() -> anyhow::Re
     ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32700), "malformed: {} {}", r.status, r.text);
     let r = s.post_raw(json!({"id": 5, "method": "ping"}).to_string()).await?;
     ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "missing jsonrpc: {}", r.text);
+    // A member given twice: valid JSON, not a valid request; answered with its id.
+    let r = s.post_raw(r#"{"jsonrpc":"2.0","id":9,"method":"ping","params":{},"params":{}}"#.into()).await?;
+    let body = r.json()?;
+    ensure!(r.status == 400 && error_code(&body) == Some(-32600) && body["id"] == 9, "duplicate member: {}", r.text);
     let r = s.post_raw(json!({"jsonrpc": "2.0", "id": 6, "method": 42}).to_string()).await?;
     ensure!(r.status == 400 && error_code(&r.json()?) == Some(-32600), "non-string method: {}", r.text);
     let r = s.post_raw(json!({"jsonrpc": "2.0", "id": null, "method": "tools/list"}).to_string()).await?;

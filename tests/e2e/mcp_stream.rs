@@ -249,6 +249,8 @@ async fn bad_lines_get_their_errors_and_the_stream_goes_on() -> anyhow::Result<(
     expect_error_then_ping(&mut s, "this is not json", Value::Null, -32700).await?;
     expect_error_then_ping(&mut s, r#"{"jsonrpc":"2.0","id":11,"meth"#, Value::Null, -32700).await?;
     expect_error_then_ping(&mut s, r#"{"id":1,"method":"ping"}"#, json!(1), -32600).await?;
+    let twice = r#"{"jsonrpc":"2.0","id":"d","method":"ping","method":"ping"}"#;
+    expect_error_then_ping(&mut s, twice, json!("d"), -32600).await?;
     expect_error_then_ping(&mut s, r#"{"jsonrpc":"1.0","id":"v1","method":"ping"}"#, json!("v1"), -32600).await?;
     expect_error_then_ping(&mut s, r#"{"jsonrpc":"2.0","id":2,"method":5}"#, json!(2), -32600).await?;
     // MCP: a request id must not be null (it is not a notification either).

@@ -244,7 +244,8 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let msg: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
         Err(e) => {
-            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
+            let (id, code, message) = jsonrpc::undecodable(&body, &e);
+            return rpc_error(StatusCode::BAD_REQUEST, id, code, &message);
         }
     };
     let parsed = match classify(msg) {

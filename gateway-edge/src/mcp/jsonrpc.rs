@@ -22,6 +22,18 @@ pub const UPSTREAM_TIMEOUT: i64 = -32002;
 /// The request was cancelled (LSP's `RequestCancelled`, which MCP SDKs use too).
 pub const REQUEST_CANCELLED: i64 = -32800;
 
+/// The error for a message text that could not be decoded as one JSON-RPC message: -32700 with
+/// a null id when it is not JSON; -32600 with its id (when one can be found) when it is JSON of
+/// the wrong shape, e.g. a member given twice. Returns (id, code, message).
+pub fn undecodable(text: &[u8], e: &serde_json::Error) -> (Value, i64, String) {
+    match e.classify() {
+        serde_json::error::Category::Data => {
+            (coffer_runtime::ndjson::sniff_id(text), INVALID_REQUEST, format!("Invalid Request: {e}"))
+        }
+        _ => (Value::Null, PARSE_ERROR, format!("Parse error: {e}")),
+    }
+}
+
 /// A JSON-RPC error response object for request `id` (`null` when unknown).
 pub fn error_object(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
     let mut err = json!({"code": code, "message": message});

@@ -221,7 +221,10 @@ impl Conn {
         }
         let msg: Incoming = match serde_json::from_slice(&line) {
             Ok(m) => m,
-            Err(e) => return self.send_error(Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),
+            Err(e) => {
+                let (id, code, message) = jsonrpc::undecodable(&line, &e);
+                return self.send_error(id, code, &message);
+            }
         };
         let parsed = match classify(msg) {
             Ok(p) => p,
