@@ -7,7 +7,8 @@
 //! - the daemon answers, its version equals this CLI's, every service is healthy (`/v1/status`);
 //! - every registered stdio upstream: its command exists and is executable, its working folder
 //!   exists, arguments that look like files exist (relative ones against that folder); and the
-//!   credentials any upstream references exist.
+//!   credentials any upstream references exist;
+//! - an upstream `/v1/status` shows unhealthy (its last start or list failed): a warning.
 //!
 //! Exit 0 when no check fails (warnings allowed), 1 otherwise.
 use std::collections::BTreeSet;
@@ -98,7 +99,10 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
             checks.push(Check::ok("daemon", format!("running: pid {}, port {}", info.pid, info.port)));
             checks.push(check_version(&info.version, coffer_runtime::VERSION));
             match api.get("/v1/status").await {
-                Ok(status) => checks.extend(check_services(&status)),
+                Ok(status) => {
+                    checks.extend(check_services(&status));
+                    checks.extend(check_upstream_health(&status));
+                }
                 Err(e) => checks.push(Check::fail(
                     "services",
                     format!("GET /v1/status failed: {e}"),
@@ -295,6 +299,27 @@ pub fn check_services(status: &Value) -> Vec<Check> {
         .collect()
 }
 
+/// A warning per upstream that `/v1/status` shows unhealthy (its last start or list failed);
+/// nothing for the others (their configuration is checked apart, per server).
+pub fn check_upstream_health(status: &Value) -> Vec<Check> {
+    status["upstreams"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|u| u["state"] == "unhealthy")
+        .map(|u| {
+            let name = u["name"].as_str().unwrap_or("?");
+            let err = u["last_error"].as_str().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
+            let at = u["last_error_at"].as_str().map(|t| format!(" (at {t})")).unwrap_or_default();
+            Check::warn(
+                format!("upstream {name} (running)"),
+                format!("unhealthy{err}{at}"),
+                format!("coffer mcp test {name}; coffer logs gateway"),
+            )
+        })
+        .collect()
+}
+
 /// True for an argument that names a file the server needs: `./x`, `../x`, or a script
 /// (`index.js`, `/p/server.py`); not an option, a URL or an npm package (`@scope/pkg`).
 pub fn looks_like_file_arg(a: &str) -> bool {
@@ -384,6 +409,20 @@ mod tests {
 
     fn chmod(p: &Path, mode: u32) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn an_unhealthy_upstream_in_status_is_a_warning() {
+        let status = json!({"upstreams": [
+            {"name": "ok1", "state": "ok", "last_error": null},
+            {"name": "remote", "state": "unhealthy", "last_error": "connection refused", "last_error_at": "2026-11-30T10:00:00.000Z"},
+            {"name": "off", "state": "disabled", "last_error": null},
+        ]});
+        let c = check_upstream_health(&status);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].name.as_str(), c[0].status), ("upstream remote (running)", Status::Warn));
+        assert!(c[0].message.contains("connection refused") && c[0].message.contains("2026-11-30"), "{}", c[0].message);
+        assert!(check_upstream_health(&json!({})).is_empty());
     }
 
     #[test]
