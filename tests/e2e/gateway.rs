@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use coffer_tests::mcp::{McpSession, mcp_post, register_everything, register_tiny};
+use coffer_tests::mcp::{McpSession, mcp_post, register_everything, register_tiny, register_tiny_with_timeout};
 use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
 use serde_json::{Value, json};
 
@@ -292,11 +292,7 @@ async fn upstream_crash_mid_call_fails_fast_and_the_next_call_restarts_it() -> a
         tokio::spawn(async move { s.tool("tiny__slow", json!({"ms": 20000})).await })
     };
     // Make sure the slow call is in flight (the upstream logged its start), then crash it.
-    let log = home.root().join("logs/upstreams/tiny.log");
-    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
-    })
-    .await?;
+    home.wait_for_upstream_log("tiny", "slow 20000 started", 1, Duration::from_secs(10)).await?;
     let started = Instant::now();
     let crash = s.tool("tiny__crash", json!({})).await?;
     assert_eq!(error_code(&crash), Some(-32001), "{crash}");
@@ -313,14 +309,7 @@ async fn upstream_crash_mid_call_fails_fast_and_the_next_call_restarts_it() -> a
 async fn per_call_timeout_gives_32002_and_other_calls_proceed() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    let r = api
-        .post_json(
-            "/v1/mcp/servers",
-            &json!({"name": "tiny", "command": coffer_tests::bin("coffer-tiny-upstream")?, "timeout_ms": 500}),
-        )
-        .reply()
-        .await?;
-    ensure!(r.status.is_success(), "{}", r.text);
+    register_tiny_with_timeout(&api, "tiny", 500).await?;
     let s = McpSession::latest(&api).await?;
     let slow = {
         let s = s.clone();
@@ -486,11 +475,7 @@ async fn twenty_sessions_three_upstreams_interleaved_and_a_kill_under_load() -> 
         })
         .collect();
     // The slow call is in flight once the upstream logged its start.
-    let log = home.root().join("logs/upstreams/ta.log");
-    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
-    })
-    .await?;
+    home.wait_for_upstream_log("ta", "slow 20000 started", 1, Duration::from_secs(10)).await?;
     procs::signal(pid, nix::sys::signal::Signal::SIGKILL);
     let r = in_flight.await??;
     assert_eq!(error_code(&r), Some(-32001), "the victim's in-flight call: {r}");
@@ -534,18 +519,11 @@ async fn misbehaving_upstreams_and_odd_client_messages() -> anyhow::Result<()> {
                 .await
         })
     };
-    let log = home.root().join("logs/upstreams/tiny.log");
-    wait_for("the slow call to reach the upstream", Duration::from_secs(10), || async {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 20000 started").then_some(()))
-    })
-    .await?;
+    home.wait_for_upstream_log("tiny", "slow 20000 started", 1, Duration::from_secs(10)).await?;
     let started = Instant::now();
     let r = s.post_raw(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow-1", "reason": "user"}}).to_string()).await?;
     assert_eq!(r.status, 202);
-    wait_for("the upstream to see the cancellation", Duration::from_secs(10), || async {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("cancelled ").then_some(()))
-    })
-    .await?;
+    home.wait_for_upstream_log("tiny", "cancelled ", 1, Duration::from_secs(10)).await?;
     let answer = slow.await??;
     ensure!(started.elapsed() < Duration::from_secs(10), "the cancelled call ends promptly");
     ensure!(answer.json()?["error"].is_object(), "{}", answer.text);
@@ -694,10 +672,7 @@ async fn huge_unknown_names_neither_bloat_errors_nor_push_records_out_of_the_log
 async fn a_wedged_upstream_is_replaced_after_a_silent_timeout() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    let tiny = coffer_tests::bin("coffer-tiny-upstream")?;
-    let r =
-        api.post_json("/v1/mcp/servers", &json!({"name": "tiny", "command": tiny, "timeout_ms": 500})).reply().await?;
-    ensure!(r.status.is_success(), "{}", r.text);
+    register_tiny_with_timeout(&api, "tiny", 500).await?;
     let s = McpSession::latest(&api).await?;
     assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "before"})).await?), "before");
     let first = tiny_pids(&home);

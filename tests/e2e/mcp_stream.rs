@@ -496,11 +496,7 @@ async fn a_cancelled_call_gets_no_answer_and_is_logged_as_cancelled() -> anyhow:
     let mut s = McpStream::open(&api, LATEST).await?;
     s.send(&slow_call()).await?;
     // Cancel once the upstream is working on it (tiny logs "slow … started" to stderr).
-    let log = home.logs_dir().join("upstreams").join("tiny.log");
-    wait_for("the slow call at the upstream", END_TIMEOUT, || async {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("slow 60000 started").then_some(()))
-    })
-    .await?;
+    home.wait_for_upstream_log("tiny", "slow 60000 started", 1, END_TIMEOUT).await?;
     s.notify("notifications/cancelled", Some(json!({"requestId": "slow", "reason": "test"}))).await?;
     // The cancel was handled before the ping was read, and it produced no answer: the next
     // message on the stream is the ping's.
@@ -528,8 +524,6 @@ async fn cancelled_calls_do_not_use_up_the_stream() -> anyhow::Result<()> {
     register_tiny(&api, "tiny", json!({})).await?;
     let mut s = McpStream::open(&api, LATEST).await?;
     tiny_pid(&mut s).await?;
-    let log = home.logs_dir().join("upstreams").join("tiny.log");
-    let started = || std::fs::read_to_string(&log).unwrap_or_default().matches("slow 60000 started").count();
     const ROUNDS: usize = 8;
     const PER_ROUND: usize = 200;
     for round in 0..ROUNDS {
@@ -548,10 +542,7 @@ async fn cancelled_calls_do_not_use_up_the_stream() -> anyhow::Result<()> {
         }
         s.send_raw(calls.as_bytes()).await?;
         let want = (round + 1) * PER_ROUND;
-        wait_for(&format!("{want} slow calls at the upstream"), END_TIMEOUT, || async {
-            Ok((started() >= want).then_some(()))
-        })
-        .await?;
+        home.wait_for_upstream_log("tiny", "slow 60000 started", want, END_TIMEOUT).await?;
         s.send_raw(cancels.as_bytes()).await?;
     }
     s.ping().await?;

@@ -560,6 +560,25 @@ impl TestHome {
         .await
     }
 
+    /// Waits until `logs/upstreams/<server>.log` (an upstream's stderr) holds `needle` at least
+    /// `count` times (the gateway drains it continuously, so poll).
+    ///
+    /// # Errors
+    /// When it does not within `timeout`.
+    pub async fn wait_for_upstream_log(
+        &self,
+        server: &str,
+        needle: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let log = self.logs_dir().join("upstreams").join(format!("{server}.log"));
+        wait_for(&format!("{count}× {needle:?} in logs/upstreams/{server}.log"), timeout, || async {
+            Ok((std::fs::read_to_string(&log).unwrap_or_default().matches(needle).count() >= count).then_some(()))
+        })
+        .await
+    }
+
     /// A report for failure messages: processes of the home and the tail of every log and
     /// captured output.
     pub fn diagnostics(&self) -> String {

@@ -164,6 +164,19 @@ pub async fn register_tiny(api: &Api, name: &str, env: Value) -> anyhow::Result<
     register_stdio(api, name, &crate::bin("coffer-tiny-upstream")?, &[], env).await
 }
 
+/// Registers our tiny upstream as `name` with a per-call timeout of `timeout_ms`.
+///
+/// # Errors
+/// When the binary is missing or registration fails.
+pub async fn register_tiny_with_timeout(api: &Api, name: &str, timeout_ms: u64) -> anyhow::Result<Value> {
+    let body = json!({"name": name, "command": crate::bin("coffer-tiny-upstream")?, "timeout_ms": timeout_ms});
+    let r = api.post_json("/v1/mcp/servers", &body).reply().await?;
+    if !r.status.is_success() {
+        bail!("registering {name} failed with {}: {}", r.status, r.text);
+    }
+    r.json()
+}
+
 /// Enables or disables an exposed tool (`PATCH /v1/tools/{tool}`), which every session then
 /// sees (`notifications/tools/list_changed`).
 ///

@@ -1425,7 +1425,7 @@ mod tests {
         let list = text(up.request("tools/list", None, WAIT).await.unwrap());
         assert_eq!(list["tools"][0]["name"], "echo");
 
-        match up.finish(hung, rx, Duration::from_millis(200)).await {
+        match up.finish(hung, rx, Duration::from_millis(200), None).await {
             Err(UpstreamError::Timeout { ms: 200, .. }) => {}
             other => panic!("expected a timeout, got {other:?}", other = other.map(|_| ())),
         }

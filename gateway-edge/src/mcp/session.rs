@@ -1007,7 +1007,7 @@ impl Session {
         if let Some(id) = &ctx.id {
             self.inflight.lock().expect("inflight").insert(id.clone(), (server.to_owned(), uid));
         }
-        let res = up.finish_watched(uid, rx, timeout, Some(heard)).await;
+        let res = up.finish(uid, rx, timeout, Some(heard)).await;
         if let Some(id) = &ctx.id {
             // Under the `inflight` lock, as the cancel handler marks it: a cancel either finds
             // the request in flight and marks it, or finds it gone and does nothing.

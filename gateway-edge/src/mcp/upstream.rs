@@ -311,10 +311,10 @@ impl Upstream {
     ) -> Result<Reply, UpstreamError> {
         let heard = self.heard();
         let (id, rx) = self.begin(method, params).await?;
-        self.finish_watched(id, rx, timeout, Some(heard)).await
+        self.finish(id, rx, timeout, Some(heard)).await
     }
 
-    /// Messages received from the upstream so far (any kind); see [`Upstream::finish_watched`].
+    /// Messages received from the upstream so far (any kind); see [`Upstream::finish`].
     pub fn heard(&self) -> u64 {
         self.core.heard.load(Ordering::Relaxed)
     }
@@ -347,20 +347,11 @@ impl Upstream {
         Ok((id, rx))
     }
 
-    /// Second half of [`Upstream::request`].
+    /// Second half of [`Upstream::request`]: waits (at most `timeout`) for the reply to `id`.
+    /// `heard` is [`Upstream::heard`] from before the request was sent; when a stdio upstream's
+    /// call times out with nothing at all received since (no answer, no other message), the
+    /// upstream is taken for wedged and closed. `None`: no such watch.
     pub async fn finish(
-        &self,
-        id: u64,
-        rx: oneshot::Receiver<Reply>,
-        timeout: Duration,
-    ) -> Result<Reply, UpstreamError> {
-        self.finish_watched(id, rx, timeout, None).await
-    }
-
-    /// [`Upstream::finish`] that also watches a stdio upstream: `heard` is [`Upstream::heard`]
-    /// from before the request was sent, and when the call times out with nothing at all
-    /// received since (no answer, no other message), the upstream is taken for wedged.
-    pub async fn finish_watched(
         &self,
         id: u64,
         rx: oneshot::Receiver<Reply>,
