@@ -689,3 +689,75 @@ async fn a_wedged_upstream_is_replaced_after_a_silent_timeout() -> anyhow::Resul
     .await?;
     Ok(())
 }
+
+/// The next SSE event with an id on `resp`: `(id, data)` (comments and keep-alives skipped).
+async fn next_sse_event(resp: &mut reqwest::Response, buf: &mut String) -> anyhow::Result<(u64, Value)> {
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let id = block.lines().find_map(|l| l.strip_prefix("id:")).map(|v| v.trim().parse::<u64>());
+            let data: String = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+            if let Some(id) = id {
+                return Ok((id?, serde_json::from_str(&data).with_context(|| format!("event data: {data}"))?));
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .context("no SSE event within 10 s")??
+            .context("the SSE stream ended")?;
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// The session's GET stream carries event ids, and a new GET with `Last-Event-ID` gets what
+/// was sent after that id while no stream was open, and nothing from before it.
+#[tokio::test]
+async fn the_get_stream_resumes_after_last_event_id() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let s = McpSession::latest(&api).await?;
+    ensure!(s.tool_names().await?.contains(&"tiny__echo".to_owned()));
+    let open = |last: Option<u64>| {
+        let mut r = api
+            .get("/mcp")
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &s.id)
+            .header("MCP-Protocol-Version", &s.version);
+        if let Some(last) = last {
+            r = r.header("Last-Event-ID", last.to_string());
+        }
+        r.send()
+    };
+    let mut first = open(None).await?;
+    ensure!(first.status() == 200, "GET /mcp: {}", first.status());
+    coffer_tests::mcp::set_tool_enabled(&api, "tiny__echo", false).await?;
+    let mut buf = String::new();
+    let (seen, msg) = next_sse_event(&mut first, &mut buf).await?;
+    assert_eq!(msg["method"], "notifications/tools/list_changed", "{msg}");
+    drop(first);
+
+    // Sent while no stream is open: kept for the next GET that names the last id it saw.
+    coffer_tests::mcp::set_tool_enabled(&api, "tiny__echo", true).await?;
+    let mut resumed = open(Some(seen)).await?;
+    let mut buf = String::new();
+    // Each change announces tools and prompts; the replay starts right after `seen` and goes on
+    // in order up to the second change's tools/list_changed.
+    let mut ids = Vec::new();
+    loop {
+        let (id, msg) = next_sse_event(&mut resumed, &mut buf).await?;
+        ensure!(msg["method"].as_str().is_some_and(|m| m.ends_with("/list_changed")), "{msg}");
+        ids.push(id);
+        if msg["method"] == "notifications/tools/list_changed" {
+            break;
+        }
+    }
+    assert_eq!(ids[0], seen + 1, "the replay starts right after the last id seen: {ids:?}");
+    ensure!(ids.windows(2).all(|w| w[1] == w[0] + 1), "in order, none skipped: {ids:?}");
+    // From an earlier id, the earlier event comes first again.
+    let mut again = open(Some(seen - 1)).await?;
+    let mut buf = String::new();
+    assert_eq!(next_sse_event(&mut again, &mut buf).await?.0, seen);
+    assert_eq!(next_sse_event(&mut again, &mut buf).await?.0, seen + 1);
+    Ok(())
+}
