@@ -176,8 +176,14 @@ fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, Connect
     spec.stdout = Stdio::from(out);
     spec.stderr = Stdio::from(err);
     // The daemon reads its own configuration from these; everything else COFFER_* is stripped.
-    for var in [crate::env::HOME, crate::env::PORT, crate::env::PORT_RANGE, crate::env::LOG, crate::env::SCHED_SLICE_US]
-    {
+    for var in [
+        crate::env::HOME,
+        crate::env::PORT,
+        crate::env::PORT_RANGE,
+        crate::env::LOG,
+        crate::env::SCHED_SLICE_US,
+        crate::env::BACKGROUND_NICE,
+    ] {
         if let Some(v) = std::env::var_os(var) {
             spec.env.push((var.into(), v));
         }

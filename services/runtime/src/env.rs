@@ -31,6 +31,9 @@ pub const LOG: &str = "COFFER_LOG";
 /// Time slice (µs) the relays on the request path ask the scheduler for; `0`: the kernel's
 /// default. See [`crate::sched`].
 pub const SCHED_SLICE_US: &str = "COFFER_SCHED_SLICE_US";
+/// Nice value (0..=19) of background services (the store); `0`: left as started. See
+/// [`crate::sched::background_priority`].
+pub const BACKGROUND_NICE: &str = "COFFER_BACKGROUND_NICE";
 /// Path of the `coffer-daemon` binary to spawn (overrides the lookup next to the executable).
 pub const DAEMON_BIN: &str = "COFFER_DAEMON_BIN";
 /// Supervisor pid, so children know who started them.

@@ -13,6 +13,12 @@
 //! (microseconds; the kernel clamps it to 100..=100,000) and `0` leaves the kernel's default.
 //! Elsewhere, and on kernels without custom slices, this does nothing.
 //!
+//! Background services do the opposite: [`background_priority`] makes the calling thread (and
+//! every thread it starts later) nicer, so that bulk work no request waits on (the store writing
+//! thousands of invocation records at a time, pruning, backups) runs in the CPU time the relays
+//! leave, instead of taking a CPU from a call in flight for milliseconds at a time.
+//! `COFFER_BACKGROUND_NICE` sets the nice value (0..=19, default 10; `0` leaves it as is).
+//!
 //! Measured effect: `docs/BENCHMARKS.md` (the gateway section).
 
 /// The slice the relays ask for unless `COFFER_SCHED_SLICE_US` says otherwise: the shortest
@@ -66,10 +72,77 @@ fn slice_us(value: Option<&str>) -> Result<u64, String> {
     }
 }
 
+/// The nice value background services take unless `COFFER_BACKGROUND_NICE` says otherwise.
+/// Nice 10 weighs 110 against 1024 for nice 0 (`sched_prio_to_weight` in the kernel): a
+/// background thread gets about a tenth of a CPU that a request-path process also wants, and
+/// all of an idle one.
+pub const DEFAULT_BACKGROUND_NICE: i32 = 10;
+
+/// What [`background_priority`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NiceOutcome {
+    /// The calling thread now runs at this nice value.
+    Set(i32),
+    /// Already at least as nice as asked (e.g. the daemon was started with `nice`): left as is.
+    Kept(i32),
+    /// `COFFER_BACKGROUND_NICE=0`.
+    Skipped,
+    /// The platform refused; the reason.
+    Unsupported(String),
+}
+
+/// Makes the calling thread a background one: nice [`DEFAULT_BACKGROUND_NICE`] or
+/// `COFFER_BACKGROUND_NICE` (0..=19; larger values are held to 19), never less nice than it is.
+/// Threads it starts afterwards inherit the value, so call it before a runtime starts its
+/// threads. Never fails the caller. Returns what was done and, for a `COFFER_BACKGROUND_NICE`
+/// that is not a whole number, a warning for the caller to log (this may run before logging is
+/// set up); the default is used then.
+pub fn background_priority() -> (NiceOutcome, Option<String>) {
+    let (nice, warning) = match background_nice(std::env::var(crate::env::BACKGROUND_NICE).ok().as_deref()) {
+        Ok(n) => (n, None),
+        Err(e) => (DEFAULT_BACKGROUND_NICE, Some(format!("{e}; using the default of {DEFAULT_BACKGROUND_NICE}"))),
+    };
+    if nice == 0 {
+        return (NiceOutcome::Skipped, warning);
+    }
+    (imp::set_nice(nice), warning)
+}
+
+/// The nice value for a `COFFER_BACKGROUND_NICE` value (unset or empty: the default).
+fn background_nice(value: Option<&str>) -> Result<i32, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_BACKGROUND_NICE),
+        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) => Ok(v.parse::<i32>().unwrap_or(19).min(19)),
+        Some(v) => Err(format!("COFFER_BACKGROUND_NICE={v:?} is not a whole number from 0 to 19")),
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod imp {
-    use super::SliceOutcome;
+    use super::{NiceOutcome, SliceOutcome};
+
+    /// Raises the calling thread's nice value to `nice` unless it is already that nice. On
+    /// Linux, `PRIO_PROCESS` with `who` 0 is the calling thread (`setpriority(2)`, BUGS).
+    pub(super) fn set_nice(nice: i32) -> NiceOutcome {
+        // SAFETY: plain syscalls on the calling thread. `getpriority` may return -1 as a valid
+        // value, so errno is cleared first and checked after.
+        let current = unsafe {
+            *libc::__errno_location() = 0;
+            libc::getpriority(libc::PRIO_PROCESS, 0)
+        };
+        if current == -1 && std::io::Error::last_os_error().raw_os_error() != Some(0) {
+            return NiceOutcome::Unsupported(format!("getpriority: {}", std::io::Error::last_os_error()));
+        }
+        if current >= nice {
+            return NiceOutcome::Kept(current);
+        }
+        // SAFETY: as above.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+            return NiceOutcome::Unsupported(format!("setpriority: {}", std::io::Error::last_os_error()));
+        }
+        NiceOutcome::Set(nice)
+    }
 
     pub(super) fn set_slice(ns: u64) -> SliceOutcome {
         // SAFETY: `attr` is a valid, writable `sched_attr` and the size passed is its size;
@@ -101,7 +174,11 @@ mod imp {
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
-    use super::SliceOutcome;
+    use super::{NiceOutcome, SliceOutcome};
+
+    pub(super) fn set_nice(_nice: i32) -> NiceOutcome {
+        NiceOutcome::Unsupported("background priority is only set on Linux".into())
+    }
 
     pub(super) fn set_slice(_ns: u64) -> SliceOutcome {
         SliceOutcome::Unsupported("time-slice requests need Linux".into())
@@ -129,6 +206,44 @@ mod tests {
         for bad in ["fast", "-5", "+7", "1e3", "0x10", "1.5"] {
             assert!(slice_us(Some(bad)).unwrap_err().contains("is not a whole number"), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_background_nice_value_is_parsed() {
+        assert_eq!(background_nice(None), Ok(DEFAULT_BACKGROUND_NICE));
+        assert_eq!(background_nice(Some(" ")), Ok(DEFAULT_BACKGROUND_NICE));
+        assert_eq!(background_nice(Some("0")), Ok(0));
+        assert_eq!(background_nice(Some(" 15 ")), Ok(15));
+        assert_eq!(background_nice(Some("40")), Ok(19));
+        assert_eq!(background_nice(Some("99999999999999999999")), Ok(19));
+        for bad in ["low", "-5", "+3", "1.5", "0x0a"] {
+            assert!(background_nice(Some(bad)).unwrap_err().contains("is not a whole number"), "{bad}");
+        }
+    }
+
+    /// The calling thread's nice value, from `/proc/thread-self/stat` (field 19).
+    fn thread_nice() -> i32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+        let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
+        after_comm.split(' ').nth(16).expect("nice field").parse().expect("number")
+    }
+
+    #[test]
+    fn a_background_thread_gets_nicer_never_less_nice_and_its_threads_inherit_it() {
+        let (outcome, inherited, again, other) = std::thread::spawn(|| {
+            let outcome = imp::set_nice(7);
+            let inherited = std::thread::spawn(thread_nice).join().expect("child");
+            // Asking for less than it has keeps what it has.
+            let again = imp::set_nice(3);
+            (outcome, inherited, again, thread_nice())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(outcome, NiceOutcome::Set(7));
+        assert_eq!(inherited, 7, "threads started afterwards inherit the nice value");
+        assert_eq!(again, NiceOutcome::Kept(7));
+        assert_eq!(other, 7);
+        assert_eq!(thread_nice(), 0, "only the calling thread changed");
     }
 
     #[test]

@@ -12,7 +12,17 @@ use coffer_runtime::home::CofferHome;
 
 /// Process entry for `coffer-store`.
 pub fn main_entry() -> std::process::ExitCode {
-    coffer_runtime::service::service_main("store", run)
+    // The store is a background service: nothing on the MCP request path waits on it (policy
+    // is a snapshot in the gateway, invocation records are queued). Set before the runtime
+    // starts its threads, so that all of them (and the writer thread) inherit it.
+    let (priority, warning) = coffer_runtime::sched::background_priority();
+    coffer_runtime::service::service_main("store", move |home, shutdown| async move {
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}.");
+        }
+        tracing::debug!(?priority, "Background priority.");
+        run(home, shutdown).await
+    })
 }
 
 /// Opens and migrates the DB, then serves the store RPC and health on the inherited listener

@@ -115,7 +115,7 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         (cenv::STARTED_AT.into(), started_at.clone()),
         (cenv::LISTEN_FD.into(), "3".into()),
     ];
-    for var in [cenv::LOG, cenv::SCHED_SLICE_US] {
+    for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE] {
         if let Ok(v) = std::env::var(var) {
             base_env.push((var.into(), v));
         }
