@@ -62,6 +62,8 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     tracing::debug!(?slice, "Scheduler time-slice request.");
     let public = coffer_runtime::listen::inherited(cenv::LISTEN_FD)?;
     let grpc = coffer_runtime::listen::inherited(cenv::GRPC_FD)?;
+    // The same edge on `COFFER_HOME/gateway.sock`, when the supervisor bound it.
+    let socket = coffer_runtime::listen::inherited_unix(cenv::SOCKET_FD)?;
     let internal = coffer_runtime::grpc::internal_token_from_env()?;
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
@@ -114,12 +116,23 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let public = axum::serve::ListenerExt::tap_io(public, |tcp: &mut tokio::net::TcpStream| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(public, app.into_make_service())
-        .with_graceful_shutdown(async move {
-            drain.cancelled().await;
-            gw.close_all().await;
-        })
-        .await?;
+    let tcp = axum::serve(public, app.clone().into_make_service()).with_graceful_shutdown(async move {
+        drain.cancelled().await;
+        gw.close_all().await;
+    });
+    match socket {
+        Some(socket) => {
+            // Every request is checked the same way on both (the router's layers); the socket
+            // only skips the TCP/IP stack.
+            let drain = shutdown.clone();
+            let unix = axum::serve(socket, app.into_make_service())
+                .with_graceful_shutdown(async move { drain.cancelled().await });
+            let (tcp, unix) = tokio::join!(tcp.into_future(), unix.into_future());
+            tcp?;
+            unix?;
+        }
+        None => tcp.await?,
+    }
     gateway.close_all().await;
     let _ = grpc_task.await;
     Ok(())

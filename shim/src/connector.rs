@@ -23,18 +23,28 @@ pub struct Endpoint {
     /// HTTP. The Coffer daemon offers it; a server that answers the upgrade with anything but
     /// `101` is then spoken to with Streamable HTTP. [`Endpoint::new`] leaves it off.
     pub stream: bool,
+    /// The daemon's Unix-domain socket (`daemon.json` `socket`): the same HTTP edge as
+    /// `base_url`, used for the `/mcp` stream when set (the TCP address when connecting to it
+    /// fails). Streamable HTTP always uses `base_url`.
+    pub socket: Option<std::path::PathBuf>,
 }
 
 impl Endpoint {
     /// An endpoint at `base_url` using a new [`mcp_client`].
     pub fn new(base_url: impl Into<String>, token: SecretString) -> Self {
-        Self { base_url: base_url.into(), token, http: mcp_client(), stream: false }
+        Self { base_url: base_url.into(), token, http: mcp_client(), stream: false, socket: None }
     }
 
     /// The endpoint with [`Endpoint::stream`] set to `stream`.
     #[must_use]
     pub fn with_stream(self, stream: bool) -> Self {
         Self { stream, ..self }
+    }
+
+    /// The endpoint with [`Endpoint::socket`] set to `socket`.
+    #[must_use]
+    pub fn with_socket(self, socket: Option<std::path::PathBuf>) -> Self {
+        Self { socket, ..self }
     }
 
     /// The MCP endpoint, `{base_url}/mcp`.
@@ -109,6 +119,12 @@ impl Connector for DaemonConnector {
             );
         }
         let http = self.http.get_or_init(mcp_client).clone();
-        Ok(Endpoint { base_url: daemon.base_url, token: daemon.info.token, http, stream: true })
+        Ok(Endpoint {
+            base_url: daemon.base_url,
+            token: daemon.info.token,
+            http,
+            stream: true,
+            socket: daemon.info.socket,
+        })
     }
 }

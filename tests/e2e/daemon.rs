@@ -29,7 +29,8 @@ async fn starts_and_writes_daemon_json() -> anyhow::Result<()> {
     let obj = json.as_object().context("daemon.json is an object")?;
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["pid", "port", "started_at", "token", "version"], "{json}");
+    assert_eq!(keys, ["pid", "port", "socket", "started_at", "token", "version"], "{json}");
+    assert_eq!(json["socket"], home.root().join("gateway.sock").display().to_string(), "the edge's socket");
     let token = json["token"].as_str().context("token")?;
     assert_eq!(token.len(), 64, "token length");
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "token is hex: {token}");

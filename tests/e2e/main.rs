@@ -12,6 +12,7 @@ mod credentials;
 mod daemon;
 mod docs;
 mod edge;
+mod edge_socket;
 mod gateway;
 mod http_upstream;
 mod mcp_stream;

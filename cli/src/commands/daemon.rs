@@ -429,6 +429,7 @@ mod tests {
             token: secrecy::SecretString::from("t".to_owned()),
             started_at: String::new(),
             version: String::new(),
+            socket: None,
         };
         ApiClient::new(coffer_runtime::connect::Daemon {
             info,

@@ -23,6 +23,9 @@ pub struct DaemonInfo {
     /// RFC 3339 UTC.
     pub started_at: String,
     pub version: String,
+    /// The edge's Unix-domain socket (absolute), when the daemon bound one: the same HTTP edge
+    /// as `port`. A value that is not an absolute path is read as none.
+    pub socket: Option<PathBuf>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -32,6 +35,8 @@ struct Wire {
     token: String,
     started_at: String,
     version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    socket: Option<String>,
 }
 
 /// Error reading or writing `daemon.json` / `daemon.lock`.
@@ -69,6 +74,7 @@ impl DaemonInfo {
             token: SecretString::from(w.token),
             started_at: w.started_at,
             version: w.version,
+            socket: w.socket.map(PathBuf::from).filter(|p| p.is_absolute()),
         })
     }
 
@@ -87,6 +93,7 @@ impl DaemonInfo {
             token: self.token.expose_secret().to_owned(),
             started_at: self.started_at.clone(),
             version: self.version.clone(),
+            socket: self.socket.as_ref().map(|p| p.display().to_string()),
         };
         let body = serde_json::to_vec_pretty(&wire).expect("plain struct serializes");
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
@@ -168,6 +175,7 @@ mod tests {
             token: SecretString::from("ab".repeat(32)),
             started_at: "2026-11-30T00:00:00.000Z".into(),
             version: "0.1.0".into(),
+            socket: Some("/home/u/.coffer/gateway.sock".into()),
         }
     }
 
@@ -180,6 +188,7 @@ mod tests {
         assert!(matches!(info().create_exclusive(&p), Err(DaemonFileError::Exists { .. })));
         let back = DaemonInfo::read(&p).unwrap();
         assert_eq!(back.port, 8000);
+        assert_eq!(back.socket.as_deref(), Some(Path::new("/home/u/.coffer/gateway.sock")));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temp file left");
     }
 
@@ -196,6 +205,30 @@ mod tests {
             std::fs::write(&p, body).unwrap();
             assert!(matches!(DaemonInfo::read(&p), Err(DaemonFileError::Invalid { .. })), "{body:?}");
         }
+    }
+
+    #[test]
+    fn the_socket_is_optional_and_only_taken_when_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("daemon.json");
+        let base = format!(r#""pid":7,"port":8001,"token":"{}","started_at":"","version":"x""#, "ab".repeat(32));
+        for (extra, want) in [
+            ("", None),
+            (r#","socket":null"#, None),
+            (r#","socket":"gateway.sock""#, None),
+            (r#","socket":"""#, None),
+            (r#","socket":"/run/x/gateway.sock""#, Some("/run/x/gateway.sock")),
+        ] {
+            std::fs::write(&p, format!("{{{base}{extra}}}")).unwrap();
+            let info = DaemonInfo::read(&p).unwrap_or_else(|e| panic!("{extra}: {e}"));
+            assert_eq!(info.socket.as_deref(), want.map(Path::new), "{extra}");
+        }
+        std::fs::write(&p, format!(r#"{{{base},"socket":5}}"#)).unwrap();
+        assert!(matches!(DaemonInfo::read(&p), Err(DaemonFileError::Invalid { .. })), "a socket that is not a string");
+        // Written without one, the file has no socket member at all (older readers see nothing new).
+        let q = dir.path().join("b.json");
+        DaemonInfo { socket: None, ..info() }.create_exclusive(&q).unwrap();
+        assert!(!std::fs::read_to_string(&q).unwrap().contains("socket"));
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
 /// File descriptor number of the inherited internal gRPC listener (gateway only; its primary
 /// listener is the public HTTP one).
 pub const GRPC_FD: &str = "COFFER_GRPC_FD";
+/// Descriptor number of the edge's Unix-domain listener (`COFFER_HOME/gateway.sock`), set for
+/// the gateway when the supervisor bound one.
+pub const SOCKET_FD: &str = "COFFER_SOCKET_FD";
 /// Addresses (`127.0.0.1:port`) of the internal services.
 pub const STORE_ADDR: &str = "COFFER_STORE_ADDR";
 pub const CHAT_ADDR: &str = "COFFER_CHAT_ADDR";

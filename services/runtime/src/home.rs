@@ -44,6 +44,12 @@ impl CofferHome {
     pub fn daemon_json(&self) -> PathBuf {
         self.root.join("daemon.json")
     }
+    /// The edge's Unix-domain socket: the same HTTP edge as the TCP port (token, Host and
+    /// Origin checks included), reachable only through this 0700 home; the shim's `/mcp`
+    /// stream uses it (no TCP/IP stack per message).
+    pub fn gateway_socket(&self) -> PathBuf {
+        self.root.join("gateway.sock")
+    }
     pub fn daemon_lock(&self) -> PathBuf {
         self.root.join("daemon.lock")
     }

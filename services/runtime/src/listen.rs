@@ -10,7 +10,7 @@ pub enum ListenError {
     Missing(&'static str),
     #[error("environment variable {var} is not a file descriptor number: {value:?}")]
     Invalid { var: &'static str, value: String },
-    #[error("inherited descriptor {fd} is not a usable TCP listener: {source}")]
+    #[error("inherited descriptor {fd} is not a usable listening socket: {source}")]
     Unusable { fd: RawFd, source: std::io::Error },
 }
 
@@ -33,6 +33,25 @@ pub fn inherited(var: &'static str) -> Result<tokio::net::TcpListener, ListenErr
     std_listener.set_nonblocking(true).map_err(|source| ListenError::Unusable { fd, source })?;
     std_listener.local_addr().map_err(|source| ListenError::Unusable { fd, source })?;
     tokio::net::TcpListener::from_std(std_listener).map_err(|source| ListenError::Unusable { fd, source })
+}
+
+/// Takes ownership of the Unix-domain listener whose descriptor number is in environment
+/// variable `var`, when `var` is set (`None` when it is not: the supervisor bound no socket).
+///
+/// # Errors
+/// [`ListenError`] when the value is not a descriptor number or not an open listening socket.
+pub fn inherited_unix(var: &'static str) -> Result<Option<tokio::net::UnixListener>, ListenError> {
+    let Ok(value) = std::env::var(var) else { return Ok(None) };
+    let fd: RawFd = value.parse().map_err(|_| ListenError::Invalid { var, value: value.clone() })?;
+    nix::fcntl::fcntl(
+        unsafe_borrow(fd).map_err(|source| ListenError::Unusable { fd, source })?,
+        nix::fcntl::FcntlArg::F_GETFD,
+    )
+    .map_err(|e| ListenError::Unusable { fd, source: e.into() })?;
+    let listener = std::os::unix::net::UnixListener::from(take_fd(fd));
+    listener.set_nonblocking(true).map_err(|source| ListenError::Unusable { fd, source })?;
+    listener.local_addr().map_err(|source| ListenError::Unusable { fd, source })?;
+    tokio::net::UnixListener::from_std(listener).map(Some).map_err(|source| ListenError::Unusable { fd, source })
 }
 
 #[allow(unsafe_code)]

@@ -88,6 +88,7 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
 
     let public = bind_public()?;
     let port = public.local_addr()?.port();
+    let socket = bind_socket(&home.gateway_socket());
     let bind_internal = || TcpListener::bind("127.0.0.1:0").context("binding an internal loopback listener");
     let store_l = bind_internal()?;
     let retrieval_l = bind_internal()?;
@@ -124,6 +125,11 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     gateway_env.push((cenv::GRPC_FD.into(), "4".into()));
     gateway_env.push((cenv::PUBLIC_TOKEN.into(), public_token.expose_secret().to_owned()));
     gateway_env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
+    let mut gateway_fds = vec![(public.as_raw_fd(), 3), (gateway_grpc_l.as_raw_fd(), 4)];
+    if let Some(s) = &socket {
+        gateway_fds.push((s.as_raw_fd(), 5));
+        gateway_env.push((cenv::SOCKET_FD.into(), "5".into()));
+    }
 
     let shutdown = CancellationToken::new();
     let ctx =
@@ -154,14 +160,7 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
             chat_a,
             true,
         ),
-        service::ServiceHandle::new(
-            "gateway",
-            "coffer-gateway",
-            vec![(public.as_raw_fd(), 3), (gateway_grpc_l.as_raw_fd(), 4)],
-            gateway_env,
-            gw_a,
-            false,
-        ),
+        service::ServiceHandle::new("gateway", "coffer-gateway", gateway_fds, gateway_env, gw_a, false),
     ];
     let shared = Arc::new(Shared { pid, port, started_at: started_at.clone(), shutdown: shutdown.clone(), services });
 
@@ -188,7 +187,14 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     }
     tracing::info!(port, elapsed_ms = start.elapsed().as_millis() as u64, "All services healthy.");
 
-    let info = DaemonInfo { pid, port, token: public_token, started_at, version: coffer_runtime::VERSION.into() };
+    let info = DaemonInfo {
+        pid,
+        port,
+        token: public_token,
+        started_at,
+        version: coffer_runtime::VERSION.into(),
+        socket: socket.as_ref().map(|_| home.gateway_socket()),
+    };
     info.create_exclusive(&home.daemon_json()).context("writing daemon.json")?;
     tracing::info!(port, pid, "Daemon ready.");
 
@@ -202,9 +208,12 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         let _ = r.await;
     }
     let _ = std::fs::remove_file(home.daemon_json());
+    if socket.is_some() {
+        let _ = std::fs::remove_file(home.gateway_socket());
+    }
     control_task.abort();
     tracing::info!("Daemon stopped.");
-    drop(public);
+    drop((public, socket));
     drop(lock);
     Ok(())
 }
@@ -217,6 +226,34 @@ async fn wait_for_stop(shutdown: &CancellationToken) {
         _ = term.recv() => tracing::info!("SIGTERM received."),
         _ = int.recv() => tracing::info!("SIGINT received."),
         _ = shutdown.cancelled() => tracing::info!("Stop requested."),
+    }
+}
+
+/// Binds the edge's Unix-domain socket at `path` (0600, in the 0700 home), replacing a stale
+/// one: the caller holds the daemon lock, so no live daemon owns it. `None`, with a warning,
+/// when it cannot be bound (a home path longer than a socket address allows, a file system
+/// without sockets): clients then use the TCP port only.
+fn bind_socket(path: &std::path::Path) -> Option<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "Not binding the edge socket: something that is not a socket has its name; using the TCP port only.");
+            return None;
+        }
+        Err(_) => {}
+    }
+    let bound = std::os::unix::net::UnixListener::bind(path)
+        .and_then(|l| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map(|()| l));
+    match bound {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "Cannot bind the edge socket; using the TCP port only.");
+            let _ = std::fs::remove_file(path);
+            None
+        }
     }
 }
 

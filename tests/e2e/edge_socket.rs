@@ -1,0 +1,175 @@
+//! The edge's Unix-domain socket (`COFFER_HOME/gateway.sock`): the supervisor binds it (0600,
+//! replacing a stale one), `daemon.json` names it, the gateway serves the same edge on it as on
+//! the TCP port (token, Host and Origin checks included), the shim's `/mcp` stream uses it, and
+//! a shim that cannot connect to it uses the TCP port instead.
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use coffer_tests::{START_TIMEOUT, TestHome, bin, wait};
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Sends one raw HTTP/1.1 request over the socket at `path` and returns its status code and body.
+async fn http_over_socket(path: &Path, request: &str) -> anyhow::Result<(u16, String)> {
+    let mut s =
+        tokio::net::UnixStream::connect(path).await.with_context(|| format!("connecting {}", path.display()))?;
+    s.write_all(request.as_bytes()).await?;
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut raw)).await.context("answer in 10 s")??;
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no HTTP status line in {raw:?}"))?;
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+fn get(path: &str, host: &str, headers: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n")
+}
+
+/// Connected sockets on `path`, from `/proc/net/unix` (an accepted connection carries the
+/// listener's path; state 03 is connected).
+fn connections_on(path: &Path) -> anyhow::Result<usize> {
+    let table = std::fs::read_to_string("/proc/net/unix")?;
+    let want = path.display().to_string();
+    Ok(table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() >= 8 && cols[5] == "03" && cols[7] == want
+        })
+        .count())
+}
+
+/// A shim on piped stdio that has initialized and listed tools; returns it with its stdin and
+/// the lines of its stdout.
+async fn shim_session(
+    home: &TestHome,
+) -> anyhow::Result<(
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+)> {
+    let mut cmd = tokio::process::Command::from(home.command(&bin("coffer-mcp-shim")?));
+    cmd.env("COFFER_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(home.temp().join("shim.stderr"))?);
+    let mut child = cmd.kill_on_drop(true).spawn().context("starting the shim")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e-socket", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    ] {
+        stdin.write_all(format!("{message}\n").as_bytes()).await?;
+    }
+    for id in [1, 2] {
+        let line = tokio::time::timeout(START_TIMEOUT, lines.next_line())
+            .await
+            .context("shim answer in time")??
+            .context("the shim closed stdout")?;
+        let answer: Value = serde_json::from_str(&line)?;
+        ensure!(answer["id"] == id && answer["result"].is_object(), "answer {id}: {answer}");
+        if id == 2 {
+            ensure!(line.contains("coffer__search_tools"), "tools/list: {line}");
+        }
+    }
+    Ok((child, stdin, lines))
+}
+
+/// The daemon binds `gateway.sock` (a socket, 0600) and names it in `daemon.json`; on it, the
+/// edge checks the token, Host and Origin exactly as on the TCP port; the daemon removes it when
+/// it stops.
+#[tokio::test]
+async fn the_edge_socket_is_private_named_in_daemon_json_and_checked_like_the_port() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    home.start_daemon().await?;
+    let info = home.daemon_info()?;
+    let socket = info.socket.clone().context("daemon.json names no socket")?;
+    ensure!(socket == home.root().join("gateway.sock"), "socket {}", socket.display());
+    let meta = std::fs::symlink_metadata(&socket)?;
+    ensure!(meta.file_type().is_socket(), "{} is not a socket", socket.display());
+    ensure!(meta.permissions().mode() & 0o777 == 0o600, "mode {:o}", meta.permissions().mode() & 0o777);
+
+    let host = format!("127.0.0.1:{}", info.port);
+    let token = format!("X-Coffer-Token: {}\r\n", info.token.expose_secret());
+    let (status, body) = http_over_socket(&socket, &get("/v1/health", &host, "")).await?;
+    ensure!(status == 200 && body.contains("\"ok\""), "health over the socket: {status} {body}");
+    let (status, body) = http_over_socket(&socket, &get("/v1/mcp/servers", &host, "")).await?;
+    ensure!(status == 401, "no token over the socket: {status} {body}");
+    let (status, body) = http_over_socket(&socket, &get("/v1/mcp/servers", "evil.example", &token)).await?;
+    ensure!(status == 403 && body.contains("Host"), "foreign Host over the socket: {status} {body}");
+    let origin = format!("{token}Origin: http://evil.example\r\n");
+    let (status, body) = http_over_socket(&socket, &get("/v1/mcp/servers", &host, &origin)).await?;
+    ensure!(status == 403 && body.contains("Origin"), "foreign Origin over the socket: {status} {body}");
+    let (status, body) = http_over_socket(&socket, &get("/v1/mcp/servers", &host, &token)).await?;
+    ensure!(status == 200, "with the token over the socket: {status} {body}");
+
+    home.terminate_daemon(Duration::from_secs(30)).await?;
+    ensure!(!socket.exists(), "the socket outlived the daemon");
+    Ok(())
+}
+
+/// The shim's `/mcp` stream is a connection on the socket (and ends with the shim); with the
+/// socket gone from the home, a new shim reaches the same daemon over its TCP port.
+#[tokio::test]
+async fn the_shim_streams_over_the_socket_and_falls_back_to_the_port() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    home.start_daemon().await?;
+    let socket = home.daemon_info()?.socket.context("daemon.json names no socket")?;
+    let before = connections_on(&socket)?;
+    let (mut shim, stdin, _lines) = shim_session(&home).await?;
+    ensure!(
+        connections_on(&socket)? == before + 1,
+        "the shim's session holds no connection on {} ({before} before)",
+        socket.display()
+    );
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
+    wait::wait_for("the stream's connection to close with the shim", Duration::from_secs(10), || async {
+        Ok((connections_on(&socket)? == before).then_some(()))
+    })
+    .await?;
+
+    // Unlinked, the daemon's socket cannot be connected to: the shim uses the port.
+    std::fs::remove_file(&socket)?;
+    let (mut shim, stdin, _lines) = shim_session(&home).await?;
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
+    Ok(())
+}
+
+/// A socket left behind by a daemon that was killed is replaced; something that is not a socket
+/// at that name is left alone, and the daemon serves on its TCP port only.
+#[tokio::test]
+async fn a_stale_socket_is_replaced_and_a_foreign_file_is_left_alone() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let path = home.root().join("gateway.sock");
+    std::fs::create_dir_all(home.root())?;
+    drop(std::os::unix::net::UnixListener::bind(&path)?); // the file stays, nobody listens
+    home.start_daemon().await?;
+    let info = home.daemon_info()?;
+    ensure!(info.socket.as_deref() == Some(path.as_path()), "socket {:?}", info.socket);
+    let (status, _) = http_over_socket(&path, &get("/v1/health", &format!("127.0.0.1:{}", info.port), "")).await?;
+    ensure!(status == 200, "health over the replaced socket: {status}");
+    home.terminate_daemon(Duration::from_secs(30)).await?;
+
+    std::fs::write(&path, "not a socket")?;
+    home.start_daemon().await?;
+    ensure!(home.daemon_info()?.socket.is_none(), "daemon.json names a socket it could not bind");
+    ensure!(std::fs::read_to_string(&path)? == "not a socket", "the foreign file was touched");
+    let (mut shim, stdin, _lines) = shim_session(&home).await?;
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
+    Ok(())
+}
