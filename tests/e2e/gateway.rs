@@ -587,6 +587,48 @@ async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> 
     Ok(())
 }
 
+/// Nice values of every thread of `pid` (`/proc/<pid>/task/*/stat`, field 19).
+fn thread_nice_values(pid: i64) -> anyhow::Result<Vec<i32>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("stat"))?;
+        let after_comm = &stat[stat.rfind(')').context("comm")? + 2..];
+        out.push(after_comm.split(' ').nth(16).context("nice field")?.parse()?);
+    }
+    Ok(out)
+}
+
+/// The store is a background service: every one of its threads runs at nice 10 by default, at
+/// `COFFER_BACKGROUND_NICE` when set (`0`: as started), and at the default with a warning in its
+/// log for a value that is not a number; the gateway, a relay, stays at 0.
+#[tokio::test]
+async fn the_store_runs_as_a_background_service_and_the_relays_do_not() -> anyhow::Result<()> {
+    for (value, want) in [(None, 10), (Some("0"), 0), (Some("15"), 15), (Some("soon"), 10)] {
+        let mut home = TestHome::new()?;
+        if let Some(v) = value {
+            home.set_env("COFFER_BACKGROUND_NICE", v);
+        }
+        let api = home.start_daemon().await?;
+        let store = api.service("store").await?["pid"].as_i64().context("store pid")?;
+        let gateway = api.service("gateway").await?["pid"].as_i64().context("gateway pid")?;
+        let nice = thread_nice_values(store)?;
+        ensure!(!nice.is_empty() && nice.iter().all(|n| *n == want), "store threads with {value:?}: {nice:?}");
+        let relay = thread_nice_values(gateway)?;
+        ensure!(relay.iter().all(|n| *n == 0), "gateway threads with {value:?}: {relay:?}");
+        if value == Some("soon") {
+            let log = home.log_text("store");
+            ensure!(
+                log.contains(
+                    r#"COFFER_BACKGROUND_NICE="soon" is not a whole number from 0 to 19; using the default of 10"#
+                ),
+                "no warning in the store log: {log}"
+            );
+        }
+        home.terminate_daemon(Duration::from_secs(30)).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn invocations_with_huge_targets_are_all_recorded_cut_short() -> anyhow::Result<()> {
     let home = TestHome::new()?;
