@@ -40,6 +40,14 @@ impl Kind {
     }
 }
 
+/// The registry version and credential epoch (see [`Snapshot::credential_epochs`]) an upstream
+/// was started for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Generation {
+    pub version: i64,
+    pub credentials: u64,
+}
+
 /// One consistent view of the registry and preferences.
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -50,11 +58,24 @@ pub struct Snapshot {
     /// Explicit preferences; a capability without one is enabled.
     pub prefs: HashMap<(String, Kind, String), bool>,
     pub settings: HashMap<String, String>,
+    /// Per server that references credentials: the change number of the last change to one of
+    /// them seen since this gateway started (absent: none changed). An upstream started before
+    /// that change holds old values in its environment or headers, so sessions start it again.
+    pub credential_epochs: HashMap<String, u64>,
     /// False until the first load from the store succeeded.
     pub loaded: bool,
 }
 
 impl Snapshot {
+    /// What an upstream of `server` must have been started for to be current: the registry
+    /// version of its record and the epoch of the credentials it references.
+    pub fn generation(&self, server: &McpServer) -> Generation {
+        Generation {
+            version: server.version,
+            credentials: self.credential_epochs.get(&server.name).copied().unwrap_or(0),
+        }
+    }
+
     /// Whether a capability may be used: its server is registered and enabled (or it is a
     /// built-in `coffer` capability) and it has no `enabled = false` preference.
     pub fn capability_enabled(&self, server: &str, kind: Kind, name: &str) -> bool {
@@ -99,10 +120,11 @@ pub fn start(store: StoreClient<AuthChannel>, shutdown: CancellationToken) -> Sn
     let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(50);
+        let mut feed = Feed::default();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = follow(store.clone(), &tx) => {
+                r = follow(store.clone(), &tx, &mut feed) => {
                     if let Err(e) = r {
                         tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Snapshot feed interrupted; reloading.");
                     }
@@ -118,6 +140,32 @@ pub fn start(store: StoreClient<AuthChannel>, shutdown: CancellationToken) -> Sn
     SnapshotHandle { rx }
 }
 
+/// What the feed keeps across reconnections to the store.
+#[derive(Default)]
+struct Feed {
+    /// Highest change number seen (0: none yet).
+    seen: u64,
+    /// Change number of the last change to each credential, by name.
+    credentials: HashMap<String, u64>,
+}
+
+impl Feed {
+    /// [`Snapshot::credential_epochs`] for `servers`.
+    fn epochs(&self, servers: &HashMap<String, McpServer>) -> HashMap<String, u64> {
+        if self.credentials.is_empty() {
+            return HashMap::new();
+        }
+        servers
+            .values()
+            .filter_map(|s| {
+                let names = crate::credentials::referenced([&s.env, &s.headers]);
+                let epoch = names.iter().filter_map(|n| self.credentials.get(n)).max()?;
+                Some((s.name.clone(), *epoch))
+            })
+            .collect()
+    }
+}
+
 async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot, tonic::Status> {
     let servers = store.list_servers(ListServersRequest {}).await?.into_inner().servers;
     let prefs =
@@ -128,16 +176,85 @@ async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot
         servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
         prefs: prefs.into_iter().filter_map(|p| Some(((p.server, Kind::parse(&p.kind)?, p.name), p.enabled))).collect(),
         settings,
+        credential_epochs: HashMap::new(),
         loaded: true,
     })
 }
 
-async fn follow(mut store: StoreClient<AuthChannel>, tx: &watch::Sender<Arc<Snapshot>>) -> Result<(), tonic::Status> {
+/// Loads the snapshot, then reloads it on every change. After a reconnection the changes
+/// missed meanwhile are read first (from the last one seen), so credential changes are not
+/// lost; only changes newer than the loaded snapshot cause another load.
+async fn follow(
+    mut store: StoreClient<AuthChannel>,
+    tx: &watch::Sender<Arc<Snapshot>>,
+    feed: &mut Feed,
+) -> Result<(), tonic::Status> {
     let head = store.head(HeadRequest {}).await?.into_inner().seq;
-    tx.send_replace(Arc::new(load(&mut store, head).await?));
-    let mut stream = store.watch_changes(WatchChangesRequest { from_seq: head }).await?.into_inner();
+    let from = if feed.seen == 0 { head } else { feed.seen.min(head) };
+    let mut stream = store.watch_changes(WatchChangesRequest { from_seq: from }).await?.into_inner();
+    let mut loaded = load(&mut store, head).await?;
+    let publish = |snap: &mut Snapshot, feed: &Feed| {
+        snap.credential_epochs = feed.epochs(&snap.servers);
+        tx.send_replace(Arc::new(std::mem::take(snap)));
+    };
+    let mut current_seq = loaded.seq;
+    feed.seen = feed.seen.max(from);
+    if from == head {
+        publish(&mut loaded, feed);
+    }
+    let mut pending = (from < head).then_some(loaded);
     while let Some(change) = stream.message().await? {
-        tx.send_replace(Arc::new(load(&mut store, change.seq).await?));
+        feed.seen = feed.seen.max(change.seq);
+        if change.entity == "credential" {
+            feed.credentials.insert(change.key, change.seq);
+        }
+        if change.seq > current_seq {
+            let mut snap = load(&mut store, change.seq).await?;
+            current_seq = snap.seq;
+            pending = None;
+            publish(&mut snap, feed);
+        } else if change.seq == current_seq
+            && let Some(mut snap) = pending.take()
+        {
+            // Caught up with the snapshot loaded at reconnection: publish it with the epochs
+            // of the changes read meanwhile.
+            publish(&mut snap, feed);
+        }
     }
     Err(tonic::Status::unavailable("change stream ended"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::encode_ref;
+
+    fn server(name: &str, env: &[(&str, &str)], headers: &[(&str, &str)]) -> (String, McpServer) {
+        let map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        (
+            name.to_owned(),
+            McpServer { name: name.into(), version: 3, env: map(env), headers: map(headers), ..Default::default() },
+        )
+    }
+
+    #[test]
+    fn a_server_s_credential_epoch_is_its_newest_referenced_change() {
+        let servers: HashMap<String, McpServer> = [
+            server("both", &[("A", &encode_ref("a")), ("PLAIN", "x")], &[("Authorization", &encode_ref("b"))]),
+            server("only-a", &[("A", &encode_ref("a"))], &[]),
+            server("unchanged", &[("C", &encode_ref("c"))], &[]),
+            server("plain", &[("A", "a")], &[]),
+        ]
+        .into_iter()
+        .collect();
+        let mut feed = Feed::default();
+        assert!(feed.epochs(&servers).is_empty(), "no credential changed yet");
+        feed.credentials.insert("a".into(), 7);
+        feed.credentials.insert("b".into(), 12);
+        let epochs = feed.epochs(&servers);
+        assert_eq!(epochs, HashMap::from([("both".to_owned(), 12), ("only-a".to_owned(), 7)]));
+        let snap = Snapshot { servers, credential_epochs: epochs, ..Default::default() };
+        assert_eq!(snap.generation(&snap.servers["both"]), Generation { version: 3, credentials: 12 });
+        assert_eq!(snap.generation(&snap.servers["plain"]), Generation { version: 3, credentials: 0 });
+    }
 }

@@ -252,3 +252,53 @@ async fn credential_reaches_only_its_upstream_and_never_disk_or_logs() -> anyhow
     ensure!(text.contains("[REDACTED]"), "the upstream log lost its redacted lines: {text}");
     Ok(())
 }
+
+/// `whoami`'s pid and `TINY_ECHO_ENV`.
+async fn pid_and_env(api: &Api, server: &str) -> anyhow::Result<(u64, Value)> {
+    let r = call(api, &format!("{server}__whoami")).await?.ok_json()?;
+    let text = r["content"][0]["text"].as_str().with_context(|| format!("no text in {r}"))?;
+    let who: Value = serde_json::from_str(text)?;
+    Ok((who["pid"].as_u64().with_context(|| format!("no pid in {who}"))?, who["env"].clone()))
+}
+
+/// A credential changed while an upstream that references it runs: the session's next call
+/// reaches an upstream started with the new value (the old one is stopped); an upstream that
+/// references no credential, or another one, keeps running.
+#[tokio::test]
+async fn a_changed_credential_restarts_the_upstreams_that_reference_it() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    for (name, value) in [("rotated", "first-value"), ("steady", "steady-value")] {
+        let r = put_credential(&api, name, &json!({"value": value})).await?;
+        ensure!(r.status == 201, "create {name}: {} {}", r.status, r.text);
+    }
+    for (server, env) in [
+        ("uses", json!({"TINY_ECHO_ENV": {"credential_ref": "rotated"}})),
+        ("other", json!({"TINY_ECHO_ENV": {"credential_ref": "steady"}})),
+        ("plain", json!({"TINY_ECHO_ENV": "literal"})),
+    ] {
+        let r = api.post_json("/v1/mcp/servers", &json!({"name": server, "command": tiny, "env": env})).reply().await?;
+        ensure!(r.status == 201, "register {server}: {} {}", r.status, r.text);
+    }
+    let (uses_pid, env) = pid_and_env(&api, "uses").await?;
+    assert_eq!(env, json!("first-value"));
+    let (other_pid, _) = pid_and_env(&api, "other").await?;
+    let (plain_pid, _) = pid_and_env(&api, "plain").await?;
+
+    // The write returns once the gateway's snapshot holds it (read-your-writes).
+    put_credential(&api, "rotated", &json!({"value": "second-value"})).await?.ok_json()?;
+    let (pid, env) = pid_and_env(&api, "uses").await?;
+    assert_eq!(env, json!("second-value"), "the next call still reached the upstream with the old value");
+    ensure!(pid != uses_pid, "the upstream was not started again (pid {pid})");
+    assert_eq!(pid_and_env(&api, "other").await?.0, other_pid, "an upstream with another credential restarted");
+    assert_eq!(pid_and_env(&api, "plain").await?.0, plain_pid, "an upstream without credentials restarted");
+    // The old process is gone, not left running beside the new one.
+    wait_for("the upstream started with the old value to exit", Duration::from_secs(10), || async {
+        Ok((!coffer_tests::procs::alive(uses_pid as i32)).then_some(()))
+    })
+    .await?;
+    // A call right after, with nothing changed, stays on the new upstream.
+    assert_eq!(pid_and_env(&api, "uses").await?.0, pid);
+    Ok(())
+}

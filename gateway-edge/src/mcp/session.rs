@@ -18,7 +18,7 @@ use super::jsonrpc::{self, INVALID_PARAMS, METHOD_NOT_FOUND, TOOL_DISABLED, UPST
 use super::naming::{self, NameMap};
 use super::upstream::{Reply, Upstream, UpstreamError, UpstreamEvent};
 use super::{Outcome, Shared};
-use crate::snapshot::Kind;
+use crate::snapshot::{Generation, Kind};
 
 /// How long a capability list stays cached per session per upstream.
 pub const LIST_TTL: Duration = Duration::from_secs(60);
@@ -220,15 +220,16 @@ impl Outbound {
 
 enum SlotState {
     Idle,
-    Ready { upstream: Arc<Upstream>, version: i64 },
+    Ready { upstream: Arc<Upstream>, generation: Generation },
     Failed { at: Instant, attempts: u32, error: UpstreamError },
 }
 
 struct Slot {
     state: tokio::sync::Mutex<SlotState>,
     /// Lock-free-ish fast path for the common case: the running upstream and the registry
-    /// version it was started for. Stale entries fail the liveness/version check.
-    ready: std::sync::RwLock<Option<(Arc<Upstream>, i64)>>,
+    /// version and credential epoch it was started for. Stale entries fail the liveness and
+    /// generation check.
+    ready: std::sync::RwLock<Option<(Arc<Upstream>, Generation)>>,
 }
 
 impl Slot {
@@ -236,9 +237,9 @@ impl Slot {
         Self { state: tokio::sync::Mutex::new(SlotState::Idle), ready: std::sync::RwLock::new(None) }
     }
 
-    fn ready_for(&self, version: i64) -> Option<Arc<Upstream>> {
+    fn ready_for(&self, generation: Generation) -> Option<Arc<Upstream>> {
         match &*self.ready.read().expect("slot") {
-            Some((u, v)) if *v == version && u.is_alive() => Some(u.clone()),
+            Some((u, g)) if *g == generation && u.is_alive() => Some(u.clone()),
             _ => None,
         }
     }
@@ -408,8 +409,10 @@ impl Session {
     }
 
     /// The running upstream for `server`, started on demand (with bounded backoff after a
-    /// failed start; restarted at once after a crash or a registry change).
-    async fn upstream(&self, server: &McpServer) -> Result<Arc<Upstream>, UpstreamError> {
+    /// failed start; restarted at once after a crash, a registry change or a change to a
+    /// credential it references). `generation` is the snapshot's [`crate::snapshot::Snapshot::generation`] of
+    /// `server`.
+    async fn upstream(&self, server: &McpServer, generation: Generation) -> Result<Arc<Upstream>, UpstreamError> {
         let slot = {
             let mut slots = self.slots.lock().expect("slots");
             match slots.get(&server.name) {
@@ -417,19 +420,24 @@ impl Session {
                 None => slots.entry(server.name.clone()).or_insert_with(|| Arc::new(Slot::new())).clone(),
             }
         };
-        match slot.ready_for(server.version) {
+        match slot.ready_for(generation) {
             Some(u) => Ok(u),
             // Boxed: the start path is large, and every call's future would otherwise carry it.
-            None => Box::pin(self.start_upstream(server, slot)).await,
+            None => Box::pin(self.start_upstream(server, generation, slot)).await,
         }
     }
 
     /// [`Session::upstream`] when the slot has no live upstream of the current version: starts
     /// one (once, however many callers wait), with backoff after failures.
-    async fn start_upstream(&self, server: &McpServer, slot: Arc<Slot>) -> Result<Arc<Upstream>, UpstreamError> {
+    async fn start_upstream(
+        &self,
+        server: &McpServer,
+        generation: Generation,
+        slot: Arc<Slot>,
+    ) -> Result<Arc<Upstream>, UpstreamError> {
         let mut st = slot.state.lock().await;
         let attempts = match &*st {
-            SlotState::Ready { upstream, version } if upstream.is_alive() && *version == server.version => {
+            SlotState::Ready { upstream, generation: started } if upstream.is_alive() && *started == generation => {
                 return Ok(upstream.clone());
             }
             SlotState::Ready { upstream, .. } => {
@@ -477,8 +485,8 @@ impl Session {
                     let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
                     let _ = u.request("logging/setLevel", Some(&p), self.shared.list_timeout()).await;
                 }
-                *slot.ready.write().expect("slot") = Some((u.clone(), server.version));
-                *st = SlotState::Ready { upstream: u.clone(), version: server.version };
+                *slot.ready.write().expect("slot") = Some((u.clone(), generation));
+                *st = SlotState::Ready { upstream: u.clone(), generation };
                 Ok(u)
             }
             Err(e) => {
@@ -530,7 +538,7 @@ impl Session {
 
     /// [`Session::fetch`] without cache or sharing.
     async fn fetch_now(&self, server: &McpServer, kind: ListKind) -> Result<Arc<Vec<Value>>, UpstreamError> {
-        let up = self.upstream(server).await?;
+        let up = self.upstream(server, self.shared.snapshot.current().generation(server)).await?;
         let mut items = Vec::new();
         if up.has_capability(kind.capability()) {
             let mut cursor: Option<String> = None;
@@ -984,7 +992,7 @@ impl Session {
         let Some(spec) = snapshot.servers.get(server) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));
         };
-        let up = match self.upstream(spec).await {
+        let up = match self.upstream(spec, snapshot.generation(spec)).await {
             Ok(u) => u,
             Err(e) => return Answer::Error(e.into()),
         };

@@ -417,7 +417,7 @@ impl Upstream {
     pub async fn shutdown(&self, grace: Duration) {
         // Said first, so requests still in flight learn that Coffer stopped the upstream, not
         // that it went away by itself.
-        self.core.close("Coffer stopped it (its session ended, or its registration changed)");
+        self.core.close("Coffer stopped it (its session ended, or its registration or credentials changed)");
         match &self.transport {
             Transport::Stdio { stdin, child } => {
                 // Dropping the sender ends the writer task, which closes the child's stdin.
