@@ -182,43 +182,44 @@ async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot
 }
 
 /// Loads the snapshot, then reloads it on every change. After a reconnection the changes
-/// missed meanwhile are read first (from the last one seen), so credential changes are not
-/// lost; only changes newer than the loaded snapshot cause another load.
+/// missed meanwhile are read first (from the last one seen; change rows are never pruned, so
+/// the one at `head` comes): the snapshot loaded at `head` is published only then, with the
+/// credential epochs those changes moved, so a write that waits for the snapshot to reach its
+/// change number sees its effect on running upstreams too.
 async fn follow(
     mut store: StoreClient<AuthChannel>,
     tx: &watch::Sender<Arc<Snapshot>>,
     feed: &mut Feed,
 ) -> Result<(), tonic::Status> {
+    let publish = |mut snap: Snapshot, feed: &Feed| {
+        snap.credential_epochs = feed.epochs(&snap.servers);
+        tx.send_replace(Arc::new(snap));
+    };
     let head = store.head(HeadRequest {}).await?.into_inner().seq;
     let from = if feed.seen == 0 { head } else { feed.seen.min(head) };
     let mut stream = store.watch_changes(WatchChangesRequest { from_seq: from }).await?.into_inner();
-    let mut loaded = load(&mut store, head).await?;
-    let publish = |snap: &mut Snapshot, feed: &Feed| {
-        snap.credential_epochs = feed.epochs(&snap.servers);
-        tx.send_replace(Arc::new(std::mem::take(snap)));
-    };
-    let mut current_seq = loaded.seq;
-    feed.seen = feed.seen.max(from);
-    if from == head {
-        publish(&mut loaded, feed);
+    let snap = load(&mut store, head).await?;
+    let mut current = snap.seq;
+    let mut held = None;
+    if from < head {
+        held = Some(snap);
+    } else {
+        publish(snap, feed);
     }
-    let mut pending = (from < head).then_some(loaded);
     while let Some(change) = stream.message().await? {
         feed.seen = feed.seen.max(change.seq);
         if change.entity == "credential" {
             feed.credentials.insert(change.key, change.seq);
         }
-        if change.seq > current_seq {
-            let mut snap = load(&mut store, change.seq).await?;
-            current_seq = snap.seq;
-            pending = None;
-            publish(&mut snap, feed);
-        } else if change.seq == current_seq
-            && let Some(mut snap) = pending.take()
+        if change.seq >= current
+            && let Some(snap) = held.take()
         {
-            // Caught up with the snapshot loaded at reconnection: publish it with the epochs
-            // of the changes read meanwhile.
-            publish(&mut snap, feed);
+            publish(snap, feed);
+        }
+        if change.seq > current {
+            let snap = load(&mut store, change.seq).await?;
+            current = snap.seq;
+            publish(snap, feed);
         }
     }
     Err(tonic::Status::unavailable("change stream ended"))
