@@ -382,3 +382,57 @@ async fn status_says_yes_or_no_and_the_gateway_restarts() -> anyhow::Result<()> 
     home.cli(&["mcp", "list"]).await?.ok()?;
     Ok(())
 }
+
+/// Sends SIGCONT to `pid` when dropped, so a failing test never leaves a stopped process.
+struct Resume(i32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        coffer_tests::procs::signal(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// A daemon whose gateway is frozen (SIGSTOP) is running, not gone: `coffer status` gives up
+/// within seconds with exit 5 and a message naming the pid, the port and the fix (not "did not
+/// become ready within 30s"), `coffer daemon status` says it runs but does not answer, and
+/// `coffer daemon stop` stops it without the start-up wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_gateway_is_reported_as_unresponsive_quickly_and_can_be_stopped() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let daemon = home.daemon_info()?;
+    let gateway = api.service("gateway").await?["pid"].as_i64().context("gateway pid")? as i32;
+    coffer_tests::procs::signal(gateway, nix::sys::signal::Signal::SIGSTOP);
+    let _resume = Resume(gateway);
+
+    let started = std::time::Instant::now();
+    let out = home.cli(&["status"]).await?;
+    let took = started.elapsed();
+    ensure!(out.code == Some(5), "status exit {:?}: {}{}", out.code, out.stdout, out.stderr);
+    ensure!(
+        out.stderr.contains(&format!("coffer-daemon (pid {}) is running but its HTTP edge", daemon.pid))
+            && out.stderr.contains("coffer daemon restart"),
+        "status message: {}",
+        out.stderr
+    );
+    ensure!(took < Duration::from_secs(20), "status took {took:?} (the start-up wait is 30 s)");
+
+    let out = home.cli(&["daemon", "status"]).await?;
+    ensure!(out.code == Some(5), "daemon status exit {:?}: {}", out.code, out.stdout);
+    ensure!(
+        out.stdout.contains("is running but its HTTP edge") && !out.stdout.contains("not running"),
+        "{}",
+        out.stdout
+    );
+    let out = home.cli(&["daemon", "status", "--json"]).await?;
+    let v: Value = serde_json::from_str(&out.stdout).with_context(|| out.stdout.clone())?;
+    assert_eq!(v, json!({"running": true, "answering": false, "pid": daemon.pid, "port": daemon.port}));
+
+    let started = std::time::Instant::now();
+    let out = home.cli(&["daemon", "stop"]).await?;
+    ensure!(out.success(), "daemon stop: {:?} {}{}", out.code, out.stdout, out.stderr);
+    ensure!(out.stderr.contains("is running but its HTTP edge does not answer"), "{}", out.stderr);
+    ensure!(started.elapsed() < Duration::from_secs(30), "stop took {:?}", started.elapsed());
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    Ok(())
+}

@@ -35,7 +35,8 @@ pub enum DaemonCommand {
     Start(NoArgs),
     /// Stop the daemon and every process it started; never starts one.
     Stop(NoArgs),
-    /// Show the daemon's status; exits 5 without starting it when it is not running.
+    /// Show the daemon's status; exits 5 without starting it when it is not running, or runs but
+    /// does not answer (`--json`: `"running": true, "answering": false`).
     Status(NoArgs),
     /// Stop the daemon (if running), then start it (e.g. after an upgrade); with SERVICE,
     /// restart only that service of the running daemon.
@@ -189,6 +190,28 @@ async fn status(ctx: &Ctx) -> Result<(), CliError> {
     ctx.check_home()?;
     match ctx.detect().await {
         Some(api) => super::status::show(ctx, &api).await,
+        // Running (the lock is held) but not answering: say so, never "not running".
+        None if lock_is_held(&ctx.home.daemon_lock()) => {
+            let info = DaemonInfo::read(&ctx.home.daemon_json()).ok();
+            if ctx.json {
+                output::print_json(&json!({
+                    "running": true,
+                    "answering": false,
+                    "pid": info.as_ref().map(|i| i.pid),
+                    "port": info.as_ref().map(|i| i.port),
+                }))?;
+            } else {
+                match &info {
+                    Some(i) => output::println(&format!(
+                        "Coffer daemon (pid {}) is running but its HTTP edge on 127.0.0.1:{} does not answer \
+                         (its gateway may be stopped, hung or overloaded); `coffer daemon restart` restarts it",
+                        i.pid, i.port
+                    ))?,
+                    None => output::println("Coffer daemon is starting (it holds its lock but is not ready yet)")?,
+                }
+            }
+            Err(CliError::Quiet(exit::UNREACHABLE))
+        }
         None => {
             if ctx.json {
                 output::print_json(&json!({"running": false}))?;
@@ -290,8 +313,23 @@ enum Reach {
 }
 
 async fn wait_until_reachable(ctx: &Ctx) -> Reach {
-    eprintln!("The daemon holds its lock but does not answer yet (still starting?); waiting…");
-    let deadline = Instant::now() + UNRESPONSIVE_DEADLINE;
+    // A daemon that wrote daemon.json was ready (it writes it once every service is healthy):
+    // its silence is not a start-up, so it gets the shorter patience.
+    let patience = match DaemonInfo::read(&ctx.home.daemon_json()) {
+        Ok(info) => {
+            eprintln!(
+                "The daemon (pid {}) is running but its HTTP edge does not answer; waiting up to {}s…",
+                info.pid,
+                coffer_runtime::connect::UNRESPONSIVE_PATIENCE.as_secs()
+            );
+            coffer_runtime::connect::UNRESPONSIVE_PATIENCE
+        }
+        Err(_) => {
+            eprintln!("The daemon holds its lock but does not answer yet (still starting?); waiting…");
+            UNRESPONSIVE_DEADLINE
+        }
+    };
+    let deadline = Instant::now() + patience;
     loop {
         if let Some(api) = ctx.detect_quietly().await {
             return Reach::Up(api);

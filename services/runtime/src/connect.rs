@@ -23,6 +23,10 @@ use crate::home::CofferHome;
 
 /// How long an entry point waits for a daemon it started (or saw starting).
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a daemon that is running and was ready (it holds the lock and wrote `daemon.json`)
+/// may leave its health check unanswered before an entry point gives up on it: far longer than
+/// a restart of its gateway takes (~0.1 s), far shorter than [`START_DEADLINE`].
+pub const UNRESPONSIVE_PATIENCE: Duration = Duration::from_secs(6);
 
 /// A connection to a running daemon.
 #[derive(Clone)]
@@ -46,6 +50,11 @@ pub enum ConnectError {
     StartFailed { status: String, detail: String },
     #[error("coffer-daemon did not become ready within {0:?}; see {1}")]
     Timeout(Duration, String),
+    #[error(
+        "coffer-daemon (pid {pid}) is running but its HTTP edge on 127.0.0.1:{port} has not answered for {waited:?} \
+         (its gateway may be stopped, hung or overloaded); `coffer daemon restart` restarts it, logs are in {logs}"
+    )]
+    Unresponsive { pid: u32, port: u16, waited: Duration, logs: String },
 }
 
 impl Daemon {
@@ -108,11 +117,27 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
     // between them instead of one each (the extras would lose the daemon.lock race and exit,
     // but only after the lock's patience).
     let mut _spawn_guard: Option<Flock<File>> = None;
+    // Since when a daemon that was ready (lock held, daemon.json written) has not answered.
+    let mut silent_since: Option<Instant> = None;
     loop {
         if let Some(d) = detect(home).await {
             return Ok(d);
         }
         let held = lock_is_held(&home.daemon_lock());
+        match (held, DaemonInfo::read(&home.daemon_json())) {
+            (true, Ok(info)) => {
+                let since = *silent_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= UNRESPONSIVE_PATIENCE {
+                    return Err(ConnectError::Unresponsive {
+                        pid: info.pid,
+                        port: info.port,
+                        waited: UNRESPONSIVE_PATIENCE,
+                        logs: home.logs().display().to_string(),
+                    });
+                }
+            }
+            _ => silent_since = None,
+        }
         match child.as_mut() {
             None if !held => {
                 if let Some(guard) = try_spawn_lock(home) {
