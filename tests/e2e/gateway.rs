@@ -587,22 +587,25 @@ async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> 
     Ok(())
 }
 
-/// Nice values of every thread of `pid` (`/proc/<pid>/task/*/stat`, field 19).
-fn thread_nice_values(pid: i64) -> anyhow::Result<Vec<i32>> {
+/// Name and nice value of every thread of `pid` (`/proc/<pid>/task/*/stat`: the name in
+/// parentheses, the nice value in field 19).
+fn thread_nice_values(pid: i64) -> anyhow::Result<Vec<(String, i32)>> {
     let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         let stat = std::fs::read_to_string(task?.path().join("stat"))?;
-        let after_comm = &stat[stat.rfind(')').context("comm")? + 2..];
-        out.push(after_comm.split(' ').nth(16).context("nice field")?.parse()?);
+        let (open, close) = (stat.find('(').context("comm")?, stat.rfind(')').context("comm")?);
+        let nice = stat[close + 2..].split(' ').nth(16).context("nice field")?.parse()?;
+        out.push((stat[open + 1..close].to_owned(), nice));
     }
     Ok(out)
 }
 
 /// The store is a background service: every one of its threads runs at nice 10 by default, at
 /// `COFFER_BACKGROUND_NICE` when set (`0`: as started), and at the default with a warning in its
-/// log for a value that is not a number; the gateway, a relay, stays at 0.
+/// log for a value that is not a number. So does the gateway's invocation-log writer thread;
+/// the gateway's other threads, which relay calls, stay at 0.
 #[tokio::test]
-async fn the_store_runs_as_a_background_service_and_the_relays_do_not() -> anyhow::Result<()> {
+async fn the_store_and_the_invocation_writer_run_in_the_background_and_the_relays_do_not() -> anyhow::Result<()> {
     for (value, want) in [(None, 10), (Some("0"), 0), (Some("15"), 15), (Some("soon"), 10)] {
         let mut home = TestHome::new()?;
         if let Some(v) = value {
@@ -612,9 +615,14 @@ async fn the_store_runs_as_a_background_service_and_the_relays_do_not() -> anyho
         let store = api.service("store").await?["pid"].as_i64().context("store pid")?;
         let gateway = api.service("gateway").await?["pid"].as_i64().context("gateway pid")?;
         let nice = thread_nice_values(store)?;
-        ensure!(!nice.is_empty() && nice.iter().all(|n| *n == want), "store threads with {value:?}: {nice:?}");
-        let relay = thread_nice_values(gateway)?;
-        ensure!(relay.iter().all(|n| *n == 0), "gateway threads with {value:?}: {relay:?}");
+        ensure!(!nice.is_empty() && nice.iter().all(|(_, n)| *n == want), "store threads with {value:?}: {nice:?}");
+        let threads = thread_nice_values(gateway)?;
+        let (writer, relays): (Vec<_>, Vec<_>) = threads.iter().partition(|(name, _)| name == "invocation-log");
+        ensure!(writer.len() == 1 && writer[0].1 == want, "invocation writer with {value:?}: {threads:?}");
+        ensure!(
+            !relays.is_empty() && relays.iter().all(|(_, n)| *n == 0),
+            "gateway threads with {value:?}: {threads:?}"
+        );
         if value == Some("soon") {
             let log = home.log_text("store");
             ensure!(

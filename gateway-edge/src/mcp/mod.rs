@@ -4,6 +4,7 @@
 pub mod builtin;
 pub mod http;
 pub mod http_upstream;
+pub mod invocations;
 pub mod jsonrpc;
 pub mod naming;
 pub mod session;
@@ -15,12 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coffer_proto::store::store_client::StoreClient;
-use coffer_proto::store::{AppendInvocationsRequest, Invocation, McpServer, ResolveCredentialsRequest};
+use coffer_proto::store::{McpServer, ResolveCredentialsRequest};
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::snapshot::SnapshotHandle;
@@ -81,7 +81,7 @@ pub struct Shared {
     pub home: CofferHome,
     pub snapshot: SnapshotHandle,
     pub health: Health,
-    recorder: mpsc::UnboundedSender<Invocation>,
+    recorder: invocations::Recorder,
     /// For resolving credential references when an upstream starts.
     store: StoreClient<AuthChannel>,
 }
@@ -154,20 +154,37 @@ impl Shared {
         Ok((resolved, used))
     }
 
-    /// Queues an invocation record (written in batches off the hot path). Fields a client
-    /// chooses are bounded: a target longer than [`MAX_RECORDED_TARGET`] bytes (a long resource
-    /// URI) or a server part longer than [`MAX_RECORDED_SERVER`] (of a name that resolves to no
-    /// server) is cut there and ends in `…`, so a batch always fits one store request.
-    pub fn record(&self, method: &str, target: &str, server: &str, session: &str, elapsed: Duration, outcome: Outcome) {
-        let _ = self.recorder.send(Invocation {
-            id: 0,
-            at: coffer_runtime::now_rfc3339(),
-            target: recorded(target, MAX_RECORDED_TARGET),
-            method: method.to_owned(),
-            server: recorded(server, MAX_RECORDED_SERVER),
+    /// Queues an invocation record (written in batches by the invocation writer, off the
+    /// request path; see [`invocations`]). Fields a client chooses are bounded there: a target
+    /// longer than [`invocations::MAX_RECORDED_TARGET`] bytes (a long resource URI) or a server
+    /// part longer than [`invocations::MAX_RECORDED_SERVER`] (of a name that resolves to no
+    /// server) is cut and ends in `…`, so a batch always fits one store request.
+    pub fn record(
+        &self,
+        method: &'static str,
+        target: &str,
+        server: &str,
+        session: &str,
+        elapsed: Duration,
+        outcome: Outcome,
+    ) {
+        // Only what can be long is bounded here (the writer cuts it exactly): a multi-MB target
+        // is not copied whole.
+        let bounded = |s: &str, max: usize| {
+            let mut end = s.len().min(max + 4);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_owned()
+        };
+        self.recorder.record(invocations::Record {
+            at: std::time::SystemTime::now(),
+            method,
+            target: bounded(target, invocations::MAX_RECORDED_TARGET),
+            server: bounded(server, invocations::MAX_RECORDED_SERVER),
             session_id: session.to_owned(),
-            duration_ms: elapsed.as_millis() as u64,
-            outcome: outcome.as_str().into(),
+            duration: elapsed,
+            outcome,
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
         });
     }
@@ -181,17 +198,17 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Creates the gateway and starts its invocation writer and idle-session reaper.
+    /// Creates the gateway (recording invocations through `recorder`) and starts its idle-session
+    /// reaper.
     pub fn new(
         home: CofferHome,
         store: StoreClient<AuthChannel>,
         snapshot: SnapshotHandle,
+        recorder: invocations::Recorder,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_invocations(store.clone(), rx));
         let gw = Arc::new(Self {
-            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder: tx, store }),
+            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder, store }),
             sessions: Mutex::default(),
             admin: tokio::sync::Mutex::new(None),
         });
@@ -350,74 +367,6 @@ impl Gateway {
     }
 }
 
-/// Longest `target` kept in an invocation record, in bytes.
-pub const MAX_RECORDED_TARGET: usize = 1024;
-/// Longest `server` kept in an invocation record, in bytes (registered names have at most 24).
-pub const MAX_RECORDED_SERVER: usize = 128;
-
-/// Records per store request: with every field bounded (target and server as above, the rest
-/// by their formats) a batch stays under 8 MiB, half the store's request limit;
-/// large batches keep the store's cost per call low (one commit per batch).
-const INVOCATION_BATCH: usize = 4000;
-
-/// `text` as recorded: whole when it has at most `max` bytes, else cut at a character boundary
-/// and ended with `…` (`max` bytes at most in all).
-fn recorded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max - '…'.len_utf8();
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
-/// Writes invocation records in batches (up to [`INVOCATION_BATCH`] per write, at least every
-/// 200 ms).
-async fn write_invocations(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Invocation>) {
-    const BATCH: usize = INVOCATION_BATCH;
-    let mut batch = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
-        // Gather for up to 200 ms (one timer per batch, not per record).
-        let deadline = tokio::time::sleep(Duration::from_millis(200));
-        tokio::pin!(deadline);
-        while batch.len() < BATCH {
-            tokio::select! {
-                biased;
-                () = &mut deadline => break,
-                n = { let room = BATCH - batch.len(); rx.recv_many(&mut batch, room) } => if n == 0 { break },
-            }
-        }
-        let items = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-        let n = items.len();
-        // Retry a few times across a store restart; never block callers.
-        let request = AppendInvocationsRequest { invocations: items };
-        for attempt in 0..5u32 {
-            match store.append_invocations(request.clone()).await {
-                Ok(_) => break,
-                // Only an unreachable or restarting store is worth another try.
-                Err(e)
-                    if !matches!(
-                        e.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-                    ) =>
-                {
-                    tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");
-                    break;
-                }
-                Err(e) if attempt < 4 => {
-                    tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable.")
-                }
-            }
-        }
-    }
-}
-
 /// Ends sessions idle for longer than the idle timeout (an open GET stream alone does not count
 /// as traffic).
 async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
@@ -443,23 +392,5 @@ async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
         if admin_idle && let Some(s) = gw.admin.lock().await.take() {
             s.close().await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recorded_fields_are_cut_at_a_char_boundary() {
-        assert_eq!(recorded("everything__echo", MAX_RECORDED_TARGET), "everything__echo");
-        let exact = "a".repeat(MAX_RECORDED_TARGET);
-        assert_eq!(recorded(&exact, MAX_RECORDED_TARGET), exact);
-        assert_eq!(recorded(&"d".repeat(1 << 20), MAX_RECORDED_SERVER).len(), MAX_RECORDED_SERVER);
-        // Multi-byte characters straddling the limit are not split.
-        let long = format!("file:///{}", "é".repeat(MAX_RECORDED_TARGET));
-        let cut = recorded(&long, MAX_RECORDED_TARGET);
-        assert!(cut.len() <= MAX_RECORDED_TARGET, "{}", cut.len());
-        assert!(cut.ends_with('…') && long.starts_with(cut.trim_end_matches('…')));
     }
 }

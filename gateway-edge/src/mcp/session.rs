@@ -899,7 +899,7 @@ impl Session {
             Err(e) => {
                 if method == "resources/read" {
                     let server = split_uri(&uri).map(|(s, _)| s.to_owned()).unwrap_or_default();
-                    self.shared.record(method, &uri, &server, &self.id, started.elapsed(), e.outcome());
+                    self.shared.record("resources/read", &uri, &server, &self.id, started.elapsed(), e.outcome());
                 }
                 return Answer::Error(e);
             }
@@ -922,7 +922,7 @@ impl Session {
         }
         if method == "resources/read" {
             let outcome = answer.outcome();
-            self.shared.record(method, &uri, &server, &self.id, started.elapsed(), outcome);
+            self.shared.record("resources/read", &uri, &server, &self.id, started.elapsed(), outcome);
         }
         answer
     }

@@ -1,0 +1,203 @@
+//! The invocation log's writer (`mcp_invocations`: who called what, how long, the outcome;
+//! never arguments or results).
+//!
+//! The request path only queues a [`Record`] (no formatting, no store round trip). A thread of
+//! its own, at the background priority of `coffer_runtime::sched::background_priority` and
+//! with its own one-thread runtime and store connection, turns records into the store's rows
+//! and writes them in batches (up to [`INVOCATION_BATCH`] per request, at least every 200 ms),
+//! so building and encoding a batch of thousands never holds up the gateway's thread, which
+//! relays every call.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use coffer_proto::store::store_client::StoreClient;
+use coffer_proto::store::{AppendInvocationsRequest, Invocation};
+use coffer_runtime::grpc::AuthChannel;
+use secrecy::SecretString;
+use tokio::sync::mpsc;
+
+use super::Outcome;
+
+/// Longest `target` kept in an invocation record, in bytes.
+pub const MAX_RECORDED_TARGET: usize = 1024;
+/// Longest `server` kept in an invocation record, in bytes (registered names have at most 24).
+pub const MAX_RECORDED_SERVER: usize = 128;
+
+/// Records per store request: with every field bounded (target and server as above, the rest
+/// by their formats) a batch stays under 8 MiB, half the store's request limit;
+/// large batches keep the store's cost per call low (one commit per batch).
+pub const INVOCATION_BATCH: usize = 4000;
+
+/// One invocation as the request path hands it over.
+#[derive(Debug)]
+pub struct Record {
+    /// When the request arrived or was answered (the caller's clock reading).
+    pub at: SystemTime,
+    /// `tools/call`, `resources/read` or `prompts/get`.
+    pub method: &'static str,
+    /// Exposed name or URI, as the client sent it (cut to [`MAX_RECORDED_TARGET`] when written).
+    pub target: String,
+    /// Server part (cut to [`MAX_RECORDED_SERVER`] when written).
+    pub server: String,
+    pub session_id: String,
+    pub duration: Duration,
+    pub outcome: Outcome,
+    pub trace_id: String,
+}
+
+impl Record {
+    /// The store's row: timestamp in RFC 3339 (UTC, milliseconds), client-chosen fields cut.
+    fn into_row(self) -> Invocation {
+        let ms = self.at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
+        Invocation {
+            id: 0,
+            at: coffer_runtime::rfc3339_from_unix_ms(ms),
+            target: cut(self.target, MAX_RECORDED_TARGET),
+            method: self.method.to_owned(),
+            server: cut(self.server, MAX_RECORDED_SERVER),
+            session_id: self.session_id,
+            duration_ms: self.duration.as_millis() as u64,
+            outcome: self.outcome.as_str().to_owned(),
+            trace_id: self.trace_id,
+        }
+    }
+}
+
+/// Where the request path queues records; cheap to clone. Queuing never blocks or fails (once
+/// the writer is gone, records are dropped).
+#[derive(Clone)]
+pub struct Recorder(mpsc::UnboundedSender<Record>);
+
+impl Recorder {
+    pub fn record(&self, record: Record) {
+        let _ = self.0.send(record);
+    }
+
+    /// A recorder whose records go to `rx` (tests).
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Record>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self(tx), rx)
+    }
+
+    /// Starts the writer thread, which connects to the store at `store_addr` with the internal
+    /// `token`. It ends when every [`Recorder`] is dropped, after writing what was queued.
+    ///
+    /// # Errors
+    /// When the thread cannot be started.
+    pub fn spawn(store_addr: String, token: SecretString) -> std::io::Result<Self> {
+        let (recorder, rx) = Self::channel();
+        std::thread::Builder::new().name("invocation-log".into()).spawn(move || {
+            let (priority, warning) = coffer_runtime::sched::background_priority();
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}.");
+            }
+            tracing::debug!(?priority, "Invocation writer priority.");
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => return tracing::error!(error = %e, "No runtime for the invocation writer; invocations are not recorded."),
+            };
+            runtime.block_on(async move {
+                match coffer_runtime::grpc::channel(&store_addr, &token) {
+                    Ok(channel) => write_batches(StoreClient::new(channel), rx).await,
+                    Err(e) => tracing::error!(error = %e, "Cannot reach the store; invocations are not recorded."),
+                }
+            });
+        })?;
+        Ok(recorder)
+    }
+}
+
+/// `text` as recorded: whole when it has at most `max` bytes, else cut at a character boundary
+/// and ended with `…` (`max` bytes at most in all).
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
+/// Writes records in batches (up to [`INVOCATION_BATCH`] per store request, at least every
+/// 200 ms) until the queue ends. A batch the store cannot take because it is restarting is
+/// tried again (5 times in all, backing off from 100 ms); one it refuses is dropped, with a
+/// warning.
+async fn write_batches(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Record>) {
+    let mut batch = Vec::with_capacity(INVOCATION_BATCH);
+    while rx.recv_many(&mut batch, INVOCATION_BATCH).await > 0 {
+        // Gather for up to 200 ms (one timer per batch, not per record).
+        let deadline = tokio::time::sleep(Duration::from_millis(200));
+        tokio::pin!(deadline);
+        while batch.len() < INVOCATION_BATCH {
+            tokio::select! {
+                biased;
+                () = &mut deadline => break,
+                n = { let room = INVOCATION_BATCH - batch.len(); rx.recv_many(&mut batch, room) } => if n == 0 { break },
+            }
+        }
+        let rows: Vec<Invocation> = batch.drain(..).map(Record::into_row).collect();
+        let n = rows.len();
+        let request = AppendInvocationsRequest { invocations: rows };
+        for attempt in 0..5u32 {
+            match store.append_invocations(request.clone()).await {
+                Ok(_) => break,
+                // Only an unreachable or restarting store is worth another try.
+                Err(e)
+                    if !matches!(
+                        e.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+                    ) =>
+                {
+                    tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");
+                    break;
+                }
+                Err(e) if attempt < 4 => {
+                    tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable."),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_fields_are_cut_at_a_char_boundary() {
+        assert_eq!(cut("everything__echo".into(), MAX_RECORDED_TARGET), "everything__echo");
+        let exact = "a".repeat(MAX_RECORDED_TARGET);
+        assert_eq!(cut(exact.clone(), MAX_RECORDED_TARGET), exact);
+        assert_eq!(cut("d".repeat(1 << 20), MAX_RECORDED_SERVER).len(), MAX_RECORDED_SERVER);
+        // Multi-byte characters straddling the limit are not split.
+        let long = format!("file:///{}", "é".repeat(MAX_RECORDED_TARGET));
+        let short = cut(long.clone(), MAX_RECORDED_TARGET);
+        assert!(short.len() <= MAX_RECORDED_TARGET, "{}", short.len());
+        assert!(short.ends_with('…') && long.starts_with(short.trim_end_matches('…')));
+    }
+
+    #[test]
+    fn a_record_becomes_the_store_s_row() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123); // 2025-11-30T00:00:00.123Z
+        let row = Record {
+            at,
+            method: "tools/call",
+            target: format!("x__{}", "y".repeat(5000)),
+            server: "x".into(),
+            session_id: "s1".into(),
+            duration: Duration::from_micros(2_900),
+            outcome: Outcome::UpstreamError,
+            trace_id: "t1".into(),
+        }
+        .into_row();
+        assert_eq!(row.at, "2025-11-30T00:00:00.123Z");
+        assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
+        assert_eq!((row.method.as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
+        assert_eq!((row.duration_ms, row.outcome.as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
+    }
+}
