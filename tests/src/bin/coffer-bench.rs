@@ -47,11 +47,22 @@ impl StdioClient {
         Self::start(Some(child), Box::new(stdin), stdout).await
     }
 
-    /// Opens a `/mcp` stream (`Upgrade: coffer-mcp-stream`) on the daemon at `port`.
-    async fn stream(port: u16, token: &str) -> Result<Self> {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        tcp.set_nodelay(true)?;
-        let (read, mut write) = tcp.into_split();
+    /// Opens a `/mcp` stream (`Upgrade: coffer-mcp-stream`) on the daemon at `port`, through
+    /// its Unix-domain `socket` when it has one (as the shim does).
+    async fn stream(port: u16, token: &str, socket: Option<&Path>) -> Result<Self> {
+        type Halves = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
+        let (read, mut write): Halves = match socket {
+            Some(path) => {
+                let (r, w) = tokio::net::UnixStream::connect(path).await?.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            None => {
+                let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+                tcp.set_nodelay(true)?;
+                let (r, w) = tcp.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        };
         let head = format!(
             "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: Upgrade\r\nUpgrade: coffer-mcp-stream\r\nX-Coffer-Token: {token}\r\n\r\n"
         );
@@ -514,7 +525,8 @@ async fn main() -> Result<()> {
         http_echo_load(&http, &mcp_url, &token, &http_sid, 300, 1).await?; // warm-up (starts its upstream)
         http_echo_load(&http, &mcp_url, &token, &http_sid, WARM_UP_CALLS, 16).await?;
         // The shim's link without the shim: the bench client on a /mcp stream itself.
-        let stream = Arc::new(StdioClient::stream(env.port, &token).await?);
+        let socket = coffer_runtime::daemon_file::DaemonInfo::read(&env.home.path().join("daemon.json"))?.socket;
+        let stream = Arc::new(StdioClient::stream(env.port, &token, socket.as_deref()).await?);
         echo_load(&stream, "everything__echo", 300, 1).await?;
         echo_load(&stream, "everything__echo", WARM_UP_CALLS, 16).await?;
         println!("## Gateway: `tools/call` of server-everything `echo`\n");
