@@ -27,6 +27,9 @@ use tokio_util::sync::CancellationToken;
 pub const REST_BODY_LIMIT: usize = 2 * 1024 * 1024;
 /// Body limit of `/mcp` (bytes).
 pub const MCP_BODY_LIMIT: usize = 16 * 1024 * 1024;
+/// How long connections may stay open at shutdown once every MCP session has ended; the
+/// supervisor sends SIGKILL 5 s after SIGTERM.
+pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Builds the full router over `state` (used by `run` and by in-process tests).
 pub fn router(state: Arc<AppState>) -> Router {
@@ -109,30 +112,48 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     ));
     tracing::info!(port, "Edge listening.");
     let app = router(state);
-    let drain = shutdown.clone();
-    let gw = gateway.clone();
     // On shutdown, end every MCP session first: their GET streams close, so the graceful drain
-    // does not wait on long-lived SSE connections, and upstream children are terminated.
+    // does not wait on long-lived SSE connections, and upstream children are terminated. Both
+    // listeners keep accepting until then and stop at the same moment, so a client that
+    // reconnects meanwhile finds the same edge on either (a shim whose socket stopped accepting
+    // while the port still answered would wait on an upgrade nobody reads).
+    let sessions_closed = CancellationToken::new();
+    {
+        let (drain, gw, closed) = (shutdown.clone(), gateway.clone(), sessions_closed.clone());
+        tokio::spawn(async move {
+            drain.cancelled().await;
+            gw.close_all().await;
+            closed.cancel();
+        });
+    }
     // Small request/response exchanges on loopback: never let Nagle hold a segment back.
     let public = axum::serve::ListenerExt::tap_io(public, |tcp: &mut tokio::net::TcpStream| {
         let _ = tcp.set_nodelay(true);
     });
-    let tcp = axum::serve(public, app.clone().into_make_service()).with_graceful_shutdown(async move {
-        drain.cancelled().await;
-        gw.close_all().await;
-    });
-    match socket {
-        Some(socket) => {
-            // Every request is checked the same way on both (the router's layers); the socket
-            // only skips the TCP/IP stack.
-            let drain = shutdown.clone();
-            let unix = axum::serve(socket, app.into_make_service())
-                .with_graceful_shutdown(async move { drain.cancelled().await });
-            let (tcp, unix) = tokio::join!(tcp.into_future(), unix.into_future());
-            tcp?;
-            unix?;
+    let tcp = axum::serve(public, app.clone().into_make_service())
+        .with_graceful_shutdown(sessions_closed.clone().cancelled_owned());
+    let serving = async {
+        match socket {
+            Some(socket) => {
+                // Every request is checked the same way on both (the router's layers); the
+                // socket only skips the TCP/IP stack.
+                let unix = axum::serve(socket, app.into_make_service())
+                    .with_graceful_shutdown(sessions_closed.clone().cancelled_owned());
+                let (tcp, unix) = tokio::join!(tcp.into_future(), unix.into_future());
+                tcp.and(unix)
+            }
+            None => tcp.await,
         }
-        None => tcp.await?,
+    };
+    // Connections still open after the sessions ended (a request never finished, e.g. a client
+    // that stopped sending halfway) get DRAIN_GRACE, then are dropped: a stop does not wait for
+    // the supervisor's SIGKILL.
+    tokio::select! {
+        served = serving => served?,
+        () = async {
+            sessions_closed.cancelled().await;
+            tokio::time::sleep(DRAIN_GRACE).await;
+        } => tracing::info!(grace_ms = DRAIN_GRACE.as_millis() as u64, "Connections still open after the drain grace; closing them."),
     }
     gateway.close_all().await;
     let _ = grpc_task.await;

@@ -173,3 +173,123 @@ async fn a_stale_socket_is_replaced_and_a_foreign_file_is_left_alone() -> anyhow
     tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
     Ok(())
 }
+
+/// A start that fails (a corrupt database: the store never becomes healthy) leaves no socket
+/// behind.
+#[tokio::test]
+async fn a_failed_start_leaves_no_socket() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    std::fs::create_dir_all(home.root())?;
+    std::fs::write(home.root().join("coffer.db"), vec![0x5a_u8; 8192])?;
+    let out = home.cli(&["daemon", "start"]).await?;
+    ensure!(!out.success(), "the daemon started on a corrupt database: {}{}", out.stdout, out.stderr);
+    home.wait_no_processes(Duration::from_secs(30)).await?;
+    let path = home.root().join("gateway.sock");
+    ensure!(!path.exists(), "{} outlived the failed start", path.display());
+    Ok(())
+}
+
+/// Upstream servers the gateway starts hold none of its listeners (the edge's port, its
+/// internal gRPC port, the edge's socket): only their stdio. A child left running after the
+/// daemon stopped would otherwise keep the port and the socket.
+#[tokio::test]
+async fn upstreams_inherit_none_of_the_gateway_s_listeners() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    coffer_tests::mcp::register_tiny(&api, "tiny", json!({})).await?;
+    let session = coffer_tests::mcp::McpSession::latest(&api).await?;
+    ensure!(session.tool_names().await?.iter().any(|n| n == "tiny__echo"), "the tiny upstream listed no tools");
+    let pid = home
+        .processes()
+        .into_iter()
+        .find(|p| p.name == "coffer-tiny-upstream")
+        .context("the tiny upstream's process")?
+        .pid;
+    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            Some((fd, std::fs::read_link(e.path()).ok()?.display().to_string()))
+        })
+        .collect();
+    fds.sort();
+    let numbers: Vec<i32> = fds.iter().map(|(fd, _)| *fd).collect();
+    ensure!(numbers == [0, 1, 2], "the upstream holds more than its stdio: {fds:?}");
+    Ok(())
+}
+
+/// While a stopping daemon ends its sessions (here an upstream that ignores SIGTERM makes that
+/// take seconds), its edge answers on the socket exactly as on the port: both stop accepting
+/// at the same moment. (When the socket stopped first, a shim reconnecting in that window
+/// waited on an upgrade nobody read and failed its client's call.)
+#[tokio::test]
+async fn a_stopping_daemon_answers_on_the_socket_as_long_as_on_the_port() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let info = home.daemon_info()?;
+    let socket = info.socket.clone().context("daemon.json names no socket")?;
+    let tiny = bin("coffer-tiny-upstream")?.display().to_string();
+    // The tiny upstream exits at stdin EOF; its shell then sleeps on, ignoring SIGTERM (as does
+    // the sleep), until the gateway's SIGKILL after its grace.
+    let script = format!("trap '' TERM; '{tiny}'; sleep 30");
+    let sh = std::path::PathBuf::from("/bin/sh");
+    coffer_tests::mcp::register_stdio(&api, "slowstop", &sh, &["-c".into(), script], json!({})).await?;
+    let session = coffer_tests::mcp::McpSession::latest(&api).await?;
+    let r = session.tool("slowstop__echo", json!({"text": "hi"})).await?;
+    ensure!(r.get("result").is_some(), "{r}");
+
+    // The upstream's process (its pid record) is the shell; the tiny upstream is its child.
+    let shell = home.pid_records().into_iter().find(|r| r.kind == "upstream").context("the upstream's pid record")?;
+    let tiny_runs = || {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", shell.pid)).unwrap_or_default();
+        children.split_whitespace().any(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|comm| comm.starts_with("coffer-tiny"))
+        })
+    };
+    ensure!(tiny_runs(), "the tiny upstream does not run under its shell (pid {})", shell.pid);
+    let mut stop = home.cli_command(&["daemon", "stop"])?;
+    let stop = tokio::spawn(async move { stop.output().await });
+    // The sessions are ending once the tiny upstream saw stdin EOF and exited.
+    wait::wait_for("the upstream to get stdin EOF", Duration::from_secs(10), || async {
+        Ok((!tiny_runs()).then_some(()))
+    })
+    .await?;
+    let host = format!("127.0.0.1:{}", info.port);
+    let (status, body) = http_over_socket(&socket, &get("/v1/health", &host, "")).await?;
+    ensure!(status == 200, "health over the socket while the sessions end: {status} {body}");
+    let tcp = reqwest::Client::new()
+        .get(format!("http://{host}/v1/health"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .context("health over the port while the sessions end")?;
+    ensure!(tcp.status() == 200, "health over the port: {}", tcp.status());
+    let out = stop.await??;
+    ensure!(out.status.success(), "daemon stop: {}", String::from_utf8_lossy(&out.stderr));
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    Ok(())
+}
+
+/// A connection that never finishes its request (here half a request line and headers, on the
+/// socket and on the port) holds a stop for the drain grace only (2 s), not until the
+/// supervisor's SIGKILL (5 s).
+#[tokio::test]
+async fn a_half_sent_request_holds_a_stop_for_the_drain_grace_only() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    home.start_daemon().await?;
+    let info = home.daemon_info()?;
+    let mut unix = tokio::net::UnixStream::connect(info.socket.as_deref().context("socket")?).await?;
+    unix.write_all(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ").await?;
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", info.port)).await?;
+    tcp.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"json").await?;
+    let started = std::time::Instant::now();
+    let out = home.cli(&["daemon", "stop"]).await?;
+    ensure!(out.success(), "daemon stop: {}{}", out.stdout, out.stderr);
+    let took = started.elapsed();
+    ensure!(took < Duration::from_millis(4500), "the stop took {took:?}");
+    let log = home.log_text("gateway");
+    ensure!(log.contains("Connections still open after the drain grace"), "gateway log: {log}");
+    ensure!(!home.log_text("daemon").contains("killing"), "the supervisor had to kill a service");
+    drop((unix, tcp));
+    Ok(())
+}

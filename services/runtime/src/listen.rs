@@ -28,7 +28,7 @@ pub fn inherited(var: &'static str) -> Result<tokio::net::TcpListener, ListenErr
         nix::fcntl::FcntlArg::F_GETFD,
     )
     .map_err(|e| ListenError::Unusable { fd, source: e.into() })?;
-    let owned = take_fd(fd);
+    let owned = take_fd(fd)?;
     let std_listener = StdListener::from(owned);
     std_listener.set_nonblocking(true).map_err(|source| ListenError::Unusable { fd, source })?;
     std_listener.local_addr().map_err(|source| ListenError::Unusable { fd, source })?;
@@ -48,7 +48,7 @@ pub fn inherited_unix(var: &'static str) -> Result<Option<tokio::net::UnixListen
         nix::fcntl::FcntlArg::F_GETFD,
     )
     .map_err(|e| ListenError::Unusable { fd, source: e.into() })?;
-    let listener = std::os::unix::net::UnixListener::from(take_fd(fd));
+    let listener = std::os::unix::net::UnixListener::from(take_fd(fd)?);
     listener.set_nonblocking(true).map_err(|source| ListenError::Unusable { fd, source })?;
     listener.local_addr().map_err(|source| ListenError::Unusable { fd, source })?;
     tokio::net::UnixListener::from_std(listener).map(Some).map_err(|source| ListenError::Unusable { fd, source })
@@ -65,8 +65,14 @@ fn unsafe_borrow(fd: RawFd) -> Result<std::os::fd::BorrowedFd<'static>, std::io:
 }
 
 #[allow(unsafe_code)]
-fn take_fd(fd: RawFd) -> OwnedFd {
+fn take_fd(fd: RawFd) -> Result<OwnedFd, ListenError> {
     // SAFETY: fd was validated as open by F_GETFD, and nothing else in this process owns it:
     // the supervisor hands each inherited descriptor to exactly one consumer.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // It came across exec without close-on-exec (that is how it was passed); set it now, so
+    // processes this service starts (the gateway's upstream servers) never hold a listener:
+    // a child left running would keep the port and the socket after the daemon stopped.
+    nix::fcntl::fcntl(&owned, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+        .map_err(|e| ListenError::Unusable { fd, source: e.into() })?;
+    Ok(owned)
 }

@@ -127,7 +127,7 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     gateway_env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
     let mut gateway_fds = vec![(public.as_raw_fd(), 3), (gateway_grpc_l.as_raw_fd(), 4)];
     if let Some(s) = &socket {
-        gateway_fds.push((s.as_raw_fd(), 5));
+        gateway_fds.push((s.listener.as_raw_fd(), 5));
         gateway_env.push((cenv::SOCKET_FD.into(), "5".into()));
     }
 
@@ -208,9 +208,6 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
         let _ = r.await;
     }
     let _ = std::fs::remove_file(home.daemon_json());
-    if socket.is_some() {
-        let _ = std::fs::remove_file(home.gateway_socket());
-    }
     control_task.abort();
     tracing::info!("Daemon stopped.");
     drop((public, socket));
@@ -229,11 +226,24 @@ async fn wait_for_stop(shutdown: &CancellationToken) {
     }
 }
 
+/// The edge's bound Unix-domain socket; its file is removed when this is dropped (at the end of
+/// the daemon's life, and on every early return of a failed start).
+struct SocketFile {
+    listener: std::os::unix::net::UnixListener,
+    path: std::path::PathBuf,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Binds the edge's Unix-domain socket at `path` (0600, in the 0700 home), replacing a stale
 /// one: the caller holds the daemon lock, so no live daemon owns it. `None`, with a warning,
 /// when it cannot be bound (a home path longer than a socket address allows, a file system
 /// without sockets): clients then use the TCP port only.
-fn bind_socket(path: &std::path::Path) -> Option<std::os::unix::net::UnixListener> {
+fn bind_socket(path: &std::path::Path) -> Option<SocketFile> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::symlink_metadata(path) {
         Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
@@ -248,7 +258,7 @@ fn bind_socket(path: &std::path::Path) -> Option<std::os::unix::net::UnixListene
     let bound = std::os::unix::net::UnixListener::bind(path)
         .and_then(|l| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map(|()| l));
     match bound {
-        Ok(l) => Some(l),
+        Ok(listener) => Some(SocketFile { listener, path: path.to_path_buf() }),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "Cannot bind the edge socket; using the TCP port only.");
             let _ = std::fs::remove_file(path);
