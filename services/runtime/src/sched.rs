@@ -98,7 +98,15 @@ pub enum NiceOutcome {
 /// that is not a whole number, a warning for the caller to log (this may run before logging is
 /// set up); the default is used then.
 pub fn background_priority() -> (NiceOutcome, Option<String>) {
-    let (nice, warning) = match background_nice(std::env::var(crate::env::BACKGROUND_NICE).ok().as_deref()) {
+    let value = std::env::var(crate::env::BACKGROUND_NICE).ok();
+    let (nice, warning) = match background_nice(value.as_deref()) {
+        Ok(19) if value.as_deref().is_some_and(|v| v.trim() != "19") => (
+            19,
+            Some(format!(
+                "COFFER_BACKGROUND_NICE={:?} is above 19, the nicest value; using 19",
+                value.unwrap_or_default()
+            )),
+        ),
         Ok(n) => (n, None),
         Err(e) => (DEFAULT_BACKGROUND_NICE, Some(format!("{e}; using the default of {DEFAULT_BACKGROUND_NICE}"))),
     };
