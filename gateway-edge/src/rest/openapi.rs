@@ -873,7 +873,10 @@ pub fn markdown() -> String {
     );
     let _ = writeln!(
         w,
-        "The daemon listens on `http://127.0.0.1:<port>` (the `port` in `COFFER_HOME/daemon.json`). \
+        "The daemon listens on `http://127.0.0.1:<port>` (the `port` in `COFFER_HOME/daemon.json`), and \
+serves the same routes, with the same checks, on the Unix-domain socket `COFFER_HOME/gateway.sock` (0600; \
+the `socket` in `daemon.json`, absent when it could not be bound; e.g. \
+`curl --unix-socket ~/.coffer/gateway.sock -H 'X-Coffer-Token: …' http://127.0.0.1/v1/status`). \
 The same description, as OpenAPI 3.1, is served at `GET /v1/openapi.json`. The `coffer` CLI \
 ([CLI.md](CLI.md)) is a client of these routes; its `--json` prints their bodies unchanged.\n"
     );
