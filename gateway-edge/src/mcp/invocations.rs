@@ -4,7 +4,7 @@
 //! The request path only queues a [`Record`] (no formatting, no store round trip). A thread of
 //! its own, at the background priority of `coffer_runtime::sched::background_priority` and
 //! with its own one-thread runtime and store connection, turns records into the store's rows
-//! and writes them in batches (up to [`INVOCATION_BATCH`] per request, at least every 200 ms),
+//! and writes them in batches (up to [`INVOCATION_BATCH`] per request, gathered for [`GATHER`]),
 //! so building and encoding a batch of thousands never holds up the gateway's thread, which
 //! relays every call.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -121,45 +121,53 @@ pub fn cut(mut text: String, max: usize) -> String {
     text
 }
 
-/// Writes records in batches (up to [`INVOCATION_BATCH`] per store request, at least every
-/// 200 ms) until the queue ends. A batch the store cannot take because it is restarting is
-/// tried again (5 times in all, backing off from 100 ms); one it refuses is dropped, with a
-/// warning.
+/// How long records gather before they are written: the first record after a quiet period
+/// wakes the writer, which then sleeps this long and takes everything queued meanwhile.
+pub const GATHER: Duration = Duration::from_millis(200);
+
+/// Writes records in batches (up to [`INVOCATION_BATCH`] per store request) until the queue
+/// ends. While the writer sleeps through [`GATHER`] it waits on nothing, so queuing a record
+/// wakes no thread (an unpark per record, across threads, cost the relaying thread more than
+/// the record itself). A batch the store cannot take because it is restarting is tried again
+/// (5 times in all, backing off from 100 ms); one it refuses is dropped, with a warning.
 async fn write_batches(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Record>) {
     let mut batch = Vec::with_capacity(INVOCATION_BATCH);
-    while rx.recv_many(&mut batch, INVOCATION_BATCH).await > 0 {
-        // Gather for up to 200 ms (one timer per batch, not per record).
-        let deadline = tokio::time::sleep(Duration::from_millis(200));
-        tokio::pin!(deadline);
-        while batch.len() < INVOCATION_BATCH {
-            tokio::select! {
-                biased;
-                () = &mut deadline => break,
-                n = { let room = INVOCATION_BATCH - batch.len(); rx.recv_many(&mut batch, room) } => if n == 0 { break },
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        tokio::time::sleep(GATHER).await;
+        loop {
+            while batch.len() < INVOCATION_BATCH {
+                match rx.try_recv() {
+                    Ok(record) => batch.push(record),
+                    Err(_) => break,
+                }
+            }
+            let full = batch.len() == INVOCATION_BATCH;
+            write_batch(&mut store, batch.drain(..).map(Record::into_row).collect()).await;
+            if !full {
+                break;
             }
         }
-        let rows: Vec<Invocation> = batch.drain(..).map(Record::into_row).collect();
-        let n = rows.len();
-        let request = AppendInvocationsRequest { invocations: rows };
-        for attempt in 0..5u32 {
-            match store.append_invocations(request.clone()).await {
-                Ok(_) => break,
-                // Only an unreachable or restarting store is worth another try.
-                Err(e)
-                    if !matches!(
-                        e.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-                    ) =>
-                {
-                    tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");
-                    break;
-                }
-                Err(e) if attempt < 4 => {
-                    tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                }
-                Err(e) => tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable."),
+    }
+}
+
+/// One store request for `rows`, retried across a store restart.
+async fn write_batch(store: &mut StoreClient<AuthChannel>, rows: Vec<Invocation>) {
+    let n = rows.len();
+    let request = AppendInvocationsRequest { invocations: rows };
+    for attempt in 0..5u32 {
+        match store.append_invocations(request.clone()).await {
+            Ok(_) => break,
+            // Only an unreachable or restarting store is worth another try.
+            Err(e) if !matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) => {
+                tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");
+                break;
             }
+            Err(e) if attempt < 4 => {
+                tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+            Err(e) => tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable."),
         }
     }
 }
