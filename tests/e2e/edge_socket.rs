@@ -87,6 +87,19 @@ async fn shim_session(
     Ok((child, stdin, lines))
 }
 
+/// Ends a shim session the way a client does (stdin EOF) and waits for the shim to exit.
+async fn close(shim: &mut tokio::process::Child, stdin: tokio::process::ChildStdin) -> anyhow::Result<()> {
+    drop(stdin);
+    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
+    Ok(())
+}
+
+/// A whole shim session: initialize, list tools (both answered), stdin EOF, exit.
+async fn shim_round_trip(home: &TestHome) -> anyhow::Result<()> {
+    let (mut shim, stdin, _lines) = shim_session(home).await?;
+    close(&mut shim, stdin).await
+}
+
 /// The daemon binds `gateway.sock` (a socket, 0600) and names it in `daemon.json`; on it, the
 /// edge checks the token, Host and Origin exactly as on the TCP port; the daemon removes it when
 /// it stops.
@@ -134,8 +147,7 @@ async fn the_shim_streams_over_the_socket_and_falls_back_to_the_port() -> anyhow
         "the shim's session holds no connection on {} ({before} before)",
         socket.display()
     );
-    drop(stdin);
-    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
+    close(&mut shim, stdin).await?;
     wait::wait_for("the stream's connection to close with the shim", Duration::from_secs(10), || async {
         Ok((connections_on(&socket)? == before).then_some(()))
     })
@@ -143,10 +155,7 @@ async fn the_shim_streams_over_the_socket_and_falls_back_to_the_port() -> anyhow
 
     // Unlinked, the daemon's socket cannot be connected to: the shim uses the port.
     std::fs::remove_file(&socket)?;
-    let (mut shim, stdin, _lines) = shim_session(&home).await?;
-    drop(stdin);
-    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
-    Ok(())
+    shim_round_trip(&home).await
 }
 
 /// A socket left behind by a daemon that was killed is replaced; something that is not a socket
@@ -168,10 +177,7 @@ async fn a_stale_socket_is_replaced_and_a_foreign_file_is_left_alone() -> anyhow
     home.start_daemon().await?;
     ensure!(home.daemon_info()?.socket.is_none(), "daemon.json names a socket it could not bind");
     ensure!(std::fs::read_to_string(&path)? == "not a socket", "the foreign file was touched");
-    let (mut shim, stdin, _lines) = shim_session(&home).await?;
-    drop(stdin);
-    tokio::time::timeout(Duration::from_secs(15), shim.wait()).await.context("shim exits at EOF")??;
-    Ok(())
+    shim_round_trip(&home).await
 }
 
 /// A start that fails (a corrupt database: the store never becomes healthy) leaves no socket
