@@ -143,8 +143,8 @@ pub fn start(store: StoreClient<AuthChannel>, shutdown: CancellationToken) -> Sn
 /// What the feed keeps across reconnections to the store.
 #[derive(Default)]
 struct Feed {
-    /// Highest change number seen (0: none yet).
-    seen: u64,
+    /// Highest change number seen; `None` before the first load.
+    seen: Option<u64>,
     /// Change number of the last change to each credential, by name.
     credentials: HashMap<String, u64>,
 }
@@ -196,7 +196,8 @@ async fn follow(
         tx.send_replace(Arc::new(snap));
     };
     let head = store.head(HeadRequest {}).await?.into_inner().seq;
-    let from = if feed.seen == 0 { head } else { feed.seen.min(head) };
+    let from = feed.seen.map_or(head, |seen| seen.min(head));
+    feed.seen = Some(from);
     let mut stream = store.watch_changes(WatchChangesRequest { from_seq: from }).await?.into_inner();
     let snap = load(&mut store, head).await?;
     let mut current = snap.seq;
@@ -207,7 +208,7 @@ async fn follow(
         publish(snap, feed);
     }
     while let Some(change) = stream.message().await? {
-        feed.seen = feed.seen.max(change.seq);
+        feed.seen = feed.seen.max(Some(change.seq));
         if change.entity == "credential" {
             feed.credentials.insert(change.key, change.seq);
         }
