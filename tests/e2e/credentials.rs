@@ -302,3 +302,33 @@ async fn a_changed_credential_restarts_the_upstreams_that_reference_it() -> anyh
     assert_eq!(pid_and_env(&api, "uses").await?.0, pid);
     Ok(())
 }
+
+/// A server whose credential was removed fails to start, and its session waits a backoff
+/// before trying again; setting the credential again ends that wait: the session's next call
+/// starts the upstream with the value at once.
+#[tokio::test]
+async fn a_credential_set_again_is_used_at_once_despite_the_failed_start_backoff() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let r = put_credential(&api, "comes-back", &json!({"value": "v1"})).await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let body = json!({"name": "needs", "command": tiny, "env": {"TINY_ECHO_ENV": {"credential_ref": "comes-back"}}});
+    let r = api.post_json("/v1/mcp/servers", &body).reply().await?;
+    ensure!(r.status == 201, "register: {} {}", r.status, r.text);
+    assert_eq!(pid_and_env(&api, "needs").await?.1, json!("v1"));
+
+    let r = api.request(Method::DELETE, "/v1/credentials/comes-back").reply().await?;
+    ensure!(r.status == 204, "remove: {} {}", r.status, r.text);
+    let r = call(&api, "needs__whoami").await?;
+    ensure!(r.text.contains("comes-back") && r.text.contains("not found"), "a call without the credential: {r:?}");
+    // Within the backoff (1 s after one failed start) the failure is repeated without a start.
+    let r = call(&api, "needs__whoami").await?;
+    ensure!(r.text.contains("not found"), "a call within the backoff: {r:?}");
+
+    let r = put_credential(&api, "comes-back", &json!({"value": "v2"})).await?;
+    ensure!(r.status == 201, "set again: {} {}", r.status, r.text);
+    let (_, env) = pid_and_env(&api, "needs").await?;
+    assert_eq!(env, json!("v2"), "the call right after the credential was set again");
+    Ok(())
+}

@@ -220,8 +220,19 @@ impl Outbound {
 
 enum SlotState {
     Idle,
-    Ready { upstream: Arc<Upstream>, generation: Generation },
-    Failed { at: Instant, attempts: u32, error: UpstreamError },
+    Ready {
+        upstream: Arc<Upstream>,
+        generation: Generation,
+    },
+    /// The last start failed; the next is tried after a backoff, or at once when the registry
+    /// record or a credential it references changed since (`generation`: what that start was
+    /// for), e.g. a missing credential set again.
+    Failed {
+        at: Instant,
+        attempts: u32,
+        error: UpstreamError,
+        generation: Generation,
+    },
 }
 
 struct Slot {
@@ -444,7 +455,8 @@ impl Session {
                 upstream.shutdown(Duration::from_secs(2)).await;
                 0
             }
-            SlotState::Failed { at, attempts, error } => {
+            SlotState::Failed { generation: failed_for, .. } if *failed_for != generation => 0,
+            SlotState::Failed { at, attempts, error, .. } => {
                 let backoff =
                     Duration::from_millis(500u64.saturating_mul(1 << (*attempts).min(6))).min(Duration::from_secs(30));
                 if at.elapsed() < backoff {
@@ -492,7 +504,7 @@ impl Session {
             Err(e) => {
                 tracing::warn!(server = %server.name, session = %self.id, error = %e, "Upstream failed to start.");
                 self.shared.health.failed(&server.name, &e.to_string());
-                *st = SlotState::Failed { at: Instant::now(), attempts: attempts + 1, error: e.clone() };
+                *st = SlotState::Failed { at: Instant::now(), attempts: attempts + 1, error: e.clone(), generation };
                 Err(e)
             }
         }

@@ -105,6 +105,7 @@ pub async fn detect(home: &CofferHome) -> Option<Daemon> {
 /// [`ConnectError`] when the home cannot be prepared, the daemon binary is missing, or the
 /// daemon does not come up (the message carries the tail of its start-up output).
 pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> {
+    let began = Instant::now();
     if let Some(d) = detect(home).await {
         return Ok(d);
     }
@@ -117,8 +118,10 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
     // between them instead of one each (the extras would lose the daemon.lock race and exit,
     // but only after the lock's patience).
     let mut _spawn_guard: Option<Flock<File>> = None;
-    // Since when a daemon that was ready (lock held, daemon.json written) has not answered.
-    let mut silent_since: Option<Instant> = None;
+    // Since when a daemon that was ready (lock held, daemon.json written) has not answered: from
+    // the first health check when it was ready then already.
+    let ready_at_start = lock_is_held(&home.daemon_lock()) && DaemonInfo::read(&home.daemon_json()).is_ok();
+    let mut silent_since: Option<Instant> = ready_at_start.then_some(began);
     loop {
         if let Some(d) = detect(home).await {
             return Ok(d);
@@ -131,7 +134,7 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
                     return Err(ConnectError::Unresponsive {
                         pid: info.pid,
                         port: info.port,
-                        waited: UNRESPONSIVE_PATIENCE,
+                        waited: Duration::from_secs(since.elapsed().as_secs()),
                         logs: home.logs().display().to_string(),
                     });
                 }
