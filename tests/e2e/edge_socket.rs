@@ -127,6 +127,9 @@ async fn the_edge_socket_is_private_named_in_daemon_json_and_checked_like_the_po
     ensure!(status == 403 && body.contains("Origin"), "foreign Origin over the socket: {status} {body}");
     let (status, body) = http_over_socket(&socket, &get("/v1/mcp/servers", &host, &token)).await?;
     ensure!(status == 200, "with the token over the socket: {status} {body}");
+    let doctor: Value = serde_json::from_str(&home.cli(&["doctor", "--json"]).await?.stdout)?;
+    let check = doctor["checks"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "edge socket")).cloned();
+    ensure!(check.as_ref().is_some_and(|c| c["status"] == "ok"), "doctor's edge socket check: {doctor}");
 
     home.terminate_daemon(Duration::from_secs(30)).await?;
     ensure!(!socket.exists(), "the socket outlived the daemon");
@@ -177,6 +180,10 @@ async fn a_stale_socket_is_replaced_and_a_foreign_file_is_left_alone() -> anyhow
     home.start_daemon().await?;
     ensure!(home.daemon_info()?.socket.is_none(), "daemon.json names a socket it could not bind");
     ensure!(std::fs::read_to_string(&path)? == "not a socket", "the foreign file was touched");
+    // `coffer doctor` says so (a warning: everything works over the port, only slower).
+    let doctor: Value = serde_json::from_str(&home.cli(&["doctor", "--json"]).await?.stdout)?;
+    let check = doctor["checks"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "edge socket")).cloned();
+    ensure!(check.as_ref().is_some_and(|c| c["status"] == "warn"), "doctor's edge socket check: {doctor}");
     shim_round_trip(&home).await
 }
 

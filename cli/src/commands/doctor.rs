@@ -98,6 +98,7 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
             let info = &api.daemon().info;
             checks.push(Check::ok("daemon", format!("running: pid {}, port {}", info.pid, info.port)));
             checks.push(check_version(&info.version, coffer_runtime::VERSION));
+            checks.push(check_socket(info.socket.as_deref(), &ctx.home.gateway_socket()));
             match api.get("/v1/status").await {
                 Ok(status) => {
                     checks.extend(check_services(&status));
@@ -237,6 +238,42 @@ pub fn check_private_file(path: &Path, name: &str, absent: &str) -> Check {
             format!("chmod 600 {shown}"),
         ),
         Ok(m) => Check::ok(name, format!("{shown} ({:04o})", mode_of(&m))),
+    }
+}
+
+/// The edge's Unix-domain socket, which the shim's `/mcp` stream uses: `named` is the one
+/// `daemon.json` gives (`None`: the daemon bound none), `expected` where it binds it. Without it
+/// everything works over the TCP port, only slower, so its absence is a warning.
+pub fn check_socket(named: Option<&Path>, expected: &Path) -> Check {
+    const NAME: &str = "edge socket";
+    let Some(path) = named else {
+        return Check::warn(
+            NAME,
+            format!(
+                "the daemon serves no Unix socket at {} (something else has that name, or the path is longer \
+                 than a socket address allows); the shim uses the slower TCP port",
+                expected.display()
+            ),
+            format!(
+                "move what is at {} away (or use a shorter COFFER_HOME), then coffer daemon restart; the reason is in coffer logs daemon",
+                expected.display()
+            ),
+        );
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) && mode_of(&m) & 0o077 == 0 => {
+            Check::ok(NAME, format!("{} ({:04o}; the shim's stream uses it)", path.display(), mode_of(&m)))
+        }
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => Check::fail(
+            NAME,
+            format!("{} has mode {:04o}: other users may connect", path.display(), mode_of(&m)),
+            format!("chmod 600 {}", path.display()),
+        ),
+        _ => Check::warn(
+            NAME,
+            format!("daemon.json names {} but no socket is there; the shim uses the slower TCP port", path.display()),
+            "coffer daemon restart",
+        ),
     }
 }
 
@@ -409,6 +446,27 @@ mod tests {
 
     fn chmod(p: &Path, mode: u32) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn the_edge_socket_is_checked_for_presence_kind_and_privacy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.sock");
+        let none = check_socket(None, &path);
+        assert_eq!(none.status, Status::Warn);
+        assert!(none.message.contains("serves no Unix socket") && none.fix.unwrap().contains("coffer daemon restart"));
+        assert_eq!(check_socket(Some(&path), &path).status, Status::Warn, "named but missing");
+        std::fs::write(&path, "x").unwrap();
+        assert_eq!(check_socket(Some(&path), &path).status, Status::Warn, "named but not a socket");
+        std::fs::remove_file(&path).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        chmod(&path, 0o600);
+        let ok = check_socket(Some(&path), &path);
+        assert_eq!(ok.status, Status::Ok, "{ok:?}");
+        chmod(&path, 0o666);
+        let open = check_socket(Some(&path), &path);
+        assert_eq!(open.status, Status::Fail, "{open:?}");
+        assert_eq!(open.fix.as_deref(), Some(format!("chmod 600 {}", path.display()).as_str()));
     }
 
     #[test]
