@@ -34,9 +34,9 @@ pub struct Record {
     pub at: SystemTime,
     /// `tools/call`, `resources/read` or `prompts/get`.
     pub method: &'static str,
-    /// Exposed name or URI, as the client sent it (cut to [`MAX_RECORDED_TARGET`] when written).
+    /// Exposed name or URI as the client sent it, [`recorded`] to [`MAX_RECORDED_TARGET`].
     pub target: String,
-    /// Server part (cut to [`MAX_RECORDED_SERVER`] when written).
+    /// Server part, [`recorded`] to [`MAX_RECORDED_SERVER`].
     pub server: String,
     pub session_id: String,
     pub duration: Duration,
@@ -45,15 +45,15 @@ pub struct Record {
 }
 
 impl Record {
-    /// The store's row: timestamp in RFC 3339 (UTC, milliseconds), client-chosen fields cut.
+    /// The store's row: timestamp in RFC 3339 (UTC, milliseconds).
     fn into_row(self) -> Invocation {
         let ms = self.at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as i64;
         Invocation {
             id: 0,
             at: coffer_runtime::rfc3339_from_unix_ms(ms),
-            target: cut(self.target, MAX_RECORDED_TARGET),
+            target: self.target,
             method: self.method.to_owned(),
-            server: cut(self.server, MAX_RECORDED_SERVER),
+            server: self.server,
             session_id: self.session_id,
             duration_ms: self.duration.as_millis() as u64,
             outcome: self.outcome.as_str().to_owned(),
@@ -72,19 +72,13 @@ impl Recorder {
         let _ = self.0.send(record);
     }
 
-    /// A recorder whose records go to `rx` (tests).
-    pub fn channel() -> (Self, mpsc::UnboundedReceiver<Record>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Self(tx), rx)
-    }
-
     /// Starts the writer thread, which connects to the store at `store_addr` with the internal
     /// `token`. It ends when every [`Recorder`] is dropped, after writing what was queued.
     ///
     /// # Errors
     /// When the thread cannot be started.
     pub fn spawn(store_addr: String, token: SecretString) -> std::io::Result<Self> {
-        let (recorder, rx) = Self::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         std::thread::Builder::new().name("invocation-log".into()).spawn(move || {
             let (priority, warning) = coffer_runtime::sched::background_priority();
             if let Some(warning) = warning {
@@ -102,23 +96,22 @@ impl Recorder {
                 }
             });
         })?;
-        Ok(recorder)
+        Ok(Self(tx))
     }
 }
 
 /// `text` as recorded: whole when it has at most `max` bytes, else cut at a character boundary
-/// and ended with `…` (`max` bytes at most in all).
-pub fn cut(mut text: String, max: usize) -> String {
+/// and ended with `…` (`max` bytes at most in all). Copies only what is kept: a multi-MB
+/// target costs the request path no more than a short one.
+pub fn recorded(text: &str, max: usize) -> String {
     if text.len() <= max {
-        return text;
+        return text.to_owned();
     }
     let mut end = max - '…'.len_utf8();
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text.truncate(end);
-    text.push('…');
-    text
+    format!("{}…", &text[..end])
 }
 
 /// How long records gather before they are written: the first record after a quiet period
@@ -178,13 +171,13 @@ mod tests {
 
     #[test]
     fn recorded_fields_are_cut_at_a_char_boundary() {
-        assert_eq!(cut("everything__echo".into(), MAX_RECORDED_TARGET), "everything__echo");
+        assert_eq!(recorded("everything__echo", MAX_RECORDED_TARGET), "everything__echo");
         let exact = "a".repeat(MAX_RECORDED_TARGET);
-        assert_eq!(cut(exact.clone(), MAX_RECORDED_TARGET), exact);
-        assert_eq!(cut("d".repeat(1 << 20), MAX_RECORDED_SERVER).len(), MAX_RECORDED_SERVER);
+        assert_eq!(recorded(&exact, MAX_RECORDED_TARGET), exact);
+        assert_eq!(recorded(&"d".repeat(1 << 20), MAX_RECORDED_SERVER).len(), MAX_RECORDED_SERVER);
         // Multi-byte characters straddling the limit are not split.
         let long = format!("file:///{}", "é".repeat(MAX_RECORDED_TARGET));
-        let short = cut(long.clone(), MAX_RECORDED_TARGET);
+        let short = recorded(&long, MAX_RECORDED_TARGET);
         assert!(short.len() <= MAX_RECORDED_TARGET, "{}", short.len());
         assert!(short.ends_with('…') && long.starts_with(short.trim_end_matches('…')));
     }
@@ -195,7 +188,7 @@ mod tests {
         let row = Record {
             at,
             method: "tools/call",
-            target: format!("x__{}", "y".repeat(5000)),
+            target: recorded(&format!("x__{}", "y".repeat(5000)), MAX_RECORDED_TARGET),
             server: "x".into(),
             session_id: "s1".into(),
             duration: Duration::from_micros(2_900),

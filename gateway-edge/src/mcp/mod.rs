@@ -168,20 +168,11 @@ impl Shared {
         elapsed: Duration,
         outcome: Outcome,
     ) {
-        // Only what can be long is bounded here (the writer cuts it exactly): a multi-MB target
-        // is not copied whole.
-        let bounded = |s: &str, max: usize| {
-            let mut end = s.len().min(max + 4);
-            while !s.is_char_boundary(end) {
-                end -= 1;
-            }
-            s[..end].to_owned()
-        };
         self.recorder.record(invocations::Record {
             at: std::time::SystemTime::now(),
             method,
-            target: bounded(target, invocations::MAX_RECORDED_TARGET),
-            server: bounded(server, invocations::MAX_RECORDED_SERVER),
+            target: invocations::recorded(target, invocations::MAX_RECORDED_TARGET),
+            server: invocations::recorded(server, invocations::MAX_RECORDED_SERVER),
             session_id: session.to_owned(),
             duration: elapsed,
             outcome,
