@@ -313,10 +313,9 @@ enum Reach {
 }
 
 async fn wait_until_reachable(ctx: &Ctx) -> Reach {
-    // A daemon that wrote daemon.json was ready (it writes it once every service is healthy):
-    // its silence is not a start-up, so it gets the shorter patience.
-    let patience = match DaemonInfo::read(&ctx.home.daemon_json()) {
-        Ok(info) => {
+    // A daemon that was ready is not starting: it gets the shorter patience.
+    let patience = match coffer_runtime::connect::ready_daemon(&ctx.home) {
+        Some(info) => {
             eprintln!(
                 "The daemon (pid {}) is running but its HTTP edge does not answer; waiting up to {}s…",
                 info.pid,
@@ -324,7 +323,7 @@ async fn wait_until_reachable(ctx: &Ctx) -> Reach {
             );
             coffer_runtime::connect::UNRESPONSIVE_PATIENCE
         }
-        Err(_) => {
+        None => {
             eprintln!("The daemon holds its lock but does not answer yet (still starting?); waiting…");
             UNRESPONSIVE_DEADLINE
         }

@@ -83,6 +83,16 @@ pub fn http_client() -> reqwest::Client {
         .expect("reqwest client builds")
 }
 
+/// The daemon that holds `daemon.lock` and wrote `daemon.json`, whether or not it answers now.
+/// It writes that file only once every service is healthy, so this daemon was ready: silence
+/// from it is not a start-up.
+pub fn ready_daemon(home: &CofferHome) -> Option<DaemonInfo> {
+    if !lock_is_held(&home.daemon_lock()) {
+        return None;
+    }
+    DaemonInfo::read(&home.daemon_json()).ok()
+}
+
 /// Finds a running daemon without ever starting one (`daemon stop`, `daemon status`, `logs`).
 pub async fn detect(home: &CofferHome) -> Option<Daemon> {
     if !lock_is_held(&home.daemon_lock()) {
@@ -120,15 +130,14 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
     let mut _spawn_guard: Option<Flock<File>> = None;
     // Since when a daemon that was ready (lock held, daemon.json written) has not answered: from
     // the first health check when it was ready then already.
-    let ready_at_start = lock_is_held(&home.daemon_lock()) && DaemonInfo::read(&home.daemon_json()).is_ok();
-    let mut silent_since: Option<Instant> = ready_at_start.then_some(began);
+    let mut silent_since: Option<Instant> = ready_daemon(home).map(|_| began);
     loop {
         if let Some(d) = detect(home).await {
             return Ok(d);
         }
         let held = lock_is_held(&home.daemon_lock());
-        match (held, DaemonInfo::read(&home.daemon_json())) {
-            (true, Ok(info)) => {
+        match ready_daemon(home) {
+            Some(info) => {
                 let since = *silent_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= UNRESPONSIVE_PATIENCE {
                     return Err(ConnectError::Unresponsive {
@@ -139,7 +148,7 @@ pub async fn detect_or_spawn(home: &CofferHome) -> Result<Daemon, ConnectError> 
                     });
                 }
             }
-            _ => silent_since = None,
+            None => silent_since = None,
         }
         match child.as_mut() {
             None if !held => {
