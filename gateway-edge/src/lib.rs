@@ -84,7 +84,8 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
     let snapshot_ready = snapshot.clone();
     let recorder = mcp::invocations::Recorder::spawn(env(cenv::STORE_ADDR)?, internal.clone())?;
-    let gateway = mcp::Gateway::new(home.clone(), store.clone(), snapshot.clone(), recorder, shutdown.clone());
+    let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.clone()));
+    let gateway = mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, shutdown.clone());
     let state = Arc::new(AppState {
         public_token,
         port,

@@ -79,7 +79,7 @@ impl Snapshot {
     /// Whether a capability may be used: its server is registered and enabled (or it is a
     /// built-in `coffer` capability) and it has no `enabled = false` preference.
     pub fn capability_enabled(&self, server: &str, kind: Kind, name: &str) -> bool {
-        let server_ok = server == "coffer" || self.servers.get(server).is_some_and(|s| s.enabled);
+        let server_ok = server == coffer_types::BUILTIN_SERVER || self.servers.get(server).is_some_and(|s| s.enabled);
         server_ok && self.prefs.get(&(server.to_owned(), kind, name.to_owned())).copied().unwrap_or(true)
     }
 
@@ -96,6 +96,18 @@ pub struct SnapshotHandle {
 }
 
 impl SnapshotHandle {
+    /// A handle on `snapshot` that never changes (tests of the gateway core; no store).
+    pub fn fixed(snapshot: Snapshot) -> Self {
+        Self::manual(snapshot).1
+    }
+
+    /// A handle on `snapshot` and the sender that publishes its successors (tests that change
+    /// policy; no store).
+    pub fn manual(snapshot: Snapshot) -> (watch::Sender<Arc<Snapshot>>, Self) {
+        let (tx, rx) = watch::channel(Arc::new(snapshot));
+        (tx, Self { rx })
+    }
+
     /// The current snapshot.
     pub fn current(&self) -> Arc<Snapshot> {
         self.rx.borrow().clone()

@@ -1,38 +1,122 @@
-//! Coffer's own `coffer__*` tools, served in every session's `tools/list` and subject to the
-//! same policy and invocation log as upstream tools.
+//! Coffer's own tools, exposed as `coffer__<name>` (server [`BUILTIN_SERVER`]) in every
+//! session's `tools/list` and subject to the same policy and invocation log as upstream tools.
+//!
+//! Each tool is a [`Provider`]; the gateway's [`Registry`] (built once, in
+//! `Gateway::new`, by [`Registry::standard`]) is the one place that lists them. A provider's
+//! call is async and gets only a [`Caller`] — what it may use of the calling session — so a
+//! provider whose work happens in another service (over gRPC) holds its client itself and
+//! needs nothing from the session's type.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use coffer_types::BUILTIN_SERVER;
+use futures_util::future::BoxFuture;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::answer::{Answer, RpcError};
 use super::jsonrpc::INVALID_PARAMS;
-use super::session::{Answer, ListKind, RpcError, Session};
 
-/// Tool definitions with their original (unprefixed) names.
-pub fn definitions() -> Vec<Value> {
-    vec![json!({
-        "name": "search_tools",
-        "title": "Search tools",
-        "description": "Find tools available through Coffer by words in their name or description. \
-    Returns the best matches with their exposed names, so you can call them directly.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "Words to look for, e.g. \"read file\"."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results (default 10)."}
-            },
-            "required": ["query"]
-        },
-        "annotations": {"readOnlyHint": true, "openWorldHint": false}
-    })]
+/// What a built-in tool may use of the session that calls it.
+pub trait Caller: Send + Sync {
+    /// The calling session's id (for logs and records).
+    fn session_id(&self) -> &str;
+    /// The tools the caller sees, enabled only, as its `tools/list` answers them:
+    /// `(definition with the exposed name, server, original name)`.
+    fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>>;
 }
 
-/// Calls built-in tool `name` with raw JSON `args`.
-pub async fn call(session: &std::sync::Arc<Session>, name: &str, args: Option<&str>) -> Answer {
-    match name {
-        "search_tools" => search_tools(session, args).await,
-        other => Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"coffer__{other}\""))),
+/// One built-in tool.
+pub trait Provider: Send + Sync {
+    /// The original name (exposed as `coffer__<name>`), unique in the registry.
+    fn name(&self) -> &'static str;
+    /// The MCP `Tool` definition (MCP 2025-11-25 server/tools §Tool) with `name` = [`Provider::name`].
+    fn definition(&self) -> Value;
+    /// Calls the tool for `caller` with raw JSON `arguments` (`None` when absent). A tool-level
+    /// failure is a result with `isError: true` ([`tool_error`]); an [`Answer::Error`] is a
+    /// protocol error.
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer>;
+}
+
+/// The built-in tools of one gateway, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+}
+
+impl Registry {
+    /// The standard set: `search_tools`.
+    pub fn standard() -> Self {
+        Self::default().with(SearchTools)
+    }
+
+    /// The registry with `provider` added.
+    ///
+    /// # Panics
+    /// When a provider of that name is already registered (a programming error).
+    #[must_use]
+    pub fn with(mut self, provider: impl Provider + 'static) -> Self {
+        let name = provider.name();
+        let previous = self.providers.insert(name, Arc::new(provider));
+        assert!(previous.is_none(), "two built-in tools named {name:?}");
+        self
+    }
+
+    /// Every tool's definition (original names), in name order.
+    pub fn definitions(&self) -> Vec<Value> {
+        self.providers.values().map(|p| p.definition()).collect()
+    }
+
+    /// Calls built-in tool `name` (original name) for `caller` with raw JSON `arguments`.
+    pub async fn call(&self, name: &str, caller: &dyn Caller, arguments: Option<&str>) -> Answer {
+        match self.providers.get(name) {
+            Some(p) => p.call(caller, arguments).await,
+            None => Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"{BUILTIN_SERVER}__{name}\""))),
+        }
     }
 }
 
-async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> Answer {
+/// A tool result reporting a tool-level error (`isError: true`) with text `msg`.
+pub fn tool_error(msg: &str) -> Answer {
+    Answer::Result(
+        RawValue::from_string(json!({"content": [{"type": "text", "text": msg}], "isError": true}).to_string())
+            .expect("json"),
+    )
+}
+
+/// `coffer__search_tools {query, limit?}`: the caller's tools that match words of `query` in
+/// their name (3 points a word), title (2) or description (1), best first.
+pub struct SearchTools;
+
+impl Provider for SearchTools {
+    fn name(&self) -> &'static str {
+        "search_tools"
+    }
+
+    fn definition(&self) -> Value {
+        json!({
+            "name": "search_tools",
+            "title": "Search tools",
+            "description": "Find tools available through Coffer by words in their name or description. \
+        Returns the best matches with their exposed names, so you can call them directly.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words to look for, e.g. \"read file\"."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results (default 10)."}
+                },
+                "required": ["query"]
+            },
+            "annotations": {"readOnlyHint": true, "openWorldHint": false}
+        })
+    }
+
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+        Box::pin(search_tools(caller, arguments))
+    }
+}
+
+async fn search_tools(caller: &dyn Caller, args: Option<&str>) -> Answer {
     let args: Value = args.and_then(|a| serde_json::from_str(a).ok()).unwrap_or_else(|| json!({}));
     let Some(query) = args.get("query").and_then(Value::as_str) else {
         return tool_error("search_tools needs a string argument \"query\"");
@@ -43,10 +127,10 @@ async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> 
     if words.is_empty() {
         return tool_error("query has no words to search for");
     }
-    let tools = session.list(ListKind::Tools).await;
+    let tools = caller.list_tools().await;
     let mut scored: Vec<(u32, &Value, &str)> = tools
         .iter()
-        .filter(|(_, server, _)| server != "coffer")
+        .filter(|(_, server, _)| server != BUILTIN_SERVER)
         .filter_map(|(tool, server, _)| {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default().to_lowercase();
             let title = tool.get("title").and_then(Value::as_str).unwrap_or_default().to_lowercase();
@@ -83,19 +167,93 @@ async fn search_tools(session: &std::sync::Arc<Session>, args: Option<&str>) -> 
             .collect::<Vec<_>>()
             .join("\n")
     };
-    Answer::Result(
-        serde_json::value::RawValue::from_string(
-            json!({"content": [{"type": "text", "text": text}], "structuredContent": {"matches": matches}}).to_string(),
-        )
-        .expect("json"),
-    )
+    Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": {"matches": matches}}))
 }
 
-fn tool_error(msg: &str) -> Answer {
-    Answer::Result(
-        serde_json::value::RawValue::from_string(
-            json!({"content": [{"type": "text", "text": msg}], "isError": true}).to_string(),
-        )
-        .expect("json"),
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller with a fixed tool list.
+    struct Tools(Vec<(Value, String, String)>);
+
+    impl Caller for Tools {
+        fn session_id(&self) -> &str {
+            "test"
+        }
+        fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
+            Box::pin(async move { self.0.clone() })
+        }
+    }
+
+    fn tool(name: &str, server: &str, description: &str) -> (Value, String, String) {
+        let original = name.split_once("__").map_or(name, |(_, o)| o).to_owned();
+        (json!({"name": name, "description": description}), server.to_owned(), original)
+    }
+
+    fn result(answer: Answer) -> Value {
+        match answer {
+            Answer::Result(r) => serde_json::from_str(r.get()).unwrap(),
+            _ => panic!("a result"),
+        }
+    }
+
+    #[tokio::test]
+    async fn search_ranks_names_over_descriptions_and_skips_built_ins() {
+        let caller = Tools(vec![
+            tool("coffer__search_tools", BUILTIN_SERVER, "Find tools to read"),
+            tool("fs__list", "fs", "Reads a directory"),
+            tool("fs__read_file", "fs", "Returns a file's text"),
+            tool("git__status", "git", "Working tree status"),
+        ]);
+        let registry = Registry::standard();
+        let out = result(registry.call("search_tools", &caller, Some(r#"{"query":"read"}"#)).await);
+        let names: Vec<&str> = out["structuredContent"]["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["fs__read_file", "fs__list"]);
+        assert_eq!(out["content"][0]["text"], "fs__read_file — Returns a file's text\nfs__list — Reads a directory");
+        let none = result(registry.call("search_tools", &caller, Some(r#"{"query":"zebra"}"#)).await);
+        assert_eq!(none["content"][0]["text"], "No tools match \"zebra\".");
+        let bad = result(registry.call("search_tools", &caller, None).await);
+        assert_eq!(bad["isError"], true, "a missing query is a tool error, not a protocol error");
+    }
+
+    /// A provider that answers with the caller's session id.
+    struct Whoami;
+
+    impl Provider for Whoami {
+        fn name(&self) -> &'static str {
+            "whoami"
+        }
+        fn definition(&self) -> Value {
+            json!({"name": "whoami", "inputSchema": {"type": "object"}})
+        }
+        fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, Answer> {
+            Box::pin(async move { Answer::ok(json!({"session": caller.session_id()})) })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_registry_lists_and_calls_its_providers_by_name() {
+        let registry = Registry::standard().with(Whoami);
+        let names: Vec<Value> = registry.definitions().into_iter().map(|d| d["name"].clone()).collect();
+        assert_eq!(names, [json!("search_tools"), json!("whoami")]);
+        assert_eq!(result(registry.call("whoami", &Tools(vec![]), None).await), json!({"session": "test"}));
+        match registry.call("nope", &Tools(vec![]), None).await {
+            Answer::Error(e) => {
+                assert_eq!((e.code, e.message.as_str()), (INVALID_PARAMS, "Unknown tool \"coffer__nope\""))
+            }
+            _ => panic!("an unknown built-in is -32602"),
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "two built-in tools")]
+    fn two_providers_may_not_share_a_name() {
+        let _ = Registry::standard().with(SearchTools);
+    }
 }

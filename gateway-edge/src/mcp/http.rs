@@ -21,20 +21,16 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use futures_util::StreamExt;
-use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::message::{self, Parsed};
 use super::session::RequestCtx;
 use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
 const SESSION_HEADER: &str = "mcp-session-id";
-/// The answer to the sessionless `server/discover` probe, so newer clients fall back to
-/// `initialize`.
-pub(super) const DISCOVER_NOT_FOUND: &str =
-    "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// The `/mcp` route.
@@ -102,56 +98,6 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StreamUpgrade {
             return Ok(Self::No);
         }
         Ok(Self::Requested(parts.extensions.remove::<hyper::upgrade::OnUpgrade>()))
-    }
-}
-
-/// A JSON-RPC message as received; everything but the routing fields stays raw.
-#[derive(Deserialize)]
-pub(super) struct Incoming {
-    jsonrpc: Option<Value>,
-    /// `None` only when absent: a present `null` is kept (as raw `null`) so that it is refused
-    /// (MCP: a request id "MUST NOT be null") rather than taken for a notification.
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Box<RawValue>>,
-    method: Option<Value>,
-    params: Option<Box<RawValue>>,
-    result: Option<Box<RawValue>>,
-    error: Option<Box<RawValue>>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
-}
-
-pub(super) enum Parsed {
-    Request { id: Box<RawValue>, method: String, params: Option<Box<RawValue>> },
-    Notification { method: String, params: Option<Box<RawValue>> },
-    Response { id: Box<RawValue>, result: Option<Box<RawValue>>, error: Option<Box<RawValue>> },
-}
-
-/// Validates the JSON-RPC envelope (`jsonrpc: "2.0"`, string `method`, string/number `id`).
-pub(super) fn classify(m: Incoming) -> Result<Parsed, (Value, String)> {
-    let id_value = || m.id.as_ref().and_then(|i| serde_json::from_str::<Value>(i.get()).ok()).unwrap_or(Value::Null);
-    if m.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
-        return Err((id_value(), "Invalid Request: \"jsonrpc\" must be \"2.0\"".into()));
-    }
-    if let Some(id) = &m.id {
-        let first = id.get().as_bytes().first().copied().unwrap_or(b'n');
-        if !(first == b'"' || first == b'-' || first.is_ascii_digit()) {
-            return Err((Value::Null, "Invalid Request: \"id\" must be a string or a number".into()));
-        }
-    }
-    match (m.method, m.id) {
-        (Some(Value::String(method)), Some(id)) => Ok(Parsed::Request { id, method, params: m.params }),
-        (Some(Value::String(method)), None) => Ok(Parsed::Notification { method, params: m.params }),
-        (Some(_), id) => Err((
-            id.and_then(|i| serde_json::from_str(i.get()).ok()).unwrap_or(Value::Null),
-            "Invalid Request: \"method\" must be a string".into(),
-        )),
-        (None, Some(id)) if m.result.is_some() || m.error.is_some() => {
-            Ok(Parsed::Response { id, result: m.result, error: m.error })
-        }
-        (None, _) => Err((Value::Null, "Invalid Request: no \"method\"".into())),
     }
 }
 
@@ -241,16 +187,9 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         }
         return post_batch(st, headers, body).await;
     }
-    let msg: Incoming = match serde_json::from_slice(&body) {
-        Ok(m) => m,
-        Err(e) => {
-            let (id, code, message) = jsonrpc::undecodable(&body, &e);
-            return rpc_error(StatusCode::BAD_REQUEST, id, code, &message);
-        }
-    };
-    let parsed = match classify(msg) {
+    let parsed = match message::decode(&body) {
         Ok(p) => p,
-        Err((id, m)) => return rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, &m),
+        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, e.id, e.code, &e.message),
     };
     // The sessionless `server/discover` probe carries the revision it probes for (2026-07-28) in
     // MCP-Protocol-Version; it must still get -32601 below, or clients cannot tell why to fall back.
@@ -263,7 +202,7 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         Parsed::Request { id, method, params } if method == "initialize" => initialize(&st, &id, params.as_deref()),
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
-            rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, DISCOVER_NOT_FOUND)
+            rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
         }
         Parsed::Request { id, method, params } => {
             let session = match lookup(&st, &headers) {
@@ -327,61 +266,24 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
 fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Response {
-    let (session, body) = open_session(st, id, params);
+    let (session, body) = message::open_session(&st.gateway, id, params);
     let mut r = json_response(StatusCode::OK, body);
     r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
 }
 
-/// Negotiates the protocol version of an `initialize` request, creates its session, and
-/// returns it with the JSON-RPC response (Coffer answering as one server).
-pub(super) fn open_session(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> (Arc<Session>, String) {
-    let params: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
-    let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
-    let version = if SUPPORTED_VERSIONS.contains(&requested) { requested } else { SUPPORTED_VERSIONS[0] };
-    let session = st.gateway.create_session(version, &params);
-    let result = json!({
-        "protocolVersion": version,
-        "capabilities": {
-            "tools": {"listChanged": true},
-            "prompts": {"listChanged": true},
-            "resources": {"listChanged": true, "subscribe": true},
-            "completions": {},
-            "logging": {}
-        },
-        "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
-        "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
-    });
-    let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);
-    (session, body)
-}
-
 /// A JSON-RPC batch: only on a session that negotiated 2025-03-26 (batching was removed in
 /// 2025-06-18).
 async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let session = match session_id(&headers).and_then(|id| st.gateway.session(id)) {
-        Some(s) if s.protocol_version == "2025-03-26" => s,
-        Some(s) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                INVALID_REQUEST,
-                &format!(
-                    "JSON-RPC batches are not supported in protocol {}; only sessions that negotiated 2025-03-26 may send them",
-                    s.protocol_version
-                ),
-            );
-        }
-        None if session_id(&headers).is_some() => {
-            return lookup(&st, &headers).err().expect("unknown session");
-        }
-        None => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                INVALID_REQUEST,
-                "JSON-RPC batches need a 2025-03-26 session; send initialize alone first",
-            );
+    let session = session_id(&headers).and_then(|id| st.gateway.session(id));
+    if session.is_none() && session_id(&headers).is_some() {
+        return lookup(&st, &headers).err().expect("unknown session");
+    }
+    let session = match (message::batch_refused(session.as_deref()), session) {
+        (None, Some(s)) => s,
+        (refusal, _) => {
+            let refusal = refusal.unwrap_or_default();
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, &refusal);
         }
     };
     let items: Vec<Box<RawValue>> = match serde_json::from_slice(&body) {
@@ -393,46 +295,11 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
     if items.is_empty() {
         return rpc_error(StatusCode::BAD_REQUEST, Value::Null, INVALID_REQUEST, "Invalid Request: empty batch");
     }
-    let answers = batch_answers(&session, items).await;
+    let answers = message::batch_answers(&session, items).await;
     if answers.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }
     json_response(StatusCode::OK, format!("[{}]", answers.join(",")))
-}
-
-/// Runs the items of a JSON-RPC batch concurrently; returns the answers to its requests (and
-/// the errors for its invalid items), in item order.
-pub(super) async fn batch_answers(session: &Arc<Session>, items: Vec<Box<RawValue>>) -> Vec<String> {
-    let futs = items.into_iter().map(|raw| {
-        let session = session.clone();
-        async move {
-            let msg: Incoming = match serde_json::from_str(raw.get()) {
-                Ok(m) => m,
-                Err(e) => {
-                    return Some(
-                        jsonrpc::error_object(Value::Null, INVALID_REQUEST, &format!("Invalid Request: {e}"), None)
-                            .to_string(),
-                    );
-                }
-            };
-            match classify(msg) {
-                Err((id, m)) => Some(jsonrpc::error_object(id, INVALID_REQUEST, &m, None).to_string()),
-                Ok(Parsed::Request { id, method, params }) => {
-                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: None };
-                    Some(session.handle_request_ctx(&method, params.as_deref(), &ctx).await.into_response(&id))
-                }
-                Ok(Parsed::Notification { method, params }) => {
-                    session.handle_notification(&method, params.as_deref()).await;
-                    None
-                }
-                Ok(Parsed::Response { id, result, error }) => {
-                    session.handle_response(&id, result, error).await;
-                    None
-                }
-            }
-        }
-    });
-    futures_util::future::join_all(futs).await.into_iter().flatten().collect()
 }
 
 /// `GET /mcp`: the session's server→client SSE stream.

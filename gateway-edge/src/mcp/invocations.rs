@@ -68,8 +68,16 @@ impl Record {
 pub struct Recorder(mpsc::UnboundedSender<Record>);
 
 impl Recorder {
+    /// Queues `record` for the writer.
     pub fn record(&self, record: Record) {
         let _ = self.0.send(record);
+    }
+
+    /// A recorder that keeps records in memory: they arrive, in order, on the receiver (tests
+    /// of the gateway core read them there; nothing is written to a store).
+    pub fn in_memory() -> (Self, mpsc::UnboundedReceiver<Record>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self(tx), rx)
     }
 
     /// Starts the writer thread, which connects to the store at `store_addr` with the internal

@@ -1,29 +1,48 @@
 //! The MCP gateway: one downstream MCP server whose tools and prompts are the union of every
 //! registered, enabled upstream (each name prefixed `<server>__`), plus Coffer's `coffer__*`
-//! built-ins. See [`session`] for the session model and [`http`] for the transport.
+//! built-ins.
+//!
+//! One file per step of a request: the transports ([`http`] Streamable HTTP, [`stream`] the
+//! shim's `/mcp` stream) decode and classify messages ([`message`]) and hand them to a
+//! [`session::Session`], which composes routing (`route.rs`), policy ([`policy`]), the catalog
+//! of lists and names ([`catalog`], [`naming`]), the upstream pool ([`pool`]) and relays
+//! ([`relay`]); upstream connections are [`upstream`] (stdio) and [`http_upstream`]. What a
+//! request produced is an [`answer::Answer`]. The test seams of the core: a fixed
+//! [`crate::snapshot::SnapshotHandle::fixed`], [`invocations::Recorder::in_memory`] and a
+//! [`resolver::CredentialResolver`].
+pub mod answer;
 pub mod builtin;
+pub mod catalog;
 pub mod http;
 pub mod http_upstream;
 pub mod invocations;
 pub mod jsonrpc;
+pub mod message;
 pub mod naming;
+pub mod outbound;
+pub mod policy;
+pub mod pool;
+pub mod relay;
+pub mod resolver;
+mod route;
 pub mod session;
 pub mod stream;
+#[cfg(test)]
+mod tests;
 pub mod upstream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coffer_proto::store::store_client::StoreClient;
-use coffer_proto::store::{McpServer, ResolveCredentialsRequest};
-use coffer_runtime::grpc::AuthChannel;
+use coffer_proto::store::McpServer;
 use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::snapshot::SnapshotHandle;
+use resolver::CredentialResolver;
 pub use session::Session;
 
 /// Protocol revisions `/mcp` negotiates, newest first (MCP 2025-11-25 lifecycle §version
@@ -83,10 +102,25 @@ pub struct Shared {
     pub health: Health,
     recorder: invocations::Recorder,
     /// For resolving credential references when an upstream starts.
-    store: StoreClient<AuthChannel>,
+    credentials: Arc<dyn CredentialResolver>,
+    /// Coffer's own `coffer__*` tools.
+    pub builtins: builtin::Registry,
 }
 
 impl Shared {
+    /// What every session of one gateway shares: `home` (logs, pid records, working
+    /// directories), the policy `snapshot`, where invocations are recorded, where credential
+    /// values come from, and the built-in tools.
+    pub fn new(
+        home: CofferHome,
+        snapshot: SnapshotHandle,
+        recorder: invocations::Recorder,
+        credentials: Arc<dyn CredentialResolver>,
+        builtins: builtin::Registry,
+    ) -> Arc<Self> {
+        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins })
+    }
+
     /// A numeric setting, or `default` when unset, unparsable or zero; capped at 30 days so a
     /// hand-written huge value can never overflow a deadline.
     fn setting_u64(&self, key: &str, default: u64) -> u64 {
@@ -123,7 +157,7 @@ impl Shared {
     }
 
     /// `server` with every credential reference in its `env` and `headers` replaced by the
-    /// credential's value (from the store, decrypted there), and the values used, so the caller
+    /// credential's value (from the [`CredentialResolver`]: the store, decrypted there), and the values used, so the caller
     /// can redact them from the upstream's stderr. Call it right before starting the upstream;
     /// the result must not outlive the start.
     ///
@@ -135,19 +169,7 @@ impl Shared {
         if names.is_empty() {
             return Ok((server.clone(), Vec::new()));
         }
-        let reply = self
-            .store
-            .clone()
-            .resolve_credentials(ResolveCredentialsRequest { names: names.into_iter().collect() })
-            .await
-            .map_err(|s| match s.code() {
-                tonic::Code::NotFound | tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => {
-                    s.message().to_owned()
-                }
-                _ => format!("cannot resolve its credentials: the store is unavailable ({})", s.code()),
-            })?;
-        let values: HashMap<String, SecretString> =
-            reply.into_inner().values.into_iter().map(|(k, v)| (k, SecretString::from(v))).collect();
+        let values = self.credentials.resolve(names.into_iter().collect()).await?;
         let mut resolved = server.clone();
         let used = crate::credentials::substitute(&mut resolved, &values)
             .map_err(|name| format!("credential {name:?} not found"))?;
@@ -189,20 +211,24 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Creates the gateway (recording invocations through `recorder`) and starts its idle-session
-    /// reaper.
+    /// Creates the gateway (recording invocations through `recorder`, resolving credentials
+    /// through `credentials`, with the standard built-in tools: the one place they are
+    /// registered) and starts its idle-session reaper, which ends with `shutdown`.
     pub fn new(
         home: CofferHome,
-        store: StoreClient<AuthChannel>,
+        credentials: Arc<dyn CredentialResolver>,
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let gw = Arc::new(Self {
-            shared: Arc::new(Shared { home, snapshot, health: Health::default(), recorder, store }),
-            sessions: Mutex::default(),
-            admin: tokio::sync::Mutex::new(None),
-        });
+        let shared = Shared::new(home, snapshot, recorder, credentials, builtin::Registry::standard());
+        Self::with_shared(shared, shutdown)
+    }
+
+    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper, which
+    /// ends with `shutdown`.
+    pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
+        let gw = Arc::new(Self { shared, sessions: Mutex::default(), admin: tokio::sync::Mutex::new(None) });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
         gw
     }

@@ -44,8 +44,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tracing::{Instrument, debug, info, warn};
 
 use super::Session;
-use super::http::{Incoming, Parsed, batch_answers, classify, open_session};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::message::{self, Parsed, batch_answers, open_session};
 use super::session::{Answer, RequestCtx};
 use crate::state::AppState;
 
@@ -219,16 +219,9 @@ impl Conn {
             Some(b'[') => return self.on_batch(&line),
             Some(_) => {}
         }
-        let msg: Incoming = match serde_json::from_slice(&line) {
-            Ok(m) => m,
-            Err(e) => {
-                let (id, code, message) = jsonrpc::undecodable(&line, &e);
-                return self.send_error(id, code, &message);
-            }
-        };
-        let parsed = match classify(msg) {
+        let parsed = match message::decode(&line) {
             Ok(p) => p,
-            Err((id, m)) => return self.send_error(id, INVALID_REQUEST, &m),
+            Err(e) => return self.send_error(e.id, e.code, &e.message),
         };
         let Some(session) = self.session.clone() else {
             return self.before_initialize(parsed);
@@ -271,7 +264,7 @@ impl Conn {
     fn before_initialize(&mut self, parsed: Parsed) -> bool {
         match parsed {
             Parsed::Request { id, method, params } if method == "initialize" => {
-                let (session, body) = open_session(&self.st, &id, params.as_deref());
+                let (session, body) = open_session(&self.st.gateway, &id, params.as_deref());
                 info!(session = %session.id, "MCP session on a /mcp stream.");
                 self.forward_outbound(&session);
                 self.session = Some(session);
@@ -281,7 +274,7 @@ impl Conn {
             Parsed::Request { id, method, .. } => {
                 let id = raw_id(&id);
                 if method == "server/discover" {
-                    self.send_error(id, METHOD_NOT_FOUND, super::http::DISCOVER_NOT_FOUND)
+                    self.send_error(id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
                 } else {
                     self.send_error(id, INVALID_REQUEST, "Bad Request: send initialize first")
                 }
@@ -327,23 +320,10 @@ impl Conn {
 
     /// A batch line; returns whether an answer to it is (or will be) queued.
     fn on_batch(&mut self, line: &[u8]) -> bool {
-        let session = match &self.session {
-            Some(s) if s.protocol_version == "2025-03-26" => s.clone(),
-            Some(s) => {
-                let message = format!(
-                    "JSON-RPC batches are not supported in protocol {}; only sessions that negotiated 2025-03-26 may send them",
-                    s.protocol_version
-                );
-                return self.send_error(Value::Null, INVALID_REQUEST, &message);
-            }
-            None => {
-                return self.send_error(
-                    Value::Null,
-                    INVALID_REQUEST,
-                    "JSON-RPC batches need a 2025-03-26 session; send initialize alone first",
-                );
-            }
-        };
+        if let Some(refusal) = message::batch_refused(self.session.as_deref()) {
+            return self.send_error(Value::Null, INVALID_REQUEST, &refusal);
+        }
+        let session = self.session.clone().expect("a session that may batch");
         let items: Vec<Box<RawValue>> = match serde_json::from_slice(line) {
             Ok(v) => v,
             Err(e) => return self.send_error(Value::Null, PARSE_ERROR, &format!("Parse error: {e}")),

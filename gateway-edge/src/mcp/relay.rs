@@ -1,0 +1,237 @@
+//! Requests between an upstream and the downstream client that are not the client's own calls:
+//! requests an upstream sends (`sampling/createMessage`, `elicitation/create`, `roots/list`,
+//! `ping`) relayed to the client with a rewritten id (`coffer-relay-N`), and the client's
+//! `notifications/cancelled` for a call in flight, forwarded with the upstream's own request id.
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::answer::error_raw;
+use super::jsonrpc::{self, METHOD_NOT_FOUND, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
+use super::outbound::Outbound;
+use super::policy::truncate;
+use super::pool::Pool;
+use super::upstream::Reply;
+
+/// A request an upstream sent that waits for the downstream client's answer.
+struct Relay {
+    server: String,
+    upstream_id: Box<RawValue>,
+}
+
+/// A POST response stream that upstream requests may be relayed on while its call runs.
+struct RelayStream {
+    token: u64,
+    server: String,
+    side: mpsc::UnboundedSender<String>,
+}
+
+/// One session's relayed requests and its client's calls in flight.
+#[derive(Default)]
+pub struct Relays {
+    /// Downstream request id (raw JSON text) → (server, upstream request id), while in flight.
+    inflight: Mutex<HashMap<String, (String, u64)>>,
+    /// Downstream request ids (raw JSON text) the client cancelled while they were in flight;
+    /// each is taken out again when its request ends (as `Answer::Cancelled`).
+    cancelled: Mutex<HashSet<String>>,
+    streams: Mutex<Vec<RelayStream>>,
+    /// Relayed requests waiting for the client, by the relay id (raw JSON text).
+    waiting: Arc<Mutex<HashMap<String, Relay>>>,
+    counter: AtomicU64,
+}
+
+/// Removes a stream registration ([`Relays::open_stream`]) when the call that made it ends.
+pub struct StreamGuard<'a> {
+    relays: &'a Relays,
+    token: u64,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.relays.streams.lock().expect("streams").retain(|r| r.token != self.token);
+    }
+}
+
+impl Relays {
+    /// Registers `side` (the response stream of a call to `server`) as where requests from
+    /// `server` are relayed while the call runs; the registration ends with the guard.
+    pub fn open_stream(&self, server: &str, side: &mpsc::UnboundedSender<String>) -> StreamGuard<'_> {
+        let token = self.counter.fetch_add(1, Ordering::Relaxed);
+        self.streams.lock().expect("streams").push(RelayStream {
+            token,
+            server: server.to_owned(),
+            side: side.clone(),
+        });
+        StreamGuard { relays: self, token }
+    }
+
+    /// Notes that downstream request `id` (raw JSON text) is upstream request `uid` of `server`.
+    pub fn begin(&self, id: &str, server: &str, uid: u64) {
+        self.inflight.lock().expect("inflight").insert(id.to_owned(), (server.to_owned(), uid));
+    }
+
+    /// Ends downstream request `id`; true when the client cancelled it meanwhile.
+    pub fn end(&self, id: &str) -> bool {
+        // Under the `inflight` lock, as `cancel` marks it: a cancel either finds the request
+        // in flight and marks it, or finds it gone and does nothing.
+        let mut inflight = self.inflight.lock().expect("inflight");
+        inflight.remove(id);
+        self.cancelled.lock().expect("cancelled").remove(id)
+    }
+
+    /// `notifications/cancelled` from the client (raw `params`): the upstream handling that
+    /// request gets `notifications/cancelled` with its own request id, and the call ends at
+    /// once. Unknown or finished requests are ignored.
+    pub async fn cancel(&self, pool: &Pool, session_id: &str, params: Option<&RawValue>) {
+        let p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
+        let Some(rid) = p.get("requestId") else { return };
+        let key = rid.to_string();
+        let found = {
+            let inflight = self.inflight.lock().expect("inflight");
+            let found = inflight.get(&key).cloned();
+            if found.is_some() {
+                self.cancelled.lock().expect("cancelled").insert(key);
+            }
+            found
+        };
+        match found {
+            Some((server, uid)) => {
+                if let Some(up) = pool.running(&server).await {
+                    let reason = p.get("reason").and_then(Value::as_str).unwrap_or("cancelled by the client");
+                    up.cancel(uid, reason).await;
+                    up.fail_local(uid, jsonrpc::REQUEST_CANCELLED, "Request cancelled by the client");
+                }
+            }
+            None => tracing::debug!(session = %session_id, "Cancel for an unknown or finished request ignored."),
+        }
+    }
+
+    /// A response from the client to a relayed request: passed back to its upstream with the
+    /// upstream's original id. Unknown ids are ignored (already answered or timed out).
+    pub async fn answer(
+        &self,
+        pool: &Pool,
+        session_id: &str,
+        id: &RawValue,
+        result: Option<Box<RawValue>>,
+        error: Option<Box<RawValue>>,
+    ) {
+        let relay = self.waiting.lock().expect("relays").remove(id.get());
+        let Some(relay) = relay else {
+            tracing::debug!(session = %session_id, "Response for an unknown relayed request ignored.");
+            return;
+        };
+        let reply = match (result, error) {
+            (Some(r), _) => Reply::Result(r),
+            (None, Some(e)) => Reply::Error(e),
+            (None, None) => Reply::Result(RawValue::from_string("{}".into()).expect("json")),
+        };
+        if let Some(up) = pool.running(&relay.server).await {
+            let _ = up.respond(&relay.upstream_id, reply).await;
+        }
+    }
+
+    /// Relays a request `server`'s upstream sent to the client: on the originating POST's
+    /// stream when a call to that upstream is running, else on the GET stream (`outbound`); the
+    /// id is rewritten both ways. When the client lacks the capability or cannot be reached, the
+    /// upstream gets an error at once; an unanswered relay gets one after `timeout` (or when
+    /// `closed` fires).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn relay(
+        &self,
+        pool: &Pool,
+        outbound: &Outbound,
+        closed: &CancellationToken,
+        timeout: Duration,
+        server: String,
+        id: Box<RawValue>,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) {
+        let Some(up) = pool.running(&server).await else { return };
+        let needed = match method.as_str() {
+            "sampling/createMessage" => Some("sampling"),
+            "elicitation/create" => Some("elicitation"),
+            "roots/list" => Some("roots"),
+            "ping" => None,
+            _ => {
+                let err = error_raw(
+                    METHOD_NOT_FOUND,
+                    &format!(
+                        "Method not found: {} (Coffer relays sampling, elicitation, roots and ping)",
+                        truncate(&method, 100)
+                    ),
+                );
+                let _ = up.respond(&id, Reply::Error(err)).await;
+                return;
+            }
+        };
+        if let Some(cap) = needed
+            && pool.init_params()["capabilities"].get(cap).is_none()
+        {
+            let err = error_raw(METHOD_NOT_FOUND, &format!("The client did not declare the {cap} capability"));
+            let _ = up.respond(&id, Reply::Error(err)).await;
+            return;
+        }
+        let side = self
+            .streams
+            .lock()
+            .expect("streams")
+            .iter()
+            .rev()
+            .find(|r| r.server == server && !r.side.is_closed())
+            .map(|r| r.side.clone());
+        if side.is_none() && !outbound.has_listener() {
+            if method == "ping" {
+                let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
+            } else {
+                let err = error_raw(UPSTREAM_UNAVAILABLE, "The client has no open stream to relay this request on");
+                let _ = up.respond(&id, Reply::Error(err)).await;
+            }
+            return;
+        }
+        let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
+        self.waiting
+            .lock()
+            .expect("relays")
+            .insert(relay_id.clone(), Relay { server: server.clone(), upstream_id: id });
+        let msg = match &params {
+            Some(p) => format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{},\"params\":{}}}",
+                serde_json::to_string(&method).expect("json"),
+                p.get()
+            ),
+            None => format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{}}}",
+                serde_json::to_string(&method).expect("json")
+            ),
+        };
+        match side {
+            Some(tx) if tx.send(msg.clone()).is_ok() => {}
+            _ => outbound.push(msg),
+        }
+        // Bound the wait by the call timeout: an unanswered relay gets an error upstream.
+        let waiting = self.waiting.clone();
+        let closed = closed.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = closed.cancelled() => {}
+            }
+            let expired = waiting.lock().expect("relays").remove(&relay_id);
+            if let Some(r) = expired {
+                let err = error_raw(
+                    UPSTREAM_TIMEOUT,
+                    &format!("The client did not answer {method} within {} ms", timeout.as_millis()),
+                );
+                let _ = up.respond(&r.upstream_id, Reply::Error(err)).await;
+            }
+        });
+    }
+}
