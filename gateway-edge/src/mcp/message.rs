@@ -223,9 +223,4 @@ mod tests {
         let e = kind(r#"{"jsonrpc":"2.0","id":9,"method":"a","method":"b"}"#).unwrap_err();
         assert_eq!((e.id, e.code), (json!(9), INVALID_REQUEST));
     }
-
-    #[test]
-    fn only_a_2025_03_26_session_may_batch() {
-        assert!(batch_refused(None).unwrap().contains("send initialize alone first"));
-    }
 }

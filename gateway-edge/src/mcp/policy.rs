@@ -234,3 +234,73 @@ pub fn resolve_uri(snap: &Snapshot, catalog: &Catalog, uri: &str) -> Result<(Str
 pub(super) fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use coffer_proto::store::McpServer;
+
+    use super::*;
+
+    fn snap() -> Snapshot {
+        let server = |name: &str, enabled: bool| McpServer { name: name.into(), enabled, ..Default::default() };
+        Snapshot {
+            servers: [("on".to_owned(), server("on", true)), ("off".to_owned(), server("off", false))].into(),
+            prefs: [
+                (("on".to_owned(), Kind::Tool, "hidden".to_owned()), false),
+                (("on".to_owned(), Kind::Resource, "file:///secret".to_owned()), false),
+                ((BUILTIN_SERVER.to_owned(), Kind::Tool, "search_tools".to_owned()), false),
+            ]
+            .into(),
+            loaded: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_not_yet_learnt_are_admitted_or_refused_by_the_snapshot_alone() {
+        let snap = snap();
+        let p = Policy(&snap);
+        assert_eq!(p.admit_unlearnt(ListKind::Tools, "on__echo"), Ok("on"));
+        assert_eq!(p.admit_unlearnt(ListKind::Prompts, "on__hidden"), Ok("on"), "a tool preference is no prompt's");
+        assert!(matches!(p.admit_unlearnt(ListKind::Tools, "echo"), Err(Refusal::NotExposed { .. })));
+        assert!(matches!(p.admit_unlearnt(ListKind::Tools, "ghost__echo"), Err(Refusal::UnknownServer { .. })));
+        let off = p.admit_unlearnt(ListKind::Tools, "off__echo").unwrap_err();
+        assert!(matches!(off, Refusal::Disabled { scope: Scope::Server, .. }), "{off:?}");
+        let hidden = p.admit_unlearnt(ListKind::Tools, "on__hidden").unwrap_err();
+        assert!(matches!(hidden, Refusal::Disabled { scope: Scope::Capability, .. }), "{hidden:?}");
+        let builtin = p.admit_unlearnt(ListKind::Tools, "coffer__search_tools").unwrap_err();
+        assert!(
+            matches!(builtin, Refusal::Disabled { scope: Scope::Capability, .. }),
+            "the built-in server is never off"
+        );
+        assert_eq!(p.admit_unlearnt(ListKind::Tools, "coffer__other"), Ok(BUILTIN_SERVER));
+    }
+
+    #[test]
+    fn resolved_targets_are_admitted_against_the_current_registry() {
+        let snap = snap();
+        let p = Policy(&snap);
+        assert_eq!(p.admit(ListKind::Tools, "on__x_1", "on", "x.1"), Ok(()));
+        let gone = p.admit(ListKind::Tools, "gone__x", "gone", "x").unwrap_err();
+        assert_eq!(gone.to_string(), "Unknown server \"gone\" in tool \"gone__x\": it was removed");
+        assert!(matches!(p.admit(ListKind::Tools, "on__h", "on", "hidden"), Err(Refusal::Disabled { .. })));
+        assert_eq!(p.admit_resource("coffer://on/file:///a", "on", "file:///a"), Ok(()));
+        let secret = p.admit_resource("coffer://on/file:///secret", "on", "file:///secret").unwrap_err();
+        assert_eq!(secret.to_string(), "Resource coffer://on/file:///secret is disabled");
+        assert!(matches!(p.admit_resource("x", "nobody", "x"), Err(Refusal::UnknownUriServer { .. })));
+    }
+
+    #[test]
+    fn refusals_become_json_rpc_errors_once() {
+        let snap = snap();
+        let e = RpcError::from(Policy(&snap).admit_unlearnt(ListKind::Prompts, "off__p").unwrap_err());
+        assert_eq!((e.code, e.message.as_str()), (TOOL_DISABLED, "Prompt off__p is disabled"));
+        assert_eq!(
+            e.data.unwrap(),
+            json!({"code": "TOOL_DISABLED", "server": "off", "tool": "off__p", "kind": "prompt", "scope": "server"})
+        );
+        let e = RpcError::from(Refusal::NotExposedUri { uri: "file:///x".into() });
+        assert_eq!((e.code, e.data), (INVALID_PARAMS, None));
+        assert_eq!(e.message, "Unknown resource \"file:///x\": resource URIs look like coffer://<server>/<uri>");
+    }
+}

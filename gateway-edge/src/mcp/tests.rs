@@ -1,1 +1,438 @@
-//! In-process tests of the gateway core.
+//! In-process tests of the gateway core — routing, policy, naming, caching, built-ins and
+//! credential resolution — on its test seams: a fixed (or hand-fed) policy snapshot, the
+//! in-memory invocation recorder, fixed credentials, and a fake upstream MCP server on loopback
+//! that speaks the Streamable HTTP wire format (MCP 2025-11-25 basic/transports), driven
+//! through the real `Upstream` and HTTP transport.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use coffer_proto::store::McpServer;
+use coffer_runtime::home::CofferHome;
+use coffer_types::BUILTIN_SERVER;
+use futures_util::future::BoxFuture;
+use secrecy::SecretString;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::builtin::{Caller, Provider, Registry};
+use super::invocations::{Record, Recorder};
+use super::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED, UPSTREAM_UNAVAILABLE};
+use super::resolver::FixedCredentials;
+use super::session::{Answer, ListKind, RpcError, Session};
+use super::{SUPPORTED_VERSIONS, Shared};
+use crate::credentials::encode_ref;
+use crate::snapshot::{Kind, Snapshot, SnapshotHandle};
+
+/// What the fake upstream serves and what it saw.
+struct Fake {
+    tools: Vec<Value>,
+    /// Tools per `tools/list` page; 0: one page.
+    page: usize,
+    /// Every message received: its method (empty for responses) and the request's headers.
+    seen: Mutex<Vec<(String, HeaderMap)>>,
+}
+
+impl Fake {
+    /// How many `method` messages the fake received.
+    fn count(&self, method: &str) -> usize {
+        self.seen.lock().unwrap().iter().filter(|(m, _)| m == method).count()
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().find_map(|(_, h)| h.get(name).map(|v| v.to_str().unwrap().to_owned()))
+    }
+}
+
+async fn fake_post(State(f): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) -> Response {
+    let msg: Value = serde_json::from_slice(&body).expect("the gateway sends JSON");
+    let method = msg["method"].as_str().unwrap_or_default().to_owned();
+    f.seen.lock().unwrap().push((method.clone(), headers));
+    let Some(id) = msg.get("id").cloned().filter(|_| !method.is_empty()) else {
+        return StatusCode::ACCEPTED.into_response(); // a notification or a response
+    };
+    let answer = match method.as_str() {
+        "initialize" => json!({"result": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": true}, "prompts": {}},
+            "serverInfo": {"name": "fake", "version": "1"},
+        }}),
+        "tools/list" => {
+            let from: usize = msg["params"]["cursor"].as_str().map_or(0, |c| c.parse().unwrap());
+            let to = if f.page == 0 { f.tools.len() } else { (from + f.page).min(f.tools.len()) };
+            let mut page = json!({"tools": f.tools[from..to]});
+            if to < f.tools.len() {
+                page["nextCursor"] = json!(to.to_string());
+            }
+            json!({"result": page})
+        }
+        "prompts/list" => json!({"result": {"prompts": []}}),
+        "tools/call" => {
+            let name = &msg["params"]["name"];
+            json!({"result": {
+                "content": [{"type": "text", "text": name}],
+                "structuredContent": {"name": name, "arguments": msg["params"]["arguments"]},
+            }})
+        }
+        _ => json!({"error": {"code": -32601, "message": "no such method"}}),
+    };
+    let mut body = answer;
+    body["jsonrpc"] = json!("2.0");
+    body["id"] = id;
+    ([("content-type", "application/json"), ("mcp-session-id", "fake-1")], body.to_string()).into_response()
+}
+
+/// Starts a fake upstream serving `tools` (`page` per list page, 0: all); returns it and its URL.
+async fn fake(tools: &[&str], page: usize) -> (Arc<Fake>, String) {
+    let tools = tools
+        .iter()
+        .map(|n| json!({"name": n, "description": format!("The {n} tool"), "inputSchema": {"type": "object"}}))
+        .collect();
+    let f = Arc::new(Fake { tools, page, seen: Mutex::default() });
+    let app = Router::new()
+        .route(
+            "/mcp",
+            axum::routing::post(fake_post)
+                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                .delete(|| async { StatusCode::OK }),
+        )
+        .with_state(f.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (f, url)
+}
+
+fn server(name: &str, url: &str) -> McpServer {
+    McpServer {
+        name: name.into(),
+        transport: "http".into(),
+        url: url.into(),
+        enabled: true,
+        version: 1,
+        ..Default::default()
+    }
+}
+
+fn snapshot(servers: Vec<McpServer>, prefs: &[(&str, Kind, &str, bool)]) -> Snapshot {
+    Snapshot {
+        servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
+        prefs: prefs.iter().map(|(s, k, n, on)| (((*s).to_owned(), *k, (*n).to_owned()), *on)).collect(),
+        loaded: true,
+        ..Default::default()
+    }
+}
+
+/// A gateway core on its test seams.
+struct Harness {
+    shared: Arc<Shared>,
+    records: mpsc::UnboundedReceiver<Record>,
+    policy: watch::Sender<Arc<Snapshot>>,
+    _home: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new(snap: Snapshot) -> Self {
+        Self::with(snap, Registry::standard(), FixedCredentials::default())
+    }
+
+    fn with(snap: Snapshot, builtins: Registry, credentials: FixedCredentials) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let (policy, snapshot) = SnapshotHandle::manual(snap);
+        let (recorder, records) = Recorder::in_memory();
+        let shared =
+            Shared::new(CofferHome::at(home.path().into()), snapshot, recorder, Arc::new(credentials), builtins);
+        Self { shared, records, policy, _home: home }
+    }
+
+    fn session(&self) -> Arc<Session> {
+        let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
+        Session::new(
+            uuid::Uuid::new_v4().simple().to_string(),
+            SUPPORTED_VERSIONS[0].into(),
+            &params,
+            self.shared.clone(),
+        )
+    }
+
+    /// The next invocation record (records are queued before the call returns).
+    fn record(&mut self) -> Record {
+        self.records.try_recv().expect("an invocation record")
+    }
+}
+
+async fn call(s: &Arc<Session>, name: &str, arguments: Value) -> Answer {
+    let params = RawValue::from_string(json!({"name": name, "arguments": arguments}).to_string()).unwrap();
+    s.route_call(ListKind::Tools, Some(&params)).await
+}
+
+fn result(answer: Answer) -> Value {
+    match answer {
+        Answer::Result(r) => serde_json::from_str(r.get()).unwrap(),
+        Answer::Error(e) => panic!("an error: {} {}", e.code, e.message),
+        _ => panic!("not a result"),
+    }
+}
+
+fn error(answer: Answer) -> RpcError {
+    match answer {
+        Answer::Error(e) => e,
+        Answer::Result(r) => panic!("a result: {}", r.get()),
+        _ => panic!("not a gateway error"),
+    }
+}
+
+fn names(listed: &[(Value, String, String)]) -> Vec<&str> {
+    listed.iter().map(|(t, _, _)| t["name"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_disabled_server_or_tool_is_refused_without_contacting_its_upstream() {
+    let (off_up, off_url) = fake(&["echo"], 0).await;
+    let (on_up, on_url) = fake(&["echo", "add"], 0).await;
+    let mut off = server("off", &off_url);
+    off.enabled = false;
+    let mut h = Harness::new(snapshot(vec![off, server("on", &on_url)], &[("on", Kind::Tool, "echo", false)]));
+    let s = h.session();
+
+    let e = error(call(&s, "off__echo", json!({})).await);
+    assert_eq!((e.code, e.message.as_str()), (TOOL_DISABLED, "Tool off__echo is disabled"));
+    assert_eq!(
+        e.data.unwrap(),
+        json!({"code": "TOOL_DISABLED", "server": "off", "tool": "off__echo", "kind": "tool", "scope": "server"})
+    );
+    let r = h.record();
+    assert_eq!(
+        (r.method, r.target.as_str(), r.server.as_str(), r.outcome.as_str()),
+        ("tools/call", "off__echo", "off", "disabled")
+    );
+    assert_eq!(r.session_id, s.id);
+
+    // A disabled tool of an enabled server, in a session that never listed: refused by its
+    // name alone (not rewritten, so `<server>__<original>`).
+    let e = error(call(&s, "on__echo", json!({})).await);
+    assert_eq!((e.code, e.data.unwrap()["scope"].clone()), (TOOL_DISABLED, json!("tool")));
+    assert_eq!(h.record().outcome.as_str(), "disabled");
+    assert_eq!((off_up.count("initialize"), on_up.count("initialize")), (0, 0), "no upstream was contacted");
+
+    // The server's other tool goes through, and the refusal holds once the names are learnt.
+    assert_eq!(
+        result(call(&s, "on__add", json!({"a": 1})).await)["structuredContent"],
+        json!({"name": "add", "arguments": {"a": 1}})
+    );
+    assert_eq!(h.record().outcome.as_str(), "ok");
+    assert_eq!(error(call(&s, "on__echo", json!({})).await).code, TOOL_DISABLED);
+    assert_eq!(on_up.count("tools/call"), 1);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn unknown_names_and_servers_are_invalid_params() {
+    let (_up, url) = fake(&["echo"], 0).await;
+    let mut h = Harness::new(snapshot(vec![server("fs", &url)], &[]));
+    let s = h.session();
+    for (name, message) in [
+        ("echo", "Unknown tool \"echo\": exposed names look like <server>__<name>"),
+        ("ghost__echo", "Unknown server \"ghost\" in tool \"ghost__echo\""),
+        ("fs__nope", "Unknown tool \"fs__nope\""),
+    ] {
+        let e = error(call(&s, name, json!({})).await);
+        assert_eq!((e.code, e.message.as_str()), (INVALID_PARAMS, message), "{name}");
+        assert_eq!(h.record().outcome.as_str(), "invalid");
+    }
+    let long = format!("fs__{}", "x".repeat(100));
+    let e = error(call(&s, &long, json!({})).await);
+    assert!(
+        e.message.starts_with("Unknown tool \"fs__xxxx") && e.message.ends_with("at most 64 characters"),
+        "{}",
+        e.message
+    );
+    let no_name = RawValue::from_string("{\"arguments\":{}}".into()).unwrap();
+    let e = error(s.route_call(ListKind::Tools, Some(&no_name)).await);
+    assert_eq!((e.code, e.message.as_str()), (INVALID_PARAMS, "tools/call needs a string params.name"));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_rewritten_name_resolves_through_the_session_s_name_map() {
+    let long = "a_tool_name_that_is_far_too_long_for_the_strictest_clients";
+    let (up, url) = fake(&["read file.v2", long], 0).await;
+    let mut h = Harness::new(snapshot(vec![server("fs", &url)], &[("fs", Kind::Tool, long, false)]));
+    let s = h.session();
+    // Called before any list: the session learns this server's names, then forwards the
+    // original name.
+    let out = result(call(&s, "fs__read_file_v2", json!({"path": "/x"})).await);
+    assert_eq!(out["structuredContent"], json!({"name": "read file.v2", "arguments": {"path": "/x"}}));
+    let r = h.record();
+    assert_eq!((r.target.as_str(), r.server.as_str(), r.outcome.as_str()), ("fs__read_file_v2", "fs", "ok"));
+
+    let tools = s.list(ListKind::Tools).await;
+    assert_eq!(names(&tools), ["coffer__search_tools", "fs__read_file_v2"], "the disabled tool is not listed");
+    let all = s.list_all(ListKind::Tools).await;
+    let hashed = all.iter().find(|l| l.original == long).expect("listed with its flag");
+    let exposed = hashed.item["name"].as_str().unwrap().to_owned();
+    assert!(!hashed.enabled && exposed.len() <= 51 && exposed.starts_with("fs__"), "{exposed}");
+    assert_eq!(
+        s.resolve(ListKind::Tools, "fs__read_file_v2").await.unwrap(),
+        ("fs".to_owned(), "read file.v2".to_owned())
+    );
+    // Policy names the original: the rewritten name of a disabled tool is refused.
+    let e = error(call(&s, &exposed, json!({})).await);
+    assert_eq!((e.code, e.data.unwrap()["tool"].clone()), (TOOL_DISABLED, json!(exposed)));
+    assert_eq!(up.count("tools/call"), 1);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn lists_follow_pages_are_cached_per_session_and_invalidated() {
+    let (up, url) = fake(&["t1", "t2", "t3", "t4", "t5"], 2).await;
+    let h = Harness::new(snapshot(vec![server("p", &url)], &[]));
+    let s = h.session();
+    let tools = s.list(ListKind::Tools).await;
+    assert_eq!(names(&tools), ["coffer__search_tools", "p__t1", "p__t2", "p__t3", "p__t4", "p__t5"]);
+    assert_eq!(up.count("tools/list"), 3, "three pages");
+    // A burst of lists and calls within the TTL costs the upstream nothing more.
+    let (a, b) = tokio::join!(s.list(ListKind::Tools), s.list(ListKind::Tools));
+    assert_eq!((a.len(), b.len()), (6, 6));
+    assert!(matches!(s.handle_request("tools/list", None).await, Answer::Result(_)));
+    assert_eq!(up.count("tools/list"), 3, "served from the session's cache");
+
+    s.invalidate(Some("other"));
+    s.list(ListKind::Tools).await;
+    assert_eq!(up.count("tools/list"), 3, "another server's invalidation keeps this list");
+    s.invalidate(Some("p"));
+    s.list(ListKind::Tools).await;
+    assert_eq!(up.count("tools/list"), 6, "listed again after invalidation");
+    s.invalidate(None);
+    s.fetch_server(&server("p", &url), ListKind::Tools).await.unwrap();
+    assert_eq!(up.count("tools/list"), 9);
+
+    // Another session has its own cache and its own upstream.
+    let other = h.session();
+    other.list(ListKind::Tools).await;
+    assert_eq!((up.count("tools/list"), up.count("initialize")), (12, 2));
+    assert_eq!(s.running_upstreams(), ["p"]);
+    s.close().await;
+    other.close().await;
+    assert!(s.running_upstreams().is_empty());
+}
+
+#[tokio::test]
+async fn a_policy_change_reaches_running_sessions() {
+    let (_up, url) = fake(&["echo"], 0).await;
+    let mut h = Harness::new(snapshot(vec![server("fs", &url)], &[]));
+    let s = h.session();
+    let (_, mut notes) = s.outbound.subscribe(None);
+    assert!(matches!(call(&s, "fs__echo", json!({})).await, Answer::Result(_)));
+    h.policy.send_replace(Arc::new(snapshot(vec![server("fs", &url)], &[("fs", Kind::Tool, "echo", false)])));
+    let note = tokio::time::timeout(Duration::from_secs(10), notes.recv()).await.unwrap().unwrap();
+    assert!(note.1.contains("notifications/tools/list_changed"), "{}", note.1);
+    assert_eq!(error(call(&s, "fs__echo", json!({})).await).code, TOOL_DISABLED);
+    assert!(names(&s.list(ListKind::Tools).await) == ["coffer__search_tools"]);
+    let _ = (h.record(), h.record());
+    s.close().await;
+}
+
+/// A built-in that answers with the caller's session id and how many tools it sees.
+struct Whoami;
+
+impl Provider for Whoami {
+    fn name(&self) -> &'static str {
+        "whoami"
+    }
+    fn definition(&self) -> Value {
+        json!({"name": "whoami", "description": "Who is calling", "inputSchema": {"type": "object"}})
+    }
+    fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, Answer> {
+        Box::pin(async move {
+            let tools = caller.list_tools().await.len();
+            Answer::ok(json!({"content": [], "structuredContent": {"session": caller.session_id(), "tools": tools}}))
+        })
+    }
+}
+
+#[tokio::test]
+async fn built_in_providers_are_listed_called_and_governed_by_policy() {
+    let (up, url) = fake(&["echo"], 0).await;
+    let mut h = Harness::with(
+        snapshot(vec![server("fs", &url)], &[]),
+        Registry::standard().with(Whoami),
+        FixedCredentials::default(),
+    );
+    let s = h.session();
+    // Callable before any list, and it sees the caller's tools.
+    let out = result(call(&s, "coffer__whoami", json!({})).await);
+    assert_eq!(out["structuredContent"], json!({"session": s.id, "tools": 3}));
+    let r = h.record();
+    assert_eq!((r.target.as_str(), r.server.as_str(), r.outcome.as_str()), ("coffer__whoami", BUILTIN_SERVER, "ok"));
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "coffer__whoami", "fs__echo"]);
+    let found = result(call(&s, "coffer__search_tools", json!({"query": "echo"})).await);
+    assert_eq!(found["structuredContent"]["matches"][0]["name"], "fs__echo");
+    let _ = h.record();
+    assert_eq!(error(call(&s, "coffer__nope", json!({})).await).code, INVALID_PARAMS);
+    let _ = h.record();
+
+    // A built-in is governed by preferences like any tool (its server is always enabled).
+    h.policy
+        .send_replace(Arc::new(snapshot(vec![server("fs", &url)], &[(BUILTIN_SERVER, Kind::Tool, "whoami", false)])));
+    let e = error(call(&s, "coffer__whoami", json!({})).await);
+    assert_eq!((e.code, e.data.unwrap()["scope"].clone()), (TOOL_DISABLED, json!("tool")));
+    assert_eq!(h.record().outcome.as_str(), "disabled");
+    assert_eq!(up.count("tools/call"), 0);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn credentials_are_resolved_only_when_an_upstream_starts() {
+    let (up, url) = fake(&["echo"], 0).await;
+    let mut with_ref = server("keyed", &url);
+    with_ref.headers = HashMap::from([("X-Api-Key".to_owned(), encode_ref("api"))]);
+    let mut missing = server("missing", &url);
+    missing.headers = HashMap::from([("X-Api-Key".to_owned(), encode_ref("absent"))]);
+    let credentials = FixedCredentials(HashMap::from([("api".to_owned(), SecretString::from("sk-value"))]));
+    let mut h = Harness::with(snapshot(vec![with_ref, missing], &[]), Registry::standard(), credentials);
+    let s = h.session();
+    assert!(up.header("x-api-key").is_none());
+    assert!(matches!(call(&s, "keyed__echo", json!({})).await, Answer::Result(_)));
+    assert_eq!(up.header("x-api-key").as_deref(), Some("sk-value"), "the value, resolved into the header");
+    let _ = h.record();
+
+    let e = error(call(&s, "missing__echo", json!({})).await);
+    assert_eq!((e.code, e.data.unwrap()), (UPSTREAM_UNAVAILABLE, json!({"server": "missing"})));
+    assert!(e.message.contains("credential \"absent\" not found"), "{}", e.message);
+    assert_eq!(h.record().outcome.as_str(), "unreachable");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn batches_run_only_on_a_2025_03_26_session_and_answer_in_item_order() {
+    use super::message::{batch_answers, batch_refused};
+    let h = Harness::new(snapshot(vec![], &[]));
+    let current = h.session();
+    assert!(batch_refused(None).unwrap().contains("send initialize alone first"));
+    assert!(batch_refused(Some(&current)).unwrap().contains("not supported in protocol 2025-11-25"));
+    let old = Session::new("old".into(), "2025-03-26".into(), &json!({}), h.shared.clone());
+    assert_eq!(batch_refused(Some(&old)), None);
+    let items = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"1.0","id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":"u","method":"no/such"}"#,
+    ];
+    let answers =
+        batch_answers(&old, items.iter().map(|i| RawValue::from_string((*i).into()).unwrap()).collect()).await;
+    let answers: Vec<Value> = answers.iter().map(|a| serde_json::from_str(a).unwrap()).collect();
+    assert_eq!(answers[0], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    assert_eq!((answers[1]["id"].clone(), answers[1]["error"]["code"].clone()), (json!(2), json!(-32600)));
+    assert_eq!((answers[2]["id"].clone(), answers[2]["error"]["code"].clone()), (json!("u"), json!(-32601)));
+    assert_eq!(answers.len(), 3, "the notification gets no answer");
+    current.close().await;
+    old.close().await;
+}
