@@ -159,7 +159,7 @@ pub fn open_session(gateway: &Gateway, id: &RawValue, params: Option<&RawValue>)
             "completions": {},
             "logging": {}
         },
-        "serverInfo": {"name": coffer_types::BUILTIN_SERVER, "title": "Coffer", "version": coffer_runtime::VERSION},
+        "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
         "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
     });
     let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);

@@ -63,7 +63,7 @@ impl Session {
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": coffer_types::BUILTIN_SERVER, "version": coffer_runtime::VERSION})),
+            "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "coffer", "version": coffer_runtime::VERSION})),
         });
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let closed = CancellationToken::new();
