@@ -436,3 +436,15 @@ async fn batches_run_only_on_a_2025_03_26_session_and_answer_in_item_order() {
     current.close().await;
     old.close().await;
 }
+
+/// The hot path's future is moved into a task per call on the `/mcp` stream: rare paths
+/// (starting an upstream, lists, built-ins, resources) are boxed so it stays small. 928 bytes
+/// before and after the core was split into pieces; a regression shows here first.
+#[tokio::test]
+async fn a_call_s_future_stays_small() {
+    let h = Harness::new(snapshot(vec![], &[]));
+    let s = h.session();
+    let ctx = super::session::RequestCtx::default();
+    let call = s.handle_request_ctx("tools/call", None, &ctx);
+    assert!(std::mem::size_of_val(&call) <= 1024, "{} bytes", std::mem::size_of_val(&call));
+}
