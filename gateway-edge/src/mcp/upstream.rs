@@ -558,3 +558,49 @@ async fn drain_stderr(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_core_matches_responses_by_id_and_hands_on_everything_else() {
+        let (events, mut rx) = mpsc::unbounded_channel();
+        let core = Core::new("srv", events);
+        let (tx1, mut reply1) = oneshot::channel();
+        let (tx2, mut reply2) = oneshot::channel();
+        core.pending.lock().unwrap().extend([(1, tx1), (2, tx2)]);
+
+        core.dispatch(b"  {\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-1, \"message\":\"raw\"}}\r\n");
+        core.dispatch(b"not json at all");
+        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"a\": [1]}}");
+        assert!(matches!(reply1.try_recv(), Ok(Reply::Result(r)) if r.get() == "{\"a\": [1]}"), "out of order is fine");
+        assert!(matches!(reply2.try_recv(), Ok(Reply::Error(e)) if e.get() == "{\"code\":-1, \"message\":\"raw\"}"));
+        assert!(!core.is_pending(1) && !core.is_pending(2));
+        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"); // late duplicate: ignored
+        assert_eq!(core.heard.load(Ordering::Relaxed), 4, "every message counts as heard");
+
+        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"roots/list\"}");
+        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+        assert!(
+            matches!(rx.try_recv(), Ok(UpstreamEvent::Request { id, method, .. }) if id.get() == "\"s-1\"" && method == "roots/list")
+        );
+        assert!(matches!(rx.try_recv(), Ok(UpstreamEvent::Notification { server, .. }) if server == "srv"));
+        assert!(rx.try_recv().is_err(), "responses and junk raise no event");
+
+        let (tx3, mut reply3) = oneshot::channel();
+        core.pending.lock().unwrap().insert(3, tx3);
+        core.close("exited (stdout closed)");
+        assert!(!core.is_alive());
+        assert!(reply3.try_recv().is_err(), "a request in flight fails at once");
+        assert!(matches!(rx.try_recv(), Ok(UpstreamEvent::Closed { .. })));
+        let UpstreamError::Closed { reason, .. } = core.closed_error() else { panic!("closed") };
+        assert_eq!(reason, "exited (stdout closed)");
+    }
+
+    #[test]
+    fn lines_are_trimmed_of_surrounding_whitespace_only() {
+        assert_eq!(trim_line(b" \t{\"a\": 1}\r\n"), b"{\"a\": 1}");
+        assert_eq!(trim_line(b"\r\n"), b"");
+    }
+}
