@@ -13,6 +13,7 @@ mod daemon;
 mod docs;
 mod edge;
 mod edge_socket;
+mod environment;
 mod gateway;
 mod http_upstream;
 mod mcp_stream;
