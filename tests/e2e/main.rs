@@ -6,6 +6,7 @@ mod cli;
 mod cli_connect;
 mod cli_credentials;
 mod cli_doctor;
+mod cli_findings;
 mod cli_import;
 mod cli_polish;
 mod credentials;

@@ -1,0 +1,105 @@
+//! Findings of new users in the `coffer` CLI (issue 13's smaller findings), end to end on real
+//! daemons: arguments too large for a command line, `--json` where it is offered, …
+use anyhow::{Context, ensure};
+use coffer_tests::TestHome;
+use coffer_tests::mcp::register_tiny;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+/// `--args @FILE` and `--args -` carry arguments far over the ~128 KiB a single command-line
+/// argument may have (Linux's MAX_ARG_STRLEN); a bad file is a usage error naming it, before
+/// any daemon is reached.
+#[tokio::test]
+async fn tools_call_reads_large_arguments_from_a_file_or_stdin() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let missing = home.temp().join("missing.json");
+    let out = home.cli(&["tools", "call", "tiny__echo", "--args", &format!("@{}", missing.display())]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("missing.json") && out.stderr.contains("cannot read"), "{out}");
+    let not_object = home.temp().join("array.json");
+    std::fs::write(&not_object, "[1, 2]")?;
+    let out = home.cli(&["tools", "call", "tiny__echo", "--args", &format!("@{}", not_object.display())]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("array.json") && out.stderr.contains("not an array"), "{out}");
+    let huge = home.temp().join("huge.json");
+    std::fs::write(&huge, format!("{{\"message\":\"{}\"}}", "x".repeat(3 * 1024 * 1024)))?;
+    let out = home.cli(&["tools", "call", "tiny__echo", "--args", &format!("@{}", huge.display())]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("more than 2 MiB"), "{out}");
+    assert!(home.processes().is_empty(), "usage errors start no daemon: {:?}", home.processes());
+
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let message = "m".repeat(300 * 1024);
+    let file = home.temp().join("args.json");
+    std::fs::write(&file, serde_json::to_vec(&json!({ "message": message }))?)?;
+    let out =
+        home.cli(&["tools", "call", "tiny__echo", "--json", "--args", &format!("@{}", file.display())]).await?.ok()?;
+    assert_eq!(out.json()?["content"][0]["text"].as_str().map(str::len), Some(message.len()), "echoed from @FILE");
+
+    let mut child = home
+        .cli_command(&["tools", "call", "tiny__echo", "--json", "--args", "-"])?
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .context("starting coffer")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    stdin.write_all(&serde_json::to_vec(&json!({ "message": message }))?).await?;
+    drop(stdin);
+    let done = tokio::time::timeout(coffer_tests::CLI_TIMEOUT, child.wait_with_output()).await??;
+    ensure!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let result: Value = serde_json::from_slice(&done.stdout)?;
+    assert_eq!(result["content"][0]["text"].as_str().map(str::len), Some(message.len()), "echoed from stdin");
+    Ok(())
+}
+
+/// `coffer connect vscode` writes VS Code's user `mcp.json` (`servers.coffer`, the format
+/// `coffer mcp import` reads), keeps the rest of the file, and undoes it with `--remove`.
+#[tokio::test]
+async fn connect_vscode_round_trip() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let user = std::path::PathBuf::from(home.env().get("HOME").context("the harness sets HOME")?);
+    let path = user.join(".config/Code/User/mcp.json");
+    std::fs::create_dir_all(path.parent().context("parent")?)?;
+    std::fs::write(
+        &path,
+        "{\n\t\"servers\": {\n\t\t\"fs\": {\"type\": \"stdio\", \"command\": \"npx\"}\n\t},\n\t\"inputs\": []\n}\n",
+    )?;
+    let out = home.cli(&["connect", "vscode", "--json"]).await?.ok()?;
+    assert_eq!(out.json()?["action"], "added", "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let shim = coffer_tests::bin("coffer-mcp-shim")?.display().to_string();
+    assert_eq!(doc["servers"]["coffer"]["command"], shim.as_str(), "{doc}");
+    assert_eq!(doc["servers"]["coffer"]["type"], "stdio", "{doc}");
+    assert_eq!(doc["servers"]["fs"]["command"], "npx", "other servers are kept: {doc}");
+    assert_eq!(doc["inputs"], json!([]), "other keys are kept: {doc}");
+    ensure!(std::fs::read_to_string(&path)?.contains("\n\t\"servers\""), "the file's tab indentation is kept");
+    let again = home.cli(&["connect", "vscode", "--json"]).await?.ok()?;
+    assert_eq!(again.json()?["action"], "unchanged", "{again}");
+    home.cli(&["connect", "vscode", "--remove"]).await?.ok()?;
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    ensure!(doc["servers"].get("coffer").is_none() && doc["servers"].get("fs").is_some(), "{doc}");
+    Ok(())
+}
+
+/// `--json` where it is offered: `connect --print --json` is one JSON document (not the TOML or
+/// JSON snippet as text), and `coffer --version --json` too.
+#[tokio::test]
+async fn print_and_version_take_json() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let out = home.cli(&["connect", "codex", "--print", "--json"]).await?.ok()?;
+    let doc = out.json()?;
+    assert_eq!(
+        (doc["client"].as_str(), doc["kind"].as_str(), doc["remove"].as_bool()),
+        (Some("codex"), Some("toml"), Some(false)),
+        "{out}"
+    );
+    ensure!(doc["snippet"].as_str().is_some_and(|s| s.contains("[mcp_servers.coffer]")), "{out}");
+    ensure!(out.stderr.is_empty(), "nothing on stderr with --json: {out}");
+    let out = home.cli(&["connect", "vscode", "--print", "--json"]).await?.ok()?;
+    let doc = out.json()?;
+    let snippet: Value = serde_json::from_str(doc["snippet"].as_str().context("snippet")?)?;
+    ensure!(snippet["servers"]["coffer"]["command"].is_string(), "{out}");
+    let out = home.cli(&["--version", "--json"]).await?.ok()?;
+    assert_eq!(out.json()?, json!({"name": "coffer", "version": env!("CARGO_PKG_VERSION")}), "{out}");
+    let out = home.cli(&["--version"]).await?.ok()?;
+    ensure!(out.stdout.starts_with("coffer "), "{out}");
+    assert!(home.processes().is_empty(), "none of these starts a daemon");
+    Ok(())
+}
