@@ -103,3 +103,41 @@ async fn print_and_version_take_json() -> anyhow::Result<()> {
     assert!(home.processes().is_empty(), "none of these starts a daemon");
     Ok(())
 }
+
+/// `./scripts/install` installs stripped binaries (unstripped, the release build's line tables
+/// made them 364 MB), through a rename, and says where and how large.
+#[tokio::test]
+async fn install_strips_the_binaries() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let prefix = home.temp().join("prefix");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install");
+    let from = coffer_tests::bins::bin_dir()?;
+    let out = tokio::process::Command::new("bash")
+        .arg(&script)
+        .env("PREFIX", &prefix)
+        .env("COFFER_INSTALL_FROM", from)
+        .env_remove("COFFER_INSTALL_KEEP_SYMBOLS")
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "install failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(stdout.contains("Installed coffer coffer-mcp-shim") && stdout.contains("MiB)"), "{stdout}");
+    for name in coffer_tests::bins::DAEMON_BINARIES.iter().chain(&["coffer", "coffer-mcp-shim"]) {
+        let installed = prefix.join("bin").join(name);
+        let built = std::fs::metadata(from.join(name))?.len();
+        let size = std::fs::metadata(&installed).with_context(|| format!("{name} was not installed"))?.len();
+        ensure!(size < built / 2, "{name} is not stripped: {size} bytes installed, {built} built");
+        let sections = std::process::Command::new("readelf").arg("-S").arg(&installed).output()?;
+        let sections = String::from_utf8_lossy(&sections.stdout);
+        ensure!(
+            sections.contains(".text") && !sections.contains(".debug_line") && !sections.contains(".symtab"),
+            "{name}: {sections}"
+        );
+    }
+    let v = std::process::Command::new(prefix.join("bin/coffer")).arg("--version").output()?;
+    ensure!(
+        v.status.success() && String::from_utf8_lossy(&v.stdout).starts_with("coffer "),
+        "the stripped coffer runs"
+    );
+    Ok(())
+}
