@@ -141,3 +141,29 @@ async fn install_strips_the_binaries() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `coffer mcp import ~/.claude.json` after `coffer connect claude-code`: Coffer's own entry is
+/// skipped, and the import exits 0.
+#[tokio::test]
+async fn importing_a_config_that_holds_coffer_itself_skips_it() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let user = std::path::PathBuf::from(home.env().get("HOME").context("the harness sets HOME")?);
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let claude_json = user.join(".claude.json");
+    std::fs::write(
+        &claude_json,
+        json!({"mcpServers": {"tiny": {"type": "stdio", "command": tiny, "args": []}}}).to_string(),
+    )?;
+    home.cli(&["connect", "claude-code"]).await?.ok()?;
+    let path = claude_json.display().to_string();
+    let out = home.cli(&["mcp", "import", &path]).await?;
+    ensure!(out.code == Some(0), "Coffer's own entry does not fail the import: {out}");
+    ensure!(out.stdout.contains("Coffer itself"), "{out}");
+    let out = home.cli(&["mcp", "import", &path, "--json"]).await?;
+    let report = out.json()?;
+    ensure!(out.code == Some(0) && report["invalid"] == json!([]), "{out}");
+    let skipped: Vec<&str> =
+        report["duplicates"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(skipped, ["tiny", "coffer"], "tiny was imported the first time, coffer is skipped: {report}");
+    Ok(())
+}

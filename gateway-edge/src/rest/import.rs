@@ -20,9 +20,13 @@
 //! - VS Code: `servers: {NAME: {type, command, args, env, url, headers}}` (also `mcp.servers`
 //!   in a `settings.json`) next to `inputs`.
 //!
-//! Values the client expands when it starts a server (`${VAR}`, `${input:id}`,
-//! `${workspaceFolder}`) cannot be imported: Coffer expands nothing, so such an entry is
-//! reported invalid, naming the variable (never the rest of the value).
+//! Values the client expands when it starts a server (`${VAR}`, `${workspaceFolder}`) cannot be
+//! imported: Coffer expands nothing, so such an entry is reported invalid, naming the variable
+//! (never the rest of the value). An `env` or header value that is exactly VS Code's
+//! `${input:id}` (a value VS Code asks the user for) maps to the credential `<server>-<VAR>`
+//! when it exists; when it does not, the entry is reported invalid with the command that stores
+//! it, so that importing again brings it in. An entry that runs `coffer-mcp-shim` is Coffer
+//! itself: it is skipped (listed with the duplicates), never an error.
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -276,13 +280,21 @@ fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, S
             continue;
         }
         let s = scalar(v).ok_or_else(|| format!("{field} value of {k:?} is not a string"))?;
-        no_expansion(&format!("{field} value of {k:?}"), &s)?;
+        if input_id(&s).is_none() {
+            no_expansion(&format!("{field} value of {k:?}"), &s)?;
+        }
         if s.starts_with(REF_PREFIX) {
             return Err(format!("{field} value of {k:?} starts with Coffer's reserved prefix {REF_PREFIX:?}"));
         }
         out.push((k.clone(), s));
     }
     Ok(out)
+}
+
+/// The id of a value that is exactly VS Code's `${input:id}`, else `None`.
+fn input_id(value: &str) -> Option<&str> {
+    let id = value.strip_prefix("${input:")?.strip_suffix('}')?;
+    (!id.is_empty() && !id.contains(['{', '}', '$'])).then_some(id)
 }
 
 /// Fails when `value` holds a `${…}` reference, naming the field and only the reference.
@@ -478,10 +490,10 @@ pub fn plan(
             }
         };
         if def.transport == "stdio" && FsPath::new(&def.command).file_name().is_some_and(|n| n == SHIM) {
-            p.invalid.push(Skipped::new(
+            p.duplicates.push(Skipped::new(
                 &base,
                 f,
-                "this entry is Coffer itself (coffer-mcp-shim); importing it would make Coffer its own upstream",
+                "this entry is Coffer itself (coffer-mcp-shim, as `coffer connect` writes it); skipped",
             ));
             continue;
         }
@@ -555,11 +567,29 @@ fn plan_one(
             ));
         }
     }
+    // VS Code's `${input:id}` values: the credential `<server>-<VAR>` stands for each, and must
+    // exist already (the user stores it, then imports again).
+    for (field, pairs) in [("env", &def.env), ("headers", &def.headers)] {
+        for (k, v) in pairs.iter().filter(|(_, v)| input_id(v).is_some()) {
+            let cred = credential_name(name, k);
+            if !used.contains(&cred) {
+                return Err(format!(
+                    "{field} value of {k:?} is {}, a value VS Code asks you for when it starts the server; store it as \
+                     a credential, then import again: printf %s \"$VALUE\" | coffer credentials set {cred}",
+                    shorten(v, 60)
+                ));
+            }
+            warnings.push(format!("{field} value of {k:?} ({}) is the credential {cred}", shorten(v, 60)));
+        }
+    }
     let mut credentials = Vec::new();
     let mut secure = |pairs: &[(String, String)]| -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| {
+                if input_id(v).is_some() {
+                    return (k.clone(), encode_ref(&credential_name(name, k)));
+                }
                 if !is_secret(k, v) {
                     return (k.clone(), v.clone());
                 }
@@ -937,7 +967,7 @@ mod tests {
         // BRAVE_API_KEY is a secret by its name, however short its value.
         assert_eq!(p.imported[0].credentials[0].0, "web-search-BRAVE_API_KEY");
         assert!(reason(&p.duplicates, "remote").contains("already registered"));
-        assert!(reason(&p.invalid, "Coffer").contains("Coffer itself"));
+        assert!(reason(&p.duplicates, "Coffer").contains("Coffer itself"));
     }
 
     #[test]
@@ -945,8 +975,24 @@ mod tests {
         let p = run(VSCODE, &[], &[]);
         assert_eq!(p.format, "vscode");
         assert_eq!(names(&p), ["fetch", "github"]);
-        assert!(reason(&p.invalid, "Perplexity").contains("${input:perplexity-key}"));
-        assert!(!reason(&p.invalid, "Perplexity").contains("description"));
+        let r = reason(&p.invalid, "Perplexity");
+        assert!(r.contains("${input:perplexity-key}") && !r.contains("description"), "{r}");
+        assert!(r.contains("coffer credentials set perplexity-PERPLEXITY_API_KEY"), "the fix is offered: {r}");
+        // Once that credential exists, importing again references it.
+        let again = run(VSCODE, &[], &["perplexity-PERPLEXITY_API_KEY"]);
+        assert_eq!(names(&again), ["perplexity", "fetch", "github"]);
+        let perplexity = &again.imported[0];
+        assert_eq!(perplexity.server.env["PERPLEXITY_API_KEY"], "coffer-credential-ref:perplexity-PERPLEXITY_API_KEY");
+        assert!(perplexity.credentials.is_empty(), "nothing new is stored");
+        assert!(
+            perplexity.warnings[0].contains("is the credential perplexity-PERPLEXITY_API_KEY"),
+            "{:?}",
+            perplexity.warnings
+        );
+        // A value that only contains an input reference is still refused.
+        let mixed = json!({"servers": {"x": {"command": "/bin/sh", "env": {"K": "Bearer ${input:k}"}}}});
+        let m = plan(&mixed, &BTreeSet::new(), &BTreeSet::from(["x-K".to_owned()]), lookup).unwrap();
+        assert!(reason(&m.invalid, "x").contains("Coffer expands no variables"), "{:?}", m.invalid);
         assert!(reason(&p.invalid, "legacy").contains("sse"));
         assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
         let settings = json!({"editor.fontSize": 14, "mcp": {"servers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"]}}}});
