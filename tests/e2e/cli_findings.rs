@@ -1,7 +1,7 @@
 //! Findings of new users in the `coffer` CLI (issue 13's smaller findings), end to end on real
 //! daemons: arguments too large for a command line, `--json` where it is offered, …
 use anyhow::{Context, ensure};
-use coffer_tests::TestHome;
+use coffer_tests::{SendExt, TestHome};
 use coffer_tests::mcp::register_tiny;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -165,5 +165,43 @@ async fn importing_a_config_that_holds_coffer_itself_skips_it() -> anyhow::Resul
     let skipped: Vec<&str> =
         report["duplicates"].as_array().into_iter().flatten().filter_map(|d| d["name"].as_str()).collect();
     assert_eq!(skipped, ["tiny", "coffer"], "tiny was imported the first time, coffer is skipped: {report}");
+    Ok(())
+}
+
+/// `coffer mcp add --env KEY=<secret-looking value>` moves the value to the credential store,
+/// as `mcp import` does, and says so; the server still gets it; a failed add leaves no
+/// credential behind; `--keep-plaintext` keeps the value as given.
+#[tokio::test]
+async fn mcp_add_moves_secret_looking_values_to_the_credential_store() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let secret = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+    let env = format!("TINY_ECHO_ENV={secret}");
+    let out = home.cli(&["mcp", "add", "gh", "--env", &env, "--env", "LOG=debug", "--", &tiny]).await?.ok()?;
+    ensure!(
+        out.stderr.contains("TINY_ECHO_ENV") && out.stderr.contains("credential store as gh-TINY_ECHO_ENV"),
+        "{out}"
+    );
+    ensure!(!out.stdout.contains(secret) && !out.stderr.contains(secret), "the value was printed: {out}");
+    let s = api.get("/v1/mcp/servers/gh").reply().await?.ok_json()?;
+    assert_eq!(s["env"], json!({"LOG": "debug", "TINY_ECHO_ENV": {"credential_ref": "gh-TINY_ECHO_ENV"}}), "{s}");
+    let show = home.cli(&["mcp", "show", "gh", "--json"]).await?.ok()?;
+    ensure!(!show.stdout.contains(secret), "{show}");
+    let r =
+        api.post_json("/v1/tools/call", &json!({"name": "gh__whoami", "arguments": {}})).reply().await?.ok_json()?;
+    let who: Value = serde_json::from_str(r["content"][0]["text"].as_str().context("text")?)?;
+    assert_eq!(who["env"], secret, "the server gets the value from the credential store");
+
+    // A second add under the same name fails (exit 4) and leaves no new credential behind.
+    let out = home.cli(&["mcp", "add", "gh", "--env", &env, "--", &tiny]).await?;
+    ensure!(out.code == Some(4), "{out}");
+    let creds = home.cli(&["credentials", "list", "--json"]).await?.ok()?.json()?;
+    let names: Vec<&str> = creds["items"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["gh-TINY_ECHO_ENV"], "{creds}");
+
+    home.cli(&["mcp", "add", "plain", "--keep-plaintext", "--env", &env, "--", &tiny]).await?.ok()?;
+    let s = api.get("/v1/mcp/servers/plain").reply().await?.ok_json()?;
+    assert_eq!(s["env"]["TINY_ECHO_ENV"], secret, "--keep-plaintext keeps it as given");
     Ok(())
 }
