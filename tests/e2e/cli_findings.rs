@@ -1,8 +1,8 @@
 //! Findings of new users in the `coffer` CLI (issue 13's smaller findings), end to end on real
 //! daemons: arguments too large for a command line, `--json` where it is offered, …
 use anyhow::{Context, ensure};
-use coffer_tests::{SendExt, TestHome};
 use coffer_tests::mcp::register_tiny;
+use coffer_tests::{SendExt, TestHome};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
@@ -203,5 +203,28 @@ async fn mcp_add_moves_secret_looking_values_to_the_credential_store() -> anyhow
     home.cli(&["mcp", "add", "plain", "--keep-plaintext", "--env", &env, "--", &tiny]).await?.ok()?;
     let s = api.get("/v1/mcp/servers/plain").reply().await?.ok_json()?;
     assert_eq!(s["env"]["TINY_ECHO_ENV"], secret, "--keep-plaintext keeps it as given");
+    Ok(())
+}
+
+/// The trace id of a client error (TOOL_DISABLED, NOT_FOUND) finds it in the gateway's log, as
+/// the docs promise for every request.
+#[tokio::test]
+async fn client_errors_are_logged_with_their_trace_id() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    coffer_tests::mcp::set_tool_enabled(&api, "tiny__echo", false).await?;
+    let r =
+        api.post_json("/v1/tools/call", &json!({"name": "tiny__echo", "arguments": {"message": "x"}})).reply().await?;
+    ensure!(r.status.is_client_error(), "{} {}", r.status, r.text);
+    ensure!(r.text.contains("TOOL_DISABLED"), "{}", r.text);
+    let trace = r.headers.get("x-coffer-trace").and_then(|v| v.to_str().ok()).context("X-Coffer-Trace")?.to_owned();
+    let line =
+        home.wait_for_log_line("gateway", &[&trace, "TOOL_DISABLED"], std::time::Duration::from_secs(10)).await?;
+    ensure!(line.contains("INFO"), "logged at info, not as an error: {line}");
+    let r = api.get("/v1/mcp/servers/nosuch").reply().await?;
+    ensure!(r.status == 404, "{} {}", r.status, r.text);
+    let trace = r.headers.get("x-coffer-trace").and_then(|v| v.to_str().ok()).context("X-Coffer-Trace")?.to_owned();
+    home.wait_for_log_line("gateway", &[&trace, "NOT_FOUND"], std::time::Duration::from_secs(10)).await?;
     Ok(())
 }
