@@ -76,6 +76,12 @@ pub fn main_entry() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let args: Vec<String> = std::env::args().collect();
+            if let Some(doc) = version_json(&e, &args) {
+                return match output::print_json(&doc) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(_) => ExitCode::from(error::exit::ERROR),
+                };
+            }
             if let Some(envelope) = clap_error_envelope(&e, &args) {
                 let _ = output::print_json(&envelope);
             }
@@ -105,6 +111,14 @@ pub fn main_entry() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// `coffer --version --json` (or any command's `--version` with `--json`): the version as
+/// `{"name":"coffer","version":"0.1.0"}` instead of clap's text line.
+pub fn version_json(e: &clap::Error, args: &[String]) -> Option<serde_json::Value> {
+    let json = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json");
+    (json && e.kind() == clap::error::ErrorKind::DisplayVersion)
+        .then(|| serde_json::json!({"name": "coffer", "version": env!("CARGO_PKG_VERSION")}))
 }
 
 /// With `--json` among `args` (before a `--`), the envelope of a clap error that is a real error
@@ -168,6 +182,18 @@ mod tests {
             assert!(msg.contains(s), "{msg}");
         }
         assert_eq!(Cli::try_parse_from(["coffer", "frobnicate"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn version_with_json_is_a_json_document() {
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let argv = args(&["coffer", "--version", "--json"]);
+        let doc = version_json(&Cli::try_parse_from(&argv).unwrap_err(), &argv).unwrap();
+        assert_eq!(doc, serde_json::json!({"name": "coffer", "version": env!("CARGO_PKG_VERSION")}));
+        let plain = args(&["coffer", "--version"]);
+        assert!(version_json(&Cli::try_parse_from(&plain).unwrap_err(), &plain).is_none());
+        let help = args(&["coffer", "--help", "--json"]);
+        assert!(version_json(&Cli::try_parse_from(&help).unwrap_err(), &help).is_none());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! conversion from `tonic::Status` to the envelope.
 //!
 //! Body: `{"error":{"code":"TOOL_DISABLED","message":"…","details":{…}}}`. 4xx are client
-//! mistakes and are not logged as errors; 5xx carry an opaque message and the cause is logged
-//! with the trace id.
+//! mistakes: logged at info (code, status, message) in the request's span, so its trace id finds
+//! them, never as errors; 5xx carry an opaque message and the cause is logged with the trace id.
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -106,6 +106,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (code, status) = self.code.spec();
+        // A client's mistake is not an error of ours, but its trace id must still find it in the
+        // log (the request span carries the id). 5xx were logged with their cause where they
+        // arose. Messages never carry a secret (see the module docs), so they can be logged.
+        if status.is_client_error() {
+            tracing::info!(code, status = status.as_u16(), message = %self.message, "Client error.");
+        }
         let body = json!({"error": {"code": code, "message": self.message, "details": self.details}});
         (status, Json(body)).into_response()
     }

@@ -179,7 +179,7 @@ async fn import_each_client_format() -> anyhow::Result<()> {
     let (out, report) = import(&home, &cursor, &[]).await?;
     no_secret("the import report", &out.stdout)?;
     assert_eq!(names(&report, "imported"), ["search", "remote-docs"]);
-    assert!(reason(&report, "invalid", "coffer").contains("Coffer itself"), "{report}");
+    assert!(reason(&report, "duplicates", "coffer").contains("Coffer itself"), "{report}");
     assert_eq!(
         api.get("/v1/mcp/servers/search").reply().await?.ok_json()?["env"],
         json!({"BRAVE_API_KEY": {"credential_ref": "search-BRAVE_API_KEY"}})

@@ -1,4 +1,4 @@
-//! `coffer connect claude-code|codex|claude-desktop|cursor [--remove] [--print]`: registers
+//! `coffer connect claude-code|codex|claude-desktop|cursor|vscode [--remove] [--print]`: registers
 //! `coffer-mcp-shim` (the one next to this `coffer`) as the MCP server `coffer` in an MCP
 //! client's configuration, or removes it.
 //!
@@ -16,7 +16,10 @@
 //! - Claude Desktop: `~/.config/Claude/claude_desktop_config.json` (Linux) or
 //!   `~/Library/Application Support/Claude/claude_desktop_config.json` (macOS),
 //!   `mcpServers.coffer = {"command":SHIM,"args":[]}`;
-//! - Cursor: `~/.cursor/mcp.json`, the same entry.
+//! - Cursor: `~/.cursor/mcp.json`, the same entry;
+//! - VS Code: the user profile's `mcp.json` (`~/.config/Code/User/mcp.json` on Linux,
+//!   `~/Library/Application Support/Code/User/mcp.json` on macOS),
+//!   `servers.coffer = {"type":"stdio","command":SHIM,"args":[]}`.
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +59,8 @@ pub enum Client {
     ClaudeDesktop,
     /// Cursor (~/.cursor/mcp.json).
     Cursor,
+    /// Visual Studio Code (the user profile's mcp.json).
+    Vscode,
 }
 
 impl Client {
@@ -66,6 +71,15 @@ impl Client {
             Client::Codex => "codex",
             Client::ClaudeDesktop => "claude-desktop",
             Client::Cursor => "cursor",
+            Client::Vscode => "vscode",
+        }
+    }
+
+    /// The member of a JSON client's file that holds its servers (VS Code's is `servers`).
+    pub fn json_section(self) -> &'static str {
+        match self {
+            Client::Vscode => "servers",
+            _ => "mcpServers",
         }
     }
 
@@ -79,14 +93,16 @@ impl Client {
             }
             Client::ClaudeDesktop => home.join(".config/Claude/claude_desktop_config.json"),
             Client::Cursor => home.join(".cursor/mcp.json"),
+            Client::Vscode if cfg!(target_os = "macos") => home.join("Library/Application Support/Code/User/mcp.json"),
+            Client::Vscode => home.join(".config/Code/User/mcp.json"),
         }
     }
 
-    /// The `mcpServers.coffer` entry of a JSON client; `home`: the `COFFER_HOME` the shim must
+    /// The `coffer` entry of a JSON client (under [`Client::json_section`]); `home`: the `COFFER_HOME` the shim must
     /// use (when it is not the default one, which the shim finds by itself).
     pub fn json_entry(self, shim: &str, home: Option<&str>) -> Value {
         let mut entry = match self {
-            Client::ClaudeCode => json!({"type": "stdio", "command": shim, "args": []}),
+            Client::ClaudeCode | Client::Vscode => json!({"type": "stdio", "command": shim, "args": []}),
             _ => json!({"command": shim, "args": []}),
         };
         if let Some(home) = home {
@@ -158,7 +174,7 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     let coffer_home = coffer_home.as_deref();
 
     if a.print {
-        return print_snippet(a.client, &path, &shim_s, coffer_home, a.remove, claude.is_some());
+        return print_snippet(ctx, a.client, &path, &shim_s, coffer_home, a.remove, claude.is_some());
     }
     if !shim.is_file() && !a.remove {
         return Err(CliError::Failed(format!(
@@ -176,7 +192,8 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
         }
         (client, _) => {
             let entry = client.json_entry(&shim_s, coffer_home);
-            let (o, b) = edit_file(&path, a.remove, |text| json_edit_coffer(text, &entry, a.remove))?;
+            let (o, b) =
+                edit_file(&path, a.remove, |text| json_edit_coffer(text, client.json_section(), &entry, a.remove))?;
             (o, b, "file")
         }
     };
@@ -231,8 +248,11 @@ fn shim_path() -> Result<PathBuf, CliError> {
     Ok(exe.parent().map_or_else(|| PathBuf::from(SHIM), |d| d.join(SHIM)))
 }
 
-/// `--print`: the exact snippet or command on stdout; where it goes on stderr.
+/// `--print`: the exact snippet or command on stdout; where it goes on stderr. With `--json`,
+/// one object instead: `{client, path, remove, kind, instruction, snippet}`, `kind` being
+/// `command` (run it), `toml` or `json` (merge it into `path`) or `key` (delete it from `path`).
 fn print_snippet(
+    ctx: &Ctx,
     client: Client,
     path: &Path,
     shim: &str,
@@ -241,30 +261,45 @@ fn print_snippet(
     claude: bool,
 ) -> Result<(), CliError> {
     let shown = path.display();
-    let snippet = match (client, remove) {
+    let (kind, instruction, snippet) = match (client, remove) {
         (Client::ClaudeCode, false) if claude => {
             let args = claude_add_args(shim, home);
-            format!("claude {}\n", output::shell_join(args.iter().map(String::as_str)))
+            ("command", None, format!("claude {}\n", output::shell_join(args.iter().map(String::as_str))))
         }
-        (Client::ClaudeCode, true) if claude => format!("claude mcp remove --scope user {SERVER_NAME}\n"),
-        (Client::Codex, false) => {
-            eprintln!("# Add to {shown}:");
-            toml_edit_coffer("", shim, home, false).map_err(CliError::Failed)?.1.unwrap_or_default()
+        (Client::ClaudeCode, true) if claude => {
+            ("command", None, format!("claude mcp remove --scope user {SERVER_NAME}\n"))
         }
+        (Client::Codex, false) => (
+            "toml",
+            Some(format!("Add to {shown}:")),
+            toml_edit_coffer("", shim, home, false).map_err(CliError::Failed)?.1.unwrap_or_default(),
+        ),
         (Client::Codex, true) => {
-            eprintln!("# Delete this table from {shown}:");
-            format!("[mcp_servers.{SERVER_NAME}]\n")
+            ("key", Some(format!("Delete this table from {shown}:")), format!("[mcp_servers.{SERVER_NAME}]\n"))
         }
         (client, false) => {
-            eprintln!("# Merge into {shown}:");
-            let doc = json!({"mcpServers": {SERVER_NAME: client.json_entry(shim, home)}});
-            format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default())
+            let doc = json!({client.json_section(): {SERVER_NAME: client.json_entry(shim, home)}});
+            (
+                "json",
+                Some(format!("Merge into {shown}:")),
+                format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default()),
+            )
         }
-        (_, true) => {
-            eprintln!("# Delete this key from {shown}:");
-            format!("mcpServers.{SERVER_NAME}\n")
-        }
+        (client, true) => (
+            "key",
+            Some(format!("Delete this key from {shown}:")),
+            format!("{}.{SERVER_NAME}\n", client.json_section()),
+        ),
     };
+    if ctx.json {
+        return output::print_json(&json!({
+            "client": client.as_str(), "path": path.display().to_string(), "remove": remove,
+            "kind": kind, "instruction": instruction, "snippet": snippet,
+        }));
+    }
+    if let Some(instruction) = instruction {
+        eprintln!("# {instruction}");
+    }
     output::print(&snippet)
 }
 
@@ -436,12 +471,17 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// Sets (or with `remove`, deletes) `mcpServers.coffer` in the JSON text of a client's file,
-/// keeping every other key in its order and the file's indentation.
+/// Sets (or with `remove`, deletes) `<section>.coffer` (`mcpServers`, VS Code's `servers`) in the
+/// JSON text of a client's file, keeping every other key in its order and the file's indentation.
 ///
 /// # Errors
-/// A message when the text is not a JSON object, or `mcpServers` is not an object.
-pub fn json_edit_coffer(text: &str, entry: &Value, remove: bool) -> Result<(Outcome, Option<String>), String> {
+/// A message when the text is not a JSON object, or `section` is not an object.
+pub fn json_edit_coffer(
+    text: &str,
+    section: &str,
+    entry: &Value,
+    remove: bool,
+) -> Result<(Outcome, Option<String>), String> {
     let mut doc: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
     } else {
@@ -449,17 +489,17 @@ pub fn json_edit_coffer(text: &str, entry: &Value, remove: bool) -> Result<(Outc
     };
     let root = doc.as_object_mut().ok_or("the file is not a JSON object")?;
     let outcome = if remove {
-        let Some(servers) = root.get_mut("mcpServers") else {
+        let Some(servers) = root.get_mut(section) else {
             return Ok((Outcome::Absent, None));
         };
-        let servers = servers.as_object_mut().ok_or("mcpServers is not an object")?;
+        let servers = servers.as_object_mut().ok_or_else(|| format!("{section} is not an object"))?;
         if servers.shift_remove(SERVER_NAME).is_none() {
             return Ok((Outcome::Absent, None));
         }
         Outcome::Removed
     } else {
-        let servers = root.entry("mcpServers").or_insert_with(|| Value::Object(Map::new()));
-        let servers = servers.as_object_mut().ok_or("mcpServers is not an object")?;
+        let servers = root.entry(section).or_insert_with(|| Value::Object(Map::new()));
+        let servers = servers.as_object_mut().ok_or_else(|| format!("{section} is not an object"))?;
         let shim = entry["command"].as_str().unwrap_or_default();
         let home = entry["env"][ENV_HOME].as_str();
         match servers.get(SERVER_NAME) {
@@ -599,7 +639,7 @@ mod tests {
     #[test]
     fn json_add_is_idempotent_and_keeps_other_keys() {
         let text = "{\n    \"theme\": \"dark\",\n    \"mcpServers\": {\n        \"fs\": {\"command\": \"npx\"}\n    },\n    \"z\": 1\n}\n";
-        let (o, new) = json_edit_coffer(text, &entry(), false).unwrap();
+        let (o, new) = json_edit_coffer(text, "mcpServers", &entry(), false).unwrap();
         assert_eq!(o, Outcome::Added);
         let new = new.unwrap();
         assert!(new.starts_with("{\n    \"theme\": \"dark\",\n    \"mcpServers\": {\n        \"fs\": {"), "{new}");
@@ -610,22 +650,22 @@ mod tests {
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["theme", "mcpServers", "z"], "order kept");
         // Twice is once.
-        assert_eq!(json_edit_coffer(&new, &entry(), false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(json_edit_coffer(&new, "mcpServers", &entry(), false).unwrap(), (Outcome::Unchanged, None));
         // Another command: updated.
         let other = new.replace(SHIM_PATH, "/old/coffer-mcp-shim");
-        assert_eq!(json_edit_coffer(&other, &entry(), false).unwrap().0, Outcome::Updated);
+        assert_eq!(json_edit_coffer(&other, "mcpServers", &entry(), false).unwrap().0, Outcome::Updated);
         // Remove, then remove again.
-        let (o, removed) = json_edit_coffer(&new, &entry(), true).unwrap();
+        let (o, removed) = json_edit_coffer(&new, "mcpServers", &entry(), true).unwrap();
         assert_eq!(o, Outcome::Removed);
         let removed = removed.unwrap();
         let v: Value = serde_json::from_str(&removed).unwrap();
         assert_eq!(v["mcpServers"], json!({"fs": {"command": "npx"}}));
-        assert_eq!(json_edit_coffer(&removed, &entry(), true).unwrap(), (Outcome::Absent, None));
+        assert_eq!(json_edit_coffer(&removed, "mcpServers", &entry(), true).unwrap(), (Outcome::Absent, None));
     }
 
     #[test]
     fn json_edge_cases() {
-        let (o, t) = json_edit_coffer("", &entry(), false).unwrap();
+        let (o, t) = json_edit_coffer("", "mcpServers", &entry(), false).unwrap();
         assert_eq!(o, Outcome::Added);
         assert_eq!(
             t.unwrap(),
@@ -633,14 +673,18 @@ mod tests {
                 "{{\n  \"mcpServers\": {{\n    \"coffer\": {{\n      \"command\": \"{SHIM_PATH}\",\n      \"args\": []\n    }}\n  }}\n}}\n"
             )
         );
-        assert_eq!(json_edit_coffer("{}", &entry(), true).unwrap(), (Outcome::Absent, None));
-        assert!(json_edit_coffer("{\"a\": ", &entry(), false).unwrap_err().contains("line 1"));
-        assert!(json_edit_coffer("[]", &entry(), false).unwrap_err().contains("not a JSON object"));
-        assert!(json_edit_coffer("{\"mcpServers\": []}", &entry(), false).unwrap_err().contains("not an object"));
+        assert_eq!(json_edit_coffer("{}", "mcpServers", &entry(), true).unwrap(), (Outcome::Absent, None));
+        assert!(json_edit_coffer("{\"a\": ", "mcpServers", &entry(), false).unwrap_err().contains("line 1"));
+        assert!(json_edit_coffer("[]", "mcpServers", &entry(), false).unwrap_err().contains("not a JSON object"));
+        assert!(
+            json_edit_coffer("{\"mcpServers\": []}", "mcpServers", &entry(), false)
+                .unwrap_err()
+                .contains("not an object")
+        );
         // Claude Code's own shape, with an empty env, counts as the same entry.
         let cc = json!({"mcpServers": {"coffer": {"type": "stdio", "command": SHIM_PATH, "args": [], "env": {}}}});
         let e = Client::ClaudeCode.json_entry(SHIM_PATH, None);
-        assert_eq!(json_edit_coffer(&cc.to_string(), &e, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(json_edit_coffer(&cc.to_string(), "mcpServers", &e, false).unwrap(), (Outcome::Unchanged, None));
     }
 
     #[test]
@@ -683,27 +727,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("sub/mcp.json");
         // Removing from a missing file creates nothing.
-        let r = edit_file(&p, true, |t| json_edit_coffer(t, &entry(), true)).unwrap();
+        let r = edit_file(&p, true, |t| json_edit_coffer(t, "mcpServers", &entry(), true)).unwrap();
         assert_eq!(r, (Outcome::Absent, None));
         assert!(!p.exists());
-        let (o, bak) = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap();
+        let (o, bak) = edit_file(&p, false, |t| json_edit_coffer(t, "mcpServers", &entry(), false)).unwrap();
         assert_eq!((o, bak), (Outcome::Added, None), "no backup of a file that did not exist");
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         std::fs::write(&p, "{\"keep\": true}").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let (_, bak) = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap();
+        let (_, bak) = edit_file(&p, false, |t| json_edit_coffer(t, "mcpServers", &entry(), false)).unwrap();
         let bak = bak.unwrap();
         assert_eq!(std::fs::read_to_string(&bak).unwrap(), "{\"keep\": true}");
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644, "mode kept");
         // The backup is taken once: a later change keeps the first one.
-        let (o, again) = edit_file(&p, true, |t| json_edit_coffer(t, &entry(), true)).unwrap();
+        let (o, again) = edit_file(&p, true, |t| json_edit_coffer(t, "mcpServers", &entry(), true)).unwrap();
         assert_eq!((o, again), (Outcome::Removed, None));
         assert_eq!(std::fs::read_to_string(&bak).unwrap(), "{\"keep\": true}");
         let left: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
         // A file that does not parse is left untouched.
         std::fs::write(&p, "{oops").unwrap();
-        let e = edit_file(&p, false, |t| json_edit_coffer(t, &entry(), false)).unwrap_err();
+        let e = edit_file(&p, false, |t| json_edit_coffer(t, "mcpServers", &entry(), false)).unwrap_err();
         assert!(e.to_string().contains("left as it is"), "{e}");
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "{oops");
     }
@@ -714,14 +758,18 @@ mod tests {
         // JSON clients: the entry carries it, and only the same home is "unchanged".
         let entry = Client::Cursor.json_entry(SHIM_PATH, Some(HOME));
         assert_eq!(entry, json!({"command": SHIM_PATH, "args": [], "env": {"COFFER_HOME": HOME}}));
-        let (o, text) = json_edit_coffer("", &entry, false).unwrap();
+        let (o, text) = json_edit_coffer("", "mcpServers", &entry, false).unwrap();
         assert_eq!(o, Outcome::Added);
         let text = text.unwrap();
-        assert_eq!(json_edit_coffer(&text, &entry, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(json_edit_coffer(&text, "mcpServers", &entry, false).unwrap(), (Outcome::Unchanged, None));
         let other = Client::Cursor.json_entry(SHIM_PATH, Some("/elsewhere"));
-        assert_eq!(json_edit_coffer(&text, &other, false).unwrap().0, Outcome::Updated);
+        assert_eq!(json_edit_coffer(&text, "mcpServers", &other, false).unwrap().0, Outcome::Updated);
         let default = Client::Cursor.json_entry(SHIM_PATH, None);
-        assert_eq!(json_edit_coffer(&text, &default, false).unwrap().0, Outcome::Updated, "back to the default home");
+        assert_eq!(
+            json_edit_coffer(&text, "mcpServers", &default, false).unwrap().0,
+            Outcome::Updated,
+            "back to the default home"
+        );
         // Codex: an env table, compared the same way.
         let (_, toml) = toml_edit_coffer("", SHIM_PATH, Some(HOME), false).unwrap();
         let toml = toml.unwrap();

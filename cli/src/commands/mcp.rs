@@ -134,6 +134,10 @@ pub struct AddArgs {
     /// An HTTP header set to the value of a stored credential (repeatable).
     #[arg(long = "header-credential", value_name = "KEY:CREDENTIAL", value_parser = parse_header_credential, conflicts_with = "command")]
     pub header_credentials: Vec<(String, String)>,
+    /// Keep secret-looking --env/--header values in the registry as given, instead of moving
+    /// them to the credential store (not recommended: `mcp show` prints them).
+    #[arg(long)]
+    pub keep_plaintext: bool,
     /// The command that starts a stdio server, and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -197,14 +201,29 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             );
         }
     }
+    let mut body = body;
     let api = ctx.connect().await?;
-    let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await.map_err(|e| {
-        // A reference to a credential that does not exist (400, details {"credential": NAME}).
-        match e.api_details().and_then(|d| d["credential"].as_str()).map(str::to_owned) {
-            Some(c) => e.with_hint(format!("store it first: printf %s \"$VALUE\" | coffer credentials set {c}")),
-            None => e,
+    let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut body).await? };
+    let created = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await;
+    let resp = match created {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing of a failed add stays behind: not the credentials made for it either.
+            remove_credentials(&api, &moved).await;
+            // A reference to a credential that does not exist (400, details {"credential": NAME}).
+            return Err(match e.api_details().and_then(|d| d["credential"].as_str()).map(str::to_owned) {
+                Some(c) => e.with_hint(format!("store it first: printf %s \"$VALUE\" | coffer credentials set {c}")),
+                None => e,
+            });
         }
-    })?;
+    };
+    for m in &moved {
+        eprintln!(
+            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
+             references it (--keep-plaintext keeps such values as given)",
+            m.flag, m.key, m.credential
+        );
+    }
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -218,6 +237,74 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
         out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));
     }
     output::print(&out)
+}
+
+/// A secret-looking `--env`/`--header` value that `mcp add` stored as a credential.
+struct Moved {
+    flag: &'static str,
+    key: String,
+    credential: String,
+}
+
+/// Moves every secret-looking literal value of `body`'s `env` and `headers`
+/// ([`coffer_types::secrets::is_secret`], the rule `mcp import` follows) into a new credential
+/// `<server>-<KEY>` (with a `-2`… suffix rather than replacing an existing credential), and
+/// replaces it in `body` by a reference. Returns what it moved, for the caller to report (and to
+/// remove again if the server cannot be added).
+///
+/// # Errors
+/// API errors listing or storing credentials.
+async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result<Vec<Moved>, CliError> {
+    use coffer_types::secrets::{MAX_CREDENTIAL_NAME, credential_name, is_secret};
+    let mut found = Vec::new();
+    for (field, flag) in [("env", "--env"), ("headers", "--header")] {
+        if let Some(map) = body[field].as_object() {
+            for (k, v) in map {
+                if let Some(v) = v.as_str().filter(|v| is_secret(k, v)) {
+                    found.push((field, flag, k.clone(), v.to_owned()));
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    let listed = api.send(api.request(reqwest::Method::GET, "/v1/credentials")).await?.json()?;
+    let mut taken: std::collections::BTreeSet<String> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect();
+    let mut moved = Vec::new();
+    for (field, flag, key, value) in found {
+        let base = credential_name(server, &key);
+        let credential = std::iter::once(base.clone())
+            .chain((2..).map(|n| {
+                let suffix = format!("-{n}");
+                let stem: String = base.chars().take(MAX_CREDENTIAL_NAME - suffix.len()).collect();
+                format!("{stem}{suffix}")
+            }))
+            .find(|c| !taken.contains(c))
+            .expect("some suffix is free");
+        let put = api.request(reqwest::Method::PUT, &format!("/v1/credentials/{}", path_segment(&credential)));
+        if let Err(e) = api.send(put.json(&json!({"value": value}))).await {
+            remove_credentials(api, &moved).await;
+            return Err(e);
+        }
+        taken.insert(credential.clone());
+        body[field][&key] = json!({"credential_ref": credential});
+        moved.push(Moved { flag, key, credential });
+    }
+    Ok(moved)
+}
+
+/// Best effort: deletes the credentials `mcp add` made, after the add failed.
+async fn remove_credentials(api: &ApiClient, moved: &[Moved]) {
+    for m in moved {
+        let path = format!("/v1/credentials/{}", path_segment(&m.credential));
+        let _ = api.send(api.request(reqwest::Method::DELETE, &path)).await;
+    }
 }
 
 /// The `POST /v1/mcp/servers` body for `a`, with a stdio command resolved against `cwd` and

@@ -33,6 +33,8 @@ const CALL_EXAMPLES: &str = "\
 Examples:
   coffer tools call everything__echo --args '{\"message\":\"hi\"}'
   coffer tools call everything__get-tiny-image --json
+  coffer tools call fs__write_file --args @big-args.json     # arguments from a file
+  jq -n '{message: \"hi\"}' | coffer tools call everything__echo --args -   # or from stdin
 
 Prints text content as text and any other content block as one line of JSON; --json prints the
 CallToolResult unchanged. Exits 1 when the tool reports an error (isError) or is disabled.";
@@ -73,9 +75,71 @@ pub struct NameArg {
 pub struct CallArgs {
     /// The tool's exposed name (`everything__echo`).
     pub name: String,
-    /// The arguments: one JSON object.
-    #[arg(long, value_name = "JSON", value_parser = parse_arguments)]
-    pub args: Option<Value>,
+    /// The arguments: one JSON object, `@FILE` to read it from a file, or `-` to read it from
+    /// stdin (for arguments too large for a command line).
+    #[arg(long, value_name = "JSON|@FILE|-", value_parser = parse_arguments_source)]
+    pub args: Option<ArgumentsSource>,
+}
+
+/// Where `--args` comes from. Inline JSON is checked when the command line is parsed; a file
+/// or stdin is read and checked when the command runs.
+#[derive(Debug, Clone)]
+pub enum ArgumentsSource {
+    Inline(Value),
+    File(std::path::PathBuf),
+    Stdin,
+}
+
+/// Most bytes `--args @FILE` or `--args -` reads: the REST body limit (2 MiB) holds the call.
+const MAX_ARGUMENTS_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Parses `--args`: `-`, `@FILE` or inline JSON (checked by [`parse_arguments`]).
+///
+/// # Errors
+/// A message naming the problem, which clap prints as a usage error (exit 2).
+pub fn parse_arguments_source(s: &str) -> Result<ArgumentsSource, String> {
+    if s == "-" {
+        return Ok(ArgumentsSource::Stdin);
+    }
+    if let Some(path) = s.strip_prefix('@') {
+        if path.is_empty() {
+            return Err("@ must be followed by a file name, e.g. --args @args.json".into());
+        }
+        return Ok(ArgumentsSource::File(path.into()));
+    }
+    parse_arguments(s).map(ArgumentsSource::Inline)
+}
+
+impl ArgumentsSource {
+    /// The arguments object, reading the file or stdin (at most 2 MiB).
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] (exit 2) naming the file or stdin and the problem: unreadable,
+    /// too large, not JSON, not an object.
+    pub fn read(self) -> Result<Value, CliError> {
+        use std::io::Read;
+        let (what, reader): (String, Box<dyn Read>) = match self {
+            ArgumentsSource::Inline(v) => return Ok(v),
+            ArgumentsSource::Stdin => ("stdin".into(), Box::new(std::io::stdin())),
+            ArgumentsSource::File(p) => {
+                let f = std::fs::File::open(&p)
+                    .map_err(|e| CliError::Usage(format!("--args @{}: cannot read it ({e})", p.display())))?;
+                (format!("@{}", p.display()), Box::new(f))
+            }
+        };
+        let mut text = String::new();
+        reader
+            .take(MAX_ARGUMENTS_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| CliError::Usage(format!("--args {what}: cannot read it ({e})")))?;
+        if text.len() as u64 > MAX_ARGUMENTS_BYTES {
+            return Err(CliError::Usage(format!(
+                "--args {what}: more than {} MiB of arguments (the daemon takes at most that)",
+                MAX_ARGUMENTS_BYTES / (1024 * 1024)
+            )));
+        }
+        parse_arguments(&text).map_err(|e| CliError::Usage(format!("--args {what}: {e}")))
+    }
 }
 
 /// Runs one `coffer tools …` command.
@@ -234,9 +298,11 @@ async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliErro
 // call
 
 async fn call(ctx: &Ctx, a: CallArgs) -> Result<(), CliError> {
+    // Read the arguments before reaching the daemon: a bad file is a usage error either way.
+    let arguments = a.args.map(ArgumentsSource::read).transpose()?;
     let api = ctx.connect().await?;
     let mut body = json!({"name": a.name});
-    if let Some(args) = a.args {
+    if let Some(args) = arguments {
         body["arguments"] = args;
     }
     let req = api.request(reqwest::Method::POST, "/v1/tools/call").timeout(CALL_TIMEOUT).json(&body);

@@ -20,9 +20,13 @@
 //! - VS Code: `servers: {NAME: {type, command, args, env, url, headers}}` (also `mcp.servers`
 //!   in a `settings.json`) next to `inputs`.
 //!
-//! Values the client expands when it starts a server (`${VAR}`, `${input:id}`,
-//! `${workspaceFolder}`) cannot be imported: Coffer expands nothing, so such an entry is
-//! reported invalid, naming the variable (never the rest of the value).
+//! Values the client expands when it starts a server (`${VAR}`, `${workspaceFolder}`) cannot be
+//! imported: Coffer expands nothing, so such an entry is reported invalid, naming the variable
+//! (never the rest of the value). An `env` or header value that is exactly VS Code's
+//! `${input:id}` (a value VS Code asks the user for) maps to the credential `<server>-<VAR>`
+//! when it exists; when it does not, the entry is reported invalid with the command that stores
+//! it, so that importing again brings it in. An entry that runs `coffer-mcp-shim` is Coffer
+//! itself: it is skipped (listed with the duplicates), never an error.
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -48,49 +52,11 @@ use crate::state::AppState;
 pub const MAX_ENTRIES: usize = 500;
 /// Longest Coffer server name (the store's rule: `^[a-z0-9][a-z0-9-]{0,23}$`).
 pub const MAX_NAME: usize = 24;
-/// Longest credential name (the store's rule: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).
-pub const MAX_CREDENTIAL_NAME: usize = 64;
+pub use coffer_types::secrets::MAX_CREDENTIAL_NAME;
 /// Server names the registry refuses.
 const RESERVED: &[&str] = &["coffer"];
 /// The shim's file name: an entry running it is Coffer itself.
 const SHIM: &str = "coffer-mcp-shim";
-/// Words in an `env` or header name that make its value a secret (matched case-insensitively
-/// anywhere in the name).
-const SECRET_WORDS: &[&str] = &["token", "key", "secret", "password", "passwd", "auth", "credential"];
-/// Prefixes of well-known token formats (GitHub, GitLab, OpenAI/Anthropic/Stripe, Slack, AWS,
-/// Google, npm, Hugging Face, PyPI, Shopify).
-const TOKEN_PREFIXES: &[&str] = &[
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "glpat-",
-    "sk-",
-    "sk_live_",
-    "sk_test_",
-    "rk_live_",
-    "xoxb-",
-    "xoxp-",
-    "xoxa-",
-    "xoxs-",
-    "xapp-",
-    "AKIA",
-    "ASIA",
-    "AIza",
-    "npm_",
-    "hf_",
-    "pypi-",
-    "shpat_",
-];
-/// Authorization schemes whose value is a credential (matched case-insensitively).
-const AUTH_SCHEMES: &[&str] = &["bearer ", "basic ", "token "];
-/// Shortest unlabelled string that counts as a token on entropy alone.
-const ENTROPY_MIN_LEN: usize = 32;
-/// Shannon entropy (bits per character) from which such a string counts as a token.
-const ENTROPY_MIN_BITS: f64 = 3.5;
-
 /// The import route.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/v1/mcp/import", post(import))
@@ -276,13 +242,21 @@ fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, S
             continue;
         }
         let s = scalar(v).ok_or_else(|| format!("{field} value of {k:?} is not a string"))?;
-        no_expansion(&format!("{field} value of {k:?}"), &s)?;
+        if input_id(&s).is_none() {
+            no_expansion(&format!("{field} value of {k:?}"), &s)?;
+        }
         if s.starts_with(REF_PREFIX) {
             return Err(format!("{field} value of {k:?} starts with Coffer's reserved prefix {REF_PREFIX:?}"));
         }
         out.push((k.clone(), s));
     }
     Ok(out)
+}
+
+/// The id of a value that is exactly VS Code's `${input:id}`, else `None`.
+fn input_id(value: &str) -> Option<&str> {
+    let id = value.strip_prefix("${input:")?.strip_suffix('}')?;
+    (!id.is_empty() && !id.contains(['{', '}', '$'])).then_some(id)
 }
 
 /// Fails when `value` holds a `${…}` reference, naming the field and only the reference.
@@ -333,58 +307,10 @@ fn unique(base: &str, max: usize, taken: impl Fn(&str) -> bool) -> String {
         .expect("some suffix is free")
 }
 
-/// The credential name for variable (or header) `var` of server `server`: `<server>-<var>`,
-/// characters the credential store refuses replaced by `_`, at most [`MAX_CREDENTIAL_NAME`].
-pub fn credential_name(server: &str, var: &str) -> String {
-    let var: String =
-        var.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' }).collect();
-    let mut name = format!("{server}-{var}");
-    name.truncate(MAX_CREDENTIAL_NAME);
-    name
-}
-
 // ---------------------------------------------------------------------------------------------
 // Secrets.
 
-/// True when the `env` variable or header `key` with `value` should go to the credential store:
-/// its name contains one of [`SECRET_WORDS`] (case-insensitive), or the value looks like a
-/// token ([`looks_like_token`]). Empty values are never secrets.
-pub fn is_secret(key: &str, value: &str) -> bool {
-    if value.is_empty() {
-        return false;
-    }
-    let k = key.to_ascii_lowercase();
-    SECRET_WORDS.iter().any(|w| k.contains(w)) || looks_like_token(value)
-}
-
-/// True for a value that looks like a credential whatever it is called: a well-known token
-/// prefix ([`TOKEN_PREFIXES`]) followed by at least 8 more characters, an authorization scheme
-/// (`Bearer …`), or a long ([`ENTROPY_MIN_LEN`]+), unbroken, high-entropy string of letters
-/// and digits that is not a path or URL.
-pub fn looks_like_token(value: &str) -> bool {
-    let v = value.trim();
-    if TOKEN_PREFIXES.iter().any(|p| v.len() >= p.len() + 8 && v.starts_with(p) && !v.contains(char::is_whitespace)) {
-        return true;
-    }
-    let lower = v.to_ascii_lowercase();
-    if AUTH_SCHEMES.iter().any(|s| lower.starts_with(s) && v.len() > s.len() + 3) {
-        return true;
-    }
-    let charset = v.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=_-.".contains(&b));
-    let pathish = v.starts_with(['/', '.', '~']) || v.contains("://");
-    let mixed = v.bytes().any(|b| b.is_ascii_digit()) && v.bytes().any(|b| b.is_ascii_alphabetic());
-    v.len() >= ENTROPY_MIN_LEN && charset && !pathish && mixed && entropy_bits(v) >= ENTROPY_MIN_BITS
-}
-
-/// Shannon entropy of `s` in bits per character.
-fn entropy_bits(s: &str) -> f64 {
-    let mut counts: HashMap<u8, usize> = HashMap::new();
-    for b in s.bytes() {
-        *counts.entry(b).or_default() += 1;
-    }
-    let n = s.len() as f64;
-    counts.values().map(|&c| c as f64 / n).map(|p| -p * p.log2()).sum()
-}
+pub use coffer_types::secrets::{credential_name, is_secret, looks_like_token};
 
 // ---------------------------------------------------------------------------------------------
 // Planning.
@@ -478,10 +404,10 @@ pub fn plan(
             }
         };
         if def.transport == "stdio" && FsPath::new(&def.command).file_name().is_some_and(|n| n == SHIM) {
-            p.invalid.push(Skipped::new(
+            p.duplicates.push(Skipped::new(
                 &base,
                 f,
-                "this entry is Coffer itself (coffer-mcp-shim); importing it would make Coffer its own upstream",
+                "this entry is Coffer itself (coffer-mcp-shim, as `coffer connect` writes it); skipped",
             ));
             continue;
         }
@@ -555,11 +481,29 @@ fn plan_one(
             ));
         }
     }
+    // VS Code's `${input:id}` values: the credential `<server>-<VAR>` stands for each, and must
+    // exist already (the user stores it, then imports again).
+    for (field, pairs) in [("env", &def.env), ("headers", &def.headers)] {
+        for (k, v) in pairs.iter().filter(|(_, v)| input_id(v).is_some()) {
+            let cred = credential_name(name, k);
+            if !used.contains(&cred) {
+                return Err(format!(
+                    "{field} value of {k:?} is {}, a value VS Code asks you for when it starts the server; store it as \
+                     a credential, then import again: printf %s \"$VALUE\" | coffer credentials set {cred}",
+                    shorten(v, 60)
+                ));
+            }
+            warnings.push(format!("{field} value of {k:?} ({}) is the credential {cred}", shorten(v, 60)));
+        }
+    }
     let mut credentials = Vec::new();
     let mut secure = |pairs: &[(String, String)]| -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| {
+                if input_id(v).is_some() {
+                    return (k.clone(), encode_ref(&credential_name(name, k)));
+                }
                 if !is_secret(k, v) {
                     return (k.clone(), v.clone());
                 }
@@ -937,7 +881,7 @@ mod tests {
         // BRAVE_API_KEY is a secret by its name, however short its value.
         assert_eq!(p.imported[0].credentials[0].0, "web-search-BRAVE_API_KEY");
         assert!(reason(&p.duplicates, "remote").contains("already registered"));
-        assert!(reason(&p.invalid, "Coffer").contains("Coffer itself"));
+        assert!(reason(&p.duplicates, "Coffer").contains("Coffer itself"));
     }
 
     #[test]
@@ -945,8 +889,24 @@ mod tests {
         let p = run(VSCODE, &[], &[]);
         assert_eq!(p.format, "vscode");
         assert_eq!(names(&p), ["fetch", "github"]);
-        assert!(reason(&p.invalid, "Perplexity").contains("${input:perplexity-key}"));
-        assert!(!reason(&p.invalid, "Perplexity").contains("description"));
+        let r = reason(&p.invalid, "Perplexity");
+        assert!(r.contains("${input:perplexity-key}") && !r.contains("description"), "{r}");
+        assert!(r.contains("coffer credentials set perplexity-PERPLEXITY_API_KEY"), "the fix is offered: {r}");
+        // Once that credential exists, importing again references it.
+        let again = run(VSCODE, &[], &["perplexity-PERPLEXITY_API_KEY"]);
+        assert_eq!(names(&again), ["perplexity", "fetch", "github"]);
+        let perplexity = &again.imported[0];
+        assert_eq!(perplexity.server.env["PERPLEXITY_API_KEY"], "coffer-credential-ref:perplexity-PERPLEXITY_API_KEY");
+        assert!(perplexity.credentials.is_empty(), "nothing new is stored");
+        assert!(
+            perplexity.warnings[0].contains("is the credential perplexity-PERPLEXITY_API_KEY"),
+            "{:?}",
+            perplexity.warnings
+        );
+        // A value that only contains an input reference is still refused.
+        let mixed = json!({"servers": {"x": {"command": "/bin/sh", "env": {"K": "Bearer ${input:k}"}}}});
+        let m = plan(&mixed, &BTreeSet::new(), &BTreeSet::from(["x-K".to_owned()]), lookup).unwrap();
+        assert!(reason(&m.invalid, "x").contains("Coffer expands no variables"), "{:?}", m.invalid);
         assert!(reason(&p.invalid, "legacy").contains("sse"));
         assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
         let settings = json!({"editor.fontSize": 14, "mcp": {"servers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"]}}}});
@@ -997,37 +957,6 @@ mod tests {
         assert_eq!(p.imported[1].credentials[0].0, "github-GITHUB_PERSONAL_ACCESS_TOKEN-2");
         for (n, _) in p.imported.iter().flat_map(|i| &i.credentials) {
             assert!(crate::credentials::valid_name(n), "{n}");
-        }
-    }
-
-    #[test]
-    fn secrets_by_name_and_by_shape() {
-        for (k, v) in [
-            ("GITHUB_TOKEN", "x1"),
-            ("api_key", "abc"),
-            ("Authorization", "Basic dXNlcjpwYXNz"),
-            ("DB_PASSWORD", "hunter2"),
-            ("CLIENT_SECRET", "s"),
-            ("X-Auth-User", "u"),
-            ("AWS_CREDENTIALS", "c"),
-            ("ANYTHING", "ghp_0123456789abcdefghij"),
-            ("ANYTHING", "sk-proj-0123456789abcdef"),
-            ("ANYTHING", "Bearer abc.def.ghi"),
-            ("ANYTHING", "xoxb-123456789012-abcdef"),
-            ("ANYTHING", "Zx8f0Qm3Lr7Tb2Wn9Kc4Vd6Hj1Ps5Ya0"),
-        ] {
-            assert!(is_secret(k, v), "{k}={v}");
-        }
-        for (k, v) in [
-            ("LOG_LEVEL", "debug"),
-            ("GITHUB_TOKEN", ""),
-            ("PATH_TO_DB", "/home/me/projects/some/long/path/to/the/database.sqlite"),
-            ("URL", "https://example.com/a/b/c/d/e/f/g/h/i/j/k/l/m/n"),
-            ("MODE", "production-environment-variable-name"),
-            ("SHORT", "sk-1"),
-            ("ID", "00000000000000000000000000000000000"),
-        ] {
-            assert!(!is_secret(k, v), "{k}={v}");
         }
     }
 

@@ -212,19 +212,10 @@ fn spawn_daemon(home: &CofferHome) -> Result<crate::spawn::ManagedChild, Connect
     spec.detached = true;
     spec.stdout = Stdio::from(out);
     spec.stderr = Stdio::from(err);
-    // The daemon reads its own configuration from these; everything else COFFER_* is stripped.
-    for var in [
-        crate::env::HOME,
-        crate::env::PORT,
-        crate::env::PORT_RANGE,
-        crate::env::LOG,
-        crate::env::SCHED_SLICE_US,
-        crate::env::BACKGROUND_NICE,
-    ] {
-        if let Some(v) = std::env::var_os(var) {
-            spec.env.push((var.into(), v));
-        }
-    }
+    // The daemon outlives this entry point and serves every later client: it starts from the
+    // documented base environment (crate::base_env), never from this client's whole one.
+    spec.env_clear = true;
+    spec.env = crate::base_env::base_environment(std::env::vars_os());
     spec.env.push((crate::env::HOME.into(), home.root().as_os_str().to_owned()));
     Ok(crate::spawn::spawn(spec)?)
 }

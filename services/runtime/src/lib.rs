@@ -9,6 +9,7 @@
 //! - [`connect`]: detect-or-spawn, shared by the shim and the CLI.
 //! - [`token`]: random tokens and constant-time comparison.
 
+pub mod base_env;
 pub mod connect;
 pub mod daemon_file;
 pub mod digest;

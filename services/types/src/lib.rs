@@ -6,3 +6,5 @@
 /// The reserved server name under which Coffer's own built-in tools are exposed
 /// (`coffer__search_tools`, …). No registered MCP server may take it.
 pub const BUILTIN_SERVER: &str = "coffer";
+
+pub mod secrets;
