@@ -73,6 +73,10 @@ async fn everything_main_path_list_call_disable_and_log() -> anyhow::Result<()> 
     ensure!(outcomes.contains(&"ok") && outcomes.contains(&"disabled"), "{outcomes:?}");
     ensure!(rows.iter().all(|r| r["session_id"] == s.id.as_str() && r["server"] == "everything"));
     ensure!(!serde_json::to_string(&rows)?.contains("hello coffer"), "arguments never stored");
+    // An MCP client session's calls are recorded as actor `mcp`, and the log filters on it.
+    ensure!(rows.iter().all(|r| r["actor"] == "mcp"), "{rows:?}");
+    ensure!(invocations(&api, "target=everything__echo&actor=mcp").await?.len() == rows.len());
+    ensure!(invocations(&api, "actor=agent").await?.is_empty());
 
     // Re-enable: works again.
     api.request(reqwest::Method::PATCH, "/v1/tools/everything__echo").json(&json!({"enabled": true})).reply().await?;

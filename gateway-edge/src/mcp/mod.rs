@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coffer_proto::store::store_client::StoreClient;
+use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_proto::store::{McpServer, ResolveCredentialsRequest};
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
@@ -83,7 +83,7 @@ pub struct Shared {
     pub health: Health,
     recorder: invocations::Recorder,
     /// For resolving credential references when an upstream starts.
-    store: StoreClient<AuthChannel>,
+    store: CredentialsClient<AuthChannel>,
 }
 
 impl Shared {
@@ -177,6 +177,7 @@ impl Shared {
             duration: elapsed,
             outcome,
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+            actor: std::borrow::Cow::Borrowed(invocations::MCP_ACTOR),
         });
     }
 }
@@ -193,7 +194,7 @@ impl Gateway {
     /// reaper.
     pub fn new(
         home: CofferHome,
-        store: StoreClient<AuthChannel>,
+        store: CredentialsClient<AuthChannel>,
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
         shutdown: CancellationToken,
@@ -347,7 +348,7 @@ impl Gateway {
                         "unhealthy"
                     };
                     json!({
-                        "name": n, "enabled": s.enabled, "transport": s.transport, "state": state,
+                        "name": n, "enabled": s.enabled, "transport": s.transport().as_str(), "state": state,
                         "running": running.get(n).copied().unwrap_or(0),
                         "last_error": if err.is_empty() { Value::Null } else { Value::String(err) },
                         "last_error_at": if at.is_empty() { Value::Null } else { Value::String(at) },
