@@ -13,6 +13,7 @@ pub mod middleware;
 pub mod rest;
 pub mod snapshot;
 pub mod state;
+pub mod store;
 
 use std::sync::Arc;
 
@@ -70,11 +71,7 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let internal = coffer_runtime::grpc::internal_token_from_env()?;
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
-    let store = coffer_proto::store::store_client::StoreClient::new(coffer_runtime::grpc::channel(
-        &env(cenv::STORE_ADDR)?,
-        &internal,
-    )?)
-    .max_decoding_message_size(64 * 1024 * 1024);
+    let store = store::StoreClients::new(coffer_runtime::grpc::channel(&env(cenv::STORE_ADDR)?, &internal)?);
     let control = coffer_proto::control::control_client::ControlClient::new(coffer_runtime::grpc::channel(
         &env(cenv::CONTROL_ADDR)?,
         &internal,
@@ -84,7 +81,7 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
     let snapshot_ready = snapshot.clone();
     let recorder = mcp::invocations::Recorder::spawn(env(cenv::STORE_ADDR)?, internal.clone())?;
-    let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.clone()));
+    let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.credentials.clone()));
     let gateway = mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, shutdown.clone());
     let state = Arc::new(AppState {
         public_token,

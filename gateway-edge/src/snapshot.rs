@@ -6,13 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coffer_proto::store::store_client::StoreClient;
 use coffer_proto::store::{
-    GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListServersRequest, McpServer, WatchChangesRequest,
+    CapabilityKind, ChangeEntity, GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListServersRequest,
+    McpServer, WatchChangesRequest,
 };
-use coffer_runtime::grpc::AuthChannel;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use crate::store::StoreClients;
 
 /// Capability kinds with per-capability preferences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +37,23 @@ impl Kind {
             "prompt" | "prompts" => Some(Kind::Prompt),
             "resource" | "resources" => Some(Kind::Resource),
             _ => None,
+        }
+    }
+    /// The store's kind.
+    pub fn to_proto(self) -> CapabilityKind {
+        match self {
+            Kind::Tool => CapabilityKind::Tool,
+            Kind::Prompt => CapabilityKind::Prompt,
+            Kind::Resource => CapabilityKind::Resource,
+        }
+    }
+    /// The kind the store's names; `None` for `Unspecified`.
+    pub fn from_proto(kind: CapabilityKind) -> Option<Self> {
+        match kind {
+            CapabilityKind::Tool => Some(Kind::Tool),
+            CapabilityKind::Prompt => Some(Kind::Prompt),
+            CapabilityKind::Resource => Some(Kind::Resource),
+            CapabilityKind::Unspecified => None,
         }
     }
 }
@@ -128,7 +146,7 @@ impl SnapshotHandle {
 }
 
 /// Starts the task that keeps the snapshot fresh; it ends when `shutdown` is cancelled.
-pub fn start(store: StoreClient<AuthChannel>, shutdown: CancellationToken) -> SnapshotHandle {
+pub fn start(store: StoreClients, shutdown: CancellationToken) -> SnapshotHandle {
     let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(50);
@@ -178,15 +196,25 @@ impl Feed {
     }
 }
 
-async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot, tonic::Status> {
-    let servers = store.list_servers(ListServersRequest {}).await?.into_inner().servers;
-    let prefs =
-        store.list_preferences(ListPreferencesRequest { server: String::new() }).await?.into_inner().preferences;
-    let settings = store.get_settings(GetSettingsRequest {}).await?.into_inner().values;
+async fn load(store: &mut StoreClients, seq: u64) -> Result<Snapshot, tonic::Status> {
+    let servers = store.registry.list_servers(ListServersRequest {}).await?.into_inner().servers;
+    let prefs = store
+        .registry
+        .list_preferences(ListPreferencesRequest { server: String::new() })
+        .await?
+        .into_inner()
+        .preferences;
+    let settings = store.settings.get_settings(GetSettingsRequest {}).await?.into_inner().values;
     Ok(Snapshot {
         seq,
         servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
-        prefs: prefs.into_iter().filter_map(|p| Some(((p.server, Kind::parse(&p.kind)?, p.name), p.enabled))).collect(),
+        prefs: prefs
+            .into_iter()
+            .filter_map(|p| {
+                let kind = Kind::from_proto(p.kind())?;
+                Some(((p.server, kind, p.name), p.enabled))
+            })
+            .collect(),
         settings,
         credential_epochs: HashMap::new(),
         loaded: true,
@@ -199,7 +227,7 @@ async fn load(store: &mut StoreClient<AuthChannel>, seq: u64) -> Result<Snapshot
 /// credential epochs those changes moved, so a write that waits for the snapshot to reach its
 /// change number sees its effect on running upstreams too.
 async fn follow(
-    mut store: StoreClient<AuthChannel>,
+    mut store: StoreClients,
     tx: &watch::Sender<Arc<Snapshot>>,
     feed: &mut Feed,
 ) -> Result<(), tonic::Status> {
@@ -207,10 +235,10 @@ async fn follow(
         snap.credential_epochs = feed.epochs(&snap.servers);
         tx.send_replace(Arc::new(snap));
     };
-    let head = store.head(HeadRequest {}).await?.into_inner().seq;
+    let head = store.changes.head(HeadRequest {}).await?.into_inner().seq;
     let from = feed.seen.map_or(head, |seen| seen.min(head));
     feed.seen = Some(from);
-    let mut stream = store.watch_changes(WatchChangesRequest { from_seq: from }).await?.into_inner();
+    let mut stream = store.changes.watch_changes(WatchChangesRequest { from_seq: from }).await?.into_inner();
     let snap = load(&mut store, head).await?;
     let mut current = snap.seq;
     let mut held = None;
@@ -221,7 +249,7 @@ async fn follow(
     }
     while let Some(change) = stream.message().await? {
         feed.seen = feed.seen.max(Some(change.seq));
-        if change.entity == "credential" {
+        if change.entity() == ChangeEntity::Credential {
             feed.credentials.insert(change.key, change.seq);
         }
         if change.seq >= current

@@ -3,13 +3,13 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use coffer_proto::control::control_client::ControlClient;
-use coffer_proto::store::store_client::StoreClient;
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 use crate::snapshot::SnapshotHandle;
+use crate::store::StoreClients;
 
 /// Web-session ids issued by the web page's one-time login (none until that page exists).
 #[derive(Default)]
@@ -30,7 +30,7 @@ pub struct AppState {
     pub port: u16,
     pub pid: u32,
     pub started_at: String,
-    pub store: StoreClient<AuthChannel>,
+    pub store: StoreClients,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     pub web_sessions: WebSessions,

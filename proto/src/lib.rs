@@ -8,9 +8,68 @@ pub mod control {
     tonic::include_proto!("coffer.control.v1");
 }
 
-/// `coffer.store.v1`: typed access to `coffer.db` through the store service.
+/// `coffer.store.v1`: typed access to `coffer.db` through the store, one gRPC service per
+/// domain, all served by `coffer-store`: [`registry_client::RegistryClient`],
+/// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],
+/// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
+/// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`] (and their
+/// `*_server` counterparts).
+///
+/// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
+/// ("stdio", "upstream_error", …). Each enum's `as_str` and `parse` below are that spelling,
+/// in one place, for the store's SQL and the edge's JSON alike (`parse` never yields
+/// `Unspecified`; its `as_str` is `""`).
 pub mod store {
     tonic::include_proto!("coffer.store.v1");
+
+    /// `as_str`/`parse` between an enum and its REST/database word.
+    macro_rules! words {
+        ($ty:ident { $($variant:ident => $word:literal),+ $(,)? }) => {
+            impl $ty {
+                /// The REST/database word (`""` for `Unspecified`).
+                pub const fn as_str(self) -> &'static str {
+                    match self {
+                        $ty::Unspecified => "",
+                        $($ty::$variant => $word,)+
+                    }
+                }
+                /// The value a REST/database word names; `None` for any other string.
+                pub fn parse(word: &str) -> Option<Self> {
+                    match word {
+                        $($word => Some($ty::$variant),)+
+                        _ => None,
+                    }
+                }
+                /// Every value but `Unspecified`, in declaration order.
+                pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+            }
+        };
+    }
+
+    words!(Transport { Stdio => "stdio", Http => "http" });
+    words!(CapabilityKind { Tool => "tool", Prompt => "prompt", Resource => "resource" });
+    words!(AuditOutcome { Ok => "ok", Error => "error" });
+    words!(InvocationMethod {
+        ToolsCall => "tools/call",
+        ResourcesRead => "resources/read",
+        PromptsGet => "prompts/get",
+    });
+    words!(InvocationOutcome {
+        Ok => "ok",
+        UpstreamError => "upstream_error",
+        Disabled => "disabled",
+        Timeout => "timeout",
+        Unreachable => "unreachable",
+        Invalid => "invalid",
+        Cancelled => "cancelled",
+    });
+    words!(ChangeEntity {
+        Server => "server",
+        Preference => "preference",
+        Setting => "settings",
+        Credential => "credential",
+    });
+    words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });
 
     // Hand-written Debug for the messages that carry credential values (their generated one is
     // skipped in build.rs): names only, never a value.
@@ -37,3 +96,38 @@ pub mod store {
 pub const INTERNAL_TOKEN_HEADER: &str = "x-coffer-internal-token";
 /// Metadata key carrying the trace id of the request that caused an internal call.
 pub const TRACE_HEADER: &str = "x-coffer-trace";
+
+#[cfg(test)]
+mod tests {
+    use super::store::*;
+
+    #[test]
+    fn enum_words_round_trip_and_unspecified_has_none() {
+        fn check<T: Copy + PartialEq + std::fmt::Debug>(
+            all: &[T],
+            as_str: fn(T) -> &'static str,
+            parse: fn(&str) -> Option<T>,
+        ) {
+            for &v in all {
+                assert!(!as_str(v).is_empty(), "{v:?}");
+                assert_eq!(parse(as_str(v)), Some(v));
+            }
+            assert_eq!(parse(""), None);
+        }
+        check(Transport::ALL, Transport::as_str, Transport::parse);
+        check(CapabilityKind::ALL, CapabilityKind::as_str, CapabilityKind::parse);
+        check(AuditOutcome::ALL, AuditOutcome::as_str, AuditOutcome::parse);
+        check(InvocationMethod::ALL, InvocationMethod::as_str, InvocationMethod::parse);
+        check(InvocationOutcome::ALL, InvocationOutcome::as_str, InvocationOutcome::parse);
+        check(ChangeEntity::ALL, ChangeEntity::as_str, ChangeEntity::parse);
+        check(ChangeOp::ALL, ChangeOp::as_str, ChangeOp::parse);
+        assert_eq!(Transport::Unspecified.as_str(), "");
+        assert_eq!(Transport::parse("TRANSPORT_STDIO"), None);
+        // The words the REST API has always used.
+        assert_eq!(
+            InvocationOutcome::ALL.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+            ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]
+        );
+        assert_eq!(ChangeEntity::Setting.as_str(), "settings");
+    }
+}

@@ -247,7 +247,7 @@ fn audit_actions_in_sources() -> anyhow::Result<BTreeSet<String>> {
     const PREFIXES: &[&str] = &["server", "capability", "settings", "credential", "mcp", "backup", "maintenance"];
     const NOT_ACTIONS: &[&str] = &["mcp.servers"];
     let mut found = BTreeSet::new();
-    for dir in ["services/store/src", "gateway-edge/src/rest"] {
+    for dir in ["services/store/src", "services/store/src/domain", "gateway-edge/src/rest"] {
         for entry in std::fs::read_dir(root.join(dir))? {
             let path = entry?.path();
             if path.extension().is_none_or(|e| e != "rs") {

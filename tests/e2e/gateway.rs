@@ -73,6 +73,10 @@ async fn everything_main_path_list_call_disable_and_log() -> anyhow::Result<()> 
     ensure!(outcomes.contains(&"ok") && outcomes.contains(&"disabled"), "{outcomes:?}");
     ensure!(rows.iter().all(|r| r["session_id"] == s.id.as_str() && r["server"] == "everything"));
     ensure!(!serde_json::to_string(&rows)?.contains("hello coffer"), "arguments never stored");
+    // An MCP client session's calls are recorded as actor `mcp`, and the log filters on it.
+    ensure!(rows.iter().all(|r| r["actor"] == "mcp"), "{rows:?}");
+    ensure!(invocations(&api, "target=everything__echo&actor=mcp").await?.len() == rows.len());
+    ensure!(invocations(&api, "actor=agent").await?.is_empty());
 
     // Re-enable: works again.
     api.request(reqwest::Method::PATCH, "/v1/tools/everything__echo").json(&json!({"enabled": true})).reply().await?;
@@ -705,13 +709,15 @@ async fn huge_unknown_names_neither_bloat_errors_nor_push_records_out_of_the_log
             &message[..message.len().min(300)]
         );
     }
-    let rows = wait_for("20 echo records", Duration::from_secs(20), || async {
-        let rows = invocations(&api, "target=tiny__echo").await?;
-        Ok((rows.len() >= 20).then_some(rows))
+    // Every record, the refused calls' too: the last of them may come in the batch after the
+    // last echo's (batches are cut by time), so wait for all 40, not for the echoes alone.
+    let all = wait_for("40 invocation records", Duration::from_secs(20), || async {
+        let rows = invocations(&api, "limit=100").await?;
+        Ok((rows.len() >= 40).then_some(rows))
     })
     .await?;
+    let rows = invocations(&api, "target=tiny__echo").await?;
     assert_eq!(rows.len(), 20);
-    let all = invocations(&api, "limit=100").await?;
     let long: Vec<&Value> = all.iter().filter(|r| r["target"] != "tiny__echo").collect();
     assert_eq!(long.len(), 20, "the refused calls are recorded too");
     ensure!(long.iter().all(|r| r["server"].as_str().is_some_and(|s| s.len() <= 128)), "{:?}", long[0]["server"]);

@@ -17,6 +17,7 @@ Examples:
   coffer invocations
   coffer invocations --server everything --since 1h
   coffer invocations --tool everything__echo --outcome disabled --limit 10
+  coffer invocations --actor mcp
   coffer invocations --since 2026-11-30 --until 2026-12-01T12:00:00Z --json
 
 --since and --until take a duration ago (90s, 15m, 2h, 7d), a date (its midnight UTC) or an
@@ -35,6 +36,9 @@ pub struct InvocationsArgs {
     /// Only calls that ended this way.
     #[arg(long, value_name = "OUTCOME", value_parser = PossibleValuesParser::new(OUTCOMES))]
     pub outcome: Option<String>,
+    /// Only calls by this caller (mcp: MCP client sessions).
+    #[arg(long, value_name = "ACTOR")]
+    pub actor: Option<String>,
     /// Only calls at or after this time (15m, 2h, 7d, 2026-11-30, RFC 3339).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
@@ -63,6 +67,7 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
             ("server", a.server.as_deref()),
             ("target", a.tool.as_deref()),
             ("outcome", a.outcome.as_deref()),
+            ("actor", a.actor.as_deref()),
             ("since", a.since.as_deref()),
             ("until", a.until.as_deref()),
             ("limit", Some(&limit)),
@@ -84,7 +89,7 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The invocations table: TIME (UTC) TARGET SERVER OUTCOME DURATION.
+/// The invocations table: TIME (UTC) TARGET SERVER ACTOR OUTCOME DURATION.
 pub fn render_invocations(items: &[Value]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -93,12 +98,13 @@ pub fn render_invocations(items: &[Value]) -> String {
                 i["at"].as_str().map_or_else(|| "-".into(), output::format_time),
                 cell(i.get("target"), 80),
                 cell(i.get("server"), 40),
+                cell(i.get("actor"), 40),
                 cell(i.get("outcome"), 20),
                 i["duration_ms"].as_u64().map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
             ]
         })
         .collect();
-    render_table(&["TIME (UTC)", "TARGET", "SERVER", "OUTCOME", "DURATION"], &rows)
+    render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "OUTCOME", "DURATION"], &rows)
 }
 
 /// On stderr, how to get the next page when the body has a `next_cursor`.
@@ -118,15 +124,17 @@ mod tests {
     fn invocations_table() {
         let items = vec![
             json!({"id":5,"at":"2026-11-30T09:57:00.211Z","target":"everything__echo","method":"tools/call",
-                   "server":"everything","session_id":"s","duration_ms":0,"outcome":"disabled","trace_id":"t"}),
+                   "server":"everything","session_id":"s","duration_ms":0,"outcome":"disabled","trace_id":"t",
+                   "actor":"mcp"}),
             json!({"id":3,"at":"2026-11-30T09:57:00.176Z","target":"everything__get-sum","method":"tools/call",
-                   "server":"everything","session_id":"s","duration_ms":1234,"outcome":"ok","trace_id":"t"}),
+                   "server":"everything","session_id":"s","duration_ms":1234,"outcome":"ok","trace_id":"t",
+                   "actor":"channel:telegram"}),
         ];
         assert_eq!(
             render_invocations(&items),
-            "TIME (UTC)           TARGET               SERVER      OUTCOME   DURATION\n\
-             2026-11-30 09:57:00  everything__echo     everything  disabled  0 ms\n\
-             2026-11-30 09:57:00  everything__get-sum  everything  ok        1234 ms\n"
+            "TIME (UTC)           TARGET               SERVER      ACTOR             OUTCOME   DURATION\n\
+             2026-11-30 09:57:00  everything__echo     everything  mcp               disabled  0 ms\n\
+             2026-11-30 09:57:00  everything__get-sum  everything  channel:telegram  ok        1234 ms\n"
         );
     }
 
@@ -137,7 +145,7 @@ mod tests {
             full.extend_from_slice(args);
             crate::Cli::try_parse_from(full)
         };
-        assert!(parse(&["--outcome", "ok", "--since", "1h", "--limit", "500"]).is_ok());
+        assert!(parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp"]).is_ok());
         for bad in [&["--outcome", "great"][..], &["--limit", "0"], &["--limit", "501"], &["--limit", "x"]] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }

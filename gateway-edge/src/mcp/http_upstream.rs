@@ -1192,7 +1192,7 @@ mod tests {
     fn server(url: &str) -> McpServer {
         McpServer {
             name: "fake".into(),
-            transport: "http".into(),
+            transport: coffer_proto::store::Transport::Http.into(),
             url: url.into(),
             headers: HashMap::from([("X-Api-Key".to_owned(), SECRET.to_owned())]),
             ..Default::default()

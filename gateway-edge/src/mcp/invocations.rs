@@ -7,15 +7,19 @@
 //! and writes them in batches (up to [`INVOCATION_BATCH`] per request, gathered for [`GATHER`]),
 //! so building and encoding a batch of thousands never holds up the gateway's thread, which
 //! relays every call.
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use coffer_proto::store::store_client::StoreClient;
-use coffer_proto::store::{AppendInvocationsRequest, Invocation};
+use coffer_proto::store::invocations_client::InvocationsClient;
+use coffer_proto::store::{AppendInvocationsRequest, Invocation, InvocationMethod, InvocationOutcome};
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
 use tokio::sync::mpsc;
 
 use super::Outcome;
+
+/// The actor recorded for calls from an MCP client session.
+pub const MCP_ACTOR: &str = "mcp";
 
 /// Longest `target` kept in an invocation record, in bytes.
 pub const MAX_RECORDED_TARGET: usize = 1024;
@@ -42,6 +46,8 @@ pub struct Record {
     pub duration: Duration,
     pub outcome: Outcome,
     pub trace_id: String,
+    /// Who called: [`MCP_ACTOR`] for an MCP client session (borrowed: no allocation per call).
+    pub actor: Cow<'static, str>,
 }
 
 impl Record {
@@ -52,13 +58,27 @@ impl Record {
             id: 0,
             at: coffer_runtime::rfc3339_from_unix_ms(ms),
             target: self.target,
-            method: self.method.to_owned(),
+            method: InvocationMethod::parse(self.method).unwrap_or_default().into(),
             server: self.server,
             session_id: self.session_id,
             duration_ms: self.duration.as_millis() as u64,
-            outcome: self.outcome.as_str().to_owned(),
+            outcome: outcome(self.outcome).into(),
             trace_id: self.trace_id,
+            actor: self.actor.into_owned(),
         }
+    }
+}
+
+/// The store's name for an outcome.
+fn outcome(o: Outcome) -> InvocationOutcome {
+    match o {
+        Outcome::Ok => InvocationOutcome::Ok,
+        Outcome::UpstreamError => InvocationOutcome::UpstreamError,
+        Outcome::Disabled => InvocationOutcome::Disabled,
+        Outcome::Timeout => InvocationOutcome::Timeout,
+        Outcome::Unreachable => InvocationOutcome::Unreachable,
+        Outcome::Invalid => InvocationOutcome::Invalid,
+        Outcome::Cancelled => InvocationOutcome::Cancelled,
     }
 }
 
@@ -99,7 +119,7 @@ impl Recorder {
             };
             runtime.block_on(async move {
                 match coffer_runtime::grpc::channel(&store_addr, &token) {
-                    Ok(channel) => write_batches(StoreClient::new(channel), rx).await,
+                    Ok(channel) => write_batches(InvocationsClient::new(channel), rx).await,
                     Err(e) => tracing::error!(error = %e, "Cannot reach the store; invocations are not recorded."),
                 }
             });
@@ -131,7 +151,7 @@ pub const GATHER: Duration = Duration::from_millis(200);
 /// wakes no thread (an unpark per record, across threads, cost the relaying thread more than
 /// the record itself). A batch the store cannot take because it is restarting is tried again
 /// (5 times in all, backing off from 100 ms); one it refuses is dropped, with a warning.
-async fn write_batches(mut store: StoreClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Record>) {
+async fn write_batches(mut store: InvocationsClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Record>) {
     let mut batch = Vec::with_capacity(INVOCATION_BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -153,7 +173,7 @@ async fn write_batches(mut store: StoreClient<AuthChannel>, mut rx: mpsc::Unboun
 }
 
 /// One store request for `rows`, retried across a store restart.
-async fn write_batch(store: &mut StoreClient<AuthChannel>, rows: Vec<Invocation>) {
+async fn write_batch(store: &mut InvocationsClient<AuthChannel>, rows: Vec<Invocation>) {
     let n = rows.len();
     let request = AppendInvocationsRequest { invocations: rows };
     for attempt in 0..5u32 {
@@ -202,11 +222,24 @@ mod tests {
             duration: Duration::from_micros(2_900),
             outcome: Outcome::UpstreamError,
             trace_id: "t1".into(),
+            actor: Cow::Borrowed(MCP_ACTOR),
         }
         .into_row();
         assert_eq!(row.at, "2025-11-30T00:00:00.123Z");
         assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
-        assert_eq!((row.method.as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
-        assert_eq!((row.duration_ms, row.outcome.as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
+        assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
+        assert_eq!((row.duration_ms, row.outcome().as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
+        assert_eq!(row.actor, "mcp");
+        for o in [
+            Outcome::Ok,
+            Outcome::UpstreamError,
+            Outcome::Disabled,
+            Outcome::Timeout,
+            Outcome::Unreachable,
+            Outcome::Invalid,
+            Outcome::Cancelled,
+        ] {
+            assert_eq!(outcome(o).as_str(), o.as_str());
+        }
     }
 }

@@ -199,6 +199,7 @@ impl Shared {
             duration: elapsed,
             outcome,
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+            actor: std::borrow::Cow::Borrowed(invocations::MCP_ACTOR),
         });
     }
 }
@@ -373,7 +374,7 @@ impl Gateway {
                         "unhealthy"
                     };
                     json!({
-                        "name": n, "enabled": s.enabled, "transport": s.transport, "state": state,
+                        "name": n, "enabled": s.enabled, "transport": s.transport().as_str(), "state": state,
                         "running": running.get(n).copied().unwrap_or(0),
                         "last_error": if err.is_empty() { Value::Null } else { Value::String(err) },
                         "last_error_at": if at.is_empty() { Value::Null } else { Value::String(at) },

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use coffer_proto::store::ResolveCredentialsRequest;
-use coffer_proto::store::store_client::StoreClient;
+use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_runtime::grpc::AuthChannel;
 use futures_util::future::BoxFuture;
 use secrecy::SecretString;
@@ -21,11 +21,11 @@ pub trait CredentialResolver: Send + Sync {
 }
 
 /// Credentials from the store (`ResolveCredentials`, decrypted there; only the gateway may ask).
-pub struct StoreResolver(StoreClient<AuthChannel>);
+pub struct StoreResolver(CredentialsClient<AuthChannel>);
 
 impl StoreResolver {
     /// A resolver that asks the store through `store`.
-    pub fn new(store: StoreClient<AuthChannel>) -> Self {
+    pub fn new(store: CredentialsClient<AuthChannel>) -> Self {
         Self(store)
     }
 }

@@ -113,7 +113,7 @@ async fn fake(tools: &[&str], page: usize) -> (Arc<Fake>, String) {
 fn server(name: &str, url: &str) -> McpServer {
     McpServer {
         name: name.into(),
-        transport: "http".into(),
+        transport: coffer_proto::store::Transport::Http as i32,
         url: url.into(),
         enabled: true,
         version: 1,

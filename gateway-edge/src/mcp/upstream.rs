@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coffer_proto::store::McpServer;
+use coffer_proto::store::{McpServer, Transport as ServerTransport};
 use coffer_runtime::home::CofferHome;
 use coffer_runtime::ndjson::{FrameReader, Input};
 use coffer_runtime::spawn::{ManagedChild, SpawnSpec};
@@ -221,16 +221,16 @@ impl Upstream {
         let start_err =
             |reason: String| UpstreamError::Start { server: name.clone(), reason: redactor.redact_str(&reason) };
         let core = Core::new(&name, events);
-        let (transport, pid) = match server.transport.as_str() {
-            "stdio" => {
+        let (transport, pid) = match server.transport() {
+            ServerTransport::Stdio => {
                 let (t, pid) = start_stdio(server, home, core.clone(), redactor.clone()).map_err(start_err)?;
                 (t, pid)
             }
-            "http" => {
+            ServerTransport::Http => {
                 let t = super::http_upstream::HttpTransport::new(server, core.clone()).map_err(start_err)?;
                 (Transport::Http(t), 0)
             }
-            other => return Err(start_err(format!("transport {other:?} is not supported"))),
+            other => return Err(start_err(format!("transport {:?} is not supported", other.as_str_name()))),
         };
         let mut up = Self {
             server: name.clone(),

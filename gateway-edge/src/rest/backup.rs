@@ -44,7 +44,7 @@ async fn backup(
     JsonBody(b): JsonBody<BackupBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let req = BackupRequest { path: b.path, actor: actor(&headers) };
-    let r = st.store.clone().backup(req).await?.into_inner();
+    let r = st.store.maintenance.clone().backup(req).await?.into_inner();
     let manifest: Value = serde_json::from_str(&r.manifest_json).map_err(ApiError::internal)?;
     tracing::info!(dir = %r.path, secret_key = r.secret_key_included, "Backup written.");
     Ok((
@@ -64,6 +64,6 @@ async fn backup(
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
 async fn prune(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let r = st.store.clone().prune_now(PruneNowRequest { actor: actor(&headers) }).await?.into_inner();
+    let r = st.store.maintenance.clone().prune_now(PruneNowRequest { actor: actor(&headers) }).await?.into_inner();
     Ok(Json(json!({"deleted": {"invocations": r.invocations, "audit": r.audit}})))
 }

@@ -33,7 +33,7 @@ fn info_json(c: &CredentialInfo) -> Value {
 }
 
 async fn all(st: &AppState) -> Result<Vec<CredentialInfo>, ApiError> {
-    Ok(st.store.clone().list_credentials(ListCredentialsRequest {}).await?.into_inner().items)
+    Ok(st.store.credentials.clone().list_credentials(ListCredentialsRequest {}).await?.into_inner().items)
 }
 
 /// Fails unless every credential in `names` exists: for registering servers whose `env` or
@@ -109,7 +109,7 @@ async fn put(
     // Moved, not copied, into the request, whose `Debug` prints no value (coffer-proto); the
     // store wraps it in a `SecretString` on arrival.
     let req = SetCredentialRequest { name, value: body.value, actor: actor(&headers) };
-    let reply = st.store.clone().set_credential(req).await?.into_inner();
+    let reply = st.store.credentials.clone().set_credential(req).await?.into_inner();
     settle(&st, reply.seq).await;
     let c = reply.credential.unwrap_or_default();
     tracing::info!(credential = %c.name, version = c.version, "Credential set.");
@@ -127,7 +127,7 @@ async fn delete(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let req = DeleteCredentialRequest { name: name.clone(), actor: actor(&headers) };
-    let seq = st.store.clone().delete_credential(req).await?.into_inner().seq;
+    let seq = st.store.credentials.clone().delete_credential(req).await?.into_inner().seq;
     settle(&st, seq).await;
     tracing::info!(credential = %name, "Credential removed.");
     Ok(StatusCode::NO_CONTENT)

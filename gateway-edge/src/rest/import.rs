@@ -36,8 +36,8 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
 use coffer_proto::store::{
-    AppendAuditRequest, AuditEntry, CreateServerRequest, DeleteCredentialRequest, ListCredentialsRequest,
-    ListServersRequest, McpServer, SetCredentialRequest,
+    AppendAuditRequest, AuditEntry, AuditOutcome, CreateServerRequest, DeleteCredentialRequest, ListCredentialsRequest,
+    ListServersRequest, McpServer, SetCredentialRequest, Transport,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -529,7 +529,8 @@ fn plan_one(
     }
     let server = McpServer {
         name: name.to_owned(),
-        transport: def.transport.to_owned(),
+        // `Definition::transport` is one of the two words.
+        transport: Transport::parse(def.transport).unwrap_or_default().into(),
         command,
         args: def.args.clone(),
         env,
@@ -590,9 +591,17 @@ async fn import(
     let source: Option<String> = b.source.as_deref().map(|s| shorten(s.trim(), 300)).filter(|s| !s.is_empty());
     let dry_run = b.dry_run;
     let mut store = st.store.clone();
-    let registered: BTreeSet<String> =
-        store.list_servers(ListServersRequest {}).await?.into_inner().servers.into_iter().map(|s| s.name).collect();
+    let registered: BTreeSet<String> = store
+        .registry
+        .list_servers(ListServersRequest {})
+        .await?
+        .into_inner()
+        .servers
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
     let existing: BTreeSet<String> = store
+        .credentials
         .list_credentials(ListCredentialsRequest {})
         .await?
         .into_inner()
@@ -611,7 +620,7 @@ async fn import(
         let report = |p: &Planned| {
             json!({
                 "name": p.server.name, "original_name": p.original_name, "origin": p.origin,
-                "transport": p.server.transport,
+                "transport": p.server.transport().as_str(),
                 "credentials_created": p.credentials.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
                 "warnings": p.warnings,
             })
@@ -635,7 +644,7 @@ async fn import(
                 value: value.expose_secret().to_owned(),
                 actor: who.clone(),
             };
-            match store.set_credential(req).await {
+            match store.credentials.set_credential(req).await {
                 Ok(r) => {
                     last_seq = last_seq.max(r.into_inner().seq);
                     made.push(name.clone());
@@ -649,11 +658,11 @@ async fn import(
         }
         if failed.is_none() {
             let req = CreateServerRequest { server: Some(p.server.clone()), actor: who.clone() };
-            match store.create_server(req).await {
+            match store.registry.create_server(req).await {
                 Ok(r) => {
                     last_seq = last_seq.max(r.into_inner().seq);
                     credentials_created += made.len();
-                    tracing::info!(server = %p.server.name, transport = %p.server.transport, "Server imported.");
+                    tracing::info!(server = %p.server.name, transport = p.server.transport().as_str(), "Server imported.");
                     imported.push(report(&p));
                     continue;
                 }
@@ -668,7 +677,7 @@ async fn import(
         // Take back the credentials made for a server that was not registered.
         for name in made {
             let req = DeleteCredentialRequest { name: name.clone(), actor: who.clone() };
-            match store.delete_credential(req).await {
+            match store.credentials.delete_credential(req).await {
                 Ok(r) => last_seq = last_seq.max(r.into_inner().seq),
                 Err(e) => {
                     tracing::warn!(credential = %name, error = %e.message(), "Could not remove a credential of a failed import.")
@@ -685,12 +694,13 @@ async fn import(
             actor: who,
             action: "mcp.import".into(),
             target: source.clone().unwrap_or_else(|| "config".into()),
-            outcome: if imported.is_empty() && !invalid.is_empty() { "error" } else { "ok" }.into(),
+            outcome: if imported.is_empty() && !invalid.is_empty() { AuditOutcome::Error } else { AuditOutcome::Ok }
+                .into(),
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
             detail: detail.to_string(),
             ..Default::default()
         };
-        match store.append_audit(AppendAuditRequest { entries: vec![entry] }).await {
+        match store.audit.append_audit(AppendAuditRequest { entries: vec![entry] }).await {
             Ok(r) => last_seq = last_seq.max(r.into_inner().seq),
             Err(e) => tracing::warn!(error = %e.message(), "Could not audit an import."),
         }
@@ -824,7 +834,7 @@ mod tests {
         assert_eq!(p.format, "mcpServers");
         assert_eq!(names(&p), ["filesystem", "github"]);
         let fs = &p.imported[0].server;
-        assert_eq!((fs.transport.as_str(), fs.command.as_str()), ("stdio", "/usr/bin/npx"));
+        assert_eq!((fs.transport().as_str(), fs.command.as_str()), ("stdio", "/usr/bin/npx"));
         assert_eq!(fs.args, ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]);
         let gh = &p.imported[1];
         assert_eq!(gh.original_name, "GitHub");
@@ -851,7 +861,10 @@ mod tests {
         assert_eq!(notes.env["NOTES_DIR"], "/tmp/notes");
         assert!(p.imported[0].credentials.is_empty());
         let linear = &p.imported[1];
-        assert_eq!((linear.server.transport.as_str(), linear.server.url.as_str()), ("http", "http://127.0.0.1:9/mcp"));
+        assert_eq!(
+            (linear.server.transport().as_str(), linear.server.url.as_str()),
+            ("http", "http://127.0.0.1:9/mcp")
+        );
         assert_eq!(linear.server.headers["Authorization"], "coffer-credential-ref:linear-Authorization");
         assert_eq!(linear.credentials[0].1.expose_secret(), "Bearer lin_api_0123456789abcdef");
         assert!(reason(&p.invalid, "old-sse").contains("Streamable HTTP"));

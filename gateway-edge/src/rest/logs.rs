@@ -14,7 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use coffer_proto::store::{ListAuditRequest, ListInvocationsRequest};
+use coffer_proto::store::{InvocationOutcome, ListAuditRequest, ListInvocationsRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -293,9 +293,10 @@ fn now_ms() -> i64 {
 // ---------------------------------------------------------------------------------------------
 // Invocations and audit.
 
-/// `GET /v1/invocations?server=&target=&outcome=&since=&until=&limit=&cursor=` →
-/// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id}…],
-/// "next_cursor": "<opaque>"|null}`, newest first. `since` is inclusive, `until` exclusive
+/// `GET /v1/invocations?server=&target=&outcome=&actor=&since=&until=&limit=&cursor=` →
+/// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id,
+/// actor}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
+/// an MCP client session). `since` is inclusive, `until` exclusive
 /// (see [`parse_time`] for the forms); `limit` 1-500, default 50.
 ///
 /// Errors: `INVALID_ARGUMENT` naming a bad or unknown parameter.
@@ -303,25 +304,29 @@ async fn list_invocations(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let p = Params::from_query(query, &["server", "target", "outcome", "since", "until", "limit", "cursor"])?;
+    let p = Params::from_query(query, &["server", "target", "outcome", "actor", "since", "until", "limit", "cursor"])?;
     let now = now_ms();
+    // `one_of` admits only the words of `OUTCOMES`; absent is Unspecified ("any").
+    let outcome = InvocationOutcome::parse(&p.one_of("outcome", OUTCOMES)?).unwrap_or_default();
     let req = ListInvocationsRequest {
         server: p.filter("server"),
         target: p.filter("target"),
-        outcome: p.one_of("outcome", OUTCOMES)?,
+        outcome: outcome.into(),
+        actor: p.filter("actor"),
         since: p.time("since", now)?,
         until: p.time("until", now)?,
         before_id: p.cursor()?,
         limit: p.limit()?,
     };
-    let r = st.store.clone().list_invocations(req).await?.into_inner();
+    let r = st.store.invocations.clone().list_invocations(req).await?.into_inner();
     let items: Vec<Value> = r
         .items
         .into_iter()
         .map(|i| {
             json!({
-                "id": i.id, "at": i.at, "target": i.target, "method": i.method, "server": i.server,
-                "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome, "trace_id": i.trace_id,
+                "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
+                "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
+                "trace_id": i.trace_id, "actor": i.actor,
             })
         })
         .collect();
@@ -344,15 +349,16 @@ async fn list_audit(
         before_id: p.cursor()?,
         limit: p.limit()?,
     };
-    let r = st.store.clone().list_audit(req).await?.into_inner();
+    let r = st.store.audit.clone().list_audit(req).await?.into_inner();
     let items: Vec<Value> = r
         .items
         .into_iter()
         .map(|e| {
+            let outcome = e.outcome().as_str();
             let detail = serde_json::from_str::<Value>(&e.detail).unwrap_or(Value::String(e.detail));
             json!({
                 "id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target,
-                "outcome": e.outcome, "trace_id": e.trace_id, "detail": detail,
+                "outcome": outcome, "trace_id": e.trace_id, "detail": detail,
             })
         })
         .collect();

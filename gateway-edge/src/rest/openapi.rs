@@ -368,6 +368,7 @@ pub fn routes() -> Vec<Route> {
                 .query("server", json!({"type": "string"}), "Only this server.")
                 .query("target", json!({"type": "string"}), "Only this exposed name or URI.")
                 .query("outcome", json!({"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]}), "Only this outcome.")
+                .query("actor", json!({"type": "string"}), "Only calls by this actor (`mcp`: MCP client sessions).")
                 .query("since", json!({"type": "string"}), "Inclusive lower bound.")
                 .query("until", json!({"type": "string"}), "Exclusive upper bound."),
         )
@@ -630,13 +631,14 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         "Invocation",
         json!({
             "type": "object",
-            "required": ["id", "at", "target", "method", "server", "session_id", "duration_ms", "outcome", "trace_id"],
+            "required": ["id", "at", "target", "method", "server", "session_id", "duration_ms", "outcome", "trace_id", "actor"],
             "properties": {
                 "id": {"type": "integer"}, "at": time, "target": {"type": "string"},
                 "method": {"enum": ["tools/call", "resources/read", "prompts/get"]}, "server": {"type": "string"},
                 "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
                 "outcome": {"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]},
                 "trace_id": {"type": "string"},
+                "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session."},
             },
         }),
     );

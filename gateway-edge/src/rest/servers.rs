@@ -16,7 +16,7 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use coffer_proto::store::{
     CreateServerRequest, DeleteServerRequest, GetServerRequest, ListPreferencesRequest, ListServersRequest, McpServer,
-    Preference, SetPreferenceRequest, UpdateServerRequest,
+    Preference, SetPreferenceRequest, Transport, UpdateServerRequest,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
@@ -199,7 +199,7 @@ pub fn server_json(s: &McpServer) -> Value {
     let sorted = credentials::render;
     json!({
         "name": s.name,
-        "transport": s.transport,
+        "transport": s.transport().as_str(),
         "command": opt(&s.command),
         "args": s.args,
         "env": sorted(&s.env),
@@ -242,7 +242,7 @@ fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
 async fn list_servers(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let servers = st.store.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
+    let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
     Ok(Json(json!({"items": servers.iter().map(server_json).collect::<Vec<_>>(), "next_cursor": null})))
 }
 
@@ -270,21 +270,19 @@ struct CreateBody {
 }
 
 /// Checks that a body's fields fit its transport; returns the transport.
-fn check_transport_fields(b: &CreateBody) -> Result<&'static str, ApiError> {
+fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
     let transport = match (b.transport.as_deref(), &b.command, &b.url) {
-        (Some("stdio"), ..) => "stdio",
-        (Some("http"), ..) => "http",
-        (Some(other), ..) => {
-            return Err(ApiError::invalid(format!("transport {:?} is not one of stdio, http", truncate(other, 20)))
-                .with_details(json!({"field": "transport"})));
-        }
-        (None, Some(_), _) => "stdio",
-        (None, None, Some(_)) => "http",
+        (Some(word), ..) => Transport::parse(word).ok_or_else(|| {
+            ApiError::invalid(format!("transport {:?} is not one of stdio, http", truncate(word, 20)))
+                .with_details(json!({"field": "transport"}))
+        })?,
+        (None, Some(_), _) => Transport::Stdio,
+        (None, None, Some(_)) => Transport::Http,
         (None, None, None) => {
             return Err(ApiError::invalid("give a command (stdio server) or a url (http server)"));
         }
     };
-    let misplaced: Vec<&str> = if transport == "stdio" {
+    let misplaced: Vec<&str> = if transport == Transport::Stdio {
         [("url", b.url.is_some()), ("headers", !b.headers.is_empty())]
             .into_iter()
             .filter(|f| f.1)
@@ -303,11 +301,10 @@ fn check_transport_fields(b: &CreateBody) -> Result<&'static str, ApiError> {
         .collect()
     };
     if let Some(f) = misplaced.first() {
-        return Err(
-            ApiError::invalid(format!("{f} does not apply to a {transport} server")).with_details(json!({"field": f}))
-        );
+        return Err(ApiError::invalid(format!("{f} does not apply to a {} server", transport.as_str()))
+            .with_details(json!({"field": f})));
     }
-    if transport == "http" && b.url.is_none() {
+    if transport == Transport::Http && b.url.is_none() {
         return Err(ApiError::invalid("an http server needs a url").with_details(json!({"field": "url"})));
     }
     Ok(transport)
@@ -335,8 +332,8 @@ async fn create_server(
     let transport = check_transport_fields(&b)?;
     let timeout = timeout_ms(b.timeout_s, b.timeout_ms)?;
     let command = match (transport, &b.command) {
-        ("stdio", Some(c)) => resolve_command(c, coffer_runtime::connect::which_on_path)?,
-        ("stdio", None) => {
+        (Transport::Stdio, Some(c)) => resolve_command(c, coffer_runtime::connect::which_on_path)?,
+        (Transport::Stdio, None) => {
             return Err(ApiError::invalid("a stdio server needs a command").with_details(json!({"field": "command"})));
         }
         _ => String::new(),
@@ -346,7 +343,7 @@ async fn create_server(
     super::credentials::require_credentials(&st, &credentials::referenced([&env, &server_headers])).await?;
     let server = McpServer {
         name: b.name,
-        transport: transport.to_owned(),
+        transport: transport.into(),
         command,
         args: b.args,
         env,
@@ -359,13 +356,14 @@ async fn create_server(
     };
     let reply = st
         .store
+        .registry
         .clone()
         .create_server(CreateServerRequest { server: Some(server), actor: actor(&headers) })
         .await?
         .into_inner();
     settle(&st, reply.seq).await;
     let s = reply.server.unwrap_or_default();
-    tracing::info!(server = %s.name, transport = %s.transport, "Server registered.");
+    tracing::info!(server = %s.name, transport = s.transport().as_str(), "Server registered.");
     let mut r = with_etag(StatusCode::CREATED, &s);
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/mcp/servers/{}", s.name)) {
         r.headers_mut().insert(header::LOCATION, loc);
@@ -377,7 +375,7 @@ async fn create_server(
 ///
 /// Errors: `NOT_FOUND`.
 async fn get_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let s = st.store.clone().get_server(GetServerRequest { name }).await?.into_inner();
+    let s = st.store.registry.clone().get_server(GetServerRequest { name }).await?.into_inner();
     Ok(with_etag(StatusCode::OK, &s))
 }
 
@@ -411,11 +409,11 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
         return Err(ApiError::invalid("a server cannot be renamed; remove it and add it under the new name")
             .with_details(json!({"field": "name"})));
     }
-    if p.transport.as_deref().is_some_and(|t| t != cur.transport) {
+    if p.transport.as_deref().is_some_and(|t| t != cur.transport().as_str()) {
         return Err(ApiError::invalid("a server's transport cannot be changed; remove it and add it again")
             .with_details(json!({"field": "transport"})));
     }
-    let stdio = cur.transport == "stdio";
+    let stdio = cur.transport() == Transport::Stdio;
     let misplaced: &[(&str, bool)] = if stdio {
         &[("url", p.url.is_some()), ("headers", p.headers.is_some())]
     } else {
@@ -427,7 +425,7 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
         ]
     };
     if let Some((f, _)) = misplaced.iter().find(|f| f.1) {
-        return Err(ApiError::invalid(format!("{f} does not apply to a {} server", cur.transport))
+        return Err(ApiError::invalid(format!("{f} does not apply to a {} server", cur.transport().as_str()))
             .with_details(json!({"field": f})));
     }
     let mut s = cur.clone();
@@ -492,7 +490,7 @@ async fn patch_server(
         })
         .collect();
     super::credentials::require_credentials(&st, &refs).await?;
-    let mut store = st.store.clone();
+    let mut store = st.store.registry.clone();
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -506,12 +504,8 @@ async fn patch_server(
         if next == cur {
             return Ok(with_etag(StatusCode::OK, &cur));
         }
-        let req = UpdateServerRequest {
-            server: Some(next),
-            expected_version: cur.version,
-            check_version: true,
-            actor: actor(&headers),
-        };
+        let req =
+            UpdateServerRequest { server: Some(next), expected_version: Some(cur.version), actor: actor(&headers) };
         match store.update_server(req).await {
             Ok(r) => {
                 let r = r.into_inner();
@@ -539,7 +533,7 @@ async fn delete_server(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let expected = parse_if_match(&headers)?;
-    let mut store = st.store.clone();
+    let mut store = st.store.registry.clone();
     if let Some(e) = expected {
         // Checked here too only for a helpful answer; the store checks again atomically.
         let cur = store.get_server(GetServerRequest { name: name.clone() }).await?.into_inner();
@@ -547,12 +541,7 @@ async fn delete_server(
             return Err(conflict(&name, e, cur.version));
         }
     }
-    let req = DeleteServerRequest {
-        name: name.clone(),
-        expected_version: expected.unwrap_or(0),
-        check_version: expected.is_some(),
-        actor: actor(&headers),
-    };
+    let req = DeleteServerRequest { name: name.clone(), expected_version: expected, actor: actor(&headers) };
     let seq = store.delete_server(req).await?.into_inner().seq;
     settle(&st, seq).await;
     tracing::info!(server = %name, "Server removed.");
@@ -567,7 +556,7 @@ async fn require_server(st: &AppState, name: &str) -> Result<(), ApiError> {
     if name == BUILTIN_SERVER {
         return Ok(());
     }
-    st.store.clone().get_server(GetServerRequest { name: name.to_owned() }).await?;
+    st.store.registry.clone().get_server(GetServerRequest { name: name.to_owned() }).await?;
     Ok(())
 }
 
@@ -578,11 +567,17 @@ async fn require_server(st: &AppState, name: &str) -> Result<(), ApiError> {
 /// Errors: `NOT_FOUND` for an unknown server.
 async fn list_preferences(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     require_server(&st, &name).await?;
-    let prefs =
-        st.store.clone().list_preferences(ListPreferencesRequest { server: name }).await?.into_inner().preferences;
+    let prefs = st
+        .store
+        .registry
+        .clone()
+        .list_preferences(ListPreferencesRequest { server: name })
+        .await?
+        .into_inner()
+        .preferences;
     let items: Vec<Value> = prefs
         .into_iter()
-        .map(|p| json!({"server": p.server, "kind": p.kind, "name": p.name, "enabled": p.enabled, "updated_at": p.updated_at}))
+        .map(|p| json!({"server": p.server, "kind": p.kind().as_str(), "name": p.name, "enabled": p.enabled, "updated_at": p.updated_at}))
         .collect();
     Ok(Json(json!({"items": items, "next_cursor": null})))
 }
@@ -643,13 +638,14 @@ async fn set_preference(
     require_server(st, &server).await?;
     let preference = Preference {
         server: server.clone(),
-        kind: kind.as_str().to_owned(),
+        kind: kind.to_proto().into(),
         name: name.clone(),
         enabled,
         updated_at: String::new(),
     };
     let seq = st
         .store
+        .registry
         .clone()
         .set_preference(SetPreferenceRequest { preference: Some(preference), actor: actor(headers) })
         .await?
@@ -752,7 +748,7 @@ mod tests {
     fn stdio() -> McpServer {
         McpServer {
             name: "fs".into(),
-            transport: "stdio".into(),
+            transport: Transport::Stdio.into(),
             command: "/bin/true".into(),
             args: vec!["a".into()],
             enabled: true,
@@ -795,7 +791,8 @@ mod tests {
         assert_eq!(e.details["field"], "bogus");
         assert_eq!(patch(json!({"enabled": "yes"})).unwrap_err().code, Code::InvalidArgument);
 
-        let http = McpServer { transport: "http".into(), command: String::new(), url: "http://a".into(), ..stdio() };
+        let http =
+            McpServer { transport: Transport::Http.into(), command: String::new(), url: "http://a".into(), ..stdio() };
         assert!(apply_patch(&http, &patch(json!({"args": ["x"]})).unwrap(), None).is_err());
         assert!(apply_patch(&http, &patch(json!({"cwd": "/x"})).unwrap(), None).is_err());
         assert!(apply_patch(&http, &patch(json!({"cwd": null})).unwrap(), None).is_ok());
@@ -808,10 +805,12 @@ mod tests {
 
     #[test]
     fn transports() {
-        assert_eq!(check_transport_fields(&create(json!({"name": "a", "command": "x"}))).unwrap(), "stdio");
-        assert_eq!(check_transport_fields(&create(json!({"name": "a", "url": "http://x"}))).unwrap(), "http");
+        assert_eq!(check_transport_fields(&create(json!({"name": "a", "command": "x"}))).unwrap().as_str(), "stdio");
+        assert_eq!(check_transport_fields(&create(json!({"name": "a", "url": "http://x"}))).unwrap().as_str(), "http");
         assert_eq!(
-            check_transport_fields(&create(json!({"name": "a", "transport": "http", "url": "http://x"}))).unwrap(),
+            check_transport_fields(&create(json!({"name": "a", "transport": "http", "url": "http://x"})))
+                .unwrap()
+                .as_str(),
             "http"
         );
         for bad in [

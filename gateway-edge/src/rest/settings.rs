@@ -55,7 +55,7 @@ pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
 
 async fn values(st: &AppState) -> Result<Json<Value>, ApiError> {
     let values: BTreeMap<String, String> =
-        st.store.clone().get_settings(GetSettingsRequest {}).await?.into_inner().values.into_iter().collect();
+        st.store.settings.clone().get_settings(GetSettingsRequest {}).await?.into_inner().values.into_iter().collect();
     Ok(Json(json!({"values": values})))
 }
 
@@ -81,7 +81,7 @@ async fn patch_settings(
         let keys: Vec<&String> = p.set.keys().chain(p.remove.iter()).collect();
         tracing::info!(keys = ?keys, "Settings patched.");
         let req = PatchSettingsRequest { set: p.set.into_iter().collect(), remove: p.remove, actor: actor(&headers) };
-        let seq = st.store.clone().patch_settings(req).await?.into_inner().seq;
+        let seq = st.store.settings.clone().patch_settings(req).await?.into_inner().seq;
         settle(&st, seq).await;
     }
     values(&st).await

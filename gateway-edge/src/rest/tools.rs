@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
-use coffer_proto::store::{Preference, SetPreferenceRequest};
+use coffer_proto::store::{CapabilityKind, Preference, SetPreferenceRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -141,11 +141,12 @@ async fn patch_tool(
     let actor = crate::rest::servers::actor(&headers);
     let reply = st
         .store
+        .registry
         .clone()
         .set_preference(SetPreferenceRequest {
             preference: Some(Preference {
                 server: server.clone(),
-                kind: "tool".into(),
+                kind: CapabilityKind::Tool.into(),
                 name: original.clone(),
                 enabled: body.enabled,
                 updated_at: String::new(),

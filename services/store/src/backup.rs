@@ -364,7 +364,7 @@ mod tests {
         let root = tmp.path().join("home");
         db.write(|t, ch| {
             t.execute("INSERT INTO settings (key, value, updated_at) VALUES ('k', 'v', 'now')", [])?;
-            ch.push("settings", "k", "set");
+            ch.push(coffer_proto::store::ChangeEntity::Setting, "k", coffer_proto::store::ChangeOp::Set);
             Ok(())
         })
         .await

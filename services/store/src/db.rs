@@ -5,15 +5,24 @@
 //! one `BEGIN IMMEDIATE` transaction per job; the job's change rows are inserted in the same
 //! transaction, and broadcast only after the commit. Reads use a small pool of read-only
 //! connections on tokio's blocking pool and never wait on the writer (WAL).
+//!
+//! Migrations (`migrations/NNNN_*.sql`) are append-only, and this is enforced: the store
+//! records the SHA-256 of every migration it applied (table `schema_migrations`) and refuses to
+//! open a database one of whose applied migrations has since changed
+//! ([`StoreError::MigrationChanged`], naming the file). `migrations/checksums.sha256` is the
+//! committed list that a test compares with the files, so an edited migration fails CI before
+//! it reaches anyone's database.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OpenFlags, Transaction};
+use coffer_proto::store::{ChangeEntity, ChangeOp};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction};
 use rusqlite_migration::{M, Migrations};
+use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, oneshot};
 
-/// The store's domain errors; mapped to `tonic::Status` once, in [`crate::rpc`].
+/// The store's domain errors; mapped to `tonic::Status` once, in [`crate::domain`].
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{0}")]
@@ -30,26 +39,103 @@ pub enum StoreError {
     Migration(#[from] rusqlite_migration::Error),
     #[error("backup before migration failed: {0}")]
     Backup(String),
+    /// An applied migration's file is not the one that was applied: migrations are append-only.
+    #[error(
+        "migrations/{file} was changed after it was applied to this database (applied sha256 {applied}, now {now}); \
+         migrations are append-only: restore the file and put the change in a new migration"
+    )]
+    MigrationChanged { file: String, applied: String, now: String },
     #[error("the writer thread is gone")]
     WriterGone,
 }
 
 /// A committed change, as streamed by `WatchChanges`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeRec {
+    /// Strictly increasing change number.
     pub seq: u64,
-    pub entity: &'static str,
+    pub entity: ChangeEntity,
+    /// What changed, per entity (see `store_changes.proto`).
     pub key: String,
-    pub op: &'static str,
+    pub op: ChangeOp,
 }
 
-/// The schema migrations, in order (append-only files in `migrations/`).
+/// One schema migration: its file name in `migrations/` and its SQL.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub file: &'static str,
+    pub sql: &'static str,
+}
+
+impl Migration {
+    /// SHA-256 of the file, lowercase hex.
+    pub fn sha256(&self) -> String {
+        hex::encode(Sha256::digest(self.sql.as_bytes()))
+    }
+}
+
+/// `Migration { file, sql: include_str!("../../../migrations/<file>") }`.
+macro_rules! migration {
+    ($file:literal) => {
+        Migration { file: $file, sql: include_str!(concat!("../../../migrations/", $file)) }
+    };
+}
+
+/// The schema migrations, in order: append a file, never edit one (see the module docs).
+pub const MIGRATIONS: &[Migration] =
+    &[migration!("0001_init.sql"), migration!("0002_invocation_actor.sql"), migration!("0003_migration_checksums.sql")];
+
+/// The migrations as `rusqlite_migration` runs them.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(MIGRATION_SQL.iter().map(|sql| M::up(sql)).collect())
+    migrations_of(MIGRATIONS)
 }
 
-/// The SQL of each migration, in order.
-const MIGRATION_SQL: &[&str] = &[include_str!("../../../migrations/0001_init.sql")];
+fn migrations_of(list: &'static [Migration]) -> Migrations<'static> {
+    Migrations::new(list.iter().map(|m| M::up(m.sql)).collect())
+}
+
+/// Refuses `conn` when a migration it recorded as applied (at most the first `applied`) differs
+/// from the one in `list`.
+fn verify_applied(conn: &Connection, list: &[Migration], applied: usize) -> Result<(), StoreError> {
+    if !has_checksums(conn)? {
+        return Ok(());
+    }
+    let mut st = conn.prepare("SELECT sha256 FROM schema_migrations WHERE version = ?1")?;
+    for (i, m) in list.iter().enumerate().take(applied) {
+        let Some(sha) = st.query_row([i as i64 + 1], |r| r.get::<_, String>(0)).optional()? else { continue };
+        let now = m.sha256();
+        if sha != now {
+            return Err(StoreError::MigrationChanged { file: m.file.to_owned(), applied: sha, now });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the database has the checksum table (migration 0003 created it).
+fn has_checksums(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations')",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+/// Records the checksum of every applied migration not recorded yet (those applied just now,
+/// and, once, those applied before the store recorded checksums).
+fn record_applied(conn: &Connection, list: &[Migration]) -> Result<(), StoreError> {
+    if !has_checksums(conn)? {
+        return Ok(());
+    }
+    let now = coffer_runtime::now_rfc3339();
+    let mut st = conn.prepare(
+        "INSERT INTO schema_migrations (version, file, sha256, applied_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (version) DO NOTHING",
+    )?;
+    for (i, m) in list.iter().enumerate() {
+        st.execute((i as i64 + 1, m.file, m.sha256(), &now))?;
+    }
+    Ok(())
+}
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -64,10 +150,11 @@ pub struct Db {
 }
 
 /// Collects the change rows a write job produces.
-pub struct Changes(Vec<(&'static str, String, &'static str)>);
+pub struct Changes(Vec<(ChangeEntity, String, ChangeOp)>);
 
 impl Changes {
-    pub fn push(&mut self, entity: &'static str, key: impl Into<String>, op: &'static str) {
+    /// Adds a change row for `key` of `entity`, written in the job's transaction.
+    pub fn push(&mut self, entity: ChangeEntity, key: impl Into<String>, op: ChangeOp) {
         self.0.push((entity, key.into(), op));
     }
 }
@@ -79,13 +166,20 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 impl Db {
-    /// Opens (creating if needed) the database at `path`: WAL, a copy of the file taken before
-    /// any pending migration runs (`<db>.bak-v<from>-<unix ms>`), then the migrations. Returns
-    /// only once the schema is current.
+    /// Opens (creating if needed) the database at `path`: WAL, the applied migrations checked
+    /// against their recorded checksums, a copy of the file taken before any pending migration
+    /// runs (`<db>.bak-v<from>-<unix ms>`), then the migrations. Returns only once the schema is
+    /// current.
     ///
     /// # Errors
+    /// [`StoreError::MigrationChanged`] naming the file when an applied migration was edited;
     /// [`StoreError`] when the file cannot be opened, backed up or migrated.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, MIGRATIONS)
+    }
+
+    /// [`Db::open`] with another migration list (tests).
+    fn open_with(path: &Path, list: &'static [Migration]) -> Result<Self, StoreError> {
         let existed = path.exists();
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
@@ -93,9 +187,12 @@ impl Db {
         // NORMAL in WAL mode keeps every committed transaction across a process kill (the WAL is
         // in the OS page cache); only power loss may drop the last few.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let migrations = migrations();
+        let migrations = migrations_of(list);
         let current: usize = conn.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))? as usize;
-        let target = MIGRATION_SQL.len();
+        let target = list.len();
+        // Before anything changes: an edited migration means this schema is not what the code
+        // expects, and running the later ones could damage it.
+        verify_applied(&conn, list, current)?;
         if existed && current < target {
             let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
             let backup = path.with_extension(format!("db.bak-v{current}-{ms}"));
@@ -104,6 +201,7 @@ impl Db {
             tracing::info!(from = current, to = target, backup = %backup.display(), "Backed up the database before migrating.");
         }
         migrations.to_latest(&mut conn)?;
+        record_applied(&conn, list)?;
         let head: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| r.get(0))?;
 
         let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1024);
@@ -187,7 +285,7 @@ impl Db {
                 for (entity, key, op) in changes.0 {
                     t.execute(
                         "INSERT INTO changes (entity, key, op, at) VALUES (?1, ?2, ?3, ?4)",
-                        (entity, &key, op, &now),
+                        (entity.as_str(), &key, op.as_str(), &now),
                     )?;
                     recs.push(ChangeRec { seq: t.last_insert_rowid() as u64, entity, key, op });
                 }
@@ -243,44 +341,6 @@ impl Db {
         .await
         .map_err(|_| StoreError::WriterGone)?
     }
-
-    /// Change rows with `seq > from`, oldest first, at most `limit`.
-    pub async fn changes_since(&self, from: u64, limit: u32) -> Result<Vec<ChangeRec>, StoreError> {
-        self.read(move |c| {
-            let mut st =
-                c.prepare_cached("SELECT seq, entity, key, op FROM changes WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
-            let rows = st.query_map((from as i64, limit), |r| {
-                Ok(ChangeRec {
-                    seq: r.get::<_, i64>(0)? as u64,
-                    entity: intern_entity(&r.get::<_, String>(1)?),
-                    key: r.get(2)?,
-                    op: intern_op(&r.get::<_, String>(3)?),
-                })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-    }
-}
-
-fn intern_entity(s: &str) -> &'static str {
-    match s {
-        "server" => "server",
-        "preference" => "preference",
-        "settings" => "settings",
-        "credential" => "credential",
-        _ => "other",
-    }
-}
-
-fn intern_op(s: &str) -> &'static str {
-    match s {
-        "create" => "create",
-        "update" => "update",
-        "delete" => "delete",
-        "set" => "set",
-        _ => "other",
-    }
 }
 
 #[cfg(test)]
@@ -300,7 +360,7 @@ mod tests {
         let ((), seq) = db
             .write(|t, ch| {
                 t.execute("INSERT INTO settings (key, value, updated_at) VALUES ('a', 'b', 'now')", [])?;
-                ch.push("settings", "a", "set");
+                ch.push(ChangeEntity::Setting, "a", ChangeOp::Set);
                 Ok(())
             })
             .await
@@ -308,13 +368,13 @@ mod tests {
         assert_eq!(seq, 1);
         assert_eq!(db.head(), 1);
         assert_eq!(sub.recv().await.unwrap().seq, 1);
-        let back = db.changes_since(0, 10).await.unwrap();
-        assert_eq!(back.len(), 1);
+        let back = crate::domain::changes::since(&db, 0, 10).await.unwrap();
+        assert_eq!(back, [ChangeRec { seq: 1, entity: ChangeEntity::Setting, key: "a".into(), op: ChangeOp::Set }]);
         // A failing job rolls back and leaves head unchanged.
         let err = db
             .write(|t, ch| {
                 t.execute("INSERT INTO settings (key, value, updated_at) VALUES ('c', 'd', 'now')", [])?;
-                ch.push("settings", "c", "set");
+                ch.push(ChangeEntity::Setting, "c", ChangeOp::Set);
                 Err::<(), _>(StoreError::Invalid("nope".into()))
             })
             .await;
@@ -336,5 +396,97 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains(".bak-v0-"))
             .collect();
         assert_eq!(backups.len(), 1);
+    }
+
+    /// The committed list of checksums, `sha256sum` format: `<hex>  <file>` per line.
+    fn committed_checksums() -> Vec<(String, String)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+        let text = std::fs::read_to_string(dir.join("checksums.sha256")).unwrap();
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let (sha, file) = l.split_once("  ").unwrap_or_else(|| panic!("bad line {l:?}"));
+                (file.to_owned(), sha.to_owned())
+            })
+            .collect()
+    }
+
+    /// Editing a migration that may have been applied anywhere fails here: its checksum no
+    /// longer matches the committed one (`migrations/checksums.sha256`). A new migration is a
+    /// new file, a new line there and a new entry in [`MIGRATIONS`].
+    #[test]
+    fn migration_files_match_the_committed_checksums() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+        let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .map(|n| {
+                let sha = hex::encode(Sha256::digest(std::fs::read(dir.join(&n)).unwrap()));
+                (n, sha)
+            })
+            .collect();
+        files.sort();
+        let committed = committed_checksums();
+        assert_eq!(
+            files, committed,
+            "migrations/*.sql differ from migrations/checksums.sha256: migrations are append-only (add a new file \
+             and its line; never edit one)"
+        );
+        let embedded: Vec<(String, String)> = MIGRATIONS.iter().map(|m| (m.file.to_owned(), m.sha256())).collect();
+        assert_eq!(embedded, committed, "db::MIGRATIONS must list every migration file, in order");
+        for (i, (file, _)) in committed.iter().enumerate() {
+            assert!(file.starts_with(&format!("{:04}_", i + 1)), "{file} is not number {}", i + 1);
+        }
+    }
+
+    #[test]
+    fn an_edited_applied_migration_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("coffer.db");
+        drop(Db::open(&p).unwrap());
+        let recorded: Vec<(i64, String, String)> = {
+            let c = Connection::open(&p).unwrap();
+            let mut st = c.prepare("SELECT version, file, sha256 FROM schema_migrations ORDER BY version").unwrap();
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+        };
+        let expected: Vec<(i64, String, String)> =
+            MIGRATIONS.iter().enumerate().map(|(i, m)| (i as i64 + 1, m.file.to_owned(), m.sha256())).collect();
+        assert_eq!(recorded, expected);
+        // Reopening with the same files is fine.
+        drop(Db::open(&p).unwrap());
+
+        let mut edited = MIGRATIONS.to_vec();
+        edited[1].sql = "ALTER TABLE mcp_invocations ADD COLUMN actor TEXT NOT NULL DEFAULT 'someone';";
+        let edited: &'static [Migration] = Box::leak(edited.into_boxed_slice());
+        let e = Db::open_with(&p, edited).err().expect("an edited migration is refused");
+        assert!(matches!(&e, StoreError::MigrationChanged { file, .. } if file == "0002_invocation_actor.sql"), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("migrations/0002_invocation_actor.sql") && msg.contains("append-only"), "{msg}");
+    }
+
+    #[test]
+    fn a_database_migrated_before_checksums_gets_them_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("coffer.db");
+        {
+            // A database of the first release: migration 0001 only, an invocation row in it.
+            let mut c = Connection::open(&p).unwrap();
+            migrations_of(&MIGRATIONS[..1]).to_latest(&mut c).unwrap();
+            c.execute(
+                "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome)
+                 VALUES ('2026-01-01T00:00:00.000Z', 's__t', 'tools/call', 's', 'x', 1, 'ok')",
+                [],
+            )
+            .unwrap();
+        }
+        drop(Db::open(&p).unwrap());
+        let c = Connection::open(&p).unwrap();
+        let n: i64 = c.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0)).unwrap();
+        assert_eq!(n as usize, MIGRATIONS.len());
+        // Rows logged before invocations had an actor were all MCP sessions'.
+        let actor: String = c.query_row("SELECT actor FROM mcp_invocations", [], |r| r.get(0)).unwrap();
+        assert_eq!(actor, "mcp");
     }
 }

@@ -1,11 +1,16 @@
 //! The store service (`coffer-store`): the only process that opens `coffer.db` read-write.
 //! It migrates the database before it reports healthy, serialises every write through one
 //! writer thread, and streams committed changes to the other services.
+//!
+//! It serves one gRPC service per domain of `coffer.db` (registry, credentials, settings, audit,
+//! invocations, changes, maintenance; see [`domain`]), all on its one listener. SQL lives only
+//! in those modules, in [`db`] (the writer/reader plumbing and migrations), and in the
+//! maintenance domain's workers [`retention`] and [`backup`].
 
 pub mod backup;
 pub mod db;
+pub mod domain;
 pub mod retention;
-pub mod rpc;
 pub mod vault;
 
 use coffer_runtime::home::CofferHome;
@@ -25,8 +30,8 @@ pub fn main_entry() -> std::process::ExitCode {
     })
 }
 
-/// Opens and migrates the DB, then serves the store RPC and health on the inherited listener
-/// until `shutdown`.
+/// Opens and migrates the DB, then serves every store service ([`domain::routes`]) and health on
+/// the inherited listener until `shutdown`.
 ///
 /// # Errors
 /// When the listener, token or database is unusable.
@@ -38,10 +43,7 @@ pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken
     let vault = vault::Vault::new(home.secret_key());
     // Retention runs beside the RPCs, through the same single writer: a pass now, then hourly.
     let retention = retention::spawn(db.clone(), shutdown.clone());
-    let routes = tonic::service::Routes::new(
-        coffer_proto::store::store_server::StoreServer::new(rpc::StoreService::new(db.clone(), vault))
-            .max_decoding_message_size(16 * 1024 * 1024),
-    );
+    let routes = domain::routes(&db, vault);
     coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown.clone()).await?;
     // The worker stops between two batches once shutdown is cancelled.
     shutdown.cancel();

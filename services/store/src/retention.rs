@@ -115,13 +115,7 @@ static PASS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// [`StoreError`] when the database fails; rows deleted by earlier batches stay deleted.
 pub async fn prune(db: &Db, now_ms: i64, stop: &CancellationToken) -> Result<Pruned, StoreError> {
     let _pass = PASS.lock().await;
-    let values = db
-        .read(|c| {
-            let mut st = c.prepare_cached("SELECT key, value FROM settings WHERE key LIKE 'retention.%'")?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-            Ok(rows.collect::<Result<HashMap<_, _>, _>>()?)
-        })
-        .await?;
+    let values = db.read(|c| crate::domain::settings::values(c, "retention.")).await?;
     let (policy, warnings) = Policy::from_settings(&values);
     for w in warnings {
         tracing::warn!("{w}");
@@ -203,12 +197,7 @@ pub async fn prune_now(db: &Db, actor: &str, trace: &str) -> Result<Pruned, Stor
     let (actor, trace) = (actor.to_owned(), trace.to_owned());
     let detail = serde_json::json!({"invocations": pruned.invocations, "audit": pruned.audit}).to_string();
     db.write(move |t, _| {
-        t.execute(
-            "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail)
-             VALUES (?1, ?2, 'maintenance.prune', 'retention', 'ok', ?3, ?4)",
-            params![coffer_runtime::now_rfc3339(), if actor.is_empty() { "api" } else { &actor }, trace, detail],
-        )?;
-        Ok(())
+        crate::domain::audit::record_with(t, &trace, &actor, "maintenance.prune", "retention", &detail)
     })
     .await?;
     Ok(pruned)

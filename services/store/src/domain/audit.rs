@@ -1,0 +1,113 @@
+//! The `Audit` service: the audit log (`audit_log`: who changed what; never a secret), and
+//! [`record`], which the other domains' writes call inside their own transaction.
+use coffer_proto::store::audit_server::Audit;
+use coffer_proto::store::*;
+use rusqlite::{Transaction, params};
+use tonic::{Request, Response, Status};
+
+use super::{MAX_PAGE, page, required};
+use crate::db::{Db, StoreError};
+
+/// The actor recorded when a request names none.
+const DEFAULT_ACTOR: &str = "api";
+
+/// Appends an `ok` audit row inside the caller's transaction, with an empty detail. `trace` is
+/// the request's trace id; an empty `actor` is recorded as `api`.
+///
+/// # Errors
+/// [`StoreError::Sql`] when the insert fails (the caller's transaction then rolls back).
+pub fn record(t: &Transaction, trace: &str, actor: &str, action: &str, target: &str) -> Result<(), StoreError> {
+    record_with(t, trace, actor, action, target, "{}")
+}
+
+/// [`record`] with a `detail` (a JSON object, never a secret).
+///
+/// # Errors
+/// As [`record`].
+pub fn record_with(
+    t: &Transaction,
+    trace: &str,
+    actor: &str,
+    action: &str,
+    target: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    t.execute(
+        "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail) VALUES (?1, ?2, ?3, ?4, 'ok', ?5, ?6)",
+        params![
+            coffer_runtime::now_rfc3339(),
+            if actor.is_empty() { DEFAULT_ACTOR } else { actor },
+            action,
+            target,
+            trace,
+            detail
+        ],
+    )?;
+    Ok(())
+}
+
+/// The `Audit` gRPC service.
+pub struct AuditService {
+    db: Db,
+}
+
+impl AuditService {
+    /// The service over `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+#[tonic::async_trait]
+impl Audit for AuditService {
+    async fn append_audit(&self, req: Request<AppendAuditRequest>) -> Result<Response<WriteReply>, Status> {
+        let entries = req.into_inner().entries;
+        let outcomes =
+            entries.iter().map(|e| required::<AuditOutcome>(e.outcome, "outcome")).collect::<Result<Vec<_>, _>>()?;
+        let ((), seq) = self
+            .db
+            .write(move |t, _| {
+                let mut st = t.prepare_cached(
+                    "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?;
+                for (e, outcome) in entries.into_iter().zip(outcomes) {
+                    let at = if e.at.is_empty() { coffer_runtime::now_rfc3339() } else { e.at };
+                    let detail = if e.detail.is_empty() { "{}".to_owned() } else { e.detail };
+                    st.execute(params![at, e.actor, e.action, e.target, outcome.as_str(), e.trace_id, detail])?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(WriteReply { seq }))
+    }
+
+    async fn list_audit(&self, req: Request<ListAuditRequest>) -> Result<Response<ListAuditReply>, Status> {
+        let q = req.into_inner();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        let items = self
+            .db
+            .read(move |c| {
+                let mut st = c.prepare_cached(
+                    "SELECT id, at, actor, action, target, outcome, trace_id, detail FROM audit_log
+                     WHERE (?1 = '' OR actor = ?1) AND (?2 = '' OR action = ?2) AND (?3 = 0 OR id < ?3)
+                     ORDER BY id DESC LIMIT ?4",
+                )?;
+                let rows = st.query_map(params![q.actor, q.action, q.before_id, limit + 1], |r| {
+                    Ok(AuditEntry {
+                        id: r.get(0)?,
+                        at: r.get(1)?,
+                        actor: r.get(2)?,
+                        action: r.get(3)?,
+                        target: r.get(4)?,
+                        outcome: AuditOutcome::parse(&r.get::<_, String>(5)?).unwrap_or_default().into(),
+                        trace_id: r.get(6)?,
+                        detail: r.get(7)?,
+                    })
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        let (items, next) = page(items, limit, |i| i.id);
+        Ok(Response::new(ListAuditReply { items, next_before_id: next }))
+    }
+}

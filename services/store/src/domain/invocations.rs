@@ -1,0 +1,173 @@
+//! The `Invocations` service: the invocation log (`mcp_invocations`: who called what through
+//! the gateway, how long it took, how it ended; never arguments or results). Appends come in
+//! batches from the gateway's invocation writer; they produce no change rows (logs are not part
+//! of the change stream).
+use coffer_proto::store::invocations_server::Invocations;
+use coffer_proto::store::*;
+use rusqlite::params;
+use tonic::{Request, Response, Status};
+
+use super::{MAX_PAGE, page, required};
+use crate::db::Db;
+
+/// Most rows one `AppendInvocations` takes.
+pub const MAX_BATCH: usize = 10_000;
+
+/// The actor recorded for a row that names none: an MCP client session.
+pub const DEFAULT_ACTOR: &str = "mcp";
+
+/// The `Invocations` gRPC service.
+pub struct InvocationsService {
+    db: Db,
+}
+
+impl InvocationsService {
+    /// The service over `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+#[tonic::async_trait]
+impl Invocations for InvocationsService {
+    async fn append_invocations(&self, req: Request<AppendInvocationsRequest>) -> Result<Response<WriteReply>, Status> {
+        let items = req.into_inner().invocations;
+        if items.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!("at most {MAX_BATCH} invocations per batch")));
+        }
+        let words = items
+            .iter()
+            .map(|i| {
+                Ok((
+                    required::<InvocationMethod>(i.method, "method")?.as_str(),
+                    required::<InvocationOutcome>(i.outcome, "outcome")?.as_str(),
+                ))
+            })
+            .collect::<Result<Vec<_>, crate::db::StoreError>>()?;
+        let ((), seq) = self
+            .db
+            .write(move |t, _| {
+                let mut st = t.prepare_cached(
+                    "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?;
+                for (i, (method, outcome)) in items.into_iter().zip(words) {
+                    let actor = if i.actor.is_empty() { DEFAULT_ACTOR } else { &i.actor };
+                    st.execute(params![
+                        i.at,
+                        i.target,
+                        method,
+                        i.server,
+                        i.session_id,
+                        i.duration_ms as i64,
+                        outcome,
+                        i.trace_id,
+                        actor
+                    ])?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(WriteReply { seq }))
+    }
+
+    async fn list_invocations(
+        &self,
+        req: Request<ListInvocationsRequest>,
+    ) -> Result<Response<ListInvocationsReply>, Status> {
+        let q = req.into_inner();
+        let limit = q.limit.clamp(1, MAX_PAGE);
+        // Unspecified (or unknown) is "any outcome": the empty word.
+        let outcome = q.outcome().as_str();
+        let items = self
+            .db
+            .read(move |c| {
+                let mut st = c.prepare_cached(
+                    "SELECT id, at, target, method, server, session_id, duration_ms, outcome, trace_id, actor FROM mcp_invocations
+                     WHERE (?1 = '' OR server = ?1) AND (?2 = '' OR target = ?2) AND (?3 = '' OR outcome = ?3)
+                       AND (?4 = '' OR at >= ?4) AND (?5 = '' OR at < ?5) AND (?6 = 0 OR id < ?6)
+                       AND (?8 = '' OR actor = ?8)
+                     ORDER BY id DESC LIMIT ?7",
+                )?;
+                let args = params![q.server, q.target, outcome, q.since, q.until, q.before_id, limit + 1, q.actor];
+                let rows = st.query_map(args, |r| {
+                    Ok(Invocation {
+                        id: r.get(0)?,
+                        at: r.get(1)?,
+                        target: r.get(2)?,
+                        method: InvocationMethod::parse(&r.get::<_, String>(3)?).unwrap_or_default().into(),
+                        server: r.get(4)?,
+                        session_id: r.get(5)?,
+                        duration_ms: r.get::<_, i64>(6)? as u64,
+                        outcome: InvocationOutcome::parse(&r.get::<_, String>(7)?).unwrap_or_default().into(),
+                        trace_id: r.get(8)?,
+                        actor: r.get(9)?,
+                    })
+                })?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        let (items, next) = page(items, limit, |i| i.id);
+        Ok(Response::new(ListInvocationsReply { items, next_before_id: next }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(target: &str, outcome: InvocationOutcome, actor: &str) -> Invocation {
+        Invocation {
+            at: "2026-11-30T10:00:00.000Z".into(),
+            target: target.into(),
+            method: InvocationMethod::ToolsCall.into(),
+            server: "s".into(),
+            session_id: "x".into(),
+            duration_ms: 3,
+            outcome: outcome.into(),
+            actor: actor.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_keep_their_actor_and_filter_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = InvocationsService::new(Db::open(&dir.path().join("coffer.db")).unwrap());
+        let rows = vec![
+            row("s__a", InvocationOutcome::Ok, ""),
+            row("s__b", InvocationOutcome::Disabled, "agent"),
+            row("s__c", InvocationOutcome::Ok, "channel:telegram"),
+        ];
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: rows })).await.unwrap();
+        let list = |q: ListInvocationsRequest| async {
+            let items = svc.list_invocations(Request::new(q)).await.unwrap().into_inner().items;
+            items.into_iter().map(|i| (i.target, i.actor)).collect::<Vec<_>>()
+        };
+        let all = list(ListInvocationsRequest { limit: 10, ..Default::default() }).await;
+        let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect::<Vec<_>>();
+        assert_eq!(all, pairs(&[("s__c", "channel:telegram"), ("s__b", "agent"), ("s__a", "mcp")]));
+        let agent = list(ListInvocationsRequest { actor: "agent".into(), ..Default::default() }).await;
+        assert_eq!(agent, pairs(&[("s__b", "agent")]));
+        let ok =
+            list(ListInvocationsRequest { outcome: InvocationOutcome::Ok.into(), limit: 10, ..Default::default() })
+                .await;
+        assert_eq!(ok.len(), 2);
+        let items = svc
+            .list_invocations(Request::new(ListInvocationsRequest { limit: 1, ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (items.items[0].method(), items.items[0].outcome()),
+            (InvocationMethod::ToolsCall, InvocationOutcome::Ok)
+        );
+        assert_eq!(items.next_before_id, items.items[0].id);
+
+        // A row without a method or outcome refuses the batch.
+        let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];
+        let e = svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: bad })).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, "outcome is required"));
+        assert_eq!(list(ListInvocationsRequest { limit: 10, ..Default::default() }).await.len(), 3);
+    }
+}

@@ -1,0 +1,109 @@
+//! The store's gRPC services, one module per domain of `coffer.db`; each holds its domain's SQL
+//! and the tonic glue of its service (`proto/store_<domain>.proto`):
+//!
+//! | module | service | tables |
+//! |---|---|---|
+//! | [`registry`] | `Registry` | `mcp_servers`, `capability_prefs` |
+//! | [`credentials`] | `Credentials` | `credentials` (through [`crate::vault`]) |
+//! | [`settings`] | `Settings` | `settings` |
+//! | [`audit`] | `Audit` | `audit_log` (and [`audit::record`] for the other domains' writes) |
+//! | [`invocations`] | `Invocations` | `mcp_invocations` |
+//! | [`changes`] | `Changes` | `changes` (rows written by [`crate::db::Db::write`]) |
+//! | [`maintenance`] | `Maintenance` | retention ([`crate::retention`]) and backups ([`crate::backup`]) |
+//!
+//! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
+//! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
+//! [`routes`].
+pub mod audit;
+pub mod changes;
+pub mod credentials;
+pub mod invocations;
+pub mod maintenance;
+pub mod registry;
+pub mod settings;
+
+use tonic::Status;
+
+use crate::db::{Db, StoreError};
+use crate::vault::Vault;
+
+/// Largest gRPC request a store service decodes (bytes): an invocation batch stays under half
+/// of it.
+pub const MAX_DECODING_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// Longest page a list RPC returns.
+const MAX_PAGE: u32 = 500;
+
+/// Every store service over `db`, encrypting credentials with `vault`, for one listener.
+pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
+    use coffer_proto::store::{
+        audit_server::AuditServer, changes_server::ChangesServer, credentials_server::CredentialsServer,
+        invocations_server::InvocationsServer, maintenance_server::MaintenanceServer, registry_server::RegistryServer,
+        settings_server::SettingsServer,
+    };
+    const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
+    tonic::service::Routes::new(
+        RegistryServer::new(registry::RegistryService::new(db.clone())).max_decoding_message_size(MAX),
+    )
+    .add_service(
+        CredentialsServer::new(credentials::CredentialsService::new(db.clone(), vault)).max_decoding_message_size(MAX),
+    )
+    .add_service(SettingsServer::new(settings::SettingsService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(AuditServer::new(audit::AuditService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(
+        InvocationsServer::new(invocations::InvocationsService::new(db.clone())).max_decoding_message_size(MAX),
+    )
+    .add_service(ChangesServer::new(changes::ChangesService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(
+        MaintenanceServer::new(maintenance::MaintenanceService::new(db.clone())).max_decoding_message_size(MAX),
+    )
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(m) => Status::invalid_argument(m),
+            StoreError::NotFound(m) => Status::not_found(format!("{m} not found")),
+            StoreError::Exists(m) => Status::already_exists(format!("{m} already exists")),
+            e @ StoreError::Conflict { .. } => Status::aborted(e.to_string()),
+            other => {
+                tracing::error!(error = %other, "Store failure.");
+                Status::internal("store failure; see logs/store.log")
+            }
+        }
+    }
+}
+
+/// The trace id of the request being served (read in the async handler: the writer thread has
+/// no request context), or empty.
+fn trace() -> String {
+    coffer_runtime::grpc::current_trace().unwrap_or_default()
+}
+
+/// `s` cut to `n` characters (with `…`), for error messages that quote caller input.
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+/// The enum a wire `i32` names, or [`StoreError::Invalid`] naming `field` when it is unknown or
+/// `Unspecified` (the zero every enum starts with).
+fn required<E>(value: i32, field: &str) -> Result<E, StoreError>
+where
+    E: TryFrom<i32> + Copy + Into<i32>,
+{
+    match E::try_from(value) {
+        Ok(e) if e.into() != 0 => Ok(e),
+        _ => Err(StoreError::Invalid(format!("{field} is required"))),
+    }
+}
+
+/// Trims a `limit + 1` result to `limit` and returns the cursor for the next page (0 = none).
+fn page<T>(mut items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> (Vec<T>, i64) {
+    if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        let next = items.last().map(&id).unwrap_or(0);
+        (items, next)
+    } else {
+        (items, 0)
+    }
+}
