@@ -15,6 +15,7 @@ mod edge;
 mod edge_socket;
 mod gateway;
 mod http_upstream;
+mod internal_auth;
 mod mcp_stream;
 mod openapi;
 mod peers;
