@@ -103,7 +103,10 @@ impl Control for ControlService {
         if self.shared.shutdown.is_cancelled() {
             return Err(Status::failed_precondition("daemon is shutting down"));
         }
-        h.restart(&self.shared.ctx).await;
+        // In a task of its own: the caller may go away meanwhile (the gateway restarting itself
+        // is terminated by this very restart), and the restart must still complete.
+        let (task_h, ctx) = (h.clone(), self.shared.ctx.clone());
+        let _ = tokio::spawn(async move { task_h.restart(&ctx).await }).await;
         let _ = h.wait_healthy(HEALTHY_WITHIN).await;
         Ok(Response::new(RestartServiceReply { service: Some(to_proto(h.view())) }))
     }
@@ -133,7 +136,9 @@ impl Control for ControlService {
                 return Err(Status::failed_precondition(format!("{} needs {}, which is running", other.name, h.name)));
             }
         }
-        h.stop().await;
+        // In a task of its own, like a restart: a caller that goes away does not cut it short.
+        let task_h = h.clone();
+        let _ = tokio::spawn(async move { task_h.stop().await }).await;
         tracing::info!(service = h.name, "On-demand service stopped over the control RPC.");
         Ok(Response::new(StopServiceReply { service: Some(to_proto(h.view())) }))
     }

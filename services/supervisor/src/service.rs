@@ -179,43 +179,45 @@ impl ServiceHandle {
     }
 
     /// Restarts the service now (SIGTERM, wait, respawn); also revives a `failed` one and
-    /// starts a stopped one.
+    /// starts a stopped one. Cancellation-safe: the loop's handle never leaves `runner` while
+    /// this waits (the control RPC spawns it anyway, so that a caller that goes away — the
+    /// gateway restarting itself — does not cut it short).
     pub async fn restart(&self, ctx: &Context) {
         let mut runner = self.runner.lock().await;
-        let Some(mut h) = runner.take().filter(|h| !h.is_finished()) else {
+        let Some(h) = runner.as_mut().filter(|h| !h.is_finished()) else {
             drop(runner);
             self.start(ctx).await;
             return;
         };
         let (tx, rx) = oneshot::channel();
-        let mut ended = false;
         if self.cmd_tx.send(Command::Restart(tx)).await.is_ok() {
             // The loop may end (shutdown) without reading the command.
             tokio::select! {
                 _ = rx => {}
-                _ = &mut h => ended = true,
+                _ = h => *runner = None,
             }
-        }
-        if !ended {
-            *runner = Some(h);
         }
     }
 
     /// Stops the service and waits for its loop to end; status then shows it `stopped`. Does
-    /// nothing when it is not running.
+    /// nothing when it is not running. Cancellation-safe like [`ServiceHandle::restart`].
     pub async fn stop(&self) {
         let mut runner = self.runner.lock().await;
-        let Some(mut h) = runner.take() else { return };
+        let Some(h) = runner.as_mut() else { return };
         if !h.is_finished() {
             let (tx, rx) = oneshot::channel();
             if self.cmd_tx.send(Command::Stop(tx)).await.is_ok() {
                 tokio::select! {
                     _ = rx => {}
-                    _ = &mut h => return,
+                    _ = &mut *h => {
+                        *runner = None;
+                        return;
+                    }
                 }
             }
         }
         let _ = h.await;
+        *runner = None;
     }
 
     fn spawn_child(&self, ctx: &Context) -> anyhow::Result<coffer_runtime::spawn::ManagedChild> {
