@@ -19,8 +19,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use coffer_runtime::authz::Policy;
 use coffer_runtime::env as cenv;
-use coffer_runtime::home::CofferHome;
+use coffer_runtime::identity::Identity;
+use coffer_runtime::service::ServiceCtx;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
@@ -54,33 +56,31 @@ fn env(var: &'static str) -> anyhow::Result<String> {
     std::env::var(var).map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
 }
 
-/// Runs the edge until `shutdown`: stops accepting, drains in-flight requests (bounded), ends
-/// every MCP session (terminating upstream children), then returns.
+/// Runs the edge until `ctx.shutdown`: stops accepting, drains in-flight requests (bounded), ends
+/// every MCP session (terminating upstream children), then returns. `ctx.listener` is its
+/// internal gRPC listener; the public one and the edge socket are its own inherited extras.
 ///
 /// # Errors
 /// When the inherited listeners or environment are unusable.
-pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
+    let ServiceCtx { home, listener: grpc, internal, shutdown, .. } = ctx;
     // A relay on the request path: ask for short time slices (on this, the runtime's only
     // thread; upstream children inherit it). See `coffer_runtime::sched`.
     let slice = coffer_runtime::sched::request_short_slice();
     tracing::debug!(?slice, "Scheduler time-slice request.");
-    let public = coffer_runtime::listen::inherited(cenv::LISTEN_FD)?;
-    let grpc = coffer_runtime::listen::inherited(cenv::GRPC_FD)?;
+    let public = coffer_runtime::listen::inherited(cenv::PUBLIC_FD)?;
     // The same edge on `COFFER_HOME/gateway.sock`, when the supervisor bound it.
     let socket = coffer_runtime::listen::inherited_unix(cenv::SOCKET_FD)?;
-    let internal = coffer_runtime::grpc::internal_token_from_env()?;
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
-    let store = store::StoreClients::new(coffer_runtime::grpc::channel(&env(cenv::STORE_ADDR)?, &internal)?);
-    let control = coffer_proto::control::control_client::ControlClient::new(coffer_runtime::grpc::channel(
-        &env(cenv::CONTROL_ADDR)?,
-        &internal,
-    )?);
+    let store = store::StoreClients::new(internal.channel(Identity::Store)?);
+    let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
     let snapshot_ready = snapshot.clone();
-    let recorder = mcp::invocations::Recorder::spawn(env(cenv::STORE_ADDR)?, internal.clone())?;
+    let recorder =
+        mcp::invocations::Recorder::spawn(internal.addr(Identity::Store)?.to_owned(), internal.token().clone())?;
     let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.credentials.clone()));
     let gateway = mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, shutdown.clone());
     let state = Arc::new(AppState {
@@ -104,7 +104,7 @@ pub async fn run(home: CofferHome, shutdown: CancellationToken) -> anyhow::Resul
     }
     let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(
         grpc,
-        internal,
+        internal.auth_layer(Policy::ANY_SERVICE),
         tonic::service::Routes::default(),
         shutdown.clone(),
     ));

@@ -17,6 +17,7 @@ mod edge_socket;
 mod environment;
 mod gateway;
 mod http_upstream;
+mod internal_auth;
 mod mcp_stream;
 mod openapi;
 mod peers;

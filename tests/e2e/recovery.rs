@@ -10,7 +10,8 @@ use nix::sys::signal::Signal;
 /// Recovery must finish within this (first restart backoff is 100 ms).
 const RECOVERY_BUDGET: Duration = Duration::from_secs(2);
 
-/// The inherited listener descriptors of each service (see the supervisor's `run`).
+/// The inherited listener descriptors of each service (see the supervisor's `run_with`): the
+/// internal listener on fd 3, and the edge's public listener on fd 4.
 fn listener_fds(service: &str) -> &'static [i32] {
     if service == "gateway" { &[3, 4] } else { &[3] }
 }

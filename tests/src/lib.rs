@@ -406,7 +406,15 @@ impl TestHome {
     /// When the daemon exits during start-up (with its stderr) or is not ready within
     /// [`START_TIMEOUT`]; both carry [`TestHome::diagnostics`].
     pub async fn start_daemon(&self) -> anyhow::Result<Api> {
-        let d = self.spawn_daemon()?;
+        self.start_daemon_binary("coffer-daemon").await
+    }
+
+    /// [`TestHome::start_daemon`] with another supervisor binary (`coffer-test-daemon`).
+    ///
+    /// # Errors
+    /// As [`TestHome::start_daemon`].
+    pub async fn start_daemon_binary(&self, name: &str) -> anyhow::Result<Api> {
+        let d = self.spawn_binary(name, &[])?;
         let ready = wait_for("coffer-daemon to become ready", START_TIMEOUT, || async {
             if let Some(status) = self.try_exit(&d) {
                 return Err(abort(format!("coffer-daemon exited during start-up ({status}); stderr: {}", d.stderr())));
@@ -487,9 +495,10 @@ impl TestHome {
         v
     }
 
-    /// The live `coffer-daemon` processes of this home.
+    /// The live supervisor processes (`coffer-daemon`, or the tests' `coffer-test-daemon`) of
+    /// this home.
     pub fn daemon_processes(&self) -> Vec<ProcInfo> {
-        self.processes().into_iter().filter(|p| p.name == "coffer-daemon").collect()
+        self.processes().into_iter().filter(|p| p.name == "coffer-daemon" || p.name == "coffer-test-daemon").collect()
     }
 
     /// The pid records under `upstream-pids/`.

@@ -84,6 +84,19 @@ pub fn with_env(key: &str, value: &str) -> Vec<ProcInfo> {
         .collect()
 }
 
+/// The environment of `pid` (empty when it is gone or unreadable). Test processes run as the
+/// same user as the daemon, so they can read what the supervisor passed each service.
+pub fn environ(pid: i32) -> std::collections::BTreeMap<String, String> {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else { return Default::default() };
+    raw.split(|c| *c == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
 /// Sends `sig` to `pid`; errors (already gone) are ignored.
 pub fn signal(pid: i32, sig: Signal) {
     if pid > 0 {

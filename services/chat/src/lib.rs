@@ -3,5 +3,6 @@
 
 /// Process entry for `coffer-chat`.
 pub fn main_entry() -> std::process::ExitCode {
-    coffer_runtime::service::service_main("chat", |_home, shutdown| coffer_runtime::service::run_health_only(shutdown))
+    use coffer_runtime::{identity::Identity, service};
+    service::service_main(Identity::Chat, service::run_health_only)
 }

@@ -3,7 +3,6 @@
 
 /// Process entry for `coffer-retrieval`.
 pub fn main_entry() -> std::process::ExitCode {
-    coffer_runtime::service::service_main("retrieval", |_home, shutdown| {
-        coffer_runtime::service::run_health_only(shutdown)
-    })
+    use coffer_runtime::{identity::Identity, service};
+    service::service_main(Identity::Retrieval, service::run_health_only)
 }

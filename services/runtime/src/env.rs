@@ -9,15 +9,22 @@ pub const HOME: &str = "COFFER_HOME";
 pub const PORT: &str = "COFFER_PORT";
 /// Public port range `START-END` tried in order when `COFFER_PORT` is unset (default 8000-8009).
 pub const PORT_RANGE: &str = "COFFER_PORT_RANGE";
-/// Per-run internal token for gRPC (hex). Never written to disk.
+/// This service's own per-run internal token (64 hex characters), presented on every internal
+/// gRPC call it makes; each service gets a different one. Never written to disk.
 pub const INTERNAL_TOKEN: &str = "COFFER_INTERNAL_TOKEN";
+/// SHA-256 digests of every identity's internal token, `name=hex,name=hex,…` (e.g.
+/// `supervisor=…,store=…,gateway=…`): how a receiver tells its callers apart without holding
+/// their tokens. See [`crate::identity`].
+pub const PEER_DIGESTS: &str = "COFFER_PEER_DIGESTS";
+/// The runtime a service runs on, from the supervisor's table: `multi-thread` (default) or
+/// `current-thread`. See [`crate::service::Flavor`].
+pub const FLAVOR: &str = "COFFER_FLAVOR";
 /// Public token (hex) the edge checks; also in daemon.json.
 pub const PUBLIC_TOKEN: &str = "COFFER_PUBLIC_TOKEN";
-/// File descriptor number of the inherited primary listener.
+/// File descriptor number of the service's inherited internal gRPC listener (every service).
 pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
-/// File descriptor number of the inherited internal gRPC listener (gateway only; its primary
-/// listener is the public HTTP one).
-pub const GRPC_FD: &str = "COFFER_GRPC_FD";
+/// File descriptor number of the inherited public HTTP listener (the gateway only).
+pub const PUBLIC_FD: &str = "COFFER_PUBLIC_FD";
 /// Descriptor number of the edge's Unix-domain listener (`COFFER_HOME/gateway.sock`), set for
 /// the gateway when the supervisor bound one.
 pub const SOCKET_FD: &str = "COFFER_SOCKET_FD";

@@ -1,14 +1,19 @@
-//! Internal gRPC plumbing: one server layer that checks the per-run internal token and opens a
-//! span carrying the caller's trace id; one client interceptor that sends both.
+//! Internal gRPC plumbing: one server layer that authenticates the caller by its per-run internal
+//! token, authorizes the method by the server's table and opens a span carrying the caller's
+//! trace id; one client interceptor that sends the token and the trace id.
 //!
 //! Loopback is not a trust boundary (other local users exist), so every internal RPC must
-//! present the token the supervisor generated for this run.
+//! present a token the supervisor generated for this run; each service has its own
+//! (see [`crate::identity`]), so a receiver knows who is calling.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use coffer_proto::{INTERNAL_TOKEN_HEADER, TRACE_HEADER};
+
+use crate::authz::Policy;
+use crate::identity::{Identity, PeerDigests};
 use secrecy::{ExposeSecret, SecretString};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
@@ -36,23 +41,28 @@ pub fn new_trace_id() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 
-/// Server layer: rejects calls without the internal token (`UNAUTHENTICATED`), and runs each
-/// accepted call inside span `rpc{trace_id, path}` with the trace id set for onward calls.
+/// Server layer: authenticates every call (the presented token must be one whose digest is in
+/// its [`PeerDigests`], else `UNAUTHENTICATED` "missing or wrong internal token"), authorizes it
+/// against its [`Policy`] (else `PERMISSION_DENIED` "<caller> may not call <method>"), puts the
+/// caller's [`Identity`] into the request's extensions (read it with [`caller`]), and runs the
+/// call inside span `rpc{trace_id, path, caller}` with the trace id set for onward calls.
 #[derive(Clone)]
 pub struct InternalAuthLayer {
-    token: Arc<SecretString>,
+    peers: Arc<PeerDigests>,
+    policy: Policy,
 }
 
 impl InternalAuthLayer {
-    pub fn new(token: SecretString) -> Self {
-        Self { token: Arc::new(token) }
+    /// A layer accepting the tokens whose digests are in `peers`, authorizing by `policy`.
+    pub fn new(peers: Arc<PeerDigests>, policy: Policy) -> Self {
+        Self { peers, policy }
     }
 }
 
 impl<S> tower::Layer<S> for InternalAuthLayer {
     type Service = InternalAuth<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        InternalAuth { inner, token: self.token.clone() }
+        InternalAuth { inner, peers: self.peers.clone(), policy: self.policy }
     }
 }
 
@@ -60,7 +70,14 @@ impl<S> tower::Layer<S> for InternalAuthLayer {
 #[derive(Clone)]
 pub struct InternalAuth<S> {
     inner: S,
-    token: Arc<SecretString>,
+    peers: Arc<PeerDigests>,
+    policy: Policy,
+}
+
+/// The authenticated caller of an internal RPC, as [`InternalAuthLayer`] found it (`None` only
+/// for a request that did not pass through the layer, e.g. a handler called directly in a test).
+pub fn caller<T>(req: &tonic::Request<T>) -> Option<Identity> {
+    req.extensions().get::<Identity>().copied()
 }
 
 impl<S, B, RB> tower::Service<http::Request<B>> for InternalAuth<S>
@@ -78,16 +95,22 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let presented = req.headers().get(INTERNAL_TOKEN_HEADER).map(|v| v.as_bytes().to_vec());
-        let ok = presented.is_some_and(|p| crate::token::token_matches(&self.token, &p));
-        if !ok {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let caller = req.headers().get(INTERNAL_TOKEN_HEADER).and_then(|v| self.peers.identify(v.as_bytes()));
+        let Some(caller) = caller else {
             let path = req.uri().path().to_owned();
             return Box::pin(async move {
                 tracing::warn!(%path, "Internal RPC rejected: missing or wrong internal token.");
                 Ok(tonic::Status::unauthenticated("missing or wrong internal token").into_http())
             });
+        };
+        if let Err(refusal) = self.policy.check(caller, req.uri().path()) {
+            return Box::pin(async move {
+                tracing::warn!(%caller, reason = %refusal, "Internal RPC refused.");
+                Ok(tonic::Status::permission_denied(refusal.to_string()).into_http())
+            });
         }
+        req.extensions_mut().insert(caller);
         let trace_id = req
             .headers()
             .get(TRACE_HEADER)
@@ -101,10 +124,10 @@ where
         Box::pin(async move {
             match trace_id {
                 Some(id) => {
-                    let span = tracing::info_span!("rpc", trace_id = %id, path = %path);
+                    let span = tracing::info_span!("rpc", trace_id = %id, path = %path, %caller);
                     with_trace(id, inner.call(req)).instrument(span).await
                 }
-                None => inner.call(req).instrument(tracing::info_span!("rpc", path = %path)).await,
+                None => inner.call(req).instrument(tracing::info_span!("rpc", path = %path, %caller)).await,
             }
         })
     }
@@ -151,33 +174,22 @@ pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::t
     Ok(InterceptedService::new(ch, ClientAuth::new(token)))
 }
 
-/// The internal token from the environment (set by the supervisor).
-///
-/// # Errors
-/// When `COFFER_INTERNAL_TOKEN` is missing.
-pub fn internal_token_from_env() -> anyhow::Result<SecretString> {
-    let v = std::env::var(crate::env::INTERNAL_TOKEN).map_err(|_| {
-        anyhow::anyhow!("{} is not set: this binary is started by coffer-daemon", crate::env::INTERNAL_TOKEN)
-    })?;
-    Ok(SecretString::from(v))
-}
-
 /// Serves `routes` plus the standard gRPC health service (`grpc.health.v1.Health`, reporting
-/// SERVING for the empty service name) on an inherited listener, behind the internal auth
-/// layer, until `shutdown` is cancelled.
+/// SERVING for the empty service name) on an inherited listener, behind `auth` (see
+/// [`crate::service::ServiceCtx::auth_layer`]), until `shutdown` is cancelled.
 ///
 /// # Errors
 /// Transport errors from the server.
 pub async fn serve_with_health(
     listener: tokio::net::TcpListener,
-    token: SecretString,
+    auth: InternalAuthLayer,
     routes: tonic::service::Routes,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     tonic::transport::Server::builder()
-        .layer(InternalAuthLayer::new(token))
+        .layer(auth)
         .add_routes(routes.add_service(health))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
@@ -195,4 +207,98 @@ pub async fn check_health(addr: &str, token: &SecretString) -> bool {
         tokio::time::timeout(std::time::Duration::from_secs(1), client.check(req)).await,
         Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::{Allow, Rule, Unlisted};
+    use tower::{Layer, Service, ServiceExt};
+
+    const POLICY: Policy = Policy {
+        rules: &[Rule { service: "t.v1.S", method: "Write", allow: Allow::Only(&[Identity::Gateway]) }],
+        unlisted: Unlisted::Deny,
+    };
+
+    struct Fixture {
+        gateway: SecretString,
+        retrieval: SecretString,
+        addr: String,
+        shutdown: tokio_util::sync::CancellationToken,
+    }
+
+    /// A health-only server on loopback accepting made-up gateway and retrieval tokens.
+    async fn serve() -> Fixture {
+        let (gateway, retrieval) = (crate::token::random_token(), crate::token::random_token());
+        let peers = PeerDigests::from_tokens([(Identity::Gateway, &gateway), (Identity::Retrieval, &retrieval)]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let layer = InternalAuthLayer::new(Arc::new(peers), POLICY);
+        tokio::spawn(serve_with_health(listener, layer, tonic::service::Routes::default(), shutdown.clone()));
+        Fixture { gateway, retrieval, addr, shutdown }
+    }
+
+    /// One unary call of `path` with an empty message, presenting `token` (none when `None`).
+    async fn call(addr: &str, token: Option<&SecretString>, path: &'static str) -> tonic::Status {
+        let ch = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+        let mut grpc = tonic::client::Grpc::new(ch);
+        grpc.ready().await.unwrap();
+        let mut req = tonic::Request::new(());
+        if let Some(t) = token {
+            req.metadata_mut().insert(INTERNAL_TOKEN_HEADER, t.expose_secret().parse().unwrap());
+        }
+        let codec = tonic_prost::ProstCodec::<(), ()>::default();
+        match grpc.unary(req, http::uri::PathAndQuery::from_static(path), codec).await {
+            Ok(_) => tonic::Status::ok(""),
+            Err(s) => s,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wrong_or_missing_internal_token_is_refused() {
+        let f = serve().await;
+        let health = "/grpc.health.v1.Health/Check";
+        for token in [None, Some(&crate::token::random_token()), Some(&SecretString::from("short"))] {
+            let s = call(&f.addr, token, health).await;
+            assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+            assert_eq!(s.message(), "missing or wrong internal token");
+        }
+        assert!(check_health(&f.addr, &f.retrieval).await, "any known identity may ask for health");
+        assert!(!check_health(&f.addr, &crate::token::random_token()).await);
+        f.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_known_caller_outside_the_rule_is_denied_by_name() {
+        let f = serve().await;
+        let s = call(&f.addr, Some(&f.retrieval), "/t.v1.S/Write").await;
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        assert_eq!(s.message(), "retrieval may not call /t.v1.S/Write");
+        let s = call(&f.addr, Some(&f.gateway), "/t.v1.S/Unlisted").await;
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        assert_eq!(s.message(), "gateway may not call /t.v1.S/Unlisted: no authorization rule names it");
+        // Allowed: the call passes the layer and reaches the router, which has no such service.
+        let s = call(&f.addr, Some(&f.gateway), "/t.v1.S/Write").await;
+        assert_eq!(s.code(), tonic::Code::Unimplemented, "{s:?}");
+        f.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn the_caller_is_in_the_request_extensions() {
+        let gateway = crate::token::random_token();
+        let peers = Arc::new(PeerDigests::from_tokens([(Identity::Gateway, &gateway)]));
+        let inner = tower::service_fn(|req: http::Request<()>| async move {
+            let who = req.extensions().get::<Identity>().map(|i| i.as_str().to_owned()).unwrap_or_default();
+            Ok::<_, std::convert::Infallible>(http::Response::new(who))
+        });
+        let mut svc = InternalAuthLayer::new(peers, Policy::ANY_SERVICE).layer(inner);
+        let req = http::Request::builder()
+            .uri("/t.v1.S/Read")
+            .header(INTERNAL_TOKEN_HEADER, gateway.expose_secret())
+            .body(())
+            .unwrap();
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(res.into_body(), "gateway");
+    }
 }

@@ -3,12 +3,16 @@
 //! - [`home`]: the `COFFER_HOME` layout and its owner-only permissions.
 //! - [`logging`]: per-process log files under `logs/`.
 //! - [`listen`]: listeners inherited from the supervisor as file descriptors.
-//! - [`grpc`]: the internal-token interceptor and trace-id propagation over gRPC.
+//! - [`grpc`]: the internal auth layer (who is calling, may they) and trace-id propagation.
+//! - [`identity`]: per-service internal tokens and the digests receivers check them against.
+//! - [`authz`]: the declarative tables of which identity may call which internal method.
+//! - [`service`]: a service binary's `main` shape and its [`service::ServiceCtx`].
 //! - [`spawn`]: the one helper that starts every child process.
 //! - [`daemon_file`]: `daemon.json` and `daemon.lock`.
 //! - [`connect`]: detect-or-spawn, shared by the shim and the CLI.
 //! - [`token`]: random tokens and constant-time comparison.
 
+pub mod authz;
 pub mod base_env;
 pub mod connect;
 pub mod daemon_file;
@@ -16,6 +20,7 @@ pub mod digest;
 pub mod env;
 pub mod grpc;
 pub mod home;
+pub mod identity;
 pub mod listen;
 pub mod logging;
 pub mod ndjson;

@@ -7,13 +7,15 @@
 //! in those modules, in [`db`] (the writer/reader plumbing and migrations), and in the
 //! maintenance domain's workers [`retention`] and [`backup`].
 
+pub mod authz;
 pub mod backup;
 pub mod db;
 pub mod domain;
 pub mod retention;
 pub mod vault;
 
-use coffer_runtime::home::CofferHome;
+use coffer_runtime::identity::Identity;
+use coffer_runtime::service::ServiceCtx;
 
 /// Process entry for `coffer-store`.
 pub fn main_entry() -> std::process::ExitCode {
@@ -21,30 +23,30 @@ pub fn main_entry() -> std::process::ExitCode {
     // is a snapshot in the gateway, invocation records are queued). Set before the runtime
     // starts its threads, so that all of them (and the writer thread) inherit it.
     let (priority, warning) = coffer_runtime::sched::background_priority();
-    coffer_runtime::service::service_main("store", move |home, shutdown| async move {
+    coffer_runtime::service::service_main(Identity::Store, move |ctx| async move {
         if let Some(warning) = warning {
             tracing::warn!("{warning}.");
         }
         tracing::debug!(?priority, "Background priority.");
-        run(home, shutdown).await
+        run(ctx).await
     })
 }
 
 /// Opens and migrates the DB, then serves every store service ([`domain::routes`]) and health on
-/// the inherited listener until `shutdown`.
+/// the service's listener until `shutdown`, each call authorized by [`authz::POLICY`].
 ///
 /// # Errors
-/// When the listener, token or database is unusable.
-pub async fn run(home: CofferHome, shutdown: tokio_util::sync::CancellationToken) -> anyhow::Result<()> {
-    let listener = coffer_runtime::listen::inherited(coffer_runtime::env::LISTEN_FD)?;
-    let token = coffer_runtime::grpc::internal_token_from_env()?;
+/// When the database is unusable or the server fails.
+pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
+    let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
     let db = db::Db::open(&home.db())?;
     tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
     let vault = vault::Vault::new(home.secret_key());
     // Retention runs beside the RPCs, through the same single writer: a pass now, then hourly.
     let retention = retention::spawn(db.clone(), shutdown.clone());
     let routes = domain::routes(&db, vault);
-    coffer_runtime::grpc::serve_with_health(listener, token, routes, shutdown.clone()).await?;
+    coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
+        .await?;
     // The worker stops between two batches once shutdown is cancelled.
     shutdown.cancel();
     let _ = retention.await;

@@ -1,13 +1,39 @@
-//! The control RPC (`coffer.control.v1.Control`): status, stop, restart one service.
+//! The control RPC (`coffer.control.v1.Control`): status, stop the daemon, restart one service,
+//! start and stop an on-demand service; with the table of who may call what ([`POLICY`]).
 use std::sync::Arc;
+use std::time::Duration;
 
-use coffer_proto::control::control_server::{Control, ControlServer};
+use coffer_proto::control::control_server::{Control, ControlServer, SERVICE_NAME};
 use coffer_proto::control::{
-    RestartServiceReply, RestartServiceRequest, ServiceStatus, StatusReply, StatusRequest, StopReply, StopRequest,
+    RestartServiceReply, RestartServiceRequest, ServiceStatus, StartServiceReply, StartServiceRequest, StatusReply,
+    StatusRequest, StopReply, StopRequest, StopServiceReply, StopServiceRequest,
 };
+use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
+use coffer_runtime::identity::{Identity, PeerDigests};
 use tonic::{Request, Response, Status};
 
 use crate::Shared;
+use crate::service::ServiceHandle;
+use crate::table::Start;
+
+/// How long `StartService` and `RestartService` wait for the service to become healthy.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+/// Who may drive the daemon: the gateway (REST `/v1/daemon/*`, `/v1/status`) and chat (it will
+/// start and stop `coffer-callback` with the SeaTalk channel); status is for every service.
+const OPERATORS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
+
+/// The control RPC's authorization table; a method not named here is refused.
+pub(crate) const POLICY: Policy = Policy {
+    rules: &[
+        Rule { service: SERVICE_NAME, method: "Status", allow: Allow::AnyService },
+        Rule { service: SERVICE_NAME, method: "Stop", allow: OPERATORS },
+        Rule { service: SERVICE_NAME, method: "RestartService", allow: OPERATORS },
+        Rule { service: SERVICE_NAME, method: "StartService", allow: OPERATORS },
+        Rule { service: SERVICE_NAME, method: "StopService", allow: OPERATORS },
+    ],
+    unlisted: Unlisted::Deny,
+};
 
 struct ControlService {
     shared: Arc<Shared>,
@@ -22,6 +48,31 @@ fn to_proto(v: crate::ServiceStatusView) -> ServiceStatus {
         restarts: v.restarts,
         last_error: v.last_error,
         address: v.address,
+        on_demand: v.on_demand,
+    }
+}
+
+impl ControlService {
+    /// The handle of service `name`, or `NOT_FOUND` listing the known names.
+    fn find(&self, name: &str) -> Result<&ServiceHandle, Status> {
+        self.shared.service(name).ok_or_else(|| {
+            let known: Vec<_> = self.shared.services.iter().map(|h| h.name).collect();
+            Status::not_found(format!("no service {name:?}; known: {}", known.join(", ")))
+        })
+    }
+
+    /// The handle of on-demand service `name` while the daemon is not shutting down.
+    fn find_on_demand(&self, name: &str) -> Result<&ServiceHandle, Status> {
+        let h = self.find(name)?;
+        if h.spec.start != Start::OnDemand {
+            return Err(Status::failed_precondition(format!(
+                "{name} runs always; only on-demand services are started and stopped alone (use RestartService)"
+            )));
+        }
+        if self.shared.shutdown.is_cancelled() {
+            return Err(Status::failed_precondition("daemon is shutting down"));
+        }
+        Ok(h)
     }
 }
 
@@ -48,27 +99,149 @@ impl Control for ControlService {
         &self,
         req: Request<RestartServiceRequest>,
     ) -> Result<Response<RestartServiceReply>, Status> {
-        let name = req.into_inner().name;
-        let Some(h) = self.shared.services.iter().find(|h| h.name == name) else {
-            let known: Vec<_> = self.shared.services.iter().map(|h| h.name).collect();
-            return Err(Status::not_found(format!("no service {name:?}; known: {}", known.join(", "))));
-        };
+        let h = self.find(&req.into_inner().name)?;
         if self.shared.shutdown.is_cancelled() {
             return Err(Status::failed_precondition("daemon is shutting down"));
         }
-        h.restart().await;
-        let _ = h.wait_healthy(std::time::Duration::from_secs(30)).await;
+        // In a task of its own: the caller may go away meanwhile (the gateway restarting itself
+        // is terminated by this very restart), and the restart must still complete.
+        let (task_h, ctx) = (h.clone(), self.shared.ctx.clone());
+        let _ = tokio::spawn(async move { task_h.restart(&ctx).await }).await;
+        let _ = h.wait_healthy(HEALTHY_WITHIN).await;
         Ok(Response::new(RestartServiceReply { service: Some(to_proto(h.view())) }))
+    }
+
+    async fn start_service(&self, req: Request<StartServiceRequest>) -> Result<Response<StartServiceReply>, Status> {
+        let h = self.find_on_demand(&req.into_inner().name)?;
+        for dep in h.spec.depends_on {
+            let healthy =
+                self.shared.service(dep.as_str()).is_some_and(|d| d.view().state == crate::ServiceState::Healthy);
+            if !healthy {
+                return Err(Status::failed_precondition(format!("{} needs {dep}, which is not healthy", h.name)));
+            }
+        }
+        if h.start(&self.shared.ctx).await {
+            tracing::info!(service = h.name, "On-demand service started over the control RPC.");
+        }
+        h.wait_healthy(HEALTHY_WITHIN)
+            .await
+            .map_err(|e| Status::unavailable(format!("{} did not become healthy: {e:#}", h.name)))?;
+        Ok(Response::new(StartServiceReply { service: Some(to_proto(h.view())) }))
+    }
+
+    async fn stop_service(&self, req: Request<StopServiceRequest>) -> Result<Response<StopServiceReply>, Status> {
+        let h = self.find_on_demand(&req.into_inner().name)?;
+        for other in &self.shared.services {
+            if other.spec.depends_on.contains(&h.spec.identity) && other.is_running().await {
+                return Err(Status::failed_precondition(format!("{} needs {}, which is running", other.name, h.name)));
+            }
+        }
+        // In a task of its own, like a restart: a caller that goes away does not cut it short.
+        let task_h = h.clone();
+        let _ = tokio::spawn(async move { task_h.stop().await }).await;
+        tracing::info!(service = h.name, "On-demand service stopped over the control RPC.");
+        Ok(Response::new(StopServiceReply { service: Some(to_proto(h.view())) }))
     }
 }
 
-/// Serves the control RPC until the process exits.
-pub(crate) async fn serve(listener: tokio::net::TcpListener, token: crate::Token, shared: Arc<Shared>) {
+/// Serves the control RPC until the process exits, accepting the identities in `peers`.
+pub(crate) async fn serve(listener: tokio::net::TcpListener, peers: Arc<PeerDigests>, shared: Arc<Shared>) {
     let routes = tonic::service::Routes::new(ControlServer::new(ControlService { shared: shared.clone() }));
     // The control server outlives the services' shutdown so status stays answerable; the task is
     // aborted at the very end.
     let never = tokio_util::sync::CancellationToken::new();
-    if let Err(e) = coffer_runtime::grpc::serve_with_health(listener, token, routes, never).await {
+    let auth = coffer_runtime::grpc::InternalAuthLayer::new(peers, POLICY);
+    if let Err(e) = coffer_runtime::grpc::serve_with_health(listener, auth, routes, never).await {
         tracing::error!(error = %e, "Control RPC server failed.");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coffer_proto::control::control_client::ControlClient;
+    use secrecy::SecretString;
+
+    struct Fixture {
+        addr: String,
+        gateway: SecretString,
+        retrieval: SecretString,
+        shared: Arc<Shared>,
+        _home: tempfile::TempDir,
+    }
+
+    /// The control RPC on loopback over a table of one on-demand row that is never started,
+    /// accepting made-up gateway and retrieval tokens.
+    async fn serve_fixture() -> Fixture {
+        let home = tempfile::tempdir().unwrap();
+        let (gateway, retrieval) = (coffer_runtime::token::random_token(), coffer_runtime::token::random_token());
+        let peers = PeerDigests::from_tokens([(Identity::Gateway, &gateway), (Identity::Retrieval, &retrieval)]);
+        let spec = crate::table::ServiceSpec { start: Start::OnDemand, ..crate::table::SERVICES[1] };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let shared = Arc::new(Shared {
+            pid: 1,
+            port: 8000,
+            started_at: coffer_runtime::now_rfc3339(),
+            shutdown: shutdown.clone(),
+            services: vec![ServiceHandle::new(spec, vec![], vec![], "127.0.0.1:1".into())],
+            ctx: crate::service::Context {
+                home: coffer_runtime::home::CofferHome::at(home.path().to_path_buf()),
+                supervisor_token: coffer_runtime::token::random_token(),
+                shutdown,
+            },
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(serve(listener, Arc::new(peers), shared.clone()));
+        Fixture { addr, gateway, retrieval, shared, _home: home }
+    }
+
+    fn client(addr: &str, token: &SecretString) -> ControlClient<coffer_runtime::grpc::AuthChannel> {
+        ControlClient::new(coffer_runtime::grpc::channel(addr, token).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_control_rpc_refuses_a_wrong_token_and_names_a_caller_it_does_not_allow() {
+        let f = serve_fixture().await;
+        let s = client(&f.addr, &coffer_runtime::token::random_token()).status(StatusRequest {}).await.unwrap_err();
+        assert_eq!((s.code(), s.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
+
+        let mut retrieval = client(&f.addr, &f.retrieval);
+        let status = retrieval.status(StatusRequest {}).await.unwrap().into_inner();
+        assert_eq!(status.services.len(), 1, "any service may read status");
+        for (method, s) in [
+            ("Stop", retrieval.stop(StopRequest {}).await.unwrap_err()),
+            (
+                "StartService",
+                retrieval.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err(),
+            ),
+        ] {
+            assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+            assert_eq!(s.message(), format!("retrieval may not call /coffer.control.v1.Control/{method}"));
+        }
+        assert!(!f.shared.shutdown.is_cancelled(), "a refused Stop stops nothing");
+    }
+
+    #[tokio::test]
+    async fn an_on_demand_service_shows_stopped_and_only_it_may_be_started_alone() {
+        let f = serve_fixture().await;
+        let mut gateway = client(&f.addr, &f.gateway);
+        let status = gateway.status(StatusRequest {}).await.unwrap().into_inner();
+        let s = &status.services[0];
+        assert_eq!((s.name.as_str(), s.state.as_str(), s.pid, s.on_demand), ("retrieval", "stopped", 0, true));
+        let e = gateway.start_service(StartServiceRequest { name: "nope".into() }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(e.message().contains("known: retrieval"), "{e:?}");
+        // Its dependency (the store) is not in this table's handles: refused before any spawn.
+        let e = gateway.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert_eq!(e.message(), "retrieval needs store, which is not healthy");
+        // Stopping what is not running is a no-op that reports it stopped.
+        let r = gateway.stop_service(StopServiceRequest { name: "retrieval".into() }).await.unwrap().into_inner();
+        assert_eq!(r.service.unwrap().state, "stopped");
+        gateway.stop(StopRequest {}).await.unwrap();
+        assert!(f.shared.shutdown.is_cancelled());
+        let e = gateway.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::FailedPrecondition, "daemon is shutting down"));
     }
 }

@@ -2,14 +2,18 @@
 //! restarts a crashed one with backoff, owns `daemon.json`/`daemon.lock`, sweeps orphans at
 //! start, serves the control RPC, and shuts everything down in order. No domain logic.
 //!
-//! Start-up: prepare `COFFER_HOME` → take `daemon.lock` → remove a stale `daemon.json` → sweep
-//! orphans → bind listeners → start store, then retrieval, chat, gateway, each waited on through
-//! the standard gRPC health check → write `daemon.json`. Shutdown (SIGTERM/SIGINT or the `Stop`
-//! RPC): gateway first (stops accepting, drains), then chat, retrieval, store last; SIGKILL what
-//! does not exit in time; remove `daemon.json`; release the lock by exiting.
+//! What it runs is one declarative table ([`table::SERVICES`]). Start-up: prepare `COFFER_HOME`
+//! → take `daemon.lock` → remove a stale `daemon.json` → sweep orphans → bind listeners (one
+//! internal listener per row) → generate one internal token per service → start the always-on
+//! services in dependency order (store first; each once its dependencies answer the standard
+//! gRPC health check) → write `daemon.json`. On-demand services start and stop through the
+//! control RPC. Shutdown (SIGTERM/SIGINT or the `Stop` RPC): the reverse order — gateway first
+//! (stops accepting, drains), store last; SIGKILL what does not exit in time; remove
+//! `daemon.json`; release the lock by exiting.
 
 mod control;
 mod service;
+pub mod table;
 
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
@@ -20,17 +24,24 @@ use anyhow::Context;
 use coffer_runtime::daemon_file::{DaemonInfo, DaemonLock};
 use coffer_runtime::env as cenv;
 use coffer_runtime::home::CofferHome;
+use coffer_runtime::identity::{Identity, PeerDigests};
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 pub use service::{ServiceState, ServiceStatusView};
+pub use table::{SERVICES, ServiceSpec, Start};
 
 /// Exit code when another daemon already holds the lock.
 pub const EXIT_ALREADY_RUNNING: u8 = 3;
 
-/// Process entry: runs the supervisor to completion and maps failures to an exit code with a
-/// clear message on stderr.
+/// Process entry: runs the supervisor over [`SERVICES`] to completion and maps failures to an
+/// exit code with a clear message on stderr.
 pub fn main_entry() -> std::process::ExitCode {
+    main_entry_with(SERVICES.to_vec())
+}
+
+/// [`main_entry`] over another service table (tests run one with a service marked on demand).
+pub fn main_entry_with(table: Vec<ServiceSpec>) -> std::process::ExitCode {
     // Everything Coffer writes (DB, logs, keys, pid records) is for this user only.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let home = match CofferHome::from_env().and_then(|h| h.ensure().map(|_| h)) {
@@ -48,7 +59,7 @@ pub fn main_entry() -> std::process::ExitCode {
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
-    match rt.block_on(run(home)) {
+    match rt.block_on(run_with(home, table)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             if let Some(coffer_runtime::daemon_file::DaemonFileError::Locked { .. }) = e.downcast_ref() {
@@ -69,15 +80,35 @@ pub(crate) struct Shared {
     pub port: u16,
     pub started_at: String,
     pub shutdown: CancellationToken,
+    /// One handle per table row, in table order.
     pub services: Vec<service::ServiceHandle>,
+    /// What each supervision loop needs (also for services started on demand).
+    pub ctx: service::Context,
 }
 
-/// Runs the daemon until shutdown.
+impl Shared {
+    pub fn service(&self, name: &str) -> Option<&service::ServiceHandle> {
+        self.services.iter().find(|h| h.name == name)
+    }
+}
+
+/// Runs the daemon over [`SERVICES`] until shutdown.
 ///
 /// # Errors
-/// When the lock is held by another daemon, a listener cannot be bound, or a service never
-/// becomes healthy.
+/// As [`run_with`].
 pub async fn run(home: CofferHome) -> anyhow::Result<()> {
+    run_with(home, SERVICES.to_vec()).await
+}
+
+/// Runs the daemon over `table` until shutdown: every always-on service is started once the
+/// services it depends on are healthy, on-demand ones wait for `StartService`; shutdown stops
+/// them in the reverse order.
+///
+/// # Errors
+/// When the table cannot run ([`table::TableError`]), the lock is held by another daemon, a
+/// listener cannot be bound, or an always-on service never becomes healthy.
+pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Result<()> {
+    let order = table::start_order(&table)?;
     let lock = DaemonLock::acquire(&home.daemon_lock(), Duration::from_secs(2))?;
     // We hold the lock, so any daemon.json is stale (its daemon is dead).
     let _ = std::fs::remove_file(home.daemon_json());
@@ -90,100 +121,93 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     let port = public.local_addr()?.port();
     let socket = bind_socket(&home.gateway_socket());
     let bind_internal = || TcpListener::bind("127.0.0.1:0").context("binding an internal loopback listener");
-    let store_l = bind_internal()?;
-    let retrieval_l = bind_internal()?;
-    let chat_l = bind_internal()?;
-    let gateway_grpc_l = bind_internal()?;
-    let control_l = bind_internal()?;
     let addr = |l: &TcpListener| l.local_addr().map(|a| a.to_string());
-    let (store_a, retrieval_a, chat_a, gw_a, control_a) =
-        (addr(&store_l)?, addr(&retrieval_l)?, addr(&chat_l)?, addr(&gateway_grpc_l)?, addr(&control_l)?);
+    // One internal listener per row (in table order), and the control RPC's.
+    let listeners = table.iter().map(|_| bind_internal()).collect::<anyhow::Result<Vec<_>>>()?;
+    let addresses = listeners.iter().map(addr).collect::<std::io::Result<Vec<_>>>()?;
+    let control_l = bind_internal()?;
+    let control_a = addr(&control_l)?;
 
-    let internal_token = coffer_runtime::token::random_token();
+    // One token per identity, generated for this run, never written anywhere: each child gets
+    // its own in its environment, and the digests of all of them.
+    let supervisor_token = coffer_runtime::token::random_token();
+    let tokens: Vec<SecretString> = table.iter().map(|_| coffer_runtime::token::random_token()).collect();
+    let digests = PeerDigests::from_tokens(
+        std::iter::once((Identity::Supervisor, &supervisor_token))
+            .chain(table.iter().map(|s| s.identity).zip(tokens.iter())),
+    );
     let public_token = coffer_runtime::token::random_token();
     let pid = std::process::id();
     let started_at = coffer_runtime::now_rfc3339();
 
     let mut base_env: Vec<(String, String)> = vec![
         (cenv::HOME.into(), home.root().display().to_string()),
-        (cenv::INTERNAL_TOKEN.into(), internal_token.expose_secret().to_owned()),
-        (cenv::STORE_ADDR.into(), store_a.clone()),
-        (cenv::CHAT_ADDR.into(), chat_a.clone()),
-        (cenv::RETRIEVAL_ADDR.into(), retrieval_a.clone()),
-        (cenv::GATEWAY_GRPC_ADDR.into(), gw_a.clone()),
+        (cenv::PEER_DIGESTS.into(), digests.to_env()),
         (cenv::CONTROL_ADDR.into(), control_a.clone()),
         (cenv::SUPERVISOR_PID.into(), pid.to_string()),
         (cenv::STARTED_AT.into(), started_at.clone()),
         (cenv::LISTEN_FD.into(), "3".into()),
     ];
+    for (spec, a) in table.iter().zip(&addresses) {
+        base_env.push((spec.identity.addr_var().into(), a.clone()));
+    }
     for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE] {
         if let Ok(v) = std::env::var(var) {
             base_env.push((var.into(), v));
         }
     }
-    let mut gateway_env = base_env.clone();
-    gateway_env.push((cenv::GRPC_FD.into(), "4".into()));
-    gateway_env.push((cenv::PUBLIC_TOKEN.into(), public_token.expose_secret().to_owned()));
-    gateway_env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
-    let mut gateway_fds = vec![(public.as_raw_fd(), 3), (gateway_grpc_l.as_raw_fd(), 4)];
-    if let Some(s) = &socket {
-        gateway_fds.push((s.listener.as_raw_fd(), 5));
-        gateway_env.push((cenv::SOCKET_FD.into(), "5".into()));
+    let mut services = Vec::with_capacity(table.len());
+    for (i, spec) in table.iter().enumerate() {
+        let mut env = base_env.clone();
+        env.push((cenv::INTERNAL_TOKEN.into(), tokens[i].expose_secret().to_owned()));
+        env.push((cenv::FLAVOR.into(), spec.flavor.as_str().into()));
+        let mut fds = vec![(listeners[i].as_raw_fd(), 3)];
+        if spec.edge {
+            env.push((cenv::PUBLIC_FD.into(), "4".into()));
+            env.push((cenv::PUBLIC_TOKEN.into(), public_token.expose_secret().to_owned()));
+            env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
+            fds.push((public.as_raw_fd(), 4));
+            if let Some(s) = &socket {
+                fds.push((s.listener.as_raw_fd(), 5));
+                env.push((cenv::SOCKET_FD.into(), "5".into()));
+            }
+        }
+        services.push(service::ServiceHandle::new(*spec, fds, env, addresses[i].clone()));
     }
 
     let shutdown = CancellationToken::new();
-    let ctx =
-        service::Context { home: home.clone(), internal_token: internal_token.clone(), shutdown: shutdown.clone() };
-    // Order matters: start in this order, stop in reverse (store last).
-    let services = vec![
-        service::ServiceHandle::new(
-            "store",
-            "coffer-store",
-            vec![(store_l.as_raw_fd(), 3)],
-            base_env.clone(),
-            store_a,
-            true,
-        ),
-        service::ServiceHandle::new(
-            "retrieval",
-            "coffer-retrieval",
-            vec![(retrieval_l.as_raw_fd(), 3)],
-            base_env.clone(),
-            retrieval_a,
-            true,
-        ),
-        service::ServiceHandle::new(
-            "chat",
-            "coffer-chat",
-            vec![(chat_l.as_raw_fd(), 3)],
-            base_env.clone(),
-            chat_a,
-            true,
-        ),
-        service::ServiceHandle::new("gateway", "coffer-gateway", gateway_fds, gateway_env, gw_a, false),
-    ];
-    let shared = Arc::new(Shared { pid, port, started_at: started_at.clone(), shutdown: shutdown.clone(), services });
+    let ctx = service::Context { home: home.clone(), supervisor_token, shutdown: shutdown.clone() };
+    let shared =
+        Arc::new(Shared { pid, port, started_at: started_at.clone(), shutdown: shutdown.clone(), services, ctx });
 
     // Control RPC first, so status works while services start.
     let control_listener = tokio::net::TcpListener::from_std({
         control_l.set_nonblocking(true)?;
         control_l
     })?;
-    let control_task = tokio::spawn(control::serve(control_listener, internal_token.clone(), shared.clone()));
+    let control_task = tokio::spawn(control::serve(control_listener, Arc::new(digests), shared.clone()));
 
-    let mut runners = Vec::new();
     let start = std::time::Instant::now();
-    for (i, svc) in shared.services.iter().enumerate() {
-        runners.push(tokio::spawn(svc.clone().run(ctx.clone())));
-        // The store must be up before the services that depend on it.
-        if i == 0 {
-            svc.wait_healthy(Duration::from_secs(60)).await.context("store did not become healthy")?;
+    for &i in &order {
+        let svc = &shared.services[i];
+        if svc.spec.start != Start::Always {
+            continue;
         }
+        for dep in svc.spec.depends_on {
+            let d = shared.service(dep.as_str()).expect("start_order checked the dependencies");
+            d.wait_healthy(Duration::from_secs(60))
+                .await
+                .with_context(|| format!("{dep} did not become healthy (needed by {})", svc.name))?;
+        }
+        svc.start(&shared.ctx).await;
     }
-    for svc in &shared.services {
-        svc.wait_healthy(Duration::from_secs(60))
-            .await
-            .with_context(|| format!("{} did not become healthy", svc.name))?;
+    for &i in &order {
+        let svc = &shared.services[i];
+        if svc.spec.start == Start::Always {
+            svc.wait_healthy(Duration::from_secs(60))
+                .await
+                .with_context(|| format!("{} did not become healthy", svc.name))?;
+        }
     }
     tracing::info!(port, elapsed_ms = start.elapsed().as_millis() as u64, "All services healthy.");
 
@@ -201,16 +225,13 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
     wait_for_stop(&shutdown).await;
     tracing::info!("Shutting down.");
     shutdown.cancel();
-    for svc in shared.services.iter().rev() {
-        svc.stop().await;
-    }
-    for r in runners {
-        let _ = r.await;
+    for &i in order.iter().rev() {
+        shared.services[i].stop().await;
     }
     let _ = std::fs::remove_file(home.daemon_json());
     control_task.abort();
     tracing::info!("Daemon stopped.");
-    drop((public, socket));
+    drop((public, socket, listeners));
     drop(lock);
     Ok(())
 }
@@ -295,5 +316,5 @@ fn bind_public() -> anyhow::Result<TcpListener> {
     anyhow::bail!("no free port in 127.0.0.1:{a}-{b}; set {} to choose one", cenv::PORT)
 }
 
-/// The internal token wrapped for sharing; kept out of `Debug` output.
+/// An internal token wrapped for sharing; kept out of `Debug` output.
 pub(crate) type Token = SecretString;

@@ -1,12 +1,16 @@
-//! One supervised service: spawn it through the spawn helper, wait for its gRPC health check,
-//! restart it with exponential backoff when it exits, mark it `failed` after repeated crashes.
+//! One supervised service (a row of [`crate::table`]): spawn it through the spawn helper, wait
+//! for its gRPC health check, restart it with exponential backoff when it exits, mark it
+//! `failed` after repeated crashes; start and stop it on request (on-demand services).
 use std::os::fd::RawFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coffer_runtime::home::CofferHome;
+
+use crate::table::{ServiceSpec, Start};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// First restart delay; doubles per consecutive crash up to [`BACKOFF_MAX`].
@@ -54,12 +58,16 @@ pub struct ServiceStatusView {
     pub restarts: u32,
     pub last_error: String,
     pub address: String,
+    /// Whether it runs only on demand (stopped until `StartService`).
+    pub on_demand: bool,
 }
 
+/// What every supervision loop needs: the home, the supervisor's own token (its health checks
+/// present it), and the daemon's shutdown.
 #[derive(Clone)]
 pub(crate) struct Context {
     pub home: CofferHome,
-    pub internal_token: crate::Token,
+    pub supervisor_token: crate::Token,
     pub shutdown: CancellationToken,
 }
 
@@ -79,39 +87,36 @@ struct Inner {
 #[derive(Clone)]
 pub(crate) struct ServiceHandle {
     pub name: &'static str,
-    binary: &'static str,
+    pub spec: ServiceSpec,
     fds: Arc<Vec<(RawFd, RawFd)>>,
     env: Arc<Vec<(String, String)>>,
     pub address: String,
-    /// Whether repeated crashes may mark it failed (never the gateway: clients wait on it).
-    may_fail: bool,
     inner: Arc<Mutex<Inner>>,
     state_tx: Arc<watch::Sender<ServiceState>>,
     cmd_tx: mpsc::Sender<Command>,
     cmd_rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Command>>>,
+    /// The running supervision loop, if any. Held across start, restart and stop so that they
+    /// never interleave (an on-demand service may be asked for both at once).
+    runner: Arc<tokio::sync::Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl ServiceHandle {
-    pub fn new(
-        name: &'static str,
-        binary: &'static str,
-        fds: Vec<(RawFd, RawFd)>,
-        env: Vec<(String, String)>,
-        address: String,
-        may_fail: bool,
-    ) -> Self {
+    /// A handle for `spec`, whose child gets descriptors `fds` (source, number in the child) and
+    /// environment `env`, and serves its health check at `address`. Nothing runs until
+    /// [`ServiceHandle::start`].
+    pub fn new(spec: ServiceSpec, fds: Vec<(RawFd, RawFd)>, env: Vec<(String, String)>, address: String) -> Self {
         let (cmd_tx, cmd_rx) = mpsc::channel(8);
         Self {
-            name,
-            binary,
+            name: spec.name(),
+            spec,
             fds: Arc::new(fds),
             env: Arc::new(env),
             address,
-            may_fail,
             inner: Arc::new(Mutex::new(Inner { pid: 0, restarts: 0, last_error: String::new(), healthy_since: None })),
             state_tx: Arc::new(watch::channel(ServiceState::Stopped).0),
             cmd_tx,
             cmd_rx: Arc::new(tokio::sync::Mutex::new(cmd_rx)),
+            runner: Arc::new(tokio::sync::Mutex::new(None)),
         }
     }
 
@@ -129,6 +134,7 @@ impl ServiceHandle {
             restarts: i.restarts,
             last_error: i.last_error.clone(),
             address: self.address.clone(),
+            on_demand: self.spec.start == Start::OnDemand,
         }
     }
 
@@ -139,7 +145,7 @@ impl ServiceHandle {
     /// Waits until the service is healthy.
     ///
     /// # Errors
-    /// When it becomes `failed`/`stopped` or `deadline` passes; the message carries its last error.
+    /// When it becomes `failed` or `deadline` passes; the message carries its last error.
     pub async fn wait_healthy(&self, deadline: Duration) -> anyhow::Result<()> {
         let mut rx = self.state_tx.subscribe();
         let res =
@@ -151,25 +157,73 @@ impl ServiceHandle {
         }
     }
 
-    /// Restarts the service now (SIGTERM, wait, respawn); also revives a `failed` one.
-    pub async fn restart(&self) {
+    /// Whether a supervision loop is running (the service is starting, healthy, restarting or
+    /// failed, as opposed to stopped).
+    pub async fn is_running(&self) -> bool {
+        self.runner.lock().await.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Starts the supervision loop (spawn, health, restart on crash) unless one runs already;
+    /// returns at once. Returns whether it started one.
+    pub async fn start(&self, ctx: &Context) -> bool {
+        let mut runner = self.runner.lock().await;
+        if runner.as_ref().is_some_and(|h| !h.is_finished()) || ctx.shutdown.is_cancelled() {
+            return false;
+        }
+        // A command that reached the previous loop too late must not stop this one.
+        if let Ok(mut rx) = self.cmd_rx.try_lock() {
+            while rx.try_recv().is_ok() {}
+        }
+        *runner = Some(tokio::spawn(self.clone().run(ctx.clone())));
+        true
+    }
+
+    /// Restarts the service now (SIGTERM, wait, respawn); also revives a `failed` one and
+    /// starts a stopped one. Cancellation-safe: the loop's handle never leaves `runner` while
+    /// this waits (the control RPC spawns it anyway, so that a caller that goes away — the
+    /// gateway restarting itself — does not cut it short).
+    pub async fn restart(&self, ctx: &Context) {
+        let mut runner = self.runner.lock().await;
+        let Some(h) = runner.as_mut().filter(|h| !h.is_finished()) else {
+            drop(runner);
+            self.start(ctx).await;
+            return;
+        };
         let (tx, rx) = oneshot::channel();
         if self.cmd_tx.send(Command::Restart(tx)).await.is_ok() {
-            let _ = rx.await;
+            // The loop may end (shutdown) without reading the command.
+            tokio::select! {
+                _ = rx => {}
+                _ = h => *runner = None,
+            }
         }
     }
 
-    /// Stops the service for good (used at shutdown).
+    /// Stops the service and waits for its loop to end; status then shows it `stopped`. Does
+    /// nothing when it is not running. Cancellation-safe like [`ServiceHandle::restart`].
     pub async fn stop(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.cmd_tx.send(Command::Stop(tx)).await.is_ok() {
-            let _ = rx.await;
+        let mut runner = self.runner.lock().await;
+        let Some(h) = runner.as_mut() else { return };
+        if !h.is_finished() {
+            let (tx, rx) = oneshot::channel();
+            if self.cmd_tx.send(Command::Stop(tx)).await.is_ok() {
+                tokio::select! {
+                    _ = rx => {}
+                    _ = &mut *h => {
+                        *runner = None;
+                        return;
+                    }
+                }
+            }
         }
+        let _ = h.await;
+        *runner = None;
     }
 
     fn spawn_child(&self, ctx: &Context) -> anyhow::Result<coffer_runtime::spawn::ManagedChild> {
-        let program = coffer_runtime::connect::find_binary(self.binary, None)
-            .ok_or_else(|| anyhow::anyhow!("cannot find {} next to coffer-daemon or on PATH", self.binary))?;
+        let binary = self.spec.binary;
+        let program = coffer_runtime::connect::find_binary(binary, None)
+            .ok_or_else(|| anyhow::anyhow!("cannot find {binary} next to coffer-daemon or on PATH"))?;
         let stdio_path = ctx.home.logs().join(format!("{}.stdio", self.name));
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&stdio_path)?;
         let mut spec = coffer_runtime::spawn::SpawnSpec::new(program, "service", self.name);
@@ -183,7 +237,7 @@ impl ServiceHandle {
     }
 
     /// The supervision loop; ends after [`ServiceHandle::stop`].
-    pub async fn run(self, ctx: Context) {
+    async fn run(self, ctx: Context) {
         let mut rx = self.cmd_rx.clone().lock_owned().await;
         let mut backoff = BACKOFF_START;
         let mut crashes: Vec<Instant> = Vec::new();
@@ -288,7 +342,7 @@ impl ServiceHandle {
                 i.healthy_since = None;
                 i.last_error = format!("exited: {reason}");
             }
-            if self.may_fail && crashes.len() >= CRASH_LIMIT {
+            if self.spec.may_fail && crashes.len() >= CRASH_LIMIT {
                 self.set_state(ServiceState::Failed);
                 tracing::error!(service = self.name, crashes = crashes.len(), window_s = CRASH_WINDOW.as_secs(), %reason,
                     "Service crashed repeatedly; marked failed. Restart it with `coffer daemon restart`.");
@@ -335,7 +389,7 @@ impl ServiceHandle {
         let deadline = Instant::now() + HEALTH_DEADLINE;
         let mut delay = Duration::from_millis(5);
         while Instant::now() < deadline {
-            if coffer_runtime::grpc::check_health(&self.address, &ctx.internal_token).await {
+            if coffer_runtime::grpc::check_health(&self.address, &ctx.supervisor_token).await {
                 return true;
             }
             tokio::time::sleep(delay).await;

@@ -1,0 +1,210 @@
+//! Who may call which store RPC: one row per method, keyed by the full gRPC path
+//! (`/<service>/<method>`), checked by the internal auth layer before the method runs.
+//!
+//! The rule of thumb: reads are open to every authenticated service; a write only to the
+//! services that own its domain (today the gateway owns them all); `ResolveCredentials`, which
+//! returns credential values, only to those that start processes with them (the gateway; chat
+//! later, for agent CLIs). A method with no row is refused, so a new RPC is closed until its row
+//! is written; `every_store_method_has_exactly_one_rule` keeps the table and `proto/store_*.proto`
+//! in step.
+use coffer_proto::store::{
+    audit_server, changes_server, credentials_server, invocations_server, maintenance_server, registry_server,
+    settings_server,
+};
+use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
+use coffer_runtime::identity::Identity;
+
+// Where each domain is served: one gRPC service per domain (`coffer.store.v1.<Domain>`).
+const REGISTRY: &str = registry_server::SERVICE_NAME;
+const CREDENTIALS: &str = credentials_server::SERVICE_NAME;
+const SETTINGS: &str = settings_server::SERVICE_NAME;
+const AUDIT: &str = audit_server::SERVICE_NAME;
+const INVOCATIONS: &str = invocations_server::SERVICE_NAME;
+const CHANGES: &str = changes_server::SERVICE_NAME;
+const MAINTENANCE: &str = maintenance_server::SERVICE_NAME;
+
+/// Every authenticated service.
+const ANY: Allow = Allow::AnyService;
+/// The owner of every domain written today.
+const GATEWAY: Allow = Allow::Only(&[Identity::Gateway]);
+
+const fn rule(service: &'static str, method: &'static str, allow: Allow) -> Rule {
+    Rule { service, method, allow }
+}
+
+/// The store's table; passed to the auth layer in [`crate::run`].
+pub const POLICY: Policy = Policy {
+    rules: &[
+        // Registry and preferences: written by the gateway (REST and CLI).
+        rule(REGISTRY, "ListServers", ANY),
+        rule(REGISTRY, "GetServer", ANY),
+        rule(REGISTRY, "CreateServer", GATEWAY),
+        rule(REGISTRY, "UpdateServer", GATEWAY),
+        rule(REGISTRY, "DeleteServer", GATEWAY),
+        rule(REGISTRY, "ListPreferences", ANY),
+        rule(REGISTRY, "SetPreference", GATEWAY),
+        // Credentials: values leave the store only for whoever starts a process with them.
+        rule(CREDENTIALS, "SetCredential", GATEWAY),
+        rule(CREDENTIALS, "ListCredentials", ANY),
+        rule(CREDENTIALS, "DeleteCredential", GATEWAY),
+        rule(CREDENTIALS, "ResolveCredentials", GATEWAY),
+        rule(SETTINGS, "GetSettings", ANY),
+        rule(SETTINGS, "PatchSettings", GATEWAY),
+        rule(AUDIT, "AppendAudit", GATEWAY),
+        rule(AUDIT, "ListAudit", ANY),
+        rule(INVOCATIONS, "AppendInvocations", GATEWAY),
+        rule(INVOCATIONS, "ListInvocations", ANY),
+        rule(CHANGES, "Head", ANY),
+        rule(CHANGES, "WatchChanges", ANY),
+        rule(MAINTENANCE, "PruneNow", GATEWAY),
+        rule(MAINTENANCE, "Backup", GATEWAY),
+    ],
+    unlisted: Unlisted::Deny,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// `(package.Service, Method)` of every rpc in a `.proto` text: enough of the grammar for
+    /// Coffer's files (`package x;`, `service S {`, `rpc M(`).
+    fn rpcs(proto: &str) -> BTreeSet<(String, String)> {
+        let (mut package, mut service, mut out) = (String::new(), String::new(), BTreeSet::new());
+        for line in proto.lines().map(str::trim) {
+            if let Some(p) = line.strip_prefix("package ") {
+                package = p.trim_end_matches(';').trim().to_owned();
+            } else if let Some(s) = line.strip_prefix("service ") {
+                service = s.trim_end_matches('{').trim().to_owned();
+            } else if let Some(r) = line.strip_prefix("rpc ") {
+                let method = r.split('(').next().unwrap_or_default().trim().to_owned();
+                out.insert((format!("{package}.{service}"), method));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_store_method_has_exactly_one_rule() {
+        let declared: BTreeSet<(String, String)> = [
+            include_str!("../../../proto/store_registry.proto"),
+            include_str!("../../../proto/store_credentials.proto"),
+            include_str!("../../../proto/store_settings.proto"),
+            include_str!("../../../proto/store_audit.proto"),
+            include_str!("../../../proto/store_invocations.proto"),
+            include_str!("../../../proto/store_changes.proto"),
+            include_str!("../../../proto/store_maintenance.proto"),
+            include_str!("../../../proto/store_common.proto"),
+        ]
+        .into_iter()
+        .flat_map(rpcs)
+        .collect();
+        assert!(declared.len() >= 21, "parsed {declared:?}");
+        let ruled: Vec<(String, String)> =
+            POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
+        let unique: BTreeSet<_> = ruled.iter().cloned().collect();
+        assert_eq!(unique.len(), ruled.len(), "a method has two rules");
+        let missing: Vec<_> = declared.difference(&unique).collect();
+        let stale: Vec<_> = unique.difference(&declared).collect();
+        assert!(missing.is_empty(), "store RPCs without a rule (they are refused): {missing:?}");
+        assert!(stale.is_empty(), "rules for RPCs no store_*.proto declares: {stale:?}");
+    }
+
+    #[test]
+    fn credentials_resolve_only_for_the_gateway_and_reads_are_open() {
+        let path = |m: &str| format!("/{CREDENTIALS}/{m}");
+        assert_eq!(POLICY.check(Identity::Gateway, &path("ResolveCredentials")), Ok(()));
+        for caller in [Identity::Retrieval, Identity::Chat, Identity::Supervisor, Identity::Store] {
+            let e = POLICY.check(caller, &path("ResolveCredentials")).unwrap_err();
+            assert_eq!(e.to_string(), format!("{caller} may not call /{CREDENTIALS}/ResolveCredentials"));
+            assert_eq!(POLICY.check(caller, &path("ListCredentials")), Ok(()));
+            assert!(POLICY.check(caller, &format!("/{REGISTRY}/CreateServer")).is_err());
+        }
+    }
+
+    /// The real store (`crate::run`) on loopback, accepting made-up gateway and retrieval
+    /// tokens; the tests call it as each of them and as strangers.
+    struct Served {
+        addr: String,
+        gateway: secrecy::SecretString,
+        retrieval: secrecy::SecretString,
+        shutdown: tokio_util::sync::CancellationToken,
+        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+        _home: tempfile::TempDir,
+    }
+
+    async fn serve() -> Served {
+        use coffer_runtime::identity::PeerDigests;
+        let home = tempfile::tempdir().unwrap();
+        let (gateway, retrieval) = (coffer_runtime::token::random_token(), coffer_runtime::token::random_token());
+        let store_token = coffer_runtime::token::random_token();
+        let peers = PeerDigests::from_tokens([(Identity::Gateway, &gateway), (Identity::Retrieval, &retrieval)]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let ctx = coffer_runtime::service::ServiceCtx {
+            home: coffer_runtime::home::CofferHome::at(home.path().to_path_buf()),
+            identity: Identity::Store,
+            listener,
+            internal: coffer_runtime::service::Internal::new(store_token, peers, Default::default()),
+            shutdown: shutdown.clone(),
+        };
+        let task = tokio::spawn(crate::run(ctx));
+        Served { addr, gateway, retrieval, shutdown, task, _home: home }
+    }
+
+    use coffer_proto::store::{
+        changes_client::ChangesClient, credentials_client::CredentialsClient, registry_client::RegistryClient,
+        settings_client::SettingsClient,
+    };
+
+    fn channel(addr: &str, token: &secrecy::SecretString) -> coffer_runtime::grpc::AuthChannel {
+        coffer_runtime::grpc::channel(addr, token).unwrap()
+    }
+
+    fn client(addr: &str, token: &secrecy::SecretString) -> CredentialsClient<coffer_runtime::grpc::AuthChannel> {
+        CredentialsClient::new(channel(addr, token))
+    }
+
+    fn resolve() -> coffer_proto::store::ResolveCredentialsRequest {
+        coffer_proto::store::ResolveCredentialsRequest { names: vec![] }
+    }
+
+    #[tokio::test]
+    async fn the_store_refuses_a_wrong_or_missing_token_and_callers_outside_a_rule() {
+        let s = serve().await;
+        // Missing: a channel without the interceptor.
+        let bare = tonic::transport::Endpoint::from_shared(format!("http://{}", s.addr)).unwrap().connect_lazy();
+        let mut stranger = CredentialsClient::new(bare);
+        let e = stranger.resolve_credentials(resolve()).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
+        let e =
+            client(&s.addr, &coffer_runtime::token::random_token()).resolve_credentials(resolve()).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
+
+        // Retrieval is a known service: it may read, but not resolve credentials or write.
+        let mut retrieval = client(&s.addr, &s.retrieval);
+        let e = retrieval.resolve_credentials(resolve()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert_eq!(e.message(), format!("retrieval may not call /{CREDENTIALS}/ResolveCredentials"));
+        let e = SettingsClient::new(channel(&s.addr, &s.retrieval))
+            .patch_settings(coffer_proto::store::PatchSettingsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.message(), format!("retrieval may not call /{SETTINGS}/PatchSettings"));
+        RegistryClient::new(channel(&s.addr, &s.retrieval))
+            .list_servers(coffer_proto::store::ListServersRequest::default())
+            .await
+            .expect("reads are open");
+        ChangesClient::new(channel(&s.addr, &s.retrieval))
+            .head(coffer_proto::store::HeadRequest::default())
+            .await
+            .expect("reads are open");
+
+        // The gateway owns credentials: its call reaches the method.
+        let values = client(&s.addr, &s.gateway).resolve_credentials(resolve()).await.unwrap().into_inner().values;
+        assert!(values.is_empty(), "nothing asked, nothing resolved");
+        s.shutdown.cancel();
+        s.task.await.unwrap().unwrap();
+    }
+}
