@@ -40,15 +40,14 @@ use crate::frame::{Frame, sniff_id};
 use crate::jsonrpc::{
     self, DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed,
 };
-use crate::sse::{SseEvent, SseParser};
 use crate::stream::{Liveness, OpenError, StreamLink, Unsent};
 use crate::{Config, ShimError};
+use coffer_types::sse::{SseEvent, SseParser};
 
-const SESSION_ID: &str = "mcp-session-id";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const LAST_EVENT_ID: &str = "last-event-id";
-const TOKEN: &str = "x-coffer-token";
-const EVENT_STREAM: &str = "text/event-stream";
+use coffer_types::header::{
+    LAST_EVENT_ID, MCP_PROTOCOL_VERSION as PROTOCOL_VERSION, MCP_SESSION_ID as SESSION_ID, TOKEN,
+};
+use coffer_types::mcp::{ACCEPT_POST, EVENT_STREAM, JSON};
 
 /// Resumptions of a response stream in a row that bring no new event before the request is
 /// given up (answered with -32001).
@@ -757,8 +756,8 @@ impl<C: Connector> Bridge<C> {
         tokio::task::yield_now().await;
         let resp = link
             .request(Method::POST)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, JSON)
+            .header(ACCEPT, ACCEPT_POST)
             .body(body.clone())
             .send()
             .await
@@ -876,12 +875,13 @@ impl<C: Connector> Bridge<C> {
         if event.data.iter().all(u8::is_ascii_whitespace) {
             return None; // a priming event: it only carries an id
         }
-        let data = Bytes::from(event.data);
+        let SseEvent { event, data } = event;
+        let data = Bytes::from(data);
         let kind = match jsonrpc::parse(&data) {
             Ok(Parsed::Single(kind)) => Some(kind),
             Ok(Parsed::Batch(_)) => None,
             Err(_) => {
-                warn!(event = %event.event, "Skipped an SSE event whose data is not JSON-RPC.");
+                warn!(event = %if event.is_empty() { "message" } else { &event }, "Skipped an SSE event whose data is not JSON-RPC.");
                 return None;
             }
         };

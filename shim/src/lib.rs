@@ -51,7 +51,6 @@ mod bridge;
 mod connector;
 mod frame;
 mod jsonrpc;
-mod sse;
 pub mod stdio;
 mod stream;
 

@@ -71,8 +71,11 @@ async fn retention_prunes_by_age_at_start_and_by_count_on_demand() -> anyhow::Re
     r.ok_json()?;
     // More audited changes, so the audit limit has something to cut.
     for i in 0..3 {
-        let r =
-            api.request(Method::PATCH, "/v1/settings").json(&json!({"set": {"e2e.n": i.to_string()}})).reply().await?;
+        let r = api
+            .request(Method::PATCH, "/v1/settings")
+            .json(&json!({"set": {"e2e.n": i.to_string()}, "force": true}))
+            .reply()
+            .await?;
         r.ok_json()?;
     }
     calls(&api, 5).await?;

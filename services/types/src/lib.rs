@@ -4,8 +4,9 @@
 //! crate has no dependencies so that the shim and the CLI stay light.
 //!
 //! Every constant here is the one definition of that name or number: code that speaks the wire
-//! imports it rather than writing the literal again (tests included, so a change shows up as a
-//! compile error or a failing assertion, not a silent mismatch).
+//! (daemon, CLI, shim, test support) imports it rather than writing the literal again. The
+//! end-to-end tests' assertions still spell the wire out literally, on purpose: they check the
+//! contract independently of these definitions.
 
 pub mod header;
 pub mod jsonrpc;
