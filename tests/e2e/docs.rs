@@ -15,6 +15,8 @@ fn docs_dir() -> PathBuf {
 
 /// `coffer <path> --help`.
 fn help(path: &[String]) -> anyhow::Result<String> {
+    // The test runs the CLI binary under test.
+    #[allow(clippy::disallowed_methods)]
     let out = std::process::Command::new(coffer_tests::bin("coffer")?)
         .args(path)
         .arg("--help")
