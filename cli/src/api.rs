@@ -13,10 +13,10 @@ use crate::error::{ApiFailure, CliError};
 /// back healthy.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Response header carrying the trace id (design, "Wire contracts").
-pub const TRACE_HEADER: &str = "x-coffer-trace";
 /// Request header naming the acting party in the audit log; the CLI always says `cli`.
-pub const ACTOR_HEADER: &str = "X-Coffer-Actor";
+pub use coffer_types::header::ACTOR as ACTOR_HEADER;
+/// Response header carrying the trace id (design, "Wire contracts").
+pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 /// A successful (2xx) REST response, body kept as received so `--json` can print it unchanged.
 #[derive(Debug, Clone)]

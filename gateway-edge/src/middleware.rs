@@ -13,18 +13,18 @@ use tracing::Instrument;
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
 
-/// Response header carrying the trace id.
-pub const TRACE_HEADER: &str = "x-coffer-trace";
 /// Cookie set by the web page's one-time login.
-pub const SESSION_COOKIE: &str = "coffer_session";
+pub use coffer_types::header::SESSION_COOKIE;
+/// Response header carrying the trace id.
+pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 /// An error in the wire format of the route: JSON-RPC on `/mcp`, the envelope elsewhere.
 pub fn reject(path: &str, code: Code, message: &str) -> Response {
     if path == "/mcp" || path.starts_with("/mcp/") {
         let (_, status) = code.spec();
         let rpc_code = match code {
-            Code::PayloadTooLarge | Code::BadRequest => -32600,
-            _ => -32001,
+            Code::PayloadTooLarge | Code::BadRequest => coffer_types::jsonrpc::INVALID_REQUEST,
+            _ => coffer_types::jsonrpc::UPSTREAM_UNAVAILABLE,
         };
         crate::mcp::jsonrpc::http_error(status, rpc_code, message)
     } else {
@@ -114,7 +114,7 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
 }
 
 fn authorized(st: &AppState, h: &HeaderMap) -> bool {
-    if let Some(v) = h.get("x-coffer-token") {
+    if let Some(v) = h.get(coffer_types::header::TOKEN) {
         return coffer_runtime::token::token_matches(&st.public_token, v.as_bytes());
     }
     if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())

@@ -93,9 +93,9 @@ pub mod store {
 }
 
 /// Metadata key carrying the per-run internal token on every internal gRPC call.
-pub const INTERNAL_TOKEN_HEADER: &str = "x-coffer-internal-token";
+pub use coffer_types::header::INTERNAL_TOKEN as INTERNAL_TOKEN_HEADER;
 /// Metadata key carrying the trace id of the request that caused an internal call.
-pub const TRACE_HEADER: &str = "x-coffer-trace";
+pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 #[cfg(test)]
 mod tests {

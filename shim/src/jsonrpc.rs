@@ -5,15 +5,11 @@ use serde_json::{Value, json};
 
 use crate::frame::Frame;
 
-/// JSON-RPC 2.0: the line is not valid JSON.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC 2.0: valid JSON, but not a valid request (also: a line over the frame limit).
-pub const INVALID_REQUEST: i64 = -32600;
-/// JSON-RPC 2.0: internal error (the daemon answered something that is not JSON-RPC).
-pub const INTERNAL_ERROR: i64 = -32603;
-/// Coffer: unavailable. The shim uses it when the daemon cannot be reached or the connection
-/// (or session) was lost while the request was in flight; the request may be retried.
-pub const DAEMON_UNAVAILABLE: i64 = -32001;
+/// The codes the shim answers with itself: -32700 (the line is not valid JSON), -32600 (valid
+/// JSON, but not a valid request; also a line over the frame limit), -32603 (the daemon
+/// answered something that is not JSON-RPC) and Coffer's -32001 (the daemon cannot be reached,
+/// or the connection or session was lost while the request was in flight; it may be retried).
+pub use coffer_types::jsonrpc::{DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
 
 /// What one JSON-RPC object is.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,8 +50,9 @@
 mod bridge;
 mod connector;
 mod frame;
+mod http;
 mod jsonrpc;
-mod sse;
+mod link;
 pub mod stdio;
 mod stream;
 

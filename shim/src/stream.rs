@@ -30,8 +30,8 @@ use crate::connector::Endpoint;
 use crate::frame::Frame;
 use crate::jsonrpc::{self, INTERNAL_ERROR, Kind, Parsed};
 
-/// The `Upgrade` token of the stream (the gateway's `mcp::stream::PROTOCOL`).
-pub(crate) const PROTOCOL: &str = "coffer-mcp-stream";
+/// The `Upgrade` token of the stream.
+use coffer_types::mcp::STREAM_UPGRADE as PROTOCOL;
 /// Largest line accepted from the daemon (an answer can be far larger than a request).
 const MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
 /// Bytes gathered into one write at most (more only for a single message).
@@ -414,7 +414,7 @@ async fn upgrade(endpoint: &Endpoint) -> Result<TokioIo<hyper::upgrade::Upgraded
         .header(HOST, authority)
         .header(CONNECTION, "upgrade")
         .header(UPGRADE, PROTOCOL)
-        .header("x-coffer-token", token)
+        .header(coffer_types::header::TOKEN, token)
         .body(Empty::<Bytes>::new())
         .map_err(|e| OpenError::Unreachable(format!("building the upgrade request failed: {e}")))?;
     let resp = sender

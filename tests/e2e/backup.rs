@@ -31,7 +31,7 @@ async fn seed(home: &TestHome, api: &Api) -> anyhow::Result<()> {
     ensure!(r.status == 201, "register: {} {}", r.status, r.text);
     let r = api
         .request(Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"e2e.note": "kept by the backup"}}))
+        .json(&json!({"set": {"e2e.note": "kept by the backup"}, "force": true}))
         .reply()
         .await?;
     r.ok_json()?;

@@ -107,6 +107,8 @@ async fn print_and_version_take_json() -> anyhow::Result<()> {
 /// `./scripts/install` installs stripped binaries (unstripped, the release build's line tables
 /// made them 364 MB), through a rename, and says where and how large.
 #[tokio::test]
+// The test runs the install script and inspects what it installed with readelf.
+#[allow(clippy::disallowed_methods)]
 async fn install_strips_the_binaries() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let prefix = home.temp().join("prefix");

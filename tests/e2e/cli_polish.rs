@@ -222,7 +222,7 @@ async fn logs_with_json_are_one_object_per_line() -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut line = None;
     for i in 0.. {
-        let patch = json!({"set": {"my.own.key": i.to_string()}});
+        let patch = json!({"set": {"my.own.key": i.to_string()}, "force": true});
         let _ = api.request(Method::PATCH, "/v1/settings").json(&patch).reply().await;
         if let Ok(next) = tokio::time::timeout(Duration::from_millis(300), stdout.next_line()).await {
             line = Some(next);

@@ -199,7 +199,11 @@ async fn start_sweeps_recorded_orphans_but_not_recycled_pids() -> anyhow::Result
 
     let home = TestHome::new()?;
     std::fs::create_dir_all(home.pids_dir())?;
+    // Plain processes on purpose: an orphan and a bystander for the sweep to tell apart.
+    #[allow(clippy::disallowed_methods)]
     let mut orphan = std::process::Command::new("sleep").arg("300").process_group(0).spawn()?;
+    // See above.
+    #[allow(clippy::disallowed_methods)]
     let mut bystander = std::process::Command::new("sleep").arg("300").process_group(0).spawn()?;
     let write = |pid: u32, start_time: Option<u64>| -> anyhow::Result<()> {
         let rec = PidRecord { pid: pid as i32, start_time, kind: "upstream".into(), name: "orphan".into(), parent: 1 };

@@ -42,6 +42,8 @@ async fn retention_prunes_by_age_at_start_and_by_count_on_demand() -> anyhow::Re
 
     // Age four invocations and add three year-old audit rows while the daemon is stopped.
     {
+        // The daemon is stopped: the test backdates rows in its file directly.
+        #[allow(clippy::disallowed_methods)]
         let c = rusqlite::Connection::open(home.root().join("coffer.db"))?;
         c.execute(
             "UPDATE mcp_invocations SET at = '2020-01-01T00:00:00.000Z' WHERE id IN (SELECT id FROM mcp_invocations ORDER BY id LIMIT 4)",
@@ -71,8 +73,11 @@ async fn retention_prunes_by_age_at_start_and_by_count_on_demand() -> anyhow::Re
     r.ok_json()?;
     // More audited changes, so the audit limit has something to cut.
     for i in 0..3 {
-        let r =
-            api.request(Method::PATCH, "/v1/settings").json(&json!({"set": {"e2e.n": i.to_string()}})).reply().await?;
+        let r = api
+            .request(Method::PATCH, "/v1/settings")
+            .json(&json!({"set": {"e2e.n": i.to_string()}, "force": true}))
+            .reply()
+            .await?;
         r.ok_json()?;
     }
     calls(&api, 5).await?;

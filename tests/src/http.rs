@@ -10,7 +10,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::Value;
 
 /// Response header carrying the trace id.
-pub const TRACE_HEADER: &str = "x-coffer-trace";
+pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 /// A loopback HTTP client: no proxy, short connect timeout, 30 s request timeout.
 pub fn http_client() -> reqwest::Client {

@@ -326,6 +326,8 @@ impl TestHome {
     /// A command for `program` with this home's environment: every inherited `COFFER_*` removed,
     /// the home's variables set, the temporary directory as working directory, stdin null.
     pub fn command(&self, program: &Path) -> std::process::Command {
+        // Tests launch the binaries under test (which then use the spawn helper themselves).
+        #[allow(clippy::disallowed_methods)]
         let mut cmd = std::process::Command::new(program);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("COFFER_") {

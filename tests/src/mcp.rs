@@ -37,14 +37,13 @@ pub fn mcp_post(api: &Api, session: Option<&str>, body: impl Into<reqwest::Body>
 pub fn messages(reply: &Reply) -> anyhow::Result<Vec<Value>> {
     let ct = reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     if ct.starts_with("text/event-stream") {
-        let mut out = Vec::new();
-        for block in reply.text.as_str().split("\n\n") {
-            let data: Vec<&str> = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-            if !data.is_empty() {
-                out.push(serde_json::from_str(&data.join("\n")).context("SSE data is not JSON")?);
-            }
-        }
-        Ok(out)
+        let mut events = Vec::new();
+        coffer_types::sse::SseParser::new().push(reply.text.as_bytes(), &mut events);
+        events
+            .iter()
+            .filter(|e| !e.data.is_empty())
+            .map(|e| serde_json::from_slice(&e.data).context("SSE data is not JSON"))
+            .collect()
     } else {
         Ok(vec![reply.json()?])
     }

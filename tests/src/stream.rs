@@ -16,7 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use crate::http::{Api, Reply, parse_head};
 
 /// The `Upgrade` token of the stream.
-pub const PROTOCOL: &str = "coffer-mcp-stream";
+pub use coffer_types::mcp::STREAM_UPGRADE as PROTOCOL;
 /// How long [`McpStream::recv`] waits for a line before it fails.
 pub const RECV_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the handshake (connect, request, response head) may take.

@@ -404,6 +404,8 @@ mod tests {
     #[test]
     fn a_process_that_exited_is_not_alive_even_before_it_is_reaped() {
         assert!(process_alive(std::process::id()));
+        // A throwaway child to make a zombie of; it needs none of the spawn helper's care.
+        #[allow(clippy::disallowed_methods)]
         let mut child = std::process::Command::new("true").spawn().expect("spawn true");
         let pid = child.id();
         // Exited but not yet reaped: a zombie, which counts as gone.

@@ -1,54 +1,30 @@
 //! `coffer settings get|set|unset`: the daemon's flat map of string settings (`/v1/settings`).
 //!
-//! The daemon stores any key; [`KNOWN`] are the ones Coffer itself reads, with their defaults
-//! and the values they accept. `get` shows those defaults for keys that are not set; `set`
-//! checks a known key's value here, and refuses an unknown key (a typo, most likely) unless
-//! `--force`.
+//! [`KNOWN`] (the settings table, `coffer_types::settings`) are the settings Coffer itself
+//! reads, with their defaults and the values they accept. `get` shows those defaults for keys
+//! that are not set; `set` checks a known key's value here, before the daemon is asked or
+//! started (the daemon checks it again), and refuses an unknown key (a typo, most likely) unless
+//! `--force`, which it passes on (the daemon refuses unknown keys too without it).
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
+use coffer_types::settings::SettingError;
 use serde_json::{Value, json};
 
 use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{self, render_table};
 
-/// A setting Coffer reads: its key, default and accepted range (integers, inclusive).
-#[derive(Debug, Clone, Copy)]
-pub struct Known {
-    pub key: &'static str,
-    pub default: u64,
-    pub min: u64,
-    pub max: u64,
-    /// The unit or meaning, for messages (`milliseconds`, `days, 0 = keep forever`).
-    pub unit: &'static str,
-}
-
-const DAY_MS: u64 = 86_400_000;
-
-/// Every setting Coffer reads (the gateway's `mcp::Shared` timeouts and name length, the store's
-/// retention), in display order.
-pub const KNOWN: &[Known] = &[
-    Known { key: "gateway.list_timeout_ms", default: 10_000, min: 1, max: DAY_MS, unit: "milliseconds" },
-    Known { key: "gateway.start_timeout_ms", default: 30_000, min: 1, max: DAY_MS, unit: "milliseconds" },
-    Known { key: "gateway.call_timeout_ms", default: 60_000, min: 1, max: DAY_MS, unit: "milliseconds" },
-    Known { key: "gateway.session_idle_timeout_s", default: 1800, min: 1, max: 30 * 86_400, unit: "seconds" },
-    Known { key: "gateway.max_tool_name_len", default: 51, min: 40, max: 64, unit: "characters" },
-    Known { key: "retention.invocations_days", default: 30, min: 0, max: 36_500, unit: "days, 0 = keep all" },
-    Known {
-        key: "retention.invocations_max_rows",
-        default: 100_000,
-        min: 0,
-        max: 1_000_000_000,
-        unit: "rows, 0 = no limit",
-    },
-    Known { key: "retention.audit_days", default: 365, min: 0, max: 36_500, unit: "days, 0 = keep all" },
-    Known { key: "retention.audit_max_rows", default: 100_000, min: 0, max: 1_000_000_000, unit: "rows, 0 = no limit" },
-];
+/// Every setting Coffer reads (the gateway's timeouts and name length, the store's retention),
+/// in display order.
+pub use coffer_types::settings::SETTINGS as KNOWN;
+/// A setting Coffer reads: its key, default and accepted range (the settings table of
+/// `coffer_types::settings`, which the daemon validates against too).
+pub use coffer_types::settings::Setting as Known;
 
 /// The known setting `key`, if it is one.
 pub fn known(key: &str) -> Option<&'static Known> {
-    KNOWN.iter().find(|k| k.key == key)
+    coffer_types::settings::find(key)
 }
 
 const GET_EXAMPLES: &str = "\
@@ -155,8 +131,9 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
             eprintln!("note: {key} is not set; this is its default");
             output::println(&default)
         }
-        SettingsCommand::Set(SetArgs { key, value, .. }) => {
-            let resp = patch(&api, &json!({"set": {&key: &value}})).await?;
+        SettingsCommand::Set(SetArgs { key, value, force }) => {
+            // `force` lets the daemon store a key it does not read; it still checks known ones.
+            let resp = patch(&api, &json!({"set": {&key: &value}, "force": force})).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
             }
@@ -185,26 +162,13 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
 /// # Errors
 /// [`CliError::Usage`] (exit 2) saying what is accepted (the known keys for an unknown one).
 pub fn check_set(key: &str, value: &str, force: bool) -> Result<(), CliError> {
-    let Some(k) = known(key) else {
-        if force {
-            return Ok(());
+    match coffer_types::settings::check(key, value) {
+        Ok(_) => Ok(()),
+        Err(SettingError::UnknownKey { .. }) if force => Ok(()),
+        Err(e @ SettingError::UnknownKey { .. }) => {
+            Err(CliError::Usage(format!("{e}; pass --force to store it anyway")))
         }
-        let keys: Vec<&str> = KNOWN.iter().map(|k| k.key).collect();
-        return Err(CliError::Usage(format!(
-            "{key:?} is not a setting Coffer reads (known: {}); pass --force to store it anyway",
-            keys.join(", ")
-        )));
-    };
-    let n = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| value.parse::<u64>().ok())
-        .flatten()
-        .filter(|n| (k.min..=k.max).contains(n));
-    match n {
-        Some(_) => Ok(()),
-        None => Err(CliError::Usage(format!(
-            "{key} must be an integer from {} to {} ({}); got {value:?}",
-            k.min, k.max, k.unit
-        ))),
+        Err(e) => Err(CliError::Usage(e.to_string())),
     }
 }
 

@@ -35,7 +35,7 @@ const TAIL_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// How often a followed log is polled for growth and rotation.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
 /// Invocation outcomes the store records.
-pub const OUTCOMES: &[&str] = &["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"];
+pub const OUTCOMES: &[&str] = coffer_types::Outcome::NAMES;
 /// Actors the audit log records.
 pub const AUDIT_ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
 

@@ -122,6 +122,18 @@ pub const TAGS: &[(&str, &str)] = &[
 // ---------------------------------------------------------------------------------------------
 // Building blocks.
 
+/// The description of `PATCH /v1/settings`, with the settings table (`coffer_types::settings`).
+static SETTINGS_PATCH_DESCRIPTION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "Answers once the gateway's snapshot holds the change. Removing an absent key is not an error. \
+`retention.*` settings apply at the next retention pass. Every key of `set` must be a setting Coffer reads \
+(below) with a value it accepts, else `INVALID_ARGUMENT` with `details.key`, `details.problem` \
+(`unknown_key`, `not_an_integer`, `out_of_range`) and `details.value` (and `details.known`, or \
+`details.type`/`min`/`max`); with `force: true` other keys are stored as given (Coffer ignores them).\n\n{}",
+        coffer_types::settings::markdown_table().trim_end()
+    )
+});
+
 fn route(method: &'static str, path: &'static str, tag: &'static str, summary: &'static str) -> Route {
     Route {
         method,
@@ -367,7 +379,7 @@ pub fn routes() -> Vec<Route> {
                 .describe("Newest first. Never arguments or results. Times: RFC 3339, a date (`2026-11-30`) or a duration ago (`15m`, `2h`, `7d`).")
                 .query("server", json!({"type": "string"}), "Only this server.")
                 .query("target", json!({"type": "string"}), "Only this exposed name or URI.")
-                .query("outcome", json!({"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]}), "Only this outcome.")
+                .query("outcome", json!({"enum": coffer_types::Outcome::NAMES}), "Only this outcome.")
                 .query("actor", json!({"type": "string"}), "Only calls by this actor (`mcp`: MCP client sessions).")
                 .query("since", json!({"type": "string"}), "Inclusive lower bound.")
                 .query("until", json!({"type": "string"}), "Exclusive upper bound."),
@@ -394,13 +406,14 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/v1/settings", "settings", "Every setting")
             .ok(200, "The settings, keys sorted.", r("Settings")),
         route("PATCH", "/v1/settings", "settings", "Set and remove settings")
-            .describe("Answers once the gateway's snapshot holds the change. Removing an absent key is not an error. `retention.*` settings apply at the next retention pass.")
+            .describe(SETTINGS_PATCH_DESCRIPTION.as_str())
             .actor()
             .body(json!({
                 "type": "object", "additionalProperties": false,
                 "properties": {
                     "set": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Keys (1-128 bytes) to set."},
                     "remove": {"type": "array", "items": {"type": "string"}},
+                    "force": {"type": "boolean", "default": false, "description": "Store keys of `set` that are not settings Coffer reads."},
                 },
             }))
             .ok(200, "The settings after the patch.", r("Settings"))
@@ -636,7 +649,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "id": {"type": "integer"}, "at": time, "target": {"type": "string"},
                 "method": {"enum": ["tools/call", "resources/read", "prompts/get"]}, "server": {"type": "string"},
                 "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
-                "outcome": {"enum": ["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"]},
+                "outcome": {"enum": coffer_types::Outcome::NAMES},
                 "trace_id": {"type": "string"},
                 "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session."},
             },

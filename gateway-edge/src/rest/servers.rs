@@ -32,7 +32,7 @@ pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest per-call timeout a server may carry (ms): one day.
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Request header naming the acting party for the audit log.
-pub const ACTOR_HEADER: &str = "x-coffer-actor";
+pub use coffer_types::header::ACTOR as ACTOR_HEADER;
 /// Actors a request may claim; `daemon` is reserved for the daemon's own entries.
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel"];
 /// The built-in server whose capabilities (`coffer__*`) are not in the registry.

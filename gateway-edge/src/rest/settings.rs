@@ -1,4 +1,5 @@
-//! `/v1/settings`: the store's flat string map of settings, read and patched.
+//! `/v1/settings`: the store's flat string map of settings, read and patched. A patch is checked
+//! against the settings table (`coffer_types::settings`) before the store sees it.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use coffer_proto::store::{GetSettingsRequest, PatchSettingsRequest};
+use coffer_types::settings::{self, SettingError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -15,7 +17,7 @@ use crate::rest::servers::{actor, settle};
 use crate::state::AppState;
 
 /// Longest setting key (bytes), as the store enforces.
-const MAX_KEY: usize = 128;
+const MAX_KEY: usize = settings::MAX_KEY_BYTES;
 
 /// Settings routes.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -32,12 +34,19 @@ pub struct SettingsPatch {
     /// Keys to remove; removing an absent key is not an error.
     #[serde(default)]
     pub remove: Vec<String>,
+    /// Store keys of `set` that are not in the settings table (Coffer does not read them);
+    /// without it they are refused. Values of the table's keys are checked either way.
+    #[serde(default)]
+    pub force: bool,
 }
 
-/// Checks a patch: keys 1-128 bytes, no key both set and removed.
+/// Checks a patch: keys 1-128 bytes, no key both set and removed, every key set is one of the
+/// settings table's (unless `force`) with a value its [`settings::Setting::parse`] accepts.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` naming the offending key.
+/// `INVALID_ARGUMENT` naming the offending key; for a key or value the settings table refuses,
+/// `details` is `{"key", "problem": "unknown_key" | "not_an_integer" | "out_of_range", "value"}`
+/// plus `"known"` (every key) for an unknown key, or `"type"`, `"min"` and `"max"` for a value.
 pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
     for k in p.set.keys().chain(p.remove.iter()) {
         if k.is_empty() || k.len() > MAX_KEY {
@@ -50,7 +59,32 @@ pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
     if let Some(k) = p.set.keys().find(|k| removed.contains(k)) {
         return Err(ApiError::invalid(format!("setting {k:?} is both set and removed")).with_details(json!({"key": k})));
     }
+    for (k, v) in &p.set {
+        match settings::check(k, v) {
+            Ok(_) => {}
+            Err(SettingError::UnknownKey { .. }) if p.force => {}
+            Err(e) => return Err(setting_error(&e, v)),
+        }
+    }
     Ok(())
+}
+
+/// The envelope for a key or value the settings table refuses.
+fn setting_error(e: &SettingError, value: &str) -> ApiError {
+    let mut details = json!({"key": e.key(), "problem": e.problem(), "value": value});
+    let message = match e.setting() {
+        None => {
+            details["known"] = json!(settings::keys().collect::<Vec<_>>());
+            format!("{e}; send \"force\": true to store it anyway")
+        }
+        Some(s) => {
+            details["type"] = json!(s.ty.name());
+            details["min"] = json!(s.min);
+            details["max"] = json!(s.max);
+            e.to_string()
+        }
+    };
+    ApiError::invalid(message).with_details(details)
 }
 
 async fn values(st: &AppState) -> Result<Json<Value>, ApiError> {
@@ -70,7 +104,8 @@ async fn get_settings(State(st): State<Arc<AppState>>) -> Result<Json<Value>, Ap
 /// after the change is in the gateway's snapshot. An empty patch changes nothing.
 ///
 /// Errors: `INVALID_ARGUMENT` (a key of the wrong length, a key both set and removed, a value
-/// that is not a string), `UNKNOWN_FIELD`.
+/// that is not a string, a key the settings table does not have without `force`, a value it
+/// refuses), `UNKNOWN_FIELD`.
 async fn patch_settings(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -80,7 +115,8 @@ async fn patch_settings(
     if !p.set.is_empty() || !p.remove.is_empty() {
         let keys: Vec<&String> = p.set.keys().chain(p.remove.iter()).collect();
         tracing::info!(keys = ?keys, "Settings patched.");
-        let req = PatchSettingsRequest { set: p.set.into_iter().collect(), remove: p.remove, actor: actor(&headers) };
+        let SettingsPatch { set, remove, .. } = p;
+        let req = PatchSettingsRequest { set: set.into_iter().collect(), remove, actor: actor(&headers) };
         let seq = st.store.settings.clone().patch_settings(req).await?.into_inner().seq;
         settle(&st, seq).await;
     }
@@ -98,7 +134,7 @@ mod tests {
 
     #[test]
     fn patches() {
-        check_patch(&patch(json!({"set": {"a": "1"}, "remove": ["b"]})).unwrap()).unwrap();
+        check_patch(&patch(json!({"set": {"a": "1"}, "remove": ["b"], "force": true})).unwrap()).unwrap();
         check_patch(&patch(json!({})).unwrap()).unwrap();
         assert!(check_patch(&patch(json!({"set": {"a": "1"}, "remove": ["a"]})).unwrap()).is_err());
         assert!(check_patch(&patch(json!({"set": {"": "1"}})).unwrap()).is_err());
@@ -107,5 +143,44 @@ mod tests {
         let e = patch(json!({"sett": {}})).unwrap_err();
         assert_eq!(e.code, Code::UnknownField);
         assert_eq!(e.details["field"], "sett");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_unless_forced() {
+        let e = check_patch(&patch(json!({"set": {"gateway.call_timout_ms": "5"}})).unwrap()).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert_eq!(
+            (&e.details["key"], &e.details["problem"]),
+            (&json!("gateway.call_timout_ms"), &json!("unknown_key"))
+        );
+        assert!(e.details["known"].as_array().unwrap().contains(&json!("gateway.call_timeout_ms")), "{}", e.details);
+        assert!(e.message.contains("force"), "{}", e.message);
+        check_patch(&patch(json!({"set": {"my.own.key": "x"}, "force": true})).unwrap()).unwrap();
+        // Removing any key is allowed: it is how a forced key goes away.
+        check_patch(&patch(json!({"remove": ["my.own.key"]})).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn values_are_checked_against_the_table_even_when_forced() {
+        for (value, problem) in
+            [("soon", "not_an_integer"), ("-1", "not_an_integer"), (" 5", "not_an_integer"), ("0", "out_of_range")]
+        {
+            for force in [false, true] {
+                let body = json!({"set": {"gateway.call_timeout_ms": value}, "force": force});
+                let e = check_patch(&patch(body).unwrap()).unwrap_err();
+                assert_eq!(e.code, Code::InvalidArgument);
+                assert_eq!(e.details["key"], "gateway.call_timeout_ms", "{}", e.details);
+                assert_eq!(e.details["problem"], problem, "{value}: {}", e.details);
+                assert_eq!(e.details["value"], value);
+                assert_eq!((&e.details["min"], &e.details["max"]), (&json!(1), &json!(86_400_000)));
+                assert!(e.message.contains("gateway.call_timeout_ms"), "{}", e.message);
+            }
+        }
+        let e = check_patch(&patch(json!({"set": {"gateway.max_tool_name_len": "65"}})).unwrap()).unwrap_err();
+        assert_eq!(e.message, "gateway.max_tool_name_len must be an integer from 40 to 64 (characters); got \"65\"");
+        // Every default is a valid value.
+        for s in settings::SETTINGS {
+            check_patch(&patch(json!({"set": {s.key: s.default.to_string()}})).unwrap()).unwrap();
+        }
     }
 }

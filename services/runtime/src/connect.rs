@@ -67,7 +67,7 @@ impl Daemon {
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{}", self.base_url, path))
-            .header("X-Coffer-Token", self.info.token.expose_secret())
+            .header(coffer_types::header::TOKEN, self.info.token.expose_secret())
     }
 }
 

@@ -104,6 +104,8 @@ pub struct ManagedChild {
 /// # Errors
 /// [`SpawnError::Start`] naming the program when it cannot be executed.
 pub fn spawn(spec: SpawnSpec) -> Result<ManagedChild, SpawnError> {
+    // The one spawn helper: every child process of Coffer starts here.
+    #[allow(clippy::disallowed_methods)]
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args);
     if spec.env_clear {

@@ -402,6 +402,8 @@ mod tests {
             assert_eq!(mode(d), 0o700, "{}", d.display());
         }
         // The snapshot is a self-contained database holding the data.
+        // coffer-store owns coffer.db: the test reads the snapshot it wrote.
+        #[allow(clippy::disallowed_methods)]
         let c = rusqlite::Connection::open(out.dir.join(DB_FILE)).unwrap();
         let v: String = c.query_row("SELECT value FROM settings WHERE key = 'k'", [], |r| r.get(0)).unwrap();
         assert_eq!(v, "v");

@@ -2,17 +2,10 @@
 //! store starts, then every [`INTERVAL`], and on demand (`PruneNow`, `POST /v1/maintenance/prune`).
 //!
 //! The policy is read from the settings table at every pass, so a `PATCH /v1/settings` applies
-//! at the next pass without a restart:
-//!
-//! | setting | default | meaning |
-//! |---|---|---|
-//! | `retention.invocations_days` | 30 | delete invocation rows older than this many days |
-//! | `retention.invocations_max_rows` | 100000 | keep at most this many (the newest) |
-//! | `retention.audit_days` | 365 | delete audit rows older than this many days |
-//! | `retention.audit_max_rows` | 100000 | keep at most this many (the newest) |
-//!
-//! `0` disables that limit. A value that is not a non-negative integer is ignored (the default
-//! applies) with a warning in the store's log.
+//! at the next pass without a restart. The settings, their defaults and bounds are the
+//! `retention.*` rows of `coffer_types::settings` ([`SETTINGS`]): age in days and row count per
+//! table, `0` disabling that limit. A stored value the table does not accept is ignored (the
+//! default applies) with a warning in the store's log.
 //!
 //! Deletions go through the single writer in batches of at most [`BATCH`] rows, one short
 //! transaction each; writes queued meanwhile (invocation batches, registry changes) run between
@@ -21,6 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use coffer_types::settings::{self, Setting};
 use rusqlite::params;
 use tokio_util::sync::CancellationToken;
 
@@ -31,38 +25,24 @@ pub const INTERVAL: Duration = Duration::from_secs(3600);
 /// Most rows one delete transaction removes.
 pub const BATCH: u64 = 2_000;
 
-/// The retention settings with their defaults, in the order they are documented.
-pub const SETTINGS: &[(&str, u64)] = &[
-    (INVOCATIONS.days_key, INVOCATIONS.default_days),
-    (INVOCATIONS.rows_key, INVOCATIONS.default_rows),
-    (AUDIT.days_key, AUDIT.default_days),
-    (AUDIT.rows_key, AUDIT.default_rows),
-];
+/// The retention settings (key, default, bounds), in the order they are documented.
+pub const SETTINGS: &[Setting] = &[INVOCATIONS.days, INVOCATIONS.rows, AUDIT.days, AUDIT.rows];
 
 /// One pruned table and the settings that govern it.
 struct Table {
     name: &'static str,
-    days_key: &'static str,
-    rows_key: &'static str,
-    default_days: u64,
-    default_rows: u64,
+    days: Setting,
+    rows: Setting,
 }
 
 const INVOCATIONS: Table = Table {
     name: "mcp_invocations",
-    days_key: "retention.invocations_days",
-    rows_key: "retention.invocations_max_rows",
-    default_days: 30,
-    default_rows: 100_000,
+    days: settings::RETENTION_INVOCATIONS_DAYS,
+    rows: settings::RETENTION_INVOCATIONS_MAX_ROWS,
 };
 
-const AUDIT: Table = Table {
-    name: "audit_log",
-    days_key: "retention.audit_days",
-    rows_key: "retention.audit_max_rows",
-    default_days: 365,
-    default_rows: 100_000,
-};
+const AUDIT: Table =
+    Table { name: "audit_log", days: settings::RETENTION_AUDIT_DAYS, rows: settings::RETENTION_AUDIT_MAX_ROWS };
 
 /// The limits of one table; `0` means no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,15 +63,13 @@ impl Policy {
     /// default applies instead).
     pub fn from_settings(values: &HashMap<String, String>) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
-        let mut get = |key: &str, default: u64| match values.get(key).map(|v| v.trim()) {
-            None => default,
-            Some(v) => v.parse::<u64>().unwrap_or_else(|_| {
-                warnings.push(format!("setting {key} = {v:?} is not a non-negative integer; using {default}"));
-                default
-            }),
+        let mut get = |s: &Setting| {
+            s.read(values.get(s.key).map(String::as_str)).unwrap_or_else(|e| {
+                warnings.push(format!("setting {} is not usable ({e}); using {}", s.key, s.default));
+                s.default
+            })
         };
-        let mut limit =
-            |t: &Table| Limit { days: get(t.days_key, t.default_days), max_rows: get(t.rows_key, t.default_rows) };
+        let mut limit = |t: &Table| Limit { days: get(&t.days), max_rows: get(&t.rows) };
         let policy = Policy { invocations: limit(&INVOCATIONS), audit: limit(&AUDIT) };
         (policy, warnings)
     }

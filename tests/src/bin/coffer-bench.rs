@@ -34,6 +34,8 @@ struct StdioClient {
 
 impl StdioClient {
     async fn spawn(program: &Path, args: &[String], env: &[(String, String)]) -> Result<Self> {
+        // The benchmark launches its MCP client peer directly, as a client would.
+        #[allow(clippy::disallowed_methods)]
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args)
             .envs(env.iter().cloned())
@@ -372,6 +374,8 @@ impl Env {
         ]
     }
     async fn coffer(&self, args: &[&str]) -> Result<std::process::Output> {
+        // The benchmark runs the CLI under test.
+        #[allow(clippy::disallowed_methods)]
         Ok(tokio::process::Command::new(self.bins.join("coffer")).args(args).envs(self.vars()).output().await?)
     }
     fn token(&self) -> Result<String> {

@@ -1,0 +1,27 @@
+//! HTTP header names (and the one cookie) of Coffer's public edge, and the gRPC metadata keys of
+//! its internal calls. All lowercase: that is how HTTP/2 and gRPC metadata carry them, and what
+//! `http::HeaderName::from_static` accepts; HTTP/1.1 compares them case-insensitively
+//! (RFC 9110 §5.1).
+
+/// The public token from `daemon.json`, on every request to the edge but `GET /v1/health`
+/// (`Authorization: Bearer <token>` is accepted too).
+pub const TOKEN: &str = "x-coffer-token";
+/// The trace id (16 lowercase hex digits) on every edge response, and in the gRPC metadata of
+/// the internal calls a request causes, so every log line it caused carries the same id.
+pub const TRACE: &str = "x-coffer-trace";
+/// Who acts, for the audit log: `cli`, `api`, `ui`, `mcp`, `agent` or `channel` (default `api`).
+pub const ACTOR: &str = "x-coffer-actor";
+/// gRPC metadata key of the per-run internal token on every internal call (never on disk).
+pub const INTERNAL_TOKEN: &str = "x-coffer-internal-token";
+/// The cookie set by the web page's one-time login, accepted instead of [`TOKEN`].
+pub const SESSION_COOKIE: &str = "coffer_session";
+
+/// MCP 2025-11-25, basic/transports §Streamable HTTP "Session Management": the session id a
+/// server returns on the `initialize` answer and the client sends on every later request.
+pub const MCP_SESSION_ID: &str = "mcp-session-id";
+/// MCP 2025-11-25, basic/transports §"Protocol Version Header": the negotiated revision, on
+/// every request after `initialize`.
+pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// WHATWG HTML §9.2 (Server-Sent Events): the id of the last event seen, to resume a stream
+/// (MCP 2025-11-25, basic/transports §"Resumability and Redelivery").
+pub const LAST_EVENT_ID: &str = "last-event-id";

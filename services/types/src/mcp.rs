@@ -1,0 +1,22 @@
+//! Constants of Coffer's MCP surface that are not JSON-RPC codes or headers: the `/mcp` stream
+//! upgrade, media types of Streamable HTTP, and the names Coffer gives to what it exposes.
+
+/// The `Upgrade` token that switches `GET /mcp` to a stream (RFC 9110 §7.8) carrying MCP's
+/// stdio framing (newline-delimited JSON-RPC) both ways; the shim's fast link.
+pub const STREAM_UPGRADE: &str = "coffer-mcp-stream";
+/// The path of the MCP endpoint, for Streamable HTTP and the stream alike.
+pub const PATH: &str = "/mcp";
+
+/// The media type of an SSE body (WHATWG HTML §9.2).
+pub const EVENT_STREAM: &str = "text/event-stream";
+/// The media type of a JSON body.
+pub const JSON: &str = "application/json";
+/// The `Accept` of a Streamable HTTP POST: the server may answer with JSON or with an SSE stream
+/// (MCP 2025-11-25, basic/transports §"Sending Messages to the Server").
+pub const ACCEPT_POST: &str = "application/json, text/event-stream";
+
+/// Prefix of the resource URIs Coffer exposes: `coffer://<server>/<original URI>`.
+pub const URI_PREFIX: &str = "coffer://";
+/// Separator between the server and the original name in an exposed tool or prompt name
+/// (`<server>__<name>`).
+pub const NAME_SEPARATOR: &str = "__";
