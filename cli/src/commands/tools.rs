@@ -17,7 +17,7 @@ use crate::output::{self, cell, render_table_fitted};
 const CALL_TIMEOUT: Duration = Duration::from_secs(86_400 + 60);
 
 /// The server name of Coffer's own `coffer__*` tools, which is not in the registry.
-const BUILTIN_SERVER: &str = "coffer";
+use coffer_types::BUILTIN_SERVER;
 
 const LIST_EXAMPLES: &str = "\
 Examples:

@@ -103,7 +103,7 @@ impl Answer {
 fn is_cancellation(error: &RawValue) -> bool {
     error.get().contains("-32800")
         && serde_json::from_str::<Value>(error.get())
-            .is_ok_and(|v| v.get("code").and_then(Value::as_i64) == Some(-32800))
+            .is_ok_and(|v| v.get("code").and_then(Value::as_i64) == Some(super::jsonrpc::REQUEST_CANCELLED))
 }
 
 /// Whether a tool result reports a tool-level error (`isError: true`); cheap on the common path.

@@ -30,8 +30,8 @@ use super::session::RequestCtx;
 use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
+const SESSION_HEADER: &str = coffer_types::header::MCP_SESSION_ID;
+const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
 
 /// The `/mcp` route.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -319,7 +319,10 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let last = headers
+        .get(coffer_types::header::LAST_EVENT_ID)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let (backlog, rx) = session.outbound.subscribe(last);
     let last_sent = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
     let closed = session.closed.clone();

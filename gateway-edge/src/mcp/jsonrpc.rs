@@ -1,26 +1,13 @@
-//! JSON-RPC 2.0 error objects as `/mcp` returns them, and Coffer's error codes.
+//! JSON-RPC 2.0 error objects as `/mcp` returns them, with Coffer's error codes (from `coffer-types`).
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-/// JSON-RPC 2.0 parse error.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC 2.0 invalid request.
-pub const INVALID_REQUEST: i64 = -32600;
-/// JSON-RPC 2.0 method not found.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// JSON-RPC 2.0 invalid params (also: unknown tool or server).
-pub const INVALID_PARAMS: i64 = -32602;
-/// JSON-RPC 2.0 internal error.
-pub const INTERNAL_ERROR: i64 = -32603;
-/// Coffer: the capability or its server is disabled by the user.
-pub const TOOL_DISABLED: i64 = -32000;
-/// Coffer: the upstream could not be started or reached, or crashed.
-pub const UPSTREAM_UNAVAILABLE: i64 = -32001;
-/// Coffer: the upstream did not answer within the per-call timeout.
-pub const UPSTREAM_TIMEOUT: i64 = -32002;
-/// The request was cancelled (LSP's `RequestCancelled`, which MCP SDKs use too).
-pub const REQUEST_CANCELLED: i64 = -32800;
+// The codes are defined once, in coffer-types, for the daemon, the CLI and the shim.
+pub use coffer_types::jsonrpc::{
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, REQUEST_CANCELLED, TOOL_DISABLED,
+    UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+};
 
 /// The error for a message text that could not be decoded as one JSON-RPC message: -32700 with
 /// a null id when it is not JSON; -32600 with its id (when one can be found) when it is JSON of

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use coffer_proto::store::McpServer;
 use coffer_runtime::home::CofferHome;
+use coffer_types::settings::{self, Setting};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -49,33 +50,8 @@ pub use session::Session;
 /// negotiation: answer the client's version if supported, else our latest).
 pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
-/// Invocation outcome as stored in `mcp_invocations`.
-#[derive(Debug, Clone, Copy)]
-pub enum Outcome {
-    Ok,
-    UpstreamError,
-    Disabled,
-    Timeout,
-    Unreachable,
-    Invalid,
-    /// The client cancelled the request (`notifications/cancelled`), or the upstream answered
-    /// it with -32800.
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Disabled => "disabled",
-            Outcome::Timeout => "timeout",
-            Outcome::Unreachable => "unreachable",
-            Outcome::Invalid => "invalid",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-}
+/// Invocation outcome as stored in `mcp_invocations` (one vocabulary, in `coffer-types`).
+pub use coffer_types::Outcome;
 
 /// Per-server health as seen by all sessions, for `/v1/status`.
 #[derive(Default)]
@@ -121,39 +97,31 @@ impl Shared {
         Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins })
     }
 
-    /// A numeric setting, or `default` when unset, unparsable or zero; capped at 30 days so a
-    /// hand-written huge value can never overflow a deadline.
-    fn setting_u64(&self, key: &str, default: u64) -> u64 {
-        let v = self.snapshot.current().settings.get(key).and_then(|v| v.trim().parse::<u64>().ok()).filter(|v| *v > 0);
-        v.unwrap_or(default).min(30 * 24 * 3600 * 1000)
+    /// The value of `setting` in the current snapshot: its default when unset or not a value the
+    /// settings table accepts (the daemon refuses such values; only one stored by hand or before
+    /// the table existed can be), so every deadline is within the table's bounds.
+    pub fn setting(&self, setting: &Setting) -> u64 {
+        setting.value_or_default(self.snapshot.current().settings.get(setting.key).map(String::as_str))
     }
-    fn setting_ms(&self, key: &str, default: u64) -> Duration {
-        Duration::from_millis(self.setting_u64(key, default))
-    }
-    /// Deadline for one upstream's part of a list fan-out (`gateway.list_timeout_ms`, 10 s).
+    /// Deadline for one upstream's part of a list fan-out ([`settings::LIST_TIMEOUT_MS`]).
     pub fn list_timeout(&self) -> Duration {
-        self.setting_ms("gateway.list_timeout_ms", 10_000)
+        Duration::from_millis(self.setting(&settings::LIST_TIMEOUT_MS))
     }
-    /// Deadline for an upstream's start and `initialize` (`gateway.start_timeout_ms`, 30 s).
+    /// Deadline for an upstream's start and `initialize` ([`settings::START_TIMEOUT_MS`]).
     pub fn start_timeout(&self) -> Duration {
-        self.setting_ms("gateway.start_timeout_ms", 30_000)
+        Duration::from_millis(self.setting(&settings::START_TIMEOUT_MS))
     }
-    /// Default per-call timeout (`gateway.call_timeout_ms`, 60 s); a server's own wins.
+    /// Default per-call timeout ([`settings::CALL_TIMEOUT_MS`]); a server's own wins.
     pub fn call_timeout(&self) -> Duration {
-        self.setting_ms("gateway.call_timeout_ms", 60_000)
+        Duration::from_millis(self.setting(&settings::CALL_TIMEOUT_MS))
     }
-    /// Session idle timeout (`gateway.session_idle_timeout_s`, 30 min).
+    /// Session idle timeout ([`settings::SESSION_IDLE_TIMEOUT_S`]).
     pub fn idle_timeout(&self) -> Duration {
-        Duration::from_secs(self.setting_u64("gateway.session_idle_timeout_s", 1800).min(30 * 24 * 3600))
+        Duration::from_secs(self.setting(&settings::SESSION_IDLE_TIMEOUT_S))
     }
-    /// Longest exposed name (`gateway.max_tool_name_len`, 51).
+    /// Longest exposed name ([`settings::MAX_TOOL_NAME_LEN`]).
     pub fn max_name_len(&self) -> usize {
-        self.snapshot
-            .current()
-            .settings
-            .get("gateway.max_tool_name_len")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(naming::DEFAULT_MAX_LEN)
+        self.setting(&settings::MAX_TOOL_NAME_LEN) as usize
     }
 
     /// `server` with every credential reference in its `env` and `headers` replaced by the

@@ -11,10 +11,10 @@ use std::collections::{HashMap, HashSet};
 
 use sha2::{Digest, Sha256};
 
-/// Default longest exposed name (characters).
-pub const DEFAULT_MAX_LEN: usize = 51;
-/// Hard limit from the strictest clients.
-pub const ABSOLUTE_MAX_LEN: usize = 64;
+/// Default longest exposed name (characters): the settings table's default.
+pub const DEFAULT_MAX_LEN: usize = coffer_types::settings::MAX_TOOL_NAME_LEN.default as usize;
+/// Hard limit from the strictest clients: the settings table's bound.
+pub const ABSOLUTE_MAX_LEN: usize = coffer_types::settings::MAX_TOOL_NAME_LEN.max as usize;
 /// Separator between the server and the original name.
 pub const SEP: &str = "__";
 

@@ -50,7 +50,7 @@ use super::session::{Answer, RequestCtx};
 use crate::state::AppState;
 
 /// The `Upgrade` token that switches `/mcp` to a stream.
-pub const PROTOCOL: &str = "coffer-mcp-stream";
+pub const PROTOCOL: &str = coffer_types::mcp::STREAM_UPGRADE;
 
 /// How long queued answers may take to reach a client after its session ended.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);

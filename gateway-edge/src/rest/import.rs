@@ -54,7 +54,7 @@ pub const MAX_ENTRIES: usize = 500;
 pub const MAX_NAME: usize = 24;
 pub use coffer_types::secrets::MAX_CREDENTIAL_NAME;
 /// Server names the registry refuses.
-const RESERVED: &[&str] = &["coffer"];
+const RESERVED: &[&str] = &[coffer_types::BUILTIN_SERVER];
 /// The shim's file name: an entry running it is Coffer itself.
 const SHIM: &str = "coffer-mcp-shim";
 /// The import route.

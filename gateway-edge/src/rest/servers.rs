@@ -36,7 +36,7 @@ pub use coffer_types::header::ACTOR as ACTOR_HEADER;
 /// Actors a request may claim; `daemon` is reserved for the daemon's own entries.
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel"];
 /// The built-in server whose capabilities (`coffer__*`) are not in the registry.
-const BUILTIN_SERVER: &str = "coffer";
+use coffer_types::BUILTIN_SERVER;
 /// Attempts of a `PATCH` without `If-Match` that loses a race with another writer.
 const PATCH_ATTEMPTS: usize = 3;
 
