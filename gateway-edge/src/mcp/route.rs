@@ -199,9 +199,16 @@ impl Session {
             return Answer::Cancelled;
         }
         match res {
-            Ok(Reply::Result(r)) => Answer::Result(r),
-            Ok(Reply::Error(e)) => Answer::UpstreamError(e),
+            Ok(Reply::Result(r)) => {
+                up.answered();
+                Answer::Result(r)
+            }
+            Ok(Reply::Error(e)) => {
+                up.answered();
+                Answer::UpstreamError(e)
+            }
             Err(e) => {
+                // A crash is the server's fault; a stop Coffer asked for is not.
                 if matches!(e, UpstreamError::Closed { .. }) {
                     self.shared.health.failed(server, &e.to_string());
                 }

@@ -296,7 +296,9 @@ fn now_ms() -> i64 {
 /// `GET /v1/invocations?server=&target=&outcome=&since=&until=&limit=&cursor=` →
 /// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id}…],
 /// "next_cursor": "<opaque>"|null}`, newest first. `since` is inclusive, `until` exclusive
-/// (see [`parse_time`] for the forms); `limit` 1-500, default 50.
+/// (see [`parse_time`] for the forms); `limit` 1-500, default 50. Every call answered before
+/// the request arrived is in it: the invocation writer is asked to write what it has queued
+/// first (bounded by [`crate::mcp::invocations::FLUSH_WAIT`]).
 ///
 /// Errors: `INVALID_ARGUMENT` naming a bad or unknown parameter.
 async fn list_invocations(
@@ -314,6 +316,7 @@ async fn list_invocations(
         before_id: p.cursor()?,
         limit: p.limit()?,
     };
+    st.gateway.shared.flush_invocations().await;
     let r = st.store.clone().list_invocations(req).await?.into_inner();
     let items: Vec<Value> = r
         .items
