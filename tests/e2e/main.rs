@@ -26,3 +26,4 @@ mod retention;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod upstream_health;
