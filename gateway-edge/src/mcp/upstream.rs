@@ -39,7 +39,7 @@ pub enum UpstreamError {
     Timeout { server: String, ms: u64 },
     /// Coffer itself stopped the upstream (its session ended, or its registration or
     /// credentials changed): a normal stop, never counted against the server's health.
-    #[error("upstream {server} was stopped by Coffer: {reason}")]
+    #[error("upstream {server} is gone: Coffer stopped it ({reason})")]
     Stopped { server: String, reason: String },
 }
 
@@ -412,11 +412,19 @@ impl Upstream {
             return None;
         }
         let first = self.redactor.redact_str(&first.unwrap_or_default());
-        let lines = if n == 1 { "1 line".to_owned() } else { format!("{n} lines") };
-        Some(format!(
-            "it wrote {lines} on stdout that {} not JSON-RPC (MCP allows only protocol messages there; logs belong on stderr), first: {first:?}",
-            if n == 1 { "is" } else { "are" }
-        ))
+        let verb = if n == 1 { "is" } else { "are" };
+        Some(match self.transport {
+            Transport::Stdio { .. } => {
+                let lines = if n == 1 { "1 line".to_owned() } else { format!("{n} lines") };
+                format!(
+                    "it wrote {lines} on stdout that {verb} not JSON-RPC (MCP allows only protocol messages there; logs belong on stderr), first: {first:?}"
+                )
+            }
+            Transport::Http(_) => {
+                let messages = if n == 1 { "1 message".to_owned() } else { format!("{n} messages") };
+                format!("it sent {messages} that {verb} not JSON-RPC, first: {first:?}")
+            }
+        })
     }
 
     /// Attaches the server's gateway-wide health (once): later answers clear a standing error
