@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::mcp::{McpSession, mcp_post, register_stdio, register_tiny};
-use coffer_tests::{Api, SendExt, TestHome};
+use coffer_tests::{Api, SendExt, TestHome, wait_for};
 use serde_json::{Value, json};
 
 async fn upstream(api: &Api, name: &str) -> anyhow::Result<Value> {
@@ -52,6 +52,20 @@ async fn sessions_that_end_normally_leave_status_and_doctor_clean() -> anyhow::R
     let warnings: Vec<&Value> =
         report["checks"].as_array().into_iter().flatten().filter(|c| c["status"] != "ok").collect();
     ensure!(warnings.iter().all(|c| !c["name"].as_str().unwrap_or("").starts_with("upstream")), "{warnings:?}");
+
+    // A crash is an error, with its exit status; the next successful call clears it.
+    let s3 = McpSession::latest(&api).await?;
+    let r = s3.tool("tiny__crash", json!({})).await?;
+    ensure!(r["error"]["code"] == -32001, "{r}");
+    let up = wait_for("the crash in status", Duration::from_secs(10), || async {
+        let up = upstream(&api, "tiny").await?;
+        Ok(up["last_error"].as_str().is_some_and(|e| e.contains("exited with status 3")).then_some(up))
+    })
+    .await?;
+    assert_eq!(up["state"], "unhealthy", "{up}");
+    ensure!(s3.tool("tiny__echo", json!({"message": "again"})).await?.get("result").is_some());
+    let up = upstream(&api, "tiny").await?;
+    assert_eq!((&up["state"], &up["last_error"]), (&json!("ok"), &Value::Null), "{up}");
     Ok(())
 }
 

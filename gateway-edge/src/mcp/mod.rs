@@ -102,6 +102,8 @@ struct HealthRecord {
     version: i64,
     /// Whether the last start succeeded, and when (RFC 3339).
     last_start: Option<(bool, String)>,
+    /// When the last successful start happened (to drop news of an older upstream's crash).
+    started_at: Option<std::time::Instant>,
     /// The standing error and when it happened; cleared by a success.
     error: Option<(String, String)>,
     /// Names its last list of each kind gave more than once (later ones were dropped).
@@ -156,6 +158,7 @@ impl Health {
         {
             let mut r = h.for_version(server.version);
             r.last_start = Some((true, coffer_runtime::now_rfc3339()));
+            r.started_at = Some(std::time::Instant::now());
             r.error = None;
             h.failing.store(false, std::sync::atomic::Ordering::Relaxed);
         }
@@ -176,6 +179,16 @@ impl Health {
     /// connection); it stands until the next success.
     pub fn failed(&self, server: &str, error: &str) {
         self.entry(server).fail(error);
+    }
+
+    /// An upstream of `server` crashed at `at` with `error` (its cause, found after the fact):
+    /// recorded unless a start succeeded since, whose upstream is not the one that crashed.
+    pub fn crashed(&self, server: &str, error: &str, at: std::time::Instant) {
+        let h = self.entry(server);
+        if h.record.lock().expect("health").started_at.is_some_and(|s| s > at) {
+            return;
+        }
+        h.fail(error);
     }
 
     /// `server` listed its `kind` (`tools`, `prompts`, …): a standing error is over, and

@@ -344,7 +344,7 @@ impl Upstream {
             Ok(Reply::Result(r)) => r,
             Ok(Reply::Error(e)) => {
                 let why = format!("initialize failed: {}", e.get());
-                let why = up.explain_failure(why, false).await;
+                let why = up.explain_failure(why, false, " during initialize").await;
                 up.shutdown(Duration::from_millis(500)).await;
                 return Err(start_err(why));
             }
@@ -355,10 +355,10 @@ impl Upstream {
                         // An HTTP upstream never "exits": its reason says what went wrong
                         // (unreachable, refused, expired).
                         Transport::Http(_) => reason,
-                        Transport::Stdio { .. } => up.explain_failure(reason, true).await,
+                        Transport::Stdio { .. } => up.explain_failure(reason, true, " during initialize").await,
                     },
                     UpstreamError::Timeout { ms, .. } => {
-                        up.explain_failure(format!("no initialize answer within {ms} ms"), false).await
+                        up.explain_failure(format!("no initialize answer within {ms} ms"), false, "").await
                     }
                     UpstreamError::Start { reason, .. } => reason,
                 };
@@ -374,11 +374,22 @@ impl Upstream {
         Ok(Arc::new(up))
     }
 
-    /// Why a start failed, said as the server's user needs it: for a stdio child whose
-    /// connection `closed`, its exit status (waited for, at most [`EXIT_WAIT`]) instead of
-    /// the transport's symptom (`stdout closed`, `Broken pipe`); then its last stderr lines and
-    /// any non-protocol lines it wrote on stdout. `symptom` is what the transport saw.
-    async fn explain_failure(&self, symptom: String, closed: bool) -> String {
+    /// Why the upstream is gone after its connection closed (a crash): for a stdio child, its
+    /// exit status and last stderr lines (waited for, at most [`EXIT_WAIT`]); for HTTP, the
+    /// transport's `symptom`. Off the call path: calls in flight have failed already.
+    pub async fn crash_cause(&self, symptom: String) -> String {
+        // Only an end of the pipes means it exited; a wedged one Coffer closed still runs.
+        let ended = ["exited", "stdin:", "stdout:"].iter().any(|p| symptom.starts_with(p));
+        self.explain_failure(symptom, ended, "").await
+    }
+
+    /// Why a start (or, `during` empty, a running upstream) failed, said as the server's user
+    /// needs it: for a stdio child whose connection `closed`, its exit status (waited for, at
+    /// most [`EXIT_WAIT`]) instead of the transport's symptom (`stdout closed`, `Broken
+    /// pipe`); then its last stderr lines and any non-protocol lines it wrote on stdout.
+    /// `symptom` is what the transport saw; `during` is said after the exit
+    /// (` during initialize`).
+    async fn explain_failure(&self, symptom: String, closed: bool, during: &str) -> String {
         let Transport::Stdio { child, stderr, .. } = &self.transport else { return symptom };
         let mut why = symptom;
         if closed {
@@ -387,8 +398,8 @@ impl Upstream {
                 None => None,
             };
             why = match status {
-                Some(st) => format!("{} during initialize", describe_exit(st)),
-                None => format!("closed its stdout during initialize ({why})"),
+                Some(st) => format!("{}{during}", describe_exit(st)),
+                None => format!("closed its stdout{during} ({why})"),
             };
         }
         let tail = stderr.read(if closed { EXIT_WAIT } else { Duration::ZERO }).await;
