@@ -225,7 +225,9 @@ impl Pool {
             }
             Err(e) => {
                 tracing::warn!(server = %server.name, session = %self.session_id, error = %e, "Upstream failed to start.");
-                self.shared.health.start_failed(server, &e.to_string());
+                if e.is_fault() {
+                    self.shared.health.start_failed(server, &e.to_string());
+                }
                 *st = SlotState::Failed { at: Instant::now(), attempts: attempts + 1, error: e.clone(), generation };
                 Err(e)
             }
