@@ -22,14 +22,55 @@ pub use coffer_types::header::TRACE as TRACE_HEADER;
 pub fn reject(path: &str, code: Code, message: &str) -> Response {
     if path == "/mcp" || path.starts_with("/mcp/") {
         let (_, status) = code.spec();
-        let rpc_code = match code {
-            Code::PayloadTooLarge | Code::BadRequest => coffer_types::jsonrpc::INVALID_REQUEST,
-            _ => coffer_types::jsonrpc::UPSTREAM_UNAVAILABLE,
-        };
-        crate::mcp::jsonrpc::http_error(status, rpc_code, message)
+        crate::mcp::jsonrpc::http_error(status, rpc_code(code), message)
     } else {
         ApiError::new(code, message).into_response()
     }
+}
+
+/// The JSON-RPC error code of an edge refusal on `/mcp`.
+fn rpc_code(code: Code) -> i64 {
+    match code {
+        Code::PayloadTooLarge | Code::BadRequest => coffer_types::jsonrpc::INVALID_REQUEST,
+        _ => coffer_types::jsonrpc::UPSTREAM_UNAVAILABLE,
+    }
+}
+
+/// How much of a refused `/mcp` POST body is read to find its JSON-RPC id, and for how long.
+const ID_SNIFF_BYTES: usize = 64 * 1024;
+const ID_SNIFF_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`reject`] for a request refused before any handler ran: a `POST /mcp` gets its JSON-RPC
+/// error with the request's id when the start of its body names one (JSON-RPC 2.0 §5: the id
+/// is null only when it could not be read), else `null`.
+async fn reject_request(req: Request, code: Code, message: &str) -> Response {
+    let path = req.uri().path().to_owned();
+    if req.method() != axum::http::Method::POST || path != "/mcp" {
+        return reject(&path, code, message);
+    }
+    let id = tokio::time::timeout(ID_SNIFF_WAIT, body_prefix(req.into_body(), ID_SNIFF_BYTES))
+        .await
+        .map(|prefix| coffer_runtime::ndjson::sniff_id(&prefix))
+        .unwrap_or(serde_json::Value::Null);
+    let (_, status) = code.spec();
+    crate::mcp::jsonrpc::http_error_for(status, id, rpc_code(code), message)
+}
+
+/// The first `limit` bytes (or so) of `body`.
+async fn body_prefix(mut body: axum::body::Body, limit: usize) -> Vec<u8> {
+    use http_body_util::BodyExt;
+    let mut buf = Vec::new();
+    while buf.len() < limit {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    buf.extend_from_slice(data);
+                }
+            }
+            _ => break,
+        }
+    }
+    buf
 }
 
 /// Assigns a trace id, runs the request inside span `request{trace_id, method, path}`, and
@@ -64,13 +105,13 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
     };
     if !host_is_loopback(host, st.port) {
         tracing::info!(host = %host.chars().take(80).collect::<String>(), "Refused: Host is not loopback.");
-        return reject(&path, Code::Forbidden, "Host header must name this machine's loopback address");
+        return reject_request(req, Code::Forbidden, "Host header must name this machine's loopback address").await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
         if !ok {
             tracing::info!("Refused: foreign Origin.");
-            return reject(&path, Code::Forbidden, "Origin is not Coffer's own origin");
+            return reject_request(req, Code::Forbidden, "Origin is not Coffer's own origin").await;
         }
     }
     next.run(req).await
@@ -105,10 +146,10 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     if authorized(&st, req.headers()) {
         return next.run(req).await;
     }
-    let path = path.to_owned();
     // A client mistake, not an error; logged so that hostile attempts leave a trace.
     tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
-    let mut resp = reject(&path, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)");
+    let mut resp =
+        reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await;
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
     resp
 }

@@ -368,6 +368,7 @@ async fn edge_h2c_mcp_initialize_with_foreign_authority_is_a_jsonrpc_403() -> an
             .json(&initialize_body()),
     )
     .await?;
-    r.expect_jsonrpc_error(403)?;
+    // The refusal carries the request's id, which was readable (JSON-RPC 2.0 §5).
+    r.expect_jsonrpc_error_for(403, &json!(1))?;
     stop(&home).await
 }

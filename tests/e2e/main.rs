@@ -27,3 +27,4 @@ mod retention;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod upstream_health;

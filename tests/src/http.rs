@@ -285,11 +285,20 @@ impl Reply {
     /// # Errors
     /// Describing the first mismatch, with the body.
     pub fn expect_jsonrpc_error(&self, status: u16) -> anyhow::Result<Value> {
+        self.expect_jsonrpc_error_for(status, &Value::Null)
+    }
+
+    /// [`Reply::expect_jsonrpc_error`] for a refused request whose id was readable: the error
+    /// carries that `id`.
+    ///
+    /// # Errors
+    /// Describing the first mismatch, with the body.
+    pub fn expect_jsonrpc_error_for(&self, status: u16, id: &Value) -> anyhow::Result<Value> {
         ensure!(self.status.as_u16() == status, "expected {status}, got {}: {}", self.status, self.text);
         self.trace_id()?;
         let body = self.json()?;
         ensure!(body["jsonrpc"] == "2.0", "not JSON-RPC 2.0: {body}");
-        ensure!(body.get("id") == Some(&Value::Null), "id is not null: {body}");
+        ensure!(body.get("id") == Some(id), "id is not {id}: {body}");
         ensure!(body["error"]["code"].is_i64(), "no integer code: {body}");
         ensure!(body["error"]["message"].is_string(), "no message: {body}");
         Ok(body["error"].clone())

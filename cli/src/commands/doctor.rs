@@ -8,7 +8,9 @@
 //! - every registered stdio upstream: its command exists and is executable, its working folder
 //!   exists, arguments that look like files exist (relative ones against that folder); and the
 //!   credentials any upstream references exist;
-//! - an upstream `/v1/status` shows unhealthy (its last start or list failed): a warning.
+//! - an upstream `/v1/status` shows unhealthy (an error stands: its last start, a list or a
+//!   call failed, and nothing succeeded since; a normal stop is no error): a warning, unless
+//!   its configuration check above already failed for the same reason.
 //!
 //! Exit 0 when no check fails (warnings allowed), 1 otherwise.
 use std::collections::BTreeSet;
@@ -99,10 +101,11 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
             checks.push(Check::ok("daemon", format!("running: pid {}, port {}", info.pid, info.port)));
             checks.push(check_version(&info.version, coffer_runtime::VERSION));
             checks.push(check_socket(info.socket.as_deref(), &ctx.home.gateway_socket()));
+            let mut health = Vec::new();
             match api.get("/v1/status").await {
                 Ok(status) => {
                     checks.extend(check_services(&status));
-                    checks.extend(check_upstream_health(&status));
+                    health = check_upstream_health(&status);
                 }
                 Err(e) => checks.push(Check::fail(
                     "services",
@@ -125,7 +128,13 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                     if items.is_empty() {
                         checks.push(Check::ok("upstreams", "none registered"));
                     }
-                    checks.extend(items.iter().map(|srv| check_server(srv, &workspace, &have)));
+                    let servers: Vec<Check> = items.iter().map(|srv| check_server(srv, &workspace, &have)).collect();
+                    // A server whose configuration already failed its check is not warned about
+                    // twice (its status names the same problem).
+                    health.retain(|h| {
+                        !servers.iter().any(|c| c.status != Status::Ok && h.name.starts_with(&format!("{} ", c.name)))
+                    });
+                    checks.extend(servers);
                 }
                 (Err(e), _) | (_, Err(e)) => checks.push(Check::fail(
                     "upstreams",
@@ -133,6 +142,7 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                     "coffer daemon restart; then coffer logs store",
                 )),
             }
+            checks.extend(health);
         }
         None if lock_is_held(&ctx.home.daemon_lock()) => {
             checks.push(Check::fail(

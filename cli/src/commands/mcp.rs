@@ -712,7 +712,19 @@ async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     }
     let error = report["error"].as_str().unwrap_or("the server did not answer");
     let ms = report["elapsed_ms"].as_u64().unwrap_or(0);
-    Err(CliError::Failed(format!("{name}: {error} (after {ms} ms); see `coffer mcp logs {name}`")))
+    Err(CliError::Failed(format!("{name}: {error} (after {ms} ms); {}", look_further(name, &report))))
+}
+
+/// Where to look next after a failed test (a `POST …/test` body): its stderr log when it has
+/// one; an HTTP server has none, so its URL instead.
+pub fn look_further(name: &str, report: &Value) -> String {
+    if report["log"].is_string() {
+        format!("see `coffer mcp logs {name}`")
+    } else if report["transport"] == "http" {
+        format!("check that its URL answers (`coffer mcp show {name}` shows it)")
+    } else {
+        format!("it wrote nothing on stderr; `coffer mcp show {name}` shows how it is run")
+    }
 }
 
 /// `NAME: initialize ok (protocol P, server X vY), N tools, M prompts, K resources, in T ms`
@@ -725,14 +737,18 @@ pub fn render_test(name: &str, r: &Value) -> String {
         (Some(n), None) => format!(", server {n}"),
         _ => String::new(),
     };
-    format!(
+    let mut out = format!(
         "{name}: initialize ok (protocol {}{server}), {} tools, {} prompts, {} resources, in {} ms",
         r["protocol_version"].as_str().unwrap_or("?"),
         count("tools"),
         count("prompts"),
         count("resources"),
         r["elapsed_ms"].as_u64().unwrap_or(0)
-    )
+    );
+    for w in r["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        out.push_str(&format!("\nwarning: {name}: {w}"));
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1060,6 +1076,24 @@ mod tests {
             render_test("t", &bare),
             "t: initialize ok (protocol 2025-11-25), 0 tools, 0 prompts, 0 resources, in 5 ms"
         );
+        let noisy = json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5,
+            "warnings": ["it wrote 1 line on stdout that is not JSON-RPC"]});
+        assert!(
+            render_test("t", &noisy).ends_with("in 5 ms\nwarning: t: it wrote 1 line on stdout that is not JSON-RPC"),
+            "{}",
+            render_test("t", &noisy)
+        );
+    }
+
+    #[test]
+    fn a_failed_test_points_where_there_is_something_to_read() {
+        let stdio = json!({"transport": "stdio", "log": "/h/logs/upstreams/s.log"});
+        assert_eq!(look_further("s", &stdio), "see `coffer mcp logs s`");
+        let http = json!({"transport": "http", "log": null});
+        let hint = look_further("r", &http);
+        assert!(!hint.contains("mcp logs") && hint.contains("URL"), "{hint}");
+        let silent = json!({"transport": "stdio", "log": null});
+        assert!(!look_further("q", &silent).contains("mcp logs"));
     }
 
     #[test]

@@ -51,7 +51,46 @@ pub fn render_status(status: &Value) -> String {
     out.push_str(&render_services(services));
     if let Some(ups) = status["upstreams"].as_array().filter(|u| !u.is_empty()) {
         out.push_str("\nUpstreams:\n");
-        out.push_str(&render_generic(ups));
+        out.push_str(&render_upstreams(ups));
+    }
+    out
+}
+
+/// The upstreams table of `GET /v1/status`: NAME STATE ENABLED TRANSPORT RUNNING (sessions it
+/// runs in) LAST START (outcome and age) LAST ERROR (the standing one), then a note per server
+/// whose list named something twice.
+pub fn render_upstreams(ups: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = ups
+        .iter()
+        .map(|u| {
+            let last_start =
+                match (u["last_start"].as_str(), u["last_start_at"].as_str().and_then(output::seconds_since)) {
+                    (Some(outcome), Some(age)) => format!("{outcome} {} ago", format_duration(age)),
+                    (Some(outcome), None) => outcome.to_owned(),
+                    (None, _) => "-".into(),
+                };
+            vec![
+                cell(u.get("name"), 40),
+                cell(u.get("state"), 20),
+                u["enabled"].as_bool().map_or_else(|| "-".into(), |b| yes_no(b).to_owned()),
+                cell(u.get("transport"), 10),
+                cell(u.get("running"), 10),
+                last_start,
+                cell(u.get("last_error"), LAST_ERROR_WIDTH),
+            ]
+        })
+        .collect();
+    let mut out =
+        render_table(&["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST START", "LAST ERROR"], &rows);
+    for u in ups {
+        let dups: Vec<&str> = u["duplicates"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if !dups.is_empty() {
+            out.push_str(&format!(
+                "note: {} listed {} more than once; only the first of each is offered\n",
+                cell(u.get("name"), 40),
+                dups.join(", ")
+            ));
+        }
     }
     out
 }
@@ -163,6 +202,30 @@ mod tests {
              github  running  1m15s   ab12     -\n\
              fs      stopped  -       -        boom\n"
         );
+    }
+
+    #[test]
+    fn upstreams_show_their_last_start_standing_error_and_duplicates() {
+        let ups = vec![
+            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2,
+                   "last_start": "ok", "last_start_at": "not a time", "last_error": null, "last_error_at": null, "duplicates": []}),
+            json!({"name": "keyed", "enabled": true, "transport": "stdio", "state": "unhealthy", "running": 0,
+                   "last_start": "failed", "last_start_at": null,
+                   "last_error": "upstream keyed could not be started: exited with status 3 during initialize; its last stderr lines: fatal: missing API key FOO_KEY",
+                   "last_error_at": null, "duplicates": ["tools/same"]}),
+            json!({"name": "remote", "enabled": false, "transport": "http", "state": "disabled", "running": 0,
+                   "last_start": null, "last_start_at": null, "last_error": null, "last_error_at": null, "duplicates": []}),
+        ];
+        let t = render_upstreams(&ups);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST", "START", "LAST", "ERROR"]
+        );
+        assert!(lines[1].starts_with("everything  ok         yes      stdio      2        ok "), "{t}");
+        assert!(lines[2].contains("failed") && lines[2].contains("exited with status 3"), "{t}");
+        assert!(lines[3].starts_with("remote      disabled   no       http       0        -"), "{t}");
+        assert_eq!(lines[4], "note: keyed listed tools/same more than once; only the first of each is offered");
     }
 
     #[test]

@@ -347,7 +347,16 @@ async fn explain_call_error(api: &ApiClient, name: &str, e: CliError) -> CliErro
         }
         Some("NOT_FOUND") => e.with_hint("`coffer tools list` shows the exposed names"),
         Some("UPSTREAM_UNAVAILABLE" | "UPSTREAM_TIMEOUT") => {
-            e.with_hint(format!("`coffer mcp test {server}` and `coffer mcp logs {server}` show more"))
+            // An HTTP server has no stderr log to point at.
+            let http = api
+                .get(&format!("/v1/mcp/servers/{}", path_segment(&server)))
+                .await
+                .is_ok_and(|s| s["transport"] == "http");
+            if http {
+                e.with_hint(format!("`coffer mcp test {server}` shows more; check that its URL answers"))
+            } else {
+                e.with_hint(format!("`coffer mcp test {server}` and `coffer mcp logs {server}` show more"))
+            }
         }
         _ => e,
     }

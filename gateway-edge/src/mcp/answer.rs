@@ -44,7 +44,9 @@ impl From<UpstreamError> for RpcError {
             UpstreamError::Timeout { server, ms } => {
                 RpcError::new(UPSTREAM_TIMEOUT, e.to_string()).with_data(json!({"server": server, "timeout_ms": ms}))
             }
-            UpstreamError::Start { server, .. } | UpstreamError::Closed { server, .. } => {
+            UpstreamError::Start { server, .. }
+            | UpstreamError::Closed { server, .. }
+            | UpstreamError::Stopped { server, .. } => {
                 RpcError::new(UPSTREAM_UNAVAILABLE, e.to_string()).with_data(json!({"server": server}))
             }
         }

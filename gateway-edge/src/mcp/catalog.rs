@@ -228,6 +228,11 @@ impl Catalog {
                 }
             }
         }
+        let repeated = naming::drop_repeats(&mut items, kind.ident());
+        if !repeated.is_empty() {
+            tracing::warn!(server = %server.name, method = kind.method(), names = %repeated.join(", "), "Upstream listed a name more than once; only the first is offered.");
+        }
+        self.shared.health.listed(&server.name, kind.key(), repeated);
         Ok(Arc::new(items))
     }
 
@@ -254,7 +259,10 @@ impl Catalog {
                 Ok(Ok(items)) => Some((s.name.clone(), items)),
                 Ok(Err(e)) => {
                     tracing::warn!(server = %s.name, session = %self.session_id, error = %e, method = kind.method(), "Upstream left out of the list.");
-                    self.shared.health.failed(&s.name, &e.to_string());
+                    // A failed start is recorded by the pool; a stop Coffer asked for is no fault.
+                    if e.is_fault() && !matches!(e, UpstreamError::Start { .. }) {
+                        self.shared.health.failed(&s.name, &e.to_string());
+                    }
                     None
                 }
                 Err(_) => {

@@ -141,19 +141,23 @@ fn accepts(headers: &HeaderMap, what: &str) -> bool {
     }
 }
 
+/// The session named by `Mcp-Session-Id`, or the refusal: 400 without the header, 404 for an
+/// unknown or ended session. `request` is the id of the request being refused (raw JSON), when
+/// there is one: the error carries it.
 #[allow(clippy::result_large_err)]
-fn lookup(st: &AppState, headers: &HeaderMap) -> Result<Arc<Session>, Response> {
+fn lookup(st: &AppState, headers: &HeaderMap, request: Option<&RawValue>) -> Result<Arc<Session>, Response> {
+    let id = || request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
     match session_id(headers) {
         None => Err(rpc_error(
             StatusCode::BAD_REQUEST,
-            Value::Null,
+            id(),
             INVALID_REQUEST,
             "Bad Request: no Mcp-Session-Id header; send initialize first",
         )),
-        Some(id) => st.gateway.session(id).ok_or_else(|| {
+        Some(session) => st.gateway.session(session).ok_or_else(|| {
             rpc_error(
                 StatusCode::NOT_FOUND,
-                Value::Null,
+                id(),
                 jsonrpc::UPSTREAM_UNAVAILABLE,
                 "Session not found: it ended or belongs to another daemon run; initialize a new session",
             )
@@ -205,20 +209,20 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
             rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
         }
         Parsed::Request { id, method, params } => {
-            let session = match lookup(&st, &headers) {
+            let session = match lookup(&st, &headers, Some(&id)) {
                 Ok(s) => s,
                 Err(r) => return r,
             };
             respond(session, id, method, params).await
         }
-        Parsed::Notification { method, params } => match lookup(&st, &headers) {
+        Parsed::Notification { method, params } => match lookup(&st, &headers, None) {
             Ok(session) => {
                 session.handle_notification(&method, params.as_deref()).await;
                 StatusCode::ACCEPTED.into_response()
             }
             Err(r) => r,
         },
-        Parsed::Response { id, result, error } => match lookup(&st, &headers) {
+        Parsed::Response { id, result, error } => match lookup(&st, &headers, None) {
             Ok(session) => {
                 session.handle_response(&id, result, error).await;
                 StatusCode::ACCEPTED.into_response()
@@ -277,7 +281,7 @@ fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Respon
 async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let session = session_id(&headers).and_then(|id| st.gateway.session(id));
     if session.is_none() && session_id(&headers).is_some() {
-        return lookup(&st, &headers).err().expect("unknown session");
+        return lookup(&st, &headers, None).err().expect("unknown session");
     }
     let session = match (message::batch_refused(session.as_deref()), session) {
         (None, Some(s)) => s,
@@ -315,7 +319,7 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
     if let Err(r) = check_version(&headers) {
         return r;
     }
-    let session = match lookup(&st, &headers) {
+    let session = match lookup(&st, &headers, None) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -348,6 +352,6 @@ async fn delete(st: Arc<AppState>, headers: HeaderMap) -> Response {
     if st.gateway.end_session(id, "DELETE").await {
         StatusCode::NO_CONTENT.into_response()
     } else {
-        lookup(&st, &headers).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
+        lookup(&st, &headers, None).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
     }
 }

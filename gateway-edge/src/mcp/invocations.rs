@@ -8,13 +8,14 @@
 //! so building and encoding a batch of thousands never holds up the gateway's thread, which
 //! relays every call.
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use coffer_proto::store::invocations_client::InvocationsClient;
 use coffer_proto::store::{AppendInvocationsRequest, Invocation, InvocationMethod, InvocationOutcome};
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::Outcome;
 
@@ -82,22 +83,65 @@ fn outcome(o: Outcome) -> InvocationOutcome {
     }
 }
 
+/// What the writer's queue carries: records, and now and then a request to write everything
+/// queued before it at once ([`Recorder::flush`]).
+enum Queued {
+    Record(Record),
+    Flush(oneshot::Sender<()>),
+}
+
 /// Where the request path queues records; cheap to clone. Queuing never blocks or fails (once
 /// the writer is gone, records are dropped).
 #[derive(Clone)]
-pub struct Recorder(mpsc::UnboundedSender<Record>);
+pub struct Recorder(Sink);
+
+#[derive(Clone)]
+enum Sink {
+    /// The writer thread's queue, and its wake-up for a flush (records never touch it).
+    Writer {
+        queue: mpsc::UnboundedSender<Queued>,
+        flush: Arc<Notify>,
+    },
+    Memory(mpsc::UnboundedSender<Record>),
+}
+
+/// Longest a [`Recorder::flush`] waits for the writer (a store that is restarting).
+pub const FLUSH_WAIT: Duration = Duration::from_secs(3);
 
 impl Recorder {
     /// Queues `record` for the writer.
     pub fn record(&self, record: Record) {
-        let _ = self.0.send(record);
+        match &self.0 {
+            Sink::Writer { queue, .. } => {
+                let _ = queue.send(Queued::Record(record));
+            }
+            Sink::Memory(tx) => {
+                let _ = tx.send(record);
+            }
+        }
+    }
+
+    /// Has every record queued before this call written to the store, then returns: a reader
+    /// of the log (`GET /v1/invocations`) sees every call answered before it asked, instead of
+    /// racing the next batch. Waits at most [`FLUSH_WAIT`]; the request path never calls it.
+    pub async fn flush(&self) {
+        let Sink::Writer { queue, flush } = &self.0 else { return };
+        let (tx, rx) = oneshot::channel();
+        if queue.send(Queued::Flush(tx)).is_err() {
+            return;
+        }
+        // Cuts the writer's gathering pause short; the queue keeps the order.
+        flush.notify_one();
+        if tokio::time::timeout(FLUSH_WAIT, rx).await.is_err() {
+            tracing::debug!("Invocation flush timed out; the log may miss the newest calls.");
+        }
     }
 
     /// A recorder that keeps records in memory: they arrive, in order, on the receiver (tests
     /// of the gateway core read them there; nothing is written to a store).
     pub fn in_memory() -> (Self, mpsc::UnboundedReceiver<Record>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self(tx), rx)
+        (Self(Sink::Memory(tx)), rx)
     }
 
     /// Starts the writer thread, which connects to the store at `store_addr` with the internal
@@ -107,6 +151,8 @@ impl Recorder {
     /// When the thread cannot be started.
     pub fn spawn(store_addr: String, token: SecretString) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let flush = Arc::new(Notify::new());
+        let woken = flush.clone();
         std::thread::Builder::new().name("invocation-log".into()).spawn(move || {
             let (priority, warning) = coffer_runtime::sched::background_priority();
             if let Some(warning) = warning {
@@ -119,12 +165,12 @@ impl Recorder {
             };
             runtime.block_on(async move {
                 match coffer_runtime::grpc::channel(&store_addr, &token) {
-                    Ok(channel) => write_batches(InvocationsClient::new(channel), rx).await,
+                    Ok(channel) => write_batches(InvocationsClient::new(channel), rx, woken).await,
                     Err(e) => tracing::error!(error = %e, "Cannot reach the store; invocations are not recorded."),
                 }
             });
         })?;
-        Ok(Self(tx))
+        Ok(Self(Sink::Writer { queue: tx, flush }))
     }
 }
 
@@ -147,25 +193,50 @@ pub fn recorded(text: &str, max: usize) -> String {
 pub const GATHER: Duration = Duration::from_millis(200);
 
 /// Writes records in batches (up to [`INVOCATION_BATCH`] per store request) until the queue
-/// ends. While the writer sleeps through [`GATHER`] it waits on nothing, so queuing a record
-/// wakes no thread (an unpark per record, across threads, cost the relaying thread more than
-/// the record itself). A batch the store cannot take because it is restarting is tried again
-/// (5 times in all, backing off from 100 ms); one it refuses is dropped, with a warning.
-async fn write_batches(mut store: InvocationsClient<AuthChannel>, mut rx: mpsc::UnboundedReceiver<Record>) {
+/// ends. While the writer sleeps through [`GATHER`] it waits on nothing but `flush`, so
+/// queuing a record wakes no thread (an unpark per record, across threads, cost the relaying
+/// thread more than the record itself). A flush request in the queue writes what came before
+/// it at once and is then answered; `flush` ends the pause early so it does not wait for
+/// [`GATHER`]. A batch the store cannot take because it is restarting is tried again (5 times
+/// in all, backing off from 100 ms); one it refuses is dropped, with a warning.
+async fn write_batches(
+    mut store: InvocationsClient<AuthChannel>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    flush: Arc<Notify>,
+) {
     let mut batch = Vec::with_capacity(INVOCATION_BATCH);
+    let mut answered: Vec<oneshot::Sender<()>> = Vec::new();
     while let Some(first) = rx.recv().await {
-        batch.push(first);
-        tokio::time::sleep(GATHER).await;
+        match first {
+            Queued::Record(r) => {
+                batch.push(r);
+                tokio::select! {
+                    _ = tokio::time::sleep(GATHER) => {}
+                    _ = flush.notified() => {}
+                }
+            }
+            Queued::Flush(done) => answered.push(done),
+        }
         loop {
-            while batch.len() < INVOCATION_BATCH {
+            let mut flushing = !answered.is_empty();
+            while batch.len() < INVOCATION_BATCH && !flushing {
                 match rx.try_recv() {
-                    Ok(record) => batch.push(record),
+                    Ok(Queued::Record(record)) => batch.push(record),
+                    Ok(Queued::Flush(done)) => {
+                        answered.push(done);
+                        flushing = true;
+                    }
                     Err(_) => break,
                 }
             }
             let full = batch.len() == INVOCATION_BATCH;
-            write_batch(&mut store, batch.drain(..).map(Record::into_row).collect()).await;
-            if !full {
+            if !batch.is_empty() {
+                write_batch(&mut store, batch.drain(..).map(Record::into_row).collect()).await;
+            }
+            for done in answered.drain(..) {
+                let _ = done.send(());
+            }
+            if !full && !flushing {
                 break;
             }
         }

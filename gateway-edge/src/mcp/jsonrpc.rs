@@ -32,7 +32,12 @@ pub fn error_object(id: Value, code: i64, message: &str, data: Option<Value>) ->
 
 /// An HTTP response with `status` whose body is a JSON-RPC error with `id: null`.
 pub fn http_error(status: StatusCode, code: i64, message: &str) -> Response {
-    let body = error_object(Value::Null, code, message, None);
+    http_error_for(status, Value::Null, code, message)
+}
+
+/// An HTTP response with `status` whose body is a JSON-RPC error for request `id`.
+pub fn http_error_for(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    let body = error_object(id, code, message, None);
     let mut r = (status, body.to_string()).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r

@@ -53,21 +53,164 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-2
 /// Invocation outcome as stored in `mcp_invocations` (one vocabulary, in `coffer-types`).
 pub use coffer_types::Outcome;
 
-/// Per-server health as seen by all sessions, for `/v1/status`.
+/// Per-server health as seen by all sessions, for `/v1/status`: how the last start went and
+/// the error that stands now, if any. A stop Coffer asked for (a session ended, a registration
+/// changed) is not an error; a successful start, list or call clears a standing one.
 #[derive(Default)]
 pub struct Health {
-    map: Mutex<HashMap<String, (bool, String, String)>>, // healthy, last_error, at
+    map: Mutex<HashMap<String, Arc<ServerHealth>>>,
+}
+
+/// One server's health; upstreams hold it (see [`upstream::Upstream::answered`]) so that an
+/// answer can clear a standing error without a map lookup.
+#[derive(Default)]
+pub struct ServerHealth {
+    /// True while `record.error` is set: the call path reads only this.
+    failing: std::sync::atomic::AtomicBool,
+    record: Mutex<HealthRecord>,
+}
+
+/// What is known about one server since the daemon started (or since its registration last
+/// changed).
+#[derive(Default, Clone)]
+struct HealthRecord {
+    /// Registry version these facts are about; facts about an older one are dropped.
+    version: i64,
+    /// Whether the last start succeeded, and when (RFC 3339).
+    last_start: Option<(bool, String)>,
+    /// When the last successful start happened (to drop news of an older upstream's crash).
+    started_at: Option<std::time::Instant>,
+    /// The standing error and when it happened; cleared by a success.
+    error: Option<(String, String)>,
+    /// Names its last list of each kind gave more than once (later ones were dropped).
+    duplicates: std::collections::BTreeMap<&'static str, Vec<String>>,
+}
+
+impl ServerHealth {
+    /// The upstream answered: a standing error is over.
+    pub fn answered(&self) {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            self.clear();
+        }
+    }
+
+    fn clear(&self) {
+        let mut r = self.record.lock().expect("health");
+        r.error = None;
+        self.failing.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn fail(&self, error: &str) {
+        let mut r = self.record.lock().expect("health");
+        r.error = Some((error.to_owned(), coffer_runtime::now_rfc3339()));
+        self.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The record, reset first when it is about another registry version than `version`.
+    fn for_version(&self, version: i64) -> std::sync::MutexGuard<'_, HealthRecord> {
+        let mut r = self.record.lock().expect("health");
+        if r.version != version {
+            *r = HealthRecord { version, ..HealthRecord::default() };
+            self.failing.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
 }
 
 impl Health {
-    fn started(&self, server: &str) {
-        let mut m = self.map.lock().expect("health");
-        let e = m.entry(server.to_owned()).or_default();
-        e.0 = true;
+    /// The health of `server`, created on first use.
+    pub fn entry(&self, server: &str) -> Arc<ServerHealth> {
+        self.map.lock().expect("health").entry(server.to_owned()).or_default().clone()
     }
-    fn failed(&self, server: &str, error: &str) {
-        let mut m = self.map.lock().expect("health");
-        m.insert(server.to_owned(), (false, error.to_owned(), coffer_runtime::now_rfc3339()));
+
+    fn get(&self, server: &str) -> Option<Arc<ServerHealth>> {
+        self.map.lock().expect("health").get(server).cloned()
+    }
+
+    /// `server` started: its last start is ok and a standing error is over. Returns its
+    /// health for the upstream to hold.
+    pub fn started(&self, server: &McpServer) -> Arc<ServerHealth> {
+        let h = self.entry(&server.name);
+        {
+            let mut r = h.for_version(server.version);
+            r.last_start = Some((true, coffer_runtime::now_rfc3339()));
+            r.started_at = Some(std::time::Instant::now());
+            r.error = None;
+            h.failing.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        h
+    }
+
+    /// `server` failed to start with `error` (the cause, as the server's user needs it).
+    pub fn start_failed(&self, server: &McpServer, error: &str) {
+        let h = self.entry(&server.name);
+        {
+            let mut r = h.for_version(server.version);
+            r.last_start = Some((false, coffer_runtime::now_rfc3339()));
+        }
+        h.fail(error);
+    }
+
+    /// A fault of a started `server` (a list failed or took too long, it closed the
+    /// connection); it stands until the next success.
+    pub fn failed(&self, server: &str, error: &str) {
+        self.entry(server).fail(error);
+    }
+
+    /// An upstream of `server` crashed at `at` with `error` (its cause, found after the fact):
+    /// recorded unless a start succeeded since, whose upstream is not the one that crashed.
+    pub fn crashed(&self, server: &str, error: &str, at: std::time::Instant) {
+        let h = self.entry(server);
+        if h.record.lock().expect("health").started_at.is_some_and(|s| s > at) {
+            return;
+        }
+        h.fail(error);
+    }
+
+    /// `server` listed its `kind` (`tools`, `prompts`, …): a standing error is over, and
+    /// `duplicates` are the names that list gave more than once.
+    pub fn listed(&self, server: &str, kind: &'static str, duplicates: Vec<String>) {
+        let h = match (self.get(server), duplicates.is_empty()) {
+            (Some(h), _) => h,
+            (None, true) => return,
+            (None, false) => self.entry(server),
+        };
+        h.answered();
+        let mut r = h.record.lock().expect("health");
+        if duplicates.is_empty() {
+            r.duplicates.remove(kind);
+        } else {
+            r.duplicates.insert(kind, duplicates);
+        }
+    }
+
+    /// What is known about `server` at registry `version` (nothing when only an older version
+    /// was seen).
+    fn record(&self, server: &str, version: i64) -> HealthRecord {
+        match self.get(server) {
+            Some(h) => {
+                let r = h.record.lock().expect("health");
+                if r.version == version || r.version == 0 { r.clone() } else { HealthRecord::default() }
+            }
+            None => HealthRecord::default(),
+        }
+    }
+}
+
+/// Why a stdio server's registered command cannot run now (deleted, not executable), if so.
+fn command_problem(server: &McpServer) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if server.transport() != coffer_proto::store::Transport::Stdio {
+        return None;
+    }
+    match std::fs::metadata(&server.command) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("command {} does not exist", server.command))
+        }
+        Err(e) => Some(format!("cannot inspect command {}: {e}", server.command)),
+        Ok(m) if !m.is_file() => Some(format!("command {} is not a file", server.command)),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some(format!("command {} is not executable", server.command)),
+        Ok(_) => None,
     }
 }
 
@@ -142,6 +285,12 @@ impl Shared {
         let used = crate::credentials::substitute(&mut resolved, &values)
             .map_err(|name| format!("credential {name:?} not found"))?;
         Ok((resolved, used))
+    }
+
+    /// Has every invocation queued so far written to the store ([`invocations::Recorder::flush`]),
+    /// for a reader of the log; never called on the request path.
+    pub async fn flush_invocations(&self) {
+        self.recorder.flush().await;
     }
 
     /// Queues an invocation record (written in batches by the invocation writer, off the
@@ -269,7 +418,10 @@ impl Gateway {
     }
 
     /// Starts `server` once in a fresh, short-lived session and reports its `initialize`
-    /// result, capability counts and timing (`coffer mcp test`). The session is closed after.
+    /// result, capability counts and timing (`coffer mcp test`), its `transport`, `warnings`
+    /// (e.g. lines on stdout that are not JSON-RPC, which MCP forbids there) and `log`: the
+    /// path of its stderr log when one exists (HTTP upstreams have none). The session is
+    /// closed after.
     pub async fn probe(&self, server: &coffer_proto::store::McpServer) -> Value {
         let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-test", "version": coffer_runtime::VERSION}});
         let s = Session::new(
@@ -296,11 +448,18 @@ impl Gateway {
                 report["initialize_ms"] = json!(started.elapsed().as_millis() as u64);
             }
         }
-        if let Some(init) = s.upstream_init(&server.name).await {
+        let mut warnings: Vec<String> = Vec::new();
+        if let Some(up) = s.pool.running(&server.name).await {
+            let init = &up.init_result;
             report["protocol_version"] = init.get("protocolVersion").cloned().unwrap_or(Value::Null);
             report["server_info"] = init.get("serverInfo").cloned().unwrap_or(Value::Null);
             report["capabilities"] = init.get("capabilities").cloned().unwrap_or(Value::Null);
+            warnings.extend(up.junk_note());
         }
+        report["transport"] = json!(server.transport);
+        report["warnings"] = json!(warnings);
+        let log = self.shared.home.upstream_logs().join(format!("{}.log", server.name));
+        report["log"] = if log.exists() { json!(log.display().to_string()) } else { Value::Null };
         report["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
         report["counts"] = Value::Object(counts);
         report["ok"] = json!(error.is_none());
@@ -316,7 +475,14 @@ impl Gateway {
         futures_util::future::join_all(all.iter().chain(admin.iter()).map(|s| s.close())).await;
     }
 
-    /// Per-upstream status for `/v1/status`: running instances across sessions and last error.
+    /// Per-upstream status for `/v1/status`, one object per registered server in name order:
+    /// `name`, `enabled`, `transport`, `state` (`ok`: its last start succeeded and nothing
+    /// failed since; `unhealthy`: an error stands, or its command cannot run now; `idle`: not
+    /// started since the daemon started or its registration changed; `disabled`), `running`
+    /// (sessions where it runs now), `last_start` (`ok`, `failed` or null) and
+    /// `last_start_at`, `last_error` and `last_error_at` (the standing error; null once a
+    /// start, list or call succeeded), and `duplicates` (names its last lists gave more than
+    /// once, as `tools/<name>`; only the first of each is offered).
     pub fn upstream_status(&self) -> Value {
         let snap = self.shared.snapshot.current();
         let mut running: HashMap<String, usize> = HashMap::new();
@@ -325,7 +491,6 @@ impl Gateway {
                 *running.entry(n).or_default() += 1;
             }
         }
-        let health = self.shared.health.map.lock().expect("health");
         let mut names: Vec<&String> = snap.servers.keys().collect();
         names.sort();
         Value::Array(
@@ -333,19 +498,37 @@ impl Gateway {
                 .into_iter()
                 .map(|n| {
                     let s = &snap.servers[n];
-                    let (healthy, err, at) = health.get(n).cloned().unwrap_or((true, String::new(), String::new()));
+                    let record = self.shared.health.record(n, s.version);
+                    let problem = if s.enabled { command_problem(s) } else { None };
+                    let (error, error_at) = match (&problem, record.error) {
+                        (Some(p), _) => (Value::String(p.clone()), Value::Null),
+                        (None, Some((e, at))) => (Value::String(e), Value::String(at)),
+                        (None, None) => (Value::Null, Value::Null),
+                    };
                     let state = if !s.enabled {
                         "disabled"
-                    } else if healthy {
+                    } else if !error.is_null() {
+                        "unhealthy"
+                    } else if matches!(record.last_start, Some((true, _))) {
                         "ok"
                     } else {
-                        "unhealthy"
+                        "idle"
                     };
+                    let (last_start, last_start_at) = match record.last_start {
+                        Some((ok, at)) => (json!(if ok { "ok" } else { "failed" }), Value::String(at)),
+                        None => (Value::Null, Value::Null),
+                    };
+                    let duplicates: Vec<String> = record
+                        .duplicates
+                        .iter()
+                        .flat_map(|(kind, names)| names.iter().map(move |d| format!("{kind}/{d}")))
+                        .collect();
                     json!({
                         "name": n, "enabled": s.enabled, "transport": s.transport().as_str(), "state": state,
                         "running": running.get(n).copied().unwrap_or(0),
-                        "last_error": if err.is_empty() { Value::Null } else { Value::String(err) },
-                        "last_error_at": if at.is_empty() { Value::Null } else { Value::String(at) },
+                        "last_start": last_start, "last_start_at": last_start_at,
+                        "last_error": error, "last_error_at": error_at,
+                        "duplicates": duplicates,
                     })
                 })
                 .collect(),

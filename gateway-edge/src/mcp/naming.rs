@@ -4,11 +4,18 @@
 //!
 //! Rules, all deterministic: characters outside `[A-Za-z0-9_-]` become `_`; a name longer than
 //! the limit keeps its `<server>__` prefix, is cut, and gets `_` + 6 hex characters of the
-//! SHA-256 of the original `<server>__<name>`; names that still collide are resolved in sorted
-//! order of (server, original name): the first keeps the plain name, each later one gets a hash
-//! suffix. Calls resolve through the session's reverse map, never by guessing.
+//! SHA-256 of the original `<server>__<name>`; names that still collide are resolved so that
+//! a name that needed no rewriting always keeps it (`dotted_tool_name` is `s__dotted_tool_name`
+//! even when `dotted.tool.name` is listed too), then in sorted order of (server, original
+//! name): the first keeps the plain name, each later one gets a hash suffix. The result never
+//! depends on the order an upstream lists its items, and `<server>__<original>` names exactly
+//! that capability whenever the server has it, which lets policy refuse a disabled one before
+//! any list ([`super::policy`]). Calls resolve through the session's reverse map, never by
+//! guessing. An upstream that lists a name twice has only the first offered
+//! ([`drop_repeats`]).
 use std::collections::{HashMap, HashSet};
 
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Default longest exposed name (characters): the settings table's default.
@@ -56,16 +63,25 @@ pub fn assign(entries: &[(String, String)], max_len: usize) -> Vec<String> {
     order.sort_by(|&a, &b| entries[a].cmp(&entries[b]));
     let mut taken: HashSet<String> = HashSet::with_capacity(entries.len());
     let mut out = vec![String::new(); entries.len()];
-    // First pass: every name whose plain form is free keeps it, in sorted order.
     let plain: Vec<String> = entries.iter().map(|(s, o)| expose_one(s, o, max_len)).collect();
+    // Names that needed no rewriting are exactly `<server>__<original>`: they go first, so a
+    // rewritten name never takes one from the capability it names. Then every other name whose
+    // plain form is free keeps it, in sorted order.
+    let unchanged = |i: usize| {
+        let (s, o) = &entries[i];
+        plain[i].strip_prefix(s.as_str()).and_then(|r| r.strip_prefix(SEP)) == Some(o.as_str())
+    };
+    let (first, rest): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&i| unchanged(i));
     let mut pending = Vec::new();
-    for &i in &order {
+    for i in first.into_iter().chain(rest) {
         if taken.insert(plain[i].clone()) {
             out[i] = plain[i].clone();
         } else {
             pending.push(i);
         }
     }
+    // Collisions in sorted order too, whichever pass they came from.
+    pending.sort_by(|&a, &b| entries[a].cmp(&entries[b]));
     // Second pass: collisions get a hash suffix (salted again on the rare second collision).
     for i in pending {
         let (s, o) = &entries[i];
@@ -81,6 +97,27 @@ pub fn assign(entries: &[(String, String)], max_len: usize) -> Vec<String> {
         }
     }
     out
+}
+
+/// Drops every item of one upstream's list whose identifying field `ident` (`name`, `uri`)
+/// repeats an earlier item's: the first is the one offered (and its schema the one clients
+/// see). Returns the repeated names, once each, in list order.
+pub fn drop_repeats(items: &mut Vec<Value>, ident: &str) -> Vec<String> {
+    let mut seen: HashSet<String> = HashSet::with_capacity(items.len());
+    let mut repeated: Vec<String> = Vec::new();
+    items.retain(|item| {
+        let name = item.get(ident).and_then(Value::as_str).unwrap_or_default();
+        if seen.contains(name) {
+            if !repeated.iter().any(|r| r == name) {
+                repeated.push(name.to_owned());
+            }
+            false
+        } else {
+            seen.insert(name.to_owned());
+            true
+        }
+    });
+    repeated
 }
 
 /// Reverse map from exposed name to `(server, original name)`.
@@ -150,11 +187,47 @@ mod tests {
         assert_eq!(ma, mb);
         let set: HashSet<_> = na.iter().collect();
         assert_eq!(set.len(), 3, "{na:?}");
-        // "a b" sorts first (space < '.' < '_'), so it keeps the plain name.
-        assert_eq!(ma[&("s".to_string(), "a b".to_string())], "s__a_b");
+        // "a_b" needed no rewriting, so it keeps its name, although "a b" sorts first.
+        assert_eq!(ma[&("s".to_string(), "a_b".to_string())], "s__a_b");
+        // The rewritten ones get suffixes, whatever the order they were listed in.
+        assert!(na.iter().filter(|n| n.starts_with("s__a_b_")).count() == 2, "{na:?}");
         for n in &na {
             assert!(valid(n, 51), "{n}");
         }
+    }
+
+    #[test]
+    fn a_name_that_needs_no_rewriting_keeps_it_in_any_order() {
+        let pairs = |names: &[&str]| names.iter().map(|n| ("names".to_string(), n.to_string())).collect::<Vec<_>>();
+        for order in [["dotted.tool.name", "dotted_tool_name"], ["dotted_tool_name", "dotted.tool.name"]] {
+            let entries = pairs(&order);
+            let names = assign(&entries, 51);
+            let clean = entries.iter().position(|(_, o)| o == "dotted_tool_name").unwrap();
+            assert_eq!(names[clean], "names__dotted_tool_name", "{order:?}: {names:?}");
+            assert!(names[1 - clean].starts_with("names__dotted_tool_name_"), "{names:?}");
+        }
+        // A rewritten long name whose suffixed form equals a real tool's name yields to it.
+        let long = "x".repeat(80);
+        let taken = expose_one("s", &long, 51);
+        let original = taken.strip_prefix("s__").unwrap().to_owned();
+        let entries = vec![("s".to_string(), long), ("s".to_string(), original)];
+        let names = assign(&entries, 51);
+        assert_eq!(names[1], taken);
+        assert_ne!(names[0], taken);
+    }
+
+    #[test]
+    fn repeated_names_keep_only_the_first() {
+        let mut items = vec![
+            serde_json::json!({"name": "same", "inputSchema": {"first": true}}),
+            serde_json::json!({"name": "other"}),
+            serde_json::json!({"name": "same", "inputSchema": {"first": false}}),
+            serde_json::json!({"name": "same"}),
+        ];
+        assert_eq!(drop_repeats(&mut items, "name"), ["same"]);
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["inputSchema"]["first"], true);
+        assert!(drop_repeats(&mut items, "name").is_empty());
     }
 
     #[test]

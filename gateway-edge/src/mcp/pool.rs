@@ -145,7 +145,7 @@ impl Pool {
     ///
     /// # Errors
     /// [`UpstreamError::Start`] when it cannot be started (or the last start failed within the
-    /// backoff); [`UpstreamError::Closed`] once the session ended.
+    /// backoff); [`UpstreamError::Stopped`] once the session ended.
     pub async fn upstream(&self, server: &McpServer, generation: Generation) -> Result<Arc<Upstream>, UpstreamError> {
         let slot = {
             let mut slots = self.slots.lock().expect("slots");
@@ -189,7 +189,7 @@ impl Pool {
             SlotState::Idle => 0,
         };
         if self.closed.is_cancelled() {
-            return Err(UpstreamError::Closed { server: server.name.clone(), reason: "session ended".into() });
+            return Err(UpstreamError::Stopped { server: server.name.clone(), reason: "its session ended".into() });
         }
         let started = Instant::now();
         // Credential references become values only here, only for this child; a missing
@@ -211,7 +211,7 @@ impl Pool {
         match res {
             Ok(u) => {
                 tracing::info!(server = %server.name, session = %self.session_id, pid = u.pid, elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
-                self.shared.health.started(&server.name);
+                u.watch_health(self.shared.health.started(server));
                 let level = self.log_level.lock().expect("level").clone();
                 if let Some(level) = level
                     && u.has_capability("logging")
@@ -225,7 +225,9 @@ impl Pool {
             }
             Err(e) => {
                 tracing::warn!(server = %server.name, session = %self.session_id, error = %e, "Upstream failed to start.");
-                self.shared.health.failed(&server.name, &e.to_string());
+                if e.is_fault() {
+                    self.shared.health.start_failed(server, &e.to_string());
+                }
                 *st = SlotState::Failed { at: Instant::now(), attempts: attempts + 1, error: e.clone(), generation };
                 Err(e)
             }

@@ -199,11 +199,24 @@ impl Session {
             return Answer::Cancelled;
         }
         match res {
-            Ok(Reply::Result(r)) => Answer::Result(r),
-            Ok(Reply::Error(e)) => Answer::UpstreamError(e),
+            Ok(Reply::Result(r)) => {
+                up.answered();
+                Answer::Result(r)
+            }
+            Ok(Reply::Error(e)) => {
+                up.answered();
+                Answer::UpstreamError(e)
+            }
             Err(e) => {
-                if matches!(e, UpstreamError::Closed { .. }) {
-                    self.shared.health.failed(server, &e.to_string());
+                // A crash is the server's fault (its cause, e.g. the exit status, is found off
+                // this path); a stop Coffer asked for is not.
+                if let UpstreamError::Closed { reason, .. } = &e {
+                    let (shared, server, reason) = (self.shared.clone(), server.to_owned(), reason.clone());
+                    let at = Instant::now();
+                    tokio::spawn(async move {
+                        let why = up.crash_cause(reason).await;
+                        shared.health.crashed(&server, &format!("upstream {server} closed the connection: {why}"), at);
+                    });
                 }
                 Answer::Error(e.into())
             }

@@ -95,6 +95,11 @@ async fn fake(tools: &[&str], page: usize) -> (Arc<Fake>, String) {
         .iter()
         .map(|n| json!({"name": n, "description": format!("The {n} tool"), "inputSchema": {"type": "object"}}))
         .collect();
+    fake_listing(tools, page).await
+}
+
+/// [`fake`] serving these tool definitions as they are.
+async fn fake_listing(tools: Vec<Value>, page: usize) -> (Arc<Fake>, String) {
     let f = Arc::new(Fake { tools, page, seen: Mutex::default() });
     let app = Router::new()
         .route(
@@ -447,4 +452,142 @@ async fn a_call_s_future_stays_small() {
     let ctx = super::session::RequestCtx::default();
     let call = s.handle_request_ctx("tools/call", None, &ctx);
     assert!(std::mem::size_of_val(&call) <= 1024, "{} bytes", std::mem::size_of_val(&call));
+}
+
+/// The status object of `server` from a gateway over `h`'s core.
+fn upstream_status(h: &Harness, server: &str) -> Value {
+    let gw = super::Gateway::with_shared(h.shared.clone(), tokio_util::sync::CancellationToken::new());
+    let all = gw.upstream_status();
+    all.as_array().unwrap().iter().find(|u| u["name"] == server).cloned().unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn two_names_that_collide_after_rewriting_resolve_the_same_before_and_after_a_list() {
+    for order in [["dotted.tool.name", "dotted_tool_name"], ["dotted_tool_name", "dotted.tool.name"]] {
+        let (up, url) = fake(&order, 0).await;
+        let h = Harness::new(snapshot(vec![server("names", &url)], &[]));
+        let lister = h.session();
+        let listed = lister.list(ListKind::Tools).await;
+        let exposed = |original: &str| {
+            listed
+                .iter()
+                .find(|(_, _, o)| o == original)
+                .map(|(t, _, _)| t["name"].as_str().unwrap().to_owned())
+                .unwrap()
+        };
+        // The tool whose name needs no rewriting keeps it, whatever the listing order.
+        assert_eq!(exposed("dotted_tool_name"), "names__dotted_tool_name", "{order:?}");
+        let rewritten = exposed("dotted.tool.name");
+        assert!(rewritten.starts_with("names__dotted_tool_name_"), "{rewritten}");
+
+        // The rewritten one disabled: a session that has not listed still reaches the clean one.
+        h.policy.send_replace(Arc::new(snapshot(
+            vec![server("names", &url)],
+            &[("names", Kind::Tool, "dotted.tool.name", false)],
+        )));
+        let fresh = h.session();
+        let out = result(call(&fresh, "names__dotted_tool_name", json!({})).await);
+        assert_eq!(out["structuredContent"]["name"], "dotted_tool_name", "{order:?}");
+        assert_eq!(error(call(&fresh, &rewritten, json!({})).await).code, TOOL_DISABLED);
+
+        // The clean one disabled: refused by name alone in a fresh session, and the rewritten
+        // one still works.
+        h.policy.send_replace(Arc::new(snapshot(
+            vec![server("names", &url)],
+            &[("names", Kind::Tool, "dotted_tool_name", false)],
+        )));
+        let calls = up.count("tools/call");
+        let other = h.session();
+        assert_eq!(error(call(&other, "names__dotted_tool_name", json!({})).await).code, TOOL_DISABLED);
+        assert_eq!(up.count("tools/call"), calls, "refused before the upstream");
+        let out = result(call(&other, &rewritten, json!({})).await);
+        assert_eq!(out["structuredContent"]["name"], "dotted.tool.name");
+        for s in [lister, fresh, other] {
+            s.close().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_name_listed_twice_is_offered_once_with_its_first_definition_and_shown_in_status() {
+    let tools = vec![
+        json!({"name": "same", "description": "first", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}),
+        json!({"name": "other", "inputSchema": {"type": "object"}}),
+        json!({"name": "same", "description": "second", "inputSchema": {"type": "object"}}),
+    ];
+    let (_up, url) = fake_listing(tools, 0).await;
+    let h = Harness::new(snapshot(vec![server("dup", &url)], &[]));
+    let s = h.session();
+    let listed = s.list(ListKind::Tools).await;
+    assert_eq!(names(&listed), ["coffer__search_tools", "dup__same", "dup__other"]);
+    let same = listed.iter().find(|(t, _, _)| t["name"] == "dup__same").unwrap();
+    assert_eq!(same.0["description"], "first");
+    assert_eq!(upstream_status(&h, "dup")["duplicates"], json!(["tools/same"]));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn health_says_why_a_start_failed_and_a_normal_stop_or_a_success_leaves_no_error() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let stdio = |name: &str, script: &str| McpServer {
+        name: name.into(),
+        transport: coffer_proto::store::Transport::Stdio as i32,
+        command: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+        cwd: ws.display().to_string(),
+        enabled: true,
+        version: 1,
+        ..Default::default()
+    };
+    let keyed = stdio("keyed", "echo 'starting up' >&2; echo 'fatal: missing API key FOO_KEY' >&2; exit 3");
+    let noisy = stdio("noisy", "echo 'hello, I am not JSON-RPC'; exec sleep 30");
+    let mut deleted = stdio("deleted", "exit 0");
+    deleted.command = home.path().join("gone").display().to_string();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let refused = server("refused", &format!("http://127.0.0.1:{closed_port}/mcp"));
+    let (_up, url) = fake(&["echo"], 0).await;
+    let servers = vec![keyed, noisy, deleted, refused, server("fine", &url)];
+    let mut snap = snapshot(servers, &[]);
+    // The noisy one never answers initialize: give up on it soon.
+    snap.settings.insert("gateway.start_timeout_ms".into(), "1000".into());
+    let mut h = Harness::new(snap);
+    let s = h.session();
+
+    // A stdio server that exits at once: its exit status and last stderr lines.
+    let e = error(call(&s, "keyed__anything", json!({})).await);
+    assert_eq!(e.code, UPSTREAM_UNAVAILABLE);
+    assert!(e.message.contains("exited with status 3"), "{}", e.message);
+    assert!(e.message.contains("fatal: missing API key FOO_KEY"), "{}", e.message);
+    assert!(!e.message.contains("stdout closed") && !e.message.contains("Broken pipe"), "{}", e.message);
+    let st = upstream_status(&h, "keyed");
+    assert_eq!((st["state"].as_str(), st["last_start"].as_str()), (Some("unhealthy"), Some("failed")), "{st}");
+    assert!(st["last_error"].as_str().unwrap().contains("fatal: missing API key FOO_KEY"), "{st}");
+
+    // An HTTP server that refuses connections is unreachable; it never "exited".
+    let e = error(call(&s, "refused__anything", json!({})).await);
+    assert!(e.message.contains("unreachable") && !e.message.contains("exited"), "{}", e.message);
+
+    // A deleted command is not ok, even before anything tried to start it.
+    let st = upstream_status(&h, "deleted");
+    assert_eq!(st["state"], "unhealthy", "{st}");
+    assert!(st["last_error"].as_str().unwrap().contains("does not exist"), "{st}");
+
+    // Non-protocol lines on stdout are named when the start fails for them.
+    let e = error(call(&s, "noisy__anything", json!({})).await);
+    assert!(e.message.contains("not JSON-RPC") && e.message.contains("hello, I am not JSON-RPC"), "{}", e.message);
+
+    // A fine server: a standing error is cleared by a successful call, and a normal stop is none.
+    assert!(matches!(call(&s, "fine__echo", json!({})).await, Answer::Result(_)));
+    assert_eq!(upstream_status(&h, "fine")["state"], "ok");
+    h.shared.health.failed("fine", "a list took too long");
+    assert_eq!(upstream_status(&h, "fine")["state"], "unhealthy");
+    assert!(matches!(call(&s, "fine__echo", json!({})).await, Answer::Result(_)));
+    let st = upstream_status(&h, "fine");
+    assert_eq!((st["state"].as_str(), &st["last_error"]), (Some("ok"), &Value::Null), "{st}");
+    s.close().await;
+    let st = upstream_status(&h, "fine");
+    assert_eq!((st["state"].as_str(), &st["last_error"]), (Some("ok"), &Value::Null), "{st}");
+    while h.records.try_recv().is_ok() {}
 }

@@ -37,6 +37,18 @@ pub enum UpstreamError {
     Closed { server: String, reason: String },
     #[error("upstream {server} did not answer within {ms} ms")]
     Timeout { server: String, ms: u64 },
+    /// Coffer itself stopped the upstream (its session ended, or its registration or
+    /// credentials changed): a normal stop, never counted against the server's health.
+    #[error("upstream {server} is gone: Coffer stopped it ({reason})")]
+    Stopped { server: String, reason: String },
+}
+
+impl UpstreamError {
+    /// False for [`UpstreamError::Stopped`]: a stop Coffer asked for is not the server's fault
+    /// and leaves its health alone.
+    pub fn is_fault(&self) -> bool {
+        !matches!(self, UpstreamError::Stopped { .. })
+    }
 }
 
 /// A response body part, kept raw.
@@ -74,9 +86,18 @@ pub struct Core {
     alive: AtomicBool,
     /// Messages received so far (every line or event, whatever it is).
     heard: AtomicU64,
+    /// Messages received that are not JSON-RPC (MCP's stdio transport allows only protocol
+    /// messages on stdout), and the start of the first one.
+    junk: AtomicU64,
+    first_junk: Mutex<Option<String>>,
     close_reason: Mutex<String>,
+    /// Set when Coffer closed the connection itself ([`Core::stop`]).
+    stopped: AtomicBool,
     events: mpsc::UnboundedSender<UpstreamEvent>,
 }
+
+/// Longest start of a non-protocol line kept to name it (characters).
+const JUNK_SHOWN: usize = 120;
 
 impl Core {
     /// A new core for `server` whose unsolicited messages go to `events`.
@@ -86,9 +107,26 @@ impl Core {
             pending: Arc::default(),
             alive: AtomicBool::new(true),
             heard: AtomicU64::new(0),
+            junk: AtomicU64::new(0),
+            first_junk: Mutex::new(None),
             close_reason: Mutex::new(String::new()),
+            stopped: AtomicBool::new(false),
             events,
         })
+    }
+
+    /// Counts a message that is not JSON-RPC and keeps the start of the first one (only this
+    /// path pays for it).
+    fn skipped(&self, line: &[u8]) {
+        if self.junk.fetch_add(1, Ordering::Relaxed) == 0 {
+            let text: String = String::from_utf8_lossy(line).chars().take(JUNK_SHOWN).collect();
+            *self.first_junk.lock().expect("junk") = Some(text);
+        }
+    }
+
+    /// How many received messages were not JSON-RPC, and the start of the first one.
+    pub fn junk(&self) -> (u64, Option<String>) {
+        (self.junk.load(Ordering::Relaxed), self.first_junk.lock().expect("junk").clone())
     }
 
     /// True until [`Core::close`].
@@ -108,6 +146,7 @@ impl Core {
             Ok(m) => m,
             Err(_) => {
                 tracing::debug!(server = %self.server, bytes = line.len(), "Skipped a non-JSON-RPC message from upstream.");
+                self.skipped(line);
                 return;
             }
         };
@@ -137,7 +176,10 @@ impl Core {
                     None => tracing::debug!(server = %self.server, id = n, "Late or duplicate response ignored."),
                 }
             }
-            (None, None) => tracing::debug!(server = %self.server, "Skipped a JSON value that is not JSON-RPC."),
+            (None, None) => {
+                tracing::debug!(server = %self.server, "Skipped a JSON value that is not JSON-RPC.");
+                self.skipped(line);
+            }
         }
     }
 
@@ -149,9 +191,20 @@ impl Core {
 
     /// Marks the connection dead: every request in flight fails at once with `reason`.
     pub fn close(&self, reason: &str) {
+        self.close_as(reason, false);
+    }
+
+    /// [`Core::close`] because Coffer stops the upstream: requests in flight fail with
+    /// [`UpstreamError::Stopped`]. A connection already closed keeps its first reason.
+    pub fn stop(&self, reason: &str) {
+        self.close_as(reason, true);
+    }
+
+    fn close_as(&self, reason: &str, stopped: bool) {
         if !self.alive.swap(false, Ordering::AcqRel) {
             return;
         }
+        self.stopped.store(stopped, Ordering::Release);
         *self.close_reason.lock().expect("reason") = reason.to_owned();
         self.pending.lock().expect("pending").clear();
         let _ = self.events.send(UpstreamEvent::Closed { server: self.server.clone() });
@@ -167,6 +220,9 @@ impl Core {
 
     fn closed_error(&self) -> UpstreamError {
         let reason = self.close_reason.lock().expect("reason").clone();
+        if self.stopped.load(Ordering::Acquire) {
+            return UpstreamError::Stopped { server: self.server.clone(), reason };
+        }
         UpstreamError::Closed {
             server: self.server.clone(),
             reason: if reason.is_empty() { "exited".into() } else { reason },
@@ -182,6 +238,8 @@ enum Transport {
         /// Frames for the writer task; `None` once stdin is closed.
         stdin: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
         child: tokio::sync::Mutex<Option<ManagedChild>>,
+        /// The last lines of its stderr, to say why it failed.
+        stderr: Arc<StderrTail>,
     },
     Http(super::http_upstream::HttpTransport),
 }
@@ -196,6 +254,45 @@ pub struct Upstream {
     pub init_result: serde_json::Value,
     /// Process id (0 for HTTP upstreams).
     pub pid: i32,
+    /// Redacts the credential values it was started with from what it wrote.
+    redactor: Arc<crate::credentials::Redactor>,
+    /// The server's gateway-wide health, set by the pool once started: an answer clears a
+    /// standing error there ([`Upstream::answered`]).
+    health: std::sync::OnceLock<Arc<super::ServerHealth>>,
+}
+
+/// Most stderr lines kept to explain a failure, and the longest kept of each (characters).
+const STDERR_TAIL_LINES: usize = 5;
+const STDERR_TAIL_CHARS: usize = 300;
+/// Longest wait, after a stdio upstream failed its start, for its exit status and last stderr
+/// lines (it has usually exited already).
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The last lines an upstream wrote on stderr (redacted), and whether stderr reached its end.
+struct StderrTail {
+    lines: Mutex<std::collections::VecDeque<String>>,
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+impl StderrTail {
+    fn new() -> Arc<Self> {
+        Arc::new(Self { lines: Mutex::default(), done: tokio::sync::watch::Sender::new(false) })
+    }
+
+    fn push(&self, line: &str) {
+        let mut lines = self.lines.lock().expect("tail");
+        if lines.len() == STDERR_TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line.chars().take(STDERR_TAIL_CHARS).collect());
+    }
+
+    /// The kept lines, after waiting at most `wait` for stderr to end.
+    async fn read(&self, wait: Duration) -> Vec<String> {
+        let mut done = self.done.subscribe();
+        let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+        self.lines.lock().expect("tail").iter().filter(|l| !l.trim().is_empty()).cloned().collect()
+    }
 }
 
 impl Upstream {
@@ -239,32 +336,121 @@ impl Upstream {
             transport,
             init_result: serde_json::Value::Null,
             pid,
+            redactor: redactor.clone(),
+            health: std::sync::OnceLock::new(),
         };
         let params = RawValue::from_string(init_params.to_string()).expect("valid JSON");
-        let reply = up.request("initialize", Some(&params), timeout).await.map_err(|e| match e {
-            UpstreamError::Closed { reason, .. } => start_err(format!("exited during initialize ({reason})")),
-            UpstreamError::Timeout { ms, .. } => start_err(format!("no initialize answer within {ms} ms")),
-            e => e,
-        });
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
+        let reply = match up.request("initialize", Some(&params), timeout).await {
+            Ok(Reply::Result(r)) => r,
+            Ok(Reply::Error(e)) => {
+                let why = format!("initialize failed: {}", e.get());
+                let why = up.explain_failure(why, false, " during initialize").await;
                 up.shutdown(Duration::from_millis(500)).await;
-                return Err(e);
+                return Err(start_err(why));
+            }
+            Err(e) => {
+                let why = match e {
+                    UpstreamError::Closed { reason, .. } | UpstreamError::Stopped { reason, .. } => match &up.transport
+                    {
+                        // An HTTP upstream never "exits": its reason says what went wrong
+                        // (unreachable, refused, expired).
+                        Transport::Http(_) => reason,
+                        Transport::Stdio { .. } => up.explain_failure(reason, true, " during initialize").await,
+                    },
+                    UpstreamError::Timeout { ms, .. } => {
+                        up.explain_failure(format!("no initialize answer within {ms} ms"), false, "").await
+                    }
+                    UpstreamError::Start { reason, .. } => reason,
+                };
+                up.shutdown(Duration::from_millis(500)).await;
+                return Err(start_err(why));
             }
         };
-        match reply {
-            Reply::Result(r) => up.init_result = serde_json::from_str(r.get()).unwrap_or_default(),
-            Reply::Error(e) => {
-                up.shutdown(Duration::from_millis(500)).await;
-                return Err(start_err(format!("initialize failed: {}", e.get())));
-            }
-        }
+        up.init_result = serde_json::from_str(reply.get()).unwrap_or_default();
         if let Transport::Http(t) = &up.transport {
             t.initialized(up.init_result.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or_default());
         }
         up.notify("notifications/initialized", None).await?;
         Ok(Arc::new(up))
+    }
+
+    /// Why the upstream is gone after its connection closed (a crash): for a stdio child, its
+    /// exit status and last stderr lines (waited for, at most [`EXIT_WAIT`]); for HTTP, the
+    /// transport's `symptom`. Off the call path: calls in flight have failed already.
+    pub async fn crash_cause(&self, symptom: String) -> String {
+        // Only an end of the pipes means it exited; a wedged one Coffer closed still runs.
+        let ended = ["exited", "stdin:", "stdout:"].iter().any(|p| symptom.starts_with(p));
+        self.explain_failure(symptom, ended, "").await
+    }
+
+    /// Why a start (or, `during` empty, a running upstream) failed, said as the server's user
+    /// needs it: for a stdio child whose connection `closed`, its exit status (waited for, at
+    /// most [`EXIT_WAIT`]) instead of the transport's symptom (`stdout closed`, `Broken
+    /// pipe`); then its last stderr lines and any non-protocol lines it wrote on stdout.
+    /// `symptom` is what the transport saw; `during` is said after the exit
+    /// (` during initialize`).
+    async fn explain_failure(&self, symptom: String, closed: bool, during: &str) -> String {
+        let Transport::Stdio { child, stderr, .. } = &self.transport else { return symptom };
+        let mut why = symptom;
+        if closed {
+            let status = match child.lock().await.as_mut() {
+                Some(c) => tokio::time::timeout(EXIT_WAIT, c.inner().wait()).await.ok().and_then(Result::ok),
+                None => None,
+            };
+            why = match status {
+                Some(st) => format!("{}{during}", describe_exit(st)),
+                None => format!("closed its stdout{during} ({why})"),
+            };
+        }
+        let tail = stderr.read(if closed { EXIT_WAIT } else { Duration::ZERO }).await;
+        if !tail.is_empty() {
+            why.push_str("; its last stderr lines: ");
+            why.push_str(&tail.join(" | "));
+        }
+        if let Some(note) = self.junk_note() {
+            why.push_str("; ");
+            why.push_str(&note);
+        }
+        why
+    }
+
+    /// A sentence about the lines the upstream wrote on stdout that are not JSON-RPC (MCP's
+    /// stdio transport allows only protocol messages there), or `None` when there were none.
+    /// Credential values are redacted from the line it quotes.
+    pub fn junk_note(&self) -> Option<String> {
+        let (n, first) = self.core.junk();
+        if n == 0 {
+            return None;
+        }
+        let first = self.redactor.redact_str(&first.unwrap_or_default());
+        let verb = if n == 1 { "is" } else { "are" };
+        Some(match self.transport {
+            Transport::Stdio { .. } => {
+                let lines = if n == 1 { "1 line".to_owned() } else { format!("{n} lines") };
+                format!(
+                    "it wrote {lines} on stdout that {verb} not JSON-RPC (MCP allows only protocol messages there; logs belong on stderr), first: {first:?}"
+                )
+            }
+            Transport::Http(_) => {
+                let messages = if n == 1 { "1 message".to_owned() } else { format!("{n} messages") };
+                format!("it sent {messages} that {verb} not JSON-RPC, first: {first:?}")
+            }
+        })
+    }
+
+    /// Attaches the server's gateway-wide health (once): later answers clear a standing error
+    /// there.
+    pub fn watch_health(&self, health: Arc<super::ServerHealth>) {
+        let _ = self.health.set(health);
+    }
+
+    /// Notes that the upstream answered a request (a result or its own error: it is alive and
+    /// speaking): clears the server's standing error, if any. One atomic load when there is
+    /// none, so the call path pays nothing.
+    pub fn answered(&self) {
+        if let Some(h) = self.health.get() {
+            h.answered();
+        }
     }
 
     /// True while the connection is open (stdio: the child's stdout is open).
@@ -417,9 +603,9 @@ impl Upstream {
     pub async fn shutdown(&self, grace: Duration) {
         // Said first, so requests still in flight learn that Coffer stopped the upstream, not
         // that it went away by itself.
-        self.core.close("Coffer stopped it (its session ended, or its registration or credentials changed)");
+        self.core.stop("its session ended, or its registration or credentials changed");
         match &self.transport {
-            Transport::Stdio { stdin, child } => {
+            Transport::Stdio { stdin, child, .. } => {
                 // Dropping the sender ends the writer task, which closes the child's stdin.
                 stdin.lock().expect("stdin").take();
                 if let Some(mut child) = child.lock().await.take() {
@@ -454,15 +640,24 @@ fn start_stdio(
     let pid = child.pid();
     let stdin = child.inner().stdin.take();
     let stdout = child.inner().stdout.take().ok_or("no stdout")?;
-    if let Some(stderr) = child.inner().stderr.take() {
-        tokio::spawn(drain_stderr(stderr, home.upstream_logs().join(format!("{}.log", server.name)), redactor));
+    let tail = StderrTail::new();
+    match child.inner().stderr.take() {
+        Some(stderr) => {
+            let log = home.upstream_logs().join(format!("{}.log", server.name));
+            tokio::spawn(drain_stderr(stderr, log, redactor, tail.clone()));
+        }
+        None => {
+            tail.done.send_replace(true);
+        }
     }
     let (tx, rx) = mpsc::unbounded_channel();
     if let Some(stdin) = stdin {
         tokio::spawn(write_loop(stdin, rx, core.clone()));
     }
     tokio::spawn(read_loop(stdout, core));
-    Ok((Transport::Stdio { stdin: Mutex::new(Some(tx)), child: tokio::sync::Mutex::new(Some(child)) }, pid))
+    let transport =
+        Transport::Stdio { stdin: Mutex::new(Some(tx)), child: tokio::sync::Mutex::new(Some(child)), stderr: tail };
+    Ok((transport, pid))
 }
 
 /// Writes queued frames to the child's stdin, coalescing everything already queued into one
@@ -523,13 +718,25 @@ pub fn trim_line(b: &[u8]) -> &[u8] {
     s
 }
 
+/// How a child's exit is said: `exited with status 3`, `was killed by signal 9`.
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => format!("exited ({status})"),
+    }
+}
+
 /// Copies an upstream's stderr to its log file, line by line, never blocking the upstream (a
-/// write failure or invalid UTF-8 never stops the draining). Every credential value the
-/// upstream was started with is replaced by `[REDACTED]` first.
+/// write failure or invalid UTF-8 never stops the draining), and keeps its last lines in
+/// `tail` (marked done at the end). Every credential value the upstream was started with is
+/// replaced by `[REDACTED]` first.
 async fn drain_stderr(
     stderr: tokio::process::ChildStderr,
     path: std::path::PathBuf,
     redactor: Arc<crate::credentials::Redactor>,
+    tail: Arc<StderrTail>,
 ) {
     if std::fs::metadata(&path).is_ok_and(|m| m.len() > STDERR_LOG_ROTATE) {
         let _ = std::fs::rename(&path, path.with_extension("log.1"));
@@ -548,15 +755,17 @@ async fn drain_stderr(
             Input::Line(line) => line,
             Input::Oversized { prefix } => prefix,
         };
+        let line = redactor.redact(trim_line(&buf));
+        let line = String::from_utf8_lossy(&line);
+        tail.push(&line);
         if let Some(f) = file.as_mut() {
-            let line = redactor.redact(trim_line(&buf));
-            let line = String::from_utf8_lossy(&line);
             let stamped = format!("{} {line}\n", coffer_runtime::now_rfc3339());
             if f.write_all(stamped.as_bytes()).await.is_err() {
                 file = None;
             }
         }
     }
+    tail.done.send_replace(true);
 }
 
 #[cfg(test)]
@@ -596,6 +805,29 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(UpstreamEvent::Closed { .. })));
         let UpstreamError::Closed { reason, .. } = core.closed_error() else { panic!("closed") };
         assert_eq!(reason, "exited (stdout closed)");
+    }
+
+    #[test]
+    fn a_stop_coffer_asked_for_is_no_fault_and_non_protocol_lines_are_counted() {
+        let (events, _rx) = mpsc::unbounded_channel();
+        let core = Core::new("srv", events);
+        core.dispatch(b"Server listening on stdio");
+        core.dispatch(b"{\"not\": \"json-rpc\"}");
+        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}");
+        assert_eq!(core.junk(), (2, Some("Server listening on stdio".to_owned())));
+        core.stop("its session ended");
+        core.close("exited (stdout closed)"); // too late: the first reason stays
+        let e = core.closed_error();
+        assert!(matches!(&e, UpstreamError::Stopped { reason, .. } if reason == "its session ended"), "{e:?}");
+        assert!(!e.is_fault());
+        assert!(UpstreamError::Closed { server: "s".into(), reason: "x".into() }.is_fault());
+    }
+
+    #[test]
+    fn exits_are_said_by_status_or_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(describe_exit(std::process::ExitStatus::from_raw(3 << 8)), "exited with status 3");
+        assert_eq!(describe_exit(std::process::ExitStatus::from_raw(9)), "was killed by signal 9");
     }
 
     #[test]

@@ -297,7 +297,9 @@ fn now_ms() -> i64 {
 /// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id,
 /// actor}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
 /// an MCP client session). `since` is inclusive, `until` exclusive
-/// (see [`parse_time`] for the forms); `limit` 1-500, default 50.
+/// (see [`parse_time`] for the forms); `limit` 1-500, default 50. Every call answered before
+/// the request arrived is in it: the invocation writer is asked to write what it has queued
+/// first (bounded by [`crate::mcp::invocations::FLUSH_WAIT`]).
 ///
 /// Errors: `INVALID_ARGUMENT` naming a bad or unknown parameter.
 async fn list_invocations(
@@ -318,6 +320,7 @@ async fn list_invocations(
         before_id: p.cursor()?,
         limit: p.limit()?,
     };
+    st.gateway.shared.flush_invocations().await;
     let r = st.store.invocations.clone().list_invocations(req).await?.into_inner();
     let items: Vec<Value> = r
         .items

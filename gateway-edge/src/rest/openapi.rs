@@ -503,7 +503,20 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         "properties": {
             "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
             "services": {"type": "array", "items": r("ServiceStatus")},
-            "upstreams": {"type": "array", "items": {"type": "object"}, "description": "Upstreams of live sessions and their state."},
+            "upstreams": {"type": "array", "items": r("UpstreamStatus"), "description": "Every registered upstream and its health."},
+        },
+    }));
+    m.insert("UpstreamStatus", json!({
+        "type": "object",
+        "required": ["name", "enabled", "transport", "state", "running", "last_start", "last_start_at", "last_error", "last_error_at", "duplicates"],
+        "properties": {
+            "name": {"type": "string"}, "enabled": {"type": "boolean"}, "transport": {"type": "string"},
+            "state": {"enum": ["ok", "idle", "unhealthy", "disabled"], "description": "ok: its last start succeeded and nothing failed since; idle: not started since the daemon started or its registration changed; unhealthy: an error stands (or its command cannot run now)."},
+            "running": {"type": "integer", "description": "Sessions in which it runs now."},
+            "last_start": {"enum": ["ok", "failed", null]}, "last_start_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_error": {"type": ["string", "null"], "description": "The standing error, with its cause (exit status and last stderr lines of a stdio server); null once a start, list or call succeeded."},
+            "last_error_at": {"type": ["string", "null"], "format": "date-time"},
+            "duplicates": {"type": "array", "items": {"type": "string"}, "description": "`tools/<name>` listed more than once by its last list; only the first is offered."},
         },
     }));
     m.insert(
@@ -615,6 +628,9 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "capabilities": {"type": ["object", "null"]},
             "counts": {"type": "object", "properties": {"tools": {"type": "integer"}, "prompts": {"type": "integer"}, "resources": {"type": "integer"}}},
             "initialize_ms": {"type": "integer"}, "elapsed_ms": {"type": "integer"},
+            "transport": {"enum": ["stdio", "http"]},
+            "warnings": {"type": "array", "items": {"type": "string"}, "description": "Problems that did not stop it, e.g. lines on stdout that are not JSON-RPC."},
+            "log": {"type": ["string", "null"], "description": "Its stderr log (`coffer mcp logs`), when one exists; HTTP upstreams have none."},
         },
     }));
     let import_entry = json!({

@@ -8,7 +8,7 @@
 //! `sample` (asks the client for
 //! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`),
 //! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch).
-//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
+//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
@@ -46,6 +46,11 @@ fn tools() -> Vec<Value> {
         json!({"name": "whoami", "description": "Pid and environment", "inputSchema": obj(json!({}))}),
         json!({"name": "stderr_env", "description": "Writes TINY_ECHO_ENV to stderr", "inputSchema": obj(json!({}))}),
     ];
+    // `TINY_REPEAT_TOOL=NAME` lists tool NAME a second time, with another schema (a server bug
+    // the gateway must survive).
+    if let Ok(name) = std::env::var("TINY_REPEAT_TOOL") {
+        t.push(json!({"name": name, "description": "The same name again", "inputSchema": obj(json!({"other": {"type": "boolean"}}))}));
+    }
     let extra: usize = std::env::var("TINY_EXTRA_TOOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     for i in 0..extra {
         t.push(json!({"name": format!("tool_{i}"), "description": format!("Extra tool {i}"), "inputSchema": obj(json!({}))}));
