@@ -9,7 +9,8 @@
 //! ([`relay`]); upstream connections are [`upstream`] (stdio) and [`http_upstream`]. What a
 //! request produced is an [`answer::Answer`]. The test seams of the core: a fixed
 //! [`crate::snapshot::SnapshotHandle::fixed`], [`invocations::Recorder::in_memory`] and a
-//! [`resolver::CredentialResolver`].
+//! [`resolver::CredentialResolver`]. Coffer's own callers (chat over gRPC, REST) get sessions
+//! of their own through the tool broker ([`broker`]).
 pub mod answer;
 pub mod broker;
 pub mod builtin;
