@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|p| p.extension().is_some_and(|x| x == "proto"))
         .collect();
     files.sort();
+    // The folder itself too: a `.proto` added later must rerun this script (cargo scans a
+    // directory named here for any change).
+    println!("cargo:rerun-if-changed={}", dir.display());
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

@@ -1,13 +1,16 @@
 //! The edge (`coffer-gateway`): axum on the public listener inherited from the supervisor —
-//! `/mcp` (MCP Streamable HTTP, the gateway), `/v1/*` (REST), later `/ui` — plus a gRPC health
-//! endpoint on its internal listener.
+//! `/mcp` (MCP Streamable HTTP, the gateway), `/v1/*` (REST), later `/ui` — plus, on its
+//! internal gRPC listener, the `ToolBroker` service ([`grpc`], authorized by [`authz::POLICY`])
+//! and the health check.
 //!
 //! Invariants: `GET /v1/health` touches no other service; every other route needs the token or
 //! a web-session cookie; `Host` must be loopback and `Origin` (when present) our own; every
 //! response carries `X-Coffer-Trace`.
 
+pub mod authz;
 pub mod credentials;
 pub mod error;
+pub mod grpc;
 pub mod mcp;
 pub mod middleware;
 pub mod rest;
@@ -19,7 +22,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use coffer_runtime::authz::Policy;
 use coffer_runtime::env as cenv;
 use coffer_runtime::identity::Identity;
 use coffer_runtime::service::ServiceCtx;
@@ -104,8 +106,8 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     }
     let grpc_task = tokio::spawn(coffer_runtime::grpc::serve_with_health(
         grpc,
-        internal.auth_layer(Policy::ANY_SERVICE),
-        tonic::service::Routes::default(),
+        internal.auth_layer(authz::POLICY),
+        grpc::routes(gateway.broker.clone()),
         shutdown.clone(),
     ));
     tracing::info!(port, "Edge listening.");

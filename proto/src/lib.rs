@@ -8,6 +8,13 @@ pub mod control {
     tonic::include_proto!("coffer.control.v1");
 }
 
+/// `coffer.gateway.v1`: the gateway's tool broker for Coffer's own services
+/// ([`tool_broker_client::ToolBrokerClient`], [`tool_broker_server::ToolBroker`]); the status
+/// mapping of its errors is documented in `proto/broker.proto`.
+pub mod gateway {
+    tonic::include_proto!("coffer.gateway.v1");
+}
+
 /// `coffer.store.v1`: typed access to `coffer.db` through the store, one gRPC service per
 /// domain, all served by `coffer-store`: [`registry_client::RegistryClient`],
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],

@@ -205,6 +205,7 @@ mod tests {
             render_settings(v.as_object().unwrap()),
             "KEY                             VALUE       SOURCE\n\
              a.b                             1           set\n\
+             gateway.broker_idle_timeout_s   600         default\n\
              gateway.call_timeout_ms         120000      set\n\
              gateway.list_timeout_ms         10000       default\n\
              gateway.max_tool_name_len       51          default\n\
@@ -226,6 +227,7 @@ mod tests {
             ("gateway.start_timeout_ms", "30000"),
             ("gateway.call_timeout_ms", "60000"),
             ("gateway.session_idle_timeout_s", "1800"),
+            ("gateway.broker_idle_timeout_s", "600"),
             ("gateway.max_tool_name_len", "51"),
             ("retention.invocations_days", "30"),
             ("retention.invocations_max_rows", "100000"),

@@ -1,6 +1,7 @@
 //! `coffer tools list|enable|disable|call`: the aggregated tools every client sees, by their
-//! exposed names (`<server>__<tool>`), over `/v1/tools…`. Calls go through the gateway's admin
-//! session, so they obey the same routing and enable/disable policy as `/mcp`.
+//! exposed names (`<server>__<tool>`), over `/v1/tools…`. Calls go through the gateway's tool
+//! broker (the CLI's own broker session, actor `cli`), so they obey the same routing and
+//! enable/disable policy as `/mcp`, and the invocation log records them as the CLI's.
 use std::time::Duration;
 
 use clap::{Args, Subcommand};

@@ -9,8 +9,10 @@
 //! ([`relay`]); upstream connections are [`upstream`] (stdio) and [`http_upstream`]. What a
 //! request produced is an [`answer::Answer`]. The test seams of the core: a fixed
 //! [`crate::snapshot::SnapshotHandle::fixed`], [`invocations::Recorder::in_memory`] and a
-//! [`resolver::CredentialResolver`].
+//! [`resolver::CredentialResolver`]. Coffer's own callers (chat over gRPC, REST) get sessions
+//! of their own through the tool broker ([`broker`]).
 pub mod answer;
+pub mod broker;
 pub mod builtin;
 pub mod catalog;
 pub mod http;
@@ -262,6 +264,10 @@ impl Shared {
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.setting(&settings::SESSION_IDLE_TIMEOUT_S))
     }
+    /// Broker session idle timeout ([`settings::BROKER_IDLE_TIMEOUT_S`]).
+    pub fn broker_idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.setting(&settings::BROKER_IDLE_TIMEOUT_S))
+    }
     /// Longest exposed name ([`settings::MAX_TOOL_NAME_LEN`]).
     pub fn max_name_len(&self) -> usize {
         self.setting(&settings::MAX_TOOL_NAME_LEN) as usize
@@ -297,13 +303,15 @@ impl Shared {
     /// request path; see [`invocations`]). Fields a client chooses are bounded there: a target
     /// longer than [`invocations::MAX_RECORDED_TARGET`] bytes (a long resource URI) or a server
     /// part longer than [`invocations::MAX_RECORDED_SERVER`] (of a name that resolves to no
-    /// server) is cut and ends in `…`, so a batch always fits one store request.
+    /// server) is cut and ends in `…`, so a batch always fits one store request. The record names
+    /// `session`'s id and actor ([`Session::actor`]: borrowed for MCP sessions, so recording it
+    /// allocates nothing).
     pub fn record(
         &self,
         method: &'static str,
         target: &str,
         server: &str,
-        session: &str,
+        session: &Session,
         elapsed: Duration,
         outcome: Outcome,
     ) {
@@ -312,20 +320,21 @@ impl Shared {
             method,
             target: invocations::recorded(target, invocations::MAX_RECORDED_TARGET),
             server: invocations::recorded(server, invocations::MAX_RECORDED_SERVER),
-            session_id: session.to_owned(),
+            session_id: session.id.clone(),
             duration: elapsed,
             outcome,
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
-            actor: std::borrow::Cow::Borrowed(invocations::MCP_ACTOR),
+            actor: session.actor.clone(),
         });
     }
 }
 
-/// Owner of every downstream session.
+/// Owner of every downstream session, and of the broker's sessions ([`broker::Broker`]).
 pub struct Gateway {
     pub shared: Arc<Shared>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
-    admin: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// Sessions of in-house callers: chat over gRPC, REST's `/v1/tools*` in-process.
+    pub broker: Arc<broker::Broker>,
 }
 
 impl Gateway {
@@ -346,7 +355,8 @@ impl Gateway {
     /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper, which
     /// ends with `shutdown`.
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
-        let gw = Arc::new(Self { shared, sessions: Mutex::default(), admin: tokio::sync::Mutex::new(None) });
+        let broker = Arc::new(broker::Broker::new(shared.clone()));
+        let gw = Arc::new(Self { shared, sessions: Mutex::default(), broker });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
         gw
     }
@@ -386,35 +396,13 @@ impl Gateway {
             s.notify_client("notifications/tools/list_changed", None);
             s.notify_client("notifications/prompts/list_changed", None);
         }
-        if let Ok(a) = self.admin.try_lock()
-            && let Some(s) = a.as_ref()
-        {
-            s.invalidate(None);
-        }
+        self.broker.invalidate_all();
         sessions.len()
     }
 
     /// Number of live downstream sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.lock().expect("sessions").len()
-    }
-
-    /// A long-lived internal session for REST (`/v1/tools`, capabilities), created on demand.
-    pub async fn admin_session(&self) -> Arc<Session> {
-        let mut a = self.admin.lock().await;
-        if let Some(s) = a.as_ref() {
-            s.touch();
-            return s.clone();
-        }
-        let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-admin", "version": coffer_runtime::VERSION}});
-        let s = Session::new(
-            format!("admin-{}", uuid::Uuid::new_v4().simple()),
-            SUPPORTED_VERSIONS[0].into(),
-            &params,
-            self.shared.clone(),
-        );
-        *a = Some(s.clone());
-        s
     }
 
     /// Starts `server` once in a fresh, short-lived session and reports its `initialize`
@@ -468,11 +456,11 @@ impl Gateway {
         report
     }
 
-    /// Ends every session and its upstream children (shutdown).
+    /// Ends every session, the broker's too, and their upstream children (shutdown).
     pub async fn close_all(&self) {
         let all: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").drain().map(|(_, s)| s).collect();
-        let admin = self.admin.lock().await.take();
-        futures_util::future::join_all(all.iter().chain(admin.iter()).map(|s| s.close())).await;
+        let sessions = futures_util::future::join_all(all.iter().map(|s| s.close()));
+        tokio::join!(sessions, self.broker.close_all());
     }
 
     /// Per-upstream status for `/v1/status`, one object per registered server in name order:
@@ -537,7 +525,7 @@ impl Gateway {
 }
 
 /// Ends sessions idle for longer than the idle timeout (an open GET stream alone does not count
-/// as traffic).
+/// as traffic), and broker sessions idle for longer than theirs.
 async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
@@ -557,9 +545,6 @@ async fn reap_idle(gw: std::sync::Weak<Gateway>, shutdown: CancellationToken) {
         for id in idle {
             gw.end_session(&id, "idle timeout").await;
         }
-        let admin_idle = gw.admin.lock().await.as_ref().is_some_and(|s| s.idle_for() > Duration::from_secs(120));
-        if admin_idle && let Some(s) = gw.admin.lock().await.take() {
-            s.close().await;
-        }
+        gw.broker.reap_idle(gw.shared.broker_idle_timeout()).await;
     }
 }

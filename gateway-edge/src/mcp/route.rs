@@ -64,7 +64,7 @@ impl Session {
             }
         };
         let outcome = answer.outcome();
-        self.shared.record(method, &exposed, &server, &self.id, started.elapsed(), outcome);
+        self.shared.record(method, &exposed, &server, self, started.elapsed(), outcome);
         answer
     }
 
@@ -90,7 +90,7 @@ impl Session {
                 let e = RpcError::from(e);
                 if method == "resources/read" {
                     let server = split_uri(&uri).map(|(s, _)| s.to_owned()).unwrap_or_default();
-                    self.shared.record("resources/read", &uri, &server, &self.id, started.elapsed(), e.outcome());
+                    self.shared.record("resources/read", &uri, &server, self, started.elapsed(), e.outcome());
                 }
                 return Answer::Error(e);
             }
@@ -113,7 +113,7 @@ impl Session {
         }
         if method == "resources/read" {
             let outcome = answer.outcome();
-            self.shared.record("resources/read", &uri, &server, &self.id, started.elapsed(), outcome);
+            self.shared.record("resources/read", &uri, &server, self, started.elapsed(), outcome);
         }
         answer
     }

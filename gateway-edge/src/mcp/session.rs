@@ -12,6 +12,7 @@
 //!
 //! The session itself keeps only its lifecycle: identity, idle time, the end of the session,
 //! and the tasks that follow its upstreams' events and policy changes.
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub use super::answer::{Answer, RpcError};
 use super::catalog::Catalog;
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
 pub use super::outbound::{Outbound, OutboundEvent};
 use super::policy::{self, truncate};
@@ -47,6 +49,10 @@ pub struct RequestCtx {
 pub struct Session {
     pub id: String,
     pub protocol_version: String,
+    /// Who acts through this session, as its invocation records name it: [`MCP_ACTOR`] for an
+    /// MCP client (borrowed, so recording it costs a call nothing), the caller's actor for a
+    /// broker session ([`super::broker`]).
+    pub actor: Cow<'static, str>,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
@@ -60,6 +66,17 @@ impl Session {
     /// Creates a session for a client that sent `initialize` with `params` and negotiated
     /// `protocol_version`; starts its event and policy-watch tasks (which end with it).
     pub fn new(id: String, protocol_version: String, params: &Value, shared: Arc<Shared>) -> Arc<Self> {
+        Self::with_actor(id, protocol_version, params, shared, Cow::Borrowed(MCP_ACTOR))
+    }
+
+    /// [`Session::new`] for a session whose invocations are recorded as `actor`'s.
+    pub fn with_actor(
+        id: String,
+        protocol_version: String,
+        params: &Value,
+        shared: Arc<Shared>,
+        actor: Cow<'static, str>,
+    ) -> Arc<Self> {
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
@@ -73,6 +90,7 @@ impl Session {
             relays: Relays::default(),
             id,
             protocol_version,
+            actor,
             shared,
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::default(),

@@ -173,6 +173,14 @@ impl Route {
     fn actor(self) -> Self {
         self.header("X-Coffer-Actor", "Who acts, for the audit log: cli, api, ui, mcp, agent or channel (default api).")
     }
+    /// The acting party of a route served through the tool broker: its broker session, and the
+    /// actor its invocations are recorded with.
+    fn invocation_actor(self) -> Self {
+        self.header(
+            "X-Coffer-Actor",
+            "Who acts: cli, api, ui, mcp, agent or channel (default api). The request is served in that actor's broker session and its invocations are recorded with it.",
+        )
+    }
     fn body(mut self, schema: Value) -> Self {
         self.body = Some(schema);
         self
@@ -298,8 +306,9 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "The preference.", r("PreferenceSet"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/mcp/servers/{name}/capabilities", "servers", "A server's live capabilities")
-            .describe("Fetched through the gateway's admin session (starting the upstream if needed), each with its enabled flag.")
+            .describe("Fetched through the caller's tool-broker session (starting the upstream if needed), each with its enabled flag.")
             .path_param("name", SERVER_NAME)
+            .invocation_actor()
             .ok(200, "Tools and prompts of the upstream.", r("Capabilities"))
             .errors(&["NOT_FOUND", "UPSTREAM_UNAVAILABLE"]),
         route("POST", "/v1/mcp/servers/{name}/test", "servers", "Probe a server in a fresh session")
@@ -327,9 +336,11 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/v1/tools", "tools", "The aggregated tools")
             .describe("What clients see: exposed names (`<server>__<tool>`) with original names and enabled flags.")
             .query("server", json!({"type": "string"}), "Only this server's tools.")
+            .invocation_actor()
             .ok(200, "The tools.", page("Tool")),
         route("POST", "/v1/tools/call", "tools", "Call a tool")
-            .describe("Through the same routing and policy as `/mcp`. The result is the upstream's `CallToolResult`, verbatim (a tool error is `isError: true` with 200). An upstream JSON-RPC error is 502 with the error in `details`.")
+            .describe("Through the tool broker: the same routing, policy and invocation log as `/mcp`, recorded with the request's actor (`api`, `cli` from the CLI). The result is the upstream's `CallToolResult`, verbatim (a tool error is `isError: true` with 200). An upstream JSON-RPC error is 502 with the error in `details`.")
+            .invocation_actor()
             .body(json!({
                 "type": "object", "required": ["name"], "additionalProperties": false,
                 "properties": {"name": {"type": "string", "description": "Exposed name."}, "arguments": {"type": "object"}},
@@ -337,7 +348,7 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "The tool's result.", json!({"type": "object", "description": "MCP `CallToolResult`."}))
             .errors(&["TOOL_DISABLED", "NOT_FOUND", "UPSTREAM_UNAVAILABLE", "UPSTREAM_TIMEOUT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("PATCH", "/v1/tools/{name}", "tools", "Enable or disable a tool by its exposed name")
-            .describe("Answers once the gateway's policy holds the change.")
+            .describe("Answers once the gateway's policy holds the change. The name is resolved without the policy check, starting at most the upstream its `<server>__` prefix names.")
             .path_param("name", "Exposed name (`<server>__<tool>`).")
             .actor()
             .body(r("EnabledFlag"))
@@ -667,7 +678,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
                 "outcome": {"enum": coffer_types::Outcome::NAMES},
                 "trace_id": {"type": "string"},
-                "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session."},
+                "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session, `api`/`cli`/`ui` for REST (`X-Coffer-Actor`), the caller's actor for the tool broker (`agent`, `channel:<name>`, …)."},
             },
         }),
     );

@@ -1,20 +1,32 @@
 //! REST over the gateway: the aggregated tool list (original and exposed names), calling a
 //! tool, toggling a tool by its exposed name, and one server's live capabilities. Served
-//! through a long-lived internal admin session, so they obey the same routing and policy as
-//! `/mcp`.
+//! through the tool broker ([`crate::mcp::broker`]) in-process, one broker session per acting
+//! party (`X-Coffer-Actor`: `api` unless it says `cli`, `ui`, …; the same actor the audit log
+//! records), so they obey the same routing and policy as `/mcp` and the invocation log names
+//! who called.
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use coffer_proto::store::{CapabilityKind, Preference, SetPreferenceRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use coffer_runtime::identity::Identity;
+
 use crate::error::{ApiError, Code, JsonBody};
-use crate::mcp::jsonrpc;
+use crate::mcp::broker::{self, Failure, Lease, Located};
 use crate::mcp::session::{Answer, ListKind};
 use crate::state::AppState;
+
+/// The REST caller's broker session: the gateway's own (in-process), keyed by the acting party
+/// of the request, whose invocations it records.
+fn rest_session(st: &AppState, headers: &HeaderMap) -> Result<Lease, ApiError> {
+    let actor = crate::rest::servers::actor(headers);
+    st.gateway.broker.lease(Identity::Gateway, &actor, &actor).map_err(ApiError::internal)
+}
 
 /// `/v1/tools*` and `/v1/mcp/servers/{name}/capabilities`.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -35,8 +47,12 @@ struct ToolsQuery {
 
 /// `GET /v1/tools[?server=S]` → `{"items":[{name, server, original_name, title, description,
 /// enabled}], "next_cursor": null}`; `name` is the exposed name.
-async fn list_tools(State(st): State<Arc<AppState>>, Query(q): Query<ToolsQuery>) -> Json<Value> {
-    let session = st.gateway.admin_session().await;
+async fn list_tools(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ToolsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let session = rest_session(&st, &headers)?;
     let items: Vec<Value> = session
         .list_all(ListKind::Tools)
         .await
@@ -51,7 +67,7 @@ async fn list_tools(State(st): State<Arc<AppState>>, Query(q): Query<ToolsQuery>
             })
         })
         .collect();
-    Json(json!({"items": items, "next_cursor": null}))
+    Ok(Json(json!({"items": items, "next_cursor": null})))
 }
 
 #[derive(Deserialize)]
@@ -64,21 +80,20 @@ struct CallBody {
 
 /// `POST /v1/tools/call {name, arguments}` → the tool's `CallToolResult`, verbatim. Gateway
 /// errors map to the envelope: TOOL_DISABLED 403, unknown tool 404, UPSTREAM_UNAVAILABLE 502,
-/// UPSTREAM_TIMEOUT 504; an upstream JSON-RPC error is 502 with the error in `details`.
+/// UPSTREAM_TIMEOUT 504; an upstream JSON-RPC error is 502 with the error in `details`. The
+/// invocation is recorded with the request's actor (`api`, or `cli` from the CLI).
 async fn call_tool(
     State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<CallBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = st.gateway.admin_session().await;
-    let mut params = json!({"name": body.name});
-    if let Some(a) = body.arguments {
-        if !a.is_object() {
-            return Err(ApiError::invalid("arguments must be a JSON object"));
-        }
-        params["arguments"] = a;
-    }
-    let raw = serde_json::value::RawValue::from_string(params.to_string()).expect("json");
-    match session.route_call(ListKind::Tools, Some(&raw)).await {
+    let arguments = match body.arguments {
+        Some(a) if !a.is_object() => return Err(ApiError::invalid("arguments must be a JSON object")),
+        Some(a) => Some(serde_json::value::to_raw_value(&a).expect("json")),
+        None => None,
+    };
+    let session = rest_session(&st, &headers)?;
+    match broker::call(&session, ListKind::Tools, &body.name, arguments.as_deref()).await {
         Answer::Result(r) => Ok(Json(serde_json::from_str(r.get()).unwrap_or(Value::Null))),
         Answer::UpstreamError(e) => {
             let e: Value = serde_json::from_str(e.get()).unwrap_or(Value::Null);
@@ -91,12 +106,12 @@ async fn call_tool(
         // REST calls carry no JSON-RPC id, so no client can cancel them.
         Answer::Cancelled => Err(ApiError::new(Code::UpstreamUnavailable, "the call was cancelled")),
         Answer::Error(e) => {
-            let code = match e.code {
-                jsonrpc::TOOL_DISABLED => Code::ToolDisabled,
-                jsonrpc::UPSTREAM_TIMEOUT => Code::UpstreamTimeout,
-                jsonrpc::UPSTREAM_UNAVAILABLE => Code::UpstreamUnavailable,
-                jsonrpc::INVALID_PARAMS if e.message.starts_with("Unknown") => Code::NotFound,
-                _ => Code::InvalidArgument,
+            let code = match Failure::of(&e) {
+                Failure::Disabled => Code::ToolDisabled,
+                Failure::Timeout => Code::UpstreamTimeout,
+                Failure::Unavailable => Code::UpstreamUnavailable,
+                Failure::NotFound => Code::NotFound,
+                Failure::Invalid => Code::InvalidArgument,
             };
             Err(ApiError::new(code, e.message).with_details(e.data.unwrap_or_else(|| json!({}))))
         }
@@ -110,34 +125,27 @@ struct PatchTool {
 }
 
 /// `PATCH /v1/tools/{exposed name} {"enabled": bool}` → `{name, server, original_name,
-/// enabled}` once the gateway's policy holds the change (read-your-writes).
+/// enabled}` once the gateway's policy holds the change (read-your-writes). The name is
+/// resolved without the policy check (a disabled tool must be re-enableable), through the
+/// session's name map or by listing only the server its prefix names.
 async fn patch_tool(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<PatchTool>,
 ) -> Result<Json<Value>, ApiError> {
-    let session = st.gateway.admin_session().await;
-    // Resolve without the policy check: a disabled tool must be re-enableable.
-    session.list_all(ListKind::Tools).await;
-    let (server, original) = match session.resolve(ListKind::Tools, &name).await {
-        Ok(p) => p,
-        Err(e) if e.code == jsonrpc::TOOL_DISABLED => {
-            let data = e.data.unwrap_or_default();
-            let server = data["server"].as_str().unwrap_or_default().to_owned();
-            let listed = session.list_all(ListKind::Tools).await;
-            match listed.into_iter().find(|l| l.item["name"] == name.as_str()) {
-                Some(l) => (l.server, l.original),
-                None => {
-                    return Err(ApiError::new(
-                        Code::Conflict,
-                        format!("server {server:?} is disabled; enable the server to toggle its tools"),
-                    ));
-                }
-            }
+    let session = rest_session(&st, &headers)?;
+    let (server, original) = match broker::locate_tool(&session, &name).await {
+        Located::Tool { server, original } => (server, original),
+        Located::ServerDisabled { server } => {
+            return Err(ApiError::new(
+                Code::Conflict,
+                format!("server {server:?} is disabled; enable the server to toggle its tools"),
+            ));
         }
-        Err(e) => return Err(ApiError::not_found(e.message)),
+        Located::Unknown(e) => return Err(ApiError::not_found(e.message)),
     };
+    drop(session);
     let actor = crate::rest::servers::actor(&headers);
     let reply = st
         .store
@@ -162,13 +170,18 @@ async fn patch_tool(
 }
 
 /// `GET /v1/mcp/servers/{name}/capabilities` → the upstream's live `{tools, prompts}` with
-/// `enabled` flags, fetched through the admin session (starting the upstream if needed).
-async fn capabilities(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `enabled` flags, fetched through the caller's broker session (starting the upstream if
+/// needed).
+async fn capabilities(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let snap = st.snapshot.current();
     let Some(server) = snap.servers.get(&name).cloned() else {
         return Err(ApiError::not_found(format!("no MCP server {name:?}")));
     };
-    let session = st.gateway.admin_session().await;
+    let session = rest_session(&st, &headers)?;
     let mut out = json!({"server": name});
     for kind in [ListKind::Tools, ListKind::Prompts] {
         let items = session

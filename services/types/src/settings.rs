@@ -89,6 +89,17 @@ pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
     unit: "seconds",
     description: "end an MCP session idle this long",
 };
+/// How long a tool-broker session (an in-house caller's, e.g. one per conversation) may stay
+/// idle before it ends and its upstream children stop.
+pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
+    key: "gateway.broker_idle_timeout_s",
+    ty: Type::Integer,
+    default: 600,
+    min: 1,
+    max: 30 * 86_400,
+    unit: "seconds",
+    description: "end a tool-broker session (chat, REST tool calls) idle this long",
+};
 /// Longest exposed tool name.
 pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     key: "gateway.max_tool_name_len",
@@ -146,6 +157,7 @@ pub const SETTINGS: &[Setting] = &[
     START_TIMEOUT_MS,
     CALL_TIMEOUT_MS,
     SESSION_IDLE_TIMEOUT_S,
+    BROKER_IDLE_TIMEOUT_S,
     MAX_TOOL_NAME_LEN,
     RETENTION_INVOCATIONS_DAYS,
     RETENTION_INVOCATIONS_MAX_ROWS,
