@@ -13,6 +13,7 @@
 pub mod answer;
 pub mod builtin;
 pub mod catalog;
+pub mod gateway_catalog;
 pub mod http;
 pub mod http_upstream;
 pub mod invocations;
@@ -105,6 +106,8 @@ pub struct Shared {
     credentials: Arc<dyn CredentialResolver>,
     /// Coffer's own `coffer__*` tools.
     pub builtins: builtin::Registry,
+    /// The last list each registered server returned, for every session (never persisted).
+    pub lists: gateway_catalog::GatewayCatalog,
 }
 
 impl Shared {
@@ -118,7 +121,15 @@ impl Shared {
         credentials: Arc<dyn CredentialResolver>,
         builtins: builtin::Registry,
     ) -> Arc<Self> {
-        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins })
+        Arc::new(Self {
+            home,
+            snapshot,
+            health: Health::default(),
+            recorder,
+            credentials,
+            builtins,
+            lists: gateway_catalog::GatewayCatalog::default(),
+        })
     }
 
     /// A numeric setting, or `default` when unset, unparsable or zero; capped at 30 days so a
@@ -133,6 +144,13 @@ impl Shared {
     /// Deadline for one upstream's part of a list fan-out (`gateway.list_timeout_ms`, 10 s).
     pub fn list_timeout(&self) -> Duration {
         self.setting_ms("gateway.list_timeout_ms", 10_000)
+    }
+    /// How long a client's list waits for servers the capability catalog does not know yet
+    /// (`gateway.first_list_timeout_ms`, 1 s): it then answers with what is ready, and the
+    /// client gets `notifications/*/list_changed` when the rest arrive. Short enough for
+    /// clients that give a server about 2 s to connect (Claude Code's headless mode).
+    pub fn first_list_timeout(&self) -> Duration {
+        self.setting_ms("gateway.first_list_timeout_ms", 1_000)
     }
     /// Deadline for an upstream's start and `initialize` (`gateway.start_timeout_ms`, 30 s).
     pub fn start_timeout(&self) -> Duration {
@@ -225,9 +243,10 @@ impl Gateway {
         Self::with_shared(shared, shutdown)
     }
 
-    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper, which
-    /// ends with `shutdown`.
+    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper and the
+    /// task that fills the capability catalog from the registry, which end with `shutdown`.
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
+        tokio::spawn(gateway_catalog::follow(shared.clone(), shutdown.clone()));
         let gw = Arc::new(Self { shared, sessions: Mutex::default(), admin: tokio::sync::Mutex::new(None) });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
         gw
@@ -262,6 +281,7 @@ impl Gateway {
     /// Invalidates every session's capability cache and notifies each client; returns how many
     /// sessions were refreshed.
     pub fn refresh_all(&self) -> usize {
+        self.shared.lists.invalidate(None);
         let sessions: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
         for s in &sessions {
             s.invalidate(None);
@@ -289,11 +309,13 @@ impl Gateway {
             return s.clone();
         }
         let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-admin", "version": coffer_runtime::VERSION}});
-        let s = Session::new(
+        // REST callers get no list_changed: their lists wait for servers not listed yet.
+        let s = Session::with_patience(
             format!("admin-{}", uuid::Uuid::new_v4().simple()),
             SUPPORTED_VERSIONS[0].into(),
             &params,
             self.shared.clone(),
+            true,
         );
         *a = Some(s.clone());
         s
@@ -377,6 +399,7 @@ impl Gateway {
                         "running": running.get(n).copied().unwrap_or(0),
                         "last_error": if err.is_empty() { Value::Null } else { Value::String(err) },
                         "last_error_at": if at.is_empty() { Value::Null } else { Value::String(at) },
+                        "catalog": self.shared.lists.status(n, snap.generation(s)),
                     })
                 })
                 .collect(),
