@@ -2,6 +2,7 @@
 //! module per area). Run with `cargo build --workspace --bins && cargo test -p coffer-tests`.
 
 mod backup;
+mod claude_code;
 mod cli;
 mod cli_connect;
 mod cli_credentials;
