@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::answer::RpcError;
-use super::gateway_catalog::{self, Known};
+use super::gateway_catalog::{self, Known, Profile};
 use super::jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, UPSTREAM_UNAVAILABLE};
 use super::naming::{self, NameMap};
 use super::pool::Pool;
@@ -192,18 +192,23 @@ pub struct Catalog {
     /// Lists wait for unknown servers up to the full list deadline, not the first-list one
     /// (REST callers such as `coffer tools list`, which have no `list_changed` to wait for).
     patient: bool,
+    /// The client's capabilities, which the gateway catalog's lists are known for.
+    profile: Profile,
 }
 
 impl Catalog {
-    /// An empty catalog for session `session_id` (the id only names it in logs), which hands
-    /// work that needs the session to `background`; `patient`: see [`Catalog::list_all`].
+    /// An empty catalog for session `session_id` (the id only names it in logs) of a client
+    /// whose capabilities are `profile`, which hands work that needs the session to
+    /// `background`; `patient`: see [`Catalog::list_all`].
     pub fn new(
         shared: Arc<Shared>,
         session_id: &str,
+        profile: Profile,
         background: tokio::sync::mpsc::UnboundedSender<Background>,
         patient: bool,
     ) -> Self {
         Self {
+            profile,
             shown: Mutex::default(),
             background,
             patient,
@@ -251,7 +256,7 @@ impl Catalog {
         match &result {
             Ok(items) => {
                 self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
-                self.shared.lists.store(&server.name, generation, kind, items.clone());
+                self.shared.lists.store(&server.name, generation, &self.profile, kind, items.clone());
             }
             Err(e) => {
                 self.fetch_failed.lock().expect("fetching").insert(key, (Instant::now(), e.clone()));
@@ -428,7 +433,7 @@ impl Catalog {
         if let Some(items) = self.cached(&key) {
             return Part::Have { items, own: true };
         }
-        let known = self.shared.lists.lookup(&server.name, generation, kind);
+        let known = self.shared.lists.lookup(&server.name, generation, &self.profile, kind);
         let fallback = match &known {
             Known::Ready(items) => Some(items.clone()),
             Known::Pending { stale, .. } | Known::Failed { stale, .. } => stale.clone(),
@@ -449,13 +454,21 @@ impl Catalog {
             Known::Ready(items) => Part::Have { items, own: false },
             Known::Pending { warming, stale } => {
                 if warming.is_none() && kicked.insert(&server.name) {
-                    tokio::spawn(gateway_catalog::warm(self.shared.clone(), server.clone()));
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
                 }
                 Part::Wait { fallback: stale }
             }
             Known::Failed { retry_due, stale, .. } => {
                 if retry_due && kicked.insert(&server.name) {
-                    tokio::spawn(gateway_catalog::warm(self.shared.clone(), server.clone()));
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
                 }
                 Part::Skip { fallback: stale }
             }
@@ -468,7 +481,9 @@ impl Catalog {
     pub fn outdated(&self, server: &str, kind: ListKind) -> bool {
         let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else { return false };
         let generation = self.shared.snapshot.current().generation(&spec);
-        let Known::Ready(items) = self.shared.lists.lookup(server, generation, kind) else { return false };
+        let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) else {
+            return false;
+        };
         let mut shown = self.shown.lock().expect("shown");
         match shown.get_mut(&(server.to_owned(), kind)) {
             Some(s) if !s.own && s.items.as_ref() != Some(&items) => {
@@ -508,7 +523,7 @@ impl Catalog {
             let deadline = self.shared.list_timeout();
             if let Some(items) = self.cached(&(server.to_owned(), kind)) {
                 items
-            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, kind) {
+            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) {
                 // The names every session computes from this list; the call starts the upstream.
                 items
             } else {

@@ -256,6 +256,8 @@ impl Gateway {
     pub fn create_session(&self, protocol_version: &str, params: &Value) -> Arc<Session> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let s = Session::new(id.clone(), protocol_version.to_owned(), params, self.shared.clone());
+        // Servers registered or changed later are started in the background for clients like it.
+        self.shared.lists.remember_client(s.pool.init_params());
         self.sessions.lock().expect("sessions").insert(id, s.clone());
         tracing::info!(session = %s.id, protocol = %protocol_version, "MCP session started.");
         s

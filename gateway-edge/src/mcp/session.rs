@@ -78,12 +78,13 @@ impl Session {
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
             "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "coffer", "version": coffer_runtime::VERSION})),
         });
+        let profile = super::gateway_catalog::Profile::of(&init_params);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (background_tx, background_rx) = mpsc::unbounded_channel();
         let closed = CancellationToken::new();
         let s = Arc::new(Self {
             pool: Pool::new(shared.clone(), &id, init_params, events_tx, closed.clone(), background_tx.clone()),
-            catalog: Catalog::new(shared.clone(), &id, background_tx, patient),
+            catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
             id,
             protocol_version,
