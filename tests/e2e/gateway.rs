@@ -265,9 +265,12 @@ async fn session_end_reaps_upstreams_and_pid_records() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let s = McpSession::latest(&api).await?;
     ensure!(tiny_pids(&home).is_empty(), "upstreams start lazily, not at initialize");
     s.tool_names().await?;
+    ensure!(tiny_pids(&home).is_empty(), "a list is answered from the capability catalog");
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "up"})).await?), "up");
     assert_eq!(tiny_pids(&home).len(), 1);
     assert_eq!(upstream_records(&home), 1);
     assert_eq!(s.delete().await?, 204);
@@ -536,6 +539,11 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // Listing is given up on after 500 ms (for the catalog's background start of it too).
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.list_timeout_ms": "500"}}))
+        .reply()
+        .await?;
     // A server that never answers initialize.
     let sleep = coffer_runtime::connect::which_on_path("sleep").context("sleep")?;
     coffer_tests::mcp::register_stdio(&api, "hang", &sleep, &["1000".into()], json!({})).await?;
@@ -543,18 +551,18 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     let started = Instant::now();
     assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "quick"})).await?), "quick");
     ensure!(started.elapsed() < Duration::from_secs(3), "call took {:?}", started.elapsed());
-    // The hung one is left out of lists after the list deadline, and shown in status.
-    api.request(reqwest::Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"gateway.list_timeout_ms": "500"}}))
-        .reply()
-        .await?;
+    // The hung one is left out of lists, and shown in status once listing it was given up on.
     let s2 = McpSession::latest(&api).await?;
     let names = s2.tool_names().await?;
     ensure!(names.contains(&"tiny__echo".to_owned()) && !names.iter().any(|n| n.starts_with("hang__")), "{names:?}");
-    let status = api.status().await?;
-    let hang =
-        status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned().context("hang")?;
+    let hang = wait_for("the hung server in status", Duration::from_secs(10), || async {
+        let status = api.status().await?;
+        let hang = status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned();
+        Ok(hang.filter(|h| h["state"] != "ok"))
+    })
+    .await?;
     assert_eq!(hang["state"], "unhealthy", "{hang}");
+    assert_eq!(hang["catalog"]["state"], "failed", "{hang}");
     Ok(())
 }
 
@@ -711,7 +719,12 @@ async fn huge_unknown_names_neither_bloat_errors_nor_push_records_out_of_the_log
     })
     .await?;
     assert_eq!(rows.len(), 20);
-    let all = invocations(&api, "limit=100").await?;
+    // The last refused call was recorded after the last echo: wait for its batch too.
+    let all = wait_for("40 records", Duration::from_secs(20), || async {
+        let all = invocations(&api, "limit=100").await?;
+        Ok((all.len() >= 40).then_some(all))
+    })
+    .await?;
     let long: Vec<&Value> = all.iter().filter(|r| r["target"] != "tiny__echo").collect();
     assert_eq!(long.len(), 20, "the refused calls are recorded too");
     ensure!(long.iter().all(|r| r["server"].as_str().is_some_and(|s| s.len() <= 128)), "{:?}", long[0]["server"]);
