@@ -584,8 +584,11 @@ async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> 
         return Ok(());
     }
     register_tiny(&api, "tiny", json!({})).await?;
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let s = McpSession::latest(&api).await?;
     ensure!(s.tool_names().await?.iter().any(|n| n.starts_with("tiny__")), "the tiny upstream listed no tools");
+    // A call starts the session's own upstream (lists come from the capability catalog).
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "up"})).await?), "up");
     let upstream = *tiny_pids(&home).first().context("the tiny upstream's process")?;
     // The gateway relays calls and its upstream children inherit the request; the store is
     // not on the call path and keeps the kernel's default.
