@@ -202,7 +202,9 @@ pub async fn wait_listed(api: &Api, server: &str) -> anyhow::Result<Value> {
     crate::wait_for(&format!("the capability catalog to list {server}"), std::time::Duration::from_secs(30), || async {
         let status = api.status().await?;
         let entry = status["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == server).cloned();
-        Ok(entry.filter(|e| e["catalog"]["state"] == "ready" || e["catalog"]["state"] == "failed"))
+        let state = entry.as_ref().map(|e| e["catalog"].clone()).unwrap_or_default();
+        let done = state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true);
+        Ok(entry.filter(|_| done))
     })
     .await
 }

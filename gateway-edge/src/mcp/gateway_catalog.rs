@@ -175,9 +175,12 @@ impl GatewayCatalog {
         let stale = listing.map(|l| l.items.clone());
         let warming = e.warming.get(profile).filter(|(g, _)| *g == generation).map(|(_, since)| *since);
         match &e.failure {
-            Some(f) if e.generation == generation && warming.is_none() => {
-                Known::Failed { error: f.error.clone(), retry_due: f.at.elapsed() >= f.backoff(), stale }
-            }
+            // Failed: not waited on, also while a background retry runs.
+            Some(f) if e.generation == generation => Known::Failed {
+                error: f.error.clone(),
+                retry_due: warming.is_none() && f.at.elapsed() >= f.backoff(),
+                stale,
+            },
             _ => Known::Pending { warming, stale },
         }
     }
@@ -288,18 +291,20 @@ impl GatewayCatalog {
     }
 
     /// `server`'s part of `/v1/status`: `{"state": "ready" | "listing" | "failed" | "unknown",
-    /// "error"?, "retry_in_ms"?}` at `generation`. `failed`: lists answer without it until it
-    /// recovers (retried in the background after `retry_in_ms`).
+    /// "error"?, "retry_in_ms"?, "retrying"?}` at `generation`. `failed`: lists answer without
+    /// it until it recovers (retried in the background after `retry_in_ms`; `retrying` while
+    /// that runs).
     pub fn status(&self, server: &str, generation: Generation) -> Value {
         let servers = self.servers.lock().expect("catalog");
         let Some(e) = servers.get(server) else { return json!({"state": "unknown"}) };
         let current = e.generation == generation;
-        if e.warming.values().any(|(g, _)| *g == generation) {
-            return json!({"state": "listing"});
-        }
+        let listing = e.warming.values().any(|(g, _)| *g == generation);
         if current && let Some(f) = &e.failure {
             let retry = f.backoff().saturating_sub(f.at.elapsed()).as_millis() as u64;
-            return json!({"state": "failed", "error": f.error, "retry_in_ms": retry});
+            return json!({"state": "failed", "error": f.error, "retry_in_ms": retry, "retrying": listing});
+        }
+        if listing {
+            return json!({"state": "listing"});
         }
         if current && e.lists.iter().any(|((_, k), l)| *k == ListKind::Tools && !l.stale) {
             return json!({"state": "ready"});
@@ -439,7 +444,11 @@ mod tests {
         c.failed("h", generation(1), "back");
         assert!(c.begin_warm("h", generation(1), &p()));
         assert!(!c.begin_warm("h", generation(1), &p()), "one background start at a time");
-        assert_eq!(c.status("h", generation(1))["state"], "listing");
+        assert!(
+            matches!(c.lookup("h", generation(1), &p(), ListKind::Tools), Known::Failed { retry_due: false, .. }),
+            "a background retry is not waited on"
+        );
+        assert_eq!(c.status("h", generation(1))["retrying"], true);
         c.store("h", generation(1), &p(), ListKind::Tools, Arc::new(Vec::new()));
         c.end_warm("h", generation(1), &p());
         assert_eq!(c.status("h", generation(1))["state"], "ready");
