@@ -210,8 +210,12 @@ async fn upstreams_inherit_none_of_the_gateway_s_listeners() -> anyhow::Result<(
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     coffer_tests::mcp::register_tiny(&api, "tiny", json!({})).await?;
+    // The catalog's background start of it is over: the only tiny process is the session's.
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let session = coffer_tests::mcp::McpSession::latest(&api).await?;
     ensure!(session.tool_names().await?.iter().any(|n| n == "tiny__echo"), "the tiny upstream listed no tools");
+    // Lists come from the capability catalog; a call starts the session's own upstream.
+    ensure!(session.tool("tiny__echo", json!({"message": "x"})).await?.get("result").is_some(), "the call failed");
     let pid = home
         .processes()
         .into_iter()
@@ -247,6 +251,8 @@ async fn a_stopping_daemon_answers_on_the_socket_as_long_as_on_the_port() -> any
     let script = format!("trap '' TERM; '{tiny}'; sleep 30");
     let sh = std::path::PathBuf::from("/bin/sh");
     coffer_tests::mcp::register_stdio(&api, "slowstop", &sh, &["-c".into(), script], json!({})).await?;
+    // The catalog's background start of it (a shell of its own) is over.
+    coffer_tests::mcp::wait_listed(&api, "slowstop").await?;
     let session = coffer_tests::mcp::McpSession::latest(&api).await?;
     let r = session.tool("slowstop__echo", json!({"text": "hi"})).await?;
     ensure!(r.get("result").is_some(), "{r}");

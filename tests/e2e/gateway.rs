@@ -269,9 +269,12 @@ async fn session_end_reaps_upstreams_and_pid_records() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let s = McpSession::latest(&api).await?;
     ensure!(tiny_pids(&home).is_empty(), "upstreams start lazily, not at initialize");
     s.tool_names().await?;
+    ensure!(tiny_pids(&home).is_empty(), "a list is answered from the capability catalog");
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "up"})).await?), "up");
     assert_eq!(tiny_pids(&home).len(), 1);
     assert_eq!(upstream_records(&home), 1);
     assert_eq!(s.delete().await?, 204);
@@ -540,6 +543,11 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // Listing is given up on after 500 ms (for the catalog's background start of it too).
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.list_timeout_ms": "500"}}))
+        .reply()
+        .await?;
     // A server that never answers initialize.
     let sleep = coffer_runtime::connect::which_on_path("sleep").context("sleep")?;
     coffer_tests::mcp::register_stdio(&api, "hang", &sleep, &["1000".into()], json!({})).await?;
@@ -547,18 +555,18 @@ async fn a_hung_upstream_never_delays_calls_to_other_servers() -> anyhow::Result
     let started = Instant::now();
     assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "quick"})).await?), "quick");
     ensure!(started.elapsed() < Duration::from_secs(3), "call took {:?}", started.elapsed());
-    // The hung one is left out of lists after the list deadline, and shown in status.
-    api.request(reqwest::Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"gateway.list_timeout_ms": "500"}}))
-        .reply()
-        .await?;
+    // The hung one is left out of lists, and shown in status once listing it was given up on.
     let s2 = McpSession::latest(&api).await?;
     let names = s2.tool_names().await?;
     ensure!(names.contains(&"tiny__echo".to_owned()) && !names.iter().any(|n| n.starts_with("hang__")), "{names:?}");
-    let status = api.status().await?;
-    let hang =
-        status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned().context("hang")?;
+    let hang = wait_for("the hung server in status", Duration::from_secs(10), || async {
+        let status = api.status().await?;
+        let hang = status["upstreams"].as_array().and_then(|u| u.iter().find(|x| x["name"] == "hang")).cloned();
+        Ok(hang.filter(|h| h["state"] != "ok"))
+    })
+    .await?;
     assert_eq!(hang["state"], "unhealthy", "{hang}");
+    assert_eq!(hang["catalog"]["state"], "failed", "{hang}");
     Ok(())
 }
 
@@ -580,8 +588,11 @@ async fn relays_ask_for_the_configured_time_slice_and_upstreams_inherit_it() -> 
         return Ok(());
     }
     register_tiny(&api, "tiny", json!({})).await?;
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let s = McpSession::latest(&api).await?;
     ensure!(s.tool_names().await?.iter().any(|n| n.starts_with("tiny__")), "the tiny upstream listed no tools");
+    // A call starts the session's own upstream (lists come from the capability catalog).
+    assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "up"})).await?), "up");
     let upstream = *tiny_pids(&home).first().context("the tiny upstream's process")?;
     // The gateway relays calls and its upstream children inherit the request; the store is
     // not on the call path and keeps the kernel's default.

@@ -49,6 +49,7 @@ async fn http_upstream_behaves_like_stdio() -> anyhow::Result<()> {
         .reply()
         .await?;
     ensure!(r.status.is_success(), "{}", r.text);
+    coffer_tests::mcp::wait_listed(&api, "evhttp").await?;
 
     let s = McpSession::latest(&api).await?;
     let tools = s.tool_names().await?;

@@ -3,6 +3,7 @@
 
 mod backup;
 mod broker;
+mod claude_code;
 mod cli;
 mod cli_connect;
 mod cli_credentials;

@@ -212,6 +212,7 @@ async fn before_initialize_only_initialize_is_served() -> anyhow::Result<()> {
 async fn everything_over_the_stream_matches_streamable_http_and_is_logged() -> anyhow::Result<()> {
     let (_home, api) = daemon().await?;
     register_everything(&api, "everything").await?;
+    coffer_tests::mcp::wait_listed(&api, "everything").await?;
     let mut s = McpStream::open(&api, LATEST).await?;
     let names = s.tool_names().await?;
     ensure!(names.contains(&"everything__echo".to_owned()), "{names:?}");

@@ -252,6 +252,8 @@ async fn sampling_elicitation_and_roots_reach_the_client_callbacks() -> anyhow::
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_everything(&api, "everything").await?;
+    // This client's capabilities are new to the catalog: its first list waits for its own.
+    coffer_tests::mcp::patient_lists(&api).await?;
     let mut client = PyClient::through_shim(
         &home,
         &["--sampling", "four", "--elicitation", r#"{"name": "Ada Lovelace"}"#, "--root", "file:///coffer-test/root-a"],
@@ -302,6 +304,8 @@ async fn sampling_without_the_capability_or_without_an_answer() -> anyhow::Resul
         .reply()
         .await?;
     ensure!(r.status.is_success(), "{}", r.text);
+    // Each client's capabilities are new to the catalog: its first list waits for its own.
+    coffer_tests::mcp::patient_lists(&api).await?;
 
     // Observed: server-everything registers trigger-sampling-request only for clients that
     // declared sampling, so a plain client does not see it and calling it is an unknown tool.

@@ -36,6 +36,8 @@ EVERYTHING="$NM/@modelcontextprotocol/server-everything/dist/index.js"
 FILESYSTEM="$NM/@modelcontextprotocol/server-filesystem/dist/index.js"
 INSPECTOR="$NM/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 CONFORMANCE="$NM/@modelcontextprotocol/conformance/dist/index.js"
+# Claude Code's native binary (its platform package; the npm launcher is not used).
+CLAUDE="$NM/@anthropic-ai/claude-code-linux-x64/claude"
 PROBE="$PEERS/stdio_probe.py"
 
 # ---------------------------------------------------------------- npm peers
@@ -44,7 +46,7 @@ npm_install() {
   want="$(sha "$PEERS/package.json" "$PEERS/package-lock.json")"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" \
         && -x "$NODE22" && -f "$EVERYTHING" && -f "$FILESYSTEM" \
-        && -f "$INSPECTOR" && -f "$CONFORMANCE" ]]; then
+        && -f "$INSPECTOR" && -f "$CONFORMANCE" && -x "$CLAUDE" ]]; then
     say "npm peers up to date with package-lock.json (skip npm ci)"
     return
   fi
@@ -100,6 +102,7 @@ check_file server-everything "$EVERYTHING"
 check_file server-filesystem "$FILESYSTEM"
 check_file inspector-cli "$INSPECTOR"
 check_file conformance "$CONFORMANCE"
+check_file claude-code "$CLAUDE"
 
 v="$("$NODE22" --version 2>/dev/null)" || die "peer node22 does not run: $NODE22"
 [[ "$v" == v22.* ]] || die "peer node22: expected v22.x, got $v"
@@ -178,5 +181,13 @@ out="$(HOME="$TMPD" timeout 60 "$NODE22" "$INSPECTOR" --cli "$NODE22" "$EVERYTHI
   || die "peer inspector-cli failed: $(cat "$TMPD/err")"
 grep -q 'Echo: inspector' <<<"$out" || die "peer inspector-cli: unexpected output: $out"
 say "ok inspector-cli ($("$NODE22" "$INSPECTOR" --cli --version 2>/dev/null | tail -1))"
+
+# Claude Code (headless `claude -p` against a fake model API in the tests): the pinned
+# version runs. HOME is redirected so nothing is read from or written to the real one.
+want="$(sed -n 's/.*"@anthropic-ai\/claude-code": "\(.*\)".*/\1/p' "$PEERS/package.json")"
+got="$(HOME="$TMPD" CLAUDE_CONFIG_DIR="$TMPD/claude" DISABLE_AUTOUPDATER=1 timeout 60 "$CLAUDE" --version 2>"$TMPD/err")" \
+  || die "peer claude-code: --version failed: $(cat "$TMPD/err")"
+[[ "$got" == "$want "* ]] || die "peer claude-code: expected $want, got $got"
+say "ok claude-code $got"
 
 say "all peers OK"

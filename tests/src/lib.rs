@@ -29,6 +29,7 @@
 //! through `/proc` ([`TestHome::processes`]) and ended when the [`TestHome`] drops, even when
 //! the test panics. Set `COFFER_TEST_KEEP=1` to keep the temporary directory for inspection.
 
+pub mod anthropic;
 pub mod bins;
 pub mod http;
 pub mod mcp;

@@ -190,3 +190,37 @@ pub async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::R
     anyhow::ensure!(r.status == 200, "PATCH /v1/tools/{tool}: {} {}", r.status, r.text);
     Ok(())
 }
+
+/// Waits (at most 30 s) until the gateway's capability catalog has listed `server` or given up
+/// on it: `/v1/status` shows its catalog state `ready` or `failed` (a background start of it,
+/// begun when it was registered, has ended, and its process with it). Returns its status entry.
+///
+/// # Errors
+/// When it is still `unknown` or `listing` after 30 s.
+pub async fn wait_listed(api: &Api, server: &str) -> anyhow::Result<Value> {
+    crate::wait_for(&format!("the capability catalog to list {server}"), std::time::Duration::from_secs(30), || async {
+        let status = api.status().await?;
+        let entry = status["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == server).cloned();
+        let state = entry.as_ref().map(|e| e["catalog"].clone()).unwrap_or_default();
+        let done = state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true);
+        Ok(entry.filter(|_| done))
+    })
+    .await
+}
+
+/// Makes every client's first list wait for every server (`gateway.first_list_timeout_ms` =
+/// 30 s instead of 1 s), for tests whose client's first list must hold a slow server that the
+/// catalog does not know for that client yet (e.g. a client whose capabilities no other
+/// client had: lists are known per client capabilities).
+///
+/// # Errors
+/// When the daemon refuses the setting.
+pub async fn patient_lists(api: &Api) -> anyhow::Result<()> {
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.first_list_timeout_ms": "30000"}}))
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 200, "PATCH /v1/settings: {} {}", r.status, r.text);
+    Ok(())
+}

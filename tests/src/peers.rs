@@ -402,3 +402,83 @@ impl TokenProxy {
         let _ = self.child.kill().await;
     }
 }
+
+/// Claude Code's native binary (npm `@anthropic-ai/claude-code-linux-x64`, the platform package
+/// of the pinned `@anthropic-ai/claude-code`), run directly: its npm launcher only finds it.
+///
+/// # Errors
+/// When it is missing, naming `tests/peers/install.sh`.
+pub fn claude_code() -> anyhow::Result<PathBuf> {
+    peer_path("node_modules/@anthropic-ai/claude-code-linux-x64/claude")
+}
+
+/// Headless Claude Code (`claude -p`) with default settings on a test home: its own config
+/// directory in the home's private `HOME`, the model API at a fake (`model_url`, see
+/// [`crate::anthropic::FakeAnthropic`]) with a dummy key, and its non-essential network traffic
+/// (auto-updater, telemetry, error reports) turned off. Nothing else is set: every inherited
+/// `ANTHROPIC_*`, `CLAUDE_*` and `MCP_*` variable of the machine running the tests is removed.
+pub struct ClaudeCode {
+    program: PathBuf,
+    config_dir: PathBuf,
+    model_url: String,
+}
+
+impl ClaudeCode {
+    /// Claude Code for `home`, talking to the model API at `model_url`.
+    ///
+    /// # Errors
+    /// When the peer is missing (naming `tests/peers/install.sh`).
+    pub fn new(home: &TestHome, model_url: &str) -> anyhow::Result<Self> {
+        let user_home = home.env().get("HOME").map(PathBuf::from).context("the test home has a private HOME")?;
+        Ok(Self { program: claude_code()?, config_dir: user_home.join(".claude"), model_url: model_url.to_owned() })
+    }
+
+    /// Registers Coffer's shim as the user-scope MCP server `coffer`, as `coffer connect
+    /// claude-code` does (`claude mcp add --scope user coffer -- SHIM`); the shim inherits the
+    /// home's `COFFER_*` variables from Claude Code.
+    ///
+    /// # Errors
+    /// When `claude mcp add` fails.
+    pub async fn add_coffer(&self, home: &TestHome) -> anyhow::Result<()> {
+        let shim = bin("coffer-mcp-shim")?.display().to_string();
+        let out = self.run(home, &["mcp", "add", "--scope", "user", "coffer", "--", &shim], STEP_TIMEOUT).await?;
+        if out.code != Some(0) {
+            bail!("claude mcp add failed: {out}");
+        }
+        Ok(())
+    }
+
+    /// Runs `claude ARGS…` to its end (at most `timeout`) in the home's temporary directory.
+    ///
+    /// # Errors
+    /// When it cannot start or runs longer than `timeout` (it is then killed).
+    pub async fn run(&self, home: &TestHome, args: &[&str], timeout: Duration) -> anyhow::Result<Finished> {
+        let mut cmd = home.command(&self.program);
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("ANTHROPIC_") || k.starts_with("CLAUDE_") || k.starts_with("MCP_") {
+                cmd.env_remove(&*k);
+            }
+        }
+        cmd.args(args)
+            .env("CLAUDE_CONFIG_DIR", &self.config_dir)
+            .env("ANTHROPIC_BASE_URL", &self.model_url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        crate::die_with_test_thread(&mut cmd);
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let child = cmd.spawn().with_context(|| format!("starting {}", self.program.display()))?;
+        let out = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .with_context(|| format!("claude {args:?} ran longer than {timeout:?}"))??;
+        Ok(Finished {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}

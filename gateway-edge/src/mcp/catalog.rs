@@ -3,7 +3,14 @@
 //! (`<server>__<name>` through [`naming`], `coffer://<server>/<uri>` for resources), and the
 //! reverse maps from exposed names, and from resource URIs seen in tool results, back to their
 //! upstream.
-use std::collections::HashMap;
+//!
+//! A list is answered from what is known at once — the session's own fresh lists, else the
+//! gateway-wide [`super::gateway_catalog`] — and waits (at most the first-list deadline) only
+//! for servers nobody has listed yet, which the gateway catalog starts in the background; it
+//! never starts the session's own upstreams, which start on the first call routed to them. What
+//! each list showed per server is remembered, so that a fresher list that differs reaches the
+//! client as `notifications/*/list_changed`.
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -14,11 +21,12 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::answer::RpcError;
+use super::gateway_catalog::{self, Known, Profile};
 use super::jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, UPSTREAM_UNAVAILABLE};
 use super::naming::{self, NameMap};
 use super::pool::Pool;
 use super::upstream::{Reply, UpstreamError};
-use crate::snapshot::Kind;
+use crate::snapshot::{Generation, Kind};
 
 /// How long a capability list stays cached per session per upstream.
 pub const LIST_TTL: Duration = Duration::from_secs(60);
@@ -37,6 +45,19 @@ pub enum ListKind {
 }
 
 impl ListKind {
+    /// Every list kind.
+    pub const ALL: [ListKind; 4] =
+        [ListKind::Tools, ListKind::Prompts, ListKind::Resources, ListKind::ResourceTemplates];
+
+    /// The notification that tells a client this kind of list changed.
+    pub fn list_changed(self) -> &'static str {
+        match self {
+            ListKind::Tools => "notifications/tools/list_changed",
+            ListKind::Prompts => "notifications/prompts/list_changed",
+            ListKind::Resources | ListKind::ResourceTemplates => "notifications/resources/list_changed",
+        }
+    }
+
     /// The MCP list method, e.g. `tools/list`.
     pub fn method(self) -> &'static str {
         match self {
@@ -113,6 +134,43 @@ struct Cached {
     items: Arc<Vec<Value>>,
 }
 
+/// What the session's last list of a kind showed of one server.
+struct Shown {
+    /// The items, or `None` when the server was left out (not listed in time, or failing).
+    items: Option<Arc<Vec<Value>>>,
+    /// From the session's own upstream (not from the gateway catalog).
+    own: bool,
+}
+
+/// Work a session's catalog hands to the session's background task (it needs the session).
+#[derive(Debug)]
+pub enum Background {
+    /// List `kind` of `server` afresh from the session's own upstream (into both catalogs).
+    Refetch { server: String, kind: ListKind },
+    /// The session's upstream of `server` has started: list afresh what the client was shown
+    /// of it from the gateway catalog, or not shown at all.
+    Started { server: String },
+}
+
+/// A server's part of a list: its items and whether they came from the session's own upstream.
+type Got = Option<(Arc<Vec<Value>>, bool)>;
+
+/// How one server takes part in one list.
+enum Part {
+    Have {
+        items: Arc<Vec<Value>>,
+        own: bool,
+    },
+    /// Not ready; wait for it (until the deadline), else show `fallback`.
+    Wait {
+        fallback: Option<Arc<Vec<Value>>>,
+    },
+    /// Left out without waiting (a remembered failure), or `fallback`.
+    Skip {
+        fallback: Option<Arc<Vec<Value>>>,
+    },
+}
+
 /// One session's lists and names. Upstreams are reached through the session's [`Pool`],
 /// passed to each call that may need one.
 pub struct Catalog {
@@ -127,12 +185,33 @@ pub struct Catalog {
     /// Unprefixed resource URIs that an upstream returned in a tool result this session →
     /// that upstream's server name.
     tool_uris: Mutex<HashMap<String, String>>,
+    /// What the last list of each kind showed of each server.
+    shown: Mutex<HashMap<ListKey, Shown>>,
+    /// The session's background task.
+    background: tokio::sync::mpsc::UnboundedSender<Background>,
+    /// Lists wait for unknown servers up to the full list deadline, not the first-list one
+    /// (REST callers such as `coffer tools list`, which have no `list_changed` to wait for).
+    patient: bool,
+    /// The client's capabilities, which the gateway catalog's lists are known for.
+    profile: Profile,
 }
 
 impl Catalog {
-    /// An empty catalog for session `session_id` (the id only names it in logs).
-    pub fn new(shared: Arc<Shared>, session_id: &str) -> Self {
+    /// An empty catalog for session `session_id` (the id only names it in logs) of a client
+    /// whose capabilities are `profile`, which hands work that needs the session to
+    /// `background`; `patient`: see [`Catalog::list_all`].
+    pub fn new(
+        shared: Arc<Shared>,
+        session_id: &str,
+        profile: Profile,
+        background: tokio::sync::mpsc::UnboundedSender<Background>,
+        patient: bool,
+    ) -> Self {
         Self {
+            profile,
+            shown: Mutex::default(),
+            background,
+            patient,
             shared,
             session_id: session_id.to_owned(),
             cache: Mutex::default(),
@@ -172,13 +251,24 @@ impl Catalog {
         {
             return Err(err.clone());
         }
-        let result = self.fetch_now(pool, server, kind).await;
+        let generation = self.shared.snapshot.current().generation(server);
+        let result = self.fetch_now(pool, server, generation, kind).await;
         match &result {
             Ok(items) => {
                 self.cache.lock().expect("cache").insert(key, Cached { at: Instant::now(), items: items.clone() });
+                self.shared.lists.store(&server.name, generation, &self.profile, kind, items.clone());
             }
             Err(e) => {
                 self.fetch_failed.lock().expect("fetching").insert(key, (Instant::now(), e.clone()));
+                // A session that ended, or a stop Coffer asked for, says nothing about the server;
+                // a failed start is recorded by the pool.
+                if !pool.is_closed() && e.is_fault() {
+                    tracing::warn!(server = %server.name, session = %self.session_id, error = %e, method = kind.method(), "Upstream could not be listed.");
+                    if !matches!(e, UpstreamError::Start { .. }) {
+                        self.shared.health.failed(&server.name, &e.to_string());
+                    }
+                    self.shared.lists.failed(&server.name, generation, &e.to_string());
+                }
             }
         }
         result
@@ -189,14 +279,15 @@ impl Catalog {
         cache.get(key).filter(|c| c.at.elapsed() < LIST_TTL).map(|c| c.items.clone())
     }
 
-    /// [`Catalog::fetch`] without cache or sharing.
+    /// [`Catalog::fetch`] without cache or sharing, from the upstream of `generation`.
     async fn fetch_now(
         &self,
         pool: &Pool,
         server: &McpServer,
+        generation: Generation,
         kind: ListKind,
     ) -> Result<Arc<Vec<Value>>, UpstreamError> {
-        let up = pool.upstream(server, self.shared.snapshot.current().generation(server)).await?;
+        let up = pool.upstream(server, generation).await?;
         let mut items = Vec::new();
         if up.has_capability(kind.capability()) {
             let mut cursor: Option<String> = None;
@@ -236,7 +327,9 @@ impl Catalog {
         Ok(Arc::new(items))
     }
 
-    /// Drops the cached lists of `server` (all kinds), or of every server.
+    /// Drops the session's cached lists of `server` (all kinds), or of every server (the
+    /// gateway catalog's copies are [`super::gateway_catalog::GatewayCatalog::invalidate`]d
+    /// apart).
     pub fn invalidate(&self, server: Option<&str>) {
         let mut c = self.cache.lock().expect("cache");
         match server {
@@ -245,41 +338,68 @@ impl Catalog {
         }
     }
 
-    /// Fans `kind` out to every enabled upstream in parallel (each bounded by the list
-    /// deadline; a slow or failing one is left out, logged and shown in status), adds the
-    /// built-in tools, merges in server-name order, assigns exposed names (or `coffer://`
-    /// URIs), refreshes the reverse map, and returns every item with its policy flag.
+    /// Every enabled server's items of `kind`, plus the built-in tools, merged in server-name
+    /// order under exposed names (or `coffer://` URIs); refreshes the reverse map and returns
+    /// every item with its policy flag (disabled ones included, flagged).
+    ///
+    /// Each server's items come from what is known now: the session's own fresh list, else
+    /// (when its upstream runs in this session) a fresh list from it, else the gateway catalog.
+    /// A server nobody has listed yet is started in the background by the gateway catalog,
+    /// and the list waits for it at most `gateway.first_list_timeout_ms` (the full list
+    /// deadline when `patient`) before answering without it; one whose last start or list
+    /// failed is not waited on during its backoff. What arrives later reaches the client as
+    /// `notifications/*/list_changed` ([`Catalog::outdated`]).
     pub async fn list_all(&self, pool: &Pool, kind: ListKind) -> Vec<Listed> {
         let snap = self.shared.snapshot.current();
-        let mut servers: Vec<McpServer> = snap.servers.values().filter(|s| s.enabled).cloned().collect();
+        let mut servers: Vec<&McpServer> = snap.servers.values().filter(|s| s.enabled).collect();
         servers.sort_by(|a, b| a.name.cmp(&b.name));
-        let deadline = self.shared.list_timeout();
-        let fetches = servers.iter().map(|s| async move {
-            match tokio::time::timeout(deadline, self.fetch(pool, s, kind)).await {
-                Ok(Ok(items)) => Some((s.name.clone(), items)),
-                Ok(Err(e)) => {
-                    tracing::warn!(server = %s.name, session = %self.session_id, error = %e, method = kind.method(), "Upstream left out of the list.");
-                    // A failed start is recorded by the pool; a stop Coffer asked for is no fault.
-                    if e.is_fault() && !matches!(e, UpstreamError::Start { .. }) {
-                        self.shared.health.failed(&s.name, &e.to_string());
+        let asked = Instant::now();
+        let wait = if self.patient { self.shared.list_timeout() } else { self.shared.first_list_timeout() };
+        let until = tokio::time::Instant::now() + wait;
+        let mut changes = self.shared.lists.watch();
+        let mut kicked: HashSet<&str> = HashSet::new();
+        let mut late = false;
+        let results: Vec<(String, Got)> = loop {
+            changes.borrow_and_update();
+            let mut waiting = false;
+            let mut results = Vec::with_capacity(servers.len());
+            for s in &servers {
+                let got = match self.part(pool, s, snap.generation(s), kind, asked, &mut kicked) {
+                    Part::Have { items, own } => Some((items, own)),
+                    Part::Wait { fallback } => {
+                        waiting = true;
+                        fallback.map(|f| (f, false))
                     }
-                    None
-                }
-                Err(_) => {
-                    let msg = format!("{} took longer than {} ms", kind.method(), deadline.as_millis());
-                    tracing::warn!(server = %s.name, session = %self.session_id, "{msg}; left out of the list.");
-                    self.shared.health.failed(&s.name, &msg);
-                    None
-                }
+                    Part::Skip { fallback } => fallback.map(|f| (f, false)),
+                };
+                results.push((s.name.clone(), got));
             }
-        });
-        let results = futures_util::future::join_all(fetches).await;
+            if !waiting || late {
+                break results;
+            }
+            late = tokio::time::timeout_at(until, changes.changed()).await.is_err();
+        };
+        {
+            let mut shown = self.shown.lock().expect("shown");
+            for (server, got) in &results {
+                if got.is_none() {
+                    tracing::info!(server = %server, session = %self.session_id, method = kind.method(), "Server not listed yet; left out of this list (list_changed follows).");
+                }
+                let (items, own) = match got {
+                    Some((items, own)) => (Some(items.clone()), *own),
+                    None => (None, false),
+                };
+                shown.insert((server.clone(), kind), Shown { items, own });
+            }
+        }
+        let results: Vec<(String, Arc<Vec<Value>>)> =
+            results.into_iter().filter_map(|(s, got)| got.map(|(items, _)| (s, items))).collect();
 
         let mut all: Vec<(String, Value)> = Vec::new();
         if kind == ListKind::Tools {
             all.extend(self.shared.builtins.definitions().into_iter().map(|d| (BUILTIN_SERVER.to_owned(), d)));
         }
-        for (server, items) in results.into_iter().flatten() {
+        for (server, items) in results {
             all.extend(items.iter().map(|i| (server.clone(), i.clone())));
         }
         all.sort_by(|a, b| a.0.cmp(&b.0)); // stable: upstream order kept within a server
@@ -306,6 +426,88 @@ impl Catalog {
         out
     }
 
+    /// How `server` (at `generation`) takes part in a list of `kind` asked at `asked`; starts
+    /// what must be started (once per list: `kicked`).
+    fn part<'s>(
+        &self,
+        pool: &Pool,
+        server: &'s McpServer,
+        generation: Generation,
+        kind: ListKind,
+        asked: Instant,
+        kicked: &mut HashSet<&'s str>,
+    ) -> Part {
+        let key = (server.name.clone(), kind);
+        if let Some(items) = self.cached(&key) {
+            return Part::Have { items, own: true };
+        }
+        let known = self.shared.lists.lookup(&server.name, generation, &self.profile, kind);
+        let fallback = match &known {
+            Known::Ready(items) => Some(items.clone()),
+            Known::Pending { stale, .. } | Known::Failed { stale, .. } => stale.clone(),
+        };
+        if pool.is_running(&server.name, generation) {
+            // Its own upstream runs: ask it (in the background, so that a slow answer still
+            // arrives, as list_changed), and show what the catalog knows if it is late.
+            let failed_since = self.fetch_failed.lock().expect("fetching").get(&key).is_some_and(|(at, _)| *at > asked);
+            if failed_since {
+                return Part::Skip { fallback };
+            }
+            if kicked.insert(&server.name) {
+                let _ = self.background.send(Background::Refetch { server: server.name.clone(), kind });
+            }
+            return Part::Wait { fallback };
+        }
+        match known {
+            Known::Ready(items) => Part::Have { items, own: false },
+            Known::Pending { warming, stale } => {
+                if warming.is_none() && kicked.insert(&server.name) {
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
+                }
+                Part::Wait { fallback: stale }
+            }
+            Known::Failed { retry_due, stale, .. } => {
+                if retry_due && kicked.insert(&server.name) {
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
+                }
+                Part::Skip { fallback: stale }
+            }
+        }
+    }
+
+    /// Whether the client should be told that `server`'s list of `kind` changed: the
+    /// session's last list showed it from the gateway catalog (or left it out), and the
+    /// catalog now knows a different one. Remembers the new one as shown.
+    pub fn outdated(&self, server: &str, kind: ListKind) -> bool {
+        let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else { return false };
+        let generation = self.shared.snapshot.current().generation(&spec);
+        let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) else {
+            return false;
+        };
+        let mut shown = self.shown.lock().expect("shown");
+        match shown.get_mut(&(server.to_owned(), kind)) {
+            Some(s) if !s.own && s.items.as_ref() != Some(&items) => {
+                s.items = Some(items);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The kinds of `server` whose last list did not come from the session's own upstream.
+    pub fn not_own(&self, server: &str) -> Vec<ListKind> {
+        let shown = self.shown.lock().expect("shown");
+        shown.iter().filter(|((s, _), v)| s == server && !v.own).map(|((_, k), _)| *k).collect()
+    }
+
     /// The `(server, original)` behind exposed tool or prompt name `exposed`, if this session
     /// has learnt it (from a list, or [`Catalog::learn_names`]).
     pub fn lookup(&self, kind: ListKind, exposed: &str) -> Option<(String, String)> {
@@ -325,16 +527,28 @@ impl Catalog {
             let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else {
                 return Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));
             };
+            let generation = self.shared.snapshot.current().generation(&spec);
             let deadline = self.shared.list_timeout();
-            match tokio::time::timeout(deadline, self.fetch(pool, &spec, kind)).await {
-                Ok(Ok(items)) => items,
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => {
-                    return Err(RpcError::new(
-                        UPSTREAM_UNAVAILABLE,
-                        format!("upstream {server} did not list its {} within {} ms", kind.key(), deadline.as_millis()),
-                    )
-                    .with_data(json!({"server": server})));
+            if let Some(items) = self.cached(&(server.to_owned(), kind)) {
+                items
+            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) {
+                // The names every session computes from this list; the call starts the upstream.
+                items
+            } else {
+                match tokio::time::timeout(deadline, self.fetch(pool, &spec, kind)).await {
+                    Ok(Ok(items)) => items,
+                    Ok(Err(e)) => return Err(e.into()),
+                    Err(_) => {
+                        return Err(RpcError::new(
+                            UPSTREAM_UNAVAILABLE,
+                            format!(
+                                "upstream {server} did not list its {} within {} ms",
+                                kind.key(),
+                                deadline.as_millis()
+                            ),
+                        )
+                        .with_data(json!({"server": server})));
+                    }
                 }
             }
         };

@@ -15,6 +15,7 @@ pub mod answer;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
+pub mod gateway_catalog;
 pub mod http;
 pub mod http_upstream;
 pub mod invocations;
@@ -226,6 +227,8 @@ pub struct Shared {
     credentials: Arc<dyn CredentialResolver>,
     /// Coffer's own `coffer__*` tools.
     pub builtins: builtin::Registry,
+    /// The last list each registered server returned, for every session (never persisted).
+    pub lists: gateway_catalog::GatewayCatalog,
 }
 
 impl Shared {
@@ -239,7 +242,15 @@ impl Shared {
         credentials: Arc<dyn CredentialResolver>,
         builtins: builtin::Registry,
     ) -> Arc<Self> {
-        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins })
+        Arc::new(Self {
+            home,
+            snapshot,
+            health: Health::default(),
+            recorder,
+            credentials,
+            builtins,
+            lists: gateway_catalog::GatewayCatalog::default(),
+        })
     }
 
     /// The value of `setting` in the current snapshot: its default when unset or not a value the
@@ -251,6 +262,13 @@ impl Shared {
     /// Deadline for one upstream's part of a list fan-out ([`settings::LIST_TIMEOUT_MS`]).
     pub fn list_timeout(&self) -> Duration {
         Duration::from_millis(self.setting(&settings::LIST_TIMEOUT_MS))
+    }
+    /// How long a client's list waits for servers the capability catalog does not know yet
+    /// ([`settings::FIRST_LIST_TIMEOUT_MS`]): it then answers with what is ready, and the
+    /// client gets `notifications/*/list_changed` when the rest arrive. Short enough for
+    /// clients that give a server about 2 s to connect (Claude Code's headless mode).
+    pub fn first_list_timeout(&self) -> Duration {
+        Duration::from_millis(self.setting(&settings::FIRST_LIST_TIMEOUT_MS))
     }
     /// Deadline for an upstream's start and `initialize` ([`settings::START_TIMEOUT_MS`]).
     pub fn start_timeout(&self) -> Duration {
@@ -352,9 +370,10 @@ impl Gateway {
         Self::with_shared(shared, shutdown)
     }
 
-    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper, which
-    /// ends with `shutdown`.
+    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper and the
+    /// task that fills the capability catalog from the registry, which end with `shutdown`.
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
+        tokio::spawn(gateway_catalog::follow(shared.clone(), shutdown.clone()));
         let broker = Arc::new(broker::Broker::new(shared.clone()));
         let gw = Arc::new(Self { shared, sessions: Mutex::default(), broker });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
@@ -365,6 +384,8 @@ impl Gateway {
     pub fn create_session(&self, protocol_version: &str, params: &Value) -> Arc<Session> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let s = Session::new(id.clone(), protocol_version.to_owned(), params, self.shared.clone());
+        // Servers registered or changed later are started in the background for clients like it.
+        self.shared.lists.remember_client(s.pool.init_params());
         self.sessions.lock().expect("sessions").insert(id, s.clone());
         tracing::info!(session = %s.id, protocol = %protocol_version, "MCP session started.");
         s
@@ -390,6 +411,7 @@ impl Gateway {
     /// Invalidates every session's capability cache and notifies each client; returns how many
     /// sessions were refreshed.
     pub fn refresh_all(&self) -> usize {
+        self.shared.lists.invalidate(None);
         let sessions: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
         for s in &sessions {
             s.invalidate(None);
@@ -517,6 +539,7 @@ impl Gateway {
                         "last_start": last_start, "last_start_at": last_start_at,
                         "last_error": error, "last_error_at": error_at,
                         "duplicates": duplicates,
+                        "catalog": self.shared.lists.status(n, snap.generation(s)),
                     })
                 })
                 .collect(),

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::catalog::Background;
 use super::upstream::{Upstream, UpstreamError, UpstreamEvent};
 use crate::snapshot::{Generation, Snapshot};
 
@@ -82,17 +83,21 @@ pub struct Pool {
     log_level: Mutex<Option<String>>,
     /// Cancelled when the session ends: no upstream starts after that.
     closed: CancellationToken,
+    /// The session's background task, told about every upstream started.
+    background: mpsc::UnboundedSender<Background>,
 }
 
 impl Pool {
     /// An empty pool for session `session_id`, whose upstreams are initialized with
-    /// `init_params` and report events to `events`; it starts nothing once `closed` fires.
+    /// `init_params` and report events to `events`; it starts nothing once `closed` fires, and
+    /// tells `background` about every upstream it started.
     pub fn new(
         shared: Arc<Shared>,
         session_id: &str,
         init_params: Value,
         events: mpsc::UnboundedSender<UpstreamEvent>,
         closed: CancellationToken,
+        background: mpsc::UnboundedSender<Background>,
     ) -> Self {
         Self {
             shared,
@@ -102,7 +107,20 @@ impl Pool {
             events,
             log_level: Mutex::default(),
             closed,
+            background,
         }
+    }
+
+    /// Whether the session has ended (nothing starts any more).
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Whether an upstream of `server` at `generation` runs in this session (never starts one,
+    /// never waits).
+    pub fn is_running(&self, server: &str, generation: Generation) -> bool {
+        let slot = self.slots.lock().expect("slots").get(server).cloned();
+        slot.is_some_and(|s| s.ready_for(generation).is_some())
     }
 
     /// What the downstream client sent in `initialize` (as mirrored upstream).
@@ -221,6 +239,7 @@ impl Pool {
                 }
                 *slot.ready.write().expect("slot") = Some((u.clone(), generation));
                 *st = SlotState::Ready { upstream: u.clone(), generation };
+                let _ = self.background.send(Background::Started { server: server.name.clone() });
                 Ok(u)
             }
             Err(e) => {

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use super::answer::{Answer, RpcError};
-use super::catalog::Catalog;
+use super::catalog::{Background, Catalog};
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
 use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
@@ -64,12 +64,15 @@ pub struct Session {
 
 impl Session {
     /// Creates a session for a client that sent `initialize` with `params` and negotiated
-    /// `protocol_version`; starts its event and policy-watch tasks (which end with it).
+    /// `protocol_version`; starts its event, background and policy-watch tasks (which end with
+    /// it).
     pub fn new(id: String, protocol_version: String, params: &Value, shared: Arc<Shared>) -> Arc<Self> {
-        Self::with_actor(id, protocol_version, params, shared, Cow::Borrowed(MCP_ACTOR))
+        Self::open(id, protocol_version, params, shared, Cow::Borrowed(MCP_ACTOR), false)
     }
 
-    /// [`Session::new`] for a session whose invocations are recorded as `actor`'s.
+    /// [`Session::new`] for an in-house caller (the tool broker: agents, channels, REST) whose
+    /// invocations are recorded as `actor`'s. It gets no `list_changed`, so its lists wait for
+    /// servers nobody has listed yet up to the full list deadline.
     pub fn with_actor(
         id: String,
         protocol_version: String,
@@ -77,16 +80,31 @@ impl Session {
         shared: Arc<Shared>,
         actor: Cow<'static, str>,
     ) -> Arc<Self> {
+        Self::open(id, protocol_version, params, shared, actor, true)
+    }
+
+    /// The constructor behind [`Session::new`] and [`Session::with_actor`]; `patient`: lists wait
+    /// for unknown servers up to the full list deadline instead of the first-list deadline.
+    fn open(
+        id: String,
+        protocol_version: String,
+        params: &Value,
+        shared: Arc<Shared>,
+        actor: Cow<'static, str>,
+        patient: bool,
+    ) -> Arc<Self> {
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
             "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "coffer", "version": coffer_runtime::VERSION})),
         });
+        let profile = super::gateway_catalog::Profile::of(&init_params);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (background_tx, background_rx) = mpsc::unbounded_channel();
         let closed = CancellationToken::new();
         let s = Arc::new(Self {
-            pool: Pool::new(shared.clone(), &id, init_params, events_tx, closed.clone()),
-            catalog: Catalog::new(shared.clone(), &id),
+            pool: Pool::new(shared.clone(), &id, init_params, events_tx, closed.clone(), background_tx.clone()),
+            catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
             id,
             protocol_version,
@@ -97,6 +115,7 @@ impl Session {
             closed,
         });
         tokio::spawn(event_loop(Arc::downgrade(&s), events_rx, s.closed.clone()));
+        tokio::spawn(background(Arc::downgrade(&s), background_rx, s.closed.clone()));
         tokio::spawn(policy_watch(Arc::downgrade(&s), s.closed.clone()));
         s
     }
@@ -136,9 +155,11 @@ impl Session {
         self.catalog.fetch(&self.pool, server, kind).await
     }
 
-    /// Drops the cached lists of `server` (all kinds), or of every server.
+    /// Drops the cached lists of `server` (all kinds), or of every server, here and in the
+    /// gateway catalog (they may have changed: the upstream said so, or the user refreshed).
     pub fn invalidate(&self, server: Option<&str>) {
         self.catalog.invalidate(server);
+        self.shared.lists.invalidate(server);
     }
 
     /// Fans `kind` out to every enabled upstream in parallel and returns the enabled items with
@@ -324,17 +345,58 @@ async fn event_loop(
             }
             UpstreamEvent::Closed { server } => {
                 tracing::info!(server = %server, session = %s.id, "Upstream connection closed.");
-                s.invalidate(Some(&server));
+                // Only this session's copy: a restart lists again, what others know stands.
+                s.catalog.invalidate(Some(&server));
             }
         }
     }
 }
 
+/// Runs what the session's catalog and pool hand over ([`Background`]): fresh lists from the
+/// session's own upstreams, each in its own task bounded by the list deadline (it fills both
+/// catalogs; a difference reaches the client through [`policy_watch`]).
+async fn background(
+    session: std::sync::Weak<Session>,
+    mut rx: mpsc::UnboundedReceiver<Background>,
+    closed: CancellationToken,
+) {
+    loop {
+        let work = tokio::select! {
+            _ = closed.cancelled() => return,
+            w = rx.recv() => match w { Some(w) => w, None => return },
+        };
+        let Some(s) = session.upgrade() else { return };
+        let (server, kinds) = match work {
+            Background::Refetch { server, kind } => (server, vec![kind]),
+            Background::Started { server } => {
+                let kinds = s.catalog.not_own(&server);
+                (server, kinds)
+            }
+        };
+        let Some(spec) = s.shared.snapshot.current().servers.get(&server).cloned() else { continue };
+        for kind in kinds {
+            let s = s.clone();
+            let spec = spec.clone();
+            tokio::spawn(async move {
+                let deadline = s.shared.list_timeout();
+                if tokio::time::timeout(deadline, s.catalog.fetch(&s.pool, &spec, kind)).await.is_err() {
+                    let msg = format!("{} took longer than {} ms", kind.method(), deadline.as_millis());
+                    let generation = s.shared.snapshot.current().generation(&spec);
+                    s.shared.health.failed(&spec.name, &msg);
+                    s.shared.lists.failed(&spec.name, generation, &msg);
+                }
+            });
+        }
+    }
+}
+
 /// Tells the client about policy and registry changes (`notifications/*/list_changed`) and
-/// stops upstreams whose server was removed.
+/// stops upstreams whose server was removed; tells it too when the gateway catalog learns a
+/// list that differs from what the session's last list showed (a server listed late, or
+/// listed afresh).
 async fn policy_watch(session: std::sync::Weak<Session>, closed: CancellationToken) {
-    let mut rx = match session.upgrade() {
-        Some(s) => s.shared.snapshot.subscribe(),
+    let (mut rx, mut lists) = match session.upgrade() {
+        Some(s) => (s.shared.snapshot.subscribe(), s.shared.lists.subscribe()),
         None => return,
     };
     rx.mark_unchanged();
@@ -342,6 +404,23 @@ async fn policy_watch(session: std::sync::Weak<Session>, closed: CancellationTok
         tokio::select! {
             _ = closed.cancelled() => return,
             r = rx.changed() => if r.is_err() { return },
+            l = lists.recv() => {
+                let Some(s) = session.upgrade() else { return };
+                match l {
+                    Ok((server, kind)) => {
+                        if s.catalog.outdated(&server, kind) {
+                            s.notify_client(kind.list_changed(), None);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
+                            s.notify_client(kind.list_changed(), None);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+                continue;
+            }
         }
         let Some(s) = session.upgrade() else { return };
         let snap = rx.borrow_and_update().clone();

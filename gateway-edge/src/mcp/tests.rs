@@ -32,7 +32,9 @@ use crate::snapshot::{Kind, Snapshot, SnapshotHandle};
 
 /// What the fake upstream serves and what it saw.
 struct Fake {
-    tools: Vec<Value>,
+    tools: Mutex<Vec<Value>>,
+    /// How long `initialize` takes to answer (ms): a slow start; `u64::MAX`: never (hung).
+    init_delay_ms: std::sync::atomic::AtomicU64,
     /// Tools per `tools/list` page; 0: one page.
     page: usize,
     /// Every message received: its method (empty for responses) and the request's headers.
@@ -59,16 +61,24 @@ async fn fake_post(State(f): State<Arc<Fake>>, headers: HeaderMap, body: Bytes) 
         return StatusCode::ACCEPTED.into_response(); // a notification or a response
     };
     let answer = match method.as_str() {
-        "initialize" => json!({"result": {
+        "initialize" => {
+            let delay = f.init_delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+            if delay > 0 {
+                // A slow (or, at u64::MAX, hung) server on purpose: what these tests are about.
+                tokio::time::sleep(Duration::from_millis(delay.min(3_600_000))).await;
+            }
+            json!({"result": {
             "protocolVersion": "2025-11-25",
             "capabilities": {"tools": {"listChanged": true}, "prompts": {}},
             "serverInfo": {"name": "fake", "version": "1"},
-        }}),
+            }})
+        }
         "tools/list" => {
+            let tools = f.tools.lock().unwrap().clone();
             let from: usize = msg["params"]["cursor"].as_str().map_or(0, |c| c.parse().unwrap());
-            let to = if f.page == 0 { f.tools.len() } else { (from + f.page).min(f.tools.len()) };
-            let mut page = json!({"tools": f.tools[from..to]});
-            if to < f.tools.len() {
+            let to = if f.page == 0 { tools.len() } else { (from + f.page).min(tools.len()) };
+            let mut page = json!({"tools": tools[from..to]});
+            if to < tools.len() {
                 page["nextCursor"] = json!(to.to_string());
             }
             json!({"result": page})
@@ -100,7 +110,8 @@ async fn fake(tools: &[&str], page: usize) -> (Arc<Fake>, String) {
 
 /// [`fake`] serving these tool definitions as they are.
 async fn fake_listing(tools: Vec<Value>, page: usize) -> (Arc<Fake>, String) {
-    let f = Arc::new(Fake { tools, page, seen: Mutex::default() });
+    let f =
+        Arc::new(Fake { tools: Mutex::new(tools), init_delay_ms: Default::default(), page, seen: Mutex::default() });
     let app = Router::new()
         .route(
             "/mcp",
@@ -319,14 +330,120 @@ async fn lists_follow_pages_are_cached_per_session_and_invalidated() {
     s.fetch_server(&server("p", &url), ListKind::Tools).await.unwrap();
     assert_eq!(up.count("tools/list"), 9);
 
-    // Another session has its own cache and its own upstream.
+    // Another session is answered from the gateway catalog at once: no upstream of its own
+    // starts for a list. Its upstream starts on its first call, and then lists afresh.
     let other = h.session();
-    other.list(ListKind::Tools).await;
-    assert_eq!((up.count("tools/list"), up.count("initialize")), (12, 2));
+    assert_eq!(names(&other.list(ListKind::Tools).await).len(), 6);
+    assert_eq!((up.count("tools/list"), up.count("initialize")), (9, 3), "warm, warm again, s's own");
+    assert!(other.running_upstreams().is_empty());
+    assert!(matches!(call(&other, "p__t1", json!({})).await, Answer::Result(_)));
+    wait_until("the other session's own fresh list", || up.count("tools/list") == 12).await;
+    assert_eq!(up.count("initialize"), 4);
     assert_eq!(s.running_upstreams(), ["p"]);
     s.close().await;
     other.close().await;
     assert!(s.running_upstreams().is_empty());
+}
+
+/// Waits (polling, 10 s at most) until `done` holds.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The next message the session queued for its client, within 10 s.
+async fn next_note(notes: &mut tokio::sync::broadcast::Receiver<(u64, Arc<str>)>) -> String {
+    tokio::time::timeout(Duration::from_secs(10), notes.recv()).await.expect("a notification").unwrap().1.to_string()
+}
+
+fn with_settings(mut snap: Snapshot, settings: &[(&str, &str)]) -> Snapshot {
+    snap.settings = settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    snap
+}
+
+#[tokio::test]
+async fn a_new_session_s_list_comes_from_the_gateway_catalog_under_policy_and_its_fresh_list_follows() {
+    let (up, url) = fake(&["echo", "hidden"], 0).await;
+    let mut h = Harness::new(snapshot(vec![server("fs", &url)], &[("fs", Kind::Tool, "hidden", false)]));
+    let first = h.session();
+    assert_eq!(names(&first.list(ListKind::Tools).await), ["coffer__search_tools", "fs__echo"]);
+    first.close().await;
+    let inits = up.count("initialize");
+
+    // The server's tools change; a new session is shown what the catalog knows, under policy,
+    // without any upstream contact.
+    up.tools.lock().unwrap().push(json!({"name": "added", "inputSchema": {"type": "object"}}));
+    let s = h.session();
+    let (_, mut notes) = s.outbound.subscribe(None);
+    let all = s.list_all(ListKind::Tools).await;
+    assert_eq!(
+        all.iter().map(|l| (l.item["name"].as_str().unwrap(), l.enabled)).collect::<Vec<_>>(),
+        [("coffer__search_tools", true), ("fs__echo", true), ("fs__hidden", false)]
+    );
+    assert_eq!(up.count("initialize"), inits, "nothing started for a list");
+    assert_eq!(error(call(&s, "fs__hidden", json!({})).await).code, TOOL_DISABLED);
+    let _ = h.record();
+
+    // Its first call starts its own upstream, whose fresh list differs: list_changed.
+    assert!(matches!(call(&s, "fs__echo", json!({})).await, Answer::Result(_)));
+    let _ = h.record();
+    assert!(next_note(&mut notes).await.contains("notifications/tools/list_changed"));
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "fs__echo", "fs__added"]);
+    // Later sessions see the new list from the catalog.
+    let later = h.session();
+    assert_eq!(names(&later.list(ListKind::Tools).await), ["coffer__search_tools", "fs__echo", "fs__added"]);
+    s.close().await;
+    later.close().await;
+}
+
+#[tokio::test]
+async fn a_server_not_listed_yet_costs_a_list_at_most_the_first_list_deadline_and_arrives_as_list_changed() {
+    let (fast, fast_url) = fake(&["echo"], 0).await;
+    let (slow, slow_url) = fake(&["late"], 0).await;
+    slow.init_delay_ms.store(2_000, std::sync::atomic::Ordering::Relaxed);
+    let snap = snapshot(vec![server("fast", &fast_url), server("slow", &slow_url)], &[]);
+    let h = Harness::new(with_settings(snap, &[("gateway.first_list_timeout_ms", "600")]));
+    let s = h.session();
+    let (_, mut notes) = s.outbound.subscribe(None);
+    let t = std::time::Instant::now();
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "fast__echo"]);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(600) && took < Duration::from_millis(1_500), "{took:?}");
+    assert!(next_note(&mut notes).await.contains("notifications/tools/list_changed"));
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "fast__echo", "slow__late"]);
+    assert_eq!((fast.count("initialize"), slow.count("initialize")), (1, 1), "each started once, in the background");
+    assert!(s.running_upstreams().is_empty());
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_hung_server_costs_lists_nothing_after_its_first_failure() {
+    let (_ok, ok_url) = fake(&["echo"], 0).await;
+    let (hung, hung_url) = fake(&["never"], 0).await;
+    hung.init_delay_ms.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+    let snap = snapshot(vec![server("hung", &hung_url), server("ok", &ok_url)], &[]);
+    let h = Harness::new(with_settings(snap, &[("gateway.list_timeout_ms", "300")]));
+    let s = h.session();
+    // The first list waits for it until its start is given up (300 ms), not the whole
+    // first-list deadline (1 s).
+    let t = std::time::Instant::now();
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "ok__echo"]);
+    assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+    let generation = h.shared.snapshot.current().generation(&server("hung", &hung_url));
+    wait_until("the hung server's failure", || h.shared.lists.status("hung", generation)["state"] == "failed").await;
+    let status = h.shared.lists.status("hung", generation);
+    assert!(status["error"].as_str().unwrap().contains("300 ms"), "{status}");
+    // Every later list, in this session or a new one, answers at once without it.
+    for session in [s.clone(), h.session(), h.session()] {
+        let t = std::time::Instant::now();
+        assert_eq!(names(&session.list(ListKind::Tools).await), ["coffer__search_tools", "ok__echo"]);
+        assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
+    }
+    assert_eq!(hung.count("initialize"), 1, "not retried during its backoff");
+    s.close().await;
 }
 
 #[tokio::test]

@@ -89,6 +89,17 @@ pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
     unit: "seconds",
     description: "end an MCP session idle this long",
 };
+/// How long a client's first list waits for servers the gateway's capability catalog does not
+/// know yet before it answers with what is ready (the rest follow as `list_changed`).
+pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
+    key: "gateway.first_list_timeout_ms",
+    ty: Type::Integer,
+    default: 1_000,
+    min: 1,
+    max: 86_400_000,
+    unit: "milliseconds",
+    description: "how long a list waits for servers not listed yet before it answers with what is ready",
+};
 /// How long a tool-broker session (an in-house caller's, e.g. one per conversation) may stay
 /// idle before it ends and its upstream children stop.
 pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
@@ -154,6 +165,7 @@ pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
 /// Every setting Coffer reads, in display order.
 pub const SETTINGS: &[Setting] = &[
     LIST_TIMEOUT_MS,
+    FIRST_LIST_TIMEOUT_MS,
     START_TIMEOUT_MS,
     CALL_TIMEOUT_MS,
     SESSION_IDLE_TIMEOUT_S,

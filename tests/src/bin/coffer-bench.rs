@@ -7,7 +7,9 @@
 //! through shim → gateway → stdio upstream vs the same client calling the same upstream
 //! directly over stdio (p50/p99 latency and calls/s with 1 and 16 in flight); gateway memory
 //! with 100 sessions that each listed tools; time from no daemon to the first `tools/list`
-//! answered through the shim.
+//! answered through the shim; with 8 registered servers, time from no session to the first
+//! `tools/list` through the shim, cold (nothing listed yet) and warm (the capability catalog
+//! knows every server).
 #![allow(clippy::print_stdout)]
 
 use std::collections::HashMap;
@@ -390,6 +392,129 @@ impl Env {
     }
 }
 
+/// Servers registered for the first-list measurement: eight of server-everything (Node).
+const FIRST_LIST_SERVERS: usize = 8;
+/// Runs of each first-list measurement (the median is reported).
+const FIRST_LIST_RUNS: usize = 5;
+
+/// One client's first `tools/list` through the shim: `(from spawn to initialize answered, the
+/// list itself, the whole, tools listed)`.
+async fn first_list(shim: &Path, env: &Env) -> Result<(Duration, Duration, Duration, usize)> {
+    let t = Instant::now();
+    let c = StdioClient::spawn(shim, &[], &env.vars()).await?;
+    let init = t.elapsed();
+    let l = c.request("tools/list", json!({})).await?;
+    let whole = t.elapsed();
+    let tools = l["result"]["tools"].as_array().map_or(0, Vec::len);
+    Ok((init, whole - init, whole, tools))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Waits (polling, 60 s at most) until `/v1/status` shows every registered server's catalog
+/// state `ready`.
+async fn catalog_ready(http: &reqwest::Client, env: &Env) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s: Value =
+            http.get(env.url("/v1/status")).header("X-Coffer-Token", env.token()?).send().await?.json().await?;
+        let ups = s["upstreams"].as_array().cloned().unwrap_or_default();
+        if ups.len() == FIRST_LIST_SERVERS && ups.iter().all(|u| u["catalog"]["state"] == "ready") {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("the catalog did not learn every server: {}", Value::Array(ups));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// With [`FIRST_LIST_SERVERS`] registered: no session → first `tools/list` answered through
+/// the shim, cold (no daemon: it starts with an empty catalog) and warm (the catalog knows
+/// every server). Baselines in the same run: cold, a list that waits for every server
+/// (`gateway.first_list_timeout_ms` = 60 s: what every first list cost before the catalog);
+/// warm, the same session's second `tools/list` (its own cache).
+async fn first_lists(bins: &Path, node: &Path, everything: &Path, http: &reqwest::Client) -> Result<()> {
+    let env = Env::new(bins)?;
+    env.coffer(&["daemon", "start"]).await?;
+    for i in 0..FIRST_LIST_SERVERS {
+        let reg = json!({"name": format!("everything{i}"), "command": node, "args": [everything, "stdio"]});
+        let r = http.post(env.url("/v1/mcp/servers")).header("X-Coffer-Token", env.token()?).json(&reg).send().await?;
+        if !r.status().is_success() {
+            bail!("register failed: {}", r.text().await?);
+        }
+    }
+    let shim = bins.join("coffer-mcp-shim");
+    let set = |wait_ms: u64| {
+        let body = json!({"set": {"gateway.first_list_timeout_ms": wait_ms.to_string()}});
+        let (http, url, token) = (http.clone(), env.url("/v1/settings"), env.token());
+        async move {
+            let r = http.patch(url).header("X-Coffer-Token", token?).json(&body).send().await?;
+            if !r.status().is_success() {
+                bail!("setting gateway.first_list_timeout_ms failed: {}", r.text().await?);
+            }
+            Ok(())
+        }
+    };
+    let mut rows = Vec::new();
+    for (label, wait_ms) in [("catalog (default)", 1_000u64), ("wait for every server", 60_000)] {
+        set(wait_ms).await?;
+        let (mut cold, mut cold_list, mut tools) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..FIRST_LIST_RUNS {
+            env.stop().await;
+            let (_, list, whole, n) = first_list(&shim, &env).await?;
+            cold.push(whole);
+            cold_list.push(list);
+            tools.push(n);
+        }
+        rows.push((label, median(cold), median(cold_list), tools));
+    }
+    set(1_000).await?;
+    catalog_ready(http, &env).await?;
+    let (mut warm, mut warm_list, mut cached, mut warm_tools) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for _ in 0..FIRST_LIST_RUNS {
+        let (_, list, whole, n) = first_list(&shim, &env).await?;
+        warm.push(whole);
+        warm_list.push(list);
+        warm_tools = n;
+        let c = StdioClient::spawn(&shim, &[], &env.vars()).await?;
+        c.request("tools/list", json!({})).await?;
+        let t = Instant::now();
+        c.request("tools/list", json!({})).await?;
+        cached.push(t.elapsed());
+    }
+    env.stop().await;
+    println!("## Gateway: first `tools/list` with {FIRST_LIST_SERVERS} registered servers\n");
+    println!("| measure | value | baseline (same run) | ratio |\n|---|---|---|---|");
+    let (_, cold, cold_list, tools) = &rows[0];
+    let (_, before, before_list, before_tools) = &rows[1];
+    println!(
+        "| cold: no daemon → first `tools/list` answered through the shim (median of {FIRST_LIST_RUNS}; tools listed per run {tools:?}) | {} (the list itself {}) | waiting for every server: {} (list {}; tools {before_tools:?}) | {:.2}× |",
+        ms(*cold),
+        ms(*cold_list),
+        ms(*before),
+        ms(*before_list),
+        cold.as_secs_f64() / before.as_secs_f64()
+    );
+    let warm = median(warm);
+    let cached = median(cached);
+    println!(
+        "| warm: no session → first `tools/list` answered through the shim, catalog knows all {FIRST_LIST_SERVERS} ({warm_tools} tools) | {} (the list itself {}) | the same session's second `tools/list` {:.1} ms | {:.0}× |\n",
+        ms(warm),
+        ms(median(warm_list)),
+        cached.as_secs_f64() * 1e3,
+        warm.as_secs_f64() / cached.as_secs_f64()
+    );
+    Ok(())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -408,16 +533,25 @@ async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only = match args.as_slice() {
         [] => None,
-        [flag, section] if flag == "--only" && ["daemon", "gateway", "sessions"].contains(&section.as_str()) => {
+        [flag, section]
+            if flag == "--only" && ["daemon", "gateway", "sessions", "catalog"].contains(&section.as_str()) =>
+        {
             Some(section.clone())
         }
-        _ => bail!("usage: coffer-bench [--only daemon|gateway|sessions]"),
+        _ => bail!("usage: coffer-bench [--only daemon|gateway|sessions|catalog]"),
     };
     let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
     coffer_runtime::tls::ensure_provider();
     let http = reqwest::Client::builder().no_proxy().build()?;
     println!("# Coffer benchmarks\n");
     println!("binaries: {}\n", bins.display());
+
+    if want("catalog") {
+        first_lists(&bins, &node, &everything, &http).await?;
+        if only.is_some() {
+            return Ok(());
+        }
+    }
 
     // 1. Cold start, 5 runs: no daemon → `coffer status` answered. Baseline: `coffer status`
     //    against the running daemon.

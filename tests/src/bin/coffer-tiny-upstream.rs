@@ -9,6 +9,9 @@
 //! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`),
 //! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch).
 //! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
+//! `--start-delay-ms N` makes it take N ms before it answers anything (a slow start: an
+//! interpreter loading, a server fetching its config); `--hang` never answers at all (a hung
+//! server: with `--banner`, one that prints a non-JSON line and then nothing).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::HashMap;
@@ -63,6 +66,17 @@ fn main() {
     if std::env::args().any(|a| a == "--banner") {
         let mut o = out.lock().expect("stdout");
         let _ = writeln!(o, "tiny-upstream starting (this line is not JSON-RPC)");
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--hang") {
+        // Reads (so the writer never blocks) and never answers, until stdin closes.
+        for _ in std::io::stdin().lock().lines() {}
+        return;
+    }
+    let delay = args.iter().position(|a| a == "--start-delay-ms").and_then(|i| args.get(i + 1)?.parse::<u64>().ok());
+    if let Some(ms) = delay {
+        // Simulates a slow start on purpose (what this server is for), not a wait for readiness.
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
     // Requests we sent to the client (sampling), by our id → the tool call id waiting on it.
     let waiting: Arc<Mutex<HashMap<u64, Value>>> = Arc::default();
