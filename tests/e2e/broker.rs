@@ -86,10 +86,14 @@ async fn chat_lists_and_calls_through_the_broker_under_policy_with_its_actor_log
     let api = home.start_daemon().await?;
     set_broker_idle_s(&api, 3600).await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // The capability catalog lists a new server once in the background; wait for that start to
+    // end, so the children counted below are the broker session's own.
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let mut chat = client_as(&api, "chat").await?;
     ensure!(tiny_pids(&home).is_empty(), "nothing started yet");
 
-    // Lists: the session's own upstream starts lazily, on the first list.
+    // Lists: answered from the capability catalog; the session's own upstream starts lazily,
+    // on the first call.
     let tools = chat.list_tools(list("agent", "conv-1")).await?.into_inner();
     let names: Vec<&str> = tools.items.iter().map(|t| t.name.as_str()).collect();
     ensure!(names.contains(&"tiny__echo") && names.contains(&"coffer__search_tools"), "{names:?}");
@@ -97,12 +101,13 @@ async fn chat_lists_and_calls_through_the_broker_under_policy_with_its_actor_log
     assert_eq!((echo.server.as_str(), echo.original_name.as_str()), ("tiny", "echo"));
     let definition: Value = serde_json::from_str(&echo.definition_json)?;
     assert_eq!(definition["description"], "Echoes the message");
-    assert_eq!(tiny_pids(&home).len(), 1, "one child for the broker session");
+    ensure!(tiny_pids(&home).is_empty(), "a list starts no upstream");
 
-    // A call: the upstream's result, verbatim.
+    // A call: the upstream's result, verbatim, from the session's own upstream.
     let reply = chat.call_tool(call("agent", "conv-1", "tiny__echo", json!({"message": "via broker"}))).await?;
     let reply = reply.into_inner();
     assert_eq!(result(&reply)?, json!({"content": [{"type": "text", "text": "via broker"}]}));
+    assert_eq!(tiny_pids(&home).len(), 1, "one child for the broker session");
     assert_eq!(reply.session_id, tools.session_id, "one session per key");
 
     // Prompts and resources through the same session.
@@ -147,9 +152,10 @@ async fn chat_lists_and_calls_through_the_broker_under_policy_with_its_actor_log
     let other = chat.call_tool(call("channel:telegram", "chat-42", "tiny__echo", json!({"message": "x"}))).await?;
     let other = other.into_inner();
     assert_ne!(other.session_id, reply.session_id);
-    // Three sessions by now, each with its own child: conv-1, chat-42 and REST's (`api`, which
-    // toggled tiny__add).
-    assert_eq!(tiny_pids(&home).len(), 3, "each broker session has its own child");
+    // Two sessions that called a tool by now, each with its own child: conv-1 and chat-42. (REST's
+    // `api` session, which toggled tiny__add, found it in the capability catalog and started
+    // none: only a call starts a session's upstream.)
+    assert_eq!(tiny_pids(&home).len(), 2, "each broker session has its own child");
 
     // REST's tool call takes the same path, recorded as `api` (`cli` from the CLI).
     let r = api.post_json("/v1/tools/call", &json!({"name": "tiny__echo", "arguments": {"message": "rest"}}));
@@ -281,13 +287,21 @@ async fn toggling_a_tool_starts_only_its_own_server() -> anyhow::Result<()> {
     for name in ["tiny", "other", "third"] {
         register_tiny(&api, name, json!({})).await?;
     }
+    for name in ["tiny", "other", "third"] {
+        coffer_tests::mcp::wait_listed(&api, name).await?;
+    }
+    ensure!(tiny_pids(&home).is_empty(), "the catalog's background starts have ended");
     set_tool_enabled(&api, "tiny__add", false).await?;
-    assert_eq!(tiny_pids(&home).len(), 1, "only tiny's upstream was started");
+    ensure!(
+        tiny_pids(&home).len() <= 1,
+        "at most tiny's upstream was started (the catalog knows its tools): {:?}",
+        tiny_pids(&home)
+    );
     set_tool_enabled(&api, "tiny__add", true).await?;
     let r =
         api.request(reqwest::Method::PATCH, "/v1/tools/other__nope").json(&json!({"enabled": false})).reply().await?;
     assert_eq!(r.status, 404, "{}", r.text);
     assert_eq!(r.json()?["error"]["message"], "Unknown tool \"other__nope\"");
-    assert_eq!(tiny_pids(&home).len(), 2, "and other's for its own name");
+    ensure!(tiny_pids(&home).len() <= 2, "at most other's for its own name, never third's: {:?}", tiny_pids(&home));
     Ok(())
 }

@@ -207,6 +207,7 @@ mod tests {
              a.b                             1           set\n\
              gateway.broker_idle_timeout_s   600         default\n\
              gateway.call_timeout_ms         120000      set\n\
+             gateway.first_list_timeout_ms   1000        default\n\
              gateway.list_timeout_ms         10000       default\n\
              gateway.max_tool_name_len       51          default\n\
              gateway.session_idle_timeout_s  1800        default\n\
