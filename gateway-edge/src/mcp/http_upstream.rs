@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coffer_proto::store::McpServer;
+use coffer_types::sse::SseParser;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Response, StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
@@ -484,11 +485,11 @@ impl Inner {
     /// carried ids, resumes it with `GET` + `Last-Event-ID` after the server's `retry` delay
     /// (MCP 2025-11-25 §Resumability and Redelivery); otherwise fails the request.
     async fn read_post_stream(&self, resp: Response, request_id: Option<u64>) {
-        let mut parser = SseParser::default();
+        let mut parser = SseParser::with_limit(MAX_FRAME);
         let mut resp = resp;
         let mut resumes = 0;
         loop {
-            let before = parser.events;
+            let before = parser.events_seen();
             let end = self.pump(resp, &mut parser, request_id).await;
             let Some(id) = request_id else { return };
             let why = match end {
@@ -499,11 +500,11 @@ impl Inner {
             if !self.core.is_pending(id) || !self.core.is_alive() {
                 return;
             }
-            if parser.events > before {
+            if parser.events_seen() > before {
                 resumes = 0;
             }
             let server = &self.core.server;
-            let Some(last) = parser.last_event_id.clone().filter(|s| !s.is_empty()) else {
+            let Some(last) = parser.last_event_id().map(str::to_owned) else {
                 let msg = format!("upstream {server} ended the SSE stream of its answer before responding ({why})");
                 tracing::warn!(server = %server, url = %self.shown_url, request_id = id, reason = %why, "Upstream stream ended before the response.");
                 return self.core.fail(id, UPSTREAM_UNAVAILABLE, &msg);
@@ -515,7 +516,7 @@ impl Inner {
                 return self.core.fail(id, UPSTREAM_UNAVAILABLE, &msg);
             }
             resumes += 1;
-            let delay = parser.retry.unwrap_or(RECONNECT_BASE);
+            let delay = parser.retry().unwrap_or(RECONNECT_BASE);
             tracing::debug!(server = %server, request_id = id, delay_ms = delay.as_millis() as u64, "Resuming an upstream SSE stream.");
             if self.while_wanted(Some(id), tokio::time::sleep(delay)).await.is_none() {
                 return;
@@ -524,7 +525,7 @@ impl Inner {
                 Ok(r) => r,
                 Err(msg) => return self.core.fail(id, UPSTREAM_UNAVAILABLE, &msg),
             };
-            parser.new_connection();
+            parser.start_new_response();
         }
     }
 
@@ -572,12 +573,13 @@ impl Inner {
             tokio::select! {
                 chunk = resp.chunk() => match chunk {
                     Ok(Some(bytes)) => {
-                        parser.feed(&bytes, &mut events);
+                        parser.push(&bytes, &mut events);
                         if parser.take_oversized() {
                             tracing::warn!(server = %self.core.server, limit = MAX_FRAME, "Upstream SSE event over the limit; discarded.");
                         }
-                        for data in events.drain(..) {
-                            self.core.dispatch(&data);
+                        // MCP sends only `message` events; others (a ping) carry no JSON-RPC.
+                        for event in events.drain(..).filter(|e| e.is_message() && !e.data.is_empty()) {
+                            self.core.dispatch(&event.data);
                         }
                         if let Some(id) = request_id
                             && answered_at.is_none()
@@ -614,7 +616,7 @@ impl Inner {
     /// stream offered) or another client error.
     async fn listen(self: Arc<Self>) {
         let server = self.core.server.clone();
-        let mut parser = SseParser::default();
+        let mut parser = SseParser::with_limit(MAX_FRAME);
         let mut failures: u32 = 0;
         loop {
             if !self.core.is_alive() {
@@ -622,7 +624,7 @@ impl Inner {
             }
             let (rb, had_session) = self.request(Method::GET);
             let mut rb = rb.header(ACCEPT, EVENT_STREAM);
-            if let Some(last) = parser.last_event_id.as_deref().filter(|s| !s.is_empty())
+            if let Some(last) = parser.last_event_id()
                 && let Ok(v) = HeaderValue::from_str(last)
             {
                 rb = rb.header(LAST_EVENT_ID, v);
@@ -653,13 +655,13 @@ impl Inner {
                         return;
                     }
                     if status.is_success() && ctype == EVENT_STREAM {
-                        parser.new_connection();
-                        let before = parser.events;
+                        parser.start_new_response();
+                        let before = parser.events_seen();
                         let end = self.pump(resp, &mut parser, None).await;
                         if matches!(end, StreamEnd::Unwanted) {
                             return;
                         }
-                        failures = if parser.events > before { 0 } else { failures + 1 };
+                        failures = if parser.events_seen() > before { 0 } else { failures + 1 };
                         tracing::debug!(server = %server, end = ?end, "Upstream GET stream ended; reconnecting.");
                     } else if status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 425 | 429) {
                         failures += 1;
@@ -675,7 +677,7 @@ impl Inner {
             } else {
                 RECONNECT_BASE.saturating_mul(1 << (failures - 1).min(5)).min(RECONNECT_MAX)
             };
-            tokio::time::sleep(parser.retry.unwrap_or(RECONNECT_BASE).max(backoff)).await;
+            tokio::time::sleep(parser.retry().unwrap_or(RECONNECT_BASE).max(backoff)).await;
         }
     }
 
@@ -846,163 +848,6 @@ fn strip_tags(html: &str) -> String {
     out
 }
 
-/// Incremental parser for one logical SSE stream (WHATWG HTML §9.2.6 "Interpreting an event
-/// stream"), which may span several HTTP responses when it is resumed. Linear in its input
-/// (a data line of several MiB arriving in many chunks is appended, never rescanned); an event
-/// larger than [`MAX_FRAME`] is discarded. Written here rather than taken from a crate: the
-/// `id` and `retry` of events without data (a Streamable HTTP server's priming event) are
-/// what resumption needs, and the small crates drop them or rescan long lines.
-#[derive(Debug, Default)]
-struct SseParser {
-    /// The current line, not yet terminated.
-    line: Vec<u8>,
-    /// The previous chunk ended in CR: a LF starting the next chunk belongs to it.
-    skip_lf: bool,
-    /// The first line of the current response was seen (a leading BOM is dropped from it).
-    started: bool,
-    /// The data buffer of the current event.
-    data: Vec<u8>,
-    /// The event type buffer.
-    event: Vec<u8>,
-    /// The current event is over the size limit and is being discarded.
-    oversized: bool,
-    /// An event was discarded for its size since the last [`SseParser::take_oversized`].
-    dropped: bool,
-    /// The last event ID buffer (survives reconnections).
-    last_event_id: Option<String>,
-    /// The reconnection time the server asked for (`retry`).
-    retry: Option<Duration>,
-    /// The current event has an `id` or `data` field.
-    has_fields: bool,
-    /// Events completed that had an `id` or `data` field, to tell a stream that delivered
-    /// something from one that only kept the connection open.
-    events: u64,
-}
-
-impl SseParser {
-    /// Starts the next HTTP response of the same logical stream: a partial line or event left
-    /// by the previous connection is dropped; the last event id and `retry` are kept.
-    fn new_connection(&mut self) {
-        self.line.clear();
-        self.skip_lf = false;
-        self.started = false;
-        self.data.clear();
-        self.event.clear();
-        self.oversized = false;
-        self.has_fields = false;
-    }
-
-    /// Feeds `chunk`; pushes the data of every completed `message` event onto `out`.
-    fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<Vec<u8>>) {
-        while !chunk.is_empty() {
-            if self.skip_lf {
-                self.skip_lf = false;
-                if chunk[0] == b'\n' {
-                    chunk = &chunk[1..];
-                    continue;
-                }
-            }
-            match chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
-                Some(i) => {
-                    self.append(&chunk[..i]);
-                    self.skip_lf = chunk[i] == b'\r';
-                    chunk = &chunk[i + 1..];
-                    self.end_line(out);
-                }
-                None => {
-                    self.append(chunk);
-                    break;
-                }
-            }
-        }
-    }
-
-    /// True once after an event was discarded for its size.
-    fn take_oversized(&mut self) -> bool {
-        std::mem::take(&mut self.dropped)
-    }
-
-    fn append(&mut self, bytes: &[u8]) {
-        if self.oversized {
-            return;
-        }
-        if self.line.len() + self.data.len() + bytes.len() > MAX_FRAME {
-            self.oversized = true;
-            self.line.clear();
-            self.data.clear();
-            return;
-        }
-        self.line.extend_from_slice(bytes);
-    }
-
-    fn end_line(&mut self, out: &mut Vec<Vec<u8>>) {
-        let mut line = std::mem::take(&mut self.line);
-        let mut l = &line[..];
-        if !self.started {
-            self.started = true;
-            l = l.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(l);
-        }
-        if l.is_empty() {
-            self.dispatch(out);
-        } else if l[0] != b':' {
-            let (name, value) = match l.iter().position(|&b| b == b':') {
-                Some(i) => {
-                    let v = &l[i + 1..];
-                    (&l[..i], v.strip_prefix(b" ").unwrap_or(v))
-                }
-                None => (l, &[][..]),
-            };
-            match name {
-                b"data" => {
-                    self.has_fields = true;
-                    if !self.oversized {
-                        self.data.extend_from_slice(value);
-                        self.data.push(b'\n');
-                    }
-                }
-                b"event" => self.event = value.to_vec(),
-                b"id" if !value.contains(&0) => {
-                    self.has_fields = true;
-                    self.last_event_id = Some(String::from_utf8_lossy(value).into_owned());
-                }
-                b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
-                    if let Ok(ms) = std::str::from_utf8(value).unwrap_or_default().parse::<u64>() {
-                        self.retry = Some(Duration::from_millis(ms));
-                    }
-                }
-                _ => {}
-            }
-        }
-        line.clear();
-        self.line = line;
-    }
-
-    /// Ends the current event (blank line).
-    fn dispatch(&mut self, out: &mut Vec<Vec<u8>>) {
-        if std::mem::take(&mut self.has_fields) {
-            self.events += 1;
-        }
-        let event = std::mem::take(&mut self.event);
-        if std::mem::take(&mut self.oversized) {
-            self.dropped = true;
-            self.data.clear();
-            return;
-        }
-        if self.data.is_empty() {
-            return;
-        }
-        let mut data = std::mem::take(&mut self.data);
-        data.pop();
-        if event.is_empty() || event == b"message" {
-            if !data.is_empty() {
-                out.push(data);
-            }
-        } else {
-            tracing::debug!(event = %String::from_utf8_lossy(&event), "Skipped an SSE event that is not a message.");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The transport against a fake upstream on loopback that speaks the Streamable HTTP wire
@@ -1017,6 +862,7 @@ mod tests {
     use axum::http::{HeaderMap as AxHeaders, Method as AxMethod, StatusCode as AxStatus};
     use axum::response::{IntoResponse, Response as AxResponse};
     use coffer_runtime::home::CofferHome;
+    use coffer_types::sse::SseParser;
     use futures_util::StreamExt;
     use serde_json::{Value, json};
     use tokio::sync::{mpsc, watch};
@@ -1501,61 +1347,6 @@ mod tests {
         assert_eq!(HttpTransport::new(&server(""), core).err().unwrap(), "no url is configured");
         let url = Url::parse("http://user:pw@host:1/mcp?key=k#frag").unwrap();
         assert_eq!(shown_url(&url), "http://host:1/mcp");
-    }
-
-    fn parse(chunks: &[&[u8]]) -> (Vec<String>, SseParser) {
-        let mut p = SseParser::default();
-        let mut out = Vec::new();
-        for c in chunks {
-            p.feed(c, &mut out);
-        }
-        (out.into_iter().map(|d| String::from_utf8(d).unwrap()).collect(), p)
-    }
-
-    #[test]
-    fn sse_parser_follows_the_event_stream_rules() {
-        // CRLF split across chunks, a BOM, comments, multi-line data, no space after the colon.
-        let (events, p) =
-            parse(&[b"\xEF\xBB\xBFdata: a\r", b"\ndata:b\r\n: comment\r\n\r\nid: 7\nretry: 250\ndata\n\n"]);
-        // (`data` alone is an empty data field: an event with empty data, not passed on.)
-        assert_eq!(events, vec!["a\nb".to_owned()]);
-        assert_eq!(p.last_event_id.as_deref(), Some("7"));
-        assert_eq!(p.retry, Some(Duration::from_millis(250)));
-        // A priming event: an id and no data updates the id and dispatches nothing.
-        let (events, p) = parse(&[b"id: prime-1\n\n", b"event: ping\ndata: x\n\n", b"data: {\"k\":1}\n", b"\n"]);
-        assert_eq!(events, vec!["{\"k\":1}".to_owned()]);
-        assert_eq!(p.last_event_id.as_deref(), Some("prime-1"));
-        assert_eq!(p.events, 3);
-        // CR alone ends lines; an unfinished event at the end is not dispatched.
-        let (events, _) = parse(&[b"data: one\r\rdata: two"]);
-        assert_eq!(events, vec!["one".to_owned()]);
-        // An invalid retry is ignored; an id with NUL is ignored.
-        let (_, p) = parse(&[b"retry: 1s\nid: a\0b\n\n"]);
-        assert_eq!((p.retry, p.last_event_id), (None, None));
-    }
-
-    #[test]
-    fn sse_parser_takes_long_lines_in_many_chunks_and_drops_oversized_events() {
-        let big = "x".repeat(1 << 20);
-        let mut p = SseParser::default();
-        let mut out = Vec::new();
-        p.feed(b"data: ", &mut out);
-        for piece in big.as_bytes().chunks(1000) {
-            p.feed(piece, &mut out);
-        }
-        p.feed(b"\n\n", &mut out);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].len(), big.len());
-
-        out.clear();
-        let huge = vec![b'y'; 1 << 20];
-        p.feed(b"data: ", &mut out);
-        for _ in 0..(MAX_FRAME >> 20) + 1 {
-            p.feed(&huge, &mut out);
-        }
-        p.feed(b"\n\ndata: after\n\n", &mut out);
-        assert!(p.take_oversized());
-        assert_eq!(out, vec![b"after".to_vec()]);
     }
 
     #[test]
