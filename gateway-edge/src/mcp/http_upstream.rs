@@ -862,7 +862,6 @@ mod tests {
     use axum::http::{HeaderMap as AxHeaders, Method as AxMethod, StatusCode as AxStatus};
     use axum::response::{IntoResponse, Response as AxResponse};
     use coffer_runtime::home::CofferHome;
-    use coffer_types::sse::SseParser;
     use futures_util::StreamExt;
     use serde_json::{Value, json};
     use tokio::sync::{mpsc, watch};
