@@ -98,7 +98,7 @@ pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
     min: 1,
     max: 86_400_000,
     unit: "milliseconds",
-    description: "how long a list waits for servers not listed yet before it answers with what is ready",
+    description: "how long an MCP client's list waits for servers not listed yet before it answers with what is ready (REST and the CLI wait up to `gateway.list_timeout_ms`)",
 };
 /// How long a tool-broker session (an in-house caller's, e.g. one per conversation) may stay
 /// idle before it ends and its upstream children stop.
