@@ -485,7 +485,17 @@ pub fn json_edit_coffer(
     let mut doc: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
     } else {
-        serde_json::from_str(text).map_err(|e| format!("not valid JSON at line {} column {}", e.line(), e.column()))?
+        serde_json::from_str(text).map_err(|e| {
+            // JSON with comments (VS Code's files may have them) is valid to its client, but
+            // rewriting it would drop the comments: say so, and how to add the entry by hand.
+            if serde_json::from_str::<Value>(&crate::commands::import::strip_jsonc(text)).is_ok() {
+                "it has comments or trailing commas (JSON with comments), which rewriting it would lose; add the \
+                 entry by hand: `--print` shows it"
+                    .to_owned()
+            } else {
+                format!("not valid JSON at line {} column {}", e.line(), e.column())
+            }
+        })?
     };
     let root = doc.as_object_mut().ok_or("the file is not a JSON object")?;
     let outcome = if remove {
@@ -661,6 +671,15 @@ mod tests {
         let v: Value = serde_json::from_str(&removed).unwrap();
         assert_eq!(v["mcpServers"], json!({"fs": {"command": "npx"}}));
         assert_eq!(json_edit_coffer(&removed, "mcpServers", &entry(), true).unwrap(), (Outcome::Absent, None));
+    }
+
+    #[test]
+    fn json_with_comments_is_left_alone_with_a_way_forward() {
+        let text = "{\n  // my servers\n  \"servers\": {\"fs\": {\"command\": \"npx\"},},\n}\n";
+        let e = json_edit_coffer(text, "servers", &entry(), false).unwrap_err();
+        assert!(e.contains("comments or trailing commas") && e.contains("--print"), "{e}");
+        let e = json_edit_coffer("{\"servers\": ", "servers", &entry(), false).unwrap_err();
+        assert!(e.starts_with("not valid JSON at line 1"), "{e}");
     }
 
     #[test]
