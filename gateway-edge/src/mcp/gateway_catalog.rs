@@ -339,7 +339,12 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
             // Recorded by the fetch itself.
             Ok(Err(_)) => ok = false,
             Err(_) => {
-                let msg = format!("{} took longer than {} ms", kind.method(), deadline.as_millis());
+                // The deadline covers the start too: say which part did not finish.
+                let msg = if s.running_upstreams().contains(&server.name) {
+                    format!("{} took longer than {} ms", kind.method(), deadline.as_millis())
+                } else {
+                    format!("did not start and answer initialize within {} ms", deadline.as_millis())
+                };
                 shared.health.failed(&server.name, &msg);
                 shared.lists.failed(&server.name, generation, &msg);
                 ok = false;

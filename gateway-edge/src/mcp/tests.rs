@@ -900,3 +900,29 @@ mod broker {
         b.close_all().await;
     }
 }
+
+/// A server that never answers `initialize` is reported as such by the catalog's background
+/// start, not as a list that took too long (newcomer finding).
+#[tokio::test]
+async fn a_server_that_never_answers_initialize_is_reported_as_not_started() {
+    let home = tempfile::tempdir().unwrap();
+    let hung = McpServer {
+        name: "hung".into(),
+        transport: coffer_proto::store::Transport::Stdio as i32,
+        command: "/bin/sh".into(),
+        args: vec!["-c".into(), "exec sleep 30".into()],
+        cwd: home.path().display().to_string(),
+        enabled: true,
+        version: 1,
+        ..Default::default()
+    };
+    let snap = with_settings(snapshot(vec![hung.clone()], &[]), &[("gateway.list_timeout_ms", "300")]);
+    let h = Harness::new(snap);
+    let client =
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    super::gateway_catalog::warm(h.shared.clone(), hung, client).await;
+    let st = upstream_status(&h, "hung");
+    let error = st["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("did not start and answer initialize within 300 ms"), "{st}");
+    assert!(!error.contains("tools/list"), "{st}");
+}
