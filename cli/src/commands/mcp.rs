@@ -255,7 +255,7 @@ struct Moved {
 /// # Errors
 /// API errors listing or storing credentials.
 async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result<Vec<Moved>, CliError> {
-    use coffer_types::secrets::{MAX_CREDENTIAL_NAME, credential_name, is_secret};
+    use coffer_types::secrets::{MAX_CREDENTIAL_NAME, credential_name, is_secret, unique};
     let mut found = Vec::new();
     for (field, flag) in [("env", "--env"), ("headers", "--header")] {
         if let Some(map) = body[field].as_object() {
@@ -279,14 +279,8 @@ async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result
     let mut moved = Vec::new();
     for (field, flag, key, value) in found {
         let base = credential_name(server, &key);
-        let credential = std::iter::once(base.clone())
-            .chain((2..).map(|n| {
-                let suffix = format!("-{n}");
-                let stem: String = base.chars().take(MAX_CREDENTIAL_NAME - suffix.len()).collect();
-                format!("{stem}{suffix}")
-            }))
-            .find(|c| !taken.contains(c))
-            .expect("some suffix is free");
+        let credential =
+            if taken.contains(&base) { unique(&base, MAX_CREDENTIAL_NAME, |n| taken.contains(n)) } else { base };
         let put = api.request(reqwest::Method::PUT, &format!("/v1/credentials/{}", path_segment(&credential)));
         if let Err(e) = api.send(put.json(&json!({"value": value}))).await {
             remove_credentials(api, &moved).await;

@@ -301,15 +301,7 @@ mod tests {
         assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
         assert_eq!((row.duration_ms, row.outcome().as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
         assert_eq!(row.actor, "mcp");
-        for o in [
-            Outcome::Ok,
-            Outcome::UpstreamError,
-            Outcome::Disabled,
-            Outcome::Timeout,
-            Outcome::Unreachable,
-            Outcome::Invalid,
-            Outcome::Cancelled,
-        ] {
+        for &o in Outcome::ALL {
             assert_eq!(outcome(o).as_str(), o.as_str());
         }
     }

@@ -295,22 +295,10 @@ pub fn derive_name(original: &str) -> String {
     if out.is_empty() { "server".into() } else { out.to_owned() }
 }
 
-/// `base` with the first suffix `-2`, `-3`, … that `taken` refuses, cut to fit `max` chars.
-fn unique(base: &str, max: usize, taken: impl Fn(&str) -> bool) -> String {
-    (2..)
-        .map(|n| {
-            let suffix = format!("-{n}");
-            let stem: String = base.chars().take(max.saturating_sub(suffix.len())).collect();
-            format!("{}{suffix}", stem.trim_end_matches(['-', '_', '.']))
-        })
-        .find(|c| !taken(c))
-        .expect("some suffix is free")
-}
-
 // ---------------------------------------------------------------------------------------------
 // Secrets.
 
-pub use coffer_types::secrets::{credential_name, is_secret, looks_like_token};
+pub use coffer_types::secrets::{credential_name, is_secret, looks_like_token, unique};
 
 // ---------------------------------------------------------------------------------------------
 // Planning.

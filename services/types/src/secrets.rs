@@ -98,6 +98,19 @@ pub fn credential_name(server: &str, var: &str) -> String {
     name
 }
 
+/// `base` with the first suffix `-2`, `-3`, … that `taken` refuses, cut to fit `max` characters
+/// (a credential or server name that must not replace an existing one).
+pub fn unique(base: &str, max: usize, taken: impl Fn(&str) -> bool) -> String {
+    (2..)
+        .map(|n| {
+            let suffix = format!("-{n}");
+            let stem: String = base.chars().take(max.saturating_sub(suffix.len())).collect();
+            format!("{}{suffix}", stem.trim_end_matches(['-', '_', '.']))
+        })
+        .find(|c| !taken(c))
+        .expect("some suffix is free")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
