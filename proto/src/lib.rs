@@ -15,11 +15,18 @@ pub mod gateway {
     tonic::include_proto!("coffer.gateway.v1");
 }
 
+/// `coffer.retrieval.v1`: knowledge bases, memory and skills, served by `coffer-retrieval`
+/// ([`retrieval_client::RetrievalClient`], [`retrieval_server::Retrieval`]); the status mapping
+/// is documented in `proto/retrieval.proto`.
+pub mod retrieval {
+    tonic::include_proto!("coffer.retrieval.v1");
+}
+
 /// `coffer.store.v1`: typed access to `coffer.db` through the store, one gRPC service per
 /// domain, all served by `coffer-store`: [`registry_client::RegistryClient`],
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],
 /// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
-/// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`] (and their
+/// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`] (and their
 /// `*_server` counterparts).
 ///
 /// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
@@ -77,6 +84,8 @@ pub mod store {
         Credential => "credential",
     });
     words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });
+    words!(KnowledgeBaseKind { Folder => "folder", Memory => "memory" });
+    words!(MatchMode { All => "all", Any => "any" });
 
     // Hand-written Debug for the messages that carry credential values (their generated one is
     // skipped in build.rs): names only, never a value.
