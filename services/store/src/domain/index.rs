@@ -6,6 +6,9 @@
 //! `kb_vector_config`).
 //!
 //! Every write is one transaction on the store's writer thread; queries run on the reader pool.
+//! `VectorQuery` scans [`Vectors`], an in-memory copy of `kb_vectors` that those writes keep in
+//! step (exact cosine, several times faster than sqlite-vec 0.1.9's scalar KNN); when the
+//! vectors exceed its cap it uses sqlite-vec's KNN instead.
 //! Index writes produce no change rows (they are derived data, written at file-scan rates) and
 //! no audit rows (the user's actions are audited where they are taken).
 //!
