@@ -124,7 +124,8 @@ async fn knowledge_bases_over_rest_with_bad_input_refused_by_name() -> anyhow::R
         .await?
         .expect_envelope(400, "INVALID_ARGUMENT")?;
     ensure!(e["message"].as_str().is_some_and(|m| m.contains("absolute")), "{e}");
-    let escape = format!("{}/../../{}", dir.display(), home.root().strip_prefix("/")?.join("logs").display());
+    // `notes/../home/logs`: through `..` into COFFER_HOME.
+    let escape = dir.join("..").join(home.root().strip_prefix(home.temp())?).join("logs").display().to_string();
     let e = post("/v1/knowledge", json!({"name": "esc", "path": escape}))
         .await?
         .expect_envelope(400, "INVALID_ARGUMENT")?;
@@ -156,9 +157,11 @@ async fn knowledge_bases_over_rest_with_bad_input_refused_by_name() -> anyhow::R
         .reply()
         .await?;
     r.expect_envelope(400, "BAD_REQUEST")?;
-    let big = format!("{{\"query\": \"{}\"}}", "x".repeat(3 * 1024 * 1024));
-    let r = api.post("/v1/knowledge/search").header("Content-Type", "application/json").body(big).reply().await?;
-    r.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
+    // Over the 2 MiB limit, on a connection of its own (the edge closes it unread).
+    let headers = [("Content-Type", "application/json".to_owned()), ("Content-Length", (3 * 1024 * 1024).to_string())];
+    api.raw("POST", "/v1/knowledge/search", &headers, b"{\"query\": \"")
+        .await?
+        .expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
     post("/v1/knowledge/reindex", json!({"kb": "nosuch"})).await?.expect_envelope(404, "NOT_FOUND")?;
 
     // The routes are behind the same checks as every other.
