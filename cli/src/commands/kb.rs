@@ -19,6 +19,10 @@ use crate::output::{self, cell, printable, render_fields, render_table, render_t
 /// Engines a search may be limited to.
 pub const ENGINES: &[&str] = &["grep", "keyword", "vector"];
 
+/// The progress bar of `kb reindex` on a terminal: bytes drive the bar and the ETA, the message
+/// says files done of total.
+pub const BAR_TEMPLATE: &str = "{spinner} {msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ETA {eta}";
+
 /// How often `kb reindex` asks how the pass is going.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -915,6 +919,11 @@ mod tests {
             render_results(&json!({"results": [], "engines": [], "took_ms": 0}), false),
             "No results\nengines: -, 0 ms\n"
         );
+    }
+
+    #[test]
+    fn the_bar_template_is_valid() {
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
     }
 
     #[test]
