@@ -20,6 +20,7 @@ mod environment;
 mod gateway;
 mod http_upstream;
 mod internal_auth;
+mod knowledge;
 mod mcp_stream;
 mod openapi;
 mod peers;
