@@ -6,3 +6,5 @@ pub fn main_entry() -> std::process::ExitCode {
     use coffer_runtime::{identity::Identity, service};
     service::service_main(Identity::Retrieval, service::run_health_only)
 }
+
+pub mod terms;
