@@ -8,3 +8,4 @@ pub fn main_entry() -> std::process::ExitCode {
 }
 
 pub mod terms;
+pub mod walk;
