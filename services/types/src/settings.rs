@@ -219,7 +219,7 @@ pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
     default_text: "",
     default: 0,
     min: 0,
-    max: 16_384,
+    max: 8192,
     unit: "dimensions, 0 = from the first answer",
     description: "embedding dimension asked of the endpoint (0: whatever it answers); changing it re-embeds every chunk",
 };
