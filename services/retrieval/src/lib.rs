@@ -107,3 +107,4 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
 pub mod markdown;
 pub mod terms;
 pub mod walk;
+pub mod markdown;
