@@ -507,3 +507,135 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
     }
     Ok(())
 }
+
+/// A tiny OpenAI-compatible `/v1/embeddings` on loopback for this file (the shared fake in
+/// `coffer_tests::embeddings` supersedes it once it lands): deterministic bag-of-words vectors
+/// of [`FAKE_DIM`] dimensions; its mode switches to an endpoint that is down or answers the
+/// wrong dimension or garbage.
+mod fake_embeddings {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use axum::Json;
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    pub const FAKE_DIM: usize = 32;
+    pub const OK: u8 = 0;
+    pub const DOWN: u8 = 1;
+    pub const WRONG_DIMENSION: u8 = 2;
+    pub const GARBAGE: u8 = 3;
+
+    pub fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; FAKE_DIM];
+        for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+            let h = w
+                .to_lowercase()
+                .bytes()
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            v[(h % FAKE_DIM as u64) as usize] += 1.0;
+        }
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter().map(|x| x / n).collect()
+    }
+
+    async fn embeddings(State(mode): State<Arc<AtomicU8>>, Json(body): Json<Value>) -> Response {
+        let inputs: Vec<String> = match &body["input"] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+            _ => return (StatusCode::BAD_REQUEST, "input").into_response(),
+        };
+        match mode.load(Ordering::Relaxed) {
+            DOWN => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+            GARBAGE => Json(json!({"data": "not a list"})).into_response(),
+            m => {
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let mut v = vector(t);
+                        if m == WRONG_DIMENSION {
+                            v.truncate(FAKE_DIM / 2);
+                        }
+                        json!({"object": "embedding", "index": i, "embedding": v})
+                    })
+                    .collect();
+                Json(json!({"object": "list", "model": body["model"], "data": data})).into_response()
+            }
+        }
+    }
+
+    /// Serves on 127.0.0.1:0 until dropped; returns the base URL (`http://127.0.0.1:N/v1`).
+    pub async fn start(mode: Arc<AtomicU8>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/v1", listener.local_addr()?);
+        let app = Router::new().route("/v1/embeddings", axum::routing::post(embeddings)).with_state(mode);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok((url, task))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let mode = Arc::new(AtomicU8::new(fake_embeddings::OK));
+    let (url, server) = fake_embeddings::start(mode.clone()).await?;
+    let home = TestHome::new()?;
+    let dir = home.temp().join("notes");
+    write(&dir.join("zebra.md"), "# Savanna\n\nzebra stripes on the savanna grass\n")?;
+    write(&dir.join("compiler.md"), "# Compilers\n\nloop unrolling and register allocation\n")?;
+    let api = home.start_daemon().await?;
+    let mut c = client(&api).await?;
+    c.add_knowledge_base(AddKnowledgeBaseRequest {
+        name: "notes".into(),
+        path: dir.display().to_string(),
+        ..Default::default()
+    })
+    .await?;
+    indexed(&c, "notes", 1, Some(2)).await?;
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.embeddings.url": url, "retrieval.embeddings.model": "fake-bow", "retrieval.embeddings.dimensions": "32"}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    wait_for("every chunk embedded", Duration::from_secs(20), || {
+        let mut c = c.clone();
+        async move {
+            let st = c.status(StatusRequest {}).await?.into_inner();
+            let kb = st.knowledge_bases.iter().find(|k| k.name == "notes").context("notes")?;
+            let vector = st.engines.iter().find(|e| e.name == "vector").context("vector")?;
+            Ok((vector.enabled && kb.chunks > 0 && kb.embedded == kb.chunks).then_some(()))
+        }
+    })
+    .await?;
+    let st = c.status(StatusRequest {}).await?.into_inner();
+    assert!(st.engines[2].detail.starts_with("fake-bow (32) at http://127.0.0.1:"), "{:?}", st.engines[2]);
+    let r = c.search(search("zebra savanna", &[], &["vector"])).await?.into_inner();
+    assert_eq!(engine(&r, "vector").state, EngineState::Ok as i32, "{r:?}");
+    assert_eq!(r.results.first().map(|x| x.path.as_str()), Some("zebra.md"), "{r:?}");
+
+    // Down, wrong dimension, garbage: keyword and grep still answer; the vector engine is named.
+    for (m, words) in [
+        (fake_embeddings::DOWN, "503"),
+        (fake_embeddings::WRONG_DIMENSION, "dimensions"),
+        (fake_embeddings::GARBAGE, ""),
+    ] {
+        mode.store(m, Ordering::Relaxed);
+        let r = c.search(search("zebra", &[], &[])).await?.into_inner();
+        assert_eq!(paths(&r), BTreeSet::from(["zebra.md".to_owned()]), "mode {m}: {r:?}");
+        let v = engine(&r, "vector");
+        assert_eq!(v.state, EngineState::Failed as i32, "mode {m}: {r:?}");
+        assert!(v.message.contains(words), "mode {m}: {}", v.message);
+        assert!(r.warnings.iter().any(|w| w.starts_with("vector engine failed")), "mode {m}: {:?}", r.warnings);
+        assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
+    }
+    server.abort();
+    Ok(())
+}
