@@ -104,7 +104,9 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub mod embed;
+pub mod grep;
 pub mod markdown;
+pub mod snippet;
 pub mod terms;
 pub mod walk;
-pub mod markdown;

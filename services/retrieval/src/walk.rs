@@ -104,7 +104,7 @@ impl PathFilter {
         self.globs_accept(rel_path) && !self.ignored(rel_path, false)
     }
 
-    fn globs_accept(&self, rel_path: &str) -> bool {
+    pub(crate) fn globs_accept(&self, rel_path: &str) -> bool {
         self.include.is_match(rel_path) && !self.exclude.is_match(rel_path) && !self.excluded_parent(rel_path)
     }
 
@@ -193,7 +193,7 @@ fn filter_for(root: &Path, spec: &WalkSpec) -> Result<PathFilter, WalkError> {
 
 /// The path of `p` relative to `root`, `/`-separated; `None` when `p` is not under `root` or
 /// a component is not UTF-8.
-fn rel_of(root: &Path, p: &Path) -> Option<String> {
+pub(crate) fn rel_of(root: &Path, p: &Path) -> Option<String> {
     let rel = p.strip_prefix(root).ok()?;
     let mut out = String::new();
     for c in rel.components() {
