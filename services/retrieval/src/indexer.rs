@@ -93,7 +93,7 @@ pub fn unindexable(bytes: &[u8], max: u64) -> Option<String> {
 }
 
 fn too_large(max: u64) -> String {
-    if max % (1024 * 1024) == 0 {
+    if max.is_multiple_of(1024 * 1024) {
         format!("larger than the {} MiB limit (retrieval.max_file_bytes)", max / (1024 * 1024))
     } else {
         format!("larger than the {max}-byte limit (retrieval.max_file_bytes)")
@@ -178,6 +178,9 @@ pub fn relative(root: &Path, p: &Path) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("/"))
 }
 
+/// A per-path lock's key: (KB, path relative to its root).
+type PathKey = (String, String);
+
 /// One KB's live state: progress of its passes, the watcher, what the last walk reported.
 pub struct KbRuntime {
     name: String,
@@ -239,7 +242,7 @@ pub struct Indexer {
     sources: Arc<Sources>,
     config: ConfigRx,
     kbs: Mutex<BTreeMap<String, Arc<KbRuntime>>>,
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<PathKey, Arc<tokio::sync::Mutex<()>>>>,
     /// Woken after chunks were added (the embedder has work).
     pub embed_wake: Arc<Notify>,
     shutdown: CancellationToken,
@@ -615,7 +618,7 @@ impl Indexer {
 /// A held per-path lock; the map entry goes when nobody else waits on it.
 struct PathGuard<'a> {
     indexer: &'a Indexer,
-    key: (String, String),
+    key: PathKey,
     lock: Arc<tokio::sync::Mutex<()>>,
     _guard: tokio::sync::OwnedMutexGuard<()>,
 }

@@ -188,10 +188,10 @@ fn other_files(folder: &Path) -> Vec<String> {
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(p);
-            } else if let Some(rel) = crate::indexer::relative(folder, &p) {
-                if rel != "SKILL.md" {
-                    out.push(rel);
-                }
+            } else if let Some(rel) = crate::indexer::relative(folder, &p)
+                && rel != "SKILL.md"
+            {
+                out.push(rel);
             }
             if out.len() >= MAX_FILES {
                 break;
