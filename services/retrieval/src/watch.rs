@@ -72,9 +72,11 @@ mod tests {
     async fn an_edit_arrives_as_one_batch_and_a_missing_folder_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
+        // The folder exists before watching: a file written into a folder created a moment
+        // earlier can beat inotify's watch on it (the indexer rescans on a folder event).
+        std::fs::create_dir(root.join("sub")).unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
         let _w = start(&root, tx).unwrap();
-        std::fs::create_dir(root.join("sub")).unwrap();
         std::fs::write(root.join("sub").join("a.md"), "one").unwrap();
         let mut seen = Vec::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
