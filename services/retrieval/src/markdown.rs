@@ -142,34 +142,12 @@ fn is_closing_fence(line: &str) -> bool {
 /// [`MAX_FRONT_MATTER_DEPTH`], more than [`MAX_FRONT_MATTER_VALUES`] values (alias bombs
 /// included), an unknown alias, or a key that is not a scalar.
 pub fn parse_front_matter(text: &str) -> Result<(Option<FrontMatter>, usize), MarkdownError> {
-    let bom = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
-    let s = &text[bom..];
-    let mut lines = line_ranges(s);
-    let Some(first) = lines.next() else { return Ok((None, 0)) };
-    let opening = strip_cr(&s[first.clone()]);
-    if !opening.starts_with("---") || opening.len() < 3 || !opening[3..].bytes().all(|b| b.is_ascii_whitespace()) {
-        return Ok((None, 0));
-    }
-    // The first line inside may be neither blank nor a closing fence (else `---` is a rule).
-    let mut close = None;
-    for (n, r) in lines.enumerate() {
-        let line = &s[r.clone()];
-        if n == 0 && (line.trim().is_empty() || is_closing_fence(line)) {
-            return Ok((None, 0));
-        }
-        if is_closing_fence(line) {
-            close = Some((n + 2, (r.end + 1).min(s.len())));
-            break;
-        }
-    }
-    let Some((_close_line, body_start)) = close else { return Ok((None, 0)) };
-    if body_start > MAX_FRONT_MATTER_BYTES {
-        return Err(fm_error(1, format!("longer than the {} KiB limit", MAX_FRONT_MATTER_BYTES / 1024)));
-    }
-    // pulldown-cmark has the last word on what the metadata block holds (and where it ends).
-    let yaml = match metadata_block(&s[..body_start]) {
-        Some(y) => y,
+    let (body_start, yaml) = match front_matter_block(text) {
         None => return Ok((None, 0)),
+        Some((_, None)) => {
+            return Err(fm_error(1, format!("longer than the {} KiB limit", MAX_FRONT_MATTER_BYTES / 1024)));
+        }
+        Some((body_start, Some(yaml))) => (body_start, yaml),
     };
     let value = yaml_to_json(&yaml).map_err(|(line, msg)| fm_error(line + 1, msg))?;
     let fields = match value {
@@ -183,7 +161,40 @@ pub fn parse_front_matter(text: &str) -> Result<(Option<FrontMatter>, usize), Ma
         _ => None,
     };
     let tags = tags_of(fields.get("tags").or_else(|| fields.get("tag")));
-    Ok((Some(FrontMatter { fields, title, tags }), bom + body_start))
+    Ok((Some(FrontMatter { fields, title, tags }), body_start))
+}
+
+/// The metadata block that opens `text`, whatever its YAML holds: the byte offset where the
+/// body starts (a BOM counted) and the YAML text (`None` when the block is longer than
+/// [`MAX_FRONT_MATTER_BYTES`]). `None` when the file has no such block.
+fn front_matter_block(text: &str) -> Option<(usize, Option<String>)> {
+    let bom = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
+    let s = &text[bom..];
+    let mut lines = line_ranges(s);
+    let first = lines.next()?;
+    let opening = strip_cr(&s[first.clone()]);
+    if !opening.starts_with("---") || !opening[3..].bytes().all(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    // The first line inside may be neither blank nor a closing fence (else `---` is a rule).
+    let mut body_start = None;
+    for (n, r) in lines.enumerate() {
+        let line = &s[r.clone()];
+        if n == 0 && (line.trim().is_empty() || is_closing_fence(line)) {
+            return None;
+        }
+        if is_closing_fence(line) {
+            body_start = Some((r.end + 1).min(s.len()));
+            break;
+        }
+    }
+    let body_start = body_start?;
+    if body_start > MAX_FRONT_MATTER_BYTES {
+        return Some((bom + body_start, None));
+    }
+    // pulldown-cmark has the last word on what the metadata block holds.
+    let yaml = metadata_block(&s[..body_start])?;
+    Some((bom + body_start, Some(yaml)))
 }
 
 /// The text of the YAML metadata block that opens `prefix`, as pulldown-cmark reads it.
@@ -525,9 +536,37 @@ struct Section {
 ///
 /// # Errors
 /// [`MarkdownError::FrontMatter`] when the front matter is malformed (the caller decides:
-/// a note can still be indexed without it, a skill is excluded); [`MarkdownError::Options`]
+/// a skill is excluded; a note is indexed without it through [`parse_lenient`]);
+/// [`MarkdownError::Options`]
 /// for `max_chars < 16` or `overlap_chars >= max_chars / 2`.
 pub fn parse(text: &str, fallback_title: &str, opts: &ChunkOptions) -> Result<Document, MarkdownError> {
+    check_options(opts)?;
+    let (front_matter, body_start) = parse_front_matter(text)?;
+    Ok(parse_body(text, fallback_title, opts, front_matter, body_start))
+}
+
+/// Like [`parse`], but a malformed front matter does not stop the document: its block is
+/// skipped (never indexed as prose), the document has no front matter, and the front matter
+/// error comes back beside it, for the caller to report (a KB note is still searchable).
+///
+/// # Errors
+/// Only [`MarkdownError::Options`].
+pub fn parse_lenient(
+    text: &str,
+    fallback_title: &str,
+    opts: &ChunkOptions,
+) -> Result<(Document, Option<MarkdownError>), MarkdownError> {
+    check_options(opts)?;
+    match parse_front_matter(text) {
+        Ok((front_matter, body_start)) => Ok((parse_body(text, fallback_title, opts, front_matter, body_start), None)),
+        Err(e) => {
+            let body_start = front_matter_block(text).map_or(0, |(b, _)| b);
+            Ok((parse_body(text, fallback_title, opts, None, body_start), Some(e)))
+        }
+    }
+}
+
+fn check_options(opts: &ChunkOptions) -> Result<(), MarkdownError> {
     if opts.max_chars < 16 {
         return Err(MarkdownError::Options(format!("max_chars is {}; at least 16", opts.max_chars)));
     }
@@ -537,7 +576,16 @@ pub fn parse(text: &str, fallback_title: &str, opts: &ChunkOptions) -> Result<Do
             opts.overlap_chars, opts.max_chars
         )));
     }
-    let (front_matter, body_start) = parse_front_matter(text)?;
+    Ok(())
+}
+
+fn parse_body(
+    text: &str,
+    fallback_title: &str,
+    opts: &ChunkOptions,
+    front_matter: Option<FrontMatter>,
+    body_start: usize,
+) -> Document {
     let lines = Lines::new(text);
     // `body_start` is the start of a line (just after the closing fence's `\n`) or the end.
     let body_first = if body_start >= text.len() { lines.len() } else { lines.line_of(body_start) };
@@ -627,7 +675,7 @@ pub fn parse(text: &str, fallback_title: &str, opts: &ChunkOptions) -> Result<Do
         }
         chunk_section(&lines, &line_chars, &cut_after, s, opts, &mut chunks);
     }
-    Ok(Document { front_matter, title, chunks, body_line })
+    Document { front_matter, title, chunks, body_line }
 }
 
 fn make_chunk(path: &[String], first: usize, last: usize, text: String) -> Chunk {

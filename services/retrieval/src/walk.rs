@@ -249,10 +249,9 @@ impl Prepared {
         if sorted {
             b.sort_by_file_name(|a, b| a.cmp(b));
         }
-        let root = self.root.clone();
-        let exclude = self.filter.exclude.clone();
+        let filter = self.filter.clone();
         let issues = self.issues.clone();
-        b.filter_entry(move |entry| admit(&root, &exclude, &issues, entry));
+        b.filter_entry(move |entry| admit(&filter, &issues, entry));
         b
     }
 
@@ -320,6 +319,21 @@ impl Prepared {
                     return;
                 }
                 ignore::Error::Partial(_) => return, // a partly bad ignore file: the good lines apply
+                ignore::Error::Io(io) => {
+                    let Some(p) = path.as_deref() else { return };
+                    let rel = lossy_rel(&self.root, p);
+                    if io.kind() == std::io::ErrorKind::NotFound {
+                        // A dangling symlink (or a file gone meanwhile): worth a word only
+                        // when it would be a document.
+                        let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+                        if is_link && self.filter.globs_accept(&rel) {
+                            self.issue(rel, "symlink target does not exist");
+                        }
+                        return;
+                    }
+                    self.issue(rel, format!("cannot read: {io}"));
+                    return;
+                }
                 other => {
                     let rel = path.as_deref().map(|p| lossy_rel(&self.root, p)).unwrap_or_default();
                     // Problems in ignore files are not problems with documents.
@@ -338,28 +352,42 @@ impl Prepared {
 }
 
 /// The walker's entry filter: prunes excluded folders and symlinks whose target leaves the
-/// root (recording an issue for each such link).
-fn admit(root: &Path, exclude: &GlobSet, issues: &Mutex<Vec<WalkIssue>>, entry: &DirEntry) -> bool {
+/// root (recording an issue for each such link to a folder or to a file the globs include).
+fn admit(filter: &PathFilter, issues: &Mutex<Vec<WalkIssue>>, entry: &DirEntry) -> bool {
+    let root = filter.root.as_path();
     if entry.depth() == 0 {
         return true;
     }
     if entry.path_is_symlink() {
         match std::fs::canonicalize(entry.path()) {
             Ok(target) if target.starts_with(root) => {}
-            Ok(_) => {
+            Ok(target) => {
+                let rel = rel_of(root, entry.path());
+                let document = rel.as_deref().is_some_and(|r| filter.globs_accept(r));
+                if !target.is_dir() && !document {
+                    return false;
+                }
                 issues.lock().expect("walk issues").push(WalkIssue {
                     rel_path: lossy_rel(root, entry.path()),
                     error: "symlink points outside the knowledge base folder (not followed)".to_owned(),
                 });
                 return false;
             }
-            // A dangling link: nothing to index, nothing to report unless it would be a document.
-            Err(_) => return false,
+            // A dangling link: nothing to index; reported when it would be a document.
+            Err(_) => {
+                if rel_of(root, entry.path()).is_some_and(|r| filter.globs_accept(&r)) {
+                    issues.lock().expect("walk issues").push(WalkIssue {
+                        rel_path: lossy_rel(root, entry.path()),
+                        error: "symlink target does not exist".to_owned(),
+                    });
+                }
+                return false;
+            }
         }
     }
     if entry.file_type().is_some_and(|t| t.is_dir())
         && let Some(rel) = rel_of(root, entry.path())
-        && exclude.is_match(&rel)
+        && filter.exclude.is_match(&rel)
     {
         return false;
     }

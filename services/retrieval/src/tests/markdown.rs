@@ -372,3 +372,33 @@ fn bad_options_are_refused() {
     assert!(matches!(parse("x", "s", &opts(100, 50)), Err(MarkdownError::Options(_))));
     assert!(parse("x", "s", &opts(100, 49)).is_ok());
 }
+
+#[test]
+fn lenient_parse_skips_a_malformed_block_and_reports_it() {
+    let text = "---\ntitle: [unclosed\nsecret_field: x\n---\n# Note\n\nbody words\n";
+    assert!(parse(text, "stem", &ChunkOptions::default()).is_err());
+    let (d, err) = parse_lenient(text, "stem", &ChunkOptions::default()).expect("lenient");
+    assert!(matches!(err, Some(MarkdownError::FrontMatter { .. })), "{err:?}");
+    assert!(d.front_matter.is_none());
+    assert_eq!(d.title, "Note");
+    assert_eq!(d.body_line, 5);
+    assert_eq!(d.chunks.len(), 1);
+    assert!(!d.chunks[0].text.contains("secret_field"));
+    assert_eq!((d.chunks[0].line_start, d.chunks[0].line_end), (5, 7));
+    // Over the size limit: skipped the same way.
+    let mut huge = String::from("---\n");
+    while huge.len() <= MAX_FRONT_MATTER_BYTES {
+        huge.push_str("k: v\n");
+    }
+    huge.push_str("---\nafter\n");
+    let (d, err) = parse_lenient(&huge, "stem", &ChunkOptions::default()).expect("lenient");
+    assert!(err.is_some());
+    assert_eq!(d.chunks.len(), 1);
+    assert_eq!(d.chunks[0].text, "after");
+    // Valid front matter: the same as parse, no error.
+    let ok = "---\ntitle: T\n---\nx\n";
+    let (d, err) = parse_lenient(ok, "stem", &ChunkOptions::default()).expect("lenient");
+    assert!(err.is_none());
+    assert_eq!(d, parse(ok, "stem", &ChunkOptions::default()).expect("parse"));
+    assert!(matches!(parse_lenient(ok, "s", &opts(4, 0)), Err(MarkdownError::Options(_))));
+}

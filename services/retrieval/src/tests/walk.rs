@@ -135,6 +135,12 @@ fn symlinks_that_escape_are_refused_and_inside_ones_listed_once() {
     let escaped: Vec<&str> =
         issues.iter().filter(|i| i.error.contains("outside")).map(|i| i.rel_path.as_str()).collect();
     assert_eq!(escaped, vec!["leak.md", "out"]);
+    assert!(issues.iter().any(|i| i.rel_path == "dangling.md" && i.error.contains("does not exist")), "{issues:?}");
+    // A link to an outside file that is no document is no issue either.
+    symlink(outside.path().join("leak.md"), root.join("notes.txt")).expect("symlink txt");
+    symlink(root.join("nowhere"), root.join("dangling.txt")).expect("dangling txt");
+    let (_, issues2) = rels(&spec(root));
+    assert_eq!(issues2, issues);
 }
 
 #[test]
