@@ -146,7 +146,7 @@ async fn knowledge_base_is_searched_by_each_engine_and_follows_edits() -> anyhow
     assert_eq!((hit.kb.as_str(), hit.title.as_str()), ("notes", "Tokenizer notes"));
     assert_eq!(hit.heading_path, ["Tokenizer"]);
     assert!(hit.snippet.contains("**"), "highlighted: {}", hit.snippet);
-    assert_eq!(hit.tags, ["search", "cjk"]);
+    assert_eq!(hit.tags, ["cjk", "search"], "sorted by the store");
     assert!(hit.absolute_path.ends_with("notes/tokenizer.md"), "{}", hit.absolute_path);
     assert_eq!(engine(&r, "grep").state, EngineState::Disabled as i32, "not asked");
     assert_eq!(engine(&r, "vector").state, EngineState::Disabled as i32);
@@ -259,10 +259,7 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
         (home.root().join("logs").display().to_string(), "inside COFFER_HOME"),
         ("relative/notes".to_owned(), "must be absolute"),
         (home.temp().join("absent").display().to_string(), "does not exist"),
-        (
-            format!("{}/../../{}", dir.display(), home.root().strip_prefix("/").unwrap().join("logs").display()),
-            "inside COFFER_HOME",
-        ),
+        (format!("{}/../home/logs", dir.display()), "inside COFFER_HOME"),
     ] {
         let e = c
             .add_knowledge_base(AddKnowledgeBaseRequest {
@@ -530,7 +527,7 @@ mod fake_embeddings {
     pub const GARBAGE: u8 = 3;
 
     pub fn vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0f32; FAKE_DIM];
+        let mut v = [0f32; FAKE_DIM];
         for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
             let h = w
                 .to_lowercase()
@@ -624,8 +621,8 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
     // Down, wrong dimension, garbage: keyword and grep still answer; the vector engine is named.
     for (m, words) in [
         (fake_embeddings::DOWN, "503"),
-        (fake_embeddings::WRONG_DIMENSION, "dimensions"),
-        (fake_embeddings::GARBAGE, ""),
+        (fake_embeddings::WRONG_DIMENSION, "dimension 16, expected 32"),
+        (fake_embeddings::GARBAGE, "malformed"),
     ] {
         mode.store(m, Ordering::Relaxed);
         let r = c.search(search("zebra", &[], &[])).await?.into_inner();

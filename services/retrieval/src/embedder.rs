@@ -198,10 +198,7 @@ impl Embeddings {
         let dimension = if settings.dimensions > 0 {
             settings.dimensions
         } else {
-            let probe = embedder
-                .embed(&["dimension probe".to_owned()])
-                .await
-                .map_err(|e| format!("embeddings endpoint: {e}"))?;
+            let probe = embedder.embed(&["dimension probe".to_owned()]).await.map_err(|e| e.to_string())?;
             let first = probe.first().ok_or("the embeddings endpoint answered no vector")?;
             if first.is_empty() {
                 return Err("the embeddings endpoint answered an empty vector".into());
@@ -246,8 +243,7 @@ impl Embeddings {
                     let ready = ready.clone();
                     async move {
                         let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
-                        let vectors =
-                            ready.embedder.embed(&texts).await.map_err(|e| format!("embeddings endpoint: {e}"))?;
+                        let vectors = ready.embedder.embed(&texts).await.map_err(|e| e.to_string())?;
                         if vectors.len() != batch.len() {
                             return Err(format!(
                                 "the endpoint answered {} vectors for {} inputs",

@@ -351,7 +351,7 @@ impl Searcher {
 
     async fn vector(&self, text: &str, filters: &Filters) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
         let ready = self.embeddings.ready().ok_or("the embeddings endpoint is not configured")?;
-        let mut v = ready.embedder.embed(&[text.to_owned()]).await.map_err(|e| format!("embeddings endpoint: {e}"))?;
+        let mut v = ready.embedder.embed(&[text.to_owned()]).await.map_err(|e| e.to_string())?;
         let v = v.pop().ok_or("the embeddings endpoint answered no vector")?;
         crate::embedder::check_vector(&v, ready.dimension)?;
         let hits = self
