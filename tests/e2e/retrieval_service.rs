@@ -233,6 +233,22 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
     let r = c.search(search("platypus", &[], &[])).await?.into_inner();
     assert!(r.results.is_empty(), "a link out of the folder is not part of it: {r:?}");
 
+    // A 50 MB markdown file is refused by its size (never read), naming the 16 MiB limit.
+    let huge = std::fs::File::create(dir.join("huge.md"))?;
+    huge.set_len(50 * 1024 * 1024)?;
+    drop(huge);
+    c.reindex(ReindexRequest { kb: "notes".into(), clean: false }).await?;
+    let error = wait_for("huge.md refused by size", INDEXED, || {
+        let mut c = c.clone();
+        async move {
+            let info = c.get_knowledge_base(KnowledgeBaseName { name: "notes".into() }).await?.into_inner();
+            Ok(info.errors.iter().find(|e| e.path == "huge.md").map(|e| e.error.clone()))
+        }
+    })
+    .await?;
+    assert_eq!(error, "larger than the 16 MiB limit (retrieval.max_file_bytes)");
+    std::fs::remove_file(dir.join("huge.md"))?;
+
     // An oversized file once the limit is lowered; the message names the limit.
     let r = api
         .request(reqwest::Method::PATCH, "/v1/settings")
@@ -634,5 +650,39 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
         assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
     }
     server.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_rewritten_while_it_is_indexed_ends_with_its_last_version() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let dir = home.temp().join("notes");
+    for i in 0..50 {
+        write(&dir.join(format!("filler{i}.md")), format!("# Filler {i}\n\nfiller text {i}\n"))?;
+    }
+    write(&dir.join("hot.md"), "# Hot\n\nversion0token\n")?;
+    let api = home.start_daemon().await?;
+    let mut c = client(&api).await?;
+    c.add_knowledge_base(AddKnowledgeBaseRequest {
+        name: "notes".into(),
+        path: dir.display().to_string(),
+        ..Default::default()
+    })
+    .await?;
+    // Rewrites race with passes (asked for between them) and with the watcher.
+    for v in 1..=30 {
+        write(&dir.join("hot.md"), format!("# Hot\n\nversion{v}token\n"))?;
+        if v % 5 == 0 {
+            c.reindex(ReindexRequest { kb: "notes".into(), clean: v == 15 }).await?;
+        }
+    }
+    finds(&c, FRESH + INDEXED, "version30token", &["keyword"], &["hot.md"]).await?;
+    indexed(&c, "notes", 1, Some(51)).await?;
+    for v in [0, 1, 15, 29] {
+        let r = c.search(search(&format!("version{v}token"), &[], &["keyword"])).await?.into_inner();
+        assert!(r.results.is_empty(), "an older version is still indexed: {r:?}");
+    }
+    let r = c.search(search("version30token", &[], &["keyword"])).await?.into_inner();
+    assert_eq!(r.results.len(), 1, "one chunk, no duplicate: {r:?}");
     Ok(())
 }
