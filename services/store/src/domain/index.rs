@@ -490,8 +490,57 @@ pub fn match_expression(terms: &[String], any: bool) -> Result<Option<String>, S
     Ok(Some(parts.join(if any { " OR " } else { " AND " })))
 }
 
-/// `KeywordQuery` on a reader (see the proto): best first, ties by KB, path, ordinal.
+/// Most rows the unfiltered keyword path joins (a tie group at the cut larger than this falls
+/// back to the full query).
+const KEYWORD_TIE_MAX: usize = 4096;
+
+/// `KeywordQuery` on a reader: best first, ties by KB, path, ordinal.
+///
+/// Without filters the ranking runs on `kb_fts` alone (`ORDER BY rank`: the weights configured
+/// in migration 0004) and only the top `limit` rows, plus every row tied with the last of them,
+/// are joined with their chunks and documents. With filters (or a huge tie group) one query
+/// joins every match and orders by (score, KB, path, ordinal).
 fn keyword_query(c: &Connection, expr: &str, f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+    let n = limit as usize;
+    if !f.restricts() {
+        let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
+        let mut complete = true;
+        {
+            let mut st = c.prepare_cached("SELECT rowid, rank FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY rank")?;
+            let mut rows = st.query([expr])?;
+            while let Some(r) = rows.next()? {
+                let (id, rank): (i64, f64) = (r.get(0)?, r.get(1)?);
+                if top.len() >= n && top[n - 1].1 != rank {
+                    break;
+                }
+                if top.len() >= KEYWORD_TIE_MAX {
+                    complete = false;
+                    break;
+                }
+                top.push((id, rank));
+            }
+        }
+        if complete {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {CHUNK_COLS} FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document"
+            ))?;
+            let mut hits = Vec::with_capacity(top.len());
+            for (id, rank) in top {
+                // A row of kb_fts always has its chunk (one transaction writes both).
+                if let Some(chunk) = st.query_row([id], chunk_at).optional()? {
+                    hits.push(ChunkHit { chunk: Some(chunk), score: -rank, lines: vec![] });
+                }
+            }
+            hits.sort_by(|a, b| {
+                let (ca, cb) = (a.chunk.as_ref().expect("chunk"), b.chunk.as_ref().expect("chunk"));
+                b.score
+                    .total_cmp(&a.score)
+                    .then_with(|| (&ca.kb, &ca.path, ca.ordinal).cmp(&(&cb.kb, &cb.path, cb.ordinal)))
+            });
+            hits.truncate(n);
+            return Ok(hits);
+        }
+    }
     let mut st = c.prepare_cached(&format!(
         "SELECT {CHUNK_COLS}, f.rank
          FROM kb_fts f CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
@@ -536,30 +585,33 @@ fn validate_vector(field: &str, v: &[f32], dimension: u32) -> Result<(), StoreEr
 fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
     let k = if f.restricts() { limit.saturating_mul(8).saturating_add(64) } else { limit.saturating_mul(2) + 16 };
     let k = k.min(VEC_K_MAX);
-    let (knn_rows, knn_max): (u32, f64) = {
-        let mut st = c.prepare_cached(
-            "SELECT COUNT(*), COALESCE(MAX(distance), 0) FROM kb_vectors WHERE embedding MATCH ?1 AND k = ?2",
-        )?;
-        st.query_row(params![blob, k], |r| Ok((r.get(0)?, r.get(1)?)))?
-    };
-    let hit = |r: &Row<'_>| -> rusqlite::Result<ChunkHit> {
-        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 1.0 - r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
-    };
-    let hits: Vec<ChunkHit> = {
+    // One KNN page, every row with whether it passes the filters, nearest first.
+    let page: Vec<(Chunk, f64, bool)> = {
         let mut st = c.prepare_cached(&format!(
             "WITH knn AS MATERIALIZED (
                  SELECT chunk_id, distance FROM kb_vectors WHERE embedding MATCH ?5 AND k = ?6)
-             SELECT {CHUNK_COLS}, knn.distance
+             SELECT {CHUNK_COLS}, knn.distance, {FILTER_SQL}
              FROM knn CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
-             WHERE c.id = knn.chunk_id AND d.id = c.document AND {FILTER_SQL}
-             ORDER BY knn.distance, d.kb, d.path, c.ordinal
-             LIMIT ?7"
+             WHERE c.id = knn.chunk_id AND d.id = c.document
+             ORDER BY knn.distance, d.kb, d.path, c.ordinal"
         ))?;
-        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, k, limit], hit)?;
+        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, k], |r| {
+            Ok((chunk_at(r)?, r.get::<_, f64>(CHUNK_NCOLS)?, r.get::<_, bool>(CHUNK_NCOLS + 1)?))
+        })?;
         rows.collect::<Result<_, _>>()?
     };
-    let complete = knn_rows < k;
-    let exact = complete || (hits.len() == limit as usize && hits.last().is_some_and(|h| 1.0 - h.score < knn_max));
+    let farthest = page.last().map(|p| p.1);
+    let complete = (page.len() as u32) < k;
+    let hits: Vec<ChunkHit> = page
+        .into_iter()
+        .filter(|p| p.2)
+        .take(limit as usize)
+        .map(|(chunk, distance, _)| ChunkHit { chunk: Some(chunk), score: 1.0 - distance, lines: vec![] })
+        .collect();
+    // Exact when the page held every vector, or when `limit` hits are strictly nearer than the
+    // page's far edge (nothing outside the page can tie with or beat them).
+    let exact = complete
+        || (hits.len() == limit as usize && hits.last().zip(farthest).is_some_and(|(h, far)| 1.0 - h.score < far));
     if exact {
         return Ok(hits);
     }
@@ -570,7 +622,9 @@ fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<V
          ORDER BY distance, d.kb, d.path, c.ordinal
          LIMIT ?6"
     ))?;
-    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, limit], hit)?;
+    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, limit], |r| {
+        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 1.0 - r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
+    })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -962,10 +1016,12 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
          FROM kb_knowledge_bases k LEFT JOIN kb_documents d ON d.kb = k.name
          WHERE ?1 = '' OR k.name = ?1 GROUP BY k.name ORDER BY k.name",
     )?;
-    let mut embedded = c.prepare_cached(
-        "SELECT COUNT(*) FROM kb_documents d CROSS JOIN kb_chunks c
-         WHERE d.kb = ?1 AND c.document = d.id AND c.embedded = 1",
+    // Chunks without a vector, through the partial index (few once embedding has caught up).
+    let mut pending = c.prepare_cached(
+        "SELECT COUNT(*) FROM kb_chunks c INDEXED BY kb_chunks_pending CROSS JOIN kb_documents d
+         WHERE c.embedded = 0 AND d.id = c.document AND d.kb = ?1",
     )?;
+    let vectors = vector_config(c)?;
     let mut errors = c.prepare_cached(
         "SELECT kb, path, mtime_ms, size, hash, chunk_count, error, indexed_ms, title, tags_json
          FROM kb_documents WHERE kb = ?1 AND error <> '' ORDER BY path",
@@ -982,10 +1038,12 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
     })?;
     let mut knowledge_bases = rows.collect::<Result<Vec<_>, _>>()?;
     for s in &mut knowledge_bases {
-        s.embedded = embedded.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64;
+        if vectors.is_some() {
+            s.embedded = s.chunks.saturating_sub(pending.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64);
+        }
         s.errors = errors.query_map([&s.kb], document_meta)?.collect::<Result<_, _>>()?;
     }
-    let (vector_model, vector_dimension) = vector_config(c)?.unwrap_or_default();
+    let (vector_model, vector_dimension) = vectors.unwrap_or_default();
     Ok(StatsReply { knowledge_bases, vector_model, vector_dimension })
 }
 
@@ -1427,6 +1485,20 @@ mod tests {
             .map(|h| h.chunk.map(|c| (c.kb, c.path, c.ordinal)).unwrap())
             .collect();
         assert_eq!(top3, sorted[..3]);
+        // The filtered query (another plan) orders the same way.
+        let both = Filters { kb: vec!["work".into(), "notes".into()], ..Default::default() };
+        let q = KeywordQueryRequest { limit: 5, filters: Some(both), ..kw(&["same"], MatchMode::All) };
+        let top5: Vec<_> = s
+            .client
+            .keyword_query(q)
+            .await
+            .unwrap()
+            .into_inner()
+            .hits
+            .into_iter()
+            .map(|h| h.chunk.map(|c| (c.kb, c.path, c.ordinal)).unwrap())
+            .collect();
+        assert_eq!(top5, sorted[..5]);
     }
 
     #[tokio::test]
