@@ -172,6 +172,17 @@ async fn knowledge_base_is_searched_by_each_engine_and_follows_edits() -> anyhow
     finds(&c, FRESH, "zebra crossing", &["keyword"], &["ops/errors.md"]).await?;
     std::fs::rename(dir.join("tokenizer.md"), dir.join("renamed.md"))?;
     finds(&c, FRESH, "overlapping bigrams", &["keyword"], &["renamed.md"]).await?;
+    // Lines inserted above an unchanged section: its chunk is kept, with its new line range.
+    let moved = dir.join("renamed.md");
+    let text = std::fs::read_to_string(&moved)?.replace("bigrams.\n", "bigrams.\n\nA new paragraph\nof two lines.\n");
+    std::fs::write(&moved, &text)?;
+    let line = text.lines().position(|l| l.starts_with("English words are stemmed")).context("line")? as u32 + 1;
+    finds(&c, FRESH, "new paragraph", &["keyword"], &["renamed.md"]).await?;
+    for engines in [&["keyword"][..], &["grep"][..]] {
+        let r = c.search(search("English words stemmed", &[], engines)).await?.into_inner();
+        let hit = r.results.first().with_context(|| format!("{engines:?}: {r:?}"))?;
+        assert!((hit.line_start..=hit.line_end).contains(&line), "{engines:?}: line {line} not in {hit:?}");
+    }
     std::fs::remove_file(&edited)?;
     finds(&c, FRESH, "zebra crossing", &["keyword"], &[]).await?;
     finds(&c, FRESH, "ERR-4711", &["grep", "keyword"], &[]).await?;
