@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use coffer_proto::control::control_client::ControlClient;
 use coffer_proto::control::{StartServiceRequest, StatusRequest, StopServiceRequest};
-use coffer_proto::store::ResolveCredentialsRequest;
 use coffer_proto::store::credentials_client::CredentialsClient;
+use coffer_proto::store::settings_client::SettingsClient;
+use coffer_proto::store::{PatchSettingsRequest, ResolveCredentialsRequest};
 use coffer_tests::{Api, TestHome, procs, wait_for};
 use secrecy::SecretString;
 
@@ -65,14 +66,15 @@ async fn a_wrong_or_missing_internal_token_is_refused() -> anyhow::Result<()> {
     assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
     assert!(!coffer_runtime::grpc::check_health(store_addr, &stranger).await, "not even health");
 
-    // Retrieval's own token is valid, but credential values are not for it.
+    // Retrieval's own token is valid, but the settings are not its to write (it resolves
+    // credentials since issue 14: its embeddings endpoint's).
     let retrieval = token(&envs["retrieval"])?;
-    let e = CredentialsClient::new(channel(store_addr, &retrieval)?)
-        .resolve_credentials(ResolveCredentialsRequest::default())
+    let e = SettingsClient::new(channel(store_addr, &retrieval)?)
+        .patch_settings(PatchSettingsRequest::default())
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
-    assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.Credentials/ResolveCredentials");
+    assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.Settings/PatchSettings");
     assert!(coffer_runtime::grpc::check_health(store_addr, &retrieval).await, "health is for every service");
     // The gateway's is allowed; the daemon is untouched by all of the above.
     CredentialsClient::new(channel(store_addr, &token(gateway)?)?)
