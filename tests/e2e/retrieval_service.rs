@@ -543,7 +543,7 @@ mod fake_embeddings {
     use axum::Json;
     use axum::Router;
     use axum::extract::State;
-    use axum::http::StatusCode;
+    use axum::http::{HeaderMap, StatusCode};
     use axum::response::{IntoResponse, Response};
     use serde_json::{Value, json};
 
@@ -566,13 +566,23 @@ mod fake_embeddings {
         v.iter().map(|x| x / n).collect()
     }
 
-    async fn embeddings(State(mode): State<Arc<AtomicU8>>, Json(body): Json<Value>) -> Response {
+    /// The fake's state: its mode, and the bearer token it demands.
+    pub struct Fake {
+        pub mode: AtomicU8,
+        pub bearer: String,
+    }
+
+    async fn embeddings(State(fake): State<Arc<Fake>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if auth != format!("Bearer {}", fake.bearer) {
+            return (StatusCode::UNAUTHORIZED, "bad key").into_response();
+        }
         let inputs: Vec<String> = match &body["input"] {
             Value::String(s) => vec![s.clone()],
             Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
             _ => return (StatusCode::BAD_REQUEST, "input").into_response(),
         };
-        match mode.load(Ordering::Relaxed) {
+        match fake.mode.load(Ordering::Relaxed) {
             DOWN => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
             GARBAGE => Json(json!({"data": "not a list"})).into_response(),
             m => {
@@ -593,10 +603,10 @@ mod fake_embeddings {
     }
 
     /// Serves on 127.0.0.1:0 until dropped; returns the base URL (`http://127.0.0.1:N/v1`).
-    pub async fn start(mode: Arc<AtomicU8>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    pub async fn start(fake: Arc<Fake>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/v1", listener.local_addr()?);
-        let app = Router::new().route("/v1/embeddings", axum::routing::post(embeddings)).with_state(mode);
+        let app = Router::new().route("/v1/embeddings", axum::routing::post(embeddings)).with_state(fake);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -608,8 +618,9 @@ mod fake_embeddings {
 async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> anyhow::Result<()> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU8, Ordering};
-    let mode = Arc::new(AtomicU8::new(fake_embeddings::OK));
-    let (url, server) = fake_embeddings::start(mode.clone()).await?;
+    const KEY: &str = "sk-fake-embeddings-7f3a";
+    let fake = Arc::new(fake_embeddings::Fake { mode: AtomicU8::new(fake_embeddings::OK), bearer: KEY.into() });
+    let (url, server) = fake_embeddings::start(fake.clone()).await?;
     let home = TestHome::new()?;
     let dir = home.temp().join("notes");
     write(&dir.join("zebra.md"), "# Savanna\n\nzebra stripes on the savanna grass\n")?;
@@ -623,9 +634,17 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
     })
     .await?;
     indexed(&c, "notes", 1, Some(2)).await?;
+    // The key lives in the credential store; retrieval resolves it and sends it as a bearer.
+    let r = api
+        .request(reqwest::Method::PUT, "/v1/credentials/embeddings-key")
+        .header("X-Coffer-Actor", "cli")
+        .json(&json!({"value": KEY}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200 || r.status == 201, "{} {}", r.status, r.text);
     let r = api
         .request(reqwest::Method::PATCH, "/v1/settings")
-        .json(&json!({"set": {"retrieval.embeddings.url": url, "retrieval.embeddings.model": "fake-bow", "retrieval.embeddings.dimensions": "32"}}))
+        .json(&json!({"set": {"retrieval.embeddings.url": url, "retrieval.embeddings.credential": "embeddings-key", "retrieval.embeddings.model": "fake-bow", "retrieval.embeddings.dimensions": "32"}}))
         .reply()
         .await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
@@ -651,7 +670,7 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
         (fake_embeddings::WRONG_DIMENSION, "dimension 16, expected 32"),
         (fake_embeddings::GARBAGE, "malformed"),
     ] {
-        mode.store(m, Ordering::Relaxed);
+        fake.mode.store(m, Ordering::Relaxed);
         let r = c.search(search("zebra", &[], &[])).await?.into_inner();
         assert_eq!(paths(&r), BTreeSet::from(["zebra.md".to_owned()]), "mode {m}: {r:?}");
         let v = engine(&r, "vector");
@@ -659,6 +678,9 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
         assert!(v.message.contains(words), "mode {m}: {}", v.message);
         assert!(r.warnings.iter().any(|w| w.starts_with("vector engine failed")), "mode {m}: {:?}", r.warnings);
         assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
+    }
+    for service in ["retrieval", "store", "gateway"] {
+        assert!(!home.log_text(service).contains(KEY), "the key is in {service}'s log");
     }
     server.abort();
     Ok(())
