@@ -664,6 +664,26 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
     assert_eq!(engine(&r, "vector").state, EngineState::Ok as i32, "{r:?}");
     assert_eq!(r.results.first().map(|x| x.path.as_str()), Some("zebra.md"), "{r:?}");
 
+    // Another model: every vector is dropped and made again with it (never mixed).
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.embeddings.model": "fake-bow-2"}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    wait_for("every chunk embedded with the new model", Duration::from_secs(20), || {
+        let mut c = c.clone();
+        async move {
+            let st = c.status(StatusRequest {}).await?.into_inner();
+            let kb = st.knowledge_bases.iter().find(|k| k.name == "notes").context("notes")?;
+            let vector = st.engines.iter().find(|e| e.name == "vector").context("vector")?;
+            Ok((vector.detail.starts_with("fake-bow-2 (32)") && kb.embedded == kb.chunks).then_some(()))
+        }
+    })
+    .await?;
+    let r = c.search(search("zebra savanna", &[], &["vector"])).await?.into_inner();
+    assert_eq!(r.results.first().map(|x| x.path.as_str()), Some("zebra.md"), "{r:?}");
+
     // Down, wrong dimension, garbage: keyword and grep still answer; the vector engine is named.
     for (m, words) in [
         (fake_embeddings::DOWN, "503"),
