@@ -226,6 +226,7 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
     let home = TestHome::new()?;
     let dir = home.temp().join("notes");
     write(&dir.join("ok.md"), "# Fine\n\nquokka lives here\n")?;
+    write(&dir.join("badfm.md"), "---\ntags: [unclosed\n---\n# Odd\n\nnumbat lives here\n")?;
     write(&home.temp().join("outside/secret.md"), "# Outside\n\nplatypus must never be indexed\n")?;
     std::fs::create_dir_all(dir.join("loop"))?;
     std::os::unix::fs::symlink(&dir, dir.join("loop/back"))?;
@@ -241,6 +242,13 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
     .await?;
     indexed(&c, "notes", 1, None).await?;
     finds(&c, FRESH, "quokka", &["keyword"], &["ok.md"]).await?;
+    // A malformed front matter is reported, and the note is still searchable.
+    finds(&c, FRESH, "numbat", &["keyword"], &["badfm.md"]).await?;
+    let info = c.get_knowledge_base(KnowledgeBaseName { name: "notes".into() }).await?.into_inner();
+    let e = info.errors.iter().find(|e| e.path == "badfm.md").with_context(|| format!("{info:?}"))?;
+    assert!(e.error.starts_with("front matter ignored"), "{e:?}");
+    let r = c.search(search("unclosed", &[], &["keyword"])).await?.into_inner();
+    assert!(r.results.is_empty(), "front matter is not prose: {r:?}");
     let r = c.search(search("platypus", &[], &[])).await?.into_inner();
     assert!(r.results.is_empty(), "a link out of the folder is not part of it: {r:?}");
 

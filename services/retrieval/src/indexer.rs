@@ -122,7 +122,8 @@ pub enum Outcome {
 }
 
 /// The upsert request for `text` (a file of KB `kb` at `rel`): parsed, chunked, each chunk's
-/// keyword fields normalized by [`terms::index_text`].
+/// keyword fields normalized by [`terms::index_text`]; with it, why the front matter was
+/// ignored when it is malformed (the note stays searchable; the KB reports the problem).
 ///
 /// # Errors
 /// [`Error::Invalid`] when the markdown cannot be parsed (reported as the file's error).
@@ -133,11 +134,12 @@ pub fn document_request(
     mtime_ms: i64,
     size: u64,
     hash: String,
-) -> Result<UpsertDocumentRequest> {
+) -> Result<(UpsertDocumentRequest, Option<String>)> {
     let fallback =
         Path::new(rel).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| rel.to_owned());
-    let doc = markdown::parse(text, &fallback, &markdown::ChunkOptions::default())
+    let (doc, front_matter_error) = markdown::parse_lenient(text, &fallback, &markdown::ChunkOptions::default())
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let note = front_matter_error.map(|e| format!("front matter ignored: {e}"));
     let index_title = terms::index_text(&doc.title);
     let tags = doc.front_matter.as_ref().map(|f| f.tags.clone()).unwrap_or_default();
     let chunks = doc
@@ -154,7 +156,9 @@ pub fn document_request(
             text: c.text,
         })
         .collect();
-    Ok(UpsertDocumentRequest { kb: kb.into(), path: rel.into(), mtime_ms, size, hash, title: doc.title, tags, chunks })
+    let req =
+        UpsertDocumentRequest { kb: kb.into(), path: rel.into(), mtime_ms, size, hash, title: doc.title, tags, chunks };
+    Ok((req, note))
 }
 
 fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
@@ -196,6 +200,8 @@ struct RunState {
     /// A pass is wanted (`Some(clean)`).
     want: Option<bool>,
     walk_issues: Vec<FileError>,
+    /// Files indexed with a problem (a malformed front matter), by path.
+    notes: BTreeMap<String, String>,
     last_sync_ms: i64,
     pending: u64,
 }
@@ -211,9 +217,23 @@ impl KbRuntime {
         p
     }
 
-    /// Files the walk could not read (symlink loops, permissions), relative to the root.
+    /// Files the walk could not read (symlink loops, permissions) and files indexed with a
+    /// problem (a malformed front matter), relative to the root.
     pub fn walk_issues(&self) -> Vec<FileError> {
-        self.state.lock().expect("kb state").walk_issues.clone()
+        let st = self.state.lock().expect("kb state");
+        let notes = st.notes.iter().map(|(path, error)| FileError { path: path.clone(), error: error.clone() });
+        st.walk_issues.iter().cloned().chain(notes).collect()
+    }
+
+    fn note(&self, rel: &str, note: Option<String>) {
+        self.set(|st| match note {
+            Some(n) => {
+                st.notes.insert(rel.to_owned(), n);
+            }
+            None => {
+                st.notes.remove(rel);
+            }
+        });
     }
 
     /// End of the last completed pass or watcher update (Unix ms; 0 = never).
@@ -553,6 +573,9 @@ impl Indexer {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 index.delete_document(gone()).await?;
+                if let Some(rt) = self.runtime(&def.name) {
+                    rt.note(rel, None);
+                }
                 return Ok(Outcome::Deleted);
             }
             Err(e) => return Err(Error::io(format!("reading {}", abs.display()), e)),
@@ -600,7 +623,7 @@ impl Indexer {
         })
         .await
         .map_err(|e| Error::Internal(format!("parsing panicked: {e}")))?;
-        let req = match built {
+        let (req, note) = match built {
             Ok(r) => r,
             Err(e) => {
                 index.mark_document_error(mark(format!("cannot parse: {e}"))).await?;
@@ -608,6 +631,9 @@ impl Indexer {
             }
         };
         let reply = index.upsert_document(req).await?.into_inner();
+        if let Some(rt) = self.runtime(&def.name) {
+            rt.note(rel, note);
+        }
         if reply.added > 0 {
             self.embed_wake.notify_one();
         }
@@ -704,7 +730,9 @@ mod tests {
     #[test]
     fn a_document_request_carries_chunks_and_normalized_fields() {
         let text = "---\ntitle: Notes\ntags: [a, b]\n---\n# 标题\n\n内存数据库 and running tests\n";
-        let r = document_request("kb", "x/y.md", text, 5, text.len() as u64, content_hash(text.as_bytes())).unwrap();
+        let (r, note) =
+            document_request("kb", "x/y.md", text, 5, text.len() as u64, content_hash(text.as_bytes())).unwrap();
+        assert_eq!(note, None);
         assert_eq!((r.kb.as_str(), r.path.as_str(), r.mtime_ms), ("kb", "x/y.md", 5));
         assert_eq!(r.title, "Notes");
         assert_eq!(r.tags, ["a", "b"]);
@@ -713,5 +741,11 @@ mod tests {
         assert!(body.contains("内存"), "CJK bigrams in the keyword body: {body}");
         assert!(!body.contains("tags"), "front matter is not prose: {body}");
         assert_eq!(r.hash.len(), 64);
+        // A malformed front matter: the note is still indexed (its body), and the problem said.
+        let bad = "---\ntags: [unclosed\n---\n# Body\n\nstill searchable\n";
+        let (r, note) = document_request("kb", "b.md", bad, 5, bad.len() as u64, content_hash(bad.as_bytes())).unwrap();
+        assert!(note.is_some_and(|n| n.starts_with("front matter ignored")));
+        let body: String = r.chunks.iter().map(|c| c.index_body.clone()).collect();
+        assert!(body.contains("searchable") && !body.contains("unclosed"), "{body}");
     }
 }
