@@ -428,6 +428,53 @@ mod tests {
         assert!(jaccard(&tokens("我喜欢喝咖啡"), &tokens("我喜欢喝茶")) < NEAR_DUPLICATE);
     }
 
+    /// Memory over a temporary home whose store is nowhere (listing and reading facts never
+    /// call it).
+    fn offline_memory(home: &Path) -> Memory {
+        let token = secrecy::SecretString::from("t".to_owned());
+        let index = coffer_proto::store::index_client::IndexClient::new(
+            coffer_runtime::grpc::channel("127.0.0.1:9", &token).unwrap(),
+        );
+        let sources = Arc::new(Sources::new(coffer_runtime::home::CofferHome::at(home.to_path_buf()), index));
+        let (_tx, rx) = tokio::sync::watch::channel(Arc::new(crate::config::Config::default()));
+        let indexer = Indexer::new(sources.clone(), rx, tokio_util::sync::CancellationToken::new());
+        Memory::new(sources, indexer)
+    }
+
+    #[tokio::test]
+    async fn facts_list_newest_first_by_page_and_tag() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("memory");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..7u64 {
+            let id = Ulid::from_parts(1_700_000_000_000 + i, u128::from(i));
+            let tags: Vec<String> = if i % 2 == 0 { vec!["even".into()] } else { vec![] };
+            write_atomic(&dir, &format!("{id}.md"), render(&id, 0, &format!("fact {i}"), &tags, "t").as_bytes())
+                .unwrap();
+            ids.push(id.to_string());
+        }
+        // Not facts: a note with another name, a temp file, a folder.
+        std::fs::write(dir.join("notes.md"), "hello").unwrap();
+        std::fs::write(dir.join(".x.md.tmp-00"), "half").unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        let m = offline_memory(tmp.path());
+        let page = m.list(3, "", &[]).unwrap();
+        let newest: Vec<&str> = ids.iter().rev().take(3).map(String::as_str).collect();
+        assert_eq!(page.facts.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), newest);
+        assert_eq!(page.next_cursor, newest[2]);
+        let rest = m.list(10, &page.next_cursor, &[]).unwrap();
+        assert_eq!(rest.facts.len(), 4);
+        assert_eq!(rest.next_cursor, "", "the last page has no cursor");
+        let even = m.list(0, "", &["even".into()]).unwrap();
+        assert_eq!(even.facts.len(), 4);
+        assert!(even.facts.iter().all(|f| f.tags == ["even"]));
+        assert_eq!(m.get(&ids[3]).unwrap().text, "fact 3");
+        assert!(matches!(m.get(&Ulid::from_parts(1, 1).to_string()), Err(Error::NotFound(_))));
+        assert!(matches!(m.list(501, "", &[]), Err(Error::Invalid(_))));
+        assert!(matches!(m.list(1, "../x", &[]), Err(Error::Invalid(_))));
+    }
+
     #[test]
     fn atomic_writes_leave_no_temp_file_and_a_crash_leaves_no_half_file() {
         let tmp = tempfile::tempdir().unwrap();
