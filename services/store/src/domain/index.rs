@@ -1,7 +1,7 @@
 //! The `Index` service (`proto/store_index.proto`): the derived retrieval indexes of
 //! `coffer-retrieval`, its only writer — knowledge bases' definitions (`kb_knowledge_bases`),
 //! documents (`kb_documents`, `kb_document_tags`), chunks (`kb_chunks`), the FTS5 keyword index
-//! (`kb_fts`, contentless, rowid = chunk id) and the sqlite-vec vector index (`kb_vectors`, a
+//! (`kb_fts`, rowid = chunk id, holding its own copy of the normalized text so that bm25's statistics stay exact under deletes) and the sqlite-vec vector index (`kb_vectors`, a
 //! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id; its model and dimension in
 //! `kb_vector_config`).
 //!
@@ -203,8 +203,8 @@ fn purge_documents(t: &Connection, vc: &Vectors, kb: Option<&str>, path: Option<
     let vectors = vector_config(t)?.is_some();
     match (kb, path) {
         (None, _) => {
-            // Everything: FTS5's and vec0's bulk forms.
-            t.execute("INSERT INTO kb_fts (kb_fts) VALUES ('delete-all')", [])?;
+            // Everything: one statement per table.
+            t.execute("DELETE FROM kb_fts", [])?;
             if vectors {
                 t.execute("DELETE FROM kb_vectors", [])?;
                 vc.clear();
@@ -1443,6 +1443,42 @@ mod tests {
                 .await
                 .unwrap()
         }
+    }
+
+    /// bm25 scores of `terms` (any term) as (path, ordinal, score).
+    async fn scores(s: &mut Served, terms: &[&str]) -> Vec<(String, u32, f64)> {
+        let hits = s.client.keyword_query(kw(terms, MatchMode::Any)).await.unwrap().into_inner().hits;
+        hits.into_iter().map(|h| h.chunk.map(|c| (c.path, c.ordinal, h.score)).unwrap()).collect()
+    }
+
+    /// Deleted and replaced rows leave nothing in bm25's statistics (document count, average
+    /// length, term frequencies): after edits and deletes the scores are those of an index built
+    /// fresh from the final documents — what makes a clean rebuild answer identically.
+    #[tokio::test]
+    async fn scores_after_edits_and_deletes_equal_a_fresh_index_s() {
+        let finals = [
+            doc(
+                "notes",
+                "a.md",
+                vec![chunk(&["A"], (1, 2), "apple banana"), chunk(&["A", "B"], (3, 4), "cherry apple")],
+            ),
+            doc("notes", "b.md", vec![chunk(&["C"], (1, 3), "apple kiwi lemon mango")]),
+        ];
+        let mut edited = serve().await;
+        edited.upsert(doc("notes", "a.md", vec![chunk(&["A"], (1, 9), &"apple filler ".repeat(40))])).await;
+        edited.upsert(doc("notes", "gone.md", vec![chunk(&["G"], (1, 2), "apple apple apple pear")])).await;
+        for d in &finals {
+            edited.upsert(d.clone()).await;
+        }
+        let gone = DocumentRef { kb: "notes".into(), path: "gone.md".into() };
+        edited.client.delete_document(gone).await.unwrap();
+        let mut fresh = serve().await;
+        for d in &finals {
+            fresh.upsert(d.clone()).await;
+        }
+        let want = scores(&mut fresh, &["apple", "kiwi"]).await;
+        assert_eq!(want.len(), 3, "{want:?}");
+        assert_eq!(scores(&mut edited, &["apple", "kiwi"]).await, want);
     }
 
     #[tokio::test]
