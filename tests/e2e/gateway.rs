@@ -3,7 +3,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use coffer_tests::mcp::{McpSession, mcp_post, register_everything, register_tiny, register_tiny_with_timeout};
+use coffer_tests::mcp::{
+    McpSession, mcp_post, patient_lists, register_everything, register_tiny, register_tiny_with_timeout, wait_listed,
+};
 use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
 use serde_json::{Value, json};
 
@@ -34,6 +36,9 @@ async fn everything_main_path_list_call_disable_and_log() -> anyhow::Result<()> 
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_everything(&api, "everything").await?;
+    // The main path, not the first list's deadline (a slow start under load would leave the
+    // first list without the server, which then arrives as list_changed).
+    patient_lists(&api).await?;
     let s = McpSession::latest(&api).await?;
     let names = s.tool_names().await?;
     ensure!(names.contains(&"everything__echo".to_owned()), "{names:?}");
@@ -742,6 +747,9 @@ async fn a_wedged_upstream_is_replaced_after_a_silent_timeout() -> anyhow::Resul
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny_with_timeout(&api, "tiny", 500).await?;
+    // The catalog's background start of it has ended (and its process with it), so the only
+    // tiny process below is the session's.
+    wait_listed(&api, "tiny").await?;
     let s = McpSession::latest(&api).await?;
     assert_eq!(text_of(&s.tool("tiny__echo", json!({"message": "before"})).await?), "before");
     let first = tiny_pids(&home);
