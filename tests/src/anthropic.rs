@@ -6,7 +6,8 @@
 //!
 //! The fake plays a model that wants one tool (`FakeAnthropic::start`'s `tool`, e.g.
 //! `mcp__coffer__tiny1__echo`): while the request offers it in `tools`, it asks for a call
-//! (`tool_use`, id [`CALL_ID`], input `{"message": ECHO_MESSAGE}`); while the tool is only
+//! (`tool_use`, id [`CALL_ID`], input `{"message": ECHO_MESSAGE}`, or the input given to
+//! [`FakeAnthropic::start_calling`]); while the tool is only
 //! deferred (named in the request's text, `ToolSearch` in `tools`: Claude Code's tool search),
 //! it first asks `ToolSearch` to load it (`select:<tool>`); once the request carries the call's
 //! `tool_result`, it answers with text quoting it. Every request is recorded, in order.
@@ -64,6 +65,7 @@ impl Recorded {
 
 struct Inner {
     tool: String,
+    input: Value,
     requests: Mutex<Vec<Recorded>>,
 }
 
@@ -81,7 +83,16 @@ impl FakeAnthropic {
     /// # Errors
     /// When no port can be bound.
     pub async fn start(tool: &str) -> anyhow::Result<Self> {
-        let inner = Arc::new(Inner { tool: tool.to_owned(), requests: Mutex::default() });
+        Self::start_calling(tool, json!({"message": ECHO_MESSAGE})).await
+    }
+
+    /// Starts the fake on a free loopback port, wanting to call `tool` with `input` (the
+    /// tool's arguments, a JSON object).
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start_calling(tool: &str, input: Value) -> anyhow::Result<Self> {
+        let inner = Arc::new(Inner { tool: tool.to_owned(), input, requests: Mutex::default() });
         let app = Router::new()
             .route("/v1/messages", axum::routing::post(messages))
             .route("/v1/messages/count_tokens", axum::routing::post(count_tokens))
@@ -131,7 +142,7 @@ fn reply(f: &Inner, req: &Recorded) -> (Value, &'static str) {
         return (json!({"type": "text", "text": text}), "end_turn");
     }
     if req.tools().contains(&f.tool.as_str()) {
-        let call = json!({"type": "tool_use", "id": CALL_ID, "name": f.tool, "input": {"message": ECHO_MESSAGE}});
+        let call = json!({"type": "tool_use", "id": CALL_ID, "name": f.tool, "input": f.input});
         return (call, "tool_use");
     }
     if req.offers(&f.tool) && !results.iter().any(|(id, _)| id == SEARCH_ID) {

@@ -45,6 +45,17 @@ impl Session {
             Some(Ok(n)) => n,
             _ => return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.name"))),
         };
+        // MCP: `arguments` is an object when present (`{ [key: string]: unknown }`); anything
+        // else (but `null`, which some clients send for "none") is refused here instead of
+        // reaching an upstream that may crash on it.
+        if let Some(a) = fields.get("arguments")
+            && !a.get().trim_start().starts_with(['{', 'n'])
+        {
+            return Answer::Error(RpcError::new(
+                INVALID_PARAMS,
+                format!("{method} params.arguments must be an object, not {}", json_kind(a.get())),
+            ));
+        }
         let (answer, server) = match self.resolve(kind, &exposed).await {
             Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
@@ -269,6 +280,16 @@ impl<'de> serde::Deserialize<'de> for FieldKey<'de> {
 
 fn raw_string(s: &str) -> Box<RawValue> {
     RawValue::from_string(serde_json::to_string(s).expect("json")).expect("json")
+}
+
+/// The JSON type of a raw value, for error messages ("an array", "a string", …).
+fn json_kind(raw: &str) -> &'static str {
+    match raw.trim_start().as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        _ => "a number",
+    }
 }
 
 #[cfg(test)]
