@@ -323,8 +323,19 @@ async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow
         wait_kb(api, QUALITY_KB, "Cranfield keyword index", Duration::from_secs(600), |i| indexed(i, want_docs))
             .await?;
     let index_s = t.elapsed();
-    let (info_e, _) = wait_kb(api, QUALITY_KB, "Cranfield embeddings", Duration::from_secs(1800), embedded).await?;
-    let embed_s = t.elapsed();
+    let (info_e, embed_note) =
+        match wait_kb(api, QUALITY_KB, "Cranfield embeddings", Duration::from_secs(1800), embedded).await {
+            Ok((i, _)) => (i, format!("every chunk embedded {:.1} s after the POST", t.elapsed().as_secs_f64())),
+            Err(e) => {
+                eprintln!("  EMBEDDING DID NOT FINISH: {e:#}");
+                let i = api.get(&format!("/v1/knowledge/{QUALITY_KB}")).await?;
+                (
+                    i,
+                    "**embedding did not finish within 30 min: the vector rows are measured on what was embedded**"
+                        .into(),
+                )
+            }
+        };
 
     let mut rows = vec![baseline];
     let engine_sets: [(&str, Vec<&str>); 4] = [
@@ -356,12 +367,11 @@ async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow
 
     println!("## Retrieval quality: Cranfield 1400 (225 queries, nDCG@10 and recall@10)\n");
     println!(
-        "{} documents, {} chunks ({} embedded) indexed through `POST /v1/knowledge`; keyword index {:.1} s, every chunk embedded {:.1} s after the POST.\n",
+        "{} documents, {} chunks ({} embedded) indexed through `POST /v1/knowledge`; keyword index {:.1} s, {embed_note}.\n",
         u(&info, "documents"),
         u(&info_e, "chunks"),
         u(&info_e, "embedded"),
         index_s.as_secs_f64(),
-        embed_s.as_secs_f64()
     );
     println!(
         "| engine | nDCG@10 | recall@10 | answered with nothing | engine failed | documents in top 10 (mean) | p50 | p95 |"
@@ -473,7 +483,7 @@ async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<
     api.post("/v1/knowledge", &json!({"name": SPEED_KB, "path": folder})).await?;
     let (info, index_time) =
         wait_kb(api, SPEED_KB, "keyword index", Duration::from_secs(900), |i| indexed(i, notes as u64)).await?;
-    let index_time = index_time.max(t.elapsed());
+    let index_time = index_time.max(t.elapsed()); // from the POST, not from the first poll
     let hwm_index: Vec<(&str, u64)> = pids.iter().map(|(n, p)| (*n, hwm_kib(*p))).collect();
 
     // 2. Incremental: 10 files edited; time until every edit is searchable by keyword.
@@ -493,10 +503,10 @@ async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<
             api.search(&json!({"query": marker, "kb": [SPEED_KB], "engines": ["keyword"], "limit": 50})).await?;
         let found = wanted.iter().filter(|w| results.iter().any(|r| r["path"].as_str() == Some(w.as_str()))).count();
         if found == wanted.len() {
-            break t.elapsed();
+            break format!("{:.0} ms", t.elapsed().as_secs_f64() * 1e3);
         }
         if t.elapsed() > Duration::from_secs(120) {
-            bail!("after 120 s only {found} of 10 edited notes are found by keyword");
+            break format!("**not found: after 120 s {found} of 10 edited notes are found by keyword**");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -509,7 +519,14 @@ async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<
         ("retrieval.embeddings.dimensions", FAKE_DIM.to_string()),
     ])
     .await?;
-    let (info_e, embed_time) = wait_kb(api, SPEED_KB, "embeddings (fake)", Duration::from_secs(1800), embedded).await?;
+    let (info_e, embed_time) =
+        match wait_kb(api, SPEED_KB, "embeddings (fake)", Duration::from_secs(1800), embedded).await {
+            Ok((i, took)) => (i, format!("{:.1} s", took.as_secs_f64())),
+            Err(e) => {
+                eprintln!("  EMBEDDING DID NOT FINISH: {e:#}");
+                (api.get(&format!("/v1/knowledge/{SPEED_KB}")).await?, "**did not finish within 30 min**".into())
+            }
+        };
     let hwm_embed: Vec<(&str, u64)> = pids.iter().map(|(n, p)| (*n, hwm_kib(*p))).collect();
 
     // 4. Query latency.
@@ -564,14 +581,8 @@ async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<
         rss(&hwm_index),
         pass(retrieval_hwm * 1024 < 200_000_000)
     );
-    println!(
-        "| incremental: 10 notes edited → every edit found by keyword | {:.0} ms | — |",
-        incremental.as_secs_f64() * 1e3
-    );
-    println!(
-        "| every chunk embedded after the vector engine is turned on (fake endpoint) | {:.1} s | — |",
-        embed_time.as_secs_f64()
-    );
+    println!("| incremental: 10 notes edited → every edit found by keyword (issue: within 2 s) | {incremental} | — |");
+    println!("| every chunk embedded after the vector engine is turned on (fake endpoint) | {embed_time} | — |");
     println!("| peak RSS (VmHWM) after embedding | {} | — |", rss(&hwm_embed));
     let lat_row = |name: &str, (p50, p99, empty, failed): (f64, f64, usize, usize), floor: String| {
         println!(
