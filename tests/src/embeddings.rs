@@ -7,9 +7,9 @@
 //! Vectors are deterministic ([`embed`]): word and character-trigram features hashed into
 //! `dim` buckets (signed), L2-normalized, so texts that share words are close (cosine) and a
 //! text always gets the same vector. A [`Mode`] switched at run time makes it misbehave (slow,
-//! wrong dimension, NaN, garbage body, HTTP 500, wrong count). It records every text it
-//! embedded, so a test can assert that unchanged chunks are never embedded again, and checks
-//! `Authorization: Bearer <key>` when started with a key.
+//! wrong dimension, NaN, values beyond `f32`, garbage body, HTTP 500, wrong count). It records
+//! every text it embedded, so a test can assert that unchanged chunks are never embedded again,
+//! and checks `Authorization: Bearer <key>` when started with a key.
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ use tokio::task::JoinHandle;
 /// The model name the fake reports when a request names none.
 pub const MODEL: &str = "coffer-fake-embedding";
 
+/// Placeholder for a NaN value while the body is built (see [`Mode::NaN`]).
+const NAN_MARK: &str = "__coffer_fake_nan__";
+
 /// How the fake answers, switchable at run time ([`FakeEmbeddings::set_mode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -33,9 +36,12 @@ pub enum Mode {
     Slow(u64),
     /// Vectors of this many dimensions instead of the configured ones.
     WrongDimension(usize),
-    /// Correct shape, every value NaN (JSON cannot carry NaN, so the values are the JSON
-    /// strings `"NaN"`: what a broken server that serializes NaN leniently sends).
+    /// Correct shape, every value the bare token `NaN` (not JSON, but what a Python server's
+    /// `json.dumps` sends for a NaN): a strict parser rejects the body.
     NaN,
+    /// Correct shape and valid JSON, every value `1e39`: beyond `f32`, so it parses to
+    /// infinity (a client must reject non-finite vectors after parsing).
+    Overflow,
     /// HTTP 200 with a body that is not JSON.
     Garbage,
     /// HTTP 500 with an OpenAI error body.
@@ -239,7 +245,7 @@ async fn embeddings(State(f): State<Arc<Inner>>, headers: HeaderMap, body: axum:
         Mode::Ok => {}
         Mode::Slow(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
         Mode::WrongDimension(d) => dim = d,
-        Mode::NaN => {}
+        Mode::NaN | Mode::Overflow => {}
         Mode::Garbage => {
             return ([("content-type", "application/json")], "{\"object\": \"list\", \"data\": [<<").into_response();
         }
@@ -258,15 +264,21 @@ async fn embeddings(State(f): State<Arc<Inner>>, headers: HeaderMap, body: axum:
     let data: Vec<Value> = (0..count)
         .map(|i| {
             let text = &inputs[i.min(inputs.len() - 1)];
-            let embedding = if mode == Mode::NaN { json!(vec!["NaN"; dim]) } else { json!(embed(text, dim)) };
+            let embedding = match mode {
+                Mode::NaN => json!(vec![NAN_MARK; dim]),
+                Mode::Overflow => json!(vec![1e39f64; dim]),
+                _ => json!(embed(text, dim)),
+            };
             json!({"object": "embedding", "index": i, "embedding": embedding})
         })
         .collect();
     let tokens: usize = inputs.iter().map(|s| s.split_whitespace().count().max(1)).sum();
     let model = body["model"].as_str().filter(|m| !m.is_empty()).unwrap_or(MODEL);
-    axum::Json(json!({"object": "list", "data": data, "model": model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}))
-    .into_response()
+    let reply = json!({"object": "list", "data": data, "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}});
+    // NaN cannot be built as JSON: a placeholder string, then replaced by the bare token.
+    let text = reply.to_string().replace(&format!("\"{NAN_MARK}\""), "NaN");
+    ([("content-type", "application/json")], text).into_response()
 }
 
 #[cfg(test)]
@@ -340,8 +352,16 @@ mod tests {
         assert_eq!(data(&body)[0]["embedding"].as_array().map(Vec::len), Some(5));
 
         f.set_mode(Mode::NaN);
+        let (status, body) = post(&f, two.clone(), None).await;
+        assert_eq!(status, 200);
+        assert!(body.contains("[NaN,NaN,"), "{body}");
+        assert!(serde_json::from_str::<Value>(&body).is_err());
+
+        f.set_mode(Mode::Overflow);
         let (_, body) = post(&f, two.clone(), None).await;
-        assert_eq!(data(&body)[0]["embedding"][0], "NaN");
+        let v: Vec<f32> = serde_json::from_value(data(&body)[1]["embedding"].clone()).expect("floats");
+        assert_eq!(v.len(), 8);
+        assert!(v.iter().all(|x| x.is_infinite()), "{v:?}");
 
         f.set_mode(Mode::WrongCount);
         let (_, body) = post(&f, two.clone(), None).await;
@@ -363,7 +383,7 @@ mod tests {
         assert_eq!(status, 200);
         assert!(t.elapsed() >= Duration::from_millis(150));
         // Only the answers with correct vectors count as embedded.
-        assert_eq!((f.embedded(), f.requests()), (2, 6));
+        assert_eq!((f.embedded(), f.requests()), (2, 7));
     }
 
     #[tokio::test]
