@@ -206,8 +206,25 @@ impl Iterator for Corpus {
                 }
             }
         }
+        if i.is_multiple_of(RARE_EVERY) {
+            text.push_str(&format!("\nArchive code: `{}`\n", rare_token(i)));
+        }
         Some(Note { path: PathBuf::from(format!("area-{:02}/note-{i:05}.md", i % 100)), text })
     }
+}
+
+/// Every this many notes (note 0, 667, 1334, …) one carries a rare token ([`rare_token`]).
+pub const RARE_EVERY: usize = 667;
+
+/// The rare token of note `i` (a multiple of [`RARE_EVERY`]): `ARCHIVE-00667`; it occurs in that
+/// note only, so a search for it must read every file.
+pub fn rare_token(i: usize) -> String {
+    format!("ARCHIVE-{i:05}")
+}
+
+/// The rare tokens of a corpus of `n` notes.
+pub fn rare_tokens(n: usize) -> Vec<String> {
+    (0..n).step_by(RARE_EVERY).map(rare_token).collect()
 }
 
 /// `n` search queries from `seed`: ≈70% English (two or three words, from the less common part
@@ -274,6 +291,11 @@ mod tests {
         assert!((2_000..4_000).contains(&zh), "{zh} Chinese notes");
         assert!(code > 5_000, "{code} notes with code");
         assert_eq!(front, 10_000);
+        assert_eq!(rare_tokens(10_000).len(), 15);
+        let mut notes = Corpus::new(42, 700);
+        let with = |t: &str, n: &Note| n.text.contains(t);
+        let holders: Vec<PathBuf> = notes.by_ref().filter(|n| with("ARCHIVE-", n)).map(|n| n.path).collect();
+        assert_eq!(holders, [PathBuf::from("area-00/note-00000.md"), PathBuf::from("area-67/note-00667.md")]);
         let first = Corpus::new(42, 1).next().expect("a note");
         assert_eq!(first.path, Path::new("area-00/note-00000.md"));
         assert!(first.text.contains("\n# ") && first.text.contains("\n## "), "{}", first.text);
