@@ -2,14 +2,15 @@
 //! (`/<service>/<method>`), checked by the internal auth layer before the method runs.
 //!
 //! The rule of thumb: reads are open to every authenticated service; a write only to the
-//! services that own its domain (today the gateway owns them all); `ResolveCredentials`, which
-//! returns credential values, only to those that start processes with them (the gateway; chat
-//! later, for agent CLIs). A method with no row is refused, so a new RPC is closed until its row
+//! services that own its domain (the gateway owns all but the retrieval indexes, which
+//! `coffer-retrieval` owns); `ResolveCredentials`, which returns credential values, only to those
+//! that use them (the gateway to start processes and send headers, retrieval for the embeddings
+//! endpoint's API key; chat later, for agent CLIs). A method with no row is refused, so a new RPC is closed until its row
 //! is written; `every_store_method_has_exactly_one_rule` keeps the table and `proto/store_*.proto`
 //! in step.
 use coffer_proto::store::{
-    audit_server, changes_server, credentials_server, invocations_server, maintenance_server, registry_server,
-    settings_server,
+    audit_server, changes_server, credentials_server, index_server, invocations_server, maintenance_server,
+    registry_server, settings_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
@@ -22,11 +23,17 @@ const AUDIT: &str = audit_server::SERVICE_NAME;
 const INVOCATIONS: &str = invocations_server::SERVICE_NAME;
 const CHANGES: &str = changes_server::SERVICE_NAME;
 const MAINTENANCE: &str = maintenance_server::SERVICE_NAME;
+const INDEX: &str = index_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
 /// The owner of every domain written today.
 const GATEWAY: Allow = Allow::Only(&[Identity::Gateway]);
+/// The owner of the retrieval indexes (`coffer-retrieval`).
+const RETRIEVAL: Allow = Allow::Only(&[Identity::Retrieval]);
+/// Those that use credential values: the gateway (server processes and headers) and retrieval
+/// (the embeddings endpoint's API key).
+const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval]);
 
 const fn rule(service: &'static str, method: &'static str, allow: Allow) -> Rule {
     Rule { service, method, allow }
@@ -47,7 +54,7 @@ pub const POLICY: Policy = Policy {
         rule(CREDENTIALS, "SetCredential", GATEWAY),
         rule(CREDENTIALS, "ListCredentials", ANY),
         rule(CREDENTIALS, "DeleteCredential", GATEWAY),
-        rule(CREDENTIALS, "ResolveCredentials", GATEWAY),
+        rule(CREDENTIALS, "ResolveCredentials", CREDENTIAL_USERS),
         rule(SETTINGS, "GetSettings", ANY),
         rule(SETTINGS, "PatchSettings", GATEWAY),
         rule(AUDIT, "AppendAudit", GATEWAY),
@@ -58,6 +65,24 @@ pub const POLICY: Policy = Policy {
         rule(CHANGES, "WatchChanges", ANY),
         rule(MAINTENANCE, "PruneNow", GATEWAY),
         rule(MAINTENANCE, "Backup", GATEWAY),
+        // Retrieval's derived indexes: written by coffer-retrieval only, read by anyone.
+        rule(INDEX, "CreateKnowledgeBase", RETRIEVAL),
+        rule(INDEX, "ListKnowledgeBases", ANY),
+        rule(INDEX, "GetKnowledgeBase", ANY),
+        rule(INDEX, "DeleteKnowledgeBase", RETRIEVAL),
+        rule(INDEX, "ListDocuments", ANY),
+        rule(INDEX, "UpsertDocument", RETRIEVAL),
+        rule(INDEX, "MarkDocumentError", RETRIEVAL),
+        rule(INDEX, "DeleteDocument", RETRIEVAL),
+        rule(INDEX, "ClearIndex", RETRIEVAL),
+        rule(INDEX, "KeywordQuery", ANY),
+        rule(INDEX, "VectorQuery", ANY),
+        rule(INDEX, "LocateLines", ANY),
+        rule(INDEX, "GetChunks", ANY),
+        rule(INDEX, "ConfigureVectors", RETRIEVAL),
+        rule(INDEX, "PendingEmbeddings", ANY),
+        rule(INDEX, "PutEmbeddings", RETRIEVAL),
+        rule(INDEX, "Stats", ANY),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -95,11 +120,12 @@ mod tests {
             include_str!("../../../proto/store_changes.proto"),
             include_str!("../../../proto/store_maintenance.proto"),
             include_str!("../../../proto/store_common.proto"),
+            include_str!("../../../proto/store_index.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)
         .collect();
-        assert!(declared.len() >= 21, "parsed {declared:?}");
+        assert!(declared.len() >= 38, "parsed {declared:?}");
         let ruled: Vec<(String, String)> =
             POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
         let unique: BTreeSet<_> = ruled.iter().cloned().collect();
@@ -111,14 +137,53 @@ mod tests {
     }
 
     #[test]
-    fn credentials_resolve_only_for_the_gateway_and_reads_are_open() {
+    fn credentials_resolve_only_for_the_gateway_and_retrieval_and_reads_are_open() {
         let path = |m: &str| format!("/{CREDENTIALS}/{m}");
         assert_eq!(POLICY.check(Identity::Gateway, &path("ResolveCredentials")), Ok(()));
-        for caller in [Identity::Retrieval, Identity::Chat, Identity::Supervisor, Identity::Store] {
+        assert_eq!(POLICY.check(Identity::Retrieval, &path("ResolveCredentials")), Ok(()));
+        for caller in [Identity::Chat, Identity::Supervisor, Identity::Store] {
             let e = POLICY.check(caller, &path("ResolveCredentials")).unwrap_err();
             assert_eq!(e.to_string(), format!("{caller} may not call /{CREDENTIALS}/ResolveCredentials"));
             assert_eq!(POLICY.check(caller, &path("ListCredentials")), Ok(()));
             assert!(POLICY.check(caller, &format!("/{REGISTRY}/CreateServer")).is_err());
+        }
+    }
+
+    #[test]
+    fn index_writes_are_retrievals_and_reads_are_open() {
+        let path = |m: &str| format!("/{INDEX}/{m}");
+        let writes = [
+            "CreateKnowledgeBase",
+            "DeleteKnowledgeBase",
+            "UpsertDocument",
+            "MarkDocumentError",
+            "DeleteDocument",
+            "ClearIndex",
+            "ConfigureVectors",
+            "PutEmbeddings",
+        ];
+        let reads = [
+            "ListKnowledgeBases",
+            "GetKnowledgeBase",
+            "ListDocuments",
+            "KeywordQuery",
+            "VectorQuery",
+            "LocateLines",
+            "GetChunks",
+            "PendingEmbeddings",
+            "Stats",
+        ];
+        for m in writes {
+            assert_eq!(POLICY.check(Identity::Retrieval, &path(m)), Ok(()), "{m}");
+            for caller in [Identity::Gateway, Identity::Chat, Identity::Supervisor, Identity::Store] {
+                let e = POLICY.check(caller, &path(m)).unwrap_err();
+                assert_eq!(e.to_string(), format!("{caller} may not call /{INDEX}/{m}"));
+            }
+        }
+        for m in reads {
+            for caller in [Identity::Retrieval, Identity::Gateway, Identity::Chat, Identity::Supervisor] {
+                assert_eq!(POLICY.check(caller, &path(m)), Ok(()), "{caller} {m}");
+            }
         }
     }
 
@@ -154,8 +219,8 @@ mod tests {
     }
 
     use coffer_proto::store::{
-        changes_client::ChangesClient, credentials_client::CredentialsClient, registry_client::RegistryClient,
-        settings_client::SettingsClient,
+        changes_client::ChangesClient, credentials_client::CredentialsClient, index_client::IndexClient,
+        registry_client::RegistryClient, settings_client::SettingsClient,
     };
 
     fn channel(addr: &str, token: &secrecy::SecretString) -> coffer_runtime::grpc::AuthChannel {
@@ -182,11 +247,11 @@ mod tests {
             client(&s.addr, &coffer_runtime::token::random_token()).resolve_credentials(resolve()).await.unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
 
-        // Retrieval is a known service: it may read, but not resolve credentials or write.
+        // Retrieval is a known service: it may read and resolve credentials (the embeddings
+        // endpoint's key), but not write the gateway's domains.
         let mut retrieval = client(&s.addr, &s.retrieval);
-        let e = retrieval.resolve_credentials(resolve()).await.unwrap_err();
-        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
-        assert_eq!(e.message(), format!("retrieval may not call /{CREDENTIALS}/ResolveCredentials"));
+        let values = retrieval.resolve_credentials(resolve()).await.unwrap().into_inner().values;
+        assert!(values.is_empty());
         let e = SettingsClient::new(channel(&s.addr, &s.retrieval))
             .patch_settings(coffer_proto::store::PatchSettingsRequest::default())
             .await
@@ -204,6 +269,31 @@ mod tests {
         // The gateway owns credentials: its call reaches the method.
         let values = client(&s.addr, &s.gateway).resolve_credentials(resolve()).await.unwrap().into_inner().values;
         assert!(values.is_empty(), "nothing asked, nothing resolved");
+
+        // The retrieval indexes: retrieval writes, the gateway may only read.
+        let kb = coffer_proto::store::KnowledgeBase {
+            name: "notes".into(),
+            kind: coffer_proto::store::KnowledgeBaseKind::Folder.into(),
+            root: "/tmp/notes".into(),
+            ..Default::default()
+        };
+        IndexClient::new(channel(&s.addr, &s.retrieval)).create_knowledge_base(kb).await.unwrap();
+        let upsert = coffer_proto::store::UpsertDocumentRequest {
+            kb: "notes".into(),
+            path: "a.md".into(),
+            ..Default::default()
+        };
+        let e = IndexClient::new(channel(&s.addr, &s.gateway)).upsert_document(upsert.clone()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert_eq!(e.message(), format!("gateway may not call /{INDEX}/UpsertDocument"));
+        IndexClient::new(channel(&s.addr, &s.retrieval)).upsert_document(upsert).await.unwrap();
+        let kbs = IndexClient::new(channel(&s.addr, &s.gateway))
+            .list_knowledge_bases(coffer_proto::store::ListKnowledgeBasesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .knowledge_bases;
+        assert_eq!(kbs.len(), 1);
         s.shutdown.cancel();
         s.task.await.unwrap().unwrap();
     }

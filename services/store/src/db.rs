@@ -31,6 +31,12 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0} already exists")]
     Exists(String),
+    /// The call needs state the store does not have yet (e.g. vectors before `ConfigureVectors`).
+    #[error("{0}")]
+    Precondition(String),
+    /// The call was made against state that has since changed (e.g. vectors for another model).
+    #[error("{0}")]
+    Aborted(String),
     #[error("version conflict on {what}: expected {expected}, current {current}")]
     Conflict { what: String, expected: i64, current: i64 },
     #[error("database error: {0}")]
@@ -82,8 +88,12 @@ macro_rules! migration {
 }
 
 /// The schema migrations, in order: append a file, never edit one (see the module docs).
-pub const MIGRATIONS: &[Migration] =
-    &[migration!("0001_init.sql"), migration!("0002_invocation_actor.sql"), migration!("0003_migration_checksums.sql")];
+pub const MIGRATIONS: &[Migration] = &[
+    migration!("0001_init.sql"),
+    migration!("0002_invocation_actor.sql"),
+    migration!("0003_migration_checksums.sql"),
+    migration!("0004_index.sql"),
+];
 
 /// The migrations as `rusqlite_migration` runs them.
 pub fn migrations() -> Migrations<'static> {
@@ -159,6 +169,35 @@ impl Changes {
     }
 }
 
+/// Registers the sqlite-vec extension (`vec0` tables, `vec_distance_cosine`, …) for every
+/// connection this process opens from now on; idempotent. [`Db::open`] calls it before it opens
+/// anything, so the writer and every reader have it (the Index domain's `kb_vectors` table is a
+/// `vec0`, and so is any read or `VACUUM INTO` that touches it).
+pub fn register_sqlite_vec() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `sqlite3_vec_init` is the extension's entry point with the signature SQLite
+        // expects of an auto-extension (`int (*)(sqlite3*, char**, const sqlite3_api_routines*)`);
+        // the crate declares it without arguments, hence the transmute of the function pointer,
+        // which is what sqlite-vec documents for rusqlite. `sqlite3_auto_extension` is
+        // thread-safe and only records the pointer (a static function, valid for the process).
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_auto_extension(Some(std::mem::transmute::<
+                *const (),
+                unsafe extern "C" fn(
+                    *mut rusqlite::ffi::sqlite3,
+                    *mut *mut std::os::raw::c_char,
+                    *const rusqlite::ffi::sqlite3_api_routines,
+                ) -> std::os::raw::c_int,
+            >(sqlite_vec::sqlite3_vec_init as *const ())))
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::error!(rc, "Registering sqlite-vec failed: the vector index is unavailable.");
+        }
+    });
+}
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -180,6 +219,7 @@ impl Db {
 
     /// [`Db::open`] with another migration list (tests).
     fn open_with(path: &Path, list: &'static [Migration]) -> Result<Self, StoreError> {
+        register_sqlite_vec();
         let existed = path.exists();
         // coffer-store owns coffer.db: its one writer connection.
         #[allow(clippy::disallowed_methods)]

@@ -10,6 +10,7 @@
 //! | [`invocations`] | `Invocations` | `mcp_invocations` |
 //! | [`changes`] | `Changes` | `changes` (rows written by [`crate::db::Db::write`]) |
 //! | [`maintenance`] | `Maintenance` | retention ([`crate::retention`]) and backups ([`crate::backup`]) |
+//! | [`index`] | `Index` | `kb_*` (retrieval's derived indexes: documents, chunks, FTS5 `kb_fts`, vec0 `kb_vectors`) |
 //!
 //! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
 //! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
@@ -17,6 +18,7 @@
 pub mod audit;
 pub mod changes;
 pub mod credentials;
+pub mod index;
 pub mod invocations;
 pub mod maintenance;
 pub mod registry;
@@ -38,8 +40,8 @@ const MAX_PAGE: u32 = 500;
 pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     use coffer_proto::store::{
         audit_server::AuditServer, changes_server::ChangesServer, credentials_server::CredentialsServer,
-        invocations_server::InvocationsServer, maintenance_server::MaintenanceServer, registry_server::RegistryServer,
-        settings_server::SettingsServer,
+        index_server::IndexServer, invocations_server::InvocationsServer, maintenance_server::MaintenanceServer,
+        registry_server::RegistryServer, settings_server::SettingsServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -57,6 +59,10 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     .add_service(
         MaintenanceServer::new(maintenance::MaintenanceService::new(db.clone())).max_decoding_message_size(MAX),
     )
+    .add_service(
+        IndexServer::new(index::IndexService::new(db.clone()))
+            .max_decoding_message_size(index::MAX_DECODING_MESSAGE_SIZE),
+    )
 }
 
 impl From<StoreError> for Status {
@@ -66,6 +72,8 @@ impl From<StoreError> for Status {
             StoreError::NotFound(m) => Status::not_found(format!("{m} not found")),
             StoreError::Exists(m) => Status::already_exists(format!("{m} already exists")),
             e @ StoreError::Conflict { .. } => Status::aborted(e.to_string()),
+            StoreError::Precondition(m) => Status::failed_precondition(m),
+            StoreError::Aborted(m) => Status::aborted(m),
             other => {
                 tracing::error!(error = %other, "Store failure.");
                 Status::internal("store failure; see logs/store.log")

@@ -1,0 +1,1755 @@
+//! The `Index` service (`proto/store_index.proto`): the derived retrieval indexes of
+//! `coffer-retrieval`, its only writer — knowledge bases' definitions (`kb_knowledge_bases`),
+//! documents (`kb_documents`, `kb_document_tags`), chunks (`kb_chunks`), the FTS5 keyword index
+//! (`kb_fts`, contentless, rowid = chunk id) and the sqlite-vec vector index (`kb_vectors`, a
+//! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id; its model and dimension in
+//! `kb_vector_config`).
+//!
+//! Every write is one transaction on the store's writer thread; queries run on the reader pool.
+//! Index writes produce no change rows (they are derived data, written at file-scan rates) and
+//! no audit rows (the user's actions are audited where they are taken).
+//!
+//! Determinism: a clean rebuild gives new chunk ids, so every ranked answer breaks score ties by
+//! (KB, document path, ordinal), never by id.
+use std::collections::{HashMap, VecDeque};
+
+use coffer_proto::store::index_server::Index;
+use coffer_proto::store::*;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use sha2::{Digest, Sha256};
+use tonic::{Request, Response, Status};
+
+use super::truncate;
+use crate::db::{Db, StoreError};
+
+/// Most terms a keyword query takes.
+pub const MAX_TERMS: usize = 64;
+/// Longest keyword term (bytes).
+pub const MAX_TERM_BYTES: usize = 128;
+/// Largest `limit` of a query (and of `PendingEmbeddings`).
+pub const MAX_LIMIT: u32 = 1000;
+/// Longest document path or path prefix (bytes).
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most lines one `LocateLines` call asks about.
+pub const MAX_LINES: usize = 10_000;
+/// Most ids one `GetChunks` call asks about.
+pub const MAX_IDS: usize = 1000;
+/// Most tags of a document or of a filter; longest tag (bytes).
+const MAX_TAGS: usize = 256;
+const MAX_TAG_BYTES: usize = 256;
+/// Largest vector dimension (sqlite-vec's `vec0` limit).
+pub const MAX_DIMENSION: u32 = 8192;
+/// Largest `k` of a sqlite-vec KNN query.
+const VEC_K_MAX: u32 = 4096;
+/// Largest request the Index service decodes (bytes): a document's chunks with their text and
+/// their normalized index text, for files up to `retrieval.max_file_bytes` (16 MiB default).
+pub const MAX_DECODING_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Validates a knowledge base name: `^[a-z0-9][a-z0-9_-]{0,63}$`.
+///
+/// # Errors
+/// [`StoreError::Invalid`] naming `field` and the rule.
+pub fn validate_kb_name(field: &str, name: &str) -> Result<(), StoreError> {
+    let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    let ok_first = name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if name.is_empty() || name.len() > 64 || !ok_chars || !ok_first {
+        return Err(StoreError::Invalid(format!(
+            "{field}: invalid knowledge base name {:?}: use 1-64 characters a-z, 0-9, '-' and '_', starting with a \
+             letter or digit",
+            truncate(name, 70)
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a document path: relative to the KB root, `/`-separated, not empty, no leading
+/// `/`, no `..` segment, no NUL, at most [`MAX_PATH_BYTES`].
+///
+/// # Errors
+/// [`StoreError::Invalid`] naming `field` and the rule.
+pub fn validate_path(field: &str, path: &str) -> Result<(), StoreError> {
+    let why = if path.is_empty() {
+        "is empty"
+    } else if path.len() > MAX_PATH_BYTES {
+        "is longer than 4096 bytes"
+    } else if path.starts_with('/') {
+        "must be relative to the knowledge base root (no leading '/')"
+    } else if path.contains('\0') {
+        "contains a NUL byte"
+    } else if path.split('/').any(|s| s == "..") {
+        "must not contain a '..' segment"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::Invalid(format!("{field} {:?} {why}", truncate(path, 80))))
+}
+
+/// `limit` if it is in `1..=MAX_LIMIT`, else [`StoreError::Invalid`] naming `field`.
+fn validate_limit(field: &str, limit: u32) -> Result<u32, StoreError> {
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(StoreError::Invalid(format!("{field} must be 1-{MAX_LIMIT}, not {limit}")));
+    }
+    Ok(limit)
+}
+
+/// Validates a list of short strings (tags, globs): at most `max` entries, each non-empty, at
+/// most `max_bytes`, without NUL.
+fn validate_strings(field: &str, items: &[String], max: usize, max_bytes: usize) -> Result<(), StoreError> {
+    if items.len() > max {
+        return Err(StoreError::Invalid(format!("{field} has {} entries; at most {max}", items.len())));
+    }
+    for (i, s) in items.iter().enumerate() {
+        if s.is_empty() || s.len() > max_bytes || s.contains('\0') {
+            return Err(StoreError::Invalid(format!(
+                "{field}[{i}] {:?} must be 1-{max_bytes} bytes without NUL",
+                truncate(s, 40)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Tags sorted and without duplicates.
+fn normalized_tags(tags: &[String]) -> Vec<String> {
+    let mut t = tags.to_vec();
+    t.sort();
+    t.dedup();
+    t
+}
+
+fn kind_str(kind: KnowledgeBaseKind) -> &'static str {
+    match kind {
+        KnowledgeBaseKind::Memory => "memory",
+        _ => "folder",
+    }
+}
+
+fn validate_kb(kb: &KnowledgeBase) -> Result<KnowledgeBaseKind, StoreError> {
+    validate_kb_name("name", &kb.name)?;
+    let kind = super::required::<KnowledgeBaseKind>(kb.kind, "kind")?;
+    if !kb.root.starts_with('/') || kb.root.contains('\0') || kb.root.len() > MAX_PATH_BYTES {
+        return Err(StoreError::Invalid(format!("root {:?} must be an absolute path", truncate(&kb.root, 80))));
+    }
+    validate_strings("include", &kb.include, 256, 1024)?;
+    validate_strings("exclude", &kb.exclude, 256, 1024)?;
+    Ok(kind)
+}
+
+fn kb_from_row(r: &Row<'_>) -> rusqlite::Result<KnowledgeBase> {
+    let kind = match r.get::<_, String>(1)?.as_str() {
+        "memory" => KnowledgeBaseKind::Memory,
+        _ => KnowledgeBaseKind::Folder,
+    };
+    Ok(KnowledgeBase {
+        name: r.get(0)?,
+        kind: kind.into(),
+        root: r.get(2)?,
+        include: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+        exclude: serde_json::from_str(&r.get::<_, String>(4)?).unwrap_or_default(),
+        created_ms: r.get(5)?,
+    })
+}
+
+const KB_COLS: &str = "name, kind, root, include_json, exclude_json, created_ms";
+
+fn get_kb(c: &Connection, name: &str) -> Result<Option<KnowledgeBase>, StoreError> {
+    let mut st = c.prepare_cached(&format!("SELECT {KB_COLS} FROM kb_knowledge_bases WHERE name = ?1"))?;
+    Ok(st.query_row([name], kb_from_row).optional()?)
+}
+
+/// [`StoreError::NotFound`] unless the KB `name` is defined.
+fn require_kb(c: &Connection, name: &str) -> Result<(), StoreError> {
+    let mut st = c.prepare_cached("SELECT 1 FROM kb_knowledge_bases WHERE name = ?1")?;
+    if st.query_row([name], |_| Ok(())).optional()?.is_none() {
+        return Err(StoreError::NotFound(format!("knowledge base {name:?}")));
+    }
+    Ok(())
+}
+
+/// The configured vector model and dimension, when `ConfigureVectors` ran.
+fn vector_config(c: &Connection) -> Result<Option<(String, u32)>, StoreError> {
+    let mut st = c.prepare_cached("SELECT model, dimension FROM kb_vector_config WHERE id = 1")?;
+    Ok(st.query_row([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?))).optional()?)
+}
+
+/// Removes the FTS row and the vector of each chunk in `ids` (the caller deletes the chunk rows,
+/// usually by deleting their documents).
+fn forget_chunks(t: &Connection, ids: &[i64], vectors: bool) -> Result<(), StoreError> {
+    let mut fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
+    for id in ids {
+        fts.execute([id])?;
+    }
+    if vectors {
+        let mut vec = t.prepare_cached("DELETE FROM kb_vectors WHERE chunk_id = ?1")?;
+        for id in ids {
+            vec.execute([id])?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes documents (with their chunks, FTS rows, vectors and tags): every document of `kb`, or
+/// of every KB when `kb` is `None`, or only `path` of `kb`. Returns how many documents.
+fn purge_documents(t: &Connection, kb: Option<&str>, path: Option<&str>) -> Result<u64, StoreError> {
+    let vectors = vector_config(t)?.is_some();
+    match (kb, path) {
+        (None, _) => {
+            // Everything: FTS5's and vec0's bulk forms.
+            t.execute("INSERT INTO kb_fts (kb_fts) VALUES ('delete-all')", [])?;
+            if vectors {
+                t.execute("DELETE FROM kb_vectors", [])?;
+            }
+            Ok(t.execute("DELETE FROM kb_documents", [])? as u64)
+        }
+        (Some(kb), path) => {
+            let path = path.unwrap_or("");
+            let ids: Vec<i64> = {
+                let mut st = t.prepare_cached(
+                    "SELECT c.id FROM kb_documents d JOIN kb_chunks c ON c.document = d.id
+                     WHERE d.kb = ?1 AND (?2 = '' OR d.path = ?2)",
+                )?;
+                let rows = st.query_map(params![kb, path], |r| r.get(0))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            forget_chunks(t, &ids, vectors)?;
+            let mut st = t.prepare_cached("DELETE FROM kb_documents WHERE kb = ?1 AND (?2 = '' OR path = ?2)")?;
+            Ok(st.execute(params![kb, path])? as u64)
+        }
+    }
+}
+
+/// Hash of what the FTS row of a chunk holds.
+fn index_hash(c: &ChunkInput) -> String {
+    let mut h = Sha256::new();
+    for part in [&c.index_title, &c.index_headings, &c.index_body] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+fn validate_upsert(r: &UpsertDocumentRequest) -> Result<(), StoreError> {
+    validate_kb_name("kb", &r.kb)?;
+    validate_path("path", &r.path)?;
+    validate_strings("tags", &r.tags, MAX_TAGS, MAX_TAG_BYTES)?;
+    for (i, c) in r.chunks.iter().enumerate() {
+        if c.hash.is_empty() {
+            return Err(StoreError::Invalid(format!("chunks[{i}].hash is required")));
+        }
+        if c.line_start == 0 || c.line_end < c.line_start {
+            return Err(StoreError::Invalid(format!(
+                "chunks[{i}]: line_start {} and line_end {} must satisfy 1 <= line_start <= line_end",
+                c.line_start, c.line_end
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// An existing chunk of the document being replaced.
+struct Existing {
+    id: i64,
+    ordinal: i64,
+    line_start: i64,
+    line_end: i64,
+    index_hash: String,
+}
+
+/// Writes the document row of `r` (insert or update, error cleared) and its tags; returns its id.
+fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], now: i64) -> Result<i64, StoreError> {
+    let mut st = t.prepare_cached(
+        "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, tags_json, error, indexed_ms, chunk_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9)
+         ON CONFLICT (kb, path) DO UPDATE SET mtime_ms = excluded.mtime_ms, size = excluded.size,
+           hash = excluded.hash, title = excluded.title, tags_json = excluded.tags_json, error = '',
+           indexed_ms = excluded.indexed_ms, chunk_count = excluded.chunk_count
+         RETURNING id",
+    )?;
+    let id: i64 = st.query_row(
+        params![
+            r.kb,
+            r.path,
+            r.mtime_ms,
+            r.size as i64,
+            r.hash,
+            r.title,
+            serde_json::to_string(tags).expect("json"),
+            now,
+            r.chunks.len() as i64
+        ],
+        |row| row.get(0),
+    )?;
+    t.prepare_cached("DELETE FROM kb_document_tags WHERE document = ?1")?.execute([id])?;
+    let mut ins = t.prepare_cached("INSERT INTO kb_document_tags (document, tag) VALUES (?1, ?2)")?;
+    for tag in tags {
+        ins.execute(params![id, tag])?;
+    }
+    Ok(id)
+}
+
+/// `UpsertDocument` inside the writer's transaction (see the proto).
+fn upsert_document(t: &Connection, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
+    require_kb(t, &r.kb)?;
+    let tags = normalized_tags(&r.tags);
+    let doc = write_document(t, r, &tags, now_ms())?;
+    let vectors = vector_config(t)?.is_some();
+
+    // Existing chunks by position key; several equal chunks (boilerplate) are matched in order.
+    let mut existing: HashMap<(String, String), VecDeque<Existing>> = HashMap::new();
+    {
+        let mut st = t.prepare_cached(
+            "SELECT id, hash, heading_path, ordinal, line_start, line_end, index_hash
+             FROM kb_chunks WHERE document = ?1 ORDER BY ordinal, id",
+        )?;
+        let rows = st.query_map([doc], |row| {
+            Ok((
+                (row.get::<_, String>(1)?, row.get::<_, String>(2)?),
+                Existing {
+                    id: row.get(0)?,
+                    ordinal: row.get(3)?,
+                    line_start: row.get(4)?,
+                    line_end: row.get(5)?,
+                    index_hash: row.get(6)?,
+                },
+            ))
+        })?;
+        for row in rows {
+            let (key, e) = row?;
+            existing.entry(key).or_default().push_back(e);
+        }
+    }
+
+    let mut reply = UpsertDocumentReply::default();
+    let mut insert_chunk = t.prepare_cached(
+        "INSERT INTO kb_chunks (document, ordinal, heading_path, line_start, line_end, hash, index_hash, text)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    let mut insert_fts =
+        t.prepare_cached("INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut delete_fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
+    let mut move_chunk =
+        t.prepare_cached("UPDATE kb_chunks SET ordinal = ?2, line_start = ?3, line_end = ?4 WHERE id = ?1")?;
+    let mut set_index_hash = t.prepare_cached("UPDATE kb_chunks SET index_hash = ?2 WHERE id = ?1")?;
+    for (ordinal, c) in r.chunks.iter().enumerate() {
+        let headings = serde_json::to_string(&c.heading_path).expect("json");
+        let ih = index_hash(c);
+        let (ordinal, start, end) = (ordinal as i64, c.line_start as i64, c.line_end as i64);
+        let kept = existing.get_mut(&(c.hash.clone(), headings.clone())).and_then(VecDeque::pop_front);
+        match kept {
+            Some(e) => {
+                if (e.ordinal, e.line_start, e.line_end) != (ordinal, start, end) {
+                    move_chunk.execute(params![e.id, ordinal, start, end])?;
+                }
+                if e.index_hash != ih {
+                    // Same chunk, new index text (the document's title changed): the FTS row
+                    // follows, id and vector stay.
+                    delete_fts.execute([e.id])?;
+                    insert_fts.execute(params![e.id, c.index_title, c.index_headings, c.index_body])?;
+                    set_index_hash.execute(params![e.id, ih])?;
+                }
+                reply.kept += 1;
+            }
+            None => {
+                insert_chunk.execute(params![doc, ordinal, headings, start, end, c.hash, ih, c.text])?;
+                let id = t.last_insert_rowid();
+                insert_fts.execute(params![id, c.index_title, c.index_headings, c.index_body])?;
+                reply.added += 1;
+            }
+        }
+    }
+    let gone: Vec<i64> = existing.into_values().flatten().map(|e| e.id).collect();
+    if !gone.is_empty() {
+        forget_chunks(t, &gone, vectors)?;
+        let mut del = t.prepare_cached("DELETE FROM kb_chunks WHERE id = ?1")?;
+        for id in &gone {
+            del.execute([id])?;
+        }
+    }
+    reply.removed = gone.len() as u32;
+    Ok(reply)
+}
+
+/// `MarkDocumentError` inside the writer's transaction: the document row carries `error` and
+/// no chunks.
+fn mark_document_error(t: &Connection, r: &MarkDocumentErrorRequest) -> Result<u64, StoreError> {
+    require_kb(t, &r.kb)?;
+    let had: Option<i64> = t
+        .prepare_cached("SELECT id FROM kb_documents WHERE kb = ?1 AND path = ?2")?
+        .query_row(params![r.kb, r.path], |row| row.get(0))
+        .optional()?;
+    if had.is_some() {
+        purge_documents(t, Some(&r.kb), Some(&r.path))?;
+    }
+    t.prepare_cached(
+        "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, tags_json, error, indexed_ms, chunk_count)
+         VALUES (?1, ?2, ?3, ?4, '', '', '[]', ?5, ?6, 0)",
+    )?
+    .execute(params![r.kb, r.path, r.mtime_ms, r.size as i64, r.error, now_ms()])?;
+    Ok(1)
+}
+
+/// A query's [`Filters`], validated and ready to bind as `?1..?4` of [`FILTER_SQL`].
+struct Filter {
+    kb_json: String,
+    prefix: String,
+    tags_json: String,
+    after: i64,
+}
+
+impl Filter {
+    fn new(f: Option<&Filters>) -> Result<Self, StoreError> {
+        let f = f.cloned().unwrap_or_default();
+        if f.kb.len() > 64 {
+            return Err(StoreError::Invalid(format!("filters.kb has {} entries; at most 64", f.kb.len())));
+        }
+        for (i, kb) in f.kb.iter().enumerate() {
+            validate_kb_name(&format!("filters.kb[{i}]"), kb)?;
+        }
+        if f.path_prefix.len() > MAX_PATH_BYTES || f.path_prefix.contains('\0') {
+            return Err(StoreError::Invalid("filters.path_prefix must be at most 4096 bytes without NUL".into()));
+        }
+        validate_strings("filters.tags", &f.tags, 64, MAX_TAG_BYTES)?;
+        Ok(Self {
+            kb_json: serde_json::to_string(&f.kb).expect("json"),
+            tags_json: serde_json::to_string(&f.tags).expect("json"),
+            prefix: f.path_prefix,
+            after: if f.modified_after_ms == 0 { i64::MIN } else { f.modified_after_ms },
+        })
+    }
+
+    /// Whether the filter restricts anything.
+    fn restricts(&self) -> bool {
+        self.kb_json != "[]" || !self.prefix.is_empty() || self.tags_json != "[]" || self.after != i64::MIN
+    }
+}
+
+/// The filter condition over `d` (kb_documents), parameters `?1` KBs (JSON array, `[]` = any),
+/// `?2` path prefix (`''` = any; compared with `substr`, so `%` and `_` are literal), `?3` tags
+/// (JSON array: the document has every one), `?4` mtime strictly after.
+const FILTER_SQL: &str = "(?1 = '[]' OR d.kb IN (SELECT value FROM json_each(?1)))
+    AND (?2 = '' OR substr(d.path, 1, length(?2)) = ?2)
+    AND NOT EXISTS (SELECT 1 FROM json_each(?3) j
+                    WHERE NOT EXISTS (SELECT 1 FROM kb_document_tags g WHERE g.document = d.id AND g.tag = j.value))
+    AND d.mtime_ms > ?4";
+
+/// Columns of a [`Chunk`] over `c` (kb_chunks) and `d` (kb_documents); read by [`chunk_at`].
+const CHUNK_COLS: &str =
+    "c.id, d.kb, d.path, c.heading_path, c.line_start, c.line_end, c.text, d.title, d.tags_json, d.mtime_ms, c.ordinal";
+/// How many columns [`CHUNK_COLS`] has.
+const CHUNK_NCOLS: usize = 11;
+
+fn chunk_at(r: &Row<'_>) -> rusqlite::Result<Chunk> {
+    Ok(Chunk {
+        id: r.get(0)?,
+        kb: r.get(1)?,
+        path: r.get(2)?,
+        heading_path: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+        line_start: r.get(4)?,
+        line_end: r.get(5)?,
+        text: r.get(6)?,
+        title: r.get(7)?,
+        tags: serde_json::from_str(&r.get::<_, String>(8)?).unwrap_or_default(),
+        mtime_ms: r.get(9)?,
+        ordinal: r.get(10)?,
+    })
+}
+
+/// The FTS5 MATCH expression for `terms`: each term a string (`"` doubled inside), joined with
+/// ` AND ` or ` OR `. Terms without a letter or digit (which the tokenizer would turn into an
+/// empty phrase) are left out; `None` when none is left (the query matches nothing).
+///
+/// # Errors
+/// [`StoreError::Invalid`] naming `terms` or `terms[i]` for no terms, too many, an empty or too
+/// long one, or one with NUL.
+pub fn match_expression(terms: &[String], any: bool) -> Result<Option<String>, StoreError> {
+    if terms.is_empty() {
+        return Err(StoreError::Invalid("terms must not be empty".into()));
+    }
+    if terms.len() > MAX_TERMS {
+        return Err(StoreError::Invalid(format!("terms has {} entries; at most {MAX_TERMS}", terms.len())));
+    }
+    let mut parts = Vec::with_capacity(terms.len());
+    for (i, t) in terms.iter().enumerate() {
+        if t.is_empty() || t.len() > MAX_TERM_BYTES || t.contains('\0') {
+            return Err(StoreError::Invalid(format!(
+                "terms[{i}] {:?} must be 1-{MAX_TERM_BYTES} bytes without NUL",
+                truncate(t, 40)
+            )));
+        }
+        if t.chars().any(char::is_alphanumeric) {
+            parts.push(format!("\"{}\"", t.replace('"', "\"\"")));
+        }
+    }
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(parts.join(if any { " OR " } else { " AND " })))
+}
+
+/// `KeywordQuery` on a reader (see the proto): best first, ties by KB, path, ordinal.
+fn keyword_query(c: &Connection, expr: &str, f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+    let mut st = c.prepare_cached(&format!(
+        "SELECT {CHUNK_COLS}, f.rank
+         FROM kb_fts f CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
+         WHERE kb_fts MATCH ?5 AND c.id = f.rowid AND d.id = c.document AND {FILTER_SQL}
+         ORDER BY f.rank, d.kb, d.path, c.ordinal
+         LIMIT ?6"
+    ))?;
+    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, expr, limit], |r| {
+        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: -r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A vector as sqlite-vec's float32 blob (little-endian).
+fn vector_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// [`StoreError::Invalid`] naming `field` unless `v` has `dimension` finite values, not all zero.
+fn validate_vector(field: &str, v: &[f32], dimension: u32) -> Result<(), StoreError> {
+    if v.len() != dimension as usize {
+        return Err(StoreError::Invalid(format!(
+            "{field} has dimension {}, the configured dimension is {dimension}",
+            v.len()
+        )));
+    }
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(StoreError::Invalid(format!("{field}[{i}] is not a finite number ({})", v[i])));
+    }
+    if v.iter().all(|x| *x == 0.0) {
+        return Err(StoreError::Invalid(format!("{field} is all zeros (no direction for cosine distance)")));
+    }
+    Ok(())
+}
+
+/// `VectorQuery` on a reader: exact top `limit` by cosine distance, ties by KB, path, ordinal.
+///
+/// The KNN over `kb_vectors` fetches more than `limit` (more when filters are present) and
+/// filters in SQL; when that cannot prove the answer exact (fewer than `limit` survivors of a
+/// full KNN page, or a tie at its far edge), the query scans the filtered chunks' vectors with
+/// `vec_distance_cosine` instead.
+fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+    let k = if f.restricts() { limit.saturating_mul(8).saturating_add(64) } else { limit.saturating_mul(2) + 16 };
+    let k = k.min(VEC_K_MAX);
+    let (knn_rows, knn_max): (u32, f64) = {
+        let mut st = c.prepare_cached(
+            "SELECT COUNT(*), COALESCE(MAX(distance), 0) FROM kb_vectors WHERE embedding MATCH ?1 AND k = ?2",
+        )?;
+        st.query_row(params![blob, k], |r| Ok((r.get(0)?, r.get(1)?)))?
+    };
+    let hit = |r: &Row<'_>| -> rusqlite::Result<ChunkHit> {
+        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 1.0 - r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
+    };
+    let hits: Vec<ChunkHit> = {
+        let mut st = c.prepare_cached(&format!(
+            "WITH knn AS MATERIALIZED (
+                 SELECT chunk_id, distance FROM kb_vectors WHERE embedding MATCH ?5 AND k = ?6)
+             SELECT {CHUNK_COLS}, knn.distance
+             FROM knn CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
+             WHERE c.id = knn.chunk_id AND d.id = c.document AND {FILTER_SQL}
+             ORDER BY knn.distance, d.kb, d.path, c.ordinal
+             LIMIT ?7"
+        ))?;
+        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, k, limit], hit)?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let complete = knn_rows < k;
+    let exact = complete || (hits.len() == limit as usize && hits.last().is_some_and(|h| 1.0 - h.score < knn_max));
+    if exact {
+        return Ok(hits);
+    }
+    let mut st = c.prepare_cached(&format!(
+        "SELECT {CHUNK_COLS}, vec_distance_cosine(v.embedding, ?5) AS distance
+         FROM kb_documents d CROSS JOIN kb_chunks c CROSS JOIN kb_vectors v
+         WHERE c.document = d.id AND c.embedded = 1 AND v.chunk_id = c.id AND {FILTER_SQL}
+         ORDER BY distance, d.kb, d.path, c.ordinal
+         LIMIT ?6"
+    ))?;
+    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, limit], hit)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// `LocateLines` on a reader: per asked line, the chunks of that document whose line range
+/// holds it; each chunk once, with the asked lines inside it; in (KB, path, ordinal) order.
+fn locate_lines(c: &Connection, lines: &[LineRef], f: &Filter) -> Result<Vec<ChunkHit>, StoreError> {
+    let mut st = c.prepare_cached(&format!(
+        "SELECT {CHUNK_COLS}
+         FROM kb_documents d CROSS JOIN kb_chunks c
+         WHERE d.kb = ?5 AND d.path = ?6 AND c.document = d.id AND c.line_start <= ?7 AND c.line_end >= ?7
+           AND {FILTER_SQL}"
+    ))?;
+    let mut found: HashMap<i64, ChunkHit> = HashMap::new();
+    for l in lines {
+        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, l.kb, l.path, l.line], chunk_at)?;
+        for chunk in rows {
+            let chunk = chunk?;
+            let hit =
+                found.entry(chunk.id).or_insert_with(|| ChunkHit { chunk: Some(chunk), score: 0.0, lines: vec![] });
+            if !hit.lines.contains(&l.line) {
+                hit.lines.push(l.line);
+            }
+        }
+    }
+    let mut hits: Vec<ChunkHit> = found.into_values().collect();
+    for h in &mut hits {
+        h.lines.sort_unstable();
+        h.score = h.lines.len() as f64;
+    }
+    hits.sort_by(|a, b| {
+        let (a, b) = (a.chunk.as_ref().expect("chunk"), b.chunk.as_ref().expect("chunk"));
+        (&a.kb, &a.path, a.ordinal).cmp(&(&b.kb, &b.path, b.ordinal))
+    });
+    Ok(hits)
+}
+
+/// The `Index` gRPC service.
+pub struct IndexService {
+    db: Db,
+}
+
+impl IndexService {
+    /// The service over `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+#[tonic::async_trait]
+impl Index for IndexService {
+    async fn create_knowledge_base(&self, req: Request<KnowledgeBase>) -> Result<Response<KnowledgeBase>, Status> {
+        let mut kb = req.into_inner();
+        let kind = validate_kb(&kb)?;
+        let (kb, _) = self
+            .db
+            .write(move |t, _| {
+                if get_kb(t, &kb.name)?.is_some() {
+                    return Err(StoreError::Exists(format!("knowledge base {:?}", kb.name)));
+                }
+                kb.created_ms = now_ms();
+                t.execute(
+                    &format!("INSERT INTO kb_knowledge_bases ({KB_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                    params![
+                        kb.name,
+                        kind_str(kind),
+                        kb.root,
+                        serde_json::to_string(&kb.include).expect("json"),
+                        serde_json::to_string(&kb.exclude).expect("json"),
+                        kb.created_ms
+                    ],
+                )?;
+                Ok(kb)
+            })
+            .await?;
+        Ok(Response::new(kb))
+    }
+
+    async fn list_knowledge_bases(
+        &self,
+        _: Request<ListKnowledgeBasesRequest>,
+    ) -> Result<Response<ListKnowledgeBasesReply>, Status> {
+        let knowledge_bases = self
+            .db
+            .read(|c| {
+                let mut st = c.prepare_cached(&format!("SELECT {KB_COLS} FROM kb_knowledge_bases ORDER BY name"))?;
+                let rows = st.query_map([], kb_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        Ok(Response::new(ListKnowledgeBasesReply { knowledge_bases }))
+    }
+
+    async fn get_knowledge_base(&self, req: Request<KnowledgeBaseRef>) -> Result<Response<KnowledgeBase>, Status> {
+        let name = req.into_inner().name;
+        validate_kb_name("name", &name)?;
+        let n = name.clone();
+        let kb = self.db.read(move |c| get_kb(c, &n)).await?;
+        kb.map(Response::new).ok_or_else(|| StoreError::NotFound(format!("knowledge base {name:?}")).into())
+    }
+
+    async fn delete_knowledge_base(&self, req: Request<KnowledgeBaseRef>) -> Result<Response<DeleteReply>, Status> {
+        let name = req.into_inner().name;
+        validate_kb_name("name", &name)?;
+        let (removed, _) = self
+            .db
+            .write(move |t, _| {
+                require_kb(t, &name)?;
+                let removed = purge_documents(t, Some(&name), None)?;
+                t.execute("DELETE FROM kb_knowledge_bases WHERE name = ?1", [&name])?;
+                Ok(removed)
+            })
+            .await?;
+        Ok(Response::new(DeleteReply { removed }))
+    }
+
+    async fn list_documents(&self, req: Request<ListDocumentsRequest>) -> Result<Response<ListDocumentsReply>, Status> {
+        let kb = req.into_inner().kb;
+        validate_kb_name("kb", &kb)?;
+        let documents = self
+            .db
+            .read(move |c| {
+                require_kb(c, &kb)?;
+                let mut st = c.prepare_cached(
+                    "SELECT kb, path, mtime_ms, size, hash, chunk_count, error, indexed_ms, title, tags_json
+                     FROM kb_documents WHERE kb = ?1 ORDER BY path",
+                )?;
+                let rows = st.query_map([&kb], document_meta)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        Ok(Response::new(ListDocumentsReply { documents }))
+    }
+
+    async fn upsert_document(
+        &self,
+        req: Request<UpsertDocumentRequest>,
+    ) -> Result<Response<UpsertDocumentReply>, Status> {
+        let r = req.into_inner();
+        validate_upsert(&r)?;
+        let (reply, _) = self.db.write(move |t, _| upsert_document(t, &r)).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn mark_document_error(
+        &self,
+        req: Request<MarkDocumentErrorRequest>,
+    ) -> Result<Response<DeleteReply>, Status> {
+        let r = req.into_inner();
+        validate_kb_name("kb", &r.kb)?;
+        validate_path("path", &r.path)?;
+        if r.error.is_empty() {
+            return Err(Status::invalid_argument("error is required"));
+        }
+        let (removed, _) = self.db.write(move |t, _| mark_document_error(t, &r)).await?;
+        Ok(Response::new(DeleteReply { removed }))
+    }
+
+    async fn delete_document(&self, req: Request<DocumentRef>) -> Result<Response<DeleteReply>, Status> {
+        let r = req.into_inner();
+        validate_kb_name("kb", &r.kb)?;
+        validate_path("path", &r.path)?;
+        let (removed, _) = self.db.write(move |t, _| purge_documents(t, Some(&r.kb), Some(&r.path))).await?;
+        Ok(Response::new(DeleteReply { removed }))
+    }
+
+    async fn clear_index(&self, req: Request<ClearIndexRequest>) -> Result<Response<DeleteReply>, Status> {
+        let kb = req.into_inner().kb;
+        if !kb.is_empty() {
+            validate_kb_name("kb", &kb)?;
+        }
+        let (removed, _) = self
+            .db
+            .write(move |t, _| {
+                if kb.is_empty() {
+                    purge_documents(t, None, None)
+                } else {
+                    require_kb(t, &kb)?;
+                    purge_documents(t, Some(&kb), None)
+                }
+            })
+            .await?;
+        Ok(Response::new(DeleteReply { removed }))
+    }
+
+    async fn keyword_query(&self, req: Request<KeywordQueryRequest>) -> Result<Response<ChunkHits>, Status> {
+        let r = req.into_inner();
+        let any = r.mode() == MatchMode::Any;
+        let expr = match_expression(&r.terms, any)?;
+        let filter = Filter::new(r.filters.as_ref())?;
+        let limit = validate_limit("limit", r.limit)?;
+        let Some(expr) = expr else { return Ok(Response::new(ChunkHits::default())) };
+        let hits = self.db.read(move |c| keyword_query(c, &expr, &filter, limit)).await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn vector_query(&self, req: Request<VectorQueryRequest>) -> Result<Response<ChunkHits>, Status> {
+        let r = req.into_inner();
+        let filter = Filter::new(r.filters.as_ref())?;
+        let limit = validate_limit("limit", r.limit)?;
+        let hits = self
+            .db
+            .read(move |c| {
+                let (_, dimension) = vector_config(c)?.ok_or_else(not_configured)?;
+                validate_vector("embedding", &r.embedding, dimension)?;
+                vector_query(c, &vector_blob(&r.embedding), &filter, limit)
+            })
+            .await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn locate_lines(&self, req: Request<LocateLinesRequest>) -> Result<Response<ChunkHits>, Status> {
+        let r = req.into_inner();
+        if r.lines.len() > MAX_LINES {
+            return Err(Status::invalid_argument(format!("lines has {} entries; at most {MAX_LINES}", r.lines.len())));
+        }
+        for (i, l) in r.lines.iter().enumerate() {
+            validate_kb_name(&format!("lines[{i}].kb"), &l.kb)?;
+            validate_path(&format!("lines[{i}].path"), &l.path)?;
+        }
+        let filter = Filter::new(r.filters.as_ref())?;
+        let hits = self.db.read(move |c| locate_lines(c, &r.lines, &filter)).await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn get_chunks(&self, req: Request<GetChunksRequest>) -> Result<Response<ChunkHits>, Status> {
+        let ids = req.into_inner().ids;
+        if ids.len() > MAX_IDS {
+            return Err(Status::invalid_argument(format!("ids has {} entries; at most {MAX_IDS}", ids.len())));
+        }
+        let hits = self
+            .db
+            .read(move |c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT {CHUNK_COLS} FROM kb_chunks c JOIN kb_documents d ON d.id = c.document WHERE c.id = ?1"
+                ))?;
+                let mut hits = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(chunk) = st.query_row([id], chunk_at).optional()? {
+                        hits.push(ChunkHit { chunk: Some(chunk), score: 0.0, lines: vec![] });
+                    }
+                }
+                Ok(hits)
+            })
+            .await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn configure_vectors(
+        &self,
+        req: Request<ConfigureVectorsRequest>,
+    ) -> Result<Response<ConfigureVectorsReply>, Status> {
+        let r = req.into_inner();
+        if r.model.is_empty() || r.model.len() > 256 || r.model.contains('\0') {
+            return Err(Status::invalid_argument("model must be 1-256 bytes without NUL"));
+        }
+        if r.dimension == 0 || r.dimension > MAX_DIMENSION {
+            return Err(Status::invalid_argument(format!("dimension must be 1-{MAX_DIMENSION}, not {}", r.dimension)));
+        }
+        let (reply, _) = self.db.write(move |t, _| configure_vectors(t, &r.model, r.dimension)).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn pending_embeddings(&self, req: Request<PendingEmbeddingsRequest>) -> Result<Response<ChunkHits>, Status> {
+        let limit = validate_limit("limit", req.into_inner().limit)?;
+        let hits = self
+            .db
+            .read(move |c| {
+                vector_config(c)?.ok_or_else(not_configured)?;
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT {CHUNK_COLS} FROM kb_chunks c CROSS JOIN kb_documents d
+                     WHERE c.embedded = 0 AND d.id = c.document ORDER BY c.id LIMIT ?1"
+                ))?;
+                let rows =
+                    st.query_map([limit], |r| Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 0.0, lines: vec![] }))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn put_embeddings(&self, req: Request<PutEmbeddingsRequest>) -> Result<Response<PutEmbeddingsReply>, Status> {
+        let r = req.into_inner();
+        for (i, e) in r.embeddings.iter().enumerate() {
+            // Shape only; the dimension is checked against the configuration in the transaction.
+            validate_vector(&format!("embeddings[{i}].vector"), &e.vector, e.vector.len() as u32)?;
+        }
+        let (reply, _) = self.db.write(move |t, _| put_embeddings(t, &r)).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn stats(&self, req: Request<StatsRequest>) -> Result<Response<StatsReply>, Status> {
+        let kb = req.into_inner().kb;
+        if !kb.is_empty() {
+            validate_kb_name("kb", &kb)?;
+        }
+        let reply = self.db.read(move |c| stats(c, &kb)).await?;
+        Ok(Response::new(reply))
+    }
+}
+
+fn not_configured() -> StoreError {
+    StoreError::Precondition("vectors are not configured: call ConfigureVectors first".into())
+}
+
+fn document_meta(r: &Row<'_>) -> rusqlite::Result<DocumentMeta> {
+    Ok(DocumentMeta {
+        kb: r.get(0)?,
+        path: r.get(1)?,
+        mtime_ms: r.get(2)?,
+        size: r.get::<_, i64>(3)? as u64,
+        hash: r.get(4)?,
+        chunks: r.get(5)?,
+        error: r.get(6)?,
+        indexed_ms: r.get(7)?,
+        title: r.get(8)?,
+        tags: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
+    })
+}
+
+/// `ConfigureVectors` inside the writer's transaction: the same model and dimension are a no-op;
+/// anything else drops every vector and recreates `kb_vectors`.
+fn configure_vectors(t: &Connection, model: &str, dimension: u32) -> Result<ConfigureVectorsReply, StoreError> {
+    let current = vector_config(t)?;
+    if current.as_ref().is_some_and(|(m, d)| m == model && *d == dimension) {
+        return Ok(ConfigureVectorsReply { reset: false, dropped: 0 });
+    }
+    let dropped: u64 = if current.is_some() {
+        t.query_row("SELECT COUNT(*) FROM kb_chunks WHERE embedded = 1", [], |r| r.get::<_, i64>(0))? as u64
+    } else {
+        0
+    };
+    t.execute_batch("DROP TABLE IF EXISTS kb_vectors")?;
+    // The dimension is a validated integer: formatting it into the DDL is safe.
+    t.execute_batch(&format!(
+        "CREATE VIRTUAL TABLE kb_vectors USING vec0 (chunk_id integer primary key, embedding float[{dimension}] \
+         distance_metric=cosine)"
+    ))?;
+    t.execute("UPDATE kb_chunks SET embedded = 0 WHERE embedded = 1", [])?;
+    t.execute(
+        "INSERT INTO kb_vector_config (id, model, dimension) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET model = excluded.model, dimension = excluded.dimension",
+        params![model, dimension],
+    )?;
+    Ok(ConfigureVectorsReply { reset: true, dropped })
+}
+
+/// `PutEmbeddings` inside the writer's transaction.
+fn put_embeddings(t: &Connection, r: &PutEmbeddingsRequest) -> Result<PutEmbeddingsReply, StoreError> {
+    let (model, dimension) = vector_config(t)?.ok_or_else(not_configured)?;
+    if r.model != model || r.dimension != dimension {
+        return Err(StoreError::Aborted(format!(
+            "vectors are configured for model {:?} with dimension {dimension}; these are for {:?} with dimension {} \
+             (the configuration changed: embed again)",
+            truncate(&model, 80),
+            truncate(&r.model, 80),
+            r.dimension
+        )));
+    }
+    for (i, e) in r.embeddings.iter().enumerate() {
+        validate_vector(&format!("embeddings[{i}].vector"), &e.vector, dimension)?;
+    }
+    let mut exists = t.prepare_cached("SELECT embedded FROM kb_chunks WHERE id = ?1")?;
+    let mut del = t.prepare_cached("DELETE FROM kb_vectors WHERE chunk_id = ?1")?;
+    let mut ins = t.prepare_cached("INSERT INTO kb_vectors (chunk_id, embedding) VALUES (?1, ?2)")?;
+    let mut mark = t.prepare_cached("UPDATE kb_chunks SET embedded = 1 WHERE id = ?1")?;
+    let mut reply = PutEmbeddingsReply::default();
+    for e in &r.embeddings {
+        let Some(embedded) = exists.query_row([e.chunk_id], |row| row.get::<_, i64>(0)).optional()? else {
+            reply.skipped += 1;
+            continue;
+        };
+        if embedded != 0 {
+            del.execute([e.chunk_id])?;
+        }
+        ins.execute(params![e.chunk_id, vector_blob(&e.vector)])?;
+        mark.execute([e.chunk_id])?;
+        reply.stored += 1;
+    }
+    Ok(reply)
+}
+
+/// `Stats` on a reader: per KB (or only `kb`), counts and the documents with an error.
+fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
+    if !kb.is_empty() {
+        require_kb(c, kb)?;
+    }
+    let mut per_kb = c.prepare_cached(
+        "SELECT k.name, COUNT(d.id), COALESCE(SUM(d.chunk_count), 0), COALESCE(MAX(d.indexed_ms), 0)
+         FROM kb_knowledge_bases k LEFT JOIN kb_documents d ON d.kb = k.name
+         WHERE ?1 = '' OR k.name = ?1 GROUP BY k.name ORDER BY k.name",
+    )?;
+    let mut embedded = c.prepare_cached(
+        "SELECT COUNT(*) FROM kb_documents d CROSS JOIN kb_chunks c
+         WHERE d.kb = ?1 AND c.document = d.id AND c.embedded = 1",
+    )?;
+    let mut errors = c.prepare_cached(
+        "SELECT kb, path, mtime_ms, size, hash, chunk_count, error, indexed_ms, title, tags_json
+         FROM kb_documents WHERE kb = ?1 AND error <> '' ORDER BY path",
+    )?;
+    let rows = per_kb.query_map([kb], |r| {
+        Ok(KnowledgeBaseStats {
+            kb: r.get(0)?,
+            documents: r.get::<_, i64>(1)? as u64,
+            chunks: r.get::<_, i64>(2)? as u64,
+            embedded: 0,
+            last_indexed_ms: r.get(3)?,
+            errors: vec![],
+        })
+    })?;
+    let mut knowledge_bases = rows.collect::<Result<Vec<_>, _>>()?;
+    for s in &mut knowledge_bases {
+        s.embedded = embedded.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64;
+        s.errors = errors.query_map([&s.kb], document_meta)?.collect::<Result<_, _>>()?;
+    }
+    let (vector_model, vector_dimension) = vector_config(c)?.unwrap_or_default();
+    Ok(StatsReply { knowledge_bases, vector_model, vector_dimension })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coffer_proto::store::index_client::IndexClient;
+    use coffer_proto::store::index_server::IndexServer;
+    use tonic::transport::Channel;
+
+    /// The Index service over a fresh `coffer.db` in a temp dir, served on loopback, and a
+    /// client of it.
+    struct Served {
+        db: Db,
+        client: IndexClient<Channel>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn serve() -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("coffer.db")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let svc = IndexServer::new(IndexService::new(db.clone())).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+        let client = IndexClient::new(channel).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
+        let mut s = Served { db, client, _dir: dir };
+        for name in ["notes", "work"] {
+            s.client
+                .create_knowledge_base(KnowledgeBase {
+                    name: name.into(),
+                    kind: KnowledgeBaseKind::Folder.into(),
+                    root: format!("/tmp/{name}"),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        s
+    }
+
+    /// A chunk whose text, hash and index body are `body` (headings `h`).
+    fn chunk(h: &[&str], lines: (u32, u32), body: &str) -> ChunkInput {
+        ChunkInput {
+            heading_path: h.iter().map(|s| s.to_string()).collect(),
+            line_start: lines.0,
+            line_end: lines.1,
+            hash: hex::encode(Sha256::digest(body.as_bytes())),
+            text: body.into(),
+            index_title: String::new(),
+            index_headings: h.join(" "),
+            index_body: body.into(),
+        }
+    }
+
+    fn doc(kb: &str, path: &str, chunks: Vec<ChunkInput>) -> UpsertDocumentRequest {
+        UpsertDocumentRequest {
+            kb: kb.into(),
+            path: path.into(),
+            mtime_ms: 1_000,
+            size: 10,
+            hash: "h".into(),
+            title: path.into(),
+            tags: vec![],
+            chunks,
+        }
+    }
+
+    fn kw(terms: &[&str], mode: MatchMode) -> KeywordQueryRequest {
+        KeywordQueryRequest {
+            terms: terms.iter().map(|s| s.to_string()).collect(),
+            mode: mode.into(),
+            filters: None,
+            limit: 10,
+        }
+    }
+
+    impl Served {
+        async fn upsert(&mut self, r: UpsertDocumentRequest) -> UpsertDocumentReply {
+            self.client.upsert_document(r).await.unwrap().into_inner()
+        }
+
+        async fn keyword(&mut self, r: KeywordQueryRequest) -> Vec<(String, u32)> {
+            let hits = self.client.keyword_query(r).await.unwrap().into_inner().hits;
+            hits.into_iter().map(|h| h.chunk.map(|c| (c.path, c.ordinal)).unwrap()).collect()
+        }
+
+        /// (chunks, FTS rows, vectors, tag rows, documents) in the whole database.
+        async fn counts(&self) -> (i64, i64, i64, i64, i64) {
+            self.db
+                .read(|c| {
+                    let n = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0));
+                    let vectors = if vector_config(c)?.is_some() { n("SELECT COUNT(*) FROM kb_vectors")? } else { 0 };
+                    Ok((
+                        n("SELECT COUNT(*) FROM kb_chunks")?,
+                        n("SELECT COUNT(*) FROM kb_fts_docsize")?,
+                        vectors,
+                        n("SELECT COUNT(*) FROM kb_document_tags")?,
+                        n("SELECT COUNT(*) FROM kb_documents")?,
+                    ))
+                })
+                .await
+                .unwrap()
+        }
+
+        /// (id, ordinal, line_start) of a document's chunks, in order.
+        async fn chunk_ids(&self, kb: &str, path: &str) -> Vec<(i64, i64, i64)> {
+            let (kb, path) = (kb.to_owned(), path.to_owned());
+            self.db
+                .read(move |c| {
+                    let mut st = c.prepare(
+                        "SELECT c.id, c.ordinal, c.line_start FROM kb_chunks c JOIN kb_documents d ON d.id = c.document
+                         WHERE d.kb = ?1 AND d.path = ?2 ORDER BY c.ordinal",
+                    )?;
+                    let rows = st.query_map([kb, path], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+                .await
+                .unwrap()
+        }
+    }
+
+    #[tokio::test]
+    async fn upsert_keeps_unchanged_chunks_with_their_ids_and_vectors() {
+        let mut s = serve().await;
+        s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 2 }).await.unwrap();
+        let a = chunk(&["A"], (1, 3), "alpha text");
+        let b = chunk(&["B"], (4, 6), "bravo text");
+        let c = chunk(&["C"], (7, 9), "charlie text");
+        let r = s.upsert(doc("notes", "x.md", vec![a.clone(), b.clone(), c.clone()])).await;
+        assert_eq!((r.kept, r.added, r.removed), (0, 3, 0));
+        let before = s.chunk_ids("notes", "x.md").await;
+        let embeddings =
+            before.iter().map(|(id, ..)| Embedding { chunk_id: *id, vector: vec![1.0, *id as f32] }).collect();
+        let put = PutEmbeddingsRequest { model: "m".into(), dimension: 2, embeddings };
+        assert_eq!(s.client.put_embeddings(put).await.unwrap().into_inner().stored, 3);
+
+        // A new chunk above, b changed, c moved down by two lines, a unchanged.
+        let new = chunk(&["N"], (1, 2), "november text");
+        let b2 = chunk(&["B"], (6, 8), "bravo changed");
+        let c2 = ChunkInput { line_start: 9, line_end: 11, ..c.clone() };
+        let a2 = ChunkInput { line_start: 3, line_end: 5, ..a.clone() };
+        let r = s.upsert(doc("notes", "x.md", vec![new, a2, b2, c2])).await;
+        assert_eq!((r.kept, r.added, r.removed), (2, 2, 1));
+        let after = s.chunk_ids("notes", "x.md").await;
+        assert_eq!(after.len(), 4);
+        assert_eq!((after[1].0, after[1].1, after[1].2), (before[0].0, 1, 3), "a kept its id, moved");
+        assert_eq!((after[3].0, after[3].1, after[3].2), (before[2].0, 3, 9), "c kept its id, moved");
+        assert!(after[0].0 > before[2].0 && after[2].0 > before[2].0, "new chunks get new ids");
+        // Vectors: a and c kept, b's gone; the two new ones pending.
+        assert_eq!(s.counts().await, (4, 4, 2, 0, 1));
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 10 }).await.unwrap().into_inner();
+        let pending: Vec<i64> = pending.hits.iter().map(|h| h.chunk.as_ref().unwrap().id).collect();
+        assert_eq!(pending, [after[0].0, after[2].0]);
+        // The old text is no longer found; the new is, the kept is.
+        assert!(s.keyword(kw(&["bravo", "text"], MatchMode::All)).await.is_empty());
+        assert_eq!(s.keyword(kw(&["changed"], MatchMode::All)).await, [("x.md".into(), 2)]);
+        assert_eq!(s.keyword(kw(&["charlie"], MatchMode::All)).await, [("x.md".into(), 3)]);
+
+        // The same content again: everything kept, nothing written but the document row.
+        let again = s
+            .upsert(doc(
+                "notes",
+                "x.md",
+                vec![
+                    chunk(&["N"], (1, 2), "november text"),
+                    ChunkInput { line_start: 3, line_end: 5, ..a.clone() },
+                    chunk(&["B"], (6, 8), "bravo changed"),
+                    ChunkInput { line_start: 9, line_end: 11, ..c.clone() },
+                ],
+            ))
+            .await;
+        assert_eq!((again.kept, again.added, again.removed), (4, 0, 0));
+        assert_eq!(s.chunk_ids("notes", "x.md").await, after);
+
+        // Same text under another heading is another chunk.
+        let moved = ChunkInput { heading_path: vec!["Z".into()], ..a.clone() };
+        let r = s.upsert(doc("notes", "x.md", vec![moved])).await;
+        assert_eq!((r.kept, r.added, r.removed), (0, 1, 4));
+        assert_eq!(s.counts().await, (1, 1, 0, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_new_title_rewrites_the_fts_row_but_keeps_the_chunk() {
+        let mut s = serve().await;
+        let a = chunk(&[], (1, 1), "plain words");
+        s.upsert(doc("notes", "t.md", vec![ChunkInput { index_title: "oldtitle".into(), ..a.clone() }])).await;
+        let id = s.chunk_ids("notes", "t.md").await[0].0;
+        let r = s.upsert(doc("notes", "t.md", vec![ChunkInput { index_title: "newtitle".into(), ..a }])).await;
+        assert_eq!((r.kept, r.added, r.removed), (1, 0, 0));
+        assert_eq!(s.chunk_ids("notes", "t.md").await[0].0, id);
+        assert!(s.keyword(kw(&["oldtitle"], MatchMode::All)).await.is_empty());
+        assert_eq!(s.keyword(kw(&["newtitle"], MatchMode::All)).await.len(), 1);
+        assert_eq!(s.counts().await.1, 1, "one FTS row");
+    }
+
+    #[tokio::test]
+    async fn deleting_leaves_no_orphan_chunk_fts_row_vector_or_tag() {
+        let mut s = serve().await;
+        s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 3 }).await.unwrap();
+        for (kb, path) in [("notes", "a.md"), ("notes", "b.md"), ("work", "c.md")] {
+            let mut d = doc(kb, path, vec![chunk(&["H"], (1, 2), "one"), chunk(&["H"], (3, 4), "two")]);
+            d.tags = vec!["t1".into(), "t2".into(), "t1".into()];
+            s.upsert(d).await;
+        }
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 100 }).await.unwrap().into_inner();
+        let embeddings = pending
+            .hits
+            .iter()
+            .map(|h| Embedding { chunk_id: h.chunk.as_ref().unwrap().id, vector: vec![1.0, 0.5, 0.25] })
+            .collect();
+        let put = PutEmbeddingsRequest { model: "m".into(), dimension: 3, embeddings };
+        assert_eq!(s.client.put_embeddings(put).await.unwrap().into_inner().stored, 6);
+        assert_eq!(s.counts().await, (6, 6, 6, 6, 3));
+
+        let del = |kb: &str, path: &str| DocumentRef { kb: kb.into(), path: path.into() };
+        assert_eq!(s.client.delete_document(del("notes", "a.md")).await.unwrap().into_inner().removed, 1);
+        assert_eq!(s.client.delete_document(del("notes", "a.md")).await.unwrap().into_inner().removed, 0);
+        assert_eq!(s.counts().await, (4, 4, 4, 4, 2));
+        // An error mark drops the chunks of a document that had some.
+        let mark = MarkDocumentErrorRequest {
+            kb: "notes".into(),
+            path: "b.md".into(),
+            mtime_ms: 5,
+            size: 9,
+            error: "invalid UTF-8".into(),
+        };
+        s.client.mark_document_error(mark).await.unwrap();
+        assert_eq!(s.counts().await, (2, 2, 2, 2, 2));
+        let stats = s.client.stats(StatsRequest { kb: "notes".into() }).await.unwrap().into_inner();
+        assert_eq!(stats.knowledge_bases.len(), 1);
+        let notes = &stats.knowledge_bases[0];
+        assert_eq!((notes.documents, notes.chunks, notes.embedded), (1, 0, 0));
+        assert_eq!(
+            notes.errors.iter().map(|e| (e.path.as_str(), e.error.as_str())).collect::<Vec<_>>(),
+            [("b.md", "invalid UTF-8")]
+        );
+        assert_eq!((stats.vector_model.as_str(), stats.vector_dimension), ("m", 3));
+        // Deleting the KB removes its documents (and the error row) and its definition.
+        let r = s.client.delete_knowledge_base(KnowledgeBaseRef { name: "notes".into() }).await.unwrap();
+        assert_eq!(r.into_inner().removed, 1);
+        assert_eq!(s.counts().await, (2, 2, 2, 2, 1));
+        let e = s.client.get_knowledge_base(KnowledgeBaseRef { name: "notes".into() }).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::NotFound, "knowledge base \"notes\" not found"));
+        // Clearing everything keeps the definitions.
+        s.upsert(doc("work", "d.md", vec![chunk(&[], (1, 1), "three")])).await;
+        assert_eq!(
+            s.client.clear_index(ClearIndexRequest { kb: String::new() }).await.unwrap().into_inner().removed,
+            2
+        );
+        assert_eq!(s.counts().await, (0, 0, 0, 0, 0));
+        let kbs = s.client.list_knowledge_bases(ListKnowledgeBasesRequest {}).await.unwrap().into_inner();
+        assert_eq!(kbs.knowledge_bases.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["work"]);
+        // And the index works after a clear.
+        s.upsert(doc("work", "d.md", vec![chunk(&[], (1, 1), "three")])).await;
+        assert_eq!(s.keyword(kw(&["three"], MatchMode::All)).await.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn hostile_terms_never_cause_an_fts5_syntax_error() {
+        let mut s = serve().await;
+        s.upsert(doc("notes", "a.md", vec![chunk(&[], (1, 1), "near the col term and or not of a quoted \"word\"")]))
+            .await;
+        let hostile = [
+            "\"",
+            "\"\"",
+            "*",
+            "NEAR(",
+            "NEAR",
+            "AND",
+            "OR",
+            "NOT",
+            "AND OR NOT",
+            "^",
+            "-",
+            ":",
+            "col:term",
+            "(",
+            ")",
+            "(near",
+            "a\"b",
+            "\"word\"",
+            "term*",
+            "-term",
+            "^near",
+            "{col}",
+            "+",
+            "NEAR(col, term)",
+            "'",
+            "\\",
+            "…",
+        ];
+        for mode in [MatchMode::All, MatchMode::Any] {
+            for t in hostile {
+                let r = s.client.keyword_query(kw(&[t], mode)).await;
+                assert!(r.is_ok(), "{t:?}: {r:?}");
+            }
+            let r = s.client.keyword_query(kw(&hostile, mode)).await;
+            assert!(r.is_ok(), "all at once: {r:?}");
+        }
+        // Operators are words like any other; only-punctuation terms match nothing.
+        assert_eq!(s.keyword(kw(&["AND", "OR", "NOT"], MatchMode::All)).await.len(), 1);
+        assert_eq!(s.keyword(kw(&["NEAR(", "col:term"], MatchMode::All)).await.len(), 1);
+        assert_eq!(s.keyword(kw(&["\"word\""], MatchMode::All)).await.len(), 1);
+        assert!(s.keyword(kw(&["*", "\"", "^"], MatchMode::Any)).await.is_empty());
+        assert!(s.keyword(kw(&["missing", "-"], MatchMode::All)).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn bad_queries_are_refused_naming_the_field() {
+        let mut s = serve().await;
+        let check = |r: Result<tonic::Response<ChunkHits>, Status>, needle: &str| {
+            let e = r.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+            assert!(e.message().contains(needle), "{:?} lacks {needle:?}", e.message());
+        };
+        check(s.client.keyword_query(kw(&[], MatchMode::All)).await, "terms must not be empty");
+        let many: Vec<&str> = vec!["x"; 65];
+        check(s.client.keyword_query(kw(&many, MatchMode::All)).await, "terms has 65 entries");
+        let long = "x".repeat(129);
+        check(s.client.keyword_query(kw(&["ok", &long], MatchMode::All)).await, "terms[1]");
+        check(s.client.keyword_query(kw(&["ok", ""], MatchMode::All)).await, "terms[1]");
+        check(s.client.keyword_query(kw(&["a\0b"], MatchMode::All)).await, "terms[0]");
+        for limit in [0, 1001] {
+            check(s.client.keyword_query(KeywordQueryRequest { limit, ..kw(&["x"], MatchMode::All) }).await, "limit");
+        }
+        let filters = |f: Filters| KeywordQueryRequest { filters: Some(f), ..kw(&["x"], MatchMode::All) };
+        check(
+            s.client.keyword_query(filters(Filters { kb: vec!["Bad Name".into()], ..Default::default() })).await,
+            "filters.kb[0]",
+        );
+        check(
+            s.client.keyword_query(filters(Filters { tags: vec![String::new()], ..Default::default() })).await,
+            "filters.tags[0]",
+        );
+        // Paths.
+        for (path, why) in [("", "is empty"), ("/abs.md", "leading '/'"), ("a/../b.md", "'..'"), ("a\0.md", "NUL")] {
+            let e = s.client.upsert_document(doc("notes", path, vec![])).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with("path ") && e.message().contains(why), "{}", e.message());
+            let e = s.client.delete_document(DocumentRef { kb: "notes".into(), path: path.into() }).await.unwrap_err();
+            assert!(e.message().starts_with("path "), "{}", e.message());
+        }
+        // A `..` inside a name is fine.
+        s.upsert(doc("notes", "a..b.md", vec![])).await;
+        let e = s.client.upsert_document(doc("No", "a.md", vec![])).await.unwrap_err();
+        assert!(e.message().starts_with("kb: invalid knowledge base name \"No\""), "{}", e.message());
+        let e = s.client.upsert_document(doc("absent", "a.md", vec![])).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::NotFound, "knowledge base \"absent\" not found"));
+        let bad_lines = doc("notes", "a.md", vec![chunk(&[], (3, 2), "x")]);
+        let e = s.client.upsert_document(bad_lines).await.unwrap_err();
+        assert!(e.message().starts_with("chunks[0]: line_start 3"), "{}", e.message());
+        // Knowledge bases.
+        let kb = |name: &str, root: &str, kind: KnowledgeBaseKind| KnowledgeBase {
+            name: name.into(),
+            kind: kind.into(),
+            root: root.into(),
+            ..Default::default()
+        };
+        let e = s.client.create_knowledge_base(kb("notes", "/x", KnowledgeBaseKind::Folder)).await.unwrap_err();
+        assert_eq!((e.code(), e.message()), (tonic::Code::AlreadyExists, "knowledge base \"notes\" already exists"));
+        let e = s.client.create_knowledge_base(kb("x", "rel", KnowledgeBaseKind::Folder)).await.unwrap_err();
+        assert!(e.message().starts_with("root \"rel\""), "{}", e.message());
+        let e = s.client.create_knowledge_base(kb("x", "/x", KnowledgeBaseKind::Unspecified)).await.unwrap_err();
+        assert_eq!(e.message(), "kind is required");
+        let e = s.client.create_knowledge_base(kb(&"x".repeat(65), "/x", KnowledgeBaseKind::Folder)).await.unwrap_err();
+        assert!(e.message().starts_with("name: invalid knowledge base name"), "{}", e.message());
+        let m =
+            s.client.create_knowledge_base(kb("memory", "/m", KnowledgeBaseKind::Memory)).await.unwrap().into_inner();
+        assert!(m.created_ms > 0);
+        let got = s.client.get_knowledge_base(KnowledgeBaseRef { name: "memory".into() }).await.unwrap().into_inner();
+        assert_eq!(got, m);
+    }
+
+    #[tokio::test]
+    async fn cjk_bigrams_match_and_english_is_stemmed() {
+        let mut s = serve().await;
+        s.upsert(doc("notes", "zh.md", vec![chunk(&[], (1, 1), "机器 器学 学习")])).await;
+        s.upsert(doc("notes", "en.md", vec![chunk(&[], (1, 1), "a bird has one wing")])).await;
+        s.upsert(doc("notes", "fr.md", vec![chunk(&[], (1, 1), "café crème")])).await;
+        assert_eq!(s.keyword(kw(&["机器"], MatchMode::All)).await, [("zh.md".into(), 0)]);
+        assert_eq!(s.keyword(kw(&["学习", "机器"], MatchMode::All)).await, [("zh.md".into(), 0)]);
+        assert!(s.keyword(kw(&["机学"], MatchMode::All)).await.is_empty());
+        assert_eq!(s.keyword(kw(&["wings"], MatchMode::All)).await, [("en.md".into(), 0)]);
+        assert_eq!(s.keyword(kw(&["birds", "winged"], MatchMode::All)).await, [("en.md".into(), 0)]);
+        assert_eq!(s.keyword(kw(&["cafe", "CREME"], MatchMode::All)).await, [("fr.md".into(), 0)]);
+    }
+
+    #[tokio::test]
+    async fn title_beats_headings_beats_body_and_modes_combine_terms() {
+        let mut s = serve().await;
+        let with = |path: &str, title: &str, headings: &str, body: &str| {
+            let mut c = chunk(&[], (1, 1), body);
+            c.index_title = title.into();
+            c.index_headings = headings.into();
+            doc("notes", path, vec![c])
+        };
+        s.upsert(with("body.md", "other", "other", "zebra lives here")).await;
+        s.upsert(with("title.md", "zebra", "other", "lives here")).await;
+        s.upsert(with("heading.md", "other", "zebra", "lives here")).await;
+        let order = s.keyword(kw(&["zebra"], MatchMode::All)).await;
+        assert_eq!(order.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), ["title.md", "heading.md", "body.md"]);
+        let hits = s.client.keyword_query(kw(&["zebra"], MatchMode::All)).await.unwrap().into_inner().hits;
+        assert!(hits.windows(2).all(|w| w[0].score > w[1].score), "scores decrease: {hits:?}");
+        assert!(hits[0].score > 0.0);
+        assert!(s.keyword(kw(&["zebra", "giraffe"], MatchMode::All)).await.is_empty());
+        assert_eq!(s.keyword(kw(&["zebra", "giraffe"], MatchMode::Any)).await.len(), 3);
+        // Unspecified mode means all terms.
+        assert!(s.keyword(kw(&["zebra", "giraffe"], MatchMode::Unspecified)).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn ties_are_broken_by_kb_path_and_ordinal_not_by_insertion() {
+        let mut s = serve().await;
+        // Inserted in reverse: equal chunks in equal documents score the same.
+        for (kb, path) in [("work", "b.md"), ("work", "a.md"), ("notes", "z.md"), ("notes", "a.md")] {
+            s.upsert(doc(kb, path, vec![chunk(&[], (1, 1), "same words"), chunk(&[], (2, 2), "same words")])).await;
+        }
+        let hits = s.client.keyword_query(kw(&["same"], MatchMode::All)).await.unwrap().into_inner().hits;
+        let order: Vec<(String, String, u32)> =
+            hits.iter().map(|h| h.chunk.clone().map(|c| (c.kb, c.path, c.ordinal)).unwrap()).collect();
+        let mut sorted = order.clone();
+        sorted.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        // Both chunks of a document score the same, so the whole list is in (kb, path, ordinal) order.
+        assert_eq!(order, sorted);
+        assert_eq!(order.len(), 8);
+        // A limit cuts the same list.
+        let top3 = s.client.keyword_query(KeywordQueryRequest { limit: 3, ..kw(&["same"], MatchMode::All) }).await;
+        let top3: Vec<_> = top3
+            .unwrap()
+            .into_inner()
+            .hits
+            .into_iter()
+            .map(|h| h.chunk.map(|c| (c.kb, c.path, c.ordinal)).unwrap())
+            .collect();
+        assert_eq!(top3, sorted[..3]);
+    }
+
+    #[tokio::test]
+    async fn filters_restrict_by_kb_prefix_tags_and_mtime() {
+        let mut s = serve().await;
+        let mk = |kb: &str, path: &str, tags: &[&str], mtime: i64| UpsertDocumentRequest {
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            mtime_ms: mtime,
+            ..doc(kb, path, vec![chunk(&[], (1, 1), "common word")])
+        };
+        s.upsert(mk("notes", "projects/a.md", &["rust", "db"], 100)).await;
+        s.upsert(mk("notes", "projects/b.md", &["rust"], 200)).await;
+        s.upsert(mk("notes", "projectsx/c.md", &[], 300)).await;
+        s.upsert(mk("notes", "p%_/d.md", &["db"], 400)).await;
+        s.upsert(mk("work", "projects/e.md", &["rust", "db"], 500)).await;
+        let q = |f: Filters| KeywordQueryRequest { filters: Some(f), ..kw(&["common"], MatchMode::All) };
+        let paths = |v: Vec<(String, u32)>| v.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        let all = s.keyword(q(Filters::default())).await;
+        assert_eq!(all.len(), 5);
+        let notes = s.keyword(q(Filters { kb: vec!["notes".into()], ..Default::default() })).await;
+        assert_eq!(notes.len(), 4);
+        let both = s.keyword(q(Filters { kb: vec!["notes".into(), "work".into()], ..Default::default() })).await;
+        assert_eq!(both.len(), 5);
+        let prefix = s.keyword(q(Filters { path_prefix: "projects/".into(), ..Default::default() })).await;
+        assert_eq!(paths(prefix), ["projects/a.md", "projects/b.md", "projects/e.md"]);
+        // `%` and `_` in a prefix are literal.
+        let literal = s.keyword(q(Filters { path_prefix: "p%_".into(), ..Default::default() })).await;
+        assert_eq!(paths(literal), ["p%_/d.md"]);
+        assert!(s.keyword(q(Filters { path_prefix: "p__".into(), ..Default::default() })).await.is_empty());
+        let tags = s.keyword(q(Filters { tags: vec!["rust".into(), "db".into()], ..Default::default() })).await;
+        assert_eq!(paths(tags), ["projects/a.md", "projects/e.md"]);
+        let newer = s.keyword(q(Filters { modified_after_ms: 300, ..Default::default() })).await;
+        assert_eq!(paths(newer), ["p%_/d.md", "projects/e.md"]);
+        let mixed = Filters {
+            kb: vec!["notes".into()],
+            path_prefix: "projects".into(),
+            tags: vec!["rust".into()],
+            modified_after_ms: 150,
+        };
+        assert_eq!(paths(s.keyword(q(mixed)).await), ["projects/b.md"]);
+        // Tags come back sorted and once each.
+        let hits = s.client.keyword_query(q(Filters { path_prefix: "projects/a".into(), ..Default::default() })).await;
+        assert_eq!(hits.unwrap().into_inner().hits[0].chunk.as_ref().unwrap().tags, ["db", "rust"]);
+        // Documents of a KB, for the reconcile pass.
+        let docs = s.client.list_documents(ListDocumentsRequest { kb: "notes".into() }).await.unwrap().into_inner();
+        let docs: Vec<(String, i64, u32, Vec<String>)> =
+            docs.documents.into_iter().map(|d| (d.path, d.mtime_ms, d.chunks, d.tags)).collect();
+        assert_eq!(docs[0], ("p%_/d.md".into(), 400, 1, vec!["db".into()]));
+        assert_eq!(docs.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn locate_lines_and_get_chunks() {
+        let mut s = serve().await;
+        // Overlapping chunks: line 5 is in both.
+        s.upsert(doc("notes", "a.md", vec![chunk(&["A"], (1, 5), "first"), chunk(&["B"], (5, 9), "second")])).await;
+        s.upsert(doc("notes", "b.md", vec![chunk(&[], (1, 3), "other")])).await;
+        let line = |path: &str, line: u32| LineRef { kb: "notes".into(), path: path.into(), line };
+        let req = LocateLinesRequest {
+            lines: vec![
+                line("a.md", 2),
+                line("a.md", 5),
+                line("a.md", 7),
+                line("a.md", 50),
+                line("b.md", 3),
+                line("zz.md", 1),
+            ],
+            filters: None,
+        };
+        let hits = s.client.locate_lines(req.clone()).await.unwrap().into_inner().hits;
+        let got: Vec<(String, u32, Vec<u32>)> = hits
+            .iter()
+            .map(|h| (h.chunk.as_ref().unwrap().path.clone(), h.chunk.as_ref().unwrap().ordinal, h.lines.clone()))
+            .collect();
+        assert_eq!(got, [("a.md".into(), 0, vec![2, 5]), ("a.md".into(), 1, vec![5, 7]), ("b.md".into(), 0, vec![3])]);
+        let filtered =
+            LocateLinesRequest { filters: Some(Filters { path_prefix: "b".into(), ..Default::default() }), ..req };
+        assert_eq!(s.client.locate_lines(filtered).await.unwrap().into_inner().hits.len(), 1);
+        let e = s.client.locate_lines(LocateLinesRequest { lines: vec![line("../x", 1)], filters: None }).await;
+        assert!(e.unwrap_err().message().starts_with("lines[0].path"));
+
+        let ids: Vec<i64> = hits.iter().map(|h| h.chunk.as_ref().unwrap().id).collect();
+        let got = s.client.get_chunks(GetChunksRequest { ids: vec![ids[2], 999_999, ids[0]] }).await.unwrap();
+        let got: Vec<(String, String, Vec<String>, u32, u32)> = got
+            .into_inner()
+            .hits
+            .into_iter()
+            .map(|h| h.chunk.map(|c| (c.path, c.text, c.heading_path, c.line_start, c.line_end)).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [("b.md".into(), "other".into(), vec![], 1, 3), ("a.md".into(), "first".into(), vec!["A".into()], 1, 5)]
+        );
+    }
+
+    #[tokio::test]
+    async fn vectors_configure_query_and_embed() {
+        let mut s = serve().await;
+        let vq = |v: Vec<f32>, limit: u32| VectorQueryRequest { embedding: v, filters: None, limit };
+        let e = s.client.vector_query(vq(vec![1.0, 0.0], 5)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        let e = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 5 }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+
+        for (i, path) in ["east.md", "north.md", "northeast.md", "west.md"].iter().enumerate() {
+            s.upsert(doc(if i == 3 { "work" } else { "notes" }, path, vec![chunk(&[], (1, 1), path)])).await;
+        }
+        let r = s.client.configure_vectors(ConfigureVectorsRequest { model: "m1".into(), dimension: 2 }).await.unwrap();
+        assert_eq!(r.into_inner(), ConfigureVectorsReply { reset: true, dropped: 0 });
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 3 }).await.unwrap().into_inner();
+        assert_eq!(pending.hits.len(), 3, "limit");
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 100 }).await.unwrap().into_inner();
+        let by_path: HashMap<String, i64> = pending
+            .hits
+            .iter()
+            .map(|h| (h.chunk.as_ref().unwrap().path.clone(), h.chunk.as_ref().unwrap().id))
+            .collect();
+        let v = |p: &str| match p {
+            "east.md" => vec![1.0, 0.0],
+            "north.md" => vec![0.0, 3.0],
+            "northeast.md" => vec![2.0, 2.0],
+            _ => vec![-1.0, 0.1],
+        };
+        let mut embeddings: Vec<Embedding> =
+            by_path.iter().map(|(p, id)| Embedding { chunk_id: *id, vector: v(p) }).collect();
+        // A chunk that no longer exists is skipped.
+        embeddings.push(Embedding { chunk_id: 987_654, vector: vec![1.0, 1.0] });
+        let put = |embeddings: Vec<Embedding>, model: &str, dimension: u32| PutEmbeddingsRequest {
+            model: model.into(),
+            dimension,
+            embeddings,
+        };
+        let r = s.client.put_embeddings(put(embeddings.clone(), "m1", 2)).await.unwrap().into_inner();
+        assert_eq!((r.stored, r.skipped), (4, 1));
+        assert!(
+            s.client
+                .pending_embeddings(PendingEmbeddingsRequest { limit: 10 })
+                .await
+                .unwrap()
+                .into_inner()
+                .hits
+                .is_empty()
+        );
+        // Another model's vectors are refused whole.
+        let e = s.client.put_embeddings(put(embeddings.clone(), "m2", 2)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "{e:?}");
+        let e = s.client.put_embeddings(put(vec![], "m1", 3)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted);
+        // Bad vectors.
+        for (bad, needle) in [
+            (vec![1.0, f32::NAN], "embeddings[0].vector[1] is not a finite number"),
+            (vec![f32::INFINITY, 1.0], "embeddings[0].vector[0]"),
+            (vec![1.0, 2.0, 3.0], "embeddings[0].vector has dimension 3"),
+            (vec![0.0, 0.0], "all zeros"),
+        ] {
+            let e =
+                s.client.put_embeddings(put(vec![Embedding { chunk_id: 1, vector: bad }], "m1", 2)).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains(needle), "{}", e.message());
+        }
+
+        // Cosine order: direction matters, length does not.
+        let order =
+            |hits: ChunkHits| hits.hits.into_iter().map(|h| (h.chunk.unwrap().path, h.score)).collect::<Vec<_>>();
+        let got = order(s.client.vector_query(vq(vec![10.0, 1.0], 10)).await.unwrap().into_inner());
+        assert_eq!(
+            got.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            ["east.md", "northeast.md", "north.md", "west.md"]
+        );
+        assert!((got[0].1 - (1.0 - (1.0 - 10.0 / 101f64.sqrt()))).abs() < 1e-4, "{got:?}");
+        assert!((got[1].1 - std::f64::consts::FRAC_1_SQRT_2 * 11.0 / 101f64.sqrt()).abs() < 1e-4, "{got:?}");
+        let top = order(s.client.vector_query(vq(vec![1.0, 1.0], 1)).await.unwrap().into_inner());
+        assert_eq!(top[0].0, "northeast.md");
+        assert!((top[0].1 - 1.0).abs() < 1e-5);
+        // Filters.
+        let filtered = VectorQueryRequest {
+            filters: Some(Filters { kb: vec!["work".into()], ..Default::default() }),
+            ..vq(vec![1.0, 0.0], 2)
+        };
+        let got = order(s.client.vector_query(filtered).await.unwrap().into_inner());
+        assert_eq!(got.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), ["west.md"]);
+        // Bad query vectors.
+        for (bad, needle) in [(vec![1.0], "embedding has dimension 1"), (vec![f32::NAN, 1.0], "embedding[0]")] {
+            let e = s.client.vector_query(vq(bad, 3)).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains(needle), "{}", e.message());
+        }
+        let e = s.client.vector_query(vq(vec![1.0, 0.0], 0)).await.unwrap_err();
+        assert!(e.message().starts_with("limit"));
+
+        // Same configuration: a no-op; vectors stay.
+        let r = s.client.configure_vectors(ConfigureVectorsRequest { model: "m1".into(), dimension: 2 }).await.unwrap();
+        assert_eq!(r.into_inner(), ConfigureVectorsReply { reset: false, dropped: 0 });
+        assert_eq!(s.counts().await.2, 4);
+        let stats = s.client.stats(StatsRequest::default()).await.unwrap().into_inner();
+        assert_eq!(stats.knowledge_bases.iter().map(|k| k.embedded).sum::<u64>(), 4);
+        // Another model (same dimension): a clean reset; every chunk pending again.
+        let r = s.client.configure_vectors(ConfigureVectorsRequest { model: "m2".into(), dimension: 2 }).await.unwrap();
+        assert_eq!(r.into_inner(), ConfigureVectorsReply { reset: true, dropped: 4 });
+        assert_eq!(s.counts().await.2, 0);
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 10 }).await.unwrap().into_inner();
+        assert_eq!(pending.hits.len(), 4);
+        assert!(s.client.vector_query(vq(vec![1.0, 0.0], 3)).await.unwrap().into_inner().hits.is_empty());
+        // Old-model vectors arriving late are refused.
+        let e = s.client.put_embeddings(put(embeddings, "m1", 2)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted);
+        // Another dimension: the table is recreated for it.
+        let r = s.client.configure_vectors(ConfigureVectorsRequest { model: "m2".into(), dimension: 3 }).await.unwrap();
+        assert_eq!(r.into_inner(), ConfigureVectorsReply { reset: true, dropped: 0 });
+        let embeddings = pending
+            .hits
+            .iter()
+            .map(|h| Embedding { chunk_id: h.chunk.as_ref().unwrap().id, vector: vec![0.0, 0.0, 1.0] })
+            .collect();
+        assert_eq!(s.client.put_embeddings(put(embeddings, "m2", 3)).await.unwrap().into_inner().stored, 4);
+        let got = s.client.vector_query(vq(vec![0.0, 1.0, 1.0], 10)).await.unwrap().into_inner();
+        // All equal: ties in (kb, path, ordinal) order.
+        let paths: Vec<(String, String)> =
+            got.hits.into_iter().map(|h| h.chunk.map(|c| (c.kb, c.path)).unwrap()).collect();
+        assert_eq!(
+            paths,
+            [
+                ("notes".into(), "east.md".into()),
+                ("notes".into(), "north.md".into()),
+                ("notes".into(), "northeast.md".into()),
+                ("work".into(), "west.md".into())
+            ]
+        );
+        let e =
+            s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 0 }).await.unwrap_err();
+        assert!(e.message().starts_with("dimension"));
+        let e = s
+            .client
+            .configure_vectors(ConfigureVectorsRequest { model: String::new(), dimension: 4 })
+            .await
+            .unwrap_err();
+        assert!(e.message().starts_with("model"));
+    }
+
+    #[tokio::test]
+    async fn vector_queries_with_selective_filters_are_exact() {
+        let mut s = serve().await;
+        s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 2 }).await.unwrap();
+        // 300 chunks close to the query in `notes`, 3 far ones in `work`: a KNN page of the
+        // nearest alone would miss them.
+        let chunks = (0..300).map(|i| chunk(&[], (i + 1, i + 1), &format!("n{i}"))).collect();
+        s.upsert(doc("notes", "many.md", chunks)).await;
+        let far = (0..3).map(|i| chunk(&[], (i + 1, i + 1), &format!("w{i}"))).collect();
+        s.upsert(doc("work", "few.md", far)).await;
+        let pending = s.client.pending_embeddings(PendingEmbeddingsRequest { limit: 1000 }).await.unwrap().into_inner();
+        let embeddings = pending
+            .hits
+            .iter()
+            .map(|h| {
+                let c = h.chunk.as_ref().unwrap();
+                let vector = if c.kb == "work" {
+                    vec![-1.0, c.ordinal as f32 + 1.0]
+                } else {
+                    vec![1.0, c.ordinal as f32 / 1000.0]
+                };
+                Embedding { chunk_id: c.id, vector }
+            })
+            .collect();
+        s.client.put_embeddings(PutEmbeddingsRequest { model: "m".into(), dimension: 2, embeddings }).await.unwrap();
+        let q = VectorQueryRequest {
+            embedding: vec![1.0, 0.0],
+            filters: Some(Filters { kb: vec!["work".into()], ..Default::default() }),
+            limit: 2,
+        };
+        let got = s.client.vector_query(q).await.unwrap().into_inner().hits;
+        let got: Vec<u32> = got.into_iter().map(|h| h.chunk.unwrap().ordinal).collect();
+        assert_eq!(got, [2, 1], "the two least far of `work`");
+        let q = VectorQueryRequest { embedding: vec![1.0, 0.0], filters: None, limit: 3 };
+        let got: Vec<u32> = s
+            .client
+            .vector_query(q)
+            .await
+            .unwrap()
+            .into_inner()
+            .hits
+            .into_iter()
+            .map(|h| h.chunk.unwrap().ordinal)
+            .collect();
+        assert_eq!(got, [0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn twenty_concurrent_upserts_of_different_and_of_the_same_document() {
+        let s = serve().await;
+        let mut tasks = Vec::new();
+        for i in 0..20u32 {
+            let mut client = s.client.clone();
+            tasks.push(tokio::spawn(async move {
+                let chunks = (0..5).map(|j| chunk(&["H"], (j + 1, j + 1), &format!("doc{i} part{j} shared"))).collect();
+                client.upsert_document(doc("notes", &format!("d{i}.md"), chunks)).await.unwrap().into_inner()
+            }));
+            let mut client = s.client.clone();
+            tasks.push(tokio::spawn(async move {
+                // Writers of one document: each version shares chunk "common" and has 3 own.
+                let mut chunks = vec![chunk(&["H"], (1, 1), "common")];
+                chunks.extend((0..3).map(|j| chunk(&["H"], (j + 2, j + 2), &format!("version{i} line{j}"))));
+                let mut d = doc("notes", "same.md", chunks);
+                d.hash = format!("v{i}");
+                client.upsert_document(d).await.unwrap().into_inner()
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut s = s;
+        let (chunks, fts, _, _, docs) = s.counts().await;
+        assert_eq!((chunks, fts, docs), (20 * 5 + 4, 20 * 5 + 4, 21));
+        let same = s.chunk_ids("notes", "same.md").await;
+        assert_eq!(same.iter().map(|c| c.1).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        // The last writer's version is the whole document: one version's chunks, not a mix.
+        let docs = s.client.list_documents(ListDocumentsRequest { kb: "notes".into() }).await.unwrap().into_inner();
+        let version = docs.documents.iter().find(|d| d.path == "same.md").unwrap().hash.clone();
+        let n = version.trim_start_matches('v');
+        let mine = s.keyword(kw(&[&format!("version{n}")], MatchMode::All)).await;
+        assert_eq!(mine.len(), 3);
+        let any_version = s.keyword(KeywordQueryRequest { limit: 100, ..kw(&["line0"], MatchMode::All) }).await;
+        assert_eq!(any_version.len(), 1, "no chunk of another version left");
+        assert_eq!(s.keyword(kw(&["common"], MatchMode::All)).await.len(), 1);
+        assert_eq!(s.keyword(KeywordQueryRequest { limit: 1000, ..kw(&["shared"], MatchMode::All) }).await.len(), 100);
+    }
+}
