@@ -45,6 +45,8 @@ const QUERIES: usize = 200;
 const WARM_QUERIES: usize = 20;
 /// Patterns compared between the grep engine and `rg`.
 const RG_PATTERNS: usize = 30;
+/// How long an index or embedding pass may show no progress at all before the wait gives up.
+const STALL: Duration = Duration::from_secs(180);
 /// Dimension of the fake embeddings (as all-MiniLM-L6-v2's).
 const FAKE_DIM: usize = 384;
 
@@ -128,7 +130,8 @@ fn hwm_kib(pid: i32) -> u64 {
 }
 
 /// Polls `GET /v1/knowledge/{kb}` (every 50 ms, printing progress every 5 s) until `done` holds
-/// for its answer; fails after `deadline` naming the last answer.
+/// for its answer; fails after `deadline`, or after [`STALL`] without any counter moving, naming
+/// the last answer.
 async fn wait_kb(
     api: &Api,
     kb: &str,
@@ -138,10 +141,24 @@ async fn wait_kb(
 ) -> Result<(Value, Duration)> {
     let t = Instant::now();
     let mut last_print = Instant::now();
+    let mut last_change = (Instant::now(), Value::Null);
     loop {
         let info = api.get(&format!("/v1/knowledge/{kb}")).await?;
         if done(&info) {
             return Ok((info, t.elapsed()));
+        }
+        let moving = json!([
+            info["documents"],
+            info["chunks"],
+            info["embedded"],
+            info["progress"]["done"],
+            info["pending"],
+            info["pending_embeddings"]
+        ]);
+        if moving != last_change.1 {
+            last_change = (Instant::now(), moving);
+        } else if last_change.0.elapsed() > STALL {
+            bail!("{what}: no progress for {} s: {info}", STALL.as_secs());
         }
         if last_print.elapsed() > Duration::from_secs(5) {
             last_print = Instant::now();
