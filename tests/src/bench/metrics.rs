@@ -47,7 +47,8 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
 
 /// The mean of `values`; 0 for none.
 pub fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 }
+    // `+ 0.0`: a float sum starts at -0.0, and a mean of zeros should print as 0.
+    if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 + 0.0 }
 }
 
 #[cfg(test)]

@@ -321,10 +321,17 @@ async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow
         }
         _ => unreachable!(),
     };
+    // The model runs on the CPU in one Python process that embeds one batch at a time: one
+    // request in flight, small batches, and a generous deadline (a 2-core machine shared with
+    // builds takes seconds per batch; an abandoned batch is still computed, so timeouts and
+    // retries would only pile up work).
     api.settings(&[
         ("retrieval.embeddings.url", url),
         ("retrieval.embeddings.model", model),
         ("retrieval.embeddings.dimensions", dim.to_string()),
+        ("retrieval.embeddings.concurrency", "1".to_owned()),
+        ("retrieval.embeddings.batch_size", "16".to_owned()),
+        ("retrieval.embeddings.timeout_ms", "120000".to_owned()),
     ])
     .await?;
 
