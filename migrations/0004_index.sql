@@ -60,12 +60,12 @@ CREATE TABLE kb_chunks (
 CREATE INDEX kb_chunks_document ON kb_chunks (document, line_start);
 CREATE INDEX kb_chunks_pending ON kb_chunks (id) WHERE embedded = 0;
 
--- The keyword index: contentless (the chunk's text is in kb_chunks; this holds only the
--- tokens coffer-retrieval normalized), rows deletable by rowid = kb_chunks.id.
+-- The keyword index over the text coffer-retrieval normalized (CJK runs as bigrams), rowid =
+-- kb_chunks.id. It keeps its own copy of that text: a contentless table (`content = ''`,
+-- `contentless_delete = 1`) leaves a deleted row's statistics in bm25's document count and
+-- average length, so scores drift with every edit and a clean rebuild would rank differently.
 CREATE VIRTUAL TABLE kb_fts USING fts5 (
     title, headings, body,
-    content = '',
-    contentless_delete = 1,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
 -- Column weights of `rank`: title 10, headings 4, body 1.

@@ -1,8 +1,8 @@
 //! `coffer`: the command-line client of the Coffer daemon. A library so tests can drive it;
 //! `main.rs` only calls [`main_entry`].
 //!
-//! - [`commands`]: one module per command group (`daemon`, `status`, `mcp`, `tools`,
-//!   `invocations`, `audit`, `settings`, `logs`, `completions`);
+//! - [`commands`]: one module per command group (`daemon`, `status`, `mcp`, `tools`, `kb`,
+//!   `memory`, `skills`, `invocations`, `audit`, `settings`, `logs`, `completions`);
 //!   adding a group is one new file plus one variant in [`commands::Command`].
 //! - [`api`]: [`api::ApiClient`], the authenticated REST client every command uses.
 //! - [`context`]: [`context::Ctx`], the home and global flags, detect / detect-or-spawn.

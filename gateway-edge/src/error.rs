@@ -151,6 +151,37 @@ impl From<tonic::Status> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The envelope for a failed call to `coffer-retrieval` (`proto/retrieval.proto`'s status
+    /// mapping): `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `ALREADY_EXISTS` and
+    /// `FAILED_PRECONDITION` 409 `CONFLICT`, each with the service's message (written for the
+    /// user: it names the field and the limit). A service that does not run, is restarting,
+    /// broke mid-call or did not answer in time is 503 `SERVICE_UNAVAILABLE` saying so; anything
+    /// else as [`From<tonic::Status>`]. The built-in MCP tools use the same message as their
+    /// tool error, so REST and MCP say the same thing.
+    pub fn from_retrieval(s: tonic::Status) -> Self {
+        use tonic::Code as G;
+        const DOWN: &str = "the retrieval service is not running";
+        let unavailable = |why: &str| {
+            tracing::warn!(error = %s.message(), code = ?s.code(), "Retrieval service unavailable.");
+            ApiError::new(Code::ServiceUnavailable, format!("{DOWN} ({why}); see `coffer status`, retry shortly"))
+        };
+        match s.code() {
+            G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
+            G::NotFound => ApiError::not_found(s.message()),
+            G::AlreadyExists | G::FailedPrecondition | G::Aborted => ApiError::new(Code::Conflict, s.message()),
+            G::Unavailable => unavailable("it is stopped, starting or restarting"),
+            G::DeadlineExceeded => unavailable(s.message()),
+            G::Cancelled => unavailable("the call was cancelled; it may or may not have taken effect"),
+            G::Unknown if broke_mid_call(&s) => {
+                unavailable("it stopped during the call; it may or may not have taken effect")
+            }
+            G::Unimplemented => unavailable("it does not serve this call: is it another version than the gateway?"),
+            _ => ApiError::from(s),
+        }
+    }
+}
+
 /// True when a call failed because its connection broke (the service died mid-call): tonic
 /// reports that as `Unknown` with a transport or I/O error as the source, not `UNAVAILABLE`.
 fn broke_mid_call(s: &tonic::Status) -> bool {
@@ -242,5 +273,34 @@ mod tests {
             assert!(name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'), "{name}");
             assert!(seen.insert(name), "{name} twice");
         }
+    }
+
+    #[test]
+    fn retrieval_statuses_map_to_the_documented_envelopes() {
+        use tonic::Status;
+        let cases = [
+            (Status::invalid_argument("query is empty"), Code::InvalidArgument, Some("query is empty")),
+            (Status::not_found("no knowledge base \"x\""), Code::NotFound, Some("no knowledge base \"x\"")),
+            (
+                Status::already_exists("knowledge base \"x\" exists"),
+                Code::Conflict,
+                Some("knowledge base \"x\" exists"),
+            ),
+            (Status::failed_precondition("memory cannot be removed"), Code::Conflict, Some("memory cannot be removed")),
+            (Status::unavailable("tcp connect error"), Code::ServiceUnavailable, None),
+            (Status::deadline_exceeded("did not answer within 30 s"), Code::ServiceUnavailable, None),
+            (Status::unknown("transport error"), Code::ServiceUnavailable, None),
+            (Status::unimplemented(""), Code::ServiceUnavailable, None),
+        ];
+        for (status, code, message) in cases {
+            let e = ApiError::from_retrieval(status);
+            assert_eq!(e.code, code, "{}", e.message);
+            match message {
+                Some(m) => assert_eq!(e.message, m),
+                None => assert!(e.message.starts_with("the retrieval service is not running ("), "{}", e.message),
+            }
+        }
+        assert_eq!(Code::Conflict.spec(), ("CONFLICT", StatusCode::CONFLICT));
+        assert_eq!(ApiError::from_retrieval(tonic::Status::internal("boom")).code, Code::Internal);
     }
 }

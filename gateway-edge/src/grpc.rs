@@ -225,7 +225,7 @@ mod tests {
             snapshot,
             recorder,
             Arc::new(FixedCredentials::default()),
-            Registry::standard(),
+            Registry::standard(None),
         );
         let broker = Arc::new(Broker::new(shared));
         let (chat, retrieval) = (coffer_runtime::token::random_token(), coffer_runtime::token::random_token());

@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod mcp;
 pub mod middleware;
 pub mod rest;
+pub mod retrieval;
 pub mod snapshot;
 pub mod state;
 pub mod store;
@@ -76,6 +77,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
     let store = store::StoreClients::new(internal.channel(Identity::Store)?);
+    let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
     let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
@@ -84,13 +86,15 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let recorder =
         mcp::invocations::Recorder::spawn(internal.addr(Identity::Store)?.to_owned(), internal.token().clone())?;
     let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.credentials.clone()));
-    let gateway = mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, shutdown.clone());
+    let gateway =
+        mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, retrieval.clone(), shutdown.clone());
     let state = Arc::new(AppState {
         public_token,
         port,
         pid,
         started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
         store,
+        retrieval,
         control,
         snapshot,
         web_sessions: Default::default(),

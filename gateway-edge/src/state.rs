@@ -31,6 +31,9 @@ pub struct AppState {
     pub pid: u32,
     pub started_at: String,
     pub store: StoreClients,
+    /// `coffer-retrieval` (knowledge bases, memory, skills), lazily connected; call through
+    /// [`crate::retrieval::call`].
+    pub retrieval: crate::retrieval::Client,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     pub web_sessions: WebSessions,

@@ -318,6 +318,9 @@ async fn settings_show_defaults_and_check_values() -> anyhow::Result<()> {
         ("retention.invocations_max_rows", "100000"),
         ("retention.audit_days", "365"),
         ("retention.audit_max_rows", "100000"),
+        ("retrieval.engine_timeout_ms", "2000"),
+        ("retrieval.max_file_bytes", "16777216"),
+        ("retrieval.embeddings.batch_size", "32"),
     ] {
         let row = out.stdout.lines().find(|l| l.starts_with(key)).with_context(|| format!("{key} missing: {out}"))?;
         assert_eq!(row.split_whitespace().collect::<Vec<_>>(), [key, default, "default"], "{out}");

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use coffer_proto::control::control_client::ControlClient;
 use coffer_proto::control::{StartServiceRequest, StatusRequest, StopServiceRequest};
-use coffer_proto::store::ResolveCredentialsRequest;
 use coffer_proto::store::credentials_client::CredentialsClient;
+use coffer_proto::store::{DeleteCredentialRequest, ResolveCredentialsRequest};
 use coffer_tests::{Api, TestHome, procs, wait_for};
 use secrecy::SecretString;
 
@@ -65,14 +65,24 @@ async fn a_wrong_or_missing_internal_token_is_refused() -> anyhow::Result<()> {
     assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
     assert!(!coffer_runtime::grpc::check_health(store_addr, &stranger).await, "not even health");
 
-    // Retrieval's own token is valid, but credential values are not for it.
+    // Retrieval's own token is valid: it may resolve credential values (the embeddings
+    // endpoint's key), but not write credentials; chat may not resolve them (yet).
     let retrieval = token(&envs["retrieval"])?;
+    CredentialsClient::new(channel(store_addr, &retrieval)?)
+        .resolve_credentials(ResolveCredentialsRequest::default())
+        .await?;
     let e = CredentialsClient::new(channel(store_addr, &retrieval)?)
+        .delete_credential(DeleteCredentialRequest { name: "x".into(), actor: String::new() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.Credentials/DeleteCredential");
+    let e = CredentialsClient::new(channel(store_addr, &token(&envs["chat"])?)?)
         .resolve_credentials(ResolveCredentialsRequest::default())
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
-    assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.Credentials/ResolveCredentials");
+    assert_eq!(e.message(), "chat may not call /coffer.store.v1.Credentials/ResolveCredentials");
     assert!(coffer_runtime::grpc::check_health(store_addr, &retrieval).await, "health is for every service");
     // The gateway's is allowed; the daemon is untouched by all of the above.
     CredentialsClient::new(channel(store_addr, &token(gateway)?)?)

@@ -10,10 +10,13 @@ pub mod daemon;
 pub mod doctor;
 pub mod import;
 pub mod invocations;
+pub mod kb;
 pub mod logs;
 pub mod mcp;
+pub mod memory;
 pub mod restore;
 pub mod settings;
+pub mod skills;
 pub mod status;
 pub mod tools;
 
@@ -36,6 +39,15 @@ pub enum Command {
     /// List, enable, disable and call the tools clients see.
     #[command(subcommand)]
     Tools(tools::ToolsCommand),
+    /// Add, search and reindex knowledge bases (folders of markdown notes).
+    #[command(subcommand)]
+    Kb(kb::KbCommand),
+    /// Remember, recall, list and forget facts (one markdown file each).
+    #[command(subcommand)]
+    Memory(memory::MemoryCommand),
+    /// List and show skills (COFFER_HOME/skills/NAME/SKILL.md).
+    #[command(subcommand)]
+    Skills(skills::SkillsCommand),
     /// Show which tools and prompts were called, how long they took and how they ended.
     Invocations(invocations::InvocationsArgs),
     /// Show who changed what: servers, tool preferences, settings, credentials, backups.
@@ -74,6 +86,9 @@ impl Command {
             Command::Status(a) => status::run(ctx, a).await,
             Command::Mcp(c) => mcp::run(ctx, c).await,
             Command::Tools(c) => tools::run(ctx, c).await,
+            Command::Kb(c) => kb::run(ctx, c).await,
+            Command::Memory(c) => memory::run(ctx, c).await,
+            Command::Skills(c) => skills::run(ctx, c).await,
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,
             Command::Settings(c) => settings::run(ctx, c).await,

@@ -124,7 +124,7 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
             let Some(k) = known(&key) else {
                 return Err(CliError::NotFound(format!("no setting {key:?}; `coffer settings get` lists them")));
             };
-            let default = k.default.to_string();
+            let default = k.default_value();
             if ctx.json {
                 return output::print_json(&json!({"values": {key: default}, "default": true}));
             }
@@ -146,7 +146,7 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
                 return output::print_body(&resp.body);
             }
             let existed = before["values"].get(&key).is_some();
-            let default = known(&key).map(|k| format!(" (default {} applies)", k.default)).unwrap_or_default();
+            let default = known(&key).map(|k| format!(" (default {} applies)", k.default_value())).unwrap_or_default();
             output::println(&if existed {
                 format!("Removed setting {key}{default}")
             } else {
@@ -187,8 +187,7 @@ pub fn render_settings(values: &serde_json::Map<String, Value>) -> String {
         })
         .collect();
     for k in KNOWN {
-        rows.entry(k.key.to_owned())
-            .or_insert_with(|| vec![k.key.to_owned(), k.default.to_string(), "default".to_owned()]);
+        rows.entry(k.key.to_owned()).or_insert_with(|| vec![k.key.to_owned(), k.default_value(), "default".to_owned()]);
     }
     render_table(&["KEY", "VALUE", "SOURCE"], &rows.into_values().collect::<Vec<_>>())
 }
@@ -203,20 +202,29 @@ mod tests {
         let v = json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"});
         assert_eq!(
             render_settings(v.as_object().unwrap()),
-            "KEY                             VALUE       SOURCE\n\
-             a.b                             1           set\n\
-             gateway.broker_idle_timeout_s   600         default\n\
-             gateway.call_timeout_ms         120000      set\n\
-             gateway.first_list_timeout_ms   1000        default\n\
-             gateway.list_timeout_ms         10000       default\n\
-             gateway.max_tool_name_len       51          default\n\
-             gateway.session_idle_timeout_s  1800        default\n\
-             gateway.start_timeout_ms        30000       default\n\
-             long.key                        two\\nlines  set\n\
-             retention.audit_days            365         default\n\
-             retention.audit_max_rows        100000      default\n\
-             retention.invocations_days      30          default\n\
-             retention.invocations_max_rows  100000      default\n"
+            "KEY                               VALUE       SOURCE\n\
+             a.b                               1           set\n\
+             gateway.broker_idle_timeout_s     600         default\n\
+             gateway.call_timeout_ms           120000      set\n\
+             gateway.first_list_timeout_ms     1000        default\n\
+             gateway.list_timeout_ms           10000       default\n\
+             gateway.max_tool_name_len         51          default\n\
+             gateway.session_idle_timeout_s    1800        default\n\
+             gateway.start_timeout_ms          30000       default\n\
+             long.key                          two\\nlines  set\n\
+             retention.audit_days              365         default\n\
+             retention.audit_max_rows          100000      default\n\
+             retention.invocations_days        30          default\n\
+             retention.invocations_max_rows    100000      default\n\
+             retrieval.embeddings.batch_size   32          default\n\
+             retrieval.embeddings.concurrency  2           default\n\
+             retrieval.embeddings.credential               default\n\
+             retrieval.embeddings.dimensions   0           default\n\
+             retrieval.embeddings.model                    default\n\
+             retrieval.embeddings.timeout_ms   10000       default\n\
+             retrieval.embeddings.url                      default\n\
+             retrieval.engine_timeout_ms       2000        default\n\
+             retrieval.max_file_bytes          16777216    default\n"
         );
     }
 
@@ -234,6 +242,9 @@ mod tests {
             ("retention.invocations_max_rows", "100000"),
             ("retention.audit_days", "365"),
             ("retention.audit_max_rows", "100000"),
+            ("retrieval.engine_timeout_ms", "2000"),
+            ("retrieval.max_file_bytes", "16777216"),
+            ("retrieval.embeddings.batch_size", "32"),
         ] {
             let line = t.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key} missing:\n{t}"));
             let cells: Vec<&str> = line.split_whitespace().collect();

@@ -24,6 +24,15 @@ pub trait Caller: Send + Sync {
     /// The tools the caller sees, enabled only, as its `tools/list` answers them:
     /// `(definition with the exposed name, server, original name)`.
     fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>>;
+    /// The `clientInfo.name` the session's client gave in `initialize` (empty when none).
+    fn client_name(&self) -> &str {
+        ""
+    }
+    /// Who acts through the session, as its invocation records name it: `mcp` for an MCP
+    /// client, the caller's actor for a broker session (`cli`, `agent`, `channel:<name>`, …).
+    fn actor(&self) -> &str {
+        super::invocations::MCP_ACTOR
+    }
 }
 
 /// One built-in tool.
@@ -45,9 +54,15 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The standard set: `search_tools`.
-    pub fn standard() -> Self {
-        Self::default().with(SearchTools)
+    /// The standard set: `search_tools`, and with a `retrieval` client the knowledge, memory
+    /// and skill tools ([`super::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
+    /// `forget`, `list_skills`, `load_skill`).
+    pub fn standard(retrieval: Option<crate::retrieval::Client>) -> Self {
+        let registry = Self::default().with(SearchTools);
+        match retrieval {
+            Some(client) => super::retrieval_tools::register(registry, client),
+            None => registry,
+        }
     }
 
     /// The registry with `provider` added.
@@ -206,7 +221,7 @@ mod tests {
             tool("fs__read_file", "fs", "Returns a file's text"),
             tool("git__status", "git", "Working tree status"),
         ]);
-        let registry = Registry::standard();
+        let registry = Registry::standard(None);
         let out = result(registry.call("search_tools", &caller, Some(r#"{"query":"read"}"#)).await);
         let names: Vec<&str> = out["structuredContent"]["matches"]
             .as_array()
@@ -239,7 +254,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_registry_lists_and_calls_its_providers_by_name() {
-        let registry = Registry::standard().with(Whoami);
+        let registry = Registry::standard(None).with(Whoami);
         let names: Vec<Value> = registry.definitions().into_iter().map(|d| d["name"].clone()).collect();
         assert_eq!(names, [json!("search_tools"), json!("whoami")]);
         assert_eq!(result(registry.call("whoami", &Tools(vec![]), None).await), json!({"session": "test"}));
@@ -254,6 +269,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "two built-in tools")]
     fn two_providers_may_not_share_a_name() {
-        let _ = Registry::standard().with(SearchTools);
+        let _ = Registry::standard(None).with(SearchTools);
     }
 }

@@ -27,6 +27,7 @@ pub mod policy;
 pub mod pool;
 pub mod relay;
 pub mod resolver;
+pub mod retrieval_tools;
 mod route;
 pub mod session;
 pub mod stream;
@@ -357,16 +358,18 @@ pub struct Gateway {
 
 impl Gateway {
     /// Creates the gateway (recording invocations through `recorder`, resolving credentials
-    /// through `credentials`, with the standard built-in tools: the one place they are
-    /// registered) and starts its idle-session reaper, which ends with `shutdown`.
+    /// through `credentials`, with the standard built-in tools, whose knowledge, memory and
+    /// skill tools call `retrieval`: the one place they are registered) and starts its
+    /// idle-session reaper, which ends with `shutdown`.
     pub fn new(
         home: CofferHome,
         credentials: Arc<dyn CredentialResolver>,
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
+        retrieval: crate::retrieval::Client,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let shared = Shared::new(home, snapshot, recorder, credentials, builtin::Registry::standard());
+        let shared = Shared::new(home, snapshot, recorder, credentials, builtin::Registry::standard(Some(retrieval)));
         Self::with_shared(shared, shutdown)
     }
 

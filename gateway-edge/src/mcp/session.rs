@@ -292,6 +292,14 @@ impl builtin::Caller for Session {
     fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
         Box::pin(self.list(ListKind::Tools))
     }
+
+    fn client_name(&self) -> &str {
+        self.pool.init_params().get("clientInfo").and_then(|c| c.get("name")).and_then(Value::as_str).unwrap_or("")
+    }
+
+    fn actor(&self) -> &str {
+        &self.actor
+    }
 }
 
 /// Handles what upstreams send on their own: list changes invalidate the cache and are

@@ -14,6 +14,7 @@ use crate::state::AppState;
 pub mod backup;
 pub mod credentials;
 pub mod import;
+pub mod knowledge;
 pub mod logs;
 pub mod openapi;
 pub mod servers;
@@ -35,6 +36,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(openapi::router())
         .merge(settings::routes())
         .merge(tools::routes())
+        .merge(knowledge::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

@@ -115,6 +115,12 @@ pub const TAGS: &[(&str, &str)] = &[
     ("credentials", "Encrypted credentials; values are write-only."),
     ("logs", "Invocation log, audit log and the processes' log files."),
     ("settings", "The daemon's flat map of string settings."),
+    (
+        "knowledge",
+        "Knowledge bases: named folders of markdown (the files are the truth; indexes are derived), searched with the grep, keyword and vector engines, fused. Served by coffer-retrieval: while it is not running these routes answer 503 `SERVICE_UNAVAILABLE`.",
+    ),
+    ("memory", "Remembered facts: one markdown file each under `COFFER_HOME/memory/`, searched like a knowledge base."),
+    ("skills", "Skills: `COFFER_HOME/skills/<name>/SKILL.md` with `name` and `description` front matter."),
     ("maintenance", "Backups, retention and this document."),
     ("mcp", "The MCP gateway itself (MCP Streamable HTTP; JSON-RPC errors)."),
 ];
@@ -128,7 +134,7 @@ static SETTINGS_PATCH_DESCRIPTION: std::sync::LazyLock<String> = std::sync::Lazy
         "Answers once the gateway's snapshot holds the change. Removing an absent key is not an error. \
 `retention.*` settings apply at the next retention pass. Every key of `set` must be a setting Coffer reads \
 (below) with a value it accepts, else `INVALID_ARGUMENT` with `details.key`, `details.problem` \
-(`unknown_key`, `not_an_integer`, `out_of_range`) and `details.value` (and `details.known`, or \
+(`unknown_key`, `not_an_integer`, `out_of_range`, `bad_text`) and `details.value` (and `details.known`, or \
 `details.type`/`min`/`max`); with `force: true` other keys are stored as given (Coffer ignores them).\n\n{}",
         coffer_types::settings::markdown_table().trim_end()
     )
@@ -429,6 +435,88 @@ pub fn routes() -> Vec<Route> {
             }))
             .ok(200, "The settings after the patch.", r("Settings"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Knowledge.
+        route("GET", "/v1/knowledge", "knowledge", "List knowledge bases and engines")
+            .describe("Every knowledge base (the memory one too, kind `memory`) with its counts, progress and file errors, and how each engine is configured.")
+            .ok(200, "The knowledge bases.", json!({
+                "type": "object", "required": ["items", "next_cursor", "engines"],
+                "properties": {
+                    "items": {"type": "array", "items": r("KnowledgeBaseInfo")},
+                    "next_cursor": {"type": "null", "description": "Always null: one page."},
+                    "engines": {"type": "array", "items": r("EngineConfig")},
+                },
+            })),
+        route("POST", "/v1/knowledge", "knowledge", "Add a knowledge base")
+            .describe("Without `path`, the folder is `COFFER_HOME/knowledge/<name>/` (created); with one, an existing folder (absolute; canonicalized). Indexing starts in the background: follow it with `GET /v1/knowledge/{kb}`. `search` and `reindex` cannot be names.")
+            .body(r("KnowledgeBaseCreate"))
+            .ok(201, "Added.", r("KnowledgeBaseInfo"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
+        route("GET", "/v1/knowledge/{kb}", "knowledge", "One knowledge base")
+            .describe("With its indexing `progress` and the files it could not index (`errors`).")
+            .path_param("kb", "Knowledge base name (`^[a-z0-9][a-z0-9_-]{0,63}$`, or `memory`).")
+            .ok(200, "The knowledge base.", r("KnowledgeBaseInfo"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("DELETE", "/v1/knowledge/{kb}", "knowledge", "Remove a knowledge base")
+            .describe("Forgets it and its indexes; never deletes a file. The memory knowledge base cannot be removed (409).")
+            .path_param("kb", "Knowledge base name.")
+            .ok(200, "Removed.", json!({"type": "object", "required": ["removed"], "properties": {"removed": {"type": "integer", "description": "Documents forgotten."}}}))
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
+        route("POST", "/v1/knowledge/reindex", "knowledge", "Rebuild indexes from the files")
+            .describe("Every knowledge base when `kb` is absent; `clean` drops the index first. Answers at once; the pass runs in the background (`progress` in `GET /v1/knowledge/{kb}`).")
+            .body(json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {"kb": {"type": "string", "description": "One knowledge base; default every one."}, "clean": {"type": "boolean", "default": false}},
+            }))
+            .ok(202, "The pass started.", json!({"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": r("KnowledgeBaseInfo")}}}))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("POST", "/v1/knowledge/search", "knowledge", "Search knowledge bases")
+            .describe("Every enabled engine (grep, keyword, vector) runs concurrently and the results are fused (reciprocal rank fusion; `fusion` names the constant). An engine that failed or timed out is reported in `engines` and `warnings`; the others' results still come back. Memory is searched only when `kb` names it. The query is 1-8192 bytes (else `INVALID_ARGUMENT`); punctuation and FTS5 syntax in it are taken as text.")
+            .body(r("SearchRequest"))
+            .ok(200, "The fused results.", r("SearchReply"))
+            .errors(&["INVALID_ARGUMENT", "NOT_FOUND", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Memory.
+        limit_param(
+            route("GET", "/v1/memory", "memory", "List remembered facts")
+                .describe("Newest first.")
+                .query("tag", json!({"type": "string"}), "Only facts with this tag; repeat for several (all must match)."),
+        )
+        .ok(200, "A page of facts.", page("Fact"))
+        .errors(&["INVALID_ARGUMENT"]),
+        route("POST", "/v1/memory", "memory", "Remember a fact")
+            .describe("Writes `COFFER_HOME/memory/<id>.md` atomically (the id is a server-side ULID) and indexes it. An exact or near duplicate of an existing fact is not saved again: the answer is 200 with that fact, `created: false` and the `similarity`. `source` defaults to the request's actor (`X-Coffer-Actor`).")
+            .actor()
+            .body(r("FactCreate"))
+            .ok(201, "Remembered (200 with `created: false` for a duplicate).", r("RememberReply"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("GET", "/v1/memory/{id}", "memory", "One fact")
+            .path_param("id", "The fact's id (a ULID).")
+            .ok(200, "The fact.", r("Fact"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("DELETE", "/v1/memory/{id}", "memory", "Forget a fact")
+            .describe("Removes its file and its index entries.")
+            .path_param("id", "The fact's id (a ULID).")
+            .ok(200, "Forgotten.", json!({"type": "object", "required": ["removed"], "properties": {"removed": {"const": 1}}}))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("POST", "/v1/memory/recall", "memory", "Search remembered facts")
+            .describe("The same engines and fusion as a knowledge search, over memory only; each result carries its `fact_id`.")
+            .body(r("RecallRequest"))
+            .ok(200, "The fused results.", r("SearchReply"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Skills.
+        route("GET", "/v1/skills", "skills", "List skills")
+            .describe("A skill whose front matter is malformed is not listed; it is named in `invalid` with the reason.")
+            .ok(200, "The skills.", json!({
+                "type": "object", "required": ["items", "next_cursor", "invalid"],
+                "properties": {
+                    "items": {"type": "array", "items": r("SkillSummary")},
+                    "next_cursor": {"type": "null", "description": "Always null: one page."},
+                    "invalid": {"type": "array", "items": {"type": "object", "required": ["name", "error"], "properties": {"name": {"type": "string", "description": "The skill's folder name."}, "error": {"type": "string"}}}},
+                },
+            })),
+        route("GET", "/v1/skills/{name}", "skills", "One skill, in full")
+            .path_param("name", "The skill's name (its folder under `COFFER_HOME/skills/`).")
+            .ok(200, "The skill.", r("Skill"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         // Maintenance.
         route("POST", "/v1/backup", "maintenance", "Back up the home")
             .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
@@ -727,6 +815,146 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "manifest": r("BackupManifest"),
             "secret_key_included": {"type": "boolean", "description": "True: the backup can decrypt its credentials; keep it private."},
             "skipped": {"type": "array", "items": {"type": "string"}, "description": "Entries not copied (symlinks, special files)."},
+        },
+    }));
+    let ms = |d: &str| json!({"type": ["integer", "null"], "description": format!("Unix milliseconds; null: {d}.")});
+    m.insert("Progress", json!({
+        "type": "object", "required": ["state", "done", "total", "bytes_done", "bytes_total", "started_ms", "message", "job"],
+        "properties": {
+            "state": {"enum": crate::retrieval::JOB_STATES, "description": "idle: nothing to do; scanning: walking the folder; indexing; failed: `message` says why."},
+            "done": {"type": "integer", "description": "Files processed in the current pass."},
+            "total": {"type": "integer", "description": "Files in the current pass (0 while scanning)."},
+            "bytes_done": {"type": "integer"}, "bytes_total": {"type": "integer"},
+            "started_ms": ms("no pass yet"), "message": {"type": "string"},
+            "job": {"type": "integer", "description": "Increases with every pass started."},
+        },
+    }));
+    m.insert("KnowledgeBaseInfo", json!({
+        "type": "object",
+        "required": ["name", "kind", "root", "include", "exclude", "created_ms", "documents", "chunks", "embedded", "last_sync_ms", "pending", "pending_embeddings", "errors", "progress", "watching"],
+        "properties": {
+            "name": {"type": "string"}, "kind": {"enum": ["folder", "memory"]},
+            "root": {"type": "string", "description": "The folder (absolute)."},
+            "include": strings.clone(), "exclude": strings.clone(),
+            "created_ms": ms("unknown"),
+            "documents": {"type": "integer"}, "chunks": {"type": "integer"},
+            "embedded": {"type": "integer", "description": "Chunks with an embedding (vector engine)."},
+            "last_sync_ms": ms("never"),
+            "pending": {"type": "integer", "description": "Files waiting to be (re)indexed."},
+            "pending_embeddings": {"type": "integer"},
+            "errors": {"type": "array", "items": {"type": "object", "required": ["path", "error"], "properties": {"path": {"type": "string", "description": "Relative to the root."}, "error": {"type": "string"}}}},
+            "progress": {"oneOf": [r("Progress"), {"type": "null"}]},
+            "watching": {"type": "boolean", "description": "The folder watcher is live."},
+        },
+    }));
+    m.insert("KnowledgeBaseCreate", json!({
+        "type": "object", "required": ["name"], "additionalProperties": false,
+        "properties": {
+            "name": {"type": "string", "description": "`^[a-z0-9][a-z0-9_-]{0,63}$`, not `memory`, `search` or `reindex`."},
+            "path": {"type": "string", "description": "An existing folder (absolute); default `COFFER_HOME/knowledge/<name>/`."},
+            "include": {"type": "array", "items": {"type": "string"}, "description": "Globs relative to the root; default `**/*.md`, `**/*.markdown`."},
+            "exclude": {"type": "array", "items": {"type": "string"}, "description": "Globs; `.gitignore` is respected as well."},
+        },
+    }));
+    m.insert("EngineConfig", json!({
+        "type": "object", "required": ["name", "enabled", "detail"],
+        "properties": {
+            "name": {"enum": ["grep", "keyword", "vector"]}, "enabled": {"type": "boolean"},
+            "detail": {"type": "string", "description": "vector: `<model> (<dimension>) at <base url>` or why it is off."},
+        },
+    }));
+    m.insert("SearchRequest", json!({
+        "type": "object", "required": ["query"], "additionalProperties": false,
+        "properties": {
+            "query": {"type": "string", "description": "1-8192 bytes after trimming."},
+            "kb": {"type": "array", "items": {"type": "string"}, "description": "Only these knowledge bases; default every folder one (not memory)."},
+            "path_prefix": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Documents with every one of these tags."},
+            "modified_after_ms": {"type": "integer", "description": "Unix milliseconds."},
+            "engines": {"type": "array", "items": {"enum": ["grep", "keyword", "vector"]}, "description": "Default every enabled engine."},
+            "limit": {"type": "integer", "minimum": 0, "maximum": 50, "default": 8, "description": "Results; 0 = 8."},
+            "snippet_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240, "description": "0 = 240."},
+            "regex": {"type": "boolean", "default": false, "description": "grep engine: the query is a regex (else literal)."},
+        },
+    }));
+    m.insert("RecallRequest", json!({
+        "type": "object", "required": ["query"], "additionalProperties": false,
+        "properties": {
+            "query": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+            "limit": {"type": "integer", "minimum": 0, "maximum": 50}, "snippet_chars": {"type": "integer", "minimum": 0, "maximum": 2000},
+        },
+    }));
+    m.insert("SearchResult", json!({
+        "type": "object",
+        "required": ["kb", "path", "title", "heading_path", "line_start", "line_end", "snippet", "score", "ranks", "tags", "modified_ms", "fact_id", "absolute_path"],
+        "properties": {
+            "kb": {"type": "string"}, "path": {"type": "string", "description": "Relative to the knowledge base's root."},
+            "title": {"type": "string"}, "heading_path": strings.clone(),
+            "line_start": {"type": "integer", "description": "1-based, inclusive."}, "line_end": {"type": "integer"},
+            "snippet": {"type": "string", "description": "Matches wrapped in `**`."},
+            "score": {"type": "number", "description": "Fused score."},
+            "ranks": {"type": "array", "items": {"type": "object", "required": ["engine", "rank", "score"], "properties": {"engine": {"type": "string"}, "rank": {"type": "integer", "description": "1-based."}, "score": {"type": "number"}}}},
+            "tags": strings.clone(), "modified_ms": ms("unknown"),
+            "fact_id": {"type": ["string", "null"], "description": "Memory results: the fact's id."},
+            "absolute_path": {"type": "string"},
+        },
+    }));
+    m.insert("SearchReply", json!({
+        "type": "object", "required": ["results", "engines", "warnings", "took_ms", "fusion"],
+        "properties": {
+            "results": {"type": "array", "items": r("SearchResult")},
+            "engines": {"type": "array", "items": {
+                "type": "object", "required": ["engine", "state", "hits", "took_ms", "message"],
+                "properties": {
+                    "engine": {"type": "string"}, "state": {"enum": crate::retrieval::ENGINE_STATES},
+                    "hits": {"type": "integer", "description": "Hits it contributed before fusion."},
+                    "took_ms": {"type": "integer"}, "message": {"type": "string", "description": "Why it failed or timed out."},
+                },
+            }},
+            "warnings": strings.clone(),
+            "took_ms": {"type": "integer"},
+            "fusion": {"type": "string", "description": "e.g. `rrf k=60`."},
+        },
+    }));
+    m.insert(
+        "Fact",
+        json!({
+            "type": "object", "required": ["id", "text", "tags", "source", "created_ms", "path"],
+            "properties": {
+                "id": {"type": "string", "description": "A ULID."}, "text": {"type": "string"}, "tags": strings.clone(),
+                "source": {"type": "string", "description": "Who said it: `mcp:<client name>`, `cli`, `api`, …"},
+                "created_ms": ms("unknown"), "path": {"type": "string", "description": "Its file (absolute)."},
+            },
+        }),
+    );
+    m.insert("FactCreate", json!({
+        "type": "object", "required": ["text"], "additionalProperties": false,
+        "properties": {
+            "text": {"type": "string", "description": "1-16384 bytes."},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Each `^[A-Za-z0-9_.-]{1,64}$` (CJK letters too); at most 32."},
+            "source": {"type": "string", "description": "At most 256 bytes; default the request's actor."},
+        },
+    }));
+    m.insert("RememberReply", json!({
+        "type": "object", "required": ["fact", "created"],
+        "properties": {
+            "fact": r("Fact"),
+            "created": {"type": "boolean", "description": "false: `fact` is an existing exact or near duplicate."},
+            "similarity": {"type": "number", "description": "With the duplicate (1.0: exact); only when `created` is false."},
+        },
+    }));
+    m.insert("SkillSummary", json!({
+        "type": "object", "required": ["name", "description", "path"],
+        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "path": {"type": "string", "description": "Its SKILL.md (absolute)."}},
+    }));
+    m.insert("Skill", json!({
+        "type": "object", "required": ["name", "description", "body", "path", "files", "metadata"],
+        "properties": {
+            "name": {"type": "string"}, "description": {"type": "string"},
+            "body": {"type": "string", "description": "SKILL.md without its front matter."},
+            "path": {"type": "string"},
+            "files": {"type": "array", "items": {"type": "string"}, "description": "Other files of its folder, relative, sorted."},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Other front-matter keys."},
         },
     }));
     m

@@ -1,8 +1,112 @@
-//! The retrieval service (`coffer-retrieval`): knowledge, memory and skills search with fusion.
-//! For now it serves only the standard gRPC health check; the retrieval issue fills it in.
+//! The retrieval service (`coffer-retrieval`): knowledge bases (folders of markdown), memory
+//! (one fact per file) and skills, searched by three engines (grep over the files, keyword over
+//! the store's FTS5 index, vector over its sqlite-vec index) and fused. Markdown files are the
+//! truth; the indexes in `coffer.db` are derived, written through the store's Index service.
+//!
+//! Who does what, file by file: [`service`] (the gRPC surface and its validation) →
+//! [`sources`] (KB definitions), [`indexer`] + [`watch`] (files → index), [`search`] +
+//! [`fusion`] (engines → results), [`memory`], [`skills`], [`embedder`] (the background vector
+//! worker), [`config`] (the `retrieval.*` settings); the engine libraries below them.
+use std::sync::Arc;
+
+use anyhow::Context;
+use coffer_proto::retrieval::retrieval_server::RetrievalServer;
+use coffer_proto::store::changes_client::ChangesClient;
+use coffer_proto::store::credentials_client::CredentialsClient;
+use coffer_proto::store::index_client::IndexClient;
+use coffer_proto::store::settings_client::SettingsClient;
+use coffer_runtime::identity::Identity;
+use coffer_runtime::service::ServiceCtx;
+
+pub mod authz;
+pub mod config;
+pub mod embedder;
+pub mod error;
+pub mod fusion;
+pub mod indexer;
+pub mod memory;
+pub mod search;
+pub mod service;
+pub mod skills;
+pub mod sources;
+pub mod watch;
+
+/// Largest message exchanged with the store (a whole document's chunks in one upsert).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// Process entry for `coffer-retrieval`.
 pub fn main_entry() -> std::process::ExitCode {
-    use coffer_runtime::{identity::Identity, service};
-    service::service_main(Identity::Retrieval, service::run_health_only)
+    coffer_runtime::service::service_main(Identity::Retrieval, run)
 }
+
+/// Serves `coffer.retrieval.v1.Retrieval` (and health) on the service's listener until
+/// `shutdown`, each call authorized by [`authz::POLICY`]. Beside it: the settings follower, the
+/// start-up load of KB definitions (retried until the store answers) followed by a reconcile
+/// pass of every KB, and the embedding worker.
+///
+/// # Errors
+/// When the store's address is missing or the server fails.
+pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
+    let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
+    let channel = internal.channel(Identity::Store).context("the store's address")?;
+    let index = IndexClient::new(channel.clone())
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let (config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(config::Config::default()));
+    tokio::spawn(config::follow(
+        SettingsClient::new(channel.clone()),
+        ChangesClient::new(channel.clone()),
+        config_tx,
+        shutdown.clone(),
+    ));
+
+    let sources = Arc::new(sources::Sources::new(home.clone(), index.clone()));
+    let indexer = indexer::Indexer::new(sources.clone(), config_rx.clone(), shutdown.clone());
+    let embeddings = embedder::Embeddings::new(indexer.embed_wake.clone());
+    let memory = Arc::new(memory::Memory::new(sources.clone(), indexer.clone()));
+    let searcher = Arc::new(search::Searcher::new(sources.clone(), embeddings.clone(), config_rx.clone()));
+
+    // Start-up: KB definitions from the store (it may still be starting), then a pass each.
+    {
+        let (sources, indexer, shutdown) = (sources.clone(), indexer.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut delay = std::time::Duration::from_millis(100);
+            loop {
+                match sources.load().await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Cannot load knowledge bases yet.");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                        delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                    }
+                }
+            }
+            let swept = memory::sweep_temp_files(&sources.memory_root());
+            if swept > 0 {
+                tracing::info!(swept, "Removed temp files an interrupted remember left.");
+            }
+            for kb in sources.all() {
+                indexer.start_kb(&kb.name);
+            }
+            tracing::info!(kbs = sources.all().len(), "Knowledge bases loaded; reconcile passes started.");
+        });
+    }
+    tokio::spawn(embeddings.clone().run(config_rx, index, CredentialsClient::new(channel), shutdown.clone()));
+
+    let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings };
+    let routes = tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(1 << 20));
+    coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
+        .await?;
+    shutdown.cancel();
+    Ok(())
+}
+
+pub mod embed;
+pub mod grep;
+pub mod markdown;
+pub mod snippet;
+pub mod terms;
+pub mod walk;

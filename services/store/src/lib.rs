@@ -3,9 +3,9 @@
 //! writer thread, and streams committed changes to the other services.
 //!
 //! It serves one gRPC service per domain of `coffer.db` (registry, credentials, settings, audit,
-//! invocations, changes, maintenance; see [`domain`]), all on its one listener. SQL lives only
-//! in those modules, in [`db`] (the writer/reader plumbing and migrations), and in the
-//! maintenance domain's workers [`retention`] and [`backup`].
+//! invocations, changes, maintenance, and the retrieval indexes `index`; see [`domain`]), all on
+//! its one listener. SQL lives only in those modules, in [`db`] (the writer/reader plumbing and
+//! migrations), and in the maintenance domain's workers [`retention`] and [`backup`].
 
 pub mod authz;
 pub mod backup;

@@ -19,6 +19,9 @@ pub enum Type {
     /// A non-negative decimal integer, digits only (no sign, no spaces), within the setting's
     /// bounds.
     Integer,
+    /// Text of at most `max` bytes (`min` is the least), without control characters; leading
+    /// and trailing whitespace is ignored by readers. The default is [`Setting::default_text`].
+    Text,
 }
 
 impl Type {
@@ -26,6 +29,7 @@ impl Type {
     pub const fn name(self) -> &'static str {
         match self {
             Type::Integer => "integer",
+            Type::Text => "text",
         }
     }
 }
@@ -37,11 +41,13 @@ pub struct Setting {
     pub key: &'static str,
     /// The type of its value.
     pub ty: Type,
-    /// The value that applies while the key is not set.
+    /// The value that applies while the key is not set ([`Type::Integer`]; `0` for text).
     pub default: u64,
-    /// The smallest accepted value (inclusive).
+    /// The value that applies while the key is not set ([`Type::Text`]; `""` for integers).
+    pub default_text: &'static str,
+    /// The smallest accepted value (inclusive); for text, the fewest bytes.
     pub min: u64,
-    /// The largest accepted value (inclusive).
+    /// The largest accepted value (inclusive); for text, the most bytes.
     pub max: u64,
     /// The unit, and what `0` means where it is accepted (`days, 0 = keep all`).
     pub unit: &'static str,
@@ -53,6 +59,7 @@ pub struct Setting {
 pub const LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.list_timeout_ms",
     ty: Type::Integer,
+    default_text: "",
     default: 10_000,
     min: 1,
     max: DAY_MS,
@@ -63,6 +70,7 @@ pub const LIST_TIMEOUT_MS: Setting = Setting {
 pub const START_TIMEOUT_MS: Setting = Setting {
     key: "gateway.start_timeout_ms",
     ty: Type::Integer,
+    default_text: "",
     default: 30_000,
     min: 1,
     max: DAY_MS,
@@ -73,6 +81,7 @@ pub const START_TIMEOUT_MS: Setting = Setting {
 pub const CALL_TIMEOUT_MS: Setting = Setting {
     key: "gateway.call_timeout_ms",
     ty: Type::Integer,
+    default_text: "",
     default: 60_000,
     min: 1,
     max: DAY_MS,
@@ -83,6 +92,7 @@ pub const CALL_TIMEOUT_MS: Setting = Setting {
 pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.session_idle_timeout_s",
     ty: Type::Integer,
+    default_text: "",
     default: 1800,
     min: 1,
     max: 30 * 86_400,
@@ -94,6 +104,7 @@ pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
 pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.first_list_timeout_ms",
     ty: Type::Integer,
+    default_text: "",
     default: 1_000,
     min: 1,
     max: 86_400_000,
@@ -105,6 +116,7 @@ pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
 pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.broker_idle_timeout_s",
     ty: Type::Integer,
+    default_text: "",
     default: 600,
     min: 1,
     max: 30 * 86_400,
@@ -115,6 +127,7 @@ pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
 pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     key: "gateway.max_tool_name_len",
     ty: Type::Integer,
+    default_text: "",
     default: 51,
     min: 40,
     max: 64,
@@ -125,6 +138,7 @@ pub const MAX_TOOL_NAME_LEN: Setting = Setting {
 pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
     key: "retention.invocations_days",
     ty: Type::Integer,
+    default_text: "",
     default: 30,
     min: 0,
     max: 36_500,
@@ -135,6 +149,7 @@ pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
 pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
     key: "retention.invocations_max_rows",
     ty: Type::Integer,
+    default_text: "",
     default: 100_000,
     min: 0,
     max: 1_000_000_000,
@@ -145,6 +160,7 @@ pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
 pub const RETENTION_AUDIT_DAYS: Setting = Setting {
     key: "retention.audit_days",
     ty: Type::Integer,
+    default_text: "",
     default: 365,
     min: 0,
     max: 36_500,
@@ -155,11 +171,112 @@ pub const RETENTION_AUDIT_DAYS: Setting = Setting {
 pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
     key: "retention.audit_max_rows",
     ty: Type::Integer,
+    default_text: "",
     default: 100_000,
     min: 0,
     max: 1_000_000_000,
     unit: "rows, 0 = no limit",
     description: "keep at most this many audit rows (0: no limit)",
+};
+
+/// Base URL of the OpenAI-compatible embeddings endpoint; empty turns the vector engine off.
+pub const EMBEDDINGS_URL: Setting = Setting {
+    key: "retrieval.embeddings.url",
+    ty: Type::Text,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 2048,
+    unit: "URL, empty = vector engine off",
+    description: "OpenAI-compatible embeddings base URL (requests go to `<url>/embeddings`, e.g. `http://127.0.0.1:9000/v1`); empty turns the vector engine off",
+};
+/// Embedding model name sent with each request.
+pub const EMBEDDINGS_MODEL: Setting = Setting {
+    key: "retrieval.embeddings.model",
+    ty: Type::Text,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 256,
+    unit: "model name",
+    description: "embedding model sent to the endpoint; changing it re-embeds every chunk",
+};
+/// Name of the credential whose value is the endpoint's bearer token.
+pub const EMBEDDINGS_CREDENTIAL: Setting = Setting {
+    key: "retrieval.embeddings.credential",
+    ty: Type::Text,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 128,
+    unit: "credential name, empty = none",
+    description: "credential (in the credential store) sent as `Authorization: Bearer` to the embeddings endpoint",
+};
+/// Vector dimension asked of the endpoint.
+pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
+    key: "retrieval.embeddings.dimensions",
+    ty: Type::Integer,
+    default_text: "",
+    default: 0,
+    min: 0,
+    max: 8192,
+    unit: "dimensions, 0 = from the first answer",
+    description: "embedding dimension asked of the endpoint (0: whatever it answers); changing it re-embeds every chunk",
+};
+/// Chunks per embeddings request.
+pub const EMBEDDINGS_BATCH_SIZE: Setting = Setting {
+    key: "retrieval.embeddings.batch_size",
+    ty: Type::Integer,
+    default_text: "",
+    default: 32,
+    min: 1,
+    max: 2048,
+    unit: "chunks",
+    description: "chunks sent in one embeddings request",
+};
+/// Embeddings requests in flight at once.
+pub const EMBEDDINGS_CONCURRENCY: Setting = Setting {
+    key: "retrieval.embeddings.concurrency",
+    ty: Type::Integer,
+    default_text: "",
+    default: 2,
+    min: 1,
+    max: 16,
+    unit: "requests",
+    description: "embeddings requests in flight at once",
+};
+/// Deadline of one embeddings request.
+pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
+    key: "retrieval.embeddings.timeout_ms",
+    ty: Type::Integer,
+    default_text: "",
+    default: 10_000,
+    min: 1,
+    max: 600_000,
+    unit: "milliseconds",
+    description: "how long one embeddings request may take",
+};
+/// Per-engine deadline of a search.
+pub const ENGINE_TIMEOUT_MS: Setting = Setting {
+    key: "retrieval.engine_timeout_ms",
+    ty: Type::Integer,
+    default_text: "",
+    default: 2_000,
+    min: 1,
+    max: 60_000,
+    unit: "milliseconds",
+    description: "how long each search engine (grep, keyword, vector) may take before the search answers without it",
+};
+/// Largest file a knowledge base indexes.
+pub const MAX_FILE_BYTES: Setting = Setting {
+    key: "retrieval.max_file_bytes",
+    ty: Type::Integer,
+    default_text: "",
+    default: 16 * 1024 * 1024,
+    min: 1024,
+    max: 1024 * 1024 * 1024,
+    unit: "bytes",
+    description: "larger files in a knowledge base are skipped and reported",
 };
 
 /// Every setting Coffer reads, in display order.
@@ -175,6 +292,15 @@ pub const SETTINGS: &[Setting] = &[
     RETENTION_INVOCATIONS_MAX_ROWS,
     RETENTION_AUDIT_DAYS,
     RETENTION_AUDIT_MAX_ROWS,
+    EMBEDDINGS_URL,
+    EMBEDDINGS_MODEL,
+    EMBEDDINGS_CREDENTIAL,
+    EMBEDDINGS_DIMENSIONS,
+    EMBEDDINGS_BATCH_SIZE,
+    EMBEDDINGS_CONCURRENCY,
+    EMBEDDINGS_TIMEOUT_MS,
+    ENGINE_TIMEOUT_MS,
+    MAX_FILE_BYTES,
 ];
 
 /// The setting `key`, if Coffer reads it.
@@ -192,11 +318,56 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
 /// # Errors
 /// [`SettingError::UnknownKey`] when Coffer reads no such key; otherwise what
 /// [`Setting::parse`] returns.
-pub fn check(key: &str, value: &str) -> Result<u64, SettingError> {
-    find(key).ok_or_else(|| SettingError::UnknownKey { key: key.to_owned() })?.parse(value)
+pub fn check(key: &str, value: &str) -> Result<(), SettingError> {
+    find(key).ok_or_else(|| SettingError::UnknownKey { key: key.to_owned() })?.validate(value)
 }
 
 impl Setting {
+    /// Checks a value as it would be stored, by type: [`Setting::parse`] for an integer,
+    /// [`Setting::parse_text`] for text.
+    ///
+    /// # Errors
+    /// What those return.
+    pub fn validate(&self, value: &str) -> Result<(), SettingError> {
+        match self.ty {
+            Type::Integer => self.parse(value).map(drop),
+            Type::Text => self.parse_text(value).map(drop),
+        }
+    }
+
+    /// Checks a text value: `min..=max` bytes, no control characters (tab excepted).
+    ///
+    /// # Errors
+    /// [`SettingError::BadText`] for a value too short, too long or with control characters;
+    /// [`SettingError::NotText`] for an integer setting (check those with [`Setting::parse`]).
+    pub fn parse_text<'v>(&self, value: &'v str) -> Result<&'v str, SettingError> {
+        if self.ty != Type::Text {
+            return Err(SettingError::NotText { setting: *self });
+        }
+        let len = value.len() as u64;
+        if len < self.min || len > self.max || value.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(SettingError::BadText { setting: *self, value: value.chars().take(64).collect() });
+        }
+        Ok(value)
+    }
+
+    /// The text in force for a stored value (`None`: not set): trimmed, or
+    /// [`Setting::default_text`] when absent or unusable.
+    pub fn text_or_default(&self, stored: Option<&str>) -> String {
+        match stored.map(str::trim) {
+            Some(v) if self.parse_text(v).is_ok() => v.to_owned(),
+            _ => self.default_text.to_owned(),
+        }
+    }
+
+    /// The default as it is stored and shown: the integer's digits, or the text.
+    pub fn default_value(&self) -> String {
+        match self.ty {
+            Type::Integer => self.default.to_string(),
+            Type::Text => self.default_text.to_owned(),
+        }
+    }
+
     /// Parses a value as it would be stored: digits only, within `min..=max`.
     ///
     /// # Errors
@@ -232,9 +403,12 @@ impl Setting {
         self.read(stored).unwrap_or(self.default)
     }
 
-    /// The accepted range as the docs show it (`1-86400000`).
+    /// The accepted range as the docs show it (`1-86400000`; text: `text, 0-2048 bytes`).
     pub fn bounds(&self) -> String {
-        format!("{}-{}", self.min, self.max)
+        match self.ty {
+            Type::Integer => format!("{}-{}", self.min, self.max),
+            Type::Text => format!("text, {}-{} bytes", self.min, self.max),
+        }
     }
 }
 
@@ -260,6 +434,18 @@ pub enum SettingError {
         /// The value.
         value: u64,
     },
+    /// A text setting's value is too short, too long or holds control characters.
+    BadText {
+        /// The setting.
+        setting: Setting,
+        /// The value as given (at most its first 64 characters).
+        value: String,
+    },
+    /// Text was asked of a setting that is an integer.
+    NotText {
+        /// The setting.
+        setting: Setting,
+    },
 }
 
 impl SettingError {
@@ -267,17 +453,22 @@ impl SettingError {
     pub fn key(&self) -> &str {
         match self {
             SettingError::UnknownKey { key } => key,
-            SettingError::NotAnInteger { setting, .. } | SettingError::OutOfRange { setting, .. } => setting.key,
+            SettingError::NotAnInteger { setting, .. }
+            | SettingError::OutOfRange { setting, .. }
+            | SettingError::BadText { setting, .. }
+            | SettingError::NotText { setting } => setting.key,
         }
     }
 
     /// A stable name of the problem, for structured errors: `unknown_key`, `not_an_integer`,
-    /// `out_of_range`.
+    /// `out_of_range`, `bad_text`, `not_text`.
     pub fn problem(&self) -> &'static str {
         match self {
             SettingError::UnknownKey { .. } => "unknown_key",
             SettingError::NotAnInteger { .. } => "not_an_integer",
             SettingError::OutOfRange { .. } => "out_of_range",
+            SettingError::BadText { .. } => "bad_text",
+            SettingError::NotText { .. } => "not_text",
         }
     }
 
@@ -285,7 +476,10 @@ impl SettingError {
     pub fn setting(&self) -> Option<&Setting> {
         match self {
             SettingError::UnknownKey { .. } => None,
-            SettingError::NotAnInteger { setting, .. } | SettingError::OutOfRange { setting, .. } => Some(setting),
+            SettingError::NotAnInteger { setting, .. }
+            | SettingError::OutOfRange { setting, .. }
+            | SettingError::BadText { setting, .. }
+            | SettingError::NotText { setting } => Some(setting),
         }
     }
 }
@@ -301,6 +495,12 @@ impl std::fmt::Display for SettingError {
             }
             SettingError::NotAnInteger { setting, value } => range(f, setting, value),
             SettingError::OutOfRange { setting, value } => range(f, setting, &value.to_string()),
+            SettingError::BadText { setting: s, value } => write!(
+                f,
+                "{} must be text of {} to {} bytes without control characters ({}); got {value:?}",
+                s.key, s.min, s.max, s.unit
+            ),
+            SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }
     }
 }
@@ -312,7 +512,12 @@ impl std::error::Error for SettingError {}
 pub fn markdown_table() -> String {
     let mut out = String::from("| key | default | accepted | what |\n|---|---|---|---|\n");
     for s in SETTINGS {
-        out.push_str(&format!("| `{}` | {} | {} | {} |\n", s.key, s.default, s.bounds(), s.description));
+        let default = match s.ty {
+            Type::Integer => s.default.to_string(),
+            Type::Text if s.default_text.is_empty() => "(empty)".to_owned(),
+            Type::Text => format!("`{}`", s.default_text),
+        };
+        out.push_str(&format!("| `{}` | {} | {} | {} |\n", s.key, default, s.bounds(), s.description));
     }
     out
 }
@@ -327,8 +532,18 @@ mod tests {
         for s in SETTINGS {
             assert!(seen.insert(s.key), "{} twice", s.key);
             assert!(!s.key.is_empty() && s.key.len() <= MAX_KEY_BYTES, "{}", s.key);
-            assert!(s.min <= s.default && s.default <= s.max, "{}: default out of its bounds", s.key);
-            assert_eq!(s.parse(&s.default.to_string()), Ok(s.default), "{}", s.key);
+            match s.ty {
+                Type::Integer => {
+                    assert!(s.min <= s.default && s.default <= s.max, "{}: default out of its bounds", s.key);
+                    assert_eq!(s.parse(&s.default.to_string()), Ok(s.default), "{}", s.key);
+                    assert!(s.default_text.is_empty(), "{}", s.key);
+                }
+                Type::Text => {
+                    assert_eq!(s.parse_text(s.default_text), Ok(s.default_text), "{}", s.key);
+                    assert_eq!(s.default, 0, "{}", s.key);
+                }
+            }
+            assert_eq!(check(s.key, &s.default_value()), Ok(()), "{}", s.key);
             assert_eq!(find(s.key), Some(s));
         }
         assert_eq!(find("gateway.call_timeout"), None);
@@ -380,9 +595,28 @@ mod tests {
     }
 
     #[test]
+    fn text_settings_take_text_and_refuse_control_characters() {
+        assert_eq!(check("retrieval.embeddings.url", "http://127.0.0.1:9000/v1"), Ok(()));
+        assert_eq!(check("retrieval.embeddings.url", ""), Ok(()));
+        let e = check("retrieval.embeddings.url", "http://x/\nHost: y").unwrap_err();
+        assert_eq!((e.problem(), e.key()), ("bad_text", "retrieval.embeddings.url"));
+        let e = check("retrieval.embeddings.model", &"m".repeat(257)).unwrap_err();
+        assert_eq!(e.problem(), "bad_text");
+        assert!(e.to_string().contains("0 to 256 bytes"), "{e}");
+        assert_eq!(EMBEDDINGS_URL.text_or_default(Some("  http://h/v1 ")), "http://h/v1");
+        assert_eq!(EMBEDDINGS_URL.text_or_default(None), "");
+        assert_eq!(EMBEDDINGS_URL.text_or_default(Some("bad\u{7}")), "");
+        assert_eq!(ENGINE_TIMEOUT_MS.parse_text("5").unwrap_err().problem(), "not_text");
+        // An integer setting still refuses text.
+        assert_eq!(check("retrieval.max_file_bytes", "big").unwrap_err().problem(), "not_an_integer");
+        assert_eq!(MAX_FILE_BYTES.value_or_default(None), 16 * 1024 * 1024);
+    }
+
+    #[test]
     fn markdown_has_a_row_per_setting() {
         let t = markdown_table();
         assert_eq!(t.lines().count(), SETTINGS.len() + 2);
         assert!(t.contains("| `gateway.max_tool_name_len` | 51 | 40-64 | longest exposed tool name"), "{t}");
+        assert!(t.contains("| `retrieval.embeddings.url` | (empty) | text, 0-2048 bytes |"), "{t}");
     }
 }

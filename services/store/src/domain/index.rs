@@ -1,17 +1,21 @@
 //! The `Index` service (`proto/store_index.proto`): the derived retrieval indexes of
 //! `coffer-retrieval`, its only writer — knowledge bases' definitions (`kb_knowledge_bases`),
 //! documents (`kb_documents`, `kb_document_tags`), chunks (`kb_chunks`), the FTS5 keyword index
-//! (`kb_fts`, contentless, rowid = chunk id) and the sqlite-vec vector index (`kb_vectors`, a
+//! (`kb_fts`, rowid = chunk id, holding its own copy of the normalized text so that bm25's statistics stay exact under deletes) and the sqlite-vec vector index (`kb_vectors`, a
 //! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id; its model and dimension in
 //! `kb_vector_config`).
 //!
 //! Every write is one transaction on the store's writer thread; queries run on the reader pool.
+//! `VectorQuery` scans [`Vectors`], an in-memory copy of `kb_vectors` that those writes keep in
+//! step (exact cosine, several times faster than sqlite-vec 0.1.9's scalar KNN); when the
+//! vectors exceed its cap it uses sqlite-vec's KNN instead.
 //! Index writes produce no change rows (they are derived data, written at file-scan rates) and
 //! no audit rows (the user's actions are audited where they are taken).
 //!
 //! Determinism: a clean rebuild gives new chunk ids, so every ranked answer breaks score ties by
 //! (KB, document path, ordinal), never by id.
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
 
 use coffer_proto::store::index_server::Index;
 use coffer_proto::store::*;
@@ -178,7 +182,7 @@ fn vector_config(c: &Connection) -> Result<Option<(String, u32)>, StoreError> {
 
 /// Removes the FTS row and the vector of each chunk in `ids` (the caller deletes the chunk rows,
 /// usually by deleting their documents).
-fn forget_chunks(t: &Connection, ids: &[i64], vectors: bool) -> Result<(), StoreError> {
+fn forget_chunks(t: &Connection, vc: &Vectors, ids: &[i64], vectors: bool) -> Result<(), StoreError> {
     let mut fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
     for id in ids {
         fts.execute([id])?;
@@ -188,20 +192,22 @@ fn forget_chunks(t: &Connection, ids: &[i64], vectors: bool) -> Result<(), Store
         for id in ids {
             vec.execute([id])?;
         }
+        vc.remove(ids);
     }
     Ok(())
 }
 
 /// Deletes documents (with their chunks, FTS rows, vectors and tags): every document of `kb`, or
 /// of every KB when `kb` is `None`, or only `path` of `kb`. Returns how many documents.
-fn purge_documents(t: &Connection, kb: Option<&str>, path: Option<&str>) -> Result<u64, StoreError> {
+fn purge_documents(t: &Connection, vc: &Vectors, kb: Option<&str>, path: Option<&str>) -> Result<u64, StoreError> {
     let vectors = vector_config(t)?.is_some();
     match (kb, path) {
         (None, _) => {
-            // Everything: FTS5's and vec0's bulk forms.
-            t.execute("INSERT INTO kb_fts (kb_fts) VALUES ('delete-all')", [])?;
+            // Everything: one statement per table.
+            t.execute("DELETE FROM kb_fts", [])?;
             if vectors {
                 t.execute("DELETE FROM kb_vectors", [])?;
+                vc.clear();
             }
             Ok(t.execute("DELETE FROM kb_documents", [])? as u64)
         }
@@ -215,7 +221,7 @@ fn purge_documents(t: &Connection, kb: Option<&str>, path: Option<&str>) -> Resu
                 let rows = st.query_map(params![kb, path], |r| r.get(0))?;
                 rows.collect::<Result<_, _>>()?
             };
-            forget_chunks(t, &ids, vectors)?;
+            forget_chunks(t, vc, &ids, vectors)?;
             let mut st = t.prepare_cached("DELETE FROM kb_documents WHERE kb = ?1 AND (?2 = '' OR path = ?2)")?;
             Ok(st.execute(params![kb, path])? as u64)
         }
@@ -292,7 +298,7 @@ fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], no
 }
 
 /// `UpsertDocument` inside the writer's transaction (see the proto).
-fn upsert_document(t: &Connection, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
+fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
     require_kb(t, &r.kb)?;
     let tags = normalized_tags(&r.tags);
     let doc = write_document(t, r, &tags, now_ms())?;
@@ -363,7 +369,7 @@ fn upsert_document(t: &Connection, r: &UpsertDocumentRequest) -> Result<UpsertDo
     }
     let gone: Vec<i64> = existing.into_values().flatten().map(|e| e.id).collect();
     if !gone.is_empty() {
-        forget_chunks(t, &gone, vectors)?;
+        forget_chunks(t, vc, &gone, vectors)?;
         let mut del = t.prepare_cached("DELETE FROM kb_chunks WHERE id = ?1")?;
         for id in &gone {
             del.execute([id])?;
@@ -375,14 +381,14 @@ fn upsert_document(t: &Connection, r: &UpsertDocumentRequest) -> Result<UpsertDo
 
 /// `MarkDocumentError` inside the writer's transaction: the document row carries `error` and
 /// no chunks.
-fn mark_document_error(t: &Connection, r: &MarkDocumentErrorRequest) -> Result<u64, StoreError> {
+fn mark_document_error(t: &Connection, vc: &Vectors, r: &MarkDocumentErrorRequest) -> Result<u64, StoreError> {
     require_kb(t, &r.kb)?;
     let had: Option<i64> = t
         .prepare_cached("SELECT id FROM kb_documents WHERE kb = ?1 AND path = ?2")?
         .query_row(params![r.kb, r.path], |row| row.get(0))
         .optional()?;
     if had.is_some() {
-        purge_documents(t, Some(&r.kb), Some(&r.path))?;
+        purge_documents(t, vc, Some(&r.kb), Some(&r.path))?;
     }
     t.prepare_cached(
         "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, tags_json, error, indexed_ms, chunk_count)
@@ -415,7 +421,7 @@ impl Filter {
         validate_strings("filters.tags", &f.tags, 64, MAX_TAG_BYTES)?;
         Ok(Self {
             kb_json: serde_json::to_string(&f.kb).expect("json"),
-            tags_json: serde_json::to_string(&f.tags).expect("json"),
+            tags_json: serde_json::to_string(&normalized_tags(&f.tags)).expect("json"),
             prefix: f.path_prefix,
             after: if f.modified_after_ms == 0 { i64::MIN } else { f.modified_after_ms },
         })
@@ -429,11 +435,13 @@ impl Filter {
 
 /// The filter condition over `d` (kb_documents), parameters `?1` KBs (JSON array, `[]` = any),
 /// `?2` path prefix (`''` = any; compared with `substr`, so `%` and `_` are literal), `?3` tags
-/// (JSON array: the document has every one), `?4` mtime strictly after.
+/// (JSON array without duplicates: the document has every one), `?4` mtime strictly after. The
+/// `IN (SELECT …)` sets do not depend on the row: SQLite computes each once per query.
 const FILTER_SQL: &str = "(?1 = '[]' OR d.kb IN (SELECT value FROM json_each(?1)))
     AND (?2 = '' OR substr(d.path, 1, length(?2)) = ?2)
-    AND NOT EXISTS (SELECT 1 FROM json_each(?3) j
-                    WHERE NOT EXISTS (SELECT 1 FROM kb_document_tags g WHERE g.document = d.id AND g.tag = j.value))
+    AND (?3 = '[]' OR d.id IN (SELECT g.document FROM kb_document_tags g
+                               WHERE g.tag IN (SELECT value FROM json_each(?3))
+                               GROUP BY g.document HAVING COUNT(*) = json_array_length(?3)))
     AND d.mtime_ms > ?4";
 
 /// Columns of a [`Chunk`] over `c` (kb_chunks) and `d` (kb_documents); read by [`chunk_at`].
@@ -490,8 +498,52 @@ pub fn match_expression(terms: &[String], any: bool) -> Result<Option<String>, S
     Ok(Some(parts.join(if any { " OR " } else { " AND " })))
 }
 
-/// `KeywordQuery` on a reader (see the proto): best first, ties by KB, path, ordinal.
+/// Most rows the unfiltered keyword path joins (a tie group at the cut larger than this falls
+/// back to the full query).
+const KEYWORD_TIE_MAX: usize = 4096;
+
+/// `KeywordQuery` on a reader: best first, ties by KB, path, ordinal.
+///
+/// Without filters the ranking runs on `kb_fts` alone (`ORDER BY rank`: the weights configured
+/// in migration 0004) and only the top `limit` rows, plus every row tied with the last of them,
+/// are joined with their chunks and documents. With filters (or a huge tie group) one query
+/// joins every match and orders by (score, KB, path, ordinal).
 fn keyword_query(c: &Connection, expr: &str, f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+    let n = limit as usize;
+    if !f.restricts() {
+        let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
+        let mut complete = true;
+        {
+            let mut st = c.prepare_cached("SELECT rowid, rank FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY rank")?;
+            let mut rows = st.query([expr])?;
+            while let Some(r) = rows.next()? {
+                let (id, rank): (i64, f64) = (r.get(0)?, r.get(1)?);
+                if top.len() >= n && top[n - 1].1 != rank {
+                    break;
+                }
+                if top.len() >= KEYWORD_TIE_MAX {
+                    complete = false;
+                    break;
+                }
+                top.push((id, rank));
+            }
+        }
+        if complete {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {CHUNK_COLS} FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document"
+            ))?;
+            let mut hits = Vec::with_capacity(top.len());
+            for (id, rank) in top {
+                // A row of kb_fts always has its chunk (one transaction writes both).
+                if let Some(chunk) = st.query_row([id], chunk_at).optional()? {
+                    hits.push(ChunkHit { chunk: Some(chunk), score: -rank, lines: vec![] });
+                }
+            }
+            sort_hits(&mut hits);
+            hits.truncate(n);
+            return Ok(hits);
+        }
+    }
     let mut st = c.prepare_cached(&format!(
         "SELECT {CHUNK_COLS}, f.rank
          FROM kb_fts f CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
@@ -527,6 +579,253 @@ fn validate_vector(field: &str, v: &[f32], dimension: u32) -> Result<(), StoreEr
     Ok(())
 }
 
+/// Largest in-memory copy of the vectors (bytes); beyond it queries use sqlite-vec's KNN.
+const VECTOR_CACHE_MAX_BYTES: usize = 512 * 1024 * 1024;
+
+/// `v` scaled to unit length (cosine similarity of unit vectors is their dot product).
+fn unit(v: &[f32]) -> Vec<f32> {
+    let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt() as f32;
+    v.iter().map(|x| x / norm).collect()
+}
+
+/// Dot product with eight independent sums (the compiler vectorizes it); the same inputs give
+/// the same result bit for bit.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// The vectors of `kb_vectors`, unit-normalized, in one contiguous array.
+struct VectorCache {
+    dim: usize,
+    ids: Vec<i64>,
+    data: Vec<f32>,
+    pos: HashMap<i64, usize>,
+}
+
+impl VectorCache {
+    fn empty(dim: usize) -> Self {
+        Self { dim, ids: vec![], data: vec![], pos: HashMap::new() }
+    }
+
+    fn put(&mut self, id: i64, v: &[f32]) {
+        if v.len() != self.dim {
+            return;
+        }
+        let v = unit(v);
+        match self.pos.get(&id) {
+            Some(&i) => self.data[i * self.dim..(i + 1) * self.dim].copy_from_slice(&v),
+            None => {
+                self.pos.insert(id, self.ids.len());
+                self.ids.push(id);
+                self.data.extend_from_slice(&v);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: i64) {
+        let Some(i) = self.pos.remove(&id) else { return };
+        let last = self.ids.len() - 1;
+        if i != last {
+            let moved = self.ids[last];
+            self.ids[i] = moved;
+            self.data.copy_within(last * self.dim..(last + 1) * self.dim, i * self.dim);
+            self.pos.insert(moved, i);
+        }
+        self.ids.pop();
+        self.data.truncate(last * self.dim);
+    }
+
+    fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+}
+
+#[derive(Default)]
+struct CacheState {
+    /// `None`: not loaded (or dropped after a failed write).
+    cache: Option<VectorCache>,
+    /// Bumped after every index write; a load started before a write is not kept.
+    generation: u64,
+    /// The vectors did not fit [`VECTOR_CACHE_MAX_BYTES`]: use sqlite-vec until the next reset.
+    oversized: bool,
+}
+
+/// The in-memory copy of `kb_vectors` that `VectorQuery` scans (exact brute force, several
+/// times faster than sqlite-vec's scalar cosine KNN). Kept in step by the writes that change
+/// `kb_vectors`, which run on the writer thread in commit order; loaded on first use.
+#[derive(Clone, Default)]
+pub struct Vectors(Arc<RwLock<CacheState>>);
+
+impl Vectors {
+    fn state(&self) -> std::sync::RwLockWriteGuard<'_, CacheState> {
+        self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn put(&self, id: i64, v: &[f32]) {
+        let mut s = self.state();
+        if let Some(c) = s.cache.as_mut() {
+            c.put(id, v);
+            if c.bytes() > VECTOR_CACHE_MAX_BYTES {
+                s.cache = None;
+                s.oversized = true;
+            }
+        }
+    }
+
+    fn remove(&self, ids: &[i64]) {
+        if let Some(c) = self.state().cache.as_mut() {
+            for id in ids {
+                c.remove(*id);
+            }
+        }
+    }
+
+    fn clear(&self) {
+        let mut s = self.state();
+        if let Some(c) = s.cache.as_mut() {
+            *c = VectorCache::empty(c.dim);
+        }
+        s.oversized = false;
+    }
+
+    fn reset(&self, dim: usize) {
+        let mut s = self.state();
+        s.cache = Some(VectorCache::empty(dim));
+        s.oversized = false;
+    }
+
+    /// After a write job: bumps the generation; a failed job drops the copy.
+    fn committed(&self, ok: bool) {
+        let mut s = self.state();
+        s.generation += 1;
+        if !ok {
+            s.cache = None;
+        }
+    }
+
+    /// The nearest chunks to `q` that pass `f`, as (similarity, chunk id): the best `limit` and
+    /// every one tied with the last of them. `None` when the vectors do not fit in memory.
+    fn nearest(
+        &self,
+        c: &Connection,
+        q: &[f32],
+        f: &Filter,
+        limit: u32,
+    ) -> Result<Option<Vec<(f32, i64)>>, StoreError> {
+        let allowed: Option<std::collections::HashSet<i64>> = if f.restricts() {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT c.id FROM kb_documents d CROSS JOIN kb_chunks c
+                 WHERE c.document = d.id AND c.embedded = 1 AND {FILTER_SQL}"
+            ))?;
+            let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after], |r| r.get(0))?;
+            Some(rows.collect::<Result<_, _>>()?)
+        } else {
+            None
+        };
+        let q = unit(q);
+        let scan = |cache: &VectorCache| -> Vec<(f32, i64)> {
+            let row = |i: usize| &cache.data[i * cache.dim..(i + 1) * cache.dim];
+            match &allowed {
+                None => cache.ids.iter().enumerate().map(|(i, id)| (dot(row(i), &q), *id)).collect(),
+                Some(set) => set.iter().filter_map(|id| cache.pos.get(id).map(|&i| (dot(row(i), &q), *id))).collect(),
+            }
+        };
+        let mut scored = {
+            let s = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if s.oversized {
+                return Ok(None);
+            }
+            match s.cache.as_ref() {
+                Some(cache) if cache.dim == q.len() => Some(scan(cache)),
+                _ => None,
+            }
+        };
+        if scored.is_none() {
+            let Some((loaded, generation)) = self.load(c, q.len())? else { return Ok(None) };
+            scored = Some(scan(&loaded));
+            self.install(loaded, generation);
+        }
+        let mut scored = scored.unwrap_or_default();
+        let n = limit as usize;
+        if scored.len() > n {
+            scored.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
+            let cut = scored[n - 1].0;
+            let tail = scored.split_off(n);
+            scored.extend(tail.into_iter().filter(|s| s.0 == cut));
+        }
+        Ok(Some(scored))
+    }
+
+    /// Reads every vector from `kb_vectors` on `c`, with the generation it was read at.
+    /// `None` when they do not fit in memory.
+    fn load(&self, c: &Connection, dim: usize) -> Result<Option<(VectorCache, u64)>, StoreError> {
+        let generation = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).generation;
+        let count: i64 = c.query_row("SELECT COUNT(*) FROM kb_chunks WHERE embedded = 1", [], |r| r.get(0))?;
+        if count as usize * dim * 4 > VECTOR_CACHE_MAX_BYTES {
+            self.state().oversized = true;
+            return Ok(None);
+        }
+        let mut cache = VectorCache::empty(dim);
+        cache.ids.reserve(count as usize);
+        cache.data.reserve(count as usize * dim);
+        let mut st = c.prepare_cached("SELECT chunk_id, embedding FROM kb_vectors")?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            let blob: Vec<u8> = r.get(1)?;
+            let v: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            cache.put(id, &v);
+        }
+        Ok(Some((cache, generation)))
+    }
+
+    /// Keeps a loaded copy unless a write happened since its load began.
+    fn install(&self, cache: VectorCache, generation: u64) {
+        let mut s = self.state();
+        if s.generation == generation && !s.oversized && s.cache.as_ref().is_none_or(|c| c.dim != cache.dim) {
+            s.cache = Some(cache);
+        }
+    }
+}
+
+/// The hits of [`Vectors::nearest`]'s candidates: chunk metadata joined, ordered by similarity
+/// then (KB, path, ordinal), cut to `limit`. A candidate whose chunk is gone (deleted since) is
+/// left out.
+fn candidate_hits(c: &Connection, candidates: Vec<(f32, i64)>, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+    let mut st = c.prepare_cached(&format!(
+        "SELECT {CHUNK_COLS} FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document"
+    ))?;
+    let mut hits = Vec::with_capacity(candidates.len());
+    for (similarity, id) in candidates {
+        if let Some(chunk) = st.query_row([id], chunk_at).optional()? {
+            hits.push(ChunkHit { chunk: Some(chunk), score: f64::from(similarity), lines: vec![] });
+        }
+    }
+    sort_hits(&mut hits);
+    hits.truncate(limit as usize);
+    Ok(hits)
+}
+
+/// Best score first, then (KB, path, ordinal): never the chunk id, which a rebuild changes.
+fn sort_hits(hits: &mut [ChunkHit]) {
+    hits.sort_by(|a, b| {
+        let (ca, cb) = (a.chunk.as_ref().expect("chunk"), b.chunk.as_ref().expect("chunk"));
+        b.score.total_cmp(&a.score).then_with(|| (&ca.kb, &ca.path, ca.ordinal).cmp(&(&cb.kb, &cb.path, cb.ordinal)))
+    });
+}
+
 /// `VectorQuery` on a reader: exact top `limit` by cosine distance, ties by KB, path, ordinal.
 ///
 /// The KNN over `kb_vectors` fetches more than `limit` (more when filters are present) and
@@ -536,30 +835,33 @@ fn validate_vector(field: &str, v: &[f32], dimension: u32) -> Result<(), StoreEr
 fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
     let k = if f.restricts() { limit.saturating_mul(8).saturating_add(64) } else { limit.saturating_mul(2) + 16 };
     let k = k.min(VEC_K_MAX);
-    let (knn_rows, knn_max): (u32, f64) = {
-        let mut st = c.prepare_cached(
-            "SELECT COUNT(*), COALESCE(MAX(distance), 0) FROM kb_vectors WHERE embedding MATCH ?1 AND k = ?2",
-        )?;
-        st.query_row(params![blob, k], |r| Ok((r.get(0)?, r.get(1)?)))?
-    };
-    let hit = |r: &Row<'_>| -> rusqlite::Result<ChunkHit> {
-        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 1.0 - r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
-    };
-    let hits: Vec<ChunkHit> = {
+    // One KNN page, every row with whether it passes the filters, nearest first.
+    let page: Vec<(Chunk, f64, bool)> = {
         let mut st = c.prepare_cached(&format!(
             "WITH knn AS MATERIALIZED (
                  SELECT chunk_id, distance FROM kb_vectors WHERE embedding MATCH ?5 AND k = ?6)
-             SELECT {CHUNK_COLS}, knn.distance
+             SELECT {CHUNK_COLS}, knn.distance, {FILTER_SQL}
              FROM knn CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
-             WHERE c.id = knn.chunk_id AND d.id = c.document AND {FILTER_SQL}
-             ORDER BY knn.distance, d.kb, d.path, c.ordinal
-             LIMIT ?7"
+             WHERE c.id = knn.chunk_id AND d.id = c.document
+             ORDER BY knn.distance, d.kb, d.path, c.ordinal"
         ))?;
-        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, k, limit], hit)?;
+        let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, k], |r| {
+            Ok((chunk_at(r)?, r.get::<_, f64>(CHUNK_NCOLS)?, r.get::<_, bool>(CHUNK_NCOLS + 1)?))
+        })?;
         rows.collect::<Result<_, _>>()?
     };
-    let complete = knn_rows < k;
-    let exact = complete || (hits.len() == limit as usize && hits.last().is_some_and(|h| 1.0 - h.score < knn_max));
+    let farthest = page.last().map(|p| p.1);
+    let complete = (page.len() as u32) < k;
+    let hits: Vec<ChunkHit> = page
+        .into_iter()
+        .filter(|p| p.2)
+        .take(limit as usize)
+        .map(|(chunk, distance, _)| ChunkHit { chunk: Some(chunk), score: 1.0 - distance, lines: vec![] })
+        .collect();
+    // Exact when the page held every vector, or when `limit` hits are strictly nearer than the
+    // page's far edge (nothing outside the page can tie with or beat them).
+    let exact = complete
+        || (hits.len() == limit as usize && hits.last().zip(farthest).is_some_and(|(h, far)| 1.0 - h.score < far));
     if exact {
         return Ok(hits);
     }
@@ -570,7 +872,9 @@ fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<V
          ORDER BY distance, d.kb, d.path, c.ordinal
          LIMIT ?6"
     ))?;
-    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, limit], hit)?;
+    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, blob, limit], |r| {
+        Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: 1.0 - r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
+    })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -610,12 +914,27 @@ fn locate_lines(c: &Connection, lines: &[LineRef], f: &Filter) -> Result<Vec<Chu
 /// The `Index` gRPC service.
 pub struct IndexService {
     db: Db,
+    vectors: Vectors,
 }
 
 impl IndexService {
     /// The service over `db`.
     pub fn new(db: Db) -> Self {
-        Self { db }
+        Self { db, vectors: Vectors::default() }
+    }
+
+    /// [`Db::write`] for a job that may change `kb_vectors`: the job keeps the in-memory copy in
+    /// step as it writes (on the writer thread, so in commit order); a job that fails (rolled
+    /// back) drops the copy, which the next query reloads.
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction, &Vectors) -> Result<T, StoreError> + Send + 'static,
+    {
+        let vc = self.vectors.clone();
+        let result = self.db.write(move |t, _| f(t, &vc)).await;
+        self.vectors.committed(result.is_ok());
+        result.map(|(value, _)| value)
     }
 }
 
@@ -674,11 +993,10 @@ impl Index for IndexService {
     async fn delete_knowledge_base(&self, req: Request<KnowledgeBaseRef>) -> Result<Response<DeleteReply>, Status> {
         let name = req.into_inner().name;
         validate_kb_name("name", &name)?;
-        let (removed, _) = self
-            .db
-            .write(move |t, _| {
+        let removed = self
+            .write(move |t, vc| {
                 require_kb(t, &name)?;
-                let removed = purge_documents(t, Some(&name), None)?;
+                let removed = purge_documents(t, vc, Some(&name), None)?;
                 t.execute("DELETE FROM kb_knowledge_bases WHERE name = ?1", [&name])?;
                 Ok(removed)
             })
@@ -710,7 +1028,7 @@ impl Index for IndexService {
     ) -> Result<Response<UpsertDocumentReply>, Status> {
         let r = req.into_inner();
         validate_upsert(&r)?;
-        let (reply, _) = self.db.write(move |t, _| upsert_document(t, &r)).await?;
+        let reply = self.write(move |t, vc| upsert_document(t, vc, &r)).await?;
         Ok(Response::new(reply))
     }
 
@@ -724,7 +1042,7 @@ impl Index for IndexService {
         if r.error.is_empty() {
             return Err(Status::invalid_argument("error is required"));
         }
-        let (removed, _) = self.db.write(move |t, _| mark_document_error(t, &r)).await?;
+        let removed = self.write(move |t, vc| mark_document_error(t, vc, &r)).await?;
         Ok(Response::new(DeleteReply { removed }))
     }
 
@@ -732,7 +1050,7 @@ impl Index for IndexService {
         let r = req.into_inner();
         validate_kb_name("kb", &r.kb)?;
         validate_path("path", &r.path)?;
-        let (removed, _) = self.db.write(move |t, _| purge_documents(t, Some(&r.kb), Some(&r.path))).await?;
+        let removed = self.write(move |t, vc| purge_documents(t, vc, Some(&r.kb), Some(&r.path))).await?;
         Ok(Response::new(DeleteReply { removed }))
     }
 
@@ -741,14 +1059,13 @@ impl Index for IndexService {
         if !kb.is_empty() {
             validate_kb_name("kb", &kb)?;
         }
-        let (removed, _) = self
-            .db
-            .write(move |t, _| {
+        let removed = self
+            .write(move |t, vc| {
                 if kb.is_empty() {
-                    purge_documents(t, None, None)
+                    purge_documents(t, vc, None, None)
                 } else {
                     require_kb(t, &kb)?;
-                    purge_documents(t, Some(&kb), None)
+                    purge_documents(t, vc, Some(&kb), None)
                 }
             })
             .await?;
@@ -770,12 +1087,16 @@ impl Index for IndexService {
         let r = req.into_inner();
         let filter = Filter::new(r.filters.as_ref())?;
         let limit = validate_limit("limit", r.limit)?;
+        let vectors = self.vectors.clone();
         let hits = self
             .db
             .read(move |c| {
                 let (_, dimension) = vector_config(c)?.ok_or_else(not_configured)?;
                 validate_vector("embedding", &r.embedding, dimension)?;
-                vector_query(c, &vector_blob(&r.embedding), &filter, limit)
+                match vectors.nearest(c, &r.embedding, &filter, limit)? {
+                    Some(candidates) => candidate_hits(c, candidates, limit),
+                    None => vector_query(c, &vector_blob(&r.embedding), &filter, limit),
+                }
             })
             .await?;
         Ok(Response::new(ChunkHits { hits }))
@@ -829,7 +1150,7 @@ impl Index for IndexService {
         if r.dimension == 0 || r.dimension > MAX_DIMENSION {
             return Err(Status::invalid_argument(format!("dimension must be 1-{MAX_DIMENSION}, not {}", r.dimension)));
         }
-        let (reply, _) = self.db.write(move |t, _| configure_vectors(t, &r.model, r.dimension)).await?;
+        let reply = self.write(move |t, vc| configure_vectors(t, vc, &r.model, r.dimension)).await?;
         Ok(Response::new(reply))
     }
 
@@ -857,7 +1178,7 @@ impl Index for IndexService {
             // Shape only; the dimension is checked against the configuration in the transaction.
             validate_vector(&format!("embeddings[{i}].vector"), &e.vector, e.vector.len() as u32)?;
         }
-        let (reply, _) = self.db.write(move |t, _| put_embeddings(t, &r)).await?;
+        let reply = self.write(move |t, vc| put_embeddings(t, vc, &r)).await?;
         Ok(Response::new(reply))
     }
 
@@ -892,7 +1213,12 @@ fn document_meta(r: &Row<'_>) -> rusqlite::Result<DocumentMeta> {
 
 /// `ConfigureVectors` inside the writer's transaction: the same model and dimension are a no-op;
 /// anything else drops every vector and recreates `kb_vectors`.
-fn configure_vectors(t: &Connection, model: &str, dimension: u32) -> Result<ConfigureVectorsReply, StoreError> {
+fn configure_vectors(
+    t: &Connection,
+    vc: &Vectors,
+    model: &str,
+    dimension: u32,
+) -> Result<ConfigureVectorsReply, StoreError> {
     let current = vector_config(t)?;
     if current.as_ref().is_some_and(|(m, d)| m == model && *d == dimension) {
         return Ok(ConfigureVectorsReply { reset: false, dropped: 0 });
@@ -914,11 +1240,12 @@ fn configure_vectors(t: &Connection, model: &str, dimension: u32) -> Result<Conf
          ON CONFLICT (id) DO UPDATE SET model = excluded.model, dimension = excluded.dimension",
         params![model, dimension],
     )?;
+    vc.reset(dimension as usize);
     Ok(ConfigureVectorsReply { reset: true, dropped })
 }
 
 /// `PutEmbeddings` inside the writer's transaction.
-fn put_embeddings(t: &Connection, r: &PutEmbeddingsRequest) -> Result<PutEmbeddingsReply, StoreError> {
+fn put_embeddings(t: &Connection, vc: &Vectors, r: &PutEmbeddingsRequest) -> Result<PutEmbeddingsReply, StoreError> {
     let (model, dimension) = vector_config(t)?.ok_or_else(not_configured)?;
     if r.model != model || r.dimension != dimension {
         return Err(StoreError::Aborted(format!(
@@ -947,6 +1274,7 @@ fn put_embeddings(t: &Connection, r: &PutEmbeddingsRequest) -> Result<PutEmbeddi
         }
         ins.execute(params![e.chunk_id, vector_blob(&e.vector)])?;
         mark.execute([e.chunk_id])?;
+        vc.put(e.chunk_id, &e.vector);
         reply.stored += 1;
     }
     Ok(reply)
@@ -962,10 +1290,12 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
          FROM kb_knowledge_bases k LEFT JOIN kb_documents d ON d.kb = k.name
          WHERE ?1 = '' OR k.name = ?1 GROUP BY k.name ORDER BY k.name",
     )?;
-    let mut embedded = c.prepare_cached(
-        "SELECT COUNT(*) FROM kb_documents d CROSS JOIN kb_chunks c
-         WHERE d.kb = ?1 AND c.document = d.id AND c.embedded = 1",
+    // Chunks without a vector, through the partial index (few once embedding has caught up).
+    let mut pending = c.prepare_cached(
+        "SELECT COUNT(*) FROM kb_chunks c INDEXED BY kb_chunks_pending CROSS JOIN kb_documents d
+         WHERE c.embedded = 0 AND d.id = c.document AND d.kb = ?1",
     )?;
+    let vectors = vector_config(c)?;
     let mut errors = c.prepare_cached(
         "SELECT kb, path, mtime_ms, size, hash, chunk_count, error, indexed_ms, title, tags_json
          FROM kb_documents WHERE kb = ?1 AND error <> '' ORDER BY path",
@@ -982,10 +1312,12 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
     })?;
     let mut knowledge_bases = rows.collect::<Result<Vec<_>, _>>()?;
     for s in &mut knowledge_bases {
-        s.embedded = embedded.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64;
+        if vectors.is_some() {
+            s.embedded = s.chunks.saturating_sub(pending.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64);
+        }
         s.errors = errors.query_map([&s.kb], document_meta)?.collect::<Result<_, _>>()?;
     }
-    let (vector_model, vector_dimension) = vector_config(c)?.unwrap_or_default();
+    let (vector_model, vector_dimension) = vectors.unwrap_or_default();
     Ok(StatsReply { knowledge_bases, vector_model, vector_dimension })
 }
 
@@ -1111,6 +1443,42 @@ mod tests {
                 .await
                 .unwrap()
         }
+    }
+
+    /// bm25 scores of `terms` (any term) as (path, ordinal, score).
+    async fn scores(s: &mut Served, terms: &[&str]) -> Vec<(String, u32, f64)> {
+        let hits = s.client.keyword_query(kw(terms, MatchMode::Any)).await.unwrap().into_inner().hits;
+        hits.into_iter().map(|h| h.chunk.map(|c| (c.path, c.ordinal, h.score)).unwrap()).collect()
+    }
+
+    /// Deleted and replaced rows leave nothing in bm25's statistics (document count, average
+    /// length, term frequencies): after edits and deletes the scores are those of an index built
+    /// fresh from the final documents — what makes a clean rebuild answer identically.
+    #[tokio::test]
+    async fn scores_after_edits_and_deletes_equal_a_fresh_index_s() {
+        let finals = [
+            doc(
+                "notes",
+                "a.md",
+                vec![chunk(&["A"], (1, 2), "apple banana"), chunk(&["A", "B"], (3, 4), "cherry apple")],
+            ),
+            doc("notes", "b.md", vec![chunk(&["C"], (1, 3), "apple kiwi lemon mango")]),
+        ];
+        let mut edited = serve().await;
+        edited.upsert(doc("notes", "a.md", vec![chunk(&["A"], (1, 9), &"apple filler ".repeat(40))])).await;
+        edited.upsert(doc("notes", "gone.md", vec![chunk(&["G"], (1, 2), "apple apple apple pear")])).await;
+        for d in &finals {
+            edited.upsert(d.clone()).await;
+        }
+        let gone = DocumentRef { kb: "notes".into(), path: "gone.md".into() };
+        edited.client.delete_document(gone).await.unwrap();
+        let mut fresh = serve().await;
+        for d in &finals {
+            fresh.upsert(d.clone()).await;
+        }
+        let want = scores(&mut fresh, &["apple", "kiwi"]).await;
+        assert_eq!(want.len(), 3, "{want:?}");
+        assert_eq!(scores(&mut edited, &["apple", "kiwi"]).await, want);
     }
 
     #[tokio::test]
@@ -1427,6 +1795,20 @@ mod tests {
             .map(|h| h.chunk.map(|c| (c.kb, c.path, c.ordinal)).unwrap())
             .collect();
         assert_eq!(top3, sorted[..3]);
+        // The filtered query (another plan) orders the same way.
+        let both = Filters { kb: vec!["work".into(), "notes".into()], ..Default::default() };
+        let q = KeywordQueryRequest { limit: 5, filters: Some(both), ..kw(&["same"], MatchMode::All) };
+        let top5: Vec<_> = s
+            .client
+            .keyword_query(q)
+            .await
+            .unwrap()
+            .into_inner()
+            .hits
+            .into_iter()
+            .map(|h| h.chunk.map(|c| (c.kb, c.path, c.ordinal)).unwrap())
+            .collect();
+        assert_eq!(top5, sorted[..5]);
     }
 
     #[tokio::test]
@@ -1458,6 +1840,11 @@ mod tests {
         assert!(s.keyword(q(Filters { path_prefix: "p__".into(), ..Default::default() })).await.is_empty());
         let tags = s.keyword(q(Filters { tags: vec!["rust".into(), "db".into()], ..Default::default() })).await;
         assert_eq!(paths(tags), ["projects/a.md", "projects/e.md"]);
+        let twice = Filters { tags: vec!["db".into(), "rust".into(), "db".into()], ..Default::default() };
+        assert_eq!(paths(s.keyword(q(twice)).await), ["projects/a.md", "projects/e.md"]);
+        let one = s.keyword(q(Filters { tags: vec!["db".into()], ..Default::default() })).await;
+        assert_eq!(paths(one), ["p%_/d.md", "projects/a.md", "projects/e.md"]);
+        assert!(s.keyword(q(Filters { tags: vec!["none".into()], ..Default::default() })).await.is_empty());
         let newer = s.keyword(q(Filters { modified_after_ms: 300, ..Default::default() })).await;
         assert_eq!(paths(newer), ["p%_/d.md", "projects/e.md"]);
         let mixed = Filters {
@@ -1699,6 +2086,17 @@ mod tests {
         let got = s.client.vector_query(q).await.unwrap().into_inner().hits;
         let got: Vec<u32> = got.into_iter().map(|h| h.chunk.unwrap().ordinal).collect();
         assert_eq!(got, [2, 1], "the two least far of `work`");
+        // sqlite-vec's KNN (the path for vectors too large for memory) answers the same.
+        let via_vec0 = |filters: Option<Filters>, limit: u32| {
+            let db = s.db.clone();
+            async move {
+                let f = Filter::new(filters.as_ref()).unwrap();
+                let hits = db.read(move |c| vector_query(c, &vector_blob(&[1.0, 0.0]), &f, limit)).await.unwrap();
+                hits.into_iter().map(|h| h.chunk.unwrap().ordinal).collect::<Vec<u32>>()
+            }
+        };
+        assert_eq!(via_vec0(Some(Filters { kb: vec!["work".into()], ..Default::default() }), 2).await, [2, 1]);
+        assert_eq!(via_vec0(None, 3).await, [0, 1, 2]);
         let q = VectorQueryRequest { embedding: vec![1.0, 0.0], filters: None, limit: 3 };
         let got: Vec<u32> = s
             .client
@@ -1751,5 +2149,73 @@ mod tests {
         assert_eq!(any_version.len(), 1, "no chunk of another version left");
         assert_eq!(s.keyword(kw(&["common"], MatchMode::All)).await.len(), 1);
         assert_eq!(s.keyword(KeywordQueryRequest { limit: 1000, ..kw(&["shared"], MatchMode::All) }).await.len(), 100);
+    }
+
+    #[tokio::test]
+    async fn the_in_memory_vectors_follow_every_write_and_match_a_fresh_load() {
+        let mut s = serve().await;
+        s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 3 }).await.unwrap();
+        let q = VectorQueryRequest { embedding: vec![1.0, 0.2, 0.1], filters: None, limit: 50 };
+        // Load the copy early (empty), then write through it.
+        assert!(s.client.vector_query(q.clone()).await.unwrap().into_inner().hits.is_empty());
+        let embed_pending = |mut client: IndexClient<Channel>, seed: f32| async move {
+            let pending = client.pending_embeddings(PendingEmbeddingsRequest { limit: 1000 }).await.unwrap();
+            let embeddings = pending
+                .into_inner()
+                .hits
+                .iter()
+                .map(|h| {
+                    let id = h.chunk.as_ref().unwrap().id as f32;
+                    Embedding { chunk_id: id as i64, vector: vec![1.0, (id * seed).sin(), (id * 0.3).cos()] }
+                })
+                .collect();
+            client.put_embeddings(PutEmbeddingsRequest { model: "m".into(), dimension: 3, embeddings }).await.unwrap();
+        };
+        for i in 0..6 {
+            let chunks = (0..4).map(|j| chunk(&[], (j + 1, j + 1), &format!("d{i} c{j}"))).collect();
+            s.upsert(doc("notes", &format!("d{i}.md"), chunks)).await;
+        }
+        embed_pending(s.client.clone(), 0.7).await;
+        // Replace some chunks, delete a document, mark one as an error, re-embed one chunk.
+        s.upsert(doc("notes", "d0.md", vec![chunk(&[], (1, 1), "d0 c0"), chunk(&[], (2, 2), "new")])).await;
+        s.client.delete_document(DocumentRef { kb: "notes".into(), path: "d1.md".into() }).await.unwrap();
+        let mark = MarkDocumentErrorRequest {
+            kb: "notes".into(),
+            path: "d2.md".into(),
+            error: "binary".into(),
+            ..Default::default()
+        };
+        s.client.mark_document_error(mark).await.unwrap();
+        embed_pending(s.client.clone(), 1.3).await;
+        let some = s.chunk_ids("notes", "d3.md").await[0].0;
+        let again = Embedding { chunk_id: some, vector: vec![1.0, 0.2, 0.1] };
+        let put = PutEmbeddingsRequest { model: "m".into(), dimension: 3, embeddings: vec![again] };
+        s.client.put_embeddings(put).await.unwrap();
+        // A failed write (rolled back) drops the copy; the next query reloads it.
+        let bad = PutEmbeddingsRequest {
+            model: "m".into(),
+            dimension: 3,
+            embeddings: vec![
+                Embedding { chunk_id: some, vector: vec![0.0, 1.0, 0.0] },
+                Embedding { chunk_id: some, vector: vec![1.0, 1.0] },
+            ],
+        };
+        assert!(s.client.put_embeddings(bad).await.is_err());
+
+        let answer =
+            |hits: ChunkHits| hits.hits.into_iter().map(|h| (h.chunk.unwrap().id, h.score)).collect::<Vec<_>>();
+        let cached = answer(s.client.vector_query(q.clone()).await.unwrap().into_inner());
+        let (chunks, _, vectors, _, _) = s.counts().await;
+        assert_eq!(cached.len() as i64, vectors);
+        assert_eq!(chunks, vectors);
+        assert_eq!(cached[0].0, some, "the re-embedded chunk is the nearest");
+        assert!((cached[0].1 - 1.0).abs() < 1e-6);
+        // A fresh service loads the copy from the database: the same answer.
+        let fresh = IndexService::new(s.db.clone());
+        let loaded = answer(fresh.vector_query(Request::new(q.clone())).await.unwrap().into_inner());
+        assert_eq!(loaded, cached);
+        // Clearing the index empties it.
+        s.client.clear_index(ClearIndexRequest::default()).await.unwrap();
+        assert!(s.client.vector_query(q).await.unwrap().into_inner().hits.is_empty());
     }
 }

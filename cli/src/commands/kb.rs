@@ -1,0 +1,969 @@
+//! `coffer kb add|list|show|remove|search|reindex|status`: knowledge bases (named folders of
+//! markdown notes) over `/v1/knowledge…`. `reindex` follows the pass it starts with a progress
+//! bar on a terminal (files, bytes, ETA) or plain progress lines otherwise; `search` prints each
+//! passage as `kb:path:lines  heading` with its snippet (matches in bold on a terminal) and what
+//! each engine contributed.
+use std::io::IsTerminal;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::api::{ApiClient, path_segment};
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output::{self, cell, printable, render_fields, render_table, render_table_fitted, yes_no};
+
+/// Engines a search may be limited to.
+pub const ENGINES: &[&str] = &["grep", "keyword", "vector"];
+
+/// The progress bar of `kb reindex` on a terminal: bytes drive the bar and the ETA, the message
+/// says files done of total.
+pub const BAR_TEMPLATE: &str = "{spinner} {msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ETA {eta}";
+
+/// How often `kb reindex` asks how the pass is going.
+const POLL: Duration = Duration::from_millis(250);
+
+const ADD_EXAMPLES: &str = "\
+Examples:
+  coffer kb add notes                                # a new folder: COFFER_HOME/knowledge/notes/
+  coffer kb add vault --path ~/Documents/Obsidian     # an existing folder (never written to)
+  coffer kb add docs --path ./docs --include '**/*.md' --exclude 'drafts/**'
+
+A relative --path is taken from the current folder. Indexing starts in the background; follow it
+with `coffer kb status`.";
+
+const SEARCH_EXAMPLES: &str = "\
+Examples:
+  coffer kb search how do we rotate the API keys
+  coffer kb search --kb vault --path projects/ --since 7d release checklist
+  coffer kb search --engine grep --regex 'TODO\\(\\w+\\)'
+  coffer kb search 部署 --json | jq '.results[].path'
+
+Each passage is shown as kb:path:first-last line, its heading path, then the snippet (matches in
+bold on a terminal). The last line says what each engine found; a failed engine is named.
+--since takes a duration ago (90s, 15m, 2h, 7d), a date (its midnight UTC) or an RFC 3339 time.";
+
+const REINDEX_EXAMPLES: &str = "\
+Examples:
+  coffer kb reindex            # every knowledge base
+  coffer kb reindex notes --clean
+  coffer kb reindex --no-wait --json
+
+Waits for the pass to end, with a progress bar on a terminal (plain progress lines on stderr
+otherwise), then prints documents, chunks and errors. Exits 1 when a pass failed.";
+
+#[derive(Debug, Subcommand)]
+pub enum KbCommand {
+    /// Add a knowledge base: a folder of markdown notes Coffer indexes and searches.
+    #[command(after_help = ADD_EXAMPLES)]
+    Add(AddArgs),
+    /// List the knowledge bases with their documents, chunks and indexing state.
+    #[command(after_help = "Example:\n  coffer kb list --json | jq -r '.items[].name'")]
+    List(NoArgs),
+    /// Show one knowledge base: folder, globs, counts, progress and file errors.
+    #[command(after_help = "Example:\n  coffer kb show notes")]
+    Show(KbArg),
+    /// Forget a knowledge base and its indexes (no file is deleted).
+    #[command(after_help = "Example:\n  coffer kb remove notes")]
+    Remove(KbArg),
+    /// Search the knowledge bases (grep, keyword and vector engines, fused).
+    #[command(after_help = SEARCH_EXAMPLES)]
+    Search(SearchArgs),
+    /// Rebuild indexes from the files, showing the progress until the pass ends.
+    #[command(after_help = REINDEX_EXAMPLES)]
+    Reindex(ReindexArgs),
+    /// Show documents, chunks, embedded chunks, last sync, pending work, errors per file and engines.
+    #[command(after_help = "Examples:\n  coffer kb status\n  coffer kb status notes --json")]
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NoArgs {}
+
+#[derive(Debug, Args)]
+pub struct KbArg {
+    /// The knowledge base's name.
+    pub kb: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// Its name: lowercase letters, digits, `-` and `_` (at most 64).
+    pub name: String,
+    /// An existing folder to index (relative: from the current folder) [default: a new
+    /// COFFER_HOME/knowledge/NAME/].
+    #[arg(long, value_name = "DIR")]
+    pub path: Option<PathBuf>,
+    /// Only files matching this glob (relative to the folder; repeatable) [default: **/*.md,
+    /// **/*.markdown].
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Skip files matching this glob (repeatable); .gitignore is respected too.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// What to look for (words or a question).
+    #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+    pub query: Vec<String>,
+    /// Only this knowledge base (repeatable; `memory` searches remembered facts).
+    #[arg(long, value_name = "KB")]
+    pub kb: Vec<String>,
+    /// Only files under this path inside the knowledge base.
+    #[arg(long = "path", value_name = "PREFIX")]
+    pub path_prefix: Option<String>,
+    /// Only documents with this tag (repeatable: all must match).
+    #[arg(long = "tag", value_name = "T")]
+    pub tags: Vec<String>,
+    /// Only documents modified since (15m, 2h, 7d, 2026-11-30, RFC 3339).
+    #[arg(long, value_name = "DATE|DURATION", value_parser = parse_since)]
+    pub since: Option<i64>,
+    /// Only this engine (repeatable) [default: every enabled one].
+    #[arg(long = "engine", value_name = "ENGINE", value_parser = PossibleValuesParser::new(ENGINES))]
+    pub engines: Vec<String>,
+    /// Most results (1-50).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub limit: u32,
+    /// Treat the query as a regular expression (grep engine).
+    #[arg(long)]
+    pub regex: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReindexArgs {
+    /// Only this knowledge base [default: every one].
+    pub kb: Option<String>,
+    /// Drop the index first and rebuild it from nothing.
+    #[arg(long)]
+    pub clean: bool,
+    /// Start the pass and return at once.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this knowledge base [default: every one].
+    pub kb: Option<String>,
+}
+
+/// Runs one `coffer kb …` command.
+///
+/// # Errors
+/// API errors (exit 2 bad input, 3 unknown knowledge base, 4 name taken, 1 retrieval not
+/// running), exit 5 when the daemon cannot be reached, exit 1 when a reindex pass failed.
+pub async fn run(ctx: &Ctx, cmd: KbCommand) -> Result<(), CliError> {
+    match cmd {
+        KbCommand::Add(a) => add(ctx, a).await,
+        KbCommand::List(_) => list(ctx).await,
+        KbCommand::Show(a) => show(ctx, &a.kb).await,
+        KbCommand::Remove(a) => remove(ctx, &a.kb).await,
+        KbCommand::Search(a) => search(ctx, a).await,
+        KbCommand::Reindex(a) => reindex(ctx, a).await,
+        KbCommand::Status(a) => status(ctx, a).await,
+    }
+}
+
+fn kb_path(name: &str) -> String {
+    format!("/v1/knowledge/{}", path_segment(name))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formatting helpers.
+
+/// A Unix-ms time as `2026-11-30 09:57:00` (UTC); `-` for null or 0.
+pub fn time_ms(v: &Value) -> String {
+    match v.as_i64().filter(|ms| *ms > 0) {
+        Some(ms) => {
+            coffer_runtime::rfc3339_from_unix_ms(ms).chars().take(19).map(|c| if c == 'T' { ' ' } else { c }).collect()
+        }
+        None => "-".into(),
+    }
+}
+
+/// Bytes as `512 B`, `1.5 KiB`, `12.3 MiB`.
+pub fn bytes(n: u64) -> String {
+    indicatif::HumanBytes(n).to_string()
+}
+
+/// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`.
+pub fn state_cell(kb: &Value) -> String {
+    let p = &kb["progress"];
+    let state = p["state"].as_str().unwrap_or("idle");
+    match state {
+        "indexing" | "scanning" if p["total"].as_u64().unwrap_or(0) > 0 => {
+            format!("{state} {}/{}", p["done"].as_u64().unwrap_or(0), p["total"].as_u64().unwrap_or(0))
+        }
+        "failed" => match p["message"].as_str().filter(|m| !m.is_empty()) {
+            Some(m) => format!("failed: {}", cell(Some(&json!(m)), 60)),
+            None => "failed".into(),
+        },
+        s => s.to_owned(),
+    }
+}
+
+fn count(kb: &Value, k: &str) -> String {
+    kb[k].as_u64().unwrap_or(0).to_string()
+}
+
+fn errors_of(kb: &Value) -> &[Value] {
+    kb["errors"].as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// The knowledge bases table: NAME KIND DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST SYNC ROOT
+/// (the root last, cut to `width`).
+pub fn render_kbs(items: &[Value], width: Option<usize>) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|k| {
+            vec![
+                cell(k.get("name"), 64),
+                cell(k.get("kind"), 10),
+                count(k, "documents"),
+                count(k, "chunks"),
+                count(k, "embedded"),
+                state_cell(k),
+                errors_of(k).len().to_string(),
+                time_ms(&k["last_sync_ms"]),
+                cell(k.get("root"), 400),
+            ]
+        })
+        .collect();
+    render_table_fitted(
+        &["NAME", "KIND", "DOCUMENTS", "CHUNKS", "EMBEDDED", "STATE", "ERRORS", "LAST SYNC (UTC)", "ROOT"],
+        &rows,
+        width,
+    )
+}
+
+/// The errors of one knowledge base, one `  path: error` line each (at most `max`, then a
+/// count of the rest).
+pub fn render_file_errors(kb: &Value, max: usize) -> String {
+    let errors = errors_of(kb);
+    let mut out = String::new();
+    for e in errors.iter().take(max) {
+        out.push_str(&format!(
+            "  {}: {}\n",
+            printable(e["path"].as_str().unwrap_or("?")),
+            printable(e["error"].as_str().unwrap_or("?"))
+        ));
+    }
+    if errors.len() > max {
+        out.push_str(&format!(
+            "  … and {} more (coffer kb show {})\n",
+            errors.len() - max,
+            kb["name"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// One knowledge base in full (`kb show`).
+pub fn render_kb(kb: &Value) -> String {
+    let list = |k: &str| {
+        let v: Vec<&str> = kb[k].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        if v.is_empty() { "-".to_owned() } else { v.join(", ") }
+    };
+    let p = &kb["progress"];
+    let mut progress = state_cell(kb);
+    if p["bytes_total"].as_u64().unwrap_or(0) > 0 {
+        progress.push_str(&format!(
+            " ({} of {})",
+            bytes(p["bytes_done"].as_u64().unwrap_or(0)),
+            bytes(p["bytes_total"].as_u64().unwrap_or(0))
+        ));
+    }
+    let fields = vec![
+        ("name", cell(kb.get("name"), 64)),
+        ("kind", cell(kb.get("kind"), 10)),
+        ("root", kb["root"].as_str().unwrap_or("-").to_owned()),
+        ("include", list("include")),
+        ("exclude", list("exclude")),
+        ("created", time_ms(&kb["created_ms"])),
+        ("documents", count(kb, "documents")),
+        ("chunks", count(kb, "chunks")),
+        ("embedded", count(kb, "embedded")),
+        ("pending", format!("{} files, {} embeddings", count(kb, "pending"), count(kb, "pending_embeddings"))),
+        ("last sync", time_ms(&kb["last_sync_ms"])),
+        ("watching", yes_no(kb["watching"].as_bool().unwrap_or(false)).to_owned()),
+        ("state", progress),
+        ("errors", errors_of(kb).len().to_string()),
+    ];
+    let mut out = render_fields(&fields);
+    out.push_str(&render_file_errors(kb, usize::MAX));
+    out
+}
+
+/// The engines' configuration, one line each: `vector   off: not configured`.
+pub fn render_engines(engines: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = engines
+        .iter()
+        .map(|e| {
+            vec![
+                cell(e.get("name"), 20),
+                if e["enabled"].as_bool().unwrap_or(false) { "on" } else { "off" }.to_owned(),
+                cell(e.get("detail"), 200),
+            ]
+        })
+        .collect();
+    render_table(&["ENGINE", "ENABLED", "DETAIL"], &rows)
+}
+
+/// A snippet for the terminal: `**match**` in bold (`bold`), or without the markers. Control
+/// characters from the files are shown escaped.
+pub fn snippet(text: &str, bold: bool) -> String {
+    let safe: String = text.trim().lines().map(printable).collect::<Vec<_>>().join("\n");
+    let mut out = String::with_capacity(safe.len() + 16);
+    let mut on = false;
+    for (i, part) in safe.split("**").enumerate() {
+        if i > 0 {
+            on = !on;
+            if bold {
+                out.push_str(if on { "\u{1b}[1m" } else { "\u{1b}[0m" });
+            }
+        }
+        out.push_str(part);
+    }
+    if on && bold {
+        out.push_str("\u{1b}[0m");
+    }
+    out
+}
+
+/// The engines' report of a search: `engines: keyword 5 (2 ms), grep 3 (1 ms), vector failed:
+/// why; rrf k=60, 4 ms`.
+pub fn engines_line(reply: &Value) -> String {
+    let parts: Vec<String> = reply["engines"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    let name = e["engine"].as_str().unwrap_or("?");
+                    let msg = e["message"].as_str().filter(|m| !m.is_empty()).map(|m| format!(": {}", printable(m)));
+                    match e["state"].as_str().unwrap_or("") {
+                        "ok" => format!(
+                            "{name} {} ({} ms)",
+                            e["hits"].as_u64().unwrap_or(0),
+                            e["took_ms"].as_u64().unwrap_or(0)
+                        ),
+                        "failed" => format!("{name} FAILED{}", msg.unwrap_or_default()),
+                        "timeout" => format!("{name} TIMED OUT{}", msg.unwrap_or_default()),
+                        _ => format!("{name} off"),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut line = format!("engines: {}", if parts.is_empty() { "-".to_owned() } else { parts.join(", ") });
+    if let Some(f) = reply["fusion"].as_str().filter(|f| !f.is_empty()) {
+        line.push_str(&format!("; {f}"));
+    }
+    line.push_str(&format!(", {} ms", reply["took_ms"].as_u64().unwrap_or(0)));
+    line
+}
+
+/// Search results, compactly: `kb:path:start-end  A › B` then the snippet indented, a blank
+/// line between passages, the engines' report last.
+pub fn render_results(reply: &Value, bold: bool) -> String {
+    let results = reply["results"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut out = String::new();
+    if results.is_empty() {
+        out.push_str("No results\n");
+    }
+    for r in results {
+        let location = match r["fact_id"].as_str() {
+            Some(id) => format!("fact {id}"),
+            None => format!(
+                "{}:{}:{}-{}",
+                r["kb"].as_str().unwrap_or("?"),
+                r["path"].as_str().unwrap_or("?"),
+                r["line_start"].as_u64().unwrap_or(0),
+                r["line_end"].as_u64().unwrap_or(0)
+            ),
+        };
+        let heading: Vec<&str> =
+            r["heading_path"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let mut head = printable(&location).into_owned();
+        if !heading.is_empty() {
+            head.push_str("  ");
+            head.push_str(&printable(&heading.join(" › ")));
+        }
+        out.push_str(&head);
+        out.push('\n');
+        for line in snippet(r["snippet"].as_str().unwrap_or(""), bold).lines() {
+            out.push_str("    ");
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out.push_str(&engines_line(reply));
+    out.push('\n');
+    out
+}
+
+/// Whether stdout shows bold: a terminal, and `NO_COLOR` unset.
+pub fn stdout_is_styled() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `--since`: a duration ago (`90s`, `15m`, `2h`, `7d`, `2w`), a date (`2026-11-30`: its midnight
+/// UTC) or an RFC 3339 UTC time, as Unix milliseconds.
+///
+/// # Errors
+/// A message naming the forms it takes (clap prints it as a usage error, exit 2).
+pub fn parse_since(s: &str) -> Result<i64, String> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    since_at(s, now)
+}
+
+/// [`parse_since`] relative to `now_ms`.
+///
+/// # Errors
+/// As [`parse_since`].
+pub fn since_at(s: &str, now_ms: i64) -> Result<i64, String> {
+    let s = s.trim();
+    let bad =
+        || format!("{s:?} is not a time: give a duration ago (15m, 2h, 7d), a date (2026-11-30) or an RFC 3339 time");
+    if let Some(unit) = s.chars().last().filter(char::is_ascii_alphabetic)
+        && let Ok(n) = s[..s.len() - 1].parse::<i64>()
+    {
+        let per = match unit {
+            's' => 1_000,
+            'm' => 60_000,
+            'h' => 3_600_000,
+            'd' => 86_400_000,
+            'w' => 7 * 86_400_000,
+            _ => return Err(bad()),
+        };
+        return n.checked_mul(per).map(|d| now_ms - d).ok_or_else(bad);
+    }
+    if s.len() == 10 {
+        let mut p = s.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+        if let (Some(Some(y)), Some(Some(m)), Some(Some(d))) = (p.next(), p.next(), p.next())
+            && (1..=12).contains(&m)
+            && (1..=31).contains(&d)
+        {
+            return Ok(coffer_runtime::days_from_civil(y, m, d) * 86_400_000);
+        }
+        return Err(bad());
+    }
+    output::parse_rfc3339_ms(s).ok_or_else(bad)
+}
+
+/// `path` made absolute against `cwd`, with `.` components dropped (`..` is left for the
+/// daemon, which resolves symlinks too).
+pub fn absolute(path: &Path, cwd: &Path) -> PathBuf {
+    let joined = if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) };
+    joined.components().filter(|c| !matches!(c, Component::CurDir)).collect()
+}
+
+/// The body of `POST /v1/knowledge` for `a`, a relative `--path` resolved against `cwd`.
+pub fn add_body(a: &AddArgs, cwd: &Path) -> Value {
+    let mut body = json!({"name": a.name});
+    if let Some(p) = &a.path {
+        body["path"] = json!(absolute(p, cwd).display().to_string());
+    }
+    if !a.include.is_empty() {
+        body["include"] = json!(a.include);
+    }
+    if !a.exclude.is_empty() {
+        body["exclude"] = json!(a.exclude);
+    }
+    body
+}
+
+/// The body of `POST /v1/knowledge/search` for `a`.
+pub fn search_body(a: &SearchArgs) -> Value {
+    let mut body = json!({"query": a.query.join(" "), "limit": a.limit});
+    if !a.kb.is_empty() {
+        body["kb"] = json!(a.kb);
+    }
+    if let Some(p) = &a.path_prefix {
+        body["path_prefix"] = json!(p);
+    }
+    if !a.tags.is_empty() {
+        body["tags"] = json!(a.tags);
+    }
+    if let Some(ms) = a.since {
+        body["modified_after_ms"] = json!(ms);
+    }
+    if !a.engines.is_empty() {
+        body["engines"] = json!(a.engines);
+    }
+    if a.regex {
+        body["regex"] = json!(true);
+    }
+    body
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands.
+
+async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current folder: {e}")))?;
+    let body = add_body(&a, &cwd);
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge").json(&body)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let kb = resp.json()?;
+    let name = kb["name"].as_str().unwrap_or(&a.name);
+    output::print(&format!(
+        "Added knowledge base {name} ({}); indexing in the background\nFollow it: coffer kb status {name}\n",
+        printable(kb["root"].as_str().unwrap_or("-"))
+    ))
+}
+
+async fn list(ctx: &Ctx) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.get_raw("/v1/knowledge").await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let v = resp.json()?;
+    let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        return output::println("No knowledge bases yet; add one with `coffer kb add NAME --path DIR`");
+    }
+    output::print(&render_kbs(items, output::terminal_width()))
+}
+
+async fn show(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.get_raw(&kb_path(kb)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::print(&render_kb(&resp.json()?))
+}
+
+async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::DELETE, &kb_path(kb))).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let n = resp.json()?["removed"].as_u64().unwrap_or(0);
+    output::println(&format!(
+        "Removed knowledge base {kb} ({n} document{} forgotten; no file was deleted)",
+        if n == 1 { "" } else { "s" }
+    ))
+}
+
+async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/search").json(&search_body(&a))).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let reply = resp.json()?;
+    output::print(&render_results(&reply, stdout_is_styled()))?;
+    print_warnings(&reply);
+    Ok(())
+}
+
+/// The reply's warnings, on stderr.
+pub fn print_warnings(reply: &Value) {
+    for w in reply["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        if let Some(w) = w.as_str() {
+            eprintln!("warning: {}", printable(w));
+        }
+    }
+}
+
+async fn status(ctx: &Ctx, a: StatusArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    if ctx.json {
+        let path = a.kb.as_deref().map_or_else(|| "/v1/knowledge".to_owned(), kb_path);
+        return output::print_body(&api.get_raw(&path).await?.body);
+    }
+    let all = api.get("/v1/knowledge").await?;
+    let items: Vec<Value> = match a.kb.as_deref() {
+        // One knowledge base: its own answer (a 404 for an unknown one, exit 3).
+        Some(kb) => vec![api.get(&kb_path(kb)).await?],
+        None => all["items"].as_array().cloned().unwrap_or_default(),
+    };
+    let engines = all["engines"].as_array().map(Vec::as_slice).unwrap_or_default();
+    output::print(&render_status(&items, engines, output::terminal_width()))
+}
+
+/// `kb status`: the table, each knowledge base's file errors, the engines.
+pub fn render_status(items: &[Value], engines: &[Value], width: Option<usize>) -> String {
+    let mut out = if items.is_empty() {
+        "No knowledge bases yet; add one with `coffer kb add NAME --path DIR`\n".to_owned()
+    } else {
+        let rows: Vec<Vec<String>> = items
+            .iter()
+            .map(|k| {
+                vec![
+                    cell(k.get("name"), 64),
+                    count(k, "documents"),
+                    count(k, "chunks"),
+                    count(k, "embedded"),
+                    time_ms(&k["last_sync_ms"]),
+                    format!("{}/{}", count(k, "pending"), count(k, "pending_embeddings")),
+                    errors_of(k).len().to_string(),
+                    state_cell(k),
+                ]
+            })
+            .collect();
+        render_table_fitted(
+            &[
+                "NAME",
+                "DOCUMENTS",
+                "CHUNKS",
+                "EMBEDDED",
+                "LAST SYNC (UTC)",
+                "PENDING FILES/EMBEDDINGS",
+                "ERRORS",
+                "STATE",
+            ],
+            &rows,
+            width,
+        )
+    };
+    for k in items.iter().filter(|k| !errors_of(k).is_empty()) {
+        out.push_str(&format!("\nerrors in {}:\n", k["name"].as_str().unwrap_or("?")));
+        out.push_str(&render_file_errors(k, 20));
+    }
+    if !engines.is_empty() {
+        out.push('\n');
+        out.push_str(&render_engines(engines));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// reindex
+
+/// Where a reindex pass stands over the knowledge bases it covers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    pub done: u64,
+    pub total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Every knowledge base's pass has ended (idle or failed).
+    pub finished: bool,
+}
+
+/// Sums the progress of `kbs`; each pass counts as finished when its job is at least the one
+/// the reindex started (`started`: name → job) and it is no longer scanning or indexing.
+pub fn totals(kbs: &[Value], started: &[(String, u64)]) -> Totals {
+    let mut t = Totals { finished: true, ..Totals::default() };
+    for (name, job) in started {
+        let Some(kb) = kbs.iter().find(|k| k["name"] == name.as_str()) else { continue };
+        let p = &kb["progress"];
+        t.done += p["done"].as_u64().unwrap_or(0);
+        t.total += p["total"].as_u64().unwrap_or(0);
+        t.bytes_done += p["bytes_done"].as_u64().unwrap_or(0);
+        t.bytes_total += p["bytes_total"].as_u64().unwrap_or(0);
+        let running = matches!(p["state"].as_str(), Some("scanning" | "indexing"));
+        if running || p["job"].as_u64().unwrap_or(0) < *job {
+            t.finished = false;
+        }
+    }
+    t
+}
+
+/// One plain progress line (stderr off a terminal).
+pub fn progress_line(t: &Totals) -> String {
+    if t.total == 0 {
+        return "reindex: scanning…".into();
+    }
+    format!("reindex: {}/{} files, {} of {}", t.done, t.total, bytes(t.bytes_done), bytes(t.bytes_total))
+}
+
+/// The summary after a pass: per knowledge base, documents, chunks, errors and how it ended.
+pub fn render_summary(kbs: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = kbs
+        .iter()
+        .map(|k| {
+            vec![
+                cell(k.get("name"), 64),
+                count(k, "documents"),
+                count(k, "chunks"),
+                errors_of(k).len().to_string(),
+                state_cell(k),
+            ]
+        })
+        .collect();
+    let mut out = render_table(&["NAME", "DOCUMENTS", "CHUNKS", "ERRORS", "STATE"], &rows);
+    for k in kbs.iter().filter(|k| !errors_of(k).is_empty()) {
+        out.push_str(&format!("\nerrors in {}:\n", k["name"].as_str().unwrap_or("?")));
+        out.push_str(&render_file_errors(k, 20));
+    }
+    out
+}
+
+async fn reindex(ctx: &Ctx, a: ReindexArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let mut body = json!({"clean": a.clean});
+    if let Some(kb) = &a.kb {
+        body["kb"] = json!(kb);
+    }
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/reindex").json(&body)).await?;
+    if a.no_wait {
+        if ctx.json {
+            return output::print_body(&resp.body);
+        }
+        let n = resp.json()?["items"].as_array().map_or(0, Vec::len);
+        return output::println(&format!(
+            "Reindexing {n} knowledge base{} in the background; follow it with `coffer kb status`",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    let started: Vec<(String, u64)> = resp.json()?["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|k| Some((k["name"].as_str()?.to_owned(), k["progress"]["job"].as_u64().unwrap_or(0))))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (final_body, kbs) = follow(&api, a.kb.as_deref(), &started).await?;
+    let failed: Vec<&str> =
+        kbs.iter().filter(|k| k["progress"]["state"] == "failed").filter_map(|k| k["name"].as_str()).collect();
+    if ctx.json {
+        output::print_body(&final_body)?;
+    } else {
+        output::print(&render_summary(&kbs))?;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        let e = CliError::Failed(format!("the reindex pass of {} failed (see STATE above)", failed.join(", ")));
+        Err(if ctx.json { e.printed() } else { e })
+    }
+}
+
+/// Polls until every pass in `started` ended, drawing progress; returns the last body (the one
+/// knowledge base's, or the list's) and the knowledge bases it covers.
+async fn follow(
+    api: &ApiClient,
+    kb: Option<&str>,
+    started: &[(String, u64)],
+) -> Result<(String, Vec<Value>), CliError> {
+    let path = kb.map_or_else(|| "/v1/knowledge".to_owned(), kb_path);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let mut last_line = String::new();
+    let mut last_print = Instant::now() - Duration::from_secs(10);
+    let mut ticker = tokio::time::interval(POLL);
+    loop {
+        ticker.tick().await;
+        let resp = api.get_raw(&path).await?;
+        let v = resp.json()?;
+        let kbs: Vec<Value> = if kb.is_some() { vec![v] } else { v["items"].as_array().cloned().unwrap_or_default() };
+        let t = totals(&kbs, started);
+        match &bar {
+            Some(bar) => {
+                bar.set_length(t.bytes_total);
+                bar.set_position(t.bytes_done);
+                bar.set_message(if t.total == 0 {
+                    "scanning".to_owned()
+                } else {
+                    format!("{}/{} files", t.done, t.total)
+                });
+            }
+            None => {
+                let line = progress_line(&t);
+                if line != last_line && (last_print.elapsed() >= Duration::from_secs(1) || t.finished) {
+                    eprintln!("{line}");
+                    last_print = Instant::now();
+                    last_line = line;
+                }
+            }
+        }
+        if t.finished {
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            return Ok((
+                resp.body,
+                kbs.into_iter().filter(|k| started.iter().any(|(n, _)| k["name"] == n.as_str())).collect(),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
+        let mut full = vec!["coffer", "kb"];
+        full.extend_from_slice(args);
+        crate::Cli::try_parse_from(full)
+    }
+
+    fn kb(name: &str, state: &str, done: u64, total: u64, job: u64) -> Value {
+        json!({
+            "name": name, "kind": "folder", "root": format!("/srv/{name}"), "include": [], "exclude": [],
+            "created_ms": 1_796_031_096_000_i64, "documents": 12, "chunks": 40, "embedded": 0,
+            "last_sync_ms": 1_796_031_096_000_i64, "pending": 0, "pending_embeddings": 0,
+            "errors": [{"path": "bin/x.md", "error": "not UTF-8"}],
+            "progress": {"state": state, "done": done, "total": total, "bytes_done": done * 1024, "bytes_total": total * 1024, "started_ms": null, "message": "", "job": job},
+            "watching": true,
+        })
+    }
+
+    #[test]
+    fn arguments_are_checked_before_any_request() {
+        assert!(
+            parse(&["search", "how", "do", "we", "--kb", "a", "--kb", "b", "--engine", "grep", "--since", "7d"])
+                .is_ok()
+        );
+        assert!(parse(&["add", "notes", "--path", "./n", "--include", "**/*.md"]).is_ok());
+        assert!(parse(&["reindex", "--clean", "--no-wait"]).is_ok());
+        assert!(parse(&["status"]).is_ok());
+        for bad in [
+            &["search"][..],
+            &["search", "x", "--engine", "bm25"],
+            &["search", "x", "--limit", "0"],
+            &["search", "x", "--limit", "51"],
+            &["search", "x", "--since", "yesterday"],
+            &["add"],
+            &["show"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn since_takes_durations_dates_and_times() {
+        let now = 1_796_031_096_000;
+        assert_eq!(since_at("15m", now), Ok(now - 900_000));
+        assert_eq!(since_at("7d", now), Ok(now - 7 * 86_400_000));
+        assert_eq!(since_at("2w", now), Ok(now - 14 * 86_400_000));
+        assert_eq!(since_at("2026-11-30", now), Ok(1_796_000_000_000 - 1_796_000_000_000 % 86_400_000));
+        assert_eq!(since_at("2026-11-30T09:31:36Z", now), Ok(1_796_031_096_000));
+        for bad in ["", "soon", "5y", "2026-13-01", "99999999999999999999d"] {
+            assert!(since_at(bad, now).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn relative_paths_are_resolved_against_the_current_folder() {
+        let cwd = Path::new("/home/u/work");
+        assert_eq!(absolute(Path::new("./notes"), cwd), PathBuf::from("/home/u/work/notes"));
+        assert_eq!(absolute(Path::new("../x"), cwd), PathBuf::from("/home/u/work/../x"));
+        assert_eq!(absolute(Path::new("/abs/./v"), cwd), PathBuf::from("/abs/v"));
+        let a = AddArgs { name: "n".into(), path: Some("docs".into()), include: vec!["*.md".into()], exclude: vec![] };
+        assert_eq!(add_body(&a, cwd), json!({"name": "n", "path": "/home/u/work/docs", "include": ["*.md"]}));
+        let a = AddArgs { name: "n".into(), path: None, include: vec![], exclude: vec![] };
+        assert_eq!(add_body(&a, cwd), json!({"name": "n"}));
+    }
+
+    #[test]
+    fn search_bodies_name_every_filter() {
+        let crate::commands::Command::Kb(KbCommand::Search(a)) = parse(&[
+            "search", "rotate", "keys", "--kb", "notes", "--path", "ops/", "--tag", "t", "--engine", "keyword",
+            "--limit", "3", "--regex",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("a search")
+        };
+        assert_eq!(
+            search_body(&a),
+            json!({"query": "rotate keys", "limit": 3, "kb": ["notes"], "path_prefix": "ops/", "tags": ["t"], "engines": ["keyword"], "regex": true})
+        );
+    }
+
+    #[test]
+    fn results_are_compact_with_bold_only_on_a_terminal() {
+        let reply = json!({
+            "results": [
+                {"kb": "notes", "path": "ops/keys.md", "heading_path": ["Ops", "Keys"], "line_start": 3, "line_end": 9,
+                 "snippet": "how to **rotate** the\n**keys**", "fact_id": null},
+                {"kb": "memory", "path": "01J.md", "heading_path": [], "line_start": 1, "line_end": 1,
+                 "snippet": "likes \u{1b}[31m**tea**", "fact_id": "01J"},
+            ],
+            "engines": [
+                {"engine": "keyword", "state": "ok", "hits": 2, "took_ms": 1, "message": ""},
+                {"engine": "vector", "state": "failed", "hits": 0, "took_ms": 0, "message": "connection refused"},
+                {"engine": "grep", "state": "disabled", "hits": 0, "took_ms": 0, "message": ""},
+            ],
+            "warnings": ["vector engine failed: connection refused"], "took_ms": 4, "fusion": "rrf k=60",
+        });
+        assert_eq!(
+            render_results(&reply, false),
+            "notes:ops/keys.md:3-9  Ops › Keys\n    how to rotate the\n    keys\n\n\
+             fact 01J\n    likes \\u{1b}[31mtea\n\n\
+             engines: keyword 2 (1 ms), vector FAILED: connection refused, grep off; rrf k=60, 4 ms\n"
+        );
+        let styled = render_results(&reply, true);
+        assert!(styled.contains("how to \u{1b}[1mrotate\u{1b}[0m the"), "{styled:?}");
+        assert_eq!(snippet("open **end", true), "open \u{1b}[1mend\u{1b}[0m");
+        assert_eq!(
+            render_results(&json!({"results": [], "engines": [], "took_ms": 0}), false),
+            "No results\nengines: -, 0 ms\n"
+        );
+    }
+
+    #[test]
+    fn the_bar_template_is_valid() {
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+    }
+
+    #[test]
+    fn progress_counts_every_pass_until_each_ended() {
+        let started = vec![("a".to_owned(), 3), ("b".to_owned(), 7)];
+        let t = totals(&[kb("a", "indexing", 2, 4, 3), kb("b", "idle", 0, 0, 6)], &started);
+        assert_eq!((t.done, t.total, t.bytes_total, t.finished), (2, 4, 4096, false));
+        assert_eq!(progress_line(&t), "reindex: 2/4 files, 2.00 KiB of 4.00 KiB");
+        // b still shows its previous pass (job 6): not finished until job 7 is idle.
+        let t = totals(&[kb("a", "idle", 4, 4, 3), kb("b", "idle", 0, 0, 6)], &started);
+        assert!(!t.finished);
+        let t = totals(&[kb("a", "idle", 4, 4, 3), kb("b", "failed", 1, 1, 7)], &started);
+        assert!(t.finished);
+        assert_eq!(progress_line(&Totals::default()), "reindex: scanning…");
+    }
+
+    #[test]
+    fn tables_show_counts_state_and_errors() {
+        let items = vec![kb("notes", "indexing", 120, 500, 2), kb("vault", "failed", 0, 0, 1)];
+        let t = render_kbs(&items, None);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("NAME   KIND    DOCUMENTS  CHUNKS  EMBEDDED  STATE"), "{t}");
+        assert!(lines[1].contains("indexing 120/500") && lines[1].ends_with("/srv/notes"), "{t}");
+        assert!(lines[2].contains("failed"), "{t}");
+        let s = render_status(
+            &items,
+            &[json!({"name": "vector", "enabled": false, "detail": "no embeddings endpoint"})],
+            Some(200),
+        );
+        assert!(s.contains("errors in notes:\n  bin/x.md: not UTF-8\n"), "{s}");
+        assert!(s.contains("vector  off      no embeddings endpoint"), "{s}");
+        let summary = render_summary(&items[..1]);
+        assert!(
+            summary.starts_with(
+                "NAME   DOCUMENTS  CHUNKS  ERRORS  STATE\nnotes  12         40      1       indexing 120/500\n"
+            ),
+            "{summary}"
+        );
+        let shown = render_kb(&items[0]);
+        assert!(shown.contains("state:     indexing 120/500 (120.00 KiB of 500.00 KiB)"), "{shown}");
+        assert!(shown.contains("last sync: 2026-11-30 09:31:36"), "{shown}");
+    }
+}

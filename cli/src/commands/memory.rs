@@ -1,0 +1,272 @@
+//! `coffer memory remember|recall|list|show|forget`: remembered facts (one markdown file each
+//! under `COFFER_HOME/memory/`) over `/v1/memory…`.
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::api::{path_segment, with_query};
+use crate::commands::kb::{print_warnings, render_results, stdout_is_styled, time_ms};
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output::{self, cell, printable, render_fields, render_table_fitted};
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Remember a fact (an existing duplicate is reported instead of saved twice).
+    #[command(
+        after_help = "Examples:\n  coffer memory remember The staging database is db-stage-2 --tag deploy\n  coffer memory remember --json 'Prefers pytest over unittest'"
+    )]
+    Remember(RememberArgs),
+    /// Search the remembered facts.
+    #[command(after_help = "Example:\n  coffer memory recall staging database")]
+    Recall(RecallArgs),
+    /// List remembered facts, newest first.
+    #[command(after_help = "Examples:\n  coffer memory list\n  coffer memory list --tag deploy --limit 10")]
+    List(ListArgs),
+    /// Show one fact in full.
+    #[command(after_help = "Example:\n  coffer memory show 01JDQ8ZKXW5T3M2N4P6R7S8T9V")]
+    Show(IdArg),
+    /// Forget a fact: its file and index entries are removed.
+    #[command(after_help = "Example:\n  coffer memory forget 01JDQ8ZKXW5T3M2N4P6R7S8T9V")]
+    Forget(IdArg),
+}
+
+#[derive(Debug, Args)]
+pub struct RememberArgs {
+    /// The fact (words are joined with spaces).
+    #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+    pub text: Vec<String>,
+    /// A tag to find it by (repeatable).
+    #[arg(long = "tag", value_name = "T")]
+    pub tags: Vec<String>,
+    /// Who said it [default: cli].
+    #[arg(long, value_name = "S")]
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecallArgs {
+    /// What to recall.
+    #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+    pub query: Vec<String>,
+    /// Only facts with this tag (repeatable: all must match).
+    #[arg(long = "tag", value_name = "T")]
+    pub tags: Vec<String>,
+    /// Most results (1-50).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub limit: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only facts with this tag.
+    #[arg(long, value_name = "T")]
+    pub tag: Option<String>,
+    /// How many facts to show (1-500).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub limit: u32,
+    /// Continue after the facts already shown (the cursor the previous page printed).
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArg {
+    /// The fact's id (as `coffer memory list` shows it).
+    pub id: String,
+}
+
+/// Runs one `coffer memory …` command.
+///
+/// # Errors
+/// API errors (exit 2 bad input, 3 unknown fact, 1 retrieval not running), exit 5 when the
+/// daemon cannot be reached.
+pub async fn run(ctx: &Ctx, cmd: MemoryCommand) -> Result<(), CliError> {
+    match cmd {
+        MemoryCommand::Remember(a) => remember(ctx, a).await,
+        MemoryCommand::Recall(a) => recall(ctx, a).await,
+        MemoryCommand::List(a) => list(ctx, a).await,
+        MemoryCommand::Show(a) => show(ctx, &a.id).await,
+        MemoryCommand::Forget(a) => forget(ctx, &a.id).await,
+    }
+}
+
+fn fact_path(id: &str) -> String {
+    format!("/v1/memory/{}", path_segment(id))
+}
+
+/// The body of `POST /v1/memory`.
+pub fn remember_body(a: &RememberArgs) -> Value {
+    let mut body = json!({"text": a.text.join(" ")});
+    if !a.tags.is_empty() {
+        body["tags"] = json!(a.tags);
+    }
+    if let Some(s) = &a.source {
+        body["source"] = json!(s);
+    }
+    body
+}
+
+/// What `remember` says: the new id, or the duplicate that stands instead.
+pub fn render_remembered(reply: &Value) -> String {
+    let f = &reply["fact"];
+    let id = f["id"].as_str().unwrap_or("?");
+    if reply["created"].as_bool().unwrap_or(true) {
+        format!("Remembered as fact {id} ({})\n", printable(f["path"].as_str().unwrap_or("-")))
+    } else {
+        format!(
+            "Not saved again: fact {id} already says this (similarity {:.2}):\n  {}\n",
+            reply["similarity"].as_f64().unwrap_or(1.0),
+            printable(f["text"].as_str().unwrap_or(""))
+        )
+    }
+}
+
+/// The facts table: ID CREATED TAGS SOURCE TEXT (the text cut to `width`).
+pub fn render_facts(items: &[Value], width: Option<usize>) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|f| {
+            let tags: Vec<&str> =
+                f["tags"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            vec![
+                cell(f.get("id"), 40),
+                time_ms(&f["created_ms"]),
+                if tags.is_empty() { "-".into() } else { tags.join(",") },
+                cell(f.get("source"), 40),
+                cell(f.get("text"), 2000),
+            ]
+        })
+        .collect();
+    render_table_fitted(&["ID", "CREATED (UTC)", "TAGS", "SOURCE", "TEXT"], &rows, width)
+}
+
+/// One fact in full.
+pub fn render_fact(f: &Value) -> String {
+    let tags: Vec<&str> =
+        f["tags"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    render_fields(&[
+        ("id", cell(f.get("id"), 40)),
+        ("created", time_ms(&f["created_ms"])),
+        ("tags", if tags.is_empty() { "-".into() } else { tags.join(", ") }),
+        ("source", cell(f.get("source"), 256)),
+        ("file", f["path"].as_str().unwrap_or("-").to_owned()),
+        ("text", f["text"].as_str().unwrap_or("").to_owned()),
+    ])
+}
+
+async fn remember(ctx: &Ctx, a: RememberArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/memory").json(&remember_body(&a))).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::print(&render_remembered(&resp.json()?))
+}
+
+async fn recall(ctx: &Ctx, a: RecallArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let mut body = json!({"query": a.query.join(" "), "limit": a.limit});
+    if !a.tags.is_empty() {
+        body["tags"] = json!(a.tags);
+    }
+    let resp = api.send(api.request(reqwest::Method::POST, "/v1/memory/recall").json(&body)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let reply = resp.json()?;
+    output::print(&render_results(&reply, stdout_is_styled()))?;
+    print_warnings(&reply);
+    Ok(())
+}
+
+async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let limit = a.limit.to_string();
+    let path = with_query(
+        "/v1/memory",
+        &[("limit", Some(&limit)), ("cursor", a.cursor.as_deref()), ("tag", a.tag.as_deref())],
+    );
+    let resp = api.get_raw(&path).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let body = resp.json()?;
+    let items = body["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        output::println("No facts remembered yet; add one with `coffer memory remember TEXT`")?;
+    } else {
+        output::print(&render_facts(items, output::terminal_width()))?;
+    }
+    if let Some(c) = body["next_cursor"].as_str() {
+        eprintln!("(more: repeat with --cursor {c})");
+    }
+    Ok(())
+}
+
+async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.get_raw(&fact_path(id)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::print(&render_fact(&resp.json()?))
+}
+
+async fn forget(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::DELETE, &fact_path(id))).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    output::println(&format!("Forgot fact {id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
+        let mut full = vec!["coffer", "memory"];
+        full.extend_from_slice(args);
+        crate::Cli::try_parse_from(full)
+    }
+
+    #[test]
+    fn arguments_are_checked_before_any_request() {
+        let crate::commands::Command::Memory(MemoryCommand::Remember(a)) =
+            parse(&["remember", "likes", "tea", "--tag", "food", "--source", "me"]).unwrap().command
+        else {
+            panic!("remember")
+        };
+        assert_eq!(remember_body(&a), json!({"text": "likes tea", "tags": ["food"], "source": "me"}));
+        for bad in [
+            &["remember"][..],
+            &["recall"],
+            &["recall", "x", "--limit", "0"],
+            &["list", "--limit", "501"],
+            &["show"],
+            &["forget"],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn remembered_facts_and_duplicates_are_told_apart() {
+        let fact = json!({"id": "01J", "text": "likes tea", "tags": ["food"], "source": "cli", "created_ms": 1_796_031_096_000_i64, "path": "/h/memory/01J.md"});
+        assert_eq!(
+            render_remembered(&json!({"fact": fact, "created": true})),
+            "Remembered as fact 01J (/h/memory/01J.md)\n"
+        );
+        assert_eq!(
+            render_remembered(&json!({"fact": fact, "created": false, "similarity": 0.97})),
+            "Not saved again: fact 01J already says this (similarity 0.97):\n  likes tea\n"
+        );
+        assert_eq!(
+            render_facts(std::slice::from_ref(&fact), None),
+            "ID   CREATED (UTC)        TAGS  SOURCE  TEXT\n01J  2026-11-30 09:31:36  food  cli     likes tea\n"
+        );
+        assert!(render_fact(&fact).contains("file:    /h/memory/01J.md\n"), "{}", render_fact(&fact));
+    }
+}

@@ -1,0 +1,129 @@
+//! `coffer skills list|show`: the skills under `COFFER_HOME/skills/<name>/SKILL.md` over
+//! `/v1/skills…`. A skill whose front matter is malformed is not listed; `list` names it on
+//! stderr with the reason.
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::api::path_segment;
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output::{self, cell, printable, render_fields, render_table_fitted};
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// List the installed skills with their descriptions.
+    #[command(after_help = "Example:\n  coffer skills list --json | jq -r '.items[].name'")]
+    List(NoArgs),
+    /// Show one skill: its front matter, files and instructions.
+    #[command(after_help = "Example:\n  coffer skills show release-notes")]
+    Show(NameArg),
+}
+
+#[derive(Debug, Args)]
+pub struct NoArgs {}
+
+#[derive(Debug, Args)]
+pub struct NameArg {
+    /// The skill's name (its folder under COFFER_HOME/skills/).
+    pub name: String,
+}
+
+/// Runs one `coffer skills …` command.
+///
+/// # Errors
+/// API errors (exit 3 unknown skill, 1 retrieval not running), exit 5 when the daemon cannot be
+/// reached.
+pub async fn run(ctx: &Ctx, cmd: SkillsCommand) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    match cmd {
+        SkillsCommand::List(_) => {
+            let resp = api.get_raw("/v1/skills").await?;
+            if ctx.json {
+                return output::print_body(&resp.body);
+            }
+            let v = resp.json()?;
+            let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+            if items.is_empty() {
+                output::println(&format!(
+                    "No skills yet; add one as {}",
+                    ctx.home.root().join("skills").join("NAME").join("SKILL.md").display()
+                ))?;
+            } else {
+                output::print(&render_skills(items, output::terminal_width()))?;
+            }
+            for i in v["invalid"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                eprintln!(
+                    "warning: skill {} is not listed: {}",
+                    printable(i["name"].as_str().unwrap_or("?")),
+                    printable(i["error"].as_str().unwrap_or("?"))
+                );
+            }
+            Ok(())
+        }
+        SkillsCommand::Show(a) => {
+            let resp = api.get_raw(&format!("/v1/skills/{}", path_segment(&a.name))).await?;
+            if ctx.json {
+                return output::print_body(&resp.body);
+            }
+            output::print(&render_skill(&resp.json()?))
+        }
+    }
+}
+
+/// The skills table: NAME DESCRIPTION (cut to `width`).
+pub fn render_skills(items: &[Value], width: Option<usize>) -> String {
+    let rows: Vec<Vec<String>> =
+        items.iter().map(|s| vec![cell(s.get("name"), 64), cell(s.get("description"), 2000)]).collect();
+    render_table_fitted(&["NAME", "DESCRIPTION"], &rows, width)
+}
+
+/// One skill: its fields, a blank line, its body.
+pub fn render_skill(s: &Value) -> String {
+    let files: Vec<&str> =
+        s["files"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let mut fields = vec![
+        ("name", cell(s.get("name"), 64)),
+        ("description", s["description"].as_str().unwrap_or("").to_owned()),
+        ("path", s["path"].as_str().unwrap_or("-").to_owned()),
+        ("files", if files.is_empty() { "-".into() } else { files.join(", ") }),
+    ];
+    let meta: Vec<String> = s["metadata"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}: {}", v.as_str().unwrap_or(""))).collect())
+        .unwrap_or_default();
+    if !meta.is_empty() {
+        fields.push(("metadata", meta.join("\n")));
+    }
+    let mut out = render_fields(&fields);
+    out.push('\n');
+    let body = s["body"].as_str().unwrap_or("");
+    out.push_str(&printable(body).replace("\\u{a}", "\n"));
+    if !body.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn skills_are_listed_and_shown() {
+        let items = vec![
+            json!({"name": "release-notes", "description": "Write release notes from the git log", "path": "/h/skills/release-notes/SKILL.md"}),
+        ];
+        assert_eq!(
+            render_skills(&items, None),
+            "NAME           DESCRIPTION\nrelease-notes  Write release notes from the git log\n"
+        );
+        let skill = json!({"name": "release-notes", "description": "Write notes", "body": "# Steps\n1. Read \u{1b}the log\n",
+            "path": "/h/skills/release-notes/SKILL.md", "files": ["template.md"], "metadata": {"license": "MIT"}});
+        assert_eq!(
+            render_skill(&skill),
+            "name:        release-notes\ndescription: Write notes\npath:        /h/skills/release-notes/SKILL.md\n\
+             files:       template.md\nmetadata:    license: MIT\n\n# Steps\n1. Read \\u{1b}the log\n"
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! Who may call which Retrieval RPC: one row per method of `coffer.retrieval.v1.Retrieval`,
+//! checked by the internal auth layer before the method runs.
+//!
+//! Retrieval serves the gateway (its `coffer__*` built-in tools, REST and the CLI) and chat (its
+//! internal agent, later). A method with no row is refused, so a new RPC is closed until its row
+//! is written; `every_retrieval_method_has_exactly_one_rule` keeps the table and
+//! `proto/retrieval.proto` in step. Health is open to every service (the supervisor's checks).
+use coffer_proto::retrieval::retrieval_server;
+use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
+use coffer_runtime::identity::Identity;
+
+const RETRIEVAL: &str = retrieval_server::SERVICE_NAME;
+/// The services that use retrieval.
+const CALLERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
+
+const fn rule(method: &'static str) -> Rule {
+    Rule { service: RETRIEVAL, method, allow: CALLERS }
+}
+
+/// Retrieval's table; passed to the auth layer in [`crate::run`].
+pub const POLICY: Policy = Policy {
+    rules: &[
+        rule("AddKnowledgeBase"),
+        rule("ListKnowledgeBases"),
+        rule("GetKnowledgeBase"),
+        rule("RemoveKnowledgeBase"),
+        rule("Reindex"),
+        rule("Status"),
+        rule("Search"),
+        rule("Remember"),
+        rule("Recall"),
+        rule("ListFacts"),
+        rule("GetFact"),
+        rule("Forget"),
+        rule("ListSkills"),
+        rule("LoadSkill"),
+    ],
+    unlisted: Unlisted::Deny,
+};
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_retrieval_method_has_exactly_one_rule() {
+        let proto = include_str!("../../../proto/retrieval.proto");
+        let declared: BTreeSet<String> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
+            .collect();
+        assert!(declared.len() >= 14, "parsed {declared:?}");
+        let ruled: Vec<String> = POLICY.rules.iter().map(|r| r.method.to_owned()).collect();
+        let unique: BTreeSet<String> = ruled.iter().cloned().collect();
+        assert_eq!(unique.len(), ruled.len(), "a method has two rules");
+        assert_eq!(declared, unique, "retrieval.proto's RPCs and the table differ");
+        assert!(POLICY.rules.iter().all(|r| r.service == "coffer.retrieval.v1.Retrieval"));
+    }
+
+    #[test]
+    fn gateway_and_chat_may_call_and_nobody_else() {
+        let path = format!("/{RETRIEVAL}/Search");
+        for caller in [Identity::Gateway, Identity::Chat] {
+            assert_eq!(POLICY.check(caller, &path), Ok(()));
+        }
+        for caller in [Identity::Store, Identity::Supervisor, Identity::Retrieval] {
+            let e = POLICY.check(caller, &path).unwrap_err();
+            assert_eq!(e.to_string(), format!("{caller} may not call /coffer.retrieval.v1.Retrieval/Search"));
+        }
+        assert!(POLICY.check(Identity::Gateway, "/coffer.retrieval.v1.Retrieval/Other").is_err(), "unlisted");
+        assert_eq!(POLICY.check(Identity::Store, "/grpc.health.v1.Health/Check"), Ok(()), "health is open");
+    }
+}

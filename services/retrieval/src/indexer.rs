@@ -1,0 +1,751 @@
+//! Keeps each KB's index in step with its files: the reconcile pass (at start, on `Reindex`,
+//! when the watcher sees a folder change) and single-file updates from the watcher and from
+//! `remember`.
+//!
+//! A pass walks the folder, compares it with what the store holds (`ListDocuments`: mtime and
+//! size first; a changed file is read and its content hash decides), sends each changed file
+//! as one `UpsertDocument` (the store replaces a document's chunks in one transaction, keeping
+//! unchanged chunks and their vectors), with bounded concurrency, deletes the documents whose
+//! file is gone, and records files it cannot index (`MarkDocumentError`: binary, not UTF-8,
+//! larger than `retrieval.max_file_bytes`). A pass killed midway is simply redone by the next
+//! one: per-document transactions leave no duplicate or orphan chunk.
+//!
+//! Every read-and-write of one file's index entry holds that path's lock, so a pass and the
+//! watcher never write an older version over a newer one: whoever takes the lock second reads
+//! the file as it is then.
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_proto::retrieval::{FileError, JobState, Progress};
+use coffer_proto::store::{
+    ChunkInput, ClearIndexRequest, DocumentMeta, DocumentRef, KnowledgeBase, ListDocumentsRequest,
+    MarkDocumentErrorRequest, UpsertDocumentRequest,
+};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ConfigRx;
+use crate::error::{Error, Result};
+use crate::sources::Sources;
+use crate::watch::{self, Batch, KbWatcher};
+use crate::{markdown, terms, walk};
+
+/// Files indexed at once in a pass.
+pub const CONCURRENCY: usize = 4;
+
+/// Bytes looked at for a NUL byte to call a file binary (what git and ripgrep do).
+const BINARY_PROBE: usize = 8192;
+
+/// Delay before a pass that failed on the store is tried again.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// What a pass must do, from the walk and the store's documents.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Files to (re)read: new, or mtime or size differ from the stored document.
+    pub index: Vec<walk::FileEntry>,
+    /// Stored documents whose file the walk did not find.
+    pub delete: Vec<String>,
+    /// Files whose mtime and size match the stored document.
+    pub unchanged: usize,
+}
+
+/// The reconcile plan: `files` from the walk against `stored` from `ListDocuments`.
+/// A stored document with an error counts as unchanged while mtime and size match (a binary
+/// file is not re-read on every pass); a clean pass starts from an empty index anyway.
+pub fn plan(files: Vec<walk::FileEntry>, stored: &[DocumentMeta]) -> Plan {
+    let by_path: HashMap<&str, &DocumentMeta> = stored.iter().map(|d| (d.path.as_str(), d)).collect();
+    let mut out = Plan::default();
+    let mut seen = std::collections::HashSet::new();
+    for f in files {
+        seen.insert(f.rel_path.clone());
+        match by_path.get(f.rel_path.as_str()) {
+            Some(d) if d.mtime_ms == f.mtime_ms && d.size == f.size => out.unchanged += 1,
+            _ => out.index.push(f),
+        }
+    }
+    out.delete = stored.iter().filter(|d| !seen.contains(&d.path)).map(|d| d.path.clone()).collect();
+    out.delete.sort();
+    out
+}
+
+/// Why a file is not indexed, as `MarkDocumentError` records it; `None` when it can be.
+pub fn unindexable(bytes: &[u8], max: u64) -> Option<String> {
+    if bytes.len() as u64 > max {
+        return Some(too_large(max));
+    }
+    if bytes[..bytes.len().min(BINARY_PROBE)].contains(&0) {
+        return Some("binary".into());
+    }
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Some(format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()));
+    }
+    None
+}
+
+fn too_large(max: u64) -> String {
+    if max.is_multiple_of(1024 * 1024) {
+        format!("larger than the {} MiB limit (retrieval.max_file_bytes)", max / (1024 * 1024))
+    } else {
+        format!("larger than the {max}-byte limit (retrieval.max_file_bytes)")
+    }
+}
+
+/// Hex SHA-256 of a file's content.
+pub fn content_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// What a pass or an event did to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its chunks were sent to the store.
+    Indexed {
+        /// Chunks the store added (0: nothing changed).
+        added: u32,
+    },
+    /// It could not be indexed; the store records why.
+    Marked,
+    /// The file is gone; its document was removed.
+    Deleted,
+    /// Not a file, or outside the KB (a link that escapes): left alone.
+    Skipped,
+}
+
+/// The upsert request for `text` (a file of KB `kb` at `rel`): parsed, chunked, each chunk's
+/// keyword fields normalized by [`terms::index_text`]; with it, why the front matter was
+/// ignored when it is malformed (the note stays searchable; the KB reports the problem).
+///
+/// # Errors
+/// [`Error::Invalid`] when the markdown cannot be parsed (reported as the file's error).
+pub fn document_request(
+    kb: &str,
+    rel: &str,
+    text: &str,
+    mtime_ms: i64,
+    size: u64,
+    hash: String,
+) -> Result<(UpsertDocumentRequest, Option<String>)> {
+    let fallback =
+        Path::new(rel).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| rel.to_owned());
+    let (doc, front_matter_error) = markdown::parse_lenient(text, &fallback, &markdown::ChunkOptions::default())
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let note = front_matter_error.map(|e| format!("front matter ignored: {e}"));
+    let index_title = terms::index_text(&doc.title);
+    let tags = doc.front_matter.as_ref().map(|f| f.tags.clone()).unwrap_or_default();
+    let chunks = doc
+        .chunks
+        .into_iter()
+        .map(|c| ChunkInput {
+            index_title: index_title.clone(),
+            index_headings: terms::index_text(&c.heading_path.join(" ")),
+            index_body: terms::index_text(&c.text),
+            heading_path: c.heading_path,
+            line_start: c.line_start,
+            line_end: c.line_end,
+            hash: c.hash,
+            text: c.text,
+        })
+        .collect();
+    let req =
+        UpsertDocumentRequest { kb: kb.into(), path: rel.into(), mtime_ms, size, hash, title: doc.title, tags, chunks };
+    Ok((req, note))
+}
+
+fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The `/`-separated path of `p` relative to `root`, if `p` is under it (no `..`).
+pub fn relative(root: &Path, p: &Path) -> Option<String> {
+    let rest = p.strip_prefix(root).ok()?;
+    let mut parts = Vec::new();
+    for c in rest.components() {
+        match c {
+            std::path::Component::Normal(s) => parts.push(s.to_str()?.to_owned()),
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// A per-path lock's key: (KB, path relative to its root).
+type PathKey = (String, String);
+
+/// One KB's live state: progress of its passes, the watcher, what the last walk reported.
+pub struct KbRuntime {
+    name: String,
+    state: Mutex<RunState>,
+    wake: Notify,
+    cancel: CancellationToken,
+    watcher: Mutex<Option<KbWatcher>>,
+}
+
+#[derive(Default)]
+struct RunState {
+    progress: Progress,
+    /// A pass is wanted (`Some(clean)`).
+    want: Option<bool>,
+    walk_issues: Vec<FileError>,
+    /// Files indexed with a problem (a malformed front matter), by path.
+    notes: BTreeMap<String, String>,
+    last_sync_ms: i64,
+    pending: u64,
+}
+
+impl KbRuntime {
+    /// The current progress (state, counters, job number).
+    pub fn progress(&self) -> Progress {
+        let st = self.state.lock().expect("kb state");
+        let mut p = st.progress.clone();
+        if p.state == JobState::Unspecified as i32 {
+            p.state = JobState::Idle as i32;
+        }
+        p
+    }
+
+    /// Files the walk could not read (symlink loops, permissions) and files indexed with a
+    /// problem (a malformed front matter), relative to the root.
+    pub fn walk_issues(&self) -> Vec<FileError> {
+        let st = self.state.lock().expect("kb state");
+        let notes = st.notes.iter().map(|(path, error)| FileError { path: path.clone(), error: error.clone() });
+        st.walk_issues.iter().cloned().chain(notes).collect()
+    }
+
+    fn note(&self, rel: &str, note: Option<String>) {
+        self.set(|st| match note {
+            Some(n) => {
+                st.notes.insert(rel.to_owned(), n);
+            }
+            None => {
+                st.notes.remove(rel);
+            }
+        });
+    }
+
+    /// End of the last completed pass or watcher update (Unix ms; 0 = never).
+    pub fn last_sync_ms(&self) -> i64 {
+        self.state.lock().expect("kb state").last_sync_ms
+    }
+
+    /// Files waiting to be (re)indexed in the current pass.
+    pub fn pending(&self) -> u64 {
+        self.state.lock().expect("kb state").pending
+    }
+
+    /// Whether the folder watcher is live.
+    pub fn watching(&self) -> bool {
+        self.watcher.lock().expect("kb watcher").is_some()
+    }
+
+    fn set(&self, f: impl FnOnce(&mut RunState)) {
+        f(&mut self.state.lock().expect("kb state"));
+    }
+}
+
+/// The indexer: one worker task per KB (passes run one at a time per KB), the watchers, and the
+/// per-path locks shared with `remember`.
+pub struct Indexer {
+    sources: Arc<Sources>,
+    config: ConfigRx,
+    kbs: Mutex<BTreeMap<String, Arc<KbRuntime>>>,
+    locks: Mutex<HashMap<PathKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Woken after chunks were added (the embedder has work).
+    pub embed_wake: Arc<Notify>,
+    shutdown: CancellationToken,
+}
+
+impl Indexer {
+    /// An indexer over `sources`; KBs are started with [`Indexer::start_kb`].
+    pub fn new(sources: Arc<Sources>, config: ConfigRx, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            sources,
+            config,
+            kbs: Mutex::new(BTreeMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            embed_wake: Arc::new(Notify::new()),
+            shutdown,
+        })
+    }
+
+    /// The live state of KB `name`, if started.
+    pub fn runtime(&self, name: &str) -> Option<Arc<KbRuntime>> {
+        self.kbs.lock().expect("kbs").get(name).cloned()
+    }
+
+    /// Starts KB `name`'s worker (idempotent) and asks it for a pass.
+    pub fn start_kb(self: &Arc<Self>, name: &str) {
+        let rt = {
+            let mut kbs = self.kbs.lock().expect("kbs");
+            if let Some(rt) = kbs.get(name) {
+                rt.clone()
+            } else {
+                let rt = Arc::new(KbRuntime {
+                    name: name.to_owned(),
+                    state: Mutex::new(RunState::default()),
+                    wake: Notify::new(),
+                    cancel: self.shutdown.child_token(),
+                    watcher: Mutex::new(None),
+                });
+                kbs.insert(name.to_owned(), rt.clone());
+                let me = self.clone();
+                let worker = rt.clone();
+                tokio::spawn(async move { me.worker(worker).await });
+                rt
+            }
+        };
+        self.request(&rt, false);
+    }
+
+    /// Stops KB `name`'s worker and watcher (after its definition was removed).
+    pub fn stop_kb(&self, name: &str) {
+        if let Some(rt) = self.kbs.lock().expect("kbs").remove(name) {
+            rt.cancel.cancel();
+            rt.watcher.lock().expect("kb watcher").take();
+        }
+    }
+
+    /// Asks for a pass of KB `name` (`clean`: drop its index first). Returns false for an
+    /// unknown KB.
+    pub fn reindex(self: &Arc<Self>, name: &str, clean: bool) -> bool {
+        match self.runtime(name) {
+            Some(rt) => {
+                self.request(&rt, clean);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn request(&self, rt: &KbRuntime, clean: bool) {
+        rt.set(|st| st.want = Some(st.want.unwrap_or(false) || clean));
+        rt.wake.notify_one();
+    }
+
+    async fn worker(self: Arc<Self>, rt: Arc<KbRuntime>) {
+        loop {
+            let want = rt.state.lock().expect("kb state").want.take();
+            match want {
+                Some(clean) => {
+                    if let Err(e) = self.pass(&rt, clean).await {
+                        let message = format!("the pass stopped: {e}");
+                        tracing::warn!(kb = %rt.name, error = %e, "Reconcile pass failed; retrying.");
+                        rt.set(|st| {
+                            st.progress.state = JobState::Failed as i32;
+                            st.progress.message = message;
+                        });
+                        // The store restarts (the supervisor sees to it): try again shortly.
+                        tokio::select! {
+                            _ = rt.cancel.cancelled() => return,
+                            _ = tokio::time::sleep(RETRY) => self.request(&rt, clean),
+                        }
+                    }
+                }
+                None => tokio::select! {
+                    _ = rt.cancel.cancelled() => return,
+                    _ = rt.wake.notified() => {}
+                },
+            }
+        }
+    }
+
+    fn spec(def: &KnowledgeBase) -> walk::WalkSpec {
+        walk::WalkSpec { root: PathBuf::from(&def.root), include: def.include.clone(), exclude: def.exclude.clone() }
+    }
+
+    /// One reconcile pass of `rt`'s KB.
+    async fn pass(self: &Arc<Self>, rt: &Arc<KbRuntime>, clean: bool) -> Result<()> {
+        let Some(def) = self.sources.get(&rt.name) else { return Ok(()) };
+        let started = now_ms();
+        rt.set(|st| {
+            st.progress = Progress {
+                state: JobState::Scanning as i32,
+                job: st.progress.job + 1,
+                started_ms: started,
+                ..Progress::default()
+            };
+        });
+        let mut index = self.sources.index();
+        if clean {
+            index.clear_index(ClearIndexRequest { kb: def.name.clone() }).await?;
+        }
+        let root = PathBuf::from(&def.root);
+        if !root.is_dir() {
+            self.folder_gone(rt, &root).await;
+            return Ok(());
+        }
+        self.ensure_watcher(rt, &root);
+        let spec = Self::spec(&def);
+        let walked = tokio::task::spawn_blocking(move || walk::walk(&spec))
+            .await
+            .map_err(|e| Error::Internal(format!("the walk panicked: {e}")))?;
+        let (files, issues) = match walked {
+            Ok(w) => w,
+            Err(e) => {
+                if !root.is_dir() {
+                    self.folder_gone(rt, &root).await;
+                    return Ok(());
+                }
+                rt.set(|st| {
+                    st.progress.state = JobState::Failed as i32;
+                    st.progress.message = format!("cannot walk {}: {e}", root.display());
+                });
+                return Ok(());
+            }
+        };
+        let stored = index.list_documents(ListDocumentsRequest { kb: def.name.clone() }).await?.into_inner().documents;
+        let plan = plan(files, &stored);
+        let bytes_total: u64 = plan.index.iter().map(|f| f.size).sum();
+        rt.set(|st| {
+            st.progress.state = JobState::Indexing as i32;
+            st.progress.total = plan.index.len() as u64;
+            st.progress.bytes_total = bytes_total;
+            st.pending = plan.index.len() as u64;
+            st.walk_issues =
+                issues.iter().map(|i| FileError { path: i.rel_path.clone(), error: i.error.clone() }).collect();
+        });
+        let mut results = futures_util::stream::iter(plan.index)
+            .map(|f| {
+                let me = self.clone();
+                let def = def.clone();
+                async move {
+                    let r = me.index_path(&def, &f.rel_path).await;
+                    (f.size, r)
+                }
+            })
+            .buffer_unordered(CONCURRENCY);
+        let mut first_error = None;
+        while let Some((size, r)) = results.next().await {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+            rt.set(|st| {
+                st.progress.done += 1;
+                st.progress.bytes_done += size;
+                st.pending = st.pending.saturating_sub(1);
+            });
+            if rt.cancel.is_cancelled() {
+                return Ok(());
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for path in plan.delete {
+            self.index_path(&def, &path).await?;
+        }
+        rt.set(|st| {
+            st.progress.state = JobState::Idle as i32;
+            st.progress.message = String::new();
+            st.last_sync_ms = now_ms();
+            st.pending = 0;
+        });
+        tracing::info!(kb = %def.name, unchanged = plan.unchanged, took_ms = now_ms() - started, "Reconcile pass done.");
+        Ok(())
+    }
+
+    /// The KB's folder is gone: stop watching, drop its documents (a deleted file never appears
+    /// in results), and show `failed` until a pass finds the folder again.
+    async fn folder_gone(&self, rt: &KbRuntime, root: &Path) {
+        rt.watcher.lock().expect("kb watcher").take();
+        let cleared = self.sources.index().clear_index(ClearIndexRequest { kb: rt.name.clone() }).await;
+        if let Err(e) = cleared {
+            tracing::warn!(kb = %rt.name, error = %e.message(), "Cannot clear the index of a vanished folder.");
+        }
+        tracing::warn!(kb = %rt.name, root = %root.display(), "Knowledge base folder is gone.");
+        rt.set(|st| {
+            st.progress.state = JobState::Failed as i32;
+            st.progress.message =
+                format!("the folder {} is gone (deleted or moved); reindex once it is back", root.display());
+            st.pending = 0;
+        });
+    }
+
+    fn ensure_watcher(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path) {
+        let mut slot = rt.watcher.lock().expect("kb watcher");
+        if slot.is_some() {
+            return;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        match watch::start(root, tx) {
+            Ok(w) => {
+                *slot = Some(w);
+                let me = self.clone();
+                let rt = rt.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let batch = tokio::select! {
+                            _ = rt.cancel.cancelled() => return,
+                            b = rx.recv() => b,
+                        };
+                        match batch {
+                            Some(Batch::Paths(paths)) => me.on_paths(&rt, paths).await,
+                            Some(Batch::Error(e)) => {
+                                tracing::warn!(kb = %rt.name, error = %e, "Watcher error; rescanning.");
+                                me.request(&rt, false);
+                            }
+                            None => return,
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(kb = %rt.name, error = %e, "Cannot watch the folder; passes only."),
+        }
+    }
+
+    /// Applies a watcher batch: a matching file is (re)indexed or, gone, removed from the index;
+    /// a directory created, moved or removed asks for a pass; the root gone marks the KB failed.
+    pub async fn on_paths(self: &Arc<Self>, rt: &Arc<KbRuntime>, mut paths: Vec<PathBuf>) {
+        let Some(def) = self.sources.get(&rt.name) else { return };
+        let root = PathBuf::from(&def.root);
+        if !root.is_dir() {
+            self.folder_gone(rt, &root).await;
+            return;
+        }
+        let Ok(filter) = walk::matcher(&Self::spec(&def)) else { return };
+        paths.sort();
+        paths.dedup();
+        let mut rescan = false;
+        let mut touched = false;
+        for p in paths {
+            let Some(rel) = relative(&root, &p) else { continue };
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => rescan = true,
+                Ok(_) if filter.accepts(&rel) => {
+                    touched = true;
+                    if let Err(e) = self.index_path(&def, &rel).await {
+                        tracing::warn!(kb = %def.name, path = %rel, error = %e, "Cannot update the index.");
+                        rescan = true;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) if filter.accepts(&rel) => {
+                    touched = true;
+                    if let Err(e) = self.index_path(&def, &rel).await {
+                        tracing::warn!(kb = %def.name, path = %rel, error = %e, "Cannot update the index.");
+                        rescan = true;
+                    }
+                }
+                // Something without an extension vanished: maybe a folder moved away.
+                Err(_) => rescan |= Path::new(&rel).extension().is_none(),
+            }
+        }
+        if touched {
+            rt.set(|st| st.last_sync_ms = now_ms());
+        }
+        if rescan {
+            self.request(rt, false);
+        }
+    }
+
+    async fn lock_path(&self, kb: &str, rel: &str) -> PathGuard<'_> {
+        let key = (kb.to_owned(), rel.to_owned());
+        let lock = self.locks.lock().expect("path locks").entry(key.clone()).or_default().clone();
+        let guard = lock.clone().lock_owned().await;
+        PathGuard { indexer: self, key, lock, _guard: guard }
+    }
+
+    /// Brings the index entry of `rel` in KB `def` in step with the file, under the path's
+    /// lock: indexed, marked with why it cannot be, or removed when the file is gone.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn index_path(&self, def: &KnowledgeBase, rel: &str) -> Result<Outcome> {
+        let _g = self.lock_path(&def.name, rel).await;
+        let root = PathBuf::from(&def.root);
+        let abs = root.join(rel);
+        let mut index = self.sources.index();
+        let gone = || DocumentRef { kb: def.name.clone(), path: rel.to_owned() };
+        let meta = match std::fs::metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                index.delete_document(gone()).await?;
+                if let Some(rt) = self.runtime(&def.name) {
+                    rt.note(rel, None);
+                }
+                return Ok(Outcome::Deleted);
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", abs.display()), e)),
+        };
+        if !meta.is_file() {
+            return Ok(Outcome::Skipped);
+        }
+        // A link inside the folder that leads out of it is not part of the KB.
+        match abs.canonicalize() {
+            Ok(c) if c.starts_with(&root) => {}
+            _ => {
+                index.delete_document(gone()).await?;
+                return Ok(Outcome::Skipped);
+            }
+        }
+        let (mtime, size) = (mtime_ms(&meta), meta.len());
+        let max = self.config.borrow().max_file_bytes;
+        let mark = |error: String| MarkDocumentErrorRequest {
+            kb: def.name.clone(),
+            path: rel.to_owned(),
+            mtime_ms: mtime,
+            size,
+            error,
+        };
+        if size > max {
+            index.mark_document_error(mark(too_large(max))).await?;
+            return Ok(Outcome::Marked);
+        }
+        let bytes = match tokio::fs::read(&abs).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                index.delete_document(gone()).await?;
+                return Ok(Outcome::Deleted);
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", abs.display()), e)),
+        };
+        if let Some(why) = unindexable(&bytes, max) {
+            index.mark_document_error(mark(why)).await?;
+            return Ok(Outcome::Marked);
+        }
+        let (kb, path) = (def.name.clone(), rel.to_owned());
+        let built = tokio::task::spawn_blocking(move || {
+            let text = std::str::from_utf8(&bytes).expect("checked by unindexable");
+            document_request(&kb, &path, text, mtime, bytes.len() as u64, content_hash(&bytes))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("parsing panicked: {e}")))?;
+        let (req, note) = match built {
+            Ok(r) => r,
+            Err(e) => {
+                index.mark_document_error(mark(format!("cannot parse: {e}"))).await?;
+                return Ok(Outcome::Marked);
+            }
+        };
+        let reply = index.upsert_document(req).await?.into_inner();
+        if let Some(rt) = self.runtime(&def.name) {
+            rt.note(rel, note);
+        }
+        if reply.added > 0 {
+            self.embed_wake.notify_one();
+        }
+        Ok(Outcome::Indexed { added: reply.added })
+    }
+}
+
+/// A held per-path lock; the map entry goes when nobody else waits on it.
+struct PathGuard<'a> {
+    indexer: &'a Indexer,
+    key: PathKey,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for PathGuard<'_> {
+    fn drop(&mut self) {
+        let mut locks = self.indexer.locks.lock().expect("path locks");
+        // Held by the map, this guard's `lock`, and the owned guard: nobody else.
+        if Arc::strong_count(&self.lock) <= 3 {
+            locks.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(rel: &str, mtime_ms: i64, size: u64) -> walk::FileEntry {
+        walk::FileEntry { rel_path: rel.into(), abs_path: PathBuf::from("/kb").join(rel), size, mtime_ms }
+    }
+
+    fn doc(path: &str, mtime_ms: i64, size: u64, error: &str) -> DocumentMeta {
+        DocumentMeta {
+            kb: "kb".into(),
+            path: path.into(),
+            mtime_ms,
+            size,
+            error: error.into(),
+            ..DocumentMeta::default()
+        }
+    }
+
+    #[test]
+    fn the_plan_reads_changed_files_and_deletes_vanished_ones() {
+        let files = vec![
+            file("same.md", 10, 5),
+            file("touched.md", 11, 5),
+            file("grown.md", 10, 6),
+            file("new.md", 1, 1),
+            file("bin.md", 3, 3),
+        ];
+        let stored = vec![
+            doc("same.md", 10, 5, ""),
+            doc("touched.md", 10, 5, ""),
+            doc("grown.md", 10, 5, ""),
+            doc("gone.md", 1, 1, ""),
+            doc("bin.md", 3, 3, "binary"),
+            doc("a/old.md", 1, 1, ""),
+        ];
+        let p = plan(files, &stored);
+        let index: Vec<&str> = p.index.iter().map(|f| f.rel_path.as_str()).collect();
+        assert_eq!(index, ["touched.md", "grown.md", "new.md"]);
+        assert_eq!(p.delete, ["a/old.md", "gone.md"]);
+        assert_eq!(p.unchanged, 2, "same.md and the binary file with the same mtime and size");
+        // Nothing stored: everything is read; nothing on disk: everything goes.
+        assert_eq!(plan(vec![file("a.md", 1, 1)], &[]).index.len(), 1);
+        assert_eq!(plan(vec![], &stored).delete.len(), stored.len());
+    }
+
+    #[test]
+    fn binary_invalid_utf8_and_oversized_files_are_named() {
+        assert_eq!(unindexable(b"# fine\n", 100), None);
+        assert_eq!(unindexable(b"PK\x03\x04\x00\x00", 100).as_deref(), Some("binary"));
+        assert_eq!(unindexable(b"caf\xe9\n", 100).as_deref(), Some("not UTF-8 (invalid byte at offset 3)"));
+        assert_eq!(
+            unindexable(&[b'a'; 101], 100).as_deref(),
+            Some("larger than the 100-byte limit (retrieval.max_file_bytes)")
+        );
+        assert_eq!(too_large(16 * 1024 * 1024), "larger than the 16 MiB limit (retrieval.max_file_bytes)");
+        assert_eq!(unindexable("中文笔记".as_bytes(), 100), None);
+    }
+
+    #[test]
+    fn relative_paths_stay_inside_the_root() {
+        let root = Path::new("/kb");
+        assert_eq!(relative(root, Path::new("/kb/a/b.md")).as_deref(), Some("a/b.md"));
+        assert_eq!(relative(root, Path::new("/kb")), None);
+        assert_eq!(relative(root, Path::new("/kb/../etc/passwd")), None);
+        assert_eq!(relative(root, Path::new("/other/a.md")), None);
+    }
+
+    #[test]
+    fn a_document_request_carries_chunks_and_normalized_fields() {
+        let text = "---\ntitle: Notes\ntags: [a, b]\n---\n# 标题\n\n内存数据库 and running tests\n";
+        let (r, note) =
+            document_request("kb", "x/y.md", text, 5, text.len() as u64, content_hash(text.as_bytes())).unwrap();
+        assert_eq!(note, None);
+        assert_eq!((r.kb.as_str(), r.path.as_str(), r.mtime_ms), ("kb", "x/y.md", 5));
+        assert_eq!(r.title, "Notes");
+        assert_eq!(r.tags, ["a", "b"]);
+        assert!(!r.chunks.is_empty());
+        let body: String = r.chunks.iter().map(|c| c.index_body.clone()).collect::<Vec<_>>().join(" ");
+        assert!(body.contains("内存"), "CJK bigrams in the keyword body: {body}");
+        assert!(!body.contains("tags"), "front matter is not prose: {body}");
+        assert_eq!(r.hash.len(), 64);
+        // A malformed front matter: the note is still indexed (its body), and the problem said.
+        let bad = "---\ntags: [unclosed\n---\n# Body\n\nstill searchable\n";
+        let (r, note) = document_request("kb", "b.md", bad, 5, bad.len() as u64, content_hash(bad.as_bytes())).unwrap();
+        assert!(note.is_some_and(|n| n.starts_with("front matter ignored")));
+        let body: String = r.chunks.iter().map(|c| c.index_body.clone()).collect();
+        assert!(body.contains("searchable") && !body.contains("unclosed"), "{body}");
+    }
+}

@@ -1,0 +1,503 @@
+//! Memory: one fact per markdown file, `COFFER_HOME/memory/<id>.md`, with front matter `id`,
+//! `created` (RFC 3339), `tags` and `source`, and the fact's text as the body. Ids are ULIDs made
+//! here (sortable by creation time).
+//!
+//! `remember` writes the file atomically (a hidden temp file in the same folder, written,
+//! fsynced, renamed over the final name, then the folder fsynced: a crash leaves either no file
+//! or the whole file, and the temp name never matches `*.md`), indexes it at once (one
+//! `UpsertDocument`, not waiting for the watcher) and answers. An exact duplicate (same text
+//! once whitespace and case are normalized) or a near duplicate (token Jaccard ≥
+//! [`NEAR_DUPLICATE`] with one of the best keyword hits in memory) is answered with the
+//! existing fact instead of a new file. The duplicate check and the write happen under one
+//! async mutex, so concurrent `remember`s of different facts each get their file and
+//! concurrent ones of the same fact give one.
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use coffer_proto::retrieval::{Fact, ListFactsReply, RememberReply};
+use coffer_proto::store::{Filters, KeywordQueryRequest, MatchMode};
+use ulid::Ulid;
+
+use crate::error::{Error, Result};
+use crate::indexer::Indexer;
+use crate::skills::{parse_yaml_map, split_front_matter, yaml_text};
+use crate::sources::{MEMORY, Sources};
+use crate::terms;
+
+/// Longest fact text, bytes.
+pub const MAX_TEXT: usize = 16 * 1024;
+/// Most tags on a fact.
+pub const MAX_TAGS: usize = 32;
+/// Longest tag, characters.
+pub const MAX_TAG_CHARS: usize = 64;
+/// Longest `source`, bytes.
+pub const MAX_SOURCE: usize = 256;
+/// Token Jaccard similarity at or above which a fact is a near duplicate.
+pub const NEAR_DUPLICATE: f64 = 0.9;
+/// Keyword hits compared with a new fact.
+const CANDIDATES: u32 = 20;
+/// Default and largest page of `ListFacts`.
+pub const DEFAULT_PAGE: usize = 50;
+/// Largest page of `ListFacts`.
+pub const MAX_PAGE: usize = 500;
+
+/// Checks a fact id: a ULID (26 Crockford base-32 characters), so never a path.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the rule.
+pub fn check_id(id: &str) -> Result<Ulid> {
+    let ok = id.len() == 26 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then(|| Ulid::from_string(id).ok()).flatten().ok_or_else(|| {
+        Error::Invalid(format!(
+            "id {:?} is not a fact id (a 26-character ULID)",
+            id.chars().take(40).collect::<String>()
+        ))
+    })
+}
+
+/// Checks tags: at most [`MAX_TAGS`], each 1-[`MAX_TAG_CHARS`] letters (any script), digits,
+/// `_`, `.` or `-`.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the tag.
+pub fn check_tags(tags: &[String]) -> Result<()> {
+    if tags.len() > MAX_TAGS {
+        return Err(Error::Invalid(format!("tags has {} entries; at most {MAX_TAGS}", tags.len())));
+    }
+    for t in tags {
+        let ok = (1..=MAX_TAG_CHARS).contains(&t.chars().count())
+            && t.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !ok {
+            return Err(Error::Invalid(format!(
+                "tag {:?} must be 1-{MAX_TAG_CHARS} letters, digits, _, . or -",
+                t.chars().take(70).collect::<String>()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whitespace collapsed, lowercased, trimmed: what "the same text" means.
+pub fn normalize(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+}
+
+/// The token set of a text, as the keyword index sees it (CJK as bigrams).
+pub fn tokens(text: &str) -> HashSet<String> {
+    terms::index_text(text).split_whitespace().map(str::to_lowercase).collect()
+}
+
+/// Jaccard similarity of two token sets (1.0 for two empty sets).
+pub fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f64 {
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    let inter = a.intersection(b).count() as f64;
+    let union = a.union(b).count() as f64;
+    inter / union
+}
+
+/// The file text of a fact.
+pub fn render(id: &Ulid, created_ms: i64, text: &str, tags: &[String], source: &str) -> String {
+    // Tags and source are written as JSON strings: valid YAML whatever they hold.
+    let tags = serde_json::to_string(tags).expect("strings serialize");
+    let source = serde_json::to_string(source).expect("strings serialize");
+    let created = coffer_runtime::rfc3339_from_unix_ms(created_ms);
+    format!("---\nid: {id}\ncreated: {created}\ntags: {tags}\nsource: {source}\n---\n{}\n", text.trim_end())
+}
+
+/// Parses a fact file (`path` is where it is; its stem is the id).
+///
+/// # Errors
+/// A message when the stem is not a ULID or the front matter is malformed.
+pub fn parse_fact(path: &Path, text: &str) -> std::result::Result<Fact, String> {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    let id = check_id(stem).map_err(|e| e.to_string())?;
+    let (tags, source, body) = match split_front_matter(text) {
+        Some((yaml, body)) => {
+            let mut tags = Vec::new();
+            let mut source = String::new();
+            for (k, v) in parse_yaml_map(yaml)? {
+                match (k.as_str(), v) {
+                    ("tags", yaml_rust2::Yaml::Array(a)) => tags = a.iter().map(yaml_text).collect(),
+                    ("tags", v) => tags = vec![yaml_text(&v)].into_iter().filter(|t| !t.is_empty()).collect(),
+                    ("source", v) => source = yaml_text(&v),
+                    _ => {}
+                }
+            }
+            (tags, source, body)
+        }
+        None => (Vec::new(), String::new(), text),
+    };
+    Ok(Fact {
+        id: id.to_string(),
+        text: body.trim().to_owned(),
+        tags,
+        source,
+        created_ms: id.timestamp_ms() as i64,
+        path: path.display().to_string(),
+    })
+}
+
+/// Writes `contents` to `dir/name` atomically: a hidden temp file in `dir`, fsynced, renamed to
+/// `name`, and `dir` fsynced. Never leaves a half-written `name`; the temp file is removed when
+/// any step fails.
+///
+/// # Errors
+/// The I/O error, with the path.
+pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf> {
+    let target = dir.join(name);
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
+    let temp = dir.join(format!(".{name}.tmp-{}", hex::encode(suffix)));
+    let io = |what: &str, e| Error::io(format!("{what} {}", temp.display()), e);
+    let result = (|| {
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).open(&temp).map_err(|e| io("creating", e))?;
+        f.write_all(contents).map_err(|e| io("writing", e))?;
+        f.sync_all().map_err(|e| io("syncing", e))?;
+        drop(f);
+        std::fs::rename(&temp, &target).map_err(|e| io("renaming", e))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map(|()| target)
+}
+
+/// Removes temp files a crash left in `dir` (names `.<x>.tmp-<hex>`). Returns how many.
+pub fn sweep_temp_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with('.') && n.contains(".tmp-")))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// Memory: facts on disk, indexed in the `memory` KB.
+pub struct Memory {
+    sources: Arc<Sources>,
+    indexer: Arc<Indexer>,
+    write: tokio::sync::Mutex<()>,
+}
+
+impl Memory {
+    /// Memory over `sources`' memory folder.
+    pub fn new(sources: Arc<Sources>, indexer: Arc<Indexer>) -> Self {
+        Self { sources, indexer, write: tokio::sync::Mutex::new(()) }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.sources.memory_root()
+    }
+
+    /// Reads fact `id` from its file.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad id, [`Error::NotFound`] when there is no such file.
+    pub fn get(&self, id: &str) -> Result<Fact> {
+        check_id(id)?;
+        let path = self.dir().join(format!("{id}.md"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!("no fact {id:?}")));
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        parse_fact(&path, &text).map_err(|e| Error::Internal(format!("fact {id} is malformed: {e}")))
+    }
+
+    /// Facts newest first, `tags` all present, after cursor `after` (an id), at most `limit`
+    /// (0 = [`DEFAULT_PAGE`]).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad cursor, limit or tag.
+    pub fn list(&self, limit: u32, after: &str, tags: &[String]) -> Result<ListFactsReply> {
+        check_tags(tags)?;
+        let limit = match limit as usize {
+            0 => DEFAULT_PAGE,
+            n if n > MAX_PAGE => return Err(Error::Invalid(format!("limit must be at most {MAX_PAGE}"))),
+            n => n,
+        };
+        if !after.is_empty() {
+            check_id(after)?;
+        }
+        let mut ids: Vec<String> = std::fs::read_dir(self.dir())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".md")).map(str::to_owned))
+                    .filter(|stem| check_id(stem).is_ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let mut facts = Vec::new();
+        let mut next_cursor = String::new();
+        for id in ids.into_iter().filter(|id| after.is_empty() || id.as_str() < after) {
+            let Ok(fact) = self.get(&id) else { continue };
+            if !tags.iter().all(|t| fact.tags.contains(t)) {
+                continue;
+            }
+            if facts.len() == limit {
+                next_cursor = facts.last().map(|f: &Fact| f.id.clone()).unwrap_or_default();
+                break;
+            }
+            facts.push(fact);
+        }
+        Ok(ListFactsReply { facts, next_cursor })
+    }
+
+    /// The existing fact that `text` duplicates, with the similarity, if any.
+    async fn duplicate_of(&self, text: &str) -> Result<Option<(Fact, f64)>> {
+        let wanted = normalize(text);
+        let mine = tokens(text);
+        let terms: Vec<String> = terms::query_terms(text).into_iter().take(terms::MAX_TERMS).collect();
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        let mut index = self.sources.index();
+        let filters = Filters { kb: vec![MEMORY.into()], ..Filters::default() };
+        let mut seen = HashSet::new();
+        let mut best: Option<(Fact, f64)> = None;
+        for mode in [MatchMode::All, MatchMode::Any] {
+            let req = KeywordQueryRequest {
+                terms: terms.clone(),
+                mode: mode as i32,
+                filters: Some(filters.clone()),
+                limit: CANDIDATES,
+            };
+            let hits = index.keyword_query(req).await?.into_inner().hits;
+            for hit in hits {
+                let Some(chunk) = hit.chunk else { continue };
+                if !seen.insert(chunk.path.clone()) {
+                    continue;
+                }
+                let Some(id) = chunk.path.strip_suffix(".md") else { continue };
+                let Ok(fact) = self.get(id) else { continue };
+                let similarity =
+                    if normalize(&fact.text) == wanted { 1.0 } else { jaccard(&mine, &tokens(&fact.text)) };
+                if similarity >= NEAR_DUPLICATE && best.as_ref().is_none_or(|(_, s)| similarity > *s) {
+                    best = Some((fact, similarity));
+                }
+            }
+            if best.as_ref().is_some_and(|(_, s)| *s >= 1.0) {
+                break;
+            }
+        }
+        Ok(best)
+    }
+
+    /// Remembers a fact (see the module docs).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an empty or over-long text, bad tags or source; file and store
+    /// errors (then no file is left behind).
+    pub async fn remember(&self, text: &str, tags: Vec<String>, source: &str) -> Result<RememberReply> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Error::Invalid("text is empty".into()));
+        }
+        if text.len() > MAX_TEXT {
+            return Err(Error::Invalid(format!("text is {} bytes; at most {MAX_TEXT}", text.len())));
+        }
+        check_tags(&tags)?;
+        if source.len() > MAX_SOURCE || source.chars().any(char::is_control) {
+            return Err(Error::Invalid(format!(
+                "source must be at most {MAX_SOURCE} bytes without control characters"
+            )));
+        }
+        let _one_at_a_time = self.write.lock().await;
+        if let Some((fact, similarity)) = self.duplicate_of(text).await? {
+            return Ok(RememberReply { fact: Some(fact), created: false, similarity });
+        }
+        let created_ms = crate::indexer::now_ms();
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
+        let id = Ulid::from_parts(created_ms as u64, u128::from_le_bytes(random));
+        let dir = self.dir();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let name = format!("{id}.md");
+        let path = write_atomic(&dir, &name, render(&id, created_ms, text, &tags, source).as_bytes())?;
+        let def = self.sources.require(MEMORY)?;
+        if let Err(e) = self.indexer.index_path(&def, &name).await {
+            // Not indexed means not remembered as far as recall goes: take the file back.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let fact = Fact {
+            id: id.to_string(),
+            text: text.to_owned(),
+            tags,
+            source: source.to_owned(),
+            created_ms,
+            path: path.display().to_string(),
+        };
+        Ok(RememberReply { fact: Some(fact), created: true, similarity: 0.0 })
+    }
+
+    /// Forgets fact `id`: its file and its index entries.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad id, [`Error::NotFound`] when there is no such fact.
+    pub async fn forget(&self, id: &str) -> Result<u64> {
+        check_id(id)?;
+        let _one_at_a_time = self.write.lock().await;
+        let name = format!("{id}.md");
+        let path = self.dir().join(&name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!("no fact {id:?}")));
+            }
+            Err(e) => return Err(Error::io(format!("removing {}", path.display()), e)),
+        }
+        let _ = std::fs::File::open(self.dir()).and_then(|d| d.sync_all());
+        let def = self.sources.require(MEMORY)?;
+        self.indexer.index_path(&def, &name).await?;
+        Ok(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_ulids_and_nothing_else() {
+        let id = Ulid::from_parts(1_700_000_000_000, 42).to_string();
+        assert!(check_id(&id).is_ok());
+        for bad in [
+            "",
+            "../../etc/passwd",
+            "01ARZ3NDEKTSV4RRFFQ69G5FA/",
+            "01ARZ3NDEKTSV4RRFFQ69G5FA",
+            "..",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAVX",
+            "a/b",
+        ] {
+            let e = check_id(bad).unwrap_err().to_string();
+            assert!(e.contains("not a fact id"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn tags_are_checked() {
+        check_tags(&["work".into(), "项目".into(), "a.b-c_d".into()]).unwrap();
+        for bad in ["", "a b", "a/b", "..x/", &"t".repeat(65)] {
+            assert!(check_tags(&[bad.to_owned()]).is_err(), "{bad:?}");
+        }
+        assert!(check_tags(&vec!["t".to_owned(); 33]).is_err());
+    }
+
+    #[test]
+    fn a_fact_round_trips_through_its_file() {
+        let id = Ulid::from_parts(1_796_031_096_123, 7);
+        let text = render(
+            &id,
+            1_796_031_096_123,
+            "The deploy key is in \"vault\": rotate monthly.\n",
+            &["ops".into(), "密钥".into()],
+            "mcp:claude-code",
+        );
+        assert!(text.starts_with(&format!("---\nid: {id}\ncreated: 2026-11-30T09:31:36.123Z\n")), "{text}");
+        let path = PathBuf::from(format!("/m/{id}.md"));
+        let f = parse_fact(&path, &text).unwrap();
+        assert_eq!(f.id, id.to_string());
+        assert_eq!(f.text, "The deploy key is in \"vault\": rotate monthly.");
+        assert_eq!(f.tags, ["ops", "密钥"]);
+        assert_eq!(f.source, "mcp:claude-code");
+        assert_eq!(f.created_ms, 1_796_031_096_123);
+        assert!(parse_fact(Path::new("/m/notes.md"), &text).is_err(), "the stem must be the id");
+    }
+
+    #[test]
+    fn duplicates_are_measured_on_normalized_tokens() {
+        assert_eq!(normalize("  The  Sky\nis BLUE "), "the sky is blue");
+        let a = tokens("the deploy key rotates every month on the first monday");
+        let b = tokens("The deploy key rotates every month on the first Monday!");
+        assert!((jaccard(&a, &b) - 1.0).abs() < 1e-9);
+        let c = tokens("the deploy key rotates every week");
+        assert!(jaccard(&a, &c) < NEAR_DUPLICATE);
+        assert!(jaccard(&tokens("我喜欢喝咖啡"), &tokens("我喜欢喝茶")) < NEAR_DUPLICATE);
+    }
+
+    /// Memory over a temporary home whose store is nowhere (listing and reading facts never
+    /// call it).
+    fn offline_memory(home: &Path) -> Memory {
+        let token = secrecy::SecretString::from("t".to_owned());
+        let index = coffer_proto::store::index_client::IndexClient::new(
+            coffer_runtime::grpc::channel("127.0.0.1:9", &token).unwrap(),
+        );
+        let sources = Arc::new(Sources::new(coffer_runtime::home::CofferHome::at(home.to_path_buf()), index));
+        let (_tx, rx) = tokio::sync::watch::channel(Arc::new(crate::config::Config::default()));
+        let indexer = Indexer::new(sources.clone(), rx, tokio_util::sync::CancellationToken::new());
+        Memory::new(sources, indexer)
+    }
+
+    #[tokio::test]
+    async fn facts_list_newest_first_by_page_and_tag() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("memory");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..7u64 {
+            let id = Ulid::from_parts(1_700_000_000_000 + i, u128::from(i));
+            let tags: Vec<String> = if i % 2 == 0 { vec!["even".into()] } else { vec![] };
+            write_atomic(&dir, &format!("{id}.md"), render(&id, 0, &format!("fact {i}"), &tags, "t").as_bytes())
+                .unwrap();
+            ids.push(id.to_string());
+        }
+        // Not facts: a note with another name, a temp file, a folder.
+        std::fs::write(dir.join("notes.md"), "hello").unwrap();
+        std::fs::write(dir.join(".x.md.tmp-00"), "half").unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        let m = offline_memory(tmp.path());
+        let page = m.list(3, "", &[]).unwrap();
+        let newest: Vec<&str> = ids.iter().rev().take(3).map(String::as_str).collect();
+        assert_eq!(page.facts.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), newest);
+        assert_eq!(page.next_cursor, newest[2]);
+        let rest = m.list(10, &page.next_cursor, &[]).unwrap();
+        assert_eq!(rest.facts.len(), 4);
+        assert_eq!(rest.next_cursor, "", "the last page has no cursor");
+        let even = m.list(0, "", &["even".into()]).unwrap();
+        assert_eq!(even.facts.len(), 4);
+        assert!(even.facts.iter().all(|f| f.tags == ["even"]));
+        assert_eq!(m.get(&ids[3]).unwrap().text, "fact 3");
+        assert!(matches!(m.get(&Ulid::from_parts(1, 1).to_string()), Err(Error::NotFound(_))));
+        assert!(matches!(m.list(501, "", &[]), Err(Error::Invalid(_))));
+        assert!(matches!(m.list(1, "../x", &[]), Err(Error::Invalid(_))));
+    }
+
+    #[test]
+    fn atomic_writes_leave_no_temp_file_and_a_crash_leaves_no_half_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let p = write_atomic(dir, "a.md", b"whole").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"whole");
+        let names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, ["a.md"], "no temp file left");
+        // Overwriting is all or nothing too.
+        write_atomic(dir, "a.md", b"second").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        // A crash between write and rename: the temp file exists, the fact does not; it is not
+        // a fact, the walker's *.md never matches it, and the sweep at start removes it.
+        std::fs::write(dir.join(".b.md.tmp-0011223344556677"), b"half").unwrap();
+        assert!(!dir.join("b.md").exists());
+        assert!(!".b.md.tmp-0011223344556677".ends_with(".md"));
+        assert_eq!(sweep_temp_files(dir), 1);
+        let names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, ["a.md"]);
+        // A failing write (the folder is gone) leaves nothing behind and says where.
+        let e = write_atomic(&dir.join("absent"), "c.md", b"x").unwrap_err().to_string();
+        assert!(e.contains("absent"), "{e}");
+    }
+}

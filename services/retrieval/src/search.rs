@@ -1,0 +1,517 @@
+//! A search: validation, the three engines run concurrently (each under
+//! `retrieval.engine_timeout_ms`), reciprocal rank fusion ([`crate::fusion`]), snippets.
+//!
+//! - keyword: the store's FTS5 `KeywordQuery` with [`terms::query_terms`] (never user syntax),
+//!   every term first (`MODE_ALL`) and, when that finds nothing, any term (`MODE_ANY`, with a
+//!   warning). A query with no searchable terms (only punctuation or FTS5 operators) gives the
+//!   keyword engine nothing to do, never a syntax error.
+//! - grep: [`grep::search`] over the raw files (always fresh; literal unless `regex`), its hits
+//!   mapped to chunks by the store's `LocateLines`; chunks ranked by how many distinct terms
+//!   matched, then by hit count.
+//! - vector: the query embedded by the configured endpoint, then `VectorQuery` (cosine KNN).
+//!
+//! The reply lists every engine with its state (ok, failed, timeout, disabled), hits and time;
+//! a failed or timed-out engine is also named in `warnings`.
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use coffer_proto::retrieval::{EngineRank, EngineReport, EngineState, SearchFilters, SearchReply, SearchResult};
+use coffer_proto::store::{
+    Chunk, ChunkHit, Filters, KeywordQueryRequest, LineRef, LocateLinesRequest, MatchMode, VectorQueryRequest,
+};
+
+use crate::embedder::Embeddings;
+use crate::error::{Error, Result};
+use crate::fusion::{self, ChunkRef, Ranked};
+use crate::sources::{MEMORY, Sources};
+use crate::{grep, snippet, terms, walk};
+
+/// Longest query, bytes (after trimming).
+pub const MAX_QUERY_BYTES: usize = 8192;
+/// Default and largest number of results.
+pub const DEFAULT_LIMIT: u32 = 8;
+/// Largest number of results.
+pub const MAX_LIMIT: u32 = 50;
+/// Default and largest snippet, characters.
+pub const DEFAULT_SNIPPET: u32 = 240;
+/// Largest snippet, characters.
+pub const MAX_SNIPPET: u32 = 2000;
+/// How many hits each engine contributes to fusion.
+const DEPTH: u32 = 100;
+/// Grep's bounds.
+const GREP_MAX_HITS: usize = 2000;
+const GREP_MAX_PER_FILE: usize = 50;
+/// The engines, in report order.
+pub const ENGINES: [&str; 3] = ["grep", "keyword", "vector"];
+
+/// A validated search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// Trimmed query text.
+    pub text: String,
+    /// KBs to search (resolved: every folder KB when the request named none).
+    pub kbs: Vec<String>,
+    /// Path prefix, tags, modified after.
+    pub path_prefix: String,
+    /// Every one required.
+    pub tags: Vec<String>,
+    /// Unix ms; 0 = any.
+    pub modified_after_ms: i64,
+    /// Engines asked for (subset of [`ENGINES`]).
+    pub engines: Vec<&'static str>,
+    /// Results.
+    pub limit: u32,
+    /// Snippet characters.
+    pub snippet_chars: u32,
+    /// Grep treats the query as a regex.
+    pub regex: bool,
+}
+
+/// Checks the query text: 1..=[`MAX_QUERY_BYTES`] bytes once trimmed.
+///
+/// # Errors
+/// [`Error::Invalid`]: "query is empty", or one naming the limit.
+pub fn check_query(query: &str) -> Result<&str> {
+    let q = query.trim();
+    if q.is_empty() {
+        return Err(Error::Invalid("query is empty".into()));
+    }
+    if q.len() > MAX_QUERY_BYTES {
+        return Err(Error::Invalid(format!("query is {} bytes; at most {MAX_QUERY_BYTES}", q.len())));
+    }
+    Ok(q)
+}
+
+/// Validates a request's fields (everything but the KB names, which [`Searcher`] resolves).
+///
+/// # Errors
+/// [`Error::Invalid`] naming the field and its limit.
+#[allow(clippy::too_many_arguments)]
+pub fn validate(
+    query: &str,
+    filters: Option<&SearchFilters>,
+    engines: &[String],
+    limit: u32,
+    snippet_chars: u32,
+    regex: bool,
+    folder_kbs: &[String],
+) -> Result<Query> {
+    let text = check_query(query)?.to_owned();
+    let f = filters.cloned().unwrap_or_default();
+    let limit = match limit {
+        0 => DEFAULT_LIMIT,
+        n if n > MAX_LIMIT => return Err(Error::Invalid(format!("limit is {n}; at most {MAX_LIMIT}"))),
+        n => n,
+    };
+    let snippet_chars = match snippet_chars {
+        0 => DEFAULT_SNIPPET,
+        n if n > MAX_SNIPPET => return Err(Error::Invalid(format!("snippet_chars is {n}; at most {MAX_SNIPPET}"))),
+        n => n,
+    };
+    let mut asked = Vec::new();
+    for e in engines {
+        match ENGINES.iter().find(|n| **n == e.as_str()) {
+            Some(n) if !asked.contains(n) => asked.push(*n),
+            Some(_) => {}
+            None => {
+                return Err(Error::Invalid(format!(
+                    "engine {:?} is not one of grep, keyword, vector",
+                    e.chars().take(40).collect::<String>()
+                )));
+            }
+        }
+    }
+    if asked.is_empty() {
+        asked = ENGINES.to_vec();
+    }
+    if f.path_prefix.len() > 1024 || f.path_prefix.contains('\0') {
+        return Err(Error::Invalid("path_prefix must be at most 1024 bytes".into()));
+    }
+    crate::memory::check_tags(&f.tags)?;
+    if regex {
+        grep_regex::RegexMatcherBuilder::new()
+            .build(&text)
+            .map(drop)
+            .map_err(|e| Error::Invalid(format!("query is not a valid regex: {e}")))?;
+    }
+    let kbs = if f.kb.is_empty() { folder_kbs.to_vec() } else { f.kb.clone() };
+    Ok(Query {
+        text,
+        kbs,
+        path_prefix: f.path_prefix,
+        tags: f.tags,
+        modified_after_ms: f.modified_after_ms,
+        engines: asked,
+        limit,
+        snippet_chars,
+        regex,
+    })
+}
+
+/// What one engine produced.
+struct EngineRun {
+    name: &'static str,
+    state: EngineState,
+    message: String,
+    took: Duration,
+    hits: Vec<ChunkHit>,
+    warnings: Vec<String>,
+}
+
+impl EngineRun {
+    fn disabled(name: &'static str, why: &str) -> Self {
+        Self {
+            name,
+            state: EngineState::Disabled,
+            message: why.into(),
+            took: Duration::ZERO,
+            hits: vec![],
+            warnings: vec![],
+        }
+    }
+}
+
+/// Runs searches over the KBs of [`Sources`].
+pub struct Searcher {
+    sources: Arc<Sources>,
+    embeddings: Arc<Embeddings>,
+    config: crate::config::ConfigRx,
+}
+
+impl Searcher {
+    /// A searcher.
+    pub fn new(sources: Arc<Sources>, embeddings: Arc<Embeddings>, config: crate::config::ConfigRx) -> Self {
+        Self { sources, embeddings, config }
+    }
+
+    /// Every folder KB's name.
+    pub fn folder_kbs(&self) -> Vec<String> {
+        self.sources.folder_names()
+    }
+
+    /// Runs `q` (validated by [`validate`]); every KB it names must exist.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown KB. Engine failures are not errors: they are in the
+    /// reply.
+    pub async fn search(&self, q: &Query) -> Result<SearchReply> {
+        let started = Instant::now();
+        let mut roots = BTreeMap::new();
+        for kb in &q.kbs {
+            roots.insert(kb.clone(), self.sources.require(kb)?);
+        }
+        let timeout = self.config.borrow().engine_timeout;
+        let filters = Filters {
+            kb: q.kbs.clone(),
+            path_prefix: q.path_prefix.clone(),
+            tags: q.tags.clone(),
+            modified_after_ms: q.modified_after_ms,
+        };
+        let terms: Vec<String> = terms::query_terms(&q.text).into_iter().take(terms::MAX_TERMS).collect();
+        let asked = |n: &str| q.engines.contains(&n);
+        let nothing = q.kbs.is_empty();
+        let grep_run = async {
+            if !asked("grep") {
+                return EngineRun::disabled("grep", "not asked");
+            }
+            if nothing {
+                return EngineRun::disabled("grep", "no knowledge base to search");
+            }
+            timed("grep", timeout, self.grep(q, &roots, &filters, timeout)).await
+        };
+        let keyword_run = async {
+            if !asked("keyword") {
+                return EngineRun::disabled("keyword", "not asked");
+            }
+            if nothing {
+                return EngineRun::disabled("keyword", "no knowledge base to search");
+            }
+            timed("keyword", timeout, self.keyword(&terms, &filters)).await
+        };
+        let vector_run = async {
+            if !asked("vector") {
+                return EngineRun::disabled("vector", "not asked");
+            }
+            if let Some(why) = self.embeddings.unavailable().filter(|_| self.embeddings.ready().is_none()) {
+                return EngineRun::disabled("vector", &why);
+            }
+            if nothing {
+                return EngineRun::disabled("vector", "no knowledge base to search");
+            }
+            timed("vector", timeout, self.vector(&q.text, &filters)).await
+        };
+        let (g, k, v) = tokio::join!(grep_run, keyword_run, vector_run);
+        let runs = [g, k, v];
+
+        let mut chunks: HashMap<i64, Chunk> = HashMap::new();
+        let mut lists = Vec::new();
+        let mut reports = Vec::new();
+        let mut warnings = Vec::new();
+        for run in runs {
+            let ranked: Vec<(ChunkRef, f64)> = run
+                .hits
+                .iter()
+                .filter_map(|h| {
+                    let c = h.chunk.as_ref()?;
+                    Some((
+                        ChunkRef { kb: c.kb.clone(), path: c.path.clone(), line_start: c.line_start, id: c.id },
+                        h.score,
+                    ))
+                })
+                .collect();
+            for h in run.hits {
+                if let Some(c) = h.chunk {
+                    chunks.entry(c.id).or_insert(c);
+                }
+            }
+            match run.state {
+                EngineState::Failed => warnings.push(format!("{} engine failed: {}", run.name, run.message)),
+                EngineState::Timeout => warnings.push(format!("{} engine timed out: {}", run.name, run.message)),
+                _ => {}
+            }
+            warnings.extend(run.warnings);
+            reports.push(EngineReport {
+                engine: run.name.into(),
+                state: run.state as i32,
+                hits: ranked.len() as u32,
+                took_ms: run.took.as_millis() as u32,
+                message: run.message,
+            });
+            lists.push(Ranked { engine: run.name, hits: ranked });
+        }
+        let highlight: Vec<String> = if terms.is_empty() { vec![q.text.clone()] } else { terms.clone() };
+        let results = fusion::fuse(&lists, q.limit as usize)
+            .into_iter()
+            .filter_map(|f| {
+                let c = chunks.get(&f.chunk.id)?;
+                let root = roots.get(&c.kb).map(|k| PathBuf::from(&k.root)).unwrap_or_default();
+                let fact_id = if c.kb == MEMORY {
+                    c.path.strip_suffix(".md").unwrap_or(&c.path).to_owned()
+                } else {
+                    String::new()
+                };
+                Some(SearchResult {
+                    kb: c.kb.clone(),
+                    path: c.path.clone(),
+                    title: c.title.clone(),
+                    heading_path: c.heading_path.clone(),
+                    line_start: c.line_start,
+                    line_end: c.line_end,
+                    snippet: snippet::snippet(&c.text, &highlight, q.snippet_chars as usize),
+                    score: f.score,
+                    ranks: f
+                        .ranks
+                        .into_iter()
+                        .map(|r| EngineRank { engine: r.engine.into(), rank: r.rank, score: r.score })
+                        .collect(),
+                    tags: c.tags.clone(),
+                    modified_ms: c.mtime_ms,
+                    fact_id,
+                    absolute_path: root.join(&c.path).display().to_string(),
+                })
+            })
+            .collect();
+        Ok(SearchReply {
+            results,
+            engines: reports,
+            warnings,
+            took_ms: started.elapsed().as_millis() as u32,
+            fusion: fusion::NAME.into(),
+        })
+    }
+
+    async fn keyword(
+        &self,
+        terms: &[String],
+        filters: &Filters,
+    ) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
+        if terms.is_empty() {
+            return Ok((vec![], vec!["keyword engine: the query has no searchable words".into()]));
+        }
+        let mut index = self.sources.index();
+        let query = |mode: MatchMode| KeywordQueryRequest {
+            terms: terms.to_vec(),
+            mode: mode as i32,
+            filters: Some(filters.clone()),
+            limit: DEPTH,
+        };
+        let all =
+            index.keyword_query(query(MatchMode::All)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
+        if !all.is_empty() || terms.len() == 1 {
+            return Ok((all, vec![]));
+        }
+        let any =
+            index.keyword_query(query(MatchMode::Any)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
+        let warn =
+            if any.is_empty() { vec![] } else { vec!["no result had every term; showing any-term matches".into()] };
+        Ok((any, warn))
+    }
+
+    async fn vector(&self, text: &str, filters: &Filters) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
+        let ready = self.embeddings.ready().ok_or("the embeddings endpoint is not configured")?;
+        let mut v = ready.embedder.embed(&[text.to_owned()]).await.map_err(|e| e.to_string())?;
+        let v = v.pop().ok_or("the embeddings endpoint answered no vector")?;
+        crate::embedder::check_vector(&v, ready.dimension)?;
+        let hits = self
+            .sources
+            .index()
+            .vector_query(VectorQueryRequest { embedding: v, filters: Some(filters.clone()), limit: DEPTH })
+            .await
+            .map_err(|e| e.message().to_owned())?
+            .into_inner()
+            .hits;
+        Ok((hits, vec![]))
+    }
+
+    async fn grep(
+        &self,
+        q: &Query,
+        roots: &BTreeMap<String, coffer_proto::store::KnowledgeBase>,
+        filters: &Filters,
+        timeout: Duration,
+    ) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
+        let grep_roots: Vec<grep::GrepRoot> = roots
+            .values()
+            .map(|k| grep::GrepRoot {
+                kb: k.name.clone(),
+                spec: walk::WalkSpec {
+                    root: PathBuf::from(&k.root),
+                    include: k.include.clone(),
+                    exclude: k.exclude.clone(),
+                },
+            })
+            .collect();
+        let gq = grep::GrepQuery {
+            query: q.text.clone(),
+            regex: q.regex,
+            max_hits: GREP_MAX_HITS,
+            max_per_file: GREP_MAX_PER_FILE,
+            deadline: Some(Instant::now() + timeout),
+        };
+        let prefix = q.path_prefix.clone();
+        let outcome = tokio::task::spawn_blocking(move || grep::search(&grep_roots, &gq))
+            .await
+            .map_err(|e| format!("grep panicked: {e}"))?
+            .map_err(|e| e.to_string())?;
+        let mut warnings = Vec::new();
+        if outcome.timed_out {
+            warnings.push("grep engine: stopped at its deadline; results are partial".into());
+        }
+        // Terms matched per (kb, path, line), for ranking once lines are chunks.
+        let mut matched: HashMap<(String, String, u32), Vec<String>> = HashMap::new();
+        let mut lines = Vec::new();
+        for h in outcome.hits.into_iter().filter(|h| h.rel_path.starts_with(&prefix)) {
+            lines.push(LineRef { kb: h.kb.clone(), path: h.rel_path.clone(), line: h.line });
+            matched.insert((h.kb, h.rel_path, h.line), h.matched_terms);
+        }
+        if lines.is_empty() {
+            return Ok((vec![], warnings));
+        }
+        let located = self
+            .sources
+            .index()
+            .locate_lines(LocateLinesRequest { lines, filters: Some(filters.clone()) })
+            .await
+            .map_err(|e| e.message().to_owned())?
+            .into_inner()
+            .hits;
+        let mut ranked: Vec<(usize, usize, ChunkHit)> = located
+            .into_iter()
+            .filter_map(|mut h| {
+                let c = h.chunk.as_ref()?;
+                let mut distinct: Vec<&String> =
+                    h.lines.iter().filter_map(|l| matched.get(&(c.kb.clone(), c.path.clone(), *l))).flatten().collect();
+                distinct.sort();
+                distinct.dedup();
+                let (terms, count) = (distinct.len(), h.lines.len());
+                h.score = terms as f64 + count as f64 / 1000.0;
+                Some((terms, count, h))
+            })
+            .collect();
+        ranked.sort_by(|a, b| {
+            (b.0, b.1).cmp(&(a.0, a.1)).then_with(|| {
+                let (ca, cb) = (a.2.chunk.as_ref(), b.2.chunk.as_ref());
+                ca.map(|c| (&c.kb, &c.path, c.line_start)).cmp(&cb.map(|c| (&c.kb, &c.path, c.line_start)))
+            })
+        });
+        Ok((ranked.into_iter().take(DEPTH as usize).map(|(_, _, h)| h).collect(), warnings))
+    }
+}
+
+/// Runs one engine under `timeout`, timing it and turning its outcome into an [`EngineRun`].
+async fn timed<F>(name: &'static str, timeout: Duration, fut: F) -> EngineRun
+where
+    F: std::future::Future<Output = std::result::Result<(Vec<ChunkHit>, Vec<String>), String>>,
+{
+    let started = Instant::now();
+    let r = tokio::time::timeout(timeout, fut).await;
+    let took = started.elapsed();
+    match r {
+        Ok(Ok((hits, warnings))) => {
+            EngineRun { name, state: EngineState::Ok, message: String::new(), took, hits, warnings }
+        }
+        Ok(Err(message)) => {
+            EngineRun { name, state: EngineState::Failed, message, took, hits: vec![], warnings: vec![] }
+        }
+        Err(_) => EngineRun {
+            name,
+            state: EngineState::Timeout,
+            message: format!("no answer within {} ms (retrieval.engine_timeout_ms)", timeout.as_millis()),
+            took,
+            hits: vec![],
+            warnings: vec![],
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(query: &str) -> Result<Query> {
+        validate(query, None, &[], 0, 0, false, &["notes".into()])
+    }
+
+    #[test]
+    fn empty_and_oversized_queries_are_refused_by_name() {
+        for q in ["", "   ", "\n\t"] {
+            assert_eq!(v(q).unwrap_err().to_string(), "query is empty");
+        }
+        let e = v(&"a".repeat(8193)).unwrap_err().to_string();
+        assert_eq!(e, "query is 8193 bytes; at most 8192");
+        let e = v(&"a ".repeat(50_000)).unwrap_err().to_string();
+        assert!(e.contains("at most 8192"), "{e}");
+        assert!(v(&format!("  {}  ", "a".repeat(8192))).is_ok(), "trimmed first");
+    }
+
+    #[test]
+    fn punctuation_and_fts_syntax_are_queries_not_errors() {
+        for q in ["\"", "*", "NEAR(", "AND OR NOT", "^", "-", "(((", "\"unbalanced", "a:b"] {
+            let query = v(q).unwrap_or_else(|e| panic!("{q:?}: {e}"));
+            assert_eq!(query.text, q.trim());
+        }
+    }
+
+    #[test]
+    fn defaults_bounds_and_engine_names() {
+        let q = v("x").unwrap();
+        assert_eq!((q.limit, q.snippet_chars), (DEFAULT_LIMIT, DEFAULT_SNIPPET));
+        assert_eq!(q.engines, ENGINES);
+        assert_eq!(q.kbs, ["notes"], "no KB named: every folder KB");
+        let e = validate("x", None, &[], 51, 0, false, &[]).unwrap_err().to_string();
+        assert_eq!(e, "limit is 51; at most 50");
+        let e = validate("x", None, &[], 0, 2001, false, &[]).unwrap_err().to_string();
+        assert_eq!(e, "snippet_chars is 2001; at most 2000");
+        let e = validate("x", None, &["bm25".into()], 0, 0, false, &[]).unwrap_err().to_string();
+        assert!(e.contains("\"bm25\" is not one of grep, keyword, vector"), "{e}");
+        let q = validate("x", None, &["keyword".into(), "keyword".into()], 0, 0, false, &[]).unwrap();
+        assert_eq!(q.engines, ["keyword"]);
+        let f = SearchFilters { kb: vec!["memory".into()], tags: vec!["a b".into()], ..Default::default() };
+        assert!(validate("x", Some(&f), &[], 0, 0, false, &[]).unwrap_err().to_string().contains("tag"));
+        let e = validate("(unclosed", None, &[], 0, 0, true, &[]).unwrap_err().to_string();
+        assert!(e.starts_with("query is not a valid regex"), "{e}");
+        assert!(validate("(unclosed", None, &[], 0, 0, false, &[]).is_ok(), "literal grep takes anything");
+    }
+}

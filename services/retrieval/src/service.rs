@@ -1,0 +1,233 @@
+//! The `coffer.retrieval.v1.Retrieval` service: each RPC validated here (messages name the field
+//! and its limit) and handed to the module that does the work; errors become `Status` once
+//! ([`crate::error`]).
+use std::sync::Arc;
+
+use coffer_proto::retrieval::retrieval_server::Retrieval;
+use coffer_proto::retrieval::{
+    AddKnowledgeBaseRequest, EngineConfig, Fact, FactId, FileError, KnowledgeBaseInfo, KnowledgeBaseName,
+    ListFactsReply, ListFactsRequest, ListKnowledgeBasesReply, ListKnowledgeBasesRequest, ListSkillsReply,
+    ListSkillsRequest, RecallRequest, ReindexReply, ReindexRequest, RememberReply, RememberRequest, RemoveReply,
+    SearchFilters, SearchReply, SearchRequest, Skill, SkillName, StatusReply, StatusRequest,
+};
+use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseStats, StatsRequest};
+use tonic::{Request, Response, Status};
+
+use crate::embedder::Embeddings;
+use crate::error::{Error, Result};
+use crate::indexer::Indexer;
+use crate::memory::Memory;
+use crate::search::{self, Searcher};
+use crate::sources::{MEMORY, Sources};
+
+/// Most file errors listed per KB.
+const MAX_ERRORS: usize = 200;
+
+/// The service's state: what each RPC reaches.
+pub struct RetrievalService {
+    /// KB definitions.
+    pub sources: Arc<Sources>,
+    /// Passes, watchers, per-file updates.
+    pub indexer: Arc<Indexer>,
+    /// Facts.
+    pub memory: Arc<Memory>,
+    /// Searches.
+    pub searcher: Arc<Searcher>,
+    /// The vector engine's worker.
+    pub embeddings: Arc<Embeddings>,
+}
+
+type Reply<T> = std::result::Result<Response<T>, Status>;
+
+fn ok<T>(r: Result<T>) -> Reply<T> {
+    r.map(Response::new).map_err(Status::from)
+}
+
+impl RetrievalService {
+    fn engines(&self) -> Vec<EngineConfig> {
+        vec![
+            EngineConfig { name: "grep".into(), enabled: true, detail: "regex or literal search of the files".into() },
+            EngineConfig {
+                name: "keyword".into(),
+                enabled: true,
+                detail: "FTS5 bm25, CJK bigrams, porter stemming".into(),
+            },
+            self.embeddings.engine(),
+        ]
+    }
+
+    fn info(&self, def: &KnowledgeBase, stats: Option<&KnowledgeBaseStats>) -> KnowledgeBaseInfo {
+        let rt = self.indexer.runtime(&def.name);
+        let mut errors: Vec<FileError> = stats
+            .map(|s| s.errors.iter().map(|d| FileError { path: d.path.clone(), error: d.error.clone() }).collect())
+            .unwrap_or_default();
+        if let Some(rt) = &rt {
+            errors.extend(rt.walk_issues());
+        }
+        errors.sort_by(|a, b| a.path.cmp(&b.path));
+        errors.truncate(MAX_ERRORS);
+        let embedded = stats.map_or(0, |s| s.embedded);
+        let chunks = stats.map_or(0, |s| s.chunks);
+        let vectors_on = self.embeddings.ready().is_some();
+        KnowledgeBaseInfo {
+            name: def.name.clone(),
+            kind: if def.kind == KnowledgeBaseKind::Memory as i32 { "memory" } else { "folder" }.into(),
+            root: def.root.clone(),
+            include: def.include.clone(),
+            exclude: def.exclude.clone(),
+            created_ms: def.created_ms,
+            documents: stats.map_or(0, |s| s.documents),
+            chunks,
+            embedded,
+            last_sync_ms: rt.as_ref().map_or(0, |r| r.last_sync_ms()).max(stats.map_or(0, |s| s.last_indexed_ms)),
+            pending: rt.as_ref().map_or(0, |r| r.pending()),
+            pending_embeddings: if vectors_on { chunks.saturating_sub(embedded) } else { 0 },
+            errors,
+            progress: rt.as_ref().map(|r| r.progress()),
+            watching: rt.as_ref().is_some_and(|r| r.watching()),
+        }
+    }
+
+    async fn infos(&self, defs: Vec<KnowledgeBase>) -> Result<Vec<KnowledgeBaseInfo>> {
+        let stats = self.sources.index().stats(StatsRequest { kb: String::new() }).await?.into_inner().knowledge_bases;
+        Ok(defs.iter().map(|d| self.info(d, stats.iter().find(|s| s.kb == d.name))).collect())
+    }
+
+    async fn one(&self, name: &str) -> Result<KnowledgeBaseInfo> {
+        let def = self.sources.require(name)?;
+        let stats = self.sources.index().stats(StatsRequest { kb: name.into() }).await?.into_inner().knowledge_bases;
+        Ok(self.info(&def, stats.iter().find(|s| s.kb == name)))
+    }
+
+    async fn search_req(&self, r: SearchRequest) -> Result<SearchReply> {
+        let q = search::validate(
+            &r.query,
+            r.filters.as_ref(),
+            &r.engines,
+            r.limit,
+            r.snippet_chars,
+            r.regex,
+            &self.searcher.folder_kbs(),
+        )?;
+        for kb in &q.kbs {
+            crate::sources::check_name(kb).map_err(|e| Error::Invalid(format!("filters.kb: {e}")))?;
+        }
+        self.searcher.search(&q).await
+    }
+}
+
+#[tonic::async_trait]
+impl Retrieval for RetrievalService {
+    async fn add_knowledge_base(&self, req: Request<AddKnowledgeBaseRequest>) -> Reply<KnowledgeBaseInfo> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(async {
+            let def = self.sources.add(&r.name, &r.path, r.include, r.exclude).await?;
+            self.indexer.start_kb(&def.name);
+            Ok(self.info(&def, None))
+        }
+        .await)
+    }
+
+    async fn list_knowledge_bases(&self, _req: Request<ListKnowledgeBasesRequest>) -> Reply<ListKnowledgeBasesReply> {
+        self.sources.ready()?;
+        ok(self.infos(self.sources.all()).await.map(|knowledge_bases| ListKnowledgeBasesReply { knowledge_bases }))
+    }
+
+    async fn get_knowledge_base(&self, req: Request<KnowledgeBaseName>) -> Reply<KnowledgeBaseInfo> {
+        self.sources.ready()?;
+        ok(self.one(&req.into_inner().name).await)
+    }
+
+    async fn remove_knowledge_base(&self, req: Request<KnowledgeBaseName>) -> Reply<RemoveReply> {
+        self.sources.ready()?;
+        let name = req.into_inner().name;
+        ok(async {
+            let removed = self.sources.remove(&name).await?;
+            self.indexer.stop_kb(&name);
+            Ok(RemoveReply { removed })
+        }
+        .await)
+    }
+
+    async fn reindex(&self, req: Request<ReindexRequest>) -> Reply<ReindexReply> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(async {
+            let defs = if r.kb.is_empty() { self.sources.all() } else { vec![self.sources.require(&r.kb)?] };
+            for d in &defs {
+                if !self.indexer.reindex(&d.name, r.clean) {
+                    self.indexer.start_kb(&d.name);
+                    self.indexer.reindex(&d.name, r.clean);
+                }
+            }
+            Ok(ReindexReply { knowledge_bases: self.infos(defs).await? })
+        }
+        .await)
+    }
+
+    async fn status(&self, _req: Request<StatusRequest>) -> Reply<StatusReply> {
+        self.sources.ready()?;
+        ok(async {
+            Ok(StatusReply { knowledge_bases: self.infos(self.sources.all()).await?, engines: self.engines() })
+        }
+        .await)
+    }
+
+    async fn search(&self, req: Request<SearchRequest>) -> Reply<SearchReply> {
+        self.sources.ready()?;
+        ok(self.search_req(req.into_inner()).await)
+    }
+
+    async fn remember(&self, req: Request<RememberRequest>) -> Reply<RememberReply> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(self.memory.remember(&r.text, r.tags, &r.source).await)
+    }
+
+    async fn recall(&self, req: Request<RecallRequest>) -> Reply<SearchReply> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        let search = SearchRequest {
+            query: r.query,
+            filters: Some(SearchFilters { kb: vec![MEMORY.into()], tags: r.tags, ..SearchFilters::default() }),
+            engines: vec![],
+            limit: r.limit,
+            snippet_chars: r.snippet_chars,
+            regex: false,
+        };
+        ok(self.search_req(search).await)
+    }
+
+    async fn list_facts(&self, req: Request<ListFactsRequest>) -> Reply<ListFactsReply> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(self.memory.list(r.limit, &r.after, &r.tags))
+    }
+
+    async fn get_fact(&self, req: Request<FactId>) -> Reply<Fact> {
+        self.sources.ready()?;
+        ok(self.memory.get(&req.into_inner().id))
+    }
+
+    async fn forget(&self, req: Request<FactId>) -> Reply<RemoveReply> {
+        self.sources.ready()?;
+        ok(self.memory.forget(&req.into_inner().id).await.map(|removed| RemoveReply { removed }))
+    }
+
+    async fn list_skills(&self, _req: Request<ListSkillsRequest>) -> Reply<ListSkillsReply> {
+        let dir = self.sources.home().root().join("skills");
+        ok(tokio::task::spawn_blocking(move || crate::skills::list(&dir))
+            .await
+            .map_err(|e| Error::Internal(format!("listing skills panicked: {e}"))))
+    }
+
+    async fn load_skill(&self, req: Request<SkillName>) -> Reply<Skill> {
+        let dir = self.sources.home().root().join("skills");
+        let name = req.into_inner().name;
+        ok(tokio::task::spawn_blocking(move || crate::skills::load(&dir, &name))
+            .await
+            .map_err(|e| Error::Internal(format!("loading a skill panicked: {e}")))
+            .and_then(|r| r))
+    }
+}

@@ -1,0 +1,323 @@
+//! Knowledge bases' definitions: names, roots, globs. Kept by the store's Index service (the one
+//! non-derived thing there: what the user added), cached here; this module validates what a
+//! user asks for and resolves the folder a KB indexes.
+//!
+//! Rules (`proto/retrieval.proto`): a name matches `^[a-z0-9][a-z0-9_-]{0,63}$` and is not
+//! `memory`; an empty path means `COFFER_HOME/knowledge/<name>/` (created); a given path is
+//! absolute, exists, is a directory, and is canonicalized (symlinks resolved), and it may not be
+//! inside `COFFER_HOME` except under `knowledge/` (Coffer's own files are not notes).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use coffer_proto::store::index_client::IndexClient;
+use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseRef, ListKnowledgeBasesRequest};
+use coffer_runtime::grpc::AuthChannel;
+use coffer_runtime::home::CofferHome;
+
+use crate::error::{Error, Result};
+
+/// The store's Index client.
+pub type Index = IndexClient<AuthChannel>;
+
+/// The memory KB's name.
+pub const MEMORY: &str = "memory";
+
+/// Longest KB name.
+pub const MAX_NAME: usize = 64;
+
+/// Checks a KB name given by a user (`^[a-z0-9][a-z0-9_-]{0,63}$`).
+///
+/// # Errors
+/// [`Error::Invalid`] naming the rule.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = name.chars().take(70).collect();
+        Err(Error::Invalid(format!(
+            "name {shown:?} must be 1-{MAX_NAME} characters of a-z, 0-9, _ and -, starting with a letter or digit"
+        )))
+    }
+}
+
+/// Resolves the root of a new folder KB `name`: `path` empty → `<home>/knowledge/<name>`
+/// (created); otherwise `path`, canonicalized, which must be an existing directory outside
+/// `COFFER_HOME` or under its `knowledge/`.
+///
+/// # Errors
+/// [`Error::Invalid`] for a relative path, a path that does not exist or is not a directory, or
+/// one inside `COFFER_HOME`; [`Error::Io`] when the default folder cannot be created.
+pub fn resolve_root(home: &CofferHome, name: &str, path: &str) -> Result<PathBuf> {
+    let home_root = home.root().canonicalize().unwrap_or_else(|_| home.root().to_path_buf());
+    let knowledge = home_root.join("knowledge");
+    if path.is_empty() {
+        let dir = knowledge.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        return dir.canonicalize().map_err(|e| Error::io(format!("resolving {}", dir.display()), e));
+    }
+    let given = Path::new(path);
+    if !given.is_absolute() {
+        return Err(Error::Invalid(format!("path {path:?} must be absolute")));
+    }
+    let canonical = given.canonicalize().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Invalid(format!("path {path:?} does not exist")),
+        _ => Error::Invalid(format!("path {path:?} cannot be resolved: {e}")),
+    })?;
+    if !canonical.is_dir() {
+        return Err(Error::Invalid(format!("path {path:?} is not a directory")));
+    }
+    if canonical.starts_with(&home_root) && !(canonical.starts_with(&knowledge) && canonical != knowledge) {
+        return Err(Error::Invalid(format!(
+            "path {path:?} is inside COFFER_HOME ({}); only folders under its knowledge/ may be knowledge bases",
+            home_root.display()
+        )));
+    }
+    Ok(canonical)
+}
+
+/// The KB definitions, as the store holds them, cached (retrieval is their only writer).
+pub struct Sources {
+    home: CofferHome,
+    index: Index,
+    cache: RwLock<BTreeMap<String, KnowledgeBase>>,
+    loaded: std::sync::atomic::AtomicBool,
+}
+
+impl Sources {
+    /// Sources for `home`, empty until [`Sources::load`].
+    pub fn new(home: CofferHome, index: Index) -> Self {
+        Self { home, index, cache: RwLock::new(BTreeMap::new()), loaded: false.into() }
+    }
+
+    /// `COFFER_HOME`.
+    pub fn home(&self) -> &CofferHome {
+        &self.home
+    }
+
+    /// `COFFER_HOME/memory`.
+    pub fn memory_root(&self) -> PathBuf {
+        self.home.root().join(MEMORY)
+    }
+
+    /// The store's Index client.
+    pub fn index(&self) -> Index {
+        self.index.clone()
+    }
+
+    /// Reads the definitions from the store and makes sure the memory KB exists (its folder
+    /// created, its definition written).
+    ///
+    /// # Errors
+    /// The store's errors (it may not be ready yet: the caller retries).
+    pub async fn load(&self) -> Result<()> {
+        let memory = self.memory_root();
+        std::fs::create_dir_all(&memory).map_err(|e| Error::io(format!("creating {}", memory.display()), e))?;
+        let memory = memory.canonicalize().map_err(|e| Error::io(format!("resolving {}", memory.display()), e))?;
+        let mut list = self.index.clone().list_knowledge_bases(ListKnowledgeBasesRequest {}).await?.into_inner();
+        let root = memory.display().to_string();
+        match list.knowledge_bases.iter().find(|k| k.name == MEMORY) {
+            Some(k) if k.root == root => {}
+            found => {
+                // A memory KB at another root (COFFER_HOME moved): define it afresh.
+                if found.is_some() {
+                    self.index.clone().delete_knowledge_base(KnowledgeBaseRef { name: MEMORY.into() }).await?;
+                }
+                let def = KnowledgeBase {
+                    name: MEMORY.into(),
+                    kind: KnowledgeBaseKind::Memory as i32,
+                    root,
+                    include: vec!["*.md".into()],
+                    exclude: vec![],
+                    created_ms: 0,
+                };
+                let created = match self.index.clone().create_knowledge_base(def).await {
+                    Ok(r) => r.into_inner(),
+                    Err(s) if s.code() == tonic::Code::AlreadyExists => self
+                        .index
+                        .clone()
+                        .get_knowledge_base(KnowledgeBaseRef { name: MEMORY.into() })
+                        .await?
+                        .into_inner(),
+                    Err(s) => return Err(s.into()),
+                };
+                list.knowledge_bases.retain(|k| k.name != MEMORY);
+                list.knowledge_bases.push(created);
+            }
+        }
+        let mut cache = self.cache.write().expect("sources lock");
+        *cache = list.knowledge_bases.into_iter().map(|k| (k.name.clone(), k)).collect();
+        self.loaded.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether [`Sources::load`] has succeeded.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] until it has.
+    pub fn ready(&self) -> Result<()> {
+        if self.loaded.load(std::sync::atomic::Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(Error::Unavailable("coffer-retrieval is starting: the store has not answered yet".into()))
+        }
+    }
+
+    /// Every KB, sorted by name.
+    pub fn all(&self) -> Vec<KnowledgeBase> {
+        self.cache.read().expect("sources lock").values().cloned().collect()
+    }
+
+    /// KB `name`, if defined.
+    pub fn get(&self, name: &str) -> Option<KnowledgeBase> {
+        self.cache.read().expect("sources lock").get(name).cloned()
+    }
+
+    /// KB `name`.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] naming it.
+    pub fn require(&self, name: &str) -> Result<KnowledgeBase> {
+        self.get(name).ok_or_else(|| Error::NotFound(format!("no knowledge base {name:?}")))
+    }
+
+    /// The folder KBs' names (every KB but memory).
+    pub fn folder_names(&self) -> Vec<String> {
+        self.cache
+            .read()
+            .expect("sources lock")
+            .values()
+            .filter(|k| k.kind != KnowledgeBaseKind::Memory as i32)
+            .map(|k| k.name.clone())
+            .collect()
+    }
+
+    /// Defines a new folder KB (validated) in the store and the cache.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] (name, path, globs), [`Error::AlreadyExists`], the store's errors.
+    pub async fn add(
+        &self,
+        name: &str,
+        path: &str,
+        include: Vec<String>,
+        exclude: Vec<String>,
+    ) -> Result<KnowledgeBase> {
+        if name == MEMORY {
+            return Err(Error::Invalid("name \"memory\" is reserved for the memory knowledge base".into()));
+        }
+        check_name(name)?;
+        if self.get(name).is_some() {
+            return Err(Error::AlreadyExists(format!("a knowledge base named {name:?} exists")));
+        }
+        for (field, globs) in [("include", &include), ("exclude", &exclude)] {
+            if globs.len() > 64 {
+                return Err(Error::Invalid(format!("{field} has {} globs; at most 64", globs.len())));
+            }
+            if let Some(g) = globs.iter().find(|g| g.is_empty() || g.len() > 512) {
+                return Err(Error::Invalid(format!("{field} glob {g:?} must be 1-512 bytes")));
+            }
+        }
+        let root = resolve_root(&self.home, name, path)?;
+        let spec = crate::walk::WalkSpec { root: root.clone(), include: include.clone(), exclude: exclude.clone() };
+        crate::walk::matcher(&spec).map_err(|e| Error::Invalid(format!("bad glob: {e}")))?;
+        let def = KnowledgeBase {
+            name: name.into(),
+            kind: KnowledgeBaseKind::Folder as i32,
+            root: root.display().to_string(),
+            include,
+            exclude,
+            created_ms: 0,
+        };
+        let created = self.index.clone().create_knowledge_base(def).await.map_err(|s| {
+            if s.code() == tonic::Code::AlreadyExists {
+                Error::AlreadyExists(format!("a knowledge base named {name:?} exists"))
+            } else {
+                Error::Store(s)
+            }
+        })?;
+        let created = created.into_inner();
+        self.cache.write().expect("sources lock").insert(created.name.clone(), created.clone());
+        Ok(created)
+    }
+
+    /// Forgets KB `name` and its indexes (never a file). Returns the store's count of removed
+    /// rows.
+    ///
+    /// # Errors
+    /// [`Error::Precondition`] for memory, [`Error::NotFound`], the store's errors.
+    pub async fn remove(&self, name: &str) -> Result<u64> {
+        if name == MEMORY {
+            return Err(Error::Precondition("the memory knowledge base cannot be removed".into()));
+        }
+        self.require(name)?;
+        let removed = self
+            .index
+            .clone()
+            .delete_knowledge_base(KnowledgeBaseRef { name: name.into() })
+            .await?
+            .into_inner()
+            .removed;
+        self.cache.write().expect("sources lock").remove(name);
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rule() {
+        for ok in ["notes", "a", "0-x_y", &"a".repeat(64)] {
+            check_name(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["", "Notes", "-x", "_x", "a/b", "..", "a.b", "a b", &"a".repeat(65), "笔记"] {
+            let e = check_name(bad).unwrap_err().to_string();
+            assert!(e.contains("1-64 characters"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn roots_are_canonical_existing_folders_outside_coffer_home() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = CofferHome::at(tmp.path().join("home"));
+        std::fs::create_dir_all(home.root().join("logs")).unwrap();
+        // Default: created under knowledge/.
+        let r = resolve_root(&home, "notes", "").unwrap();
+        assert!(r.ends_with("knowledge/notes") && r.is_dir(), "{}", r.display());
+        // An existing folder elsewhere, through a symlink and a `..`.
+        let vault = tmp.path().join("vault");
+        std::fs::create_dir_all(vault.join("sub")).unwrap();
+        let via = vault.join("sub").join("..");
+        assert_eq!(resolve_root(&home, "v", via.to_str().unwrap()).unwrap(), vault.canonicalize().unwrap());
+        std::os::unix::fs::symlink(&vault, tmp.path().join("link")).unwrap();
+        let linked = tmp.path().join("link");
+        assert_eq!(resolve_root(&home, "v", linked.to_str().unwrap()).unwrap(), vault.canonicalize().unwrap());
+        // Refusals.
+        let e = resolve_root(&home, "v", "relative/dir").unwrap_err().to_string();
+        assert!(e.contains("must be absolute"), "{e}");
+        let gone = tmp.path().join("gone");
+        let e = resolve_root(&home, "v", gone.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        std::fs::write(tmp.path().join("file.md"), "x").unwrap();
+        let e = resolve_root(&home, "v", tmp.path().join("file.md").to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        for inside in [home.root().join("logs"), home.root().to_path_buf(), home.root().join("knowledge")] {
+            let e = resolve_root(&home, "v", inside.to_str().unwrap()).unwrap_err().to_string();
+            assert!(e.contains("inside COFFER_HOME"), "{}: {e}", inside.display());
+        }
+        // A symlink outside that points back inside COFFER_HOME is refused too.
+        std::os::unix::fs::symlink(home.root().join("logs"), tmp.path().join("sneaky")).unwrap();
+        let e = resolve_root(&home, "v", tmp.path().join("sneaky").to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("inside COFFER_HOME"), "{e}");
+        // Under knowledge/ is fine.
+        let under = home.root().join("knowledge").join("other");
+        std::fs::create_dir_all(&under).unwrap();
+        assert!(resolve_root(&home, "v", under.to_str().unwrap()).is_ok());
+    }
+}

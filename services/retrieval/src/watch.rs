@@ -1,0 +1,176 @@
+//! The folder watcher of one KB: `notify` (inotify on Linux) on the KB root, recursive; an
+//! editor's burst of events (write, rename over, chmod) becomes one batch of paths
+//! [`DEBOUNCE`] after the last event (at most [`MAX_DELAY`] after the first). The batches go to
+//! the indexer ([`crate::indexer::Indexer::on_paths`]), which decides per path: index, delete,
+//! or rescan.
+//!
+//! Reads are not changes: inotify also reports every `open` (notify watches `IN_OPEN`), of a
+//! file and of a folder being listed, so the indexer's own reads, a grep search and the user's
+//! `cat` would each come back as events — and a rescan, which opens every folder, would trigger
+//! the next rescan forever. Access events other than close-after-write are dropped here.
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, EventKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Quiet time after the last event before a batch is delivered.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+/// Longest a batch is held while events keep coming (so a busy folder still gets indexed).
+pub const MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// Why a watcher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// `notify` refused (the folder is gone, or the inotify watch limit is reached).
+    #[error("cannot watch {path}: {source}")]
+    Notify {
+        /// The KB root.
+        path: String,
+        /// The cause.
+        source: notify::Error,
+    },
+}
+
+/// A live watcher; dropping it stops watching (and closes its batch channel).
+pub struct KbWatcher {
+    _watcher: RecommendedWatcher,
+    batcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KbWatcher {
+    fn drop(&mut self) {
+        self.batcher.abort();
+    }
+}
+
+impl std::fmt::Debug for KbWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KbWatcher")
+    }
+}
+
+/// A batch of changed paths (absolute, under the watched root), or a watcher error.
+#[derive(Debug)]
+pub enum Batch {
+    /// Paths that changed (created, modified, removed or renamed from/to), sorted, unique.
+    Paths(Vec<PathBuf>),
+    /// The watcher reported an error (events may have been lost: rescan).
+    Error(String),
+}
+
+/// Whether an event can mean the content or the set of files changed: everything but reads
+/// (open, close without write, other access).
+pub fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+/// Watches `root` recursively; batches go to `tx` until the returned watcher is dropped. Must
+/// be called inside a Tokio runtime (the batching runs as a task).
+///
+/// # Errors
+/// [`WatchError::Notify`] when the folder cannot be watched.
+pub fn start(root: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
+    let err = |source| WatchError::Notify { path: root.display().to_string(), source };
+    let (events_tx, events) = mpsc::unbounded_channel::<notify::Result<notify::Event>>();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if res.as_ref().is_ok_and(|e| !is_change(&e.kind)) {
+            return;
+        }
+        // The receiver is gone only once the watcher is being dropped.
+        let _ = events_tx.send(res);
+    })
+    .map_err(err)?;
+    watcher.watch(root, RecursiveMode::Recursive).map_err(err)?;
+    Ok(KbWatcher { _watcher: watcher, batcher: tokio::spawn(batch(events, tx)) })
+}
+
+/// Collects events into batches: one batch per burst (quiet for [`DEBOUNCE`], or [`MAX_DELAY`]
+/// after its first event).
+async fn batch(mut events: mpsc::UnboundedReceiver<notify::Result<notify::Event>>, tx: mpsc::UnboundedSender<Batch>) {
+    while let Some(first) = events.recv().await {
+        let until = Instant::now() + MAX_DELAY;
+        let (mut paths, mut error) = (Vec::new(), None);
+        let mut absorb = |ev: notify::Result<notify::Event>| match ev {
+            Ok(e) => paths.extend(e.paths),
+            Err(e) => error = Some(e.to_string()),
+        };
+        absorb(first);
+        let mut open = true;
+        while open {
+            let quiet = (Instant::now() + DEBOUNCE).min(until);
+            match tokio::time::timeout_at(quiet, events.recv()).await {
+                Ok(Some(ev)) => absorb(ev),
+                Ok(None) => open = false,
+                Err(_) => break,
+            }
+        }
+        if let Some(e) = error {
+            let _ = tx.send(Batch::Error(e));
+        }
+        paths.sort();
+        paths.dedup();
+        if !paths.is_empty() && tx.send(Batch::Paths(paths)).is_err() {
+            return;
+        }
+        if !open {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_edit_arrives_as_one_batch_and_a_missing_folder_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        // The folder exists before watching: a file written into a folder created a moment
+        // earlier can beat inotify's watch on it (the indexer rescans on a folder event).
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = start(&root, tx).unwrap();
+        std::fs::write(root.join("sub").join("a.md"), "one").unwrap();
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !seen.contains(&root.join("sub").join("a.md")) {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(Batch::Paths(p))) => seen.extend(p),
+                other => panic!("no batch for sub/a.md: {other:?} (seen {seen:?})"),
+            }
+        }
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let e = start(&root.join("absent"), tx).unwrap_err().to_string();
+        assert!(e.contains("absent"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reads_and_listings_are_not_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub").join("a.md"), "one").unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = start(&root, tx).unwrap();
+        // Reads and listings: nothing must come of them …
+        for _ in 0..3 {
+            assert_eq!(std::fs::read_to_string(root.join("sub").join("a.md")).unwrap(), "one");
+            assert_eq!(std::fs::read_dir(root.join("sub")).unwrap().count(), 1);
+        }
+        // … then a write, whose batch must be the first and hold only that file.
+        std::fs::write(root.join("sub").join("b.md"), "two").unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        match first {
+            Ok(Some(Batch::Paths(p))) => assert_eq!(p, [root.join("sub").join("b.md")]),
+            other => panic!("expected the write's batch first: {other:?}"),
+        }
+    }
+}
