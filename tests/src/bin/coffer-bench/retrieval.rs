@@ -7,7 +7,8 @@
 //!   Baseline in the same run: plain BM25 (FTS5 `porter unicode61`, one document per row,
 //!   query words OR-ed) in a temporary database of the benchmark's own. The vector engine uses
 //!   a real embedding model (all-MiniLM-L6-v2 from a PyPI wheel, `bench/embed_server.py`,
-//!   installed by `bench/setup.sh`), or says loudly that it fell back to the fake.
+//!   installed by `bench/setup.sh`), or says loudly that it fell back to the fake (also forced
+//!   with `COFFER_BENCH_EMBEDDINGS=fake`: the CPU model needs minutes to embed the collection).
 //! - **Speed** (10,000 generated notes, ≈50 MB, English and Chinese): full keyword index time
 //!   and peak RSS (`VmHWM`) of retrieval, store and gateway; embedding time with the fake
 //!   endpoint in this process; incremental re-index of 10 edited files; p50/p99 latency of
@@ -305,7 +306,10 @@ pub async fn quality(root: &Path, bins: &Path, http: &reqwest::Client) -> Result
 
 async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow) -> Result<()> {
     // The embedding endpoint first, so chunks are embedded as they are indexed.
-    let (real, fake) = match start_real_model(root).await {
+    let forced_fake = std::env::var("COFFER_BENCH_EMBEDDINGS").is_ok_and(|v| v == "fake");
+    let model =
+        if forced_fake { Err(anyhow::anyhow!("COFFER_BENCH_EMBEDDINGS=fake")) } else { start_real_model(root).await };
+    let (real, fake) = match model {
         Ok(m) => (Some(m), None),
         Err(e) => {
             eprintln!("  THE REAL EMBEDDING MODEL COULD NOT BE STARTED ({e:#}); measuring with the FAKE endpoint");
