@@ -30,7 +30,9 @@
 //! the test panics. Set `COFFER_TEST_KEEP=1` to keep the temporary directory for inspection.
 
 pub mod anthropic;
+pub mod bench;
 pub mod bins;
+pub mod embeddings;
 pub mod http;
 pub mod mcp;
 pub mod peers;

@@ -9,8 +9,11 @@
 //! with 100 sessions that each listed tools; time from no daemon to the first `tools/list`
 //! answered through the shim; with 8 registered servers, time from no session to the first
 //! `tools/list` through the shim, cold (nothing listed yet) and warm (the capability catalog
-//! knows every server).
+//! knows every server). Retrieval (`--only retrieval`, or `retrieval-quality` /
+//! `retrieval-speed`): see `retrieval.rs`.
 #![allow(clippy::print_stdout)]
+
+mod retrieval;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -520,29 +523,37 @@ async fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
     let everything = root.join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let node = coffer_runtime::connect::which_on_path("node").context("node on PATH")?;
-    let tiny = bins.join("coffer-tiny-upstream");
-    for b in ["coffer", "coffer-daemon", "coffer-mcp-shim", "coffer-gateway", "coffer-tiny-upstream"] {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    const SECTIONS: [&str; 7] =
+        ["daemon", "gateway", "sessions", "catalog", "retrieval", "retrieval-quality", "retrieval-speed"];
+    let only = match args.as_slice() {
+        [] => None,
+        [flag, section] if flag == "--only" && SECTIONS.contains(&section.as_str()) => Some(section.clone()),
+        _ => bail!("usage: coffer-bench [--only {}]", SECTIONS.join("|")),
+    };
+    let retrieval_only = only.as_deref().is_some_and(|o| o.starts_with("retrieval"));
+    let mut needed = vec!["coffer", "coffer-daemon", "coffer-gateway", "coffer-store", "coffer-retrieval"];
+    if !retrieval_only {
+        needed.extend(["coffer-mcp-shim", "coffer-tiny-upstream"]);
+    }
+    for b in needed {
         if !bins.join(b).exists() {
             bail!("{} missing: run ./scripts/bench (it builds the release binaries first)", bins.join(b).display());
         }
     }
+    coffer_runtime::tls::ensure_provider();
+    let http = reqwest::Client::builder().no_proxy().build()?;
+    if retrieval_only {
+        println!("# Coffer benchmarks\n");
+        println!("binaries: {}\n", bins.display());
+        return retrieval_sections(&root, &bins, &http, only.as_deref()).await;
+    }
+    let node = coffer_runtime::connect::which_on_path("node").context("node on PATH")?;
+    let tiny = bins.join("coffer-tiny-upstream");
     if !everything.exists() {
         bail!("server-everything missing: run tests/peers/install.sh");
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let only = match args.as_slice() {
-        [] => None,
-        [flag, section]
-            if flag == "--only" && ["daemon", "gateway", "sessions", "catalog"].contains(&section.as_str()) =>
-        {
-            Some(section.clone())
-        }
-        _ => bail!("usage: coffer-bench [--only daemon|gateway|sessions|catalog]"),
-    };
     let want = |section: &str| only.as_deref().is_none_or(|o| o == section);
-    coffer_runtime::tls::ensure_provider();
-    let http = reqwest::Client::builder().no_proxy().build()?;
     println!("# Coffer benchmarks\n");
     println!("binaries: {}\n", bins.display());
 
@@ -925,5 +936,20 @@ async fn main() -> Result<()> {
         first.as_secs_f64() / cached.as_secs_f64()
     );
     env.stop().await;
+    if only.is_none() {
+        retrieval_sections(&root, &bins, &http, None).await?;
+    }
+    Ok(())
+}
+
+/// The retrieval sections: `only` is `retrieval-quality`, `retrieval-speed`, or anything else
+/// for both.
+async fn retrieval_sections(root: &Path, bins: &Path, http: &reqwest::Client, only: Option<&str>) -> Result<()> {
+    if only != Some("retrieval-speed") {
+        retrieval::quality(root, bins, http).await?;
+    }
+    if only != Some("retrieval-quality") {
+        retrieval::speed(bins, http).await?;
+    }
     Ok(())
 }
