@@ -10,9 +10,13 @@
 //!   matched, then by hit count.
 //! - vector: the query embedded by the configured endpoint, then `VectorQuery` (cosine KNN).
 //!
+//! Results are one per document: each engine's list keeps a document's best chunk only, the
+//! lists are fused at chunk level, and a document whose chunks two engines ranked differently
+//! is shown once, with its better fused chunk.
+//!
 //! The reply lists every engine with its state (ok, failed, timeout, disabled), hits and time;
 //! a failed or timed-out engine is also named in `warnings`.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -250,15 +254,21 @@ impl Searcher {
         let mut reports = Vec::new();
         let mut warnings = Vec::new();
         for run in runs {
+            // One entry per document in each engine's list: its best chunk. A document's other
+            // chunks would otherwise take ranks from the next documents (on Cranfield a top 10
+            // held 8.1 distinct documents, and keyword ranked below plain BM25).
+            let mut listed = HashSet::new();
             let ranked: Vec<(ChunkRef, f64)> = run
                 .hits
                 .iter()
                 .filter_map(|h| {
                     let c = h.chunk.as_ref()?;
-                    Some((
-                        ChunkRef { kb: c.kb.clone(), path: c.path.clone(), line_start: c.line_start, id: c.id },
-                        h.score,
-                    ))
+                    listed.insert((c.kb.as_str(), c.path.as_str())).then(|| {
+                        (
+                            ChunkRef { kb: c.kb.clone(), path: c.path.clone(), line_start: c.line_start, id: c.id },
+                            h.score,
+                        )
+                    })
                 })
                 .collect();
             for h in run.hits {
@@ -282,8 +292,13 @@ impl Searcher {
             lists.push(Ranked { engine: run.name, hits: ranked });
         }
         let highlight: Vec<String> = if terms.is_empty() { vec![q.text.clone()] } else { terms.clone() };
-        let results = fusion::fuse(&lists, q.limit as usize)
+        // Fused at chunk level; then one result per document (engines may have picked different
+        // chunks of it: the better fused one stays).
+        let mut shown = HashSet::new();
+        let results = fusion::fuse(&lists, usize::MAX)
             .into_iter()
+            .filter(|f| shown.insert((f.chunk.kb.clone(), f.chunk.path.clone())))
+            .take(q.limit as usize)
             .filter_map(|f| {
                 let c = chunks.get(&f.chunk.id)?;
                 let root = roots.get(&c.kb).map(|k| PathBuf::from(&k.root)).unwrap_or_default();
