@@ -18,6 +18,7 @@ use coffer_proto::retrieval::{
     SkillName, StatusRequest,
 };
 use coffer_runtime::grpc::AuthChannel;
+use coffer_tests::embeddings::{FakeEmbeddings, Mode};
 use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
 use nix::sys::signal::Signal;
 use secrecy::SecretString;
@@ -544,91 +545,12 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
 /// `coffer_tests::embeddings` supersedes it once it lands): deterministic bag-of-words vectors
 /// of [`FAKE_DIM`] dimensions; its mode switches to an endpoint that is down or answers the
 /// wrong dimension or garbage.
-mod fake_embeddings {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU8, Ordering};
-
-    use axum::Json;
-    use axum::Router;
-    use axum::extract::State;
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::response::{IntoResponse, Response};
-    use serde_json::{Value, json};
-
-    pub const FAKE_DIM: usize = 32;
-    pub const OK: u8 = 0;
-    pub const DOWN: u8 = 1;
-    pub const WRONG_DIMENSION: u8 = 2;
-    pub const GARBAGE: u8 = 3;
-
-    pub fn vector(text: &str) -> Vec<f32> {
-        let mut v = [0f32; FAKE_DIM];
-        for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-            let h = w
-                .to_lowercase()
-                .bytes()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-            v[(h % FAKE_DIM as u64) as usize] += 1.0;
-        }
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-        v.iter().map(|x| x / n).collect()
-    }
-
-    /// The fake's state: its mode, and the bearer token it demands.
-    pub struct Fake {
-        pub mode: AtomicU8,
-        pub bearer: String,
-    }
-
-    async fn embeddings(State(fake): State<Arc<Fake>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
-        if auth != format!("Bearer {}", fake.bearer) {
-            return (StatusCode::UNAUTHORIZED, "bad key").into_response();
-        }
-        let inputs: Vec<String> = match &body["input"] {
-            Value::String(s) => vec![s.clone()],
-            Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
-            _ => return (StatusCode::BAD_REQUEST, "input").into_response(),
-        };
-        match fake.mode.load(Ordering::Relaxed) {
-            DOWN => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
-            GARBAGE => Json(json!({"data": "not a list"})).into_response(),
-            m => {
-                let data: Vec<Value> = inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        let mut v = vector(t);
-                        if m == WRONG_DIMENSION {
-                            v.truncate(FAKE_DIM / 2);
-                        }
-                        json!({"object": "embedding", "index": i, "embedding": v})
-                    })
-                    .collect();
-                Json(json!({"object": "list", "model": body["model"], "data": data})).into_response()
-            }
-        }
-    }
-
-    /// Serves on 127.0.0.1:0 until dropped; returns the base URL (`http://127.0.0.1:N/v1`).
-    pub async fn start(fake: Arc<Fake>) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/v1", listener.local_addr()?);
-        let app = Router::new().route("/v1/embeddings", axum::routing::post(embeddings)).with_state(fake);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok((url, task))
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> anyhow::Result<()> {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU8, Ordering};
     const KEY: &str = "sk-fake-embeddings-7f3a";
-    let fake = Arc::new(fake_embeddings::Fake { mode: AtomicU8::new(fake_embeddings::OK), bearer: KEY.into() });
-    let (url, server) = fake_embeddings::start(fake.clone()).await?;
+    let fake = FakeEmbeddings::start(32, Some(KEY)).await?;
+    let url = fake.url.clone();
     let home = TestHome::new()?;
     let dir = home.temp().join("notes");
     write(&dir.join("zebra.md"), "# Savanna\n\nzebra stripes on the savanna grass\n")?;
@@ -692,25 +614,55 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
     let r = c.search(search("zebra savanna", &[], &["vector"])).await?.into_inner();
     assert_eq!(r.results.first().map(|x| x.path.as_str()), Some("zebra.md"), "{r:?}");
 
-    // Down, wrong dimension, garbage: keyword and grep still answer; the vector engine is named.
-    for (m, words) in [
-        (fake_embeddings::DOWN, "503"),
-        (fake_embeddings::WRONG_DIMENSION, "dimension 16, expected 32"),
-        (fake_embeddings::GARBAGE, "malformed"),
+    // Failing, misbehaving or slow: keyword and grep still answer; the vector engine is named
+    // as failed (or timed out) in its report and in the warnings.
+    let timeout = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.engine_timeout_ms": "1000"}}))
+        .reply()
+        .await?;
+    ensure!(timeout.status == 200, "{} {}", timeout.status, timeout.text);
+    for (mode, state, words) in [
+        (Mode::Http500, EngineState::Failed, "answered HTTP 500"),
+        (Mode::WrongDimension(16), EngineState::Failed, "dimension 16, expected 32"),
+        (Mode::Garbage, EngineState::Failed, "malformed"),
+        (Mode::NaN, EngineState::Failed, "malformed"),
+        (Mode::Overflow, EngineState::Failed, "non-finite"),
+        (Mode::WrongCount, EngineState::Failed, "2 vectors for 1 inputs"),
+        (Mode::Slow(5_000), EngineState::Timeout, "1000 ms"),
     ] {
-        fake.mode.store(m, Ordering::Relaxed);
+        fake.set_mode(mode);
         let r = c.search(search("zebra", &[], &[])).await?.into_inner();
-        assert_eq!(paths(&r), BTreeSet::from(["zebra.md".to_owned()]), "mode {m}: {r:?}");
+        assert_eq!(paths(&r), BTreeSet::from(["zebra.md".to_owned()]), "{mode:?}: {r:?}");
         let v = engine(&r, "vector");
-        assert_eq!(v.state, EngineState::Failed as i32, "mode {m}: {r:?}");
-        assert!(v.message.contains(words), "mode {m}: {}", v.message);
-        assert!(r.warnings.iter().any(|w| w.starts_with("vector engine failed")), "mode {m}: {:?}", r.warnings);
+        assert_eq!(v.state, state as i32, "{mode:?}: {r:?}");
+        assert!(v.message.contains(words), "{mode:?}: {}", v.message);
+        let named = if state == EngineState::Timeout { "vector engine timed out" } else { "vector engine failed" };
+        assert!(r.warnings.iter().any(|w| w.starts_with(named)), "{mode:?}: {:?}", r.warnings);
         assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
     }
+    // Down (nothing listens at the endpoint's address): the same, once the setting is read.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.embeddings.url": format!("http://127.0.0.1:{closed}/v1")}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let r = wait_for("the vector engine to find the endpoint down", Duration::from_secs(20), || {
+        let mut c = c.clone();
+        async move {
+            let r = c.search(search("zebra", &[], &[])).await?.into_inner();
+            Ok(engine(&r, "vector").message.contains("unreachable").then_some(r))
+        }
+    })
+    .await?;
+    assert_eq!(paths(&r), BTreeSet::from(["zebra.md".to_owned()]), "{r:?}");
+    assert_eq!(engine(&r, "vector").state, EngineState::Failed as i32, "{r:?}");
+    assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
     for service in ["retrieval", "store", "gateway"] {
         assert!(!home.log_text(service).contains(KEY), "the key is in {service}'s log");
     }
-    server.abort();
     Ok(())
 }
 

@@ -79,14 +79,18 @@ pub fn is_change(kind: &EventKind) -> bool {
 pub fn start(root: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
     let err = |source| WatchError::Notify { path: root.display().to_string(), source };
     let (events_tx, events) = mpsc::unbounded_channel::<notify::Result<notify::Event>>();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+    let handler = move |res: notify::Result<notify::Event>| {
         if res.as_ref().is_ok_and(|e| !is_change(&e.kind)) {
             return;
         }
         // The receiver is gone only once the watcher is being dropped.
         let _ = events_tx.send(res);
-    })
-    .map_err(err)?;
+    };
+    // Symlinks are not followed: notify's recursive watch would otherwise walk into whatever a
+    // link points at (a link to /sys/devices never ends); folders inside the root are watched
+    // at their real path anyway, and the walk refuses links that leave the root.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = RecommendedWatcher::new(handler, config).map_err(err)?;
     watcher.watch(root, RecursiveMode::Recursive).map_err(err)?;
     Ok(KbWatcher { _watcher: watcher, batcher: tokio::spawn(batch(events, tx)) })
 }
@@ -171,6 +175,25 @@ mod tests {
         match first {
             Ok(Some(Batch::Paths(p))) => assert_eq!(p, [root.join("sub").join("b.md")]),
             other => panic!("expected the write's batch first: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn symlinked_folders_are_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        let (root, outside) = (base.join("kb"), base.join("outside"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = start(&root, tx).unwrap();
+        // A change behind the link is not watched; the next change inside is the first batch.
+        std::fs::write(outside.join("x.md"), "outside").unwrap();
+        std::fs::write(root.join("a.md"), "inside").unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Some(Batch::Paths(p))) => assert_eq!(p, [root.join("a.md")]),
+            other => panic!("expected the inside write's batch first: {other:?}"),
         }
     }
 }
