@@ -163,6 +163,13 @@ async fn a_new_user_s_notes_memory_and_skills_through_a_real_agent() -> anyhow::
         assert_eq!(&answers(&home, q).await?, want, "{q} after a clean reindex");
     }
 
+    // A note the user then hides with .gitignore is gone from every engine after a reindex.
+    write(&folder.join(".gitignore"), "drafts/\nrecipes/\n")?;
+    let out = home.cli(&["kb", "reindex", "notes"]).await?;
+    ensure!(out.code == Some(0), "{out:?}");
+    let hidden = answers(&home, "rye flour").await?;
+    ensure!(hidden.is_empty(), "a git-ignored note is still searchable: {hidden:?}");
+
     // 6. The agent's session lists and loads the skill; recall finds the fact.
     let mut client = PyClient::through_shim(&home, &[]).await?;
     let listed = client.call_text("coffer__list_skills", json!({})).await?;

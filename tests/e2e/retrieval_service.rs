@@ -626,7 +626,7 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
         (Mode::Http500, EngineState::Failed, "answered HTTP 500"),
         (Mode::WrongDimension(16), EngineState::Failed, "dimension 16, expected 32"),
         (Mode::Garbage, EngineState::Failed, "malformed"),
-        (Mode::NaN, EngineState::Failed, "malformed"),
+        (Mode::NaN, EngineState::Failed, "non-finite value in vector 0"),
         (Mode::Overflow, EngineState::Failed, "non-finite"),
         (Mode::WrongCount, EngineState::Failed, "2 vectors for 1 inputs"),
         (Mode::Slow(5_000), EngineState::Timeout, "1000 ms"),

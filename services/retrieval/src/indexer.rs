@@ -444,8 +444,10 @@ impl Indexer {
         if let Some(e) = first_error {
             return Err(e);
         }
+        // Not in the walk: gone, or left out by the globs, a .gitignore or a link leaving the
+        // folder — no longer a document either way, even though a file may still be there.
         for path in plan.delete {
-            self.index_path(&def, &path).await?;
+            self.forget_path(&def, &path).await?;
         }
         rt.set(|st| {
             st.progress.state = JobState::Idle as i32;
@@ -556,6 +558,21 @@ impl Indexer {
         let lock = self.locks.lock().expect("path locks").entry(key.clone()).or_default().clone();
         let guard = lock.clone().lock_owned().await;
         PathGuard { indexer: self, key, lock, _guard: guard }
+    }
+
+    /// Removes the index entry of `rel` in KB `def` (under the path's lock), whether or not a
+    /// file is there: for paths the walk no longer counts as documents.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn forget_path(&self, def: &KnowledgeBase, rel: &str) -> Result<Outcome> {
+        let _g = self.lock_path(&def.name, rel).await;
+        let gone = DocumentRef { kb: def.name.clone(), path: rel.to_owned() };
+        self.sources.index().delete_document(gone).await?;
+        if let Some(rt) = self.runtime(&def.name) {
+            rt.note(rel, None);
+        }
+        Ok(Outcome::Deleted)
     }
 
     /// Brings the index entry of `rel` in KB `def` in step with the file, under the path's
