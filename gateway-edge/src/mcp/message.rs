@@ -160,7 +160,7 @@ pub fn open_session(gateway: &Gateway, id: &RawValue, params: Option<&RawValue>)
             "logging": {}
         },
         "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
-        "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword."
+        "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword. coffer__search_knowledge searches the user's notes; coffer__remember, coffer__recall and coffer__forget keep durable facts; coffer__list_skills and coffer__load_skill give task instructions."
     });
     let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);
     (session, body)

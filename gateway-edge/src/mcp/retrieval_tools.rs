@@ -392,7 +392,7 @@ impl Provider for Remember {
                 "type": "object",
                 "properties": {
                     "text": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "The fact, one self-contained sentence or short paragraph."},
-                    "tags": {"type": "array", "items": {"type": "string", "pattern": "^[\\p{L}\\p{N}_.-]{1,64}$"}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."}
+                    "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."}
                 },
                 "required": ["text"],
                 "additionalProperties": false

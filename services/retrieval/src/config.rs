@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 /// How often settings are re-read when no change arrives.
 pub const POLL: Duration = Duration::from_secs(5);
 
-/// The embeddings endpoint's settings (`retrieval.embeddings.*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The embeddings endpoint's settings (`retrieval.embeddings.*`). Its `Debug` shows the URL
+/// without user, password or query.
+#[derive(Clone, PartialEq, Eq)]
 pub struct EmbeddingsSettings {
     /// Base URL; empty = vector engine off.
     pub url: String,
@@ -33,6 +34,21 @@ pub struct EmbeddingsSettings {
     pub concurrency: usize,
     /// Per-request deadline.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for EmbeddingsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = if self.url.is_empty() { String::new() } else { crate::embed::shown_url_str(&self.url) };
+        f.debug_struct("EmbeddingsSettings")
+            .field("url", &url)
+            .field("model", &self.model)
+            .field("credential", &self.credential)
+            .field("dimensions", &self.dimensions)
+            .field("batch_size", &self.batch_size)
+            .field("concurrency", &self.concurrency)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// Every setting retrieval reads, with defaults applied for unset or unusable values.
@@ -164,5 +180,21 @@ mod tests {
         assert_eq!((c.embeddings.model.as_str(), c.embeddings.dimensions), ("m", 8));
         assert_eq!(c.engine_timeout, Duration::from_millis(2000), "an unusable value keeps the default");
         assert_eq!(c.max_file_bytes, 4096);
+    }
+
+    #[test]
+    fn debug_hides_what_a_url_may_carry() {
+        let e = EmbeddingsSettings {
+            url: "http://alice:hunter2@127.0.0.1:8191/v1?api_key=QUERYSECRET".into(),
+            model: "m".into(),
+            credential: String::new(),
+            dimensions: 0,
+            batch_size: 1,
+            concurrency: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let shown = format!("{e:?}");
+        assert!(shown.contains("http://127.0.0.1:8191/v1"), "{shown}");
+        assert!(!shown.contains("hunter2") && !shown.contains("alice") && !shown.contains("QUERYSECRET"), "{shown}");
     }
 }

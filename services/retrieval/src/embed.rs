@@ -111,7 +111,9 @@ fn shown_url(u: &Url) -> String {
     s
 }
 
-fn shown_url_str(s: &str) -> String {
+/// `s` as it may be shown or logged: scheme, host, port and path only (no user, password or
+/// query, where keys hide).
+pub fn shown_url_str(s: &str) -> String {
     Url::parse(s).map_or_else(|_| "(invalid URL)".to_owned(), |u| shown_url(&u))
 }
 

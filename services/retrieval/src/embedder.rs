@@ -103,11 +103,14 @@ impl Embeddings {
         let (enabled, detail) = match (state, ready) {
             (State::Off(why), _) => (false, format!("off: {why}")),
             (State::Starting, _) => (false, "starting".into()),
-            (State::Ready, Some(r)) => (true, format!("{} ({}) at {}", r.model, r.dimension, r.url)),
-            (State::Ready, None) => (false, "starting".into()),
-            (State::Failing(why), Some(r)) => {
-                (true, format!("{} ({}) at {}; failing: {why}", r.model, r.dimension, r.url))
+            (State::Ready, Some(r)) => {
+                (true, format!("{} ({}) at {}", r.model, r.dimension, crate::embed::shown_url_str(&r.url)))
             }
+            (State::Ready, None) => (false, "starting".into()),
+            (State::Failing(why), Some(r)) => (
+                true,
+                format!("{} ({}) at {}; failing: {why}", r.model, r.dimension, crate::embed::shown_url_str(&r.url)),
+            ),
             (State::Failing(why), None) => (false, format!("failing: {why}")),
         };
         EngineConfig { name: "vector".into(), enabled, detail }

@@ -31,6 +31,10 @@ pub mod skills;
 pub mod sources;
 pub mod watch;
 
+/// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an
+/// over-long field gets this service's message naming the field and its limit, not tonic's.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
 /// Largest message exchanged with the store (a whole document's chunks in one upsert).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
@@ -97,7 +101,8 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     tokio::spawn(embeddings.clone().run(config_rx, index, CredentialsClient::new(channel), shutdown.clone()));
 
     let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings };
-    let routes = tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(1 << 20));
+    let routes =
+        tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES));
     coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
         .await?;
     shutdown.cancel();
