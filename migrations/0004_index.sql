@@ -68,8 +68,9 @@ CREATE VIRTUAL TABLE kb_fts USING fts5 (
     title, headings, body,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
--- Column weights of `rank`: title 10, headings 4, body 1.
-INSERT INTO kb_fts (kb_fts, rank) VALUES ('rank', 'bm25(10.0, 4.0, 1.0)');
+-- Column weights of `rank`: title 2, headings 1.5, body 1 (a note's title is often its first
+-- heading too, so it counts in both; heavier weights ranked worse on Cranfield).
+INSERT INTO kb_fts (kb_fts, rank) VALUES ('rank', 'bm25(2.0, 1.5, 1.0)');
 
 -- The embedding model and dimension kb_vectors holds vectors of (at most one row).
 CREATE TABLE kb_vector_config (

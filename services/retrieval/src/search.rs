@@ -2,8 +2,8 @@
 //! `retrieval.engine_timeout_ms`), reciprocal rank fusion ([`crate::fusion`]), snippets.
 //!
 //! - keyword: the store's FTS5 `KeywordQuery` with [`terms::query_terms`] (never user syntax),
-//!   every term first (`MODE_ALL`) and, when that finds nothing, any term (`MODE_ANY`, with a
-//!   warning). A query with no searchable terms (only punctuation or FTS5 operators) gives the
+//!   every term first (`MODE_ALL`) and, when that finds fewer than 50 chunks, any term
+//!   (`MODE_ANY`) after them (with a warning when no chunk had every term). A query with no searchable terms (only punctuation or FTS5 operators) gives the
 //!   keyword engine nothing to do, never a syntax error.
 //! - grep: [`grep::search`] over the raw files (always fresh; literal unless `regex`), its hits
 //!   mapped to chunks by the store's `LocateLines`; chunks ranked by how many distinct terms
@@ -44,6 +44,8 @@ pub const DEFAULT_SNIPPET: u32 = 240;
 pub const MAX_SNIPPET: u32 = 2000;
 /// How many hits each engine contributes to fusion.
 const DEPTH: u32 = 100;
+/// Fewer all-term chunks than this are topped up with any-term matches.
+const TOP_UP: usize = 50;
 /// Grep's bounds.
 const GREP_MAX_HITS: usize = 2000;
 const GREP_MAX_PER_FILE: usize = 50;
@@ -352,16 +354,23 @@ impl Searcher {
             filters: Some(filters.clone()),
             limit: DEPTH,
         };
-        let all =
+        let mut all =
             index.keyword_query(query(MatchMode::All)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
-        if !all.is_empty() || terms.len() == 1 {
+        if all.len() >= TOP_UP || terms.len() == 1 {
             return Ok((all, vec![]));
         }
+        // Too few chunks hold every term: they come first, then the any-term matches (so a
+        // question whose every word appears in one note still gets a full list).
         let any =
             index.keyword_query(query(MatchMode::Any)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
-        let warn =
-            if any.is_empty() { vec![] } else { vec!["no result had every term; showing any-term matches".into()] };
-        Ok((any, warn))
+        let warn = if all.is_empty() && !any.is_empty() {
+            vec!["no result had every term; showing any-term matches".into()]
+        } else {
+            vec![]
+        };
+        let have: HashSet<i64> = all.iter().filter_map(|h| h.chunk.as_ref().map(|c| c.id)).collect();
+        all.extend(any.into_iter().filter(|h| h.chunk.as_ref().is_some_and(|c| !have.contains(&c.id))));
+        Ok((all, warn))
     }
 
     async fn vector(&self, text: &str, filters: &Filters) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
