@@ -2,8 +2,9 @@
 //! `retrieval.engine_timeout_ms`), reciprocal rank fusion ([`crate::fusion`]), snippets.
 //!
 //! - keyword: the store's FTS5 `KeywordQuery` with [`terms::query_terms`] (never user syntax),
-//!   every term first (`MODE_ALL`) and, when that finds fewer than 50 chunks, any term
-//!   (`MODE_ANY`) after them (with a warning when no chunk had every term). A query with no searchable terms (only punctuation or FTS5 operators) gives the
+//!   every term first (`MODE_ALL`); when that finds nothing, or a question of three or more
+//!   terms finds fewer than 50 chunks, the any-term matches (`MODE_ANY`) come after them (with
+//!   a warning when no chunk had every term). A query with no searchable terms (only punctuation or FTS5 operators) gives the
 //!   keyword engine nothing to do, never a syntax error.
 //! - grep: [`grep::search`] over the raw files (always fresh; literal unless `regex`), its hits
 //!   mapped to chunks by the store's `LocateLines`; chunks ranked by how many distinct terms
@@ -356,11 +357,12 @@ impl Searcher {
         };
         let mut all =
             index.keyword_query(query(MatchMode::All)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
-        if all.len() >= TOP_UP || terms.len() == 1 {
+        // One or two words are a precise query: what holds them all, if anything does. A longer
+        // question whose words all appear in too few chunks gets those first, then the
+        // any-term matches (so it still gets a full list).
+        if all.len() >= TOP_UP || terms.len() == 1 || (terms.len() == 2 && !all.is_empty()) {
             return Ok((all, vec![]));
         }
-        // Too few chunks hold every term: they come first, then the any-term matches (so a
-        // question whose every word appears in one note still gets a full list).
         let any =
             index.keyword_query(query(MatchMode::Any)).await.map_err(|e| e.message().to_owned())?.into_inner().hits;
         let warn = if all.is_empty() && !any.is_empty() {
