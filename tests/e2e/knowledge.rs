@@ -11,19 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use coffer_tests::mcp::set_tool_enabled;
 use coffer_tests::peers::{PyClient, texts};
+use coffer_tests::write_file as write;
 use coffer_tests::{Api, SendExt, TestHome, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 /// How long indexing of a small folder may take.
 const INDEXED: Duration = Duration::from_secs(30);
-
-fn write(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
 
 /// A small folder of notes, one in Chinese.
 fn notes(dir: &Path) -> anyhow::Result<()> {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use coffer_tests::anthropic::{CALL_ID, FakeAnthropic};
 use coffer_tests::peers::{ClaudeCode, PyClient, texts};
+use coffer_tests::write_file as write;
 use coffer_tests::{TestHome, wait_for};
 use serde_json::{Value, json};
 
@@ -17,13 +18,6 @@ use serde_json::{Value, json};
 const INDEXED: Duration = Duration::from_secs(60);
 /// The bound for an external edit to become searchable.
 const FRESH: Duration = Duration::from_secs(2);
-
-fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
 
 /// Saves `text` the way editors do: a temporary file beside it, renamed over the original.
 fn save_like_an_editor(path: &Path, text: &str) -> anyhow::Result<()> {

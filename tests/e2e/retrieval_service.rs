@@ -19,6 +19,7 @@ use coffer_proto::retrieval::{
 };
 use coffer_runtime::grpc::AuthChannel;
 use coffer_tests::embeddings::{FakeEmbeddings, Mode};
+use coffer_tests::write_file as write;
 use coffer_tests::{Api, SendExt, TestHome, procs, wait_for};
 use nix::sys::signal::Signal;
 use secrecy::SecretString;
@@ -39,13 +40,6 @@ async fn client(api: &Api) -> anyhow::Result<Client> {
     let token = SecretString::from(env.get("COFFER_INTERNAL_TOKEN").context("COFFER_INTERNAL_TOKEN")?.clone());
     let addr = env.get("COFFER_RETRIEVAL_ADDR").context("COFFER_RETRIEVAL_ADDR")?;
     Ok(RetrievalClient::new(coffer_runtime::grpc::channel(addr, &token)?))
-}
-
-fn write(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Waits until KB `name` finished a pass numbered at least `job` with `documents` documents

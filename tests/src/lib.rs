@@ -58,6 +58,17 @@ pub use http::{Api, Reply, SendExt, service_in};
 pub use procs::ProcInfo;
 pub use wait::{abort, wait_for};
 
+/// Writes `text` to `path`, creating its folders first (tests' note, skill and fact files).
+///
+/// # Errors
+/// When a folder or the file cannot be written (the message names the path).
+pub fn write_file(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
 /// How long a daemon may take to become ready (all services healthy, `daemon.json` written).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a CLI invocation may take before the harness kills it and fails.
