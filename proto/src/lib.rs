@@ -8,6 +8,13 @@ pub mod control {
     tonic::include_proto!("coffer.control.v1");
 }
 
+/// `coffer.chat.v1`: conversations, turns and their events, served by `coffer-chat`
+/// ([`chat_client::ChatClient`], [`chat_server::Chat`]); the status mapping is documented in
+/// `proto/chat.proto`.
+pub mod chat {
+    tonic::include_proto!("coffer.chat.v1");
+}
+
 /// `coffer.gateway.v1`: the gateway's tool broker for Coffer's own services
 /// ([`tool_broker_client::ToolBrokerClient`], [`tool_broker_server::ToolBroker`]); the status
 /// mapping of its errors is documented in `proto/broker.proto`.
@@ -26,7 +33,8 @@ pub mod retrieval {
 /// domain, all served by `coffer-store`: [`registry_client::RegistryClient`],
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],
 /// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
-/// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`] (and their
+/// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`],
+/// [`conversations_client::ConversationsClient`] (and their
 /// `*_server` counterparts).
 ///
 /// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
@@ -86,6 +94,13 @@ pub mod store {
     words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });
     words!(KnowledgeBaseKind { Folder => "folder", Memory => "memory" });
     words!(MatchMode { All => "all", Any => "any" });
+    words!(MessageRole { User => "user", Assistant => "assistant" });
+    words!(MessageStatus {
+        Complete => "complete",
+        Streaming => "streaming",
+        Interrupted => "interrupted",
+        Failed => "failed",
+    });
 
     // Hand-written Debug for the messages that carry credential values (their generated one is
     // skipped in build.rs): names only, never a value.

@@ -1,5 +1,8 @@
 //! The chat service (`coffer-chat`): conversations, turns, agent adapters and the event bus.
-//! For now it serves only the standard gRPC health check; the chat issue fills it in.
+//! The contracts are `proto/chat.proto` (served to the gateway), `proto/store_conversations.proto`
+//! (what it persists through the store) and [`adapter`] (what every agent provider implements).
+
+pub mod adapter;
 
 /// Process entry for `coffer-chat`.
 pub fn main_entry() -> std::process::ExitCode {

@@ -279,6 +279,62 @@ pub const MAX_FILE_BYTES: Setting = Setting {
     description: "larger files in a knowledge base are skipped and reported",
 };
 
+/// Auto-archive age of conversations.
+pub const RETENTION_CONVERSATIONS_ARCHIVE_DAYS: Setting = Setting {
+    key: "retention.conversations_archive_days",
+    ty: Type::Integer,
+    default_text: "",
+    default: 7,
+    min: 0,
+    max: 36_500,
+    unit: "days, 0 = keep forever",
+    description: "archive a conversation with no message for this many days (0: never)",
+};
+/// Deletion age of archived conversations.
+pub const RETENTION_CONVERSATIONS_DELETE_DAYS: Setting = Setting {
+    key: "retention.conversations_delete_days",
+    ty: Type::Integer,
+    default_text: "",
+    default: 30,
+    min: 0,
+    max: 36_500,
+    unit: "days, 0 = keep forever",
+    description: "delete an archived conversation this many days after it was archived (0: never)",
+};
+/// Claude Code's CLI, when it is not `claude` on the daemon's PATH.
+pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
+    key: "chat.claude_code_path",
+    ty: Type::Text,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 4096,
+    unit: "absolute path, empty = `claude` on PATH",
+    description: "the Claude Code CLI the chat service runs",
+};
+/// Codex's CLI, when it is not `codex` on the daemon's PATH.
+pub const CHAT_CODEX_PATH: Setting = Setting {
+    key: "chat.codex_path",
+    ty: Type::Text,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 4096,
+    unit: "absolute path, empty = `codex` on PATH",
+    description: "the Codex CLI the chat service runs",
+};
+/// How long a turn may go without output.
+pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
+    key: "chat.turn_timeout_s",
+    ty: Type::Integer,
+    default_text: "",
+    default: 600,
+    min: 1,
+    max: 86_400,
+    unit: "seconds",
+    description: "a turn with no output from the agent for this long ends with a timeout error",
+};
+
 /// Every setting Coffer reads, in display order.
 pub const SETTINGS: &[Setting] = &[
     LIST_TIMEOUT_MS,
@@ -301,6 +357,11 @@ pub const SETTINGS: &[Setting] = &[
     EMBEDDINGS_TIMEOUT_MS,
     ENGINE_TIMEOUT_MS,
     MAX_FILE_BYTES,
+    RETENTION_CONVERSATIONS_ARCHIVE_DAYS,
+    RETENTION_CONVERSATIONS_DELETE_DAYS,
+    CHAT_CLAUDE_CODE_PATH,
+    CHAT_CODEX_PATH,
+    CHAT_TURN_TIMEOUT_S,
 ];
 
 /// The setting `key`, if Coffer reads it.
