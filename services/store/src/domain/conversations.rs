@@ -378,8 +378,10 @@ fn phrase(needle: &str) -> String {
 }
 
 /// Archives, in one transaction, at most `limit` active conversations whose last message (or,
-/// without one, whose creation) is older than `cutoff_ms`; `archived_ms` and `updated_ms` become
-/// `now_ms`, `version` is bumped. Returns how many it archived.
+/// without one, whose creation) is older than `cutoff_ms` and that nothing else touched since
+/// (`updated_ms`: a restore, a rename, a turn), so that a conversation the owner just restored is
+/// not archived again at the next pass; `archived_ms` and `updated_ms` become `now_ms`, `version`
+/// is bumped. Returns how many it archived.
 ///
 /// # Errors
 /// [`StoreError::Sql`].
@@ -387,7 +389,8 @@ pub fn archive_idle(t: &Connection, cutoff_ms: i64, now_ms: i64, limit: u64) -> 
     let n = t.execute(
         "UPDATE conversations SET archived_ms = ?2, updated_ms = ?2, version = version + 1
          WHERE pk IN (SELECT pk FROM conversations
-                      WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < ?1 LIMIT ?3)",
+                      WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < ?1 AND updated_ms < ?1
+                      LIMIT ?3)",
         params![cutoff_ms, now_ms.max(1), limit as i64],
     )?;
     Ok(n as u64)
