@@ -547,6 +547,7 @@ mod conversation_tests {
         };
         svc.create_conversation(Request::new(CreateConversationRequest { conversation: Some(c) })).await.unwrap();
         if let Some(at) = last {
+            clock.store(at, Ordering::Relaxed);
             let m = MessageRecord {
                 id: id(n + 1_000_000),
                 conversation_id: id(n),

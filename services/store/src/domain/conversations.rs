@@ -649,9 +649,11 @@ impl Conversations for ConversationsService {
                     created,
                     now
                 ])?;
+                // A created_ms in the future counts as now: it must not keep the conversation
+                // from ever being idle.
                 t.prepare_cached(
                     "UPDATE conversations SET message_count = message_count + 1, updated_ms = MAX(updated_ms, ?2),
-                            last_message_ms = MAX(last_message_ms, ?3)
+                            last_message_ms = MAX(last_message_ms, MIN(?3, ?2))
                      WHERE id = ?1",
                 )?
                 .execute(params![m.conversation_id, now, created])?;
@@ -1429,6 +1431,13 @@ mod tests {
         let e = append(&svc, user(12, 1, "reused id")).await.unwrap_err();
         assert_eq!(e.code(), Code::AlreadyExists);
         assert_eq!(get(&svc, 1).await.unwrap().message_count, 30);
+
+        // A message dated in the future keeps its date, but the conversation's last activity is
+        // now, so it can still go idle.
+        let future = MessageRecord { created_ms: T0 + 365 * 86_400_000, ..user(40, 1, "from the future") };
+        assert_eq!(append(&svc, future).await.unwrap().created_ms, T0 + 365 * 86_400_000);
+        let c = get(&svc, 1).await.unwrap();
+        assert!(c.last_message_ms < T0 + 86_400_000, "{}", c.last_message_ms);
     }
 
     #[tokio::test]
@@ -1571,6 +1580,72 @@ mod tests {
             assert_eq!(i, next[task], "task {task}'s messages are out of order");
             next[task] += 1;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn of_ten_concurrent_renames_at_one_version_exactly_one_wins() {
+        let (_dir, svc) = service();
+        create(&svc, conversation(1, "t")).await.unwrap();
+        let svc = std::sync::Arc::new(svc);
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..10 {
+            let svc = svc.clone();
+            tasks.spawn(async move {
+                let r = UpdateConversationRequest {
+                    id: id(1),
+                    expected_version: Some(1),
+                    title: Some(format!("title {n}")),
+                    ..Default::default()
+                };
+                update(&svc, r).await
+            });
+        }
+        let mut won = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            match r.unwrap() {
+                Ok(c) => won.push(c.title),
+                Err(e) => assert_eq!(e.code(), Code::Aborted, "{e:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "{won:?}");
+        let c = get(&svc, 1).await.unwrap();
+        assert_eq!((c.title.as_str(), c.version), (won[0].as_str(), 2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_racing_appends_leaves_no_orphan_message() {
+        let (_dir, svc) = service();
+        create(&svc, conversation(1, "t")).await.unwrap();
+        let svc = std::sync::Arc::new(svc);
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..5u128 {
+            let svc = svc.clone();
+            tasks.spawn(async move {
+                let mut refused = 0;
+                for i in 0..20u128 {
+                    match append(&svc, user(1000 + task * 100 + i, 1, "x")).await {
+                        Ok(_) => {}
+                        Err(e) => {
+                            assert_eq!(e.code(), Code::NotFound, "{e:?}");
+                            refused += 1;
+                        }
+                    }
+                }
+                refused
+            });
+        }
+        // Once some appends have landed, delete in the middle of the others.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while get(&svc, 1).await.unwrap().message_count < 10 {
+            assert!(std::time::Instant::now() < deadline, "no append landed");
+            tokio::task::yield_now().await;
+        }
+        svc.delete_conversation(Request::new(ConversationRef { id: id(1) })).await.unwrap();
+        let mut refused = 0;
+        while let Some(r) = tasks.join_next().await {
+            refused += r.unwrap();
+        }
+        assert_eq!(counts(&svc).await, [0, 0, 0, 0], "{refused} appends refused after the delete");
     }
 
     #[tokio::test]
