@@ -377,6 +377,54 @@ fn phrase(needle: &str) -> String {
     format!("\"{}\"", needle.replace('"', "\"\""))
 }
 
+/// The `ListConversations` query for a validated request: only the clauses its filters need, so
+/// that each shape gets the index that serves it (`conversations_recent` for pages,
+/// `conversations_channel` for a channel's chats, the trigram index for a title search), and its
+/// parameters. Fetches `limit + 1` rows (the extra one says there is a next page).
+fn list_query(
+    q: &ListConversationsRequest,
+    cursor: Option<(i64, String)>,
+    limit: u32,
+) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut sql = format!("SELECT {CONV_COLS} FROM conversations WHERE 1");
+    let mut args = Vec::new();
+    // Unspecified (or unknown) is "both".
+    match q.archived() {
+        ArchivedFilter::Active => sql.push_str(" AND archived_ms = 0"),
+        ArchivedFilter::Archived => sql.push_str(" AND archived_ms <> 0"),
+        ArchivedFilter::Unspecified => {}
+    }
+    if !q.channel_name.is_empty() {
+        // `<> ''` lets the planner use the partial index.
+        sql.push_str(" AND channel_name <> '' AND channel_name = ?");
+        args.push(Value::Text(q.channel_name.clone()));
+        if !q.peer_chat_id.is_empty() {
+            sql.push_str(" AND peer_chat_id = ?");
+            args.push(Value::Text(q.peer_chat_id.clone()));
+        }
+    }
+    if let Some((ms, id)) = cursor {
+        sql.push_str(" AND (updated_ms, id) < (?, ?)");
+        args.extend([Value::Integer(ms), Value::Text(id)]);
+    }
+    let needle = q.title_contains.to_lowercase();
+    match needle.chars().count() {
+        0 => {}
+        1 | 2 => {
+            sql.push_str(" AND instr(title_fold, ?) > 0");
+            args.push(Value::Text(needle));
+        }
+        _ => {
+            sql.push_str(" AND pk IN (SELECT rowid FROM conversation_titles WHERE conversation_titles MATCH ?)");
+            args.push(Value::Text(phrase(&needle)));
+        }
+    }
+    sql.push_str(" ORDER BY updated_ms DESC, id DESC LIMIT ?");
+    args.push(Value::Integer(i64::from(limit) + 1));
+    (sql, args)
+}
+
 /// Archives, in one transaction, at most `limit` active conversations whose last message (or,
 /// without one, whose creation) is older than `cutoff_ms` and that nothing else touched since
 /// (`updated_ms`: a restore, a rename, a turn), so that a conversation the owner just restored is
@@ -485,42 +533,13 @@ impl Conversations for ConversationsService {
         if q.channel_name.is_empty() && !q.peer_chat_id.is_empty() {
             return Err(Status::invalid_argument("peer_chat_id needs a channel_name"));
         }
-        // Unspecified (or unknown) is "both".
-        let archived = match q.archived() {
-            ArchivedFilter::Active => 1,
-            ArchivedFilter::Archived => 2,
-            ArchivedFilter::Unspecified => 0,
-        };
-        let needle = q.title_contains.to_lowercase();
-        let (fts, scan) = match needle.chars().count() {
-            0 => (None, None),
-            1 | 2 => (None, Some(needle)),
-            _ => (Some(phrase(&needle)), None),
-        };
-        let (cursor_ms, cursor_id) = cursor.unzip();
+        let (sql, args) = list_query(&q, cursor, limit);
         let mut rows = self
             .db
             .read(move |c| {
-                let mut st = c.prepare_cached(&format!(
-                    "SELECT {CONV_COLS} FROM conversations
-                     WHERE (?1 = 0 OR (?1 = 1 AND archived_ms = 0) OR (?1 = 2 AND archived_ms <> 0))
-                       AND (?2 = '' OR channel_name = ?2) AND (?3 = '' OR peer_chat_id = ?3)
-                       AND (?4 IS NULL OR (updated_ms, id) < (?4, ?5))
-                       AND (?6 IS NULL OR pk IN (SELECT rowid FROM conversation_titles WHERE conversation_titles MATCH ?6))
-                       AND (?7 IS NULL OR instr(title_fold, ?7) > 0)
-                     ORDER BY updated_ms DESC, id DESC LIMIT ?8"
-                ))?;
-                let args = params![
-                    archived,
-                    q.channel_name,
-                    q.peer_chat_id,
-                    cursor_ms,
-                    cursor_id,
-                    fts,
-                    scan,
-                    limit as i64 + 1
-                ];
-                Ok(st.query_map(args, conversation_from_row)?.collect::<Result<Vec<_>, _>>()?)
+                let mut st = c.prepare_cached(&sql)?;
+                let rows = st.query_map(rusqlite::params_from_iter(args), conversation_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .await?;
         let fits = within_budget(&rows, |c| c.encoded_len());
@@ -1287,6 +1306,53 @@ mod tests {
             .unwrap();
         assert_eq!(search("build").await, ["Fix the BUILD"]);
         assert_eq!(search("warm").await, ["warm caches"]);
+    }
+
+    /// `EXPLAIN QUERY PLAN` of `sql` with `args`, one line per step.
+    async fn plan(svc: &ConversationsService, sql: String, args: Vec<rusqlite::types::Value>) -> String {
+        svc.db
+            .read(move |c| {
+                let mut st = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                let rows = st.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?.join("\n"))
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn list_and_retention_queries_use_their_indexes() {
+        let (_dir, svc) = service();
+        let page = ListConversationsRequest::default();
+        let (sql, args) = list_query(&page, Some((T0, id(1))), 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_recent") && !p.contains("TEMP B-TREE"), "{p}");
+        let active = ListConversationsRequest { archived: ArchivedFilter::Active.into(), ..Default::default() };
+        let (sql, args) = list_query(&active, None, 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_recent") && !p.contains("TEMP B-TREE"), "{p}");
+        let chat = ListConversationsRequest {
+            channel_name: "telegram".into(),
+            peer_chat_id: "42".into(),
+            ..Default::default()
+        };
+        let (sql, args) = list_query(&chat, None, 1);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_channel"), "{p}");
+        let search = ListConversationsRequest { title_contains: "build".into(), ..Default::default() };
+        let (sql, args) = list_query(&search, None, 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversation_titles VIRTUAL TABLE INDEX"), "{p}");
+        let archive = "EXPLAIN QUERY PLAN SELECT pk FROM conversations
+                       WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < 5 AND updated_ms < 5 LIMIT 100";
+        let p = plan(&svc, archive.replace("EXPLAIN QUERY PLAN ", ""), vec![]).await;
+        assert!(p.contains("conversations_active_idle"), "{p}");
+        let delete = "SELECT pk FROM conversations WHERE archived_ms <> 0 AND archived_ms < 5 LIMIT 100";
+        let p = plan(&svc, delete.into(), vec![]).await;
+        assert!(p.contains("conversations_archived"), "{p}");
+        let streaming = "SELECT pk FROM messages WHERE status = 'streaming'";
+        let p = plan(&svc, streaming.into(), vec![]).await;
+        assert!(p.contains("messages_streaming"), "{p}");
     }
 
     #[tokio::test]
