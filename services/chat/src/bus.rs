@@ -324,3 +324,137 @@ impl Subscription {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use coffer_proto::chat::{QueueChanged, TextDelta};
+
+    use super::*;
+
+    fn delta(t: &str) -> Kind {
+        Kind::TextDelta(TextDelta { text: t.into() })
+    }
+
+    fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    /// Everything a subscription holds right now, without waiting.
+    async fn drain(sub: &mut Subscription) -> Vec<Arc<Event>> {
+        let mut out = Vec::new();
+        while let Some(Some(e)) = futures_util::FutureExt::now_or_never(sub.next()) {
+            out.push(e);
+        }
+        out
+    }
+
+    fn reason_of(e: &Event) -> Option<&str> {
+        match &e.kind {
+            Some(Kind::Reset(r)) => Some(r.reason.as_str()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn replay_is_the_turn_so_far_or_everything_after_n_then_live() {
+        let bus = Bus::new("C");
+        bus.grant(1, 100);
+        let q = Kind::QueueChanged(QueueChanged::default());
+        assert_eq!(bus.try_publish("", q.clone(), Mark::None), Some(1));
+        assert_eq!(bus.try_publish("T", delta("start"), Mark::Begin), Some(2));
+        assert_eq!(bus.try_publish("T", delta("a"), Mark::None), Some(3));
+        let mut mid = bus.subscribe(0);
+        let mut after1 = bus.subscribe(1);
+        let mut after3 = bus.subscribe(3);
+        bus.try_publish("T", delta("b"), Mark::End);
+        assert_eq!(seqs(&drain(&mut mid).await), [2, 3, 4], "the turn so far, then live");
+        assert_eq!(seqs(&drain(&mut after1).await), [2, 3, 4]);
+        assert_eq!(seqs(&drain(&mut after3).await), [4]);
+        let mut idle = bus.subscribe(0);
+        assert!(drain(&mut idle).await.is_empty(), "no turn in flight: nothing replayed");
+        bus.try_publish("", q, Mark::None);
+        assert_eq!(seqs(&drain(&mut idle).await), [5]);
+        assert_eq!(bus.last_seq(), 5);
+    }
+
+    #[tokio::test]
+    async fn an_old_or_pre_restart_seq_gets_too_old_first() {
+        let bus = Bus::new("C");
+        // As after a restart: this process's first block starts at 1001.
+        bus.grant(1001, 1000);
+        let mut old = bus.subscribe(7);
+        let first = old.next().await.unwrap();
+        assert_eq!(reason_of(&first), Some(reason::TOO_OLD));
+        let mut current = bus.subscribe(1000);
+        bus.try_publish("", delta("x"), Mark::None);
+        assert_eq!(seqs(&drain(&mut current).await), [1001], "the seq just before the block is complete");
+        assert_eq!(seqs(&drain(&mut old).await), [1001], "live after the reset");
+        for i in 0..(RETAIN + 50) {
+            bus.try_publish("", delta(&i.to_string()), Mark::None);
+        }
+        let mut evicted = bus.subscribe(1002);
+        assert_eq!(reason_of(&evicted.next().await.unwrap()), Some(reason::TOO_OLD));
+        let retained = drain(&mut evicted).await;
+        assert_eq!(retained.len(), RETAIN, "the last RETAIN events");
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_is_dropped_with_lagged_and_never_slows_the_others() {
+        let bus = Bus::new("C");
+        bus.grant(1, 100_000);
+        let mut slow = bus.subscribe(0);
+        let mut fast = bus.subscribe(0);
+        let mut got = Vec::new();
+        let started = std::time::Instant::now();
+        for i in 0..(SUBSCRIBER_BUFFER * 3) {
+            assert!(bus.try_publish("", delta(&i.to_string()), Mark::None).is_some());
+            got.push(fast.next().await.unwrap().seq);
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "publishing never waits");
+        assert_eq!(got.len(), SUBSCRIBER_BUFFER * 3);
+        assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "the fast one got every event in order");
+        let e = slow.next().await.unwrap();
+        assert_eq!(reason_of(&e), Some(reason::LAGGED));
+        assert!(slow.next().await.is_none(), "its stream ends");
+        assert_eq!(bus.subscribers(), 1);
+    }
+
+    #[tokio::test]
+    async fn ten_subscribers_attaching_mid_turn_see_identical_sequences() {
+        let bus = Arc::new(Bus::new("C"));
+        bus.grant(1, 10_000);
+        bus.try_publish("T", delta("m"), Mark::Begin);
+        let publisher = {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                for i in 0..500 {
+                    bus.try_publish("T", delta(&i.to_string()), if i == 499 { Mark::End } else { Mark::None });
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let mut subs = Vec::new();
+        for _ in 0..10 {
+            subs.push(bus.subscribe(0));
+            tokio::task::yield_now().await;
+        }
+        publisher.await.unwrap();
+        for mut s in subs {
+            assert_eq!(seqs(&drain(&mut s).await), (1..=501).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test]
+    async fn close_ends_every_subscription_with_deleted() {
+        let bus = Bus::new("C");
+        bus.grant(1, 10);
+        let mut s = bus.subscribe(0);
+        bus.close(reason::DELETED);
+        assert_eq!(reason_of(&s.next().await.unwrap()), Some(reason::DELETED));
+        assert!(s.next().await.is_none());
+        assert!(bus.try_publish("", delta("x"), Mark::None).is_none(), "closed");
+        let mut late = bus.subscribe(0);
+        assert_eq!(reason_of(&late.next().await.unwrap()), Some(reason::DELETED));
+        assert!(late.next().await.is_none());
+    }
+}
