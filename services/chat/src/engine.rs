@@ -116,6 +116,15 @@ struct Acc {
     agent_key: String,
 }
 
+/// Whether ending a turn pauses the queue, and how the conversation's lock is had.
+enum Pause<'a> {
+    No,
+    /// Take the lock.
+    Lock,
+    /// The caller holds it.
+    Held(&'a mut Live),
+}
+
 /// How a turn ended.
 enum Outcome {
     Done { stop_reason: String, usage: Usage, model: Option<String> },
@@ -565,7 +574,8 @@ impl Engine {
         }
     }
 
-    /// Pauses the queue after a turn error or an interrupt and says so.
+    /// Pauses the queue after a turn error or an interrupt (persisted; `queue_changed` is
+    /// published after the turn's terminal event).
     async fn pause(&self, conv: &Conv, live: &mut Live) {
         if !live.paused {
             live.paused = true;
@@ -573,7 +583,6 @@ impl Engine {
                 tracing::warn!(conversation = %conv.id, error = %e, "Cannot persist the paused queue.");
             }
         }
-        self.publish_queue(conv, live).await;
     }
 
     /// Publishes a turn event folded into the assistant message by `fold`, unless the turn has
@@ -596,9 +605,10 @@ impl Engine {
         true
     }
 
-    /// Ends the turn once: persists the assistant message, publishes `turn_done` or
-    /// `turn_error`, writes the audit entry. `false` when it had ended already.
-    async fn finish(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome) -> bool {
+    /// Ends the turn once: persists the assistant message, writes the audit entry, pauses the
+    /// queue as `pause` says, publishes `turn_done` or `turn_error` (then `queue_changed` when
+    /// it paused). `false` when it had ended already.
+    async fn finish(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome, pause: Pause<'_>) -> bool {
         let Some((mut blocks, acc_model, agent_key)) = turn.claim() else { return false };
         if conv.deleted() {
             return true;
@@ -660,7 +670,6 @@ impl Engine {
                 ("code", kind.as_str().to_owned()),
             ),
         };
-        self.publish(conv, &turn.turn_id, kind, Mark::End).await;
         let status_word = match status {
             st::MessageStatus::Interrupted => "interrupted",
             st::MessageStatus::Failed => "failed",
@@ -687,6 +696,19 @@ impl Engine {
         };
         if let Err(e) = self.store.audit(entry).await {
             tracing::warn!(conversation = %conv.id, error = %e, "Cannot write the turn's audit entry.");
+        }
+        let mut guard = None;
+        let live = match pause {
+            Pause::No => None,
+            Pause::Held(l) => Some(l),
+            Pause::Lock => Some(&mut **guard.insert(conv.live.lock().await)),
+        };
+        if let Some(l) = live {
+            self.pause(conv, l).await;
+            self.publish(conv, &turn.turn_id, kind, Mark::End).await;
+            self.publish_queue(conv, l).await;
+        } else {
+            self.publish(conv, &turn.turn_id, kind, Mark::End).await;
         }
         true
     }
@@ -793,10 +815,7 @@ impl Engine {
 
     /// Ends the turn with an error and pauses the queue.
     async fn finish_error(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome) {
-        if self.finish(conv, turn, outcome).await && !conv.deleted() {
-            let mut live = conv.live.lock().await;
-            self.pause(conv, &mut live).await;
-        }
+        self.finish(conv, turn, outcome, Pause::Lock).await;
     }
 
     /// Handles one adapter event; `true` when it ended the turn.
@@ -854,11 +873,8 @@ impl Engine {
                 false
             }
             AgentEvent::Done { stop_reason, usage, model } => {
-                let interrupted = stop_reason == "interrupted";
-                if self.finish(conv, turn, Outcome::Done { stop_reason, usage, model }).await && interrupted {
-                    let mut live = conv.live.lock().await;
-                    self.pause(conv, &mut live).await;
-                }
+                let pause = if stop_reason == "interrupted" { Pause::Lock } else { Pause::No };
+                self.finish(conv, turn, Outcome::Done { stop_reason, usage, model }, pause).await;
                 true
             }
             AgentEvent::Failed { kind, message } => {
@@ -940,11 +956,7 @@ impl Engine {
         let Some(turn) = live.task.clone().filter(|t| !t.finalized()) else { return Ok(false) };
         turn.fire_interrupt();
         let done = Outcome::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
-        if !self.finish(&conv, &turn, done).await {
-            return Ok(false);
-        }
-        self.pause(&conv, &mut live).await;
-        Ok(true)
+        Ok(self.finish(&conv, &turn, done, Pause::Held(&mut live)).await)
     }
 
     /// `DeleteConversation`: cancels the in-flight turn, tears down the provider's state, deletes

@@ -82,3 +82,6 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
     shutdown.cancel();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
