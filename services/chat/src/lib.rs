@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use coffer_proto::chat::chat_server::ChatServer;
+use coffer_proto::store::GetSettingsRequest;
 use coffer_proto::store::changes_client::ChangesClient;
 use coffer_proto::store::settings_client::SettingsClient;
 use coffer_runtime::identity::Identity;
@@ -49,7 +50,13 @@ pub fn main_with(registry: Vec<providers::Entry>) -> std::process::ExitCode {
 pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Result<()> {
     let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
     let channel = internal.channel(Identity::Store).context("the store's address")?;
-    let (config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(config::Config::default()));
+    // The settings in force before the first turn (the store is healthy before chat starts; if
+    // it does not answer, the defaults hold until the follower's first read).
+    let first = match SettingsClient::new(channel.clone()).get_settings(GetSettingsRequest {}).await {
+        Ok(map) => config::Config::from_values(&map.into_inner().values),
+        Err(_) => config::Config::default(),
+    };
+    let (config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(first));
     tokio::spawn(config::follow(
         SettingsClient::new(channel.clone()),
         ChangesClient::new(channel.clone()),
