@@ -3,14 +3,15 @@
 //!
 //! The rule of thumb: reads are open to every authenticated service; a write only to the
 //! services that own its domain (the gateway owns all but the retrieval indexes, which
-//! `coffer-retrieval` owns); `ResolveCredentials`, which returns credential values, only to those
+//! `coffer-retrieval` owns, and the conversations, which `coffer-chat` owns — and alone reads:
+//! they are the owner's private talk with an agent); `ResolveCredentials`, which returns credential values, only to those
 //! that use them (the gateway to start processes and send headers, retrieval for the embeddings
 //! endpoint's API key; chat later, for agent CLIs). A method with no row is refused, so a new RPC is closed until its row
 //! is written; `every_store_method_has_exactly_one_rule` keeps the table and `proto/store_*.proto`
 //! in step.
 use coffer_proto::store::{
-    audit_server, changes_server, credentials_server, index_server, invocations_server, maintenance_server,
-    registry_server, settings_server,
+    audit_server, changes_server, conversations_server, credentials_server, index_server, invocations_server,
+    maintenance_server, registry_server, settings_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
@@ -24,6 +25,7 @@ const INVOCATIONS: &str = invocations_server::SERVICE_NAME;
 const CHANGES: &str = changes_server::SERVICE_NAME;
 const MAINTENANCE: &str = maintenance_server::SERVICE_NAME;
 const INDEX: &str = index_server::SERVICE_NAME;
+const CONVERSATIONS: &str = conversations_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
@@ -31,6 +33,9 @@ const ANY: Allow = Allow::AnyService;
 const GATEWAY: Allow = Allow::Only(&[Identity::Gateway]);
 /// The owner of the retrieval indexes (`coffer-retrieval`).
 const RETRIEVAL: Allow = Allow::Only(&[Identity::Retrieval]);
+/// The owner and only reader of conversations (`coffer-chat`): the gateway asks it, never the
+/// store.
+const CHAT: Allow = Allow::Only(&[Identity::Chat]);
 /// Those that use credential values: the gateway (server processes and headers) and retrieval
 /// (the embeddings endpoint's API key).
 const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval]);
@@ -83,6 +88,21 @@ pub const POLICY: Policy = Policy {
         rule(INDEX, "PendingEmbeddings", ANY),
         rule(INDEX, "PutEmbeddings", RETRIEVAL),
         rule(INDEX, "Stats", ANY),
+        // Conversations: the chat service's state, read and written by coffer-chat alone (the
+        // messages are the owner's private talk with an agent; the gateway goes through chat).
+        rule(CONVERSATIONS, "CreateConversation", CHAT),
+        rule(CONVERSATIONS, "ListConversations", CHAT),
+        rule(CONVERSATIONS, "GetConversation", CHAT),
+        rule(CONVERSATIONS, "UpdateConversation", CHAT),
+        rule(CONVERSATIONS, "DeleteConversation", CHAT),
+        rule(CONVERSATIONS, "AppendMessage", CHAT),
+        rule(CONVERSATIONS, "UpdateMessage", CHAT),
+        rule(CONVERSATIONS, "ListMessages", CHAT),
+        rule(CONVERSATIONS, "FailStreamingMessages", CHAT),
+        rule(CONVERSATIONS, "SetPending", CHAT),
+        rule(CONVERSATIONS, "GetPending", CHAT),
+        rule(CONVERSATIONS, "ListPendingQueues", CHAT),
+        rule(CONVERSATIONS, "ReserveEventSeq", CHAT),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -121,11 +141,12 @@ mod tests {
             include_str!("../../../proto/store_maintenance.proto"),
             include_str!("../../../proto/store_common.proto"),
             include_str!("../../../proto/store_index.proto"),
+            include_str!("../../../proto/store_conversations.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)
         .collect();
-        assert!(declared.len() >= 38, "parsed {declared:?}");
+        assert!(declared.len() >= 51, "parsed {declared:?}");
         let ruled: Vec<(String, String)> =
             POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
         let unique: BTreeSet<_> = ruled.iter().cloned().collect();
@@ -187,12 +208,32 @@ mod tests {
         }
     }
 
-    /// The real store (`crate::run`) on loopback, accepting made-up gateway and retrieval
+    /// Every `Conversations` method, from the proto.
+    fn conversation_methods() -> Vec<String> {
+        rpcs(include_str!("../../../proto/store_conversations.proto")).into_iter().map(|(_, m)| m).collect()
+    }
+
+    #[test]
+    fn conversations_are_chats_alone() {
+        let methods = conversation_methods();
+        assert_eq!(methods.len(), 13, "{methods:?}");
+        for m in &methods {
+            let path = format!("/{CONVERSATIONS}/{m}");
+            assert_eq!(POLICY.check(Identity::Chat, &path), Ok(()), "{m}");
+            for caller in [Identity::Gateway, Identity::Retrieval, Identity::Supervisor, Identity::Store] {
+                let e = POLICY.check(caller, &path).unwrap_err();
+                assert_eq!(e.to_string(), format!("{caller} may not call {path}"));
+            }
+        }
+    }
+
+    /// The real store (`crate::run`) on loopback, accepting made-up gateway, retrieval and chat
     /// tokens; the tests call it as each of them and as strangers.
     struct Served {
         addr: String,
         gateway: secrecy::SecretString,
         retrieval: secrecy::SecretString,
+        chat: secrecy::SecretString,
         shutdown: tokio_util::sync::CancellationToken,
         task: tokio::task::JoinHandle<anyhow::Result<()>>,
         _home: tempfile::TempDir,
@@ -202,8 +243,13 @@ mod tests {
         use coffer_runtime::identity::PeerDigests;
         let home = tempfile::tempdir().unwrap();
         let (gateway, retrieval) = (coffer_runtime::token::random_token(), coffer_runtime::token::random_token());
+        let chat = coffer_runtime::token::random_token();
         let store_token = coffer_runtime::token::random_token();
-        let peers = PeerDigests::from_tokens([(Identity::Gateway, &gateway), (Identity::Retrieval, &retrieval)]);
+        let peers = PeerDigests::from_tokens([
+            (Identity::Gateway, &gateway),
+            (Identity::Retrieval, &retrieval),
+            (Identity::Chat, &chat),
+        ]);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let shutdown = tokio_util::sync::CancellationToken::new();
@@ -215,7 +261,7 @@ mod tests {
             shutdown: shutdown.clone(),
         };
         let task = tokio::spawn(crate::run(ctx));
-        Served { addr, gateway, retrieval, shutdown, task, _home: home }
+        Served { addr, gateway, retrieval, chat, shutdown, task, _home: home }
     }
 
     use coffer_proto::store::{
@@ -294,6 +340,58 @@ mod tests {
             .into_inner()
             .knowledge_bases;
         assert_eq!(kbs.len(), 1);
+        s.shutdown.cancel();
+        s.task.await.unwrap().unwrap();
+    }
+
+    /// Over the real listener: chat stores and reads back a 1 MiB message (the store's decoding
+    /// limit admits it; the client raises tonic's 4 MiB default for the reply), the gateway is
+    /// refused every Conversations call.
+    #[tokio::test]
+    async fn chat_stores_a_one_mebibyte_message_and_the_gateway_is_refused() {
+        use coffer_proto::store::conversations_client::ConversationsClient;
+        use coffer_proto::store::*;
+        let s = serve().await;
+        let max = crate::domain::MAX_DECODING_MESSAGE_SIZE;
+        let mut chat = ConversationsClient::new(channel(&s.addr, &s.chat)).max_decoding_message_size(max);
+        let id = |n: u128| ulid::Ulid((1_700_000_000_000u128 << 80) | n).to_string();
+        let conversation = ConversationRecord {
+            id: id(1),
+            agent_key: "codex".into(),
+            agent_config_json: "{}".into(),
+            ..Default::default()
+        };
+        let create = CreateConversationRequest { conversation: Some(conversation) };
+        chat.create_conversation(create.clone()).await.unwrap();
+        let text = "x".repeat(1024 * 1024);
+        let message = MessageRecord {
+            id: id(2),
+            conversation_id: id(1),
+            role: MessageRole::User.into(),
+            status: MessageStatus::Complete.into(),
+            blocks: vec![ContentBlockRecord { block: Some(content_block_record::Block::Text(text.clone())) }],
+            ..Default::default()
+        };
+        chat.append_message(message.clone()).await.unwrap();
+        let page = chat
+            .list_messages(ListMessagesRequest { conversation_id: id(1), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(page.messages.len(), 1);
+        assert_eq!(page.messages[0].blocks, message.blocks);
+
+        let mut gateway = ConversationsClient::new(channel(&s.addr, &s.gateway));
+        let e = gateway.create_conversation(create).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert_eq!(e.message(), format!("gateway may not call /{CONVERSATIONS}/CreateConversation"));
+        let e = gateway.get_conversation(ConversationRef { id: id(1) }).await.unwrap_err();
+        assert_eq!(e.message(), format!("gateway may not call /{CONVERSATIONS}/GetConversation"));
+        let e = ConversationsClient::new(channel(&s.addr, &s.retrieval))
+            .list_conversations(ListConversationsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.message(), format!("retrieval may not call /{CONVERSATIONS}/ListConversations"));
         s.shutdown.cancel();
         s.task.await.unwrap().unwrap();
     }

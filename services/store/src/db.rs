@@ -93,6 +93,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0002_invocation_actor.sql"),
     migration!("0003_migration_checksums.sql"),
     migration!("0004_index.sql"),
+    migration!("0005_conversations.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

@@ -3,7 +3,8 @@
 //! writer thread, and streams committed changes to the other services.
 //!
 //! It serves one gRPC service per domain of `coffer.db` (registry, credentials, settings, audit,
-//! invocations, changes, maintenance, and the retrieval indexes `index`; see [`domain`]), all on
+//! invocations, changes, maintenance, the retrieval indexes `index` and the chat service's
+//! `conversations`; see [`domain`]), all on
 //! its one listener. SQL lives only in those modules, in [`db`] (the writer/reader plumbing and
 //! migrations), and in the maintenance domain's workers [`retention`] and [`backup`].
 

@@ -11,12 +11,14 @@
 //! | [`changes`] | `Changes` | `changes` (rows written by [`crate::db::Db::write`]) |
 //! | [`maintenance`] | `Maintenance` | retention ([`crate::retention`]) and backups ([`crate::backup`]) |
 //! | [`index`] | `Index` | `kb_*` (retrieval's derived indexes: documents, chunks, FTS5 `kb_fts`, vec0 `kb_vectors`) |
+//! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items` (the chat service's) |
 //!
 //! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
 //! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
 //! [`routes`].
 pub mod audit;
 pub mod changes;
+pub mod conversations;
 pub mod credentials;
 pub mod index;
 pub mod invocations;
@@ -30,7 +32,8 @@ use crate::db::{Db, StoreError};
 use crate::vault::Vault;
 
 /// Largest gRPC request a store service decodes (bytes): an invocation batch stays under half
-/// of it.
+/// of it, and so does a message of the largest size `Conversations` stores
+/// ([`conversations::MAX_MESSAGE_BYTES`], 8 MiB; a 1 MiB chat message is far below).
 pub const MAX_DECODING_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
 /// Longest page a list RPC returns.
@@ -39,9 +42,9 @@ const MAX_PAGE: u32 = 500;
 /// Every store service over `db`, encrypting credentials with `vault`, for one listener.
 pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     use coffer_proto::store::{
-        audit_server::AuditServer, changes_server::ChangesServer, credentials_server::CredentialsServer,
-        index_server::IndexServer, invocations_server::InvocationsServer, maintenance_server::MaintenanceServer,
-        registry_server::RegistryServer, settings_server::SettingsServer,
+        audit_server::AuditServer, changes_server::ChangesServer, conversations_server::ConversationsServer,
+        credentials_server::CredentialsServer, index_server::IndexServer, invocations_server::InvocationsServer,
+        maintenance_server::MaintenanceServer, registry_server::RegistryServer, settings_server::SettingsServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -62,6 +65,9 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     .add_service(
         IndexServer::new(index::IndexService::new(db.clone()))
             .max_decoding_message_size(index::MAX_DECODING_MESSAGE_SIZE),
+    )
+    .add_service(
+        ConversationsServer::new(conversations::ConversationsService::new(db.clone())).max_decoding_message_size(MAX),
     )
 }
 
