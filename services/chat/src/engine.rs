@@ -730,7 +730,7 @@ impl Engine {
             id: turn.assistant_message_id.clone(),
             conversation_id: conv.id.clone(),
             role: st::MessageRole::Assistant as i32,
-            blocks: vec![text_block("")],
+            blocks: Vec::new(),
             status: st::MessageStatus::Streaming as i32,
             ..Default::default()
         };
