@@ -428,3 +428,58 @@ async fn a_daemon_restart_keeps_conversations_and_restores_a_paused_queue() -> a
     assert_eq!(chat::text(&w.turn().await?), "three");
     Ok(())
 }
+
+/// Resident memory of a process, KiB (`VmRSS`).
+fn rss_kib(pid: i32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("VmRSS")?;
+    line.split_whitespace().nth(1).context("value")?.parse().context("KiB")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_conversations_keep_the_chat_service_small_and_a_turn_starts_fast() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let cl = chat::client(&api).await?;
+    let pid = api.service("chat").await?["pid"].as_i64().context("pid")? as i32;
+    let before = rss_kib(pid)?;
+    let mut tasks = Vec::new();
+    for part in 0..4 {
+        let mut cl = cl.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut started = Vec::new();
+            for _ in 0..250 {
+                let conv = chat::create(&mut cl).await?;
+                let mut w = chat::watch(&mut cl, &conv.id, 0).await?;
+                let t0 = std::time::Instant::now();
+                chat::send(&mut cl, &conv.id, &format!("say:hello from part {part}")).await?;
+                w.until_kind("turn_started").await?;
+                started.push(t0.elapsed());
+                let end = w.turn().await?;
+                ensure!(chat::kinds(&end).last() == Some(&"turn_done"), "{end:?}");
+            }
+            anyhow::Ok(started)
+        }));
+    }
+    let mut started = Vec::new();
+    for t in tasks {
+        started.extend(t.await??);
+    }
+    started.sort();
+    let after = rss_kib(pid)?;
+    let p50 = started[started.len() / 2];
+    let p99 = started[started.len() * 99 / 100];
+    eprintln!(
+        "coffer-chat RSS: {before} KiB at start, {after} KiB with 1,000 idle conversations (one turn each); \
+         SendMessage to turn_started: p50 {p50:?}, p99 {p99:?} (4 clients at once, debug build)"
+    );
+    assert!(after < 50 * 1024, "1,000 idle conversations: {after} KiB, floor 50 MiB");
+    let listed = cl
+        .clone()
+        .list_conversations(c::ListConversationsRequest { limit: 200, ..Default::default() })
+        .await?
+        .into_inner();
+    assert_eq!(listed.conversations.len(), 200);
+    assert!(listed.conversations.iter().all(|c| !c.turn_running && c.message_count == 2 && !c.title.is_empty()));
+    Ok(())
+}

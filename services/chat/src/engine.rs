@@ -458,7 +458,7 @@ impl Engine {
                 live.task = Some(turn.clone());
                 conv.sync(&live);
                 drop(live);
-                self.spawn_turns(conv.clone(), turn, text);
+                self.spawn_turns(conv.clone(), turn, text, Some(record));
                 let q = self.pending(&conv).await;
                 Ok(c::SendMessageReply { outcome: Some(c::send_message_reply::Outcome::Message(user)), queue: Some(q) })
             }
@@ -535,16 +535,30 @@ impl Engine {
         Ok(Some(Next { turn, text: item.text }))
     }
 
-    fn spawn_turns(self: &Arc<Self>, conv: Arc<Conv>, turn: Arc<TurnShared>, text: String) {
+    /// Runs the turn (and those after it) in a task of its own; `record` is the conversation as
+    /// just read, when the caller has it (one store read less before `turn_started`).
+    fn spawn_turns(
+        self: &Arc<Self>,
+        conv: Arc<Conv>,
+        turn: Arc<TurnShared>,
+        text: String,
+        record: Option<st::ConversationRecord>,
+    ) {
         let engine = self.clone();
-        tokio::spawn(async move { engine.run_turns(conv, turn, text).await });
+        tokio::spawn(async move { engine.run_turns(conv, turn, text, record).await });
     }
 
     /// Runs turns until none is left to run: this one, then whatever was sent while it drained,
     /// then the pending queue (unless paused).
-    async fn run_turns(self: Arc<Self>, conv: Arc<Conv>, mut turn: Arc<TurnShared>, mut text: String) {
+    async fn run_turns(
+        self: Arc<Self>,
+        conv: Arc<Conv>,
+        mut turn: Arc<TurnShared>,
+        mut text: String,
+        mut record: Option<st::ConversationRecord>,
+    ) {
         loop {
-            self.run_turn(&conv, &turn, text).await;
+            self.run_turn(&conv, &turn, text, record.take()).await;
             let mut live = conv.live.lock().await;
             if conv.deleted() {
                 return;
@@ -714,18 +728,37 @@ impl Engine {
     }
 
     /// One turn, from the assistant message's creation to the end of its adapter's task.
-    async fn run_turn(&self, conv: &Arc<Conv>, turn: &Arc<TurnShared>, text: String) {
+    async fn run_turn(
+        &self,
+        conv: &Arc<Conv>,
+        turn: &Arc<TurnShared>,
+        text: String,
+        record: Option<st::ConversationRecord>,
+    ) {
         let failed = |kind, message: String| Outcome::Failed { kind, message };
-        let record = match self.store.get(&conv.id).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(conversation = %conv.id, error = %e, "Cannot read the conversation for a turn.");
-                return;
-            }
+        let record = match record {
+            Some(r) => r,
+            None => match self.store.get(&conv.id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(conversation = %conv.id, error = %e, "Cannot read the conversation for a turn.");
+                    let m = "the chat service could not read the conversation".to_owned();
+                    self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
+                    return;
+                }
+            },
         };
         turn.acc().agent_key = record.agent_key.clone();
         let mut config = persist::parse_config(&record.agent_config_json);
         turn.acc().model = config.model.clone();
+        // `turn_started` names the assistant message before its write returns (ids are chosen
+        // here): one store write less before the owner sees the turn start.
+        let started = Kind::TurnStarted(c::TurnStarted {
+            user_message_id: turn.user_message_id.clone(),
+            assistant_message_id: turn.assistant_message_id.clone(),
+            agent_key: record.agent_key.clone(),
+        });
+        self.publish(conv, &turn.turn_id, started, Mark::None).await;
         let assistant = st::MessageRecord {
             id: turn.assistant_message_id.clone(),
             conversation_id: conv.id.clone(),
@@ -736,20 +769,10 @@ impl Engine {
         };
         if let Err(e) = self.store.append(assistant).await {
             tracing::error!(conversation = %conv.id, error = %e, "Cannot append the assistant message.");
-            self.finish_error(
-                conv,
-                turn,
-                failed(FailureKind::Internal, "the chat service could not store the turn".into()),
-            )
-            .await;
+            let m = "the chat service could not store the turn".to_owned();
+            self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
             return;
         }
-        let started = Kind::TurnStarted(c::TurnStarted {
-            user_message_id: turn.user_message_id.clone(),
-            assistant_message_id: turn.assistant_message_id.clone(),
-            agent_key: record.agent_key.clone(),
-        });
-        self.publish(conv, &turn.turn_id, started, Mark::None).await;
 
         let cfg = self.config();
         let Some(entry) = self.registry.get(&record.agent_key) else {
@@ -938,7 +961,7 @@ impl Engine {
             live.task = Some(next.turn.clone());
             conv.sync(&live);
             drop(live);
-            self.spawn_turns(conv.clone(), next.turn, next.text);
+            self.spawn_turns(conv.clone(), next.turn, next.text, None);
             return Ok(self.pending(&conv).await);
         }
         Ok(reply)
