@@ -12,6 +12,7 @@ mod cli_doctor;
 mod cli_findings;
 mod cli_import;
 mod cli_polish;
+mod conversations_store;
 mod credentials;
 mod daemon;
 mod docs;

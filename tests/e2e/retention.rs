@@ -91,7 +91,10 @@ async fn retention_prunes_by_age_at_start_and_by_count_on_demand() -> anyhow::Re
     let audit = list(&api, "/v1/audit").await?;
     assert_eq!(audit.len(), 3, "two kept, plus the prune's own row: {audit:?}");
     assert_eq!((&audit[0]["action"], &audit[0]["actor"]), (&json!("maintenance.prune"), &json!("cli")));
-    assert_eq!(audit[0]["detail"], json!({"invocations": 4, "audit": audit_before - 2}));
+    assert_eq!(
+        audit[0]["detail"],
+        json!({"invocations": 4, "audit": audit_before - 2, "conversations_archived": 0, "conversations_deleted": 0})
+    );
 
     // A second pass has nothing left to do but its own audit row beyond the limit.
     let r = api.post("/v1/maintenance/prune").reply().await?.ok_json()?;

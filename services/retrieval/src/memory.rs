@@ -272,6 +272,7 @@ impl Memory {
                 mode: mode as i32,
                 filters: Some(filters.clone()),
                 limit: CANDIDATES,
+                one_per_document: true,
             };
             let hits = index.keyword_query(req).await?.into_inner().hits;
             for hit in hits {

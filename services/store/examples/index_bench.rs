@@ -131,7 +131,12 @@ async fn run(docs: usize) {
     let queries: Vec<Vec<String>> = (0..200).map(|_| (0..3).map(|_| content(&words)).collect()).collect();
     let common: Vec<Vec<String>> =
         queries.iter().map(|q| vec![q[0].clone(), q[1].clone(), words.vocab[3].clone()]).collect();
+    // Every search coffer-retrieval runs names its KBs (a KB filter) and asks 100 deep.
+    let kb_only = Some(Filters { kb: vec!["bench".into()], ..Default::default() });
     for (name, mode, filters) in [
+        ("keyword all + kb filter (limit 100)", MatchMode::All, kb_only.clone()),
+        ("keyword any + kb filter (limit 100)", MatchMode::Any, kb_only.clone()),
+        ("keyword any, a common word + kb filter (limit 100)", MatchMode::Any, kb_only.clone()),
         ("keyword all", MatchMode::All, None),
         ("keyword any", MatchMode::Any, None),
         (
@@ -156,7 +161,8 @@ async fn run(docs: usize) {
                     terms: q.clone(),
                     mode: mode.into(),
                     filters: filters.clone(),
-                    limit: 20,
+                    limit: if name.contains("limit 100") { 100 } else { 20 },
+                    one_per_document: name.contains("limit 100"),
                 }))
                 .await
                 .unwrap();

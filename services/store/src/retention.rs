@@ -1,5 +1,7 @@
-//! Retention: prunes `mcp_invocations` and `audit_log` by age and by row count — once when the
-//! store starts, then every [`INTERVAL`], and on demand (`PruneNow`, `POST /v1/maintenance/prune`).
+//! Retention: prunes `mcp_invocations` and `audit_log` by age and by row count, archives
+//! conversations with no message for `retention.conversations_archive_days` and deletes archived
+//! ones `retention.conversations_delete_days` after archiving — once when the store starts, then
+//! every [`INTERVAL`], and on demand (`PruneNow`, `POST /v1/maintenance/prune`).
 //!
 //! The policy is read from the settings table at every pass, so a `PATCH /v1/settings` applies
 //! at the next pass without a restart. The settings, their defaults and bounds are the
@@ -9,8 +11,10 @@
 //!
 //! Deletions go through the single writer in batches of at most [`BATCH`] rows, one short
 //! transaction each; writes queued meanwhile (invocation batches, registry changes) run between
-//! two batches, so even a large first prune never holds the writer for long. Pruning writes no
-//! change rows: logs are not part of the change stream.
+//! two batches, so even a large first prune never holds the writer for long (a deleted
+//! conversation takes its messages with it, so those batches are [`CONVERSATION_BATCH`]
+//! conversations). Pruning writes no change rows: logs and conversations are not part of the
+//! change stream.
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -24,9 +28,19 @@ use crate::db::{Db, StoreError};
 pub const INTERVAL: Duration = Duration::from_secs(3600);
 /// Most rows one delete transaction removes.
 pub const BATCH: u64 = 2_000;
+/// Most conversations one retention transaction archives or deletes (a deletion takes every
+/// message of the conversation with it).
+pub const CONVERSATION_BATCH: u64 = 100;
 
 /// The retention settings (key, default, bounds), in the order they are documented.
-pub const SETTINGS: &[Setting] = &[INVOCATIONS.days, INVOCATIONS.rows, AUDIT.days, AUDIT.rows];
+pub const SETTINGS: &[Setting] = &[
+    INVOCATIONS.days,
+    INVOCATIONS.rows,
+    AUDIT.days,
+    AUDIT.rows,
+    settings::RETENTION_CONVERSATIONS_ARCHIVE_DAYS,
+    settings::RETENTION_CONVERSATIONS_DELETE_DAYS,
+];
 
 /// One pruned table and the settings that govern it.
 struct Table {
@@ -51,11 +65,22 @@ pub struct Limit {
     pub max_rows: u64,
 }
 
+/// The conversations' limits (days); `0` means never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConversationLimit {
+    /// Archive an active conversation whose last message (or, without one, its creation) is
+    /// older than this, unless it was restored or otherwise changed more recently.
+    pub archive_days: u64,
+    /// Delete an archived conversation archived longer ago than this.
+    pub delete_days: u64,
+}
+
 /// The whole retention policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub invocations: Limit,
     pub audit: Limit,
+    pub conversations: ConversationLimit,
 }
 
 impl Policy {
@@ -69,17 +94,31 @@ impl Policy {
                 s.default
             })
         };
-        let mut limit = |t: &Table| Limit { days: get(&t.days), max_rows: get(&t.rows) };
-        let policy = Policy { invocations: limit(&INVOCATIONS), audit: limit(&AUDIT) };
+        let invocations = Limit { days: get(&INVOCATIONS.days), max_rows: get(&INVOCATIONS.rows) };
+        let audit = Limit { days: get(&AUDIT.days), max_rows: get(&AUDIT.rows) };
+        let conversations = ConversationLimit {
+            archive_days: get(&settings::RETENTION_CONVERSATIONS_ARCHIVE_DAYS),
+            delete_days: get(&settings::RETENTION_CONVERSATIONS_DELETE_DAYS),
+        };
+        let policy = Policy { invocations, audit, conversations };
         (policy, warnings)
     }
 }
 
-/// Rows one pass deleted.
+/// What one pass did: rows deleted, conversations archived and deleted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pruned {
     pub invocations: u64,
     pub audit: u64,
+    pub conversations_archived: u64,
+    pub conversations_deleted: u64,
+}
+
+impl Pruned {
+    /// Whether the pass changed anything.
+    pub fn any(&self) -> bool {
+        self.invocations + self.audit + self.conversations_archived + self.conversations_deleted > 0
+    }
 }
 
 /// Serialises passes: the background worker and `PruneNow` never interleave their batches, so
@@ -98,10 +137,55 @@ pub async fn prune(db: &Db, now_ms: i64, stop: &CancellationToken) -> Result<Pru
     for w in warnings {
         tracing::warn!("{w}");
     }
-    Ok(Pruned {
-        invocations: prune_table(db, &INVOCATIONS, policy.invocations, now_ms, stop).await?,
-        audit: prune_table(db, &AUDIT, policy.audit, now_ms, stop).await?,
-    })
+    let invocations = prune_table(db, &INVOCATIONS, policy.invocations, now_ms, stop).await?;
+    let audit = prune_table(db, &AUDIT, policy.audit, now_ms, stop).await?;
+    // Deleting first: a conversation archived by this pass is never deleted by it.
+    let c = policy.conversations;
+    let conversations_deleted = match cutoff(c.delete_days, now_ms) {
+        Some(cut) => {
+            conversation_batches(db, stop, move |t| {
+                crate::domain::conversations::delete_archived(t, cut, CONVERSATION_BATCH)
+            })
+            .await?
+        }
+        None => 0,
+    };
+    let conversations_archived = match cutoff(c.archive_days, now_ms) {
+        Some(cut) => {
+            conversation_batches(db, stop, move |t| {
+                crate::domain::conversations::archive_idle(t, cut, now_ms, CONVERSATION_BATCH)
+            })
+            .await?
+        }
+        None => 0,
+    };
+    Ok(Pruned { invocations, audit, conversations_archived, conversations_deleted })
+}
+
+/// `now_ms` minus `days` (Unix ms), or `None` when `days` is 0 (never) or out of range.
+fn cutoff(days: u64, now_ms: i64) -> Option<i64> {
+    if days == 0 {
+        return None;
+    }
+    days.checked_mul(86_400_000).and_then(|ms| i64::try_from(ms).ok()).and_then(|ms| now_ms.checked_sub(ms))
+}
+
+/// Runs `step` (one transaction handling at most [`CONVERSATION_BATCH`] conversations, returning
+/// how many) until it handles fewer or `stop` is cancelled. Returns the total.
+async fn conversation_batches<F>(db: &Db, stop: &CancellationToken, step: F) -> Result<u64, StoreError>
+where
+    F: Fn(&rusqlite::Connection) -> Result<u64, StoreError> + Clone + Send + 'static,
+{
+    let mut total = 0;
+    while !stop.is_cancelled() {
+        let step = step.clone();
+        let (n, _) = db.write(move |t, _| step(t)).await?;
+        total += n;
+        if n < CONVERSATION_BATCH {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 /// Applies one table's limits: first age, then count. Returns the rows deleted.
@@ -173,7 +257,13 @@ where
 pub async fn prune_now(db: &Db, actor: &str, trace: &str) -> Result<Pruned, StoreError> {
     let pruned = prune(db, now_ms(), &CancellationToken::new()).await?;
     let (actor, trace) = (actor.to_owned(), trace.to_owned());
-    let detail = serde_json::json!({"invocations": pruned.invocations, "audit": pruned.audit}).to_string();
+    let detail = serde_json::json!({
+        "invocations": pruned.invocations,
+        "audit": pruned.audit,
+        "conversations_archived": pruned.conversations_archived,
+        "conversations_deleted": pruned.conversations_deleted,
+    })
+    .to_string();
     db.write(move |t, _| {
         crate::domain::audit::record_with(t, &trace, &actor, "maintenance.prune", "retention", &detail)
     })
@@ -194,11 +284,13 @@ pub fn spawn(db: Db, shutdown: CancellationToken) -> tokio::task::JoinHandle<()>
             }
             let started = std::time::Instant::now();
             match prune(&db, now_ms(), &shutdown).await {
-                Ok(p) if p.invocations + p.audit > 0 => tracing::info!(
+                Ok(p) if p.any() => tracing::info!(
                     invocations = p.invocations,
                     audit = p.audit,
+                    conversations_archived = p.conversations_archived,
+                    conversations_deleted = p.conversations_deleted,
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    "Retention pruned old log rows."
+                    "Retention pruned old log rows and idle conversations."
                 ),
                 Ok(_) => tracing::debug!("Retention pass: nothing to prune."),
                 Err(e) => tracing::warn!(error = %e, "Retention pass failed; retrying at the next interval."),
@@ -289,7 +381,16 @@ mod tests {
         assert_eq!(p.audit, Limit { days: 365, max_rows: 100_000 });
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("retention.audit_days") && w[1].contains("\"lots\""), "{w:?}");
-        assert_eq!(SETTINGS.len(), 4);
+        assert_eq!(p.conversations, ConversationLimit { archive_days: 7, delete_days: 30 });
+        assert_eq!(SETTINGS.len(), 6);
+        let values: HashMap<String, String> =
+            [("retention.conversations_archive_days", "0"), ("retention.conversations_delete_days", "forever")]
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect();
+        let (p, w) = Policy::from_settings(&values);
+        assert_eq!(p.conversations, ConversationLimit { archive_days: 0, delete_days: 30 });
+        assert!(w.len() == 1 && w[0].contains("retention.conversations_delete_days"), "{w:?}");
     }
 
     #[tokio::test]
@@ -299,7 +400,7 @@ mod tests {
         fill(&db, 401, |i| i).await;
         let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
         // Invocations keep ages 0..=30 (strictly older than 30 days goes), audit 0..=365.
-        assert_eq!(p, Pruned { invocations: 370, audit: 35 });
+        assert_eq!(p, Pruned { invocations: 370, audit: 35, ..Default::default() });
         assert_eq!(left(&db, "mcp_invocations").await.0, 31);
         assert_eq!(left(&db, "audit_log").await.0, 366);
         // A second pass finds nothing.
@@ -313,7 +414,7 @@ mod tests {
         fill(&db, n, |_| 0).await;
         set(&db, &[("retention.invocations_max_rows", "100"), ("retention.audit_max_rows", "7")]).await;
         let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
-        assert_eq!(p, Pruned { invocations: n as u64 - 100, audit: n as u64 - 7 });
+        assert_eq!(p, Pruned { invocations: n as u64 - 100, audit: n as u64 - 7, ..Default::default() });
         // The newest rows are the ones kept.
         assert_eq!(left(&db, "mcp_invocations").await, (100, n - 99));
         assert_eq!(left(&db, "audit_log").await, (7, n - 6));
@@ -336,7 +437,10 @@ mod tests {
         assert_eq!(prune(&db, NOW, &CancellationToken::new()).await.unwrap(), Pruned::default());
         set(&db, &[("retention.audit_days", "1000")]).await;
         // Ages 0, 100, …, 1000 stay: 11 rows.
-        assert_eq!(prune(&db, NOW, &CancellationToken::new()).await.unwrap(), Pruned { invocations: 0, audit: 39 });
+        assert_eq!(
+            prune(&db, NOW, &CancellationToken::new()).await.unwrap(),
+            Pruned { invocations: 0, audit: 39, ..Default::default() }
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,6 +500,195 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(actor, "cli");
-        assert_eq!(detail, r#"{"invocations":3,"audit":0}"#);
+        assert_eq!(detail, r#"{"invocations":3,"audit":0,"conversations_archived":0,"conversations_deleted":0}"#);
+    }
+}
+
+#[cfg(test)]
+mod conversation_tests {
+    //! Conversation retention through the real Conversations service: timestamps in the past come
+    //! from the service's clock and from messages' `created_ms`; the pass gets its own `now_ms`.
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use coffer_proto::store::conversations_server::Conversations;
+    use coffer_proto::store::*;
+    use tonic::Request;
+
+    use super::*;
+    use crate::domain::conversations::ConversationsService;
+
+    const DAY_MS: i64 = 86_400_000;
+    /// 2026-01-31T00:00:00Z, the passes' "now".
+    const NOW: i64 = 1_769_817_600_000;
+
+    fn id(n: u128) -> String {
+        ulid::Ulid((1_700_000_000_000u128 << 80) | n).to_string()
+    }
+
+    /// A store whose Conversations service reads `clock`.
+    fn open() -> (tempfile::TempDir, Db, ConversationsService, Arc<AtomicI64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("coffer.db")).unwrap();
+        let clock = Arc::new(AtomicI64::new(NOW));
+        let c = clock.clone();
+        let svc = ConversationsService::with_clock(db.clone(), Arc::new(move || c.load(Ordering::Relaxed)));
+        (dir, db, svc, clock)
+    }
+
+    /// Creates conversation `n` at `created` and, when `last` is set, a message created then.
+    async fn conversation(svc: &ConversationsService, clock: &AtomicI64, n: u128, created: i64, last: Option<i64>) {
+        clock.store(created, Ordering::Relaxed);
+        let c = ConversationRecord {
+            id: id(n),
+            agent_key: "codex".into(),
+            agent_config_json: "{}".into(),
+            ..Default::default()
+        };
+        svc.create_conversation(Request::new(CreateConversationRequest { conversation: Some(c) })).await.unwrap();
+        if let Some(at) = last {
+            clock.store(at, Ordering::Relaxed);
+            let m = MessageRecord {
+                id: id(n + 1_000_000),
+                conversation_id: id(n),
+                role: MessageRole::User.into(),
+                status: MessageStatus::Complete.into(),
+                blocks: vec![ContentBlockRecord { block: Some(content_block_record::Block::Text("hi".into())) }],
+                created_ms: at,
+                ..Default::default()
+            };
+            svc.append_message(Request::new(m)).await.unwrap();
+        }
+    }
+
+    async fn state(svc: &ConversationsService, n: u128) -> Option<ConversationRecord> {
+        svc.get_conversation(Request::new(ConversationRef { id: id(n) })).await.ok().map(|r| r.into_inner())
+    }
+
+    async fn rows(db: &Db) -> [i64; 3] {
+        db.read(|c| {
+            let n = |t: &str| c.query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get::<_, i64>(0));
+            Ok([n("conversations")?, n("messages")?, n("conversation_titles")?])
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn set(db: &Db, key: &'static str, value: &'static str) {
+        db.write(move |t, _| {
+            t.execute("INSERT OR REPLACE INTO settings (key, value, updated_at) VALUES (?1, ?2, 'now')", [key, value])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_conversations_are_archived_after_7_days_and_deleted_30_days_later() {
+        let (_dir, db, svc, clock) = open();
+        // 1: last message 8 days ago. 2: last message 6 days ago. 3: created 10 days ago, never
+        // a message. 4: created 10 days ago, a message an hour ago. 5: archived by hand 31 days
+        // ago. 6: archived by hand 29 days ago.
+        conversation(&svc, &clock, 1, NOW - 20 * DAY_MS, Some(NOW - 8 * DAY_MS)).await;
+        conversation(&svc, &clock, 2, NOW - 20 * DAY_MS, Some(NOW - 6 * DAY_MS)).await;
+        conversation(&svc, &clock, 3, NOW - 10 * DAY_MS, None).await;
+        conversation(&svc, &clock, 4, NOW - 10 * DAY_MS, Some(NOW - 3_600_000)).await;
+        for (n, ago) in [(5, 31), (6, 29)] {
+            conversation(&svc, &clock, n, NOW - 40 * DAY_MS, Some(NOW - 40 * DAY_MS)).await;
+            clock.store(NOW - ago * DAY_MS, Ordering::Relaxed);
+            let archive = UpdateConversationRequest { id: id(n), archived: Some(true), ..Default::default() };
+            svc.update_conversation(Request::new(archive)).await.unwrap();
+        }
+        assert_eq!(rows(&db).await, [6, 5, 6]);
+
+        let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
+        assert_eq!((p.conversations_archived, p.conversations_deleted), (2, 1), "{p:?}");
+        let archived = |c: Option<ConversationRecord>| c.map(|c| c.archived_ms);
+        assert_eq!(archived(state(&svc, 1).await), Some(NOW));
+        assert_eq!(archived(state(&svc, 2).await), Some(0));
+        assert_eq!(archived(state(&svc, 3).await), Some(NOW));
+        assert_eq!(archived(state(&svc, 4).await), Some(0));
+        assert_eq!(archived(state(&svc, 5).await), None, "archived 31 days ago: deleted");
+        assert_eq!(archived(state(&svc, 6).await), Some(NOW - 29 * DAY_MS));
+        let one = state(&svc, 1).await.unwrap();
+        assert_eq!(one.version, 2, "archiving is an update: a stale writer gets ABORTED");
+        // Conversation 5's message went with it, and its title row.
+        assert_eq!(rows(&db).await, [5, 4, 5]);
+        // A second pass at the same time finds nothing.
+        let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
+        assert_eq!((p.conversations_archived, p.conversations_deleted), (0, 0));
+        // 30 days on, what was archived now is deleted, and conversation 6 (archived 59 days
+        // ago); 2 and 4 have been idle long enough to be archived meanwhile.
+        let p = prune(&db, NOW + 31 * DAY_MS, &CancellationToken::new()).await.unwrap();
+        assert_eq!((p.conversations_archived, p.conversations_deleted), (2, 3), "{p:?}");
+        assert!(state(&svc, 1).await.is_none() && state(&svc, 3).await.is_none() && state(&svc, 6).await.is_none());
+        assert_eq!(rows(&db).await, [2, 2, 2]);
+    }
+
+    #[tokio::test]
+    async fn zero_keeps_conversations_forever_and_a_restored_one_is_left_alone_for_the_period() {
+        let (_dir, db, svc, clock) = open();
+        conversation(&svc, &clock, 1, NOW - 400 * DAY_MS, Some(NOW - 400 * DAY_MS)).await;
+        conversation(&svc, &clock, 2, NOW - 400 * DAY_MS, None).await;
+        clock.store(NOW - 300 * DAY_MS, Ordering::Relaxed);
+        svc.update_conversation(Request::new(UpdateConversationRequest {
+            id: id(2),
+            archived: Some(true),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+        set(&db, "retention.conversations_archive_days", "0").await;
+        set(&db, "retention.conversations_delete_days", "0").await;
+        let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p, Pruned::default());
+        assert_eq!(rows(&db).await, [2, 1, 2]);
+
+        // Archiving on again: 1 is archived. Restored, it is not archived again until it has
+        // been left alone for 7 more days; a message then keeps it active 7 days from that one.
+        set(&db, "retention.conversations_archive_days", "7").await;
+        let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
+        assert_eq!((p.conversations_archived, p.conversations_deleted), (1, 0));
+        clock.store(NOW, Ordering::Relaxed);
+        let restore = UpdateConversationRequest { id: id(1), archived: Some(false), ..Default::default() };
+        svc.update_conversation(Request::new(restore)).await.unwrap();
+        assert_eq!(state(&svc, 1).await.unwrap().archived_ms, 0);
+        let p = prune(&db, NOW + DAY_MS, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p.conversations_archived, 0, "restored a day ago");
+        clock.store(NOW + 5 * DAY_MS, Ordering::Relaxed);
+        let m = MessageRecord {
+            id: id(50),
+            conversation_id: id(1),
+            role: MessageRole::User.into(),
+            status: MessageStatus::Complete.into(),
+            blocks: vec![ContentBlockRecord { block: Some(content_block_record::Block::Text("back".into())) }],
+            ..Default::default()
+        };
+        svc.append_message(Request::new(m)).await.unwrap();
+        let p = prune(&db, NOW + 8 * DAY_MS, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p.conversations_archived, 0, "a message 3 days ago");
+        assert_eq!(state(&svc, 1).await.unwrap().archived_ms, 0);
+        let p = prune(&db, NOW + 13 * DAY_MS, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p.conversations_archived, 1, "8 days after its last message");
+        assert_eq!(state(&svc, 1).await.unwrap().archived_ms, NOW + 13 * DAY_MS);
+    }
+
+    #[tokio::test]
+    async fn many_conversations_go_in_batches() {
+        let (_dir, db, svc, clock) = open();
+        let n = CONVERSATION_BATCH as u128 * 2 + 30;
+        for i in 1..=n {
+            conversation(&svc, &clock, i, NOW - 100 * DAY_MS, Some(NOW - 100 * DAY_MS)).await;
+        }
+        let p = prune(&db, NOW, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p.conversations_archived, n as u64);
+        let p = prune(&db, NOW + 31 * DAY_MS, &CancellationToken::new()).await.unwrap();
+        assert_eq!(p.conversations_deleted, n as u64);
+        assert_eq!(rows(&db).await, [0, 0, 0]);
+        // A cancelled pass stops before its first batch.
+        conversation(&svc, &clock, 1, NOW - 100 * DAY_MS, None).await;
+        let stop = CancellationToken::new();
+        stop.cancel();
+        assert_eq!(prune(&db, NOW, &stop).await.unwrap(), Pruned::default());
     }
 }

@@ -377,9 +377,59 @@ fn phrase(needle: &str) -> String {
     format!("\"{}\"", needle.replace('"', "\"\""))
 }
 
+/// The `ListConversations` query for a validated request: only the clauses its filters need, so
+/// that each shape gets the index that serves it (`conversations_recent` for pages,
+/// `conversations_channel` for a channel's chats, the trigram index for a title search), and its
+/// parameters. Fetches `limit + 1` rows (the extra one says there is a next page).
+fn list_query(
+    q: &ListConversationsRequest,
+    cursor: Option<(i64, String)>,
+    limit: u32,
+) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut sql = format!("SELECT {CONV_COLS} FROM conversations WHERE 1");
+    let mut args = Vec::new();
+    // Unspecified (or unknown) is "both".
+    match q.archived() {
+        ArchivedFilter::Active => sql.push_str(" AND archived_ms = 0"),
+        ArchivedFilter::Archived => sql.push_str(" AND archived_ms <> 0"),
+        ArchivedFilter::Unspecified => {}
+    }
+    if !q.channel_name.is_empty() {
+        // `<> ''` lets the planner use the partial index.
+        sql.push_str(" AND channel_name <> '' AND channel_name = ?");
+        args.push(Value::Text(q.channel_name.clone()));
+        if !q.peer_chat_id.is_empty() {
+            sql.push_str(" AND peer_chat_id = ?");
+            args.push(Value::Text(q.peer_chat_id.clone()));
+        }
+    }
+    if let Some((ms, id)) = cursor {
+        sql.push_str(" AND (updated_ms, id) < (?, ?)");
+        args.extend([Value::Integer(ms), Value::Text(id)]);
+    }
+    let needle = q.title_contains.to_lowercase();
+    match needle.chars().count() {
+        0 => {}
+        1 | 2 => {
+            sql.push_str(" AND instr(title_fold, ?) > 0");
+            args.push(Value::Text(needle));
+        }
+        _ => {
+            sql.push_str(" AND pk IN (SELECT rowid FROM conversation_titles WHERE conversation_titles MATCH ?)");
+            args.push(Value::Text(phrase(&needle)));
+        }
+    }
+    sql.push_str(" ORDER BY updated_ms DESC, id DESC LIMIT ?");
+    args.push(Value::Integer(i64::from(limit) + 1));
+    (sql, args)
+}
+
 /// Archives, in one transaction, at most `limit` active conversations whose last message (or,
-/// without one, whose creation) is older than `cutoff_ms`; `archived_ms` and `updated_ms` become
-/// `now_ms`, `version` is bumped. Returns how many it archived.
+/// without one, whose creation) is older than `cutoff_ms` and that nothing else touched since
+/// (`updated_ms`: a restore, a rename, a turn), so that a conversation the owner just restored is
+/// not archived again at the next pass; `archived_ms` and `updated_ms` become `now_ms`, `version`
+/// is bumped. Returns how many it archived.
 ///
 /// # Errors
 /// [`StoreError::Sql`].
@@ -387,7 +437,8 @@ pub fn archive_idle(t: &Connection, cutoff_ms: i64, now_ms: i64, limit: u64) -> 
     let n = t.execute(
         "UPDATE conversations SET archived_ms = ?2, updated_ms = ?2, version = version + 1
          WHERE pk IN (SELECT pk FROM conversations
-                      WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < ?1 LIMIT ?3)",
+                      WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < ?1 AND updated_ms < ?1
+                      LIMIT ?3)",
         params![cutoff_ms, now_ms.max(1), limit as i64],
     )?;
     Ok(n as u64)
@@ -482,42 +533,13 @@ impl Conversations for ConversationsService {
         if q.channel_name.is_empty() && !q.peer_chat_id.is_empty() {
             return Err(Status::invalid_argument("peer_chat_id needs a channel_name"));
         }
-        // Unspecified (or unknown) is "both".
-        let archived = match q.archived() {
-            ArchivedFilter::Active => 1,
-            ArchivedFilter::Archived => 2,
-            ArchivedFilter::Unspecified => 0,
-        };
-        let needle = q.title_contains.to_lowercase();
-        let (fts, scan) = match needle.chars().count() {
-            0 => (None, None),
-            1 | 2 => (None, Some(needle)),
-            _ => (Some(phrase(&needle)), None),
-        };
-        let (cursor_ms, cursor_id) = cursor.unzip();
+        let (sql, args) = list_query(&q, cursor, limit);
         let mut rows = self
             .db
             .read(move |c| {
-                let mut st = c.prepare_cached(&format!(
-                    "SELECT {CONV_COLS} FROM conversations
-                     WHERE (?1 = 0 OR (?1 = 1 AND archived_ms = 0) OR (?1 = 2 AND archived_ms <> 0))
-                       AND (?2 = '' OR channel_name = ?2) AND (?3 = '' OR peer_chat_id = ?3)
-                       AND (?4 IS NULL OR (updated_ms, id) < (?4, ?5))
-                       AND (?6 IS NULL OR pk IN (SELECT rowid FROM conversation_titles WHERE conversation_titles MATCH ?6))
-                       AND (?7 IS NULL OR instr(title_fold, ?7) > 0)
-                     ORDER BY updated_ms DESC, id DESC LIMIT ?8"
-                ))?;
-                let args = params![
-                    archived,
-                    q.channel_name,
-                    q.peer_chat_id,
-                    cursor_ms,
-                    cursor_id,
-                    fts,
-                    scan,
-                    limit as i64 + 1
-                ];
-                Ok(st.query_map(args, conversation_from_row)?.collect::<Result<Vec<_>, _>>()?)
+                let mut st = c.prepare_cached(&sql)?;
+                let rows = st.query_map(rusqlite::params_from_iter(args), conversation_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .await?;
         let fits = within_budget(&rows, |c| c.encoded_len());
@@ -646,9 +668,11 @@ impl Conversations for ConversationsService {
                     created,
                     now
                 ])?;
+                // A created_ms in the future counts as now: it must not keep the conversation
+                // from ever being idle.
                 t.prepare_cached(
                     "UPDATE conversations SET message_count = message_count + 1, updated_ms = MAX(updated_ms, ?2),
-                            last_message_ms = MAX(last_message_ms, ?3)
+                            last_message_ms = MAX(last_message_ms, MIN(?3, ?2))
                      WHERE id = ?1",
                 )?
                 .execute(params![m.conversation_id, now, created])?;
@@ -1284,6 +1308,53 @@ mod tests {
         assert_eq!(search("warm").await, ["warm caches"]);
     }
 
+    /// `EXPLAIN QUERY PLAN` of `sql` with `args`, one line per step.
+    async fn plan(svc: &ConversationsService, sql: String, args: Vec<rusqlite::types::Value>) -> String {
+        svc.db
+            .read(move |c| {
+                let mut st = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                let rows = st.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?.join("\n"))
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn list_and_retention_queries_use_their_indexes() {
+        let (_dir, svc) = service();
+        let page = ListConversationsRequest::default();
+        let (sql, args) = list_query(&page, Some((T0, id(1))), 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_recent") && !p.contains("TEMP B-TREE"), "{p}");
+        let active = ListConversationsRequest { archived: ArchivedFilter::Active.into(), ..Default::default() };
+        let (sql, args) = list_query(&active, None, 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_recent") && !p.contains("TEMP B-TREE"), "{p}");
+        let chat = ListConversationsRequest {
+            channel_name: "telegram".into(),
+            peer_chat_id: "42".into(),
+            ..Default::default()
+        };
+        let (sql, args) = list_query(&chat, None, 1);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversations_channel"), "{p}");
+        let search = ListConversationsRequest { title_contains: "build".into(), ..Default::default() };
+        let (sql, args) = list_query(&search, None, 50);
+        let p = plan(&svc, sql, args).await;
+        assert!(p.contains("conversation_titles VIRTUAL TABLE INDEX"), "{p}");
+        let archive = "EXPLAIN QUERY PLAN SELECT pk FROM conversations
+                       WHERE archived_ms = 0 AND MAX(last_message_ms, created_ms) < 5 AND updated_ms < 5 LIMIT 100";
+        let p = plan(&svc, archive.replace("EXPLAIN QUERY PLAN ", ""), vec![]).await;
+        assert!(p.contains("conversations_active_idle"), "{p}");
+        let delete = "SELECT pk FROM conversations WHERE archived_ms <> 0 AND archived_ms < 5 LIMIT 100";
+        let p = plan(&svc, delete.into(), vec![]).await;
+        assert!(p.contains("conversations_archived"), "{p}");
+        let streaming = "SELECT pk FROM messages WHERE status = 'streaming'";
+        let p = plan(&svc, streaming.into(), vec![]).await;
+        assert!(p.contains("messages_streaming"), "{p}");
+    }
+
     #[tokio::test]
     async fn channel_binding_lookup() {
         let (_dir, svc) = service();
@@ -1426,6 +1497,13 @@ mod tests {
         let e = append(&svc, user(12, 1, "reused id")).await.unwrap_err();
         assert_eq!(e.code(), Code::AlreadyExists);
         assert_eq!(get(&svc, 1).await.unwrap().message_count, 30);
+
+        // A message dated in the future keeps its date, but the conversation's last activity is
+        // now, so it can still go idle.
+        let future = MessageRecord { created_ms: T0 + 365 * 86_400_000, ..user(40, 1, "from the future") };
+        assert_eq!(append(&svc, future).await.unwrap().created_ms, T0 + 365 * 86_400_000);
+        let c = get(&svc, 1).await.unwrap();
+        assert!(c.last_message_ms < T0 + 86_400_000, "{}", c.last_message_ms);
     }
 
     #[tokio::test]
@@ -1568,6 +1646,72 @@ mod tests {
             assert_eq!(i, next[task], "task {task}'s messages are out of order");
             next[task] += 1;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn of_ten_concurrent_renames_at_one_version_exactly_one_wins() {
+        let (_dir, svc) = service();
+        create(&svc, conversation(1, "t")).await.unwrap();
+        let svc = std::sync::Arc::new(svc);
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..10 {
+            let svc = svc.clone();
+            tasks.spawn(async move {
+                let r = UpdateConversationRequest {
+                    id: id(1),
+                    expected_version: Some(1),
+                    title: Some(format!("title {n}")),
+                    ..Default::default()
+                };
+                update(&svc, r).await
+            });
+        }
+        let mut won = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            match r.unwrap() {
+                Ok(c) => won.push(c.title),
+                Err(e) => assert_eq!(e.code(), Code::Aborted, "{e:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "{won:?}");
+        let c = get(&svc, 1).await.unwrap();
+        assert_eq!((c.title.as_str(), c.version), (won[0].as_str(), 2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_racing_appends_leaves_no_orphan_message() {
+        let (_dir, svc) = service();
+        create(&svc, conversation(1, "t")).await.unwrap();
+        let svc = std::sync::Arc::new(svc);
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..5u128 {
+            let svc = svc.clone();
+            tasks.spawn(async move {
+                let mut refused = 0;
+                for i in 0..20u128 {
+                    match append(&svc, user(1000 + task * 100 + i, 1, "x")).await {
+                        Ok(_) => {}
+                        Err(e) => {
+                            assert_eq!(e.code(), Code::NotFound, "{e:?}");
+                            refused += 1;
+                        }
+                    }
+                }
+                refused
+            });
+        }
+        // Once some appends have landed, delete in the middle of the others.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while get(&svc, 1).await.unwrap().message_count < 10 {
+            assert!(std::time::Instant::now() < deadline, "no append landed");
+            tokio::task::yield_now().await;
+        }
+        svc.delete_conversation(Request::new(ConversationRef { id: id(1) })).await.unwrap();
+        let mut refused = 0;
+        while let Some(r) = tasks.join_next().await {
+            refused += r.unwrap();
+        }
+        assert_eq!(counts(&svc).await, [0, 0, 0, 0], "{refused} appends refused after the delete");
     }
 
     #[tokio::test]

@@ -400,6 +400,7 @@ fn mark_document_error(t: &Connection, vc: &Vectors, r: &MarkDocumentErrorReques
 
 /// A query's [`Filters`], validated and ready to bind as `?1..?4` of [`FILTER_SQL`].
 struct Filter {
+    kbs: Vec<String>,
     kb_json: String,
     prefix: String,
     tags_json: String,
@@ -421,10 +422,16 @@ impl Filter {
         validate_strings("filters.tags", &f.tags, 64, MAX_TAG_BYTES)?;
         Ok(Self {
             kb_json: serde_json::to_string(&f.kb).expect("json"),
+            kbs: f.kb.clone(),
             tags_json: serde_json::to_string(&normalized_tags(&f.tags)).expect("json"),
             prefix: f.path_prefix,
             after: if f.modified_after_ms == 0 { i64::MIN } else { f.modified_after_ms },
         })
+    }
+
+    /// Whether the filter restricts by KB and nothing else.
+    fn kb_only(&self) -> bool {
+        self.kb_json != "[]" && self.prefix.is_empty() && self.tags_json == "[]" && self.after == i64::MIN
     }
 
     /// Whether the filter restricts anything.
@@ -498,28 +505,69 @@ pub fn match_expression(terms: &[String], any: bool) -> Result<Option<String>, S
     Ok(Some(parts.join(if any { " OR " } else { " AND " })))
 }
 
-/// Most rows the unfiltered keyword path joins (a tie group at the cut larger than this falls
-/// back to the full query).
+/// Most rows the ranked keyword path takes (a tie group at the cut larger than this falls back
+/// to the full query).
 const KEYWORD_TIE_MAX: usize = 4096;
+
+/// Most rows of other KBs the ranked keyword path skips before it falls back to the full query
+/// (a search of a small KB among large ones).
+const KEYWORD_SKIP_MAX: usize = 4096;
+
+/// A term in at least this many chunks is left out of an any-term query that has a rarer term:
+/// its idf adds little to bm25, and scoring every row that holds it is what makes such a
+/// query slow (a 10,000-note corpus: 60 ms with a common word, 4 ms without).
+pub const COMMON_TERM_CHUNKS: usize = 5_000;
 
 /// `KeywordQuery` on a reader: best first, ties by KB, path, ordinal.
 ///
-/// Without filters the ranking runs on `kb_fts` alone (`ORDER BY rank`: the weights configured
-/// in migration 0004) and only the top `limit` rows, plus every row tied with the last of them,
-/// are joined with their chunks and documents. With filters (or a huge tie group) one query
-/// joins every match and orders by (score, KB, path, ordinal).
-fn keyword_query(c: &Connection, expr: &str, f: &Filter, limit: u32) -> Result<Vec<ChunkHit>, StoreError> {
+/// Without filters, or with a filter by KBs alone (what every search coffer-retrieval runs
+/// has), the ranking runs on `kb_fts` alone (`ORDER BY rank`: the weights configured in
+/// migration 0004); rows of other KBs are skipped as they come, and only the top `limit` rows,
+/// plus every row tied with the last of them, are joined with their chunks and documents. With
+/// other filters (or a huge tie group, or too many skipped rows) one query joins every match
+/// and orders by (score, KB, path, ordinal).
+fn keyword_query(
+    c: &Connection,
+    expr: &str,
+    f: &Filter,
+    limit: u32,
+    one_per_document: bool,
+) -> Result<Vec<ChunkHit>, StoreError> {
     let n = limit as usize;
-    if !f.restricts() {
+    if !f.restricts() || f.kb_only() {
+        let kbs: Option<HashSet<&str>> = f.restricts().then(|| f.kbs.iter().map(String::as_str).collect());
+        let mut documents = HashSet::new();
         let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
         let mut complete = true;
         {
             let mut st = c.prepare_cached("SELECT rowid, rank FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY rank")?;
+            let mut kb_of = c.prepare_cached(
+                "SELECT d.kb, d.id FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document",
+            )?;
+            let mut skipped = 0usize;
             let mut rows = st.query([expr])?;
             while let Some(r) = rows.next()? {
                 let (id, rank): (i64, f64) = (r.get(0)?, r.get(1)?);
                 if top.len() >= n && top[n - 1].1 != rank {
                     break;
+                }
+                if kbs.is_some() || one_per_document {
+                    let row: Option<(String, i64)> =
+                        kb_of.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+                    let Some((kb, document)) = row else { continue };
+                    if kbs.as_ref().is_some_and(|kbs| !kbs.contains(kb.as_str())) {
+                        skipped += 1;
+                        if skipped > KEYWORD_SKIP_MAX {
+                            complete = false;
+                            break;
+                        }
+                        continue;
+                    }
+                    // Ranked best first: the first chunk seen of a document is its best (a tie
+                    // is ordered by ordinal below, among the rows kept).
+                    if one_per_document && !documents.insert(document) {
+                        continue;
+                    }
                 }
                 if top.len() >= KEYWORD_TIE_MAX {
                     complete = false;
@@ -551,10 +599,39 @@ fn keyword_query(c: &Connection, expr: &str, f: &Filter, limit: u32) -> Result<V
          ORDER BY f.rank, d.kb, d.path, c.ordinal
          LIMIT ?6"
     ))?;
-    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, expr, limit], |r| {
+    // One per document: every match is read (no LIMIT) and the first of each document kept.
+    let cap = if one_per_document { -1 } else { i64::from(limit) };
+    let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, expr, cap], |r| {
         Ok(ChunkHit { chunk: Some(chunk_at(r)?), score: -r.get::<_, f64>(CHUNK_NCOLS)?, lines: vec![] })
     })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let mut seen = HashSet::new();
+    let mut hits = Vec::new();
+    for h in rows {
+        let h = h?;
+        let c = h.chunk.as_ref().expect("chunk");
+        if !one_per_document || seen.insert((c.kb.clone(), c.path.clone())) {
+            hits.push(h);
+            if hits.len() >= n {
+                break;
+            }
+        }
+    }
+    Ok(hits)
+}
+
+/// The terms of an any-term query worth scoring: every term in fewer than
+/// [`COMMON_TERM_CHUNKS`] chunks; all of them when each one is that common.
+fn rarer_terms(c: &Connection, terms: &[String]) -> Result<Vec<String>, StoreError> {
+    let mut st = c.prepare_cached("SELECT count(*) FROM (SELECT 1 FROM kb_fts WHERE kb_fts MATCH ?1 LIMIT ?2)")?;
+    let mut rare = Vec::with_capacity(terms.len());
+    for t in terms {
+        let Some(expr) = match_expression(std::slice::from_ref(t), false)? else { continue };
+        let n: i64 = st.query_row(params![expr, COMMON_TERM_CHUNKS as i64], |r| r.get(0))?;
+        if (n as usize) < COMMON_TERM_CHUNKS {
+            rare.push(t.clone());
+        }
+    }
+    Ok(if rare.is_empty() { terms.to_vec() } else { rare })
 }
 
 /// A vector as sqlite-vec's float32 blob (little-endian).
@@ -1098,8 +1175,24 @@ impl Index for IndexService {
         let expr = match_expression(&r.terms, any)?;
         let filter = Filter::new(r.filters.as_ref())?;
         let limit = validate_limit("limit", r.limit)?;
-        let Some(expr) = expr else { return Ok(Response::new(ChunkHits::default())) };
-        let hits = self.db.read(move |c| keyword_query(c, &expr, &filter, limit)).await?;
+        if expr.is_none() {
+            return Ok(Response::new(ChunkHits::default()));
+        }
+        let terms = r.terms.clone();
+        let hits = self
+            .db
+            .read(move |c| {
+                let expr = if any && terms.len() > 1 {
+                    match_expression(&rarer_terms(c, &terms)?, true)?
+                } else {
+                    match_expression(&terms, any)?
+                };
+                match expr {
+                    Some(expr) => keyword_query(c, &expr, &filter, limit, r.one_per_document),
+                    None => Ok(vec![]),
+                }
+            })
+            .await?;
         Ok(Response::new(ChunkHits { hits }))
     }
 
@@ -1417,6 +1510,7 @@ mod tests {
             mode: mode.into(),
             filters: None,
             limit: 10,
+            one_per_document: false,
         }
     }
 
@@ -2237,5 +2331,64 @@ mod tests {
         // Clearing the index empties it.
         s.client.clear_index(ClearIndexRequest::default()).await.unwrap();
         assert!(s.client.vector_query(q).await.unwrap().into_inner().hits.is_empty());
+    }
+
+    /// The ranked path for a KB-only filter (rows of other KBs skipped as they come) answers
+    /// what the full filtered query answers; `one_per_document` keeps each document's best
+    /// chunk and counts documents against the limit.
+    #[tokio::test]
+    async fn kb_filter_fast_path_and_one_per_document_match_the_full_query() {
+        let mut s = serve().await;
+        for i in 0..30u32 {
+            let kb = if i % 3 == 0 { "work" } else { "notes" };
+            // Chunk 0 says "alpha" i+1 times (better ranks for larger i), chunk 1 once.
+            let strong = vec!["alpha"; (i + 1) as usize].join(" ");
+            let chunks = vec![chunk(&[], (1, 1), &format!("{strong} beta")), chunk(&[], (2, 2), "alpha gamma")];
+            s.upsert(doc(kb, &format!("d{i:02}.md"), chunks)).await;
+        }
+        let notes = Filters { kb: vec!["notes".into()], ..Default::default() };
+        // The same filter with a no-op extra condition takes the full query.
+        let full = Filters { modified_after_ms: 1, ..notes.clone() };
+        for limit in [1, 5, 19, 40] {
+            let q = |f: &Filters, per_doc: bool| KeywordQueryRequest {
+                filters: Some(f.clone()),
+                limit,
+                one_per_document: per_doc,
+                ..kw(&["alpha"], MatchMode::All)
+            };
+            for per_doc in [false, true] {
+                let fast = s.keyword(q(&notes, per_doc)).await;
+                let slow = s.keyword(q(&full, per_doc)).await;
+                assert_eq!(fast, slow, "limit {limit}, one per document {per_doc}");
+                assert_eq!(fast.len(), if per_doc { 20.min(limit as usize) } else { 40.min(limit as usize) });
+                assert!(fast.iter().all(|(p, _)| p[1..3].parse::<u32>().unwrap() % 3 != 0), "{fast:?}");
+                if per_doc {
+                    assert!(fast.iter().all(|(_, ordinal)| *ordinal == 0), "best chunk of each: {fast:?}");
+                    let mut paths: Vec<_> = fast.iter().map(|(p, _)| p.clone()).collect();
+                    paths.dedup();
+                    assert_eq!(paths.len(), fast.len());
+                }
+            }
+        }
+    }
+
+    /// A term in COMMON_TERM_CHUNKS chunks or more is left out of an any-term query that has a
+    /// rarer term (and kept when every term is that common).
+    #[tokio::test]
+    async fn any_term_queries_leave_out_a_term_every_chunk_has() {
+        let mut s = serve().await;
+        let per_doc = 500;
+        for d in 0..(COMMON_TERM_CHUNKS / per_doc) {
+            let chunks =
+                (0..per_doc as u32).map(|i| chunk(&[], (i + 1, i + 1), &format!("everywhere c{d}x{i}"))).collect();
+            s.upsert(doc("notes", &format!("bulk{d}.md"), chunks)).await;
+        }
+        s.upsert(doc("notes", "rare.md", vec![chunk(&[], (1, 1), "needle")])).await;
+        let any = |t: &[&str]| KeywordQueryRequest { limit: 50, ..kw(t, MatchMode::Any) };
+        // With the common term left out only the rare one is scored: its one chunk.
+        assert_eq!(s.keyword(any(&["needle", "everywhere"])).await, [("rare.md".to_string(), 0)]);
+        // Alone (or with only common company) the common term is still searched.
+        assert_eq!(s.keyword(any(&["everywhere", "everywhere"])).await.len(), 50);
+        assert_eq!(s.keyword(KeywordQueryRequest { limit: 50, ..kw(&["everywhere"], MatchMode::All) }).await.len(), 50);
     }
 }

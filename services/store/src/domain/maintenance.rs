@@ -43,8 +43,19 @@ impl Maintenance for MaintenanceService {
         let trace = trace();
         let actor = req.into_inner().actor;
         let p = crate::retention::prune_now(&self.db, &actor, &trace).await?;
-        tracing::info!(invocations = p.invocations, audit = p.audit, "Pruned on request.");
-        Ok(Response::new(PruneNowReply { invocations: p.invocations, audit: p.audit }))
+        tracing::info!(
+            invocations = p.invocations,
+            audit = p.audit,
+            conversations_archived = p.conversations_archived,
+            conversations_deleted = p.conversations_deleted,
+            "Pruned on request."
+        );
+        Ok(Response::new(PruneNowReply {
+            invocations: p.invocations,
+            audit: p.audit,
+            conversations_archived: p.conversations_archived,
+            conversations_deleted: p.conversations_deleted,
+        }))
     }
 
     async fn backup(&self, req: Request<BackupRequest>) -> Result<Response<BackupReply>, Status> {
