@@ -32,6 +32,7 @@
 pub mod anthropic;
 pub mod bench;
 pub mod bins;
+pub mod chat;
 pub mod embeddings;
 pub mod http;
 pub mod mcp;
@@ -430,7 +431,15 @@ impl TestHome {
     /// # Errors
     /// As [`TestHome::start_daemon`].
     pub async fn start_daemon_binary(&self, name: &str) -> anyhow::Result<Api> {
-        let d = self.spawn_binary(name, &[])?;
+        self.start_daemon_args(name, &[]).await
+    }
+
+    /// [`TestHome::start_daemon_binary`] with arguments (`coffer-test-daemon scripted-chat`).
+    ///
+    /// # Errors
+    /// As [`TestHome::start_daemon`].
+    pub async fn start_daemon_args(&self, name: &str, args: &[&str]) -> anyhow::Result<Api> {
+        let d = self.spawn_binary(name, args)?;
         let ready = wait_for("coffer-daemon to become ready", START_TIMEOUT, || async {
             if let Some(status) = self.try_exit(&d) {
                 return Err(abort(format!("coffer-daemon exited during start-up ({status}); stderr: {}", d.stderr())));

@@ -1,11 +1,94 @@
 //! The chat service (`coffer-chat`): conversations, turns, agent adapters and the event bus.
 //! The contracts are `proto/chat.proto` (served to the gateway), `proto/store_conversations.proto`
 //! (what it persists through the store) and [`adapter`] (what every agent provider implements).
+//!
+//! Who does what, file by file: [`service`] (the gRPC surface and its validation) →
+//! [`engine`] (per-conversation turns, pending queue, interrupt, timeout) → [`bus`] (sequence
+//! numbers, the recent-event log, fan-out to subscribers) and [`persist`] (the store's
+//! Conversations and Audit services); [`providers`] is the agent registry, [`config`] the
+//! `chat.*` settings, [`authz`] who may call.
+use std::sync::Arc;
+
+use anyhow::Context;
+use coffer_proto::chat::chat_server::ChatServer;
+use coffer_proto::store::GetSettingsRequest;
+use coffer_proto::store::changes_client::ChangesClient;
+use coffer_proto::store::settings_client::SettingsClient;
+use coffer_runtime::identity::Identity;
+use coffer_runtime::service::ServiceCtx;
 
 pub mod adapter;
+pub mod authz;
+pub mod bus;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod persist;
+pub mod providers;
+pub mod service;
 
-/// Process entry for `coffer-chat`.
+/// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an over-long
+/// text gets this service's message naming the limit, not tonic's.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// Process entry for `coffer-chat` (the agents Coffer ships).
 pub fn main_entry() -> std::process::ExitCode {
-    use coffer_runtime::{identity::Identity, service};
-    service::service_main(Identity::Chat, service::run_health_only)
+    main_with(providers::builtin())
 }
+
+/// Process entry over another registry (the tests' `coffer-test-chat` adds a scripted agent).
+pub fn main_with(registry: Vec<providers::Entry>) -> std::process::ExitCode {
+    coffer_runtime::service::service_main(Identity::Chat, move |ctx| run(ctx, registry))
+}
+
+/// Serves `coffer.chat.v1.Chat` (and health) on the service's listener until `shutdown`, each
+/// call authorized by [`authz::POLICY`]: follows the settings, runs the restart rules
+/// ([`engine::Engine::recover`], retried until the store answers), then serves.
+///
+/// # Errors
+/// When the store's address is missing or the server fails.
+pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Result<()> {
+    let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
+    let channel = internal.channel(Identity::Store).context("the store's address")?;
+    // The settings in force before the first turn (the store is healthy before chat starts; if
+    // it does not answer, the defaults hold until the follower's first read).
+    let first = match SettingsClient::new(channel.clone()).get_settings(GetSettingsRequest {}).await {
+        Ok(map) => config::Config::from_values(&map.into_inner().values),
+        Err(_) => config::Config::default(),
+    };
+    let (config_tx, config_rx) = tokio::sync::watch::channel(Arc::new(first));
+    tokio::spawn(config::follow(
+        SettingsClient::new(channel.clone()),
+        ChangesClient::new(channel.clone()),
+        config_tx,
+        shutdown.clone(),
+    ));
+    let store = persist::Store::new(channel);
+    let registry = Arc::new(providers::Registry::new(registry, home.root().to_path_buf()));
+    let engine = engine::Engine::new(store, registry, config_rx, home.root().to_path_buf());
+
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match engine.recover().await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Cannot recover chat state yet.");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(5));
+            }
+        }
+    }
+
+    let service = service::ChatService { engine };
+    let routes = tonic::service::Routes::new(ChatServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES));
+    coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
+        .await?;
+    shutdown.cancel();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -36,6 +36,9 @@ const RETRIEVAL: Allow = Allow::Only(&[Identity::Retrieval]);
 /// The owner and only reader of conversations (`coffer-chat`): the gateway asks it, never the
 /// store.
 const CHAT: Allow = Allow::Only(&[Identity::Chat]);
+/// Those that write audit entries: the gateway (REST and CLI changes) and chat (each completed
+/// turn, actor `agent`).
+const AUDITORS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
 /// Those that use credential values: the gateway (server processes and headers) and retrieval
 /// (the embeddings endpoint's API key).
 const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval]);
@@ -62,7 +65,7 @@ pub const POLICY: Policy = Policy {
         rule(CREDENTIALS, "ResolveCredentials", CREDENTIAL_USERS),
         rule(SETTINGS, "GetSettings", ANY),
         rule(SETTINGS, "PatchSettings", GATEWAY),
-        rule(AUDIT, "AppendAudit", GATEWAY),
+        rule(AUDIT, "AppendAudit", AUDITORS),
         rule(AUDIT, "ListAudit", ANY),
         rule(INVOCATIONS, "AppendInvocations", GATEWAY),
         rule(INVOCATIONS, "ListInvocations", ANY),

@@ -1,0 +1,70 @@
+//! Who may call which Chat RPC: one row per method of `coffer.chat.v1.Chat`, checked by the
+//! internal auth layer before the method runs.
+//!
+//! Chat serves the gateway (REST `/v1/agents`, `/v1/conversations…`, SSE, the CLI through them).
+//! A method with no row is refused, so a new RPC is closed until its row is written;
+//! `every_chat_method_has_exactly_one_rule` keeps the table and `proto/chat.proto` in step.
+//! Health is open to every service (the supervisor's checks).
+use coffer_proto::chat::chat_server;
+use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
+use coffer_runtime::identity::Identity;
+
+const CHAT: &str = chat_server::SERVICE_NAME;
+/// The services that use chat.
+const CALLERS: Allow = Allow::Only(&[Identity::Gateway]);
+
+const fn rule(method: &'static str) -> Rule {
+    Rule { service: CHAT, method, allow: CALLERS }
+}
+
+/// Chat's table; passed to the auth layer in [`crate::run`].
+pub const POLICY: Policy = Policy {
+    rules: &[
+        rule("ListAgents"),
+        rule("CreateConversation"),
+        rule("ListConversations"),
+        rule("GetConversation"),
+        rule("ListMessages"),
+        rule("UpdateConversation"),
+        rule("DeleteConversation"),
+        rule("SendMessage"),
+        rule("SetPending"),
+        rule("Interrupt"),
+        rule("Subscribe"),
+    ],
+    unlisted: Unlisted::Deny,
+};
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_chat_method_has_exactly_one_rule() {
+        let proto = include_str!("../../../proto/chat.proto");
+        let declared: BTreeSet<String> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
+            .collect();
+        assert!(declared.len() >= 11, "parsed {declared:?}");
+        let ruled: Vec<String> = POLICY.rules.iter().map(|r| r.method.to_owned()).collect();
+        let unique: BTreeSet<String> = ruled.iter().cloned().collect();
+        assert_eq!(unique.len(), ruled.len(), "a method has two rules");
+        assert_eq!(declared, unique, "chat.proto's RPCs and the table differ");
+    }
+
+    #[test]
+    fn only_the_gateway_may_call() {
+        let path = format!("/{CHAT}/SendMessage");
+        assert_eq!(POLICY.check(Identity::Gateway, &path), Ok(()));
+        for caller in [Identity::Store, Identity::Supervisor, Identity::Retrieval, Identity::Chat] {
+            let e = POLICY.check(caller, &path).unwrap_err();
+            assert_eq!(e.to_string(), format!("{caller} may not call /coffer.chat.v1.Chat/SendMessage"));
+        }
+        assert!(POLICY.check(Identity::Gateway, "/coffer.chat.v1.Chat/Other").is_err(), "unlisted");
+        assert_eq!(POLICY.check(Identity::Store, "/grpc.health.v1.Health/Check"), Ok(()), "health is open");
+    }
+}

@@ -1,0 +1,140 @@
+//! Chat's settings (`chat.*` rows of `coffer_types::settings`), read from the store's Settings
+//! service and kept current: re-read whenever the store's change stream reports a setting change,
+//! and every few seconds in case the stream is down.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coffer_proto::store::changes_client::ChangesClient;
+use coffer_proto::store::settings_client::SettingsClient;
+use coffer_proto::store::{ChangeEntity, GetSettingsRequest, HeadRequest, WatchChangesRequest};
+use coffer_runtime::grpc::AuthChannel;
+use coffer_types::settings::{self as s, Setting};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How often settings are re-read when no change arrives.
+pub const POLL: Duration = Duration::from_secs(5);
+
+/// Every setting chat reads, with defaults applied for unset or unusable values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// A turn with no adapter event for this long ends with `turn_error{timeout}`
+    /// (`chat.turn_timeout_s`).
+    pub turn_timeout: Duration,
+    /// The stored values of every text setting a provider may name (its CLI path).
+    texts: HashMap<String, String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_values(&HashMap::new())
+    }
+}
+
+impl Config {
+    /// From the store's flat settings map.
+    pub fn from_values(values: &HashMap<String, String>) -> Self {
+        let timeout =
+            s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
+        let texts =
+            values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
+        Self { turn_timeout: Duration::from_secs(timeout), texts }
+    }
+
+    /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,
+    /// empty or not a valid value (then the provider resolves its command on `PATH`).
+    pub fn command_override(&self, setting: &Setting) -> Option<PathBuf> {
+        let v = setting.text_or_default(self.texts.get(setting.key).map(String::as_str));
+        let v = v.trim();
+        (!v.is_empty()).then(|| PathBuf::from(v))
+    }
+}
+
+/// A shared, current [`Config`].
+pub type ConfigRx = watch::Receiver<Arc<Config>>;
+
+/// Keeps `tx` current until `shutdown`: reads the settings once, then again on every setting
+/// change the store streams and every [`POLL`]. A store that is down leaves the last value in
+/// force (the defaults before the first read).
+pub async fn follow(
+    settings: SettingsClient<AuthChannel>,
+    changes: ChangesClient<AuthChannel>,
+    tx: watch::Sender<Arc<Config>>,
+    shutdown: CancellationToken,
+) {
+    let reload = |mut settings: SettingsClient<AuthChannel>, tx: watch::Sender<Arc<Config>>| async move {
+        match settings.get_settings(GetSettingsRequest {}).await {
+            Ok(map) => {
+                let config = Config::from_values(&map.into_inner().values);
+                tx.send_if_modified(|cur| {
+                    let changed = **cur != config;
+                    if changed {
+                        tracing::info!(turn_timeout_s = config.turn_timeout.as_secs(), "Chat settings in force.");
+                        *cur = Arc::new(config);
+                    }
+                    changed
+                });
+            }
+            Err(e) => tracing::debug!(error = %e.message(), "Cannot read settings yet."),
+        }
+    };
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut ch = changes.clone();
+        let stream = async {
+            let head = ch.head(HeadRequest {}).await.ok()?.into_inner().seq;
+            ch.watch_changes(WatchChangesRequest { from_seq: head }).await.ok().map(|s| s.into_inner())
+        }
+        .await;
+        reload(settings.clone(), tx.clone()).await;
+        let Some(mut stream) = stream else {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => continue,
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => reload(settings.clone(), tx.clone()).await,
+                msg = stream.message() => match msg {
+                    Ok(Some(c)) if c.entity == ChangeEntity::Setting as i32 => reload(settings.clone(), tx.clone()).await,
+                    Ok(Some(_)) => {}
+                    // Ended or failed (the store restarted): reconnect after the next tick.
+                    _ => {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = tick.tick() => break,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_values() {
+        let c = Config::default();
+        assert_eq!(c.turn_timeout, Duration::from_secs(600));
+        assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
+        let values = HashMap::from([
+            ("chat.turn_timeout_s".to_owned(), "3".to_owned()),
+            ("chat.codex_path".to_owned(), " /opt/codex ".to_owned()),
+            ("chat.claude_code_path".to_owned(), String::new()),
+        ]);
+        let c = Config::from_values(&values);
+        assert_eq!(c.turn_timeout, Duration::from_secs(3));
+        assert_eq!(c.command_override(&s::CHAT_CODEX_PATH), Some(PathBuf::from("/opt/codex")));
+        assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
+        let bad = HashMap::from([("chat.turn_timeout_s".to_owned(), "0".to_owned())]);
+        assert_eq!(Config::from_values(&bad).turn_timeout, Duration::from_secs(600), "out of bounds: default");
+    }
+}

@@ -1,0 +1,1056 @@
+//! The turn engine: per conversation at most one turn in flight, a FIFO pending queue (persisted,
+//! restored paused after a restart), interrupt, a turn timeout, and the turn's events on the
+//! conversation's [`Bus`].
+//!
+//! A conversation's live state ([`Conv`]) is created on first use and costs a few hundred bytes
+//! while idle: no task, no buffer. A turn runs in one task ([`Engine::run_turns`]) that, when the
+//! turn ends, starts the next pending item (one turn each, in order, never merged) unless the
+//! queue is paused, and ends when there is none. State changes (send, set pending, interrupt,
+//! delete, the move to the next turn) take the conversation's async lock, so they apply in the
+//! order they arrive; the turn's own events do not take it.
+//!
+//! A turn: the user message is persisted and announced (`message_created`), the assistant message
+//! is appended `streaming`, `turn_started`, then the adapter's events become `text_delta`,
+//! `tool_call`, `tool_result`, each folded into the assistant message's blocks; the turn ends
+//! once ([`TurnShared::claim`]): the message is persisted `complete`/`interrupted`/`failed` and
+//! `turn_done` or `turn_error` is published, then an audit entry with actor `agent`. An interrupt
+//! ends it at once (the adapter is told to stop, its late events are dropped, and the next turn
+//! waits until its task has ended, at most [`DRAIN`]). The queue pauses after `turn_error` and
+//! after an interrupt.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_proto::chat::{self as c, event::Kind};
+use coffer_proto::store::{self as st, content_block_record::Block};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::adapter::{AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, TurnInput, Usage};
+use crate::bus::{self, Bus, Mark};
+use crate::config::ConfigRx;
+use crate::error::{Error, Result};
+use crate::persist::{self, Store};
+use crate::providers::Registry;
+
+/// Largest message text, bytes (also each pending item's).
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+/// Most pending items per conversation.
+pub const MAX_PENDING: usize = 100;
+/// Most bytes of pending text per conversation.
+pub const MAX_PENDING_BYTES: usize = 16 << 20;
+/// Longest title, characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// Longest title taken from a first message, characters.
+pub const AUTO_TITLE_CHARS: usize = 80;
+/// Longest tool result kept in a message, bytes.
+pub const MAX_TOOL_OUTPUT_BYTES: usize = 64 << 10;
+/// How long an ended turn's adapter task may take to finish after the turn was ended (interrupt,
+/// timeout, delete) before it is aborted.
+pub const DRAIN: Duration = Duration::from_secs(INTERRUPT_GRACE.as_secs() + 5);
+/// Events an adapter may queue before it waits for the engine.
+const ADAPTER_CHANNEL: usize = 256;
+
+/// The chat engine: every conversation's live state.
+pub struct Engine {
+    store: Store,
+    registry: Arc<Registry>,
+    config: ConfigRx,
+    home: PathBuf,
+    convs: Mutex<HashMap<String, Arc<Conv>>>,
+}
+
+/// One conversation's live state.
+pub struct Conv {
+    id: String,
+    bus: Bus,
+    live: tokio::sync::Mutex<Live>,
+    /// What list views show without waiting for the lock.
+    snap: Mutex<Snapshot>,
+    deleted: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Snapshot {
+    turn_running: bool,
+    pending: u32,
+    paused: bool,
+}
+
+#[derive(Default)]
+struct Live {
+    pending: Vec<c::PendingItem>,
+    paused: bool,
+    /// The turn whose task runs (it may still be draining after the turn ended).
+    task: Option<Arc<TurnShared>>,
+    /// A message sent while an ended turn's task drained: persisted and announced, it starts
+    /// as soon as the task is gone.
+    next_start: Option<Next>,
+}
+
+/// A turn about to start: its user message is persisted and announced.
+struct Next {
+    turn: Arc<TurnShared>,
+    text: String,
+}
+
+/// What the turn's task and the handlers share about one turn.
+pub struct TurnShared {
+    turn_id: String,
+    user_message_id: String,
+    assistant_message_id: String,
+    acc: Mutex<Acc>,
+    interrupt: Mutex<Option<oneshot::Sender<()>>>,
+    interrupt_asked: AtomicBool,
+    /// Cancelled when the conversation is deleted: the task stops the adapter and writes nothing.
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct Acc {
+    blocks: Vec<st::ContentBlockRecord>,
+    finalized: bool,
+    model: String,
+    agent_key: String,
+}
+
+/// Whether ending a turn pauses the queue, and how the conversation's lock is had.
+enum Pause<'a> {
+    No,
+    /// Take the lock.
+    Lock,
+    /// The caller holds it.
+    Held(&'a mut Live),
+}
+
+/// How a turn ended.
+enum Outcome {
+    Done { stop_reason: String, usage: Usage, model: Option<String> },
+    Failed { kind: FailureKind, message: String },
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A new ULID (26 uppercase Crockford base-32 characters).
+pub fn new_id() -> String {
+    ulid::Ulid::from_parts(now_ms() as u64, fastrand::u128(..)).to_string()
+}
+
+/// Checks a conversation (or message) id: a ULID.
+///
+/// # Errors
+/// [`Error::Invalid`] naming `field`.
+pub fn check_id(field: &str, id: &str) -> Result<()> {
+    let ok = id.len() == 26
+        && id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+        && ulid::Ulid::from_string(id).is_ok();
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!("{field}: {id:?} is not a conversation id (a 26-character ULID)")))
+    }
+}
+
+/// Checks a message text: 1 byte to [`MAX_TEXT_BYTES`].
+///
+/// # Errors
+/// [`Error::Invalid`] naming `field` and the limit.
+pub fn check_text(field: &str, text: &str) -> Result<()> {
+    if text.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{field}: empty; a message holds 1 byte to 1 MiB ({MAX_TEXT_BYTES} bytes)"
+        )));
+    }
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(Error::Invalid(format!(
+            "{field}: {} bytes is over the limit of 1 MiB ({MAX_TEXT_BYTES} bytes)",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A title from a first message: its first non-blank line, trimmed, cut at a word boundary to
+/// at most [`AUTO_TITLE_CHARS`] characters (mid-word only when its first word is longer).
+pub fn title_from(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    if line.chars().count() <= AUTO_TITLE_CHARS {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(AUTO_TITLE_CHARS + 1).collect();
+    let head: String = cut.chars().take(AUTO_TITLE_CHARS).collect();
+    // A boundary right after the 80th character counts too.
+    if cut.ends_with(char::is_whitespace) {
+        return head.trim_end().to_owned();
+    }
+    match head.rfind(char::is_whitespace) {
+        Some(i) if !head[..i].trim_end().is_empty() => head[..i].trim_end().to_owned(),
+        _ => head,
+    }
+}
+
+/// Checks and fills a new conversation's working directory: empty = `home/workspace` (created on
+/// first use); otherwise an absolute path to an existing directory.
+///
+/// # Errors
+/// [`Error::Invalid`] naming `agent_config.cwd` and what is wrong.
+pub fn check_cwd(home: &Path, cwd: &str) -> Result<String> {
+    if cwd.is_empty() {
+        let dir = home.join("workspace");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Internal(format!("cannot create the default workspace {}: {e}", dir.display())))?;
+        return Ok(dir.display().to_string());
+    }
+    let p = Path::new(cwd);
+    if !p.is_absolute() {
+        return Err(Error::Invalid(format!("agent_config.cwd: {cwd:?} is not an absolute path")));
+    }
+    match std::fs::metadata(p) {
+        Err(_) => Err(Error::Invalid(format!("agent_config.cwd: {cwd:?} does not exist"))),
+        Ok(m) if !m.is_dir() => Err(Error::Invalid(format!("agent_config.cwd: {cwd:?} is not a directory"))),
+        Ok(_) => Ok(cwd.to_owned()),
+    }
+}
+
+fn text_block(t: impl Into<String>) -> st::ContentBlockRecord {
+    st::ContentBlockRecord { block: Some(Block::Text(t.into())) }
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut i = max;
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    &s[..i]
+}
+
+impl TurnShared {
+    fn new(user_message_id: String) -> Arc<Self> {
+        Arc::new(Self {
+            turn_id: new_id(),
+            user_message_id,
+            assistant_message_id: new_id(),
+            acc: Mutex::new(Acc::default()),
+            interrupt: Mutex::new(None),
+            interrupt_asked: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    fn acc(&self) -> std::sync::MutexGuard<'_, Acc> {
+        self.acc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn finalized(&self) -> bool {
+        self.acc().finalized
+    }
+
+    /// Tells the adapter to stop (once; remembered when it has not started yet).
+    fn fire_interrupt(&self) {
+        self.interrupt_asked.store(true, Ordering::Release);
+        if let Some(tx) = self.interrupt.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Marks the turn ended; its blocks and model when this call ended it, `None` when it had
+    /// ended already.
+    fn claim(&self) -> Option<(Vec<st::ContentBlockRecord>, String, String)> {
+        let mut acc = self.acc();
+        if acc.finalized {
+            return None;
+        }
+        acc.finalized = true;
+        Some((acc.blocks.clone(), acc.model.clone(), acc.agent_key.clone()))
+    }
+}
+
+impl Conv {
+    fn new(id: &str, pending: Vec<c::PendingItem>, paused: bool) -> Self {
+        let snap = Snapshot { turn_running: false, pending: pending.len() as u32, paused };
+        Self {
+            id: id.to_owned(),
+            bus: Bus::new(id),
+            live: tokio::sync::Mutex::new(Live { pending, paused, task: None, next_start: None }),
+            snap: Mutex::new(snap),
+            deleted: AtomicBool::new(false),
+        }
+    }
+
+    fn sync(&self, live: &Live) {
+        let s = Snapshot {
+            turn_running: live.task.as_ref().is_some_and(|t| !t.finalized()) || live.next_start.is_some(),
+            pending: live.pending.len() as u32,
+            paused: live.paused,
+        };
+        *self.snap.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        *self.snap.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+}
+
+fn queue(live: &Live) -> c::PendingQueue {
+    c::PendingQueue { items: live.pending.clone(), paused: live.paused }
+}
+
+impl Engine {
+    /// An engine over the store, the provider registry and the chat settings.
+    pub fn new(store: Store, registry: Arc<Registry>, config: ConfigRx, home: PathBuf) -> Arc<Self> {
+        Arc::new(Self { store, registry, config, home, convs: Mutex::new(HashMap::new()) })
+    }
+
+    /// The provider registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The store's clients.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// `COFFER_HOME`.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> Arc<crate::config::Config> {
+        self.config.borrow().clone()
+    }
+
+    fn convs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Conv>>> {
+        self.convs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The restart rules, run once before the service answers: every message left `streaming`
+    /// becomes `failed`; every persisted pending queue is restored paused.
+    ///
+    /// # Errors
+    /// When the store does not answer.
+    pub async fn recover(&self) -> Result<()> {
+        let failed = self.store.fail_streaming().await?;
+        let queues = self.store.pending_queues().await?;
+        let restored = queues.len();
+        for q in queues {
+            let items: Vec<c::PendingItem> = q.items.into_iter().map(persist::pending_item).collect();
+            if !q.paused {
+                self.store.set_pending(&q.conversation_id, &items, true).await?;
+            }
+            let conv = Arc::new(Conv::new(&q.conversation_id, items, true));
+            self.convs().insert(q.conversation_id.clone(), conv);
+        }
+        tracing::info!(failed, restored, "Chat state recovered: streaming messages failed, pending queues paused.");
+        Ok(())
+    }
+
+    /// The live state of conversation `id`, loaded from the store on first use.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when it does not exist.
+    pub async fn conv(&self, id: &str) -> Result<Arc<Conv>> {
+        check_id("conversation_id", id)?;
+        if let Some(c) = self.convs().get(id) {
+            return Ok(c.clone());
+        }
+        self.store.get(id).await?;
+        let pending = self.store.get_pending(id).await?;
+        let items = pending.items.into_iter().map(persist::pending_item).collect();
+        let conv = Arc::new(Conv::new(id, items, pending.paused));
+        Ok(self.convs().entry(id.to_owned()).or_insert(conv).clone())
+    }
+
+    /// A Chat conversation from its record with the live state filled in.
+    pub fn view(&self, r: &st::ConversationRecord) -> c::Conversation {
+        let mut v = persist::conversation(r);
+        if let Some(conv) = self.convs().get(&r.id) {
+            let s = conv.snapshot();
+            v.turn_running = s.turn_running;
+            v.pending_count = s.pending;
+            v.pending_paused = s.paused;
+        }
+        v
+    }
+
+    /// The pending queue of `conv`.
+    pub async fn pending(&self, conv: &Conv) -> c::PendingQueue {
+        queue(&*conv.live.lock().await)
+    }
+
+    /// The conversation's last event sequence number (subscribe after it to follow from now).
+    ///
+    /// # Errors
+    /// When the store cannot reserve sequence numbers.
+    pub async fn last_seq(&self, conv: &Conv) -> Result<u64> {
+        conv.bus.ready(&self.store).await?;
+        Ok(conv.bus.last_seq())
+    }
+
+    /// A subscriber to the conversation's events (see [`crate::bus`]).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], or when the store cannot reserve sequence numbers.
+    pub async fn subscribe(&self, id: &str, after_seq: u64) -> Result<bus::Subscription> {
+        let conv = self.conv(id).await?;
+        conv.bus.ready(&self.store).await?;
+        Ok(conv.bus.subscribe(after_seq))
+    }
+
+    async fn publish(&self, conv: &Conv, turn_id: &str, kind: Kind, mark: Mark) {
+        if let Err(e) = conv.bus.publish(&self.store, turn_id, kind, mark).await {
+            tracing::error!(conversation = %conv.id, error = %e, "Cannot publish a chat event.");
+        }
+    }
+
+    async fn publish_queue(&self, conv: &Conv, live: &Live) {
+        conv.sync(live);
+        self.publish(conv, "", Kind::QueueChanged(c::QueueChanged { queue: Some(queue(live)) }), Mark::None).await;
+    }
+
+    /// `SendMessage`: starts a turn when the conversation is idle and its queue is not paused,
+    /// otherwise appends a pending item; answers at once.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for the text, [`Error::NotFound`], [`Error::Precondition`] for an
+    /// archived conversation, [`Error::Exhausted`] for a full queue, store failures.
+    pub async fn send(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
+        check_text("text", &text)?;
+        let conv = self.conv(id).await?;
+        let record = self.store.get(id).await?;
+        if record.archived_ms != 0 {
+            return Err(Error::Precondition(format!("conversation {id} is archived; restore it to send messages")));
+        }
+        let mut live = conv.live.lock().await;
+        if conv.deleted() {
+            return Err(Error::NotFound(format!("conversation {id} not found")));
+        }
+        if record.title.is_empty() && record.message_count == 0 {
+            let title = title_from(&text);
+            if !title.is_empty() {
+                self.store
+                    .update(st::UpdateConversationRequest {
+                        id: id.to_owned(),
+                        title: Some(title),
+                        ..Default::default()
+                    })
+                    .await?;
+            }
+        }
+        let idle = live.next_start.is_none() && live.pending.is_empty() && !live.paused;
+        let running = live.task.as_ref().map(|t| !t.finalized());
+        match (idle, running) {
+            (true, None) => {
+                let (turn, user) = self.announce(&conv, &text, &source).await?;
+                live.task = Some(turn.clone());
+                conv.sync(&live);
+                drop(live);
+                self.spawn_turns(conv.clone(), turn, text, Some(record));
+                let q = self.pending(&conv).await;
+                Ok(c::SendMessageReply { outcome: Some(c::send_message_reply::Outcome::Message(user)), queue: Some(q) })
+            }
+            (true, Some(false)) => {
+                // The last turn ended but its adapter is still stopping: this one starts next.
+                let (turn, user) = self.announce(&conv, &text, &source).await?;
+                live.next_start = Some(Next { turn, text });
+                conv.sync(&live);
+                Ok(c::SendMessageReply {
+                    outcome: Some(c::send_message_reply::Outcome::Message(user)),
+                    queue: Some(queue(&live)),
+                })
+            }
+            _ => {
+                let bytes: usize = live.pending.iter().map(|p| p.text.len()).sum();
+                if live.pending.len() >= MAX_PENDING {
+                    return Err(Error::Exhausted(format!("the pending queue is full ({MAX_PENDING} items)")));
+                }
+                if bytes + text.len() > MAX_PENDING_BYTES {
+                    return Err(Error::Exhausted(format!(
+                        "the pending queue is full ({MAX_PENDING_BYTES} bytes of text at most)"
+                    )));
+                }
+                let item = c::PendingItem { id: new_id(), text, created_ms: now_ms(), source };
+                live.pending.push(item.clone());
+                if let Err(e) = self.store.set_pending(id, &live.pending, live.paused).await {
+                    live.pending.pop();
+                    return Err(e);
+                }
+                self.publish_queue(&conv, &live).await;
+                Ok(c::SendMessageReply {
+                    outcome: Some(c::send_message_reply::Outcome::Pending(item)),
+                    queue: Some(queue(&live)),
+                })
+            }
+        }
+    }
+
+    /// Persists the user message of a new turn and publishes `message_created` (the turn's first
+    /// event).
+    async fn announce(&self, conv: &Conv, text: &str, source: &str) -> Result<(Arc<TurnShared>, c::Message)> {
+        let user = self
+            .store
+            .append(st::MessageRecord {
+                id: new_id(),
+                conversation_id: conv.id.clone(),
+                role: st::MessageRole::User as i32,
+                blocks: vec![text_block(text)],
+                status: st::MessageStatus::Complete as i32,
+                source: source.to_owned(),
+                ..Default::default()
+            })
+            .await?;
+        let turn = TurnShared::new(user.id.clone());
+        let message = persist::message(&user);
+        let kind = Kind::MessageCreated(c::MessageCreated { message: Some(message.clone()) });
+        self.publish(conv, &turn.turn_id, kind, Mark::Begin).await;
+        Ok((turn, message))
+    }
+
+    /// Takes the first pending item as the next turn (persisting the shorter queue and the user
+    /// message); `None` when the queue is empty or paused.
+    async fn take_pending(&self, conv: &Conv, live: &mut Live) -> Result<Option<Next>> {
+        if live.paused || live.pending.is_empty() {
+            return Ok(None);
+        }
+        let item = live.pending.remove(0);
+        if let Err(e) = self.store.set_pending(&conv.id, &live.pending, live.paused).await {
+            live.pending.insert(0, item);
+            return Err(e);
+        }
+        self.publish_queue(conv, live).await;
+        let (turn, _) = self.announce(conv, &item.text, &item.source).await?;
+        Ok(Some(Next { turn, text: item.text }))
+    }
+
+    /// Runs the turn (and those after it) in a task of its own; `record` is the conversation as
+    /// just read, when the caller has it (one store read less before `turn_started`).
+    fn spawn_turns(
+        self: &Arc<Self>,
+        conv: Arc<Conv>,
+        turn: Arc<TurnShared>,
+        text: String,
+        record: Option<st::ConversationRecord>,
+    ) {
+        let engine = self.clone();
+        tokio::spawn(async move { engine.run_turns(conv, turn, text, record).await });
+    }
+
+    /// Runs turns until none is left to run: this one, then whatever was sent while it drained,
+    /// then the pending queue (unless paused).
+    async fn run_turns(
+        self: Arc<Self>,
+        conv: Arc<Conv>,
+        mut turn: Arc<TurnShared>,
+        mut text: String,
+        mut record: Option<st::ConversationRecord>,
+    ) {
+        loop {
+            self.run_turn(&conv, &turn, text, record.take()).await;
+            let mut live = conv.live.lock().await;
+            if conv.deleted() {
+                return;
+            }
+            let next = match live.next_start.take() {
+                Some(n) => Some(n),
+                None => match self.take_pending(&conv, &mut live).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::error!(conversation = %conv.id, error = %e, "Cannot start the next pending item.");
+                        None
+                    }
+                },
+            };
+            match next {
+                Some(n) => {
+                    live.task = Some(n.turn.clone());
+                    conv.sync(&live);
+                    (turn, text) = (n.turn, n.text);
+                }
+                None => {
+                    live.task = None;
+                    conv.sync(&live);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Pauses the queue after a turn error or an interrupt (persisted; `queue_changed` is
+    /// published after the turn's terminal event).
+    async fn pause(&self, conv: &Conv, live: &mut Live) {
+        if !live.paused {
+            live.paused = true;
+            if let Err(e) = self.store.set_pending(&conv.id, &live.pending, true).await {
+                tracing::warn!(conversation = %conv.id, error = %e, "Cannot persist the paused queue.");
+            }
+        }
+    }
+
+    /// Publishes a turn event folded into the assistant message by `fold`, unless the turn has
+    /// ended (then nothing happens and `false` is returned).
+    async fn turn_event(&self, conv: &Conv, turn: &TurnShared, kind: Kind, fold: impl FnOnce(&mut Acc)) -> bool {
+        if conv.bus.ready(&self.store).await.is_err() {
+            return false;
+        }
+        let published = {
+            let mut acc = turn.acc();
+            if acc.finalized {
+                return false;
+            }
+            fold(&mut acc);
+            conv.bus.try_publish(&turn.turn_id, kind.clone(), Mark::None).is_some()
+        };
+        if !published {
+            self.publish(conv, &turn.turn_id, kind, Mark::None).await;
+        }
+        true
+    }
+
+    /// Ends the turn once: persists the assistant message, writes the audit entry, pauses the
+    /// queue as `pause` says, publishes `turn_done` or `turn_error` (then `queue_changed` when
+    /// it paused). `false` when it had ended already.
+    async fn finish(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome, pause: Pause<'_>) -> bool {
+        let Some((mut blocks, acc_model, agent_key)) = turn.claim() else { return false };
+        if conv.deleted() {
+            return true;
+        }
+        blocks.retain(|b| !matches!(&b.block, Some(Block::Text(t)) if t.is_empty()));
+        if blocks.is_empty() {
+            blocks.push(text_block(""));
+        }
+        let (status, usage, model, error, stop) = match &outcome {
+            Outcome::Done { stop_reason, usage, model } => {
+                let status = if stop_reason == "interrupted" {
+                    st::MessageStatus::Interrupted
+                } else {
+                    st::MessageStatus::Complete
+                };
+                (status, *usage, model.clone().unwrap_or(acc_model), String::new(), stop_reason.clone())
+            }
+            Outcome::Failed { message, .. } => {
+                (st::MessageStatus::Failed, Usage::default(), acc_model, message.clone(), String::new())
+            }
+        };
+        let record = st::MessageRecord {
+            id: turn.assistant_message_id.clone(),
+            conversation_id: conv.id.clone(),
+            role: st::MessageRole::Assistant as i32,
+            blocks,
+            status: status as i32,
+            usage: Some(persist::usage_record(usage)),
+            model: model.clone(),
+            error,
+            ..Default::default()
+        };
+        let record = match self.store.update_message(record.clone()).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(conversation = %conv.id, error = %e, "Cannot persist the assistant message.");
+                record
+            }
+        };
+        let message = persist::message(&record);
+        let (kind, outcome_word, detail_kind) = match outcome {
+            Outcome::Done { stop_reason, usage, .. } => (
+                Kind::TurnDone(c::TurnDone {
+                    stop_reason,
+                    usage: Some(persist::usage(persist::usage_record(usage))),
+                    model: model.clone(),
+                    message: Some(message),
+                }),
+                st::AuditOutcome::Ok,
+                ("stop_reason", stop),
+            ),
+            Outcome::Failed { kind, message: text } => (
+                Kind::TurnError(c::TurnError {
+                    code: kind.as_str().to_owned(),
+                    message: text,
+                    message_record: Some(message),
+                }),
+                st::AuditOutcome::Error,
+                ("code", kind.as_str().to_owned()),
+            ),
+        };
+        let status_word = match status {
+            st::MessageStatus::Interrupted => "interrupted",
+            st::MessageStatus::Failed => "failed",
+            _ => "complete",
+        };
+        let mut detail = serde_json::json!({
+            "agent_key": agent_key,
+            "turn_id": turn.turn_id,
+            "message_id": turn.assistant_message_id,
+            "status": status_word,
+            "model": model,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+        });
+        detail[detail_kind.0] = serde_json::Value::String(detail_kind.1);
+        let entry = st::AuditEntry {
+            actor: "agent".into(),
+            action: "chat.turn".into(),
+            target: conv.id.clone(),
+            outcome: outcome_word as i32,
+            trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+            detail: detail.to_string(),
+            ..Default::default()
+        };
+        if let Err(e) = self.store.audit(entry).await {
+            tracing::warn!(conversation = %conv.id, error = %e, "Cannot write the turn's audit entry.");
+        }
+        let mut guard = None;
+        let live = match pause {
+            Pause::No => None,
+            Pause::Held(l) => Some(l),
+            Pause::Lock => Some(&mut **guard.insert(conv.live.lock().await)),
+        };
+        if let Some(l) = live {
+            self.pause(conv, l).await;
+            self.publish(conv, &turn.turn_id, kind, Mark::End).await;
+            self.publish_queue(conv, l).await;
+        } else {
+            self.publish(conv, &turn.turn_id, kind, Mark::End).await;
+        }
+        true
+    }
+
+    /// One turn, from the assistant message's creation to the end of its adapter's task.
+    async fn run_turn(
+        &self,
+        conv: &Arc<Conv>,
+        turn: &Arc<TurnShared>,
+        text: String,
+        record: Option<st::ConversationRecord>,
+    ) {
+        let failed = |kind, message: String| Outcome::Failed { kind, message };
+        let record = match record {
+            Some(r) => r,
+            None => match self.store.get(&conv.id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(conversation = %conv.id, error = %e, "Cannot read the conversation for a turn.");
+                    let m = "the chat service could not read the conversation".to_owned();
+                    self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
+                    return;
+                }
+            },
+        };
+        turn.acc().agent_key = record.agent_key.clone();
+        let mut config = persist::parse_config(&record.agent_config_json);
+        turn.acc().model = config.model.clone();
+        // `turn_started` names the assistant message before its write returns (ids are chosen
+        // here): one store write less before the owner sees the turn start.
+        let started = Kind::TurnStarted(c::TurnStarted {
+            user_message_id: turn.user_message_id.clone(),
+            assistant_message_id: turn.assistant_message_id.clone(),
+            agent_key: record.agent_key.clone(),
+        });
+        self.publish(conv, &turn.turn_id, started, Mark::None).await;
+        let assistant = st::MessageRecord {
+            id: turn.assistant_message_id.clone(),
+            conversation_id: conv.id.clone(),
+            role: st::MessageRole::Assistant as i32,
+            blocks: Vec::new(),
+            status: st::MessageStatus::Streaming as i32,
+            ..Default::default()
+        };
+        if let Err(e) = self.store.append(assistant).await {
+            tracing::error!(conversation = %conv.id, error = %e, "Cannot append the assistant message.");
+            let m = "the chat service could not store the turn".to_owned();
+            self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
+            return;
+        }
+
+        let cfg = self.config();
+        let Some(entry) = self.registry.get(&record.agent_key) else {
+            let m = format!("agent {} is not registered in this chat service", record.agent_key);
+            self.finish_error(conv, turn, failed(FailureKind::CliMissing, m)).await;
+            return;
+        };
+        if let Availability::Unavailable { reason } = self.registry.availability(entry, &cfg) {
+            self.finish_error(conv, turn, failed(FailureKind::CliMissing, reason)).await;
+            return;
+        }
+        let (tx, mut rx) = mpsc::channel(ADAPTER_CHANNEL);
+        let input =
+            TurnInput { conversation_id: conv.id.clone(), turn_id: turn.turn_id.clone(), text, config: config.clone() };
+        let running = match entry.provider.start_turn(&self.registry.env(entry, &cfg), input, tx) {
+            Ok(r) => r,
+            Err(e) => {
+                self.finish_error(conv, turn, failed(e.kind, e.message)).await;
+                return;
+            }
+        };
+        *turn.interrupt.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.interrupt);
+        if turn.interrupt_asked.load(Ordering::Acquire) {
+            turn.fire_interrupt();
+        }
+        let mut task = running.task;
+        let timeout = cfg.turn_timeout;
+        loop {
+            let wait = if turn.finalized() { DRAIN } else { timeout };
+            let ev = tokio::select! {
+                _ = turn.cancel.cancelled() => {
+                    turn.fire_interrupt();
+                    break;
+                }
+                ev = tokio::time::timeout(wait, rx.recv()) => ev,
+            };
+            match ev {
+                Err(_) if turn.finalized() => break,
+                Err(_) => {
+                    turn.fire_interrupt();
+                    let m = format!("the agent produced no output for {} s (chat.turn_timeout_s)", timeout.as_secs());
+                    self.finish_error(conv, turn, failed(FailureKind::Timeout, m)).await;
+                    break;
+                }
+                Ok(None) => {
+                    let m = "the agent ended without finishing the turn".to_owned();
+                    self.finish_error(conv, turn, failed(FailureKind::CliExited, m)).await;
+                    break;
+                }
+                Ok(Some(ev)) => {
+                    if self.handle(conv, turn, &mut config, ev).await {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(rx);
+        if tokio::time::timeout(DRAIN, &mut task).await.is_err() {
+            tracing::warn!(conversation = %conv.id, turn = %turn.turn_id, "An adapter task did not end; aborted.");
+            task.abort();
+        }
+    }
+
+    /// Ends the turn with an error and pauses the queue.
+    async fn finish_error(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome) {
+        self.finish(conv, turn, outcome, Pause::Lock).await;
+    }
+
+    /// Handles one adapter event; `true` when it ended the turn.
+    async fn handle(&self, conv: &Conv, turn: &TurnShared, config: &mut AgentConfig, ev: AgentEvent) -> bool {
+        match ev {
+            AgentEvent::Session { session_id, model } => {
+                if let Some(m) = model {
+                    turn.acc().model = m;
+                }
+                if !session_id.is_empty() && session_id != config.session_id && !conv.deleted() {
+                    config.session_id = session_id;
+                    if let Err(e) = self.store.set_config(&conv.id, config).await {
+                        tracing::warn!(conversation = %conv.id, error = %e, "Cannot persist the agent session id.");
+                    }
+                }
+                false
+            }
+            AgentEvent::TextDelta(t) => {
+                let kind = Kind::TextDelta(c::TextDelta { text: t.clone() });
+                self.turn_event(conv, turn, kind, |acc| match acc.blocks.last_mut() {
+                    Some(st::ContentBlockRecord { block: Some(Block::Text(s)) }) => s.push_str(&t),
+                    _ => acc.blocks.push(text_block(t.clone())),
+                })
+                .await;
+                false
+            }
+            AgentEvent::ToolCall { id, name, input } => {
+                let input_json = input.to_string();
+                let kind = Kind::ToolCall(c::ToolCall {
+                    tool_use_id: id.clone(),
+                    name: name.clone(),
+                    input_json: input_json.clone(),
+                });
+                self.turn_event(conv, turn, kind, |acc| {
+                    acc.blocks.push(st::ContentBlockRecord {
+                        block: Some(Block::ToolUse(st::ToolUseRecord { id, name, input_json })),
+                    });
+                })
+                .await;
+                false
+            }
+            AgentEvent::ToolResult { tool_use_id, output, is_error } => {
+                let output = cut(&output, MAX_TOOL_OUTPUT_BYTES).to_owned();
+                let kind = Kind::ToolResult(c::ToolResultEvent {
+                    tool_use_id: tool_use_id.clone(),
+                    output: output.clone(),
+                    is_error,
+                });
+                self.turn_event(conv, turn, kind, |acc| {
+                    acc.blocks.push(st::ContentBlockRecord {
+                        block: Some(Block::ToolResult(st::ToolResultRecord { tool_use_id, output, is_error })),
+                    });
+                })
+                .await;
+                false
+            }
+            AgentEvent::Done { stop_reason, usage, model } => {
+                let pause = if stop_reason == "interrupted" { Pause::Lock } else { Pause::No };
+                self.finish(conv, turn, Outcome::Done { stop_reason, usage, model }, pause).await;
+                true
+            }
+            AgentEvent::Failed { kind, message } => {
+                self.finish_error(conv, turn, Outcome::Failed { kind, message }).await;
+                true
+            }
+        }
+    }
+
+    /// `SetPending`: replaces the queue (new ids for items without), un-pauses unless `paused`,
+    /// broadcasts `queue_changed`, starts the next turn when idle.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an item's text, [`Error::Exhausted`] beyond the limits,
+    /// [`Error::NotFound`], store failures.
+    pub async fn set_pending(
+        self: &Arc<Self>,
+        id: &str,
+        items: Vec<c::PendingItem>,
+        paused: bool,
+    ) -> Result<c::PendingQueue> {
+        for (i, it) in items.iter().enumerate() {
+            check_text(&format!("items[{i}].text"), &it.text)?;
+        }
+        if items.len() > MAX_PENDING {
+            return Err(Error::Exhausted(format!("{} pending items is over the limit of {MAX_PENDING}", items.len())));
+        }
+        let bytes: usize = items.iter().map(|p| p.text.len()).sum();
+        if bytes > MAX_PENDING_BYTES {
+            return Err(Error::Exhausted(format!(
+                "{bytes} bytes of pending text is over the limit of {MAX_PENDING_BYTES}"
+            )));
+        }
+        let conv = self.conv(id).await?;
+        let mut live = conv.live.lock().await;
+        if conv.deleted() {
+            return Err(Error::NotFound(format!("conversation {id} not found")));
+        }
+        let now = now_ms();
+        let items: Vec<c::PendingItem> = items
+            .into_iter()
+            .map(|mut p| {
+                if p.id.is_empty() {
+                    p.id = new_id();
+                }
+                if p.created_ms == 0 {
+                    p.created_ms = now;
+                }
+                p
+            })
+            .collect();
+        self.store.set_pending(id, &items, paused).await?;
+        live.pending = items;
+        live.paused = paused;
+        self.publish_queue(&conv, &live).await;
+        let reply = queue(&live);
+        if live.task.is_none()
+            && live.next_start.is_none()
+            && let Some(next) = self.take_pending(&conv, &mut live).await?
+        {
+            live.task = Some(next.turn.clone());
+            conv.sync(&live);
+            drop(live);
+            self.spawn_turns(conv.clone(), next.turn, next.text, None);
+            return Ok(self.pending(&conv).await);
+        }
+        Ok(reply)
+    }
+
+    /// `Interrupt`: ends the in-flight turn at once (its partial message persisted
+    /// `interrupted`, `turn_done{interrupted}` published), tells the adapter to stop, pauses the
+    /// queue. `false` when no turn was in flight.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`].
+    pub async fn interrupt(&self, id: &str) -> Result<bool> {
+        let conv = self.conv(id).await?;
+        let mut live = conv.live.lock().await;
+        let Some(turn) = live.task.clone().filter(|t| !t.finalized()) else { return Ok(false) };
+        turn.fire_interrupt();
+        let done = Outcome::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
+        Ok(self.finish(&conv, &turn, done, Pause::Held(&mut live)).await)
+    }
+
+    /// `DeleteConversation`: cancels the in-flight turn, tears down the provider's state, deletes
+    /// every row, ends every subscription with `reset{deleted}`. Whether a turn was cancelled.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], store failures.
+    pub async fn delete(&self, id: &str) -> Result<bool> {
+        let conv = self.conv(id).await?;
+        let record = self.store.get(id).await?;
+        let mut live = conv.live.lock().await;
+        conv.deleted.store(true, Ordering::Release);
+        let mut cancelled = false;
+        for t in live.task.iter().chain(live.next_start.as_ref().map(|n| &n.turn)) {
+            cancelled |= !t.finalized();
+            t.acc().finalized = true;
+            t.cancel.cancel();
+        }
+        live.next_start = None;
+        live.pending.clear();
+        if let Some(entry) = self.registry.get(&record.agent_key) {
+            entry.provider.forget(&self.registry.env(entry, &self.config()), id);
+        }
+        let result = self.store.delete(id).await;
+        conv.bus.close(bus::reason::DELETED);
+        self.convs().remove(id);
+        result.map(|_| cancelled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_come_from_the_first_line_cut_at_a_word() {
+        assert_eq!(title_from("\n  Fix the build  \nmore"), "Fix the build");
+        let long = "word ".repeat(30);
+        let t = title_from(&long);
+        assert!(t.chars().count() <= AUTO_TITLE_CHARS && t.ends_with("word"), "{t:?}");
+        let one = "x".repeat(100);
+        assert_eq!(title_from(&one).chars().count(), AUTO_TITLE_CHARS, "one long word is cut");
+        let cjk = "数".repeat(90);
+        assert_eq!(title_from(&cjk).chars().count(), AUTO_TITLE_CHARS, "characters, not bytes");
+        let exact = format!("{} tail", "a".repeat(80));
+        assert_eq!(title_from(&exact), "a".repeat(80), "a boundary right after the limit");
+        assert_eq!(title_from("   \n\n"), "");
+    }
+
+    #[test]
+    fn texts_ids_and_cwds_are_checked() {
+        assert!(check_text("text", "a").is_ok());
+        assert!(check_text("text", &"a".repeat(MAX_TEXT_BYTES)).is_ok());
+        let e = check_text("text", &"a".repeat(MAX_TEXT_BYTES + 1)).unwrap_err().to_string();
+        assert!(e.contains("1 MiB") && e.contains("text"), "{e}");
+        assert!(check_text("text", "").unwrap_err().to_string().contains("empty"));
+        assert!(check_id("id", &new_id()).is_ok());
+        for bad in ["", "x", "../../etc/passwd", &new_id().to_lowercase(), "01ARZ3NDEKTSV4RRFFQ69G5FA/"] {
+            assert!(check_id("id", bad).is_err(), "{bad:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let e = check_cwd(dir.path(), "relative/path").unwrap_err().to_string();
+        assert!(e.contains("absolute"), "{e}");
+        let e = check_cwd(dir.path(), file.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        let e = check_cwd(dir.path(), "/does/not/exist").unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        let d = check_cwd(dir.path(), "").unwrap();
+        assert!(Path::new(&d).is_dir() && d.ends_with("workspace"), "{d}");
+        assert_eq!(cut("héllo", 2), "h");
+    }
+}

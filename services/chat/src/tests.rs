@@ -1,0 +1,393 @@
+//! In-process tests of the turn engine: the real [`Engine`] over a small in-memory stand-in for
+//! the store's Conversations and Audit services served on loopback gRPC, with a test provider
+//! whose turns follow a few words of script (`say:`, `hang`, `exit`, `fail:`). The end-to-end
+//! tests (`tests/e2e/chat_engine.rs`) run the same cases through the real daemon and store.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_proto::chat::event::Kind;
+use coffer_proto::store::audit_server::{Audit, AuditServer};
+use coffer_proto::store::conversations_server::{Conversations, ConversationsServer};
+use coffer_proto::store::*;
+use tokio::sync::{mpsc, oneshot};
+use tonic::{Request, Response, Status};
+
+use crate::adapter::*;
+use crate::engine::Engine;
+use crate::persist::Store;
+use crate::providers::{Entry, Registry};
+
+#[derive(Default)]
+struct Db {
+    convs: HashMap<String, ConversationRecord>,
+    messages: HashMap<String, Vec<MessageRecord>>,
+    pending: HashMap<String, PendingRecord>,
+    seq: HashMap<String, u64>,
+    audit: Vec<AuditEntry>,
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<Db>>);
+
+type R<T> = Result<Response<T>, Status>;
+
+impl Fake {
+    fn db(&self) -> std::sync::MutexGuard<'_, Db> {
+        self.0.lock().unwrap()
+    }
+}
+
+#[tonic::async_trait]
+impl Conversations for Fake {
+    async fn create_conversation(&self, r: Request<CreateConversationRequest>) -> R<ConversationRecord> {
+        let mut c = r.into_inner().conversation.unwrap_or_default();
+        c.version = 1;
+        self.db().convs.insert(c.id.clone(), c.clone());
+        Ok(Response::new(c))
+    }
+    async fn list_conversations(&self, _r: Request<ListConversationsRequest>) -> R<ListConversationsReply> {
+        Ok(Response::new(ListConversationsReply {
+            conversations: self.db().convs.values().cloned().collect(),
+            next_cursor: String::new(),
+        }))
+    }
+    async fn get_conversation(&self, r: Request<ConversationRef>) -> R<ConversationRecord> {
+        let id = r.into_inner().id;
+        self.db().convs.get(&id).cloned().map(Response::new).ok_or_else(|| Status::not_found(id))
+    }
+    async fn update_conversation(&self, r: Request<UpdateConversationRequest>) -> R<ConversationRecord> {
+        let r = r.into_inner();
+        let mut db = self.db();
+        let c = db.convs.get_mut(&r.id).ok_or_else(|| Status::not_found(r.id.clone()))?;
+        if let Some(t) = r.title {
+            c.title = t;
+        }
+        if let Some(j) = r.agent_config_json {
+            c.agent_config_json = j;
+        }
+        if let Some(a) = r.archived {
+            c.archived_ms = i64::from(a);
+        }
+        c.version += 1;
+        Ok(Response::new(c.clone()))
+    }
+    async fn delete_conversation(&self, r: Request<ConversationRef>) -> R<ConversationDeleteReply> {
+        let id = r.into_inner().id;
+        let mut db = self.db();
+        let removed = u64::from(db.convs.remove(&id).is_some());
+        db.messages.remove(&id);
+        db.pending.remove(&id);
+        Ok(Response::new(ConversationDeleteReply { removed }))
+    }
+    async fn append_message(&self, r: Request<MessageRecord>) -> R<MessageRecord> {
+        let m = r.into_inner();
+        let mut db = self.db();
+        let c = db.convs.get_mut(&m.conversation_id).ok_or_else(|| Status::not_found("conversation"))?;
+        c.message_count += 1;
+        db.messages.entry(m.conversation_id.clone()).or_default().push(m.clone());
+        Ok(Response::new(m))
+    }
+    async fn update_message(&self, r: Request<MessageRecord>) -> R<MessageRecord> {
+        let m = r.into_inner();
+        let mut db = self.db();
+        let list = db.messages.get_mut(&m.conversation_id).ok_or_else(|| Status::not_found("conversation"))?;
+        let slot = list.iter_mut().find(|x| x.id == m.id).ok_or_else(|| Status::not_found("message"))?;
+        slot.blocks = m.blocks.clone();
+        slot.status = m.status;
+        slot.error = m.error.clone();
+        slot.model = m.model.clone();
+        Ok(Response::new(slot.clone()))
+    }
+    async fn list_messages(&self, r: Request<ListMessagesRequest>) -> R<ListMessagesReply> {
+        let r = r.into_inner();
+        let messages = self.db().messages.get(&r.conversation_id).cloned().unwrap_or_default();
+        Ok(Response::new(ListMessagesReply { messages, next_after_id: String::new() }))
+    }
+    async fn fail_streaming_messages(&self, _r: Request<FailStreamingMessagesRequest>) -> R<ConversationDeleteReply> {
+        let mut n = 0;
+        for list in self.db().messages.values_mut() {
+            for m in list.iter_mut().filter(|m| m.status == MessageStatus::Streaming as i32) {
+                m.status = MessageStatus::Failed as i32;
+                n += 1;
+            }
+        }
+        Ok(Response::new(ConversationDeleteReply { removed: n }))
+    }
+    async fn set_pending(&self, r: Request<SetPendingRequest>) -> R<PendingRecord> {
+        let r = r.into_inner();
+        let rec = PendingRecord { conversation_id: r.conversation_id.clone(), items: r.items, paused: r.paused };
+        self.db().pending.insert(r.conversation_id, rec.clone());
+        Ok(Response::new(rec))
+    }
+    async fn get_pending(&self, r: Request<ConversationRef>) -> R<PendingRecord> {
+        let id = r.into_inner().id;
+        let rec = self.db().pending.get(&id).cloned();
+        Ok(Response::new(rec.unwrap_or(PendingRecord { conversation_id: id, ..Default::default() })))
+    }
+    async fn list_pending_queues(&self, _r: Request<ListPendingQueuesRequest>) -> R<ListPendingQueuesReply> {
+        let queues = self.db().pending.values().filter(|p| !p.items.is_empty()).cloned().collect();
+        Ok(Response::new(ListPendingQueuesReply { queues }))
+    }
+    async fn reserve_event_seq(&self, r: Request<ReserveEventSeqRequest>) -> R<ReserveEventSeqReply> {
+        let r = r.into_inner();
+        let mut db = self.db();
+        let hwm = db.seq.entry(r.conversation_id).or_default();
+        let first = *hwm + 1;
+        *hwm += u64::from(r.count);
+        Ok(Response::new(ReserveEventSeqReply { first }))
+    }
+}
+
+#[tonic::async_trait]
+impl Audit for Fake {
+    async fn append_audit(&self, r: Request<AppendAuditRequest>) -> R<WriteReply> {
+        self.db().audit.extend(r.into_inner().entries);
+        Ok(Response::new(WriteReply::default()))
+    }
+    async fn list_audit(&self, _r: Request<ListAuditRequest>) -> R<ListAuditReply> {
+        Ok(Response::new(ListAuditReply::default()))
+    }
+}
+
+/// A provider whose turn follows its text: `say:<words>` (one delta per word), `hang` (until
+/// interrupted), `exit` (no terminal event), `fail:<message>`.
+struct Tiny;
+
+impl AgentProvider for Tiny {
+    fn key(&self) -> &'static str {
+        "tiny"
+    }
+    fn display_name(&self) -> &'static str {
+        "Tiny"
+    }
+    fn availability(&self, _env: &AgentEnv) -> Availability {
+        Availability::Available { command: "tiny".into(), version: None }
+    }
+    fn validate_config(&self, _config: &mut AgentConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn start_turn(
+        &self,
+        _env: &AgentEnv,
+        turn: TurnInput,
+        tx: mpsc::Sender<AgentEvent>,
+    ) -> Result<RunningTurn, StartError> {
+        let (interrupt, mut stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = tx.send(AgentEvent::Session { session_id: format!("S-{}", turn.turn_id), model: None }).await;
+            let t = turn.text.as_str();
+            if let Some(words) = t.strip_prefix("say:") {
+                for w in words.split(' ') {
+                    let _ = tx.send(AgentEvent::TextDelta(format!("{w} "))).await;
+                }
+            } else if t == "hang" {
+                let _ = tx.send(AgentEvent::TextDelta("partial ".into())).await;
+                if (&mut stop).await.is_ok() {
+                    let _ = tx
+                        .send(AgentEvent::Done {
+                            stop_reason: "interrupted".into(),
+                            usage: Usage::default(),
+                            model: None,
+                        })
+                        .await;
+                }
+                return;
+            } else if t == "exit" {
+                return;
+            } else if let Some(m) = t.strip_prefix("fail:") {
+                let _ = tx.send(AgentEvent::Failed { kind: FailureKind::Provider, message: m.into() }).await;
+                return;
+            }
+            let _ = tx
+                .send(AgentEvent::Done {
+                    stop_reason: "end_turn".into(),
+                    usage: Usage::default(),
+                    model: Some("m".into()),
+                })
+                .await;
+        });
+        Ok(RunningTurn { interrupt, task })
+    }
+}
+
+struct Rig {
+    engine: Arc<Engine>,
+    fake: Fake,
+    _home: tempfile::TempDir,
+    _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
+}
+
+async fn rig(timeout_s: u64) -> Rig {
+    let fake = Fake::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = fake.clone();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(ConversationsServer::new(served.clone()))
+            .add_service(AuditServer::new(served))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+    });
+    let channel = coffer_runtime::grpc::channel(&addr.to_string(), &secrecy::SecretString::from("t")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let values = HashMap::from([("chat.turn_timeout_s".to_owned(), timeout_s.to_string())]);
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::config::Config::from_values(&values)));
+    let registry = Arc::new(Registry::new(vec![Entry::new(Arc::new(Tiny))], home.path().to_path_buf()));
+    let engine = Engine::new(Store::new(channel), registry, rx, home.path().to_path_buf());
+    engine.recover().await.unwrap();
+    Rig { engine, fake, _home: home, _config: tx }
+}
+
+impl Rig {
+    async fn conversation(&self) -> String {
+        let id = crate::engine::new_id();
+        let cwd = self._home.path().display().to_string();
+        let rec = ConversationRecord {
+            id: id.clone(),
+            agent_key: "tiny".into(),
+            agent_config_json: format!(r#"{{"cwd":{cwd:?}}}"#),
+            ..Default::default()
+        };
+        self.engine.store().create(rec).await.unwrap();
+        id
+    }
+
+    fn messages(&self, id: &str) -> Vec<MessageRecord> {
+        self.fake.db().messages.get(id).cloned().unwrap_or_default()
+    }
+}
+
+fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
+    match e.kind {
+        Some(Kind::MessageCreated(_)) => "message_created",
+        Some(Kind::TurnStarted(_)) => "turn_started",
+        Some(Kind::TextDelta(_)) => "text_delta",
+        Some(Kind::ToolCall(_)) => "tool_call",
+        Some(Kind::ToolResult(_)) => "tool_result",
+        Some(Kind::TurnDone(_)) => "turn_done",
+        Some(Kind::TurnError(_)) => "turn_error",
+        Some(Kind::QueueChanged(_)) => "queue_changed",
+        Some(Kind::Reset(_)) => "reset",
+        None => "",
+    }
+}
+
+async fn until_end(sub: &mut crate::bus::Subscription) -> Vec<Arc<coffer_proto::chat::Event>> {
+    let mut out = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.expect("an event").expect("open");
+        let end = matches!(e.kind, Some(Kind::TurnDone(_) | Kind::TurnError(_)));
+        out.push(e);
+        if end {
+            return out;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_turn_streams_persists_and_is_audited() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    let reply = r.engine.send(&id, "say:hello big world".into(), "api".into()).await.unwrap();
+    assert!(matches!(reply.outcome, Some(coffer_proto::chat::send_message_reply::Outcome::Message(_))));
+    let events = until_end(&mut sub).await;
+    let kinds: Vec<_> = events.iter().map(|e| kind_name(e)).collect();
+    assert_eq!(kinds, ["message_created", "turn_started", "text_delta", "text_delta", "text_delta", "turn_done"]);
+    assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1), "consecutive seqs");
+    let msgs = r.messages(&id);
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(msgs[1].status, MessageStatus::Complete as i32);
+    assert!(
+        matches!(&msgs[1].blocks[..], [ContentBlockRecord { block: Some(content_block_record::Block::Text(t)) }] if t == "hello big world "),
+        "{:?}",
+        msgs[1].blocks
+    );
+    let conv = r.fake.db().convs.get(&id).cloned().unwrap();
+    assert!(conv.agent_config_json.contains("\"session_id\":\"S-"), "{}", conv.agent_config_json);
+    assert_eq!(conv.title, "say:hello big world", "title from the first message");
+    let audit = r.fake.db().audit.clone();
+    assert_eq!(audit.len(), 1);
+    assert_eq!((audit[0].actor.as_str(), audit[0].action.as_str()), ("agent", "chat.turn"));
+    assert!(!audit[0].detail.contains("hello"), "no message text in the audit: {}", audit[0].detail);
+}
+
+#[tokio::test]
+async fn messages_sent_during_a_turn_queue_and_run_in_order_one_turn_each() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    for i in 0..20 {
+        let reply = r.engine.send(&id, format!("say:m{i}"), "api".into()).await.unwrap();
+        assert!(matches!(reply.outcome, Some(coffer_proto::chat::send_message_reply::Outcome::Pending(_))), "{i}");
+    }
+    assert!(r.engine.interrupt(&id).await.unwrap(), "the hanging turn is interrupted");
+    assert!(!r.engine.interrupt(&id).await.unwrap(), "twice: a no-op");
+    let first = until_end(&mut sub).await;
+    assert!(matches!(&first.last().unwrap().kind, Some(Kind::TurnDone(d)) if d.stop_reason == "interrupted"));
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    assert!(q.paused && q.items.len() == 20, "paused after the interrupt");
+    let interrupted = r.messages(&id)[1].clone();
+    assert_eq!(interrupted.status, MessageStatus::Interrupted as i32);
+    r.engine.set_pending(&id, q.items, false).await.unwrap();
+    let mut said = Vec::new();
+    for _ in 0..20 {
+        let turn = until_end(&mut sub).await;
+        let text: String = turn
+            .iter()
+            .filter_map(|e| match &e.kind {
+                Some(Kind::TextDelta(d)) => Some(d.text.clone()),
+                _ => None,
+            })
+            .collect();
+        said.push(text.trim().to_owned());
+    }
+    let want: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    assert_eq!(said, want, "in order, one turn each");
+    assert!(!r.engine.interrupt(&id).await.unwrap(), "idle: a no-op");
+}
+
+#[tokio::test]
+async fn exit_mid_turn_and_a_hang_past_the_timeout_are_turn_errors_and_pause_the_queue() {
+    let r = rig(1).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "exit".into(), "api".into()).await.unwrap();
+    let ev = until_end(&mut sub).await;
+    assert!(matches!(&ev.last().unwrap().kind, Some(Kind::TurnError(e)) if e.code == "cli_exited"), "{ev:?}");
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    assert!(q.paused, "paused after turn_error");
+    r.engine.set_pending(&id, vec![], false).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    let ev = until_end(&mut sub).await;
+    assert!(matches!(&ev.last().unwrap().kind, Some(Kind::TurnError(e)) if e.code == "timeout"), "{ev:?}");
+    r.engine.set_pending(&id, vec![], false).await.unwrap();
+    r.engine.send(&id, "say:still here".into(), "api".into()).await.unwrap();
+    let ev = until_end(&mut sub).await;
+    assert!(matches!(&ev.last().unwrap().kind, Some(Kind::TurnDone(_))), "usable after: {ev:?}");
+    let statuses: Vec<i32> = r.messages(&id).iter().map(|m| m.status).collect();
+    assert!(!statuses.contains(&(MessageStatus::Streaming as i32)), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn delete_during_a_turn_cancels_it_and_resets_subscribers() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    loop {
+        let e = sub.next().await.unwrap();
+        if matches!(e.kind, Some(Kind::TextDelta(_))) {
+            break;
+        }
+    }
+    assert!(r.engine.delete(&id).await.unwrap(), "a turn was cancelled");
+    let e = sub.next().await.unwrap();
+    assert!(matches!(&e.kind, Some(Kind::Reset(x)) if x.reason == "deleted"), "{e:?}");
+    assert!(sub.next().await.is_none());
+    assert!(r.fake.db().convs.is_empty() && r.fake.db().messages.is_empty());
+    assert!(r.engine.send(&id, "x".into(), "api".into()).await.unwrap_err().to_string().contains("not found"));
+}

@@ -1,0 +1,466 @@
+//! Chat test support: the test-only `scripted` agent provider (registered by the
+//! `coffer-test-chat` binary, never by the shipped `coffer-chat`), and a small client harness for
+//! the chat service of a real daemon (`coffer-test-daemon scripted-chat`).
+//!
+//! ## The scripted agent's script
+//!
+//! A turn follows the script in its message text, one command per line (blank lines skipped);
+//! a line that is no command is said as text. Commands:
+//!
+//! | line | what the adapter does |
+//! |---|---|
+//! | `say:<text>` | streams `<text>` word by word, one `TextDelta` per word (its trailing space included) |
+//! | `deltas:<n>` | streams `n` deltas `w0 `, `w1 `, … |
+//! | `slow:<ms>` | from now on waits `ms` before each delta |
+//! | `wait:<ms>` | waits `ms` |
+//! | `tool:<name> [json]` | a `ToolCall` (`input` = the JSON, default `{}`), then its `ToolResult` `"result of <name>"` |
+//! | `tool_error:<name>` | the same with `is_error` and output `"<name> failed"` |
+//! | `session` | says `session=<id>` (the session the turn resumed, or `new`) |
+//! | `fail:<kind> [message]` | ends with `Failed` (`provider`, `auth`, `protocol`, `cli_exited`, `cli_missing`, `internal`) |
+//! | `hang` | sends nothing more until interrupted |
+//! | `exit` | ends the task without a terminal event (as a CLI that dies mid-turn) |
+//!
+//! Every turn first reports `Session` (the config's `session_id`, or `scripted-<turn id>` for a
+//! new one) and, unless a command ended it, finishes with `Done { stop_reason: "end_turn" }`,
+//! usage = (input bytes / 4, deltas sent), model = the config's model or `scripted-model`. An
+//! interrupt during any wait ends the turn with `Done { stop_reason: "interrupted" }`. The agent
+//! `scripted_missing` is registered too and is never available (reason: "scripted_missing is
+//! never available").
+//!
+//! ## The harness
+//!
+//! ```no_run
+//! # async fn t() -> anyhow::Result<()> {
+//! use coffer_tests::{TestHome, chat};
+//! let home = TestHome::new()?;
+//! let api = chat::start_daemon(&home).await?;     // coffer-test-daemon scripted-chat
+//! let mut c = chat::client(&api).await?;          // ChatClient with the gateway's identity
+//! let conv = chat::create(&mut c).await?;         // a `scripted` conversation in the workspace
+//! let mut w = chat::watch(&mut c, &conv.id, 0).await?;
+//! chat::send(&mut c, &conv.id, "say:hello world").await?;
+//! let turn = w.turn().await?;                      // events up to turn_done / turn_error
+//! assert_eq!(chat::text(&turn), "hello world");
+//! # Ok(()) }
+//! ```
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use coffer_chat::adapter::{
+    AgentConfig, AgentEnv, AgentEvent, AgentProvider, Availability, ConfigError, FailureKind, RunningTurn, StartError,
+    TurnInput, Usage,
+};
+use coffer_chat::providers::{self, Entry};
+use coffer_proto::chat::chat_client::ChatClient;
+use coffer_proto::chat::{self as c, event::Kind};
+use coffer_runtime::grpc::AuthChannel;
+use secrecy::SecretString;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{Api, TestHome, procs};
+
+/// The scripted agent's key.
+pub const SCRIPTED: &str = "scripted";
+/// The never-available agent's key.
+pub const SCRIPTED_MISSING: &str = "scripted_missing";
+/// How long a test waits for one event by default.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The registry `coffer-test-chat` runs: Coffer's agents plus the two scripted ones.
+pub fn registry() -> Vec<Entry> {
+    let mut r = providers::builtin();
+    r.push(Entry::new(Arc::new(Scripted)));
+    r.push(Entry::new(Arc::new(ScriptedMissing)));
+    r
+}
+
+/// The test-only agent whose turns follow the script in the message (module docs).
+#[derive(Debug, Default)]
+pub struct Scripted;
+
+/// A registered agent that is never available.
+#[derive(Debug, Default)]
+pub struct ScriptedMissing;
+
+impl AgentProvider for ScriptedMissing {
+    fn key(&self) -> &'static str {
+        SCRIPTED_MISSING
+    }
+    fn display_name(&self) -> &'static str {
+        "Scripted (missing)"
+    }
+    fn availability(&self, _env: &AgentEnv) -> Availability {
+        Availability::Unavailable { reason: "scripted_missing is never available".into() }
+    }
+    fn validate_config(&self, _config: &mut AgentConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn start_turn(
+        &self,
+        _env: &AgentEnv,
+        _turn: TurnInput,
+        _events: mpsc::Sender<AgentEvent>,
+    ) -> Result<RunningTurn, StartError> {
+        Err(StartError { kind: FailureKind::CliMissing, message: "scripted_missing is never available".into() })
+    }
+}
+
+impl AgentProvider for Scripted {
+    fn key(&self) -> &'static str {
+        SCRIPTED
+    }
+    fn display_name(&self) -> &'static str {
+        "Scripted (tests)"
+    }
+    fn availability(&self, _env: &AgentEnv) -> Availability {
+        Availability::Available { command: "scripted".into(), version: Some("1".into()) }
+    }
+    fn validate_config(&self, config: &mut AgentConfig) -> Result<(), ConfigError> {
+        if config.model.contains('\n') {
+            return Err(ConfigError { field: "model", problem: "one line".into() });
+        }
+        Ok(())
+    }
+    fn start_turn(
+        &self,
+        _env: &AgentEnv,
+        turn: TurnInput,
+        events: mpsc::Sender<AgentEvent>,
+    ) -> Result<RunningTurn, StartError> {
+        let (interrupt, rx) = oneshot::channel();
+        let task = tokio::spawn(run_script(turn, events, rx));
+        Ok(RunningTurn { interrupt, task })
+    }
+}
+
+/// How a wait inside a script ended.
+enum Waited {
+    Elapsed,
+    Interrupted,
+    /// Nobody listens any more.
+    Gone,
+}
+
+async fn wait(ms: u64, interrupt: &mut oneshot::Receiver<()>, events: &mpsc::Sender<AgentEvent>) -> Waited {
+    tokio::select! {
+        r = &mut *interrupt => if r.is_ok() { Waited::Interrupted } else { Waited::Gone },
+        () = events.closed() => Waited::Gone,
+        () = tokio::time::sleep(Duration::from_millis(ms)) => Waited::Elapsed,
+    }
+}
+
+fn failure_kind(word: &str) -> FailureKind {
+    match word {
+        "auth" => FailureKind::Auth,
+        "protocol" => FailureKind::Protocol,
+        "cli_exited" => FailureKind::CliExited,
+        "cli_missing" => FailureKind::CliMissing,
+        "internal" => FailureKind::Internal,
+        _ => FailureKind::Provider,
+    }
+}
+
+async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut interrupt: oneshot::Receiver<()>) {
+    let model = if turn.config.model.is_empty() { "scripted-model".to_owned() } else { turn.config.model.clone() };
+    let resumed = turn.config.session_id.clone();
+    let session = if resumed.is_empty() { format!("scripted-{}", turn.turn_id) } else { resumed.clone() };
+    let mut sent = 0u64;
+    let mut slow = 0u64;
+    let interrupted = |sent: u64| AgentEvent::Done {
+        stop_reason: "interrupted".into(),
+        usage: Usage { output_tokens: sent, ..Usage::default() },
+        model: Some(model.clone()),
+    };
+    macro_rules! send {
+        ($ev:expr) => {
+            if events.send($ev).await.is_err() {
+                return;
+            }
+        };
+    }
+    macro_rules! pause {
+        ($ms:expr) => {
+            match wait($ms, &mut interrupt, &events).await {
+                Waited::Elapsed => {}
+                Waited::Interrupted => {
+                    let _ = events.send(interrupted(sent)).await;
+                    return;
+                }
+                Waited::Gone => return,
+            }
+        };
+    }
+    send!(AgentEvent::Session { session_id: session, model: Some(model.clone()) });
+    for line in turn.text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (cmd, arg) = line.split_once(':').unwrap_or((line, ""));
+        let words: Vec<String> = match cmd {
+            "say" => split_words(arg),
+            "deltas" => (0..arg.trim().parse::<u64>().unwrap_or(0)).map(|i| format!("w{i} ")).collect(),
+            "session" => vec![format!("session={}", if resumed.is_empty() { "new" } else { &resumed })],
+            "slow" => {
+                slow = arg.trim().parse().unwrap_or(0);
+                continue;
+            }
+            "wait" => {
+                pause!(arg.trim().parse().unwrap_or(0));
+                continue;
+            }
+            "tool" | "tool_error" => {
+                let (name, input) = arg.split_once(' ').unwrap_or((arg, "{}"));
+                let input = serde_json::from_str(input).unwrap_or(serde_json::json!({ "raw": input }));
+                let id = format!("toolu_{sent}");
+                send!(AgentEvent::ToolCall { id: id.clone(), name: name.to_owned(), input });
+                let is_error = cmd == "tool_error";
+                let output = if is_error { format!("{name} failed") } else { format!("result of {name}") };
+                send!(AgentEvent::ToolResult { tool_use_id: id, output, is_error });
+                sent += 1;
+                continue;
+            }
+            "fail" => {
+                let (kind, message) = arg.split_once(' ').unwrap_or((arg, "scripted failure"));
+                send!(AgentEvent::Failed { kind: failure_kind(kind), message: message.to_owned() });
+                return;
+            }
+            "hang" => {
+                pause!(u64::MAX / 4);
+                continue;
+            }
+            "exit" => return,
+            _ => split_words(line),
+        };
+        for w in words {
+            if slow > 0 {
+                pause!(slow);
+            }
+            send!(AgentEvent::TextDelta(w));
+            sent += 1;
+        }
+    }
+    let _ = events
+        .send(AgentEvent::Done {
+            stop_reason: "end_turn".into(),
+            usage: Usage { input_tokens: turn.text.len() as u64 / 4, output_tokens: sent, ..Usage::default() },
+            model: Some(model),
+        })
+        .await;
+}
+
+/// `"a b  c"` → `["a ", "b  ", "c"]`: each word with the whitespace after it, so the deltas
+/// concatenate to the text.
+fn split_words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for ch in text.chars() {
+        if !ch.is_whitespace() && cur.ends_with(char::is_whitespace) {
+            out.push(std::mem::take(&mut cur));
+        }
+        cur.push(ch);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+// ---- the harness ----
+
+/// A Chat client presenting the gateway's identity (as the edge calls it).
+pub type Client = ChatClient<AuthChannel>;
+
+/// Starts `coffer-test-daemon scripted-chat` on `home` (the chat service is `coffer-test-chat`)
+/// and waits until it is ready.
+///
+/// # Errors
+/// As [`TestHome::start_daemon`]; when `coffer-test-chat` is not built (naming the build command).
+pub async fn start_daemon(home: &TestHome) -> anyhow::Result<Api> {
+    crate::bin("coffer-test-chat")?;
+    home.start_daemon_args("coffer-test-daemon", &["scripted-chat"]).await
+}
+
+/// A Chat client for the daemon behind `api`: the gateway's internal token and the chat
+/// service's address, read from the gateway's environment in `/proc`. Messages up to 64 MiB.
+///
+/// # Errors
+/// When the gateway's environment cannot be read.
+pub async fn client(api: &Api) -> anyhow::Result<Client> {
+    let pid = api.service("gateway").await?["pid"].as_i64().context("gateway pid")? as i32;
+    let env = procs::environ(pid);
+    ensure!(!env.is_empty(), "cannot read the gateway's environment (pid {pid})");
+    let token = SecretString::from(env.get("COFFER_INTERNAL_TOKEN").context("COFFER_INTERNAL_TOKEN")?.clone());
+    let addr = env.get("COFFER_CHAT_ADDR").context("COFFER_CHAT_ADDR")?;
+    Ok(ChatClient::new(coffer_runtime::grpc::channel(addr, &token)?)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20))
+}
+
+/// Creates a `scripted` conversation in the default workspace.
+///
+/// # Errors
+/// When the service refuses.
+pub async fn create(c: &mut Client) -> anyhow::Result<c::Conversation> {
+    Ok(c.create_conversation(c::CreateConversationRequest { agent_key: SCRIPTED.into(), ..Default::default() })
+        .await?
+        .into_inner())
+}
+
+/// Sends `text` (source `api`).
+///
+/// # Errors
+/// When the service refuses.
+pub async fn send(c: &mut Client, id: &str, text: &str) -> anyhow::Result<c::SendMessageReply> {
+    Ok(c.send_message(c::SendMessageRequest { conversation_id: id.into(), text: text.into(), source: "api".into() })
+        .await?
+        .into_inner())
+}
+
+/// The conversation with its newest 100 messages.
+///
+/// # Errors
+/// When the service refuses.
+pub async fn get(c: &mut Client, id: &str) -> anyhow::Result<c::ConversationView> {
+    Ok(c.get_conversation(c::GetConversationRequest { id: id.into(), message_limit: 0 }).await?.into_inner())
+}
+
+/// A subscription to a conversation's events.
+pub struct Watch {
+    stream: tonic::Streaming<c::Event>,
+}
+
+/// Subscribes with `after_seq`.
+///
+/// # Errors
+/// When the service refuses.
+pub async fn watch(c: &mut Client, id: &str, after_seq: u64) -> anyhow::Result<Watch> {
+    let stream = c.subscribe(c::SubscribeRequest { conversation_id: id.into(), after_seq }).await?.into_inner();
+    Ok(Watch { stream })
+}
+
+impl Watch {
+    /// The next event within [`EVENT_TIMEOUT`]; `None` when the stream ended.
+    ///
+    /// # Errors
+    /// On a timeout or a stream error.
+    pub async fn next(&mut self) -> anyhow::Result<Option<c::Event>> {
+        self.next_within(EVENT_TIMEOUT).await
+    }
+
+    /// The next event within `timeout`.
+    ///
+    /// # Errors
+    /// On a timeout or a stream error.
+    pub async fn next_within(&mut self, timeout: Duration) -> anyhow::Result<Option<c::Event>> {
+        match tokio::time::timeout(timeout, self.stream.message()).await {
+            Err(_) => bail!("no chat event within {timeout:?}"),
+            Ok(r) => Ok(r?),
+        }
+    }
+
+    /// Events until (and including) the first one `stop` accepts.
+    ///
+    /// # Errors
+    /// When the stream ends first or an event takes longer than `timeout`.
+    pub async fn until(
+        &mut self,
+        timeout: Duration,
+        mut stop: impl FnMut(&c::Event) -> bool,
+    ) -> anyhow::Result<Vec<c::Event>> {
+        let mut out = Vec::new();
+        loop {
+            let Some(e) = self.next_within(timeout).await? else {
+                bail!("the event stream ended after {:?}", out.iter().map(kind).collect::<Vec<_>>());
+            };
+            let done = stop(&e);
+            out.push(e);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Events until the next `turn_done` or `turn_error` (included).
+    ///
+    /// # Errors
+    /// As [`Watch::until`].
+    pub async fn turn(&mut self) -> anyhow::Result<Vec<c::Event>> {
+        self.until(EVENT_TIMEOUT, is_turn_end).await
+    }
+
+    /// Events until the first of kind `name` (included).
+    ///
+    /// # Errors
+    /// As [`Watch::until`].
+    pub async fn until_kind(&mut self, name: &str) -> anyhow::Result<Vec<c::Event>> {
+        self.until(EVENT_TIMEOUT, |e| kind(e) == name).await
+    }
+}
+
+/// The event's kind as its proto field name (`text_delta`, `turn_done`, …).
+pub fn kind(e: &c::Event) -> &'static str {
+    match &e.kind {
+        Some(Kind::MessageCreated(_)) => "message_created",
+        Some(Kind::TurnStarted(_)) => "turn_started",
+        Some(Kind::TextDelta(_)) => "text_delta",
+        Some(Kind::ToolCall(_)) => "tool_call",
+        Some(Kind::ToolResult(_)) => "tool_result",
+        Some(Kind::TurnDone(_)) => "turn_done",
+        Some(Kind::TurnError(_)) => "turn_error",
+        Some(Kind::QueueChanged(_)) => "queue_changed",
+        Some(Kind::Reset(_)) => "reset",
+        None => "none",
+    }
+}
+
+/// Whether the event ends a turn.
+pub fn is_turn_end(e: &c::Event) -> bool {
+    matches!(e.kind, Some(Kind::TurnDone(_) | Kind::TurnError(_)))
+}
+
+/// The kinds of `events`, in order.
+pub fn kinds(events: &[c::Event]) -> Vec<&'static str> {
+    events.iter().map(kind).collect()
+}
+
+/// The text the `text_delta`s of `events` stream.
+pub fn text(events: &[c::Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(Kind::TextDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A message's text blocks joined.
+pub fn message_text(m: &c::Message) -> String {
+    m.blocks
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(c::content_block::Block::Text(t)) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The user message texts of `events`' `message_created`s, in order.
+pub fn created_texts(events: &[c::Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(Kind::MessageCreated(m)) => m.message.as_ref().map(message_text),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_keep_their_spacing() {
+        assert_eq!(split_words("hello  big world"), ["hello  ", "big ", "world"]);
+        assert_eq!(split_words("").len(), 0);
+        assert_eq!(split_words("hello  big world").concat(), "hello  big world");
+    }
+}
