@@ -753,12 +753,10 @@ pub fn sent_line(reply: &Value, id: &str) -> String {
     if let Some(p) = reply.get("pending").filter(|p| p.is_object()) {
         let q = &reply["queue"];
         let pos = q["items"].as_array().and_then(|a| a.iter().position(|i| i["id"] == p["id"])).map_or(0, |i| i + 1);
-        let paused = if q["paused"].as_bool().unwrap_or(false) {
-            format!("; the queue is paused: `coffer chat pending {id} --resume`")
-        } else {
-            String::new()
-        };
-        format!("Queued as #{pos} (a turn is running){paused}\n")
+        if q["paused"].as_bool().unwrap_or(false) {
+            return format!("Queued as #{pos}; the queue is paused: `coffer chat pending {id} --resume` runs it\n");
+        }
+        format!("Queued as #{pos} (a turn is running)\n")
     } else {
         format!("Sent; the turn started. Follow it: coffer chat watch {id}\n")
     }
@@ -882,9 +880,8 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     // after = 0: the running turn from its start, then live.
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(0)).await?;
-    if !ctx.json {
-        eprintln!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
-    }
+    // On stderr also with --json: stdout holds only the events.
+    eprintln!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
     match follow(&api, id, 0, Some(stream), None, ctx.json).await? {
         End::Stopped => Ok(()),
         end => finish(end, ctx, id),
