@@ -3,6 +3,7 @@
 
 mod backup;
 mod broker;
+mod chat_edge;
 mod chat_engine;
 mod claude_code;
 mod cli;
