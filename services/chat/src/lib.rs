@@ -3,6 +3,9 @@
 //! (what it persists through the store) and [`adapter`] (what every agent provider implements).
 
 pub mod adapter;
+pub mod agent_process;
+pub mod agents_config;
+pub mod claude_code;
 
 /// Process entry for `coffer-chat`.
 pub fn main_entry() -> std::process::ExitCode {
