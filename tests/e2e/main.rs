@@ -3,6 +3,7 @@
 
 mod backup;
 mod broker;
+mod chat_agents;
 mod claude_code;
 mod cli;
 mod cli_connect;

@@ -168,12 +168,9 @@ async fn run(
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
 ) -> Option<AgentEvent> {
-    if process.send(&user_line(text)).await.is_err() {
-        return Some(AgentEvent::Failed {
-            kind: FailureKind::CliExited,
-            message: process.exited_message(EXIT_GRACE).await,
-        });
-    }
+    // A CLI that exits at once closes its stdin: what it printed is still read below, and its
+    // end is reported as `cli_exited` there.
+    let _ = process.send(&user_line(text)).await;
     let mut parser = Parser::default();
     let mut interrupt_armed = true;
     let mut deadline: Option<tokio::time::Instant> = None;

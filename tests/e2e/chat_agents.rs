@@ -1,0 +1,356 @@
+//! The chat service's agent providers driven directly (no turn engine): the real Claude Code and
+//! Codex CLIs from `tests/peers/` on the scripted fake model APIs (`coffer_tests::script`), each
+//! turn started with `start_turn` on a real `AgentEnv` in a temporary `COFFER_HOME` and its events
+//! collected: streamed text, resume and model, tool calls (one through Coffer's attached gateway
+//! on a real daemon), API errors, interrupt of a hung turn (its process group gone), a missing
+//! CLI, a CLI printing junk and one exiting mid-turn.
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use coffer_chat::adapter::{
+    AgentConfig, AgentEnv, AgentEvent, AgentProvider, Availability, FailureKind, INTERRUPT_GRACE, RunningTurn,
+    TurnInput,
+};
+use coffer_chat::claude_code::ClaudeCode;
+use coffer_tests::anthropic::FakeAnthropic;
+use coffer_tests::mcp::register_stdio;
+use coffer_tests::{TestHome, bin, wait_for};
+use tokio::sync::mpsc;
+
+/// How long a turn of a real CLI on a fake model may take on the loaded 2-core machine.
+const TURN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A provider's test bench: a home, the `AgentEnv` over it and a working directory.
+struct Bench {
+    home: TestHome,
+    env: AgentEnv,
+    cwd: PathBuf,
+}
+
+impl Bench {
+    /// A bench on a home with a running daemon: the agent's attached shim finds it (without one
+    /// the shim would start a daemon, whose orphan sweep ends the agent that started it: its pid
+    /// record is in the home). In the chat service a daemon always runs.
+    async fn new(command: Option<PathBuf>) -> anyhow::Result<Self> {
+        let home = TestHome::new()?;
+        home.start_daemon().await?;
+        Self::on(home, command)
+    }
+
+    /// A bench without a daemon, for stand-in CLIs that start no shim.
+    fn bare(command: Option<PathBuf>) -> anyhow::Result<Self> {
+        Self::on(TestHome::new()?, command)
+    }
+
+    fn on(home: TestHome, command: Option<PathBuf>) -> anyhow::Result<Self> {
+        let cwd = home.temp().join("workspace");
+        std::fs::create_dir_all(&cwd)?;
+        let env = AgentEnv {
+            coffer_home: home.root().to_path_buf(),
+            agents_dir: home.root().join("agents"),
+            shim: bin("coffer-mcp-shim")?,
+            command_override: command,
+        };
+        Ok(Self { home, env, cwd })
+    }
+
+    fn user_home(&self) -> PathBuf {
+        PathBuf::from(&self.home.env()["HOME"])
+    }
+
+    fn config(&self, session_id: &str, model: &str) -> AgentConfig {
+        AgentConfig { cwd: self.cwd.display().to_string(), model: model.into(), session_id: session_id.into() }
+    }
+
+    fn input(&self, text: &str, config: AgentConfig) -> TurnInput {
+        TurnInput { conversation_id: "01JCONVERSATION".into(), turn_id: "01JTURN".into(), text: text.into(), config }
+    }
+
+    /// Starts a turn; the receiver of its events.
+    fn start(
+        &self,
+        provider: &dyn AgentProvider,
+        text: &str,
+        config: AgentConfig,
+    ) -> anyhow::Result<(RunningTurn, mpsc::Receiver<AgentEvent>)> {
+        let (tx, rx) = mpsc::channel(1024);
+        let running =
+            provider.start_turn(&self.env, self.input(text, config), tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        Ok((running, rx))
+    }
+
+    /// Runs a turn to its terminal event; all its events, the terminal last.
+    async fn turn(
+        &self,
+        provider: &dyn AgentProvider,
+        text: &str,
+        config: AgentConfig,
+    ) -> anyhow::Result<Vec<AgentEvent>> {
+        let (running, mut rx) = self.start(provider, text, config)?;
+        let events = collect(&mut rx, &self.home).await?;
+        tokio::time::timeout(Duration::from_secs(10), running.task).await??;
+        Ok(events)
+    }
+
+    /// The pids of the agent processes recorded under `upstream-pids/`.
+    fn agent_pids(&self) -> Vec<i32> {
+        self.home.pid_records().into_iter().filter(|r| r.kind == "agent").map(|r| r.pid).collect()
+    }
+}
+
+/// Receives events up to and including the terminal one.
+async fn collect(rx: &mut mpsc::Receiver<AgentEvent>, home: &TestHome) -> anyhow::Result<Vec<AgentEvent>> {
+    let mut events = Vec::new();
+    let deadline = Instant::now() + TURN_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(event) = tokio::time::timeout(left, rx.recv()).await else {
+            anyhow::bail!("no terminal event within {TURN_TIMEOUT:?}; so far {events:?}\n{}", home.diagnostics());
+        };
+        let Some(event) = event else {
+            anyhow::bail!("the adapter ended without a terminal event: {events:?}");
+        };
+        let terminal = matches!(event, AgentEvent::Done { .. } | AgentEvent::Failed { .. });
+        events.push(event);
+        if terminal {
+            return Ok(events);
+        }
+    }
+}
+
+fn text_of(events: &[AgentEvent]) -> String {
+    events.iter().filter_map(|e| if let AgentEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect()
+}
+
+fn deltas(events: &[AgentEvent]) -> usize {
+    events.iter().filter(|e| matches!(e, AgentEvent::TextDelta(_))).count()
+}
+
+fn session(events: &[AgentEvent]) -> Option<String> {
+    events
+        .iter()
+        .find_map(|e| if let AgentEvent::Session { session_id, .. } = e { Some(session_id.clone()) } else { None })
+}
+
+fn failure(events: &[AgentEvent]) -> Option<(FailureKind, String)> {
+    match events.last() {
+        Some(AgentEvent::Failed { kind, message }) => Some((*kind, message.clone())),
+        _ => None,
+    }
+}
+
+/// Whether any process of group `pgid` is left.
+fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+/// A small executable shell script in the bench's temp dir standing in for an agent CLI.
+fn script(dir: &Path, name: &str, body: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n"))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(path)
+}
+
+// ------------------------------------------------------------------------------- Claude Code
+
+/// Claude Code offline on `model` with a private config dir, no retries (a 401/500 would be
+/// retried for minutes otherwise) and its non-essential traffic off.
+fn claude(bench: &Bench, model: &FakeAnthropic) -> ClaudeCode {
+    let home = bench.user_home();
+    let vars: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), home.clone().into()),
+        ("CLAUDE_CONFIG_DIR".into(), home.join(".claude").into()),
+        ("ANTHROPIC_BASE_URL".into(), model.url.clone().into()),
+        ("ANTHROPIC_API_KEY".into(), "sk-ant-test-not-a-real-key".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+        ("DISABLE_TELEMETRY".into(), "1".into()),
+        ("DISABLE_AUTOUPDATER".into(), "1".into()),
+        ("DISABLE_ERROR_REPORTING".into(), "1".into()),
+        ("CLAUDE_CODE_MAX_RETRIES".into(), "0".into()),
+    ];
+    ClaudeCode::with_env(vars)
+}
+
+async fn claude_bench() -> anyhow::Result<Bench> {
+    Bench::new(Some(coffer_tests::peers::claude_code()?)).await
+}
+
+#[tokio::test]
+async fn claude_code_streams_text_token_by_token_then_resumes_its_session_with_the_model() -> anyhow::Result<()> {
+    let bench = claude_bench().await?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+    assert!(matches!(provider.availability(&bench.env), Availability::Available { .. }));
+
+    let started = Instant::now();
+    let (running, mut rx) = bench.start(&provider, "SAY[one two three four five]", bench.config("", ""))?;
+    let first = tokio::time::timeout(TURN_TIMEOUT, rx.recv()).await?;
+    let to_session = started.elapsed();
+    let mut events: Vec<AgentEvent> = first.into_iter().collect();
+    if !matches!(events.last(), Some(AgentEvent::Done { .. } | AgentEvent::Failed { .. })) {
+        events.extend(collect(&mut rx, &bench.home).await?);
+    }
+    let took = started.elapsed();
+    running.task.await?;
+    assert_eq!(text_of(&events), "one two three four five", "{events:?}");
+    assert!(deltas(&events) > 1, "token by token: {events:?}");
+    let id = session(&events).expect("a session event first");
+    assert!(matches!(events.first(), Some(AgentEvent::Session { .. })), "{events:?}");
+    let Some(AgentEvent::Done { stop_reason, usage, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(stop_reason, "end_turn");
+    assert!(usage.output_tokens > 0, "{usage:?}");
+    assert!(bench.agent_pids().is_empty(), "the turn's process is gone: {:?}", bench.agent_pids());
+    eprintln!("claude_code turn 1: session after {to_session:?}, done after {took:?}");
+
+    // The second turn resumes the session and passes the model; the fake sees the history.
+    let started = Instant::now();
+    let events = bench.turn(&provider, "SAY[second answer]", bench.config(&id, "claude-fake-model")).await?;
+    eprintln!("claude_code turn 2 (resumed): done after {:?}", started.elapsed());
+    assert_eq!(text_of(&events), "second answer", "{events:?}");
+    assert_eq!(session(&events).as_deref(), Some(id.as_str()), "resumed: {events:?}");
+    let Some(AgentEvent::Done { model: used, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(used.as_deref(), Some("claude-fake-model"));
+    let last = model.turns().pop().expect("a model request");
+    assert_eq!(last.body["model"], "claude-fake-model");
+    let history = last.body["messages"].to_string();
+    assert!(history.contains("one two three four five") && history.contains("SAY[second answer]"), "{history}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn claude_code_tool_calls_and_api_errors_are_mapped() -> anyhow::Result<()> {
+    let bench = claude_bench().await?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+
+    let events =
+        bench.turn(&provider, r#"TOOL[Bash {"command": "echo coffer-was-here"}]"#, bench.config("", "")).await?;
+    let call = events.iter().find_map(|e| match e {
+        AgentEvent::ToolCall { id, name, input } => Some((id.clone(), name.clone(), input.clone())),
+        _ => None,
+    });
+    let (call_id, name, input) = call.unwrap_or_else(|| panic!("a tool call: {events:?}"));
+    assert_eq!((name.as_str(), input["command"].as_str()), ("Bash", Some("echo coffer-was-here")));
+    let result = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult { tool_use_id, output, is_error } if *tool_use_id == call_id => {
+            Some((output.clone(), *is_error))
+        }
+        _ => None,
+    });
+    let (output, is_error) = result.unwrap_or_else(|| panic!("the call's result: {events:?}"));
+    assert!(output.contains("coffer-was-here") && !is_error, "{output}");
+    assert!(text_of(&events).contains("Tool result: coffer-was-here"), "{events:?}");
+    assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
+
+    let events = bench.turn(&provider, "ERROR[401]", bench.config("", "")).await?;
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::Auth, "{message}");
+    assert!(message.contains("Anthropic API") && message.contains("401"), "{message}");
+    assert!(!message.contains("sk-ant-test"), "no secret in the message: {message}");
+
+    let events = bench.turn(&provider, "ERROR[500]", bench.config("", "")).await?;
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::Provider, "{message}");
+    assert!(message.contains("Anthropic API") && message.contains("500"), "{message}");
+
+    let events = bench.turn(&provider, "MALFORMED", bench.config("", "")).await?;
+    assert!(failure(&events).is_some(), "malformed events from the API fail the turn: {events:?}");
+    assert!(bench.agent_pids().is_empty(), "{:?}", bench.agent_pids());
+    Ok(())
+}
+
+#[tokio::test]
+async fn claude_code_hung_turn_is_interrupted_and_its_process_group_is_gone() -> anyhow::Result<()> {
+    let bench = claude_bench().await?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+    let (running, mut rx) = bench.start(&provider, "HANG", bench.config("", ""))?;
+    wait_for("the hung request at the fake", TURN_TIMEOUT, || async { Ok(model.turns().first().cloned()) }).await?;
+    let pids = bench.agent_pids();
+    assert_eq!(pids.len(), 1, "one claude process: {pids:?}");
+    assert!(group_alive(pids[0]));
+    let asked = Instant::now();
+    let _ = running.interrupt.send(());
+    let events = collect(&mut rx, &bench.home).await?;
+    let took = asked.elapsed();
+    running.task.await?;
+    let Some(AgentEvent::Done { stop_reason, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(stop_reason, "interrupted");
+    assert!(took < INTERRUPT_GRACE * 3, "interrupt took {took:?}");
+    assert!(!group_alive(pids[0]), "process group {} is gone", pids[0]);
+    assert!(bench.agent_pids().is_empty());
+    eprintln!("claude_code interrupt of a hung turn: done after {took:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_junk_printing_or_dying_claude_cli_is_reported() -> anyhow::Result<()> {
+    let bench = Bench::bare(None)?;
+    // Missing: no `claude` on PATH, or a settings path that does not exist.
+    let empty = bench.home.temp().join("empty-bin");
+    std::fs::create_dir_all(&empty)?;
+    let provider = ClaudeCode::with_env([("PATH", empty.as_os_str())]);
+    let Availability::Unavailable { reason } = provider.availability(&bench.env) else { panic!("available?") };
+    assert!(reason.contains("claude") && reason.contains("chat.claude_code_path"), "{reason}");
+    let err = provider.start_turn(&bench.env, bench.input("hi", bench.config("", "")), mpsc::channel(8).0).unwrap_err();
+    assert_eq!(err.kind, FailureKind::CliMissing, "{err:?}");
+    let missing = AgentEnv { command_override: Some(bench.home.temp().join("nope/claude")), ..bench.env.clone() };
+    let Availability::Unavailable { reason } = ClaudeCode::new().availability(&missing) else { panic!() };
+    assert!(reason.contains("nope/claude"), "{reason}");
+
+    // Junk on stdout: a protocol failure naming it, and the process is ended.
+    let junk = script(bench.home.temp(), "junk-claude", "echo 'Welcome to Claude!'\nexec sleep 60")?;
+    let env = AgentEnv { command_override: Some(junk), ..bench.env.clone() };
+    let b = Bench { env, ..Bench::bare(None)? };
+    let events = b.turn(&ClaudeCode::new(), "hi", b.config("", "")).await?;
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::Protocol, "{message}");
+    assert!(message.contains("Welcome to Claude!"), "{message}");
+    assert!(b.agent_pids().is_empty());
+
+    // Exit mid-turn: the exit status and the last stderr line.
+    let init = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+    let dying =
+        script(bench.home.temp(), "dying-claude", &format!("echo '{init}'\necho 'fatal: out of cheese' >&2\nexit 3"))?;
+    let b = Bench { env: AgentEnv { command_override: Some(dying), ..bench.env.clone() }, ..Bench::bare(None)? };
+    let events = b.turn(&ClaudeCode::new(), "hi", b.config("", "")).await?;
+    assert_eq!(session(&events).as_deref(), Some("s-1"));
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::CliExited, "{message}");
+    assert!(message.contains("exit status 3") && message.contains("fatal: out of cheese"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn claude_code_calls_a_coffer_tool_through_the_attached_gateway() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_stdio(&api, "tiny", &bin("coffer-tiny-upstream")?, &[], serde_json::json!({})).await?;
+    let bench = Bench::on(home, Some(coffer_tests::peers::claude_code()?))?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+    let tool = "mcp__coffer__coffer__search_tools";
+    let events = bench.turn(&provider, &format!(r#"TOOL[{tool} {{"query": "echo"}}]"#), bench.config("", "")).await?;
+    let call = events.iter().find_map(|e| match e {
+        AgentEvent::ToolCall { id, name, .. } if name == tool => Some(id.clone()),
+        _ => None,
+    });
+    let call = call.unwrap_or_else(|| panic!("a call of {tool}: {events:?}\n{}", bench.home.diagnostics()));
+    let result = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult { tool_use_id, output, is_error } if *tool_use_id == call => {
+            Some((output.clone(), *is_error))
+        }
+        _ => None,
+    });
+    let (output, is_error) = result.unwrap_or_else(|| panic!("its result: {events:?}"));
+    assert!(!is_error && output.contains("tiny__echo"), "Coffer's search found the upstream's tool: {output}");
+    assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
+    // No secret in what Coffer wrote for the agent.
+    let written = std::fs::read_to_string(bench.env.agents_dir.join("claude_code/mcp.json"))?;
+    let token = bench.home.daemon_info()?.token;
+    assert!(!written.contains(secrecy::ExposeSecret::expose_secret(&token)), "{written}");
+    Ok(())
+}
