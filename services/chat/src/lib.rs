@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod agent_process;
 pub mod agents_config;
 pub mod claude_code;
+pub mod codex;
 
 /// Process entry for `coffer-chat`.
 pub fn main_entry() -> std::process::ExitCode {
