@@ -13,8 +13,10 @@ use coffer_chat::adapter::{
     TurnInput,
 };
 use coffer_chat::claude_code::ClaudeCode;
+use coffer_chat::codex::Codex;
 use coffer_tests::anthropic::FakeAnthropic;
 use coffer_tests::mcp::register_stdio;
+use coffer_tests::openai::FakeOpenAi;
 use coffer_tests::{TestHome, bin, wait_for};
 use tokio::sync::mpsc;
 
@@ -352,5 +354,192 @@ async fn claude_code_calls_a_coffer_tool_through_the_attached_gateway() -> anyho
     let written = std::fs::read_to_string(bench.env.agents_dir.join("claude_code/mcp.json"))?;
     let token = bench.home.daemon_info()?.token;
     assert!(!written.contains(secrecy::ExposeSecret::expose_secret(&token)), "{written}");
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------- Codex
+
+/// Codex offline on `model`: the user's `~/.codex/config.toml` (in the test's private `HOME`)
+/// names the fake as model provider `fake`, as a user's config names theirs; Coffer's own
+/// `CODEX_HOME` is built from it.
+fn codex(bench: &Bench, model: &FakeOpenAi) -> anyhow::Result<Codex> {
+    let home = bench.user_home();
+    coffer_tests::write_file(&home.join(".codex/config.toml"), model.codex_config("fake-model"))?;
+    let vars: Vec<(OsString, OsString)> =
+        vec![("HOME".into(), home.into()), ("OPENAI_API_KEY".into(), "sk-test-not-a-real-key".into())];
+    Ok(Codex::with_env(vars))
+}
+
+async fn codex_bench() -> anyhow::Result<Bench> {
+    Bench::new(Some(coffer_tests::peers::codex()?)).await
+}
+
+#[tokio::test]
+async fn codex_streams_text_token_by_token_then_resumes_its_thread_with_the_model() -> anyhow::Result<()> {
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    assert!(matches!(provider.availability(&bench.env), Availability::Available { .. }));
+
+    let started = Instant::now();
+    let (running, mut rx) = bench.start(&provider, "SAY[one two three four five]", bench.config("", ""))?;
+    let first = tokio::time::timeout(TURN_TIMEOUT, rx.recv()).await?;
+    let to_session = started.elapsed();
+    let mut events: Vec<AgentEvent> = first.into_iter().collect();
+    if !matches!(events.last(), Some(AgentEvent::Done { .. } | AgentEvent::Failed { .. })) {
+        events.extend(collect(&mut rx, &bench.home).await?);
+    }
+    let took = started.elapsed();
+    running.task.await?;
+    assert_eq!(text_of(&events), "one two three four five", "{events:?}\n{}", bench.home.diagnostics());
+    assert!(deltas(&events) > 1, "token by token: {events:?}");
+    let id = session(&events).expect("a session event");
+    assert!(matches!(events.first(), Some(AgentEvent::Session { .. })), "{events:?}");
+    let Some(AgentEvent::Done { stop_reason, usage, model: used }) = events.last() else { panic!("{events:?}") };
+    assert_eq!((stop_reason.as_str(), used.as_deref()), ("end_turn", Some("fake-model")));
+    assert_eq!((usage.input_tokens, usage.cache_read_tokens), (16, 4), "{usage:?}");
+    assert!(bench.agent_pids().is_empty(), "the turn's process is gone: {:?}", bench.agent_pids());
+    eprintln!("codex turn 1: session after {to_session:?}, done after {took:?}");
+
+    // The second turn resumes the thread with another model; the fake sees the history.
+    let started = Instant::now();
+    let events = bench.turn(&provider, "SAY[second answer]", bench.config(&id, "other-model")).await?;
+    eprintln!("codex turn 2 (resumed): done after {:?}", started.elapsed());
+    assert_eq!(text_of(&events), "second answer", "{events:?}");
+    assert_eq!(session(&events).as_deref(), Some(id.as_str()), "resumed: {events:?}");
+    let last = model.requests().pop().expect("a model request");
+    assert_eq!(last.body["model"], "other-model");
+    let texts = last.user_texts().join("\n");
+    assert!(texts.contains("SAY[one two three four five]") && texts.contains("SAY[second answer]"), "{texts}");
+    // Coffer's CODEX_HOME holds the user's provider and Coffer's server, and no secret.
+    let config = std::fs::read_to_string(bench.env.agents_dir.join("codex/config.toml"))?;
+    assert!(config.contains("[model_providers.fake]") && config.contains("[mcp_servers.coffer]"), "{config}");
+    assert!(!config.contains("sk-test"), "{config}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn codex_tool_calls_and_api_errors_are_mapped() -> anyhow::Result<()> {
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+
+    let events =
+        bench.turn(&provider, r#"TOOL[exec_command {"cmd": "echo coffer-was-here"}]"#, bench.config("", "")).await?;
+    let tools = model.requests().first().map(|r| r.tools().join(", ")).unwrap_or_default();
+    let call = events.iter().find_map(|e| match e {
+        AgentEvent::ToolCall { id, name, input } => Some((id.clone(), name.clone(), input.clone())),
+        _ => None,
+    });
+    let (call_id, name, input) = call.unwrap_or_else(|| panic!("a tool call: {events:?}\ntools offered: {tools}"));
+    assert_eq!(name, "shell");
+    assert!(input["command"].as_str().is_some_and(|c| c.contains("echo coffer-was-here")), "{input}");
+    let result = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult { tool_use_id, output, is_error } if *tool_use_id == call_id => {
+            Some((output.clone(), *is_error))
+        }
+        _ => None,
+    });
+    let (output, is_error) = result.unwrap_or_else(|| panic!("the call's result: {events:?}"));
+    assert!(output.contains("coffer-was-here") && !is_error, "{output}");
+    assert!(text_of(&events).contains("coffer-was-here"), "{events:?}");
+    assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
+
+    for (status, want) in [(401, FailureKind::Auth), (500, FailureKind::Provider)] {
+        let events = bench.turn(&provider, &format!("ERROR[{status}]"), bench.config("", "")).await?;
+        let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+        assert_eq!(kind, want, "{message}");
+        assert!(message.contains("`fake`") && message.contains(&status.to_string()), "{message}");
+        assert!(!message.contains("sk-test"), "no secret in the message: {message}");
+    }
+    let events = bench.turn(&provider, "MALFORMED", bench.config("", "")).await?;
+    assert!(failure(&events).is_some(), "malformed events from the API fail the turn: {events:?}");
+    assert!(bench.agent_pids().is_empty(), "{:?}", bench.agent_pids());
+    Ok(())
+}
+
+#[tokio::test]
+async fn codex_hung_turn_is_interrupted_and_its_process_group_is_gone() -> anyhow::Result<()> {
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    let (running, mut rx) = bench.start(&provider, "HANG", bench.config("", ""))?;
+    wait_for("the hung request at the fake", TURN_TIMEOUT, || async { Ok(model.requests().first().cloned()) }).await?;
+    let pids = bench.agent_pids();
+    assert_eq!(pids.len(), 1, "one codex process: {pids:?}");
+    let asked = Instant::now();
+    let _ = running.interrupt.send(());
+    let events = collect(&mut rx, &bench.home).await?;
+    let took = asked.elapsed();
+    running.task.await?;
+    let Some(AgentEvent::Done { stop_reason, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(stop_reason, "interrupted");
+    assert!(took < INTERRUPT_GRACE * 3, "interrupt took {took:?}");
+    assert!(!group_alive(pids[0]), "process group {} is gone", pids[0]);
+    eprintln!("codex interrupt of a hung turn: done after {took:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_junk_printing_or_dying_codex_cli_is_reported() -> anyhow::Result<()> {
+    let bench = Bench::bare(None)?;
+    let empty = bench.home.temp().join("empty-bin");
+    std::fs::create_dir_all(&empty)?;
+    let provider = Codex::with_env([("PATH", empty.as_os_str()), ("HOME", bench.user_home().as_os_str())]);
+    let Availability::Unavailable { reason } = provider.availability(&bench.env) else { panic!("available?") };
+    assert!(
+        reason.contains("codex") && reason.contains("chat.codex_path") && reason.contains("@openai/codex"),
+        "{reason}"
+    );
+    let err = provider.start_turn(&bench.env, bench.input("hi", bench.config("", "")), mpsc::channel(8).0).unwrap_err();
+    assert_eq!(err.kind, FailureKind::CliMissing, "{err:?}");
+
+    let home = [("HOME", bench.user_home().into_os_string())];
+    let junk = script(bench.home.temp(), "junk-codex", "echo 'codex 0.0 ready'\nexec sleep 60")?;
+    let b = Bench { env: AgentEnv { command_override: Some(junk), ..bench.env.clone() }, ..Bench::bare(None)? };
+    let events = b.turn(&Codex::with_env(home.clone()), "hi", b.config("", "")).await?;
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::Protocol, "{message}");
+    assert!(message.contains("codex 0.0 ready"), "{message}");
+    assert!(b.agent_pids().is_empty());
+
+    // Answers `initialize`, then dies.
+    let body = r#"read line; echo '{"id":1,"result":{"userAgent":"x"}}'; echo 'panicked: out of cheese' >&2; exit 3"#;
+    let dying = script(bench.home.temp(), "dying-codex", body)?;
+    let b = Bench { env: AgentEnv { command_override: Some(dying), ..bench.env.clone() }, ..Bench::bare(None)? };
+    let events = b.turn(&Codex::with_env(home), "hi", b.config("", "")).await?;
+    let (kind, message) = failure(&events).unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(kind, FailureKind::CliExited, "{message}");
+    assert!(message.contains("exit status 3") && message.contains("panicked: out of cheese"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn codex_calls_a_coffer_tool_through_the_attached_gateway() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_stdio(&api, "tiny", &bin("coffer-tiny-upstream")?, &[], serde_json::json!({})).await?;
+    let bench = Bench::on(home, Some(coffer_tests::peers::codex()?))?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    let events = bench.turn(&provider, r#"TOOL[coffer__search_tools {"query": "echo"}]"#, bench.config("", "")).await?;
+    let tools = model.requests().first().map(|r| r.tools().join(", ")).unwrap_or_default();
+    let call = events.iter().find_map(|e| match e {
+        AgentEvent::ToolCall { id, name, .. } if name.ends_with("search_tools") => Some((id.clone(), name.clone())),
+        _ => None,
+    });
+    let (call, name) = call.unwrap_or_else(|| {
+        panic!("a call of search_tools: {events:?}\ntools offered: {tools}\n{}", bench.home.diagnostics())
+    });
+    assert_eq!(name, "mcp__coffer__coffer__search_tools");
+    let result = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult { tool_use_id, output, is_error } if *tool_use_id == call => {
+            Some((output.clone(), *is_error))
+        }
+        _ => None,
+    });
+    let (output, is_error) = result.unwrap_or_else(|| panic!("its result: {events:?}"));
+    assert!(!is_error && output.contains("tiny__echo"), "Coffer's search found the upstream's tool: {output}");
+    assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
     Ok(())
 }

@@ -6,6 +6,9 @@
 //! `response.output_item.done`, `response.completed` (with `usage`) — and for a tool call a
 //! `function_call` output item whose arguments come as `response.function_call_arguments.delta`
 //! and `.done`; Codex answers it in its next request with a `function_call_output` input item.
+//! Codex offers an MCP server's tools inside one `namespace` tool (`mcp__coffer` holding
+//! `coffer__search_tools`, …): the fake matches such a function as `<namespace>__<name>` and calls
+//! it by its own name with `namespace` set on the item, as the API does.
 //!
 //! What it answers is chosen by the prompt convention of [`crate::script`] (directives in the
 //! latest user message: text, `TOOL[…]`, `ERROR[401]`, `SLOW[ms]`, `HANG`, `MALFORMED`). Every
@@ -35,9 +38,27 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// Names of the request's function tools (MCP tools included, as Codex names them).
+    /// Names of the request's tools (a `namespace` tool, as Codex offers an MCP server's tools,
+    /// by its own name).
     pub fn tools(&self) -> Vec<&str> {
         self.body["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect()
+    }
+
+    /// Every callable function: `(namespace, name)`, the functions inside a `namespace` tool
+    /// (e.g. `mcp__coffer` holding `coffer__search_tools`) with it.
+    pub fn functions(&self) -> Vec<(Option<&str>, &str)> {
+        let mut out = Vec::new();
+        for t in self.body["tools"].as_array().into_iter().flatten() {
+            match (t["type"].as_str(), t["name"].as_str()) {
+                (Some("namespace"), Some(ns)) => {
+                    let inner = t["tools"].as_array().into_iter().flatten().filter_map(|f| f["name"].as_str());
+                    out.extend(inner.map(|f| (Some(ns), f)));
+                }
+                (_, Some(name)) => out.push((None, name)),
+                _ => {}
+            }
+        }
+        out
     }
 
     /// The text of every user message of the input, in order.
@@ -55,14 +76,12 @@ impl Recorded {
 
     /// The output of the fake's call, when the request's input carries it.
     pub fn call_output(&self) -> Option<String> {
-        let items = self.body["input"].as_array().into_iter().flatten();
-        items.filter(|i| i["type"] == "function_call_output" && i["call_id"] == CALL_ID).last().map(
-            |i| match &i["output"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
-                other => other.to_string(),
-            },
-        )
+        let mut items = self.body["input"].as_array().into_iter().flatten();
+        items.rfind(|i| i["type"] == "function_call_output" && i["call_id"] == CALL_ID).map(|i| match &i["output"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+            other => other.to_string(),
+        })
     }
 }
 
@@ -187,13 +206,22 @@ async fn responses(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Byte
     let output_tokens;
     let item = match (&script.tool, req.call_output()) {
         (Some((wanted, _)), None) => {
-            let offered = req.tools();
-            match resolve_tool(wanted, &offered) {
-                Some(name) => {
+            // A namespaced function is matched by `<namespace>__<name>` and called by its own
+            // name with the namespace beside it.
+            let functions = req.functions();
+            let full: Vec<String> =
+                functions.iter().map(|(ns, f)| ns.map_or_else(|| (*f).to_owned(), |ns| format!("{ns}__{f}"))).collect();
+            let names: Vec<&str> = full.iter().map(String::as_str).collect();
+            let found = resolve_tool(wanted, &names).and_then(|n| names.iter().position(|m| *m == n));
+            match found.map(|i| functions[i]) {
+                Some((namespace, name)) => {
                     let args = script.tool_input().to_string();
                     let item_id = format!("fc_fake_{n}");
-                    let added = json!({"id": item_id, "type": "function_call", "status": "in_progress",
+                    let mut added = json!({"id": item_id, "type": "function_call", "status": "in_progress",
                         "call_id": CALL_ID, "name": name, "arguments": ""});
+                    if let Some(ns) = namespace {
+                        added["namespace"] = json!(ns);
+                    }
                     events.push(ev("response.output_item.added", json!({"output_index": 0, "item": added})));
                     events.push(ev(
                         "response.function_call_arguments.delta",
@@ -204,8 +232,10 @@ async fn responses(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Byte
                         json!({"item_id": item_id, "output_index": 0, "arguments": args}),
                     ));
                     output_tokens = 5;
-                    json!({"id": item_id, "type": "function_call", "status": "completed", "call_id": CALL_ID,
-                        "name": name, "arguments": args})
+                    let mut done = added.clone();
+                    done["status"] = json!("completed");
+                    done["arguments"] = json!(args);
+                    done
                 }
                 None => {
                     let text = format!("No tool named {wanted} was offered.");
