@@ -289,6 +289,37 @@ async fn claude_code_hung_turn_is_interrupted_and_its_process_group_is_gone() ->
 }
 
 #[tokio::test]
+async fn nobody_listening_any_more_stops_a_slow_claude_turn() -> anyhow::Result<()> {
+    let bench = claude_bench().await?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+    let (running, mut rx) = bench.start(
+        &provider,
+        "SLOW[400] SAY[a slow answer of many words that takes seconds]",
+        bench.config("", ""),
+    )?;
+    // The first token arrives; the rest would take several seconds.
+    let first_text = async {
+        while let Some(e) = rx.recv().await {
+            if matches!(e, AgentEvent::TextDelta(_)) {
+                return Some(e);
+            }
+        }
+        None
+    };
+    let first = tokio::time::timeout(TURN_TIMEOUT, first_text).await?;
+    assert_eq!(first, Some(AgentEvent::TextDelta("a ".into())));
+    let pids = bench.agent_pids();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let dropped = Instant::now();
+    drop(rx);
+    tokio::time::timeout(INTERRUPT_GRACE * 3, running.task).await??;
+    assert!(!group_alive(pids[0]), "process group {} is gone", pids[0]);
+    eprintln!("claude_code stopped {:?} after its listener went", dropped.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_missing_junk_printing_or_dying_claude_cli_is_reported() -> anyhow::Result<()> {
     let bench = Bench::bare(None)?;
     // Missing: no `claude` on PATH, or a settings path that does not exist.
@@ -541,5 +572,150 @@ async fn codex_calls_a_coffer_tool_through_the_attached_gateway() -> anyhow::Res
     let (output, is_error) = result.unwrap_or_else(|| panic!("its result: {events:?}"));
     assert!(!is_error && output.contains("tiny__echo"), "Coffer's search found the upstream's tool: {output}");
     assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
+    Ok(())
+}
+
+// ------------------------------------------------------------- per turn or kept alive
+
+/// A JSON-lines child driven by hand (the kept-alive alternative the adapters do not take).
+struct LineChild {
+    /// Held so that dropping the driver kills the process (`kill_on_drop`).
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl LineChild {
+    fn start(
+        home: &TestHome,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+        cwd: &Path,
+    ) -> anyhow::Result<Self> {
+        use std::process::Stdio;
+        let mut cmd = home.command(program);
+        cmd.args(args).current_dir(cwd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        Ok(Self { _child: child, stdin, lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)) })
+    }
+
+    async fn send(&mut self, v: serde_json::Value) -> anyhow::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(format!("{v}\n").as_bytes()).await?;
+        Ok(self.stdin.flush().await?)
+    }
+
+    /// Reads lines until `pred` holds for one; returns it.
+    async fn until(&mut self, pred: impl Fn(&serde_json::Value) -> bool) -> anyhow::Result<serde_json::Value> {
+        let read = async {
+            while let Some(line) = self.lines.next_line().await? {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                    && pred(&v)
+                {
+                    return Ok(v);
+                }
+            }
+            anyhow::bail!("stdout ended")
+        };
+        tokio::time::timeout(TURN_TIMEOUT, read).await?
+    }
+}
+
+/// The numbers behind "one process per turn": a turn's full time with a fresh, resuming process
+/// (what the adapters do) against a second turn on a process kept alive from the first.
+#[tokio::test]
+async fn agent_start_up_cost_per_turn_against_a_kept_alive_process() -> anyhow::Result<()> {
+    use serde_json::json;
+    // Codex: app-server kept alive, turn 2 on the same thread.
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    let codex_home = provider.prepare_home(&bench.env).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let env = [
+        ("CODEX_HOME", codex_home.as_os_str()),
+        ("OPENAI_API_KEY", std::ffi::OsStr::new("sk-test")),
+        ("HOME", std::ffi::OsStr::new(&bench.home.env()["HOME"])),
+    ];
+    let started = Instant::now();
+    let mut c = LineChild::start(&bench.home, &coffer_tests::peers::codex()?, &["app-server"], &env, &bench.cwd)?;
+    c.send(json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}})).await?;
+    c.until(|v| v["id"] == 1).await?;
+    c.send(json!({"method": "initialized"})).await?;
+    let cwd = bench.cwd.display().to_string();
+    c.send(json!({"id": 2, "method": "thread/start", "params": {"cwd": cwd, "approvalPolicy": "never", "sandbox": "danger-full-access"}})).await?;
+    let thread = c.until(|v| v["id"] == 2).await?["result"]["thread"]["id"].as_str().unwrap_or_default().to_owned();
+    let handshake = started.elapsed();
+    let turn = |id: u64, text: &str| json!({"id": id, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "text", "text": text}]}});
+    c.send(turn(3, "SAY[first]")).await?;
+    c.until(|v| v["method"] == "turn/completed").await?;
+    let t = Instant::now();
+    c.send(turn(4, "SAY[second]")).await?;
+    let done = c.until(|v| v["method"] == "turn/completed").await?;
+    let kept_alive = t.elapsed();
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    drop(c);
+    let t = Instant::now();
+    let events = bench.turn(&provider, "SAY[third]", bench.config(&thread, "")).await?;
+    let per_turn = t.elapsed();
+    assert_eq!(text_of(&events), "third", "{events:?}");
+    eprintln!(
+        "codex: app-server start + initialize + thread/start {handshake:?}; a turn on a kept-alive app-server {kept_alive:?}; \
+         a turn with a fresh app-server (start, initialize, thread/resume, turn) {per_turn:?}"
+    );
+
+    // Claude Code: one process fed two messages, against a fresh `--resume` process.
+    let bench = claude_bench().await?;
+    let model = FakeAnthropic::scripted().await?;
+    let provider = claude(&bench, &model);
+    let user_home = bench.user_home();
+    let config_dir = user_home.join(".claude");
+    let env = [
+        ("HOME", user_home.as_os_str()),
+        ("CLAUDE_CONFIG_DIR", config_dir.as_os_str()),
+        ("ANTHROPIC_BASE_URL", std::ffi::OsStr::new(&model.url)),
+        ("ANTHROPIC_API_KEY", std::ffi::OsStr::new("sk-ant-test")),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", std::ffi::OsStr::new("1")),
+        ("DISABLE_AUTOUPDATER", std::ffi::OsStr::new("1")),
+        ("IS_SANDBOX", std::ffi::OsStr::new("1")),
+    ];
+    let args = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "bypassPermissions",
+    ];
+    let user = |text: &str| json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}, "parent_tool_use_id": null, "session_id": ""});
+    let started = Instant::now();
+    let mut c = LineChild::start(&bench.home, &coffer_tests::peers::claude_code()?, &args, &env, &bench.cwd)?;
+    c.send(user("SAY[first]")).await?;
+    let first = c.until(|v| v["type"] == "result").await?;
+    let first_turn = started.elapsed();
+    let session_id = first["session_id"].as_str().unwrap_or_default().to_owned();
+    let t = Instant::now();
+    c.send(user("SAY[second]")).await?;
+    let second = c.until(|v| v["type"] == "result").await?;
+    let kept_alive = t.elapsed();
+    assert_eq!(second["result"], "second", "{second}");
+    drop(c);
+    let t = Instant::now();
+    let events = bench.turn(&provider, "SAY[third]", bench.config(&session_id, "")).await?;
+    let per_turn = t.elapsed();
+    assert_eq!(text_of(&events), "third", "{events:?}");
+    eprintln!(
+        "claude_code: first turn of a fresh process {first_turn:?}; a turn on a kept-alive process {kept_alive:?}; \
+         a turn with a fresh `--resume` process (and the attached shim) {per_turn:?}"
+    );
     Ok(())
 }
