@@ -20,6 +20,8 @@ use coffer_tests::openai::FakeOpenAi;
 use coffer_tests::{TestHome, bin, wait_for};
 use tokio::sync::mpsc;
 
+/// The conversation every bench turn belongs to.
+const CONVERSATION: &str = "01JCONVERSATION";
 /// How long a turn of a real CLI on a fake model may take on the loaded 2-core machine.
 const TURN_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -66,7 +68,7 @@ impl Bench {
     }
 
     fn input(&self, text: &str, config: AgentConfig) -> TurnInput {
-        TurnInput { conversation_id: "01JCONVERSATION".into(), turn_id: "01JTURN".into(), text: text.into(), config }
+        TurnInput { conversation_id: CONVERSATION.into(), turn_id: "01JTURN".into(), text: text.into(), config }
     }
 
     /// Starts a turn; the receiver of its events.
@@ -204,13 +206,21 @@ async fn claude_code_streams_text_token_by_token_then_resumes_its_session_with_t
     let Some(AgentEvent::Done { stop_reason, usage, .. }) = events.last() else { panic!("{events:?}") };
     assert_eq!(stop_reason, "end_turn");
     assert!(usage.output_tokens > 0, "{usage:?}");
-    assert!(bench.agent_pids().is_empty(), "the turn's process is gone: {:?}", bench.agent_pids());
+    // The process is kept for the conversation's next turn.
+    let first_pid = provider.parked_pid(CONVERSATION).expect("a parked process");
+    assert_eq!(bench.agent_pids(), [first_pid]);
     eprintln!("claude_code turn 1: session after {to_session:?}, done after {took:?}");
 
-    // The second turn resumes the session and passes the model; the fake sees the history.
+    // The second turn asks for another model: a fresh process resumes the session with it; the
+    // fake sees the history.
     let started = Instant::now();
     let events = bench.turn(&provider, "SAY[second answer]", bench.config(&id, "claude-fake-model")).await?;
-    eprintln!("claude_code turn 2 (resumed): done after {:?}", started.elapsed());
+    eprintln!("claude_code turn 2 (new model, fresh --resume process): done after {:?}", started.elapsed());
+    // Dropped (SIGKILL to its group) when the turn did not fit it; reaped in the background.
+    wait_for("the first process to end", Duration::from_secs(10), || async {
+        Ok((!group_alive(first_pid)).then_some(()))
+    })
+    .await?;
     assert_eq!(text_of(&events), "second answer", "{events:?}");
     assert_eq!(session(&events).as_deref(), Some(id.as_str()), "resumed: {events:?}");
     let Some(AgentEvent::Done { model: used, .. }) = events.last() else { panic!("{events:?}") };
@@ -219,6 +229,24 @@ async fn claude_code_streams_text_token_by_token_then_resumes_its_session_with_t
     assert_eq!(last.body["model"], "claude-fake-model");
     let history = last.body["messages"].to_string();
     assert!(history.contains("one two three four five") && history.contains("SAY[second answer]"), "{history}");
+
+    // The third turn, same session and model, reuses the parked process.
+    let second_pid = provider.parked_pid(CONVERSATION).expect("a parked process");
+    let started = Instant::now();
+    let events = bench.turn(&provider, "SAY[third answer]", bench.config(&id, "claude-fake-model")).await?;
+    eprintln!("claude_code turn 3 (parked process): done after {:?}", started.elapsed());
+    assert_eq!(text_of(&events), "third answer", "{events:?}");
+    assert_eq!(session(&events).as_deref(), Some(id.as_str()));
+    assert_eq!(provider.parked_pid(CONVERSATION), Some(second_pid), "the same process");
+    let history = model.turns().pop().expect("a model request").body["messages"].to_string();
+    assert!(history.contains("second answer") && history.contains("SAY[third answer]"), "{history}");
+    // Deleting the conversation ends it.
+    provider.forget(&bench.env, CONVERSATION);
+    wait_for("the parked process to end", Duration::from_secs(10), || async {
+        Ok((!group_alive(second_pid)).then_some(()))
+    })
+    .await?;
+    assert!(bench.agent_pids().is_empty(), "{:?}", bench.agent_pids());
     Ok(())
 }
 

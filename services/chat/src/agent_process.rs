@@ -173,6 +173,19 @@ impl AgentProcess {
         Ok(Self { agent, child, stdin, lines, stderr })
     }
 
+    /// Whether the process is still running and printed nothing since its last turn (lines
+    /// printed between turns are dropped): a kept process is reused only then.
+    pub fn idle_and_alive(&mut self) -> bool {
+        loop {
+            match self.lines.try_recv() {
+                Ok(Line::Text(_)) => {}
+                Ok(Line::Eof | Line::TooLong(_)) | Err(mpsc::error::TryRecvError::Disconnected) => return false,
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            }
+        }
+        matches!(self.child.inner().try_wait(), Ok(None)) && self.stdin.is_some()
+    }
+
     /// The process (and group) id.
     pub fn pid(&self) -> i32 {
         self.child.pid()

@@ -9,14 +9,16 @@
 //! `control_request` (`subtype: interrupt`), and is closed after the `result` line, when the CLI
 //! exits on its own.
 //!
-//! Why a process per turn: `--resume` makes every turn independent of the last one's process,
-//! so a model change, a chat-service restart or a crashed CLI cost nothing special, and nothing
-//! lives between turns. The price is the CLI's start-up on every turn, measured on the 2-core
-//! dev machine against the fake API (`tests/e2e/chat_agents.rs`,
-//! `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a turn with a fresh `--resume`
-//! process ~2.3 s, the same turn on a process kept alive from the previous one ~0.05 s. Keeping
-//! one process per conversation (and resuming only after it died) is the obvious next step if
-//! that start-up matters more than the simplicity.
+//! Process lifetime: a turn that ends normally leaves its process running, parked for the
+//! conversation's next turn, which then only writes its message to the same stdin (Claude Code
+//! takes one user message after another in stream-json mode). A parked process is reused only
+//! for the same session, model and `cwd` and while it is alive and quiet; otherwise, and after an
+//! interrupt, a failure or a protocol error, the next turn starts a fresh process with `--resume`
+//! (which also covers a chat-service restart). At most [`MAX_KEPT`] processes are parked (the
+//! least recently used goes first), each for at most [`KEEP_IDLE`]; [`AgentProvider::forget`]
+//! ends a conversation's at once. Measured on the 2-core dev machine against the fake API
+//! (`tests/e2e/chat_agents.rs`, `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a
+//! turn with a fresh `--resume` process ~2.3 s, the same turn on a parked process ~0.05 s.
 //!
 //! Mapping of stdout lines ([`Parser`]): `system/init` → [`AgentEvent::Session`];
 //! `stream_event` `content_block_delta`/`text_delta` → [`AgentEvent::TextDelta`]; an `assistant`
@@ -28,9 +30,11 @@
 //! CLI's own error notes (an `assistant` line with `error`) are not assistant text. A line that
 //! is not a JSON object with a `type` is [`FailureKind::Protocol`]; stdout ending without a
 //! `result` is [`FailureKind::CliExited`] with the exit status and the last stderr line.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -47,10 +51,70 @@ const PACKAGE: &str = "@anthropic-ai/claude-code";
 const SETTING: &str = "chat.claude_code_path";
 const AGENT: &str = "Claude Code";
 
+/// How many idle Claude Code processes are kept for their conversations' next turns.
+pub const MAX_KEPT: usize = 4;
+/// How long an idle Claude Code process is kept.
+pub const KEEP_IDLE: Duration = Duration::from_secs(15 * 60);
+
 /// The Claude Code provider (`agent_key` `claude_code`).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ClaudeCode {
     extra: ExtraEnv,
+    kept: Arc<Mutex<Kept>>,
+}
+
+impl std::fmt::Debug for ClaudeCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.kept.lock().map(|k| k.parked.len()).unwrap_or(0);
+        f.debug_struct("ClaudeCode").field("extra", &self.extra).field("kept", &kept).finish()
+    }
+}
+
+/// Idle processes by conversation.
+#[derive(Default)]
+struct Kept {
+    parked: HashMap<String, Parked>,
+    generation: u64,
+}
+
+/// What a parked process was started for; a turn reuses it only for the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fit {
+    program: PathBuf,
+    session_id: String,
+    model: String,
+    cwd: String,
+}
+
+struct Parked {
+    process: AgentProcess,
+    fit: Fit,
+    generation: u64,
+}
+
+impl Kept {
+    /// Parks `process` for `conversation`, evicting the least recently parked beyond
+    /// [`MAX_KEPT`] (dropping a process ends its group). Returns the parking's generation.
+    fn park(&mut self, conversation: &str, process: AgentProcess, fit: Fit) -> u64 {
+        self.generation += 1;
+        let generation = self.generation;
+        self.parked.insert(conversation.to_owned(), Parked { process, fit, generation });
+        while self.parked.len() > MAX_KEPT {
+            let oldest = self.parked.iter().min_by_key(|(_, p)| p.generation).map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => drop(self.parked.remove(&k)),
+                None => break,
+            }
+        }
+        generation
+    }
+
+    /// The conversation's parked process when it fits and is alive and quiet; any other parked
+    /// process of the conversation is ended.
+    fn take(&mut self, conversation: &str, fit: &Fit) -> Option<AgentProcess> {
+        let mut parked = self.parked.remove(conversation)?;
+        (parked.fit == *fit && parked.process.idle_and_alive()).then_some(parked.process)
+    }
 }
 
 impl ClaudeCode {
@@ -64,7 +128,13 @@ impl ClaudeCode {
     /// `HOME`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `CLAUDE_CODE_MAX_RETRIES`; also looked
     /// at for `PATH` when the CLI is resolved).
     pub fn with_env(env: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>) -> Self {
-        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()) }
+        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()), kept: Arc::default() }
+    }
+
+    /// The pid of the process parked for `conversation_id`, if any (for tests and status).
+    pub fn parked_pid(&self, conversation_id: &str) -> Option<i32> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.parked.get(conversation_id).map(|p| p.process.pid())
     }
 }
 
@@ -119,16 +189,54 @@ impl AgentProvider for ClaudeCode {
         let root = running_as_root();
         let own: Vec<(&str, &std::ffi::OsStr)> =
             if root { vec![("IS_SANDBOX", std::ffi::OsStr::new("1"))] } else { Vec::new() };
-        let proc_env = self.extra.build(&own);
-        let mut process = AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?;
+        let fit = Fit {
+            program: program.clone(),
+            session_id: turn.config.session_id.clone(),
+            model: turn.config.model.clone(),
+            cwd: turn.config.cwd.clone(),
+        };
+        let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
+        let mut process = match reused {
+            Some(process) => process,
+            None => {
+                let proc_env = self.extra.build(&own);
+                AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?
+            }
+        };
         let (interrupt, interrupted) = oneshot::channel();
+        let kept = self.kept.clone();
         let task = tokio::spawn(async move {
-            let terminal = run(&mut process, &turn.text, interrupted, &events).await;
+            let Outcome { terminal, reusable, session_id } = run(&mut process, &turn.text, interrupted, &events).await;
+            // Parked before the terminal event goes out: the engine may start the next turn on it.
+            if let (true, Some(session_id)) = (reusable, session_id) {
+                let fit = Fit { session_id, ..fit };
+                let generation =
+                    kept.lock().unwrap_or_else(|e| e.into_inner()).park(&turn.conversation_id, process, fit);
+                let (kept, conversation) = (Arc::downgrade(&kept), turn.conversation_id.clone());
+                tokio::spawn(async move {
+                    // The idle limit of a parked process: a timer, not a wait for readiness.
+                    tokio::time::sleep(KEEP_IDLE).await;
+                    if let Some(kept) = kept.upgrade() {
+                        let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                        if kept.parked.get(&conversation).is_some_and(|p| p.generation == generation) {
+                            kept.parked.remove(&conversation);
+                        }
+                    }
+                });
+            } else if reusable {
+                process.finish(EXIT_GRACE).await;
+            }
             if let Some(event) = terminal {
                 let _ = events.send(event).await;
             }
         });
         Ok(RunningTurn { interrupt, task })
+    }
+
+    fn forget(&self, _env: &AgentEnv, conversation_id: &str) {
+        // Dropping the process ends its group (SIGKILL; it is idle, its session is on disk).
+        let parked = self.kept.lock().unwrap_or_else(|e| e.into_inner()).parked.remove(conversation_id);
+        drop(parked);
     }
 }
 
@@ -164,18 +272,44 @@ pub fn interrupt_line() -> String {
         .to_string()
 }
 
-/// Runs the turn to its end; returns the terminal event (`None` when nobody listens any more).
-/// The process group is gone when it returns.
+/// How a turn ended.
+struct Outcome {
+    /// The terminal event (`None` when nobody listens any more).
+    terminal: Option<AgentEvent>,
+    /// The turn ended normally and the process still runs, ready for another message (else its
+    /// group is gone).
+    reusable: bool,
+    /// The session the process holds (`system/init`'s).
+    session_id: Option<String>,
+}
+
+/// Runs the turn to its end.
 async fn run(
+    process: &mut AgentProcess,
+    text: &str,
+    interrupt: oneshot::Receiver<()>,
+    events: &mpsc::Sender<AgentEvent>,
+) -> Outcome {
+    let mut parser = Parser::default();
+    let (terminal, reusable) = run_turn(process, text, interrupt, events, &mut parser).await;
+    if !reusable {
+        // Every path that does not keep the process has ended it already; this is a no-op then.
+        process.kill(INTERRUPT_GRACE).await;
+    }
+    Outcome { terminal, reusable, session_id: parser.session_id.clone() }
+}
+
+/// The turn's loop: the terminal event and whether the process may be kept.
+async fn run_turn(
     process: &mut AgentProcess,
     text: &str,
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
-) -> Option<AgentEvent> {
+    parser: &mut Parser,
+) -> (Option<AgentEvent>, bool) {
     // A CLI that exits at once closes its stdin: what it printed is still read below, and its
     // end is reported as `cli_exited` there.
     let _ = process.send(&user_line(text)).await;
-    let mut parser = Parser::default();
     let mut interrupt_armed = true;
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -188,10 +322,10 @@ async fn run(
                     Line::Eof => {
                         if deadline.is_some() {
                             process.finish(EXIT_GRACE).await;
-                            return Some(parser.interrupted_done());
+                            return (Some(parser.interrupted_done()), false);
                         }
                         let message = process.exited_message(EXIT_GRACE).await;
-                        return Some(AgentEvent::Failed { kind: FailureKind::CliExited, message });
+                        return (Some(AgentEvent::Failed { kind: FailureKind::CliExited, message }), false);
                     }
                 };
                 match outcome {
@@ -202,17 +336,20 @@ async fn run(
                         for event in step.events {
                             if events.send(event).await.is_err() {
                                 process.kill(INTERRUPT_GRACE).await;
-                                return None;
+                                return (None, false);
                             }
                         }
                         if let Some(terminal) = step.terminal {
+                            if deadline.is_none() && matches!(terminal, AgentEvent::Done { .. }) {
+                                return (Some(terminal), true);
+                            }
                             process.finish(EXIT_GRACE).await;
-                            return Some(if deadline.is_some() { parser.interrupted_done() } else { terminal });
+                            return (Some(if deadline.is_some() { parser.interrupted_done() } else { terminal }), false);
                         }
                     }
                     Err(failed) => {
                         process.kill(INTERRUPT_GRACE).await;
-                        return Some(failed);
+                        return (Some(failed), false);
                     }
                 }
             }
@@ -221,18 +358,18 @@ async fn run(
                 if fired.is_ok() {
                     if process.send(&interrupt_line()).await.is_err() {
                         process.kill(INTERRUPT_GRACE).await;
-                        return Some(parser.interrupted_done());
+                        return (Some(parser.interrupted_done()), false);
                     }
                     deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
                 }
             }
             () = events.closed() => {
                 process.kill(INTERRUPT_GRACE).await;
-                return None;
+                return (None, false);
             }
             () = sleep_until(deadline) => {
                 process.kill(INTERRUPT_GRACE).await;
-                return Some(parser.interrupted_done());
+                return (Some(parser.interrupted_done()), false);
             }
         }
     }
@@ -272,6 +409,8 @@ pub struct Step {
 /// The stream-json line parser: a state machine over one turn's stdout.
 #[derive(Debug, Default)]
 pub struct Parser {
+    /// The session `system/init` named.
+    pub session_id: Option<String>,
     session_sent: bool,
     init_model: Option<String>,
     last_model: Option<String>,
@@ -301,6 +440,9 @@ impl Parser {
             "system" if v["subtype"] == "init" => {
                 let model = v["model"].as_str().map(str::to_owned);
                 self.init_model.clone_from(&model);
+                if let Some(id) = v["session_id"].as_str() {
+                    self.session_id = Some(id.to_owned());
+                }
                 if let (false, Some(id)) = (self.session_sent, v["session_id"].as_str()) {
                     self.session_sent = true;
                     step.events.push(AgentEvent::Session { session_id: id.to_owned(), model });
