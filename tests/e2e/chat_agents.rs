@@ -457,13 +457,18 @@ async fn codex_streams_text_token_by_token_then_resumes_its_thread_with_the_mode
     let Some(AgentEvent::Done { stop_reason, usage, model: used }) = events.last() else { panic!("{events:?}") };
     assert_eq!((stop_reason.as_str(), used.as_deref()), ("end_turn", Some("fake-model")));
     assert_eq!((usage.input_tokens, usage.cache_read_tokens), (16, 4), "{usage:?}");
-    assert!(bench.agent_pids().is_empty(), "the turn's process is gone: {:?}", bench.agent_pids());
+    let first_pid = provider.parked_pid(CONVERSATION).expect("the app-server is kept");
+    assert_eq!(bench.agent_pids(), [first_pid]);
     eprintln!("codex turn 1: session after {to_session:?}, done after {took:?}");
 
     // The second turn resumes the thread with another model; the fake sees the history.
     let started = Instant::now();
     let events = bench.turn(&provider, "SAY[second answer]", bench.config(&id, "other-model")).await?;
-    eprintln!("codex turn 2 (resumed): done after {:?}", started.elapsed());
+    eprintln!("codex turn 2 (new model, fresh app-server, thread/resume): done after {:?}", started.elapsed());
+    wait_for("the first app-server to end", Duration::from_secs(10), || async {
+        Ok((!group_alive(first_pid)).then_some(()))
+    })
+    .await?;
     assert_eq!(text_of(&events), "second answer", "{events:?}");
     assert_eq!(session(&events).as_deref(), Some(id.as_str()), "resumed: {events:?}");
     let last = model.requests().pop().expect("a model request");
@@ -474,6 +479,23 @@ async fn codex_streams_text_token_by_token_then_resumes_its_thread_with_the_mode
     let config = std::fs::read_to_string(bench.env.agents_dir.join("codex/config.toml"))?;
     assert!(config.contains("[model_providers.fake]") && config.contains("[mcp_servers.coffer]"), "{config}");
     assert!(!config.contains("sk-test"), "{config}");
+
+    // The third turn, same thread and model, runs on the kept app-server.
+    let second_pid = provider.parked_pid(CONVERSATION).expect("the app-server is kept");
+    let started = Instant::now();
+    let events = bench.turn(&provider, "SAY[third answer]", bench.config(&id, "other-model")).await?;
+    eprintln!("codex turn 3 (kept app-server): done after {:?}", started.elapsed());
+    assert_eq!(text_of(&events), "third answer", "{events:?}");
+    assert_eq!(session(&events).as_deref(), Some(id.as_str()));
+    assert_eq!(provider.parked_pid(CONVERSATION), Some(second_pid), "the same app-server");
+    let texts = model.requests().pop().expect("a model request").user_texts().join("\n");
+    assert!(texts.contains("SAY[second answer]") && texts.contains("SAY[third answer]"), "{texts}");
+    provider.forget(&bench.env, CONVERSATION);
+    wait_for("the kept app-server to end", Duration::from_secs(10), || async {
+        Ok((!group_alive(second_pid)).then_some(()))
+    })
+    .await?;
+    assert!(bench.agent_pids().is_empty(), "{:?}", bench.agent_pids());
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! The Claude Code adapter: one `claude -p` process per turn, speaking stream-json both ways.
+//! The Claude Code adapter: `claude -p` speaking stream-json both ways, one process per turn or
+//! kept for the conversation's next one.
 //!
 //! Command: `claude -p --input-format stream-json --output-format stream-json --verbose
 //! --include-partial-messages --permission-mode bypassPermissions --mcp-config
@@ -6,16 +7,15 @@
 //! conversation's `cwd`, through the spawn helper (own process group, pid record, no `COFFER_*`
 //! variable; `IS_SANDBOX=1` when running as root, which `bypassPermissions` demands there). The
 //! user's message is one stdin line; stdin stays open so that an interrupt can be sent as a
-//! `control_request` (`subtype: interrupt`), and is closed after the `result` line, when the CLI
-//! exits on its own.
+//! `control_request` (`subtype: interrupt`) and the next turn's message can follow.
 //!
 //! Process lifetime: a turn that ends normally leaves its process running, parked for the
 //! conversation's next turn, which then only writes its message to the same stdin (Claude Code
 //! takes one user message after another in stream-json mode). A parked process is reused only
 //! for the same session, model and `cwd` and while it is alive and quiet; otherwise, and after an
 //! interrupt, a failure or a protocol error, the next turn starts a fresh process with `--resume`
-//! (which also covers a chat-service restart). At most [`MAX_KEPT`] processes are parked (the
-//! least recently used goes first), each for at most [`KEEP_IDLE`]; [`AgentProvider::forget`]
+//! (which also covers a chat-service restart). At most [`kept::MAX_KEPT`] processes are parked
+//! (the least recently used goes first), each for at most [`kept::KEEP_IDLE`]; [`AgentProvider::forget`]
 //! ends a conversation's at once. Measured on the 2-core dev machine against the fake API
 //! (`tests/e2e/chat_agents.rs`, `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a
 //! turn with a fresh `--resume` process ~2.3 s, the same turn on a parked process ~0.05 s.
@@ -30,11 +30,9 @@
 //! CLI's own error notes (an `assistant` line with `error`) are not assistant text. A line that
 //! is not a JSON object with a `type` is [`FailureKind::Protocol`]; stdout ending without a
 //! `result` is [`FailureKind::CliExited`] with the exit status and the last stderr line.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::Path;
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -45,75 +43,24 @@ use crate::adapter::{
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
+use crate::kept::{self, Fit, Kept};
 
 const COMMAND: &str = "claude";
 const PACKAGE: &str = "@anthropic-ai/claude-code";
 const SETTING: &str = "chat.claude_code_path";
 const AGENT: &str = "Claude Code";
 
-/// How many idle Claude Code processes are kept for their conversations' next turns.
-pub const MAX_KEPT: usize = 4;
-/// How long an idle Claude Code process is kept.
-pub const KEEP_IDLE: Duration = Duration::from_secs(15 * 60);
-
 /// The Claude Code provider (`agent_key` `claude_code`).
 #[derive(Clone, Default)]
 pub struct ClaudeCode {
     extra: ExtraEnv,
-    kept: Arc<Mutex<Kept>>,
+    kept: kept::Shared<()>,
 }
 
 impl std::fmt::Debug for ClaudeCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kept = self.kept.lock().map(|k| k.parked.len()).unwrap_or(0);
+        let kept = self.kept.lock().map(|k| k.len()).unwrap_or(0);
         f.debug_struct("ClaudeCode").field("extra", &self.extra).field("kept", &kept).finish()
-    }
-}
-
-/// Idle processes by conversation.
-#[derive(Default)]
-struct Kept {
-    parked: HashMap<String, Parked>,
-    generation: u64,
-}
-
-/// What a parked process was started for; a turn reuses it only for the same.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fit {
-    program: PathBuf,
-    session_id: String,
-    model: String,
-    cwd: String,
-}
-
-struct Parked {
-    process: AgentProcess,
-    fit: Fit,
-    generation: u64,
-}
-
-impl Kept {
-    /// Parks `process` for `conversation`, evicting the least recently parked beyond
-    /// [`MAX_KEPT`] (dropping a process ends its group). Returns the parking's generation.
-    fn park(&mut self, conversation: &str, process: AgentProcess, fit: Fit) -> u64 {
-        self.generation += 1;
-        let generation = self.generation;
-        self.parked.insert(conversation.to_owned(), Parked { process, fit, generation });
-        while self.parked.len() > MAX_KEPT {
-            let oldest = self.parked.iter().min_by_key(|(_, p)| p.generation).map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => drop(self.parked.remove(&k)),
-                None => break,
-            }
-        }
-        generation
-    }
-
-    /// The conversation's parked process when it fits and is alive and quiet; any other parked
-    /// process of the conversation is ended.
-    fn take(&mut self, conversation: &str, fit: &Fit) -> Option<AgentProcess> {
-        let mut parked = self.parked.remove(conversation)?;
-        (parked.fit == *fit && parked.process.idle_and_alive()).then_some(parked.process)
     }
 }
 
@@ -128,13 +75,12 @@ impl ClaudeCode {
     /// `HOME`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `CLAUDE_CODE_MAX_RETRIES`; also looked
     /// at for `PATH` when the CLI is resolved).
     pub fn with_env(env: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>) -> Self {
-        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()), kept: Arc::default() }
+        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()), kept: Default::default() }
     }
 
     /// The pid of the process parked for `conversation_id`, if any (for tests and status).
     pub fn parked_pid(&self, conversation_id: &str) -> Option<i32> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.parked.get(conversation_id).map(|p| p.process.pid())
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).pid(conversation_id)
     }
 }
 
@@ -197,7 +143,7 @@ impl AgentProvider for ClaudeCode {
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let mut process = match reused {
-            Some(process) => process,
+            Some((process, ())) => process,
             None => {
                 let proc_env = self.extra.build(&own);
                 AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?
@@ -209,20 +155,7 @@ impl AgentProvider for ClaudeCode {
             let Outcome { terminal, reusable, session_id } = run(&mut process, &turn.text, interrupted, &events).await;
             // Parked before the terminal event goes out: the engine may start the next turn on it.
             if let (true, Some(session_id)) = (reusable, session_id) {
-                let fit = Fit { session_id, ..fit };
-                let generation =
-                    kept.lock().unwrap_or_else(|e| e.into_inner()).park(&turn.conversation_id, process, fit);
-                let (kept, conversation) = (Arc::downgrade(&kept), turn.conversation_id.clone());
-                tokio::spawn(async move {
-                    // The idle limit of a parked process: a timer, not a wait for readiness.
-                    tokio::time::sleep(KEEP_IDLE).await;
-                    if let Some(kept) = kept.upgrade() {
-                        let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-                        if kept.parked.get(&conversation).is_some_and(|p| p.generation == generation) {
-                            kept.parked.remove(&conversation);
-                        }
-                    }
-                });
+                Kept::park(&kept, &turn.conversation_id, process, Fit { session_id, ..fit }, ());
             } else if reusable {
                 process.finish(EXIT_GRACE).await;
             }
@@ -235,8 +168,7 @@ impl AgentProvider for ClaudeCode {
 
     fn forget(&self, _env: &AgentEnv, conversation_id: &str) {
         // Dropping the process ends its group (SIGKILL; it is idle, its session is on disk).
-        let parked = self.kept.lock().unwrap_or_else(|e| e.into_inner()).parked.remove(conversation_id);
-        drop(parked);
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).forget(conversation_id);
     }
 }
 

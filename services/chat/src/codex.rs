@@ -1,5 +1,5 @@
-//! The Codex adapter: one `codex app-server` process per turn, JSON-RPC over stdio (one object
-//! per line, no `jsonrpc` field).
+//! The Codex adapter: `codex app-server`, JSON-RPC over stdio (one object per line, no
+//! `jsonrpc` field), one process per turn or kept for the conversation's next one.
 //!
 //! A turn: `initialize` → `initialized` → `thread/start {cwd, approvalPolicy: "never", sandbox:
 //! "danger-full-access", model?}` (or `thread/resume {threadId, …, excludeTurns: true}` with the
@@ -15,13 +15,14 @@
 //! gateway is attached. Threads are kept there too (`sessions/`), which is what `thread/resume`
 //! reads.
 //!
-//! Why a process per turn: like Claude Code's `--resume`, `thread/resume` makes a turn
-//! independent of the previous one's process; nothing lives between turns and a restart of the
-//! chat service loses nothing. The cost, start-up plus `initialize` and `thread/resume`, measured
-//! on the 2-core dev machine against the fake API (`tests/e2e/chat_agents.rs`,
+//! Process lifetime, as for Claude Code ([`crate::kept`]): a turn that completes parks its
+//! app-server with the thread loaded, and the conversation's next turn (same thread, model and
+//! `cwd`) starts at `turn/start` on it; otherwise a fresh app-server resumes the thread
+//! (`thread/resume`), which also covers a chat-service restart. Measured on the 2-core dev
+//! machine against the fake API (`tests/e2e/chat_agents.rs`,
 //! `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a turn with a fresh app-server
-//! ~0.42 s, the same turn on an app-server kept alive for the conversation ~0.06 s (its first
-//! start with `thread/start` ~0.65 s).
+//! (start, `initialize`, `thread/resume`, turn) ~0.43 s, the same turn on a kept app-server
+//! ~0.06-0.08 s; the first start with `thread/start` ~0.65 s.
 //!
 //! Mapping ([`Parser`]): `item/agentMessage/delta` → [`AgentEvent::TextDelta`] (an
 //! `agentMessage` completed without deltas → one); `item/started` / `item/completed` of
@@ -46,6 +47,7 @@ use crate::adapter::{
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
+use crate::kept::{self, Fit, Kept};
 
 const COMMAND: &str = "codex";
 const PACKAGE: &str = "@openai/codex";
@@ -58,9 +60,26 @@ const ID_TURN: u64 = 3;
 const ID_INTERRUPT: u64 = 4;
 
 /// The Codex provider (`agent_key` `codex`).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Codex {
     extra: ExtraEnv,
+    kept: kept::Shared<Thread>,
+}
+
+impl std::fmt::Debug for Codex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.kept.lock().map(|k| k.len()).unwrap_or(0);
+        f.debug_struct("Codex").field("extra", &self.extra).field("kept", &kept).finish()
+    }
+}
+
+/// What a kept app-server's loaded thread runs (from its `thread/start`/`thread/resume` answer).
+#[derive(Debug, Clone, Default)]
+pub struct Thread {
+    /// The thread's model.
+    pub model: Option<String>,
+    /// The thread's model provider id.
+    pub provider: Option<String>,
 }
 
 impl Codex {
@@ -75,7 +94,12 @@ impl Codex {
     /// used to find `PATH` and the user's Codex config (`CODEX_HOME`, `HOME`). Tests point `HOME`
     /// at a temporary folder whose `.codex/config.toml` names a fake model API.
     pub fn with_env(env: impl IntoIterator<Item = (impl Into<OsString>, impl Into<OsString>)>) -> Self {
-        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()) }
+        Self { extra: ExtraEnv(env.into_iter().map(|(k, v)| (k.into(), v.into())).collect()), kept: Default::default() }
+    }
+
+    /// The pid of the app-server kept for `conversation_id`, if any (for tests and status).
+    pub fn parked_pid(&self, conversation_id: &str) -> Option<i32> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).pid(conversation_id)
     }
 
     /// Coffer's `CODEX_HOME` for `env`, prepared (config merged, auth linked).
@@ -127,16 +151,48 @@ impl AgentProvider for Codex {
         let mut proc_env = proc_env;
         proc_env.retain(|(k, _)| k != "CODEX_HOME");
         proc_env.push(("CODEX_HOME".into(), home.into_os_string()));
-        let args = vec![OsString::from("app-server")];
-        let mut process = AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?;
+        let fit = Fit {
+            program: program.clone(),
+            session_id: turn.config.session_id.clone(),
+            model: turn.config.model.clone(),
+            cwd: turn.config.cwd.clone(),
+        };
+        let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
+        let (mut process, loaded) = match reused {
+            Some((process, thread)) => (process, Some(thread)),
+            None => {
+                let args = vec![OsString::from("app-server")];
+                (AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?, None)
+            }
+        };
         let (interrupt, interrupted) = oneshot::channel();
+        let kept = self.kept.clone();
         let task = tokio::spawn(async move {
-            let terminal = run(&mut process, &turn, interrupted, &events).await;
+            let mut parser = Parser::default();
+            if let Some(thread) = loaded {
+                parser.thread_id = Some(turn.config.session_id.clone());
+                parser.model = thread.model;
+                parser.provider = thread.provider;
+            }
+            let (terminal, reusable) = run(&mut process, &turn, interrupted, &events, &mut parser).await;
+            // Parked before the terminal event goes out: the engine may start the next turn on it.
+            match (reusable, parser.thread_id.clone()) {
+                (true, Some(session_id)) => {
+                    let thread = Thread { model: parser.model.clone(), provider: parser.provider.clone() };
+                    Kept::park(&kept, &turn.conversation_id, process, Fit { session_id, ..fit }, thread);
+                }
+                (true, None) => drop(process.finish(EXIT_GRACE).await),
+                (false, _) => drop(process.kill(INTERRUPT_GRACE).await),
+            }
             if let Some(event) = terminal {
                 let _ = events.send(event).await;
             }
         });
         Ok(RunningTurn { interrupt, task })
+    }
+
+    fn forget(&self, _env: &AgentEnv, conversation_id: &str) {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).forget(conversation_id);
     }
 }
 
@@ -176,18 +232,28 @@ fn turn_request(thread_id: &str, text: &str, model: &str) -> String {
     request(ID_TURN, "turn/start", params)
 }
 
-/// Runs the turn to its end; returns the terminal event (`None` when nobody listens any more).
-/// The process group is gone when it returns.
+/// Runs the turn to its end: the terminal event (`None` when nobody listens any more) and
+/// whether the app-server may be kept (the turn completed; its thread is loaded). On a kept
+/// app-server (`parser.thread_id` set) the turn starts at `turn/start`.
 async fn run(
     process: &mut AgentProcess,
     turn: &TurnInput,
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
-) -> Option<AgentEvent> {
-    let init = json!({"clientInfo": {"name": "coffer", "title": "Coffer", "version": env!("CARGO_PKG_VERSION")}});
-    let _ = process.send(&request(ID_INITIALIZE, "initialize", init)).await;
+    parser: &mut Parser,
+) -> (Option<AgentEvent>, bool) {
     let mut phase = Phase::Initializing;
-    let mut parser = Parser::default();
+    if let Some(thread) = parser.thread_id.clone() {
+        let session = AgentEvent::Session { session_id: thread.clone(), model: parser.model.clone() };
+        if events.send(session).await.is_err() {
+            return (None, false);
+        }
+        let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model)).await;
+        phase = Phase::Starting;
+    } else {
+        let init = json!({"clientInfo": {"name": "coffer", "title": "Coffer", "version": env!("CARGO_PKG_VERSION")}});
+        let _ = process.send(&request(ID_INITIALIZE, "initialize", init)).await;
+    }
     let mut interrupt_armed = true;
     let mut interrupt_wanted = false;
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -198,19 +264,19 @@ async fn run(
                     Line::Text(l) => l,
                     Line::TooLong(start) => {
                         process.kill(INTERRUPT_GRACE).await;
-                        return Some(protocol(&format!("a line over 16 MiB starting {start:?}")));
+                        return (Some(protocol(&format!("a line over 16 MiB starting {start:?}"))), false);
                     }
                     Line::Eof => {
                         if deadline.is_some() {
                             process.finish(EXIT_GRACE).await;
-                            return Some(parser.interrupted_done());
+                            return (Some(parser.interrupted_done()), false);
                         }
                         let message = process.exited_message(EXIT_GRACE).await;
                         let message = match &parser.last_error {
                             Some(e) => format!("{message} (after: {})", quote(e["message"].as_str().unwrap_or_default())),
                             None => message,
                         };
-                        return Some(AgentEvent::Failed { kind: FailureKind::CliExited, message });
+                        return (Some(AgentEvent::Failed { kind: FailureKind::CliExited, message }), false);
                     }
                 };
                 if text.trim().is_empty() {
@@ -218,7 +284,7 @@ async fn run(
                 }
                 let Some(msg) = serde_json::from_str::<Value>(&text).ok().filter(Value::is_object) else {
                     process.kill(INTERRUPT_GRACE).await;
-                    return Some(protocol(&format!("{:?}", quote(&text))));
+                    return (Some(protocol(&format!("{:?}", quote(&text)))), false);
                 };
                 let method = msg.get("method").and_then(Value::as_str);
                 let id = msg.get("id").filter(|v| !v.is_null());
@@ -231,7 +297,7 @@ async fn run(
                                 continue;
                             }
                             process.kill(INTERRUPT_GRACE).await;
-                            return Some(refused(phase, &turn.config, error));
+                            return (Some(refused(phase, &turn.config, error)), false);
                         }
                         let result = &msg["result"];
                         match (phase, id) {
@@ -244,14 +310,14 @@ async fn run(
                                 let thread = result["thread"]["id"].as_str().unwrap_or_default().to_owned();
                                 if thread.is_empty() {
                                     process.kill(INTERRUPT_GRACE).await;
-                                    return Some(protocol("a thread answer without a thread id"));
+                                    return (Some(protocol("a thread answer without a thread id")), false);
                                 }
                                 parser.model = result["model"].as_str().map(str::to_owned);
                                 parser.provider = result["modelProvider"].as_str().map(str::to_owned);
                                 let session = AgentEvent::Session { session_id: thread.clone(), model: parser.model.clone() };
                                 if events.send(session).await.is_err() {
                                     process.kill(INTERRUPT_GRACE).await;
-                                    return None;
+                                    return (None, false);
                                 }
                                 let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model)).await;
                                 parser.thread_id = Some(thread);
@@ -276,17 +342,20 @@ async fn run(
                         for event in step.events {
                             if events.send(event).await.is_err() {
                                 process.kill(INTERRUPT_GRACE).await;
-                                return None;
+                                return (None, false);
                             }
                         }
                         if let Some(terminal) = step.terminal {
+                            if deadline.is_none() && matches!(terminal, AgentEvent::Done { .. }) {
+                                return (Some(terminal), true);
+                            }
                             process.finish(EXIT_GRACE).await;
-                            return Some(if deadline.is_some() { parser.interrupted_done() } else { terminal });
+                            return (Some(if deadline.is_some() { parser.interrupted_done() } else { terminal }), false);
                         }
                     }
                     (None, None) => {
                         process.kill(INTERRUPT_GRACE).await;
-                        return Some(protocol(&format!("a message that is neither request, response nor notification: {:?}", quote(&text))));
+                        return (Some(protocol(&format!("a message that is neither request, response nor notification: {:?}", quote(&text)))), false);
                     }
                 }
             }
@@ -301,17 +370,17 @@ async fn run(
                     } else {
                         // No turn started yet: nothing to ask Codex to stop.
                         process.kill(INTERRUPT_GRACE).await;
-                        return Some(parser.interrupted_done());
+                        return (Some(parser.interrupted_done()), false);
                     }
                 }
             }
             () = events.closed() => {
                 process.kill(INTERRUPT_GRACE).await;
-                return None;
+                return (None, false);
             }
             () = sleep_until(deadline) => {
                 process.kill(INTERRUPT_GRACE).await;
-                return Some(parser.interrupted_done());
+                return (Some(parser.interrupted_done()), false);
             }
         }
     }

@@ -7,6 +7,7 @@ pub mod agent_process;
 pub mod agents_config;
 pub mod claude_code;
 pub mod codex;
+pub mod kept;
 
 /// Process entry for `coffer-chat`.
 pub fn main_entry() -> std::process::ExitCode {
