@@ -202,29 +202,34 @@ mod tests {
         let v = json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"});
         assert_eq!(
             render_settings(v.as_object().unwrap()),
-            "KEY                               VALUE       SOURCE\n\
-             a.b                               1           set\n\
-             gateway.broker_idle_timeout_s     600         default\n\
-             gateway.call_timeout_ms           120000      set\n\
-             gateway.first_list_timeout_ms     1000        default\n\
-             gateway.list_timeout_ms           10000       default\n\
-             gateway.max_tool_name_len         51          default\n\
-             gateway.session_idle_timeout_s    1800        default\n\
-             gateway.start_timeout_ms          30000       default\n\
-             long.key                          two\\nlines  set\n\
-             retention.audit_days              365         default\n\
-             retention.audit_max_rows          100000      default\n\
-             retention.invocations_days        30          default\n\
-             retention.invocations_max_rows    100000      default\n\
-             retrieval.embeddings.batch_size   32          default\n\
-             retrieval.embeddings.concurrency  2           default\n\
-             retrieval.embeddings.credential               default\n\
-             retrieval.embeddings.dimensions   0           default\n\
-             retrieval.embeddings.model                    default\n\
-             retrieval.embeddings.timeout_ms   10000       default\n\
-             retrieval.embeddings.url                      default\n\
-             retrieval.engine_timeout_ms       2000        default\n\
-             retrieval.max_file_bytes          16777216    default\n"
+            "KEY                                   VALUE       SOURCE\n\
+             a.b                                   1           set\n\
+             chat.claude_code_path                             default\n\
+             chat.codex_path                                   default\n\
+             chat.turn_timeout_s                   600         default\n\
+             gateway.broker_idle_timeout_s         600         default\n\
+             gateway.call_timeout_ms               120000      set\n\
+             gateway.first_list_timeout_ms         1000        default\n\
+             gateway.list_timeout_ms               10000       default\n\
+             gateway.max_tool_name_len             51          default\n\
+             gateway.session_idle_timeout_s        1800        default\n\
+             gateway.start_timeout_ms              30000       default\n\
+             long.key                              two\\nlines  set\n\
+             retention.audit_days                  365         default\n\
+             retention.audit_max_rows              100000      default\n\
+             retention.conversations_archive_days  7           default\n\
+             retention.conversations_delete_days   30          default\n\
+             retention.invocations_days            30          default\n\
+             retention.invocations_max_rows        100000      default\n\
+             retrieval.embeddings.batch_size       32          default\n\
+             retrieval.embeddings.concurrency      2           default\n\
+             retrieval.embeddings.credential                   default\n\
+             retrieval.embeddings.dimensions       0           default\n\
+             retrieval.embeddings.model                        default\n\
+             retrieval.embeddings.timeout_ms       10000       default\n\
+             retrieval.embeddings.url                          default\n\
+             retrieval.engine_timeout_ms           2000        default\n\
+             retrieval.max_file_bytes              16777216    default\n"
         );
     }
 
