@@ -188,10 +188,37 @@ impl Sources {
                 list.knowledge_bases.push(created);
             }
         }
+        let mut defs = Vec::with_capacity(list.knowledge_bases.len());
+        for def in list.knowledge_bases {
+            defs.push(self.rehome(def).await?);
+        }
         let mut cache = self.cache.write().expect("sources lock");
-        *cache = list.knowledge_bases.into_iter().map(|k| (k.name.clone(), k)).collect();
+        *cache = defs.into_iter().map(|k| (k.name.clone(), k)).collect();
         self.loaded.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// A folder KB in another home's `knowledge/<name>/` (a backup restored into this home, or
+    /// `COFFER_HOME` moved) whose folder this home has: defined afresh at this home's folder (its
+    /// old index goes with the old definition; the start-up pass indexes the files here).
+    /// Anything else is returned as it is.
+    async fn rehome(&self, def: KnowledgeBase) -> Result<KnowledgeBase> {
+        if def.kind == KnowledgeBaseKind::Memory as i32 {
+            return Ok(def);
+        }
+        let home_root = self.home.root().canonicalize().unwrap_or_else(|_| self.home.root().to_path_buf());
+        let root = Path::new(&def.root);
+        let default_shape = root.file_name().is_some_and(|n| n == def.name.as_str())
+            && root.parent().and_then(Path::file_name).is_some_and(|n| n == "knowledge");
+        let here = home_root.join("knowledge").join(&def.name);
+        if !default_shape || root.starts_with(&home_root) || !here.is_dir() {
+            return Ok(def);
+        }
+        let here = here.canonicalize().map_err(|e| Error::io(format!("resolving {}", here.display()), e))?;
+        tracing::info!(kb = %def.name, from = %def.root, to = %here.display(), "Knowledge base moved with COFFER_HOME; defined at its new folder.");
+        self.index.clone().delete_knowledge_base(KnowledgeBaseRef { name: def.name.clone() }).await?;
+        let moved = KnowledgeBase { root: here.display().to_string(), created_ms: 0, ..def };
+        Ok(self.index.clone().create_knowledge_base(moved).await?.into_inner())
     }
 
     /// Whether [`Sources::load`] has succeeded.
