@@ -195,8 +195,14 @@ pub fn bytes(n: u64) -> String {
     indicatif::HumanBytes(n).to_string()
 }
 
-/// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`.
+/// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`
+/// (why cut to 60 characters).
 pub fn state_cell(kb: &Value) -> String {
+    state_text(kb, 60)
+}
+
+/// [`state_cell`] with why cut to `max` characters.
+pub fn state_text(kb: &Value, max: usize) -> String {
     let p = &kb["progress"];
     let state = p["state"].as_str().unwrap_or("idle");
     match state {
@@ -206,7 +212,7 @@ pub fn state_cell(kb: &Value) -> String {
         // Walking the folder: nothing is counted yet.
         "scanning" | "indexing" => format!("{state}…"),
         "failed" => match p["message"].as_str().filter(|m| !m.is_empty()) {
-            Some(m) => format!("failed: {}", cell(Some(&json!(m)), 60)),
+            Some(m) => format!("failed: {}", cell(Some(&json!(m)), max)),
             None => "failed".into(),
         },
         s => s.to_owned(),
@@ -276,7 +282,7 @@ pub fn render_kb(kb: &Value) -> String {
         if v.is_empty() { "-".to_owned() } else { v.join(", ") }
     };
     let p = &kb["progress"];
-    let mut progress = state_cell(kb);
+    let mut progress = state_text(kb, 1000);
     if p["bytes_total"].as_u64().unwrap_or(0) > 0 {
         progress.push_str(&format!(
             " ({} of {})",

@@ -681,6 +681,12 @@ mod tests {
         assert_eq!(broken.text, "broken but readable");
         assert!(!broken.warning.is_empty());
         assert_eq!(m.get(&ids[1].to_lowercase()).unwrap().id, ids[1], "a lower-case id finds the fact");
+        // Not text at all: a clear refusal naming the file, not an internal error.
+        std::fs::write(dir.join("latin1.md"), b"caf\xe9\n").unwrap();
+        assert!(
+            matches!(m.get("latin1"), Err(Error::Precondition(e)) if e.contains("latin1.md") && e.contains("not UTF-8"))
+        );
+        assert!(matches!(m.get("absent-note"), Err(Error::NotFound(_))));
     }
 
     #[test]
