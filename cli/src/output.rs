@@ -52,18 +52,25 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
+/// Columns `s` takes on a terminal (`unicode-width`: a CJK character takes two, a combining
+/// mark none).
+pub fn display_width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
 /// Renders rows under `headers` as columns separated by two spaces, each as wide as its widest
-/// cell (in chars; control characters shown escaped, see [`printable`]). The last column is not
-/// padded, so no line ends in spaces.
+/// cell (in terminal columns, [`display_width`], so CJK text lines up; control characters
+/// shown escaped, see [`printable`]). The last column is not padded, so no line ends in
+/// spaces.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> =
         rows.iter().map(|row| row.iter().map(|c| printable(c).into_owned()).collect()).collect();
     let rows = &rows;
     let cols = headers.len();
-    let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut width: Vec<usize> = headers.iter().map(|h| display_width(h)).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate().take(cols) {
-            width[i] = width[i].max(cell.chars().count());
+            width[i] = width[i].max(display_width(cell));
         }
     }
     let mut out = String::new();
@@ -74,7 +81,7 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
             let cell = row.get(i).map(String::as_str).unwrap_or("");
             line.push_str(cell);
             if i + 1 < cols {
-                line.extend(std::iter::repeat_n(' ', w - cell.chars().count() + 2));
+                line.extend(std::iter::repeat_n(' ', w - display_width(cell) + 2));
             }
         }
         out.push_str(line.trim_end());
@@ -90,10 +97,10 @@ pub fn render_table_fitted(headers: &[&str], rows: &[Vec<String>], max_width: Op
     let (Some(max), Some(last)) = (max_width, headers.len().checked_sub(1)) else {
         return render_table(headers, rows);
     };
-    let mut width: Vec<usize> = headers[..last].iter().map(|h| h.chars().count()).collect();
+    let mut width: Vec<usize> = headers[..last].iter().map(|h| display_width(h)).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate().take(last) {
-            width[i] = width[i].max(cell.chars().count());
+            width[i] = width[i].max(display_width(&printable(cell)));
         }
     }
     let used: usize = width.iter().map(|w| w + 2).sum();
@@ -210,12 +217,22 @@ pub fn cell(v: Option<&Value>, max: usize) -> String {
     truncate(&s, max)
 }
 
-/// `s` cut to at most `max` chars, ending in `…` when cut.
+/// `s` cut to at most `max` terminal columns ([`display_width`]), ending in `…` when cut.
 pub fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
+    if display_width(s) <= max {
         return s.to_owned();
     }
-    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    let room = max.saturating_sub(1);
+    let mut t = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        t.push(c);
+    }
     t.push('…');
     t
 }
@@ -292,6 +309,25 @@ mod tests {
     fn table_counts_chars_not_bytes() {
         let t = render_table(&["N", "X"], &[vec!["é".into(), "1".into()], vec!["ab".into(), "2".into()]]);
         assert_eq!(t, "N   X\né   1\nab  2\n");
+    }
+
+    #[test]
+    fn cjk_cells_line_up_by_display_width() {
+        let rows = vec![vec!["笔记".to_owned(), "1".to_owned()], vec!["notes".to_owned(), "2".to_owned()]];
+        let t = render_table(&["NAME", "N"], &rows);
+        assert_eq!(t, "NAME   N\n笔记   1\nnotes  2\n");
+        let col =
+            |line: &str| display_width(&line[..line.rfind(|c: char| !c.is_ascii_digit() && c != 'N').unwrap() + 1]);
+        assert!(t.lines().map(col).collect::<std::collections::HashSet<_>>().len() == 1, "{t}");
+        // Cut by columns too: two columns a character.
+        assert_eq!(truncate("数据库备份笔记", 7), "数据库…");
+        assert_eq!(display_width(&truncate("数据库备份笔记", 7)), 7);
+        let fitted = render_table_fitted(
+            &["KB", "TEXT"],
+            &[vec!["日记".into(), "周六去图书馆借一本关于机器学习的书".into()]],
+            Some(24),
+        );
+        assert!(fitted.lines().all(|l| display_width(l) <= 24), "{fitted}");
     }
 
     #[test]

@@ -102,7 +102,7 @@ impl ApiError {
     /// 500 with an opaque message; the cause is logged (inside the request's trace span).
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "Internal error.");
-        Self::new(Code::Internal, "internal error; see logs/gateway.log with this trace id")
+        Self::new(Code::Internal, "internal error; see `coffer logs gateway` for this trace id")
     }
 }
 

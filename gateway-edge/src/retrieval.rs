@@ -165,7 +165,11 @@ pub fn search_reply_json(r: &SearchReply) -> Value {
 
 /// `Fact` → `{id, text, tags, source, created_ms, path}`.
 pub fn fact_json(f: &Fact) -> Value {
-    json!({"id": f.id, "text": f.text, "tags": f.tags, "source": f.source, "created_ms": ms(f.created_ms), "path": f.path})
+    let mut v = json!({"id": f.id, "text": f.text, "tags": f.tags, "source": f.source, "created_ms": ms(f.created_ms), "path": f.path});
+    if !f.warning.is_empty() {
+        v["warning"] = json!(f.warning);
+    }
+    v
 }
 
 /// `RememberReply` → `{fact, created}` plus `similarity` for an existing duplicate.

@@ -31,6 +31,7 @@ mod peers;
 mod recovery;
 mod rest;
 mod retention;
+mod retrieval_fixes;
 mod retrieval_newcomer;
 mod retrieval_service;
 mod shim_recovery;

@@ -26,14 +26,14 @@ use secrecy::SecretString;
 use serde_json::json;
 
 /// How long indexing of a small folder may take.
-const INDEXED: Duration = Duration::from_secs(30);
+pub(crate) const INDEXED: Duration = Duration::from_secs(30);
 /// The freshness promise: an external edit is searchable within this.
-const FRESH: Duration = Duration::from_secs(2);
+pub(crate) const FRESH: Duration = Duration::from_secs(2);
 
-type Client = RetrievalClient<AuthChannel>;
+pub(crate) type Client = RetrievalClient<AuthChannel>;
 
 /// A Retrieval client presenting the gateway's token, as the gateway would.
-async fn client(api: &Api) -> anyhow::Result<Client> {
+pub(crate) async fn client(api: &Api) -> anyhow::Result<Client> {
     let pid = api.service("gateway").await?["pid"].as_i64().context("gateway pid")? as i32;
     let env = procs::environ(pid);
     ensure!(!env.is_empty(), "cannot read the gateway's environment (pid {pid})");
@@ -44,7 +44,12 @@ async fn client(api: &Api) -> anyhow::Result<Client> {
 
 /// Waits until KB `name` finished a pass numbered at least `job` with `documents` documents
 /// (any count when `None`).
-async fn indexed(c: &Client, name: &str, job: u64, documents: Option<u64>) -> anyhow::Result<KnowledgeBaseInfo> {
+pub(crate) async fn indexed(
+    c: &Client,
+    name: &str,
+    job: u64,
+    documents: Option<u64>,
+) -> anyhow::Result<KnowledgeBaseInfo> {
     wait_for(&format!("knowledge base {name} indexed (pass {job}, {documents:?} documents)"), INDEXED, || {
         let mut c = c.clone();
         async move {
@@ -58,7 +63,7 @@ async fn indexed(c: &Client, name: &str, job: u64, documents: Option<u64>) -> an
     .await
 }
 
-fn search(query: &str, kb: &[&str], engines: &[&str]) -> SearchRequest {
+pub(crate) fn search(query: &str, kb: &[&str], engines: &[&str]) -> SearchRequest {
     SearchRequest {
         query: query.into(),
         filters: Some(SearchFilters { kb: kb.iter().map(|s| (*s).to_owned()).collect(), ..Default::default() }),
@@ -69,16 +74,16 @@ fn search(query: &str, kb: &[&str], engines: &[&str]) -> SearchRequest {
     }
 }
 
-fn paths(r: &SearchReply) -> BTreeSet<String> {
+pub(crate) fn paths(r: &SearchReply) -> BTreeSet<String> {
     r.results.iter().map(|x| x.path.clone()).collect()
 }
 
-fn engine<'a>(r: &'a SearchReply, name: &str) -> &'a coffer_proto::retrieval::EngineReport {
+pub(crate) fn engine<'a>(r: &'a SearchReply, name: &str) -> &'a coffer_proto::retrieval::EngineReport {
     r.engines.iter().find(|e| e.engine == name).expect("every engine is reported")
 }
 
 /// Waits until `query` on `engines` finds exactly the documents `want` (within `within`).
-async fn finds(
+pub(crate) async fn finds(
     c: &Client,
     within: Duration,
     query: &str,

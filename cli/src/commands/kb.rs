@@ -23,6 +23,10 @@ pub const ENGINES: &[&str] = &["grep", "keyword", "vector"];
 /// says files done of total.
 pub const BAR_TEMPLATE: &str = "{spinner} {msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ETA {eta}";
 
+/// The spinner of `kb reindex` while the folders are still being walked (nothing counted yet:
+/// no `0/0`, no bar).
+pub const SCANNING_TEMPLATE: &str = "{spinner} {msg}";
+
 /// How often `kb reindex` asks how the pass is going.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -191,16 +195,24 @@ pub fn bytes(n: u64) -> String {
     indicatif::HumanBytes(n).to_string()
 }
 
-/// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`.
+/// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`
+/// (why cut to 60 characters).
 pub fn state_cell(kb: &Value) -> String {
+    state_text(kb, 60)
+}
+
+/// [`state_cell`] with why cut to `max` characters.
+pub fn state_text(kb: &Value, max: usize) -> String {
     let p = &kb["progress"];
     let state = p["state"].as_str().unwrap_or("idle");
     match state {
-        "indexing" | "scanning" if p["total"].as_u64().unwrap_or(0) > 0 => {
+        "indexing" if p["total"].as_u64().unwrap_or(0) > 0 => {
             format!("{state} {}/{}", p["done"].as_u64().unwrap_or(0), p["total"].as_u64().unwrap_or(0))
         }
+        // Walking the folder: nothing is counted yet.
+        "scanning" | "indexing" => format!("{state}…"),
         "failed" => match p["message"].as_str().filter(|m| !m.is_empty()) {
-            Some(m) => format!("failed: {}", cell(Some(&json!(m)), 60)),
+            Some(m) => format!("failed: {}", cell(Some(&json!(m)), max)),
             None => "failed".into(),
         },
         s => s.to_owned(),
@@ -270,7 +282,7 @@ pub fn render_kb(kb: &Value) -> String {
         if v.is_empty() { "-".to_owned() } else { v.join(", ") }
     };
     let p = &kb["progress"];
-    let mut progress = state_cell(kb);
+    let mut progress = state_text(kb, 1000);
     if p["bytes_total"].as_u64().unwrap_or(0) > 0 {
         progress.push_str(&format!(
             " ({} of {})",
@@ -652,6 +664,8 @@ pub struct Totals {
     pub bytes_total: u64,
     /// Every knowledge base's pass has ended (idle or failed).
     pub finished: bool,
+    /// A knowledge base is still walking its folder (its files are not counted yet).
+    pub scanning: bool,
 }
 
 /// Sums the progress of `kbs`; each pass counts as finished when its job is at least the one
@@ -666,6 +680,7 @@ pub fn totals(kbs: &[Value], started: &[(String, u64)]) -> Totals {
         t.bytes_done += p["bytes_done"].as_u64().unwrap_or(0);
         t.bytes_total += p["bytes_total"].as_u64().unwrap_or(0);
         let running = matches!(p["state"].as_str(), Some("scanning" | "indexing"));
+        t.scanning |= p["state"] == "scanning";
         if running || p["job"].as_u64().unwrap_or(0) < *job {
             t.finished = false;
         }
@@ -678,7 +693,8 @@ pub fn progress_line(t: &Totals) -> String {
     if t.total == 0 {
         return "reindex: scanning…".into();
     }
-    format!("reindex: {}/{} files, {} of {}", t.done, t.total, bytes(t.bytes_done), bytes(t.bytes_total))
+    let more = if t.scanning { " (still scanning…)" } else { "" };
+    format!("reindex: {}/{} files, {} of {}{more}", t.done, t.total, bytes(t.bytes_done), bytes(t.bytes_total))
 }
 
 /// The summary after a pass: per knowledge base, documents, chunks, errors and how it ended.
@@ -744,6 +760,17 @@ async fn reindex(ctx: &Ctx, a: ReindexArgs) -> Result<(), CliError> {
     }
 }
 
+fn bar_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(BAR_TEMPLATE)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
+fn scanning_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(SCANNING_TEMPLATE)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner())
+}
+
 /// Polls until every pass in `started` ended, drawing progress; returns the last body (the one
 /// knowledge base's, or the list's) and the knowledge bases it covers.
 async fn follow(
@@ -754,16 +781,11 @@ async fn follow(
     let path = kb.map_or_else(|| "/v1/knowledge".to_owned(), kb_path);
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes} ETA {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
+        bar.set_style(scanning_style());
         bar.enable_steady_tick(Duration::from_millis(120));
         bar
     });
+    let mut counting = false;
     let mut last_line = String::new();
     let mut last_print = Instant::now() - Duration::from_secs(10);
     let mut ticker = tokio::time::interval(POLL);
@@ -775,13 +797,18 @@ async fn follow(
         let t = totals(&kbs, started);
         match &bar {
             Some(bar) => {
-                bar.set_length(t.bytes_total);
-                bar.set_position(t.bytes_done);
-                bar.set_message(if t.total == 0 {
-                    "scanning".to_owned()
+                if t.total == 0 {
+                    bar.set_message("reindex: scanning…");
                 } else {
-                    format!("{}/{} files", t.done, t.total)
-                });
+                    if !counting {
+                        counting = true;
+                        bar.set_style(bar_style());
+                    }
+                    bar.set_length(t.bytes_total);
+                    bar.set_position(t.bytes_done);
+                    let more = if t.scanning { " (still scanning…)" } else { "" };
+                    bar.set_message(format!("{}/{} files{more}", t.done, t.total));
+                }
             }
             None => {
                 let line = progress_line(&t);
@@ -924,6 +951,7 @@ mod tests {
     #[test]
     fn the_bar_template_is_valid() {
         assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert!(indicatif::ProgressStyle::with_template(SCANNING_TEMPLATE).is_ok());
     }
 
     #[test]
@@ -938,6 +966,12 @@ mod tests {
         let t = totals(&[kb("a", "idle", 4, 4, 3), kb("b", "failed", 1, 1, 7)], &started);
         assert!(t.finished);
         assert_eq!(progress_line(&Totals::default()), "reindex: scanning…");
+        // One KB counted, another still walking its folder: said, never 0/0.
+        let t = totals(&[kb("a", "indexing", 1, 4, 3), kb("b", "scanning", 0, 0, 7)], &started);
+        assert_eq!(progress_line(&t), "reindex: 1/4 files, 1.00 KiB of 4.00 KiB (still scanning…)");
+        assert_eq!(state_cell(&kb("b", "scanning", 0, 0, 7)), "scanning…");
+        assert_eq!(state_cell(&kb("b", "indexing", 0, 0, 7)), "indexing…");
+        assert_eq!(state_cell(&kb("a", "indexing", 1, 4, 3)), "indexing 1/4");
     }
 
     #[test]

@@ -91,7 +91,29 @@ pub async fn run(ctx: &Ctx, cmd: MemoryCommand) -> Result<(), CliError> {
 }
 
 fn fact_path(id: &str) -> String {
-    format!("/v1/memory/{}", path_segment(id))
+    format!("/v1/memory/{}", path_segment(&canonical_id(id)))
+}
+
+/// A fact id as the daemon writes it: a ULID (26 letters and digits) in upper case; a
+/// hand-written note's name as given.
+pub fn canonical_id(id: &str) -> String {
+    if id.len() == 26 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        id.to_ascii_uppercase()
+    } else {
+        id.to_owned()
+    }
+}
+
+/// What `memory list` says when the page is empty: why, and what to do.
+pub fn empty_list_message(tag: Option<&str>, cursor: Option<&str>) -> String {
+    match (tag, cursor) {
+        (Some(t), _) => format!(
+            "No facts tagged {:?}; `coffer memory list` shows every fact and its tags",
+            t.chars().take(64).collect::<String>()
+        ),
+        (None, Some(_)) => "No more facts after this cursor".into(),
+        (None, None) => "No facts remembered yet; add one with `coffer memory remember TEXT`".into(),
+    }
 }
 
 /// The body of `POST /v1/memory`.
@@ -154,6 +176,14 @@ pub fn render_fact(f: &Value) -> String {
     ])
 }
 
+/// The warning line under a fact whose file has a problem (empty when it has none).
+pub fn fact_warning(f: &Value) -> String {
+    match f["warning"].as_str().filter(|w| !w.is_empty()) {
+        Some(w) => format!("warning: {}\n", printable(w)),
+        None => String::new(),
+    }
+}
+
 async fn remember(ctx: &Ctx, a: RememberArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/memory").json(&remember_body(&a))).await?;
@@ -193,7 +223,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     let body = resp.json()?;
     let items = body["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
-        output::println("No facts remembered yet; add one with `coffer memory remember TEXT`")?;
+        output::println(&empty_list_message(a.tag.as_deref(), a.cursor.as_deref()))?;
     } else {
         output::print(&render_facts(items, output::terminal_width()))?;
     }
@@ -209,7 +239,13 @@ async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_fact(&resp.json()?))
+    let fact = resp.json()?;
+    output::print(&render_fact(&fact))?;
+    let warning = fact_warning(&fact);
+    if !warning.is_empty() {
+        eprint!("{warning}");
+    }
+    Ok(())
 }
 
 async fn forget(ctx: &Ctx, id: &str) -> Result<(), CliError> {
@@ -218,7 +254,7 @@ async fn forget(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::println(&format!("Forgot fact {id}"))
+    output::println(&format!("Forgot fact {}", canonical_id(id)))
 }
 
 #[cfg(test)]
@@ -268,5 +304,18 @@ mod tests {
             "ID   CREATED (UTC)        TAGS  SOURCE  TEXT\n01J  2026-11-30 09:31:36  food  cli     likes tea\n"
         );
         assert!(render_fact(&fact).contains("file:    /h/memory/01J.md\n"), "{}", render_fact(&fact));
+        assert_eq!(fact_warning(&fact), "");
+        let broken = json!({"id": "01J", "text": "x", "warning": "invalid YAML front matter: …"});
+        assert_eq!(fact_warning(&broken), "warning: invalid YAML front matter: …\n");
+    }
+
+    #[test]
+    fn ids_and_empty_pages_are_said_plainly() {
+        assert_eq!(canonical_id("01jdq8zkxw5t3m2n4p6r7s8t9v"), "01JDQ8ZKXW5T3M2N4P6R7S8T9V");
+        assert_eq!(canonical_id("groceries"), "groceries");
+        assert_eq!(canonical_id("my note"), "my note");
+        assert!(empty_list_message(Some("deploy"), None).starts_with("No facts tagged \"deploy\""));
+        assert_eq!(empty_list_message(None, Some("01J")), "No more facts after this cursor");
+        assert!(empty_list_message(None, None).starts_with("No facts remembered yet"));
     }
 }

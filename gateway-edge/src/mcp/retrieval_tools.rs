@@ -386,7 +386,7 @@ impl Provider for Remember {
             "name": "remember",
             "title": "Remember a fact",
             "description": "Save one durable fact about the user or their work (a preference, a decision, a setup detail, a name, a recurring instruction) so that later sessions and other assistants can recall it with coffer__recall. \
-        One fact per call, as a self-contained sentence (\"The user's staging database is db-stage-2\", not \"it is db-stage-2\"). Never save passwords, tokens or other secrets. \
+        One fact per call, as a self-contained sentence (\"The user's staging database is db-stage-2\", not \"it is db-stage-2\"). Never save passwords, tokens or other secrets (text that looks like one is refused: keep those in Coffer's credential store). \
         Returns the new fact's id; when the same or a nearly identical fact already exists, reports that fact's id instead of saving it twice. The fact is a markdown file the user can read and edit.",
             "inputSchema": {
                 "type": "object",

@@ -1036,6 +1036,7 @@ impl coffer_proto::retrieval::retrieval_server::Retrieval for FakeRetrieval {
             source: r.source,
             created_ms: 1,
             path: format!("/home/memory/01FACT{n}.md"),
+            warning: String::new(),
         };
         Ok(tonic::Response::new(coffer_proto::retrieval::RememberReply {
             fact: Some(fact),

@@ -517,12 +517,12 @@ pub fn routes() -> Vec<Route> {
             .ok(201, "Remembered (200 with `created: false` for a duplicate).", r("RememberReply"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/memory/{id}", "memory", "One fact")
-            .path_param("id", "The fact's id (a ULID).")
+            .path_param("id", "The fact's id: a ULID, or a hand-written note's file name without `.md`.")
             .ok(200, "The fact.", r("Fact"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("DELETE", "/v1/memory/{id}", "memory", "Forget a fact")
             .describe("Removes its file and its index entries.")
-            .path_param("id", "The fact's id (a ULID).")
+            .path_param("id", "The fact's id: a ULID, or a hand-written note's file name without `.md`.")
             .ok(200, "Forgotten.", json!({"type": "object", "required": ["removed"], "properties": {"removed": {"const": 1}}}))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/memory/recall", "memory", "Search remembered facts")
@@ -1046,9 +1046,10 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         json!({
             "type": "object", "required": ["id", "text", "tags", "source", "created_ms", "path"],
             "properties": {
-                "id": {"type": "string", "description": "A ULID."}, "text": {"type": "string"}, "tags": strings.clone(),
+                "id": {"type": "string", "description": "A ULID (upper case); for a note written into `memory/` by hand, its file name without `.md`."}, "text": {"type": "string"}, "tags": strings.clone(),
                 "source": {"type": "string", "description": "Who said it: `mcp:<client name>`, `cli`, `api`, …"},
                 "created_ms": ms("unknown"), "path": {"type": "string", "description": "Its file (absolute)."},
+                "warning": {"type": "string", "description": "Present when the file has a problem (a malformed front matter: the fact is shown without its tags and source)."},
             },
         }),
     );

@@ -59,6 +59,24 @@ pub fn check_vector(v: &[f32], dimension: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// What keeps the vector engine off, if anything: it needs both the endpoint's URL and the
+/// model (half a configuration never embeds; the message names what is missing).
+pub fn missing(settings: &EmbeddingsSettings) -> Option<String> {
+    let (url, model) = (settings.url.trim(), settings.model.trim());
+    match (url.is_empty(), model.is_empty()) {
+        (true, true) => Some("retrieval.embeddings.url is not set (the vector engine is opt-in)".into()),
+        (false, true) => Some(
+            "retrieval.embeddings.model is not set (retrieval.embeddings.url is): set both to turn the vector engine on"
+                .into(),
+        ),
+        (true, false) => Some(
+            "retrieval.embeddings.url is not set (retrieval.embeddings.model is): set both to turn the vector engine on"
+                .into(),
+        ),
+        (false, false) => None,
+    }
+}
+
 #[derive(Debug, Clone)]
 enum State {
     Off(String),
@@ -164,14 +182,9 @@ impl Embeddings {
         mut index: Index,
         mut credentials: CredentialsClient<AuthChannel>,
     ) -> Result<(), String> {
-        if settings.url.is_empty() {
+        if let Some(why) = missing(settings) {
             *self.ready.lock().expect("embeddings") = None;
-            self.set(State::Off("retrieval.embeddings.url is not set".into()));
-            return std::future::pending().await;
-        }
-        if settings.model.is_empty() {
-            *self.ready.lock().expect("embeddings") = None;
-            self.set(State::Off("retrieval.embeddings.model is not set".into()));
+            self.set(State::Off(why));
             return std::future::pending().await;
         }
         let keep_ready = self.ready().is_some_and(|r| r.url == settings.url && r.model == settings.model);
@@ -310,6 +323,30 @@ pub fn embed_text(title: &str, heading_path: &[String], text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn half_a_configuration_keeps_the_engine_off_and_says_what_is_missing() {
+        let with = |url: &str, model: &str| EmbeddingsSettings {
+            url: url.into(),
+            model: model.into(),
+            credential: String::new(),
+            dimensions: 0,
+            batch_size: 1,
+            concurrency: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let off = missing(&with("", "")).unwrap();
+        assert!(off.contains("url is not set"), "{off}");
+        let no_model = missing(&with("http://127.0.0.1:9/v1", "")).unwrap();
+        assert!(
+            no_model.starts_with("retrieval.embeddings.model is not set") && no_model.contains("set both"),
+            "{no_model}"
+        );
+        let no_url = missing(&with("", "bge-small")).unwrap();
+        assert!(no_url.starts_with("retrieval.embeddings.url is not set") && no_url.contains("set both"), "{no_url}");
+        assert!(missing(&with("http://127.0.0.1:9/v1", "  ")).is_some(), "a blank model is no model");
+        assert_eq!(missing(&with("http://127.0.0.1:9/v1", "bge-small")), None);
+    }
 
     #[test]
     fn vectors_are_checked_for_length_and_finiteness() {

@@ -68,12 +68,12 @@ impl From<Error> for Status {
                 }
                 _ => {
                     tracing::error!(code = %s.code(), error = %s.message(), "Store call failed.");
-                    Status::internal("internal error in coffer-retrieval (see logs/retrieval.log)")
+                    Status::internal("internal error in coffer-retrieval (see `coffer logs retrieval`)")
                 }
             },
             e @ (Error::Io { .. } | Error::Internal(_)) => {
                 tracing::error!(error = %e, "Retrieval request failed.");
-                Status::internal("internal error in coffer-retrieval (see logs/retrieval.log)")
+                Status::internal("internal error in coffer-retrieval (see `coffer logs retrieval`)")
             }
         }
     }

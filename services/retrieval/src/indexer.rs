@@ -40,6 +40,9 @@ pub const CONCURRENCY: usize = 4;
 /// Bytes looked at for a NUL byte to call a file binary (what git and ripgrep do).
 const BINARY_PROBE: usize = 8192;
 
+/// How often a vanished KB folder is looked for besides its ancestor's events.
+const RETURN_CHECK: Duration = Duration::from_secs(2);
+
 /// Delay before a pass that failed on the store is tried again.
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -192,6 +195,9 @@ pub struct KbRuntime {
     wake: Notify,
     cancel: CancellationToken,
     watcher: Mutex<Option<KbWatcher>>,
+    /// Held (shared) by every write of this KB's index entries; taken exclusively by
+    /// [`Indexer::stop_kb`], so a removal waits for the writes in flight and none follows.
+    writes: Arc<tokio::sync::RwLock<()>>,
 }
 
 #[derive(Default)]
@@ -204,6 +210,8 @@ struct RunState {
     notes: BTreeMap<String, String>,
     last_sync_ms: i64,
     pending: u64,
+    /// A task waits for the vanished folder to come back.
+    awaiting_return: bool,
 }
 
 impl KbRuntime {
@@ -299,6 +307,7 @@ impl Indexer {
                     wake: Notify::new(),
                     cancel: self.shutdown.child_token(),
                     watcher: Mutex::new(None),
+                    writes: Arc::new(tokio::sync::RwLock::new(())),
                 });
                 kbs.insert(name.to_owned(), rt.clone());
                 let me = self.clone();
@@ -310,12 +319,29 @@ impl Indexer {
         self.request(&rt, false);
     }
 
-    /// Stops KB `name`'s worker and watcher (after its definition was removed).
-    pub fn stop_kb(&self, name: &str) {
-        if let Some(rt) = self.kbs.lock().expect("kbs").remove(name) {
-            rt.cancel.cancel();
-            rt.watcher.lock().expect("kb watcher").take();
-        }
+    /// Stops KB `name`'s worker, its pass and its watcher before its definition is removed:
+    /// cancels them, then waits for the index writes in flight (a file being upserted) to
+    /// end. The returned guard keeps any late write out until the caller has removed the
+    /// definition; a write that comes after finds the KB stopped and does nothing. `None`
+    /// when the KB was not started.
+    pub async fn stop_kb(&self, name: &str) -> Option<tokio::sync::OwnedRwLockWriteGuard<()>> {
+        let rt = self.kbs.lock().expect("kbs").remove(name)?;
+        rt.cancel.cancel();
+        rt.watcher.lock().expect("kb watcher").take();
+        Some(rt.writes.clone().write_owned().await)
+    }
+
+    /// A shared hold on KB `def`'s writes, or `None` when the KB was stopped (removed) or is
+    /// no longer the same definition: then nothing may be written for it.
+    async fn write_hold(&self, def: &KnowledgeBase) -> Option<Option<tokio::sync::OwnedRwLockReadGuard<()>>> {
+        let rt = self.runtime(&def.name);
+        let hold = match &rt {
+            Some(rt) => Some(rt.writes.clone().read_owned().await),
+            None => None,
+        };
+        let same = self.sources.get(&def.name).is_some_and(|d| d.root == def.root && d.created_ms == def.created_ms);
+        let live = rt.as_ref().is_none_or(|rt| !rt.cancel.is_cancelled());
+        (same && live).then_some(hold)
     }
 
     /// Asks for a pass of KB `name` (`clean`: drop its index first). Returns false for an
@@ -362,8 +388,8 @@ impl Indexer {
         }
     }
 
-    fn spec(def: &KnowledgeBase) -> walk::WalkSpec {
-        walk::WalkSpec { root: PathBuf::from(&def.root), include: def.include.clone(), exclude: def.exclude.clone() }
+    fn spec(&self, def: &KnowledgeBase) -> walk::WalkSpec {
+        self.sources.walk_spec(def)
     }
 
     /// One reconcile pass of `rt`'s KB.
@@ -387,8 +413,9 @@ impl Indexer {
             self.folder_gone(rt, &root).await;
             return Ok(());
         }
+        self.sources.set_gone(&def.name, None);
         self.ensure_watcher(rt, &root);
-        let spec = Self::spec(&def);
+        let spec = self.spec(&def);
         let walked = tokio::task::spawn_blocking(move || walk::walk(&spec))
             .await
             .map_err(|e| Error::Internal(format!("the walk panicked: {e}")))?;
@@ -437,9 +464,11 @@ impl Indexer {
                 st.progress.bytes_done += size;
                 st.pending = st.pending.saturating_sub(1);
             });
-            if rt.cancel.is_cancelled() {
-                return Ok(());
-            }
+            // Cancelled (the KB is being removed): the rest of the stream finishes at once
+            // (each file sees the KB stopped); writes in flight are not dropped midway.
+        }
+        if rt.cancel.is_cancelled() {
+            return Ok(());
         }
         if let Some(e) = first_error {
             return Err(e);
@@ -459,21 +488,53 @@ impl Indexer {
         Ok(())
     }
 
-    /// The KB's folder is gone: stop watching, drop its documents (a deleted file never appears
-    /// in results), and show `failed` until a pass finds the folder again.
-    async fn folder_gone(&self, rt: &KbRuntime, root: &Path) {
+    /// The KB's folder is gone: stop watching, stop searching the KB (a deleted file never
+    /// appears in results), keep its index (a folder that comes back unchanged — a remount, a
+    /// `git checkout`, a move and back — keeps its chunks and vectors: the next pass compares
+    /// mtime, size and hash as always), show `failed` with why, and wait for the folder to
+    /// come back ([`Indexer::await_return`]), which asks for a pass.
+    async fn folder_gone(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path) {
         rt.watcher.lock().expect("kb watcher").take();
-        let cleared = self.sources.index().clear_index(ClearIndexRequest { kb: rt.name.clone() }).await;
-        if let Err(e) = cleared {
-            tracing::warn!(kb = %rt.name, error = %e.message(), "Cannot clear the index of a vanished folder.");
-        }
+        let message = format!(
+            "the folder {} is gone (deleted, moved or unmounted); its index is kept but not searched, and it is indexed again as soon as the folder is back",
+            root.display()
+        );
+        self.sources.set_gone(&rt.name, Some(format!("the folder {} is gone", root.display())));
         tracing::warn!(kb = %rt.name, root = %root.display(), "Knowledge base folder is gone.");
+        let mut start = false;
         rt.set(|st| {
             st.progress.state = JobState::Failed as i32;
-            st.progress.message =
-                format!("the folder {} is gone (deleted or moved); reindex once it is back", root.display());
+            st.progress.message = message;
             st.pending = 0;
+            start = !std::mem::replace(&mut st.awaiting_return, true);
         });
+        if start {
+            let (me, rt, root) = (self.clone(), rt.clone(), root.to_owned());
+            tokio::spawn(async move { me.await_return(rt, root).await });
+        }
+    }
+
+    /// Waits for a vanished KB folder to exist again, then asks for a pass: a shallow watch on
+    /// its nearest existing ancestor (the folder re-created or moved back is an event there),
+    /// with a re-check every [`RETURN_CHECK`] in case that watch cannot be set or the folder
+    /// comes back further up the tree. Ends when the KB is stopped.
+    async fn await_return(self: Arc<Self>, rt: Arc<KbRuntime>, root: PathBuf) {
+        loop {
+            if root.is_dir() {
+                rt.set(|st| st.awaiting_return = false);
+                tracing::info!(kb = %rt.name, root = %root.display(), "Knowledge base folder is back.");
+                self.request(&rt, false);
+                return;
+            }
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let ancestor = root.ancestors().skip(1).find(|a| a.is_dir()).map(Path::to_path_buf);
+            let _watch = ancestor.and_then(|a| watch::start_shallow(&a, tx).ok());
+            tokio::select! {
+                _ = rt.cancel.cancelled() => return,
+                _ = rx.recv() => {}
+                _ = tokio::time::sleep(RETURN_CHECK) => {}
+            }
+        }
     }
 
     fn ensure_watcher(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path) {
@@ -517,12 +578,17 @@ impl Indexer {
             self.folder_gone(rt, &root).await;
             return;
         }
-        let Ok(filter) = walk::matcher(&Self::spec(&def)) else { return };
+        let Ok(filter) = walk::matcher(&self.spec(&def)) else { return };
         paths.sort();
         paths.dedup();
         let mut rescan = false;
         let mut touched = false;
         for p in paths {
+            // COFFER_HOME inside the folder: its logs and database change all the time and
+            // are not notes.
+            if filter.skipped(&p) {
+                continue;
+            }
             let Some(rel) = relative(&root, &p) else { continue };
             match std::fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => rescan = true,
@@ -567,6 +633,7 @@ impl Indexer {
     /// The store's errors.
     pub async fn forget_path(&self, def: &KnowledgeBase, rel: &str) -> Result<Outcome> {
         let _g = self.lock_path(&def.name, rel).await;
+        let Some(_hold) = self.write_hold(def).await else { return Ok(Outcome::Skipped) };
         let gone = DocumentRef { kb: def.name.clone(), path: rel.to_owned() };
         self.sources.index().delete_document(gone).await?;
         if let Some(rt) = self.runtime(&def.name) {
@@ -582,6 +649,8 @@ impl Indexer {
     /// The store's errors.
     pub async fn index_path(&self, def: &KnowledgeBase, rel: &str) -> Result<Outcome> {
         let _g = self.lock_path(&def.name, rel).await;
+        // A KB being removed (or removed and added again) gets no write from an older pass.
+        let Some(_hold) = self.write_hold(def).await else { return Ok(Outcome::Skipped) };
         let root = PathBuf::from(&def.root);
         let abs = root.join(rel);
         let mut index = self.sources.index();

@@ -11,6 +11,15 @@
 //! existing fact instead of a new file. The duplicate check and the write happen under one
 //! async mutex, so concurrent `remember`s of different facts each get their file and
 //! concurrent ones of the same fact give one.
+//!
+//! A fact whose text looks like a secret (a token, a key, `password=…`: [`secret_in`]) is
+//! refused: memory is plain markdown, indexed, searched and shown to models; secrets belong in
+//! the credential store.
+//!
+//! Notes the user writes into `memory/` by hand are facts too: their id is the file name
+//! without `.md` (any name [`check_fact_id`] accepts), their date the file's mtime. A fact file
+//! whose front matter is malformed is still shown (without tags and source) with a `warning`
+//! naming the problem, never an error.
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,7 +52,35 @@ pub const DEFAULT_PAGE: usize = 50;
 /// Largest page of `ListFacts`.
 pub const MAX_PAGE: usize = 500;
 
-/// Checks a fact id: a ULID (26 Crockford base-32 characters), so never a path.
+/// Longest hand-written note name usable as a fact id, bytes.
+pub const MAX_NOTE_ID: usize = 200;
+
+/// Checks a fact id and returns its canonical form: a ULID (26 Crockford base-32 characters,
+/// any case) in upper case, or the name of a hand-written note in `memory/` without `.md`
+/// (1-[`MAX_NOTE_ID`] bytes, no `/`, `\`, control character or leading `.`), as given. Never a
+/// path.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the rule.
+pub fn check_fact_id(id: &str) -> Result<String> {
+    if let Ok(u) = check_id(id) {
+        return Ok(u.to_string());
+    }
+    let ok = !id.is_empty()
+        && id.len() <= MAX_NOTE_ID
+        && !id.starts_with('.')
+        && !id.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    if ok {
+        Ok(id.to_owned())
+    } else {
+        Err(Error::Invalid(format!(
+            "id {:?} is not a fact id (a 26-character ULID, or the name of a note in memory/ without .md: at most {MAX_NOTE_ID} bytes, no / or \\, not starting with .)",
+            id.chars().take(40).collect::<String>()
+        )))
+    }
+}
+
+/// Checks a ULID fact id (26 Crockford base-32 characters), so never a path.
 ///
 /// # Errors
 /// [`Error::Invalid`] naming the rule.
@@ -108,37 +145,92 @@ pub fn render(id: &Ulid, created_ms: i64, text: &str, tags: &[String], source: &
     format!("---\nid: {id}\ncreated: {created}\ntags: {tags}\nsource: {source}\n---\n{}\n", text.trim_end())
 }
 
-/// Parses a fact file (`path` is where it is; its stem is the id).
-///
-/// # Errors
-/// A message when the stem is not a ULID or the front matter is malformed.
-pub fn parse_fact(path: &Path, text: &str) -> std::result::Result<Fact, String> {
+/// Parses a fact file (`path` is where it is; its stem is the id; `mtime_ms` dates a
+/// hand-written note whose name is not a ULID). Never fails: a malformed front matter leaves
+/// tags and source empty and says why in `warning`.
+pub fn parse_fact(path: &Path, text: &str, mtime_ms: i64) -> Fact {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-    let id = check_id(stem).map_err(|e| e.to_string())?;
+    let (id, created_ms) = match check_id(stem) {
+        Ok(u) if u.to_string() == stem => (stem.to_owned(), u.timestamp_ms() as i64),
+        _ => (stem.to_owned(), mtime_ms),
+    };
+    let mut warning = String::new();
     let (tags, source, body) = match split_front_matter(text) {
-        Some((yaml, body)) => {
-            let mut tags = Vec::new();
-            let mut source = String::new();
-            for (k, v) in parse_yaml_map(yaml)? {
-                match (k.as_str(), v) {
-                    ("tags", yaml_rust2::Yaml::Array(a)) => tags = a.iter().map(yaml_text).collect(),
-                    ("tags", v) => tags = vec![yaml_text(&v)].into_iter().filter(|t| !t.is_empty()).collect(),
-                    ("source", v) => source = yaml_text(&v),
-                    _ => {}
+        Some((yaml, body)) => match parse_yaml_map(yaml) {
+            Ok(map) => {
+                let mut tags = Vec::new();
+                let mut source = String::new();
+                for (k, v) in map {
+                    match (k.as_str(), v) {
+                        ("tags", yaml_rust2::Yaml::Array(a)) => tags = a.iter().map(yaml_text).collect(),
+                        ("tags", v) => tags = vec![yaml_text(&v)].into_iter().filter(|t| !t.is_empty()).collect(),
+                        ("source", v) => source = yaml_text(&v),
+                        _ => {}
+                    }
                 }
+                (tags, source, body)
             }
-            (tags, source, body)
-        }
+            Err(e) => {
+                warning =
+                    format!("{e}; shown without its tags and source (fix the front matter of {})", path.display());
+                (Vec::new(), String::new(), body)
+            }
+        },
         None => (Vec::new(), String::new(), text),
     };
-    Ok(Fact {
-        id: id.to_string(),
-        text: body.trim().to_owned(),
-        tags,
-        source,
-        created_ms: id.timestamp_ms() as i64,
-        path: path.display().to_string(),
-    })
+    Fact { id, text: body.trim().to_owned(), tags, source, created_ms, path: path.display().to_string(), warning }
+}
+
+/// Why `text` looks like it holds a secret, if it does: a word that looks like a token
+/// (`coffer_types::secrets::looks_like_token`: well-known prefixes such as `ghp_` or `sk-`, a
+/// `Bearer …` value, a long high-entropy string), or `name=value` / `name: value` where the
+/// name says secret (`coffer_types::secrets::SECRET_WORDS`: password, token, key, …) and the
+/// value looks like one (8+ characters with a digit or a symbol, or a token). The reason names
+/// the pattern, never the value.
+pub fn secret_in(text: &str) -> Option<String> {
+    use coffer_types::secrets::{AUTH_SCHEMES, SECRET_WORDS, looks_like_token};
+    let trim = |w: &str| {
+        w.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | ',' | ';' | '(' | ')' | '[' | ']' | '<' | '>'))
+            .to_owned()
+    };
+    let lower = text.to_ascii_lowercase();
+    if let Some(scheme) = AUTH_SCHEMES.iter().find(|s| {
+        lower.match_indices(*s).any(|(i, _)| {
+            (i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric())
+                && text[i + s.len()..].split_whitespace().next().is_some_and(|v| {
+                    let v = trim(v);
+                    v.len() >= 12 && v.bytes().any(|b| b.is_ascii_digit())
+                })
+        })
+    }) {
+        return Some(format!("it holds an authorization value ({}…)", scheme.trim()));
+    }
+    let words: Vec<String> = text.split_whitespace().map(trim).collect();
+    if words.iter().any(|w| looks_like_token(w)) {
+        return Some("it holds something that looks like an API token or key".into());
+    }
+    let secretish = |name: &str| {
+        let n = name.to_ascii_lowercase();
+        SECRET_WORDS.iter().any(|w| n.contains(w))
+    };
+    let value_like = |v: &str| {
+        let v = trim(v);
+        looks_like_token(&v)
+            || (v.chars().count() >= 8
+                && v.chars().any(|c| c.is_ascii_digit() || (c.is_ascii_punctuation() && c != '.'))
+                && !v.contains("://"))
+    };
+    for (i, w) in words.iter().enumerate() {
+        for sep in ['=', ':'] {
+            if let Some((name, value)) = w.split_once(sep) {
+                let value = if value.is_empty() { words.get(i + 1).map(String::as_str).unwrap_or("") } else { value };
+                if !name.is_empty() && secretish(name) && value_like(value) {
+                    return Some(format!("it looks like a {} with its value", name.to_ascii_lowercase()));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Writes `contents` to `dir/name` atomically: a hidden temp file in `dir`, fsynced, renamed to
@@ -197,21 +289,50 @@ impl Memory {
         self.sources.memory_root()
     }
 
-    /// Reads fact `id` from its file.
+    /// The file name (`<id>.md`) of fact `id` in the memory folder: the canonical id's file,
+    /// else (a hand-written `01abc….md` in lower case) the id as given.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad id, [`Error::NotFound`] when there is no such file.
+    fn file_of(&self, id: &str) -> Result<String> {
+        let canonical = check_fact_id(id)?;
+        for name in [format!("{canonical}.md"), format!("{id}.md")] {
+            if std::fs::symlink_metadata(self.dir().join(&name)).is_ok_and(|m| m.is_file()) {
+                return Ok(name);
+            }
+        }
+        Err(Error::NotFound(format!("no fact {:?}", id.chars().take(40).collect::<String>())))
+    }
+
+    /// Reads fact `id` from its file (a malformed front matter gives the fact with a
+    /// `warning`, not an error).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad id, [`Error::NotFound`] when there is no such file,
+    /// [`Error::Precondition`] when it is not UTF-8 text.
     pub fn get(&self, id: &str) -> Result<Fact> {
-        check_id(id)?;
-        let path = self.dir().join(format!("{id}.md"));
-        let text = match std::fs::read_to_string(&path) {
+        let name = self.file_of(id)?;
+        let path = self.dir().join(&name);
+        let bytes = match std::fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::NotFound(format!("no fact {id:?}")));
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
-        parse_fact(&path, &text).map_err(|e| Error::Internal(format!("fact {id} is malformed: {e}")))
+        let text = String::from_utf8(bytes).map_err(|e| {
+            Error::Precondition(format!(
+                "fact file {} is not UTF-8 text (invalid byte at offset {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
+        let mtime = std::fs::metadata(&path)
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64);
+        Ok(parse_fact(&path, &text, mtime))
     }
 
     /// Facts newest first, `tags` all present, after cursor `after` (an id), at most `limit`
@@ -227,13 +348,16 @@ impl Memory {
             n => n,
         };
         if !after.is_empty() {
-            check_id(after)?;
+            check_fact_id(after)?;
         }
+        // Every `*.md` file is a fact (the memory KB indexes them all): ours by ULID, the
+        // user's hand-written notes by their name.
         let mut ids: Vec<String> = std::fs::read_dir(self.dir())
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
                     .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".md")).map(str::to_owned))
-                    .filter(|stem| check_id(stem).is_ok())
+                    .filter(|stem| check_fact_id(stem).is_ok())
                     .collect()
             })
             .unwrap_or_default();
@@ -309,6 +433,11 @@ impl Memory {
             return Err(Error::Invalid(format!("text is {} bytes; at most {MAX_TEXT}", text.len())));
         }
         check_tags(&tags)?;
+        if let Some(why) = secret_in(text) {
+            return Err(Error::Invalid(format!(
+                "text looks like it holds a secret ({why}); memory is plain markdown that models read: keep secrets in the credential store (`coffer credentials set NAME`) and remember only where they are"
+            )));
+        }
         if source.len() > MAX_SOURCE || source.chars().any(char::is_control) {
             return Err(Error::Invalid(format!(
                 "source must be at most {MAX_SOURCE} bytes without control characters"
@@ -339,6 +468,7 @@ impl Memory {
             source: source.to_owned(),
             created_ms,
             path: path.display().to_string(),
+            warning: String::new(),
         };
         Ok(RememberReply { fact: Some(fact), created: true, similarity: 0.0 })
     }
@@ -348,9 +478,8 @@ impl Memory {
     /// # Errors
     /// [`Error::Invalid`] for a bad id, [`Error::NotFound`] when there is no such fact.
     pub async fn forget(&self, id: &str) -> Result<u64> {
-        check_id(id)?;
         let _one_at_a_time = self.write.lock().await;
-        let name = format!("{id}.md");
+        let name = self.file_of(id)?;
         let path = self.dir().join(&name);
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -386,6 +515,10 @@ mod tests {
             let e = check_id(bad).unwrap_err().to_string();
             assert!(e.contains("not a fact id"), "{bad}: {e}");
         }
+        for bad in ["", "../../etc/passwd", "01ARZ3NDEKTSV4RRFFQ69G5FA/", "..", "a/b"] {
+            let e = check_fact_id(bad).unwrap_err().to_string();
+            assert!(e.contains("not a fact id"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -409,13 +542,78 @@ mod tests {
         );
         assert!(text.starts_with(&format!("---\nid: {id}\ncreated: 2026-11-30T09:31:36.123Z\n")), "{text}");
         let path = PathBuf::from(format!("/m/{id}.md"));
-        let f = parse_fact(&path, &text).unwrap();
+        let f = parse_fact(&path, &text, 5);
         assert_eq!(f.id, id.to_string());
         assert_eq!(f.text, "The deploy key is in \"vault\": rotate monthly.");
         assert_eq!(f.tags, ["ops", "密钥"]);
         assert_eq!(f.source, "mcp:claude-code");
         assert_eq!(f.created_ms, 1_796_031_096_123);
-        assert!(parse_fact(Path::new("/m/notes.md"), &text).is_err(), "the stem must be the id");
+        assert_eq!(f.warning, "");
+        // A hand-written note: its name is its id, its mtime its date.
+        let note = parse_fact(Path::new("/m/groceries.md"), "# Groceries\n\nmilk\n", 42);
+        assert_eq!((note.id.as_str(), note.created_ms, note.warning.as_str()), ("groceries", 42, ""));
+        assert_eq!(note.text, "# Groceries\n\nmilk");
+    }
+
+    #[test]
+    fn a_malformed_front_matter_is_a_warning_not_an_error() {
+        let id = Ulid::from_parts(1_796_031_096_123, 7);
+        let f = parse_fact(
+            &PathBuf::from(format!("/m/{id}.md")),
+            "---\nid: x\ntags: [unclosed\nsource: \"cli\n---\nThe body survives.\n",
+            0,
+        );
+        assert_eq!(f.id, id.to_string());
+        assert_eq!(f.text, "The body survives.");
+        assert!(f.tags.is_empty() && f.source.is_empty());
+        assert!(
+            f.warning.contains("invalid YAML front matter") && f.warning.contains(&format!("{id}.md")),
+            "{}",
+            f.warning
+        );
+    }
+
+    #[test]
+    fn note_names_are_fact_ids_but_never_paths() {
+        let id = Ulid::from_parts(1_700_000_000_000, 42);
+        assert_eq!(check_fact_id(&id.to_string().to_lowercase()).unwrap(), id.to_string(), "ULIDs in upper case");
+        for ok in ["groceries", "my note", "笔记", "2024-01-01 standup", "01ARZ3NDEKTSV4RRFFQ69G5FA"] {
+            assert_eq!(check_fact_id(ok).unwrap(), ok);
+        }
+        for bad in ["", ".hidden", "..", "../x", "a/b", "a\\b", "a\nb", &"n".repeat(201)] {
+            let e = check_fact_id(bad).unwrap_err().to_string();
+            assert!(e.contains("not a fact id"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_recognized_by_pattern_and_never_echoed() {
+        for (text, why) in [
+            ("my github token is ghp_16C7e42F292c6912E7710c838347Ae178B4a", "api token"),
+            ("use sk-proj-abcdefghij1234567890 for the embeddings", "api token"),
+            ("AWS key AKIAIOSFODNN7EXAMPLE for the bucket", "api token"),
+            ("the db password=hunter2!x", "password"),
+            ("Password: Tr0ub4dor&3 for the router", "password"),
+            ("curl -H 'Authorization: Bearer abc123def456ghi789'", "authorization"),
+            ("api_key: 9f8e7d6c5b4a39281706", "api_key"),
+        ] {
+            let got = secret_in(text).unwrap_or_else(|| panic!("{text:?} is a secret"));
+            assert!(got.to_lowercase().contains(why), "{text:?}: {got}");
+            for w in text.split_whitespace().filter(|w| w.len() > 10) {
+                assert!(!got.contains(w), "the reason must not echo the value: {got}");
+            }
+        }
+        for fine in [
+            "The deploy key is in \"vault\": rotate monthly.",
+            "the password policy: twelve characters minimum",
+            "token bucket rate limiting at 100 req/s",
+            "see https://example.com/docs/auth/token-endpoint",
+            "我的密码规则是每月更换",
+            "ERR-4711 means the disk is full",
+            "the key: value store is fast",
+        ] {
+            assert_eq!(secret_in(fine), None, "{fine:?}");
+        }
     }
 
     #[test]
@@ -455,8 +653,7 @@ mod tests {
                 .unwrap();
             ids.push(id.to_string());
         }
-        // Not facts: a note with another name, a temp file, a folder.
-        std::fs::write(dir.join("notes.md"), "hello").unwrap();
+        // Not facts: a temp file, a folder.
         std::fs::write(dir.join(".x.md.tmp-00"), "half").unwrap();
         std::fs::create_dir(dir.join("sub")).unwrap();
         let m = offline_memory(tmp.path());
@@ -474,6 +671,23 @@ mod tests {
         assert!(matches!(m.get(&Ulid::from_parts(1, 1).to_string()), Err(Error::NotFound(_))));
         assert!(matches!(m.list(501, "", &[]), Err(Error::Invalid(_))));
         assert!(matches!(m.list(1, "../x", &[]), Err(Error::Invalid(_))));
+        // A hand-written note is listed and read by its name; a broken one with a warning.
+        std::fs::write(dir.join("notes.md"), "hello").unwrap();
+        std::fs::write(dir.join(format!("{}.md", ids[0])), "---\ntags: [\n---\nbroken but readable\n").unwrap();
+        let all = m.list(0, "", &[]).unwrap();
+        assert_eq!(all.facts.len(), 8);
+        assert_eq!(all.facts[0].id, "notes", "names sort after upper-case ULIDs, newest first");
+        assert_eq!(m.get("notes").unwrap().text, "hello");
+        let broken = m.get(&ids[0]).unwrap();
+        assert_eq!(broken.text, "broken but readable");
+        assert!(!broken.warning.is_empty());
+        assert_eq!(m.get(&ids[1].to_lowercase()).unwrap().id, ids[1], "a lower-case id finds the fact");
+        // Not text at all: a clear refusal naming the file, not an internal error.
+        std::fs::write(dir.join("latin1.md"), b"caf\xe9\n").unwrap();
+        assert!(
+            matches!(m.get("latin1"), Err(Error::Precondition(e)) if e.contains("latin1.md") && e.contains("not UTF-8"))
+        );
+        assert!(matches!(m.get("absent-note"), Err(Error::NotFound(_))));
     }
 
     #[test]

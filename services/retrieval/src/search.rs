@@ -15,6 +15,11 @@
 //! lists are fused at chunk level, and a document whose chunks two engines ranked differently
 //! is shown once, with its better fused chunk.
 //!
+//! A vector hit whose cosine similarity is below [`MIN_VECTOR_SIMILARITY`] is not a result on
+//! its own (nearest is not near: every query has nearest neighbours); it still adds its rank to
+//! a chunk another engine found. A KB whose folder is gone is not searched (a warning says so)
+//! until the folder is back.
+//!
 //! The reply lists every engine with its state (ok, failed, timeout, disabled), hits and time;
 //! a failed or timed-out engine is also named in `warnings`.
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -31,7 +36,7 @@ use crate::embedder::Embeddings;
 use crate::error::{Error, Result};
 use crate::fusion::{self, ChunkRef, Ranked};
 use crate::sources::{MEMORY, Sources};
-use crate::{grep, snippet, terms, walk};
+use crate::{grep, snippet, terms};
 
 /// Longest query, bytes (after trimming).
 pub const MAX_QUERY_BYTES: usize = 8192;
@@ -50,6 +55,11 @@ const TOP_UP: usize = 50;
 /// Grep's bounds.
 const GREP_MAX_HITS: usize = 2000;
 const GREP_MAX_PER_FILE: usize = 50;
+/// Cosine similarity (the store's vector score, 1 − cosine distance) below which a vector hit
+/// alone does not make a result. Chosen for the small sentence-embedding models this is used
+/// with (bge-small, MiniLM): unrelated English text scores about 0.0-0.2 with MiniLM and well
+/// above this with bge only when it shares a topic.
+pub const MIN_VECTOR_SIMILARITY: f64 = 0.25;
 /// The engines, in report order.
 pub const ENGINES: [&str; 3] = ["grep", "keyword", "vector"];
 
@@ -211,9 +221,23 @@ impl Searcher {
     pub async fn search(&self, q: &Query) -> Result<SearchReply> {
         let started = Instant::now();
         let mut roots = BTreeMap::new();
+        let mut gone_warnings = Vec::new();
         for kb in &q.kbs {
             roots.insert(kb.clone(), self.sources.require(kb)?);
         }
+        let searched: Vec<String> = q
+            .kbs
+            .iter()
+            .filter(|kb| match self.sources.gone(kb) {
+                Some(why) => {
+                    gone_warnings.push(format!("knowledge base {kb} not searched: {why}"));
+                    false
+                }
+                None => true,
+            })
+            .cloned()
+            .collect();
+        let q = &Query { kbs: searched, ..q.clone() };
         let timeout = self.config.borrow().engine_timeout;
         let filters = Filters {
             kb: q.kbs.clone(),
@@ -269,7 +293,7 @@ impl Searcher {
         let mut chunks: HashMap<i64, Chunk> = HashMap::new();
         let mut lists = Vec::new();
         let mut reports = Vec::new();
-        let mut warnings = Vec::new();
+        let mut warnings = gone_warnings;
         for run in runs {
             // One entry per document in each engine's list: its best chunk. A document's other
             // chunks would otherwise take ranks from the next documents (on Cranfield a top 10
@@ -314,6 +338,7 @@ impl Searcher {
         let mut shown = HashSet::new();
         let results = fusion::fuse(&lists, usize::MAX)
             .into_iter()
+            .filter(|f| !weak_vector_only(&f.ranks))
             .filter(|f| shown.insert((f.chunk.kb.clone(), f.chunk.path.clone())))
             .take(q.limit as usize)
             .filter_map(|f| {
@@ -416,17 +441,8 @@ impl Searcher {
         filters: &Filters,
         timeout: Duration,
     ) -> std::result::Result<(Vec<ChunkHit>, Vec<String>), String> {
-        let grep_roots: Vec<grep::GrepRoot> = roots
-            .values()
-            .map(|k| grep::GrepRoot {
-                kb: k.name.clone(),
-                spec: walk::WalkSpec {
-                    root: PathBuf::from(&k.root),
-                    include: k.include.clone(),
-                    exclude: k.exclude.clone(),
-                },
-            })
-            .collect();
+        let grep_roots: Vec<grep::GrepRoot> =
+            roots.values().map(|k| grep::GrepRoot { kb: k.name.clone(), spec: self.sources.walk_spec(k) }).collect();
         let gq = grep::GrepQuery {
             query: q.text.clone(),
             regex: q.regex,
@@ -510,6 +526,12 @@ pub fn looks_literal(text: &str) -> bool {
 }
 
 /// Runs one engine under `timeout`, timing it and turning its outcome into an [`EngineRun`].
+/// Whether a fused result rests on a vector hit alone whose similarity is below
+/// [`MIN_VECTOR_SIMILARITY`].
+fn weak_vector_only(ranks: &[fusion::EngineRank]) -> bool {
+    !ranks.is_empty() && ranks.iter().all(|r| r.engine == "vector" && r.score < MIN_VECTOR_SIMILARITY)
+}
+
 async fn timed<F>(name: &'static str, timeout: Duration, fut: F) -> EngineRun
 where
     F: std::future::Future<Output = std::result::Result<(Vec<ChunkHit>, Vec<String>), String>>,
@@ -588,6 +610,17 @@ mod tests {
             let query = v(q).unwrap_or_else(|e| panic!("{q:?}: {e}"));
             assert_eq!(query.text, q.trim());
         }
+    }
+
+    #[test]
+    fn a_weak_vector_hit_alone_is_not_a_result() {
+        let r = |engine: &'static str, score: f64| fusion::EngineRank { engine, rank: 1, score };
+        assert!(weak_vector_only(&[r("vector", 0.1)]));
+        assert!(!weak_vector_only(&[r("vector", MIN_VECTOR_SIMILARITY)]));
+        assert!(!weak_vector_only(&[r("vector", 0.9)]));
+        // Found by another engine too: the weak vector rank only adds to it.
+        assert!(!weak_vector_only(&[r("keyword", 3.0), r("vector", 0.1)]));
+        assert!(!weak_vector_only(&[r("grep", 1.0)]));
     }
 
     #[test]

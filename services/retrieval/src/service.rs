@@ -143,9 +143,26 @@ impl Retrieval for RetrievalService {
         self.sources.ready()?;
         let name = req.into_inner().name;
         ok(async {
-            let removed = self.sources.remove(&name).await?;
-            self.indexer.stop_kb(&name);
-            Ok(RemoveReply { removed })
+            self.sources.require(&name)?;
+            if name == MEMORY {
+                // Refused by `Sources::remove`, before anything is stopped.
+                return self.sources.remove(&name).await.map(|removed| RemoveReply { removed });
+            }
+            // The pass and the watcher stop first, and the writes in flight end, so nothing
+            // re-creates a document of the KB once its definition is gone.
+            let quiet = self.indexer.stop_kb(&name).await;
+            match self.sources.remove(&name).await {
+                Ok(removed) => {
+                    drop(quiet);
+                    Ok(RemoveReply { removed })
+                }
+                Err(e) => {
+                    // Not removed (the store is down): the KB keeps being indexed.
+                    drop(quiet);
+                    self.indexer.start_kb(&name);
+                    Err(e)
+                }
+            }
         }
         .await)
     }

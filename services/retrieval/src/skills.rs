@@ -1,7 +1,9 @@
 //! Skills: `COFFER_HOME/skills/<name>/SKILL.md`, each with YAML front matter holding `name` and
 //! `description` (the format Claude Code and Codex skills use). Scanned on every call (a skill
 //! is a few files; nothing is cached or indexed). A skill whose front matter is malformed is
-//! left out and reported by its folder name; it never breaks the listing.
+//! left out and reported by its folder name; it never breaks the listing. Two folders whose
+//! front matter gives the same `name`: the folder of that name wins (else the first by path),
+//! the other is reported as invalid ("duplicate skill name").
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -149,9 +151,11 @@ fn read_skill(file: &Path) -> std::result::Result<Parsed, String> {
 }
 
 /// The skills under `dir` (`COFFER_HOME/skills`): valid ones sorted by name, invalid ones by
-/// folder name with why. A missing `dir` is no skills.
+/// folder name with why; one skill per `name` (see the module docs). A missing `dir` is no
+/// skills.
 pub fn list(dir: &Path) -> ListSkillsReply {
     let mut reply = ListSkillsReply::default();
+    let mut by_name: BTreeMap<String, (String, SkillSummary)> = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else { return reply };
     let mut folders: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
     folders.sort();
@@ -165,15 +169,32 @@ pub fn list(dir: &Path) -> ListSkillsReply {
             continue;
         }
         match read_skill(&file) {
-            Ok(p) => reply.skills.push(SkillSummary {
-                name: p.name,
-                description: p.description,
-                path: file.display().to_string(),
-            }),
+            Ok(p) => {
+                let name = p.name.clone();
+                let summary =
+                    SkillSummary { name: p.name, description: p.description, path: file.display().to_string() };
+                let dup = |loser: &str, winner: &str| InvalidSkill {
+                    name: loser.to_owned(),
+                    error: format!("duplicate skill name {name:?}: the folder {winner:?} has it too (rename one)"),
+                };
+                let first = by_name.get(&name).map(|(f, _)| f.clone());
+                match first {
+                    None => {
+                        by_name.insert(name.clone(), (folder_name, summary));
+                    }
+                    // The folder named like the skill wins over one seen earlier by path.
+                    Some(first) if folder_name == name => {
+                        reply.invalid.push(dup(&first, &folder_name));
+                        by_name.insert(name.clone(), (folder_name, summary));
+                    }
+                    Some(first) => reply.invalid.push(dup(&folder_name, &first)),
+                }
+            }
             Err(error) => reply.invalid.push(InvalidSkill { name: folder_name, error }),
         }
     }
-    reply.skills.sort_by(|a, b| a.name.cmp(&b.name));
+    reply.skills = by_name.into_values().map(|(_, s)| s).collect();
+    reply.invalid.sort_by(|a, b| a.name.cmp(&b.name));
     reply
 }
 
@@ -302,6 +323,32 @@ mod tests {
         assert!(matches!(load(dir, "absent"), Err(Error::NotFound(_))));
         assert!(matches!(load(dir, "../pdf"), Err(Error::Invalid(_))));
         assert!(list(&dir.join("none")).skills.is_empty());
+    }
+
+    #[test]
+    fn two_folders_with_one_name_list_one_skill_and_report_the_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        // "a-copy" sorts before "pdf", but the folder named like the skill wins.
+        write(dir, "a-copy", "---\nname: pdf\ndescription: An old copy.\n---\n");
+        write(dir, "pdf", "---\nname: pdf\ndescription: PDFs.\n---\n");
+        // Neither folder has the name: the first by path wins.
+        write(dir, "x1", "---\nname: csv\ndescription: First.\n---\n");
+        write(dir, "x2", "---\nname: csv\ndescription: Second.\n---\n");
+        let r = list(dir);
+        let skills: Vec<(&str, &str)> = r.skills.iter().map(|s| (s.name.as_str(), s.description.as_str())).collect();
+        assert_eq!(skills, [("csv", "First."), ("pdf", "PDFs.")]);
+        let invalid: Vec<(&str, &str)> = r.invalid.iter().map(|i| (i.name.as_str(), i.error.as_str())).collect();
+        assert_eq!(invalid.len(), 2, "{invalid:?}");
+        assert_eq!(invalid[0].0, "a-copy");
+        assert!(
+            invalid[0].1.contains("duplicate skill name \"pdf\"") && invalid[0].1.contains("\"pdf\""),
+            "{invalid:?}"
+        );
+        assert_eq!(invalid[1].0, "x2");
+        assert!(invalid[1].1.contains("duplicate skill name \"csv\"") && invalid[1].1.contains("x1"), "{invalid:?}");
+        assert_eq!(load(dir, "pdf").unwrap().description, "PDFs.");
+        assert_eq!(load(dir, "csv").unwrap().description, "First.");
     }
 
     #[test]

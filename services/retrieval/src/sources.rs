@@ -86,12 +86,21 @@ pub struct Sources {
     index: Index,
     cache: RwLock<BTreeMap<String, KnowledgeBase>>,
     loaded: std::sync::atomic::AtomicBool,
+    /// KBs whose folder is gone, with the message to show: kept in the index (their vectors
+    /// too, for when the folder returns unchanged) but not searched.
+    gone: RwLock<BTreeMap<String, String>>,
 }
 
 impl Sources {
     /// Sources for `home`, empty until [`Sources::load`].
     pub fn new(home: CofferHome, index: Index) -> Self {
-        Self { home, index, cache: RwLock::new(BTreeMap::new()), loaded: false.into() }
+        Self {
+            home,
+            index,
+            cache: RwLock::new(BTreeMap::new()),
+            loaded: false.into(),
+            gone: RwLock::new(BTreeMap::new()),
+        }
     }
 
     /// `COFFER_HOME`.
@@ -102,6 +111,36 @@ impl Sources {
     /// `COFFER_HOME/memory`.
     pub fn memory_root(&self) -> PathBuf {
         self.home.root().join(MEMORY)
+    }
+
+    /// What a walk of KB `def` covers: its root and globs, and `COFFER_HOME` skipped when the
+    /// root contains it ([`crate::walk::skip_for`]).
+    pub fn walk_spec(&self, def: &KnowledgeBase) -> crate::walk::WalkSpec {
+        let root = PathBuf::from(&def.root);
+        crate::walk::WalkSpec {
+            skip: crate::walk::skip_for(&root, self.home.root()),
+            root,
+            include: def.include.clone(),
+            exclude: def.exclude.clone(),
+        }
+    }
+
+    /// Marks KB `name`'s folder gone (with why) or back (`None`).
+    pub fn set_gone(&self, name: &str, why: Option<String>) {
+        let mut gone = self.gone.write().expect("sources lock");
+        match why {
+            Some(w) => {
+                gone.insert(name.to_owned(), w);
+            }
+            None => {
+                gone.remove(name);
+            }
+        }
+    }
+
+    /// Why KB `name` is not searched (its folder is gone), if it is not.
+    pub fn gone(&self, name: &str) -> Option<String> {
+        self.gone.read().expect("sources lock").get(name).cloned()
     }
 
     /// The store's Index client.
@@ -149,10 +188,37 @@ impl Sources {
                 list.knowledge_bases.push(created);
             }
         }
+        let mut defs = Vec::with_capacity(list.knowledge_bases.len());
+        for def in list.knowledge_bases {
+            defs.push(self.rehome(def).await?);
+        }
         let mut cache = self.cache.write().expect("sources lock");
-        *cache = list.knowledge_bases.into_iter().map(|k| (k.name.clone(), k)).collect();
+        *cache = defs.into_iter().map(|k| (k.name.clone(), k)).collect();
         self.loaded.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// A folder KB in another home's `knowledge/<name>/` (a backup restored into this home, or
+    /// `COFFER_HOME` moved) whose folder this home has: defined afresh at this home's folder (its
+    /// old index goes with the old definition; the start-up pass indexes the files here).
+    /// Anything else is returned as it is.
+    async fn rehome(&self, def: KnowledgeBase) -> Result<KnowledgeBase> {
+        if def.kind == KnowledgeBaseKind::Memory as i32 {
+            return Ok(def);
+        }
+        let home_root = self.home.root().canonicalize().unwrap_or_else(|_| self.home.root().to_path_buf());
+        let root = Path::new(&def.root);
+        let default_shape = root.file_name().is_some_and(|n| n == def.name.as_str())
+            && root.parent().and_then(Path::file_name).is_some_and(|n| n == "knowledge");
+        let here = home_root.join("knowledge").join(&def.name);
+        if !default_shape || root.starts_with(&home_root) || !here.is_dir() {
+            return Ok(def);
+        }
+        let here = here.canonicalize().map_err(|e| Error::io(format!("resolving {}", here.display()), e))?;
+        tracing::info!(kb = %def.name, from = %def.root, to = %here.display(), "Knowledge base moved with COFFER_HOME; defined at its new folder.");
+        self.index.clone().delete_knowledge_base(KnowledgeBaseRef { name: def.name.clone() }).await?;
+        let moved = KnowledgeBase { root: here.display().to_string(), created_ms: 0, ..def };
+        Ok(self.index.clone().create_knowledge_base(moved).await?.into_inner())
     }
 
     /// Whether [`Sources::load`] has succeeded.
@@ -199,7 +265,8 @@ impl Sources {
     /// Defines a new folder KB (validated) in the store and the cache.
     ///
     /// # Errors
-    /// [`Error::Invalid`] (name, path, globs), [`Error::AlreadyExists`], the store's errors.
+    /// [`Error::Invalid`] (name, path, globs), [`Error::AlreadyExists`] for a name that is
+    /// taken or a folder another KB already indexes (named), the store's errors.
     pub async fn add(
         &self,
         name: &str,
@@ -223,7 +290,19 @@ impl Sources {
             }
         }
         let root = resolve_root(&self.home, name, path)?;
-        let spec = crate::walk::WalkSpec { root: root.clone(), include: include.clone(), exclude: exclude.clone() };
+        let shown = root.display().to_string();
+        if let Some(other) = self.all().into_iter().find(|k| k.root == shown) {
+            return Err(Error::AlreadyExists(format!(
+                "knowledge base {:?} already indexes {shown}; one folder is one knowledge base (remove {:?} first, or search it)",
+                other.name, other.name
+            )));
+        }
+        let spec = crate::walk::WalkSpec {
+            root: root.clone(),
+            include: include.clone(),
+            exclude: exclude.clone(),
+            skip: vec![],
+        };
         crate::walk::matcher(&spec).map_err(|e| Error::Invalid(format!("bad glob: {e}")))?;
         let def = KnowledgeBase {
             name: name.into(),
@@ -263,6 +342,7 @@ impl Sources {
             .into_inner()
             .removed;
         self.cache.write().expect("sources lock").remove(name);
+        self.set_gone(name, None);
         Ok(removed)
     }
 }

@@ -9,7 +9,8 @@
 //! files and folders skipped; only regular files; symlinks followed only while their target
 //! stays inside the root (canonicalized), a loop reported and never followed twice; a file
 //! reachable by several paths (a symlink to a folder inside the root) is listed once, under its
-//! real path when that is included.
+//! real path when that is included; folders named in [`WalkSpec::skip`] (`COFFER_HOME` when a
+//! knowledge base folder contains it) are never entered.
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,7 @@ use ignore::{DirEntry, WalkBuilder};
 pub const DEFAULT_INCLUDE: &[&str] = &["**/*.md", "**/*.markdown"];
 
 /// What to walk: a root folder and globs relative to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WalkSpec {
     /// The knowledge base folder (canonicalized by [`walk`] and [`matcher`]).
     pub root: PathBuf,
@@ -32,6 +33,18 @@ pub struct WalkSpec {
     pub include: Vec<String>,
     /// Globs of files (or folders, whose contents are then skipped) to leave out.
     pub exclude: Vec<String>,
+    /// Absolute, canonical folders inside the root that are never entered, whatever the globs
+    /// say (`COFFER_HOME` when the user's folder contains it: Coffer's own memory, skills,
+    /// logs and database are not notes). See [`skip_for`].
+    pub skip: Vec<PathBuf>,
+}
+
+/// The [`WalkSpec::skip`] list for a KB at `root` given `COFFER_HOME` at `home`: `home` when
+/// it lies strictly inside `root` (both canonicalized when they exist), else nothing.
+pub fn skip_for(root: &Path, home: &Path) -> Vec<PathBuf> {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+    let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
+    if home != root && home.starts_with(&root) { vec![home] } else { Vec::new() }
 }
 
 /// One document file found by [`walk`].
@@ -83,6 +96,7 @@ pub struct PathFilter {
     include: GlobSet,
     exclude: GlobSet,
     ignores: Vec<Gitignore>,
+    skip: Vec<PathBuf>,
 }
 
 impl PathFilter {
@@ -101,7 +115,12 @@ impl PathFilter {
         if rel_path.split('/').any(|c| c.is_empty() || c.starts_with('.')) {
             return false;
         }
-        self.globs_accept(rel_path) && !self.ignored(rel_path, false)
+        self.globs_accept(rel_path) && !self.ignored(rel_path, false) && !self.skipped(&self.root.join(rel_path))
+    }
+
+    /// Whether `abs` lies in a folder of [`WalkSpec::skip`].
+    pub(crate) fn skipped(&self, abs: &Path) -> bool {
+        self.skip.iter().any(|s| abs.starts_with(s))
     }
 
     pub(crate) fn globs_accept(&self, rel_path: &str) -> bool {
@@ -188,7 +207,7 @@ fn filter_for(root: &Path, spec: &WalkSpec) -> Result<PathFilter, WalkError> {
             }
         }
     }
-    Ok(PathFilter { root: root.to_owned(), include, exclude, ignores })
+    Ok(PathFilter { root: root.to_owned(), include, exclude, ignores, skip: spec.skip.clone() })
 }
 
 /// The path of `p` relative to `root`, `/`-separated; `None` when `p` is not under `root` or
@@ -385,7 +404,14 @@ fn admit(filter: &PathFilter, issues: &Mutex<Vec<WalkIssue>>, entry: &DirEntry) 
             }
         }
     }
-    if entry.file_type().is_some_and(|t| t.is_dir())
+    let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+    if is_dir && !filter.skip.is_empty() {
+        let real = std::fs::canonicalize(entry.path()).unwrap_or_else(|_| entry.path().to_owned());
+        if filter.skipped(entry.path()) || filter.skipped(&real) {
+            return false;
+        }
+    }
+    if is_dir
         && let Some(rel) = rel_of(root, entry.path())
         && filter.exclude.is_match(&rel)
     {

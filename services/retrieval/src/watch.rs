@@ -77,6 +77,20 @@ pub fn is_change(kind: &EventKind) -> bool {
 /// # Errors
 /// [`WatchError::Notify`] when the folder cannot be watched.
 pub fn start(root: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
+    start_with(root, RecursiveMode::Recursive, tx)
+}
+
+/// Watches `dir` itself, not its subfolders: the entries created, removed or renamed in it
+/// (how the indexer sees a vanished KB folder come back, from its parent). Must be called
+/// inside a Tokio runtime.
+///
+/// # Errors
+/// [`WatchError::Notify`] when the folder cannot be watched.
+pub fn start_shallow(dir: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
+    start_with(dir, RecursiveMode::NonRecursive, tx)
+}
+
+fn start_with(root: &Path, mode: RecursiveMode, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
     let err = |source| WatchError::Notify { path: root.display().to_string(), source };
     let (events_tx, events) = mpsc::unbounded_channel::<notify::Result<notify::Event>>();
     let handler = move |res: notify::Result<notify::Event>| {
@@ -91,7 +105,7 @@ pub fn start(root: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher,
     // at their real path anyway, and the walk refuses links that leave the root.
     let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher = RecommendedWatcher::new(handler, config).map_err(err)?;
-    watcher.watch(root, RecursiveMode::Recursive).map_err(err)?;
+    watcher.watch(root, mode).map_err(err)?;
     Ok(KbWatcher { _watcher: watcher, batcher: tokio::spawn(batch(events, tx)) })
 }
 

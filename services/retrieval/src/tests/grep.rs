@@ -12,7 +12,7 @@ fn write(root: &Path, rel: &str, bytes: &[u8]) {
 }
 
 fn root(kb: &str, dir: &Path) -> GrepRoot {
-    GrepRoot { kb: kb.into(), spec: WalkSpec { root: dir.to_owned(), include: vec![], exclude: vec![] } }
+    GrepRoot { kb: kb.into(), spec: WalkSpec { root: dir.to_owned(), include: vec![], exclude: vec![], skip: vec![] } }
 }
 
 fn q(query: &str) -> GrepQuery {

@@ -11,7 +11,7 @@ fn write(root: &Path, rel: &str, text: &str) {
 }
 
 fn spec(root: &Path) -> WalkSpec {
-    WalkSpec { root: root.to_owned(), include: vec![], exclude: vec![] }
+    WalkSpec { root: root.to_owned(), include: vec![], exclude: vec![], skip: vec![] }
 }
 
 fn rels(spec: &WalkSpec) -> (Vec<String>, Vec<WalkIssue>) {
@@ -57,6 +57,7 @@ fn include_and_exclude_globs_are_relative_to_the_root() {
         root: root.to_owned(),
         include: vec!["docs/**/*.md".into(), "docs/*.txt".into()],
         exclude: vec!["docs/drafts".into()],
+        skip: vec![],
     };
     assert_eq!(rels(&s).0, vec!["docs/a.md", "docs/c.txt"]);
     let f = matcher(&s).expect("matcher");
@@ -91,7 +92,7 @@ fn bad_root_and_bad_globs_are_named() {
     write(dir.path(), "file.md", "x");
     assert!(matches!(walk(&spec(&dir.path().join("file.md"))), Err(WalkError::NotADirectory(_))));
     for bad in ["[unclosed", "/abs/*.md", "../*.md", "a/../../b", " "] {
-        let s = WalkSpec { root: dir.path().to_owned(), include: vec![bad.into()], exclude: vec![] };
+        let s = WalkSpec { root: dir.path().to_owned(), include: vec![bad.into()], exclude: vec![], skip: vec![] };
         match walk(&s) {
             Err(WalkError::BadGlob { glob, message }) => {
                 assert_eq!(glob, bad);
@@ -99,7 +100,7 @@ fn bad_root_and_bad_globs_are_named() {
             }
             other => panic!("{bad:?}: {other:?}"),
         }
-        let s = WalkSpec { root: dir.path().to_owned(), include: vec![], exclude: vec![bad.into()] };
+        let s = WalkSpec { root: dir.path().to_owned(), include: vec![], exclude: vec![bad.into()], skip: vec![] };
         assert!(matches!(matcher(&s), Err(WalkError::BadGlob { .. })), "{bad:?}");
     }
 }
@@ -189,4 +190,31 @@ fn many_files_walk_is_sorted_and_complete() {
     assert_eq!(files.len(), 300);
     assert!(files.windows(2).all(|w| w[0] < w[1]));
     assert!(issues.is_empty());
+}
+
+#[test]
+fn coffer_home_inside_the_folder_is_never_walked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical");
+    write(&root, "notes/a.md", "a");
+    let home = root.join(".config-less-home");
+    write(&home, "memory/01ARZ3NDEKTSV4RRFFQ69G5FAV.md", "fact");
+    let visible_home = root.join("coffer");
+    write(&visible_home, "memory/01ARZ3NDEKTSV4RRFFQ69G5FAV.md", "fact");
+    write(&visible_home, "skills/pdf/SKILL.md", "skill");
+    // A link to the home from elsewhere in the folder is pruned too.
+    std::os::unix::fs::symlink(&visible_home, root.join("notes").join("home-link")).expect("symlink");
+    let skip = skip_for(&root, &visible_home);
+    assert_eq!(skip, std::slice::from_ref(&visible_home));
+    let s = WalkSpec { skip, ..spec(&root) };
+    assert_eq!(rels(&s).0, vec!["notes/a.md"]);
+    let f = matcher(&s).expect("matcher");
+    assert!(f.accepts("notes/b.md"));
+    assert!(!f.accepts("coffer/memory/01ARZ3NDEKTSV4RRFFQ69G5FAV.md"), "the watcher's filter skips it too");
+    // Without the skip list, Coffer's own files would be documents.
+    assert!(rels(&spec(&root)).0.iter().any(|p| p.starts_with("coffer/")));
+    // A root inside the home, or unrelated to it, skips nothing.
+    assert!(skip_for(&visible_home.join("memory"), &visible_home).is_empty());
+    assert!(skip_for(&visible_home, &visible_home).is_empty());
+    assert!(skip_for(&root.join("notes"), &visible_home).is_empty());
 }
