@@ -297,10 +297,18 @@ async fn claude_code_hung_turn_is_interrupted_and_its_process_group_is_gone() ->
     let bench = claude_bench().await?;
     let model = FakeAnthropic::scripted().await?;
     let provider = claude(&bench, &model);
-    let (running, mut rx) = bench.start(&provider, "HANG", bench.config("", ""))?;
-    wait_for("the hung request at the fake", TURN_TIMEOUT, || async { Ok(model.turns().first().cloned()) }).await?;
+    // A first turn parks its process; the hung turn runs on it.
+    let events = bench.turn(&provider, "SAY[ready]", bench.config("", "")).await?;
+    let id = session(&events).unwrap_or_else(|| panic!("{events:?}"));
+    let parked = provider.parked_pid(CONVERSATION).expect("a parked process");
+    let asked_before = model.turns().len();
+    let (running, mut rx) = bench.start(&provider, "HANG", bench.config(&id, ""))?;
+    wait_for("the hung request at the fake", TURN_TIMEOUT, || async {
+        Ok((model.turns().len() > asked_before).then_some(()))
+    })
+    .await?;
     let pids = bench.agent_pids();
-    assert_eq!(pids.len(), 1, "one claude process: {pids:?}");
+    assert_eq!(pids, [parked], "the parked claude process runs the turn");
     assert!(group_alive(pids[0]));
     let asked = Instant::now();
     let _ = running.interrupt.send(());
@@ -312,6 +320,7 @@ async fn claude_code_hung_turn_is_interrupted_and_its_process_group_is_gone() ->
     assert!(took < INTERRUPT_GRACE * 3, "interrupt took {took:?}");
     assert!(!group_alive(pids[0]), "process group {} is gone", pids[0]);
     assert!(bench.agent_pids().is_empty());
+    assert_eq!(provider.parked_pid(CONVERSATION), None, "an interrupted process is not kept");
     eprintln!("claude_code interrupt of a hung turn: done after {took:?}");
     Ok(())
 }
@@ -544,10 +553,18 @@ async fn codex_hung_turn_is_interrupted_and_its_process_group_is_gone() -> anyho
     let bench = codex_bench().await?;
     let model = FakeOpenAi::start().await?;
     let provider = codex(&bench, &model)?;
-    let (running, mut rx) = bench.start(&provider, "HANG", bench.config("", ""))?;
-    wait_for("the hung request at the fake", TURN_TIMEOUT, || async { Ok(model.requests().first().cloned()) }).await?;
+    // A first turn keeps its app-server; the hung turn runs on it.
+    let events = bench.turn(&provider, "SAY[ready]", bench.config("", "")).await?;
+    let id = session(&events).unwrap_or_else(|| panic!("{events:?}"));
+    let parked = provider.parked_pid(CONVERSATION).expect("a kept app-server");
+    let asked_before = model.requests().len();
+    let (running, mut rx) = bench.start(&provider, "HANG", bench.config(&id, ""))?;
+    wait_for("the hung request at the fake", TURN_TIMEOUT, || async {
+        Ok((model.requests().len() > asked_before).then_some(()))
+    })
+    .await?;
     let pids = bench.agent_pids();
-    assert_eq!(pids.len(), 1, "one codex process: {pids:?}");
+    assert_eq!(pids, [parked], "the kept app-server runs the turn");
     let asked = Instant::now();
     let _ = running.interrupt.send(());
     let events = collect(&mut rx, &bench.home).await?;
@@ -557,6 +574,7 @@ async fn codex_hung_turn_is_interrupted_and_its_process_group_is_gone() -> anyho
     assert_eq!(stop_reason, "interrupted");
     assert!(took < INTERRUPT_GRACE * 3, "interrupt took {took:?}");
     assert!(!group_alive(pids[0]), "process group {} is gone", pids[0]);
+    assert_eq!(provider.parked_pid(CONVERSATION), None, "an interrupted app-server is not kept");
     eprintln!("codex interrupt of a hung turn: done after {took:?}");
     Ok(())
 }

@@ -93,12 +93,10 @@ pub fn deltas(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for c in text.chars() {
-        if c.is_whitespace() && !cur.trim().is_empty() {
-            cur.push(c);
+        if !c.is_whitespace() && cur.ends_with(char::is_whitespace) {
             out.push(std::mem::take(&mut cur));
-        } else {
-            cur.push(c);
         }
+        cur.push(c);
     }
     if !cur.is_empty() {
         out.push(cur);
