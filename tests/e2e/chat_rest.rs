@@ -376,3 +376,57 @@ async fn the_chat_cli_prints_bodies_unchanged_and_exits_by_the_outcome() -> anyh
         other => bail!("expected a NOT_FOUND envelope, got {other:?}: {again}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_survives_a_chat_service_restart_and_resumes_its_stream() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let id = create(&api).await?["id"].as_str().context("id")?.to_owned();
+    let mut child = home
+        .cli_command(&["chat", "watch", &id, "--json"])?
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let mut errs = tokio::io::BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let said = tokio::time::timeout(FRAME_TIMEOUT, errs.next_line()).await??.context("watch said nothing")?;
+    assert!(said.starts_with("Watching conversation"), "{said}");
+    send(&api, &id, "say:before").await?;
+    let (_, first) = tokio::time::timeout(FRAME_TIMEOUT, until_turn_done(&mut lines)).await??;
+
+    // The chat service dies: the edge ends the stream, the CLI reopens it once the supervisor
+    // has restarted the service, from the last event it printed.
+    let old = api.service("chat").await?["pid"].as_i64().context("pid")? as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old), nix::sys::signal::Signal::SIGKILL)?;
+    coffer_tests::wait_for("chat to be restarted", Duration::from_secs(20), || async {
+        let s = api.service("chat").await?;
+        Ok((s["state"] == "healthy" && s["pid"] != old).then_some(()))
+    })
+    .await?;
+    send(&api, &id, "say:after the restart").await?;
+    let (done, second) = tokio::time::timeout(Duration::from_secs(40), until_turn_done(&mut lines)).await??;
+    assert_eq!(done["turn_done"]["stop_reason"], "end_turn");
+    let all: Vec<u64> = first.iter().chain(&second).copied().collect();
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "no event twice, none out of order across the restart: {all:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().context("pid")? as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )?;
+    let status = tokio::time::timeout(FRAME_TIMEOUT, child.wait()).await??;
+    assert_eq!(status.code(), Some(0));
+    Ok(())
+}
+
+/// JSON lines of `coffer chat watch --json` up to a `turn_done`: that event and every seq read.
+async fn until_turn_done(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> anyhow::Result<(Value, Vec<u64>)> {
+    let mut seqs = Vec::new();
+    loop {
+        let line = lines.next_line().await?.context("watch ended")?;
+        let v: Value = serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))?;
+        seqs.push(v["seq"].as_u64().context("seq")?);
+        if v["kind"] == "turn_done" {
+            return Ok((v, seqs));
+        }
+    }
+}
