@@ -330,6 +330,25 @@ async fn the_chat_cli_prints_bodies_unchanged_and_exits_by_the_outcome() -> anyh
     }
     let idle = home.cli(&["chat", "stop", &id, "--json"]).await?.ok()?.json()?;
     assert_eq!(idle, json!({"interrupted": false}));
+    // stop mid-turn: the partial text is kept as `interrupted`, and the queue pauses.
+    send(&api, &id, "say:partial answer\nhang").await?;
+    loop {
+        let f = watcher.next().await?.context("stream ended")?;
+        if f.event == "text_delta" && f.data["text_delta"]["text"] == "answer" {
+            break;
+        }
+    }
+    let out = home.cli(&["chat", "stop", &id]).await?.ok()?;
+    assert!(out.stdout.contains("Stopped the turn"), "{out}");
+    let end = watcher.turn().await?;
+    let done = end.last().context("turn end")?;
+    assert_eq!(done.data["turn_done"]["stop_reason"], "interrupted", "{done:?}");
+    assert_eq!(done.data["turn_done"]["message"]["status"], "interrupted", "{done:?}");
+    let shown = home.cli(&["chat", "show", &id]).await?.ok()?;
+    assert!(shown.stdout.contains("interrupted") && shown.stdout.contains("partial answer"), "{shown}");
+    let q = home.cli(&["chat", "pending", &id, "--json"]).await?.ok()?.json()?;
+    assert_eq!(q["paused"], true, "an interrupt pauses the queue: {q}");
+    home.cli(&["chat", "pending", &id, "--clear"]).await?.ok()?;
 
     // watch --json prints each event's data line; Ctrl-C stops watching only (exit 0).
     let mut child = home
