@@ -35,12 +35,9 @@ pub type Client = ChatClient<AuthChannel>;
 /// each with tool results of up to 64 KiB.
 pub const MAX_REPLY: usize = 64 * 1024 * 1024;
 
-/// Longest request the edge encodes (bytes): a message text is at most 1 MiB
-/// ([`MAX_TEXT_BYTES`]), a pending queue may hold several.
+/// Longest request the edge encodes (bytes): a message text is at most 1 MiB (the service
+/// checks it and names the limit), a pending queue may hold several.
 pub const MAX_REQUEST: usize = 64 * 1024 * 1024;
-
-/// Longest message text (bytes) `proto/chat.proto` accepts (`SendMessageRequest.text`).
-pub const MAX_TEXT_BYTES: usize = 1024 * 1024;
 
 /// Deadline of one unary chat call. Everything answers at once (turns run in the background);
 /// this only bounds a service that accepted the call and never answers.

@@ -200,37 +200,28 @@ mod tests {
     #[test]
     fn settings_table_shows_defaults_of_unset_keys() {
         let v = json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"});
-        assert_eq!(
-            render_settings(v.as_object().unwrap()),
-            "KEY                                   VALUE       SOURCE\n\
-             a.b                                   1           set\n\
-             chat.claude_code_path                             default\n\
-             chat.codex_path                                   default\n\
-             chat.turn_timeout_s                   600         default\n\
-             gateway.broker_idle_timeout_s         600         default\n\
-             gateway.call_timeout_ms               120000      set\n\
-             gateway.first_list_timeout_ms         1000        default\n\
-             gateway.list_timeout_ms               10000       default\n\
-             gateway.max_tool_name_len             51          default\n\
-             gateway.session_idle_timeout_s        1800        default\n\
-             gateway.start_timeout_ms              30000       default\n\
-             long.key                              two\\nlines  set\n\
-             retention.audit_days                  365         default\n\
-             retention.audit_max_rows              100000      default\n\
-             retention.conversations_archive_days  7           default\n\
-             retention.conversations_delete_days   30          default\n\
-             retention.invocations_days            30          default\n\
-             retention.invocations_max_rows        100000      default\n\
-             retrieval.embeddings.batch_size       32          default\n\
-             retrieval.embeddings.concurrency      2           default\n\
-             retrieval.embeddings.credential                   default\n\
-             retrieval.embeddings.dimensions       0           default\n\
-             retrieval.embeddings.model                        default\n\
-             retrieval.embeddings.timeout_ms       10000       default\n\
-             retrieval.embeddings.url                          default\n\
-             retrieval.engine_timeout_ms           2000        default\n\
-             retrieval.max_file_bytes              16777216    default\n"
-        );
+        let t = render_settings(v.as_object().unwrap());
+        // Every row split into its columns (values here hold no run of two spaces).
+        let rows: Vec<Vec<&str>> =
+            t.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
+        assert_eq!(rows[0], ["KEY", "VALUE", "SOURCE"], "{t}");
+        let keys: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted, "sorted by key: {t}");
+        assert!(rows.contains(&vec!["a.b", "1", "set"]), "{t}");
+        assert!(rows.contains(&vec!["long.key", "two\\nlines", "set"]), "values on one line: {t}");
+        assert!(rows.contains(&vec!["gateway.call_timeout_ms", "120000", "set"]), "{t}");
+        // Every known key that is not set shows its default, once (an empty default leaves the
+        // value column empty).
+        for k in KNOWN.iter().filter(|k| k.key != "gateway.call_timeout_ms") {
+            let row: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == k.key).collect();
+            let want = k.default_value();
+            let expect: Vec<&str> =
+                if want.is_empty() { vec![k.key, "default"] } else { vec![k.key, &want, "default"] };
+            assert_eq!(row, [&expect], "{}: {t}", k.key);
+        }
+        assert_eq!(rows.len(), 1 + KNOWN.len() + 2, "{t}");
     }
 
     #[test]

@@ -606,7 +606,7 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "A page of messages.", page("Message"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/conversations/{id}/messages", "chat", "Send a message")
-            .describe("Fire-and-return: starts a turn when the conversation is idle and its queue is not paused (the answer holds the user `message`), else appends the text to the pending queue (the answer holds the `pending` item). Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB. An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
+            .describe("Fire-and-return: starts a turn when the conversation is idle and its queue is not paused (the answer holds the user `message`), else appends the text to the pending queue (the answer holds the `pending` item). Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB (its JSON escapes count toward the 2 MiB body limit: a 1 MiB text of ordinary characters fits). An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
             .path_param("id", "The conversation's id.")
             .actor()
             .body(json!({
