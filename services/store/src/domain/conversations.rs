@@ -48,6 +48,8 @@ pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 /// for a message).
 pub const MAX_PENDING_ITEMS: usize = 1000;
 pub const MAX_PENDING_TEXT_BYTES: usize = 1024 * 1024;
+/// Most bytes of text of one pending queue, over its items (so one queue fits in a reply).
+pub const MAX_PENDING_BYTES: usize = 8 * 1024 * 1024;
 /// Most event sequence numbers one `ReserveEventSeq` reserves.
 pub const MAX_RESERVE: u32 = 1_000_000;
 /// Longest page of `ListConversations` and its default.
@@ -821,6 +823,12 @@ impl Conversations for ConversationsService {
                 r.items.len()
             )));
         }
+        let total: usize = r.items.iter().map(|i| i.text.len()).sum();
+        if total > MAX_PENDING_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "items hold {total} bytes of text; at most {MAX_PENDING_BYTES} in one queue"
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, item) in r.items.iter().enumerate() {
             validate_id(&format!("items[{i}].id"), &item.id)?;
@@ -886,7 +894,7 @@ impl Conversations for ConversationsService {
                 let convs: Vec<(String, i64)> = c
                     .prepare_cached(
                         "SELECT id, pending_paused FROM conversations
-                         WHERE id IN (SELECT DISTINCT conversation_id FROM pending_items) ORDER BY id",
+                         WHERE id IN (SELECT conversation_id FROM pending_items) ORDER BY id",
                     )?
                     .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                     .collect::<Result<_, _>>()?;
@@ -1842,6 +1850,11 @@ mod tests {
             assert!(e.message().contains(want), "{:?} does not say {want:?}", e.message());
         }
         assert_eq!(svc.get_pending(Request::new(ConversationRef { id: id(1) })).await.unwrap().into_inner(), got);
+        let e = set(1, (0..9u128).map(|n| item(n + 100, &"x".repeat(MAX_PENDING_TEXT_BYTES))).collect(), false)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("bytes of text; at most 8388608 in one queue"), "{}", e.message());
         set(1, vec![item(10, &"x".repeat(MAX_PENDING_TEXT_BYTES))], true).await.unwrap();
         let e = set(3, vec![], false).await.unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
