@@ -570,9 +570,9 @@ async fn rename_model_archive_restore_and_stale_versions() -> anyhow::Result<()>
     };
     use c::list_conversations_request::Archived;
     assert!(list(Archived::Active).await?.is_empty());
-    assert_eq!(list(Archived::Archived).await?, [conv.id.clone()]);
+    assert_eq!(list(Archived::Archived).await?, std::slice::from_ref(&conv.id));
     update(c::UpdateConversationRequest { id: conv.id.clone(), archived: Some(false), ..Default::default() }).await?;
-    assert_eq!(list(Archived::Unspecified).await?, [conv.id.clone()], "restored: active");
+    assert_eq!(list(Archived::Unspecified).await?, std::slice::from_ref(&conv.id), "restored: active");
     let page = cl
         .list_messages(c::ListMessagesRequest { conversation_id: conv.id.clone(), after_id: String::new(), limit: 2 })
         .await?
