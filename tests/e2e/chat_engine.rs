@@ -590,3 +590,40 @@ async fn rename_model_archive_restore_and_stale_versions() -> anyhow::Result<()>
     assert_eq!(chat::message_text(&next.messages[0]), "say:with the new model");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_gets_lagged_and_slows_nobody_and_a_full_queue_is_refused() -> anyhow::Result<()>
+{
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let mut cl = chat::client(&api).await?;
+    let conv = chat::create(&mut cl).await?;
+    let mut stalled = chat::watch(&mut cl, &conv.id, 0).await?;
+    let mut reader = chat::watch(&mut cl, &conv.id, 0).await?;
+    let n = 30_000;
+    let started = std::time::Instant::now();
+    chat::send(&mut cl, &conv.id, &format!("deltas:{n}")).await?;
+    let turn = reader.until(Duration::from_secs(60), chat::is_turn_end).await?;
+    eprintln!("{n} deltas to a reading subscriber in {:?} while another stalled", started.elapsed());
+    assert_eq!(turn.iter().filter(|e| chat::kind(e) == "text_delta").count(), n, "the reader got every delta");
+    assert_eq!(chat::kinds(&turn).last(), Some(&"turn_done"));
+    // The stalled one, read now: what its buffer held, then `reset{lagged}`, then the end.
+    let mut last = None;
+    while let Some(e) = stalled.next().await? {
+        ensure!(!chat::is_turn_end(&e), "the stalled subscriber should have been dropped before the turn's end");
+        last = Some(e);
+    }
+    let last = last.context("some events")?;
+    assert!(matches!(&last.kind, Some(Kind::Reset(r)) if r.reason == "lagged"), "{last:?}");
+
+    // The queue holds 100 items; the 101st is refused naming the limit.
+    chat::send(&mut cl, &conv.id, "hang").await?;
+    for i in 0..100 {
+        chat::send(&mut cl, &conv.id, &format!("q{i}")).await?;
+    }
+    let e = chat::send(&mut cl, &conv.id, "one too many").await.unwrap_err();
+    let s = e.downcast_ref::<tonic::Status>().context("status")?;
+    assert!(s.code() == Code::ResourceExhausted && s.message().contains("100"), "{}", s.message());
+    assert_eq!(pending(&mut cl, &conv.id).await?.items.len(), 100, "nothing lost");
+    Ok(())
+}
