@@ -86,6 +86,28 @@ impl ApiClient {
         }
     }
 
+    /// `GET path` as a stream (SSE): the token, `X-Coffer-Actor: cli`, `Accept:
+    /// text/event-stream`, `Last-Event-ID` when `last_event_id` is given, and no overall
+    /// timeout (the caller bounds the silence between chunks). Returns once the headers arrived.
+    ///
+    /// # Errors
+    /// As [`ApiClient::send`]; an error status has its body read and decoded.
+    pub async fn stream(&self, path: &str, last_event_id: Option<u64>) -> Result<reqwest::Response, CliError> {
+        let mut req =
+            self.daemon.request(Method::GET, path).header(ACTOR_HEADER, "cli").header("Accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(resp);
+        }
+        let trace = resp.headers().get(TRACE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = resp.text().await?;
+        Err(ApiFailure::from_body(status, trace, &body).into())
+    }
+
     /// `GET path` → the raw 2xx response (for `--json`, which prints bodies unchanged).
     pub async fn get_raw(&self, path: &str) -> Result<ApiResponse, CliError> {
         self.send(self.request(Method::GET, path)).await

@@ -2,7 +2,7 @@
 //! `main.rs` only calls [`main_entry`].
 //!
 //! - [`commands`]: one module per command group (`daemon`, `status`, `mcp`, `tools`, `kb`,
-//!   `memory`, `skills`, `invocations`, `audit`, `settings`, `logs`, `completions`);
+//!   `memory`, `skills`, `chat`, `invocations`, `audit`, `settings`, `logs`, `completions`);
 //!   adding a group is one new file plus one variant in [`commands::Command`].
 //! - [`api`]: [`api::ApiClient`], the authenticated REST client every command uses.
 //! - [`context`]: [`context::Ctx`], the home and global flags, detect / detect-or-spawn.

@@ -23,6 +23,7 @@ pub enum Code {
     AlreadyExists,
     PayloadTooLarge,
     UnsupportedMediaType,
+    TooManyRequests,
     ToolDisabled,
     UpstreamUnavailable,
     UpstreamTimeout,
@@ -45,6 +46,7 @@ impl Code {
             Code::AlreadyExists => ("ALREADY_EXISTS", StatusCode::CONFLICT),
             Code::PayloadTooLarge => ("PAYLOAD_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
             Code::UnsupportedMediaType => ("UNSUPPORTED_MEDIA_TYPE", StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            Code::TooManyRequests => ("TOO_MANY_REQUESTS", StatusCode::TOO_MANY_REQUESTS),
             Code::ToolDisabled => ("TOOL_DISABLED", StatusCode::FORBIDDEN),
             Code::UpstreamUnavailable => ("UPSTREAM_UNAVAILABLE", StatusCode::BAD_GATEWAY),
             Code::UpstreamTimeout => ("UPSTREAM_TIMEOUT", StatusCode::GATEWAY_TIMEOUT),
@@ -66,6 +68,7 @@ impl Code {
         Code::AlreadyExists,
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
+        Code::TooManyRequests,
         Code::ToolDisabled,
         Code::UpstreamUnavailable,
         Code::UpstreamTimeout,
@@ -170,6 +173,38 @@ impl ApiError {
             G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
             G::NotFound => ApiError::not_found(s.message()),
             G::AlreadyExists | G::FailedPrecondition | G::Aborted => ApiError::new(Code::Conflict, s.message()),
+            G::Unavailable => unavailable("it is stopped, starting or restarting"),
+            G::DeadlineExceeded => unavailable(s.message()),
+            G::Cancelled => unavailable("the call was cancelled; it may or may not have taken effect"),
+            G::Unknown if broke_mid_call(&s) => {
+                unavailable("it stopped during the call; it may or may not have taken effect")
+            }
+            G::Unimplemented => unavailable("it does not serve this call: is it another version than the gateway?"),
+            _ => ApiError::from(s),
+        }
+    }
+}
+
+impl ApiError {
+    /// The envelope for a failed call to `coffer-chat` (`proto/chat.proto`'s status mapping):
+    /// `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `FAILED_PRECONDITION` (agent unavailable, an
+    /// archived conversation) and `ABORTED` (stale version) 409 `CONFLICT`, `RESOURCE_EXHAUSTED`
+    /// (pending queue full) 429 `TOO_MANY_REQUESTS`, each with the service's message (it names the
+    /// field and the limit). A service that does not run, is restarting, broke mid-call or did
+    /// not answer in time is 503 `SERVICE_UNAVAILABLE` saying so; anything else as
+    /// [`From<tonic::Status>`].
+    pub fn from_chat(s: tonic::Status) -> Self {
+        use tonic::Code as G;
+        const DOWN: &str = "the chat service is not running";
+        let unavailable = |why: &str| {
+            tracing::warn!(error = %s.message(), code = ?s.code(), "Chat service unavailable.");
+            ApiError::new(Code::ServiceUnavailable, format!("{DOWN} ({why}); see `coffer status`, retry shortly"))
+        };
+        match s.code() {
+            G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
+            G::NotFound => ApiError::not_found(s.message()),
+            G::AlreadyExists | G::FailedPrecondition | G::Aborted => ApiError::new(Code::Conflict, s.message()),
+            G::ResourceExhausted => ApiError::new(Code::TooManyRequests, s.message()),
             G::Unavailable => unavailable("it is stopped, starting or restarting"),
             G::DeadlineExceeded => unavailable(s.message()),
             G::Cancelled => unavailable("the call was cancelled; it may or may not have taken effect"),
@@ -302,5 +337,37 @@ mod tests {
         }
         assert_eq!(Code::Conflict.spec(), ("CONFLICT", StatusCode::CONFLICT));
         assert_eq!(ApiError::from_retrieval(tonic::Status::internal("boom")).code, Code::Internal);
+    }
+
+    #[test]
+    fn chat_statuses_map_to_the_documented_envelopes() {
+        use tonic::Status;
+        let cases = [
+            (Status::invalid_argument("text is empty"), Code::InvalidArgument, StatusCode::BAD_REQUEST),
+            (Status::not_found("no conversation \"01X\""), Code::NotFound, StatusCode::NOT_FOUND),
+            (Status::failed_precondition("`claude` was not found on PATH"), Code::Conflict, StatusCode::CONFLICT),
+            (Status::aborted("version 3 is stale (now 4)"), Code::Conflict, StatusCode::CONFLICT),
+            (
+                Status::resource_exhausted("the pending queue is full (100)"),
+                Code::TooManyRequests,
+                StatusCode::TOO_MANY_REQUESTS,
+            ),
+        ];
+        for (status, code, http) in cases {
+            let message = status.message().to_owned();
+            let e = ApiError::from_chat(status);
+            assert_eq!((e.code, e.code.spec().1), (code, http));
+            assert_eq!(e.message, message);
+        }
+        for down in [
+            Status::unavailable("tcp connect error"),
+            Status::deadline_exceeded("30 s"),
+            Status::unknown("transport error"),
+        ] {
+            let e = ApiError::from_chat(down);
+            assert_eq!(e.code, Code::ServiceUnavailable);
+            assert!(e.message.starts_with("the chat service is not running ("), "{}", e.message);
+        }
+        assert_eq!(ApiError::from_chat(tonic::Status::internal("boom")).code, Code::Internal);
     }
 }

@@ -8,6 +8,7 @@
 //! response carries `X-Coffer-Trace`.
 
 pub mod authz;
+pub mod chat;
 pub mod credentials;
 pub mod error;
 pub mod grpc;
@@ -78,6 +79,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
     let store = store::StoreClients::new(internal.channel(Identity::Store)?);
     let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
+    let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
     let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
@@ -95,6 +97,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
         store,
         retrieval,
+        chat,
         control,
         snapshot,
         web_sessions: Default::default(),

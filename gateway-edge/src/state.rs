@@ -34,6 +34,9 @@ pub struct AppState {
     /// `coffer-retrieval` (knowledge bases, memory, skills), lazily connected; call through
     /// [`crate::retrieval::call`].
     pub retrieval: crate::retrieval::Client,
+    /// `coffer-chat` (agents, conversations, turns, events), lazily connected; unary calls go
+    /// through [`crate::chat::call`].
+    pub chat: crate::chat::Client,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     pub web_sessions: WebSessions,

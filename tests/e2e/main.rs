@@ -3,6 +3,8 @@
 
 mod backup;
 mod broker;
+mod chat_agents;
+mod chat_edge;
 mod chat_engine;
 mod claude_code;
 mod cli;

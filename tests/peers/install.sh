@@ -38,6 +38,9 @@ INSPECTOR="$NM/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 CONFORMANCE="$NM/@modelcontextprotocol/conformance/dist/index.js"
 # Claude Code's native binary (its platform package; the npm launcher is not used).
 CLAUDE="$NM/@anthropic-ai/claude-code-linux-x64/claude"
+# Codex's native binary (its platform package, an npm alias of @openai/codex@<v>-linux-x64);
+# the npm launcher bin/codex.js only finds and execs it.
+CODEX="$NM/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 PROBE="$PEERS/stdio_probe.py"
 
 # ---------------------------------------------------------------- npm peers
@@ -46,7 +49,7 @@ npm_install() {
   want="$(sha "$PEERS/package.json" "$PEERS/package-lock.json")"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" \
         && -x "$NODE22" && -f "$EVERYTHING" && -f "$FILESYSTEM" \
-        && -f "$INSPECTOR" && -f "$CONFORMANCE" && -x "$CLAUDE" ]]; then
+        && -f "$INSPECTOR" && -f "$CONFORMANCE" && -x "$CLAUDE" && -x "$CODEX" ]]; then
     say "npm peers up to date with package-lock.json (skip npm ci)"
     return
   fi
@@ -103,6 +106,7 @@ check_file server-filesystem "$FILESYSTEM"
 check_file inspector-cli "$INSPECTOR"
 check_file conformance "$CONFORMANCE"
 check_file claude-code "$CLAUDE"
+check_file codex "$CODEX"
 
 v="$("$NODE22" --version 2>/dev/null)" || die "peer node22 does not run: $NODE22"
 [[ "$v" == v22.* ]] || die "peer node22: expected v22.x, got $v"
@@ -189,5 +193,14 @@ got="$(HOME="$TMPD" CLAUDE_CONFIG_DIR="$TMPD/claude" DISABLE_AUTOUPDATER=1 timeo
   || die "peer claude-code: --version failed: $(cat "$TMPD/err")"
 [[ "$got" == "$want "* ]] || die "peer claude-code: expected $want, got $got"
 say "ok claude-code $got"
+
+# Codex (`codex app-server` against a fake Responses API in the tests): the pinned version runs.
+# HOME and CODEX_HOME are redirected (CODEX_HOME must exist).
+want="$(sed -n 's/.*"@openai\/codex": "\(.*\)".*/\1/p' "$PEERS/package.json")"
+mkdir -p "$TMPD/codex-home"
+got="$(HOME="$TMPD" CODEX_HOME="$TMPD/codex-home" timeout 60 "$CODEX" --version 2>"$TMPD/err")" \
+  || die "peer codex: --version failed: $(cat "$TMPD/err")"
+[[ "$got" == "codex-cli $want" ]] || die "peer codex: expected codex-cli $want, got $got"
+say "ok codex $got"
 
 say "all peers OK"

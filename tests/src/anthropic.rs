@@ -11,6 +11,11 @@
 //! deferred (named in the request's text, `ToolSearch` in `tools`: Claude Code's tool search),
 //! it first asks `ToolSearch` to load it (`select:<tool>`); once the request carries the call's
 //! `tool_result`, it answers with text quoting it. Every request is recorded, in order.
+//!
+//! [`FakeAnthropic::scripted`] plays a model driven by the prompt instead: the directives of
+//! [`crate::script`] in the latest user message choose streamed text (one delta per word), a tool
+//! call (loaded through `ToolSearch` first when Claude Code defers it), an HTTP error, a slow
+//! stream, a hang or malformed server-sent events.
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -66,6 +71,8 @@ impl Recorded {
 struct Inner {
     tool: String,
     input: Value,
+    /// Answer by the prompt's directives ([`crate::script`]) instead of wanting `tool`.
+    scripted: bool,
     requests: Mutex<Vec<Recorded>>,
 }
 
@@ -92,7 +99,20 @@ impl FakeAnthropic {
     /// # Errors
     /// When no port can be bound.
     pub async fn start_calling(tool: &str, input: Value) -> anyhow::Result<Self> {
-        let inner = Arc::new(Inner { tool: tool.to_owned(), input, requests: Mutex::default() });
+        Self::serve(Inner { tool: tool.to_owned(), input, scripted: false, requests: Mutex::default() }).await
+    }
+
+    /// Starts the fake on a free loopback port, answering by the prompt convention of
+    /// [`crate::script`].
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn scripted() -> anyhow::Result<Self> {
+        Self::serve(Inner { tool: String::new(), input: json!({}), scripted: true, requests: Mutex::default() }).await
+    }
+
+    async fn serve(inner: Inner) -> anyhow::Result<Self> {
+        let inner = Arc::new(inner);
         let app = Router::new()
             .route("/v1/messages", axum::routing::post(messages))
             .route("/v1/messages/count_tokens", axum::routing::post(count_tokens))
@@ -158,6 +178,9 @@ async fn messages(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Bytes
             .into_response();
     };
     let req = Recorded { path: uri.to_string(), body };
+    if f.scripted {
+        return scripted(&f, req);
+    }
     let (block, stop) = reply(&f, &req);
     let n = f.requests.lock().unwrap_or_else(|e| e.into_inner()).len();
     let model = req.body["model"].clone();
@@ -197,4 +220,123 @@ async fn messages(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Bytes
     ];
     let text: String = events.iter().map(|(event, data)| format!("event: {event}\ndata: {data}\n\n")).collect();
     ([("content-type", "text/event-stream"), ("cache-control", "no-cache")], text).into_response()
+}
+
+/// The text of the latest user message that has text and is not a tool's answer (Claude Code
+/// adds text blocks to the message carrying a tool result).
+fn prompt(req: &Recorded) -> String {
+    let messages = req.body["messages"].as_array().into_iter().flatten().rev();
+    let answers = |m: &Value| m["content"].as_array().is_some_and(|b| b.iter().any(|b| b["type"] == "tool_result"));
+    for m in messages.filter(|m| m["role"] == "user" && !answers(m)) {
+        let text: Vec<&str> = match &m["content"] {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(blocks) => {
+                blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect()
+            }
+            _ => Vec::new(),
+        };
+        if !text.is_empty() {
+            return text.join("\n");
+        }
+    }
+    String::new()
+}
+
+/// The `tool_result` blocks of the last message: `(tool_use_id, content as text)`.
+fn last_results(req: &Recorded) -> Vec<(String, String)> {
+    let last = req.body["messages"].as_array().and_then(|m| m.last());
+    let blocks = last.and_then(|m| m["content"].as_array()).into_iter().flatten();
+    blocks
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            let content = match &b["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => {
+                    parts.iter().map(|p| p["text"].as_str().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+                }
+                other => other.to_string(),
+            };
+            (b["tool_use_id"].as_str().unwrap_or_default().to_owned(), content)
+        })
+        .collect()
+}
+
+/// The scripted answer to one request (see [`crate::script`]).
+fn scripted(f: &Inner, req: Recorded) -> Response {
+    use crate::script::{Script, resolve_tool};
+    let script = Script::parse(&prompt(&req));
+    let model = req.body["model"].as_str().unwrap_or_default().to_owned();
+    let n = {
+        let mut requests = f.requests.lock().unwrap_or_else(|e| e.into_inner());
+        requests.push(req.clone());
+        requests.len()
+    };
+    if let Some(status) = script.error {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let kind = match status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        };
+        return (status, axum::Json(error(kind, &format!("fake error {}", status.as_u16())))).into_response();
+    }
+    let id = format!("msg_fake_{n}");
+    let start = json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
+        "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 1}}});
+    if script.malformed {
+        let body = "event: message_start\ndata: {\"type\": \"message_start\", \"message\": {oops\n\nthis is not an event stream\n\n";
+        return ([("content-type", "text/event-stream")], body).into_response();
+    }
+    let mut events: Vec<(&str, Value)> = vec![("message_start", start)];
+    if script.hang {
+        return crate::script::stream_sse(events, None, true);
+    }
+    let results = last_results(&req);
+    let offered = req.tools();
+    let (block_start, block_deltas, stop) = match (&script.tool, results.iter().find(|(id, _)| id == CALL_ID)) {
+        (Some(_), Some((_, content))) => text_block(&format!("Tool result: {content}")),
+        (Some((wanted, _)), None) => {
+            let searched = results.iter().any(|(id, _)| id == SEARCH_ID);
+            match resolve_tool(wanted, &offered) {
+                Some(name) => tool_block(CALL_ID, name, &script.tool_input()),
+                None if offered.contains(&"ToolSearch") && !searched => {
+                    let input = json!({"query": format!("select:{wanted}"), "max_results": 1});
+                    tool_block(SEARCH_ID, "ToolSearch", &input)
+                }
+                None => text_block(&format!("No tool named {wanted} was offered.")),
+            }
+        }
+        (None, _) => text_block(&script.say.clone().unwrap_or_else(|| crate::script::default_text(&model))),
+    };
+    events.push((
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": block_start}),
+    ));
+    let count = block_deltas.len();
+    for delta in block_deltas {
+        events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": delta})));
+    }
+    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": count.max(1)}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    crate::script::stream_sse(events, script.slow, false)
+}
+
+/// A text block opened empty, its text one delta per word, stop reason `end_turn`.
+fn text_block(text: &str) -> (Value, Vec<Value>, &'static str) {
+    let deltas = crate::script::deltas(text).into_iter().map(|d| json!({"type": "text_delta", "text": d})).collect();
+    (json!({"type": "text", "text": ""}), deltas, "end_turn")
+}
+
+/// A `tool_use` block opened with empty input, the input as one JSON delta, stop `tool_use`.
+fn tool_block(id: &str, name: &str, input: &Value) -> (Value, Vec<Value>, &'static str) {
+    let start = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+    (start, vec![json!({"type": "input_json_delta", "partial_json": input.to_string()})], "tool_use")
 }

@@ -36,9 +36,11 @@ pub mod chat;
 pub mod embeddings;
 pub mod http;
 pub mod mcp;
+pub mod openai;
 pub mod peers;
 pub mod ports;
 pub mod procs;
+pub mod script;
 pub mod stream;
 pub mod wait;
 

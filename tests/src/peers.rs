@@ -412,6 +412,15 @@ pub fn claude_code() -> anyhow::Result<PathBuf> {
     peer_path("node_modules/@anthropic-ai/claude-code-linux-x64/claude")
 }
 
+/// Codex's native binary (npm `@openai/codex-linux-x64`, the platform package of the pinned
+/// `@openai/codex`), run directly: its npm launcher `bin/codex.js` only finds and execs it.
+///
+/// # Errors
+/// When it is missing, naming `tests/peers/install.sh`.
+pub fn codex() -> anyhow::Result<PathBuf> {
+    peer_path("node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")
+}
+
 /// Headless Claude Code (`claude -p`) with default settings on a test home: its own config
 /// directory in the home's private `HOME`, the model API at a fake (`model_url`, see
 /// [`crate::anthropic::FakeAnthropic`]) with a dummy key, and its non-essential network traffic

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod backup;
+pub mod chat;
 pub mod completions;
 pub mod connect;
 pub mod credentials;
@@ -48,6 +49,9 @@ pub enum Command {
     /// List and show skills (COFFER_HOME/skills/NAME/SKILL.md).
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// Chat with the coding agents Coffer runs (Claude Code, Codex): start, send, watch, stop.
+    #[command(subcommand)]
+    Chat(chat::ChatCommand),
     /// Show which tools and prompts were called, how long they took and how they ended.
     Invocations(invocations::InvocationsArgs),
     /// Show who changed what: servers, tool preferences, settings, credentials, backups.
@@ -89,6 +93,7 @@ impl Command {
             Command::Kb(c) => kb::run(ctx, c).await,
             Command::Memory(c) => memory::run(ctx, c).await,
             Command::Skills(c) => skills::run(ctx, c).await,
+            Command::Chat(c) => chat::run(ctx, c).await,
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,
             Command::Settings(c) => settings::run(ctx, c).await,

@@ -91,6 +91,11 @@ impl Fields {
         self.0.get(k).filter(|v| !v.is_null())
     }
 
+    /// Whether the body has field `k` (not `null`).
+    pub fn has(&self, k: &str) -> bool {
+        self.get(k).is_some()
+    }
+
     fn wrong(k: &str, expected: &str, got: &Value) -> ApiError {
         ApiError::invalid(format!("field {k:?} must be {expected}, not {}", type_name(got)))
             .with_details(json!({"field": k, "expected": expected, "got": type_name(got).rsplit(' ').next()}))
@@ -162,6 +167,51 @@ impl Fields {
         }
     }
 
+    /// An object field checked like a body (no field outside `allowed`), absent: `None`.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming the field when it is not an object; `UNKNOWN_FIELD` naming
+    /// `field.inner`.
+    pub fn object(&self, k: &str, allowed: &[&str]) -> Result<Option<Fields>, ApiError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v @ Value::Object(_)) => Fields::new(v.clone(), allowed).map(Some).map_err(|e| prefixed(k, e)),
+            Some(v) => Err(Self::wrong(k, "an object", v)),
+        }
+    }
+
+    /// An array of objects, each checked like a body (absent: empty).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming the field when it is not an array of objects; `UNKNOWN_FIELD`
+    /// naming `field[i].inner`.
+    pub fn objects(&self, k: &str, allowed: &[&str]) -> Result<Vec<Fields>, ApiError> {
+        match self.get(k) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Object(_) => Fields::new(v.clone(), allowed).map_err(|e| prefixed(&format!("{k}[{i}]"), e)),
+                    other => Err(Self::wrong(k, "an array of objects", other)),
+                })
+                .collect(),
+            Some(v) => Err(Self::wrong(k, "an array of objects", v)),
+        }
+    }
+
+    /// A boolean field, `None` when absent (for a patch: absent = unchanged).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming the field.
+    pub fn opt_bool(&self, k: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(Self::wrong(k, "a boolean", v)),
+        }
+    }
+
     /// A boolean field (absent: false).
     ///
     /// # Errors
@@ -173,6 +223,19 @@ impl Fields {
             Some(v) => Err(Self::wrong(k, "a boolean", v)),
         }
     }
+}
+
+/// An error about a field of the object at `outer`, renamed `outer.field` (message and
+/// `details.field`).
+pub fn prefixed(outer: &str, mut e: ApiError) -> ApiError {
+    if let Some(inner) = e.details.get("field").and_then(Value::as_str).map(str::to_owned) {
+        let full = format!("{outer}.{inner}");
+        e.message = e.message.replacen(&format!("{inner:?}"), &format!("{full:?}"), 1);
+        e.details["field"] = json!(full);
+    } else {
+        e.message = format!("{outer}: {}", e.message);
+    }
+    e
 }
 
 // ---------------------------------------------------------------------------------------------

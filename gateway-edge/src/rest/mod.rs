@@ -12,6 +12,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub mod backup;
+pub mod chat;
 pub mod credentials;
 pub mod import;
 pub mod knowledge;
@@ -37,6 +38,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(settings::routes())
         .merge(tools::routes())
         .merge(knowledge::routes())
+        .merge(chat::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

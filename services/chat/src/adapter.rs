@@ -18,7 +18,9 @@
 //!   the CLI streams them; a whole text block once when it does not), tool calls with their
 //!   complete input;
 //! - exactly one terminal event, [`AgentEvent::Done`] or [`AgentEvent::Failed`], then the task
-//!   ends and the agent's process group is gone.
+//!   ends and the agent's process group is gone — unless the provider keeps the process for the
+//!   conversation's next turn (Claude Code parks it after a normal end, see
+//!   `crate::claude_code`); [`AgentProvider::forget`] ends a kept process.
 //!
 //! When the interrupt signal fires ([`RunningTurn::interrupt`]) the adapter asks the agent to
 //! stop (Claude Code: a `control_request` interrupt; Codex: `turn/interrupt`), ends the process

@@ -18,11 +18,16 @@ use coffer_runtime::identity::Identity;
 use coffer_runtime::service::ServiceCtx;
 
 pub mod adapter;
+pub mod agent_process;
+pub mod agents_config;
 pub mod authz;
 pub mod bus;
+pub mod claude_code;
+pub mod codex;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod kept;
 pub mod persist;
 pub mod providers;
 pub mod service;

@@ -35,7 +35,11 @@ impl Entry {
 /// The agents Coffer ships, in display order. Each adapter adds one line here, e.g.
 /// `Entry::new(Arc::new(claude_code::ClaudeCode::new())).with_path_setting(&settings::CHAT_CLAUDE_CODE_PATH)`.
 pub fn builtin() -> Vec<Entry> {
-    Vec::new()
+    use coffer_types::settings::{CHAT_CLAUDE_CODE_PATH, CHAT_CODEX_PATH};
+    vec![
+        Entry::new(Arc::new(crate::claude_code::ClaudeCode::new())).with_path_setting(&CHAT_CLAUDE_CODE_PATH),
+        Entry::new(Arc::new(crate::codex::Codex::new())).with_path_setting(&CHAT_CODEX_PATH),
+    ]
 }
 
 /// The registry: the entries in display order, and what every provider may use.

@@ -1,0 +1,617 @@
+//! `/v1/agents`, `/v1/conversations…`: REST and SSE over `coffer-chat` (`proto/chat.proto`).
+//! Each route checks its body and parameters, makes one Chat call and answers with the reply in
+//! the JSON of [`crate::chat`]; a failed call is the envelope of [`ApiError::from_chat`] (400
+//! `INVALID_ARGUMENT`, 404 `NOT_FOUND`, 409 `CONFLICT`, 429 `TOO_MANY_REQUESTS`, 503
+//! `SERVICE_UNAVAILABLE` while the service is not running). The edge keeps no chat state: turns,
+//! the queue and the event bus are the service's.
+//!
+//! Archiving and restoring are `PATCH {archived}` (no separate routes). A message's `source`
+//! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …).
+//!
+//! `GET …/events` is SSE from the service's `Subscribe` stream ([`event_stream`]): one frame
+//! per event (`id: <seq>`, `event: <kind>`, `data: <event JSON>`), a `: keep-alive` comment
+//! after [`KEEPALIVE`] without an event, resumption from `Last-Event-ID` (or `?after=`). It ends
+//! after a `reset` with reason `lagged` or `deleted`, when the service ends or breaks the
+//! stream, or at shutdown; a client that goes away drops the gRPC stream and nothing else.
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use coffer_proto::chat::list_conversations_request::Archived;
+use coffer_proto::chat::{
+    AgentConfig, ConversationRef, CreateConversationRequest, Event, GetConversationRequest, ListAgentsRequest,
+    ListConversationsRequest, ListMessagesRequest, PendingItem, SendMessageRequest, SetPendingRequest,
+    SubscribeRequest, UpdateConversationRequest,
+};
+use futures_util::{Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::chat::{self, call};
+use crate::error::{ApiError, JsonBody};
+use crate::rest::knowledge::{Fields, prefixed};
+use crate::rest::logs::Params;
+use crate::rest::servers::{actor, etag, parse_if_match};
+use crate::state::AppState;
+
+/// How long an event stream may stay silent before the edge sends a `: keep-alive` comment
+/// (proxies and clients then know the connection lives between turns).
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Default and largest page of `GET /v1/conversations` (the service's bounds).
+pub const CONVERSATIONS_PAGE: u64 = 50;
+pub const MAX_CONVERSATIONS_PAGE: u64 = 200;
+/// Default and largest page of `GET …/messages` (the store's bounds).
+pub const MESSAGES_PAGE: u64 = 100;
+pub const MAX_MESSAGES_PAGE: u64 = 500;
+/// Values of `?archived=`.
+pub const ARCHIVED: &[&str] = &["active", "archived", "all"];
+
+/// The routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/agents", get(list_agents))
+        .route("/v1/conversations", get(list_conversations).post(create_conversation))
+        .route("/v1/conversations/{id}", get(get_conversation).patch(patch_conversation).delete(delete_conversation))
+        .route("/v1/conversations/{id}/messages", get(list_messages).post(send_message))
+        .route("/v1/conversations/{id}/pending", put(set_pending))
+        .route("/v1/conversations/{id}/interrupt", post(interrupt))
+        .route("/v1/conversations/{id}/events", get(events))
+}
+
+/// A response with `ETag: "<version>"`.
+fn with_etag(status: StatusCode, body: Value, version: u64) -> Response {
+    let mut r = (status, Json(body)).into_response();
+    r.headers_mut().insert(header::ETAG, etag(version as i64));
+    r
+}
+
+/// `null` for an empty cursor.
+fn cursor(s: &str) -> Value {
+    if s.is_empty() { Value::Null } else { json!(s) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents.
+
+/// `GET /v1/agents` → `{"items":[Agent…],"next_cursor":null}`: every registered agent provider,
+/// available or not (with the reason).
+async fn list_agents(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let r = call(st.chat.clone().list_agents(ListAgentsRequest {})).await.map_err(ApiError::from_chat)?;
+    Ok(Json(json!({"items": r.agents.iter().map(chat::agent_json).collect::<Vec<_>>(), "next_cursor": null})))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversations.
+
+/// The `CreateConversation` request of a `POST /v1/conversations` body `{agent_key, title?,
+/// agent_config?: {cwd?, model?}, channel_name?, peer_chat_id?, first_message?}`;
+/// `first_message` is sent at once with the request's actor as its source.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a missing `agent_key` or a field of the wrong type; `UNKNOWN_FIELD`
+/// (also inside `agent_config`: `session_id` is the agent's to set). Whether the agent exists
+/// and the `cwd` is a folder is the service's to say.
+pub fn create_request(body: Value, actor: String) -> Result<CreateConversationRequest, ApiError> {
+    let f =
+        Fields::new(body, &["agent_key", "title", "agent_config", "channel_name", "peer_chat_id", "first_message"])?;
+    let cfg = match f.object("agent_config", &["cwd", "model"])? {
+        None => AgentConfig::default(),
+        Some(c) => {
+            let inner = |e| prefixed("agent_config", e);
+            AgentConfig {
+                cwd: c.string("cwd").map_err(inner)?.unwrap_or_default(),
+                model: c.string("model").map_err(inner)?.unwrap_or_default(),
+                session_id: String::new(),
+            }
+        }
+    };
+    let first_message = f.string("first_message")?.unwrap_or_default();
+    Ok(CreateConversationRequest {
+        agent_key: f.required_string("agent_key")?,
+        title: f.string("title")?.unwrap_or_default(),
+        agent_config: Some(cfg),
+        channel_name: f.string("channel_name")?.unwrap_or_default(),
+        peer_chat_id: f.string("peer_chat_id")?.unwrap_or_default(),
+        source: if first_message.is_empty() { String::new() } else { actor },
+        first_message,
+    })
+}
+
+/// `POST /v1/conversations` → 201 Conversation with its `ETag`.
+async fn create_conversation(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let req = create_request(body, actor(&headers))?;
+    let c = call(st.chat.clone().create_conversation(req)).await.map_err(ApiError::from_chat)?;
+    tracing::info!(conversation = %c.id, agent = %c.agent_key, "Conversation created.");
+    Ok(with_etag(StatusCode::CREATED, chat::conversation_json(&c), c.version))
+}
+
+/// The `ListConversations` request of `GET /v1/conversations?archived=&q=&cursor=&limit=`.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming an unknown or repeated parameter, an `archived` outside
+/// [`ARCHIVED`] or a bad limit.
+pub fn list_request(p: &Params) -> Result<ListConversationsRequest, ApiError> {
+    let archived = match p.one_of("archived", ARCHIVED)?.as_str() {
+        "archived" => Archived::Archived,
+        "all" => Archived::All,
+        _ => Archived::Active,
+    };
+    Ok(ListConversationsRequest {
+        archived: archived as i32,
+        query: p.filter("q"),
+        cursor: p.filter("cursor"),
+        limit: p.int_in("limit", CONVERSATIONS_PAGE, MAX_CONVERSATIONS_PAGE)? as u32,
+    })
+}
+
+/// `GET /v1/conversations?archived=active|archived|all&q=&cursor=&limit=` →
+/// `{"items":[Conversation…],"next_cursor":…}`, newest activity first.
+async fn list_conversations(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let p = Params::from_query(q, &["archived", "q", "cursor", "limit"])?;
+    let r = call(st.chat.clone().list_conversations(list_request(&p)?)).await.map_err(ApiError::from_chat)?;
+    Ok(Json(json!({
+        "items": r.conversations.iter().map(chat::conversation_json).collect::<Vec<_>>(),
+        "next_cursor": cursor(&r.next_cursor),
+    })))
+}
+
+/// `GET /v1/conversations/{id}?messages=N` → ConversationView (the newest N messages, 1-500,
+/// default 100) with the conversation's `ETag`.
+async fn get_conversation(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let p = Params::from_query(q, &["messages"])?;
+    let message_limit = p.int_in("messages", MESSAGES_PAGE, MAX_MESSAGES_PAGE)? as u32;
+    let v = call(st.chat.clone().get_conversation(GetConversationRequest { id, message_limit }))
+        .await
+        .map_err(ApiError::from_chat)?;
+    let version = v.conversation.as_ref().map_or(0, |c| c.version);
+    Ok(with_etag(StatusCode::OK, chat::view_json(&v), version))
+}
+
+/// The `UpdateConversation` request of a `PATCH /v1/conversations/{id}` body `{title?, model?,
+/// archived?}` with the `If-Match` version.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a field of the wrong type, an empty patch or a malformed `If-Match`;
+/// `UNKNOWN_FIELD`.
+pub fn update_request(id: String, body: Value, headers: &HeaderMap) -> Result<UpdateConversationRequest, ApiError> {
+    let f = Fields::new(body, &["title", "model", "archived"])?;
+    let req = UpdateConversationRequest {
+        id,
+        expected_version: parse_if_match(headers)?.map(|v| v as u64),
+        title: f.string("title")?,
+        model: f.string("model")?,
+        archived: f.opt_bool("archived")?,
+    };
+    if req.title.is_none() && req.model.is_none() && req.archived.is_none() {
+        return Err(ApiError::invalid("nothing to change: give title, model or archived"));
+    }
+    Ok(req)
+}
+
+/// `PATCH /v1/conversations/{id} {title?, model?, archived?}` (`If-Match: "<version>"`
+/// optional) → Conversation with its new `ETag`; a stale version is 409 `CONFLICT`. `model: ""`
+/// is the agent's own default; `archived: false` restores.
+async fn patch_conversation(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    let req = update_request(id, body, &headers)?;
+    let c = call(st.chat.clone().update_conversation(req)).await.map_err(ApiError::from_chat)?;
+    Ok(with_etag(StatusCode::OK, chat::conversation_json(&c), c.version))
+}
+
+/// `DELETE /v1/conversations/{id}` → `{deleted, turn_cancelled}`: the in-flight turn is
+/// cancelled, every row is gone, subscribers get `reset` (`deleted`).
+async fn delete_conversation(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let r = call(st.chat.clone().delete_conversation(ConversationRef { id: id.clone() }))
+        .await
+        .map_err(ApiError::from_chat)?;
+    if !r.deleted {
+        return Err(ApiError::not_found(format!("no conversation {:?}", id.chars().take(64).collect::<String>())));
+    }
+    tracing::info!(conversation = %id, turn_cancelled = r.turn_cancelled, "Conversation deleted.");
+    Ok(Json(json!({"deleted": r.deleted, "turn_cancelled": r.turn_cancelled})))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages, the pending queue, interrupt.
+
+/// `GET /v1/conversations/{id}/messages?after=&limit=` → `{"items":[Message…],"next_cursor":…}`,
+/// oldest first; `after` (or `cursor`) is the id of the last message already read.
+async fn list_messages(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let p = Params::from_query(q, &["after", "cursor", "limit"])?;
+    if p.get("after").is_some() && p.get("cursor").is_some() {
+        return Err(ApiError::invalid("give after or cursor, not both (they are the same)")
+            .with_details(json!({"parameter": "cursor"})));
+    }
+    let req = ListMessagesRequest {
+        conversation_id: id,
+        after_id: p.get("after").or(p.get("cursor")).unwrap_or_default().to_owned(),
+        limit: p.int_in("limit", MESSAGES_PAGE, MAX_MESSAGES_PAGE)? as u32,
+    };
+    let r = call(st.chat.clone().list_messages(req)).await.map_err(ApiError::from_chat)?;
+    Ok(Json(json!({
+        "items": r.messages.iter().map(chat::message_json).collect::<Vec<_>>(),
+        "next_cursor": cursor(&r.next_after_id),
+    })))
+}
+
+/// The `SendMessage` request of a `POST …/messages` body `{text}`, the actor as its source.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a missing text or one of the wrong type; `UNKNOWN_FIELD`. Its length
+/// (1 byte to 1 MiB) is the service's to check.
+pub fn send_request(id: String, body: Value, actor: String) -> Result<SendMessageRequest, ApiError> {
+    let f = Fields::new(body, &["text"])?;
+    Ok(SendMessageRequest { conversation_id: id, text: f.required_string("text")?, source: actor })
+}
+
+/// `POST /v1/conversations/{id}/messages {text}` → 202 `{"message": Message, "queue"}` (a turn
+/// started) or `{"pending": PendingItem, "queue"}` (queued behind the running turn or a paused
+/// queue). Never streams: follow the turn on `…/events`.
+async fn send_message(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let req = send_request(id, body, actor(&headers))?;
+    let r = call(st.chat.clone().send_message(req)).await.map_err(ApiError::from_chat)?;
+    Ok((StatusCode::ACCEPTED, Json(chat::send_reply_json(&r))))
+}
+
+/// The `SetPending` request of a `PUT …/pending` body `{items: [{id?, text}], paused?}`.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a missing `items`, an item without text or a field of the wrong type;
+/// `UNKNOWN_FIELD` (also inside an item).
+pub fn pending_request(id: String, body: Value) -> Result<SetPendingRequest, ApiError> {
+    let f = Fields::new(body, &["items", "paused"])?;
+    if !f.has("items") {
+        return Err(ApiError::invalid("field \"items\" is required (an array of {id?, text}; [] clears the queue)")
+            .with_details(json!({"field": "items"})));
+    }
+    let items = f
+        .objects("items", &["id", "text"])?
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let text = item.string("text").map_err(|e| prefix_item(i, e))?.ok_or_else(|| {
+                ApiError::invalid(format!("field \"items[{i}].text\" is required (a string)"))
+                    .with_details(json!({"field": format!("items[{i}].text")}))
+            })?;
+            let id = item.string("id").map_err(|e| prefix_item(i, e))?.unwrap_or_default();
+            Ok(PendingItem { id, text, created_ms: 0, source: String::new() })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(SetPendingRequest { conversation_id: id, items, paused: f.bool("paused")? })
+}
+
+fn prefix_item(i: usize, e: ApiError) -> ApiError {
+    prefixed(&format!("items[{i}]"), e)
+}
+
+/// `PUT /v1/conversations/{id}/pending {items: [{id?, text}], paused?}` → the queue `{items,
+/// paused}`: the ordered pending texts replaced (an item with an `id` keeps it; one without is
+/// new), un-paused unless `paused: true`, the next turn started when idle, `queue_changed`
+/// broadcast.
+async fn set_pending(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let req = pending_request(id, body)?;
+    let q = call(st.chat.clone().set_pending(req)).await.map_err(ApiError::from_chat)?;
+    Ok(Json(chat::queue_json(Some(&q))))
+}
+
+/// `POST /v1/conversations/{id}/interrupt` → `{interrupted}`: the in-flight turn stops (its
+/// partial message kept as `interrupted`) and the queue pauses; when idle, `false` and nothing
+/// changes.
+async fn interrupt(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let r = call(st.chat.clone().interrupt(ConversationRef { id })).await.map_err(ApiError::from_chat)?;
+    Ok(Json(json!({"interrupted": r.interrupted})))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (SSE).
+
+/// `GET /v1/conversations/{id}/events` (`Last-Event-ID` or `?after=N`) → `text/event-stream`
+/// of the conversation's events; see the module docs. An unknown conversation is 404 before any
+/// stream starts.
+async fn events(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let p = Params::from_query(q, &["after"])?;
+    let last = match headers.get("last-event-id") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
+            ApiError::invalid("Last-Event-ID must be an event sequence number")
+                .with_details(json!({"header": "Last-Event-ID"}))
+        })?),
+    };
+    let after_seq = chat::after_seq(last, p.get("after")).map_err(|m| {
+        let what = if last.is_some() { json!({"header": "Last-Event-ID"}) } else { json!({"parameter": "after"}) };
+        ApiError::invalid(m).with_details(what)
+    })?;
+    let stream = call(st.chat.clone().subscribe(SubscribeRequest { conversation_id: id.clone(), after_seq }))
+        .await
+        .map_err(ApiError::from_chat)?;
+    tracing::debug!(conversation = %id, after_seq, "Event stream opened.");
+    let body = Body::from_stream(event_stream(stream, KEEPALIVE, st.shutdown.clone()));
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(r)
+}
+
+/// The SSE body of a `Subscribe` stream: one [`chat::sse_frame`] per event, `: keep-alive\n\n`
+/// after `keepalive` without one. Ends after an event that [`chat::ends_stream`], when `events`
+/// ends or fails (the client reconnects with `Last-Event-ID`), or when `shutdown` fires. Events
+/// of a kind this edge does not know are skipped. Dropping the body drops `events` (the gRPC
+/// stream is cancelled; the service frees the subscriber).
+pub fn event_stream<S>(
+    events: S,
+    keepalive: Duration,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+where
+    S: Stream<Item = Result<Event, tonic::Status>> + Send + Unpin + 'static,
+{
+    struct St<S> {
+        events: S,
+        shutdown: CancellationToken,
+        done: bool,
+    }
+    futures_util::stream::unfold(St { events, shutdown, done: false }, move |mut s| async move {
+        loop {
+            if s.done {
+                return None;
+            }
+            let frame = tokio::select! {
+                biased;
+                () = s.shutdown.cancelled() => return None,
+                next = s.events.next() => match next {
+                    Some(Ok(e)) => {
+                        s.done = chat::ends_stream(&e);
+                        match chat::sse_frame(&e) {
+                            Some(f) => f,
+                            None => continue,
+                        }
+                    }
+                    Some(Err(status)) => {
+                        tracing::info!(code = ?status.code(), error = %status.message(), "Chat event stream broke; the client resumes with Last-Event-ID.");
+                        return None;
+                    }
+                    None => return None,
+                },
+                () = tokio::time::sleep(keepalive) => ": keep-alive\n\n".to_owned(),
+            };
+            return Some((Ok(Bytes::from(frame)), s));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Code;
+    use coffer_proto::chat::{Reset, TextDelta, event};
+
+    fn text(seq: u64, t: &str) -> Result<Event, tonic::Status> {
+        Ok(Event {
+            seq,
+            conversation_id: "01C".into(),
+            turn_id: "01T".into(),
+            kind: Some(event::Kind::TextDelta(TextDelta { text: t.into() })),
+            ..Default::default()
+        })
+    }
+
+    fn reset(seq: u64, reason: &str) -> Result<Event, tonic::Status> {
+        Ok(Event { seq, kind: Some(event::Kind::Reset(Reset { reason: reason.into() })), ..Default::default() })
+    }
+
+    async fn collect(events: Vec<Result<Event, tonic::Status>>) -> String {
+        let s = event_stream(futures_util::stream::iter(events), Duration::from_secs(60), CancellationToken::new());
+        let frames: Vec<_> = s.collect().await;
+        frames.into_iter().map(|f| String::from_utf8(f.unwrap().to_vec()).unwrap()).collect()
+    }
+
+    /// `(id, event)` of each frame, through the shared SSE parser.
+    fn parse(body: &str) -> Vec<(String, String, Value)> {
+        let mut p = coffer_types::sse::SseParser::new();
+        let mut out = Vec::new();
+        let mut evs = Vec::new();
+        for line in body.split_inclusive("\n\n") {
+            p.push(line.as_bytes(), &mut evs);
+            for e in evs.drain(..) {
+                let data: Value = serde_json::from_slice(&e.data).unwrap();
+                out.push((p.last_event_id().unwrap_or_default().to_owned(), e.event.clone(), data));
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn frames_carry_seq_kind_and_json_and_end_after_a_final_reset() {
+        let body = collect(vec![text(4, "Hel"), text(5, "lo\nthere"), reset(6, "lagged"), text(7, "never")]).await;
+        let frames = parse(&body);
+        assert_eq!(frames.len(), 3, "{body}");
+        assert_eq!((frames[0].0.as_str(), frames[0].1.as_str()), ("4", "text_delta"));
+        assert_eq!(frames[1].2["text_delta"]["text"], "lo\nthere");
+        assert_eq!((frames[2].0.as_str(), frames[2].1.as_str()), ("6", "reset"));
+        assert_eq!(frames[2].2["reset"]["reason"], "lagged");
+        assert!(!body.contains("never"));
+        // too_old is followed by the live stream; a kindless event is skipped.
+        let body = collect(vec![
+            reset(1, "too_old"),
+            Ok(Event { seq: 2, ..Default::default() }),
+            text(3, "x"),
+            reset(4, "deleted"),
+        ])
+        .await;
+        let ids: Vec<String> = parse(&body).into_iter().map(|f| f.0).collect();
+        assert_eq!(ids, ["1", "3", "4"]);
+    }
+
+    #[tokio::test]
+    async fn a_broken_grpc_stream_ends_the_body_after_what_it_delivered() {
+        let body = collect(vec![text(1, "a"), Err(tonic::Status::unavailable("gone")), text(2, "b")]).await;
+        assert_eq!(parse(&body).len(), 1, "{body}");
+    }
+
+    #[tokio::test]
+    async fn silence_gets_keep_alive_comments_and_shutdown_ends_the_stream() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, tonic::Status>>(4);
+        let shutdown = CancellationToken::new();
+        let mut s = Box::pin(event_stream(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            Duration::from_millis(20),
+            shutdown.clone(),
+        ));
+        async fn next<S: Stream<Item = Result<Bytes, std::convert::Infallible>> + Unpin>(s: &mut S) -> Option<Bytes> {
+            let f = tokio::time::timeout(Duration::from_secs(10), StreamExt::next(s));
+            f.await.expect("a frame within the deadline").map(|b| b.unwrap())
+        }
+        assert_eq!(next(&mut s).await.unwrap(), Bytes::from_static(b": keep-alive\n\n"));
+        tx.send(text(9, "x")).await.unwrap();
+        let f = next(&mut s).await.unwrap();
+        assert!(f.starts_with(b"id: 9\nevent: text_delta\n"), "{f:?}");
+        assert_eq!(next(&mut s).await.unwrap(), Bytes::from_static(b": keep-alive\n\n"));
+        shutdown.cancel();
+        assert!(next(&mut s).await.is_none());
+        // The gRPC stream was dropped with the body's state.
+        drop(s);
+        assert!(tx.send(text(10, "y")).await.is_err());
+    }
+
+    #[test]
+    fn create_bodies_are_checked_and_session_id_is_not_the_callers() {
+        let r = create_request(
+            json!({"agent_key": "codex", "agent_config": {"cwd": "/w", "model": "o4"}, "first_message": "hi"}),
+            "cli".into(),
+        )
+        .unwrap();
+        let cfg = r.agent_config.unwrap();
+        assert_eq!((r.agent_key.as_str(), cfg.cwd.as_str(), cfg.model.as_str()), ("codex", "/w", "o4"));
+        assert_eq!((r.first_message.as_str(), r.source.as_str()), ("hi", "cli"));
+        let r = create_request(json!({"agent_key": "claude_code"}), "api".into()).unwrap();
+        assert_eq!((r.source.as_str(), r.agent_config.unwrap()), ("", AgentConfig::default()));
+        let e =
+            create_request(json!({"agent_key": "x", "agent_config": {"session_id": "s"}}), "api".into()).unwrap_err();
+        assert_eq!((e.code, &e.details["field"]), (Code::UnknownField, &json!("agent_config.session_id")));
+        let e = create_request(json!({"agent_key": "x", "agent_config": {"cwd": 1}}), "api".into()).unwrap_err();
+        assert_eq!(e.message, "field \"agent_config.cwd\" must be a string, not an integer");
+        let e = create_request(json!({"agent_key": "x", "agent_config": "/w"}), "api".into()).unwrap_err();
+        assert_eq!(e.message, "field \"agent_config\" must be an object, not a string");
+        let e = create_request(json!({}), "api".into()).unwrap_err();
+        assert_eq!(e.message, "field \"agent_key\" is required (a string)");
+        assert_eq!(create_request(json!({"agent": "x"}), "api".into()).unwrap_err().code, Code::UnknownField);
+    }
+
+    #[test]
+    fn list_parameters_are_checked() {
+        let pairs = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<Vec<_>>();
+        let allowed = &["archived", "q", "cursor", "limit"];
+        let r = list_request(
+            &Params::parse(pairs(&[("archived", "all"), ("q", "build"), ("limit", "7")]), allowed).unwrap(),
+        )
+        .unwrap();
+        assert_eq!((r.archived(), r.query.as_str(), r.limit), (Archived::All, "build", 7));
+        let r = list_request(&Params::parse(Vec::new(), allowed).unwrap()).unwrap();
+        assert_eq!((r.archived(), r.limit), (Archived::Active, 50));
+        for bad in [&[("archived", "yes")][..], &[("limit", "0")], &[("limit", "201")]] {
+            let e = list_request(&Params::parse(pairs(bad), allowed).unwrap()).unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument, "{bad:?}");
+            assert!(e.details.get("parameter").is_some());
+        }
+    }
+
+    #[test]
+    fn patches_need_a_change_and_take_if_match() {
+        let mut h = HeaderMap::new();
+        h.insert(header::IF_MATCH, HeaderValue::from_static("\"3\""));
+        let r = update_request("01C".into(), json!({"title": "New", "archived": true}), &h).unwrap();
+        assert_eq!(
+            (r.expected_version, r.title.as_deref(), r.model, r.archived),
+            (Some(3), Some("New"), None, Some(true))
+        );
+        let r = update_request("01C".into(), json!({"model": ""}), &HeaderMap::new()).unwrap();
+        assert_eq!((r.expected_version, r.model.as_deref()), (None, Some("")));
+        assert_eq!(update_request("01C".into(), json!({}), &h).unwrap_err().code, Code::InvalidArgument);
+        assert_eq!(
+            update_request("01C".into(), json!({"archived": "yes"}), &h).unwrap_err().code,
+            Code::InvalidArgument
+        );
+        assert_eq!(update_request("01C".into(), json!({"cwd": "/x"}), &h).unwrap_err().code, Code::UnknownField);
+        h.insert(header::IF_MATCH, HeaderValue::from_static("W/\"3\""));
+        assert_eq!(update_request("01C".into(), json!({"title": "x"}), &h).unwrap_err().code, Code::InvalidArgument);
+    }
+
+    #[test]
+    fn messages_need_text_and_carry_the_actor() {
+        let r = send_request("01C".into(), json!({"text": "hello"}), "ui".into()).unwrap();
+        assert_eq!((r.conversation_id.as_str(), r.text.as_str(), r.source.as_str()), ("01C", "hello", "ui"));
+        // Empty text is the service's to refuse (it names the limit).
+        assert_eq!(send_request("01C".into(), json!({"text": ""}), "api".into()).unwrap().text, "");
+        assert_eq!(send_request("01C".into(), json!({}), "api".into()).unwrap_err().code, Code::InvalidArgument);
+        assert_eq!(
+            send_request("01C".into(), json!({"text": 5}), "api".into()).unwrap_err().code,
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            send_request("01C".into(), json!({"text": "x", "source": "web"}), "api".into()).unwrap_err().code,
+            Code::UnknownField
+        );
+    }
+
+    #[test]
+    fn pending_bodies_are_ordered_items() {
+        let r = pending_request("01C".into(), json!({"items": [{"id": "01P", "text": "a"}, {"text": "b"}]})).unwrap();
+        let got: Vec<(&str, &str)> = r.items.iter().map(|i| (i.id.as_str(), i.text.as_str())).collect();
+        assert_eq!((got, r.paused), (vec![("01P", "a"), ("", "b")], false));
+        let r = pending_request("01C".into(), json!({"items": [], "paused": true})).unwrap();
+        assert_eq!((r.items.len(), r.paused), (0, true));
+        let e = pending_request("01C".into(), json!({"paused": false})).unwrap_err();
+        assert_eq!(e.details["field"], "items");
+        let e = pending_request("01C".into(), json!({"items": "a"})).unwrap_err();
+        assert_eq!(e.details["field"], "items");
+        let e = pending_request("01C".into(), json!({"items": [{"id": "x"}]})).unwrap_err();
+        assert_eq!(e.message, "field \"items[0].text\" is required (a string)");
+        let e = pending_request("01C".into(), json!({"items": [{"text": "a"}, {"text": "b", "when": 1}]})).unwrap_err();
+        assert_eq!((e.code, &e.details["field"]), (Code::UnknownField, &json!("items[1].when")));
+        let e = pending_request("01C".into(), json!({"items": [{"text": 1}]})).unwrap_err();
+        assert_eq!(e.message, "field \"items[0].text\" must be a string, not an integer");
+        assert_eq!(pending_request("01C".into(), json!({"items": [3]})).unwrap_err().code, Code::InvalidArgument);
+    }
+}
