@@ -33,7 +33,7 @@ impl Entry {
 }
 
 /// The agents Coffer ships, in display order. Each adapter adds one line here, e.g.
-/// `Entry::new(Arc::new(claude_code::ClaudeCode::new())).with_path_setting(&settings::CHAT_CLAUDE_CODE_PATH)`.
+/// `Entry::new(Arc::new(claude_code::ClaudeCode::new())).with_path_setting(&CHAT_CLAUDE_CODE_PATH)`.
 pub fn builtin() -> Vec<Entry> {
     use coffer_types::settings::{CHAT_CLAUDE_CODE_PATH, CHAT_CODEX_PATH};
     vec![
