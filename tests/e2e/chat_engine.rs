@@ -483,3 +483,147 @@ async fn a_thousand_idle_conversations_keep_the_chat_service_small_and_a_turn_st
     assert!(listed.conversations.iter().all(|c| !c.turn_running && c.message_count == 2 && !c.title.is_empty()));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_model_archive_restore_and_stale_versions() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let mut cl = chat::client(&api).await?;
+    let conv = cl
+        .create_conversation(c::CreateConversationRequest {
+            agent_key: SCRIPTED.into(),
+            first_message: "Plan the week\nwith details".into(),
+            source: "cli".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(conv.title, "Plan the week");
+    let mut w = chat::watch(&mut cl, &conv.id, 0).await?;
+    // The first message may have started before the watch: wait for its end either way.
+    let view = wait_for("the first turn to end", Duration::from_secs(20), || {
+        let (mut cl, id) = (cl.clone(), conv.id.clone());
+        async move {
+            let v = chat::get(&mut cl, &id).await?;
+            Ok((v.messages.len() == 2 && status_of(&v.messages[1]) == c::MessageStatus::Complete).then_some(v))
+        }
+    })
+    .await?;
+    assert_eq!(view.messages[0].source, "cli");
+    let c0 = view.conversation.context("c")?;
+    let shared = cl.clone();
+    let update = |req: c::UpdateConversationRequest| {
+        let mut cl = shared.clone();
+        async move { cl.update_conversation(req).await.map(tonic::Response::into_inner) }
+    };
+    let renamed = update(c::UpdateConversationRequest {
+        id: conv.id.clone(),
+        expected_version: Some(c0.version),
+        title: Some("Week plan".into()),
+        model: Some("big-model".into()),
+        ..Default::default()
+    })
+    .await?;
+    assert_eq!(renamed.title, "Week plan");
+    let cfg = renamed.agent_config.clone().context("config")?;
+    assert_eq!(cfg.model, "big-model");
+    assert_eq!(cfg.session_id, c0.agent_config.context("config")?.session_id, "session kept");
+    let stale = update(c::UpdateConversationRequest {
+        id: conv.id.clone(),
+        expected_version: Some(c0.version),
+        title: Some("again".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(stale.code(), Code::Aborted, "{}", stale.message());
+    let e = update(c::UpdateConversationRequest {
+        id: conv.id.clone(),
+        title: Some("t".repeat(201)),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    chat::send(&mut cl, &conv.id, "say:with the new model").await?;
+    let ev = w.until(chat::EVENT_TIMEOUT, |e| chat::text(std::slice::from_ref(e)) == "model").await?;
+    let ev = [ev, w.turn().await?].concat();
+    let Some(Kind::TurnDone(done)) = &ev.last().context("end")?.kind else { anyhow::bail!("{ev:?}") };
+    assert_eq!(done.model, "big-model");
+
+    let archived =
+        update(c::UpdateConversationRequest { id: conv.id.clone(), archived: Some(true), ..Default::default() })
+            .await?;
+    assert!(archived.archived);
+    let e = chat::send(&mut cl, &conv.id, "hello").await.unwrap_err();
+    assert_eq!(e.downcast_ref::<tonic::Status>().map(tonic::Status::code), Some(Code::FailedPrecondition));
+    let list = |archived: c::list_conversations_request::Archived| {
+        let mut cl = shared.clone();
+        async move {
+            let r = cl
+                .list_conversations(c::ListConversationsRequest { archived: archived as i32, ..Default::default() })
+                .await?
+                .into_inner();
+            anyhow::Ok(r.conversations.into_iter().map(|c| c.id).collect::<Vec<_>>())
+        }
+    };
+    use c::list_conversations_request::Archived;
+    assert!(list(Archived::Active).await?.is_empty());
+    assert_eq!(list(Archived::Archived).await?, std::slice::from_ref(&conv.id));
+    update(c::UpdateConversationRequest { id: conv.id.clone(), archived: Some(false), ..Default::default() }).await?;
+    assert_eq!(list(Archived::Unspecified).await?, std::slice::from_ref(&conv.id), "restored: active");
+    let page = cl
+        .list_messages(c::ListMessagesRequest { conversation_id: conv.id.clone(), after_id: String::new(), limit: 2 })
+        .await?
+        .into_inner();
+    assert_eq!(page.messages.len(), 2);
+    let next = cl
+        .list_messages(c::ListMessagesRequest {
+            conversation_id: conv.id.clone(),
+            after_id: page.next_after_id,
+            limit: 2,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(next.messages.len(), 2, "four messages in two pages");
+    assert_eq!(chat::message_text(&next.messages[0]), "say:with the new model");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_gets_lagged_and_slows_nobody_and_a_full_queue_is_refused() -> anyhow::Result<()>
+{
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let mut cl = chat::client(&api).await?;
+    let conv = chat::create(&mut cl).await?;
+    let mut stalled = chat::watch(&mut cl, &conv.id, 0).await?;
+    let mut reader = chat::watch(&mut cl, &conv.id, 0).await?;
+    let n = 30_000;
+    let started = std::time::Instant::now();
+    chat::send(&mut cl, &conv.id, &format!("deltas:{n}")).await?;
+    let turn = reader.until(Duration::from_secs(60), chat::is_turn_end).await?;
+    eprintln!("{n} deltas to a reading subscriber in {:?} while another stalled", started.elapsed());
+    assert_eq!(turn.iter().filter(|e| chat::kind(e) == "text_delta").count(), n, "the reader got every delta");
+    assert_eq!(chat::kinds(&turn).last(), Some(&"turn_done"));
+    // The stalled one, read now: what its buffer held, then `reset{lagged}`, then the end.
+    let mut last = None;
+    while let Some(e) = stalled.next().await? {
+        ensure!(!chat::is_turn_end(&e), "the stalled subscriber should have been dropped before the turn's end");
+        last = Some(e);
+    }
+    let last = last.context("some events")?;
+    assert!(matches!(&last.kind, Some(Kind::Reset(r)) if r.reason == "lagged"), "{last:?}");
+
+    // The queue holds 100 items; the 101st is refused naming the limit.
+    chat::send(&mut cl, &conv.id, "hang").await?;
+    for i in 0..100 {
+        chat::send(&mut cl, &conv.id, &format!("q{i}")).await?;
+    }
+    let e = chat::send(&mut cl, &conv.id, "one too many").await.unwrap_err();
+    let s = e.downcast_ref::<tonic::Status>().context("status")?;
+    assert!(s.code() == Code::ResourceExhausted && s.message().contains("100"), "{}", s.message());
+    assert_eq!(pending(&mut cl, &conv.id).await?.items.len(), 100, "nothing lost");
+    Ok(())
+}

@@ -174,6 +174,22 @@ pub fn check_text(field: &str, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Longest message source (`web`, `cli`, `api`, `channel:<name>`), bytes.
+pub const MAX_SOURCE_BYTES: usize = 80;
+
+/// Checks a message's source: at most [`MAX_SOURCE_BYTES`] printable ASCII characters.
+///
+/// # Errors
+/// [`Error::Invalid`] naming `source`.
+pub fn check_source(source: &str) -> Result<()> {
+    if source.len() > MAX_SOURCE_BYTES || !source.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::Invalid(format!(
+            "source: at most {MAX_SOURCE_BYTES} printable ASCII characters (web, cli, api, channel:<name>)"
+        )));
+    }
+    Ok(())
+}
+
 /// A title from a first message: its first non-blank line, trimmed, cut at a word boundary to
 /// at most [`AUTO_TITLE_CHARS`] characters (mid-word only when its first word is longer).
 pub fn title_from(text: &str) -> String {
@@ -429,6 +445,7 @@ impl Engine {
     /// archived conversation, [`Error::Exhausted`] for a full queue, store failures.
     pub async fn send(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
         check_text("text", &text)?;
+        check_source(&source)?;
         let conv = self.conv(id).await?;
         let record = self.store.get(id).await?;
         if record.archived_ms != 0 {
@@ -1036,6 +1053,8 @@ mod tests {
         let e = check_text("text", &"a".repeat(MAX_TEXT_BYTES + 1)).unwrap_err().to_string();
         assert!(e.contains("1 MiB") && e.contains("text"), "{e}");
         assert!(check_text("text", "").unwrap_err().to_string().contains("empty"));
+        assert!(check_source("channel:telegram").is_ok() && check_source("").is_ok());
+        assert!(check_source("a b").is_err() && check_source(&"x".repeat(81)).is_err() && check_source("\n").is_err());
         assert!(check_id("id", &new_id()).is_ok());
         for bad in ["", "x", "../../etc/passwd", &new_id().to_lowercase(), "01ARZ3NDEKTSV4RRFFQ69G5FA/"] {
             assert!(check_id("id", bad).is_err(), "{bad:?}");

@@ -32,7 +32,8 @@ impl Entry {
     }
 }
 
-/// The agents Coffer ships (the adapters add themselves here, one line each).
+/// The agents Coffer ships, in display order. Each adapter adds one line here, e.g.
+/// `Entry::new(Arc::new(claude_code::ClaudeCode::new())).with_path_setting(&CHAT_CLAUDE_CODE_PATH)`.
 pub fn builtin() -> Vec<Entry> {
     use coffer_types::settings::{CHAT_CLAUDE_CODE_PATH, CHAT_CODEX_PATH};
     vec![

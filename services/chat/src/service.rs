@@ -77,6 +77,7 @@ impl ChatService {
         }
         if !r.first_message.is_empty() {
             check_text("first_message", &r.first_message)?;
+            engine::check_source(&r.source)?;
         }
         let given = r.agent_config.unwrap_or_default();
         if !given.session_id.is_empty() {
