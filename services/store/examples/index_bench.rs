@@ -236,13 +236,11 @@ async fn run(docs: usize) {
             .unwrap();
     }
     println!("stored {n} vectors of {dim} dimensions: {:.2} s", t.elapsed().as_secs_f64());
-    for (name, filters) in
-        [
-            ("vector", None),
-            ("vector + kb filter", Some(Filters { kb: vec!["bench".into()], ..Default::default() })),
-            ("vector + tag filter", Some(Filters { tags: vec!["tag3".into()], ..Default::default() })),
-        ]
-    {
+    for (name, filters) in [
+        ("vector", None),
+        ("vector + kb filter", Some(Filters { kb: vec!["bench".into()], ..Default::default() })),
+        ("vector + tag filter", Some(Filters { tags: vec!["tag3".into()], ..Default::default() })),
+    ] {
         let mut lat = Vec::new();
         for q in 0..50 {
             let embedding: Vec<f32> = (0..dim).map(|i| (q as f32 * 0.11 + i as f32 * 0.7).cos()).collect();
