@@ -371,7 +371,7 @@ async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow
         ("keyword", vec!["keyword"]),
         ("grep (the question as a literal)", vec!["grep"]),
         ("vector", vec!["vector"]),
-        ("fusion of all three", vec![]),
+        ("fusion: no engines named (keyword + vector; grep only for literal-looking questions)", vec![]),
     ];
     let mut fusion_name = String::new();
     for (label, engines) in engine_sets {
@@ -381,9 +381,13 @@ async fn quality_on(api: &Api, root: &Path, c: &Collection, baseline: QualityRow
             let (results, reply, took) = api.search(&body).await?;
             let ranked: Vec<u32> =
                 results.iter().filter_map(|r| r["path"].as_str().and_then(Collection::doc_id)).collect();
-            let failed = reply["engines"].as_array().into_iter().flatten().any(|e| {
-                (engines.is_empty() || engines.contains(&e["engine"].as_str().unwrap_or(""))) && e["state"] != "ok"
-            });
+            // Failed or timed out; an engine the search skipped on purpose (grep for a question)
+            // is "disabled", not a failure.
+            let failed = reply["engines"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["state"] == "failed" || e["state"] == "timeout");
             if fusion_name.is_empty() && engines.is_empty() {
                 fusion_name = reply["fusion"].as_str().unwrap_or_default().to_owned();
             }
