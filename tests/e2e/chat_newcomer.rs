@@ -79,6 +79,14 @@ impl Fakes {
         }
     }
 
+    /// The latest request's body as JSON text.
+    fn last_body(&self, agent: Agent) -> String {
+        match agent {
+            Agent::ClaudeCode => self.anthropic.turns().last().map(|t| t.body.to_string()).unwrap_or_default(),
+            Agent::Codex => self.openai.requests().last().map(|r| r.body.to_string()).unwrap_or_default(),
+        }
+    }
+
     /// The latest user text of every request `agent`'s fake received, in order (what each
     /// request asked the model to answer).
     fn prompts(&self, agent: Agent) -> Vec<String> {
@@ -393,12 +401,12 @@ async fn newcomer(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Resul
     // 3. Two more messages while the turn runs: both queued, in order.
     let second = "SAY[second answer]";
     let third = "SAY[third answer]";
-    for (text, place) in [(second, 1), (third, 2)] {
-        let reply = cli_json(home, &["chat", "send", &id, text]).await?;
-        assert!(reply["message"].is_null(), "queued, not started: {reply}");
-        assert_eq!(reply["pending"]["text"], text, "{reply}");
-        assert_eq!(pending_texts(&reply["queue"]).len(), place, "{reply}");
-    }
+    let reply = cli_json(home, &["chat", "send", &id, second]).await?;
+    assert!(reply["message"].is_null(), "queued, not started: {reply}");
+    assert_eq!(reply["pending"]["text"], second, "{reply}");
+    assert_eq!(pending_texts(&reply["queue"]), [second], "{reply}");
+    let sent = cli_ok(home, &["chat", "send", &id, third]).await?;
+    assert_eq!(sent.stdout, "Queued as #2 (a turn is running)\n", "{sent}");
     let queue = cli_json(home, &["chat", "pending", &id]).await?;
     assert_eq!(pending_texts(&queue), [second, third], "{queue}");
     assert_eq!(queue["paused"], false, "{queue}");
@@ -525,6 +533,7 @@ async fn newcomer(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Resul
     ensure!(out.success(), "{out}\n{}", home.diagnostics());
     assert!(out.stdout.contains("after the restart") && out.stdout.contains("✓ done"), "{out}");
     let (history, asked) = fakes.history(agent);
+    assert!(fakes.last_body(agent).contains(&session), "the model request belongs to the resumed session {session}");
     assert!(asked > asked_before, "the model was asked again");
     let history = history.join("\n");
     for earlier in [second, third, "SAY[after the restart]"] {

@@ -7,8 +7,9 @@
 //! goes on (`coffer chat stop ID` interrupts it).
 //!
 //! The event stream is opened before a message is sent (from the conversation's `last_seq`), so
-//! no event of the turn can be missed; a stream that breaks (the chat service or the gateway
-//! restarting) is resumed with `Last-Event-ID`, without loss or duplicate.
+//! no event of the turn can be missed; a stream that breaks (the chat service, the gateway or the
+//! whole daemon restarting: a new daemon is found again through `daemon.json`, never started) is
+//! resumed with `Last-Event-ID`, without loss or duplicate.
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -1125,6 +1126,21 @@ mod tests {
                 .starts_with("✗ turn failed (timeout): no output")
         );
         assert!(r.render(&ev(2, None, "reset", json!({"reason": "deleted"}))).contains("deleted"));
+    }
+
+    #[test]
+    fn a_broken_stream_is_reopened_on_a_restarted_daemon_only_for_the_right_errors() {
+        use crate::error::ApiFailure;
+        let api = |status: u16| CliError::Api(Box::new(ApiFailure::from_body(status, None, "{}")));
+        // A restarted daemon: unreachable while it starts, then the old token refused.
+        assert!(daemon_changed(&CliError::Unreachable("refused".into())));
+        assert!(daemon_changed(&api(401)));
+        assert!(!retryable(&api(401)), "a 401 alone is no service restart");
+        // The conversation is gone or the request is wrong: no retry, no re-detect.
+        for status in [400, 403, 404] {
+            assert!(!daemon_changed(&api(status)) && !retryable(&api(status)), "{status}");
+        }
+        assert!(retryable(&api(503)) && !daemon_changed(&api(503)));
     }
 
     #[test]
