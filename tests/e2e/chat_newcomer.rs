@@ -25,9 +25,9 @@ use tokio::io::AsyncReadExt;
 const TURN_TIMEOUT: Duration = Duration::from_secs(90);
 /// Milliseconds the fake model waits before each streamed event of the slow first answer.
 const SLOW_MS: u64 = 400;
-/// Words of the slow first answer (`w01 … w80`): at [`SLOW_MS`] each it streams for ~30 s,
+/// Words of the slow first answer (`w01 … w99`): at [`SLOW_MS`] each it streams for ~40 s,
 /// far longer than the steps run during it; it is stopped long before its end.
-const SLOW_WORDS: usize = 80;
+const SLOW_WORDS: usize = 99;
 
 /// Which agent a test drives, and how the daemon finds its CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -384,9 +384,10 @@ async fn newcomer(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Resul
         })
         .await?;
     assert!(early.starts_with("› you (cli): SLOW["), "the user's message is shown first: {early}");
-    assert!(!answer(&early).contains("w10"), "the text arrives incrementally, not at once: {early}");
+    // (w20 is due seven seconds after w02.)
+    assert!(!answer(&early).contains("w20"), "the text arrives incrementally, not at once: {early}");
     human
-        .wait_stdout("w10 on the watcher's terminal", TURN_TIMEOUT, |out| answer(out).contains("w10").then_some(()))
+        .wait_stdout("w20 on the watcher's terminal", TURN_TIMEOUT, |out| answer(out).contains("w20").then_some(()))
         .await?;
     first
         .wait_events("two text deltas for the first watcher", TURN_TIMEOUT, |es| {
