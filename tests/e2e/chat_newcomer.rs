@@ -473,6 +473,12 @@ async fn newcomer(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Resul
         .map(|e| message_text(&e["message_created"]["message"]))
         .collect();
     assert_eq!(created, [second, third], "in order: {later:?}");
+    let sources: Vec<&Value> = later
+        .iter()
+        .filter(|e| kind(e) == "message_created")
+        .map(|e| &e["message_created"]["message"]["source"])
+        .collect();
+    assert!(sources.iter().all(|s| *s == "cli"), "resumed messages still say they came from the CLI: {sources:?}");
     let ends: Vec<&Value> = later.iter().filter(|e| is_turn_end(e)).collect();
     assert!(ends.iter().all(|e| kind(e) == "turn_done"), "{ends:?}");
     assert_ne!(ends[0]["turn_id"], ends[1]["turn_id"], "one turn each");
