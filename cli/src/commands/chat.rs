@@ -7,8 +7,9 @@
 //! goes on (`coffer chat stop ID` interrupts it).
 //!
 //! The event stream is opened before a message is sent (from the conversation's `last_seq`), so
-//! no event of the turn can be missed; a stream that breaks (the chat service or the gateway
-//! restarting) is resumed with `Last-Event-ID`, without loss or duplicate.
+//! no event of the turn can be missed; a stream that breaks (the chat service, the gateway or the
+//! whole daemon restarting: a new daemon is found again through `daemon.json`, never started) is
+//! resumed with `Last-Event-ID`, without loss or duplicate.
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -585,21 +586,34 @@ fn retryable(e: &CliError) -> bool {
     }
 }
 
+/// Whether reopening a stream failed because the daemon itself changed: it refused this
+/// client's token (a restarted daemon writes a new one to `daemon.json`) or cannot be reached.
+fn daemon_changed(e: &CliError) -> bool {
+    match e {
+        CliError::Unreachable(_) => true,
+        CliError::Api(f) => f.status == 401,
+        _ => false,
+    }
+}
+
 /// Follows `id`'s events from `after` (or from `first`, a stream already open from there):
 /// prints each one (`--json`: its data line unchanged; else [`Renderer`]), resumes a broken
 /// stream with `Last-Event-ID`, and returns when `target`'s turn ends (never, without one), the
-/// conversation is deleted or Ctrl-C is pressed.
+/// conversation is deleted or Ctrl-C is pressed. A daemon restarted meanwhile (new port or
+/// token in `daemon.json`) is found again, never started.
 ///
 /// # Errors
 /// The stream could not be opened (404: exit 3) or reopened [`RECONNECTS`] times in a row.
 pub async fn follow(
+    ctx: &Ctx,
     api: &ApiClient,
     id: &str,
     mut after: u64,
     mut first: Option<reqwest::Response>,
     mut target: Option<Target>,
-    json: bool,
 ) -> Result<End, CliError> {
+    let json = ctx.json;
+    let mut api = api.clone();
     let path = format!("{}/events", conv_path(id));
     let mut renderer = Renderer::default();
     let ctrl_c = tokio::signal::ctrl_c();
@@ -610,8 +624,13 @@ pub async fn follow(
             Some(r) => r,
             None => match api.stream(&path, Some(after)).await {
                 Ok(r) => r,
-                Err(e) if retryable(&e) && failures < RECONNECTS => {
+                Err(e) if (retryable(&e) || daemon_changed(&e)) && failures < RECONNECTS => {
                     failures += 1;
+                    if daemon_changed(&e)
+                        && let Some(found) = ctx.detect_quietly().await
+                    {
+                        api = found;
+                    }
                     // Pacing between reconnection attempts while the service restarts.
                     tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(10)))).await;
                     continue;
@@ -670,7 +689,7 @@ pub async fn follow(
                     }
                     // Events were lost: a followed turn may have ended among them.
                     if let Some(t) = &target
-                        && turn_over(api, id, t).await?
+                        && turn_over(&api, id, t).await?
                     {
                         output::print(renderer.finish())?;
                         return Ok(End::Done);
@@ -726,7 +745,7 @@ async fn send_and_follow(ctx: &Ctx, api: &ApiClient, id: &str, text: &str, watch
         output::print(&sent_line(&reply, id))?;
     }
     let target = Target::from_reply(&reply, text);
-    finish(follow(api, id, after, Some(stream), Some(target), ctx.json).await?, ctx, id)
+    finish(follow(ctx, api, id, after, Some(stream), Some(target)).await?, ctx, id)
 }
 
 /// What a followed turn's end means for the exit code.
@@ -856,7 +875,7 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
         return Ok(());
     }
     if a.text.is_empty() {
-        return finish(follow(&api, &id, 0, None, None, ctx.json).await?, ctx, &id);
+        return finish(follow(ctx, &api, &id, 0, None, None).await?, ctx, &id);
     }
     send_and_follow(ctx, &api, &id, &a.text.join(" "), true).await
 }
@@ -882,7 +901,7 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(0)).await?;
     // On stderr also with --json: stdout holds only the events.
     eprintln!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
-    match follow(&api, id, 0, Some(stream), None, ctx.json).await? {
+    match follow(ctx, &api, id, 0, Some(stream), None).await? {
         End::Stopped => Ok(()),
         end => finish(end, ctx, id),
     }
@@ -1107,6 +1126,21 @@ mod tests {
                 .starts_with("✗ turn failed (timeout): no output")
         );
         assert!(r.render(&ev(2, None, "reset", json!({"reason": "deleted"}))).contains("deleted"));
+    }
+
+    #[test]
+    fn a_broken_stream_is_reopened_on_a_restarted_daemon_only_for_the_right_errors() {
+        use crate::error::ApiFailure;
+        let api = |status: u16| CliError::Api(Box::new(ApiFailure::from_body(status, None, "{}")));
+        // A restarted daemon: unreachable while it starts, then the old token refused.
+        assert!(daemon_changed(&CliError::Unreachable("refused".into())));
+        assert!(daemon_changed(&api(401)));
+        assert!(!retryable(&api(401)), "a 401 alone is no service restart");
+        // The conversation is gone or the request is wrong: no retry, no re-detect.
+        for status in [400, 403, 404] {
+            assert!(!daemon_changed(&api(status)) && !retryable(&api(status)), "{status}");
+        }
+        assert!(retryable(&api(503)) && !daemon_changed(&api(503)));
     }
 
     #[test]

@@ -211,14 +211,17 @@ impl Bus {
             }
             st.log.iter().filter(|e| e.seq > after_seq).cloned().collect()
         };
+        // A reset goes before the replay with the seq just before it, so that ids never go
+        // backwards on the stream (nor repeat); with nothing to replay, the last one handed out.
+        let last = st.next.saturating_sub(1);
+        let reset_seq = replay.first().map_or(last, |e| e.seq.saturating_sub(1));
         let (tx, rx) = mpsc::channel(replay.len() + SUBSCRIBER_BUFFER);
         for e in replay {
             // Capacity is replay + buffer: never full here.
             let _ = tx.try_send(e);
         }
         let lagged = Arc::new(AtomicBool::new(false));
-        let last = st.next.saturating_sub(1);
-        let reset_first = first.first().map(|r| self.reset(last, r));
+        let reset_first = first.first().map(|r| self.reset(reset_seq, r));
         if st.closed {
             let first = Some(self.reset(last, reason::DELETED));
             return Subscription { first, rx: None, lagged, id: self.id.clone(), last: after_seq };
@@ -393,9 +396,23 @@ mod tests {
             bus.try_publish("", delta(&i.to_string()), Mark::None);
         }
         let mut evicted = bus.subscribe(1002);
-        assert_eq!(reason_of(&evicted.next().await.unwrap()), Some(reason::TOO_OLD));
+        let reset = evicted.next().await.unwrap();
+        assert_eq!(reason_of(&reset), Some(reason::TOO_OLD));
         let retained = drain(&mut evicted).await;
         assert_eq!(retained.len(), RETAIN, "the last RETAIN events");
+        assert_eq!(reset.seq + 1, retained[0].seq, "the reset's seq is just before the replay: ids never go back");
+        // After a restart with events of this process retained: the reset, then those events,
+        // each seq once and in order.
+        let bus = Bus::new("C");
+        bus.grant(1001, 1000);
+        for i in 0..3 {
+            bus.try_publish("", delta(&i.to_string()), Mark::None);
+        }
+        let mut old = bus.subscribe(44);
+        let mut got = vec![old.next().await.unwrap()];
+        got.extend(drain(&mut old).await);
+        assert_eq!(reason_of(&got[0]), Some(reason::TOO_OLD));
+        assert_eq!(seqs(&got), [1000, 1001, 1002, 1003], "strictly increasing, no duplicate");
     }
 
     #[tokio::test]

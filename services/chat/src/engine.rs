@@ -954,9 +954,19 @@ impl Engine {
             return Err(Error::NotFound(format!("conversation {id} not found")));
         }
         let now = now_ms();
+        // An item kept by id keeps when and from where it was sent (a caller sends id and text).
+        let kept: HashMap<&str, &c::PendingItem> = live.pending.iter().map(|p| (p.id.as_str(), p)).collect();
         let items: Vec<c::PendingItem> = items
             .into_iter()
             .map(|mut p| {
+                if let Some(old) = kept.get(p.id.as_str()) {
+                    if p.created_ms == 0 {
+                        p.created_ms = old.created_ms;
+                    }
+                    if p.source.is_empty() {
+                        p.source.clone_from(&old.source);
+                    }
+                }
                 if p.id.is_empty() {
                     p.id = new_id();
                 }

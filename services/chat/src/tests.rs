@@ -351,6 +351,28 @@ async fn messages_sent_during_a_turn_queue_and_run_in_order_one_turn_each() {
 }
 
 #[tokio::test]
+async fn a_resumed_item_keeps_when_and_from_where_it_was_sent() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    r.engine.send(&id, "say:queued".into(), "cli".into()).await.unwrap();
+    assert!(r.engine.interrupt(&id).await.unwrap());
+    until_end(&mut sub).await;
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    let sent = q.items[0].clone();
+    assert_eq!(sent.source, "cli");
+    // As `PUT …/pending` (and `coffer chat pending --resume`) sends it back: id and text only.
+    let back = coffer_proto::chat::PendingItem { id: sent.id.clone(), text: sent.text.clone(), ..Default::default() };
+    let resumed = r.engine.set_pending(&id, vec![back], true).await.unwrap();
+    assert_eq!((resumed.items[0].created_ms, resumed.items[0].source.as_str()), (sent.created_ms, "cli"));
+    r.engine.set_pending(&id, resumed.items, false).await.unwrap();
+    until_end(&mut sub).await;
+    let user = r.messages(&id).into_iter().rfind(|m| m.role == MessageRole::User as i32).unwrap();
+    assert_eq!(user.source, "cli", "the message run from the queue says where it was sent from");
+}
+
+#[tokio::test]
 async fn exit_mid_turn_and_a_hang_past_the_timeout_are_turn_errors_and_pause_the_queue() {
     let r = rig(1).await;
     let id = r.conversation().await;
