@@ -168,15 +168,23 @@ async fn fifty_messages_sent_during_a_turn_all_run_in_order_one_turn_each() -> a
     let mut cl = chat::client(&api).await?;
     let conv = chat::create(&mut cl).await?;
     let mut w = chat::watch(&mut cl, &conv.id, 0).await?;
-    chat::send(&mut cl, &conv.id, "say:first\nwait:1500\nsay:done").await?;
+    // The first turn runs until it is stopped, so every message below is sent during it,
+    // whatever the machine's load (a timed first turn ended early on a busy machine).
+    chat::send(&mut cl, &conv.id, "say:first\nhang").await?;
     w.until_kind("turn_started").await?;
-    let mut ids = Vec::new();
+    let mut items = Vec::new();
     for i in 0..50 {
         let r = chat::send(&mut cl, &conv.id, &format!("say:m{i}")).await?;
         let Some(Outcome::Pending(p)) = r.outcome else { anyhow::bail!("message {i} is queued: {r:?}") };
         assert_eq!(r.queue.context("queue")?.items.len(), i + 1);
-        ids.push(p.id);
+        items.push(p);
     }
+    // Stopping the turn pauses the queue; resuming it as it is runs the fifty.
+    let id = c::ConversationRef { id: conv.id.clone() };
+    assert!(cl.interrupt(id).await?.into_inner().interrupted);
+    let paused = chat::get(&mut cl, &conv.id).await?.pending.context("pending")?;
+    assert!(paused.paused && paused.items.len() == 50, "{paused:?}");
+    cl.set_pending(c::SetPendingRequest { conversation_id: conv.id.clone(), items, paused: false }).await?;
     let events = w.until(Duration::from_secs(120), |e| chat::text(std::slice::from_ref(e)) == "m49").await?;
     let events = [events, w.turn().await?].concat();
     let created = chat::created_texts(&events);
