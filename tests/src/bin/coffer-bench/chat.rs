@@ -8,9 +8,11 @@
 //!   subscriber notes when each one arrives; latency = arrival − stamp (one machine, one clock).
 //!   [`SUBSCRIBERS`] SSE subscribers on `GET /v1/conversations/{id}/events`, against one
 //!   subscriber on the chat service's gRPC `Subscribe` (what the edge relays), and one SSE
-//!   subscriber alone; paced one delta per [`PACE_MS`] ms (a very fast model), and as one burst.
-//!   The paths are measured in [`ROUNDS`] interleaved rounds. CPU per delta of `coffer-chat` and
-//!   `coffer-gateway` from `/proc/<pid>/task/*/schedstat`.
+//!   subscriber alone; deltas paced one per [`PACE_MS`] ms (far faster than a model), one per
+//!   [`MODEL_PACE_MS`] ms (a fast model's token rate), and as one burst (queueing, not latency).
+//!   The rows are measured in [`ROUNDS`] interleaved rounds. CPU time and time runnable but
+//!   waiting for a CPU, per delta, of `coffer-chat`, `coffer-gateway` and this client, from
+//!   `/proc/<pid>/task/*/schedstat`.
 //! - **POST → `turn_started`**: from sending `POST …/messages` to the `turn_started` event on an
 //!   SSE stream already open, [`TURNS`] tiny turns (`say:ok`, each awaited to `turn_done`),
 //!   against gRPC `SendMessage` → `turn_started` on gRPC `Subscribe`, interleaved.
@@ -43,8 +45,11 @@ use super::schedstat;
 const SUBSCRIBERS: usize = 10;
 /// Deltas per measured fan-out turn.
 const FANOUT_DELTAS: usize = 2000;
-/// Milliseconds between two deltas of a paced turn (`slow:`).
+/// Milliseconds between two deltas of a fast paced turn (`slow:`): far faster than any model.
 const PACE_MS: u64 = 1;
+/// A model-like pace (100 deltas/s, a fast model's token rate) and that turn's deltas.
+const MODEL_PACE_MS: u64 = 10;
+const MODEL_PACE_DELTAS: usize = 500;
 /// Interleaved rounds of each fan-out path and of the two POST → `turn_started` paths.
 const ROUNDS: usize = 2;
 /// Measured turns of each POST → `turn_started` path (after [`WARM_TURNS`] unmeasured ones).
@@ -258,6 +263,32 @@ async fn read_grpc(mut w: chat::Watch) -> Result<Seen> {
     }
 }
 
+/// One row of the fan-out table: a kind of turn and who watches it.
+struct Row {
+    /// The pacing, printed on the first row of its group (empty on the others).
+    label: String,
+    pace: &'static str,
+    subscribers: &'static str,
+    who: Watchers,
+    script: String,
+    deltas: usize,
+    /// The row whose latencies this one is compared with.
+    base: Option<usize>,
+}
+
+impl Row {
+    fn new(
+        label: String,
+        subscribers: &'static str,
+        who: Watchers,
+        script: &(String, usize),
+        base: Option<usize>,
+    ) -> Self {
+        let pace = if script.0.starts_with("slow:") { "paced" } else { "burst" };
+        Self { label, pace, subscribers, who, script: script.0.clone(), deltas: script.1, base }
+    }
+}
+
 /// Who watches a fan-out turn.
 #[derive(Clone, Copy)]
 enum Watchers {
@@ -272,8 +303,10 @@ struct Fanout {
     /// The `reset` reasons of subscribers dropped before the turn's end.
     resets: Vec<String>,
     deltas: usize,
-    chat_cpu_ns: u64,
-    gateway_cpu_ns: u64,
+    /// Scheduler counters summed over the turns (ns on a CPU, ns runnable but waiting for
+    /// one): `coffer-chat`, `coffer-gateway`, this process.
+    cpu_ns: [u64; 3],
+    wait_ns: [u64; 3],
 }
 
 impl Fanout {
@@ -282,10 +315,13 @@ impl Fanout {
     }
 }
 
-/// Services' pids for the CPU counters.
-struct Pids {
-    chat: String,
-    gateway: String,
+/// Pids for the scheduler counters: `coffer-chat`, `coffer-gateway`, `self` (this process).
+struct Pids([String; 3]);
+
+impl Pids {
+    fn sched(&self) -> [[u64; 3]; 3] {
+        [schedstat(&self.0[0]), schedstat(&self.0[1]), schedstat(&self.0[2])]
+    }
 }
 
 /// The fan-out measurement's daemon, clients and conversation.
@@ -315,7 +351,7 @@ impl FanoutBench<'_> {
                 }
             }
         }
-        let (chat0, gw0) = (schedstat(&self.pids.chat)[0], schedstat(&self.pids.gateway)[0]);
+        let before = self.pids.sched();
         Rest { api }.post(&format!("/v1/conversations/{id}/messages"), &json!({"text": script})).await?;
         for t in tasks {
             let seen = t.await??;
@@ -327,8 +363,10 @@ impl FanoutBench<'_> {
             }
             into.lat_us.extend(seen.lat_us);
         }
-        into.chat_cpu_ns += schedstat(&self.pids.chat)[0].saturating_sub(chat0);
-        into.gateway_cpu_ns += schedstat(&self.pids.gateway)[0].saturating_sub(gw0);
+        for (k, (now, then)) in self.pids.sched().iter().zip(before).enumerate() {
+            into.cpu_ns[k] += now[0].saturating_sub(then[0]);
+            into.wait_ns[k] += now[1].saturating_sub(then[1]);
+        }
         into.deltas += deltas;
         Ok(())
     }
@@ -416,50 +454,75 @@ async fn fanout_and_turns() -> Result<()> {
     let mut bench = FanoutBench {
         api: &api,
         grpc: chat::client(&api).await?,
-        pids: Pids {
-            chat: rest.service_pid("chat").await?.to_string(),
-            gateway: rest.service_pid("gateway").await?.to_string(),
-        },
+        pids: Pids([
+            rest.service_pid("chat").await?.to_string(),
+            rest.service_pid("gateway").await?.to_string(),
+            "self".to_owned(),
+        ]),
         id: rest.create().await?,
     };
-    let paced = format!("slow:{PACE_MS}\nstamped:{FANOUT_DELTAS}");
-    let burst = format!("stamped:{FANOUT_DELTAS}");
     // Warm-up: connections open, code paths and allocator warm.
     let mut scratch = Fanout::default();
     for who in [Watchers::Grpc, Watchers::Sse(SUBSCRIBERS)] {
         bench.turn(who, &format!("slow:{PACE_MS}\nstamped:200"), 200, &mut scratch).await?;
     }
-    let paths: [(&str, Watchers, &str); 4] = [
-        ("1 subscriber on gRPC `Subscribe` (baseline: no edge)", Watchers::Grpc, &paced),
-        ("1 SSE subscriber through the edge", Watchers::Sse(1), &paced),
-        ("10 SSE subscribers through the edge", Watchers::Sse(SUBSCRIBERS), &paced),
-        ("10 SSE subscribers, the 2,000 deltas as one burst", Watchers::Sse(SUBSCRIBERS), &burst),
+    let paced = |ms: u64, n: usize| (format!("slow:{ms}\nstamped:{n}"), n);
+    let fast = paced(PACE_MS, FANOUT_DELTAS);
+    let model = paced(MODEL_PACE_MS, MODEL_PACE_DELTAS);
+    let burst = (format!("stamped:{FANOUT_DELTAS}"), FANOUT_DELTAS);
+    let rows: Vec<Row> = vec![
+        Row::new(
+            format!("1 ms apart ({FANOUT_DELTAS} deltas)"),
+            "1 on gRPC `Subscribe` (baseline: no edge)",
+            Watchers::Grpc,
+            &fast,
+            None,
+        ),
+        Row::new(String::new(), "1 SSE through the edge", Watchers::Sse(1), &fast, Some(0)),
+        Row::new(String::new(), "**10 SSE through the edge**", Watchers::Sse(SUBSCRIBERS), &fast, Some(0)),
+        Row::new(
+            format!("{MODEL_PACE_MS} ms apart ({MODEL_PACE_DELTAS} deltas)"),
+            "1 on gRPC `Subscribe` (baseline)",
+            Watchers::Grpc,
+            &model,
+            None,
+        ),
+        Row::new(String::new(), "**10 SSE through the edge**", Watchers::Sse(SUBSCRIBERS), &model, Some(3)),
+        Row::new(
+            format!("one burst ({FANOUT_DELTAS} deltas)"),
+            "1 on gRPC `Subscribe` (baseline)",
+            Watchers::Grpc,
+            &burst,
+            None,
+        ),
+        Row::new(String::new(), "10 SSE through the edge", Watchers::Sse(SUBSCRIBERS), &burst, Some(5)),
     ];
-    let mut runs: Vec<Fanout> = paths.iter().map(|_| Fanout::default()).collect();
+    let mut runs: Vec<Fanout> = rows.iter().map(|_| Fanout::default()).collect();
     for _ in 0..ROUNDS {
-        for (k, (_, who, script)) in paths.iter().enumerate() {
-            bench.turn(*who, script, FANOUT_DELTAS, &mut runs[k]).await?;
+        for (k, row) in rows.iter().enumerate() {
+            bench.turn(row.who, &row.script, row.deltas, &mut runs[k]).await?;
         }
     }
+    println!("### Event fan-out: adapter → subscribers, {ROUNDS} interleaved rounds per row\n");
     println!(
-        "### Event fan-out: {FANOUT_DELTAS} `text_delta`s per turn, {ROUNDS} interleaved rounds per row, paced one per {PACE_MS} ms unless a burst\n"
+        "| deltas sent | subscribers | p50 | p99 | max | ratio p50 / p99 to the baseline | CPU per delta: chat / gateway / bench client | waiting for a CPU, per delta: chat / gateway / client | floor |\n|---|---|---|---|---|---|---|---|---|"
     );
-    println!(
-        "| subscribers | p50 | p99 | max | ratio p50 / p99 to the baseline | `coffer-chat` / `coffer-gateway` CPU per delta | floor |\n|---|---|---|---|---|---|---|"
-    );
-    let base = &runs[0];
-    for (k, (label, who, _)) in paths.iter().enumerate() {
+    let per = |ns: [u64; 3], n: usize| {
+        let v: Vec<String> = ns.iter().map(|x| format!("{:.0}", *x as f64 / n.max(1) as f64 / 1e3)).collect();
+        format!("{} µs", v.join(" / "))
+    };
+    for (k, row) in rows.iter().enumerate() {
         let r = &runs[k];
-        let subs = match who {
+        let subs = match row.who {
             Watchers::Grpc => 1,
-            Watchers::Sse(n) => *n,
+            Watchers::Sse(n) => n,
         };
         let dropped = if r.resets.is_empty() {
             String::new()
         } else {
             format!(" ({} of {} subscriber-turns dropped with `reset` {:?})", r.resets.len(), subs * ROUNDS, r.resets)
         };
-        let floor = if k == 2 {
+        let floor = if subs == SUBSCRIBERS && row.pace != "burst" {
             format!(
                 "p99 < {FANOUT_P99_FLOOR_MS} ms: {}",
                 pass(r.p(0.99) < FANOUT_P99_FLOOR_MS * 1e3 && r.resets.is_empty())
@@ -467,18 +530,19 @@ async fn fanout_and_turns() -> Result<()> {
         } else {
             "—".to_owned()
         };
-        let ratio = if k == 0 {
-            "—".to_owned()
-        } else {
-            format!("{:.1}× / {:.1}×", r.p(0.5) / base.p(0.5), r.p(0.99) / base.p(0.99))
+        let ratio = match row.base {
+            None => "—".to_owned(),
+            Some(b) => format!("{:.1}× / {:.1}×", r.p(0.5) / runs[b].p(0.5), r.p(0.99) / runs[b].p(0.99)),
         };
         println!(
-            "| {label}{dropped} | {} | {} | {} | {ratio} | {:.1} µs / {:.1} µs | {floor} |",
+            "| {} | {}{dropped} | {} | {} | {} | {ratio} | {} | {} | {floor} |",
+            row.label,
+            row.subscribers,
             ms(r.p(0.5)),
             ms(r.p(0.99)),
             ms(r.p(1.0)),
-            r.chat_cpu_ns as f64 / r.deltas as f64 / 1e3,
-            r.gateway_cpu_ns as f64 / r.deltas as f64 / 1e3,
+            per(r.cpu_ns, r.deltas),
+            per(r.wait_ns, r.deltas),
         );
     }
 
