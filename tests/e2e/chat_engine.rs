@@ -139,6 +139,31 @@ async fn a_turn_streams_tools_and_text_is_persisted_titled_and_audited() -> anyh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stamped_deltas_carry_the_time_the_adapter_sent_them() -> anyhow::Result<()> {
+    // The benchmark's emit times (`coffer-bench --only chat`): each `stamped:` delta is stamped
+    // when the scripted adapter sends it, in order, between the send and the receipt.
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let mut cl = chat::client(&api).await?;
+    let conv = chat::create(&mut cl).await?;
+    let mut w = chat::watch(&mut cl, &conv.id, 0).await?;
+    let before = chat::unix_micros();
+    chat::send(&mut cl, &conv.id, "slow:2\nstamped:20").await?;
+    let mut stamps = Vec::new();
+    for e in w.turn().await? {
+        let arrived = chat::unix_micros();
+        if let Some(Kind::TextDelta(d)) = &e.kind {
+            let stamp = chat::stamp_of(&d.text).with_context(|| format!("not a stamp: {:?}", d.text))?;
+            assert!((before..=arrived).contains(&stamp), "{before} <= {stamp} <= {arrived}");
+            stamps.push(stamp);
+        }
+    }
+    assert_eq!(stamps.len(), 20);
+    assert!(stamps.windows(2).all(|p| p[1] >= p[0] + 1_000), "paced by slow:2 (≥ 2 ms apart, 1 ms slack): {stamps:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_of_one_mib_pass_and_empty_or_larger_ones_are_refused() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = chat::start_daemon(&home).await?;

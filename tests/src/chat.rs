@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `say:<text>` | streams `<text>` word by word, one `TextDelta` per word (its trailing space included) |
 //! | `deltas:<n>` | streams `n` deltas `w0 `, `w1 `, … |
+//! | `stamped:<n>` | streams `n` deltas `t<µs> `, each carrying the wall-clock time it is sent (Unix µs, [`unix_micros`]; read back with [`stamp_of`]): the benchmark's emit time |
 //! | `slow:<ms>` | from now on waits `ms` before each delta |
 //! | `wait:<ms>` | waits `ms` |
 //! | `tool:<name> [json]` | a `ToolCall` (`input` = the JSON, default `{}`), then its `ToolResult` `"result of <name>"` |
@@ -196,6 +197,17 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
         let words: Vec<String> = match cmd {
             "say" => split_words(arg),
             "deltas" => (0..arg.trim().parse::<u64>().unwrap_or(0)).map(|i| format!("w{i} ")).collect(),
+            "stamped" => {
+                for _ in 0..arg.trim().parse::<u64>().unwrap_or(0) {
+                    if slow > 0 {
+                        pause!(slow);
+                    }
+                    // Stamped as late as possible: the time the adapter hands the delta over.
+                    send!(AgentEvent::TextDelta(format!("t{} ", unix_micros())));
+                    sent += 1;
+                }
+                continue;
+            }
             "session" => vec![format!("session={}", if resumed.is_empty() { "new" } else { &resumed })],
             "slow" => {
                 slow = arg.trim().parse().unwrap_or(0);
@@ -243,6 +255,16 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
             model: Some(model),
         })
         .await;
+}
+
+/// Now as Unix microseconds (the wall clock, shared by every process on the machine).
+pub fn unix_micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The emit time (Unix µs) a `stamped:<n>` delta carries (`t<µs> `); `None` for any other text.
+pub fn stamp_of(text: &str) -> Option<u64> {
+    text.strip_prefix('t')?.strip_suffix(' ')?.parse().ok()
 }
 
 /// `"a b  c"` → `["a ", "b  ", "c"]`: each word with the whitespace after it, so the deltas
@@ -462,5 +484,15 @@ mod tests {
         assert_eq!(split_words("hello  big world"), ["hello  ", "big ", "world"]);
         assert_eq!(split_words("").len(), 0);
         assert_eq!(split_words("hello  big world").concat(), "hello  big world");
+    }
+
+    #[test]
+    fn stamps_read_back_and_other_text_has_none() {
+        let now = unix_micros();
+        assert!(now > 1_700_000_000_000_000, "{now}");
+        assert_eq!(stamp_of(&format!("t{now} ")), Some(now));
+        for other in ["w0 ", "t12", "tx1 ", "hello ", "", "t "] {
+            assert_eq!(stamp_of(other), None, "{other:?}");
+        }
     }
 }
