@@ -69,7 +69,7 @@ pub const SERVICES: &[ServiceSpec] = &[
         identity: Identity::Chat,
         binary: "coffer-chat",
         depends_on: &[Identity::Store],
-        flavor: Flavor::MultiThread,
+        flavor: Flavor::CurrentThread,
         may_fail: true,
         start: Start::Always,
         edge: false,
