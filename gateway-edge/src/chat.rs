@@ -21,11 +21,9 @@ use coffer_proto::chat::{
     Agent, ContentBlock, Conversation, ConversationView, Event, Message, MessageStatus, PendingItem, PendingQueue,
     Role, SendMessageReply, Usage, content_block, event, send_message_reply,
 };
-use coffer_runtime::grpc::{AuthChannel, ClientAuth};
+use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Endpoint;
 
 /// The Chat client type; cheap to clone (call a method on a clone: tonic clients take `&mut
 /// self`).
@@ -54,16 +52,8 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Errors
 /// When `addr` is not a valid authority.
 pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .keep_alive_while_idle(false)
-        .connect_lazy();
-    Ok(ChatClient::new(InterceptedService::new(ch, ClientAuth::new(token)))
-        .max_decoding_message_size(MAX_REPLY)
-        .max_encoding_message_size(MAX_REQUEST))
+    let ch = coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)?;
+    Ok(ChatClient::new(ch).max_decoding_message_size(MAX_REPLY).max_encoding_message_size(MAX_REQUEST))
 }
 
 /// Runs one unary chat call with [`CALL_TIMEOUT`]; a call that takes longer is
@@ -74,13 +64,7 @@ pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transpo
 pub async fn call<T>(
     fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, tonic::Status> {
-    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
-        Ok(r) => r.map(tonic::Response::into_inner),
-        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-            "the chat service did not answer within {} s",
-            CALL_TIMEOUT.as_secs()
-        ))),
-    }
+    coffer_runtime::grpc::call_within("chat service", CALL_TIMEOUT, fut).await
 }
 
 // ---------------------------------------------------------------------------------------------

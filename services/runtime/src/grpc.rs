@@ -174,6 +174,47 @@ pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::t
     Ok(InterceptedService::new(ch, ClientAuth::new(token)))
 }
 
+/// [`channel`] with HTTP/2 keep-alive pings every `interval` while a call or stream is open,
+/// given up after `timeout` without an answer: the supervisor keeps the listener of a stopped
+/// or restarting service, so the kernel accepts the connection and nobody answers; the pings
+/// turn that into `UNAVAILABLE` within `interval + timeout`.
+///
+/// # Errors
+/// When `addr` is not a valid authority.
+pub fn watched_channel(
+    addr: &str,
+    token: &SecretString,
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+) -> Result<AuthChannel, tonic::transport::Error> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(interval)
+        .keep_alive_timeout(timeout)
+        .keep_alive_while_idle(false)
+        .connect_lazy();
+    Ok(InterceptedService::new(ch, ClientAuth::new(token)))
+}
+
+/// Awaits one unary call for at most `limit`; a call that takes longer is `DEADLINE_EXCEEDED`
+/// naming `service` ("the chat service did not answer within 30 s").
+///
+/// # Errors
+/// The call's status.
+pub async fn call_within<T>(
+    service: &str,
+    limit: std::time::Duration,
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
+        Err(_) => {
+            Err(tonic::Status::deadline_exceeded(format!("the {service} did not answer within {} s", limit.as_secs())))
+        }
+    }
+}
+
 /// Serves `routes` plus the standard gRPC health service (`grpc.health.v1.Health`, reporting
 /// SERVING for the empty service name) on an inherited listener, behind `auth` (see
 /// [`crate::service::ServiceCtx::auth_layer`]), until `shutdown` is cancelled.
