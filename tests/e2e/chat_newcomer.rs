@@ -167,6 +167,8 @@ struct Running {
     child: tokio::process::Child,
     out: Arc<Mutex<Vec<u8>>>,
     err: Arc<Mutex<Vec<u8>>>,
+    /// The tasks collecting stdout and stderr; each ends at its pipe's end.
+    drains: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -175,9 +177,8 @@ impl Running {
         let (out, err) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
         let stdout = child.stdout.take().context("piped stdout")?;
         let stderr = child.stderr.take().context("piped stderr")?;
-        tokio::spawn(drain(stdout, out.clone()));
-        tokio::spawn(drain(stderr, err.clone()));
-        Ok(Self { what: format!("`coffer {}`", args.join(" ")), child, out, err })
+        let drains = vec![tokio::spawn(drain(stdout, out.clone())), tokio::spawn(drain(stderr, err.clone()))];
+        Ok(Self { what: format!("`coffer {}`", args.join(" ")), child, out, err, drains })
     }
 
     fn stdout(&self) -> String {
@@ -237,6 +238,11 @@ impl Running {
         let status = tokio::time::timeout(timeout, self.child.wait()).await.with_context(|| {
             format!("{} still running after {timeout:?}\n--- stdout ---\n{}", self.what, self.stdout())
         })??;
+        // Everything it printed is collected before anyone reads it (on a busy machine the
+        // collecting tasks may still be behind when the process has exited).
+        for d in std::mem::take(&mut self.drains) {
+            tokio::time::timeout(timeout, d).await.context("reading the rest of its output")??;
+        }
         Ok(status.code())
     }
 }
