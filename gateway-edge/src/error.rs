@@ -156,49 +156,33 @@ impl From<tonic::Status> for ApiError {
 
 impl ApiError {
     /// The envelope for a failed call to `coffer-retrieval` (`proto/retrieval.proto`'s status
-    /// mapping): `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `ALREADY_EXISTS` and
-    /// `FAILED_PRECONDITION` 409 `CONFLICT`, each with the service's message (written for the
-    /// user: it names the field and the limit). A service that does not run, is restarting,
-    /// broke mid-call or did not answer in time is 503 `SERVICE_UNAVAILABLE` saying so; anything
-    /// else as [`From<tonic::Status>`]. The built-in MCP tools use the same message as their
-    /// tool error, so REST and MCP say the same thing.
+    /// mapping), as [`ApiError::from_service`]. The built-in MCP tools use the same message as
+    /// their tool error, so REST and MCP say the same thing.
     pub fn from_retrieval(s: tonic::Status) -> Self {
-        use tonic::Code as G;
-        const DOWN: &str = "the retrieval service is not running";
-        let unavailable = |why: &str| {
-            tracing::warn!(error = %s.message(), code = ?s.code(), "Retrieval service unavailable.");
-            ApiError::new(Code::ServiceUnavailable, format!("{DOWN} ({why}); see `coffer status`, retry shortly"))
-        };
-        match s.code() {
-            G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
-            G::NotFound => ApiError::not_found(s.message()),
-            G::AlreadyExists | G::FailedPrecondition | G::Aborted => ApiError::new(Code::Conflict, s.message()),
-            G::Unavailable => unavailable("it is stopped, starting or restarting"),
-            G::DeadlineExceeded => unavailable(s.message()),
-            G::Cancelled => unavailable("the call was cancelled; it may or may not have taken effect"),
-            G::Unknown if broke_mid_call(&s) => {
-                unavailable("it stopped during the call; it may or may not have taken effect")
-            }
-            G::Unimplemented => unavailable("it does not serve this call: is it another version than the gateway?"),
-            _ => ApiError::from(s),
-        }
+        Self::from_service("retrieval", s)
     }
-}
 
-impl ApiError {
-    /// The envelope for a failed call to `coffer-chat` (`proto/chat.proto`'s status mapping):
-    /// `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `FAILED_PRECONDITION` (agent unavailable, an
-    /// archived conversation) and `ABORTED` (stale version) 409 `CONFLICT`, `RESOURCE_EXHAUSTED`
-    /// (pending queue full) 429 `TOO_MANY_REQUESTS`, each with the service's message (it names the
-    /// field and the limit). A service that does not run, is restarting, broke mid-call or did
-    /// not answer in time is 503 `SERVICE_UNAVAILABLE` saying so; anything else as
-    /// [`From<tonic::Status>`].
+    /// The envelope for a failed call to `coffer-chat` (`proto/chat.proto`'s status mapping),
+    /// as [`ApiError::from_service`].
     pub fn from_chat(s: tonic::Status) -> Self {
+        Self::from_service("chat", s)
+    }
+
+    /// The envelope for a failed call to the internal service `service` (`retrieval`, `chat`):
+    /// `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `ALREADY_EXISTS`, `FAILED_PRECONDITION` and
+    /// `ABORTED` (stale version) 409 `CONFLICT`, `RESOURCE_EXHAUSTED` (e.g. a full pending queue)
+    /// 429 `TOO_MANY_REQUESTS`, each with the service's message (written for the user: it names
+    /// the field and the limit). A service that does not run, is restarting, broke mid-call or
+    /// did not answer in time is 503 `SERVICE_UNAVAILABLE` saying so; anything else as
+    /// [`From<tonic::Status>`].
+    fn from_service(service: &str, s: tonic::Status) -> Self {
         use tonic::Code as G;
-        const DOWN: &str = "the chat service is not running";
         let unavailable = |why: &str| {
-            tracing::warn!(error = %s.message(), code = ?s.code(), "Chat service unavailable.");
-            ApiError::new(Code::ServiceUnavailable, format!("{DOWN} ({why}); see `coffer status`, retry shortly"))
+            tracing::warn!(service, error = %s.message(), code = ?s.code(), "Internal service unavailable.");
+            ApiError::new(
+                Code::ServiceUnavailable,
+                format!("the {service} service is not running ({why}); see `coffer status`, retry shortly"),
+            )
         };
         match s.code() {
             G::InvalidArgument | G::OutOfRange => ApiError::invalid(s.message()),
