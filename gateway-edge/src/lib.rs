@@ -1,5 +1,5 @@
 //! The edge (`coffer-gateway`): axum on the public listener inherited from the supervisor —
-//! `/mcp` (MCP Streamable HTTP, the gateway), `/v1/*` (REST), later `/ui` — plus, on its
+//! `/mcp` (MCP Streamable HTTP, the gateway), `/v1/*` (REST), `/ui` (the web console, [`ui`]) — plus, on its
 //! internal gRPC listener, the `ToolBroker` service ([`grpc`], authorized by [`authz::POLICY`])
 //! and the health check.
 //!
@@ -19,6 +19,7 @@ pub mod retrieval;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -45,6 +46,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(rest)
         .merge(mcp)
+        .merge(ui::routes().layer(DefaultBodyLimit::max(REST_BODY_LIMIT)))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::body_limit))
@@ -101,6 +103,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         control,
         snapshot,
         web_sessions: Default::default(),
+        login_codes: Default::default(),
         gateway: gateway.clone(),
         home,
         shutdown: shutdown.clone(),

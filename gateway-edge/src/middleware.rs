@@ -136,15 +136,30 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 }
 
 /// Requires the token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time compared) or
-/// a valid web-session cookie. `GET /v1/health` alone is open.
+/// a valid web-session cookie. Open: `GET /v1/health` and the web console's static `GET /ui…`
+/// (it holds no data). A request authenticated by the cookie alone with an unsafe method must
+/// carry `Origin` (checked to be ours by [`host_origin`]): a cross-site form post sends the
+/// cookie only under `SameSite=Lax` rules we do not rely on, and never our Origin.
 pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
+    let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
     // Only `GET /v1/health` (and its HEAD) is open; other methods on that path need the token.
-    if path == "/v1/health" && matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD) {
+    if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
-    if authorized(&st, req.headers()) {
-        return next.run(req).await;
+    match authorized(&st, req.headers()) {
+        Some(Via::Token) => return next.run(req).await,
+        Some(Via::Cookie) if safe || req.headers().contains_key(header::ORIGIN) => return next.run(req).await,
+        Some(Via::Cookie) => {
+            tracing::info!(method = %req.method(), "Refused: cookie-authenticated unsafe request without Origin.");
+            return reject_request(
+                req,
+                Code::Forbidden,
+                "a web-session request that changes something must carry Origin",
+            )
+            .await;
+        }
+        None => {}
     }
     // A client mistake, not an error; logged so that hostile attempts leave a trace.
     tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
@@ -154,14 +169,27 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     resp
 }
 
-fn authorized(st: &AppState, h: &HeaderMap) -> bool {
+/// How a request was authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Token,
+    Cookie,
+}
+
+/// True when the request is authenticated by a web-session cookie and not by the token.
+pub fn via_cookie_only(st: &AppState, h: &HeaderMap) -> bool {
+    authorized(st, h) == Some(Via::Cookie)
+}
+
+fn authorized(st: &AppState, h: &HeaderMap) -> Option<Via> {
+    let token = |ok: bool| ok.then_some(Via::Token);
     if let Some(v) = h.get(coffer_types::header::TOKEN) {
-        return coffer_runtime::token::token_matches(&st.public_token, v.as_bytes());
+        return token(coffer_runtime::token::token_matches(&st.public_token, v.as_bytes()));
     }
     if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(t) = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer "))
     {
-        return coffer_runtime::token::token_matches(&st.public_token, t.trim().as_bytes());
+        return token(coffer_runtime::token::token_matches(&st.public_token, t.trim().as_bytes()));
     }
     for cookie in h.get_all(header::COOKIE) {
         let Ok(s) = cookie.to_str() else { continue };
@@ -170,11 +198,11 @@ fn authorized(st: &AppState, h: &HeaderMap) -> bool {
                 && k == SESSION_COOKIE
                 && st.web_sessions.contains(v)
             {
-                return true;
+                return Some(Via::Cookie);
             }
         }
     }
-    false
+    None
 }
 
 /// Refuses a request whose declared `Content-Length` exceeds its route's body limit (`/mcp`

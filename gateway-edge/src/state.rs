@@ -11,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use crate::snapshot::SnapshotHandle;
 use crate::store::StoreClients;
 
-/// Web-session ids issued by the web page's one-time login (none until that page exists).
+/// How long a web session cookie lives (`Max-Age`).
+pub const WEB_SESSION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Web-session ids issued by the web console's one-time login (`crate::ui`).
 #[derive(Default)]
 pub struct WebSessions(Mutex<HashSet<String>>);
 
@@ -20,6 +23,21 @@ impl WebSessions {
     /// leaks nothing useful about other ids' values.
     pub fn contains(&self, id: &str) -> bool {
         id.len() == 64 && self.0.lock().expect("web sessions").contains(id)
+    }
+
+    /// Starts a session; returns its id (the cookie value).
+    pub fn create(&self) -> String {
+        let id = secrecy::ExposeSecret::expose_secret(&coffer_runtime::token::random_token()).to_owned();
+        self.0.lock().expect("web sessions").insert(id.clone());
+        id
+    }
+
+    /// Ends every session; returns how many there were.
+    pub fn revoke_all(&self) -> usize {
+        let mut s = self.0.lock().expect("web sessions");
+        let n = s.len();
+        s.clear();
+        n
     }
 }
 
@@ -40,6 +58,8 @@ pub struct AppState {
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     pub web_sessions: WebSessions,
+    /// One-time codes `coffer ui` prints, redeemed by `GET /ui/login`.
+    pub login_codes: crate::ui::LoginCodes,
     pub gateway: Arc<crate::mcp::Gateway>,
     /// `COFFER_HOME` (log files for `/v1/logs`).
     pub home: CofferHome,

@@ -1,0 +1,7 @@
+// The servers page (placeholder until it is built).
+import { h } from '../dom.js';
+
+export function mount(root) {
+  root.appendChild(h('h1', null, 'servers'));
+  return () => {};
+}

@@ -1,0 +1,7 @@
+// The settings page (placeholder until it is built).
+import { h } from '../dom.js';
+
+export function mount(root) {
+  root.appendChild(h('h1', null, 'settings'));
+  return () => {};
+}
