@@ -169,7 +169,7 @@ fn html(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
     let mut r = (status, body.into()).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    secure(r)
+    r
 }
 
 async fn index() -> Response {
