@@ -172,7 +172,7 @@ struct LoginQuery {
 /// The page shown when a login link cannot be used.
 const LOGIN_REFUSED: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>Coffer — login link not valid</title>\
-<link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body class=\"standalone\"><main class=\"notice\">\
+<link rel=\"icon\" href=\"/ui/assets/favicon.svg\" type=\"image/svg+xml\"><link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body class=\"standalone\"><main class=\"notice\">\
 <h1>This login link is not valid</h1><p>Login links work once and expire after 60 seconds. \
 Run <code>coffer ui</code> in a terminal for a new one.</p></main></body></html>";
 
