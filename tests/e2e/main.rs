@@ -40,4 +40,5 @@ mod shim_recovery;
 mod shim_stdio;
 mod store;
 mod ui_edge;
+mod ui_shell;
 mod upstream_health;
