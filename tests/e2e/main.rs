@@ -39,6 +39,7 @@ mod retrieval_service;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod ui_done_when;
 mod ui_edge;
 mod ui_shell;
 mod upstream_health;
