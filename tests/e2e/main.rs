@@ -6,6 +6,7 @@ mod broker;
 mod chat_agents;
 mod chat_edge;
 mod chat_engine;
+mod chat_list_events;
 mod chat_newcomer;
 mod chat_rest;
 mod claude_code;
