@@ -65,8 +65,16 @@ export function noAgentState(list, onChanged) {
       e.preventDefault();
       try {
         await patch('/v1/settings', { set: { [how.setting]: path.value.trim() } });
-        msg.textContent = 'Saved.';
-        onChanged();
+        msg.textContent = 'Saved; checking…';
+        // The chat service picks the setting up from the store's change stream: look a few
+        // times, briefly, then say what it found.
+        for (let i = 0; i < 10; i += 1) {
+          const now = await agents();
+          const mine = now.find((x) => x.agent_key === a.agent_key);
+          if (mine && mine.available) { onChanged(); return; }
+          if (i === 9) { msg.textContent = `Saved, but: ${mine ? mine.reason : 'not listed'}`; return; }
+          await new Promise((r) => { setTimeout(r, 300); });
+        }
       } catch (err) { msg.textContent = err.message; }
     };
     return h('li', { class: 'card agent-help' },

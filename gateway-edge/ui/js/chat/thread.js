@@ -451,6 +451,12 @@ export function mountThread(root, id, hooks) {
     close() { closed = true; closeStream(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); } },
     focus() { input.focus(); },
     /** The conversation changed elsewhere (the list's stream): refresh the header. */
-    update(c) { if (c.id === id && conv) { conv = { ...conv, ...c }; renderHeader(); } },
+    // Only what the list owns: the turn and queue state come from this thread's own stream.
+    update(c) {
+      if (c.id !== id || !conv) return;
+      const { title, archived, agent_config: cfg, channel_name: ch, version } = c;
+      conv = { ...conv, title, archived, agent_config: cfg, channel_name: ch, version };
+      renderHeader();
+    },
   };
 }
