@@ -40,5 +40,6 @@ mod retrieval_service;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod ui_chat;
 mod ui_shell;
 mod upstream_health;
