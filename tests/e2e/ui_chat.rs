@@ -129,9 +129,11 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     let id = create(&api, "Queue and stop").await?;
     open(&b, &id).await?;
 
-    // Streaming: words appear while the turn runs, then the stored reply with model and usage.
-    type_and_send(&b, "slow:250\nsay:alpha beta gamma delta epsilon zeta").await?;
+    // Streaming: words appear while the turn runs (as markdown shortly after), then the stored
+    // reply with model and usage.
+    type_and_send(&b, "slow:300\nsay:**alpha** beta gamma delta epsilon zeta").await?;
     b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('beta')").await?;
+    b.wait_for(".streaming-text strong").await?;
     let partial = b.eval("return document.querySelector('.streaming-text').textContent;", vec![]).await?;
     assert!(!partial.as_str().unwrap_or_default().contains("zeta"), "text streams in: {partial}");
     assert!(b.find(".stop").await?.is_displayed().await?, "a stop button while the turn runs");

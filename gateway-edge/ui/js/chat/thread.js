@@ -9,6 +9,7 @@
 import { ApiError, get, post, put, sse, withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import { messageEl, textBlock, toolCard } from './render.js';
+import { renderMarkdown } from '../markdown.js';
 
 /** Messages fetched with the conversation, and per older page. */
 const PAGE = 50;
@@ -16,6 +17,10 @@ const PAGE = 50;
 const DOM_WINDOW = 400;
 /** ListMessages page size while walking forward to the older ones. */
 const SCAN_PAGE = 500;
+/** A streaming text block is re-rendered as markdown this long after new text (ms)… */
+const LIVE_MD_MS = 250;
+/** …while it is shorter than this (characters); a longer one stays plain until it ends. */
+const LIVE_MD_MAX = 32 * 1024;
 
 /** Whether `el` is scrolled to (near) its bottom. */
 const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
@@ -190,7 +195,7 @@ export function mountThread(root, id, hooks) {
     if (node) node.replaceWith(fresh);
     else { msgs.appendChild(fresh); shown.push(assistantId); trim(); }
     node = fresh;
-    live = { id: assistantId, el: node, body, thinking, textEl: null, text: '', cards: new Map(), buf: '', frame: 0, timer: 0 };
+    live = { id: assistantId, el: node, body, thinking, textEl: null, text: '', cards: new Map(), buf: '', frame: 0, timer: 0, md: 0 };
     if (atBottom(scroller)) scrollToEnd();
   }
 
@@ -217,12 +222,25 @@ export function mountThread(root, id, hooks) {
     live.textEl.appendChild(document.createTextNode(live.buf));
     live.text += live.buf;
     live.buf = '';
+    if (!live.md && live.text.length < LIVE_MD_MAX) live.md = setTimeout(liveMarkdown, LIVE_MD_MS);
+    if (stick) scrollToEnd();
+  }
+
+  // The text streamed so far as markdown (new text lands as plain text until the next pass).
+  function liveMarkdown() {
+    if (!live) return;
+    live.md = 0;
+    if (!live.textEl || live.text.length >= LIVE_MD_MAX) return;
+    const stick = atBottom(scroller);
+    live.textEl.classList.add('md');
+    live.textEl.replaceChildren(renderMarkdown(live.text));
     if (stick) scrollToEnd();
   }
 
   // A text block ends (a tool call follows): it is rendered as markdown.
   function closeText() {
     flushText();
+    if (live) { clearTimeout(live.md); live.md = 0; }
     if (live && live.textEl) {
       live.textEl.replaceWith(textBlock(live.text));
       live.textEl = null;
@@ -231,7 +249,7 @@ export function mountThread(root, id, hooks) {
   }
 
   function finishLive(message) {
-    if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); }
+    if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); }
     const id = message ? message.id : live && live.id;
     live = null;
     if (message) append(message);
@@ -448,7 +466,7 @@ export function mountThread(root, id, hooks) {
   reload();
 
   return {
-    close() { closed = true; closeStream(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); } },
+    close() { closed = true; closeStream(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); } },
     focus() { input.focus(); },
     /** The conversation changed elsewhere (the list's stream): refresh the header. */
     // Only what the list owns: the turn and queue state come from this thread's own stream.
