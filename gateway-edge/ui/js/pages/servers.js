@@ -125,7 +125,6 @@ async function probe(name, slot) {
   const info = r.server_info || {};
   const facts = [
     ['Result', r.ok ? stateBadge('ok', 'ok') : stateBadge('failed', 'failed')],
-    r.error ? ['Error', h('span', { class: 'last-error' }, r.error)] : null,
     r.protocol_version ? ['Protocol', r.protocol_version] : null,
     info.name ? ['Server', `${info.name}${info.version ? ` ${info.version}` : ''}`] : null,
     ['Tools', String(counts.tools ?? 0)], ['Prompts', String(counts.prompts ?? 0)], ['Resources', String(counts.resources ?? 0)],
@@ -135,7 +134,8 @@ async function probe(name, slot) {
   replace(slot, h('div', { class: `card probe ${r.ok ? 'ok' : 'failed'}`, dataset: { server: name, ok: String(r.ok) } },
     h('div', { class: 'row' }, h('h2', null, `Test of ${name}`), h('span', { class: 'spacer' }),
       h('button', { type: 'button', class: 'ghost', 'aria-label': 'Close the test report', on: { click: () => replace(slot) } }, '✕')),
-    h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])),
+    r.error ? h('p', { class: 'last-error probe-error' }, r.error) : null,
+    h('div', { class: 'stats' }, facts.map(([k, v]) => h('div', { class: 'stat' }, h('div', { class: 'muted small' }, k), h('div', { class: 'stat-value' }, v)))),
     (r.warnings || []).length ? h('ul', { class: 'warnings' }, r.warnings.map((w) => h('li', null, w))) : null,
     r.log ? h('details', null, h('summary', null, 'Its stderr'), h('pre', { class: 'log' }, r.log)) : null));
 }
