@@ -39,4 +39,5 @@ mod retrieval_service;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod ui_shell;
 mod upstream_health;

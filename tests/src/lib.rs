@@ -32,6 +32,7 @@
 pub mod anthropic;
 pub mod bench;
 pub mod bins;
+pub mod browser;
 pub mod chat;
 pub mod embeddings;
 pub mod http;

@@ -10,11 +10,13 @@
 //! answered through the shim; with 8 registered servers, time from no session to the first
 //! `tools/list` through the shim, cold (nothing listed yet) and warm (the capability catalog
 //! knows every server). Retrieval (`--only retrieval`, or `retrieval-quality` /
-//! `retrieval-speed`): see `retrieval.rs`. Chat (`--only chat`): see `chat.rs`.
+//! `retrieval-speed`): see `retrieval.rs`. Chat (`--only chat`): see `chat.rs`. The web console
+//! (`--only ui`, headless Chromium): see `ui.rs`.
 #![allow(clippy::print_stdout)]
 
 mod chat;
 mod retrieval;
+mod ui;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -525,8 +527,8 @@ async fn main() -> Result<()> {
     let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
     let everything = root.join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const SECTIONS: [&str; 8] =
-        ["daemon", "gateway", "sessions", "catalog", "retrieval", "retrieval-quality", "retrieval-speed", "chat"];
+    const SECTIONS: [&str; 9] =
+        ["daemon", "gateway", "sessions", "catalog", "retrieval", "retrieval-quality", "retrieval-speed", "chat", "ui"];
     let only = match args.as_slice() {
         [] => None,
         [flag, section] if flag == "--only" && SECTIONS.contains(&section.as_str()) => Some(section.clone()),
@@ -534,8 +536,9 @@ async fn main() -> Result<()> {
     };
     let retrieval_only = only.as_deref().is_some_and(|o| o.starts_with("retrieval"));
     let chat_only = only.as_deref() == Some("chat");
+    let ui_only = only.as_deref() == Some("ui");
     let mut needed = vec!["coffer", "coffer-daemon", "coffer-gateway", "coffer-store", "coffer-retrieval"];
-    if !retrieval_only && !chat_only {
+    if !retrieval_only && !chat_only && !ui_only {
         needed.extend(["coffer-mcp-shim", "coffer-tiny-upstream"]);
     }
     for b in needed {
@@ -554,6 +557,11 @@ async fn main() -> Result<()> {
         println!("# Coffer benchmarks\n");
         println!("binaries: {}\n", bins.display());
         return chat::run(&bins).await;
+    }
+    if ui_only {
+        println!("# Coffer benchmarks\n");
+        println!("binaries: {}\n", bins.display());
+        return ui::run(&bins).await;
     }
     let node = coffer_runtime::connect::which_on_path("node").context("node on PATH")?;
     let tiny = bins.join("coffer-tiny-upstream");
@@ -946,6 +954,7 @@ async fn main() -> Result<()> {
     if only.is_none() {
         retrieval_sections(&root, &bins, &http, None).await?;
         chat::run(&bins).await?;
+        ui::run(&bins).await?;
     }
     Ok(())
 }

@@ -1,0 +1,280 @@
+//! The web console's shell in a real headless Chromium against a real daemon: the one-time
+//! login, the refusal and signed-out screens, every page of the navigation at desktop and phone
+//! widths, the keyboard, the content security policy, and a forged cross-origin POST.
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use coffer_tests::browser::{self, Browser, DESKTOP, PHONE, keys};
+use coffer_tests::{Api, SendExt, TestHome, wait_for};
+use serde_json::{Value, json};
+
+/// The navigation's pages, in order (the first is the landing page).
+const PAGES: &[(&str, &str)] = &[
+    ("chat", "Chat"),
+    ("servers", "Servers"),
+    ("tools", "Tools"),
+    ("activity", "Activity"),
+    ("knowledge", "Knowledge"),
+    ("settings", "Settings"),
+];
+
+async fn daemon() -> anyhow::Result<(TestHome, Api)> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    Ok((home, api))
+}
+
+/// The console message Chromium logs when a document or fetch answers `status`, for `path`.
+fn failed_load(path: &str, status: u16) -> String {
+    format!("{path} - Failed to load resource: the server responded with a status of {status}")
+}
+
+#[tokio::test]
+async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    let url = b.mint_login_url(api.base_url(), api.token()).await?;
+    b.goto(&url).await?;
+    b.wait_for_page("chat").await?;
+    let at = b.current_url().await?;
+    assert_eq!(at.path(), "/ui/chat", "landed on {at}");
+    assert_eq!(at.query(), None, "the code must not stay in the address bar: {at}");
+    let current = b.wait_for("#nav a[aria-current=\"page\"]").await?;
+    assert_eq!(current.attr("data-page").await?.as_deref(), Some("chat"));
+
+    // The session cookie: HttpOnly (the page cannot read it), SameSite=Strict, Path=/.
+    let cookies = b.cookies().await?;
+    let c = cookies.iter().find(|c| c["name"] == "coffer_session").with_context(|| format!("{cookies:?}"))?;
+    assert_eq!(c["httpOnly"], true, "{c}");
+    assert_eq!(c["sameSite"], "Strict", "{c}");
+    assert_eq!(c["path"], "/", "{c}");
+    let visible = b.eval("return document.cookie;", vec![]).await?;
+    assert!(!visible.as_str().unwrap_or_default().contains("coffer_session"), "script sees the cookie: {visible}");
+    // The page's first call is authenticated by that cookie alone.
+    let via = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/v1/ui/session').then(r => r.json()).then(done, e => done(String(e)));",
+            vec![],
+        )
+        .await?;
+    assert_eq!(via, json!({"via": "cookie"}));
+
+    // The same link again: refused, with a page that says what to do; no new session.
+    b.goto(&url).await?;
+    b.wait_for_text("h1", "This login link is not valid").await?;
+    b.wait_for_text("main", "coffer ui").await?;
+    b.screenshot("shell-login-refused-1280").await?;
+    let code = url.split("code=").nth(1).context("no code in the URL")?;
+    b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
+    // The refusal did not end the session this browser already has.
+    b.goto("/ui/chat").await?;
+    b.wait_for_page("chat").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.set_origin(api.base_url())?;
+    // The shell asks `GET /v1/ui/session` first; without a cookie that is a 401 by design.
+    b.allow_console(&failed_load("/v1/ui/session", 401));
+    for page in ["chat", "servers", "settings"] {
+        b.goto(&format!("/ui/{page}")).await?;
+        b.wait_for_text("h1", "Sign in to Coffer").await?;
+        b.wait_for_text("#page code", "coffer ui").await?;
+        // No page was mounted, and the navigation is hidden.
+        let mounted = b.eval("return document.getElementById('page').dataset.page || null;", vec![]).await?;
+        assert_eq!(mounted, Value::Null, "{page}: a page was mounted without a session");
+        assert!(!b.find("#nav a[data-page=chat]").await?.is_displayed().await?, "{page}: the navigation shows");
+    }
+    b.screenshot("shell-signed-out-1280").await?;
+
+    // A session revoked while the page is open: the next load shows the same screen.
+    b.login(api.base_url(), api.token(), "chat").await?;
+    let revoked = api.request(reqwest::Method::DELETE, "/v1/ui/sessions").reply().await?.ok_json()?;
+    assert_eq!(revoked["revoked"], 1, "{revoked}");
+    b.refresh().await?;
+    b.wait_for_text("h1", "Sign in to Coffer").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ui_shell_every_page_loads_at_desktop_and_phone_width() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    for (w, h) in [DESKTOP, PHONE] {
+        b.set_viewport(w, h).await?;
+        // Back to the landing page by the brand link, then every page by its navigation link.
+        b.find("header .brand").await?.click().await?;
+        b.wait_for_page("chat").await?;
+        for (page, label) in PAGES {
+            let link = b.wait_for_text("#nav a", label).await?;
+            link.click().await?;
+            b.wait_for_page(page).await?;
+            let at = b.current_url().await?;
+            assert_eq!(at.path(), format!("/ui/{page}"), "at {w}px");
+            assert_eq!(link.attr("aria-current").await?.as_deref(), Some("page"), "{page} at {w}px");
+            let title = b.eval("return document.title;", vec![]).await?;
+            assert!(title.as_str().is_some_and(|t| t.contains(label)), "{page} at {w}px: title {title}");
+            let overflow = b.horizontal_overflow().await?;
+            assert!(overflow <= 0, "{page} at {w}px scrolls sideways by {overflow} px");
+            b.screenshot(&format!("shell-{page}-{w}")).await?;
+        }
+        // A page loaded directly (not through the router) mounts the same way.
+        b.goto("/ui/settings").await?;
+        b.wait_for_page("settings").await?;
+    }
+    // Dark mode follows the system's preference.
+    b.set_viewport(DESKTOP.0, DESKTOP.1).await?;
+    let light = b.eval("return getComputedStyle(document.body).backgroundColor;", vec![]).await?;
+    b.set_dark(true).await?;
+    let dark = b.eval("return getComputedStyle(document.body).backgroundColor;", vec![]).await?;
+    assert_ne!(light, dark, "the background did not change with prefers-color-scheme");
+    b.screenshot("shell-settings-1280-dark").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ui_shell_keyboard_reaches_the_navigation() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    // Tab from the top of the page until the Servers link has the focus.
+    let mut reached = false;
+    for _ in 0..20 {
+        b.press(keys::TAB).await?;
+        let focused = b.active_element().await?;
+        if focused.attr("data-page").await?.as_deref() == Some("servers") {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "20 Tabs did not reach the Servers link");
+    // Keyboard focus is visible.
+    let outline = b.eval("return getComputedStyle(document.activeElement).outlineStyle;", vec![]).await?;
+    assert_ne!(outline, "none", "the focused link shows no outline");
+    b.screenshot("shell-keyboard-focus-1280").await?;
+    b.press(keys::ENTER).await?;
+    b.wait_for_page("servers").await?;
+    assert_eq!(b.current_url().await?.path(), "/ui/servers");
+    // Shift+Tab walks back to Chat; Enter follows it.
+    b.chord(&[keys::SHIFT, keys::TAB]).await?;
+    assert_eq!(b.active_element().await?.attr("data-page").await?.as_deref(), Some("chat"));
+    b.press(keys::ENTER).await?;
+    b.wait_for_page("chat").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ui_shell_csp_stops_injected_inline_script() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    // What an injection would add to the page: an inline script and an inline event handler.
+    b.eval(
+        "const s = document.createElement('script'); s.textContent = 'window.__pwned = \"script\"'; \
+         document.body.append(s); \
+         const d = document.createElement('div'); d.id = 'inj'; \
+         d.innerHTML = '<img src=\"data:,\" onerror=\"window.__pwned = &quot;handler&quot;\">'; \
+         document.body.append(d); return null;",
+        vec![],
+    )
+    .await?;
+    // The image has failed to load (so its handler would have run) once `complete` is true.
+    b.wait_until("document.querySelector('#inj img').complete").await?;
+    let pwned = b.eval("return window.__pwned === undefined ? null : window.__pwned;", vec![]).await?;
+    assert_eq!(pwned, Value::Null, "injected code ran");
+    // Exactly the two refusals, and nothing else.
+    let errors = b.console_errors().await?;
+    browser::expect_one(&errors, "Executing inline script violates the following Content Security Policy")?;
+    browser::expect_one(&errors, "Executing inline event handler violates the following Content Security Policy")?;
+    ensure!(errors.len() == 2, "other console errors: {errors:#?}");
+    b.allow_console("violates the following Content Security Policy directive 'script-src 'self''");
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// A page on another loopback origin that tries to change Coffer with the browser's cookie:
+/// a simple (no preflight) `text/plain` POST and a JSON POST that needs a preflight.
+fn attacker_page(coffer: &str) -> String {
+    format!(
+        r#"<!doctype html><html><head><title>attacker</title><link rel="icon" href="data:,"></head><body><script>
+const target = "{coffer}/v1/memory";
+const body = JSON.stringify({{ text: "planted by another origin" }});
+const results = {{}};
+Promise.all([
+  fetch(target, {{ method: "POST", mode: "no-cors", credentials: "include",
+                   headers: {{ "Content-Type": "text/plain" }}, body }})
+    .then(r => results.simple = r.type, e => results.simple = "error: " + e),
+  fetch(target, {{ method: "POST", credentials: "include",
+                   headers: {{ "Content-Type": "application/json" }}, body }})
+    .then(r => results.json = r.status, e => results.json = "error: " + e),
+]).then(() => {{ window.__results = results; }});
+</script></body></html>"#
+    )
+}
+
+#[tokio::test]
+async fn ui_shell_forged_cross_origin_post_is_refused() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    let facts = || async { Ok::<_, anyhow::Error>(api.get("/v1/memory").reply().await?.ok_json()?.to_string()) };
+
+    // Control: the same POST from Coffer's own page works, so the refusal below means something.
+    let status = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/v1/memory', {method: 'POST', headers: {'Content-Type': 'application/json'}, \
+               body: JSON.stringify({text: 'written by the console'})}).then(r => done(r.status), e => done(String(e)));",
+            vec![],
+        )
+        .await?;
+    assert_eq!(status, 201, "the console's own POST failed");
+    ensure!(facts().await?.contains("written by the console"));
+
+    // The attacker: a tiny server of our own on another port of the same loopback address
+    // (same site, so the SameSite=Strict cookie is sent: only the Origin check stands).
+    let page = attacker_page(api.base_url());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let attacker = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    b.allow_origin(&attacker)?;
+
+    b.goto(&format!("{attacker}/")).await?;
+    b.wait_until("window.__results !== undefined").await?;
+    let results = b.eval("return window.__results;", vec![]).await?;
+    // The simple POST went out (opaque answer); the JSON one died at its preflight.
+    assert_eq!(results["simple"], "opaque", "{results}");
+    assert!(results["json"].as_str().is_some_and(|s| s.starts_with("error")), "{results}");
+    // Coffer saw the simple one and refused it for its Origin.
+    wait_for("the gateway to log the foreign Origin", Duration::from_secs(10), || async {
+        Ok(home.log_text("gateway").contains("Refused: foreign Origin.").then_some(()))
+    })
+    .await?;
+    let after = facts().await?;
+    ensure!(!after.contains("planted by another origin"), "the forged POST was saved: {after}");
+    ensure!(after.contains("written by the console"), "{after}");
+    server.abort();
+
+    // Only the attacker's own failures are in the console.
+    b.allow_console(&format!("from origin '{attacker}' has been blocked by CORS policy"));
+    b.allow_console(&failed_load("/v1/memory", 403));
+    b.allow_console("/v1/memory - Failed to load resource: net::ERR_FAILED");
+    b.assert_clean().await;
+    Ok(())
+}
