@@ -40,4 +40,5 @@ mod shim_recovery;
 mod shim_stdio;
 mod store;
 mod ui_shell;
+mod ui_vault;
 mod upstream_health;

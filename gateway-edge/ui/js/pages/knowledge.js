@@ -114,12 +114,19 @@ function resultCard(x, onForget) {
       h('span', { class: 'muted small', title: 'fused score' }, Number(x.score).toFixed(4))),
     h('div', { class: 'result-path' }, h('code', { title: x.absolute_path || '' }, x.fact_id ? x.fact_id : `${x.path}${lines}`)),
     heading.length ? h('div', { class: 'result-heading muted small' }, heading.join(' › ')) : null,
-    h('p', { class: 'snippet' }, x.snippet || ''),
+    h('p', { class: 'snippet' }, highlighted(x.snippet || '')),
     h('div', { class: 'row small' },
       h('span', { class: 'muted' }, 'found by'),
       (x.ranks || []).map((k) => h('span', { class: 'badge engine', dataset: { engine: k.engine } }, `${k.engine} #${k.rank}`)),
       (x.tags || []).map((t) => h('span', { class: 'badge tag' }, `#${t}`)),
       x.fact_id && onForget ? [h('span', { class: 'spacer' }), h('button', { type: 'button', class: 'danger', on: { click: () => onForget(x.fact_id, x.snippet) } }, 'Forget')] : null));
+}
+
+/** A snippet whose matches the service marked `**like this**`, with them in <mark> (as text). */
+function highlighted(snippet) {
+  const parts = snippet.split('**');
+  if (parts.length % 2 === 0) return snippet;
+  return parts.map((p, i) => (i % 2 ? h('mark', null, p) : p));
 }
 
 // ---------------------------------------------------------------------------------------------
