@@ -97,6 +97,8 @@ static ASSETS: &[Asset] = assets![
     "js/pages/activity.js" => "text/javascript; charset=utf-8",
     "js/pages/knowledge.js" => "text/javascript; charset=utf-8",
     "js/pages/settings.js" => "text/javascript; charset=utf-8",
+    "js/vault/common.js" => "text/javascript; charset=utf-8",
+    "js/vault/serverform.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
 ];
 

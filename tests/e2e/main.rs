@@ -44,4 +44,5 @@ mod ui_chat;
 mod ui_done_when;
 mod ui_edge;
 mod ui_shell;
+mod ui_vault;
 mod upstream_health;
