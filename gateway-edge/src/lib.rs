@@ -20,6 +20,7 @@ pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod ui;
+pub mod web_sessions;
 
 use std::sync::Arc;
 
@@ -52,6 +53,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn(middleware::body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::host_origin))
+        .layer(axum::middleware::from_fn(ui::security_headers))
         .layer(axum::middleware::from_fn(middleware::trace))
         .with_state(state)
 }
@@ -102,7 +104,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         chat,
         control,
         snapshot,
-        web_sessions: Default::default(),
+        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME)),
         login_codes: Default::default(),
         gateway: gateway.clone(),
         home,

@@ -196,7 +196,7 @@ fn authorized(st: &AppState, h: &HeaderMap) -> Option<Via> {
         for part in s.split(';') {
             if let Some((k, v)) = part.trim().split_once('=')
                 && k == SESSION_COOKIE
-                && st.web_sessions.contains(v)
+                && st.web_sessions.check(v)
             {
                 return Some(Via::Cookie);
             }

@@ -1,6 +1,5 @@
 //! Shared state of the edge process.
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use coffer_proto::control::control_client::ControlClient;
 use coffer_runtime::grpc::AuthChannel;
@@ -11,35 +10,10 @@ use tokio_util::sync::CancellationToken;
 use crate::snapshot::SnapshotHandle;
 use crate::store::StoreClients;
 
-/// How long a web session cookie lives (`Max-Age`).
-pub const WEB_SESSION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+/// How long a web session cookie lives (`Max-Age`): its idle expiry.
+pub const WEB_SESSION_MAX_AGE: std::time::Duration = crate::web_sessions::IDLE_EXPIRY;
 
-/// Web-session ids issued by the web console's one-time login (`crate::ui`).
-#[derive(Default)]
-pub struct WebSessions(Mutex<HashSet<String>>);
-
-impl WebSessions {
-    /// True when `id` is a live session. Ids are 64 random hex characters, so a set lookup
-    /// leaks nothing useful about other ids' values.
-    pub fn contains(&self, id: &str) -> bool {
-        id.len() == 64 && self.0.lock().expect("web sessions").contains(id)
-    }
-
-    /// Starts a session; returns its id (the cookie value).
-    pub fn create(&self) -> String {
-        let id = secrecy::ExposeSecret::expose_secret(&coffer_runtime::token::random_token()).to_owned();
-        self.0.lock().expect("web sessions").insert(id.clone());
-        id
-    }
-
-    /// Ends every session; returns how many there were.
-    pub fn revoke_all(&self) -> usize {
-        let mut s = self.0.lock().expect("web sessions");
-        let n = s.len();
-        s.clear();
-        n
-    }
-}
+pub use crate::web_sessions::WebSessions;
 
 /// Everything a request handler may need.
 pub struct AppState {
@@ -57,6 +31,7 @@ pub struct AppState {
     pub chat: crate::chat::Client,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
+    /// Web-console sessions, persisted in `COFFER_HOME/web-sessions.json`.
     pub web_sessions: WebSessions,
     /// One-time codes `coffer ui` prints, redeemed by `GET /ui/login`.
     pub login_codes: crate::ui::LoginCodes,

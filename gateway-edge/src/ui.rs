@@ -8,17 +8,26 @@
 //!   the page from the path.
 //! - `GET /ui/assets/{file…}` → an embedded asset, with `ETag` (content hash) and
 //!   `Cache-Control: no-cache` (revalidated, so an upgraded daemon never serves stale code).
-//! - `GET /ui/login?code=C` → when `C` is a live one-time code: consumes it, sets the
-//!   `coffer_session` cookie (`HttpOnly; SameSite=Strict; Path=/`) and redirects (303) to
-//!   `/ui/chat`; otherwise 401 with a page that says what to do.
-//! - `POST /v1/ui/login-codes` (token only) → `{code, url, expires_in_s}`.
-//! - `DELETE /v1/ui/sessions` → `{revoked}`: ends every web session.
+//! - `GET /ui/login?code=C[&next=/ui/PAGE]` → when `C` is a live one-time code: consumes it,
+//!   sets the `coffer_session` cookie (`HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000`)
+//!   and redirects (303) to `next` when it is exactly `/ui/<known page>`, else to `/ui/chat`
+//!   (nothing else is ever a redirect target); otherwise 401 with a page that says what to do.
+//!   A code is 64 hex characters, works once and lives `ui.login_code_ttl_s` seconds (60 by
+//!   default); a request naming `code` (or `next`) more than once is refused.
+//! - `POST /v1/ui/login-codes` (token only; body optional `{"page": PAGE}`) →
+//!   `{code, url, expires_in_s}`.
+//! - `DELETE /v1/ui/sessions` → `{revoked}`: ends every web session, on disk too.
 //! - `GET /v1/ui/session` → `{via}`: whether the caller is signed in, and how.
+//!
+//! Sessions themselves live in [`crate::web_sessions`]. Every response to a `/ui` path (pages,
+//! assets, the login's redirect and refusal, 404s, and refusals by the edge's checks) carries
+//! [`CSP`], `X-Content-Type-Options: nosniff` and `X-Frame-Options: DENY`
+//! ([`security_headers`]).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,8 +38,8 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// How long a one-time login code stays valid.
-pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(60);
+/// Longest `code` parameter looked at; a real one has 64 characters.
+const MAX_CODE_LEN: usize = 64;
 
 /// The content security policy of every `/ui` response: nothing but this origin, no inline
 /// script or style, no framing.
@@ -69,28 +78,39 @@ static ASSETS: &[Asset] = assets![
 static INDEX: &[u8] = include_bytes!("../ui/index.html");
 
 /// The pages the client-side router knows (`/ui/{page}` serves the same document).
-pub const PAGES: &[&str] = &["chat", "servers", "tools", "activity", "knowledge", "settings"];
+pub use coffer_types::ui::PAGES;
 
-/// Live one-time login codes (value → when it was minted). Few at a time; each lookup
-/// compares against every live code in constant time.
+/// Most live login codes at once; minting one more forgets the oldest.
+const MAX_LIVE_CODES: usize = 64;
+
+/// Live one-time login codes (value → when it stops working). Few at a time; each lookup
+/// compares against every live code in constant time. In memory only: a code outlives no
+/// restart (it lives a minute).
 #[derive(Default)]
 pub struct LoginCodes(Mutex<HashMap<String, Instant>>);
 
 impl LoginCodes {
-    /// Mints a code valid for [`LOGIN_CODE_TTL`].
-    pub fn mint(&self) -> String {
+    /// Mints a code (64 hex characters) valid for `ttl`.
+    pub fn mint(&self, ttl: Duration) -> String {
         let code = coffer_runtime::token::random_token().expose_secret().to_owned();
+        let now = Instant::now();
         let mut m = self.0.lock().expect("login codes");
-        m.retain(|_, at| at.elapsed() < LOGIN_CODE_TTL);
-        m.insert(code.clone(), Instant::now());
+        m.retain(|_, until| *until > now);
+        while m.len() >= MAX_LIVE_CODES {
+            let Some(oldest) = m.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) else { break };
+            m.remove(&oldest);
+        }
+        m.insert(code.clone(), now + ttl);
         code
     }
 
-    /// Consumes `presented` when it is a live code: true once, false ever after.
+    /// Consumes `presented` when it is a live code: true once, false ever after (also for a
+    /// code whose time is up).
     pub fn redeem(&self, presented: &str) -> bool {
         use subtle::ConstantTimeEq;
+        let now = Instant::now();
         let mut m = self.0.lock().expect("login codes");
-        m.retain(|_, at| at.elapsed() < LOGIN_CODE_TTL);
+        m.retain(|_, until| *until > now);
         let hit = m.keys().find(|k| k.len() == presented.len() && bool::from(k.as_bytes().ct_eq(presented.as_bytes())));
         match hit.cloned() {
             Some(k) => {
@@ -100,6 +120,11 @@ impl LoginCodes {
             None => false,
         }
     }
+}
+
+/// How long login codes minted now live (`ui.login_code_ttl_s`).
+fn code_ttl(st: &AppState) -> Duration {
+    Duration::from_secs(st.gateway.shared.setting(&coffer_types::settings::UI_LOGIN_CODE_TTL_S))
 }
 
 /// `/ui` routes and the `/v1/ui/*` REST routes behind them.
@@ -115,7 +140,20 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/ui/session", get(whoami))
 }
 
-/// Headers every `/ui` response carries.
+/// True for the paths of the console itself (`/ui`, `/ui/…`), not `/v1/ui/…`.
+pub fn is_ui_path(path: &str) -> bool {
+    path == "/ui" || path.starts_with("/ui/")
+}
+
+/// Middleware: every response to a `/ui` path gets [`secure`]'s headers, whatever produced it
+/// (a handler, the 404/405 fallbacks, a Host or Origin refusal).
+pub async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let ui = is_ui_path(req.uri().path());
+    let resp = next.run(req).await;
+    if ui { secure(resp) } else { resp }
+}
+
+/// Adds the headers every `/ui` response carries.
 fn secure(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
@@ -142,54 +180,96 @@ async fn page(Path(page): Path<String>) -> Response {
     if PAGES.contains(&page.as_str()) {
         return html(StatusCode::OK, INDEX);
     }
-    secure(
-        ApiError::not_found(format!("no page {:?} in the web console", page.chars().take(40).collect::<String>()))
-            .into_response(),
-    )
+    ApiError::not_found(format!("no page {:?} in the web console", page.chars().take(40).collect::<String>()))
+        .with_details(json!({"pages": PAGES}))
+        .into_response()
+}
+
+/// True when an `If-None-Match` value (`"a"`, `W/"a", "b"`, `*`) names `etag`.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
 }
 
 async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     let Some(a) = ASSETS.iter().find(|a| a.path == file) else {
-        return secure(ApiError::not_found("no such asset").into_response());
+        return ApiError::not_found("no such asset in the web console").into_response();
     };
     let etag = format!("\"{}\"", &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(a.body))[..16]);
-    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
-        return secure(StatusCode::NOT_MODIFIED.into_response());
+    if headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).any(|v| etag_matches(v, &etag)) {
+        let mut r = StatusCode::NOT_MODIFIED.into_response();
+        r.headers_mut().insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex etag"));
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return r;
     }
     let mut r = a.body.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(a.mime));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex etag"));
-    secure(r)
+    r
 }
 
-#[derive(serde::Deserialize)]
-struct LoginQuery {
-    code: Option<String>,
-}
-
-/// The page shown when a login link cannot be used.
-const LOGIN_REFUSED: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+/// The page shown when a login link cannot be used (`ttl_s`: how long links live now).
+fn login_refused(ttl_s: u64) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>Coffer — login link not valid</title>\
-<link rel=\"icon\" href=\"/ui/assets/favicon.svg\" type=\"image/svg+xml\"><link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body class=\"standalone\"><main class=\"notice\">\
-<h1>This login link is not valid</h1><p>Login links work once and expire after 60 seconds. \
-Run <code>coffer ui</code> in a terminal for a new one.</p></main></body></html>";
+<link rel=\"icon\" href=\"/ui/assets/favicon.svg\" type=\"image/svg+xml\">\
+<link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body class=\"standalone\"><main class=\"notice\">\
+<h1>This login link is not valid</h1><p>Login links work once and expire {ttl_s} seconds after they are made. \
+Run <code>coffer ui</code> in a terminal for a new one.</p></main></body></html>"
+    )
+}
 
-async fn login(
-    State(st): State<Arc<AppState>>,
-    q: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let code = q.ok().and_then(|Query(q)| q.code).unwrap_or_default();
-    if code.is_empty() || code.len() > 128 || !st.login_codes.redeem(&code) {
-        tracing::info!("Refused: web login with a used, expired or unknown code.");
-        return html(StatusCode::UNAUTHORIZED, LOGIN_REFUSED);
+/// The login's parameters: exactly one `code`, at most one `next`; others are ignored.
+fn login_params(raw: Option<&str>) -> Option<(String, Option<String>)> {
+    let mut code = None;
+    let mut next = None;
+    for (k, v) in form_urlencoded_pairs(raw.unwrap_or_default())? {
+        let slot = match k.as_str() {
+            "code" => &mut code,
+            "next" => &mut next,
+            _ => continue,
+        };
+        if slot.replace(v).is_some() {
+            return None;
+        }
     }
-    let session = st.web_sessions.create();
-    tracing::info!("Web session started.");
-    let mut r = secure(StatusCode::SEE_OTHER.into_response());
+    Some((code?, next))
+}
+
+/// Decodes `a=b&c=d` (`+` is a space, `%XX` a byte); `None` when a value is not UTF-8.
+fn form_urlencoded_pairs(query: &str) -> Option<Vec<(String, String)>> {
+    let Ok(axum::extract::Query(pairs)) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&format!("/?{query}").parse().ok()?)
+    else {
+        return None;
+    };
+    Some(pairs)
+}
+
+async fn login(State(st): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
+    let refuse = |why: &str| {
+        tracing::info!(why, "Refused: web login.");
+        html(StatusCode::UNAUTHORIZED, login_refused(code_ttl(&st).as_secs()))
+    };
+    let Some((code, next)) = login_params(uri.query()) else {
+        return refuse("no code, a repeated parameter or an undecodable query");
+    };
+    // A code has the form of one before any lookup: 64 hex characters.
+    if code.len() != MAX_CODE_LEN || !code.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return refuse("not a code");
+    }
+    if !st.login_codes.redeem(&code) {
+        return refuse("a used, expired or unknown code");
+    }
+    let session = st.web_sessions.create().await;
+    // Only `/ui/<known page>` is a target: never another origin, path or query.
+    let page = next.as_deref().and_then(coffer_types::ui::page_of_path).unwrap_or(coffer_types::ui::DEFAULT_PAGE);
+    tracing::info!(page, "Web session started.");
+    let mut r = StatusCode::SEE_OTHER.into_response();
     let h = r.headers_mut();
-    h.insert(header::LOCATION, HeaderValue::from_static("/ui/chat"));
+    h.insert(header::LOCATION, HeaderValue::from_str(&format!("/ui/{page}")).expect("a known page"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     let cookie = format!(
         "{}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
@@ -200,15 +280,48 @@ async fn login(
     r
 }
 
-/// `POST /v1/ui/login-codes` → `{code, url, expires_in_s}`. Needs the token: a web session
-/// cannot mint codes for another browser.
-async fn mint_code(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<serde_json::Value>, ApiError> {
+/// The optional body of `POST /v1/ui/login-codes`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MintBody {
+    /// The page the login lands on (default `chat`).
+    page: Option<String>,
+}
+
+/// `POST /v1/ui/login-codes` (body optional: `{"page": PAGE}`) → `{code, url, expires_in_s}`:
+/// `url` is `http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE` for a page other
+/// than chat). Needs the token: a web session cannot mint codes for another browser.
+///
+/// Errors: `FORBIDDEN` for a web session; `INVALID_ARGUMENT` naming an unknown page (the
+/// details list the valid ones); `BAD_REQUEST`/`UNKNOWN_FIELD` for a malformed body.
+async fn mint_code(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
     if crate::middleware::via_cookie_only(&st, &headers) {
         return Err(ApiError::new(crate::error::Code::Forbidden, "login codes need the token, not a web session"));
     }
-    let code = st.login_codes.mint();
-    let url = format!("http://127.0.0.1:{}/ui/login?code={code}", st.port);
-    Ok(Json(json!({"code": code, "url": url, "expires_in_s": LOGIN_CODE_TTL.as_secs()})))
+    let body: MintBody =
+        if body.iter().all(u8::is_ascii_whitespace) { MintBody::default() } else { crate::error::parse_json(&body)? };
+    let page = match body.page.as_deref() {
+        None | Some("") => coffer_types::ui::DEFAULT_PAGE,
+        Some(p) => PAGES.iter().copied().find(|k| *k == p).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "page {:?} is not one of {}",
+                p.chars().take(40).collect::<String>(),
+                PAGES.join(", ")
+            ))
+            .with_details(json!({"field": "page", "valid": PAGES}))
+        })?,
+    };
+    let ttl = code_ttl(&st);
+    let code = st.login_codes.mint(ttl);
+    let mut url = format!("http://127.0.0.1:{}/ui/login?code={code}", st.port);
+    if page != coffer_types::ui::DEFAULT_PAGE {
+        url.push_str(&format!("&next=/ui/{page}"));
+    }
+    Ok(Json(json!({"code": code, "url": url, "expires_in_s": ttl.as_secs()})))
 }
 
 /// `GET /v1/ui/session` → `{"via": "cookie" | "token"}`: how this request was authenticated
@@ -218,11 +331,14 @@ async fn whoami(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Json<ser
     Json(json!({"via": via}))
 }
 
-/// `DELETE /v1/ui/sessions` → `{revoked}`: every web session ends (cookies stop working).
-async fn logout_all(State(st): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let n = st.web_sessions.revoke_all();
+/// `DELETE /v1/ui/sessions` → `{revoked}`: every web session ends (cookies stop working), in
+/// memory and in `web-sessions.json`, before the answer.
+///
+/// Errors: `INTERNAL` when the file can be neither rewritten nor removed.
+async fn logout_all(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let n = st.web_sessions.revoke_all().await.map_err(ApiError::internal)?;
     tracing::info!(revoked = n, "Web sessions revoked.");
-    Json(json!({"revoked": n}))
+    Ok(Json(json!({"revoked": n})))
 }
 
 #[cfg(test)]
@@ -251,11 +367,46 @@ mod tests {
     }
 
     #[test]
-    fn codes_are_single_use() {
+    fn codes_are_single_use_and_expire() {
         let c = LoginCodes::default();
-        let code = c.mint();
+        let code = c.mint(Duration::from_secs(60));
         assert!(!c.redeem("0".repeat(64).as_str()));
         assert!(c.redeem(&code));
         assert!(!c.redeem(&code));
+        let gone = c.mint(Duration::ZERO);
+        assert!(!c.redeem(&gone), "a code whose time is up is refused");
+        // Minting many keeps the newest live.
+        let codes: Vec<String> = (0..MAX_LIVE_CODES + 5).map(|_| c.mint(Duration::from_secs(60))).collect();
+        assert!(!c.redeem(&codes[0]));
+        assert!(c.redeem(codes.last().unwrap()));
+    }
+
+    #[test]
+    fn login_parameters() {
+        let code = "a".repeat(64);
+        assert_eq!(login_params(Some(&format!("code={code}"))), Some((code.clone(), None)));
+        assert_eq!(
+            login_params(Some(&format!("code={code}&next=%2Fui%2Fservers&x=1"))),
+            Some((code.clone(), Some("/ui/servers".into())))
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("next=/ui/chat"),
+            Some("code=a&code=b"),
+            Some("code=a&next=/ui/chat&next=/ui/servers"),
+        ] {
+            assert_eq!(login_params(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn etags() {
+        assert!(etag_matches("\"ab\"", "\"ab\""));
+        assert!(etag_matches("W/\"ab\"", "\"ab\""));
+        assert!(etag_matches("\"x\", \"ab\"", "\"ab\""));
+        assert!(etag_matches("*", "\"ab\""));
+        assert!(!etag_matches("\"abc\"", "\"ab\""));
+        assert!(!etag_matches("", "\"ab\""));
     }
 }

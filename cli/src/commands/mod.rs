@@ -20,6 +20,7 @@ pub mod settings;
 pub mod skills;
 pub mod status;
 pub mod tools;
+pub mod ui;
 
 use clap::Subcommand;
 
@@ -72,6 +73,9 @@ pub enum Command {
     /// Restore a backup into a stopped Coffer (the current state is kept aside); never starts
     /// the daemon.
     Restore(restore::RestoreArgs),
+    /// Open the web console in a browser, signed in by a one-time link (starts the daemon if
+    /// needed).
+    Ui(ui::UiArgs),
     /// Print (and follow) the local log files; never starts the daemon.
     #[command(after_help = logs::EXAMPLES)]
     Logs(logs::LogsArgs),
@@ -102,6 +106,7 @@ impl Command {
             Command::Doctor(a) => doctor::run(ctx, a).await,
             Command::Backup(a) => backup::run(ctx, a).await,
             Command::Restore(a) => restore::run(ctx, a).await,
+            Command::Ui(a) => ui::run(ctx, a).await,
             Command::Logs(a) => logs::run(ctx, a).await,
             Command::Completions(a) => completions::run(a),
         }

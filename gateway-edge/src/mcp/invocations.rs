@@ -7,6 +7,11 @@
 //! and writes them in batches (up to [`INVOCATION_BATCH`] per request, gathered for [`GATHER`]),
 //! so building and encoding a batch of thousands never holds up the gateway's thread, which
 //! relays every call.
+//!
+//! Once a batch is written, the writer thread publishes each row, with the id the store gave it,
+//! on a broadcast channel ([`Recorder::subscribe`]; `GET /v1/invocations/events`). It does so
+//! only while someone subscribes, and the request path takes no part in it: a call costs
+//! nothing more whether anybody watches or not.
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +20,7 @@ use coffer_proto::store::invocations_client::InvocationsClient;
 use coffer_proto::store::{AppendInvocationsRequest, Invocation, InvocationMethod, InvocationOutcome};
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use super::Outcome;
 
@@ -93,7 +98,14 @@ enum Queued {
 /// Where the request path queues records; cheap to clone. Queuing never blocks or fails (once
 /// the writer is gone, records are dropped).
 #[derive(Clone)]
-pub struct Recorder(Sink);
+pub struct Recorder {
+    sink: Sink,
+    /// Rows as written (with their ids), for live watchers.
+    written: broadcast::Sender<Arc<Invocation>>,
+}
+
+/// Rows a live watcher may fall behind by before it misses some (it is told how many).
+pub const LIVE_BUFFER: usize = 1024;
 
 #[derive(Clone)]
 enum Sink {
@@ -111,7 +123,7 @@ pub const FLUSH_WAIT: Duration = Duration::from_secs(3);
 impl Recorder {
     /// Queues `record` for the writer.
     pub fn record(&self, record: Record) {
-        match &self.0 {
+        match &self.sink {
             Sink::Writer { queue, .. } => {
                 let _ = queue.send(Queued::Record(record));
             }
@@ -125,7 +137,7 @@ impl Recorder {
     /// of the log (`GET /v1/invocations`) sees every call answered before it asked, instead of
     /// racing the next batch. Waits at most [`FLUSH_WAIT`]; the request path never calls it.
     pub async fn flush(&self) {
-        let Sink::Writer { queue, flush } = &self.0 else { return };
+        let Sink::Writer { queue, flush } = &self.sink else { return };
         let (tx, rx) = oneshot::channel();
         if queue.send(Queued::Flush(tx)).is_err() {
             return;
@@ -141,7 +153,14 @@ impl Recorder {
     /// of the gateway core read them there; nothing is written to a store).
     pub fn in_memory() -> (Self, mpsc::UnboundedReceiver<Record>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self(Sink::Memory(tx)), rx)
+        (Self { sink: Sink::Memory(tx), written: broadcast::channel(1).0 }, rx)
+    }
+
+    /// Every row written from now on, with its id, as the store keeps it (a recorder that
+    /// keeps records in memory publishes none). A receiver more than [`LIVE_BUFFER`] rows
+    /// behind gets `RecvError::Lagged`.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Invocation>> {
+        self.written.subscribe()
     }
 
     /// Starts the writer thread, which connects to the store at `store_addr` with the internal
@@ -153,6 +172,8 @@ impl Recorder {
         let (tx, rx) = mpsc::unbounded_channel();
         let flush = Arc::new(Notify::new());
         let woken = flush.clone();
+        let written = broadcast::channel(LIVE_BUFFER).0;
+        let publish = written.clone();
         std::thread::Builder::new().name("invocation-log".into()).spawn(move || {
             let (priority, warning) = coffer_runtime::sched::background_priority();
             if let Some(warning) = warning {
@@ -165,12 +186,12 @@ impl Recorder {
             };
             runtime.block_on(async move {
                 match coffer_runtime::grpc::channel(&store_addr, &token) {
-                    Ok(channel) => write_batches(InvocationsClient::new(channel), rx, woken).await,
+                    Ok(channel) => write_batches(InvocationsClient::new(channel), rx, woken, publish).await,
                     Err(e) => tracing::error!(error = %e, "Cannot reach the store; invocations are not recorded."),
                 }
             });
         })?;
-        Ok(Self(Sink::Writer { queue: tx, flush }))
+        Ok(Self { sink: Sink::Writer { queue: tx, flush }, written })
     }
 }
 
@@ -203,6 +224,7 @@ async fn write_batches(
     mut store: InvocationsClient<AuthChannel>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
     flush: Arc<Notify>,
+    publish: broadcast::Sender<Arc<Invocation>>,
 ) {
     let mut batch = Vec::with_capacity(INVOCATION_BATCH);
     let mut answered: Vec<oneshot::Sender<()>> = Vec::new();
@@ -231,7 +253,7 @@ async fn write_batches(
             }
             let full = batch.len() == INVOCATION_BATCH;
             if !batch.is_empty() {
-                write_batch(&mut store, batch.drain(..).map(Record::into_row).collect()).await;
+                write_batch(&mut store, batch.drain(..).map(Record::into_row).collect(), &publish).await;
             }
             for done in answered.drain(..) {
                 let _ = done.send(());
@@ -243,13 +265,27 @@ async fn write_batches(
     }
 }
 
-/// One store request for `rows`, retried across a store restart.
-async fn write_batch(store: &mut InvocationsClient<AuthChannel>, rows: Vec<Invocation>) {
+/// One store request for `rows`, retried across a store restart; once written, each row goes
+/// to `publish` with its id, if anyone listens.
+async fn write_batch(
+    store: &mut InvocationsClient<AuthChannel>,
+    rows: Vec<Invocation>,
+    publish: &broadcast::Sender<Arc<Invocation>>,
+) {
     let n = rows.len();
     let request = AppendInvocationsRequest { invocations: rows };
     for attempt in 0..5u32 {
         match store.append_invocations(request.clone()).await {
-            Ok(_) => break,
+            Ok(reply) => {
+                let ids = reply.into_inner().ids;
+                if publish.receiver_count() > 0 && ids.len() == n {
+                    for (mut row, id) in request.invocations.into_iter().zip(ids) {
+                        row.id = id;
+                        let _ = publish.send(Arc::new(row));
+                    }
+                }
+                break;
+            }
             // Only an unreachable or restarting store is worth another try.
             Err(e) if !matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) => {
                 tracing::warn!(error = %e, count = n, "Dropped invocation records: the store refused the batch.");

@@ -318,6 +318,12 @@ impl Shared {
         self.recorder.flush().await;
     }
 
+    /// Every invocation row written from now on, with its id
+    /// ([`invocations::Recorder::subscribe`]); for `GET /v1/invocations/events`.
+    pub fn watch_invocations(&self) -> tokio::sync::broadcast::Receiver<Arc<coffer_proto::store::Invocation>> {
+        self.recorder.subscribe()
+    }
+
     /// Queues an invocation record (written in batches by the invocation writer, off the
     /// request path; see [`invocations`]). Fields a client chooses are bounded there: a target
     /// longer than [`invocations::MAX_RECORDED_TARGET`] bytes (a long resource URI) or a server

@@ -1,6 +1,7 @@
-//! `/v1/invocations`, `/v1/audit` (filtered, paginated store logs) and `/v1/logs/{service}`
-//! (tail, optionally followed over SSE, of a process's rotated log file), plus the strict
-//! query-string parsing they share.
+//! `/v1/invocations`, `/v1/audit` (filtered, paginated store logs), `/v1/invocations/events`
+//! (the invocation log live, over SSE), `/v1/logs/{service}` (tail, optionally followed over
+//! SSE, of a process's rotated log file) and `/v1/mcp/servers/{name}/log` (the same for an
+//! upstream's stderr log), plus the strict query-string parsing they share.
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::io::{Read, Seek, SeekFrom};
@@ -14,7 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use coffer_proto::store::{InvocationOutcome, ListAuditRequest, ListInvocationsRequest};
+use coffer_proto::store::{GetServerRequest, Invocation, InvocationOutcome, ListAuditRequest, ListInvocationsRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +45,9 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/invocations", get(list_invocations))
         .route("/v1/audit", get(list_audit))
+        .route("/v1/invocations/events", get(invocation_events))
         .route("/v1/logs/{service}", get(log_tail))
+        .route("/v1/mcp/servers/{name}/log", get(server_log_tail))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -322,18 +325,61 @@ async fn list_invocations(
     };
     st.gateway.shared.flush_invocations().await;
     let r = st.store.invocations.clone().list_invocations(req).await?.into_inner();
-    let items: Vec<Value> = r
-        .items
-        .into_iter()
-        .map(|i| {
-            json!({
-                "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
-                "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
-                "trace_id": i.trace_id, "actor": i.actor,
-            })
-        })
-        .collect();
+    let items: Vec<Value> = r.items.iter().map(invocation_json).collect();
     Ok(Json(json!({"items": items, "next_cursor": next_cursor(r.next_before_id)})))
+}
+
+/// One invocation as the REST API shows it (an item of `GET /v1/invocations`, the data of an
+/// `invocation` event).
+pub fn invocation_json(i: &Invocation) -> Value {
+    json!({
+        "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
+        "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
+        "trace_id": i.trace_id, "actor": i.actor,
+    })
+}
+
+/// `GET /v1/invocations/events?server=&outcome=` → SSE: `event: invocation` per invocation as
+/// the gateway's writer records it (data: [`invocation_json`], the list's item, `id` included),
+/// optionally only those of one server or outcome; `event: lagged` (data `{"missed": n}`) when
+/// this client fell [`crate::mcp::invocations::LIVE_BUFFER`] rows behind (the stream goes on);
+/// keep-alive comments; ends at shutdown or when the client goes away. Subscribing costs the
+/// request path nothing (see [`crate::mcp::invocations`]).
+///
+/// Errors: `INVALID_ARGUMENT` naming a bad or unknown parameter.
+async fn invocation_events(
+    State(st): State<Arc<AppState>>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let p = Params::from_query(query, &["server", "outcome"])?;
+    let server = p.get("server").map(str::to_owned);
+    let outcome = InvocationOutcome::parse(&p.one_of("outcome", OUTCOMES)?);
+    let rx = st.gateway.shared.watch_invocations();
+    let shutdown = st.shutdown.clone();
+    let wanted = move |i: &Invocation| {
+        server.as_deref().is_none_or(|s| i.server == s) && outcome.is_none_or(|o| i.outcome() == o)
+    };
+    let stream = futures_util::stream::unfold((rx, shutdown), move |(mut rx, shutdown)| {
+        let wanted = wanted.clone();
+        async move {
+            loop {
+                let got = tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    got = rx.recv() => got,
+                };
+                let event = match got {
+                    Ok(i) if wanted(&i) => Event::default().event("invocation").data(invocation_json(&i).to_string()),
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        Event::default().event("lagged").data(json!({"missed": n}).to_string())
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                };
+                return Some((Ok::<_, Infallible>(event), (rx, shutdown)));
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
 
 /// `GET /v1/audit?actor=&action=&limit=&cursor=` → `{"items":[{id, at, actor, action,
@@ -483,33 +529,62 @@ async fn log_tail(
         ))
         .with_details(json!({"valid": SERVICES})));
     }
+    tail_response(&st, Source::Newest { dir: st.home.logs(), service: service.clone() }, ("service", service), query)
+        .await
+}
+
+/// `GET /v1/mcp/servers/{name}/log?n=200&follow=false` → `{"server", "file": <path>|null,
+/// "lines": […]}`: the last `n` (1-10000) lines of what the server's stdio process wrote on
+/// stderr (`COFFER_HOME/logs/upstreams/NAME.log`, written and redacted by the upstream's
+/// stderr drain; `file` null and `lines` empty while there is none: an HTTP server, the
+/// built-in `coffer`, a server never started). `follow=true` streams like `/v1/logs/{service}`
+/// (`file`, then `line` events); the file being replaced when the server restarts (rotation to
+/// `NAME.log.1`) is followed.
+///
+/// Errors: `NOT_FOUND` for a server that is not registered, `INVALID_ARGUMENT` naming a bad
+/// parameter.
+async fn server_log_tail(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    // The registry names the file: a name it does not hold never becomes a path.
+    let file = if name == coffer_types::BUILTIN_SERVER {
+        None
+    } else {
+        let server = st.store.registry.clone().get_server(GetServerRequest { name: name.clone() }).await?;
+        let server = server.into_inner();
+        Some(st.home.upstream_logs().join(format!("{}.log", server.name)))
+    };
+    let source = file.map_or(Source::Nothing, Source::Fixed);
+    tail_response(&st, source, ("server", name), query).await
+}
+
+/// The answer of a log tail route: `{<key>: value, file, lines}` or, with `follow=true`, the SSE
+/// stream. Parameters `n` (1-…, at most [`MAX_TAIL`] served) and `follow`.
+async fn tail_response(
+    st: &AppState,
+    source: Source,
+    (key, value): (&'static str, String),
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
     let p = Params::from_query(query, &["n", "follow"])?;
     // More than MAX_TAIL is not an error: the caller gets as many lines as are served.
     let n = p.int_in("n", DEFAULT_TAIL as u64, u64::MAX)?.min(MAX_TAIL as u64) as usize;
     let follow = p.flag("follow")?;
-    let dir = st.home.logs();
-    let svc = service.clone();
-    let (file, lines, offset) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        let Some(file) = newest_log(&dir, &svc)? else {
-            return Ok((None, Vec::new(), 0));
-        };
-        let mut f = std::fs::File::open(&file)?;
-        let (lines, offset) = tail_lines(&mut f, n, TAIL_MAX_BYTES, !follow)?;
-        Ok((Some(file), lines, offset))
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::internal)?;
+    let (lines, follower) = tokio::task::spawn_blocking(move || Follower::start(source, n, !follow))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     if !follow {
-        let file = file.map(|f| Value::String(f.to_string_lossy().into_owned())).unwrap_or(Value::Null);
-        return Ok(Json(json!({"service": service, "file": file, "lines": lines})).into_response());
+        let file = follower.file.as_ref().map_or(Value::Null, |f| Value::String(f.to_string_lossy().into_owned()));
+        return Ok(Json(json!({key: value, "file": file, "lines": lines})).into_response());
     }
     let mut pending: VecDeque<FollowItem> = VecDeque::new();
-    if let Some(f) = &file {
+    if let Some(f) = &follower.file {
         pending.push_back(FollowItem::File(f.to_string_lossy().into_owned()));
     }
     pending.extend(lines.into_iter().map(FollowItem::Line));
-    let follower = Follower { dir: st.home.logs(), service, file, offset, partial: Vec::new() };
     Ok(Sse::new(follow_stream(follower, pending, st.shutdown.clone())).keep_alive(KeepAlive::default()).into_response())
 }
 
@@ -530,11 +605,34 @@ impl FollowItem {
     }
 }
 
+/// Which file a tail reads.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A service's newest log file in `dir` ([`newest_log`]); rotation moves to a new name.
+    Newest { dir: PathBuf, service: String },
+    /// One path (an upstream's stderr log); rotation replaces the file at that path.
+    Fixed(PathBuf),
+    /// No file, ever (a server that writes no stderr log).
+    Nothing,
+}
+
+impl Source {
+    /// The file to read now, if there is one.
+    fn current(&self) -> std::io::Result<Option<PathBuf>> {
+        match self {
+            Source::Newest { dir, service } => newest_log(dir, service),
+            Source::Fixed(p) => Ok(p.is_file().then(|| p.clone())),
+            Source::Nothing => Ok(None),
+        }
+    }
+}
+
 /// Position in a followed log.
 struct Follower {
-    dir: PathBuf,
-    service: String,
+    source: Source,
     file: Option<PathBuf>,
+    /// Inode of `file` when last read: another one at the same path is a new file.
+    ino: Option<u64>,
     offset: u64,
     /// Bytes after the last newline, waiting for the rest of their line.
     partial: Vec<u8>,
@@ -546,6 +644,28 @@ impl Follower {
     /// Most bytes read per poll.
     const MAX_READ: u64 = 4 * 1024 * 1024;
 
+    /// The last `n` lines of `source`'s current file and a follower positioned after them
+    /// (with `include_partial`, an unterminated last line is among them; a follower leaves it
+    /// to read once complete).
+    fn start(source: Source, n: usize, include_partial: bool) -> std::io::Result<(Vec<String>, Self)> {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut me = Self { source, file: None, ino: None, offset: 0, partial: Vec::new() };
+        let Some(file) = me.source.current()? else {
+            return Ok((Vec::new(), me));
+        };
+        let mut f = match std::fs::File::open(&file) {
+            Ok(f) => f,
+            // Rotated away between finding and opening it: the follower finds the next one.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), me)),
+            Err(e) => return Err(e),
+        };
+        me.ino = Some(f.metadata()?.ino());
+        let (lines, offset) = tail_lines(&mut f, n, TAIL_MAX_BYTES, include_partial)?;
+        me.file = Some(file);
+        me.offset = offset;
+        Ok((lines, me))
+    }
+
     /// Reads what was appended since the last poll; switches to a newer file after draining
     /// the old one.
     fn poll(&mut self) -> std::io::Result<Vec<FollowItem>> {
@@ -553,10 +673,11 @@ impl Follower {
         if self.file.is_some() {
             self.read_more(&mut out)?;
         }
-        let newest = newest_log(&self.dir, &self.service)?;
+        let newest = self.source.current()?;
         if newest.is_some() && newest != self.file {
             self.file = newest;
             self.offset = 0;
+            self.ino = None;
             if !self.partial.is_empty() {
                 out.push(FollowItem::Line(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned()));
             }
@@ -576,7 +697,18 @@ impl Follower {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        let len = f.metadata()?.len();
+        let meta = f.metadata()?;
+        let ino = std::os::unix::fs::MetadataExt::ino(&meta);
+        if self.ino.is_some_and(|seen| seen != ino) {
+            // Another file at the same path (rotated away and created afresh): read it whole.
+            if !self.partial.is_empty() {
+                out.push(FollowItem::Line(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned()));
+            }
+            out.push(FollowItem::File(path.to_string_lossy().into_owned()));
+            self.offset = 0;
+        }
+        self.ino = Some(ino);
+        let len = meta.len();
         if len < self.offset {
             // Truncated in place: start over.
             self.offset = 0;
@@ -774,9 +906,9 @@ mod tests {
         std::fs::write(&old, "one\ntw").unwrap();
         std::fs::write(dir.join("gateway.2026-01-02.log"), "other\n").unwrap();
         let mut f = Follower {
-            dir: dir.clone(),
-            service: "store".into(),
+            source: Source::Newest { dir: dir.clone(), service: "store".into() },
             file: Some(old.clone()),
+            ino: None,
             offset: 0,
             partial: Vec::new(),
         };

@@ -125,6 +125,10 @@ pub const TAGS: &[(&str, &str)] = &[
         "chat",
         "Conversations with the coding agents Coffer manages (Claude Code, Codex). A conversation has at most one turn in flight; a message sent meanwhile is queued (the pending queue, FIFO, one turn per message). Posting never streams: every screen watches `GET /v1/conversations/{id}/events`. Served by coffer-chat: while it is not running these routes answer 503 `SERVICE_UNAVAILABLE`. Archive and restore are `PATCH {\"archived\": true|false}`. A user message's `source` is the request's `X-Coffer-Actor` (`cli`, `api`, `ui`, …).",
     ),
+    (
+        "console",
+        "The web console's login and sessions. The console itself is served under `/ui` (`/ui/<page>` for `chat`, `servers`, `tools`, `activity`, `knowledge`, `settings`; assets under `/ui/assets/`; `GET /ui/login?code=…[&next=/ui/<page>]` turns a one-time code into the `coffer_session` cookie — `HttpOnly; SameSite=Strict; Path=/`, 30 days idle — and redirects 303 to the page, or answers 401 with a page saying what to do). Those `GET`s need no token (they hold no data) and carry a strict `Content-Security-Policy`, `X-Content-Type-Options: nosniff` and `X-Frame-Options: DENY`. The cookie authenticates every other route like the token, except that a request it alone authenticates with a method other than GET/HEAD must carry our `Origin` (else 403).",
+    ),
     ("maintenance", "Backups, retention and this document."),
     ("mcp", "The MCP gateway itself (MCP Streamable HTTP; JSON-RPC errors)."),
 ];
@@ -317,6 +321,14 @@ pub fn routes() -> Vec<Route> {
             .actor()
             .no_content("Removed.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/mcp/servers/{name}/log", "servers", "Tail (or follow) a server's stderr log")
+            .describe("The last `n` lines the server's stdio process wrote on stderr (`COFFER_HOME/logs/upstreams/NAME.log`, credential values redacted; `file` is null and `lines` empty when it has written none, as for HTTP servers and the built-in `coffer`). With `follow=true` the answer is an SSE stream: `event: file` (data: the path) whenever the file is (re)opened, then `event: line` per line, the tail first, then new lines; a log rotated when the server restarts is followed.")
+            .path_param("name", "Server name.")
+            .query("n", json!({"type": "integer", "minimum": 1, "default": 200}), "Lines (at most 10000 are served).")
+            .query("follow", json!({"type": "boolean", "default": false}), "Stream new lines (SSE).")
+            .ok(200, "The tail.", r("ServerLogTail"))
+            .sse("With `follow=true`: `file` and `line` events.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/mcp/servers/{name}/preferences", "servers", "A server's explicit preferences")
             .describe("Only explicit flags: a capability without one is enabled. `coffer` names the built-in server.")
             .path_param("name", SERVER_NAME)
@@ -447,6 +459,37 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "The tail.", r("LogTail"))
             .sse("With `follow=true`: `file` and `line` events.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/invocations/events", "logs", "Follow the invocation log live (SSE)")
+            .describe("An SSE stream: `event: invocation` per call as the gateway records it, `data` one item exactly as `GET /v1/invocations` lists it (`id` included). Invocations are written in batches, so an event comes up to about 200 ms after its call ended. A client that falls too far behind gets `event: lagged` (data `{\"missed\": n}`) and the stream goes on: list the log to catch up. `: keep-alive` comments after 15 s without an event; the stream ends at shutdown.")
+            .query("server", json!({"type": "string"}), "Only this server.")
+            .query("outcome", json!({"enum": coffer_types::Outcome::NAMES}), "Only this outcome.")
+            .sse("`invocation` events (data: an [Invocation](#invocation)), `lagged` events.")
+            .errors(&["INVALID_ARGUMENT"]),
+        // The web console.
+        route("POST", "/v1/ui/login-codes", "console", "Mint a one-time login link")
+            .describe("The code works once and lives `ui.login_code_ttl_s` seconds (60 by default). Needs the token: a web session cannot mint codes (403). The body is optional.")
+            .body(json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {"page": {"enum": coffer_types::ui::PAGES, "default": "chat", "description": "The page the login lands on."}},
+            }))
+            .ok(200, "The code and the link to open.", json!({
+                "type": "object", "required": ["code", "url", "expires_in_s"],
+                "properties": {
+                    "code": {"type": "string", "description": "64 hex characters."},
+                    "url": {"type": "string", "description": "`http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE`)."},
+                    "expires_in_s": {"type": "integer"},
+                },
+            }))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("GET", "/v1/ui/session", "console", "How this request is signed in")
+            .ok(200, "`cookie` for a web session, `token` otherwise.", json!({
+                "type": "object", "required": ["via"], "properties": {"via": {"enum": ["cookie", "token"]}},
+            })),
+        route("DELETE", "/v1/ui/sessions", "console", "Sign every browser out")
+            .describe("Ends every web session, in memory and in `COFFER_HOME/web-sessions.json`, before answering.")
+            .ok(200, "How many sessions ended.", json!({
+                "type": "object", "required": ["revoked"], "properties": {"revoked": {"type": "integer"}},
+            })),
         // Settings.
         route("GET", "/v1/settings", "settings", "Every setting")
             .ok(200, "The settings, keys sorted.", r("Settings")),
@@ -910,6 +953,13 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         json!({
             "type": "object", "required": ["service", "file", "lines"],
             "properties": {"service": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
+        }),
+    );
+    m.insert(
+        "ServerLogTail",
+        json!({
+            "type": "object", "required": ["server", "file", "lines"],
+            "properties": {"server": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
         }),
     );
     m.insert(
@@ -1623,6 +1673,10 @@ mod tests {
                 let after = args.find(path).map_or(0, |i| i + path.len() + 1);
                 let methods = method_calls(&args[after..]);
                 assert!(!methods.is_empty(), "{}: route {path} without a method", f.display());
+                // The console's pages (`/ui…`) are not REST routes; the `console` tag describes them.
+                if crate::ui::is_ui_path(path) {
+                    continue;
+                }
                 for m in methods {
                     found.insert((m, path.to_owned()));
                 }

@@ -221,6 +221,7 @@ impl Db {
     /// [`Db::open`] with another migration list (tests).
     fn open_with(path: &Path, list: &'static [Migration]) -> Result<Self, StoreError> {
         register_sqlite_vec();
+        crate::fts_rank::register();
         let existed = path.exists();
         // coffer-store owns coffer.db: its one writer connection.
         #[allow(clippy::disallowed_methods)]

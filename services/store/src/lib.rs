@@ -12,6 +12,7 @@ pub mod authz;
 pub mod backup;
 pub mod db;
 pub mod domain;
+pub mod fts_rank;
 pub mod retention;
 pub mod vault;
 

@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod outcome;
 pub mod settings;
 pub mod sse;
+pub mod ui;
 
 pub use outcome::Outcome;
 

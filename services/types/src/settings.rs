@@ -335,6 +335,18 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     description: "a turn with no output from the agent for this long ends with a timeout error",
 };
 
+/// How long a one-time login link printed by `coffer ui` stays valid.
+pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
+    key: "ui.login_code_ttl_s",
+    ty: Type::Integer,
+    default_text: "",
+    default: 60,
+    min: 5,
+    max: 600,
+    unit: "seconds",
+    description: "how long a one-time login link from `coffer ui` stays valid (it works once)",
+};
+
 /// Every setting Coffer reads, in display order.
 pub const SETTINGS: &[Setting] = &[
     LIST_TIMEOUT_MS,
@@ -362,6 +374,7 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CLAUDE_CODE_PATH,
     CHAT_CODEX_PATH,
     CHAT_TURN_TIMEOUT_S,
+    UI_LOGIN_CODE_TTL_S,
 ];
 
 /// The setting `key`, if Coffer reads it.

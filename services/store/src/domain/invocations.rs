@@ -30,7 +30,10 @@ impl InvocationsService {
 
 #[tonic::async_trait]
 impl Invocations for InvocationsService {
-    async fn append_invocations(&self, req: Request<AppendInvocationsRequest>) -> Result<Response<WriteReply>, Status> {
+    async fn append_invocations(
+        &self,
+        req: Request<AppendInvocationsRequest>,
+    ) -> Result<Response<AppendInvocationsReply>, Status> {
         let items = req.into_inner().invocations;
         if items.len() > MAX_BATCH {
             return Err(Status::invalid_argument(format!("at most {MAX_BATCH} invocations per batch")));
@@ -44,9 +47,10 @@ impl Invocations for InvocationsService {
                 ))
             })
             .collect::<Result<Vec<_>, crate::db::StoreError>>()?;
-        let ((), seq) = self
+        let (ids, seq) = self
             .db
             .write(move |t, _| {
+                let mut ids = Vec::with_capacity(items.len());
                 let mut st = t.prepare_cached(
                     "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -64,11 +68,12 @@ impl Invocations for InvocationsService {
                         i.trace_id,
                         actor
                     ])?;
+                    ids.push(t.last_insert_rowid());
                 }
-                Ok(())
+                Ok(ids)
             })
             .await?;
-        Ok(Response::new(WriteReply { seq }))
+        Ok(Response::new(AppendInvocationsReply { seq, ids }))
     }
 
     async fn list_invocations(
@@ -139,7 +144,12 @@ mod tests {
             row("s__b", InvocationOutcome::Disabled, "agent"),
             row("s__c", InvocationOutcome::Ok, "channel:telegram"),
         ];
-        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: rows })).await.unwrap();
+        let ids = svc
+            .append_invocations(Request::new(AppendInvocationsRequest { invocations: rows }))
+            .await
+            .unwrap()
+            .into_inner()
+            .ids;
         let list = |q: ListInvocationsRequest| async {
             let items = svc.list_invocations(Request::new(q)).await.unwrap().into_inner().items;
             items.into_iter().map(|i| (i.target, i.actor)).collect::<Vec<_>>()
@@ -163,6 +173,16 @@ mod tests {
             (InvocationMethod::ToolsCall, InvocationOutcome::Ok)
         );
         assert_eq!(items.next_before_id, items.items[0].id);
+        // The reply names each row's id, in the request's order.
+        let listed = svc
+            .list_invocations(Request::new(ListInvocationsRequest { limit: 10, ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        let by_target: Vec<i64> =
+            ["s__a", "s__b", "s__c"].iter().map(|t| listed.iter().find(|i| i.target == *t).unwrap().id).collect();
+        assert_eq!(ids, by_target);
 
         // A row without a method or outcome refuses the batch.
         let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];

@@ -1,0 +1,169 @@
+//! `coffer ui`: signs a browser in to the web console without pasting a token. Starts the daemon
+//! if needed, mints a one-time login link (`POST /v1/ui/login-codes`), prints it and opens it in
+//! a browser when one is available (`$BROWSER`, else `xdg-open` with a display; never waits on
+//! it, and a failure is a hint, not an error). `--logout-all` signs every browser out instead
+//! (`DELETE /v1/ui/sessions`).
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::context::Ctx;
+use crate::error::CliError;
+use crate::output;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  coffer ui                      # print the link and open it in the browser
+  coffer ui --page servers       # land on the servers page
+  coffer ui --no-open --json     # {\"url\": …, \"expires_in_s\": 60}
+  coffer ui --logout-all         # sign every browser out
+
+The link works once and expires after `ui.login_code_ttl_s` seconds (60 by default).
+The browser comes from $BROWSER, else xdg-open when DISPLAY or WAYLAND_DISPLAY is set.";
+
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
+pub struct UiArgs {
+    /// Print the link only; do not open a browser.
+    #[arg(long)]
+    pub no_open: bool,
+    /// The page to land on.
+    #[arg(long, value_name = "PAGE", value_parser = clap::builder::PossibleValuesParser::new(coffer_types::ui::PAGES))]
+    pub page: Option<String>,
+    /// Sign every browser out (ends every web session) instead; prints how many ended.
+    #[arg(long, conflicts_with_all = ["no_open", "page"])]
+    pub logout_all: bool,
+}
+
+/// Runs `coffer ui`.
+///
+/// # Errors
+/// API errors; exit 5 when the daemon cannot be reached or started.
+pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    if args.logout_all {
+        let resp = api.send(api.request(reqwest::Method::DELETE, "/v1/ui/sessions")).await?;
+        if ctx.json {
+            return output::print_body(&resp.body);
+        }
+        let n = resp.json()?["revoked"].as_u64().unwrap_or(0);
+        return output::println(&format!(
+            "Signed out {n} web session{}; run `coffer ui` to sign in again.",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    let body = match &args.page {
+        Some(p) => json!({"page": p}),
+        None => json!({}),
+    };
+    let minted = api.post("/v1/ui/login-codes", Some(&body)).await?;
+    let url = minted["url"].as_str().unwrap_or_default().to_owned();
+    let ttl = minted["expires_in_s"].as_u64().unwrap_or(0);
+    if ctx.json {
+        output::print_json(&json!({"url": url, "expires_in_s": ttl}))?;
+    } else {
+        output::println(&format!("Open {url} (valid {ttl} s, once)"))?;
+    }
+    if !args.no_open {
+        match open_in_browser(&url, |k| std::env::var_os(k)) {
+            Opened::Started(how) => eprintln!("Opening it with {how}…"),
+            Opened::NoBrowser => {
+                eprintln!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
+            }
+            Opened::Failed(why) => eprintln!("hint: could not open a browser ({why}); open the link yourself"),
+        }
+    }
+    Ok(())
+}
+
+/// What [`open_in_browser`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// A browser (named) was started; nobody waits for it.
+    Started(String),
+    /// None is configured or available.
+    NoBrowser,
+    /// One is configured but could not be started.
+    Failed(String),
+}
+
+/// How to open `url`: the program and its arguments. `$BROWSER` (a `:`-separated list; the first
+/// entry that resolves wins; `%s` in it is the URL, else the URL is appended), else `xdg-open`
+/// when `DISPLAY` or `WAYLAND_DISPLAY` is set (`open` on macOS). `None`: nothing to open with.
+pub fn browser_command(url: &str, var: impl Fn(&str) -> Option<OsString>) -> Option<(PathBuf, Vec<String>)> {
+    let resolve = |program: &str| -> Option<PathBuf> {
+        let p = PathBuf::from(program);
+        if p.is_absolute() { p.is_file().then_some(p) } else { coffer_runtime::connect::which_on_path(program) }
+    };
+    if let Some(list) = var("BROWSER").map(|v| v.to_string_lossy().into_owned()) {
+        for entry in list.split(':').map(str::trim).filter(|e| !e.is_empty()) {
+            let mut words = entry.split_whitespace();
+            let Some(program) = words.next().and_then(resolve) else { continue };
+            let mut args: Vec<String> = words.map(|w| w.replace("%s", url)).collect();
+            if !entry.contains("%s") {
+                args.push(url.to_owned());
+            }
+            return Some((program, args));
+        }
+    }
+    if cfg!(target_os = "macos") {
+        return resolve("open").map(|p| (p, vec![url.to_owned()]));
+    }
+    let display = ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|k| var(k).is_some_and(|v| !v.is_empty()));
+    if display {
+        return resolve("xdg-open").map(|p| (p, vec![url.to_owned()]));
+    }
+    None
+}
+
+/// Starts a browser on `url` without waiting for it (detached: it outlives this command, gets
+/// no death signal, and its output goes nowhere).
+pub fn open_in_browser(url: &str, var: impl Fn(&str) -> Option<OsString>) -> Opened {
+    let Some((program, args)) = browser_command(url, var) else { return Opened::NoBrowser };
+    let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut spec = coffer_runtime::spawn::SpawnSpec::new(&program, "browser", &name);
+    spec.args = args.into_iter().map(Into::into).collect();
+    spec.detached = true;
+    match coffer_runtime::spawn::spawn(spec) {
+        // Dropping a detached child leaves it running.
+        Ok(_child) => Opened::Started(name),
+        Err(e) => Opened::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn the_browser_comes_from_browser_then_a_display() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("mybrowser");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe_s = exe.to_string_lossy().into_owned();
+        let url = "http://127.0.0.1:8000/ui/login?code=ab";
+
+        let (p, args) = browser_command(url, env(&[("BROWSER", &exe_s)])).unwrap();
+        assert_eq!((p, args), (exe.clone(), vec![url.to_owned()]));
+        // `%s` places the URL; extra words are arguments; a missing first entry is skipped.
+        let list = format!("/nonexistent/browser:{exe_s} --new-window %s");
+        let (p, args) = browser_command(url, env(&[("BROWSER", &list)])).unwrap();
+        assert_eq!((p, args), (exe.clone(), vec!["--new-window".to_owned(), url.to_owned()]));
+        // Nothing usable and no display: nothing to open with.
+        assert_eq!(browser_command(url, env(&[("BROWSER", "/nonexistent/browser")])), None);
+        if !cfg!(target_os = "macos") {
+            assert_eq!(browser_command(url, env(&[])), None);
+            assert_eq!(browser_command(url, env(&[("DISPLAY", "")])), None);
+        }
+    }
+}

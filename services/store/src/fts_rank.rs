@@ -1,0 +1,331 @@
+//! `coffer_bm25(kb_fts, hits, w_title, w_headings, w_body)`: FTS5's bm25 ranking (the
+//! formula and constants of SQLite's built-in `bm25()`, k1 = 1.2, b = 0.75, column weights
+//! applied to each phrase instance) with one difference: the number of rows holding each
+//! phrase of the query (`hits`, a blob of little-endian `i64`, one per phrase in the order of
+//! the MATCH expression) comes from the caller instead of being counted on every query.
+//!
+//! Why: the built-in `bm25()` starts each query by walking the whole doclist of every phrase
+//! to count its rows (`xQueryPhrase`) — for a term held by 20,000 chunks that walk costs more
+//! than scoring the few thousand rows that match. The store keeps those counts in
+//! [`DocFreq`], valid until the next write to the index, so repeated words cost nothing.
+//! The scores are the same as `bm25()`'s (a test compares them).
+//!
+//! Registered for every connection as an auto-extension ([`register`]), like sqlite-vec.
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::ffi;
+
+/// The SQL name of the ranking function.
+pub const NAME: &str = "coffer_bm25";
+/// bm25's term-frequency saturation and length normalization (SQLite's values).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+/// Most phrases one query may have (`MAX_TERMS` of the Index domain).
+const MAX_PHRASES: usize = 64;
+
+/// Registers [`NAME`] for every connection this process opens from now on; idempotent.
+pub fn register() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `init` has exactly the signature SQLite calls an auto-extension with; the
+        // pointer is to a static function, valid for the whole process.
+        #[allow(unsafe_code)]
+        let rc = unsafe { ffi::sqlite3_auto_extension(Some(init)) };
+        if rc != ffi::SQLITE_OK {
+            tracing::error!(rc, "Registering coffer_bm25 failed: keyword queries will fail.");
+        }
+    });
+}
+
+/// Auto-extension entry point: finds the connection's `fts5_api` (the documented
+/// `SELECT fts5(?1)` handshake with a bound pointer) and creates the function. Always returns
+/// OK (an error here would fail every `sqlite3_open`); without the function, keyword queries
+/// fail with "no such function", which tests catch.
+#[allow(unsafe_code)]
+unsafe extern "C" fn init(
+    db: *mut ffi::sqlite3,
+    _err: *mut *mut c_char,
+    _api: *const ffi::sqlite3_api_routines,
+) -> c_int {
+    let mut api: *mut ffi::fts5_api = std::ptr::null_mut();
+    let mut stmt: *mut ffi::sqlite3_stmt = std::ptr::null_mut();
+    // SAFETY: `db` is the connection SQLite is opening; the statement is finalized before
+    // returning; the bound pointer is to `api`, which outlives the step that writes it, and its
+    // type tag is the one FTS5 checks ("fts5_api_ptr").
+    unsafe {
+        if ffi::sqlite3_prepare_v2(db, c"SELECT fts5(?1)".as_ptr(), -1, &raw mut stmt, std::ptr::null_mut())
+            != ffi::SQLITE_OK
+        {
+            return ffi::SQLITE_OK;
+        }
+        ffi::sqlite3_bind_pointer(stmt, 1, (&raw mut api).cast(), c"fts5_api_ptr".as_ptr(), None);
+        ffi::sqlite3_step(stmt);
+        ffi::sqlite3_finalize(stmt);
+        if api.is_null() || (*api).iVersion < 2 {
+            return ffi::SQLITE_OK;
+        }
+        let Some(create) = (*api).xCreateFunction else { return ffi::SQLITE_OK };
+        create(api, c"coffer_bm25".as_ptr(), std::ptr::null_mut(), Some(rank), None);
+    }
+    ffi::SQLITE_OK
+}
+
+/// Why a row could not be scored.
+enum Fail {
+    /// An SQLite error code from the extension API.
+    Code(c_int),
+    /// A misuse of the function (bad arguments), with its message.
+    Usage(&'static std::ffi::CStr),
+}
+
+/// The function SQLite calls per row.
+#[allow(unsafe_code)]
+unsafe extern "C" fn rank(
+    api: *const ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
+    n_val: c_int,
+    ap_val: *mut *mut ffi::sqlite3_value,
+) {
+    // SAFETY: SQLite passes a valid API table and context for the current row, and `n_val`
+    // argument values in `ap_val`, all valid for the duration of this call.
+    unsafe {
+        let args = std::slice::from_raw_parts(ap_val, usize::try_from(n_val).unwrap_or(0));
+        match score(&*api, fts, args) {
+            Ok(s) => ffi::sqlite3_result_double(ctx, -s),
+            Err(Fail::Code(rc)) => ffi::sqlite3_result_error_code(ctx, rc),
+            Err(Fail::Usage(msg)) => ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1),
+        }
+    }
+}
+
+/// The bm25 score of the current row (positive: higher is better).
+///
+/// # Safety
+/// `api` and `fts` are what SQLite passed to [`rank`]; `args` its argument values.
+#[allow(unsafe_code)]
+unsafe fn score(
+    api: &ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    args: &[*mut ffi::sqlite3_value],
+) -> Result<f64, Fail> {
+    let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(Fail::Code(rc)) };
+    let missing = Fail::Usage(c"coffer_bm25: this FTS5 lacks a needed API function");
+    let (Some(phrase_count), Some(row_count), Some(total_size), Some(column_size), Some(inst_count), Some(inst)) =
+        (api.xPhraseCount, api.xRowCount, api.xColumnTotalSize, api.xColumnSize, api.xInstCount, api.xInst)
+    else {
+        return Err(missing);
+    };
+    // SAFETY (whole block): each call is an FTS5 API function on the context SQLite gave us;
+    // out-pointers are to locals; `args` holds valid values (see `rank`), and a blob pointer
+    // is read only within the length SQLite reports for it.
+    unsafe {
+        let phrases = usize::try_from(phrase_count(fts)).unwrap_or(0);
+        if phrases > MAX_PHRASES {
+            return Err(Fail::Usage(c"coffer_bm25: more than 64 phrases"));
+        }
+        let Some(&hits_arg) = args.first() else {
+            return Err(Fail::Usage(c"coffer_bm25: the second argument must be the phrases' row counts"));
+        };
+        let len = usize::try_from(ffi::sqlite3_value_bytes(hits_arg)).unwrap_or(0);
+        if len != phrases * 8 {
+            return Err(Fail::Usage(c"coffer_bm25: one row count (8-byte integer) per phrase is needed"));
+        }
+        let blob = ffi::sqlite3_value_blob(hits_arg).cast::<u8>();
+        let hits = if len == 0 { &[][..] } else { std::slice::from_raw_parts(blob, len) };
+        let weights = &args[1..];
+
+        let (mut rows, mut tokens) = (0i64, 0i64);
+        check(row_count(fts, &raw mut rows))?;
+        check(total_size(fts, -1, &raw mut tokens))?;
+        let avgdl = if rows > 0 { tokens as f64 / rows as f64 } else { 1.0 };
+
+        let mut freq = [0f64; MAX_PHRASES];
+        let mut n_inst: c_int = 0;
+        check(inst_count(fts, &raw mut n_inst))?;
+        for i in 0..n_inst {
+            let (mut ip, mut ic, mut io): (c_int, c_int, c_int) = (0, 0, 0);
+            check(inst(fts, i, &raw mut ip, &raw mut ic, &raw mut io))?;
+            let w =
+                usize::try_from(ic).ok().and_then(|c| weights.get(c)).map_or(1.0, |v| ffi::sqlite3_value_double(*v));
+            if let Some(f) = usize::try_from(ip).ok().and_then(|p| freq.get_mut(p)) {
+                *f += w;
+            }
+        }
+        let mut n_tok: c_int = 0;
+        check(column_size(fts, -1, &raw mut n_tok))?;
+        let norm = K1 * (1.0 - B + B * f64::from(n_tok) / avgdl);
+        let mut s = 0.0;
+        for (p, f) in freq.iter().take(phrases).enumerate() {
+            let n = i64::from_le_bytes(hits[p * 8..p * 8 + 8].try_into().expect("8 bytes"));
+            s += idf(rows, n) * (f * (K1 + 1.0)) / (f + norm);
+        }
+        Ok(s)
+    }
+}
+
+/// bm25's inverse document frequency of a phrase held by `hits` of `rows` rows (floored at
+/// 1e-6, as SQLite does, so that a very common phrase never lowers a score).
+pub fn idf(rows: i64, hits: i64) -> f64 {
+    let v = ((rows - hits) as f64 + 0.5) / (hits as f64 + 0.5);
+    let v = v.ln();
+    if v <= 0.0 { 1e-6 } else { v }
+}
+
+/// Row counts of phrases (`MATCH '"term"'`), valid until the index is next written.
+///
+/// [`DocFreq::invalidate`] runs after every write transaction of the Index domain; a count read
+/// under an older generation is never served. Bounded: cleared when it holds
+/// [`DocFreq::CAPACITY`] phrases.
+#[derive(Default)]
+pub struct DocFreq {
+    generation: AtomicU64,
+    counts: Mutex<HashMap<String, (u64, i64)>>,
+}
+
+impl DocFreq {
+    /// Most phrases kept.
+    pub const CAPACITY: usize = 50_000;
+
+    /// Forgets every count (the index changed).
+    pub fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The row count of each single-phrase MATCH expression in `phrases`, counted on `c` when
+    /// not known for the current generation; as the blob [`NAME`] takes.
+    ///
+    /// # Errors
+    /// An SQLite error of a count.
+    pub fn blob(&self, c: &rusqlite::Connection, phrases: &[String]) -> rusqlite::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(phrases.len() * 8);
+        for p in phrases {
+            out.extend_from_slice(&self.count(c, p)?.to_le_bytes());
+        }
+        Ok(out)
+    }
+
+    /// The row count of the single-phrase MATCH expression `phrase`.
+    ///
+    /// # Errors
+    /// An SQLite error of the count.
+    pub fn count(&self, c: &rusqlite::Connection, phrase: &str) -> rusqlite::Result<i64> {
+        // Read before counting: a write that commits meanwhile bumps it, so the count is
+        // filed under a generation that is already stale and never served.
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some(&(g, n)) = self.counts.lock().expect("doc freq").get(phrase)
+            && g == generation
+        {
+            return Ok(n);
+        }
+        let n: i64 =
+            c.prepare_cached("SELECT count(*) FROM kb_fts WHERE kb_fts MATCH ?1")?.query_row([phrase], |r| r.get(0))?;
+        let mut m = self.counts.lock().expect("doc freq");
+        if m.len() >= Self::CAPACITY {
+            m.clear();
+        }
+        m.insert(phrase.to_owned(), (generation, n));
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> rusqlite::Connection {
+        register();
+        // A test database of this module's own, in memory.
+        #[allow(clippy::disallowed_methods)]
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');",
+        )
+        .unwrap();
+        let words = ["apple", "banana", "cherry", "durian", "elder", "fig", "grape", "apples", "running", "ran"];
+        let mut rng = 7u64;
+        let mut next = |n: usize| {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (rng >> 33) as usize % n
+        };
+        for _ in 0..300 {
+            let body_len = 5 + next(40);
+            let mut col = |len: usize| (0..len).map(|_| words[next(words.len())]).collect::<Vec<_>>().join(" ");
+            let (t, h, b) = (col(2), col(3), col(body_len));
+            c.execute("INSERT INTO kb_fts (title, headings, body) VALUES (?1, ?2, ?3)", [t, h, b]).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn scores_equal_the_builtin_bm25() {
+        let c = db();
+        let df = DocFreq::default();
+        for phrases in [
+            vec!["\"apple\""],
+            vec!["\"banana\"", "\"cherry\""],
+            vec!["\"run\"", "\"fig\"", "\"grape\""],
+            vec!["\"elder fig\""],
+        ] {
+            let phrases: Vec<String> = phrases.into_iter().map(String::from).collect();
+            let blob = df.blob(&c, &phrases).unwrap();
+            for op in [" AND ", " OR "] {
+                let expr = phrases.join(op);
+                let mut st = c
+                    .prepare(
+                        "SELECT bm25(kb_fts, 2.0, 1.5, 1.0), coffer_bm25(kb_fts, ?2, 2.0, 1.5, 1.0) FROM kb_fts WHERE kb_fts MATCH ?1",
+                    )
+                    .unwrap();
+                let rows: Vec<(f64, f64)> = st
+                    .query_map(rusqlite::params![expr, blob], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                assert!(!rows.is_empty(), "{expr} matched nothing");
+                for (builtin, ours) in rows {
+                    assert!((builtin - ours).abs() < 1e-9, "{expr}: bm25 {builtin} vs coffer_bm25 {ours}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_counts_are_an_error_not_a_crash() {
+        let c = db();
+        for blob in [vec![], vec![0u8; 7], vec![0u8; 16]] {
+            let e = c
+                .query_row(
+                    "SELECT coffer_bm25(kb_fts, ?1) FROM kb_fts WHERE kb_fts MATCH '\"apple\"' LIMIT 1",
+                    [blob],
+                    |r| r.get::<_, f64>(0),
+                )
+                .unwrap_err();
+            assert!(e.to_string().contains("one row count"), "{e}");
+        }
+        let e = c.query_row("SELECT coffer_bm25(kb_fts) FROM kb_fts WHERE kb_fts MATCH 'apple' LIMIT 1", [], |r| {
+            r.get::<_, f64>(0)
+        });
+        assert!(e.unwrap_err().to_string().contains("second argument"));
+    }
+
+    #[test]
+    fn counts_are_forgotten_after_a_write() {
+        let c = db();
+        let df = DocFreq::default();
+        let before = df.count(&c, "\"zebra\"").unwrap();
+        assert_eq!(before, 0);
+        c.execute("INSERT INTO kb_fts (title, headings, body) VALUES ('zebra', '', '')", []).unwrap();
+        assert_eq!(df.count(&c, "\"zebra\"").unwrap(), 0, "served from the cache until invalidated");
+        df.invalidate();
+        assert_eq!(df.count(&c, "\"zebra\"").unwrap(), 1);
+    }
+
+    #[test]
+    fn idf_matches_sqlite_and_is_floored() {
+        assert!((idf(100, 10) - ((90.5f64) / 10.5).ln()).abs() < 1e-12);
+        assert_eq!(idf(100, 80), 1e-6);
+    }
+}
