@@ -31,9 +31,14 @@ fn failed_load(path: &str, status: u16) -> String {
 
 #[tokio::test]
 async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Result<()> {
-    let (_home, api) = daemon().await?;
+    let (home, _api) = daemon().await?;
     let b = Browser::start().await?;
-    let url = b.mint_login_url(api.base_url(), api.token()).await?;
+    // What a user does: `coffer ui` prints the link (here as JSON, not opened), the browser
+    // follows it.
+    let printed = home.cli(&["ui", "--no-open", "--json"]).await?.ok()?.json()?;
+    let url = printed["url"].as_str().with_context(|| format!("no url in {printed}"))?.to_owned();
+    assert!(printed["expires_in_s"].as_u64().is_some_and(|s| s > 0), "{printed}");
+    b.set_origin(&url)?;
     b.goto(&url).await?;
     b.wait_for_page("chat").await?;
     let at = b.current_url().await?;
