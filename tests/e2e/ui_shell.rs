@@ -136,6 +136,8 @@ async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
     assert_eq!(revoked["revoked"], 1, "{revoked}");
     b.refresh().await?;
     b.wait_for_text("h1", "Sign in to Coffer").await?;
+    b.wait_gone("#page[data-page]").await?;
+    assert_eq!(b.count("#nav a").await?, PAGES.len());
     b.assert_clean().await;
     Ok(())
 }

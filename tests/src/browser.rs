@@ -581,6 +581,23 @@ impl Browser {
         .await
     }
 
+    /// Waits until no element matches `css` (a dialog closed, a spinner gone).
+    ///
+    /// # Errors
+    /// When one still does after [`WAIT_TIMEOUT`].
+    pub async fn wait_gone(&self, css: &str) -> anyhow::Result<()> {
+        let quoted = serde_json::to_string(css)?;
+        self.wait_until(&format!("document.querySelector({quoted}) === null")).await
+    }
+
+    /// How many elements match `css` now.
+    ///
+    /// # Errors
+    /// When the session is gone or `css` is not a valid selector.
+    pub async fn count(&self, css: &str) -> anyhow::Result<usize> {
+        Ok(self.find_all(css).await?.len())
+    }
+
     /// Waits until the JavaScript expression `predicate` is truthy in the page.
     ///
     /// # Errors
