@@ -156,6 +156,7 @@ async fn ui_shell_every_page_loads_at_desktop_and_phone_width() -> anyhow::Resul
             let link = b.wait_for_text("#nav a", label).await?;
             link.click().await?;
             b.wait_for_page(page).await?;
+            b.wait_settled().await?;
             let at = b.current_url().await?;
             assert_eq!(at.path(), format!("/ui/{page}"), "at {w}px");
             assert_eq!(link.attr("aria-current").await?.as_deref(), Some("page"), "{page} at {w}px");
