@@ -31,9 +31,14 @@ fn failed_load(path: &str, status: u16) -> String {
 
 #[tokio::test]
 async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Result<()> {
-    let (_home, api) = daemon().await?;
+    let (home, _api) = daemon().await?;
     let b = Browser::start().await?;
-    let url = b.mint_login_url(api.base_url(), api.token()).await?;
+    // What a user does: `coffer ui` prints the link (here as JSON, not opened), the browser
+    // follows it.
+    let printed = home.cli(&["ui", "--no-open", "--json"]).await?.ok()?.json()?;
+    let url = printed["url"].as_str().with_context(|| format!("no url in {printed}"))?.to_owned();
+    assert!(printed["expires_in_s"].as_u64().is_some_and(|s| s > 0), "{printed}");
+    b.set_origin(&url)?;
     b.goto(&url).await?;
     b.wait_for_page("chat").await?;
     let at = b.current_url().await?;
@@ -70,7 +75,40 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     // The refusal did not end the session this browser already has.
     b.goto("/ui/chat").await?;
     b.wait_for_page("chat").await?;
+    // A second tab shares the cookie: signed in there too, and the first tab is still there.
+    let first = b.current_tab().await?;
+    let second = b.new_tab().await?;
+    assert_ne!(first, second);
+    b.goto("/ui/servers").await?;
+    b.wait_for_page("servers").await?;
+    b.switch_to(&first).await?;
+    assert_eq!(b.current_url().await?.path(), "/ui/chat");
     b.assert_clean().await;
+    Ok(())
+}
+
+/// The harness's own checks can fail: a console error, a console warning and a request to
+/// another origin are each caught, and `assert_clean` then panics.
+#[tokio::test]
+async fn ui_shell_harness_catches_console_errors_and_foreign_requests() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    b.assert_clean().await;
+    b.eval("console.error('harness check: an error'); console.warn('harness check: a warning'); return null;", vec![])
+        .await?;
+    // Another origin. Nothing listens there, so the navigation itself fails (WebDriver reports
+    // the browser's error page); the request it made is what counts.
+    let other = format!("http://127.0.0.1:{}/elsewhere", coffer_tests::ports::free_port());
+    let refused = b.goto(&other).await.expect_err("nothing listens on the other port");
+    ensure!(format!("{refused:#}").contains("ERR_CONNECTION_REFUSED"), "{refused:#}");
+    let errors = b.console_errors().await?;
+    browser::expect_one(&errors, "harness check: an error")?;
+    browser::expect_one(&errors, "harness check: a warning")?;
+    let foreign = b.foreign_requests().await?;
+    ensure!(foreign.iter().any(|u| u == &other), "{other} not among {foreign:?}");
+    let outcome = tokio::spawn(async move { b.assert_clean().await }).await;
+    ensure!(outcome.is_err_and(|e| e.is_panic()), "assert_clean passed a dirty browser");
     Ok(())
 }
 
@@ -98,6 +136,8 @@ async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
     assert_eq!(revoked["revoked"], 1, "{revoked}");
     b.refresh().await?;
     b.wait_for_text("h1", "Sign in to Coffer").await?;
+    b.wait_gone("#page[data-page]").await?;
+    assert_eq!(b.count("#nav a").await?, PAGES.len());
     b.assert_clean().await;
     Ok(())
 }
@@ -116,6 +156,7 @@ async fn ui_shell_every_page_loads_at_desktop_and_phone_width() -> anyhow::Resul
             let link = b.wait_for_text("#nav a", label).await?;
             link.click().await?;
             b.wait_for_page(page).await?;
+            b.wait_settled().await?;
             let at = b.current_url().await?;
             assert_eq!(at.path(), format!("/ui/{page}"), "at {w}px");
             assert_eq!(link.attr("aria-current").await?.as_deref(), Some("page"), "{page} at {w}px");

@@ -458,6 +458,19 @@ impl Browser {
         self.wait_for(&format!("#page[data-page=\"{page}\"]")).await.map(drop)
     }
 
+    /// Waits until the mounted page shows no visible "Loading…" placeholder (`#page .loading`,
+    /// the console's convention for content still on its way): its first data has arrived.
+    ///
+    /// # Errors
+    /// When one is still visible after [`WAIT_TIMEOUT`].
+    pub async fn wait_settled(&self) -> anyhow::Result<()> {
+        self.wait_until(
+            "document.querySelector('#page[data-page]') !== null && \
+             ![...document.querySelectorAll('#page .loading')].some(e => e.getClientRects().length > 0)",
+        )
+        .await
+    }
+
     /// Opens a new tab (same profile, so same cookies), switches to it, applies the current
     /// emulation, and returns its handle. The previous tab's handle is
     /// [`Browser::current_tab`] before the call.
@@ -579,6 +592,23 @@ impl Browser {
             self.element(&v).map(Some)
         })
         .await
+    }
+
+    /// Waits until no element matches `css` (a dialog closed, a spinner gone).
+    ///
+    /// # Errors
+    /// When one still does after [`WAIT_TIMEOUT`].
+    pub async fn wait_gone(&self, css: &str) -> anyhow::Result<()> {
+        let quoted = serde_json::to_string(css)?;
+        self.wait_until(&format!("document.querySelector({quoted}) === null")).await
+    }
+
+    /// How many elements match `css` now.
+    ///
+    /// # Errors
+    /// When the session is gone or `css` is not a valid selector.
+    pub async fn count(&self, css: &str) -> anyhow::Result<usize> {
+        Ok(self.find_all(css).await?.len())
     }
 
     /// Waits until the JavaScript expression `predicate` is truthy in the page.

@@ -82,8 +82,8 @@ pub async fn run(bins: &Path) -> Result<()> {
         create(&api, &format!("Benchmark conversation {i}")).await?;
     }
     let b = Browser::start().await?;
-    let marked = page_sets_mark(&api).await?;
     b.login(api.base_url(), api.token(), "chat").await?;
+    let marked = page_sets_mark(&b, &api).await?;
     let first = drawn(&b, marked).await?;
     transfer(&b).await?;
     load_times(&b, marked, first).await?;
@@ -108,10 +108,18 @@ async fn create(api: &Api, title: &str) -> Result<String> {
     Ok(v["id"].as_str().with_context(|| format!("no id in {v}"))?.to_owned())
 }
 
-/// Whether the shipped chat page sets [`DRAWN_MARK`] (read from the asset the edge serves).
-async fn page_sets_mark(api: &Api) -> Result<bool> {
-    let js = api.get("/ui/assets/js/pages/chat.js").send().await?.text().await?;
-    Ok(js.contains(DRAWN_MARK))
+/// Whether a script the chat page loaded sets [`DRAWN_MARK`] (each read again from the edge).
+async fn page_sets_mark(b: &Browser, api: &Api) -> Result<bool> {
+    const SCRIPTS: &str = "return performance.getEntriesByType('resource') \
+        .map(r => new URL(r.name).pathname).filter(p => p.startsWith('/ui/') && p.endsWith('.js'));";
+    let scripts = b.eval(SCRIPTS, vec![]).await?;
+    for path in scripts.as_array().into_iter().flatten().filter_map(Value::as_str) {
+        let js = api.get(path).send().await?.text().await?;
+        if js.contains(DRAWN_MARK) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Waits for the current load of the chat page to draw its list (or, without the mark, for
