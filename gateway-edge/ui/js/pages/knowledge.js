@@ -98,7 +98,7 @@ function resultsView(r, { empty, onForget } = {}) {
       h('span', { class: 'muted small' }, `${results.length} result${results.length === 1 ? '' : 's'} in ${r.took_ms} ms`),
       engines.map((e) => h('span', { class: `badge ${e.state === 'ok' ? 'ok' : e.state === 'disabled' ? '' : 'err'}`, dataset: { engine: e.engine, state: e.state }, title: e.message || '' },
         `${e.engine}: ${e.state === 'ok' ? `${e.hits} hit${e.hits === 1 ? '' : 's'}, ${e.took_ms} ms` : e.state}`))),
-    failed.map((e) => h('div', { class: 'warn-box engine-failed', role: 'status', dataset: { engine: e.engine } }, `The ${e.engine} engine ${e.state === 'timeout' ? 'timed out' : 'failed'}: ${e.message || 'no detail'}. The other engines' results are shown.`)),
+    failed.map((e) => h('div', { class: 'warn-box engine-failed', role: 'status', dataset: { engine: e.engine } }, `The ${e.engine} engine ${e.state === 'timeout' ? 'timed out' : 'failed'}: ${(e.message || 'no detail').replace(/\.+$/, '')}. The other engines' results are shown.`)),
     (r.warnings || []).filter((w) => !failed.some((e) => w.includes(e.message || '\u0000'))).map((w) => h('div', { class: 'warn-box', role: 'status' }, w)),
     results.length ? h('ol', { class: 'results' }, results.map((x) => resultCard(x, onForget))) : emptyState(empty || 'Nothing found.'));
 }
