@@ -12,14 +12,15 @@
 //!
 //! Unary calls go through [`call`] (a deadline, [`CALL_TIMEOUT`]) on a channel whose HTTP/2
 //! keep-alive pings notice a peer that stopped answering, like the retrieval client. The event
-//! stream ([`Client::subscribe`]) has no deadline: it lives as long as its SSE response.
+//! streams ([`Client::subscribe`], [`Client::watch_conversations`]) have no deadline: it lives as long as its SSE response.
 //! Failures become the envelope in [`crate::error::ApiError::from_chat`].
 use std::time::Duration;
 
 use coffer_proto::chat::chat_client::ChatClient;
 use coffer_proto::chat::{
-    Agent, ContentBlock, Conversation, ConversationView, Event, Message, MessageStatus, PendingItem, PendingQueue,
-    Role, SendMessageReply, Usage, content_block, event, send_message_reply,
+    Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, Message, MessageStatus,
+    PendingItem, PendingQueue, Role, SendMessageReply, Usage, content_block, conversation_change, event,
+    send_message_reply,
 };
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
@@ -296,6 +297,20 @@ pub fn ends_stream(e: &Event) -> bool {
 pub fn sse_frame(e: &Event) -> Option<String> {
     let kind = event_kind(e)?;
     Some(format!("id: {}\nevent: {kind}\ndata: {}\n\n", e.seq, event_json(e)?))
+}
+
+/// One SSE frame of a `WatchConversations` change, and whether the stream ends after it:
+/// `event: conversation` (data: the conversation as [`conversation_json`], exactly an item of
+/// `GET /v1/conversations`), `event: deleted` (`{"id"}`), `event: reset` (`{"reason"}`; the
+/// stream ends). No `id:` lines: the list has no sequence to resume from (reload it instead).
+/// `None` for a change of a kind this edge does not know.
+pub fn change_frame(c: &ConversationChange) -> Option<(String, bool)> {
+    let (kind, data, ends) = match c.change.as_ref()? {
+        conversation_change::Change::Conversation(c) => ("conversation", conversation_json(c), false),
+        conversation_change::Change::Deleted(id) => ("deleted", json!({"id": id}), false),
+        conversation_change::Change::Reset(r) => ("reset", json!({"reason": r.reason}), true),
+    };
+    Some((format!("event: {kind}\ndata: {data}\n\n"), ends))
 }
 
 /// The `after_seq` a subscriber resumes from: `Last-Event-ID` (what an `EventSource` sends on

@@ -67,6 +67,31 @@ static ASSETS: &[Asset] = assets![
     "js/api.js" => "text/javascript; charset=utf-8",
     "js/dom.js" => "text/javascript; charset=utf-8",
     "js/pages/chat.js" => "text/javascript; charset=utf-8",
+    "js/markdown.js" => "text/javascript; charset=utf-8",
+    "js/chat/list.js" => "text/javascript; charset=utf-8",
+    "js/chat/thread.js" => "text/javascript; charset=utf-8",
+    "js/chat/render.js" => "text/javascript; charset=utf-8",
+    "js/chat/dialogs.js" => "text/javascript; charset=utf-8",
+    "vendor/marked.esm.js" => "text/javascript; charset=utf-8",
+    "vendor/purify.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/core.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/bash.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/shell.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/javascript.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/typescript.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/python.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/rust.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/json.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/xml.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/go.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/yaml.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/diff.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/sql.min.js" => "text/javascript; charset=utf-8",
+    "vendor/highlight/languages/ini.min.js" => "text/javascript; charset=utf-8",
+    "vendor/README.md" => "text/markdown; charset=utf-8",
+    "vendor/LICENSE.marked" => "text/plain; charset=utf-8",
+    "vendor/LICENSE.dompurify" => "text/plain; charset=utf-8",
+    "vendor/LICENSE.highlight" => "text/plain; charset=utf-8",
     "js/pages/servers.js" => "text/javascript; charset=utf-8",
     "js/pages/tools.js" => "text/javascript; charset=utf-8",
     "js/pages/activity.js" => "text/javascript; charset=utf-8",
@@ -171,7 +196,7 @@ fn html(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
     let mut r = (status, body.into()).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    secure(r)
+    r
 }
 
 async fn index() -> Response {

@@ -11,6 +11,8 @@
 //! |---|---|
 //! | `say:<text>` | streams `<text>` word by word, one `TextDelta` per word (its trailing space included) |
 //! | `deltas:<n>` | streams `n` deltas `w0 `, `w1 `, … |
+//! | `nl` | streams a newline (`say` words never hold one) |
+//! | `big:<bytes>` | streams `bytes` of text (numbered lines `line <n> of a long reply …`) in deltas of [`BIG_DELTA`] bytes |
 //! | `stamped:<n>` | streams `n` deltas `t<µs> `, each carrying the wall-clock time it is sent (Unix µs, [`unix_micros`]; read back with [`stamp_of`]): the benchmark's emit time |
 //! | `slow:<ms>` | from now on waits `ms` before each delta |
 //! | `wait:<ms>` | waits `ms` |
@@ -197,6 +199,8 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
         let words: Vec<String> = match cmd {
             "say" => split_words(arg),
             "deltas" => (0..arg.trim().parse::<u64>().unwrap_or(0)).map(|i| format!("w{i} ")).collect(),
+            "big" => big_text(arg.trim().parse().unwrap_or(0)),
+            "nl" => vec!["\n".to_owned()],
             "stamped" => {
                 for _ in 0..arg.trim().parse::<u64>().unwrap_or(0) {
                     if slow > 0 {
@@ -255,6 +259,22 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
             model: Some(model),
         })
         .await;
+}
+
+/// Bytes per delta of `big:<bytes>`.
+pub const BIG_DELTA: usize = 64 << 10;
+
+/// `bytes` of numbered text lines, cut into deltas of [`BIG_DELTA`] bytes (ASCII: every cut is
+/// a character boundary).
+fn big_text(bytes: usize) -> Vec<String> {
+    let mut text = String::with_capacity(bytes + 64);
+    let mut n = 0;
+    while text.len() < bytes {
+        n += 1;
+        text.push_str(&format!("line {n} of a long reply, with some words to make it wrap\n"));
+    }
+    text.truncate(bytes);
+    text.as_bytes().chunks(BIG_DELTA).map(|c| String::from_utf8_lossy(c).into_owned()).collect()
 }
 
 /// Now as Unix microseconds (the wall clock, shared by every process on the machine).

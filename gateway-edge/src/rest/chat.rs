@@ -13,6 +13,10 @@
 //! after [`KEEPALIVE`] without an event, resumption from `Last-Event-ID` (or `?after=`). It ends
 //! after a `reset` with reason `lagged` or `deleted`, when the service ends or breaks the
 //! stream, or at shutdown; a client that goes away drops the gRPC stream and nothing else.
+//!
+//! `GET /v1/conversations/events` is SSE from `WatchConversations` ([`change_stream`]): the
+//! conversation list, live (`conversation`, `deleted`, `reset` frames, no ids; the web console's
+//! list).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,9 +29,9 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use coffer_proto::chat::list_conversations_request::Archived;
 use coffer_proto::chat::{
-    AgentConfig, ConversationRef, CreateConversationRequest, Event, GetConversationRequest, ListAgentsRequest,
-    ListConversationsRequest, ListMessagesRequest, PendingItem, SendMessageRequest, SetPendingRequest,
-    SubscribeRequest, UpdateConversationRequest,
+    AgentConfig, ConversationChange, ConversationRef, CreateConversationRequest, Event, GetConversationRequest,
+    ListAgentsRequest, ListConversationsRequest, ListMessagesRequest, PendingItem, SendMessageRequest,
+    SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
 };
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -58,6 +62,7 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/agents", get(list_agents))
         .route("/v1/conversations", get(list_conversations).post(create_conversation))
+        .route("/v1/conversations/events", get(conversation_events))
         .route("/v1/conversations/{id}", get(get_conversation).patch(patch_conversation).delete(delete_conversation))
         .route("/v1/conversations/{id}/messages", get(list_messages).post(send_message))
         .route("/v1/conversations/{id}/pending", put(set_pending))
@@ -365,13 +370,46 @@ async fn events(
         .await
         .map_err(ApiError::from_chat)?;
     tracing::debug!(conversation = %id, after_seq, "Event stream opened.");
-    let body = Body::from_stream(event_stream(stream, KEEPALIVE, st.shutdown.clone()));
+    Ok(sse_response(Body::from_stream(event_stream(stream, KEEPALIVE, st.shutdown.clone()))))
+}
+
+/// A `text/event-stream` response over `body`, uncached and unbuffered.
+fn sse_response(body: Body) -> Response {
     let mut r = Response::new(body);
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(r)
+    r
+}
+
+/// `GET /v1/conversations/events` → `text/event-stream` of the conversation list's changes
+/// ([`change_stream`]): `event: conversation` (an item of `GET /v1/conversations`), `event:
+/// deleted` (`{"id"}`), `event: reset` (`{"reason"}`, then the stream ends: reload the list).
+/// It starts live when the response starts: open it, then list.
+async fn conversation_events(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    Params::from_query(q, &[])?;
+    let stream =
+        call(st.chat.clone().watch_conversations(WatchConversationsRequest {})).await.map_err(ApiError::from_chat)?;
+    tracing::debug!("Conversation list stream opened.");
+    Ok(sse_response(Body::from_stream(change_stream(stream, KEEPALIVE, st.shutdown.clone()))))
+}
+
+/// The SSE body of a `WatchConversations` stream: one [`chat::change_frame`] per change,
+/// `: keep-alive\n\n` after `keepalive` without one; ends after a `reset`, when `changes` ends
+/// or fails, or when `shutdown` fires.
+pub fn change_stream<S>(
+    changes: S,
+    keepalive: Duration,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+where
+    S: Stream<Item = Result<ConversationChange, tonic::Status>> + Send + Unpin + 'static,
+{
+    sse_body(changes, keepalive, shutdown, chat::change_frame)
 }
 
 /// The SSE body of a `Subscribe` stream: one [`chat::sse_frame`] per event, `: keep-alive\n\n`
@@ -387,6 +425,22 @@ pub fn event_stream<S>(
 where
     S: Stream<Item = Result<Event, tonic::Status>> + Send + Unpin + 'static,
 {
+    sse_body(events, keepalive, shutdown, |e: &Event| Some((chat::sse_frame(e)?, chat::ends_stream(e))))
+}
+
+/// An SSE body from a gRPC stream: `frame` gives each item's frame (`None`: skipped) and whether
+/// the stream ends after it; `: keep-alive\n\n` after `keepalive` of silence; ends when the
+/// stream ends or fails, or when `shutdown` fires.
+fn sse_body<T, S>(
+    events: S,
+    keepalive: Duration,
+    shutdown: CancellationToken,
+    frame: fn(&T) -> Option<(String, bool)>,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+where
+    T: Send + 'static,
+    S: Stream<Item = Result<T, tonic::Status>> + Send + Unpin + 'static,
+{
     struct St<S> {
         events: S,
         shutdown: CancellationToken,
@@ -401,13 +455,13 @@ where
                 biased;
                 () = s.shutdown.cancelled() => return None,
                 next = s.events.next() => match next {
-                    Some(Ok(e)) => {
-                        s.done = chat::ends_stream(&e);
-                        match chat::sse_frame(&e) {
-                            Some(f) => f,
-                            None => continue,
+                    Some(Ok(e)) => match frame(&e) {
+                        Some((f, ends)) => {
+                            s.done = ends;
+                            f
                         }
-                    }
+                        None => continue,
+                    },
                     Some(Err(status)) => {
                         tracing::info!(code = ?status.code(), error = %status.message(), "Chat event stream broke; the client resumes with Last-Event-ID.");
                         return None;

@@ -172,6 +172,17 @@ event: text_delta
 data: {"seq":42,"conversation_id":"01JDQ8ZKXW5T3M2N4P6R7S8T9V","at_ms":1796031096123,"turn_id":"01JDQ9A0B1C2D3E4F5G6H7J8K9","kind":"text_delta","text_delta":{"text":"Hel"}}
 ```"#;
 
+/// The description of `GET /v1/conversations/events`.
+const CONVERSATION_EVENTS_DESCRIPTION: &str = r#"The conversation list, live (what the web console's list follows). After every create, update (rename, model, archive, restore), delete, turn start and end, appended message and pending-queue change, one SSE frame: `event: conversation` with the conversation exactly as an item of `GET /v1/conversations` (live state included: `turn_running`, `pending_count`, `pending_paused`), or `event: deleted` with `{"id": "01J…"}`. Bursts are coalesced (a frame names the state at or after the change that caused it); every conversation is sent, archived or not: filter on `archived` and `title` as the list does. No `id:` lines and no resumption: the stream is live from when its response starts, so open it, then list. A subscriber that falls behind (256 changes) gets `event: reset` with `{"reason": "lagged"}` and the stream ends (`unavailable` when the chat service could not read a conversation): reload the list and reconnect. `: keep-alive` after 15 s without a change; the stream ends at shutdown.
+
+```text
+event: conversation
+data: {"id":"01JDQ8ZKXW5T3M2N4P6R7S8T9V","agent_key":"claude_code","title":"Fix the build","archived":false,"turn_running":true,"pending_count":1,"pending_paused":false,…}
+
+event: deleted
+data: {"id":"01JDQ8ZKXW5T3M2N4P6R7S8T9V"}
+```"#;
+
 fn route(method: &'static str, path: &'static str, tag: &'static str, summary: &'static str) -> Route {
     Route {
         method,
@@ -615,6 +626,10 @@ pub fn routes() -> Vec<Route> {
             .body(r("ConversationCreate"))
             .ok(201, "Created, with its `ETag`.", r("Conversation"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "NOT_FOUND", "CONFLICT"]),
+        route("GET", "/v1/conversations/events", "chat", "Watch the conversation list live (SSE)")
+            .describe(CONVERSATION_EVENTS_DESCRIPTION)
+            .sse("The list's changes, one frame each (see above).")
+            .errors(&["INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}", "chat", "One conversation with its newest messages")
             .describe("With its live state (`turn_running`, the pending queue) and `last_seq`: subscribe with `?after=<last_seq>` to follow from exactly here. `ETag` is the conversation's version.")
             .path_param("id", "The conversation's id (a ULID).")

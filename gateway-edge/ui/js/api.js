@@ -20,7 +20,8 @@ export function setUnauthorizedHandler(fn) { onUnauthorized = fn; }
  * Throws ApiError for a non-2xx answer, ApiError(0, 'NETWORK', …) when the daemon is unreachable.
  */
 export async function api(method, path, body, { headers = {}, signal } = {}) {
-  const init = { method, credentials: 'same-origin', headers: { Accept: 'application/json', ...headers }, signal };
+  // X-Coffer-Actor: the audit log and a message's `source` name the console as the actor.
+  const init = { method, credentials: 'same-origin', headers: { Accept: 'application/json', 'X-Coffer-Actor': 'ui', ...headers }, signal };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);

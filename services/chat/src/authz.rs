@@ -31,6 +31,7 @@ pub const POLICY: Policy = Policy {
         rule("SetPending"),
         rule("Interrupt"),
         rule("Subscribe"),
+        rule("WatchConversations"),
     ],
     unlisted: Unlisted::Deny,
 };

@@ -34,6 +34,7 @@ use crate::config::ConfigRx;
 use crate::error::{Error, Result};
 use crate::persist::{self, Store};
 use crate::providers::Registry;
+use crate::watch::{Watch, Watcher};
 
 /// Largest message text, bytes (also each pending item's).
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
@@ -60,6 +61,8 @@ pub struct Engine {
     config: ConfigRx,
     home: PathBuf,
     convs: Mutex<HashMap<String, Arc<Conv>>>,
+    /// The conversation list's live feed.
+    watch: Arc<Watch>,
 }
 
 /// One conversation's live state.
@@ -70,9 +73,11 @@ pub struct Conv {
     /// What list views show without waiting for the lock.
     snap: Mutex<Snapshot>,
     deleted: AtomicBool,
+    /// Told when the snapshot changes (list watchers show the live state).
+    watch: Arc<Watch>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Snapshot {
     turn_running: bool,
     pending: u32,
@@ -290,7 +295,7 @@ impl TurnShared {
 }
 
 impl Conv {
-    fn new(id: &str, pending: Vec<c::PendingItem>, paused: bool) -> Self {
+    fn new(id: &str, pending: Vec<c::PendingItem>, paused: bool, watch: Arc<Watch>) -> Self {
         let snap = Snapshot { turn_running: false, pending: pending.len() as u32, paused };
         Self {
             id: id.to_owned(),
@@ -298,6 +303,7 @@ impl Conv {
             live: tokio::sync::Mutex::new(Live { pending, paused, task: None, next_start: None }),
             snap: Mutex::new(snap),
             deleted: AtomicBool::new(false),
+            watch,
         }
     }
 
@@ -307,7 +313,10 @@ impl Conv {
             pending: live.pending.len() as u32,
             paused: live.paused,
         };
-        *self.snap.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        let changed = std::mem::replace(&mut *self.snap.lock().unwrap_or_else(|e| e.into_inner()), s) != s;
+        if changed {
+            self.watch.touch(&self.id);
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -326,7 +335,7 @@ fn queue(live: &Live) -> c::PendingQueue {
 impl Engine {
     /// An engine over the store, the provider registry and the chat settings.
     pub fn new(store: Store, registry: Arc<Registry>, config: ConfigRx, home: PathBuf) -> Arc<Self> {
-        Arc::new(Self { store, registry, config, home, convs: Mutex::new(HashMap::new()) })
+        Arc::new(Self { store, registry, config, home, convs: Mutex::new(HashMap::new()), watch: Arc::default() })
     }
 
     /// The provider registry.
@@ -367,7 +376,7 @@ impl Engine {
             if !q.paused {
                 self.store.set_pending(&q.conversation_id, &items, true).await?;
             }
-            let conv = Arc::new(Conv::new(&q.conversation_id, items, true));
+            let conv = Arc::new(Conv::new(&q.conversation_id, items, true, self.watch.clone()));
             self.convs().insert(q.conversation_id.clone(), conv);
         }
         tracing::info!(failed, restored, "Chat state recovered: streaming messages failed, pending queues paused.");
@@ -386,7 +395,7 @@ impl Engine {
         self.store.get(id).await?;
         let pending = self.store.get_pending(id).await?;
         let items = pending.items.into_iter().map(persist::pending_item).collect();
-        let conv = Arc::new(Conv::new(id, items, pending.paused));
+        let conv = Arc::new(Conv::new(id, items, pending.paused, self.watch.clone()));
         Ok(self.convs().entry(id.to_owned()).or_insert(conv).clone())
     }
 
@@ -426,7 +435,23 @@ impl Engine {
         Ok(conv.bus.subscribe(after_seq))
     }
 
+    /// Marks conversation `id` changed for the list's watchers ([`crate::watch`]): after a
+    /// create or an update.
+    pub fn touch(&self, id: &str) {
+        self.watch.touch(id);
+    }
+
+    /// A watcher of every conversation's changes from now on (`WatchConversations`).
+    pub fn watch_conversations(self: &Arc<Self>) -> Watcher {
+        self.watch.subscribe(self)
+    }
+
     async fn publish(&self, conv: &Conv, turn_id: &str, kind: Kind, mark: Mark) {
+        // What a list shows changes with every event but the turn's stream of deltas and tools
+        // (messages appended, a turn starting or ending, the queue).
+        if !matches!(kind, Kind::TextDelta(_) | Kind::ToolCall(_) | Kind::ToolResult(_)) {
+            self.watch.touch(&conv.id);
+        }
         if let Err(e) = conv.bus.publish(&self.store, turn_id, kind, mark).await {
             tracing::error!(conversation = %conv.id, error = %e, "Cannot publish a chat event.");
         }
@@ -784,7 +809,9 @@ impl Engine {
             status: st::MessageStatus::Streaming as i32,
             ..Default::default()
         };
-        if let Err(e) = self.store.append(assistant).await {
+        let appended = self.store.append(assistant).await;
+        self.watch.touch(&conv.id);
+        if let Err(e) = appended {
             tracing::error!(conversation = %conv.id, error = %e, "Cannot append the assistant message.");
             let m = "the chat service could not store the turn".to_owned();
             self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
@@ -1033,6 +1060,7 @@ impl Engine {
         let result = self.store.delete(id).await;
         conv.bus.close(bus::reason::DELETED);
         self.convs().remove(id);
+        self.watch.touch(id);
         result.map(|_| cancelled)
     }
 }

@@ -6,7 +6,7 @@
 //! [`engine`] (per-conversation turns, pending queue, interrupt, timeout) → [`bus`] (sequence
 //! numbers, the recent-event log, fan-out to subscribers) and [`persist`] (the store's
 //! Conversations and Audit services); [`providers`] is the agent registry, [`config`] the
-//! `chat.*` settings, [`authz`] who may call.
+//! `chat.*` settings, [`authz`] who may call, [`watch`] the conversation list's live feed.
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -31,6 +31,7 @@ pub mod kept;
 pub mod persist;
 pub mod providers;
 pub mod service;
+pub mod watch;
 
 /// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an over-long
 /// text gets this service's message naming the limit, not tonic's.

@@ -29,6 +29,10 @@ fn ok<T>(r: Result<T>) -> Reply<T> {
 /// The stream `Subscribe` answers with.
 pub type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<c::Event, Status>> + Send>>;
 
+/// The stream `WatchConversations` answers with.
+pub type ChangeStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<c::ConversationChange, Status>> + Send>>;
+
 impl ChatService {
     fn agents(&self) -> c::ListAgentsReply {
         let reg = self.engine.registry();
@@ -97,6 +101,7 @@ impl ChatService {
             ..Default::default()
         };
         let created = self.engine.store().create(record).await?;
+        self.engine.touch(&created.id);
         if !r.first_message.is_empty() {
             self.engine.send(&created.id, r.first_message, r.source).await?;
             let now = self.engine.store().get(&created.id).await?;
@@ -228,6 +233,7 @@ impl ChatService {
                 Error::Store(s) if s.code() == tonic::Code::Aborted => Error::Aborted(s.message().to_owned()),
                 e => e,
             })?;
+        self.engine.touch(&updated.id);
         Ok(self.engine.view(&updated))
     }
 }
@@ -283,6 +289,19 @@ impl Chat for ChatService {
     }
 
     type SubscribeStream = EventStream;
+    type WatchConversationsStream = ChangeStream;
+
+    async fn watch_conversations(
+        &self,
+        _req: Request<c::WatchConversationsRequest>,
+    ) -> Reply<Self::WatchConversationsStream> {
+        let watcher = self.engine.watch_conversations();
+        let stream = futures_util::stream::unfold(watcher, |mut w| async move {
+            let change = w.next().await?;
+            Some((Ok(change), w))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
 
     async fn subscribe(&self, req: Request<c::SubscribeRequest>) -> Reply<Self::SubscribeStream> {
         let r = req.into_inner();

@@ -413,3 +413,85 @@ async fn delete_during_a_turn_cancels_it_and_resets_subscribers() {
     assert!(r.fake.db().convs.is_empty() && r.fake.db().messages.is_empty());
     assert!(r.engine.send(&id, "x".into(), "api".into()).await.unwrap_err().to_string().contains("not found"));
 }
+
+/// The next list change within the deadline.
+async fn change(w: &mut crate::watch::Watcher) -> coffer_proto::chat::conversation_change::Change {
+    let c = tokio::time::timeout(Duration::from_secs(10), w.next()).await.expect("a change in time").expect("open");
+    c.change.expect("a change")
+}
+
+#[tokio::test]
+async fn list_watchers_see_turns_queues_and_deletes_as_the_list_shows_them() {
+    use coffer_proto::chat::conversation_change::Change;
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut w = r.engine.watch_conversations();
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    // Changes are coalesced: wait until one shows the turn running.
+    loop {
+        if let Change::Conversation(c) = change(&mut w).await {
+            assert_eq!(c.id, id);
+            if c.turn_running {
+                break;
+            }
+        }
+    }
+    r.engine.send(&id, "say:queued".into(), "api".into()).await.unwrap();
+    loop {
+        if let Change::Conversation(c) = change(&mut w).await
+            && c.pending_count == 1
+        {
+            assert!(c.turn_running);
+            break;
+        }
+    }
+    r.engine.interrupt(&id).await.unwrap();
+    until_end(&mut sub).await;
+    let last = loop {
+        if let Change::Conversation(c) = change(&mut w).await
+            && !c.turn_running
+            && c.pending_paused
+        {
+            break c;
+        }
+    };
+    assert_eq!((last.pending_count, last.message_count), (1, 2), "{last:?}");
+    r.engine.delete(&id).await.unwrap();
+    loop {
+        match change(&mut w).await {
+            Change::Deleted(gone) => {
+                assert_eq!(gone, id);
+                break;
+            }
+            Change::Conversation(_) => {}
+            Change::Reset(r) => panic!("unexpected reset {r:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_watcher_that_falls_behind_gets_reset_lagged_and_its_stream_ends() {
+    use coffer_proto::chat::conversation_change::Change;
+    let r = rig(600).await;
+    let mut slow = r.engine.watch_conversations();
+    let mut fast = r.engine.watch_conversations();
+    let n = crate::watch::WATCH_BUFFER + 50;
+    let ids: Vec<String> = (0..n).map(|_| crate::engine::new_id()).collect();
+    for id in &ids {
+        r.engine.touch(id);
+    }
+    // The fast watcher sees every one (unknown ids read as deleted), in order.
+    for id in &ids {
+        assert!(matches!(change(&mut fast).await, Change::Deleted(d) if &d == id));
+    }
+    match change(&mut slow).await {
+        Change::Reset(reset) => assert_eq!(reset.reason, "lagged"),
+        other => panic!("expected reset, got {other:?}"),
+    }
+    assert!(slow.next().await.is_none(), "the lagged stream ends");
+    // The other watcher goes on.
+    let id = r.conversation().await;
+    r.engine.touch(&id);
+    assert!(matches!(change(&mut fast).await, Change::Conversation(c) if c.id == id));
+}

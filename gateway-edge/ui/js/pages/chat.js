@@ -1,7 +1,136 @@
-// The chat page (placeholder until it is built).
-import { h } from '../dom.js';
+// The chat page (/ui/chat, /ui/chat?c=<conversation id>): the conversation list on the left
+// (collapsible; a drawer on a narrow screen) and the selected conversation's thread. Keys:
+// Enter sends, Shift+Enter is a new line, Escape in the composer stops the running turn (the
+// "?" button shows them). Modules: js/chat/list.js, thread.js, render.js, dialogs.js.
+import { patch } from '../api.js';
+import { h, replace, toast } from '../dom.js';
+import { mountList } from '../chat/list.js';
+import { mountThread } from '../chat/thread.js';
+import * as dialogs from '../chat/dialogs.js';
 
-export function mount(root) {
-  root.appendChild(h('h1', null, 'chat'));
-  return () => {};
+export function mount(root, { params }) {
+  let thread = null;
+  let current = params.get('c') || null;
+  let agentList = null;
+  let closed = false;
+
+  const listBox = h('div', { class: 'convs-box' });
+  const main = h('div', { class: 'thread-box' });
+  const page = h('div', { class: `chat ${current ? '' : 'show-list'}` }, listBox, main);
+  replace(root, page);
+
+  const toggleList = () => {
+    // Wide screens collapse the list; narrow ones open it as a drawer over the thread.
+    if (window.matchMedia('(max-width: 760px)').matches) page.classList.toggle('show-list');
+    else page.classList.toggle('list-collapsed');
+  };
+
+  const list = mountList(listBox, {
+    onSelect: (id) => select(id, true),
+    onNew: () => startNew(),
+    onHelp: () => dialogs.help(),
+    onChange: (c) => { if (thread && c.id === current) thread.update(c); },
+    onRemoved: (id) => { if (id === current) gone(id); },
+  });
+
+  function setUrl(id, push) {
+    const url = id ? `/ui/chat?c=${encodeURIComponent(id)}` : '/ui/chat';
+    if (location.pathname + location.search === url) return;
+    if (push) history.pushState(null, '', url);
+    else history.replaceState(null, '', url);
+  }
+
+  function select(id, push) {
+    if (thread) { thread.close(); thread = null; }
+    current = id;
+    list.select(id);
+    setUrl(id, push);
+    page.classList.toggle('show-list', !id);
+    if (!id) { empty(); return; }
+    thread = mountThread(main, id, {
+      onConversation: (c) => { list.upsert(c); document.title = `Coffer — ${c.title || 'Chat'}`; },
+      onDeleted: (gid) => gone(gid),
+      onEdit: (c) => edit(c),
+      onArchive: (c, archived) => archive(c, archived),
+      onDelete: (c) => remove(c),
+      toggleList,
+    });
+    thread.focus();
+  }
+
+  function gone(id) {
+    list.remove(id);
+    if (current === id) {
+      toast('That conversation was deleted.');
+      select(null, false);
+    }
+  }
+
+  async function loadAgents() {
+    try { agentList = await dialogs.agents(); } catch (e) { agentList = null; toast(`Cannot list the agents: ${e.message}`, 'error'); }
+    return agentList;
+  }
+
+  // No conversation selected: a prompt to start one, or what to do when no agent is available.
+  async function empty() {
+    replace(main, h('p', { class: 'muted loading' }, 'Loading…'));
+    const agents = await loadAgents();
+    if (closed || current) return;
+    if (agents && !agents.some((a) => a.available)) {
+      replace(main, h('div', { class: 'thread-empty-state' },
+        h('button', { type: 'button', class: 'ghost list-toggle', 'aria-label': 'Show or hide the conversation list', on: { click: toggleList } }, '☰'),
+        dialogs.noAgentState(agents, () => { if (!current) empty(); })));
+      return;
+    }
+    replace(main, h('div', { class: 'thread-empty-state' },
+      h('button', { type: 'button', class: 'ghost list-toggle', 'aria-label': 'Show or hide the conversation list', on: { click: toggleList } }, '☰'),
+      h('div', { class: 'empty' },
+        h('h2', null, 'Chat with a coding agent'),
+        h('p', null, 'Pick a conversation, or start a new one.'),
+        h('button', { type: 'button', class: 'primary', on: { click: () => startNew() } }, 'New conversation'))));
+  }
+
+  async function startNew() {
+    const agents = await loadAgents();
+    if (!agents) return;
+    if (!agents.some((a) => a.available)) {
+      select(null, true);
+      return;
+    }
+    const c = await dialogs.newConversation(agents, list.models());
+    if (c && !closed) { list.upsert(c); select(c.id, true); }
+  }
+
+  async function edit(c) {
+    const updated = await dialogs.editConversation(c);
+    if (updated && updated !== c) { list.upsert(updated); if (thread) thread.update(updated); }
+  }
+
+  async function archive(c, archived) {
+    try {
+      const updated = await patch(`/v1/conversations/${encodeURIComponent(c.id)}`, { archived });
+      list.upsert(updated);
+      if (thread) thread.update(updated);
+      toast(archived ? 'Archived.' : 'Restored.');
+    } catch (e) { toast(`Cannot ${archived ? 'archive' : 'restore'}: ${e.message}`, 'error'); }
+  }
+
+  async function remove(c) {
+    if (await dialogs.deleteConversation(c)) gone(c.id);
+  }
+
+  const onPop = () => {
+    const id = new URLSearchParams(location.search).get('c') || null;
+    if (location.pathname.startsWith('/ui/chat') && id !== current) select(id, false);
+  };
+  window.addEventListener('popstate', onPop);
+
+  select(current, false);
+
+  return () => {
+    closed = true;
+    window.removeEventListener('popstate', onPop);
+    if (thread) thread.close();
+    list.close();
+  };
 }

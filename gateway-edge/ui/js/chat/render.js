@@ -1,0 +1,143 @@
+// Chat page: how one message looks. Assistant text is markdown (sanitized, js/markdown.js);
+// user text is plain text; tool calls are <details> cards, collapsed, with name, status, input
+// and result; each reply ends with its model and token usage. Everything user- or
+// agent-controlled reaches the DOM as text or through the markdown sanitizer.
+import { h } from '../dom.js';
+import { renderMarkdown } from '../markdown.js';
+
+/** Text blocks longer than this (bytes, roughly) are shown as plain text, cut, with "Show all". */
+export const PLAIN_ABOVE = 256 * 1024;
+/** How much of a huge text block is shown before "Show all". */
+const PLAIN_HEAD = 64 * 1024;
+
+/** "1.2 MB" for a byte count. */
+export function size(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A text block's element: markdown, or (for a huge one) a cut plain-text view. */
+export function textBlock(text) {
+  if (text.length > PLAIN_ABOVE) {
+    const pre = h('div', { class: 'plain' }, text.slice(0, PLAIN_HEAD));
+    const more = h('button', {
+      type: 'button', class: 'ghost show-all',
+      on: { click: () => { pre.textContent = text; more.remove(); } },
+    }, `Show all (${size(text.length)})`);
+    return h('div', { class: 'block text huge' },
+      h('p', { class: 'hint' }, `A long message (${size(text.length)}): shown as plain text.`), pre, more);
+  }
+  const el = h('div', { class: 'block text md' });
+  el.appendChild(renderMarkdown(text));
+  return el;
+}
+
+/** Pretty JSON of a tool input (an object, or the raw string the agent sent). */
+function inputText(input) {
+  if (typeof input === 'string') return input;
+  try { return JSON.stringify(input, null, 2); } catch { return String(input); }
+}
+
+/** A tool call's card: `<details>` collapsed by default; `result` may come later (setResult). */
+export function toolCard(use) {
+  const status = h('span', { class: 'badge tool-status' }, 'running');
+  const result = h('pre', { class: 'tool-result muted' }, 'waiting for the result…');
+  const card = h('details', { class: 'block tool', dataset: { toolUseId: use.id || '' } },
+    h('summary', null, h('span', { class: 'tool-icon', 'aria-hidden': 'true' }, '⚙'),
+      h('span', { class: 'tool-name' }, use.name || '(unnamed tool)'), status),
+    h('div', { class: 'tool-body' },
+      h('div', { class: 'hint' }, 'Input'), h('pre', { class: 'tool-input' }, inputText(use.input ?? {})),
+      h('div', { class: 'hint' }, 'Result'), result));
+  card.setResult = (r) => {
+    status.textContent = r.is_error ? 'error' : 'done';
+    status.classList.add(r.is_error ? 'err' : 'ok');
+    result.classList.remove('muted');
+    result.textContent = r.output ?? '';
+  };
+  card.setStopped = () => {
+    if (status.textContent === 'running') { status.textContent = 'no result'; status.classList.add('warn'); }
+  };
+  return card;
+}
+
+/** "claude-sonnet-4-5 · 1,234 in · 56 out" for a reply. */
+export function usageLine(m) {
+  const parts = [];
+  if (m.model) parts.push(m.model);
+  const u = m.usage;
+  if (u) {
+    const n = (x) => Number(x || 0).toLocaleString('en-US');
+    parts.push(`${n(u.input_tokens)} in`, `${n(u.output_tokens)} out`);
+    if (u.cache_read_tokens) parts.push(`${n(u.cache_read_tokens)} cached`);
+    if (u.cache_write_tokens) parts.push(`${n(u.cache_write_tokens)} cache write`);
+  }
+  return parts.join(' · ');
+}
+
+function statusBadge(m) {
+  if (m.status === 'interrupted') return h('span', { class: 'badge warn' }, 'stopped');
+  if (m.status === 'failed') return h('span', { class: 'badge err' }, 'failed');
+  return null;
+}
+
+/** The footer of an assistant message: status, model and usage, error text. */
+export function footer(m) {
+  const line = usageLine(m);
+  return h('footer', { class: 'msg-foot' },
+    statusBadge(m),
+    line ? h('span', { class: 'usage' }, line) : null,
+    m.error ? h('span', { class: 'msg-error' }, m.error) : null);
+}
+
+/** The blocks of a message into `body`: text, tool cards (results joined to their calls). */
+export function fillBlocks(body, m) {
+  const cards = new Map();
+  for (const b of m.blocks || []) {
+    if (b.type === 'text') {
+      if (!b.text) continue;
+      body.appendChild(m.role === 'user' ? h('div', { class: 'block text plain' }, b.text) : textBlock(b.text));
+    } else if (b.type === 'tool_use') {
+      const card = toolCard(b.tool_use || {});
+      cards.set((b.tool_use || {}).id, card);
+      body.appendChild(card);
+    } else if (b.type === 'tool_result') {
+      const r = b.tool_result || {};
+      const card = cards.get(r.tool_use_id);
+      if (card) card.setResult(r);
+      else {
+        const orphan = toolCard({ id: r.tool_use_id, name: '(tool result)' });
+        orphan.setResult(r);
+        body.appendChild(orphan);
+      }
+    }
+  }
+  if (m.status !== 'streaming') for (const c of cards.values()) c.setStopped();
+  return cards;
+}
+
+function sourceBadge(m) {
+  const s = m.source || '';
+  if (!s || s === 'ui' || s === 'web') return null;
+  return h('span', { class: 'badge', title: `Sent from ${s}` }, s.startsWith('channel:') ? s.slice(8) : s);
+}
+
+/** One message's element (`article.msg.user` / `.assistant`, `data-id`). */
+export function messageEl(m) {
+  const body = h('div', { class: 'msg-body' });
+  const el = h('article', { class: `msg ${m.role}`, dataset: { id: m.id, status: m.status } }, body);
+  if (m.role === 'user') {
+    const badge = sourceBadge(m);
+    if (badge) el.insertBefore(h('div', { class: 'msg-meta' }, badge), body);
+  }
+  fillBlocks(body, m);
+  if (m.role === 'assistant') {
+    if (m.status === 'streaming') {
+      el.appendChild(h('footer', { class: 'msg-foot' }, h('span', { class: 'badge accent' }, 'in progress')));
+    } else {
+      if (!body.firstChild && !m.error) body.appendChild(h('p', { class: 'muted' }, '(no text)'));
+      el.appendChild(footer(m));
+    }
+  }
+  return el;
+}

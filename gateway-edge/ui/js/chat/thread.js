@@ -1,0 +1,480 @@
+// Chat page: one conversation's thread. It loads the conversation (`GET /v1/conversations/{id}`,
+// the newest messages), follows `…/events` (SSE, never polling) and renders each event as it
+// comes: streamed text goes into the DOM within one animation frame, tool calls become cards,
+// the end of a turn replaces the streamed message with the persisted one. Older messages load
+// on scroll-up (only a window of them is in the DOM). The composer never locks: during a turn a
+// message becomes a pending item (removable, editable; `PUT …/pending`). A dropped stream
+// reconnects with Last-Event-ID (bounded retries, js/api.js), then reconciles from REST; when it
+// gives up the page says so and shows the stored state: nothing spins forever.
+import { ApiError, get, post, put, sse, withQuery } from '../api.js';
+import { h, replace, toast } from '../dom.js';
+import { messageEl, textBlock, toolCard } from './render.js';
+import { renderMarkdown } from '../markdown.js';
+
+/** Messages fetched with the conversation, and per older page. */
+const PAGE = 50;
+/** Most messages kept in the DOM before the oldest are dropped (they reload on scroll-up). */
+const DOM_WINDOW = 400;
+/** ListMessages page size while walking forward to the older ones. */
+const SCAN_PAGE = 500;
+/** A streaming text block is re-rendered as markdown this long after new text (ms)… */
+const LIVE_MD_MS = 250;
+/** …while it is shorter than this (characters); a longer one stays plain until it ends. */
+const LIVE_MD_MAX = 32 * 1024;
+
+/** Whether `el` is scrolled to (near) its bottom. */
+const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+
+/**
+ * Mounts the thread of conversation `id` into `root`.
+ * `hooks`: {onConversation(conv), onDeleted(id), onEdit(conv), onArchive(conv, archived), onDelete(conv), toggleList()}.
+ * Returns {close(), focus()}.
+ */
+export function mountThread(root, id, hooks) {
+  let closed = false;
+  let conv = null;
+  let queue = { items: [], paused: false };
+  let stream = null;
+  let reconnecting = false;
+  let editing = null; // the text of a pending item taken back into the composer
+  const shown = []; // message ids in the DOM, oldest first
+  let older = null; // messages before the oldest shown (loaded on demand), oldest first
+  let moreBefore = false;
+  let loadingOlder = false;
+  let live = null; // the streamed assistant message: {id, el, body, text, textEl, cards, buf}
+
+  // ---- layout ----
+  const title = h('h1', { class: 'thread-title' }, '…');
+  const meta = h('div', { class: 'thread-meta' });
+  const actions = h('div', { class: 'thread-actions' });
+  const header = h('header', { class: 'thread-head' },
+    h('button', { type: 'button', class: 'ghost list-toggle', 'aria-label': 'Show or hide the conversation list', title: 'Conversations', on: { click: () => hooks.toggleList() } }, '☰'),
+    h('div', { class: 'thread-heading' }, title, meta), actions);
+  const olderBtn = h('button', { type: 'button', class: 'ghost older', hidden: true, on: { click: () => loadOlder() } }, 'Load older messages');
+  const msgs = h('div', { class: 'msgs', role: 'log', 'aria-live': 'polite', 'aria-relevant': 'additions', tabindex: '0' });
+  const scroller = h('div', { class: 'scroller' }, olderBtn, msgs);
+  const banner = h('div', { class: 'stream-banner', hidden: true, role: 'status' });
+  const pendingBox = h('section', { class: 'pending', 'aria-label': 'Pending messages', hidden: true });
+  const input = h('textarea', {
+    id: 'composer', class: 'composer-input', rows: '1', placeholder: 'Message… (Enter sends, Shift+Enter for a new line)',
+    'aria-label': 'Message', autocomplete: 'off', spellcheck: 'true',
+  });
+  const sendBtn = h('button', { type: 'submit', class: 'primary send' }, 'Send');
+  const stopBtn = h('button', { type: 'button', class: 'danger stop', hidden: true, on: { click: () => stop() } }, 'Stop');
+  const editNote = h('div', { class: 'edit-note hint', hidden: true });
+  const composer = h('form', { class: 'composer', on: { submit: (e) => { e.preventDefault(); send(); } } },
+    editNote, h('div', { class: 'composer-row' }, input, h('div', { class: 'composer-buttons' }, stopBtn, sendBtn)));
+  const el = h('section', { class: 'thread', 'aria-label': 'Conversation' }, header, banner, scroller, pendingBox, composer);
+  replace(root, el);
+
+  input.addEventListener('input', grow);
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    else if (e.key === 'Escape' && conv && conv.turn_running) { e.preventDefault(); stop(); }
+  });
+  scroller.addEventListener('scroll', () => {
+    if (scroller.scrollTop < 120 && (moreBefore || (older && older.length))) loadOlder();
+  }, { passive: true });
+
+  // The composer grows with its text up to a cap (CSS max-height), then scrolls. `field-sizing`
+  // does it in CSS where supported; the rows count is the fallback.
+  function grow() {
+    const lines = input.value.split('\n').length;
+    input.rows = Math.min(Math.max(lines, 1), 12);
+  }
+
+  // ---- header ----
+  function renderHeader() {
+    title.textContent = conv.title || 'Untitled conversation';
+    const cfg = conv.agent_config || {};
+    replace(meta,
+      h('span', { class: 'badge' }, conv.agent_key),
+      h('span', { class: 'badge', title: 'Model' }, cfg.model || 'default model'),
+      conv.channel_name ? h('span', { class: 'badge accent channel', title: `Driven by the IM channel ${conv.channel_name}` }, `⇄ ${conv.channel_name}`) : null,
+      conv.archived ? h('span', { class: 'badge warn' }, 'archived') : null,
+      cfg.cwd ? h('span', { class: 'cwd hint', title: 'Working directory' }, cfg.cwd) : null);
+    replace(actions,
+      h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onEdit(conv) } }, 'Rename'),
+      h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onArchive(conv, !conv.archived) } }, conv.archived ? 'Restore' : 'Archive'),
+      h('button', { type: 'button', class: 'ghost danger', on: { click: () => hooks.onDelete(conv) } }, 'Delete'));
+    stopBtn.hidden = !conv.turn_running;
+    input.placeholder = conv.archived
+      ? 'This conversation is archived: restore it to send messages.'
+      : conv.turn_running ? 'Message… (queued until the running turn ends)' : 'Message… (Enter sends, Shift+Enter for a new line)';
+  }
+
+  function setConv(c) {
+    conv = c;
+    renderHeader();
+    hooks.onConversation(c);
+  }
+
+  // ---- messages ----
+  function scrollToEnd() { scroller.scrollTop = scroller.scrollHeight; }
+
+  function append(m) {
+    const stick = atBottom(scroller);
+    const existing = msgs.querySelector(`article.msg[data-id="${CSS.escape(m.id)}"]`);
+    const node = messageEl(m);
+    if (existing) existing.replaceWith(node);
+    else { msgs.appendChild(node); shown.push(m.id); trim(); }
+    if (stick) scrollToEnd();
+    return node;
+  }
+
+  // Keeps the DOM to a window of messages: the oldest go (and come back on scroll-up).
+  function trim() {
+    while (shown.length > DOM_WINDOW) {
+      const gone = shown.shift();
+      const n = msgs.querySelector(`article.msg[data-id="${CSS.escape(gone)}"]`);
+      if (n) n.remove();
+      older = null; // rebuilt from REST on the next scroll-up
+      moreBefore = true;
+    }
+    olderBtn.hidden = !moreBefore && !(older && older.length);
+  }
+
+  function renderAll(view) {
+    live = null;
+    shown.length = 0;
+    older = null;
+    replace(msgs);
+    for (const m of view.messages) { msgs.appendChild(messageEl(m)); shown.push(m.id); }
+    moreBefore = view.more_before;
+    olderBtn.hidden = !moreBefore;
+    if (!view.messages.length) msgs.appendChild(h('p', { class: 'empty thread-empty' }, 'No messages yet. Say something below.'));
+    scrollToEnd();
+  }
+
+  // Walks the stored messages forward (the API pages oldest first) to find the ones before the
+  // oldest shown, then puts them back a page at a time, keeping the scroll position.
+  async function loadOlder() {
+    if (loadingOlder || closed || !shown.length) return;
+    loadingOlder = true;
+    olderBtn.disabled = true;
+    try {
+      if (!older) {
+        const first = shown[0];
+        const found = [];
+        let after = '';
+        for (;;) {
+          const page = await get(withQuery(`/v1/conversations/${encodeURIComponent(id)}/messages`, { after, limit: SCAN_PAGE }));
+          const i = page.items.findIndex((m) => m.id === first);
+          if (i >= 0) { found.push(...page.items.slice(0, i)); break; }
+          found.push(...page.items);
+          if (!page.next_cursor) break;
+          after = page.next_cursor;
+        }
+        older = found;
+        moreBefore = false;
+      }
+      const batch = older.splice(Math.max(0, older.length - PAGE));
+      const before = scroller.scrollHeight;
+      const frag = document.createDocumentFragment();
+      for (const m of batch) frag.appendChild(messageEl(m));
+      msgs.insertBefore(frag, msgs.firstChild);
+      shown.unshift(...batch.map((m) => m.id));
+      scroller.scrollTop += scroller.scrollHeight - before;
+    } catch (e) {
+      if (!closed) toast(`Cannot load older messages: ${e.message}`, 'error');
+    } finally {
+      loadingOlder = false;
+      olderBtn.disabled = false;
+      olderBtn.hidden = !moreBefore && !(older && older.length);
+    }
+  }
+
+  // ---- the streamed assistant message ----
+  function startLive(assistantId) {
+    const empty = msgs.querySelector('.thread-empty');
+    if (empty) empty.remove();
+    let node = msgs.querySelector(`article.msg[data-id="${CSS.escape(assistantId)}"]`);
+    const body = h('div', { class: 'msg-body' });
+    const thinking = h('div', { class: 'thinking', 'aria-label': 'The agent is working' }, h('span'), h('span'), h('span'));
+    const fresh = h('article', { class: 'msg assistant', dataset: { id: assistantId, status: 'streaming' } }, body, thinking);
+    if (node) node.replaceWith(fresh);
+    else { msgs.appendChild(fresh); shown.push(assistantId); trim(); }
+    node = fresh;
+    live = { id: assistantId, el: node, body, thinking, textEl: null, text: '', cards: new Map(), buf: '', frame: 0, timer: 0, md: 0 };
+    if (atBottom(scroller)) scrollToEnd();
+  }
+
+  // Deltas are batched for at most one animation frame (a hidden tab has no frames: a short
+  // timer is the fallback).
+  function queueText(t) {
+    if (!live) return;
+    live.buf += t;
+    if (!live.frame) {
+      const run = () => { if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); live.frame = 0; flushText(); } };
+      live.frame = requestAnimationFrame(run);
+      live.timer = setTimeout(run, 100);
+    }
+  }
+
+  function flushText() {
+    if (!live || !live.buf) return;
+    const stick = atBottom(scroller);
+    if (live.thinking) { live.thinking.remove(); live.thinking = null; }
+    if (!live.textEl) {
+      live.textEl = h('div', { class: 'block text streaming-text' });
+      live.body.appendChild(live.textEl);
+    }
+    live.textEl.appendChild(document.createTextNode(live.buf));
+    live.text += live.buf;
+    live.buf = '';
+    if (!live.md && live.text.length < LIVE_MD_MAX) live.md = setTimeout(liveMarkdown, LIVE_MD_MS);
+    if (stick) scrollToEnd();
+  }
+
+  // The text streamed so far as markdown (new text lands as plain text until the next pass).
+  function liveMarkdown() {
+    if (!live) return;
+    live.md = 0;
+    if (!live.textEl || live.text.length >= LIVE_MD_MAX) return;
+    const stick = atBottom(scroller);
+    live.textEl.classList.add('md');
+    live.textEl.replaceChildren(renderMarkdown(live.text));
+    if (stick) scrollToEnd();
+  }
+
+  // A text block ends (a tool call follows): it is rendered as markdown.
+  function closeText() {
+    flushText();
+    if (live) { clearTimeout(live.md); live.md = 0; }
+    if (live && live.textEl) {
+      live.textEl.replaceWith(textBlock(live.text));
+      live.textEl = null;
+      live.text = '';
+    }
+  }
+
+  function finishLive(message) {
+    if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); }
+    const id = message ? message.id : live && live.id;
+    live = null;
+    if (message) append(message);
+    else if (id) {
+      const n = msgs.querySelector(`article.msg[data-id="${CSS.escape(id)}"] .thinking`);
+      if (n) n.remove();
+    }
+  }
+
+  // ---- events ----
+  const handlers = {
+    message_created(e) {
+      const m = e.message_created.message;
+      if (m && !shown.includes(m.id)) {
+        const empty = msgs.querySelector('.thread-empty');
+        if (empty) empty.remove();
+        append(m);
+        scrollToEnd();
+      }
+    },
+    turn_started(e) {
+      startLive(e.turn_started.assistant_message_id);
+      if (conv) setConv({ ...conv, turn_running: true });
+    },
+    text_delta(e) { queueText(e.text_delta.text); },
+    tool_call(e) {
+      if (!live) return;
+      closeText();
+      if (live.thinking) { live.thinking.remove(); live.thinking = null; }
+      const t = e.tool_call;
+      const card = toolCard({ id: t.tool_use_id, name: t.name, input: t.input });
+      live.cards.set(t.tool_use_id, card);
+      live.body.appendChild(card);
+    },
+    tool_result(e) {
+      const r = e.tool_result;
+      const card = live && live.cards.get(r.tool_use_id);
+      if (card) card.setResult(r);
+    },
+    turn_done(e) {
+      finishLive(e.turn_done.message);
+      if (conv) setConv({ ...conv, turn_running: false });
+    },
+    turn_error(e) {
+      const t = e.turn_error;
+      finishLive(t.message_record);
+      if (!t.message_record) toast(`The turn failed: ${t.message}`, 'error');
+      if (conv) setConv({ ...conv, turn_running: false });
+    },
+    queue_changed(e) {
+      queue = e.queue_changed.queue;
+      renderPending();
+      if (conv) setConv({ ...conv, pending_count: queue.items.length, pending_paused: queue.paused });
+    },
+    reset(e) {
+      const why = e.reset.reason;
+      if (why === 'deleted') { closeStream(); hooks.onDeleted(id); return; }
+      // too_old or lagged: what we hold is no longer complete; reload from REST.
+      reload();
+    },
+  };
+
+  function closeStream() { if (stream) { stream.close(); stream = null; } }
+
+  function follow(after) {
+    closeStream();
+    stream = sse(withQuery(`/v1/conversations/${encodeURIComponent(id)}/events`, { after }), handlers, {
+      maxRetries: 6,
+      onState: (s) => {
+        if (closed) return;
+        if (s === 'retrying') {
+          reconnecting = true;
+          banner.hidden = false;
+          banner.className = 'stream-banner warn';
+          banner.textContent = 'Connection lost; reconnecting…';
+        } else if (s === 'open') {
+          banner.hidden = true;
+          if (reconnecting) { reconnecting = false; reconcile(); }
+        } else if (s === 'failed') {
+          stream = null;
+          reconcile();
+          banner.hidden = false;
+          banner.className = 'stream-banner err';
+          replace(banner, 'Live updates stopped: Coffer is not answering. Showing what is stored. ',
+            h('button', { type: 'button', on: { click: () => reload() } }, 'Reconnect'));
+        }
+      },
+    });
+  }
+
+  // After a reconnection (or when live updates stopped): the stored state wins for every
+  // finished message; a turn still running keeps streaming from the resumed stream.
+  async function reconcile() {
+    try {
+      const view = await get(withQuery(`/v1/conversations/${encodeURIComponent(id)}`, { messages: PAGE }));
+      if (closed) return;
+      queue = view.pending;
+      renderPending();
+      setConv(view.conversation);
+      for (const m of view.messages) {
+        if (live && m.id === live.id && m.status === 'streaming' && stream) continue;
+        if (shown.includes(m.id) || m.status !== 'streaming' || !stream) append(m);
+      }
+      if (live && !view.conversation.turn_running) finishLive(view.messages.find((m) => m.id === live.id) || null);
+      if (!stream) {
+        // No stream: nothing may look as if it were still coming.
+        live = null;
+        for (const n of msgs.querySelectorAll('.thinking')) n.remove();
+      }
+    } catch { /* the banner already says Coffer is not answering */ }
+  }
+
+  async function reload() {
+    closeStream();
+    banner.hidden = true;
+    try {
+      const view = await get(withQuery(`/v1/conversations/${encodeURIComponent(id)}`, { messages: PAGE }));
+      if (closed) return;
+      setConv(view.conversation);
+      queue = view.pending;
+      renderPending();
+      renderAll(view);
+      // A running turn replays from its start (after=0); otherwise follow from here.
+      follow(view.conversation.turn_running ? 0 : view.last_seq);
+    } catch (e) {
+      if (closed) return;
+      if (e instanceof ApiError && e.status === 404) { hooks.onDeleted(id); return; }
+      replace(msgs, h('div', { class: 'error-box' }, `Cannot load this conversation: ${e.message} `,
+        h('button', { type: 'button', on: { click: () => reload() } }, 'Retry')));
+    }
+  }
+
+  // ---- the pending queue ----
+  function renderPending() {
+    const items = queue.items || [];
+    pendingBox.hidden = !items.length && !queue.paused;
+    if (pendingBox.hidden) { replace(pendingBox); return; }
+    const list = h('ol', { class: 'pending-list' }, items.map((it) => h('li', { class: 'pending-item', dataset: { id: it.id } },
+      h('span', { class: 'pending-text', title: it.text }, it.text),
+      h('button', { type: 'button', class: 'ghost', 'aria-label': 'Edit this pending message', on: { click: () => editPending(it) } }, 'Edit'),
+      h('button', { type: 'button', class: 'ghost', 'aria-label': 'Remove this pending message', on: { click: () => removePending(it) } }, 'Remove'))));
+    const head = queue.paused
+      ? h('div', { class: 'pending-head paused' },
+        h('span', null, items.length ? `Queue paused (after an error or a stop): ${items.length} waiting.` : 'Queue paused.'),
+        h('span', { class: 'spacer' }),
+        h('button', { type: 'button', class: 'primary', on: { click: () => setQueue(items, false) } }, 'Resume'),
+        h('button', { type: 'button', on: { click: () => setQueue([], false) } }, 'Discard'))
+      : h('div', { class: 'pending-head' }, `${items.length} waiting — each runs as its own turn, in order.`);
+    replace(pendingBox, head, items.length ? list : null);
+  }
+
+  async function setQueue(items, paused) {
+    try {
+      queue = await put(`/v1/conversations/${encodeURIComponent(id)}/pending`,
+        { items: items.map((it) => (it.id ? { id: it.id, text: it.text } : { text: it.text })), paused });
+      renderPending();
+      return true;
+    } catch (e) {
+      toast(`Cannot change the queue: ${e.message}`, 'error');
+      return false;
+    }
+  }
+
+  function removePending(it) {
+    setQueue(queue.items.filter((x) => x.id !== it.id), queue.paused);
+  }
+
+  async function editPending(it) {
+    if (input.value.trim() && !confirm('Replace what is in the composer with this pending message?')) return;
+    if (!(await setQueue(queue.items.filter((x) => x.id !== it.id), queue.paused))) return;
+    editing = it.text;
+    input.value = it.text;
+    grow();
+    editNote.hidden = false;
+    replace(editNote, 'Editing a pending message: sending puts it back at the end of the queue. ',
+      h('button', { type: 'button', class: 'ghost', on: { click: () => { editing = null; editNote.hidden = true; } } }, 'Send as a new message instead'));
+    input.focus();
+  }
+
+  // ---- sending and stopping ----
+  async function send() {
+    const text = input.value;
+    if (!text.trim() || !conv) return;
+    const wasEditing = editing !== null;
+    // The composer is cleared at once and stays usable: the next message can be typed while
+    // this one is on its way.
+    input.value = '';
+    grow();
+    editing = null;
+    editNote.hidden = true;
+    try {
+      if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
+        // Back to the end of the queue it came from.
+        if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
+      } else {
+        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { text });
+        if (r.queue) { queue = r.queue; renderPending(); }
+        if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
+      }
+    } catch (e) {
+      if (!input.value) { input.value = text; grow(); }
+      if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
+    }
+  }
+
+  async function stop() {
+    try {
+      await post(`/v1/conversations/${encodeURIComponent(id)}/interrupt`);
+    } catch (e) {
+      toast(`Cannot stop: ${e.message}`, 'error');
+    }
+  }
+
+  reload();
+
+  return {
+    close() { closed = true; closeStream(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); } },
+    focus() { input.focus(); },
+    /** The conversation changed elsewhere (the list's stream): refresh the header. */
+    // Only what the list owns: the turn and queue state come from this thread's own stream.
+    update(c) {
+      if (c.id !== id || !conv) return;
+      const { title, archived, agent_config: cfg, channel_name: ch, version } = c;
+      conv = { ...conv, title, archived, agent_config: cfg, channel_name: ch, version };
+      renderHeader();
+    },
+  };
+}
