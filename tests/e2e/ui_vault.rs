@@ -528,7 +528,7 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     write_file(
         &home.root().join("skills/deploy/SKILL.md"),
         format!(
-            "---\nname: deploy\ndescription: How to deploy the app\n---\n# Deploy\n\n1. Run `make deploy`\n2. {XSS}\n"
+            "---\nname: deploy\ndescription: How to deploy the app\n---\n# Deploy\n\n1. Run `make deploy`\n2. {XSS}\n3. [docs](javascript:window.__pwned=1)\n"
         ),
     )?;
     write_file(&home.root().join("skills/deploy/checklist.md"), "- [ ] tests\n")?;
@@ -540,9 +540,19 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     let list = text(&b, ".skills-list").await?;
     ensure!(list.contains("How to deploy the app") && list.contains("no front matter"), "{list}");
     click(&b, "button.skill[data-name=deploy]", "").await?;
-    b.wait_for_text(".skill-body", "make deploy").await?;
+    // Rendered as markdown: a heading, a numbered list, code; its raw HTML stays text and its
+    // `javascript:` link goes nowhere.
+    b.wait_for_text(".skill-body code", "make deploy").await?;
+    let shape = js(
+        &b,
+        "const m = document.querySelector('.skill-body'); return [m.querySelector('h1')?.textContent, m.querySelectorAll('ol > li').length,
+          [...m.querySelectorAll('a')].filter(a => /^javascript:/i.test(a.getAttribute('href') || '')).length];",
+        vec![],
+    )
+    .await?;
+    assert_eq!(shape, json!(["Deploy", 3, 0]));
     let body = text(&b, ".skill-body").await?;
-    ensure!(body.contains("<script>"), "the skill's raw text is shown as text: {body}");
+    ensure!(body.contains("<script>"), "the skill's raw HTML is shown as text: {body}");
     // The skill's other files, listed under a collapsed "1 more file".
     let more = js(&b, "return document.querySelector('article.skill').textContent;", vec![]).await?;
     ensure!(more.as_str().is_some_and(|m| m.contains("1 more file") && m.contains("checklist.md")), "{more}");
