@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::browser::Browser;
+use coffer_tests::browser::webdriver::WebDriverError;
 use coffer_tests::embeddings::{FakeEmbeddings, Mode};
 use coffer_tests::mcp::{McpSession, register_tiny};
 use coffer_tests::{Api, SendExt, TestHome, bin, wait_for, write_file};
@@ -17,6 +18,8 @@ use serde_json::{Value, json};
 
 /// How long a page may take to show what a step waits for.
 const STEP: Duration = Duration::from_secs(20);
+/// How long indexing a few hundred notes may take on a loaded machine.
+const INDEXING: Duration = Duration::from_secs(90);
 
 /// A browser signed in to the daemon of `api`, on `/ui/<page>` (`page` may carry a query:
 /// `knowledge?tab=bases`).
@@ -36,25 +39,49 @@ async fn js(b: &Browser, script: &str, args: Vec<Value>) -> anyhow::Result<Value
     b.eval(script, args).await
 }
 
+/// True for WebDriver's `stale element reference`: the page re-rendered the element between
+/// finding and using it (a list that reloads); the step is retried on a fresh one.
+fn stale(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<WebDriverError>().and_then(WebDriverError::code) == Some("stale element reference"))
+}
+
 /// Clicks (a real click) the first element matching `css` whose trimmed text is `text` (any
 /// text when empty), waiting for it to appear.
 async fn click(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
     const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
         .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
-    let el = wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
+    wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
         let v = js(b, FIND, vec![json!(css), json!(text)]).await?;
-        if v.is_null() { Ok(None) } else { b.element(&v).map(Some) }
+        if v.is_null() {
+            return Ok(None);
+        }
+        match b.element(&v)?.click().await {
+            Ok(()) => Ok(Some(())),
+            Err(e) if stale(&e) => Ok(None),
+            Err(e) => Err(e.context(format!("clicking {css:?} {text:?}"))),
+        }
     })
-    .await?;
-    el.click().await.with_context(|| format!("clicking {css:?} {text:?}"))
+    .await
 }
 
 /// Types `value` into the first input or textarea matching `css` (emptied first), as a user
 /// would: key by key.
 async fn fill(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let el = b.wait_for(css).await?;
-    el.clear().await?;
-    el.send_keys(value).await.with_context(|| format!("typing into {css:?}"))
+    wait_for(&format!("{css:?} to type into"), STEP, || async {
+        let el = b.wait_for(css).await?;
+        match async {
+            el.clear().await?;
+            el.send_keys(value).await
+        }
+        .await
+        {
+            Ok(()) => Ok(Some(())),
+            Err(e) if stale(&e) => Ok(None),
+            Err(e) => Err(e.context(format!("typing into {css:?}"))),
+        }
+    })
+    .await
 }
 
 /// Chooses `value` in the `<select>` matching `css` (and fires `change`).
@@ -172,11 +199,11 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     let echo = t["items"].as_array().context("items")?.iter().find(|t| t["original_name"] == "echo").cloned();
     assert_eq!(echo.context("echo")?["enabled"], false);
 
-    // The upstream's stderr: every tools/list writes a line; followed live, a call's stderr
-    // arrives as it is written.
-    b.wait_for_text("pre.log", "tools/list received").await?;
+    // The upstream's stderr, followed live: its tail (every tools/list writes a line), then a
+    // call's stderr as it is written.
     click(&b, "#log-follow", "").await?;
     b.wait_for_text(".log-card", "following").await?;
+    b.wait_for_text("pre.log", "tools/list received").await?;
     let mcp = McpSession::latest(&api).await?;
     let r = mcp.tool("tiny__stderr", json!({"lines": 2})).await?;
     ensure!(r.get("result").is_some(), "{r}");
@@ -418,7 +445,7 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     fill(&b, "dialog[open] [data-field=name] input", "notes").await?;
     fill(&b, "dialog[open] [data-field=path] input", &dir.display().to_string()).await?;
     click(&b, "dialog[open] button[type=submit]", "Add").await?;
-    b.wait_until("(() => { const r = document.querySelector('tr[data-key=notes]'); return r && r.querySelector('.kb-progress[data-state=idle]') && r.innerText.includes('301 ('); })()").await?;
+    b.wait_until_within("(() => { const r = document.querySelector('tr[data-key=notes]'); return r && r.querySelector('.kb-progress[data-state=idle]') && r.innerText.includes('301 ('); })()", INDEXING).await?;
     let bars = js(&b, "return window.__bars;", vec![]).await?;
     ensure!(bars.as_array().is_some_and(|b| !b.is_empty()), "a progress bar was shown while indexing: {bars}");
 
@@ -426,7 +453,8 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     click(&b, "tr[data-key=notes] button.reindex", "Reindex").await?;
     b.wait_for("tr[data-key=notes] progress").await?;
     shots(&b, "knowledge-reindex").await?;
-    b.wait_for("tr[data-key=notes] .kb-progress[data-state=idle]").await?;
+    b.wait_until_within("!!document.querySelector('tr[data-key=notes] .kb-progress[data-state=idle]')", INDEXING)
+        .await?;
     let row = text(&b, "tr[data-key=notes]").await?;
     ensure!(row.contains("301") && row.contains("up to date"), "{row}");
 
