@@ -10,12 +10,16 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::browser::Browser;
+use coffer_tests::browser::webdriver::WebDriverError;
+use coffer_tests::embeddings::{FakeEmbeddings, Mode};
 use coffer_tests::mcp::{McpSession, register_tiny};
 use coffer_tests::{Api, SendExt, TestHome, bin, wait_for, write_file};
 use serde_json::{Value, json};
 
 /// How long a page may take to show what a step waits for.
 const STEP: Duration = Duration::from_secs(20);
+/// How long indexing a few hundred notes may take on a loaded machine.
+const INDEXING: Duration = Duration::from_secs(90);
 
 /// A browser signed in to the daemon of `api`, on `/ui/<page>` (`page` may carry a query:
 /// `knowledge?tab=bases`).
@@ -35,25 +39,49 @@ async fn js(b: &Browser, script: &str, args: Vec<Value>) -> anyhow::Result<Value
     b.eval(script, args).await
 }
 
+/// True for WebDriver's `stale element reference`: the page re-rendered the element between
+/// finding and using it (a list that reloads); the step is retried on a fresh one.
+fn stale(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<WebDriverError>().and_then(WebDriverError::code) == Some("stale element reference"))
+}
+
 /// Clicks (a real click) the first element matching `css` whose trimmed text is `text` (any
 /// text when empty), waiting for it to appear.
 async fn click(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
     const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
         .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
-    let el = wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
+    wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
         let v = js(b, FIND, vec![json!(css), json!(text)]).await?;
-        if v.is_null() { Ok(None) } else { b.element(&v).map(Some) }
+        if v.is_null() {
+            return Ok(None);
+        }
+        match b.element(&v)?.click().await {
+            Ok(()) => Ok(Some(())),
+            Err(e) if stale(&e) => Ok(None),
+            Err(e) => Err(e.context(format!("clicking {css:?} {text:?}"))),
+        }
     })
-    .await?;
-    el.click().await.with_context(|| format!("clicking {css:?} {text:?}"))
+    .await
 }
 
 /// Types `value` into the first input or textarea matching `css` (emptied first), as a user
 /// would: key by key.
 async fn fill(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let el = b.wait_for(css).await?;
-    el.clear().await?;
-    el.send_keys(value).await.with_context(|| format!("typing into {css:?}"))
+    wait_for(&format!("{css:?} to type into"), STEP, || async {
+        let el = b.wait_for(css).await?;
+        match async {
+            el.clear().await?;
+            el.send_keys(value).await
+        }
+        .await
+        {
+            Ok(()) => Ok(Some(())),
+            Err(e) if stale(&e) => Ok(None),
+            Err(e) => Err(e.context(format!("typing into {css:?}"))),
+        }
+    })
+    .await
 }
 
 /// Chooses `value` in the `<select>` matching `css` (and fires `change`).
@@ -86,6 +114,8 @@ fn expect_refusal(b: &Browser, path: &str, status: u16) {
 /// Screenshots of the current page at 1280 and 360 px wide (`<name>-1280`, `<name>-360`), and
 /// a check that nothing overflows sideways at 360.
 async fn shots(b: &Browser, name: &str) -> anyhow::Result<()> {
+    // From the top of the page, without the toasts of the steps before.
+    js(b, "document.getElementById('toasts').replaceChildren(); document.getElementById('page').scrollTop = 0; window.scrollTo(0, 0); return true;", vec![]).await?;
     b.set_viewport(1280, 800).await?;
     b.screenshot(&format!("vault-{name}-1280")).await?;
     b.set_viewport(360, 740).await?;
@@ -169,9 +199,20 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     let echo = t["items"].as_array().context("items")?.iter().find(|t| t["original_name"] == "echo").cloned();
     assert_eq!(echo.context("echo")?["enabled"], false);
 
-    // The upstream's stderr: every tools/list writes a line.
+    // The upstream's stderr, followed live: its tail (every tools/list writes a line), then a
+    // call's stderr as it is written.
+    click(&b, "#log-follow", "").await?;
+    b.wait_for_text(".log-card", "following").await?;
     b.wait_for_text("pre.log", "tools/list received").await?;
+    let mcp = McpSession::latest(&api).await?;
+    let r = mcp.tool("tiny__stderr", json!({"lines": 2})).await?;
+    ensure!(r.get("result").is_some(), "{r}");
+    b.wait_for_text("pre.log", "stderr line 1 yyyy").await?;
     shots(&b, "server-detail").await?;
+    b.set_dark(true).await?;
+    js(&b, "document.getElementById('page').scrollTop = 0; return true;", vec![]).await?;
+    b.screenshot("vault-server-detail-dark-1280").await?;
+    b.set_dark(false).await?;
 
     click(&b, ".vault-head button", "Remove").await?;
     b.wait_for("dialog[open]").await?;
@@ -205,6 +246,72 @@ async fn ui_vault_servers_refused_add_leaves_nothing_behind() -> anyhow::Result<
     assert_eq!(list["items"], json!([]));
     let creds = api.get("/v1/credentials").reply().await?.ok_json()?;
     assert_eq!(creds["items"], json!([]), "the credential made for the refused server is gone");
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// An HTTP server with a secret header (stored as a credential), edited on the page, then
+/// disabled and enabled again from the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_vault_servers_http_with_secret_header_edit_and_disable() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let b = browser(&api, "servers").await?;
+    click(&b, ".vault-head button", "Add server").await?;
+    b.wait_for("dialog[open] .server-form").await?;
+    fill(&b, "dialog[open] [data-field=name] input", "remote").await?;
+    choose(&b, "dialog[open] [data-field=transport] select", "http").await?;
+    b.wait_until("document.querySelector('dialog[open] .stdio-part').hidden").await?;
+    fill(&b, "dialog[open] [data-field=url] input", "http://127.0.0.1:9/mcp").await?;
+    click(&b, "dialog[open] .http-part .kv-add", "").await?;
+    fill(&b, "dialog[open] .http-part .kv-row .kv-key", "Authorization").await?;
+    b.wait_until("document.querySelector('dialog[open] .http-part .kv-mode').value === 'secret'").await?;
+    fill(&b, "dialog[open] .http-part .kv-row .kv-secret", "Bearer abc-123-secret").await?;
+    click(&b, "dialog[open] .http-part .kv-add", "").await?;
+    fill(&b, "dialog[open] .http-part .kv-row:nth-child(2) .kv-key", "X-Team").await?;
+    fill(&b, "dialog[open] .http-part .kv-row:nth-child(2) .kv-text", "blue").await?;
+    click(&b, "dialog[open] button[type=submit]", "Add server").await?;
+    // Nothing listens at the URL: the capabilities request is refused (502) and the page says so.
+    expect_refusal(&b, "/v1/mcp/servers/remote/capabilities", 502);
+    b.wait_until("location.search.includes('name=remote')").await?;
+    b.wait_for_text(".caps .error-box", "unreachable").await?;
+    let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
+    assert_eq!(s["transport"], "http");
+    assert_eq!(
+        s["headers"],
+        json!({"Authorization": {"credential_ref": "remote-Authorization"}, "X-Team": "blue"}),
+        "{s}"
+    );
+    b.wait_for_text("dl.facts", "credential remote-Authorization").await?;
+
+    // Edit: a new URL; the credential reference stays as it was.
+    click(&b, ".vault-head button", "Edit").await?;
+    b.wait_for("dialog[open] .server-form").await?;
+    b.wait_until("document.querySelector('dialog[open] .http-part .kv-ref').value === 'remote-Authorization'").await?;
+    fill(&b, "dialog[open] [data-field=url] input", "http://127.0.0.1:9/v2/mcp").await?;
+    click(&b, "dialog[open] button[type=submit]", "Save").await?;
+    b.wait_for_text("dl.facts", "/v2/mcp").await?;
+    let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
+    assert_eq!((&s["url"], &s["version"]), (&json!("http://127.0.0.1:9/v2/mcp"), &json!(2)));
+    assert_eq!(s["headers"]["Authorization"], json!({"credential_ref": "remote-Authorization"}));
+
+    // Disable from the list, then enable again.
+    b.goto("/ui/servers").await?;
+    b.wait_for("tr[data-key=remote] input.switch").await?;
+    click(&b, "tr[data-key=remote] input.switch", "").await?;
+    wait_for("remote disabled", STEP, || async {
+        let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
+        Ok((s["enabled"] == false).then_some(()))
+    })
+    .await?;
+    b.wait_for_text("tr[data-key=remote]", "disabled").await?;
+    shots(&b, "servers").await?;
+    click(&b, "tr[data-key=remote] input.switch", "").await?;
+    wait_for("remote enabled", STEP, || async {
+        let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
+        Ok((s["enabled"] == true).then_some(()))
+    })
+    .await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -244,6 +351,14 @@ async fn ui_vault_tools_search_and_toggle() -> anyhow::Result<()> {
         Ok((!tools_listed(&api).await?.contains(&"tiny__tool_1".to_owned())).then_some(()))
     })
     .await?;
+    // The switch works from the keyboard too: focused, Space turns the tool back on.
+    b.wait_until("!document.querySelector('tr[data-key=tiny__tool_1] input.switch').disabled").await?;
+    js(&b, "document.querySelector('tr[data-key=tiny__tool_1] input.switch').focus(); return true;", vec![]).await?;
+    b.press(" ").await?;
+    wait_for("tiny__tool_1 back in tools/list", STEP, || async {
+        Ok(tools_listed(&api).await?.contains(&"tiny__tool_1".to_owned()).then_some(()))
+    })
+    .await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -275,6 +390,24 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
     // Filtered to one outcome: only those.
     choose(&b, "#inv-outcome", "ok").await?;
     b.wait_until("[...document.querySelectorAll('tbody tr')].length > 0 && [...document.querySelectorAll('tbody tr')].every(r => r.innerText.includes('tiny__echo'))").await?;
+
+    // Older calls page in: 60 more than one page holds.
+    for i in 0..60 {
+        let r = api
+            .post_json("/v1/tools/call", &json!({"name": "tiny__add", "arguments": {"a": i, "b": 1}}))
+            .reply()
+            .await?;
+        ensure!(r.status == 200, "{} {}", r.status, r.text);
+    }
+    choose(&b, "#inv-outcome", "").await?;
+    b.wait_until("document.querySelectorAll('tbody tr').length >= 50").await?;
+    b.goto("/ui/activity").await?;
+    b.wait_for_text(".more button", "Load older").await?;
+    let first = js(&b, "return document.querySelectorAll('tbody tr').length;", vec![]).await?;
+    assert_eq!(first, 50, "one page");
+    click(&b, ".more button", "Load older").await?;
+    b.wait_until("document.querySelectorAll('tbody tr').length === 62").await?;
+    ensure!(text(&b, ".more").await?.is_empty(), "no more pages");
 
     click(&b, ".tabs button", "Audit log").await?;
     b.wait_for_text("tbody tr", "server.create").await?;
@@ -312,7 +445,7 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     fill(&b, "dialog[open] [data-field=name] input", "notes").await?;
     fill(&b, "dialog[open] [data-field=path] input", &dir.display().to_string()).await?;
     click(&b, "dialog[open] button[type=submit]", "Add").await?;
-    b.wait_until("(() => { const r = document.querySelector('tr[data-key=notes]'); return r && r.querySelector('.kb-progress[data-state=idle]') && r.innerText.includes('301 ('); })()").await?;
+    b.wait_until_within("(() => { const r = document.querySelector('tr[data-key=notes]'); return r && r.querySelector('.kb-progress[data-state=idle]') && r.innerText.includes('301 ('); })()", INDEXING).await?;
     let bars = js(&b, "return window.__bars;", vec![]).await?;
     ensure!(bars.as_array().is_some_and(|b| !b.is_empty()), "a progress bar was shown while indexing: {bars}");
 
@@ -320,7 +453,8 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     click(&b, "tr[data-key=notes] button.reindex", "Reindex").await?;
     b.wait_for("tr[data-key=notes] progress").await?;
     shots(&b, "knowledge-reindex").await?;
-    b.wait_for("tr[data-key=notes] .kb-progress[data-state=idle]").await?;
+    b.wait_until_within("!!document.querySelector('tr[data-key=notes] .kb-progress[data-state=idle]')", INDEXING)
+        .await?;
     let row = text(&b, "tr[data-key=notes]").await?;
     ensure!(row.contains("301") && row.contains("up to date"), "{row}");
 
@@ -338,6 +472,42 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     let engines = text(&b, ".engines").await?;
     ensure!(engines.contains("keyword: ") && engines.contains("vector"), "{engines}");
     shots(&b, "knowledge-search").await?;
+
+    // With embeddings (a fake OpenAI-compatible endpoint) the vector engine finds it too; when
+    // the endpoint then fails, the page names the engine and why, and the others' results
+    // still show.
+    let fake = FakeEmbeddings::start(32, None).await?;
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.embeddings.url": fake.url, "retrieval.embeddings.model": "fake-bow", "retrieval.embeddings.dimensions": "32"}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    wait_for("every chunk embedded", Duration::from_secs(60), || async {
+        let v = api.get("/v1/knowledge/notes").reply().await?.ok_json()?;
+        Ok((v["chunks"].as_u64() > Some(0) && v["embedded"] == v["chunks"]).then_some(()))
+    })
+    .await?;
+    click(&b, "form.search-form button[type=submit]", "Search").await?;
+    b.wait_for(".engines [data-engine=vector][data-state=ok]").await?;
+    b.wait_for_text(".results li.result", "vector #").await?;
+    fake.set_mode(Mode::Http500);
+    click(&b, "form.search-form button[type=submit]", "Search").await?;
+    b.wait_for(".engine-failed[data-engine=vector]").await?;
+    let warning = text(&b, ".engine-failed[data-engine=vector]").await?;
+    ensure!(warning.contains("vector engine failed") && warning.contains("HTTP 500"), "{warning}");
+    ensure!(text(&b, ".results li.result").await?.contains("ops/deploy.md"), "keyword results still shown");
+    shots(&b, "knowledge-engine-failed").await?;
+
+    // Remove it: the KB is gone, the files stay.
+    click(&b, ".tabs button", "Knowledge bases").await?;
+    click(&b, "tr[data-key=notes] button.danger", "Remove").await?;
+    b.wait_for("dialog[open]").await?;
+    click(&b, "dialog[open] button[type=submit]", "Remove").await?;
+    b.wait_until("document.querySelector('tr[data-key=memory]') && !document.querySelector('tr[data-key=notes]')")
+        .await?;
+    api.get("/v1/knowledge/notes").reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    ensure!(dir.join("ops/deploy.md").exists(), "no file is deleted");
     b.assert_clean().await;
     Ok(())
 }
@@ -386,7 +556,7 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     write_file(
         &home.root().join("skills/deploy/SKILL.md"),
         format!(
-            "---\nname: deploy\ndescription: How to deploy the app\n---\n# Deploy\n\n1. Run `make deploy`\n2. {XSS}\n"
+            "---\nname: deploy\ndescription: How to deploy the app\n---\n# Deploy\n\n1. Run `make deploy`\n2. {XSS}\n3. [docs](javascript:window.__pwned=1)\n"
         ),
     )?;
     write_file(&home.root().join("skills/deploy/checklist.md"), "- [ ] tests\n")?;
@@ -398,9 +568,19 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     let list = text(&b, ".skills-list").await?;
     ensure!(list.contains("How to deploy the app") && list.contains("no front matter"), "{list}");
     click(&b, "button.skill[data-name=deploy]", "").await?;
-    b.wait_for_text(".skill-body", "make deploy").await?;
+    // Rendered as markdown: a heading, a numbered list, code; its raw HTML stays text and its
+    // `javascript:` link goes nowhere.
+    b.wait_for_text(".skill-body code", "make deploy").await?;
+    let shape = js(
+        &b,
+        "const m = document.querySelector('.skill-body'); return [m.querySelector('h1')?.textContent, m.querySelectorAll('ol > li').length,
+          [...m.querySelectorAll('a')].filter(a => /^javascript:/i.test(a.getAttribute('href') || '')).length];",
+        vec![],
+    )
+    .await?;
+    assert_eq!(shape, json!(["Deploy", 3, 0]));
     let body = text(&b, ".skill-body").await?;
-    ensure!(body.contains("<script>"), "the skill's raw text is shown as text: {body}");
+    ensure!(body.contains("<script>"), "the skill's raw HTML is shown as text: {body}");
     // The skill's other files, listed under a collapsed "1 more file".
     let more = js(&b, "return document.querySelector('article.skill').textContent;", vec![]).await?;
     ensure!(more.as_str().is_some_and(|m| m.contains("1 more file") && m.contains("checklist.md")), "{more}");

@@ -98,7 +98,7 @@ function resultsView(r, { empty, onForget } = {}) {
       h('span', { class: 'muted small' }, `${results.length} result${results.length === 1 ? '' : 's'} in ${r.took_ms} ms`),
       engines.map((e) => h('span', { class: `badge ${e.state === 'ok' ? 'ok' : e.state === 'disabled' ? '' : 'err'}`, dataset: { engine: e.engine, state: e.state }, title: e.message || '' },
         `${e.engine}: ${e.state === 'ok' ? `${e.hits} hit${e.hits === 1 ? '' : 's'}, ${e.took_ms} ms` : e.state}`))),
-    failed.map((e) => h('div', { class: 'warn-box engine-failed', role: 'status', dataset: { engine: e.engine } }, `The ${e.engine} engine ${e.state === 'timeout' ? 'timed out' : 'failed'}: ${e.message || 'no detail'}. The other engines' results are shown.`)),
+    failed.map((e) => h('div', { class: 'warn-box engine-failed', role: 'status', dataset: { engine: e.engine } }, `The ${e.engine} engine ${e.state === 'timeout' ? 'timed out' : 'failed'}: ${(e.message || 'no detail').replace(/\.+$/, '')}. The other engines' results are shown.`)),
     (r.warnings || []).filter((w) => !failed.some((e) => w.includes(e.message || '\u0000'))).map((w) => h('div', { class: 'warn-box', role: 'status' }, w)),
     results.length ? h('ol', { class: 'results' }, results.map((x) => resultCard(x, onForget))) : emptyState(empty || 'Nothing found.'));
 }
@@ -390,6 +390,8 @@ function skills(panel, params) {
       if (mine === gen) replace(view, errorBox(e, `Could not load ${name}`));
       return;
     }
+    // The markdown renderer (with its vendored parser and sanitizer) loads only when a skill is opened.
+    const { renderMarkdown } = await import('../markdown.js');
     if (mine !== gen) return;
     const meta = Object.entries(s.metadata || {});
     replace(view, h('article', { class: 'card skill', dataset: { name: s.name } },
@@ -397,8 +399,8 @@ function skills(panel, params) {
       s.description ? h('p', { class: 'muted' }, s.description) : null,
       h('p', { class: 'small' }, h('code', null, s.path)),
       meta.length ? h('dl', { class: 'facts' }, meta.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])) : null,
-      // The skill's markdown as text, until the shared markdown renderer is in.
-      h('pre', { class: 'skill-body' }, s.body || ''),
+      h('div', { class: 'md skill-body' }, renderMarkdown(s.body || '')),
+      h('details', { class: 'skill-source' }, h('summary', null, 'Source'), h('pre', null, s.body || '')),
       (s.files || []).length ? h('details', null, h('summary', null, `${s.files.length} more file${s.files.length === 1 ? '' : 's'}`),
         h('ul', null, s.files.map((f) => h('li', null, h('code', null, f))))) : null));
   };

@@ -111,8 +111,8 @@ async function remove(name, after) {
   }
 }
 
-/** Runs POST …/test and shows its report in `slot`. */
-async function probe(name, slot) {
+/** Runs POST …/test and shows its report in `slot`; then calls `after` (if any). */
+async function probe(name, slot, after) {
   replace(slot, h('div', { class: 'card probe' }, h('p', { class: 'muted' }, `Testing ${name}…`)));
   let r;
   try {
@@ -138,6 +138,7 @@ async function probe(name, slot) {
     h('div', { class: 'stats' }, facts.map(([k, v]) => h('div', { class: 'stat' }, h('div', { class: 'muted small' }, k), h('div', { class: 'stat-value' }, v)))),
     (r.warnings || []).length ? h('ul', { class: 'warnings' }, r.warnings.map((w) => h('li', null, w))) : null,
     r.log ? h('details', null, h('summary', null, 'Its stderr'), h('pre', { class: 'log' }, r.log)) : null));
+  if (after) after();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,14 +166,15 @@ function detail(root, name, navigate, closers) {
     }
     replace(head, pageHead(s.name, null,
       h('span', { class: 'row' }, enabledSwitch(s, () => load()), h('span', { class: 'muted small' }, s.enabled ? 'enabled' : 'disabled')),
-      h('button', { type: 'button', on: { click: () => probe(s.name, result) } }, 'Test'),
+      // A test starts the server, which writes to its log: the tail shows it afterwards.
+      h('button', { type: 'button', on: { click: () => probe(s.name, result, () => logView.refresh()) } }, 'Test'),
       h('button', { type: 'button', on: { click: async () => { if (await openServerForm(s)) { toast(`Saved ${s.name}`); load(); } } } }, 'Edit'),
       h('button', { type: 'button', class: 'danger', on: { click: () => remove(s.name, () => navigate('/ui/servers')) } }, 'Remove')));
     drawConfig(config, s, u);
     loadCaps(caps, s);
   }
+  const logView = drawLog(log, name, closers);
   load();
-  drawLog(log, name, closers);
 }
 
 function drawConfig(el, s, u) {
@@ -289,4 +291,6 @@ function drawLog(el, name, closers) {
       h('button', { type: 'button', on: { click: () => { follow.checked = false; stop(); tail(); } } }, 'Reload')),
     state, pre);
   tail();
+  // Reloads the tail unless the log is followed (then new lines arrive by themselves).
+  return { refresh: () => { if (!follow.checked) tail(); } };
 }
