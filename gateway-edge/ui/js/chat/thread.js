@@ -42,6 +42,7 @@ export function mountThread(root, id, hooks) {
   let moreBefore = false;
   let loadingOlder = false;
   let live = null; // the streamed assistant message: {id, el, body, text, textEl, cards, buf}
+  let freshReload = false; // nothing but resets received since the last reload
 
   // ---- layout ----
   const title = h('h1', { class: 'thread-title' }, '…');
@@ -307,10 +308,17 @@ export function mountThread(root, id, hooks) {
     reset(e) {
       const why = e.reset.reason;
       if (why === 'deleted') { closeStream(); hooks.onDeleted(id); return; }
-      // too_old or lagged: what we hold is no longer complete; reload from REST.
+      // too_old or lagged: what we hold is no longer complete; reload from REST. A reset right
+      // after a reload (a turn longer than the service keeps: its start is gone) is lived
+      // with instead: the rest streams in, and the turn's end brings the whole stored reply.
+      if (why === 'too_old' && freshReload) return;
       reload();
     },
   };
+  // Every event but a reset means the stream since the last reload delivered something.
+  for (const [name, fn] of Object.entries(handlers)) {
+    if (name !== 'reset') handlers[name] = (e) => { freshReload = false; fn(e); };
+  }
 
   function closeStream() { if (stream) { stream.close(); stream = null; } }
 
@@ -373,6 +381,7 @@ export function mountThread(root, id, hooks) {
       renderPending();
       renderAll(view);
       // A running turn replays from its start (after=0); otherwise follow from here.
+      freshReload = true;
       follow(view.conversation.turn_running ? 0 : view.last_seq);
     } catch (e) {
       if (closed) return;
@@ -401,11 +410,17 @@ export function mountThread(root, id, hooks) {
     replace(pendingBox, head, items.length ? list : null);
   }
 
+  // A REST answer's queue may be older than the stream's `queue_changed` events (they can
+  // arrive first): while the stream is open it is the one truth, and the answer is only used
+  // without it.
+  function answeredQueue(q) {
+    if (q && !stream) { queue = q; renderPending(); }
+  }
+
   async function setQueue(items, paused) {
     try {
-      queue = await put(`/v1/conversations/${encodeURIComponent(id)}/pending`,
-        { items: items.map((it) => (it.id ? { id: it.id, text: it.text } : { text: it.text })), paused });
-      renderPending();
+      answeredQueue(await put(`/v1/conversations/${encodeURIComponent(id)}/pending`,
+        { items: items.map((it) => (it.id ? { id: it.id, text: it.text } : { text: it.text })), paused }));
       return true;
     } catch (e) {
       toast(`Cannot change the queue: ${e.message}`, 'error');
@@ -446,7 +461,7 @@ export function mountThread(root, id, hooks) {
         if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
       } else {
         const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { text });
-        if (r.queue) { queue = r.queue; renderPending(); }
+        answeredQueue(r.queue);
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
       }
     } catch (e) {
