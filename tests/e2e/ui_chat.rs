@@ -306,6 +306,40 @@ async fn ui_chat_recovers_from_a_gateway_restart_mid_turn_and_keeps_everything_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_reply_never_spins_when_coffer_goes_away() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    // Every request while the daemon is gone fails in the console (expected here).
+    for expected in ["ERR_CONNECTION_REFUSED", "/events", "Failed to load resource"] {
+        b.allow_console(expected);
+    }
+    let id = create(&api, "Coffer goes away").await?;
+    open(&b, &id).await?;
+    let words: Vec<String> = (1..=40).map(|i| format!("g{i:02}")).collect();
+    type_and_send(&b, &format!("slow:300\nsay:{}", words.join(" "))).await?;
+    b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('g02')").await?;
+    home.terminate_daemon(Duration::from_secs(30)).await?;
+
+    // The retries are bounded: the page says live updates stopped, keeps what streamed, and
+    // nothing goes on spinning.
+    b.wait_until_within(
+        "document.querySelector('.stream-banner.err') && !document.querySelector('.stream-banner').hidden",
+        Duration::from_secs(90),
+    )
+    .await?;
+    assert_eq!(b.eval("return document.querySelectorAll('.thinking').length;", vec![]).await?, json!(0));
+    b.wait_for_text("article.msg.assistant[data-status=\"streaming\"] .msg-foot", "live updates stopped").await?;
+    let kept = b.find("article.msg.assistant[data-status=\"streaming\"] .msg-body").await?.text().await?;
+    assert!(kept.contains("g02"), "what streamed stays: {kept}");
+    // The composer still works; a message that cannot be sent comes back into it.
+    type_and_send(&b, "are you there").await?;
+    b.wait_for_text(".toast.error", "Not sent").await?;
+    b.wait_until("document.querySelector('#composer').value === 'are you there'").await?;
+    b.screenshot("chat-offline").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_chat_creates_renames_archives_restores_and_deletes() -> anyhow::Result<()> {
     let Ui { home, api, b } = ui().await?;
     let cwd = home.temp().join("project");

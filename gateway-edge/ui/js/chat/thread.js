@@ -338,6 +338,7 @@ export function mountThread(root, id, hooks) {
           if (reconnecting) { reconnecting = false; reconcile(); }
         } else if (s === 'failed') {
           stream = null;
+          stopLive();
           reconcile();
           banner.hidden = false;
           banner.className = 'stream-banner err';
@@ -358,16 +359,29 @@ export function mountThread(root, id, hooks) {
       renderPending();
       setConv(view.conversation);
       for (const m of view.messages) {
-        if (live && m.id === live.id && m.status === 'streaming' && stream) continue;
-        if (shown.includes(m.id) || m.status !== 'streaming' || !stream) append(m);
+        // The store has no partial text of a reply in progress: keep what streamed here.
+        if (m.status === 'streaming' && shown.includes(m.id)) continue;
+        append(m);
       }
       if (live && !view.conversation.turn_running) finishLive(view.messages.find((m) => m.id === live.id) || null);
-      if (!stream) {
-        // No stream: nothing may look as if it were still coming.
-        live = null;
-        for (const n of msgs.querySelectorAll('.thinking')) n.remove();
-      }
+      if (!stream) stopLive();
     } catch { /* the banner already says Coffer is not answering */ }
+  }
+
+  // No stream any more: nothing may look as if it were still coming. What streamed so far
+  // stays, marked as no longer live.
+  function stopLive() {
+    if (live) {
+      cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md);
+      flushText();
+    }
+    live = null;
+    for (const n of msgs.querySelectorAll('.thinking')) n.remove();
+    for (const m of msgs.querySelectorAll('article.msg.assistant[data-status="streaming"]')) {
+      let f = m.querySelector('.msg-foot');
+      if (!f) { f = h('footer', { class: 'msg-foot' }); m.appendChild(f); }
+      replace(f, h('span', { class: 'badge warn' }, 'live updates stopped'));
+    }
   }
 
   async function reload() {
