@@ -292,15 +292,28 @@ async fn ui_chat_recovers_from_a_gateway_restart_mid_turn_and_keeps_everything_a
     );
     b.wait_until("document.querySelector('.stream-banner').hidden").await?;
 
-    // The daemon restarts: after a reload the conversation and its messages are all there.
+    // A turn that hangs with a message queued behind it when the daemon stops.
+    type_and_send(&b, "hang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden").await?;
+    type_and_send(&b, "say:queued before the restart").await?;
+    b.wait_until("document.querySelectorAll('.pending-item').length === 1").await?;
+
+    // The daemon restarts: after a reload everything is there — the finished reply, the cut
+    // turn marked failed, the queue restored paused — and resuming runs the queued message.
     home.terminate_daemon(Duration::from_secs(30)).await?;
     let api = chat::start_daemon(&home).await?;
     b.set_origin(api.base_url())?;
     b.login(api.base_url(), api.token(), "chat").await?;
     open(&b, &id).await?;
-    b.wait_until("document.querySelectorAll('article.msg').length === 2").await?;
+    b.wait_until("document.querySelectorAll('article.msg').length === 4").await?;
     let got = replies(&b).await?;
     assert!(got.iter().any(|t| t.starts_with(&want)), "stored: {got:?}");
+    b.wait_for("article.msg.assistant[data-status=\"failed\"]").await?;
+    b.wait_for(".pending-head.paused").await?;
+    assert_eq!(pending_texts(&b).await?, ["say:queued before the restart"]);
+    b.screenshot("chat-after-restart").await?;
+    click_button(&b, ".pending-head", "Resume").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('queued before the restart'))").await?;
     b.assert_clean().await;
     Ok(())
 }

@@ -416,7 +416,7 @@ export function mountThread(root, id, hooks) {
       h('button', { type: 'button', class: 'ghost', 'aria-label': 'Remove this pending message', on: { click: () => removePending(it) } }, 'Remove'))));
     const head = queue.paused
       ? h('div', { class: 'pending-head paused' },
-        h('span', null, items.length ? `Queue paused (after an error or a stop): ${items.length} waiting.` : 'Queue paused.'),
+        h('span', null, `Queue paused${items.length ? `: ${items.length} waiting` : ''} (it pauses after a stop, an error or a restart).`),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'primary', on: { click: () => setQueue(items, false) } }, 'Resume'),
         h('button', { type: 'button', on: { click: () => setQueue([], false) } }, 'Discard'))
