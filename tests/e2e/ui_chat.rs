@@ -425,6 +425,13 @@ async fn ui_chat_creates_renames_archives_restores_and_deletes() -> anyhow::Resu
     b.eval("document.querySelector('#conv-search').dispatchEvent(new Event('input'))", vec![]).await?;
     b.wait_until("document.querySelectorAll('.conv-item').length === 2").await?;
 
+    // The keys help names Enter, Shift+Enter and Escape.
+    b.find(".convs-head .help").await?.click().await?;
+    let help = b.wait_for("dialog.modal").await?.text().await?;
+    assert!(help.contains("Shift+Enter") && help.contains("Escape"), "{help}");
+    b.press(keys::ESCAPE).await?;
+    b.wait_until("!document.querySelector('dialog.modal')").await?;
+
     click_button(&b, ".thread-actions", "Delete").await?;
     b.wait_for_text("dialog.modal", "cannot be undone").await?;
     b.find("dialog.modal button[type=submit]").await?.click().await?;
