@@ -612,6 +612,8 @@ async fn ui_chat_stays_responsive_with_a_5mb_reply_and_2000_messages() -> anyhow
     let click_ms = handled.as_f64().context("ms")?;
     assert!(typed < Duration::from_secs(3), "typing answered in {typed:?}");
     assert!(click_ms < 500.0, "a click handled and painted in {click_ms} ms");
+    // That click collapsed the conversation list.
+    assert_eq!(b.eval("return !!document.querySelector('.chat.list-collapsed');", vec![]).await?, json!(true));
     b.screenshot("chat-5mb").await?;
     b.find(".show-all").await?.click().await?;
     b.wait_until("document.querySelector('.huge .plain').textContent.length >= 5242880").await?;
