@@ -97,6 +97,8 @@ static ASSETS: &[Asset] = assets![
     "js/pages/activity.js" => "text/javascript; charset=utf-8",
     "js/pages/knowledge.js" => "text/javascript; charset=utf-8",
     "js/pages/settings.js" => "text/javascript; charset=utf-8",
+    "js/vault/common.js" => "text/javascript; charset=utf-8",
+    "js/vault/serverform.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
 ];
 
@@ -194,7 +196,7 @@ fn html(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
     let mut r = (status, body.into()).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    secure(r)
+    r
 }
 
 async fn index() -> Response {

@@ -41,5 +41,8 @@ mod shim_recovery;
 mod shim_stdio;
 mod store;
 mod ui_chat;
+mod ui_done_when;
+mod ui_edge;
 mod ui_shell;
+mod ui_vault;
 mod upstream_health;

@@ -926,4 +926,33 @@ mod tests {
         assert_eq!(newest_log(&dir.join("missing"), "chat").unwrap(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn a_fixed_file_replaced_at_its_path_is_read_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("tiny.log");
+        // No file yet: nothing, then the file once it appears.
+        let (lines, mut f) = Follower::start(Source::Fixed(log.clone()), 10, false).unwrap();
+        assert!(lines.is_empty() && f.file.is_none());
+        assert_eq!(f.poll().unwrap(), []);
+        std::fs::write(&log, "a\nb\n").unwrap();
+        let shown = log.to_string_lossy().into_owned();
+        assert_eq!(
+            f.poll().unwrap(),
+            [FollowItem::File(shown.clone()), FollowItem::Line("a".into()), FollowItem::Line("b".into())]
+        );
+        // Rotated away (renamed) and created afresh, longer than what was read: read whole.
+        std::fs::rename(&log, dir.path().join("tiny.log.1")).unwrap();
+        assert_eq!(f.poll().unwrap(), []);
+        std::fs::write(&log, "first of the new\nsecond\n").unwrap();
+        assert_eq!(
+            f.poll().unwrap(),
+            [FollowItem::File(shown), FollowItem::Line("first of the new".into()), FollowItem::Line("second".into())]
+        );
+        // The tail of an existing file, and no file for `Nothing`.
+        let (lines, _) = Follower::start(Source::Fixed(log.clone()), 1, true).unwrap();
+        assert_eq!(lines, ["second"]);
+        let (lines, mut f) = Follower::start(Source::Nothing, 10, true).unwrap();
+        assert!(lines.is_empty() && f.poll().unwrap().is_empty());
+    }
 }

@@ -504,6 +504,9 @@ pub fn routes() -> Vec<Route> {
         // Settings.
         route("GET", "/v1/settings", "settings", "Every setting")
             .ok(200, "The settings, keys sorted.", r("Settings")),
+        route("GET", "/v1/settings/table", "settings", "The settings table")
+            .describe("Every setting Coffer reads, in display order, with its type, default (the string it would be stored as), bounds (an integer's values, a text's bytes), unit and meaning: what a form needs to check a value before `PATCH /v1/settings`.")
+            .ok(200, "The settings table.", page("SettingInfo")),
         route("PATCH", "/v1/settings", "settings", "Set and remove settings")
             .describe(SETTINGS_PATCH_DESCRIPTION.as_str())
             .actor()
@@ -968,6 +971,19 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         json!({
             "type": "object", "required": ["service", "file", "lines"],
             "properties": {"service": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
+        }),
+    );
+    m.insert(
+        "SettingInfo",
+        json!({
+            "type": "object", "required": ["key", "type", "default", "min", "max", "unit", "description"],
+            "properties": {
+                "key": {"type": "string"}, "type": {"enum": ["integer", "text"]},
+                "default": {"type": "string", "description": "The value while the key is not set (`\"\"`: empty text)."},
+                "min": {"type": "integer", "description": "Least value (integer) or bytes (text)."},
+                "max": {"type": "integer", "description": "Largest value (integer) or bytes (text)."},
+                "unit": {"type": "string"}, "description": {"type": "string"},
+            },
         }),
     );
     m.insert(

@@ -21,7 +21,29 @@ const MAX_KEY: usize = settings::MAX_KEY_BYTES;
 
 /// Settings routes.
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/v1/settings", get(get_settings).patch(patch_settings))
+    Router::new().route("/v1/settings", get(get_settings).patch(patch_settings)).route("/v1/settings/table", get(table))
+}
+
+/// One row of the settings table as JSON: `{key, type, default, min, max, unit, description}`;
+/// `default` is the value that applies while the key is not set, as the string it would be
+/// stored as (`""` for empty text); `min`/`max` bound an integer's value or a text's bytes.
+pub fn setting_json(s: &settings::Setting) -> Value {
+    let default = match s.ty {
+        settings::Type::Integer => s.default.to_string(),
+        settings::Type::Text => s.default_text.to_owned(),
+    };
+    json!({
+        "key": s.key, "type": s.ty.name(), "default": default, "min": s.min, "max": s.max,
+        "unit": s.unit, "description": s.description,
+    })
+}
+
+/// `GET /v1/settings/table` → `{"items":[{key, type, default, min, max, unit, description}…],
+/// "next_cursor":null}`: every setting Coffer reads, in display order (what a form needs to
+/// show and check a value before `PATCH /v1/settings`). Touches no other service.
+async fn table() -> Json<Value> {
+    let items: Vec<Value> = settings::SETTINGS.iter().map(setting_json).collect();
+    Json(json!({"items": items, "next_cursor": null}))
 }
 
 /// Body of `PATCH /v1/settings`.
@@ -130,6 +152,22 @@ mod tests {
 
     fn patch(v: Value) -> Result<SettingsPatch, ApiError> {
         parse_json(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn the_table_lists_every_setting_with_its_default() {
+        let rows: Vec<Value> = settings::SETTINGS.iter().map(setting_json).collect();
+        assert_eq!(rows.len(), settings::SETTINGS.len());
+        let call = rows.iter().find(|r| r["key"] == "gateway.call_timeout_ms").expect("call timeout row");
+        assert_eq!(call["type"], "integer");
+        assert_eq!(call["default"], "60000");
+        assert_eq!((&call["min"], &call["max"]), (&json!(1), &json!(86_400_000)));
+        let url = rows.iter().find(|r| r["key"] == "retrieval.embeddings.url").expect("embeddings url row");
+        assert_eq!((&url["type"], &url["default"]), (&json!("text"), &json!("")));
+        // Every default shown is a value the daemon accepts.
+        for r in &rows {
+            settings::check(r["key"].as_str().unwrap(), r["default"].as_str().unwrap()).unwrap();
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ function showSignedOut() {
     h('h1', null, 'Sign in to Coffer'),
     h('p', null, 'This browser has no Coffer session (it ended, or was revoked). In a terminal, run'),
     h('pre', null, h('code', null, 'coffer ui')),
-    h('p', null, 'and open the link it prints. Links work once and expire after 60 seconds.')));
+    h('p', null, 'and open the link it prints. A link works once, and only for a short while (60 seconds unless the setting ui.login_code_ttl_s says otherwise).')));
 }
 
 async function route() {

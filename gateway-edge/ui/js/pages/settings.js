@@ -1,7 +1,291 @@
-// The settings page (placeholder until it is built).
-import { h } from '../dom.js';
+// The settings page (/ui/settings): the settings table (GET /v1/settings/table, values from
+// GET /v1/settings, saved with PATCH /v1/settings; the daemon's refusal is shown next to the
+// field and nothing changes), credentials (names only; set and delete — a value is typed into a
+// password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
+// a service) and a backup of the home (POST /v1/backup).
+import { h, replace, toast } from '../dom.js';
+import {
+  vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
+  field, formDialog, confirmDialog, messageOf, duration, bytes, showFieldError,
+} from '../vault/common.js';
 
-export function mount(root) {
-  root.appendChild(h('h1', null, 'settings'));
+const TABS = [
+  { id: 'settings', label: 'Settings' },
+  { id: 'credentials', label: 'Credentials' },
+  { id: 'status', label: 'Status' },
+  { id: 'backup', label: 'Backup' },
+];
+const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', ui: 'Web console' };
+
+export function mount(root, { params }) {
+  let tab = TABS.some((t) => t.id === params.get('tab')) ? params.get('tab') : 'settings';
+  const panel = h('div', { role: 'tabpanel' });
+  const show = (id) => {
+    tab = id;
+    for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
+    panel.setAttribute('aria-labelledby', `tab-${id}`);
+    replace(panel);
+    ({ settings, credentials, status, backup })[id](panel);
+  };
+  const bar = tabs(TABS, tab, (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); });
+  root.append(pageHead('Settings', 'How the daemon behaves, its secrets, its services and backups.'), bar, panel);
+  show(tab);
   return () => {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The settings table.
+
+async function settings(panel) {
+  const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
+  panel.append(body);
+  let rows; let values;
+  try {
+    const [t, v] = await Promise.all([vget('/v1/settings/table'), vget('/v1/settings')]);
+    rows = t.items || [];
+    values = v.values || {};
+  } catch (e) {
+    replace(body, errorBox(e, 'Could not load the settings'));
+    return;
+  }
+  const known = new Set(rows.map((r) => r.key));
+  const groups = new Map();
+  for (const r of rows) {
+    const g = r.key.split('.')[0];
+    if (!groups.has(g)) groups.set(g, []);
+    groups.get(g).push(r);
+  }
+  const sections = [...groups.entries()].map(([g, rs]) => h('section', { class: 'card settings-group' },
+    h('h2', null, GROUPS[g] || g),
+    h('div', { class: 'setting-rows' }, rs.map((r) => settingRow(r, values)))));
+  const others = Object.keys(values).filter((k) => !known.has(k)).sort();
+  if (others.length) {
+    sections.push(h('section', { class: 'card settings-group' },
+      h('h2', null, 'Other keys'),
+      h('p', { class: 'muted small' }, 'Stored with --force; Coffer does not read them.'),
+      table([
+        { label: 'Key', cell: (k) => h('code', null, k) },
+        { label: 'Value', class: 'wrap', cell: (k) => h('code', null, values[k]) },
+        { label: '', cell: (k) => h('button', { type: 'button', class: 'danger', on: { click: async (e) => {
+          try { await vpatch('/v1/settings', { remove: [k] }); e.target.closest('tr').remove(); toast(`Removed ${k}`); } catch (err) { toast(messageOf(err), 'error'); }
+        } } }, 'Remove') },
+      ], others, { key: (k) => k })));
+  }
+  replace(body, sections);
+}
+
+function settingRow(r, values) {
+  const set = Object.hasOwn(values, r.key);
+  const id = `set-${r.key.replace(/[^A-Za-z0-9_-]/g, '-')}`;
+  const input = h('input', {
+    type: 'text', id, value: set ? values[r.key] : '', placeholder: r.default === '' ? '(empty)' : r.default,
+    inputmode: r.type === 'integer' ? 'numeric' : undefined, autocomplete: 'off', spellcheck: 'false',
+    'aria-describedby': `${id}-desc ${id}-err`,
+  });
+  const error = h('div', { class: 'field-error', id: `${id}-err`, 'aria-live': 'polite' });
+  const badge = h('span', { class: 'setting-badge' });
+  const save = h('button', { type: 'submit' }, 'Save');
+  const reset = h('button', { type: 'button', class: 'ghost' }, 'Use default');
+  let current = set ? values[r.key] : null;
+  const mark = () => {
+    replace(badge, current === null ? h('span', { class: 'badge' }, 'default') : h('span', { class: 'badge accent' }, 'set'));
+    reset.hidden = current === null;
+  };
+  mark();
+  const bounds = r.type === 'integer' ? `${r.min}–${r.max}` : `text, up to ${r.max} bytes`;
+  const form = h('form', { class: 'setting', dataset: { field: r.key, key: r.key } },
+    h('div', { class: 'setting-label' },
+      h('label', { for: id }, h('code', null, r.key)), ' ', badge,
+      h('div', { class: 'muted small', id: `${id}-desc` }, r.description, ` (${[r.unit, bounds, `default ${r.default === '' ? 'empty' : r.default}`].filter(Boolean).join('; ')})`)),
+    h('div', { class: 'setting-input' }, h('div', { class: 'row nowrap' }, input, save, reset), error));
+  const patch = async (body) => {
+    replace(error);
+    input.removeAttribute('aria-invalid');
+    save.disabled = true; reset.disabled = true;
+    try {
+      const v = await vpatch('/v1/settings', body);
+      current = Object.hasOwn(v.values || {}, r.key) ? v.values[r.key] : null;
+      input.value = current ?? '';
+      mark();
+      toast(`${r.key} ${current === null ? 'reset to its default' : 'saved'}`);
+    } catch (e) {
+      // The daemon's message (it names the key, the value and the accepted range), here.
+      showFieldError(form, e, error);
+    } finally {
+      save.disabled = false; reset.disabled = false;
+    }
+  };
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const v = input.value.trim();
+    if (v === '' && r.type === 'integer') { patch({ remove: [r.key] }); return; }
+    patch({ set: { [r.key]: input.value } });
+  });
+  reset.addEventListener('click', () => patch({ remove: [r.key] }));
+  return form;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials.
+
+async function credentials(panel) {
+  const add = h('button', { type: 'button', class: 'primary', on: { click: () => setDialog(null) } }, 'Add credential');
+  const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
+  panel.append(h('div', { class: 'row' }, h('p', { class: 'muted' }, 'Secrets for MCP servers and the embeddings endpoint, encrypted with secret.key. Values are write-only: nothing shows them again.'), h('span', { class: 'spacer' }), add), body);
+  async function load() {
+    let items;
+    try {
+      items = (await vget('/v1/credentials')).items || [];
+    } catch (e) {
+      replace(body, errorBox(e, 'Could not list the credentials'));
+      return;
+    }
+    if (!items.length) {
+      replace(body, emptyState('No credentials yet.', 'Add one here, or mark a server\'s variable or header as a secret when you add the server.'));
+      return;
+    }
+    replace(body, table([
+      { label: 'Name', cell: (c) => h('code', null, c.name) },
+      { label: 'Version', cell: (c) => String(c.version) },
+      { label: 'Updated', cell: (c) => timeEl(c.updated_at) },
+      { label: 'Actions', cell: (c) => h('div', { class: 'row nowrap' },
+        h('button', { type: 'button', on: { click: () => setDialog(c.name) } }, 'Replace value'),
+        h('button', { type: 'button', class: 'danger', on: { click: () => remove(c.name) } }, 'Delete')) },
+    ], items, { key: (c) => c.name, caption: 'Credentials' }));
+  }
+  async function setDialog(name) {
+    const n = field('Name', h('input', { type: 'text', value: name || '', disabled: !!name, autocomplete: 'off', spellcheck: 'false' }), { name: 'name', hint: 'letters, digits, _ . -; up to 64' });
+    const v = field('Value', h('input', { type: 'password', autocomplete: 'new-password' }), { name: 'value', hint: 'stored encrypted; never shown again' });
+    const done = await formDialog(name ? `Replace ${name}` : 'Add a credential', h('div', null, n.wrap, v.wrap), async () => {
+      const credName = name || n.input.value.trim();
+      if (!credName) throw Object.assign(new Error('give the credential a name'), { details: { field: 'name' } });
+      if (!v.input.value) throw Object.assign(new Error('type the value'), { details: { field: 'value' } });
+      try {
+        return await vput(`/v1/credentials/${seg(credName)}`, { value: v.input.value });
+      } finally {
+        // The value leaves the page as soon as it is sent, whatever the answer.
+        v.input.value = '';
+      }
+    }, { submit: name ? 'Replace' : 'Add' });
+    if (done) { toast(`${done.name} stored (version ${done.version})`); load(); }
+  }
+  async function remove(name) {
+    if (!await confirmDialog(`Delete ${name}?`, `Servers that use ${name} fail to start, naming it, until it is set again.`, { confirm: 'Delete' })) return;
+    try {
+      await vdel(`/v1/credentials/${seg(name)}`);
+      toast(`Deleted ${name}`);
+      load();
+    } catch (e) {
+      toast(messageOf(e), 'error');
+    }
+  }
+  load();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status.
+
+async function status(panel) {
+  const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
+  const refresh = h('button', { type: 'button', on: { click: () => load() } }, 'Refresh');
+  panel.append(h('div', { class: 'row' }, h('span', { class: 'spacer' }), refresh), body);
+  async function load() {
+    let s;
+    try {
+      s = await vget('/v1/status');
+    } catch (e) {
+      replace(body, errorBox(e, 'Could not read the status'));
+      return;
+    }
+    const d = s.daemon || {};
+    const ups = s.upstreams || [];
+    replace(body, h('div', { class: 'stack' },
+      h('section', { class: 'card' }, h('h2', null, 'Daemon'),
+        h('dl', { class: 'facts' },
+          h('dt', null, 'Version'), h('dd', null, d.version || ''),
+          h('dt', null, 'Process'), h('dd', null, String(d.pid ?? '')),
+          h('dt', null, 'Port'), h('dd', null, String(d.port ?? '')),
+          h('dt', null, 'Started'), h('dd', null, timeEl(d.started_at)))),
+      h('section', { class: 'card' }, h('h2', null, 'Services'),
+        table([
+          { label: 'Service', cell: (x) => h('strong', null, x.name) },
+          { label: 'State', cell: (x) => stateBadge(x.state) },
+          { label: 'Process', cell: (x) => (x.pid ? String(x.pid) : '—') },
+          { label: 'Up', cell: (x) => (x.state === 'healthy' ? duration(x.uptime_s) : '—') },
+          { label: 'Restarts', cell: (x) => String(x.restarts) },
+          { label: 'Last error', class: 'wrap', cell: (x) => x.last_error ? h('span', { class: 'last-error' }, x.last_error) : h('span', { class: 'muted' }, '—') },
+          { label: '', cell: (x) => restartButton(x, load) },
+        ], s.services || [], { key: (x) => x.name, caption: 'Services' })),
+      h('section', { class: 'card' }, h('h2', null, 'Upstream MCP servers'),
+        ups.length ? table([
+          { label: 'Server', cell: (u) => h('a', { href: `/ui/servers?name=${encodeURIComponent(u.name)}`, 'data-nav': true }, u.name) },
+          { label: 'Transport', cell: (u) => u.transport },
+          { label: 'State', cell: (u) => stateBadge(u.state, u.state === 'ok' ? 'healthy' : u.state) },
+          { label: 'Sessions', cell: (u) => String(u.running) },
+          { label: 'Last start', cell: (u) => u.last_start ? h('span', null, u.last_start, ' · ', timeEl(u.last_start_at)) : h('span', { class: 'muted' }, 'never') },
+          { label: 'Last error', class: 'wrap', cell: (u) => u.last_error ? h('span', { class: 'last-error' }, u.last_error) : h('span', { class: 'muted' }, '—') },
+        ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run ', h('code', null, 'coffer mcp import'), '.')))));
+  }
+  load();
+}
+
+function restartButton(x, after) {
+  // The gateway serves this page: restarting it is `coffer daemon restart`'s job, not a button's.
+  if (x.name === 'gateway') return h('span', { class: 'muted small' }, 'serves this page');
+  if (x.state === 'stopped') return h('span', { class: 'muted small' }, 'on demand');
+  const b = h('button', { type: 'button', on: { click: async () => {
+    if (!await confirmDialog(`Restart ${x.name}?`, `The ${x.name} service stops and starts again; its requests wait meanwhile.`, { confirm: 'Restart' })) return;
+    b.disabled = true;
+    replace(b, 'Restarting…');
+    try {
+      const r = await vpost(`/v1/daemon/services/${seg(x.name)}/restart`, {});
+      toast(`${r.name} is ${r.state}`);
+    } catch (e) {
+      toast(messageOf(e), 'error');
+    }
+    after();
+  } } }, 'Restart');
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backup.
+
+function backup(panel) {
+  const p = field('Backup folder', h('input', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: '/home/me/coffer-backup-2026-12-01' }), { name: 'path', hint: 'absolute; a new or empty folder' });
+  const go = h('button', { type: 'submit', class: 'primary' }, 'Back up now');
+  const out = h('div', { 'aria-live': 'polite' });
+  const form = h('form', { class: 'card backup-form' },
+    h('p', null, 'Writes a consistent copy of the database, your knowledge, memory and skills folders and secret.key into the folder. ',
+      h('strong', null, 'Whoever holds a backup with secret.key can decrypt its credentials.')),
+    p.wrap, h('div', { class: 'row' }, go), h('div', { class: 'form-error' }));
+  panel.append(form, out);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    replace(p.error);
+    replace(out);
+    replace(form.querySelector('.form-error'));
+    go.disabled = true;
+    replace(go, 'Backing up…');
+    try {
+      const r = await vpost('/v1/backup', { path: p.input.value.trim() });
+      const files = (r.manifest && r.manifest.files) || [];
+      const total = files.reduce((n, f) => n + (f.bytes || 0), 0);
+      replace(out, h('section', { class: 'card backup-result', role: 'status' },
+        h('h2', null, 'Backup written'),
+        h('dl', { class: 'facts' },
+          h('dt', null, 'Folder'), h('dd', null, h('code', null, r.path)),
+          h('dt', null, 'Files'), h('dd', null, `${files.length} (${bytes(total)})`),
+          h('dt', null, 'Created'), h('dd', null, timeEl(r.manifest && r.manifest.created_at)),
+          h('dt', null, 'secret.key'), h('dd', null, r.secret_key_included ? h('span', { class: 'badge warn' }, 'included: keep this backup private') : 'not included')),
+        (r.skipped || []).length ? h('details', null, h('summary', null, `${r.skipped.length} skipped`), h('ul', null, r.skipped.map((s) => h('li', null, h('code', null, s))))) : null,
+        h('p', { class: 'muted small' }, 'Restore it with ', h('code', null, `coffer restore ${r.path}`), ' while the daemon is stopped.')));
+      toast('Backup written');
+    } catch (err) {
+      showFieldError(form, Object.assign(err, { details: { field: 'path', ...(err.details || {}) } }), form.querySelector('.form-error'));
+    } finally {
+      go.disabled = false;
+      replace(go, 'Back up now');
+    }
+  });
 }
