@@ -73,7 +73,10 @@ async fn ui_done_when_a_new_user_chats_queues_stops_resumes_watches_toggles_and_
     home.set_env("COFFER_PASS_ENV", names.join(","));
     // The person's notes and one upstream MCP server.
     let notes = home.temp().join("notes");
-    write_file(&notes.join("ops/deploy.md"), "# Operations\n\n## Deploying\n\nThe staging deploy uses the flamingo key.\n")?;
+    write_file(
+        &notes.join("ops/deploy.md"),
+        "# Operations\n\n## Deploying\n\nThe staging deploy uses the flamingo key.\n",
+    )?;
     write_file(&notes.join("garden.md"), "# Garden\n\nTomatoes want sun.\n")?;
 
     // 1. `coffer ui` starts the daemon and prints a one-time link; opening it signs in.
@@ -81,11 +84,16 @@ async fn ui_done_when_a_new_user_chats_queues_stops_resumes_watches_toggles_and_
     let url = out.json()?["url"].as_str().context("url")?.to_owned();
     let api = home.api()?;
     let claude = coffer_tests::peers::claude_code()?.display().to_string();
-    api.request(Method::PATCH, "/v1/settings").json(&json!({"set": {"chat.claude_code_path": claude}})).reply().await?.ok_json()?;
+    api.request(Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_path": claude}}))
+        .reply()
+        .await?
+        .ok_json()?;
     let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
     let r = api.post_json("/v1/mcp/servers", &json!({"name": "tiny", "command": tiny})).reply().await?;
     ensure!(r.status == 201, "register: {} {}", r.status, r.text);
-    let r = api.post_json("/v1/knowledge", &json!({"name": "notes", "path": notes.display().to_string()})).reply().await?;
+    let r =
+        api.post_json("/v1/knowledge", &json!({"name": "notes", "path": notes.display().to_string()})).reply().await?;
     ensure!(r.status == 201, "knowledge: {} {}", r.status, r.text);
 
     let b = Browser::start().await?;
