@@ -292,15 +292,62 @@ async fn ui_chat_recovers_from_a_gateway_restart_mid_turn_and_keeps_everything_a
     );
     b.wait_until("document.querySelector('.stream-banner').hidden").await?;
 
-    // The daemon restarts: after a reload the conversation and its messages are all there.
+    // A turn that hangs with a message queued behind it when the daemon stops.
+    type_and_send(&b, "hang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden").await?;
+    type_and_send(&b, "say:queued before the restart").await?;
+    b.wait_until("document.querySelectorAll('.pending-item').length === 1").await?;
+
+    // The daemon restarts: after a reload everything is there — the finished reply, the cut
+    // turn marked failed, the queue restored paused — and resuming runs the queued message.
     home.terminate_daemon(Duration::from_secs(30)).await?;
     let api = chat::start_daemon(&home).await?;
     b.set_origin(api.base_url())?;
     b.login(api.base_url(), api.token(), "chat").await?;
     open(&b, &id).await?;
-    b.wait_until("document.querySelectorAll('article.msg').length === 2").await?;
+    b.wait_until("document.querySelectorAll('article.msg').length === 4").await?;
     let got = replies(&b).await?;
     assert!(got.iter().any(|t| t.starts_with(&want)), "stored: {got:?}");
+    b.wait_for("article.msg.assistant[data-status=\"failed\"]").await?;
+    b.wait_for(".pending-head.paused").await?;
+    assert_eq!(pending_texts(&b).await?, ["say:queued before the restart"]);
+    b.screenshot("chat-after-restart").await?;
+    click_button(&b, ".pending-head", "Resume").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('queued before the restart'))").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_reply_never_spins_when_coffer_goes_away() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    // Every request while the daemon is gone fails in the console (expected here).
+    for expected in ["ERR_CONNECTION_REFUSED", "/events", "Failed to load resource"] {
+        b.allow_console(expected);
+    }
+    let id = create(&api, "Coffer goes away").await?;
+    open(&b, &id).await?;
+    let words: Vec<String> = (1..=40).map(|i| format!("g{i:02}")).collect();
+    type_and_send(&b, &format!("slow:300\nsay:{}", words.join(" "))).await?;
+    b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('g02')").await?;
+    home.terminate_daemon(Duration::from_secs(30)).await?;
+
+    // The retries are bounded: the page says live updates stopped, keeps what streamed, and
+    // nothing goes on spinning.
+    b.wait_until_within(
+        "document.querySelector('.stream-banner.err') && !document.querySelector('.stream-banner').hidden",
+        Duration::from_secs(90),
+    )
+    .await?;
+    assert_eq!(b.eval("return document.querySelectorAll('.thinking').length;", vec![]).await?, json!(0));
+    b.wait_for_text("article.msg.assistant[data-status=\"streaming\"] .msg-foot", "live updates stopped").await?;
+    let kept = b.find("article.msg.assistant[data-status=\"streaming\"] .msg-body").await?.text().await?;
+    assert!(kept.contains("g02"), "what streamed stays: {kept}");
+    // The composer still works; a message that cannot be sent comes back into it.
+    type_and_send(&b, "are you there").await?;
+    b.wait_for_text(".toast.error", "Not sent").await?;
+    b.wait_until("document.querySelector('#composer').value === 'are you there'").await?;
+    b.screenshot("chat-offline").await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -377,6 +424,13 @@ async fn ui_chat_creates_renames_archives_restores_and_deletes() -> anyhow::Resu
     b.find("#conv-search").await?.clear().await?;
     b.eval("document.querySelector('#conv-search').dispatchEvent(new Event('input'))", vec![]).await?;
     b.wait_until("document.querySelectorAll('.conv-item').length === 2").await?;
+
+    // The keys help names Enter, Shift+Enter and Escape.
+    b.find(".convs-head .help").await?.click().await?;
+    let help = b.wait_for("dialog.modal").await?.text().await?;
+    assert!(help.contains("Shift+Enter") && help.contains("Escape"), "{help}");
+    b.press(keys::ESCAPE).await?;
+    b.wait_until("!document.querySelector('dialog.modal')").await?;
 
     click_button(&b, ".thread-actions", "Delete").await?;
     b.wait_for_text("dialog.modal", "cannot be undone").await?;
@@ -558,6 +612,8 @@ async fn ui_chat_stays_responsive_with_a_5mb_reply_and_2000_messages() -> anyhow
     let click_ms = handled.as_f64().context("ms")?;
     assert!(typed < Duration::from_secs(3), "typing answered in {typed:?}");
     assert!(click_ms < 500.0, "a click handled and painted in {click_ms} ms");
+    // That click collapsed the conversation list.
+    assert_eq!(b.eval("return !!document.querySelector('.chat.list-collapsed');", vec![]).await?, json!(true));
     b.screenshot("chat-5mb").await?;
     b.find(".show-all").await?.click().await?;
     b.wait_until("document.querySelector('.huge .plain').textContent.length >= 5242880").await?;

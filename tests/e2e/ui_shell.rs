@@ -132,8 +132,12 @@ async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
 
     // A session revoked while the page is open: the next load shows the same screen.
     b.login(api.base_url(), api.token(), "chat").await?;
-    // The open page may notice first: its next call (the conversation list reloading after its
-    // stream ends) is a 401, which is what sends it to the sign-in screen.
+    // The chat page's first requests (the list, the agents) are answered before the revoke: one
+    // still in flight would be a 401 in the console.
+    b.wait_until("performance.getEntriesByName('coffer:conversations-drawn').length > 0").await?;
+    b.wait_for(".thread-empty-state").await?;
+    // A request of the page's that still races the revoke is a 401 that sends it to the sign-in
+    // screen too.
     b.allow_console("the server responded with a status of 401");
     let revoked = api.request(reqwest::Method::DELETE, "/v1/ui/sessions").reply().await?.ok_json()?;
     assert_eq!(revoked["revoked"], 1, "{revoked}");

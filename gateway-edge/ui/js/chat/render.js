@@ -81,13 +81,14 @@ function statusBadge(m) {
   return null;
 }
 
-/** The footer of an assistant message: status, model and usage, error text. */
+/** The footer of an assistant message: status, model and usage, error text (unless the body already says it). */
 export function footer(m) {
   const line = usageLine(m);
+  const said = (m.blocks || []).some((b) => b.type === 'text' && b.text.trim() === (m.error || '').trim());
   return h('footer', { class: 'msg-foot' },
     statusBadge(m),
     line ? h('span', { class: 'usage' }, line) : null,
-    m.error ? h('span', { class: 'msg-error' }, m.error) : null);
+    m.error && !said ? h('span', { class: 'msg-error' }, m.error) : null);
 }
 
 /** The blocks of a message into `body`: text, tool cards (results joined to their calls). */

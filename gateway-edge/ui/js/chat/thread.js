@@ -42,6 +42,7 @@ export function mountThread(root, id, hooks) {
   let moreBefore = false;
   let loadingOlder = false;
   let live = null; // the streamed assistant message: {id, el, body, text, textEl, cards, buf}
+  let freshReload = false; // nothing but resets received since the last reload
 
   // ---- layout ----
   const title = h('h1', { class: 'thread-title' }, '…');
@@ -307,10 +308,17 @@ export function mountThread(root, id, hooks) {
     reset(e) {
       const why = e.reset.reason;
       if (why === 'deleted') { closeStream(); hooks.onDeleted(id); return; }
-      // too_old or lagged: what we hold is no longer complete; reload from REST.
+      // too_old or lagged: what we hold is no longer complete; reload from REST. A reset right
+      // after a reload (a turn longer than the service keeps: its start is gone) is lived
+      // with instead: the rest streams in, and the turn's end brings the whole stored reply.
+      if (why === 'too_old' && freshReload) return;
       reload();
     },
   };
+  // Every event but a reset means the stream since the last reload delivered something.
+  for (const [name, fn] of Object.entries(handlers)) {
+    if (name !== 'reset') handlers[name] = (e) => { freshReload = false; fn(e); };
+  }
 
   function closeStream() { if (stream) { stream.close(); stream = null; } }
 
@@ -330,6 +338,7 @@ export function mountThread(root, id, hooks) {
           if (reconnecting) { reconnecting = false; reconcile(); }
         } else if (s === 'failed') {
           stream = null;
+          stopLive();
           reconcile();
           banner.hidden = false;
           banner.className = 'stream-banner err';
@@ -350,16 +359,29 @@ export function mountThread(root, id, hooks) {
       renderPending();
       setConv(view.conversation);
       for (const m of view.messages) {
-        if (live && m.id === live.id && m.status === 'streaming' && stream) continue;
-        if (shown.includes(m.id) || m.status !== 'streaming' || !stream) append(m);
+        // The store has no partial text of a reply in progress: keep what streamed here.
+        if (m.status === 'streaming' && shown.includes(m.id)) continue;
+        append(m);
       }
       if (live && !view.conversation.turn_running) finishLive(view.messages.find((m) => m.id === live.id) || null);
-      if (!stream) {
-        // No stream: nothing may look as if it were still coming.
-        live = null;
-        for (const n of msgs.querySelectorAll('.thinking')) n.remove();
-      }
+      if (!stream) stopLive();
     } catch { /* the banner already says Coffer is not answering */ }
+  }
+
+  // No stream any more: nothing may look as if it were still coming. What streamed so far
+  // stays, marked as no longer live.
+  function stopLive() {
+    if (live) {
+      cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md);
+      flushText();
+    }
+    live = null;
+    for (const n of msgs.querySelectorAll('.thinking')) n.remove();
+    for (const m of msgs.querySelectorAll('article.msg.assistant[data-status="streaming"]')) {
+      let f = m.querySelector('.msg-foot');
+      if (!f) { f = h('footer', { class: 'msg-foot' }); m.appendChild(f); }
+      replace(f, h('span', { class: 'badge warn' }, 'live updates stopped'));
+    }
   }
 
   async function reload() {
@@ -373,6 +395,7 @@ export function mountThread(root, id, hooks) {
       renderPending();
       renderAll(view);
       // A running turn replays from its start (after=0); otherwise follow from here.
+      freshReload = true;
       follow(view.conversation.turn_running ? 0 : view.last_seq);
     } catch (e) {
       if (closed) return;
@@ -393,7 +416,7 @@ export function mountThread(root, id, hooks) {
       h('button', { type: 'button', class: 'ghost', 'aria-label': 'Remove this pending message', on: { click: () => removePending(it) } }, 'Remove'))));
     const head = queue.paused
       ? h('div', { class: 'pending-head paused' },
-        h('span', null, items.length ? `Queue paused (after an error or a stop): ${items.length} waiting.` : 'Queue paused.'),
+        h('span', null, `Queue paused${items.length ? `: ${items.length} waiting` : ''} (it pauses after a stop, an error or a restart).`),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'primary', on: { click: () => setQueue(items, false) } }, 'Resume'),
         h('button', { type: 'button', on: { click: () => setQueue([], false) } }, 'Discard'))
@@ -401,11 +424,17 @@ export function mountThread(root, id, hooks) {
     replace(pendingBox, head, items.length ? list : null);
   }
 
+  // A REST answer's queue may be older than the stream's `queue_changed` events (they can
+  // arrive first): while the stream is open it is the one truth, and the answer is only used
+  // without it.
+  function answeredQueue(q) {
+    if (q && !stream) { queue = q; renderPending(); }
+  }
+
   async function setQueue(items, paused) {
     try {
-      queue = await put(`/v1/conversations/${encodeURIComponent(id)}/pending`,
-        { items: items.map((it) => (it.id ? { id: it.id, text: it.text } : { text: it.text })), paused });
-      renderPending();
+      answeredQueue(await put(`/v1/conversations/${encodeURIComponent(id)}/pending`,
+        { items: items.map((it) => (it.id ? { id: it.id, text: it.text } : { text: it.text })), paused }));
       return true;
     } catch (e) {
       toast(`Cannot change the queue: ${e.message}`, 'error');
@@ -446,7 +475,7 @@ export function mountThread(root, id, hooks) {
         if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
       } else {
         const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { text });
-        if (r.queue) { queue = r.queue; renderPending(); }
+        answeredQueue(r.queue);
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
       }
     } catch (e) {
