@@ -211,7 +211,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Answers the size it applied (capped by SQLITE_MAX_MMAP_SIZE); a query, not an update.
     let _: i64 = conn.query_row(&format!("PRAGMA mmap_size = {MMAP_BYTES}"), [], |r| r.get(0))?;
-    Ok(())
+    crate::fts_rank::register(conn)
 }
 
 impl Db {
@@ -230,7 +230,6 @@ impl Db {
     /// [`Db::open`] with another migration list (tests).
     fn open_with(path: &Path, list: &'static [Migration]) -> Result<Self, StoreError> {
         register_sqlite_vec();
-        crate::fts_rank::register();
         let existed = path.exists();
         // coffer-store owns coffer.db: its one writer connection.
         #[allow(clippy::disallowed_methods)]

@@ -10,9 +10,9 @@
 //! [`DocFreq`], valid until the next write to the index, so repeated words cost nothing.
 //! The scores are the same as `bm25()`'s (a test compares them).
 //!
-//! Registered for every connection as an auto-extension ([`register`]), like sqlite-vec.
+//! Created on every connection of the store's pool ([`register`], from `db::configure`).
 use std::collections::HashMap;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,51 +26,54 @@ const B: f64 = 0.75;
 /// Most phrases one query may have (`MAX_TERMS` of the Index domain).
 const MAX_PHRASES: usize = 64;
 
-/// Registers [`NAME`] for every connection this process opens from now on; idempotent.
-pub fn register() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: `init` has exactly the signature SQLite calls an auto-extension with; the
-        // pointer is to a static function, valid for the whole process.
-        #[allow(unsafe_code)]
-        let rc = unsafe { ffi::sqlite3_auto_extension(Some(init)) };
-        if rc != ffi::SQLITE_OK {
-            tracing::error!(rc, "Registering coffer_bm25 failed: keyword queries will fail.");
-        }
-    });
-}
-
-/// Auto-extension entry point: finds the connection's `fts5_api` (the documented
-/// `SELECT fts5(?1)` handshake with a bound pointer) and creates the function. Always returns
-/// OK (an error here would fail every `sqlite3_open`); without the function, keyword queries
-/// fail with "no such function", which tests catch.
-#[allow(unsafe_code)]
-unsafe extern "C" fn init(
-    db: *mut ffi::sqlite3,
-    _err: *mut *mut c_char,
-    _api: *const ffi::sqlite3_api_routines,
-) -> c_int {
+/// Creates [`NAME`] on `conn` (every connection of the store's pool gets it in
+/// `db::configure`, after its busy timeout is set: finding the FTS5 API runs a statement, which
+/// may wait for a lock).
+///
+/// # Errors
+/// When the FTS5 API cannot be found or the function cannot be created.
+pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let fail = |what: &str| {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_ERROR), Some(format!("coffer_bm25: {what}")))
+    };
     let mut api: *mut ffi::fts5_api = std::ptr::null_mut();
     let mut stmt: *mut ffi::sqlite3_stmt = std::ptr::null_mut();
-    // SAFETY: `db` is the connection SQLite is opening; the statement is finalized before
-    // returning; the bound pointer is to `api`, which outlives the step that writes it, and its
-    // type tag is the one FTS5 checks ("fts5_api_ptr").
+    // SAFETY: `conn.handle()` is the open connection, used only on this thread for the length of
+    // this call; the statement is finalized before returning; the bound pointer is to `api`,
+    // which outlives the step that writes it, with the type tag FTS5 checks ("fts5_api_ptr");
+    // `rank` has exactly the signature of an FTS5 extension function and is a static function.
+    #[allow(unsafe_code)]
     unsafe {
-        if ffi::sqlite3_prepare_v2(db, c"SELECT fts5(?1)".as_ptr(), -1, &raw mut stmt, std::ptr::null_mut())
-            != ffi::SQLITE_OK
-        {
-            return ffi::SQLITE_OK;
+        let db = conn.handle();
+        let rc = ffi::sqlite3_prepare_v2(db, c"SELECT fts5(?1)".as_ptr(), -1, &raw mut stmt, std::ptr::null_mut());
+        if rc != ffi::SQLITE_OK {
+            return Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(rc),
+                Some("coffer_bm25: SELECT fts5(?1)".into()),
+            ));
         }
         ffi::sqlite3_bind_pointer(stmt, 1, (&raw mut api).cast(), c"fts5_api_ptr".as_ptr(), None);
-        ffi::sqlite3_step(stmt);
+        let rc = ffi::sqlite3_step(stmt);
         ffi::sqlite3_finalize(stmt);
-        if api.is_null() || (*api).iVersion < 2 {
-            return ffi::SQLITE_OK;
+        if rc != ffi::SQLITE_ROW && rc != ffi::SQLITE_DONE {
+            return Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(rc),
+                Some("coffer_bm25: SELECT fts5(?1)".into()),
+            ));
         }
-        let Some(create) = (*api).xCreateFunction else { return ffi::SQLITE_OK };
-        create(api, c"coffer_bm25".as_ptr(), std::ptr::null_mut(), Some(rank), None);
+        if api.is_null() || (*api).iVersion < 2 {
+            return Err(fail("this SQLite has no FTS5 API of version 2 or later"));
+        }
+        let Some(create) = (*api).xCreateFunction else { return Err(fail("FTS5 has no xCreateFunction")) };
+        let rc = create(api, c"coffer_bm25".as_ptr(), std::ptr::null_mut(), Some(rank), None);
+        if rc != ffi::SQLITE_OK {
+            return Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(rc),
+                Some("coffer_bm25: xCreateFunction".into()),
+            ));
+        }
     }
-    ffi::SQLITE_OK
+    Ok(())
 }
 
 /// Why a row could not be scored.
@@ -237,10 +240,10 @@ mod tests {
     use super::*;
 
     fn db() -> rusqlite::Connection {
-        register();
         // A test database of this module's own, in memory.
         #[allow(clippy::disallowed_methods)]
         let c = rusqlite::Connection::open_in_memory().unwrap();
+        register(&c).unwrap();
         c.execute_batch(
             "CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');",
         )
