@@ -131,7 +131,10 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
 
     // Streaming: words appear while the turn runs (as markdown shortly after), then the stored
     // reply with model and usage.
-    type_and_send(&b, "slow:300\nsay:**alpha** beta gamma delta epsilon zeta").await?;
+    // Paced so that the reply is still streaming after the checks below on a loaded machine
+    // (each browser round trip may take a few hundred ms): 14 words, 400 ms apart.
+    type_and_send(&b, "slow:400\nsay:**alpha** beta gamma delta epsilon eta theta iota kappa lambda mu nu xi zeta")
+        .await?;
     b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('beta')").await?;
     b.wait_for(".streaming-text strong").await?;
     let partial = b.eval("return document.querySelector('.streaming-text').textContent;", vec![]).await?;
@@ -141,7 +144,10 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('zeta'))").await?;
     let foot = b.find("article.msg.assistant[data-status=\"complete\"] .usage").await?.text().await?;
     assert!(foot.contains("scripted-model") && foot.contains("out"), "model and usage per reply: {foot}");
-    assert_eq!(replies(&b).await?.last().map(String::as_str), Some("alpha beta gamma delta epsilon zeta"));
+    assert_eq!(
+        replies(&b).await?.last().map(String::as_str),
+        Some("alpha beta gamma delta epsilon eta theta iota kappa lambda mu nu xi zeta")
+    );
 
     // A turn that hangs; three messages typed meanwhile become pending items, one per line, and
     // the composer stays usable.

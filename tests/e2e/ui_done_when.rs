@@ -122,7 +122,7 @@ async fn ui_done_when_a_new_user_chats_queues_stops_resumes_watches_toggles_and_
     b.screenshot("done-2-streaming").await?;
 
     // 4. Two messages typed during the turn wait as pending items; the composer stays usable.
-    send(&b, "SLOW[150] SAY[q1a q1b q1c q1d q1e q1f q1g q1h q1i q1j]").await?;
+    send(&b, "SLOW[300] SAY[q1a q1b q1c q1d q1e q1f q1g q1h q1i q1j]").await?;
     send(&b, "SAY[q2 done]").await?;
     b.wait_until("document.querySelectorAll('.pending-item').length === 2").await?;
     ensure!(b.find("#composer").await?.prop("disabled").await? == json!(false), "the composer never locks");
