@@ -208,6 +208,30 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     Ok(())
 }
 
+/// `coffer ui --logout-all` while a chat tab follows a running turn: the edge ends that
+/// session's streams, and the tab shows the sign-in screen by itself (no click, no reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_revoke_signs_an_open_tab_out_without_a_click() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    let id = create(&api, "Revoked mid-turn").await?;
+    open(&b, &id).await?;
+    type_and_send(&b, "hang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden").await?;
+    // The streams' reconnections and the session probe answer 401 by design.
+    b.allow_console("the server responded with a status of 401");
+    home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    b.wait_until_within(
+        "[...document.querySelectorAll('h1')].some(e => e.textContent.includes('Sign in to Coffer'))",
+        Duration::from_secs(10),
+    )
+    .await
+    .context("the open tab did not show the sign-in screen after the revoke")?;
+    b.wait_gone("#page[data-page]").await?;
+    b.screenshot("chat-revoked").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_chat_a_second_tab_sees_the_same_stream_and_the_list_updates_live() -> anyhow::Result<()> {
     let Ui { home: _home, api, b } = ui().await?;

@@ -109,6 +109,21 @@ impl Events {
         }
     }
 
+    /// Waits (bounded) for the server to end the stream; the events still sent before it are
+    /// returned.
+    async fn ended(&mut self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut seen = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(EVENT_TIMEOUT, self.resp.chunk())
+                .await
+                .with_context(|| format!("the stream is still open after {seen:?}"))?;
+            let Some(bytes) = chunk? else { return Ok(seen) };
+            let mut out = Vec::new();
+            self.parser.push(&bytes, &mut out);
+            seen.extend(out.into_iter().map(|e| (e.kind().to_owned(), String::from_utf8_lossy(&e.data).into_owned())));
+        }
+    }
+
     /// Events up to and including the first `kind` event whose data contains `needle`.
     async fn until(&mut self, kind: &str, needle: &str) -> anyhow::Result<Vec<(String, String)>> {
         let mut seen = Vec::new();
@@ -371,6 +386,44 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     ensure!(v["sessions"] == json!([]), "{v}");
     home.wait_for_log_line("gateway", &["Web sessions file unusable"], Duration::from_secs(5)).await?;
     login(&api).await?;
+    Ok(())
+}
+
+/// `coffer ui --logout-all` ends the streams already open with a revoked cookie (each SSE
+/// endpoint the console follows), and only those: a stream opened with the token goes on.
+#[tokio::test]
+async fn ui_edge_a_revoke_ends_the_streams_open_with_the_cookie() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let cookie = login(&api).await?;
+    let mut by_token = Events::open(api.get("/v1/invocations/events")).await?;
+    let mut streams = Vec::new();
+    for path in ["/v1/invocations/events", "/v1/conversations/events", "/v1/logs/gateway?follow=true&n=1"] {
+        streams.push((path, Events::open(with_cookie(&api, Method::GET, path, &cookie)).await.context(path)?));
+    }
+    // They are live before the revoke.
+    let mcp = McpSession::latest(&api).await?;
+    mcp.tool("tiny__echo", json!({"message": "before"})).await?;
+    streams[0].1.until("invocation", "tiny__echo").await?;
+    by_token.until("invocation", "tiny__echo").await?;
+
+    let out = home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    ensure!(out.stdout.contains("Signed out 1 web session"), "{out}");
+    for (path, s) in &mut streams {
+        s.ended().await.with_context(|| format!("{path} after the revoke"))?;
+        // Reconnecting with the same cookie is refused.
+        let again = with_cookie(&api, Method::GET, path, &cookie).reply().await?;
+        again.expect_envelope(401, "UNAUTHORIZED").with_context(|| path.to_owned())?;
+    }
+    // The token's stream is untouched and still delivers.
+    mcp.tool("tiny__echo", json!({"message": "after"})).await?;
+    let (kind, data) = by_token.next().await?;
+    ensure!(kind == "invocation" && data.contains("tiny__echo"), "{kind} {data}");
+    // A new session after the revoke streams as before.
+    let fresh = login(&api).await?;
+    let mut s = Events::open(with_cookie(&api, Method::GET, "/v1/invocations/events", &fresh)).await?;
+    mcp.tool("tiny__echo", json!({"message": "fresh"})).await?;
+    s.until("invocation", "tiny__echo").await?;
     Ok(())
 }
 

@@ -64,7 +64,9 @@ export function withQuery(path, params) {
  * 'open' | 'retrying' | 'failed'. A dropped connection is retried by EventSource itself, which
  * resends `Last-Event-ID`; when the browser gives up (an error answer) it is reopened here with
  * `?after=<last id>`. After `maxRetries` consecutive failures it stops and calls
- * onState('failed'), so the caller reconciles from REST instead of waiting forever.
+ * onState('failed'), so the caller reconciles from REST instead of waiting forever. When the
+ * session has ended (the edge ends a revoked session's streams), the stream stops and the
+ * 401 handler runs.
  * Returns {close()}.
  */
 export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) {
@@ -93,7 +95,11 @@ export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) 
       if (failures > maxRetries) { es.close(); onState('failed'); return; }
       onState('retrying');
       if (es.readyState === EventSource.CLOSED) {
-        timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000));
+        // The browser gave up on an error answer. EventSource never says which one, and a
+        // revoked session looks like this (the server ends the stream, the reconnect is a 401):
+        // asking for the session lets a 401 reach the signed-out handler instead of retrying.
+        const again = () => { if (!closed) timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000)); };
+        api('GET', '/v1/ui/session').then(again, (e) => { if (e.status === 401) closed = true; else again(); });
       }
     };
   };

@@ -20,6 +20,7 @@ function showSignedOut() {
   signedOut = true;
   if (cleanup) { try { cleanup(); } catch { /* page already gone */ } cleanup = null; }
   document.body.classList.add('signed-out');
+  delete root.dataset.page;
   replace(root, h('section', { class: 'notice' },
     h('h1', null, 'Sign in to Coffer'),
     h('p', null, 'This browser has no Coffer session (it ended, or was revoked). In a terminal, run'),
