@@ -208,6 +208,33 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     Ok(())
 }
 
+/// Six messages typed as fast as WebDriver can during a hanging turn: the pending queue, on the
+/// page and over REST, holds them in the order typed (the page sends one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_messages_typed_quickly_keep_their_order() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "Quick typing").await?;
+    open(&b, &id).await?;
+    let expected: Vec<String> = (0..6).map(|i| format!("say:m{i}")).collect();
+    for round in 0..3 {
+        type_and_send(&b, "hang").await?;
+        b.wait_until("!document.querySelector('.stop').hidden").await?;
+        // One WebDriver call types all six, each ended by Enter.
+        let burst: String = expected.iter().map(|t| format!("{t}{}", keys::ENTER)).collect();
+        b.find("#composer").await?.send_keys(&burst).await?;
+        b.wait_until("document.querySelectorAll('.pending-item').length === 6").await?;
+        assert_eq!(pending_texts(&b).await?, expected, "round {round}: the page's queue");
+        assert_eq!(queue(&api, &id).await?.0, expected, "round {round}: the stored queue");
+        // Stop and discard before the next round.
+        b.find(".stop").await?.click().await?;
+        b.wait_for(".pending-head.paused").await?;
+        click_button(&b, ".pending-head", "Discard").await?;
+        b.wait_until("document.querySelector('.pending').hidden").await?;
+    }
+    b.assert_clean().await;
+    Ok(())
+}
+
 /// `coffer ui --logout-all` while a chat tab follows a running turn: the edge ends that
 /// session's streams, and the tab shows the sign-in screen by itself (no click, no reload).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -459,7 +459,12 @@ export function mountThread(root, id, hooks) {
   }
 
   // ---- sending and stopping ----
-  async function send() {
+  // Sends go out one after another (a promise chain): two POSTs in flight at once may reach the
+  // daemon in either order, and the queue must keep the order the messages were typed in. The
+  // composer never waits for the chain.
+  let sending = Promise.resolve();
+
+  function send() {
     const text = input.value;
     if (!text.trim() || !conv) return;
     const wasEditing = editing !== null;
@@ -469,6 +474,11 @@ export function mountThread(root, id, hooks) {
     grow();
     editing = null;
     editNote.hidden = true;
+    sending = sending.then(() => deliver(text, wasEditing));
+  }
+
+  /** Delivers one typed message; never throws (a failure puts the text back in the composer). */
+  async function deliver(text, wasEditing) {
     try {
       if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
         // Back to the end of the queue it came from.
@@ -479,9 +489,15 @@ export function mountThread(root, id, hooks) {
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
       }
     } catch (e) {
-      if (!input.value) { input.value = text; grow(); }
+      keepDraft(text);
       if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
     }
+  }
+
+  /** Puts an unsent text back into the composer, after what is there already (nothing is lost). */
+  function keepDraft(text) {
+    input.value = input.value ? `${input.value}\n${text}` : text;
+    grow();
   }
 
   async function stop() {
