@@ -149,6 +149,41 @@ async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The daemon stops while a tab is open, and the user goes to a page not loaded yet: the page
+/// says Coffer is not answering and how to start it, with a Retry button (no "Loading…" forever,
+/// no error of ours in the console); once the daemon is back the page recovers by itself.
+#[tokio::test]
+async fn ui_shell_a_page_opened_while_the_daemon_is_down_says_so_and_recovers() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    b.wait_settled().await?;
+    // Each request while the daemon is gone fails in the console (the browser's own lines).
+    for expected in ["ERR_CONNECTION_REFUSED", "Failed to load resource", "/events"] {
+        b.allow_console(expected);
+    }
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    b.find("#nav a[data-page=servers]").await?.click().await?;
+    b.wait_for_text("#page h1", "Coffer is not answering").await?;
+    b.wait_for_text("#page code", "coffer daemon start").await?;
+    b.wait_for_text("#page button", "Retry").await?;
+    assert_eq!(b.count("#page .loading").await?, 0, "still Loading…");
+    b.screenshot("shell-unreachable-1280").await?;
+    // The Retry button works while the daemon is still away: it says so, and stays.
+    b.find("#page .unreachable button").await?.click().await?;
+    b.wait_for_text("#page [role=status]", "Still not answering").await?;
+
+    let again = home.start_daemon().await?;
+    ensure!(again.port() == api.port(), "the daemon came back on another port: {} vs {}", again.port(), api.port());
+    b.wait_until_within("document.getElementById('page').dataset.page === 'servers'", Duration::from_secs(30))
+        .await
+        .context("the page did not recover once the daemon answered")?;
+    assert_eq!(b.current_url().await?.path(), "/ui/servers");
+    b.assert_clean().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn ui_shell_every_page_loads_at_desktop_and_phone_width() -> anyhow::Result<()> {
     let (_home, api) = daemon().await?;

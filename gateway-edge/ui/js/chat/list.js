@@ -82,7 +82,8 @@ export function mountList(root, hooks) {
       draw();
     } catch (e) {
       if (closed || mine !== loadSeq) return;
-      status.textContent = `Cannot list conversations: ${e.message}`;
+      replace(status, `Cannot list conversations: ${e.message} `,
+        h('button', { type: 'button', class: 'ghost retry', on: { click: () => load(append) } }, 'Retry'));
       if (!drawn) draw();
     }
   }
