@@ -208,6 +208,46 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     Ok(())
 }
 
+/// After a revoke the page speaks plainly and the composer's draft is not lost: a 401 in the
+/// page says the session ended and how to sign in again, the sign-in screen says the draft is
+/// kept, and signing in again in the same tab brings it back into the composer. A draft in a
+/// conversation deleted elsewhere stays on the empty view, to copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_draft_survives_a_revoke_and_a_deletion_elsewhere() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    let id = create(&api, "Draft kept").await?;
+    open(&b, &id).await?;
+    b.find("#composer").await?.send_keys("half a thought").await?;
+    b.allow_console("the server responded with a status of 401");
+    home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    // The page's next call answers 401: its message is for a person, not for the CLI.
+    let message = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];              import('/ui/assets/js/api.js').then(m => m.get('/v1/status')).then(() => done('no error'), e => done(e.message));",
+            vec![],
+        )
+        .await?;
+    assert_eq!(message, json!("Your session ended. Run `coffer ui` to sign in again."));
+    b.wait_for_text("#page h1", "Sign in to Coffer").await?;
+    b.wait_for_text("#page .draft-note", "unsent message is kept").await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    open(&b, &id).await?;
+    b.wait_until("document.querySelector('#composer').value === 'half a thought'").await?;
+
+    // Deleted elsewhere while a draft is in the composer.
+    b.find("#composer").await?.send_keys(", and more").await?;
+    let r = api.request(Method::DELETE, &format!("/v1/conversations/{id}")).reply().await?;
+    ensure!(r.status.is_success(), "delete: {} {}", r.status, r.text);
+    b.wait_for_text(".draft-kept", "was deleted").await?;
+    b.wait_until("document.querySelector('.draft-kept textarea').value === 'half a thought, and more'").await?;
+    b.wait_for(".thread-empty-state").await?;
+    b.screenshot("chat-draft-kept").await?;
+    click_button(&b, ".draft-kept", "Discard").await?;
+    b.wait_gone(".draft-kept").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 /// Six messages typed as fast as WebDriver can during a hanging turn: the pending queue, on the
 /// page and over REST, holds them in the order typed (the page sends one after another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

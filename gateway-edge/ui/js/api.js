@@ -38,8 +38,12 @@ export async function api(method, path, body, { headers = {}, signal } = {}) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
   if (!resp.ok) {
-    if (resp.status === 401) onUnauthorized();
     const e = data && data.error;
+    if (resp.status === 401) {
+      onUnauthorized();
+      // The envelope's message is meant for the CLI (it names the token); a page's session ended.
+      throw new ApiError(401, e ? e.code : 'UNAUTHORIZED', 'Your session ended. Run `coffer ui` to sign in again.', e && e.details);
+    }
     throw new ApiError(resp.status, e ? e.code : 'HTTP_' + resp.status, e ? e.message : `${resp.status} ${resp.statusText}`, e && e.details);
   }
   return data;

@@ -15,6 +15,14 @@ function pageOf(pathname) {
   return PAGES.includes(name) ? name : 'chat';
 }
 
+/** True when this tab keeps an unsent chat draft (js/chat/thread.js keeps them in sessionStorage). */
+function hasDraft() {
+  try {
+    for (let i = 0; i < sessionStorage.length; i += 1) if ((sessionStorage.key(i) || '').startsWith('coffer.draft.')) return true;
+  } catch { /* storage unavailable */ }
+  return false;
+}
+
 function showSignedOut() {
   if (signedOut) return;
   signedOut = true;
@@ -25,7 +33,8 @@ function showSignedOut() {
     h('h1', null, 'Sign in to Coffer'),
     h('p', null, 'This browser has no Coffer session (it ended, or was revoked). In a terminal, run'),
     h('pre', null, h('code', null, 'coffer ui')),
-    h('p', null, 'and open the link it prints. A link works once, and only for a short while (60 seconds unless the setting ui.login_code_ttl_s says otherwise).')));
+    h('p', null, 'and open the link it prints. A link works once, and only for a short while (60 seconds unless the setting ui.login_code_ttl_s says otherwise).'),
+    hasDraft() ? h('p', { class: 'draft-note' }, 'Your unsent message is kept in this tab: it is back in the composer once you sign in here again.') : null));
 }
 
 // ---- Coffer not answering ----

@@ -22,6 +22,21 @@ const LIVE_MD_MS = 250;
 /** …while it is shorter than this (characters); a longer one stays plain until it ends. */
 const LIVE_MD_MAX = 32 * 1024;
 
+/** The sessionStorage key of conversation `id`'s unsent draft. */
+const draftKey = (id) => `coffer.draft.${id}`;
+
+/**
+ * The unsent draft kept for conversation `id` ('' for none): the composer's text survives a
+ * reload, the signed-out screen and the conversation being deleted elsewhere. `take` removes it.
+ */
+export function draftOf(id, { take = false } = {}) {
+  try {
+    const t = sessionStorage.getItem(draftKey(id)) || '';
+    if (take) sessionStorage.removeItem(draftKey(id));
+    return t;
+  } catch { return ''; }
+}
+
 /** Whether `el` is scrolled to (near) its bottom. */
 const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
 
@@ -79,10 +94,18 @@ export function mountThread(root, id, hooks) {
 
   // The composer grows with its text up to a cap (CSS max-height), then scrolls. `field-sizing`
   // does it in CSS where supported; the rows count is the fallback.
+  // Every change of the composer's text passes here, so the draft is kept here too.
   function grow() {
     const lines = input.value.split('\n').length;
     input.rows = Math.min(Math.max(lines, 1), 12);
+    if (closed) return;
+    try {
+      if (input.value) sessionStorage.setItem(draftKey(id), input.value);
+      else sessionStorage.removeItem(draftKey(id));
+    } catch { /* storage unavailable: the draft lives as long as the page */ }
   }
+  input.value = draftOf(id);
+  grow();
 
   // ---- header ----
   function renderHeader() {
