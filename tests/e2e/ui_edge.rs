@@ -188,6 +188,48 @@ async fn ui_edge_login_sets_a_strict_cookie_once_and_refuses_every_other_code() 
     Ok(())
 }
 
+/// A login link that was used already, opened again by a browser that is signed in (a reloaded
+/// login tab), goes to its page instead of the refusal; without a live cookie it is refused.
+#[tokio::test]
+async fn ui_edge_a_used_link_with_a_live_session_goes_to_its_page() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let code = mint(&api, json!({"page": "servers"})).await?;
+    let url = code["url"].as_str().context("url")?.to_owned();
+    let first = open(&url).await?;
+    ensure!(first.status == 303 && header(&first, "location") == "/ui/servers", "{:?}", first.headers);
+    let cookie = cookie_of(&first)?;
+
+    let again = browser().get(&url).header("Cookie", &cookie).reply().await?;
+    ensure!(again.status == 303, "{} {}", again.status, again.text);
+    ensure!(header(&again, "location") == "/ui/servers", "{:?}", again.headers);
+    ensure!(header(&again, "set-cookie").is_empty(), "no new session: {:?}", again.headers);
+    expect_secure(&again, "the redirect")?;
+    // Without `next`, and with a code that never existed: the landing page.
+    let bogus = format!("{}/ui/login?code={}", api.base_url(), "a".repeat(64));
+    let r = browser().get(&bogus).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 303 && header(&r, "location") == "/ui/chat", "{} {:?}", r.status, r.headers);
+    // A hostile `next` is still never a target.
+    let r = browser().get(format!("{bogus}&next=https://evil.com/")).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 303 && header(&r, "location") == "/ui/chat", "{} {:?}", r.status, r.headers);
+
+    // No cookie, a wrong one, a revoked one: the refusal page.
+    let bad = format!("coffer_session={}", "0".repeat(64));
+    for c in [None, Some(bad.as_str())] {
+        let rb = browser().get(&url);
+        let r = match c {
+            Some(c) => rb.header("Cookie", c),
+            None => rb,
+        }
+        .reply()
+        .await?;
+        ensure!(r.status == 401 && r.text.contains("This login link is not valid"), "{:?}: {} {}", c, r.status, r.text);
+    }
+    api.request(Method::DELETE, "/v1/ui/sessions").reply().await?.ok_json()?;
+    let r = browser().get(&url).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 401, "a revoked session: {} {}", r.status, r.text);
+    Ok(())
+}
+
 #[tokio::test]
 async fn ui_edge_login_lands_only_on_known_pages() -> anyhow::Result<()> {
     let (_home, api) = daemon().await?;

@@ -65,16 +65,14 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
         .await?;
     assert_eq!(via, json!({"via": "cookie"}));
 
-    // The same link again: refused, with a page that says what to do; no new session.
+    // The same link again in this signed-in browser (a reloaded login tab): back on the page,
+    // and no new session.
     b.goto(&url).await?;
-    b.wait_for_text("h1", "This login link is not valid").await?;
-    b.wait_for_text("main", "coffer ui").await?;
-    b.screenshot("shell-login-refused-1280").await?;
-    let code = url.split("code=").nth(1).context("no code in the URL")?;
-    b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
-    // The refusal did not end the session this browser already has.
-    b.goto("/ui/chat").await?;
     b.wait_for_page("chat").await?;
+    assert_eq!(b.current_url().await?.path(), "/ui/chat");
+    let again = b.cookies().await?;
+    let c2 = again.iter().find(|c| c["name"] == "coffer_session").context("the cookie is gone")?;
+    assert_eq!(c2["value"], c["value"], "a used link made a new session");
     // A second tab shares the cookie: signed in there too, and the first tab is still there.
     let first = b.current_tab().await?;
     let second = b.new_tab().await?;
@@ -83,6 +81,15 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     b.wait_for_page("servers").await?;
     b.switch_to(&first).await?;
     assert_eq!(b.current_url().await?.path(), "/ui/chat");
+
+    // The same link in a browser without the session: refused, with a page that says what to do.
+    b.delete_cookies().await?;
+    b.goto(&url).await?;
+    b.wait_for_text("h1", "This login link is not valid").await?;
+    b.wait_for_text("main", "coffer ui").await?;
+    b.screenshot("shell-login-refused-1280").await?;
+    let code = url.split("code=").nth(1).context("no code in the URL")?;
+    b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
     b.assert_clean().await;
     Ok(())
 }
