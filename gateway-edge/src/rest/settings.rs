@@ -67,7 +67,7 @@ pub struct SettingsPatch {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming the offending key; for a key or value the settings table refuses,
-/// `details` is `{"key", "problem": "unknown_key" | "not_an_integer" | "out_of_range" | "bad_text", "value"}`
+/// `details` is `{"key", "problem": "unknown_key" | "not_an_integer" | "out_of_range" | "bad_text" | "bad_url", "value"}`
 /// plus `"known"` (every key) for an unknown key, or `"type"`, `"min"` and `"max"` for a value.
 pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
     for k in p.set.keys().chain(p.remove.iter()) {
