@@ -235,13 +235,10 @@ pub async fn body_limit(req: Request, next: Next) -> Response {
     let limit = if is_mcp { crate::MCP_BODY_LIMIT } else { crate::REST_BODY_LIMIT };
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        let message = "request body is larger than the limit";
         if is_mcp {
-            return reject(path, Code::PayloadTooLarge, message);
+            return reject(path, Code::PayloadTooLarge, &crate::error::too_large_message(limit));
         }
-        return ApiError::new(Code::PayloadTooLarge, message)
-            .with_details(serde_json::json!({"limit_bytes": limit}))
-            .into_response();
+        return crate::error::too_large(limit).into_response();
     }
     next.run(req).await
 }

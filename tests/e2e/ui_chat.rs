@@ -248,6 +248,27 @@ async fn ui_chat_a_draft_survives_a_revoke_and_a_deletion_elsewhere() -> anyhow:
     Ok(())
 }
 
+/// A message over the 2 MiB body limit: the page says which limit, and the composer keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_message_over_the_limit_names_it_and_stays_in_the_composer() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "Too big").await?;
+    open(&b, &id).await?;
+    b.allow_console("the server responded with a status of 413");
+    // Typing 2 MiB through WebDriver takes too long: the text is put in, as a paste would.
+    b.eval(
+        "const c = document.querySelector('#composer'); c.value = 'x'.repeat(2200000);          c.dispatchEvent(new Event('input')); c.focus(); return null;",
+        vec![],
+    )
+    .await?;
+    b.press(keys::ENTER).await?;
+    b.wait_for_text("#toasts", "larger than the limit (2 MiB)").await?;
+    b.wait_until("document.querySelector('#composer').value.length === 2200000").await?;
+    assert_eq!(queue(&api, &id).await?.0.len(), 0, "nothing was queued");
+    b.assert_clean().await;
+    Ok(())
+}
+
 /// Six messages typed as fast as WebDriver can during a hanging turn: the pending queue, on the
 /// page and over REST, holds them in the order typed (the page sends one after another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
