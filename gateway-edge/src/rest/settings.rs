@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(e.message, "gateway.max_tool_name_len must be an integer from 40 to 64 (characters); got \"65\"");
         // Every default is a valid value.
         for s in settings::SETTINGS {
-            check_patch(&patch(json!({"set": {s.key: s.default.to_string()}})).unwrap()).unwrap();
+            check_patch(&patch(json!({"set": {s.key: s.default_value()}})).unwrap()).unwrap();
         }
     }
 }
