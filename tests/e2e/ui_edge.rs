@@ -570,6 +570,33 @@ async fn ui_edge_coffer_ui_prints_a_working_link_and_opens_browser() -> anyhow::
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success() && stderr.contains("hint:"), "{stderr}");
+
+    // An opener that fails at once: said so, the link still printed and valid; no long wait.
+    let mut cmd = home.cli_command(&["ui"])?;
+    cmd.env("BROWSER", "/bin/false").env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{stderr}");
+    ensure!(
+        stderr.contains("could not open the browser")
+            && stderr.contains("still valid")
+            && !stderr.contains("Opening it"),
+        "{stderr}"
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let link = printed.split_whitespace().find(|w| w.starts_with("http://")).context("no link printed")?;
+    let r = open(link).await?;
+    ensure!(r.status == 303, "the printed link works: {} {}", r.status, r.text);
+    // A browser still running after the opener's window counts as opened (it ends by itself
+    // soon after: nothing is left behind).
+    let slow = home.temp().join("slow-browser.sh");
+    std::fs::write(&slow, "#!/bin/sh\nexec sleep 3\n")?;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755))?;
+    let mut cmd = home.cli_command(&["ui"])?;
+    cmd.env("BROWSER", &slow).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success() && stderr.contains("Opening it with slow-browser.sh"), "{stderr}");
     Ok(())
 }
 
