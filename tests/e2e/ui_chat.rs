@@ -269,6 +269,32 @@ async fn ui_chat_a_message_over_the_limit_names_it_and_stays_in_the_composer() -
     Ok(())
 }
 
+/// Small things: the keys help has one close button; a title with bidi overrides is isolated
+/// on the page and stripped from the tab's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_keys_help_has_one_close_button_and_titles_are_bidi_isolated() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "evil \u{202E}txt.exe\u{2066} name").await?;
+    open(&b, &id).await?;
+    for css in [".thread-title", &format!(".conv-item[data-id=\"{id}\"] .conv-title")] {
+        let el = b.find(css).await?;
+        assert_eq!(el.attr("dir").await?.as_deref(), Some("auto"), "{css}");
+        let bidi = b.eval("return getComputedStyle(arguments[0]).unicodeBidi;", vec![el.arg()]).await?;
+        assert_eq!(bidi, json!("isolate"), "{css}");
+    }
+    let tab = b.eval("return document.title;", vec![]).await?;
+    let tab = tab.as_str().unwrap_or_default();
+    assert!(tab.contains("txt.exe") && !tab.contains('\u{202E}') && !tab.contains('\u{2066}'), "{tab:?}");
+
+    click_button(&b, ".convs-head", "?").await?;
+    b.wait_for("dialog.modal").await?;
+    assert_eq!(b.count("dialog.modal button").await?, 1, "one close button");
+    b.find("dialog.modal button").await?.click().await?;
+    b.wait_gone("dialog.modal").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 /// Six messages typed as fast as WebDriver can during a hanging turn: the pending queue, on the
 /// page and over REST, holds them in the order typed (the page sends one after another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,7 +60,7 @@ export function mountThread(root, id, hooks) {
   let freshReload = false; // nothing but resets received since the last reload
 
   // ---- layout ----
-  const title = h('h1', { class: 'thread-title' }, '…');
+  const title = h('h1', { class: 'thread-title', dir: 'auto' }, '…');
   const meta = h('div', { class: 'thread-meta' });
   const actions = h('div', { class: 'thread-actions' });
   const header = h('header', { class: 'thread-head' },

@@ -8,6 +8,10 @@ import { mountList } from '../chat/list.js';
 import { draftOf, mountThread } from '../chat/thread.js';
 import * as dialogs from '../chat/dialogs.js';
 
+/** A title for the tab's name, which cannot isolate bidi text: the direction overrides and
+ * isolates (U+202A–U+202E, U+2066–U+2069) removed, so a title cannot reorder what follows. */
+const plainTitle = (t) => (t || '').replace(/[\u202A-\u202E\u2066-\u2069]/g, '');
+
 export function mount(root, { params }) {
   let thread = null;
   let current = params.get('c') || null;
@@ -48,7 +52,7 @@ export function mount(root, { params }) {
     page.classList.toggle('show-list', !id);
     if (!id) { empty(); return; }
     thread = mountThread(main, id, {
-      onConversation: (c) => { list.upsert(c); document.title = `Coffer — ${c.title || 'Chat'}`; },
+      onConversation: (c) => { list.upsert(c); document.title = `Coffer — ${plainTitle(c.title) || 'Chat'}`; },
       onDeleted: (gid) => gone(gid),
       onEdit: (c) => edit(c),
       onArchive: (c, archived) => archive(c, archived),
