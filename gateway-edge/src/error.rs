@@ -270,11 +270,28 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     })
 }
 
+/// The message of a 413 for a body limit of `limit` bytes: "request body is larger than the
+/// limit (2 MiB)" (MiB or KiB when the limit is a whole number of them, else bytes).
+pub fn too_large_message(limit: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * KIB;
+    let size = match limit {
+        n if n >= MIB && n % MIB == 0 => format!("{} MiB", n / MIB),
+        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
+        n => format!("{n} bytes"),
+    };
+    format!("request body is larger than the limit ({size})")
+}
+
+/// The REST envelope of a body over the limit of `limit` bytes (`details.limit_bytes`).
+pub fn too_large(limit: usize) -> ApiError {
+    ApiError::new(Code::PayloadTooLarge, too_large_message(limit)).with_details(json!({"limit_bytes": limit}))
+}
+
 /// Maps a body-read failure (usually the size limit) to the envelope.
 pub fn body_rejection(status: StatusCode, text: &str) -> ApiError {
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(Code::PayloadTooLarge, "request body is larger than the limit")
-            .with_details(json!({"limit_bytes": crate::REST_BODY_LIMIT}))
+        too_large(crate::REST_BODY_LIMIT)
     } else {
         ApiError::new(Code::BadRequest, format!("cannot read request body: {text}"))
     }
@@ -283,6 +300,15 @@ pub fn body_rejection(status: StatusCode, text: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_413_names_its_limit() {
+        assert_eq!(too_large_message(crate::REST_BODY_LIMIT), "request body is larger than the limit (2 MiB)");
+        assert_eq!(too_large_message(crate::MCP_BODY_LIMIT), "request body is larger than the limit (16 MiB)");
+        assert_eq!(too_large_message(64 * 1024), "request body is larger than the limit (64 KiB)");
+        assert_eq!(too_large_message(1000), "request body is larger than the limit (1000 bytes)");
+        assert_eq!(too_large(crate::REST_BODY_LIMIT).details["limit_bytes"], crate::REST_BODY_LIMIT);
+    }
 
     #[test]
     fn codes_are_upper_snake_and_unique() {

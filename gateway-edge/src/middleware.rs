@@ -8,6 +8,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{ApiError, Code};
@@ -140,6 +141,11 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 /// (it holds no data). A request authenticated by the cookie alone with an unsafe method must
 /// carry `Origin` (checked to be ours by [`host_origin`]): a cross-site form post sends the
 /// cookie only under `SameSite=Lax` rules we do not rely on, and never our Origin.
+///
+/// A streaming answer (an SSE stream, a followed log: any body without a known length) to a
+/// request authenticated by the cookie alone ends when that session is revoked
+/// ([`until_revoked`]); token-authenticated requests (every `/mcp` call) are passed through
+/// untouched.
 pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
@@ -147,10 +153,12 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
-    match authorized(&st, req.headers()) {
-        Some(Via::Token) => return next.run(req).await,
-        Some(Via::Cookie) if safe || req.headers().contains_key(header::ORIGIN) => return next.run(req).await,
-        Some(Via::Cookie) => {
+    match authorize(&st, req.headers()) {
+        Some(Auth::Token) => return next.run(req).await,
+        Some(Auth::Cookie(revoked)) if safe || req.headers().contains_key(header::ORIGIN) => {
+            return until_revoked(next.run(req).await, revoked);
+        }
+        Some(Auth::Cookie(_)) => {
             tracing::info!(method = %req.method(), "Refused: cookie-authenticated unsafe request without Origin.");
             return reject_request(
                 req,
@@ -169,20 +177,32 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     resp
 }
 
-/// How a request was authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+/// How a request was authenticated, with what [`auth`] needs of it.
+enum Auth {
     Token,
-    Cookie,
+    /// By the cookie alone; the token is cancelled when the session is revoked.
+    Cookie(CancellationToken),
 }
 
 /// True when the request is authenticated by a web-session cookie and not by the token.
 pub fn via_cookie_only(st: &AppState, h: &HeaderMap) -> bool {
-    authorized(st, h) == Some(Via::Cookie)
+    matches!(authorize(st, h), Some(Auth::Cookie(_)))
 }
 
-fn authorized(st: &AppState, h: &HeaderMap) -> Option<Via> {
-    let token = |ok: bool| ok.then_some(Via::Token);
+/// Ends a streaming response's body when `revoked` is cancelled (the session it streams to was
+/// revoked): the client sees the stream end, and its reconnection is refused with 401. A body
+/// of known length is already complete and is returned unchanged.
+fn until_revoked(resp: Response, revoked: CancellationToken) -> Response {
+    use axum::body::HttpBody as _;
+    use futures_util::StreamExt as _;
+    if resp.body().size_hint().exact().is_some() {
+        return resp;
+    }
+    resp.map(|body| axum::body::Body::from_stream(body.into_data_stream().take_until(revoked.cancelled_owned())))
+}
+
+fn authorize(st: &AppState, h: &HeaderMap) -> Option<Auth> {
+    let token = |ok: bool| ok.then_some(Auth::Token);
     if let Some(v) = h.get(coffer_types::header::TOKEN) {
         return token(coffer_runtime::token::token_matches(&st.public_token, v.as_bytes()));
     }
@@ -196,9 +216,9 @@ fn authorized(st: &AppState, h: &HeaderMap) -> Option<Via> {
         for part in s.split(';') {
             if let Some((k, v)) = part.trim().split_once('=')
                 && k == SESSION_COOKIE
-                && st.web_sessions.check(v)
+                && let Some(revoked) = st.web_sessions.check_live(v)
             {
-                return Some(Via::Cookie);
+                return Some(Auth::Cookie(revoked));
             }
         }
     }
@@ -215,13 +235,10 @@ pub async fn body_limit(req: Request, next: Next) -> Response {
     let limit = if is_mcp { crate::MCP_BODY_LIMIT } else { crate::REST_BODY_LIMIT };
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        let message = "request body is larger than the limit";
         if is_mcp {
-            return reject(path, Code::PayloadTooLarge, message);
+            return reject(path, Code::PayloadTooLarge, &crate::error::too_large_message(limit));
         }
-        return ApiError::new(Code::PayloadTooLarge, message)
-            .with_details(serde_json::json!({"limit_bytes": limit}))
-            .into_response();
+        return crate::error::too_large(limit).into_response();
     }
     next.run(req).await
 }

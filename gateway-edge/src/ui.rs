@@ -11,7 +11,9 @@
 //! - `GET /ui/login?code=C[&next=/ui/PAGE]` → when `C` is a live one-time code: consumes it,
 //!   sets the `coffer_session` cookie (`HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000`)
 //!   and redirects (303) to `next` when it is exactly `/ui/<known page>`, else to `/ui/chat`
-//!   (nothing else is ever a redirect target); otherwise 401 with a page that says what to do.
+//!   (nothing else is ever a redirect target); otherwise 401 with a page that says what to do,
+//!   unless the request carries a live session cookie (a reloaded login tab): then the same
+//!   303 without a new session.
 //!   A code is 64 hex characters, works once and lives `ui.login_code_ttl_s` seconds (60 by
 //!   default); a request naming `code` (or `next`) more than once is refused.
 //! - `POST /v1/ui/login-codes` (token only; body optional `{"page": PAGE}`) →
@@ -275,12 +277,32 @@ fn form_urlencoded_pairs(query: &str) -> Option<Vec<(String, String)>> {
     Some(pairs)
 }
 
-async fn login(State(st): State<Arc<AppState>>, uri: axum::http::Uri) -> Response {
+/// A 303 to `/ui/{page}` that no cache keeps.
+fn see_page(page: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    let h = r.headers_mut();
+    h.insert(header::LOCATION, HeaderValue::from_str(&format!("/ui/{page}")).expect("a known page"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, uri: axum::http::Uri) -> Response {
+    let params = login_params(uri.query());
+    // Only `/ui/<known page>` is a target: never another origin, path or query.
+    let page_of =
+        |next: Option<&str>| next.and_then(coffer_types::ui::page_of_path).unwrap_or(coffer_types::ui::DEFAULT_PAGE);
     let refuse = |why: &str| {
+        // A link that cannot be used again, opened by a browser already signed in (a reloaded
+        // login tab): it goes where the link would have, instead of the refusal page.
+        if crate::middleware::via_cookie_only(&st, &headers) {
+            let page = page_of(params.as_ref().and_then(|(_, n)| n.as_deref()));
+            tracing::debug!(why, page, "Web login link not usable, but the browser is signed in; redirected.");
+            return see_page(page);
+        }
         tracing::info!(why, "Refused: web login.");
         html(StatusCode::UNAUTHORIZED, login_refused(code_ttl(&st).as_secs()))
     };
-    let Some((code, next)) = login_params(uri.query()) else {
+    let Some((code, next)) = params.clone() else {
         return refuse("no code, a repeated parameter or an undecodable query");
     };
     // A code has the form of one before any lookup: 64 hex characters.
@@ -291,13 +313,10 @@ async fn login(State(st): State<Arc<AppState>>, uri: axum::http::Uri) -> Respons
         return refuse("a used, expired or unknown code");
     }
     let session = st.web_sessions.create().await;
-    // Only `/ui/<known page>` is a target: never another origin, path or query.
-    let page = next.as_deref().and_then(coffer_types::ui::page_of_path).unwrap_or(coffer_types::ui::DEFAULT_PAGE);
+    let page = page_of(next.as_deref());
     tracing::info!(page, "Web session started.");
-    let mut r = StatusCode::SEE_OTHER.into_response();
+    let mut r = see_page(page);
     let h = r.headers_mut();
-    h.insert(header::LOCATION, HeaderValue::from_str(&format!("/ui/{page}")).expect("a known page"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     let cookie = format!(
         "{}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
         crate::middleware::SESSION_COOKIE,

@@ -22,6 +22,11 @@
 //! - **Damage**: a file that cannot be read or parsed (or is over [`MAX_FILE_BYTES`], or of
 //!   another version) is logged, treated as empty and replaced; it never stops the gateway.
 //!
+//! - **Revocation ends open streams**: every live session shares one revocation token
+//!   ([`CancellationToken`]); [`WebSessions::revoke_all`] cancels it (and starts a fresh one for
+//!   later sessions), so a response already streaming to a revoked cookie can end at once
+//!   (the edge's `auth` middleware wraps such bodies; see [`WebSessions::check_live`]).
+//!
 //! Only the gateway process reads or writes this file. It is not SQLite, so the rule that
 //! only `coffer-store` opens `coffer.db` is untouched; sessions stay out of the database on
 //! purpose: checking a cookie must not cost a store round trip on every page request.
@@ -34,6 +39,7 @@ use std::time::Duration;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
+use tokio_util::sync::CancellationToken;
 
 /// The file's name under `COFFER_HOME`.
 pub const FILE_NAME: &str = "web-sessions.json";
@@ -74,6 +80,8 @@ struct State {
     generation: u64,
     /// The next [`Entry::serial`].
     serial: u64,
+    /// Cancelled when the sessions live now are revoked; replaced by a fresh one then.
+    revoked: CancellationToken,
 }
 
 struct Inner {
@@ -172,7 +180,7 @@ impl WebSessions {
         let n = map.len();
         let sessions = Self(Arc::new(Inner {
             path: Some(path),
-            state: Mutex::new(State { map, generation: 0, serial: 1 }),
+            state: Mutex::new(State { map, generation: 0, serial: 1, revoked: CancellationToken::new() }),
             writer: tokio::sync::Mutex::new(0),
         }));
         if rewrite {
@@ -201,16 +209,27 @@ impl WebSessions {
         self.check_at(id, now_ms())
     }
 
+    /// [`check`](Self::check), and for a live session the token cancelled when it is revoked:
+    /// a response streaming to this session ends when the token does. The token is taken under
+    /// the same lock as the check, so a revocation racing the request is never missed.
+    pub fn check_live(&self, id: &str) -> Option<CancellationToken> {
+        self.check_live_at(id, now_ms())
+    }
+
     fn check_at(&self, id: &str, now: i64) -> bool {
-        let Some(d) = digest_of(id) else { return false };
+        self.check_live_at(id, now).is_some()
+    }
+
+    fn check_live_at(&self, id: &str, now: i64) -> Option<CancellationToken> {
+        let d = digest_of(id)?;
         let (live, write) = {
             let mut s = self.0.state.lock().expect("web sessions");
             match s.map.get_mut(&d) {
-                None => (false, false),
+                None => (None, false),
                 Some(e) if now - e.last_used_ms > idle_ms() => {
                     s.map.remove(&d);
                     s.generation += 1;
-                    (false, true)
+                    (None, true)
                 }
                 Some(e) => {
                     e.last_used_ms = e.last_used_ms.max(now);
@@ -219,7 +238,7 @@ impl WebSessions {
                         e.persisted_last_used_ms = e.last_used_ms;
                         s.generation += 1;
                     }
-                    (true, stale)
+                    (Some(s.revoked.clone()), stale)
                 }
             }
         };
@@ -255,7 +274,8 @@ impl WebSessions {
         id
     }
 
-    /// Ends every session, in memory and on disk, before it returns how many there were.
+    /// Ends every session, in memory and on disk, before it returns how many there were; the
+    /// responses still streaming to them end too (their revocation token is cancelled at once).
     ///
     /// # Errors
     /// [`SessionsError::Write`] when the file can be neither rewritten nor removed (the sessions
@@ -266,6 +286,7 @@ impl WebSessions {
             let n = s.map.len();
             s.map.clear();
             s.generation += 1;
+            std::mem::take(&mut s.revoked).cancel();
             n
         };
         if let Err(e) = self.persist().await {
@@ -492,6 +513,21 @@ mod tests {
         std::fs::write(path.join("x"), "keep").unwrap();
         assert!(matches!(s.revoke_all().await, Err(SessionsError::Write { .. })));
         assert!(!s.check(&id));
+    }
+
+    #[tokio::test]
+    async fn revoking_cancels_the_token_of_every_live_session_and_only_theirs() {
+        let s = WebSessions::in_memory();
+        let (a, b) = (s.create().await, s.create().await);
+        let (ta, tb) = (s.check_live(&a).unwrap(), s.check_live(&b).unwrap());
+        assert!(s.check_live(&"0".repeat(64)).is_none());
+        assert!(!ta.is_cancelled() && !tb.is_cancelled());
+        s.revoke_all().await.unwrap();
+        assert!(ta.is_cancelled() && tb.is_cancelled());
+        assert!(s.check_live(&a).is_none());
+        // A session made after the revocation gets a token of its own, not the cancelled one.
+        let c = s.create().await;
+        assert!(!s.check_live(&c).unwrap().is_cancelled());
     }
 
     #[tokio::test]

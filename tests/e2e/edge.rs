@@ -174,6 +174,7 @@ async fn body_over_the_limit_is_413_before_the_handler() -> anyhow::Result<()> {
     let r = api.raw("POST", "/v1/daemon/services/store/restart", &len(REST_LIMIT + 1), b"").await?;
     let err = r.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
     assert_eq!(err["details"]["limit_bytes"], REST_LIMIT, "{err}");
+    assert_eq!(err["message"], "request body is larger than the limit (2 MiB)", "{err}");
     let after = api.service("store").await?;
     assert_eq!((&after["pid"], &after["restarts"]), (&before["pid"], &before["restarts"]), "the handler did not run");
 
@@ -185,6 +186,7 @@ async fn body_over_the_limit_is_413_before_the_handler() -> anyhow::Result<()> {
     let r = api.raw("POST", "/mcp", &len(MCP_LIMIT + 1), b"{").await?;
     let err = r.expect_jsonrpc_error(413)?;
     assert_eq!(err["code"], -32600, "invalid request: {err}");
+    assert_eq!(err["message"], "request body is larger than the limit (16 MiB)", "{err}");
     Ok(())
 }
 

@@ -131,6 +131,24 @@ async fn settings_patches_are_checked_against_the_settings_table() -> anyhow::Re
             "{e}"
         );
     }
+    // A URL setting takes only an http(s) URL or empty; the message names the setting and what
+    // is allowed.
+    for value in ["anything", "ftp://host/v1", "javascript:alert(1)"] {
+        let e = patch(json!({"set": {"retrieval.embeddings.url": value}}))
+            .await?
+            .expect_envelope(400, "INVALID_ARGUMENT")?;
+        assert_eq!(
+            (&e["details"]["key"], &e["details"]["problem"]),
+            (&json!("retrieval.embeddings.url"), &json!("bad_url")),
+            "{e}"
+        );
+        ensure!(
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("retrieval.embeddings.url") && m.contains("http:// or https://")),
+            "{e}"
+        );
+    }
     // `force` stores a key Coffer does not read, never a bad value of one it does.
     let e = patch(json!({"set": {"retention.audit_days": "-1"}, "force": true}))
         .await?

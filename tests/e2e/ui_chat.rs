@@ -214,6 +214,144 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     Ok(())
 }
 
+/// After a revoke the page speaks plainly and the composer's draft is not lost: a 401 in the
+/// page says the session ended and how to sign in again, the sign-in screen says the draft is
+/// kept, and signing in again in the same tab brings it back into the composer. A draft in a
+/// conversation deleted elsewhere stays on the empty view, to copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_draft_survives_a_revoke_and_a_deletion_elsewhere() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    let id = create(&api, "Draft kept").await?;
+    open(&b, &id).await?;
+    b.find("#composer").await?.send_keys("half a thought").await?;
+    b.allow_console("the server responded with a status of 401");
+    home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    // The page's next call answers 401: its message is for a person, not for the CLI.
+    let message = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];              import('/ui/assets/js/api.js').then(m => m.get('/v1/status')).then(() => done('no error'), e => done(e.message));",
+            vec![],
+        )
+        .await?;
+    assert_eq!(message, json!("Your session ended. Run `coffer ui` to sign in again."));
+    b.wait_for_text("#page h1", "Sign in to Coffer").await?;
+    b.wait_for_text("#page .draft-note", "unsent message is kept").await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    open(&b, &id).await?;
+    b.wait_until("document.querySelector('#composer').value === 'half a thought'").await?;
+
+    // Deleted elsewhere while a draft is in the composer.
+    b.find("#composer").await?.send_keys(", and more").await?;
+    let r = api.request(Method::DELETE, &format!("/v1/conversations/{id}")).reply().await?;
+    ensure!(r.status.is_success(), "delete: {} {}", r.status, r.text);
+    b.wait_for_text(".draft-kept", "was deleted").await?;
+    b.wait_until("document.querySelector('.draft-kept textarea').value === 'half a thought, and more'").await?;
+    b.wait_for(".thread-empty-state").await?;
+    b.screenshot("chat-draft-kept").await?;
+    click_button(&b, ".draft-kept", "Discard").await?;
+    b.wait_gone(".draft-kept").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// A message over the 2 MiB body limit: the page says which limit, and the composer keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_message_over_the_limit_names_it_and_stays_in_the_composer() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "Too big").await?;
+    open(&b, &id).await?;
+    b.allow_console("the server responded with a status of 413");
+    // Typing 2 MiB through WebDriver takes too long: the text is put in, as a paste would.
+    b.eval(
+        "const c = document.querySelector('#composer'); c.value = 'x'.repeat(2200000);          c.dispatchEvent(new Event('input')); c.focus(); return null;",
+        vec![],
+    )
+    .await?;
+    b.press(keys::ENTER).await?;
+    b.wait_for_text("#toasts", "larger than the limit (2 MiB)").await?;
+    b.wait_until("document.querySelector('#composer').value.length === 2200000").await?;
+    assert_eq!(queue(&api, &id).await?.0.len(), 0, "nothing was queued");
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// Small things: the keys help has one close button; a title with bidi overrides is isolated
+/// on the page and stripped from the tab's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_keys_help_has_one_close_button_and_titles_are_bidi_isolated() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "evil \u{202E}txt.exe\u{2066} name").await?;
+    open(&b, &id).await?;
+    for css in [".thread-title", &format!(".conv-item[data-id=\"{id}\"] .conv-title")] {
+        let el = b.find(css).await?;
+        assert_eq!(el.attr("dir").await?.as_deref(), Some("auto"), "{css}");
+        let bidi = b.eval("return getComputedStyle(arguments[0]).unicodeBidi;", vec![el.arg()]).await?;
+        assert_eq!(bidi, json!("isolate"), "{css}");
+    }
+    let tab = b.eval("return document.title;", vec![]).await?;
+    let tab = tab.as_str().unwrap_or_default();
+    assert!(tab.contains("txt.exe") && !tab.contains('\u{202E}') && !tab.contains('\u{2066}'), "{tab:?}");
+
+    click_button(&b, ".convs-head", "?").await?;
+    b.wait_for("dialog.modal").await?;
+    assert_eq!(b.count("dialog.modal button").await?, 1, "one close button");
+    b.find("dialog.modal button").await?.click().await?;
+    b.wait_gone("dialog.modal").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// Six messages typed as fast as WebDriver can during a hanging turn: the pending queue, on the
+/// page and over REST, holds them in the order typed (the page sends one after another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_messages_typed_quickly_keep_their_order() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "Quick typing").await?;
+    open(&b, &id).await?;
+    let expected: Vec<String> = (0..6).map(|i| format!("say:m{i}")).collect();
+    for round in 0..3 {
+        type_and_send(&b, "hang").await?;
+        b.wait_until("!document.querySelector('.stop').hidden").await?;
+        // One WebDriver call types all six, each ended by Enter.
+        let burst: String = expected.iter().map(|t| format!("{t}{}", keys::ENTER)).collect();
+        b.find("#composer").await?.send_keys(&burst).await?;
+        b.wait_until("document.querySelectorAll('.pending-item').length === 6").await?;
+        assert_eq!(pending_texts(&b).await?, expected, "round {round}: the page's queue");
+        assert_eq!(queue(&api, &id).await?.0, expected, "round {round}: the stored queue");
+        // Stop and discard before the next round.
+        b.find(".stop").await?.click().await?;
+        b.wait_for(".pending-head.paused").await?;
+        click_button(&b, ".pending-head", "Discard").await?;
+        b.wait_until("document.querySelector('.pending').hidden").await?;
+    }
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// `coffer ui --logout-all` while a chat tab follows a running turn: the edge ends that
+/// session's streams, and the tab shows the sign-in screen by itself (no click, no reload).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_a_revoke_signs_an_open_tab_out_without_a_click() -> anyhow::Result<()> {
+    let Ui { home, api, b } = ui().await?;
+    let id = create(&api, "Revoked mid-turn").await?;
+    open(&b, &id).await?;
+    type_and_send(&b, "hang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden").await?;
+    // The streams' reconnections and the session probe answer 401 by design.
+    b.allow_console("the server responded with a status of 401");
+    home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    b.wait_until_within(
+        "[...document.querySelectorAll('h1')].some(e => e.textContent.includes('Sign in to Coffer'))",
+        Duration::from_secs(10),
+    )
+    .await
+    .context("the open tab did not show the sign-in screen after the revoke")?;
+    b.wait_gone("#page[data-page]").await?;
+    b.screenshot("chat-revoked").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_chat_a_second_tab_sees_the_same_stream_and_the_list_updates_live() -> anyhow::Result<()> {
     let Ui { home: _home, api, b } = ui().await?;

@@ -109,6 +109,21 @@ impl Events {
         }
     }
 
+    /// Waits (bounded) for the server to end the stream; the events still sent before it are
+    /// returned.
+    async fn ended(&mut self) -> anyhow::Result<Vec<(String, String)>> {
+        let mut seen = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(EVENT_TIMEOUT, self.resp.chunk())
+                .await
+                .with_context(|| format!("the stream is still open after {seen:?}"))?;
+            let Some(bytes) = chunk? else { return Ok(seen) };
+            let mut out = Vec::new();
+            self.parser.push(&bytes, &mut out);
+            seen.extend(out.into_iter().map(|e| (e.kind().to_owned(), String::from_utf8_lossy(&e.data).into_owned())));
+        }
+    }
+
     /// Events up to and including the first `kind` event whose data contains `needle`.
     async fn until(&mut self, kind: &str, needle: &str) -> anyhow::Result<Vec<(String, String)>> {
         let mut seen = Vec::new();
@@ -170,6 +185,48 @@ async fn ui_edge_login_sets_a_strict_cookie_once_and_refuses_every_other_code() 
     let again = open(url).await?;
     ensure!(again.status == 401, "a reused code: {}", again.status);
     expect_secure(&again, "reused code")?;
+    Ok(())
+}
+
+/// A login link that was used already, opened again by a browser that is signed in (a reloaded
+/// login tab), goes to its page instead of the refusal; without a live cookie it is refused.
+#[tokio::test]
+async fn ui_edge_a_used_link_with_a_live_session_goes_to_its_page() -> anyhow::Result<()> {
+    let (_home, api) = daemon().await?;
+    let code = mint(&api, json!({"page": "servers"})).await?;
+    let url = code["url"].as_str().context("url")?.to_owned();
+    let first = open(&url).await?;
+    ensure!(first.status == 303 && header(&first, "location") == "/ui/servers", "{:?}", first.headers);
+    let cookie = cookie_of(&first)?;
+
+    let again = browser().get(&url).header("Cookie", &cookie).reply().await?;
+    ensure!(again.status == 303, "{} {}", again.status, again.text);
+    ensure!(header(&again, "location") == "/ui/servers", "{:?}", again.headers);
+    ensure!(header(&again, "set-cookie").is_empty(), "no new session: {:?}", again.headers);
+    expect_secure(&again, "the redirect")?;
+    // Without `next`, and with a code that never existed: the landing page.
+    let bogus = format!("{}/ui/login?code={}", api.base_url(), "a".repeat(64));
+    let r = browser().get(&bogus).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 303 && header(&r, "location") == "/ui/chat", "{} {:?}", r.status, r.headers);
+    // A hostile `next` is still never a target.
+    let r = browser().get(format!("{bogus}&next=https://evil.com/")).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 303 && header(&r, "location") == "/ui/chat", "{} {:?}", r.status, r.headers);
+
+    // No cookie, a wrong one, a revoked one: the refusal page.
+    let bad = format!("coffer_session={}", "0".repeat(64));
+    for c in [None, Some(bad.as_str())] {
+        let rb = browser().get(&url);
+        let r = match c {
+            Some(c) => rb.header("Cookie", c),
+            None => rb,
+        }
+        .reply()
+        .await?;
+        ensure!(r.status == 401 && r.text.contains("This login link is not valid"), "{:?}: {} {}", c, r.status, r.text);
+    }
+    api.request(Method::DELETE, "/v1/ui/sessions").reply().await?.ok_json()?;
+    let r = browser().get(&url).header("Cookie", &cookie).reply().await?;
+    ensure!(r.status == 401, "a revoked session: {} {}", r.status, r.text);
     Ok(())
 }
 
@@ -374,6 +431,44 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     Ok(())
 }
 
+/// `coffer ui --logout-all` ends the streams already open with a revoked cookie (each SSE
+/// endpoint the console follows), and only those: a stream opened with the token goes on.
+#[tokio::test]
+async fn ui_edge_a_revoke_ends_the_streams_open_with_the_cookie() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let cookie = login(&api).await?;
+    let mut by_token = Events::open(api.get("/v1/invocations/events")).await?;
+    let mut streams = Vec::new();
+    for path in ["/v1/invocations/events", "/v1/conversations/events", "/v1/logs/gateway?follow=true&n=1"] {
+        streams.push((path, Events::open(with_cookie(&api, Method::GET, path, &cookie)).await.context(path)?));
+    }
+    // They are live before the revoke.
+    let mcp = McpSession::latest(&api).await?;
+    mcp.tool("tiny__echo", json!({"message": "before"})).await?;
+    streams[0].1.until("invocation", "tiny__echo").await?;
+    by_token.until("invocation", "tiny__echo").await?;
+
+    let out = home.cli(&["ui", "--logout-all"]).await?.ok()?;
+    ensure!(out.stdout.contains("Signed out 1 web session"), "{out}");
+    for (path, s) in &mut streams {
+        s.ended().await.with_context(|| format!("{path} after the revoke"))?;
+        // Reconnecting with the same cookie is refused.
+        let again = with_cookie(&api, Method::GET, path, &cookie).reply().await?;
+        again.expect_envelope(401, "UNAUTHORIZED").with_context(|| path.to_owned())?;
+    }
+    // The token's stream is untouched and still delivers.
+    mcp.tool("tiny__echo", json!({"message": "after"})).await?;
+    let (kind, data) = by_token.next().await?;
+    ensure!(kind == "invocation" && data.contains("tiny__echo"), "{kind} {data}");
+    // A new session after the revoke streams as before.
+    let fresh = login(&api).await?;
+    let mut s = Events::open(with_cookie(&api, Method::GET, "/v1/invocations/events", &fresh)).await?;
+    mcp.tool("tiny__echo", json!({"message": "fresh"})).await?;
+    s.until("invocation", "tiny__echo").await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn ui_edge_every_ui_response_carries_the_security_headers() -> anyhow::Result<()> {
     let (_home, api) = daemon().await?;
@@ -475,6 +570,33 @@ async fn ui_edge_coffer_ui_prints_a_working_link_and_opens_browser() -> anyhow::
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success() && stderr.contains("hint:"), "{stderr}");
+
+    // An opener that fails at once: said so, the link still printed and valid; no long wait.
+    let mut cmd = home.cli_command(&["ui"])?;
+    cmd.env("BROWSER", "/bin/false").env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{stderr}");
+    ensure!(
+        stderr.contains("could not open the browser")
+            && stderr.contains("still valid")
+            && !stderr.contains("Opening it"),
+        "{stderr}"
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let link = printed.split_whitespace().find(|w| w.starts_with("http://")).context("no link printed")?;
+    let r = open(link).await?;
+    ensure!(r.status == 303, "the printed link works: {} {}", r.status, r.text);
+    // A browser still running after the opener's window counts as opened (it ends by itself
+    // soon after: nothing is left behind).
+    let slow = home.temp().join("slow-browser.sh");
+    std::fs::write(&slow, "#!/bin/sh\nexec sleep 3\n")?;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755))?;
+    let mut cmd = home.cli_command(&["ui"])?;
+    cmd.env("BROWSER", &slow).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success() && stderr.contains("Opening it with slow-browser.sh"), "{stderr}");
     Ok(())
 }
 

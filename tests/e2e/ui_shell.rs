@@ -65,16 +65,14 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
         .await?;
     assert_eq!(via, json!({"via": "cookie"}));
 
-    // The same link again: refused, with a page that says what to do; no new session.
+    // The same link again in this signed-in browser (a reloaded login tab): back on the page,
+    // and no new session.
     b.goto(&url).await?;
-    b.wait_for_text("h1", "This login link is not valid").await?;
-    b.wait_for_text("main", "coffer ui").await?;
-    b.screenshot("shell-login-refused-1280").await?;
-    let code = url.split("code=").nth(1).context("no code in the URL")?;
-    b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
-    // The refusal did not end the session this browser already has.
-    b.goto("/ui/chat").await?;
     b.wait_for_page("chat").await?;
+    assert_eq!(b.current_url().await?.path(), "/ui/chat");
+    let again = b.cookies().await?;
+    let c2 = again.iter().find(|c| c["name"] == "coffer_session").context("the cookie is gone")?;
+    assert_eq!(c2["value"], c["value"], "a used link made a new session");
     // A second tab shares the cookie: signed in there too, and the first tab is still there.
     let first = b.current_tab().await?;
     let second = b.new_tab().await?;
@@ -83,6 +81,15 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     b.wait_for_page("servers").await?;
     b.switch_to(&first).await?;
     assert_eq!(b.current_url().await?.path(), "/ui/chat");
+
+    // The same link in a browser without the session: refused, with a page that says what to do.
+    b.delete_cookies().await?;
+    b.goto(&url).await?;
+    b.wait_for_text("h1", "This login link is not valid").await?;
+    b.wait_for_text("main", "coffer ui").await?;
+    b.screenshot("shell-login-refused-1280").await?;
+    let code = url.split("code=").nth(1).context("no code in the URL")?;
+    b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
     b.assert_clean().await;
     Ok(())
 }
@@ -145,6 +152,41 @@ async fn ui_shell_no_cookie_sees_the_sign_in_screen() -> anyhow::Result<()> {
     b.wait_for_text("h1", "Sign in to Coffer").await?;
     b.wait_gone("#page[data-page]").await?;
     assert_eq!(b.count("#nav a").await?, PAGES.len());
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// The daemon stops while a tab is open, and the user goes to a page not loaded yet: the page
+/// says Coffer is not answering and how to start it, with a Retry button (no "Loading…" forever,
+/// no error of ours in the console); once the daemon is back the page recovers by itself.
+#[tokio::test]
+async fn ui_shell_a_page_opened_while_the_daemon_is_down_says_so_and_recovers() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let b = Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    b.wait_settled().await?;
+    // Each request while the daemon is gone fails in the console (the browser's own lines).
+    for expected in ["ERR_CONNECTION_REFUSED", "Failed to load resource", "/events"] {
+        b.allow_console(expected);
+    }
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    b.find("#nav a[data-page=servers]").await?.click().await?;
+    b.wait_for_text("#page h1", "Coffer is not answering").await?;
+    b.wait_for_text("#page code", "coffer daemon start").await?;
+    b.wait_for_text("#page button", "Retry").await?;
+    assert_eq!(b.count("#page .loading").await?, 0, "still Loading…");
+    b.screenshot("shell-unreachable-1280").await?;
+    // The Retry button works while the daemon is still away: it says so, and stays.
+    b.find("#page .unreachable button").await?.click().await?;
+    b.wait_for_text("#page [role=status]", "Still not answering").await?;
+
+    let again = home.start_daemon().await?;
+    ensure!(again.port() == api.port(), "the daemon came back on another port: {} vs {}", again.port(), api.port());
+    b.wait_until_within("document.getElementById('page').dataset.page === 'servers'", Duration::from_secs(30))
+        .await
+        .context("the page did not recover once the daemon answered")?;
+    assert_eq!(b.current_url().await?.path(), "/ui/servers");
     b.assert_clean().await;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `coffer ui`: signs a browser in to the web console without pasting a token. Starts the daemon
 //! if needed, mints a one-time login link (`POST /v1/ui/login-codes`), prints it and opens it in
-//! a browser when one is available (`$BROWSER`, else `xdg-open` with a display; never waits on
-//! it, and a failure is a hint, not an error). `--logout-all` signs every browser out instead
+//! a browser when one is available (`$BROWSER`, else `xdg-open` with a display; watches it for
+//! at most 1.5 s for an early failure, and a failure is a hint, not an error). `--logout-all` signs every browser out instead
 //! (`DELETE /v1/ui/sessions`).
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -67,12 +67,14 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         output::println(&format!("Open {url} (valid {ttl} s, once)"))?;
     }
     if !args.no_open {
-        match open_in_browser(&url, |k| std::env::var_os(k)) {
+        match open_in_browser(&url, |k| std::env::var_os(k)).await {
             Opened::Started(how) => eprintln!("Opening it with {how}…"),
             Opened::NoBrowser => {
                 eprintln!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
             }
-            Opened::Failed(why) => eprintln!("hint: could not open a browser ({why}); open the link yourself"),
+            Opened::Failed(why) => {
+                eprintln!("hint: could not open the browser ({why}); the link above is still valid: open it yourself");
+            }
         }
     }
     Ok(())
@@ -118,18 +120,27 @@ pub fn browser_command(url: &str, var: impl Fn(&str) -> Option<OsString>) -> Opt
     None
 }
 
-/// Starts a browser on `url` without waiting for it (detached: it outlives this command, gets
-/// no death signal, and its output goes nowhere).
-pub fn open_in_browser(url: &str, var: impl Fn(&str) -> Option<OsString>) -> Opened {
+/// How long `coffer ui` watches the opener for an early failure before it assumes success.
+pub const OPENER_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Starts a browser on `url` (detached: it outlives this command, gets no death signal, and its
+/// output goes nowhere) and watches it for at most [`OPENER_WAIT`]: an opener that has exited
+/// non-zero by then (`BROWSER=/bin/false`, an `xdg-open` with nothing to open with) is
+/// [`Opened::Failed`]; one still running, or done with success, is [`Opened::Started`].
+pub async fn open_in_browser(url: &str, var: impl Fn(&str) -> Option<OsString>) -> Opened {
     let Some((program, args)) = browser_command(url, var) else { return Opened::NoBrowser };
     let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut spec = coffer_runtime::spawn::SpawnSpec::new(&program, "browser", &name);
     spec.args = args.into_iter().map(Into::into).collect();
     spec.detached = true;
-    match coffer_runtime::spawn::spawn(spec) {
-        // Dropping a detached child leaves it running.
-        Ok(_child) => Opened::Started(name),
-        Err(e) => Opened::Failed(e.to_string()),
+    let mut child = match coffer_runtime::spawn::spawn(spec) {
+        Ok(child) => child,
+        Err(e) => return Opened::Failed(e.to_string()),
+    };
+    match tokio::time::timeout(OPENER_WAIT, child.inner().wait()).await {
+        Ok(Ok(status)) if !status.success() => Opened::Failed(format!("{name} {status}")),
+        // Done with success, or still running: dropping a detached child leaves it running.
+        _ => Opened::Started(name),
     }
 }
 

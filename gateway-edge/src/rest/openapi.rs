@@ -142,7 +142,7 @@ static SETTINGS_PATCH_DESCRIPTION: std::sync::LazyLock<String> = std::sync::Lazy
         "Answers once the gateway's snapshot holds the change. Removing an absent key is not an error. \
 `retention.*` settings apply at the next retention pass. Every key of `set` must be a setting Coffer reads \
 (below) with a value it accepts, else `INVALID_ARGUMENT` with `details.key`, `details.problem` \
-(`unknown_key`, `not_an_integer`, `out_of_range`, `bad_text`) and `details.value` (and `details.known`, or \
+(`unknown_key`, `not_an_integer`, `out_of_range`, `bad_text`, `bad_url`) and `details.value` (and `details.known`, or \
 `details.type`/`min`/`max`); with `force: true` other keys are stored as given (Coffer ignores them).\n\n{}",
         coffer_types::settings::markdown_table().trim_end()
     )

@@ -67,7 +67,7 @@ pub struct SettingsPatch {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming the offending key; for a key or value the settings table refuses,
-/// `details` is `{"key", "problem": "unknown_key" | "not_an_integer" | "out_of_range" | "bad_text", "value"}`
+/// `details` is `{"key", "problem": "unknown_key" | "not_an_integer" | "out_of_range" | "bad_text" | "bad_url", "value"}`
 /// plus `"known"` (every key) for an unknown key, or `"type"`, `"min"` and `"max"` for a value.
 pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
     for k in p.set.keys().chain(p.remove.iter()) {
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(e.message, "gateway.max_tool_name_len must be an integer from 40 to 64 (characters); got \"65\"");
         // Every default is a valid value.
         for s in settings::SETTINGS {
-            check_patch(&patch(json!({"set": {s.key: s.default.to_string()}})).unwrap()).unwrap();
+            check_patch(&patch(json!({"set": {s.key: s.default_value()}})).unwrap()).unwrap();
         }
     }
 }

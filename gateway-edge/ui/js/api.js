@@ -38,8 +38,12 @@ export async function api(method, path, body, { headers = {}, signal } = {}) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
   if (!resp.ok) {
-    if (resp.status === 401) onUnauthorized();
     const e = data && data.error;
+    if (resp.status === 401) {
+      onUnauthorized();
+      // The envelope's message is meant for the CLI (it names the token); a page's session ended.
+      throw new ApiError(401, e ? e.code : 'UNAUTHORIZED', 'Your session ended. Run `coffer ui` to sign in again.', e && e.details);
+    }
     throw new ApiError(resp.status, e ? e.code : 'HTTP_' + resp.status, e ? e.message : `${resp.status} ${resp.statusText}`, e && e.details);
   }
   return data;
@@ -64,7 +68,9 @@ export function withQuery(path, params) {
  * 'open' | 'retrying' | 'failed'. A dropped connection is retried by EventSource itself, which
  * resends `Last-Event-ID`; when the browser gives up (an error answer) it is reopened here with
  * `?after=<last id>`. After `maxRetries` consecutive failures it stops and calls
- * onState('failed'), so the caller reconciles from REST instead of waiting forever.
+ * onState('failed'), so the caller reconciles from REST instead of waiting forever. When the
+ * session has ended (the edge ends a revoked session's streams), the stream stops and the
+ * 401 handler runs.
  * Returns {close()}.
  */
 export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) {
@@ -93,7 +99,11 @@ export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) 
       if (failures > maxRetries) { es.close(); onState('failed'); return; }
       onState('retrying');
       if (es.readyState === EventSource.CLOSED) {
-        timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000));
+        // The browser gave up on an error answer. EventSource never says which one, and a
+        // revoked session looks like this (the server ends the stream, the reconnect is a 401):
+        // asking for the session lets a 401 reach the signed-out handler instead of retrying.
+        const again = () => { if (!closed) timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000)); };
+        api('GET', '/v1/ui/session').then(again, (e) => { if (e.status === 401) closed = true; else again(); });
       }
     };
   };

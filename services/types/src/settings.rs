@@ -34,6 +34,16 @@ impl Type {
     }
 }
 
+/// The shape a text setting's value must have, checked by [`Setting::parse_text`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFormat {
+    /// Any text within the bounds.
+    Any,
+    /// Empty (off), or an absolute `http://` or `https://` URL with a host (WHATWG URL
+    /// parsing, as the readers' HTTP client does it).
+    HttpUrlOrEmpty,
+}
+
 /// One setting Coffer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Setting {
@@ -41,6 +51,8 @@ pub struct Setting {
     pub key: &'static str,
     /// The type of its value.
     pub ty: Type,
+    /// What a text value must look like beyond its length ([`TextFormat::Any`] for integers).
+    pub format: TextFormat,
     /// The value that applies while the key is not set ([`Type::Integer`]; `0` for text).
     pub default: u64,
     /// The value that applies while the key is not set ([`Type::Text`]; `""` for integers).
@@ -59,6 +71,7 @@ pub struct Setting {
 pub const LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.list_timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 10_000,
     min: 1,
@@ -70,6 +83,7 @@ pub const LIST_TIMEOUT_MS: Setting = Setting {
 pub const START_TIMEOUT_MS: Setting = Setting {
     key: "gateway.start_timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 30_000,
     min: 1,
@@ -81,6 +95,7 @@ pub const START_TIMEOUT_MS: Setting = Setting {
 pub const CALL_TIMEOUT_MS: Setting = Setting {
     key: "gateway.call_timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 60_000,
     min: 1,
@@ -92,6 +107,7 @@ pub const CALL_TIMEOUT_MS: Setting = Setting {
 pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.session_idle_timeout_s",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 1800,
     min: 1,
@@ -104,6 +120,7 @@ pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
 pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.first_list_timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 1_000,
     min: 1,
@@ -116,6 +133,7 @@ pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
 pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.broker_idle_timeout_s",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 600,
     min: 1,
@@ -127,6 +145,7 @@ pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
 pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     key: "gateway.max_tool_name_len",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 51,
     min: 40,
@@ -138,6 +157,7 @@ pub const MAX_TOOL_NAME_LEN: Setting = Setting {
 pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
     key: "retention.invocations_days",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 30,
     min: 0,
@@ -149,6 +169,7 @@ pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
 pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
     key: "retention.invocations_max_rows",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 100_000,
     min: 0,
@@ -160,6 +181,7 @@ pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
 pub const RETENTION_AUDIT_DAYS: Setting = Setting {
     key: "retention.audit_days",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 365,
     min: 0,
@@ -171,6 +193,7 @@ pub const RETENTION_AUDIT_DAYS: Setting = Setting {
 pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
     key: "retention.audit_max_rows",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 100_000,
     min: 0,
@@ -183,6 +206,7 @@ pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
 pub const EMBEDDINGS_URL: Setting = Setting {
     key: "retrieval.embeddings.url",
     ty: Type::Text,
+    format: TextFormat::HttpUrlOrEmpty,
     default: 0,
     default_text: "",
     min: 0,
@@ -194,6 +218,7 @@ pub const EMBEDDINGS_URL: Setting = Setting {
 pub const EMBEDDINGS_MODEL: Setting = Setting {
     key: "retrieval.embeddings.model",
     ty: Type::Text,
+    format: TextFormat::Any,
     default: 0,
     default_text: "",
     min: 0,
@@ -205,6 +230,7 @@ pub const EMBEDDINGS_MODEL: Setting = Setting {
 pub const EMBEDDINGS_CREDENTIAL: Setting = Setting {
     key: "retrieval.embeddings.credential",
     ty: Type::Text,
+    format: TextFormat::Any,
     default: 0,
     default_text: "",
     min: 0,
@@ -216,6 +242,7 @@ pub const EMBEDDINGS_CREDENTIAL: Setting = Setting {
 pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
     key: "retrieval.embeddings.dimensions",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 0,
     min: 0,
@@ -227,6 +254,7 @@ pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
 pub const EMBEDDINGS_BATCH_SIZE: Setting = Setting {
     key: "retrieval.embeddings.batch_size",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 32,
     min: 1,
@@ -238,6 +266,7 @@ pub const EMBEDDINGS_BATCH_SIZE: Setting = Setting {
 pub const EMBEDDINGS_CONCURRENCY: Setting = Setting {
     key: "retrieval.embeddings.concurrency",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 2,
     min: 1,
@@ -249,6 +278,7 @@ pub const EMBEDDINGS_CONCURRENCY: Setting = Setting {
 pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
     key: "retrieval.embeddings.timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 10_000,
     min: 1,
@@ -260,6 +290,7 @@ pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
 pub const ENGINE_TIMEOUT_MS: Setting = Setting {
     key: "retrieval.engine_timeout_ms",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 2_000,
     min: 1,
@@ -271,6 +302,7 @@ pub const ENGINE_TIMEOUT_MS: Setting = Setting {
 pub const MAX_FILE_BYTES: Setting = Setting {
     key: "retrieval.max_file_bytes",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 16 * 1024 * 1024,
     min: 1024,
@@ -283,6 +315,7 @@ pub const MAX_FILE_BYTES: Setting = Setting {
 pub const RETENTION_CONVERSATIONS_ARCHIVE_DAYS: Setting = Setting {
     key: "retention.conversations_archive_days",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 7,
     min: 0,
@@ -294,6 +327,7 @@ pub const RETENTION_CONVERSATIONS_ARCHIVE_DAYS: Setting = Setting {
 pub const RETENTION_CONVERSATIONS_DELETE_DAYS: Setting = Setting {
     key: "retention.conversations_delete_days",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 30,
     min: 0,
@@ -305,6 +339,7 @@ pub const RETENTION_CONVERSATIONS_DELETE_DAYS: Setting = Setting {
 pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
     key: "chat.claude_code_path",
     ty: Type::Text,
+    format: TextFormat::Any,
     default: 0,
     default_text: "",
     min: 0,
@@ -316,6 +351,7 @@ pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
 pub const CHAT_CODEX_PATH: Setting = Setting {
     key: "chat.codex_path",
     ty: Type::Text,
+    format: TextFormat::Any,
     default: 0,
     default_text: "",
     min: 0,
@@ -327,6 +363,7 @@ pub const CHAT_CODEX_PATH: Setting = Setting {
 pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     key: "chat.turn_timeout_s",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 600,
     min: 1,
@@ -339,6 +376,7 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
 pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
     key: "ui.login_code_ttl_s",
     ty: Type::Integer,
+    format: TextFormat::Any,
     default_text: "",
     default: 60,
     min: 5,
@@ -409,10 +447,12 @@ impl Setting {
         }
     }
 
-    /// Checks a text value: `min..=max` bytes, no control characters (tab excepted).
+    /// Checks a text value: `min..=max` bytes, no control characters (tab excepted), and the
+    /// setting's [`TextFormat`].
     ///
     /// # Errors
     /// [`SettingError::BadText`] for a value too short, too long or with control characters;
+    /// [`SettingError::BadUrl`] for a URL setting whose value is not an `http(s)://` URL;
     /// [`SettingError::NotText`] for an integer setting (check those with [`Setting::parse`]).
     pub fn parse_text<'v>(&self, value: &'v str) -> Result<&'v str, SettingError> {
         if self.ty != Type::Text {
@@ -421,6 +461,9 @@ impl Setting {
         let len = value.len() as u64;
         if len < self.min || len > self.max || value.chars().any(|c| c.is_control() && c != '\t') {
             return Err(SettingError::BadText { setting: *self, value: value.chars().take(64).collect() });
+        }
+        if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
+            return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
         }
         Ok(value)
     }
@@ -515,6 +558,13 @@ pub enum SettingError {
         /// The value as given (at most its first 64 characters).
         value: String,
     },
+    /// A URL setting's value is neither empty nor an `http://` or `https://` URL with a host.
+    BadUrl {
+        /// The setting.
+        setting: Setting,
+        /// The value as given (at most its first 64 characters).
+        value: String,
+    },
     /// Text was asked of a setting that is an integer.
     NotText {
         /// The setting.
@@ -530,18 +580,20 @@ impl SettingError {
             SettingError::NotAnInteger { setting, .. }
             | SettingError::OutOfRange { setting, .. }
             | SettingError::BadText { setting, .. }
+            | SettingError::BadUrl { setting, .. }
             | SettingError::NotText { setting } => setting.key,
         }
     }
 
     /// A stable name of the problem, for structured errors: `unknown_key`, `not_an_integer`,
-    /// `out_of_range`, `bad_text`, `not_text`.
+    /// `out_of_range`, `bad_text`, `bad_url`, `not_text`.
     pub fn problem(&self) -> &'static str {
         match self {
             SettingError::UnknownKey { .. } => "unknown_key",
             SettingError::NotAnInteger { .. } => "not_an_integer",
             SettingError::OutOfRange { .. } => "out_of_range",
             SettingError::BadText { .. } => "bad_text",
+            SettingError::BadUrl { .. } => "bad_url",
             SettingError::NotText { .. } => "not_text",
         }
     }
@@ -553,6 +605,7 @@ impl SettingError {
             SettingError::NotAnInteger { setting, .. }
             | SettingError::OutOfRange { setting, .. }
             | SettingError::BadText { setting, .. }
+            | SettingError::BadUrl { setting, .. }
             | SettingError::NotText { setting } => Some(setting),
         }
     }
@@ -574,12 +627,26 @@ impl std::fmt::Display for SettingError {
                 "{} must be text of {} to {} bytes without control characters ({}); got {value:?}",
                 s.key, s.min, s.max, s.unit
             ),
+            SettingError::BadUrl { setting: s, value } => write!(
+                f,
+                "{} must be an http:// or https:// URL with a host, such as http://127.0.0.1:9000/v1, or empty ({}); got {value:?}",
+                s.key, s.unit
+            ),
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }
     }
 }
 
 impl std::error::Error for SettingError {}
+
+/// True for `""` and for an absolute `http://` or `https://` URL with a host; surrounding
+/// whitespace is ignored, as readers ignore it.
+fn is_http_url_or_empty(value: &str) -> bool {
+    let v = value.trim();
+    v.is_empty()
+        || url::Url::parse(v)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()))
+}
 
 /// The settings as a Markdown table (`| key | default | accepted | what |`), one row per
 /// setting in display order, ending with a newline: what `docs/CLI.md` shows.
@@ -674,6 +741,26 @@ mod tests {
         assert_eq!(check("retrieval.embeddings.url", ""), Ok(()));
         let e = check("retrieval.embeddings.url", "http://x/\nHost: y").unwrap_err();
         assert_eq!((e.problem(), e.key()), ("bad_text", "retrieval.embeddings.url"));
+        for good in ["https://api.example.com/v1", "http://localhost:8080", " http://[::1]:9000/v1 "] {
+            assert_eq!(check("retrieval.embeddings.url", good), Ok(()), "{good}");
+        }
+        for bad in [
+            "anything",
+            "ftp://host/x",
+            "javascript:alert(1)",
+            "http://",
+            "file:///etc/passwd",
+            "127.0.0.1:9000/v1",
+            "https://exa mple.com",
+        ] {
+            let e = check("retrieval.embeddings.url", bad).unwrap_err();
+            assert_eq!((e.problem(), e.key()), ("bad_url", "retrieval.embeddings.url"), "{bad}");
+            let m = e.to_string();
+            assert!(
+                m.starts_with("retrieval.embeddings.url must be an http:// or https:// URL") && m.contains("or empty"),
+                "{m}"
+            );
+        }
         let e = check("retrieval.embeddings.model", &"m".repeat(257)).unwrap_err();
         assert_eq!(e.problem(), "bad_text");
         assert!(e.to_string().contains("0 to 256 bytes"), "{e}");

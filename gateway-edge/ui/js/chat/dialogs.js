@@ -18,13 +18,13 @@ const INSTALL = {
 };
 
 /** A modal that stays open until `onSubmit(form)` resolves true (errors are shown in it). */
-function modal(titleText, body, { submit = 'Save', onSubmit, danger = false }) {
+function modal(titleText, body, { submit = 'Save', onSubmit, danger = false, cancel = true }) {
   return new Promise((resolve) => {
     const error = h('div', { class: 'error-box', role: 'alert', hidden: true });
     const ok = h('button', { type: 'submit', class: danger ? 'danger' : 'primary' }, submit);
     const form = h('form', { method: 'dialog', class: 'dialog-form' }, h('h2', null, titleText), body, error,
       h('div', { class: 'actions' },
-        h('button', { type: 'button', class: 'ghost', on: { click: () => d.close() } }, 'Cancel'), ok));
+        cancel ? h('button', { type: 'button', class: 'ghost', on: { click: () => d.close() } }, 'Cancel') : null, ok));
     const d = h('dialog', { class: 'modal' }, form);
     let result = null;
     form.addEventListener('submit', async (e) => {
@@ -170,5 +170,6 @@ export function help() {
       k('Escape', 'in the composer: stop the running turn'),
       k('Tab', 'move between the list, the thread and the composer'))),
     h('p', { class: 'hint' }, 'Messages sent while a turn runs wait in the pending queue, one turn each, in order. Edit takes one back into the composer; sending it puts it at the end of the queue. After a stop or an error the queue pauses: Resume or Discard.'));
-  return modal('Chat keys', body, { submit: 'Close', onSubmit: async () => true });
+  // Nothing to cancel: one button closes it (as Escape does).
+  return modal('Chat keys', body, { submit: 'Close', onSubmit: async () => true, cancel: false });
 }

@@ -56,7 +56,7 @@ export function mountList(root, hooks) {
       'aria-current': c.id === selected ? 'true' : null,
       on: { click: () => hooks.onSelect(c.id) },
     },
-    h('span', { class: 'conv-title' }, c.title || 'Untitled conversation'),
+    h('span', { class: 'conv-title', dir: 'auto' }, c.title || 'Untitled conversation'),
     h('span', { class: 'conv-meta' }, h('span', { class: 'hint' }, `${c.agent_key} · ${ago(c.last_message_ms || c.updated_ms || c.created_ms)}`), ...badges));
     return h('li', { dataset: { id: c.id } }, btn);
   }
@@ -82,7 +82,8 @@ export function mountList(root, hooks) {
       draw();
     } catch (e) {
       if (closed || mine !== loadSeq) return;
-      status.textContent = `Cannot list conversations: ${e.message}`;
+      replace(status, `Cannot list conversations: ${e.message} `,
+        h('button', { type: 'button', class: 'ghost retry', on: { click: () => load(append) } }, 'Retry'));
       if (!drawn) draw();
     }
   }

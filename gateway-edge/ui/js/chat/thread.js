@@ -22,6 +22,21 @@ const LIVE_MD_MS = 250;
 /** …while it is shorter than this (characters); a longer one stays plain until it ends. */
 const LIVE_MD_MAX = 32 * 1024;
 
+/** The sessionStorage key of conversation `id`'s unsent draft. */
+const draftKey = (id) => `coffer.draft.${id}`;
+
+/**
+ * The unsent draft kept for conversation `id` ('' for none): the composer's text survives a
+ * reload, the signed-out screen and the conversation being deleted elsewhere. `take` removes it.
+ */
+export function draftOf(id, { take = false } = {}) {
+  try {
+    const t = sessionStorage.getItem(draftKey(id)) || '';
+    if (take) sessionStorage.removeItem(draftKey(id));
+    return t;
+  } catch { return ''; }
+}
+
 /** Whether `el` is scrolled to (near) its bottom. */
 const atBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 80;
 
@@ -45,7 +60,7 @@ export function mountThread(root, id, hooks) {
   let freshReload = false; // nothing but resets received since the last reload
 
   // ---- layout ----
-  const title = h('h1', { class: 'thread-title' }, '…');
+  const title = h('h1', { class: 'thread-title', dir: 'auto' }, '…');
   const meta = h('div', { class: 'thread-meta' });
   const actions = h('div', { class: 'thread-actions' });
   const header = h('header', { class: 'thread-head' },
@@ -79,10 +94,18 @@ export function mountThread(root, id, hooks) {
 
   // The composer grows with its text up to a cap (CSS max-height), then scrolls. `field-sizing`
   // does it in CSS where supported; the rows count is the fallback.
+  // Every change of the composer's text passes here, so the draft is kept here too.
   function grow() {
     const lines = input.value.split('\n').length;
     input.rows = Math.min(Math.max(lines, 1), 12);
+    if (closed) return;
+    try {
+      if (input.value) sessionStorage.setItem(draftKey(id), input.value);
+      else sessionStorage.removeItem(draftKey(id));
+    } catch { /* storage unavailable: the draft lives as long as the page */ }
   }
+  input.value = draftOf(id);
+  grow();
 
   // ---- header ----
   function renderHeader() {
@@ -459,7 +482,12 @@ export function mountThread(root, id, hooks) {
   }
 
   // ---- sending and stopping ----
-  async function send() {
+  // Sends go out one after another (a promise chain): two POSTs in flight at once may reach the
+  // daemon in either order, and the queue must keep the order the messages were typed in. The
+  // composer never waits for the chain.
+  let sending = Promise.resolve();
+
+  function send() {
     const text = input.value;
     if (!text.trim() || !conv) return;
     const wasEditing = editing !== null;
@@ -469,6 +497,11 @@ export function mountThread(root, id, hooks) {
     grow();
     editing = null;
     editNote.hidden = true;
+    sending = sending.then(() => deliver(text, wasEditing));
+  }
+
+  /** Delivers one typed message; never throws (a failure puts the text back in the composer). */
+  async function deliver(text, wasEditing) {
     try {
       if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
         // Back to the end of the queue it came from.
@@ -479,9 +512,15 @@ export function mountThread(root, id, hooks) {
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
       }
     } catch (e) {
-      if (!input.value) { input.value = text; grow(); }
+      keepDraft(text);
       if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
     }
+  }
+
+  /** Puts an unsent text back into the composer, after what is there already (nothing is lost). */
+  function keepDraft(text) {
+    input.value = input.value ? `${input.value}\n${text}` : text;
+    grow();
   }
 
   async function stop() {

@@ -77,7 +77,7 @@ function invocations(panel, params) {
     try {
       page = await vget(withQuery('/v1/invocations', { ...f, limit: PAGE, cursor }));
     } catch (e) {
-      replace(body, errorBox(e, 'Could not load the invocations'));
+      replace(body, errorBox(e, 'Could not load the invocations', () => load(cursor)));
       replace(more);
       return;
     }
@@ -172,7 +172,7 @@ function audit(panel, params) {
     try {
       page = await vget(withQuery('/v1/audit', { actor: actor.value, action: action.value.trim(), limit: PAGE, cursor }));
     } catch (e) {
-      replace(body, errorBox(e, 'Could not load the audit log'));
+      replace(body, errorBox(e, 'Could not load the audit log', () => load(cursor)));
       replace(more);
       return;
     }

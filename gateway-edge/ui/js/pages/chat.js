@@ -5,8 +5,12 @@
 import { patch } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import { mountList } from '../chat/list.js';
-import { mountThread } from '../chat/thread.js';
+import { draftOf, mountThread } from '../chat/thread.js';
 import * as dialogs from '../chat/dialogs.js';
+
+/** A title for the tab's name, which cannot isolate bidi text: the direction overrides and
+ * isolates (U+202A–U+202E, U+2066–U+2069) removed, so a title cannot reorder what follows. */
+const plainTitle = (t) => (t || '').replace(/[\u202A-\u202E\u2066-\u2069]/g, '');
 
 export function mount(root, { params }) {
   let thread = null;
@@ -48,7 +52,7 @@ export function mount(root, { params }) {
     page.classList.toggle('show-list', !id);
     if (!id) { empty(); return; }
     thread = mountThread(main, id, {
-      onConversation: (c) => { list.upsert(c); document.title = `Coffer — ${c.title || 'Chat'}`; },
+      onConversation: (c) => { list.upsert(c); document.title = `Coffer — ${plainTitle(c.title) || 'Chat'}`; },
       onDeleted: (gid) => gone(gid),
       onEdit: (c) => edit(c),
       onArchive: (c, archived) => archive(c, archived),
@@ -61,9 +65,34 @@ export function mount(root, { params }) {
   function gone(id) {
     list.remove(id);
     if (current === id) {
+      // Closing the thread first: it must not write the draft back once it is taken.
+      if (thread) { thread.close(); thread = null; }
+      const draft = draftOf(id, { take: true });
       toast('That conversation was deleted.');
       select(null, false);
+      if (draft) orphan = draft;
+      showOrphan();
     }
+  }
+
+  // The unsent draft of a conversation deleted while it was open: kept on the empty view,
+  // to copy or discard, until another conversation opens.
+  let orphan = '';
+  function showOrphan() {
+    if (!orphan || current) return;
+    const old = main.querySelector('.draft-kept');
+    if (old) old.remove();
+    const text = h('textarea', { class: 'draft-text', readonly: true, rows: '4', 'aria-label': 'Your unsent draft' });
+    text.value = orphan;
+    const box = h('section', { class: 'draft-kept', role: 'status' },
+      h('p', null, 'The conversation you were writing in was deleted. Your unsent draft:'),
+      text,
+      h('div', { class: 'row' },
+        h('button', { type: 'button', class: 'primary', on: { click: async () => {
+          try { await navigator.clipboard.writeText(orphan); toast('Copied.'); } catch { text.select(); toast('Select and copy it (Ctrl+C).'); }
+        } } }, 'Copy'),
+        h('button', { type: 'button', class: 'ghost', on: { click: () => { orphan = ''; box.remove(); } } }, 'Discard')));
+    main.prepend(box);
   }
 
   async function loadAgents() {
@@ -88,6 +117,7 @@ export function mount(root, { params }) {
         h('h2', null, 'Chat with a coding agent'),
         h('p', null, 'Pick a conversation, or start a new one.'),
         h('button', { type: 'button', class: 'primary', on: { click: () => startNew() } }, 'New conversation'))));
+    showOrphan();
   }
 
   async function startNew() {

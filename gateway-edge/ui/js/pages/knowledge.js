@@ -200,7 +200,7 @@ function bases(panel) {
     try {
       r = await vget('/v1/knowledge');
     } catch (e) {
-      replace(list, errorBox(e, 'Could not list the knowledge bases'));
+      replace(list, errorBox(e, 'Could not list the knowledge bases', load));
       return;
     }
     kbs = r.items || [];
@@ -319,7 +319,7 @@ function memory(panel) {
     try {
       page = await vget(withQuery('/v1/memory', { limit: 50, cursor }));
     } catch (e) {
-      replace(facts, errorBox(e, 'Could not list the facts'));
+      replace(facts, errorBox(e, 'Could not list the facts', () => loadFacts(cursor)));
       return;
     }
     const items = page.items || [];

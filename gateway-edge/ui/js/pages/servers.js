@@ -41,7 +41,7 @@ function list(root, navigate) {
       servers = s.items || [];
       status = st;
     } catch (e) {
-      replace(body, errorBox(e, 'Could not load the servers'));
+      replace(body, errorBox(e, 'Could not load the servers', load));
       return;
     }
     const ups = new Map(((status && status.upstreams) || []).map((u) => [u.name, u]));

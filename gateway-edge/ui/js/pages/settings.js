@@ -45,7 +45,7 @@ async function settings(panel) {
     rows = t.items || [];
     values = v.values || {};
   } catch (e) {
-    replace(body, errorBox(e, 'Could not load the settings'));
+    replace(body, errorBox(e, 'Could not load the settings', () => { body.remove(); settings(panel); }));
     return;
   }
   const known = new Set(rows.map((r) => r.key));
@@ -137,7 +137,7 @@ async function credentials(panel) {
     try {
       items = (await vget('/v1/credentials')).items || [];
     } catch (e) {
-      replace(body, errorBox(e, 'Could not list the credentials'));
+      replace(body, errorBox(e, 'Could not list the credentials', load));
       return;
     }
     if (!items.length) {
@@ -194,7 +194,7 @@ async function status(panel) {
     try {
       s = await vget('/v1/status');
     } catch (e) {
-      replace(body, errorBox(e, 'Could not read the status'));
+      replace(body, errorBox(e, 'Could not read the status', load));
       return;
     }
     const d = s.daemon || {};

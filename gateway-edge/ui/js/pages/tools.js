@@ -57,7 +57,7 @@ export function mount(root, { params }) {
     try {
       items = (await vget('/v1/tools')).items || [];
     } catch (e) {
-      replace(body, errorBox(e, 'Could not list the tools'));
+      replace(body, errorBox(e, 'Could not list the tools', load));
       return;
     }
     const servers = [...new Set(items.map((t) => t.server))].sort();

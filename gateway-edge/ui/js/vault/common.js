@@ -27,9 +27,13 @@ export function messageOf(e) {
   return (e && e.message) || 'Something went wrong';
 }
 
-/** An error box (role=alert) holding the API's message; `what` says what failed. */
-export function errorBox(e, what) {
-  return h('div', { class: 'error-box', role: 'alert' }, what ? `${what}: ${messageOf(e)}` : messageOf(e));
+/**
+ * An error box (role=alert) holding the API's message; `what` says what failed. With `retry`
+ * (a function), a Retry button calls it (a first load that failed, e.g. while the daemon was down).
+ */
+export function errorBox(e, what, retry) {
+  return h('div', { class: 'error-box', role: 'alert' }, what ? `${what}: ${messageOf(e)} ` : `${messageOf(e)} `,
+    retry ? h('button', { type: 'button', class: 'retry', on: { click: () => retry() } }, 'Retry') : null);
 }
 
 /** An empty state: a title line and what to do about it (strings or nodes). */
