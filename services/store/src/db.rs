@@ -199,18 +199,9 @@ pub fn register_sqlite_vec() {
     });
 }
 
-/// How much of coffer.db each connection maps into memory (bytes; address space, not RAM: the
-/// pages are the OS page cache's). Reads of a mapped page are memory reads instead of a `pread`
-/// copy into SQLite's small per-connection cache: a keyword query over a 10,000-note index walks
-/// megabytes of FTS5 doclists and thousands of row-size records, and most of its time went to
-/// those copies (10,000 notes: keyword p50 7.2 ms → see docs/BENCHMARKS.md).
-const MMAP_BYTES: i64 = 1 << 30;
-
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    // Answers the size it applied (capped by SQLITE_MAX_MMAP_SIZE); a query, not an update.
-    let _: i64 = conn.query_row(&format!("PRAGMA mmap_size = {MMAP_BYTES}"), [], |r| r.get(0))?;
     crate::fts_rank::register(conn)
 }
 
