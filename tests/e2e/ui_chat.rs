@@ -7,7 +7,6 @@
 //! no-agent empty state; hostile strings rendered inert; a 5 MB reply and a 2,000-message
 //! conversation staying responsive. Every test ends with `assert_clean()` (no console error or
 //! warning, no request to another origin); screenshots go to `target/ui-screenshots/`.
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -794,30 +793,7 @@ fn seed_messages(db: &std::path::Path, id: &str, n: usize) -> anyhow::Result<()>
 async fn ui_chat_streams_a_real_claude_code_turn() -> anyhow::Result<()> {
     let fake = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
     let mut home = TestHome::new()?;
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if ["ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "MCP_"].iter().any(|p| k.starts_with(p)) {
-            home.unset_env(&k);
-        }
-    }
-    let user_home = PathBuf::from(&home.env()["HOME"]);
-    for (k, v) in [
-        ("CLAUDE_CONFIG_DIR", user_home.join(".claude").display().to_string()),
-        ("ANTHROPIC_BASE_URL", fake.url.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key".into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-        ("DISABLE_TELEMETRY", "1".into()),
-        ("DISABLE_AUTOUPDATER", "1".into()),
-        ("DISABLE_ERROR_REPORTING", "1".into()),
-        ("CLAUDE_CODE_MAX_RETRIES", "0".into()),
-    ] {
-        home.set_env(k, v);
-    }
-    home.set_env(
-        "COFFER_PASS_ENV",
-        "CLAUDE_CONFIG_DIR,ANTHROPIC_BASE_URL,ANTHROPIC_API_KEY,CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC,DISABLE_TELEMETRY,\
-         DISABLE_AUTOUPDATER,DISABLE_ERROR_REPORTING,CLAUDE_CODE_MAX_RETRIES",
-    );
+    chat::offline_claude_code(&mut home, &fake.url);
     let api = home.start_daemon().await?;
     let claude = coffer_tests::peers::claude_code()?.display().to_string();
     let r = api

@@ -5,7 +5,6 @@
 //! live stream; a tool is disabled on the servers page (and so leaves `tools/list` through
 //! `/mcp`); the person's notes are searched on the knowledge page. Screenshots of each step go
 //! to `target/ui-screenshots/done-*.png` (a few are copied into `docs/`).
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -49,28 +48,7 @@ fn reply_with(word: &str) -> String {
 async fn ui_done_when_a_new_user_chats_queues_stops_resumes_watches_toggles_and_searches() -> anyhow::Result<()> {
     let fake = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
     let mut home = TestHome::new()?;
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if ["ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "MCP_"].iter().any(|p| k.starts_with(p)) {
-            home.unset_env(&k);
-        }
-    }
-    let user_home = PathBuf::from(&home.env()["HOME"]);
-    let pass = [
-        ("CLAUDE_CONFIG_DIR", user_home.join(".claude").display().to_string()),
-        ("ANTHROPIC_BASE_URL", fake.url.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key".into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-        ("DISABLE_TELEMETRY", "1".into()),
-        ("DISABLE_AUTOUPDATER", "1".into()),
-        ("DISABLE_ERROR_REPORTING", "1".into()),
-        ("CLAUDE_CODE_MAX_RETRIES", "0".into()),
-    ];
-    let names: Vec<&str> = pass.iter().map(|(k, _)| *k).collect();
-    for (k, v) in &pass {
-        home.set_env(k, v.clone());
-    }
-    home.set_env("COFFER_PASS_ENV", names.join(","));
+    coffer_tests::chat::offline_claude_code(&mut home, &fake.url);
     // The person's notes and one upstream MCP server.
     let notes = home.temp().join("notes");
     write_file(

@@ -495,6 +495,38 @@ pub fn created_texts(events: &[c::Event]) -> Vec<String> {
         .collect()
 }
 
+/// Sets `home` up for the real Claude Code CLI against a fake Anthropic API at `anthropic_url`:
+/// every `ANTHROPIC_*`, `CLAUDE*`, `OPENAI_*`, `CODEX_*` and `MCP_*` variable of the machine is
+/// unset (nothing of the machine's own agent set-up leaks in), Claude Code's offline variables
+/// are set (its config dir in the home's `HOME`, no telemetry, updates or retries), and
+/// `COFFER_PASS_ENV` names them, so a daemon started by the CLI keeps them for its agents.
+/// Returns the names passed, for a caller that adds more to `COFFER_PASS_ENV`.
+pub fn offline_claude_code(home: &mut TestHome, anthropic_url: &str) -> Vec<&'static str> {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if ["ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "MCP_"].iter().any(|p| k.starts_with(p)) {
+            home.unset_env(&k);
+        }
+    }
+    let user_home = std::path::PathBuf::from(&home.env()["HOME"]);
+    let vars = [
+        ("CLAUDE_CONFIG_DIR", user_home.join(".claude").display().to_string()),
+        ("ANTHROPIC_BASE_URL", anthropic_url.to_owned()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key".to_owned()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("DISABLE_TELEMETRY", "1".to_owned()),
+        ("DISABLE_AUTOUPDATER", "1".to_owned()),
+        ("DISABLE_ERROR_REPORTING", "1".to_owned()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_owned()),
+    ];
+    let names: Vec<&'static str> = vars.iter().map(|(k, _)| *k).collect();
+    for (k, v) in vars {
+        home.set_env(k, v);
+    }
+    home.set_env("COFFER_PASS_ENV", names.join(","));
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
