@@ -536,12 +536,15 @@ pub const COMMON_TERM_CHUNKS: usize = 5_000;
 /// counted per query. Called directly rather than through FTS5's `rank` column: `ORDER BY rank`
 /// makes FTS5 run its own nested, sorted query per MATCH. Together (10,000 notes, the
 /// benchmark's two- and three-word queries): about half the time of `ORDER BY rank`.
-const BM25: &str = "coffer_bm25(kb_fts, ?2, 2.0, 1.5, 1.0)";
+/// `counts` names the SQL parameter bound to the phrases' row counts (e.g. `"?2"`).
+fn bm25(counts: &str) -> String {
+    format!("coffer_bm25(kb_fts, {counts}, 2.0, 1.5, 1.0)")
+}
 
 /// `KeywordQuery` on a reader: best first, ties by KB, path, ordinal.
 ///
 /// Without filters, or with a filter by KBs alone (what every search coffer-retrieval runs
-/// has), the ranking runs on `kb_fts` alone (ordered by [`BM25`]); rows of other KBs are skipped as they come, and only the top `limit` rows,
+/// has), the ranking runs on `kb_fts` alone (ordered by [`bm25`]); rows of other KBs are skipped as they come, and only the top `limit` rows,
 /// plus every row tied with the last of them, are joined with their chunks and documents. With
 /// other filters (or a huge tie group, or too many skipped rows) one query joins every match
 /// and orders by (score, KB, path, ordinal).
@@ -559,8 +562,10 @@ fn keyword_query(
         let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
         let mut complete = true;
         {
-            let mut st =
-                c.prepare_cached(&format!("SELECT rowid, {BM25} AS s FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY s"))?;
+            let mut st = c.prepare_cached(&format!(
+                "SELECT rowid, {} AS s FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY s",
+                bm25("?2")
+            ))?;
             let mut kb_of = c.prepare_cached(
                 "SELECT d.kb, d.id FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document",
             )?;
@@ -612,16 +617,14 @@ fn keyword_query(
             return Ok(hits);
         }
     }
-    let mut st = c.prepare_cached(
-        &format!(
-            "SELECT {CHUNK_COLS}, {BM25} AS s
+    let mut st = c.prepare_cached(&format!(
+        "SELECT {CHUNK_COLS}, {} AS s
          FROM kb_fts CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
          WHERE kb_fts MATCH ?5 AND c.id = kb_fts.rowid AND d.id = c.document AND {FILTER_SQL}
          ORDER BY s, d.kb, d.path, c.ordinal
-         LIMIT ?6"
-        )
-        .replace("?2, 2.0", "?7, 2.0"),
-    )?;
+         LIMIT ?6",
+        bm25("?7")
+    ))?;
     // One per document: every match is read (no LIMIT) and the first of each document kept.
     let cap = if one_per_document { -1 } else { i64::from(limit) };
     let rows = st.query_map(params![f.kb_json, f.prefix, f.tags_json, f.after, expr, cap, counts], |r| {
