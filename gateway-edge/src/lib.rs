@@ -12,6 +12,7 @@ pub mod chat;
 pub mod credentials;
 pub mod error;
 pub mod grpc;
+pub mod llm;
 pub mod mcp;
 pub mod middleware;
 pub mod rest;
@@ -84,6 +85,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let store = store::StoreClients::new(internal.channel(Identity::Store)?);
     let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
     let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
+    let llm = llm::client(internal.addr(Identity::Chat)?, internal.token())?;
     let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
@@ -102,6 +104,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         store,
         retrieval,
         chat,
+        llm,
         control,
         snapshot,
         web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME)),

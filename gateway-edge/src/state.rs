@@ -29,6 +29,9 @@ pub struct AppState {
     /// `coffer-chat` (agents, conversations, turns, events), lazily connected; unary calls go
     /// through [`crate::chat::call`].
     pub chat: crate::chat::Client,
+    /// coffer-chat's `Llm` service (connection probes, the internal agent); calls go through
+    /// [`crate::llm::call`].
+    pub llm: crate::llm::Client,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     /// Web-console sessions, persisted in `COFFER_HOME/web-sessions.json`.

@@ -22,6 +22,13 @@ pub mod gateway {
     tonic::include_proto!("coffer.gateway.v1");
 }
 
+/// `coffer.llm.v1`: probing LLM connections and the internal agent behind `coffer__ask`, served
+/// by `coffer-chat` next to Chat ([`llm_client::LlmClient`], [`llm_server::Llm`]); the status
+/// mapping is documented in `proto/llm.proto`.
+pub mod llm {
+    tonic::include_proto!("coffer.llm.v1");
+}
+
 /// `coffer.retrieval.v1`: knowledge bases, memory and skills, served by `coffer-retrieval`
 /// ([`retrieval_client::RetrievalClient`], [`retrieval_server::Retrieval`]); the status mapping
 /// is documented in `proto/retrieval.proto`.
@@ -34,7 +41,7 @@ pub mod retrieval {
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],
 /// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
 /// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`],
-/// [`conversations_client::ConversationsClient`] (and their
+/// [`conversations_client::ConversationsClient`], [`llm_connections_client::LlmConnectionsClient`] (and their
 /// `*_server` counterparts).
 ///
 /// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
@@ -90,9 +97,16 @@ pub mod store {
         Preference => "preference",
         Setting => "settings",
         Credential => "credential",
+        LlmConnection => "llm_connection",
     });
     words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });
     words!(KnowledgeBaseKind { Folder => "folder", Memory => "memory" });
+    words!(LlmWire {
+        Anthropic => "anthropic",
+        OpenaiResponses => "openai-responses",
+        OpenaiChat => "openai-chat",
+        Ollama => "ollama",
+    });
     words!(MatchMode { All => "all", Any => "any" });
     words!(MessageRole { User => "user", Assistant => "assistant" });
     words!(MessageStatus {

@@ -25,6 +25,7 @@ pub mod bus;
 pub mod claude_code;
 pub mod codex;
 pub mod config;
+pub mod connections;
 pub mod engine;
 pub mod error;
 pub mod kept;

@@ -372,6 +372,79 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     description: "a turn with no output from the agent for this long ends with a timeout error",
 };
 
+/// The LLM connection Claude Code turns run on.
+pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
+    key: "chat.claude_code_connection",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 32,
+    unit: "an LLM connection's name, empty = Claude Code's own login",
+    description: "the LLM connection Claude Code turns use (its base URL, key, model and fast model)",
+};
+/// The LLM connection Codex turns run on.
+pub const CHAT_CODEX_CONNECTION: Setting = Setting {
+    key: "chat.codex_connection",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 32,
+    unit: "an LLM connection's name, empty = Codex's own login",
+    description: "the LLM connection Codex turns use (a Coffer-written model provider)",
+};
+/// How long a model request may take to answer.
+pub const LLM_REQUEST_TIMEOUT_S: Setting = Setting {
+    key: "llm.request_timeout_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 60,
+    min: 1,
+    max: 3_600,
+    unit: "seconds",
+    description: "a request to an LLM connection with no response for this long fails with a timeout",
+};
+/// How long a model's stream may stay silent.
+pub const LLM_STALL_TIMEOUT_S: Setting = Setting {
+    key: "llm.stall_timeout_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 30,
+    min: 1,
+    max: 3_600,
+    unit: "seconds",
+    description: "a streamed answer with no event for this long counts as stalled and fails",
+};
+/// The internal agent's model requests per run.
+pub const LLM_ASK_MAX_ITERATIONS: Setting = Setting {
+    key: "llm.ask_max_iterations",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 8,
+    min: 1,
+    max: 100,
+    unit: "model requests",
+    description: "a `coffer__ask` run ends cleanly (stop reason `max_iterations`) after this many model requests",
+};
+/// The internal agent's context budget.
+pub const LLM_ASK_CONTEXT_TOKENS: Setting = Setting {
+    key: "llm.ask_context_tokens",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 32_000,
+    min: 2_000,
+    max: 2_000_000,
+    unit: "tokens (about 4 characters each)",
+    description: "what a `coffer__ask` run sends the model at most: older turns are dropped and big tool results cut, with a marker",
+};
+
 /// How long a one-time login link printed by `coffer ui` stays valid.
 pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
     key: "ui.login_code_ttl_s",
@@ -412,6 +485,12 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CLAUDE_CODE_PATH,
     CHAT_CODEX_PATH,
     CHAT_TURN_TIMEOUT_S,
+    CHAT_CLAUDE_CODE_CONNECTION,
+    CHAT_CODEX_CONNECTION,
+    LLM_REQUEST_TIMEOUT_S,
+    LLM_STALL_TIMEOUT_S,
+    LLM_ASK_MAX_ITERATIONS,
+    LLM_ASK_CONTEXT_TOKENS,
     UI_LOGIN_CODE_TTL_S,
 ];
 
