@@ -146,8 +146,8 @@ unsafe fn score(
         Some(row_count),
         Some(total_size),
         Some(column_size),
-        Some(inst_count),
-        Some(inst),
+        Some(phrase_first),
+        Some(phrase_next),
         Some(user_data),
         Some(rowid),
     ) = (
@@ -155,8 +155,8 @@ unsafe fn score(
         api.xRowCount,
         api.xColumnTotalSize,
         api.xColumnSize,
-        api.xInstCount,
-        api.xInst,
+        api.xPhraseFirst,
+        api.xPhraseNext,
         api.xUserData,
         api.xRowid,
     )
@@ -187,16 +187,21 @@ unsafe fn score(
         check(total_size(fts, -1, &raw mut tokens))?;
         let avgdl = if rows > 0 { tokens as f64 / rows as f64 } else { 1.0 };
 
+        // Column weights, read once per row (at most three columns).
+        let mut w = [1f64; 8];
+        for (slot, v) in w.iter_mut().zip(weights) {
+            *slot = ffi::sqlite3_value_double(*v);
+        }
+        // Each phrase's weighted instance count, walked phrase by phrase (xPhraseFirst/Next:
+        // no merged, sorted instance array as xInst builds).
         let mut freq = [0f64; MAX_PHRASES];
-        let mut n_inst: c_int = 0;
-        check(inst_count(fts, &raw mut n_inst))?;
-        for i in 0..n_inst {
-            let (mut ip, mut ic, mut io): (c_int, c_int, c_int) = (0, 0, 0);
-            check(inst(fts, i, &raw mut ip, &raw mut ic, &raw mut io))?;
-            let w =
-                usize::try_from(ic).ok().and_then(|c| weights.get(c)).map_or(1.0, |v| ffi::sqlite3_value_double(*v));
-            if let Some(f) = usize::try_from(ip).ok().and_then(|p| freq.get_mut(p)) {
-                *f += w;
+        for (p, f) in freq.iter_mut().take(phrases).enumerate() {
+            let mut it = ffi::Fts5PhraseIter { a: std::ptr::null(), b: std::ptr::null() };
+            let (mut col, mut off): (c_int, c_int) = (0, 0);
+            check(phrase_first(fts, p as c_int, &raw mut it, &raw mut col, &raw mut off))?;
+            while col >= 0 {
+                *f += usize::try_from(col).ok().and_then(|c| w.get(c)).copied().unwrap_or(1.0);
+                phrase_next(fts, &raw mut it, &raw mut col, &raw mut off);
             }
         }
         // The user data is the `RowSizes` of `register` (null only if created elsewhere).
