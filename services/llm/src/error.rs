@@ -282,7 +282,10 @@ fn cause_chain(e: &reqwest::Error) -> String {
             parts.push(s);
         }
     };
-    push(e.without_url_ref().to_string());
+    // reqwest's own words ("error sending request for url") add nothing when a cause follows.
+    if std::error::Error::source(e).is_none() {
+        push(e.without_url_ref());
+    }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         push(s.to_string());
@@ -294,7 +297,8 @@ fn cause_chain(e: &reqwest::Error) -> String {
 /// Whether a transport error is a TLS failure (a rustls error anywhere in its chain, also
 /// inside an `io::Error`, whose `source` skips the error it wraps).
 fn is_tls(e: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    // The request's own message (which names the URL) is skipped: only its causes count.
+    let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.is::<rustls::Error>() {
             return true;
@@ -304,8 +308,19 @@ fn is_tls(e: &reqwest::Error) -> bool {
         {
             return true;
         }
+        // The connector may box the rustls error in a type of its own; its words still say.
         let text = s.to_string().to_ascii_lowercase();
-        if text.contains("certificate") || text.contains("tls handshake") || text.contains("invalid peer") {
+        if [
+            "certificate",
+            "tls handshake",
+            "handshakefailure",
+            "corrupt message",
+            "peer is incompatible",
+            "received fatal alert",
+        ]
+        .iter()
+        .any(|w| text.contains(w))
+        {
             return true;
         }
         source = s.source();
