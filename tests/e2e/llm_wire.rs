@@ -272,6 +272,15 @@ async fn provider_faults_on_every_wire() {
         fake.push(Reply::status(500));
         let e = fails(&client).await;
         check(wire, &client, &e, ErrorKind::Server, "failed on its side (HTTP 500");
+        // A huge error body is read bounded and quoted short.
+        fake.push(Reply::Fault(Fault::Status {
+            status: 503,
+            retry_after: None,
+            message: Some("overloaded ".repeat(100_000)),
+        }));
+        let e = fails(&client).await;
+        check(wire, &client, &e, ErrorKind::Server, "failed on its side (HTTP 503");
+        assert!(e.message.len() < 600, "{wire:?}: {} bytes", e.message.len());
         fake.push(Reply::status(400));
         check(wire, &client, &fails(&client).await, ErrorKind::BadResponse, "rejected the request (HTTP 400");
 
@@ -440,4 +449,22 @@ async fn anthropic_against_the_cli_fake() {
     assert_eq!(e.kind, ErrorKind::Auth, "{e}");
     let e = client.complete(&ask("MALFORMED")).await.err().unwrap_or_else(|| panic!("no error"));
     assert_eq!(e.kind, ErrorKind::BadResponse, "{e}");
+}
+
+/// One client serves many requests at once; each answer is its own, and a paced stream arrives
+/// as it is produced.
+#[tokio::test]
+async fn concurrent_requests_on_one_client() {
+    for wire in WIRES {
+        let (fake, client) = fake(wire).await;
+        fake.set_rule(|seen| Reply::Text(format!("echo {}", seen.last_user_text())));
+        fake.set_pace(Some(Duration::from_millis(5)));
+        let asks: Vec<_> = (0..8).map(|i| ask(&format!("question{i}"))).collect();
+        let answers = futures_util::future::join_all(asks.iter().map(|r| client.complete(r))).await;
+        for (i, a) in answers.into_iter().enumerate() {
+            let a = a.unwrap_or_else(|e| panic!("{wire:?}: {e}"));
+            assert_eq!(a.content, vec![Block::Text(format!("echo question{i}"))], "{wire:?}");
+        }
+        assert_eq!(fake.model_requests().len(), 8);
+    }
 }

@@ -259,6 +259,7 @@ struct State {
     key_sha256: Option<String>,
     requests: Vec<Recorded>,
     calls_made: u64,
+    pace: Option<Duration>,
 }
 
 struct Inner {
@@ -306,6 +307,7 @@ impl FakeLlm {
                 key_sha256: None,
                 requests: Vec::new(),
                 calls_made: 0,
+                pace: None,
             }),
             shutdown: rx,
         });
@@ -359,6 +361,12 @@ impl FakeLlm {
         self.inner.lock().models = models;
     }
 
+    /// Waits `pace` before each stream frame after the first (a model producing tokens; `None`
+    /// = as fast as possible), so a test can act while an answer is under way.
+    pub fn set_pace(&self, pace: Option<Duration>) {
+        self.inner.lock().pace = pace;
+    }
+
     /// Answers 401 (the wire's error body) to every request that does not carry `key`.
     pub fn require_key(&self, key: &str) {
         self.inner.lock().key_sha256 = Some(sha256_hex(key));
@@ -405,7 +413,7 @@ async fn handle(
     let key = key_of(wire, &headers);
     let is_chat = method == Method::POST && uri.path() == chat_path;
     let seen = is_chat.then(|| seen(wire, &body));
-    let (authorized, reply, models, n) = {
+    let (authorized, reply, models, n, pace) = {
         let mut st = f.lock();
         let expected = st.key_sha256.clone();
         let key =
@@ -442,7 +450,7 @@ async fn handle(
         };
         let n = st.calls_made;
         st.calls_made += 1;
-        (authorized, reply, st.models.clone(), n)
+        (authorized, reply, st.models.clone(), n, st.pace)
     };
     if !authorized {
         let message = "invalid key (the fake expects another)";
@@ -460,7 +468,7 @@ async fn handle(
     if body.is_null() {
         return error_response(wire, 400, None, Some("the body is not JSON"));
     }
-    answer(&f, wire, &seen, reply, n).await
+    answer(&f, wire, &seen, reply, n, pace).await
 }
 
 /// The auth header a request carried and the SHA-256 of its key.
@@ -762,7 +770,7 @@ fn plan(wire: Wire, seen: &Seen, reply: &Reply, n: u64) -> Plan {
     }
 }
 
-async fn answer(f: &Inner, wire: Wire, seen: &Seen, reply: Reply, n: u64) -> Response {
+async fn answer(f: &Inner, wire: Wire, seen: &Seen, reply: Reply, n: u64, pace: Option<Duration>) -> Response {
     let tail = match &reply {
         Reply::Fault(Fault::Status { status, retry_after, message }) => {
             return error_response(wire, *status, retry_after.as_deref(), message.as_deref());
@@ -795,14 +803,14 @@ async fn answer(f: &Inner, wire: Wire, seen: &Seen, reply: Reply, n: u64) -> Res
                 let text = whole(wire, &seen.model, &plan, n).to_string();
                 let half = text[..text.len() / 2].to_owned();
                 let hold_open = matches!(tail, Tail::Stall(_));
-                stream_body("application/json", vec![half], hold_open.then(|| f.shutdown.clone()))
+                stream_body("application/json", vec![half], None, hold_open.then(|| f.shutdown.clone()))
             }
         };
     }
     let frames = frames(wire, &seen.model, &plan, n, tail);
     let ct = if wire == Wire::Ollama { "application/x-ndjson" } else { "text/event-stream" };
     let hold_open = matches!(tail, Tail::Stall(_));
-    stream_body(ct, frames, hold_open.then(|| f.shutdown.clone()))
+    stream_body(ct, frames, pace, hold_open.then(|| f.shutdown.clone()))
 }
 
 /// Waits until the fake shuts down, the client goes (`closed`), or [`HOLD_AT_MOST`] passes.
@@ -823,12 +831,22 @@ async fn hold(
     }
 }
 
-/// A streamed body of `frames`, written by a task of its own; with `hold`, the connection then
-/// stays open, silent, until the client goes or the fake shuts down.
-fn stream_body(content_type: &'static str, frames: Vec<String>, hold_open: Option<watch::Receiver<bool>>) -> Response {
+/// A streamed body of `frames`, written by a task of its own, `pace` before each frame after
+/// the first; with `hold_open`, the connection then stays open, silent, until the client goes
+/// or the fake shuts down.
+fn stream_body(
+    content_type: &'static str,
+    frames: Vec<String>,
+    pace: Option<Duration>,
+    hold_open: Option<watch::Receiver<bool>>,
+) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(64);
     tokio::spawn(async move {
-        for frame in frames {
+        for (i, frame) in frames.into_iter().enumerate() {
+            if let (Some(p), true) = (pace, i > 0) {
+                // A simulated model's pace, not a wait for readiness.
+                tokio::time::sleep(p).await;
+            }
             if tx.send(Ok(frame)).await.is_err() {
                 return;
             }
