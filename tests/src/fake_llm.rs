@@ -17,7 +17,8 @@
 //! 3. else the **default** ([`FakeLlm::set_default`]; initially the text
 //!    `Hello from the fake model (model=M).`).
 //!
-//! Every request is recorded ([`Recorded`]): method, path, headers without the key, which auth
+//! Anthropic's fake also answers `POST /v1/messages/count_tokens` (Claude Code asks it), so
+//! the real CLI can be pointed at it. Every request is recorded ([`Recorded`]): method, path, headers without the key, which auth
 //! header carried a key and the SHA-256 of that key (never the key), whether it matched the key
 //! the fake expects ([`FakeLlm::require_key`]: a request without it is answered 401), and the
 //! body. The models endpoints answer [`FakeLlm::set_models`]'s list (`None`: 404). Token usage
@@ -455,6 +456,10 @@ async fn handle(
     if !authorized {
         let message = "invalid key (the fake expects another)";
         return error_response(wire, 401, None, Some(message));
+    }
+    if wire == Wire::Anthropic && method == Method::POST && uri.path() == "/v1/messages/count_tokens" {
+        // Claude Code counts tokens before some turns; a rough count is enough.
+        return axum::Json(json!({"input_tokens": body.to_string().len() / 4})).into_response();
     }
     if method == Method::GET && uri.path() == models_path {
         return match models {

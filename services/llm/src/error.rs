@@ -155,7 +155,8 @@ impl Namer {
     }
 
     /// A non-2xx answer: 401/403 → Auth, 404 → NotFound, 429 → RateLimited (with
-    /// `retry-after`/`retry-after-ms`), 5xx → Server, any other → BadResponse.
+    /// `retry-after`/`retry-after-ms`), 5xx → Server (with them too when sent), any other →
+    /// BadResponse.
     pub(crate) fn status(&self, status: StatusCode, headers: &HeaderMap, body: &[u8], purpose: Purpose) -> LlmError {
         let p = &self.provider;
         let code = status.as_u16();
@@ -181,7 +182,12 @@ impl Namer {
                 let when = retry.map_or_else(|| "try again later".to_owned(), |d| format!("retry after {}", human(d)));
                 (ErrorKind::RateLimited, format!("{p} is rate limiting requests (429 {detail}); {when}"), retry)
             }
-            500..=599 => (ErrorKind::Server, format!("{p} failed on its side (HTTP {code} {detail})"), None),
+            // An overloaded server may say when to come back, too (Anthropic's 529, a 503).
+            500..=599 => (
+                ErrorKind::Server,
+                format!("{p} failed on its side (HTTP {code} {detail})"),
+                retry_after(headers, SystemTime::now()),
+            ),
             _ => (ErrorKind::BadResponse, format!("{p} rejected the request (HTTP {code} {detail})"), None),
         };
         self.err(kind, message, Some(code), retry)

@@ -20,6 +20,8 @@ use crate::{Endpoint, ErrorKind, EventStream, LlmError, Request, StreamEvent};
 
 /// Largest stream event or line, bytes (a long tool call's arguments arrive as one event).
 pub(crate) const MAX_EVENT_BYTES: usize = 16 << 20;
+/// Largest streamed answer read, bytes (a provider that never stops is cut off here).
+pub(crate) const MAX_ANSWER_BYTES: u64 = 64 << 20;
 /// Largest error body read, bytes (the message quoted from it is much shorter).
 const MAX_ERROR_BYTES: usize = 64 << 10;
 /// Largest models listing read, bytes.
@@ -193,6 +195,7 @@ impl Inner {
             line: Vec::new(),
             head: Vec::new(),
             frames_seen: 0,
+            read: 0,
             decoder: self.adapter.decoder(),
             pending: VecDeque::new(),
             finished: false,
@@ -250,6 +253,8 @@ struct State {
     /// The body's first bytes, quoted when it held no frame at all.
     head: Vec<u8>,
     frames_seen: u64,
+    /// Body bytes read so far.
+    read: u64,
     decoder: Box<dyn Decoder>,
     pending: VecDeque<StreamEvent>,
     /// `Done` or an error was produced: nothing more is read.
@@ -286,6 +291,11 @@ impl State {
                 }
                 Ok(Some(Ok(c))) => c,
             };
+            self.read += chunk.len() as u64;
+            if self.read > MAX_ANSWER_BYTES {
+                let e = self.namer.garbage(&format!("an answer larger than {} MiB", MAX_ANSWER_BYTES >> 20));
+                return self.fail(e);
+            }
             if self.head.len() < 120 {
                 let take = (120 - self.head.len()).min(chunk.len());
                 self.head.extend_from_slice(&chunk[..take]);

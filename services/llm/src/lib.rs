@@ -249,7 +249,8 @@ pub struct LlmError {
     pub message: String,
     /// The HTTP status, when there was an answer.
     pub http_status: Option<u16>,
-    /// A 429's `retry-after` (seconds or HTTP date) or the wire's own hint.
+    /// When to try again, from `retry-after-ms` or `retry-after` (seconds or HTTP date): a
+    /// 429's, or an overloaded server's (5xx) when it sent one.
     pub retry_after: Option<Duration>,
 }
 
