@@ -25,13 +25,15 @@ pub(crate) struct Detail {
 }
 
 impl Detail {
-    /// The detail of an error body shaped `{"error": {"type"|"code", "message"}}` (Anthropic,
+    /// The detail of an error body shaped `{"error": {"code"|"type", "message"}}` (Anthropic,
     /// OpenAI and compatible servers) or `{"error": "text"}` (Ollama); `None` for another shape.
     pub(crate) fn from_body(body: &serde_json::Value) -> Option<Self> {
         match &body["error"] {
             serde_json::Value::String(s) => Some(Self { kind: None, message: s.clone() }),
             serde_json::Value::Object(o) => {
-                let kind = ["type", "code"]
+                // OpenAI's `code` (`invalid_api_key`) says more than its `type`
+                // (`invalid_request_error`); Anthropic sends only `type`.
+                let kind = ["code", "type"]
                     .iter()
                     .find_map(|k| o.get(*k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()))
                     .map(str::to_owned);
@@ -43,9 +45,14 @@ impl Detail {
     }
 }
 
-/// A provider's error type (from a stream's error event) as one of our kinds.
+/// A provider's error type (from a stream's error event) as one of our kinds: a failure the
+/// provider reports without a type (Ollama's `{"error"}` line) is its own, Server; a type we do
+/// not know is BadResponse.
 pub(crate) fn kind_of_provider_type(kind: Option<&str>) -> ErrorKind {
-    match kind.unwrap_or_default() {
+    let Some(kind) = kind else {
+        return ErrorKind::Server;
+    };
+    match kind {
         "authentication_error" | "permission_error" | "invalid_api_key" | "insufficient_quota" => ErrorKind::Auth,
         "not_found_error" | "model_not_found" => ErrorKind::NotFound,
         "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" => ErrorKind::RateLimited,
@@ -438,7 +445,11 @@ mod tests {
             n.reported(&Detail { kind: Some("rate_limit_exceeded".into()), message: String::new() }).kind,
             ErrorKind::RateLimited
         );
-        assert_eq!(n.reported(&Detail { kind: None, message: "boom".into() }).kind, ErrorKind::BadResponse);
+        assert_eq!(n.reported(&Detail { kind: None, message: "boom".into() }).kind, ErrorKind::Server);
+        assert_eq!(
+            n.reported(&Detail { kind: Some("invalid_prompt".into()), message: "no".into() }).kind,
+            ErrorKind::BadResponse
+        );
         assert_eq!(human(Duration::from_millis(250)), "250 ms");
         assert_eq!(human(Duration::from_secs(30)), "30 s");
         assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
