@@ -555,3 +555,14 @@ enabled = false
     }
     Ok(())
 }
+
+/// An event (SSE) or line (NDJSON) over the clients' 16 MiB bound is refused, naming the bound.
+#[tokio::test]
+async fn an_oversized_event_is_refused() {
+    for wire in [Wire::Anthropic, Wire::Ollama] {
+        let (fake, client) = fake(wire).await;
+        fake.push(Reply::fault(Fault::Oversized));
+        let e = fails(&client).await;
+        check(wire, &client, &e, ErrorKind::BadResponse, "larger than 16 MiB");
+    }
+}

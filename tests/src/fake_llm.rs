@@ -87,7 +87,13 @@ pub enum Fault {
     /// The stream's start, one text delta, then the wire's error event (`overloaded_error`,
     /// `response.failed` with `server_error`, an `error` chunk or line).
     StreamError,
+    /// A whole answer whose one text delta is [`OVERSIZED_DELTA_BYTES`] long (over the
+    /// clients' 16 MiB bound on one event or line).
+    Oversized,
 }
+
+/// The length of [`Fault::Oversized`]'s one text delta, bytes.
+pub const OVERSIZED_DELTA_BYTES: usize = 17 << 20;
 
 /// What the fake model answers to one model request.
 #[derive(Debug, Clone, PartialEq)]
@@ -768,6 +774,9 @@ fn plan(wire: Wire, seen: &Seen, reply: &Reply, n: u64) -> Plan {
             calls: calls.iter().enumerate().map(|(i, c)| (id(i, c), c.name.clone(), c.input.clone())).collect(),
             stop: Stop::Tool,
         },
+        Reply::Fault(Fault::Oversized) => {
+            Plan { deltas: vec!["x".repeat(OVERSIZED_DELTA_BYTES)], calls: Vec::new(), stop: Stop::End }
+        }
         // Faults that stream: some text first.
         Reply::Fault(_) => {
             Plan { deltas: crate::script::deltas("This answer will not end well."), calls: Vec::new(), stop: Stop::End }
@@ -797,6 +806,7 @@ async fn answer(f: &Inner, wire: Wire, seen: &Seen, reply: Reply, n: u64, pace: 
         Reply::Fault(Fault::Cut) => Tail::Cut(2),
         Reply::Fault(Fault::Stall) => Tail::Stall(1),
         Reply::Fault(Fault::StreamError) => Tail::Error(1),
+        Reply::Fault(Fault::Oversized) => Tail::Whole,
         _ => Tail::Whole,
     };
     let plan = plan(wire, seen, &reply, n);

@@ -43,11 +43,12 @@ fn ensure_tls_provider() {
     });
 }
 
-/// `base` without a trailing `/` or `/v1`, so that `/v1/...` paths are never doubled.
-pub(crate) fn normalized_base(base: &url::Url) -> url::Url {
+/// `base` without a trailing `/` or one of `suffixes` (`/v1`), so that `/v1/...` paths are
+/// never doubled.
+pub(crate) fn normalized_base(base: &url::Url, suffixes: &[&str]) -> url::Url {
     let mut u = base.clone();
     let path = u.path().trim_end_matches('/');
-    let path = path.strip_suffix("/v1").unwrap_or(path).to_owned();
+    let path = suffixes.iter().find_map(|s| path.strip_suffix(s)).unwrap_or(path).to_owned();
     u.set_path(&path);
     u.set_fragment(None);
     u
@@ -93,7 +94,7 @@ impl Inner {
             http,
             namer: Namer::new(endpoint.wire, &endpoint.base_url, endpoint.secret.clone()),
             adapter,
-            base: normalized_base(&endpoint.base_url),
+            base: normalized_base(&endpoint.base_url, adapter.base_suffixes()),
             secret: endpoint.secret.clone(),
             request_timeout,
             stall_timeout: nonzero(endpoint.stall_timeout, Duration::from_secs(30)),
@@ -426,7 +427,12 @@ mod tests {
             ("http://h/x?api-version=2", "http://h/x/v1/messages?api-version=2"),
         ] {
             let u = url::Url::parse(base).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(join(&normalized_base(&u), "/v1/messages").as_str(), want, "{base}");
+            assert_eq!(join(&normalized_base(&u, &["/v1"]), "/v1/messages").as_str(), want, "{base}");
+        }
+        for base in ["http://127.0.0.1:11434", "http://127.0.0.1:11434/api/", "http://127.0.0.1:11434/v1"] {
+            let u = url::Url::parse(base).unwrap_or_else(|e| panic!("{e}"));
+            let got = join(&normalized_base(&u, &["/api", "/v1"]), "/api/chat");
+            assert_eq!(got.as_str(), "http://127.0.0.1:11434/api/chat", "{base}");
         }
     }
 }
