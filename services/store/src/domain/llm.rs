@@ -9,82 +9,17 @@ use coffer_proto::store::*;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use tonic::{Request, Response, Status};
 
+use coffer_types::llm::{check_base_url, check_model};
+
 use super::{audit, required, trace, truncate};
 use crate::db::{Db, StoreError};
 
-/// Longest connection name (bytes).
-pub const MAX_NAME_LEN: usize = 32;
-/// Longest base URL (bytes).
-pub const MAX_BASE_URL_LEN: usize = 2048;
-/// Longest model id (bytes).
-pub const MAX_MODEL_LEN: usize = 256;
-
-/// Validates a connection name: `^[a-z0-9][a-z0-9-]{0,31}$`.
+/// Validates a connection name (`coffer_types::llm::check_name`: `^[a-z0-9][a-z0-9-]{0,31}$`).
 ///
 /// # Errors
 /// [`StoreError::Invalid`] naming the field and the rule.
 pub fn validate_name(name: &str) -> Result<(), StoreError> {
-    let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ok_first = name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if name.is_empty() || name.len() > MAX_NAME_LEN || !ok_chars || !ok_first {
-        return Err(StoreError::Invalid(format!(
-            "name {:?} is invalid: use 1-{MAX_NAME_LEN} characters a-z, 0-9 and '-', starting with a letter or digit",
-            truncate(name, 40)
-        )));
-    }
-    Ok(())
-}
-
-/// Validates a base URL (empty = the wire's public API): an absolute `http`/`https` URL with a
-/// host, no user name or password (a key goes in a credential), no query or fragment, no spaces
-/// or control characters, at most [`MAX_BASE_URL_LEN`] bytes.
-///
-/// # Errors
-/// [`StoreError::Invalid`] naming `base_url` and the rule that failed.
-pub fn validate_base_url(base_url: &str) -> Result<(), StoreError> {
-    let bad = |why: &str| StoreError::Invalid(format!("base_url {:?} {why}", truncate(base_url, 80)));
-    if base_url.len() > MAX_BASE_URL_LEN {
-        return Err(StoreError::Invalid(format!(
-            "base_url is {} bytes; at most {MAX_BASE_URL_LEN} are allowed",
-            base_url.len()
-        )));
-    }
-    // The URL parser silently drops tabs and newlines and trims spaces: refuse them first, so the
-    // stored text is exactly what was checked.
-    if base_url.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(bad("contains a space or a control character"));
-    }
-    let u = url::Url::parse(base_url).map_err(|e| bad(&format!("is not an absolute URL ({e})")))?;
-    if !matches!(u.scheme(), "http" | "https") {
-        return Err(bad("must start with http:// or https://"));
-    }
-    if u.host_str().is_none_or(str::is_empty) {
-        return Err(bad("has no host"));
-    }
-    if !u.username().is_empty() || u.password().is_some() {
-        return Err(StoreError::Invalid(
-            "base_url must not carry a user name or password: put the key in the connection's credential".into(),
-        ));
-    }
-    if u.query().is_some() {
-        return Err(bad("must not have a query (?…)"));
-    }
-    if u.fragment().is_some() {
-        return Err(bad("must not have a fragment (#…)"));
-    }
-    Ok(())
-}
-
-/// Validates a model id in `field` (`model`, `fast_model`): 1-[`MAX_MODEL_LEN`] bytes, no
-/// control characters.
-fn validate_model(field: &str, model: &str) -> Result<(), StoreError> {
-    if model.is_empty() || model.len() > MAX_MODEL_LEN {
-        return Err(StoreError::Invalid(format!("{field} must be 1-{MAX_MODEL_LEN} bytes, not {}", model.len())));
-    }
-    if model.chars().any(char::is_control) {
-        return Err(StoreError::Invalid(format!("{field} must not contain control characters")));
-    }
-    Ok(())
+    coffer_types::llm::check_name(name).map_err(StoreError::Invalid)
 }
 
 /// Validates a whole record (the fields a caller sets; `version` and the times are the
@@ -96,7 +31,7 @@ pub fn validate(c: &LlmConnection) -> Result<(), StoreError> {
     validate_name(&c.name)?;
     let wire = required::<LlmWire>(c.wire, "wire")?;
     if !c.base_url.is_empty() {
-        validate_base_url(&c.base_url)?;
+        check_base_url(&c.base_url).map_err(StoreError::Invalid)?;
     }
     match wire {
         LlmWire::Ollama if c.base_url.is_empty() => {
@@ -125,9 +60,9 @@ pub fn validate(c: &LlmConnection) -> Result<(), StoreError> {
             ))
         })?;
     }
-    validate_model("model", &c.model)?;
+    check_model("model", &c.model).map_err(StoreError::Invalid)?;
     if !c.fast_model.is_empty() {
-        validate_model("fast_model", &c.fast_model)?;
+        check_model("fast_model", &c.fast_model).map_err(StoreError::Invalid)?;
     }
     Ok(())
 }
@@ -411,44 +346,9 @@ mod tests {
     }
 
     #[test]
-    fn names() {
-        for ok in ["a", "claude", "local-ollama-2", "0x", &"a".repeat(32)] {
-            validate_name(ok).unwrap();
-        }
-        for bad in ["", "A", "a_b", "-a", "a b", "é", &"a".repeat(33), "a/b", "a\0"] {
-            let m = message(validate_name(bad));
-            assert!(m.starts_with("name ") && m.contains("a-z, 0-9 and '-'"), "{bad:?}: {m}");
-        }
-    }
-
-    #[test]
-    fn base_urls() {
-        for ok in ["http://127.0.0.1:11434", "https://api.example.com/v1/", "http://[::1]:8080/openai", "http://h"] {
-            validate_base_url(ok).unwrap();
-        }
-        let cases: &[(&str, &str)] = &[
-            ("not a url", "space or a control character"),
-            ("localhost:11434", "must start with http"),
-            ("ftp://host/x", "must start with http"),
-            ("/v1/models", "not an absolute URL"),
-            ("http://", "not an absolute URL"),
-            ("https://host/v1?key=abc", "query"),
-            ("https://host/v1#frag", "fragment"),
-            ("https://user:pw@host/", "user name or password"),
-            ("https://host/\nx", "control character"),
-            ("https://host/\tx", "control character"),
-            (" https://host/", "space"),
-            ("file:///etc/passwd", "must start with http"),
-        ];
-        for (bad, want) in cases {
-            let m = message(validate_base_url(bad));
-            assert!(m.contains(want) && m.starts_with("base_url"), "{bad:?}: {m}");
-        }
-        let long = format!("https://host/{}", "a".repeat(MAX_BASE_URL_LEN));
-        assert!(message(validate_base_url(&long)).contains("at most 2048"));
-        let exact = format!("https://h/{}", "a".repeat(MAX_BASE_URL_LEN - 10));
-        assert_eq!(exact.len(), MAX_BASE_URL_LEN);
-        validate_base_url(&exact).unwrap();
+    fn wire_words_match_the_proto() {
+        let proto: Vec<&str> = LlmWire::ALL.iter().map(|w| w.as_str()).collect();
+        assert_eq!(proto, coffer_types::llm::WIRES);
     }
 
     #[test]
@@ -492,6 +392,10 @@ mod tests {
             (LlmConnection { fast_model: "f".repeat(300), ..anthropic("a") }, "fast_model must be 1-256"),
             (LlmConnection { base_url: "nope".into(), ..anthropic("a") }, "base_url \"nope\" is not an absolute URL"),
             (LlmConnection { name: "Bad".into(), ..anthropic("a") }, "name \"Bad\" is invalid"),
+            (
+                LlmConnection { base_url: "https://k:secret@proxy/".into(), ..anthropic("a") },
+                "must not carry a user name or password",
+            ),
         ];
         for (c, want) in cases {
             let m = message(validate(&c));
