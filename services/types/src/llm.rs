@@ -35,11 +35,20 @@ pub fn generated_credential(name: &str) -> String {
     format!("llm-{name}")
 }
 
-/// Checks a connection name: `^[a-z0-9][a-z0-9-]{0,31}$`.
+/// Names no connection may take: they are REST paths for unsaved drafts
+/// (`POST /v1/llm/connections/test`, `POST /v1/llm/connections/models`).
+pub const RESERVED_NAMES: &[&str] = &["test", "models"];
+
+/// Checks a connection name: `^[a-z0-9][a-z0-9-]{0,31}$`, not one of [`RESERVED_NAMES`].
 ///
 /// # Errors
 /// A message naming the field and the rule.
 pub fn check_name(name: &str) -> Result<(), String> {
+    if RESERVED_NAMES.contains(&name) {
+        return Err(format!(
+            "name {name:?} is reserved (POST /v1/llm/connections/{name} probes an unsaved connection); choose another"
+        ));
+    }
     let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let ok_first = name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     if name.is_empty() || name.len() > MAX_NAME_LEN || !ok_chars || !ok_first {
@@ -136,6 +145,9 @@ mod tests {
             let cred = generated_credential(ok);
             assert!(cred.len() <= 64 && cred.starts_with("llm-"), "{cred}");
         }
+        assert!(check_name("test").unwrap_err().contains("reserved"));
+        assert!(check_name("models").unwrap_err().contains("reserved"));
+        check_name("test-1").unwrap();
         for bad in ["", "A", "a_b", "-a", "a b", "é", &"a".repeat(33), "a/b", "a\0"] {
             let m = check_name(bad).unwrap_err();
             assert!(m.starts_with("name ") && m.contains("a-z, 0-9 and '-'"), "{bad:?}: {m}");
