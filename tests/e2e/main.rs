@@ -44,6 +44,7 @@ mod store;
 mod ui_chat;
 mod ui_done_when;
 mod ui_edge;
+mod ui_llm;
 mod ui_shell;
 mod ui_vault;
 mod upstream_health;

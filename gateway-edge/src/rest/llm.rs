@@ -115,6 +115,24 @@ fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
     .with_details(json!({"expected_version": expected, "current_version": current}))
 }
 
+/// The fields a store refusal may name; its message starts with the field
+/// (`coffer_types::llm`'s rules and the store's).
+const FIELDS: &[&str] = &["name", "wire", "base_url", "credential_ref", "model", "fast_model"];
+
+/// A store write's refusal as an envelope whose `details.field` names the field the message
+/// starts with, so a form can show it next to that field.
+fn refused(s: tonic::Status) -> ApiError {
+    let e = ApiError::from(s);
+    if e.code != Code::InvalidArgument {
+        return e;
+    }
+    let first = e.message.split([' ', ':']).next().unwrap_or_default().to_owned();
+    match FIELDS.iter().find(|f| **f == first) {
+        Some(f) => e.with_details(json!({"field": f})),
+        None => e,
+    }
+}
+
 async fn fetch(st: &AppState, name: &str) -> Result<LlmConnection, ApiError> {
     Ok(st.store.llm.clone().get_connection(GetConnectionRequest { name: name.to_owned() }).await?.into_inner())
 }
@@ -207,7 +225,8 @@ async fn create(
         .llm
         .clone()
         .create_connection(CreateConnectionRequest { connection: Some(connection), actor: actor(&headers) })
-        .await?
+        .await
+        .map_err(refused)?
         .into_inner();
     let c = reply.connection.unwrap_or_default();
     if let Some(key) = b.api_key
@@ -327,7 +346,7 @@ async fn patch(
                 break c;
             }
             Err(e) if e.code() == tonic::Code::Aborted && expected.is_none() && attempt < PATCH_ATTEMPTS => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(refused(e)),
         }
     };
     if let Some(key) = p.api_key.take() {
@@ -619,6 +638,16 @@ mod tests {
         assert!(e.message.contains("anthropic, openai-responses, openai-chat, ollama"), "{}", e.message);
         assert_eq!(patch_body(json!({"bogus": 1})).err().unwrap().code, Code::UnknownField);
         assert_eq!(patch_body(json!({"internal_default": "yes"})).err().unwrap().code, Code::InvalidArgument);
+    }
+
+    #[test]
+    fn store_refusals_name_their_field() {
+        let e = refused(tonic::Status::invalid_argument("base_url \"x\" is not an absolute URL"));
+        assert_eq!((e.code, e.details["field"].as_str()), (Code::InvalidArgument, Some("base_url")));
+        let e = refused(tonic::Status::invalid_argument("model must be 1-256 bytes, not 0"));
+        assert_eq!(e.details["field"], "model");
+        assert_eq!(refused(tonic::Status::invalid_argument("connection is required")).details, json!({}));
+        assert_eq!(refused(tonic::Status::already_exists("x")).code, Code::AlreadyExists);
     }
 
     #[test]
