@@ -245,7 +245,25 @@ async fn hostile_connection_requests_get_envelopes_and_write_nothing() -> anyhow
     r.expect_envelope(415, "UNSUPPORTED_MEDIA_TYPE")?;
     let big = json!({"name": "a", "wire": "anthropic", "model": "m", "api_key": "k".repeat(3 * 1024 * 1024)});
     create(&api, &big).await?.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
-    ensure!(create(&api, &ok).await?.status == 201);
+    // Eight concurrent creates of one name, each with its own key: one wins, the others are
+    // refused before their key is stored.
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let api = api.clone();
+            let body = json!({"name": "a", "wire": "anthropic", "model": "m", "api_key": format!("key-{i}")});
+            tokio::spawn(async move { create(&api, &body).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await??.status.as_u16());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409, 409, 409, 409, 409, 409, 409], "one create wins");
+    let creds = api.get("/v1/credentials").reply().await?.ok_json()?;
+    let names: Vec<&str> =
+        creds["items"].as_array().context("items")?.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["llm-a"], "one credential, the winner's");
     create(&api, &ok).await?.expect_envelope(409, "ALREADY_EXISTS")?;
 
     // If-Match that is not a version tag; a rename; an unknown wire in a patch.
@@ -263,6 +281,7 @@ async fn hostile_connection_requests_get_envelopes_and_write_nothing() -> anyhow
     let r = api.request(Method::PATCH, "/v1/llm/connections/a").json(&json!({"wire": "soap"})).reply().await?;
     r.expect_envelope(400, "INVALID_ARGUMENT")?;
     let r = api.request(Method::PATCH, "/v1/llm/connections/a").json(&json!({"credential_ref": null})).reply().await?;
+    // (The cloud wire on its public API needs a credential.)
     let e = r.expect_envelope(400, "INVALID_ARGUMENT")?;
     ensure!(e["message"].as_str().is_some_and(|m| m.contains("credential_ref is required")), "{e}");
     let after = api.get("/v1/llm/connections/a").reply().await?.ok_json()?;
