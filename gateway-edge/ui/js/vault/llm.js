@@ -132,7 +132,11 @@ function connectionDialog(c) {
   const hint = h('div', { class: 'muted small llm-models-hint', 'aria-live': 'polite' });
   const list = h('button', { type: 'button', class: 'llm-list-models', on: { click: () => listModels() } }, 'List models');
   const wireKind = () => wire.input.value;
-  const sync = () => { base.input.required = wireKind() === 'ollama'; };
+  const sync = () => {
+    const ollama = wireKind() === 'ollama';
+    base.input.required = ollama;
+    base.input.placeholder = ollama ? 'http://127.0.0.1:11434' : "empty: the provider's API";
+  };
   wire.input.addEventListener('change', sync);
   sync();
 
