@@ -169,7 +169,35 @@ pub fn with_binding(text: &str, p: &CodexProvider) -> Result<String, String> {
         }
         _ => return Err("model_providers is not a table".into()),
     }
+    if let Some(var) = p.env_key {
+        exclude_from_shells(root, var)?;
+    }
     Ok(doc.to_string())
+}
+
+/// Adds `var` to `[shell_environment_policy] exclude` (keeping the user's own patterns): the
+/// commands Codex runs for the model, and the shell snapshots it writes under `CODEX_HOME`, never
+/// see the bound key.
+fn exclude_from_shells(root: &mut toml_edit::Table, var: &str) -> Result<(), String> {
+    use toml_edit::{Array, Item, Table, Value};
+    if !root.contains_key("shell_environment_policy") {
+        root.insert("shell_environment_policy", Item::Table(Table::new()));
+    }
+    let policy = root
+        .get_mut("shell_environment_policy")
+        .and_then(Item::as_table_like_mut)
+        .ok_or("shell_environment_policy is not a table")?;
+    if policy.get("exclude").is_none() {
+        policy.insert("exclude", Item::Value(Value::Array(Array::new())));
+    }
+    let exclude = policy
+        .get_mut("exclude")
+        .and_then(Item::as_array_mut)
+        .ok_or("shell_environment_policy.exclude is not an array")?;
+    if !exclude.iter().any(|v| v.as_str() == Some(var)) {
+        exclude.push(var);
+    }
+    Ok(())
 }
 
 fn link_auth(dir: &Path, user_home: Option<&Path>) -> Result<(), ConfigFileError> {
@@ -314,6 +342,12 @@ mod tests {
         let doc: toml_edit::DocumentMut = out.parse().unwrap();
         assert!(doc["model_providers"]["coffer-work"].get("env_key").is_none(), "{out}");
         assert!(with_binding("model_providers = 1\n", &provider(true)).unwrap_err().contains("not a table"));
+        // The key's variable is kept from the commands Codex runs, the user's patterns kept.
+        let theirs = "[shell_environment_policy]\nexclude = [\"AWS_*\"]\n";
+        let doc: toml_edit::DocumentMut = with_binding(theirs, &provider(true)).unwrap().parse().unwrap();
+        let exclude: Vec<_> =
+            doc["shell_environment_policy"]["exclude"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(exclude, ["AWS_*", crate::binding::CODEX_KEY_VAR]);
     }
 
     #[test]

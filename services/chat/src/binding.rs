@@ -25,7 +25,8 @@
 use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
 
-use coffer_llm::Wire;
+/// The wire of a connection (re-exported for callers that build a [`Binding`] by hand).
+pub use coffer_llm::Wire;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::connections::Resolved;
@@ -63,18 +64,38 @@ impl Binding {
     /// The binding of a resolved connection.
     pub fn of(resolved: &Resolved) -> Self {
         let r = &resolved.record;
-        let base = base_without_v1(resolved.endpoint.base_url.as_str());
-        let secret = resolved.endpoint.secret.clone();
+        Self::new(
+            &r.name,
+            resolved.endpoint.wire,
+            resolved.endpoint.base_url.as_str(),
+            resolved.endpoint.secret.clone(),
+            &r.model,
+            &r.fast_model,
+        )
+    }
+
+    /// A binding from its parts (`base` with or without a trailing `/v1`; models trimmed, empty =
+    /// none).
+    pub fn new(
+        connection: &str,
+        wire: Wire,
+        base: &str,
+        secret: Option<SecretString>,
+        model: &str,
+        fast_model: &str,
+    ) -> Self {
+        let base = base_without_v1(base.trim());
+        let (model, fast_model) = (model.trim().to_owned(), fast_model.trim().to_owned());
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&r.name, resolved.endpoint.wire.as_str(), &base, &r.model, &r.fast_model).hash(&mut h);
+        (connection, wire.as_str(), &base, &model, &fast_model).hash(&mut h);
         secret.as_ref().map(|s| s.expose_secret().to_owned()).hash(&mut h);
         Self {
-            connection: r.name.clone(),
-            wire: resolved.endpoint.wire,
+            connection: connection.to_owned(),
+            wire,
             base,
             secret,
-            model: r.model.trim().to_owned(),
-            fast_model: r.fast_model.trim().to_owned(),
+            model,
+            fast_model,
             fingerprint: h.finish().max(1),
         }
     }
