@@ -32,6 +32,9 @@ pub const CACHE_ENTRIES: usize = 4096;
 /// Most texts one embeddings call carries (the `Embed` RPC's limit).
 const BATCH: usize = 256;
 
+/// What an embeddings call gives: the model and one vector per text, in order.
+pub type Embedded = Result<(String, Vec<Vec<f32>>), EmbedFailure>;
+
 /// Vectors for texts, from wherever the embeddings endpoint is reached.
 pub trait Embed: Send + Sync {
     /// One vector per text, in order, and the model that made them.
@@ -39,7 +42,7 @@ pub trait Embed: Send + Sync {
     /// # Errors
     /// [`EmbedFailure::Off`] when no endpoint is configured (the reason), [`EmbedFailure::Failed`]
     /// when it did not answer well.
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<(String, Vec<Vec<f32>>), EmbedFailure>>;
+    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Embedded>;
 }
 
 /// Why no vectors came.
@@ -53,7 +56,7 @@ pub enum EmbedFailure {
 
 /// `coffer-retrieval`'s `Embed` RPC.
 impl Embed for crate::retrieval::Client {
-    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<(String, Vec<Vec<f32>>), EmbedFailure>> {
+    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Embedded> {
         Box::pin(async move {
             let mut client = self.clone();
             let request = coffer_proto::retrieval::EmbedRequest { texts };
@@ -369,7 +372,7 @@ mod tests {
     ];
 
     impl Embed for Meanings {
-        fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<(String, Vec<Vec<f32>>), EmbedFailure>> {
+        fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Embedded> {
             Box::pin(async move {
                 if let Some(f) = self.fail.lock().unwrap().clone() {
                     return Err(f);
