@@ -318,3 +318,79 @@ async fn a_binding_the_agent_cannot_use_fails_the_turn_naming_the_connection() -
     assert!(e.message.contains("\"vllm\"") && e.message.contains("Responses"), "{}", e.message);
     Ok(())
 }
+
+// ------------------------------------------------------------------- coffer__search_tools
+
+/// `coffer__search_tools` through REST's tool call: its `structuredContent`.
+async fn search_tools(api: &coffer_tests::Api, query: &str) -> anyhow::Result<serde_json::Value> {
+    use coffer_tests::SendExt;
+    let body = serde_json::json!({"name": "coffer__search_tools", "arguments": {"query": query, "limit": 3}});
+    let out = api.post_json("/v1/tools/call", &body).reply().await?.ok_json()?;
+    Ok(out["structuredContent"].clone())
+}
+
+fn top(v: &serde_json::Value) -> &str {
+    v["matches"][0]["name"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn search_tools_is_semantic_with_an_embeddings_endpoint_and_falls_back_to_keywords() -> anyhow::Result<()> {
+    use coffer_tests::SendExt;
+    use coffer_tests::embeddings::{FakeEmbeddings, Mode};
+    const EMBED_KEY: &str = "sk-fake-embeddings-for-tools";
+    let fake = FakeEmbeddings::start(64, Some(EMBED_KEY)).await?;
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    coffer_tests::mcp::register_tiny(&api, "tiny", serde_json::json!({})).await?;
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
+
+    // No endpoint: keyword mode, and no embeddings request.
+    let v = search_tools(&api, "echoes message").await?;
+    assert_eq!(v["mode"], "keyword", "{v}");
+    assert_eq!(top(&v), "tiny__echo", "{v}");
+    assert_eq!(fake.requests(), 0);
+
+    let r = api
+        .request(reqwest::Method::PUT, "/v1/credentials/embeddings-key")
+        .header("X-Coffer-Actor", "cli")
+        .json(&serde_json::json!({"value": EMBED_KEY}))
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 200 || r.status == 201, "{} {}", r.status, r.text);
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&serde_json::json!({"set": {"retrieval.embeddings.url": fake.url, "retrieval.embeddings.credential": "embeddings-key", "retrieval.embeddings.model": "fake-bow", "retrieval.embeddings.dimensions": "64"}}))
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 200, "{} {}", r.status, r.text);
+
+    // Semantic once retrieval has the endpoint: "numbers adding" shares no whole word with a tool
+    // name, but its trigrams sit closest to tiny__add's "Adds two numbers".
+    let v = coffer_tests::wait_for("search_tools to answer semantically", Duration::from_secs(20), || async {
+        let v = search_tools(&api, "adding up numbers").await?;
+        Ok((v["mode"] == "semantic").then_some(v))
+    })
+    .await?;
+    assert_eq!(top(&v), "tiny__add", "{v}");
+    let texts = fake.texts();
+    assert!(
+        texts.iter().any(|t| t.starts_with("tiny__add: Adds two numbers")),
+        "the tools' texts were embedded: {texts:?}"
+    );
+    assert!(!texts.iter().any(|t| t.starts_with("coffer__")), "built-ins are not candidates: {texts:?}");
+
+    // Tool vectors are cached: the next search embeds its query only.
+    let before = fake.embedded();
+    let v = search_tools(&api, "echoes a message back").await?;
+    assert_eq!((v["mode"].as_str(), top(&v)), (Some("semantic"), "tiny__echo"), "{v}");
+    assert_eq!(fake.embedded(), before + 1, "only the query");
+
+    // The endpoint fails: keyword mode, saying why.
+    fake.set_mode(Mode::Http500);
+    let v = search_tools(&api, "echo").await?;
+    assert_eq!(v["mode"], "keyword", "{v}");
+    assert!(v["fallback"].as_str().is_some_and(|f| f.contains("500")), "{v}");
+    assert_eq!(top(&v), "tiny__echo");
+    assert!(!home.log_text("gateway").contains(EMBED_KEY) && !home.log_text("retrieval").contains(EMBED_KEY));
+    Ok(())
+}
