@@ -394,3 +394,58 @@ async fn search_tools_is_semantic_with_an_embeddings_endpoint_and_falls_back_to_
     assert!(!home.log_text("gateway").contains(EMBED_KEY) && !home.log_text("retrieval").contains(EMBED_KEY));
     Ok(())
 }
+
+// ------------------------------------------------------------- the daemon: settings and REST
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_agent_shows_its_binding_and_a_missing_connection_fails_its_turn_naming_it() -> anyhow::Result<()> {
+    use coffer_tests::SendExt;
+    use serde_json::{Value, json};
+    let fake = FakeAnthropic::scripted().await?;
+    let mut home = TestHome::new()?;
+    coffer_tests::chat::offline_claude_code(&mut home, &fake.url);
+    let api = home.start_daemon().await?;
+    let claude = coffer_tests::peers::claude_code()?.display().to_string();
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_path": claude}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let agent = |agents: &Value, key: &str| {
+        agents["items"].as_array().into_iter().flatten().find(|a| a["agent_key"] == key).cloned().unwrap_or(Value::Null)
+    };
+    let agents = api.get("/v1/agents").reply().await?.ok_json()?;
+    assert_eq!(agent(&agents, "claude_code")["binding"], Value::Null, "unbound: its own login");
+
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_connection": "nowhere"}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let binding = coffer_tests::wait_for("ListAgents to show the binding", Duration::from_secs(20), || async {
+        let agents = api.get("/v1/agents").reply().await?.ok_json()?;
+        let b = agent(&agents, "claude_code")["binding"].clone();
+        Ok((!b.is_null()).then_some(b))
+    })
+    .await?;
+    assert_eq!(binding["connection"], "nowhere", "{binding}");
+    assert!(binding["problem"].as_str().is_some_and(|p| p.contains("\"nowhere\"")), "{binding}");
+    assert_eq!(agent(&api.get("/v1/agents").reply().await?.ok_json()?, "codex")["binding"], Value::Null);
+
+    // A turn of the bound agent fails before any CLI starts, naming the connection and the setting.
+    let r = api.post_json("/v1/conversations", &json!({"agent_key": "claude_code"})).reply().await?;
+    anyhow::ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let id = r.json()?["id"].as_str().unwrap_or_default().to_owned();
+    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({"text": "SAY[hi]"})).reply().await?;
+    anyhow::ensure!(r.status == 202, "send: {} {}", r.status, r.text);
+    let error = coffer_tests::wait_for("the bound turn to fail", Duration::from_secs(30), || async {
+        let view = api.get(&format!("/v1/conversations/{id}")).reply().await?.ok_json()?;
+        let failed = view["messages"].as_array().into_iter().flatten().find(|m| m["status"] == "failed").cloned();
+        Ok(failed.map(|m| m["error"].clone()))
+    })
+    .await?;
+    let error = error.to_string();
+    assert!(error.contains("nowhere") && error.contains("chat.claude_code_connection"), "{error}");
+    assert!(fake.requests().is_empty(), "no model traffic went anywhere: {:?}", fake.requests());
+    Ok(())
+}
