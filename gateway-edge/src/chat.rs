@@ -134,12 +134,23 @@ pub fn input_value(input_json: &str) -> Value {
     serde_json::from_str(input_json).unwrap_or_else(|_| json!(input_json))
 }
 
-/// `Agent` → `{agent_key, display_name, available, reason, command, version}` (`reason`,
-/// `command`, `version` null when empty).
+/// `Agent` → `{agent_key, display_name, available, reason, command, version, binding}`
+/// (`reason`, `command`, `version` null when empty); `binding` is null when the agent runs on
+/// its own login, else `{connection, model, fast_model, wire, problem}` (the LLM connection it
+/// is bound to; `model`, `fast_model`, `wire`, `problem` null when empty; `problem` says why a
+/// bound turn would fail now).
 pub fn agent_json(a: &Agent) -> Value {
+    let binding = match &a.binding {
+        Some(b) if !b.connection.is_empty() => json!({
+            "connection": b.connection, "model": opt(&b.model), "fast_model": opt(&b.fast_model),
+            "wire": opt(&b.wire), "problem": opt(&b.problem),
+        }),
+        _ => Value::Null,
+    };
     json!({
         "agent_key": a.agent_key, "display_name": a.display_name, "available": a.available,
         "reason": opt(&a.reason), "command": opt(&a.command), "version": opt(&a.version),
+        "binding": binding,
     })
 }
 

@@ -55,6 +55,7 @@ impl Bench {
             agents_dir: home.root().join("agents"),
             shim: bin("coffer-mcp-shim")?,
             command_override: command,
+            binding: None,
         };
         Ok(Self { home, env, cwd })
     }

@@ -29,6 +29,7 @@ mod http_upstream;
 mod internal_auth;
 mod knowledge;
 mod llm_connections;
+mod llm_switch;
 mod llm_wire;
 mod mcp_stream;
 mod openapi;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -39,6 +39,8 @@ pub struct Recorded {
     pub path: String,
     /// The JSON body.
     pub body: Value,
+    /// The request's credential headers (`x-api-key`, `authorization`), as sent.
+    pub auth: Vec<(String, String)>,
 }
 
 impl Recorded {
@@ -147,10 +149,14 @@ fn error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
-async fn count_tokens(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Bytes) -> Response {
+async fn count_tokens(State(f): State<Arc<Inner>>, uri: Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let tokens = body.to_string().len() / 4;
-    f.requests.lock().unwrap_or_else(|e| e.into_inner()).push(Recorded { path: uri.to_string(), body });
+    f.requests.lock().unwrap_or_else(|e| e.into_inner()).push(Recorded {
+        path: uri.to_string(),
+        body,
+        auth: auth_headers(&headers),
+    });
     axum::Json(json!({"input_tokens": tokens})).into_response()
 }
 
@@ -172,12 +178,12 @@ fn reply(f: &Inner, req: &Recorded) -> (Value, &'static str) {
     (json!({"type": "text", "text": format!("No tool named {} was offered.", f.tool)}), "end_turn")
 }
 
-async fn messages(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Bytes) -> Response {
+async fn messages(State(f): State<Arc<Inner>>, uri: Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, axum::Json(error("invalid_request_error", "body is not JSON")))
             .into_response();
     };
-    let req = Recorded { path: uri.to_string(), body };
+    let req = Recorded { path: uri.to_string(), body, auth: auth_headers(&headers) };
     if f.scripted {
         return scripted(&f, req);
     }
@@ -339,4 +345,12 @@ fn text_block(text: &str) -> (Value, Vec<Value>, &'static str) {
 fn tool_block(id: &str, name: &str, input: &Value) -> (Value, Vec<Value>, &'static str) {
     let start = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
     (start, vec![json!({"type": "input_json_delta", "partial_json": input.to_string()})], "tool_use")
+}
+
+/// The credential headers of a request (`x-api-key`, `authorization`), lower-case names.
+fn auth_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    ["x-api-key", "authorization"]
+        .iter()
+        .filter_map(|k| headers.get(*k).map(|v| ((*k).to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())))
+        .collect()
 }

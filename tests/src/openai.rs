@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -35,6 +35,8 @@ pub struct Recorded {
     pub path: String,
     /// The JSON body.
     pub body: Value,
+    /// The request's credential headers (`authorization`), as sent.
+    pub auth: Vec<(String, String)>,
 }
 
 impl Recorded {
@@ -164,11 +166,11 @@ fn error_body(message: &str, code: &str) -> Value {
     json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": code}})
 }
 
-async fn responses(State(f): State<Arc<Inner>>, uri: Uri, body: axum::body::Bytes) -> Response {
+async fn responses(State(f): State<Arc<Inner>>, uri: Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, axum::Json(error_body("body is not JSON", "invalid_json"))).into_response();
     };
-    let req = Recorded { path: uri.to_string(), body };
+    let req = Recorded { path: uri.to_string(), body, auth: auth_headers(&headers) };
     let n = {
         let mut requests = f.requests.lock().unwrap_or_else(|e| e.into_inner());
         requests.push(req.clone());
@@ -295,4 +297,12 @@ fn message(
         json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": part(text)}),
     ));
     json!({"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part(text)]})
+}
+
+/// The credential headers of a request (`x-api-key`, `authorization`), lower-case names.
+fn auth_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    ["x-api-key", "authorization"]
+        .iter()
+        .filter_map(|k| headers.get(*k).map(|v| ((*k).to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())))
+        .collect()
 }

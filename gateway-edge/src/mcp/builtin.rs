@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::answer::{Answer, RpcError};
 use super::jsonrpc::INVALID_PARAMS;
+pub use super::search_tools::SearchTools;
 
 /// What a built-in tool may use of the session that calls it.
 pub trait Caller: Send + Sync {
@@ -54,11 +55,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The standard set: `search_tools`, and with a `retrieval` client the knowledge, memory
+    /// The standard set: `search_tools` ([`super::search_tools`]), and with a `retrieval` client the knowledge, memory
     /// and skill tools ([`super::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
     /// `forget`, `list_skills`, `load_skill`).
     pub fn standard(retrieval: Option<crate::retrieval::Client>) -> Self {
-        let registry = Self::default().with(SearchTools);
+        // search_tools is semantic when retrieval has an embeddings endpoint (its `Embed` RPC).
+        let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn super::search_tools::Embed>);
+        let registry = Self::default().with(SearchTools::new(embedder));
         match retrieval {
             Some(client) => super::retrieval_tools::register(registry, client),
             None => registry,
@@ -97,92 +100,6 @@ pub fn tool_error(msg: &str) -> Answer {
         RawValue::from_string(json!({"content": [{"type": "text", "text": msg}], "isError": true}).to_string())
             .expect("json"),
     )
-}
-
-/// `coffer__search_tools {query, limit?}`: the caller's tools that match words of `query` in
-/// their name (3 points a word), title (2) or description (1), best first.
-pub struct SearchTools;
-
-impl Provider for SearchTools {
-    fn name(&self) -> &'static str {
-        "search_tools"
-    }
-
-    fn definition(&self) -> Value {
-        json!({
-            "name": "search_tools",
-            "title": "Search tools",
-            "description": "Find tools available through Coffer by words in their name or description. \
-        Returns the best matches with their exposed names, so you can call them directly.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "Words to look for, e.g. \"read file\"."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results (default 10)."}
-                },
-                "required": ["query"]
-            },
-            "annotations": {"readOnlyHint": true, "openWorldHint": false}
-        })
-    }
-
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
-        Box::pin(search_tools(caller, arguments))
-    }
-}
-
-async fn search_tools(caller: &dyn Caller, args: Option<&str>) -> Answer {
-    let args: Value = args.and_then(|a| serde_json::from_str(a).ok()).unwrap_or_else(|| json!({}));
-    let Some(query) = args.get("query").and_then(Value::as_str) else {
-        return tool_error("search_tools needs a string argument \"query\"");
-    };
-    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10).clamp(1, 50) as usize;
-    let words: Vec<String> =
-        query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-    if words.is_empty() {
-        return tool_error("query has no words to search for");
-    }
-    let tools = caller.list_tools().await;
-    let mut scored: Vec<(u32, &Value, &str)> = tools
-        .iter()
-        .filter(|(_, server, _)| server != BUILTIN_SERVER)
-        .filter_map(|(tool, server, _)| {
-            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default().to_lowercase();
-            let title = tool.get("title").and_then(Value::as_str).unwrap_or_default().to_lowercase();
-            let desc = tool.get("description").and_then(Value::as_str).unwrap_or_default().to_lowercase();
-            let score: u32 = words
-                .iter()
-                .map(|w| {
-                    3 * u32::from(name.contains(w.as_str()))
-                        + 2 * u32::from(title.contains(w.as_str()))
-                        + u32::from(desc.contains(w.as_str()))
-                })
-                .sum();
-            (score > 0).then_some((score, tool, server.as_str()))
-        })
-        .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1["name"].as_str().cmp(&b.1["name"].as_str())));
-    scored.truncate(limit);
-    let matches: Vec<Value> = scored
-        .iter()
-        .map(|(score, t, server)| json!({"name": t["name"], "server": server, "description": t.get("description").cloned().unwrap_or(Value::Null), "score": score}))
-        .collect();
-    let text = if matches.is_empty() {
-        format!("No tools match {query:?}.")
-    } else {
-        matches
-            .iter()
-            .map(|m| {
-                format!(
-                    "{} — {}",
-                    m["name"].as_str().unwrap_or_default(),
-                    m["description"].as_str().unwrap_or("").lines().next().unwrap_or("")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": {"matches": matches}}))
 }
 
 #[cfg(test)]
@@ -269,6 +186,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "two built-in tools")]
     fn two_providers_may_not_share_a_name() {
-        let _ = Registry::standard(None).with(SearchTools);
+        let _ = Registry::standard(None).with(SearchTools::new(None));
     }
 }

@@ -29,6 +29,7 @@ pub mod relay;
 pub mod resolver;
 pub mod retrieval_tools;
 mod route;
+pub mod search_tools;
 pub mod session;
 pub mod stream;
 #[cfg(test)]

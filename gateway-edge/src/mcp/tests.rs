@@ -981,6 +981,12 @@ impl coffer_proto::retrieval::retrieval_server::Retrieval for FakeRetrieval {
     ) -> Rpc<coffer_proto::retrieval::StatusReply> {
         Err(tonic::Status::unimplemented("fake"))
     }
+    async fn embed(
+        &self,
+        _: tonic::Request<coffer_proto::retrieval::EmbedRequest>,
+    ) -> Rpc<coffer_proto::retrieval::EmbedReply> {
+        Err(tonic::Status::failed_precondition("no embeddings endpoint: retrieval.embeddings.url is not set"))
+    }
     async fn search(
         &self,
         r: tonic::Request<coffer_proto::retrieval::SearchRequest>,

@@ -1218,7 +1218,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         },
     }));
     m.insert("Agent", json!({
-        "type": "object", "required": ["agent_key", "display_name", "available", "reason", "command", "version"],
+        "type": "object", "required": ["agent_key", "display_name", "available", "reason", "command", "version", "binding"],
         "properties": {
             "agent_key": {"type": "string", "description": "`claude_code`, `codex`, …"},
             "display_name": {"type": "string"},
@@ -1226,6 +1226,17 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "reason": {"type": ["string", "null"], "description": "Why it is not available."},
             "command": {"type": ["string", "null"], "description": "The resolved CLI path."},
             "version": {"type": ["string", "null"], "description": "The CLI's version, when known."},
+            "binding": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/AgentBinding"}], "description": "The LLM connection its turns use (settings `chat.claude_code_connection`, `chat.codex_connection`); null = the CLI's own login."},
+        },
+    }));
+    m.insert("AgentBinding", json!({
+        "type": "object", "required": ["connection", "model", "fast_model", "wire", "problem"],
+        "properties": {
+            "connection": {"type": "string", "description": "The LLM connection's name."},
+            "model": {"type": ["string", "null"], "description": "The connection's model: the agent's default model (a conversation's own `model` still wins)."},
+            "fast_model": {"type": ["string", "null"], "description": "The connection's fast model."},
+            "wire": {"type": ["string", "null"], "description": "`anthropic`, `openai-responses`, `openai-chat` or `ollama`; null when the connection is missing."},
+            "problem": {"type": ["string", "null"], "description": "Why a turn would fail now (the connection is missing, the agent cannot use its wire)."},
         },
     }));
     m.insert("AgentConfig", json!({

@@ -64,6 +64,9 @@ pub struct AgentEnv {
     /// A CLI path the user set in settings (`chat.claude_code_path`, `chat.codex_path`) for this
     /// provider; `None` = resolve the command on `PATH`.
     pub command_override: Option<PathBuf>,
+    /// The LLM connection the agent is bound to for this turn (`chat.claude_code_connection`,
+    /// `chat.codex_connection`), resolved with its key; `None` = the CLI's own login and config.
+    pub binding: Option<crate::binding::Binding>,
 }
 
 /// Whether a provider's agent can be chosen now.

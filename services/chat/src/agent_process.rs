@@ -386,6 +386,7 @@ mod tests {
     fn resolve_names_the_setting_and_the_package() {
         let dir = tempfile::tempdir().unwrap();
         let env = AgentEnv {
+            binding: None,
             coffer_home: dir.path().into(),
             agents_dir: dir.path().join("agents"),
             shim: dir.path().join("shim"),

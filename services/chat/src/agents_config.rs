@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::binding::CodexProvider;
+
 /// The MCP server name Coffer's gateway takes in the agents' configs.
 pub const SERVER_NAME: &str = "coffer";
 
@@ -67,6 +69,7 @@ pub fn codex_home(
     user_home: Option<&Path>,
     shim: &Path,
     coffer_home: &Path,
+    provider: Option<&CodexProvider>,
 ) -> Result<PathBuf, ConfigFileError> {
     let dir = agents_dir.join("codex");
     std::fs::create_dir_all(&dir).map_err(|source| ConfigFileError::Write { path: dir.clone(), source })?;
@@ -81,10 +84,15 @@ pub fn codex_home(
         },
         None => String::new(),
     };
-    let merged = with_coffer_server(&text, shim, coffer_home).map_err(|problem| ConfigFileError::UserConfig {
-        path: user_config.clone().unwrap_or_else(|| PathBuf::from("config.toml")),
-        problem,
-    })?;
+    let merged = with_coffer_server(&text, shim, coffer_home)
+        .and_then(|t| match provider {
+            Some(p) => with_binding(&t, p),
+            None => Ok(t),
+        })
+        .map_err(|problem| ConfigFileError::UserConfig {
+            path: user_config.clone().unwrap_or_else(|| PathBuf::from("config.toml")),
+            problem,
+        })?;
     write_if_changed(&dir.join("config.toml"), merged.as_bytes())?;
     link_auth(&dir, user_home)?;
     Ok(dir)
@@ -121,6 +129,75 @@ pub fn with_coffer_server(text: &str, shim: &Path, coffer_home: &Path) -> Result
         _ => return Err("mcp_servers is not a table".into()),
     }
     Ok(doc.to_string())
+}
+
+/// `text` (a Codex `config.toml`) with Coffer's model provider for a bound Codex: the entry
+/// `[model_providers.<id>]` (`name`, `base_url`, `wire_api`, `env_key` when the connection has a
+/// key — the variable's name, never its value) and top-level `model_provider = <id>` and, when
+/// the connection names one, `model`. The user's other providers stay as they are.
+///
+/// # Errors
+/// A message when `text` is not TOML or `model_providers` is not a table.
+pub fn with_binding(text: &str, p: &CodexProvider) -> Result<String, String> {
+    use toml_edit::{DocumentMut, Item, Table, value};
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+        format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
+    })?;
+    let root = doc.as_table_mut();
+    root.insert("model_provider", value(p.id.clone()));
+    if !p.model.is_empty() {
+        root.insert("model", value(p.model.clone()));
+    }
+    if !root.contains_key("model_providers") {
+        let mut t = Table::new();
+        t.set_implicit(true);
+        root.insert("model_providers", Item::Table(t));
+    }
+    let mut entry = Table::new();
+    entry.insert("name", value(p.name.clone()));
+    entry.insert("base_url", value(p.base_url.clone()));
+    entry.insert("wire_api", value(p.wire_api));
+    if let Some(k) = p.env_key {
+        entry.insert("env_key", value(k));
+    }
+    match root.get_mut("model_providers") {
+        Some(Item::Table(t)) => {
+            t.insert(&p.id, Item::Table(entry));
+        }
+        Some(Item::Value(toml_edit::Value::InlineTable(t))) => {
+            t.insert(&p.id, toml_edit::Value::InlineTable(entry.into_inline_table()));
+        }
+        _ => return Err("model_providers is not a table".into()),
+    }
+    if let Some(var) = p.env_key {
+        exclude_from_shells(root, var)?;
+    }
+    Ok(doc.to_string())
+}
+
+/// Adds `var` to `[shell_environment_policy] exclude` (keeping the user's own patterns): the
+/// commands Codex runs for the model, and the shell snapshots it writes under `CODEX_HOME`, never
+/// see the bound key.
+fn exclude_from_shells(root: &mut toml_edit::Table, var: &str) -> Result<(), String> {
+    use toml_edit::{Array, Item, Table, Value};
+    if !root.contains_key("shell_environment_policy") {
+        root.insert("shell_environment_policy", Item::Table(Table::new()));
+    }
+    let policy = root
+        .get_mut("shell_environment_policy")
+        .and_then(Item::as_table_like_mut)
+        .ok_or("shell_environment_policy is not a table")?;
+    if policy.get("exclude").is_none() {
+        policy.insert("exclude", Item::Value(Value::Array(Array::new())));
+    }
+    let exclude = policy
+        .get_mut("exclude")
+        .and_then(Item::as_array_mut)
+        .ok_or("shell_environment_policy.exclude is not an array")?;
+    if !exclude.iter().any(|v| v.as_str() == Some(var)) {
+        exclude.push(var);
+    }
+    Ok(())
 }
 
 fn link_auth(dir: &Path, user_home: Option<&Path>) -> Result<(), ConfigFileError> {
@@ -194,7 +271,7 @@ mod tests {
         std::fs::write(user.join("config.toml"), "model = \"m\"\n").unwrap();
         std::fs::write(user.join("auth.json"), "{\"OPENAI_API_KEY\":\"sk-secret\"}").unwrap();
         let agents = dir.path().join("agents");
-        let home = codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h")).unwrap();
+        let home = codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), None).unwrap();
         let link = std::fs::symlink_metadata(home.join("auth.json")).unwrap();
         assert!(link.file_type().is_symlink());
         assert_eq!(std::fs::read_link(home.join("auth.json")).unwrap(), user.join("auth.json"));
@@ -206,14 +283,71 @@ mod tests {
             }
         }
         // Idempotent, and the link goes when the user's file does.
-        codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h")).unwrap();
+        codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), None).unwrap();
         std::fs::remove_file(user.join("auth.json")).unwrap();
-        codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h")).unwrap();
+        codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), None).unwrap();
         assert!(std::fs::symlink_metadata(home.join("auth.json")).is_err());
         // A broken user config is named.
         std::fs::write(user.join("config.toml"), "= nope").unwrap();
-        let e = codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h")).unwrap_err().to_string();
+        let e = codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), None).unwrap_err().to_string();
         assert!(e.contains("config.toml") && e.contains("not valid TOML"), "{e}");
+    }
+
+    fn provider(key: bool) -> CodexProvider {
+        CodexProvider {
+            id: "coffer-work".into(),
+            name: "Coffer connection work".into(),
+            base_url: "http://127.0.0.1:7/v1".into(),
+            wire_api: "responses",
+            env_key: key.then_some(crate::binding::CODEX_KEY_VAR),
+            model: "gpt-bound".into(),
+        }
+    }
+
+    #[test]
+    fn a_binding_adds_a_provider_entry_and_selects_it_and_unbinding_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user-codex");
+        std::fs::create_dir_all(&user).unwrap();
+        let theirs =
+            "# mine\nmodel = \"o3\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nbase_url = \"http://x/v1\"\n";
+        std::fs::write(user.join("config.toml"), theirs).unwrap();
+        let agents = dir.path().join("agents");
+        let home = codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), Some(&provider(true))).unwrap();
+        let text = std::fs::read_to_string(home.join("config.toml")).unwrap();
+        let doc: toml_edit::DocumentMut = text.parse().unwrap();
+        assert_eq!(doc["model_provider"].as_str(), Some("coffer-work"), "{text}");
+        assert_eq!(doc["model"].as_str(), Some("gpt-bound"));
+        let entry = &doc["model_providers"]["coffer-work"];
+        assert_eq!(entry["base_url"].as_str(), Some("http://127.0.0.1:7/v1"));
+        assert_eq!(entry["wire_api"].as_str(), Some("responses"));
+        assert_eq!(entry["env_key"].as_str(), Some(crate::binding::CODEX_KEY_VAR));
+        assert_eq!(doc["model_providers"]["mock"]["base_url"].as_str(), Some("http://x/v1"), "theirs stays");
+        assert_eq!(doc["mcp_servers"]["coffer"]["command"].as_str(), Some("/s"));
+        // The selection is at the top level, not inside a table that happens to come last.
+        assert!(
+            text.find("model_provider = \"coffer-work\"").unwrap() < text.find("[model_providers").unwrap(),
+            "{text}"
+        );
+
+        // Unbound: the user's own selection again, no Coffer entry.
+        codex_home(&agents, Some(&user), Path::new("/s"), Path::new("/h"), None).unwrap();
+        let doc: toml_edit::DocumentMut = std::fs::read_to_string(home.join("config.toml")).unwrap().parse().unwrap();
+        assert_eq!(doc["model_provider"].as_str(), Some("mock"));
+        assert_eq!(doc["model"].as_str(), Some("o3"));
+        assert!(doc["model_providers"].get("coffer-work").is_none());
+
+        // No key: no env_key (Codex then sends no Authorization); no user config at all is fine.
+        let out = with_binding("", &provider(false)).unwrap();
+        let doc: toml_edit::DocumentMut = out.parse().unwrap();
+        assert!(doc["model_providers"]["coffer-work"].get("env_key").is_none(), "{out}");
+        assert!(with_binding("model_providers = 1\n", &provider(true)).unwrap_err().contains("not a table"));
+        // The key's variable is kept from the commands Codex runs, the user's patterns kept.
+        let theirs = "[shell_environment_policy]\nexclude = [\"AWS_*\"]\n";
+        let doc: toml_edit::DocumentMut = with_binding(theirs, &provider(true)).unwrap().parse().unwrap();
+        let exclude: Vec<_> =
+            doc["shell_environment_policy"]["exclude"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(exclude, ["AWS_*", crate::binding::CODEX_KEY_VAR]);
     }
 
     #[test]

@@ -20,6 +20,13 @@
 //! (`tests/e2e/chat_agents.rs`, `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a
 //! turn with a fresh `--resume` process ~2.3 s, the same turn on a parked process ~0.05 s.
 //!
+//! Provider switching ([`crate::binding`]): a turn of a Claude Code bound to an LLM connection
+//! runs with `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and the fast-model
+//! variables of that connection in the CLI's environment (and nothing else `ANTHROPIC_*` the
+//! service inherited); `--model` from the conversation's `agent_config.model` still wins over
+//! `ANTHROPIC_MODEL`. A parked process is reused only under the same binding (its fingerprint
+//! is part of [`Fit`]), so a changed connection, key or model takes a fresh process.
+//!
 //! Mapping of stdout lines ([`Parser`]): `system/init` → [`AgentEvent::Session`];
 //! `stream_event` `content_block_delta`/`text_delta` → [`AgentEvent::TextDelta`]; an `assistant`
 //! message's text block whose message streamed no delta → one `TextDelta`; `assistant`
@@ -43,6 +50,7 @@ use crate::adapter::{
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
+use crate::binding;
 use crate::kept::{self, Fit, Kept};
 
 const COMMAND: &str = "claude";
@@ -81,6 +89,19 @@ impl ClaudeCode {
     /// The pid of the process parked for `conversation_id`, if any (for tests and status).
     pub fn parked_pid(&self, conversation_id: &str) -> Option<i32> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).pid(conversation_id)
+    }
+
+    /// The CLI's whole environment: the service's (minus `COFFER_*`), `own` over it, the extra
+    /// environment last. When `bound`, every inherited variable that would fight the binding
+    /// ([`binding::fights_claude_binding`]: the user's `ANTHROPIC_*`, a Bedrock/Vertex switch, an
+    /// OAuth token) is dropped, so only the binding's own values remain.
+    pub fn process_env(&self, own: &[(&str, OsString)], bound: bool) -> Vec<(OsString, OsString)> {
+        let own_refs: Vec<(&str, &std::ffi::OsStr)> = own.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+        let mut env = self.extra.build(&own_refs);
+        if bound {
+            drop_fighting(&mut env, own, &self.extra);
+        }
+        env
     }
 }
 
@@ -132,20 +153,28 @@ impl AgentProvider for ClaudeCode {
         if !turn.config.model.is_empty() {
             args.extend(["--model".into(), turn.config.model.clone().into()]);
         }
+        let bound = match &env.binding {
+            Some(b) => Some(
+                binding::claude_env(b)
+                    .map_err(|e| StartError { kind: FailureKind::Provider, message: e.to_string() })?,
+            ),
+            None => None,
+        };
         let root = running_as_root();
-        let own: Vec<(&str, &std::ffi::OsStr)> =
-            if root { vec![("IS_SANDBOX", std::ffi::OsStr::new("1"))] } else { Vec::new() };
+        let mut own: Vec<(&str, OsString)> = if root { vec![("IS_SANDBOX", OsString::from("1"))] } else { Vec::new() };
+        own.extend(bound.iter().flatten().cloned());
         let fit = Fit {
             program: program.clone(),
             session_id: turn.config.session_id.clone(),
             model: turn.config.model.clone(),
             cwd: turn.config.cwd.clone(),
+            binding: binding::fingerprint(env.binding.as_ref()),
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let mut process = match reused {
             Some((process, ())) => process,
             None => {
-                let proc_env = self.extra.build(&own);
+                let proc_env = self.process_env(&own, bound.is_some());
                 AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?
             }
         };
@@ -170,6 +199,13 @@ impl AgentProvider for ClaudeCode {
         // Dropping the process ends its group (SIGKILL; it is idle, its session is on disk).
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).forget(conversation_id);
     }
+}
+
+/// Drops from `env` every variable that would fight a binding unless the adapter (`own`) or the
+/// extra environment set it.
+fn drop_fighting(env: &mut Vec<(OsString, OsString)>, own: &[(&str, OsString)], extra: &ExtraEnv) {
+    let ours = |k: &OsString| own.iter().any(|(o, _)| k == o) || extra.0.iter().any(|(e, _)| e == k);
+    env.retain(|(k, _)| !binding::fights_claude_binding(&k.to_string_lossy()) || ours(k));
 }
 
 /// Whether this process runs as root (the owner of `/proc/self` is the effective uid; off Linux
@@ -611,6 +647,40 @@ mod tests {
         let sub = r#"{"type":"assistant","parent_tool_use_id":"toolu_9","message":{"id":"x","content":[{"type":"text","text":"inner"}]}}"#;
         assert!(p.line(sub).unwrap().events.is_empty());
         assert!(unsupported_control("r1").contains(r#""request_id":"r1""#));
+    }
+
+    #[test]
+    fn a_binding_replaces_inherited_anthropic_variables() {
+        let os = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let mut env = vec![
+            os("PATH", "/usr/bin"),
+            os("ANTHROPIC_BASE_URL", "https://theirs"),
+            os("ANTHROPIC_AUTH_TOKEN", "their-token"),
+            os("CLAUDE_CODE_USE_BEDROCK", "1"),
+            os("ANTHROPIC_API_KEY", "bound-key"),
+            os("CLAUDE_CODE_MAX_RETRIES", "0"),
+        ];
+        let own = [("ANTHROPIC_API_KEY", OsString::from("bound-key"))];
+        drop_fighting(&mut env, &own, &ExtraEnv(vec![("CLAUDE_CODE_MAX_RETRIES".into(), "0".into())]));
+        let keys: Vec<_> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        assert_eq!(keys, ["PATH", "ANTHROPIC_API_KEY", "CLAUDE_CODE_MAX_RETRIES"]);
+
+        // Through the provider: the bound values are there once each.
+        let b = crate::binding::Binding::of(&crate::binding::tests::resolved(
+            "work",
+            coffer_llm::Wire::Anthropic,
+            "http://127.0.0.1:9",
+            Some("sk-bound"),
+            "m-bound",
+            "",
+        ));
+        let own = crate::binding::claude_env(&b).unwrap();
+        let env = ClaudeCode::new().process_env(&own, true);
+        let base: Vec<_> = env.iter().filter(|(k, _)| k == "ANTHROPIC_BASE_URL").collect();
+        assert_eq!(base.len(), 1);
+        assert_eq!(base[0].1, "http://127.0.0.1:9");
+        assert!(env.iter().any(|(k, v)| k == "ANTHROPIC_MODEL" && v == "m-bound"));
+        assert!(!env.iter().any(|(k, _)| k == "ANTHROPIC_AUTH_TOKEN"));
     }
 
     #[test]

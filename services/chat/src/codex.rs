@@ -15,6 +15,12 @@
 //! gateway is attached. Threads are kept there too (`sessions/`), which is what `thread/resume`
 //! reads.
 //!
+//! Provider switching ([`crate::binding`]): bound to an LLM connection, that config also holds
+//! `[model_providers.coffer-<name>]` (base URL, `wire_api = "responses"`, `env_key`) and
+//! top-level `model_provider`/`model` selecting it; the key is only in the app-server's
+//! environment ([`binding::CODEX_KEY_VAR`]). Unbound, the entry and the selection are gone and
+//! the user's own config applies again. A kept app-server is reused only under the same binding.
+//!
 //! Process lifetime, as for Claude Code ([`crate::kept`]): a turn that completes parks its
 //! app-server with the thread loaded, and the conversation's next turn (same thread, model and
 //! `cwd`) starts at `turn/start` on it; otherwise a fresh app-server resumes the thread
@@ -47,6 +53,7 @@ use crate::adapter::{
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
+use crate::binding;
 use crate::kept::{self, Fit, Kept};
 
 const COMMAND: &str = "codex";
@@ -107,14 +114,34 @@ impl Codex {
     /// # Errors
     /// [`StartError`] `internal` naming the file that could not be read or written.
     pub fn prepare_home(&self, env: &AgentEnv) -> Result<PathBuf, StartError> {
+        let provider = match &env.binding {
+            Some(b) => Some(
+                binding::codex_provider(b)
+                    .map_err(|e| StartError { kind: FailureKind::Provider, message: e.to_string() })?,
+            ),
+            None => None,
+        };
         let ours = env.agents_dir.join("codex");
         let user = agents_config::user_codex_home(
             self.extra.var("CODEX_HOME").map(PathBuf::from),
             self.extra.var("HOME").map(PathBuf::from),
             &ours,
         );
-        agents_config::codex_home(&env.agents_dir, user.as_deref(), &env.shim, &env.coffer_home)
+        agents_config::codex_home(&env.agents_dir, user.as_deref(), &env.shim, &env.coffer_home, provider.as_ref())
             .map_err(|e| StartError { kind: FailureKind::Internal, message: e.to_string() })
+    }
+
+    /// The app-server's whole environment: the service's (minus `COFFER_*`), the extra
+    /// environment, `CODEX_HOME` = Coffer's, and a bound turn's key under
+    /// [`binding::CODEX_KEY_VAR`] (an inherited value of that name is never passed on).
+    pub fn process_env(&self, home: &Path, env: &AgentEnv) -> Vec<(OsString, OsString)> {
+        let own: Vec<(&str, OsString)> = env.binding.as_ref().map(binding::codex_env).unwrap_or_default();
+        let own_refs: Vec<(&str, &std::ffi::OsStr)> = own.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+        let mut proc_env = self.extra.build(&[]);
+        proc_env.retain(|(k, _)| k != "CODEX_HOME" && k != binding::CODEX_KEY_VAR);
+        proc_env.push(("CODEX_HOME".into(), home.as_os_str().to_owned()));
+        proc_env.extend(own_refs.iter().map(|(k, v)| (OsString::from(k), (*v).to_owned())));
+        proc_env
     }
 }
 
@@ -147,15 +174,13 @@ impl AgentProvider for Codex {
         let program = agent_process::resolve(env, &self.extra, COMMAND, PACKAGE, SETTING)
             .map_err(|message| StartError { kind: FailureKind::CliMissing, message })?;
         let home = self.prepare_home(env)?;
-        let proc_env = self.extra.build(&[]);
-        let mut proc_env = proc_env;
-        proc_env.retain(|(k, _)| k != "CODEX_HOME");
-        proc_env.push(("CODEX_HOME".into(), home.into_os_string()));
+        let proc_env = self.process_env(&home, env);
         let fit = Fit {
             program: program.clone(),
             session_id: turn.config.session_id.clone(),
             model: turn.config.model.clone(),
             cwd: turn.config.cwd.clone(),
+            binding: binding::fingerprint(env.binding.as_ref()),
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let (mut process, loaded) = match reused {

@@ -1,4 +1,5 @@
-//! Chat's settings (`chat.*` rows of `coffer_types::settings`), read from the store's Settings
+//! Chat's settings (`chat.*` rows of `coffer_types::settings`: the turn timeout, each agent's CLI
+//! path and LLM connection binding), read from the store's Settings
 //! service and kept current: re-read whenever the store's change stream reports a setting change,
 //! and every few seconds in case the stream is down.
 use std::collections::HashMap;
@@ -49,6 +50,14 @@ impl Config {
         let v = setting.text_or_default(self.texts.get(setting.key).map(String::as_str));
         let v = v.trim();
         (!v.is_empty()).then(|| PathBuf::from(v))
+    }
+
+    /// The LLM connection a provider's binding setting names (`chat.claude_code_connection`);
+    /// `None` when unset or empty (the agent then runs on its own login and config).
+    pub fn connection(&self, setting: &Setting) -> Option<String> {
+        let v = setting.text_or_default(self.texts.get(setting.key).map(String::as_str));
+        let v = v.trim();
+        (!v.is_empty()).then(|| v.to_owned())
     }
 }
 
@@ -136,5 +145,20 @@ mod tests {
         assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
         let bad = HashMap::from([("chat.turn_timeout_s".to_owned(), "0".to_owned())]);
         assert_eq!(Config::from_values(&bad).turn_timeout, Duration::from_secs(600), "out of bounds: default");
+    }
+
+    #[test]
+    fn connections_are_followed_by_setting() {
+        assert_eq!(Config::default().connection(&s::CHAT_CLAUDE_CODE_CONNECTION), None);
+        let values = HashMap::from([
+            ("chat.claude_code_connection".to_owned(), " work ".to_owned()),
+            ("chat.codex_connection".to_owned(), "  ".to_owned()),
+        ]);
+        let c = Config::from_values(&values);
+        assert_eq!(c.connection(&s::CHAT_CLAUDE_CODE_CONNECTION).as_deref(), Some("work"));
+        assert_eq!(c.connection(&s::CHAT_CODEX_CONNECTION), None, "blank = the CLI's own login");
+        let other =
+            Config::from_values(&HashMap::from([("chat.claude_code_connection".to_owned(), "home".to_owned())]));
+        assert_ne!(c, other, "a change of binding is a change of config");
     }
 }

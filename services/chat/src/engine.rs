@@ -828,10 +828,18 @@ impl Engine {
             self.finish_error(conv, turn, failed(FailureKind::CliMissing, reason)).await;
             return;
         }
+        // A bound agent's connection is resolved for each turn (a missing one fails the turn).
+        let env = match self.registry.turn_env(entry, &cfg).await {
+            Ok(env) => env,
+            Err(e) => {
+                self.finish_error(conv, turn, failed(e.kind, e.message)).await;
+                return;
+            }
+        };
         let (tx, mut rx) = mpsc::channel(ADAPTER_CHANNEL);
         let input =
             TurnInput { conversation_id: conv.id.clone(), turn_id: turn.turn_id.clone(), text, config: config.clone() };
-        let running = match entry.provider.start_turn(&self.registry.env(entry, &cfg), input, tx) {
+        let running = match entry.provider.start_turn(&env, input, tx) {
             Ok(r) => r,
             Err(e) => {
                 self.finish_error(conv, turn, failed(e.kind, e.message)).await;

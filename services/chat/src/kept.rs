@@ -27,6 +27,9 @@ pub struct Fit {
     pub model: String,
     /// Its working directory.
     pub cwd: String,
+    /// The LLM connection binding it runs with ([`crate::binding::fingerprint`]; 0 = unbound):
+    /// its environment was fixed at start, so another binding needs another process.
+    pub binding: u64,
 }
 
 struct Parked<T> {
@@ -123,13 +126,20 @@ mod tests {
     }
 
     fn fit(session: &str) -> Fit {
-        Fit { program: "/bin/cat".into(), session_id: session.into(), model: String::new(), cwd: "/".into() }
+        Fit {
+            program: "/bin/cat".into(),
+            session_id: session.into(),
+            model: String::new(),
+            cwd: "/".into(),
+            binding: 0,
+        }
     }
 
     #[tokio::test]
     async fn parks_at_most_max_kept_and_reuses_only_what_fits() {
         let dir = tempfile::tempdir().unwrap();
         let env = AgentEnv {
+            binding: None,
             coffer_home: dir.path().into(),
             agents_dir: dir.path().join("agents"),
             shim: dir.path().join("shim"),

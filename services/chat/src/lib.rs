@@ -21,6 +21,7 @@ pub mod adapter;
 pub mod agent_process;
 pub mod agents_config;
 pub mod authz;
+pub mod binding;
 pub mod bus;
 pub mod claude_code;
 pub mod codex;
@@ -70,8 +71,10 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
         config_tx,
         shutdown.clone(),
     ));
+    let connections = connections::Connections::new(channel.clone());
     let store = persist::Store::new(channel);
-    let registry = Arc::new(providers::Registry::new(registry, home.root().to_path_buf()));
+    let registry =
+        Arc::new(providers::Registry::new(registry, home.root().to_path_buf()).with_connections(connections));
     let engine = engine::Engine::new(store, registry, config_rx, home.root().to_path_buf());
 
     let mut delay = std::time::Duration::from_millis(100);

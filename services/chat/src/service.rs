@@ -34,9 +34,12 @@ pub type ChangeStream =
     Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<c::ConversationChange, Status>> + Send>>;
 
 impl ChatService {
-    fn agents(&self) -> c::ListAgentsReply {
+    async fn agents(&self) -> c::ListAgentsReply {
         let reg = self.engine.registry();
         let cfg = self.engine.config();
+        // Connections are read only when some agent is bound (no store call otherwise).
+        let bound = reg.entries().iter().any(|e| reg.bound_to(e, &cfg).is_some());
+        let known = if bound { reg.connection_records().await } else { Vec::new() };
         let agents = reg
             .entries()
             .iter()
@@ -54,6 +57,16 @@ impl ChatService {
                     reason,
                     command,
                     version,
+                    binding: reg.bound_to(e, &cfg).map(|_| {
+                        let b = reg.binding_view(e, &cfg, &known);
+                        c::AgentBinding {
+                            connection: b.connection,
+                            model: b.model,
+                            fast_model: b.fast_model,
+                            wire: b.wire,
+                            problem: b.problem,
+                        }
+                    }),
                 }
             })
             .collect();
@@ -241,7 +254,7 @@ impl ChatService {
 #[tonic::async_trait]
 impl Chat for ChatService {
     async fn list_agents(&self, _req: Request<c::ListAgentsRequest>) -> Reply<c::ListAgentsReply> {
-        Ok(Response::new(self.agents()))
+        Ok(Response::new(self.agents().await))
     }
 
     async fn create_conversation(&self, req: Request<c::CreateConversationRequest>) -> Reply<c::Conversation> {

@@ -34,6 +34,7 @@ pub const POLICY: Policy = Policy {
         rule("Forget"),
         rule("ListSkills"),
         rule("LoadSkill"),
+        rule("Embed"),
     ],
     unlisted: Unlisted::Deny,
 };

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use coffer_proto::retrieval::retrieval_server::Retrieval;
 use coffer_proto::retrieval::{
-    AddKnowledgeBaseRequest, EngineConfig, Fact, FactId, FileError, KnowledgeBaseInfo, KnowledgeBaseName,
-    ListFactsReply, ListFactsRequest, ListKnowledgeBasesReply, ListKnowledgeBasesRequest, ListSkillsReply,
-    ListSkillsRequest, RecallRequest, ReindexReply, ReindexRequest, RememberReply, RememberRequest, RemoveReply,
-    SearchFilters, SearchReply, SearchRequest, Skill, SkillName, StatusReply, StatusRequest,
+    AddKnowledgeBaseRequest, EmbedReply, EmbedRequest, EngineConfig, Fact, FactId, FileError, KnowledgeBaseInfo,
+    KnowledgeBaseName, ListFactsReply, ListFactsRequest, ListKnowledgeBasesReply, ListKnowledgeBasesRequest,
+    ListSkillsReply, ListSkillsRequest, RecallRequest, ReindexReply, ReindexRequest, RememberReply, RememberRequest,
+    RemoveReply, SearchFilters, SearchReply, SearchRequest, Skill, SkillName, StatusReply, StatusRequest, Vector,
 };
 use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseStats, StatsRequest};
 use tonic::{Request, Response, Status};
@@ -43,7 +43,36 @@ fn ok<T>(r: Result<T>) -> Reply<T> {
     r.map(Response::new).map_err(Status::from)
 }
 
+/// Most texts one `Embed` call takes.
+pub const MAX_EMBED_TEXTS: usize = 256;
+/// Longest text `Embed` takes, in bytes.
+pub const MAX_EMBED_TEXT_BYTES: usize = 8192;
+
 impl RetrievalService {
+    /// `Embed`: the texts' vectors from the configured endpoint.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the limit; [`Error::Precondition`] when the vector engine is off
+    /// (why); [`Error::Unavailable`] when the endpoint fails (its error, never the key).
+    pub async fn embed_texts(&self, texts: Vec<String>) -> Result<EmbedReply> {
+        if texts.is_empty() || texts.len() > MAX_EMBED_TEXTS {
+            return Err(Error::Invalid(format!("texts: 1 to {MAX_EMBED_TEXTS} texts, got {}", texts.len())));
+        }
+        if let Some((i, t)) = texts.iter().enumerate().find(|(_, t)| t.is_empty() || t.len() > MAX_EMBED_TEXT_BYTES) {
+            return Err(Error::Invalid(format!("texts[{i}]: 1 to {MAX_EMBED_TEXT_BYTES} bytes, got {}", t.len())));
+        }
+        let Some(ready) = self.embeddings.ready() else {
+            let why = self.embeddings.unavailable().unwrap_or_else(|| "the vector engine is off".into());
+            return Err(Error::Precondition(format!("no embeddings endpoint: {why}")));
+        };
+        let vectors = ready.embedder.embed(&texts).await.map_err(|e| Error::Unavailable(e.to_string()))?;
+        Ok(EmbedReply {
+            vectors: vectors.into_iter().map(|values| Vector { values }).collect(),
+            model: ready.model.clone(),
+            dimension: ready.dimension,
+        })
+    }
+
     fn engines(&self) -> Vec<EngineConfig> {
         vec![
             EngineConfig { name: "grep".into(), enabled: true, detail: "regex or literal search of the files".into() },
@@ -237,6 +266,10 @@ impl Retrieval for RetrievalService {
         ok(tokio::task::spawn_blocking(move || crate::skills::list(&dir))
             .await
             .map_err(|e| Error::Internal(format!("listing skills panicked: {e}"))))
+    }
+
+    async fn embed(&self, req: Request<EmbedRequest>) -> Reply<EmbedReply> {
+        ok(self.embed_texts(req.into_inner().texts).await)
     }
 
     async fn load_skill(&self, req: Request<SkillName>) -> Reply<Skill> {

@@ -1,5 +1,6 @@
 // Chat page: the new-conversation dialog (agent picker with availability and the reason, a
-// free-text model with suggestions — empty is the agent's default —, a working directory),
+// free-text model with suggestions — the bound LLM connection's models when the agent is bound
+// to one, else a fixed list; empty is the agent's (or connection's) default —, a working directory),
 // rename/model, delete confirmation, keyboard help, and the empty state when no agent is
 // available (how to install one, or where Coffer should look for it).
 import { ApiError, del, get, patch, post } from '../api.js';
@@ -10,6 +11,20 @@ const SUGGESTIONS = {
   claude_code: ['sonnet', 'opus', 'haiku', 'claude-sonnet-4-5', 'claude-opus-4-1'],
   codex: ['gpt-5-codex', 'gpt-5', 'o4-mini'],
 };
+
+/**
+ * The model ids of LLM connection `name` (`GET /v1/llm/connections/{name}/models`), [] when they
+ * cannot be read (no such route yet, the provider failed, no list).
+ */
+async function connectionModels(name) {
+  try {
+    const r = await get(`/v1/llm/connections/${encodeURIComponent(name)}/models`);
+    const ids = Array.isArray(r && r.models) ? r.models : [];
+    return ids.map((m) => (typeof m === 'string' ? m : m && m.id)).filter((m) => typeof m === 'string' && m !== '');
+  } catch {
+    return [];
+  }
+}
 
 /** How to get each shipped agent, and the setting naming its CLI. */
 const INSTALL = {
@@ -107,11 +122,28 @@ export async function newConversation(list, models = []) {
   const cwd = h('input', { id: 'new-cwd', name: 'cwd', autocomplete: 'off', placeholder: 'default: the Coffer workspace' });
   const titleIn = h('input', { id: 'new-title', name: 'title', autocomplete: 'off', placeholder: 'from the first message', maxlength: '200' });
   const why = list.filter((a) => !a.available).map((a) => h('li', null, h('strong', null, a.display_name), ': ', a.reason));
+  // A bound agent (its `binding`: the LLM connection it runs on) is offered that connection's
+  // models; an unbound one, or when the connection's list cannot be read, the fixed suggestions.
+  const fetched = new Map();
+  const suggest = (names) => replace(listEl, [...new Set(names)].filter(Boolean).map((n) => h('option', { value: n })));
   const refresh = () => {
-    const a = list.find((x) => x.agent_key === agentSel.value);
-    reason.textContent = a && a.command ? `Runs ${a.command}` : '';
-    const names = [...new Set([...(SUGGESTIONS[agentSel.value] || []), ...models])];
-    replace(listEl, names.map((n) => h('option', { value: n })));
+    const key = agentSel.value;
+    const a = list.find((x) => x.agent_key === key);
+    const b = a && a.binding;
+    const runs = a && a.command ? `Runs ${a.command}` : '';
+    const bound = b ? `on the LLM connection ${b.connection}${b.model ? ` (model ${b.model})` : ''}` : '';
+    reason.textContent = [runs, bound].filter(Boolean).join(', ') + (b && b.problem ? ` — ${b.problem}` : '');
+    model.placeholder = b && b.model ? `the connection’s model (${b.model})` : 'the agent’s default';
+    const fixed = [...(SUGGESTIONS[key] || []), ...models];
+    if (!b) { suggest(fixed); return; }
+    const pinned = [b.model, b.fast_model];
+    const show = (ids) => suggest(ids.length ? [...pinned, ...ids, ...models] : [...pinned, ...fixed]);
+    if (fetched.has(b.connection)) { show(fetched.get(b.connection)); return; }
+    show([]);
+    connectionModels(b.connection).then((ids) => {
+      fetched.set(b.connection, ids);
+      if (agentSel.value === key) show(ids);
+    });
   };
   agentSel.addEventListener('change', refresh);
   refresh();

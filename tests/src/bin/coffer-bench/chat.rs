@@ -671,6 +671,7 @@ async fn cli_start_up() -> Result<()> {
             agents_dir: home.root().join("agents"),
             shim: coffer_tests::bin("coffer-mcp-shim")?,
             command_override: Some(program),
+            binding: None,
         };
         let (mut fresh, mut kept) = (Vec::new(), Vec::new());
         for n in 0..CLI_RUNS {
