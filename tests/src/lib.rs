@@ -35,6 +35,7 @@ pub mod bins;
 pub mod browser;
 pub mod chat;
 pub mod embeddings;
+pub mod fake_llm;
 pub mod http;
 pub mod mcp;
 pub mod openai;

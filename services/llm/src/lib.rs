@@ -22,9 +22,18 @@
 //!
 //! Adding a wire is one adapter module implementing the private translation trait plus one
 //! [`Wire`] variant; the HTTP, streaming framing, timeouts and error classification are shared.
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
+
+mod anthropic;
+mod error;
+mod http;
+mod ollama;
+mod openai_chat;
+mod openai_responses;
+mod wire;
 
 /// The wire protocol an endpoint speaks (the store's `LlmWire`; REST spells them `anthropic`,
 /// `openai-responses`, `openai-chat`, `ollama`).
@@ -248,20 +257,47 @@ pub struct LlmError {
 pub type EventStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<StreamEvent, LlmError>> + Send>>;
 
 /// A client for one endpoint; cheap to clone (one connection pool).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Client {
     endpoint: Endpoint,
+    inner: Arc<http::Inner>,
 }
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("endpoint", &self.endpoint).finish_non_exhaustive()
+    }
+}
+
+/// The adapter of a wire.
+fn adapter(wire: Wire) -> &'static dyn wire::Adapter {
+    match wire {
+        Wire::Anthropic => &anthropic::Anthropic,
+        Wire::OpenAiResponses => &openai_responses::Responses,
+        Wire::OpenAiChat => &openai_chat::ChatCompletions,
+        Wire::Ollama => &ollama::Ollama,
+    }
+}
+
+/// The user message [`Client::test`] sends.
+pub const TEST_PROMPT: &str = "Reply with OK.";
+
 impl Client {
-    /// A client for `endpoint`.
+    /// A client for `endpoint` (no request is made). A zero `request_timeout` or
+    /// `stall_timeout` means the defaults, 60 s and 30 s.
     pub fn new(endpoint: Endpoint) -> Self {
-        Self { endpoint }
+        let inner = Arc::new(http::Inner::new(&endpoint, adapter(endpoint.wire)));
+        Self { endpoint, inner }
     }
 
     /// The endpoint.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// How errors name this provider: `anthropic at https://api.anthropic.com`.
+    pub fn provider(&self) -> &str {
+        self.inner.namer.provider()
     }
 
     /// Sends `request` streaming and returns its events.
@@ -270,8 +306,7 @@ impl Client {
     /// [`LlmError`] when the request fails before the stream starts (status, connection,
     /// timeout); later failures are the stream's last item.
     pub async fn stream(&self, request: &Request) -> Result<EventStream, LlmError> {
-        let _ = request;
-        todo!("coffer-llm: stream")
+        self.inner.stream(request).await
     }
 
     /// Sends `request` and waits for the whole answer (the stream folded).
@@ -279,8 +314,26 @@ impl Client {
     /// # Errors
     /// As [`Client::stream`], and the stream's error.
     pub async fn complete(&self, request: &Request) -> Result<Response, LlmError> {
-        let _ = request;
-        todo!("coffer-llm: complete")
+        use futures_util::StreamExt;
+        let mut stream = self.stream(request).await?;
+        let mut content: Vec<Block> = Vec::new();
+        while let Some(event) = stream.next().await {
+            match event? {
+                StreamEvent::TextDelta(t) => match content.last_mut() {
+                    Some(Block::Text(prev)) => prev.push_str(&t),
+                    _ => content.push(Block::Text(t)),
+                },
+                StreamEvent::ToolUse { id, name, input } => content.push(Block::ToolUse { id, name, input }),
+                StreamEvent::Done { stop, usage } => return Ok(Response { content, stop, usage }),
+            }
+        }
+        // The stream always ends with `Done` or an error; this is a defect guard.
+        Err(LlmError {
+            kind: ErrorKind::BadResponse,
+            message: format!("{} ended the answer without its end", self.provider()),
+            http_status: None,
+            retry_after: None,
+        })
     }
 
     /// The provider's model ids, sorted and deduplicated.
@@ -289,16 +342,28 @@ impl Client {
     /// [`LlmError`]; an endpoint that has no listing (404 on the models path) is
     /// [`ErrorKind::NotFound`].
     pub async fn models(&self) -> Result<Vec<String>, LlmError> {
-        todo!("coffer-llm: models")
+        let mut ids = self.inner.models().await?;
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
     }
 
-    /// One minimal request (`max_tokens` 1, one short user message) naming `model`; its wall
-    /// time on success.
+    /// One minimal request (`max_tokens` 1 — 16 on the Responses wire, its minimum — one
+    /// short user message, [`TEST_PROMPT`]) naming `model`; its wall time on success (an
+    /// answer cut by `max_tokens` is a success).
     ///
     /// # Errors
     /// [`LlmError`]: an unknown model is [`ErrorKind::NotFound`].
     pub async fn test(&self, model: &str) -> Result<Duration, LlmError> {
-        let _ = model;
-        todo!("coffer-llm: test")
+        let started = std::time::Instant::now();
+        let request = Request {
+            model: model.to_owned(),
+            system: None,
+            messages: vec![Message { role: Role::User, content: vec![Block::Text(TEST_PROMPT.to_owned())] }],
+            tools: Vec::new(),
+            max_tokens: 1,
+        };
+        self.complete(&request).await?;
+        Ok(started.elapsed())
     }
 }

@@ -156,6 +156,8 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 pub struct Db {
     writer: std::sync::mpsc::SyncSender<Job>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// The keyword ranking's row lengths, shared by the writer and every reader.
+    row_sizes: Arc<crate::fts_rank::RowSizes>,
     path: Arc<PathBuf>,
     head: Arc<AtomicU64>,
     changes: broadcast::Sender<ChangeRec>,
@@ -200,10 +202,10 @@ pub fn register_sqlite_vec() {
     });
 }
 
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
+fn configure(conn: &Connection, sizes: &Arc<crate::fts_rank::RowSizes>) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    crate::fts_rank::register(conn)
+    crate::fts_rank::register(conn, sizes)
 }
 
 impl Db {
@@ -226,7 +228,8 @@ impl Db {
         // coffer-store owns coffer.db: its one writer connection.
         #[allow(clippy::disallowed_methods)]
         let mut conn = Connection::open(path)?;
-        configure(&conn)?;
+        let row_sizes = Arc::new(crate::fts_rank::RowSizes::default());
+        configure(&conn, &row_sizes)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode keeps every committed transaction across a process kill (the WAL is
         // in the OS page cache); only power loss may drop the last few.
@@ -262,6 +265,7 @@ impl Db {
         Ok(Self {
             writer: tx,
             readers: Arc::new(Mutex::new(Vec::new())),
+            row_sizes,
             path: Arc::new(path.to_path_buf()),
             head: Arc::new(AtomicU64::new(head as u64)),
             changes,
@@ -363,6 +367,7 @@ impl Db {
     {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let sizes = self.row_sizes.clone();
         tokio::task::spawn_blocking(move || {
             let conn = match readers.lock().expect("reader pool").pop() {
                 Some(c) => c,
@@ -373,7 +378,7 @@ impl Db {
                         path.as_path(),
                         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                     )?;
-                    configure(&c)?;
+                    configure(&c, &sizes)?;
                     c
                 }
             };

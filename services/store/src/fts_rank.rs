@@ -10,11 +10,20 @@
 //! [`DocFreq`], valid until the next write to the index, so repeated words cost nothing.
 //! The scores are the same as `bm25()`'s (a test compares them).
 //!
+//! Each row's length (its token count, which bm25 normalizes by) is read once from FTS5
+//! (`xColumnSize`, a lookup in `kb_fts_docsize` per row) and then kept in [`RowSizes`], shared
+//! by every connection of one database: a row of `kb_fts` is only ever inserted or deleted,
+//! never updated, and its rowid is a chunk id (`AUTOINCREMENT`, never reused), so a length read
+//! once stays true for as long as the row exists, whatever snapshot reads it (the Index domain
+//! inserts every row with its chunk's id as rowid; a table filled without explicit rowids would
+//! reuse the largest after a delete, and must not use this function). Scoring the few
+//! thousand rows an any-term query matches spent about a third of its time on those lookups.
+//!
 //! Created on every connection of the store's pool ([`register`], from `db::configure`).
 use std::collections::HashMap;
 use std::os::raw::c_int;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::ffi;
 
@@ -26,13 +35,14 @@ const B: f64 = 0.75;
 /// Most phrases one query may have (`MAX_TERMS` of the Index domain).
 const MAX_PHRASES: usize = 64;
 
-/// Creates [`NAME`] on `conn` (every connection of the store's pool gets it in
-/// `db::configure`, after its busy timeout is set: finding the FTS5 API runs a statement, which
-/// may wait for a lock).
+/// Creates [`NAME`] on `conn`, keeping row lengths in `sizes` (every connection of the store's
+/// pool gets it in `db::configure`, after its busy timeout is set: finding the FTS5 API runs a
+/// statement, which may wait for a lock; all connections of one database share one
+/// [`RowSizes`]).
 ///
 /// # Errors
 /// When the FTS5 API cannot be found or the function cannot be created.
-pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+pub fn register(conn: &rusqlite::Connection, sizes: &Arc<RowSizes>) -> rusqlite::Result<()> {
     let fail = |what: &str| {
         rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_ERROR), Some(format!("coffer_bm25: {what}")))
     };
@@ -41,7 +51,8 @@ pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     // SAFETY: `conn.handle()` is the open connection, used only on this thread for the length of
     // this call; the statement is finalized before returning; the bound pointer is to `api`,
     // which outlives the step that writes it, with the type tag FTS5 checks ("fts5_api_ptr");
-    // `rank` has exactly the signature of an FTS5 extension function and is a static function.
+    // `rank` has exactly the signature of an FTS5 extension function and is a static function;
+    // the user data is a leaked `Arc<RowSizes>` that `release_sizes` takes back exactly once.
     #[allow(unsafe_code)]
     unsafe {
         let db = conn.handle();
@@ -65,7 +76,10 @@ pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
             return Err(fail("this SQLite has no FTS5 API of version 2 or later"));
         }
         let Some(create) = (*api).xCreateFunction else { return Err(fail("FTS5 has no xCreateFunction")) };
-        let rc = create(api, c"coffer_bm25".as_ptr(), std::ptr::null_mut(), Some(rank), None);
+        // The function's user data is one strong count of `sizes`, released by
+        // `release_sizes` when the connection drops the function (also when creation fails).
+        let data = Arc::into_raw(Arc::clone(sizes)).cast_mut().cast::<std::ffi::c_void>();
+        let rc = create(api, c"coffer_bm25".as_ptr(), data, Some(rank), Some(release_sizes));
         if rc != ffi::SQLITE_OK {
             return Err(rusqlite::Error::SqliteFailure(
                 ffi::Error::new(rc),
@@ -82,6 +96,16 @@ enum Fail {
     Code(c_int),
     /// A misuse of the function (bad arguments), with its message.
     Usage(&'static std::ffi::CStr),
+}
+
+/// Drops the `Arc<RowSizes>` [`register`] gave the function as its user data.
+#[allow(unsafe_code)]
+unsafe extern "C" fn release_sizes(data: *mut std::ffi::c_void) {
+    if !data.is_null() {
+        // SAFETY: `data` is the pointer `Arc::into_raw` made in `register`; SQLite calls this
+        // destructor once for it.
+        drop(unsafe { Arc::from_raw(data.cast_const().cast::<RowSizes>()) });
+    }
 }
 
 /// The function SQLite calls per row.
@@ -117,8 +141,25 @@ unsafe fn score(
 ) -> Result<f64, Fail> {
     let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(Fail::Code(rc)) };
     let missing = Fail::Usage(c"coffer_bm25: this FTS5 lacks a needed API function");
-    let (Some(phrase_count), Some(row_count), Some(total_size), Some(column_size), Some(inst_count), Some(inst)) =
-        (api.xPhraseCount, api.xRowCount, api.xColumnTotalSize, api.xColumnSize, api.xInstCount, api.xInst)
+    let (
+        Some(phrase_count),
+        Some(row_count),
+        Some(total_size),
+        Some(column_size),
+        Some(phrase_first),
+        Some(phrase_next),
+        Some(user_data),
+        Some(rowid),
+    ) = (
+        api.xPhraseCount,
+        api.xRowCount,
+        api.xColumnTotalSize,
+        api.xColumnSize,
+        api.xPhraseFirst,
+        api.xPhraseNext,
+        api.xUserData,
+        api.xRowid,
+    )
     else {
         return Err(missing);
     };
@@ -146,20 +187,38 @@ unsafe fn score(
         check(total_size(fts, -1, &raw mut tokens))?;
         let avgdl = if rows > 0 { tokens as f64 / rows as f64 } else { 1.0 };
 
+        // Column weights, read once per row (at most three columns).
+        let mut w = [1f64; 8];
+        for (slot, v) in w.iter_mut().zip(weights) {
+            *slot = ffi::sqlite3_value_double(*v);
+        }
+        // Each phrase's weighted instance count, walked phrase by phrase (xPhraseFirst/Next:
+        // no merged, sorted instance array as xInst builds).
         let mut freq = [0f64; MAX_PHRASES];
-        let mut n_inst: c_int = 0;
-        check(inst_count(fts, &raw mut n_inst))?;
-        for i in 0..n_inst {
-            let (mut ip, mut ic, mut io): (c_int, c_int, c_int) = (0, 0, 0);
-            check(inst(fts, i, &raw mut ip, &raw mut ic, &raw mut io))?;
-            let w =
-                usize::try_from(ic).ok().and_then(|c| weights.get(c)).map_or(1.0, |v| ffi::sqlite3_value_double(*v));
-            if let Some(f) = usize::try_from(ip).ok().and_then(|p| freq.get_mut(p)) {
-                *f += w;
+        for (p, f) in freq.iter_mut().take(phrases).enumerate() {
+            let mut it = ffi::Fts5PhraseIter { a: std::ptr::null(), b: std::ptr::null() };
+            let (mut col, mut off): (c_int, c_int) = (0, 0);
+            check(phrase_first(fts, p as c_int, &raw mut it, &raw mut col, &raw mut off))?;
+            while col >= 0 {
+                *f += usize::try_from(col).ok().and_then(|c| w.get(c)).copied().unwrap_or(1.0);
+                phrase_next(fts, &raw mut it, &raw mut col, &raw mut off);
             }
         }
-        let mut n_tok: c_int = 0;
-        check(column_size(fts, -1, &raw mut n_tok))?;
+        // The user data is the `RowSizes` of `register` (null only if created elsewhere).
+        let sizes = user_data(fts).cast_const().cast::<RowSizes>().as_ref();
+        let id = rowid(fts);
+        let n_tok = match sizes.and_then(|s| s.get(id)) {
+            Some(n) => n,
+            None => {
+                let mut n: c_int = 0;
+                check(column_size(fts, -1, &raw mut n))?;
+                let n = u32::try_from(n).unwrap_or(0);
+                if let Some(s) = sizes {
+                    s.put(id, n);
+                }
+                n
+            }
+        };
         let norm = K1 * (1.0 - B + B * f64::from(n_tok) / avgdl);
         let mut s = 0.0;
         for (p, f) in freq.iter().take(phrases).enumerate() {
@@ -167,6 +226,42 @@ unsafe fn score(
             s += idf(rows, n) * (f * (K1 + 1.0)) / (f + norm);
         }
         Ok(s)
+    }
+}
+
+/// The token count of each row of `kb_fts` seen so far, by rowid: what bm25's length
+/// normalization reads per row, without FTS5's `kb_fts_docsize` lookup (see the module docs
+/// for why a kept length never goes stale). Memory: 4 bytes per rowid up to the largest one
+/// seen, at most [`RowSizes::MAX_ROWID`] (64 MiB); larger rowids are not kept.
+#[derive(Default)]
+pub struct RowSizes {
+    /// Length + 1 by rowid; 0 = not known.
+    sizes: RwLock<Vec<u32>>,
+}
+
+impl RowSizes {
+    /// Largest rowid kept.
+    pub const MAX_ROWID: i64 = 1 << 24;
+
+    /// The kept length of row `rowid`.
+    pub fn get(&self, rowid: i64) -> Option<u32> {
+        let i = usize::try_from(rowid).ok()?;
+        let v = *self.sizes.read().expect("row sizes").get(i)?;
+        v.checked_sub(1)
+    }
+
+    /// Keeps `tokens` as the length of row `rowid` (ignored beyond [`RowSizes::MAX_ROWID`]).
+    pub fn put(&self, rowid: i64, tokens: u32) {
+        let Ok(i) = usize::try_from(rowid) else { return };
+        if rowid > Self::MAX_ROWID {
+            return;
+        }
+        let mut v = self.sizes.write().expect("row sizes");
+        if v.len() <= i {
+            let len = (i + 1).max(v.len() * 2).min(Self::MAX_ROWID as usize + 1);
+            v.resize(len, 0);
+        }
+        v[i] = tokens.saturating_add(1);
     }
 }
 
@@ -243,7 +338,7 @@ mod tests {
         // A test database of this module's own, in memory.
         #[allow(clippy::disallowed_methods)]
         let c = rusqlite::Connection::open_in_memory().unwrap();
-        register(&c).unwrap();
+        register(&c, &Arc::default()).unwrap();
         c.execute_batch(
             "CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');",
         )
@@ -293,6 +388,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Scores read from kept lengths equal the built-in's, before and after rows are deleted
+    /// and others inserted (new rowids, other lengths), and the lengths are kept per rowid.
+    #[test]
+    fn kept_row_lengths_stay_true_across_deletes_and_inserts() {
+        // Its own connection, so the test can look into its `RowSizes`.
+        #[allow(clippy::disallowed_methods)]
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        let sizes = Arc::new(RowSizes::default());
+        register(&c, &sizes).unwrap();
+        c.execute_batch("CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body);").unwrap();
+        // Rowids as the store gives them: chunk ids, never reused.
+        for i in 0..50i64 {
+            let body = vec!["apple"; 1 + i as usize % 7].join(" ") + " banana";
+            c.execute(
+                "INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, 't', 'h', ?2)",
+                rusqlite::params![i + 1, body],
+            )
+            .unwrap();
+        }
+        let check = |c: &rusqlite::Connection| {
+            let df = DocFreq::default();
+            let phrases = vec!["\"apple\"".to_owned(), "\"banana\"".to_owned()];
+            let blob = df.blob(c, &phrases).unwrap();
+            let mut st = c
+                .prepare(
+                    "SELECT rowid, bm25(kb_fts, 2.0, 1.5, 1.0), coffer_bm25(kb_fts, ?2, 2.0, 1.5, 1.0) FROM kb_fts WHERE kb_fts MATCH ?1",
+                )
+                .unwrap();
+            let rows: Vec<(i64, f64, f64)> = st
+                .query_map(rusqlite::params![phrases.join(" OR "), blob], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert!(rows.len() >= 40, "{} rows", rows.len());
+            for (id, builtin, ours) in rows {
+                assert!((builtin - ours).abs() < 1e-9, "row {id}: bm25 {builtin} vs coffer_bm25 {ours}");
+            }
+        };
+        check(&c); // lengths read from FTS5 and kept
+        assert!(sizes.get(1).is_some() && sizes.get(50).is_some(), "lengths are kept");
+        check(&c); // lengths from the cache
+        c.execute("DELETE FROM kb_fts WHERE rowid % 2 = 0", []).unwrap();
+        for i in 0..30i64 {
+            let body = vec!["banana"; 2 + i as usize % 11].join(" ") + " apple";
+            c.execute(
+                "INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, 't', 'h h', ?2)",
+                rusqlite::params![i + 51, body],
+            )
+            .unwrap();
+        }
+        check(&c); // the average length changed, new rows have new rowids
+        check(&c);
+        assert_eq!(sizes.get(-1), None);
+        sizes.put(RowSizes::MAX_ROWID + 1, 3);
+        assert_eq!(sizes.get(RowSizes::MAX_ROWID + 1), None, "rowids beyond the bound are not kept");
     }
 
     #[test]
