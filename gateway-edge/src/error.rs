@@ -168,6 +168,12 @@ impl ApiError {
         Self::from_service("chat", s)
     }
 
+    /// The envelope for a failed call to coffer-chat's `Llm` service (`proto/llm.proto`'s status
+    /// mapping), as [`ApiError::from_service`]: its service is coffer-chat.
+    pub fn from_llm(s: tonic::Status) -> Self {
+        Self::from_service("chat", s)
+    }
+
     /// The envelope for a failed call to the internal service `service` (`retrieval`, `chat`):
     /// `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `ALREADY_EXISTS`, `FAILED_PRECONDITION` and
     /// `ABORTED` (stale version) 409 `CONFLICT`, `RESOURCE_EXHAUSTED` (e.g. a full pending queue)

@@ -4,6 +4,7 @@ use coffer_proto::store::audit_client::AuditClient;
 use coffer_proto::store::changes_client::ChangesClient;
 use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_proto::store::invocations_client::InvocationsClient;
+use coffer_proto::store::llm_connections_client::LlmConnectionsClient;
 use coffer_proto::store::maintenance_client::MaintenanceClient;
 use coffer_proto::store::registry_client::RegistryClient;
 use coffer_proto::store::settings_client::SettingsClient;
@@ -23,6 +24,8 @@ pub struct StoreClients {
     pub invocations: InvocationsClient<AuthChannel>,
     pub changes: ChangesClient<AuthChannel>,
     pub maintenance: MaintenanceClient<AuthChannel>,
+    /// LLM connections (`proto/store_llm.proto`).
+    pub llm: LlmConnectionsClient<AuthChannel>,
 }
 
 impl StoreClients {
@@ -36,7 +39,8 @@ impl StoreClients {
             audit: AuditClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             invocations: InvocationsClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             changes: ChangesClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
-            maintenance: MaintenanceClient::new(channel).max_decoding_message_size(MAX_REPLY),
+            maintenance: MaintenanceClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
+            llm: LlmConnectionsClient::new(channel).max_decoding_message_size(MAX_REPLY),
         }
     }
 }

@@ -152,7 +152,7 @@ pub fn trim_one_newline(s: &str) -> &str {
 
 /// Prints `prompt` on stderr and reads one line from the terminal on stdin with echo off (the
 /// newline is still echoed, so the cursor moves on).
-fn prompt_hidden(prompt: &str) -> Result<SecretString, CliError> {
+pub(crate) fn prompt_hidden(prompt: &str) -> Result<SecretString, CliError> {
     use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
     use std::io::{BufRead, Write};
 

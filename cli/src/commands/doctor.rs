@@ -10,7 +10,9 @@
 //!   credentials any upstream references exist;
 //! - an upstream `/v1/status` shows unhealthy (an error stands: its last start, a list or a
 //!   call failed, and nothing succeeded since; a normal stop is no error): a warning, unless
-//!   its configuration check above already failed for the same reason.
+//!   its configuration check above already failed for the same reason;
+//! - the internal LLM connection `coffer__ask` runs on: a warning when none is set or its key is
+//!   missing.
 //!
 //! Exit 0 when no check fails (warnings allowed), 1 otherwise.
 use std::collections::BTreeSet;
@@ -143,6 +145,10 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 )),
             }
             checks.extend(health);
+            checks.push(match api.get("/v1/llm/connections").await {
+                Ok(c) => check_llm(c["items"].as_array().map(Vec::as_slice).unwrap_or_default()),
+                Err(e) => Check::fail("llm", format!("cannot read the LLM connections: {e}"), "coffer logs store"),
+            });
         }
         None if lock_is_held(&ctx.home.daemon_lock()) => {
             checks.push(Check::fail(
@@ -377,6 +383,34 @@ pub fn looks_like_file_arg(a: &str) -> bool {
         return true;
     }
     Path::new(a).extension().and_then(|e| e.to_str()).is_some_and(|e| SCRIPT_EXTENSIONS.contains(&e))
+}
+
+/// The internal LLM connection `coffer__ask` runs on: ok when one is set with its key, warn
+/// when none is (or its key is missing).
+pub fn check_llm(items: &[Value]) -> Check {
+    match crate::commands::llm::internal_default(items) {
+        None => Check::warn(
+            "llm",
+            "no internal LLM connection: coffer__ask cannot answer",
+            "coffer llm add NAME --wire anthropic|openai|openai-chat|ollama --model ID --default (or coffer llm default NAME)",
+        ),
+        Some(c) => {
+            let name = c["name"].as_str().unwrap_or("?");
+            let what = format!(
+                "internal connection {name} ({}, {})",
+                c["wire"].as_str().unwrap_or("?"),
+                c["model"].as_str().unwrap_or("?")
+            );
+            match c["credential_ref"].as_str() {
+                Some(r) if c["credential_set"] != true => Check::warn(
+                    "llm",
+                    format!("{what}: its credential {r} has no value"),
+                    format!("coffer llm edit {name} --api-key-stdin (or coffer credentials set {r})"),
+                ),
+                _ => Check::ok("llm", format!("{what}; coffer llm test {name} tries it")),
+            }
+        }
+    }
 }
 
 /// Checks one registered server (a `GET /v1/mcp/servers` item): for stdio, its command, working

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod import;
 pub mod invocations;
 pub mod kb;
+pub mod llm;
 pub mod logs;
 pub mod mcp;
 pub mod memory;
@@ -50,6 +51,9 @@ pub enum Command {
     /// List and show skills (COFFER_HOME/skills/NAME/SKILL.md).
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// Add, test and choose LLM connections (the providers Coffer's agents and coffer__ask use).
+    #[command(subcommand)]
+    Llm(llm::LlmCommand),
     /// Chat with the coding agents Coffer runs (Claude Code, Codex): start, send, watch, stop.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
@@ -98,6 +102,7 @@ impl Command {
             Command::Memory(c) => memory::run(ctx, c).await,
             Command::Skills(c) => skills::run(ctx, c).await,
             Command::Chat(c) => chat::run(ctx, c).await,
+            Command::Llm(c) => llm::run(ctx, c).await,
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,
             Command::Settings(c) => settings::run(ctx, c).await,

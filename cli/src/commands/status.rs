@@ -32,7 +32,14 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_status(&resp.json()?))
+    output::print(&render_status(&resp.json()?))?;
+    // One line on the internal LLM connection; a store that does not answer leaves it out (the
+    // services table already says so).
+    if let Ok(c) = api.get("/v1/llm/connections").await {
+        let items = c["items"].as_array().cloned().unwrap_or_default();
+        output::println(&format!("\n{}", crate::commands::llm::status_line(&items)))?;
+    }
+    Ok(())
 }
 
 /// Human status: a header line, the services table, then the upstreams table if any.

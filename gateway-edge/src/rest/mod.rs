@@ -16,6 +16,7 @@ pub mod chat;
 pub mod credentials;
 pub mod import;
 pub mod knowledge;
+pub mod llm;
 pub mod logs;
 pub mod openapi;
 pub mod servers;
@@ -39,6 +40,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(tools::routes())
         .merge(knowledge::routes())
         .merge(chat::routes())
+        .merge(llm::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

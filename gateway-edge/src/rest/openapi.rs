@@ -129,6 +129,10 @@ pub const TAGS: &[(&str, &str)] = &[
         "console",
         "The web console's login and sessions. The console itself is served under `/ui` (`/ui/<page>` for `chat`, `servers`, `tools`, `activity`, `knowledge`, `settings`; assets under `/ui/assets/`; `GET /ui/login?code=…[&next=/ui/<page>]` turns a one-time code into the `coffer_session` cookie — `HttpOnly; SameSite=Strict; Path=/`, 30 days idle — and redirects 303 to the page, or answers 401 with a page saying what to do). Those `GET`s need no token (they hold no data) and carry a strict `Content-Security-Policy`, `X-Content-Type-Options: nosniff` and `X-Frame-Options: DENY`. The cookie authenticates every other route like the token, except that a request it alone authenticates with a method other than GET/HEAD must carry our `Origin` (else 403).",
     ),
+    (
+        "llm",
+        "LLM connections: where and how Coffer reaches a model provider (wire `anthropic`, `openai-responses`, `openai-chat` or `ollama`; base URL; the credential holding the key; model and fast model), and the one internal default the `coffer__ask` agent runs on. A connection never shows a key: `credential_ref` names a credential and `credential_set` says whether it has a value. `test` and `models` are served by coffer-chat (the one process that reads the key): while it is not running they answer 503 `SERVICE_UNAVAILABLE`.",
+    ),
     ("maintenance", "Backups, retention and this document."),
     ("mcp", "The MCP gateway itself (MCP Streamable HTTP; JSON-RPC errors)."),
 ];
@@ -280,6 +284,7 @@ fn limit_param(r: Route) -> Route {
 }
 
 const SERVER_NAME: &str = "Server name (`^[a-z0-9][a-z0-9-]{0,23}$`).";
+const LLM_NAME: &str = "Connection name (`^[a-z0-9][a-z0-9-]{0,31}$`).";
 
 // ---------------------------------------------------------------------------------------------
 // The table.
@@ -703,6 +708,68 @@ pub fn routes() -> Vec<Route> {
             .query("after", json!({"type": "integer", "minimum": 0}), "Resume after this `seq`; 0 or absent: the in-flight turn's events so far, then live.")
             .sse("The conversation's events, one frame each (see above).")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        // LLM connections.
+        route("GET", "/v1/llm/connections", "llm", "List LLM connections")
+            .describe("Sorted by name; one page.")
+            .ok(200, "The connections.", page("LlmConnection")),
+        route("POST", "/v1/llm/connections", "llm", "Add an LLM connection")
+            .describe("`api_key` (sent once, never shown back) becomes the value of credential `credential_ref`, or of `llm-<name>` when none is named (the connection then names it). `base_url` is required for `ollama`; `credential_ref` (or `api_key`) for the cloud wires on their public API. With `internal_default: true` the previous default loses the flag. Answers with `ETag` and `Location`. The names `test` and `models` are reserved.")
+            .actor()
+            .body(r("LlmConnectionCreate"))
+            .ok(201, "Added.", r("LlmConnection"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS"]),
+        route("POST", "/v1/llm/connections/test", "llm", "Test an unsaved LLM connection")
+            .describe("One minimal request to the provider; persists nothing. The draft may name a credential but not carry `api_key`. A provider's failure is 200 with `ok: false`.")
+            .body(r("LlmDraft"))
+            .ok(200, "The probe's report.", r("LlmTestReport"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
+        route("POST", "/v1/llm/connections/models", "llm", "List an unsaved LLM connection's models")
+            .describe("As `GET /v1/llm/connections/{name}/models` for a draft (`model` optional).")
+            .body(r("LlmDraft"))
+            .ok(200, "The provider's model ids.", r("LlmModels"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
+        route("GET", "/v1/llm/connections/{name}", "llm", "Get one LLM connection")
+            .describe("With `ETag: \"<version>\"`.")
+            .path_param("name", LLM_NAME)
+            .ok(200, "The connection.", r("LlmConnection"))
+            .errors(&["NOT_FOUND"]),
+        route("PATCH", "/v1/llm/connections/{name}", "llm", "Change an LLM connection")
+            .describe("Absent fields stay; `base_url`, `credential_ref` and `fast_model` set to null clear them. `api_key` replaces the key's value (of `credential_ref`, or `llm-<name>` when none is named) and alone leaves the record's version as it is. With `If-Match: \"<version>\"` the write happens only at that version.")
+            .path_param("name", LLM_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .body(r("LlmConnectionPatch"))
+            .ok(200, "The connection after the change, with its new ETag.", r("LlmConnection"))
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("DELETE", "/v1/llm/connections/{name}", "llm", "Remove an LLM connection")
+            .describe("Honours `If-Match`. The credential `llm-<name>` made from an `api_key` goes too unless another connection or an MCP server references it; a credential you named stays.")
+            .path_param("name", LLM_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .no_content("Removed.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
+        route("POST", "/v1/llm/connections/{name}/default", "llm", "Make a connection the internal default")
+            .describe("The internal agent behind `coffer__ask` runs on it; the previous default loses the flag. Idempotent.")
+            .path_param("name", LLM_NAME)
+            .actor()
+            .ok(200, "The connection.", r("LlmConnection"))
+            .errors(&["NOT_FOUND"]),
+        route("DELETE", "/v1/llm/connections/{name}/default", "llm", "Stop a connection being the internal default")
+            .describe("Then no connection is (`coffer__ask` answers how to configure one). Nothing changes when it was not the default.")
+            .path_param("name", LLM_NAME)
+            .actor()
+            .no_content("Not the default.")
+            .errors(&["NOT_FOUND", "CONFLICT"]),
+        route("POST", "/v1/llm/connections/{name}/test", "llm", "Test an LLM connection")
+            .describe("One minimal request to the provider with the connection's model; persists nothing. A provider's failure (bad key, unknown model, unreachable, timeout, TLS) is 200 with `ok: false` and a `failure` naming the provider and the cause.")
+            .path_param("name", LLM_NAME)
+            .ok(200, "The probe's report.", r("LlmTestReport"))
+            .errors(&["NOT_FOUND", "CONFLICT"]),
+        route("GET", "/v1/llm/connections/{name}/models", "llm", "List a connection's models")
+            .describe("The provider's model ids (`GET /v1/models` for the Anthropic and OpenAI wires, `/api/tags` for Ollama), sorted. When listing is impossible: an empty list and a `hint` (type an id instead).")
+            .path_param("name", LLM_NAME)
+            .ok(200, "The provider's model ids.", r("LlmModels"))
+            .errors(&["NOT_FOUND", "CONFLICT"]),
         // Maintenance.
         route("POST", "/v1/backup", "maintenance", "Back up the home")
             .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
@@ -1296,6 +1363,99 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "path": {"type": "string"},
             "files": {"type": "array", "items": {"type": "string"}, "description": "Other files of its folder, relative, sorted."},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Other front-matter keys."},
+        },
+    }));
+    let wires = json!({"enum": coffer_types::llm::WIRES, "description": "anthropic: Messages API; openai-responses: Responses API; openai-chat: Chat Completions (and compatible servers); ollama: /api/chat."});
+    let nullable = |d: &str| json!({"type": ["string", "null"], "description": d});
+    m.insert("LlmConnection", json!({
+        "type": "object",
+        "required": ["name", "wire", "base_url", "credential_ref", "credential_set", "model", "fast_model", "internal_default", "version", "created_at", "updated_at"],
+        "properties": {
+            "name": {"type": "string"},
+            "wire": wires,
+            "base_url": nullable("null: the provider's public API (https://api.anthropic.com, https://api.openai.com)."),
+            "credential_ref": nullable("The credential holding the key; null: none."),
+            "credential_set": {"type": "boolean", "description": "Whether that credential has a value."},
+            "model": {"type": "string"},
+            "fast_model": nullable("The model for quick background work; null: the model."),
+            "internal_default": {"type": "boolean", "description": "The connection `coffer__ask` runs on (at most one)."},
+            "version": {"type": "integer", "description": "Bumped by every write; the ETag."},
+            "created_at": time, "updated_at": time,
+        },
+    }));
+    let api_key = json!({"type": "string", "writeOnly": true, "description": "1-65536 bytes, no control characters; stored as a credential, never shown back."});
+    m.insert("LlmConnectionCreate", json!({
+        "type": "object", "required": ["name", "wire", "model"], "additionalProperties": false,
+        "properties": {
+            "name": {"type": "string", "description": "`^[a-z0-9][a-z0-9-]{0,31}$`; not `test` or `models`."},
+            "wire": wires,
+            "base_url": {"type": "string", "description": "Absolute http(s) URL, no query or fragment, at most 2048 bytes."},
+            "credential_ref": {"type": "string"},
+            "api_key": api_key,
+            "model": {"type": "string", "description": "1-256 bytes, no control characters."},
+            "fast_model": {"type": "string"},
+            "internal_default": {"type": "boolean", "default": false},
+        },
+    }));
+    m.insert(
+        "LlmConnectionPatch",
+        json!({
+            "type": "object", "additionalProperties": false,
+            "properties": {
+                "name": {"type": "string", "description": "Only the current name (no rename)."},
+                "wire": wires,
+                "base_url": {"type": ["string", "null"]},
+                "credential_ref": {"type": ["string", "null"]},
+                "api_key": api_key,
+                "model": {"type": "string"},
+                "fast_model": {"type": ["string", "null"]},
+                "internal_default": {"type": "boolean"},
+            },
+        }),
+    );
+    m.insert(
+        "LlmDraft",
+        json!({
+            "type": "object", "required": ["wire"], "additionalProperties": false,
+            "description": "An unsaved connection; `api_key` is refused (name a credential instead).",
+            "properties": {
+                "name": {"type": "string", "description": "Default `draft`."},
+                "wire": wires,
+                "base_url": {"type": "string"},
+                "credential_ref": {"type": "string"},
+                "model": {"type": "string", "description": "Required for a test."},
+                "fast_model": {"type": "string"},
+            },
+        }),
+    );
+    m.insert("LlmFailure", json!({
+        "type": "object", "required": ["kind", "message", "http_status", "retry_after_ms"],
+        "properties": {
+            "kind": {"enum": ["auth", "not_found", "rate_limited", "server", "unreachable", "timeout", "tls", "bad_response", "config", "unknown"]},
+            "message": {"type": "string", "description": "Names the provider and the cause; never a secret."},
+            "http_status": {"type": ["integer", "null"], "description": "null: no HTTP answer."},
+            "retry_after_ms": {"type": ["integer", "null"], "description": "A 429's retry-after."},
+        },
+    }));
+    m.insert(
+        "LlmTestReport",
+        json!({
+            "type": "object", "required": ["ok", "latency_ms", "model", "failure"],
+            "properties": {
+                "ok": {"type": "boolean"},
+                "latency_ms": {"type": "integer", "description": "The request's wall time (also on failure)."},
+                "model": {"type": "string", "description": "The model the request named."},
+                "failure": {"oneOf": [r("LlmFailure"), {"type": "null"}]},
+            },
+        }),
+    );
+    m.insert("LlmModels", json!({
+        "type": "object", "required": ["items", "next_cursor", "hint", "failure"],
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}},
+            "next_cursor": {"type": "null"},
+            "hint": nullable("Why the list is empty or partial; type an id instead."),
+            "failure": {"oneOf": [r("LlmFailure"), {"type": "null"}]},
         },
     }));
     m

@@ -6,12 +6,13 @@
 //! `coffer-retrieval` owns, and the conversations, which `coffer-chat` owns — and alone reads:
 //! they are the owner's private talk with an agent); `ResolveCredentials`, which returns credential values, only to those
 //! that use them (the gateway to start processes and send headers, retrieval for the embeddings
-//! endpoint's API key; chat later, for agent CLIs). A method with no row is refused, so a new RPC is closed until its row
+//! endpoint's API key; chat for LLM connections' keys, which it alone puts into provider requests and
+//! agent CLIs' environments). A method with no row is refused, so a new RPC is closed until its row
 //! is written; `every_store_method_has_exactly_one_rule` keeps the table and `proto/store_*.proto`
 //! in step.
 use coffer_proto::store::{
     audit_server, changes_server, conversations_server, credentials_server, index_server, invocations_server,
-    maintenance_server, registry_server, settings_server,
+    llm_connections_server, maintenance_server, registry_server, settings_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
@@ -26,6 +27,7 @@ const CHANGES: &str = changes_server::SERVICE_NAME;
 const MAINTENANCE: &str = maintenance_server::SERVICE_NAME;
 const INDEX: &str = index_server::SERVICE_NAME;
 const CONVERSATIONS: &str = conversations_server::SERVICE_NAME;
+const LLM: &str = llm_connections_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
@@ -39,9 +41,12 @@ const CHAT: Allow = Allow::Only(&[Identity::Chat]);
 /// Those that write audit entries: the gateway (REST and CLI changes) and chat (each completed
 /// turn, actor `agent`).
 const AUDITORS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
-/// Those that use credential values: the gateway (server processes and headers) and retrieval
-/// (the embeddings endpoint's API key).
-const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval]);
+/// Those that use credential values: the gateway (server processes and headers), retrieval
+/// (the embeddings endpoint's API key) and chat (LLM connections' keys, for provider requests
+/// and bound agent CLIs).
+const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval, Identity::Chat]);
+/// Those that read LLM connections: the gateway (REST, status) and chat (it resolves them).
+const LLM_READERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
 
 const fn rule(service: &'static str, method: &'static str, allow: Allow) -> Rule {
     Rule { service, method, allow }
@@ -106,6 +111,14 @@ pub const POLICY: Policy = Policy {
         rule(CONVERSATIONS, "GetPending", CHAT),
         rule(CONVERSATIONS, "ListPendingQueues", CHAT),
         rule(CONVERSATIONS, "ReserveEventSeq", CHAT),
+        // LLM connections: written by the gateway (REST, CLI, console), read by chat, which
+        // resolves them into provider endpoints.
+        rule(LLM, "ListConnections", LLM_READERS),
+        rule(LLM, "GetConnection", LLM_READERS),
+        rule(LLM, "CreateConnection", GATEWAY),
+        rule(LLM, "UpdateConnection", GATEWAY),
+        rule(LLM, "DeleteConnection", GATEWAY),
+        rule(LLM, "SetInternalDefault", GATEWAY),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -145,11 +158,12 @@ mod tests {
             include_str!("../../../proto/store_common.proto"),
             include_str!("../../../proto/store_index.proto"),
             include_str!("../../../proto/store_conversations.proto"),
+            include_str!("../../../proto/store_llm.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)
         .collect();
-        assert!(declared.len() >= 51, "parsed {declared:?}");
+        assert!(declared.len() >= 57, "parsed {declared:?}");
         let ruled: Vec<(String, String)> =
             POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
         let unique: BTreeSet<_> = ruled.iter().cloned().collect();
@@ -161,11 +175,12 @@ mod tests {
     }
 
     #[test]
-    fn credentials_resolve_only_for_the_gateway_and_retrieval_and_reads_are_open() {
+    fn credentials_resolve_only_for_their_users_and_reads_are_open() {
         let path = |m: &str| format!("/{CREDENTIALS}/{m}");
-        assert_eq!(POLICY.check(Identity::Gateway, &path("ResolveCredentials")), Ok(()));
-        assert_eq!(POLICY.check(Identity::Retrieval, &path("ResolveCredentials")), Ok(()));
-        for caller in [Identity::Chat, Identity::Supervisor, Identity::Store] {
+        for user in [Identity::Gateway, Identity::Retrieval, Identity::Chat] {
+            assert_eq!(POLICY.check(user, &path("ResolveCredentials")), Ok(()), "{user}");
+        }
+        for caller in [Identity::Supervisor, Identity::Store] {
             let e = POLICY.check(caller, &path("ResolveCredentials")).unwrap_err();
             assert_eq!(e.to_string(), format!("{caller} may not call /{CREDENTIALS}/ResolveCredentials"));
             assert_eq!(POLICY.check(caller, &path("ListCredentials")), Ok(()));
@@ -208,6 +223,24 @@ mod tests {
             for caller in [Identity::Retrieval, Identity::Gateway, Identity::Chat, Identity::Supervisor] {
                 assert_eq!(POLICY.check(caller, &path(m)), Ok(()), "{caller} {m}");
             }
+        }
+    }
+
+    #[test]
+    fn llm_connections_are_the_gateways_to_write_and_chat_reads_them() {
+        let path = |m: &str| format!("/{LLM}/{m}");
+        for m in ["CreateConnection", "UpdateConnection", "DeleteConnection", "SetInternalDefault"] {
+            assert_eq!(POLICY.check(Identity::Gateway, &path(m)), Ok(()), "{m}");
+            for caller in [Identity::Chat, Identity::Retrieval, Identity::Supervisor, Identity::Store] {
+                let e = POLICY.check(caller, &path(m)).unwrap_err();
+                assert_eq!(e.to_string(), format!("{caller} may not call /{LLM}/{m}"));
+            }
+        }
+        for m in ["ListConnections", "GetConnection"] {
+            for caller in [Identity::Gateway, Identity::Chat] {
+                assert_eq!(POLICY.check(caller, &path(m)), Ok(()), "{caller} {m}");
+            }
+            assert!(POLICY.check(Identity::Retrieval, &path(m)).is_err(), "retrieval has no use for them");
         }
     }
 

@@ -94,6 +94,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0003_migration_checksums.sql"),
     migration!("0004_index.sql"),
     migration!("0005_conversations.sql"),
+    migration!("0006_llm_connections.sql"),
     migration!("0007_invocation_usage.sql"),
 ];
 

@@ -10,6 +10,7 @@
 
 pub mod header;
 pub mod jsonrpc;
+pub mod llm;
 pub mod mcp;
 pub mod outcome;
 pub mod settings;

@@ -12,6 +12,7 @@
 //! | [`maintenance`] | `Maintenance` | retention ([`crate::retention`]) and backups ([`crate::backup`]) |
 //! | [`index`] | `Index` | `kb_*` (retrieval's derived indexes: documents, chunks, FTS5 `kb_fts`, vec0 `kb_vectors`) |
 //! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items` (the chat service's) |
+//! | [`llm`] | `LlmConnections` | `llm_connections` (no secret: a credential reference) |
 //!
 //! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
 //! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
@@ -22,6 +23,7 @@ pub mod conversations;
 pub mod credentials;
 pub mod index;
 pub mod invocations;
+pub mod llm;
 pub mod maintenance;
 pub mod registry;
 pub mod settings;
@@ -44,7 +46,8 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     use coffer_proto::store::{
         audit_server::AuditServer, changes_server::ChangesServer, conversations_server::ConversationsServer,
         credentials_server::CredentialsServer, index_server::IndexServer, invocations_server::InvocationsServer,
-        maintenance_server::MaintenanceServer, registry_server::RegistryServer, settings_server::SettingsServer,
+        llm_connections_server::LlmConnectionsServer, maintenance_server::MaintenanceServer,
+        registry_server::RegistryServer, settings_server::SettingsServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -69,6 +72,7 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     .add_service(
         ConversationsServer::new(conversations::ConversationsService::new(db.clone())).max_decoding_message_size(MAX),
     )
+    .add_service(LlmConnectionsServer::new(llm::LlmConnectionsService::new(db.clone())).max_decoding_message_size(MAX))
 }
 
 impl From<StoreError> for Status {

@@ -1,0 +1,643 @@
+//! `/v1/llm/connections…`: the person's LLM connections (the store's `LlmConnections`,
+//! `proto/store_llm.proto`) — CRUD with versions and `If-Match`, the one internal default — and
+//! their probes (`test`, `models`), which go to coffer-chat's `Llm` service (`proto/llm.proto`):
+//! chat is the one process that resolves a connection's credential.
+//!
+//! A connection names its key by `credential_ref`; its JSON says `credential_set` (whether that
+//! credential has a value) and never a value. A create or patch body may carry `api_key` once:
+//! it is stored in the credential store (under `credential_ref`, or `llm-<name>` when the
+//! connection names none), never in the connection row, never echoed or logged. The acting
+//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use coffer_proto::llm::{ConnectionRef, connection_ref::Target};
+use coffer_proto::store::{
+    CreateConnectionRequest, DeleteConnectionRequest, DeleteCredentialRequest, GetConnectionRequest,
+    ListConnectionsRequest, ListCredentialsRequest, ListServersRequest, LlmConnection, LlmWire, SetCredentialRequest,
+    SetInternalDefaultRequest, UpdateConnectionRequest,
+};
+use coffer_types::llm as rules;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, Code, JsonBody};
+use crate::rest::servers::{actor, etag, parse_if_match, settle};
+use crate::state::AppState;
+
+/// Attempts of a `PATCH` without `If-Match` that loses a race with another writer.
+const PATCH_ATTEMPTS: usize = 3;
+
+/// LLM connection routes.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/llm/connections", get(list).post(create))
+        .route("/v1/llm/connections/test", post(test_draft))
+        .route("/v1/llm/connections/models", post(models_draft))
+        .route("/v1/llm/connections/{name}", get(get_one).patch(patch).delete(delete))
+        .route("/v1/llm/connections/{name}/default", post(make_default).delete(clear_default))
+        .route("/v1/llm/connections/{name}/test", post(test_saved))
+        .route("/v1/llm/connections/{name}/models", get(models_saved))
+}
+
+/// A connection as JSON: `{name, wire, base_url, credential_ref, credential_set, model,
+/// fast_model, internal_default, version, created_at, updated_at}`; `base_url` null = the
+/// provider's public API, `credential_ref`/`fast_model` null when unset. Never a secret.
+pub fn connection_json(c: &LlmConnection, credential_set: bool) -> Value {
+    let opt = |v: &str| if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) };
+    json!({
+        "name": c.name,
+        "wire": c.wire().as_str(),
+        "base_url": opt(&c.base_url),
+        "credential_ref": opt(&c.credential_ref),
+        "credential_set": credential_set,
+        "model": c.model,
+        "fast_model": opt(&c.fast_model),
+        "internal_default": c.internal_default,
+        "version": c.version,
+        "created_at": c.created_at,
+        "updated_at": c.updated_at,
+    })
+}
+
+/// The names of every credential that has a value.
+async fn credential_names(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
+    let items = st.store.credentials.clone().list_credentials(ListCredentialsRequest {}).await?.into_inner().items;
+    Ok(items.into_iter().map(|c| c.name).collect())
+}
+
+async fn rendered(st: &AppState, c: &LlmConnection) -> Result<Value, ApiError> {
+    let set = !c.credential_ref.is_empty() && credential_names(st).await?.contains(&c.credential_ref);
+    Ok(connection_json(c, set))
+}
+
+/// A single-connection response with its `ETag`.
+async fn with_etag(st: &AppState, status: StatusCode, c: &LlmConnection) -> Result<Response, ApiError> {
+    let mut r = (status, Json(rendered(st, c).await?)).into_response();
+    r.headers_mut().insert(header::ETAG, etag(c.version));
+    Ok(r)
+}
+
+/// The wire a body names: one of [`rules::WIRES`] (the REST words; the CLI's `openai` alias is
+/// the CLI's).
+fn parse_wire(word: &str) -> Result<LlmWire, ApiError> {
+    LlmWire::parse(word).ok_or_else(|| {
+        let shown: String = word.chars().take(40).collect();
+        ApiError::invalid(format!("wire {shown:?} is not one of {}", rules::WIRES.join(", ")))
+            .with_details(json!({"field": "wire", "allowed": rules::WIRES}))
+    })
+}
+
+/// Refuses an `api_key` the credential store would refuse, before anything is written.
+fn check_key(key: &str) -> Result<(), ApiError> {
+    rules::check_api_key(key).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "api_key"})))
+}
+
+/// Stores `key` as the value of credential `name` (created or replaced). The request's `Debug`
+/// prints no value (coffer-proto).
+async fn store_key(st: &AppState, name: &str, key: String, headers: &HeaderMap) -> Result<(), ApiError> {
+    let req = SetCredentialRequest { name: name.to_owned(), value: key, actor: actor(headers) };
+    let seq = st.store.credentials.clone().set_credential(req).await?.into_inner().seq;
+    settle(st, seq).await;
+    Ok(())
+}
+
+fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
+    ApiError::new(
+        Code::Conflict,
+        format!("LLM connection {name:?} is at version {current}, not {expected}; re-read it and retry"),
+    )
+    .with_details(json!({"expected_version": expected, "current_version": current}))
+}
+
+async fn fetch(st: &AppState, name: &str) -> Result<LlmConnection, ApiError> {
+    Ok(st.store.llm.clone().get_connection(GetConnectionRequest { name: name.to_owned() }).await?.into_inner())
+}
+
+/// Deserializes a present field (even `null`) as `Some(..)`, so `Option<Option<T>>` tells
+/// "absent" (`None`) from "null" (`Some(None)`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CRUD.
+
+/// `GET /v1/llm/connections` → `{"items":[connection…],"next_cursor":null}`, sorted by name.
+///
+/// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
+async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let all = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
+    let set = credential_names(&st).await?;
+    let items: Vec<Value> = all
+        .iter()
+        .map(|c| connection_json(c, !c.credential_ref.is_empty() && set.contains(&c.credential_ref)))
+        .collect();
+    Ok(Json(json!({"items": items, "next_cursor": null})))
+}
+
+/// `GET /v1/llm/connections/{name}` → the connection with `ETag: "<version>"`.
+///
+/// Errors: `NOT_FOUND`.
+async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let c = fetch(&st, &name).await?;
+    with_etag(&st, StatusCode::OK, &c).await
+}
+
+/// Body of `POST /v1/llm/connections`. No `Debug`: it may hold a key.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    wire: String,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    credential_ref: Option<String>,
+    /// Stored as a credential, never in the row.
+    #[serde(default)]
+    api_key: Option<String>,
+    model: String,
+    #[serde(default)]
+    fast_model: Option<String>,
+    #[serde(default)]
+    internal_default: bool,
+}
+
+/// `POST /v1/llm/connections` with `{name, wire, base_url?, credential_ref?, api_key?, model,
+/// fast_model?, internal_default?}` → 201 with the connection, `ETag` and `Location`.
+///
+/// `api_key` becomes the value of credential `credential_ref` (created or replaced), or of
+/// `llm-<name>` when no `credential_ref` is given (which the connection then names). With
+/// `internal_default: true` the previous default loses the flag.
+///
+/// Errors: `INVALID_ARGUMENT` (unknown wire, the store's validation: name, base URL, model,
+/// credential rule; a bad `api_key`), `UNKNOWN_FIELD`, `BAD_REQUEST`, `ALREADY_EXISTS`.
+async fn create(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<CreateBody>,
+) -> Result<Response, ApiError> {
+    let wire = parse_wire(&b.wire)?;
+    if let Some(k) = &b.api_key {
+        check_key(k)?;
+    }
+    let mut credential_ref = b.credential_ref.unwrap_or_default();
+    if b.api_key.is_some() && credential_ref.is_empty() {
+        credential_ref = rules::generated_credential(&b.name);
+    }
+    let connection = LlmConnection {
+        name: b.name,
+        wire: wire.into(),
+        base_url: b.base_url.unwrap_or_default(),
+        credential_ref,
+        model: b.model,
+        fast_model: b.fast_model.unwrap_or_default(),
+        internal_default: b.internal_default,
+        ..Default::default()
+    };
+    // The record first: the store validates it, so a refused one writes no credential either.
+    let reply = st
+        .store
+        .llm
+        .clone()
+        .create_connection(CreateConnectionRequest { connection: Some(connection), actor: actor(&headers) })
+        .await?
+        .into_inner();
+    let c = reply.connection.unwrap_or_default();
+    if let Some(key) = b.api_key
+        && let Err(e) = store_key(&st, &c.credential_ref, key, &headers).await
+    {
+        // Undo the half: a connection whose key could not be stored is not what was asked for.
+        let undo =
+            DeleteConnectionRequest { name: c.name.clone(), expected_version: Some(c.version), actor: actor(&headers) };
+        if let Err(u) = st.store.llm.clone().delete_connection(undo).await {
+            tracing::warn!(connection = %c.name, error = %u, "Could not undo a connection whose key was refused.");
+        }
+        return Err(e);
+    }
+    settle(&st, reply.seq).await;
+    tracing::info!(connection = %c.name, wire = c.wire().as_str(), "LLM connection added.");
+    let mut r = with_etag(&st, StatusCode::CREATED, &c).await?;
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/llm/connections/{}", c.name)) {
+        r.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(r)
+}
+
+/// Body of `PATCH /v1/llm/connections/{name}`: absent = unchanged; `base_url`,
+/// `credential_ref` and `fast_model` set to null clear them. No `Debug`: it may hold a key.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    /// Accepted only when equal to the current name (a rename is remove + add).
+    name: Option<String>,
+    wire: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    base_url: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    credential_ref: Option<Option<String>>,
+    api_key: Option<String>,
+    model: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    fast_model: Option<Option<String>>,
+    internal_default: Option<bool>,
+}
+
+/// Applies `p` to `cur` (the key aside: an `api_key` with no credential named gets
+/// `llm-<name>`).
+fn apply_patch(cur: &LlmConnection, p: &PatchBody) -> Result<LlmConnection, ApiError> {
+    if p.name.as_deref().is_some_and(|n| n != cur.name) {
+        return Err(ApiError::invalid("an LLM connection cannot be renamed; remove it and add it under the new name")
+            .with_details(json!({"field": "name"})));
+    }
+    let mut c = cur.clone();
+    if let Some(w) = &p.wire {
+        c.wire = parse_wire(w)?.into();
+    }
+    if let Some(u) = &p.base_url {
+        c.base_url = u.clone().unwrap_or_default();
+    }
+    if let Some(r) = &p.credential_ref {
+        c.credential_ref = r.clone().unwrap_or_default();
+    }
+    if let Some(m) = &p.model {
+        c.model = m.clone();
+    }
+    if let Some(f) = &p.fast_model {
+        c.fast_model = f.clone().unwrap_or_default();
+    }
+    if let Some(d) = p.internal_default {
+        c.internal_default = d;
+    }
+    if p.api_key.is_some() && c.credential_ref.is_empty() {
+        c.credential_ref = rules::generated_credential(&c.name);
+    }
+    Ok(c)
+}
+
+/// `PATCH /v1/llm/connections/{name}` with a partial body → the connection after the change
+/// with its new `ETag`. With `If-Match: "<version>"` the write happens only at that version;
+/// without it the patch applies to the current version (retried if another writer wins). A
+/// patch that changes nothing writes nothing; `api_key` alone replaces the key's value and
+/// leaves the record (and its version) as it is.
+///
+/// Errors: `NOT_FOUND`, `CONFLICT` (stale `If-Match`), `INVALID_ARGUMENT`, `UNKNOWN_FIELD`,
+/// `BAD_REQUEST`.
+async fn patch(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    JsonBody(mut p): JsonBody<PatchBody>,
+) -> Result<Response, ApiError> {
+    let expected = parse_if_match(&headers)?;
+    if let Some(k) = &p.api_key {
+        check_key(k)?;
+    }
+    let mut store = st.store.llm.clone();
+    let mut attempt = 0;
+    let c = loop {
+        attempt += 1;
+        let cur = fetch(&st, &name).await?;
+        if let Some(e) = expected
+            && e != cur.version
+        {
+            return Err(conflict(&name, e, cur.version));
+        }
+        let next = apply_patch(&cur, &p)?;
+        if next == cur {
+            break cur;
+        }
+        let req = UpdateConnectionRequest {
+            connection: Some(next),
+            expected_version: Some(cur.version),
+            actor: actor(&headers),
+        };
+        match store.update_connection(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                settle(&st, r.seq).await;
+                let c = r.connection.unwrap_or_default();
+                tracing::info!(connection = %c.name, version = c.version, "LLM connection updated.");
+                break c;
+            }
+            Err(e) if e.code() == tonic::Code::Aborted && expected.is_none() && attempt < PATCH_ATTEMPTS => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if let Some(key) = p.api_key.take() {
+        store_key(&st, &c.credential_ref, key, &headers).await?;
+        tracing::info!(connection = %c.name, credential = %c.credential_ref, "LLM connection key replaced.");
+    }
+    with_etag(&st, StatusCode::OK, &c).await
+}
+
+/// `DELETE /v1/llm/connections/{name}` → 204. Honours `If-Match`. The credential Coffer made for
+/// it (`llm-<name>`, from an `api_key`) goes too, unless another connection or an MCP server
+/// references it; a credential the person named stays.
+///
+/// Errors: `NOT_FOUND`, `CONFLICT` (stale `If-Match`), `INVALID_ARGUMENT` (bad `If-Match`).
+async fn delete(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let expected = parse_if_match(&headers)?;
+    let cur = fetch(&st, &name).await?;
+    if let Some(e) = expected
+        && e != cur.version
+    {
+        return Err(conflict(&name, e, cur.version));
+    }
+    let req =
+        DeleteConnectionRequest { name: name.clone(), expected_version: Some(cur.version), actor: actor(&headers) };
+    let seq = st.store.llm.clone().delete_connection(req).await?.into_inner().seq;
+    settle(&st, seq).await;
+    tracing::info!(connection = %name, "LLM connection removed.");
+    let generated = rules::generated_credential(&name);
+    if cur.credential_ref == generated && !credential_in_use(&st, &generated).await? {
+        let req = DeleteCredentialRequest { name: generated.clone(), actor: actor(&headers) };
+        match st.store.credentials.clone().delete_credential(req).await {
+            Ok(r) => settle(&st, r.into_inner().seq).await,
+            Err(e) if e.code() == tonic::Code::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Whether any LLM connection or MCP server still references credential `name`.
+async fn credential_in_use(st: &AppState, name: &str) -> Result<bool, ApiError> {
+    let connections = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
+    if connections.iter().any(|c| c.credential_ref == name) {
+        return Ok(true);
+    }
+    let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
+    let refs = crate::credentials::referenced(servers.iter().flat_map(|s| [&s.env, &s.headers]));
+    Ok(refs.contains(name))
+}
+
+/// `POST /v1/llm/connections/{name}/default` → the connection, now the internal default (the
+/// previous one loses the flag). Idempotent.
+///
+/// Errors: `NOT_FOUND`.
+async fn make_default(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let req = SetInternalDefaultRequest { name: name.clone(), actor: actor(&headers) };
+    let seq = st.store.llm.clone().set_internal_default(req).await?.into_inner().seq;
+    settle(&st, seq).await;
+    tracing::info!(connection = %name, "Internal default LLM connection set.");
+    let c = fetch(&st, &name).await?;
+    with_etag(&st, StatusCode::OK, &c).await
+}
+
+/// `DELETE /v1/llm/connections/{name}/default` → 204: the connection is no longer the internal
+/// default (then none is: `coffer__ask` answers how to configure one). Nothing changes when it
+/// was not the default.
+///
+/// Errors: `NOT_FOUND`, `CONFLICT` when it changed meanwhile (retry).
+async fn clear_default(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let cur = fetch(&st, &name).await?;
+    if !cur.internal_default {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let version = cur.version;
+    let next = LlmConnection { internal_default: false, ..cur };
+    let req =
+        UpdateConnectionRequest { connection: Some(next), expected_version: Some(version), actor: actor(&headers) };
+    let seq = st.store.llm.clone().update_connection(req).await?.into_inner().seq;
+    settle(&st, seq).await;
+    tracing::info!(connection = %name, "Internal default LLM connection cleared.");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes (coffer-chat's Llm service).
+
+/// Body of the draft probes: an unsaved connection. `api_key` is refused (a draft persists
+/// nothing, and chat reads keys only from the credential store); name a credential instead.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DraftBody {
+    #[serde(default)]
+    name: Option<String>,
+    wire: String,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    credential_ref: Option<String>,
+    #[serde(default)]
+    api_key: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    fast_model: Option<String>,
+}
+
+/// The draft as a record, checked with the store's field rules (so a probe is never sent for a
+/// record the store would refuse to save, except that `model` may be absent for a listing).
+fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
+    let field = |f: &'static str| move |m: String| ApiError::invalid(m).with_details(json!({"field": f}));
+    if b.api_key.is_some() {
+        return Err(ApiError::invalid(
+            "an unsaved connection cannot carry api_key (a probe stores nothing): add the connection with its key first, \
+             or name a credential that holds it in credential_ref",
+        )
+        .with_details(json!({"field": "api_key"})));
+    }
+    let wire = parse_wire(&b.wire)?;
+    let name = b.name.unwrap_or_else(|| "draft".to_owned());
+    rules::check_name(&name).map_err(field("name"))?;
+    let base_url = b.base_url.unwrap_or_default();
+    if !base_url.is_empty() {
+        rules::check_base_url(&base_url).map_err(field("base_url"))?;
+    } else if wire == LlmWire::Ollama {
+        return Err(ApiError::invalid("base_url is required for an ollama connection (e.g. http://127.0.0.1:11434)")
+            .with_details(json!({"field": "base_url"})));
+    }
+    let credential_ref = b.credential_ref.unwrap_or_default();
+    if !credential_ref.is_empty() && !crate::credentials::valid_name(&credential_ref) {
+        let shown: String = credential_ref.chars().take(80).collect();
+        return Err(ApiError::invalid(format!("credential_ref {shown:?} is not a valid credential name"))
+            .with_details(json!({"field": "credential_ref"})));
+    }
+    let model = b.model.unwrap_or_default();
+    if need_model || !model.is_empty() {
+        rules::check_model("model", &model).map_err(field("model"))?;
+    }
+    let fast_model = b.fast_model.unwrap_or_default();
+    if !fast_model.is_empty() {
+        rules::check_model("fast_model", &fast_model).map_err(field("fast_model"))?;
+    }
+    Ok(LlmConnection { name, wire: wire.into(), base_url, credential_ref, model, fast_model, ..Default::default() })
+}
+
+async fn test_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
+    let r = crate::llm::call(
+        crate::llm::PROBE_TIMEOUT,
+        st.llm.clone().test_connection(ConnectionRef { target: Some(target) }),
+    )
+    .await
+    .map_err(ApiError::from_llm)?;
+    Ok(Json(crate::llm::test_json(&r)))
+}
+
+async fn models_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
+    let r =
+        crate::llm::call(crate::llm::PROBE_TIMEOUT, st.llm.clone().list_models(ConnectionRef { target: Some(target) }))
+            .await
+            .map_err(ApiError::from_llm)?;
+    Ok(Json(crate::llm::models_json(&r)))
+}
+
+/// `POST /v1/llm/connections/{name}/test` → `{ok, latency_ms, model, failure}`: one minimal
+/// request to the provider; persists nothing. A provider's failure is 200 with `ok: false` and
+/// `failure: {kind, message, http_status, retry_after_ms}`.
+///
+/// Errors: `NOT_FOUND`, `CONFLICT` (the connection's credential has no value),
+/// `SERVICE_UNAVAILABLE` (coffer-chat not running).
+async fn test_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    test_ref(&st, Target::Name(name)).await
+}
+
+/// `GET /v1/llm/connections/{name}/models` → `{items: [{id}…], next_cursor: null, hint,
+/// failure}`: the provider's model ids, sorted; an empty list with a `hint` when listing is
+/// impossible (the user may type an id).
+///
+/// Errors: as [`test_saved`].
+async fn models_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    models_ref(&st, Target::Name(name)).await
+}
+
+/// `POST /v1/llm/connections/test` with an unsaved connection `{name?, wire, base_url?,
+/// credential_ref?, model, fast_model?}` → as [`test_saved`].
+///
+/// Errors: `INVALID_ARGUMENT` (unknown wire, bad base URL, model, credential name; `api_key`
+/// given), `UNKNOWN_FIELD`, `BAD_REQUEST`, `CONFLICT` (the named credential has no value).
+async fn test_draft(
+    State(st): State<Arc<AppState>>,
+    JsonBody(b): JsonBody<DraftBody>,
+) -> Result<Json<Value>, ApiError> {
+    test_ref(&st, Target::Draft(draft(b, true)?)).await
+}
+
+/// `POST /v1/llm/connections/models` with an unsaved connection (`model` optional) → as
+/// [`models_saved`].
+///
+/// Errors: as [`test_draft`].
+async fn models_draft(
+    State(st): State<Arc<AppState>>,
+    JsonBody(b): JsonBody<DraftBody>,
+) -> Result<Json<Value>, ApiError> {
+    models_ref(&st, Target::Draft(draft(b, false)?)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> LlmConnection {
+        LlmConnection {
+            name: "claude".into(),
+            wire: LlmWire::Anthropic.into(),
+            credential_ref: "llm-claude".into(),
+            model: "claude-sonnet-4-5".into(),
+            internal_default: true,
+            version: 4,
+            ..Default::default()
+        }
+    }
+
+    fn patch_body(v: Value) -> Result<PatchBody, ApiError> {
+        crate::error::parse_json(v.to_string().as_bytes())
+    }
+
+    fn draft_body(v: Value) -> Result<DraftBody, ApiError> {
+        crate::error::parse_json(v.to_string().as_bytes())
+    }
+
+    #[test]
+    fn shape() {
+        let v = connection_json(&record(), true);
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "base_url",
+                "created_at",
+                "credential_ref",
+                "credential_set",
+                "fast_model",
+                "internal_default",
+                "model",
+                "name",
+                "updated_at",
+                "version",
+                "wire"
+            ]
+        );
+        assert_eq!(
+            (v["wire"].as_str(), &v["base_url"], &v["fast_model"]),
+            (Some("anthropic"), &json!(null), &json!(null))
+        );
+        assert_eq!(v["credential_set"], true);
+    }
+
+    #[test]
+    fn patches() {
+        let cur = record();
+        let p = patch_body(json!({"model": "m2", "fast_model": "f", "base_url": "http://x"})).unwrap();
+        let c = apply_patch(&cur, &p).unwrap();
+        assert_eq!((c.model.as_str(), c.fast_model.as_str(), c.base_url.as_str()), ("m2", "f", "http://x"));
+        let p = patch_body(json!({"base_url": null, "credential_ref": null, "fast_model": null})).unwrap();
+        let c = apply_patch(&LlmConnection { fast_model: "f".into(), base_url: "http://x".into(), ..cur.clone() }, &p)
+            .unwrap();
+        assert_eq!((c.base_url.as_str(), c.credential_ref.as_str(), c.fast_model.as_str()), ("", "", ""));
+        // A key with no credential named gets the generated one.
+        let p = patch_body(json!({"credential_ref": null, "api_key": "k"})).unwrap();
+        assert_eq!(apply_patch(&cur, &p).unwrap().credential_ref, "llm-claude");
+        assert_eq!(apply_patch(&cur, &patch_body(json!({})).unwrap()).unwrap(), cur);
+        assert_eq!(apply_patch(&cur, &patch_body(json!({"name": "claude"})).unwrap()).unwrap(), cur);
+        assert!(
+            apply_patch(&cur, &patch_body(json!({"name": "other"})).unwrap()).unwrap_err().message.contains("renamed")
+        );
+        let e = apply_patch(&cur, &patch_body(json!({"wire": "gemini"})).unwrap()).unwrap_err();
+        assert_eq!(e.details["field"], "wire");
+        assert!(e.message.contains("anthropic, openai-responses, openai-chat, ollama"), "{}", e.message);
+        assert_eq!(patch_body(json!({"bogus": 1})).err().unwrap().code, Code::UnknownField);
+        assert_eq!(patch_body(json!({"internal_default": "yes"})).err().unwrap().code, Code::InvalidArgument);
+    }
+
+    #[test]
+    fn drafts() {
+        let d =
+            draft(draft_body(json!({"wire": "ollama", "base_url": "http://127.0.0.1:11434"})).unwrap(), false).unwrap();
+        assert_eq!((d.name.as_str(), d.wire(), d.model.as_str()), ("draft", LlmWire::Ollama, ""));
+        let e = |v: Value, need_model: bool| draft(draft_body(v).unwrap(), need_model).unwrap_err();
+        let m = e(json!({"wire": "ollama", "base_url": "http://h", "api_key": "sk-secret"}), false);
+        assert!(m.message.contains("cannot carry api_key") && !m.message.contains("sk-secret"));
+        assert_eq!(e(json!({"wire": "gemini"}), false).details["field"], "wire");
+        assert_eq!(e(json!({"wire": "ollama"}), false).details["field"], "base_url");
+        assert_eq!(e(json!({"wire": "anthropic", "base_url": "not a url"}), false).details["field"], "base_url");
+        assert_eq!(e(json!({"wire": "anthropic"}), true).details["field"], "model");
+        assert_eq!(
+            e(json!({"wire": "anthropic", "model": "m", "credential_ref": "a b"}), true).details["field"],
+            "credential_ref"
+        );
+        assert_eq!(e(json!({"wire": "anthropic", "model": "m", "name": "Bad"}), true).details["field"], "name");
+        assert_eq!(draft_body(json!({"wire": "anthropic", "extra": 1})).err().unwrap().code, Code::UnknownField);
+    }
+}
