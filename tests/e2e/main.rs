@@ -28,6 +28,7 @@ mod gateway;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;
+mod llm_agent;
 mod llm_wire;
 mod mcp_stream;
 mod openapi;
