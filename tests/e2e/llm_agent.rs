@@ -344,3 +344,50 @@ async fn two_asks_at_once_and_the_connection_deleted_mid_run() -> anyhow::Result
     b.close().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_and_models_probe_through_coffer_chat_and_report_provider_failures_as_failures() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let fake = FakeLlm::start(Wire::Anthropic).await?;
+    fake.require_key("sk-test-key-1234567890");
+    let body = json!({"name": "keyed", "wire": "anthropic", "base_url": fake.url, "model": "fake-model",
+                      "api_key": "sk-test-key-1234567890"});
+    let r = api.post_json("/v1/llm/connections", &body).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+
+    // Success: the latency, the model; the key reached the provider (by hash) and nothing else.
+    let t = api.post("/v1/llm/connections/keyed/test").reply().await?.ok_json()?;
+    ensure!(t["ok"] == true && t["model"] == "fake-model" && t["failure"].is_null(), "{t}");
+    ensure!(t["latency_ms"].is_u64(), "{t}");
+    ensure!(fake.requests().iter().all(|r| r.carried_key("sk-test-key-1234567890")), "the connection's key was sent");
+    let m = api.get("/v1/llm/connections/keyed/models").reply().await?.ok_json()?;
+    assert_eq!(m["items"], json!([{"id": "fake-large"}, {"id": "fake-small"}]), "sorted, deduplicated: {m}");
+
+    // A wrong key: 200 with the failure naming the provider and the cause.
+    let body = json!({"name": "wrong", "wire": "anthropic", "base_url": fake.url, "model": "fake-model", "api_key": "sk-wrong-key-0000000000"});
+    let r = api.post_json("/v1/llm/connections", &body).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    let t = api.post("/v1/llm/connections/wrong/test").reply().await?.ok_json()?;
+    ensure!(t["ok"] == false && t["failure"]["kind"] == "auth" && t["failure"]["http_status"] == 401, "{t}");
+    let msg = t["failure"]["message"].as_str().unwrap_or_default();
+    ensure!(msg.contains("anthropic") && msg.contains(&fake.url) && !msg.contains("sk-wrong"), "{msg}");
+
+    // No model listing: an empty list with a hint, not an error.
+    fake.set_models(None);
+    let m = api.get("/v1/llm/connections/keyed/models").reply().await?.ok_json()?;
+    ensure!(m["items"] == json!([]) && m["hint"].as_str().is_some_and(|h| h.contains("type the model id")), "{m}");
+
+    // Unreachable, as a draft (nothing saved).
+    let draft = json!({"wire": "ollama", "base_url": "http://127.0.0.1:9", "model": "llama3"});
+    let t = api.post_json("/v1/llm/connections/test", &draft).reply().await?.ok_json()?;
+    ensure!(t["ok"] == false && t["failure"]["kind"] == "unreachable", "{t}");
+
+    // An unknown name is 404; a credential without a value is a conflict naming it.
+    let r = api.post("/v1/llm/connections/absent/test").reply().await?;
+    ensure!(r.status == 404 && r.text.contains("absent"), "{} {}", r.status, r.text);
+    let draft = json!({"wire": "anthropic", "base_url": fake.url, "model": "m", "credential_ref": "never-set"});
+    let r = api.post_json("/v1/llm/connections/test", &draft).reply().await?;
+    ensure!(r.status == 409 && r.text.contains("never-set"), "{} {}", r.status, r.text);
+    Ok(())
+}
