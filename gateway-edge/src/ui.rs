@@ -101,6 +101,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/settings.js" => "text/javascript; charset=utf-8",
     "js/vault/common.js" => "text/javascript; charset=utf-8",
     "js/vault/serverform.js" => "text/javascript; charset=utf-8",
+    "js/vault/llm.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
 ];
 

@@ -66,7 +66,8 @@ async fn a_wrong_or_missing_internal_token_is_refused() -> anyhow::Result<()> {
     assert!(!coffer_runtime::grpc::check_health(store_addr, &stranger).await, "not even health");
 
     // Retrieval's own token is valid: it may resolve credential values (the embeddings
-    // endpoint's key), but not write credentials; chat may not resolve them (yet).
+    // endpoint's key), but not write credentials. Chat resolves them too (LLM connections' keys)
+    // and reads LLM connections, but may not write them; retrieval may not read them.
     let retrieval = token(&envs["retrieval"])?;
     CredentialsClient::new(channel(store_addr, &retrieval)?)
         .resolve_credentials(ResolveCredentialsRequest::default())
@@ -77,12 +78,25 @@ async fn a_wrong_or_missing_internal_token_is_refused() -> anyhow::Result<()> {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.Credentials/DeleteCredential");
-    let e = CredentialsClient::new(channel(store_addr, &token(&envs["chat"])?)?)
+    let chat = token(&envs["chat"])?;
+    CredentialsClient::new(channel(store_addr, &chat)?)
         .resolve_credentials(ResolveCredentialsRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
-    assert_eq!(e.message(), "chat may not call /coffer.store.v1.Credentials/ResolveCredentials");
+        .await?;
+    {
+        use coffer_proto::store::llm_connections_client::LlmConnectionsClient;
+        use coffer_proto::store::{CreateConnectionRequest, ListConnectionsRequest};
+        LlmConnectionsClient::new(channel(store_addr, &chat)?).list_connections(ListConnectionsRequest {}).await?;
+        let e = LlmConnectionsClient::new(channel(store_addr, &chat)?)
+            .create_connection(CreateConnectionRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.message(), "chat may not call /coffer.store.v1.LlmConnections/CreateConnection");
+        let e = LlmConnectionsClient::new(channel(store_addr, &retrieval)?)
+            .list_connections(ListConnectionsRequest {})
+            .await
+            .unwrap_err();
+        assert_eq!(e.message(), "retrieval may not call /coffer.store.v1.LlmConnections/ListConnections");
+    }
     assert!(coffer_runtime::grpc::check_health(store_addr, &retrieval).await, "health is for every service");
     // The gateway's is allowed; the daemon is untouched by all of the above.
     CredentialsClient::new(channel(store_addr, &token(gateway)?)?)

@@ -257,6 +257,9 @@ async fn provider_faults_on_every_wire() {
         fake.push(Reply::status(404));
         let e = fails(&client).await;
         check(wire, &client, &e, ErrorKind::NotFound, "no such model or endpoint (404");
+        if matches!(wire, Wire::OpenAiChat | Wire::OpenAiResponses) {
+            assert!(e.message.contains("(404 model_not_found: fake error 404)"), "{wire:?}: {e}");
+        }
 
         fake.push(Reply::rate_limited("7"));
         let e = fails(&client).await;
@@ -294,13 +297,7 @@ async fn provider_faults_on_every_wire() {
 
         fake.push(Reply::fault(Fault::StreamError));
         let e = fails(&client).await;
-        check(
-            wire,
-            &client,
-            &e,
-            if wire == Wire::Ollama { ErrorKind::BadResponse } else { ErrorKind::Server },
-            "reported an error mid-answer",
-        );
+        check(wire, &client, &e, ErrorKind::Server, "reported an error mid-answer");
 
         // The stream's text before the cut still arrived, in order, before the error.
         fake.push(Reply::fault(Fault::Cut));
@@ -466,5 +463,106 @@ async fn concurrent_requests_on_one_client() {
             assert_eq!(a.content, vec![Block::Text(format!("echo question{i}"))], "{wire:?}");
         }
         assert_eq!(fake.model_requests().len(), 8);
+    }
+}
+
+/// The real Claude Code CLI on the fake Anthropic provider (its documented wire is what both
+/// follow): a rule plays a model that has Claude Code read a note with its `Read` tool, then
+/// quotes it; the fake saw the bound model name and Claude Code's key.
+#[tokio::test]
+async fn real_claude_code_runs_a_tool_exchange_on_the_fake() -> anyhow::Result<()> {
+    let home = coffer_tests::TestHome::new()?;
+    let fake = FakeLlm::start(Wire::Anthropic).await?;
+    std::fs::create_dir_all(home.root())?;
+    let note = home.root().join("note.txt");
+    std::fs::write(&note, "kumquat 42\n")?;
+    let path = note.display().to_string();
+    fake.set_rule(move |seen| match seen.new_tool_results().first() {
+        Some(r) => Reply::Text(format!("The note says: {}", r.content.trim())),
+        None if seen.offers("Read") && seen.last_user_text().contains("note") => {
+            Reply::tool("Read", json!({"file_path": path}))
+        }
+        None => Reply::text("pong"),
+    });
+    let claude = coffer_tests::peers::ClaudeCode::new(&home, &fake.url)?;
+    let prompt = format!("Read the note at {} and tell me what it says.", note.display());
+    let args = ["-p", prompt.as_str(), "--allowedTools", "Read", "--model", "fake-bound-model"];
+    let out = claude.run(&home, &args, Duration::from_secs(120)).await?;
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.stdout.contains("The note says:") && out.stdout.contains("kumquat 42"), "{out}");
+    let turns: Vec<_> =
+        fake.model_requests().into_iter().filter(|r| r.seen.as_ref().is_some_and(|s| s.offers("Read"))).collect();
+    assert!(turns.len() >= 2, "{} turns", turns.len());
+    for t in &turns {
+        assert_eq!(t.seen.as_ref().map(|s| s.model.as_str()), Some("fake-bound-model"));
+        assert!(t.carried_key("sk-ant-test-not-a-real-key"), "{:?}", t.key);
+        assert_eq!(t.key.as_ref().map(|k| k.header.as_str()), Some("x-api-key"));
+    }
+    Ok(())
+}
+
+/// The real Codex CLI (`codex exec`) on the fake OpenAI Responses provider: it streams the
+/// fake's answer, with the configured model and key.
+#[tokio::test]
+async fn real_codex_answers_from_the_fake_responses_provider() -> anyhow::Result<()> {
+    let home = coffer_tests::TestHome::new()?;
+    let fake = FakeLlm::start(Wire::OpenAiResponses).await?;
+    fake.set_rule(|_| Reply::text("pong from the fake responses wire"));
+    let codex_home = home.root().join("codex-home");
+    std::fs::create_dir_all(&codex_home)?;
+    let config = format!(
+        r#"model = "fake-codex-model"
+model_provider = "fake"
+check_for_update_on_startup = false
+
+[model_providers.fake]
+name = "Fake"
+base_url = "{}"
+wire_api = "responses"
+env_key = "FAKE_LLM_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+"#,
+        fake.url_v1()
+    );
+    std::fs::write(codex_home.join("config.toml"), config)?;
+    let mut cmd = home.command(&coffer_tests::peers::codex()?);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("OPENAI_") || k.starts_with("CODEX_") {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.args(["exec", "--skip-git-repo-check", "Say pong."])
+        .env("CODEX_HOME", &codex_home)
+        .env("FAKE_LLM_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await??;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "codex exec failed: {stdout}\n{stderr}");
+    assert!(stdout.contains("pong from the fake responses wire"), "{stdout}\n{stderr}");
+    let reqs = fake.model_requests();
+    assert!(!reqs.is_empty());
+    for r in &reqs {
+        assert_eq!(r.seen.as_ref().map(|s| (s.model.as_str(), s.stream)), Some(("fake-codex-model", true)));
+        assert!(r.carried_key(KEY), "{:?}", r.key);
+    }
+    Ok(())
+}
+
+/// An event (SSE) or line (NDJSON) over the clients' 16 MiB bound is refused, naming the bound.
+#[tokio::test]
+async fn an_oversized_event_is_refused() {
+    for wire in [Wire::Anthropic, Wire::Ollama] {
+        let (fake, client) = fake(wire).await;
+        fake.push(Reply::fault(Fault::Oversized));
+        let e = fails(&client).await;
+        check(wire, &client, &e, ErrorKind::BadResponse, "larger than 16 MiB");
     }
 }

@@ -17,7 +17,8 @@
 //! 3. else the **default** ([`FakeLlm::set_default`]; initially the text
 //!    `Hello from the fake model (model=M).`).
 //!
-//! Every request is recorded ([`Recorded`]): method, path, headers without the key, which auth
+//! Anthropic's fake also answers `POST /v1/messages/count_tokens` (Claude Code asks it), so
+//! the real CLI can be pointed at it. Every request is recorded ([`Recorded`]): method, path, headers without the key, which auth
 //! header carried a key and the SHA-256 of that key (never the key), whether it matched the key
 //! the fake expects ([`FakeLlm::require_key`]: a request without it is answered 401), and the
 //! body. The models endpoints answer [`FakeLlm::set_models`]'s list (`None`: 404). Token usage
@@ -86,7 +87,13 @@ pub enum Fault {
     /// The stream's start, one text delta, then the wire's error event (`overloaded_error`,
     /// `response.failed` with `server_error`, an `error` chunk or line).
     StreamError,
+    /// A whole answer whose one text delta is [`OVERSIZED_DELTA_BYTES`] long (over the
+    /// clients' 16 MiB bound on one event or line).
+    Oversized,
 }
+
+/// The length of [`Fault::Oversized`]'s one text delta, bytes.
+pub const OVERSIZED_DELTA_BYTES: usize = 17 << 20;
 
 /// What the fake model answers to one model request.
 #[derive(Debug, Clone, PartialEq)]
@@ -456,6 +463,10 @@ async fn handle(
         let message = "invalid key (the fake expects another)";
         return error_response(wire, 401, None, Some(message));
     }
+    if wire == Wire::Anthropic && method == Method::POST && uri.path() == "/v1/messages/count_tokens" {
+        // Claude Code counts tokens before some turns; a rough count is enough.
+        return axum::Json(json!({"input_tokens": body.to_string().len() / 4})).into_response();
+    }
     if method == Method::GET && uri.path() == models_path {
         return match models {
             Some(list) => axum::Json(models_body(wire, &list)).into_response(),
@@ -763,6 +774,9 @@ fn plan(wire: Wire, seen: &Seen, reply: &Reply, n: u64) -> Plan {
             calls: calls.iter().enumerate().map(|(i, c)| (id(i, c), c.name.clone(), c.input.clone())).collect(),
             stop: Stop::Tool,
         },
+        Reply::Fault(Fault::Oversized) => {
+            Plan { deltas: vec!["x".repeat(OVERSIZED_DELTA_BYTES)], calls: Vec::new(), stop: Stop::End }
+        }
         // Faults that stream: some text first.
         Reply::Fault(_) => {
             Plan { deltas: crate::script::deltas("This answer will not end well."), calls: Vec::new(), stop: Stop::End }
@@ -792,6 +806,7 @@ async fn answer(f: &Inner, wire: Wire, seen: &Seen, reply: Reply, n: u64, pace: 
         Reply::Fault(Fault::Cut) => Tail::Cut(2),
         Reply::Fault(Fault::Stall) => Tail::Stall(1),
         Reply::Fault(Fault::StreamError) => Tail::Error(1),
+        Reply::Fault(Fault::Oversized) => Tail::Whole,
         _ => Tail::Whole,
     };
     let plan = plan(wire, seen, &reply, n);

@@ -115,6 +115,24 @@ fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
     .with_details(json!({"expected_version": expected, "current_version": current}))
 }
 
+/// The fields a store refusal may name; its message starts with the field
+/// (`coffer_types::llm`'s rules and the store's).
+const FIELDS: &[&str] = &["name", "wire", "base_url", "credential_ref", "model", "fast_model"];
+
+/// A store write's refusal as an envelope whose `details.field` names the field the message
+/// starts with, so a form can show it next to that field.
+fn refused(s: tonic::Status) -> ApiError {
+    let e = ApiError::from(s);
+    if e.code != Code::InvalidArgument {
+        return e;
+    }
+    let first = e.message.split([' ', ':']).next().unwrap_or_default().to_owned();
+    match FIELDS.iter().find(|f| **f == first) {
+        Some(f) => e.with_details(json!({"field": f})),
+        None => e,
+    }
+}
+
 async fn fetch(st: &AppState, name: &str) -> Result<LlmConnection, ApiError> {
     Ok(st.store.llm.clone().get_connection(GetConnectionRequest { name: name.to_owned() }).await?.into_inner())
 }
@@ -207,7 +225,8 @@ async fn create(
         .llm
         .clone()
         .create_connection(CreateConnectionRequest { connection: Some(connection), actor: actor(&headers) })
-        .await?
+        .await
+        .map_err(refused)?
         .into_inner();
     let c = reply.connection.unwrap_or_default();
     if let Some(key) = b.api_key
@@ -327,7 +346,7 @@ async fn patch(
                 break c;
             }
             Err(e) if e.code() == tonic::Code::Aborted && expected.is_none() && attempt < PATCH_ATTEMPTS => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(refused(e)),
         }
     };
     if let Some(key) = p.api_key.take() {
@@ -484,22 +503,34 @@ fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
     Ok(LlmConnection { name, wire: wire.into(), base_url, credential_ref, model, fast_model, ..Default::default() })
 }
 
+/// `TestConnection` on `client` for `target`, as its REST body.
+///
+/// # Errors
+/// The `Llm` service's status as an envelope ([`ApiError::from_llm`]).
+pub(crate) async fn test_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+    let mut c = client.clone();
+    let ask = c.test_connection(ConnectionRef { target: Some(target) });
+    let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
+    Ok(crate::llm::test_json(&r))
+}
+
+/// `ListModels` on `client` for `target`, as its REST body.
+///
+/// # Errors
+/// As [`test_with`].
+pub(crate) async fn models_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+    let mut c = client.clone();
+    let ask = c.list_models(ConnectionRef { target: Some(target) });
+    let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
+    Ok(crate::llm::models_json(&r))
+}
+
 async fn test_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
-    let r = crate::llm::call(
-        crate::llm::PROBE_TIMEOUT,
-        st.llm.clone().test_connection(ConnectionRef { target: Some(target) }),
-    )
-    .await
-    .map_err(ApiError::from_llm)?;
-    Ok(Json(crate::llm::test_json(&r)))
+    test_with(&st.llm, target).await.map(Json)
 }
 
 async fn models_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
-    let r =
-        crate::llm::call(crate::llm::PROBE_TIMEOUT, st.llm.clone().list_models(ConnectionRef { target: Some(target) }))
-            .await
-            .map_err(ApiError::from_llm)?;
-    Ok(Json(crate::llm::models_json(&r)))
+    models_with(&st.llm, target).await.map(Json)
 }
 
 /// `POST /v1/llm/connections/{name}/test` → `{ok, latency_ms, model, failure}`: one minimal
@@ -619,6 +650,137 @@ mod tests {
         assert!(e.message.contains("anthropic, openai-responses, openai-chat, ollama"), "{}", e.message);
         assert_eq!(patch_body(json!({"bogus": 1})).err().unwrap().code, Code::UnknownField);
         assert_eq!(patch_body(json!({"internal_default": "yes"})).err().unwrap().code, Code::InvalidArgument);
+    }
+
+    #[test]
+    fn store_refusals_name_their_field() {
+        let e = refused(tonic::Status::invalid_argument("base_url \"x\" is not an absolute URL"));
+        assert_eq!((e.code, e.details["field"].as_str()), (Code::InvalidArgument, Some("base_url")));
+        let e = refused(tonic::Status::invalid_argument("model must be 1-256 bytes, not 0"));
+        assert_eq!(e.details["field"], "model");
+        assert_eq!(refused(tonic::Status::invalid_argument("connection is required")).details, json!({}));
+        assert_eq!(refused(tonic::Status::already_exists("x")).code, Code::AlreadyExists);
+    }
+
+    /// A fake of coffer-chat's `Llm` service: answers by connection name, and for a draft echoes
+    /// what it was sent in the reply's `model` (test) or `models` (listing).
+    struct FakeLlm;
+
+    type Rpc<T> = Result<tonic::Response<T>, tonic::Status>;
+
+    fn target_of(r: ConnectionRef) -> Result<Target, tonic::Status> {
+        r.target.ok_or_else(|| tonic::Status::invalid_argument("no target"))
+    }
+
+    #[tonic::async_trait]
+    impl coffer_proto::llm::llm_server::Llm for FakeLlm {
+        async fn test_connection(
+            &self,
+            r: tonic::Request<ConnectionRef>,
+        ) -> Rpc<coffer_proto::llm::TestConnectionReply> {
+            use coffer_proto::llm::{Failure, FailureKind, TestConnectionReply};
+            let reply = match target_of(r.into_inner())? {
+                Target::Name(n) if n == "ok" => {
+                    TestConnectionReply { ok: true, latency_ms: 7, model: "m".into(), failure: None }
+                }
+                Target::Name(n) if n == "badkey" => TestConnectionReply {
+                    ok: false,
+                    latency_ms: 3,
+                    model: "m".into(),
+                    failure: Some(Failure {
+                        kind: FailureKind::Auth.into(),
+                        message: "anthropic at http://x refused the key (401)".into(),
+                        http_status: 401,
+                        retry_after_ms: 0,
+                    }),
+                },
+                Target::Name(n) if n == "nokey" => {
+                    return Err(tonic::Status::failed_precondition(
+                        "LLM connection \"nokey\" needs the credential \"k\"",
+                    ));
+                }
+                Target::Name(n) => return Err(tonic::Status::not_found(format!("no LLM connection named {n:?}"))),
+                Target::Draft(d) => TestConnectionReply {
+                    ok: true,
+                    latency_ms: 1,
+                    model: format!("{}|{}|{}|{}|{}", d.name, d.wire().as_str(), d.base_url, d.credential_ref, d.model),
+                    failure: None,
+                },
+            };
+            Ok(tonic::Response::new(reply))
+        }
+
+        async fn list_models(&self, r: tonic::Request<ConnectionRef>) -> Rpc<coffer_proto::llm::ListModelsReply> {
+            use coffer_proto::llm::ListModelsReply;
+            let reply = match target_of(r.into_inner())? {
+                Target::Name(n) if n == "ok" => {
+                    ListModelsReply { models: vec!["a".into(), "b".into()], hint: String::new(), failure: None }
+                }
+                Target::Name(_) => ListModelsReply { models: vec![], hint: "type an id".into(), failure: None },
+                Target::Draft(d) => ListModelsReply { models: vec![d.base_url], hint: String::new(), failure: None },
+            };
+            Ok(tonic::Response::new(reply))
+        }
+
+        async fn ask(&self, _: tonic::Request<coffer_proto::llm::AskRequest>) -> Rpc<coffer_proto::llm::AskReply> {
+            Err(tonic::Status::unimplemented("fake"))
+        }
+    }
+
+    async fn serve_llm() -> crate::llm::Client {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(coffer_proto::llm::llm_server::LlmServer::new(FakeLlm))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        crate::llm::client(&addr.to_string(), &secrecy::SecretString::from("00".to_owned())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn probes_go_to_chat_and_come_back_as_rest_bodies() {
+        let client = serve_llm().await;
+        let name = |n: &str| Target::Name(n.to_owned());
+        let ok = test_with(&client, name("ok")).await.unwrap();
+        assert_eq!(ok, json!({"ok": true, "latency_ms": 7, "model": "m", "failure": null}));
+        let bad = test_with(&client, name("badkey")).await.unwrap();
+        assert_eq!(
+            (bad["ok"].as_bool(), bad["failure"]["kind"].as_str(), bad["failure"]["http_status"].as_u64()),
+            (Some(false), Some("auth"), Some(401))
+        );
+        let e = test_with(&client, name("ghost")).await.unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (Code::NotFound, "no LLM connection named \"ghost\""));
+        let e = test_with(&client, name("nokey")).await.unwrap_err();
+        assert_eq!(e.code, Code::Conflict);
+        assert!(e.message.contains("needs the credential"), "{}", e.message);
+        let models = models_with(&client, name("ok")).await.unwrap();
+        assert_eq!(models["items"], json!([{"id": "a"}, {"id": "b"}]));
+        assert_eq!(models_with(&client, name("x")).await.unwrap()["hint"], "type an id");
+        // A draft reaches chat as checked: the default name, the wire, the fields given.
+        let d = draft(
+            draft_body(json!({"wire": "openai-chat", "base_url": "http://127.0.0.1:8000", "model": "qwen"})).unwrap(),
+            true,
+        )
+        .unwrap();
+        let r = test_with(&client, Target::Draft(d.clone())).await.unwrap();
+        assert_eq!(r["model"], "draft|openai-chat|http://127.0.0.1:8000||qwen");
+        assert_eq!(
+            models_with(&client, Target::Draft(d)).await.unwrap()["items"],
+            json!([{"id": "http://127.0.0.1:8000"}])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chat_that_does_not_serve_probes_is_a_503_saying_so() {
+        // Nothing listens on this port: the chat service is down.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let client = crate::llm::client(&addr, &secrecy::SecretString::from("00".to_owned())).unwrap();
+        let e = test_with(&client, Target::Name("x".into())).await.unwrap_err();
+        assert_eq!(e.code, Code::ServiceUnavailable);
+        assert!(e.message.starts_with("the chat service is not running"), "{}", e.message);
     }
 
     #[test]

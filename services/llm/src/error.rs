@@ -25,13 +25,15 @@ pub(crate) struct Detail {
 }
 
 impl Detail {
-    /// The detail of an error body shaped `{"error": {"type"|"code", "message"}}` (Anthropic,
+    /// The detail of an error body shaped `{"error": {"code"|"type", "message"}}` (Anthropic,
     /// OpenAI and compatible servers) or `{"error": "text"}` (Ollama); `None` for another shape.
     pub(crate) fn from_body(body: &serde_json::Value) -> Option<Self> {
         match &body["error"] {
             serde_json::Value::String(s) => Some(Self { kind: None, message: s.clone() }),
             serde_json::Value::Object(o) => {
-                let kind = ["type", "code"]
+                // OpenAI's `code` (`invalid_api_key`) says more than its `type`
+                // (`invalid_request_error`); Anthropic sends only `type`.
+                let kind = ["code", "type"]
                     .iter()
                     .find_map(|k| o.get(*k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()))
                     .map(str::to_owned);
@@ -43,9 +45,14 @@ impl Detail {
     }
 }
 
-/// A provider's error type (from a stream's error event) as one of our kinds.
+/// A provider's error type (from a stream's error event) as one of our kinds: a failure the
+/// provider reports without a type (Ollama's `{"error"}` line) is its own, Server; a type we do
+/// not know is BadResponse.
 pub(crate) fn kind_of_provider_type(kind: Option<&str>) -> ErrorKind {
-    match kind.unwrap_or_default() {
+    let Some(kind) = kind else {
+        return ErrorKind::Server;
+    };
+    match kind {
         "authentication_error" | "permission_error" | "invalid_api_key" | "insufficient_quota" => ErrorKind::Auth,
         "not_found_error" | "model_not_found" => ErrorKind::NotFound,
         "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" => ErrorKind::RateLimited,
@@ -155,7 +162,8 @@ impl Namer {
     }
 
     /// A non-2xx answer: 401/403 → Auth, 404 → NotFound, 429 → RateLimited (with
-    /// `retry-after`/`retry-after-ms`), 5xx → Server, any other → BadResponse.
+    /// `retry-after`/`retry-after-ms`), 5xx → Server (with them too when sent), any other →
+    /// BadResponse.
     pub(crate) fn status(&self, status: StatusCode, headers: &HeaderMap, body: &[u8], purpose: Purpose) -> LlmError {
         let p = &self.provider;
         let code = status.as_u16();
@@ -181,7 +189,12 @@ impl Namer {
                 let when = retry.map_or_else(|| "try again later".to_owned(), |d| format!("retry after {}", human(d)));
                 (ErrorKind::RateLimited, format!("{p} is rate limiting requests (429 {detail}); {when}"), retry)
             }
-            500..=599 => (ErrorKind::Server, format!("{p} failed on its side (HTTP {code} {detail})"), None),
+            // An overloaded server may say when to come back, too (Anthropic's 529, a 503).
+            500..=599 => (
+                ErrorKind::Server,
+                format!("{p} failed on its side (HTTP {code} {detail})"),
+                retry_after(headers, SystemTime::now()),
+            ),
             _ => (ErrorKind::BadResponse, format!("{p} rejected the request (HTTP {code} {detail})"), None),
         };
         self.err(kind, message, Some(code), retry)
@@ -432,7 +445,11 @@ mod tests {
             n.reported(&Detail { kind: Some("rate_limit_exceeded".into()), message: String::new() }).kind,
             ErrorKind::RateLimited
         );
-        assert_eq!(n.reported(&Detail { kind: None, message: "boom".into() }).kind, ErrorKind::BadResponse);
+        assert_eq!(n.reported(&Detail { kind: None, message: "boom".into() }).kind, ErrorKind::Server);
+        assert_eq!(
+            n.reported(&Detail { kind: Some("invalid_prompt".into()), message: "no".into() }).kind,
+            ErrorKind::BadResponse
+        );
         assert_eq!(human(Duration::from_millis(250)), "250 ms");
         assert_eq!(human(Duration::from_secs(30)), "30 s");
         assert_eq!(human(Duration::from_millis(1500)), "1.5 s");

@@ -20,6 +20,8 @@ use crate::{Endpoint, ErrorKind, EventStream, LlmError, Request, StreamEvent};
 
 /// Largest stream event or line, bytes (a long tool call's arguments arrive as one event).
 pub(crate) const MAX_EVENT_BYTES: usize = 16 << 20;
+/// Largest streamed answer read, bytes (a provider that never stops is cut off here).
+pub(crate) const MAX_ANSWER_BYTES: u64 = 64 << 20;
 /// Largest error body read, bytes (the message quoted from it is much shorter).
 const MAX_ERROR_BYTES: usize = 64 << 10;
 /// Largest models listing read, bytes.
@@ -41,11 +43,12 @@ fn ensure_tls_provider() {
     });
 }
 
-/// `base` without a trailing `/` or `/v1`, so that `/v1/...` paths are never doubled.
-pub(crate) fn normalized_base(base: &url::Url) -> url::Url {
+/// `base` without a trailing `/` or one of `suffixes` (`/v1`), so that `/v1/...` paths are
+/// never doubled.
+pub(crate) fn normalized_base(base: &url::Url, suffixes: &[&str]) -> url::Url {
     let mut u = base.clone();
     let path = u.path().trim_end_matches('/');
-    let path = path.strip_suffix("/v1").unwrap_or(path).to_owned();
+    let path = suffixes.iter().find_map(|s| path.strip_suffix(s)).unwrap_or(path).to_owned();
     u.set_path(&path);
     u.set_fragment(None);
     u
@@ -91,7 +94,7 @@ impl Inner {
             http,
             namer: Namer::new(endpoint.wire, &endpoint.base_url, endpoint.secret.clone()),
             adapter,
-            base: normalized_base(&endpoint.base_url),
+            base: normalized_base(&endpoint.base_url, adapter.base_suffixes()),
             secret: endpoint.secret.clone(),
             request_timeout,
             stall_timeout: nonzero(endpoint.stall_timeout, Duration::from_secs(30)),
@@ -193,6 +196,7 @@ impl Inner {
             line: Vec::new(),
             head: Vec::new(),
             frames_seen: 0,
+            read: 0,
             decoder: self.adapter.decoder(),
             pending: VecDeque::new(),
             finished: false,
@@ -250,6 +254,8 @@ struct State {
     /// The body's first bytes, quoted when it held no frame at all.
     head: Vec<u8>,
     frames_seen: u64,
+    /// Body bytes read so far.
+    read: u64,
     decoder: Box<dyn Decoder>,
     pending: VecDeque<StreamEvent>,
     /// `Done` or an error was produced: nothing more is read.
@@ -286,6 +292,11 @@ impl State {
                 }
                 Ok(Some(Ok(c))) => c,
             };
+            self.read += chunk.len() as u64;
+            if self.read > MAX_ANSWER_BYTES {
+                let e = self.namer.garbage(&format!("an answer larger than {} MiB", MAX_ANSWER_BYTES >> 20));
+                return self.fail(e);
+            }
             if self.head.len() < 120 {
                 let take = (120 - self.head.len()).min(chunk.len());
                 self.head.extend_from_slice(&chunk[..take]);
@@ -416,7 +427,12 @@ mod tests {
             ("http://h/x?api-version=2", "http://h/x/v1/messages?api-version=2"),
         ] {
             let u = url::Url::parse(base).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(join(&normalized_base(&u), "/v1/messages").as_str(), want, "{base}");
+            assert_eq!(join(&normalized_base(&u, &["/v1"]), "/v1/messages").as_str(), want, "{base}");
+        }
+        for base in ["http://127.0.0.1:11434", "http://127.0.0.1:11434/api/", "http://127.0.0.1:11434/v1"] {
+            let u = url::Url::parse(base).unwrap_or_else(|e| panic!("{e}"));
+            let got = join(&normalized_base(&u, &["/api", "/v1"]), "/api/chat");
+            assert_eq!(got.as_str(), "http://127.0.0.1:11434/api/chat", "{base}");
         }
     }
 }

@@ -50,6 +50,15 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// Every wire, in the order the REST words are documented.
+    pub const ALL: [Wire; 4] = [Wire::Anthropic, Wire::OpenAiResponses, Wire::OpenAiChat, Wire::Ollama];
+
+    /// The wire a REST word names (`anthropic`, `openai-responses`, `openai-chat`, `ollama`);
+    /// `None` for any other text.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.as_str() == word)
+    }
+
     /// The REST word (`anthropic`, `openai-responses`, `openai-chat`, `ollama`).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -249,7 +258,8 @@ pub struct LlmError {
     pub message: String,
     /// The HTTP status, when there was an answer.
     pub http_status: Option<u16>,
-    /// A 429's `retry-after` (seconds or HTTP date) or the wire's own hint.
+    /// When to try again, from `retry-after-ms` or `retry-after` (seconds or HTTP date): a
+    /// 429's, or an overloaded server's (5xx) when it sent one.
     pub retry_after: Option<Duration>,
 }
 
@@ -365,5 +375,20 @@ impl Client {
         };
         self.complete(&request).await?;
         Ok(started.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_words_round_trip() {
+        for w in Wire::ALL {
+            assert_eq!(Wire::parse(w.as_str()), Some(w));
+        }
+        assert_eq!(Wire::parse("openai"), None);
+        assert_eq!(Wire::parse("Anthropic"), None);
+        assert_eq!(Wire::Ollama.default_base_url(), None);
     }
 }

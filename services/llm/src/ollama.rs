@@ -46,6 +46,11 @@ impl Adapter for Ollama {
         Framing::Ndjson
     }
 
+    fn base_suffixes(&self) -> &'static [&'static str] {
+        // `…/api` is Ollama's native root, `…/v1` its OpenAI-compatible one.
+        &["/api", "/v1"]
+    }
+
     fn body(&self, request: &Request, _base: &url::Url) -> Value {
         let mut messages: Vec<Value> = Vec::new();
         if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {

@@ -59,6 +59,12 @@ pub(crate) trait Adapter: Send + Sync {
     /// The stream's terminal event, for messages about a cut stream (`message_stop`).
     fn terminal(&self) -> &'static str;
 
+    /// Path endings of a base URL that stand for the API's root and are dropped before the
+    /// wire's paths are appended (a pasted `…/v1` is not doubled).
+    fn base_suffixes(&self) -> &'static [&'static str] {
+        &["/v1"]
+    }
+
     /// The stream framing.
     fn framing(&self) -> Framing {
         Framing::Sse

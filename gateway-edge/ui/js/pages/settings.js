@@ -2,20 +2,22 @@
 // GET /v1/settings, saved with PATCH /v1/settings; the daemon's refusal is shown next to the
 // field and nothing changes), credentials (names only; set and delete — a value is typed into a
 // password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
-// a service) and a backup of the home (POST /v1/backup).
+// a service), a backup of the home (POST /v1/backup) and the LLM connections (js/vault/llm.js).
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
   field, formDialog, confirmDialog, messageOf, duration, bytes, showFieldError,
 } from '../vault/common.js';
+import { llm } from '../vault/llm.js';
 
 const TABS = [
   { id: 'settings', label: 'Settings' },
   { id: 'credentials', label: 'Credentials' },
+  { id: 'llm', label: 'LLM connections' },
   { id: 'status', label: 'Status' },
   { id: 'backup', label: 'Backup' },
 ];
-const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', ui: 'Web console' };
+const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', llm: 'LLM', ui: 'Web console' };
 
 export function mount(root, { params }) {
   let tab = TABS.some((t) => t.id === params.get('tab')) ? params.get('tab') : 'settings';
@@ -25,7 +27,7 @@ export function mount(root, { params }) {
     for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
     panel.setAttribute('aria-labelledby', `tab-${id}`);
     replace(panel);
-    ({ settings, credentials, status, backup })[id](panel);
+    ({ settings, credentials, llm, status, backup })[id](panel);
   };
   const bar = tabs(TABS, tab, (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); });
   root.append(pageHead('Settings', 'How the daemon behaves, its secrets, its services and backups.'), bar, panel);
