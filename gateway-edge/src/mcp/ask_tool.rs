@@ -223,6 +223,51 @@ mod tests {
         assert!(v.get("isError").is_none());
     }
 
+    /// A caller with a fixed actor.
+    struct As(&'static str);
+
+    impl Caller for As {
+        fn session_id(&self) -> &str {
+            "s-1"
+        }
+        fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
+            Box::pin(async { Vec::new() })
+        }
+        fn actor(&self) -> &str {
+            self.0
+        }
+    }
+
+    fn text_of(a: &Answer) -> String {
+        let Answer::Result(r) = a else { panic!("not a result") };
+        let v: Value = serde_json::from_str(r.get()).unwrap();
+        assert_eq!(v["isError"], true, "{v}");
+        v["content"][0]["text"].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn bad_calls_are_tool_errors_before_any_request() {
+        // Nothing listens there: each case must answer without calling coffer-chat.
+        let token = secrecy::SecretString::from("t".to_owned());
+        let tool = Ask(crate::llm::client("127.0.0.1:9", &token).unwrap());
+        let cases: [(&'static str, Option<&str>, &str); 5] = [
+            ("agent", Some(r#"{"question":"q"}"#), "cannot be called by the internal agent"),
+            ("mcp", None, "missing field `question`"),
+            ("mcp", Some(r#"{"question":"  "}"#), "must not be empty"),
+            ("mcp", Some(r#"{"question":"q","extra":1}"#), "unknown field `extra`"),
+            ("mcp", Some(r#"{"question":5}"#), "invalid type"),
+        ];
+        for (actor, args, expect) in cases {
+            let (answer, usage) = tool.call_metered(&As(actor), args).await;
+            let t = text_of(&answer);
+            assert!(t.contains(expect), "{args:?}: {t}");
+            assert!(usage.is_none());
+        }
+        let long = json!({"question": "x".repeat(MAX_QUESTION + 1)}).to_string();
+        let (answer, _) = tool.call_metered(&As("mcp"), Some(&long)).await;
+        assert!(text_of(&answer).contains("over the limit of 16384 bytes"));
+    }
+
     #[test]
     fn failures_keep_the_service_s_words() {
         let s = tonic::Status::failed_precondition(

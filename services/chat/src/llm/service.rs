@@ -248,3 +248,63 @@ impl Llm for LlmService {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn err(kind: ErrorKind, status: Option<u16>, retry: Option<u64>) -> LlmError {
+        LlmError {
+            kind,
+            message: "anthropic at http://127.0.0.1:4000 said no".into(),
+            http_status: status,
+            retry_after: retry.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn provider_failures_map_to_the_statuses_llm_proto_names() {
+        use tonic::Code;
+        for (kind, code) in [
+            (ErrorKind::Auth, Code::FailedPrecondition),
+            (ErrorKind::NotFound, Code::FailedPrecondition),
+            (ErrorKind::Tls, Code::FailedPrecondition),
+            (ErrorKind::Server, Code::Unavailable),
+            (ErrorKind::Unreachable, Code::Unavailable),
+            (ErrorKind::BadResponse, Code::Unavailable),
+            (ErrorKind::RateLimited, Code::Unavailable),
+            (ErrorKind::Timeout, Code::DeadlineExceeded),
+        ] {
+            let s = status_of_provider("local", &err(kind, None, None));
+            assert_eq!(s.code(), code, "{kind:?}");
+            assert_eq!(
+                s.message(),
+                "the internal agent's connection \"local\" failed: anthropic at http://127.0.0.1:4000 said no"
+            );
+        }
+        let s = status_of_provider("local", &err(ErrorKind::RateLimited, Some(429), Some(7)));
+        assert!(s.message().ends_with("(retry after 7 s)"), "{}", s.message());
+        let f = failure_of(&err(ErrorKind::RateLimited, Some(429), Some(7)));
+        assert_eq!((f.kind(), f.http_status, f.retry_after_ms), (FailureKind::RateLimited, 429, 7000));
+        let f = failure_of(&err(ErrorKind::Unreachable, None, None));
+        assert_eq!((f.kind(), f.http_status, f.retry_after_ms), (FailureKind::Unreachable, 0, 0));
+    }
+
+    #[test]
+    fn resolver_errors_map_to_not_found_precondition_invalid_and_unavailable() {
+        use tonic::Code;
+        assert_eq!(status_of_resolve(ResolveError::NotFound("x".into())).code(), Code::NotFound);
+        let s = status_of_resolve(ResolveError::NoDefault);
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains("coffer llm add"), "{}", s.message());
+        let s = status_of_resolve(ResolveError::CredentialMissing { connection: "c".into(), credential: "k".into() });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains("coffer credential set k"), "{}", s.message());
+        let s = status_of_resolve(ResolveError::Invalid { connection: "c".into(), problem: "bad".into() });
+        assert_eq!(s.code(), Code::InvalidArgument);
+        let s = status_of_resolve(ResolveError::Store(tonic::Status::unavailable("down")));
+        assert_eq!(s.code(), Code::Unavailable);
+    }
+}
