@@ -94,8 +94,15 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let recorder =
         mcp::invocations::Recorder::spawn(internal.addr(Identity::Store)?.to_owned(), internal.token().clone())?;
     let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.credentials.clone()));
-    let gateway =
-        mcp::Gateway::new(home.clone(), credentials, snapshot.clone(), recorder, retrieval.clone(), shutdown.clone());
+    let gateway = mcp::Gateway::new(
+        home.clone(),
+        credentials,
+        snapshot.clone(),
+        recorder,
+        retrieval.clone(),
+        llm.clone(),
+        shutdown.clone(),
+    );
     let state = Arc::new(AppState {
         public_token,
         port,

@@ -28,6 +28,7 @@ mod gateway;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;
+mod llm_agent;
 mod llm_connections;
 mod llm_switch;
 mod llm_wire;

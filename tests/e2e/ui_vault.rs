@@ -416,6 +416,31 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
     Ok(())
 }
 
+/// A `coffer__ask` run's LLM usage shows on its activity row (live, from the SSE feed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_vault_activity_shows_an_ask_run_s_llm_usage() -> anyhow::Result<()> {
+    use coffer_tests::fake_llm::{FakeLlm, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let fake = FakeLlm::start(coffer_llm::Wire::Anthropic).await?;
+    fake.set_default(Reply::text("Your notes say nothing about it yet."));
+    let body = json!({"name": "local", "wire": "anthropic", "base_url": fake.url, "model": "fake-model", "internal_default": true});
+    let r = api.post_json("/v1/llm/connections", &body).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    let b = browser(&api, "activity").await?;
+    b.wait_for(".live-state .badge.ok").await?;
+    let mcp = McpSession::latest(&api).await?;
+    let r = mcp.tool("coffer__ask", json!({"question": "what about the garden?"})).await?;
+    ensure!(r["result"]["isError"] != true && r.get("result").is_some(), "{r}");
+    b.wait_for_text("tbody tr", "coffer__ask").await?;
+    let row = text(&b, "tbody tr").await?;
+    let usage = format!("{INPUT_TOKENS} in / {OUTPUT_TOKENS} out tokens · 1 req");
+    ensure!(row.contains("local/fake-model") && row.contains(&usage), "{row}");
+    shots(&b, "activity-usage").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Knowledge, memory, skills.
 

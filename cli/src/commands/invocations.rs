@@ -89,7 +89,18 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The invocations table: TIME (UTC) TARGET SERVER ACTOR OUTCOME DURATION.
+/// An internal-agent run's usage as the USAGE column shows it:
+/// `local/claude-x 1200+80 tok, 3 req` (connection/model, input+output tokens, model requests);
+/// empty for a call that ran none.
+pub fn usage_cell(usage: Option<&Value>) -> String {
+    let Some(u) = usage.filter(|u| u.is_object()) else { return String::new() };
+    let text = |k: &str| u[k].as_str().unwrap_or("").to_owned();
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    let who = output::truncate(&format!("{}/{}", text("connection"), text("model")), 60);
+    format!("{who} {}+{} tok, {} req", n("input_tokens"), n("output_tokens"), n("iterations"))
+}
+
+/// The invocations table: TIME (UTC) TARGET SERVER ACTOR OUTCOME DURATION USAGE.
 pub fn render_invocations(items: &[Value]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -101,10 +112,11 @@ pub fn render_invocations(items: &[Value]) -> String {
                 cell(i.get("actor"), 40),
                 cell(i.get("outcome"), 20),
                 i["duration_ms"].as_u64().map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
+                usage_cell(i.get("usage")),
             ]
         })
         .collect();
-    render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "OUTCOME", "DURATION"], &rows)
+    render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "OUTCOME", "DURATION", "USAGE"], &rows)
 }
 
 /// On stderr, how to get the next page when the body has a `next_cursor`.
@@ -132,10 +144,19 @@ mod tests {
         ];
         assert_eq!(
             render_invocations(&items),
-            "TIME (UTC)           TARGET               SERVER      ACTOR             OUTCOME   DURATION\n\
+            "TIME (UTC)           TARGET               SERVER      ACTOR             OUTCOME   DURATION  USAGE\n\
              2026-11-30 09:57:00  everything__echo     everything  mcp               disabled  0 ms\n\
              2026-11-30 09:57:00  everything__get-sum  everything  channel:telegram  ok        1234 ms\n"
         );
+        let ask = vec![json!({"id":9,"at":"2026-11-30T09:57:01.000Z","target":"coffer__ask","method":"tools/call",
+                   "server":"coffer","session_id":"s","duration_ms":2500,"outcome":"ok","trace_id":"t","actor":"mcp",
+                   "usage":{"connection":"local","model":"m-1","input_tokens":1200,"output_tokens":80,"iterations":3}})];
+        assert_eq!(
+            render_invocations(&ask),
+            "TIME (UTC)           TARGET       SERVER  ACTOR  OUTCOME  DURATION  USAGE\n\
+             2026-11-30 09:57:01  coffer__ask  coffer  mcp    ok       2500 ms   local/m-1 1200+80 tok, 3 req\n"
+        );
+        assert_eq!(usage_cell(Some(&Value::Null)), "");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::answer::{Answer, RpcError};
+use super::invocations::Usage;
 use super::jsonrpc::INVALID_PARAMS;
 pub use super::search_tools::SearchTools;
 
@@ -46,6 +47,15 @@ pub trait Provider: Send + Sync {
     /// failure is a result with `isError: true` ([`tool_error`]); an [`Answer::Error`] is a
     /// protocol error.
     fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer>;
+    /// [`Provider::call`] with what the call used of an LLM, for its invocation record
+    /// (`coffer__ask`'s run); the others use none.
+    fn call_metered<'a>(
+        &'a self,
+        caller: &'a dyn Caller,
+        arguments: Option<&'a str>,
+    ) -> BoxFuture<'a, (Answer, Option<Box<Usage>>)> {
+        Box::pin(async move { (self.call(caller, arguments).await, None) })
+    }
 }
 
 /// The built-in tools of one gateway, by name.
@@ -87,9 +97,22 @@ impl Registry {
 
     /// Calls built-in tool `name` (original name) for `caller` with raw JSON `arguments`.
     pub async fn call(&self, name: &str, caller: &dyn Caller, arguments: Option<&str>) -> Answer {
+        self.call_metered(name, caller, arguments).await.0
+    }
+
+    /// [`Registry::call`], with the LLM usage the call reports ([`Provider::call_metered`]).
+    pub async fn call_metered(
+        &self,
+        name: &str,
+        caller: &dyn Caller,
+        arguments: Option<&str>,
+    ) -> (Answer, Option<Box<Usage>>) {
         match self.providers.get(name) {
-            Some(p) => p.call(caller, arguments).await,
-            None => Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"{BUILTIN_SERVER}__{name}\""))),
+            Some(p) => p.call_metered(caller, arguments).await,
+            None => (
+                Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"{BUILTIN_SERVER}__{name}\""))),
+                None,
+            ),
         }
     }
 }

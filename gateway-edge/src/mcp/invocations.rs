@@ -54,6 +54,24 @@ pub struct Record {
     pub trace_id: String,
     /// Who called: [`MCP_ACTOR`] for an MCP client session (borrowed: no allocation per call).
     pub actor: Cow<'static, str>,
+    /// What an internal-agent run used (`coffer__ask`); `None` for every other call (boxed: a
+    /// record of an ordinary call stays as small as before).
+    pub usage: Option<Box<Usage>>,
+}
+
+/// An internal-agent run's usage, as the invocation of the tool that ran it records it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// The LLM connection's name.
+    pub connection: String,
+    /// The model id.
+    pub model: String,
+    /// Input tokens summed over the run's model requests.
+    pub input_tokens: u64,
+    /// Output tokens summed.
+    pub output_tokens: u64,
+    /// Model requests made.
+    pub iterations: u32,
 }
 
 impl Record {
@@ -71,6 +89,13 @@ impl Record {
             outcome: outcome(self.outcome).into(),
             trace_id: self.trace_id,
             actor: self.actor.into_owned(),
+            usage: self.usage.map(|u| coffer_proto::store::InvocationUsage {
+                connection: u.connection,
+                model: u.model,
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                iterations: u.iterations,
+            }),
         }
     }
 }
@@ -330,6 +355,7 @@ mod tests {
             outcome: Outcome::UpstreamError,
             trace_id: "t1".into(),
             actor: Cow::Borrowed(MCP_ACTOR),
+            usage: None,
         }
         .into_row();
         assert_eq!(row.at, "2025-11-30T00:00:00.123Z");

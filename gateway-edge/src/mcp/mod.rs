@@ -12,6 +12,7 @@
 //! [`resolver::CredentialResolver`]. Coffer's own callers (chat over gRPC, REST) get sessions
 //! of their own through the tool broker ([`broker`]).
 pub mod answer;
+pub mod ask_tool;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
@@ -341,6 +342,21 @@ impl Shared {
         elapsed: Duration,
         outcome: Outcome,
     ) {
+        self.record_with_usage(method, target, server, session, elapsed, outcome, None);
+    }
+
+    /// [`Shared::record`] with what an internal-agent run used (`coffer__ask`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_with_usage(
+        &self,
+        method: &'static str,
+        target: &str,
+        server: &str,
+        session: &Session,
+        elapsed: Duration,
+        outcome: Outcome,
+        usage: Option<Box<invocations::Usage>>,
+    ) {
         self.recorder.record(invocations::Record {
             at: std::time::SystemTime::now(),
             method,
@@ -351,6 +367,7 @@ impl Shared {
             outcome,
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
             actor: session.actor.clone(),
+            usage,
         });
     }
 }
@@ -374,9 +391,11 @@ impl Gateway {
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
         retrieval: crate::retrieval::Client,
+        llm: crate::llm::Client,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let shared = Shared::new(home, snapshot, recorder, credentials, builtin::Registry::standard(Some(retrieval)));
+        let builtins = ask_tool::register(builtin::Registry::standard(Some(retrieval)), llm);
+        let shared = Shared::new(home, snapshot, recorder, credentials, builtins);
         Self::with_shared(shared, shutdown)
     }
 

@@ -56,12 +56,16 @@ impl Session {
                 format!("{method} params.arguments must be an object, not {}", json_kind(a.get())),
             ));
         }
+        let mut usage = None;
         let (answer, server) = match self.resolve(kind, &exposed).await {
             Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
                 let caller: &Session = self;
-                (Box::pin(self.shared.builtins.call(&original, caller, args.as_deref())).await, server)
+                let (answer, used) =
+                    Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
+                usage = used;
+                (answer, server)
             }
             Ok((server, original)) => {
                 let forwarded = to_raw(&fields, "name", &raw_string(&original));
@@ -75,7 +79,7 @@ impl Session {
             }
         };
         let outcome = answer.outcome();
-        self.shared.record(method, &exposed, &server, self, started.elapsed(), outcome);
+        self.shared.record_with_usage(method, &exposed, &server, self, started.elapsed(), outcome, usage);
         answer
     }
 

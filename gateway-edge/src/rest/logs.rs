@@ -298,8 +298,9 @@ fn now_ms() -> i64 {
 
 /// `GET /v1/invocations?server=&target=&outcome=&actor=&since=&until=&limit=&cursor=` →
 /// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id,
-/// actor}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
-/// an MCP client session). `since` is inclusive, `until` exclusive
+/// actor, usage}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
+/// an MCP client session); `usage` is what an internal-agent run used (`coffer__ask`:
+/// `{connection, model, input_tokens, output_tokens, iterations}`), `null` for other calls. `since` is inclusive, `until` exclusive
 /// (see [`parse_time`] for the forms); `limit` 1-500, default 50. Every call answered before
 /// the request arrived is in it: the invocation writer is asked to write what it has queued
 /// first (bounded by [`crate::mcp::invocations::FLUSH_WAIT`]).
@@ -336,6 +337,10 @@ pub fn invocation_json(i: &Invocation) -> Value {
         "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
         "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
         "trace_id": i.trace_id, "actor": i.actor,
+        "usage": i.usage.as_ref().map(|u| json!({
+            "connection": u.connection, "model": u.model, "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens, "iterations": u.iterations,
+        })),
     })
 }
 

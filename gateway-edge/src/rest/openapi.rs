@@ -1020,6 +1020,19 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "outcome": {"enum": coffer_types::Outcome::NAMES},
                 "trace_id": {"type": "string"},
                 "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session, `api`/`cli`/`ui` for REST (`X-Coffer-Actor`), the caller's actor for the tool broker (`agent`, `channel:<name>`, …)."},
+                "usage": {
+                    "description": "What the internal agent's run used, for `coffer__ask`; null for every other call.",
+                    "oneOf": [{"type": "null"}, {
+                        "type": "object", "required": ["connection", "model", "input_tokens", "output_tokens", "iterations"],
+                        "properties": {
+                            "connection": {"type": "string", "description": "The LLM connection's name."},
+                            "model": {"type": "string"},
+                            "input_tokens": {"type": "integer", "description": "Summed over the run's model requests."},
+                            "output_tokens": {"type": "integer"},
+                            "iterations": {"type": "integer", "description": "Model requests made."},
+                        },
+                    }],
+                },
             },
         }),
     );

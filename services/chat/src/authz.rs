@@ -1,20 +1,28 @@
 //! Who may call which Chat RPC: one row per method of `coffer.chat.v1.Chat`, checked by the
 //! internal auth layer before the method runs.
 //!
-//! Chat serves the gateway (REST `/v1/agents`, `/v1/conversations…`, SSE, the CLI through them).
+//! Chat serves the gateway (REST `/v1/agents`, `/v1/conversations…`, SSE, the CLI through them;
+//! `coffer.llm.v1.Llm`: REST's connection probes and the `coffer__ask` built-in).
 //! A method with no row is refused, so a new RPC is closed until its row is written;
-//! `every_chat_method_has_exactly_one_rule` keeps the table and `proto/chat.proto` in step.
+//! `every_chat_method_has_exactly_one_rule` keeps the table and `proto/chat.proto` and
+//! `proto/llm.proto` in step.
 //! Health is open to every service (the supervisor's checks).
 use coffer_proto::chat::chat_server;
+use coffer_proto::llm::llm_server;
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
 
 const CHAT: &str = chat_server::SERVICE_NAME;
+const LLM: &str = llm_server::SERVICE_NAME;
 /// The services that use chat.
 const CALLERS: Allow = Allow::Only(&[Identity::Gateway]);
 
 const fn rule(method: &'static str) -> Rule {
     Rule { service: CHAT, method, allow: CALLERS }
+}
+
+const fn llm_rule(method: &'static str) -> Rule {
+    Rule { service: LLM, method, allow: CALLERS }
 }
 
 /// Chat's table; passed to the auth layer in [`crate::run`].
@@ -32,6 +40,9 @@ pub const POLICY: Policy = Policy {
         rule("Interrupt"),
         rule("Subscribe"),
         rule("WatchConversations"),
+        llm_rule("TestConnection"),
+        llm_rule("ListModels"),
+        llm_rule("Ask"),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -44,17 +55,25 @@ mod tests {
 
     #[test]
     fn every_chat_method_has_exactly_one_rule() {
-        let proto = include_str!("../../../proto/chat.proto");
-        let declared: BTreeSet<String> = proto
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("rpc "))
-            .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
-            .collect();
-        assert!(declared.len() >= 11, "parsed {declared:?}");
-        let ruled: Vec<String> = POLICY.rules.iter().map(|r| r.method.to_owned()).collect();
-        let unique: BTreeSet<String> = ruled.iter().cloned().collect();
-        assert_eq!(unique.len(), ruled.len(), "a method has two rules");
-        assert_eq!(declared, unique, "chat.proto's RPCs and the table differ");
+        let rpcs = |proto: &str| -> BTreeSet<String> {
+            proto
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("rpc "))
+                .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
+                .collect()
+        };
+        for (service, proto, least) in
+            [(CHAT, include_str!("../../../proto/chat.proto"), 11), (LLM, include_str!("../../../proto/llm.proto"), 3)]
+        {
+            let declared = rpcs(proto);
+            assert!(declared.len() >= least, "parsed {declared:?}");
+            let ruled: Vec<String> =
+                POLICY.rules.iter().filter(|r| r.service == service).map(|r| r.method.to_owned()).collect();
+            let unique: BTreeSet<String> = ruled.iter().cloned().collect();
+            assert_eq!(unique.len(), ruled.len(), "a method of {service} has two rules");
+            assert_eq!(declared, unique, "{service}'s RPCs and the table differ");
+        }
+        assert!(POLICY.rules.iter().all(|r| r.service == CHAT || r.service == LLM));
     }
 
     #[test]
@@ -67,5 +86,12 @@ mod tests {
         }
         assert!(POLICY.check(Identity::Gateway, "/coffer.chat.v1.Chat/Other").is_err(), "unlisted");
         assert_eq!(POLICY.check(Identity::Store, "/grpc.health.v1.Health/Check"), Ok(()), "health is open");
+        for method in ["Ask", "TestConnection", "ListModels"] {
+            let path = format!("/{LLM}/{method}");
+            assert_eq!(POLICY.check(Identity::Gateway, &path), Ok(()));
+            for caller in [Identity::Store, Identity::Retrieval, Identity::Chat, Identity::Supervisor] {
+                assert!(POLICY.check(caller, &path).is_err(), "{caller} on {path}");
+            }
+        }
     }
 }

@@ -24,6 +24,8 @@ pub struct Config {
     /// A turn with no adapter event for this long ends with `turn_error{timeout}`
     /// (`chat.turn_timeout_s`).
     pub turn_timeout: Duration,
+    /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
+    pub llm: LlmConfig,
     /// The stored values of every text setting a provider may name (its CLI path).
     texts: HashMap<String, String>,
 }
@@ -41,7 +43,7 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Self { turn_timeout: Duration::from_secs(timeout), texts }
+        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), texts }
     }
 
     /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,
@@ -58,6 +60,44 @@ impl Config {
         let v = setting.text_or_default(self.texts.get(setting.key).map(String::as_str));
         let v = v.trim();
         (!v.is_empty()).then(|| v.to_owned())
+    }
+}
+
+/// The `llm.*` settings, defaults applied for unset or unusable values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlmConfig {
+    /// Until a provider's response headers (`llm.request_timeout_s`).
+    pub request_timeout: Duration,
+    /// Longest silence inside a provider's stream (`llm.stall_timeout_s`).
+    pub stall_timeout: Duration,
+    /// Model requests per internal-agent run (`llm.ask_max_iterations`).
+    pub ask_max_iterations: u32,
+    /// What one run sends the model at most, in tokens of about 4 characters
+    /// (`llm.ask_context_tokens`).
+    pub ask_context_tokens: u64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self::from_values(&HashMap::new())
+    }
+}
+
+impl LlmConfig {
+    /// From the store's flat settings map.
+    pub fn from_values(values: &HashMap<String, String>) -> Self {
+        let read = |setting: &Setting| setting.value_or_default(values.get(setting.key).map(String::as_str));
+        Self {
+            request_timeout: Duration::from_secs(read(&s::LLM_REQUEST_TIMEOUT_S)),
+            stall_timeout: Duration::from_secs(read(&s::LLM_STALL_TIMEOUT_S)),
+            ask_max_iterations: u32::try_from(read(&s::LLM_ASK_MAX_ITERATIONS)).unwrap_or(u32::MAX),
+            ask_context_tokens: read(&s::LLM_ASK_CONTEXT_TOKENS),
+        }
+    }
+
+    /// The timeouts a resolved endpoint gets.
+    pub fn timeouts(&self) -> crate::connections::Timeouts {
+        crate::connections::Timeouts { request: self.request_timeout, stall: self.stall_timeout }
     }
 }
 
@@ -160,5 +200,25 @@ mod tests {
         let other =
             Config::from_values(&HashMap::from([("chat.claude_code_connection".to_owned(), "home".to_owned())]));
         assert_ne!(c, other, "a change of binding is a change of config");
+    }
+
+    #[test]
+    fn llm_settings_and_their_defaults() {
+        let d = LlmConfig::default();
+        assert_eq!(d.request_timeout, Duration::from_secs(60));
+        assert_eq!(d.stall_timeout, Duration::from_secs(30));
+        assert_eq!(d.ask_max_iterations, 8);
+        assert_eq!(d.ask_context_tokens, 32_000);
+        let values = HashMap::from([
+            ("llm.request_timeout_s".to_owned(), "5".to_owned()),
+            ("llm.stall_timeout_s".to_owned(), "2".to_owned()),
+            ("llm.ask_max_iterations".to_owned(), "3".to_owned()),
+            ("llm.ask_context_tokens".to_owned(), "not a number".to_owned()),
+        ]);
+        let c = Config::from_values(&values).llm;
+        assert_eq!(c.timeouts().request, Duration::from_secs(5));
+        assert_eq!(c.timeouts().stall, Duration::from_secs(2));
+        assert_eq!(c.ask_max_iterations, 3);
+        assert_eq!(c.ask_context_tokens, 32_000, "unusable: default");
     }
 }

@@ -6,11 +6,13 @@
 //! [`engine`] (per-conversation turns, pending queue, interrupt, timeout) → [`bus`] (sequence
 //! numbers, the recent-event log, fan-out to subscribers) and [`persist`] (the store's
 //! Conversations and Audit services); [`providers`] is the agent registry, [`config`] the
-//! `chat.*` settings, [`authz`] who may call, [`watch`] the conversation list's live feed.
+//! `chat.*` and `llm.*` settings, [`authz`] who may call, [`watch`] the conversation list's live
+//! feed; [`llm`] serves `coffer.llm.v1.Llm` (connection probes, the internal agent).
 use std::sync::Arc;
 
 use anyhow::Context;
 use coffer_proto::chat::chat_server::ChatServer;
+use coffer_proto::llm::llm_server::LlmServer;
 use coffer_proto::store::GetSettingsRequest;
 use coffer_proto::store::changes_client::ChangesClient;
 use coffer_proto::store::settings_client::SettingsClient;
@@ -30,6 +32,7 @@ pub mod connections;
 pub mod engine;
 pub mod error;
 pub mod kept;
+pub mod llm;
 pub mod persist;
 pub mod providers;
 pub mod service;
@@ -49,7 +52,7 @@ pub fn main_with(registry: Vec<providers::Entry>) -> std::process::ExitCode {
     coffer_runtime::service::service_main(Identity::Chat, move |ctx| run(ctx, registry))
 }
 
-/// Serves `coffer.chat.v1.Chat` (and health) on the service's listener until `shutdown`, each
+/// Serves `coffer.chat.v1.Chat` and `coffer.llm.v1.Llm` (and health) on the service's listener until `shutdown`, each
 /// call authorized by [`authz::POLICY`]: follows the settings, runs the restart rules
 /// ([`engine::Engine::recover`], retried until the store answers), then serves.
 ///
@@ -72,6 +75,10 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
         shutdown.clone(),
     ));
     let connections = connections::Connections::new(channel.clone());
+    let broker = coffer_proto::gateway::tool_broker_client::ToolBrokerClient::new(
+        internal.channel(Identity::Gateway).context("the gateway's address")?,
+    );
+    let llm_service = llm::service::LlmService::new(connections.clone(), broker, config_rx.clone());
     let store = persist::Store::new(channel);
     let registry =
         Arc::new(providers::Registry::new(registry, home.root().to_path_buf()).with_connections(connections));
@@ -93,7 +100,12 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
     }
 
     let service = service::ChatService { engine };
-    let routes = tonic::service::Routes::new(ChatServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES));
+    let routes = tonic::service::Routes::new(ChatServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(
+            LlmServer::new(llm_service)
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(llm::broker::MAX_REPLY),
+        );
     coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
         .await?;
     shutdown.cancel();

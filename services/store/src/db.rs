@@ -95,6 +95,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0004_index.sql"),
     migration!("0005_conversations.sql"),
     migration!("0006_llm_connections.sql"),
+    migration!("0007_invocation_usage.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

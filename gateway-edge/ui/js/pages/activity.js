@@ -6,6 +6,15 @@ import { sse, withQuery } from '../api.js';
 import { h, replace } from '../dom.js';
 import { vget, errorBox, emptyState, pageHead, table, tableRow, stateBadge, timeEl, tabs, setQuery } from '../vault/common.js';
 
+// What an internal-agent run used (`coffer__ask`): connection/model, tokens in and out, model
+// requests; a dash for every other call. Text nodes only (the names are the user's).
+function usageCell(i) {
+  const u = i.usage;
+  if (!u) return h('span', { class: 'muted' }, '—');
+  return h('span', { title: `${u.input_tokens} input and ${u.output_tokens} output tokens over ${u.iterations} model requests` },
+    h('code', null, `${u.connection}/${u.model}`), ` ${u.input_tokens} in / ${u.output_tokens} out tokens · ${u.iterations} req`);
+}
+
 const PAGE = 50;
 const OUTCOMES = ['ok', 'upstream_error', 'disabled', 'timeout', 'unreachable', 'invalid', 'cancelled'];
 const SINCE = [['', 'Any time'], ['15m', 'Last 15 minutes'], ['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days']];
@@ -59,6 +68,7 @@ function invocations(panel, params) {
     { label: 'Outcome', cell: (i) => stateBadge(i.outcome, i.outcome.replace('_', ' ')) },
     { label: 'Duration', cell: (i) => `${i.duration_ms} ms` },
     { label: 'By', cell: (i) => i.actor },
+    { label: 'LLM usage', class: 'wrap', cell: usageCell },
   ];
   let tbody = null;
   let seen = new Set();

@@ -52,11 +52,13 @@ impl Invocations for InvocationsService {
             .write(move |t, _| {
                 let mut ids = Vec::with_capacity(items.len());
                 let mut st = t.prepare_cached(
-                    "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
+                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 )?;
                 for (i, (method, outcome)) in items.into_iter().zip(words) {
                     let actor = if i.actor.is_empty() { DEFAULT_ACTOR } else { &i.actor };
+                    let u = i.usage.as_ref();
                     st.execute(params![
                         i.at,
                         i.target,
@@ -66,7 +68,12 @@ impl Invocations for InvocationsService {
                         i.duration_ms as i64,
                         outcome,
                         i.trace_id,
-                        actor
+                        actor,
+                        u.map(|u| u.connection.as_str()),
+                        u.map(|u| u.model.as_str()),
+                        u.map(|u| u.input_tokens.min(i64::MAX as u64) as i64),
+                        u.map(|u| u.output_tokens.min(i64::MAX as u64) as i64),
+                        u.map(|u| i64::from(u.iterations)),
                     ])?;
                     ids.push(t.last_insert_rowid());
                 }
@@ -88,7 +95,9 @@ impl Invocations for InvocationsService {
             .db
             .read(move |c| {
                 let mut st = c.prepare_cached(
-                    "SELECT id, at, target, method, server, session_id, duration_ms, outcome, trace_id, actor FROM mcp_invocations
+                    "SELECT id, at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
+                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations
+                     FROM mcp_invocations
                      WHERE (?1 = '' OR server = ?1) AND (?2 = '' OR target = ?2) AND (?3 = '' OR outcome = ?3)
                        AND (?4 = '' OR at >= ?4) AND (?5 = '' OR at < ?5) AND (?6 = 0 OR id < ?6)
                        AND (?8 = '' OR actor = ?8)
@@ -107,6 +116,17 @@ impl Invocations for InvocationsService {
                         outcome: InvocationOutcome::parse(&r.get::<_, String>(7)?).unwrap_or_default().into(),
                         trace_id: r.get(8)?,
                         actor: r.get(9)?,
+                        usage: match r.get::<_, Option<String>>(10)? {
+                            None => None,
+                            Some(connection) => Some(InvocationUsage {
+                                connection,
+                                model: r.get::<_, Option<String>>(11)?.unwrap_or_default(),
+                                input_tokens: r.get::<_, Option<i64>>(12)?.unwrap_or(0).max(0) as u64,
+                                output_tokens: r.get::<_, Option<i64>>(13)?.unwrap_or(0).max(0) as u64,
+                                iterations: r.get::<_, Option<i64>>(14)?.unwrap_or(0).clamp(0, i64::from(u32::MAX))
+                                    as u32,
+                            }),
+                        },
                     })
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -184,10 +204,32 @@ mod tests {
             ["s__a", "s__b", "s__c"].iter().map(|t| listed.iter().find(|i| i.target == *t).unwrap().id).collect();
         assert_eq!(ids, by_target);
 
+        // A run's usage is kept on its row; other rows have none.
+        let mut ask = row("coffer__ask", InvocationOutcome::Ok, "mcp");
+        ask.usage = Some(InvocationUsage {
+            connection: "local".into(),
+            model: "m-1".into(),
+            input_tokens: 1200,
+            output_tokens: 80,
+            iterations: 3,
+        });
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![ask.clone()] }))
+            .await
+            .unwrap();
+        let listed = svc
+            .list_invocations(Request::new(ListInvocationsRequest { limit: 2, ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        assert_eq!(listed[0].usage, ask.usage);
+        assert_eq!(listed[1].usage, None);
+        let rows_before = 4;
+
         // A row without a method or outcome refuses the batch.
         let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];
         let e = svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: bad })).await.unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, "outcome is required"));
-        assert_eq!(list(ListInvocationsRequest { limit: 10, ..Default::default() }).await.len(), 3);
+        assert_eq!(list(ListInvocationsRequest { limit: 10, ..Default::default() }).await.len(), rows_before);
     }
 }
