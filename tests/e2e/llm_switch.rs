@@ -449,3 +449,100 @@ async fn a_bound_agent_shows_its_binding_and_a_missing_connection_fails_its_turn
     assert!(fake.requests().is_empty(), "no model traffic went anywhere: {:?}", fake.requests());
     Ok(())
 }
+
+/// The done-when, through the whole daemon: an LLM connection added over REST (its key
+/// given once, kept in the credential store), Claude Code bound to it with the setting, and a
+/// conversation's turn → the real Claude Code CLI sends its model traffic to the connection's base
+/// URL with the connection's model and key, none to the user's own API that the daemon's
+/// environment points at, and the key is in no file under `COFFER_HOME` nor in the logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_conversation_bound_to_a_stored_connection_talks_to_its_base_url_with_its_model()
+-> anyhow::Result<()> {
+    use coffer_tests::SendExt;
+    use serde_json::{Value, json};
+    const MODEL: &str = "claude-bound-model-7";
+    let own = FakeAnthropic::scripted().await?;
+    let bound = FakeAnthropic::scripted().await?;
+    let mut home = TestHome::new()?;
+    coffer_tests::chat::offline_claude_code(&mut home, &own.url);
+    let api = home.start_daemon().await?;
+    let claude = coffer_tests::peers::claude_code()?.display().to_string();
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_path": claude}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let r = api
+        .post_json(
+            "/v1/llm/connections",
+            &json!({"name": "work", "wire": "anthropic", "base_url": bound.url, "api_key": KEY, "model": MODEL}),
+        )
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 201, "add the connection: {} {}", r.status, r.text);
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_connection": "work"}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let agent = |agents: &Value| {
+        agents["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["agent_key"] == "claude_code")
+            .map(|a| a["binding"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let binding = coffer_tests::wait_for("ListAgents to show the binding", Duration::from_secs(20), || async {
+        let b = agent(&api.get("/v1/agents").reply().await?.ok_json()?);
+        Ok((b["connection"] == "work").then_some(b))
+    })
+    .await?;
+    assert_eq!(binding["model"], MODEL, "{binding}");
+    assert!(binding["problem"].is_null(), "{binding}");
+
+    let r = api.post_json("/v1/conversations", &json!({"agent_key": "claude_code"})).reply().await?;
+    anyhow::ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let id = r.json()?["id"].as_str().unwrap_or_default().to_owned();
+    let r = api
+        .post_json(
+            &format!("/v1/conversations/{id}/messages"),
+            &json!({"text": "SAY[answered by the bound connection]"}),
+        )
+        .reply()
+        .await?;
+    anyhow::ensure!(r.status == 202, "send: {} {}", r.status, r.text);
+    let reply = coffer_tests::wait_for("the bound turn to complete", TURN_TIMEOUT, || async {
+        let view = api.get(&format!("/v1/conversations/{id}")).reply().await?.ok_json()?;
+        let done = view["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["role"] == "assistant" && (m["status"] == "complete" || m["status"] == "failed"));
+        Ok(done.cloned())
+    })
+    .await?;
+    assert_eq!(reply["status"], "complete", "{reply}\n{}", home.diagnostics());
+    assert!(reply.to_string().contains("answered by the bound connection"), "{reply}");
+
+    let to_bound: Vec<_> = bound.requests().into_iter().filter(|r| r.path.starts_with("/v1/messages")).collect();
+    assert!(!to_bound.is_empty(), "the bound connection's base URL got no model traffic");
+    assert!(to_bound.iter().any(|r| r.body["model"] == MODEL), "no request named {MODEL}: {to_bound:?}");
+    for r in &to_bound {
+        assert!(r.auth.iter().any(|(k, v)| k == "x-api-key" && v == KEY), "{:?} without the key", r.path);
+    }
+    let to_own: Vec<_> = own.requests().into_iter().filter(|r| r.path.starts_with("/v1/messages")).collect();
+    assert!(to_own.is_empty(), "traffic reached the daemon environment's API: {to_own:?}");
+
+    let mut holding = Vec::new();
+    for root in [home.root().to_path_buf(), home.logs_dir()] {
+        walk(&root, &mut |p| {
+            if std::fs::read(p).is_ok_and(|b| b.windows(KEY.len()).any(|w| w == KEY.as_bytes())) {
+                holding.push(p.to_path_buf());
+            }
+        });
+    }
+    assert!(holding.is_empty(), "the connection's key is on disk in plaintext: {holding:?}");
+    Ok(())
+}
