@@ -407,6 +407,8 @@ async fn resources_are_namespaced_reversibly() -> anyhow::Result<()> {
 async fn prompts_and_completions_route_by_exposed_name() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
+    // The first lists must hold the upstream however long node takes to start (a loaded machine).
+    patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
     let s = McpSession::latest(&api).await?;
     let prompts = s.call("prompts/list", json!({})).await?;

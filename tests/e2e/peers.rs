@@ -170,6 +170,9 @@ async fn python_2x_client_probes_discover_then_falls_back_to_initialize() -> any
 async fn inspector_cli_lists_and_calls_through_the_shim() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
+    // The first list must hold the upstream however long node takes to start it (a loaded
+    // machine); the first-list deadline is not what this test is about.
+    coffer_tests::mcp::patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
     let node = node22()?;
     let launcher = peer_path("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js")?;
@@ -215,6 +218,9 @@ async fn rmcp_client_lists_and_calls_through_the_shim() -> anyhow::Result<()> {
 
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
+    // The first list must hold the upstream however long node takes to start it (a loaded
+    // machine); the first-list deadline is not what this test is about.
+    coffer_tests::mcp::patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
 
     // rmcp's child-process transport is the async-rw transport over a spawned child's stdio; we
