@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use crate::error::Detail;
-use crate::wire::{Adapter, DecodeError, Decoder, Frame, Framing, json, result_text, tool_name_of};
+use crate::wire::{Adapter, DecodeError, Decoder, Frame, Framing, function_tools, json, result_text, tool_name_of};
 use crate::{Block, Request, Role, StopReason, StreamEvent, Usage};
 
 /// The next made-up call id's number (process-wide, so ids never repeat in a conversation).
@@ -105,15 +105,7 @@ impl Adapter for Ollama {
             "options": {"num_predict": request.max_tokens.max(1)},
         });
         if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {"name": t.name, "description": t.description,
-                        "parameters": t.input_schema}})
-                })
-                .collect();
-            body["tools"] = json!(tools);
+            body["tools"] = function_tools(request);
         }
         body
     }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::error::Detail;
-use crate::wire::{Adapter, DecodeError, Decoder, Frame, arguments, json, result_text};
+use crate::wire::{Adapter, DecodeError, Decoder, Frame, arguments, function_tools, json, result_text};
 use crate::{Block, Request, Role, StopReason, StreamEvent, Usage};
 
 /// The OpenAI Chat Completions adapter.
@@ -101,15 +101,7 @@ impl Adapter for ChatCompletions {
         let limit = if base.host_str() == Some("api.openai.com") { "max_completion_tokens" } else { "max_tokens" };
         body[limit] = json!(request.max_tokens.max(1));
         if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {"name": t.name, "description": t.description,
-                        "parameters": t.input_schema}})
-                })
-                .collect();
-            body["tools"] = json!(tools);
+            body["tools"] = function_tools(request);
         }
         body
     }

@@ -135,6 +135,21 @@ pub(crate) fn arguments(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
 }
 
+/// The request's tools in the Chat Completions `tools` shape (`{"type": "function", "function":
+/// {name, description, parameters}}`), which Ollama's `/api/chat` takes too.
+pub(crate) fn function_tools(request: &Request) -> serde_json::Value {
+    serde_json::Value::Array(
+        request
+            .tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({"type": "function", "function": {"name": t.name, "description": t.description,
+                    "parameters": t.input_schema}})
+            })
+            .collect(),
+    )
+}
+
 /// The text of a tool result for wires without an error flag: failed calls are prefixed so
 /// the model knows.
 pub(crate) fn result_text(content: &str, is_error: bool) -> String {
