@@ -415,3 +415,58 @@ async fn the_cli_adds_lists_edits_defaults_and_removes_connections() -> anyhow::
     assert_eq!(creds["items"], json!([]), "llm-claude went with claude");
     Ok(())
 }
+
+/// The credential Coffer names for a connection's key (`llm-<name>`) is never taken from someone
+/// else: adding a connection with a key when a credential of that name already exists (here an
+/// MCP server's secret) is refused and leaves that secret as it was; and the key Coffer kept goes
+/// once the connection is edited to name another credential, then removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_s_key_never_replaces_another_credential_and_leaves_none_behind() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let names = |api: &Api| {
+        let api = api.clone();
+        async move {
+            let creds = api.get("/v1/credentials").reply().await?.ok_json()?;
+            let v: Vec<(String, i64)> = creds["items"]
+                .as_array()
+                .context("items")?
+                .iter()
+                .map(|c| (c["name"].as_str().unwrap_or_default().to_owned(), c["version"].as_i64().unwrap_or(0)))
+                .collect();
+            anyhow::Ok(v)
+        }
+    };
+    let r = api
+        .request(Method::PUT, "/v1/credentials/llm-foo")
+        .json(&json!({"value": "ghp-the-server-token"}))
+        .reply()
+        .await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    let r = create(
+        &api,
+        &json!({"name": "foo", "wire": "ollama", "base_url": "http://127.0.0.1:9", "model": "m", "api_key": KEY}),
+    )
+    .await?;
+    let e = r.expect_envelope(409, "CONFLICT")?;
+    ensure!(e.to_string().contains("llm-foo") && e.to_string().contains("credential_ref"), "{e}");
+    api.get("/v1/llm/connections/foo").reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    assert_eq!(names(&api).await?, [("llm-foo".to_owned(), 1)], "the existing secret is untouched");
+
+    // Edited away from the key Coffer kept, then removed: nothing of it is left.
+    let r = create(
+        &api,
+        &json!({"name": "orph", "wire": "ollama", "base_url": "http://127.0.0.1:9", "model": "m", "api_key": KEY}),
+    )
+    .await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    assert!(names(&api).await?.iter().any(|(n, _)| n == "llm-orph"));
+    let r =
+        api.request(Method::PATCH, "/v1/llm/connections/orph").json(&json!({"credential_ref": null})).reply().await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    assert!(!names(&api).await?.iter().any(|(n, _)| n == "llm-orph"), "the kept key went with the edit");
+    let r = api.request(Method::DELETE, "/v1/llm/connections/orph").reply().await?;
+    ensure!(r.status == 204, "{}", r.text);
+    assert_eq!(names(&api).await?, [("llm-foo".to_owned(), 1)]);
+    Ok(())
+}

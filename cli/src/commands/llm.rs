@@ -494,7 +494,9 @@ pub fn render_test(name: &str, r: &Value) -> String {
     let f = &r["failure"];
     let mut line =
         format!("{name}: {} (after {ms} ms)", f["message"].as_str().unwrap_or("the provider did not answer"));
-    if let Some(retry) = f["retry_after_ms"].as_u64() {
+    if let Some(retry) = f["retry_after_ms"].as_u64()
+        && !line.contains("retry after")
+    {
         line.push_str(&format!("; retry after {} s", retry.div_ceil(1000)));
     }
     line

@@ -71,6 +71,35 @@ async fn credential_names(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
     Ok(items.into_iter().map(|c| c.name).collect())
 }
 
+/// Refuses to make `generated` (`llm-<name>`) the home of a new key when a credential of that name
+/// already exists: it may be another server's secret, which replacing would lose.
+async fn refuse_taken_credential(st: &AppState, generated: &str) -> Result<(), ApiError> {
+    if credential_names(st).await?.contains(generated) {
+        return Err(ApiError::new(
+            Code::Conflict,
+            format!(
+                "a credential named {generated:?} already exists; to keep the key there, name it with credential_ref \"{generated}\" (CLI: --credential {generated}), or remove it first (coffer credentials delete {generated})"
+            ),
+        )
+        .with_details(json!({"field": "api_key", "credential": generated})));
+    }
+    Ok(())
+}
+
+/// Deletes credential `name` when no LLM connection or MCP server references it any more.
+async fn drop_if_unused(st: &AppState, name: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+    if credential_in_use(st, name).await? {
+        return Ok(());
+    }
+    let req = DeleteCredentialRequest { name: name.to_owned(), actor: actor(headers) };
+    match st.store.credentials.clone().delete_credential(req).await {
+        Ok(r) => settle(st, r.into_inner().seq).await,
+        Err(e) if e.code() == tonic::Code::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
 async fn rendered(st: &AppState, c: &LlmConnection) -> Result<Value, ApiError> {
     let set = !c.credential_ref.is_empty() && credential_names(st).await?.contains(&c.credential_ref);
     Ok(connection_json(c, set))
@@ -208,6 +237,7 @@ async fn create(
     let mut credential_ref = b.credential_ref.unwrap_or_default();
     if b.api_key.is_some() && credential_ref.is_empty() {
         credential_ref = rules::generated_credential(&b.name);
+        refuse_taken_credential(&st, &credential_ref).await?;
     }
     let connection = LlmConnection {
         name: b.name,
@@ -320,6 +350,8 @@ async fn patch(
     }
     let mut store = st.store.llm.clone();
     let mut attempt = 0;
+    let generated = rules::generated_credential(&name);
+    let mut before = String::new();
     let c = loop {
         attempt += 1;
         let cur = fetch(&st, &name).await?;
@@ -329,6 +361,10 @@ async fn patch(
             return Err(conflict(&name, e, cur.version));
         }
         let next = apply_patch(&cur, &p)?;
+        if p.api_key.is_some() && next.credential_ref == generated && cur.credential_ref != generated {
+            refuse_taken_credential(&st, &generated).await?;
+        }
+        before.clone_from(&cur.credential_ref);
         if next == cur {
             break cur;
         }
@@ -352,6 +388,10 @@ async fn patch(
     if let Some(key) = p.api_key.take() {
         store_key(&st, &c.credential_ref, key, &headers).await?;
         tracing::info!(connection = %c.name, credential = %c.credential_ref, "LLM connection key replaced.");
+    }
+    // The key Coffer kept for this connection goes once the connection names another (or none).
+    if before == generated && c.credential_ref != generated {
+        drop_if_unused(&st, &generated, &headers).await?;
     }
     with_etag(&st, StatusCode::OK, &c).await
 }
@@ -379,13 +419,8 @@ async fn delete(
     settle(&st, seq).await;
     tracing::info!(connection = %name, "LLM connection removed.");
     let generated = rules::generated_credential(&name);
-    if cur.credential_ref == generated && !credential_in_use(&st, &generated).await? {
-        let req = DeleteCredentialRequest { name: generated.clone(), actor: actor(&headers) };
-        match st.store.credentials.clone().delete_credential(req).await {
-            Ok(r) => settle(&st, r.into_inner().seq).await,
-            Err(e) if e.code() == tonic::Code::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
+    if cur.credential_ref == generated {
+        drop_if_unused(&st, &generated, &headers).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -29,12 +29,12 @@ pub enum ResolveError {
     NotFound(String),
     /// No internal-default connection is configured.
     #[error(
-        "no internal LLM connection is configured: add one with `coffer llm add NAME --wire anthropic|openai|openai-chat|ollama --default` (or `coffer llm default NAME`)"
+        "no internal LLM connection is configured: add one with `coffer llm add NAME --wire anthropic|openai|openai-chat|ollama --model ID --default` (or `coffer llm default NAME`)"
     )]
     NoDefault,
     /// The connection names a credential that has no value on this machine.
     #[error(
-        "LLM connection {connection:?} needs the credential {credential:?}, which is not set: `coffer credential set {credential}`"
+        "LLM connection {connection:?} needs the credential {credential:?}, which is not set: `coffer credentials set {credential}`"
     )]
     CredentialMissing {
         /// The connection.

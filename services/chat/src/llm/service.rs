@@ -104,7 +104,11 @@ pub fn status_of_provider(connection: &str, e: &LlmError) -> Status {
     match e.kind {
         ErrorKind::Auth | ErrorKind::NotFound | ErrorKind::Tls => Status::failed_precondition(msg),
         ErrorKind::RateLimited => match e.retry_after {
-            Some(d) => Status::unavailable(format!("{msg} (retry after {} s)", d.as_secs_f64().ceil() as u64)),
+            // The provider's message usually says the wait already (coffer-llm writes it).
+            Some(d) if !msg.contains("retry after") => {
+                Status::unavailable(format!("{msg} (retry after {} s)", d.as_secs_f64().ceil() as u64))
+            }
+            Some(_) => Status::unavailable(msg),
             None => Status::unavailable(msg),
         },
         ErrorKind::Server | ErrorKind::Unreachable | ErrorKind::BadResponse => Status::unavailable(msg),
@@ -301,7 +305,7 @@ mod tests {
         assert!(s.message().contains("coffer llm add"), "{}", s.message());
         let s = status_of_resolve(ResolveError::CredentialMissing { connection: "c".into(), credential: "k".into() });
         assert_eq!(s.code(), Code::FailedPrecondition);
-        assert!(s.message().contains("coffer credential set k"), "{}", s.message());
+        assert!(s.message().contains("coffer credentials set k"), "{}", s.message());
         let s = status_of_resolve(ResolveError::Invalid { connection: "c".into(), problem: "bad".into() });
         assert_eq!(s.code(), Code::InvalidArgument);
         let s = status_of_resolve(ResolveError::Store(tonic::Status::unavailable("down")));
