@@ -37,5 +37,9 @@ fn configure() -> tonic_prost_build::Builder {
         .build_server(true)
         // Messages that carry credential values get a hand-written Debug (in lib.rs) that
         // prints names only, so no `{:?}` can put a value in a log.
-        .skip_debug([".coffer.store.v1.SetCredentialRequest", ".coffer.store.v1.ResolveCredentialsReply"])
+        .skip_debug([
+            ".coffer.store.v1.SetCredentialRequest",
+            ".coffer.store.v1.ResolveCredentialsReply",
+            ".coffer.control.v1.StartServiceRequest",
+        ])
 }

@@ -6,6 +6,15 @@
 /// `coffer.control.v1`: the supervisor's control RPC (status, stop, restart a service).
 pub mod control {
     tonic::include_proto!("coffer.control.v1");
+
+    // `env` may carry secrets (coffer-callback's signing secrets): names only.
+    impl std::fmt::Debug for StartServiceRequest {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let mut names: Vec<&String> = self.env.keys().collect();
+            names.sort();
+            f.debug_struct("StartServiceRequest").field("name", &self.name).field("env", &names).finish()
+        }
+    }
 }
 
 /// `coffer.chat.v1`: conversations, turns and their events, served by `coffer-chat`
@@ -13,6 +22,14 @@ pub mod control {
 /// `proto/chat.proto`.
 pub mod chat {
     tonic::include_proto!("coffer.chat.v1");
+}
+
+/// `coffer.channel.v1`: coffer-chat's channel adapters — SeaTalk events forwarded by
+/// `coffer-callback`, and the adapters' live state for the gateway
+/// ([`channel_adapters_client::ChannelAdaptersClient`], [`channel_adapters_server::ChannelAdapters`]);
+/// the status mapping is documented in `proto/channel.proto`.
+pub mod channel {
+    tonic::include_proto!("coffer.channel.v1");
 }
 
 /// `coffer.gateway.v1`: the gateway's tool broker for Coffer's own services
@@ -41,7 +58,8 @@ pub mod retrieval {
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],
 /// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
 /// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`],
-/// [`conversations_client::ConversationsClient`], [`llm_connections_client::LlmConnectionsClient`] (and their
+/// [`conversations_client::ConversationsClient`], [`llm_connections_client::LlmConnectionsClient`],
+/// [`channels_client::ChannelsClient`] (and their
 /// `*_server` counterparts).
 ///
 /// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
@@ -98,7 +116,9 @@ pub mod store {
         Setting => "settings",
         Credential => "credential",
         LlmConnection => "llm_connection",
+        Channel => "channel",
     });
+    words!(ChannelKind { Telegram => "telegram", Seatalk => "seatalk" });
     words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });
     words!(KnowledgeBaseKind { Folder => "folder", Memory => "memory" });
     words!(LlmWire {

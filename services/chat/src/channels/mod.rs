@@ -1,0 +1,132 @@
+//! Channels: IM chats (Telegram, SeaTalk) as one more screen of the same conversations
+//! (`proto/store_channels.proto` holds the resources, `proto/channel.proto` is this side's RPC).
+//!
+//! Who does what, file by file:
+//! - [`coordinator`]: the only thing that starts, stops or restarts an adapter. Each tick (the
+//!   Channels change stream, a credential change, an adapter that ended) it diffs the enabled
+//!   channel resources against the running adapters; it asks the supervisor to start
+//!   `coffer-callback` when the first SeaTalk channel comes up and to stop it when the last goes
+//!   down. REST, CLI and console only change the resource.
+//! - [`bridge`]: the turn seam every adapter shares. An adapter turns each platform message into
+//!   an [`Inbound`] and hands it to [`bridge::Bridge::handle`]; the bridge applies the owner gate
+//!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/status`,
+//!   `/queue`, `/resume`), and sends everything else to the bound conversation through the turn
+//!   engine exactly as a web message is sent (source `channel:<name>`). It follows the bound
+//!   conversation's event bus and hands each turn — whoever started it, the chat or the web page
+//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots.
+//! - [`telegram`]: Bot API long polling, the offset persisted, one progress message edited at
+//!   most once a second, 4,096-character splitting, Telegram-safe HTML.
+//! - [`seatalk`]: events forwarded by `coffer-callback`, ack-then-final replies through the
+//!   open platform's send-message API, app access token cached, redeliveries dropped.
+//!
+//! Binding: a channel's chat is bound to the newest active conversation whose channel binding
+//! is (channel name, chat id) (`ListConversations` with `channel_name` + `peer_chat_id`);
+//! the first message from a chat with none creates one with the channel's default agent and
+//! agent config; `/new` creates a fresh one, which becomes the bound conversation.
+use futures_util::future::BoxFuture;
+
+pub mod bridge;
+pub mod coordinator;
+pub mod seatalk;
+pub mod telegram;
+
+/// One message from an IM chat, normalised (a Telegram update, a SeaTalk event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    /// The channel resource's name.
+    pub channel: String,
+    /// The chat the conversation is bound to and replies go to: Telegram's chat id; SeaTalk's
+    /// employee code for a single chat, the group id for a group mention.
+    pub chat_id: String,
+    /// Who sent it, as the owner gate compares it: Telegram's `from.id`; SeaTalk's employee
+    /// code.
+    pub sender_id: String,
+    /// For people (username or name); never used for a decision.
+    pub sender_display: String,
+    /// The text, with the bot's own mention removed; 1 byte to 1 MiB after trimming (longer
+    /// messages are refused with a notice).
+    pub text: String,
+    /// The platform's id of the message (logs, replies), or empty.
+    pub message_id: String,
+    /// A group chat (SeaTalk group mention, a Telegram group): replies go to `chat_id`.
+    pub group: bool,
+}
+
+/// Where a turn is, as a channel shows it: the latest snapshot replaces the previous one (an
+/// adapter that renders slowly skips the snapshots in between).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TurnView {
+    /// The conversation's id and the turn's.
+    pub conversation_id: String,
+    pub turn_id: String,
+    /// The assistant's text so far (markdown), every text block in order.
+    pub text: String,
+    /// The tools called so far, by name, in order (shown as progress, e.g. "⚙ Bash").
+    pub tools: Vec<String>,
+    /// Running, or how it ended.
+    pub state: TurnState,
+}
+
+/// How a turn stands.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TurnState {
+    /// Still streaming.
+    #[default]
+    Running,
+    /// Finished normally (`stop_reason` as the engine reports it: `end_turn`, `max_tokens`, …).
+    Done { stop_reason: String },
+    /// Interrupted (`/stop`, the page's stop button): the partial text is kept.
+    Interrupted,
+    /// Failed: the engine's message, which names the cause.
+    Failed { message: String },
+}
+
+impl TurnState {
+    /// Whether the turn has ended (the last snapshot of its stream).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, TurnState::Running)
+    }
+}
+
+/// A platform call that failed, classified for backoff. Messages never carry a token or secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChannelError {
+    /// The platform asked to slow down (Telegram 429 `parameters.retry_after`); wait this long.
+    #[error("rate limited by {platform}: retry after {retry_after_s} s")]
+    RateLimited { platform: &'static str, retry_after_s: u64 },
+    /// The credential was refused (Telegram 401/404 on the token, SeaTalk's token refused after
+    /// one refresh): the adapter stops in `failed` until the resource or credential changes.
+    #[error("{platform} refused the credential: {message}")]
+    Auth { platform: &'static str, message: String },
+    /// The platform failed or could not be reached (5xx, timeout, connection refused): back off
+    /// and retry.
+    #[error("{platform} is unavailable: {message}")]
+    Unavailable { platform: &'static str, message: String },
+    /// The platform refused this request (400: e.g. a message Telegram cannot parse); not
+    /// retried as is.
+    #[error("{platform} refused the request: {message}")]
+    Rejected { platform: &'static str, message: String },
+    /// Coffer's side failed (store unavailable, engine error).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// How an adapter shows things in its chats. The bridge calls it for one chat at a time in
+/// order (a second turn's stream starts after the first's final snapshot was rendered).
+pub trait Replier: Send + Sync + 'static {
+    /// A message that is not a turn's output: a command's answer, pairing, the refusal of a
+    /// non-owner, a queued-message acknowledgement, an error. Plain text (no markup).
+    fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>>;
+
+    /// Shows one turn: `views` yields snapshots until (and including) one whose state
+    /// [`TurnState::is_final`]; the watch holds only the latest, so a slow renderer skips
+    /// intermediate ones. Telegram edits one progress message at most once a second and then
+    /// sends the final text split at 4,096 characters; SeaTalk sends a short acknowledgement
+    /// at once and the final text at the end. Returns when the final snapshot is shown, or
+    /// when `views` closes (the adapter is stopping: send nothing more).
+    fn turn<'a>(
+        &'a self,
+        chat_id: &'a str,
+        views: tokio::sync::watch::Receiver<TurnView>,
+    ) -> BoxFuture<'a, Result<(), ChannelError>>;
+}
