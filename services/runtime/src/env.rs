@@ -32,6 +32,8 @@ pub const SOCKET_FD: &str = "COFFER_SOCKET_FD";
 pub const STORE_ADDR: &str = "COFFER_STORE_ADDR";
 pub const CHAT_ADDR: &str = "COFFER_CHAT_ADDR";
 pub const RETRIEVAL_ADDR: &str = "COFFER_RETRIEVAL_ADDR";
+/// `coffer-callback`'s internal listener (health only; its public one is `COFFER_CALLBACK_PORT`).
+pub const CALLBACK_ADDR: &str = "COFFER_CALLBACK_ADDR";
 pub const GATEWAY_GRPC_ADDR: &str = "COFFER_GATEWAY_GRPC_ADDR";
 pub const CONTROL_ADDR: &str = "COFFER_CONTROL_ADDR";
 /// The public port, for the edge's Origin check.

@@ -37,12 +37,21 @@ pub enum Identity {
     Chat,
     /// `coffer-retrieval`.
     Retrieval,
+    /// `coffer-callback` (the SeaTalk webhook listener; on demand, while a SeaTalk channel is
+    /// enabled): it calls only coffer-chat's `ChannelAdapters.DeliverSeatalkEvent`.
+    Callback,
 }
 
 impl Identity {
     /// Every identity, in a fixed order.
-    pub const ALL: [Identity; 5] =
-        [Identity::Supervisor, Identity::Store, Identity::Gateway, Identity::Chat, Identity::Retrieval];
+    pub const ALL: [Identity; 6] = [
+        Identity::Supervisor,
+        Identity::Store,
+        Identity::Gateway,
+        Identity::Chat,
+        Identity::Retrieval,
+        Identity::Callback,
+    ];
 
     /// The name used in the environment, in logs and in refusals (`gateway`, `store`, …).
     pub fn as_str(self) -> &'static str {
@@ -52,6 +61,7 @@ impl Identity {
             Self::Gateway => "gateway",
             Self::Chat => "chat",
             Self::Retrieval => "retrieval",
+            Self::Callback => "callback",
         }
     }
 
@@ -70,6 +80,7 @@ impl Identity {
             Self::Gateway => env::GATEWAY_GRPC_ADDR,
             Self::Chat => env::CHAT_ADDR,
             Self::Retrieval => env::RETRIEVAL_ADDR,
+            Self::Callback => env::CALLBACK_ADDR,
         }
     }
 }
