@@ -123,14 +123,17 @@ async fn an_on_demand_service_starts_and_stops_through_the_control_rpc() -> anyh
         .map(|_| ());
     assert!(e.is_ok(), "chat may read status: {e:?}");
     let e = ControlClient::new(channel(control_addr, &coffer_runtime::token::random_token())?)
-        .start_service(StartServiceRequest { name: "retrieval".into() })
+        .start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() })
         .await
         .unwrap_err();
     assert_eq!((e.code(), e.message()), (tonic::Code::Unauthenticated, "missing or wrong internal token"));
     let e = control.stop_service(StopServiceRequest { name: "store".into() }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
 
-    let started = control.start_service(StartServiceRequest { name: "retrieval".into() }).await?.into_inner();
+    let started = control
+        .start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() })
+        .await?
+        .into_inner();
     let started = started.service.context("service")?;
     assert_eq!((started.state.as_str(), started.on_demand), ("healthy", true), "{started:?}");
     let pid = started.pid as i32;
@@ -151,7 +154,7 @@ async fn an_on_demand_service_starts_and_stops_through_the_control_rpc() -> anyh
     assert_eq!((s["state"].as_str(), s["pid"].as_i64()), (Some("stopped"), Some(0)), "{s}");
 
     // Started again, then the daemon's shutdown stops it with everything else.
-    control.start_service(StartServiceRequest { name: "retrieval".into() }).await?;
+    control.start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() }).await?;
     let daemon = home.daemon_processes().first().cloned().context("the test daemon")?;
     procs::signal(daemon.pid, nix::sys::signal::Signal::SIGTERM);
     wait_for("every process of the home to exit", Duration::from_secs(20), || async {

@@ -213,7 +213,10 @@ mod tests {
             ("Stop", retrieval.stop(StopRequest {}).await.unwrap_err()),
             (
                 "StartService",
-                retrieval.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err(),
+                retrieval
+                    .start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() })
+                    .await
+                    .unwrap_err(),
             ),
         ] {
             assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
@@ -229,11 +232,15 @@ mod tests {
         let status = gateway.status(StatusRequest {}).await.unwrap().into_inner();
         let s = &status.services[0];
         assert_eq!((s.name.as_str(), s.state.as_str(), s.pid, s.on_demand), ("retrieval", "stopped", 0, true));
-        let e = gateway.start_service(StartServiceRequest { name: "nope".into() }).await.unwrap_err();
+        let e =
+            gateway.start_service(StartServiceRequest { name: "nope".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
         assert!(e.message().contains("known: retrieval"), "{e:?}");
         // Its dependency (the store) is not in this table's handles: refused before any spawn.
-        let e = gateway.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        let e = gateway
+            .start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() })
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(e.message(), "retrieval needs store, which is not healthy");
         // Stopping what is not running is a no-op that reports it stopped.
@@ -241,7 +248,10 @@ mod tests {
         assert_eq!(r.service.unwrap().state, "stopped");
         gateway.stop(StopRequest {}).await.unwrap();
         assert!(f.shared.shutdown.is_cancelled());
-        let e = gateway.start_service(StartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        let e = gateway
+            .start_service(StartServiceRequest { name: "retrieval".into(), ..Default::default() })
+            .await
+            .unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::FailedPrecondition, "daemon is shutting down"));
     }
 }
