@@ -23,7 +23,16 @@
 //! is (channel name, chat id) (`ListConversations` with `channel_name` + `peer_chat_id`);
 //! the first message from a chat with none creates one with the channel's default agent and
 //! agent config; `/new` creates a fresh one, which becomes the bound conversation.
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use coffer_proto::store::ChannelRecord;
+use coffer_runtime::grpc::AuthChannel;
 use futures_util::future::BoxFuture;
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
 
 pub mod bridge;
 pub mod coordinator;
@@ -129,4 +138,60 @@ pub trait Replier: Send + Sync + 'static {
         chat_id: &'a str,
         views: tokio::sync::watch::Receiver<TurnView>,
     ) -> BoxFuture<'a, Result<(), ChannelError>>;
+}
+
+/// What the coordinator gives an adapter it starts ([`telegram::spawn`], [`seatalk::spawn`]).
+/// The adapter runs until `cancel` fires (the resource was disabled, changed or deleted, or the
+/// service stops), then sends nothing more.
+pub struct AdapterCtx {
+    /// The channel resource as the coordinator read it (a change restarts the adapter).
+    pub record: ChannelRecord,
+    /// The channel's credentials, resolved by reference name (`bot_token_ref`, `app_id_ref`, …
+    /// → value). Never logged, never in an error message.
+    pub secrets: BTreeMap<String, SecretString>,
+    /// The turn engine (the bridge's).
+    pub engine: Arc<Engine>,
+    /// The store (Channels: cursor, events, pairing; Audit; Conversations).
+    pub store: AuthChannel,
+    /// The adapter's live state, read by `ListAdapters`; the adapter keeps it current.
+    pub status: Arc<StatusCell>,
+    /// Fires when the coordinator stops the adapter.
+    pub cancel: CancellationToken,
+}
+
+/// A running adapter, as the coordinator keeps it.
+pub struct AdapterHandle {
+    /// The adapter's task; it ends soon after `cancel` fires.
+    pub task: tokio::task::JoinHandle<()>,
+    /// SeaTalk: where `DeliverSeatalkEvent` puts the verified raw bodies for this channel
+    /// (bounded; a full inbox answers UNAVAILABLE so the platform redelivers). `None` for
+    /// Telegram.
+    pub inbox: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+}
+
+/// An adapter's live state (`proto/channel.proto` `AdapterStatus`), shared between the adapter
+/// (writer) and `ListAdapters` (reader).
+#[derive(Debug, Default)]
+pub struct StatusCell(Mutex<coffer_proto::channel::AdapterStatus>);
+
+impl StatusCell {
+    /// A cell for `channel` of `kind` (`telegram` | `seatalk`), state `stopped`.
+    pub fn new(channel: &str, kind: &str) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(coffer_proto::channel::AdapterStatus {
+            channel: channel.to_owned(),
+            kind: kind.to_owned(),
+            state: "stopped".into(),
+            ..Default::default()
+        })))
+    }
+
+    /// Changes the state under the lock.
+    pub fn update(&self, f: impl FnOnce(&mut coffer_proto::channel::AdapterStatus)) {
+        f(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    /// A copy of the state.
+    pub fn get(&self) -> coffer_proto::channel::AdapterStatus {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
