@@ -127,6 +127,29 @@ impl Rig {
     }
 }
 
+/// The text deltas of the in-flight (or next) turn of conversation `id`, read from the web
+/// console's stream `GET /v1/conversations/{id}/events` until its `turn_done`.
+async fn web_turn(api: &Api, id: &str) -> anyhow::Result<String> {
+    let mut resp = api.get(&format!("/v1/conversations/{id}/events")).send().await?;
+    ensure!(resp.status() == 200, "events: {}", resp.status());
+    let mut parser = coffer_types::sse::SseParser::new();
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk()).await.context("no frame in time")??;
+        let bytes = chunk.context("the stream ended before the turn did")?;
+        let mut frames = Vec::new();
+        parser.push(&bytes, &mut frames);
+        for f in frames {
+            let data: serde_json::Value = serde_json::from_slice(&f.data)?;
+            match f.event.as_str() {
+                "text_delta" => text.push_str(data["text_delta"]["text"].as_str().unwrap_or_default()),
+                "turn_done" | "turn_error" => return Ok(text),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_gates_the_chat_and_strangers_are_refused_once_and_audited_without_their_text() -> anyhow::Result<()> {
     let mut r = rig().await?;
@@ -177,16 +200,18 @@ async fn a_telegram_conversation_streams_throttled_edits_queues_stops_resumes_an
         Ok(list.conversations.into_iter().find(|c| c.channel_name == "tg"))
     })
     .await?;
-    // A web subscriber sees the same turn live.
-    let mut web = chat::watch(&mut r.chat, &conv.id, 0).await?;
-    let turn = web.turn().await?;
-    assert!(chat::text(&turn).contains("w11"), "{}", chat::text(&turn));
+    // A web subscriber (the console's SSE) sees the same turn live.
+    let web = web_turn(&r.api, &conv.id).await?;
+    assert!(web.contains("w0 ") && web.contains("w11"), "{web}");
     let done = r.wait_bot(OWNER, "w11").await?;
     assert!(done.edits >= 2, "the progress message was edited while streaming: {done:?}");
     let edits: Vec<Duration> = r.fake.calls_of("editMessageText").iter().map(|c| c.at).collect();
     for w in edits.windows(2) {
         assert!(w[1] - w[0] >= Duration::from_millis(950), "edits at most once a second: {edits:?}");
     }
+    // A turn started from the web page shows in the chat too.
+    chat::send(&mut r.chat, &conv.id, "say:typed on the web").await?;
+    r.wait_bot(OWNER, "typed on the web").await?;
     // A second message while a turn runs is queued and runs after it, in order.
     r.fake.push_text(OWNER, "slow:200\ndeltas:8");
     r.fake.push_text(OWNER, "say:second answer");
@@ -229,10 +254,13 @@ async fn a_telegram_conversation_streams_throttled_edits_queues_stops_resumes_an
     let fresh = bound.iter().find(|b| b.id != conv.id).context("the new conversation")?;
     assert_eq!(r.user_texts(&fresh.id).await?, ["say:in the new one"]);
     let old = r.user_texts(&conv.id).await?;
-    assert_eq!(old.len(), 5, "{old:?}");
+    assert_eq!(old.len(), 6, "{old:?}");
     // Every message from the chat is recorded as from the channel.
     let v = chat::get(&mut r.chat, &fresh.id).await?;
     assert_eq!(v.messages[0].source, "channel:tg");
+    // `coffer daemon stop` leaves no process behind.
+    r.home.cli(&["daemon", "stop"]).await?.ok()?;
+    r.home.wait_no_processes(WAIT).await?;
     Ok(())
 }
 
