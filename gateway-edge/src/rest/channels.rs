@@ -473,6 +473,13 @@ async fn create(
         agent_config_json: config_json(b.agent_config.as_ref()),
         ..Default::default()
     };
+    // A duplicate name is ALREADY_EXISTS before anything else is looked at (the store says so
+    // again, atomically, if another create wins meanwhile).
+    match st.store.channels.clone().get_channel(GetChannelRequest { name: c.name.clone() }).await {
+        Ok(_) => return Err(ApiError::new(Code::AlreadyExists, format!("channel {:?} already exists", c.name))),
+        Err(e) if e.code() == tonic::Code::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     let placed = place_secrets(&mut c, secrets);
     for (name, _, generated) in &placed {
         if *generated {

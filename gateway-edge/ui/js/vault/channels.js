@@ -223,6 +223,11 @@ function channelDialog(c) {
       if (Object.keys(config).length) body.agent_config = config;
       if (opt(base.input.value)) body.api_base_url = opt(base.input.value);
       return await vpost('/v1/channels', body);
+    } catch (e) {
+      // "bot_token_ref is required": show it next to the secret's own field.
+      const f = e && e.details && e.details.field;
+      if (f && f.endsWith('_ref') && secretFields.some(([name]) => `${name}_ref` === f)) e.details.field = f.slice(0, -4);
+      throw e;
     } finally {
       // Secrets leave the page as soon as they are sent, whatever the answer.
       for (const [, fl] of secretFields) fl.input.value = '';
