@@ -392,6 +392,10 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
     assert_eq!(sent(&r.fake), before, "nothing sent after the channel was disabled");
     assert_eq!(r.fake.calls_of("getUpdates").len(), polled, "no polling while disabled");
 
+    let stopped = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+    assert_eq!(stopped["adapter"]["state"], "stopped", "{stopped}");
+    assert!(stopped["adapter"]["last_error"].is_null() && stopped["adapter"]["retry_at_ms"].is_null(), "{stopped}");
+
     // The token changes (credential and fake): the adapter restarts with the new one.
     const NEW: &str = "4242:new-token-BBBB";
     r.fake.set_token(NEW);
@@ -403,6 +407,39 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
     r.wait_bot(OWNER, "while disabled").await?;
     let after: Vec<bool> = r.fake.calls_of("getMe").iter().map(|c| c.token_ok).collect();
     assert_eq!(after.last(), Some(&true), "{after:?}");
+
+    // An unreachable Bot API: backoff naming the cause (never the token); disabled: stopped.
+    let mut rec = r.channels.get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        format!("http://{}", l.local_addr()?)
+    };
+    rec.api_base_url = dead.clone();
+    r.channels
+        .update_channel(st::UpdateChannelRequest {
+            channel: Some(rec.clone()),
+            expected_version: None,
+            actor: "cli".into(),
+        })
+        .await?;
+    let backoff = wait_for("the adapter in backoff", WAIT, || async {
+        let c = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+        Ok((c["adapter"]["state"] == "backoff").then_some(c))
+    })
+    .await?;
+    let why = backoff["adapter"]["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains(&dead) && why.to_lowercase().contains("refused"), "{why}");
+    assert!(!why.contains(NEW) && backoff["adapter"]["retry_at_ms"].is_i64(), "{backoff}");
+    rec.enabled = false;
+    r.channels
+        .update_channel(st::UpdateChannelRequest { channel: Some(rec), expected_version: None, actor: "cli".into() })
+        .await?;
+    wait_for("the adapter stopped", WAIT, || async {
+        let c = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+        let a = &c["adapter"];
+        Ok((a["state"] == "stopped" && a["last_error"].is_null() && a["retry_at_ms"].is_null()).then_some(()))
+    })
+    .await?;
     let _ = &r.home;
     Ok(())
 }

@@ -366,11 +366,12 @@ impl Coordinator {
             tracing::warn!(channel = %name, "A channel adapter did not stop in time; aborted.");
             r.abort.abort();
         }
+        // Stopped means stopped: no backoff countdown, no stale error (a failure found later,
+        // e.g. a missing credential, is written after this).
         if let Some(cell) = self.shared.statuses().get(name) {
             cell.update(|s| {
-                if s.state != "failed" {
-                    s.state = "stopped".into();
-                }
+                s.state = "stopped".into();
+                s.last_error.clear();
                 s.retry_at_ms = 0;
             });
         }
