@@ -35,10 +35,10 @@ function ownerCell(c) {
 /** The Adapter cell: the live state and the last error, or unknown while chat does not say. */
 function adapterCell(c) {
   const a = c.adapter;
+  // A disabled channel's adapter is stopped (or stopping: the coordinator follows within a tick).
+  if (!c.enabled) return h('span', { class: 'badge', dataset: { adapter: 'stopped' } }, 'stopped');
   if (!a) {
-    return c.enabled
-      ? h('span', { class: 'badge', dataset: { adapter: 'unknown' }, title: 'the chat service does not answer' }, 'unknown')
-      : h('span', { class: 'badge', dataset: { adapter: 'stopped' } }, 'stopped');
+    return h('span', { class: 'badge', dataset: { adapter: 'unknown' }, title: 'the chat service does not answer' }, 'unknown');
   }
   const kind = { running: 'ok', backoff: 'warn', failed: 'err' }[a.state] || '';
   return h('div', null,
