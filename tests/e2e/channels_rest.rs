@@ -90,6 +90,14 @@ async fn channels_crud_pairing_and_secrets_over_rest() -> anyhow::Result<()> {
     assert_eq!((c["default_agent"].as_str(), c["owner"].clone()), (Some("codex"), Value::Null));
     ensure!(c.get("adapter").is_some(), "the adapter field is always there: {c}");
     assert_eq!(credentials(&api).await?, ["channel-home-bot-token"]);
+    // coffer-chat's coordinator starts its adapter; the channel shows the adapter's live state
+    // (the Bot API base is a closed port: it cannot be running).
+    let live = coffer_tests::wait_for("home's adapter state", std::time::Duration::from_secs(30), || async {
+        let c = api.get("/v1/channels/home").reply().await?.ok_json()?;
+        Ok(c["adapter"]["state"].as_str().filter(|s| *s != "running").map(|_| c["adapter"].clone()))
+    })
+    .await?;
+    ensure!(!live.to_string().contains(TOKEN), "the adapter state leaks the token: {live}");
 
     // SeaTalk: three secrets, one of them a credential the person named.
     let r = api.request(Method::PUT, "/v1/credentials/my-app-id").json(&json!({"value": "app-123"})).reply().await?;
@@ -294,8 +302,12 @@ async fn hostile_channel_requests_get_envelopes_and_write_nothing() -> anyhow::R
     )
     .await?;
     bad(json!({"name": "a", "kind": "telegram", "bot_token": TOKEN, "agent_config": {"cwd": format!("/{}", "d".repeat(9000))}}), "INVALID_ARGUMENT", "agent_config").await?;
-    let big = json!({"name": "a", "kind": "telegram", "bot_token": "t".repeat(3 * 1024 * 1024)});
-    create(&api, &big).await?.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
+    // Over the 2 MiB body limit: the declared length alone is refused (a client writing the
+    // whole body may see the connection close under it instead).
+    let declared = [("Content-Type", "application/json".to_owned()), ("Content-Length", (3 * 1024 * 1024).to_string())];
+    api.raw("POST", "/v1/channels", &declared, b"{\"name\": \"a\", \"bot_token\": \"")
+        .await?
+        .expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
     // Hostile names and values.
     for name in ["../x", "a/b", "A", "-a", "a b", "\u{202e}a"] {
         bad(json!({"name": name, "kind": "telegram", "bot_token": TOKEN}), "INVALID_ARGUMENT", "name").await?;

@@ -112,7 +112,11 @@ async fn ui_channels_add_pair_disable_remove() -> anyhow::Result<()> {
     fill(&b, "dialog[open] [data-field=app_id] input", "app-1").await?;
     fill(&b, "dialog[open] [data-field=app_secret] input", "app-secret-1").await?;
     click(&b, "dialog[open] button[type=submit]", "Add").await?;
-    b.wait_for_text("dialog[open] [data-field=signing_secret] .field-error", "signing_secret_ref is required").await?;
+    b.wait_for_text(
+        "dialog[open] [data-field=signing_secret] .field-error",
+        "Signing secret is required for a SeaTalk channel",
+    )
+    .await?;
     shots(&b, "refused").await?;
     api.get("/v1/channels/work").reply().await?.expect_envelope(404, "NOT_FOUND")?;
     fill(&b, "dialog[open] [data-field=app_id] input", "app-1").await?;

@@ -406,9 +406,13 @@ fn owner(c: &Value) -> String {
     }
 }
 
-/// The adapter's state word, with its last error (`running`, `failed: …`, `unknown` when chat
-/// did not say).
+/// The adapter's state word, with its last error (`running`, `failed: …`, `stopped` for a
+/// disabled channel, `unknown` when chat did not say).
 pub fn adapter_state(c: &Value) -> String {
+    // A disabled channel's adapter is stopped (or stopping: the coordinator follows within a tick).
+    if c["enabled"] != true {
+        return "stopped".into();
+    }
     match &c["adapter"] {
         Value::Object(a) => {
             let state = a.get("state").and_then(Value::as_str).unwrap_or("unknown");
@@ -417,7 +421,6 @@ pub fn adapter_state(c: &Value) -> String {
                 _ => state.to_owned(),
             }
         }
-        _ if c["enabled"] != true => "stopped".into(),
         _ => "unknown (chat service not answering)".into(),
     }
 }

@@ -35,10 +35,10 @@ function ownerCell(c) {
 /** The Adapter cell: the live state and the last error, or unknown while chat does not say. */
 function adapterCell(c) {
   const a = c.adapter;
+  // A disabled channel's adapter is stopped (or stopping: the coordinator follows within a tick).
+  if (!c.enabled) return h('span', { class: 'badge', dataset: { adapter: 'stopped' } }, 'stopped');
   if (!a) {
-    return c.enabled
-      ? h('span', { class: 'badge', dataset: { adapter: 'unknown' }, title: 'the chat service does not answer' }, 'unknown')
-      : h('span', { class: 'badge', dataset: { adapter: 'stopped' } }, 'stopped');
+    return h('span', { class: 'badge', dataset: { adapter: 'unknown' }, title: 'the chat service does not answer' }, 'unknown');
   }
   const kind = { running: 'ok', backoff: 'warn', failed: 'err' }[a.state] || '';
   return h('div', null,
@@ -156,7 +156,7 @@ function pairDialog(c, r) {
   return new Promise((resolve) => {
     const expires = Date.parse(r.expires_at);
     const clock = h('span', { class: 'pair-countdown', 'aria-live': 'off' });
-    const status = h('p', { class: 'muted' }, 'Valid for ', clock, ' more. The first chat that sends it becomes the owner.');
+    const status = h('p', { class: 'muted' }, 'Valid for ', clock, ' more; a new code replaces it.');
     const code = h('div', { class: 'pair-code', dataset: { code: r.code }, 'aria-label': `pairing code ${r.code.split('').join(' ')}` }, r.code);
     const tick = () => {
       const l = left(expires);
@@ -213,24 +213,33 @@ function channelDialog(c) {
     if (opt(model.input.value)) config.model = opt(model.input.value);
     const secrets = {};
     for (const [f, fl] of secretFields) if (fl.input.value) secrets[f] = fl.input.value;
+    let saved;
     try {
       if (c) {
         const body = { default_agent: opt(agent.input.value), agent_config: Object.keys(config).length ? config : null, api_base_url: opt(base.input.value), ...secrets };
-        return await vpatch(path(c.name), body, { headers: { 'If-Match': `"${c.version}"` } });
+        saved = await vpatch(path(c.name), body, { headers: { 'If-Match': `"${c.version}"` } });
+      } else {
+        const body = { name: name.input.value.trim(), kind: kind.input.value, enabled: enabled.checked, ...secrets };
+        if (opt(agent.input.value)) body.default_agent = opt(agent.input.value);
+        if (Object.keys(config).length) body.agent_config = config;
+        if (opt(base.input.value)) body.api_base_url = opt(base.input.value);
+        saved = await vpost('/v1/channels', body);
       }
-      const body = { name: name.input.value.trim(), kind: kind.input.value, enabled: enabled.checked, ...secrets };
-      if (opt(agent.input.value)) body.default_agent = opt(agent.input.value);
-      if (Object.keys(config).length) body.agent_config = config;
-      if (opt(base.input.value)) body.api_base_url = opt(base.input.value);
-      return await vpost('/v1/channels', body);
     } catch (e) {
-      // "bot_token_ref is required": show it next to the secret's own field.
+      // "signing_secret_ref is required …": say it next to the secret's own field, in words.
       const f = e && e.details && e.details.field;
-      if (f && f.endsWith('_ref') && secretFields.some(([name]) => `${name}_ref` === f)) e.details.field = f.slice(0, -4);
+      const own = f && f.endsWith('_ref') ? secretFields.find(([n]) => `${n}_ref` === f) : null;
+      if (own && /is required/.test(e.message || '')) {
+        const label = SECRETS[kind.input.value].find(([n]) => n === own[0])[1];
+        e.details.field = own[0];
+        e.message = `${label} is required for a ${kind.input.value === 'seatalk' ? 'SeaTalk' : 'Telegram'} channel.`;
+      }
+      // The typed secrets stay in their (password) fields for a retry; the dialog holds them
+      // only until it closes.
       throw e;
-    } finally {
-      // Secrets leave the page as soon as they are sent, whatever the answer.
-      for (const [, fl] of secretFields) fl.input.value = '';
     }
+    // Saved: the secrets leave the page at once.
+    for (const [, fl] of secretFields) fl.input.value = '';
+    return saved;
   }, { submit: c ? 'Save' : 'Add', wide: true });
 }
