@@ -3,6 +3,7 @@
 
 mod backup;
 mod broker;
+mod channel_seatalk;
 mod chat_agents;
 mod chat_edge;
 mod chat_engine;
