@@ -79,7 +79,7 @@ async fn coffer_callback_verifies_signatures_and_lives_and_dies_with_the_supervi
     let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
     let api = home.start_daemon().await?;
     let s = api.service("callback").await?;
-    assert_eq!((s["state"].as_str(), s["on_demand"].as_bool()), (Some("stopped"), Some(true)), "{s}");
+    assert_eq!((s["state"].as_str(), s["pid"].as_i64()), (Some("stopped"), Some(0)), "on demand: {s}");
     ensure!(ports::port_is_free(port), "nothing listens before a SeaTalk channel is up");
 
     // Started the way the adapter coordinator does it (its CallbackManager over chat's identity).
@@ -200,7 +200,9 @@ async fn the_seatalk_client_caches_its_token_and_refreshes_it_when_refused_or_ex
     assert_eq!(fake.token_requests(), 1, "the token is cached");
     let m = fake.messages();
     assert_eq!(
-        m.iter().map(|s| (s.endpoint.as_str(), s.to.as_str(), s.format, s.content.as_str(), s.accepted)).collect::<Vec<_>>(),
+        m.iter()
+            .map(|s| (s.endpoint.as_str(), s.to.as_str(), s.format, s.content.as_str(), s.accepted))
+            .collect::<Vec<_>>(),
         [("single_chat", "E1", 2, "one", true), ("group_chat", "G1", 1, "**two**", true)]
     );
     // Revoked: refused once, fetched again, sent.
@@ -225,7 +227,11 @@ async fn the_seatalk_client_caches_its_token_and_refreshes_it_when_refused_or_ex
     ensure!(!e.to_string().contains("wrong-secret-9") && !e.to_string().contains(APP_SECRET), "{e}");
     assert_eq!(fake.messages().len(), 5);
     // An unreachable platform is Unavailable (backoff), not Auth.
-    let down = Client::new(&format!("http://127.0.0.1:{}", ports::free_port()), SecretString::from(APP_ID), SecretString::from(APP_SECRET));
+    let down = Client::new(
+        &format!("http://127.0.0.1:{}", ports::free_port()),
+        SecretString::from(APP_ID),
+        SecretString::from(APP_SECRET),
+    );
     let e = down.send_text(&Target::Single("E1".into()), "x", Format::Plain).await.unwrap_err();
     assert!(matches!(e, ChannelError::Unavailable { .. }), "{e:?}");
     Ok(())
@@ -247,10 +253,18 @@ async fn the_replier_acknowledges_a_turn_then_sends_its_final_text_split_in_orde
     let para = |c: char| std::iter::repeat_n(c, 3000).collect::<String>();
     let long = format!("{}\n\n{}\n\n{}", para('a'), para('b'), para('c'));
     tx.send_replace(TurnView { text: "partial".into(), ..Default::default() });
-    tx.send_replace(TurnView { text: long, state: TurnState::Done { stop_reason: "end_turn".into() }, ..Default::default() });
+    tx.send_replace(TurnView {
+        text: long,
+        state: TurnState::Done { stop_reason: "end_turn".into() },
+        ..Default::default()
+    });
     turn.await??;
     let m = fake.messages();
-    assert_eq!(m.iter().map(|s| s.content.chars().next().unwrap_or(' ')).collect::<String>(), "Wabc", "ack then the pieces in order");
+    assert_eq!(
+        m.iter().map(|s| s.content.chars().next().unwrap_or(' ')).collect::<String>(),
+        "Wabc",
+        "ack then the pieces in order"
+    );
     ensure!(m.iter().all(|s| s.accepted && s.to == "E1" && s.endpoint == "single_chat"), "{m:?}");
     assert_eq!(m[1..].iter().map(|s| s.format).collect::<Vec<_>>(), [1, 1, 1], "the final text is markdown");
     ensure!(status.get().last_outbound_ms > 0);
@@ -260,7 +274,10 @@ async fn the_replier_acknowledges_a_turn_then_sends_its_final_text_split_in_orde
     let r = replier.clone();
     let turn = tokio::spawn(async move { r.turn("G9", rx).await });
     fake.wait_messages("the group acknowledgement", Duration::from_secs(10), |m| m.len() == 5).await?;
-    tx.send_replace(TurnView { state: TurnState::Failed { message: "the agent exited (code 1)".into() }, ..Default::default() });
+    tx.send_replace(TurnView {
+        state: TurnState::Failed { message: "the agent exited (code 1)".into() },
+        ..Default::default()
+    });
     turn.await??;
     let m = fake.messages();
     assert_eq!(

@@ -265,8 +265,11 @@ impl Callback {
     /// # Errors
     /// Transport failures.
     pub async fn post(&self, channel: &str, body: Vec<u8>, signature: Option<&str>) -> anyhow::Result<Answer> {
-        let mut req =
-            self.http.post(format!("http://127.0.0.1:{}/seatalk/{channel}", self.port)).body(body).header("content-type", "application/json");
+        let mut req = self
+            .http
+            .post(format!("http://127.0.0.1:{}/seatalk/{channel}", self.port))
+            .body(body)
+            .header("content-type", "application/json");
         if let Some(s) = signature {
             req = req.header("Signature", s);
         }
