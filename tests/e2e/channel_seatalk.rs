@@ -47,10 +47,11 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
             let p = e.path();
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(p),
-                Ok(t) if t.is_file() => {
-                    if std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
-                        hits.push(p.display().to_string());
-                    }
+                Ok(t)
+                    if t.is_file()
+                        && std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) =>
+                {
+                    hits.push(p.display().to_string());
                 }
                 _ => {}
             }
