@@ -18,6 +18,7 @@ pub const MAX_STORE_MESSAGE_BYTES: usize = 64 << 20;
 pub struct Store {
     conversations: ConversationsClient<AuthChannel>,
     audit: AuditClient<AuthChannel>,
+    channel: AuthChannel,
 }
 
 impl Store {
@@ -27,8 +28,14 @@ impl Store {
             conversations: ConversationsClient::new(channel.clone())
                 .max_decoding_message_size(MAX_STORE_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_STORE_MESSAGE_BYTES),
-            audit: AuditClient::new(channel),
+            audit: AuditClient::new(channel.clone()),
+            channel,
         }
+    }
+
+    /// The channel to the store (for the other domains' clients: Channels, Credentials).
+    pub fn channel(&self) -> AuthChannel {
+        self.channel.clone()
     }
 
     fn conv(&self) -> ConversationsClient<AuthChannel> {

@@ -73,7 +73,8 @@ impl ChatService {
         c::ListAgentsReply { agents }
     }
 
-    async fn create(&self, r: c::CreateConversationRequest) -> Result<c::Conversation> {
+    /// `CreateConversation`, validated (also the channel bridge's `/new` and first message).
+    pub(crate) async fn create(&self, r: c::CreateConversationRequest) -> Result<c::Conversation> {
         let reg = self.engine.registry();
         if r.agent_key.is_empty() {
             return Err(Error::Invalid("agent_key: empty; name one of ListAgents' agents".into()));
@@ -202,7 +203,8 @@ impl ChatService {
         })
     }
 
-    async fn update(&self, r: c::UpdateConversationRequest) -> Result<c::Conversation> {
+    /// `UpdateConversation`, validated (also the channel bridge's `/model`).
+    pub(crate) async fn update(&self, r: c::UpdateConversationRequest) -> Result<c::Conversation> {
         check_id("id", &r.id)?;
         let title = match r.title {
             Some(t) if t.trim().is_empty() => return Err(Error::Invalid("title: empty".into())),

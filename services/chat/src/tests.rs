@@ -19,21 +19,24 @@ use crate::persist::Store;
 use crate::providers::{Entry, Registry};
 
 #[derive(Default)]
-struct Db {
-    convs: HashMap<String, ConversationRecord>,
-    messages: HashMap<String, Vec<MessageRecord>>,
-    pending: HashMap<String, PendingRecord>,
+pub(crate) struct Db {
+    pub(crate) convs: HashMap<String, ConversationRecord>,
+    pub(crate) messages: HashMap<String, Vec<MessageRecord>>,
+    pub(crate) pending: HashMap<String, PendingRecord>,
     seq: HashMap<String, u64>,
-    audit: Vec<AuditEntry>,
+    pub(crate) audit: Vec<AuditEntry>,
+    /// Channels: the pending pairing code, wrong tries left, and the owner once claimed.
+    pub(crate) pairing: Option<(String, u32)>,
+    pub(crate) owner: Option<String>,
 }
 
 #[derive(Clone, Default)]
-struct Fake(Arc<Mutex<Db>>);
+pub(crate) struct Fake(Arc<Mutex<Db>>);
 
 type R<T> = Result<Response<T>, Status>;
 
 impl Fake {
-    fn db(&self) -> std::sync::MutexGuard<'_, Db> {
+    pub(crate) fn db(&self) -> std::sync::MutexGuard<'_, Db> {
         self.0.lock().unwrap()
     }
 }
@@ -46,11 +49,22 @@ impl Conversations for Fake {
         self.db().convs.insert(c.id.clone(), c.clone());
         Ok(Response::new(c))
     }
-    async fn list_conversations(&self, _r: Request<ListConversationsRequest>) -> R<ListConversationsReply> {
-        Ok(Response::new(ListConversationsReply {
-            conversations: self.db().convs.values().cloned().collect(),
-            next_cursor: String::new(),
-        }))
+    async fn list_conversations(&self, r: Request<ListConversationsRequest>) -> R<ListConversationsReply> {
+        let r = r.into_inner();
+        let mut conversations: Vec<ConversationRecord> = self
+            .db()
+            .convs
+            .values()
+            .filter(|c| r.channel_name.is_empty() || c.channel_name == r.channel_name)
+            .filter(|c| r.peer_chat_id.is_empty() || c.peer_chat_id == r.peer_chat_id)
+            .cloned()
+            .collect();
+        // Newest first (ULIDs sort by creation).
+        conversations.sort_by(|a, b| b.id.cmp(&a.id));
+        if r.limit > 0 {
+            conversations.truncate(r.limit as usize);
+        }
+        Ok(Response::new(ListConversationsReply { conversations, next_cursor: String::new() }))
     }
     async fn get_conversation(&self, r: Request<ConversationRef>) -> R<ConversationRecord> {
         let id = r.into_inner().id;
@@ -150,9 +164,57 @@ impl Audit for Fake {
     }
 }
 
+/// The Channels domain as far as the bridge uses it: one pending code (`Db::pairing`, five
+/// tries), claimed once.
+#[tonic::async_trait]
+impl coffer_proto::store::channels_server::Channels for Fake {
+    async fn list_channels(&self, _r: Request<ListChannelsRequest>) -> R<ListChannelsReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn get_channel(&self, _r: Request<GetChannelRequest>) -> R<ChannelRecord> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn create_channel(&self, _r: Request<CreateChannelRequest>) -> R<WriteChannelReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn update_channel(&self, _r: Request<UpdateChannelRequest>) -> R<WriteChannelReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn delete_channel(&self, _r: Request<DeleteChannelRequest>) -> R<WriteReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn start_pairing(&self, _r: Request<StartPairingRequest>) -> R<StartPairingReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn claim_pairing(&self, r: Request<ClaimPairingRequest>) -> R<ClaimPairingReply> {
+        let r = r.into_inner();
+        let mut db = self.db();
+        let Some((code, tries)) = db.pairing.clone() else {
+            return Err(Status::failed_precondition("no pairing code is pending (used, expired or void)"));
+        };
+        if r.code.trim().eq_ignore_ascii_case(&code) {
+            db.pairing = None;
+            db.owner = Some(r.owner_id);
+            return Ok(Response::new(ClaimPairingReply { paired: true, ..Default::default() }));
+        }
+        let left = tries - 1;
+        db.pairing = (left > 0).then_some((code, left));
+        Ok(Response::new(ClaimPairingReply { paired: false, tries_left: left, ..Default::default() }))
+    }
+    async fn unpair(&self, _r: Request<UnpairRequest>) -> R<WriteChannelReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn set_cursor(&self, _r: Request<SetCursorRequest>) -> R<SetCursorReply> {
+        Err(Status::unimplemented("fake"))
+    }
+    async fn record_event(&self, _r: Request<RecordEventRequest>) -> R<RecordEventReply> {
+        Err(Status::unimplemented("fake"))
+    }
+}
+
 /// A provider whose turn follows its text: `say:<words>` (one delta per word), `hang` (until
 /// interrupted), `exit` (no terminal event), `fail:<message>`.
-struct Tiny;
+pub(crate) struct Tiny;
 
 impl AgentProvider for Tiny {
     fn key(&self) -> &'static str {
@@ -211,14 +273,14 @@ impl AgentProvider for Tiny {
     }
 }
 
-struct Rig {
-    engine: Arc<Engine>,
-    fake: Fake,
-    _home: tempfile::TempDir,
+pub(crate) struct Rig {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) fake: Fake,
+    pub(crate) _home: tempfile::TempDir,
     _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
 }
 
-async fn rig(timeout_s: u64) -> Rig {
+pub(crate) async fn rig(timeout_s: u64) -> Rig {
     let fake = Fake::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -226,7 +288,8 @@ async fn rig(timeout_s: u64) -> Rig {
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(ConversationsServer::new(served.clone()))
-            .add_service(AuditServer::new(served))
+            .add_service(AuditServer::new(served.clone()))
+            .add_service(coffer_proto::store::channels_server::ChannelsServer::new(served))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
             .await
     });
@@ -241,7 +304,7 @@ async fn rig(timeout_s: u64) -> Rig {
 }
 
 impl Rig {
-    async fn conversation(&self) -> String {
+    pub(crate) async fn conversation(&self) -> String {
         let id = crate::engine::new_id();
         let cwd = self._home.path().display().to_string();
         let rec = ConversationRecord {

@@ -11,8 +11,8 @@
 //! is written; `every_store_method_has_exactly_one_rule` keeps the table and `proto/store_*.proto`
 //! in step.
 use coffer_proto::store::{
-    audit_server, changes_server, conversations_server, credentials_server, index_server, invocations_server,
-    llm_connections_server, maintenance_server, registry_server, settings_server,
+    audit_server, changes_server, channels_server, conversations_server, credentials_server, index_server,
+    invocations_server, llm_connections_server, maintenance_server, registry_server, settings_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
@@ -28,6 +28,7 @@ const MAINTENANCE: &str = maintenance_server::SERVICE_NAME;
 const INDEX: &str = index_server::SERVICE_NAME;
 const CONVERSATIONS: &str = conversations_server::SERVICE_NAME;
 const LLM: &str = llm_connections_server::SERVICE_NAME;
+const CHANNELS: &str = channels_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
@@ -47,6 +48,8 @@ const AUDITORS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
 const CREDENTIAL_USERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Retrieval, Identity::Chat]);
 /// Those that read LLM connections: the gateway (REST, status) and chat (it resolves them).
 const LLM_READERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
+/// Those that read channels: the gateway (REST, status) and chat (its adapter coordinator).
+const CHANNEL_READERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
 
 const fn rule(service: &'static str, method: &'static str, allow: Allow) -> Rule {
     Rule { service, method, allow }
@@ -119,6 +122,19 @@ pub const POLICY: Policy = Policy {
         rule(LLM, "UpdateConnection", GATEWAY),
         rule(LLM, "DeleteConnection", GATEWAY),
         rule(LLM, "SetInternalDefault", GATEWAY),
+        // Channels: configuration, pairing codes and unpairing are the gateway's (REST, CLI,
+        // console); the adapters' state — the claimed owner, the cursor, the seen events — is
+        // chat's, which never changes the configuration.
+        rule(CHANNELS, "ListChannels", CHANNEL_READERS),
+        rule(CHANNELS, "GetChannel", CHANNEL_READERS),
+        rule(CHANNELS, "CreateChannel", GATEWAY),
+        rule(CHANNELS, "UpdateChannel", GATEWAY),
+        rule(CHANNELS, "DeleteChannel", GATEWAY),
+        rule(CHANNELS, "StartPairing", GATEWAY),
+        rule(CHANNELS, "Unpair", GATEWAY),
+        rule(CHANNELS, "ClaimPairing", CHAT),
+        rule(CHANNELS, "SetCursor", CHAT),
+        rule(CHANNELS, "RecordEvent", CHAT),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -159,11 +175,12 @@ mod tests {
             include_str!("../../../proto/store_index.proto"),
             include_str!("../../../proto/store_conversations.proto"),
             include_str!("../../../proto/store_llm.proto"),
+            include_str!("../../../proto/store_channels.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)
         .collect();
-        assert!(declared.len() >= 57, "parsed {declared:?}");
+        assert!(declared.len() >= 67, "parsed {declared:?}");
         let ruled: Vec<(String, String)> =
             POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
         let unique: BTreeSet<_> = ruled.iter().cloned().collect();
@@ -241,6 +258,32 @@ mod tests {
                 assert_eq!(POLICY.check(caller, &path(m)), Ok(()), "{caller} {m}");
             }
             assert!(POLICY.check(Identity::Retrieval, &path(m)).is_err(), "retrieval has no use for them");
+        }
+    }
+
+    #[test]
+    fn channels_configuration_is_the_gateways_and_adapter_state_is_chats() {
+        let methods: Vec<String> =
+            rpcs(include_str!("../../../proto/store_channels.proto")).into_iter().map(|(_, m)| m).collect();
+        assert_eq!(methods.len(), 10, "{methods:?}");
+        let chat_only = ["ClaimPairing", "SetCursor", "RecordEvent"];
+        let reads = ["ListChannels", "GetChannel"];
+        for m in &methods {
+            let path = format!("/{CHANNELS}/{m}");
+            let gateway = !chat_only.contains(&m.as_str());
+            let chat = chat_only.contains(&m.as_str()) || reads.contains(&m.as_str());
+            for (caller, allowed) in [(Identity::Gateway, gateway), (Identity::Chat, chat)] {
+                match POLICY.check(caller, &path) {
+                    Ok(()) => assert!(allowed, "{caller} may not call {path}"),
+                    Err(e) => {
+                        assert!(!allowed, "{caller} should call {path}");
+                        assert_eq!(e.to_string(), format!("{caller} may not call {path}"));
+                    }
+                }
+            }
+            for caller in [Identity::Retrieval, Identity::Supervisor, Identity::Store, Identity::Callback] {
+                assert!(POLICY.check(caller, &path).is_err(), "{caller} {path}");
+            }
         }
     }
 

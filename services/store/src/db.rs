@@ -96,6 +96,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0005_conversations.sql"),
     migration!("0006_llm_connections.sql"),
     migration!("0007_invocation_usage.sql"),
+    migration!("0008_channels.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

@@ -8,6 +8,7 @@
 //! end-to-end tests' assertions still spell the wire out literally, on purpose: they check the
 //! contract independently of these definitions.
 
+pub mod channels;
 pub mod header;
 pub mod jsonrpc;
 pub mod llm;

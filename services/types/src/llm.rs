@@ -68,9 +68,18 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// # Errors
 /// A message naming `base_url` and the rule that failed.
 pub fn check_base_url(base_url: &str) -> Result<(), String> {
-    let bad = |why: &str| format!("base_url {:?} {why}", shown(base_url, 80));
+    check_url("base_url", base_url)
+}
+
+/// [`check_base_url`]'s rule for any field that holds an API base URL (`base_url`,
+/// a channel's `api_base_url`); the messages name `field`.
+///
+/// # Errors
+/// A message naming `field` and the rule that failed.
+pub fn check_url(field: &str, base_url: &str) -> Result<(), String> {
+    let bad = |why: &str| format!("{field} {:?} {why}", shown(base_url, 80));
     if base_url.len() > MAX_BASE_URL_LEN {
-        return Err(format!("base_url is {} bytes; at most {MAX_BASE_URL_LEN} are allowed", base_url.len()));
+        return Err(format!("{field} is {} bytes; at most {MAX_BASE_URL_LEN} are allowed", base_url.len()));
     }
     // The URL parser silently drops tabs and newlines and trims spaces: refuse them first, so
     // the stored text is exactly what was checked.
@@ -85,9 +94,10 @@ pub fn check_base_url(base_url: &str) -> Result<(), String> {
         return Err(bad("has no host"));
     }
     if !u.username().is_empty() || u.password().is_some() {
-        return Err(
-            "base_url must not carry a user name or password: put the key in the connection's credential".into()
-        );
+        return Err(format!(
+            "{field} must not carry a user name or password: put the key in the {}'s credential",
+            if field == "base_url" { "connection" } else { "channel" }
+        ));
     }
     if u.query().is_some() {
         return Err(bad("must not have a query (?…)"));

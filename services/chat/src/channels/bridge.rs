@@ -3,26 +3,182 @@
 //!
 //! Owned by the `telegram` helper; the public API below is the contract the SeaTalk adapter
 //! codes against.
+//!
+//! - **Owner gate.** `/pair <code>` is heard from anyone (the store compares the code in
+//!   constant time and voids it after five wrong tries); everything else is heard only from the
+//!   owner (`sender_id` = the record's `owner_id`, or the owner this bridge paired since it
+//!   started). Anyone else is answered once per sender per bridge with a polite refusal, and
+//!   that first refusal is audited (actor `channel`, action `channel.refused`, target the
+//!   channel, the sender and chat ids; never the text).
+//! - **Binding.** Each chat has at most one bound conversation: the one `/new` made, else the
+//!   newest active conversation whose channel binding is (channel, chat), else one created on
+//!   the first message with the channel's default agent and agent config.
+//! - **Turns.** Per chat, one *folder* follows the bound conversation's bus and folds each turn
+//!   (whoever started it) into [`TurnView`] snapshots on a watch; one *renderer* hands those
+//!   watches to [`Replier::turn`] one at a time, in the order the turns began. `/new` retires
+//!   the old folder after its in-flight turn, so nothing is shown out of order. Dropping the
+//!   bridge aborts every folder and renderer: nothing more is sent.
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use coffer_proto::store::ChannelRecord;
+use coffer_proto::chat::{self as c, event::Kind};
+use coffer_proto::store::{self as st, ChannelRecord};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use super::{Inbound, Replier};
+use super::{ChannelError, Inbound, Replier, TurnState, TurnView};
 use crate::engine::Engine;
+use crate::error::Error;
+use crate::service::ChatService;
+
+/// The agent of a channel whose record names none.
+pub const DEFAULT_AGENT: &str = "claude_code";
+/// Senders remembered as refused per bridge (beyond it, a refusal is neither answered nor
+/// audited again until the adapter restarts).
+pub const MAX_REFUSED: usize = 10_000;
+/// Longest pairing code accepted from a chat, bytes (the store's codes are 8 characters).
+const MAX_CODE_BYTES: usize = 64;
+/// Characters of each pending item `/queue` shows.
+const QUEUE_PREVIEW_CHARS: usize = 80;
+
+/// The commands' help (`/help`, `/start`).
+pub const HELP: &str = "Coffer commands:\n\
+/new — start a new conversation\n\
+/model <id> — set the model of this conversation (/model alone shows it)\n\
+/stop — interrupt the running turn\n\
+/status — agent, model, turn, queue\n\
+/queue — the messages waiting to run\n\
+/resume — run the paused queue\n\
+/pair <code> — make this chat the owner\n\
+Anything else is sent to the agent.";
 
 /// One channel's bridge: created by the coordinator when it starts the channel's adapter,
 /// dropped (every follower task with it) when it stops it.
 pub struct Bridge {
-    #[allow(dead_code)]
     engine: Arc<Engine>,
-    #[allow(dead_code)]
     replier: Arc<dyn Replier>,
+    /// Held for the whole of [`Bridge::handle`]: messages apply one at a time, in order.
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Senders already answered with a refusal.
+    refused: HashSet<String>,
+    /// The owner paired through this bridge (newer than the record the adapter holds).
+    owner: Option<String>,
+    chats: HashMap<String, Chat>,
+}
+
+/// One chat's binding and its turn display.
+struct Chat {
+    /// The bound conversation (empty: not resolved yet).
+    conversation: String,
+    /// To the renderer: one watch per turn, in the order the turns began.
+    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    renderer: JoinHandle<()>,
+    folder: Option<Folder>,
+}
+
+/// The task following one conversation's bus for a chat.
+struct Folder {
+    conversation: String,
+    /// Asks it to end once no turn is in flight (the chat was bound to another conversation).
+    retire: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        for chat in self.state.get_mut().chats.values() {
+            chat.renderer.abort();
+            if let Some(f) = &chat.folder {
+                f.task.abort();
+            }
+        }
+    }
+}
+
+/// A command word and its argument: `/model@my_bot  opus` → `("model", "opus")`.
+fn command(text: &str) -> Option<(String, &str)> {
+    let rest = text.strip_prefix('/')?;
+    let (word, arg) = match rest.find(char::is_whitespace) {
+        Some(i) => (&rest[..i], rest[i..].trim()),
+        None => (rest, ""),
+    };
+    let word = word.split('@').next().unwrap_or_default();
+    if word.is_empty() || !word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    Some((word.to_ascii_lowercase(), arg))
+}
+
+/// What a chat is told when the engine refused something: the caller's errors as the engine
+/// words them (they name the field and limit), the rest as "try again".
+fn say(e: &Error) -> String {
+    match e {
+        Error::Invalid(m) | Error::NotFound(m) | Error::Precondition(m) | Error::Aborted(m) | Error::Exhausted(m) => {
+            m.clone()
+        }
+        Error::Store(_) | Error::Internal(_) => {
+            "Coffer could not do that right now (see logs/chat.log); try again.".to_owned()
+        }
+    }
+}
+
+/// Whether the error is Coffer's own (reported to the adapter's status), not the chat's.
+fn internal(e: &Error) -> Option<ChannelError> {
+    matches!(e, Error::Store(_) | Error::Internal(_)).then(|| ChannelError::Internal(e.to_string()))
+}
+
+/// The text of a final message: its text blocks, a blank line between blocks that a tool call
+/// separated.
+fn message_text(m: &c::Message) -> String {
+    let texts: Vec<&str> = m
+        .blocks
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(c::content_block::Block::Text(t)) if !t.trim().is_empty() => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    texts.join("\n\n")
+}
+
+fn cut_chars(s: &str, n: usize) -> String {
+    let line = s.lines().next().unwrap_or_default();
+    if line.chars().count() <= n && !s.contains('\n') {
+        return line.to_owned();
+    }
+    format!("{}…", line.chars().take(n).collect::<String>())
 }
 
 impl Bridge {
     /// A bridge for one channel whose output goes to `replier`.
     pub fn new(engine: Arc<Engine>, replier: Arc<dyn Replier>) -> Arc<Self> {
-        Arc::new(Self { engine, replier })
+        Arc::new(Self { engine, replier, state: tokio::sync::Mutex::new(State::default()) })
+    }
+
+    /// Follows the turns of the conversations bound to the owner's chat (an adapter calls it
+    /// once after it started, so turns started from the web page show in the chat before the
+    /// chat says anything). Does nothing for an unpaired channel.
+    ///
+    /// # Errors
+    /// [`ChannelError::Internal`] when the store does not answer.
+    pub async fn resume(&self, channel: &ChannelRecord) -> Result<(), ChannelError> {
+        let mut st = self.state.lock().await;
+        let owner = st.owner.clone().unwrap_or_else(|| channel.owner_id.clone());
+        if owner.is_empty() {
+            return Ok(());
+        }
+        match self.lookup(channel, &owner).await {
+            Ok(Some(conv)) => {
+                self.follow(&mut st, &owner, &conv).await.map_err(|e| ChannelError::Internal(e.to_string()))
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(ChannelError::Internal(e.to_string())),
+        }
     }
 
     /// Handles one inbound message of `channel` (the resource as the adapter last read it):
@@ -30,7 +186,558 @@ impl Bridge {
     /// message is accepted (a turn started or queued, a command answered); the turn's output
     /// goes to the replier on its own. Errors are answered to the chat as a notice and logged;
     /// the returned error is for the adapter's status only.
-    pub async fn handle(&self, _channel: &ChannelRecord, _msg: Inbound) -> Result<(), super::ChannelError> {
-        todo!("the telegram helper writes the bridge")
+    pub async fn handle(&self, channel: &ChannelRecord, msg: Inbound) -> Result<(), ChannelError> {
+        let mut st = self.state.lock().await;
+        let text = msg.text.trim();
+        let cmd = command(text);
+        if let Some(("pair", code)) = cmd.as_ref().map(|(w, a)| (w.as_str(), *a)) {
+            return self.pair(&mut st, channel, &msg, code).await;
+        }
+        let owner = st.owner.as_deref().unwrap_or(&channel.owner_id);
+        if owner.is_empty() || owner != msg.sender_id {
+            let unpaired = owner.is_empty();
+            return self.refuse(&mut st, channel, &msg, unpaired).await;
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        let (word, arg) = match &cmd {
+            Some((w, a)) => (w.as_str(), *a),
+            None => ("", ""),
+        };
+        let chat = msg.chat_id.as_str();
+        let result = match word {
+            "help" | "start" => return self.replier.notice(chat, HELP).await,
+            "new" => self.new_conversation(&mut st, channel, chat).await,
+            "model" => self.model(&mut st, channel, chat, arg).await,
+            "stop" => self.stop(&mut st, channel, chat).await,
+            "status" => self.status(&mut st, channel, chat).await,
+            "queue" => self.queue(&mut st, channel, chat).await,
+            "resume" => self.resume_queue(&mut st, channel, chat).await,
+            _ => self.send(&mut st, channel, chat, text).await,
+        };
+        match result {
+            Ok(Some(notice)) => self.replier.notice(chat, &notice).await,
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::warn!(channel = %channel.name, error = %e, "A channel message was not handled.");
+                self.replier.notice(chat, &say(&e)).await?;
+                internal(&e).map_or(Ok(()), Err)
+            }
+        }
+    }
+
+    /// `/pair <code>`: the store's claim.
+    async fn pair(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        msg: &Inbound,
+        code: &str,
+    ) -> Result<(), ChannelError> {
+        let chat = msg.chat_id.as_str();
+        if code.is_empty() || code.len() > MAX_CODE_BYTES {
+            let m = "Send /pair followed by the code `coffer channel pair` showed.";
+            return self.replier.notice(chat, m).await;
+        }
+        let mut client = coffer_proto::store::channels_client::ChannelsClient::new(self.engine.store().channel());
+        let claim = st::ClaimPairingRequest {
+            name: channel.name.clone(),
+            code: code.to_owned(),
+            owner_id: msg.sender_id.clone(),
+            owner_display: msg.sender_display.clone(),
+        };
+        match client.claim_pairing(claim).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                if reply.paired {
+                    st.owner = Some(msg.sender_id.clone());
+                    st.refused.remove(&msg.sender_id);
+                    tracing::info!(channel = %channel.name, "A chat paired as the channel's owner.");
+                    let m = "Paired — this chat now drives Coffer. Send a message to start; /help lists the commands.";
+                    self.replier.notice(chat, m).await
+                } else if reply.tries_left == 0 {
+                    let m = "Wrong code. The code is now void: run `coffer channel pair` for a new one.";
+                    self.replier.notice(chat, m).await
+                } else {
+                    let m = format!("Wrong code: {} tries left.", reply.tries_left);
+                    self.replier.notice(chat, &m).await
+                }
+            }
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                let m = format!("Pairing failed: {}", s.message());
+                self.replier.notice(chat, &m).await
+            }
+            Err(s) => {
+                tracing::warn!(channel = %channel.name, code = %s.code(), error = %s.message(), "Cannot claim a pairing.");
+                self.replier.notice(chat, "Pairing is unavailable right now; try again.").await?;
+                Err(ChannelError::Internal(format!("the store answered {}: {}", s.code(), s.message())))
+            }
+        }
+    }
+
+    /// Anyone but the owner: one polite refusal per sender, audited without the text.
+    async fn refuse(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        msg: &Inbound,
+        unpaired: bool,
+    ) -> Result<(), ChannelError> {
+        if st.refused.contains(&msg.sender_id) || st.refused.len() >= MAX_REFUSED {
+            tracing::debug!(channel = %channel.name, "A refused sender wrote again.");
+            return Ok(());
+        }
+        st.refused.insert(msg.sender_id.clone());
+        let detail = serde_json::json!({
+            "sender_id": msg.sender_id,
+            "chat_id": msg.chat_id,
+            "kind": channel.kind().as_str(),
+            "reason": if unpaired { "unpaired" } else { "not_owner" },
+        });
+        let entry = st::AuditEntry {
+            actor: "channel".into(),
+            action: "channel.refused".into(),
+            target: channel.name.clone(),
+            outcome: st::AuditOutcome::Error as i32,
+            detail: detail.to_string(),
+            ..Default::default()
+        };
+        if let Err(e) = self.engine.store().audit(entry).await {
+            tracing::warn!(channel = %channel.name, error = %e, "Cannot audit a refused channel message.");
+        }
+        let m = if unpaired {
+            "Sorry — this bot is not paired yet. Its owner pairs it by running `coffer channel pair` and sending /pair <code> here."
+        } else {
+            "Sorry — this bot only answers its owner."
+        };
+        self.replier.notice(&msg.chat_id, m).await
+    }
+
+    /// The newest active conversation bound to (channel, chat), if any.
+    async fn lookup(&self, channel: &ChannelRecord, chat: &str) -> crate::error::Result<Option<String>> {
+        let page = self
+            .engine
+            .store()
+            .list(st::ListConversationsRequest {
+                archived: st::ArchivedFilter::Active as i32,
+                channel_name: channel.name.clone(),
+                peer_chat_id: chat.to_owned(),
+                limit: 1,
+                ..Default::default()
+            })
+            .await?;
+        Ok(page.conversations.into_iter().next().map(|r| r.id))
+    }
+
+    /// A new conversation of the channel's default agent and agent config, bound to `chat`.
+    async fn create(&self, channel: &ChannelRecord, chat: &str) -> crate::error::Result<c::Conversation> {
+        let agent_key =
+            if channel.default_agent.is_empty() { DEFAULT_AGENT.to_owned() } else { channel.default_agent.clone() };
+        let given = if channel.agent_config_json.trim().is_empty() {
+            crate::adapter::AgentConfig::default()
+        } else {
+            crate::persist::parse_config(&channel.agent_config_json)
+        };
+        let req = c::CreateConversationRequest {
+            agent_key,
+            agent_config: Some(c::AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new() }),
+            channel_name: channel.name.clone(),
+            peer_chat_id: chat.to_owned(),
+            ..Default::default()
+        };
+        ChatService { engine: self.engine.clone() }.create(req).await
+    }
+
+    /// The bound conversation of `chat` (created when `create` and there is none), followed.
+    async fn bound(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        create: bool,
+    ) -> crate::error::Result<Option<String>> {
+        if let Some(c) = st.chats.get(chat).filter(|c| !c.conversation.is_empty()) {
+            return Ok(Some(c.conversation.clone()));
+        }
+        let id = match self.lookup(channel, chat).await? {
+            Some(id) => id,
+            None if create => self.create(channel, chat).await?.id,
+            None => return Ok(None),
+        };
+        self.follow(st, chat, &id).await?;
+        Ok(Some(id))
+    }
+
+    /// Binds `chat` to `conversation` and follows its turns (a folder already following it is
+    /// kept; one following another conversation is retired after its in-flight turn).
+    async fn follow(&self, st: &mut State, chat: &str, conversation: &str) -> crate::error::Result<()> {
+        let entry = st.chats.entry(chat.to_owned()).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let renderer = tokio::spawn(render(self.replier.clone(), chat.to_owned(), rx));
+            Chat { conversation: String::new(), turns: tx, renderer, folder: None }
+        });
+        entry.conversation = conversation.to_owned();
+        if entry.folder.as_ref().is_some_and(|f| f.conversation == conversation && !f.task.is_finished()) {
+            return Ok(());
+        }
+        if let Some(old) = entry.folder.take() {
+            old.retire.cancel();
+        }
+        // Subscribed before this returns, so a turn started right after is not missed.
+        let sub = self.engine.subscribe(conversation, 0).await?;
+        let retire = CancellationToken::new();
+        let task =
+            tokio::spawn(fold(self.engine.clone(), conversation.to_owned(), sub, entry.turns.clone(), retire.clone()));
+        entry.folder = Some(Folder { conversation: conversation.to_owned(), retire, task });
+        Ok(())
+    }
+
+    async fn new_conversation(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let conv = self.create(channel, chat).await?;
+        self.follow(st, chat, &conv.id).await?;
+        let cfg = conv.agent_config.unwrap_or_default();
+        let model = if cfg.model.is_empty() { "the agent's default".to_owned() } else { cfg.model };
+        Ok(Some(format!("New conversation with {} (model: {model}). Send a message to start.", conv.agent_key)))
+    }
+
+    async fn model(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        arg: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+        if arg.is_empty() {
+            let record = self.engine.store().get(&id).await?;
+            let model = crate::persist::parse_config(&record.agent_config_json).model;
+            let model = if model.is_empty() { "the agent's default".to_owned() } else { model };
+            return Ok(Some(format!("Model: {model}. Send /model <id> to change it.")));
+        }
+        let req = c::UpdateConversationRequest { id, model: Some(arg.to_owned()), ..Default::default() };
+        let conv = ChatService { engine: self.engine.clone() }.update(req).await?;
+        let model = conv.agent_config.unwrap_or_default().model;
+        Ok(Some(format!("Model set to {model} for this conversation (from the next turn).")))
+    }
+
+    async fn stop(&self, st: &mut State, channel: &ChannelRecord, chat: &str) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, false).await? else {
+            return Ok(Some("Nothing is running.".into()));
+        };
+        let stopped = self.engine.interrupt(&id).await?;
+        Ok(Some(if stopped {
+            "Stopped. The queue is paused: /resume runs it.".into()
+        } else {
+            "Nothing is running.".into()
+        }))
+    }
+
+    async fn status(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, false).await? else {
+            return Ok(Some("No conversation yet: send a message to start one.".into()));
+        };
+        let record = self.engine.store().get(&id).await?;
+        let view = self.engine.view(&record);
+        let cfg = view.agent_config.unwrap_or_default();
+        let model = if cfg.model.is_empty() { "the agent's default".to_owned() } else { cfg.model };
+        let title = if view.title.is_empty() { "(untitled)".to_owned() } else { view.title };
+        let turn = if view.turn_running { "running" } else { "idle" };
+        let paused = if view.pending_paused { " (paused)" } else { "" };
+        Ok(Some(format!(
+            "Conversation: {title}\nAgent: {}\nModel: {model}\nTurn: {turn}\nQueue: {}{paused}",
+            view.agent_key, view.pending_count
+        )))
+    }
+
+    async fn queue(&self, st: &mut State, channel: &ChannelRecord, chat: &str) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, false).await? else {
+            return Ok(Some("The queue is empty.".into()));
+        };
+        let q = self.engine.pending(&*self.engine.conv(&id).await?).await;
+        if q.items.is_empty() {
+            return Ok(Some(if q.paused { "The queue is empty (paused)." } else { "The queue is empty." }.into()));
+        }
+        let mut out = format!("Queue{}:", if q.paused { " (paused: /resume runs it)" } else { "" });
+        for (i, it) in q.items.iter().enumerate() {
+            out.push_str(&format!("\n{}. {}", i + 1, cut_chars(&it.text, QUEUE_PREVIEW_CHARS)));
+        }
+        Ok(Some(out))
+    }
+
+    async fn resume_queue(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, false).await? else {
+            return Ok(Some("Nothing to resume.".into()));
+        };
+        let q = self.engine.pending(&*self.engine.conv(&id).await?).await;
+        if !q.paused {
+            return Ok(Some(if q.items.is_empty() { "Nothing to resume." } else { "The queue is running." }.into()));
+        }
+        let n = q.items.len();
+        self.engine.set_pending(&id, q.items, false).await?;
+        Ok(Some(if n == 0 { "Resumed (the queue is empty).".into() } else { format!("Resumed: {n} queued.") }))
+    }
+
+    /// Anything else: the bound conversation's next message (created on the first).
+    async fn send(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        text: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let source = format!("channel:{}", channel.name);
+        let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+        let reply = match self.engine.send(&id, text.to_owned(), source.clone()).await {
+            // The bound conversation was archived or deleted since: bind afresh, once.
+            Err(Error::NotFound(_) | Error::Precondition(_)) => {
+                if let Some(c) = st.chats.get_mut(chat) {
+                    c.conversation.clear();
+                }
+                let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+                self.engine.send(&id, text.to_owned(), source).await?
+            }
+            r => r?,
+        };
+        match reply.outcome {
+            Some(c::send_message_reply::Outcome::Pending(item)) => {
+                let q = reply.queue.unwrap_or_default();
+                let pos = q.items.iter().position(|p| p.id == item.id).unwrap_or(q.items.len().saturating_sub(1));
+                Ok(Some(if q.paused {
+                    format!("Queued ({pos} ahead; the queue is paused: /resume runs it).")
+                } else {
+                    format!("Queued ({} ahead).", pos + 1)
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Hands each turn's watch to the replier, one at a time, in order.
+async fn render(
+    replier: Arc<dyn Replier>,
+    chat: String,
+    mut turns: mpsc::UnboundedReceiver<watch::Receiver<TurnView>>,
+) {
+    while let Some(views) = turns.recv().await {
+        if let Err(e) = replier.turn(&chat, views).await {
+            tracing::warn!(error = %e, "A turn could not be shown in its chat.");
+        }
+    }
+}
+
+/// The turn being folded.
+struct Current {
+    tx: watch::Sender<TurnView>,
+    view: TurnView,
+    /// A tool call came after the last text: the next text starts a new paragraph.
+    after_tool: bool,
+    assistant_message_id: String,
+}
+
+impl Current {
+    fn publish(&self) {
+        self.tx.send_replace(self.view.clone());
+    }
+
+    fn end(mut self, state: TurnState, final_text: Option<String>) {
+        if let Some(t) = final_text.filter(|t| !t.is_empty()) {
+            self.view.text = t;
+        }
+        self.view.state = state;
+        self.publish();
+    }
+}
+
+/// Follows conversation `id`'s bus, folding every turn into snapshots for the renderer; ends
+/// when the conversation is deleted, or when `retire` fired and no turn is in flight.
+async fn fold(
+    engine: Arc<Engine>,
+    id: String,
+    mut sub: crate::bus::Subscription,
+    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    retire: CancellationToken,
+) {
+    let mut cur: Option<Current> = None;
+    loop {
+        let ev = tokio::select! {
+            biased;
+            () = retire.cancelled(), if cur.is_none() => return,
+            ev = sub.next() => ev,
+        };
+        let Some(ev) = ev else {
+            if let Some(c) = cur.take() {
+                c.end(TurnState::Failed { message: "the conversation is no longer followed".into() }, None);
+            }
+            return;
+        };
+        let Some(kind) = &ev.kind else { continue };
+        match kind {
+            Kind::MessageCreated(_) | Kind::TurnStarted(_) if !ev.turn_id.is_empty() => {
+                let same = cur.as_ref().is_some_and(|c| c.view.turn_id == ev.turn_id);
+                if matches!(kind, Kind::MessageCreated(_)) && same {
+                    // A replay of the turn being folded (after a resubscription): fold it afresh.
+                    if let Some(c) = cur.as_mut() {
+                        c.view.text.clear();
+                        c.view.tools.clear();
+                        c.after_tool = false;
+                    }
+                } else if !same {
+                    if let Some(old) = cur.take() {
+                        old.end(TurnState::Failed { message: "the turn's end was not seen".into() }, None);
+                    }
+                    let view =
+                        TurnView { conversation_id: id.clone(), turn_id: ev.turn_id.clone(), ..Default::default() };
+                    let (tx, rx) = watch::channel(view.clone());
+                    if turns.send(rx).is_err() {
+                        return;
+                    }
+                    cur = Some(Current { tx, view, after_tool: false, assistant_message_id: String::new() });
+                }
+                if let (Kind::TurnStarted(t), Some(c)) = (kind, cur.as_mut()) {
+                    c.assistant_message_id.clone_from(&t.assistant_message_id);
+                }
+            }
+            Kind::TextDelta(d) => {
+                if let Some(c) = cur.as_mut().filter(|c| c.view.turn_id == ev.turn_id) {
+                    if c.after_tool && !c.view.text.is_empty() && !d.text.trim().is_empty() {
+                        c.view.text.push_str("\n\n");
+                    }
+                    if !d.text.trim().is_empty() {
+                        c.after_tool = false;
+                    }
+                    c.view.text.push_str(&d.text);
+                    c.publish();
+                }
+            }
+            Kind::ToolCall(t) => {
+                if let Some(c) = cur.as_mut().filter(|c| c.view.turn_id == ev.turn_id) {
+                    c.view.tools.push(t.name.clone());
+                    c.after_tool = true;
+                    c.publish();
+                }
+            }
+            Kind::TurnDone(d) => {
+                if let Some(c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                    let state = if d.stop_reason == "interrupted" {
+                        TurnState::Interrupted
+                    } else {
+                        TurnState::Done { stop_reason: d.stop_reason.clone() }
+                    };
+                    c.end(state, d.message.as_ref().map(message_text));
+                }
+            }
+            Kind::TurnError(e) => {
+                if let Some(c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                    c.end(
+                        TurnState::Failed { message: e.message.clone() },
+                        e.message_record.as_ref().map(message_text),
+                    );
+                }
+            }
+            Kind::Reset(r) if r.reason != crate::bus::reason::DELETED => {
+                // Fell behind (or too old): follow afresh; the in-flight turn is replayed from
+                // its start; a turn that ended in the gap is read back from the store.
+                match engine.subscribe(&id, 0).await {
+                    Ok(s) => sub = s,
+                    Err(e) => {
+                        tracing::warn!(conversation = %id, error = %e, "Cannot follow a conversation again.");
+                        if let Some(c) = cur.take() {
+                            c.end(TurnState::Failed { message: "the turn's stream was lost".into() }, None);
+                        }
+                        return;
+                    }
+                }
+                if let Some(c) = cur.as_ref()
+                    && !engine.view(&engine.store().get(&id).await.unwrap_or_default()).turn_running
+                {
+                    let (state, text) = ended_turn(&engine, &id, &c.assistant_message_id).await;
+                    if let Some(c) = cur.take() {
+                        c.end(state, text);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How a turn whose end was missed ended, read from its assistant message.
+async fn ended_turn(engine: &Engine, conversation: &str, message_id: &str) -> (TurnState, Option<String>) {
+    let page = engine
+        .store()
+        .messages(st::ListMessagesRequest {
+            conversation_id: conversation.to_owned(),
+            limit: 20,
+            newest: true,
+            ..Default::default()
+        })
+        .await;
+    let found = page.ok().and_then(|p| p.messages.into_iter().find(|m| m.id == message_id));
+    match found {
+        Some(m) => {
+            let m = crate::persist::message(&m);
+            let text = Some(message_text(&m));
+            let state = match c::MessageStatus::try_from(m.status).unwrap_or_default() {
+                c::MessageStatus::Interrupted => TurnState::Interrupted,
+                c::MessageStatus::Failed => TurnState::Failed { message: m.error.clone() },
+                _ => TurnState::Done { stop_reason: "end_turn".into() },
+            };
+            (state, text)
+        }
+        None => (TurnState::Failed { message: "the turn's end was not seen".into() }, None),
+    }
+}
+
+#[cfg(test)]
+#[path = "bridge_tests.rs"]
+mod rig_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_parsed_with_the_bot_suffix_and_arguments() {
+        assert_eq!(command("/model  opus-4 "), Some(("model".into(), "opus-4")));
+        assert_eq!(command("/NEW@my_bot"), Some(("new".into(), "")));
+        assert_eq!(command("/pair 7KQ2-M9XD"), Some(("pair".into(), "7KQ2-M9XD")));
+        assert_eq!(command("/etc/passwd please"), None, "a path is text");
+        assert_eq!(command("hello /new"), None);
+        assert_eq!(command("/"), None);
+    }
+
+    #[test]
+    fn final_text_joins_text_blocks_and_skips_tools() {
+        use c::content_block::Block;
+        let m = c::Message {
+            blocks: vec![
+                c::ContentBlock { block: Some(Block::Text("one".into())) },
+                c::ContentBlock { block: Some(Block::ToolUse(c::ToolUse::default())) },
+                c::ContentBlock { block: Some(Block::Text("two".into())) },
+                c::ContentBlock { block: Some(Block::Text("  ".into())) },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(message_text(&m), "one\n\ntwo");
+        assert_eq!(cut_chars("short", 10), "short");
+        assert_eq!(cut_chars("line one\nline two", 80), "line one…");
+        assert_eq!(cut_chars(&"x".repeat(100), 3), "xxx…");
     }
 }

@@ -32,13 +32,31 @@ pub fn record_with(
     target: &str,
     detail: &str,
 ) -> Result<(), StoreError> {
+    record_outcome(t, trace, actor, action, target, AuditOutcome::Ok, detail)
+}
+
+/// [`record_with`] with an `outcome` (an `error` row records a refused attempt, e.g. a wrong
+/// pairing code; never the attempt's content).
+///
+/// # Errors
+/// As [`record`].
+pub fn record_outcome(
+    t: &Transaction,
+    trace: &str,
+    actor: &str,
+    action: &str,
+    target: &str,
+    outcome: AuditOutcome,
+    detail: &str,
+) -> Result<(), StoreError> {
     t.execute(
-        "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail) VALUES (?1, ?2, ?3, ?4, 'ok', ?5, ?6)",
+        "INSERT INTO audit_log (at, actor, action, target, outcome, trace_id, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             coffer_runtime::now_rfc3339(),
             if actor.is_empty() { DEFAULT_ACTOR } else { actor },
             action,
             target,
+            outcome.as_str(),
             trace,
             detail
         ],

@@ -13,12 +13,14 @@
 //! | [`index`] | `Index` | `kb_*` (retrieval's derived indexes: documents, chunks, FTS5 `kb_fts`, vec0 `kb_vectors`) |
 //! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items` (the chat service's) |
 //! | [`llm`] | `LlmConnections` | `llm_connections` (no secret: a credential reference) |
+//! | [`channels`] | `Channels` | `channels`, `channel_events` (no secret: credential references, a pairing code's digest) |
 //!
 //! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
 //! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
 //! [`routes`].
 pub mod audit;
 pub mod changes;
+pub mod channels;
 pub mod conversations;
 pub mod credentials;
 pub mod index;
@@ -44,10 +46,10 @@ const MAX_PAGE: u32 = 500;
 /// Every store service over `db`, encrypting credentials with `vault`, for one listener.
 pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     use coffer_proto::store::{
-        audit_server::AuditServer, changes_server::ChangesServer, conversations_server::ConversationsServer,
-        credentials_server::CredentialsServer, index_server::IndexServer, invocations_server::InvocationsServer,
-        llm_connections_server::LlmConnectionsServer, maintenance_server::MaintenanceServer,
-        registry_server::RegistryServer, settings_server::SettingsServer,
+        audit_server::AuditServer, changes_server::ChangesServer, channels_server::ChannelsServer,
+        conversations_server::ConversationsServer, credentials_server::CredentialsServer, index_server::IndexServer,
+        invocations_server::InvocationsServer, llm_connections_server::LlmConnectionsServer,
+        maintenance_server::MaintenanceServer, registry_server::RegistryServer, settings_server::SettingsServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -73,6 +75,7 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
         ConversationsServer::new(conversations::ConversationsService::new(db.clone())).max_decoding_message_size(MAX),
     )
     .add_service(LlmConnectionsServer::new(llm::LlmConnectionsService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(ChannelsServer::new(channels::ChannelsService::new(db.clone())).max_decoding_message_size(MAX))
 }
 
 impl From<StoreError> for Status {

@@ -1,0 +1,263 @@
+//! The bridge over the real engine and the in-memory store of `crate::tests` (loopback gRPC),
+//! with the scripted `tiny` agent (`say:<words>`, `hang`) and a replier that records what a chat
+//! would show.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coffer_proto::store::{ChannelKind, ChannelRecord};
+use futures_util::future::BoxFuture;
+use tokio::sync::{Notify, watch};
+
+use super::Bridge;
+use crate::channels::{ChannelError, Inbound, Replier, TurnState, TurnView};
+use crate::tests::{Rig, rig};
+
+/// What the chat saw, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shown {
+    Notice(String, String),
+    /// chat, the final snapshot, how many distinct snapshots were seen before it.
+    Turn(String, TurnView),
+}
+
+#[derive(Default)]
+struct Recorder {
+    shown: Mutex<Vec<Shown>>,
+    changed: Notify,
+}
+
+impl Recorder {
+    fn push(&self, s: Shown) {
+        self.shown.lock().unwrap().push(s);
+        self.changed.notify_waiters();
+    }
+
+    fn all(&self) -> Vec<Shown> {
+        self.shown.lock().unwrap().clone()
+    }
+
+    /// Waits (10 s at most) until `n` things were shown; returns them all.
+    async fn until(&self, n: usize) -> Vec<Shown> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let wait = self.changed.notified();
+            let now = self.all();
+            if now.len() >= n {
+                return now;
+            }
+            assert!(tokio::time::timeout_at(deadline, wait).await.is_ok(), "only {} shown: {now:#?}", now.len());
+        }
+    }
+
+    fn notices(&self) -> Vec<String> {
+        self.all()
+            .into_iter()
+            .filter_map(|s| match s {
+                Shown::Notice(_, t) => Some(t),
+                Shown::Turn(..) => None,
+            })
+            .collect()
+    }
+
+    fn turns(&self) -> Vec<TurnView> {
+        self.all()
+            .into_iter()
+            .filter_map(|s| match s {
+                Shown::Turn(_, v) => Some(v),
+                Shown::Notice(..) => None,
+            })
+            .collect()
+    }
+}
+
+impl Replier for Recorder {
+    fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            self.push(Shown::Notice(chat_id.to_owned(), text.to_owned()));
+            Ok(())
+        })
+    }
+
+    fn turn<'a>(
+        &'a self,
+        chat_id: &'a str,
+        mut views: watch::Receiver<TurnView>,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            loop {
+                let v = views.borrow_and_update().clone();
+                if v.state.is_final() {
+                    self.push(Shown::Turn(chat_id.to_owned(), v));
+                    return Ok(());
+                }
+                if views.changed().await.is_err() {
+                    return Ok(());
+                }
+            }
+        })
+    }
+}
+
+fn channel(r: &Rig, owner: &str) -> ChannelRecord {
+    let cwd = r._home.path().display().to_string();
+    ChannelRecord {
+        name: "tg".into(),
+        kind: ChannelKind::Telegram as i32,
+        enabled: true,
+        default_agent: "tiny".into(),
+        agent_config_json: format!(r#"{{"cwd":{cwd:?},"model":"m1"}}"#),
+        owner_id: owner.into(),
+        ..Default::default()
+    }
+}
+
+fn msg(from: &str, text: &str) -> Inbound {
+    Inbound {
+        channel: "tg".into(),
+        chat_id: from.into(),
+        sender_id: from.into(),
+        sender_display: format!("user {from}"),
+        text: text.into(),
+        message_id: String::new(),
+        group: false,
+    }
+}
+
+#[tokio::test]
+async fn strangers_are_refused_once_and_audited_without_content_then_pairing_makes_an_owner() {
+    let r = rig(600).await;
+    r.fake.db().pairing = Some(("GOODCODE".into(), 5));
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "");
+    bridge.handle(&ch, msg("100", "secret plans")).await.unwrap();
+    bridge.handle(&ch, msg("100", "more secret plans")).await.unwrap();
+    let n = rec.notices();
+    assert_eq!(n.len(), 1, "one refusal per sender: {n:?}");
+    assert!(n[0].contains("not paired"), "{n:?}");
+    let audit = r.fake.db().audit.clone();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (audit[0].actor.as_str(), audit[0].action.as_str(), audit[0].target.as_str()),
+        ("channel", "channel.refused", "tg")
+    );
+    assert!(audit[0].detail.contains("\"100\"") && !audit[0].detail.contains("secret"), "{}", audit[0].detail);
+    assert!(r.fake.db().convs.is_empty(), "nothing reached a conversation");
+
+    bridge.handle(&ch, msg("100", "/pair WRONG")).await.unwrap();
+    assert!(rec.notices().last().unwrap().contains("4 tries left"), "{:?}", rec.notices());
+    bridge.handle(&ch, msg("100", "/pair goodcode")).await.unwrap();
+    assert!(rec.notices().last().unwrap().starts_with("Paired"), "{:?}", rec.notices());
+    assert_eq!(r.fake.db().owner.as_deref(), Some("100"));
+    bridge.handle(&ch, msg("100", "/pair goodcode")).await.unwrap();
+    assert!(rec.notices().last().unwrap().contains("Pairing failed: no pairing code"), "{:?}", rec.notices());
+
+    // The owner is heard at once (the adapter's record is still the unpaired one); others not.
+    bridge.handle(&ch, msg("100", "say:hi there")).await.unwrap();
+    bridge.handle(&ch, msg("200", "let me in")).await.unwrap();
+    bridge.handle(&ch, msg("200", "please")).await.unwrap();
+    let all = rec.until(6).await;
+    let turns = rec.turns();
+    assert_eq!(turns.len(), 1, "{all:#?}");
+    assert_eq!(turns[0].text, "hi there ");
+    assert_eq!(turns[0].state, TurnState::Done { stop_reason: "end_turn".into() });
+    let refusals: Vec<_> = rec.notices().into_iter().filter(|n| n.contains("only answers its owner")).collect();
+    assert_eq!(refusals.len(), 1, "{:?}", rec.notices());
+    let conv = r.fake.db().convs.values().next().cloned().unwrap();
+    assert_eq!(
+        (conv.channel_name.as_str(), conv.peer_chat_id.as_str(), conv.agent_key.as_str()),
+        ("tg", "100", "tiny")
+    );
+    assert!(conv.agent_config_json.contains("\"model\":\"m1\""), "{}", conv.agent_config_json);
+    let user = r.fake.db().messages[&conv.id][0].clone();
+    assert_eq!(user.source, "channel:tg");
+}
+
+#[tokio::test]
+async fn commands_drive_the_bound_conversation_and_queued_turns_show_in_order() {
+    let r = rig(600).await;
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "7");
+    bridge.handle(&ch, msg("7", "/status")).await.unwrap();
+    assert!(rec.notices()[0].contains("No conversation yet"), "{:?}", rec.notices());
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:second")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:third")).await.unwrap();
+    let n = rec.notices();
+    assert_eq!(&n[1..], ["Queued (1 ahead).", "Queued (2 ahead)."], "{n:?}");
+    bridge.handle(&ch, msg("7", "/queue")).await.unwrap();
+    let q = rec.notices().pop().unwrap();
+    assert!(q.contains("1. say:second") && q.contains("2. say:third"), "{q}");
+    bridge.handle(&ch, msg("7", "/status")).await.unwrap();
+    let s = rec.notices().pop().unwrap();
+    assert!(s.contains("Turn: running") && s.contains("Queue: 2") && s.contains("Model: m1"), "{s}");
+    bridge.handle(&ch, msg("7", "/stop")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().starts_with("Stopped"));
+    let shown = rec.until(7).await;
+    let turns = rec.turns();
+    assert_eq!(turns.len(), 1, "{shown:#?}");
+    assert_eq!((turns[0].text.as_str(), &turns[0].state), ("partial ", &TurnState::Interrupted));
+    bridge.handle(&ch, msg("7", "/stop")).await.unwrap();
+    assert_eq!(rec.notices().pop().unwrap(), "Nothing is running.");
+    bridge.handle(&ch, msg("7", "/resume")).await.unwrap();
+    assert_eq!(rec.notices().pop().unwrap(), "Resumed: 2 queued.");
+    rec.until(11).await;
+    let texts: Vec<String> = rec.turns().into_iter().map(|t| t.text).collect();
+    assert_eq!(texts, ["partial ", "second ", "third "], "in order, one turn each");
+
+    bridge.handle(&ch, msg("7", "/model  m2 ")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().starts_with("Model set to m2"));
+    let first = r.fake.db().convs.values().next().cloned().unwrap();
+    assert!(first.agent_config_json.contains("\"model\":\"m2\""), "{}", first.agent_config_json);
+
+    bridge.handle(&ch, msg("7", "/new")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().starts_with("New conversation with tiny (model: m1)"));
+    bridge.handle(&ch, msg("7", "say:fresh")).await.unwrap();
+    rec.until(14).await;
+    let second = {
+        let db = r.fake.db();
+        assert_eq!(db.convs.len(), 2);
+        let second = db.convs.values().find(|c| c.id != first.id).cloned().unwrap();
+        assert_eq!(db.messages[&second.id].len(), 2, "the new one took the message");
+        assert_eq!(db.messages[&first.id].len(), 6, "the first kept its three turns");
+        second
+    };
+    assert_eq!(rec.turns().last().unwrap().text, "fresh ");
+
+    // A turn started elsewhere (the web page) on the bound conversation shows in the chat too.
+    r.engine.send(&second.id, "say:from the web".into(), "web".into()).await.unwrap();
+    rec.until(15).await;
+    let last = rec.turns().pop().unwrap();
+    assert_eq!((last.text.as_str(), last.conversation_id.as_str()), ("from the web ", second.id.as_str()));
+    bridge.handle(&ch, msg("7", "/help")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().contains("/resume"));
+}
+
+#[tokio::test]
+async fn a_dropped_bridge_shows_nothing_more_and_a_new_one_resumes_the_in_flight_turn() {
+    let r = rig(600).await;
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "7");
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    let id = r.fake.db().convs.keys().next().cloned().unwrap();
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    while !matches!(sub.next().await.unwrap().kind, Some(coffer_proto::chat::event::Kind::TextDelta(_))) {}
+    drop(bridge);
+    // The adapter restarted: the new bridge follows the owner's chat before it says anything.
+    let rec2 = Arc::new(Recorder::default());
+    let bridge2 = Bridge::new(r.engine.clone(), rec2.clone());
+    bridge2.resume(&ch).await.unwrap();
+    r.engine.interrupt(&id).await.unwrap();
+    rec2.until(1).await;
+    assert_eq!(rec2.turns()[0].state, TurnState::Interrupted);
+    assert_eq!(rec2.turns()[0].text, "partial ");
+    assert!(rec.all().is_empty(), "the dropped bridge sent nothing: {:?}", rec.all());
+    // Bad input: an over-long message is refused with a notice naming the limit.
+    let long = "x".repeat(crate::engine::MAX_TEXT_BYTES + 1);
+    bridge2.handle(&ch, msg("7", &long)).await.unwrap();
+    assert!(rec2.notices().pop().unwrap().contains("1 MiB"));
+    bridge2.handle(&ch, msg("7", "/pair")).await.unwrap();
+    assert!(rec2.notices().pop().unwrap().contains("followed by the code"));
+}
