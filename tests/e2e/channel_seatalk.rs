@@ -296,3 +296,158 @@ async fn the_replier_acknowledges_a_turn_then_sends_its_final_text_split_in_orde
     assert_eq!(fake.messages().len(), 7, "nothing after the acknowledgement");
     Ok(())
 }
+
+/// Whether `m` is an accepted message to `to` whose content, trimmed, is `text`.
+fn said(m: &fake_seatalk::Sent, to: &str, text: &str) -> bool {
+    m.accepted && m.to == to && m.content.trim() == text
+}
+
+#[tokio::test]
+async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shutdown() -> anyhow::Result<()> {
+    use coffer_proto::chat::ListConversationsRequest;
+    use coffer_proto::store::channels_client::ChannelsClient;
+    use coffer_proto::store::{
+        ChannelKind, ChannelRecord, CreateChannelRequest, StartPairingRequest, UpdateChannelRequest,
+    };
+    use coffer_tests::SendExt;
+    use coffer_tests::chat;
+
+    let port = ports::free_port();
+    let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
+    let api = chat::start_daemon(&home).await?;
+    let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;
+    let signing = format!("signing-{:016x}", fastrand::u64(..));
+    for (name, value) in [("st-app-id", APP_ID), ("st-app-secret", APP_SECRET), ("st-signing", signing.as_str())] {
+        let r = api
+            .request(reqwest::Method::PUT, &format!("/v1/credentials/{name}"))
+            .json(&serde_json::json!({ "value": value }))
+            .reply()
+            .await?;
+        ensure!(r.status == 201, "credential {name}: {}", r.status);
+    }
+    // The channel resource, written as the edge writes it (the store's Channels service).
+    let gw = service_env(&api, "gateway").await?;
+    let gw_token = SecretString::from(gw.get("COFFER_INTERNAL_TOKEN").context("token")?.clone());
+    let store = coffer_runtime::grpc::channel(gw.get("COFFER_STORE_ADDR").context("store addr")?, &gw_token)?;
+    let mut channels = ChannelsClient::new(store);
+    let record = ChannelRecord {
+        name: "team".into(),
+        kind: ChannelKind::Seatalk as i32,
+        enabled: true,
+        app_id_ref: "st-app-id".into(),
+        app_secret_ref: "st-app-secret".into(),
+        signing_secret_ref: "st-signing".into(),
+        api_base_url: fake.url.clone(),
+        default_agent: chat::SCRIPTED.into(),
+        ..Default::default()
+    };
+    let created = channels.create_channel(CreateChannelRequest { channel: Some(record), actor: "test".into() }).await?;
+    let created = created.into_inner().channel.context("channel")?;
+
+    // The coordinator starts coffer-callback for it; SeaTalk verifies the URL.
+    wait_for("coffer-callback to run for the channel", Duration::from_secs(30), || async {
+        Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
+    })
+    .await?;
+    let cb = Callback::new(port);
+    let t = Instant::now();
+    let a = cb.signed("team", fake_seatalk::verification("hello-seatalk"), &signing).await?;
+    assert_eq!((a.status, a.body["seatalk_challenge"].as_str()), (200, Some("hello-seatalk")));
+    ensure!(t.elapsed() < Duration::from_secs(5));
+
+    // Unpaired: refused. Then the owner pairs with a one-time code.
+    let post =
+        |id: &str, from: &str, text: &str| cb.signed("team", fake_seatalk::single_message(id, from, text), &signing);
+    assert_eq!(post("ev-0", "E1", "say:too early").await?.status, 200);
+    fake.wait_messages("the unpaired refusal", Duration::from_secs(20), |m| {
+        m.iter().any(|s| s.to == "E1" && s.content.starts_with("Sorry"))
+    })
+    .await?;
+    let code = channels
+        .start_pairing(StartPairingRequest { name: "team".into(), ttl_s: 600, actor: "test".into() })
+        .await?
+        .into_inner()
+        .code;
+    assert_eq!(post("ev-pair", "E1", &format!("/pair {code}")).await?.status, 200);
+    fake.wait_messages("the pairing notice", Duration::from_secs(20), |m| {
+        m.iter().any(|s| s.to == "E1" && s.content.starts_with("Paired"))
+    })
+    .await?;
+
+    // Someone else: refused once, no turn.
+    assert_eq!(post("ev-x1", "E2", "say:let me in").await?.status, 200);
+    assert_eq!(post("ev-x2", "E2", "say:please").await?.status, 200);
+    // The owner asks: an acknowledgement at once, then the agent's final answer.
+    assert_eq!(post("ev-1", "E1", "say:hello from the agent").await?.status, 200);
+    let m = fake
+        .wait_messages("ack then final", Duration::from_secs(30), |m| {
+            m.iter().any(|s| said(s, "E1", "hello from the agent"))
+        })
+        .await?;
+    let to_e1: Vec<_> = m.iter().filter(|s| s.to == "E1").map(|s| s.content.trim().to_owned()).collect();
+    let n = to_e1.len();
+    assert_eq!(to_e1[n - 2..], [ACK_TEXT.to_owned(), "hello from the agent".to_owned()], "{to_e1:?}");
+    let to_e2: Vec<_> = m.iter().filter(|s| s.to == "E2").collect();
+    assert_eq!(to_e2.len(), 1, "one refusal for the non-owner, nothing else: {to_e2:?}");
+    ensure!(to_e2[0].content != ACK_TEXT);
+
+    // The web console's view of the same conversation: it sees the next SeaTalk turn live.
+    let mut c = chat::client(&api).await?;
+    let convs = c.list_conversations(ListConversationsRequest::default()).await?.into_inner().conversations;
+    let conv =
+        convs.iter().find(|v| v.channel_name == "team" && v.peer_chat_id == "E1").context("the bound conversation")?;
+    let view = chat::get(&mut c, &conv.id).await?;
+    let mut web = chat::watch(&mut c, &conv.id, view.last_seq).await?;
+
+    // A redelivery of ev-1 is dropped; the next message is one more turn.
+    assert_eq!(post("ev-1", "E1", "say:hello from the agent").await?.status, 200);
+    assert_eq!(post("ev-2", "E1", "say:second answer").await?.status, 200);
+    let turn = web.turn().await?;
+    assert_eq!(chat::text(&turn).trim(), "second answer", "the web subscriber sees the channel's turn");
+    let m = fake
+        .wait_messages("the second final", Duration::from_secs(30), |m| {
+            m.iter().any(|s| said(s, "E1", "second answer"))
+        })
+        .await?;
+    assert_eq!(m.iter().filter(|s| said(s, "E1", "hello from the agent")).count(), 1, "the replay made no turn");
+    assert_eq!(m.iter().filter(|s| said(s, "E1", ACK_TEXT)).count(), 2);
+
+    // A group mention: the mention stripped, the reply to the group.
+    let g = fake_seatalk::group_mention("ev-g1", "G1", "E1", "Coffer", "say:group answer");
+    assert_eq!(cb.signed("team", g, &signing).await?.status, 200);
+    let m = fake
+        .wait_messages("the group's final", Duration::from_secs(30), |m| {
+            m.iter().any(|s| said(s, "G1", "group answer"))
+        })
+        .await?;
+    let g1: Vec<_> = m.iter().filter(|s| s.to == "G1").collect();
+    ensure!(g1.iter().all(|s| s.endpoint == "group_chat") && g1.len() == 2 && g1[0].content == ACK_TEXT, "{g1:?}");
+
+    // The platform revokes the token: the adapter fetches a new one and the reply still arrives.
+    let before = fake.token_requests();
+    fake.revoke_tokens();
+    assert_eq!(post("ev-3", "E1", "say:after revocation").await?.status, 200);
+    fake.wait_messages("the reply after the revocation", Duration::from_secs(30), |m| {
+        m.iter().any(|s| said(s, "E1", "after revocation"))
+    })
+    .await?;
+    ensure!(fake.token_requests() > before, "a new token was fetched");
+    // Malformed JSON, even signed, is refused by coffer-callback and reaches nobody.
+    let sent = fake.messages().len();
+    assert_eq!(cb.signed("team", b"{not json".to_vec(), &signing).await?.status, 400);
+
+    // The last SeaTalk channel disabled: coffer-callback stopped, its port free.
+    let mut off = created.clone();
+    off.enabled = false;
+    channels
+        .update_channel(UpdateChannelRequest { channel: Some(off), expected_version: None, actor: "test".into() })
+        .await?;
+    wait_for("coffer-callback to stop with the last SeaTalk channel", Duration::from_secs(30), || async {
+        Ok((api.service("callback").await?["state"] == "stopped" && ports::port_is_free(port)).then_some(()))
+    })
+    .await?;
+    assert_eq!(fake.messages().len(), sent, "nothing more was sent");
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    home.wait_no_processes(Duration::from_secs(20)).await?;
+    Ok(())
+}

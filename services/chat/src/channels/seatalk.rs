@@ -514,6 +514,10 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         s.started_ms = now_ms();
     });
     tracing::info!(channel = %record.name, "SeaTalk adapter running.");
+    // Turns the web page starts in the owner's conversation show in the owner's chat too.
+    if let Err(e) = bridge.resume(&record).await {
+        tracing::warn!(channel = %record.name, error = %e, "Cannot follow the owner's conversation yet.");
+    }
     loop {
         let body = tokio::select! {
             _ = cancel.cancelled() => break,
