@@ -486,7 +486,8 @@ impl Replier for SeatalkReplier {
 /// Each body is parsed ([`parse_event`]; malformed ones are logged and dropped), recorded
 /// through the store's `RecordEvent` (a redelivered `event_id` is dropped), and a message is
 /// handed to the bridge in arrival order. A missing app id or secret leaves the adapter
-/// `failed` (naming the reference) until the coordinator restarts it.
+/// `failed` (naming the reference) until the coordinator restarts it. Bodies still in the
+/// inbox when it stops are handed to the channel's next adapter ([`CARRY_FOR`]).
 pub fn spawn(ctx: AdapterCtx) -> AdapterHandle {
     let (tx, rx) = tokio::sync::mpsc::channel(INBOX_DEPTH);
     let task = tokio::spawn(run(ctx, rx));
@@ -503,6 +504,7 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
             s.last_error = format!("credential {missing:?} is missing");
         });
         cancel.cancelled().await;
+        carry_over(&record.name, &mut inbox);
         return;
     };
     let replier = Arc::new(SeatalkReplier::new(Client::new(&record.api_base_url, app_id, app_secret), status.clone()));
@@ -518,6 +520,9 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
     if let Err(e) = bridge.resume(&record).await {
         tracing::warn!(channel = %record.name, error = %e, "Cannot follow the owner's conversation yet.");
     }
+    for body in carried_take(&record.name) {
+        handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
+    }
     loop {
         let body = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -525,8 +530,51 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         };
         handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
     }
+    carry_over(&record.name, &mut inbox);
     status.update(|s| s.state = "stopped".into());
     tracing::info!(channel = %record.name, "SeaTalk adapter stopped.");
+}
+
+/// How long bodies a stopping adapter had accepted but not handled wait for the channel's
+/// next adapter ([`carry_over`]); older ones are dropped (the channel was disabled, not
+/// restarted).
+pub const CARRY_FOR: Duration = Duration::from_secs(60);
+
+/// Bodies set aside by stopped adapters, by channel name, with when they were set aside.
+static CARRIED: Mutex<BTreeMap<String, Vec<(std::time::Instant, Vec<u8>)>>> = Mutex::new(BTreeMap::new());
+
+/// Sets aside what is still in a stopping adapter's inbox: each body was already acknowledged
+/// to SeaTalk (which will not send it again), so the channel's next adapter — the coordinator
+/// restarts one on a pairing or configuration change — handles it first instead of it being
+/// lost. The inbox is closed first, so a late delivery is refused (UNAVAILABLE: redelivered).
+fn carry_over(channel: &str, inbox: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    inbox.close();
+    let mut left = Vec::new();
+    while let Ok(b) = inbox.try_recv() {
+        left.push((std::time::Instant::now(), b));
+    }
+    if left.is_empty() {
+        return;
+    }
+    tracing::info!(channel, count = left.len(), "Set aside SeaTalk events for the channel's next adapter.");
+    CARRIED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(channel.to_owned())
+        .or_default()
+        .extend(left);
+}
+
+/// The bodies set aside for `channel` less than [`CARRY_FOR`] ago, oldest first (and forgets
+/// them all).
+fn carried_take(channel: &str) -> Vec<Vec<u8>> {
+    let taken = CARRIED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(channel).unwrap_or_default();
+    let n = taken.len();
+    let fresh: Vec<Vec<u8>> = taken.into_iter().filter(|(t, _)| t.elapsed() < CARRY_FOR).map(|(_, b)| b).collect();
+    if n > fresh.len() {
+        tracing::warn!(channel, dropped = n - fresh.len(), "Dropped SeaTalk events set aside too long ago.");
+    }
+    fresh
 }
 
 async fn handle_body(
@@ -750,6 +798,20 @@ mod tests {
         assert_eq!(SeatalkReplier::final_text(&view("", TurnState::Interrupted)), ("Stopped.".into(), Format::Plain));
         let failed = SeatalkReplier::final_text(&view("x", TurnState::Failed { message: "agent exited".into() }));
         assert_eq!(failed, ("The turn failed: agent exited".into(), Format::Plain));
+    }
+
+    #[test]
+    fn bodies_left_in_a_stopping_adapters_inbox_go_to_its_successor_in_order() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        tx.try_send(b"one".to_vec()).unwrap();
+        tx.try_send(b"two".to_vec()).unwrap();
+        carry_over("carry-test", &mut rx);
+        assert!(tx.try_send(b"late".to_vec()).is_err(), "a closed inbox refuses late deliveries");
+        assert_eq!(carried_take("carry-test"), [b"one".to_vec(), b"two".to_vec()]);
+        assert!(carried_take("carry-test").is_empty(), "taken once");
+        let (_tx, mut empty) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        carry_over("carry-test-2", &mut empty);
+        assert!(carried_take("carry-test-2").is_empty());
     }
 
     #[test]
