@@ -540,8 +540,11 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
 /// restarted).
 pub const CARRY_FOR: Duration = Duration::from_secs(60);
 
-/// Bodies set aside by stopped adapters, by channel name, with when they were set aside.
-static CARRIED: Mutex<BTreeMap<String, Vec<(std::time::Instant, Vec<u8>)>>> = Mutex::new(BTreeMap::new());
+/// Bodies set aside for one channel, each with when it was set aside.
+type Carried = Vec<(std::time::Instant, Vec<u8>)>;
+
+/// Bodies set aside by stopped adapters, by channel name.
+static CARRIED: Mutex<BTreeMap<String, Carried>> = Mutex::new(BTreeMap::new());
 
 /// Sets aside what is still in a stopping adapter's inbox: each body was already acknowledged
 /// to SeaTalk (which will not send it again), so the channel's next adapter — the coordinator
