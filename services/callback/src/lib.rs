@@ -27,7 +27,8 @@
 //! 7. **Any other event** — answered 200 `{}` at once, then forwarded over loopback to
 //!    coffer-chat's `ChannelAdapters.DeliverSeatalkEvent` (raw body, channel, receive time) with
 //!    this service's internal identity, retried for a while if chat is UNAVAILABLE
-//!    ([`FORWARD_RETRY_FOR`]). A full forwarding queue answers 503 instead of 200, so the
+//!    ([`FORWARD_RETRY_FOR`]) or the channel's adapter is not running ([`RESTART_GRACE`]: it
+//!    may be restarting). A full forwarding queue answers 503 instead of 200, so the
 //!    platform redelivers (chat drops redeliveries by `event_id`).
 //!
 //! Configuration comes only from the environment, never from a file: `COFFER_CALLBACK_SECRETS`
@@ -60,6 +61,10 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 pub const DEFAULT_PORT: u16 = 8787;
 /// How long an event is retried while coffer-chat answers UNAVAILABLE (starting, restarting).
 pub const FORWARD_RETRY_FOR: Duration = Duration::from_secs(30);
+/// How long an event is retried while coffer-chat answers FAILED_PRECONDITION (the channel's
+/// adapter is not running): a disabled channel's events are then dropped, but an adapter
+/// restarting (a pairing, a configuration change) is back within this.
+pub const RESTART_GRACE: Duration = Duration::from_secs(5);
 /// Events accepted but not yet forwarded; beyond this the platform is answered 503.
 pub const QUEUE_DEPTH: usize = 256;
 /// At shutdown, how long queued events still get to reach chat.
@@ -318,7 +323,8 @@ impl Deliver for ChatDeliver {
 }
 
 /// Forwards queued events in order until the queue closes; an UNAVAILABLE answer is retried
-/// with backoff for up to [`FORWARD_RETRY_FOR`], any other refusal is logged and the event
+/// with backoff for up to [`FORWARD_RETRY_FOR`], FAILED_PRECONDITION (no running adapter) for
+/// up to [`RESTART_GRACE`]; any other refusal, or one that lasts, is logged and the event
 /// dropped (chat's message names the cause). `shutdown` cuts retries short after [`DRAIN_FOR`].
 pub async fn forward(
     mut rx: mpsc::Receiver<Accepted>,
@@ -328,15 +334,20 @@ pub async fn forward(
     while let Some(ev) = rx.recv().await {
         let channel = ev.channel.clone();
         let msg = SeatalkEvent { channel: ev.channel, body: ev.body.to_vec(), received_ms: ev.received_ms };
-        let give_up = tokio::time::Instant::now() + FORWARD_RETRY_FOR;
+        let start = tokio::time::Instant::now();
+        let give_up = start + FORWARD_RETRY_FOR;
         let mut delay = Duration::from_millis(100);
         loop {
+            let now = tokio::time::Instant::now();
             match to.deliver(msg.clone()).await {
                 Ok(duplicate) => {
                     tracing::info!(%channel, duplicate, "Forwarded a SeaTalk event to chat.");
                     break;
                 }
-                Err(s) if s.code() == tonic::Code::Unavailable && tokio::time::Instant::now() < give_up => {
+                Err(s)
+                    if (s.code() == tonic::Code::Unavailable && now < give_up)
+                        || (s.code() == tonic::Code::FailedPrecondition && now < start + RESTART_GRACE) =>
+                {
                     tracing::debug!(%channel, message = s.message(), "Chat unavailable; retrying the event.");
                     let cut = if shutdown.is_cancelled() { tokio::time::Instant::now() + DRAIN_FOR } else { give_up };
                     tokio::select! {
