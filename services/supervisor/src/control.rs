@@ -103,6 +103,13 @@ impl Control for ControlService {
         if self.shared.shutdown.is_cancelled() {
             return Err(Status::failed_precondition("daemon is shutting down"));
         }
+        // A stopped on-demand service waits for whoever needs it (and its environment).
+        if h.spec.start == Start::OnDemand && !h.is_running().await {
+            return Err(Status::failed_precondition(format!(
+                "{} runs on demand and is stopped; it starts when it is needed",
+                h.name
+            )));
+        }
         // In a task of its own: the caller may go away meanwhile (the gateway restarting itself
         // is terminated by this very restart), and the restart must still complete.
         let (task_h, ctx) = (h.clone(), self.shared.ctx.clone());
@@ -298,6 +305,8 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(e.message(), "retrieval needs store, which is not healthy");
+        let e = gateway.restart_service(RestartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "a stopped on-demand service is not restarted: {e:?}");
         // Stopping what is not running is a no-op that reports it stopped.
         let r = gateway.stop_service(StopServiceRequest { name: "retrieval".into() }).await.unwrap().into_inner();
         assert_eq!(r.service.unwrap().state, "stopped");
