@@ -254,9 +254,19 @@ pub struct Answer {
 }
 
 impl Callback {
-    /// A client of coffer-callback on `port`.
+    /// A client of coffer-callback on `port`. Every request on a fresh connection (as a webhook
+    /// sender makes them): a body refused unread (413) leaves its connection unusable, and a
+    /// pooled one could otherwise be reset under the next request.
     pub fn new(port: u16) -> Self {
-        Self { port, http: crate::http::http_client() }
+        coffer_runtime::tls::ensure_provider();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("reqwest client builds");
+        Self { port, http }
     }
 
     /// POSTs `body` to `/seatalk/{channel}` with the `Signature` header `signature` (none when

@@ -25,7 +25,11 @@ async fn serve(hosts: &str) -> Served {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = router(AppState::new(&config, tx));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Served { url, rx, http: coffer_runtime::connect::http_client() }
+    // A fresh connection per request, as a webhook sender makes them (after a 413 the server
+    // closes the connection it did not read to the end).
+    coffer_runtime::tls::ensure_provider();
+    let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().unwrap();
+    Served { url, rx, http }
 }
 
 fn event(event_type: &str, event: serde_json::Value) -> Vec<u8> {
