@@ -86,6 +86,8 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
     let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
     let llm = llm::client(internal.addr(Identity::Chat)?, internal.token())?;
+    let adapters =
+        coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient::new(internal.channel(Identity::Chat)?);
     let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
@@ -112,6 +114,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         retrieval,
         chat,
         llm,
+        adapters,
         control,
         snapshot,
         web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME)),

@@ -32,6 +32,9 @@ pub struct AppState {
     /// coffer-chat's `Llm` service (connection probes, the internal agent); calls go through
     /// [`crate::llm::call`].
     pub llm: crate::llm::Client,
+    /// coffer-chat's `ChannelAdapters` service (`proto/channel.proto`): the adapters' live state
+    /// for `/v1/channels`.
+    pub adapters: coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient<AuthChannel>,
     pub control: ControlClient<AuthChannel>,
     pub snapshot: SnapshotHandle,
     /// Web-console sessions, persisted in `COFFER_HOME/web-sessions.json`.

@@ -2,6 +2,7 @@
 //! one channel to `coffer-store`.
 use coffer_proto::store::audit_client::AuditClient;
 use coffer_proto::store::changes_client::ChangesClient;
+use coffer_proto::store::channels_client::ChannelsClient;
 use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_proto::store::invocations_client::InvocationsClient;
 use coffer_proto::store::llm_connections_client::LlmConnectionsClient;
@@ -26,6 +27,8 @@ pub struct StoreClients {
     pub maintenance: MaintenanceClient<AuthChannel>,
     /// LLM connections (`proto/store_llm.proto`).
     pub llm: LlmConnectionsClient<AuthChannel>,
+    /// Channels (`proto/store_channels.proto`).
+    pub channels: ChannelsClient<AuthChannel>,
 }
 
 impl StoreClients {
@@ -40,7 +43,8 @@ impl StoreClients {
             invocations: InvocationsClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             changes: ChangesClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             maintenance: MaintenanceClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
-            llm: LlmConnectionsClient::new(channel).max_decoding_message_size(MAX_REPLY),
+            llm: LlmConnectionsClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
+            channels: ChannelsClient::new(channel).max_decoding_message_size(MAX_REPLY),
         }
     }
 }

@@ -102,6 +102,7 @@ static ASSETS: &[Asset] = assets![
     "js/vault/common.js" => "text/javascript; charset=utf-8",
     "js/vault/serverform.js" => "text/javascript; charset=utf-8",
     "js/vault/llm.js" => "text/javascript; charset=utf-8",
+    "js/vault/channels.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
 ];
 

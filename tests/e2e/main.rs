@@ -4,6 +4,8 @@
 mod backup;
 mod broker;
 mod channel_seatalk;
+mod channel_telegram;
+mod channels_rest;
 mod chat_agents;
 mod chat_edge;
 mod chat_engine;
@@ -45,6 +47,7 @@ mod retrieval_service;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod ui_channels;
 mod ui_chat;
 mod ui_done_when;
 mod ui_edge;

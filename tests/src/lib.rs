@@ -37,6 +37,7 @@ pub mod chat;
 pub mod embeddings;
 pub mod fake_llm;
 pub mod fake_seatalk;
+pub mod fake_telegram;
 pub mod http;
 pub mod mcp;
 pub mod openai;

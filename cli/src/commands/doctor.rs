@@ -149,6 +149,12 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 Ok(c) => check_llm(c["items"].as_array().map(Vec::as_slice).unwrap_or_default()),
                 Err(e) => Check::fail("llm", format!("cannot read the LLM connections: {e}"), "coffer logs store"),
             });
+            match api.get("/v1/channels").await {
+                Ok(c) => checks.extend(check_channels(c["items"].as_array().map(Vec::as_slice).unwrap_or_default())),
+                Err(e) => {
+                    checks.push(Check::fail("channels", format!("cannot read the channels: {e}"), "coffer logs store"))
+                }
+            }
         }
         None if lock_is_held(&ctx.home.daemon_lock()) => {
             checks.push(Check::fail(
@@ -416,6 +422,47 @@ pub fn check_llm(items: &[Value]) -> Check {
     }
 }
 
+/// One check per channel (none: no check): a disabled channel is ok; an enabled one warns when
+/// it is not paired (every chat is refused) or a credential it names has no value, and fails
+/// when coffer-chat reports its adapter `failed`.
+pub fn check_channels(items: &[Value]) -> Vec<Check> {
+    items
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or("?");
+            let check = format!("channel {name}");
+            let kind = c["kind"].as_str().unwrap_or("?");
+            if c["enabled"] != true {
+                return Check::ok(check, format!("{kind} channel, disabled"));
+            }
+            let missing = crate::commands::channel::missing_credentials(c);
+            if !missing.is_empty() {
+                let flags: Vec<String> = missing.iter().map(|m| format!("--{}-env VAR", m.replace('_', "-"))).collect();
+                return Check::warn(
+                    check,
+                    format!("enabled, but its {} credential has no value", missing.join(", ")),
+                    format!("coffer channel edit {name} {}", flags.join(" ")),
+                );
+            }
+            if c["adapter"]["state"] == "failed" {
+                return Check::fail(
+                    check,
+                    format!("its adapter failed: {}", crate::commands::channel::adapter_state(c)),
+                    format!("coffer logs chat; then coffer channel show {name}"),
+                );
+            }
+            if c["paired"] != true {
+                return Check::warn(
+                    check,
+                    "enabled but not paired: every chat is refused",
+                    format!("coffer channel pair {name}, then send /pair CODE to the bot"),
+                );
+            }
+            Check::ok(check, format!("{kind} channel, paired, adapter {}", crate::commands::channel::adapter_state(c)))
+        })
+        .collect()
+}
+
 /// Checks one registered server (a `GET /v1/mcp/servers` item): for stdio, its command, working
 /// folder and file arguments (relative ones against its folder, `workspace` by default); for
 /// both transports, that the credentials it references exist. A disabled server's problems are
@@ -620,6 +667,34 @@ mod tests {
         let http =
             json!({"name": "h", "transport": "http", "url": "http://x/mcp", "env": {}, "headers": {}, "enabled": true});
         assert_eq!(check_server(&http, ws, &creds).status, Status::Ok);
+    }
+
+    #[test]
+    fn channels() {
+        let ch = |v: Value| {
+            let c = check_channels(&[v]);
+            (c[0].status.as_str(), c[0].message.clone())
+        };
+        let base = json!({"name": "home", "kind": "telegram", "enabled": true, "paired": true,
+            "credentials_set": {"bot_token": true}, "adapter": {"state": "running"}, "owner": {"id": "1"}});
+        assert_eq!(ch(base.clone()).0, "ok");
+        let mut v = base.clone();
+        v["paired"] = json!(false);
+        let (s, m) = ch(v);
+        assert_eq!((s, m.as_str()), ("warn", "enabled but not paired: every chat is refused"));
+        let mut v = base.clone();
+        v["credentials_set"] = json!({"bot_token": false});
+        let (s, m) = ch(v);
+        assert_eq!(s, "warn");
+        assert!(m.contains("bot_token credential has no value"), "{m}");
+        let mut v = base.clone();
+        v["adapter"] = json!({"state": "failed", "last_error": "401 from getMe"});
+        assert_eq!(ch(v).0, "fail");
+        let mut v = base;
+        v["enabled"] = json!(false);
+        v["paired"] = json!(false);
+        assert_eq!(ch(v).0, "ok", "a disabled channel is not a problem");
+        assert!(check_channels(&[]).is_empty());
     }
 
     #[test]

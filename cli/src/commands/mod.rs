@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod backup;
+pub mod channel;
 pub mod chat;
 pub mod completions;
 pub mod connect;
@@ -54,6 +55,9 @@ pub enum Command {
     /// Add, test and choose LLM connections (the providers Coffer's agents and coffer__ask use).
     #[command(subcommand)]
     Llm(llm::LlmCommand),
+    /// Add, pair, enable and disable IM channels (Telegram, SeaTalk) that drive conversations.
+    #[command(subcommand)]
+    Channel(channel::ChannelCommand),
     /// Chat with the coding agents Coffer runs (Claude Code, Codex): start, send, watch, stop.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
@@ -102,6 +106,7 @@ impl Command {
             Command::Memory(c) => memory::run(ctx, c).await,
             Command::Skills(c) => skills::run(ctx, c).await,
             Command::Chat(c) => chat::run(ctx, c).await,
+            Command::Channel(c) => channel::run(ctx, c).await,
             Command::Llm(c) => llm::run(ctx, c).await,
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,

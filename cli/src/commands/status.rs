@@ -39,6 +39,13 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
         let items = c["items"].as_array().cloned().unwrap_or_default();
         output::println(&format!("\n{}", crate::commands::llm::status_line(&items)))?;
     }
+    // The channels, one line each (none: nothing printed).
+    if let Ok(c) = api.get("/v1/channels").await {
+        let items = c["items"].as_array().cloned().unwrap_or_default();
+        if !items.is_empty() {
+            output::print(&format!("\n{}", crate::commands::channel::status_lines(&items)))?;
+        }
+    }
     Ok(())
 }
 

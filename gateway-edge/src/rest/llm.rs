@@ -425,8 +425,11 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Whether any LLM connection or MCP server still references credential `name`.
+/// Whether any LLM connection, channel or MCP server still references credential `name`.
 async fn credential_in_use(st: &AppState, name: &str) -> Result<bool, ApiError> {
+    if crate::rest::channels::channel_refs(st).await?.contains(name) {
+        return Ok(true);
+    }
     let connections = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
     if connections.iter().any(|c| c.credential_ref == name) {
         return Ok(true);

@@ -12,6 +12,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub mod backup;
+pub mod channels;
 pub mod chat;
 pub mod credentials;
 pub mod import;
@@ -41,6 +42,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(knowledge::routes())
         .merge(chat::routes())
         .merge(llm::routes())
+        .merge(channels::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

@@ -133,6 +133,10 @@ pub const TAGS: &[(&str, &str)] = &[
         "llm",
         "LLM connections: where and how Coffer reaches a model provider (wire `anthropic`, `openai-responses`, `openai-chat` or `ollama`; base URL; the credential holding the key; model and fast model), and the one internal default the `coffer__ask` agent runs on. A connection never shows a key: `credential_ref` names a credential and `credential_set` says whether it has a value. `test` and `models` are served by coffer-chat (the one process that reads the key): while it is not running they answer 503 `SERVICE_UNAVAILABLE`.",
     ),
+    (
+        "channels",
+        "IM channels (`telegram`: Bot API long polling; `seatalk`: webhooks through coffer-callback) the owner drives conversations from. A channel never shows a secret: `bot_token`, `app_id`, `app_secret` and `signing_secret` are write-once body fields stored as credentials (`*_ref` names them; `credentials_set` says which have a value); a secret in a query string is refused. Only the owner's chat is served: pairing issues a one-time code, and the first chat that sends `/pair <code>` to the bot becomes the owner. `adapter` is the live state coffer-chat reports (null while it does not answer). Changing a channel only changes the resource: coffer-chat's coordinator starts, stops and restarts adapters.",
+    ),
     ("maintenance", "Backups, retention and this document."),
     ("mcp", "The MCP gateway itself (MCP Streamable HTTP; JSON-RPC errors)."),
 ];
@@ -285,6 +289,7 @@ fn limit_param(r: Route) -> Route {
 
 const SERVER_NAME: &str = "Server name (`^[a-z0-9][a-z0-9-]{0,23}$`).";
 const LLM_NAME: &str = "Connection name (`^[a-z0-9][a-z0-9-]{0,31}$`).";
+const CHANNEL_NAME: &str = "Channel name (`^[a-z0-9][a-z0-9-]{0,31}$`).";
 
 // ---------------------------------------------------------------------------------------------
 // The table.
@@ -770,6 +775,64 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", LLM_NAME)
             .ok(200, "The provider's model ids.", r("LlmModels"))
             .errors(&["NOT_FOUND", "CONFLICT"]),
+        // Channels.
+        route("GET", "/v1/channels", "channels", "List channels")
+            .describe("Sorted by name; one page. Each with its adapter's live state (`adapter` null while coffer-chat does not answer).")
+            .ok(200, "The channels.", page("Channel")),
+        route("POST", "/v1/channels", "channels", "Add a channel")
+            .describe("`telegram` needs `bot_token` (or `bot_token_ref`, an existing credential); `seatalk` needs `app_id`, `app_secret` and `signing_secret` (or their `*_ref`). A secret becomes the value of the credential its `*_ref` names, or of `channel-<name>-bot-token` (`-app-id`, `-app-secret`, `-signing-secret`) when none is named (the channel then names it); `CONFLICT` when that generated name is already taken. A new channel is unpaired. Answers with `ETag` and `Location`.")
+            .actor()
+            .body(r("ChannelCreate"))
+            .ok(201, "Added.", r("Channel"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS", "CONFLICT"]),
+        route("GET", "/v1/channels/{name}", "channels", "Get one channel")
+            .describe("With `ETag: \"<version>\"`.")
+            .path_param("name", CHANNEL_NAME)
+            .ok(200, "The channel.", r("Channel"))
+            .errors(&["NOT_FOUND"]),
+        route("PATCH", "/v1/channels/{name}", "channels", "Change a channel")
+            .describe("Absent fields stay; the `*_ref`s, `api_base_url`, `default_agent` and `agent_config` set to null clear them. A secret replaces its credential's value (alone it leaves the record's version as it is); a credential Coffer made for the channel goes once the channel names another. The kind cannot change. With `If-Match: \"<version>\"` the write happens only at that version.")
+            .path_param("name", CHANNEL_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .body(r("ChannelPatch"))
+            .ok(200, "The channel after the change, with its new ETag.", r("Channel"))
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("DELETE", "/v1/channels/{name}", "channels", "Remove a channel")
+            .describe("Honours `If-Match`. Its owner, pending code, cursor and seen events go with it; conversations bound to it keep their history. Credentials Coffer made for it go too unless something else references them; credentials you named stay.")
+            .path_param("name", CHANNEL_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .no_content("Removed.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
+        route("POST", "/v1/channels/{name}/enable", "channels", "Enable a channel")
+            .describe("coffer-chat's coordinator then starts its adapter. Idempotent.")
+            .path_param("name", CHANNEL_NAME)
+            .actor()
+            .ok(200, "The channel.", r("Channel"))
+            .errors(&["NOT_FOUND"]),
+        route("POST", "/v1/channels/{name}/disable", "channels", "Disable a channel")
+            .describe("Its adapter stops; a running turn finishes and nothing more is sent. Idempotent.")
+            .path_param("name", CHANNEL_NAME)
+            .actor()
+            .ok(200, "The channel.", r("Channel"))
+            .errors(&["NOT_FOUND"]),
+        route("POST", "/v1/channels/{name}/pair", "channels", "Issue a pairing code")
+            .describe("A fresh one-time code (8 characters of Crockford base-32), replacing any pending one; only its digest is stored. The first chat that sends `/pair <code>` to the bot before it expires becomes the owner, replacing the previous one; five wrong tries void it. The body is optional.")
+            .path_param("name", CHANNEL_NAME)
+            .actor()
+            .body(json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {"ttl_s": {"type": "integer", "minimum": 60, "maximum": 3600, "default": 600, "description": "How long the code is valid (seconds)."}},
+            }))
+            .ok(200, "The code.", r("PairingCode"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("DELETE", "/v1/channels/{name}/pair", "channels", "Unpair a channel")
+            .describe("Forgets the owner and any pending code: every chat is refused until the next pairing.")
+            .path_param("name", CHANNEL_NAME)
+            .actor()
+            .no_content("Unpaired.")
+            .errors(&["NOT_FOUND"]),
         // Maintenance.
         route("POST", "/v1/backup", "maintenance", "Back up the home")
             .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
@@ -1396,6 +1459,92 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         },
     }));
     let api_key = json!({"type": "string", "writeOnly": true, "description": "1-65536 bytes, no control characters; stored as a credential, never shown back."});
+    let kinds = json!({"enum": coffer_types::channels::KINDS, "description": "telegram: Bot API long polling; seatalk: SeaTalk open platform webhooks (through coffer-callback)."});
+    let agent_config = json!({
+        "type": ["object", "null"], "additionalProperties": false,
+        "description": "Config of new conversations' agent; null: the agent's defaults.",
+        "properties": {"cwd": {"type": "string", "description": "Absolute working directory."}, "model": {"type": "string"}},
+    });
+    m.insert("Channel", json!({
+        "type": "object",
+        "required": ["name", "kind", "enabled", "credentials_set", "api_base_url", "default_agent", "agent_config", "paired", "owner", "pairing", "version", "created_at", "updated_at", "adapter"],
+        "properties": {
+            "name": {"type": "string"},
+            "kind": kinds,
+            "enabled": {"type": "boolean"},
+            "bot_token_ref": nullable("telegram: the bot token's credential."),
+            "app_id_ref": nullable("seatalk: the app id's credential."),
+            "app_secret_ref": nullable("seatalk: the app secret's credential."),
+            "signing_secret_ref": nullable("seatalk: the signing secret's credential."),
+            "credentials_set": {"type": "object", "additionalProperties": {"type": "boolean"}, "description": "Each of the kind's secrets (`bot_token`; `app_id`, `app_secret`, `signing_secret`): whether its credential has a value."},
+            "api_base_url": nullable("null: the platform's public API."),
+            "default_agent": nullable("The agent of new conversations; null: claude_code."),
+            "agent_config": agent_config,
+            "paired": {"type": "boolean", "description": "Whether an owner is set (else every chat is refused)."},
+            "owner": {"type": ["object", "null"], "required": ["id", "display", "paired_at"], "properties": {
+                "id": {"type": "string", "description": "Telegram chat id; SeaTalk employee code."},
+                "display": {"type": ["string", "null"]},
+                "paired_at": time,
+            }},
+            "pairing": {"type": "object", "required": ["pending", "expires_at"], "properties": {
+                "pending": {"type": "boolean", "description": "A code is waiting (not expired, used or void)."},
+                "expires_at": {"type": ["string", "null"], "format": "date-time"},
+            }},
+            "version": {"type": "integer", "description": "Bumped by every configuration write (not by pairing); the ETag."},
+            "created_at": time, "updated_at": time,
+            "adapter": {"type": ["object", "null"], "description": "The adapter's live state from coffer-chat; null while it does not answer.", "properties": {
+                "state": {"type": "string", "description": "running, backoff, stopped or failed."},
+                "last_error": {"type": ["string", "null"]},
+                "started_ms": {"type": ["integer", "null"]},
+                "last_inbound_ms": {"type": ["integer", "null"]},
+                "last_outbound_ms": {"type": ["integer", "null"]},
+                "retry_at_ms": {"type": ["integer", "null"]},
+                "bot_username": {"type": ["string", "null"]},
+            }},
+        },
+    }));
+    let secret = |d: &str| json!({"type": "string", "writeOnly": true, "description": format!("{d}; 1-65536 bytes, no control characters; stored as a credential, never shown back.")});
+    let channel_body = |required: Vec<&str>, patch: bool| {
+        let text = |d: &str| {
+            if patch {
+                json!({"type": ["string", "null"], "description": d})
+            } else {
+                json!({"type": "string", "description": d})
+            }
+        };
+        json!({
+            "type": "object", "required": required, "additionalProperties": false,
+            "properties": {
+                "name": {"type": "string", "description": if patch { "Only the current name (no rename)." } else { "`^[a-z0-9][a-z0-9-]{0,31}$`." }},
+                "kind": kinds,
+                "enabled": {"type": "boolean", "default": true},
+                "bot_token": secret("telegram: the bot token from @BotFather"),
+                "app_id": secret("seatalk: the app id"),
+                "app_secret": secret("seatalk: the app secret"),
+                "signing_secret": secret("seatalk: the callback signing secret"),
+                "bot_token_ref": text("An existing credential holding the bot token."),
+                "app_id_ref": text("An existing credential holding the app id."),
+                "app_secret_ref": text("An existing credential holding the app secret."),
+                "signing_secret_ref": text("An existing credential holding the signing secret."),
+                "api_base_url": text("Absolute http(s) URL, no query or fragment, at most 2048 bytes; absent: the public API."),
+                "default_agent": text("An agent key (claude_code, codex)."),
+                "agent_config": agent_config,
+            },
+        })
+    };
+    m.insert("ChannelCreate", channel_body(vec!["name", "kind"], false));
+    m.insert("ChannelPatch", channel_body(vec![], true));
+    m.insert("PairingCode", json!({
+        "type": "object", "required": ["channel", "code", "expires_at", "ttl_s", "instruction", "warning"],
+        "properties": {
+            "channel": {"type": "string"},
+            "code": {"type": "string", "description": "8 characters of Crockford base-32; shown once."},
+            "expires_at": time,
+            "ttl_s": {"type": "integer"},
+            "instruction": {"type": "string", "description": "What to send, where, and until when."},
+            "warning": {"type": ["string", "null"], "description": "Why the code cannot arrive yet (the channel is disabled, its adapter not running); null when none."},
+        },
+    }));
     m.insert("LlmConnectionCreate", json!({
         "type": "object", "required": ["name", "wire", "model"], "additionalProperties": false,
         "properties": {

@@ -2,11 +2,13 @@
 //! internal auth layer before the method runs.
 //!
 //! Chat serves the gateway (REST `/v1/agents`, `/v1/conversations…`, SSE, the CLI through them;
-//! `coffer.llm.v1.Llm`: REST's connection probes and the `coffer__ask` built-in).
+//! `coffer.llm.v1.Llm`: REST's connection probes and the `coffer__ask` built-in;
+//! `coffer.channel.v1.ChannelAdapters.ListAdapters`) and coffer-callback (`DeliverSeatalkEvent`).
 //! A method with no row is refused, so a new RPC is closed until its row is written;
 //! `every_chat_method_has_exactly_one_rule` keeps the table and `proto/chat.proto` and
 //! `proto/llm.proto` in step.
 //! Health is open to every service (the supervisor's checks).
+use coffer_proto::channel::channel_adapters_server;
 use coffer_proto::chat::chat_server;
 use coffer_proto::llm::llm_server;
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
@@ -14,6 +16,7 @@ use coffer_runtime::identity::Identity;
 
 const CHAT: &str = chat_server::SERVICE_NAME;
 const LLM: &str = llm_server::SERVICE_NAME;
+const CHANNELS: &str = channel_adapters_server::SERVICE_NAME;
 /// The services that use chat.
 const CALLERS: Allow = Allow::Only(&[Identity::Gateway]);
 
@@ -43,6 +46,10 @@ pub const POLICY: Policy = Policy {
         llm_rule("TestConnection"),
         llm_rule("ListModels"),
         llm_rule("Ask"),
+        // Channel adapters: their live state for the gateway; SeaTalk events only from
+        // coffer-callback (its own identity).
+        Rule { service: CHANNELS, method: "ListAdapters", allow: CALLERS },
+        Rule { service: CHANNELS, method: "DeliverSeatalkEvent", allow: Allow::Only(&[Identity::Callback]) },
     ],
     unlisted: Unlisted::Deny,
 };
@@ -62,9 +69,11 @@ mod tests {
                 .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
                 .collect()
         };
-        for (service, proto, least) in
-            [(CHAT, include_str!("../../../proto/chat.proto"), 11), (LLM, include_str!("../../../proto/llm.proto"), 3)]
-        {
+        for (service, proto, least) in [
+            (CHAT, include_str!("../../../proto/chat.proto"), 11),
+            (LLM, include_str!("../../../proto/llm.proto"), 3),
+            (CHANNELS, include_str!("../../../proto/channel.proto"), 2),
+        ] {
             let declared = rpcs(proto);
             assert!(declared.len() >= least, "parsed {declared:?}");
             let ruled: Vec<String> =
@@ -73,7 +82,7 @@ mod tests {
             assert_eq!(unique.len(), ruled.len(), "a method of {service} has two rules");
             assert_eq!(declared, unique, "{service}'s RPCs and the table differ");
         }
-        assert!(POLICY.rules.iter().all(|r| r.service == CHAT || r.service == LLM));
+        assert!(POLICY.rules.iter().all(|r| [CHAT, LLM, CHANNELS].contains(&r.service)));
     }
 
     #[test]
@@ -93,5 +102,14 @@ mod tests {
                 assert!(POLICY.check(caller, &path).is_err(), "{caller} on {path}");
             }
         }
+        let deliver = format!("/{CHANNELS}/DeliverSeatalkEvent");
+        assert_eq!(POLICY.check(Identity::Callback, &deliver), Ok(()));
+        for caller in [Identity::Gateway, Identity::Store, Identity::Chat, Identity::Supervisor] {
+            assert!(POLICY.check(caller, &deliver).is_err(), "{caller} on {deliver}");
+        }
+        let list = format!("/{CHANNELS}/ListAdapters");
+        assert_eq!(POLICY.check(Identity::Gateway, &list), Ok(()));
+        assert!(POLICY.check(Identity::Callback, &list).is_err(), "the callback only delivers");
+        assert!(POLICY.check(Identity::Callback, "/coffer.chat.v1.Chat/SendMessage").is_err());
     }
 }

@@ -80,6 +80,7 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
         internal.channel(Identity::Gateway).context("the gateway's address")?,
     );
     let llm_service = llm::service::LlmService::new(connections.clone(), broker, config_rx.clone());
+    let store_channel = channel.clone();
     let store = persist::Store::new(channel);
     let registry =
         Arc::new(providers::Registry::new(registry, home.root().to_path_buf()).with_connections(connections));
@@ -100,8 +101,20 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
         }
     }
 
+    // The channel adapters: the coordinator alone starts and stops them (the supervisor, when
+    // its address is known, runs coffer-callback for SeaTalk).
+    let control =
+        internal.channel(Identity::Supervisor).ok().map(coffer_proto::control::control_client::ControlClient::new);
+    let coordinator = channels::coordinator::Coordinator::new(engine.clone(), store_channel, control);
+    let adapters = channels::coordinator::AdaptersService { shared: coordinator.shared() };
+    let coordinating = tokio::spawn(coordinator.run(shutdown.clone()));
+
     let service = service::ChatService { engine };
     let routes = tonic::service::Routes::new(ChatServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+        .add_service(
+            coffer_proto::channel::channel_adapters_server::ChannelAdaptersServer::new(adapters)
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .add_service(
             LlmServer::new(llm_service)
                 .max_decoding_message_size(MAX_REQUEST_BYTES)
@@ -110,6 +123,8 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
     coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
         .await?;
     shutdown.cancel();
+    // The adapters stop (their turns' output with them) before the process ends.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(15), coordinating).await;
     Ok(())
 }
 

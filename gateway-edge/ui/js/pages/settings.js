@@ -2,18 +2,21 @@
 // GET /v1/settings, saved with PATCH /v1/settings; the daemon's refusal is shown next to the
 // field and nothing changes), credentials (names only; set and delete — a value is typed into a
 // password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
-// a service), a backup of the home (POST /v1/backup) and the LLM connections (js/vault/llm.js).
+// a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
+// (js/vault/channels.js).
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
   field, formDialog, confirmDialog, messageOf, duration, bytes, showFieldError,
 } from '../vault/common.js';
 import { llm } from '../vault/llm.js';
+import { channels } from '../vault/channels.js';
 
 const TABS = [
   { id: 'settings', label: 'Settings' },
   { id: 'credentials', label: 'Credentials' },
   { id: 'llm', label: 'LLM connections' },
+  { id: 'channels', label: 'Channels' },
   { id: 'status', label: 'Status' },
   { id: 'backup', label: 'Backup' },
 ];
@@ -27,7 +30,7 @@ export function mount(root, { params }) {
     for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
     panel.setAttribute('aria-labelledby', `tab-${id}`);
     replace(panel);
-    ({ settings, credentials, llm, status, backup })[id](panel);
+    ({ settings, credentials, llm, channels, status, backup })[id](panel);
   };
   const bar = tabs(TABS, tab, (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); });
   root.append(pageHead('Settings', 'How the daemon behaves, its secrets, its services and backups.'), bar, panel);

@@ -171,6 +171,11 @@ async fn strangers_are_refused_once_and_audited_without_content_then_pairing_mak
     assert!(conv.agent_config_json.contains("\"model\":\"m1\""), "{}", conv.agent_config_json);
     let user = r.fake.db().messages[&conv.id][0].clone();
     assert_eq!(user.source, "channel:tg");
+    // Unpaired elsewhere (the CLI): the next message is refused at once, no restart needed.
+    r.fake.db().owner = Some(String::new());
+    bridge.handle(&ch, msg("100", "say:after the unpairing")).await.unwrap();
+    assert!(rec.notices().last().unwrap().contains("not paired"), "{:?}", rec.notices());
+    assert_eq!(r.fake.db().messages[&conv.id].len(), 2, "nothing more reached the conversation");
 }
 
 #[tokio::test]

@@ -1,8 +1,682 @@
 //! The Telegram adapter (see [`super`]): Bot API long polling. Owned by the `telegram` helper.
-use super::{AdapterCtx, AdapterHandle};
+//!
+//! - **Polling.** `getMe` once (the status's `bot_username`), then `getUpdates` with
+//!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message"]` and `offset` = the record's
+//!   `cursor`. A batch is handled in order, then `SetCursor(last update_id + 1)` persists the
+//!   offset; an update below the cursor (redelivered after a crash between the two) is skipped,
+//!   so none is handled twice. Cancellation is heard only between batches.
+//! - **Faults.** 5xx, timeouts and refused connections back off exponentially
+//!   ([`BACKOFF_FIRST`] doubling to [`BACKOFF_MAX`], state `backoff` with `retry_at_ms`); a 429
+//!   waits its `parameters.retry_after`; 401/404 (the token) leave the adapter `failed` until
+//!   the coordinator restarts it.
+//! - **Replies** ([`TelegramReplier`]): a turn gets one progress message ("…", then
+//!   `editMessageText` at most once per [`EDIT_INTERVAL`] per chat, unchanged text skipped),
+//!   then its final text split by [`format::split`] and rendered by [`format::to_html`]
+//!   (`parse_mode: HTML`; a 400 "can't parse entities" falls back to plain text), the first
+//!   piece replacing the progress message.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::bridge::Bridge;
+use super::{AdapterCtx, AdapterHandle, ChannelError, Inbound, Replier, StatusCell, TurnState, TurnView};
+
+#[path = "telegram_format.rs"]
+pub mod format;
+
+/// The public Bot API.
+pub const DEFAULT_API: &str = "https://api.telegram.org";
+/// `getUpdates`' long-poll timeout, seconds.
+pub const POLL_TIMEOUT_S: u64 = 30;
+/// The HTTP timeout beyond a long poll's own.
+const POLL_SLACK: Duration = Duration::from_secs(15);
+/// Timeout of every other call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// First backoff after a failure, doubled each time up to [`BACKOFF_MAX`].
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Longest backoff.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Least time between two edits of one chat's messages (the Bot API's ~1 message/s per chat).
+pub const EDIT_INTERVAL: Duration = Duration::from_secs(1);
+/// Tries of one send or edit on 429 / 5xx before it is given up.
+const SEND_TRIES: u32 = 5;
+/// Longest 429 wait honoured inside a reply (a longer one gives the message up).
+const MAX_RETRY_AFTER: u64 = 120;
+/// Characters of a turn's text the progress message shows (its tail).
+const PROGRESS_CHARS: usize = 3500;
+const PLATFORM: &str = "Telegram";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A small Bot API client: `POST {base}/bot{token}/{method}` with a JSON body, answers
+/// `{ok, result}` or `{ok: false, error_code, description, parameters: {retry_after}}`.
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: SecretString,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    ok: bool,
+    #[serde(default)]
+    result: Value,
+    #[serde(default)]
+    error_code: u16,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    parameters: Option<Params>,
+}
+
+#[derive(Deserialize)]
+struct Params {
+    #[serde(default)]
+    retry_after: Option<u64>,
+}
+
+/// One `Update` (only `message` is asked for).
+#[derive(Debug, Deserialize)]
+pub struct Update {
+    pub update_id: i64,
+    #[serde(default)]
+    pub message: Option<Message>,
+}
+
+/// The parts of a `Message` the adapter reads.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    pub message_id: i64,
+    #[serde(default)]
+    pub from: Option<User>,
+    pub chat: Chat,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// A `User`.
+#[derive(Debug, Deserialize)]
+pub struct User {
+    pub id: i64,
+    #[serde(default)]
+    pub is_bot: bool,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub first_name: String,
+}
+
+/// A `Chat`.
+#[derive(Debug, Deserialize)]
+pub struct Chat {
+    pub id: i64,
+    #[serde(rename = "type", default)]
+    pub kind: String,
+}
+
+impl Api {
+    /// A client of the Bot API at `base` (empty: [`DEFAULT_API`]) for `token`.
+    pub fn new(base: &str, token: SecretString) -> Self {
+        coffer_runtime::tls::ensure_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        let base = if base.trim().is_empty() { DEFAULT_API } else { base.trim() };
+        Self { http, base: base.trim_end_matches('/').to_owned(), token }
+    }
+
+    /// Calls `method`; the errors never carry the token (the URL is dropped from them).
+    ///
+    /// # Errors
+    /// [`ChannelError::RateLimited`] (429), [`ChannelError::Auth`] (401, 404: the bot token was
+    /// refused), [`ChannelError::Unavailable`] (5xx, timeouts, no connection, an unreadable
+    /// answer), [`ChannelError::Rejected`] (other 4xx, with Telegram's description).
+    pub async fn call(&self, method: &str, body: &Value, timeout: Duration) -> Result<Value, ChannelError> {
+        let url = format!("{}/bot{}/{method}", self.base, self.token.expose_secret());
+        let unavailable = |e: reqwest::Error| ChannelError::Unavailable {
+            platform: PLATFORM,
+            message: format!("{method} at {}: {}", self.base, describe(e)),
+        };
+        let resp = self.http.post(url).timeout(timeout).json(body).send().await.map_err(unavailable)?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(unavailable)?;
+        let answer: Option<Answer> = serde_json::from_slice(&bytes).ok();
+        match answer {
+            Some(a) if a.ok => Ok(a.result),
+            a => {
+                let (code, description, retry) = match a {
+                    Some(a) => {
+                        let code = if a.error_code == 0 { status } else { a.error_code };
+                        (code, a.description, a.parameters.and_then(|p| p.retry_after))
+                    }
+                    None => (status, format!("HTTP {status} without a Bot API answer"), None),
+                };
+                Err(classify(method, code, &description, retry))
+            }
+        }
+    }
+
+    /// `getMe`: the bot's username.
+    ///
+    /// # Errors
+    /// As [`Api::call`].
+    pub async fn get_me(&self) -> Result<String, ChannelError> {
+        let me = self.call("getMe", &json!({}), CALL_TIMEOUT).await?;
+        Ok(me.get("username").and_then(Value::as_str).unwrap_or_default().to_owned())
+    }
+
+    /// `getUpdates` from `offset`, waiting up to [`POLL_TIMEOUT_S`].
+    ///
+    /// # Errors
+    /// As [`Api::call`].
+    pub async fn get_updates(&self, offset: i64) -> Result<Vec<Update>, ChannelError> {
+        let mut body = json!({ "timeout": POLL_TIMEOUT_S, "allowed_updates": ["message"] });
+        if offset > 0 {
+            body["offset"] = json!(offset);
+        }
+        let timeout = Duration::from_secs(POLL_TIMEOUT_S) + POLL_SLACK;
+        let result = self.call("getUpdates", &body, timeout).await?;
+        // One malformed update must not stall the rest: each is read on its own.
+        let list = result.as_array().cloned().unwrap_or_default();
+        Ok(list
+            .into_iter()
+            .filter_map(|u| match serde_json::from_value::<Update>(u.clone()) {
+                Ok(up) => Some(up),
+                Err(e) => {
+                    let id = u.get("update_id").and_then(Value::as_i64)?;
+                    tracing::warn!(update_id = id, error = %e, "An unreadable Telegram update was skipped.");
+                    Some(Update { update_id: id, message: None })
+                }
+            })
+            .collect())
+    }
+}
+
+/// A transport error with its causes ("error sending request: … connection refused"), without
+/// the URL (it holds the token).
+fn describe(e: reqwest::Error) -> String {
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !out.contains(&c_text) {
+            out.push_str(": ");
+            out.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    if timeout && !out.contains("timed out") {
+        out.push_str(" (timed out)");
+    }
+    out
+}
+
+/// A failed call, classified.
+fn classify(method: &str, code: u16, description: &str, retry_after: Option<u64>) -> ChannelError {
+    match code {
+        429 => ChannelError::RateLimited { platform: PLATFORM, retry_after_s: retry_after.unwrap_or(1).max(1) },
+        401 | 404 => ChannelError::Auth { platform: PLATFORM, message: "the bot token was refused".into() },
+        500..=599 => {
+            ChannelError::Unavailable { platform: PLATFORM, message: format!("{method}: {code} {description}") }
+        }
+        _ => ChannelError::Rejected { platform: PLATFORM, message: format!("{method}: {code} {description}") },
+    }
+}
+
+/// Telegram's chat id as JSON: a number when it is one.
+fn chat_ref(chat_id: &str) -> Value {
+    chat_id.parse::<i64>().map_or_else(|_| json!(chat_id), |n| json!(n))
+}
+
+/// An update as the bridge reads it; `None` for what is not a person's text message.
+pub fn inbound(channel: &str, bot_username: &str, u: &Update) -> Option<Inbound> {
+    let m = u.message.as_ref()?;
+    let from = m.from.as_ref()?;
+    if from.is_bot {
+        return None;
+    }
+    let mut text = m.text.clone()?;
+    if !bot_username.is_empty() {
+        text = text.replace(&format!("@{bot_username} "), "").replace(&format!("@{bot_username}"), "");
+    }
+    let display = from.username.as_ref().map_or_else(|| from.first_name.clone(), |u| format!("@{u}"));
+    Some(Inbound {
+        channel: channel.to_owned(),
+        chat_id: m.chat.id.to_string(),
+        sender_id: from.id.to_string(),
+        sender_display: display,
+        text: text.trim().to_owned(),
+        message_id: m.message_id.to_string(),
+        group: m.chat.kind != "private",
+    })
+}
+
+/// How an adapter shows things in Telegram chats.
+pub struct TelegramReplier {
+    api: Arc<Api>,
+    status: Arc<StatusCell>,
+    /// When each chat's messages may next be edited or sent (throttling across turns).
+    next_slot: Mutex<HashMap<String, Instant>>,
+}
+
+fn is_unmodified(e: &ChannelError) -> bool {
+    matches!(e, ChannelError::Rejected { message, .. } if message.contains("message is not modified"))
+}
+
+fn is_parse_error(e: &ChannelError) -> bool {
+    matches!(e, ChannelError::Rejected { message, .. } if message.to_ascii_lowercase().contains("can't parse entities"))
+}
+
+impl TelegramReplier {
+    /// A replier over `api`, recording outbound times in `status`.
+    pub fn new(api: Arc<Api>, status: Arc<StatusCell>) -> Arc<Self> {
+        Arc::new(Self { api, status, next_slot: Mutex::new(HashMap::new()) })
+    }
+
+    /// Waits for the chat's next slot and takes it.
+    async fn slot(&self, chat_id: &str) {
+        let at = {
+            let mut slots = self.next_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            let at = slots.get(chat_id).copied().filter(|t| *t > now).unwrap_or(now);
+            slots.insert(chat_id.to_owned(), at + EDIT_INTERVAL);
+            at
+        };
+        tokio::time::sleep_until(at).await;
+    }
+
+    /// One call with its retries: 429 waits `retry_after`, 5xx and timeouts back off; the rest
+    /// fail at once.
+    async fn send(&self, method: &str, body: &Value) -> Result<Value, ChannelError> {
+        let mut delay = BACKOFF_FIRST;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.api.call(method, body, CALL_TIMEOUT).await {
+                Ok(v) => {
+                    self.status.update(|s| s.last_outbound_ms = now_ms());
+                    return Ok(v);
+                }
+                Err(ChannelError::RateLimited { retry_after_s, .. })
+                    if tries < SEND_TRIES && retry_after_s <= MAX_RETRY_AFTER =>
+                {
+                    tokio::time::sleep(Duration::from_secs(retry_after_s)).await;
+                }
+                Err(ChannelError::Unavailable { .. }) if tries < SEND_TRIES => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(BACKOFF_MAX);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `sendMessage` of one HTML piece (plain text when Telegram cannot parse it); the new
+    /// message's id.
+    async fn send_piece(&self, chat_id: &str, md: &str) -> Result<i64, ChannelError> {
+        let body = json!({ "chat_id": chat_ref(chat_id), "text": format::to_html(md), "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true } });
+        let sent = match self.send("sendMessage", &body).await {
+            Err(e) if is_parse_error(&e) => {
+                self.send("sendMessage", &json!({ "chat_id": chat_ref(chat_id), "text": md })).await?
+            }
+            r => r?,
+        };
+        Ok(sent.get("message_id").and_then(Value::as_i64).unwrap_or_default())
+    }
+
+    /// `editMessageText` of the progress message into one HTML piece (plain on a parse error).
+    async fn edit_piece(&self, chat_id: &str, message_id: i64, md: &str) -> Result<(), ChannelError> {
+        let body = json!({ "chat_id": chat_ref(chat_id), "message_id": message_id, "text": format::to_html(md),
+            "parse_mode": "HTML", "link_preview_options": { "is_disabled": true } });
+        match self.send("editMessageText", &body).await {
+            Err(e) if is_parse_error(&e) => {
+                let plain = json!({ "chat_id": chat_ref(chat_id), "message_id": message_id, "text": md });
+                match self.send("editMessageText", &plain).await {
+                    Err(e) if is_unmodified(&e) => Ok(()),
+                    r => r.map(drop),
+                }
+            }
+            Err(e) if is_unmodified(&e) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+}
+
+/// The progress message's plain text: the tail of the text so far and the last tools.
+pub fn progress_text(v: &TurnView) -> String {
+    let n = v.text.chars().count();
+    let mut out = if n > PROGRESS_CHARS {
+        format!("…{}", v.text.chars().skip(n - PROGRESS_CHARS).collect::<String>())
+    } else {
+        v.text.trim_end().to_owned()
+    };
+    if !v.tools.is_empty() {
+        let last: Vec<&str> = v.tools.iter().rev().take(3).rev().map(String::as_str).collect();
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+        out.push_str(&format!("⚙ {}", last.join(", ")));
+    }
+    if out.trim().is_empty() { "…".to_owned() } else { format!("{out} …") }
+}
+
+/// The final markdown of an ended turn: its text and, unless it simply finished, how it ended.
+pub fn final_markdown(v: &TurnView) -> String {
+    let text = v.text.trim_end();
+    let note = match &v.state {
+        TurnState::Done { stop_reason } if stop_reason == "max_tokens" => {
+            Some("_(cut at the model's token limit)_".into())
+        }
+        TurnState::Done { .. } | TurnState::Running => None,
+        TurnState::Interrupted => Some("_(interrupted)_".to_owned()),
+        TurnState::Failed { message } => Some(format!("⚠ The turn failed: {}", format::escape_md(message))),
+    };
+    match (text.is_empty(), note) {
+        (true, None) => "(no text)".to_owned(),
+        (true, Some(n)) => n,
+        (false, None) => text.to_owned(),
+        (false, Some(n)) => format!("{text}\n\n{n}"),
+    }
+}
+
+impl Replier for TelegramReplier {
+    fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            for piece in format::split(text, format::MAX_CHARS) {
+                self.slot(chat_id).await;
+                self.send("sendMessage", &json!({ "chat_id": chat_ref(chat_id), "text": piece })).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn turn<'a>(
+        &'a self,
+        chat_id: &'a str,
+        mut views: watch::Receiver<TurnView>,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            self.slot(chat_id).await;
+            let first = views.borrow_and_update().clone();
+            let mut shown = if first.state.is_final() { String::new() } else { progress_text(&first) };
+            let mut progress = None;
+            if !first.state.is_final() {
+                let sent = self.send("sendMessage", &json!({ "chat_id": chat_ref(chat_id), "text": shown })).await;
+                match sent {
+                    Ok(m) => progress = m.get("message_id").and_then(Value::as_i64),
+                    Err(e) => tracing::warn!(error = %e, "Cannot send a progress message."),
+                }
+            }
+            let last = loop {
+                let v = views.borrow_and_update().clone();
+                if v.state.is_final() {
+                    break v;
+                }
+                if views.changed().await.is_err() {
+                    return Ok(());
+                }
+                self.slot(chat_id).await;
+                let v = views.borrow_and_update().clone();
+                if v.state.is_final() {
+                    break v;
+                }
+                let text = progress_text(&v);
+                if let Some(id) = progress
+                    && text != shown
+                {
+                    let body = json!({ "chat_id": chat_ref(chat_id), "message_id": id, "text": text });
+                    match self.send("editMessageText", &body).await {
+                        Ok(_) => shown = text,
+                        Err(e) if is_unmodified(&e) => shown = text,
+                        Err(e) => tracing::warn!(error = %e, "Cannot edit a progress message."),
+                    }
+                }
+            };
+            let pieces = format::split(&final_markdown(&last), format::MAX_CHARS);
+            for (i, piece) in pieces.iter().enumerate() {
+                if i > 0 || progress.is_some() {
+                    self.slot(chat_id).await;
+                }
+                match (i, progress) {
+                    (0, Some(id)) => self.edit_piece(chat_id, id, piece).await?,
+                    _ => {
+                        self.send_piece(chat_id, piece).await?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
 
 /// Starts the adapter of one enabled Telegram channel (`ctx.secrets[bot_token_ref]` is the bot
 /// token). Called only by the coordinator.
-pub fn spawn(_ctx: AdapterCtx) -> AdapterHandle {
-    todo!("the telegram helper writes the adapter")
+pub fn spawn(ctx: AdapterCtx) -> AdapterHandle {
+    AdapterHandle { task: tokio::spawn(run(ctx)), inbox: None }
+}
+
+/// Waits `d` unless cancelled first (`false` then).
+async fn pause(ctx: &AdapterCtx, d: Duration) -> bool {
+    tokio::select! {
+        () = ctx.cancel.cancelled() => false,
+        () = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Enters backoff after `e` for the delay it asks (429) or `delay` (doubling it); `false` when
+/// cancelled meanwhile.
+async fn back_off(ctx: &AdapterCtx, e: &ChannelError, delay: &mut Duration) -> bool {
+    let wait = match e {
+        ChannelError::RateLimited { retry_after_s, .. } => Duration::from_secs(*retry_after_s),
+        _ => {
+            let d = *delay;
+            *delay = (*delay * 2).min(BACKOFF_MAX);
+            d
+        }
+    };
+    let msg = e.to_string();
+    ctx.status.update(|s| {
+        s.state = "backoff".into();
+        s.last_error = msg;
+        s.retry_at_ms = now_ms() + wait.as_millis() as i64;
+    });
+    tracing::warn!(channel = %ctx.record.name, error = %e, wait_ms = wait.as_millis() as u64, "Telegram failed; backing off.");
+    pause(ctx, wait).await
+}
+
+/// Stays `failed` (naming `why`) until cancelled.
+async fn fail(ctx: &AdapterCtx, why: String) {
+    tracing::warn!(channel = %ctx.record.name, error = %why, "The Telegram adapter cannot run.");
+    ctx.status.update(|s| {
+        s.state = "failed".into();
+        s.last_error = why;
+        s.retry_at_ms = 0;
+    });
+    ctx.cancel.cancelled().await;
+}
+
+async fn run(ctx: AdapterCtx) {
+    let name = ctx.record.name.clone();
+    ctx.status.update(|s| {
+        s.started_ms = now_ms();
+        s.state = "running".into();
+        s.last_error.clear();
+    });
+    let Some(token) = ctx.secrets.get(&ctx.record.bot_token_ref).cloned() else {
+        let why = format!("the bot token credential {:?} is missing", ctx.record.bot_token_ref);
+        return fail(&ctx, why).await;
+    };
+    let api = Arc::new(Api::new(&ctx.record.api_base_url, token));
+    let mut delay = BACKOFF_FIRST;
+    let username = loop {
+        let me = tokio::select! {
+            () = ctx.cancel.cancelled() => return stopped(&ctx),
+            me = api.get_me() => me,
+        };
+        match me {
+            Ok(u) => break u,
+            Err(ChannelError::Auth { message, .. }) => return fail(&ctx, message).await,
+            Err(e) => {
+                if !back_off(&ctx, &e, &mut delay).await {
+                    return stopped(&ctx);
+                }
+            }
+        }
+    };
+    ctx.status.update(|s| {
+        s.state = "running".into();
+        s.bot_username = username.clone();
+        s.last_error.clear();
+        s.retry_at_ms = 0;
+    });
+    tracing::info!(channel = %name, bot = %username, "The Telegram adapter is polling.");
+    let replier = TelegramReplier::new(api.clone(), ctx.status.clone());
+    let bridge = Bridge::new(ctx.engine.clone(), replier);
+    if let Err(e) = bridge.resume(&ctx.record).await {
+        tracing::warn!(channel = %name, error = %e, "Cannot follow the owner's conversation yet.");
+    }
+    let mut channels = coffer_proto::store::channels_client::ChannelsClient::new(ctx.store.clone());
+    let mut cursor = ctx.record.cursor;
+    delay = BACKOFF_FIRST;
+    loop {
+        let got = tokio::select! {
+            () = ctx.cancel.cancelled() => break,
+            got = api.get_updates(cursor) => got,
+        };
+        let updates = match got {
+            Ok(u) => u,
+            Err(ChannelError::Auth { message, .. }) => {
+                drop(bridge);
+                return fail(&ctx, message).await;
+            }
+            Err(e) => {
+                if !back_off(&ctx, &e, &mut delay).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        if delay != BACKOFF_FIRST || ctx.status.get().state != "running" {
+            delay = BACKOFF_FIRST;
+            ctx.status.update(|s| {
+                s.state = "running".into();
+                s.last_error.clear();
+                s.retry_at_ms = 0;
+            });
+        }
+        let mut next = cursor;
+        for u in &updates {
+            if u.update_id < cursor {
+                tracing::debug!(channel = %name, update_id = u.update_id, "A redelivered update was skipped.");
+                continue;
+            }
+            next = next.max(u.update_id + 1);
+            let Some(msg) = inbound(&name, &username, u) else { continue };
+            ctx.status.update(|s| s.last_inbound_ms = now_ms());
+            if let Err(e) = bridge.handle(&ctx.record, msg).await {
+                tracing::warn!(channel = %name, error = %e, "A Telegram message was not fully handled.");
+            }
+        }
+        if next > cursor {
+            cursor = next;
+            // Persisted after handling: a crash in between redelivers the batch, and the
+            // updates below the stored cursor are skipped on the next start.
+            let req = coffer_proto::store::SetCursorRequest { name: name.clone(), cursor };
+            if let Err(s) = channels.set_cursor(req).await {
+                tracing::warn!(channel = %name, code = %s.code(), error = %s.message(), "Cannot persist the Telegram offset.");
+            }
+        }
+    }
+    drop(bridge);
+    stopped(&ctx);
+}
+
+fn stopped(ctx: &AdapterCtx) {
+    ctx.status.update(|s| {
+        s.state = "stopped".into();
+        s.last_error.clear();
+        s.retry_at_ms = 0;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_become_inbound_messages() {
+        let u: Update = serde_json::from_value(json!({"update_id": 5, "message": {"message_id": 9,
+            "from": {"id": 42, "is_bot": false, "first_name": "Ann", "username": "ann"},
+            "chat": {"id": -100, "type": "group"}, "text": "@coffer_bot /status"}}))
+        .unwrap();
+        let m = inbound("tg", "coffer_bot", &u).unwrap();
+        assert_eq!((m.chat_id.as_str(), m.sender_id.as_str(), m.text.as_str()), ("-100", "42", "/status"));
+        assert!(m.group && m.sender_display == "@ann");
+        let bot: Update = serde_json::from_value(json!({"update_id": 6, "message": {"message_id": 1,
+            "from": {"id": 1, "is_bot": true, "first_name": "B"}, "chat": {"id": 1, "type": "private"}, "text": "x"}}))
+        .unwrap();
+        assert!(inbound("tg", "", &bot).is_none(), "bots are not heard");
+        let photo: Update = serde_json::from_value(json!({"update_id": 7, "message": {"message_id": 1,
+            "from": {"id": 1, "first_name": "B"}, "chat": {"id": 1, "type": "private"}}}))
+        .unwrap();
+        assert!(inbound("tg", "", &photo).is_none(), "no text, nothing to do");
+    }
+
+    #[test]
+    fn errors_are_classified_without_the_token() {
+        assert!(matches!(classify("getUpdates", 429, "", Some(7)), ChannelError::RateLimited { retry_after_s: 7, .. }));
+        assert!(matches!(classify("getMe", 401, "Unauthorized", None), ChannelError::Auth { .. }));
+        assert!(matches!(classify("getMe", 404, "Not Found", None), ChannelError::Auth { .. }));
+        assert!(matches!(classify("x", 502, "Bad Gateway", None), ChannelError::Unavailable { .. }));
+        let e = classify("sendMessage", 400, "Bad Request: can't parse entities", None);
+        assert!(is_parse_error(&e), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_cause_and_never_the_token() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let api = Api::new(&format!("http://127.0.0.1:{port}/"), SecretString::from("4242:SECRET-TOKEN"));
+        let e = api.get_me().await.unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, ChannelError::Unavailable { .. }), "{m}");
+        assert!(
+            m.contains(&format!("getMe at http://127.0.0.1:{port}")) && m.to_lowercase().contains("refused"),
+            "{m}"
+        );
+        assert!(!m.contains("SECRET"), "{m}");
+    }
+
+    #[test]
+    fn progress_and_final_texts() {
+        let mut v = TurnView { text: "Hello".into(), tools: vec!["Bash".into(), "Read".into()], ..Default::default() };
+        assert_eq!(progress_text(&v), "Hello\n\n⚙ Bash, Read …");
+        v.text = "x".repeat(5000);
+        assert!(progress_text(&v).chars().count() < format::MAX_CHARS);
+        assert_eq!(progress_text(&TurnView::default()), "…");
+        v.text = "done".into();
+        v.state = TurnState::Interrupted;
+        assert_eq!(final_markdown(&v), "done\n\n_(interrupted)_");
+        v.state = TurnState::Failed { message: "the agent *crashed* <x>".into() };
+        let f = final_markdown(&v);
+        let h = format::to_html(&f);
+        assert!(h.contains("&lt;x&gt;") && !h.contains("<i>crashed"), "{h}");
+    }
 }

@@ -1,0 +1,552 @@
+//! A fake Telegram Bot API on loopback (real HTTP), following the documented wire format:
+//! `GET` or `POST` (JSON body, or query/form parameters) `/bot<token>/<method>` answering
+//! `{"ok": true, "result": …}` or `{"ok": false, "error_code": N, "description": "…",
+//! "parameters": {"retry_after": S}}`.
+//!
+//! Methods: `getMe`, `getUpdates` (long polling: answers as soon as an update at or above
+//! `offset` exists, or after `timeout` seconds with `[]`; updates below `offset` are confirmed
+//! and forgotten), `sendMessage`, `editMessageText`, `deleteMessage`. Message text is checked
+//! as Telegram does: 1-4096 characters after entity parsing, and with `parse_mode: "HTML"` only
+//! Telegram's tags, balanced, with `<>&` escaped (else 400 "can't parse entities"); an edit to
+//! the same text is 400 "message is not modified". A token other than the fake's is 401.
+//!
+//! Tests push user messages ([`FakeTelegram::push_text`]), inject faults for the next calls
+//! of a method ([`FakeTelegram::fail_next`]: a status such as 429 with `retry_after`, 500, or a
+//! stall that holds the request), and read the log of every call with its time
+//! ([`FakeTelegram::calls`]) and the chat as a person would see it ([`FakeTelegram::chat`]).
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Longest long poll the fake holds (a test's own timeouts are shorter).
+const MAX_POLL: Duration = Duration::from_secs(60);
+/// Telegram's message limit, characters after entity parsing.
+pub const MAX_CHARS: usize = 4096;
+/// The tags Telegram's HTML style knows.
+const TAGS: &[&str] = &[
+    "b",
+    "strong",
+    "i",
+    "em",
+    "u",
+    "ins",
+    "s",
+    "strike",
+    "del",
+    "span",
+    "tg-spoiler",
+    "a",
+    "code",
+    "pre",
+    "blockquote",
+    "tg-emoji",
+];
+
+/// A fault for the next call(s) of a method.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Answer this status with Telegram's error body (`retry_after` in `parameters` for 429).
+    Status { code: u16, retry_after: Option<u64> },
+    /// Hold the request this long, then answer 502 (a client with a shorter timeout sees a
+    /// timeout).
+    Stall(Duration),
+}
+
+/// One call the fake received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Since the fake started.
+    pub at: Duration,
+    pub method: String,
+    /// The parameters (JSON body, or the query/form pairs as strings).
+    pub params: Value,
+    /// Whether the token was the fake's.
+    pub token_ok: bool,
+    /// The HTTP status answered (0 while the call is under way).
+    pub status: u16,
+    /// The error's description (empty when it succeeded).
+    pub description: String,
+}
+
+/// One message in a chat as a person sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub message_id: i64,
+    /// From the bot (else a pushed user message).
+    pub from_bot: bool,
+    /// The text as sent (HTML source when `html`).
+    pub text: String,
+    pub html: bool,
+    /// How many times it was edited.
+    pub edits: u32,
+}
+
+impl Shown {
+    /// The text a person reads (tags removed, entities decoded when HTML).
+    pub fn visible(&self) -> String {
+        if self.html { visible(&self.text) } else { self.text.clone() }
+    }
+}
+
+struct State {
+    token: String,
+    username: String,
+    updates: Vec<Value>,
+    next_update: i64,
+    next_message: i64,
+    chats: BTreeMap<i64, Vec<Shown>>,
+    calls: Vec<Call>,
+    faults: VecDeque<(String, Fault)>,
+}
+
+struct Inner {
+    started: Instant,
+    state: Mutex<State>,
+    /// Bumped on every change (a pushed update, a call): long polls and test waits follow it.
+    version: watch::Sender<u64>,
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+}
+
+/// The fake Bot API server; stops when dropped.
+pub struct FakeTelegram {
+    /// `http://127.0.0.1:port` (the channel's `api_base_url`).
+    pub url: String,
+    inner: Arc<Inner>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeTelegram {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.task.abort();
+    }
+}
+
+fn ok(result: Value) -> (u16, Value) {
+    (200, json!({ "ok": true, "result": result }))
+}
+
+fn err(code: u16, description: &str) -> (u16, Value) {
+    (code, json!({ "ok": false, "error_code": code, "description": description }))
+}
+
+/// The visible text of Telegram HTML.
+pub fn visible(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&")
+}
+
+/// Checks Telegram HTML as the Bot API parses it; the problem, as Telegram words it.
+pub fn check_html(html: &str) -> Result<(), String> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut i = 0;
+    let b = html.as_bytes();
+    while i < b.len() {
+        match b[i] {
+            b'<' => {
+                let end = html[i..].find('>').ok_or("unclosed start tag")? + i;
+                let tag = &html[i + 1..end];
+                if let Some(name) = tag.strip_prefix('/') {
+                    let top = stack.pop().ok_or_else(|| format!("unexpected end tag {name}"))?;
+                    if top != name.trim() {
+                        return Err(format!("unmatched end tag at byte offset {i}, expected \"</{top}>\""));
+                    }
+                } else {
+                    let name = tag.split([' ', '\n']).next().unwrap_or_default();
+                    if !TAGS.contains(&name) {
+                        return Err(format!("unsupported start tag \"{name}\" at byte offset {i}"));
+                    }
+                    stack.push(name.to_owned());
+                }
+                i = end + 1;
+            }
+            b'>' => return Err(format!("character '>' is reserved at byte offset {i}")),
+            b'&' => {
+                let rest = &html[i..];
+                let known = ["&lt;", "&gt;", "&amp;", "&quot;"].iter().find(|e| rest.starts_with(**e));
+                let numeric = rest.starts_with("&#") && rest[2..].find(';').is_some_and(|j| j > 0 && j < 8);
+                match known {
+                    Some(e) => i += e.len(),
+                    None if numeric => i += 2,
+                    None => return Err(format!("unsupported entity at byte offset {i}")),
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    match stack.pop() {
+        Some(t) => Err(format!("can't find end tag corresponding to start tag \"{t}\"")),
+        None => Ok(()),
+    }
+}
+
+/// The parameters of a request: the JSON body, else form or query pairs.
+fn params(uri: &Uri, body: &Bytes) -> Value {
+    if let Ok(v) = serde_json::from_slice::<Value>(body)
+        && v.is_object()
+    {
+        return v;
+    }
+    let form = if body.is_empty() { uri.query().unwrap_or_default().as_bytes() } else { &body[..] };
+    let mut map = serde_json::Map::new();
+    for (k, v) in url::form_urlencoded::parse(form) {
+        // Telegram reads JSON-serialized values (numbers, arrays) from form fields too.
+        let value = serde_json::from_str::<Value>(&v).unwrap_or(Value::String(v.into_owned()));
+        map.insert(k.into_owned(), value);
+    }
+    Value::Object(map)
+}
+
+fn int(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+async fn handle(axum::extract::State(inner): axum::extract::State<Arc<Inner>>, uri: Uri, body: Bytes) -> Response {
+    let path = uri.path().trim_start_matches('/').to_owned();
+    let (token, method) = match path.strip_prefix("bot").and_then(|p| p.split_once('/')) {
+        Some((t, m)) => (t.to_owned(), m.to_owned()),
+        None => {
+            let (code, body) = err(404, "Not Found");
+            return (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response();
+        }
+    };
+    let p = params(&uri, &body);
+    // Logged on arrival (status 0 until answered): a long poll shows at once.
+    let index = {
+        let mut st = inner.lock();
+        let token_ok = token == st.token;
+        let at = inner.started.elapsed();
+        let (method, params) = (method.clone(), p.clone());
+        st.calls.push(Call { at, method, params, token_ok, status: 0, description: String::new() });
+        st.calls.len() - 1
+    };
+    inner.bump();
+    let (code, answer) = answer(&inner, &token, &method, &p).await;
+    if let Some(c) = inner.lock().calls.get_mut(index) {
+        c.status = code;
+        c.description = answer["description"].as_str().unwrap_or_default().to_owned();
+    }
+    inner.bump();
+    (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), axum::Json(answer)).into_response()
+}
+
+async fn answer(inner: &Arc<Inner>, token: &str, method: &str, p: &Value) -> (u16, Value) {
+    if token != inner.lock().token {
+        return err(401, "Unauthorized");
+    }
+    let fault = {
+        let mut st = inner.lock();
+        let i = st.faults.iter().position(|(m, _)| m == method);
+        i.and_then(|i| st.faults.remove(i)).map(|(_, f)| f)
+    };
+    match fault {
+        Some(Fault::Status { code: 429, retry_after }) => {
+            let s = retry_after.unwrap_or(1);
+            let description = format!("Too Many Requests: retry after {s}");
+            let body = json!({ "ok": false, "error_code": 429, "description": description,
+                "parameters": { "retry_after": s } });
+            return (429, body);
+        }
+        Some(Fault::Status { code, .. }) => return err(code, "Internal Server Error"),
+        Some(Fault::Stall(d)) => {
+            tokio::time::sleep(d).await;
+            return err(502, "Bad Gateway");
+        }
+        None => {}
+    }
+    match method {
+        "getMe" => {
+            let username = inner.lock().username.clone();
+            ok(json!({ "id": 4242, "is_bot": true, "first_name": "Coffer", "username": username }))
+        }
+        "getUpdates" => get_updates(inner, p).await,
+        "sendMessage" => {
+            let Some(chat) = p.get("chat_id").and_then(int) else { return err(400, "Bad Request: chat not found") };
+            let (text, html) = match checked_text(p) {
+                Ok(t) => t,
+                Err(e) => return e,
+            };
+            let mut st = inner.lock();
+            st.next_message += 1;
+            let id = st.next_message;
+            st.chats.entry(chat).or_default().push(Shown {
+                message_id: id,
+                from_bot: true,
+                text: text.clone(),
+                html,
+                edits: 0,
+            });
+            ok(
+                json!({ "message_id": id, "date": 0, "chat": { "id": chat, "type": "private" }, "text": visible_if(&text, html) }),
+            )
+        }
+        "editMessageText" => {
+            let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
+                return err(400, "Bad Request: message to edit not found");
+            };
+            let (text, html) = match checked_text(p) {
+                Ok(t) => t,
+                Err(e) => return e,
+            };
+            let mut st = inner.lock();
+            let Some(m) = st.chats.get_mut(&chat).and_then(|c| c.iter_mut().find(|m| m.message_id == id && m.from_bot))
+            else {
+                return err(400, "Bad Request: message to edit not found");
+            };
+            if m.text == text && m.html == html {
+                return err(
+                    400,
+                    "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
+                );
+            }
+            m.text = text.clone();
+            m.html = html;
+            m.edits += 1;
+            ok(
+                json!({ "message_id": id, "date": 0, "chat": { "id": chat, "type": "private" }, "text": visible_if(&text, html) }),
+            )
+        }
+        "deleteMessage" => {
+            let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
+                return err(400, "Bad Request: message to delete not found");
+            };
+            let mut st = inner.lock();
+            let Some(list) = st.chats.get_mut(&chat) else {
+                return err(400, "Bad Request: message to delete not found");
+            };
+            let before = list.len();
+            list.retain(|m| m.message_id != id);
+            if list.len() == before {
+                return err(400, "Bad Request: message to delete not found");
+            }
+            ok(json!(true))
+        }
+        _ => err(404, "Not Found"),
+    }
+}
+
+fn visible_if(text: &str, html: bool) -> String {
+    if html { visible(text) } else { text.to_owned() }
+}
+
+/// The `text` and whether it is HTML, checked; Telegram's 400 otherwise.
+fn checked_text(p: &Value) -> Result<(String, bool), (u16, Value)> {
+    let text = p.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let mode = p.get("parse_mode").and_then(Value::as_str).unwrap_or_default();
+    let html = mode.eq_ignore_ascii_case("html");
+    if !mode.is_empty() && !html {
+        return Err(err(400, &format!("Bad Request: unsupported parse_mode {mode:?} in this fake")));
+    }
+    if html && let Err(e) = check_html(&text) {
+        return Err(err(400, &format!("Bad Request: can't parse entities: {e}")));
+    }
+    let shown = visible_if(&text, html);
+    if shown.trim().is_empty() {
+        return Err(err(400, "Bad Request: message text is empty"));
+    }
+    if shown.chars().count() > MAX_CHARS {
+        return Err(err(400, "Bad Request: message is too long"));
+    }
+    Ok((text, html))
+}
+
+async fn get_updates(inner: &Arc<Inner>, p: &Value) -> (u16, Value) {
+    let offset = p.get("offset").and_then(int).unwrap_or(0);
+    let timeout = Duration::from_secs(p.get("timeout").and_then(int).unwrap_or(0).max(0) as u64).min(MAX_POLL);
+    let limit = p.get("limit").and_then(int).unwrap_or(100).clamp(1, 100) as usize;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut version = inner.version.subscribe();
+    loop {
+        {
+            let mut st = inner.lock();
+            // An offset confirms every update below it.
+            if offset > 0 {
+                st.updates.retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
+            }
+            let ready: Vec<Value> = st.updates.iter().take(limit).cloned().collect();
+            if !ready.is_empty() {
+                return ok(Value::Array(ready));
+            }
+        }
+        if tokio::time::timeout_at(deadline, version.changed()).await.is_err() {
+            return ok(json!([]));
+        }
+    }
+}
+
+impl FakeTelegram {
+    /// Starts a fake that accepts `token` for the bot `@username`.
+    ///
+    /// # Errors
+    /// When no loopback port can be bound.
+    pub async fn start(token: &str, username: &str) -> anyhow::Result<Self> {
+        let (shutdown, mut stop) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            started: Instant::now(),
+            state: Mutex::new(State {
+                token: token.to_owned(),
+                username: username.to_owned(),
+                updates: Vec::new(),
+                next_update: 1000,
+                next_message: 0,
+                chats: BTreeMap::new(),
+                calls: Vec::new(),
+                faults: VecDeque::new(),
+            }),
+            version: watch::channel(0).0,
+        });
+        let app = axum::Router::new().fallback(handle).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await;
+        });
+        Ok(Self { url, inner, shutdown, task })
+    }
+
+    /// Accepts `token` from now on (the old one gets 401).
+    pub fn set_token(&self, token: &str) {
+        self.inner.lock().token = token.to_owned();
+        self.inner.bump();
+    }
+
+    /// A user's text message in a private chat (chat id = user id); its update_id.
+    pub fn push_text(&self, user_id: i64, text: &str) -> i64 {
+        self.push_message(user_id, user_id, "private", text)
+    }
+
+    /// A user's text message in chat `chat_id` of `kind` (`private`, `group`); its update_id.
+    pub fn push_message(&self, chat_id: i64, user_id: i64, kind: &str, text: &str) -> i64 {
+        let id = {
+            let mut st = self.inner.lock();
+            st.next_update += 1;
+            st.next_message += 1;
+            let (update_id, message_id) = (st.next_update, st.next_message);
+            st.updates.push(json!({ "update_id": update_id, "message": {
+                "message_id": message_id, "date": 0,
+                "from": { "id": user_id, "is_bot": false, "first_name": format!("User {user_id}"), "username": format!("user{user_id}") },
+                "chat": { "id": chat_id, "type": kind },
+                "text": text,
+            }}));
+            st.chats.entry(chat_id).or_default().push(Shown {
+                message_id,
+                from_bot: false,
+                text: text.to_owned(),
+                html: false,
+                edits: 0,
+            });
+            update_id
+        };
+        self.inner.bump();
+        id
+    }
+
+    /// A raw update (e.g. malformed, or a photo without text); its update_id.
+    pub fn push_raw(&self, mut update: Value) -> i64 {
+        let mut st = self.inner.lock();
+        st.next_update += 1;
+        let id = st.next_update;
+        update["update_id"] = json!(id);
+        st.updates.push(update);
+        drop(st);
+        self.inner.bump();
+        id
+    }
+
+    /// Answers the next call of `method` with `fault` (queued faults apply in order).
+    pub fn fail_next(&self, method: &str, fault: Fault) {
+        self.inner.lock().faults.push_back((method.to_owned(), fault));
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.inner.lock().calls.clone()
+    }
+
+    /// The calls of `method` so far.
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        self.calls().into_iter().filter(|c| c.method == method).collect()
+    }
+
+    /// Chat `chat_id` as a person sees it, oldest first.
+    pub fn chat(&self, chat_id: i64) -> Vec<Shown> {
+        self.inner.lock().chats.get(&chat_id).cloned().unwrap_or_default()
+    }
+
+    /// The bot's messages in chat `chat_id`, oldest first.
+    pub fn bot_messages(&self, chat_id: i64) -> Vec<Shown> {
+        self.chat(chat_id).into_iter().filter(|m| m.from_bot).collect()
+    }
+
+    /// Waits until `done` holds of the fake (checked after every change), at most `timeout`.
+    ///
+    /// # Errors
+    /// When the deadline passes; the message says `what` and shows the last calls.
+    pub async fn wait(&self, what: &str, timeout: Duration, done: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut version = self.inner.version.subscribe();
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, version.changed()).await.is_err() {
+                let calls: Vec<String> = self
+                    .calls()
+                    .iter()
+                    .rev()
+                    .take(12)
+                    .rev()
+                    .map(|c| format!("{:?} {} {} {}", c.at, c.method, c.status, c.params))
+                    .collect();
+                anyhow::bail!("timed out waiting for {what}; last calls:\n{}", calls.join("\n"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn telegram_html_is_checked_as_the_bot_api_does() {
+        assert!(check_html("<b>bold</b> &lt;script&gt; &amp; <a href=\"https://x\">l</a>").is_ok());
+        assert!(check_html("<pre><code class=\"language-rust\">x</code></pre>").is_ok());
+        assert!(check_html("<script>x</script>").unwrap_err().contains("unsupported start tag"));
+        assert!(check_html("<b>open").unwrap_err().contains("end tag"));
+        assert!(check_html("<b><i>x</b></i>").unwrap_err().contains("unmatched"));
+        assert!(check_html("a & b").unwrap_err().contains("entity"));
+        assert!(check_html("a > b").is_err());
+        assert_eq!(visible("<b>a</b> &lt;&amp;"), "a <&");
+    }
+}
