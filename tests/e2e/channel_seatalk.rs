@@ -305,10 +305,6 @@ fn said(m: &fake_seatalk::Sent, to: &str, text: &str) -> bool {
 #[tokio::test]
 async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shutdown() -> anyhow::Result<()> {
     use coffer_proto::chat::ListConversationsRequest;
-    use coffer_proto::store::channels_client::ChannelsClient;
-    use coffer_proto::store::{
-        ChannelKind, ChannelRecord, CreateChannelRequest, StartPairingRequest, UpdateChannelRequest,
-    };
     use coffer_tests::SendExt;
     use coffer_tests::chat;
 
@@ -317,33 +313,13 @@ async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shu
     let api = chat::start_daemon(&home).await?;
     let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;
     let signing = format!("signing-{:016x}", fastrand::u64(..));
-    for (name, value) in [("st-app-id", APP_ID), ("st-app-secret", APP_SECRET), ("st-signing", signing.as_str())] {
-        let r = api
-            .request(reqwest::Method::PUT, &format!("/v1/credentials/{name}"))
-            .json(&serde_json::json!({ "value": value }))
-            .reply()
-            .await?;
-        ensure!(r.status == 201, "credential {name}: {}", r.status);
-    }
-    // The channel resource, written as the edge writes it (the store's Channels service).
-    let gw = service_env(&api, "gateway").await?;
-    let gw_token = SecretString::from(gw.get("COFFER_INTERNAL_TOKEN").context("token")?.clone());
-    let store = coffer_runtime::grpc::channel(gw.get("COFFER_STORE_ADDR").context("store addr")?, &gw_token)?;
-    let mut channels = ChannelsClient::new(store);
-    let record = ChannelRecord {
-        name: "team".into(),
-        kind: ChannelKind::Seatalk as i32,
-        enabled: true,
-        app_id_ref: "st-app-id".into(),
-        app_secret_ref: "st-app-secret".into(),
-        signing_secret_ref: "st-signing".into(),
-        api_base_url: fake.url.clone(),
-        default_agent: chat::SCRIPTED.into(),
-        ..Default::default()
-    };
-    let created = channels.create_channel(CreateChannelRequest { channel: Some(record), actor: "test".into() }).await?;
-    let created = created.into_inner().channel.context("channel")?;
-
+    // The channel resource through REST, its secrets given once (stored as credentials).
+    let body = serde_json::json!({
+        "name": "team", "kind": "seatalk", "enabled": true, "app_id": APP_ID, "app_secret": APP_SECRET,
+        "signing_secret": signing, "api_base_url": fake.url, "default_agent": chat::SCRIPTED,
+    });
+    let r = api.post_json("/v1/channels", &body).reply().await?;
+    ensure!(r.status == 201, "POST /v1/channels: {} {}", r.status, r.text);
     // The coordinator starts coffer-callback for it; SeaTalk verifies the URL.
     wait_for("coffer-callback to run for the channel", Duration::from_secs(30), || async {
         Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
@@ -363,11 +339,9 @@ async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shu
         m.iter().any(|s| s.to == "E1" && s.content.starts_with("Sorry"))
     })
     .await?;
-    let code = channels
-        .start_pairing(StartPairingRequest { name: "team".into(), ttl_s: 600, actor: "test".into() })
-        .await?
-        .into_inner()
-        .code;
+    let p = api.post("/v1/channels/team/pair").reply().await?;
+    ensure!(p.status == 200, "pair: {} {}", p.status, p.text);
+    let code = p.json()?["code"].as_str().context("code")?.to_owned();
     assert_eq!(post("ev-pair", "E1", &format!("/pair {code}")).await?.status, 200);
     fake.wait_messages("the pairing notice", Duration::from_secs(20), |m| {
         m.iter().any(|s| s.to == "E1" && s.content.starts_with("Paired"))
@@ -439,16 +413,18 @@ async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shu
     assert_eq!(cb.signed("team", b"{not json".to_vec(), &signing).await?.status, 400);
 
     // The last SeaTalk channel disabled: coffer-callback stopped, its port free.
-    let mut off = created.clone();
-    off.enabled = false;
-    channels
-        .update_channel(UpdateChannelRequest { channel: Some(off), expected_version: None, actor: "test".into() })
-        .await?;
+    let r = api.post("/v1/channels/team/disable").reply().await?;
+    ensure!(r.status == 200, "disable: {} {}", r.status, r.text);
     wait_for("coffer-callback to stop with the last SeaTalk channel", Duration::from_secs(30), || async {
         Ok((api.service("callback").await?["state"] == "stopped" && ports::port_is_free(port)).then_some(()))
     })
     .await?;
     assert_eq!(fake.messages().len(), sent, "nothing more was sent");
+    // The secrets are encrypted credentials and env of a process: in no file in the clear.
+    for secret in [signing.as_str(), APP_SECRET] {
+        let leaked = files_containing(home.root(), secret);
+        ensure!(leaked.is_empty(), "a secret is on disk in the clear: {leaked:?}");
+    }
     home.cli(&["daemon", "stop"]).await?.ok()?;
     home.wait_no_processes(Duration::from_secs(20)).await?;
     Ok(())

@@ -531,7 +531,11 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
     }
     carry_over(&record.name, &mut inbox);
-    status.update(|s| s.state = "stopped".into());
+    status.update(|s| {
+        s.state = "stopped".into();
+        s.last_error.clear();
+        s.retry_at_ms = 0;
+    });
     tracing::info!(channel = %record.name, "SeaTalk adapter stopped.");
 }
 
