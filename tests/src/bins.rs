@@ -16,7 +16,7 @@ pub const BUILD_COMMAND: &str = "cargo build --workspace --bins";
 
 /// The binaries every daemon start needs (the supervisor finds its services next to itself).
 pub const DAEMON_BINARIES: &[&str] =
-    &["coffer-daemon", "coffer-store", "coffer-retrieval", "coffer-chat", "coffer-gateway"];
+    &["coffer-daemon", "coffer-store", "coffer-retrieval", "coffer-chat", "coffer-gateway", "coffer-callback"];
 
 /// The directory holding the built binaries (e.g. `/work/main/target/debug`).
 ///

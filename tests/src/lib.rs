@@ -36,6 +36,7 @@ pub mod browser;
 pub mod chat;
 pub mod embeddings;
 pub mod fake_llm;
+pub mod fake_seatalk;
 pub mod fake_telegram;
 pub mod http;
 pub mod mcp;

@@ -347,6 +347,9 @@ pub fn check_services(status: &Value) -> Vec<Check> {
             if state == "healthy" {
                 return Check::ok(label, format!("healthy, pid {}", output::cell(s.get("pid"), 12)));
             }
+            if state == "stopped" && s["on_demand"] == true {
+                return Check::ok(label, "stopped (runs on demand)".to_owned());
+            }
             let err = s["last_error"].as_str().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
             let fix = if name == "gateway" {
                 "coffer daemon restart; then coffer logs gateway".to_owned()
@@ -607,11 +610,15 @@ mod tests {
         let status = json!({"services": [
             {"name": "store", "pid": 10, "state": "healthy", "last_error": null},
             {"name": "chat", "pid": 0, "state": "failed", "last_error": "exit status 1"},
+            {"name": "callback", "pid": 0, "state": "stopped", "last_error": null, "on_demand": true},
+            {"name": "retrieval", "pid": 0, "state": "stopped", "last_error": null, "on_demand": false},
         ]});
         let c = check_services(&status);
         assert_eq!(c[0].status, Status::Ok);
         assert_eq!((c[1].status, c[1].message.as_str()), (Status::Fail, "failed: exit status 1"));
         assert_eq!(c[1].fix.as_deref(), Some("coffer daemon restart chat; then coffer logs chat"));
+        assert_eq!((c[2].status, c[2].message.as_str()), (Status::Ok, "stopped (runs on demand)"));
+        assert_eq!(c[3].status, Status::Fail, "an always-on service stopped is a failure");
     }
 
     #[test]

@@ -61,6 +61,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
             json!({
                 "name": s.name, "pid": s.pid, "state": s.state, "uptime_s": s.uptime_s,
                 "restarts": s.restarts, "last_error": if s.last_error.is_empty() { Value::Null } else { Value::String(s.last_error) },
+                "on_demand": s.on_demand,
             })
         })
         .collect();

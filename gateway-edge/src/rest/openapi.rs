@@ -943,6 +943,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "state": {"enum": ["starting", "healthy", "restarting", "failed", "stopped"]},
                 "uptime_s": {"type": "integer"}, "restarts": {"type": "integer"},
                 "last_error": {"type": ["string", "null"]},
+                "on_demand": {"type": "boolean", "description": "Runs only while needed (coffer-callback: while a SeaTalk channel is enabled); `stopped` is then its normal state."},
             },
         }),
     );

@@ -34,6 +34,17 @@ pub const CHAT_ADDR: &str = "COFFER_CHAT_ADDR";
 pub const RETRIEVAL_ADDR: &str = "COFFER_RETRIEVAL_ADDR";
 /// `coffer-callback`'s internal listener (health only; its public one is `COFFER_CALLBACK_PORT`).
 pub const CALLBACK_ADDR: &str = "COFFER_CALLBACK_ADDR";
+/// `coffer-callback`'s public loopback port (default 8787), where a tunnel points. Set in the
+/// daemon's environment (the supervisor passes it on to its services) or in the
+/// `StartService` env coffer-chat gives coffer-callback.
+pub const CALLBACK_PORT: &str = "COFFER_CALLBACK_PORT";
+/// `coffer-callback`'s signing secrets: a JSON object, channel name → the channel's SeaTalk
+/// signing secret. Only in coffer-callback's environment (coffer-chat's `StartService` env, kept
+/// in the supervisor's memory); never on disk, never logged.
+pub const CALLBACK_SECRETS: &str = "COFFER_CALLBACK_SECRETS";
+/// Extra host names `coffer-callback` accepts in `Host` besides loopback (comma-separated,
+/// e.g. the tunnel's public name `bot.example.com`); see coffer-callback's docs.
+pub const CALLBACK_HOSTS: &str = "COFFER_CALLBACK_HOSTS";
 pub const GATEWAY_GRPC_ADDR: &str = "COFFER_GATEWAY_GRPC_ADDR";
 pub const CONTROL_ADDR: &str = "COFFER_CONTROL_ADDR";
 /// The public port, for the edge's Origin check.

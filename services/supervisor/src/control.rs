@@ -103,6 +103,13 @@ impl Control for ControlService {
         if self.shared.shutdown.is_cancelled() {
             return Err(Status::failed_precondition("daemon is shutting down"));
         }
+        // A stopped on-demand service waits for whoever needs it (and its environment).
+        if h.spec.start == Start::OnDemand && !h.is_running().await {
+            return Err(Status::failed_precondition(format!(
+                "{} runs on demand and is stopped; it starts when it is needed",
+                h.name
+            )));
+        }
         // In a task of its own: the caller may go away meanwhile (the gateway restarting itself
         // is terminated by this very restart), and the restart must still complete.
         let (task_h, ctx) = (h.clone(), self.shared.ctx.clone());
@@ -112,7 +119,9 @@ impl Control for ControlService {
     }
 
     async fn start_service(&self, req: Request<StartServiceRequest>) -> Result<Response<StartServiceReply>, Status> {
-        let h = self.find_on_demand(&req.into_inner().name)?;
+        let req = req.into_inner();
+        let h = self.find_on_demand(&req.name)?;
+        let env = validate_env(req.env)?;
         for dep in h.spec.depends_on {
             let healthy =
                 self.shared.service(dep.as_str()).is_some_and(|d| d.view().state == crate::ServiceState::Healthy);
@@ -120,8 +129,17 @@ impl Control for ControlService {
                 return Err(Status::failed_precondition(format!("{} needs {dep}, which is not healthy", h.name)));
             }
         }
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        let names = names.join(",");
+        let changed = h.set_extra_env(env);
         if h.start(&self.shared.ctx).await {
-            tracing::info!(service = h.name, "On-demand service started over the control RPC.");
+            tracing::info!(service = h.name, env = %names, "On-demand service started over the control RPC.");
+        } else if changed {
+            // Running with another environment (a secret changed): restart it with the new one,
+            // in a task of its own so a caller that goes away does not cut it short.
+            let (task_h, ctx) = (h.clone(), self.shared.ctx.clone());
+            let _ = tokio::spawn(async move { task_h.restart(&ctx).await }).await;
+            tracing::info!(service = h.name, env = %names, "On-demand service restarted with a new environment.");
         }
         h.wait_healthy(HEALTHY_WITHIN)
             .await
@@ -139,9 +157,53 @@ impl Control for ControlService {
         // In a task of its own, like a restart: a caller that goes away does not cut it short.
         let task_h = h.clone();
         let _ = tokio::spawn(async move { task_h.stop().await }).await;
+        // Its secrets leave the supervisor's memory with it.
+        h.set_extra_env(std::collections::BTreeMap::new());
         tracing::info!(service = h.name, "On-demand service stopped over the control RPC.");
         Ok(Response::new(StopServiceReply { service: Some(to_proto(h.view())) }))
     }
+}
+
+/// The prefix every `StartService` env name carries (`proto/control.proto`).
+pub(crate) const ENV_PREFIX: &str = "COFFER_CALLBACK_";
+/// Names under the prefix the supervisor sets itself (a caller may not replace them).
+const RESERVED_ENV: &[&str] = &[coffer_runtime::env::CALLBACK_ADDR];
+/// At most this many variables, of at most this many bytes in all (names and values).
+const ENV_MAX_VARS: usize = 64;
+const ENV_MAX_BYTES: usize = 64 * 1024;
+
+/// Checks a `StartService` env: names `COFFER_CALLBACK_[A-Z0-9_]+` other than the reserved ones,
+/// values without NUL, bounded in count and size. `INVALID_ARGUMENT` names the variable and the
+/// rule, never a value.
+fn validate_env(
+    env: std::collections::HashMap<String, String>,
+) -> Result<std::collections::BTreeMap<String, String>, Status> {
+    if env.len() > ENV_MAX_VARS {
+        return Err(Status::invalid_argument(format!("env has {} variables; at most {ENV_MAX_VARS}", env.len())));
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > ENV_MAX_BYTES {
+        return Err(Status::invalid_argument(format!("env is {bytes} bytes; at most {ENV_MAX_BYTES}")));
+    }
+    for (k, v) in &env {
+        let rest = k.strip_prefix(ENV_PREFIX).unwrap_or_default();
+        let shape_ok = k.starts_with(ENV_PREFIX)
+            && !rest.is_empty()
+            && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !shape_ok {
+            let shown: String = k.chars().take(64).collect();
+            return Err(Status::invalid_argument(format!(
+                "env name {shown:?} is not {ENV_PREFIX}[A-Z0-9_]+ (only coffer-callback's variables may be given)"
+            )));
+        }
+        if RESERVED_ENV.contains(&k.as_str()) {
+            return Err(Status::invalid_argument(format!("env name {k} is set by the supervisor itself")));
+        }
+        if v.contains('\0') {
+            return Err(Status::invalid_argument(format!("env {k}: the value contains a NUL byte")));
+        }
+    }
+    Ok(env.into_iter().collect())
 }
 
 /// Serves the control RPC until the process exits, accepting the identities in `peers`.
@@ -243,6 +305,8 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert_eq!(e.message(), "retrieval needs store, which is not healthy");
+        let e = gateway.restart_service(RestartServiceRequest { name: "retrieval".into() }).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "a stopped on-demand service is not restarted: {e:?}");
         // Stopping what is not running is a no-op that reports it stopped.
         let r = gateway.stop_service(StopServiceRequest { name: "retrieval".into() }).await.unwrap().into_inner();
         assert_eq!(r.service.unwrap().state, "stopped");
@@ -253,5 +317,31 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::FailedPrecondition, "daemon is shutting down"));
+    }
+
+    #[test]
+    fn start_service_env_takes_only_callback_names_and_never_echoes_a_value() {
+        let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let ok = validate_env(env(&[("COFFER_CALLBACK_SECRETS", "{\"a\":\"s3cret\"}"), ("COFFER_CALLBACK_PORT", "9")]))
+            .unwrap();
+        assert_eq!(ok.keys().collect::<Vec<_>>(), ["COFFER_CALLBACK_PORT", "COFFER_CALLBACK_SECRETS"]);
+        for (pairs, says) in [
+            (&[("PATH", "s3cret")][..], "env name \"PATH\" is not COFFER_CALLBACK_[A-Z0-9_]+"),
+            (&[("COFFER_CALLBACK_", "s3cret")][..], "env name \"COFFER_CALLBACK_\" is not"),
+            (&[("COFFER_CALLBACK_a", "s3cret")][..], "env name \"COFFER_CALLBACK_a\" is not"),
+            (&[("COFFER_INTERNAL_TOKEN", "s3cret")][..], "env name \"COFFER_INTERNAL_TOKEN\" is not"),
+            (&[("COFFER_CALLBACK_ADDR", "s3cret")][..], "env name COFFER_CALLBACK_ADDR is set by the supervisor"),
+            (&[("COFFER_CALLBACK_X", "s3\0cret")][..], "env COFFER_CALLBACK_X: the value contains a NUL byte"),
+        ] {
+            let e = validate_env(env(pairs)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with(says), "{e:?}");
+            assert!(!e.message().contains("s3"), "no value in {e:?}");
+        }
+        let many: std::collections::HashMap<_, _> =
+            (0..65).map(|i| (format!("COFFER_CALLBACK_V{i}"), String::new())).collect();
+        assert_eq!(validate_env(many).unwrap_err().message(), "env has 65 variables; at most 64");
+        let big = env(&[("COFFER_CALLBACK_X", &"x".repeat(70_000))]);
+        assert!(validate_env(big).unwrap_err().message().starts_with("env is 70017 bytes"));
     }
 }

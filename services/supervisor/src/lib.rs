@@ -151,7 +151,9 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
     for (spec, a) in table.iter().zip(&addresses) {
         base_env.push((spec.identity.addr_var().into(), a.clone()));
     }
-    for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE] {
+    // The callback's port and accepted host names are settings of the daemon's environment
+    // (no secret): passed on like the log filter.
+    for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE, cenv::CALLBACK_PORT, cenv::CALLBACK_HOSTS] {
         if let Ok(v) = std::env::var(var) {
             base_env.push((var.into(), v));
         }

@@ -1,6 +1,7 @@
 //! One supervised service (a row of [`crate::table`]): spawn it through the spawn helper, wait
 //! for its gRPC health check, restart it with exponential backoff when it exits, mark it
 //! `failed` after repeated crashes; start and stop it on request (on-demand services).
+use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -90,6 +91,9 @@ pub(crate) struct ServiceHandle {
     pub spec: ServiceSpec,
     fds: Arc<Vec<(RawFd, RawFd)>>,
     env: Arc<Vec<(String, String)>>,
+    /// Extra environment of an on-demand service (`StartService`'s `env`): memory only, added
+    /// after `env` on every spawn (a respawn after a crash gets it again).
+    extra_env: Arc<Mutex<BTreeMap<String, String>>>,
     pub address: String,
     inner: Arc<Mutex<Inner>>,
     state_tx: Arc<watch::Sender<ServiceState>>,
@@ -111,6 +115,7 @@ impl ServiceHandle {
             spec,
             fds: Arc::new(fds),
             env: Arc::new(env),
+            extra_env: Arc::new(Mutex::new(BTreeMap::new())),
             address,
             inner: Arc::new(Mutex::new(Inner { pid: 0, restarts: 0, last_error: String::new(), healthy_since: None })),
             state_tx: Arc::new(watch::channel(ServiceState::Stopped).0),
@@ -136,6 +141,20 @@ impl ServiceHandle {
             address: self.address.clone(),
             on_demand: self.spec.start == Start::OnDemand,
         }
+    }
+
+    /// The extra environment the next spawn gets (see [`ServiceHandle::set_extra_env`]).
+    pub fn extra_env(&self) -> BTreeMap<String, String> {
+        self.extra_env.lock().expect("service env lock").clone()
+    }
+
+    /// Replaces the extra environment; every later spawn (a start, a restart, a respawn after
+    /// a crash) gets it. Returns whether it differs from the previous one. Memory only.
+    pub fn set_extra_env(&self, env: BTreeMap<String, String>) -> bool {
+        let mut cur = self.extra_env.lock().expect("service env lock");
+        let changed = *cur != env;
+        *cur = env;
+        changed
     }
 
     fn set_state(&self, s: ServiceState) {
@@ -229,6 +248,8 @@ impl ServiceHandle {
         let mut spec = coffer_runtime::spawn::SpawnSpec::new(program, "service", self.name);
         spec.args = vec![];
         spec.env = self.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        // Given to the child's environment only: never in argv, never written to a file.
+        spec.env.extend(self.extra_env().into_iter().map(|(k, v)| (k.into(), v.into())));
         spec.fds = self.fds.as_ref().clone();
         spec.stdout = Stdio::from(out.try_clone()?);
         spec.stderr = Stdio::from(out);
@@ -291,7 +312,11 @@ impl ServiceHandle {
                 cmd = rx.recv() => {
                     child.terminate(STOP_GRACE).await;
                     match cmd {
-                        Some(Command::Restart(ack)) => { let _ = ack.send(()); continue 'outer; }
+                        Some(Command::Restart(ack)) => {
+                            self.set_state(ServiceState::Restarting);
+                            let _ = ack.send(());
+                            continue 'outer;
+                        }
                         Some(Command::Stop(ack)) => { self.stopped(); let _ = ack.send(()); break 'outer; }
                         None => break 'outer,
                     }
@@ -308,6 +333,9 @@ impl ServiceHandle {
                             Some(Command::Restart(ack)) => {
                                 self.inner.lock().expect("state").restarts += 1;
                                 tracing::info!(service = self.name, "Service restarted on request.");
+                                // Before the ack: a caller waiting for health next must not see
+                                // the old process's `healthy`.
+                                self.set_state(ServiceState::Restarting);
                                 let _ = ack.send(());
                                 continue 'outer;
                             }

@@ -85,6 +85,18 @@ pub const SERVICES: &[ServiceSpec] = &[
         start: Start::Always,
         edge: true,
     },
+    // The SeaTalk webhook listener: only while a SeaTalk channel is enabled (coffer-chat's
+    // adapter coordinator starts it with the signing secrets in its env and stops it with the
+    // last SeaTalk channel); it forwards verified events to chat.
+    ServiceSpec {
+        identity: Identity::Callback,
+        binary: "coffer-callback",
+        depends_on: &[Identity::Chat],
+        flavor: Flavor::CurrentThread,
+        may_fail: true,
+        start: Start::OnDemand,
+        edge: false,
+    },
 ];
 
 /// A table that cannot be run.
@@ -159,8 +171,11 @@ mod tests {
     #[test]
     fn coffer_starts_the_store_first_and_stops_the_gateway_first() {
         let order: Vec<_> = start_order(SERVICES).unwrap().into_iter().map(|i| SERVICES[i].name()).collect();
-        assert_eq!(order, ["store", "retrieval", "chat", "gateway"]);
-        assert!(SERVICES.iter().all(|s| s.start == Start::Always), "no on-demand service ships yet");
+        assert_eq!(order, ["store", "retrieval", "chat", "gateway", "callback"]);
+        let on_demand: Vec<_> = SERVICES.iter().filter(|s| s.start == Start::OnDemand).map(ServiceSpec::name).collect();
+        assert_eq!(on_demand, ["callback"], "only the SeaTalk webhook listener runs on demand");
+        let callback = SERVICES.iter().find(|s| s.identity == Identity::Callback).unwrap();
+        assert_eq!((callback.binary, callback.depends_on), ("coffer-callback", &[Identity::Chat][..]));
         assert_eq!(SERVICES.iter().filter(|s| s.edge).map(ServiceSpec::name).collect::<Vec<_>>(), ["gateway"]);
     }
 

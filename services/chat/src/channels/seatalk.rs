@@ -1,35 +1,830 @@
-//! The SeaTalk adapter (see [`super`]): events forwarded by `coffer-callback`, ack-then-final
-//! replies. Owned by the `seatalk` helper.
-use std::collections::BTreeMap;
+//! The SeaTalk adapter (see [`super`]): events forwarded by `coffer-callback`, normalised into
+//! [`Inbound`] and handed to the bridge; ack-then-final replies through the SeaTalk Open
+//! Platform's send-message API; `coffer-callback` kept running while SeaTalk channels are
+//! ([`CallbackManager`]).
+//!
+//! Wire format followed (SeaTalk Open Platform docs, "Event Callback", "Get App Access Token",
+//! "Send Message to Bot Subscriber", "Send Message to Group Chat"):
+//! - every callback body is an envelope `{event_id, event_type, timestamp, app_id, event}`;
+//!   the adapter reads two event types:
+//!   - `message_from_bot_subscriber` (a one-to-one chat with the bot): `event.employee_code`,
+//!     `event.email`, `event.message.{message_id, tag, text.content}`;
+//!   - `new_mentioned_message_received_from_group_chat` (the bot mentioned in a group):
+//!     `event.group_id`, `event.message.{message_id, sender.{employee_code, email}, tag,
+//!     text.{plain_text, mentioned_list[].username}}` — the bot's mention is removed from the
+//!     text (see [`strip_mentions`]);
+//!
+//!   other event types and non-text messages are logged and dropped;
+//! - `POST {base}/auth/app_access_token` `{app_id, app_secret}` →
+//!   `{code: 0, app_access_token, expire}` (`expire`: Unix seconds);
+//! - `POST {base}/messaging/v2/single_chat` `{employee_code, message}` and
+//!   `POST {base}/messaging/v2/group_chat` `{group_id, message}` with
+//!   `Authorization: Bearer <token>`, `message = {tag: "text", text: {format, content}}`
+//!   (`format` 1 = markdown, 2 = plain text; `content` at most 4,096 bytes of UTF-8, so longer
+//!   replies are split, [`split_text`]) → `{code: 0, message_id}`. A non-zero `code` is an
+//!   error; HTTP 401 or the token codes ([`TOKEN_CODES`]) mean the access token was refused.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use coffer_proto::control::control_client::ControlClient;
+use coffer_proto::control::{StartServiceRequest, StopServiceRequest};
+use coffer_proto::store::channels_client::ChannelsClient;
+use coffer_proto::store::{ChannelRecord, RecordEventRequest};
 use coffer_runtime::grpc::AuthChannel;
-use secrecy::SecretString;
+use futures_util::future::BoxFuture;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
 
-use super::{AdapterCtx, AdapterHandle, ChannelError};
+use super::bridge::Bridge;
+use super::{AdapterCtx, AdapterHandle, ChannelError, Inbound, Replier, StatusCell, TurnState, TurnView};
+
+/// The public SeaTalk Open Platform API, when a record's `api_base_url` is empty.
+pub const PUBLIC_BASE: &str = "https://openapi.seatalk.io";
+/// The platform's name in [`ChannelError`]s.
+const PLATFORM: &str = "SeaTalk";
+/// The largest text message content, in bytes of UTF-8.
+pub const TEXT_LIMIT: usize = 4096;
+/// SeaTalk response codes that mean the app access token is expired or invalid: the token is
+/// fetched again once and the request retried.
+pub const TOKEN_CODES: &[i64] = &[100, 101];
+/// A cached token is refreshed this long before its `expire`.
+const TOKEN_MARGIN: Duration = Duration::from_secs(60);
+/// The acknowledgement sent when a turn starts.
+pub const ACK_TEXT: &str = "Working on it…";
+/// Bodies waiting for the adapter; beyond this `DeliverSeatalkEvent` answers UNAVAILABLE.
+pub const INBOX_DEPTH: usize = 64;
+/// The supervisor's name of the callback listener.
+pub const CALLBACK_SERVICE: &str = "callback";
+
+/// `format` of a SeaTalk text message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Markdown = 1,
+    Plain = 2,
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A one-to-one chat with the bot: the subscriber's employee code.
+    Single(String),
+    /// A group chat: its group id.
+    Group(String),
+}
+
+struct Token {
+    value: SecretString,
+    /// Unix seconds.
+    expire: i64,
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A SeaTalk Open Platform client for one app: the app access token cached until shortly
+/// before its `expire` and fetched again once when a call says it was refused.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    app_id: SecretString,
+    app_secret: SecretString,
+    token: tokio::sync::Mutex<Option<Token>>,
+}
+
+impl Client {
+    /// A client of the API at `base_url` (empty: [`PUBLIC_BASE`]) for the app `app_id`.
+    pub fn new(base_url: &str, app_id: SecretString, app_secret: SecretString) -> Self {
+        coffer_runtime::tls::ensure_provider();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("reqwest client builds");
+        let base = if base_url.is_empty() { PUBLIC_BASE } else { base_url };
+        Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            app_id,
+            app_secret,
+            token: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn unavailable(e: reqwest::Error) -> ChannelError {
+        ChannelError::Unavailable { platform: PLATFORM, message: e.without_url().to_string() }
+    }
+
+    /// The cached token, or a fresh one when there is none, it is about to expire, or `stale`
+    /// is the one just refused.
+    async fn token(&self, stale: Option<&str>) -> Result<SecretString, ChannelError> {
+        let mut cur = self.token.lock().await;
+        if let Some(t) = cur.as_ref()
+            && t.expire - (TOKEN_MARGIN.as_secs() as i64) > now_s()
+            && stale != Some(t.value.expose_secret())
+        {
+            return Ok(t.value.clone());
+        }
+        let body = serde_json::json!({
+            "app_id": self.app_id.expose_secret(),
+            "app_secret": self.app_secret.expose_secret(),
+        });
+        let r = self
+            .http
+            .post(format!("{}/auth/app_access_token", self.base))
+            .json(&body)
+            .send()
+            .await
+            .map_err(Self::unavailable)?;
+        let status = r.status();
+        if status.is_server_error() {
+            return Err(ChannelError::Unavailable {
+                platform: PLATFORM,
+                message: format!("access token: HTTP {status}"),
+            });
+        }
+        let v: Value = r.json().await.map_err(Self::unavailable)?;
+        let code = v.get("code").and_then(Value::as_i64).unwrap_or(-1);
+        let token = v.get("app_access_token").and_then(Value::as_str).filter(|t| !t.is_empty());
+        match (code, token) {
+            (0, Some(t)) if status.is_success() => {
+                let expire = v.get("expire").and_then(Value::as_i64).unwrap_or_else(|| now_s() + 7200);
+                let value = SecretString::from(t.to_owned());
+                *cur = Some(Token { value: value.clone(), expire });
+                Ok(value)
+            }
+            _ => Err(ChannelError::Auth {
+                platform: PLATFORM,
+                message: format!("the app id and secret were refused (HTTP {status}, code {code})"),
+            }),
+        }
+    }
+
+    /// Sends one text message; returns SeaTalk's `message_id` (or empty).
+    ///
+    /// # Errors
+    /// [`ChannelError::Auth`] when the token is refused again after one refresh (or the app
+    /// credentials are), `Unavailable` for 5xx and transport failures, `RateLimited` for 429,
+    /// `Rejected` for any other non-zero code.
+    pub async fn send_text(&self, to: &Target, content: &str, format: Format) -> Result<String, ChannelError> {
+        let (path, mut body) = match to {
+            Target::Single(code) => ("single_chat", serde_json::json!({ "employee_code": code })),
+            Target::Group(id) => ("group_chat", serde_json::json!({ "group_id": id })),
+        };
+        body["message"] = serde_json::json!({ "tag": "text", "text": { "format": format as i64, "content": content } });
+        let url = format!("{}/messaging/v2/{path}", self.base);
+        let mut refused: Option<SecretString> = None;
+        loop {
+            let token = self.token(refused.as_ref().map(|t| t.expose_secret())).await?;
+            let r = self
+                .http
+                .post(&url)
+                .bearer_auth(token.expose_secret())
+                .json(&body)
+                .send()
+                .await
+                .map_err(Self::unavailable)?;
+            let status = r.status();
+            if status.is_server_error() {
+                return Err(ChannelError::Unavailable { platform: PLATFORM, message: format!("HTTP {status}") });
+            }
+            if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                let after = r
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1);
+                return Err(ChannelError::RateLimited { platform: PLATFORM, retry_after_s: after });
+            }
+            let v: Value = if status == reqwest::StatusCode::UNAUTHORIZED {
+                Value::Null
+            } else {
+                r.json().await.map_err(Self::unavailable)?
+            };
+            let code = v.get("code").and_then(Value::as_i64).unwrap_or(-1);
+            let token_refused = status == reqwest::StatusCode::UNAUTHORIZED || TOKEN_CODES.contains(&code);
+            if token_refused {
+                if refused.is_some() {
+                    return Err(ChannelError::Auth {
+                        platform: PLATFORM,
+                        message: format!(
+                            "the app access token was refused after a refresh (HTTP {status}, code {code})"
+                        ),
+                    });
+                }
+                tracing::info!("SeaTalk refused the app access token; fetching a new one.");
+                refused = Some(token);
+                continue;
+            }
+            if code != 0 || !status.is_success() {
+                let msg = v.get("message").and_then(Value::as_str).unwrap_or("").chars().take(200).collect::<String>();
+                return Err(ChannelError::Rejected {
+                    platform: PLATFORM,
+                    message: format!("HTTP {status}, code {code}: {msg}"),
+                });
+            }
+            return Ok(v.get("message_id").and_then(Value::as_str).unwrap_or_default().to_owned());
+        }
+    }
+}
+
+/// Splits `text` into pieces of at most `limit` bytes, in order, preferring a paragraph break
+/// (`\n\n`), then a line break, then a space, and never cutting a UTF-8 character. Empty text
+/// gives no piece.
+pub fn split_text(text: &str, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text.trim_end();
+    while rest.len() > limit {
+        let mut cut = limit;
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let window = &rest[..cut];
+        let at = [("\n\n", 2), ("\n", 1), (" ", 1)]
+            .iter()
+            .find_map(|(sep, n)| window.rfind(sep).filter(|&i| i > 0).map(|i| (i, i + n)));
+        let (end, next) = at.unwrap_or((cut, cut));
+        out.push(rest[..end].trim_end().to_owned());
+        rest = rest[next..].trim_start_matches('\n');
+    }
+    if !rest.trim().is_empty() {
+        out.push(rest.to_owned());
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// Removes the bot's mention from a group message's text: the `@username` mentions of
+/// `mentioned` at the start of the text (SeaTalk puts the mention where the user typed it,
+/// usually first); when none is at the start, the first mention anywhere. The rest is kept as
+/// typed (trimmed).
+pub fn strip_mentions(text: &str, mentioned: &[String]) -> String {
+    let mut rest = text.trim_start();
+    let mut stripped = false;
+    loop {
+        let hit = mentioned
+            .iter()
+            .find(|u| !u.is_empty() && rest.strip_prefix('@').is_some_and(|r| r.starts_with(u.as_str())));
+        match hit {
+            Some(u) => {
+                rest = rest[1 + u.len()..].trim_start();
+                stripped = true;
+            }
+            None => break,
+        }
+    }
+    if stripped {
+        return rest.trim().to_owned();
+    }
+    for u in mentioned.iter().filter(|u| !u.is_empty()) {
+        let m = format!("@{u}");
+        if let Some(i) = text.find(&m) {
+            let mut s = String::with_capacity(text.len());
+            s.push_str(&text[..i]);
+            s.push_str(&text[i + m.len()..]);
+            return s.split_whitespace().collect::<Vec<_>>().join(" ");
+        }
+    }
+    text.trim().to_owned()
+}
+
+/// A parsed callback body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A message for the bridge, with the event's id (for de-duplication).
+    Message { event_id: String, inbound: Inbound },
+    /// A well-formed event this adapter does not act on (another type, a non-text message).
+    Ignored { event_id: String, reason: String },
+}
+
+/// Why a body is not a SeaTalk event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("the body is not JSON: {0}")]
+    Json(String),
+    #[error("the event has no {0}")]
+    Missing(&'static str),
+}
+
+fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Parses one forwarded callback body of `channel` (see the module docs for the shapes).
+///
+/// # Errors
+/// [`EventError`] for a body that is not JSON or lacks `event_id` / `event_type` / the sender.
+pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| EventError::Json(e.to_string()))?;
+    let event_id = str_at(&v, "/event_id");
+    if event_id.is_empty() || event_id.len() > 256 {
+        return Err(EventError::Missing("event_id (1-256 bytes)"));
+    }
+    let event_id = event_id.to_owned();
+    let event_type = str_at(&v, "/event_type");
+    if event_type.is_empty() {
+        return Err(EventError::Missing("event_type"));
+    }
+    let ignored = |reason: String| Ok(Event::Ignored { event_id: event_id.clone(), reason });
+    let (group, chat_id, sender, display, message_id, text) = match event_type {
+        "message_from_bot_subscriber" => {
+            let code = str_at(&v, "/event/employee_code");
+            if code.is_empty() {
+                return Err(EventError::Missing("event.employee_code"));
+            }
+            let tag = str_at(&v, "/event/message/tag");
+            if tag != "text" {
+                return ignored(format!("a {tag:?} message"));
+            }
+            let email = str_at(&v, "/event/email");
+            let text = str_at(&v, "/event/message/text/content").trim().to_owned();
+            (
+                false,
+                code,
+                code,
+                if email.is_empty() { code } else { email },
+                str_at(&v, "/event/message/message_id"),
+                text,
+            )
+        }
+        "new_mentioned_message_received_from_group_chat" => {
+            let group_id = str_at(&v, "/event/group_id");
+            let code = str_at(&v, "/event/message/sender/employee_code");
+            if group_id.is_empty() {
+                return Err(EventError::Missing("event.group_id"));
+            }
+            if code.is_empty() {
+                return Err(EventError::Missing("event.message.sender.employee_code"));
+            }
+            let tag = str_at(&v, "/event/message/tag");
+            if tag != "text" {
+                return ignored(format!("a {tag:?} message"));
+            }
+            let mentioned: Vec<String> = v
+                .pointer("/event/message/text/mentioned_list")
+                .and_then(Value::as_array)
+                .map(|l| l.iter().filter_map(|m| m.get("username")?.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default();
+            let text = strip_mentions(str_at(&v, "/event/message/text/plain_text"), &mentioned);
+            let email = str_at(&v, "/event/message/sender/email");
+            (
+                true,
+                group_id,
+                code,
+                if email.is_empty() { code } else { email },
+                str_at(&v, "/event/message/message_id"),
+                text,
+            )
+        }
+        other => return ignored(format!("event type {other:?}")),
+    };
+    if text.is_empty() {
+        return ignored("an empty message".into());
+    }
+    Ok(Event::Message {
+        event_id,
+        inbound: Inbound {
+            channel: channel.to_owned(),
+            chat_id: chat_id.to_owned(),
+            sender_id: sender.to_owned(),
+            sender_display: display.to_owned(),
+            text,
+            message_id: message_id.to_owned(),
+            group,
+        },
+    })
+}
+
+/// How the adapter shows things in SeaTalk: notices as plain text; a turn as an immediate
+/// acknowledgement ([`ACK_TEXT`]) and, at its end, the final text as markdown (split at
+/// [`TEXT_LIMIT`]) or a short notice for an interrupted or failed turn.
+pub struct SeatalkReplier {
+    client: Client,
+    /// Chats known to be groups (their replies go to the group-chat endpoint).
+    groups: Mutex<HashMap<String, bool>>,
+    status: Arc<StatusCell>,
+}
+
+impl SeatalkReplier {
+    /// A replier sending through `client`, noting sends in `status`.
+    pub fn new(client: Client, status: Arc<StatusCell>) -> Self {
+        Self { client, groups: Mutex::new(HashMap::new()), status }
+    }
+
+    /// Records whether `chat_id` is a group (from an inbound message).
+    pub fn note_chat(&self, chat_id: &str, group: bool) {
+        self.groups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(chat_id.to_owned(), group);
+    }
+
+    fn target(&self, chat_id: &str) -> Target {
+        let group = self.groups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(chat_id).copied();
+        if group == Some(true) { Target::Group(chat_id.to_owned()) } else { Target::Single(chat_id.to_owned()) }
+    }
+
+    async fn send(&self, chat_id: &str, text: &str, format: Format) -> Result<(), ChannelError> {
+        let to = self.target(chat_id);
+        for piece in split_text(text, TEXT_LIMIT) {
+            self.client.send_text(&to, &piece, format).await?;
+            self.status.update(|s| s.last_outbound_ms = now_ms());
+        }
+        Ok(())
+    }
+
+    /// The final message of a turn that ended as `view` says.
+    pub fn final_text(view: &TurnView) -> (String, Format) {
+        match &view.state {
+            TurnState::Done { .. } if view.text.trim().is_empty() => ("(no reply)".into(), Format::Plain),
+            TurnState::Done { .. } => (view.text.clone(), Format::Markdown),
+            TurnState::Interrupted if view.text.trim().is_empty() => ("Stopped.".into(), Format::Plain),
+            TurnState::Interrupted => (format!("{}\n\n_(stopped)_", view.text.trim_end()), Format::Markdown),
+            TurnState::Failed { message } => {
+                let short: String = message.chars().take(300).collect();
+                (format!("The turn failed: {short}"), Format::Plain)
+            }
+            TurnState::Running => (String::new(), Format::Plain),
+        }
+    }
+}
+
+impl Replier for SeatalkReplier {
+    fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(self.send(chat_id, text, Format::Plain))
+    }
+
+    fn turn<'a>(
+        &'a self,
+        chat_id: &'a str,
+        mut views: tokio::sync::watch::Receiver<TurnView>,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            // The turn may already be over (a very short one): then no acknowledgement.
+            if !views.borrow().state.is_final() {
+                self.send(chat_id, ACK_TEXT, Format::Plain).await?;
+            }
+            let last = match views.wait_for(|v| v.state.is_final()).await {
+                Ok(v) => v.clone(),
+                // The adapter is stopping: send nothing more.
+                Err(_) => return Ok(()),
+            };
+            let (text, format) = Self::final_text(&last);
+            self.send(chat_id, &text, format).await
+        })
+    }
+}
 
 /// Starts the adapter of one enabled SeaTalk channel (`ctx.secrets` holds its app id, app
 /// secret and signing secret by reference name); its [`AdapterHandle::inbox`] receives the
 /// bodies `coffer-callback` forwarded. Called only by the coordinator.
-pub fn spawn(_ctx: AdapterCtx) -> AdapterHandle {
-    todo!("the seatalk helper writes the adapter")
+///
+/// Each body is parsed ([`parse_event`]; malformed ones are logged and dropped), recorded
+/// through the store's `RecordEvent` (a redelivered `event_id` is dropped), and a message is
+/// handed to the bridge in arrival order. A missing app id or secret leaves the adapter
+/// `failed` (naming the reference) until the coordinator restarts it. Bodies still in the
+/// inbox when it stops are handed to the channel's next adapter ([`CARRY_FOR`]).
+pub fn spawn(ctx: AdapterCtx) -> AdapterHandle {
+    let (tx, rx) = tokio::sync::mpsc::channel(INBOX_DEPTH);
+    let task = tokio::spawn(run(ctx, rx));
+    AdapterHandle { task, inbox: Some(tx) }
+}
+
+async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    let AdapterCtx { record, secrets, engine, store, status, cancel } = ctx;
+    let secret = |r: &str| secrets.get(r).cloned();
+    let (Some(app_id), Some(app_secret)) = (secret(&record.app_id_ref), secret(&record.app_secret_ref)) else {
+        let missing = if secret(&record.app_id_ref).is_none() { &record.app_id_ref } else { &record.app_secret_ref };
+        status.update(|s| {
+            s.state = "failed".into();
+            s.last_error = format!("credential {missing:?} is missing");
+        });
+        cancel.cancelled().await;
+        carry_over(&record.name, &mut inbox);
+        return;
+    };
+    let replier = Arc::new(SeatalkReplier::new(Client::new(&record.api_base_url, app_id, app_secret), status.clone()));
+    let bridge = Bridge::new(engine, replier.clone());
+    let mut channels = ChannelsClient::new(store);
+    status.update(|s| {
+        s.state = "running".into();
+        s.last_error.clear();
+        s.started_ms = now_ms();
+    });
+    tracing::info!(channel = %record.name, "SeaTalk adapter running.");
+    // Turns the web page starts in the owner's conversation show in the owner's chat too.
+    if let Err(e) = bridge.resume(&record).await {
+        tracing::warn!(channel = %record.name, error = %e, "Cannot follow the owner's conversation yet.");
+    }
+    for body in carried_take(&record.name) {
+        handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
+    }
+    loop {
+        let body = tokio::select! {
+            _ = cancel.cancelled() => break,
+            b = inbox.recv() => match b { Some(b) => b, None => break },
+        };
+        handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
+    }
+    carry_over(&record.name, &mut inbox);
+    status.update(|s| {
+        s.state = "stopped".into();
+        s.last_error.clear();
+        s.retry_at_ms = 0;
+    });
+    tracing::info!(channel = %record.name, "SeaTalk adapter stopped.");
+}
+
+/// How long bodies a stopping adapter had accepted but not handled wait for the channel's
+/// next adapter ([`carry_over`]); older ones are dropped (the channel was disabled, not
+/// restarted).
+pub const CARRY_FOR: Duration = Duration::from_secs(60);
+
+/// Bodies set aside for one channel, each with when it was set aside.
+type Carried = Vec<(std::time::Instant, Vec<u8>)>;
+
+/// Bodies set aside by stopped adapters, by channel name.
+static CARRIED: Mutex<BTreeMap<String, Carried>> = Mutex::new(BTreeMap::new());
+
+/// Sets aside what is still in a stopping adapter's inbox: each body was already acknowledged
+/// to SeaTalk (which will not send it again), so the channel's next adapter — the coordinator
+/// restarts one on a pairing or configuration change — handles it first instead of it being
+/// lost. The inbox is closed first, so a late delivery is refused (UNAVAILABLE: redelivered).
+fn carry_over(channel: &str, inbox: &mut tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    inbox.close();
+    let mut left = Vec::new();
+    while let Ok(b) = inbox.try_recv() {
+        left.push((std::time::Instant::now(), b));
+    }
+    if left.is_empty() {
+        return;
+    }
+    tracing::info!(channel, count = left.len(), "Set aside SeaTalk events for the channel's next adapter.");
+    CARRIED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(channel.to_owned())
+        .or_default()
+        .extend(left);
+}
+
+/// The bodies set aside for `channel` less than [`CARRY_FOR`] ago, oldest first (and forgets
+/// them all).
+fn carried_take(channel: &str) -> Vec<Vec<u8>> {
+    let taken = CARRIED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(channel).unwrap_or_default();
+    let n = taken.len();
+    let fresh: Vec<Vec<u8>> = taken.into_iter().filter(|(t, _)| t.elapsed() < CARRY_FOR).map(|(_, b)| b).collect();
+    if n > fresh.len() {
+        tracing::warn!(channel, dropped = n - fresh.len(), "Dropped SeaTalk events set aside too long ago.");
+    }
+    fresh
+}
+
+async fn handle_body(
+    record: &ChannelRecord,
+    body: &[u8],
+    channels: &mut ChannelsClient<AuthChannel>,
+    bridge: &Bridge,
+    replier: &SeatalkReplier,
+    status: &StatusCell,
+) {
+    let channel = record.name.as_str();
+    let (event_id, inbound) = match parse_event(channel, body) {
+        Ok(Event::Message { event_id, inbound }) => (event_id, inbound),
+        Ok(Event::Ignored { event_id, reason }) => {
+            tracing::debug!(channel, %event_id, %reason, "Ignored a SeaTalk event.");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(channel, bytes = body.len(), error = %e, "Dropped a malformed SeaTalk event.");
+            return;
+        }
+    };
+    // De-duplication: the platform redelivers an event it did not see acknowledged in time.
+    let mut delay = Duration::from_millis(100);
+    let first = loop {
+        match channels.record_event(RecordEventRequest { name: channel.to_owned(), event_id: event_id.clone() }).await {
+            Ok(r) => break r.into_inner().first,
+            Err(s) if s.code() == tonic::Code::Unavailable && delay < Duration::from_secs(3) => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(s) => {
+                tracing::warn!(channel, %event_id, code = ?s.code(), message = s.message(), "Cannot record a SeaTalk event; dropped.");
+                status.update(|st| st.last_error = format!("recording an event failed: {}", s.message()));
+                return;
+            }
+        }
+    };
+    if !first {
+        tracing::info!(channel, %event_id, "Dropped a redelivered SeaTalk event.");
+        return;
+    }
+    status.update(|s| s.last_inbound_ms = now_ms());
+    replier.note_chat(&inbound.chat_id, inbound.group);
+    if let Err(e) = bridge.handle(record, inbound).await {
+        tracing::warn!(channel, %event_id, error = %e, "The bridge could not handle a SeaTalk message.");
+        status.update(|s| s.last_error = e.to_string());
+    }
 }
 
 /// Keeps `coffer-callback` matching the running SeaTalk adapters. The coordinator owns one and
 /// calls [`CallbackManager::sync`] after every tick.
 #[derive(Default)]
-pub struct CallbackManager {}
+pub struct CallbackManager {
+    /// What the supervisor was last told: `None` before the first call, then `Some(None)`
+    /// (stopped) or `Some(Some(env))` (started with this `COFFER_CALLBACK_SECRETS`).
+    last: Option<Option<SecretString>>,
+}
 
 impl CallbackManager {
+    /// The `COFFER_CALLBACK_SECRETS` value for `signing_secrets`: a JSON object, channel name →
+    /// signing secret, keys in order (so the same set gives the same value).
+    pub fn secrets_env(signing_secrets: &BTreeMap<String, SecretString>) -> SecretString {
+        let map: serde_json::Map<String, Value> =
+            signing_secrets.iter().map(|(k, v)| (k.clone(), Value::String(v.expose_secret().to_owned()))).collect();
+        SecretString::from(Value::Object(map).to_string())
+    }
+
     /// Starts `coffer-callback` (the supervisor's `StartService`, with its environment: each
     /// channel's signing secret, the port) when `signing_secrets` (channel name → signing
     /// secret) is not empty, restarts it when the set changed since the last call, stops it
-    /// (`StopService`) when it is empty. A call with the same set as the last does nothing.
+    /// (`StopService`) when it is empty. A call with the same set as the last does nothing
+    /// (the first call always tells the supervisor, so a restarted chat stops a leftover
+    /// listener). The port is the daemon's `COFFER_CALLBACK_PORT`, which the supervisor passes
+    /// to coffer-callback itself.
+    ///
+    /// # Errors
+    /// `Unavailable` when the supervisor could not be reached or the listener did not become
+    /// healthy (the next tick tries again: nothing is remembered), `Internal` for a refusal.
     pub async fn sync(
         &mut self,
-        _control: &mut ControlClient<AuthChannel>,
-        _signing_secrets: &BTreeMap<String, SecretString>,
+        control: &mut ControlClient<AuthChannel>,
+        signing_secrets: &BTreeMap<String, SecretString>,
     ) -> Result<(), ChannelError> {
-        todo!("the seatalk helper writes the callback's start and stop")
+        let want = (!signing_secrets.is_empty()).then(|| Self::secrets_env(signing_secrets));
+        let same = match (&self.last, &want) {
+            (Some(None), None) => true,
+            (Some(Some(a)), Some(b)) => a.expose_secret() == b.expose_secret(),
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        let map_err = |s: tonic::Status| match s.code() {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::FailedPrecondition => {
+                ChannelError::Unavailable { platform: "the supervisor", message: s.message().to_owned() }
+            }
+            _ => ChannelError::Internal(format!("the supervisor refused: {}", s.message())),
+        };
+        match &want {
+            Some(env) => {
+                let env = [(coffer_runtime::env::CALLBACK_SECRETS.to_owned(), env.expose_secret().to_owned())].into();
+                control
+                    .start_service(StartServiceRequest { name: CALLBACK_SERVICE.into(), env })
+                    .await
+                    .map_err(map_err)?;
+                tracing::info!(channels = ?signing_secrets.keys().collect::<Vec<_>>(), "coffer-callback running for these SeaTalk channels.");
+            }
+            None => {
+                control.stop_service(StopServiceRequest { name: CALLBACK_SERVICE.into() }).await.map_err(map_err)?;
+                if self.last.as_ref().is_some_and(Option::is_some) {
+                    tracing::info!("No SeaTalk channel left; coffer-callback stopped.");
+                }
+            }
+        }
+        self.last = Some(want);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_splits_at_paragraphs_in_order_within_the_byte_limit() {
+        let para = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+        let text = format!("{}\n\n{}\n\n{}\n{}", para('a', 3000), para('b', 3000), para('c', 100), para('d', 2000));
+        let parts = split_text(&text, TEXT_LIMIT);
+        // Cut at the last paragraph break that fits; what follows fits whole; nothing lost.
+        let c_d = format!("{}\n{}", para('c', 100), para('d', 2000));
+        assert!(
+            parts == [para('a', 3000), para('b', 3000), c_d],
+            "{:?}",
+            parts.iter().map(String::len).collect::<Vec<_>>()
+        );
+        let lines = format!("{}\n{}", para('x', 4000), para('y', 200));
+        assert!(
+            split_text(&lines, TEXT_LIMIT) == [para('x', 4000), para('y', 200)],
+            "a line break when no paragraph fits"
+        );
+        // One unbroken run of multi-byte characters is cut at character boundaries.
+        let wide = para('é', 5000);
+        let parts = split_text(&wide, TEXT_LIMIT);
+        assert!(parts.iter().all(|p| p.len() <= TEXT_LIMIT), "{:?}", parts.iter().map(String::len).collect::<Vec<_>>());
+        assert_eq!(parts.concat(), wide);
+        assert!(split_text("  \n", TEXT_LIMIT).is_empty());
+        assert_eq!(split_text("short", TEXT_LIMIT), ["short"]);
+    }
+
+    #[test]
+    fn the_bots_mention_is_removed_from_a_group_message() {
+        let bot = ["Coffer Bot".to_owned()];
+        assert_eq!(strip_mentions("@Coffer Bot  what is up?", &bot), "what is up?");
+        assert_eq!(strip_mentions("hey @Coffer Bot look", &bot), "hey look");
+        assert_eq!(strip_mentions("no mention", &bot), "no mention");
+        assert_eq!(strip_mentions("@Coffer Bot", &bot), "");
+    }
+
+    fn body(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn single_chat_and_group_mention_events_become_inbound_messages() {
+        let single = body(serde_json::json!({
+            "event_id": "e1", "event_type": "message_from_bot_subscriber", "timestamp": 1, "app_id": "a",
+            "event": { "seatalk_id": "9", "employee_code": "E100", "email": "o@example.com",
+                       "message": { "message_id": "m1", "tag": "text", "text": { "content": " hello " } } }
+        }));
+        let Event::Message { event_id, inbound } = parse_event("st", &single).unwrap() else { panic!() };
+        assert_eq!(event_id, "e1");
+        assert_eq!(
+            inbound,
+            Inbound {
+                channel: "st".into(),
+                chat_id: "E100".into(),
+                sender_id: "E100".into(),
+                sender_display: "o@example.com".into(),
+                text: "hello".into(),
+                message_id: "m1".into(),
+                group: false,
+            }
+        );
+        let group = body(serde_json::json!({
+            "event_id": "e2", "event_type": "new_mentioned_message_received_from_group_chat", "timestamp": 1,
+            "event": { "group_id": "G7", "message": { "message_id": "m2", "tag": "text",
+                "sender": { "employee_code": "E100", "email": "" },
+                "text": { "plain_text": "@Coffer ship it", "mentioned_list": [{ "username": "Coffer", "seatalk_id": "1" }] } } }
+        }));
+        let Event::Message { inbound, .. } = parse_event("st", &group).unwrap() else { panic!() };
+        assert_eq!(
+            (inbound.chat_id.as_str(), inbound.sender_id.as_str(), inbound.text.as_str(), inbound.group),
+            ("G7", "E100", "ship it", true)
+        );
+        assert_eq!(inbound.sender_display, "E100");
+    }
+
+    #[test]
+    fn malformed_and_other_events_are_named_or_ignored() {
+        assert!(matches!(parse_event("st", b"{not json"), Err(EventError::Json(_))));
+        assert_eq!(parse_event("st", b"{}"), Err(EventError::Missing("event_id (1-256 bytes)")));
+        let long_id = body(serde_json::json!({ "event_id": "x".repeat(257), "event_type": "t" }));
+        assert_eq!(parse_event("st", &long_id), Err(EventError::Missing("event_id (1-256 bytes)")));
+        let no_sender =
+            body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber", "event": {} }));
+        assert_eq!(parse_event("st", &no_sender), Err(EventError::Missing("event.employee_code")));
+        let other = body(serde_json::json!({ "event_id": "e", "event_type": "bot_added_to_group_chat", "event": {} }));
+        assert!(matches!(parse_event("st", &other), Ok(Event::Ignored { .. })));
+        let image = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": { "tag": "image" } } }));
+        assert!(matches!(parse_event("st", &image), Ok(Event::Ignored { .. })));
+    }
+
+    #[test]
+    fn a_turn_ends_with_its_text_or_a_short_notice() {
+        let view = |text: &str, state| TurnView { text: text.into(), state, ..Default::default() };
+        let done = TurnState::Done { stop_reason: "end_turn".into() };
+        assert_eq!(SeatalkReplier::final_text(&view("**hi**", done.clone())), ("**hi**".into(), Format::Markdown));
+        assert_eq!(SeatalkReplier::final_text(&view("", done)).1, Format::Plain);
+        assert_eq!(SeatalkReplier::final_text(&view("", TurnState::Interrupted)), ("Stopped.".into(), Format::Plain));
+        let failed = SeatalkReplier::final_text(&view("x", TurnState::Failed { message: "agent exited".into() }));
+        assert_eq!(failed, ("The turn failed: agent exited".into(), Format::Plain));
+    }
+
+    #[test]
+    fn bodies_left_in_a_stopping_adapters_inbox_go_to_its_successor_in_order() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        tx.try_send(b"one".to_vec()).unwrap();
+        tx.try_send(b"two".to_vec()).unwrap();
+        carry_over("carry-test", &mut rx);
+        assert!(tx.try_send(b"late".to_vec()).is_err(), "a closed inbox refuses late deliveries");
+        assert_eq!(carried_take("carry-test"), [b"one".to_vec(), b"two".to_vec()]);
+        assert!(carried_take("carry-test").is_empty(), "taken once");
+        let (_tx, mut empty) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        carry_over("carry-test-2", &mut empty);
+        assert!(carried_take("carry-test-2").is_empty());
+    }
+
+    #[test]
+    fn the_callback_env_is_one_json_object_in_channel_order() {
+        let s: BTreeMap<_, _> =
+            [("b".to_owned(), SecretString::from("2")), ("a".to_owned(), SecretString::from("1\"x"))].into();
+        assert_eq!(CallbackManager::secrets_env(&s).expose_secret(), r#"{"a":"1\"x","b":"2"}"#);
     }
 }
