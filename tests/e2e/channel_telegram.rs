@@ -127,6 +127,29 @@ impl Rig {
     }
 }
 
+/// The text deltas of the in-flight (or next) turn of conversation `id`, read from the web
+/// console's stream `GET /v1/conversations/{id}/events` until its `turn_done`.
+async fn web_turn(api: &Api, id: &str) -> anyhow::Result<String> {
+    let mut resp = api.get(&format!("/v1/conversations/{id}/events")).send().await?;
+    ensure!(resp.status() == 200, "events: {}", resp.status());
+    let mut parser = coffer_types::sse::SseParser::new();
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, resp.chunk()).await.context("no frame in time")??;
+        let bytes = chunk.context("the stream ended before the turn did")?;
+        let mut frames = Vec::new();
+        parser.push(&bytes, &mut frames);
+        for f in frames {
+            let data: serde_json::Value = serde_json::from_slice(&f.data)?;
+            match f.event.as_str() {
+                "text_delta" => text.push_str(data["text_delta"]["text"].as_str().unwrap_or_default()),
+                "turn_done" | "turn_error" => return Ok(text),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_gates_the_chat_and_strangers_are_refused_once_and_audited_without_their_text() -> anyhow::Result<()> {
     let mut r = rig().await?;
@@ -177,16 +200,18 @@ async fn a_telegram_conversation_streams_throttled_edits_queues_stops_resumes_an
         Ok(list.conversations.into_iter().find(|c| c.channel_name == "tg"))
     })
     .await?;
-    // A web subscriber sees the same turn live.
-    let mut web = chat::watch(&mut r.chat, &conv.id, 0).await?;
-    let turn = web.turn().await?;
-    assert!(chat::text(&turn).contains("w11"), "{}", chat::text(&turn));
+    // A web subscriber (the console's SSE) sees the same turn live.
+    let web = web_turn(&r.api, &conv.id).await?;
+    assert!(web.contains("w0 ") && web.contains("w11"), "{web}");
     let done = r.wait_bot(OWNER, "w11").await?;
     assert!(done.edits >= 2, "the progress message was edited while streaming: {done:?}");
     let edits: Vec<Duration> = r.fake.calls_of("editMessageText").iter().map(|c| c.at).collect();
     for w in edits.windows(2) {
         assert!(w[1] - w[0] >= Duration::from_millis(950), "edits at most once a second: {edits:?}");
     }
+    // A turn started from the web page shows in the chat too.
+    chat::send(&mut r.chat, &conv.id, "say:typed on the web").await?;
+    r.wait_bot(OWNER, "typed on the web").await?;
     // A second message while a turn runs is queued and runs after it, in order.
     r.fake.push_text(OWNER, "slow:200\ndeltas:8");
     r.fake.push_text(OWNER, "say:second answer");
@@ -229,10 +254,13 @@ async fn a_telegram_conversation_streams_throttled_edits_queues_stops_resumes_an
     let fresh = bound.iter().find(|b| b.id != conv.id).context("the new conversation")?;
     assert_eq!(r.user_texts(&fresh.id).await?, ["say:in the new one"]);
     let old = r.user_texts(&conv.id).await?;
-    assert_eq!(old.len(), 5, "{old:?}");
+    assert_eq!(old.len(), 6, "{old:?}");
     // Every message from the chat is recorded as from the channel.
     let v = chat::get(&mut r.chat, &fresh.id).await?;
     assert_eq!(v.messages[0].source, "channel:tg");
+    // `coffer daemon stop` leaves no process behind.
+    r.home.cli(&["daemon", "stop"]).await?.ok()?;
+    r.home.wait_no_processes(WAIT).await?;
     Ok(())
 }
 
@@ -270,8 +298,10 @@ async fn long_and_hostile_replies_are_split_in_order_and_rendered_safely() -> an
     assert!(v.contains("<script>alert(1)</script>"), "shown as text: {v}");
     assert!(v.contains("a < b && c > d"), "{v}");
     assert!(!m.text.contains("<script") && !m.text.contains("href=\"javascript"), "{}", m.text);
-    let refused = r.fake.calls().iter().filter(|c| c.status == 400 && c.method != "editMessageText").count();
-    assert_eq!(refused, 0, "Telegram parsed every message");
+    assert!(m.html, "sent as HTML (no plain-text fallback was needed)");
+    let refused: Vec<String> =
+        r.fake.calls().iter().filter(|c| c.status == 400).map(|c| c.description.clone()).collect();
+    assert!(refused.iter().all(|d| d.contains("not modified")), "Telegram parsed every message: {refused:?}");
     Ok(())
 }
 
@@ -281,17 +311,26 @@ async fn faults_lose_and_duplicate_no_update_across_backoff_and_a_chat_restart()
     r.pair().await?;
     r.fake.push_text(OWNER, "say:one");
     r.wait_bot(OWNER, "one").await?;
+    // The poll under way takes "two"; the next three polls fail (500, 429 retry_after 1, a
+    // stall then 502) while "three" waits in the fake: it arrives once, after the backoff.
     r.fake.fail_next("getUpdates", Fault::Status { code: 500, retry_after: None });
     r.fake.fail_next("getUpdates", Fault::Status { code: 429, retry_after: Some(1) });
     r.fake.fail_next("getUpdates", Fault::Stall(Duration::from_secs(2)));
     r.fake.push_text(OWNER, "say:two");
     r.wait_bot(OWNER, "two").await?;
-    let polls = r.fake.calls_of("getUpdates");
-    assert!(polls.iter().any(|c| c.status == 429) && polls.iter().any(|c| c.status == 500), "the faults were met");
-    // A 429 on a reply is honoured too.
-    r.fake.fail_next("sendMessage", Fault::Status { code: 429, retry_after: Some(1) });
     r.fake.push_text(OWNER, "say:three");
     r.wait_bot(OWNER, "three").await?;
+    let polls: Vec<u16> = r.fake.calls_of("getUpdates").iter().map(|c| c.status).collect();
+    for code in [500, 429, 502] {
+        assert!(polls.contains(&code), "the fault {code} was met: {polls:?}");
+    }
+    let at: Vec<Duration> = r.fake.calls_of("getUpdates").iter().map(|c| c.at).collect();
+    let after_429 = polls.iter().position(|c| *c == 429).context("429")?;
+    assert!(at[after_429 + 1] - at[after_429] >= Duration::from_millis(950), "retry_after honoured: {at:?}");
+    // A 429 on a reply is honoured too.
+    r.fake.fail_next("sendMessage", Fault::Status { code: 429, retry_after: Some(1) });
+    r.fake.push_text(OWNER, "say:after a slow down");
+    r.wait_bot(OWNER, "after a slow down").await?;
 
     // The chat service is killed mid-stream; the next one resumes from the persisted offset.
     r.fake.push_text(OWNER, "slow:200\ndeltas:30");
@@ -309,7 +348,7 @@ async fn faults_lose_and_duplicate_no_update_across_backoff_and_a_chat_restart()
     r.wait_bot(OWNER, "four").await?;
     let conv = r.bound(OWNER).await?.into_iter().next().context("bound")?;
     let texts = r.user_texts(&conv.id).await?;
-    let want = ["say:one", "say:two", "say:three", "slow:200\ndeltas:30", "say:four"];
+    let want = ["say:one", "say:two", "say:three", "say:after a slow down", "slow:200\ndeltas:30", "say:four"];
     // The killed turn's message went to the queue or failed; either way each update once.
     for w in want {
         assert_eq!(texts.iter().filter(|t| t.as_str() == w).count(), 1, "{w:?} once in {texts:?}");
@@ -353,6 +392,10 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
     assert_eq!(sent(&r.fake), before, "nothing sent after the channel was disabled");
     assert_eq!(r.fake.calls_of("getUpdates").len(), polled, "no polling while disabled");
 
+    let stopped = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+    assert_eq!(stopped["adapter"]["state"], "stopped", "{stopped}");
+    assert!(stopped["adapter"]["last_error"].is_null() && stopped["adapter"]["retry_at_ms"].is_null(), "{stopped}");
+
     // The token changes (credential and fake): the adapter restarts with the new one.
     const NEW: &str = "4242:new-token-BBBB";
     r.fake.set_token(NEW);
@@ -364,6 +407,39 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
     r.wait_bot(OWNER, "while disabled").await?;
     let after: Vec<bool> = r.fake.calls_of("getMe").iter().map(|c| c.token_ok).collect();
     assert_eq!(after.last(), Some(&true), "{after:?}");
+
+    // An unreachable Bot API: backoff naming the cause (never the token); disabled: stopped.
+    let mut rec = r.channels.get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        format!("http://{}", l.local_addr()?)
+    };
+    rec.api_base_url = dead.clone();
+    r.channels
+        .update_channel(st::UpdateChannelRequest {
+            channel: Some(rec.clone()),
+            expected_version: None,
+            actor: "cli".into(),
+        })
+        .await?;
+    let backoff = wait_for("the adapter in backoff", WAIT, || async {
+        let c = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+        Ok((c["adapter"]["state"] == "backoff").then_some(c))
+    })
+    .await?;
+    let why = backoff["adapter"]["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains(&dead) && why.to_lowercase().contains("refused"), "{why}");
+    assert!(!why.contains(NEW) && backoff["adapter"]["retry_at_ms"].is_i64(), "{backoff}");
+    rec.enabled = false;
+    r.channels
+        .update_channel(st::UpdateChannelRequest { channel: Some(rec), expected_version: None, actor: "cli".into() })
+        .await?;
+    wait_for("the adapter stopped", WAIT, || async {
+        let c = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+        let a = &c["adapter"];
+        Ok((a["state"] == "stopped" && a["last_error"].is_null() && a["retry_at_ms"].is_null()).then_some(()))
+    })
+    .await?;
     let _ = &r.home;
     Ok(())
 }

@@ -69,8 +69,10 @@ pub struct Call {
     pub params: Value,
     /// Whether the token was the fake's.
     pub token_ok: bool,
-    /// The HTTP status answered.
+    /// The HTTP status answered (0 while the call is under way).
     pub status: u16,
+    /// The error's description (empty when it succeeded).
+    pub description: String,
 }
 
 /// One message in a chat as a person sees it.
@@ -235,12 +237,20 @@ async fn handle(axum::extract::State(inner): axum::extract::State<Arc<Inner>>, u
         }
     };
     let p = params(&uri, &body);
-    let (code, answer) = answer(&inner, &token, &method, &p).await;
-    {
+    // Logged on arrival (status 0 until answered): a long poll shows at once.
+    let index = {
         let mut st = inner.lock();
         let token_ok = token == st.token;
         let at = inner.started.elapsed();
-        st.calls.push(Call { at, method, params: p, token_ok, status: code });
+        let (method, params) = (method.clone(), p.clone());
+        st.calls.push(Call { at, method, params, token_ok, status: 0, description: String::new() });
+        st.calls.len() - 1
+    };
+    inner.bump();
+    let (code, answer) = answer(&inner, &token, &method, &p).await;
+    if let Some(c) = inner.lock().calls.get_mut(index) {
+        c.status = code;
+        c.description = answer["description"].as_str().unwrap_or_default().to_owned();
     }
     inner.bump();
     (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), axum::Json(answer)).into_response()

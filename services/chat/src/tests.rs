@@ -171,8 +171,11 @@ impl coffer_proto::store::channels_server::Channels for Fake {
     async fn list_channels(&self, _r: Request<ListChannelsRequest>) -> R<ListChannelsReply> {
         Err(Status::unimplemented("fake"))
     }
-    async fn get_channel(&self, _r: Request<GetChannelRequest>) -> R<ChannelRecord> {
-        Err(Status::unimplemented("fake"))
+    /// The owner once one paired here; before that the store "is down" (the bridge falls back
+    /// to the adapter's copy of the record).
+    async fn get_channel(&self, r: Request<GetChannelRequest>) -> R<ChannelRecord> {
+        let owner = self.db().owner.clone().ok_or_else(|| Status::unavailable("fake: no record"))?;
+        Ok(Response::new(ChannelRecord { name: r.into_inner().name, owner_id: owner, ..Default::default() }))
     }
     async fn create_channel(&self, _r: Request<CreateChannelRequest>) -> R<WriteChannelReply> {
         Err(Status::unimplemented("fake"))

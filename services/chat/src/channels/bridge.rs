@@ -6,8 +6,8 @@
 //!
 //! - **Owner gate.** `/pair <code>` is heard from anyone (the store compares the code in
 //!   constant time and voids it after five wrong tries); everything else is heard only from the
-//!   owner (`sender_id` = the record's `owner_id`, or the owner this bridge paired since it
-//!   started). Anyone else is answered once per sender per bridge with a polite refusal, and
+//!   owner (`sender_id` = the stored record's `owner_id`, read for each message so a pairing or
+//!   an unpairing counts at once; the adapter's copy when the store does not answer). Anyone else is answered once per sender per bridge with a polite refusal, and
 //!   that first refusal is audited (actor `channel`, action `channel.refused`, target the
 //!   channel, the sender and chat ids; never the text).
 //! - **Binding.** Each chat has at most one bound conversation: the one `/new` made, else the
@@ -168,7 +168,7 @@ impl Bridge {
     /// [`ChannelError::Internal`] when the store does not answer.
     pub async fn resume(&self, channel: &ChannelRecord) -> Result<(), ChannelError> {
         let mut st = self.state.lock().await;
-        let owner = st.owner.clone().unwrap_or_else(|| channel.owner_id.clone());
+        let owner = self.owner(&st, channel).await;
         if owner.is_empty() {
             return Ok(());
         }
@@ -193,7 +193,7 @@ impl Bridge {
         if let Some(("pair", code)) = cmd.as_ref().map(|(w, a)| (w.as_str(), *a)) {
             return self.pair(&mut st, channel, &msg, code).await;
         }
-        let owner = st.owner.as_deref().unwrap_or(&channel.owner_id);
+        let owner = self.owner(&st, channel).await;
         if owner.is_empty() || owner != msg.sender_id {
             let unpaired = owner.is_empty();
             return self.refuse(&mut st, channel, &msg, unpaired).await;
@@ -223,6 +223,20 @@ impl Bridge {
                 tracing::warn!(channel = %channel.name, error = %e, "A channel message was not handled.");
                 self.replier.notice(chat, &say(&e)).await?;
                 internal(&e).map_or(Ok(()), Err)
+            }
+        }
+    }
+
+    /// The owner now: the store's record (a pairing or an unpairing since the adapter started
+    /// counts at once, without a restart); when the store does not answer, the owner this
+    /// bridge paired or the adapter's record says.
+    async fn owner(&self, st: &State, channel: &ChannelRecord) -> String {
+        let mut client = coffer_proto::store::channels_client::ChannelsClient::new(self.engine.store().channel());
+        match client.get_channel(st::GetChannelRequest { name: channel.name.clone() }).await {
+            Ok(r) => r.into_inner().owner_id,
+            Err(s) => {
+                tracing::warn!(channel = %channel.name, code = %s.code(), "Cannot read the channel's owner; using the last known.");
+                st.owner.clone().unwrap_or_else(|| channel.owner_id.clone())
             }
         }
     }

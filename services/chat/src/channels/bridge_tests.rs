@@ -171,6 +171,11 @@ async fn strangers_are_refused_once_and_audited_without_content_then_pairing_mak
     assert!(conv.agent_config_json.contains("\"model\":\"m1\""), "{}", conv.agent_config_json);
     let user = r.fake.db().messages[&conv.id][0].clone();
     assert_eq!(user.source, "channel:tg");
+    // Unpaired elsewhere (the CLI): the next message is refused at once, no restart needed.
+    r.fake.db().owner = Some(String::new());
+    bridge.handle(&ch, msg("100", "say:after the unpairing")).await.unwrap();
+    assert!(rec.notices().last().unwrap().contains("not paired"), "{:?}", rec.notices());
+    assert_eq!(r.fake.db().messages[&conv.id].len(), 2, "nothing more reached the conversation");
 }
 
 #[tokio::test]
@@ -260,4 +265,33 @@ async fn a_dropped_bridge_shows_nothing_more_and_a_new_one_resumes_the_in_flight
     assert!(rec2.notices().pop().unwrap().contains("1 MiB"));
     bridge2.handle(&ch, msg("7", "/pair")).await.unwrap();
     assert!(rec2.notices().pop().unwrap().contains("followed by the code"));
+}
+
+#[tokio::test]
+async fn after_new_the_old_in_flight_turn_is_still_shown_first_then_the_new_conversations() {
+    let r = rig(600).await;
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "7");
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    let old = r.fake.db().convs.keys().next().cloned().unwrap();
+    bridge.handle(&ch, msg("7", "/new")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:fresh one")).await.unwrap();
+    // The fresh turn ended, but the chat shows turns in order: the old one must end first.
+    let fresh = r.fake.db().convs.keys().find(|k| **k != old).cloned().unwrap();
+    let mut sub = r.engine.subscribe(&fresh, 0).await.unwrap();
+    let _ = sub.next().await;
+    assert!(rec.turns().is_empty(), "nothing shown while the old turn runs: {:?}", rec.all());
+    r.engine.interrupt(&old).await.unwrap();
+    rec.until(3).await;
+    let turns = rec.turns();
+    assert_eq!(turns.len(), 2, "{:?}", rec.all());
+    assert_eq!((turns[0].conversation_id.as_str(), &turns[0].state), (old.as_str(), &TurnState::Interrupted));
+    assert_eq!((turns[1].conversation_id.as_str(), turns[1].text.as_str()), (fresh.as_str(), "fresh one "));
+    // The old conversation is no longer followed: a web turn there is not shown in the chat.
+    r.engine.send(&old, "say:elsewhere".into(), "web".into()).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:marker")).await.unwrap();
+    rec.until(4).await;
+    assert_eq!(rec.turns().last().unwrap().text, "marker ");
+    assert!(rec.turns().iter().all(|t| t.text != "elsewhere "), "{:?}", rec.turns());
 }

@@ -5,7 +5,7 @@
 //! or every [`SAFETY_TICK`]) lists the channels, resolves each enabled one's credentials
 //! (`ResolveCredentials`) and compares with what runs: a channel enabled and not running is
 //! started; one running and now disabled or deleted is stopped (cancel, then its task awaited
-//! at most [`STOP_GRACE`]); one whose record version, owner or credential values changed is
+//! at most [`STOP_GRACE`]); one whose record version, kind or credential values changed is
 //! restarted (its record read again after the old adapter stopped, so the new one starts from
 //! the offset the old one persisted). A missing credential leaves a `failed` status naming it
 //! and no adapter. After each tick `coffer-callback` is kept matching the running SeaTalk
@@ -59,11 +59,11 @@ impl Shared {
     }
 }
 
-/// What a running adapter was started from: a change of any of it restarts the adapter.
+/// What a running adapter was started from: a change of any of it restarts the adapter (the
+/// owner is not in it: the bridge reads it for each message, so pairing restarts nothing).
 #[derive(PartialEq, Eq)]
 struct Fingerprint {
     version: i64,
-    owner: String,
     kind: i32,
     secrets: BTreeMap<String, String>,
 }
@@ -251,7 +251,6 @@ impl Coordinator {
             }
             let fp = Fingerprint {
                 version: record.version,
-                owner: record.owner_id.clone(),
                 kind: record.kind,
                 secrets: secrets.iter().map(|(k, v)| (k.clone(), v.expose_secret().to_owned())).collect(),
             };
@@ -367,11 +366,12 @@ impl Coordinator {
             tracing::warn!(channel = %name, "A channel adapter did not stop in time; aborted.");
             r.abort.abort();
         }
+        // Stopped means stopped: no backoff countdown, no stale error (a failure found later,
+        // e.g. a missing credential, is written after this).
         if let Some(cell) = self.shared.statuses().get(name) {
             cell.update(|s| {
-                if s.state != "failed" {
-                    s.state = "stopped".into();
-                }
+                s.state = "stopped".into();
+                s.last_error.clear();
                 s.retry_at_ms = 0;
             });
         }

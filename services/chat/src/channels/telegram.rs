@@ -145,17 +145,13 @@ impl Api {
     /// answer), [`ChannelError::Rejected`] (other 4xx, with Telegram's description).
     pub async fn call(&self, method: &str, body: &Value, timeout: Duration) -> Result<Value, ChannelError> {
         let url = format!("{}/bot{}/{method}", self.base, self.token.expose_secret());
-        let unavailable = |m: String| ChannelError::Unavailable { platform: PLATFORM, message: m };
-        let resp = self
-            .http
-            .post(url)
-            .timeout(timeout)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| unavailable(format!("{method}: {}", e.without_url())))?;
+        let unavailable = |e: reqwest::Error| ChannelError::Unavailable {
+            platform: PLATFORM,
+            message: format!("{method} at {}: {}", self.base, describe(e)),
+        };
+        let resp = self.http.post(url).timeout(timeout).json(body).send().await.map_err(unavailable)?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| unavailable(format!("{method}: {}", e.without_url())))?;
+        let bytes = resp.bytes().await.map_err(unavailable)?;
         let answer: Option<Answer> = serde_json::from_slice(&bytes).ok();
         match answer {
             Some(a) if a.ok => Ok(a.result),
@@ -206,6 +202,27 @@ impl Api {
             })
             .collect())
     }
+}
+
+/// A transport error with its causes ("error sending request: … connection refused"), without
+/// the URL (it holds the token).
+fn describe(e: reqwest::Error) -> String {
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !out.contains(&c_text) {
+            out.push_str(": ");
+            out.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    if timeout && !out.contains("timed out") {
+        out.push_str(" (timed out)");
+    }
+    out
 }
 
 /// A failed call, classified.
@@ -507,7 +524,11 @@ async fn run(ctx: AdapterCtx) {
     let api = Arc::new(Api::new(&ctx.record.api_base_url, token));
     let mut delay = BACKOFF_FIRST;
     let username = loop {
-        match api.get_me().await {
+        let me = tokio::select! {
+            () = ctx.cancel.cancelled() => return stopped(&ctx),
+            me = api.get_me() => me,
+        };
+        match me {
             Ok(u) => break u,
             Err(ChannelError::Auth { message, .. }) => return fail(&ctx, message).await,
             Err(e) => {
@@ -588,6 +609,7 @@ async fn run(ctx: AdapterCtx) {
 fn stopped(ctx: &AdapterCtx) {
     ctx.status.update(|s| {
         s.state = "stopped".into();
+        s.last_error.clear();
         s.retry_at_ms = 0;
     });
 }
@@ -623,6 +645,23 @@ mod tests {
         assert!(matches!(classify("x", 502, "Bad Gateway", None), ChannelError::Unavailable { .. }));
         let e = classify("sendMessage", 400, "Bad Request: can't parse entities", None);
         assert!(is_parse_error(&e), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_cause_and_never_the_token() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let api = Api::new(&format!("http://127.0.0.1:{port}/"), SecretString::from("4242:SECRET-TOKEN"));
+        let e = api.get_me().await.unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, ChannelError::Unavailable { .. }), "{m}");
+        assert!(
+            m.contains(&format!("getMe at http://127.0.0.1:{port}")) && m.to_lowercase().contains("refused"),
+            "{m}"
+        );
+        assert!(!m.contains("SECRET"), "{m}");
     }
 
     #[test]
