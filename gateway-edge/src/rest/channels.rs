@@ -763,6 +763,16 @@ pub fn instruction(kind: ChannelKind, code: &str, bot: &str, ttl_s: u32) -> Stri
     format!("Send `/pair {code}` to {to} within {within}; the chat that sends it becomes the channel's owner.")
 }
 
+/// An adapter state as words after "the channel's adapter …" (`is retrying after a failure`).
+fn adapter_phrase(state: &str) -> String {
+    match state {
+        "backoff" => "is retrying after a failure".to_owned(),
+        "failed" => "failed".to_owned(),
+        "stopped" => "is stopped".to_owned(),
+        other => format!("is {other}"),
+    }
+}
+
 /// `POST /v1/channels/{name}/pair` with an optional `{ttl_s}` (default 600, 60-3600) →
 /// `{channel, code, expires_at, ttl_s, instruction, warning}`: a fresh one-time code (replacing
 /// any pending one). The first chat that sends `/pair <code>` to the bot becomes the owner
@@ -803,7 +813,8 @@ async fn pair(
         match adapter.as_ref().map(|a| a.state.as_str()) {
             Some("running") => Value::Null,
             Some(state) => Value::String(format!(
-                "the channel's adapter is {state}{}: the code is kept, but it can only be received once the adapter runs",
+                "the channel's adapter {}{}: the code is kept, but it can only be received once the adapter runs",
+                adapter_phrase(state),
                 adapter
                     .as_ref()
                     .filter(|a| !a.last_error.is_empty())
@@ -950,6 +961,13 @@ mod tests {
         );
         let e = refused(tonic::Status::invalid_argument("bot_token_ref is required for a telegram channel"));
         assert_eq!(e.details["field"], "bot_token_ref");
+    }
+
+    #[test]
+    fn adapter_states_read_as_words() {
+        assert_eq!(adapter_phrase("backoff"), "is retrying after a failure");
+        assert_eq!(adapter_phrase("failed"), "failed");
+        assert_eq!(adapter_phrase("starting"), "is starting");
     }
 
     #[test]
