@@ -56,7 +56,7 @@ async fn daemon_lifecycle_through_the_cli() -> anyhow::Result<()> {
     // --json prints the REST body unchanged.
     let st = home.cli(&["daemon", "status", "--json"]).await?.ok()?.json()?;
     assert_eq!(st["daemon"]["pid"], info.pid);
-    assert_eq!(st["services"].as_array().map(Vec::len), Some(4), "{st}");
+    assert_eq!(st["services"].as_array().map(Vec::len), Some(5), "{st}");
     let human = home.cli(&["status"]).await?.ok()?;
     assert!(human.stdout.contains(&format!("pid {}", info.pid)), "{human}");
 
@@ -95,7 +95,7 @@ async fn ten_status_at_once_against_no_daemon_make_one_daemon() -> anyhow::Resul
         assert!(o.success(), "{o}");
         let body = o.json()?;
         pids.insert(body["daemon"]["pid"].as_u64().context("daemon.pid")?);
-        assert_eq!(body["services"].as_array().map(Vec::len), Some(4), "{o}");
+        assert_eq!(body["services"].as_array().map(Vec::len), Some(5), "{o}");
     }
     assert_eq!(pids.len(), 1, "all ten saw the same daemon: {pids:?}");
     let daemons = home.daemon_processes();

@@ -70,7 +70,7 @@ async fn bearer_token_works() -> anyhow::Result<()> {
     let r = api.anon(Method::GET, "/v1/status").bearer_auth(api.token()).reply().await?;
     r.trace_id()?;
     let body = r.ok_json()?;
-    assert_eq!(body["services"].as_array().map(Vec::len), Some(4), "{body}");
+    assert_eq!(body["services"].as_array().map(Vec::len), Some(5), "{body}");
     Ok(())
 }
 
@@ -258,7 +258,7 @@ async fn fifty_concurrent_status_requests_succeed() -> anyhow::Result<()> {
     while let Some(r) = set.join_next().await {
         let r = r??;
         let body = r.ok_json()?;
-        assert_eq!(body["services"].as_array().map(Vec::len), Some(4));
+        assert_eq!(body["services"].as_array().map(Vec::len), Some(5));
         ids.insert(r.trace_id()?.to_owned());
     }
     assert_eq!(ids.len(), 50, "distinct trace ids");
@@ -314,7 +314,7 @@ async fn edge_h2c_prior_knowledge_with_loopback_authority_is_served() -> anyhow:
     let r = h2_reply(h2.get(format!("{base}/v1/status")).header("X-Coffer-Token", api.token())).await?;
     r.trace_id()?;
     let body = r.ok_json()?;
-    assert_eq!(body["services"].as_array().map(Vec::len), Some(4), "{body}");
+    assert_eq!(body["services"].as_array().map(Vec::len), Some(5), "{body}");
 
     // Still authenticated over HTTP/2.
     h2_reply(h2.get(format!("{base}/v1/status"))).await?.expect_envelope(401, "UNAUTHORIZED")?;

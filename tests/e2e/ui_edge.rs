@@ -331,7 +331,7 @@ async fn ui_edge_the_cookie_authenticates_reads_and_streams_and_writes_only_with
     let ours = format!("http://127.0.0.1:{}", api.port());
 
     let r = with_cookie(&api, Method::GET, "/v1/status", &cookie).reply().await?;
-    ensure!(r.ok_json()?["services"].as_array().is_some_and(|s| s.len() == 4), "{}", r.text);
+    ensure!(r.ok_json()?["services"].as_array().is_some_and(|s| s.len() == 5), "{}", r.text);
     let mut s = Events::open(with_cookie(&api, Method::GET, "/v1/logs/gateway?follow=true&n=1", &cookie)).await?;
     s.next().await?;
     drop(s);
