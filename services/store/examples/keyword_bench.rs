@@ -84,6 +84,18 @@ async fn run(notes: usize, answers: Option<String>) {
     }
     println!("{notes} notes, {chunks} chunks indexed in {:.1} s", t.elapsed().as_secs_f64());
 
+    // (`KW_OPTIMIZE=1`: FTS5's `optimize` first, every segment merged into one.)
+    if std::env::var("KW_OPTIMIZE").is_ok_and(|v| v == "1") {
+        let t = Instant::now();
+        db.write(|t, _| Ok(t.execute("INSERT INTO kb_fts (kb_fts) VALUES ('optimize')", [])?)).await.unwrap();
+        println!("optimize: {:.1} s", t.elapsed().as_secs_f64());
+    }
+    let segments: i64 = db
+        .read(|c| Ok(c.query_row("SELECT count(*) FROM kb_fts_data WHERE id > 10", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    println!("kb_fts_data rows (segment pages and structure): {segments}");
+
     // What counting a term's rows costs (bm25's idf needs it; the store keeps counts until the
     // next write): `MATCH` + `count(*)` against FTS5's own `fts5vocab` (one C loop over the
     // term's doclist), for the words the questions use.
