@@ -7,7 +7,8 @@
 //! Why: the built-in `bm25()` starts each query by walking the whole doclist of every phrase
 //! to count its rows (`xQueryPhrase`) — for a term held by 20,000 chunks that walk costs more
 //! than scoring the few thousand rows that match. The store keeps those counts in
-//! [`DocFreq`], valid until the next write to the index, so repeated words cost nothing.
+//! [`DocFreq`], valid until the next write to the index, so repeated words cost nothing, and
+//! counts a new word from FTS5's term index (`fts5vocab`) rather than with a `MATCH`.
 //! The scores are the same as `bm25()`'s (a test compares them).
 //!
 //! Each row's length (its token count, which bm25 normalizes by) is read once from FTS5
@@ -18,6 +19,10 @@
 //! inserts every row with its chunk's id as rowid; a table filled without explicit rowids would
 //! reuse the largest after a delete, and must not use this function). Scoring the few
 //! thousand rows an any-term query matches spent about a third of its time on those lookups.
+//!
+//! The table's row count and average row length are read once per query (kept as the query's
+//! FTS5 auxiliary data): FTS5 reloads them from its `averages` record on every
+//! `xRowCount`/`xColumnTotalSize` call, a blob read per scored row.
 //!
 //! Created on every connection of the store's pool ([`register`], from `db::configure`).
 use std::collections::HashMap;

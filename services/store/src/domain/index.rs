@@ -1978,6 +1978,35 @@ mod tests {
         assert_eq!(s.keyword(kw(&["cafe", "CREME"], MatchMode::All)).await, [("fr.md".into(), 0)]);
     }
 
+    /// One document whose chunks fill more than the ranked path's first cap of rows
+    /// ([`ranked_rows_cap`]), all ranked above every other document: the list of documents
+    /// still reaches past them (the query runs again without a cap), with and without a KB
+    /// filter, and equals the full query's (a path prefix filter takes the other path).
+    #[tokio::test]
+    async fn one_per_document_reads_past_the_first_cap_of_rows() {
+        let mut s = serve().await;
+        let many = ranked_rows_cap(3) as u32 + 40;
+        let chunks = (0..many).map(|i| chunk(&[], (i + 1, i + 1), &format!("zebra zebra zebra {i}"))).collect();
+        s.upsert(doc("notes", "a/many.md", chunks)).await;
+        s.upsert(doc("notes", "a/one.md", vec![chunk(&[], (1, 1), "zebra and a lot of other words here")])).await;
+        s.upsert(doc("notes", "a/two.md", vec![chunk(&[], (1, 1), "zebra and even more other words here too")])).await;
+        let query = |filters: Option<Filters>| KeywordQueryRequest {
+            limit: 3,
+            one_per_document: true,
+            filters,
+            ..kw(&["zebra"], MatchMode::All)
+        };
+        let want = ["a/many.md", "a/one.md", "a/two.md"];
+        for filters in [
+            None,
+            Some(Filters { kb: vec!["notes".into()], ..Default::default() }),
+            Some(Filters { path_prefix: "a/".into(), ..Default::default() }),
+        ] {
+            let got = s.keyword(query(filters.clone())).await;
+            assert_eq!(got.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), want, "{filters:?}");
+        }
+    }
+
     #[tokio::test]
     async fn title_beats_headings_beats_body_and_modes_combine_terms() {
         let mut s = serve().await;
