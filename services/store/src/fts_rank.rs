@@ -747,6 +747,41 @@ mod tests {
         check(&c);
     }
 
+    /// A reader connection's counts from the term index follow another connection's writes
+    /// (the whole table deleted and written again, as a clean reindex does).
+    #[test]
+    fn vocabulary_counts_follow_another_connections_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        // Two connections to one test database of this module's own.
+        #[allow(clippy::disallowed_methods)]
+        let open = || {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            register(&c, &Arc::default()).unwrap();
+            c
+        };
+        let w = open();
+        w.execute_batch("PRAGMA journal_mode = WAL; CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');").unwrap();
+        let fill = |w: &rusqlite::Connection, n: usize| {
+            for i in 0..n {
+                w.execute(
+                    "INSERT INTO kb_fts (title, headings, body) VALUES ('', '', ?1)",
+                    [format!("咖啡 apple {i}")],
+                )
+                .unwrap();
+            }
+        };
+        fill(&w, 30);
+        let r = open();
+        let df = DocFreq::default();
+        assert_eq!(df.count(&r, "\"咖啡\"").unwrap(), 30);
+        w.execute("DELETE FROM kb_fts", []).unwrap();
+        fill(&w, 7);
+        df.invalidate();
+        assert_eq!(df.count(&r, "\"咖啡\"").unwrap(), 7);
+        assert_eq!(df.count(&r, "\"apple\"").unwrap(), 7);
+    }
+
     #[test]
     fn the_tokenizer_is_read_from_the_create_statement() {
         let t = |sql: &str| tokenizer_of(sql);
