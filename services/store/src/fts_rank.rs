@@ -432,6 +432,13 @@ pub struct DocFreq {
     tokens: Mutex<HashMap<String, Option<String>>>,
 }
 
+/// Whether [`DocFreq`] counts one-token phrases from the term index (`fts5vocab`). Off: with it
+/// on, the end-to-end retrieval tests failed intermittently under load (a keyword search
+/// missing freshly indexed notes; 3 of 4 runs of the set, against 0 of 2 without it), not
+/// root-caused in session 11 (a stale snapshot on a reader connection is the suspect). The
+/// store's tests of it still run: they compare its counts with `MATCH` counts.
+const COUNT_FROM_TERM_INDEX: bool = false;
+
 impl DocFreq {
     /// Most phrases kept.
     pub const CAPACITY: usize = 50_000;
@@ -467,7 +474,8 @@ impl DocFreq {
         {
             return Ok(n);
         }
-        let n = match self.token(c, phrase)? {
+        let token = if COUNT_FROM_TERM_INDEX { self.token(c, phrase)? } else { None };
+        let n = match token {
             Some(token) => c
                 .prepare_cached("SELECT doc FROM temp.kb_fts_rows WHERE term = ?1")?
                 .query_row([token], |r| r.get(0))
