@@ -265,6 +265,11 @@ impl Coordinator {
             let mut record = record.clone();
             if restart {
                 self.stop(&record.name).await;
+                // Between the stop and the start a delivery is answered UNAVAILABLE (the
+                // callback retries it), not dropped as for a disabled channel.
+                if let Some(cell) = self.shared.statuses().get(&record.name) {
+                    cell.update(|s| s.state = RESTARTING.into());
+                }
                 // The old adapter may have moved the cursor since the list was read.
                 match ChannelsClient::new(self.store.clone())
                     .get_channel(st::GetChannelRequest { name: record.name.clone() })
@@ -406,6 +411,10 @@ impl Coordinator {
     }
 }
 
+/// The state an adapter shows between the stop and the start of a restart (a changed record or
+/// credential).
+pub const RESTARTING: &str = "restarting";
+
 /// Largest SeaTalk event body accepted from coffer-callback, bytes (it refuses larger ones).
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
@@ -436,6 +445,9 @@ impl ch::channel_adapters_server::ChannelAdapters for AdaptersService {
         }
         let inbox = self.shared.inboxes().get(&ev.channel).cloned();
         let Some(inbox) = inbox else {
+            if status.state == RESTARTING {
+                return Err(Status::unavailable(format!("channel {:?} is restarting; redeliver", ev.channel)));
+            }
             return Err(Status::failed_precondition(format!(
                 "channel {:?} is {} (the event is dropped)",
                 ev.channel, status.state
@@ -497,6 +509,8 @@ mod tests {
         assert_eq!(code(svc.deliver_seatalk_event(ev("tg", b"{}")).await), tonic::Code::NotFound, "not SeaTalk");
         shared.statuses().insert("st".into(), StatusCell::new("st", "seatalk"));
         assert_eq!(code(svc.deliver_seatalk_event(ev("st", b"{}")).await), tonic::Code::FailedPrecondition);
+        shared.statuses()["st"].update(|s| s.state = RESTARTING.into());
+        assert_eq!(code(svc.deliver_seatalk_event(ev("st", b"{}")).await), tonic::Code::Unavailable, "restarting");
         let (tx, mut rx) = mpsc::channel(1);
         shared.inboxes().insert("st".into(), tx);
         assert_eq!(code(svc.deliver_seatalk_event(ev("st", b"{\"a\":1}")).await), tonic::Code::Ok);
