@@ -476,10 +476,15 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
 
     js(&b, "window.__bars = []; return true;", vec![]).await?;
     click(&b, "tr[data-key=notes] button.reindex", "Reindex").await?;
-    b.wait_for("tr[data-key=notes] progress").await?;
+    // The bar may come and go between two polls of the driver (a pass over unchanged files is
+    // quick): the page's own observer records it, and the pass is over once the row is idle
+    // again after the bar was seen.
+    b.wait_until_within(
+        "window.__bars.length > 0 && !!document.querySelector('tr[data-key=notes] .kb-progress[data-state=idle]')",
+        INDEXING,
+    )
+    .await?;
     shots(&b, "knowledge-reindex").await?;
-    b.wait_until_within("!!document.querySelector('tr[data-key=notes] .kb-progress[data-state=idle]')", INDEXING)
-        .await?;
     let row = text(&b, "tr[data-key=notes]").await?;
     ensure!(row.contains("301") && row.contains("up to date"), "{row}");
 
