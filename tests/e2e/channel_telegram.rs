@@ -7,7 +7,8 @@
 //! throttled streaming edits, a queued second message, `/stop`, `/resume`, `/new`, `/model`, a
 //! 20,000-character reply, hostile markdown, 429/500/timeouts without a lost or duplicated
 //! update (and a chat restart mid-stream), a channel disabled mid-turn, a token change, and a
-//! web subscriber seeing the same turn.
+//! web subscriber seeing the same turn. One test runs the shipped chat service instead, with the
+//! real Claude Code CLI on the fake Anthropic API behind the channel.
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -441,5 +442,60 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
     })
     .await?;
     let _ = &r.home;
+    Ok(())
+}
+
+/// The turns behind a channel are real: the shipped chat service runs the real Claude Code CLI
+/// on the fake Anthropic API, the channel is added and paired through REST as the CLI and the
+/// console do, and the answer Claude Code streams comes back to the Telegram chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_answers_a_paired_telegram_chat() -> anyhow::Result<()> {
+    const REAL: Duration = Duration::from_secs(90);
+    let anthropic = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
+    let fake = FakeTelegram::start(TOKEN, "coffer_bot").await?;
+    let mut home = TestHome::new()?;
+    chat::offline_claude_code(&mut home, &anthropic.url);
+    home.cli(&["status"]).await?.ok()?;
+    let api = home.api()?;
+    let claude = coffer_tests::peers::claude_code()?.display().to_string();
+    api.request(Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_path": claude}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let work = home.temp().join("work");
+    std::fs::create_dir_all(&work)?;
+    let body = json!({
+        "name": "tg", "kind": "telegram", "bot_token": TOKEN, "api_base_url": fake.url,
+        "default_agent": "claude_code", "agent_config": {"cwd": work.display().to_string()},
+    });
+    let r = api.post_json("/v1/channels", &body).header("X-Coffer-Actor", "cli").reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let code = api.post("/v1/channels/tg/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
+    fake.wait("the adapter's first long poll", WAIT, |f| !f.calls_of("getUpdates").is_empty()).await?;
+    fake.push_text(OWNER, &format!("/pair {code}"));
+    fake.wait("the pairing answer", WAIT, |f| f.bot_messages(OWNER).iter().any(|m| m.visible().contains("Paired")))
+        .await?;
+
+    fake.push_text(OWNER, "SAY[the real agent answers through Telegram]");
+    fake.wait("Claude Code's answer in the chat", REAL, |f| {
+        f.bot_messages(OWNER).iter().any(|m| m.visible().contains("the real agent answers through Telegram"))
+    })
+    .await?;
+    let list = api.get("/v1/conversations").reply().await?.ok_json()?;
+    let conv = list["items"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["channel_name"] == "tg"))
+        .with_context(|| format!("a conversation bound to the channel: {list}"))?;
+    ensure!(conv["agent_key"] == "claude_code" && conv["peer_chat_id"] == OWNER.to_string(), "{conv}");
+    for log in std::fs::read_dir(home.root().join("logs"))? {
+        let path = log?.path();
+        if path.is_file() {
+            let text = String::from_utf8_lossy(&std::fs::read(&path)?).into_owned();
+            ensure!(!text.contains(TOKEN), "the bot token is in {}", path.display());
+        }
+    }
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    home.wait_no_processes(WAIT).await?;
     Ok(())
 }
