@@ -487,7 +487,10 @@ async fn the_real_claude_code_answers_a_paired_telegram_chat() -> anyhow::Result
         .as_array()
         .and_then(|a| a.iter().find(|c| c["channel_name"] == "tg"))
         .with_context(|| format!("a conversation bound to the channel: {list}"))?;
-    ensure!(conv["agent_key"] == "claude_code" && conv["peer_chat_id"] == OWNER.to_string(), "{conv}");
+    ensure!(
+        conv["agent_key"] == "claude_code" && conv["peer_chat_id"].as_str() == Some(OWNER.to_string().as_str()),
+        "{conv}"
+    );
     for log in std::fs::read_dir(home.root().join("logs"))? {
         let path = log?.path();
         if path.is_file() {
