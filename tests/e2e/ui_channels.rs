@@ -3,15 +3,12 @@
 //! leaves the page), a refusal shown next to the secret it names, the pairing dialog (the code
 //! large, its countdown and the instruction), disable and enable, remove with a confirmation.
 //! Ends with `assert_clean()`; screenshots at 1280 and 360 px in `target/ui-screenshots/`.
-use std::time::Duration;
 
 use anyhow::ensure;
 use coffer_tests::browser::Browser;
-use coffer_tests::{Api, SendExt, TestHome, wait_for};
+use coffer_tests::{Api, SendExt, TestHome};
 use serde_json::{Value, json};
 
-/// How long a page may take to show what a step waits for.
-const STEP: Duration = Duration::from_secs(20);
 /// A token that must never reach the page once sent.
 const TOKEN: &str = "7700000001:AAE-ui-3b9f1c7e5a2d8c4f";
 /// Where the channels' adapters would go: nothing listens there.
@@ -19,52 +16,6 @@ const NOWHERE: &str = "http://127.0.0.1:9";
 
 async fn js(b: &Browser, script: &str, args: Vec<Value>) -> anyhow::Result<Value> {
     b.eval(script, args).await
-}
-
-/// Clicks the first element matching `css` whose trimmed text is `text`, waiting for it.
-async fn click(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
-    const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
-        .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
-    wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
-        let v = js(b, FIND, vec![json!(css), json!(text)]).await?;
-        if v.is_null() {
-            return Ok(None);
-        }
-        b.element(&v)?.click().await?;
-        Ok(Some(()))
-    })
-    .await
-}
-
-async fn fill(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let el = b.wait_for(css).await?;
-    el.clear().await?;
-    el.send_keys(value).await
-}
-
-async fn choose(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let ok = js(
-        b,
-        "const s = document.querySelector(arguments[0]); if (!s) return false; s.value = arguments[1];
-         s.dispatchEvent(new Event('change', {bubbles: true})); return s.value === arguments[1];",
-        vec![json!(css), json!(value)],
-    )
-    .await?;
-    ensure!(ok == json!(true), "no {css:?} with an option {value:?}");
-    Ok(())
-}
-
-/// Screenshots at 1280 and 360 px wide, and a check that nothing overflows sideways at 360.
-async fn shots(b: &Browser, name: &str) -> anyhow::Result<()> {
-    js(b, "document.getElementById('toasts').replaceChildren(); window.scrollTo(0, 0); return true;", vec![]).await?;
-    b.set_viewport(1280, 800).await?;
-    b.screenshot(&format!("channels-{name}-1280")).await?;
-    b.set_viewport(360, 740).await?;
-    let w = js(b, "return [document.documentElement.scrollWidth, window.innerWidth];", vec![]).await?;
-    ensure!(w[0].as_u64() <= w[1].as_u64(), "{name} overflows sideways at 360 px: {w}");
-    b.screenshot(&format!("channels-{name}-360")).await?;
-    b.set_viewport(1280, 800).await?;
-    Ok(())
 }
 
 async fn channel(api: &Api, name: &str) -> anyhow::Result<Value> {
@@ -83,14 +34,14 @@ async fn ui_channels_add_pair_disable_remove() -> anyhow::Result<()> {
 
     // Add a Telegram channel with its token: it becomes credential channel-home-bot-token, and
     // the page no longer holds it.
-    click(&b, "button", "Add channel").await?;
+    b.click_text("button", "Add channel").await?;
     b.wait_for("dialog[open] .channel-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "home").await?;
-    fill(&b, "dialog[open] [data-field=bot_token] input", TOKEN).await?;
-    fill(&b, "dialog[open] [data-field=agent_config] input", "/tmp").await?;
-    fill(&b, "dialog[open] [data-field=api_base_url] input", NOWHERE).await?;
-    shots(&b, "add").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=name] input", "home").await?;
+    b.fill("dialog[open] [data-field=bot_token] input", TOKEN).await?;
+    b.fill("dialog[open] [data-field=agent_config] input", "/tmp").await?;
+    b.fill("dialog[open] [data-field=api_base_url] input", NOWHERE).await?;
+    b.shots("channels-add").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for("tr[data-key=home] [data-paired=false]").await?;
     b.wait_gone("dialog[open]").await?;
     let c = channel(&api, "home").await?;
@@ -105,53 +56,53 @@ async fn ui_channels_add_pair_disable_remove() -> anyhow::Result<()> {
     // A SeaTalk channel without its signing secret: the refusal is shown next to that field and
     // nothing is written; fixed in place, it saves.
     b.allow_console("/v1/channels - Failed to load resource: the server responded with a status of 400");
-    click(&b, "button", "Add channel").await?;
+    b.click_text("button", "Add channel").await?;
     b.wait_for("dialog[open] .channel-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "work").await?;
-    choose(&b, "dialog[open] [data-field=kind] select", "seatalk").await?;
-    fill(&b, "dialog[open] [data-field=app_id] input", "app-1").await?;
-    fill(&b, "dialog[open] [data-field=app_secret] input", "app-secret-1").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=name] input", "work").await?;
+    b.choose("dialog[open] [data-field=kind] select", "seatalk").await?;
+    b.fill("dialog[open] [data-field=app_id] input", "app-1").await?;
+    b.fill("dialog[open] [data-field=app_secret] input", "app-secret-1").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for_text(
         "dialog[open] [data-field=signing_secret] .field-error",
         "Signing secret is required for a SeaTalk channel",
     )
     .await?;
-    shots(&b, "refused").await?;
+    b.shots("channels-refused").await?;
     api.get("/v1/channels/work").reply().await?.expect_envelope(404, "NOT_FOUND")?;
-    fill(&b, "dialog[open] [data-field=app_id] input", "app-1").await?;
-    fill(&b, "dialog[open] [data-field=app_secret] input", "app-secret-1").await?;
-    fill(&b, "dialog[open] [data-field=signing_secret] input", "signing-1").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=app_id] input", "app-1").await?;
+    b.fill("dialog[open] [data-field=app_secret] input", "app-secret-1").await?;
+    b.fill("dialog[open] [data-field=signing_secret] input", "signing-1").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for("tr[data-key=work]").await?;
     b.wait_gone("dialog[open]").await?;
 
     // Pair: the code large, a countdown, and what to send.
-    click(&b, "tr[data-key=home] button", "Pair").await?;
+    b.click_text("tr[data-key=home] button", "Pair").await?;
     b.wait_for("dialog[open] .pair-code").await?;
     let shown = js(&b, "const d = document.querySelector('dialog[open]'); return {code: d.querySelector('.pair-code').dataset.code, text: d.innerText, clock: d.querySelector('.pair-countdown').textContent};", vec![]).await?;
     let code = shown["code"].as_str().unwrap_or_default().to_owned();
     ensure!(code.len() == 8, "{shown}");
     ensure!(shown["text"].as_str().is_some_and(|t| t.contains(&format!("/pair {code}"))), "{shown}");
     ensure!(shown["clock"].as_str().is_some_and(|t| t.starts_with("10:00") || t.starts_with("9:5")), "{shown}");
-    shots(&b, "pair").await?;
-    click(&b, "dialog[open] button", "Done").await?;
+    b.shots("channels-pair").await?;
+    b.click_text("dialog[open] button", "Done").await?;
     b.wait_gone("dialog[open]").await?;
     b.wait_for("tr[data-key=home] [data-paired=false]").await?;
     assert_eq!(channel(&api, "home").await?["pairing"]["pending"], true);
 
     // Disable, then enable again.
-    click(&b, "tr[data-key=home] button", "Disable").await?;
+    b.click_text("tr[data-key=home] button", "Disable").await?;
     b.wait_for("tr[data-key=home] [data-enabled=false]").await?;
     assert_eq!(channel(&api, "home").await?["enabled"], false);
-    shots(&b, "list").await?;
-    click(&b, "tr[data-key=home] button", "Enable").await?;
+    b.shots("channels-list").await?;
+    b.click_text("tr[data-key=home] button", "Enable").await?;
     b.wait_for("tr[data-key=home] [data-enabled=true]").await?;
 
     // Remove with a confirmation: the channel and its generated credentials go.
-    click(&b, "tr[data-key=work] button", "Remove").await?;
+    b.click_text("tr[data-key=work] button", "Remove").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Remove").await?;
+    b.click_text("dialog[open] button[type=submit]", "Remove").await?;
     b.wait_gone("tr[data-key=work]").await?;
     api.get("/v1/channels/work").reply().await?.expect_envelope(404, "NOT_FOUND")?;
     let creds = api.get("/v1/credentials").reply().await?.ok_json()?;

@@ -5,15 +5,12 @@
 //! coffer-chat or the provider — reports it), make default, a hostile model id staying inert,
 //! remove with a confirmation. Ends with `assert_clean()`; screenshots at 1280 and 360 px in
 //! `target/ui-screenshots/`.
-use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::browser::Browser;
-use coffer_tests::{Api, SendExt, TestHome, wait_for};
+use coffer_tests::{Api, SendExt, TestHome};
 use serde_json::{Value, json};
 
-/// How long a page may take to show what a step waits for.
-const STEP: Duration = Duration::from_secs(20);
 /// A key that must never reach the page once sent.
 const KEY: &str = "sk-ant-ui-7f3e1c9b5a2d8e4f6a0c";
 /// A payload that sets `window.__pwned` if it ever runs as HTML.
@@ -21,54 +18,6 @@ const XSS: &str = "<img src=x onerror=\"window.__pwned=1\"><b>bold</b>";
 
 async fn js(b: &Browser, script: &str, args: Vec<Value>) -> anyhow::Result<Value> {
     b.eval(script, args).await
-}
-
-/// Clicks the first element matching `css` whose trimmed text is `text`, waiting for it.
-async fn click(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
-    const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
-        .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
-    wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
-        let v = js(b, FIND, vec![json!(css), json!(text)]).await?;
-        if v.is_null() {
-            return Ok(None);
-        }
-        b.element(&v)?.click().await?;
-        Ok(Some(()))
-    })
-    .await
-}
-
-/// Types `value` into the input matching `css` (emptied first), key by key.
-async fn fill(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let el = b.wait_for(css).await?;
-    el.clear().await?;
-    el.send_keys(value).await
-}
-
-/// Chooses `value` in the `<select>` matching `css` (and fires `change`).
-async fn choose(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let ok = js(
-        b,
-        "const s = document.querySelector(arguments[0]); if (!s) return false; s.value = arguments[1];
-         s.dispatchEvent(new Event('change', {bubbles: true})); return s.value === arguments[1];",
-        vec![json!(css), json!(value)],
-    )
-    .await?;
-    ensure!(ok == json!(true), "no {css:?} with an option {value:?}");
-    Ok(())
-}
-
-/// Screenshots at 1280 and 360 px wide, and a check that nothing overflows sideways at 360.
-async fn shots(b: &Browser, name: &str) -> anyhow::Result<()> {
-    js(b, "document.getElementById('toasts').replaceChildren(); window.scrollTo(0, 0); return true;", vec![]).await?;
-    b.set_viewport(1280, 800).await?;
-    b.screenshot(&format!("llm-{name}-1280")).await?;
-    b.set_viewport(360, 740).await?;
-    let w = js(b, "return [document.documentElement.scrollWidth, window.innerWidth];", vec![]).await?;
-    ensure!(w[0].as_u64() <= w[1].as_u64(), "{name} overflows sideways at 360 px: {w}");
-    b.screenshot(&format!("llm-{name}-360")).await?;
-    b.set_viewport(1280, 800).await?;
-    Ok(())
 }
 
 async fn connection(api: &Api, name: &str) -> anyhow::Result<Value> {
@@ -86,12 +35,12 @@ async fn ui_llm_connections_add_edit_test_default_remove() -> anyhow::Result<()>
     b.wait_for_text(".vault-empty", "No LLM connection yet").await?;
 
     // Add with a key: it becomes credential llm-claude, and the page no longer holds it.
-    click(&b, "button", "Add connection").await?;
+    b.click_text("button", "Add connection").await?;
     b.wait_for("dialog[open] .llm-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "claude").await?;
-    fill(&b, "dialog[open] [data-field=api_key] input", KEY).await?;
-    fill(&b, "dialog[open] [data-field=model] input", "claude-sonnet-4-5").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=name] input", "claude").await?;
+    b.fill("dialog[open] [data-field=api_key] input", KEY).await?;
+    b.fill("dialog[open] [data-field=model] input", "claude-sonnet-4-5").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for("tr[data-key=claude] [data-key=set]").await?;
     let c = connection(&api, "claude").await?;
     assert_eq!((c["credential_ref"].as_str(), c["credential_set"].as_bool()), (Some("llm-claude"), Some(true)), "{c}");
@@ -100,38 +49,38 @@ async fn ui_llm_connections_add_edit_test_default_remove() -> anyhow::Result<()>
 
     // A refusal stays in the dialog, next to the field it names; nothing is written.
     b.allow_console("/v1/llm/connections - Failed to load resource: the server responded with a status of 400");
-    click(&b, "button", "Add connection").await?;
+    b.click_text("button", "Add connection").await?;
     b.wait_for("dialog[open] .llm-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "local").await?;
-    choose(&b, "dialog[open] [data-field=wire] select", "ollama").await?;
-    fill(&b, "dialog[open] [data-field=model] input", "llama3.2").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=name] input", "local").await?;
+    b.choose("dialog[open] [data-field=wire] select", "ollama").await?;
+    b.fill("dialog[open] [data-field=model] input", "llama3.2").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for_text("dialog[open] [data-field=base_url] .field-error", "base_url is required for an ollama").await?;
-    shots(&b, "refused").await?;
+    b.shots("llm-refused").await?;
     api.get("/v1/llm/connections/local").reply().await?.expect_envelope(404, "NOT_FOUND")?;
     // Fixed in place: the dialog saves once the base URL is given.
-    fill(&b, "dialog[open] [data-field=base_url] input", "http://127.0.0.1:9").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=base_url] input", "http://127.0.0.1:9").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for("tr[data-key=local] [data-key=none]").await?;
     b.wait_gone("dialog[open]").await?;
 
     // Test on an endpoint that refuses connections: a failure is shown under the row.
     b.allow_console("/v1/llm/connections/local/test - Failed to load resource");
-    click(&b, "tr[data-key=local] button", "Test").await?;
+    b.click_text("tr[data-key=local] button", "Test").await?;
     b.wait_for("[data-result=local] .llm-test[data-ok=false]").await?;
     let shown = js(&b, "return document.querySelector('[data-result=local]').innerText;", vec![]).await?;
     ensure!(shown.as_str().is_some_and(|t| t.len() > 10), "an empty failure: {shown}");
 
     // Edit: the models button says why it has no list; the new model is saved.
     b.allow_console("/v1/llm/connections/local/models - Failed to load resource");
-    click(&b, "tr[data-key=local] button", "Edit").await?;
+    b.click_text("tr[data-key=local] button", "Edit").await?;
     b.wait_for("dialog[open] .llm-form").await?;
-    click(&b, "dialog[open] .llm-list-models", "List models").await?;
+    b.click_text("dialog[open] .llm-list-models", "List models").await?;
     b.wait_until("(document.querySelector('dialog[open] .llm-models-hint') || {}).innerText?.length > 0 && !document.querySelector('dialog[open] .llm-models-hint').innerText.startsWith('Asking')").await?;
-    fill(&b, "dialog[open] [data-field=model] input", "llama3.2:1b").await?;
-    fill(&b, "dialog[open] [data-field=fast_model] input", "llama3.2:1b").await?;
-    shots(&b, "edit").await?;
-    click(&b, "dialog[open] button[type=submit]", "Save").await?;
+    b.fill("dialog[open] [data-field=model] input", "llama3.2:1b").await?;
+    b.fill("dialog[open] [data-field=fast_model] input", "llama3.2:1b").await?;
+    b.shots("llm-edit").await?;
+    b.click_text("dialog[open] button[type=submit]", "Save").await?;
     b.wait_gone("dialog[open]").await?;
     let l = connection(&api, "local").await?;
     assert_eq!(
@@ -141,10 +90,10 @@ async fn ui_llm_connections_add_edit_test_default_remove() -> anyhow::Result<()>
     );
 
     // Make default, then another one takes the flag.
-    click(&b, "tr[data-key=claude] button", "Make default").await?;
+    b.click_text("tr[data-key=claude] button", "Make default").await?;
     b.wait_for("tr[data-key=claude] [data-default=true]").await?;
     assert_eq!(connection(&api, "claude").await?["internal_default"], true);
-    click(&b, "tr[data-key=local] button", "Make default").await?;
+    b.click_text("tr[data-key=local] button", "Make default").await?;
     b.wait_for("tr[data-key=local] [data-default=true]").await?;
     ensure!(b.count("tr[data-key=claude] [data-default=true]").await? == 0, "two defaults shown");
 
@@ -168,12 +117,12 @@ async fn ui_llm_connections_add_edit_test_default_remove() -> anyhow::Result<()>
             .is_some_and(|t| t.contains("<img")),
         "the model id is not shown as text"
     );
-    shots(&b, "list").await?;
+    b.shots("llm-list").await?;
 
     // Remove with a confirmation: the connection and its generated credential go.
-    click(&b, "tr[data-key=claude] button", "Remove").await?;
+    b.click_text("tr[data-key=claude] button", "Remove").await?;
     b.wait_for_text("dialog[open]", "llm-claude").await?;
-    click(&b, "dialog[open] button[type=submit]", "Remove").await?;
+    b.click_text("dialog[open] button[type=submit]", "Remove").await?;
     b.wait_gone("tr[data-key=claude]").await?;
     api.get("/v1/llm/connections/claude").reply().await?.expect_envelope(404, "NOT_FOUND")?;
     let creds = api.get("/v1/credentials").reply().await?.ok_json()?;

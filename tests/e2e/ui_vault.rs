@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::browser::Browser;
-use coffer_tests::browser::webdriver::WebDriverError;
 use coffer_tests::embeddings::{FakeEmbeddings, Mode};
 use coffer_tests::mcp::{McpSession, register_tiny};
 use coffer_tests::{Api, SendExt, TestHome, bin, wait_for, write_file};
@@ -39,64 +38,6 @@ async fn js(b: &Browser, script: &str, args: Vec<Value>) -> anyhow::Result<Value
     b.eval(script, args).await
 }
 
-/// True for WebDriver's `stale element reference`: the page re-rendered the element between
-/// finding and using it (a list that reloads); the step is retried on a fresh one.
-fn stale(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<WebDriverError>().and_then(WebDriverError::code) == Some("stale element reference"))
-}
-
-/// Clicks (a real click) the first element matching `css` whose trimmed text is `text` (any
-/// text when empty), waiting for it to appear.
-async fn click(b: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
-    const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
-        .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
-    wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
-        let v = js(b, FIND, vec![json!(css), json!(text)]).await?;
-        if v.is_null() {
-            return Ok(None);
-        }
-        match b.element(&v)?.click().await {
-            Ok(()) => Ok(Some(())),
-            Err(e) if stale(&e) => Ok(None),
-            Err(e) => Err(e.context(format!("clicking {css:?} {text:?}"))),
-        }
-    })
-    .await
-}
-
-/// Types `value` into the first input or textarea matching `css` (emptied first), as a user
-/// would: key by key.
-async fn fill(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    wait_for(&format!("{css:?} to type into"), STEP, || async {
-        let el = b.wait_for(css).await?;
-        match async {
-            el.clear().await?;
-            el.send_keys(value).await
-        }
-        .await
-        {
-            Ok(()) => Ok(Some(())),
-            Err(e) if stale(&e) => Ok(None),
-            Err(e) => Err(e.context(format!("typing into {css:?}"))),
-        }
-    })
-    .await
-}
-
-/// Chooses `value` in the `<select>` matching `css` (and fires `change`).
-async fn choose(b: &Browser, css: &str, value: &str) -> anyhow::Result<()> {
-    let ok = js(
-        b,
-        "const s = document.querySelector(arguments[0]); if (!s) return false; s.value = arguments[1];
-         s.dispatchEvent(new Event('change', {bubbles: true})); return s.value === arguments[1];",
-        vec![json!(css), json!(value)],
-    )
-    .await?;
-    ensure!(ok == json!(true), "no {css:?} with an option {value:?}");
-    Ok(())
-}
-
 /// The text of the first element matching `css` ("" when there is none).
 async fn text(b: &Browser, css: &str) -> anyhow::Result<String> {
     let v = js(b, "const el = document.querySelector(arguments[0]); return el ? el.innerText : '';", vec![json!(css)])
@@ -109,21 +50,6 @@ async fn text(b: &Browser, css: &str) -> anyhow::Result<String> {
 /// refusal itself.
 fn expect_refusal(b: &Browser, path: &str, status: u16) {
     b.allow_console(&format!("{path} - Failed to load resource: the server responded with a status of {status}"));
-}
-
-/// Screenshots of the current page at 1280 and 360 px wide (`<name>-1280`, `<name>-360`), and
-/// a check that nothing overflows sideways at 360.
-async fn shots(b: &Browser, name: &str) -> anyhow::Result<()> {
-    // From the top of the page, without the toasts of the steps before.
-    js(b, "document.getElementById('toasts').replaceChildren(); document.getElementById('page').scrollTop = 0; window.scrollTo(0, 0); return true;", vec![]).await?;
-    b.set_viewport(1280, 800).await?;
-    b.screenshot(&format!("vault-{name}-1280")).await?;
-    b.set_viewport(360, 740).await?;
-    let w = js(b, "return [document.documentElement.scrollWidth, window.innerWidth];", vec![]).await?;
-    ensure!(w[0].as_u64() <= w[1].as_u64(), "{name} overflows sideways at 360 px: {w}");
-    b.screenshot(&format!("vault-{name}-360")).await?;
-    b.set_viewport(1280, 800).await?;
-    Ok(())
 }
 
 /// Nothing hostile ran: no element a payload would have made, and no payload flag set.
@@ -163,19 +89,19 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     let api = home.start_daemon().await?;
     let b = browser(&api, "servers").await?;
     b.wait_for_text(".vault-empty", "coffer mcp import").await?;
-    shots(&b, "servers-empty").await?;
+    b.shots("vault-servers-empty").await?;
 
-    click(&b, ".vault-head button", "Add server").await?;
+    b.click_text(".vault-head button", "Add server").await?;
     b.wait_for("dialog[open] .server-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "tiny").await?;
-    fill(&b, "dialog[open] [data-field=command] input", &bin("coffer-tiny-upstream")?.display().to_string()).await?;
-    click(&b, "dialog[open] .kv-add", "").await?;
-    fill(&b, "dialog[open] .kv-row .kv-key", "API_TOKEN").await?;
+    b.fill("dialog[open] [data-field=name] input", "tiny").await?;
+    b.fill("dialog[open] [data-field=command] input", &bin("coffer-tiny-upstream")?.display().to_string()).await?;
+    b.click_text("dialog[open] .kv-add", "").await?;
+    b.fill("dialog[open] .kv-row .kv-key", "API_TOKEN").await?;
     // A name that says TOKEN makes the value a secret by default.
     b.wait_until("document.querySelector('dialog[open] .kv-mode').value === 'secret'").await?;
-    fill(&b, "dialog[open] .kv-row .kv-secret", "s3cret-value-77").await?;
-    shots(&b, "servers-add").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add server").await?;
+    b.fill("dialog[open] .kv-row .kv-secret", "s3cret-value-77").await?;
+    b.shots("vault-servers-add").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     b.wait_until("location.search.includes('name=tiny')").await?;
 
     let server = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
@@ -183,14 +109,14 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     let page = js(&b, "return document.documentElement.outerHTML;", vec![]).await?;
     ensure!(!page.as_str().unwrap_or_default().contains("s3cret-value-77"), "the secret is in the DOM");
 
-    click(&b, ".vault-head button", "Test").await?;
+    b.click_text(".vault-head button", "Test").await?;
     b.wait_for(".probe[data-ok=true]").await?;
     let report = text(&b, ".probe").await?;
     ensure!(report.contains("Tools") && report.contains("13") && report.contains("ms"), "{report}");
 
     b.wait_for(".caps tr[data-key=echo] input.switch").await?;
     ensure!(tools_listed(&api).await?.contains(&"tiny__echo".to_owned()), "echo listed before");
-    click(&b, ".caps tr[data-key=echo] input.switch", "").await?;
+    b.click_text(".caps tr[data-key=echo] input.switch", "").await?;
     wait_for("tiny__echo to leave tools/list", STEP, || async {
         Ok((!tools_listed(&api).await?.contains(&"tiny__echo".to_owned())).then_some(()))
     })
@@ -201,22 +127,22 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
 
     // The upstream's stderr, followed live: its tail (every tools/list writes a line), then a
     // call's stderr as it is written.
-    click(&b, "#log-follow", "").await?;
+    b.click_text("#log-follow", "").await?;
     b.wait_for_text(".log-card", "following").await?;
     b.wait_for_text("pre.log", "tools/list received").await?;
     let mcp = McpSession::latest(&api).await?;
     let r = mcp.tool("tiny__stderr", json!({"lines": 2})).await?;
     ensure!(r.get("result").is_some(), "{r}");
     b.wait_for_text("pre.log", "stderr line 1 yyyy").await?;
-    shots(&b, "server-detail").await?;
+    b.shots("vault-server-detail").await?;
     b.set_dark(true).await?;
     js(&b, "document.getElementById('page').scrollTop = 0; return true;", vec![]).await?;
     b.screenshot("vault-server-detail-dark-1280").await?;
     b.set_dark(false).await?;
 
-    click(&b, ".vault-head button", "Remove").await?;
+    b.click_text(".vault-head button", "Remove").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Remove").await?;
+    b.click_text("dialog[open] button[type=submit]", "Remove").await?;
     b.wait_until("location.pathname === '/ui/servers' && !location.search").await?;
     b.wait_for(".vault-empty").await?;
     let list = api.get("/v1/mcp/servers").reply().await?.ok_json()?;
@@ -233,14 +159,14 @@ async fn ui_vault_servers_refused_add_leaves_nothing_behind() -> anyhow::Result<
     let api = home.start_daemon().await?;
     let b = browser(&api, "servers").await?;
     expect_refusal(&b, "/v1/mcp/servers", 400);
-    click(&b, ".vault-head button", "Add server").await?;
+    b.click_text(".vault-head button", "Add server").await?;
     b.wait_for("dialog[open] .server-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "ghost").await?;
-    fill(&b, "dialog[open] [data-field=command] input", "no-such-binary-anywhere-xyz").await?;
-    click(&b, "dialog[open] .kv-add", "").await?;
-    fill(&b, "dialog[open] .kv-row .kv-key", "SECRET_KEY").await?;
-    fill(&b, "dialog[open] .kv-row .kv-secret", "v").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add server").await?;
+    b.fill("dialog[open] [data-field=name] input", "ghost").await?;
+    b.fill("dialog[open] [data-field=command] input", "no-such-binary-anywhere-xyz").await?;
+    b.click_text("dialog[open] .kv-add", "").await?;
+    b.fill("dialog[open] .kv-row .kv-key", "SECRET_KEY").await?;
+    b.fill("dialog[open] .kv-row .kv-secret", "v").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     b.wait_for_text("dialog[open] [data-field=command] .field-error", "no-such-binary-anywhere-xyz").await?;
     let list = api.get("/v1/mcp/servers").reply().await?.ok_json()?;
     assert_eq!(list["items"], json!([]));
@@ -257,20 +183,20 @@ async fn ui_vault_servers_http_with_secret_header_edit_and_disable() -> anyhow::
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     let b = browser(&api, "servers").await?;
-    click(&b, ".vault-head button", "Add server").await?;
+    b.click_text(".vault-head button", "Add server").await?;
     b.wait_for("dialog[open] .server-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "remote").await?;
-    choose(&b, "dialog[open] [data-field=transport] select", "http").await?;
+    b.fill("dialog[open] [data-field=name] input", "remote").await?;
+    b.choose("dialog[open] [data-field=transport] select", "http").await?;
     b.wait_until("document.querySelector('dialog[open] .stdio-part').hidden").await?;
-    fill(&b, "dialog[open] [data-field=url] input", "http://127.0.0.1:9/mcp").await?;
-    click(&b, "dialog[open] .http-part .kv-add", "").await?;
-    fill(&b, "dialog[open] .http-part .kv-row .kv-key", "Authorization").await?;
+    b.fill("dialog[open] [data-field=url] input", "http://127.0.0.1:9/mcp").await?;
+    b.click_text("dialog[open] .http-part .kv-add", "").await?;
+    b.fill("dialog[open] .http-part .kv-row .kv-key", "Authorization").await?;
     b.wait_until("document.querySelector('dialog[open] .http-part .kv-mode').value === 'secret'").await?;
-    fill(&b, "dialog[open] .http-part .kv-row .kv-secret", "Bearer abc-123-secret").await?;
-    click(&b, "dialog[open] .http-part .kv-add", "").await?;
-    fill(&b, "dialog[open] .http-part .kv-row:nth-child(2) .kv-key", "X-Team").await?;
-    fill(&b, "dialog[open] .http-part .kv-row:nth-child(2) .kv-text", "blue").await?;
-    click(&b, "dialog[open] button[type=submit]", "Add server").await?;
+    b.fill("dialog[open] .http-part .kv-row .kv-secret", "Bearer abc-123-secret").await?;
+    b.click_text("dialog[open] .http-part .kv-add", "").await?;
+    b.fill("dialog[open] .http-part .kv-row:nth-child(2) .kv-key", "X-Team").await?;
+    b.fill("dialog[open] .http-part .kv-row:nth-child(2) .kv-text", "blue").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     // Nothing listens at the URL: the capabilities request is refused (502) and the page says so.
     expect_refusal(&b, "/v1/mcp/servers/remote/capabilities", 502);
     b.wait_until("location.search.includes('name=remote')").await?;
@@ -285,11 +211,11 @@ async fn ui_vault_servers_http_with_secret_header_edit_and_disable() -> anyhow::
     b.wait_for_text("dl.facts", "credential remote-Authorization").await?;
 
     // Edit: a new URL; the credential reference stays as it was.
-    click(&b, ".vault-head button", "Edit").await?;
+    b.click_text(".vault-head button", "Edit").await?;
     b.wait_for("dialog[open] .server-form").await?;
     b.wait_until("document.querySelector('dialog[open] .http-part .kv-ref').value === 'remote-Authorization'").await?;
-    fill(&b, "dialog[open] [data-field=url] input", "http://127.0.0.1:9/v2/mcp").await?;
-    click(&b, "dialog[open] button[type=submit]", "Save").await?;
+    b.fill("dialog[open] [data-field=url] input", "http://127.0.0.1:9/v2/mcp").await?;
+    b.click_text("dialog[open] button[type=submit]", "Save").await?;
     b.wait_for_text("dl.facts", "/v2/mcp").await?;
     let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
     assert_eq!((&s["url"], &s["version"]), (&json!("http://127.0.0.1:9/v2/mcp"), &json!(2)));
@@ -298,15 +224,15 @@ async fn ui_vault_servers_http_with_secret_header_edit_and_disable() -> anyhow::
     // Disable from the list, then enable again.
     b.goto("/ui/servers").await?;
     b.wait_for("tr[data-key=remote] input.switch").await?;
-    click(&b, "tr[data-key=remote] input.switch", "").await?;
+    b.click_text("tr[data-key=remote] input.switch", "").await?;
     wait_for("remote disabled", STEP, || async {
         let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
         Ok((s["enabled"] == false).then_some(()))
     })
     .await?;
     b.wait_for_text("tr[data-key=remote]", "disabled").await?;
-    shots(&b, "servers").await?;
-    click(&b, "tr[data-key=remote] input.switch", "").await?;
+    b.shots("vault-servers").await?;
+    b.click_text("tr[data-key=remote] input.switch", "").await?;
     wait_for("remote enabled", STEP, || async {
         let s = api.get("/v1/mcp/servers/remote").reply().await?.ok_json()?;
         Ok((s["enabled"] == true).then_some(()))
@@ -336,17 +262,17 @@ async fn ui_vault_tools_search_and_toggle() -> anyhow::Result<()> {
         "{row}"
     );
 
-    fill(&b, "#tool-search", "extra tool").await?;
+    b.fill("#tool-search", "extra tool").await?;
     b.wait_until("document.querySelectorAll('tbody tr').length === 3").await?;
     let keys = js(&b, "return [...document.querySelectorAll('tbody tr')].map(r => r.dataset.key);", vec![]).await?;
     assert_eq!(keys, json!(["tiny__tool_0", "tiny__tool_1", "tiny__tool_2"]));
-    fill(&b, "#tool-search", "no tool is called this").await?;
+    b.fill("#tool-search", "no tool is called this").await?;
     b.wait_for(".vault-empty").await?;
-    fill(&b, "#tool-search", "tool_1").await?;
+    b.fill("#tool-search", "tool_1").await?;
     b.wait_for("tr[data-key=tiny__tool_1]").await?;
-    shots(&b, "tools").await?;
+    b.shots("vault-tools").await?;
 
-    click(&b, "tr[data-key=tiny__tool_1] input.switch", "").await?;
+    b.click_text("tr[data-key=tiny__tool_1] input.switch", "").await?;
     wait_for("tiny__tool_1 to leave tools/list", STEP, || async {
         Ok((!tools_listed(&api).await?.contains(&"tiny__tool_1".to_owned())).then_some(()))
     })
@@ -385,10 +311,10 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
     let failed = mcp.tool("tiny__fail", json!({})).await?;
     ensure!(failed.get("result").is_some(), "{failed}");
     b.wait_for_text("tbody tr", "tiny__fail").await?;
-    shots(&b, "activity").await?;
+    b.shots("vault-activity").await?;
 
     // Filtered to one outcome: only those.
-    choose(&b, "#inv-outcome", "ok").await?;
+    b.choose("#inv-outcome", "ok").await?;
     b.wait_until("[...document.querySelectorAll('tbody tr')].length > 0 && [...document.querySelectorAll('tbody tr')].every(r => r.innerText.includes('tiny__echo'))").await?;
 
     // Older calls page in: 60 more than one page holds.
@@ -399,19 +325,19 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
             .await?;
         ensure!(r.status == 200, "{} {}", r.status, r.text);
     }
-    choose(&b, "#inv-outcome", "").await?;
+    b.choose("#inv-outcome", "").await?;
     b.wait_until("document.querySelectorAll('tbody tr').length >= 50").await?;
     b.goto("/ui/activity").await?;
     b.wait_for_text(".more button", "Load older").await?;
     let first = js(&b, "return document.querySelectorAll('tbody tr').length;", vec![]).await?;
     assert_eq!(first, 50, "one page");
-    click(&b, ".more button", "Load older").await?;
+    b.click_text(".more button", "Load older").await?;
     b.wait_until("document.querySelectorAll('tbody tr').length === 62").await?;
     ensure!(text(&b, ".more").await?.is_empty(), "no more pages");
 
-    click(&b, ".tabs button", "Audit log").await?;
+    b.click_text(".tabs button", "Audit log").await?;
     b.wait_for_text("tbody tr", "server.create").await?;
-    shots(&b, "audit").await?;
+    b.shots("vault-audit").await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -436,7 +362,7 @@ async fn ui_vault_activity_shows_an_ask_run_s_llm_usage() -> anyhow::Result<()> 
     let row = text(&b, "tbody tr").await?;
     let usage = format!("{INPUT_TOKENS} in / {OUTPUT_TOKENS} out tokens · 1 req");
     ensure!(row.contains("local/fake-model") && row.contains(&usage), "{row}");
-    shots(&b, "activity-usage").await?;
+    b.shots("vault-activity-usage").await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -465,17 +391,17 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     b.wait_for("tr[data-key=memory]").await?;
     // Record every state of the progress bar the page shows.
     js(&b, "window.__bars = []; new MutationObserver(() => { const p = document.querySelector('tr[data-key=notes] progress'); if (p) window.__bars.push([p.value, p.max]); }).observe(document.getElementById('page'), {subtree: true, childList: true, attributes: true}); return true;", vec![]).await?;
-    click(&b, "button", "Add knowledge base").await?;
+    b.click_text("button", "Add knowledge base").await?;
     b.wait_for("dialog[open]").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "notes").await?;
-    fill(&b, "dialog[open] [data-field=path] input", &dir.display().to_string()).await?;
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.fill("dialog[open] [data-field=name] input", "notes").await?;
+    b.fill("dialog[open] [data-field=path] input", &dir.display().to_string()).await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_until_within("(() => { const r = document.querySelector('tr[data-key=notes]'); return r && r.querySelector('.kb-progress[data-state=idle]') && r.innerText.includes('301 ('); })()", INDEXING).await?;
     let bars = js(&b, "return window.__bars;", vec![]).await?;
     ensure!(bars.as_array().is_some_and(|b| !b.is_empty()), "a progress bar was shown while indexing: {bars}");
 
     js(&b, "window.__bars = []; return true;", vec![]).await?;
-    click(&b, "tr[data-key=notes] button.reindex", "Reindex").await?;
+    b.click_text("tr[data-key=notes] button.reindex", "Reindex").await?;
     // The bar may come and go between two polls of the driver (a pass over unchanged files is
     // quick): the page's own observer records it, and the pass is over once the row is idle
     // again after the bar was seen.
@@ -484,13 +410,13 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
         INDEXING,
     )
     .await?;
-    shots(&b, "knowledge-reindex").await?;
+    b.shots("vault-knowledge-reindex").await?;
     let row = text(&b, "tr[data-key=notes]").await?;
     ensure!(row.contains("301") && row.contains("up to date"), "{row}");
 
-    click(&b, ".tabs button", "Search").await?;
-    fill(&b, "#kb-query", "flamingo").await?;
-    click(&b, "form.search-form button[type=submit]", "Search").await?;
+    b.click_text(".tabs button", "Search").await?;
+    b.fill("#kb-query", "flamingo").await?;
+    b.click_text("form.search-form button[type=submit]", "Search").await?;
     b.wait_for(".results li.result").await?;
     let first = text(&b, ".results li.result").await?;
     ensure!(first.contains("notes"), "KB: {first}");
@@ -501,7 +427,7 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
     ensure!(first.contains("keyword #1"), "engines: {first}");
     let engines = text(&b, ".engines").await?;
     ensure!(engines.contains("keyword: ") && engines.contains("vector"), "{engines}");
-    shots(&b, "knowledge-search").await?;
+    b.shots("vault-knowledge-search").await?;
 
     // With embeddings (a fake OpenAI-compatible endpoint) the vector engine finds it too; when
     // the endpoint then fails, the page names the engine and why, and the others' results
@@ -518,22 +444,22 @@ async fn ui_vault_knowledge_add_reindex_and_search() -> anyhow::Result<()> {
         Ok((v["chunks"].as_u64() > Some(0) && v["embedded"] == v["chunks"]).then_some(()))
     })
     .await?;
-    click(&b, "form.search-form button[type=submit]", "Search").await?;
+    b.click_text("form.search-form button[type=submit]", "Search").await?;
     b.wait_for(".engines [data-engine=vector][data-state=ok]").await?;
     b.wait_for_text(".results li.result", "vector #").await?;
     fake.set_mode(Mode::Http500);
-    click(&b, "form.search-form button[type=submit]", "Search").await?;
+    b.click_text("form.search-form button[type=submit]", "Search").await?;
     b.wait_for(".engine-failed[data-engine=vector]").await?;
     let warning = text(&b, ".engine-failed[data-engine=vector]").await?;
     ensure!(warning.contains("vector engine failed") && warning.contains("HTTP 500"), "{warning}");
     ensure!(text(&b, ".results li.result").await?.contains("ops/deploy.md"), "keyword results still shown");
-    shots(&b, "knowledge-engine-failed").await?;
+    b.shots("vault-knowledge-engine-failed").await?;
 
     // Remove it: the KB is gone, the files stay.
-    click(&b, ".tabs button", "Knowledge bases").await?;
-    click(&b, "tr[data-key=notes] button.danger", "Remove").await?;
+    b.click_text(".tabs button", "Knowledge bases").await?;
+    b.click_text("tr[data-key=notes] button.danger", "Remove").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Remove").await?;
+    b.click_text("dialog[open] button[type=submit]", "Remove").await?;
     b.wait_until("document.querySelector('tr[data-key=memory]') && !document.querySelector('tr[data-key=notes]')")
         .await?;
     api.get("/v1/knowledge/notes").reply().await?.expect_envelope(404, "NOT_FOUND")?;
@@ -549,9 +475,9 @@ async fn ui_vault_memory_remember_recall_forget() -> anyhow::Result<()> {
     let api = home.start_daemon().await?;
     let b = browser(&api, "knowledge?tab=memory").await?;
     b.wait_for_text(".vault-empty", "Nothing remembered yet").await?;
-    fill(&b, "form.remember textarea", "The staging database listens on port 5433").await?;
-    fill(&b, "form.remember input", "work, db").await?;
-    click(&b, "form.remember button[type=submit]", "Remember").await?;
+    b.fill("form.remember textarea", "The staging database listens on port 5433").await?;
+    b.fill("form.remember input", "work, db").await?;
+    b.click_text("form.remember button[type=submit]", "Remember").await?;
     b.wait_for_text(".fact-text", "port 5433").await?;
     let facts = api.get("/v1/memory").reply().await?.ok_json()?;
     let fact = facts["items"][0].clone();
@@ -559,17 +485,17 @@ async fn ui_vault_memory_remember_recall_forget() -> anyhow::Result<()> {
     assert_eq!(fact["source"], "ui");
 
     // The same again is not saved twice.
-    fill(&b, "form.remember textarea", "The staging database listens on port 5433").await?;
-    click(&b, "form.remember button[type=submit]", "Remember").await?;
+    b.fill("form.remember textarea", "The staging database listens on port 5433").await?;
+    b.click_text("form.remember button[type=submit]", "Remember").await?;
     b.wait_for_text("form.remember", "Already remembered").await?;
 
-    fill(&b, "#recall-query", "staging database port").await?;
-    click(&b, "form.search-form button[type=submit]", "Recall").await?;
+    b.fill("#recall-query", "staging database port").await?;
+    b.click_text("form.search-form button[type=submit]", "Recall").await?;
     b.wait_for_text(".results li.result", "5433").await?;
-    shots(&b, "memory").await?;
-    click(&b, ".results li.result button.danger", "Forget").await?;
+    b.shots("vault-memory").await?;
+    b.click_text(".results li.result button.danger", "Forget").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Forget").await?;
+    b.click_text("dialog[open] button[type=submit]", "Forget").await?;
     b.wait_for_text(".vault-empty", "Nothing remembered yet").await?;
     let facts = api.get("/v1/memory").reply().await?.ok_json()?;
     assert_eq!(facts["items"], json!([]));
@@ -597,7 +523,7 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     b.wait_for_text(".skills-list .warn-box", "broken").await?;
     let list = text(&b, ".skills-list").await?;
     ensure!(list.contains("How to deploy the app") && list.contains("no front matter"), "{list}");
-    click(&b, "button.skill[data-name=deploy]", "").await?;
+    b.click_text("button.skill[data-name=deploy]", "").await?;
     // Rendered as markdown: a heading, a numbered list, code; its raw HTML stays text and its
     // `javascript:` link goes nowhere.
     b.wait_for_text(".skill-body code", "make deploy").await?;
@@ -615,7 +541,7 @@ async fn ui_vault_skills_list_and_view() -> anyhow::Result<()> {
     let more = js(&b, "return document.querySelector('article.skill').textContent;", vec![]).await?;
     ensure!(more.as_str().is_some_and(|m| m.contains("1 more file") && m.contains("checklist.md")), "{more}");
     inert(&b).await?;
-    shots(&b, "skills").await?;
+    b.shots("vault-skills").await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -635,19 +561,19 @@ async fn ui_vault_settings_bad_value_shows_the_daemons_message() -> anyhow::Resu
     let row = "form.setting[data-key='gateway.call_timeout_ms']";
     b.wait_for(row).await?;
     ensure!(text(&b, row).await?.contains("60000"), "the default is shown");
-    fill(&b, &format!("{row} input"), "soon").await?;
-    click(&b, &format!("{row} button[type=submit]"), "Save").await?;
+    b.fill(&format!("{row} input"), "soon").await?;
+    b.click_text(&format!("{row} button[type=submit]"), "Save").await?;
     b.wait_for_text(&format!("{row} .field-error"), "must be an integer from 1 to 86400000").await?;
-    shots(&b, "settings-refused").await?;
+    b.shots("vault-settings-refused").await?;
     assert_eq!(api.get("/v1/settings").reply().await?.ok_json()?, before, "nothing changed");
 
-    fill(&b, &format!("{row} input"), "45000").await?;
-    click(&b, &format!("{row} button[type=submit]"), "Save").await?;
+    b.fill(&format!("{row} input"), "45000").await?;
+    b.click_text(&format!("{row} button[type=submit]"), "Save").await?;
     b.wait_for_text(&format!("{row} .setting-badge"), "set").await?;
     ensure!(text(&b, &format!("{row} .field-error")).await?.is_empty(), "the old message is gone");
     let now = api.get("/v1/settings").reply().await?.ok_json()?;
     assert_eq!(now["values"]["gateway.call_timeout_ms"], "45000");
-    click(&b, &format!("{row} button"), "Use default").await?;
+    b.click_text(&format!("{row} button"), "Use default").await?;
     b.wait_for_text(&format!("{row} .setting-badge"), "default").await?;
     assert_eq!(api.get("/v1/settings").reply().await?.ok_json()?, before);
     b.assert_clean().await;
@@ -662,15 +588,15 @@ async fn ui_vault_credentials_set_and_delete_never_show_the_value() -> anyhow::R
     let b = browser(&api, "settings?tab=credentials").await?;
     b.wait_for(".vault-empty").await?;
     const VALUE: &str = "sk-live-0123456789-do-not-show";
-    click(&b, "button", "Add credential").await?;
+    b.click_text("button", "Add credential").await?;
     b.wait_for("dialog[open]").await?;
-    fill(&b, "dialog[open] [data-field=name] input", "github").await?;
-    fill(&b, "dialog[open] [data-field=value] input", VALUE).await?;
+    b.fill("dialog[open] [data-field=name] input", "github").await?;
+    b.fill("dialog[open] [data-field=value] input", VALUE).await?;
     ensure!(
         js(&b, "return document.querySelector('dialog[open] [data-field=value] input').type;", vec![]).await?
             == "password"
     );
-    click(&b, "dialog[open] button[type=submit]", "Add").await?;
+    b.click_text("dialog[open] button[type=submit]", "Add").await?;
     b.wait_for("tr[data-key=github]").await?;
     let everything = js(
         &b,
@@ -680,12 +606,12 @@ async fn ui_vault_credentials_set_and_delete_never_show_the_value() -> anyhow::R
     .await?;
     ensure!(!everything.as_str().unwrap_or_default().contains(VALUE), "the value is in the page");
     assert_eq!(api.get("/v1/credentials/github").reply().await?.ok_json()?["version"], 1);
-    shots(&b, "credentials").await?;
+    b.shots("vault-credentials").await?;
 
-    click(&b, "tr[data-key=github] button", "Replace value").await?;
+    b.click_text("tr[data-key=github] button", "Replace value").await?;
     b.wait_for("dialog[open]").await?;
-    fill(&b, "dialog[open] [data-field=value] input", "another-value").await?;
-    click(&b, "dialog[open] button[type=submit]", "Replace").await?;
+    b.fill("dialog[open] [data-field=value] input", "another-value").await?;
+    b.click_text("dialog[open] button[type=submit]", "Replace").await?;
     b.wait_until("!document.querySelector('dialog[open]')").await?;
     wait_for("version 2", STEP, || async {
         let v = api.get("/v1/credentials/github").reply().await?.ok_json()?;
@@ -693,9 +619,9 @@ async fn ui_vault_credentials_set_and_delete_never_show_the_value() -> anyhow::R
     })
     .await?;
 
-    click(&b, "tr[data-key=github] button", "Delete").await?;
+    b.click_text("tr[data-key=github] button", "Delete").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Delete").await?;
+    b.click_text("dialog[open] button[type=submit]", "Delete").await?;
     b.wait_for(".vault-empty").await?;
     let r = api.get("/v1/credentials/github").reply().await?;
     assert_eq!(r.status, 404);
@@ -716,14 +642,14 @@ async fn ui_vault_status_restart_and_backup() -> anyhow::Result<()> {
         b.wait_for_text(&format!("tr[data-key={s}]"), "healthy").await?;
     }
     b.wait_for("tr[data-key=tiny]").await?;
-    shots(&b, "status").await?;
+    b.shots("vault-status").await?;
     let before = api.status().await?;
     let pid = |v: &Value| {
         v["services"].as_array().and_then(|s| s.iter().find(|x| x["name"] == "retrieval")).map(|x| x["pid"].clone())
     };
-    click(&b, "tr[data-key=retrieval] button", "Restart").await?;
+    b.click_text("tr[data-key=retrieval] button", "Restart").await?;
     b.wait_for("dialog[open]").await?;
-    click(&b, "dialog[open] button[type=submit]", "Restart").await?;
+    b.click_text("dialog[open] button[type=submit]", "Restart").await?;
     wait_for("retrieval restarted", STEP, || async {
         let s = api.status().await?;
         Ok((pid(&s) != pid(&before)).then_some(()))
@@ -732,19 +658,19 @@ async fn ui_vault_status_restart_and_backup() -> anyhow::Result<()> {
     b.wait_until("(() => { const r = document.querySelector('tr[data-key=retrieval]'); return r && r.innerText.includes('healthy') && r.innerText.includes('1'); })()").await?;
 
     expect_refusal(&b, "/v1/backup", 400);
-    click(&b, ".tabs button", "Backup").await?;
+    b.click_text(".tabs button", "Backup").await?;
     b.wait_for("form.backup-form").await?;
-    fill(&b, "form.backup-form input", "not/absolute").await?;
-    click(&b, "form.backup-form button[type=submit]", "Back up now").await?;
+    b.fill("form.backup-form input", "not/absolute").await?;
+    b.click_text("form.backup-form button[type=submit]", "Back up now").await?;
     b.wait_for_text("form.backup-form .field-error", "absolute").await?;
     let target = home.temp().join("backup-1");
-    fill(&b, "form.backup-form input", &target.display().to_string()).await?;
-    click(&b, "form.backup-form button[type=submit]", "Back up now").await?;
+    b.fill("form.backup-form input", &target.display().to_string()).await?;
+    b.click_text("form.backup-form button[type=submit]", "Back up now").await?;
     b.wait_for_text(".backup-result", "Backup written").await?;
     let result = text(&b, ".backup-result").await?;
     ensure!(result.contains(&target.display().to_string()) && result.contains("included"), "{result}");
     ensure!(target.join("manifest.json").exists(), "the backup is on disk");
-    shots(&b, "backup").await?;
+    b.shots("vault-backup").await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -775,10 +701,10 @@ async fn ui_vault_hostile_strings_are_rendered_inert() -> anyhow::Result<()> {
     b.wait_for("tr[data-key=evil__echo]").await?;
     b.wait_until("[...document.querySelectorAll('tbody code')].some(c => c.textContent.includes('<img'))").await?;
     inert(&b).await?;
-    click(&b, "tr[data-key=evil__echo] button", "Try").await?;
+    b.click_text("tr[data-key=evil__echo] button", "Try").await?;
     b.wait_for("dialog[open] textarea").await?;
-    fill(&b, "dialog[open] textarea", &json!({"message": XSS}).to_string()).await?;
-    click(&b, "dialog[open] button[type=submit]", "Call").await?;
+    b.fill("dialog[open] textarea", &json!({"message": XSS}).to_string()).await?;
+    b.click_text("dialog[open] button[type=submit]", "Call").await?;
     b.wait_for_text("dialog[open] .result-block", "<script>").await?;
     inert(&b).await?;
     js(&b, "document.querySelector('dialog[open]').close(); return true;", vec![]).await?;
@@ -792,11 +718,11 @@ async fn ui_vault_hostile_strings_are_rendered_inert() -> anyhow::Result<()> {
     // A hostile server name: the daemon's refusal quotes it, as text.
     expect_refusal(&b, "/v1/mcp/servers", 400);
     b.goto(&api.url("/ui/servers")).await?;
-    click(&b, ".vault-head button", "Add server").await?;
+    b.click_text(".vault-head button", "Add server").await?;
     b.wait_for("dialog[open] .server-form").await?;
-    fill(&b, "dialog[open] [data-field=name] input", XSS).await?;
-    fill(&b, "dialog[open] [data-field=command] input", &bin("coffer-tiny-upstream")?.display().to_string()).await?;
-    click(&b, "dialog[open] button[type=submit]", "Add server").await?;
+    b.fill("dialog[open] [data-field=name] input", XSS).await?;
+    b.fill("dialog[open] [data-field=command] input", &bin("coffer-tiny-upstream")?.display().to_string()).await?;
+    b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     b.wait_until(
         "!!document.querySelector('dialog[open] .field-error:not(:empty), dialog[open] .dialog-error:not(:empty)')",
     )
@@ -815,7 +741,7 @@ async fn ui_vault_hostile_strings_are_rendered_inert() -> anyhow::Result<()> {
     let card = text(&b, ".results li.result").await?;
     ensure!(card.contains("<img") && card.contains(".md"), "the path and text are shown as text: {card}");
     inert(&b).await?;
-    shots(&b, "hostile-search").await?;
+    b.shots("vault-hostile-search").await?;
     b.assert_clean().await;
     Ok(())
 }

@@ -189,6 +189,18 @@ fn executable(var: &str, default: &str) -> PathBuf {
     std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
 }
 
+/// How long a page helper ([`Browser::click_text`], [`Browser::fill`]) waits for its element.
+pub const STEP: Duration = Duration::from_secs(20);
+
+/// True for WebDriver's `stale element reference`: the page re-rendered the element between
+/// finding and using it (a list that reloads); the step is retried on a fresh one.
+fn stale(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<webdriver::WebDriverError>().and_then(webdriver::WebDriverError::code)
+            == Some("stale element reference")
+    })
+}
+
 impl Browser {
     /// Starts chromedriver on a free loopback port, waits for its `/status` to say ready, and
     /// opens a session: Chromium headless at [`DESKTOP`] size, a fresh profile, console and
@@ -662,6 +674,88 @@ impl Browser {
     pub async fn active_element(&self) -> anyhow::Result<Element<'_>> {
         let v = self.session.get("element/active").await?;
         self.element(&v)
+    }
+
+    /// Clicks (a real click) the first element matching `css` whose trimmed text is `text` (any
+    /// text when empty), waiting up to [`STEP`] for it; an element the page re-rendered between
+    /// finding and clicking (`stale element reference`) is found again.
+    ///
+    /// # Errors
+    /// When no such element appears in time, or the click fails otherwise.
+    pub async fn click_text(&self, css: &str, text: &str) -> anyhow::Result<()> {
+        const FIND: &str = "return [...document.querySelectorAll(arguments[0])]
+            .find(e => !arguments[1] || e.textContent.trim() === arguments[1]) || null;";
+        wait::wait_for(&format!("{css:?} with text {text:?} to click"), STEP, || async {
+            let v = self.eval(FIND, vec![json!(css), json!(text)]).await?;
+            if v.is_null() {
+                return Ok(None);
+            }
+            match self.element(&v)?.click().await {
+                Ok(()) => Ok(Some(())),
+                Err(e) if stale(&e) => Ok(None),
+                Err(e) => Err(e.context(format!("clicking {css:?} {text:?}"))),
+            }
+        })
+        .await
+    }
+
+    /// Types `value` into the first input or textarea matching `css` (emptied first), key by key
+    /// as a user would; a re-rendered element is found again.
+    ///
+    /// # Errors
+    /// When no such element appears within [`STEP`], or typing fails otherwise.
+    pub async fn fill(&self, css: &str, value: &str) -> anyhow::Result<()> {
+        wait::wait_for(&format!("{css:?} to type into"), STEP, || async {
+            let el = self.wait_for(css).await?;
+            match async {
+                el.clear().await?;
+                el.send_keys(value).await
+            }
+            .await
+            {
+                Ok(()) => Ok(Some(())),
+                Err(e) if stale(&e) => Ok(None),
+                Err(e) => Err(e.context(format!("typing into {css:?}"))),
+            }
+        })
+        .await
+    }
+
+    /// Chooses `value` in the `<select>` matching `css` and fires `change`.
+    ///
+    /// # Errors
+    /// When there is no such select or it has no such option.
+    pub async fn choose(&self, css: &str, value: &str) -> anyhow::Result<()> {
+        let ok = self
+            .eval(
+                "const s = document.querySelector(arguments[0]); if (!s) return false; s.value = arguments[1];
+                 s.dispatchEvent(new Event('change', {bubbles: true})); return s.value === arguments[1];",
+                vec![json!(css), json!(value)],
+            )
+            .await?;
+        ensure!(ok == json!(true), "no {css:?} with an option {value:?}");
+        Ok(())
+    }
+
+    /// Screenshots of the current page from its top, without toasts, at 1280 and 360 px wide
+    /// (`<name>-1280`, `<name>-360`), and a check that nothing overflows sideways at 360 px.
+    ///
+    /// # Errors
+    /// When a screenshot fails or the page is wider than the 360 px viewport.
+    pub async fn shots(&self, name: &str) -> anyhow::Result<()> {
+        self.eval(
+            "document.getElementById('toasts')?.replaceChildren(); const p = document.getElementById('page'); if (p) p.scrollTop = 0; window.scrollTo(0, 0); return true;",
+            vec![],
+        )
+        .await?;
+        self.set_viewport(1280, 800).await?;
+        self.screenshot(&format!("{name}-1280")).await?;
+        self.set_viewport(360, 740).await?;
+        let w = self.eval("return [document.documentElement.scrollWidth, window.innerWidth];", vec![]).await?;
+        ensure!(w[0].as_u64() <= w[1].as_u64(), "{name} overflows sideways at 360 px: {w}");
+        self.screenshot(&format!("{name}-360")).await?;
+        self.set_viewport(1280, 800).await?;
+        Ok(())
     }
 
     /// Saves a PNG of the current viewport as `target/ui-screenshots/<name>.png` (the folder
