@@ -30,6 +30,8 @@ pub const COFFER_VARS: &[&str] = &[
     crate::env::LOG,
     crate::env::SCHED_SLICE_US,
     crate::env::BACKGROUND_NICE,
+    crate::env::CALLBACK_PORT,
+    crate::env::CALLBACK_HOSTS,
 ];
 
 /// The base environment taken from `vars` (an environment, e.g. `std::env::vars_os()`): every
@@ -83,6 +85,18 @@ mod tests {
             ("TZ", "UTC"),
         ]));
         assert_eq!(names(&out), ["PATH", "HOME", "LC_ALL", "XDG_RUNTIME_DIR", "COFFER_HOME", "TZ"]);
+    }
+
+    #[test]
+    fn the_callback_listeners_port_and_hosts_reach_a_started_daemon() {
+        // `COFFER_CALLBACK_HOSTS=tunnel.example.com coffer daemon start` (the README's SeaTalk
+        // setup): the CLI starts the daemon with this environment.
+        let out = base_environment(env(&[
+            ("COFFER_CALLBACK_PORT", "18999"),
+            ("COFFER_CALLBACK_HOSTS", "tunnel.example.com"),
+            ("COFFER_CALLBACK_SECRETS", "{}"),
+        ]));
+        assert_eq!(names(&out), ["COFFER_CALLBACK_PORT", "COFFER_CALLBACK_HOSTS"], "never the secrets variable");
     }
 
     #[test]

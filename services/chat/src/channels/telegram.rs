@@ -242,11 +242,14 @@ fn chat_ref(chat_id: &str) -> Value {
     chat_id.parse::<i64>().map_or_else(|_| json!(chat_id), |n| json!(n))
 }
 
-/// An update as the bridge reads it; `None` for what is not a person's text message.
+/// An update as the bridge reads it; `None` for what is not a person's text message in a
+/// private chat with the bot. Groups are not served at all, the owner's messages there included:
+/// an agent with the owner's permissions would post what it reads (files, notes) to everyone in
+/// the group.
 pub fn inbound(channel: &str, bot_username: &str, u: &Update) -> Option<Inbound> {
     let m = u.message.as_ref()?;
     let from = m.from.as_ref()?;
-    if from.is_bot {
+    if from.is_bot || m.chat.kind != "private" {
         return None;
     }
     let mut text = m.text.clone()?;
@@ -624,9 +627,14 @@ mod tests {
             "from": {"id": 42, "is_bot": false, "first_name": "Ann", "username": "ann"},
             "chat": {"id": -100, "type": "group"}, "text": "@coffer_bot /status"}}))
         .unwrap();
+        assert!(inbound("tg", "coffer_bot", &u).is_none(), "groups are not served");
+        let u: Update = serde_json::from_value(json!({"update_id": 5, "message": {"message_id": 9,
+            "from": {"id": 42, "is_bot": false, "first_name": "Ann", "username": "ann"},
+            "chat": {"id": 42, "type": "private"}, "text": "@coffer_bot /status"}}))
+        .unwrap();
         let m = inbound("tg", "coffer_bot", &u).unwrap();
-        assert_eq!((m.chat_id.as_str(), m.sender_id.as_str(), m.text.as_str()), ("-100", "42", "/status"));
-        assert!(m.group && m.sender_display == "@ann");
+        assert_eq!((m.chat_id.as_str(), m.sender_id.as_str(), m.text.as_str()), ("42", "42", "/status"));
+        assert!(!m.group && m.sender_display == "@ann");
         let bot: Update = serde_json::from_value(json!({"update_id": 6, "message": {"message_id": 1,
             "from": {"id": 1, "is_bot": true, "first_name": "B"}, "chat": {"id": 1, "type": "private"}, "text": "x"}}))
         .unwrap();
