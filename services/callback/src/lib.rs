@@ -57,6 +57,13 @@ use tokio::sync::mpsc;
 
 /// The largest callback body accepted (1 MiB); larger ones are answered 413.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+/// Longest a client may take to send a request's head (request line and headers) before the
+/// connection is closed: a stalled or trickling sender (slowloris) holds no connection longer.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest one request may take once its head arrived, body included; then 408.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Most connections served at once; further ones wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 256;
 /// The public port when `COFFER_CALLBACK_PORT` is not set.
 pub const DEFAULT_PORT: u16 = 8787;
 /// How long an event is retried while coffer-chat answers UNAVAILABLE (starting, restarting).
@@ -225,7 +232,66 @@ pub fn router(state: AppState) -> Router {
         .route("/seatalk/{channel}", axum::routing::any(seatalk))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(within_request_timeout))
         .with_state(state)
+}
+
+/// Answers 408 when a request (its body read included) takes longer than [`REQUEST_TIMEOUT`].
+async fn within_request_timeout(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => error(StatusCode::REQUEST_TIMEOUT, "the request took too long to arrive"),
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`: at most [`MAX_CONNECTIONS`] at once, each
+/// closed when its request head takes longer than [`HEADER_READ_TIMEOUT`]; on shutdown the
+/// open connections finish their request (5 s at most).
+pub async fn serve_public(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let slot = tokio::select! {
+            () = shutdown.cancelled() => break,
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Cannot accept a callback connection.");
+                    continue;
+                }
+            },
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let stop = shutdown.clone();
+        conns.spawn(async move {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                }
+            }
+            drop(slot);
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    while conns.join_next().await.is_some() {}
+    Ok(())
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -383,7 +449,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let forwarder = tokio::spawn(forward(rx, chat, shutdown.clone()));
     let http = {
         let shutdown = shutdown.clone();
-        async move { axum::serve(public, app).with_graceful_shutdown(shutdown.cancelled_owned()).await }
+        async move { serve_public(public, app, shutdown).await }
     };
     let auth = internal.auth_layer(Policy::ANY_SERVICE);
     let health = coffer_runtime::grpc::serve_with_health(listener, auth, tonic::service::Routes::default(), shutdown);

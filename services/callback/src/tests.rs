@@ -24,7 +24,9 @@ async fn serve(hosts: &str) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = router(AppState::new(&config, tx));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Dropped with the test's runtime: the token only has to outlive the test.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(serve_public(listener, app, shutdown));
     // A fresh connection per request, as a webhook sender makes them (after a 413 the server
     // closes the connection it did not read to the end).
     coffer_runtime::tls::ensure_provider();
@@ -223,4 +225,23 @@ async fn the_forwarder_retries_an_unavailable_chat_and_drops_a_refused_event() {
     // restarting once, then delivered (duplicate).
     assert_eq!(seen, ["a", "a", "a", "b", "c", "c"]);
     assert_eq!((got[0].body.as_slice(), got[0].received_ms), (&b"0"[..], 7));
+}
+
+/// A client that sends half a request line and nothing more (slowloris) is disconnected once
+/// [`HEADER_READ_TIMEOUT`] passes, and the listener keeps serving others meanwhile.
+#[tokio::test]
+async fn a_stalled_request_head_is_disconnected_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = serve("").await;
+    let addr = s.url.trim_start_matches("http://").to_owned();
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled.write_all(b"POST /seatalk/team HTTP/1.1\r\n").await.unwrap();
+    let started = std::time::Instant::now();
+    // Served meanwhile.
+    let (status, _) = s.post("/nope", b"{}".to_vec(), None).await;
+    assert_eq!(status, 404);
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(HEADER_READ_TIMEOUT * 2, stalled.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the stalled connection is still open after {:?}", started.elapsed());
+    assert!(started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_secs(1), "closed only for the timeout");
 }
