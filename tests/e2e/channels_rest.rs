@@ -260,6 +260,12 @@ async fn hostile_channel_requests_get_envelopes_and_write_nothing() -> anyhow::R
         }
     };
 
+    // An agent nobody registered: said when the channel is written, naming the known ones.
+    let mut typo = telegram("typo");
+    typo["default_agent"] = json!("gpt");
+    let e = bad(typo, "INVALID_ARGUMENT", "default_agent").await?;
+    ensure!(e["message"].as_str().is_some_and(|m| m.contains("claude_code")), "{e}");
+
     // Malformed JSON, a form body.
     let r = api
         .request(Method::POST, "/v1/channels")

@@ -443,6 +443,25 @@ fn secrets_of(
         .collect()
 }
 
+/// Refuses a `default_agent` that names no registered agent (coffer-chat's `ListAgents`), so a
+/// typo is said when the channel is written, not at the owner's first message. Empty means the
+/// default (claude_code). When coffer-chat does not answer the name is taken as it is (the
+/// first message says so then).
+async fn check_agent(st: &AppState, agent: &str) -> Result<(), ApiError> {
+    if agent.is_empty() {
+        return Ok(());
+    }
+    let Ok(r) = crate::chat::call(st.chat.clone().list_agents(coffer_proto::chat::ListAgentsRequest {})).await else {
+        return Ok(());
+    };
+    if r.agents.iter().any(|a| a.agent_key == agent) {
+        return Ok(());
+    }
+    let known: Vec<&str> = r.agents.iter().map(|a| a.agent_key.as_str()).collect();
+    Err(ApiError::invalid(format!("default_agent: no agent {agent:?} (known: {})", known.join(", ")))
+        .with_details(json!({"field": "default_agent"})))
+}
+
 /// `POST /v1/channels` with `{name, kind, enabled?, bot_token? | bot_token_ref?, app_id? |
 /// app_id_ref?, app_secret? | app_secret_ref?, signing_secret? | signing_secret_ref?,
 /// api_base_url?, default_agent?, agent_config?}` → 201 with the channel, `ETag` and
@@ -473,6 +492,7 @@ async fn create(
         agent_config_json: config_json(b.agent_config.as_ref()),
         ..Default::default()
     };
+    check_agent(&st, &c.default_agent).await?;
     // A duplicate name is ALREADY_EXISTS before anything else is looked at (the store says so
     // again, atomically, if another create wins meanwhile).
     match st.store.channels.clone().get_channel(GetChannelRequest { name: c.name.clone() }).await {
@@ -626,6 +646,9 @@ async fn patch(
         }
         check_secrets(cur.kind(), &secrets)?;
         let mut next = apply_patch(&cur, &p)?;
+        if next.default_agent != cur.default_agent {
+            check_agent(&st, &next.default_agent).await?;
+        }
         let placed = place_secrets(&mut next, secrets.clone());
         for (cred, _, generated) in &placed {
             let was = kind_fields(&cur).iter().any(|f| ref_of(&cur, f.1) == cred);

@@ -229,6 +229,14 @@ impl ChatService {
                 }
                 let mut cfg = persist::parse_config(&current.agent_config_json);
                 cfg.model = model.trim().to_owned();
+                // The provider's own rule, as at creation (e.g. Claude Code's model is a CLI
+                // argument: never one that starts with '-').
+                if let Some(entry) = self.engine.registry().get(&current.agent_key) {
+                    entry
+                        .provider
+                        .validate_config(&mut cfg)
+                        .map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
+                }
                 Some(persist::config_json(&cfg))
             }
             None => None,

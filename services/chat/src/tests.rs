@@ -229,7 +229,11 @@ impl AgentProvider for Tiny {
     fn availability(&self, _env: &AgentEnv) -> Availability {
         Availability::Available { command: "tiny".into(), version: None }
     }
-    fn validate_config(&self, _config: &mut AgentConfig) -> Result<(), ConfigError> {
+    fn validate_config(&self, config: &mut AgentConfig) -> Result<(), ConfigError> {
+        // The rule a CLI-argument model has (Claude Code's): never an option.
+        if config.model.starts_with('-') {
+            return Err(ConfigError { field: "model", problem: "must not start with '-'".into() });
+        }
         Ok(())
     }
     fn start_turn(
@@ -560,4 +564,22 @@ async fn a_list_watcher_that_falls_behind_gets_reset_lagged_and_its_stream_ends(
     let id = r.conversation().await;
     r.engine.touch(&id);
     assert!(matches!(change(&mut fast).await, Change::Conversation(c) if c.id == id));
+}
+
+/// A model set after creation (the web page's PATCH, a channel's `/model`) passes the provider's
+/// own rule, as at creation: an option-looking model never reaches the agent's command line.
+#[tokio::test]
+async fn an_updated_model_is_validated_by_the_provider() {
+    let r = rig(30).await;
+    let id = r.conversation().await;
+    let svc = crate::service::ChatService { engine: r.engine.clone() };
+    let req = |m: &str| coffer_proto::chat::UpdateConversationRequest {
+        id: id.clone(),
+        model: Some(m.to_owned()),
+        ..Default::default()
+    };
+    let e = svc.update(req("--dangerously-skip-permissions")).await.unwrap_err();
+    assert!(e.to_string().contains("agent_config.model"), "{e}");
+    let ok = svc.update(req("opus")).await.unwrap();
+    assert_eq!(ok.agent_config.unwrap_or_default().model, "opus");
 }
