@@ -66,6 +66,8 @@ pub struct Bridge {
 struct State {
     /// Senders already answered with a refusal.
     refused: HashSet<String>,
+    /// Senders already told their `/pair` cannot succeed (no code waiting, expired, used).
+    pair_refused: HashSet<String>,
     /// The owner paired through this bridge (newer than the record the adapter holds).
     owner: Option<String>,
     chats: HashMap<String, Chat>,
@@ -267,6 +269,7 @@ impl Bridge {
                 if reply.paired {
                     st.owner = Some(msg.sender_id.clone());
                     st.refused.remove(&msg.sender_id);
+                    st.pair_refused.remove(&msg.sender_id);
                     tracing::info!(channel = %channel.name, "A chat paired as the channel's owner.");
                     let m = "Paired — this chat now drives Coffer. Send a message to start; /help lists the commands.";
                     self.replier.notice(chat, m).await
@@ -279,8 +282,16 @@ impl Bridge {
                 }
             }
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                let m = format!("Pairing failed: {}", s.message());
-                self.replier.notice(chat, &m).await
+                // No code pending, or it expired or was used: said once per sender per run (a
+                // stranger repeating `/pair` gets one answer, like any other refusal), and
+                // without the channel's name or the store's words.
+                tracing::info!(channel = %channel.name, reason = %s.message(), "A pairing claim was refused.");
+                if !st.pair_refused.insert(msg.sender_id.clone()) {
+                    return Ok(());
+                }
+                let m = "Pairing failed: no code is waiting, or it expired or was used. \
+                         Run `coffer channel pair` on the computer for a new one.";
+                self.replier.notice(chat, m).await
             }
             Err(s) => {
                 tracing::warn!(channel = %channel.name, code = %s.code(), error = %s.message(), "Cannot claim a pairing.");

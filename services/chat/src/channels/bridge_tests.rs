@@ -150,7 +150,12 @@ async fn strangers_are_refused_once_and_audited_without_content_then_pairing_mak
     assert!(rec.notices().last().unwrap().starts_with("Paired"), "{:?}", rec.notices());
     assert_eq!(r.fake.db().owner.as_deref(), Some("100"));
     bridge.handle(&ch, msg("100", "/pair goodcode")).await.unwrap();
-    assert!(rec.notices().last().unwrap().contains("Pairing failed: no pairing code"), "{:?}", rec.notices());
+    let last = rec.notices().last().unwrap().clone();
+    assert!(last.contains("Pairing failed: no code is waiting") && !last.contains("tg"), "{:?}", rec.notices());
+    // Said once per sender: a repeated refused claim gets no answer.
+    let before = rec.notices().len();
+    bridge.handle(&ch, msg("100", "/pair goodcode")).await.unwrap();
+    assert_eq!(rec.notices().len(), before, "{:?}", rec.notices());
 
     // The owner is heard at once (the adapter's record is still the unpaired one); others not.
     bridge.handle(&ch, msg("100", "say:hi there")).await.unwrap();
