@@ -384,17 +384,20 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
         Ok((!v.conversation.context("c")?.turn_running).then_some(()))
     })
     .await?;
+    // …the adapter is reported stopped (its task has ended: the coordinator awaits it)…
+    let stopped = wait_for("the adapter stopped", WAIT, || async {
+        let v = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
+        Ok((v["adapter"]["state"] == "stopped").then_some(v))
+    })
+    .await?;
+    // …and nothing more reaches the chat, even a message pushed now: no poll picks it up.
     let sent = |f: &FakeTelegram| f.calls().iter().filter(|c| c.method != "getUpdates").count();
     let before = sent(&r.fake);
-    // …and nothing more reaches the chat, even a message pushed now.
-    r.fake.push_text(OWNER, "say:while disabled");
     let polled = r.fake.calls_of("getUpdates").len();
-    tokio::time::sleep(Duration::from_secs(2)).await; // a quiet period: nothing may happen in it
+    r.fake.push_text(OWNER, "say:while disabled");
+    let _ = r.api.get("/v1/channels/tg").reply().await?; // one more round trip through the daemon
     assert_eq!(sent(&r.fake), before, "nothing sent after the channel was disabled");
     assert_eq!(r.fake.calls_of("getUpdates").len(), polled, "no polling while disabled");
-
-    let stopped = r.api.get("/v1/channels/tg").reply().await?.ok_json()?;
-    assert_eq!(stopped["adapter"]["state"], "stopped", "{stopped}");
     assert!(stopped["adapter"]["last_error"].is_null() && stopped["adapter"]["retry_at_ms"].is_null(), "{stopped}");
 
     // The token changes (credential and fake): the adapter restarts with the new one.
