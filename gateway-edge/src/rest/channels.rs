@@ -22,8 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use coffer_proto::channel::{AdapterStatus, ListAdaptersRequest};
 use coffer_proto::store::{
-    ChannelKind, ChannelRecord, CreateChannelRequest, DeleteChannelRequest, DeleteCredentialRequest, GetChannelRequest,
-    ListChannelsRequest, ListConnectionsRequest, ListCredentialsRequest, ListServersRequest, SetCredentialRequest,
+    ChannelKind, ChannelRecord, CreateChannelRequest, DeleteChannelRequest, GetChannelRequest, ListChannelsRequest,
     StartPairingRequest, UnpairRequest, UpdateChannelRequest,
 };
 use coffer_types::channels as rules;
@@ -31,6 +30,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
+use crate::rest::owned_credentials::{credential_names, drop_if_unused, store_secret};
 use crate::rest::servers::{actor, etag, parse_if_match, settle};
 use crate::state::AppState;
 
@@ -162,12 +162,6 @@ pub fn channel_json(c: &ChannelRecord, have: &BTreeSet<String>, adapter: Option<
 // ---------------------------------------------------------------------------------------------
 // Helpers.
 
-/// The names of every credential that has a value.
-async fn credential_names(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
-    let items = st.store.credentials.clone().list_credentials(ListCredentialsRequest {}).await?.into_inner().items;
-    Ok(items.into_iter().map(|c| c.name).collect())
-}
-
 /// Every credential a channel names.
 pub(crate) async fn channel_refs(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
     let all = st.store.channels.clone().list_channels(ListChannelsRequest {}).await?.into_inner().channels;
@@ -177,33 +171,6 @@ pub(crate) async fn channel_refs(st: &AppState) -> Result<BTreeSet<String>, ApiE
         .filter(|r| !r.is_empty())
         .cloned()
         .collect())
-}
-
-/// Whether a channel, an LLM connection or an MCP server still references credential `name`.
-async fn credential_in_use(st: &AppState, name: &str) -> Result<bool, ApiError> {
-    if channel_refs(st).await?.contains(name) {
-        return Ok(true);
-    }
-    let connections = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
-    if connections.iter().any(|c| c.credential_ref == name) {
-        return Ok(true);
-    }
-    let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
-    Ok(crate::credentials::referenced(servers.iter().flat_map(|s| [&s.env, &s.headers])).contains(name))
-}
-
-/// Deletes credential `name` when nothing references it any more.
-async fn drop_if_unused(st: &AppState, name: &str, headers: &HeaderMap) -> Result<(), ApiError> {
-    if credential_in_use(st, name).await? {
-        return Ok(());
-    }
-    let req = DeleteCredentialRequest { name: name.to_owned(), actor: actor(headers) };
-    match st.store.credentials.clone().delete_credential(req).await {
-        Ok(r) => settle(st, r.into_inner().seq).await,
-        Err(e) if e.code() == tonic::Code::NotFound => {}
-        Err(e) => return Err(e.into()),
-    }
-    Ok(())
 }
 
 /// Refuses to make `generated` the home of a new secret when a credential of that name already
@@ -232,15 +199,6 @@ fn check_secret(field: &str, value: &str) -> Result<(), ApiError> {
     if value.chars().any(char::is_control) {
         return bad(format!("{field} must not contain control characters (a trailing newline?)"));
     }
-    Ok(())
-}
-
-/// Stores `value` as credential `name` (created or replaced). The request's `Debug` prints no
-/// value (coffer-proto).
-async fn store_secret(st: &AppState, name: &str, value: String, headers: &HeaderMap) -> Result<(), ApiError> {
-    let req = SetCredentialRequest { name: name.to_owned(), value, actor: actor(headers) };
-    let seq = st.store.credentials.clone().set_credential(req).await?.into_inner().seq;
-    settle(st, seq).await;
     Ok(())
 }
 

@@ -8,7 +8,6 @@
 //! it is stored in the credential store (under `credential_ref`, or `llm-<name>` when the
 //! connection names none), never in the connection row, never echoed or logged. The acting
 //! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -18,15 +17,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use coffer_proto::llm::{ConnectionRef, connection_ref::Target};
 use coffer_proto::store::{
-    CreateConnectionRequest, DeleteConnectionRequest, DeleteCredentialRequest, GetConnectionRequest,
-    ListConnectionsRequest, ListCredentialsRequest, ListServersRequest, LlmConnection, LlmWire, SetCredentialRequest,
-    SetInternalDefaultRequest, UpdateConnectionRequest,
+    CreateConnectionRequest, DeleteConnectionRequest, GetConnectionRequest, ListConnectionsRequest, LlmConnection,
+    LlmWire, SetInternalDefaultRequest, UpdateConnectionRequest,
 };
 use coffer_types::llm as rules;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
+use crate::rest::owned_credentials::{credential_names, drop_if_unused, store_secret};
 use crate::rest::servers::{actor, etag, parse_if_match, settle};
 use crate::state::AppState;
 
@@ -65,12 +64,6 @@ pub fn connection_json(c: &LlmConnection, credential_set: bool) -> Value {
     })
 }
 
-/// The names of every credential that has a value.
-async fn credential_names(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
-    let items = st.store.credentials.clone().list_credentials(ListCredentialsRequest {}).await?.into_inner().items;
-    Ok(items.into_iter().map(|c| c.name).collect())
-}
-
 /// Refuses to make `generated` (`llm-<name>`) the home of a new key when a credential of that name
 /// already exists: it may be another server's secret, which replacing would lose.
 async fn refuse_taken_credential(st: &AppState, generated: &str) -> Result<(), ApiError> {
@@ -82,20 +75,6 @@ async fn refuse_taken_credential(st: &AppState, generated: &str) -> Result<(), A
             ),
         )
         .with_details(json!({"field": "api_key", "credential": generated})));
-    }
-    Ok(())
-}
-
-/// Deletes credential `name` when no LLM connection or MCP server references it any more.
-async fn drop_if_unused(st: &AppState, name: &str, headers: &HeaderMap) -> Result<(), ApiError> {
-    if credential_in_use(st, name).await? {
-        return Ok(());
-    }
-    let req = DeleteCredentialRequest { name: name.to_owned(), actor: actor(headers) };
-    match st.store.credentials.clone().delete_credential(req).await {
-        Ok(r) => settle(st, r.into_inner().seq).await,
-        Err(e) if e.code() == tonic::Code::NotFound => {}
-        Err(e) => return Err(e.into()),
     }
     Ok(())
 }
@@ -125,15 +104,6 @@ fn parse_wire(word: &str) -> Result<LlmWire, ApiError> {
 /// Refuses an `api_key` the credential store would refuse, before anything is written.
 fn check_key(key: &str) -> Result<(), ApiError> {
     rules::check_api_key(key).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "api_key"})))
-}
-
-/// Stores `key` as the value of credential `name` (created or replaced). The request's `Debug`
-/// prints no value (coffer-proto).
-async fn store_key(st: &AppState, name: &str, key: String, headers: &HeaderMap) -> Result<(), ApiError> {
-    let req = SetCredentialRequest { name: name.to_owned(), value: key, actor: actor(headers) };
-    let seq = st.store.credentials.clone().set_credential(req).await?.into_inner().seq;
-    settle(st, seq).await;
-    Ok(())
 }
 
 fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
@@ -260,7 +230,7 @@ async fn create(
         .into_inner();
     let c = reply.connection.unwrap_or_default();
     if let Some(key) = b.api_key
-        && let Err(e) = store_key(&st, &c.credential_ref, key, &headers).await
+        && let Err(e) = store_secret(&st, &c.credential_ref, key, &headers).await
     {
         // Undo the half: a connection whose key could not be stored is not what was asked for.
         let undo =
@@ -386,7 +356,7 @@ async fn patch(
         }
     };
     if let Some(key) = p.api_key.take() {
-        store_key(&st, &c.credential_ref, key, &headers).await?;
+        store_secret(&st, &c.credential_ref, key, &headers).await?;
         tracing::info!(connection = %c.name, credential = %c.credential_ref, "LLM connection key replaced.");
     }
     // The key Coffer kept for this connection goes once the connection names another (or none).
@@ -423,20 +393,6 @@ async fn delete(
         drop_if_unused(&st, &generated, &headers).await?;
     }
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Whether any LLM connection, channel or MCP server still references credential `name`.
-async fn credential_in_use(st: &AppState, name: &str) -> Result<bool, ApiError> {
-    if crate::rest::channels::channel_refs(st).await?.contains(name) {
-        return Ok(true);
-    }
-    let connections = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
-    if connections.iter().any(|c| c.credential_ref == name) {
-        return Ok(true);
-    }
-    let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
-    let refs = crate::credentials::referenced(servers.iter().flat_map(|s| [&s.env, &s.headers]));
-    Ok(refs.contains(name))
 }
 
 /// `POST /v1/llm/connections/{name}/default` → the connection, now the internal default (the

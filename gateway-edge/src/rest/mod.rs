@@ -20,6 +20,7 @@ pub mod knowledge;
 pub mod llm;
 pub mod logs;
 pub mod openapi;
+pub(crate) mod owned_credentials;
 pub mod servers;
 pub mod settings;
 pub mod tools;
