@@ -244,13 +244,17 @@ async fn logs_with_json_are_one_object_per_line() -> anyhow::Result<()> {
 /// the ones that are not actions.
 fn audit_actions_in_sources() -> anyhow::Result<BTreeSet<String>> {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    const PREFIXES: &[&str] = &["server", "capability", "settings", "credential", "mcp", "backup", "maintenance"];
+    const PREFIXES: &[&str] =
+        &["server", "capability", "settings", "credential", "mcp", "backup", "maintenance", "channel"];
     const NOT_ACTIONS: &[&str] = &["mcp.servers"];
     let mut found = BTreeSet::new();
-    for dir in ["services/store/src", "services/store/src/domain", "gateway-edge/src/rest"] {
+    for dir in
+        ["services/store/src", "services/store/src/domain", "gateway-edge/src/rest", "services/chat/src/channels"]
+    {
         for entry in std::fs::read_dir(root.join(dir))? {
             let path = entry?.path();
-            if path.extension().is_none_or(|e| e != "rs") {
+            let test_file = path.file_stem().is_some_and(|s| s.to_string_lossy().ends_with("_tests"));
+            if path.extension().is_none_or(|e| e != "rs") || test_file {
                 continue;
             }
             let text = std::fs::read_to_string(&path)?;
@@ -268,11 +272,9 @@ fn audit_actions_in_sources() -> anyhow::Result<BTreeSet<String>> {
                 }
                 let piece = &code[i + 1..i + 1 + len];
                 let Some((prefix, rest)) = piece.split_once('.') else { continue };
-                if PREFIXES.contains(&prefix)
-                    && !rest.is_empty()
-                    && !rest.contains('.')
-                    && !NOT_ACTIONS.contains(&piece)
-                {
+                // Channel actions may have a third part (`channel.pair.start`).
+                let parts_ok = !rest.contains('.') || (prefix == "channel" && rest.matches('.').count() == 1);
+                if PREFIXES.contains(&prefix) && !rest.is_empty() && parts_ok && !NOT_ACTIONS.contains(&piece) {
                     found.insert(piece.to_owned());
                 }
             }

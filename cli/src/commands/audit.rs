@@ -1,4 +1,5 @@
-//! `coffer audit`: who changed what (servers, preferences, settings, credentials, backups) and
+//! `coffer audit`: who changed what (servers, preferences, settings, credentials, backups,
+//! channels) and
 //! how it ended, from `GET /v1/audit`, newest first.
 use clap::Args;
 use clap::builder::PossibleValuesParser;
@@ -12,8 +13,8 @@ use crate::output::{self, cell, render_table_fitted};
 /// Actors the audit log records (the gateway's `rest::logs::AUDIT_ACTORS`).
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
 
-/// Actions the audit log records: the store's `rpc.rs` and `retention.rs` and the gateway's
-/// `rest/import.rs` write them (an e2e test, `cli_polish`, checks this list against them).
+/// Actions the audit log records: the store's `rpc.rs`, `retention.rs` and `domain/channels.rs`,
+/// the gateway's `rest/import.rs` and coffer-chat's channel bridge (`channel.refused`) write them (an e2e test, `cli_polish`, checks this list against them).
 pub const ACTIONS: &[&str] = &[
     "server.create",
     "server.update",
@@ -28,6 +29,13 @@ pub const ACTIONS: &[&str] = &[
     "mcp.import",
     "backup.create",
     "maintenance.prune",
+    "channel.create",
+    "channel.update",
+    "channel.remove",
+    "channel.pair.start",
+    "channel.pair",
+    "channel.unpair",
+    "channel.refused",
 ];
 
 const EXAMPLES: &str = "\
