@@ -416,13 +416,22 @@ pub fn adapter_state(c: &Value) -> String {
     match &c["adapter"] {
         Value::Object(a) => {
             let state = a.get("state").and_then(Value::as_str).unwrap_or("unknown");
+            let retry = retry_phrase(&c["adapter"]);
             match a.get("last_error").and_then(Value::as_str) {
-                Some(e) if !e.is_empty() => format!("{state}: {}", output::printable(e)),
-                _ => state.to_owned(),
+                Some(e) if !e.is_empty() => format!("{state}: {}{retry}", output::printable(e)),
+                _ => format!("{state}{retry}"),
             }
         }
         _ => "unknown (chat service not answering)".into(),
     }
+}
+
+/// " (next try in 42 s)" for an adapter that will try again (`retry_at_ms` set), else empty.
+pub fn retry_phrase(adapter: &Value) -> String {
+    let Some(at) = adapter["retry_at_ms"].as_i64().filter(|t| *t > 0) else { return String::new() };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let left_s = ((at - now).max(0) + 999) / 1000;
+    format!(" (next try in {left_s} s)")
 }
 
 /// The secrets whose credential has no value (`bot_token`, …).

@@ -422,9 +422,10 @@ pub fn check_llm(items: &[Value]) -> Check {
     }
 }
 
-/// One check per channel (none: no check): a disabled channel is ok; an enabled one warns when
-/// it is not paired (every chat is refused) or a credential it names has no value, and fails
-/// when coffer-chat reports its adapter `failed`.
+/// One check per channel (none: no check): a disabled channel is ok; an enabled one fails when
+/// a credential it names has no value or coffer-chat reports its adapter `failed` (the cause
+/// once: "adapter failed: <why>"), warns while the adapter retries after a failure (`backoff`,
+/// with the next try) or while it is not paired (every chat is refused).
 pub fn check_channels(items: &[Value]) -> Vec<Check> {
     items
         .iter()
@@ -438,18 +439,38 @@ pub fn check_channels(items: &[Value]) -> Vec<Check> {
             let missing = crate::commands::channel::missing_credentials(c);
             if !missing.is_empty() {
                 let flags: Vec<String> = missing.iter().map(|m| format!("--{}-env VAR", m.replace('_', "-"))).collect();
-                return Check::warn(
+                return Check::fail(
                     check,
-                    format!("enabled, but its {} credential has no value", missing.join(", ")),
+                    format!(
+                        "enabled, but its {} credential has no value (its adapter cannot start)",
+                        missing.join(", ")
+                    ),
                     format!("coffer channel edit {name} {}", flags.join(" ")),
                 );
             }
-            if c["adapter"]["state"] == "failed" {
-                return Check::fail(
-                    check,
-                    format!("its adapter failed: {}", crate::commands::channel::adapter_state(c)),
-                    format!("coffer logs chat; then coffer channel show {name}"),
-                );
+            let adapter = &c["adapter"];
+            let why = adapter["last_error"].as_str().filter(|e| !e.is_empty()).map(crate::output::printable);
+            let retry = crate::commands::channel::retry_phrase(adapter);
+            match adapter["state"].as_str() {
+                Some("failed") => {
+                    return Check::fail(
+                        check,
+                        format!("adapter failed: {}{retry}", why.unwrap_or_else(|| "no cause given".into())),
+                        format!("fix the cause, then see coffer channel show {name} (details: coffer logs chat)"),
+                    );
+                }
+                Some("backoff") => {
+                    let unpaired = if c["paired"] == true { "" } else { "; also not paired: every chat is refused" };
+                    return Check::warn(
+                        check,
+                        format!(
+                            "adapter retrying after a failure: {}{retry}{unpaired}",
+                            why.unwrap_or_else(|| "no cause given".into())
+                        ),
+                        format!("coffer logs chat; coffer channel show {name}"),
+                    );
+                }
+                _ => {}
             }
             if c["paired"] != true {
                 return Check::warn(
@@ -685,11 +706,19 @@ mod tests {
         let mut v = base.clone();
         v["credentials_set"] = json!({"bot_token": false});
         let (s, m) = ch(v);
-        assert_eq!(s, "warn");
+        assert_eq!(s, "fail");
         assert!(m.contains("bot_token credential has no value"), "{m}");
         let mut v = base.clone();
         v["adapter"] = json!({"state": "failed", "last_error": "401 from getMe"});
-        assert_eq!(ch(v).0, "fail");
+        assert_eq!(ch(v), ("fail", "adapter failed: 401 from getMe".to_owned()));
+        let mut v = base.clone();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+        let at = now + 30_000;
+        v["adapter"] = json!({"state": "backoff", "last_error": "Telegram is unavailable: 502", "retry_at_ms": at});
+        let (s, m) = ch(v);
+        assert_eq!(s, "warn");
+        assert!(m.starts_with("adapter retrying after a failure: Telegram is unavailable: 502 (next try in "), "{m}");
+        assert!(!m.contains("failed: failed"), "{m}");
         let mut v = base;
         v["enabled"] = json!(false);
         v["paired"] = json!(false);
