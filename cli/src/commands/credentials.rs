@@ -216,7 +216,33 @@ pub fn render_credentials(items: &[Value], users: &BTreeMap<String, Vec<String>>
 /// Which servers reference each credential (in `env` or `headers`), from the registry.
 async fn references(api: &ApiClient) -> Result<BTreeMap<String, Vec<String>>, CliError> {
     let servers = api.get("/v1/mcp/servers").await?;
-    Ok(credential_users(servers["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+    let mut out = credential_users(servers["items"].as_array().map(Vec::as_slice).unwrap_or_default());
+    // Channels too (a store that does not answer them leaves them out, as before).
+    if let Ok(channels) = api.get("/v1/channels").await {
+        for (cred, users) in
+            channel_credential_users(channels["items"].as_array().map(Vec::as_slice).unwrap_or_default())
+        {
+            out.entry(cred).or_default().extend(users);
+        }
+    }
+    Ok(out)
+}
+
+/// Credential name → `channel <name>` for each channel whose `*_ref` names it.
+pub fn channel_credential_users(channels: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in channels {
+        let user = format!("channel {}", c["name"].as_str().unwrap_or_default());
+        for field in ["bot_token_ref", "app_id_ref", "app_secret_ref", "signing_secret_ref"] {
+            if let Some(cred) = c[field].as_str().filter(|r| !r.is_empty()) {
+                let users = out.entry(cred.to_owned()).or_default();
+                if !users.contains(&user) {
+                    users.push(user.clone());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Credential name → names of the servers whose `env` or `headers` reference it.
@@ -243,9 +269,11 @@ async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let users = references(&api).await.unwrap_or_default().remove(name).unwrap_or_default();
     api.delete(&credential_path(name)).await?;
     if !users.is_empty() {
+        // Channels are listed as "channel <name>", servers by their bare name.
+        let named = |u: &String| if u.starts_with("channel ") { u.clone() } else { format!("server {u}") };
         let who = match users.as_slice() {
-            [one] => format!("server {one} references"),
-            many => format!("servers {} reference", many.join(", ")),
+            [one] => format!("{} references", named(one)),
+            many => format!("{} reference", many.iter().map(named).collect::<Vec<_>>().join(", ")),
         };
         eprintln!(
             "warning: {who} {name} and will fail to start until it is set again (`coffer credentials set {name}`)"
@@ -303,5 +331,14 @@ mod tests {
              tok    2        2026-11-30 09:57:00  gh, web\n\
              spare  1        2026-11-30 10:00:00  -\n"
         );
+        let channels = [
+            json!({"name": "home", "kind": "telegram", "bot_token_ref": "channel-home-bot-token"}),
+            json!({"name": "work", "kind": "seatalk", "app_id_ref": "st-id", "app_secret_ref": "st-secret",
+                "signing_secret_ref": "st-id"}),
+        ];
+        let users = channel_credential_users(&channels);
+        assert_eq!(users["channel-home-bot-token"], ["channel home"]);
+        assert_eq!(users["st-id"], ["channel work"], "one channel naming a credential twice is listed once");
+        assert_eq!(users["st-secret"], ["channel work"]);
     }
 }

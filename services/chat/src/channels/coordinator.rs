@@ -305,12 +305,24 @@ impl Coordinator {
         if names.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let reply = CredentialsClient::new(self.store.clone())
-            .resolve_credentials(st::ResolveCredentialsRequest { names })
-            .await;
+        let mut client = CredentialsClient::new(self.store.clone());
+        let reply = client.resolve_credentials(st::ResolveCredentialsRequest { names: names.clone() }).await;
         let values = match reply {
             Ok(r) => r.into_inner().values,
-            Err(s) if s.code() == tonic::Code::NotFound => Default::default(),
+            // The store refuses the whole batch when one is absent: each is asked alone, so the
+            // ones present are known and `failed` names the one really missing (not the first
+            // of the batch).
+            Err(s) if s.code() == tonic::Code::NotFound => {
+                let mut present = std::collections::HashMap::new();
+                for name in names {
+                    match client.resolve_credentials(st::ResolveCredentialsRequest { names: vec![name] }).await {
+                        Ok(r) => present.extend(r.into_inner().values),
+                        Err(s) if s.code() == tonic::Code::NotFound => {}
+                        Err(s) => return Err(s),
+                    }
+                }
+                present
+            }
             Err(s) => return Err(s),
         };
         Ok(values.into_iter().map(|(k, v)| (k, SecretString::from(v))).collect())
