@@ -104,6 +104,78 @@ fn refused_for_a(r: &Reply) -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_token_two_channels_share_is_refused_and_a_second_poller_is_a_failure_naming_the_cause()
+-> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let fake = FakeTelegram::start(TOKEN, "coffer_bot").await?;
+    let api = chat::start_daemon(&home).await?;
+    let r = create(&api, &telegram(&fake, "a", json!({"bot_token": TOKEN}))).await?;
+    ensure!(r.status == 201, "create a: {} {}", r.status, r.text);
+    wait_adapter(&api, "a", "a polling", |a| a["state"] == "running" && a["bot_username"] == "coffer_bot").await?;
+
+    // The same token given again, the same credential named, another credential holding the
+    // same value: each refused naming channel "a", nothing written.
+    put_credential(&api, "copy-of-a", TOKEN).await?;
+    for extra in [
+        json!({"bot_token": TOKEN}),
+        json!({"bot_token_ref": "channel-a-bot-token"}),
+        json!({"bot_token_ref": "copy-of-a"}),
+    ] {
+        refused_for_a(&create(&api, &telegram(&fake, "b", extra.clone())).await?)
+            .with_context(|| format!("{extra}"))?;
+    }
+    assert_eq!(names(&api).await?, ["a"]);
+    let creds = api.get("/v1/credentials").reply().await?.ok_json()?.to_string();
+    ensure!(!creds.contains("channel-b-bot-token"), "no credential kept for the refused channel: {creds}");
+
+    // Another bot's token is fine; editing it to a's token is refused the same way, through
+    // REST and through the CLI.
+    let r = create(&api, &telegram(&fake, "b", json!({"bot_token": OTHER_TOKEN}))).await?;
+    ensure!(r.status == 201, "create b: {} {}", r.status, r.text);
+    refused_for_a(&patch(&api, "b", &json!({"bot_token": TOKEN})).await?)?;
+    refused_for_a(&patch(&api, "b", &json!({"bot_token_ref": "copy-of-a"})).await?)?;
+    let out = home.cli_command(&["channel", "edit", "b", "--bot-token-env", "T"])?.env("T", TOKEN).output().await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success() && stderr.contains("channel \"a\""), "coffer channel edit: {stderr}");
+    ensure!(!stderr.contains(TOKEN) && !String::from_utf8_lossy(&out.stdout).contains(TOKEN));
+    assert_eq!(channel(&api, "b").await?["version"], 1, "b unchanged");
+
+    // The one path add/edit do not see — the credential's value set directly — gives two
+    // pollers of one bot: Telegram's 409 is a failure naming the cause (with its retry), not a
+    // quiet backoff.
+    put_credential(&api, "channel-b-bot-token", TOKEN).await?;
+    let failed = wait_for("a channel failed on Telegram's 409", WAIT, || async {
+        for n in ["a", "b"] {
+            let v = channel(&api, n).await?;
+            let e = v["adapter"]["last_error"].as_str().unwrap_or_default();
+            if v["adapter"]["state"] == "failed" && e.contains("409 Conflict") && e.contains("same bot token") {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    ensure!(failed["adapter"]["retry_at_ms"].as_i64() > Some(0), "a retry time: {failed}");
+    ensure!(fake.calls_of("getUpdates").iter().any(|c| c.status == 409), "the fake answered 409");
+    let name = failed["name"].as_str().context("name")?;
+    let list = home.cli(&["channel", "list"]).await?.ok()?;
+    ensure!(list.stdout.contains("409 Conflict") || list.stdout.contains("failed"), "{list}");
+    let doctor = home.cli(&["doctor"]).await?;
+    let line = doctor.stdout.lines().find(|l| l.contains(&format!("channel {name}"))).context("doctor line")?;
+    ensure!(line.starts_with("fail") && line.contains("adapter failed: Telegram refused"), "{doctor}");
+    ensure!(!doctor.stdout.contains("failed: failed"), "{doctor}");
+
+    // The audit log's channel actions can be asked for.
+    let audit = home.cli(&["audit", "--action", "channel.create", "--json"]).await?.ok()?.json()?;
+    let targets: Vec<&str> =
+        audit["items"].as_array().context("items")?.iter().filter_map(|e| e["target"].as_str()).collect();
+    assert_eq!(targets, ["b", "a"], "{audit}");
+    let leaked = all_logs(&home);
+    ensure!(!leaked.contains(TOKEN), "the token is in a log");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_status_names_the_missing_credential_and_credentials_list_says_who_uses_each() -> anyhow::Result<()> {
     let home = TestHome::builder().env("COFFER_CALLBACK_PORT", ports::free_port().to_string()).build()?;
     let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;

@@ -8,7 +8,9 @@
 //! and forgotten), `sendMessage`, `editMessageText`, `deleteMessage`. Message text is checked
 //! as Telegram does: 1-4096 characters after entity parsing, and with `parse_mode: "HTML"` only
 //! Telegram's tags, balanced, with `<>&` escaped (else 400 "can't parse entities"); an edit to
-//! the same text is 400 "message is not modified". A token other than the fake's is 401.
+//! the same text is 400 "message is not modified". A token other than the fake's is 401. As
+//! Telegram, it serves one poller per bot: a `getUpdates` arriving while another is pending
+//! ends the pending one with 409 Conflict ([`CONFLICT`]).
 //!
 //! Tests push user messages ([`FakeTelegram::push_text`]), inject faults for the next calls
 //! of a method ([`FakeTelegram::fail_next`]: a status such as 429 with `retry_after`, 500, or a
@@ -104,6 +106,9 @@ struct State {
     chats: BTreeMap<i64, Vec<Shown>>,
     calls: Vec<Call>,
     faults: VecDeque<(String, Fault)>,
+    /// Bumped by every `getUpdates`: a pending long poll whose number is no longer the latest
+    /// was overtaken by another poller of the token.
+    poll_gen: u64,
 }
 
 struct Inner {
@@ -376,15 +381,30 @@ fn checked_text(p: &Value) -> Result<(String, bool), (u16, Value)> {
     Ok((text, html))
 }
 
+/// What Telegram answers a `getUpdates` that another poller of the same token overtook.
+pub const CONFLICT: &str =
+    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running";
+
 async fn get_updates(inner: &Arc<Inner>, p: &Value) -> (u16, Value) {
     let offset = p.get("offset").and_then(int).unwrap_or(0);
     let timeout = Duration::from_secs(p.get("timeout").and_then(int).unwrap_or(0).max(0) as u64).min(MAX_POLL);
     let limit = p.get("limit").and_then(int).unwrap_or(100).clamp(1, 100) as usize;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut version = inner.version.subscribe();
+    let me = {
+        let mut st = inner.lock();
+        st.poll_gen += 1;
+        st.poll_gen
+    };
+    // Wakes a pending poll so it sees it was overtaken.
+    inner.bump();
     loop {
         {
             let mut st = inner.lock();
+            // Telegram serves one poller per bot: a newer getUpdates ends the pending one.
+            if st.poll_gen != me {
+                return err(409, CONFLICT);
+            }
             // An offset confirms every update below it.
             if offset > 0 {
                 st.updates.retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
@@ -418,6 +438,7 @@ impl FakeTelegram {
                 chats: BTreeMap::new(),
                 calls: Vec::new(),
                 faults: VecDeque::new(),
+                poll_gen: 0,
             }),
             version: watch::channel(0).0,
         });

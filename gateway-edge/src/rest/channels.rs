@@ -202,6 +202,74 @@ fn check_secret(field: &str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Refuses a Telegram channel whose bot token is the token of another channel: Telegram serves
+/// one `getUpdates` poller per bot and answers the other 409 Conflict, so the two channels would
+/// take turns failing. `new_value` is the token the request is about to store (else the value of
+/// `c.bot_token_ref` as stored). The values are compared here, in the gateway — one of the
+/// services that may resolve credentials — in constant time, and never returned or logged; a
+/// credential that does not exist yet is not compared (the adapter reports a clash later).
+///
+/// Errors: `CONFLICT` naming the other channel (`details.field` `bot_token`, `details.channel`).
+async fn refuse_shared_token(st: &AppState, c: &ChannelRecord, new_value: Option<&str>) -> Result<(), ApiError> {
+    use secrecy::{ExposeSecret, SecretString};
+    use subtle::ConstantTimeEq;
+    if c.kind() != ChannelKind::Telegram {
+        return Ok(());
+    }
+    let all = st.store.channels.clone().list_channels(ListChannelsRequest {}).await?.into_inner().channels;
+    let others: Vec<&ChannelRecord> = all
+        .iter()
+        .filter(|o| o.name != c.name && o.kind() == ChannelKind::Telegram && !o.bot_token_ref.is_empty())
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    let shared = |other: &str| {
+        ApiError::new(
+            Code::Conflict,
+            format!(
+                "bot_token: channel {other:?} already uses this bot token; Telegram serves one poller per bot \
+                 (the second gets 409 Conflict), so create another bot with @BotFather for this channel, or \
+                 remove channel {other:?} first"
+            ),
+        )
+        .with_details(json!({"field": "bot_token", "channel": other}))
+    };
+    // The same credential named twice is the same token, whatever its value.
+    if new_value.is_none()
+        && let Some(o) = others.iter().find(|o| o.bot_token_ref == c.bot_token_ref)
+    {
+        return Err(shared(&o.name));
+    }
+    let resolve = |name: String| {
+        let mut client = st.store.credentials.clone();
+        async move {
+            match client
+                .resolve_credentials(coffer_proto::store::ResolveCredentialsRequest { names: vec![name.clone()] })
+                .await
+            {
+                Ok(r) => Ok(r.into_inner().values.remove(&name).map(SecretString::from)),
+                Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+                Err(s) => Err(ApiError::from(s)),
+            }
+        }
+    };
+    let mine = match new_value {
+        Some(v) => SecretString::from(v.to_owned()),
+        None => match resolve(c.bot_token_ref.clone()).await? {
+            Some(v) => v,
+            None => return Ok(()),
+        },
+    };
+    for o in others {
+        let Some(theirs) = resolve(o.bot_token_ref.clone()).await? else { continue };
+        if bool::from(theirs.expose_secret().as_bytes().ct_eq(mine.expose_secret().as_bytes())) {
+            return Err(shared(&o.name));
+        }
+    }
+    Ok(())
+}
+
 /// The kind a body names.
 fn parse_kind(word: &str) -> Result<ChannelKind, ApiError> {
     ChannelKind::parse(word).ok_or_else(|| {
@@ -426,8 +494,9 @@ async fn check_agent(st: &AppState, agent: &str) -> Result<(), ApiError> {
 /// `Location`. A new channel is unpaired.
 ///
 /// Errors: `INVALID_ARGUMENT` (unknown kind, a secret missing or of the other kind, the store's
-/// validation), `UNKNOWN_FIELD`, `BAD_REQUEST`, `ALREADY_EXISTS`, `CONFLICT` (a generated
-/// credential name is taken).
+/// validation, a blank secret, an `agent_config.cwd` that is no existing folder),
+/// `UNKNOWN_FIELD`, `BAD_REQUEST`, `ALREADY_EXISTS`, `CONFLICT` (a generated credential name is
+/// taken; the bot token is another Telegram channel's).
 async fn create(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -465,6 +534,8 @@ async fn create(
             refuse_taken_credential(&st, field, name).await?;
         }
     }
+    let new_token = placed.iter().find(|(n, _, _)| *n == c.bot_token_ref).map(|(_, v, _)| v.as_str());
+    refuse_shared_token(&st, &c, new_token).await?;
     // The record first: the store validates it, so a refused one writes no credential either.
     let reply = st
         .store
@@ -583,8 +654,9 @@ fn apply_patch(cur: &ChannelRecord, p: &PatchBody) -> Result<ChannelRecord, ApiE
 /// credential's value (alone it leaves the record and its version as they are). A credential
 /// Coffer made for the channel goes once the channel names another.
 ///
-/// Errors: `NOT_FOUND`, `CONFLICT` (stale `If-Match`; a generated credential name taken),
-/// `INVALID_ARGUMENT`, `UNKNOWN_FIELD`, `BAD_REQUEST`.
+/// Errors: `NOT_FOUND`, `CONFLICT` (stale `If-Match`; a generated credential name taken; the
+/// bot token is another Telegram channel's), `INVALID_ARGUMENT` (as for create),
+/// `UNKNOWN_FIELD`, `BAD_REQUEST`.
 async fn patch(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -614,6 +686,10 @@ async fn patch(
                 let field = kind_fields(&next).into_iter().find(|f| f.2 == *cred).map(|f| f.0).unwrap_or_default();
                 refuse_taken_credential(&st, field, cred).await?;
             }
+        }
+        let new_token = placed.iter().find(|(n, _, _)| *n == next.bot_token_ref).map(|(_, v, _)| v.as_str());
+        if new_token.is_some() || next.bot_token_ref != cur.bot_token_ref {
+            refuse_shared_token(&st, &next, new_token).await?;
         }
         if next == cur {
             break (cur.clone(), cur, placed);

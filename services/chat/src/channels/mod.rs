@@ -107,6 +107,11 @@ pub enum ChannelError {
     /// one refresh): the adapter stops in `failed` until the resource or credential changes.
     #[error("{platform} refused the credential: {message}")]
     Auth { platform: &'static str, message: String },
+    /// Another client holds the credential's one poller slot (Telegram answers `getUpdates` 409
+    /// Conflict while another `getUpdates` or a webhook uses the bot token): the adapter shows
+    /// `failed` naming the cause and tries again later, in case the other one goes away.
+    #[error("{platform} refused to serve a second poller of this bot: {message}")]
+    Conflict { platform: &'static str, message: String },
     /// The platform failed or could not be reached (5xx, timeout, connection refused): back off
     /// and retry.
     #[error("{platform} is unavailable: {message}")]

@@ -8,7 +8,9 @@
 //! - **Faults.** 5xx, timeouts and refused connections back off exponentially
 //!   ([`BACKOFF_FIRST`] doubling to [`BACKOFF_MAX`], state `backoff` with `retry_at_ms`); a 429
 //!   waits its `parameters.retry_after`; 401/404 (the token) leave the adapter `failed` until
-//!   the coordinator restarts it.
+//!   the coordinator restarts it; 409 Conflict (another `getUpdates` poller or a webhook on the
+//!   same bot token) shows `failed` naming that cause, with `retry_at_ms`, and is tried again
+//!   with the same backoff (the other poller may go away).
 //! - **Replies** ([`TelegramReplier`]): a turn gets one progress message ("…", then
 //!   `editMessageText` at most once per [`EDIT_INTERVAL`] per chat, unchanged text skipped),
 //!   then its final text split by [`format::split`] and rendered by [`format::to_html`]
@@ -141,7 +143,8 @@ impl Api {
     ///
     /// # Errors
     /// [`ChannelError::RateLimited`] (429), [`ChannelError::Auth`] (401, 404: the bot token was
-    /// refused), [`ChannelError::Unavailable`] (5xx, timeouts, no connection, an unreadable
+    /// refused), [`ChannelError::Conflict`] (409: another poller of the token),
+    /// [`ChannelError::Unavailable`] (5xx, timeouts, no connection, an unreadable
     /// answer), [`ChannelError::Rejected`] (other 4xx, with Telegram's description).
     pub async fn call(&self, method: &str, body: &Value, timeout: Duration) -> Result<Value, ChannelError> {
         let url = format!("{}/bot{}/{method}", self.base, self.token.expose_secret());
@@ -230,6 +233,15 @@ fn classify(method: &str, code: u16, description: &str, retry_after: Option<u64>
     match code {
         429 => ChannelError::RateLimited { platform: PLATFORM, retry_after_s: retry_after.unwrap_or(1).max(1) },
         401 | 404 => ChannelError::Auth { platform: PLATFORM, message: "the bot token was refused".into() },
+        409 => ChannelError::Conflict {
+            platform: PLATFORM,
+            message: format!(
+                "{method}: 409 {} — another program or Coffer channel polls the same bot token (or a webhook \
+                 is set); Telegram serves one poller per bot: give each channel its own bot (@BotFather) or \
+                 stop the other one",
+                description.chars().take(200).collect::<String>()
+            ),
+        },
         500..=599 => {
             ChannelError::Unavailable { platform: PLATFORM, message: format!("{method}: {code} {description}") }
         }
@@ -493,8 +505,11 @@ async fn back_off(ctx: &AdapterCtx, e: &ChannelError, delay: &mut Duration) -> b
         }
     };
     let msg = e.to_string();
+    // A conflict is not a passing fault: it lasts as long as the other poller, so it reads as
+    // a failure (with its retry time), not as a backoff.
+    let state = if matches!(e, ChannelError::Conflict { .. }) { "failed" } else { "backoff" };
     ctx.status.update(|s| {
-        s.state = "backoff".into();
+        s.state = state.into();
         s.last_error = msg;
         s.retry_at_ms = now_ms() + wait.as_millis() as i64;
     });
@@ -651,6 +666,10 @@ mod tests {
         assert!(matches!(classify("getMe", 401, "Unauthorized", None), ChannelError::Auth { .. }));
         assert!(matches!(classify("getMe", 404, "Not Found", None), ChannelError::Auth { .. }));
         assert!(matches!(classify("x", 502, "Bad Gateway", None), ChannelError::Unavailable { .. }));
+        let e = classify("getUpdates", 409, "Conflict: terminated by other getUpdates request", None);
+        let m = e.to_string();
+        assert!(matches!(e, ChannelError::Conflict { .. }), "{m}");
+        assert!(m.contains("409 Conflict") && m.contains("same bot token"), "{m}");
         let e = classify("sendMessage", 400, "Bad Request: can't parse entities", None);
         assert!(is_parse_error(&e), "{e}");
     }
