@@ -202,3 +202,66 @@ async fn a_failed_status_names_the_missing_credential_and_credentials_list_says_
     wait_adapter(&api, "st", "the adapter running once the credential exists", |a| a["state"] == "running").await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_secrets_and_a_cwd_that_is_no_folder_are_refused_at_add_and_edit() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let fake = FakeTelegram::start(TOKEN, "coffer_bot").await?;
+    let api = chat::start_daemon(&home).await?;
+    let field = |r: &Reply| r.json().map(|v| v["error"]["details"]["field"].clone()).unwrap_or_default();
+    for blank in ["   ", " 4242:padded", "4242:padded "] {
+        let r = create(&api, &telegram(&fake, "x", json!({"bot_token": blank}))).await?;
+        ensure!(r.status == 400 && field(&r) == "bot_token", "{blank:?}: {} {}", r.status, r.text);
+        ensure!(r.text.contains("whitespace"), "{}", r.text);
+    }
+    let file = home.root().join("a-file");
+    std::fs::write(&file, "x")?;
+    for (cwd, why) in [("/no/such/folder-e2e", "does not exist"), (file.to_str().context("utf-8")?, "is not a folder")]
+    {
+        let r = create(&api, &telegram(&fake, "x", json!({"bot_token": TOKEN, "agent_config": {"cwd": cwd}}))).await?;
+        ensure!(r.status == 400 && field(&r) == "agent_config.cwd", "{cwd}: {} {}", r.status, r.text);
+        ensure!(r.text.contains(why) && r.text.contains("--cwd"), "{}", r.text);
+    }
+    assert_eq!(names(&api).await?, Vec::<String>::new(), "nothing written");
+
+    // The README's example with a mistyped folder, through the CLI.
+    let out = home
+        .cli_command(&[
+            "channel",
+            "add",
+            "home",
+            "--kind",
+            "telegram",
+            "--bot-token-env",
+            "T",
+            "--cwd",
+            "/no/such/src",
+        ])?
+        .env("T", TOKEN)
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && stderr.contains("agent_config.cwd") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    let out = home
+        .cli_command(&["channel", "add", "home", "--kind", "telegram", "--bot-token-env", "T"])?
+        .env("T", "  ")
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success() && stderr.contains("bot token is only whitespace"), "{stderr}");
+
+    // Edit: a missing folder refused, an existing one taken.
+    let r = create(&api, &telegram(&fake, "x", json!({"bot_token": TOKEN}))).await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    let r = patch(&api, "x", &json!({"agent_config": {"cwd": "/no/such/folder-e2e"}})).await?;
+    ensure!(r.status == 400 && field(&r) == "agent_config.cwd", "{} {}", r.status, r.text);
+    let r = patch(&api, "x", &json!({"bot_token": " "})).await?;
+    ensure!(r.status == 400 && field(&r) == "bot_token", "{} {}", r.status, r.text);
+    let dir = home.root().display().to_string();
+    let r = patch(&api, "x", &json!({"agent_config": {"cwd": dir}})).await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    Ok(())
+}

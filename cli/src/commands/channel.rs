@@ -262,6 +262,9 @@ fn read_secret(label: &str, var: Option<&str>, stdin: bool, channel: &str) -> Re
     if value.is_empty() {
         return Err(CliError::Usage(format!("the {label} is empty; nothing was stored")));
     }
+    if value.trim().is_empty() {
+        return Err(CliError::Usage(format!("the {label} is only whitespace; nothing was stored")));
+    }
     if value.chars().any(char::is_control) {
         return Err(CliError::Usage(format!("the {label} contains control characters; nothing was stored")));
     }

@@ -199,7 +199,35 @@ fn check_secret(field: &str, value: &str) -> Result<(), ApiError> {
     if value.chars().any(char::is_control) {
         return bad(format!("{field} must not contain control characters (a trailing newline?)"));
     }
+    if value.trim().is_empty() {
+        return bad(format!("{field} is only whitespace; give the real value"));
+    }
+    if value.trim() != value {
+        return bad(format!("{field} must not start or end with whitespace (a stray space when pasting?)"));
+    }
     Ok(())
+}
+
+/// Refuses an `agent_config.cwd` that is not an existing folder on this machine (the agent would
+/// fail to start in it at the owner's first message). Empty or absent: the agent's default.
+async fn check_cwd(config_json: &str) -> Result<(), ApiError> {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(config_json) else { return Ok(()) };
+    let Some(cwd) = map.get("cwd").and_then(Value::as_str).filter(|c| !c.is_empty()) else { return Ok(()) };
+    // The store checks the shape (absolute, no control characters, length); this checks the folder.
+    if !cwd.starts_with('/') || cwd.chars().any(char::is_control) || cwd.len() > rules::MAX_CWD_LEN {
+        return Ok(());
+    }
+    let shown: String = cwd.chars().take(200).collect();
+    let bad = |why: &str| {
+        Err(ApiError::invalid(format!("agent_config.cwd {shown:?} {why}; give an existing folder (--cwd)"))
+            .with_details(json!({"field": "agent_config.cwd"})))
+    };
+    match tokio::fs::metadata(cwd).await {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bad("is not a folder"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bad("does not exist"),
+        Err(_) => bad("cannot be read"),
+    }
 }
 
 /// Refuses a Telegram channel whose bot token is the token of another channel: Telegram serves
@@ -534,6 +562,7 @@ async fn create(
             refuse_taken_credential(&st, field, name).await?;
         }
     }
+    check_cwd(&c.agent_config_json).await?;
     let new_token = placed.iter().find(|(n, _, _)| *n == c.bot_token_ref).map(|(_, v, _)| v.as_str());
     refuse_shared_token(&st, &c, new_token).await?;
     // The record first: the store validates it, so a refused one writes no credential either.
@@ -686,6 +715,9 @@ async fn patch(
                 let field = kind_fields(&next).into_iter().find(|f| f.2 == *cred).map(|f| f.0).unwrap_or_default();
                 refuse_taken_credential(&st, field, cred).await?;
             }
+        }
+        if next.agent_config_json != cur.agent_config_json {
+            check_cwd(&next.agent_config_json).await?;
         }
         let new_token = placed.iter().find(|(n, _, _)| *n == next.bot_token_ref).map(|(_, v, _)| v.as_str());
         if new_token.is_some() || next.bot_token_ref != cur.bot_token_ref {

@@ -780,7 +780,7 @@ pub fn routes() -> Vec<Route> {
             .describe("Sorted by name; one page. Each with its adapter's live state (`adapter` null while coffer-chat does not answer).")
             .ok(200, "The channels.", page("Channel")),
         route("POST", "/v1/channels", "channels", "Add a channel")
-            .describe("`telegram` needs `bot_token` (or `bot_token_ref`, an existing credential); `seatalk` needs `app_id`, `app_secret` and `signing_secret` (or their `*_ref`). A secret becomes the value of the credential its `*_ref` names, or of `channel-<name>-bot-token` (`-app-id`, `-app-secret`, `-signing-secret`) when none is named (the channel then names it); `CONFLICT` when that generated name is already taken. A new channel is unpaired. Answers with `ETag` and `Location`.")
+            .describe("`telegram` needs `bot_token` (or `bot_token_ref`, an existing credential); `seatalk` needs `app_id`, `app_secret` and `signing_secret` (or their `*_ref`). A secret becomes the value of the credential its `*_ref` names, or of `channel-<name>-bot-token` (`-app-id`, `-app-secret`, `-signing-secret`) when none is named (the channel then names it); `CONFLICT` when that generated name is already taken, and when the bot token (by value, compared inside the daemon) is another Telegram channel's — Telegram serves one poller per bot (`details.channel` names the other). `INVALID_ARGUMENT` for a blank secret or one with surrounding whitespace, and an `agent_config.cwd` that is not an existing folder (`details.field`). A new channel is unpaired. Answers with `ETag` and `Location`.")
             .actor()
             .body(r("ChannelCreate"))
             .ok(201, "Added.", r("Channel"))
@@ -791,7 +791,7 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "The channel.", r("Channel"))
             .errors(&["NOT_FOUND"]),
         route("PATCH", "/v1/channels/{name}", "channels", "Change a channel")
-            .describe("Absent fields stay; the `*_ref`s, `api_base_url`, `default_agent` and `agent_config` set to null clear them. A secret replaces its credential's value (alone it leaves the record's version as it is); a credential Coffer made for the channel goes once the channel names another. The kind cannot change. With `If-Match: \"<version>\"` the write happens only at that version.")
+            .describe("Absent fields stay; the `*_ref`s, `api_base_url`, `default_agent` and `agent_config` set to null clear them. A secret replaces its credential's value (alone it leaves the record's version as it is); a credential Coffer made for the channel goes once the channel names another. The kind cannot change. The checks of `POST` apply to what changes (a bot token another channel uses: `CONFLICT`; a blank secret, a `cwd` that is no folder: `INVALID_ARGUMENT`). With `If-Match: \"<version>\"` the write happens only at that version.")
             .path_param("name", CHANNEL_NAME)
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .actor()
