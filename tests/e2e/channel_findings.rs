@@ -176,6 +176,73 @@ async fn a_bot_token_two_channels_share_is_refused_and_a_second_poller_is_a_fail
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seatalk_app_secret_the_platform_refuses_is_a_failed_adapter_in_list_status_and_doctor() -> anyhow::Result<()>
+{
+    let home = TestHome::builder().env("COFFER_CALLBACK_PORT", ports::free_port().to_string()).build()?;
+    let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;
+    let api = chat::start_daemon(&home).await?;
+    let body = json!({"name": "st", "kind": "seatalk", "app_id": APP_ID, "app_secret": WRONG_SECRET,
+        "signing_secret": SIGNING, "api_base_url": fake.url, "default_agent": chat::SCRIPTED});
+    let r = create(&api, &body).await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let v = wait_adapter(&api, "st", "the adapter failed", |a| a["state"] == "failed").await?;
+    let e = v["adapter"]["last_error"].as_str().unwrap_or_default();
+    ensure!(e.contains("SeaTalk refused the credential") && e.contains("app id and secret"), "{v}");
+    ensure!(fake.token_requests() >= 1, "the secret was tried at start");
+
+    let list = home.cli(&["channel", "list"]).await?.ok()?;
+    ensure!(list.stdout.contains("failed: SeaTalk refused"), "{list}");
+    let status = home.cli(&["status"]).await?.ok()?;
+    ensure!(status.stdout.contains("adapter failed: SeaTalk refused the credential"), "{status}");
+    let json = home.cli(&["status", "--json"]).await?.ok()?.json()?;
+    let chans = json["channels"].as_array().context("status --json has channels")?;
+    assert_eq!((chans.len(), &chans[0]["name"], &chans[0]["adapter"]["state"]), (1, &json!("st"), &json!("failed")));
+    ensure!(json["services"].is_array(), "the REST body is still there: {json}");
+    let doctor = home.cli(&["doctor"]).await?;
+    let line = doctor.stdout.lines().find(|l| l.contains("channel st")).context("doctor line")?;
+    ensure!(line.starts_with("fail") && line.contains("adapter failed: SeaTalk refused the credential"), "{doctor}");
+    ensure!(!doctor.stdout.contains("failed: failed"), "{doctor}");
+    for out in [&list.stdout, &status.stdout, &doctor.stdout] {
+        ensure!(!out.contains(WRONG_SECRET) && !out.contains(APP_SECRET), "a secret in {out}");
+    }
+
+    // The right secret: the adapter restarts and runs.
+    let r = patch(&api, "st", &json!({"app_secret": APP_SECRET})).await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    wait_adapter(&api, "st", "the adapter running", |a| a["state"] == "running" && a["last_error"].is_null()).await?;
+    ensure!(!all_logs(&home).contains(WRONG_SECRET), "the secret is in a log");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_seatalk_reply_the_platform_refuses_turns_the_adapter_failed_until_a_send_succeeds() -> anyhow::Result<()> {
+    let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;
+    let status = StatusCell::new("team", "seatalk");
+    status.update(|s| s.state = "running".into());
+    let client = Client::new(&fake.url, SecretString::from(APP_ID), SecretString::from(APP_SECRET));
+    let replier = SeatalkReplier::new(client, status.clone());
+    replier.notice("E1", "one").await?;
+    assert_eq!(status.get().state, "running");
+    // The app secret is rotated on the platform: the token is refused, and so is a new one.
+    fake.set_app_secret("rotated-secret");
+    fake.revoke_tokens();
+    let e = replier.notice("E1", "two").await.unwrap_err();
+    assert!(matches!(e, ChannelError::Auth { .. }), "{e:?}");
+    let s = status.get();
+    assert_eq!(s.state, "failed");
+    ensure!(s.last_error.starts_with("a reply could not be sent: SeaTalk refused the credential"), "{s:?}");
+    ensure!(!s.last_error.contains(APP_SECRET), "{s:?}");
+    // Sends work again: running, the cause cleared.
+    fake.set_app_secret(APP_SECRET);
+    replier.notice("E1", "three").await?;
+    let s = status.get();
+    assert_eq!((s.state.as_str(), s.last_error.as_str()), ("running", ""));
+    let sent: Vec<String> = fake.messages().iter().filter(|m| m.accepted).map(|m| m.content.clone()).collect();
+    assert_eq!(sent, ["one", "three"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_status_names_the_missing_credential_and_credentials_list_says_who_uses_each() -> anyhow::Result<()> {
     let home = TestHome::builder().env("COFFER_CALLBACK_PORT", ports::free_port().to_string()).build()?;
     let fake = FakeSeatalk::start(APP_ID, APP_SECRET).await?;

@@ -101,6 +101,12 @@ impl FakeSeatalk {
         self.lock().ttl_s = ttl_s;
     }
 
+    /// Accepts `app_secret` from now on (the app's secret was rotated on the platform: the old
+    /// one is refused at the next token request).
+    pub fn set_app_secret(&self, app_secret: &str) {
+        self.lock().app_secret = app_secret.to_owned();
+    }
+
     /// Revokes every token issued so far: the next send with one is answered code 100.
     pub fn revoke_tokens(&self) {
         for t in &mut self.lock().tokens {

@@ -1,5 +1,6 @@
-//! `coffer status`: the daemon, its services and upstreams from `GET /v1/status`. Starts the
-//! daemon if needed; `--json` prints the REST body unchanged.
+//! `coffer status`: the daemon, its services and upstreams from `GET /v1/status`, and the
+//! channels. Starts the daemon if needed; `--json` prints the REST body with a `channels` array
+//! added (`GET /v1/channels`' items).
 use clap::Args;
 use serde_json::Value;
 
@@ -30,7 +31,16 @@ pub async fn run(ctx: &Ctx, _args: StatusArgs) -> Result<(), CliError> {
 pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
     let resp = api.get_raw("/v1/status").await?;
     if ctx.json {
-        return output::print_body(&resp.body);
+        // The REST body plus `channels` (each as `GET /v1/channels` lists it, adapter state
+        // included), as the human output has their lines; a store that does not answer them
+        // leaves the key out.
+        let mut body = resp.json()?;
+        if let Ok(c) = api.get("/v1/channels").await
+            && let Some(obj) = body.as_object_mut()
+        {
+            obj.insert("channels".into(), c["items"].clone());
+        }
+        return output::print_json(&body);
     }
     output::print(&render_status(&resp.json()?))?;
     // One line on the internal LLM connection; a store that does not answer leaves it out (the

@@ -428,11 +428,30 @@ impl SeatalkReplier {
         if group == Some(true) { Target::Group(chat_id.to_owned()) } else { Target::Single(chat_id.to_owned()) }
     }
 
+    /// Sends `text` (split at [`TEXT_LIMIT`]). A refusal (the app credentials or the access
+    /// token refused, or any other failed send) puts the adapter in `failed` with the cause, so
+    /// `coffer channel list`, status and doctor say that replies are being lost; the next send
+    /// that succeeds puts it back to `running`.
     async fn send(&self, chat_id: &str, text: &str, format: Format) -> Result<(), ChannelError> {
         let to = self.target(chat_id);
         for piece in split_text(text, TEXT_LIMIT) {
-            self.client.send_text(&to, &piece, format).await?;
-            self.status.update(|s| s.last_outbound_ms = now_ms());
+            if let Err(e) = self.client.send_text(&to, &piece, format).await {
+                let why = format!("a reply could not be sent: {e}");
+                tracing::warn!(error = %e, "A SeaTalk reply could not be sent.");
+                self.status.update(|s| {
+                    s.state = "failed".into();
+                    s.last_error = why;
+                    s.retry_at_ms = 0;
+                });
+                return Err(e);
+            }
+            self.status.update(|s| {
+                s.last_outbound_ms = now_ms();
+                if s.state == "failed" {
+                    s.state = "running".into();
+                    s.last_error.clear();
+                }
+            });
         }
         Ok(())
     }
@@ -485,8 +504,11 @@ impl Replier for SeatalkReplier {
 ///
 /// Each body is parsed ([`parse_event`]; malformed ones are logged and dropped), recorded
 /// through the store's `RecordEvent` (a redelivered `event_id` is dropped), and a message is
-/// handed to the bridge in arrival order. A missing app id or secret leaves the adapter
-/// `failed` (naming the reference) until the coordinator restarts it. Bodies still in the
+/// handed to the bridge in arrival order. A missing app id or secret, or app credentials
+/// SeaTalk refuses (an access token is asked for before the adapter says `running`), leave the
+/// adapter `failed` (naming the reference or the refusal) until the coordinator restarts it;
+/// SeaTalk out of reach at start is `backoff` with its retry time. A reply that cannot be sent
+/// later turns the adapter `failed` with the cause until a send succeeds again. Bodies still in the
 /// inbox when it stops are handed to the channel's next adapter ([`CARRY_FOR`]).
 pub fn spawn(ctx: AdapterCtx) -> AdapterHandle {
     let (tx, rx) = tokio::sync::mpsc::channel(INBOX_DEPTH);
@@ -507,12 +529,58 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         carry_over(&record.name, &mut inbox);
         return;
     };
-    let replier = Arc::new(SeatalkReplier::new(Client::new(&record.api_base_url, app_id, app_secret), status.clone()));
+    let client = Client::new(&record.api_base_url, app_id, app_secret);
+    // The app credentials are tried before the adapter says `running`: a wrong app secret is a
+    // `failed` adapter naming the cause at once, not a running one that loses every reply.
+    let mut delay = START_BACKOFF_FIRST;
+    loop {
+        let got = tokio::select! {
+            () = cancel.cancelled() => {
+                carry_over(&record.name, &mut inbox);
+                return stopped(&status);
+            }
+            got = client.token(None) => got,
+        };
+        match got {
+            Ok(_) => break,
+            Err(e @ ChannelError::Auth { .. }) => {
+                tracing::warn!(channel = %record.name, error = %e, "The SeaTalk adapter cannot run.");
+                status.update(|s| {
+                    s.state = "failed".into();
+                    s.last_error = e.to_string();
+                    s.retry_at_ms = 0;
+                });
+                // Until the credentials change (the coordinator then starts a new adapter, which
+                // handles the events that waited here first).
+                cancel.cancelled().await;
+                carry_over(&record.name, &mut inbox);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(channel = %record.name, error = %e, wait_ms = delay.as_millis() as u64, "SeaTalk cannot be reached; backing off.");
+                status.update(|s| {
+                    s.state = "backoff".into();
+                    s.last_error = e.to_string();
+                    s.retry_at_ms = now_ms() + delay.as_millis() as i64;
+                });
+                tokio::select! {
+                    () = cancel.cancelled() => {
+                        carry_over(&record.name, &mut inbox);
+                        return stopped(&status);
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(START_BACKOFF_MAX);
+            }
+        }
+    }
+    let replier = Arc::new(SeatalkReplier::new(client, status.clone()));
     let bridge = Bridge::new(engine, replier.clone());
     let mut channels = ChannelsClient::new(store);
     status.update(|s| {
         s.state = "running".into();
         s.last_error.clear();
+        s.retry_at_ms = 0;
         s.started_ms = now_ms();
     });
     tracing::info!(channel = %record.name, "SeaTalk adapter running.");
@@ -531,13 +599,23 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
     }
     carry_over(&record.name, &mut inbox);
+    stopped(&status);
+}
+
+fn stopped(status: &StatusCell) {
     status.update(|s| {
         s.state = "stopped".into();
         s.last_error.clear();
         s.retry_at_ms = 0;
     });
-    tracing::info!(channel = %record.name, "SeaTalk adapter stopped.");
+    tracing::info!(channel = %status.get().channel, "SeaTalk adapter stopped.");
 }
+
+/// First wait after SeaTalk could not be reached for the start's token check, doubled up to
+/// [`START_BACKOFF_MAX`].
+const START_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between two start checks.
+const START_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// How long bodies a stopping adapter had accepted but not handled wait for the channel's
 /// next adapter ([`carry_over`]); older ones are dropped (the channel was disabled, not
