@@ -332,3 +332,49 @@ async fn blank_secrets_and_a_cwd_that_is_no_folder_are_refused_at_add_and_edit()
     ensure!(r.status == 200, "{} {}", r.status, r.text);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn photos_stickers_and_edits_are_answered_once_that_only_text_is_read() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let fake = FakeTelegram::start(TOKEN, "coffer_bot").await?;
+    let api = chat::start_daemon(&home).await?;
+    let r = create(&api, &telegram(&fake, "tg", json!({"bot_token": TOKEN}))).await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    let pair = api.post_json("/v1/channels/tg/pair", &json!({})).reply().await?.ok_json()?;
+    let code = pair["code"].as_str().context("code")?;
+    fake.push_text(OWNER, &format!("/pair {code}"));
+    let said = |chat_id: i64, needle: &'static str| {
+        let fake = &fake;
+        async move {
+            fake.wait(&format!("{needle:?} in chat {chat_id}"), WAIT, |f| {
+                f.bot_messages(chat_id).iter().any(|m| m.visible().contains(needle))
+            })
+            .await
+        }
+    };
+    said(OWNER, "Paired").await?;
+    let from = |id: i64| json!({"id": id, "is_bot": false, "first_name": "P"});
+    let chat = |id: i64| json!({"id": id, "type": "private"});
+    fake.push_raw(json!({"message": {"message_id": 50, "from": from(OWNER), "chat": chat(OWNER), "date": 0,
+        "photo": [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90}]}}));
+    said(OWNER, "Only text messages are supported").await?;
+    // A sticker and an edit: not answered again; a text after them runs as usual.
+    fake.push_raw(json!({"message": {"message_id": 51, "from": from(OWNER), "chat": chat(OWNER), "date": 0,
+        "sticker": {"file_id": "s1", "file_unique_id": "u2", "width": 512, "height": 512, "is_animated": false}}}));
+    fake.push_raw(json!({"edited_message": {"message_id": 52, "from": from(OWNER), "chat": chat(OWNER), "date": 0,
+        "edit_date": 1, "text": "say:edited"}}));
+    fake.push_text(OWNER, "say:after");
+    said(OWNER, "after").await?;
+    let notes = fake.bot_messages(OWNER).iter().filter(|m| m.visible().contains("Only text messages")).count();
+    assert_eq!(notes, 1, "{:?}", fake.bot_messages(OWNER));
+    ensure!(!fake.bot_messages(OWNER).iter().any(|m| m.visible().trim() == "edited"), "the edit did not run");
+    // A stranger's photo is refused as a stranger's text is.
+    fake.push_raw(json!({"message": {"message_id": 60, "from": from(STRANGER), "chat": chat(STRANGER), "date": 0,
+        "photo": [{"file_id": "p2", "file_unique_id": "u3", "width": 90, "height": 90}]}}));
+    said(STRANGER, "only answers its owner").await?;
+    ensure!(!fake.bot_messages(STRANGER).iter().any(|m| m.visible().contains("Only text")), "no more to strangers");
+    let polls = fake.calls_of("getUpdates");
+    let asked = &polls.last().context("a poll")?.params["allowed_updates"];
+    assert_eq!(asked, &json!(["message", "edited_message"]));
+    Ok(())
+}

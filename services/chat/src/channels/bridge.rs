@@ -68,6 +68,8 @@ struct State {
     refused: HashSet<String>,
     /// Senders already told their `/pair` cannot succeed (no code waiting, expired, used).
     pair_refused: HashSet<String>,
+    /// Chats already told that a message of theirs could not be read (not text).
+    told_unsupported: HashSet<String>,
     /// The owner paired through this bridge (newer than the record the adapter holds).
     owner: Option<String>,
     chats: HashMap<String, Chat>,
@@ -227,6 +229,23 @@ impl Bridge {
                 internal(&e).map_or(Ok(()), Err)
             }
         }
+    }
+
+    /// A message the adapter cannot run (a photo, a sticker, an edit…): anyone but the owner is
+    /// refused as for text; the owner's chat is told `note` once per bridge (later ones are
+    /// dropped quietly, so a burst of photos is one answer).
+    pub async fn unsupported(&self, channel: &ChannelRecord, msg: Inbound, note: &str) -> Result<(), ChannelError> {
+        let mut st = self.state.lock().await;
+        let owner = self.owner(&st, channel).await;
+        if owner.is_empty() || owner != msg.sender_id {
+            let unpaired = owner.is_empty();
+            return self.refuse(&mut st, channel, &msg, unpaired).await;
+        }
+        if st.told_unsupported.len() >= MAX_REFUSED || !st.told_unsupported.insert(msg.chat_id.clone()) {
+            tracing::debug!(channel = %channel.name, "Another non-text message; not answered again.");
+            return Ok(());
+        }
+        self.replier.notice(&msg.chat_id, note).await
     }
 
     /// The owner now: the store's record (a pairing or an unpairing since the adapter started

@@ -1,7 +1,8 @@
 //! The Telegram adapter (see [`super`]): Bot API long polling. Owned by the `telegram` helper.
 //!
 //! - **Polling.** `getMe` once (the status's `bot_username`), then `getUpdates` with
-//!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message"]` and `offset` = the record's
+//!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message", "edited_message"]` and
+//!   `offset` = the record's
 //!   `cursor`. A batch is handled in order, then `SetCursor(last update_id + 1)` persists the
 //!   offset; an update below the cursor (redelivered after a crash between the two) is skipped,
 //!   so none is handled twice. Cancellation is heard only between batches.
@@ -15,7 +16,11 @@
 //!   `editMessageText` at most once per [`EDIT_INTERVAL`] per chat, unchanged text skipped),
 //!   then its final text split by [`format::split`] and rendered by [`format::to_html`]
 //!   (`parse_mode: HTML`; a 400 "can't parse entities" falls back to plain text), the first
-//!   piece replacing the progress message.
+//!   piece replacing the progress message. A progress message still open when the adapter
+//!   stops (disabled or restarted mid-turn) is ended with [`STOPPED_NOTE`], not left on "…".
+//! - **Not text.** A photo, sticker, file, voice message or an edit is not run: the owner is
+//!   told [`ONLY_TEXT`] once per chat per adapter run ([`Bridge::unsupported`]); others are
+//!   refused as for text.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,12 +91,15 @@ struct Params {
     retry_after: Option<u64>,
 }
 
-/// One `Update` (only `message` is asked for).
+/// One `Update` (`message` and `edited_message` are asked for; an edit is answered with a
+/// note, not run).
 #[derive(Debug, Deserialize)]
 pub struct Update {
     pub update_id: i64,
     #[serde(default)]
     pub message: Option<Message>,
+    #[serde(default)]
+    pub edited_message: Option<Message>,
 }
 
 /// The parts of a `Message` the adapter reads.
@@ -185,7 +193,7 @@ impl Api {
     /// # Errors
     /// As [`Api::call`].
     pub async fn get_updates(&self, offset: i64) -> Result<Vec<Update>, ChannelError> {
-        let mut body = json!({ "timeout": POLL_TIMEOUT_S, "allowed_updates": ["message"] });
+        let mut body = json!({ "timeout": POLL_TIMEOUT_S, "allowed_updates": ["message", "edited_message"] });
         if offset > 0 {
             body["offset"] = json!(offset);
         }
@@ -200,7 +208,7 @@ impl Api {
                 Err(e) => {
                     let id = u.get("update_id").and_then(Value::as_i64)?;
                     tracing::warn!(update_id = id, error = %e, "An unreadable Telegram update was skipped.");
-                    Some(Update { update_id: id, message: None })
+                    Some(Update { update_id: id, message: None, edited_message: None })
                 }
             })
             .collect())
@@ -279,6 +287,37 @@ pub fn inbound(channel: &str, bot_username: &str, u: &Update) -> Option<Inbound>
         group: m.chat.kind != "private",
     })
 }
+
+/// What the adapter answers (once per chat per run) to a message it cannot run.
+pub const ONLY_TEXT: &str = "Only text messages are supported: photos, files, stickers, voice and edited messages are not read. Send your request as a new text message.";
+
+/// A message from a person in a private chat that is not a text message the adapter runs: a
+/// photo, sticker, file, voice message… (no `text`), or an edit of an earlier message. Returned
+/// as an [`Inbound`] with empty text, for [`Bridge::unsupported`] (owner gate, one note).
+pub fn unsupported(channel: &str, u: &Update) -> Option<Inbound> {
+    let m = match (&u.message, &u.edited_message) {
+        (Some(m), _) if m.text.is_none() => m,
+        (None, Some(m)) => m,
+        _ => return None,
+    };
+    let from = m.from.as_ref()?;
+    if from.is_bot || m.chat.kind != "private" {
+        return None;
+    }
+    let display = from.username.as_ref().map_or_else(|| from.first_name.clone(), |u| format!("@{u}"));
+    Some(Inbound {
+        channel: channel.to_owned(),
+        chat_id: m.chat.id.to_string(),
+        sender_id: from.id.to_string(),
+        sender_display: display,
+        text: String::new(),
+        message_id: m.message_id.to_string(),
+        group: false,
+    })
+}
+
+/// The note that ends a progress message the adapter stops following before its turn ended.
+pub const STOPPED_NOTE: &str = "(Stopped here: this channel's adapter stopped — disabled or restarted. The whole reply is in Coffer's web console.)";
 
 /// How an adapter shows things in Telegram chats.
 pub struct TelegramReplier {
@@ -604,6 +643,13 @@ async fn run(ctx: AdapterCtx) {
                 continue;
             }
             next = next.max(u.update_id + 1);
+            if let Some(msg) = unsupported(&name, u) {
+                ctx.status.update(|s| s.last_inbound_ms = now_ms());
+                if let Err(e) = bridge.unsupported(&ctx.record, msg, ONLY_TEXT).await {
+                    tracing::warn!(channel = %name, error = %e, "A non-text Telegram message was not answered.");
+                }
+                continue;
+            }
             let Some(msg) = inbound(&name, &username, u) else { continue };
             ctx.status.update(|s| s.last_inbound_ms = now_ms());
             if let Err(e) = bridge.handle(&ctx.record, msg).await {
