@@ -390,6 +390,9 @@ async fn disabling_mid_turn_sends_nothing_more_and_a_token_change_restarts_the_a
         Ok((v["adapter"]["state"] == "stopped").then_some(v))
     })
     .await?;
+    // …its progress message was ended with a note instead of being left on "…"…
+    let progress = r.fake.bot_messages(OWNER).into_iter().rfind(|m| m.visible().contains("w1")).context("progress")?;
+    ensure!(progress.visible().contains("Stopped here") && !progress.visible().ends_with('…'), "{progress:?}");
     // …and nothing more reaches the chat, even a message pushed now: no poll picks it up.
     let sent = |f: &FakeTelegram| f.calls().iter().filter(|c| c.method != "getUpdates").count();
     let before = sent(&r.fake);

@@ -325,6 +325,8 @@ pub struct TelegramReplier {
     status: Arc<StatusCell>,
     /// When each chat's messages may next be edited or sent (throttling across turns).
     next_slot: Mutex<HashMap<String, Instant>>,
+    /// Progress messages of turns not shown to their end yet, by chat: (message id, text shown).
+    open: Mutex<HashMap<String, (i64, String)>>,
 }
 
 fn is_unmodified(e: &ChannelError) -> bool {
@@ -338,7 +340,35 @@ fn is_parse_error(e: &ChannelError) -> bool {
 impl TelegramReplier {
     /// A replier over `api`, recording outbound times in `status`.
     pub fn new(api: Arc<Api>, status: Arc<StatusCell>) -> Arc<Self> {
-        Arc::new(Self { api, status, next_slot: Mutex::new(HashMap::new()) })
+        Arc::new(Self { api, status, next_slot: Mutex::new(HashMap::new()), open: Mutex::new(HashMap::new()) })
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ends every progress message left open (the bridge was dropped mid-turn: the adapter is
+    /// stopping) with [`STOPPED_NOTE`] instead of a lasting "…", each edit tried once within
+    /// `within` in all.
+    pub async fn finish_open(&self, within: Duration) {
+        let open: Vec<(String, (i64, String))> = self.open().drain().collect();
+        if open.is_empty() {
+            return;
+        }
+        let edits = async {
+            for (chat_id, (message_id, shown)) in open {
+                let so_far = shown.trim_end_matches('…').trim_end();
+                let text =
+                    if so_far.is_empty() { STOPPED_NOTE.to_owned() } else { format!("{so_far}\n\n{STOPPED_NOTE}") };
+                let body = json!({ "chat_id": chat_ref(&chat_id), "message_id": message_id, "text": text });
+                if let Err(e) = self.api.call("editMessageText", &body, within).await {
+                    tracing::warn!(error = %e, "Cannot end a progress message of a stopping adapter.");
+                }
+            }
+        };
+        if tokio::time::timeout(within, edits).await.is_err() {
+            tracing::warn!("Ending the open progress messages took too long; left as they are.");
+        }
     }
 
     /// Waits for the chat's next slot and takes it.
@@ -475,6 +505,9 @@ impl Replier for TelegramReplier {
                     Ok(m) => progress = m.get("message_id").and_then(Value::as_i64),
                     Err(e) => tracing::warn!(error = %e, "Cannot send a progress message."),
                 }
+                if let Some(id) = progress {
+                    self.open().insert(chat_id.to_owned(), (id, shown.clone()));
+                }
             }
             let last = loop {
                 let v = views.borrow_and_update().clone();
@@ -499,8 +532,12 @@ impl Replier for TelegramReplier {
                         Err(e) if is_unmodified(&e) => shown = text,
                         Err(e) => tracing::warn!(error = %e, "Cannot edit a progress message."),
                     }
+                    if let Some(o) = self.open().get_mut(chat_id) {
+                        o.1 = shown.clone();
+                    }
                 }
             };
+            self.open().remove(chat_id);
             let pieces = format::split(&final_markdown(&last), format::MAX_CHARS);
             for (i, piece) in pieces.iter().enumerate() {
                 if i > 0 || progress.is_some() {
@@ -603,7 +640,7 @@ async fn run(ctx: AdapterCtx) {
     });
     tracing::info!(channel = %name, bot = %username, "The Telegram adapter is polling.");
     let replier = TelegramReplier::new(api.clone(), ctx.status.clone());
-    let bridge = Bridge::new(ctx.engine.clone(), replier);
+    let bridge = Bridge::new(ctx.engine.clone(), replier.clone());
     if let Err(e) = bridge.resume(&ctx.record).await {
         tracing::warn!(channel = %name, error = %e, "Cannot follow the owner's conversation yet.");
     }
@@ -667,8 +704,14 @@ async fn run(ctx: AdapterCtx) {
         }
     }
     drop(bridge);
+    // A turn shown mid-way stays readable: its progress message says it stopped being followed.
+    replier.finish_open(FINISH_WITHIN).await;
     stopped(&ctx);
 }
+
+/// How long a stopping adapter spends ending its open progress messages (well within the
+/// coordinator's stop grace).
+const FINISH_WITHIN: Duration = Duration::from_secs(3);
 
 fn stopped(ctx: &AdapterCtx) {
     ctx.status.update(|s| {
