@@ -11,20 +11,24 @@
 //!    any port, and the names listed in `COFFER_CALLBACK_HOSTS` (comma-separated, e.g. the
 //!    tunnel's public host name; `*` accepts any). Anything else, or no Host: 421 (a page on
 //!    another origin that resolves to loopback gets nothing).
-//! 2. **Channel** — the `{channel}` path segment must name a channel of
-//!    `COFFER_CALLBACK_SECRETS`; otherwise 404.
-//! 3. **Body** — at most 1 MiB ([`BODY_LIMIT`]); larger: 413 and nothing read further.
-//! 4. **Signature** — SeaTalk's event callback signs each request with the header
-//!    `Signature: <lowercase hex sha256(raw body ‖ signing secret)>` (SeaTalk Open Platform,
-//!    "Event Callback" → "Verify the signature"). Compared in constant time; missing or wrong:
-//!    401, nothing forwarded.
+//! 2. **Body** — at most 1 MiB ([`BODY_LIMIT`]); larger: 413 and nothing read further.
+//! 3. **Channel and signature** — the `{channel}` path segment must name a channel of
+//!    `COFFER_CALLBACK_SECRETS` (a running SeaTalk channel), and SeaTalk's event callback signs
+//!    each request with the header `Signature: <lowercase hex sha256(raw body ‖ signing
+//!    secret)>` (SeaTalk Open Platform, "Event Callback" → "Verify the signature"), compared in
+//!    constant time. An unknown or disabled channel, a missing or a wrong signature: the same
+//!    401, nothing forwarded — the answer does not tell which channel names exist.
 //! 5. **Shape** — the body must be a JSON object with a string `event_type` (SeaTalk's event
 //!    envelope: `event_id`, `event_type`, `timestamp`, `app_id`, `event`); otherwise 400.
 //! 6. **Verification** — `event_type: "event_verification"` (sent when the callback URL is
 //!    saved in the SeaTalk developer console) is answered at once with 200 and
 //!    `{"seatalk_challenge": <event.seatalk_challenge>}`, as the platform requires; not
 //!    forwarded.
-//! 7. **Any other event** — answered 200 `{}` at once, then forwarded over loopback to
+//! 7. **Age** — an event whose envelope `timestamp` (Unix seconds) is more than
+//!    [`MAX_EVENT_AGE`] (10 minutes) from now is refused with 400 and not forwarded: a signed
+//!    body captured once cannot be replayed later (redeliveries within the window are dropped
+//!    by `event_id` in coffer-chat). An event without a timestamp is not refused for that.
+//! 8. **Any other event** — answered 200 `{}` at once, then forwarded over loopback to
 //!    coffer-chat's `ChannelAdapters.DeliverSeatalkEvent` (raw body, channel, receive time) with
 //!    this service's internal identity, retried for a while if chat is UNAVAILABLE
 //!    ([`FORWARD_RETRY_FOR`]) or the channel's adapter is not running ([`RESTART_GRACE`]: it
@@ -57,6 +61,10 @@ use tokio::sync::mpsc;
 
 /// The largest callback body accepted (1 MiB); larger ones are answered 413.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+/// Largest distance between an event's `timestamp` (Unix seconds, in SeaTalk's envelope) and
+/// now: an older (or later) signed event is refused, so a captured body cannot be replayed once
+/// its `event_id` has left the store's de-duplication window.
+pub const MAX_EVENT_AGE: Duration = Duration::from_secs(600);
 /// Longest a client may take to send a request's head (request line and headers) before the
 /// connection is closed: a stalled or trickling sender (slowloris) holds no connection longer.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -321,9 +329,6 @@ async fn seatalk(
     if method != Method::POST {
         return not_found().await;
     }
-    let Some(secret) = st.secrets.get(&channel) else {
-        return error(StatusCode::NOT_FOUND, "no such SeaTalk channel");
-    };
     let body = match body {
         Ok(b) => b,
         Err(rej) => {
@@ -333,6 +338,12 @@ async fn seatalk(
                 if status == StatusCode::PAYLOAD_TOO_LARGE { "body larger than 1 MiB" } else { "unreadable body" };
             return error(status, msg);
         }
+    };
+    // An unknown or disabled channel is answered exactly as a wrong signature (there is no
+    // secret it could match): the answers do not tell which channel names exist.
+    let Some(secret) = st.secrets.get(&channel) else {
+        tracing::warn!(channel = %channel.chars().take(64).collect::<String>(), "Refused a callback for a channel that is not running.");
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong Signature");
     };
     let sig = headers.get("signature").map(|v| v.as_bytes()).unwrap_or_default();
     if sig.is_empty() || !signature_matches(&body, secret.expose_secret().as_bytes(), sig) {
@@ -357,6 +368,16 @@ async fn seatalk(
         };
         tracing::info!(%channel, "Answered SeaTalk's callback verification.");
         return axum::Json(serde_json::json!({ "seatalk_challenge": challenge })).into_response();
+    }
+    if let Some(ts) = parsed.get("timestamp").and_then(serde_json::Value::as_i64) {
+        let skew = (now_ms() / 1000 - ts).abs();
+        if skew > MAX_EVENT_AGE.as_secs() as i64 {
+            tracing::warn!(%channel, %event_type, skew_s = skew, "Refused a signed callback: its timestamp is out of bounds.");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the event's timestamp is more than 10 minutes from now (a replay?)",
+            );
+        }
     }
     let event_type = event_type.to_owned();
     let accepted = Accepted { channel: channel.clone(), body, received_ms: now_ms() };

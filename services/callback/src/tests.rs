@@ -35,10 +35,37 @@ async fn serve(hosts: &str) -> Served {
 }
 
 fn event(event_type: &str, event: serde_json::Value) -> Vec<u8> {
+    event_at(event_type, event, now_s())
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn event_at(event_type: &str, event: serde_json::Value, timestamp: i64) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
-        "event_id": "ev-1", "event_type": event_type, "timestamp": 1_700_000_000, "app_id": "app", "event": event,
+        "event_id": "ev-1", "event_type": event_type, "timestamp": timestamp, "app_id": "app", "event": event,
     }))
     .unwrap()
+}
+
+/// A signed event older (or later) than [`MAX_EVENT_AGE`] is refused and not forwarded; one
+/// inside the bound goes through.
+#[tokio::test]
+async fn events_outside_the_age_bound_are_refused() {
+    let mut s = serve("").await;
+    let bound = MAX_EVENT_AGE.as_secs() as i64;
+    for ts in [now_s() - bound - 60, now_s() + bound + 60, 1_700_000_000] {
+        let body = event_at("message_from_bot_subscriber", serde_json::json!({}), ts);
+        let (status, reply) = s.post("/seatalk/team", body.clone(), sign(&body)).await;
+        assert_eq!(status, 400, "{ts}: {reply}");
+        assert!(reply.to_string().contains("timestamp"), "{reply}");
+    }
+    s.nothing_forwarded();
+    let body = event_at("message_from_bot_subscriber", serde_json::json!({}), now_s() - bound + 60);
+    assert_eq!(s.post("/seatalk/team", body.clone(), sign(&body)).await.0, 200, "inside the bound");
+    let got = s.rx.recv().await.unwrap();
+    assert_eq!(&got.body[..], &body[..]);
 }
 
 impl Served {
@@ -103,11 +130,26 @@ async fn a_signed_event_is_accepted_and_queued_and_a_bad_one_is_not() {
     s.nothing_forwarded();
 }
 
+/// An unknown (or disabled: not in the secrets) channel is answered as a wrong signature, body
+/// and all, so the answers do not tell which channel names exist.
 #[tokio::test]
-async fn unknown_channels_other_paths_and_methods_are_404() {
+async fn an_unknown_channel_is_answered_as_a_bad_signature() {
     let mut s = serve("").await;
     let body = event("message_from_bot_subscriber", serde_json::json!({}));
-    assert_eq!(s.post("/seatalk/nope", body.clone(), sign(&body)).await.0, 404);
+    let unknown = s.post("/seatalk/nope", body.clone(), sign(&body)).await;
+    let unsigned = s.post("/seatalk/nope", body.clone(), None).await;
+    let bad = s.post("/seatalk/team", body.clone(), Some("0".repeat(64))).await;
+    assert_eq!(unknown.0, 401);
+    assert_eq!((&unknown, &unsigned), (&bad, &bad), "same status and body");
+    let big = vec![b'{'; 5 * 1024 * 1024];
+    assert_eq!(s.post("/seatalk/nope", big.clone(), sign(&big)).await.0, 413, "as for a known channel");
+    s.nothing_forwarded();
+}
+
+#[tokio::test]
+async fn other_paths_and_methods_are_404() {
+    let mut s = serve("").await;
+    let body = event("message_from_bot_subscriber", serde_json::json!({}));
     assert_eq!(s.post("/seatalk", body.clone(), sign(&body)).await.0, 404);
     assert_eq!(s.post("/", body.clone(), sign(&body)).await.0, 404);
     assert_eq!(s.post("/seatalk/team/x", body.clone(), sign(&body)).await.0, 404);
