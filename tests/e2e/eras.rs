@@ -305,10 +305,10 @@ async fn a_subscription_with_no_types_is_refused() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// MRTR by hand: a sampling tool answers with an `InputRequiredResult`; a retry with a wrong
-/// `inputResponses` key, a wrong `requestState`, `inputResponses` without `requestState` or for
-/// another tool gets -32602 and leaves the call parked; a retry without `inputResponses` is asked
-/// again; the right retry gets the tool's real result, and its `requestState` cannot be reused.
+/// MRTR by hand: a sampling tool answers with an `InputRequiredResult`; a retry with a forged
+/// `requestState`, malformed `inputResponses` or for another tool gets -32602 and leaves the call
+/// parked; a wrong key or no `inputResponses` is asked again under a new `requestState` (the old
+/// one is then stale); the right retry gets the tool's real result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mrtr_retries_with_wrong_or_missing_input_responses() -> anyhow::Result<()> {
     let home = TestHome::new()?;
@@ -342,32 +342,44 @@ async fn mrtr_retries_with_wrong_or_missing_input_responses() -> anyhow::Result<
     let answer = json!({"role": "assistant", "model": "m", "content": {"type": "text", "text": "four"}});
     let name = "everything__trigger-sampling-request";
     for (what, params) in [
-        ("a wrong key", retry(Some(json!({"nope": answer})), Some(&state), name)),
         ("a wrong requestState", retry(Some(json!({key: answer})), Some("coffer-mrtr-forged"), name)),
-        ("no requestState", retry(Some(json!({key: answer})), None, name)),
         ("not an object", retry(Some(json!([1])), Some(&state), name)),
+        ("a non-object answer", retry(Some(json!({key: 4})), Some(&state), name)),
         ("another tool", retry(Some(json!({key: answer})), Some(&state), "everything__echo")),
     ] {
         let r = modern_post(&api, json!(what), "tools/call", &params, &[]).await?;
         let e = expect_error(&r, 200, -32602).with_context(|| what.to_owned())?;
         ensure!(e["message"].as_str().is_some_and(|m| m.starts_with("Invalid params")), "{what}: {e}");
     }
-    // Missing inputResponses: asked again, under a new requestState.
-    let again = message(&modern_post(&api, json!(2), "tools/call", &retry(None, Some(&state), name), &[]).await?)?;
-    assert_eq!(again["result"]["resultType"], "input_required", "{again}");
-    ensure!(again["result"]["inputRequests"].get(key.as_str()).is_some(), "the same request again: {again}");
-    let state2 = again["result"]["requestState"].as_str().context("requestState")?.to_owned();
+    // A wrong key is ignored and the missing answer asked for again, under a new requestState.
+    let again = |r: &Reply| -> anyhow::Result<String> {
+        let m = message(r)?;
+        ensure!(m["result"]["resultType"] == "input_required", "{m}");
+        ensure!(m["result"]["inputRequests"].get(key.as_str()).is_some(), "the same request again: {m}");
+        Ok(m["result"]["requestState"].as_str().context("requestState")?.to_owned())
+    };
+    let state2 = again(
+        &modern_post(&api, json!(2), "tools/call", &retry(Some(json!({"nope": answer})), Some(&state), name), &[])
+            .await?,
+    )?;
     ensure!(state2 != state, "each round has its own state");
     let r =
         modern_post(&api, json!(3), "tools/call", &retry(Some(json!({key: answer})), Some(&state), name), &[]).await?;
     expect_error(&r, 200, -32602).context("a used requestState is stale")?;
+    // Missing inputResponses: asked again.
+    let state3 = again(&modern_post(&api, json!(4), "tools/call", &retry(None, Some(&state2), name), &[]).await?)?;
 
     let done = message(
-        &modern_post(&api, json!(4), "tools/call", &retry(Some(json!({key: answer})), Some(&state2), name), &[])
+        &modern_post(&api, json!(5), "tools/call", &retry(Some(json!({key: answer})), Some(&state3), name), &[])
             .await?,
     )?;
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     ensure!(texts(&done["result"]).contains("four"), "the upstream got the sampled answer: {done}");
+    // inputResponses without requestState answer nothing: the call runs afresh (and asks).
+    let fresh = message(
+        &modern_post(&api, json!(6), "tools/call", &retry(Some(json!({key: answer})), None, name), &[]).await?,
+    )?;
+    assert_eq!(fresh["result"]["resultType"], "input_required", "{fresh}");
     Ok(())
 }
 
@@ -404,4 +416,56 @@ async fn a_modern_client_calls_after_a_daemon_restart() -> anyhow::Result<()> {
     ensure!(r.status == 200 && message(&r)?["result"]["tools"].is_array(), "{} {}", r.status, r.text);
     c.close().await?;
     home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
+}
+
+/// Runs `@modelcontextprotocol/conformance` 0.2.0-alpha (the release line that tests
+/// 2026-07-28; pinned as `conformance-next`) in server mode against `/mcp` (through the token
+/// proxy) for one protocol `era`, with that era's expected-failures baseline.
+async fn conformance(era: &str, baseline: &str) -> anyhow::Result<()> {
+    use coffer_tests::peers::{TokenProxy, node22, peer_path, run_to_end};
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    // Every list holds the upstream however long node takes to start it: scenarios compare
+    // lists (e.g. deterministic order), and a first list without the upstream's tools differs.
+    patient_lists(&api).await?;
+    register_everything(&api, "everything").await?;
+    let proxy = TokenProxy::start(&home, &api).await?;
+    let suite = peer_path("node_modules/conformance-next/dist/index.js")?;
+    let baseline = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(baseline);
+    let results = home.temp().join("conformance");
+    std::fs::create_dir_all(&results)?;
+    let args = vec![
+        suite.display().to_string(),
+        "server".into(),
+        "--url".into(),
+        proxy.mcp_url(),
+        // The scenarios the revision requires, as frozen at its release; for the legacy era,
+        // those of the 2025-11-25 revision.
+        if era == MODERN { "--requirements".into() } else { "--spec-version".into() },
+        era.into(),
+        "--expected-failures".into(),
+        baseline.display().to_string(),
+        "-o".into(),
+        results.display().to_string(),
+    ];
+    let out = run_to_end(&home, &node22()?, &args, &[], &results, Duration::from_secs(300)).await?;
+    // Shown only on failure: its "Total: N passed, N failed" line reads like a test runner's
+    // summary to CI log parsers.
+    ensure!(out.code == Some(0), "conformance suite ({era}) failed:\n{out}");
+    ensure!(out.stdout.contains("Baseline check passed"), "conformance suite ({era}) output:\n{out}");
+    proxy.stop().await;
+    home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
+}
+
+/// The conformance suite's 2026-07-28 scenarios pass outside their baseline (scenarios that
+/// call the reference server's fixed capability names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_2026_07_28_passes_outside_its_baseline() -> anyhow::Result<()> {
+    conformance(MODERN, "conformance-baseline-2026-07-28.yml").await
+}
+
+/// The same release's 2025-11-25 scenarios (the legacy era) pass outside their baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_2025_11_25_passes_outside_its_baseline() -> anyhow::Result<()> {
+    conformance("2025-11-25", "conformance-baseline-2025-11-25.yml").await
 }

@@ -85,6 +85,8 @@ pub struct Meta {
     pub client_info: Value,
     /// `io.modelcontextprotocol/clientCapabilities` (`{}` when absent).
     pub capabilities: Value,
+    /// Whether `_meta` carried the (required) client capabilities at all.
+    pub has_capabilities: bool,
 }
 
 impl Meta {
@@ -115,6 +117,7 @@ pub fn meta(params: Option<&RawValue>) -> Option<Meta> {
         version,
         client_info: m.get(META_CLIENT_INFO).cloned().unwrap_or_else(|| json!({})),
         capabilities: m.get(META_CLIENT_CAPABILITIES).cloned().unwrap_or_else(|| json!({})),
+        has_capabilities: m.get(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object),
     })
 }
 
@@ -153,7 +156,7 @@ impl Refusal {
 ///
 /// # Errors
 /// -32022 for a version Coffer does not serve (`data.supported` lists those it does), -32602
-/// (as a [`Refusal`]) when `_meta` carries no version.
+/// (as a [`Refusal`]) when `_meta` carries no version or no client capabilities.
 pub fn check_version(meta: Option<&Meta>) -> Result<&Meta, Refusal> {
     match meta {
         None => Err(Refusal {
@@ -162,6 +165,13 @@ pub fn check_version(meta: Option<&Meta>) -> Result<&Meta, Refusal> {
             data: None,
         }),
         Some(m) if !is_modern(&m.version) => Err(Refusal::unsupported(&m.version)),
+        Some(m) if !m.has_capabilities => Err(Refusal {
+            code: super::jsonrpc::INVALID_PARAMS,
+            message: format!(
+                "Invalid params: a 2026-07-28 request carries params._meta[{META_CLIENT_CAPABILITIES:?}] (an object)"
+            ),
+            data: None,
+        }),
         Some(m) => Ok(m),
     }
 }
@@ -203,7 +213,6 @@ pub fn check_headers(
     params: Option<&RawValue>,
     meta: Option<&Meta>,
 ) -> Result<(), Refusal> {
-    // (`meta` is the body's `_meta`; a request without it disagrees with any version header.)
     let header = |name: &str| -> Result<Option<&str>, Refusal> {
         match headers.get(name) {
             None => Ok(None),
@@ -216,12 +225,8 @@ pub fn check_headers(
     let version = header(super::http::VERSION_HEADER)?
         .ok_or_else(|| Refusal::mismatch("Header mismatch: MCP-Protocol-Version is required on every POST"))?;
     match meta {
-        None => {
-            return Err(Refusal::mismatch(format!(
-                "Header mismatch: MCP-Protocol-Version is {:?} but params._meta[{META_VERSION:?}] is missing",
-                cut(version)
-            )));
-        }
+        // No version in the body: refused as invalid params by `check_version` (400 -32602).
+        None => {}
         Some(meta) if meta.version != version => {
             return Err(Refusal::mismatch(format!(
                 "Header mismatch: MCP-Protocol-Version {:?} does not match params._meta version {:?}",
@@ -345,7 +350,7 @@ mod tests {
     }
 
     fn modern_params(name: &str) -> Box<RawValue> {
-        raw(&json!({"name": name, "arguments": {}, "_meta": {META_VERSION: "2026-07-28", META_CLIENT_INFO: {"name": "c", "version": "1"}}}).to_string())
+        raw(&json!({"name": name, "arguments": {}, "_meta": {META_VERSION: "2026-07-28", META_CLIENT_INFO: {"name": "c", "version": "1"}, META_CLIENT_CAPABILITIES: {}}}).to_string())
     }
 
     #[test]
@@ -358,7 +363,12 @@ mod tests {
         assert!(meta(Some(&raw(r#"{"name":"x"}"#))).is_none());
         assert!(meta(None).is_none());
         assert_eq!(check_version(None).unwrap_err().code, -32602);
-        let old = Meta { version: "2099-01-01".into(), client_info: json!({}), capabilities: json!({}) };
+        let old = Meta {
+            version: "2099-01-01".into(),
+            client_info: json!({}),
+            capabilities: json!({}),
+            has_capabilities: true,
+        };
         let e = check_version(Some(&old)).unwrap_err();
         assert_eq!(e.code, UNSUPPORTED_VERSION);
         assert_eq!(e.data.unwrap()["supported"][0], "2026-07-28");
