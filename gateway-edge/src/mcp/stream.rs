@@ -13,9 +13,15 @@
 //! an HTTP/1.0 request asking for the stream gets 400.
 //!
 //! On the stream:
-//! - one MCP session per connection. It starts with `initialize`; before that a request gets
-//!   -32600 (`server/discover` gets -32601, as over HTTP) and a notification is dropped; a second
-//!   `initialize` gets -32600;
+//! - one MCP session per connection, of either era. A legacy session starts with `initialize`;
+//!   a modern (2026-07-28) one with the first request carrying `_meta[io.modelcontextprotocol/
+//!   protocolVersion]` (a modern `server/discover` is answered without opening one). Before
+//!   either, a request gets -32600 (a `server/discover` without `_meta` gets -32601) and a
+//!   notification is dropped; a second `initialize` gets -32600. On a modern session every
+//!   request is checked (`_meta` version served, else -32022 / -32602), answered with
+//!   `resultType`, and never followed by a server→client request (`super::mrtr`);
+//!   `subscriptions/listen` forwards tagged list changes until `notifications/cancelled` names
+//!   it; the shim's `ping` without `_meta` is answered;
 //! - requests run concurrently and their answers are written as they complete, in any order;
 //!   relayed upstream requests (sampling, elicitation, roots) and server notifications are
 //!   written on the same stream;
