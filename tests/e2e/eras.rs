@@ -64,10 +64,10 @@ async fn modern_post(
 /// The JSON-RPC message of a reply: the JSON body, or the last `data:` of an SSE body.
 fn message(r: &Reply) -> anyhow::Result<Value> {
     if r.headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("text/event-stream")) {
-        let last = r.text.lines().filter_map(|l| l.strip_prefix("data:")).last().context("no SSE data")?;
+        let last = r.text.lines().filter_map(|l| l.strip_prefix("data:")).next_back().context("no SSE data")?;
         return Ok(serde_json::from_str(last.trim())?);
     }
-    Ok(serde_json::from_str(&r.text).with_context(|| format!("{} {}", r.status, r.text))?)
+    serde_json::from_str(&r.text).with_context(|| format!("{} {}", r.status, r.text))
 }
 
 fn expect_error(r: &Reply, status: u16, code: i64) -> anyhow::Result<Value> {
@@ -468,4 +468,52 @@ async fn conformance_2026_07_28_passes_outside_its_baseline() -> anyhow::Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_2025_11_25_passes_outside_its_baseline() -> anyhow::Result<()> {
     conformance("2025-11-25", "conformance-baseline-2025-11-25.yml").await
+}
+
+/// The MCP Inspector CLI (a legacy-era client: it sends `initialize`) lists and calls
+/// `everything__echo` straight on `/mcp` with the token as a header, next to the modern path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_cli_lists_and_calls_on_mcp_directly() -> anyhow::Result<()> {
+    use coffer_tests::peers::{node22, peer_path, run_to_end};
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    patient_lists(&api).await?;
+    register_everything(&api, "everything").await?;
+    let launcher = peer_path("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js")?;
+    let inspector_home = home.temp().join("inspector-home");
+    std::fs::create_dir_all(&inspector_home)?;
+    let env = [("HOME", inspector_home.as_path())];
+    let inspect = |method_args: &[&str]| {
+        let mut args = vec![
+            launcher.display().to_string(),
+            "--cli".into(),
+            api.url("/mcp"),
+            "--transport".into(),
+            "http".into(),
+            "--header".into(),
+            format!("X-Coffer-Token: {}", api.token()),
+        ];
+        args.extend(method_args.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let out = run_to_end(
+        &home,
+        &node22()?,
+        &inspect(&["--method", "tools/list"]),
+        &env,
+        home.temp(),
+        Duration::from_secs(60),
+    )
+    .await?;
+    ensure!(out.code == Some(0), "inspector tools/list: {out}");
+    let listed: Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
+    let names: Vec<&str> =
+        listed["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
+    ensure!(names.contains(&"everything__echo"), "{names:?}");
+    let call = inspect(&["--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=hi"]);
+    let out = run_to_end(&home, &node22()?, &call, &env, home.temp(), Duration::from_secs(60)).await?;
+    ensure!(out.code == Some(0), "inspector tools/call: {out}");
+    let result: Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
+    assert_eq!(result["content"], json!([{"type": "text", "text": "Echo: hi"}]), "{result}");
+    home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
 }
