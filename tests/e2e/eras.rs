@@ -517,3 +517,46 @@ async fn inspector_cli_lists_and_calls_on_mcp_directly() -> anyhow::Result<()> {
     assert_eq!(result["content"], json!([{"type": "text", "text": "Echo: hi"}]), "{result}");
     home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
 }
+
+/// Closing a modern request's SSE stream cancels it: the upstream call ends at once and is
+/// logged as cancelled, long before the tool would have finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_modern_request_stream_cancels_the_call() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    patient_lists(&api).await?;
+    register_everything(&api, "everything").await?;
+    let p = with_meta(
+        json!({"name": "everything__trigger-long-running-operation", "arguments": {"duration": 60, "steps": 2}}),
+        MODERN,
+        json!({}),
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p});
+    let started = std::time::Instant::now();
+    let sent = api
+        .post("/mcp")
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", MODERN)
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "everything__trigger-long-running-operation")
+        .timeout(Duration::from_secs(3))
+        .body(body.to_string())
+        .send()
+        .await;
+    // Either the headers came and the body read times out, or the send itself does.
+    if let Ok(resp) = sent {
+        ensure!(resp.status() == 200, "{}", resp.status());
+        let _ = resp.text().await;
+    }
+    let rows = coffer_tests::wait_for("the call logged as cancelled", Duration::from_secs(20), || async {
+        let v =
+            api.get("/v1/invocations?target=everything__trigger-long-running-operation").reply().await?.ok_json()?;
+        let rows = v["items"].as_array().cloned().unwrap_or_default();
+        Ok((!rows.is_empty()).then_some(rows))
+    })
+    .await?;
+    assert_eq!(rows[0]["outcome"], "cancelled", "{rows:?}");
+    ensure!(started.elapsed() < Duration::from_secs(30), "cancelled, not run to its 60 s end: {:?}", started.elapsed());
+    home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
+}
