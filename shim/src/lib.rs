@@ -42,6 +42,12 @@
 //!   SIGTERM/SIGINT (the caller cancels `shutdown`) stops at once; either way it ends the
 //!   session with `DELETE /mcp` and returns. It never stops the daemon.
 //!
+//! The shim is era-blind: a 2026-07-28 client (no `initialize`, `_meta` on every request,
+//! `server/discover` as its stdio probe) is forwarded line by line like any other, and the
+//! daemon answers it as that revision's stdio transport requires (see the gateway's
+//! `mcp::stream`). With no `initialize` recorded, re-establishing after a daemon loss replays
+//! nothing: the next request opens a new stream, where its `_meta` opens a new session.
+//!
 //! Invariant: stdout carries nothing but JSON-RPC messages, one per line. Only the writer task
 //! in `frame.rs` writes it, and only validated single-line frames; logs go to stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]

@@ -28,6 +28,7 @@ mod docs;
 mod edge;
 mod edge_socket;
 mod environment;
+mod eras;
 mod gateway;
 mod http_upstream;
 mod internal_auth;

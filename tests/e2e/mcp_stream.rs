@@ -130,7 +130,9 @@ async fn handshake_is_checked_by_the_edge_and_switches_only_when_allowed() -> an
         let err = r.expect_jsonrpc_error(status).with_context(|| what.to_owned())?;
         ensure!(!r.headers.contains_key("upgrade"), "{what}: a refusal names no upgrade: {:?}", r.headers);
         if what.starts_with("unsupported") {
-            assert_eq!(err["code"], -32600, "{what}: {err}");
+            // -32022 UnsupportedProtocolVersion (MCP 2026-07-28) with the versions served.
+            assert_eq!(err["code"], -32022, "{what}: {err}");
+            ensure!(err["data"]["supported"].as_array().is_some_and(|v| v.contains(&json!("2026-07-28"))), "{err}");
             ensure!(err["message"].as_str().is_some_and(|m| m.contains("1999-01-01")), "{what}: {err}");
         }
     }

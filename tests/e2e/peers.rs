@@ -132,35 +132,33 @@ async fn python_http_client_with_time_and_git_upstreams() -> anyhow::Result<()> 
     stop_and_check_nothing_is_left(&home).await
 }
 
-/// The Python SDK 2.x `Client` in auto mode first probes `server/discover` (2026-07-28), gets
-/// -32601 from Coffer, falls back to `initialize` at 2025-11-25, and then works normally.
+/// The Python SDK 2.x `Client` in auto mode probes `server/discover` (2026-07-28), which Coffer
+/// answers, and stays on 2026-07-28 without `initialize` (more in `eras.rs`); forced to the
+/// legacy era (`--mode legacy`) it initializes at 2025-11-25 as before, on the same daemon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_2x_client_probes_discover_then_falls_back_to_initialize() -> anyhow::Result<()> {
+async fn python_2x_client_speaks_2026_07_28_or_legacy_when_asked() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_everything(&api, "everything").await?;
 
     let mut client = PyClient::over_http(&home, &api, Sdk::V2, &["--mode", "auto"]).await?;
     assert_eq!(client.ready["sdk"], "2.3.0", "{}", client.ready);
-    assert_eq!(client.protocol_version(), "2025-11-25");
+    assert_eq!(client.protocol_version(), "2026-07-28");
     let tools = client.tools().await?;
     ensure!(has(&tools, "everything__echo"), "{tools:?}");
     assert_eq!(client.call_text("everything__echo", json!({"message": "v2"})).await?, "Echo: v2");
-
-    // What went over the wire, as the SDK's own HTTP client saw it.
     let wire = client.op(json!({"op": "wire"})).await?["wire"].clone();
     let wire = wire.as_array().context("wire log")?;
     assert_eq!(wire[0], json!({"sent": "server/discover"}), "{wire:?}");
-    assert_eq!(wire[1]["status"], 200, "the probe is answered, not refused: {wire:?}");
-    assert_eq!(wire[1]["error"]["code"], -32601, "{wire:?}");
-    assert_eq!(wire[2], json!({"sent": "initialize"}), "{wire:?}");
-    ensure!(wire[3]["status"] == 200 && wire[3].get("error").is_none(), "{wire:?}");
-    // Daemon side: one session, created by the fallback initialize at 2025-11-25.
-    home.wait_for_log_line("gateway", &["MCP session started", "2025-11-25"], Duration::from_secs(10)).await?;
-    let sessions = home.log_text("gateway").lines().filter(|l| l.contains("MCP session started")).count();
-    assert_eq!(sessions, 1, "the probe creates no session");
-
+    ensure!(wire[1]["status"] == 200 && wire[1].get("error").is_none(), "the probe is answered: {wire:?}");
+    ensure!(!wire.contains(&json!({"sent": "initialize"})), "{wire:?}");
     client.close().await?;
+
+    let mut legacy = PyClient::over_http(&home, &api, Sdk::V2, &["--mode", "legacy"]).await?;
+    assert_eq!(legacy.protocol_version(), "2025-11-25");
+    assert_eq!(legacy.call_text("everything__echo", json!({"message": "old"})).await?, "Echo: old");
+    home.wait_for_log_line("gateway", &["MCP session started", "2025-11-25"], Duration::from_secs(10)).await?;
+    legacy.close().await?;
     stop_and_check_nothing_is_left(&home).await
 }
 

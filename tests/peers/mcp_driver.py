@@ -1,11 +1,11 @@
 """A Python MCP SDK client that Coffer's Rust end-to-end tests drive step by step (mcp 1.x and 2.x).
 
-  .venv-mcpN/bin/python mcp_driver.py [--mode auto] --header "X-Coffer-Token: T" http://127.0.0.1:PORT/mcp
+  .venv-mcpN/bin/python mcp_driver.py [--mode auto] [--listen] --header "X-Coffer-Token: T" http://127.0.0.1:PORT/mcp
   .venv-mcpN/bin/python mcp_driver.py [--sampling TEXT | --sampling-silent] [--elicitation JSON]
                                       [--root URI ...] --stdio -- CMD [ARGS...]
 
 Connects (Streamable HTTP, or stdio with the SDK's own stdio_client; the server gets this
-process's COFFER_* and HOME), prints {"ready": {...}}, then reads one JSON command per stdin
+process's COFFER_* and HOME; both SDK majors), prints {"ready": {...}}, then reads one JSON command per stdin
 line and answers each, in order, with one JSON line on stdout:
   {"op":"list_tools"}                          -> {"tools":[names]}
   {"op":"call","name":N,"args":{..}}           -> {"result":{..}} | {"error":{"code","message","data"}}
@@ -14,7 +14,9 @@ line and answers each, in order, with one JSON line on stdout:
                                                   JSON answers, as the SDK's httpx client saw them)
 Meanwhile it prints {"event": {...}} lines as things happen (log messages, notifications, callback
 invocations), also while a call is pending. EOF or {"op":"close"} ends the session the SDK's way. mcp 1.x uses ClientSession with the
-callbacks asked for; mcp 2.x uses mcp.Client(mode=--mode) without callbacks.
+callbacks asked for; mcp 2.x uses mcp.Client(mode=--mode, cache=None) with the same callbacks (on a
+2026-07-28 connection they answer the server's InputRequiredResult input requests), and with
+--listen also keeps a subscriptions/listen open for tools list changes ({"event":{"kind":"listen"}}).
 --sampling-silent declares sampling but never answers a sampling request (a hung client).
 """
 
@@ -163,14 +165,69 @@ async def run_v1(a):
             await use(read, write)
 
 
+def v2_callbacks(a):
+    """mcp 2.x callbacks (field names are snake_case there); the same events as 1.x."""
+    import mcp_types as types
+
+    async def sampling(_ctx, params):
+        texts = [getattr(x.content, "text", None) for x in params.messages]
+        event(kind="sampling", texts=texts, maxTokens=params.max_tokens)
+        if a.sampling_silent:
+            event(kind="sampling-ignored")
+            await anyio.sleep_forever()
+        return types.CreateMessageResult(role="assistant", model="coffer-test-model", stop_reason="endTurn",
+                                         content=types.TextContent(type="text", text=a.sampling))
+
+    async def elicitation(_ctx, params):
+        event(kind="elicitation", message=params.message)
+        return types.ElicitResult(action="accept", content=json.loads(a.elicitation))
+
+    async def roots(_ctx):
+        event(kind="roots")
+        return types.ListRootsResult(roots=[types.Root(uri=u, name=f"root{i}") for i, u in enumerate(a.root)])
+
+    async def message(m):
+        if isinstance(m, Exception):
+            event(kind="exception", text=str(m))
+        elif hasattr(m, "method"):
+            event(kind="notification", method=m.method)
+
+    kw = {"message_handler": message}
+    if a.sampling is not None or a.sampling_silent:
+        kw["sampling_callback"] = sampling
+    if a.elicitation is not None:
+        kw["elicitation_callback"] = elicitation
+    if a.root:
+        kw["list_roots_callback"] = roots
+    return kw
+
+
 async def run_v2(a):
-    from mcp import Client
+    from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
 
-    async with http_client(a) as hc:
-        async with Client(streamable_http_client(a.target[0], http_client=hc), mode=a.mode) as c:
-            await serve(a, c, {"sdk": SDK, "mode": a.mode, "protocolVersion": c.protocol_version,
-                               "serverInfo": dump(c.server_info)})
+    async def use(target):
+        # No response cache: the tests list again right after a change and must see it.
+        async with Client(target, mode=a.mode, cache=None, **v2_callbacks(a)) as c:
+            async with anyio.create_task_group() as tg:
+                if a.listen:
+                    tg.start_soon(listen, c)
+                await serve(a, c, {"sdk": SDK, "mode": a.mode, "protocolVersion": c.protocol_version,
+                                   "serverInfo": dump(c.server_info)})
+                tg.cancel_scope.cancel()
+
+    async def listen(c):
+        async with c.listen(tools_list_changed=True) as sub:
+            event(kind="listening")
+            async for ev in sub:
+                event(kind="listen", type=type(ev).__name__)
+
+    if a.stdio:
+        env = {k: v for k, v in os.environ.items() if k.startswith("COFFER_") or k == "HOME"}
+        await use(StdioServerParameters(command=a.target[0], args=a.target[1:], env=env))
+    else:
+        async with http_client(a) as hc:
+            await use(streamable_http_client(a.target[0], http_client=hc))
 
 
 # Set once the test asked for a clean close: after that, only teardown is left.
@@ -195,11 +252,12 @@ def main():
     ap.add_argument("--sampling-silent", action="store_true")
     ap.add_argument("--elicitation", help="accept elicitation requests with this JSON content")
     ap.add_argument("--root", action="append", default=[], help="a root URI to list")
+    ap.add_argument("--listen", action="store_true", help="mcp 2.x only: subscriptions/listen for tools list changes")
     ap.add_argument("target", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     a.target = a.target[1:] if a.target[:1] == ["--"] else a.target
-    if not a.target or (MAJOR >= 2 and a.stdio):
-        ap.error("need a URL, or (mcp 1.x only) --stdio -- CMD")
+    if not a.target:
+        ap.error("need a URL, or --stdio -- CMD")
     try:
         anyio.run(run_v1 if MAJOR < 2 else run_v2, a)
     except BaseException as e:  # noqa: BLE001 - report anything, incl. ExceptionGroup

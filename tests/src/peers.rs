@@ -196,9 +196,18 @@ impl PyClient {
     /// # Errors
     /// As [`PyClient::start`].
     pub async fn through_shim(home: &TestHome, options: &[&str]) -> anyhow::Result<Self> {
+        Self::through_shim_with(home, Sdk::V1, options).await
+    }
+
+    /// [`PyClient::through_shim`] with the client of `sdk` (2.x: `mcp.Client` in `--mode`, auto
+    /// by default, which speaks 2026-07-28 to the shim after its `server/discover` probe).
+    ///
+    /// # Errors
+    /// As [`PyClient::start`].
+    pub async fn through_shim_with(home: &TestHome, sdk: Sdk, options: &[&str]) -> anyhow::Result<Self> {
         let mut args: Vec<String> = options.iter().map(|s| (*s).to_owned()).collect();
         args.extend(["--stdio".into(), "--".into(), bin("coffer-mcp-shim")?.display().to_string()]);
-        Self::start(home, Sdk::V1, &args).await
+        Self::start(home, sdk, &args).await
     }
 
     /// A client of `sdk` on `/mcp` over Streamable HTTP, sending `X-Coffer-Token` as a custom

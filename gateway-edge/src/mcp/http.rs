@@ -1,15 +1,26 @@
-//! `/mcp`: MCP Streamable HTTP (MCP 2025-11-25, basic/transports §Streamable HTTP; also
-//! negotiating 2025-06-18 and 2025-03-26).
+//! `/mcp`: MCP Streamable HTTP for clients of both eras at once (MCP 2025-11-25 and 2026-07-28,
+//! basic/transports §Streamable HTTP; also negotiating 2025-06-18 and 2025-03-26).
 //!
+//! Legacy clients (2025-03-26 … 2025-11-25):
 //! - `POST` carries one JSON-RPC message (or, on a 2025-03-26 session only, a batch). A request
 //!   gets `application/json` with its response; notifications and client responses get 202.
 //!   `initialize` (without a session id) creates a session and returns `Mcp-Session-Id`.
 //! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it).
 //! - `DELETE` ends the session. An unknown or ended session gets 404 so clients re-initialize.
-//! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400); the sessionless
-//!   `server/discover` probe below is exempt (it names the revision it probes for).
-//! - Before any session, `server/discover` (the sessionless 2026-07-28 probe) gets -32601 so
-//!   newer clients fall back to `initialize`.
+//! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400 -32022 listing
+//!   them). A `server/discover` with neither a modern header nor `_meta` gets -32601, as before.
+//!
+//! Modern clients (2026-07-28): a POST whose `MCP-Protocol-Version` is modern, or (without
+//! `Mcp-Session-Id`) whose request carries `params._meta[io.modelcontextprotocol/protocolVersion]`,
+//! is served statelessly ([`modern`]): headers checked against the body (400 -32020), version
+//! served (400 -32022 listing them), `server/discover` answered, unknown methods 404 -32601,
+//! results carrying `resultType` (and `ttlMs`/`cacheScope` on lists and reads), calls that need
+//! client input answered with an `InputRequiredResult` ([`super::mrtr`]), `subscriptions/listen`
+//! as an SSE stream ([`super::listen`]). Calls, prompts and reads are answered on an SSE stream
+//! (keep-alive comments) when the client accepts one: closing it cancels the request upstream.
+//! `GET` and `DELETE` with a modern version get 405. The client's gateway session is scoped by
+//! [`scope`]: per credential and `X-Coffer-Connection` header when sent, else per credential and
+//! client identity (`clientInfo` name and version).
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -24,14 +35,17 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::era::{self, Refusal};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use super::message::{self, Parsed};
 use super::session::RequestCtx;
 use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
+mod modern;
+
 const SESSION_HEADER: &str = coffer_types::header::MCP_SESSION_ID;
-const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
+pub(super) const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
 
 /// The `/mcp` route.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -71,6 +85,15 @@ async fn handle(
                 }
             };
             post(st, headers, body).await
+        }
+        Method::GET | Method::DELETE if modern_header(&headers) => {
+            let mut r = jsonrpc::http_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                INVALID_REQUEST,
+                "MCP 2026-07-28 has no GET stream and no session to DELETE: POST requests, and subscriptions/listen for notifications",
+            );
+            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            r
         }
         Method::GET => get(st, headers).await,
         Method::DELETE => delete(st, headers).await,
@@ -115,23 +138,26 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
 }
 
-/// Checks `MCP-Protocol-Version` when present.
+/// Checks `MCP-Protocol-Version` when present: 400 -32022 (`data.supported` listing every
+/// revision served) for one Coffer does not serve.
 // The error is the HTTP answer itself, built only on the refusal path; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
 fn check_version(headers: &HeaderMap) -> Result<(), Response> {
     match headers.get(VERSION_HEADER).map(|v| v.to_str().unwrap_or("")) {
-        Some(v) if !SUPPORTED_VERSIONS.contains(&v) => Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            INVALID_REQUEST,
-            &format!(
-                "Unsupported MCP-Protocol-Version {:?}; supported: {}",
-                v.chars().take(40).collect::<String>(),
-                SUPPORTED_VERSIONS.join(", ")
-            ),
-        )),
+        Some(v) if !SUPPORTED_VERSIONS.contains(&v) && !era::is_modern(v) => {
+            Err(refuse(StatusCode::BAD_REQUEST, Value::Null, &Refusal::unsupported(v)))
+        }
         _ => Ok(()),
     }
+}
+
+/// Whether `MCP-Protocol-Version` names a modern (handshake-less) revision.
+fn modern_header(headers: &HeaderMap) -> bool {
+    headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()).is_some_and(era::is_modern)
+}
+
+fn refuse(status: StatusCode, id: Value, refusal: &Refusal) -> Response {
+    json_response(status, refusal.response(id))
 }
 
 fn accepts(headers: &HeaderMap, what: &str) -> bool {
@@ -195,11 +221,14 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         Ok(p) => p,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, e.id, e.code, &e.message),
     };
-    // The sessionless `server/discover` probe carries the revision it probes for (2026-07-28) in
-    // MCP-Protocol-Version; it must still get -32601 below, or clients cannot tell why to fall back.
-    let probe = matches!(&parsed, Parsed::Request { method, .. } if method == "server/discover")
-        && session_id(&headers).is_none();
-    if !probe && let Err(r) = check_version(&headers) {
+    // A modern client: its header says so, or (without a legacy session) its request's `_meta`.
+    let modern = modern_header(&headers)
+        || (session_id(&headers).is_none()
+            && matches!(&parsed, Parsed::Request { params, .. } if era::mentions_meta(params.as_deref())));
+    if modern {
+        return modern::post(st, headers, parsed).await;
+    }
+    if let Err(r) = check_version(&headers) {
         return r;
     }
     match parsed {

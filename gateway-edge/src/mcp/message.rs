@@ -12,10 +12,31 @@ use super::jsonrpc::{self, INVALID_REQUEST};
 use super::session::RequestCtx;
 use super::{Gateway, SUPPORTED_VERSIONS, Session};
 
-/// The answer to the sessionless `server/discover` probe, so newer clients fall back to
-/// `initialize`.
-pub const DISCOVER_NOT_FOUND: &str =
-    "Method not found: server/discover (this server speaks 2025-11-25 and earlier; send initialize)";
+/// The answer to a `server/discover` that carries neither a modern `MCP-Protocol-Version` nor
+/// `_meta` (so it is no 2026-07-28 request): a legacy client gets what a legacy server gives.
+pub const DISCOVER_NOT_FOUND: &str = "Method not found: server/discover is a 2026-07-28 method; send it with params._meta[\"io.modelcontextprotocol/protocolVersion\"] (and MCP-Protocol-Version over HTTP), or send initialize";
+
+/// What Coffer tells a client's model about itself (`initialize` and `server/discover`).
+pub const INSTRUCTIONS: &str = "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword. coffer__search_knowledge searches the user's notes; coffer__remember, coffer__recall and coffer__forget keep durable facts; coffer__list_skills and coffer__load_skill give task instructions.";
+
+/// The response to modern request `id` when its method needs no session (`server/discover`),
+/// or `None`.
+pub fn sessionless(method: &str, id: &RawValue) -> Option<String> {
+    (method == "server/discover").then(|| {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), super::era::discover_result(INSTRUCTIONS))
+    })
+}
+
+/// The response text of a modern request: results get `resultType` and, for lists and reads,
+/// cache hints ([`super::era::complete`]).
+pub fn modern_response(answer: super::session::Answer, method: &str, id: &RawValue) -> String {
+    match answer {
+        super::session::Answer::Result(r) => {
+            super::session::Answer::Result(super::era::complete(&r, method)).into_response(id)
+        }
+        other => other.into_response(id),
+    }
+}
 
 /// A JSON-RPC message as received; everything but the routing fields stays raw.
 #[derive(Deserialize)]
@@ -160,7 +181,7 @@ pub fn open_session(gateway: &Gateway, id: &RawValue, params: Option<&RawValue>)
             "logging": {}
         },
         "serverInfo": {"name": "coffer", "title": "Coffer", "version": coffer_runtime::VERSION},
-        "instructions": "Coffer aggregates the user's MCP servers. Tools are named <server>__<tool>; coffer__search_tools finds tools by keyword. coffer__search_knowledge searches the user's notes; coffer__remember, coffer__recall and coffer__forget keep durable facts; coffer__list_skills and coffer__load_skill give task instructions."
+        "instructions": INSTRUCTIONS
     });
     let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), result);
     (session, body)

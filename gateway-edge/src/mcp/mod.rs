@@ -16,12 +16,15 @@ pub mod ask_tool;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
+pub mod era;
 pub mod gateway_catalog;
 pub mod http;
 pub mod http_upstream;
 pub mod invocations;
 pub mod jsonrpc;
+pub mod listen;
 pub mod message;
+pub mod mrtr;
 pub mod naming;
 pub mod outbound;
 pub mod policy;
@@ -376,6 +379,9 @@ impl Shared {
 pub struct Gateway {
     pub shared: Arc<Shared>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Modern (2026-07-28) HTTP clients' sessions by scope ([`Gateway::modern_session`]): scope
+    /// key → session id.
+    modern: Mutex<HashMap<String, String>>,
     /// Sessions of in-house callers: chat over gRPC, REST's `/v1/tools*` in-process.
     pub broker: Arc<broker::Broker>,
 }
@@ -404,7 +410,7 @@ impl Gateway {
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
         tokio::spawn(gateway_catalog::follow(shared.clone(), shutdown.clone()));
         let broker = Arc::new(broker::Broker::new(shared.clone()));
-        let gw = Arc::new(Self { shared, sessions: Mutex::default(), broker });
+        let gw = Arc::new(Self { shared, sessions: Mutex::default(), modern: Mutex::default(), broker });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
         gw
     }
@@ -417,6 +423,23 @@ impl Gateway {
         self.shared.lists.remember_client(s.pool.init_params());
         self.sessions.lock().expect("sessions").insert(id, s.clone());
         tracing::info!(session = %s.id, protocol = %protocol_version, "MCP session started.");
+        s
+    }
+
+    /// The gateway session of a modern (2026-07-28) client that reaches `/mcp` directly over
+    /// HTTP, created on its first request. Modern clients have no protocol session, so Coffer
+    /// scopes one per `scope` (see `http.rs`: the credential and the client's identity) so that
+    /// a stateful upstream keeps its state between one client's calls and two clients never
+    /// share upstream processes. The session is reaped when idle like any other; the next
+    /// request then gets a new one (and so does a request after a daemon restart).
+    pub fn modern_session(&self, scope: &str, meta: &era::Meta) -> Arc<Session> {
+        let mut modern = self.modern.lock().expect("modern sessions");
+        if let Some(s) = modern.get(scope).and_then(|id| self.session(id)) {
+            return s;
+        }
+        let s = self.create_session(&meta.version, &meta.init_params());
+        modern.retain(|_, id| self.sessions.lock().expect("sessions").contains_key(id));
+        modern.insert(scope.to_owned(), s.id.clone());
         s
     }
 

@@ -179,6 +179,14 @@ impl Relays {
             let _ = up.respond(&id, Reply::Error(err)).await;
             return;
         }
+        // A modern client (MCP 2026-07-28) takes no server→client requests: `ping` is answered
+        // here, the rest only on the stream of a call, where `mrtr.rs` turns them into input
+        // requests; there is no GET stream to send them on.
+        let modern = pool.init_params()["protocolVersion"].as_str().is_some_and(super::era::is_modern);
+        if modern && method == "ping" {
+            let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
+            return;
+        }
         let side = self
             .streams
             .lock()
@@ -187,7 +195,7 @@ impl Relays {
             .rev()
             .find(|r| r.server == server && !r.side.is_closed())
             .map(|r| r.side.clone());
-        if side.is_none() && !outbound.has_listener() {
+        if side.is_none() && (modern || !outbound.has_listener()) {
             if method == "ping" {
                 let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
             } else {
@@ -214,6 +222,15 @@ impl Relays {
         };
         match side {
             Some(tx) if tx.send(msg.clone()).is_ok() => {}
+            _ if modern => {
+                let relay = self.waiting.lock().expect("relays").remove(&relay_id);
+                if let Some(r) = relay {
+                    let err =
+                        error_raw(UPSTREAM_UNAVAILABLE, "The client's call ended before this request could reach it");
+                    let _ = up.respond(&r.upstream_id, Reply::Error(err)).await;
+                }
+                return;
+            }
             _ => outbound.push(msg),
         }
         // Bound the wait by the call timeout: an unanswered relay gets an error upstream.

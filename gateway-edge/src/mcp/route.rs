@@ -102,7 +102,11 @@ impl Session {
         let (server, original) = match policy::resolve_uri(&self.shared.snapshot.current(), &self.catalog, &uri) {
             Ok(p) => p,
             Err(e) => {
-                let e = RpcError::from(e);
+                let mut e = RpcError::from(e);
+                // MCP 2026-07-28 (SEP-2164): a resource not found names its URI in `data`.
+                if e.data.is_none() {
+                    e = e.with_data(json!({"uri": uri}));
+                }
                 if method == "resources/read" {
                     let server = split_uri(&uri).map(|(s, _)| s.to_owned()).unwrap_or_default();
                     self.shared.record("resources/read", &uri, &server, self, started.elapsed(), e.outcome());

@@ -57,6 +57,10 @@ pub struct Session {
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
     pub(super) relays: Relays,
+    /// Calls of a modern client waiting for its input ([`super::mrtr`]).
+    pub(super) parked: super::mrtr::Parked,
+    /// Whether the client speaks a modern (handshake-less) revision ([`super::era`]).
+    pub modern: bool,
     last_activity: Mutex<Instant>,
     pub outbound: Outbound,
     pub closed: CancellationToken,
@@ -106,6 +110,8 @@ impl Session {
             pool: Pool::new(shared.clone(), &id, init_params, events_tx, closed.clone(), background_tx.clone()),
             catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
+            parked: super::mrtr::Parked::default(),
+            modern: super::era::is_modern(&protocol_version),
             id,
             protocol_version,
             actor,

@@ -13,9 +13,15 @@
 //! an HTTP/1.0 request asking for the stream gets 400.
 //!
 //! On the stream:
-//! - one MCP session per connection. It starts with `initialize`; before that a request gets
-//!   -32600 (`server/discover` gets -32601, as over HTTP) and a notification is dropped; a second
-//!   `initialize` gets -32600;
+//! - one MCP session per connection, of either era. A legacy session starts with `initialize`;
+//!   a modern (2026-07-28) one with the first request carrying `_meta[io.modelcontextprotocol/
+//!   protocolVersion]` (a modern `server/discover` is answered without opening one). Before
+//!   either, a request gets -32600 (a `server/discover` without `_meta` gets -32601) and a
+//!   notification is dropped; a second `initialize` gets -32600. On a modern session every
+//!   request is checked (`_meta` version served, else -32022 / -32602), answered with
+//!   `resultType`, and never followed by a server→client request (`super::mrtr`);
+//!   `subscriptions/listen` forwards tagged list changes until `notifications/cancelled` names
+//!   it; the shim's `ping` without `_meta` is answered;
 //! - requests run concurrently and their answers are written as they complete, in any order;
 //!   relayed upstream requests (sampling, elicitation, roots) and server notifications are
 //!   written on the same stream;
@@ -29,6 +35,7 @@
 //!   shutdown), the gateway writes what is queued and closes the connection; the client opens a
 //!   new one for a new session. A connection that has not initialized within the idle timeout
 //!   is closed the same way.
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,10 +48,13 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
 use super::Session;
+use super::era::{self, Refusal};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::listen::Filter;
 use super::message::{self, Parsed, batch_answers, open_session};
 use super::session::{Answer, RequestCtx};
 use crate::state::AppState;
@@ -114,7 +124,7 @@ where
     let (out, other_queue) = mpsc::unbounded_channel::<String>();
     let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
     let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
-    let mut conn = Conn { st, answers, out, budget: budget.clone(), session: None };
+    let mut conn = Conn { st, answers, out, budget: budget.clone(), session: None, listens: HashMap::new() };
     let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
@@ -196,6 +206,8 @@ struct Conn {
     out: mpsc::UnboundedSender<String>,
     budget: Arc<Semaphore>,
     session: Option<Arc<Session>>,
+    /// A modern session's open subscriptions, by `subscriptions/listen` request id (raw JSON).
+    listens: HashMap<String, CancellationToken>,
 }
 
 impl Conn {
@@ -226,6 +238,9 @@ impl Conn {
         let Some(session) = self.session.clone() else {
             return self.before_initialize(parsed);
         };
+        if session.modern {
+            return self.modern_line(session, parsed).await;
+        }
         match parsed {
             Parsed::Request { id, method, .. } if method == "initialize" => self.send_error(
                 raw_id(&id),
@@ -271,6 +286,11 @@ impl Conn {
                 self.send(body);
                 true
             }
+            Parsed::Request { id, method, params }
+                if method != "initialize" && era::mentions_meta(params.as_deref()) =>
+            {
+                self.modern_first(id, method, params)
+            }
             Parsed::Request { id, method, .. } => {
                 let id = raw_id(&id);
                 if method == "server/discover" {
@@ -288,6 +308,136 @@ impl Conn {
                 false
             }
         }
+    }
+
+    /// A modern (2026-07-28) request on a stream without a session: `server/discover` is
+    /// answered (it opens no session); any other served method opens the stream's session with
+    /// the request's `_meta` (as `initialize` would have) and runs on it.
+    fn modern_first(&mut self, id: Box<RawValue>, method: String, params: Option<Box<RawValue>>) -> bool {
+        let meta = era::meta(params.as_deref());
+        let meta = match era::check_version(meta.as_ref()) {
+            Ok(m) => m.clone(),
+            Err(r) => return self.refuse(&id, &r),
+        };
+        if let Some(body) = message::sessionless(&method, &id) {
+            self.send(body);
+            return true;
+        }
+        if !era::is_modern_method(&method) {
+            return self.send_error(raw_id(&id), METHOD_NOT_FOUND, &format!("Method not found: {}", truncate(&method)));
+        }
+        let session = self.st.gateway.create_session(&meta.version, &meta.init_params());
+        info!(session = %session.id, "MCP 2026-07-28 session on a /mcp stream.");
+        self.session = Some(session.clone());
+        self.run_modern(session, id, method, params)
+    }
+
+    /// A line on a stream whose session is modern.
+    async fn modern_line(&mut self, session: Arc<Session>, parsed: Parsed) -> bool {
+        match parsed {
+            // The shim's own liveness check carries no `_meta`.
+            Parsed::Request { id, method, params } if method == "ping" && !era::mentions_meta(params.as_deref()) => {
+                self.send(format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{}}}}", id.get()));
+                true
+            }
+            Parsed::Request { id, method, .. } if method == "initialize" => self.send_error(
+                raw_id(&id),
+                INVALID_REQUEST,
+                "Invalid Request: this stream serves MCP 2026-07-28 (requests carry _meta); open a new stream to initialize",
+            ),
+            Parsed::Request { id, method, params } => {
+                let meta = era::meta(params.as_deref());
+                if let Err(r) = era::check_version(meta.as_ref()) {
+                    return self.refuse(&id, &r);
+                }
+                if let Some(body) = message::sessionless(&method, &id) {
+                    self.send(body);
+                    return true;
+                }
+                if !era::is_modern_method(&method) {
+                    return self.send_error(raw_id(&id), METHOD_NOT_FOUND, &format!("Method not found: {}", truncate(&method)));
+                }
+                self.run_modern(session, id, method, params)
+            }
+            Parsed::Notification { method, params } => {
+                if method == "notifications/cancelled"
+                    && let Some(key) = cancelled_id(params.as_deref())
+                    && let Some(token) = self.listens.remove(&key)
+                {
+                    token.cancel();
+                    return false;
+                }
+                session.handle_notification(&method, params.as_deref()).await;
+                false
+            }
+            Parsed::Response { .. } => {
+                debug!("Dropped a response from a 2026-07-28 client (input goes in inputResponses).");
+                false
+            }
+        }
+    }
+
+    /// Runs a served modern request: `subscriptions/listen` starts forwarding (its answer comes
+    /// only at a graceful end, so it holds no unit of the budget); anything else runs in its own
+    /// task and is answered when done.
+    fn run_modern(
+        &mut self,
+        session: Arc<Session>,
+        id: Box<RawValue>,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) -> bool {
+        if method == "subscriptions/listen" {
+            let filter = match Filter::parse(params.as_deref()) {
+                Ok(f) => f,
+                Err(e) => return self.send_error(raw_id(&id), e.code, &e.message),
+            };
+            let _ = self.out.send(filter.acknowledgment(&id));
+            let token = session.closed.child_token();
+            self.listens.insert(id.get().to_owned(), token.clone());
+            let (_, mut rx) = session.outbound.subscribe(None);
+            let out = self.out.clone();
+            tokio::spawn(async move {
+                loop {
+                    let msg = tokio::select! {
+                        biased;
+                        () = token.cancelled() => return,
+                        msg = rx.recv() => msg,
+                    };
+                    match msg {
+                        Ok((_, msg)) => {
+                            if let Some(tagged) = filter.tag(&msg, &id)
+                                && out.send(tagged).is_err()
+                            {
+                                return;
+                            }
+                        }
+                        Err(RecvError::Lagged(n)) => {
+                            warn!(skipped = n, "A subscription fell behind; some list changes were dropped.")
+                        }
+                        Err(RecvError::Closed) => return,
+                    }
+                }
+            });
+            return false;
+        }
+        let (answers, budget) = (self.answers.clone(), self.budget.clone());
+        let trace = coffer_runtime::grpc::new_trace_id();
+        tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
+            match session.modern_request(&method, params.as_deref(), id.get().to_owned()).await {
+                Answer::Cancelled => budget.add_permits(1),
+                answer => {
+                    let _ = answers.send(message::modern_response(answer, &method, &id));
+                }
+            }
+        }));
+        true
+    }
+
+    /// Queues a modern refusal (-32022 with the versions served, or -32602) for request `id`.
+    fn refuse(&self, id: &RawValue, refusal: &Refusal) -> bool {
+        self.send(refusal.response(raw_id(id)));
+        true
     }
 
     /// Copies the session's server→client messages (notifications, relayed requests that have
@@ -342,6 +492,16 @@ impl Conn {
         });
         true
     }
+}
+
+/// `params.requestId` of a `notifications/cancelled`, as raw JSON text.
+fn cancelled_id(params: Option<&RawValue>) -> Option<String> {
+    let p: Value = serde_json::from_str(params?.get()).ok()?;
+    p.get("requestId").map(Value::to_string)
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(100).collect()
 }
 
 fn raw_id(id: &RawValue) -> Value {

@@ -22,6 +22,10 @@ pub const MCP_SESSION_ID: &str = "mcp-session-id";
 /// MCP 2025-11-25, basic/transports §"Protocol Version Header": the negotiated revision, on
 /// every request after `initialize`.
 pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// Names one MCP client connection to `/mcp` when its protocol has no session (MCP 2026-07-28):
+/// a modern client that sends it gets a gateway session (and upstream processes) of its own per
+/// value, instead of one per client identity. Any opaque string up to 128 bytes.
+pub const CONNECTION_ID: &str = "x-coffer-connection";
 /// WHATWG HTML §9.2 (Server-Sent Events): the id of the last event seen, to resume a stream
 /// (MCP 2025-11-25, basic/transports §"Resumability and Redelivery").
 pub const LAST_EVENT_ID: &str = "last-event-id";
