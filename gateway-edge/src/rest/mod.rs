@@ -23,6 +23,7 @@ pub mod openapi;
 pub(crate) mod owned_credentials;
 pub mod servers;
 pub mod settings;
+pub mod sync;
 pub mod tools;
 
 /// All `/v1` routes.
@@ -41,6 +42,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(settings::routes())
         .merge(tools::routes())
         .merge(knowledge::routes())
+        .merge(sync::routes())
         .merge(chat::routes())
         .merge(llm::routes())
         .merge(channels::routes())
