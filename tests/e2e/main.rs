@@ -47,6 +47,7 @@ mod retrieval_service;
 mod shim_recovery;
 mod shim_stdio;
 mod store;
+mod sync;
 mod ui_channels;
 mod ui_chat;
 mod ui_done_when;

@@ -69,9 +69,9 @@ pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<(), CliError> {
             };
             let resp = api.send(req.timeout(SYNC_TIMEOUT)).await.map_err(|e| match e.api_code() {
                 Some("CONFLICT") => e.with_hint("set sync up first: coffer sync init REMOTE_URL"),
-                Some("UPSTREAM_UNAVAILABLE") => {
-                    e.with_hint("check the remote and your git access (try `git ls-remote REMOTE_URL`); nothing was lost")
-                }
+                Some("UPSTREAM_UNAVAILABLE") => e.with_hint(
+                    "check the remote and your git access (try `git ls-remote REMOTE_URL`); nothing was lost",
+                ),
                 _ => e,
             })?;
             let body = resp.json()?;
@@ -104,11 +104,17 @@ fn needs_user_lines(body: &Value, out: &mut String) {
     if let Some(c) = body["conflicts"].as_array().filter(|c| !c.is_empty()) {
         out.push_str("Conflicts (nothing was lost):\n");
         for x in c {
-            out.push_str(&format!("  {}: {}\n", x["path"].as_str().unwrap_or_default(), x["detail"].as_str().unwrap_or_default()));
+            out.push_str(&format!(
+                "  {}: {}\n",
+                x["path"].as_str().unwrap_or_default(),
+                x["detail"].as_str().unwrap_or_default()
+            ));
         }
     }
     if let Some(m) = body["missing_credentials"].as_array().filter(|m| !m.is_empty()) {
-        out.push_str("Credentials referenced by synced entries but not set on this machine — set this credential here:\n");
+        out.push_str(
+            "Credentials referenced by synced entries but not set on this machine — set this credential here:\n",
+        );
         for name in m {
             let name = name.as_str().unwrap_or_default();
             out.push_str(&format!("  {name}   (coffer credentials set {name})\n"));
@@ -142,9 +148,16 @@ pub fn render_status(body: &Value) -> String {
         body["machine"].as_str().unwrap_or_default(),
         body["ahead"],
         body["behind"],
-        body["last_sync_ms"].as_i64().map(|ms| coffer_runtime::rfc3339_from_unix_ms(ms)).unwrap_or_else(|| "never".into()),
+        body["last_sync_ms"]
+            .as_i64()
+            .map(|ms| coffer_runtime::rfc3339_from_unix_ms(ms))
+            .unwrap_or_else(|| "never".into()),
         body["worker"].as_str().unwrap_or("off"),
-        if body["failures"].as_u64().unwrap_or(0) > 0 { format!(" ({} failed attempts)", body["failures"]) } else { String::new() },
+        if body["failures"].as_u64().unwrap_or(0) > 0 {
+            format!(" ({} failed attempts)", body["failures"])
+        } else {
+            String::new()
+        },
     );
     if let Some(e) = body["last_error"].as_str() {
         out.push_str(&format!("Last error: {e}\n"));

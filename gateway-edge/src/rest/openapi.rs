@@ -1204,15 +1204,18 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "paths": {"type": "array", "items": {"type": "string"}, "description": "Paths relative to COFFER_HOME, at most 200."},
         },
     });
-    m.insert("SyncConflict", json!({
-        "type": "object", "required": ["kind", "path", "sibling", "detail"],
-        "properties": {
-            "kind": {"enum": ["both_kept", "newer_kept"]},
-            "path": {"type": "string", "description": "Relative to COFFER_HOME."},
-            "sibling": {"type": "string", "description": "`both_kept`: the other version's file."},
-            "detail": {"type": "string"},
-        },
-    }));
+    m.insert(
+        "SyncConflict",
+        json!({
+            "type": "object", "required": ["kind", "path", "sibling", "detail"],
+            "properties": {
+                "kind": {"enum": ["both_kept", "newer_kept"]},
+                "path": {"type": "string", "description": "Relative to COFFER_HOME."},
+                "sibling": {"type": "string", "description": "`both_kept`: the other version's file."},
+                "detail": {"type": "string"},
+            },
+        }),
+    );
     m.insert("SyncReport", json!({
         "type": "object", "required": ["pushed", "pulled", "conflicts", "commit", "finished_ms", "missing_credentials", "remote"],
         "properties": {

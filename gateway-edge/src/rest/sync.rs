@@ -42,10 +42,7 @@ pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transpo
 
 /// The routes.
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/sync", post(sync))
-        .route("/v1/sync/init", post(init))
-        .route("/v1/sync/status", get(status))
+    Router::new().route("/v1/sync", post(sync)).route("/v1/sync/init", post(init)).route("/v1/sync/status", get(status))
 }
 
 fn counts_json(c: Option<&Counts>) -> Value {
@@ -116,9 +113,13 @@ pub fn status_json(s: &SyncStatus) -> Value {
 
 /// The sync status, for `/v1/status` (`None` while retrieval does not answer).
 pub async fn current_status(st: &AppState) -> Option<SyncStatus> {
-    coffer_runtime::grpc::call_within("retrieval service", Duration::from_secs(5), st.sync.clone().status(SyncStatusRequest {}))
-        .await
-        .ok()
+    coffer_runtime::grpc::call_within(
+        "retrieval service",
+        Duration::from_secs(5),
+        st.sync.clone().status(SyncStatusRequest {}),
+    )
+    .await
+    .ok()
 }
 
 /// The envelope of a failed sync call: the remote unreachable is 502 `UPSTREAM_UNAVAILABLE`
@@ -139,9 +140,13 @@ pub fn from_sync(s: tonic::Status) -> ApiError {
 async fn init(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
     let f = Fields::new(body, &["remote"])?;
     let remote = f.required_string("remote")?;
-    let r = coffer_runtime::grpc::call_within("retrieval service", SYNC_TIMEOUT, st.sync.clone().init(InitRequest { remote }))
-        .await
-        .map_err(from_sync)?;
+    let r = coffer_runtime::grpc::call_within(
+        "retrieval service",
+        SYNC_TIMEOUT,
+        st.sync.clone().init(InitRequest { remote }),
+    )
+    .await
+    .map_err(from_sync)?;
     Ok(Json(report_json(&r)))
 }
 

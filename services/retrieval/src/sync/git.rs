@@ -65,8 +65,9 @@ impl Git {
     /// # Errors
     /// [`Error::Precondition`] when no `git` is on `PATH`.
     pub fn new(git_dir: PathBuf, work_tree: PathBuf, pid_dir: PathBuf) -> Result<Self> {
-        let program = find_git()
-            .ok_or_else(|| Error::Precondition("git is not installed (no `git` on PATH); coffer sync needs it".into()))?;
+        let program = find_git().ok_or_else(|| {
+            Error::Precondition("git is not installed (no `git` on PATH); coffer sync needs it".into())
+        })?;
         Ok(Self { program, git_dir, work_tree, pid_dir })
     }
 
@@ -102,14 +103,16 @@ impl Git {
     /// # Errors
     /// [`Error::Internal`] when git cannot start or runs past its deadline (it is killed).
     pub async fn run(&self, args: &[&str]) -> Result<Output> {
-        let mut spec = coffer_runtime::spawn::SpawnSpec::new(&self.program, "git", args.first().copied().unwrap_or("git"));
+        let mut spec =
+            coffer_runtime::spawn::SpawnSpec::new(&self.program, "git", args.first().copied().unwrap_or("git"));
         // Never ask for anything on a terminal and keep the user's hooks and signing out of
         // the sync repository's own commits.
-        spec.args = ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "credential.interactive=never"]
-            .iter()
-            .chain(args.iter())
-            .map(OsString::from)
-            .collect();
+        spec.args =
+            ["-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "credential.interactive=never"]
+                .iter()
+                .chain(args.iter())
+                .map(OsString::from)
+                .collect();
         spec.env_clear = true;
         spec.env = self.env();
         spec.cwd = Some(self.work_tree.clone());
@@ -150,7 +153,11 @@ impl Git {
         if o.ok {
             Ok(o.stdout)
         } else {
-            Err(Error::Internal(format!("git {} failed: {}", args.first().copied().unwrap_or_default(), tail(&o.stderr))))
+            Err(Error::Internal(format!(
+                "git {} failed: {}",
+                args.first().copied().unwrap_or_default(),
+                tail(&o.stderr)
+            )))
         }
     }
 }

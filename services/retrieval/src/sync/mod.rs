@@ -475,11 +475,8 @@ impl Engine {
     async fn resolve(&self, git: &Git, paths: &[String]) -> Result<(Vec<Conflict>, Vec<SyncConflictNote>)> {
         let theirs_machine = sanitize(&git.ok(&["log", "-1", "--format=%an", "MERGE_HEAD"]).await.unwrap_or_default());
         let theirs_machine = if theirs_machine.is_empty() { "remote".to_owned() } else { theirs_machine };
-        let stamp: String = coffer_runtime::now_rfc3339()
-            .chars()
-            .filter(char::is_ascii_digit)
-            .take(14)
-            .collect::<String>();
+        let stamp: String =
+            coffer_runtime::now_rfc3339().chars().filter(char::is_ascii_digit).take(14).collect::<String>();
         let stamp = format!("{}-{}", &stamp[..8.min(stamp.len())], &stamp[8.min(stamp.len())..]);
         let (mut found, mut notes) = (Vec::new(), Vec::new());
         for path in paths {
@@ -558,10 +555,10 @@ impl Engine {
             let mut parts = p.splitn(3, '/');
             match (parts.next(), parts.next(), parts.next()) {
                 (Some("memory"), Some(rest), None) => by_kb.entry(MEMORY.into()).or_default().push(rest.to_owned()),
-                (Some("memory"), Some(a), Some(b)) => {
-                    by_kb.entry(MEMORY.into()).or_default().push(format!("{a}/{b}"))
+                (Some("memory"), Some(a), Some(b)) => by_kb.entry(MEMORY.into()).or_default().push(format!("{a}/{b}")),
+                (Some("knowledge"), Some(kb), Some(rest)) => {
+                    by_kb.entry(kb.to_owned()).or_default().push(rest.to_owned())
                 }
-                (Some("knowledge"), Some(kb), Some(rest)) => by_kb.entry(kb.to_owned()).or_default().push(rest.to_owned()),
                 _ => {}
             }
         }
@@ -636,14 +633,17 @@ impl Engine {
                     let path = original_of(&sibling);
                     st.conflicts.push(Conflict {
                         kind: ConflictKind::BothKept as i32,
-                        detail: format!("both versions kept: compare {sibling} with {path}, then remove the one you do not want"),
+                        detail: format!(
+                            "both versions kept: compare {sibling} with {path}, then remove the one you do not want"
+                        ),
                         path,
                         sibling,
                     });
                 }
             }
         }
-        st.missing_credentials = self.vault.clone().export_vault(ExportVaultRequest {}).await?.into_inner().missing_credentials;
+        st.missing_credentials =
+            self.vault.clone().export_vault(ExportVaultRequest {}).await?.into_inner().missing_credentials;
         Ok(st)
     }
 
@@ -680,7 +680,8 @@ impl Engine {
             let backoff = if failures == 0 {
                 cfg.pull_interval
             } else {
-                (cfg.pull_interval.min(Duration::from_secs(60)) * 2u32.saturating_pow(failures.min(12))).min(MAX_BACKOFF)
+                (cfg.pull_interval.min(Duration::from_secs(60)) * 2u32.saturating_pow(failures.min(12)))
+                    .min(MAX_BACKOFF)
             };
             let due = match dirty_since {
                 Some(at) if failures == 0 => (at + cfg.debounce).min(next_pull),
@@ -777,7 +778,9 @@ pub async fn follow_head(
 /// an option.
 fn check_remote(remote: &str) -> Result<()> {
     if remote.trim().is_empty() {
-        return Err(Error::Invalid("remote is required: a git URL (https://…, ssh://…, git@host:path, file:///…)".into()));
+        return Err(Error::Invalid(
+            "remote is required: a git URL (https://…, ssh://…, git@host:path, file:///…)".into(),
+        ));
     }
     if remote.len() > 2048 {
         return Err(Error::Invalid(format!("remote is {} bytes; at most 2048", remote.len())));
@@ -793,13 +796,8 @@ fn check_remote(remote: &str) -> Result<()> {
 
 /// `raw` as a name: lower case, `[a-z0-9-]`, at most 32.
 fn sanitize(raw: &str) -> String {
-    let s: String = raw
-        .trim()
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(32)
-        .collect();
+    let s: String =
+        raw.trim().to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(32).collect();
     s.trim_matches('-').to_owned()
 }
 

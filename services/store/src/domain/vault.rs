@@ -110,9 +110,16 @@ fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
     }
 
     let mut prefs: BTreeMap<String, (Vec<Value>, String)> = BTreeMap::new();
-    let mut st = c.prepare("SELECT server, kind, name, enabled, updated_at FROM capability_prefs ORDER BY server, kind, name")?;
+    let mut st =
+        c.prepare("SELECT server, kind, name, enabled, updated_at FROM capability_prefs ORDER BY server, kind, name")?;
     let rows = st.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?, r.get::<_, String>(4)?))
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+            r.get::<_, String>(4)?,
+        ))
     })?;
     for row in rows {
         let (server, kind, name, enabled, at) = row?;
@@ -573,7 +580,10 @@ fn write_settings(
 
 fn write_llm(t: &Transaction, ch: &mut Changes, c: &LlmConnection, exists: bool) -> Result<(), StoreError> {
     if c.internal_default {
-        t.execute("UPDATE llm_connections SET internal_default = 0 WHERE name != ?1 AND internal_default = 1", [&c.name])?;
+        t.execute(
+            "UPDATE llm_connections SET internal_default = 0 WHERE name != ?1 AND internal_default = 1",
+            [&c.name],
+        )?;
     }
     t.execute(
         "INSERT INTO llm_connections (name, wire, base_url, credential_ref, model, fast_model, internal_default, version, created_at, updated_at)
@@ -758,7 +768,14 @@ impl VaultState for VaultStateService {
                     for c in &conflicts {
                         let discarded: Value = serde_json::from_str(&c.discarded_json).unwrap_or(Value::Null);
                         let detail = json!({"kept": c.kept, "discarded": discarded}).to_string();
-                        audit::record_with(t, &trace, &r.actor, "sync.conflict", &format!("vault/{}", c.path), &detail)?;
+                        audit::record_with(
+                            t,
+                            &trace,
+                            &r.actor,
+                            "sync.conflict",
+                            &format!("vault/{}", c.path),
+                            &detail,
+                        )?;
                     }
                 }
                 let after = export(t)?;
@@ -797,7 +814,8 @@ mod tests {
     #[tokio::test]
     async fn applied_entries_export_to_the_same_bytes_and_removals_follow() {
         let (_d, svc) = service();
-        let e = VaultEntry { path: "servers/gh.json".into(), json: server_json("gh", "/bin/true", "2026-01-02T00:00:00Z") };
+        let e =
+            VaultEntry { path: "servers/gh.json".into(), json: server_json("gh", "/bin/true", "2026-01-02T00:00:00Z") };
         let r = apply(&svc, vec![e.clone()]).await.unwrap();
         assert_eq!((r.added, r.changed, r.removed), (1, 0, 0));
         assert_eq!(r.missing_credentials, vec!["gh-token".to_owned()]);
@@ -813,7 +831,8 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_file_is_named_and_nothing_is_applied() {
         let (_d, svc) = service();
-        let good = VaultEntry { path: "servers/a.json".into(), json: server_json("a", "/bin/true", "2026-01-02T00:00:00Z") };
+        let good =
+            VaultEntry { path: "servers/a.json".into(), json: server_json("a", "/bin/true", "2026-01-02T00:00:00Z") };
         for (path, json, needle) in [
             ("servers/b.json", "{not json".to_owned(), "not valid JSON"),
             ("servers/b.json", server_json("b", "relative", "2026-01-02T00:00:00Z"), "absolute path"),
@@ -836,7 +855,8 @@ mod tests {
     async fn an_entity_changed_after_the_export_is_left_alone() {
         let (_d, svc) = service();
         let since = svc.db.head();
-        let e = VaultEntry { path: "servers/gh.json".into(), json: server_json("gh", "/bin/true", "2026-01-02T00:00:00Z") };
+        let e =
+            VaultEntry { path: "servers/gh.json".into(), json: server_json("gh", "/bin/true", "2026-01-02T00:00:00Z") };
         apply(&svc, vec![e.clone()]).await.unwrap();
         // An apply computed from a state before that write must not remove it.
         let req = ApplyVaultRequest { entries: vec![], since_seq: since, actor: "sync".into(), ..Default::default() };
