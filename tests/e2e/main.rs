@@ -54,5 +54,6 @@ mod ui_done_when;
 mod ui_edge;
 mod ui_llm;
 mod ui_shell;
+mod ui_sync;
 mod ui_vault;
 mod upstream_health;

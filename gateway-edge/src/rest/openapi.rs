@@ -936,6 +936,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
             "services": {"type": "array", "items": r("ServiceStatus")},
             "upstreams": {"type": "array", "items": r("UpstreamStatus"), "description": "Every registered upstream and its health."},
+            "sync": {"description": "`GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.", "oneOf": [r("SyncStatus"), {"type": "null"}]},
         },
     }));
     m.insert("UpstreamStatus", json!({
