@@ -436,22 +436,22 @@ pub fn check_sync(s: &Value) -> Vec<Check> {
     let mut out = Vec::new();
     for name in s["missing_credentials"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         out.push(Check::warn(
-            &format!("sync credential {name}"),
+            format!("sync credential {name}"),
             "referenced by a synced entry, with no value on this machine: set this credential here",
-            &format!("coffer credentials set {name}"),
+            format!("coffer credentials set {name}"),
         ));
     }
     let conflicts = s["conflicts"].as_array().map(Vec::len).unwrap_or(0);
     if conflicts > 0 {
         out.push(Check::warn(
             "sync conflicts",
-            &format!("{conflicts} file(s) kept in two versions by a sync conflict"),
+            format!("{conflicts} file(s) kept in two versions by a sync conflict"),
             "coffer sync status (compare each .conflict-… file with its original, keep what you want)",
         ));
     }
     match s["last_error"].as_str() {
-        Some(e) => out.push(Check::warn("sync", &format!("the last sync failed: {e}"), "coffer sync")),
-        None => out.push(Check::ok("sync", &format!("set up with {}", s["remote"].as_str().unwrap_or_default()))),
+        Some(e) => out.push(Check::warn("sync", format!("the last sync failed: {e}"), "coffer sync")),
+        None => out.push(Check::ok("sync", format!("set up with {}", s["remote"].as_str().unwrap_or_default()))),
     }
     out
 }

@@ -148,10 +148,7 @@ pub fn render_status(body: &Value) -> String {
         body["machine"].as_str().unwrap_or_default(),
         body["ahead"],
         body["behind"],
-        body["last_sync_ms"]
-            .as_i64()
-            .map(|ms| coffer_runtime::rfc3339_from_unix_ms(ms))
-            .unwrap_or_else(|| "never".into()),
+        body["last_sync_ms"].as_i64().map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into()),
         body["worker"].as_str().unwrap_or("off"),
         if body["failures"].as_u64().unwrap_or(0) > 0 {
             format!(" ({} failed attempts)", body["failures"])

@@ -183,7 +183,7 @@ pub fn redact_url(text: &str) -> String {
             Some(at) => {
                 let user = authority[..at].split(':').next().unwrap_or_default();
                 out.push_str(user);
-                out.push_str("@");
+                out.push('@');
                 out.push_str(&authority[at + 1..]);
             }
             None => out.push_str(authority),
