@@ -46,7 +46,8 @@ async fn ui_sync_shows_status_missing_credentials_and_syncs_now() -> anyhow::Res
     b.wait_for_text("#sync-summary", "Pulled: files +1").await?;
     b.shots("sync-now").await?;
     let found = api_b.post_json("/v1/memory/recall", &json!({"query": "console can sync"})).reply().await?.ok_json()?;
-    ensure!(found.to_string().contains("console can sync"), "{found}");
+    let snippet = found["results"][0]["snippet"].as_str().unwrap_or_default();
+    ensure!(snippet.contains("**console** can **sync** now"), "{found}");
     b.assert_clean().await;
     Ok(())
 }

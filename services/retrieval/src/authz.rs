@@ -64,8 +64,9 @@ mod tests {
             .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
             .collect();
         assert!(declared.len() >= 14, "parsed {declared:?}");
-        let ruled: Vec<String> = POLICY.rules.iter().map(|r| r.method.to_owned()).collect();
-        let unique: BTreeSet<String> = ruled.iter().cloned().collect();
+        let ruled: Vec<(String, String)> =
+            POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
+        let unique: BTreeSet<(String, String)> = ruled.iter().cloned().collect();
         assert_eq!(unique.len(), ruled.len(), "a method has two rules");
         let retrieval: BTreeSet<String> =
             POLICY.rules.iter().filter(|r| r.service == RETRIEVAL).map(|r| r.method.to_owned()).collect();
