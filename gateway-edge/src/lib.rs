@@ -85,6 +85,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let store = store::StoreClients::new(internal.channel(Identity::Store)?);
     let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
     let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
+    let sync = rest::sync::client(internal.addr(Identity::Retrieval)?, internal.token())?;
     let llm = llm::client(internal.addr(Identity::Chat)?, internal.token())?;
     let adapters =
         coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient::new(internal.channel(Identity::Chat)?);
@@ -112,6 +113,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
         store,
         retrieval,
+        sync,
         chat,
         llm,
         adapters,

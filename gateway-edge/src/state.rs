@@ -26,6 +26,8 @@ pub struct AppState {
     /// `coffer-retrieval` (knowledge bases, memory, skills), lazily connected; call through
     /// [`crate::retrieval::call`].
     pub retrieval: crate::retrieval::Client,
+    /// coffer-retrieval's `Sync` service (`coffer sync`), lazily connected.
+    pub sync: crate::rest::sync::Client,
     /// `coffer-chat` (agents, conversations, turns, events), lazily connected; unary calls go
     /// through [`crate::chat::call`].
     pub chat: crate::chat::Client,

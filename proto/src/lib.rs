@@ -53,6 +53,13 @@ pub mod retrieval {
     tonic::include_proto!("coffer.retrieval.v1");
 }
 
+/// `coffer.sync.v1`: sync across machines on git, served by `coffer-retrieval` to the gateway
+/// ([`sync_client::SyncClient`], [`sync_server::Sync`]); the status mapping is documented in
+/// `proto/sync.proto`.
+pub mod sync {
+    tonic::include_proto!("coffer.sync.v1");
+}
+
 /// `coffer.store.v1`: typed access to `coffer.db` through the store, one gRPC service per
 /// domain, all served by `coffer-store`: [`registry_client::RegistryClient`],
 /// [`credentials_client::CredentialsClient`], [`settings_client::SettingsClient`],

@@ -149,6 +149,9 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 Ok(c) => check_llm(c["items"].as_array().map(Vec::as_slice).unwrap_or_default()),
                 Err(e) => Check::fail("llm", format!("cannot read the LLM connections: {e}"), "coffer logs store"),
             });
+            if let Ok(sync) = api.get("/v1/sync/status").await {
+                checks.extend(check_sync(&sync));
+            }
             match api.get("/v1/channels").await {
                 Ok(c) => checks.extend(check_channels(c["items"].as_array().map(Vec::as_slice).unwrap_or_default())),
                 Err(e) => {
@@ -420,6 +423,36 @@ pub fn check_llm(items: &[Value]) -> Check {
             }
         }
     }
+}
+
+/// `coffer sync`: nothing while it is not set up; a warning per credential the synced vault
+/// references that has no value on this machine ("set this credential here"), one for conflict
+/// siblings left to look at, one for a failed last sync.
+pub fn check_sync(s: &Value) -> Vec<Check> {
+    if s["initialized"] != true {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for name in s["missing_credentials"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        out.push(Check::warn(
+            format!("sync credential {name}"),
+            "referenced by a synced entry, with no value on this machine: set this credential here",
+            format!("coffer credentials set {name}"),
+        ));
+    }
+    let conflicts = s["conflicts"].as_array().map(Vec::len).unwrap_or(0);
+    if conflicts > 0 {
+        out.push(Check::warn(
+            "sync conflicts",
+            format!("{conflicts} file(s) kept in two versions by a sync conflict"),
+            "coffer sync status (compare each .conflict-… file with its original, keep what you want)",
+        ));
+    }
+    match s["last_error"].as_str() {
+        Some(e) => out.push(Check::warn("sync", format!("the last sync failed: {e}"), "coffer sync")),
+        None => out.push(Check::ok("sync", format!("set up with {}", s["remote"].as_str().unwrap_or_default()))),
+    }
+    out
 }
 
 /// One check per channel (none: no check): a disabled channel is ok; an enabled one fails when

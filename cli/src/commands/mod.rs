@@ -21,6 +21,7 @@ pub mod restore;
 pub mod settings;
 pub mod skills;
 pub mod status;
+pub mod sync;
 pub mod tools;
 pub mod ui;
 
@@ -76,6 +77,8 @@ pub enum Command {
     Connect(connect::ConnectArgs),
     /// Check the install, the daemon and every upstream; say how to fix what is wrong.
     Doctor(doctor::DoctorArgs),
+    /// Sync knowledge, memory, skills and the vault state across machines with a git remote.
+    Sync(sync::SyncArgs),
     /// Back up the vault (database, markdown folders, secret.key) into a new directory.
     Backup(backup::BackupArgs),
     /// Restore a backup into a stopped Coffer (the current state is kept aside); never starts
@@ -114,6 +117,7 @@ impl Command {
             Command::Credentials(c) => credentials::run(ctx, c).await,
             Command::Connect(a) => connect::run(ctx, a).await,
             Command::Doctor(a) => doctor::run(ctx, a).await,
+            Command::Sync(a) => sync::run(ctx, a).await,
             Command::Backup(a) => backup::run(ctx, a).await,
             Command::Restore(a) => restore::run(ctx, a).await,
             Command::Ui(a) => ui::run(ctx, a).await,

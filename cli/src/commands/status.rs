@@ -42,7 +42,11 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
         }
         return output::print_json(&body);
     }
-    output::print(&render_status(&resp.json()?))?;
+    let body = resp.json()?;
+    output::print(&render_status(&body))?;
+    if let Some(line) = sync_line(&body["sync"]) {
+        output::println(&format!("\n{line}"))?;
+    }
     // One line on the internal LLM connection; a store that does not answer leaves it out (the
     // services table already says so).
     if let Ok(c) = api.get("/v1/llm/connections").await {
@@ -57,6 +61,31 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The sync line of `coffer status` (`None` while sync is not set up or unknown): the remote,
+/// the last sync, the worker, and every credential to set here.
+pub fn sync_line(s: &Value) -> Option<String> {
+    if s["initialized"] != true {
+        return None;
+    }
+    let last = s["last_sync_ms"].as_i64().map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into());
+    let mut line = format!(
+        "Sync: {} — last {last}, worker {}",
+        s["remote"].as_str().unwrap_or_default(),
+        s["worker"].as_str().unwrap_or("off")
+    );
+    if let Some(e) = s["last_error"].as_str() {
+        line.push_str(&format!("\n  last sync failed: {e}"));
+    }
+    for name in s["missing_credentials"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        line.push_str(&format!("\n  credential {name}: set this credential here (coffer credentials set {name})"));
+    }
+    let n = s["conflicts"].as_array().map(Vec::len).unwrap_or(0);
+    if n > 0 {
+        line.push_str(&format!("\n  {n} conflict file(s) to look at: coffer sync status"));
+    }
+    Some(line)
 }
 
 /// Human status: a header line, the services table, then the upstreams table if any.

@@ -23,6 +23,7 @@ pub mod openapi;
 pub(crate) mod owned_credentials;
 pub mod servers;
 pub mod settings;
+pub mod sync;
 pub mod tools;
 
 /// All `/v1` routes.
@@ -41,6 +42,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(settings::routes())
         .merge(tools::routes())
         .merge(knowledge::routes())
+        .merge(sync::routes())
         .merge(chat::routes())
         .merge(llm::routes())
         .merge(channels::routes())
@@ -52,7 +54,8 @@ async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
 }
 
-/// `GET /v1/status` → `{daemon, services:[…], upstreams:[…]}`.
+/// `GET /v1/status` → `{daemon, services:[…], upstreams:[…], sync}` (`sync`: `/v1/sync/status`'s
+/// body, `null` while coffer-retrieval does not answer).
 async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
     let services: Vec<Value> = r
@@ -70,6 +73,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
         "daemon": {"pid": r.pid, "version": r.version, "started_at": r.started_at, "port": r.port},
         "services": services,
         "upstreams": st.gateway.upstream_status(),
+        "sync": sync::current_status(&st).await.as_ref().map(sync::status_json),
     })))
 }
 

@@ -122,6 +122,10 @@ pub const TAGS: &[(&str, &str)] = &[
     ("memory", "Remembered facts: one markdown file each under `COFFER_HOME/memory/`, searched like a knowledge base."),
     ("skills", "Skills: `COFFER_HOME/skills/<name>/SKILL.md` with `name` and `description` front matter."),
     (
+        "sync",
+        "Sync across machines on git: `knowledge/` (Coffer-managed knowledge bases), `memory/`, `skills/` and the vault state as text (`vault/`: servers, preferences, settings but `sync.*`, LLM connections, channels — credentials as names only, never a value) go to a git remote the user already has, through the `git` command with the user's own authentication (Coffer never asks for a password). Served by coffer-retrieval: while it is not running these routes answer 503 `SERVICE_UNAVAILABLE`.",
+    ),
+    (
         "chat",
         "Conversations with the coding agents Coffer manages (Claude Code, Codex). A conversation has at most one turn in flight; a message sent meanwhile is queued (the pending queue, FIFO, one turn per message). Posting never streams: every screen watches `GET /v1/conversations/{id}/events`. Served by coffer-chat: while it is not running these routes answer 503 `SERVICE_UNAVAILABLE`. Archive and restore are `PATCH {\"archived\": true|false}`. A user message's `source` is the request's `X-Coffer-Actor` (`cli`, `api`, `ui`, …).",
     ),
@@ -569,6 +573,19 @@ pub fn routes() -> Vec<Route> {
             .body(r("SearchRequest"))
             .ok(200, "The fused results.", r("SearchReply"))
             .errors(&["INVALID_ARGUMENT", "NOT_FOUND", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        // Sync.
+        route("POST", "/v1/sync/init", "sync", "Set up sync with a git remote")
+            .describe("Creates (or adopts) the sync repository (`COFFER_HOME/sync.git`, work tree `COFFER_HOME` limited to `knowledge/`, `memory/`, `skills/`, `vault/`), sets `remote` as its origin, commits this machine's state and syncs: on a second machine the remote's history is merged with what this one has (conflicts kept). `remote` is a git URL (https, ssh, scp-like, file); not an option, not `ext::`.")
+            .body(json!({"type": "object", "additionalProperties": false, "required": ["remote"], "properties": {"remote": {"type": "string", "description": "The git remote (1-2048 bytes)."}}}))
+            .ok(200, "Synced.", r("SyncReport"))
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "UPSTREAM_UNAVAILABLE"]),
+        route("POST", "/v1/sync", "sync", "Sync now")
+            .describe("Commits local changes, fetches, merges (a file edited on both sides keeps both: the other version as `name.conflict-<machine>-<date>.ext`; a vault entry changed on both sides keeps the newer by `updated_at`, the other goes to the audit log as `sync.conflict`), applies the vault state, re-indexes what changed and pushes. 409 `CONFLICT` before `init`; 502 `UPSTREAM_UNAVAILABLE` with git's message when the remote cannot be reached (local changes stay committed; nothing is lost); 400 `INVALID_ARGUMENT` naming a malformed vault file pulled (nothing applied, the merge undone).")
+            .ok(200, "Synced; `conflicts` lists what needs a look.", r("SyncReport"))
+            .errors(&["CONFLICT", "UPSTREAM_UNAVAILABLE", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/sync/status", "sync", "Sync status")
+            .describe("Whether sync is set up, the remote, ahead/behind as of the last fetch, the last sync and its error, the conflict siblings still present, the worker (`sync.auto`) and credentials the synced vault references that have no value here (set them here).")
+            .ok(200, "The status.", r("SyncStatus")),
         // Memory.
         limit_param(
             route("GET", "/v1/memory", "memory", "List remembered facts")
@@ -919,6 +936,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
             "services": {"type": "array", "items": r("ServiceStatus")},
             "upstreams": {"type": "array", "items": r("UpstreamStatus"), "description": "Every registered upstream and its health."},
+            "sync": {"description": "`GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.", "oneOf": [r("SyncStatus"), {"type": "null"}]},
         },
     }));
     m.insert("UpstreamStatus", json!({
@@ -1177,6 +1195,49 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "bytes_done": {"type": "integer"}, "bytes_total": {"type": "integer"},
             "started_ms": ms("no pass yet"), "message": {"type": "string"},
             "job": {"type": "integer", "description": "Increases with every pass started."},
+        },
+    }));
+    let counts = json!({"type": "object", "required": ["added", "changed", "removed"], "properties": {"added": {"type": "integer"}, "changed": {"type": "integer"}, "removed": {"type": "integer"}}});
+    let direction = json!({
+        "type": "object", "required": ["files", "vault", "paths"],
+        "properties": {
+            "files": counts.clone(), "vault": counts,
+            "paths": {"type": "array", "items": {"type": "string"}, "description": "Paths relative to COFFER_HOME, at most 200."},
+        },
+    });
+    m.insert(
+        "SyncConflict",
+        json!({
+            "type": "object", "required": ["kind", "path", "sibling", "detail"],
+            "properties": {
+                "kind": {"enum": ["both_kept", "newer_kept"]},
+                "path": {"type": "string", "description": "Relative to COFFER_HOME."},
+                "sibling": {"type": "string", "description": "`both_kept`: the other version's file."},
+                "detail": {"type": "string"},
+            },
+        }),
+    );
+    m.insert("SyncReport", json!({
+        "type": "object", "required": ["pushed", "pulled", "conflicts", "commit", "finished_ms", "missing_credentials", "remote"],
+        "properties": {
+            "pushed": direction.clone(), "pulled": direction,
+            "conflicts": {"type": "array", "items": r("SyncConflict")},
+            "commit": {"type": "string"}, "finished_ms": ms("unknown"),
+            "missing_credentials": strings.clone(), "remote": {"type": "string", "description": "Without a password."},
+        },
+    }));
+    m.insert("SyncStatus", json!({
+        "type": "object",
+        "required": ["initialized", "remote", "ahead", "behind", "last_sync_ms", "last_error", "conflicts", "worker", "next_attempt_ms", "machine", "missing_credentials", "running", "failures"],
+        "properties": {
+            "initialized": {"type": "boolean"}, "remote": {"type": "string"},
+            "ahead": {"type": "integer"}, "behind": {"type": "integer"},
+            "last_sync_ms": ms("never"), "last_error": {"type": ["string", "null"]},
+            "conflicts": {"type": "array", "items": r("SyncConflict")},
+            "worker": {"enum": ["off", "idle", "waiting", "syncing", "backing_off"]},
+            "next_attempt_ms": ms("none planned"), "machine": {"type": "string"},
+            "missing_credentials": strings.clone(),
+            "running": {"type": "boolean"}, "failures": {"type": "integer", "description": "Consecutive failed attempts."},
         },
     }));
     m.insert("KnowledgeBaseInfo", json!({

@@ -10,6 +10,13 @@ use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
 
 const RETRIEVAL: &str = retrieval_server::SERVICE_NAME;
+const SYNC: &str = coffer_proto::sync::sync_server::SERVICE_NAME;
+/// `coffer sync` is the owner's, through the edge (REST, the CLI, the console) only.
+const SYNC_CALLERS: Allow = Allow::Only(&[Identity::Gateway]);
+
+const fn sync_rule(method: &'static str) -> Rule {
+    Rule { service: SYNC, method, allow: SYNC_CALLERS }
+}
 /// The services that use retrieval.
 const CALLERS: Allow = Allow::Only(&[Identity::Gateway, Identity::Chat]);
 
@@ -35,6 +42,9 @@ pub const POLICY: Policy = Policy {
         rule("ListSkills"),
         rule("LoadSkill"),
         rule("Embed"),
+        sync_rule("Init"),
+        sync_rule("Sync"),
+        sync_rule("Status"),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -54,11 +64,23 @@ mod tests {
             .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
             .collect();
         assert!(declared.len() >= 14, "parsed {declared:?}");
-        let ruled: Vec<String> = POLICY.rules.iter().map(|r| r.method.to_owned()).collect();
-        let unique: BTreeSet<String> = ruled.iter().cloned().collect();
+        let ruled: Vec<(String, String)> =
+            POLICY.rules.iter().map(|r| (r.service.to_owned(), r.method.to_owned())).collect();
+        let unique: BTreeSet<(String, String)> = ruled.iter().cloned().collect();
         assert_eq!(unique.len(), ruled.len(), "a method has two rules");
-        assert_eq!(declared, unique, "retrieval.proto's RPCs and the table differ");
-        assert!(POLICY.rules.iter().all(|r| r.service == "coffer.retrieval.v1.Retrieval"));
+        let retrieval: BTreeSet<String> =
+            POLICY.rules.iter().filter(|r| r.service == RETRIEVAL).map(|r| r.method.to_owned()).collect();
+        assert_eq!(declared, retrieval, "retrieval.proto's RPCs and the table differ");
+        let sync_proto = include_str!("../../../proto/sync.proto");
+        let sync_declared: BTreeSet<String> = sync_proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .map(|r| r.split('(').next().unwrap_or_default().trim().to_owned())
+            .collect();
+        let sync_ruled: BTreeSet<String> =
+            POLICY.rules.iter().filter(|r| r.service == SYNC).map(|r| r.method.to_owned()).collect();
+        assert_eq!(sync_declared, sync_ruled, "sync.proto's RPCs and the table differ");
+        assert_eq!(retrieval.len() + sync_ruled.len(), ruled.len(), "a rule names another service");
     }
 
     #[test]
@@ -73,5 +95,14 @@ mod tests {
         }
         assert!(POLICY.check(Identity::Gateway, "/coffer.retrieval.v1.Retrieval/Other").is_err(), "unlisted");
         assert_eq!(POLICY.check(Identity::Store, "/grpc.health.v1.Health/Check"), Ok(()), "health is open");
+    }
+
+    #[test]
+    fn only_the_gateway_may_sync() {
+        let path = format!("/{SYNC}/Sync");
+        assert_eq!(POLICY.check(Identity::Gateway, &path), Ok(()));
+        for caller in [Identity::Chat, Identity::Store, Identity::Supervisor, Identity::Retrieval] {
+            assert!(POLICY.check(caller, &path).is_err(), "{caller}");
+        }
     }
 }

@@ -60,6 +60,21 @@ pub struct Config {
     pub max_file_bytes: u64,
     /// The embeddings endpoint.
     pub embeddings: EmbeddingsSettings,
+    /// The sync worker's settings (`sync.*`).
+    pub sync: SyncSettings,
+}
+
+/// The sync worker's settings (`sync.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSettings {
+    /// `sync.auto`: the worker runs.
+    pub auto: bool,
+    /// `sync.debounce_s`: quiet time after a local change before a sync.
+    pub debounce: Duration,
+    /// `sync.pull_interval_s`: the longest time between syncs.
+    pub pull_interval: Duration,
+    /// `sync.machine_name` (empty: the host name).
+    pub machine: String,
 }
 
 impl Default for Config {
@@ -84,6 +99,12 @@ impl Config {
                 batch_size: int(&s::EMBEDDINGS_BATCH_SIZE) as usize,
                 concurrency: int(&s::EMBEDDINGS_CONCURRENCY) as usize,
                 timeout: Duration::from_millis(int(&s::EMBEDDINGS_TIMEOUT_MS)),
+            },
+            sync: SyncSettings {
+                auto: int(&s::SYNC_AUTO) == 1,
+                debounce: Duration::from_secs(int(&s::SYNC_DEBOUNCE_S)),
+                pull_interval: Duration::from_secs(int(&s::SYNC_PULL_INTERVAL_S)),
+                machine: text(&s::SYNC_MACHINE_NAME),
             },
         }
     }

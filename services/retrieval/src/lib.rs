@@ -15,6 +15,8 @@ use coffer_proto::store::changes_client::ChangesClient;
 use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_proto::store::index_client::IndexClient;
 use coffer_proto::store::settings_client::SettingsClient;
+use coffer_proto::store::vault_state_client::VaultStateClient;
+use coffer_proto::sync::sync_server::SyncServer;
 use coffer_runtime::identity::Identity;
 use coffer_runtime::service::ServiceCtx;
 
@@ -29,6 +31,7 @@ pub mod search;
 pub mod service;
 pub mod skills;
 pub mod sources;
+pub mod sync;
 pub mod watch;
 
 /// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an
@@ -98,11 +101,22 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
             tracing::info!(kbs = sources.all().len(), "Knowledge bases loaded; reconcile passes started.");
         });
     }
+    let engine = sync::Engine::new(
+        home.root().to_path_buf(),
+        VaultStateClient::new(channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        sources.clone(),
+        indexer.clone(),
+        config_rx.clone(),
+    );
+    let (head_tx, head_rx) = tokio::sync::watch::channel(0u64);
+    tokio::spawn(sync::follow_head(ChangesClient::new(channel.clone()), head_tx, shutdown.clone()));
+    tokio::spawn(engine.clone().worker(head_rx, shutdown.clone()));
     tokio::spawn(embeddings.clone().run(config_rx, index, CredentialsClient::new(channel), shutdown.clone()));
 
     let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings };
     let routes =
-        tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES));
+        tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
+            .add_service(SyncServer::new(sync::service::SyncService { engine }));
     coffer_runtime::grpc::serve_with_health(listener, internal.auth_layer(authz::POLICY), routes, shutdown.clone())
         .await?;
     shutdown.cancel();

@@ -13,6 +13,7 @@
 use coffer_proto::store::{
     audit_server, changes_server, channels_server, conversations_server, credentials_server, index_server,
     invocations_server, llm_connections_server, maintenance_server, registry_server, settings_server,
+    vault_state_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
 use coffer_runtime::identity::Identity;
@@ -29,6 +30,7 @@ const INDEX: &str = index_server::SERVICE_NAME;
 const CONVERSATIONS: &str = conversations_server::SERVICE_NAME;
 const LLM: &str = llm_connections_server::SERVICE_NAME;
 const CHANNELS: &str = channels_server::SERVICE_NAME;
+const VAULT: &str = vault_state_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
@@ -135,6 +137,10 @@ pub const POLICY: Policy = Policy {
         rule(CHANNELS, "ClaimPairing", CHAT),
         rule(CHANNELS, "SetCursor", CHAT),
         rule(CHANNELS, "RecordEvent", CHAT),
+        // The vault state as text: the sync engine (coffer-retrieval) alone exports and applies
+        // it (`coffer sync`, proto/store_vault.proto); credential values never enter it.
+        rule(VAULT, "ExportVault", RETRIEVAL),
+        rule(VAULT, "ApplyVault", RETRIEVAL),
     ],
     unlisted: Unlisted::Deny,
 };
@@ -176,6 +182,7 @@ mod tests {
             include_str!("../../../proto/store_conversations.proto"),
             include_str!("../../../proto/store_llm.proto"),
             include_str!("../../../proto/store_channels.proto"),
+            include_str!("../../../proto/store_vault.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)

@@ -458,6 +458,55 @@ pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
     description: "how long a one-time login link from `coffer ui` stays valid (it works once)",
 };
 
+/// Whether the sync worker runs (opt-in): push after local changes, pull on an interval.
+pub const SYNC_AUTO: Setting = Setting {
+    key: "sync.auto",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 0,
+    min: 0,
+    max: 1,
+    unit: "0 = off (sync only by hand), 1 = on",
+    description: "the sync worker: after a local change it waits `sync.debounce_s` then syncs, and pulls every `sync.pull_interval_s` (needs `coffer sync init`)",
+};
+/// How long the sync worker waits after a local change before it syncs.
+pub const SYNC_DEBOUNCE_S: Setting = Setting {
+    key: "sync.debounce_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 30,
+    min: 1,
+    max: 86_400,
+    unit: "seconds",
+    description: "the sync worker syncs this long after the last local change (a burst of edits is one sync)",
+};
+/// How often the sync worker pulls.
+pub const SYNC_PULL_INTERVAL_S: Setting = Setting {
+    key: "sync.pull_interval_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 300,
+    min: 5,
+    max: 604_800,
+    unit: "seconds",
+    description: "the sync worker syncs at least this often to pull other machines' changes (backs off while the remote is unreachable)",
+};
+/// This machine's name in sync commits and conflict files.
+pub const SYNC_MACHINE_NAME: Setting = Setting {
+    key: "sync.machine_name",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 32,
+    unit: "a name, empty = the host name",
+    description: "names this machine in sync commits and in the sibling file a conflict keeps (`note.conflict-<machine>-<date>.md`)",
+};
+
 /// Every setting Coffer reads, in display order.
 pub const SETTINGS: &[Setting] = &[
     LIST_TIMEOUT_MS,
@@ -492,6 +541,10 @@ pub const SETTINGS: &[Setting] = &[
     LLM_ASK_MAX_ITERATIONS,
     LLM_ASK_CONTEXT_TOKENS,
     UI_LOGIN_CODE_TTL_S,
+    SYNC_AUTO,
+    SYNC_DEBOUNCE_S,
+    SYNC_PULL_INTERVAL_S,
+    SYNC_MACHINE_NAME,
 ];
 
 /// The setting `key`, if Coffer reads it.

@@ -3,7 +3,7 @@
 // field and nothing changes), credentials (names only; set and delete — a value is typed into a
 // password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
 // a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
-// (js/vault/channels.js).
+// (js/vault/channels.js), and sync across machines (GET /v1/sync/status, POST /v1/sync).
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
@@ -18,9 +18,10 @@ const TABS = [
   { id: 'llm', label: 'LLM connections' },
   { id: 'channels', label: 'Channels' },
   { id: 'status', label: 'Status' },
+  { id: 'sync', label: 'Sync' },
   { id: 'backup', label: 'Backup' },
 ];
-const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', llm: 'LLM', ui: 'Web console' };
+const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', llm: 'LLM', ui: 'Web console', sync: 'Sync' };
 
 export function mount(root, { params }) {
   let tab = TABS.some((t) => t.id === params.get('tab')) ? params.get('tab') : 'settings';
@@ -30,7 +31,7 @@ export function mount(root, { params }) {
     for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
     panel.setAttribute('aria-labelledby', `tab-${id}`);
     replace(panel);
-    ({ settings, credentials, llm, channels, status, backup })[id](panel);
+    ({ settings, credentials, llm, channels, status, sync, backup })[id](panel);
   };
   const bar = tabs(TABS, tab, (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); });
   root.append(pageHead('Settings', 'How the daemon behaves, its secrets, its services and backups.'), bar, panel);
@@ -291,6 +292,64 @@ function backup(panel) {
     } finally {
       go.disabled = false;
       replace(go, 'Back up now');
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sync across machines: status, last sync, Sync now, conflicts, credentials to set here.
+
+async function sync(panel) {
+  const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
+  panel.append(body);
+  let s;
+  try {
+    s = await vget('/v1/sync/status');
+  } catch (e) {
+    replace(body, errorBox(e, 'Could not load the sync status', () => { body.remove(); sync(panel); }));
+    return;
+  }
+  if (!s.initialized) {
+    replace(body, emptyState('Sync is not set up on this machine',
+      'Run ', h('code', null, 'coffer sync init REMOTE_URL'), ' with a git remote you own (the same one on every machine).'));
+    return;
+  }
+  const go = h('button', { type: 'button', class: 'primary', id: 'sync-now' }, 'Sync now');
+  const out = h('div', { 'aria-live': 'polite', id: 'sync-result' });
+  const list = (title, items, render) => (items && items.length
+    ? h('section', { class: 'card' }, h('h2', null, title), h('ul', null, items.map((x) => h('li', null, render(x)))))
+    : null);
+  replace(body, h('section', { class: 'card', id: 'sync-status' },
+    h('dl', { class: 'facts' },
+      h('dt', null, 'Remote'), h('dd', null, h('code', null, s.remote)),
+      h('dt', null, 'Machine'), h('dd', null, s.machine),
+      h('dt', null, 'Last sync'), h('dd', { id: 'sync-last' }, timeEl(s.last_sync_ms)),
+      h('dt', null, 'Ahead / behind'), h('dd', null, `${s.ahead} / ${s.behind}`),
+      h('dt', null, 'Worker'), h('dd', null, stateBadge(s.worker === 'backing_off' ? 'error' : s.worker, s.worker)),
+      s.last_error ? h('dt', null, 'Last error') : null,
+      s.last_error ? h('dd', { class: 'form-error' }, s.last_error) : null),
+    h('div', { class: 'row' }, go)),
+  list('Conflicts: both versions kept', s.conflicts, (c) => h('span', null, h('code', null, c.sibling || c.path), ' — ', c.detail)),
+  list('Set these credentials here', s.missing_credentials, (n) => h('span', { class: 'missing-credential' },
+    h('code', null, n), ' — referenced by a synced entry, no value on this machine: set this credential here (Credentials tab)')),
+  out);
+  go.addEventListener('click', async () => {
+    go.disabled = true;
+    replace(go, 'Syncing…');
+    replace(out);
+    try {
+      const r = await vpost('/v1/sync', {});
+      const c = (d) => `files +${d.files.added} ~${d.files.changed} -${d.files.removed}, vault +${d.vault.added} ~${d.vault.changed} -${d.vault.removed}`;
+      toast('Synced');
+      body.remove();
+      out.remove();
+      await sync(panel);
+      panel.append(h('p', { class: 'muted small', id: 'sync-summary', role: 'status' },
+        `Pulled: ${c(r.pulled)}. Pushed: ${c(r.pushed)}.`, r.conflicts.length ? ` ${r.conflicts.length} conflict(s).` : ''));
+    } catch (err) {
+      replace(out, errorBox(err, 'Sync failed'));
+      go.disabled = false;
+      replace(go, 'Sync now');
     }
   });
 }

@@ -29,6 +29,7 @@ pub mod llm;
 pub mod maintenance;
 pub mod registry;
 pub mod settings;
+pub mod vault;
 
 use tonic::Status;
 
@@ -50,6 +51,7 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
         conversations_server::ConversationsServer, credentials_server::CredentialsServer, index_server::IndexServer,
         invocations_server::InvocationsServer, llm_connections_server::LlmConnectionsServer,
         maintenance_server::MaintenanceServer, registry_server::RegistryServer, settings_server::SettingsServer,
+        vault_state_server::VaultStateServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -76,6 +78,7 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     )
     .add_service(LlmConnectionsServer::new(llm::LlmConnectionsService::new(db.clone())).max_decoding_message_size(MAX))
     .add_service(ChannelsServer::new(channels::ChannelsService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(VaultStateServer::new(vault::VaultStateService::new(db.clone())).max_decoding_message_size(MAX))
 }
 
 impl From<StoreError> for Status {

@@ -32,7 +32,7 @@ pub fn validate_server_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn validate_server(s: &McpServer) -> Result<(), StoreError> {
+pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
     validate_server_name(&s.name)?;
     match required::<Transport>(s.transport, "transport")? {
         Transport::Stdio => {

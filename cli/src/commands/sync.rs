@@ -1,0 +1,164 @@
+//! `coffer sync [init REMOTE_URL | status]`: sync this machine's knowledge, memory, skills and
+//! vault state (servers, preferences, settings, LLM connections, channels; credentials as names
+//! only) with a git remote, over `/v1/sync*`. A sync that kept both versions of something, or
+//! pulled a credential reference with no value here, exits 4 with the list: it needs the user.
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::context::Ctx;
+use crate::error::{CliError, exit};
+use crate::output;
+
+const EXAMPLES: &str = "\
+Examples:
+  coffer sync init git@github.com:me/coffer-vault.git   # first machine: create and push
+  coffer sync init git@github.com:me/coffer-vault.git   # second machine: adopt and merge
+  coffer sync                                           # commit, pull, merge, apply, push
+  coffer sync status --json
+  coffer settings set sync.auto 1                       # the worker: debounced push, interval pull
+
+Authentication is git's own (an SSH agent, a credential helper): Coffer never asks for or
+stores a password. Exit 4 when a conflict kept both versions or a pulled credential has no
+value here; 5xx/502 when the remote cannot be reached (local changes stay committed).";
+
+/// Deadline of a sync request (a first push of thousands of notes).
+pub const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+
+#[derive(Debug, Args)]
+#[command(after_help = EXAMPLES, args_conflicts_with_subcommands = true)]
+pub struct SyncArgs {
+    #[command(subcommand)]
+    pub command: Option<SyncCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SyncCommand {
+    /// Set up sync with a git remote (creates or adopts the sync repository, then syncs).
+    Init {
+        /// The git remote: https://…, ssh://…, git@host:path or file:///path.
+        remote: String,
+    },
+    /// Show ahead/behind, the last sync, conflicts, the worker and missing credentials.
+    Status,
+}
+
+/// Runs `coffer sync …`.
+///
+/// # Errors
+/// API errors (409 before `init`, 502 remote unreachable, 400 a malformed vault file pulled);
+/// exit 4 after a sync that needs the user.
+pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    match args.command {
+        Some(SyncCommand::Status) => {
+            let resp = api.send(api.request(reqwest::Method::GET, "/v1/sync/status")).await?;
+            let body = resp.json()?;
+            if ctx.json {
+                output::print_body(&resp.body)?;
+            } else {
+                output::print(&render_status(&body))?;
+            }
+            if needs_user(&body) { Err(CliError::Quiet(exit::CONFLICT)) } else { Ok(()) }
+        }
+        cmd => {
+            let req = match cmd {
+                Some(SyncCommand::Init { remote }) => {
+                    api.request(reqwest::Method::POST, "/v1/sync/init").json(&json!({"remote": remote}))
+                }
+                _ => api.request(reqwest::Method::POST, "/v1/sync").json(&json!({})),
+            };
+            let resp = api.send(req.timeout(SYNC_TIMEOUT)).await.map_err(|e| match e.api_code() {
+                Some("CONFLICT") => e.with_hint("set sync up first: coffer sync init REMOTE_URL"),
+                Some("UPSTREAM_UNAVAILABLE") => e.with_hint(
+                    "check the remote and your git access (try `git ls-remote REMOTE_URL`); nothing was lost",
+                ),
+                _ => e,
+            })?;
+            let body = resp.json()?;
+            if ctx.json {
+                output::print_body(&resp.body)?;
+            } else {
+                output::print(&render_report(&body))?;
+            }
+            if needs_user(&body) { Err(CliError::Quiet(exit::CONFLICT)) } else { Ok(()) }
+        }
+    }
+}
+
+/// A conflict kept both versions, or a credential the vault references has no value here.
+fn needs_user(body: &Value) -> bool {
+    let non_empty = |k: &str| body[k].as_array().is_some_and(|a| !a.is_empty());
+    non_empty("conflicts") || non_empty("missing_credentials")
+}
+
+fn counts(v: &Value) -> String {
+    format!(
+        "{} added, {} changed, {} removed",
+        v["added"].as_u64().unwrap_or(0),
+        v["changed"].as_u64().unwrap_or(0),
+        v["removed"].as_u64().unwrap_or(0)
+    )
+}
+
+fn needs_user_lines(body: &Value, out: &mut String) {
+    if let Some(c) = body["conflicts"].as_array().filter(|c| !c.is_empty()) {
+        out.push_str("Conflicts (nothing was lost):\n");
+        for x in c {
+            out.push_str(&format!(
+                "  {}: {}\n",
+                x["path"].as_str().unwrap_or_default(),
+                x["detail"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(m) = body["missing_credentials"].as_array().filter(|m| !m.is_empty()) {
+        out.push_str(
+            "Credentials referenced by synced entries but not set on this machine — set this credential here:\n",
+        );
+        for name in m {
+            let name = name.as_str().unwrap_or_default();
+            out.push_str(&format!("  {name}   (coffer credentials set {name})\n"));
+        }
+    }
+}
+
+/// The human report of a sync.
+pub fn render_report(body: &Value) -> String {
+    let mut out = format!("Synced with {} ({})\n", body["remote"].as_str().unwrap_or_default(), short(&body["commit"]));
+    for (label, key) in [("Pushed", "pushed"), ("Pulled", "pulled")] {
+        let d = &body[key];
+        out.push_str(&format!("{label}: files {}; vault entries {}\n", counts(&d["files"]), counts(&d["vault"])));
+    }
+    needs_user_lines(body, &mut out);
+    out
+}
+
+fn short(v: &Value) -> String {
+    v.as_str().unwrap_or_default().chars().take(10).collect()
+}
+
+/// The human sync status.
+pub fn render_status(body: &Value) -> String {
+    if body["initialized"] != true {
+        return "Sync is not set up on this machine: coffer sync init REMOTE_URL\n".into();
+    }
+    let mut out = format!(
+        "Remote: {}\nMachine: {}\nAhead {}, behind {} (as of the last fetch)\nLast sync: {}\nWorker: {}{}\n",
+        body["remote"].as_str().unwrap_or_default(),
+        body["machine"].as_str().unwrap_or_default(),
+        body["ahead"],
+        body["behind"],
+        body["last_sync_ms"].as_i64().map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into()),
+        body["worker"].as_str().unwrap_or("off"),
+        if body["failures"].as_u64().unwrap_or(0) > 0 {
+            format!(" ({} failed attempts)", body["failures"])
+        } else {
+            String::new()
+        },
+    );
+    if let Some(e) = body["last_error"].as_str() {
+        out.push_str(&format!("Last error: {e}\n"));
+    }
+    needs_user_lines(body, &mut out);
+    out
+}
