@@ -531,6 +531,11 @@ async fn closing_a_modern_request_stream_cancels_the_call() -> anyhow::Result<()
         MODERN,
         json!({}),
     );
+    // The client's upstream runs first (same scope: same token and identity), so the long call
+    // is in flight upstream when the stream closes.
+    let echo = with_meta(json!({"name": "everything__echo", "arguments": {"message": "warm"}}), MODERN, json!({}));
+    let warm = message(&modern_post(&api, json!(0), "tools/call", &echo, &[]).await?)?;
+    ensure!(texts(&warm["result"]) == "Echo: warm", "{warm}");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p});
     let started = std::time::Instant::now();
     let sent = api

@@ -81,15 +81,22 @@ struct CancelOnDrop {
     session: Weak<Session>,
     /// The call's request id as the relays know it (raw JSON); `None` once it finished.
     call_id: Option<String>,
+    /// Stops the call's task when it has not reached its upstream yet (nothing to cancel there).
+    task: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         let (Some(id), Some(session)) = (self.call_id.take(), self.session.upgrade()) else { return };
+        let task = self.task.take();
         tokio::spawn(async move {
             let params = RawValue::from_string(format!("{{\"requestId\":{id},\"reason\":\"the client went away\"}}"))
                 .expect("json");
-            session.relays.cancel(&session.pool, &session.id, Some(&params)).await;
+            if !session.relays.cancel(&session.pool, &session.id, Some(&params)).await
+                && let Some(task) = task
+            {
+                task.abort();
+            }
         });
     }
 }
@@ -169,13 +176,14 @@ impl Session {
         let task = tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
             session.handle_request_ctx(&m, p.as_deref(), &ctx).await
         }));
+        let abort = task.abort_handle();
         let call = Call {
             method: method.to_owned(),
             target: target_of(method, fields),
             task,
             side: rx,
             pending: Map::new(),
-            guard: CancelOnDrop { session: Arc::downgrade(self), call_id: Some(call_id) },
+            guard: CancelOnDrop { session: Arc::downgrade(self), call_id: Some(call_id), task: Some(abort) },
         };
         self.step(call).await
     }

@@ -87,10 +87,11 @@ impl Relays {
 
     /// `notifications/cancelled` from the client (raw `params`): the upstream handling that
     /// request gets `notifications/cancelled` with its own request id, and the call ends at
-    /// once. Unknown or finished requests are ignored.
-    pub async fn cancel(&self, pool: &Pool, session_id: &str, params: Option<&RawValue>) {
+    /// once. Unknown or finished requests are ignored. Returns whether the request was in flight
+    /// upstream.
+    pub async fn cancel(&self, pool: &Pool, session_id: &str, params: Option<&RawValue>) -> bool {
         let p: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_default();
-        let Some(rid) = p.get("requestId") else { return };
+        let Some(rid) = p.get("requestId") else { return false };
         let key = rid.to_string();
         let found = {
             let inflight = self.inflight.lock().expect("inflight");
@@ -107,8 +108,12 @@ impl Relays {
                     up.cancel(uid, reason).await;
                     up.fail_local(uid, jsonrpc::REQUEST_CANCELLED, "Request cancelled by the client");
                 }
+                true
             }
-            None => tracing::debug!(session = %session_id, "Cancel for an unknown or finished request ignored."),
+            None => {
+                tracing::debug!(session = %session_id, "Cancel for an unknown or finished request ignored.");
+                false
+            }
         }
     }
 

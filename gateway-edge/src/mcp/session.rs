@@ -245,7 +245,9 @@ impl Session {
     pub async fn handle_notification(&self, method: &str, params: Option<&RawValue>) {
         self.touch();
         match method {
-            "notifications/cancelled" => self.relays.cancel(&self.pool, &self.id, params).await,
+            "notifications/cancelled" => {
+                self.relays.cancel(&self.pool, &self.id, params).await;
+            }
             "notifications/initialized" => {}
             "notifications/roots/list_changed" => {
                 for n in self.pool.servers() {
