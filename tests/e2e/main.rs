@@ -54,4 +54,5 @@ mod ui_edge;
 mod ui_llm;
 mod ui_shell;
 mod ui_vault;
+mod upstream_eras;
 mod upstream_health;

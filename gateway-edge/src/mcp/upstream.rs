@@ -333,7 +333,7 @@ impl Upstream {
     /// before (the gateway catalog remembers it per registration): `Legacy` skips the probe,
     /// `Modern` gives it the whole `timeout`; an upstream that changed era since is still
     /// found (a refused handshake is probed, a failed probe falls back). Without a hint the
-    /// probe waits at most [`PROBE_TIMEOUT`]. Non-response messages go to `events`. `secrets`
+    /// probe waits at most [`PROBE_TIMEOUT`] (and half of `timeout`). Non-response messages go to `events`. `secrets`
     /// are the credential values resolved into `server` (see `Shared::resolve_server`): they
     /// are redacted from the child's stderr log and from start errors.
     ///
@@ -383,7 +383,8 @@ impl Upstream {
         let left = |timeout: Duration| timeout.saturating_sub(started.elapsed());
         let mut probed = false;
         if hint != Some(Era::Legacy) {
-            let wait = if hint == Some(Era::Modern) { timeout } else { timeout.min(PROBE_TIMEOUT) };
+            // Unknown era: at most half the start budget, so the handshake keeps the rest.
+            let wait = if hint == Some(Era::Modern) { timeout } else { (timeout / 2).min(PROBE_TIMEOUT) };
             probed = true;
             match up.discover(&meta, wait).await {
                 Ok(Some(init)) => return Ok(up.into_modern(init)),
