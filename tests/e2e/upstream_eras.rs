@@ -53,6 +53,20 @@ fn start_mcp2_http(home: &TestHome) -> anyhow::Result<(std::process::Child, Stri
     Ok((child, format!("http://127.0.0.1:{port}/mcp")))
 }
 
+/// Lists and starts wait up to 30 s: a Python SDK 2.x server needs seconds of CPU to start,
+/// and the test machine runs several at once; the first list of a client with new
+/// capabilities waits for its own.
+async fn patient(api: &coffer_tests::Api) -> anyhow::Result<()> {
+    coffer_tests::mcp::patient_lists(api).await?;
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"gateway.list_timeout_ms": "30000", "gateway.start_timeout_ms": "30000"}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "PATCH /v1/settings: {} {}", r.status, r.text);
+    Ok(())
+}
+
 /// The era the gateway found `server` speaking, from its "Upstream started." log line.
 async fn started_era(home: &TestHome, server: &str) -> anyhow::Result<String> {
     let needle = format!("server={server}");
@@ -68,6 +82,7 @@ async fn started_era(home: &TestHome, server: &str) -> anyhow::Result<String> {
 async fn an_old_era_client_uses_new_era_stdio_upstreams_next_to_old_era_ones() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
+    patient(&api).await?;
     register_everything(&api, "everything").await?;
     let utc = ["--local-timezone".to_owned(), "UTC".to_owned()];
     register_stdio(&api, "time2", &venv_bin(Sdk::V2, "mcp-server-time")?, &utc, json!({})).await?;
@@ -116,7 +131,8 @@ async fn an_old_era_client_uses_new_era_stdio_upstreams_next_to_old_era_ones() -
 async fn an_old_era_client_uses_a_new_era_http_upstream() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    let (_upstream, url) = start_mcp2_http(&home)?;
+    patient(&api).await?;
+    let (mut upstream, url) = start_mcp2_http(&home)?;
     let r = api.post_json("/v1/mcp/servers", &json!({"name": "web2", "url": url})).reply().await?;
     ensure!(r.status.is_success(), "{}", r.text);
     coffer_tests::mcp::wait_listed(&api, "web2").await?;
@@ -139,6 +155,8 @@ async fn an_old_era_client_uses_a_new_era_http_upstream() -> anyhow::Result<()> 
     plain.close().await?;
 
     client.close().await?;
+    upstream.kill()?;
+    upstream.wait()?;
     home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
 }
 
