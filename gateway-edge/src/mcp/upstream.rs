@@ -389,7 +389,7 @@ impl Upstream {
             match up.discover(&meta, wait).await {
                 Ok(Some(init)) => return Ok(up.into_modern(init)),
                 Ok(None) => {}
-                Err(e) => return Err(start_err(up.start_failure(e, " during server/discover").await)),
+                Err(e) => return Err(start_err(up.start_failure(e, " during startup").await)),
             }
         }
         let params = RawValue::from_string(era::legacy_init_params(init_params).to_string()).expect("valid JSON");
@@ -404,7 +404,7 @@ impl Upstream {
                     match up.discover(&meta, left(timeout)).await {
                         Ok(Some(init)) => return Ok(up.into_modern(init)),
                         Ok(None) => {}
-                        Err(e) => return Err(start_err(up.start_failure(e, " during server/discover").await)),
+                        Err(e) => return Err(start_err(up.start_failure(e, " during startup").await)),
                     }
                 }
                 let why = format!("initialize failed: {}", e.get());
