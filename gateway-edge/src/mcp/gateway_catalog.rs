@@ -423,6 +423,24 @@ mod tests {
     }
 
     #[test]
+    fn the_era_is_remembered_per_generation() {
+        let c = GatewayCatalog::default();
+        assert_eq!(c.era("a", generation(1)), None);
+        c.learn_era("a", generation(1), Era::Modern);
+        assert_eq!(c.era("a", generation(1)), Some(Era::Modern));
+        assert_eq!(c.era("b", generation(1)), None, "per server");
+        // A new registry version or credential epoch may run another program: probe again.
+        assert_eq!(c.era("a", generation(2)), None);
+        c.store("a", generation(2), &p(), ListKind::Tools, Arc::new(vec![]));
+        assert_eq!(c.era("a", generation(2)), None);
+        c.learn_era("a", generation(2), Era::Legacy);
+        assert_eq!(c.era("a", generation(2)), Some(Era::Legacy));
+        // A late start of the old generation does not overwrite what the new one learnt.
+        c.learn_era("a", generation(1), Era::Modern);
+        assert_eq!(c.era("a", generation(2)), Some(Era::Legacy));
+    }
+
+    #[test]
     fn lists_are_known_per_generation_and_kept_as_stale_after_a_change() {
         let c = GatewayCatalog::default();
         let mut changes = c.subscribe();
