@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::ListKind;
-use super::era::Era;
+use super::upstream_era::Era;
 use super::{SUPPORTED_VERSIONS, Session, Shared};
 use crate::snapshot::Generation;
 

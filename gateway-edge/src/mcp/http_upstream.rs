@@ -93,7 +93,7 @@ const MANAGED_HEADERS: [&str; 11] = [
 /// The request metadata headers of a stateless-revision POST (MCP 2026-07-28
 /// basic/transports/streamable-http §Request Metadata): the protocol version, the method and,
 /// for `tools/call`, `resources/read` and `prompts/get`, the name (already encoded, see
-/// `era::header_value`).
+/// `upstream_era::header_value`).
 #[derive(Debug, Clone)]
 pub struct Mirror {
     pub version: &'static str,
@@ -1101,9 +1101,16 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
         let home = CofferHome::at(PathBuf::from("/nonexistent-coffer-home"));
-        let up =
-            Upstream::start(&server(url), &home, &params, tx, WAIT, Vec::new(), Some(crate::mcp::era::Era::Legacy))
-                .await?;
+        let up = Upstream::start(
+            &server(url),
+            &home,
+            &params,
+            tx,
+            WAIT,
+            Vec::new(),
+            Some(crate::mcp::upstream_era::Era::Legacy),
+        )
+        .await?;
         Ok((up, rx))
     }
 

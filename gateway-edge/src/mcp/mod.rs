@@ -16,14 +16,12 @@ pub mod ask_tool;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
-pub mod era;
 pub mod gateway_catalog;
 pub mod http;
 pub mod http_upstream;
 pub mod invocations;
 pub mod jsonrpc;
 pub mod message;
-pub mod mrtr;
 pub mod naming;
 pub mod outbound;
 pub mod policy;
@@ -38,6 +36,8 @@ pub mod stream;
 #[cfg(test)]
 mod tests;
 pub mod upstream;
+pub mod upstream_era;
+pub mod upstream_mrtr;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

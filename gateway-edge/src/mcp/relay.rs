@@ -2,7 +2,7 @@
 //! requests an upstream sends (`sampling/createMessage`, `elicitation/create`, `roots/list`,
 //! `ping`) relayed to the client with a rewritten id (`coffer-relay-N`), and the client's
 //! `notifications/cancelled` for a call in flight, forwarded with the upstream's own request id.
-//! A 2026-07-28 upstream's input requests (an `InputRequiredResult`, see [`super::mrtr`]) take
+//! A 2026-07-28 upstream's input requests (an `InputRequiredResult`, see [`super::upstream_mrtr`]) take
 //! the same way to the client through [`Relays::ask`]; their answers come back to the caller
 //! instead of to the upstream.
 use std::collections::{HashMap, HashSet};

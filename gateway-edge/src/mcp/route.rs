@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 
 use super::answer::{Answer, RpcError};
 use super::catalog::{ListKind, expose_uri, split_uri};
-use super::era::Era;
 use super::jsonrpc::INVALID_PARAMS;
-use super::mrtr;
 use super::naming;
 use super::policy;
 use super::session::{RequestCtx, Session};
 use super::upstream::{Reply, Upstream, UpstreamError};
+use super::upstream_era::Era;
+use super::upstream_mrtr;
 
 impl Session {
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
@@ -190,7 +190,7 @@ impl Session {
     /// While it runs, requests from that upstream may be relayed on `ctx.side`, and the client
     /// may cancel it by `ctx.id`. A 2026-07-28 upstream that answers with an
     /// `InputRequiredResult` gets its input requests relayed to the client and the request
-    /// retried with the answers ([`super::mrtr`]): the client sees the final result.
+    /// retried with the answers ([`super::upstream_mrtr`]): the client sees the final result.
     async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
         let snapshot = self.shared.snapshot.current();
         let Some(spec) = snapshot.servers.get(server) else {
@@ -220,7 +220,7 @@ impl Session {
         }
         if up.era() == Era::Modern
             && let Ok(Reply::Result(r)) = &res
-            && mrtr::input_required(method, r)
+            && upstream_mrtr::input_required(method, r)
         {
             // Boxed: a rare path, kept out of every call's future.
             res = match Box::pin(self.input_rounds(&up, server, method, params, res, timeout, ctx)).await {

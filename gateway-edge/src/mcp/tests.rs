@@ -1162,5 +1162,5 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
     s.close().await;
 }
 
-#[path = "era_tests.rs"]
-mod era_tests;
+#[path = "upstream_era_tests.rs"]
+mod upstream_era_tests;

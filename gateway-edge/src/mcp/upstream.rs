@@ -6,7 +6,7 @@
 //! §Backward Compatibility): `server/discover` first, `initialize` when that fails in any way;
 //! a modern upstream then gets the session's client info and capabilities in `_meta` on every
 //! request, and a `subscriptions/listen` request stays open for its list changes (see
-//! [`super::era`]).
+//! [`super::upstream_era`]).
 //!
 //! Requests get fresh numeric ids and are matched to responses by id (out of order is fine).
 //! Results and errors are kept as raw JSON so they reach the client verbatim. Lines that are
@@ -30,8 +30,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::era::{self, Era};
 use super::http_upstream::Mirror;
+use super::upstream_era::{self as era, Era};
 
 /// Longest line accepted from an upstream (bytes).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -441,7 +441,7 @@ impl Upstream {
     }
 
     /// The `server/discover` probe, waiting at most `wait`: `Ok(Some(init))` when the upstream
-    /// speaks 2026-07-28 (its result in `initialize` shape, see [`era::discovered`]);
+    /// speaks 2026-07-28 (its result in `initialize` shape, see [`upstream_era::discovered`]);
     /// `Ok(None)` when it answered anything else (an error, a result that is no usable
     /// `DiscoverResult`, an HTTP rejection) or nothing in time: a handshake-era server.
     ///

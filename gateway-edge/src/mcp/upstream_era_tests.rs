@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::super::era::{Era, MODERN};
 use super::super::upstream::{Reply, Upstream, UpstreamEvent};
+use super::super::upstream_era::{Era, MODERN};
 use super::{Harness, call, error, result, server, snapshot};
 
 /// How the fake answers `server/discover`.
@@ -287,7 +287,7 @@ async fn input_required_results_are_relayed_retried_and_bounded() {
     // Endless rounds: requestState only, never complete.
     let e = error(call(&s, "m__loop", json!({})).await);
     assert!(e.message.contains("after 8 rounds"), "{}", e.message);
-    assert_eq!(f.posts("tools/call").len(), 1 + super::super::mrtr::MAX_ROUNDS);
+    assert_eq!(f.posts("tools/call").len(), 1 + super::super::upstream_mrtr::MAX_ROUNDS);
     let (_, last) = f.posts("tools/call").pop().unwrap();
     assert_eq!(last["params"]["requestState"], "again", "the state is echoed");
     assert_eq!(last["params"]["inputResponses"], json!({}));
