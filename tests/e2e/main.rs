@@ -58,4 +58,5 @@ mod ui_llm;
 mod ui_shell;
 mod ui_sync;
 mod ui_vault;
+mod upstream_eras;
 mod upstream_health;

@@ -23,6 +23,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::ListKind;
+use super::upstream_era::Era;
 use super::{SUPPORTED_VERSIONS, Session, Shared};
 use crate::snapshot::Generation;
 
@@ -99,6 +100,9 @@ struct Entry {
     /// The server's last failure (whatever the profile: a server that cannot start cannot for
     /// any client).
     failure: Option<Failure>,
+    /// The protocol era the server was found speaking at this generation (whatever the
+    /// profile), so that later starts skip a probe that would fail.
+    era: Option<Era>,
 }
 
 impl Entry {
@@ -107,6 +111,7 @@ impl Entry {
         if self.generation != generation {
             self.generation = generation;
             self.failure = None;
+            self.era = None;
             for l in self.lists.values_mut() {
                 l.stale = true;
             }
@@ -222,6 +227,22 @@ impl GatewayCatalog {
             e.failure = Some(Failure { at: Instant::now(), attempts, error: error.to_owned() });
         }
         self.bump();
+    }
+
+    /// The era `server` was found speaking at `generation`, if known.
+    pub fn era(&self, server: &str, generation: Generation) -> Option<Era> {
+        let servers = self.servers.lock().expect("catalog");
+        servers.get(server).filter(|e| e.generation == generation).and_then(|e| e.era)
+    }
+
+    /// Remembers that `server` at `generation` speaks `era` (learnt by a start's probe).
+    pub fn learn_era(&self, server: &str, generation: Generation, era: Era) {
+        let mut servers = self.servers.lock().expect("catalog");
+        let e = servers.entry(server.to_owned()).or_default();
+        if e.generation == generation || (e.lists.is_empty() && e.warming.is_empty()) {
+            e.at(generation);
+            e.era = Some(era);
+        }
     }
 
     /// Marks the known lists of `server` (or of every server) stale: the server said its lists
@@ -399,6 +420,24 @@ mod tests {
 
     fn p() -> Profile {
         Profile::default()
+    }
+
+    #[test]
+    fn the_era_is_remembered_per_generation() {
+        let c = GatewayCatalog::default();
+        assert_eq!(c.era("a", generation(1)), None);
+        c.learn_era("a", generation(1), Era::Modern);
+        assert_eq!(c.era("a", generation(1)), Some(Era::Modern));
+        assert_eq!(c.era("b", generation(1)), None, "per server");
+        // A new registry version or credential epoch may run another program: probe again.
+        assert_eq!(c.era("a", generation(2)), None);
+        c.store("a", generation(2), &p(), ListKind::Tools, Arc::new(vec![]));
+        assert_eq!(c.era("a", generation(2)), None);
+        c.learn_era("a", generation(2), Era::Legacy);
+        assert_eq!(c.era("a", generation(2)), Some(Era::Legacy));
+        // A late start of the old generation does not overwrite what the new one learnt.
+        c.learn_era("a", generation(1), Era::Modern);
+        assert_eq!(c.era("a", generation(2)), Some(Era::Legacy));
     }
 
     #[test]

@@ -46,6 +46,8 @@ use super::upstream::{Core, MAX_FRAME, UpstreamError, trim_line};
 
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 const ACCEPT_POST: &str = "application/json, text/event-stream";
 const EVENT_STREAM: &str = "text/event-stream";
@@ -74,7 +76,7 @@ const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Characters of an error body quoted in an error message.
 const SNIPPET_CHARS: usize = 200;
 /// Headers the transport sets itself; a server's configured headers may not replace them.
-const MANAGED_HEADERS: [&str; 9] = [
+const MANAGED_HEADERS: [&str; 11] = [
     "accept",
     "content-type",
     "content-length",
@@ -83,8 +85,21 @@ const MANAGED_HEADERS: [&str; 9] = [
     "connection",
     "mcp-session-id",
     "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
     "last-event-id",
 ];
+
+/// The request metadata headers of a stateless-revision POST (MCP 2026-07-28
+/// basic/transports/streamable-http §Request Metadata): the protocol version, the method and,
+/// for `tools/call`, `resources/read` and `prompts/get`, the name (already encoded, see
+/// `upstream_era::header_value`).
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    pub version: &'static str,
+    pub method: String,
+    pub name: Option<String>,
+}
 
 /// Client side of one upstream Streamable HTTP session (MCP 2025-11-25, basic/transports
 /// §Streamable HTTP). Created by `Upstream::start` for a server whose transport is `"http"`.
@@ -116,6 +131,9 @@ struct Inner {
     expired: AtomicBool,
     /// Why this transport closed the core (for errors of sends that race with it).
     close_reason: Mutex<String>,
+    /// The upstream speaks the stateless revision: no session id is kept, no `GET` stream
+    /// opened, no `DELETE` sent.
+    stateless: AtomicBool,
 }
 
 impl HttpTransport {
@@ -174,6 +192,7 @@ impl HttpTransport {
                 cancel: CancellationToken::new(),
                 expired: AtomicBool::new(false),
                 close_reason: Mutex::new(String::new()),
+                stateless: AtomicBool::new(false),
             }),
             tasks: Mutex::new(JoinSet::new()),
             listening: AtomicBool::new(false),
@@ -195,7 +214,16 @@ impl HttpTransport {
         self.spawn(self.inner.clone().listen());
     }
 
-    /// POSTs one complete JSON-RPC message (`line`). For a request (`request_id` set) this
+    /// Switches to the stateless revision (MCP 2026-07-28 basic/transports/streamable-http):
+    /// every later POST carries the [`Mirror`] headers its request gives, and there is no
+    /// session, no `GET` stream and no `DELETE`.
+    pub fn stateless(&self) {
+        self.inner.stateless.store(true, Ordering::Release);
+        *self.inner.session_id.lock().expect("session") = None;
+    }
+
+    /// POSTs one complete JSON-RPC message (`line`); `mirror`: the stateless revision's
+    /// request headers for it. For a request (`request_id` set) this
     /// returns at once and a task reads the answer, feeding every message to the core (or
     /// failing that request with -32001). For a notification or a response it waits until the
     /// server accepted it (at most 5 s), so that it reaches the server before anything sent
@@ -204,17 +232,22 @@ impl HttpTransport {
     /// # Errors
     /// [`UpstreamError::Closed`] when the transport is closed, the upstream is unreachable, or
     /// its session expired.
-    pub async fn send(&self, line: String, request_id: Option<u64>) -> Result<(), UpstreamError> {
+    pub async fn send(
+        &self,
+        line: String,
+        request_id: Option<u64>,
+        mirror: Option<Box<Mirror>>,
+    ) -> Result<(), UpstreamError> {
         if self.inner.cancel.is_cancelled() || !self.inner.core.is_alive() {
             return Err(self.inner.closed_error());
         }
         let inner = self.inner.clone();
         if request_id.is_some() {
-            self.spawn(inner.post(line, request_id, None));
+            self.spawn(inner.post(line, request_id, None, mirror));
             return Ok(());
         }
         let (accepted, answered) = oneshot::channel();
-        self.spawn(inner.post(line, None, Some(accepted)));
+        self.spawn(inner.post(line, None, Some(accepted), mirror));
         // Either outcome of the channel means the POST's status is known (or the task ended).
         let _ = tokio::time::timeout(ACCEPT_TIMEOUT, answered).await;
         if self.inner.core.is_alive() { Ok(()) } else { Err(self.inner.closed_error()) }
@@ -300,14 +333,34 @@ impl Inner {
     }
 
     /// POSTs `body` and handles the answer. `accepted` is dropped once the status is known.
-    async fn post(self: Arc<Self>, body: String, request_id: Option<u64>, accepted: Option<oneshot::Sender<()>>) {
-        let (rb, had_session) = self.request(Method::POST);
+    async fn post(
+        self: Arc<Self>,
+        body: String,
+        request_id: Option<u64>,
+        accepted: Option<oneshot::Sender<()>>,
+        mirror: Option<Box<Mirror>>,
+    ) {
+        let (mut rb, had_session) = self.request(Method::POST);
+        let stateless = mirror.is_some();
+        if let Some(m) = mirror {
+            rb = rb.header(MCP_PROTOCOL_VERSION, m.version);
+            if let Ok(v) = HeaderValue::from_str(&m.method) {
+                rb = rb.header(MCP_METHOD, v);
+            }
+            if let Some(v) = m.name.and_then(|n| HeaderValue::from_str(&n).ok()) {
+                rb = rb.header(MCP_NAME, v);
+            }
+        }
         let rb = rb.header(CONTENT_TYPE, JSON).header(ACCEPT, ACCEPT_POST).body(body);
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => return self.send_failed(request_id, e),
         };
-        self.capture_session(&resp);
+        // A stateless request (or the probe) never starts a session, even if a server sends an
+        // id with its answer.
+        if !stateless {
+            self.capture_session(&resp);
+        }
         let resp = match self.check_session(resp, had_session).await {
             Checked::Expired => return,
             Checked::Refused { status, ctype, snippet } => {
@@ -1048,7 +1101,16 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
         let home = CofferHome::at(PathBuf::from("/nonexistent-coffer-home"));
-        let up = Upstream::start(&server(url), &home, &params, tx, WAIT, Vec::new()).await?;
+        let up = Upstream::start(
+            &server(url),
+            &home,
+            &params,
+            tx,
+            WAIT,
+            Vec::new(),
+            Some(crate::mcp::upstream_era::Era::Legacy),
+        )
+        .await?;
         Ok((up, rx))
     }
 

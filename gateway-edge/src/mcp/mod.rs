@@ -39,6 +39,8 @@ pub mod stream;
 #[cfg(test)]
 mod tests;
 pub mod upstream;
+pub mod upstream_era;
+pub mod upstream_mrtr;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -212,6 +212,9 @@ impl Pool {
         let started = Instant::now();
         // Credential references become values only here, only for this child; a missing
         // credential fails the start like any other start error (-32001, naming it).
+        // The era this registration was found speaking (by the catalog's background start or
+        // an earlier session): the upstream starts in it directly, without a probe that fails.
+        let hint = self.shared.lists.era(&server.name, generation);
         let res = match self.shared.resolve_server(server).await {
             Ok((resolved, secrets)) => {
                 Upstream::start(
@@ -221,6 +224,7 @@ impl Pool {
                     self.events.clone(),
                     self.shared.start_timeout(),
                     secrets,
+                    hint,
                 )
                 .await
             }
@@ -228,10 +232,12 @@ impl Pool {
         };
         match res {
             Ok(u) => {
-                tracing::info!(server = %server.name, session = %self.session_id, pid = u.pid, elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
+                tracing::info!(server = %server.name, session = %self.session_id, pid = u.pid, era = u.era().as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
                 u.watch_health(self.shared.health.started(server));
+                self.shared.lists.learn_era(&server.name, generation, u.era());
                 let level = self.log_level.lock().expect("level").clone();
                 if let Some(level) = level
+                    && !u.set_log_level(&level)
                     && u.has_capability("logging")
                 {
                     let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
@@ -253,13 +259,15 @@ impl Pool {
         }
     }
 
-    /// Remembers `level` for upstreams started later and applies it to every running upstream
-    /// that offers logging (`logging/setLevel`, each bounded by the list deadline).
+    /// Remembers `level` for upstreams started later and applies it to every running upstream:
+    /// a modern one gets it in each request's `_meta`, a handshake-era one that offers logging
+    /// gets `logging/setLevel` (each bounded by the list deadline).
     pub async fn set_level(&self, level: String) {
         let p = RawValue::from_string(json!({"level": level}).to_string()).expect("json");
-        *self.log_level.lock().expect("level") = Some(level);
+        *self.log_level.lock().expect("level") = Some(level.clone());
         for name in self.servers() {
             if let Some(up) = self.running(&name).await
+                && !up.set_log_level(&level)
                 && up.has_capability("logging")
                 && let Err(e) = up.request("logging/setLevel", Some(&p), self.shared.list_timeout()).await
             {

@@ -2,6 +2,9 @@
 //! requests an upstream sends (`sampling/createMessage`, `elicitation/create`, `roots/list`,
 //! `ping`) relayed to the client with a rewritten id (`coffer-relay-N`), and the client's
 //! `notifications/cancelled` for a call in flight, forwarded with the upstream's own request id.
+//! A 2026-07-28 upstream's input requests (an `InputRequiredResult`, see [`super::upstream_mrtr`]) take
+//! the same way to the client through [`Relays::ask`]; their answers come back to the caller
+//! instead of to the upstream.
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +25,15 @@ use super::upstream::Reply;
 /// A request an upstream sent that waits for the downstream client's answer.
 struct Relay {
     server: String,
-    upstream_id: Box<RawValue>,
+    to: Target,
+}
+
+/// Where the client's answer to a relayed request goes.
+enum Target {
+    /// To the upstream, as the response to its request with this (raw) id.
+    Upstream(Box<RawValue>),
+    /// To the gateway itself (an input request of an `InputRequiredResult`).
+    Local(tokio::sync::oneshot::Sender<Reply>),
 }
 
 /// A POST response stream that upstream requests may be relayed on while its call runs.
@@ -137,9 +148,128 @@ impl Relays {
             (None, Some(e)) => Reply::Error(e),
             (None, None) => Reply::Result(RawValue::from_string("{}".into()).expect("json")),
         };
-        if let Some(up) = pool.running(&relay.server).await {
-            let _ = up.respond(&relay.upstream_id, reply).await;
+        match relay.to {
+            Target::Upstream(upstream_id) => {
+                if let Some(up) = pool.running(&relay.server).await {
+                    let _ = up.respond(&upstream_id, reply).await;
+                }
+            }
+            Target::Local(tx) => {
+                let _ = tx.send(reply);
+            }
         }
+    }
+
+    /// Asks the client `method` with `params` on behalf of `server` (an input request of a
+    /// 2026-07-28 upstream's `InputRequiredResult`), exactly as [`Relays::relay`] relays a
+    /// handshake-era upstream's own request, and returns the client's answer. An error reply
+    /// when the client lacks the capability, has no stream to take it, or does not answer
+    /// within `timeout` (or before `closed` fires).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn ask(
+        &self,
+        pool: &Pool,
+        outbound: &Outbound,
+        closed: &CancellationToken,
+        timeout: Duration,
+        server: &str,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Reply {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let relay_id = match self.send(pool, outbound, server, method, params, Target::Local(tx)) {
+            Ok(id) => id,
+            Err(reply) => return reply,
+        };
+        let answer = tokio::select! {
+            r = tokio::time::timeout(timeout, rx) => r.ok().and_then(Result::ok),
+            _ = closed.cancelled() => None,
+        };
+        self.waiting.lock().expect("relays").remove(&relay_id);
+        answer.unwrap_or_else(|| {
+            Reply::Error(error_raw(
+                UPSTREAM_TIMEOUT,
+                &format!("The client did not answer {method} within {} ms", timeout.as_millis()),
+            ))
+        })
+    }
+
+    /// Sends request `method` to the client for `server` with a fresh relay id, registered as
+    /// waiting with `to`: on the originating POST's stream when a call to that server is
+    /// running, else on the GET stream (`outbound`). Returns the relay id (raw JSON text), or
+    /// the error to answer with (unknown method, a capability the client did not declare, no
+    /// stream to relay on; `ping` without a stream is answered `{}`).
+    fn send(
+        &self,
+        pool: &Pool,
+        outbound: &Outbound,
+        server: &str,
+        method: &str,
+        params: Option<&RawValue>,
+        to: Target,
+    ) -> Result<String, Reply> {
+        let needed = match method {
+            "sampling/createMessage" => Some("sampling"),
+            "elicitation/create" => Some("elicitation"),
+            "roots/list" => Some("roots"),
+            "ping" => None,
+            _ => {
+                return Err(Reply::Error(error_raw(
+                    METHOD_NOT_FOUND,
+                    &format!(
+                        "Method not found: {} (Coffer relays sampling, elicitation, roots and ping)",
+                        truncate(method, 100)
+                    ),
+                )));
+            }
+        };
+        if let Some(cap) = needed
+            && pool.init_params()["capabilities"].get(cap).is_none()
+        {
+            let err = error_raw(METHOD_NOT_FOUND, &format!("The client did not declare the {cap} capability"));
+            return Err(Reply::Error(err));
+        }
+        // A modern client (MCP 2026-07-28) takes no server→client requests: `ping` is answered
+        // here, the rest only on the stream of a call, where `mrtr.rs` turns them into input
+        // requests; there is no GET stream to send them on.
+        let modern = pool.init_params()["protocolVersion"].as_str().is_some_and(super::era::is_modern);
+        if modern && method == "ping" {
+            return Err(Reply::Result(RawValue::from_string("{}".into()).expect("json")));
+        }
+        let side = self
+            .streams
+            .lock()
+            .expect("streams")
+            .iter()
+            .rev()
+            .find(|r| r.server == server && !r.side.is_closed())
+            .map(|r| r.side.clone());
+        if side.is_none() && (modern || !outbound.has_listener()) {
+            if method == "ping" {
+                return Err(Reply::Result(RawValue::from_string("{}".into()).expect("json")));
+            }
+            let err = error_raw(UPSTREAM_UNAVAILABLE, "The client has no open stream to relay this request on");
+            return Err(Reply::Error(err));
+        }
+        let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
+        self.waiting.lock().expect("relays").insert(relay_id.clone(), Relay { server: server.to_owned(), to });
+        let method_json = serde_json::to_string(method).expect("json");
+        let msg = match params {
+            Some(p) => {
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{method_json},\"params\":{}}}", p.get())
+            }
+            None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{method_json}}}"),
+        };
+        match side {
+            Some(tx) if tx.send(msg.clone()).is_ok() => {}
+            _ if modern => {
+                self.waiting.lock().expect("relays").remove(&relay_id);
+                let err = error_raw(UPSTREAM_UNAVAILABLE, "The client's call ended before this request could reach it");
+                return Err(Reply::Error(err));
+            }
+            _ => outbound.push(msg),
+        }
+        Ok(relay_id)
     }
 
     /// Relays a request `server`'s upstream sent to the client: on the originating POST's
@@ -160,84 +290,14 @@ impl Relays {
         params: Option<Box<RawValue>>,
     ) {
         let Some(up) = pool.running(&server).await else { return };
-        let needed = match method.as_str() {
-            "sampling/createMessage" => Some("sampling"),
-            "elicitation/create" => Some("elicitation"),
-            "roots/list" => Some("roots"),
-            "ping" => None,
-            _ => {
-                let err = error_raw(
-                    METHOD_NOT_FOUND,
-                    &format!(
-                        "Method not found: {} (Coffer relays sampling, elicitation, roots and ping)",
-                        truncate(&method, 100)
-                    ),
-                );
-                let _ = up.respond(&id, Reply::Error(err)).await;
-                return;
-            }
-        };
-        if let Some(cap) = needed
-            && pool.init_params()["capabilities"].get(cap).is_none()
-        {
-            let err = error_raw(METHOD_NOT_FOUND, &format!("The client did not declare the {cap} capability"));
-            let _ = up.respond(&id, Reply::Error(err)).await;
-            return;
-        }
-        // A modern client (MCP 2026-07-28) takes no server→client requests: `ping` is answered
-        // here, the rest only on the stream of a call, where `mrtr.rs` turns them into input
-        // requests; there is no GET stream to send them on.
-        let modern = pool.init_params()["protocolVersion"].as_str().is_some_and(super::era::is_modern);
-        if modern && method == "ping" {
-            let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
-            return;
-        }
-        let side = self
-            .streams
-            .lock()
-            .expect("streams")
-            .iter()
-            .rev()
-            .find(|r| r.server == server && !r.side.is_closed())
-            .map(|r| r.side.clone());
-        if side.is_none() && (modern || !outbound.has_listener()) {
-            if method == "ping" {
-                let _ = up.respond(&id, Reply::Result(RawValue::from_string("{}".into()).expect("json"))).await;
-            } else {
-                let err = error_raw(UPSTREAM_UNAVAILABLE, "The client has no open stream to relay this request on");
-                let _ = up.respond(&id, Reply::Error(err)).await;
-            }
-            return;
-        }
-        let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
-        self.waiting
-            .lock()
-            .expect("relays")
-            .insert(relay_id.clone(), Relay { server: server.clone(), upstream_id: id });
-        let msg = match &params {
-            Some(p) => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{},\"params\":{}}}",
-                serde_json::to_string(&method).expect("json"),
-                p.get()
-            ),
-            None => format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{}}}",
-                serde_json::to_string(&method).expect("json")
-            ),
-        };
-        match side {
-            Some(tx) if tx.send(msg.clone()).is_ok() => {}
-            _ if modern => {
-                let relay = self.waiting.lock().expect("relays").remove(&relay_id);
-                if let Some(r) = relay {
-                    let err =
-                        error_raw(UPSTREAM_UNAVAILABLE, "The client's call ended before this request could reach it");
-                    let _ = up.respond(&r.upstream_id, Reply::Error(err)).await;
+        let relay_id =
+            match self.send(pool, outbound, &server, &method, params.as_deref(), Target::Upstream(id.clone())) {
+                Ok(relay_id) => relay_id,
+                Err(reply) => {
+                    let _ = up.respond(&id, reply).await;
+                    return;
                 }
-                return;
-            }
-            _ => outbound.push(msg),
-        }
+            };
         // Bound the wait by the call timeout: an unanswered relay gets an error upstream.
         let waiting = self.waiting.clone();
         let closed = closed.clone();
@@ -247,12 +307,12 @@ impl Relays {
                 _ = closed.cancelled() => {}
             }
             let expired = waiting.lock().expect("relays").remove(&relay_id);
-            if let Some(r) = expired {
+            if let Some(Relay { to: Target::Upstream(upstream_id), .. }) = expired {
                 let err = error_raw(
                     UPSTREAM_TIMEOUT,
                     &format!("The client did not answer {method} within {} ms", timeout.as_millis()),
                 );
-                let _ = up.respond(&r.upstream_id, Reply::Error(err)).await;
+                let _ = up.respond(&upstream_id, Reply::Error(err)).await;
             }
         });
     }

@@ -18,7 +18,9 @@ use super::jsonrpc::INVALID_PARAMS;
 use super::naming;
 use super::policy;
 use super::session::{RequestCtx, Session};
-use super::upstream::{Reply, UpstreamError};
+use super::upstream::{Reply, Upstream, UpstreamError};
+use super::upstream_era::Era;
+use super::upstream_mrtr;
 
 impl Session {
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
@@ -190,7 +192,9 @@ impl Session {
     /// Sends request `method` with `params` to `server`'s upstream (started if needed) and
     /// waits for its answer, at most the server's timeout (else the default call timeout).
     /// While it runs, requests from that upstream may be relayed on `ctx.side`, and the client
-    /// may cancel it by `ctx.id`.
+    /// may cancel it by `ctx.id`. A 2026-07-28 upstream that answers with an
+    /// `InputRequiredResult` gets its input requests relayed to the client and the request
+    /// retried with the answers ([`super::upstream_mrtr`]): the client sees the final result.
     async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
         let snapshot = self.shared.snapshot.current();
         let Some(spec) = snapshot.servers.get(server) else {
@@ -203,6 +207,7 @@ impl Session {
         let timeout =
             if spec.timeout_ms > 0 { Duration::from_millis(spec.timeout_ms) } else { self.shared.call_timeout() };
         let _guard = ctx.side.as_ref().map(|side| self.relays.open_stream(server, side));
+        // `exchange` written out: the hot path's future stays small.
         let heard = up.heard();
         let (uid, rx) = match up.begin(method, Some(params)).await {
             Ok(p) => p,
@@ -211,11 +216,21 @@ impl Session {
         if let Some(id) = &ctx.id {
             self.relays.begin(id, server, uid);
         }
-        let res = up.finish(uid, rx, timeout, Some(heard)).await;
+        let mut res = up.finish(uid, rx, timeout, Some(heard)).await;
         if let Some(id) = &ctx.id
             && self.relays.end(id)
         {
             return Answer::Cancelled;
+        }
+        if up.era() == Era::Modern
+            && let Ok(Reply::Result(r)) = &res
+            && upstream_mrtr::input_required(method, r)
+        {
+            // Boxed: a rare path, kept out of every call's future.
+            res = match Box::pin(self.input_rounds(&up, server, method, params, res, timeout, ctx)).await {
+                Ok(res) => res,
+                Err(answer) => return answer,
+            };
         }
         match res {
             Ok(Reply::Result(r)) => {
@@ -240,6 +255,36 @@ impl Session {
                 Answer::Error(e.into())
             }
         }
+    }
+}
+
+impl Session {
+    /// One request to `up` and its reply (at most `timeout`); `Err(Answer::Cancelled)` when the
+    /// client cancelled it meanwhile, `Err` with the error when it could not be sent.
+    pub(super) async fn exchange(
+        &self,
+        up: &Arc<Upstream>,
+        server: &str,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+        ctx: &RequestCtx,
+    ) -> Result<Result<Reply, UpstreamError>, Answer> {
+        let heard = up.heard();
+        let (uid, rx) = match up.begin(method, Some(params)).await {
+            Ok(p) => p,
+            Err(e) => return Err(Answer::Error(e.into())),
+        };
+        if let Some(id) = &ctx.id {
+            self.relays.begin(id, server, uid);
+        }
+        let res = up.finish(uid, rx, timeout, Some(heard)).await;
+        if let Some(id) = &ctx.id
+            && self.relays.end(id)
+        {
+            return Err(Answer::Cancelled);
+        }
+        Ok(res)
     }
 }
 

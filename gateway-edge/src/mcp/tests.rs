@@ -1161,3 +1161,6 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
     assert!(!names(&s.list(ListKind::Tools).await).contains(&"coffer__remember"));
     s.close().await;
 }
+
+#[path = "upstream_era_tests.rs"]
+mod upstream_era_tests;

@@ -2,6 +2,12 @@
 //! 2025-11-25 basic/transports §stdio): newline-delimited JSON-RPC on the child's stdin/stdout,
 //! stderr drained continuously into `logs/upstreams/<server>.log`.
 //!
+//! The upstream's protocol era is probed at start (MCP 2026-07-28 basic/transports/stdio
+//! §Backward Compatibility): `server/discover` first, `initialize` when that fails in any way;
+//! a modern upstream then gets the session's client info and capabilities in `_meta` on every
+//! request, and a `subscriptions/listen` request stays open for its list changes (see
+//! [`super::upstream_era`]).
+//!
 //! Requests get fresh numeric ids and are matched to responses by id (out of order is fine).
 //! Results and errors are kept as raw JSON so they reach the client verbatim. Lines that are
 //! not JSON-RPC are skipped and logged. When the child exits, every request in flight fails at
@@ -22,6 +28,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::http_upstream::Mirror;
+use super::upstream_era::{self as era, Era};
 
 /// Longest line accepted from an upstream (bytes).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -94,6 +104,8 @@ pub struct Core {
     /// Set when Coffer closed the connection itself ([`Core::stop`]).
     stopped: AtomicBool,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    /// Fires when the connection closes (ends the `subscriptions/listen` task).
+    ended: CancellationToken,
 }
 
 /// Longest start of a non-protocol line kept to name it (characters).
@@ -112,6 +124,7 @@ impl Core {
             close_reason: Mutex::new(String::new()),
             stopped: AtomicBool::new(false),
             events,
+            ended: CancellationToken::new(),
         })
     }
 
@@ -207,6 +220,7 @@ impl Core {
         self.stopped.store(stopped, Ordering::Release);
         *self.close_reason.lock().expect("reason") = reason.to_owned();
         self.pending.lock().expect("pending").clear();
+        self.ended.cancel();
         let _ = self.events.send(UpstreamEvent::Closed { server: self.server.clone() });
     }
 
@@ -247,10 +261,18 @@ enum Transport {
 /// A running upstream.
 pub struct Upstream {
     pub server: String,
+    /// The protocol era it speaks (probed at start).
+    era: Era,
+    /// Modern era: the `_meta` object (JSON text) every request carries; rebuilt when the
+    /// client sets a log level.
+    meta: std::sync::RwLock<Arc<str>>,
+    /// The session's `{protocolVersion, capabilities, clientInfo}` (for rebuilding `meta`).
+    client: serde_json::Value,
     next_id: AtomicU64,
     core: Arc<Core>,
     transport: Transport,
-    /// The upstream's `initialize` result (raw).
+    /// The upstream's `initialize` result, or for a modern upstream its `server/discover`
+    /// result in that shape (`{protocolVersion, capabilities, serverInfo, instructions?}`).
     pub init_result: serde_json::Value,
     /// Process id (0 for HTTP upstreams).
     pub pid: i32,
@@ -267,6 +289,13 @@ const STDERR_TAIL_CHARS: usize = 300;
 /// Longest wait, after a stdio upstream failed its start, for its exit status and last stderr
 /// lines (it has usually exited already).
 const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// Longest wait for an answer to the `server/discover` probe of a server whose era is not known
+/// yet; then it is taken for a handshake-era server that ignores unknown methods (a modern one
+/// answering late is still found: it refuses the `initialize` that follows with -32022).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most consecutive `subscriptions/listen` requests that end without a notification before
+/// Coffer stops re-opening it for an upstream.
+const LISTEN_RETRIES: u32 = 5;
 
 /// The last lines an upstream wrote on stderr (redacted), and whether stderr reached its end.
 struct StderrTail {
@@ -296,15 +325,21 @@ impl StderrTail {
 }
 
 impl Upstream {
-    /// Starts `server` (spawning a stdio child or opening a Streamable HTTP client session) and
-    /// performs the MCP handshake, mirroring the downstream client's `protocol_version`,
-    /// `capabilities` and `client_info`. Non-response messages go to `events`. `secrets` are
-    /// the credential values resolved into `server` (see `Shared::resolve_server`): they are
-    /// redacted from the child's stderr log and from start errors.
+    /// Starts `server` (spawning a stdio child or opening a Streamable HTTP client) and learns
+    /// its protocol era: `server/discover` at 2026-07-28 first (the session's client info and
+    /// capabilities in `_meta`), else the `initialize` handshake mirroring the downstream
+    /// client's `protocolVersion` (2025-11-25 when the session itself speaks 2026-07-28),
+    /// `capabilities` and `client_info`. `hint` is the era this server was found speaking
+    /// before (the gateway catalog remembers it per registration): `Legacy` skips the probe,
+    /// `Modern` gives it the whole `timeout`; an upstream that changed era since is still
+    /// found (a refused handshake is probed, a failed probe falls back). Without a hint the
+    /// probe waits at most [`PROBE_TIMEOUT`] (and half of `timeout`). Non-response messages go to `events`. `secrets`
+    /// are the credential values resolved into `server` (see `Shared::resolve_server`): they
+    /// are redacted from the child's stderr log and from start errors.
     ///
     /// # Errors
-    /// [`UpstreamError::Start`] when the process cannot start, exits, or fails `initialize`
-    /// within `timeout`.
+    /// [`UpstreamError::Start`] when the process cannot start, exits, or answers neither
+    /// `server/discover` nor `initialize` within `timeout`.
     pub async fn start(
         server: &McpServer,
         home: &CofferHome,
@@ -312,6 +347,7 @@ impl Upstream {
         events: mpsc::UnboundedSender<UpstreamEvent>,
         timeout: Duration,
         secrets: Vec<SecretString>,
+        hint: Option<Era>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let name = server.name.clone();
         let redactor = Arc::new(crate::credentials::Redactor::new(&secrets));
@@ -329,8 +365,12 @@ impl Upstream {
             }
             other => return Err(start_err(format!("transport {:?} is not supported", other.as_str_name()))),
         };
+        let meta: Arc<str> = era::client_meta(init_params, None).into();
         let mut up = Self {
             server: name.clone(),
+            era: Era::Legacy,
+            meta: std::sync::RwLock::new(meta.clone()),
+            client: init_params.clone(),
             next_id: AtomicU64::new(1),
             core,
             transport,
@@ -339,32 +379,40 @@ impl Upstream {
             redactor: redactor.clone(),
             health: std::sync::OnceLock::new(),
         };
-        let params = RawValue::from_string(init_params.to_string()).expect("valid JSON");
-        let reply = match up.request("initialize", Some(&params), timeout).await {
+        let started = std::time::Instant::now();
+        let left = |timeout: Duration| timeout.saturating_sub(started.elapsed());
+        let mut probed = false;
+        if hint != Some(Era::Legacy) {
+            // Unknown era: at most half the start budget, so the handshake keeps the rest.
+            let wait = if hint == Some(Era::Modern) { timeout } else { (timeout / 2).min(PROBE_TIMEOUT) };
+            probed = true;
+            match up.discover(&meta, wait).await {
+                Ok(Some(init)) => return Ok(up.into_modern(init)),
+                Ok(None) => {}
+                Err(e) => return Err(start_err(up.start_failure(e, " during startup").await)),
+            }
+        }
+        let params = RawValue::from_string(era::legacy_init_params(init_params).to_string()).expect("valid JSON");
+        let reply = match up.request("initialize", Some(&params), left(timeout)).await {
             Ok(Reply::Result(r)) => r,
             Ok(Reply::Error(e)) => {
+                // A modern server refuses the handshake with -32022, e.g. after it answered a
+                // probe that had timed out here, or because it changed era since the catalog
+                // learnt it: discover it now.
+                if era::error_code(&e) == Some(era::UNSUPPORTED_VERSION) {
+                    tracing::debug!(server = %name, probed, "Upstream refused initialize as a 2026-07-28 server; discovering it.");
+                    match up.discover(&meta, left(timeout)).await {
+                        Ok(Some(init)) => return Ok(up.into_modern(init)),
+                        Ok(None) => {}
+                        Err(e) => return Err(start_err(up.start_failure(e, " during startup").await)),
+                    }
+                }
                 let why = format!("initialize failed: {}", e.get());
                 let why = up.explain_failure(why, false, " during initialize").await;
                 up.shutdown(Duration::from_millis(500)).await;
                 return Err(start_err(why));
             }
-            Err(e) => {
-                let why = match e {
-                    UpstreamError::Closed { reason, .. } | UpstreamError::Stopped { reason, .. } => match &up.transport
-                    {
-                        // An HTTP upstream never "exits": its reason says what went wrong
-                        // (unreachable, refused, expired).
-                        Transport::Http(_) => reason,
-                        Transport::Stdio { .. } => up.explain_failure(reason, true, " during initialize").await,
-                    },
-                    UpstreamError::Timeout { ms, .. } => {
-                        up.explain_failure(format!("no initialize answer within {ms} ms"), false, "").await
-                    }
-                    UpstreamError::Start { reason, .. } => reason,
-                };
-                up.shutdown(Duration::from_millis(500)).await;
-                return Err(start_err(why));
-            }
+            Err(e) => return Err(start_err(up.start_failure(e, " during initialize").await)),
         };
         up.init_result = serde_json::from_str(reply.get()).unwrap_or_default();
         if let Transport::Http(t) = &up.transport {
@@ -372,6 +420,69 @@ impl Upstream {
         }
         up.notify("notifications/initialized", None).await?;
         Ok(Arc::new(up))
+    }
+
+    /// Why a start failed with `e` (then the upstream is shut down).
+    async fn start_failure(&self, e: UpstreamError, during: &str) -> String {
+        let why = match e {
+            UpstreamError::Closed { reason, .. } | UpstreamError::Stopped { reason, .. } => match &self.transport {
+                // An HTTP upstream never "exits": its reason says what went wrong
+                // (unreachable, refused, expired).
+                Transport::Http(_) => reason,
+                Transport::Stdio { .. } => self.explain_failure(reason, true, during).await,
+            },
+            UpstreamError::Timeout { ms, .. } => {
+                self.explain_failure(format!("no answer{during} within {ms} ms"), false, "").await
+            }
+            UpstreamError::Start { reason, .. } => reason,
+        };
+        self.shutdown(Duration::from_millis(500)).await;
+        why
+    }
+
+    /// The `server/discover` probe, waiting at most `wait`: `Ok(Some(init))` when the upstream
+    /// speaks 2026-07-28 (its result in `initialize` shape, see [`upstream_era::discovered`]);
+    /// `Ok(None)` when it answered anything else (an error, a result that is no usable
+    /// `DiscoverResult`, an HTTP rejection) or nothing in time: a handshake-era server.
+    ///
+    /// # Errors
+    /// The connection closed (the process exited, the URL is unreachable).
+    async fn discover(&self, meta: &str, wait: Duration) -> Result<Option<serde_json::Value>, UpstreamError> {
+        let params = era::discover_params(meta);
+        let (id, rx) = self.begin_as("server/discover", Some(&params), Some(era::MODERN)).await?;
+        // No wedge watch (`heard: None`): a handshake-era server may ignore an unknown method,
+        // which is no reason to close it.
+        match self.finish(id, rx, wait, None).await {
+            Ok(Reply::Result(r)) => {
+                let init = era::discovered(&r);
+                if init.is_none() {
+                    tracing::info!(server = %self.server, "Upstream answered server/discover without a usable 2026-07-28 result; using initialize.");
+                }
+                Ok(init)
+            }
+            Ok(Reply::Error(e)) => {
+                tracing::debug!(server = %self.server, error = %truncate_raw(&e), "Upstream refused server/discover; using initialize.");
+                Ok(None)
+            }
+            Err(UpstreamError::Timeout { ms, .. }) => {
+                tracing::info!(server = %self.server, wait_ms = ms, "Upstream did not answer server/discover in time; using initialize.");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Finishes a start as a modern upstream: its discover result as `init_result`, the HTTP
+    /// transport switched to the stateless revision, and its `subscriptions/listen` opened.
+    fn into_modern(mut self, init: serde_json::Value) -> Arc<Self> {
+        self.era = Era::Modern;
+        self.init_result = init;
+        if let Transport::Http(t) = &self.transport {
+            t.stateless();
+        }
+        let up = Arc::new(self);
+        up.listen();
+        up
     }
 
     /// Why the upstream is gone after its connection closed (a crash): for a stdio child, its
@@ -438,6 +549,80 @@ impl Upstream {
         })
     }
 
+    /// The protocol era it speaks.
+    pub fn era(&self) -> Era {
+        self.era
+    }
+
+    /// Applies the log level the client asked for: a modern upstream gets it in every
+    /// request's `_meta` from now on (the revision has no `logging/setLevel`); returns false
+    /// for a handshake-era upstream, which needs `logging/setLevel`.
+    pub fn set_log_level(&self, level: &str) -> bool {
+        if self.era != Era::Modern {
+            return false;
+        }
+        *self.meta.write().expect("meta") = era::client_meta(&self.client, Some(level)).into();
+        true
+    }
+
+    /// Opens the modern upstream's `subscriptions/listen` request for the list changes its
+    /// capabilities name (MCP 2026-07-28 basic/patterns/subscriptions): its notifications reach
+    /// the session's event loop like a handshake-era upstream's `notifications/*/list_changed`.
+    /// Re-opened when the server ends it, at most [`LISTEN_RETRIES`] times in a row without a
+    /// notification between; the task ends with the connection.
+    fn listen(self: &Arc<Self>) {
+        let caps = &self.init_result["capabilities"];
+        let mut filter = serde_json::Map::new();
+        for (cap, key) in
+            [("tools", "toolsListChanged"), ("prompts", "promptsListChanged"), ("resources", "resourcesListChanged")]
+        {
+            if caps.get(cap).is_some_and(serde_json::Value::is_object) {
+                filter.insert(key.into(), true.into());
+            }
+        }
+        if filter.is_empty() {
+            return;
+        }
+        let params = serde_json::json!({"notifications": filter}).to_string();
+        let weak = Arc::downgrade(self);
+        let ended = self.core.ended.clone();
+        tokio::spawn(async move {
+            let mut quiet: u32 = 0;
+            loop {
+                let Some(up) = weak.upgrade().filter(|u| u.is_alive()) else { return };
+                let heard = up.heard();
+                let raw = RawValue::from_string(params.clone()).expect("json");
+                let Ok((_, rx)) = up.begin("subscriptions/listen", Some(&raw)).await else { return };
+                drop(up);
+                let reply = tokio::select! {
+                    _ = ended.cancelled() => return,
+                    r = rx => r,
+                };
+                let Some(up) = weak.upgrade().filter(|u| u.is_alive()) else { return };
+                match reply {
+                    Err(_) => return,
+                    Ok(Reply::Error(e)) if matches!(era::error_code(&e), Some(-32601 | -32602)) => {
+                        tracing::info!(server = %up.server, error = %truncate_raw(&e), "Upstream offers no subscriptions/listen; its list changes are not followed.");
+                        return;
+                    }
+                    Ok(_) => {}
+                }
+                quiet = if up.heard() > heard + 2 { 0 } else { quiet + 1 };
+                if quiet > LISTEN_RETRIES {
+                    tracing::warn!(server = %up.server, "Upstream keeps ending subscriptions/listen; its list changes are not followed.");
+                    return;
+                }
+                drop(up);
+                // A backoff between re-opened subscriptions, not a wait for readiness.
+                let backoff = Duration::from_millis(200u64 << quiet.min(7));
+                tokio::select! {
+                    _ = ended.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            }
+        });
+    }
+
     /// Attaches the server's gateway-wide health (once): later answers clear a standing error
     /// there.
     pub fn watch_health(&self, health: Arc<super::ServerHealth>) {
@@ -465,7 +650,12 @@ impl Upstream {
 
     /// Sends one complete JSON-RPC message. `request_id` is set for requests, so an HTTP
     /// transport can fail that request if its POST fails.
-    async fn send(&self, line: String, request_id: Option<u64>) -> Result<(), UpstreamError> {
+    async fn send(
+        &self,
+        line: String,
+        request_id: Option<u64>,
+        mirror: Option<Box<Mirror>>,
+    ) -> Result<(), UpstreamError> {
         if !self.core.is_alive() {
             return Err(self.core.closed_error());
         }
@@ -479,7 +669,7 @@ impl Upstream {
                 if sent { Ok(()) } else { Err(self.core.closed_error()) }
             }
             // Boxed: the HTTP send is large, and a stdio call's future would otherwise carry it.
-            Transport::Http(t) => Box::pin(t.send(line, request_id)).await,
+            Transport::Http(t) => Box::pin(t.send(line, request_id, mirror)).await,
         }
     }
 
@@ -505,15 +695,65 @@ impl Upstream {
         self.core.heard.load(Ordering::Relaxed)
     }
 
-    /// First half of [`Upstream::request`]: registers and sends; returns the upstream id.
+    /// First half of [`Upstream::request`]: registers and sends; returns the upstream id. A
+    /// modern upstream's request carries the session's `_meta` (over HTTP also the mirrored
+    /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers).
     pub async fn begin(
         &self,
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
+        let (id, rx, line, mirror) = self.frame(method, params, None)?;
+        if let Err(e) = self.send(line, Some(id), mirror).await {
+            self.core.pending.lock().expect("pending").remove(&id);
+            return Err(e);
+        }
+        Ok((id, rx))
+    }
+
+    /// [`Upstream::begin`]; `version`: send it as a request of that stateless version whatever
+    /// the era (the `server/discover` probe, whose params carry `_meta` already).
+    async fn begin_as(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        version: Option<&'static str>,
+    ) -> Result<(u64, oneshot::Receiver<Reply>), UpstreamError> {
+        let (id, rx, line, mirror) = self.frame(method, params, version)?;
+        if let Err(e) = self.send(line, Some(id), mirror).await {
+            self.core.pending.lock().expect("pending").remove(&id);
+            return Err(e);
+        }
+        Ok((id, rx))
+    }
+
+    /// Registers request `method` under a fresh id and writes its line (with the session's
+    /// `_meta` for a modern upstream) and, for a stateless HTTP request, its mirrored headers.
+    /// Synchronous, so that none of it is held across the send (a call's future stays small).
+    #[allow(clippy::type_complexity)]
+    fn frame(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+        version: Option<&'static str>,
+    ) -> Result<(u64, oneshot::Receiver<Reply>, String, Option<Box<Mirror>>), UpstreamError> {
         if !self.is_alive() {
             return Err(self.core.closed_error());
         }
+        let with_meta;
+        let params = if self.era == Era::Modern {
+            let meta = self.meta.read().expect("meta").clone();
+            with_meta = era::with_meta(params, &meta);
+            Some(&*with_meta)
+        } else {
+            params
+        };
+        let mirror = match (&self.transport, version.or((self.era == Era::Modern).then_some(era::MODERN))) {
+            (Transport::Http(_), Some(version)) => {
+                Some(Box::new(Mirror { version, method: method.to_owned(), name: era::mcp_name(method, params) }))
+            }
+            _ => None,
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.core.pending.lock().expect("pending").insert(id, tx);
@@ -526,11 +766,7 @@ impl Upstream {
             }
             None => write!(line, "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method_json}}}"),
         };
-        if let Err(e) = self.send(line, Some(id)).await {
-            self.core.pending.lock().expect("pending").remove(&id);
-            return Err(e);
-        }
-        Ok((id, rx))
+        Ok((id, rx, line, mirror))
     }
 
     /// Second half of [`Upstream::request`]: waits (at most `timeout`) for the reply to `id`.
@@ -570,8 +806,14 @@ impl Upstream {
         self.core.fail(id, code, message);
     }
 
-    /// Sends `notifications/cancelled` for upstream request `id`.
+    /// Cancels upstream request `id`: `notifications/cancelled`, except to a modern HTTP
+    /// upstream, whose request is cancelled by closing its response stream (MCP 2026-07-28
+    /// basic/transports/streamable-http §Cancellation), which the transport does once nobody
+    /// waits for the answer.
     pub async fn cancel(&self, id: u64, reason: &str) {
+        if self.era == Era::Modern && matches!(self.transport, Transport::Http(_)) {
+            return;
+        }
         let params = serde_json::json!({"requestId": id, "reason": reason}).to_string();
         let _ = self.notify("notifications/cancelled", Some(&RawValue::from_string(params).expect("json"))).await;
     }
@@ -586,7 +828,7 @@ impl Upstream {
             Some(p) => format!("{{\"jsonrpc\":\"2.0\",\"method\":{method_json},\"params\":{}}}", p.get()),
             None => format!("{{\"jsonrpc\":\"2.0\",\"method\":{method_json}}}"),
         };
-        self.send(line, None).await
+        self.send(line, None, None).await
     }
 
     /// Answers a request the upstream sent us (`id` raw) with a raw result or error object.
@@ -595,7 +837,7 @@ impl Upstream {
             Reply::Result(r) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), r.get()),
             Reply::Error(e) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"error\":{}}}", id.get(), e.get()),
         };
-        self.send(line, None).await
+        self.send(line, None, None).await
     }
 
     /// Stops the upstream. stdio: close stdin (the transport's shutdown signal), then SIGTERM to
@@ -619,6 +861,13 @@ impl Upstream {
             }
             Transport::Http(t) => t.close().await,
         }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // Ends the `subscriptions/listen` task of an upstream dropped without a shutdown.
+        self.core.ended.cancel();
     }
 }
 
@@ -697,6 +946,11 @@ async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
         }
     };
     core.close(&reason);
+}
+
+/// The start of a raw JSON value, for a log line.
+fn truncate_raw(v: &RawValue) -> String {
+    v.get().chars().take(200).collect()
 }
 
 pub fn trim_line(b: &[u8]) -> &[u8] {
