@@ -175,23 +175,22 @@ fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
     }
 
     let mut st = c.prepare(
-        "SELECT name, kind, enabled, bot_token_ref, app_id_ref, app_secret_ref, signing_secret_ref, api_base_url, default_agent, agent_config_json, created_at, updated_at FROM channels",
+        "SELECT name, kind, bot_token_ref, app_id_ref, app_secret_ref, signing_secret_ref, api_base_url, default_agent, agent_config_json, created_at, updated_at FROM channels",
     )?;
     let rows = st.query_map([], |r| {
-        let config: String = r.get(9)?;
+        let config: String = r.get(8)?;
         Ok(json!({
             "name": r.get::<_, String>(0)?,
             "kind": r.get::<_, String>(1)?,
-            "enabled": r.get::<_, i64>(2)? != 0,
-            "bot_token_ref": r.get::<_, String>(3)?,
-            "app_id_ref": r.get::<_, String>(4)?,
-            "app_secret_ref": r.get::<_, String>(5)?,
-            "signing_secret_ref": r.get::<_, String>(6)?,
-            "api_base_url": r.get::<_, String>(7)?,
-            "default_agent": r.get::<_, String>(8)?,
+            "bot_token_ref": r.get::<_, String>(2)?,
+            "app_id_ref": r.get::<_, String>(3)?,
+            "app_secret_ref": r.get::<_, String>(4)?,
+            "signing_secret_ref": r.get::<_, String>(5)?,
+            "api_base_url": r.get::<_, String>(6)?,
+            "default_agent": r.get::<_, String>(7)?,
             "agent_config": if config.is_empty() { Value::Null } else { parse_json_col(&config) },
-            "created_at": r.get::<_, String>(10)?,
-            "updated_at": r.get::<_, String>(11)?,
+            "created_at": r.get::<_, String>(9)?,
+            "updated_at": r.get::<_, String>(10)?,
         }))
     })?;
     for v in rows {
@@ -608,11 +607,15 @@ fn write_llm(t: &Transaction, ch: &mut Changes, c: &LlmConnection, exists: bool)
     Ok(())
 }
 
+/// A channel's configuration from another machine. Whether it runs is this machine's own choice:
+/// a channel new here arrives disabled and an existing one keeps its `enabled` flag, so two
+/// machines never poll one bot token at once (Telegram answers the second poller 409) until
+/// the person enables it where they want it.
 fn write_channel(t: &Transaction, ch: &mut Changes, c: &ChannelRecord, exists: bool) -> Result<(), StoreError> {
     t.execute(
         "INSERT INTO channels (name, kind, enabled, bot_token_ref, app_id_ref, app_secret_ref, signing_secret_ref, api_base_url, default_agent, agent_config_json, version, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, ?11, ?12)
-         ON CONFLICT (name) DO UPDATE SET enabled = excluded.enabled, bot_token_ref = excluded.bot_token_ref,
+         VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10, ?11)
+         ON CONFLICT (name) DO UPDATE SET bot_token_ref = excluded.bot_token_ref,
            app_id_ref = excluded.app_id_ref, app_secret_ref = excluded.app_secret_ref,
            signing_secret_ref = excluded.signing_secret_ref, api_base_url = excluded.api_base_url,
            default_agent = excluded.default_agent, agent_config_json = excluded.agent_config_json,
@@ -620,7 +623,6 @@ fn write_channel(t: &Transaction, ch: &mut Changes, c: &ChannelRecord, exists: b
         params![
             c.name,
             c.kind().as_str(),
-            c.enabled as i64,
             c.bot_token_ref,
             c.app_id_ref,
             c.app_secret_ref,
@@ -863,5 +865,37 @@ mod tests {
         let r = svc.apply_vault(Request::new(req)).await.unwrap().into_inner();
         assert_eq!(r.skipped, vec!["servers/gh.json".to_owned()]);
         assert_eq!(r.removed, 0);
+    }
+
+    #[tokio::test]
+    async fn a_pulled_channel_arrives_disabled_and_a_local_enabled_flag_is_kept() {
+        let (_d, svc) = service();
+        let channel = |at: &str| {
+            canonical(&json!({
+                "name": "home", "kind": "telegram", "bot_token_ref": "channel-home-bot-token", "app_id_ref": "",
+                "app_secret_ref": "", "signing_secret_ref": "", "api_base_url": "", "default_agent": "claude_code",
+                "agent_config": null, "created_at": "2026-01-01T00:00:00Z", "updated_at": at,
+            }))
+        };
+        async fn enabled(svc: &VaultStateService) -> i64 {
+            let q = |c: &rusqlite::Connection| {
+                Ok(c.query_row("SELECT enabled FROM channels WHERE name = 'home'", [], |r| r.get(0))?)
+            };
+            svc.db.read(q).await.unwrap()
+        }
+        let e = VaultEntry { path: "channels/home.json".into(), json: channel("2026-01-02T00:00:00Z") };
+        let r = apply(&svc, vec![e.clone()]).await.unwrap();
+        assert_eq!(r.added, 1);
+        assert_eq!(
+            enabled(&svc).await,
+            0,
+            "a channel from another machine never starts polling its bot here by itself"
+        );
+        let doc = svc.export_vault(Request::new(ExportVaultRequest {})).await.unwrap().into_inner();
+        assert_eq!(doc.entries, vec![e], "whether it runs is not part of the synced file");
+        svc.db.write(|t, _| Ok(t.execute("UPDATE channels SET enabled = 1 WHERE name = 'home'", [])?)).await.unwrap();
+        let newer = VaultEntry { path: "channels/home.json".into(), json: channel("2026-01-03T00:00:00Z") };
+        apply(&svc, vec![newer]).await.unwrap();
+        assert_eq!(enabled(&svc).await, 1, "this machine's choice to run it survives a pulled change");
     }
 }
