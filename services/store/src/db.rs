@@ -367,32 +367,64 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let readers = self.readers.clone();
-        let path = self.path.clone();
-        let sizes = self.row_sizes.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = match readers.lock().expect("reader pool").pop() {
-                Some(c) => c,
-                None => {
-                    // coffer-store owns coffer.db: a read-only reader of its pool.
-                    #[allow(clippy::disallowed_methods)]
-                    let c = Connection::open_with_flags(
-                        path.as_path(),
-                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    )?;
-                    configure(&c, &sizes)?;
-                    c
-                }
-            };
-            let out = f(&conn);
-            let mut pool = readers.lock().expect("reader pool");
-            if pool.len() < 4 {
-                pool.push(conn);
+        let pool = self.reader_pool();
+        tokio::task::spawn_blocking(move || pool.run(f)).await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Runs `f` on a read-only connection from the pool on the calling thread, for a short
+    /// query that a caller waits on (the Index domain's searches): on a multi-threaded runtime
+    /// the worker thread runs it itself ([`tokio::task::block_in_place`], which hands the
+    /// worker's other tasks to another thread meanwhile) instead of passing it to a thread of
+    /// the blocking pool and being woken with its answer. Each of those two hand-overs is a
+    /// thread wake-up, and on a busy machine a wake-up of this process (a background one, at
+    /// `COFFER_BACKGROUND_NICE`) can wait a scheduler slice for a CPU. On a current-thread
+    /// runtime it is [`Db::read`].
+    pub async fn read_now<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        if tokio::runtime::Handle::current().runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return self.read(f).await;
+        }
+        let pool = self.reader_pool();
+        tokio::task::block_in_place(move || pool.run(f))
+    }
+
+    fn reader_pool(&self) -> ReaderPool {
+        ReaderPool { readers: self.readers.clone(), path: self.path.clone(), sizes: self.row_sizes.clone() }
+    }
+}
+
+/// The read-only connections of a [`Db`], and what opening another one needs.
+struct ReaderPool {
+    readers: Arc<Mutex<Vec<Connection>>>,
+    path: Arc<PathBuf>,
+    sizes: Arc<crate::fts_rank::RowSizes>,
+}
+
+impl ReaderPool {
+    /// Runs `f` on a pooled connection (a new one when none is free; at most 4 are kept).
+    fn run<T>(self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let conn = match self.readers.lock().expect("reader pool").pop() {
+            Some(c) => c,
+            None => {
+                // coffer-store owns coffer.db: a read-only reader of its pool.
+                #[allow(clippy::disallowed_methods)]
+                let c = Connection::open_with_flags(
+                    self.path.as_path(),
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                configure(&c, &self.sizes)?;
+                c
             }
-            out
-        })
-        .await
-        .map_err(|_| StoreError::WriterGone)?
+        };
+        let out = f(&conn);
+        let mut pool = self.readers.lock().expect("reader pool");
+        if pool.len() < 4 {
+            pool.push(conn);
+        }
+        out
     }
 }
 
@@ -405,6 +437,42 @@ mod tests {
     #[test]
     fn migrations_are_valid() {
         migrations().validate().unwrap();
+    }
+
+    /// `read_now` answers what `read` answers, on the calling worker thread of a multi-threaded
+    /// runtime (none of the blocking pool's), on a current-thread runtime (through the blocking
+    /// pool there), while the runtime's other tasks keep running, and sees committed writes.
+    #[test]
+    fn read_now_runs_on_the_calling_worker_and_answers_as_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coffer.db");
+        let count = |c: &Connection| Ok(c.query_row("SELECT count(*) FROM settings", [], |r| r.get::<_, i64>(0))?);
+        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        multi.block_on(async {
+            let db = Db::open(&path).unwrap();
+            db.write(|t, _| {
+                Ok(t.execute("INSERT INTO settings (key, value, updated_at) VALUES ('a', '1', 'now')", [])?)
+            })
+            .await
+            .unwrap();
+            let caller = std::thread::current().id();
+            let (n, on) = db.read_now(move |c| Ok((count(c)?, std::thread::current().id()))).await.unwrap();
+            assert_eq!((n, on), (db.read(count).await.unwrap(), caller), "answered on the calling thread");
+            // Other tasks are not held up by a read in progress.
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let other = tokio::spawn(async move { tx.send(()).unwrap() });
+            db.read_now(move |_| {
+                rx.recv_timeout(std::time::Duration::from_secs(20)).map_err(|e| StoreError::Invalid(e.to_string()))
+            })
+            .await
+            .unwrap();
+            other.await.unwrap();
+        });
+        let single = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        single.block_on(async {
+            let db = Db::open(&path).unwrap();
+            assert_eq!(db.read_now(count).await.unwrap(), db.read(count).await.unwrap());
+        });
     }
 
     #[tokio::test]

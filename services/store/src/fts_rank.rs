@@ -432,12 +432,16 @@ pub struct DocFreq {
     tokens: Mutex<HashMap<String, Option<String>>>,
 }
 
-/// Whether [`DocFreq`] counts one-token phrases from the term index (`fts5vocab`). Off: with it
-/// on, the end-to-end retrieval tests failed intermittently under load (a keyword search
-/// missing freshly indexed notes; 3 of 4 runs of the set, against 0 of 2 without it), not
-/// root-caused in session 11 (a stale snapshot on a reader connection is the suspect). The
-/// store's tests of it still run: they compare its counts with `MATCH` counts.
-const COUNT_FROM_TERM_INDEX: bool = false;
+/// Whether [`DocFreq`] counts one-token phrases from the term index (`fts5vocab`).
+///
+/// (Session 11 switched it off after end-to-end retrieval tests failed intermittently: a
+/// keyword search on a freshly indexed KB failed. The cause: the temporary `kb_fts_rows` table is
+/// one reader connection's own, and it was created only when a phrase was first tokenized; a
+/// phrase's token is kept for every connection, so the next connection of the pool to count
+/// that phrase asked a table it did not have ("no such table: temp.kb_fts_rows") and the whole
+/// keyword query failed. [`DocFreq::count`] now makes sure the table exists on the connection
+/// it counts on; `a_phrase_tokenized_on_one_connection_is_counted_on_another` is the test.)
+const COUNT_FROM_TERM_INDEX: bool = true;
 
 impl DocFreq {
     /// Most phrases kept.
@@ -476,12 +480,13 @@ impl DocFreq {
         }
         let token = if COUNT_FROM_TERM_INDEX { self.token(c, phrase)? } else { None };
         let n = match token {
-            Some(token) => c
+            // The token is known from any connection; the table is this connection's own.
+            Some(token) if vocab_table_on(c)? => c
                 .prepare_cached("SELECT doc FROM temp.kb_fts_rows WHERE term = ?1")?
                 .query_row([token], |r| r.get(0))
                 .optional()?
                 .unwrap_or(0),
-            None => c
+            _ => c
                 .prepare_cached("SELECT count(*) FROM kb_fts WHERE kb_fts MATCH ?1")?
                 .query_row([phrase], |r| r.get(0))?,
         };
@@ -517,24 +522,37 @@ impl DocFreq {
     }
 }
 
-/// Creates on `c`, once per connection, the temporary table [`DocFreq`] reads: `kb_fts_rows`
-/// (`fts5vocab` of type `row` over `main.kb_fts`: each token's row count; a temporary table
-/// lives in the connection's own temp database, so a read-only connection can create it).
-/// Returns `kb_fts`'s tokenizer, read from its `CREATE` statement, to tokenize phrases with;
-/// `None` when it cannot be read (the caller counts with `MATCH`).
+/// `kb_fts`'s tokenizer, read from its `CREATE` statement, to tokenize phrases with (`None`
+/// when it cannot be read: the caller counts with `MATCH`); and, on `c`, the temporary table
+/// [`DocFreq`] reads ([`vocab_table_on`]).
 fn vocab_table(c: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
     let sql: Option<String> = c
         .prepare_cached("SELECT sql FROM main.sqlite_master WHERE name = 'kb_fts'")?
         .query_row([], |r| r.get(0))
         .optional()?;
     let Some(spec) = sql.as_deref().and_then(tokenizer_of) else { return Ok(None) };
+    Ok(vocab_table_on(c)?.then_some(spec))
+}
+
+/// Makes sure `c` has the temporary table [`DocFreq`] reads, `kb_fts_rows` (`fts5vocab` of
+/// type `row` over `main.kb_fts`: each token's row count). A temporary table lives in one
+/// connection's own temp database (so a read-only connection can create it), and each
+/// connection of the pool needs its own. False when `main.kb_fts` does not exist.
+fn vocab_table_on(c: &rusqlite::Connection) -> rusqlite::Result<bool> {
     let have: i64 = c
         .prepare_cached("SELECT count(*) FROM temp.sqlite_master WHERE name = 'kb_fts_rows'")?
         .query_row([], |r| r.get(0))?;
-    if have == 0 {
-        c.execute_batch("CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_fts_rows USING fts5vocab(main, kb_fts, row)")?;
+    if have > 0 {
+        return Ok(true);
     }
-    Ok(Some(spec))
+    let fts: i64 = c
+        .prepare_cached("SELECT count(*) FROM main.sqlite_master WHERE name = 'kb_fts'")?
+        .query_row([], |r| r.get(0))?;
+    if fts == 0 {
+        return Ok(false);
+    }
+    c.execute_batch("CREATE VIRTUAL TABLE IF NOT EXISTS temp.kb_fts_rows USING fts5vocab(main, kb_fts, row)")?;
+    Ok(true)
 }
 
 /// The `tokenize` option of an FTS5 `CREATE VIRTUAL TABLE` statement (FTS5's default,
@@ -788,6 +806,50 @@ mod tests {
         df.invalidate();
         assert_eq!(df.count(&r, "\"咖啡\"").unwrap(), 7);
         assert_eq!(df.count(&r, "\"apple\"").unwrap(), 7);
+    }
+
+    /// The cause of session 11's intermittent keyword failures: a phrase's token is kept for
+    /// every connection, the `fts5vocab` table is one connection's own. A phrase first
+    /// counted on one connection of the pool must be counted on another that never tokenized
+    /// anything (it once failed there with "no such table: temp.kb_fts_rows"), and equal the
+    /// `MATCH` count there, before and after a write on a third connection.
+    #[test]
+    fn a_phrase_tokenized_on_one_connection_is_counted_on_another() {
+        assert!(COUNT_FROM_TERM_INDEX, "the term index is what this tests");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        // Three connections to one test database of this module's own.
+        #[allow(clippy::disallowed_methods)]
+        let open = || {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            register(&c, &Arc::default()).unwrap();
+            c
+        };
+        let w = open();
+        w.execute_batch("PRAGMA journal_mode = WAL; CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');").unwrap();
+        for i in 0..12 {
+            w.execute("INSERT INTO kb_fts (title, headings, body) VALUES ('', '', ?1)", [format!("咖啡 running {i}")])
+                .unwrap();
+        }
+        let (r1, r2) = (open(), open());
+        let df = DocFreq::default();
+        let matched = |c: &rusqlite::Connection, p: &str| -> i64 {
+            c.query_row("SELECT count(*) FROM kb_fts WHERE kb_fts MATCH ?1", [p], |r| r.get(0)).unwrap()
+        };
+        for p in ["\"咖啡\"", "\"runs\""] {
+            assert_eq!(df.count(&r1, p).unwrap(), 12, "{p} on the first connection");
+        }
+        assert!(df.tokens.lock().unwrap().values().all(Option::is_some), "counted from the term index");
+        df.invalidate();
+        for p in ["\"咖啡\"", "\"runs\""] {
+            assert_eq!(df.count(&r2, p).unwrap(), matched(&r2, p), "{p} on a connection that never tokenized it");
+        }
+        w.execute("INSERT INTO kb_fts (title, headings, body) VALUES ('咖啡', '', 'ran')", []).unwrap();
+        df.invalidate();
+        for c in [&r1, &r2] {
+            assert_eq!(df.count(c, "\"咖啡\"").unwrap(), 13);
+            df.invalidate();
+        }
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id; its model and dimension in
 //! `kb_vector_config`).
 //!
-//! Every write is one transaction on the store's writer thread; queries run on the reader pool.
+//! Every write is one transaction on the store's writer thread; queries run on the reader pool,
+//! the searches' (`KeywordQuery`, `VectorQuery`, `LocateLines`) on the RPC's own thread
+//! ([`Db::read_now`]: no hand-over to the blocking pool and back while a search waits).
 //! `VectorQuery` scans [`Vectors`], an in-memory copy of `kb_vectors` that those writes keep in
 //! step (exact cosine, several times faster than sqlite-vec 0.1.9's scalar KNN); when the
 //! vectors exceed its cap it uses sqlite-vec's KNN instead.
@@ -1297,9 +1299,10 @@ impl Index for IndexService {
         }
         let terms = r.terms.clone();
         let df = self.doc_freq.clone();
+        // A search waits on this: run on the RPC's own thread (`Db::read_now`).
         let hits = self
             .db
-            .read(move |c| {
+            .read_now(move |c| {
                 let terms = if any && terms.len() > 1 { rarer_terms(c, &df, &terms)? } else { terms };
                 let phrases = phrases(&terms)?;
                 if phrases.is_empty() {
@@ -1320,7 +1323,7 @@ impl Index for IndexService {
         let vectors = self.vectors.clone();
         let hits = self
             .db
-            .read(move |c| {
+            .read_now(move |c| {
                 let (_, dimension) = vector_config(c)?.ok_or_else(not_configured)?;
                 validate_vector("embedding", &r.embedding, dimension)?;
                 match vectors.nearest(c, &r.embedding, &filter, limit)? {
@@ -1342,7 +1345,7 @@ impl Index for IndexService {
             validate_path(&format!("lines[{i}].path"), &l.path)?;
         }
         let filter = Filter::new(r.filters.as_ref())?;
-        let hits = self.db.read(move |c| locate_lines(c, &r.lines, &filter)).await?;
+        let hits = self.db.read_now(move |c| locate_lines(c, &r.lines, &filter)).await?;
         Ok(Response::new(ChunkHits { hits }))
     }
 
