@@ -91,8 +91,8 @@ fn sse(mut r: Response) -> Response {
 }
 
 /// The gateway-session scope of a modern HTTP client: a digest of the credential it presented
-/// (token or web-session cookie) and of its `X-Coffer-Connection` header when sent, else of its
-/// `clientInfo` name and version. Deterministic, so a stateful upstream keeps its state between
+/// (token or web-session cookie), of its `X-Coffer-Connection` header when sent, else of its
+/// `clientInfo` name and version, and of its declared capabilities (sorted). Deterministic, so a stateful upstream keeps its state between
 /// one client's calls; two clients with different credentials, connection ids or identities
 /// never share upstream processes.
 ///
@@ -129,7 +129,28 @@ fn scope(headers: &HeaderMap, meta: &era::Meta) -> Result<String, Refusal> {
             h.update(info.get("version").and_then(Value::as_str).unwrap_or_default().as_bytes());
         }
     }
+    // The capabilities are mirrored to the session's upstreams when they start, so two clients
+    // that declare different ones (one answers elicitation, one does not) are two sessions.
+    h.update(b"\0capabilities\0");
+    h.update(sorted_json(&meta.capabilities).as_bytes());
     Ok(hex::encode(h.finalize()))
+}
+
+/// `v` as JSON text with every object's keys in sorted order, so equal capabilities written in
+/// another key order give the same scope.
+fn sorted_json(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&m[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(v).to_string()
 }
 
 /// `subscriptions/listen`: the acknowledgment, then the opted-in list changes of the client's
@@ -159,4 +180,33 @@ fn subscribe(session: Arc<Session>, id: Box<RawValue>, params: Option<&RawValue>
         .chain(futures_util::stream::once(async move { end }))
         .map(|m| Ok::<_, Infallible>(Event::default().data(m)));
     sse(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn meta(capabilities: Value) -> era::Meta {
+        era::Meta {
+            version: "2026-07-28".into(),
+            client_info: json!({"name": "mcp", "version": "0.1.0"}),
+            capabilities,
+            has_capabilities: true,
+        }
+    }
+
+    #[test]
+    fn clients_that_declare_other_capabilities_get_other_sessions() {
+        let mut headers = HeaderMap::new();
+        headers.insert(coffer_types::header::TOKEN, HeaderValue::from_static("t"));
+        let plain = scope(&headers, &meta(json!({}))).unwrap();
+        let asks = scope(&headers, &meta(json!({"elicitation": {"form": {}}, "sampling": {}}))).unwrap();
+        let reordered = scope(&headers, &meta(json!({"sampling": {}, "elicitation": {"form": {}}}))).unwrap();
+        assert_ne!(plain, asks, "a client that answers elicitation never shares a session with one that does not");
+        assert_eq!(asks, reordered, "the same capabilities in another key order are the same scope");
+        headers.insert(coffer_types::header::CONNECTION_ID, HeaderValue::from_static("one"));
+        assert_ne!(scope(&headers, &meta(json!({}))).unwrap(), plain);
+    }
 }
