@@ -19,8 +19,16 @@ use crate::db::{Changes, Db, StoreError};
 /// How a server's env or header value names a credential (the value stays in the vault).
 pub const REF_PREFIX: &str = "coffer-credential-ref:";
 
-/// Settings that describe this machine, not the vault: never exported, never applied.
+/// Settings that describe this machine, not the vault: never exported, never applied. `sync.*`
+/// (the worker and this machine's name), and the agent CLIs' paths (where Claude Code or Codex
+/// is installed differs between machines; a pulled path would break chat on the other one).
 const LOCAL_SETTINGS_PREFIX: &str = "sync.";
+const LOCAL_SETTINGS: [&str; 2] = ["chat.claude_code_path", "chat.codex_path"];
+
+/// Whether setting `key` is this machine's own (see [`LOCAL_SETTINGS`]).
+fn machine_local(key: &str) -> bool {
+    key.starts_with(LOCAL_SETTINGS_PREFIX) || LOCAL_SETTINGS.contains(&key)
+}
 
 /// Most entries one apply takes (a registry of thousands of servers is not a vault).
 const MAX_ENTRIES: usize = 10_000;
@@ -141,7 +149,7 @@ fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
     let (mut values, mut latest) = (serde_json::Map::new(), String::new());
     for row in rows {
         let (k, v, at) = row?;
-        if k.starts_with(LOCAL_SETTINGS_PREFIX) {
+        if machine_local(&k) {
             continue;
         }
         values.insert(k, Value::String(v));
@@ -371,6 +379,16 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
             check_time("updated_at", &f.updated_at)?;
             let transport = Transport::parse(&f.transport)
                 .ok_or_else(|| format!("transport {:?} must be stdio or http", truncate(&f.transport, 20)))?;
+            // A credential reference must name a credential this machine could hold: otherwise
+            // doctor would ask the user to set a name `coffer credentials set` refuses.
+            for (field, map) in [("env", &f.env), ("headers", &f.headers)] {
+                for (k, v) in map {
+                    if let Some(cred) = v.strip_prefix(REF_PREFIX) {
+                        crate::vault::validate_name(cred)
+                            .map_err(|e| format!("{field}.{}: credential reference: {e}", truncate(k, 40)))?;
+                    }
+                }
+            }
             let s = McpServer {
                 name: f.name,
                 transport: transport.into(),
@@ -411,7 +429,7 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
                 if k.is_empty() || k.len() > 128 {
                     return Err("setting keys must be 1-128 bytes".into());
                 }
-                if k.starts_with(LOCAL_SETTINGS_PREFIX) {
+                if machine_local(k) {
                     return Err(format!("{k} is this machine's own setting and is not synced"));
                 }
                 if coffer_types::settings::find(k).is_some() {
@@ -489,7 +507,7 @@ fn changed_since(t: &Connection, since: u64) -> Result<BTreeSet<String>, StoreEr
             "preference" => {
                 out.insert(format!("preferences/{}.json", key.split('/').next().unwrap_or_default()));
             }
-            "settings" if !key.starts_with(LOCAL_SETTINGS_PREFIX) => {
+            "settings" if !machine_local(&key) => {
                 out.insert("settings.json".into());
             }
             "llm_connection" => {
@@ -569,7 +587,7 @@ fn write_settings(
         }
     }
     for k in current.keys() {
-        if !k.starts_with(LOCAL_SETTINGS_PREFIX) && !values.contains_key(k) {
+        if !machine_local(k) && !values.contains_key(k) {
             t.execute("DELETE FROM settings WHERE key = ?1", [k])?;
             ch.push(ChangeEntity::Setting, k.clone(), ChangeOp::Delete);
         }
@@ -842,6 +860,11 @@ mod tests {
             ("servers/b.json", r#"{"name":"b","transport":"stdio","evil":1}"#.to_owned(), "unknown field"),
             ("other/b.json", "{}".to_owned(), "unknown vault folder"),
             ("settings.json", r#"{"values":{"gateway.call_timeout_ms":"-5"}}"#.to_owned(), "gateway.call_timeout_ms"),
+            (
+                "servers/b.json",
+                server_json("b", "/bin/true", "2026-01-02T00:00:00Z").replace("gh-token", "../../secret"),
+                "credential reference",
+            ),
         ] {
             let bad = VaultEntry { path: path.into(), json };
             let e = apply(&svc, vec![good.clone(), bad]).await.unwrap_err();
@@ -897,5 +920,46 @@ mod tests {
         let newer = VaultEntry { path: "channels/home.json".into(), json: channel("2026-01-03T00:00:00Z") };
         apply(&svc, vec![newer]).await.unwrap();
         assert_eq!(enabled(&svc).await, 1, "this machine's choice to run it survives a pulled change");
+    }
+
+    #[tokio::test]
+    async fn machine_local_settings_are_neither_exported_nor_applied_nor_removed() {
+        let (_d, svc) = service();
+        let set = |k: &'static str, v: &'static str| {
+            svc.db.write(move |t, _| {
+                Ok(t.execute(
+                    "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, '2026-01-01T00:00:00Z')",
+                    [k, v],
+                )?)
+            })
+        };
+        set("chat.claude_code_path", "/opt/only-here/claude").await.unwrap();
+        set("sync.machine_name", "here").await.unwrap();
+        set("gateway.call_timeout_ms", "5000").await.unwrap();
+        let doc = svc.export_vault(Request::new(ExportVaultRequest {})).await.unwrap().into_inner();
+        let settings = doc.entries.iter().find(|e| e.path == "settings.json").expect("settings.json");
+        assert!(settings.json.contains("gateway.call_timeout_ms"), "{}", settings.json);
+        assert!(
+            !settings.json.contains("claude_code_path") && !settings.json.contains("machine_name"),
+            "{}",
+            settings.json
+        );
+        let pulled = r#"{"values":{"chat.codex_path":"/opt/elsewhere/codex"}}"#.to_owned();
+        let e = apply(&svc, vec![VaultEntry { path: "settings.json".into(), json: pulled }]).await.unwrap_err();
+        assert!(e.message().contains("chat.codex_path"), "{}", e.message());
+        let empty = r#"{"values":{},"updated_at":"2026-01-02T00:00:00Z"}"#.to_owned();
+        apply(&svc, vec![VaultEntry { path: "settings.json".into(), json: empty }]).await.unwrap();
+        let kept: i64 = svc
+            .db
+            .read(|c| {
+                Ok(c.query_row(
+                    "SELECT count(*) FROM settings WHERE key IN ('chat.claude_code_path', 'sync.machine_name')",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(kept, 2, "a pulled settings file never removes this machine's own settings");
     }
 }
