@@ -65,9 +65,11 @@ pub fn snippet(text: &str, terms: &[String], max_chars: usize) -> String {
         let whole = needle.last().is_some_and(char::is_ascii_digit);
         let mut i = 0;
         while i + needle.len() <= folded.len() {
+            // The word-start test first: it is one comparison, the slice comparison up to a
+            // needle's length (a run of one letter would otherwise compare at every position).
             if folded[i] == needle[0]
-                && folded[i..i + needle.len()] == needle[..]
                 && (anywhere || i == 0 || !folded[i - 1].is_alphanumeric())
+                && folded[i..i + needle.len()] == needle[..]
                 && (!whole || folded.get(i + needle.len()).is_none_or(|c| !c.is_alphanumeric()))
             {
                 matches.push((i, i + needle.len(), ti));
