@@ -372,13 +372,24 @@ async fn resources_are_namespaced_reversibly() -> anyhow::Result<()> {
     register_everything(&api, "everything").await?;
     register_tiny(&api, "tiny", json!({})).await?;
     let s = McpSession::latest(&api).await?;
-    let list = s.call("resources/list", json!({})).await?;
-    let uris: Vec<&str> =
-        list["resources"].as_array().context("resources")?.iter().filter_map(|r| r["uri"].as_str()).collect();
-    ensure!(uris.contains(&"coffer://tiny/tiny://doc/1"), "{uris:?}");
+    // A list answers with what is ready within the first-list deadline and a server that starts
+    // later arrives with `list_changed` (the session model): on a loaded machine server-everything
+    // (node) may take longer than that to start, so list again until both servers are in it.
+    let uris: Vec<String> = wait_for("both servers' resources listed", Duration::from_secs(30), || async {
+        let list = s.call("resources/list", json!({})).await?;
+        let uris: Vec<String> = list["resources"]
+            .as_array()
+            .context("resources")?
+            .iter()
+            .filter_map(|r| r["uri"].as_str().map(str::to_owned))
+            .collect();
+        Ok(uris.iter().any(|u| u.starts_with("coffer://everything/")).then_some(uris))
+    })
+    .await?;
+    ensure!(uris.iter().any(|u| u == "coffer://tiny/tiny://doc/1"), "{uris:?}");
     let ev = uris.iter().find(|u| u.starts_with("coffer://everything/")).context("an everything resource")?;
     let read = s.call("resources/read", json!({"uri": ev})).await?;
-    assert_eq!(read["contents"][0]["uri"].as_str(), Some(*ev), "contents[].uri exposed");
+    assert_eq!(read["contents"][0]["uri"].as_str(), Some(ev.as_str()), "contents[].uri exposed");
     let templates = s.call("resources/templates/list", json!({})).await?;
     ensure!(
         templates["resourceTemplates"]

@@ -241,6 +241,15 @@ async fn an_unreachable_remote_loses_nothing_and_a_malformed_vault_file_is_refus
     }
     ensure!(!a.root().join("sync.git").exists(), "a refused init creates nothing");
     ensure!(sync(&a, &["init", &url]).await?.0 == Some(0));
+    // Moving to a remote that does not answer fails and keeps the one that works.
+    let nowhere = format!("file://{}", a.temp().join("no-such-remote.git").display());
+    let (code, _, stderr) = sync(&a, &["init", &nowhere]).await?;
+    ensure!(
+        code == Some(1) && stderr.contains("cannot reach the sync remote") && stderr.contains("previous remote"),
+        "{code:?} {stderr}"
+    );
+    let (_, status, _) = sync(&a, &["status"]).await?;
+    ensure!(status["remote"].as_str().is_some_and(|r| r.contains("remote.git")), "{status}");
 
     // The remote goes away: a clear error, the fact committed locally, then pushed once back.
     let away = a.temp().join("away.git");

@@ -43,16 +43,7 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// Process entry for `coffer-retrieval`.
 pub fn main_entry() -> std::process::ExitCode {
-    // Searches cross this process (REST → here → the store's Index → here → REST): ask for short
-    // time slices, as the gateway does, so that a thread woken by a search's request or by the
-    // store's answer runs soon instead of after a busy process's slice (see
-    // `coffer_runtime::sched`; the CPU share is unchanged, so indexing is not favoured). Set
-    // before the runtime starts its threads, so that all of them inherit it.
-    let slice = coffer_runtime::sched::request_short_slice();
-    coffer_runtime::service::service_main(Identity::Retrieval, move |ctx| async move {
-        tracing::debug!(?slice, "Scheduler time-slice request.");
-        run(ctx).await
-    })
+    coffer_runtime::service::service_main(Identity::Retrieval, run)
 }
 
 /// Serves `coffer.retrieval.v1.Retrieval` (and health) on the service's listener until

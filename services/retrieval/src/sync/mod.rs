@@ -196,7 +196,20 @@ impl Engine {
             let d = self.home.join(f);
             std::fs::create_dir_all(&d).map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
         }
-        let has_origin = git.run(&["remote", "get-url", "origin"]).await?.ok;
+        let current = git.run(&["remote", "get-url", "origin"]).await?;
+        let has_origin = current.ok;
+        if has_origin && current.stdout.trim() != remote {
+            // Moving an existing sync to another remote: only once the new one answers, so a
+            // mistyped URL leaves the working set-up as it was.
+            let o = git.run(&["ls-remote", "--heads", "--", remote]).await?;
+            if !o.ok {
+                return Err(Error::Unavailable(format!(
+                    "cannot reach the sync remote {}: {}. Nothing changed: the sync still uses its previous remote",
+                    git::redact_url(remote),
+                    git::tail(&o.stderr)
+                )));
+            }
+        }
         let verb = if has_origin { "set-url" } else { "add" };
         git.ok(&["remote", verb, "origin", remote]).await?;
         tracing::info!(remote = %git::redact_url(remote), "Sync repository ready.");
