@@ -87,13 +87,13 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<LlmConnection> {
     })
 }
 
-fn get_tx(t: &Connection, name: &str) -> Result<Option<LlmConnection>, StoreError> {
+pub(crate) fn get_tx(t: &Connection, name: &str) -> Result<Option<LlmConnection>, StoreError> {
     Ok(t.query_row(&format!("SELECT {COLS} FROM llm_connections WHERE name = ?1"), [name], from_row).optional()?)
 }
 
 /// Writes every column of `c` (insert, or replace the row with that name) inside the caller's
 /// transaction; the caller has validated `c` and set its version and times.
-fn write_row(t: &Connection, c: &LlmConnection) -> Result<(), StoreError> {
+pub(crate) fn write_row(t: &Connection, c: &LlmConnection) -> Result<(), StoreError> {
     t.execute(
         &format!(
             "INSERT INTO llm_connections ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)

@@ -602,25 +602,9 @@ fn write_llm(t: &Transaction, ch: &mut Changes, c: &LlmConnection, exists: bool)
             [&c.name],
         )?;
     }
-    t.execute(
-        "INSERT INTO llm_connections (name, wire, base_url, credential_ref, model, fast_model, internal_default, version, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9)
-         ON CONFLICT (name) DO UPDATE SET wire = excluded.wire, base_url = excluded.base_url,
-           credential_ref = excluded.credential_ref, model = excluded.model, fast_model = excluded.fast_model,
-           internal_default = excluded.internal_default, version = llm_connections.version + 1,
-           created_at = excluded.created_at, updated_at = excluded.updated_at",
-        params![
-            c.name,
-            c.wire().as_str(),
-            c.base_url,
-            c.credential_ref,
-            c.model,
-            c.fast_model,
-            c.internal_default as i64,
-            c.created_at,
-            c.updated_at
-        ],
-    )?;
+    // The row as the domain itself writes it, with the version one past the row it replaces.
+    let version = super::llm::get_tx(t, &c.name)?.map_or(1, |old| old.version + 1);
+    super::llm::write_row(t, &LlmConnection { version, ..c.clone() })?;
     ch.push(ChangeEntity::LlmConnection, c.name.clone(), if exists { ChangeOp::Update } else { ChangeOp::Create });
     Ok(())
 }
