@@ -216,13 +216,31 @@ struct RunState {
 
 impl KbRuntime {
     /// The current progress (state, counters, job number).
+    ///
+    /// A pass that was asked for and has not started yet shows as `scanning` (with the last
+    /// pass's job number and no counters): a reader that asked for a pass and then polls never
+    /// sees the idle state from before its request and takes the pass as done.
     pub fn progress(&self) -> Progress {
         let st = self.state.lock().expect("kb state");
         let mut p = st.progress.clone();
+        let running = p.state == JobState::Scanning as i32 || p.state == JobState::Indexing as i32;
+        if st.want.is_some() && !running {
+            return Progress { state: JobState::Scanning as i32, job: p.job, ..Progress::default() };
+        }
         if p.state == JobState::Unspecified as i32 {
             p.state = JobState::Idle as i32;
         }
         p
+    }
+
+    /// Takes the wanted pass, if any, and marks it started (scanning, the next job number) in
+    /// the same hold of the state: between a request and its pass, readers see `scanning`.
+    fn begin_pass(&self) -> Option<bool> {
+        let mut st = self.state.lock().expect("kb state");
+        let clean = st.want.take()?;
+        st.progress =
+            Progress { state: JobState::Scanning as i32, job: st.progress.job + 1, started_ms: now_ms(), ..Progress::default() };
+        Some(clean)
     }
 
     /// Files the walk could not read (symlink loops, permissions) and files indexed with a
@@ -363,8 +381,7 @@ impl Indexer {
 
     async fn worker(self: Arc<Self>, rt: Arc<KbRuntime>) {
         loop {
-            let want = rt.state.lock().expect("kb state").want.take();
-            match want {
+            match rt.begin_pass() {
                 Some(clean) => {
                     if let Err(e) = self.pass(&rt, clean).await {
                         let message = format!("the pass stopped: {e}");
@@ -394,16 +411,12 @@ impl Indexer {
 
     /// One reconcile pass of `rt`'s KB.
     async fn pass(self: &Arc<Self>, rt: &Arc<KbRuntime>, clean: bool) -> Result<()> {
-        let Some(def) = self.sources.get(&rt.name) else { return Ok(()) };
+        // Marked scanning, with its job number, by `begin_pass`.
         let started = now_ms();
-        rt.set(|st| {
-            st.progress = Progress {
-                state: JobState::Scanning as i32,
-                job: st.progress.job + 1,
-                started_ms: started,
-                ..Progress::default()
-            };
-        });
+        let Some(def) = self.sources.get(&rt.name) else {
+            rt.set(|st| st.progress.state = JobState::Idle as i32);
+            return Ok(());
+        };
         let mut index = self.sources.index();
         if clean {
             index.clear_index(ClearIndexRequest { kb: def.name.clone() }).await?;
@@ -762,6 +775,38 @@ mod tests {
             error: error.into(),
             ..DocumentMeta::default()
         }
+    }
+
+    #[test]
+    fn a_requested_pass_shows_as_scanning_until_it_has_run() {
+        let rt = KbRuntime {
+            name: "kb".into(),
+            state: Mutex::new(RunState::default()),
+            wake: Notify::new(),
+            cancel: CancellationToken::new(),
+            watcher: Mutex::new(None),
+            writes: Arc::new(tokio::sync::RwLock::new(())),
+        };
+        let state = |p: &Progress| (JobState::try_from(p.state).unwrap(), p.job);
+        assert_eq!(state(&rt.progress()), (JobState::Idle, 0), "nothing asked for");
+        // Asked for, not started: a poller must not read the idle state from before it.
+        rt.set(|st| st.want = Some(false));
+        assert_eq!(state(&rt.progress()), (JobState::Scanning, 0));
+        assert_eq!(rt.begin_pass(), Some(false));
+        assert_eq!(state(&rt.progress()), (JobState::Scanning, 1), "started: the next job");
+        assert_eq!(rt.begin_pass(), None, "taken once");
+        rt.set(|st| {
+            st.progress.state = JobState::Indexing as i32;
+            st.progress.done = 3;
+            st.want = Some(true);
+        });
+        let p = rt.progress();
+        assert_eq!((state(&p), p.done), ((JobState::Indexing, 1), 3), "a running pass shows itself");
+        rt.set(|st| st.progress.state = JobState::Idle as i32);
+        assert_eq!(state(&rt.progress()), (JobState::Scanning, 1), "the next one is still wanted");
+        assert_eq!(rt.begin_pass(), Some(true));
+        rt.set(|st| st.progress.state = JobState::Failed as i32);
+        assert_eq!(state(&rt.progress()), (JobState::Failed, 2));
     }
 
     #[test]

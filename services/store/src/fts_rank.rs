@@ -423,10 +423,17 @@ pub fn idf(rows: i64, hits: i64) -> f64 {
 /// `SELECT count(*) … MATCH`, which steps the VM once per row); the phrase's token comes from
 /// FTS5's tokenizer itself ([`tokens`], with `kb_fts`'s tokenizer as its `CREATE` statement
 /// names it), kept per phrase. Other phrases are counted with `MATCH`.
+///
+/// Beside those counted one by one, [`DocFreq::warm`] reads every common term's row count in
+/// one pass over the term index once writes have stopped ([`crate::domain::index`] runs it a
+/// moment after the last write): the words of a question are then known before it is asked.
 #[derive(Default)]
 pub struct DocFreq {
     generation: AtomicU64,
     counts: Mutex<HashMap<String, (u64, i64)>>,
+    /// Row counts of every token held by at least [`DocFreq::WARM_MIN_ROWS`] rows, read by
+    /// [`DocFreq::warm`] under a generation (served only while it is current).
+    warm: RwLock<Option<(u64, HashMap<String, i64>)>>,
     /// The single token of each phrase seen (`None`: not exactly one token). Tokenizing does
     /// not depend on the data: never invalidated; cleared at [`DocFreq::CAPACITY`].
     tokens: Mutex<HashMap<String, Option<String>>>,
@@ -447,9 +454,48 @@ impl DocFreq {
     /// Most phrases kept.
     pub const CAPACITY: usize = 50_000;
 
+    /// Tokens held by fewer rows than this are not kept by [`DocFreq::warm`]: counting a rare
+    /// token when it is asked for is quick (its doclist is short), and leaving them out bounds
+    /// the memory to the common part of the vocabulary.
+    pub const WARM_MIN_ROWS: i64 = 64;
+
+    /// Most tokens [`DocFreq::warm`] keeps.
+    pub const WARM_CAPACITY: usize = 200_000;
+
     /// Forgets every count (the index changed).
     pub fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Reads the row count of every token of `kb_fts` held by at least
+    /// [`DocFreq::WARM_MIN_ROWS`] rows (at most [`DocFreq::WARM_CAPACITY`]) in one pass over
+    /// FTS5's term index on `c`, and serves them until the index is next written. Returns how
+    /// many were kept (0 when a write came meanwhile: they are dropped).
+    ///
+    /// # Errors
+    /// An SQLite error of the pass.
+    pub fn warm(&self, c: &rusqlite::Connection) -> rusqlite::Result<usize> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if !vocab_table_on(c)? {
+            return Ok(0);
+        }
+        let mut rows = HashMap::new();
+        let mut st = c.prepare_cached("SELECT term, doc FROM temp.kb_fts_rows")?;
+        let mut q = st.query([])?;
+        while let Some(r) = q.next()? {
+            let n: i64 = r.get(1)?;
+            if n >= Self::WARM_MIN_ROWS && rows.len() < Self::WARM_CAPACITY {
+                if let Ok(term) = r.get::<_, String>(0) {
+                    rows.insert(term, n);
+                }
+            }
+        }
+        if self.generation.load(Ordering::Acquire) != generation {
+            return Ok(0);
+        }
+        let kept = rows.len();
+        *self.warm.write().expect("doc freq warm") = Some((generation, rows));
+        Ok(kept)
     }
 
     /// The row count of each single-phrase MATCH expression in `phrases`, counted on `c` when
@@ -479,7 +525,12 @@ impl DocFreq {
             return Ok(n);
         }
         let token = if COUNT_FROM_TERM_INDEX { self.token(c, phrase)? } else { None };
+        let warm = token.as_ref().and_then(|t| {
+            let w = self.warm.read().expect("doc freq warm");
+            w.as_ref().filter(|(g, _)| *g == generation).and_then(|(_, rows)| rows.get(t).copied())
+        });
         let n = match token {
+            Some(_) if warm.is_some() => warm.unwrap_or_default(),
             // The token is known from any connection; the table is this connection's own.
             Some(token) if vocab_table_on(c)? => c
                 .prepare_cached("SELECT doc FROM temp.kb_fts_rows WHERE term = ?1")?

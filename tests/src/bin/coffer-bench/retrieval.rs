@@ -512,8 +512,29 @@ pub async fn speed(bins: &Path, http: &reqwest::Client) -> Result<()> {
     }
     let api = Api::new(http, &env)?;
     let result = speed_on(&api, folder.path(), notes, bytes).await;
+    hold(&env).await;
     env.stop().await;
     result
+}
+
+/// With `COFFER_BENCH_HOLD=<file>`, keeps the daemon and its indexed corpus running after the
+/// measurements until `<file>` is removed, for profiling or queries by hand (its address,
+/// home and token file are printed).
+async fn hold(env: &Env) {
+    let Some(file) = std::env::var_os("COFFER_BENCH_HOLD").map(PathBuf::from) else { return };
+    if std::fs::write(&file, b"remove this file to let coffer-bench stop its daemon\n").is_err() {
+        eprintln!("  COFFER_BENCH_HOLD: cannot write {}; not holding", file.display());
+        return;
+    }
+    eprintln!(
+        "  holding the daemon at {} (COFFER_HOME={}, token in daemon.json) until {} is removed",
+        env.url(""),
+        env.home.path().display(),
+        file.display()
+    );
+    while file.exists() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<()> {
