@@ -238,8 +238,12 @@ impl KbRuntime {
     fn begin_pass(&self) -> Option<bool> {
         let mut st = self.state.lock().expect("kb state");
         let clean = st.want.take()?;
-        st.progress =
-            Progress { state: JobState::Scanning as i32, job: st.progress.job + 1, started_ms: now_ms(), ..Progress::default() };
+        st.progress = Progress {
+            state: JobState::Scanning as i32,
+            job: st.progress.job + 1,
+            started_ms: now_ms(),
+            ..Progress::default()
+        };
         Some(clean)
     }
 

@@ -391,6 +391,11 @@ impl Db {
         tokio::task::block_in_place(move || pool.run(f))
     }
 
+    /// The row lengths every connection's `coffer_bm25` shares ([`crate::fts_rank::RowSizes`]).
+    pub fn row_sizes(&self) -> Arc<crate::fts_rank::RowSizes> {
+        self.row_sizes.clone()
+    }
+
     fn reader_pool(&self) -> ReaderPool {
         ReaderPool { readers: self.readers.clone(), path: self.path.clone(), sizes: self.row_sizes.clone() }
     }

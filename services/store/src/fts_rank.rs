@@ -404,6 +404,62 @@ impl RowSizes {
     }
 }
 
+/// Reads the length of every row of `kb_fts` not yet kept in `sizes` from FTS5's own
+/// `kb_fts_docsize` table in one scan (each row's blob is one varint per column, SQLite's
+/// variable-length integer format, as FTS5 writes it; the length is their sum, what
+/// `xColumnSize(-1)` answers), so that the first queries after an index pass do not look each
+/// row up one by one. Returns how many lengths were added (0 without `kb_fts`).
+///
+/// # Errors
+/// An SQLite error of the scan.
+pub fn fill_row_sizes(c: &rusqlite::Connection, sizes: &RowSizes) -> rusqlite::Result<usize> {
+    let have: i64 = c
+        .prepare_cached("SELECT count(*) FROM main.sqlite_master WHERE name = 'kb_fts_docsize'")?
+        .query_row([], |r| r.get(0))?;
+    if have == 0 {
+        return Ok(0);
+    }
+    let mut added = 0;
+    let mut st = c.prepare_cached("SELECT id, sz FROM main.kb_fts_docsize")?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        if id > RowSizes::MAX_ROWID || sizes.get(id).is_some() {
+            continue;
+        }
+        let Some(tokens) = varint_sum(r.get_ref(1)?.as_blob().unwrap_or_default()) else { continue };
+        sizes.put(id, tokens);
+        added += 1;
+    }
+    Ok(added)
+}
+
+/// The sum of the SQLite varints that make up `blob` (big-endian groups of 7 bits, the high
+/// bit set on every byte but the last; a ninth byte carries 8 bits), `None` when it is cut
+/// short or the sum does not fit a `u32`.
+fn varint_sum(blob: &[u8]) -> Option<u32> {
+    let (mut sum, mut i) = (0u64, 0);
+    while i < blob.len() {
+        let mut v: u64 = 0;
+        let mut n = 0;
+        loop {
+            let b = *blob.get(i)?;
+            i += 1;
+            n += 1;
+            if n == 9 {
+                v = (v << 8) | u64::from(b);
+                break;
+            }
+            v = (v << 7) | u64::from(b & 0x7f);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        sum = sum.checked_add(v)?;
+    }
+    u32::try_from(sum).ok()
+}
+
 /// bm25's inverse document frequency of a phrase held by `hits` of `rows` rows (floored at
 /// 1e-6, as SQLite does, so that a very common phrase never lowers a score).
 pub fn idf(rows: i64, hits: i64) -> f64 {
@@ -726,8 +782,17 @@ mod tests {
                 assert!((builtin - ours).abs() < 1e-9, "row {id}: bm25 {builtin} vs coffer_bm25 {ours}");
             }
         };
+        // The lengths read in one scan of kb_fts_docsize are the ones FTS5 answers per row.
+        let filled = RowSizes::default();
+        assert_eq!(fill_row_sizes(&c, &filled).unwrap(), 50);
         check(&c); // lengths read from FTS5 and kept
         assert!(sizes.get(1).is_some() && sizes.get(50).is_some(), "lengths are kept");
+        for id in 1..=50 {
+            assert_eq!(filled.get(id), sizes.get(id), "row {id}");
+        }
+        assert_eq!(fill_row_sizes(&c, &filled).unwrap(), 0, "known lengths are not read again");
+        assert_eq!(varint_sum(&[0x81, 0x00, 0x05]), Some(128 + 5));
+        assert_eq!(varint_sum(&[0x81]), None, "cut short");
         check(&c); // lengths from the cache
         c.execute("DELETE FROM kb_fts WHERE rowid % 2 = 0", []).unwrap();
         for i in 0..30i64 {

@@ -1207,7 +1207,8 @@ pub struct IndexService {
 /// How long `kb_fts` must go unwritten before [`warm_term_counts`] reads the term counts again.
 pub const WARM_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Keeps `df`'s common term counts read ([`DocFreq::warm`]): once at start, then each time the
+/// Keeps `df`'s common term counts read ([`DocFreq::warm`]), and the new rows' lengths
+/// ([`crate::fts_rank::fill_row_sizes`]): once at start, then each time the
 /// writes of `kb_fts` have stopped for [`WARM_AFTER`] (a pass reads the whole term index, so
 /// it waits for a quiet moment rather than running after every write). Runs until the runtime
 /// stops.
@@ -1221,9 +1222,14 @@ async fn warm_term_counts(db: Db, df: Arc<DocFreq>, wake: Arc<tokio::sync::Notif
             }
         }
         let started = std::time::Instant::now();
-        let df2 = df.clone();
-        match db.read(move |c| Ok(df2.warm(c)?)).await {
-            Ok(kept) => tracing::debug!(kept, took_ms = started.elapsed().as_millis() as u64, "Term counts read."),
+        let (df2, sizes) = (df.clone(), db.row_sizes());
+        match db.read(move |c| Ok((df2.warm(c)?, crate::fts_rank::fill_row_sizes(c, &sizes)?))).await {
+            Ok((kept, lengths)) => tracing::debug!(
+                kept,
+                lengths,
+                took_ms = started.elapsed().as_millis() as u64,
+                "Term counts and row lengths read."
+            ),
             Err(e) => tracing::warn!(error = %e, "Reading the term counts failed; terms are counted when asked for."),
         }
         wake.notified().await;
