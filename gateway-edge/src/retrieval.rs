@@ -123,30 +123,110 @@ pub fn engine_config_json(e: &EngineConfig) -> Value {
     json!({"name": e.name, "enabled": e.enabled, "detail": e.detail})
 }
 
-/// `SearchResult` → its JSON (`fact_id` null unless it is a memory result).
+/// `SearchResult` → `{kb, path, title, heading_path, line_start, line_end, snippet, score,
+/// ranks: [{engine, rank, score}], tags, modified_ms, fact_id, absolute_path}` (`fact_id`
+/// `null` outside memory, `modified_ms` `null` when unknown).
 pub fn search_result_json(r: &SearchResult) -> Value {
-    json!({
-        "kb": r.kb, "path": r.path, "title": r.title, "heading_path": r.heading_path,
-        "line_start": r.line_start, "line_end": r.line_end, "snippet": r.snippet, "score": r.score,
-        "ranks": r.ranks.iter().map(|k| json!({"engine": k.engine, "rank": k.rank, "score": k.score})).collect::<Vec<_>>(),
-        "tags": r.tags, "modified_ms": ms(r.modified_ms),
-        "fact_id": if r.fact_id.is_empty() { Value::Null } else { json!(r.fact_id) },
-        "absolute_path": r.absolute_path,
-    })
+    serde_json::to_value(SearchResultView::from(r)).unwrap_or(Value::Null)
 }
 
 /// `EngineReport` → `{engine, state, hits, took_ms, message}`.
 pub fn engine_report_json(e: &EngineReport) -> Value {
-    json!({"engine": e.engine, "state": engine_state(e.state()), "hits": e.hits, "took_ms": e.took_ms, "message": e.message})
+    serde_json::to_value(EngineReportView::from(e)).unwrap_or(Value::Null)
 }
 
-/// `SearchReply` → `{results, engines, warnings, took_ms, fusion}`.
+/// `SearchReply` → `{results, engines, warnings, took_ms, fusion}` as a JSON value (the built-in
+/// tools' `structuredContent`); REST serializes [`SearchReplyView`] directly.
 pub fn search_reply_json(r: &SearchReply) -> Value {
-    json!({
-        "results": r.results.iter().map(search_result_json).collect::<Vec<_>>(),
-        "engines": r.engines.iter().map(engine_report_json).collect::<Vec<_>>(),
-        "warnings": r.warnings, "took_ms": r.took_ms, "fusion": r.fusion,
-    })
+    serde_json::to_value(SearchReplyView::from(r)).unwrap_or(Value::Null)
+}
+
+/// The JSON form of a `SearchReply`, serialized straight from the reply (no intermediate
+/// `Value`: a search's answer is on the path its caller waits on).
+#[derive(serde::Serialize)]
+pub struct SearchReplyView<'a> {
+    results: Vec<SearchResultView<'a>>,
+    engines: Vec<EngineReportView<'a>>,
+    warnings: &'a [String],
+    took_ms: u32,
+    fusion: &'a str,
+}
+
+impl<'a> From<&'a SearchReply> for SearchReplyView<'a> {
+    fn from(r: &'a SearchReply) -> Self {
+        Self {
+            results: r.results.iter().map(SearchResultView::from).collect(),
+            engines: r.engines.iter().map(EngineReportView::from).collect(),
+            warnings: &r.warnings,
+            took_ms: r.took_ms,
+            fusion: &r.fusion,
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct SearchResultView<'a> {
+    kb: &'a str,
+    path: &'a str,
+    title: &'a str,
+    heading_path: &'a [String],
+    line_start: u32,
+    line_end: u32,
+    snippet: &'a str,
+    score: f64,
+    ranks: Vec<RankView<'a>>,
+    tags: &'a [String],
+    modified_ms: Option<i64>,
+    fact_id: Option<&'a str>,
+    absolute_path: &'a str,
+}
+
+impl<'a> From<&'a SearchResult> for SearchResultView<'a> {
+    fn from(r: &'a SearchResult) -> Self {
+        Self {
+            kb: &r.kb,
+            path: &r.path,
+            title: &r.title,
+            heading_path: &r.heading_path,
+            line_start: r.line_start,
+            line_end: r.line_end,
+            snippet: &r.snippet,
+            score: r.score,
+            ranks: r.ranks.iter().map(|k| RankView { engine: &k.engine, rank: k.rank, score: k.score }).collect(),
+            tags: &r.tags,
+            modified_ms: (r.modified_ms > 0).then_some(r.modified_ms),
+            fact_id: (!r.fact_id.is_empty()).then_some(r.fact_id.as_str()),
+            absolute_path: &r.absolute_path,
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct RankView<'a> {
+    engine: &'a str,
+    rank: u32,
+    score: f64,
+}
+
+#[derive(serde::Serialize)]
+struct EngineReportView<'a> {
+    engine: &'a str,
+    state: &'static str,
+    hits: u32,
+    took_ms: u32,
+    message: &'a str,
+}
+
+impl<'a> From<&'a EngineReport> for EngineReportView<'a> {
+    fn from(e: &'a EngineReport) -> Self {
+        Self {
+            engine: &e.engine,
+            state: engine_state(e.state()),
+            hits: e.hits,
+            took_ms: e.took_ms,
+            message: &e.message,
+        }
+    }
 }
 
 /// `Fact` → `{id, text, tags, source, created_ms, path}`.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use coffer_proto::retrieval::{
@@ -354,10 +355,10 @@ pub fn search_request(body: Value) -> Result<SearchRequest, ApiError> {
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
 /// limit?, snippet_chars?, regex?}` → SearchReply.
-async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
+async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Response, ApiError> {
     let req = search_request(body)?;
     let r = call(st.retrieval.clone().search(req)).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::search_reply_json(&r)))
+    Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -466,10 +467,10 @@ pub fn recall_request(body: Value) -> Result<RecallRequest, ApiError> {
 }
 
 /// `POST /v1/memory/recall {query, tags?, limit?, snippet_chars?}` → SearchReply over memory.
-async fn recall(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
+async fn recall(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Response, ApiError> {
     let req = recall_request(body)?;
     let r = call(st.retrieval.clone().recall(req)).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::search_reply_json(&r)))
+    Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
 }
 
 // ---------------------------------------------------------------------------------------------

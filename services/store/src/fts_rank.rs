@@ -27,7 +27,7 @@
 //! Created on every connection of the store's pool ([`register`], from `db::configure`).
 use std::collections::HashMap;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::OptionalExtension as _;
@@ -370,22 +370,36 @@ unsafe fn score(
 
 /// The token count of each row of `kb_fts` seen so far, by rowid: what bm25's length
 /// normalization reads per row, without FTS5's `kb_fts_docsize` lookup (see the module docs
-/// for why a kept length never goes stale). Memory: 4 bytes per rowid up to the largest one
-/// seen, at most [`RowSizes::MAX_ROWID`] (64 MiB); larger rowids are not kept.
-#[derive(Default)]
+/// for why a kept length never goes stale). Memory: 4 bytes per rowid, in pages of
+/// [`RowSizes::PAGE`] rowids allocated when one of theirs is first kept, up to
+/// [`RowSizes::MAX_ROWID`] (64 MiB); larger rowids are not kept. Reads take no lock (a page
+/// is published once, each length is an atomic): every scored row of every query reads one.
 pub struct RowSizes {
     /// Length + 1 by rowid; 0 = not known.
-    sizes: RwLock<Vec<u32>>,
+    pages: Box<[std::sync::OnceLock<Box<[AtomicU32]>>]>,
+}
+
+impl Default for RowSizes {
+    fn default() -> Self {
+        let pages = (Self::MAX_ROWID as usize) / Self::PAGE + 1;
+        Self { pages: (0..pages).map(|_| std::sync::OnceLock::new()).collect() }
+    }
 }
 
 impl RowSizes {
     /// Largest rowid kept.
     pub const MAX_ROWID: i64 = 1 << 24;
 
+    /// Rowids per page.
+    pub const PAGE: usize = 1 << 16;
+
     /// The kept length of row `rowid`.
     pub fn get(&self, rowid: i64) -> Option<u32> {
+        if rowid > Self::MAX_ROWID {
+            return None;
+        }
         let i = usize::try_from(rowid).ok()?;
-        let v = *self.sizes.read().expect("row sizes").get(i)?;
+        let v = self.pages.get(i / Self::PAGE)?.get()?[i % Self::PAGE].load(Ordering::Relaxed);
         v.checked_sub(1)
     }
 
@@ -395,12 +409,9 @@ impl RowSizes {
         if rowid > Self::MAX_ROWID {
             return;
         }
-        let mut v = self.sizes.write().expect("row sizes");
-        if v.len() <= i {
-            let len = (i + 1).max(v.len() * 2).min(Self::MAX_ROWID as usize + 1);
-            v.resize(len, 0);
-        }
-        v[i] = tokens.saturating_add(1);
+        let Some(slot) = self.pages.get(i / Self::PAGE) else { return };
+        let page = slot.get_or_init(|| (0..Self::PAGE).map(|_| AtomicU32::new(0)).collect());
+        page[i % Self::PAGE].store(tokens.saturating_add(1), Ordering::Relaxed);
     }
 }
 
@@ -540,10 +551,11 @@ impl DocFreq {
         let mut q = st.query([])?;
         while let Some(r) = q.next()? {
             let n: i64 = r.get(1)?;
-            if n >= Self::WARM_MIN_ROWS && rows.len() < Self::WARM_CAPACITY {
-                if let Ok(term) = r.get::<_, String>(0) {
-                    rows.insert(term, n);
-                }
+            if n >= Self::WARM_MIN_ROWS
+                && rows.len() < Self::WARM_CAPACITY
+                && let Ok(term) = r.get::<_, String>(0)
+            {
+                rows.insert(term, n);
             }
         }
         if self.generation.load(Ordering::Acquire) != generation {
@@ -808,6 +820,13 @@ mod tests {
         assert_eq!(sizes.get(-1), None);
         sizes.put(RowSizes::MAX_ROWID + 1, 3);
         assert_eq!(sizes.get(RowSizes::MAX_ROWID + 1), None, "rowids beyond the bound are not kept");
+        // Both sides of a page boundary, and the last rowid kept.
+        let page = RowSizes::PAGE as i64;
+        for (id, n) in [(page - 1, 4), (page, 0), (RowSizes::MAX_ROWID, 9)] {
+            assert_eq!(sizes.get(id), None, "{id} not kept yet");
+            sizes.put(id, n);
+            assert_eq!(sizes.get(id), Some(n), "{id}");
+        }
     }
 
     #[test]
