@@ -123,18 +123,6 @@ pub fn engine_config_json(e: &EngineConfig) -> Value {
     json!({"name": e.name, "enabled": e.enabled, "detail": e.detail})
 }
 
-/// `SearchResult` → `{kb, path, title, heading_path, line_start, line_end, snippet, score,
-/// ranks: [{engine, rank, score}], tags, modified_ms, fact_id, absolute_path}` (`fact_id`
-/// `null` outside memory, `modified_ms` `null` when unknown).
-pub fn search_result_json(r: &SearchResult) -> Value {
-    serde_json::to_value(SearchResultView::from(r)).unwrap_or(Value::Null)
-}
-
-/// `EngineReport` → `{engine, state, hits, took_ms, message}`.
-pub fn engine_report_json(e: &EngineReport) -> Value {
-    serde_json::to_value(EngineReportView::from(e)).unwrap_or(Value::Null)
-}
-
 /// `SearchReply` → `{results, engines, warnings, took_ms, fusion}` as a JSON value (the built-in
 /// tools' `structuredContent`); REST serializes [`SearchReplyView`] directly.
 pub fn search_reply_json(r: &SearchReply) -> Value {
@@ -142,7 +130,11 @@ pub fn search_reply_json(r: &SearchReply) -> Value {
 }
 
 /// The JSON form of a `SearchReply`, serialized straight from the reply (no intermediate
-/// `Value`: a search's answer is on the path its caller waits on).
+/// `Value`: a search's answer is on the path its caller waits on). A result is `{kb, path,
+/// title, heading_path, line_start, line_end, snippet, score, ranks: [{engine, rank, score}],
+/// tags, modified_ms, fact_id, absolute_path}` (`fact_id` `null` outside memory,
+/// `modified_ms` `null` when unknown); an engine report `{engine, state, hits, took_ms,
+/// message}`.
 #[derive(serde::Serialize)]
 pub struct SearchReplyView<'a> {
     results: Vec<SearchResultView<'a>>,

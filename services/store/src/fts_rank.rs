@@ -597,10 +597,10 @@ impl DocFreq {
             let w = self.warm.read().expect("doc freq warm");
             w.as_ref().filter(|(g, _)| *g == generation).and_then(|(_, rows)| rows.get(t).copied())
         });
-        let n = match token {
-            Some(_) if warm.is_some() => warm.unwrap_or_default(),
+        let n = match (warm, token) {
+            (Some(n), _) => n,
             // The token is known from any connection; the table is this connection's own.
-            Some(token) if vocab_table_on(c)? => c
+            (None, Some(token)) if vocab_table_on(c)? => c
                 .prepare_cached("SELECT doc FROM temp.kb_fts_rows WHERE term = ?1")?
                 .query_row([token], |r| r.get(0))
                 .optional()?
@@ -699,6 +699,50 @@ fn tokenizer_of(sql: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection to the test database at `path` with `coffer_bm25` registered: several of
+    /// them stand for the store's pool.
+    // A test database of this module's own.
+    #[allow(clippy::disallowed_methods)]
+    fn shared(path: &std::path::Path) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(path).unwrap();
+        register(&c, &Arc::default()).unwrap();
+        c
+    }
+
+    /// The counts read ahead in one pass are the ones counted one by one, rare tokens are left
+    /// to be counted when asked, and a write drops them all (a pass started before it keeps
+    /// nothing).
+    #[test]
+    fn warm_counts_equal_counted_ones_and_a_write_drops_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let w = shared(&path);
+        w.execute_batch("PRAGMA journal_mode = WAL; CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');").unwrap();
+        let rows = DocFreq::WARM_MIN_ROWS as usize + 6;
+        for i in 0..rows {
+            let rare = if i < 3 { " zebra" } else { "" };
+            w.execute(
+                "INSERT INTO kb_fts (title, headings, body) VALUES ('', '', ?1)",
+                [format!("咖啡 running {i}{rare}")],
+            )
+            .unwrap();
+        }
+        let r = shared(&path);
+        let df = DocFreq::default();
+        let kept = df.warm(&r).unwrap();
+        assert!(kept >= 2, "咖啡 and run are common: {kept}");
+        let warm = df.warm.read().unwrap().clone().unwrap().1;
+        assert_eq!(warm.get("run"), Some(&(rows as i64)), "stemmed as FTS5 stems");
+        assert_eq!(warm.get("zebra"), None, "rare tokens are counted when asked");
+        for (phrase, n) in [("\"咖啡\"", rows as i64), ("\"running\"", rows as i64), ("\"zebra\"", 3)] {
+            assert_eq!(df.count(&r, phrase).unwrap(), n, "{phrase}");
+        }
+        df.invalidate();
+        assert!(df.warm.read().unwrap().as_ref().is_some_and(|(g, _)| *g != df.generation.load(Ordering::Acquire)));
+        w.execute("DELETE FROM kb_fts WHERE rowid <= 5", []).unwrap();
+        assert_eq!(df.count(&r, "\"咖啡\"").unwrap(), rows as i64 - 5, "stale warm counts are not served");
+    }
 
     fn db() -> rusqlite::Connection {
         // A test database of this module's own, in memory.
@@ -915,12 +959,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         // Two connections to one test database of this module's own.
-        #[allow(clippy::disallowed_methods)]
-        let open = || {
-            let c = rusqlite::Connection::open(&path).unwrap();
-            register(&c, &Arc::default()).unwrap();
-            c
-        };
+        let open = || shared(&path);
         let w = open();
         w.execute_batch("PRAGMA journal_mode = WAL; CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');").unwrap();
         let fill = |w: &rusqlite::Connection, n: usize| {
@@ -954,12 +993,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         // Three connections to one test database of this module's own.
-        #[allow(clippy::disallowed_methods)]
-        let open = || {
-            let c = rusqlite::Connection::open(&path).unwrap();
-            register(&c, &Arc::default()).unwrap();
-            c
-        };
+        let open = || shared(&path);
         let w = open();
         w.execute_batch("PRAGMA journal_mode = WAL; CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');").unwrap();
         for i in 0..12 {

@@ -550,90 +550,13 @@ fn bm25(counts: &str) -> String {
     format!("coffer_bm25(kb_fts, {counts}, 2.0, 1.5, 1.0)")
 }
 
-/// What the ranked keyword path found: `(rowid, rank)` best first (the top `n` rows, or
-/// documents, and every row tied with the last), and whether that list is known to be complete
-/// (else the caller runs the full query).
-struct RankedRows {
-    top: Vec<(i64, f64)>,
-    complete: bool,
-}
-
-/// The ranked keyword path of [`keyword_query`]: rows of KBs not in `kbs` skipped, one row per
-/// document when `one_per_document` (its best: rows come best first).
-fn ranked_rows(
-    c: &Connection,
-    (expr, counts): (&str, &[u8]),
-    kbs: Option<&HashSet<&str>>,
-    n: usize,
-    one_per_document: bool,
-) -> Result<RankedRows, StoreError> {
-    let mut documents = HashSet::new();
-    let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
-    let mut complete = true;
-    // SQLite keeps only the best `cap` rows of the sort (a bounded sorter) instead of ordering
-    // every match; when the rows run out at the cap before the list is known to be complete
-    // (many chunks of one document, rows of other KBs), the query runs again without a cap.
-    for cap in [ranked_rows_cap(n), -1] {
-        documents.clear();
-        top.clear();
-        complete = true;
-        let mut st = c.prepare_cached(&format!(
-            "SELECT rowid, {} AS s FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY s LIMIT ?3",
-            bm25("?2")
-        ))?;
-        let mut kb_of = c.prepare_cached(
-            "SELECT d.kb, d.id FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document",
-        )?;
-        let (mut skipped, mut read, mut stopped) = (0usize, 0i64, false);
-        let mut rows = st.query(params![expr, counts, cap])?;
-        while let Some(r) = rows.next()? {
-            read += 1;
-            let (id, rank): (i64, f64) = (r.get(0)?, r.get(1)?);
-            if top.len() >= n && top[n - 1].1 != rank {
-                stopped = true;
-                break;
-            }
-            if kbs.is_some() || one_per_document {
-                let row: Option<(String, i64)> = kb_of.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
-                let Some((kb, document)) = row else { continue };
-                if kbs.is_some_and(|kbs| !kbs.contains(kb.as_str())) {
-                    skipped += 1;
-                    if skipped > KEYWORD_SKIP_MAX {
-                        complete = false;
-                        stopped = true;
-                        break;
-                    }
-                    continue;
-                }
-                // Ranked best first: the first chunk seen of a document is its best (a tie is
-                // ordered by ordinal below, among the rows kept).
-                if one_per_document && !documents.insert(document) {
-                    continue;
-                }
-            }
-            if top.len() >= KEYWORD_TIE_MAX {
-                complete = false;
-                stopped = true;
-                break;
-            }
-            top.push((id, rank));
-        }
-        // The rows ran out before the cap: every match was seen.
-        if stopped || read < cap {
-            break;
-        }
-    }
-    Ok(RankedRows { top, complete })
-}
-
 /// `KeywordQuery` on a reader: best first, ties by KB, path, ordinal.
 ///
 /// Without filters, or with a filter by KBs alone (what every search coffer-retrieval runs
-/// has), the ranking runs on `kb_fts` alone ([`ranked_rows`], ordered by [`bm25`]); rows of
-/// other KBs are skipped as they come, and only the top `limit` rows, plus every row tied with
-/// the last of them, are joined with their chunks and documents. With other filters (or a huge
-/// tie group, or too many skipped rows) one query joins every match and orders by (score, KB,
-/// path, ordinal).
+/// has), the ranking runs on `kb_fts` alone (ordered by [`bm25`]); rows of other KBs are skipped as they come, and only the top `limit` rows,
+/// plus every row tied with the last of them, are joined with their chunks and documents. With
+/// other filters (or a huge tie group, or too many skipped rows) one query joins every match
+/// and orders by (score, KB, path, ordinal).
 fn keyword_query(
     c: &Connection,
     (expr, counts): (&str, &[u8]),
@@ -644,13 +567,70 @@ fn keyword_query(
     let n = limit as usize;
     if !f.restricts() || f.kb_only() {
         let kbs: Option<HashSet<&str>> = f.restricts().then(|| f.kbs.iter().map(String::as_str).collect());
-        let ranked = ranked_rows(c, (expr, counts), kbs.as_ref(), n, one_per_document)?;
-        if ranked.complete {
+        let mut documents = HashSet::new();
+        let mut top: Vec<(i64, f64)> = Vec::with_capacity(n + 1);
+        let mut complete = true;
+        // SQLite keeps only the best `cap` rows of the sort (a bounded sorter) instead of
+        // ordering every match; when the rows run out at the cap before the list is known to
+        // be complete (many chunks of one document, rows of other KBs), the query runs again
+        // without a cap.
+        for cap in [ranked_rows_cap(n), -1] {
+            documents.clear();
+            top.clear();
+            complete = true;
+            let mut st = c.prepare_cached(&format!(
+                "SELECT rowid, {} AS s FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY s LIMIT ?3",
+                bm25("?2")
+            ))?;
+            let mut kb_of = c.prepare_cached(
+                "SELECT d.kb, d.id FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document",
+            )?;
+            let (mut skipped, mut read, mut stopped) = (0usize, 0i64, false);
+            let mut rows = st.query(params![expr, counts, cap])?;
+            while let Some(r) = rows.next()? {
+                read += 1;
+                let (id, rank): (i64, f64) = (r.get(0)?, r.get(1)?);
+                if top.len() >= n && top[n - 1].1 != rank {
+                    stopped = true;
+                    break;
+                }
+                if kbs.is_some() || one_per_document {
+                    let row: Option<(String, i64)> =
+                        kb_of.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+                    let Some((kb, document)) = row else { continue };
+                    if kbs.as_ref().is_some_and(|kbs| !kbs.contains(kb.as_str())) {
+                        skipped += 1;
+                        if skipped > KEYWORD_SKIP_MAX {
+                            complete = false;
+                            stopped = true;
+                            break;
+                        }
+                        continue;
+                    }
+                    // Ranked best first: the first chunk seen of a document is its best (a tie
+                    // is ordered by ordinal below, among the rows kept).
+                    if one_per_document && !documents.insert(document) {
+                        continue;
+                    }
+                }
+                if top.len() >= KEYWORD_TIE_MAX {
+                    complete = false;
+                    stopped = true;
+                    break;
+                }
+                top.push((id, rank));
+            }
+            // The rows ran out before the cap: every match was seen.
+            if stopped || read < cap {
+                break;
+            }
+        }
+        if complete {
             let mut st = c.prepare_cached(&format!(
                 "SELECT {CHUNK_COLS} FROM kb_chunks c CROSS JOIN kb_documents d WHERE c.id = ?1 AND d.id = c.document"
             ))?;
-            let mut hits = Vec::with_capacity(ranked.top.len());
-            for (id, rank) in ranked.top {
+            let mut hits = Vec::with_capacity(top.len());
+            for (id, rank) in top {
                 // A row of kb_fts always has its chunk (one transaction writes both).
                 if let Some(chunk) = st.query_row([id], chunk_at).optional()? {
                     hits.push(ChunkHit { chunk: Some(chunk), score: -rank, lines: vec![] });
@@ -783,7 +763,9 @@ fn dot_rows_i8(rows: &[i8], q: &[i8], out: &mut [i32]) {
         out.fill(0);
         return;
     }
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    // Asked once: `available_parallelism` reads the process's CPU affinity and cgroup limits.
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let threads = *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
     if out.len() < PARALLEL_SCAN_ROWS || threads < 2 {
         return dot_rows_i8_on_this_thread(rows, q, out);
     }
@@ -2663,9 +2645,6 @@ mod tests {
         assert_eq!(s.keyword(KeywordQueryRequest { limit: 50, ..kw(&["everywhere"], MatchMode::All) }).await.len(), 50);
     }
 
-    /// The 8-bit scan plus exact rescoring answers what an exact scan answers: the same best
-    /// ten, in the same order, with exact similarities (random unit vectors are the hard case:
-    /// their similarities crowd together).
     #[test]
     fn the_8_bit_scan_gives_each_rows_exact_dot_product_on_every_path() {
         // Above the two-thread threshold and below it; dimensions that are and are not a
@@ -2693,6 +2672,9 @@ mod tests {
         assert_eq!(dot_i8(&extreme, &extreme), 128 * 128 * 8192);
     }
 
+    /// The 8-bit scan plus exact rescoring answers what an exact scan answers: the same best
+    /// ten, in the same order, with exact similarities (random unit vectors are the hard case:
+    /// their similarities crowd together).
     #[test]
     fn two_stage_vector_scan_matches_the_exact_scan() {
         let dim = 384;
