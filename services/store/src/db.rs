@@ -402,6 +402,9 @@ impl Db {
 }
 
 /// The read-only connections of a [`Db`], and what opening another one needs.
+/// How much of coffer.db each reader maps into memory (`PRAGMA mmap_size`).
+const READER_MMAP_BYTES: u64 = 1 << 30;
+
 struct ReaderPool {
     readers: Arc<Mutex<Vec<Connection>>>,
     path: Arc<PathBuf>,
@@ -421,6 +424,11 @@ impl ReaderPool {
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 configure(&c, &self.sizes)?;
+                // Pages read straight from a shared mapping of the file instead of copied into
+                // each connection's own 2 MB cache by a `pread` per page: a keyword query walks
+                // long FTS5 doclists, and those reads were a tenth of its time. Address space
+                // only; SQLite falls back to reads beyond it, and for pages still in the WAL.
+                c.query_row(&format!("PRAGMA mmap_size = {READER_MMAP_BYTES}"), [], |_| Ok(()))?;
                 c
             }
         };

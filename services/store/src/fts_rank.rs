@@ -35,6 +35,9 @@ use rusqlite::ffi;
 
 /// The SQL name of the ranking function.
 pub const NAME: &str = "coffer_bm25";
+/// The SQL name of its twin that also files each row's score for [`best_rows`] (same
+/// arguments, same value).
+pub const TOP_NAME: &str = "coffer_bm25_top";
 /// bm25's term-frequency saturation and length normalization (SQLite's values).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -62,13 +65,15 @@ pub fn register(conn: &rusqlite::Connection, sizes: &Arc<RowSizes>) -> rusqlite:
         let Some(create) = (*api).xCreateFunction else { return Err(fail("FTS5 has no xCreateFunction")) };
         // The function's user data is one strong count of `sizes`, released by
         // `release_sizes` when the connection drops the function (also when creation fails).
-        let data = Arc::into_raw(Arc::clone(sizes)).cast_mut().cast::<std::ffi::c_void>();
-        let rc = create(api, c"coffer_bm25".as_ptr(), data, Some(rank), Some(release_sizes));
-        if rc != ffi::SQLITE_OK {
-            return Err(rusqlite::Error::SqliteFailure(
-                ffi::Error::new(rc),
-                Some("coffer_bm25: xCreateFunction".into()),
-            ));
+        for (name, f) in [(c"coffer_bm25", rank as Fts5Function), (c"coffer_bm25_top", rank_into_top as Fts5Function)] {
+            let data = Arc::into_raw(Arc::clone(sizes)).cast_mut().cast::<std::ffi::c_void>();
+            let rc = create(api, name.as_ptr(), data, Some(f), Some(release_sizes));
+            if rc != ffi::SQLITE_OK {
+                return Err(rusqlite::Error::SqliteFailure(
+                    ffi::Error::new(rc),
+                    Some(format!("{}: xCreateFunction", name.to_string_lossy())),
+                ));
+            }
         }
     }
     Ok(())
@@ -227,6 +232,130 @@ unsafe extern "C" fn release_totals(data: *mut std::ffi::c_void) {
         // SAFETY: `data` is the pointer `Box::into_raw` made in `score`; FTS5 calls this once
         // for it, when the query ends (or when it could not keep it).
         drop(unsafe { Box::from_raw(data.cast::<Totals>()) });
+    }
+}
+
+/// The signature of an FTS5 extension function.
+type Fts5Function = unsafe extern "C" fn(
+    *const ffi::Fts5ExtensionApi,
+    *mut ffi::Fts5Context,
+    *mut ffi::sqlite3_context,
+    c_int,
+    *mut *mut ffi::sqlite3_value,
+);
+
+/// One row offered to [`best_rows`]: its value of [`NAME`] (lower is better) and rowid. Ordered
+/// by value, then rowid: the worse row is the greater.
+#[derive(Clone, Copy, PartialEq)]
+struct Ranked(f64, i64);
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// The best rows a [`best_rows`] call keeps: at most `cap`, the worst on top.
+struct Best {
+    cap: usize,
+    heap: std::collections::BinaryHeap<Ranked>,
+    seen: u64,
+}
+
+thread_local! {
+    /// The collection [`best_rows`] runs on this thread (SQLite calls [`TOP_NAME`] on the
+    /// thread that steps the statement).
+    static BEST: std::cell::RefCell<Option<Best>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What [`best_rows`] returns: `f`'s value, the best rows as (rowid, value) best first, and how
+/// many rows were scored.
+pub type BestRows<T> = (T, Vec<(i64, f64)>, u64);
+
+/// Runs `f`, which steps a statement calling [`TOP_NAME`] on this thread, and returns its value
+/// with the `cap` best rows [`TOP_NAME`] scored, as (rowid, value) best first (lowest value;
+/// ties by rowid), and how many rows it scored. What `ORDER BY <bm25> LIMIT cap` gives, kept
+/// in a bounded heap instead of SQLite's sorter (an index b-tree insert and compare per row,
+/// an eighth of a keyword query's time), and with ties in a fixed order.
+///
+/// # Errors
+/// `f`'s error; an error when a collection already runs on this thread.
+pub fn best_rows<T>(cap: usize, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Result<BestRows<T>> {
+    /// Ends the collection however `f` ends.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BEST.with(|b| b.borrow_mut().take());
+        }
+    }
+    let started = BEST.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_some() {
+            return false;
+        }
+        let heap = std::collections::BinaryHeap::with_capacity(cap.min(1 << 16).saturating_add(1));
+        *b = Some(Best { cap, heap, seen: 0 });
+        true
+    });
+    if !started {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(ffi::SQLITE_MISUSE),
+            Some(format!("{TOP_NAME}: a collection already runs on this thread")),
+        ));
+    }
+    let _reset = Reset;
+    let out = f()?;
+    let best = BEST.with(|b| b.borrow_mut().take()).expect("the collection started above");
+    let rows = best.heap.into_sorted_vec().into_iter().map(|Ranked(v, id)| (id, v)).collect();
+    Ok((out, rows, best.seen))
+}
+
+/// [`TOP_NAME`]: [`rank`]'s value, also offered to the running [`best_rows`] collection.
+#[allow(unsafe_code)]
+unsafe extern "C" fn rank_into_top(
+    api: *const ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
+    n_val: c_int,
+    ap_val: *mut *mut ffi::sqlite3_value,
+) {
+    // SAFETY: as `rank`.
+    unsafe {
+        let args = std::slice::from_raw_parts(ap_val, usize::try_from(n_val).unwrap_or(0));
+        let value = match score(&*api, fts, args) {
+            Ok(s) => -s,
+            Err(Fail::Code(rc)) => return ffi::sqlite3_result_error_code(ctx, rc),
+            Err(Fail::Usage(msg)) => return ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1),
+        };
+        let Some(rowid) = (*api).xRowid else {
+            return ffi::sqlite3_result_error(ctx, c"coffer_bm25_top: this FTS5 has no xRowid".as_ptr(), -1);
+        };
+        let row = Ranked(value, rowid(fts));
+        let filed = BEST.with(|b| match b.borrow_mut().as_mut() {
+            Some(best) => {
+                best.seen += 1;
+                if best.heap.len() < best.cap {
+                    best.heap.push(row);
+                } else if best.heap.peek().is_some_and(|worst| row < *worst) {
+                    best.heap.pop();
+                    best.heap.push(row);
+                }
+                true
+            }
+            None => false,
+        });
+        if !filed {
+            return ffi::sqlite3_result_error(ctx, c"coffer_bm25_top: called outside fts_rank::best_rows".as_ptr(), -1);
+        }
+        ffi::sqlite3_result_double(ctx, value);
     }
 }
 
@@ -798,6 +927,66 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `best_rows` keeps what `ORDER BY coffer_bm25 LIMIT cap` keeps (ties by rowid), counts
+    /// every scored row, refuses to nest, and `coffer_bm25_top` outside it is an error, not a
+    /// silently lost row.
+    #[test]
+    fn best_rows_are_the_ordered_query_cut_at_the_cap() {
+        let c = db();
+        let df = DocFreq::default();
+        let phrases = vec!["\"apple\"".to_owned(), "\"banana\"".to_owned(), "\"run\"".to_owned()];
+        let blob = df.blob(&c, &phrases).unwrap();
+        for op in [" AND ", " OR "] {
+            let expr = phrases.join(op);
+            let ordered: Vec<(i64, f64)> = c
+                .prepare(
+                    "SELECT rowid, coffer_bm25(kb_fts, ?2, 2.0, 1.5, 1.0) AS s FROM kb_fts WHERE kb_fts MATCH ?1 ORDER BY s, rowid",
+                )
+                .unwrap()
+                .query_map(rusqlite::params![expr, blob], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert!(ordered.len() > 20, "{expr}: {} rows", ordered.len());
+            let mut st = c
+                .prepare(
+                    "SELECT count(*) FROM kb_fts WHERE kb_fts MATCH ?1 AND coffer_bm25_top(kb_fts, ?2, 2.0, 1.5, 1.0) IS NOT NULL",
+                )
+                .unwrap();
+            for cap in [0, 1, 7, ordered.len() - 1, ordered.len(), usize::MAX] {
+                let (count, best, seen) =
+                    best_rows(cap, || st.query_row(rusqlite::params![expr, blob], |r| r.get::<_, i64>(0))).unwrap();
+                assert_eq!(count as usize, ordered.len(), "{expr}: every match counted");
+                assert_eq!(seen as usize, ordered.len(), "{expr}: every match scored");
+                assert_eq!(best, ordered[..cap.min(ordered.len())], "{expr}, cap {cap}");
+            }
+        }
+        // Nested: refused, and the outer collection goes on.
+        let (_, outer, _) = best_rows(5, || {
+            let inner = best_rows(5, || Ok(()));
+            assert!(inner.unwrap_err().to_string().contains("already runs"));
+            c.query_row(
+                "SELECT count(*) FROM kb_fts WHERE kb_fts MATCH '\"apple\"' AND coffer_bm25_top(kb_fts, ?1, 2.0, 1.5, 1.0) IS NOT NULL",
+                [df.blob(&c, &["\"apple\"".to_owned()]).unwrap()],
+                |r| r.get::<_, i64>(0),
+            )
+        })
+        .unwrap();
+        assert_eq!(outer.len(), 5);
+        // Outside a collection (also after one failed): an error naming the function.
+        let err = c
+            .query_row(
+                "SELECT count(*) FROM kb_fts WHERE kb_fts MATCH '\"apple\"' AND coffer_bm25_top(kb_fts, ?1, 2.0, 1.5, 1.0) IS NOT NULL",
+                [df.blob(&c, &["\"apple\"".to_owned()]).unwrap()],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("outside fts_rank::best_rows"), "{err}");
+        let failed = best_rows(3, || -> rusqlite::Result<()> { Err(rusqlite::Error::InvalidQuery) });
+        assert!(failed.is_err());
+        assert!(best_rows(3, || Ok(())).is_ok(), "a failed collection does not block the next");
     }
 
     /// Scores read from kept lengths equal the built-in's, before and after rows are deleted
