@@ -464,6 +464,7 @@ async fn the_cli_adds_lists_pairs_and_removes_channels() -> anyhow::Result<()> {
     .await?;
     ensure!(o.status.success(), "add: {} {}", text(&o), err(&o));
     ensure!(text(&o).contains("Added telegram channel home") && !text(&o).contains(TOKEN), "{}", text(&o));
+    ensure!(!err(&o).contains("warning"), "its credential is stored: {}", err(&o));
     let o = run(
         vec!["channel", "add", "home", "--kind", "telegram", "--bot-token-env", "E2E_TOKEN"],
         Some(("E2E_TOKEN", TOKEN)),
@@ -525,5 +526,17 @@ async fn the_cli_adds_lists_pairs_and_removes_channels() -> anyhow::Result<()> {
     let o = run(vec!["credentials", "list", "--json"], None).await?;
     let creds: Value = serde_json::from_slice(&o.stdout)?;
     assert_eq!(creds["items"], json!([]), "channel-home-bot-token went with home");
+
+    // A credential named but not stored: the channel is added, with a warning naming it and
+    // how to store it (it cannot start before).
+    let o = run(vec!["channel", "add", "office", "--kind", "telegram", "--bot-token-credential", "office-bot"], None)
+        .await?;
+    ensure!(o.status.success() && text(&o).contains("Added telegram channel office"), "{}", err(&o));
+    ensure!(
+        err(&o).contains("warning: credential office-bot (the bot token) is not stored")
+            && err(&o).contains("coffer credentials set office-bot"),
+        "{}",
+        err(&o)
+    );
     Ok(())
 }

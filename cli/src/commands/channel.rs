@@ -392,6 +392,18 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let c = resp.json()?;
     let state = if c["enabled"] == true { "enabled" } else { "disabled" };
     output::println(&format!("Added {} channel {} ({state})", a.kind, a.name))?;
+    // A `--*-credential NAME` may name a credential not stored yet: the channel is kept, but
+    // cannot start until it is.
+    for field in missing_credentials(&c) {
+        let name = c[format!("{field}_ref")].as_str().unwrap_or_default();
+        eprintln!(
+            "warning: credential {} (the {}) is not stored, so the channel cannot start until it is: \
+             coffer credentials set {}",
+            output::printable(name),
+            field.replace('_', " "),
+            output::shell_quote(name)
+        );
+    }
     output::println(&format!("Pair it with `coffer channel pair {}`: until then every chat is refused", a.name))
 }
 
