@@ -229,6 +229,23 @@ pub fn single_message(event_id: &str, employee_code: &str, text: &str) -> Vec<u8
     )
 }
 
+/// An image sent to the bot in a one-to-one chat by `employee_code` (a message whose `tag` is
+/// `image`, its content a URL of the platform's).
+pub fn single_image(event_id: &str, employee_code: &str) -> Vec<u8> {
+    envelope(
+        event_id,
+        "message_from_bot_subscriber",
+        json!({
+            "seatalk_id": format!("st-{employee_code}"), "employee_code": employee_code,
+            "email": format!("{employee_code}@example.com"),
+            "message": {
+                "message_id": format!("m-{event_id}"), "tag": "image",
+                "image": { "content": format!("https://openapi.seatalk.io/messaging/v2/file/{event_id}") },
+            },
+        }),
+    )
+}
+
 /// A group message from `employee_code` in `group_id` that mentions the bot `bot_name`
 /// (`@bot_name text`).
 pub fn group_mention(event_id: &str, group_id: &str, employee_code: &str, bot_name: &str, text: &str) -> Vec<u8> {

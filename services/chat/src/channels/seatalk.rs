@@ -14,7 +14,8 @@
 //!     text.{plain_text, mentioned_list[].username}}` — the bot's mention is removed from the
 //!     text (see [`strip_mentions`]);
 //!
-//!   other event types and non-text messages are logged and dropped;
+//!   a message that is not text gets [`ONLY_TEXT`] once per chat per adapter run (others are
+//!   refused as for text); other event types are logged and dropped;
 //! - `POST {base}/auth/app_access_token` `{app_id, app_secret}` →
 //!   `{code: 0, app_access_token, expire}` (`expire`: Unix seconds);
 //! - `POST {base}/messaging/v2/single_chat` `{employee_code, message}` and
@@ -300,9 +301,16 @@ pub fn strip_mentions(text: &str, mentioned: &[String]) -> String {
 pub enum Event {
     /// A message for the bridge, with the event's id (for de-duplication).
     Message { event_id: String, inbound: Inbound },
-    /// A well-formed event this adapter does not act on (another type, a non-text message).
+    /// A message from a person that is not text (an image, a file, a sticker…), with its
+    /// event's id and tag: the sender is told once that only text is read ([`ONLY_TEXT`]).
+    Unsupported { event_id: String, inbound: Inbound, tag: String },
+    /// A well-formed event this adapter does not act on (another type, an empty message).
     Ignored { event_id: String, reason: String },
 }
+
+/// What the owner's chat is told, once per adapter run, about a message that is not text.
+pub const ONLY_TEXT: &str = "Only text messages are supported: images, files, stickers and other kinds of \
+                             message are not read. Send your request as a text message.";
 
 /// Why a body is not a SeaTalk event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -333,16 +341,13 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
         return Err(EventError::Missing("event_type"));
     }
     let ignored = |reason: String| Ok(Event::Ignored { event_id: event_id.clone(), reason });
-    let (group, chat_id, sender, display, message_id, text) = match event_type {
+    let (group, chat_id, sender, display, message_id, text, tag) = match event_type {
         "message_from_bot_subscriber" => {
             let code = str_at(&v, "/event/employee_code");
             if code.is_empty() {
                 return Err(EventError::Missing("event.employee_code"));
             }
             let tag = str_at(&v, "/event/message/tag");
-            if tag != "text" {
-                return ignored(format!("a {tag:?} message"));
-            }
             let email = str_at(&v, "/event/email");
             let text = str_at(&v, "/event/message/text/content").trim().to_owned();
             (
@@ -352,6 +357,7 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
                 if email.is_empty() { code } else { email },
                 str_at(&v, "/event/message/message_id"),
                 text,
+                tag,
             )
         }
         "new_mentioned_message_received_from_group_chat" => {
@@ -364,9 +370,6 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
                 return Err(EventError::Missing("event.message.sender.employee_code"));
             }
             let tag = str_at(&v, "/event/message/tag");
-            if tag != "text" {
-                return ignored(format!("a {tag:?} message"));
-            }
             let mentioned: Vec<String> = v
                 .pointer("/event/message/text/mentioned_list")
                 .and_then(Value::as_array)
@@ -381,25 +384,28 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
                 if email.is_empty() { code } else { email },
                 str_at(&v, "/event/message/message_id"),
                 text,
+                tag,
             )
         }
         other => return ignored(format!("event type {other:?}")),
     };
+    let inbound = |text: String| Inbound {
+        channel: channel.to_owned(),
+        chat_id: chat_id.to_owned(),
+        sender_id: sender.to_owned(),
+        sender_display: display.to_owned(),
+        text,
+        message_id: message_id.to_owned(),
+        group,
+    };
+    if tag != "text" {
+        let tag: String = tag.chars().take(64).collect();
+        return Ok(Event::Unsupported { event_id, inbound: inbound(String::new()), tag });
+    }
     if text.is_empty() {
         return ignored("an empty message".into());
     }
-    Ok(Event::Message {
-        event_id,
-        inbound: Inbound {
-            channel: channel.to_owned(),
-            chat_id: chat_id.to_owned(),
-            sender_id: sender.to_owned(),
-            sender_display: display.to_owned(),
-            text,
-            message_id: message_id.to_owned(),
-            group,
-        },
-    })
+    Ok(Event::Message { event_id, inbound: inbound(text) })
 }
 
 /// How the adapter shows things in SeaTalk: notices as plain text; a turn as an immediate
@@ -671,8 +677,9 @@ async fn handle_body(
     status: &StatusCell,
 ) {
     let channel = record.name.as_str();
-    let (event_id, inbound) = match parse_event(channel, body) {
-        Ok(Event::Message { event_id, inbound }) => (event_id, inbound),
+    let (event_id, inbound, unsupported) = match parse_event(channel, body) {
+        Ok(Event::Message { event_id, inbound }) => (event_id, inbound, None),
+        Ok(Event::Unsupported { event_id, inbound, tag }) => (event_id, inbound, Some(tag)),
         Ok(Event::Ignored { event_id, reason }) => {
             tracing::debug!(channel, %event_id, %reason, "Ignored a SeaTalk event.");
             return;
@@ -704,6 +711,14 @@ async fn handle_body(
     }
     status.update(|s| s.last_inbound_ms = now_ms());
     replier.note_chat(&inbound.chat_id, inbound.group);
+    if let Some(tag) = unsupported {
+        tracing::debug!(channel, %event_id, %tag, "A SeaTalk message that is not text.");
+        if let Err(e) = bridge.unsupported(record, inbound, ONLY_TEXT).await {
+            tracing::warn!(channel, %event_id, error = %e, "A SeaTalk message that is not text was not answered.");
+            status.update(|s| s.last_error = e.to_string());
+        }
+        return;
+    }
     if let Err(e) = bridge.handle(record, inbound).await {
         tracing::warn!(channel, %event_id, error = %e, "The bridge could not handle a SeaTalk message.");
         status.update(|s| s.last_error = e.to_string());
@@ -871,7 +886,22 @@ mod tests {
         assert!(matches!(parse_event("st", &other), Ok(Event::Ignored { .. })));
         let image = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
             "event": { "employee_code": "E", "message": { "tag": "image" } } }));
-        assert!(matches!(parse_event("st", &image), Ok(Event::Ignored { .. })));
+        match parse_event("st", &image) {
+            Ok(Event::Unsupported { inbound, tag, .. }) => {
+                assert_eq!((tag.as_str(), inbound.chat_id.as_str(), inbound.group), ("image", "E", false));
+            }
+            other => panic!("an image is a message that is not text: {other:?}"),
+        }
+        let file =
+            body(serde_json::json!({ "event_id": "e", "event_type": "new_mentioned_message_received_from_group_chat",
+            "event": { "group_id": "G", "message": { "tag": "file", "sender": { "employee_code": "E" } } } }));
+        assert!(matches!(parse_event("st", &file), Ok(Event::Unsupported { inbound, .. }) if inbound.group));
+        let no_tag = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": {} } }));
+        assert!(matches!(parse_event("st", &no_tag), Ok(Event::Unsupported { tag, .. }) if tag.is_empty()));
+        let empty = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": { "tag": "text", "text": { "content": "  " } } } }));
+        assert!(matches!(parse_event("st", &empty), Ok(Event::Ignored { .. })));
     }
 
     #[test]
