@@ -75,7 +75,9 @@ pub fn main_entry() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let args: Vec<String> = std::env::args().collect();
+            // `args_os`: an argument that is not UTF-8 is exactly what clap may have refused
+            // (`env::args` would panic on it).
+            let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
             if let Some(doc) = version_json(&e, &args) {
                 return match output::print_json(&doc) {
                     Ok(()) => ExitCode::SUCCESS,

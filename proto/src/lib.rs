@@ -76,6 +76,11 @@ pub mod sync {
 pub mod store {
     tonic::include_proto!("coffer.store.v1");
 
+    /// Largest request the store's Index service decodes (bytes): one `UpsertDocument` carries
+    /// a whole document's chunks with their text and normalized index text, about twice the
+    /// file. A caller checks a request's encoded length against it before sending.
+    pub const INDEX_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
     /// `as_str`/`parse` between an enum and its REST/database word.
     macro_rules! words {
         ($ty:ident { $($variant:ident => $word:literal),+ $(,)? }) => {

@@ -120,6 +120,21 @@ async fn bad_input_exits_2_and_bad_configuration_exits_1() -> anyhow::Result<()>
     ensure!(bad_port.daemon_processes().is_empty(), "a daemon was started with COFFER_PORT=abc");
     ensure!(home.daemon_processes().is_empty(), "a daemon was started for a configuration error");
 
+    // An argument that is not UTF-8: a usage error (exit 2) naming it, never a panic (101).
+    for (args, json) in [(&["kb", "search"][..], false), (&["memory", "remember", "--json"], true)] {
+        let mut cmd = home.cli_command(args)?;
+        cmd.arg(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"bad \xff\xfe utf8"));
+        let out = cmd.output().await?;
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        ensure!(out.status.code() == Some(2), "{:?}: {stderr}", out.status);
+        ensure!(stderr.contains("UTF-8") && !stderr.contains("panicked"), "{stderr}");
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&stdout)?;
+            ensure!(v["error"]["code"] == "INVALID_ARGUMENT", "{stdout}");
+        }
+    }
+    ensure!(home.daemon_processes().is_empty(), "a daemon was started for a usage error");
+
     // Input the daemon refuses (400 INVALID_ARGUMENT): exit 2, like clap's usage errors.
     for args in [
         &["mcp", "add", "Bad_Name", "--url", "http://127.0.0.1:9/mcp"][..],

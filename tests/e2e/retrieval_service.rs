@@ -154,6 +154,10 @@ async fn knowledge_base_is_searched_by_each_engine_and_follows_edits() -> anyhow
     // A two-character Chinese word, by the keyword index and by grep.
     finds(&c, FRESH, "数据", &["keyword"], &["zh/数据库.md"]).await?;
     finds(&c, FRESH, "备份", &["grep"], &["zh/数据库.md"]).await?;
+    // A one-character word (`晚`, inside 每天晚上): the keyword index holds character pairs, so a
+    // search that names no engine runs grep for it, and finds it.
+    let r = finds(&c, FRESH, "晚", &[], &["zh/数据库.md"]).await?;
+    assert_eq!(engine(&r, "grep").state, EngineState::Ok as i32, "{r:?}");
     let r = finds(&c, FRESH, "ERR-4711", &["grep"], &["ops/errors.md"]).await?;
     assert_eq!((r.results[0].line_start, r.results[0].ranks[0].engine.as_str()), (1, "grep"));
     // Fused: both engines rank it; the reply says how.
@@ -340,6 +344,61 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
     Ok(())
 }
 
+/// A file within a raised `retrieval.max_file_bytes` whose index entry is over the store's limit
+/// for one document (64 MiB): that file's error, naming both limits, and the rest of the folder
+/// is indexed (it used to fail the whole pass, and every pass after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_too_large_for_the_store_is_its_own_error_not_the_pass() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let dir = home.temp().join("notes");
+    write(&dir.join("small.md"), "# Small\n\nthe ocelot sleeps\n")?;
+    // ~36 MiB of prose: its chunks' text and index text are over 64 MiB.
+    let line = "wombats burrow under the eucalyptus while numbats forage for termites nearby\n";
+    let body = line.repeat((36 << 20) / line.len());
+    write(&dir.join("huge.md"), format!("# Huge\n\n{body}"))?;
+    drop(body);
+    let api = home.start_daemon().await?;
+    let r = api
+        .request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"retrieval.max_file_bytes": (48u64 << 20).to_string()}}))
+        .reply()
+        .await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let mut c = client(&api).await?;
+    c.add_knowledge_base(AddKnowledgeBaseRequest {
+        name: "notes".into(),
+        path: dir.display().to_string(),
+        ..Default::default()
+    })
+    .await?;
+    // The setting reaches retrieval through the change stream: reindex until huge.md is judged
+    // by the store's limit rather than by the 16 MiB default.
+    let error = wait_for("huge.md refused by the store's limit", Duration::from_secs(240), || {
+        let mut c = c.clone();
+        async move {
+            let info = c.get_knowledge_base(KnowledgeBaseName { name: "notes".into() }).await?.into_inner();
+            let e = info.errors.iter().find(|e| e.path == "huge.md").map(|e| e.error.clone());
+            let idle = info.progress.as_ref().is_some_and(|p| p.state == JobState::Idle as i32);
+            if e.as_deref().is_some_and(|e| e.starts_with("larger than")) && idle {
+                c.reindex(ReindexRequest { kb: "notes".into(), clean: false }).await?;
+            }
+            Ok(e.filter(|e| !e.starts_with("larger than")))
+        }
+    })
+    .await?;
+    ensure!(
+        error.starts_with("its index entry would be") && error.contains("over the store's 64 MiB limit"),
+        "{error}"
+    );
+    ensure!(error.contains("retrieval.max_file_bytes (48.0 MiB)"), "{error}");
+    finds(&c, INDEXED, "ocelot", &["keyword"], &["small.md"]).await?;
+    let info = c.get_knowledge_base(KnowledgeBaseName { name: "notes".into() }).await?.into_inner();
+    let failed = info.progress.as_ref().is_some_and(|p| p.state == JobState::Failed as i32);
+    ensure!(!failed, "the pass went on: {:?}", info.progress);
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_remembers_once_recalls_and_forgets() -> anyhow::Result<()> {
     let home = TestHome::new()?;
@@ -510,7 +569,8 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
     let job = clean.progress.clone().unwrap_or_default().job;
 
     c.reindex(ReindexRequest { kb: "notes".into(), clean: true }).await?;
-    wait_for("the clean pass to be indexing", Duration::from_secs(20), || {
+    // While it runs (well before its end), a search says its results may be incomplete.
+    let warnings = wait_for("the clean pass to be indexing", Duration::from_secs(20), || {
         let mut c = c.clone();
         async move {
             let p = c
@@ -519,10 +579,17 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
                 .into_inner()
                 .progress
                 .unwrap_or_default();
-            Ok((p.job > job && p.state == JobState::Indexing as i32 && p.done > 0 && p.done < p.total).then_some(()))
+            if !(p.job > job && p.state == JobState::Indexing as i32 && p.done > 0 && p.done < p.total * 3 / 4) {
+                return Ok(None);
+            }
+            Ok(Some(c.search(search("uniq0marker", &[], &["keyword"])).await?.into_inner().warnings))
         }
     })
     .await?;
+    ensure!(
+        warnings.iter().any(|w| w.contains("knowledge base notes is being rebuilt") && w.contains("incomplete")),
+        "{warnings:?}"
+    );
     let pid = api.service("retrieval").await?["pid"].as_i64().context("pid")? as i32;
     procs::signal(pid, Signal::SIGKILL);
     wait_for("retrieval restarted", Duration::from_secs(20), || async {
@@ -537,6 +604,7 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
     for i in [0, 199, NOTES - 1] {
         let r = c.clone().search(search(&format!("uniq{i}marker"), &[], &["keyword"])).await?.into_inner();
         assert_eq!(r.results.len(), 1, "note {i} once: {r:?}");
+        assert!(r.warnings.is_empty(), "no rebuild runs any more: {:?}", r.warnings);
     }
     Ok(())
 }

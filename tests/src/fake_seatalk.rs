@@ -218,30 +218,26 @@ pub fn verification(challenge: &str) -> Vec<u8> {
 
 /// A one-to-one message from `employee_code` to the bot.
 pub fn single_message(event_id: &str, employee_code: &str, text: &str) -> Vec<u8> {
-    envelope(
-        event_id,
-        "message_from_bot_subscriber",
-        json!({
-            "seatalk_id": format!("st-{employee_code}"), "employee_code": employee_code,
-            "email": format!("{employee_code}@example.com"),
-            "message": { "message_id": format!("m-{event_id}"), "tag": "text", "text": { "content": text } },
-        }),
-    )
+    from_subscriber(event_id, employee_code, json!({ "tag": "text", "text": { "content": text } }))
 }
 
 /// An image sent to the bot in a one-to-one chat by `employee_code` (a message whose `tag` is
 /// `image`, its content a URL of the platform's).
 pub fn single_image(event_id: &str, employee_code: &str) -> Vec<u8> {
+    let url = format!("https://openapi.seatalk.io/messaging/v2/file/{event_id}");
+    from_subscriber(event_id, employee_code, json!({ "tag": "image", "image": { "content": url } }))
+}
+
+/// A `message_from_bot_subscriber` event from `employee_code` carrying `message` (its fields
+/// besides `message_id`, which is made from `event_id`).
+fn from_subscriber(event_id: &str, employee_code: &str, mut message: serde_json::Value) -> Vec<u8> {
+    message["message_id"] = json!(format!("m-{event_id}"));
     envelope(
         event_id,
         "message_from_bot_subscriber",
         json!({
             "seatalk_id": format!("st-{employee_code}"), "employee_code": employee_code,
-            "email": format!("{employee_code}@example.com"),
-            "message": {
-                "message_id": format!("m-{event_id}"), "tag": "image",
-                "image": { "content": format!("https://openapi.seatalk.io/messaging/v2/file/{event_id}") },
-            },
+            "email": format!("{employee_code}@example.com"), "message": message,
         }),
     )
 }

@@ -103,6 +103,21 @@ fn too_large(max: u64) -> String {
     }
 }
 
+/// Why a file of `size` bytes, within `retrieval.max_file_bytes` (`max`), is not indexed when
+/// its index entry (`encoded` bytes: chunks, their text and index text) is over the store's
+/// limit for one document ([`coffer_proto::store::INDEX_MAX_MESSAGE_BYTES`]).
+fn too_large_to_store(encoded: usize, size: u64, max: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    format!(
+        "its index entry would be {:.1} MiB (the file is {:.1} MiB), over the store's {} MiB limit \
+         for one document; split the file, or lower retrieval.max_file_bytes ({:.1} MiB) to skip such files",
+        encoded as f64 / MIB,
+        size as f64 / MIB,
+        coffer_proto::store::INDEX_MAX_MESSAGE_BYTES / (1024 * 1024),
+        max as f64 / MIB
+    )
+}
+
 /// Hex SHA-256 of a file's content.
 pub fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -422,6 +437,9 @@ impl Indexer {
             return Ok(());
         };
         let mut index = self.sources.index();
+        // Searches during a clean pass say their results may be incomplete (set before the
+        // index is dropped, cleared however the pass ends).
+        let _rebuilding = clean.then(|| self.sources.rebuilding_guard(&def.name));
         if clean {
             index.clear_index(ClearIndexRequest { kb: def.name.clone() }).await?;
         }
@@ -733,6 +751,13 @@ impl Indexer {
                 return Ok(Outcome::Marked);
             }
         };
+        // One document is one request: past the store's limit it would fail the whole pass
+        // (and every pass after it), so it is this file's error instead.
+        let encoded = prost::Message::encoded_len(&req);
+        if encoded > coffer_proto::store::INDEX_MAX_MESSAGE_BYTES {
+            index.mark_document_error(mark(too_large_to_store(encoded, size, max))).await?;
+            return Ok(Outcome::Marked);
+        }
         let reply = index.upsert_document(req).await?.into_inner();
         if let Some(rt) = self.runtime(&def.name) {
             rt.note(rel, note);
@@ -850,6 +875,12 @@ mod tests {
             Some("larger than the 100-byte limit (retrieval.max_file_bytes)")
         );
         assert_eq!(too_large(16 * 1024 * 1024), "larger than the 16 MiB limit (retrieval.max_file_bytes)");
+        let why = too_large_to_store(109_388_260, 50 << 20, 64 << 20);
+        assert!(
+            why.starts_with("its index entry would be 104.3 MiB (the file is 50.0 MiB), over the store's 64 MiB"),
+            "{why}"
+        );
+        assert!(why.contains("retrieval.max_file_bytes (64.0 MiB)"), "{why}");
         assert_eq!(unindexable("中文笔记".as_bytes(), 100), None);
     }
 

@@ -233,7 +233,15 @@ impl Searcher {
                     gone_warnings.push(format!("knowledge base {kb} not searched: {why}"));
                     false
                 }
-                None => true,
+                None => {
+                    if self.sources.rebuilding(kb) {
+                        gone_warnings.push(format!(
+                            "knowledge base {kb} is being rebuilt from its files (reindex --clean): \
+                             results may be incomplete until it finishes"
+                        ));
+                    }
+                    true
+                }
             })
             .cloned()
             .collect();
@@ -255,11 +263,11 @@ impl Searcher {
             if nothing {
                 return EngineRun::disabled("grep", "no knowledge base to search");
             }
-            if !q.engines_named && !q.regex && !looks_literal(&q.text) {
+            if !q.engines_named && !q.regex && !looks_literal(&q.text) && !terms::has_lone_cjk_char(&q.text) {
                 return EngineRun::disabled(
                     "grep",
-                    "skipped: a natural-language query (no quoted phrase, identifier, path or code); \
-                     name the engine (engines: [\"grep\"]) to run it",
+                    "skipped: a natural-language query (no quoted phrase, identifier, path, code or \
+                     one-character CJK word); name the engine (engines: [\"grep\"]) to run it",
                 );
             }
             timed("grep", timeout, self.grep(q, &roots, &filters, timeout)).await

@@ -178,6 +178,13 @@ pub fn query_terms(query: &str) -> Vec<String> {
     out
 }
 
+/// Whether `query` has a CJK word of one character (`茶`): the keyword index holds CJK text as
+/// overlapping character pairs, so such a word is found there only where it stands alone; the
+/// grep engine finds it anywhere.
+pub fn has_lone_cjk_char(query: &str) -> bool {
+    words(query).any(|w| w.cjk && w.text.chars().nth(1).is_none())
+}
+
 /// Whether `term` (lower-case) is one of the English stopwords queries drop.
 pub fn is_stopword(term: &str) -> bool {
     STOPWORDS.binary_search(&term).is_ok()

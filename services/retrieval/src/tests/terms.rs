@@ -33,6 +33,16 @@ fn stopwords_are_sorted_for_binary_search() {
 }
 
 #[test]
+fn a_one_character_cjk_word_is_told_apart() {
+    for q in ["茶", "喝 茶", "tea 茶", "茶?", "「茶」"] {
+        assert!(has_lone_cjk_char(q), "{q}");
+    }
+    for q in ["茶叶", "喝茶", "tea", "a", "", "東京 会議"] {
+        assert!(!has_lone_cjk_char(q), "{q}");
+    }
+}
+
+#[test]
 fn cjk_runs_become_overlapping_bigrams() {
     assert_eq!(index_text("数据库"), "数据 据库");
     assert_eq!(index_text("我们的数据库很快。"), "我们 们的 的数 数据 据库 库很 很快");

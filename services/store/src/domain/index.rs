@@ -50,7 +50,7 @@ pub const MAX_DIMENSION: u32 = 8192;
 const VEC_K_MAX: u32 = 4096;
 /// Largest request the Index service decodes (bytes): a document's chunks with their text and
 /// their normalized index text, for files up to `retrieval.max_file_bytes` (16 MiB default).
-pub const MAX_DECODING_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+pub const MAX_DECODING_MESSAGE_SIZE: usize = coffer_proto::store::INDEX_MAX_MESSAGE_BYTES;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)

@@ -79,15 +79,7 @@ fn ms(us: f64) -> String {
 
 /// `VmRSS` and `VmHWM` of `pid`, KiB.
 fn rss_hwm_kib(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    (super::status_kib(pid, "VmRSS:"), super::status_kib(pid, "VmHWM:"))
 }
 
 /// The daemon behind `api`: REST calls with the token, failing on anything but 2xx.

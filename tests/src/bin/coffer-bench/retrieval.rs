@@ -125,15 +125,7 @@ fn u(v: &Value, key: &str) -> u64 {
 /// now (`RssFile`, KiB: its program's code and, in the store, the pages of coffer.db its
 /// readers map; the kernel may drop those at any time).
 fn hwm_kib(pid: i32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmHWM:"), field("RssFile:"))
+    (super::status_kib(pid, "VmHWM:"), super::status_kib(pid, "RssFile:"))
 }
 
 /// Polls `GET /v1/knowledge/{kb}` (every 50 ms, printing progress every 5 s) until `done` holds
