@@ -193,6 +193,17 @@ async fn knowledge_base_is_searched_by_each_engine_and_follows_edits() -> anyhow
     std::fs::create_dir_all(dir.join("moved"))?;
     std::fs::rename(dir.join("zh"), dir.join("moved/zh"))?;
     finds(&c, FRESH, "数据", &["keyword"], &["moved/zh/数据库.md"]).await?;
+    // A .gitignore written after its notes were indexed: they leave the index (and the grep
+    // engine's walk), and come back when the line goes.
+    write(&dir.join("private/diary.md"), "# Diary\n\nthe kiwibird secret\n")?;
+    finds(&c, FRESH, "kiwibird", &["keyword", "grep"], &["private/diary.md"]).await?;
+    write(&dir.join(".gitignore"), "private/\n")?;
+    finds(&c, FRESH, "kiwibird", &["keyword", "grep"], &[]).await?;
+    write(&dir.join(".gitignore"), "# nothing ignored\n")?;
+    finds(&c, FRESH, "kiwibird", &["keyword", "grep"], &["private/diary.md"]).await?;
+    std::fs::remove_dir_all(dir.join("private"))?;
+    std::fs::remove_file(dir.join(".gitignore"))?;
+    finds(&c, FRESH, "kiwibird", &["keyword", "grep"], &[]).await?;
 
     // Deleting the index and rebuilding gives identical answers.
     let queries = ["overlapping bigrams", "数据库 备份", "stemmed", "runbook"];

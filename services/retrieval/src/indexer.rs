@@ -81,6 +81,10 @@ pub fn plan(files: Vec<walk::FileEntry>, stored: &[DocumentMeta]) -> Plan {
     out
 }
 
+/// The files whose rules the walk follows (the `ignore` crate's: git's and its own): a change
+/// to one makes the watcher ask for a pass.
+const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
+
 /// Why a file is not indexed, as `MarkDocumentError` records it; `None` when it can be.
 pub fn unindexable(bytes: &[u8], max: u64) -> Option<String> {
     if bytes.len() as u64 > max {
@@ -619,6 +623,12 @@ impl Indexer {
         let mut rescan = false;
         let mut touched = false;
         for p in paths {
+            // A changed ignore file may hide notes already indexed, or show hidden ones: the
+            // walk decides again.
+            if p.file_name().is_some_and(|n| IGNORE_FILES.iter().any(|f| n == *f)) {
+                rescan = true;
+                continue;
+            }
             // COFFER_HOME inside the folder: its logs and database change all the time and
             // are not notes.
             if filter.skipped(&p) {

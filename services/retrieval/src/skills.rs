@@ -140,12 +140,25 @@ pub fn parse_skill(text: &str) -> std::result::Result<Parsed, String> {
     })
 }
 
-fn read_skill(file: &Path) -> std::result::Result<Parsed, String> {
-    let meta = std::fs::metadata(file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+/// Reads and parses `file`, a `SKILL.md` under the skills folder `dir`. Like a knowledge base's
+/// notes, a skill that resolves (through a link of its folder or of the file) outside `dir` is
+/// refused: a link synced or dropped into the folder must not serve any file of the machine to
+/// MCP clients.
+fn read_skill(dir: &Path, file: &Path) -> std::result::Result<Parsed, String> {
+    let real = file.canonicalize().map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+    let root = dir.canonicalize().map_err(|e| format!("cannot read the skills folder: {e}"))?;
+    if !real.starts_with(&root) {
+        return Err(format!(
+            "SKILL.md resolves to {} outside the skills folder: links out of it are not followed \
+             (copy the skill in instead)",
+            real.display()
+        ));
+    }
+    let meta = std::fs::metadata(&real).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
     if meta.len() > MAX_SKILL_BYTES {
         return Err(format!("SKILL.md is larger than {MAX_SKILL_BYTES} bytes"));
     }
-    let bytes = std::fs::read(file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+    let bytes = std::fs::read(&real).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
     let text = String::from_utf8(bytes).map_err(|_| "SKILL.md is not UTF-8".to_owned())?;
     parse_skill(&text)
 }
@@ -168,7 +181,7 @@ pub fn list(dir: &Path) -> ListSkillsReply {
         if !file.is_file() {
             continue;
         }
-        match read_skill(&file) {
+        match read_skill(dir, &file) {
             Ok(p) => {
                 let name = p.name.clone();
                 let summary =
@@ -241,7 +254,7 @@ pub fn load(dir: &Path, name: &str) -> Result<Skill> {
         }
     };
     let file = folder.join("SKILL.md");
-    let p = read_skill(&file).map_err(|e| Error::NotFound(format!("skill {name:?} is not usable: {e}")))?;
+    let p = read_skill(dir, &file).map_err(|e| Error::NotFound(format!("skill {name:?} is not usable: {e}")))?;
     Ok(Skill {
         name: p.name,
         description: p.description,
@@ -286,6 +299,31 @@ mod tests {
             let e = parse_skill(text).unwrap_err();
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    /// A skill whose file or folder links out of the skills folder is reported, never read;
+    /// a link that stays inside it is followed.
+    #[test]
+    fn links_out_of_the_skills_folder_are_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, outside) = (tmp.path().join("skills"), tmp.path().join("outside"));
+        write(&outside, "secret", "---\nname: secret\ndescription: d\n---\nprivate key\n");
+        write(&dir, "real", "---\nname: real\ndescription: d\n---\nbody\n");
+        std::os::unix::fs::symlink(outside.join("secret"), dir.join("linked-folder")).unwrap();
+        std::fs::create_dir_all(dir.join("linked-file")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret/SKILL.md"), dir.join("linked-file/SKILL.md")).unwrap();
+        std::os::unix::fs::symlink(dir.join("real"), dir.join("alias")).unwrap();
+        let r = list(&dir);
+        let names: Vec<&str> = r.skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["real"], "{r:?}");
+        let invalid: Vec<(&str, bool)> =
+            r.invalid.iter().map(|i| (i.name.as_str(), i.error.contains("outside the skills folder"))).collect();
+        assert_eq!(invalid, [("alias", false), ("linked-file", true), ("linked-folder", true)], "{r:?}");
+        for name in ["linked-folder", "linked-file"] {
+            let e = load(&dir, name).unwrap_err().to_string();
+            assert!(e.contains("outside the skills folder") && !e.contains("private key"), "{e}");
+        }
+        assert_eq!(load(&dir, "real").unwrap().body, "body\n");
     }
 
     #[test]
