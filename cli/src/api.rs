@@ -160,6 +160,19 @@ pub fn path_segment(s: &str) -> String {
     out
 }
 
+/// [`path_segment`] of a name the user gave, refusing what a URL cannot carry as one segment:
+/// empty, `.` or `..` (the HTTP client would resolve them into another path, and the daemon
+/// would answer for that one). `what` names the argument in the usage error.
+///
+/// # Errors
+/// [`CliError::Usage`] naming `what` and the value.
+pub fn name_segment(what: &str, s: &str) -> Result<String, CliError> {
+    if s.is_empty() || s == "." || s == ".." {
+        return Err(CliError::Usage(format!("{what} {s:?} is not valid: it must not be empty, \".\" or \"..\"")));
+    }
+    Ok(path_segment(s))
+}
+
 /// `path` with a query string of the parameters that have a value, each percent-encoded:
 /// `with_query("/v1/audit", &[("actor", Some("cli")), ("limit", None)])` → `/v1/audit?actor=cli`.
 pub fn with_query(path: &str, params: &[(&str, Option<&str>)]) -> String {
@@ -192,6 +205,16 @@ mod tests {
             with_query("/p", &[("since", Some("2026-11-30T09:00:00+01:00"))]),
             "/p?since=2026-11-30T09%3A00%3A00%2B01%3A00"
         );
+    }
+
+    #[test]
+    fn names_that_are_dot_segments_are_usage_errors() {
+        for bad in ["", ".", ".."] {
+            let e = name_segment("fact id", bad).unwrap_err();
+            assert!(matches!(&e, CliError::Usage(m) if m.starts_with("fact id")), "{bad:?}: {e:?}");
+        }
+        assert_eq!(name_segment("kb", "...").unwrap(), "...");
+        assert_eq!(name_segment("kb", "a/..").unwrap(), "a%2F..");
     }
 
     #[test]

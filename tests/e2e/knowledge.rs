@@ -371,6 +371,21 @@ async fn kb_memory_and_skills_commands() -> anyhow::Result<()> {
     let out = home.cli(&["skills", "show", "pdf"]).await?.ok()?;
     ensure!(out.stdout.ends_with("\nUse fill.py.\n"), "{out:?}");
     assert_eq!(home.cli(&["skills", "show", "absent"]).await?.code, Some(3));
+    // Names a URL cannot carry as one path segment: usage errors naming the argument, not the
+    // daemon's answer for the path they would resolve to.
+    for (args, what) in [
+        (&["memory", "show", ".."][..], "fact id"),
+        (&["memory", "forget", "."], "fact id"),
+        (&["skills", "show", ".."], "skill name"),
+        (&["kb", "show", ".."], "knowledge base"),
+        (&["kb", "remove", ""], "knowledge base"),
+    ] {
+        let out = home.cli(args).await?;
+        ensure!(
+            out.code == Some(2) && out.stderr.contains(what) && !out.stderr.contains("no route"),
+            "{args:?}: {out:?}"
+        );
+    }
 
     let out = home.cli(&["kb", "remove", "notes"]).await?.ok()?;
     ensure!(out.stdout.contains("33 documents forgotten; no file was deleted"), "{out:?}");

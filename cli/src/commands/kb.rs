@@ -11,7 +11,7 @@ use clap::builder::PossibleValuesParser;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::api::{ApiClient, path_segment};
+use crate::api::ApiClient;
 use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{self, cell, printable, render_fields, render_table, render_table_fitted, yes_no};
@@ -173,8 +173,8 @@ pub async fn run(ctx: &Ctx, cmd: KbCommand) -> Result<(), CliError> {
     }
 }
 
-fn kb_path(name: &str) -> String {
-    format!("/v1/knowledge/{}", path_segment(name))
+fn kb_path(name: &str) -> Result<String, CliError> {
+    Ok(format!("/v1/knowledge/{}", crate::api::name_segment("knowledge base", name)?))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,7 +549,7 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
 
 async fn show(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let resp = api.get_raw(&kb_path(kb)).await?;
+    let resp = api.get_raw(&kb_path(kb)?).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -558,7 +558,7 @@ async fn show(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
 
 async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let resp = api.send(api.request(reqwest::Method::DELETE, &kb_path(kb))).await?;
+    let resp = api.send(api.request(reqwest::Method::DELETE, &kb_path(kb)?)).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -593,13 +593,13 @@ pub fn print_warnings(reply: &Value) {
 async fn status(ctx: &Ctx, a: StatusArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     if ctx.json {
-        let path = a.kb.as_deref().map_or_else(|| "/v1/knowledge".to_owned(), kb_path);
+        let path = a.kb.as_deref().map_or_else(|| Ok("/v1/knowledge".to_owned()), kb_path)?;
         return output::print_body(&api.get_raw(&path).await?.body);
     }
     let all = api.get("/v1/knowledge").await?;
     let items: Vec<Value> = match a.kb.as_deref() {
         // One knowledge base: its own answer (a 404 for an unknown one, exit 3).
-        Some(kb) => vec![api.get(&kb_path(kb)).await?],
+        Some(kb) => vec![api.get(&kb_path(kb)?).await?],
         None => all["items"].as_array().cloned().unwrap_or_default(),
     };
     let engines = all["engines"].as_array().map(Vec::as_slice).unwrap_or_default();
@@ -778,7 +778,7 @@ async fn follow(
     kb: Option<&str>,
     started: &[(String, u64)],
 ) -> Result<(String, Vec<Value>), CliError> {
-    let path = kb.map_or_else(|| "/v1/knowledge".to_owned(), kb_path);
+    let path = kb.map_or_else(|| Ok("/v1/knowledge".to_owned()), kb_path)?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
         bar.set_style(scanning_style());

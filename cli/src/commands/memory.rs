@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::api::{path_segment, with_query};
+use crate::api::with_query;
 use crate::commands::kb::{print_warnings, render_results, stdout_is_styled, time_ms};
 use crate::context::Ctx;
 use crate::error::CliError;
@@ -90,8 +90,8 @@ pub async fn run(ctx: &Ctx, cmd: MemoryCommand) -> Result<(), CliError> {
     }
 }
 
-fn fact_path(id: &str) -> String {
-    format!("/v1/memory/{}", path_segment(&canonical_id(id)))
+fn fact_path(id: &str) -> Result<String, CliError> {
+    Ok(format!("/v1/memory/{}", crate::api::name_segment("fact id", &canonical_id(id))?))
 }
 
 /// A fact id as the daemon writes it: a ULID (26 letters and digits) in upper case; a
@@ -235,7 +235,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
 
 async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let resp = api.get_raw(&fact_path(id)).await?;
+    let resp = api.get_raw(&fact_path(id)?).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -250,7 +250,7 @@ async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
 
 async fn forget(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let resp = api.send(api.request(reqwest::Method::DELETE, &fact_path(id))).await?;
+    let resp = api.send(api.request(reqwest::Method::DELETE, &fact_path(id)?)).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }

@@ -4,7 +4,6 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::api::path_segment;
 use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{self, cell, printable, render_fields, render_table_fitted};
@@ -61,7 +60,7 @@ pub async fn run(ctx: &Ctx, cmd: SkillsCommand) -> Result<(), CliError> {
             Ok(())
         }
         SkillsCommand::Show(a) => {
-            let resp = api.get_raw(&format!("/v1/skills/{}", path_segment(&a.name))).await?;
+            let resp = api.get_raw(&format!("/v1/skills/{}", crate::api::name_segment("skill name", &a.name)?)).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
             }
