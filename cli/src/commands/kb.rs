@@ -294,7 +294,11 @@ pub fn render_kb(kb: &Value) -> String {
         ("name", cell(kb.get("name"), 64)),
         ("kind", cell(kb.get("kind"), 10)),
         ("root", kb["root"].as_str().unwrap_or("-").to_owned()),
-        ("include", list("include")),
+        // Empty: coffer-retrieval's default (`walk::DEFAULT_INCLUDE`).
+        (
+            "include",
+            Some(list("include")).filter(|l| l != "-").unwrap_or_else(|| "**/*.md, **/*.markdown (default)".into()),
+        ),
         ("exclude", list("exclude")),
         ("created", time_ms(&kb["created_ms"])),
         ("documents", count(kb, "documents")),
@@ -999,5 +1003,9 @@ mod tests {
         let shown = render_kb(&items[0]);
         assert!(shown.contains("state:     indexing 120/500 (120.00 KiB of 500.00 KiB)"), "{shown}");
         assert!(shown.contains("last sync: 2026-11-30 09:31:36"), "{shown}");
+        assert!(shown.contains("include:   **/*.md, **/*.markdown (default)\n"), "no globs given: {shown}");
+        let mut globbed = items[0].clone();
+        globbed["include"] = json!(["docs/**/*.md"]);
+        assert!(render_kb(&globbed).contains("include:   docs/**/*.md\n"));
     }
 }
