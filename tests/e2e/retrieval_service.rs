@@ -104,6 +104,17 @@ pub(crate) async fn finds(
     Ok(r)
 }
 
+/// Adds the folder `dir` as the knowledge base `notes`.
+async fn add_notes(c: &mut Client, dir: &Path) -> anyhow::Result<()> {
+    c.add_knowledge_base(AddKnowledgeBaseRequest {
+        name: "notes".into(),
+        path: dir.display().to_string(),
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
 fn notes(dir: &Path) -> anyhow::Result<()> {
     write(
         &dir.join("tokenizer.md"),
@@ -249,12 +260,7 @@ async fn bad_files_links_paths_and_queries_get_clear_answers() -> anyhow::Result
     std::os::unix::fs::symlink(home.temp().join("outside"), dir.join("escape-dir"))?;
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     indexed(&c, "notes", 1, None).await?;
     finds(&c, FRESH, "quokka", &["keyword"], &["ok.md"]).await?;
     // A malformed front matter is reported, and the note is still searchable.
@@ -376,12 +382,7 @@ async fn a_file_too_large_for_the_store_is_its_own_error_not_the_pass() -> anyho
         .await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     // The setting reaches retrieval through the change stream: reindex until huge.md is judged
     // by the store's limit rather than by the 16 MiB default.
     let error = wait_for("huge.md refused by the store's limit", Duration::from_secs(240), || {
@@ -524,12 +525,7 @@ async fn a_folder_deleted_while_watched_fails_and_comes_back() -> anyhow::Result
     write(&dir.join("a.md"), "# A\n\nwombat burrows\n")?;
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     indexed(&c, "notes", 1, Some(1)).await?;
     std::fs::remove_dir_all(&dir)?;
     let info = wait_for("the KB to show failed", Duration::from_secs(10), || {
@@ -570,12 +566,7 @@ async fn kill_during_a_full_reindex_converges_to_a_clean_index() -> anyhow::Resu
     }
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     let clean = indexed(&c, "notes", 1, Some(NOTES as u64)).await?;
     let job = clean.progress.clone().unwrap_or_default().job;
 
@@ -636,12 +627,7 @@ async fn vector_engine_embeds_and_a_bad_endpoint_leaves_the_others_working() -> 
     write(&dir.join("compiler.md"), "# Compilers\n\nloop unrolling and register allocation\n")?;
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     indexed(&c, "notes", 1, Some(2)).await?;
     // The key lives in the credential store; retrieval resolves it and sends it as a bearer.
     let r = api
@@ -764,12 +750,7 @@ async fn a_file_rewritten_while_it_is_indexed_ends_with_its_last_version() -> an
     write(&dir.join("hot.md"), "# Hot\n\nversion0token\n")?;
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    c.add_knowledge_base(AddKnowledgeBaseRequest {
-        name: "notes".into(),
-        path: dir.display().to_string(),
-        ..Default::default()
-    })
-    .await?;
+    add_notes(&mut c, &dir).await?;
     // Rewrites race with passes (asked for between them) and with the watcher.
     for v in 1..=30 {
         write(&dir.join("hot.md"), format!("# Hot\n\nversion{v}token\n"))?;

@@ -329,12 +329,7 @@ unsafe extern "C" fn rank_into_top(
 ) {
     // SAFETY: as `rank`.
     unsafe {
-        let args = std::slice::from_raw_parts(ap_val, usize::try_from(n_val).unwrap_or(0));
-        let value = match score(&*api, fts, args) {
-            Ok(s) => -s,
-            Err(Fail::Code(rc)) => return ffi::sqlite3_result_error_code(ctx, rc),
-            Err(Fail::Usage(msg)) => return ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1),
-        };
+        let Some(value) = row_value(api, fts, ctx, n_val, ap_val) else { return };
         let Some(rowid) = (*api).xRowid else {
             return ffi::sqlite3_result_error(ctx, c"coffer_bm25_top: this FTS5 has no xRowid".as_ptr(), -1);
         };
@@ -368,14 +363,42 @@ unsafe extern "C" fn rank(
     n_val: c_int,
     ap_val: *mut *mut ffi::sqlite3_value,
 ) {
-    // SAFETY: SQLite passes a valid API table and context for the current row, and `n_val`
-    // argument values in `ap_val`, all valid for the duration of this call.
+    // SAFETY: as `row_value`.
+    unsafe {
+        if let Some(value) = row_value(api, fts, ctx, n_val, ap_val) {
+            ffi::sqlite3_result_double(ctx, value);
+        }
+    }
+}
+
+/// The current row's value of [`NAME`] (minus its bm25 score: lower is better), or `None` after
+/// setting the call's error result.
+///
+/// # Safety
+/// The arguments are what SQLite passed to an FTS5 extension function for the current row: a
+/// valid API table and context, and `n_val` argument values in `ap_val`, all valid for the
+/// duration of the call.
+#[allow(unsafe_code)]
+unsafe fn row_value(
+    api: *const ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
+    n_val: c_int,
+    ap_val: *mut *mut ffi::sqlite3_value,
+) -> Option<f64> {
+    // SAFETY: see the function's contract.
     unsafe {
         let args = std::slice::from_raw_parts(ap_val, usize::try_from(n_val).unwrap_or(0));
         match score(&*api, fts, args) {
-            Ok(s) => ffi::sqlite3_result_double(ctx, -s),
-            Err(Fail::Code(rc)) => ffi::sqlite3_result_error_code(ctx, rc),
-            Err(Fail::Usage(msg)) => ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1),
+            Ok(s) => Some(-s),
+            Err(Fail::Code(rc)) => {
+                ffi::sqlite3_result_error_code(ctx, rc);
+                None
+            }
+            Err(Fail::Usage(msg)) => {
+                ffi::sqlite3_result_error(ctx, msg.as_ptr(), -1);
+                None
+            }
         }
     }
 }
