@@ -35,6 +35,9 @@ use rusqlite::ffi;
 
 /// The SQL name of the ranking function.
 pub const NAME: &str = "coffer_bm25";
+/// `kb_fts`'s body column (after title and headings): the chunk's own text, its own heading
+/// line included; the title and the parent headings are repeated in every chunk of a document.
+pub const BODY_COLUMN: c_int = 2;
 /// The SQL name of its twin that also files each row's score for [`best_rows`] (same
 /// arguments, same value).
 pub const TOP_NAME: &str = "coffer_bm25_top";
@@ -244,10 +247,16 @@ type Fts5Function = unsafe extern "C" fn(
     *mut *mut ffi::sqlite3_value,
 );
 
-/// One row offered to [`best_rows`]: its value of [`NAME`] (lower is better) and rowid. Ordered
-/// by value, then rowid: the worse row is the greater.
-#[derive(Clone, Copy, PartialEq)]
-struct Ranked(f64, i64);
+/// One row offered to [`best_rows`]: its value of [`NAME`] (lower is better), rowid, and whether
+/// it matched in [`BODY_COLUMN`]. Ordered by value, then rowid: the worse row is the greater.
+#[derive(Clone, Copy)]
+struct Ranked(f64, i64, bool);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
 
 impl Eq for Ranked {}
 
@@ -276,12 +285,12 @@ thread_local! {
     static BEST: std::cell::RefCell<Option<Best>> = const { std::cell::RefCell::new(None) };
 }
 
-/// What [`best_rows`] returns: `f`'s value, the best rows as (rowid, value) best first, and how
-/// many rows were scored.
-pub type BestRows<T> = (T, Vec<(i64, f64)>, u64);
+/// What [`best_rows`] returns: `f`'s value, the best rows as (rowid, value, matched in
+/// [`BODY_COLUMN`]) best first, and how many rows were scored.
+pub type BestRows<T> = (T, Vec<(i64, f64, bool)>, u64);
 
 /// Runs `f`, which steps a statement calling [`TOP_NAME`] on this thread, and returns its value
-/// with the `cap` best rows [`TOP_NAME`] scored, as (rowid, value) best first (lowest value;
+/// with the `cap` best rows [`TOP_NAME`] scored, as (rowid, value, matched in [`BODY_COLUMN`]) best first (lowest value;
 /// ties by rowid), and how many rows it scored. What `ORDER BY <bm25> LIMIT cap` gives, kept
 /// in a bounded heap instead of SQLite's sorter (an index b-tree insert and compare per row,
 /// an eighth of a keyword query's time), and with ties in a fixed order.
@@ -314,7 +323,7 @@ pub fn best_rows<T>(cap: usize, f: impl FnOnce() -> rusqlite::Result<T>) -> rusq
     let _reset = Reset;
     let out = f()?;
     let best = BEST.with(|b| b.borrow_mut().take()).expect("the collection started above");
-    let rows = best.heap.into_sorted_vec().into_iter().map(|Ranked(v, id)| (id, v)).collect();
+    let rows = best.heap.into_sorted_vec().into_iter().map(|Ranked(v, id, in_body)| (id, v, in_body)).collect();
     Ok((out, rows, best.seen))
 }
 
@@ -329,11 +338,11 @@ unsafe extern "C" fn rank_into_top(
 ) {
     // SAFETY: as `rank`.
     unsafe {
-        let Some(value) = row_value(api, fts, ctx, n_val, ap_val) else { return };
+        let Some((value, in_body)) = row_value(api, fts, ctx, n_val, ap_val) else { return };
         let Some(rowid) = (*api).xRowid else {
             return ffi::sqlite3_result_error(ctx, c"coffer_bm25_top: this FTS5 has no xRowid".as_ptr(), -1);
         };
-        let row = Ranked(value, rowid(fts));
+        let row = Ranked(value, rowid(fts), in_body);
         let filed = BEST.with(|b| match b.borrow_mut().as_mut() {
             Some(best) => {
                 best.seen += 1;
@@ -365,14 +374,14 @@ unsafe extern "C" fn rank(
 ) {
     // SAFETY: as `row_value`.
     unsafe {
-        if let Some(value) = row_value(api, fts, ctx, n_val, ap_val) {
+        if let Some((value, _)) = row_value(api, fts, ctx, n_val, ap_val) {
             ffi::sqlite3_result_double(ctx, value);
         }
     }
 }
 
-/// The current row's value of [`NAME`] (minus its bm25 score: lower is better), or `None` after
-/// setting the call's error result.
+/// The current row's value of [`NAME`] (minus its bm25 score: lower is better) and whether a
+/// phrase matched in [`BODY_COLUMN`], or `None` after setting the call's error result.
 ///
 /// # Safety
 /// The arguments are what SQLite passed to an FTS5 extension function for the current row: a
@@ -385,12 +394,12 @@ unsafe fn row_value(
     ctx: *mut ffi::sqlite3_context,
     n_val: c_int,
     ap_val: *mut *mut ffi::sqlite3_value,
-) -> Option<f64> {
+) -> Option<(f64, bool)> {
     // SAFETY: see the function's contract.
     unsafe {
         let args = std::slice::from_raw_parts(ap_val, usize::try_from(n_val).unwrap_or(0));
         match score(&*api, fts, args) {
-            Ok(s) => Some(-s),
+            Ok((s, in_body)) => Some((-s, in_body)),
             Err(Fail::Code(rc)) => {
                 ffi::sqlite3_result_error_code(ctx, rc);
                 None
@@ -412,7 +421,7 @@ unsafe fn score(
     api: &ffi::Fts5ExtensionApi,
     fts: *mut ffi::Fts5Context,
     args: &[*mut ffi::sqlite3_value],
-) -> Result<f64, Fail> {
+) -> Result<(f64, bool), Fail> {
     let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(Fail::Code(rc)) };
     let missing = Fail::Usage(c"coffer_bm25: this FTS5 lacks a needed API function");
     let (
@@ -486,11 +495,13 @@ unsafe fn score(
         // Each phrase's weighted instance count, walked phrase by phrase (xPhraseFirst/Next:
         // no merged, sorted instance array as xInst builds).
         let mut freq = [0f64; MAX_PHRASES];
+        let mut in_body = false;
         for (p, f) in freq.iter_mut().take(phrases).enumerate() {
             let mut it = ffi::Fts5PhraseIter { a: std::ptr::null(), b: std::ptr::null() };
             let (mut col, mut off): (c_int, c_int) = (0, 0);
             check(phrase_first(fts, p as c_int, &raw mut it, &raw mut col, &raw mut off))?;
             while col >= 0 {
+                in_body |= col == BODY_COLUMN;
                 *f += usize::try_from(col).ok().and_then(|c| w.get(c)).copied().unwrap_or(1.0);
                 phrase_next(fts, &raw mut it, &raw mut col, &raw mut off);
             }
@@ -516,7 +527,7 @@ unsafe fn score(
             let n = i64::from_le_bytes(hits[p * 8..p * 8 + 8].try_into().expect("8 bytes"));
             s += idf(rows, n) * (f * (K1 + 1.0)) / (f + norm);
         }
-        Ok(s)
+        Ok((s, in_body))
     }
 }
 
@@ -983,7 +994,8 @@ mod tests {
                     best_rows(cap, || st.query_row(rusqlite::params![expr, blob], |r| r.get::<_, i64>(0))).unwrap();
                 assert_eq!(count as usize, ordered.len(), "{expr}: every match counted");
                 assert_eq!(seen as usize, ordered.len(), "{expr}: every match scored");
-                assert_eq!(best, ordered[..cap.min(ordered.len())], "{expr}, cap {cap}");
+                let kept: Vec<(i64, f64)> = best.iter().map(|&(id, v, _)| (id, v)).collect();
+                assert_eq!(kept, ordered[..cap.min(ordered.len())], "{expr}, cap {cap}");
             }
         }
         // Nested: refused, and the outer collection goes on.

@@ -523,6 +523,10 @@ pub fn phrases(terms: &[String]) -> Result<Vec<String>, StoreError> {
 /// to the full query).
 const KEYWORD_TIE_MAX: usize = 4096;
 
+/// Most ranked rows past the list's last document read to find, for a document whose best chunk
+/// matched only in the title or parent headings, a chunk that matches in its own text.
+const TITLE_ONLY_LOOKAHEAD: usize = 512;
+
 /// Most rows of other KBs the ranked keyword path skips before it falls back to the full query
 /// (a search of a small KB among large ones).
 const KEYWORD_SKIP_MAX: usize = 4096;
@@ -596,7 +600,13 @@ fn keyword_query(
             let (_, ranked, matched) =
                 crate::fts_rank::best_rows(cap, || st.query_row(params![expr, counts], |r| r.get::<_, i64>(0)))?;
             let (mut skipped, mut stopped) = (0usize, false);
-            for (id, rank) in ranked {
+            // Documents whose best chunk matched only in the title or parent headings (repeated
+            // in every chunk of a document), by their place in `top`: a later chunk of theirs
+            // that matches in its own text is the one shown, with the document's best score
+            // (else the shortest section of a note would stand for it).
+            let mut title_only: HashMap<i64, usize> = HashMap::new();
+            let mut rows = ranked.into_iter();
+            for (id, rank, in_body) in rows.by_ref() {
                 if top.len() >= n && top[n - 1].1 != rank {
                     stopped = true;
                     break;
@@ -617,7 +627,13 @@ fn keyword_query(
                     // Ranked best first: the first chunk seen of a document is its best (a tie
                     // is ordered by ordinal below, among the rows kept).
                     if one_per_document && !documents.insert(document) {
+                        if in_body && let Some(i) = title_only.remove(&document) {
+                            top[i].0 = id;
+                        }
                         continue;
+                    }
+                    if one_per_document && !in_body {
+                        title_only.insert(document, top.len());
                     }
                 }
                 if top.len() >= KEYWORD_TIE_MAX {
@@ -626,6 +642,21 @@ fn keyword_query(
                     break;
                 }
                 top.push((id, rank));
+            }
+            // The rest of the kept rows, for those documents only.
+            if !title_only.is_empty() {
+                for (id, _, in_body) in rows.take(TITLE_ONLY_LOOKAHEAD) {
+                    if !in_body {
+                        continue;
+                    }
+                    let document: Option<i64> = kb_of.query_row([id], |r| r.get(1)).optional()?;
+                    if let Some(i) = document.and_then(|d| title_only.remove(&d)) {
+                        top[i].0 = id;
+                        if title_only.is_empty() {
+                            break;
+                        }
+                    }
+                }
             }
             // Every match was within the cap: every match was seen.
             if stopped || matched <= cap as u64 {
@@ -2680,6 +2711,61 @@ mod tests {
         // Alone (or with only common company) the common term is still searched.
         assert_eq!(s.keyword(any(&["everywhere", "everywhere"])).await.len(), 50);
         assert_eq!(s.keyword(KeywordQueryRequest { limit: 50, ..kw(&["everywhere"], MatchMode::All) }).await.len(), 50);
+    }
+
+    /// One result per document: when the document's best chunk matched only in the title and
+    /// parent headings (in every chunk), the chunk shown is its best one that matches in its own
+    /// text, with the document's best score; documents keep their order.
+    #[tokio::test]
+    async fn a_document_is_shown_by_a_chunk_that_matches_in_its_own_text() {
+        let mut s = serve().await;
+        let titled = |mut c: ChunkInput, title: &str| {
+            c.index_title = title.into();
+            c
+        };
+        s.upsert(doc(
+            "notes",
+            "running.md",
+            vec![
+                titled(chunk(&["Running guide"], (1, 2), "Notes on my habits."), "Running guide"),
+                titled(
+                    chunk(
+                        &["Running guide", "Training"],
+                        (3, 9),
+                        "I run every morning before work, and long runs on the weekend build endurance \
+                         over the months of a training plan that grows slowly.",
+                    ),
+                    "Running guide",
+                ),
+                titled(chunk(&["Running guide", "Shoes"], (10, 12), "Light trainers."), "Running guide"),
+            ],
+        ))
+        .await;
+        s.upsert(doc("notes", "other.md", vec![chunk(&["Log"], (1, 2), "a run in the rain")])).await;
+        let one = |t: &[&str]| KeywordQueryRequest { one_per_document: true, ..kw(t, MatchMode::All) };
+        let shown = s.keyword(one(&["run"])).await;
+        assert!(shown.contains(&("running.md".to_string(), 1)), "the Training section stands for it: {shown:?}");
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        // Every chunk, best first: the shortest (title-only) one is the best by score, which the
+        // document keeps.
+        let all = s.keyword(kw(&["run"], MatchMode::All)).await;
+        let hits = s.client.keyword_query(one(&["run"])).await.unwrap().into_inner().hits;
+        let running = hits.iter().find(|h| h.chunk.as_ref().is_some_and(|c| c.path == "running.md")).unwrap();
+        let best = s.client.keyword_query(kw(&["run"], MatchMode::All)).await.unwrap().into_inner().hits;
+        let best_running = best.iter().find(|h| h.chunk.as_ref().is_some_and(|c| c.path == "running.md")).unwrap();
+        assert_eq!(running.score, best_running.score, "{all:?}");
+        // A title-only match with no better chunk: that chunk stays.
+        s.upsert(doc(
+            "notes",
+            "titles.md",
+            vec![
+                titled(chunk(&["Gear"], (1, 1), "Nothing else."), "Marathon gear"),
+                titled(chunk(&["More"], (2, 2), "Still nothing."), "Marathon gear"),
+            ],
+        ))
+        .await;
+        let shown = s.keyword(one(&["marathon"])).await;
+        assert_eq!(shown.len(), 1, "{shown:?}");
     }
 
     #[test]
