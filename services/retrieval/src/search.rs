@@ -263,7 +263,7 @@ impl Searcher {
             if nothing {
                 return EngineRun::disabled("grep", "no knowledge base to search");
             }
-            if !q.engines_named && !q.regex && !looks_literal(&q.text) && !terms::has_lone_cjk_char(&q.text) {
+            if !q.engines_named && !q.regex && !looks_literal(&q.text) {
                 return EngineRun::disabled(
                     "grep",
                     "skipped: a natural-language query (no quoted phrase, identifier, path, code or \
@@ -510,12 +510,14 @@ impl Searcher {
 
 /// Whether a query reads as a literal to find as written rather than a question: a quoted
 /// phrase, or a word that is an identifier, path, number with letters or code (`snake_case`,
-/// `camelCase`, `a.b`, `a/b`, `a::b`, `f(x)`, `x86`, `ARCHIVE-00667`). Only such queries run
-/// the grep engine in a search that does not name its engines: on a natural-language question
-/// grep adds literal-match noise to the fusion (Cranfield: fused nDCG@10 fell below keyword's)
-/// and costs a full read of every file.
+/// `camelCase`, `a.b`, `a/b`, `a::b`, `f(x)`, `x86`, `ARCHIVE-00667`), or a one-character CJK
+/// word (`茶`: the keyword index holds CJK text as character pairs, so only grep finds it inside
+/// a longer run, see [`terms::has_lone_cjk_char`]). Only such queries run the grep engine in a
+/// search that does not name its engines: on a natural-language question grep adds
+/// literal-match noise to the fusion (Cranfield: fused nDCG@10 fell below keyword's) and costs a
+/// full read of every file.
 pub fn looks_literal(text: &str) -> bool {
-    if text.contains('"') || text.contains('`') {
+    if text.contains('"') || text.contains('`') || terms::has_lone_cjk_char(text) {
         return true;
     }
     text.split_whitespace().any(|word| {
@@ -586,6 +588,8 @@ mod tests {
             "x86 assembly",
             "ARCHIVE-00667",
             "`code`",
+            "茶",
+            "喝 茶",
         ] {
             assert!(looks_literal(q), "{q}");
         }

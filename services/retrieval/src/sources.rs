@@ -89,9 +89,9 @@ pub struct Sources {
     /// KBs whose folder is gone, with the message to show: kept in the index (their vectors
     /// too, for when the folder returns unchanged) but not searched.
     gone: RwLock<BTreeMap<String, String>>,
-    /// KBs in a clean pass (their index dropped and being rebuilt), each with how many such
-    /// passes run: searched, with a warning that the results may be incomplete.
-    rebuilding: RwLock<BTreeMap<String, usize>>,
+    /// KBs in a clean pass (their index dropped and being rebuilt; one pass per KB at a time):
+    /// searched, with a warning that the results may be incomplete.
+    rebuilding: RwLock<std::collections::BTreeSet<String>>,
 }
 
 /// Marks a KB as being rebuilt for as long as it lives ([`Sources::rebuilding_guard`]).
@@ -102,13 +102,7 @@ pub struct Rebuilding<'a> {
 
 impl Drop for Rebuilding<'_> {
     fn drop(&mut self) {
-        let mut r = self.sources.rebuilding.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = r.get_mut(&self.name) {
-            *n -= 1;
-            if *n == 0 {
-                r.remove(&self.name);
-            }
-        }
+        self.sources.rebuilding.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.name);
     }
 }
 
@@ -121,20 +115,20 @@ impl Sources {
             cache: RwLock::new(BTreeMap::new()),
             loaded: false.into(),
             gone: RwLock::new(BTreeMap::new()),
-            rebuilding: RwLock::new(BTreeMap::new()),
+            rebuilding: RwLock::new(std::collections::BTreeSet::new()),
         }
     }
 
     /// Marks KB `name` as being rebuilt from its files (a clean pass: its index was dropped)
     /// until the returned guard drops.
     pub fn rebuilding_guard(&self, name: &str) -> Rebuilding<'_> {
-        *self.rebuilding.write().expect("sources lock").entry(name.to_owned()).or_insert(0) += 1;
+        self.rebuilding.write().expect("sources lock").insert(name.to_owned());
         Rebuilding { sources: self, name: name.to_owned() }
     }
 
     /// Whether KB `name` is being rebuilt (its search results may be incomplete).
     pub fn rebuilding(&self, name: &str) -> bool {
-        self.rebuilding.read().expect("sources lock").contains_key(name)
+        self.rebuilding.read().expect("sources lock").contains(name)
     }
 
     /// `COFFER_HOME`.
