@@ -38,6 +38,9 @@ INSPECTOR="$NM/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 CONFORMANCE="$NM/@modelcontextprotocol/conformance/dist/index.js"
 # Claude Code's native binary (its platform package; the npm launcher is not used).
 CLAUDE="$NM/@anthropic-ai/claude-code-linux-x64/claude"
+# The second pinned Claude Code (npm alias claude-code-2-1-197): its platform package is nested
+# under the alias, since the top level holds the pinned version's.
+CLAUDE_2_1_197="$NM/claude-code-2-1-197/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
 # Codex's native binary (its platform package, an npm alias of @openai/codex@<v>-linux-x64);
 # the npm launcher bin/codex.js only finds and execs it.
 CODEX="$NM/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
@@ -49,7 +52,7 @@ npm_install() {
   want="$(sha "$PEERS/package.json" "$PEERS/package-lock.json")"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" \
         && -x "$NODE22" && -f "$EVERYTHING" && -f "$FILESYSTEM" \
-        && -f "$INSPECTOR" && -f "$CONFORMANCE" && -x "$CLAUDE" && -x "$CODEX" ]]; then
+        && -f "$INSPECTOR" && -f "$CONFORMANCE" && -x "$CLAUDE" && -x "$CLAUDE_2_1_197" && -x "$CODEX" ]]; then
     say "npm peers up to date with package-lock.json (skip npm ci)"
     return
   fi
@@ -106,6 +109,7 @@ check_file server-filesystem "$FILESYSTEM"
 check_file inspector-cli "$INSPECTOR"
 check_file conformance "$CONFORMANCE"
 check_file claude-code "$CLAUDE"
+check_file claude-code-2.1.197 "$CLAUDE_2_1_197"
 check_file codex "$CODEX"
 
 v="$("$NODE22" --version 2>/dev/null)" || die "peer node22 does not run: $NODE22"
@@ -193,6 +197,12 @@ got="$(HOME="$TMPD" CLAUDE_CONFIG_DIR="$TMPD/claude" DISABLE_AUTOUPDATER=1 timeo
   || die "peer claude-code: --version failed: $(cat "$TMPD/err")"
 [[ "$got" == "$want "* ]] || die "peer claude-code: expected $want, got $got"
 say "ok claude-code $got"
+# The second pinned Claude Code (the issue-31 end-to-end test runs both).
+want="$(sed -n 's/.*"claude-code-2-1-197": "npm:@anthropic-ai\/claude-code@\(.*\)".*/\1/p' "$PEERS/package.json")"
+got="$(HOME="$TMPD" CLAUDE_CONFIG_DIR="$TMPD/claude" DISABLE_AUTOUPDATER=1 timeout 60 "$CLAUDE_2_1_197" --version 2>"$TMPD/err")" \
+  || die "peer claude-code-2.1.197: --version failed: $(cat "$TMPD/err")"
+[[ "$got" == "$want "* ]] || die "peer claude-code-2.1.197: expected $want, got $got"
+say "ok claude-code $got (claude-code-2-1-197)"
 
 # Codex (`codex app-server` against a fake Responses API in the tests): the pinned version runs.
 # HOME and CODEX_HOME are redirected (CODEX_HOME must exist).

@@ -421,6 +421,18 @@ pub fn claude_code() -> anyhow::Result<PathBuf> {
     peer_path("node_modules/@anthropic-ai/claude-code-linux-x64/claude")
 }
 
+/// The second pinned Claude Code's native binary: npm `@anthropic-ai/claude-code-linux-x64` of
+/// 2.1.197, the platform package of the alias `claude-code-2-1-197` (nested under the alias,
+/// since the top level holds [`claude_code`]'s). Issue 31 was reported on 2.1.197 and later:
+/// after a daemon restart their headless `claude -p` offered the model only Coffer's built-in
+/// tools.
+///
+/// # Errors
+/// When it is missing, naming `tests/peers/install.sh`.
+pub fn claude_code_2_1_197() -> anyhow::Result<PathBuf> {
+    peer_path("node_modules/claude-code-2-1-197/node_modules/@anthropic-ai/claude-code-linux-x64/claude")
+}
+
 /// Codex's native binary (npm `@openai/codex-linux-x64`, the platform package of the pinned
 /// `@openai/codex`), run directly: its npm launcher `bin/codex.js` only finds and execs it.
 ///
@@ -447,8 +459,16 @@ impl ClaudeCode {
     /// # Errors
     /// When the peer is missing (naming `tests/peers/install.sh`).
     pub fn new(home: &TestHome, model_url: &str) -> anyhow::Result<Self> {
+        Self::of(claude_code()?, home, model_url)
+    }
+
+    /// [`ClaudeCode::new`] with another native binary `program` (e.g. [`claude_code_2_1_197`]).
+    ///
+    /// # Errors
+    /// When the test home has no private `HOME`.
+    pub fn of(program: PathBuf, home: &TestHome, model_url: &str) -> anyhow::Result<Self> {
         let user_home = home.env().get("HOME").map(PathBuf::from).context("the test home has a private HOME")?;
-        Ok(Self { program: claude_code()?, config_dir: user_home.join(".claude"), model_url: model_url.to_owned() })
+        Ok(Self { program, config_dir: user_home.join(".claude"), model_url: model_url.to_owned() })
     }
 
     /// Registers Coffer's shim as the user-scope MCP server `coffer`, as `coffer connect
