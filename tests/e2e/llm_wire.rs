@@ -529,24 +529,12 @@ enabled = false
         fake.url_v1()
     );
     std::fs::write(codex_home.join("config.toml"), config)?;
-    let mut cmd = home.command(&coffer_tests::peers::codex()?);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if k.starts_with("OPENAI_") || k.starts_with("CODEX_") {
-            cmd.env_remove(&*k);
-        }
-    }
-    cmd.args(["exec", "--skip-git-repo-check", "Say pong."])
-        .env("CODEX_HOME", &codex_home)
-        .env("FAKE_LLM_KEY", KEY)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await??;
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "codex exec failed: {stdout}\n{stderr}");
-    assert!(stdout.contains("pong from the fake responses wire"), "{stdout}\n{stderr}");
+    let codex_home = codex_home.display().to_string();
+    let args = ["exec", "--skip-git-repo-check", "Say pong."];
+    let env = [("CODEX_HOME", codex_home.as_str()), ("FAKE_LLM_KEY", KEY)];
+    let out = coffer_tests::peers::run_codex(&home, &args, &env, Duration::from_secs(120)).await?;
+    assert_eq!(out.code, Some(0), "codex exec failed: {out}");
+    assert!(out.stdout.contains("pong from the fake responses wire"), "{out}");
     let reqs = fake.model_requests();
     assert!(!reqs.is_empty());
     for r in &reqs {

@@ -29,6 +29,7 @@ mod edge;
 mod edge_socket;
 mod environment;
 mod eras;
+mod first_contact;
 mod gateway;
 mod http_upstream;
 mod internal_auth;

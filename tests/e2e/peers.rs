@@ -71,7 +71,7 @@ async fn readme_walkthrough_with_the_python_sdk_through_the_shim() -> anyhow::Re
 
 /// Creates a git repository with one commit in `dir`, isolated from the machine's git config;
 /// returns the commit id.
-fn git_repo_with_one_commit(home: &TestHome, dir: &Path) -> anyhow::Result<String> {
+pub(crate) fn git_repo_with_one_commit(home: &TestHome, dir: &Path) -> anyhow::Result<String> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("README.md"), "hello from coffer-tests\n")?;
     let git = coffer_runtime::connect::which_on_path("git").context("git is not on PATH")?;

@@ -442,6 +442,43 @@ pub fn codex() -> anyhow::Result<PathBuf> {
     peer_path("node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")
 }
 
+/// Runs the pinned Codex (`codex ARGS…`, e.g. `exec --skip-git-repo-check PROMPT`) to its end
+/// (at most `timeout`) in the home's temporary directory, with the home's environment plus
+/// `env` and without any inherited `OPENAI_*` or `CODEX_*` variable (the machine's own Codex
+/// home, key or endpoint is never used): its configuration comes from the home's private
+/// `HOME` (`~/.codex/config.toml`) unless `env` sets `CODEX_HOME`.
+///
+/// # Errors
+/// When the peer is missing (naming `tests/peers/install.sh`), it cannot start, or it runs
+/// longer than `timeout` (it is then killed).
+pub async fn run_codex(
+    home: &TestHome,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> anyhow::Result<Finished> {
+    let mut cmd = home.command(&codex()?);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("OPENAI_") || k.starts_with("CODEX_") {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.args(args).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    crate::die_with_test_thread(&mut cmd);
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let child = cmd.spawn().context("starting codex")?;
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .with_context(|| format!("codex {args:?} ran longer than {timeout:?}"))??;
+    Ok(Finished {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
 /// Headless Claude Code (`claude -p`) with default settings on a test home: its own config
 /// directory in the home's private `HOME`, the model API at a fake (`model_url`, see
 /// [`crate::anthropic::FakeAnthropic`]) with a dummy key, and its non-essential network traffic
