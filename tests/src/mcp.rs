@@ -198,12 +198,35 @@ pub async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::R
 /// # Errors
 /// When it is still `unknown` or `listing` after 30 s.
 pub async fn wait_listed(api: &Api, server: &str) -> anyhow::Result<Value> {
-    crate::wait_for(&format!("the capability catalog to list {server}"), std::time::Duration::from_secs(30), || async {
+    wait_catalog(api, server, std::time::Duration::from_secs(30), |state| {
+        state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true)
+    })
+    .await
+}
+
+/// Waits (at most `timeout`) until the capability catalog has listed `server`: its catalog
+/// state in `/v1/status` is `ready`. Unlike [`wait_listed`] it waits through failures, which
+/// the catalog retries in the background after a backoff (a server that missed its start
+/// deadline on a loaded machine). Returns its status entry.
+///
+/// # Errors
+/// When it is not `ready` after `timeout`.
+pub async fn wait_catalog_ready(api: &Api, server: &str, timeout: std::time::Duration) -> anyhow::Result<Value> {
+    wait_catalog(api, server, timeout, |state| state["state"] == "ready").await
+}
+
+/// Polls `/v1/status` until `server`'s `catalog` object satisfies `done`; its status entry.
+async fn wait_catalog(
+    api: &Api,
+    server: &str,
+    timeout: std::time::Duration,
+    done: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    let done = &done;
+    crate::wait_for(&format!("the capability catalog to list {server}"), timeout, || async move {
         let status = api.status().await?;
         let entry = status["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == server).cloned();
-        let state = entry.as_ref().map(|e| e["catalog"].clone()).unwrap_or_default();
-        let done = state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true);
-        Ok(entry.filter(|_| done))
+        Ok(entry.filter(|e| done(&e["catalog"])))
     })
     .await
 }
