@@ -372,7 +372,7 @@ fn read_file(path: &Path) -> Result<Option<(Vec<Row>, bool)>, String> {
 
 /// Replaces `path` with `bytes` atomically: an exclusive 0600 temp file in the same folder,
 /// fsync, rename over `path`, fsync of the folder. The temp file is removed on failure.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent().ok_or_else(|| std::io::Error::other("no parent folder"))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

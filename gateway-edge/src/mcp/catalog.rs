@@ -443,7 +443,7 @@ impl Catalog {
         }
         let known = self.shared.lists.lookup(&server.name, generation, &self.profile, kind);
         let fallback = match &known {
-            Known::Ready(items) => Some(items.clone()),
+            Known::Ready(items) | Known::Shared { items, .. } => Some(items.clone()),
             Known::Pending { stale, .. } | Known::Failed { stale, .. } => stale.clone(),
         };
         if pool.is_running(&server.name, generation) {
@@ -460,6 +460,18 @@ impl Catalog {
         }
         match known {
             Known::Ready(items) => Part::Have { items, own: false },
+            // Another client profile's list, at once; this profile's own follows in the
+            // background (list_changed if it differs).
+            Known::Shared { items, warming } => {
+                if !warming && kicked.insert(&server.name) {
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
+                }
+                Part::Have { items, own: false }
+            }
             Known::Pending { warming, stale } => {
                 if warming.is_none() && kicked.insert(&server.name) {
                     tokio::spawn(gateway_catalog::warm(
@@ -531,7 +543,9 @@ impl Catalog {
             let deadline = self.shared.list_timeout();
             if let Some(items) = self.cached(&(server.to_owned(), kind)) {
                 items
-            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) {
+            } else if let Known::Ready(items) | Known::Shared { items, .. } =
+                self.shared.lists.lookup(server, generation, &self.profile, kind)
+            {
                 // The names every session computes from this list; the call starts the upstream.
                 items
             } else {

@@ -2,24 +2,42 @@
 //! returned (to any session, or to the catalog's own background start), keyed by the server's
 //! [`Generation`] (registry version and credential epoch) and by the client's capabilities
 //! (a [`Profile`]: Coffer mirrors them in the upstream's `initialize`, and servers offer some
-//! tools only to clients that can, e.g., sample), in memory only — capability names and
-//! schemas are never persisted. A new session's lists are answered from it at once; a
-//! server it does not know yet is started once in the background ([`warm`]) and listed, while
-//! lists wait for it at most `gateway.first_list_timeout_ms`. Failures are remembered: a server
-//! that failed to start or to list is not waited on again until its backoff has passed, and then
-//! it is retried in the background, never by a waiting list.
+//! tools only to clients that can, e.g., sample). A new session's lists are answered from it at
+//! once; a server it does not know yet is started once in the background ([`warm`]) and listed,
+//! while lists wait for it at most `gateway.first_list_timeout_ms`. Failures are remembered: a
+//! server that failed to start or to list is not waited on again until its backoff has passed,
+//! and then it is retried in the background, never by a waiting list.
+//!
+//! First contact is answered at once in two more cases:
+//! - **After a restart.** The catalog is kept in a regenerable cache file,
+//!   `COFFER_HOME/cache/catalog.json` ([`CACHE_FILE`]: derived data like the search index, never
+//!   in `coffer.db`, safe to delete). The gateway loads it at start ([`GatewayCatalog::load`]);
+//!   a server's restored lists are served while it is unchanged (same registry version and
+//!   identity, see [`fingerprint`]) and refreshed in the background at start; the client gets
+//!   `list_changed` only if the fresh list differs. [`persist`] rewrites the file (atomically,
+//!   0600) shortly after the catalog changes.
+//! - **A capability set never seen before.** Its lists are answered from another profile's list
+//!   of the same server ([`Known::Shared`]: lists rarely depend on client capabilities) while its
+//!   own is fetched in the background; `list_changed` follows if that one differs.
 //!
 //! Who fills it: [`follow`] (every server registered or changed, from the snapshot's change
 //! feed), any session's fresh list (`Catalog::fetch`), and the background retries. Sessions
 //! learn what changed from [`GatewayCatalog::subscribe`] and tell their client
-//! `notifications/*/list_changed` when it differs from what they showed.
-use std::collections::{HashMap, VecDeque};
+//! `notifications/*/list_changed` when it differs from what they showed. A background start
+//! stays up for [`LINGER`] after listing, so that a server which changes its lists right after
+//! starting (`notifications/*/list_changed`) is listed again.
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coffer_proto::store::McpServer;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, watch};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::ListKind;
@@ -36,12 +54,45 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Most client profiles remembered (for background starts on registry changes).
 const MAX_PROFILES: usize = 4;
 
+/// The cache file under `COFFER_HOME`.
+pub const CACHE_FILE: &str = "cache/catalog.json";
+/// The cache file's format; a file of another format is ignored (and rewritten).
+const CACHE_FORMAT: u32 = 1;
+/// A cache file larger than this is ignored (bytes).
+const MAX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// How long after a change the cache file is rewritten (changes meanwhile share one write).
+const PERSIST_DELAY: Duration = Duration::from_millis(500);
+/// Background starts running at once (the rest queue): a restart refreshes every server, and a
+/// small machine should not start twenty of them at the same moment.
+const MAX_WARMING: usize = 4;
+/// How long a background start stays up after it listed everything, so that list changes the
+/// server announces right after starting are followed.
+pub const LINGER: Duration = Duration::from_secs(5);
+
 /// The client capabilities an upstream is initialized with, as canonical JSON text (keys
 /// sorted): lists are known per profile.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Profile(Arc<str>);
 
 impl Profile {
+    /// The canonical capabilities text (`{"roots":{…},"sampling":{}}`).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// How alike two profiles are: capability names both declare, less those only one does.
+    fn likeness(&self, other: &Profile) -> i64 {
+        fn names(p: &Profile) -> Vec<String> {
+            match serde_json::from_str::<Value>(&p.0) {
+                Ok(Value::Object(m)) => m.keys().cloned().collect(),
+                _ => Vec::new(),
+            }
+        }
+        let (a, b) = (names(self), names(other));
+        let both = a.iter().filter(|n| b.contains(n)).count() as i64;
+        both - (a.len() as i64 - both) - (b.len() as i64 - both)
+    }
+
     /// The profile of `initialize` params `{protocolVersion, capabilities, clientInfo}`.
     pub fn of(init_params: &Value) -> Self {
         fn canonical(v: &Value) -> Value {
@@ -65,6 +116,9 @@ impl Profile {
 pub enum Known {
     /// The list of this generation.
     Ready(Arc<Vec<Value>>),
+    /// No list of this generation for this profile yet, but another profile's (the most alike):
+    /// answer with it now. `warming`: this profile's own list is being fetched in the background.
+    Shared { items: Arc<Vec<Value>>, warming: bool },
     /// Not known yet. `warming`: a background start is listing it now (since `since`); `stale`:
     /// the list it had before (an older generation, or invalidated), if any.
     Pending { warming: Option<Instant>, stale: Option<Arc<Vec<Value>>> },
@@ -77,6 +131,9 @@ struct Listing {
     /// Older than what the server may list now: its generation changed or it said its lists
     /// changed. Served only when nothing fresher arrives in time.
     stale: bool,
+    /// Loaded from the cache file and not listed afresh since: served, and refreshed in the
+    /// background.
+    restored: bool,
 }
 
 struct Failure {
@@ -103,15 +160,36 @@ struct Entry {
     /// The protocol era the server was found speaking at this generation (whatever the
     /// profile), so that later starts skip a probe that would fail.
     era: Option<Era>,
+    /// Restored from the cache file: the [`fingerprint`] of the registration it was listed for,
+    /// checked against the registry once it loads (then `None`).
+    fingerprint: Option<String>,
 }
 
 impl Entry {
+    /// The fresh list of `kind` of the profile most like `profile`, if any profile has one.
+    fn shared_list(&self, profile: &Profile, kind: ListKind) -> Option<Arc<Vec<Value>>> {
+        self.lists
+            .iter()
+            .filter(|((p, k), l)| *k == kind && !l.stale && p != profile)
+            .max_by(|((a, _), _), ((b, _), _)| {
+                // The most alike; among equals, the one with the shorter text (fewer extras), then
+                // by text so that the choice does not depend on hash order.
+                (a.likeness(profile), std::cmp::Reverse(a.0.len()), std::cmp::Reverse(a.as_str())).cmp(&(
+                    b.likeness(profile),
+                    std::cmp::Reverse(b.0.len()),
+                    std::cmp::Reverse(b.as_str()),
+                ))
+            })
+            .map(|(_, l)| l.items.clone())
+    }
+
     /// Moves the entry to `generation`: what it knew becomes stale, the failure is forgotten.
     fn at(&mut self, generation: Generation) {
         if self.generation != generation {
             self.generation = generation;
             self.failure = None;
             self.era = None;
+            self.fingerprint = None;
             for l in self.lists.values_mut() {
                 l.stale = true;
             }
@@ -129,6 +207,11 @@ pub struct GatewayCatalog {
     version: watch::Sender<u64>,
     /// `(server, kind)` whose known list changed (new or different items).
     changed: broadcast::Sender<(String, ListKind)>,
+    /// Something worth persisting changed since the cache file was last written.
+    dirty: AtomicBool,
+    dirty_notify: Notify,
+    /// Background starts running at once.
+    warming: Semaphore,
 }
 
 impl Default for GatewayCatalog {
@@ -138,13 +221,161 @@ impl Default for GatewayCatalog {
             clients: Mutex::default(),
             version: watch::Sender::new(0),
             changed: broadcast::channel(256).0,
+            dirty: AtomicBool::new(false),
+            dirty_notify: Notify::new(),
+            warming: Semaphore::new(MAX_WARMING),
         }
     }
+}
+
+/// The cache file's body (`format` [`CACHE_FORMAT`]).
+#[derive(Serialize, Deserialize)]
+struct CacheBody {
+    format: u32,
+    /// The `initialize` params of the last client profiles, newest first.
+    clients: Vec<Value>,
+    servers: BTreeMap<String, CachedServer>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedServer {
+    /// The registry version the lists are of.
+    version: i64,
+    /// [`fingerprint`] of the registration.
+    fingerprint: String,
+    /// `"2026-07-28"` or `"handshake"` when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    era: Option<String>,
+    lists: Vec<CachedList>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedList {
+    /// [`Profile::as_str`].
+    profile: String,
+    /// The list method, e.g. `tools/list`.
+    kind: String,
+    items: Vec<Value>,
+}
+
+/// Identifies one registration of a server (its name, creation time, transport, command, args,
+/// URL and working directory — never `env` or header values, which may be secrets): restored
+/// lists are served only for the registration they were listed for, also when a server removed
+/// and registered again reaches the same registry version.
+pub fn fingerprint(s: &McpServer) -> String {
+    let identity = json!([s.name, s.created_at, s.transport, s.command, s.args, s.url, s.cwd, s.version]);
+    hex::encode(Sha256::digest(identity.to_string().as_bytes()))
 }
 
 impl GatewayCatalog {
     fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+    }
+
+    fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+        self.dirty_notify.notify_one();
+    }
+
+    /// A catalog with what the cache file at `path` holds (lists, eras and client profiles), or
+    /// an empty one when it is missing. A file that cannot be read, is larger than 64 MiB, is
+    /// not the expected JSON or of another format is ignored with a warning naming the path and
+    /// the reason (it is derived data: the next write replaces it).
+    pub fn load(path: &Path) -> Self {
+        let c = Self::default();
+        let body = match read_cache(path) {
+            Ok(Some(b)) => b,
+            Ok(None) => return c,
+            Err(why) => {
+                tracing::warn!(path = %path.display(), reason = %why, "Capability catalog cache ignored; it is rebuilt as servers are listed.");
+                return c;
+            }
+        };
+        let mut servers = c.servers.lock().expect("catalog");
+        let mut lists = 0usize;
+        for (name, cached) in body.servers {
+            let mut e = Entry {
+                generation: Generation { version: cached.version, credentials: 0 },
+                fingerprint: Some(cached.fingerprint),
+                era: cached.era.as_deref().and_then(Era::parse),
+                ..Entry::default()
+            };
+            for l in cached.lists {
+                let Some(kind) = ListKind::ALL.into_iter().find(|k| k.method() == l.kind) else { continue };
+                e.lists.insert(
+                    (Profile(l.profile.into()), kind),
+                    Listing { items: Arc::new(l.items), stale: false, restored: true },
+                );
+                lists += 1;
+            }
+            servers.insert(name, e);
+        }
+        let n = servers.len();
+        drop(servers);
+        {
+            let mut clients = c.clients.lock().expect("catalog");
+            for params in body.clients.into_iter().take(MAX_PROFILES) {
+                if params.is_object() {
+                    clients.push_back((Profile::of(&params), params));
+                }
+            }
+        }
+        tracing::info!(servers = n, lists, "Capability catalog restored from its cache file.");
+        c
+    }
+
+    /// The cache file's body for what the catalog knows now: every server's fresh lists of the
+    /// generation `snapshot` has, with its [`fingerprint`]; nothing of servers no longer
+    /// registered, nothing stale.
+    fn cache_body(&self, snapshot: &crate::snapshot::Snapshot) -> CacheBody {
+        let servers = self.servers.lock().expect("catalog");
+        let mut out = BTreeMap::new();
+        for (name, e) in servers.iter() {
+            let Some(spec) = snapshot.servers.get(name) else { continue };
+            if snapshot.generation(spec) != e.generation || e.fingerprint.is_some() {
+                continue;
+            }
+            let mut lists: Vec<CachedList> = e
+                .lists
+                .iter()
+                .filter(|(_, l)| !l.stale)
+                .map(|((p, k), l)| CachedList {
+                    profile: p.as_str().to_owned(),
+                    kind: k.method().to_owned(),
+                    items: l.items.as_ref().clone(),
+                })
+                .collect();
+            if lists.is_empty() {
+                continue;
+            }
+            lists.sort_by(|a, b| (&a.profile, &a.kind).cmp(&(&b.profile, &b.kind)));
+            out.insert(
+                name.clone(),
+                CachedServer {
+                    version: spec.version,
+                    fingerprint: fingerprint(spec),
+                    era: e.era.map(|era| era.as_str().to_owned()),
+                    lists,
+                },
+            );
+        }
+        drop(servers);
+        let clients = self.clients.lock().expect("catalog").iter().map(|(_, p)| p.clone()).collect();
+        CacheBody { format: CACHE_FORMAT, clients, servers: out }
+    }
+
+    /// Checks restored entries against the loaded registry: a server whose registration is not
+    /// the one its lists were made for (another [`fingerprint`]) loses them.
+    fn validate_restored(&self, snapshot: &crate::snapshot::Snapshot) {
+        let mut servers = self.servers.lock().expect("catalog");
+        servers.retain(|name, e| {
+            let Some(fp) = e.fingerprint.take() else { return true };
+            let same = snapshot.servers.get(name).is_some_and(|s| fingerprint(s) == fp);
+            if !same {
+                tracing::info!(server = %name, "Restored capability lists dropped: the server was registered again or changed.");
+            }
+            same
+        });
     }
 
     /// Remembers the `initialize` params of a client session, so that servers registered or
@@ -155,6 +386,8 @@ impl GatewayCatalog {
         clients.retain(|(p, _)| *p != profile);
         clients.push_front((profile, init_params.clone()));
         clients.truncate(MAX_PROFILES);
+        drop(clients);
+        self.mark_dirty();
     }
 
     /// The `initialize` params of the clients remembered, newest first (a client without
@@ -179,6 +412,12 @@ impl GatewayCatalog {
         }
         let stale = listing.map(|l| l.items.clone());
         let warming = e.warming.get(profile).filter(|(g, _)| *g == generation).map(|(_, since)| *since);
+        if e.generation == generation
+            && listing.is_none()
+            && let Some(items) = e.shared_list(profile, kind)
+        {
+            return Known::Shared { items, warming: warming.is_some() };
+        }
         match &e.failure {
             // Failed: not waited on, also while a background retry runs.
             Some(f) if e.generation == generation => Known::Failed {
@@ -207,12 +446,13 @@ impl GatewayCatalog {
             e.failure = None;
             let key = (profile.clone(), kind);
             let changed = e.lists.get(&key).is_none_or(|l| l.items != items);
-            e.lists.insert(key, Listing { items, stale: false });
+            e.lists.insert(key, Listing { items, stale: false, restored: false });
             changed
         };
         if changed {
             let _ = self.changed.send((server.to_owned(), kind));
         }
+        self.mark_dirty();
         self.bump();
     }
 
@@ -243,6 +483,8 @@ impl GatewayCatalog {
             e.at(generation);
             e.era = Some(era);
         }
+        drop(servers);
+        self.mark_dirty();
     }
 
     /// Marks the known lists of `server` (or of every server) stale: the server said its lists
@@ -258,12 +500,19 @@ impl GatewayCatalog {
                 }
             }
         }
+        self.mark_dirty();
         self.bump();
     }
 
     /// Forgets servers that are no longer registered.
     pub fn retain(&self, registered: &HashMap<String, McpServer>) {
-        self.servers.lock().expect("catalog").retain(|name, _| registered.contains_key(name));
+        let mut servers = self.servers.lock().expect("catalog");
+        let before = servers.len();
+        servers.retain(|name, _| registered.contains_key(name));
+        if servers.len() != before {
+            drop(servers);
+            self.mark_dirty();
+        }
     }
 
     /// Whether `server` at `generation` needs a background start for `profile`: nothing is
@@ -272,7 +521,8 @@ impl GatewayCatalog {
         let servers = self.servers.lock().expect("catalog");
         servers.get(server).is_none_or(|e| {
             let current = e.generation == generation;
-            let known = current && e.lists.keys().any(|(p, _)| p == profile);
+            // Restored lists are served, but listed afresh once.
+            let known = current && e.lists.iter().any(|((p, _), l)| p == profile && !l.restored);
             let failed = current && e.failure.is_some();
             let warming = e.warming.get(profile).is_some_and(|(g, _)| *g == generation);
             !known && !failed && !warming
@@ -339,16 +589,150 @@ fn default_client() -> Value {
     json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-catalog", "version": coffer_runtime::VERSION}})
 }
 
+/// Reads the cache file: `None` when there is none; the reason when it cannot be used.
+fn read_cache(path: &Path) -> Result<Option<CacheBody>, String> {
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    let mut bytes = Vec::new();
+    f.take(MAX_CACHE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_CACHE_BYTES {
+        return Err(format!("larger than {MAX_CACHE_BYTES} bytes"));
+    }
+    let body: CacheBody = serde_json::from_slice(&bytes).map_err(|e| format!("not the expected JSON: {e}"))?;
+    if body.format != CACHE_FORMAT {
+        return Err(format!("format {} is not {CACHE_FORMAT}", body.format));
+    }
+    Ok(Some(body))
+}
+
+/// Writes the catalog to its cache file ([`CACHE_FILE`] under `home`, folder 0700, file 0600,
+/// replaced atomically) [`PERSIST_DELAY`] after each change, and once more at `shutdown`.
+/// A failed write is logged and retried at the next change; lists keep being served from
+/// memory.
+pub async fn persist(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let path = shared.home.root().join(CACHE_FILE);
+    loop {
+        let stopping = tokio::select! {
+            () = shutdown.cancelled() => true,
+            () = shared.lists.dirty_notify.notified() => false,
+        };
+        if !stopping {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(PERSIST_DELAY) => {}
+            }
+        }
+        if shared.lists.dirty.swap(false, Ordering::AcqRel) {
+            let snap = shared.snapshot.current();
+            if snap.loaded {
+                let body = shared.lists.cache_body(&snap);
+                let path = path.clone();
+                let written = tokio::task::spawn_blocking(move || write_cache(&path, &body)).await;
+                if let Ok(Err(e)) = written {
+                    tracing::warn!(path = %path_display(&shared), error = %e, "Capability catalog cache not written; lists are still served from memory.");
+                    shared.lists.dirty.store(true, Ordering::Release);
+                }
+            } else {
+                shared.lists.dirty.store(true, Ordering::Release);
+            }
+        }
+        if stopping || shutdown.is_cancelled() {
+            return;
+        }
+    }
+}
+
+fn path_display(shared: &Shared) -> String {
+    shared.home.root().join(CACHE_FILE).display().to_string()
+}
+
+fn write_cache(path: &Path, body: &CacheBody) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    let bytes = serde_json::to_vec(body).map_err(std::io::Error::other)?;
+    crate::web_sessions::write_atomic(path, &bytes)
+}
+
+/// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation`:
+/// `{"server", "state": "ready" | "listing" | "failed" | "unknown", "tools", "prompts",
+/// "resources", "resource_templates", "error"?, "restored"?}` — counts from the list of the
+/// profile most like a client without capabilities (`null` for a kind not listed yet).
+pub fn summary(shared: &Shared, server: &str, generation: Generation) -> Value {
+    let mut out = shared.lists.status(server, generation);
+    out["server"] = json!(server);
+    let plain = Profile::of(&default_client());
+    let servers = shared.lists.servers.lock().expect("catalog");
+    let mut restored = false;
+    for kind in ListKind::ALL {
+        let key = if kind == ListKind::ResourceTemplates { "resource_templates" } else { kind.key() };
+        let count = servers.get(server).filter(|e| e.generation == generation).and_then(|e| {
+            let own = e.lists.get(&(plain.clone(), kind)).filter(|l| !l.stale);
+            restored |= own.is_some_and(|l| l.restored);
+            own.map(|l| l.items.clone()).or_else(|| e.shared_list(&plain, kind)).map(|i| i.len())
+        });
+        out[key] = json!(count);
+    }
+    if restored {
+        out["restored"] = json!(true);
+    }
+    out
+}
+
+/// Waits until the catalog has listed `server` at its current generation (every kind, by a
+/// background start that has ended), or failed to, at most `timeout`; starts that background
+/// start when none is in flight or known. Returns [`summary`] (`state` `listing` when the
+/// time ran out, `unknown` for a server not registered or disabled).
+pub async fn wait_listed(shared: Arc<Shared>, server: &str, timeout: Duration) -> Value {
+    let until = tokio::time::Instant::now() + timeout;
+    let mut changes = shared.lists.watch();
+    let mut kicked = false;
+    loop {
+        changes.borrow_and_update();
+        let snap = shared.snapshot.current();
+        let Some(spec) = snap.servers.get(server).filter(|s| s.enabled).cloned() else {
+            return summary(&shared, server, Generation::default());
+        };
+        let generation = snap.generation(&spec);
+        let s = summary(&shared, server, generation);
+        let settled = match s["state"].as_str() {
+            Some("failed") => true,
+            Some("ready") => ListKind::ALL.iter().all(|k| {
+                let key = if *k == ListKind::ResourceTemplates { "resource_templates" } else { k.key() };
+                !s[key].is_null()
+            }) && s.get("restored").is_none(),
+            _ => false,
+        };
+        if settled {
+            return s;
+        }
+        if !kicked && s["state"] != "listing" {
+            kicked = true;
+            let client = shared.lists.clients().into_iter().next().unwrap_or_else(default_client);
+            tokio::spawn(warm(shared.clone(), spec, client));
+        }
+        if tokio::time::timeout_at(until, changes.changed()).await.is_err() {
+            return summary(&shared, server, generation);
+        }
+    }
+}
+
 /// Starts `server` once in a short-lived session of its own that presents itself as the client
 /// of `client` (`initialize` params, mirrored upstream), lists every kind (each bounded by the
 /// list deadline), which fills the catalog for that client's [`Profile`] (or records the
-/// failure), then stops it. Does nothing when such a start is in flight.
+/// failure), keeps it up for [`LINGER`] (a list change it announces meanwhile is listed again
+/// by the session), then stops it. Does nothing when such a start is in flight; at most
+/// [`MAX_WARMING`] run at once.
 pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     let generation = shared.snapshot.current().generation(&server);
     let profile = Profile::of(&client);
     if !shared.lists.begin_warm(&server.name, generation, &profile) {
         return;
     }
+    let permit = shared.lists.warming.acquire().await.expect("the warming semaphore is never closed");
     let started = Instant::now();
     let version = client.get("protocolVersion").and_then(Value::as_str).unwrap_or(SUPPORTED_VERSIONS[0]).to_owned();
     let s = Session::new(format!("catalog-{}", uuid::Uuid::new_v4().simple()), version, &client, shared.clone());
@@ -375,24 +759,36 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
             break;
         }
     }
-    s.close().await;
     shared.lists.end_warm(&server.name, generation, &profile);
+    drop(permit);
     let elapsed_ms = started.elapsed().as_millis() as u64;
     if ok {
         tracing::info!(server = %server.name, elapsed_ms, "Capability catalog filled.");
+        // Followed by the session's own event loop: a list change is listed again.
+        tokio::select! {
+            () = tokio::time::sleep(LINGER) => {}
+            () = s.closed.cancelled() => {}
+        }
     } else {
         tracing::warn!(server = %server.name, elapsed_ms, "Capability catalog could not list the server; lists answer without it until it recovers.");
     }
+    s.close().await;
 }
 
-/// Keeps the catalog in step with the registry until `shutdown`: starts every enabled server
-/// that is new or changed (registry version or credential epoch) once in the background for
-/// each client profile remembered, and forgets removed ones.
+/// Keeps the catalog in step with the registry until `shutdown`: checks lists restored from the
+/// cache file against the first registry it sees, starts every enabled server that is new or
+/// changed (registry version or credential epoch), or whose lists were restored, once in the
+/// background for each client profile remembered, and forgets removed ones.
 pub async fn follow(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut rx = shared.snapshot.subscribe();
+    let mut validated = false;
     loop {
         let snap = rx.borrow_and_update().clone();
         if snap.loaded {
+            if !validated {
+                shared.lists.validate_restored(&snap);
+                validated = true;
+            }
             shared.lists.retain(&snap.servers);
             for client in shared.lists.clients() {
                 let profile = Profile::of(&client);
@@ -509,7 +905,8 @@ mod tests {
         c.store("e", generation(1), &sampling, ListKind::Tools, Arc::new(vec![json!({"name": "trigger-sampling"})]));
         assert!(matches!(c.lookup("e", generation(1), &same, ListKind::Tools), Known::Ready(_)));
         let plain = Profile::of(&json!({}));
-        assert!(matches!(c.lookup("e", generation(1), &plain, ListKind::Tools), Known::Pending { stale: None, .. }));
+        // Another profile's list is answered (borrowed) while the plain one's own is not known.
+        assert!(matches!(c.lookup("e", generation(1), &plain, ListKind::Tools), Known::Shared { warming: false, .. }));
         assert!(c.needs_warm("e", generation(1), &plain) && !c.needs_warm("e", generation(1), &sampling));
         assert_eq!(c.clients().len(), 1, "a client without capabilities when none connected");
         for i in 0..6 {
@@ -524,5 +921,124 @@ mod tests {
         let f = |attempts| Failure { at: Instant::now(), attempts, error: String::new() }.backoff();
         assert_eq!((f(1), f(2), f(3)), (FIRST_BACKOFF, FIRST_BACKOFF * 2, FIRST_BACKOFF * 4));
         assert_eq!(f(40), MAX_BACKOFF);
+    }
+
+    fn registered(name: &str, version: i64, created_at: &str) -> McpServer {
+        McpServer { name: name.into(), version, created_at: created_at.into(), enabled: true, ..Default::default() }
+    }
+
+    fn snapshot_of(servers: &[McpServer]) -> crate::snapshot::Snapshot {
+        crate::snapshot::Snapshot {
+            servers: servers.iter().map(|s| (s.name.clone(), s.clone())).collect(),
+            loaded: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_cache_file_round_trips_and_serves_only_the_registration_it_was_made_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CACHE_FILE);
+        let (a, b) = (registered("a", 3, "2026-12-01T00:00:00Z"), registered("b", 1, "2026-12-01T00:00:00Z"));
+        let snap = snapshot_of(&[a.clone(), b.clone()]);
+        let c = GatewayCatalog::default();
+        let client = json!({"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "x", "version": "1"}});
+        c.remember_client(&client);
+        let sampling = Profile::of(&client);
+        let tools = Arc::new(vec![json!({"name": "echo"})]);
+        // Lists of a credential epoch other than 0 are saved too: after a restart the epoch
+        // starts again at 0 with the same credential values.
+        c.store("a", Generation { version: 3, credentials: 9 }, &sampling, ListKind::Tools, tools.clone());
+        c.learn_era("a", Generation { version: 3, credentials: 9 }, Era::Modern);
+        c.store("b", generation(1), &sampling, ListKind::Tools, tools.clone());
+        c.invalidate(Some("b"));
+        let mut epochs = snapshot_of(&[a.clone(), b.clone()]);
+        epochs.credential_epochs.insert("a".into(), 9);
+        write_cache(&path, &c.cache_body(&epochs)).unwrap();
+
+        let restored = GatewayCatalog::load(&path);
+        assert_eq!(restored.clients(), vec![client.clone()], "the client profiles come back");
+        assert!(matches!(restored.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Ready(i) if i == tools));
+        assert_eq!(restored.era("a", generation(3)), Some(Era::Modern));
+        assert!(
+            matches!(restored.lookup("b", generation(1), &sampling, ListKind::Tools), Known::Pending { stale: None, .. }),
+            "a stale list is not saved"
+        );
+        assert!(restored.needs_warm("a", generation(3), &sampling), "restored lists are refreshed once");
+        assert_eq!(restored.status("a", generation(3))["state"], "ready");
+        restored.validate_restored(&snap);
+        assert!(matches!(restored.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Ready(_)));
+
+        // The same name registered again (another creation time) at the same version: not its lists.
+        let again = GatewayCatalog::load(&path);
+        again.validate_restored(&snapshot_of(&[registered("a", 3, "2026-12-05T00:00:00Z")]));
+        assert!(matches!(again.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Pending { stale: None, .. }));
+        // A newer registry version: the restored list is only a fallback.
+        let newer = GatewayCatalog::load(&path);
+        newer.validate_restored(&snap);
+        assert!(matches!(newer.lookup("a", generation(4), &sampling, ListKind::Tools), Known::Pending { stale: Some(_), .. }));
+    }
+
+    #[test]
+    fn a_damaged_cache_file_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.json");
+        assert!(read_cache(&path).unwrap().is_none(), "no file: nothing to restore");
+        for (bytes, why) in [
+            (b"{\"format\": 1, \"clients\": [], \"servers\": {\"a\": ".to_vec(), "not the expected JSON"),
+            (b"\x00\xff garbage".to_vec(), "not the expected JSON"),
+            (br#"{"format": 99, "clients": [], "servers": {}}"#.to_vec(), "format 99"),
+            (br#"{"format": 1, "clients": [], "servers": {"a": {"version": "x"}}}"#.to_vec(), "not the expected JSON"),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            let err = read_cache(&path).err().unwrap_or_else(|| panic!("{:?} was accepted", String::from_utf8_lossy(&bytes)));
+            assert!(err.contains(why), "{err}");
+            let c = GatewayCatalog::load(&path);
+            assert!(c.servers.lock().unwrap().is_empty());
+        }
+        let big = std::fs::File::create(&path).unwrap();
+        big.set_len(MAX_CACHE_BYTES + 1).unwrap();
+        assert!(read_cache(&path).err().is_some_and(|e| e.contains("larger than")));
+        // Unknown kinds and non-object clients in an otherwise good file are skipped.
+        std::fs::write(
+            &path,
+            br#"{"format": 1, "clients": [7, {"capabilities": {}}], "servers": {"a": {"version": 1, "fingerprint": "f", "era": "nonsense", "lists": [{"profile": "{}", "kind": "bogus/list", "items": []}, {"profile": "{}", "kind": "tools/list", "items": [{"name": "t"}]}]}}}"#,
+        )
+        .unwrap();
+        let c = GatewayCatalog::load(&path);
+        assert_eq!(c.clients().len(), 1);
+        assert!(matches!(c.lookup("a", generation(1), &Profile::of(&json!({})), ListKind::Tools), Known::Ready(i) if i.len() == 1));
+        assert_eq!(c.era("a", generation(1)), None);
+    }
+
+    #[test]
+    fn an_unseen_profile_borrows_the_most_alike_profile_s_list() {
+        let c = GatewayCatalog::default();
+        let of = |caps: Value| Profile::of(&json!({"capabilities": caps}));
+        let plain = of(json!({}));
+        let sampling = of(json!({"sampling": {}}));
+        c.store("e", generation(1), &plain, ListKind::Tools, Arc::new(vec![json!({"name": "echo"})]));
+        c.store(
+            "e",
+            generation(1),
+            &sampling,
+            ListKind::Tools,
+            Arc::new(vec![json!({"name": "echo"}), json!({"name": "trigger-sampling"})]),
+        );
+        let rich = of(json!({"sampling": {}, "roots": {"listChanged": true}, "elicitation": {}}));
+        let Known::Shared { items, warming: false } = c.lookup("e", generation(1), &rich, ListKind::Tools) else {
+            panic!("shared")
+        };
+        assert_eq!(items.len(), 2, "the sampling client's list is the most alike");
+        let roots = of(json!({"roots": {}}));
+        let Known::Shared { items, .. } = c.lookup("e", generation(1), &roots, ListKind::Tools) else { panic!("shared") };
+        assert_eq!(items.len(), 1, "a client without sampling gets the plain list");
+        assert!(c.begin_warm("e", generation(1), &rich));
+        assert!(matches!(c.lookup("e", generation(1), &rich, ListKind::Tools), Known::Shared { warming: true, .. }));
+        assert!(
+            matches!(c.lookup("e", generation(2), &rich, ListKind::Tools), Known::Pending { .. }),
+            "never another generation's list"
+        );
+        assert!(matches!(c.lookup("e", generation(1), &rich, ListKind::Prompts), Known::Pending { .. }), "nor another kind's");
     }
 }

@@ -235,7 +235,8 @@ pub struct Shared {
     credentials: Arc<dyn CredentialResolver>,
     /// Coffer's own `coffer__*` tools.
     pub builtins: builtin::Registry,
-    /// The last list each registered server returned, for every session (never persisted).
+    /// The last list each registered server returned, for every session (kept in a cache file
+    /// under `COFFER_HOME`, never in the database).
     pub lists: gateway_catalog::GatewayCatalog,
 }
 
@@ -250,6 +251,7 @@ impl Shared {
         credentials: Arc<dyn CredentialResolver>,
         builtins: builtin::Registry,
     ) -> Arc<Self> {
+        let lists = gateway_catalog::GatewayCatalog::load(&home.root().join(gateway_catalog::CACHE_FILE));
         Arc::new(Self {
             home,
             snapshot,
@@ -257,7 +259,7 @@ impl Shared {
             recorder,
             credentials,
             builtins,
-            lists: gateway_catalog::GatewayCatalog::default(),
+            lists,
         })
     }
 
@@ -407,10 +409,12 @@ impl Gateway {
         Self::with_shared(shared, shutdown)
     }
 
-    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper and the
-    /// task that fills the capability catalog from the registry, which end with `shutdown`.
+    /// A gateway over `shared` (see [`Shared::new`]); starts its idle-session reaper, the task
+    /// that fills the capability catalog from the registry and the one that keeps its cache
+    /// file, which end with `shutdown`.
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
         tokio::spawn(gateway_catalog::follow(shared.clone(), shutdown.clone()));
+        tokio::spawn(gateway_catalog::persist(shared.clone(), shutdown.clone()));
         let broker = Arc::new(broker::Broker::new(shared.clone()));
         let gw = Arc::new(Self { shared, sessions: Mutex::default(), modern: Mutex::default(), broker });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));

@@ -168,6 +168,37 @@ impl Harness {
         Self { shared, records, policy, _home: home }
     }
 
+    /// A gateway core on `home` (kept by the caller: a second harness on it is the same gateway
+    /// after a restart), with its catalog's registry-following and cache-file tasks running
+    /// until `stop`.
+    fn running_at(home: &std::path::Path, snap: Snapshot, stop: &tokio_util::sync::CancellationToken) -> Self {
+        let (policy, snapshot) = SnapshotHandle::manual(snap);
+        let (recorder, records) = Recorder::in_memory();
+        let shared = Shared::new(
+            CofferHome::at(home.into()),
+            snapshot,
+            recorder,
+            Arc::new(FixedCredentials::default()),
+            Registry::standard(None),
+        );
+        tokio::spawn(super::gateway_catalog::follow(shared.clone(), stop.clone()));
+        tokio::spawn(super::gateway_catalog::persist(shared.clone(), stop.clone()));
+        Self { shared, records, policy, _home: tempfile::tempdir().unwrap() }
+    }
+
+    /// A session of a client that declares `capabilities`.
+    fn session_with(&self, capabilities: Value) -> Arc<Session> {
+        let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": capabilities, "clientInfo": {"name": "test", "version": "0"}});
+        let s = Session::new(
+            uuid::Uuid::new_v4().simple().to_string(),
+            SUPPORTED_VERSIONS[0].into(),
+            &params,
+            self.shared.clone(),
+        );
+        self.shared.lists.remember_client(&params);
+        s
+    }
+
     fn session(&self) -> Arc<Session> {
         let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
         Session::new(
@@ -1164,3 +1195,120 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
 
 #[path = "upstream_era_tests.rs"]
 mod upstream_era_tests;
+
+/// The tool names of `s`'s lists once the catalog's cache file names `tool` (written by the
+/// persist task after a list).
+async fn wait_cached(home: &std::path::Path, tool: &str) {
+    let path = home.join(super::gateway_catalog::CACHE_FILE);
+    wait_until("the catalog's cache file", || std::fs::read_to_string(&path).is_ok_and(|t| t.contains(tool))).await;
+}
+
+#[tokio::test]
+async fn after_a_restart_the_first_list_comes_from_the_cache_file_and_a_changed_list_follows() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (up, url) = fake(&["echo", "add"], 0).await;
+    let home = tempfile::tempdir().unwrap();
+    // The long first-list deadline would show here if the list waited for the upstream.
+    let snap = || with_settings(snapshot(vec![server("s", &url)], &[]), &[("gateway.first_list_timeout_ms", "5000")]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    {
+        let h = Harness::running_at(home.path(), snap(), &stop);
+        let s = h.session_with(json!({}));
+        assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo", "s__add"]);
+        wait_cached(home.path(), "\"add\"").await;
+        s.close().await;
+    }
+    stop.cancel();
+    let path = home.path().join(super::gateway_catalog::CACHE_FILE);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+
+    // The restarted gateway: the upstream now takes 1.5 s to start and lists one more tool.
+    let lists_before = up.count("tools/list");
+    up.init_delay_ms.store(1_500, std::sync::atomic::Ordering::Relaxed);
+    up.tools.lock().unwrap().push(json!({"name": "added", "inputSchema": {"type": "object"}}));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let h = Harness::running_at(home.path(), snap(), &stop);
+    let s = h.session_with(json!({}));
+    let (_, mut notes) = s.outbound.subscribe(None);
+    assert_eq!(
+        names(&s.list(ListKind::Tools).await),
+        ["coffer__search_tools", "s__echo", "s__add"],
+        "answered from the cache file"
+    );
+    assert_eq!(up.count("tools/list"), lists_before, "without waiting for the upstream");
+    // The background refresh lists the server afresh; the difference reaches the client.
+    assert!(next_note(&mut notes).await.contains("notifications/tools/list_changed"));
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo", "s__add", "s__added"]);
+    wait_cached(home.path(), "\"added\"").await;
+    s.close().await;
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn an_unchanged_list_refreshed_after_a_restart_sends_no_list_changed() {
+    let (up, url) = fake(&["echo"], 0).await;
+    let home = tempfile::tempdir().unwrap();
+    let snap = || snapshot(vec![server("s", &url)], &[]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    {
+        let h = Harness::running_at(home.path(), snap(), &stop);
+        let s = h.session_with(json!({}));
+        assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo"]);
+        wait_cached(home.path(), "echo").await;
+        s.close().await;
+    }
+    stop.cancel();
+    let inits = up.count("initialize");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let h = Harness::running_at(home.path(), snap(), &stop);
+    let s = h.session_with(json!({}));
+    let (_, mut notes) = s.outbound.subscribe(None);
+    assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo"]);
+    let generation = h.shared.snapshot.current().generation(&server("s", &url));
+    // Refreshed: listed afresh by the background start, no longer the restored copy.
+    wait_until("the refresh", || {
+        let summary = super::gateway_catalog::summary(&h.shared, "s", generation);
+        summary["state"] == "ready" && summary.get("restored").is_none() && summary["prompts"].is_number()
+    })
+    .await;
+    assert!(up.count("initialize") > inits, "the server was started again to refresh its lists");
+    assert!(notes.try_recv().is_err(), "nothing changed, so the client is told nothing");
+    s.close().await;
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_capability_set_never_seen_is_answered_from_another_s_list_at_once() {
+    let (up, url) = fake(&["echo", "add"], 0).await;
+    let snap = with_settings(snapshot(vec![server("s", &url)], &[]), &[("gateway.first_list_timeout_ms", "5000")]);
+    let home = tempfile::tempdir().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let h = Harness::running_at(home.path(), snap, &stop);
+    let plain = h.session_with(json!({}));
+    assert_eq!(names(&plain.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo", "s__add"]);
+    let lists = up.count("tools/list");
+    up.init_delay_ms.store(1_500, std::sync::atomic::Ordering::Relaxed);
+    // A client declaring roots, sampling and elicitation: a profile the catalog has no list of.
+    let rich = h.session_with(json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}));
+    let (_, mut notes) = rich.outbound.subscribe(None);
+    assert_eq!(names(&rich.list(ListKind::Tools).await), ["coffer__search_tools", "s__echo", "s__add"]);
+    assert_eq!(up.count("tools/list"), lists, "answered without waiting for its own list");
+    // Its own list is fetched in the background (the same here: no list_changed).
+    wait_until("the profile's own list", || up.count("tools/list") > lists).await;
+    let generation = h.shared.snapshot.current().generation(&server("s", &url));
+    let profile = super::gateway_catalog::Profile::of(
+        &json!({"capabilities": {"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}}),
+    );
+    wait_until("the profile's list in the catalog", || {
+        matches!(
+            h.shared.lists.lookup("s", generation, &profile, ListKind::Tools),
+            super::gateway_catalog::Known::Ready(_)
+        )
+    })
+    .await;
+    assert!(notes.try_recv().is_err(), "the same list: nothing to tell");
+    plain.close().await;
+    rich.close().await;
+    stop.cancel();
+}

@@ -43,6 +43,11 @@ impl Era {
             Era::Modern => MODERN,
         }
     }
+
+    /// The era [`Era::as_str`] names, if any.
+    pub fn parse(s: &str) -> Option<Era> {
+        [Era::Legacy, Era::Modern].into_iter().find(|e| e.as_str() == s)
+    }
 }
 
 /// The `_meta` object (JSON text) a modern upstream gets on every request, from the session's

@@ -387,6 +387,12 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", SERVER_NAME)
             .ok(200, "The probe's report.", r("ProbeReport"))
             .errors(&["NOT_FOUND"]),
+        route("GET", "/v1/mcp/servers/{name}/catalog", "servers", "What the capability catalog holds of a server")
+            .describe("The counts of the lists new sessions are answered from (kept across restarts in `COFFER_HOME/cache/catalog.json`). With `wait_ms`, first waits until the catalog has listed the server afresh (starting it in the background if nobody is) or failed to: `coffer mcp add` uses it so that a client started right after registering sees the server's tools.")
+            .path_param("name", SERVER_NAME)
+            .query("wait_ms", json!({"type": "integer", "minimum": 0, "maximum": 120000}), "Wait at most this long (ms) for a fresh list; 0 or absent: answer at once.")
+            .ok(200, "The catalog's state of the server.", r("CatalogState"))
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/mcp/refresh", "servers", "Refresh every session's capability lists")
             .describe("Invalidates the 60 s capability caches; every client is told its lists changed.")
             .ok(200, "How many sessions were refreshed.", json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "integer"}}})),
@@ -1065,6 +1071,19 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "transport": {"enum": ["stdio", "http"]},
             "warnings": {"type": "array", "items": {"type": "string"}, "description": "Problems that did not stop it, e.g. lines on stdout that are not JSON-RPC."},
             "log": {"type": ["string", "null"], "description": "Its stderr log (`coffer mcp logs`), when one exists; HTTP upstreams have none."},
+        },
+    }));
+    let count = json!({"type": ["integer", "null"], "description": "Items listed; null while not listed."});
+    m.insert("CatalogState", json!({
+        "type": "object", "required": ["server", "state", "tools", "prompts", "resources", "resource_templates"],
+        "properties": {
+            "server": {"type": "string"},
+            "state": {"enum": ["ready", "listing", "failed", "unknown"], "description": "unknown: not listed yet, or disabled."},
+            "tools": count, "prompts": count, "resources": count, "resource_templates": count,
+            "error": {"type": "string", "description": "Why the last start or list failed (state failed)."},
+            "retry_in_ms": {"type": "integer", "description": "When a failed server is retried in the background."},
+            "retrying": {"type": "boolean"},
+            "restored": {"type": "boolean", "description": "The lists come from the cache file and have not been refreshed yet."},
         },
     }));
     let import_entry = json!({

@@ -37,6 +37,16 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/mcp/servers/{name}/capabilities", get(capabilities))
         .route("/v1/mcp/refresh", post(refresh))
         .route("/v1/mcp/servers/{name}/test", post(test_server))
+        .route("/v1/mcp/servers/{name}/catalog", get(catalog_state))
+}
+
+/// Longest `wait_ms` of `GET /v1/mcp/servers/{name}/catalog` (ms).
+pub const MAX_CATALOG_WAIT_MS: u64 = 120_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogQuery {
+    wait_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -211,6 +221,40 @@ async fn capabilities(
 async fn refresh(State(st): State<Arc<AppState>>) -> Json<Value> {
     let n = st.gateway.refresh_all();
     Json(json!({"sessions": n}))
+}
+
+/// `GET /v1/mcp/servers/{name}/catalog[?wait_ms=N]` → what the gateway's capability catalog
+/// holds of the server: `{server, state: "ready"|"listing"|"failed"|"unknown", tools, prompts,
+/// resources, resource_templates (counts, null while not listed), error?, retry_in_ms?,
+/// restored?}`. With `wait_ms` (at most [`MAX_CATALOG_WAIT_MS`]) it first waits until the
+/// catalog has listed the server afresh (starting it in the background if nobody is) or failed
+/// to; `state` is still `listing` when the time ran out. A disabled server is `unknown`; an
+/// unknown one 404; a `wait_ms` over the bound 400 `INVALID_ARGUMENT`.
+async fn catalog_state(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(q): Query<CatalogQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(server) = st.snapshot.current().servers.get(&name).cloned() else {
+        return Err(ApiError::not_found(format!("no MCP server {name:?}")));
+    };
+    let shared = st.gateway.shared.clone();
+    let body = match q.wait_ms {
+        Some(ms) if ms > MAX_CATALOG_WAIT_MS => {
+            return Err(ApiError::new(
+                Code::InvalidArgument,
+                format!("wait_ms must be at most {MAX_CATALOG_WAIT_MS}, not {ms}"),
+            ));
+        }
+        Some(ms) if ms > 0 => {
+            crate::mcp::gateway_catalog::wait_listed(shared, &name, std::time::Duration::from_millis(ms)).await
+        }
+        _ => {
+            let generation = st.snapshot.current().generation(&server);
+            crate::mcp::gateway_catalog::summary(&shared, &name, generation)
+        }
+    };
+    Ok(Json(body))
 }
 
 /// `POST /v1/mcp/servers/{name}/test` → starts the server once in a fresh session (no cache) and
