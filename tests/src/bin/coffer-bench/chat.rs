@@ -39,7 +39,7 @@ use coffer_tests::{Api, TestHome};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::schedstat;
+use super::{pass, schedstat};
 
 /// SSE subscribers in the fan-out measurement (the number).
 const SUBSCRIBERS: usize = 10;
@@ -68,10 +68,6 @@ const CLI_TURN_TIMEOUT: Duration = Duration::from_secs(120);
 const FANOUT_P99_FLOOR_MS: f64 = 5.0;
 const TURN_STARTED_FLOOR_MS: f64 = 20.0;
 const MEMORY_FLOOR_BYTES: u64 = 50_000_000;
-
-fn pass(ok: bool) -> &'static str {
-    if ok { "**PASS**" } else { "**FAIL**" }
-}
 
 fn ms(us: f64) -> String {
     format!("{:.2} ms", us / 1e3)

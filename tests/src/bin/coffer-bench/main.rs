@@ -15,6 +15,7 @@
 #![allow(clippy::print_stdout)]
 
 mod chat;
+mod first_contact;
 mod retrieval;
 mod ui;
 
@@ -42,6 +43,16 @@ struct StdioClient {
 
 impl StdioClient {
     async fn spawn(program: &Path, args: &[String], env: &[(String, String)]) -> Result<Self> {
+        Self::spawn_with(program, args, env, json!({})).await
+    }
+
+    /// [`StdioClient::spawn`] declaring the client `capabilities` in its `initialize`.
+    async fn spawn_with(
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        capabilities: Value,
+    ) -> Result<Self> {
         // The benchmark launches its MCP client peer directly, as a client would.
         #[allow(clippy::disallowed_methods)]
         let mut cmd = tokio::process::Command::new(program);
@@ -54,7 +65,7 @@ impl StdioClient {
         let mut child = cmd.spawn().with_context(|| format!("starting {}", program.display()))?;
         let stdin = child.stdin.take().context("stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("stdout")?);
-        Self::start(Some(child), Box::new(stdin), stdout).await
+        Self::start(Some(child), Box::new(stdin), stdout, capabilities).await
     }
 
     /// Opens a `/mcp` stream (`Upgrade: coffer-mcp-stream`) on the daemon at `port`, through
@@ -89,13 +100,14 @@ impl StdioClient {
                 break;
             }
         }
-        Self::start(None, Box::new(write), read).await
+        Self::start(None, Box::new(write), read, json!({})).await
     }
 
     async fn start<R>(
         child: Option<tokio::process::Child>,
         stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
         stdout: BufReader<R>,
+        capabilities: Value,
     ) -> Result<Self>
     where
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
@@ -118,7 +130,7 @@ impl StdioClient {
         });
         let c = Self { _child: child, stdin: tokio::sync::Mutex::new(stdin), pending, next: AtomicU64::new(1) };
         let init = c
-            .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "coffer-bench", "version": "1"}}))
+            .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "coffer-bench", "version": "1"}}))
             .await?;
         if init.get("result").is_none() {
             bail!("initialize failed: {init}");
@@ -419,6 +431,11 @@ async fn first_list(shim: &Path, env: &Env) -> Result<(Duration, Duration, Durat
     Ok((init, whole - init, whole, tools))
 }
 
+/// A floor's verdict, in bold.
+fn pass(ok: bool) -> &'static str {
+    if ok { "**PASS**" } else { "**FAIL**" }
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -578,6 +595,7 @@ async fn main() -> Result<()> {
 
     if want("catalog") {
         first_lists(&bins, &node, &everything, &http).await?;
+        first_contact::run(&bins, &node, &everything, &http).await?;
         if only.is_some() {
             return Ok(());
         }

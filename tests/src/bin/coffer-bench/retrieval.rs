@@ -28,7 +28,7 @@ use coffer_tests::embeddings::FakeEmbeddings;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use super::Env;
+use super::{Env, pass};
 
 /// nDCG@10 of plain FTS5 BM25 on the same Cranfield files, measured elsewhere (the issue).
 const ANCHOR_BM25: f64 = 0.362;
@@ -271,10 +271,6 @@ fn quality_row(label: String, runs: &[(Vec<u32>, Duration, bool)], c: &Collectio
         p50_ms: quantile(&lat, 0.5),
         p95_ms: quantile(&lat, 0.95),
     }
-}
-
-fn pass(ok: bool) -> &'static str {
-    if ok { "**PASS**" } else { "**FAIL**" }
 }
 
 /// The quality section.

@@ -30,6 +30,8 @@ use coffer_tests::chat::{self, unix_micros};
 use coffer_tests::{Api, TestHome, wait_for};
 use serde_json::{Value, json};
 
+use super::pass;
+
 /// Conversations in the list while the load is measured.
 const LIST_CONVERSATIONS: usize = 20;
 /// Measured loads of the chat page after the first visit.
@@ -48,10 +50,6 @@ const TRANSFER_FLOOR_BYTES: u64 = 300_000;
 const PAINT_P95_FLOOR_MS: f64 = 50.0;
 /// The mark the chat page sets once its conversation list is drawn.
 const DRAWN_MARK: &str = "coffer:conversations-drawn";
-
-fn pass(ok: bool) -> &'static str {
-    if ok { "**PASS**" } else { "**FAIL**" }
-}
 
 /// Runs the three measurements and prints their tables.
 ///
