@@ -99,10 +99,7 @@ async fn restart(env: &Env, drop_cache: bool) -> Result<()> {
         if drop_cache { &[&["daemon", "stop"], &["daemon", "start"]] } else { &[&["daemon", "restart"]] };
     for (i, args) in steps.iter().enumerate() {
         if drop_cache && i == 1 {
-            match std::fs::remove_file(env.home.path().join("cache/catalog.json")) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
+            env.drop_catalog_cache()?;
         }
         let out = env.coffer(args).await?;
         if !out.status.success() {

@@ -412,6 +412,14 @@ impl Env {
     async fn stop(&self) {
         let _ = self.coffer(&["daemon", "stop"]).await;
     }
+    /// Deletes the gateway's capability catalog cache file (`COFFER_HOME/cache/catalog.json`),
+    /// if any: the next daemon starts with an empty catalog. Call it while no daemon runs.
+    fn drop_catalog_cache(&self) -> Result<()> {
+        match std::fs::remove_file(self.home.path().join("cache/catalog.json")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Servers registered for the first-list measurement: eight of server-everything (Node).
@@ -496,6 +504,9 @@ async fn first_lists(bins: &Path, node: &Path, everything: &Path, http: &reqwest
         let (mut cold, mut cold_list, mut tools) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..FIRST_LIST_RUNS {
             env.stop().await;
+            // Cold means an empty catalog: the one kept across restarts is deleted (issue 31's
+            // first-contact table measures starting with it).
+            env.drop_catalog_cache()?;
             let (_, list, whole, n) = first_list(&shim, &env).await?;
             cold.push(whole);
             cold_list.push(list);
