@@ -700,10 +700,12 @@ pub async fn wait_listed(shared: Arc<Shared>, server: &str, timeout: Duration) -
         let s = summary(&shared, server, generation);
         let settled = match s["state"].as_str() {
             Some("failed") => true,
-            Some("ready") => ListKind::ALL.iter().all(|k| {
-                let key = if *k == ListKind::ResourceTemplates { "resource_templates" } else { k.key() };
-                !s[key].is_null()
-            }) && s.get("restored").is_none(),
+            Some("ready") => {
+                ListKind::ALL.iter().all(|k| {
+                    let key = if *k == ListKind::ResourceTemplates { "resource_templates" } else { k.key() };
+                    !s[key].is_null()
+                }) && s.get("restored").is_none()
+            }
             _ => false,
         };
         if settled {
@@ -958,10 +960,15 @@ mod tests {
 
         let restored = GatewayCatalog::load(&path);
         assert_eq!(restored.clients(), vec![client.clone()], "the client profiles come back");
-        assert!(matches!(restored.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Ready(i) if i == tools));
+        assert!(
+            matches!(restored.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Ready(i) if i == tools)
+        );
         assert_eq!(restored.era("a", generation(3)), Some(Era::Modern));
         assert!(
-            matches!(restored.lookup("b", generation(1), &sampling, ListKind::Tools), Known::Pending { stale: None, .. }),
+            matches!(
+                restored.lookup("b", generation(1), &sampling, ListKind::Tools),
+                Known::Pending { stale: None, .. }
+            ),
             "a stale list is not saved"
         );
         assert!(restored.needs_warm("a", generation(3), &sampling), "restored lists are refreshed once");
@@ -972,11 +979,17 @@ mod tests {
         // The same name registered again (another creation time) at the same version: not its lists.
         let again = GatewayCatalog::load(&path);
         again.validate_restored(&snapshot_of(&[registered("a", 3, "2026-12-05T00:00:00Z")]));
-        assert!(matches!(again.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Pending { stale: None, .. }));
+        assert!(matches!(
+            again.lookup("a", generation(3), &sampling, ListKind::Tools),
+            Known::Pending { stale: None, .. }
+        ));
         // A newer registry version: the restored list is only a fallback.
         let newer = GatewayCatalog::load(&path);
         newer.validate_restored(&snap);
-        assert!(matches!(newer.lookup("a", generation(4), &sampling, ListKind::Tools), Known::Pending { stale: Some(_), .. }));
+        assert!(matches!(
+            newer.lookup("a", generation(4), &sampling, ListKind::Tools),
+            Known::Pending { stale: Some(_), .. }
+        ));
     }
 
     #[test]
@@ -991,7 +1004,8 @@ mod tests {
             (br#"{"format": 1, "clients": [], "servers": {"a": {"version": "x"}}}"#.to_vec(), "not the expected JSON"),
         ] {
             std::fs::write(&path, &bytes).unwrap();
-            let err = read_cache(&path).err().unwrap_or_else(|| panic!("{:?} was accepted", String::from_utf8_lossy(&bytes)));
+            let err =
+                read_cache(&path).err().unwrap_or_else(|| panic!("{:?} was accepted", String::from_utf8_lossy(&bytes)));
             assert!(err.contains(why), "{err}");
             let c = GatewayCatalog::load(&path);
             assert!(c.servers.lock().unwrap().is_empty());
@@ -1007,7 +1021,9 @@ mod tests {
         .unwrap();
         let c = GatewayCatalog::load(&path);
         assert_eq!(c.clients().len(), 1);
-        assert!(matches!(c.lookup("a", generation(1), &Profile::of(&json!({})), ListKind::Tools), Known::Ready(i) if i.len() == 1));
+        assert!(
+            matches!(c.lookup("a", generation(1), &Profile::of(&json!({})), ListKind::Tools), Known::Ready(i) if i.len() == 1)
+        );
         assert_eq!(c.era("a", generation(1)), None);
     }
 
@@ -1031,7 +1047,9 @@ mod tests {
         };
         assert_eq!(items.len(), 2, "the sampling client's list is the most alike");
         let roots = of(json!({"roots": {}}));
-        let Known::Shared { items, .. } = c.lookup("e", generation(1), &roots, ListKind::Tools) else { panic!("shared") };
+        let Known::Shared { items, .. } = c.lookup("e", generation(1), &roots, ListKind::Tools) else {
+            panic!("shared")
+        };
         assert_eq!(items.len(), 1, "a client without sampling gets the plain list");
         assert!(c.begin_warm("e", generation(1), &rich));
         assert!(matches!(c.lookup("e", generation(1), &rich, ListKind::Tools), Known::Shared { warming: true, .. }));
@@ -1039,6 +1057,9 @@ mod tests {
             matches!(c.lookup("e", generation(2), &rich, ListKind::Tools), Known::Pending { .. }),
             "never another generation's list"
         );
-        assert!(matches!(c.lookup("e", generation(1), &rich, ListKind::Prompts), Known::Pending { .. }), "nor another kind's");
+        assert!(
+            matches!(c.lookup("e", generation(1), &rich, ListKind::Prompts), Known::Pending { .. }),
+            "nor another kind's"
+        );
     }
 }

@@ -252,15 +252,7 @@ impl Shared {
         builtins: builtin::Registry,
     ) -> Arc<Self> {
         let lists = gateway_catalog::GatewayCatalog::load(&home.root().join(gateway_catalog::CACHE_FILE));
-        Arc::new(Self {
-            home,
-            snapshot,
-            health: Health::default(),
-            recorder,
-            credentials,
-            builtins,
-            lists,
-        })
+        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins, lists })
     }
 
     /// The value of `setting` in the current snapshot: its default when unset or not a value the
