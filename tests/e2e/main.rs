@@ -3,6 +3,7 @@
 
 mod backup;
 mod broker;
+mod catalog_cache;
 mod channel_findings;
 mod channel_seatalk;
 mod channel_telegram;

@@ -103,6 +103,9 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     b.shots("vault-servers-add").await?;
     b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     b.wait_until("location.search.includes('name=tiny')").await?;
+    // Once the catalog has listed it, the page says what MCP clients are now offered.
+    b.wait_for_text("#toasts", "tiny offers 13 tools").await?;
+    b.shots("vault-servers-added").await?;
 
     let server = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
     assert_eq!(server["env"]["API_TOKEN"], json!({"credential_ref": "tiny-API_TOKEN"}), "{server}");

@@ -35,6 +35,10 @@ pub struct ImportArgs {
     /// Show what would be imported; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Return at once instead of waiting (up to 60 s) until the imported servers have started
+    /// and their capabilities are listed for MCP clients.
+    #[arg(long)]
+    pub no_wait: bool,
 }
 
 /// Runs `coffer mcp import`.
@@ -55,11 +59,33 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
     let body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/import").json(&body)).await?;
-    let report = resp.json()?;
-    if ctx.json {
-        output::print_body(&resp.body)?;
+    let mut report = resp.json()?;
+    let imported: Vec<String> = report["imported"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect();
+    // Clients started right after the import are offered the servers' tools on their first list.
+    let listed = if a.dry_run || a.no_wait || imported.is_empty() {
+        Vec::new()
     } else {
-        output::print(&render_report(&report))?;
+        crate::commands::listed::wait(&api, &imported, crate::commands::listed::WAIT).await
+    };
+    if ctx.json {
+        if listed.is_empty() {
+            output::print_body(&resp.body)?;
+        } else {
+            report["catalog"] = listed.iter().map(|l| l.state.clone()).collect();
+            output::print_json(&report)?;
+        }
+    } else {
+        let mut text = render_report(&report);
+        for l in &listed {
+            text.push_str(&crate::commands::listed::describe(l, crate::commands::listed::WAIT));
+            text.push('\n');
+        }
+        output::print(&text)?;
     }
     match report["invalid"].as_array().map_or(0, Vec::len) {
         0 => Ok(()),

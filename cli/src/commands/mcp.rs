@@ -138,6 +138,10 @@ pub struct AddArgs {
     /// them to the credential store (not recommended: `mcp show` prints them).
     #[arg(long)]
     pub keep_plaintext: bool,
+    /// Return at once instead of waiting (up to 60 s) until the server has started and its
+    /// capabilities are listed for MCP clients.
+    #[arg(long)]
+    pub no_wait: bool,
     /// The command that starts a stdio server, and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -224,14 +228,34 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             m.flag, m.key, m.credential
         );
     }
+    let mut s = resp.json()?;
+    let name = s["name"].as_str().unwrap_or(&a.name).to_owned();
+    let enabled = s["enabled"].as_bool() != Some(false);
+    // A client started right after this command is offered the server's tools on its first list.
+    let listed = if enabled && !a.no_wait {
+        crate::commands::listed::wait(&api, std::slice::from_ref(&name), crate::commands::listed::WAIT).await.pop()
+    } else {
+        None
+    };
     if ctx.json {
+        if let Some(l) = listed {
+            s["catalog"] = l.state;
+            return output::print_json(&s);
+        }
         return output::print_body(&resp.body);
     }
-    let s = resp.json()?;
-    let name = s["name"].as_str().unwrap_or(&a.name);
-    let state = if s["enabled"].as_bool() == Some(false) { ", disabled" } else { "" };
+    let state = if enabled { "" } else { ", disabled" };
     let mut out = format!("Added MCP server {name}{state} ({}: {})\n", text(&s["transport"]), target(&s));
-    if state.is_empty() {
+    if let Some(l) = &listed {
+        let line = crate::commands::listed::describe(l, crate::commands::listed::WAIT);
+        if line.starts_with("warning:") || line.starts_with("note:") {
+            eprintln!("{line}");
+        } else {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    if enabled {
         out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
     } else {
         out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));

@@ -13,6 +13,7 @@ pub mod doctor;
 pub mod import;
 pub mod invocations;
 pub mod kb;
+pub mod listed;
 pub mod llm;
 pub mod logs;
 pub mod mcp;

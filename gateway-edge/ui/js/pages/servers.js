@@ -29,7 +29,11 @@ function list(root, navigate) {
   const result = h('div', { class: 'probe-slot', 'aria-live': 'polite' });
   const add = h('button', { type: 'button', class: 'primary', on: { click: async () => {
     const s = await openServerForm(null);
-    if (s) { toast(`Added ${s.name}`); navigate(`/ui/servers?name=${encodeURIComponent(s.name)}`); }
+    if (s) {
+      toast(`Added ${s.name}`);
+      navigate(`/ui/servers?name=${encodeURIComponent(s.name)}`);
+      announceListed(s);
+    }
   } } }, 'Add server');
   const refresh = h('button', { type: 'button', on: { click: () => load() } }, 'Refresh');
   root.append(pageHead('MCP servers', 'The upstream servers Coffer aggregates for your MCP clients.', refresh, add), result, body);
@@ -168,13 +172,40 @@ function detail(root, name, navigate, closers) {
       h('span', { class: 'row' }, enabledSwitch(s, () => load()), h('span', { class: 'muted small' }, s.enabled ? 'enabled' : 'disabled')),
       // A test starts the server, which writes to its log: the tail shows it afterwards.
       h('button', { type: 'button', on: { click: () => probe(s.name, result, () => logView.refresh()) } }, 'Test'),
-      h('button', { type: 'button', on: { click: async () => { if (await openServerForm(s)) { toast(`Saved ${s.name}`); load(); } } } }, 'Edit'),
+      h('button', { type: 'button', on: { click: async () => {
+        const saved = await openServerForm(s);
+        if (saved) { toast(`Saved ${s.name}`); load(); announceListed(saved); }
+      } } }, 'Edit'),
       h('button', { type: 'button', class: 'danger', on: { click: () => remove(s.name, () => navigate('/ui/servers')) } }, 'Remove')));
     drawConfig(config, s, u);
     loadCaps(caps, s);
   }
   const logView = drawLog(log, name, closers);
   load();
+}
+
+/** Waits (at most a minute) until the gateway's capability catalog has listed a server just
+ * added or changed — MCP clients are offered its tools from then on — and says what it offers,
+ * or why it could not be started. */
+async function announceListed(s) {
+  if (!s || s.enabled === false) return;
+  toast(`Starting ${s.name} and listing its capabilities…`);
+  let c;
+  try {
+    c = await vget(`/v1/mcp/servers/${seg(s.name)}/catalog?wait_ms=60000`);
+  } catch (e) {
+    toast(`Could not check ${s.name}'s capabilities: ${messageOf(e)}`, 'error');
+    return;
+  }
+  if (c.state === 'failed') {
+    toast(`${s.name} could not be started: ${c.error || 'no reason given'} — see its log below, or Test.`, 'error');
+  } else if (c.state === 'ready') {
+    const n = (k, one, many) => (c[k] === null || c[k] === undefined ? null : `${c[k]} ${c[k] === 1 ? one : many}`);
+    const parts = [n('tools', 'tool', 'tools'), n('prompts', 'prompt', 'prompts'), n('resources', 'resource', 'resources')].filter(Boolean);
+    toast(`${s.name} offers ${parts.join(', ')}: MCP clients see them now.`);
+  } else {
+    toast(`${s.name} is still starting; MCP clients are told when its capabilities arrive.`);
+  }
 }
 
 function drawConfig(el, s, u) {
