@@ -212,6 +212,9 @@ pub struct GatewayCatalog {
     dirty_notify: Notify,
     /// Background starts running at once.
     warming: Semaphore,
+    /// The sessions of background starts running now (listing or lingering), by session id: the
+    /// gateway's shutdown ends them with the clients' sessions.
+    starts: Mutex<HashMap<String, Arc<Session>>>,
 }
 
 impl Default for GatewayCatalog {
@@ -224,6 +227,7 @@ impl Default for GatewayCatalog {
             dirty: AtomicBool::new(false),
             dirty_notify: Notify::new(),
             warming: Semaphore::new(MAX_WARMING),
+            starts: Mutex::default(),
         }
     }
 }
@@ -270,6 +274,13 @@ pub fn fingerprint(s: &McpServer) -> String {
 impl GatewayCatalog {
     fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Ends every background start now (their upstream children are terminated): the gateway
+    /// is shutting down.
+    pub async fn close_starts(&self) {
+        let all: Vec<Arc<Session>> = self.starts.lock().expect("catalog").drain().map(|(_, s)| s).collect();
+        futures_util::future::join_all(all.iter().map(|s| s.close())).await;
     }
 
     fn mark_dirty(&self) {
@@ -738,6 +749,7 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     let started = Instant::now();
     let version = client.get("protocolVersion").and_then(Value::as_str).unwrap_or(SUPPORTED_VERSIONS[0]).to_owned();
     let s = Session::new(format!("catalog-{}", uuid::Uuid::new_v4().simple()), version, &client, shared.clone());
+    shared.lists.starts.lock().expect("catalog").insert(s.id.clone(), s.clone());
     let deadline = shared.list_timeout();
     let mut ok = true;
     for kind in ListKind::ALL {
@@ -774,6 +786,7 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     } else {
         tracing::warn!(server = %server.name, elapsed_ms, "Capability catalog could not list the server; lists answer without it until it recovers.");
     }
+    shared.lists.starts.lock().expect("catalog").remove(&s.id);
     s.close().await;
 }
 
