@@ -459,7 +459,18 @@ impl Catalog {
             return Part::Wait { fallback };
         }
         match known {
-            Known::Ready(items) => Part::Have { items, own: false },
+            Known::Ready(items) => {
+                // Restored from the cache file and not listed afresh for this profile yet.
+                if self.shared.lists.needs_warm(&server.name, generation, &self.profile) && kicked.insert(&server.name)
+                {
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
+                }
+                Part::Have { items, own: false }
+            }
             // Another client profile's list, at once; this profile's own follows in the
             // background (list_changed if it differs).
             Known::Shared { items, warming } => {

@@ -527,13 +527,18 @@ impl GatewayCatalog {
     }
 
     /// Whether `server` at `generation` needs a background start for `profile`: nothing is
-    /// known of this generation (for that profile), it has not failed, and none is in flight.
-    fn needs_warm(&self, server: &str, generation: Generation, profile: &Profile) -> bool {
+    /// known of this generation (for that profile; lists restored from the cache file count as
+    /// unknown: they are listed afresh once), it has not failed, and none is in flight.
+    pub fn needs_warm(&self, server: &str, generation: Generation, profile: &Profile) -> bool {
+        self.needs_start(server, generation, profile, true)
+    }
+
+    /// [`GatewayCatalog::needs_warm`]; `refresh_restored` false: restored lists count as known.
+    fn needs_start(&self, server: &str, generation: Generation, profile: &Profile, refresh_restored: bool) -> bool {
         let servers = self.servers.lock().expect("catalog");
         servers.get(server).is_none_or(|e| {
             let current = e.generation == generation;
-            // Restored lists are served, but listed afresh once.
-            let known = current && e.lists.iter().any(|((p, _), l)| p == profile && !l.restored);
+            let known = current && e.lists.iter().any(|((p, _), l)| p == profile && !(refresh_restored && l.restored));
             let failed = current && e.failure.is_some();
             let warming = e.warming.get(profile).is_some_and(|(g, _)| *g == generation);
             !known && !failed && !warming
@@ -792,8 +797,9 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
 
 /// Keeps the catalog in step with the registry until `shutdown`: checks lists restored from the
 /// cache file against the first registry it sees, starts every enabled server that is new or
-/// changed (registry version or credential epoch), or whose lists were restored, once in the
-/// background for each client profile remembered, and forgets removed ones.
+/// changed (registry version or credential epoch) once in the background for each client
+/// profile remembered (and, for the newest profile, every server whose lists were restored),
+/// and forgets removed ones.
 pub async fn follow(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut rx = shared.snapshot.subscribe();
     let mut validated = false;
@@ -805,10 +811,13 @@ pub async fn follow(shared: Arc<Shared>, shutdown: CancellationToken) {
                 validated = true;
             }
             shared.lists.retain(&snap.servers);
-            for client in shared.lists.clients() {
+            for (newest, client) in shared.lists.clients().into_iter().enumerate().map(|(i, c)| (i == 0, c)) {
                 let profile = Profile::of(&client);
                 for s in snap.servers.values().filter(|s| s.enabled) {
-                    if shared.lists.needs_warm(&s.name, snap.generation(s), &profile) {
+                    // Restored lists are refreshed here for the newest client profile only (a
+                    // restart would otherwise start every server once per profile); the other
+                    // profiles' when a session of theirs lists them (`Catalog::part`).
+                    if shared.lists.needs_start(&s.name, snap.generation(s), &profile, newest) {
                         tokio::spawn(warm(shared.clone(), s.clone(), client.clone()));
                     }
                 }
