@@ -192,8 +192,9 @@ pub async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::R
 }
 
 /// Waits (at most 30 s) until the gateway's capability catalog has listed `server` or given up
-/// on it: `/v1/status` shows its catalog state `ready` or `failed` (a background start of it,
-/// begun when it was registered, has ended, and its process with it). Returns its status entry.
+/// on it: `/v1/status` shows its catalog state `ready` or `failed` and no `background` start (the
+/// background start of it begun when it was registered has ended, and its process with it).
+/// Returns its status entry.
 ///
 /// # Errors
 /// When it is still `unknown` or `listing` after 30 s.
@@ -202,7 +203,10 @@ pub async fn wait_listed(api: &Api, server: &str) -> anyhow::Result<Value> {
         let status = api.status().await?;
         let entry = status["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == server).cloned();
         let state = entry.as_ref().map(|e| e["catalog"].clone()).unwrap_or_default();
-        let done = state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true);
+        // `background`: the catalog's own start of it still runs (it stays up a few seconds
+        // after listing, to follow the server's list changes).
+        let done = (state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true))
+            && state["background"] != true;
         Ok(entry.filter(|_| done))
     })
     .await

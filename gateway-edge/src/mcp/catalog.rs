@@ -554,10 +554,10 @@ impl Catalog {
             let deadline = self.shared.list_timeout();
             if let Some(items) = self.cached(&(server.to_owned(), kind)) {
                 items
-            } else if let Known::Ready(items) | Known::Shared { items, .. } =
-                self.shared.lists.lookup(server, generation, &self.profile, kind)
-            {
+            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) {
                 // The names every session computes from this list; the call starts the upstream.
+                // (Never another profile's list: a name it lacks may be one this client is
+                // offered, e.g. a tool only for clients that can sample.)
                 items
             } else {
                 match tokio::time::timeout(deadline, self.fetch(pool, &spec, kind)).await {

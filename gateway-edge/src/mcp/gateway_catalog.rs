@@ -67,7 +67,7 @@ const PERSIST_DELAY: Duration = Duration::from_millis(500);
 const MAX_WARMING: usize = 4;
 /// How long a background start stays up after it listed everything, so that list changes the
 /// server announces right after starting are followed.
-pub const LINGER: Duration = Duration::from_secs(5);
+pub const LINGER: Duration = Duration::from_secs(2);
 
 /// The client capabilities an upstream is initialized with, as canonical JSON text (keys
 /// sorted): lists are known per profile.
@@ -212,9 +212,9 @@ pub struct GatewayCatalog {
     dirty_notify: Notify,
     /// Background starts running at once.
     warming: Semaphore,
-    /// The sessions of background starts running now (listing or lingering), by session id: the
-    /// gateway's shutdown ends them with the clients' sessions.
-    starts: Mutex<HashMap<String, Arc<Session>>>,
+    /// The sessions of background starts running now (listing or lingering) and their server,
+    /// by session id: the gateway's shutdown ends them with the clients' sessions.
+    starts: Mutex<HashMap<String, (String, Arc<Session>)>>,
 }
 
 impl Default for GatewayCatalog {
@@ -279,7 +279,7 @@ impl GatewayCatalog {
     /// Ends every background start now (their upstream children are terminated): the gateway
     /// is shutting down.
     pub async fn close_starts(&self) {
-        let all: Vec<Arc<Session>> = self.starts.lock().expect("catalog").drain().map(|(_, s)| s).collect();
+        let all: Vec<Arc<Session>> = self.starts.lock().expect("catalog").drain().map(|(_, (_, s))| s).collect();
         futures_util::future::join_all(all.iter().map(|s| s.close())).await;
     }
 
@@ -578,10 +578,21 @@ impl GatewayCatalog {
     }
 
     /// `server`'s part of `/v1/status`: `{"state": "ready" | "listing" | "failed" | "unknown",
-    /// "error"?, "retry_in_ms"?, "retrying"?}` at `generation`. `failed`: lists answer without
-    /// it until it recovers (retried in the background after `retry_in_ms`; `retrying` while
-    /// that runs).
+    /// "error"?, "retry_in_ms"?, "retrying"?, "background"?}` at `generation`. `failed`: lists
+    /// answer without it until it recovers (retried in the background after `retry_in_ms`;
+    /// `retrying` while that runs). `background`: a background start of it is running (listing,
+    /// or up for [`LINGER`] after listing to follow its list changes).
     pub fn status(&self, server: &str, generation: Generation) -> Value {
+        let background = self.starts.lock().expect("catalog").values().any(|(s, _)| s == server);
+        let mut out = self.state(server, generation);
+        if background {
+            out["background"] = json!(true);
+        }
+        out
+    }
+
+    /// [`GatewayCatalog::status`] without `background`.
+    fn state(&self, server: &str, generation: Generation) -> Value {
         let servers = self.servers.lock().expect("catalog");
         let Some(e) = servers.get(server) else { return json!({"state": "unknown"}) };
         let current = e.generation == generation;
@@ -684,18 +695,25 @@ pub fn summary(shared: &Shared, server: &str, generation: Generation) -> Value {
     let servers = shared.lists.servers.lock().expect("catalog");
     let mut restored = false;
     for kind in ListKind::ALL {
-        let key = if kind == ListKind::ResourceTemplates { "resource_templates" } else { kind.key() };
         let count = servers.get(server).filter(|e| e.generation == generation).and_then(|e| {
             let own = e.lists.get(&(plain.clone(), kind)).filter(|l| !l.stale);
             restored |= own.is_some_and(|l| l.restored);
             own.map(|l| l.items.clone()).or_else(|| e.shared_list(&plain, kind)).map(|i| i.len())
         });
-        out[key] = json!(count);
+        out[summary_key(kind)] = json!(count);
     }
     if restored {
         out["restored"] = json!(true);
     }
     out
+}
+
+/// The field of [`summary`] that counts `kind`'s items (snake case, as REST bodies are).
+fn summary_key(kind: ListKind) -> &'static str {
+    match kind {
+        ListKind::ResourceTemplates => "resource_templates",
+        other => other.key(),
+    }
 }
 
 /// Waits until the catalog has listed `server` at its current generation (every kind, by a
@@ -754,7 +772,7 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     let started = Instant::now();
     let version = client.get("protocolVersion").and_then(Value::as_str).unwrap_or(SUPPORTED_VERSIONS[0]).to_owned();
     let s = Session::new(format!("catalog-{}", uuid::Uuid::new_v4().simple()), version, &client, shared.clone());
-    shared.lists.starts.lock().expect("catalog").insert(s.id.clone(), s.clone());
+    shared.lists.starts.lock().expect("catalog").insert(s.id.clone(), (server.name.clone(), s.clone()));
     let deadline = shared.list_timeout();
     let mut ok = true;
     for kind in ListKind::ALL {
