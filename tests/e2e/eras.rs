@@ -144,10 +144,8 @@ async fn sampling_and_elicitation_reach_modern_clients_as_input_requests() -> an
     let shim = PyClient::through_shim_with(&home, Sdk::V2, &callbacks).await?;
     for (who, mut c) in [("http", http), ("shim", shim)] {
         assert_eq!(c.protocol_version(), MODERN, "{who}");
-        let tools = c.tools().await?;
-        for t in ["everything__trigger-sampling-request", "everything__trigger-elicitation-request"] {
-            ensure!(has(&tools, t), "{who}: {t} missing from {tools:?}");
-        }
+        let wanted = ["everything__trigger-sampling-request", "everything__trigger-elicitation-request"];
+        c.tools_including(&wanted, Duration::from_secs(30)).await.with_context(|| who.to_owned())?;
         let sampled = c.call_text("everything__trigger-sampling-request", json!({"prompt": "What is 2+2?"})).await?;
         ensure!(sampled.contains(r#""text": "four""#) && sampled.contains("coffer-test-model"), "{who}: {sampled}");
         let asked = c.wait_event("the sampling callback", EVENT_TIMEOUT, |e| e["kind"] == "sampling").await?;

@@ -96,6 +96,9 @@ async fn disabled_tool_is_refused_before_any_upstream_contact() -> anyhow::Resul
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // The catalog's own background start of the new server ends first: what is counted below
+    // is what the preference and the session start.
+    wait_listed(&api, "tiny").await?;
     let r = api
         .request(reqwest::Method::PUT, "/v1/mcp/servers/tiny/capabilities/tools/echo")
         .json(&json!({"enabled": false}))
@@ -119,6 +122,7 @@ async fn disabled_server_is_refused_before_any_upstream_contact() -> anyhow::Res
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    wait_listed(&api, "tiny").await?;
     api.request(reqwest::Method::PATCH, "/v1/mcp/servers/tiny").json(&json!({"enabled": false})).reply().await?;
     let s = McpSession::latest(&api).await?;
     let r = s.tool("tiny__echo", json!({"message": "x"})).await?;

@@ -412,6 +412,8 @@ async fn fifty_calls_on_one_stream_are_answered_once_each_in_any_order() -> anyh
 async fn twenty_streams_at_once_each_with_its_own_session() -> anyhow::Result<()> {
     let (home, api) = daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // The catalog's own background start of it ends first: only sessions' children are counted.
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let mut tasks = Vec::new();
     for i in 0..20 {
         let api = api.clone();
@@ -449,6 +451,8 @@ async fn twenty_streams_at_once_each_with_its_own_session() -> anyhow::Result<()
 async fn closing_the_connection_ends_the_session_and_its_upstream() -> anyhow::Result<()> {
     let (home, api) = daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // The catalog's own background start of it ends first: only sessions' children are counted.
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
 
     let mut s = McpStream::open(&api, LATEST).await?;
     let pid = tiny_pid(&mut s).await?;

@@ -265,14 +265,12 @@ async fn sampling_elicitation_and_roots_reach_the_client_callbacks() -> anyhow::
     .await?;
     // server-everything offers these only to clients that declared the capabilities; Coffer
     // mirrors the client's capabilities in the upstream's initialize.
-    let tools = client.tools().await?;
-    for t in [
+    let wanted = [
         "everything__trigger-sampling-request",
         "everything__trigger-elicitation-request",
         "everything__get-roots-list",
-    ] {
-        ensure!(has(&tools, t), "{t} missing from {tools:?}");
-    }
+    ];
+    client.tools_including(&wanted, Duration::from_secs(30)).await?;
 
     let sampled = client.call_text("everything__trigger-sampling-request", json!({"prompt": "What is 2+2?"})).await?;
     ensure!(sampled.contains(r#""text": "four""#) && sampled.contains("coffer-test-model"), "{sampled}");
@@ -322,7 +320,7 @@ async fn sampling_without_the_capability_or_without_an_answer() -> anyhow::Resul
 
     // A client that receives the sampling request and never answers it.
     let mut silent = PyClient::through_shim(&home, &["--sampling-silent"]).await?;
-    ensure!(has(&silent.tools().await?, "hasty__trigger-sampling-request"));
+    silent.tools_including(&["hasty__trigger-sampling-request"], Duration::from_secs(30)).await?;
     let started = Instant::now();
     let r = silent.call("hasty__trigger-sampling-request", json!({"prompt": "anyone?"})).await?;
     let elapsed = started.elapsed();

@@ -192,14 +192,16 @@ pub async fn set_tool_enabled(api: &Api, tool: &str, enabled: bool) -> anyhow::R
 }
 
 /// Waits (at most 30 s) until the gateway's capability catalog has listed `server` or given up
-/// on it: `/v1/status` shows its catalog state `ready` or `failed` (a background start of it,
-/// begun when it was registered, has ended, and its process with it). Returns its status entry.
+/// on it: `/v1/status` shows its catalog state `ready` or `failed` and no `background` start (the
+/// background start of it begun when it was registered has ended, and its process with it).
+/// Returns its status entry.
 ///
 /// # Errors
 /// When it is still `unknown` or `listing` after 30 s.
 pub async fn wait_listed(api: &Api, server: &str) -> anyhow::Result<Value> {
     wait_catalog(api, server, std::time::Duration::from_secs(30), |state| {
-        state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true)
+        (state["state"] == "ready" || (state["state"] == "failed" && state["retrying"] != true))
+            && state["background"] != true
     })
     .await
 }

@@ -293,6 +293,40 @@ impl PyClient {
         Ok(tools.iter().filter_map(|t| t.as_str().map(str::to_owned)).collect())
     }
 
+    /// The client's tool names once they include every one of `wanted`, as a client that acts
+    /// on `notifications/tools/list_changed` sees them: lists, and while some are missing waits
+    /// for the next `list_changed` (at most 0.5 s) and lists again. (A client whose capability set the gateway's
+    /// catalog has not seen yet is answered at once with another client's list; tools offered
+    /// only to clients that can, e.g., sample follow as a list change.)
+    ///
+    /// # Errors
+    /// When a listing fails, or some are still missing after `timeout` (naming them).
+    pub async fn tools_including(&mut self, wanted: &[&str], timeout: Duration) -> anyhow::Result<Vec<String>> {
+        let until = std::time::Instant::now() + timeout;
+        let changes = |c: &Self| {
+            c.events()
+                .iter()
+                .filter(|e| e["kind"] == "notification" && e["method"] == "notifications/tools/list_changed")
+                .count()
+        };
+        loop {
+            let seen = changes(self);
+            let tools = self.tools().await?;
+            let missing: Vec<&&str> = wanted.iter().filter(|w| !tools.iter().any(|t| t == **w)).collect();
+            if missing.is_empty() {
+                return Ok(tools);
+            }
+            // A modern (2026-07-28) client hears of list changes only through
+            // `subscriptions/listen`; without it, it lists again after a while.
+            let now = std::time::Instant::now();
+            anyhow::ensure!(now < until, "still missing {missing:?} from {tools:?} after {timeout:?}");
+            let again = now + Duration::from_millis(500);
+            while changes(self) == seen && std::time::Instant::now() < again.min(until) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     /// Every event so far (`{"kind": "log" | "notification" | "sampling" | …, …}`), oldest first.
     pub fn events(&self) -> Vec<Value> {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).clone()

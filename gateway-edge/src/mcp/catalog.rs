@@ -459,7 +459,18 @@ impl Catalog {
             return Part::Wait { fallback };
         }
         match known {
-            Known::Ready(items) => Part::Have { items, own: false },
+            Known::Ready(items) => {
+                // Restored from the cache file and not listed afresh for this profile yet.
+                if self.shared.lists.needs_warm(&server.name, generation, &self.profile) && kicked.insert(&server.name)
+                {
+                    tokio::spawn(gateway_catalog::warm(
+                        self.shared.clone(),
+                        server.clone(),
+                        pool.init_params().clone(),
+                    ));
+                }
+                Part::Have { items, own: false }
+            }
             // Another client profile's list, at once; this profile's own follows in the
             // background (list_changed if it differs).
             Known::Shared { items, warming } => {
@@ -543,10 +554,10 @@ impl Catalog {
             let deadline = self.shared.list_timeout();
             if let Some(items) = self.cached(&(server.to_owned(), kind)) {
                 items
-            } else if let Known::Ready(items) | Known::Shared { items, .. } =
-                self.shared.lists.lookup(server, generation, &self.profile, kind)
-            {
+            } else if let Known::Ready(items) = self.shared.lists.lookup(server, generation, &self.profile, kind) {
                 // The names every session computes from this list; the call starts the upstream.
+                // (Never another profile's list: a name it lacks may be one this client is
+                // offered, e.g. a tool only for clients that can sample.)
                 items
             } else {
                 match tokio::time::timeout(deadline, self.fetch(pool, &spec, kind)).await {

@@ -67,7 +67,7 @@ const PERSIST_DELAY: Duration = Duration::from_millis(500);
 const MAX_WARMING: usize = 4;
 /// How long a background start stays up after it listed everything, so that list changes the
 /// server announces right after starting are followed.
-pub const LINGER: Duration = Duration::from_secs(5);
+pub const LINGER: Duration = Duration::from_secs(2);
 
 /// The client capabilities an upstream is initialized with, as canonical JSON text (keys
 /// sorted): lists are known per profile.
@@ -212,6 +212,9 @@ pub struct GatewayCatalog {
     dirty_notify: Notify,
     /// Background starts running at once.
     warming: Semaphore,
+    /// The sessions of background starts running now (listing or lingering) and their server,
+    /// by session id: the gateway's shutdown ends them with the clients' sessions.
+    starts: Mutex<HashMap<String, (String, Arc<Session>)>>,
 }
 
 impl Default for GatewayCatalog {
@@ -224,6 +227,7 @@ impl Default for GatewayCatalog {
             dirty: AtomicBool::new(false),
             dirty_notify: Notify::new(),
             warming: Semaphore::new(MAX_WARMING),
+            starts: Mutex::default(),
         }
     }
 }
@@ -270,6 +274,13 @@ pub fn fingerprint(s: &McpServer) -> String {
 impl GatewayCatalog {
     fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Ends every background start now (their upstream children are terminated): the gateway
+    /// is shutting down.
+    pub async fn close_starts(&self) {
+        let all: Vec<Arc<Session>> = self.starts.lock().expect("catalog").drain().map(|(_, (_, s))| s).collect();
+        futures_util::future::join_all(all.iter().map(|s| s.close())).await;
     }
 
     fn mark_dirty(&self) {
@@ -516,13 +527,18 @@ impl GatewayCatalog {
     }
 
     /// Whether `server` at `generation` needs a background start for `profile`: nothing is
-    /// known of this generation (for that profile), it has not failed, and none is in flight.
-    fn needs_warm(&self, server: &str, generation: Generation, profile: &Profile) -> bool {
+    /// known of this generation (for that profile; lists restored from the cache file count as
+    /// unknown: they are listed afresh once), it has not failed, and none is in flight.
+    pub fn needs_warm(&self, server: &str, generation: Generation, profile: &Profile) -> bool {
+        self.needs_start(server, generation, profile, true)
+    }
+
+    /// [`GatewayCatalog::needs_warm`]; `refresh_restored` false: restored lists count as known.
+    fn needs_start(&self, server: &str, generation: Generation, profile: &Profile, refresh_restored: bool) -> bool {
         let servers = self.servers.lock().expect("catalog");
         servers.get(server).is_none_or(|e| {
             let current = e.generation == generation;
-            // Restored lists are served, but listed afresh once.
-            let known = current && e.lists.iter().any(|((p, _), l)| p == profile && !l.restored);
+            let known = current && e.lists.iter().any(|((p, _), l)| p == profile && !(refresh_restored && l.restored));
             let failed = current && e.failure.is_some();
             let warming = e.warming.get(profile).is_some_and(|(g, _)| *g == generation);
             !known && !failed && !warming
@@ -562,10 +578,21 @@ impl GatewayCatalog {
     }
 
     /// `server`'s part of `/v1/status`: `{"state": "ready" | "listing" | "failed" | "unknown",
-    /// "error"?, "retry_in_ms"?, "retrying"?}` at `generation`. `failed`: lists answer without
-    /// it until it recovers (retried in the background after `retry_in_ms`; `retrying` while
-    /// that runs).
+    /// "error"?, "retry_in_ms"?, "retrying"?, "background"?}` at `generation`. `failed`: lists
+    /// answer without it until it recovers (retried in the background after `retry_in_ms`;
+    /// `retrying` while that runs). `background`: a background start of it is running (listing,
+    /// or up for [`LINGER`] after listing to follow its list changes).
     pub fn status(&self, server: &str, generation: Generation) -> Value {
+        let background = self.starts.lock().expect("catalog").values().any(|(s, _)| s == server);
+        let mut out = self.state(server, generation);
+        if background {
+            out["background"] = json!(true);
+        }
+        out
+    }
+
+    /// [`GatewayCatalog::status`] without `background`.
+    fn state(&self, server: &str, generation: Generation) -> Value {
         let servers = self.servers.lock().expect("catalog");
         let Some(e) = servers.get(server) else { return json!({"state": "unknown"}) };
         let current = e.generation == generation;
@@ -668,18 +695,25 @@ pub fn summary(shared: &Shared, server: &str, generation: Generation) -> Value {
     let servers = shared.lists.servers.lock().expect("catalog");
     let mut restored = false;
     for kind in ListKind::ALL {
-        let key = if kind == ListKind::ResourceTemplates { "resource_templates" } else { kind.key() };
         let count = servers.get(server).filter(|e| e.generation == generation).and_then(|e| {
             let own = e.lists.get(&(plain.clone(), kind)).filter(|l| !l.stale);
             restored |= own.is_some_and(|l| l.restored);
             own.map(|l| l.items.clone()).or_else(|| e.shared_list(&plain, kind)).map(|i| i.len())
         });
-        out[key] = json!(count);
+        out[summary_key(kind)] = json!(count);
     }
     if restored {
         out["restored"] = json!(true);
     }
     out
+}
+
+/// The field of [`summary`] that counts `kind`'s items (snake case, as REST bodies are).
+fn summary_key(kind: ListKind) -> &'static str {
+    match kind {
+        ListKind::ResourceTemplates => "resource_templates",
+        other => other.key(),
+    }
 }
 
 /// Waits until the catalog has listed `server` at its current generation (every kind, by a
@@ -738,6 +772,7 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     let started = Instant::now();
     let version = client.get("protocolVersion").and_then(Value::as_str).unwrap_or(SUPPORTED_VERSIONS[0]).to_owned();
     let s = Session::new(format!("catalog-{}", uuid::Uuid::new_v4().simple()), version, &client, shared.clone());
+    shared.lists.starts.lock().expect("catalog").insert(s.id.clone(), (server.name.clone(), s.clone()));
     let deadline = shared.list_timeout();
     let mut ok = true;
     for kind in ListKind::ALL {
@@ -774,13 +809,15 @@ pub async fn warm(shared: Arc<Shared>, server: McpServer, client: Value) {
     } else {
         tracing::warn!(server = %server.name, elapsed_ms, "Capability catalog could not list the server; lists answer without it until it recovers.");
     }
+    shared.lists.starts.lock().expect("catalog").remove(&s.id);
     s.close().await;
 }
 
 /// Keeps the catalog in step with the registry until `shutdown`: checks lists restored from the
 /// cache file against the first registry it sees, starts every enabled server that is new or
-/// changed (registry version or credential epoch), or whose lists were restored, once in the
-/// background for each client profile remembered, and forgets removed ones.
+/// changed (registry version or credential epoch) once in the background for each client
+/// profile remembered (and, for the newest profile, every server whose lists were restored),
+/// and forgets removed ones.
 pub async fn follow(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut rx = shared.snapshot.subscribe();
     let mut validated = false;
@@ -792,10 +829,13 @@ pub async fn follow(shared: Arc<Shared>, shutdown: CancellationToken) {
                 validated = true;
             }
             shared.lists.retain(&snap.servers);
-            for client in shared.lists.clients() {
+            for (newest, client) in shared.lists.clients().into_iter().enumerate().map(|(i, c)| (i == 0, c)) {
                 let profile = Profile::of(&client);
                 for s in snap.servers.values().filter(|s| s.enabled) {
-                    if shared.lists.needs_warm(&s.name, snap.generation(s), &profile) {
+                    // Restored lists are refreshed here for the newest client profile only (a
+                    // restart would otherwise start every server once per profile); the other
+                    // profiles' when a session of theirs lists them (`Catalog::part`).
+                    if shared.lists.needs_start(&s.name, snap.generation(s), &profile, newest) {
                         tokio::spawn(warm(shared.clone(), s.clone(), client.clone()));
                     }
                 }

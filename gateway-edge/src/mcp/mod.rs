@@ -532,7 +532,7 @@ impl Gateway {
     pub async fn close_all(&self) {
         let all: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").drain().map(|(_, s)| s).collect();
         let sessions = futures_util::future::join_all(all.iter().map(|s| s.close()));
-        tokio::join!(sessions, self.broker.close_all());
+        tokio::join!(sessions, self.broker.close_all(), self.shared.lists.close_starts());
     }
 
     /// Per-upstream status for `/v1/status`, one object per registered server in name order:

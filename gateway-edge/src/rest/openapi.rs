@@ -1083,6 +1083,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "error": {"type": "string", "description": "Why the last start or list failed (state failed)."},
             "retry_in_ms": {"type": "integer", "description": "When a failed server is retried in the background."},
             "retrying": {"type": "boolean"},
+            "background": {"type": "boolean", "description": "A background start of the server is running: listing, or up a few seconds after listing to follow its list changes."},
             "restored": {"type": "boolean", "description": "The lists come from the cache file and have not been refreshed yet."},
         },
     }));
