@@ -314,8 +314,14 @@ async fn mrtr_retries_with_wrong_or_missing_input_responses() -> anyhow::Result<
     patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
     let caps = json!({"sampling": {}});
-    let list = modern_post(&api, json!(0), "tools/list", &with_meta(json!({}), MODERN, caps.clone()), &[]).await?;
-    ensure!(list.text.contains("everything__trigger-sampling-request"), "{}", list.text);
+    // A capability set the catalog has not seen is first answered from another client's list;
+    // this client's own (with the sampling tool) follows.
+    let meta = with_meta(json!({}), MODERN, caps.clone());
+    coffer_tests::wait_for("the sampling tool in this client's list", Duration::from_secs(30), || async {
+        let list = modern_post(&api, json!(0), "tools/list", &meta, &[]).await?;
+        Ok(list.text.contains("everything__trigger-sampling-request").then_some(()))
+    })
+    .await?;
     let call = json!({"name": "everything__trigger-sampling-request", "arguments": {"prompt": "2+2?"}});
     let p = with_meta(call.clone(), MODERN, caps.clone());
     let first = message(&modern_post(&api, json!(1), "tools/call", &p, &[]).await?)?;
