@@ -69,7 +69,7 @@ use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{Api, TestHome, procs};
+use crate::{Api, SendExt, TestHome, procs};
 pub use coffer_chat::engine::Step;
 
 /// The scripted agent's key.
@@ -452,6 +452,28 @@ pub async fn send(c: &mut Client, id: &str, text: &str) -> anyhow::Result<c::Sen
 /// When the service refuses.
 pub async fn get(c: &mut Client, id: &str) -> anyhow::Result<c::ConversationView> {
     Ok(c.get_conversation(c::GetConversationRequest { id: id.into(), message_limit: 0 }).await?.into_inner())
+}
+
+/// `POST /v1/conversations` with the scripted agent; the conversation's JSON.
+///
+/// # Errors
+/// On a transport error or a status other than 201.
+pub async fn rest_create(api: &Api) -> anyhow::Result<serde_json::Value> {
+    let r = api.post_json("/v1/conversations", &serde_json::json!({"agent_key": SCRIPTED})).reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    r.json()
+}
+
+/// `POST /v1/conversations/{id}/messages` with `text`; the reply's JSON (`{message, queue}` or
+/// `{pending, queue}`).
+///
+/// # Errors
+/// On a transport error or a status other than 202.
+pub async fn rest_send(api: &Api, id: &str, text: &str) -> anyhow::Result<serde_json::Value> {
+    let body = serde_json::json!({"text": text});
+    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &body).reply().await?;
+    ensure!(r.status == 202, "send: {} {}", r.status, r.text);
+    r.json()
 }
 
 /// A subscription to a conversation's events.
