@@ -44,16 +44,14 @@ async fn kill(api: &Api, service: &str) -> anyhow::Result<i32> {
     let binary = if service == "chat" { "coffer-test-chat" } else { "coffer-store" };
     ensure!(p.name == binary, "pid {pid} is {}, not {binary}", p.name);
     procs::signal(pid, Signal::SIGKILL);
-    wait_for("the killed process to be gone", BUDGET, || async { Ok((!procs::still_alive(&p)).then_some(())) })
-        .await?;
+    wait_for("the killed process to be gone", BUDGET, || async { Ok((!procs::still_alive(&p)).then_some(())) }).await?;
     Ok(pid)
 }
 
 /// `GET /v1/conversations/{id}?messages=500`, retried while a service restarts.
 async fn view(api: &Api, id: &str) -> anyhow::Result<Value> {
     let path = format!("/v1/conversations/{id}?messages=500");
-    wait_for("the conversation over REST", BUDGET, || async { api.get(&path).reply().await?.ok_json().map(Some) })
-        .await
+    wait_for("the conversation over REST", BUDGET, || async { api.get(&path).reply().await?.ok_json().map(Some) }).await
 }
 
 /// Waits until the conversation's queue is empty and no turn runs.
@@ -61,7 +59,8 @@ async fn drained(api: &Api, id: &str) -> anyhow::Result<Value> {
     let path = format!("/v1/conversations/{id}?messages=500");
     wait_for("the queue to drain", DRAIN, || async {
         let v = api.get(&path).reply().await?.ok_json()?;
-        let idle = v["conversation"]["turn_running"] == false && v["pending"]["items"].as_array().is_some_and(|a| a.is_empty());
+        let idle = v["conversation"]["turn_running"] == false
+            && v["pending"]["items"].as_array().is_some_and(|a| a.is_empty());
         Ok(idle.then_some(v))
     })
     .await
@@ -136,9 +135,15 @@ async fn queue_behind_a_stopped_turn(api: &Api) -> anyhow::Result<(String, Acked
 /// it). Its status.
 async fn resume(api: &Api, id: &str) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<u16>>> {
     let v = view(api, id).await?;
-    let items: Vec<Value> =
-        v["pending"]["items"].as_array().context("items")?.iter().map(|p| json!({"id": p["id"], "text": p["text"]})).collect();
-    let req = api.request(Method::PUT, &format!("/v1/conversations/{id}/pending")).json(&json!({"items": items, "paused": false}));
+    let items: Vec<Value> = v["pending"]["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .map(|p| json!({"id": p["id"], "text": p["text"]}))
+        .collect();
+    let req = api
+        .request(Method::PUT, &format!("/v1/conversations/{id}/pending"))
+        .json(&json!({"items": items, "paused": false}));
     Ok(tokio::spawn(async move { Ok(req.reply().await?.status.as_u16()) }))
 }
 

@@ -24,7 +24,6 @@ async fn daemon() -> anyhow::Result<(TestHome, Api)> {
     Ok((home, api))
 }
 
-
 /// One SSE frame as the edge wrote it: its `id:`, `event:` and parsed `data:`.
 #[derive(Debug, Clone, PartialEq)]
 struct Frame {

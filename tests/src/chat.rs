@@ -333,10 +333,7 @@ pub fn tuning() -> coffer_chat::engine::Tuning {
 }
 
 /// One call of the hook: `step` reached in conversation `conv`.
-pub fn pause_hook(
-    step: Step,
-    conv: String,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+pub fn pause_hook(step: Step, conv: String) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
     Box::pin(async move {
         let Some(home) = std::env::var_os(coffer_runtime::env::HOME) else { return };
         let dir = pause_dir(std::path::Path::new(&home));

@@ -23,8 +23,8 @@
 //! a turn whose answer could not be stored ends in `turn_error`, never `turn_done`.
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -730,7 +730,12 @@ impl Engine {
     }
 
     /// Publishes `message_created` (the turn's first event) for a turn whose start is stored.
-    async fn announce(&self, conv: &Conv, user: &st::MessageRecord, assistant_id: String) -> (Arc<TurnShared>, c::Message) {
+    async fn announce(
+        &self,
+        conv: &Conv,
+        user: &st::MessageRecord,
+        assistant_id: String,
+    ) -> (Arc<TurnShared>, c::Message) {
         let turn = TurnShared::new(user.id.clone(), assistant_id);
         let message = persist::message(user);
         let kind = Kind::MessageCreated(c::MessageCreated { message: Some(message.clone()) });

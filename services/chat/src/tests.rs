@@ -126,7 +126,8 @@ impl Conversations for Fake {
         let mut db = self.db();
         let list = db.messages.entry(user.conversation_id.clone()).or_default();
         if let Some(i) = list.iter().position(|m| m.id == user.id) {
-            let reply = StartTurnReply { user: Some(list[i].clone()), assistant: list.get(i + 1).cloned(), already: true };
+            let reply =
+                StartTurnReply { user: Some(list[i].clone()), assistant: list.get(i + 1).cloned(), already: true };
             return Ok(Response::new(reply));
         }
         let queue = db.pending.get_mut(&user.conversation_id);
@@ -550,13 +551,8 @@ async fn queued_items_start_exactly_once_across_store_failures() {
         texts.push(said(&until_end(&mut sub).await).trim().to_owned());
     }
     assert_eq!(texts, ["m0", "m1", "m2", "m3", "m4"]);
-    let users: Vec<String> = r
-        .messages(&id)
-        .iter()
-        .filter(|m| m.role == MessageRole::User as i32)
-        .skip(1)
-        .map(|m| m.id.clone())
-        .collect();
+    let users: Vec<String> =
+        r.messages(&id).iter().filter(|m| m.role == MessageRole::User as i32).skip(1).map(|m| m.id.clone()).collect();
     assert_eq!(users, ids, "each item became the user message of its id, once");
     assert!(r.fake.db().pending[&id].items.is_empty());
 }

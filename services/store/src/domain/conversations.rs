@@ -1961,9 +1961,8 @@ mod tests {
         create(&svc, conversation(1, "t")).await.unwrap();
         create(&svc, conversation(2, "t")).await.unwrap();
         let item = |n, t: &str| PendingItemRecord { id: id(n), text: t.into(), created_ms: 0, source: "web".into() };
-        let set = |items| {
-            svc.set_pending(Request::new(SetPendingRequest { conversation_id: id(1), items, paused: false }))
-        };
+        let set =
+            |items| svc.set_pending(Request::new(SetPendingRequest { conversation_id: id(1), items, paused: false }));
         let assistant = |n, conv| MessageRecord {
             id: id(n),
             conversation_id: id(conv),
@@ -1978,7 +1977,8 @@ mod tests {
                 pending_item_id: item.map(id).unwrap_or_default(),
             }))
         };
-        let pending = || async { svc.get_pending(Request::new(ConversationRef { id: id(1) })).await.unwrap().into_inner() };
+        let pending =
+            || async { svc.get_pending(Request::new(ConversationRef { id: id(1) })).await.unwrap().into_inner() };
         let texts = |p: &PendingRecord| p.items.iter().map(|i| i.text.clone()).collect::<Vec<_>>();
         set(vec![item(10, "one"), item(11, "two")]).await.unwrap();
         let before = counts(&svc).await;
@@ -1996,7 +1996,10 @@ mod tests {
         let r = start(user(10, 1, "one"), assistant(20, 1), Some(10)).await.unwrap().into_inner();
         assert!(!r.already);
         let (u, a) = (r.user.unwrap(), r.assistant.unwrap());
-        assert_eq!((u.id.as_str(), a.id.as_str(), a.status), (id(10).as_str(), id(20).as_str(), MessageStatus::Streaming as i32));
+        assert_eq!(
+            (u.id.as_str(), a.id.as_str(), a.status),
+            (id(10).as_str(), id(20).as_str(), MessageStatus::Streaming as i32)
+        );
         assert_eq!(texts(&pending().await), ["two"]);
         let page = messages(&svc, 1, "", 0, false).await.messages;
         assert_eq!(page.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), [id(10), id(20)]);
