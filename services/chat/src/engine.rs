@@ -12,13 +12,13 @@
 //! A turn: its user message and its assistant message (`streaming`) are persisted together —
 //! for a queued item in the same store transaction that removes it from the queue (`StartTurn`),
 //! so an acknowledged item is always either pending or a stored user message with a reply
-//! record — and announced (`message_created`), `turn_started`, then the adapter's events become `text_delta`,
-//! `tool_call`, `tool_result`, each folded into the assistant message's blocks; the turn ends
-//! once ([`TurnShared::claim`]): the message is persisted `complete`/`interrupted`/`failed` and
-//! `turn_done` or `turn_error` is published, then an audit entry with actor `agent`. An interrupt
-//! ends it at once (the adapter is told to stop, its late events are dropped, and the next turn
-//! waits until its task has ended, at most [`DRAIN`]). The queue pauses after `turn_error` and
-//! after an interrupt. A turn's store writes are retried while the store restarts (at most
+//! record — and announced (`message_created`), `turn_started`, then the adapter's events become
+//! `text_delta`, `tool_call`, `tool_result`, each folded into the assistant message's blocks; the
+//! turn ends once ([`TurnShared::claim`]): the message is persisted `complete`/`interrupted`/
+//! `failed` and `turn_done` or `turn_error` is published, then an audit entry with actor `agent`.
+//! An interrupt ends it at once (the adapter is told to stop, its late events are dropped, and
+//! the next turn waits until its task has ended, at most [`DRAIN`]). The queue pauses after
+//! `turn_error` and after an interrupt. A turn's store writes are retried while the store restarts (at most
 //! [`STORE_RETRY`], in order: the next turn starts only after this one's answer is written), and
 //! a turn whose answer could not be stored ends in `turn_error`, never `turn_done`.
 use std::collections::HashMap;
