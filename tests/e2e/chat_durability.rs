@@ -3,10 +3,12 @@
 //! while the turn engine is held at the exact window a fault-injection run hit (the pause hook of
 //! `coffer_tests::chat`: `take-pending` — the next item chosen, nothing written —,
 //! `pending-taken` — the item's turn started in the store, no event yet —, `final-write` — the
-//! turn's answer about to be stored). Every check goes through the REST API: each acknowledged
-//! pending item is either still pending or a stored user message, exactly once and in the order
-//! sent; an assistant message ends `complete` with its text, or `failed` (a turn cut by a chat
-//! crash), and is never left `streaming` while no turn runs; `turn_done` names a stored answer.
+//! turn's answer about to be stored; the store is frozen with SIGSTOP until the answer's write
+//! sits in its receive queue, so the write is in flight when it dies). Every check goes through
+//! the REST API: each acknowledged pending item is either still pending or a stored user message,
+//! exactly once and in the order sent; an assistant message ends `complete` with its text, or
+//! `failed` (a turn cut by a chat crash), and is never left `streaming` while no turn runs;
+//! `turn_done` names a stored answer.
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -240,15 +242,20 @@ async fn a_store_restart_at_the_end_of_a_turn_delays_turn_done_until_the_answer_
     let mut cl = chat::client(&api).await?;
     let mut w = chat::watch(&mut cl, &id, 0).await?;
 
-    // Whether the write's first try meets the killed store's dead connection (and is retried)
-    // or a fresh one (the chat service's settings follower often reconnects first) is a race;
-    // either way turn_done must name a stored answer. The retry itself is proven on a store
-    // that fails on purpose: `coffer-chat tests::turn_done_waits_until_the_answer_is_stored_*`.
+    // The store is frozen, the engine let go, and once the answer's write is in the frozen
+    // store's receive queue the store is killed: the write in flight fails, every time.
     chat::arm(&home, Step::FinalWrite)?;
     rest_send(&api, &id, "say:the answer survives").await?;
     assert_eq!(chat::reached(&home, Step::FinalWrite, BUDGET).await?, id);
-    kill(&api, "store").await?;
+    let store = healthy_pid(&api, "store", 0).await?;
+    let chat_pid = healthy_pid(&api, "chat", 0).await?;
+    procs::signal(store, Signal::SIGSTOP);
     chat::release(&home, Step::FinalWrite)?;
+    wait_for("the answer's write to reach the frozen store", BUDGET, || async {
+        Ok((procs::unread_between(chat_pid, store) > 0).then_some(()))
+    })
+    .await?;
+    kill(&api, "store").await?;
     let events = w.turn().await?;
     let end = events.last().context("the turn's end")?;
     let Some(coffer_proto::chat::event::Kind::TurnDone(done)) = &end.kind else { anyhow::bail!("{end:?}") };
@@ -262,6 +269,7 @@ async fn a_store_restart_at_the_end_of_a_turn_delays_turn_done_until_the_answer_
     assert_eq!(messages.len(), 2, "{v}");
     assert_eq!((&messages[1]["id"], &messages[1]["status"]), (&json!(answer.id), &json!("complete")), "{v}");
     assert_eq!(text_of(&messages[1]), "the answer survives");
+    home.wait_for_log_line("chat", &["retrying", "store the answer"], BUDGET).await?;
     assert_eq!(v["conversation"]["turn_running"], false);
 
     // The conversation goes on; the event numbers kept moving forward.
