@@ -50,6 +50,23 @@ async fn kill(api: &Api, service: &str) -> anyhow::Result<i32> {
     Ok(pid)
 }
 
+/// Lets the engine held at `step` go on with the store frozen (SIGSTOP) and kills the store
+/// (SIGKILL) once the engine's next write sits in the frozen store's receive queue: that write
+/// is in flight when the store dies, on every run (a store killed while the engine waits may
+/// instead be replaced before the engine writes).
+async fn kill_store_under_the_next_write(api: &Api, home: &TestHome, step: Step) -> anyhow::Result<()> {
+    let store = healthy_pid(api, "store", 0).await?;
+    let chat_pid = healthy_pid(api, "chat", 0).await?;
+    procs::signal(store, Signal::SIGSTOP);
+    chat::release(home, step)?;
+    wait_for("the engine's write to reach the frozen store", BUDGET, || async {
+        Ok((procs::unread_between(chat_pid, store) > 0).then_some(()))
+    })
+    .await?;
+    kill(api, "store").await?;
+    Ok(())
+}
+
 /// `GET /v1/conversations/{id}?messages=500`, retried while a service restarts.
 async fn view(api: &Api, id: &str) -> anyhow::Result<Value> {
     let path = format!("/v1/conversations/{id}?messages=500");
@@ -215,17 +232,18 @@ async fn store_restarts_before_and_after_a_pending_item_starts_lose_and_repeat_n
     let (id, acked) = queue_behind_a_stopped_turn(&api).await?;
     let restarts = api.service("store").await?["restarts"].as_u64().unwrap_or(0);
 
-    // The store dies just before the move (StartTurn) and again just after it; the engine is
-    // let go at once each time, so its writes meet a store that is not there yet.
+    // The store dies under the move (StartTurn in flight), and again right after it (the
+    // engine let go at once, its next reads and writes meet a store coming back).
     chat::arm(&home, Step::TakePending)?;
     chat::arm(&home, Step::PendingTaken)?;
     let put = resume(&api, &id).await?;
-    for step in [Step::TakePending, Step::PendingTaken] {
-        assert_eq!(chat::reached(&home, step, BUDGET).await?, id);
-        kill(&api, "store").await?;
-        chat::release(&home, step)?;
-    }
+    assert_eq!(chat::reached(&home, Step::TakePending, BUDGET).await?, id);
+    kill_store_under_the_next_write(&api, &home, Step::TakePending).await?;
+    assert_eq!(chat::reached(&home, Step::PendingTaken, BUDGET).await?, id);
+    kill(&api, "store").await?;
+    chat::release(&home, Step::PendingTaken)?;
     assert_eq!(put.await??, 200, "the owner's resume went through");
+    home.wait_for_log_line("chat", &["retrying", "start the turn"], BUDGET).await?;
     let v = drained(&api, &id).await?;
     every_answer_is_stored(&v, &acked, &[])?;
     assert_eq!(v["conversation"]["message_count"], json!(2 + 2 * QUEUED as u64), "nothing twice");
@@ -247,15 +265,7 @@ async fn a_store_restart_at_the_end_of_a_turn_delays_turn_done_until_the_answer_
     chat::arm(&home, Step::FinalWrite)?;
     rest_send(&api, &id, "say:the answer survives").await?;
     assert_eq!(chat::reached(&home, Step::FinalWrite, BUDGET).await?, id);
-    let store = healthy_pid(&api, "store", 0).await?;
-    let chat_pid = healthy_pid(&api, "chat", 0).await?;
-    procs::signal(store, Signal::SIGSTOP);
-    chat::release(&home, Step::FinalWrite)?;
-    wait_for("the answer's write to reach the frozen store", BUDGET, || async {
-        Ok((procs::unread_between(chat_pid, store) > 0).then_some(()))
-    })
-    .await?;
-    kill(&api, "store").await?;
+    kill_store_under_the_next_write(&api, &home, Step::FinalWrite).await?;
     let events = w.turn().await?;
     let end = events.last().context("the turn's end")?;
     let Some(coffer_proto::chat::event::Kind::TurnDone(done)) = &end.kind else { anyhow::bail!("{end:?}") };
