@@ -9,6 +9,7 @@ mod channel_seatalk;
 mod channel_telegram;
 mod channels_rest;
 mod chat_agents;
+mod chat_durability;
 mod chat_edge;
 mod chat_engine;
 mod chat_list_events;
