@@ -79,7 +79,7 @@ pub struct Session {
     pub(super) relays: Relays,
     /// Calls of a modern client waiting for its input ([`super::mrtr`]).
     pub(super) parked: super::mrtr::Parked,
-    pub(super) flow: Flow,
+    pub(super) flow: Arc<Flow>,
     pub(super) progress: Progress,
     /// Whether the client speaks a modern (handshake-less) revision ([`super::era`]).
     pub modern: bool,
@@ -136,7 +136,7 @@ impl Session {
             catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
             parked: super::mrtr::Parked::default(),
-            flow: Flow::default(),
+            flow: Arc::default(),
             progress: Progress::default(),
             modern: super::era::is_modern(&protocol_version),
             id,
@@ -150,7 +150,7 @@ impl Session {
         tokio::spawn(event_loop(Arc::downgrade(&s), events_rx, s.closed.clone()));
         tokio::spawn(background(Arc::downgrade(&s), background_rx, s.closed.clone()));
         tokio::spawn(policy_watch(Arc::downgrade(&s), s.closed.clone()));
-        tokio::spawn(list_changes(Arc::downgrade(&s), s.closed.clone()));
+        tokio::spawn(list_changes(Arc::downgrade(&s), s.flow.clone(), s.closed.clone()));
         s
     }
 
@@ -427,15 +427,15 @@ fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
                 let Some(s) = weak.upgrade() else { return };
                 let started = Instant::now();
                 let snapshot = s.shared.snapshot.current();
-                let Some(spec) = snapshot.servers.get(&server).cloned() else {
-                    s.flow.relisted(&server, kind);
+                // A server removed, or whose upstream is gone, is listed when it starts again:
+                // nothing stays in flight for it.
+                let spec = snapshot.servers.get(&server).cloned();
+                let Some(spec) = spec.filter(|spec| {
+                    !s.closed.is_cancelled() && s.pool.is_running(&server, snapshot.generation(spec))
+                }) else {
+                    while s.flow.relisted(&server, kind) {}
                     return;
                 };
-                // A server whose upstream is gone is listed when it starts again.
-                if s.closed.is_cancelled() || !s.pool.is_running(&server, snapshot.generation(&spec)) {
-                    s.flow.relisted(&server, kind);
-                    return;
-                }
                 s.invalidate(Some(&server));
                 if let Some(items) = s.refetch(&spec, kind).await {
                     if first || before.as_ref() != Some(&items) {
@@ -456,15 +456,11 @@ fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
 
 /// Sends the coalesced `notifications/*/list_changed` ([`Flow::next_list_changes`]) to the
 /// client, one batch per [`super::flow::LIST_CHANGED_GAP`] at most, until the session ends.
-async fn list_changes(session: std::sync::Weak<Session>, closed: CancellationToken) {
+async fn list_changes(session: std::sync::Weak<Session>, flow: Arc<Flow>, closed: CancellationToken) {
     loop {
-        let methods = {
-            let Some(s) = session.upgrade() else { return };
-            let flow = async { s.flow.next_list_changes().await };
-            tokio::select! {
-                _ = closed.cancelled() => return,
-                m = flow => m,
-            }
+        let methods = tokio::select! {
+            _ = closed.cancelled() => return,
+            m = flow.next_list_changes() => m,
         };
         let Some(s) = session.upgrade() else { return };
         for method in methods {

@@ -517,6 +517,10 @@ fn raw_id(id: &RawValue) -> Value {
 /// write; after the write, gives back a unit of `budget` per answer written. Raw CR and LF can
 /// only be insignificant whitespace in valid JSON (an upstream may answer pretty-printed), so
 /// they are dropped to keep one message per line. Ends when both queues have ended.
+///
+/// `other` is looked at first, then `answers`, one message of each in turn: a call's progress,
+/// queued before its answer, is written before it (MCP: no progress after the response), and
+/// neither queue starves the other.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut answers: mpsc::UnboundedReceiver<String>,
     mut other: mpsc::Receiver<String>,
@@ -528,6 +532,11 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     while answers_open || other_open {
         let mut written_answers = 0;
         tokio::select! {
+            biased;
+            msg = other.recv(), if other_open => match msg {
+                Some(msg) => push_line(&mut buf, &msg),
+                None => other_open = false,
+            },
             msg = answers.recv(), if answers_open => match msg {
                 Some(msg) => {
                     push_line(&mut buf, &msg);
@@ -535,18 +544,19 @@ async fn write_lines<W: AsyncWrite + Unpin>(
                 }
                 None => answers_open = false,
             },
-            msg = other.recv(), if other_open => match msg {
-                Some(msg) => push_line(&mut buf, &msg),
-                None => other_open = false,
-            },
         }
         while buf.len() < WRITE_BATCH_BYTES {
+            let mut took = false;
+            if let Ok(msg) = other.try_recv() {
+                push_line(&mut buf, &msg);
+                took = true;
+            }
             if let Ok(msg) = answers.try_recv() {
                 push_line(&mut buf, &msg);
                 written_answers += 1;
-            } else if let Ok(msg) = other.try_recv() {
-                push_line(&mut buf, &msg);
-            } else {
+                took = true;
+            }
+            if !took {
                 break;
             }
         }
