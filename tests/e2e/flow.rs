@@ -14,11 +14,14 @@ use coffer_tests::{Api, TestHome, wait_for};
 use serde_json::{Value, json};
 
 /// How long the tiny upstream floods each session.
-const FLOOD_MS: u64 = 6_000;
+const FLOOD_MS: u64 = 10_000;
+/// Bytes of data in each of its log messages and progress notifications.
+const FLOOD_BYTES: u64 = 8_192;
 /// How much the gateway's resident memory may grow over its idle size while two sessions are
-/// flooded and their clients read nothing (before flow control it grew by about 340 MiB in
-/// 15 s).
-const RSS_GROWTH_LIMIT_KIB: u64 = 64 * 1024;
+/// flooded and their clients read nothing. Before flow control it grew without limit: by
+/// about 340 MiB in 15 s on a release build, and in this test on a debug build (whose gateway
+/// parses the flood more slowly) by about 26 MiB in 6 s, so over this limit in 10 s.
+const RSS_GROWTH_LIMIT_KIB: u64 = 32 * 1024;
 /// The longest another client may wait for a call during the flood.
 const ANSWER_LIMIT: Duration = Duration::from_secs(5);
 
@@ -32,7 +35,7 @@ async fn gateway_pid(api: &Api) -> anyhow::Result<i32> {
 fn flood_call(id: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "tiny__flood",
-        "arguments": {"count": 10_000_000, "ms": FLOOD_MS, "bytes": 2048},
+        "arguments": {"count": 10_000_000, "ms": FLOOD_MS, "bytes": FLOOD_BYTES},
         "_meta": {"progressToken": "flood"}}})
 }
 
@@ -75,12 +78,12 @@ async fn a_flooding_upstream_and_clients_that_stop_reading_leave_the_gateway_sma
         .await?;
     ensure!(get.status() == 200, "GET /mcp answered {}", get.status());
     stalled.send(&flood_call("flood")).await?;
-    let post = mcp_post(&api, Some(&http.id), flood_call("flood").to_string())
-        .header("MCP-Protocol-Version", &http.version)
-        .send()
-        .await?;
-    let ct = post.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    ensure!(ct.starts_with("text/event-stream"), "the flood's progress makes the POST answer a stream: {ct}");
+    // Its response head comes with the first progress notification (the body is never read).
+    let post = tokio::spawn(
+        mcp_post(&api, Some(&http.id), flood_call("flood").to_string())
+            .header("MCP-Protocol-Version", &http.version)
+            .send(),
+    );
 
     let started = Instant::now();
     let mut peak = baseline;
@@ -125,7 +128,7 @@ async fn a_flooding_upstream_and_clients_that_stop_reading_leave_the_gateway_sma
     let flooded = texts(&answer["result"]);
     let sent: u64 = flooded.trim_start_matches("flooded ").parse().with_context(|| format!("{answer}"))?;
     eprintln!("stream: the upstream sent {sent} notifications; the client got {list_changed} list_changed, {logs} log messages, {progress} progress");
-    ensure!(sent > 10_000, "the upstream hardly flooded: {answer}");
+    ensure!(sent > 2_000, "the upstream hardly flooded: {answer}");
     ensure!(list_changed <= 3, "{list_changed} tools/list_changed for a list that never changed");
     let log_limit = 50 + 20 * (FLOOD_MS / 1000 + 5);
     ensure!(logs > 0 && logs <= log_limit, "{logs} log messages (at most {log_limit} by the rate limit)");
@@ -133,6 +136,9 @@ async fn a_flooding_upstream_and_clients_that_stop_reading_leave_the_gateway_sma
     home.wait_for_log_line("gateway", &["Dropped messages the client could not take in time", "dropped="], Duration::from_secs(10))
         .await?;
 
+    let post = post.await??;
+    let ct = post.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    ensure!(ct.starts_with("text/event-stream"), "the flood's progress makes the POST answer a stream: {ct}");
     drop((get, post));
     ensure!(texts(&other.tool("tiny__echo", json!({"message": "after"})).await?["result"]) == "after");
     stalled.ping().await?;

@@ -12,7 +12,8 @@
 //!   client asked for with `logging/setLevel`, at most [`LOG_RATE`] per second per upstream.
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -20,9 +21,11 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 use super::catalog::ListKind;
 
-/// Messages a [`Lane`] holds that its client has not read yet. About 256 notifications of a
-/// few KiB at most: the shim's stream or one POST's answer never holds more than a few MiB.
+/// Messages a [`Lane`] holds that its client has not read yet…
 pub const LANE_MESSAGES: usize = 256;
+/// … and bytes: whichever limit is reached first (a single larger message still passes when the
+/// lane is empty). The shim's stream or one POST's answer never holds more than this.
+pub const LANE_BYTES: usize = 4 * 1024 * 1024;
 /// Shortest time between two `notifications/*/list_changed` of one kind to one client.
 pub const LIST_CHANGED_GAP: Duration = Duration::from_millis(250);
 /// Shortest time between two re-lists of one server's list of one kind after its upstream said
@@ -90,7 +93,39 @@ impl Drop for Drops {
 #[derive(Clone)]
 pub struct Lane {
     tx: mpsc::Sender<String>,
-    drops: std::sync::Arc<Drops>,
+    /// Bytes queued and not yet taken by the [`LaneRx`].
+    bytes: Arc<AtomicUsize>,
+    drops: Arc<Drops>,
+}
+
+/// The stream writer's end of a [`Lane`].
+pub struct LaneRx {
+    rx: mpsc::Receiver<String>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl LaneRx {
+    /// The next message; `None` once every [`Lane`] is gone and the queue is empty.
+    pub async fn recv(&mut self) -> Option<String> {
+        let msg = self.rx.recv().await?;
+        self.bytes.fetch_sub(msg.len(), Ordering::Relaxed);
+        Some(msg)
+    }
+
+    /// The next message if one is queued.
+    ///
+    /// # Errors
+    /// `Empty` or `Disconnected`, as [`mpsc::Receiver::try_recv`].
+    pub fn try_recv(&mut self) -> Result<String, mpsc::error::TryRecvError> {
+        let msg = self.rx.try_recv()?;
+        self.bytes.fetch_sub(msg.len(), Ordering::Relaxed);
+        Ok(msg)
+    }
+
+    /// The messages as a stream (for an SSE body).
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = String> {
+        futures_util::stream::unfold(self, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+    }
 }
 
 /// Why [`Lane::deliver`] could not queue a message.
@@ -105,24 +140,40 @@ pub enum Undelivered {
 impl Lane {
     /// A lane of `capacity` messages whose drops are counted as `what`; the receiver goes to
     /// the stream's writer.
-    pub fn new(capacity: usize, what: &'static str) -> (Self, mpsc::Receiver<String>) {
+    pub fn new(capacity: usize, what: &'static str) -> (Self, LaneRx) {
         let (tx, rx) = mpsc::channel(capacity);
-        (Self { tx, drops: std::sync::Arc::new(Drops::new(what)) }, rx)
+        let bytes = Arc::new(AtomicUsize::new(0));
+        (Self { tx, bytes: bytes.clone(), drops: Arc::new(Drops::new(what)) }, LaneRx { rx, bytes })
+    }
+
+    /// Queues `msg` unless the lane is full in messages or in bytes ([`LANE_BYTES`]).
+    fn try_send(&self, msg: String) -> Result<(), Undelivered> {
+        let len = msg.len();
+        let queued = self.bytes.load(Ordering::Relaxed);
+        if queued > 0 && queued + len > LANE_BYTES {
+            return if self.tx.is_closed() { Err(Undelivered::Closed) } else { Err(Undelivered::Full) };
+        }
+        match self.tx.try_send(msg) {
+            Ok(()) => {
+                self.bytes.fetch_add(len, Ordering::Relaxed);
+                self.drops.resumed();
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => Err(Undelivered::Full),
+            Err(TrySendError::Closed(_)) => Err(Undelivered::Closed),
+        }
     }
 
     /// Queues a notification, or drops and counts it when the lane is full. False when the
     /// stream ended (the client went away).
     pub fn notify(&self, msg: String) -> bool {
-        match self.tx.try_send(msg) {
-            Ok(()) => {
-                self.drops.resumed();
-                true
-            }
-            Err(TrySendError::Full(_)) => {
+        match self.try_send(msg) {
+            Ok(()) => true,
+            Err(Undelivered::Full) => {
                 self.drops.add(1);
                 true
             }
-            Err(TrySendError::Closed(_)) => false,
+            Err(Undelivered::Closed) => false,
         }
     }
 
@@ -133,14 +184,7 @@ impl Lane {
     /// [`Undelivered::Full`] when the client has not read [`LANE_MESSAGES`] messages,
     /// [`Undelivered::Closed`] when the stream ended.
     pub fn deliver(&self, msg: String) -> Result<(), Undelivered> {
-        match self.tx.try_send(msg) {
-            Ok(()) => {
-                self.drops.resumed();
-                Ok(())
-            }
-            Err(TrySendError::Full(_)) => Err(Undelivered::Full),
-            Err(TrySendError::Closed(_)) => Err(Undelivered::Closed),
-        }
+        self.try_send(msg)
     }
 
     /// True once the stream's reader is gone.
@@ -331,6 +375,14 @@ mod tests {
         drop(rx);
         assert!(!lane.notify("6".into()), "the stream ended");
         assert_eq!(lane.deliver("7".into()), Err(Undelivered::Closed));
+
+        let (lane, mut rx) = Lane::new(100, "test");
+        let big = "x".repeat(LANE_BYTES / 2 + 1);
+        assert_eq!(lane.deliver(big.repeat(3)), Ok(()), "one message over the byte limit passes an empty lane");
+        assert_eq!(lane.deliver(big.clone()), Err(Undelivered::Full), "the bytes are the limit here");
+        rx.try_recv().unwrap();
+        assert_eq!(lane.deliver(big.clone()), Ok(()));
+        assert_eq!(lane.deliver(big), Err(Undelivered::Full));
     }
 
     #[test]

@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::answer::{Answer, RpcError};
@@ -70,7 +69,7 @@ pub struct Call {
     method: String,
     target: String,
     task: JoinHandle<Answer>,
-    side: mpsc::Receiver<String>,
+    side: super::flow::LaneRx,
     /// Input request key → `{method, params}`, not yet answered.
     pending: Map<String, Value>,
     guard: CancelOnDrop,

@@ -211,11 +211,13 @@ impl Session {
         };
         let timeout =
             if spec.timeout_ms > 0 { Duration::from_millis(spec.timeout_ms) } else { self.shared.call_timeout() };
+        if let Some(lane) = &ctx.progress
+            && params.get().contains("progressToken")
+        {
+            // Boxed: a rare path, kept out of every call's future.
+            return Box::pin(self.forward_with_progress(server, method, params, ctx, lane)).await;
+        }
         let _guard = ctx.side.as_ref().map(|side| self.relays.open_stream(server, side));
-        // The client's progress token, if any, rewritten to one unique in the session; the
-        // mapping ends with this call.
-        let progress = ctx.progress.as_ref().and_then(|lane| self.progress.register(server, params, lane));
-        let params: &RawValue = progress.as_ref().map_or(params, |(p, _)| p);
         // `exchange` written out: the hot path's future stays small.
         let heard = up.heard();
         let (uid, rx) = match up.begin(method, Some(params)).await {
@@ -268,6 +270,24 @@ impl Session {
 }
 
 impl Session {
+    /// [`Session::forward`] of a request whose params may carry `_meta.progressToken`: the token
+    /// is rewritten to one unique in the session and mapped back to the client's on `lane`
+    /// while the call runs ([`super::progress`]); without a token, forwarded as it is.
+    async fn forward_with_progress(
+        &self,
+        server: &str,
+        method: &str,
+        params: &RawValue,
+        ctx: &RequestCtx,
+        lane: &super::flow::Lane,
+    ) -> Answer {
+        let ctx = RequestCtx { id: ctx.id.clone(), side: ctx.side.clone(), progress: None };
+        match self.progress.register(server, params, lane) {
+            Some((params, _route)) => self.forward(server, method, &params, &ctx).await,
+            None => self.forward(server, method, params, &ctx).await,
+        }
+    }
+
     /// One request to `up` and its reply (at most `timeout`); `Err(Answer::Cancelled)` when the
     /// client cancelled it meanwhile, `Err` with the error when it could not be sent.
     pub(super) async fn exchange(

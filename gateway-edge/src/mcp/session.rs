@@ -79,7 +79,10 @@ pub struct Session {
     pub(super) relays: Relays,
     /// Calls of a modern client waiting for its input ([`super::mrtr`]).
     pub(super) parked: super::mrtr::Parked,
+    /// What reaches the client of what upstreams send on their own (coalescing, log level
+    /// and rate, drop counters).
     pub(super) flow: Arc<Flow>,
+    /// Progress tokens of the calls in flight.
     pub(super) progress: Progress,
     /// Whether the client speaks a modern (handshake-less) revision ([`super::era`]).
     pub modern: bool,

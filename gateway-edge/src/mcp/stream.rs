@@ -523,7 +523,7 @@ fn raw_id(id: &RawValue) -> Value {
 /// neither queue starves the other.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut answers: mpsc::UnboundedReceiver<String>,
-    mut other: mpsc::Receiver<String>,
+    mut other: super::flow::LaneRx,
     mut write: W,
     budget: Arc<Semaphore>,
 ) {
@@ -599,7 +599,7 @@ mod tests {
     async fn lines_are_gathered_and_stay_single_lines() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (w, mut r) = tokio::io::duplex(1024);
-        let (other_tx, other_rx) = mpsc::channel(1);
+        let (other_tx, other_rx) = Lane::new(1, "test");
         let budget = Arc::new(Semaphore::new(0));
         tx.send("{\"a\":1}".to_owned()).unwrap();
         tx.send("{\n  \"b\": \"x\\ny\"\r\n}".to_owned()).unwrap();

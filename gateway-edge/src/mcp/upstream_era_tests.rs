@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use coffer_runtime::home::CofferHome;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::super::upstream::{Reply, Upstream, UpstreamEvent};
 use super::super::upstream_era::{Era, MODERN};
