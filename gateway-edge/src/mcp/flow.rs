@@ -11,8 +11,8 @@
 //!   ([`Flow::relist`]), and `notifications/message` forwarded only at or above the level the
 //!   client asked for with `logging/setLevel`, at most [`LOG_RATE`] per second per upstream.
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,12 @@ impl Drops {
     fn flush(&self) {
         let n = self.burst.swap(0, Ordering::Relaxed);
         if n > 0 {
-            tracing::warn!(dropped = n, total = self.total(), what = self.what, "Dropped messages the client could not take in time.");
+            tracing::warn!(
+                dropped = n,
+                total = self.total(),
+                what = self.what,
+                "Dropped messages the client could not take in time."
+            );
         }
     }
 
@@ -283,7 +288,12 @@ impl Flow {
         loop {
             let bits = self.pending.swap(0, Ordering::AcqRel);
             if bits != 0 {
-                return NOTIFIED.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, k)| k.list_changed()).collect();
+                return NOTIFIED
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| bits & (1 << i) != 0)
+                    .map(|(_, k)| k.list_changed())
+                    .collect();
             }
             self.wake.notified().await;
         }
@@ -294,7 +304,13 @@ impl Flow {
     /// # Errors
     /// The levels MCP names, when `level` is none of them.
     pub fn set_log_level(&self, level: &str) -> Result<(), String> {
-        let rank = level_rank(level).ok_or_else(|| format!("unknown logging level {:?}; one of {}", level.chars().take(40).collect::<String>(), LEVELS.join(", ")))?;
+        let rank = level_rank(level).ok_or_else(|| {
+            format!(
+                "unknown logging level {:?}; one of {}",
+                level.chars().take(40).collect::<String>(),
+                LEVELS.join(", ")
+            )
+        })?;
         self.log_level.store(rank, Ordering::Relaxed);
         Ok(())
     }

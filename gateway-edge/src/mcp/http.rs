@@ -290,8 +290,7 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
         }
         Some(msg) = side_rx.recv() => msg,
     };
-    let relayed = futures_util::stream::once(async move { first })
-        .chain(side_rx.into_stream());
+    let relayed = futures_util::stream::once(async move { first }).chain(side_rx.into_stream());
     let last = futures_util::stream::once(async move {
         task.await.unwrap_or_else(|_| {
             jsonrpc::error_object(Value::Null, jsonrpc::INTERNAL_ERROR, "internal error", None).to_string()

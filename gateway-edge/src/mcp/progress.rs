@@ -63,10 +63,10 @@ impl Progress {
         meta.insert("progressToken".into(), Value::String(ours.clone()));
         let key = serde_json::to_string(&ours).expect("json");
         let params = RawValue::from_string(Value::Object(fields).to_string()).ok()?;
-        self.routes.lock().expect("progress").insert(
-            key.clone(),
-            Target { server: server.to_owned(), token, lane: lane.clone() },
-        );
+        self.routes
+            .lock()
+            .expect("progress")
+            .insert(key.clone(), Target { server: server.to_owned(), token, lane: lane.clone() });
         Some((params, Route { progress: self, key }))
     }
 
@@ -117,7 +117,8 @@ mod tests {
         let (lane, mut rx) = Lane::new(8, "test");
         assert!(p.register("s", &raw(r#"{"name":"x","arguments":{}}"#), &lane).is_none(), "no token");
         assert!(p.register("s", &raw(r#"{"name":"x","_meta":{"progressToken":{"a":1}}}"#), &lane).is_none());
-        let (sent, route) = p.register("s", &raw(r#"{"name":"x","_meta":{"progressToken":7,"k":"v"}}"#), &lane).unwrap();
+        let (sent, route) =
+            p.register("s", &raw(r#"{"name":"x","_meta":{"progressToken":7,"k":"v"}}"#), &lane).unwrap();
         let sent: Value = serde_json::from_str(sent.get()).unwrap();
         assert_eq!(sent["_meta"]["progressToken"], "coffer-progress-0");
         assert_eq!(sent["_meta"]["k"], "v", "the rest of _meta stays");

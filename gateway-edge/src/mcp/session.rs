@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use super::answer::{Answer, RpcError};
 use super::catalog::{Background, Catalog};
-pub use super::flow::{Flow, LANE_MESSAGES, Lane};
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+pub use super::flow::{Flow, LANE_MESSAGES, Lane};
 use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
 pub use super::outbound::{Outbound, OutboundEvent};
@@ -376,7 +376,9 @@ async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, close
                     }
                 }
                 "notifications/message" => {
-                    let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else { continue };
+                    let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
+                        continue;
+                    };
                     if !s.flow.admit_log(&server, p.get("level").and_then(Value::as_str)) {
                         continue;
                     }
@@ -433,9 +435,9 @@ fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
                 // A server removed, or whose upstream is gone, is listed when it starts again:
                 // nothing stays in flight for it.
                 let spec = snapshot.servers.get(&server).cloned();
-                let Some(spec) = spec.filter(|spec| {
-                    !s.closed.is_cancelled() && s.pool.is_running(&server, snapshot.generation(spec))
-                }) else {
+                let Some(spec) = spec
+                    .filter(|spec| !s.closed.is_cancelled() && s.pool.is_running(&server, snapshot.generation(spec)))
+                else {
                     while s.flow.relisted(&server, kind) {}
                     return;
                 };

@@ -80,7 +80,7 @@ pub enum UpstreamEvent {
 /// ([`Events::send`]) notifications are dropped and counted, except what must never be lost:
 /// each server's latest `notifications/*/list_changed` and the end of its connection, which
 /// are kept aside (one entry per server and kind) and handed over once the queue drained.
-pub const EVENT_QUEUE: usize = 1024;
+pub const EVENT_QUEUE: usize = 256;
 
 /// The upstreams' side of a session's event queue (cloned into each [`Core`]).
 #[derive(Clone)]
@@ -1171,7 +1171,8 @@ mod tests {
     #[tokio::test]
     async fn a_full_event_queue_drops_notifications_but_keeps_list_changes_and_the_end() {
         let (tx, mut rx) = events(2);
-        let note = |method: &str| UpstreamEvent::Notification { server: "s".into(), method: method.into(), params: None };
+        let note =
+            |method: &str| UpstreamEvent::Notification { server: "s".into(), method: method.into(), params: None };
         tx.send(note("notifications/message"));
         tx.send(note("notifications/progress"));
         for _ in 0..100 {

@@ -313,7 +313,6 @@ fn rss_kib(pid: i32) -> u64 {
     status_kib(pid, "VmRSS:")
 }
 
-
 /// Pids of processes whose environment has `COFFER_HOME=<home>` (the daemon and its services)
 /// and of their descendants.
 fn coffer_pids(home: &Path) -> Vec<(i32, String)> {
