@@ -22,6 +22,10 @@ use super::policy::truncate;
 use super::pool::Pool;
 use super::upstream::Reply;
 
+/// Relayed requests that may wait for the client's answer at once, per session; more are
+/// refused to their upstream at once (an upstream that floods requests holds no more).
+pub const MAX_WAITING: usize = 64;
+
 /// A request an upstream sent that waits for the downstream client's answer.
 struct Relay {
     server: String,
@@ -252,7 +256,17 @@ impl Relays {
             return Err(Reply::Error(err));
         }
         let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
-        self.waiting.lock().expect("relays").insert(relay_id.clone(), Relay { server: server.to_owned(), to });
+        {
+            let mut waiting = self.waiting.lock().expect("relays");
+            if waiting.len() >= MAX_WAITING {
+                let err = error_raw(
+                    UPSTREAM_UNAVAILABLE,
+                    &format!("The client already has {MAX_WAITING} requests to answer; try again later"),
+                );
+                return Err(Reply::Error(err));
+            }
+            waiting.insert(relay_id.clone(), Relay { server: server.to_owned(), to });
+        }
         let method_json = serde_json::to_string(method).expect("json");
         let msg = match params {
             Some(p) => {
