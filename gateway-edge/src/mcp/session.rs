@@ -370,10 +370,8 @@ async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, close
                 "notifications/resources/list_changed" => {
                     relist(&s, server, &[ListKind::Resources, ListKind::ResourceTemplates])
                 }
-                "notifications/progress" => {
-                    if !s.progress.route(&server, params.as_deref()) {
-                        s.flow.notifications_dropped.add(1);
-                    }
+                "notifications/progress" if !s.progress.route(&server, params.as_deref()) => {
+                    s.flow.notifications_dropped.add(1);
                 }
                 "notifications/message" => {
                     let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
