@@ -31,6 +31,7 @@ mod edge;
 mod edge_socket;
 mod environment;
 mod eras;
+mod flow;
 mod gateway;
 mod http_upstream;
 mod internal_auth;

@@ -55,6 +55,15 @@ pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     Some(ProcInfo { pid, name, cmdline, start_time })
 }
 
+/// A KiB field of `/proc/<pid>/status` (`field` with its colon, e.g. `VmRSS:`, `VmHWM:`); 0
+/// when the process or the field is gone.
+pub fn status_kib(pid: i32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// True when `pid` is a live process (not a zombie).
 pub fn alive(pid: i32) -> bool {
     stat(pid).is_some_and(|(s, _)| !matches!(s, 'Z' | 'X' | 'x'))
