@@ -73,7 +73,7 @@ impl Progress {
     /// `notifications/progress` from `server` with `params`: sent to the caller's stream with
     /// the client's token. False when it was dropped (no call of `server` has that token, or
     /// the caller's stream is full or gone).
-    pub fn route(&self, server: &str, params: Option<&RawValue>) -> bool {
+    pub fn deliver(&self, server: &str, params: Option<&RawValue>) -> bool {
         let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p.get()).ok()) else {
             return false;
         };
@@ -126,15 +126,15 @@ mod tests {
         assert_eq!(p.len(), 2, "two callers with the same token get two upstream tokens");
 
         let n = raw(r#"{"progressToken":"coffer-progress-0","progress":1,"total":4}"#);
-        assert!(!p.route("elsewhere", Some(&n)), "another upstream's notification never matches");
-        assert!(p.route("s", Some(&n)));
+        assert!(!p.deliver("elsewhere", Some(&n)), "another upstream's notification never matches");
+        assert!(p.deliver("s", Some(&n)));
         let got: Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
         assert_eq!(got["method"], "notifications/progress");
         assert_eq!(got["params"]["progressToken"], 7);
         assert_eq!(got["params"]["total"], 4);
-        assert!(!p.route("s", Some(&raw(r#"{"progressToken":"coffer-progress-9","progress":1}"#))));
+        assert!(!p.deliver("s", Some(&raw(r#"{"progressToken":"coffer-progress-9","progress":1}"#))));
         drop(route);
-        assert!(!p.route("s", Some(&n)), "progress after the call ended is dropped");
+        assert!(!p.deliver("s", Some(&n)), "progress after the call ended is dropped");
         drop(other);
         assert!(p.is_empty());
     }

@@ -370,7 +370,7 @@ async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, close
                 "notifications/resources/list_changed" => {
                     relist(&s, server, &[ListKind::Resources, ListKind::ResourceTemplates])
                 }
-                "notifications/progress" if !s.progress.route(&server, params.as_deref()) => {
+                "notifications/progress" if !s.progress.deliver(&server, params.as_deref()) => {
                     s.flow.notifications_dropped.add(1);
                 }
                 "notifications/message" => {
