@@ -239,3 +239,61 @@ async fn unreadable_and_malformed_files_exit_2() -> anyhow::Result<()> {
     assert!(home.processes().is_empty(), "a file that cannot be imported starts no daemon");
     Ok(())
 }
+
+/// `${VAR}` references: without `--from-env` the entry is refused naming every reference; with
+/// it the CLI reads them from its environment, the env value expanded so is a credential that
+/// reaches the upstream (and no report), and an argument is expanded in place. A name that
+/// only normalises to a registered one is imported under a new name, unless it is the same
+/// server, which is "already registered".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_from_env_and_normalised_name_collisions() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let file = fixture(
+        &home,
+        "vars/.mcp.json",
+        &json!({"mcpServers": {
+            "vars": {"command": tiny, "args": ["--note", "${E2E_BANNER}"], "env": {"TINY_ECHO_ENV": "${E2E_IMPORT_TOKEN}"}},
+        }})
+        .to_string(),
+    )?;
+    let (out, refused) = import(&home, &file, &[]).await?;
+    ensure!(out.code == Some(1), "{out}");
+    let why = reason(&refused, "invalid", "vars");
+    ensure!(
+        why.contains("${E2E_BANNER} (args[1])")
+            && why.contains("${E2E_IMPORT_TOKEN} (env value of \"TINY_ECHO_ENV\")")
+            && why.contains("--from-env"),
+        "{why}"
+    );
+
+    let p = file.display().to_string();
+    let mut cmd = home.cli_command(&["mcp", "import", &p, "--from-env", "--json"])?;
+    cmd.env("E2E_IMPORT_TOKEN", GH_TOKEN).env("E2E_BANNER", "hello");
+    let done = tokio::time::timeout(coffer_tests::CLI_TIMEOUT, cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
+    ensure!(done.status.success(), "{stdout} {}", String::from_utf8_lossy(&done.stderr));
+    no_secret("the report", &stdout)?;
+    let report: Value = serde_json::from_str(&stdout)?;
+    assert_eq!(report["imported"][0]["credentials_created"], json!(["vars-TINY_ECHO_ENV"]), "{report}");
+    let s = api.get("/v1/mcp/servers/vars").reply().await?.ok_json()?;
+    assert_eq!(s["args"], json!(["--note", "hello"]));
+    assert_eq!(s["env"]["TINY_ECHO_ENV"], json!({"credential_ref": "vars-TINY_ECHO_ENV"}));
+    assert_eq!(whoami_env(&api, "vars__whoami").await?, json!(GH_TOKEN));
+
+    // `Vars` normalises to `vars`: the same server is "already registered"; another one is
+    // imported as vars-2, and the report says so.
+    let same = fixture(
+        &home,
+        "same.json",
+        &json!({"mcpServers": {"Vars": {"command": tiny, "args": ["--note", "hello"]}}}).to_string(),
+    )?;
+    let (_, r) = import(&home, &same, &[]).await?;
+    assert_eq!(listed(&r, "duplicates"), [("vars".to_owned(), "already registered: vars is the same server; left as it is".to_owned())]);
+    let other = fixture(&home, "other.json", &json!({"mcpServers": {"Vars": {"command": tiny}}}).to_string())?;
+    let (_, r) = import(&home, &other, &[]).await?;
+    assert_eq!(names(&r, "imported"), ["vars-2"]);
+    assert_eq!(r["imported"][0]["warnings"][0], "imported as vars-2: vars is already registered as another server");
+    Ok(())
+}

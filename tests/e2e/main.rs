@@ -30,6 +30,7 @@ mod edge_socket;
 mod environment;
 mod eras;
 mod gateway;
+mod gateway_findings;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;
