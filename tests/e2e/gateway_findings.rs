@@ -42,7 +42,7 @@ async fn oversized_built_in_arguments_are_the_caller_s_error() -> anyhow::Result
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert_eq!(
         texts(&r["result"]),
-        "coffer__search_knowledge: argument \"query\" is 10000000 characters long, over its limit of 8192"
+        "coffer__search_knowledge: invalid arguments: argument \"query\" is 10000000 characters long, over its limit of 8192"
     );
     let row = last_invocation(&api, "coffer__search_knowledge").await?;
     assert_eq!(row["outcome"], "invalid", "{row}");
@@ -50,7 +50,7 @@ async fn oversized_built_in_arguments_are_the_caller_s_error() -> anyhow::Result
     let r = mcp.tool("coffer__remember", json!({"text": "f".repeat(100_000)})).await?;
     assert_eq!(
         texts(&r["result"]),
-        "coffer__remember: argument \"text\" is 100000 characters long, over its limit of 16384"
+        "coffer__remember: invalid arguments: argument \"text\" is 100000 characters long, over its limit of 16384"
     );
     assert_eq!(last_invocation(&api, "coffer__remember").await?["outcome"], "invalid");
 

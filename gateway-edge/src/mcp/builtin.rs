@@ -127,7 +127,8 @@ impl Registry {
             return Called { outcome: answer.outcome(), answer, usage: None };
         };
         if let Err(problem) = check_arguments(schema, arguments) {
-            let answer = tool_error(&format!("{BUILTIN_SERVER}__{name}: {problem}"));
+            // The same prefix as a provider's own argument errors (`retrieval_tools::args`).
+            let answer = tool_error(&format!("{BUILTIN_SERVER}__{name}: invalid arguments: {problem}"));
             return Called { answer, usage: None, outcome: Outcome::Invalid };
         }
         let (answer, usage) = provider.call_metered(caller, arguments).await;
@@ -163,8 +164,10 @@ pub fn check_arguments(schema: &Value, arguments: Option<&str>) -> Result<(), St
     for (name, value) in args {
         let Some(rule) = properties.get(name) else {
             if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
-                let known: Vec<&str> = properties.keys().map(String::as_str).collect();
-                return Err(format!("unknown argument \"{name}\" (it takes: {})", known.join(", ")));
+                let mut known: Vec<&str> = properties.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                let takes = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+                return Err(format!("unknown argument \"{name}\" (it takes: {takes})"));
             }
             continue;
         };
@@ -277,11 +280,14 @@ mod tests {
         let text = result(called.answer)["content"][0]["text"].as_str().unwrap().to_owned();
         assert_eq!(
             text,
-            format!("coffer__search_tools: argument \"query\" is 10000000 characters long, over its limit of {}", super::super::search_tools::MAX_QUERY_CHARS)
+            format!(
+                "coffer__search_tools: invalid arguments: argument \"query\" is 10000000 characters long, over its limit of {}",
+                super::super::search_tools::MAX_QUERY_CHARS
+            )
         );
         let missing = registry.call_metered("search_tools", &caller, Some("{}")).await;
         assert_eq!(missing.outcome, Outcome::Invalid);
-        assert_eq!(result(missing.answer)["content"][0]["text"], "coffer__search_tools: missing argument \"query\"");
+        assert_eq!(result(missing.answer)["content"][0]["text"], "coffer__search_tools: invalid arguments: missing argument \"query\"");
         let ok = registry.call_metered("search_tools", &caller, Some(r#"{"query":"read"}"#)).await;
         assert_eq!(ok.outcome, Outcome::Ok);
 

@@ -753,13 +753,14 @@ mod tests {
         let registry = register(Registry::default(), dead_client());
         let caller = Session("mcp", "t");
         for (tool, args, needle) in [
-            ("search_knowledge", None, "missing field `query`"),
+            // Missing and unknown arguments are found against the schema, before the provider.
+            ("search_knowledge", None, "missing argument \"query\""),
             ("search_knowledge", Some(r#"{"query": 5}"#), "invalid type: integer `5`, expected a string"),
             ("search_knowledge", Some(r#"{"query": "x", "limit": "many"}"#), "invalid type: string \"many\""),
-            ("recall", Some(r#"{"query": "x", "color": 1}"#), "unknown field `color`"),
-            ("remember", Some(r#"{}"#), "missing field `text`"),
+            ("recall", Some(r#"{"query": "x", "color": 1}"#), "unknown argument \"color\""),
+            ("remember", Some(r#"{}"#), "missing argument \"text\""),
             ("forget", Some(r#"{"id": ["a"]}"#), "invalid type: sequence"),
-            ("list_skills", Some(r#"{"x": 1}"#), "unknown field `x`"),
+            ("list_skills", Some(r#"{"x": 1}"#), "unknown argument \"x\""),
             ("load_skill", Some(r#"{"name": 1}"#), "invalid type: integer `1`, expected a string"),
         ] {
             let out = answer_json(registry.call(tool, &caller, args).await);

@@ -898,7 +898,12 @@ mod tests {
         names
             .iter()
             .map(|n| {
-                let s = McpServer { name: (*n).to_owned(), command: format!("/opt/{n}/bin/srv"), ..Default::default() };
+                let s = McpServer {
+                    name: (*n).to_owned(),
+                    transport: Transport::Stdio.into(),
+                    command: format!("/opt/{n}/bin/srv"),
+                    ..Default::default()
+                };
                 ((*n).to_owned(), s)
             })
             .collect()
@@ -1013,7 +1018,7 @@ mod tests {
         );
         // A value that only contains an input reference is still refused.
         let mixed = json!({"servers": {"x": {"command": "/bin/sh", "env": {"K": "Bearer ${input:k}"}}}});
-        let m = plan(&mixed, &BTreeSet::new(), &BTreeSet::from(["x-K".to_owned()]), lookup).unwrap();
+        let m = plan(&mixed, &BTreeMap::new(), &BTreeSet::from(["x-K".to_owned()]), lookup, &None).unwrap();
         assert!(reason(&m.invalid, "x").contains("Coffer expands no variables"), "{:?}", m.invalid);
         assert!(reason(&p.invalid, "legacy").contains("sse"));
         assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
