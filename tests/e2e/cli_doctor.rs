@@ -94,7 +94,10 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
 async fn doctor_names_a_bare_command_that_is_not_on_this_machine_s_path() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    let r = api.post_json("/v1/mcp/servers", &json!({"name": "bare", "command": "sh", "args": ["-c", "exit 0"]})).reply().await?;
+    let r = api
+        .post_json("/v1/mcp/servers", &json!({"name": "bare", "command": "sh", "args": ["-c", "exit 0"]}))
+        .reply()
+        .await?;
     ensure!(r.status == 201, "{} {}", r.status, r.text);
     assert_eq!(api.get("/v1/mcp/servers/bare").reply().await?.ok_json()?["command"], "sh", "stored as given");
     let report = home.cli(&["doctor", "--json"]).await?.json()?;

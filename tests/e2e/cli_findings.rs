@@ -244,14 +244,28 @@ async fn mcp_edit_changes_a_server_and_keeps_its_preferences() -> anyhow::Result
     coffer_tests::mcp::set_tool_enabled(&api, "tiny__add", false).await?;
     let before = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
     let whoami = || async {
-        let r = api.post_json("/v1/tools/call", &json!({"name": "tiny__whoami", "arguments": {}})).reply().await?.ok_json()?;
+        let r = api
+            .post_json("/v1/tools/call", &json!({"name": "tiny__whoami", "arguments": {}}))
+            .reply()
+            .await?
+            .ok_json()?;
         let text = r["content"][0]["text"].as_str().context("text")?.to_owned();
         anyhow::Ok(serde_json::from_str::<Value>(&text)?["env"].clone())
     };
     assert_eq!(whoami().await?, Value::Null, "no TINY_ECHO_ENV yet");
 
     let out = home
-        .cli(&["mcp", "edit", "tiny", "--env", &format!("TINY_ECHO_ENV={TOKEN}"), "--unset-env", "DROP", "--timeout-ms", "9000"])
+        .cli(&[
+            "mcp",
+            "edit",
+            "tiny",
+            "--env",
+            &format!("TINY_ECHO_ENV={TOKEN}"),
+            "--unset-env",
+            "DROP",
+            "--timeout-ms",
+            "9000",
+        ])
         .await?
         .ok()?;
     ensure!(out.stdout.contains("Updated MCP server tiny") && out.stderr.contains("credential store"), "{out}");
@@ -261,7 +275,8 @@ async fn mcp_edit_changes_a_server_and_keeps_its_preferences() -> anyhow::Result
     assert_eq!(s["timeout_ms"], 9000);
     ensure!(s["version"].as_i64() > before["version"].as_i64(), "{s}");
     assert_eq!(whoami().await?, json!(TOKEN), "the upstream runs with the new env");
-    let r = api.post_json("/v1/tools/call", &json!({"name": "tiny__add", "arguments": {"a": 1, "b": 2}})).reply().await?;
+    let r =
+        api.post_json("/v1/tools/call", &json!({"name": "tiny__add", "arguments": {"a": 1, "b": 2}})).reply().await?;
     ensure!(r.status == 403 && r.text.contains("TOOL_DISABLED"), "the preference stayed: {} {}", r.status, r.text);
 
     let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();

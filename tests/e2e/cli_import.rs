@@ -291,7 +291,10 @@ async fn import_from_env_and_normalised_name_collisions() -> anyhow::Result<()> 
         &json!({"mcpServers": {"Vars": {"command": tiny, "args": ["--note", "hello"]}}}).to_string(),
     )?;
     let (_, r) = import(&home, &same, &[]).await?;
-    assert_eq!(listed(&r, "duplicates"), [("vars".to_owned(), "already registered: vars is the same server; left as it is".to_owned())]);
+    assert_eq!(
+        listed(&r, "duplicates"),
+        [("vars".to_owned(), "already registered: vars is the same server; left as it is".to_owned())]
+    );
     let other = fixture(&home, "other.json", &json!({"mcpServers": {"Vars": {"command": tiny}}}).to_string())?;
     let (_, r) = import(&home, &other, &[]).await?;
     assert_eq!(names(&r, "imported"), ["vars-2"]);

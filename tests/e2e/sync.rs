@@ -378,7 +378,10 @@ async fn init_follows_the_remote_s_default_branch_and_names_the_machine_distinct
     let machine = status["machine"].as_str().unwrap_or_default().to_owned();
     let (prefix, suffix) = machine.rsplit_once('-').with_context(|| format!("{status}"))?;
     ensure!(suffix.len() == 4 && suffix.chars().all(|c| c.is_ascii_hexdigit()), "{machine}");
-    ensure!(host.trim().to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-").starts_with(prefix), "{machine} for host {host}");
+    ensure!(
+        host.trim().to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-").starts_with(prefix),
+        "{machine} for host {host}"
+    );
 
     // A second machine sets its name.
     let other = TestHome::new()?;

@@ -564,7 +564,9 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
             }
             None => {
                 return problem(
-                    format!("command {command} is not on this machine's PATH (the server was registered with it as a bare name, perhaps on another machine)"),
+                    format!(
+                        "command {command} is not on this machine's PATH (the server was registered with it as a bare name, perhaps on another machine)"
+                    ),
                     format!("install it here, or {re_add}"),
                 );
             }

@@ -180,7 +180,10 @@ mod tests {
             full.extend_from_slice(args);
             crate::Cli::try_parse_from(full)
         };
-        assert!(parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp", "--client", "claude-code"]).is_ok());
+        assert!(
+            parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp", "--client", "claude-code"])
+                .is_ok()
+        );
         for bad in [&["--outcome", "great"][..], &["--limit", "0"], &["--limit", "501"], &["--limit", "x"]] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }

@@ -307,8 +307,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
 async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let cur = api.send(api.request(reqwest::Method::GET, &server_path(&a.name))).await?.json()?;
-    let (mut body, mut fresh) =
-        edit_body(&a, &cur, &current_dir()?, coffer_runtime::connect::which_on_path)?;
+    let (mut body, mut fresh) = edit_body(&a, &cur, &current_dir()?, coffer_runtime::connect::which_on_path)?;
     let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut fresh).await? };
     for field in ["env", "headers"] {
         if let Some(set) = fresh[field].as_object() {
@@ -441,7 +440,9 @@ fn edit_body(
         Some(ms) => body["timeout_ms"] = json!(ms),
         None => {}
     }
-    if body.as_object().is_some_and(serde_json::Map::is_empty) && fresh.as_object().is_some_and(serde_json::Map::is_empty) {
+    if body.as_object().is_some_and(serde_json::Map::is_empty)
+        && fresh.as_object().is_some_and(serde_json::Map::is_empty)
+    {
         return Err(CliError::Usage(
             "nothing to change: give -- COMMAND [ARGS]..., --command, --env, --unset-env, --url, --header, \
              --unset-header, --cwd or --timeout-ms"

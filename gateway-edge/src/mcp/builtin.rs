@@ -287,7 +287,10 @@ mod tests {
         );
         let missing = registry.call_metered("search_tools", &caller, Some("{}")).await;
         assert_eq!(missing.outcome, Outcome::Invalid);
-        assert_eq!(result(missing.answer)["content"][0]["text"], "coffer__search_tools: invalid arguments: missing argument \"query\"");
+        assert_eq!(
+            result(missing.answer)["content"][0]["text"],
+            "coffer__search_tools: invalid arguments: missing argument \"query\""
+        );
         let ok = registry.call_metered("search_tools", &caller, Some(r#"{"query":"read"}"#)).await;
         assert_eq!(ok.outcome, Outcome::Ok);
 

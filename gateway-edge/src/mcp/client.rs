@@ -41,8 +41,7 @@ impl ClientIdentity {
     /// `initialize` or in a modern request's `_meta`: name [`UPSTREAM_NAME`], Coffer's version,
     /// and a `title` naming the downstream client when it gave a name.
     pub fn upstream_info(&self) -> Value {
-        let title =
-            if self.name.is_empty() { "Coffer".to_owned() } else { format!("Coffer (for {})", self.name) };
+        let title = if self.name.is_empty() { "Coffer".to_owned() } else { format!("Coffer (for {})", self.name) };
         json!({"name": UPSTREAM_NAME, "title": title, "version": coffer_runtime::VERSION})
     }
 }

@@ -369,7 +369,10 @@ mod tests {
         assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
         assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
         assert_eq!((row.duration_ms, row.outcome().as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
-        assert_eq!((row.actor.as_str(), row.client_name.as_str(), row.client_version.as_str()), ("mcp", "claude-code", "2.1.0"));
+        assert_eq!(
+            (row.actor.as_str(), row.client_name.as_str(), row.client_version.as_str()),
+            ("mcp", "claude-code", "2.1.0")
+        );
         for &o in Outcome::ALL {
             assert_eq!(outcome(o).as_str(), o.as_str());
         }

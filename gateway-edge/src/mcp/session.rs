@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use super::answer::{Answer, RpcError};
 use super::catalog::{Background, Catalog};
-use super::client::ClientIdentity;
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+use super::client::ClientIdentity;
 use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
 pub use super::outbound::{Outbound, OutboundEvent};

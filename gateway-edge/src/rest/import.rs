@@ -471,9 +471,9 @@ pub fn plan(
                 ));
                 continue;
             }
-            Some(_) => {
-                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains_key(n) || RESERVED.contains(&n))
-            }
+            Some(_) => unique(&base, MAX_NAME, |n| {
+                taken.contains_key(n) || registered.contains_key(n) || RESERVED.contains(&n)
+            }),
             _ if renamed.is_some() => unique(&base, MAX_NAME, |n| {
                 taken.contains_key(n) || registered.contains_key(n) || RESERVED.contains(&n)
             }),
@@ -485,10 +485,9 @@ pub fn plan(
         match plan_one(&name, f, &def, &mut used_credentials, &lookup) {
             Ok(mut planned) => {
                 if let Some(other) = renamed {
-                    planned.warnings.insert(
-                        0,
-                        format!("imported as {name}: {other} is already registered as another server"),
-                    );
+                    planned
+                        .warnings
+                        .insert(0, format!("imported as {name}: {other} is already registered as another server"));
                 }
                 taken.insert(name, (def, f.original_name.clone(), f.origin.clone()));
                 p.imported.push(planned);
@@ -1055,9 +1054,14 @@ mod tests {
         }
         assert_eq!(unique("abcdefghijklmnopqrstuvwx", 24, |n| n.ends_with("-2")), "abcdefghijklmnopqrstuv-3");
         // The reserved name gets a suffix.
-        let p =
-            plan(&json!({"mcpServers": {"coffer": {"command": "npx"}}}), &BTreeMap::new(), &BTreeSet::new(), lookup, &None)
-                .unwrap();
+        let p = plan(
+            &json!({"mcpServers": {"coffer": {"command": "npx"}}}),
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            lookup,
+            &None,
+        )
+        .unwrap();
         assert_eq!(names(&p), ["coffer-2"]);
     }
 
@@ -1172,7 +1176,10 @@ mod tests {
         assert_eq!(gh.server.env["MODE"], "fixed");
         assert_eq!(gh.server.env["GH_HOST"], encode_ref("gh-GH_HOST"));
         assert_eq!(gh.credentials.len(), 1);
-        assert_eq!((gh.credentials[0].0.as_str(), gh.credentials[0].1.expose_secret()), ("gh-GH_HOST", "github.example.com"));
+        assert_eq!(
+            (gh.credentials[0].0.as_str(), gh.credentials[0].1.expose_secret()),
+            ("gh-GH_HOST", "github.example.com")
+        );
     }
 
     /// A name that normalises to a registered one: the same server is "already registered",
@@ -1181,16 +1188,26 @@ mod tests {
     fn a_normalised_name_collision_is_renamed_unless_it_is_the_same_server() {
         let mut reg = registered(&["git-server"]);
         reg.get_mut("git-server").unwrap().args = vec!["--repo".into(), "/r".into()];
-        let config = |command: &str| json!({"mcpServers": {"Git_Server": {"command": command, "args": ["--repo", "/r"]}}});
+        let config =
+            |command: &str| json!({"mcpServers": {"Git_Server": {"command": command, "args": ["--repo", "/r"]}}});
         let other = plan(&config("npx"), &reg, &BTreeSet::new(), lookup, &None).unwrap();
         assert_eq!(names(&other), ["git-server-2"]);
-        assert_eq!(other.imported[0].warnings[0], "imported as git-server-2: git-server is already registered as another server");
+        assert_eq!(
+            other.imported[0].warnings[0],
+            "imported as git-server-2: git-server is already registered as another server"
+        );
         let same = plan(&config("/opt/git-server/bin/srv"), &reg, &BTreeSet::new(), lookup, &None).unwrap();
         assert!(names(&same).is_empty());
-        assert_eq!(reason(&same.duplicates, "Git_Server"), "already registered: git-server is the same server; left as it is");
+        assert_eq!(
+            reason(&same.duplicates, "Git_Server"),
+            "already registered: git-server is the same server; left as it is"
+        );
         // The very same name stays a duplicate, whatever its definition.
         let exact = json!({"mcpServers": {"git-server": {"command": "npx"}}});
         let p = plan(&exact, &reg, &BTreeSet::new(), lookup, &None).unwrap();
-        assert_eq!(reason(&p.duplicates, "git-server"), "already registered: git-server is another server; left as it is");
+        assert_eq!(
+            reason(&p.duplicates, "git-server"),
+            "already registered: git-server is another server; left as it is"
+        );
     }
 }

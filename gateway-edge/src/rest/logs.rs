@@ -312,7 +312,10 @@ async fn list_invocations(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let p = Params::from_query(query, &["server", "target", "outcome", "actor", "client", "since", "until", "limit", "cursor"])?;
+    let p = Params::from_query(
+        query,
+        &["server", "target", "outcome", "actor", "client", "since", "until", "limit", "cursor"],
+    )?;
     let now = now_ms();
     // `one_of` admits only the words of `OUTCOMES`; absent is Unspecified ("any").
     let outcome = InvocationOutcome::parse(&p.one_of("outcome", OUTCOMES)?).unwrap_or_default();

@@ -225,9 +225,10 @@ impl IdScanner {
     /// The id found so far: a string or number; `Value::Null` when none was (yet), or it was
     /// something else. An id whose value the text was cut inside counts when it parses.
     pub fn id(&self) -> Value {
-        let found = self.found.clone().or_else(|| {
-            (self.in_id && !self.in_string).then(|| serde_json::from_slice(&self.value).ok()).flatten()
-        });
+        let found = self
+            .found
+            .clone()
+            .or_else(|| (self.in_id && !self.in_string).then(|| serde_json::from_slice(&self.value).ok()).flatten());
         match found {
             Some(v @ (Value::Number(_) | Value::String(_))) => v,
             _ => Value::Null,
@@ -327,8 +328,10 @@ mod tests {
     #[tokio::test]
     async fn the_id_of_an_oversized_line_is_found_after_its_params() {
         let big = "a".repeat(300 * 1024);
-        let mut data = format!(r#"{{"method":"tools/call","params":{{"arguments":{{"q":"{big}","id":0}}}},"jsonrpc":"2.0","id":"late-9"}}"#)
-            .into_bytes();
+        let mut data = format!(
+            r#"{{"method":"tools/call","params":{{"arguments":{{"q":"{big}","id":0}}}},"jsonrpc":"2.0","id":"late-9"}}"#
+        )
+        .into_bytes();
         data.extend_from_slice(b"\n{\"id\":1}\n");
         data.extend_from_slice(format!(r#"{{"id":77,"params":"{big}"}}"#).as_bytes());
         let got = read_all(&data, 64 * 1024).await;

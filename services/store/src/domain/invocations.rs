@@ -248,13 +248,19 @@ mod tests {
             .await
             .unwrap();
         let by_client = svc
-            .list_invocations(Request::new(ListInvocationsRequest { client_name: "claude-code".into(), ..Default::default() }))
+            .list_invocations(Request::new(ListInvocationsRequest {
+                client_name: "claude-code".into(),
+                ..Default::default()
+            }))
             .await
             .unwrap()
             .into_inner()
             .items;
         assert_eq!(
-            by_client.iter().map(|i| (i.target.as_str(), i.client_name.as_str(), i.client_version.as_str())).collect::<Vec<_>>(),
+            by_client
+                .iter()
+                .map(|i| (i.target.as_str(), i.client_name.as_str(), i.client_version.as_str()))
+                .collect::<Vec<_>>(),
             [("s__f", "claude-code", "2.1.0")]
         );
         let rows_before = 5;
