@@ -279,13 +279,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             });
         }
     };
-    for m in &moved {
-        eprintln!(
-            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
-             references it (--keep-plaintext keeps such values as given)",
-            m.flag, m.key, m.credential
-        );
-    }
+    note_moved(&moved);
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -328,13 +322,7 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
             return Err(e);
         }
     };
-    for m in &moved {
-        eprintln!(
-            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
-             references it (--keep-plaintext keeps such values as given)",
-            m.flag, m.key, m.credential
-        );
-    }
+    note_moved(&moved);
     if ctx.json {
         return output::print_body(&resp.body);
     }
@@ -450,6 +438,17 @@ fn edit_body(
         ));
     }
     Ok((body, fresh))
+}
+
+/// On stderr, one note per value [`move_secrets`] moved to the credential store.
+fn note_moved(moved: &[Moved]) {
+    for m in moved {
+        eprintln!(
+            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
+             references it (--keep-plaintext keeps such values as given)",
+            m.flag, m.key, m.credential
+        );
+    }
 }
 
 /// A secret-looking `--env`/`--header` value that `mcp add` stored as a credential.
@@ -1012,6 +1011,53 @@ mod tests {
         match crate::Cli::try_parse_from(full)?.command {
             crate::commands::Command::Mcp(McpCommand::Add(a)) => Ok(a),
             other => panic!("{other:?}"),
+        }
+    }
+
+    fn parse_edit(args: &[&str]) -> EditArgs {
+        let mut full = vec!["coffer", "mcp", "edit"];
+        full.extend_from_slice(args);
+        match crate::Cli::try_parse_from(full).unwrap().command {
+            crate::commands::Command::Mcp(McpCommand::Edit(a)) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `mcp edit` sends the whole env map (PATCH replaces maps): the current one with
+    /// `--unset-env` removed and `--env` set; new literal values apart, for moving secrets.
+    #[test]
+    fn edit_builds_a_patch_over_the_current_server() {
+        let cur = json!({"name": "s", "transport": "stdio", "command": "/bin/srv", "args": ["a"],
+            "env": {"KEEP": "1", "DROP": "x", "REF": {"credential_ref": "c"}}, "version": 3});
+        let none = |_: &str| None;
+        let a = parse_edit(&[
+            "s",
+            "--env",
+            "NEW=v",
+            "--env-credential",
+            "TOK=cred",
+            "--unset-env",
+            "DROP",
+            "--timeout-ms",
+            "0",
+        ]);
+        let (body, fresh) = edit_body(&a, &cur, Path::new("/"), none).unwrap();
+        assert_eq!(
+            body,
+            json!({"env": {"KEEP": "1", "REF": {"credential_ref": "c"}, "TOK": {"credential_ref": "cred"}}, "timeout_ms": null})
+        );
+        assert_eq!(fresh, json!({"env": {"NEW": "v"}}));
+        let on_path = |n: &str| (n == "sh").then(|| PathBuf::from("/bin/sh"));
+        let (body, _) = edit_body(&parse_edit(&["s", "--", "sh", "-c", "x"]), &cur, Path::new("/"), on_path).unwrap();
+        assert_eq!(body, json!({"command": "sh", "args": ["-c", "x"]}));
+        for bad in [
+            &["s"][..],
+            &["s", "--unset-env", "NOPE"],
+            &["s", "--url", "http://x"],
+            &["s", "--command", "sh", "--", "sh"],
+        ] {
+            let e = edit_body(&parse_edit(bad), &cur, Path::new("/"), on_path).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{bad:?}");
         }
     }
 

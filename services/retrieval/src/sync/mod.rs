@@ -876,23 +876,45 @@ fn default_machine_name(host: &str) -> String {
     format!("{}-{}", host.trim_end_matches('-'), hex::encode(bytes))
 }
 
-/// The branch the remote's `HEAD` names (`git ls-remote --symref REMOTE HEAD`: `ref:
-/// refs/heads/<branch>\tHEAD`, also for an empty repository, whose `HEAD` is unborn), if it
-/// answers one.
+/// The branch the remote's `HEAD` names, if it answers one: `git ls-remote --symref REMOTE
+/// HEAD` (`ref: refs/heads/<branch>\tHEAD`) for a repository with commits; an empty one
+/// advertises its unborn `HEAD` only to `clone` (git 2.31 and later), so it is cloned (there
+/// is nothing to transfer) into a scratch directory of the sync repository, whose `HEAD` then
+/// names the branch.
 async fn remote_default_branch(git: &Git, remote: &str) -> Option<String> {
     let o = git.run(&["ls-remote", "--symref", "--", remote, "HEAD"]).await.ok()?;
     if !o.ok {
         return None;
     }
-    parse_symref_head(&o.stdout)
+    if let Some(b) = parse_symref_head(&o.stdout) {
+        return Some(b);
+    }
+    if !o.stdout.trim().is_empty() {
+        return None;
+    }
+    let probe = git.git_dir().join("head-probe.git");
+    let _ = std::fs::remove_dir_all(&probe);
+    let path = probe.to_string_lossy().into_owned();
+    let cloned = git.run(&["clone", "-q", "--bare", "--", remote, &path]).await.is_ok_and(|o| o.ok);
+    let head = if cloned { std::fs::read_to_string(probe.join("HEAD")).ok() } else { None };
+    let _ = std::fs::remove_dir_all(&probe);
+    head.and_then(|h| branch_of(h.trim().strip_prefix("ref:")?.trim()))
+}
+
+/// `refs/heads/<branch>` → `<branch>`, for a branch name git would take here.
+fn branch_of(target: &str) -> Option<String> {
+    let branch = target.strip_prefix("refs/heads/")?;
+    (!branch.is_empty() && !branch.starts_with('-')).then(|| branch.to_owned())
 }
 
 /// The branch of the `ref: refs/heads/<branch>\tHEAD` line of `ls-remote --symref` output.
 fn parse_symref_head(out: &str) -> Option<String> {
     out.lines().find_map(|l| {
         let (target, name) = l.strip_prefix("ref:")?.trim().split_once('\t')?;
-        let branch = target.trim().strip_prefix("refs/heads/")?;
-        (name.trim() == "HEAD" && !branch.is_empty() && !branch.starts_with('-')).then(|| branch.to_owned())
+        if name.trim() != "HEAD" {
+            return None;
+        }
+        branch_of(target.trim())
     })
 }
 
