@@ -60,7 +60,7 @@ pub fn is_variable_name(name: &str) -> bool {
 ///
 /// # Errors
 /// The references left, in order.
-pub fn expand<'a>(value: &'a str, lookup: impl Fn(&str) -> Option<String>) -> Result<(String, bool), Vec<&'a str>> {
+pub fn expand(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<(String, bool), Vec<&str>> {
     let refs = references(value);
     if refs.is_empty() {
         return Ok((value.to_owned(), false));
