@@ -193,7 +193,7 @@ where
         let handle = async {
             match input {
                 Input::Line(line) => bridge.dispatch(line).await,
-                Input::Oversized { prefix } => bridge.reject_oversized(&prefix).await,
+                Input::Oversized { id, .. } => bridge.reject_oversized(id).await,
             }
         };
         tokio::select! {

@@ -33,6 +33,7 @@ mod environment;
 mod eras;
 mod flow;
 mod gateway;
+mod gateway_findings;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;

@@ -48,10 +48,10 @@ impl Session {
             _ => return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.name"))),
         };
         // MCP: `arguments` is an object when present (`{ [key: string]: unknown }`); anything
-        // else (but `null`, which some clients send for "none") is refused here instead of
-        // reaching an upstream that may crash on it.
+        // else, `null` included (a client with no arguments omits the member), is refused here
+        // instead of reaching an upstream that may crash on it.
         if let Some(a) = fields.get("arguments")
-            && !a.get().trim_start().starts_with(['{', 'n'])
+            && !a.get().trim_start().starts_with('{')
         {
             return Answer::Error(RpcError::new(
                 INVALID_PARAMS,
@@ -59,15 +59,16 @@ impl Session {
             ));
         }
         let mut usage = None;
+        let mut builtin_outcome = None;
         let (answer, server) = match self.resolve(kind, &exposed).await {
             Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
                 let caller: &Session = self;
-                let (answer, used) =
-                    Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
-                usage = used;
-                (answer, server)
+                let called = Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
+                usage = called.usage;
+                builtin_outcome = Some(called.outcome);
+                (called.answer, server)
             }
             Ok((server, original)) => {
                 let forwarded = to_raw(&fields, "name", &raw_string(&original));
@@ -80,7 +81,7 @@ impl Session {
                 (answer, server)
             }
         };
-        let outcome = answer.outcome();
+        let outcome = builtin_outcome.unwrap_or_else(|| answer.outcome());
         self.shared.record_with_usage(method, &exposed, &server, self, started.elapsed(), outcome, usage);
         answer
     }
@@ -370,6 +371,7 @@ fn json_kind(raw: &str) -> &'static str {
         Some(b'[') => "an array",
         Some(b'"') => "a string",
         Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
         _ => "a number",
     }
 }

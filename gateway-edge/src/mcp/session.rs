@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use super::answer::{Answer, RpcError};
 use super::catalog::{Background, Catalog};
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+use super::client::ClientIdentity;
 pub use super::flow::{Flow, LANE_MESSAGES, Lane};
 use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
@@ -73,6 +74,8 @@ pub struct Session {
     /// MCP client (borrowed, so recording it costs a call nothing), the caller's actor for a
     /// broker session ([`super::broker`]).
     pub actor: Cow<'static, str>,
+    /// The downstream client's `clientInfo` name and version (empty when it gave none).
+    pub client: Arc<ClientIdentity>,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
@@ -122,10 +125,13 @@ impl Session {
         actor: Cow<'static, str>,
         patient: bool,
     ) -> Arc<Self> {
+        // Upstreams see Coffer's own, always valid `clientInfo`, never the client's verbatim
+        // (which may be missing or malformed: see `client.rs`).
+        let client = Arc::new(ClientIdentity::of(params.get("clientInfo")));
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "coffer", "version": coffer_runtime::VERSION})),
+            "clientInfo": client.upstream_info(),
         });
         let profile = super::gateway_catalog::Profile::of(&init_params);
         let (events_tx, events_rx) = super::upstream::events(EVENT_QUEUE);
@@ -145,6 +151,7 @@ impl Session {
             id,
             protocol_version,
             actor,
+            client,
             shared,
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::default(),
@@ -342,7 +349,7 @@ impl builtin::Caller for Session {
     }
 
     fn client_name(&self) -> &str {
-        self.pool.init_params().get("clientInfo").and_then(|c| c.get("name")).and_then(Value::as_str).unwrap_or("")
+        &self.client.name
     }
 
     fn actor(&self) -> &str {

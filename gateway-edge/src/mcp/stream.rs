@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use coffer_runtime::ndjson::{FrameReader, Input, sniff_id, without_line_breaks};
+use coffer_runtime::ndjson::{FrameReader, Input, without_line_breaks};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -173,8 +173,7 @@ where
                     budget.add_permits(1);
                 }
             }
-            Ok(Some(Input::Oversized { prefix })) => {
-                let id = sniff_id(&prefix);
+            Ok(Some(Input::Oversized { id, .. })) => {
                 warn!(limit_bytes = crate::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
                 conn.send_error(
                     id,

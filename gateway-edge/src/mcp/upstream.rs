@@ -984,7 +984,15 @@ fn start_stdio(
     core: Arc<Core>,
     redactor: Arc<crate::credentials::Redactor>,
 ) -> Result<(Transport, i32), String> {
-    let mut spec = SpawnSpec::new(&server.command, "upstream", &server.name);
+    // A bare command (as registered: synced registries keep it so) is resolved on this
+    // machine's PATH now, so that a missing one is named rather than reported as ENOENT.
+    let command = if server.command.contains('/') {
+        std::path::PathBuf::from(&server.command)
+    } else {
+        coffer_runtime::connect::which_on_path(&server.command)
+            .ok_or_else(|| format!("command {} is not on this machine's PATH", server.command))?
+    };
+    let mut spec = SpawnSpec::new(&command, "upstream", &server.name);
     spec.args = server.args.iter().map(Into::into).collect();
     spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     spec.cwd = Some(if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() });
@@ -1114,7 +1122,7 @@ async fn drain_stderr(
     while let Ok(Some(input)) = reader.next().await {
         let buf = match input {
             Input::Line(line) => line,
-            Input::Oversized { prefix } => prefix,
+            Input::Oversized { prefix, .. } => prefix,
         };
         let line = redactor.redact(trim_line(&buf));
         let line = String::from_utf8_lossy(&line);
