@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::connector::Connector;
-use crate::frame::{Frame, sniff_id};
+use crate::frame::Frame;
 use crate::http::snippet;
 use crate::jsonrpc::{self, DAEMON_UNAVAILABLE, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed};
 use crate::link::{Answer, Link, Lost, Sink, duplicate_id_frame};
@@ -149,9 +149,9 @@ impl<C: Connector> Bridge<C> {
         }
     }
 
-    /// Answers a stdin line over the frame limit with -32600 for its id (null if not found).
-    pub(crate) async fn reject_oversized(&self, prefix: &[u8]) {
-        let id = sniff_id(prefix);
+    /// Answers a stdin line over the frame limit with -32600 for its `id` (found by the frame
+    /// reader anywhere in the line; null if it has none).
+    pub(crate) async fn reject_oversized(&self, id: Value) {
         let limit = self.config.max_frame_bytes;
         warn!(limit_bytes = limit, id = %id, "Rejected a stdin message over the frame limit.");
         let message = format!("Invalid Request: the message is larger than the stdio frame limit of {limit} bytes.");

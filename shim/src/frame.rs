@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
-pub(crate) use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
+pub(crate) use coffer_runtime::ndjson::{FrameReader, Input};
 
 /// One JSON-RPC message (or batch) ready for stdout: a JSON text with no CR or LF byte.
 #[derive(Debug, Clone)]

@@ -77,7 +77,10 @@ use crate::frame::{FrameReader, Input};
 /// Default stdin frame limit: 16 MiB, the daemon's `/mcp` body limit.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
-/// Frames waiting for stdout before producers wait for the client to read.
+/// Frames waiting for stdout before producers wait for the client to read. Every producer
+/// waits (the stream's reader, the HTTP link's SSE readers): a client that stops reading stdout
+/// stops the shim reading the daemon, so the shim's memory stays bounded and the daemon's own
+/// bounded queue for the session fills and drops notifications instead (`mcp::flow` there).
 const OUT_QUEUE_FRAMES: usize = 256;
 /// How long the last frames may take to reach stdout at exit.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -190,7 +193,7 @@ where
         let handle = async {
             match input {
                 Input::Line(line) => bridge.dispatch(line).await,
-                Input::Oversized { prefix } => bridge.reject_oversized(&prefix).await,
+                Input::Oversized { id, .. } => bridge.reject_oversized(id).await,
             }
         };
         tokio::select! {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use coffer_runtime::ndjson::{FrameReader, Input, sniff_id};
+use coffer_runtime::ndjson::{FrameReader, Input};
 use http_body_util::Empty;
 use hyper::header::{CONNECTION, HOST, UPGRADE};
 use hyper::{Request, StatusCode};
@@ -312,8 +312,7 @@ impl StreamLink {
             self.heard_ns.store(self.opened.elapsed().as_nanos() as u64, Ordering::Relaxed);
             match input {
                 Ok(Some(Input::Line(line))) => self.on_line(Bytes::from(line), &out).await,
-                Ok(Some(Input::Oversized { prefix })) => {
-                    let id = sniff_id(&prefix);
+                Ok(Some(Input::Oversized { id, .. })) => {
                     warn!(limit_bytes = MAX_LINE_BYTES, id = %id, "Skipped a daemon message over the size limit.");
                     let frame = jsonrpc::error_frame(
                         &id,

@@ -219,6 +219,8 @@ async fn other_callers_and_malformed_requests_are_refused_and_the_broker_keeps_s
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     register_tiny(&api, "tiny", json!({})).await?;
+    // The catalog's own background start of it ends first: only what the requests start counts.
+    coffer_tests::mcp::wait_listed(&api, "tiny").await?;
     let mut chat = client_as(&api, "chat").await?;
 
     // Retrieval's token is valid, but the broker is not for it; neither is a stranger's.

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
+use coffer_tests::chat::{rest_create as create, rest_send as send};
 use coffer_tests::{Api, SendExt, TestHome, chat};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -21,19 +22,6 @@ async fn daemon() -> anyhow::Result<(TestHome, Api)> {
     let home = TestHome::new()?;
     let api = chat::start_daemon(&home).await?;
     Ok((home, api))
-}
-
-/// `POST /v1/conversations` with the scripted agent; the conversation's JSON.
-async fn create(api: &Api) -> anyhow::Result<Value> {
-    let r = api.post_json("/v1/conversations", &json!({"agent_key": chat::SCRIPTED})).reply().await?;
-    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
-    r.json()
-}
-
-async fn send(api: &Api, id: &str, text: &str) -> anyhow::Result<Value> {
-    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({"text": text})).reply().await?;
-    ensure!(r.status == 202, "send: {} {}", r.status, r.text);
-    r.json()
 }
 
 /// One SSE frame as the edge wrote it: its `id:`, `event:` and parsed `data:`.

@@ -60,7 +60,7 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
     assert_eq!(out.code, Some(1), "{out}");
     let line = out.stdout.lines().find(|l| l.starts_with("fail")).with_context(|| out.to_string())?;
     ensure!(line.contains("upstream broken") && line.contains(&format!("{} does not exist", gone.display())), "{out}");
-    ensure!(out.stdout.contains("fix: install it, or coffer mcp remove broken"), "{out}");
+    ensure!(out.stdout.contains("fix: install it, or give it the right command: coffer mcp edit broken"), "{out}");
     let report = home.cli(&["doctor", "--json"]).await?;
     assert_eq!(report.code, Some(1), "{report}");
     let report = report.json()?;
@@ -85,5 +85,31 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
     std::fs::set_permissions(home.root(), std::fs::Permissions::from_mode(0o700))?;
     assert_eq!(out.code, Some(1), "{out}");
     ensure!(out.stdout.contains(&format!("fix: chmod 700 {}", home.root().display())), "{out}");
+    Ok(())
+}
+
+/// A bare command is registered as given (a synced registry then works on a machine with
+/// another layout), and `coffer doctor` says when it is not on this machine's PATH.
+#[tokio::test]
+async fn doctor_names_a_bare_command_that_is_not_on_this_machine_s_path() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let r = api
+        .post_json("/v1/mcp/servers", &json!({"name": "bare", "command": "sh", "args": ["-c", "exit 0"]}))
+        .reply()
+        .await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    assert_eq!(api.get("/v1/mcp/servers/bare").reply().await?.ok_json()?["command"], "sh", "stored as given");
+    let report = home.cli(&["doctor", "--json"]).await?.json()?;
+    assert_eq!(check(&report, "upstream bare")?["status"], "ok", "{report}");
+
+    // The same registry seen from a machine whose PATH has no `sh`.
+    let mut cmd = home.cli_command(&["doctor"])?;
+    cmd.env("PATH", home.temp().join("empty-bin"));
+    let out = tokio::time::timeout(coffer_tests::CLI_TIMEOUT, cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let line = stdout.lines().find(|l| l.contains("upstream bare")).with_context(|| stdout.to_string())?;
+    ensure!(line.starts_with("fail") && line.contains("command sh is not on this machine's PATH"), "{stdout}");
     Ok(())
 }

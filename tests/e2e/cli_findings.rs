@@ -230,3 +230,69 @@ async fn client_errors_are_logged_with_their_trace_id() -> anyhow::Result<()> {
     home.wait_for_log_line("gateway", &[&trace, "NOT_FOUND"], std::time::Duration::from_secs(10)).await?;
     Ok(())
 }
+
+/// `coffer mcp edit` changes a server in place: env (a secret-looking value moved to the
+/// credential store, another variable removed), timeout, then command and arguments; the
+/// server's tool preferences stay, the upstream is restarted with the new env, and flags that
+/// change nothing or do not fit are usage errors (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_edit_changes_a_server_and_keeps_its_preferences() -> anyhow::Result<()> {
+    const TOKEN: &str = "ghp_e2eEditSecret0123456789abcdefABCDEF";
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({"KEEP": "1", "DROP": "x"})).await?;
+    coffer_tests::mcp::set_tool_enabled(&api, "tiny__add", false).await?;
+    let before = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
+    let whoami = || async {
+        let r = api
+            .post_json("/v1/tools/call", &json!({"name": "tiny__whoami", "arguments": {}}))
+            .reply()
+            .await?
+            .ok_json()?;
+        let text = r["content"][0]["text"].as_str().context("text")?.to_owned();
+        anyhow::Ok(serde_json::from_str::<Value>(&text)?["env"].clone())
+    };
+    assert_eq!(whoami().await?, Value::Null, "no TINY_ECHO_ENV yet");
+
+    let out = home
+        .cli(&[
+            "mcp",
+            "edit",
+            "tiny",
+            "--env",
+            &format!("TINY_ECHO_ENV={TOKEN}"),
+            "--unset-env",
+            "DROP",
+            "--timeout-ms",
+            "9000",
+        ])
+        .await?
+        .ok()?;
+    ensure!(out.stdout.contains("Updated MCP server tiny") && out.stderr.contains("credential store"), "{out}");
+    ensure!(!out.stdout.contains(TOKEN) && !out.stderr.contains(TOKEN), "{out}");
+    let s = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
+    assert_eq!(s["env"], json!({"KEEP": "1", "TINY_ECHO_ENV": {"credential_ref": "tiny-TINY_ECHO_ENV"}}));
+    assert_eq!(s["timeout_ms"], 9000);
+    ensure!(s["version"].as_i64() > before["version"].as_i64(), "{s}");
+    assert_eq!(whoami().await?, json!(TOKEN), "the upstream runs with the new env");
+    let r =
+        api.post_json("/v1/tools/call", &json!({"name": "tiny__add", "arguments": {"a": 1, "b": 2}})).reply().await?;
+    ensure!(r.status == 403 && r.text.contains("TOOL_DISABLED"), "the preference stayed: {} {}", r.status, r.text);
+
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    home.cli(&["mcp", "edit", "tiny", "--", &tiny, "--note", "x"]).await?.ok()?;
+    let s = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
+    assert_eq!((s["command"].as_str(), s["args"].clone()), (Some(tiny.as_str()), json!(["--note", "x"])));
+
+    for bad in [
+        &["mcp", "edit", "tiny"][..],
+        &["mcp", "edit", "tiny", "--unset-env", "NOPE"],
+        &["mcp", "edit", "tiny", "--url", "http://127.0.0.1:9/mcp"],
+    ] {
+        let out = home.cli(bad).await?;
+        ensure!(out.code == Some(2), "{bad:?}: {out}");
+    }
+    let out = home.cli(&["mcp", "edit", "ghost", "--timeout-ms", "1"]).await?;
+    ensure!(out.code == Some(3), "unknown server: {out}");
+    Ok(())
+}

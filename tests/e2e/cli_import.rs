@@ -139,7 +139,8 @@ async fn import_each_client_format() -> anyhow::Result<()> {
     assert_eq!(names(&report, "imported"), ["notes", "linear"]);
     assert!(reason(&report, "invalid", "old").contains("Streamable HTTP"), "{report}");
     let notes = api.get("/v1/mcp/servers/notes").reply().await?.ok_json()?;
-    ensure!(notes["command"].as_str().is_some_and(|c| c.starts_with('/') && c.ends_with("/sh")), "{notes}");
+    // A bare command is registered as given: each machine resolves it when the server starts.
+    assert_eq!(notes["command"], "sh", "{notes}");
     let linear = home.cli(&["mcp", "show", "linear", "--json"]).await?.ok()?;
     no_secret("mcp show --json", &linear.stdout)?;
     assert_eq!(linear.json()?["headers"], json!({"Authorization": {"credential_ref": "linear-Authorization"}}));
@@ -202,7 +203,7 @@ async fn import_each_client_format() -> anyhow::Result<()> {
     let human = home.cli(&["mcp", "import", &desktop.display().to_string()]).await?;
     assert_eq!(human.code, Some(1), "{human}");
     for s in
-        ["Imported 0 of 3", "tiny-desk (was \"Tiny Desk\"): a server named tiny-desk is already registered", "local:"]
+        ["Imported 0 of 3", "tiny-desk (was \"Tiny Desk\"): already registered: tiny-desk is the same server", "local:"]
     {
         ensure!(human.stdout.contains(s), "{s:?} missing from {human}");
     }
@@ -237,5 +238,66 @@ async fn unreadable_and_malformed_files_exit_2() -> anyhow::Result<()> {
     assert_eq!(out.code, Some(2), "{out}");
     ensure!(out.stderr.contains("holds no MCP servers"), "{out}");
     assert!(home.processes().is_empty(), "a file that cannot be imported starts no daemon");
+    Ok(())
+}
+
+/// `${VAR}` references: without `--from-env` the entry is refused naming every reference; with
+/// it the CLI reads them from its environment, the env value expanded so is a credential that
+/// reaches the upstream (and no report), and an argument is expanded in place. A name that
+/// only normalises to a registered one is imported under a new name, unless it is the same
+/// server, which is "already registered".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_from_env_and_normalised_name_collisions() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let file = fixture(
+        &home,
+        "vars/.mcp.json",
+        &json!({"mcpServers": {
+            "vars": {"command": tiny, "args": ["--note", "${E2E_BANNER}"], "env": {"TINY_ECHO_ENV": "${E2E_IMPORT_TOKEN}"}},
+        }})
+        .to_string(),
+    )?;
+    let (out, refused) = import(&home, &file, &[]).await?;
+    ensure!(out.code == Some(1), "{out}");
+    let why = reason(&refused, "invalid", "vars");
+    ensure!(
+        why.contains("${E2E_BANNER} (args[1])")
+            && why.contains("${E2E_IMPORT_TOKEN} (env value of \"TINY_ECHO_ENV\")")
+            && why.contains("--from-env"),
+        "{why}"
+    );
+
+    let p = file.display().to_string();
+    let mut cmd = home.cli_command(&["mcp", "import", &p, "--from-env", "--json"])?;
+    cmd.env("E2E_IMPORT_TOKEN", GH_TOKEN).env("E2E_BANNER", "hello");
+    let done = tokio::time::timeout(coffer_tests::CLI_TIMEOUT, cmd.output()).await??;
+    let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
+    ensure!(done.status.success(), "{stdout} {}", String::from_utf8_lossy(&done.stderr));
+    no_secret("the report", &stdout)?;
+    let report: Value = serde_json::from_str(&stdout)?;
+    assert_eq!(report["imported"][0]["credentials_created"], json!(["vars-TINY_ECHO_ENV"]), "{report}");
+    let s = api.get("/v1/mcp/servers/vars").reply().await?.ok_json()?;
+    assert_eq!(s["args"], json!(["--note", "hello"]));
+    assert_eq!(s["env"]["TINY_ECHO_ENV"], json!({"credential_ref": "vars-TINY_ECHO_ENV"}));
+    assert_eq!(whoami_env(&api, "vars__whoami").await?, json!(GH_TOKEN));
+
+    // `Vars` normalises to `vars`: the same server is "already registered"; another one is
+    // imported as vars-2, and the report says so.
+    let same = fixture(
+        &home,
+        "same.json",
+        &json!({"mcpServers": {"Vars": {"command": tiny, "args": ["--note", "hello"]}}}).to_string(),
+    )?;
+    let (_, r) = import(&home, &same, &[]).await?;
+    assert_eq!(
+        listed(&r, "duplicates"),
+        [("vars".to_owned(), "already registered: vars is the same server; left as it is".to_owned())]
+    );
+    let other = fixture(&home, "other.json", &json!({"mcpServers": {"Vars": {"command": tiny}}}).to_string())?;
+    let (_, r) = import(&home, &other, &[]).await?;
+    assert_eq!(names(&r, "imported"), ["vars-2"]);
+    assert_eq!(r["imported"][0]["warnings"][0], "imported as vars-2: vars is already registered as another server");
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The store's `Conversations` service through the real `coffer-store` of a running daemon, as
 //! `coffer-chat` calls it (with chat's own internal token): a conversation with a 1 MiB message,
 //! a pending queue and reserved event numbers survive a daemon restart; hostile input gets an
-//! INVALID_ARGUMENT naming the field and changes nothing; the gateway and retrieval are refused
-//! every method.
+//! INVALID_ARGUMENT naming the field and changes nothing; a `StartTurn` repeated after a SIGKILL
+//! of the store finds the turn it committed and writes nothing twice; the gateway and retrieval
+//! are refused every method.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -151,6 +152,41 @@ async fn chat_keeps_conversations_in_the_store_across_a_restart_and_the_gateway_
     assert_eq!(pending.items.iter().map(|i| i.text.as_str()).collect::<Vec<_>>(), ["next", "after that"]);
     let next = chat.reserve_event_seq(ReserveEventSeqRequest { conversation_id: id(1), count: 10 }).await?;
     assert_eq!(next.into_inner().first, 101, "event numbers never go backwards");
+
+    // A queued item starts its turn in one transaction; the store is killed right after it
+    // committed (the reply could have been lost): the same request again changes nothing.
+    let start = StartTurnRequest {
+        user: Some(MessageRecord {
+            id: id(10),
+            ..message(0, MessageRole::User, MessageStatus::Complete, vec![text("next")])
+        }),
+        assistant: Some(message(12, MessageRole::Assistant, MessageStatus::Streaming, vec![])),
+        pending_item_id: id(10),
+    };
+    let first = chat.start_turn(start.clone()).await?.into_inner();
+    assert!(!first.already);
+    let store = api.service("store").await?["pid"].as_i64().context("pid")? as i32;
+    procs::signal(store, nix::sys::signal::Signal::SIGKILL);
+    let again = coffer_tests::wait_for("StartTurn again after the store restarted", Duration::from_secs(20), || {
+        let (mut chat, start) = (chat.clone(), start.clone());
+        async move { Ok(Some(chat.start_turn(start).await?.into_inner())) }
+    })
+    .await?;
+    assert!(again.already, "the retry found the committed turn");
+    assert_eq!((again.user, again.assistant), (first.user, first.assistant));
+    let messages = chat.list_messages(ListMessagesRequest { conversation_id: id(1), ..Default::default() }).await?;
+    assert_eq!(messages.into_inner().messages.len(), 4, "two messages each, once");
+    let pending = chat.get_pending(ConversationRef { id: id(1) }).await?.into_inner();
+    assert_eq!(pending.items.iter().map(|i| i.text.as_str()).collect::<Vec<_>>(), ["after that"]);
+    let e = chat
+        .set_pending(SetPendingRequest {
+            conversation_id: id(1),
+            items: vec![PendingItemRecord { id: id(10), text: "next".into(), ..Default::default() }],
+            paused: true,
+        })
+        .await
+        .expect_err("an item that started is not queued again");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
 
     let removed = chat.delete_conversation(ConversationRef { id: id(1) }).await?.into_inner().removed;
     assert_eq!(removed, 1);

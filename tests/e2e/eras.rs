@@ -206,6 +206,33 @@ async fn modern_http_discover_results_unknown_methods_and_get_delete() -> anyhow
     Ok(())
 }
 
+/// A modern client's `clientInfo` may be missing, `null`, not an object or lack its fields:
+/// the upstream (server-everything, whose SDK refuses an `initialize` without a `clientInfo`
+/// name and version) still starts, because it is shown Coffer's own `clientInfo`, and the call
+/// is answered. Each case is its own client (`X-Coffer-Connection`), so each starts an upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_call_without_a_valid_client_info_still_starts_the_upstream() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    patient_lists(&api).await?;
+    register_everything(&api, "everything").await?;
+    let infos = [None, Some(json!(null)), Some(json!("a string")), Some(json!({})), Some(json!({"name": "only-name"}))];
+    for (i, info) in infos.iter().enumerate() {
+        let mut p = json!({"name": "everything__echo", "arguments": {"message": format!("case {i}")}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }});
+        if let Some(info) = info {
+            p["_meta"]["io.modelcontextprotocol/clientInfo"] = info.clone();
+        }
+        let connection = format!("client-info-{i}");
+        let r = modern_post(&api, json!(i), "tools/call", &p, &[("X-Coffer-Connection", Some(&connection))]).await?;
+        let m = message(&r)?;
+        ensure!(texts(&m["result"]) == format!("Echo: case {i}"), "clientInfo {info:?}: {m}");
+    }
+    Ok(())
+}
+
 /// `MCP-Protocol-Version` disagreeing with `_meta`: 400 -32020.
 #[tokio::test]
 async fn header_and_body_versions_that_disagree_are_refused() -> anyhow::Result<()> {
@@ -314,8 +341,14 @@ async fn mrtr_retries_with_wrong_or_missing_input_responses() -> anyhow::Result<
     patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
     let caps = json!({"sampling": {}});
-    let list = modern_post(&api, json!(0), "tools/list", &with_meta(json!({}), MODERN, caps.clone()), &[]).await?;
-    ensure!(list.text.contains("everything__trigger-sampling-request"), "{}", list.text);
+    // A capability set the catalog has not seen is first answered from another client's list;
+    // this client's own (with the sampling tool) follows.
+    let meta = with_meta(json!({}), MODERN, caps.clone());
+    coffer_tests::wait_for("the sampling tool in this client's list", Duration::from_secs(30), || async {
+        let list = modern_post(&api, json!(0), "tools/list", &meta, &[]).await?;
+        Ok(list.text.contains("everything__trigger-sampling-request").then_some(()))
+    })
+    .await?;
     let call = json!({"name": "everything__trigger-sampling-request", "arguments": {"prompt": "2+2?"}});
     let p = with_meta(call.clone(), MODERN, caps.clone());
     let first = message(&modern_post(&api, json!(1), "tools/call", &p, &[]).await?)?;

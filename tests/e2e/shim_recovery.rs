@@ -1,7 +1,8 @@
 //! `coffer-mcp-shim` across daemon restarts and crashes, driven over stdio with raw JSON lines
 //! like any MCP client: the first request after `coffer daemon stop`, `coffer daemon restart` or
 //! a SIGKILL of `coffer-daemon` is sent on a new session (detect-or-spawn again, the client's
-//! `initialize` replayed) instead of failing with "the connection to the Coffer daemon was lost".
+//! `initialize` replayed) instead of failing with "the connection to the Coffer daemon was lost";
+//! and a stdin line over the frame limit, answered by its id.
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -58,16 +59,21 @@ impl Shim {
         self.next_id += 1;
         let id = self.next_id;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
+        self.answer(&json!(id), method).await
+    }
+
+    /// The answer to request `id` (a `what` request), skipping anything else the shim writes.
+    async fn answer(&mut self, id: &Value, what: &str) -> anyhow::Result<Value> {
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = tokio::time::timeout(left, self.stdout.next_line())
                 .await
-                .with_context(|| format!("no answer to {method} (id {id}) within {ANSWER_TIMEOUT:?}"))??
+                .with_context(|| format!("no answer to {what} (id {id}) within {ANSWER_TIMEOUT:?}"))??
                 .with_context(|| format!("the shim closed stdout; stderr: {}", self.stderr()))?;
             let message: Value =
                 serde_json::from_str(&line).with_context(|| format!("stdout line is not JSON: {line}"))?;
-            if message["id"] == json!(id) && message.get("method").is_none() {
+            if &message["id"] == id && message.get("method").is_none() {
                 return Ok(message);
             }
         }
@@ -198,5 +204,30 @@ async fn first_request_after_the_daemon_is_killed_starts_a_new_daemon() -> anyho
     home.cli(&["daemon", "status"]).await?.ok()?;
     shim.echo("and after that").await?;
     ensure!(home.daemon_info()?.pid == pid, "one new daemon");
+    shim.close().await
+}
+
+/// A stdin line over the shim's 16 MiB frame limit is answered -32600 with its request id even
+/// when the id follows the huge `params` (the TypeScript SDK writes `id` last), so the client
+/// does not wait for its own timeout; the session goes on.
+#[tokio::test]
+async fn an_oversized_request_is_refused_with_its_id_even_when_the_id_comes_last() -> anyhow::Result<()> {
+    const FRAME_LIMIT: usize = 16 * 1024 * 1024;
+    let (_home, mut shim) = connected().await?;
+    let mut line = br#"{"method":"tools/call","params":{"name":"tiny__echo","arguments":{"message":""#.to_vec();
+    line.resize(line.len() + FRAME_LIMIT + 1024, b'x');
+    line.extend_from_slice(br#""}},"jsonrpc":"2.0","id":"big-1"}"#);
+    line.push(b'\n');
+    let stdin = shim.stdin.as_mut().context("stdin")?;
+    stdin.write_all(&line).await?;
+    stdin.flush().await?;
+    drop(line);
+    let reply = shim.answer(&json!("big-1"), "the oversized tools/call").await?;
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    ensure!(
+        reply["error"]["message"].as_str().is_some_and(|m| m.contains(&FRAME_LIMIT.to_string())),
+        "names the limit: {reply}"
+    );
+    shim.echo("after the oversized line").await?;
     shim.close().await
 }

@@ -346,3 +346,51 @@ async fn a_thousand_notes_cross_and_a_kill_mid_sync_loses_nothing() -> anyhow::R
     let _ = api_a;
     Ok(())
 }
+
+/// `sync init` to an empty bare repository whose `HEAD` is `master` pushes `master` (no `main`
+/// beside it), so a clone checks it out without a "remote HEAD refers to nonexistent ref"
+/// warning; the machine's default name is the host name with a random suffix, and
+/// `--machine-name` sets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_follows_the_remote_s_default_branch_and_names_the_machine_distinctly() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let _api = home.start_daemon().await?;
+    let path = home.temp().join("master.git");
+    std::fs::create_dir_all(&path)?;
+    git(&path, &["init", "-q", "--bare", "-b", "master"])?;
+    let url = format!("file://{}", path.display());
+    let (code, _, out) = sync(&home, &["init", &url]).await?;
+    ensure!(code == Some(0), "{out}");
+    let heads = git(&path, &["for-each-ref", "--format=%(refname)", "refs/heads"])?;
+    assert_eq!(heads.trim(), "refs/heads/master", "only the remote's default branch");
+    #[allow(clippy::disallowed_methods)]
+    let clone = std::process::Command::new("git")
+        .args(["clone", "-q", &url, "clone"])
+        .current_dir(home.temp())
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&clone.stderr);
+    ensure!(clone.status.success() && !stderr.contains("warning"), "{stderr}");
+    git(&home.temp().join("clone"), &["rev-parse", "--verify", "HEAD"]).context("the clone checked out a commit")?;
+
+    let (_, status, _) = sync(&home, &["status"]).await?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
+    let machine = status["machine"].as_str().unwrap_or_default().to_owned();
+    let (prefix, suffix) = machine.rsplit_once('-').with_context(|| format!("{status}"))?;
+    ensure!(suffix.len() == 4 && suffix.chars().all(|c| c.is_ascii_hexdigit()), "{machine}");
+    ensure!(
+        host.trim().to_lowercase().replace(|c: char| !c.is_ascii_alphanumeric(), "-").starts_with(prefix),
+        "{machine} for host {host}"
+    );
+
+    // A second machine sets its name.
+    let other = TestHome::new()?;
+    let _api2 = other.start_daemon().await?;
+    let (code, _, out) = sync(&other, &["init", &url, "--machine-name", "Laptop 2"]).await?;
+    ensure!(code == Some(0), "{out}");
+    let (_, status, _) = sync(&other, &["status"]).await?;
+    assert_eq!(status["machine"], "laptop-2");
+    let log = git(&path, &["log", "--format=%an", "master"])?;
+    ensure!(log.lines().any(|a| a == "laptop-2") && log.lines().any(|a| a == machine), "{log}");
+    Ok(())
+}

@@ -345,7 +345,8 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
     Ok(())
 }
 
-/// A `coffer__ask` run's LLM usage shows on its activity row (live, from the SSE feed).
+/// A `coffer__ask` run's LLM usage and the MCP client that made the call show on its activity
+/// row (live, from the SSE feed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_vault_activity_shows_an_ask_run_s_llm_usage() -> anyhow::Result<()> {
     use coffer_tests::fake_llm::{FakeLlm, INPUT_TOKENS, OUTPUT_TOKENS, Reply};
@@ -365,6 +366,8 @@ async fn ui_vault_activity_shows_an_ask_run_s_llm_usage() -> anyhow::Result<()> 
     let row = text(&b, "tbody tr").await?;
     let usage = format!("{INPUT_TOKENS} in / {OUTPUT_TOKENS} out tokens · 1 req");
     ensure!(row.contains("local/fake-model") && row.contains(&usage), "{row}");
+    // The MCP client that made the call, by its clientInfo (McpSession's: coffer-tests 1).
+    ensure!(row.contains("coffer-tests 1"), "the Client column: {row}");
     b.shots("vault-activity-usage").await?;
     b.assert_clean().await;
     Ok(())

@@ -9,6 +9,9 @@ process's COFFER_* and HOME; both SDK majors), prints {"ready": {...}}, then rea
 line and answers each, in order, with one JSON line on stdout:
   {"op":"list_tools"}                          -> {"tools":[names]}
   {"op":"call","name":N,"args":{..}}           -> {"result":{..}} | {"error":{"code","message","data"}}
+  {"op":"call",...,"progress":true}            the same, with a progress callback: the SDK sends a
+                                                  progressToken and each notifications/progress for
+                                                  it is an {"event":{"kind":"progress",...}} line
   {"op":"set_level","level":"debug"}           -> {"result":{}}
   {"op":"wire"}                                -> {"wire":[..]} (HTTP only: POSTed methods and
                                                   JSON answers, as the SDK's httpx client saw them)
@@ -123,7 +126,12 @@ async def serve(a, ops, ready):
             elif op == "list_tools":
                 out = {"tools": [t.name for t in (await ops.list_tools()).tools]}
             elif op == "call":
-                out = {"result": dump(await ops.call_tool(cmd["name"], cmd.get("args", {})))}
+                kw = {}
+                if cmd.get("progress"):
+                    async def progress(value, total, message, name=cmd["name"]):
+                        event(kind="progress", tool=name, progress=value, total=total, message=message)
+                    kw["progress_callback"] = progress
+                out = {"result": dump(await ops.call_tool(cmd["name"], cmd.get("args", {}), **kw))}
             elif op == "set_level":
                 out = {"result": dump(await ops.set_logging_level(cmd["level"]))}
             else:

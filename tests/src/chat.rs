@@ -30,6 +30,15 @@
 //! `scripted_missing` is registered too and is never available (reason: "scripted_missing is
 //! never available").
 //!
+//! ## Pause points
+//!
+//! `coffer-test-chat` installs [`pause_hook`] in its engine: at each [`Step`] (the windows a
+//! crash or a store restart could hit: `take-pending`, `pending-taken`, `final-write`) it looks
+//! for `COFFER_HOME/test-pause/<step>`. A test [`arm`]s a step (once: the file is taken when the
+//! engine reaches it), waits with [`reached`] until the engine holds there (the answer is the
+//! conversation's id), then kills a process or [`release`]s it. The shipped `coffer-chat` has no
+//! hook.
+//!
 //! ## The harness
 //!
 //! ```no_run
@@ -60,7 +69,8 @@ use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{Api, TestHome, procs};
+use crate::{Api, SendExt, TestHome, procs};
+pub use coffer_chat::engine::Step;
 
 /// The scripted agent's key.
 pub const SCRIPTED: &str = "scripted";
@@ -304,6 +314,84 @@ fn split_words(text: &str) -> Vec<String> {
     out
 }
 
+// ---- pause points ----
+
+/// How long the engine is held at a pause point before it goes on by itself (a test that
+/// forgot to release it must not hang the service forever).
+const HOLD_AT_MOST: Duration = Duration::from_secs(60);
+/// How often a held engine looks for its release.
+const HOLD_POLL: Duration = Duration::from_millis(10);
+
+fn pause_dir(home: &std::path::Path) -> std::path::PathBuf {
+    home.join("test-pause")
+}
+
+/// The engine's [`Step`] hook of `coffer-test-chat` (module docs): holds the engine at an armed
+/// step until [`release`]d, the process is killed, or [`HOLD_AT_MOST`] passed.
+pub fn tuning() -> coffer_chat::engine::Tuning {
+    coffer_chat::engine::Tuning { pause: Some(Arc::new(pause_hook)), ..Default::default() }
+}
+
+/// One call of the hook: `step` reached in conversation `conv`.
+pub fn pause_hook(step: Step, conv: String) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let Some(home) = std::env::var_os(coffer_runtime::env::HOME) else { return };
+        let dir = pause_dir(std::path::Path::new(&home));
+        let armed = dir.join(step.as_str());
+        // Taking the arming file makes each arming hold the engine once (a restarted service
+        // does not stop there again).
+        if std::fs::remove_file(&armed).is_err() {
+            return;
+        }
+        let go = dir.join(format!("{}.go", step.as_str()));
+        let reached = dir.join(format!("{}.reached", step.as_str()));
+        if std::fs::write(&reached, &conv).is_err() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + HOLD_AT_MOST;
+        while std::fs::remove_file(&go).is_err() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(HOLD_POLL).await;
+        }
+        let _ = std::fs::remove_file(&reached);
+    })
+}
+
+/// Arms `step`: the next time the chat service of `home` reaches it, it holds there.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn arm(home: &TestHome, step: Step) -> anyhow::Result<()> {
+    let dir = pause_dir(home.root());
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join(step.as_str()), "")?;
+    Ok(())
+}
+
+/// Waits until the engine holds at `step`; the conversation's id.
+///
+/// # Errors
+/// When it does not within `timeout`.
+pub async fn reached(home: &TestHome, step: Step, timeout: Duration) -> anyhow::Result<String> {
+    let path = pause_dir(home.root()).join(format!("{}.reached", step.as_str()));
+    crate::wait_for(&format!("the chat engine to hold at {}", step.as_str()), timeout, || {
+        let path = path.clone();
+        async move { Ok(std::fs::read_to_string(&path).ok().filter(|c| !c.is_empty())) }
+    })
+    .await
+}
+
+/// Lets an engine held at `step` go on (a killed one never reads it; [`arm`] again for the
+/// next hold).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn release(home: &TestHome, step: Step) -> anyhow::Result<()> {
+    let dir = pause_dir(home.root());
+    let _ = std::fs::remove_file(dir.join(format!("{}.reached", step.as_str())));
+    std::fs::write(dir.join(format!("{}.go", step.as_str())), "")?;
+    Ok(())
+}
+
 // ---- the harness ----
 
 /// A Chat client presenting the gateway's identity (as the edge calls it).
@@ -361,6 +449,28 @@ pub async fn send(c: &mut Client, id: &str, text: &str) -> anyhow::Result<c::Sen
 /// When the service refuses.
 pub async fn get(c: &mut Client, id: &str) -> anyhow::Result<c::ConversationView> {
     Ok(c.get_conversation(c::GetConversationRequest { id: id.into(), message_limit: 0 }).await?.into_inner())
+}
+
+/// `POST /v1/conversations` with the scripted agent; the conversation's JSON.
+///
+/// # Errors
+/// On a transport error or a status other than 201.
+pub async fn rest_create(api: &Api) -> anyhow::Result<serde_json::Value> {
+    let r = api.post_json("/v1/conversations", &serde_json::json!({"agent_key": SCRIPTED})).reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    r.json()
+}
+
+/// `POST /v1/conversations/{id}/messages` with `text`; the reply's JSON (`{message, queue}` or
+/// `{pending, queue}`).
+///
+/// # Errors
+/// On a transport error or a status other than 202.
+pub async fn rest_send(api: &Api, id: &str, text: &str) -> anyhow::Result<serde_json::Value> {
+    let body = serde_json::json!({"text": text});
+    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &body).reply().await?;
+    ensure!(r.status == 202, "send: {} {}", r.status, r.text);
+    r.json()
 }
 
 /// A subscription to a conversation's events.

@@ -55,6 +55,15 @@ pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     Some(ProcInfo { pid, name, cmdline, start_time })
 }
 
+/// A KiB field of `/proc/<pid>/status` (`field` with its colon, e.g. `VmRSS:`, `VmHWM:`); 0
+/// when the process or the field is gone.
+pub fn status_kib(pid: i32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// True when `pid` is a live process (not a zombie).
 pub fn alive(pid: i32) -> bool {
     stat(pid).is_some_and(|(s, _)| !matches!(s, 'Z' | 'X' | 'x'))
@@ -108,4 +117,43 @@ pub fn signal(pid: i32, sig: Signal) {
 /// socket inode share one listener (how a restarted service keeps its address).
 pub fn fd_target(pid: i32, fd: i32) -> Option<String> {
     std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned())
+}
+
+/// The socket inodes `pid` holds open (`/proc/<pid>/fd/* → socket:[inode]`).
+fn socket_inodes(pid: i32) -> std::collections::HashSet<u64> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Default::default() };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|t| t.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
+        .collect()
+}
+
+/// One row of `/proc/net/tcp{,6}`: (local port, remote port, unread bytes, inode).
+fn tcp_rows() -> Vec<(u16, u16, u64, u64)> {
+    let port = |addr: &str| addr.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let rx = u64::from_str_radix(f.get(4)?.split(':').nth(1)?, 16).ok()?;
+                    Some((port(f.get(1)?)?, port(f.get(2)?)?, rx, f.get(9)?.parse().ok()?))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Bytes that `writer` sent over loopback TCP to `reader` and `reader` has not read yet (the
+/// receive queues of `reader`'s sockets whose peer is one of `writer`'s). With `reader`
+/// stopped (SIGSTOP), more than zero means a request from `writer` is in flight to it.
+pub fn unread_between(writer: i32, reader: i32) -> u64 {
+    let (w, r) = (socket_inodes(writer), socket_inodes(reader));
+    let rows = tcp_rows();
+    let writer_ports: std::collections::HashSet<u16> =
+        rows.iter().filter(|row| w.contains(&row.3)).map(|row| row.0).collect();
+    rows.iter().filter(|row| r.contains(&row.3) && writer_ports.contains(&row.1)).map(|row| row.2).sum()
 }

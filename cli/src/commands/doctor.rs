@@ -532,8 +532,7 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
             Check::warn(label.clone(), format!("{message} (the server is disabled)"), fix)
         }
     };
-    let re_add =
-        format!("coffer mcp remove {name}, then add it again with the right path (coffer mcp add {name} -- …)");
+    let re_add = format!("give it the right command: coffer mcp edit {name} --command /path/to/it");
     let mut missing: Vec<&str> = [&s["env"], &s["headers"]]
         .into_iter()
         .filter_map(Value::as_object)
@@ -554,6 +553,27 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
         return Check::ok(label, format!("http {url}{state} (not contacted; coffer mcp test {name} tries it)"));
     }
     let command = s["command"].as_str().unwrap_or_default();
+    // A bare name is registered as given and resolved on each machine's PATH when the server
+    // starts (a synced registry may come from a machine with another layout).
+    let found;
+    let command = if !command.is_empty() && !command.contains('/') {
+        match coffer_runtime::connect::which_on_path(command) {
+            Some(p) => {
+                found = p.display().to_string();
+                found.as_str()
+            }
+            None => {
+                return problem(
+                    format!(
+                        "command {command} is not on this machine's PATH (the server was registered with it as a bare name, perhaps on another machine)"
+                    ),
+                    format!("install it here, or {re_add}"),
+                );
+            }
+        }
+    } else {
+        command
+    };
     match std::fs::metadata(command) {
         Err(_) if command.is_empty() => return problem("has no command".into(), re_add),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -19,12 +19,17 @@ Examples:
   coffer mcp import ~/.config/Claude/claude_desktop_config.json
   coffer mcp import ~/.claude.json --dry-run
   coffer mcp import .vscode/mcp.json --json
+  GITHUB_TOKEN=ghp_... coffer mcp import .mcp.json --from-env
 
 Understands `mcpServers` (Claude Desktop, Claude Code's .mcp.json and ~/.claude.json with its
 per-project servers, Cursor) and `servers` (VS Code). Names become valid Coffer names (the report
 shows changes); commands are resolved to absolute paths on the daemon's PATH; env values and
 headers that look secret (…TOKEN, …KEY, Authorization, ghp_…, sk-…) go to the credential store
-as SERVER-VAR and the server references them. Servers already registered are left as they are.
+as SERVER-VAR and the server references them. Servers already registered are left as they are;
+one whose name only normalises to a registered one (Git_Server -> git-server) is imported under a
+new name (git-server-2) unless it is the same server. Values with ${VAR}, ${env:VAR} or
+${VAR:-default} are refused unless --from-env reads the variables from this shell: env and
+header values expanded so go to the credential store too.
 Exits 1 when some entry could not be imported, 2 when the file cannot be read or parsed.";
 
 #[derive(Debug, Args)]
@@ -39,6 +44,10 @@ pub struct ImportArgs {
     /// and their capabilities are listed for MCP clients.
     #[arg(long)]
     pub no_wait: bool,
+    /// Expand ${VAR}, ${env:VAR} and ${VAR:-default} references from this shell's environment;
+    /// env and header values expanded so are stored as credentials.
+    #[arg(long)]
+    pub from_env: bool,
 }
 
 /// Runs `coffer mcp import`.
@@ -56,7 +65,15 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
             path.display()
         ))
     })?;
-    let body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
+    let mut body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
+    if a.from_env {
+        let (variables, unset) = read_variables(&body["config"], |n| std::env::var(n).ok());
+        body["variables"] = variables;
+        if !unset.is_empty() && !ctx.json {
+            // The entries that use them are reported invalid, each naming its references.
+            eprintln!("--from-env: not set in this environment: {}", unset.join(", "));
+        }
+    }
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/import").json(&body)).await?;
     let mut report = resp.json()?;
@@ -189,6 +206,34 @@ pub fn strip_jsonc(text: &str) -> String {
     out.into_iter().collect()
 }
 
+/// The environment variables the `${…}` references in `config`'s strings name: a JSON object of
+/// those `lookup` has, and the names of those it has not that have no default (in order).
+pub fn read_variables(config: &Value, lookup: impl Fn(&str) -> Option<String>) -> (Value, Vec<String>) {
+    fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) => out.push(s),
+            Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+            Value::Object(m) => m.values().for_each(|v| strings(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    strings(config, &mut all);
+    let mut found = Map::new();
+    let mut missing: Vec<String> = Vec::new();
+    for r in all.iter().flat_map(|s| coffer_types::variables::references(s)) {
+        let Some(name) = r.variable else { continue };
+        match lookup(name) {
+            Some(v) => {
+                found.insert(name.to_owned(), Value::String(v));
+            }
+            None if r.default.is_none() && !missing.iter().any(|m| m == name) => missing.push(name.to_owned()),
+            None => {}
+        }
+    }
+    (Value::Object(found), missing)
+}
+
 /// The MCP parts of a config file: `mcpServers`, `servers`, `mcp.servers`, and each
 /// `projects.<path>.mcpServers` of `~/.claude.json`; `None` when it has none of them.
 pub fn mcp_subset(config: &Value) -> Option<Value> {
@@ -262,7 +307,7 @@ pub fn render_report(r: &Value) -> String {
         }
     }
     if !duplicates.is_empty() {
-        out.push_str(&format!("Skipped {} already there:\n", duplicates.len()));
+        out.push_str(&format!("Skipped {} already registered:\n", duplicates.len()));
         for e in &duplicates {
             out.push_str(&format!("  {}: {}\n", label(e), text(e, "reason")));
         }
@@ -347,7 +392,7 @@ mod tests {
              \x20 fs      stdio\n\
              \x20 github  stdio  was \"GitHub\"  secrets moved to credentials: github-GITHUB_TOKEN\n\
              \x20         warning: args[0] is odd\n\
-             Skipped 1 already there:\n\
+             Skipped 1 already registered:\n\
              \x20 web: a server named web is already registered; left as it is\n\
              Not imported, 1 invalid:\n\
              \x20 local (was \"Local\"): command ./x is relative\n\
@@ -355,5 +400,15 @@ mod tests {
         );
         let dry = json!({"source": "/x", "dry_run": true, "imported": [], "duplicates": [], "invalid": []});
         assert!(render_report(&dry).starts_with("Would import 0 of 0 MCP servers from /x:\nDry run"));
+    }
+
+    #[test]
+    fn from_env_reads_every_referenced_variable_and_names_the_unset_ones() {
+        let config = json!({"mcpServers": {"a": {"command": "x", "args": ["${ROOT}", "${env:MODE}", "${OPT:-d}"],
+            "env": {"T": "Bearer ${TOKEN}", "W": "${workspaceFolder}"}}}});
+        let env = |n: &str| ["ROOT", "TOKEN"].contains(&n).then(|| format!("{n}-value"));
+        let (vars, unset) = read_variables(&config, env);
+        assert_eq!(vars, json!({"ROOT": "ROOT-value", "TOKEN": "TOKEN-value"}));
+        assert_eq!(unset, ["MODE", "workspaceFolder"], "OPT has a default");
     }
 }

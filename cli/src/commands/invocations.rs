@@ -18,6 +18,7 @@ Examples:
   coffer invocations --server everything --since 1h
   coffer invocations --tool everything__echo --outcome disabled --limit 10
   coffer invocations --actor mcp
+  coffer invocations --client claude-code
   coffer invocations --since 2026-11-30 --until 2026-12-01T12:00:00Z --json
 
 --since and --until take a duration ago (90s, 15m, 2h, 7d), a date (its midnight UTC) or an
@@ -39,6 +40,9 @@ pub struct InvocationsArgs {
     /// Only calls by this caller (mcp: MCP client sessions).
     #[arg(long, value_name = "ACTOR")]
     pub actor: Option<String>,
+    /// Only calls by MCP clients of this name (their clientInfo name, exact, e.g. claude-code).
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
     /// Only calls at or after this time (15m, 2h, 7d, 2026-11-30, RFC 3339).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
@@ -68,6 +72,7 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
             ("target", a.tool.as_deref()),
             ("outcome", a.outcome.as_deref()),
             ("actor", a.actor.as_deref()),
+            ("client", a.client.as_deref()),
             ("since", a.since.as_deref()),
             ("until", a.until.as_deref()),
             ("limit", Some(&limit)),
@@ -100,7 +105,15 @@ pub fn usage_cell(usage: Option<&Value>) -> String {
     format!("{who} {}+{} tok, {} req", n("input_tokens"), n("output_tokens"), n("iterations"))
 }
 
-/// The invocations table: TIME (UTC) TARGET SERVER ACTOR OUTCOME DURATION USAGE.
+/// The MCP client as the CLIENT column shows it: `name version` (`claude-code 2.1.0`); empty
+/// for a call whose client named itself not at all, or for a broker session.
+pub fn client_cell(client: Option<&Value>) -> String {
+    let Some(c) = client.filter(|c| c.is_object()) else { return String::new() };
+    let text = |k: &str| c[k].as_str().unwrap_or("").trim().to_owned();
+    output::truncate(format!("{} {}", text("name"), text("version")).trim(), 40)
+}
+
+/// The invocations table: TIME (UTC) TARGET SERVER ACTOR CLIENT OUTCOME DURATION USAGE.
 pub fn render_invocations(items: &[Value]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -110,13 +123,14 @@ pub fn render_invocations(items: &[Value]) -> String {
                 cell(i.get("target"), 80),
                 cell(i.get("server"), 40),
                 cell(i.get("actor"), 40),
+                client_cell(i.get("client")),
                 cell(i.get("outcome"), 20),
                 i["duration_ms"].as_u64().map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
                 usage_cell(i.get("usage")),
             ]
         })
         .collect();
-    render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "OUTCOME", "DURATION", "USAGE"], &rows)
+    render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "CLIENT", "OUTCOME", "DURATION", "USAGE"], &rows)
 }
 
 /// On stderr, how to get the next page when the body has a `next_cursor`.
@@ -137,24 +151,24 @@ mod tests {
         let items = vec![
             json!({"id":5,"at":"2026-11-30T09:57:00.211Z","target":"everything__echo","method":"tools/call",
                    "server":"everything","session_id":"s","duration_ms":0,"outcome":"disabled","trace_id":"t",
-                   "actor":"mcp"}),
+                   "actor":"mcp","client":{"name":"claude-code","version":"2.1.0"}}),
             json!({"id":3,"at":"2026-11-30T09:57:00.176Z","target":"everything__get-sum","method":"tools/call",
                    "server":"everything","session_id":"s","duration_ms":1234,"outcome":"ok","trace_id":"t",
                    "actor":"channel:telegram"}),
         ];
         assert_eq!(
             render_invocations(&items),
-            "TIME (UTC)           TARGET               SERVER      ACTOR             OUTCOME   DURATION  USAGE\n\
-             2026-11-30 09:57:00  everything__echo     everything  mcp               disabled  0 ms\n\
-             2026-11-30 09:57:00  everything__get-sum  everything  channel:telegram  ok        1234 ms\n"
+            "TIME (UTC)           TARGET               SERVER      ACTOR             CLIENT             OUTCOME   DURATION  USAGE\n\
+             2026-11-30 09:57:00  everything__echo     everything  mcp               claude-code 2.1.0  disabled  0 ms\n\
+             2026-11-30 09:57:00  everything__get-sum  everything  channel:telegram                     ok        1234 ms\n"
         );
         let ask = vec![json!({"id":9,"at":"2026-11-30T09:57:01.000Z","target":"coffer__ask","method":"tools/call",
                    "server":"coffer","session_id":"s","duration_ms":2500,"outcome":"ok","trace_id":"t","actor":"mcp",
                    "usage":{"connection":"local","model":"m-1","input_tokens":1200,"output_tokens":80,"iterations":3}})];
         assert_eq!(
             render_invocations(&ask),
-            "TIME (UTC)           TARGET       SERVER  ACTOR  OUTCOME  DURATION  USAGE\n\
-             2026-11-30 09:57:01  coffer__ask  coffer  mcp    ok       2500 ms   local/m-1 1200+80 tok, 3 req\n"
+            "TIME (UTC)           TARGET       SERVER  ACTOR  CLIENT  OUTCOME  DURATION  USAGE\n\
+             2026-11-30 09:57:01  coffer__ask  coffer  mcp            ok       2500 ms   local/m-1 1200+80 tok, 3 req\n"
         );
         assert_eq!(usage_cell(Some(&Value::Null)), "");
     }
@@ -166,7 +180,10 @@ mod tests {
             full.extend_from_slice(args);
             crate::Cli::try_parse_from(full)
         };
-        assert!(parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp"]).is_ok());
+        assert!(
+            parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp", "--client", "claude-code"])
+                .is_ok()
+        );
         for bad in [&["--outcome", "great"][..], &["--limit", "0"], &["--limit", "501"], &["--limit", "x"]] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }

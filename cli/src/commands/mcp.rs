@@ -29,9 +29,23 @@ Secrets belong in the credential store (`coffer credentials set NAME`): --env-cr
 credential must exist. An --env or --header value written as a reference,
 '{\"credential_ref\":\"NAME\"}', is read as one too (the same as the -credential flags).
 
-A bare COMMAND is looked up on your PATH and a relative one in the current folder, here, before
-the server is registered: the daemon stores the absolute path. The server itself runs in --cwd,
+A bare COMMAND must be on your PATH and on the daemon's, and is registered as given: each
+machine (a synced registry reaches others) finds it on its PATH when the server starts. A
+relative one is made absolute against the current folder, here. The server itself runs in --cwd,
 by default Coffer's workspace folder ($COFFER_HOME/workspace).";
+
+const EDIT_EXAMPLES: &str = "\
+Examples:
+  coffer mcp edit fs -- npx -y @modelcontextprotocol/server-filesystem ~/notes
+  coffer mcp edit fs --command /usr/local/bin/fs-server
+  coffer mcp edit gh --env GITHUB_TOKEN=ghp_... --unset-env DEBUG
+  coffer mcp edit web --url https://example.com/mcp --header 'X-Team: core' --timeout-ms 60000
+
+Only what a flag names changes; the server keeps its name, transport, enabled state and tool
+preferences. `-- COMMAND [ARGS]...` replaces the command and all its arguments; --command only
+the command. --env and --header add or replace one variable or header; --unset-env and
+--unset-header remove one. Secret-looking values go to the credential store as with `mcp add`.
+The change is written only if nobody changed the server since it was read (else exit 4).";
 
 const LIST_EXAMPLES: &str = "\
 Examples:
@@ -70,6 +84,10 @@ pub enum McpCommand {
     /// Show one MCP server in full.
     #[command(after_help = SHOW_EXAMPLES)]
     Show(ShowArgs),
+    /// Change a server's command, arguments, env, URL, headers, folder or timeout, keeping its
+    /// tool preferences.
+    #[command(after_help = EDIT_EXAMPLES)]
+    Edit(EditArgs),
     /// Unregister an MCP server (its tool preferences go with it).
     #[command(after_help = "Example:\n  coffer mcp remove everything")]
     Remove(NameArg),
@@ -148,6 +166,49 @@ pub struct AddArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(override_usage = "coffer mcp edit NAME [OPTIONS] [-- COMMAND [ARGS]...]")]
+pub struct EditArgs {
+    /// The server's name.
+    pub name: String,
+    /// The new command, keeping the arguments (a stdio server).
+    #[arg(long, value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Set an environment variable (repeatable; adds or replaces one).
+    #[arg(short, long = "env", value_name = "KEY=VALUE", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// Set an environment variable to the value of a stored credential (repeatable).
+    #[arg(long = "env-credential", value_name = "KEY=CREDENTIAL", value_parser = parse_env_credential)]
+    pub env_credentials: Vec<(String, String)>,
+    /// Remove an environment variable (repeatable).
+    #[arg(long = "unset-env", value_name = "KEY")]
+    pub unset_env: Vec<String>,
+    /// The new URL (a Streamable HTTP server).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Set an HTTP header (repeatable; adds or replaces one).
+    #[arg(short = 'H', long = "header", value_name = "KEY:VALUE", value_parser = parse_header_pair)]
+    pub headers: Vec<(String, String)>,
+    /// Set an HTTP header to the value of a stored credential (repeatable).
+    #[arg(long = "header-credential", value_name = "KEY:CREDENTIAL", value_parser = parse_header_credential)]
+    pub header_credentials: Vec<(String, String)>,
+    /// Remove an HTTP header (repeatable).
+    #[arg(long = "unset-header", value_name = "KEY")]
+    pub unset_headers: Vec<String>,
+    /// The folder the server runs in.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Per-call timeout in milliseconds; 0 restores the gateway's default.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Keep secret-looking --env/--header values in the registry as given.
+    #[arg(long)]
+    pub keep_plaintext: bool,
+    /// The new command and all its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub new_command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct ShowArgs {
     /// The server's name.
     pub name: String,
@@ -178,6 +239,7 @@ pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
         McpCommand::Add(a) => add(ctx, a).await,
         McpCommand::List(_) => list(ctx).await,
         McpCommand::Show(a) => show(ctx, a).await,
+        McpCommand::Edit(a) => edit(ctx, a).await,
         McpCommand::Remove(a) => remove(ctx, &a.name).await,
         McpCommand::Enable(a) => set_enabled(ctx, &a.name, true).await,
         McpCommand::Disable(a) => set_enabled(ctx, &a.name, false).await,
@@ -221,13 +283,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             });
         }
     };
-    for m in &moved {
-        eprintln!(
-            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
-             references it (--keep-plaintext keeps such values as given)",
-            m.flag, m.key, m.credential
-        );
-    }
+    note_moved(&moved);
     let mut s = resp.json()?;
     let name = s["name"].as_str().unwrap_or(&a.name).to_owned();
     let enabled = s["enabled"].as_bool() != Some(false);
@@ -261,6 +317,162 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
         out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));
     }
     output::print(&out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// edit
+
+async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let cur = api.send(api.request(reqwest::Method::GET, &server_path(&a.name))).await?.json()?;
+    let (mut body, mut fresh) = edit_body(&a, &cur, &current_dir()?, coffer_runtime::connect::which_on_path)?;
+    let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut fresh).await? };
+    for field in ["env", "headers"] {
+        if let Some(set) = fresh[field].as_object() {
+            for (k, v) in set {
+                body[field][k] = v.clone();
+            }
+        }
+    }
+    let version = cur["version"].as_i64().unwrap_or_default();
+    let patch = api
+        .request(reqwest::Method::PATCH, &server_path(&a.name))
+        .header("If-Match", format!("\"{version}\""))
+        .json(&body);
+    let resp = match api.send(patch).await {
+        Ok(r) => r,
+        Err(e) => {
+            remove_credentials(&api, &moved).await;
+            return Err(e);
+        }
+    };
+    note_moved(&moved);
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let s = resp.json()?;
+    output::print(&format!(
+        "Updated MCP server {} ({}: {}); its tool preferences are kept\n",
+        text(&s["name"]),
+        text(&s["transport"]),
+        target(&s)
+    ))
+}
+
+/// The `PATCH /v1/mcp/servers/{name}` body for `a` over the server as it is now (`cur`, its
+/// GET body), and apart from it the new `env`/`headers` values given as literals (for the
+/// caller to move secret-looking ones into credentials before merging them into the body).
+/// `env` and `headers` are sent whole (the current map with `--unset-*` removed and the new
+/// values set), since PATCH replaces a map.
+///
+/// # Errors
+/// [`CliError::Usage`] (exit 2) when nothing would change, for `--unset-*` of a key the server
+/// does not have, or a flag that does not fit the server's transport; [`CliError::Failed`] when
+/// the command or `--cwd` does not resolve.
+fn edit_body(
+    a: &EditArgs,
+    cur: &Value,
+    cwd: &Path,
+    lookup: impl Fn(&str) -> Option<PathBuf>,
+) -> Result<(Value, Value), CliError> {
+    let stdio = cur["transport"] == "stdio";
+    let misplaced: &[(&str, bool)] = if stdio {
+        &[
+            ("--url", a.url.is_some()),
+            ("--header", !a.headers.is_empty() || !a.header_credentials.is_empty()),
+            ("--unset-header", !a.unset_headers.is_empty()),
+        ]
+    } else {
+        &[
+            ("--command", a.command.is_some() || !a.new_command.is_empty()),
+            ("--env", !a.env.is_empty() || !a.env_credentials.is_empty()),
+            ("--unset-env", !a.unset_env.is_empty()),
+            ("--cwd", a.cwd.is_some()),
+        ]
+    };
+    if let Some((flag, _)) = misplaced.iter().find(|m| m.1) {
+        return Err(CliError::Usage(format!(
+            "{flag} does not apply to {}, a {} server",
+            text(&cur["name"]),
+            text(&cur["transport"])
+        )));
+    }
+    if a.command.is_some() && !a.new_command.is_empty() {
+        return Err(CliError::Usage("give either --command or -- COMMAND [ARGS]..., not both".into()));
+    }
+    let mut body = json!({});
+    let mut fresh = json!({});
+    if let Some(cmd) = a.command.as_ref().or(a.new_command.first()) {
+        body["command"] = json!(command_to_register(cmd, cwd, &lookup).map_err(CliError::Failed)?);
+    }
+    if !a.new_command.is_empty() {
+        body["args"] = json!(a.new_command[1..]);
+    }
+    for (field, flag, set, credentials, unset, ignore_case) in [
+        ("env", "--env", &a.env, &a.env_credentials, &a.unset_env, false),
+        ("headers", "--header", &a.headers, &a.header_credentials, &a.unset_headers, true),
+    ] {
+        if set.is_empty() && credentials.is_empty() && unset.is_empty() {
+            continue;
+        }
+        let mut map = cur[field].as_object().cloned().unwrap_or_default();
+        for key in unset {
+            let found = map.keys().find(|k| if ignore_case { k.eq_ignore_ascii_case(key) } else { *k == key }).cloned();
+            match found {
+                Some(k) => {
+                    map.remove(&k);
+                }
+                None => {
+                    return Err(CliError::Usage(format!("{} has no {field} {key:?} to unset", text(&cur["name"]))));
+                }
+            }
+        }
+        let new = wire_map(flag, set, credentials, ignore_case)?;
+        if ignore_case {
+            map.retain(|k, _| !new.keys().any(|n| n.eq_ignore_ascii_case(k)));
+        }
+        for (k, v) in new {
+            map.remove(&k);
+            if v.is_string() {
+                fresh[field][k.as_str()] = v;
+            } else {
+                map.insert(k, v);
+            }
+        }
+        body[field] = Value::Object(map);
+    }
+    if let Some(url) = &a.url {
+        body["url"] = json!(url);
+    }
+    if let Some(dir) = &a.cwd {
+        body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
+    }
+    match a.timeout_ms {
+        Some(0) => body["timeout_ms"] = Value::Null,
+        Some(ms) => body["timeout_ms"] = json!(ms),
+        None => {}
+    }
+    if body.as_object().is_some_and(serde_json::Map::is_empty)
+        && fresh.as_object().is_some_and(serde_json::Map::is_empty)
+    {
+        return Err(CliError::Usage(
+            "nothing to change: give -- COMMAND [ARGS]..., --command, --env, --unset-env, --url, --header, \
+             --unset-header, --cwd or --timeout-ms"
+                .into(),
+        ));
+    }
+    Ok((body, fresh))
+}
+
+/// On stderr, one note per value [`move_secrets`] moved to the credential store.
+fn note_moved(moved: &[Moved]) {
+    for m in moved {
+        eprintln!(
+            "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
+             references it (--keep-plaintext keeps such values as given)",
+            m.flag, m.key, m.credential
+        );
+    }
 }
 
 /// A secret-looking `--env`/`--header` value that `mcp add` stored as a credential.
@@ -342,9 +554,8 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
         body["headers"] = Value::Object(wire_map("--header", &a.headers, &a.header_credentials, true)?);
     } else {
         let (cmd, args) = a.command.split_first().ok_or_else(|| CliError::Usage("give a command after --".into()))?;
-        let resolved = resolve_command(cmd, cwd, lookup).map_err(CliError::Failed)?;
         body["transport"] = json!("stdio");
-        body["command"] = json!(resolved.to_string_lossy());
+        body["command"] = json!(command_to_register(cmd, cwd, lookup).map_err(CliError::Failed)?);
         body["args"] = json!(args);
         body["env"] = Value::Object(wire_map("--env", &a.env, &a.env_credentials, false)?);
         if let Some(dir) = &a.cwd {
@@ -418,6 +629,17 @@ pub fn literal_value(flag: &str, key: &str, value: &str) -> Result<Value, CliErr
 
 fn current_dir() -> Result<PathBuf, CliError> {
     std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current folder: {e}")))
+}
+
+/// The command of a stdio server as it is registered: a bare name (`npx`) as given, once
+/// `lookup` (the user's `PATH`) finds it (each machine a synced registry reaches resolves it on
+/// its own `PATH` when the server starts), a path as [`resolve_command`] makes it absolute.
+///
+/// # Errors
+/// As [`resolve_command`].
+pub fn command_to_register(cmd: &str, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<String, String> {
+    let resolved = resolve_command(cmd, cwd, lookup)?;
+    if cmd.contains('/') { Ok(resolved.to_string_lossy().into_owned()) } else { Ok(cmd.to_owned()) }
 }
 
 /// Resolves the command of a stdio server to an absolute path of an executable file: a bare
@@ -816,6 +1038,53 @@ mod tests {
         }
     }
 
+    fn parse_edit(args: &[&str]) -> EditArgs {
+        let mut full = vec!["coffer", "mcp", "edit"];
+        full.extend_from_slice(args);
+        match crate::Cli::try_parse_from(full).unwrap().command {
+            crate::commands::Command::Mcp(McpCommand::Edit(a)) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `mcp edit` sends the whole env map (PATCH replaces maps): the current one with
+    /// `--unset-env` removed and `--env` set; new literal values apart, for moving secrets.
+    #[test]
+    fn edit_builds_a_patch_over_the_current_server() {
+        let cur = json!({"name": "s", "transport": "stdio", "command": "/bin/srv", "args": ["a"],
+            "env": {"KEEP": "1", "DROP": "x", "REF": {"credential_ref": "c"}}, "version": 3});
+        let none = |_: &str| None;
+        let a = parse_edit(&[
+            "s",
+            "--env",
+            "NEW=v",
+            "--env-credential",
+            "TOK=cred",
+            "--unset-env",
+            "DROP",
+            "--timeout-ms",
+            "0",
+        ]);
+        let (body, fresh) = edit_body(&a, &cur, Path::new("/"), none).unwrap();
+        assert_eq!(
+            body,
+            json!({"env": {"KEEP": "1", "REF": {"credential_ref": "c"}, "TOK": {"credential_ref": "cred"}}, "timeout_ms": null})
+        );
+        assert_eq!(fresh, json!({"env": {"NEW": "v"}}));
+        let on_path = |n: &str| (n == "sh").then(|| PathBuf::from("/bin/sh"));
+        let (body, _) = edit_body(&parse_edit(&["s", "--", "sh", "-c", "x"]), &cur, Path::new("/"), on_path).unwrap();
+        assert_eq!(body, json!({"command": "sh", "args": ["-c", "x"]}));
+        for bad in [
+            &["s"][..],
+            &["s", "--unset-env", "NOPE"],
+            &["s", "--url", "http://x"],
+            &["s", "--command", "sh", "--", "sh"],
+        ] {
+            let e = edit_body(&parse_edit(bad), &cur, Path::new("/"), on_path).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::USAGE, "{bad:?}");
+        }
+    }
+
     fn exe(dir: &Path, name: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let p = dir.join(name);
@@ -876,6 +1145,10 @@ mod tests {
         std::fs::write(bin.join("plain"), "x").unwrap();
         assert!(resolve_command("bin/plain", dir.path(), none).unwrap_err().contains("not executable"));
         assert!(resolve_command(" ", dir.path(), none).unwrap_err().contains("empty"));
+        // What is registered: a bare name as given (once found), a path made absolute.
+        assert_eq!(command_to_register("srv", Path::new("/elsewhere"), on_path).unwrap(), "srv");
+        assert_eq!(command_to_register("./bin/srv", dir.path(), none).unwrap(), srv.to_str().unwrap());
+        assert!(command_to_register("nosuch", dir.path(), none).is_err());
     }
 
     #[test]
@@ -903,7 +1176,7 @@ mod tests {
         assert_eq!(
             body,
             json!({
-                "name": "fs", "transport": "stdio", "command": node.to_str().unwrap(), "args": ["-y", "./s.js"],
+                "name": "fs", "transport": "stdio", "command": "node", "args": ["-y", "./s.js"],
                 "env": {"A": "1", "B": "x=y"}, "cwd": dir.path().to_str().unwrap(), "timeout_s": 2.5, "enabled": false,
             })
         );

@@ -37,6 +37,10 @@ pub enum SyncCommand {
     Init {
         /// The git remote: https://…, ssh://…, git@host:path or file:///path.
         remote: String,
+        /// This machine's name in the sync (commits, conflict files) [default: the host name
+        /// with a random suffix, e.g. vm-3fa2].
+        #[arg(long, value_name = "NAME")]
+        machine_name: Option<String>,
     },
     /// Show ahead/behind, the last sync, conflicts, the worker and missing credentials.
     Status,
@@ -62,9 +66,9 @@ pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<(), CliError> {
         }
         cmd => {
             let req = match cmd {
-                Some(SyncCommand::Init { remote }) => {
-                    api.request(reqwest::Method::POST, "/v1/sync/init").json(&json!({"remote": remote}))
-                }
+                Some(SyncCommand::Init { remote, machine_name }) => api
+                    .request(reqwest::Method::POST, "/v1/sync/init")
+                    .json(&json!({"remote": remote, "machine_name": machine_name})),
                 _ => api.request(reqwest::Method::POST, "/v1/sync").json(&json!({})),
             };
             let resp = api.send(req.timeout(SYNC_TIMEOUT)).await.map_err(|e| match e.api_code() {

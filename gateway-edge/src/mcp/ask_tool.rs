@@ -59,7 +59,7 @@ impl Provider for Ask {
                 "type": "object",
                 "properties": {
                     "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION, "description": "The question, in natural language, e.g. \"what do my notes say about rotating the API keys?\"."},
-                    "kb": {"type": "string", "description": "Only this knowledge base (its name); default: all of them and memory."}
+                    "kb": {"type": "string", "maxLength": super::retrieval_tools::MAX_NAME_CHARS, "description": "Only this knowledge base (its name); default: all of them and memory."}
                 },
                 "required": ["question"],
                 "additionalProperties": false

@@ -6,6 +6,13 @@
 //! call is async and gets only a [`Caller`] — what it may use of the calling session — so a
 //! provider whose work happens in another service (over gRPC) holds its client itself and
 //! needs nothing from the session's type.
+//!
+//! The registry checks a call's arguments against the tool's `inputSchema` before the
+//! provider runs ([`check_arguments`]: required members, unknown ones, and the size limits
+//! every string and list declares with `maxLength` / `maxItems`), so no oversized argument
+//! reaches another service (whose gRPC messages are bounded). A refusal is a tool error
+//! (`isError`, so a model can correct itself: MCP 2025-11-25 server/tools §Error Handling)
+//! recorded as the caller's mistake ([`Outcome::Invalid`]), not as a failure of the tool.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,6 +21,7 @@ use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::Outcome;
 use super::answer::{Answer, RpcError};
 use super::invocations::Usage;
 use super::jsonrpc::INVALID_PARAMS;
@@ -58,10 +66,18 @@ pub trait Provider: Send + Sync {
     }
 }
 
-/// The built-in tools of one gateway, by name.
+/// The built-in tools of one gateway, by name, each with its `inputSchema` (read once).
 #[derive(Clone, Default)]
 pub struct Registry {
-    providers: BTreeMap<&'static str, Arc<dyn Provider>>,
+    providers: BTreeMap<&'static str, (Arc<dyn Provider>, Arc<Value>)>,
+}
+
+/// What a built-in call produced: the answer, what it used of an LLM, and how the invocation
+/// log records it.
+pub struct Called {
+    pub answer: Answer,
+    pub usage: Option<Box<Usage>>,
+    pub outcome: Outcome,
 }
 
 impl Registry {
@@ -85,36 +101,111 @@ impl Registry {
     #[must_use]
     pub fn with(mut self, provider: impl Provider + 'static) -> Self {
         let name = provider.name();
-        let previous = self.providers.insert(name, Arc::new(provider));
+        let schema = provider.definition().get("inputSchema").cloned().unwrap_or_else(|| json!({}));
+        let previous = self.providers.insert(name, (Arc::new(provider), Arc::new(schema)));
         assert!(previous.is_none(), "two built-in tools named {name:?}");
         self
     }
 
     /// Every tool's definition (original names), in name order.
     pub fn definitions(&self) -> Vec<Value> {
-        self.providers.values().map(|p| p.definition()).collect()
+        self.providers.values().map(|(p, _)| p.definition()).collect()
     }
 
     /// Calls built-in tool `name` (original name) for `caller` with raw JSON `arguments`.
     pub async fn call(&self, name: &str, caller: &dyn Caller, arguments: Option<&str>) -> Answer {
-        self.call_metered(name, caller, arguments).await.0
+        self.call_metered(name, caller, arguments).await.answer
     }
 
-    /// [`Registry::call`], with the LLM usage the call reports ([`Provider::call_metered`]).
-    pub async fn call_metered(
-        &self,
-        name: &str,
-        caller: &dyn Caller,
-        arguments: Option<&str>,
-    ) -> (Answer, Option<Box<Usage>>) {
-        match self.providers.get(name) {
-            Some(p) => p.call_metered(caller, arguments).await,
-            None => (
-                Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"{BUILTIN_SERVER}__{name}\""))),
-                None,
-            ),
+    /// [`Registry::call`], with the LLM usage the call reports ([`Provider::call_metered`]) and
+    /// its outcome: [`Outcome::Invalid`] for arguments [`check_arguments`] refuses (the
+    /// provider does not run), else the answer's own.
+    pub async fn call_metered(&self, name: &str, caller: &dyn Caller, arguments: Option<&str>) -> Called {
+        let Some((provider, schema)) = self.providers.get(name) else {
+            let answer =
+                Answer::Error(RpcError::new(INVALID_PARAMS, format!("Unknown tool \"{BUILTIN_SERVER}__{name}\"")));
+            return Called { outcome: answer.outcome(), answer, usage: None };
+        };
+        if let Err(problem) = check_arguments(schema, arguments) {
+            // The same prefix as a provider's own argument errors (`retrieval_tools::args`).
+            let answer = tool_error(&format!("{BUILTIN_SERVER}__{name}: invalid arguments: {problem}"));
+            return Called { answer, usage: None, outcome: Outcome::Invalid };
+        }
+        let (answer, usage) = provider.call_metered(caller, arguments).await;
+        Called { outcome: answer.outcome(), answer, usage }
+    }
+}
+
+/// Checks `arguments` (raw JSON, absent = `{}`) against a tool's `inputSchema`: every
+/// `required` member is there; no member the schema does not name when it says
+/// `additionalProperties: false`; no string longer than its `maxLength` (characters, as JSON
+/// Schema counts them) and no array with more than `maxItems` items or an item longer than the
+/// items' `maxLength` (a single string where an array is declared, which the tools accept, is
+/// checked as one item). Types beyond that are left to the provider.
+///
+/// # Errors
+/// A sentence naming the argument and the rule, e.g. `argument "query" is 10000000 characters
+/// long, over its limit of 8192`.
+pub fn check_arguments(schema: &Value, arguments: Option<&str>) -> Result<(), String> {
+    let args: Value = match arguments {
+        Some(a) => serde_json::from_str(a).map_err(|e| format!("arguments are not valid JSON ({e})"))?,
+        None => json!({}),
+    };
+    let Some(args) = args.as_object() else {
+        return Err("arguments must be an object".into());
+    };
+    let empty = serde_json::Map::new();
+    let properties = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        if !args.contains_key(required) {
+            return Err(format!("missing argument \"{required}\""));
         }
     }
+    for (name, value) in args {
+        let Some(rule) = properties.get(name) else {
+            if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+                let mut known: Vec<&str> = properties.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                let takes = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+                return Err(format!("unknown argument \"{name}\" (it takes: {takes})"));
+            }
+            continue;
+        };
+        check_size(name, rule, value)?;
+        if let (Some(items), Some(list)) = (rule.get("items"), value.as_array()) {
+            for (i, item) in list.iter().enumerate() {
+                check_size(&format!("{name}[{i}]"), items, item)?;
+            }
+        } else if let (Some(items), Value::String(_)) = (rule.get("items"), value) {
+            check_size(name, items, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// `maxLength` of a string and `maxItems` of an array (the other checks of [`check_arguments`]).
+fn check_size(name: &str, rule: &Value, value: &Value) -> Result<(), String> {
+    let limit = |key: &str| rule.get(key).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
+    match value {
+        Value::String(s) => {
+            if let Some(max) = limit("maxLength") {
+                // Counting stops at the limit: a 10 MB string costs no more than a short one.
+                if s.len() > max && s.chars().nth(max).is_some() {
+                    let n = s.chars().count();
+                    return Err(format!("argument \"{name}\" is {n} characters long, over its limit of {max}"));
+                }
+            }
+        }
+        Value::Array(a) => {
+            if let Some(max) = limit("maxItems")
+                && a.len() > max
+            {
+                return Err(format!("argument \"{name}\" has {} items, over its limit of {max}", a.len()));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// A tool result reporting a tool-level error (`isError: true`) with text `msg`.
@@ -175,6 +266,45 @@ mod tests {
         assert_eq!(none["content"][0]["text"], "No tools match \"zebra\".");
         let bad = result(registry.call("search_tools", &caller, None).await);
         assert_eq!(bad["isError"], true, "a missing query is a tool error, not a protocol error");
+    }
+
+    /// Arguments over a declared limit, missing or unknown are refused before the provider
+    /// runs, with a tool error naming the argument and the limit, recorded as the caller's.
+    #[tokio::test]
+    async fn arguments_are_checked_against_the_schema_before_the_call() {
+        let registry = Registry::standard(None);
+        let caller = Tools(vec![]);
+        let big = format!(r#"{{"query":"{}"}}"#, "q".repeat(10_000_000));
+        let called = registry.call_metered("search_tools", &caller, Some(&big)).await;
+        assert_eq!(called.outcome, Outcome::Invalid);
+        let text = result(called.answer)["content"][0]["text"].as_str().unwrap().to_owned();
+        assert_eq!(
+            text,
+            format!(
+                "coffer__search_tools: invalid arguments: argument \"query\" is 10000000 characters long, over its limit of {}",
+                super::super::search_tools::MAX_QUERY_CHARS
+            )
+        );
+        let missing = registry.call_metered("search_tools", &caller, Some("{}")).await;
+        assert_eq!(missing.outcome, Outcome::Invalid);
+        assert_eq!(
+            result(missing.answer)["content"][0]["text"],
+            "coffer__search_tools: invalid arguments: missing argument \"query\""
+        );
+        let ok = registry.call_metered("search_tools", &caller, Some(r#"{"query":"read"}"#)).await;
+        assert_eq!(ok.outcome, Outcome::Ok);
+
+        let schema = json!({"type": "object", "properties": {
+            "tags": {"type": "array", "maxItems": 2, "items": {"type": "string", "maxLength": 3}},
+            "kb": {"type": "array", "items": {"type": "string", "maxLength": 3}},
+        }, "additionalProperties": false});
+        assert_eq!(check_arguments(&schema, Some(r#"{"tags":["a","b"],"kb":"abc"}"#)), Ok(()));
+        let e = |a: &str| check_arguments(&schema, Some(a)).unwrap_err();
+        assert_eq!(e(r#"{"tags":["a","b","c"]}"#), "argument \"tags\" has 3 items, over its limit of 2");
+        assert_eq!(e(r#"{"tags":["abcd"]}"#), "argument \"tags[0]\" is 4 characters long, over its limit of 3");
+        assert_eq!(e(r#"{"kb":"éééé"}"#), "argument \"kb\" is 4 characters long, over its limit of 3");
+        assert_eq!(e(r#"{"nope":1}"#), "unknown argument \"nope\" (it takes: kb, tags)");
+        assert_eq!(check_arguments(&schema, Some(r#"{"kb":"ééé"}"#)), Ok(()), "characters, not bytes");
     }
 
     /// A provider that answers with the caller's session id.

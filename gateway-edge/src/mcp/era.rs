@@ -91,14 +91,11 @@ pub struct Meta {
 
 impl Meta {
     /// The `{protocolVersion, capabilities, clientInfo}` an `initialize` would have carried:
-    /// what a modern client's gateway session is created with (and mirrors upstream).
+    /// what a modern client's gateway session is created with. `clientInfo` is the client's as
+    /// sent, whatever it is: the session keeps only its name and version, and shows upstreams
+    /// Coffer's own (`client.rs`).
     pub fn init_params(&self) -> Value {
-        let info = if self.client_info.is_object() {
-            self.client_info.clone()
-        } else {
-            json!({"name": "unknown-client", "version": "0"})
-        };
-        json!({"protocolVersion": self.version, "capabilities": self.capabilities, "clientInfo": info})
+        json!({"protocolVersion": self.version, "capabilities": self.capabilities, "clientInfo": self.client_info})
     }
 }
 

@@ -5,7 +5,11 @@
 //! - `POST` carries one JSON-RPC message (or, on a 2025-03-26 session only, a batch). A request
 //!   gets `application/json` with its response; notifications and client responses get 202.
 //!   `initialize` (without a session id) creates a session and returns `Mcp-Session-Id`.
-//! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it).
+//! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it). It
+//!   reads the session's bounded broadcast ([`super::Outbound`]): a client that reads too
+//!   slowly misses messages (counted in the session's drops) instead of growing a queue.
+//! - A request's own server→client messages (relayed requests, its progress) go on its POST's
+//!   SSE answer through a bounded [`Lane`]; the final response always follows them.
 //! - `DELETE` ends the session. An unknown or ended session gets 404 so clients re-initialize.
 //! - `MCP-Protocol-Version`, when sent, must be a supported revision (else 400 -32022 listing
 //!   them). A `server/discover` with neither a modern header nor `_meta` gets -32601, as before.
@@ -38,7 +42,7 @@ use serde_json::value::RawValue;
 use super::era::{self, Refusal};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use super::message::{self, Parsed};
-use super::session::RequestCtx;
+use super::session::{LANE_MESSAGES, Lane, RequestCtx};
 use super::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
@@ -265,8 +269,8 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
 /// to be relayed to the client before it completes: then the answer switches to
 /// `text/event-stream`, carrying the relayed request(s) and finally the response.
 async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, params: Option<Box<RawValue>>) -> Response {
-    let (side_tx, mut side_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(side_tx) };
+    let (side, mut side_rx) = Lane::new(LANE_MESSAGES, "notifications on a POST's SSE answer");
+    let ctx = RequestCtx::on(id.get(), side);
     let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
     let mut task = tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
         let answer = session.handle_request_ctx(&method, params.as_deref(), &ctx).await;
@@ -286,8 +290,7 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
         }
         Some(msg) = side_rx.recv() => msg,
     };
-    let relayed = futures_util::stream::once(async move { first })
-        .chain(tokio_stream::wrappers::UnboundedReceiverStream::new(side_rx));
+    let relayed = futures_util::stream::once(async move { first }).chain(side_rx.into_stream());
     let last = futures_util::stream::once(async move {
         task.await.unwrap_or_else(|_| {
             jsonrpc::error_object(Value::Null, jsonrpc::INTERNAL_ERROR, "internal error", None).to_string()
@@ -359,8 +362,18 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
     let (backlog, rx) = session.outbound.subscribe(last);
     let last_sent = backlog.last().map(|(id, _)| *id).or(last).unwrap_or(0);
     let closed = session.closed.clone();
+    let lagging = session.clone();
     let live = tokio_stream::wrappers::BroadcastStream::new(rx)
-        .filter_map(move |m| async move { m.ok().filter(|(id, _)| *id > last_sent) })
+        .filter_map(move |m| {
+            let m = match m {
+                Ok(m) => Some(m),
+                Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                    lagging.flow.notifications_dropped.add(n);
+                    None
+                }
+            };
+            async move { m.filter(|(id, _)| *id > last_sent) }
+        })
         .take_until(async move { closed.cancelled().await });
     let stream = futures_util::stream::iter(backlog)
         .chain(live)

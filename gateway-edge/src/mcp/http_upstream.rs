@@ -920,7 +920,7 @@ mod tests {
     use tokio::sync::{mpsc, watch};
 
     use super::*;
-    use crate::mcp::upstream::{Reply, Upstream, UpstreamEvent};
+    use crate::mcp::upstream::{EVENT_QUEUE, EventQueue, Reply, Upstream, UpstreamEvent, events};
 
     const SECRET: &str = "sk-test-secret-value-123";
     const WAIT: Duration = Duration::from_secs(10);
@@ -1097,8 +1097,8 @@ mod tests {
         }
     }
 
-    async fn start(url: &str) -> Result<(Arc<Upstream>, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    async fn start(url: &str) -> Result<(Arc<Upstream>, EventQueue), UpstreamError> {
+        let (tx, rx) = events(EVENT_QUEUE);
         let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
         let home = CofferHome::at(PathBuf::from("/nonexistent-coffer-home"));
         let up = Upstream::start(
@@ -1144,7 +1144,7 @@ mod tests {
     }
 
     /// Waits (with a deadline) for an event matching `pred`, skipping others.
-    async fn wait_event(rx: &mut mpsc::UnboundedReceiver<UpstreamEvent>, pred: impl Fn(&UpstreamEvent) -> bool) {
+    async fn wait_event(rx: &mut EventQueue, pred: impl Fn(&UpstreamEvent) -> bool) {
         tokio::time::timeout(WAIT, async {
             loop {
                 let ev = rx.recv().await.expect("events channel open");
@@ -1392,7 +1392,7 @@ mod tests {
 
     #[test]
     fn configuration_errors_never_quote_values() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = events(EVENT_QUEUE);
         let core = Core::new("fake", tx);
         let mut s = server("http://127.0.0.1:1/mcp");
         s.headers.insert("X-Bad".into(), format!("{SECRET}\n"));
@@ -1412,7 +1412,7 @@ mod tests {
 
     #[test]
     fn sanitize_quotes_json_rpc_errors_and_cuts_long_bodies() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = events(EVENT_QUEUE);
         let t = HttpTransport::new(&server("http://127.0.0.1:1/mcp"), Core::new("fake", tx)).unwrap();
         let body = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: Unsupported protocol version"}}"#;
         assert_eq!(t.inner.sanitize(body, JSON), "Bad Request: Unsupported protocol version");

@@ -23,6 +23,7 @@ use secrecy::SecretString;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use super::Outcome;
+use super::client::ClientIdentity;
 
 /// The actor recorded for calls from an MCP client session.
 pub const MCP_ACTOR: &str = "mcp";
@@ -57,6 +58,9 @@ pub struct Record {
     /// What an internal-agent run used (`coffer__ask`); `None` for every other call (boxed: a
     /// record of an ordinary call stays as small as before).
     pub usage: Option<Box<Usage>>,
+    /// The MCP client's `clientInfo` name and version (shared with its session: no allocation
+    /// per call); `None` for a broker session, whose actor names the caller.
+    pub client: Option<Arc<ClientIdentity>>,
 }
 
 /// An internal-agent run's usage, as the invocation of the tool that ran it records it.
@@ -96,6 +100,8 @@ impl Record {
                 output_tokens: u.output_tokens,
                 iterations: u.iterations,
             }),
+            client_name: self.client.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
+            client_version: self.client.as_ref().map(|c| c.version.clone()).unwrap_or_default(),
         }
     }
 }
@@ -356,13 +362,17 @@ mod tests {
             trace_id: "t1".into(),
             actor: Cow::Borrowed(MCP_ACTOR),
             usage: None,
+            client: Some(Arc::new(ClientIdentity { name: "claude-code".into(), version: "2.1.0".into() })),
         }
         .into_row();
         assert_eq!(row.at, "2025-11-30T00:00:00.123Z");
         assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
         assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));
         assert_eq!((row.duration_ms, row.outcome().as_str(), row.trace_id.as_str()), (2, "upstream_error", "t1"));
-        assert_eq!(row.actor, "mcp");
+        assert_eq!(
+            (row.actor.as_str(), row.client_name.as_str(), row.client_version.as_str()),
+            ("mcp", "claude-code", "2.1.0")
+        );
         for &o in Outcome::ALL {
             assert_eq!(outcome(o).as_str(), o.as_str());
         }

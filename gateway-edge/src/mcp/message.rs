@@ -146,7 +146,7 @@ pub async fn batch_answers(session: &Arc<Session>, items: Vec<Box<RawValue>>) ->
             match classify(msg) {
                 Err((id, m)) => Some(jsonrpc::error_object(id, INVALID_REQUEST, &m, None).to_string()),
                 Ok(Parsed::Request { id, method, params }) => {
-                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: None };
+                    let ctx = RequestCtx { id: Some(id.get().to_owned()), ..RequestCtx::default() };
                     Some(session.handle_request_ctx(&method, params.as_deref(), &ctx).await.into_response(&id))
                 }
                 Ok(Parsed::Notification { method, params }) => {

@@ -16,7 +16,9 @@ pub mod ask_tool;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
+pub mod client;
 pub mod era;
+pub mod flow;
 pub mod gateway_catalog;
 pub mod http;
 pub mod http_upstream;
@@ -29,6 +31,7 @@ pub mod naming;
 pub mod outbound;
 pub mod policy;
 pub mod pool;
+pub mod progress;
 pub mod relay;
 pub mod resolver;
 pub mod retrieval_tools;
@@ -214,6 +217,13 @@ fn command_problem(server: &McpServer) -> Option<String> {
     if server.transport() != coffer_proto::store::Transport::Stdio {
         return None;
     }
+    if !server.command.contains('/') {
+        // A bare name is resolved on this machine's PATH when the server starts.
+        return match coffer_runtime::connect::which_on_path(&server.command) {
+            Some(_) => None,
+            None => Some(format!("command {} is not on this machine's PATH", server.command)),
+        };
+    }
     match std::fs::metadata(&server.command) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Some(format!("command {} does not exist", server.command))
@@ -367,6 +377,7 @@ impl Shared {
             trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
             actor: session.actor.clone(),
             usage,
+            client: (session.actor == invocations::MCP_ACTOR).then(|| session.client.clone()),
         });
     }
 }

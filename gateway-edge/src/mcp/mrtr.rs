@@ -29,14 +29,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::answer::{Answer, RpcError};
 use super::era;
 use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS};
 use super::policy::truncate;
-use super::session::{RequestCtx, Session};
+use super::session::{LANE_MESSAGES, Lane, RequestCtx, Session};
 
 /// A session's parked calls, by `requestState`.
 #[derive(Default)]
@@ -70,7 +69,7 @@ pub struct Call {
     method: String,
     target: String,
     task: JoinHandle<Answer>,
-    side: mpsc::UnboundedReceiver<String>,
+    side: super::flow::LaneRx,
     /// Input request key → `{method, params}`, not yet answered.
     pending: Map<String, Value>,
     guard: CancelOnDrop,
@@ -110,9 +109,17 @@ impl Session {
     /// JSON: the client's own on a stream, one Coffer mints on HTTP, where ids of different
     /// POSTs may repeat). Calls, prompts and reads go through the MRTR translation above; the
     /// answer is an `InputRequiredResult` or the final one, as the legacy path would give it.
-    pub async fn modern_request(self: &Arc<Self>, method: &str, params: Option<&RawValue>, call_id: String) -> Answer {
+    /// `progress`: the request's own stream, where its progress notifications go (`None`: they
+    /// are dropped); a call parked for input keeps the stream of the request that started it.
+    pub async fn modern_request(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+        call_id: String,
+        progress: Option<Lane>,
+    ) -> Answer {
         if !era::is_call_like(method) {
-            let ctx = RequestCtx { id: Some(call_id), side: None };
+            let ctx = RequestCtx { id: Some(call_id), side: None, progress };
             return self.handle_request_ctx(method, params, &ctx).await;
         }
         let fields: Value = params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
@@ -120,7 +127,7 @@ impl Session {
         // Without `requestState` nothing was asked of this client: its `inputResponses` answer
         // nothing and are ignored (MRTR §Error Handling), and the request runs afresh.
         let Some(state) = fields.get("requestState") else {
-            return self.fresh(method, params, call_id, &fields).await;
+            return self.fresh(method, params, call_id, &fields, progress).await;
         };
         let Some(state) = state.as_str() else {
             return invalid("Invalid params: requestState must be the string Coffer sent");
@@ -168,9 +175,10 @@ impl Session {
         params: Option<&RawValue>,
         call_id: String,
         fields: &Value,
+        progress: Option<Lane>,
     ) -> Answer {
-        let (side, rx) = mpsc::unbounded_channel();
-        let ctx = RequestCtx { id: Some(call_id.clone()), side: Some(side) };
+        let (side, rx) = Lane::new(LANE_MESSAGES, "input requests of a 2026-07-28 call");
+        let ctx = RequestCtx { id: Some(call_id.clone()), side: Some(side), progress };
         let (session, m, p) = (self.clone(), method.to_owned(), params.map(ToOwned::to_owned));
         let trace = coffer_runtime::grpc::current_trace().unwrap_or_default();
         let task = tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {

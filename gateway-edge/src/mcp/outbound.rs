@@ -1,7 +1,8 @@
 //! A session's server→client messages that answer no request of the client's (notifications,
 //! relayed upstream requests without an originating call): queued for its GET stream (or the
 //! `/mcp` stream), with event ids and a replay buffer for `Last-Event-ID` resumption (MCP
-//! 2025-11-25 basic/transports §resumability).
+//! 2025-11-25 basic/transports §resumability). Both are bounded: [`REPLAY_BUFFER`] messages
+//! and [`REPLAY_BYTES`] kept, [`BROADCAST`] messages a reader may fall behind.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -9,8 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::broadcast;
 
-/// Messages kept per session for `Last-Event-ID` resumption of the GET stream.
+/// Messages kept per session for `Last-Event-ID` resumption of the GET stream, at most…
 const REPLAY_BUFFER: usize = 512;
+/// … and bytes at most (the newest message is always kept).
+const REPLAY_BYTES: usize = 4 * 1024 * 1024;
+/// Messages a GET stream (or the `/mcp` stream's forwarder, a subscription) may fall behind
+/// before it misses some (a lagging reader skips ahead; the GET stream counts what it missed).
+const BROADCAST: usize = 256;
 
 /// One message for the GET stream: its event id and the JSON-RPC text.
 pub type OutboundEvent = (u64, Arc<str>);
@@ -19,12 +25,19 @@ pub type OutboundEvent = (u64, Arc<str>);
 pub struct Outbound {
     next: AtomicU64,
     ring: Mutex<VecDeque<(u64, Arc<str>)>>,
+    /// Bytes of the messages in `ring`.
+    ring_bytes: std::sync::atomic::AtomicUsize,
     tx: broadcast::Sender<(u64, Arc<str>)>,
 }
 
 impl Default for Outbound {
     fn default() -> Self {
-        Self { next: AtomicU64::new(1), ring: Mutex::new(VecDeque::new()), tx: broadcast::channel(1024).0 }
+        Self {
+            next: AtomicU64::new(1),
+            ring: Mutex::new(VecDeque::new()),
+            ring_bytes: std::sync::atomic::AtomicUsize::new(0),
+            tx: broadcast::channel(BROADCAST).0,
+        }
     }
 }
 
@@ -34,10 +47,13 @@ impl Outbound {
         let mut ring = self.ring.lock().expect("outbound");
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let msg: Arc<str> = msg.into();
+        let mut bytes = self.ring_bytes.load(Ordering::Relaxed) + msg.len();
         ring.push_back((id, msg.clone()));
-        if ring.len() > REPLAY_BUFFER {
-            ring.pop_front();
+        while ring.len() > REPLAY_BUFFER || (bytes > REPLAY_BYTES && ring.len() > 1) {
+            let (_, old) = ring.pop_front().expect("not empty");
+            bytes -= old.len();
         }
+        self.ring_bytes.store(bytes, Ordering::Relaxed);
         let _ = self.tx.send((id, msg));
     }
 
@@ -80,5 +96,12 @@ mod tests {
             out.push(format!("{{\"m\":{i}}}"));
         }
         assert_eq!(out.subscribe(Some(0)).0.len(), REPLAY_BUFFER, "the buffer is bounded");
+        let big = "x".repeat(REPLAY_BYTES / 3);
+        for _ in 0..5 {
+            out.push(big.clone());
+        }
+        assert_eq!(out.subscribe(Some(0)).0.len(), 3, "and bounded in bytes");
+        out.push("y".repeat(REPLAY_BYTES * 2));
+        assert_eq!(out.subscribe(Some(0)).0.len(), 1, "the newest is always kept");
     }
 }

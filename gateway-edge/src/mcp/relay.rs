@@ -12,15 +12,19 @@ use std::time::Duration;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::error_raw;
+use super::flow::{Lane, Undelivered};
 use super::jsonrpc::{self, METHOD_NOT_FOUND, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
 use super::outbound::Outbound;
 use super::policy::truncate;
 use super::pool::Pool;
 use super::upstream::Reply;
+
+/// Relayed requests that may wait for the client's answer at once, per session; more are
+/// refused to their upstream at once (an upstream that floods requests holds no more).
+pub const MAX_WAITING: usize = 64;
 
 /// A request an upstream sent that waits for the downstream client's answer.
 struct Relay {
@@ -40,7 +44,7 @@ enum Target {
 struct RelayStream {
     token: u64,
     server: String,
-    side: mpsc::UnboundedSender<String>,
+    side: Lane,
 }
 
 /// One session's relayed requests and its client's calls in flight.
@@ -72,7 +76,7 @@ impl Drop for StreamGuard<'_> {
 impl Relays {
     /// Registers `side` (the response stream of a call to `server`) as where requests from
     /// `server` are relayed while the call runs; the registration ends with the guard.
-    pub fn open_stream(&self, server: &str, side: &mpsc::UnboundedSender<String>) -> StreamGuard<'_> {
+    pub fn open_stream(&self, server: &str, side: &Lane) -> StreamGuard<'_> {
         let token = self.counter.fetch_add(1, Ordering::Relaxed);
         self.streams.lock().expect("streams").push(RelayStream {
             token,
@@ -252,7 +256,17 @@ impl Relays {
             return Err(Reply::Error(err));
         }
         let relay_id = format!("\"coffer-relay-{}\"", self.counter.fetch_add(1, Ordering::Relaxed));
-        self.waiting.lock().expect("relays").insert(relay_id.clone(), Relay { server: server.to_owned(), to });
+        {
+            let mut waiting = self.waiting.lock().expect("relays");
+            if waiting.len() >= MAX_WAITING {
+                let err = error_raw(
+                    UPSTREAM_UNAVAILABLE,
+                    &format!("The client already has {MAX_WAITING} requests to answer; try again later"),
+                );
+                return Err(Reply::Error(err));
+            }
+            waiting.insert(relay_id.clone(), Relay { server: server.to_owned(), to });
+        }
         let method_json = serde_json::to_string(method).expect("json");
         let msg = match params {
             Some(p) => {
@@ -260,14 +274,28 @@ impl Relays {
             }
             None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{relay_id},\"method\":{method_json}}}"),
         };
-        match side {
-            Some(tx) if tx.send(msg.clone()).is_ok() => {}
-            _ if modern => {
+        let undelivered = match side {
+            Some(lane) => lane.deliver(msg.clone()).err(),
+            None => Some(Undelivered::Closed),
+        };
+        match undelivered {
+            None => {}
+            // A client that leaves this many messages unread is not reading this stream: the
+            // request is refused rather than queued without limit.
+            Some(Undelivered::Full) => {
+                self.waiting.lock().expect("relays").remove(&relay_id);
+                let err = error_raw(
+                    UPSTREAM_UNAVAILABLE,
+                    "The client is not reading its stream; this request could not be queued for it",
+                );
+                return Err(Reply::Error(err));
+            }
+            Some(Undelivered::Closed) if modern => {
                 self.waiting.lock().expect("relays").remove(&relay_id);
                 let err = error_raw(UPSTREAM_UNAVAILABLE, "The client's call ended before this request could reach it");
                 return Err(Reply::Error(err));
             }
-            _ => outbound.push(msg),
+            Some(Undelivered::Closed) => outbound.push(msg),
         }
         Ok(relay_id)
     }

@@ -37,6 +37,17 @@ pub const DEFAULT_SNIPPET: u32 = 240;
 pub const MAX_SNIPPET: u32 = 1000;
 /// Longest skill body a `load_skill` result carries, in characters.
 pub const MAX_SKILL_CHARS: usize = 64 * 1024;
+/// Longest query of `search_knowledge` and `recall`, in characters (the service takes at most
+/// 8192 bytes: a longer text in fewer characters is refused by it).
+pub const MAX_QUERY_CHARS: usize = super::search_tools::MAX_QUERY_CHARS;
+/// Longest fact `remember` takes, in characters (the service's limit is 16 KiB).
+pub const MAX_FACT_CHARS: usize = 16 * 1024;
+/// Longest name (knowledge base, skill, fact id, tag), in characters.
+pub const MAX_NAME_CHARS: usize = 128;
+/// Longest `path_prefix`, in characters.
+pub const MAX_PATH_CHARS: usize = 1024;
+/// Most knowledge bases or tags in one filter.
+pub const MAX_FILTER_ITEMS: usize = 32;
 /// Longest `source` of a fact (bytes), as the service takes it.
 const MAX_SOURCE: usize = 256;
 
@@ -251,10 +262,10 @@ impl Provider for SearchKnowledge {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "What to look for: a question or words, e.g. \"how do we rotate the API keys\"."},
-                    "kb": {"type": "array", "items": {"type": "string"}, "description": "Only these knowledge bases (names); default: all of them."},
-                    "path_prefix": {"type": "string", "description": "Only files under this path inside the knowledge base, e.g. \"projects/\"."},
-                    "tags": {"type": "array", "items": {"type": "string"}, "description": "Only documents with every one of these front-matter tags."},
+                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "What to look for: a question or words, e.g. \"how do we rotate the API keys\"."},
+                    "kb": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only these knowledge bases (names); default: all of them."},
+                    "path_prefix": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Only files under this path inside the knowledge base, e.g. \"projects/\"."},
+                    "tags": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only documents with every one of these front-matter tags."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": format!("Most passages (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")},
                     "snippet_chars": {"type": "integer", "minimum": 20, "maximum": MAX_SNIPPET, "description": format!("Snippet length in characters (default {DEFAULT_SNIPPET}, at most {MAX_SNIPPET}).")}
                 },
@@ -327,8 +338,8 @@ impl Provider for Recall {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 8192, "description": "What to recall, e.g. \"preferred test framework\"."},
-                    "tags": {"type": "array", "items": {"type": "string"}, "description": "Only facts with every one of these tags."},
+                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "What to recall, e.g. \"preferred test framework\"."},
+                    "tags": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only facts with every one of these tags."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": format!("Most facts (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")}
                 },
                 "required": ["query"],
@@ -391,7 +402,7 @@ impl Provider for Remember {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "text": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "The fact, one self-contained sentence or short paragraph."},
+                    "text": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_CHARS, "description": "The fact, one self-contained sentence or short paragraph."},
                     "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."}
                 },
                 "required": ["text"],
@@ -458,7 +469,7 @@ impl Provider for Forget {
         Its file is removed; to correct a fact, forget it and remember the right one.",
             "inputSchema": {
                 "type": "object",
-                "properties": {"id": {"type": "string", "minLength": 1, "description": "The fact's id, e.g. \"01JDQ8ZKXW5T3M2N4P6R7S8T9V\"."}},
+                "properties": {"id": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "The fact's id, e.g. \"01JDQ8ZKXW5T3M2N4P6R7S8T9V\"."}},
                 "required": ["id"],
                 "additionalProperties": false
             },
@@ -563,7 +574,7 @@ impl Provider for LoadSkill {
             "description": "Load one skill's full instructions by name (as coffer__list_skills shows it): its SKILL.md without the front matter, and the names of the other files in its folder. Follow the instructions for the task at hand.",
             "inputSchema": {
                 "type": "object",
-                "properties": {"name": {"type": "string", "minLength": 1, "description": "The skill's name, e.g. \"release-notes\"."}},
+                "properties": {"name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "The skill's name, e.g. \"release-notes\"."}},
                 "required": ["name"],
                 "additionalProperties": false
             },
@@ -742,13 +753,14 @@ mod tests {
         let registry = register(Registry::default(), dead_client());
         let caller = Session("mcp", "t");
         for (tool, args, needle) in [
-            ("search_knowledge", None, "missing field `query`"),
+            // Missing and unknown arguments are found against the schema, before the provider.
+            ("search_knowledge", None, "missing argument \"query\""),
             ("search_knowledge", Some(r#"{"query": 5}"#), "invalid type: integer `5`, expected a string"),
             ("search_knowledge", Some(r#"{"query": "x", "limit": "many"}"#), "invalid type: string \"many\""),
-            ("recall", Some(r#"{"query": "x", "color": 1}"#), "unknown field `color`"),
-            ("remember", Some(r#"{}"#), "missing field `text`"),
+            ("recall", Some(r#"{"query": "x", "color": 1}"#), "unknown argument \"color\""),
+            ("remember", Some(r#"{}"#), "missing argument \"text\""),
             ("forget", Some(r#"{"id": ["a"]}"#), "invalid type: sequence"),
-            ("list_skills", Some(r#"{"x": 1}"#), "unknown field `x`"),
+            ("list_skills", Some(r#"{"x": 1}"#), "unknown argument \"x\""),
             ("load_skill", Some(r#"{"name": 1}"#), "invalid type: integer `1`, expected a string"),
         ] {
             let out = answer_json(registry.call(tool, &caller, args).await);

@@ -48,10 +48,10 @@ impl Session {
             _ => return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.name"))),
         };
         // MCP: `arguments` is an object when present (`{ [key: string]: unknown }`); anything
-        // else (but `null`, which some clients send for "none") is refused here instead of
-        // reaching an upstream that may crash on it.
+        // else, `null` included (a client with no arguments omits the member), is refused here
+        // instead of reaching an upstream that may crash on it.
         if let Some(a) = fields.get("arguments")
-            && !a.get().trim_start().starts_with(['{', 'n'])
+            && !a.get().trim_start().starts_with('{')
         {
             return Answer::Error(RpcError::new(
                 INVALID_PARAMS,
@@ -59,15 +59,16 @@ impl Session {
             ));
         }
         let mut usage = None;
+        let mut builtin_outcome = None;
         let (answer, server) = match self.resolve(kind, &exposed).await {
             Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
             Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
                 let caller: &Session = self;
-                let (answer, used) =
-                    Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
-                usage = used;
-                (answer, server)
+                let called = Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
+                usage = called.usage;
+                builtin_outcome = Some(called.outcome);
+                (called.answer, server)
             }
             Ok((server, original)) => {
                 let forwarded = to_raw(&fields, "name", &raw_string(&original));
@@ -80,7 +81,7 @@ impl Session {
                 (answer, server)
             }
         };
-        let outcome = answer.outcome();
+        let outcome = builtin_outcome.unwrap_or_else(|| answer.outcome());
         self.shared.record_with_usage(method, &exposed, &server, self, started.elapsed(), outcome, usage);
         answer
     }
@@ -177,7 +178,8 @@ impl Session {
     }
 
     /// `logging/setLevel`: remembered for the session and applied to every running upstream
-    /// that offers logging.
+    /// that offers logging; from then on upstream log messages at that level or above reach
+    /// the client ([`super::flow::Flow::admit_log`]). -32602 for a level MCP does not name.
     pub(super) async fn set_level(&self, params: Option<&RawValue>) -> Answer {
         let level = params
             .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
@@ -185,6 +187,9 @@ impl Session {
         let Some(level) = level else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, "logging/setLevel needs params.level"));
         };
+        if let Err(e) = self.flow.set_log_level(&level) {
+            return Answer::Error(RpcError::new(INVALID_PARAMS, format!("logging/setLevel: {e}")));
+        }
         self.pool.set_level(level).await;
         Answer::ok(json!({}))
     }
@@ -192,7 +197,8 @@ impl Session {
     /// Sends request `method` with `params` to `server`'s upstream (started if needed) and
     /// waits for its answer, at most the server's timeout (else the default call timeout).
     /// While it runs, requests from that upstream may be relayed on `ctx.side`, and the client
-    /// may cancel it by `ctx.id`. A 2026-07-28 upstream that answers with an
+    /// may cancel it by `ctx.id`; its progress notifications reach `ctx.progress` under the
+    /// client's own token ([`super::progress`]). A 2026-07-28 upstream that answers with an
     /// `InputRequiredResult` gets its input requests relayed to the client and the request
     /// retried with the answers ([`super::upstream_mrtr`]): the client sees the final result.
     async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
@@ -206,6 +212,12 @@ impl Session {
         };
         let timeout =
             if spec.timeout_ms > 0 { Duration::from_millis(spec.timeout_ms) } else { self.shared.call_timeout() };
+        if let Some(lane) = &ctx.progress
+            && params.get().contains("progressToken")
+        {
+            // Boxed: a rare path, kept out of every call's future.
+            return Box::pin(self.forward_with_progress(server, method, params, ctx, lane)).await;
+        }
         let _guard = ctx.side.as_ref().map(|side| self.relays.open_stream(server, side));
         // `exchange` written out: the hot path's future stays small.
         let heard = up.heard();
@@ -259,6 +271,24 @@ impl Session {
 }
 
 impl Session {
+    /// [`Session::forward`] of a request whose params may carry `_meta.progressToken`: the token
+    /// is rewritten to one unique in the session and mapped back to the client's on `lane`
+    /// while the call runs ([`super::progress`]); without a token, forwarded as it is.
+    async fn forward_with_progress(
+        &self,
+        server: &str,
+        method: &str,
+        params: &RawValue,
+        ctx: &RequestCtx,
+        lane: &super::flow::Lane,
+    ) -> Answer {
+        let ctx = RequestCtx { id: ctx.id.clone(), side: ctx.side.clone(), progress: None };
+        match self.progress.register(server, params, lane) {
+            Some((params, _route)) => self.forward(server, method, &params, &ctx).await,
+            None => self.forward(server, method, params, &ctx).await,
+        }
+    }
+
     /// One request to `up` and its reply (at most `timeout`); `Err(Answer::Cancelled)` when the
     /// client cancelled it meanwhile, `Err` with the error when it could not be sent.
     pub(super) async fn exchange(
@@ -341,6 +371,7 @@ fn json_kind(raw: &str) -> &'static str {
         Some(b'[') => "an array",
         Some(b'"') => "a string",
         Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
         _ => "a number",
     }
 }

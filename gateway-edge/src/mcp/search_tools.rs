@@ -23,6 +23,8 @@ use serde_json::{Value, json};
 use super::answer::Answer;
 use super::builtin::{Caller, Provider, tool_error};
 
+/// Longest `query`, in characters (also the knowledge and memory tools' limit).
+pub const MAX_QUERY_CHARS: usize = 8192;
 /// Longest text of one tool that is embedded, in characters.
 pub const TOOL_TEXT_CHARS: usize = 2000;
 /// Cosine similarity below which a tool is not a semantic match.
@@ -112,7 +114,7 @@ impl Provider for SearchTools {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "What you want to do, e.g. \"read a file\"."},
+                    "query": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": "What you want to do, e.g. \"read a file\"."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results (default 10)."}
                 },
                 "required": ["query"]

@@ -8,7 +8,14 @@
 //!   snapshot, before any upstream contact;
 //! - routing (`route.rs`): the request forwarded with a fresh upstream id, answered verbatim;
 //! - [`Relays`] (`relay.rs`): upstream→client requests and the client's cancellations;
-//! - [`Outbound`] (`outbound.rs`): what the session sends on its GET stream.
+//! - [`Outbound`] (`outbound.rs`): what the session sends on its GET stream;
+//! - [`Flow`] (`flow.rs`): list changes coalesced, log messages filtered and rate-limited;
+//! - [`Progress`] (`progress.rs`): progress tokens of calls in flight, routed back to their
+//!   caller.
+//!
+//! Every queue between an upstream and the client is bounded: the upstreams' events
+//! ([`EVENT_QUEUE`], list changes and ends kept aside when full), the streams' [`Lane`]s, the
+//! GET stream's broadcast and replay buffer ([`Outbound`]).
 //!
 //! The session itself keeps only its lifecycle: identity, idle time, the end of the session,
 //! and the tasks that follow its upstreams' events and policy changes.
@@ -26,13 +33,16 @@ use tokio_util::sync::CancellationToken;
 pub use super::answer::{Answer, RpcError};
 use super::catalog::{Background, Catalog};
 pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+use super::client::ClientIdentity;
+pub use super::flow::{Flow, LANE_MESSAGES, Lane};
 use super::invocations::MCP_ACTOR;
 use super::jsonrpc::{self, METHOD_NOT_FOUND};
 pub use super::outbound::{Outbound, OutboundEvent};
 use super::policy::{self, truncate};
 use super::pool::Pool;
+use super::progress::Progress;
 use super::relay::Relays;
-use super::upstream::{UpstreamError, UpstreamEvent};
+use super::upstream::{EVENT_QUEUE, EventQueue, UpstreamError, UpstreamEvent};
 use super::{Shared, builtin};
 
 /// What the transport knows about the request being handled.
@@ -41,8 +51,19 @@ pub struct RequestCtx {
     /// The downstream request id as raw JSON text (for `notifications/cancelled`).
     pub id: Option<String>,
     /// The originating POST's response stream (or the `/mcp` stream), for relaying upstream
-    /// requests on it.
-    pub side: Option<mpsc::UnboundedSender<String>>,
+    /// requests on it (a modern call's: where [`super::mrtr`] collects them).
+    pub side: Option<Lane>,
+    /// Where the request's `notifications/progress` go (the caller's own stream); `None`: the
+    /// caller cannot take notifications, and its progress is dropped.
+    pub progress: Option<Lane>,
+}
+
+impl RequestCtx {
+    /// A legacy client's request `id` (raw JSON) on a stream that takes both its relayed
+    /// requests and its progress: the POST's SSE answer, or the `/mcp` stream.
+    pub fn on(id: &str, lane: Lane) -> Self {
+        Self { id: Some(id.to_owned()), side: Some(lane.clone()), progress: Some(lane) }
+    }
 }
 
 /// One downstream session.
@@ -53,12 +74,19 @@ pub struct Session {
     /// MCP client (borrowed, so recording it costs a call nothing), the caller's actor for a
     /// broker session ([`super::broker`]).
     pub actor: Cow<'static, str>,
+    /// The downstream client's `clientInfo` name and version (empty when it gave none).
+    pub client: Arc<ClientIdentity>,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
     pub(super) relays: Relays,
     /// Calls of a modern client waiting for its input ([`super::mrtr`]).
     pub(super) parked: super::mrtr::Parked,
+    /// What reaches the client of what upstreams send on their own (coalescing, log level
+    /// and rate, drop counters).
+    pub(super) flow: Arc<Flow>,
+    /// Progress tokens of the calls in flight.
+    pub(super) progress: Progress,
     /// Whether the client speaks a modern (handshake-less) revision ([`super::era`]).
     pub modern: bool,
     last_activity: Mutex<Instant>,
@@ -97,13 +125,19 @@ impl Session {
         actor: Cow<'static, str>,
         patient: bool,
     ) -> Arc<Self> {
+        // Upstreams see Coffer's own, always valid `clientInfo`, never the client's verbatim
+        // (which may be missing or malformed: see `client.rs`).
+        let client = Arc::new(ClientIdentity::of(params.get("clientInfo")));
         let init_params = json!({
             "protocolVersion": protocol_version,
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-            "clientInfo": params.get("clientInfo").cloned().unwrap_or_else(|| json!({"name": "coffer", "version": coffer_runtime::VERSION})),
+            "clientInfo": client.upstream_info(),
         });
         let profile = super::gateway_catalog::Profile::of(&init_params);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (events_tx, events_rx) = super::upstream::events(EVENT_QUEUE);
+        // Unbounded by type, bounded by use: the catalog sends one `Refetch` per server a list
+        // waits for, `Started` once per upstream start, and upstream list changes reach it only
+        // through `Flow::relist` (one re-list in flight per server and kind).
         let (background_tx, background_rx) = mpsc::unbounded_channel();
         let closed = CancellationToken::new();
         let s = Arc::new(Self {
@@ -111,10 +145,13 @@ impl Session {
             catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
             parked: super::mrtr::Parked::default(),
+            flow: Arc::default(),
+            progress: Progress::default(),
             modern: super::era::is_modern(&protocol_version),
             id,
             protocol_version,
             actor,
+            client,
             shared,
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::default(),
@@ -123,6 +160,7 @@ impl Session {
         tokio::spawn(event_loop(Arc::downgrade(&s), events_rx, s.closed.clone()));
         tokio::spawn(background(Arc::downgrade(&s), background_rx, s.closed.clone()));
         tokio::spawn(policy_watch(Arc::downgrade(&s), s.closed.clone()));
+        tokio::spawn(list_changes(Arc::downgrade(&s), s.flow.clone(), s.closed.clone()));
         s
     }
 
@@ -139,6 +177,10 @@ impl Session {
     /// Ends the session: every upstream child is terminated and its pid record removed.
     pub async fn close(&self) {
         self.closed.cancel();
+        let (logs, notifications) = (self.flow.logs_dropped.total(), self.flow.notifications_dropped.total());
+        if logs + notifications > 0 {
+            tracing::info!(session = %self.id, logs_dropped = logs, notifications_dropped = notifications, "Session ended; upstream messages it held back.");
+        }
         self.pool.close().await;
     }
 
@@ -267,8 +309,13 @@ impl Session {
         self.relays.answer(&self.pool, &self.id, id, result, error).await;
     }
 
-    /// Sends a notification to the client on its GET stream.
+    /// Sends a notification to the client on its GET stream. A `notifications/*/list_changed`
+    /// without params is coalesced ([`Flow::list_changed`]): the client hears of each kind at
+    /// most once per [`super::flow::LIST_CHANGED_GAP`], and of the last change always.
     pub fn notify_client(&self, method: &str, params: Option<Value>) {
+        if params.is_none() && self.flow.list_changed(method) {
+            return;
+        }
         let msg = match params {
             Some(p) => json!({"jsonrpc": "2.0", "method": method, "params": p}),
             None => json!({"jsonrpc": "2.0", "method": method}),
@@ -302,7 +349,7 @@ impl builtin::Caller for Session {
     }
 
     fn client_name(&self) -> &str {
-        self.pool.init_params().get("clientInfo").and_then(|c| c.get("name")).and_then(Value::as_str).unwrap_or("")
+        &self.client.name
     }
 
     fn actor(&self) -> &str {
@@ -310,15 +357,13 @@ impl builtin::Caller for Session {
     }
 }
 
-/// Handles what upstreams send on their own: list changes invalidate the cache and are
-/// forwarded once; log messages are forwarded with the server named in `logger`; resource
-/// updates get their URI exposed; requests are relayed to the client; progress is deliberately
-/// not forwarded.
-async fn event_loop(
-    session: std::sync::Weak<Session>,
-    mut rx: mpsc::UnboundedReceiver<UpstreamEvent>,
-    closed: CancellationToken,
-) {
+/// Handles what upstreams send on their own: a list change makes the session list that kind
+/// again from its upstream (at most one re-list in flight per server and kind, [`relist`]) and
+/// the client hears of it when the list differs; log messages are forwarded at the client's
+/// level and rate ([`Flow::admit_log`]) with the server named in `logger`; resource updates
+/// get their URI exposed; progress goes to the call that asked for it ([`Progress::route`]);
+/// requests are relayed to the client.
+async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, closed: CancellationToken) {
     loop {
         let ev = tokio::select! {
             _ = closed.cancelled() => return,
@@ -327,15 +372,21 @@ async fn event_loop(
         let Some(s) = session.upgrade() else { return };
         match ev {
             UpstreamEvent::Notification { server, method, params } => match method.as_str() {
-                "notifications/tools/list_changed"
-                | "notifications/prompts/list_changed"
-                | "notifications/resources/list_changed" => {
-                    s.invalidate(Some(&server));
-                    s.notify_client(&method, None);
+                "notifications/tools/list_changed" => relist(&s, server, &[ListKind::Tools]),
+                "notifications/prompts/list_changed" => relist(&s, server, &[ListKind::Prompts]),
+                "notifications/resources/list_changed" => {
+                    relist(&s, server, &[ListKind::Resources, ListKind::ResourceTemplates])
+                }
+                "notifications/progress" if !s.progress.deliver(&server, params.as_deref()) => {
+                    s.flow.notifications_dropped.add(1);
                 }
                 "notifications/message" => {
-                    let mut p: Value =
-                        params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or_else(|| json!({}));
+                    let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
+                        continue;
+                    };
+                    if !s.flow.admit_log(&server, p.get("level").and_then(Value::as_str)) {
+                        continue;
+                    }
                     if p.is_object() {
                         p["logger"] = Value::String(server);
                     }
@@ -368,6 +419,71 @@ async fn event_loop(
     }
 }
 
+/// `server`'s upstream said its lists of `kinds` changed: each is listed afresh from it in the
+/// background (into the session's and the gateway catalog, [`Catalog::fetch`]), one re-list
+/// per server and kind at a time, again at most every [`super::flow::RELIST_GAP`] while changes
+/// keep coming. The client is told (coalesced) when a list differs from the one before; the
+/// first re-list of a kind in this session, with nothing to compare, always tells it.
+fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
+    for &kind in kinds {
+        if !s.flow.relist(&server, kind) {
+            continue;
+        }
+        let (weak, server) = (Arc::downgrade(s), server.clone());
+        tokio::spawn(async move {
+            let mut before: Option<Arc<Vec<Value>>> = None;
+            let mut first = true;
+            loop {
+                let Some(s) = weak.upgrade() else { return };
+                let started = Instant::now();
+                let snapshot = s.shared.snapshot.current();
+                // A server removed, or whose upstream is gone, is listed when it starts again:
+                // nothing stays in flight for it.
+                let spec = snapshot.servers.get(&server).cloned();
+                let Some(spec) = spec
+                    .filter(|spec| !s.closed.is_cancelled() && s.pool.is_running(&server, snapshot.generation(spec)))
+                else {
+                    while s.flow.relisted(&server, kind) {}
+                    return;
+                };
+                s.invalidate(Some(&server));
+                if let Some(items) = s.refetch(&spec, kind).await {
+                    if first || before.as_ref() != Some(&items) {
+                        s.notify_client(kind.list_changed(), None);
+                    }
+                    before = Some(items);
+                    first = false;
+                }
+                if !s.flow.relisted(&server, kind) {
+                    return;
+                }
+                drop(s);
+                tokio::time::sleep_until((started + super::flow::RELIST_GAP).into()).await;
+            }
+        });
+    }
+}
+
+/// Sends the coalesced `notifications/*/list_changed` ([`Flow::next_list_changes`]) to the
+/// client, one batch per [`super::flow::LIST_CHANGED_GAP`] at most, until the session ends.
+async fn list_changes(session: std::sync::Weak<Session>, flow: Arc<Flow>, closed: CancellationToken) {
+    loop {
+        let methods = tokio::select! {
+            _ = closed.cancelled() => return,
+            m = flow.next_list_changes() => m,
+        };
+        let Some(s) = session.upgrade() else { return };
+        for method in methods {
+            s.outbound.push(format!("{{\"jsonrpc\":\"2.0\",\"method\":\"{method}\"}}"));
+        }
+        drop(s);
+        tokio::select! {
+            _ = closed.cancelled() => return,
+            () = tokio::time::sleep(super::flow::LIST_CHANGED_GAP) => {}
+        }
+    }
+}
+
 /// Runs what the session's catalog and pool hand over ([`Background`]): fresh lists from the
 /// session's own upstreams, each in its own task bounded by the list deadline (it fills both
 /// catalogs; a difference reaches the client through [`policy_watch`]).
@@ -394,14 +510,28 @@ async fn background(
             let s = s.clone();
             let spec = spec.clone();
             tokio::spawn(async move {
-                let deadline = s.shared.list_timeout();
-                if tokio::time::timeout(deadline, s.catalog.fetch(&s.pool, &spec, kind)).await.is_err() {
-                    let msg = format!("{} took longer than {} ms", kind.method(), deadline.as_millis());
-                    let generation = s.shared.snapshot.current().generation(&spec);
-                    s.shared.health.failed(&spec.name, &msg);
-                    s.shared.lists.failed(&spec.name, generation, &msg);
-                }
+                s.refetch(&spec, kind).await;
             });
+        }
+    }
+}
+
+impl Session {
+    /// Lists `kind` of `spec` afresh from the session's own upstream, bounded by the list
+    /// deadline ([`Catalog::fetch`]: it fills both catalogs; a difference reaches the client
+    /// through [`policy_watch`]). The list, or `None` when it failed or took too long (then
+    /// recorded as the server's failure).
+    async fn refetch(&self, spec: &McpServer, kind: ListKind) -> Option<Arc<Vec<Value>>> {
+        let deadline = self.shared.list_timeout();
+        match tokio::time::timeout(deadline, self.catalog.fetch(&self.pool, spec, kind)).await {
+            Ok(r) => r.ok(),
+            Err(_) => {
+                let msg = format!("{} took longer than {} ms", kind.method(), deadline.as_millis());
+                let generation = self.shared.snapshot.current().generation(spec);
+                self.shared.health.failed(&spec.name, &msg);
+                self.shared.lists.failed(&spec.name, generation, &msg);
+                None
+            }
         }
     }
 }

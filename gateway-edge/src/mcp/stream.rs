@@ -23,8 +23,12 @@
 //!   `subscriptions/listen` forwards tagged list changes until `notifications/cancelled` names
 //!   it; the shim's `ping` without `_meta` is answered;
 //! - requests run concurrently and their answers are written as they complete, in any order;
-//!   relayed upstream requests (sampling, elicitation, roots) and server notifications are
-//!   written on the same stream;
+//!   relayed upstream requests (sampling, elicitation, roots), progress and server notifications
+//!   are written on the same stream. Answers wait for the client at most
+//!   [`MAX_UNWRITTEN_ANSWERS`] at a time (then the gateway stops reading it); everything else
+//!   waits in a [`Lane`] of [`LANE_MESSAGES`]: when the client leaves that many unread, further
+//!   notifications are dropped (counted, logged once per burst) and relayed requests refused to
+//!   their upstream, so a client that stops reading never grows the gateway's memory;
 //! - notifications and responses are handled before the next line is read, so they keep the
 //!   client's order;
 //! - a batch line is accepted only on a session that negotiated 2025-03-26 (one array answers it);
@@ -41,7 +45,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use coffer_runtime::ndjson::{FrameReader, Input, sniff_id, without_line_breaks};
+use coffer_runtime::ndjson::{FrameReader, Input, without_line_breaks};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -56,7 +60,7 @@ use super::era::{self, Refusal};
 use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use super::listen::Filter;
 use super::message::{self, Parsed, batch_answers, open_session};
-use super::session::{Answer, RequestCtx};
+use super::session::{Answer, LANE_MESSAGES, Lane, RequestCtx};
 use crate::state::AppState;
 
 /// The `Upgrade` token that switches `/mcp` to a stream.
@@ -121,7 +125,7 @@ where
 {
     let (read, write) = tokio::io::split(io);
     let (answers, answer_queue) = mpsc::unbounded_channel::<String>();
-    let (out, other_queue) = mpsc::unbounded_channel::<String>();
+    let (out, other_queue) = Lane::new(LANE_MESSAGES, "notifications to a /mcp stream");
     let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
     let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
     let mut conn = Conn { st, answers, out, budget: budget.clone(), session: None, listens: HashMap::new() };
@@ -169,8 +173,7 @@ where
                     budget.add_permits(1);
                 }
             }
-            Ok(Some(Input::Oversized { prefix })) => {
-                let id = sniff_id(&prefix);
+            Ok(Some(Input::Oversized { id, .. })) => {
                 warn!(limit_bytes = crate::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
                 conn.send_error(
                     id,
@@ -202,8 +205,9 @@ struct Conn {
     st: Arc<AppState>,
     /// Answers to the client's lines, one per line that gets one (each holds a unit of `budget`).
     answers: mpsc::UnboundedSender<String>,
-    /// Everything else for the client: relayed upstream requests, server notifications.
-    out: mpsc::UnboundedSender<String>,
+    /// Everything else for the client: relayed upstream requests, progress, server
+    /// notifications (bounded: see the module docs).
+    out: Lane,
     budget: Arc<Semaphore>,
     session: Option<Arc<Session>>,
     /// A modern session's open subscriptions, by `subscriptions/listen` request id (raw JSON).
@@ -251,7 +255,7 @@ impl Conn {
                 let (answers, side, budget) = (self.answers.clone(), self.out.clone(), self.budget.clone());
                 let trace = coffer_runtime::grpc::new_trace_id();
                 tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
-                    let ctx = RequestCtx { id: Some(id.get().to_owned()), side: Some(side) };
+                    let ctx = RequestCtx::on(id.get(), side);
                     match session.handle_request_ctx(&method, params.as_deref(), &ctx).await {
                         // MCP: a request the client cancelled gets no answer; its unit of the
                         // budget comes back here instead of from the writer.
@@ -392,7 +396,7 @@ impl Conn {
                 Ok(f) => f,
                 Err(e) => return self.send_error(raw_id(&id), e.code, &e.message),
             };
-            let _ = self.out.send(filter.acknowledgment(&id));
+            let _ = self.out.deliver(filter.acknowledgment(&id));
             let token = session.closed.child_token();
             self.listens.insert(id.get().to_owned(), token.clone());
             let (_, mut rx) = session.outbound.subscribe(None);
@@ -407,7 +411,7 @@ impl Conn {
                     match msg {
                         Ok((_, msg)) => {
                             if let Some(tagged) = filter.tag(&msg, &id)
-                                && out.send(tagged).is_err()
+                                && !out.notify(tagged)
                             {
                                 return;
                             }
@@ -421,10 +425,10 @@ impl Conn {
             });
             return false;
         }
-        let (answers, budget) = (self.answers.clone(), self.budget.clone());
+        let (answers, budget, progress) = (self.answers.clone(), self.budget.clone(), self.out.clone());
         let trace = coffer_runtime::grpc::new_trace_id();
         tokio::spawn(coffer_runtime::grpc::with_trace(trace, async move {
-            match session.modern_request(&method, params.as_deref(), id.get().to_owned()).await {
+            match session.modern_request(&method, params.as_deref(), id.get().to_owned(), Some(progress)).await {
                 Answer::Cancelled => budget.add_permits(1),
                 answer => {
                     let _ = answers.send(message::modern_response(answer, &method, &id));
@@ -455,7 +459,7 @@ impl Conn {
                 };
                 match msg {
                     Ok((_, msg)) => {
-                        if out.send(msg.to_string()).is_err() {
+                        if !out.notify(msg.to_string()) {
                             return;
                         }
                     }
@@ -512,9 +516,13 @@ fn raw_id(id: &RawValue) -> Value {
 /// write; after the write, gives back a unit of `budget` per answer written. Raw CR and LF can
 /// only be insignificant whitespace in valid JSON (an upstream may answer pretty-printed), so
 /// they are dropped to keep one message per line. Ends when both queues have ended.
+///
+/// `other` is looked at first, then `answers`, one message of each in turn: a call's progress,
+/// queued before its answer, is written before it (MCP: no progress after the response), and
+/// neither queue starves the other.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut answers: mpsc::UnboundedReceiver<String>,
-    mut other: mpsc::UnboundedReceiver<String>,
+    mut other: super::flow::LaneRx,
     mut write: W,
     budget: Arc<Semaphore>,
 ) {
@@ -523,6 +531,11 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     while answers_open || other_open {
         let mut written_answers = 0;
         tokio::select! {
+            biased;
+            msg = other.recv(), if other_open => match msg {
+                Some(msg) => push_line(&mut buf, &msg),
+                None => other_open = false,
+            },
             msg = answers.recv(), if answers_open => match msg {
                 Some(msg) => {
                     push_line(&mut buf, &msg);
@@ -530,18 +543,19 @@ async fn write_lines<W: AsyncWrite + Unpin>(
                 }
                 None => answers_open = false,
             },
-            msg = other.recv(), if other_open => match msg {
-                Some(msg) => push_line(&mut buf, &msg),
-                None => other_open = false,
-            },
         }
         while buf.len() < WRITE_BATCH_BYTES {
+            let mut took = false;
+            if let Ok(msg) = other.try_recv() {
+                push_line(&mut buf, &msg);
+                took = true;
+            }
             if let Ok(msg) = answers.try_recv() {
                 push_line(&mut buf, &msg);
                 written_answers += 1;
-            } else if let Ok(msg) = other.try_recv() {
-                push_line(&mut buf, &msg);
-            } else {
+                took = true;
+            }
+            if !took {
                 break;
             }
         }
@@ -584,7 +598,7 @@ mod tests {
     async fn lines_are_gathered_and_stay_single_lines() {
         let (tx, rx) = mpsc::unbounded_channel();
         let (w, mut r) = tokio::io::duplex(1024);
-        let (other_tx, other_rx) = mpsc::unbounded_channel();
+        let (other_tx, other_rx) = Lane::new(1, "test");
         let budget = Arc::new(Semaphore::new(0));
         tx.send("{\"a\":1}".to_owned()).unwrap();
         tx.send("{\n  \"b\": \"x\\ny\"\r\n}".to_owned()).unwrap();

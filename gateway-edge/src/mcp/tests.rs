@@ -304,7 +304,9 @@ async fn unknown_names_and_servers_are_invalid_params() {
     let no_name = RawValue::from_string("{\"arguments\":{}}".into()).unwrap();
     let e = error(s.route_call(ListKind::Tools, Some(&no_name)).await);
     assert_eq!((e.code, e.message.as_str()), (INVALID_PARAMS, "tools/call needs a string params.name"));
-    for (arguments, kind) in [("[1]", "an array"), ("\"x\"", "a string"), ("7", "a number"), ("true", "a boolean")] {
+    for (arguments, kind) in
+        [("[1]", "an array"), ("\"x\"", "a string"), ("7", "a number"), ("true", "a boolean"), ("null", "null")]
+    {
         let p = RawValue::from_string(format!("{{\"name\":\"fs__read\",\"arguments\":{arguments}}}")).unwrap();
         let e = error(s.route_call(ListKind::Tools, Some(&p)).await);
         let want = format!("tools/call params.arguments must be an object, not {kind}");

@@ -76,6 +76,113 @@ pub enum UpstreamEvent {
     Closed { server: String },
 }
 
+/// Events a session's upstreams may have queued for it before it handles them. At the limit
+/// ([`Events::send`]) notifications are dropped and counted, except what must never be lost:
+/// each server's latest `notifications/*/list_changed` and the end of its connection, which
+/// are kept aside (one entry per server and kind) and handed over once the queue drained.
+pub const EVENT_QUEUE: usize = 256;
+
+/// The upstreams' side of a session's event queue (cloned into each [`Core`]).
+#[derive(Clone)]
+pub struct Events {
+    tx: mpsc::Sender<UpstreamEvent>,
+    aside: Arc<Aside>,
+}
+
+/// The session's side of its event queue.
+pub struct EventQueue {
+    rx: mpsc::Receiver<UpstreamEvent>,
+    aside: Arc<Aside>,
+}
+
+/// What a full queue kept aside instead of dropping.
+struct Aside {
+    /// Servers' list changes (server, false, `notifications/<kind>/list_changed`) and closed
+    /// servers (server, true, ""), each once; a server's end sorts after its list changes.
+    kept: Mutex<std::collections::BTreeSet<(String, bool, String)>>,
+    dropped: super::flow::Drops,
+}
+
+/// A bounded event queue of `capacity` events for one session.
+pub fn events(capacity: usize) -> (Events, EventQueue) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let aside = Arc::new(Aside {
+        kept: Mutex::default(),
+        dropped: super::flow::Drops::new("upstream messages a busy session could not queue"),
+    });
+    (Events { tx, aside: aside.clone() }, EventQueue { rx, aside })
+}
+
+impl Events {
+    /// Queues `ev` without waiting (the upstream's reader must never stall on the session: it
+    /// also reads the responses). When the queue is full, a list change or the connection's
+    /// end is kept aside, a notification is dropped and counted, and a request is dropped (its
+    /// upstream's own timeout answers it).
+    pub fn send(&self, ev: UpstreamEvent) {
+        let ev = match self.tx.try_send(ev) {
+            Ok(()) => {
+                self.aside.dropped.resumed();
+                return;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(ev)) => ev,
+        };
+        let kept = match ev {
+            UpstreamEvent::Notification { server, method, .. } if method.ends_with("/list_changed") => {
+                (server, false, method)
+            }
+            UpstreamEvent::Closed { server } => (server, true, String::new()),
+            UpstreamEvent::Request { server, method, .. } => {
+                tracing::warn!(server = %server, method = %method, "Dropped a request from an upstream: its session's event queue is full.");
+                self.aside.dropped.add(1);
+                return;
+            }
+            UpstreamEvent::Notification { .. } => {
+                self.aside.dropped.add(1);
+                return;
+            }
+        };
+        self.aside.kept.lock().expect("aside").insert(kept);
+    }
+}
+
+impl EventQueue {
+    /// The next event: queued ones first, then what was kept aside; `None` once every
+    /// [`Events`] is gone and nothing is left.
+    pub async fn recv(&mut self) -> Option<UpstreamEvent> {
+        match self.try_recv() {
+            Ok(ev) => Some(ev),
+            Err(mpsc::error::TryRecvError::Disconnected) => None,
+            // Whatever is kept aside now was kept while the queue was full, so a message is
+            // either queued or arrives with the next send.
+            Err(mpsc::error::TryRecvError::Empty) => self.rx.recv().await,
+        }
+    }
+
+    /// The next event if one is ready.
+    ///
+    /// # Errors
+    /// `Empty` when none is, `Disconnected` when none will be.
+    pub fn try_recv(&mut self) -> Result<UpstreamEvent, mpsc::error::TryRecvError> {
+        match self.rx.try_recv() {
+            Ok(ev) => Ok(ev),
+            Err(e) => {
+                let kept = self.aside.kept.lock().expect("aside").pop_first();
+                match kept {
+                    Some((server, false, method)) => Ok(UpstreamEvent::Notification { server, method, params: None }),
+                    Some((server, true, _)) => Ok(UpstreamEvent::Closed { server }),
+                    None => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Events dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.aside.dropped.total()
+    }
+}
+
 #[derive(Deserialize)]
 struct Incoming {
     id: Option<Box<RawValue>>,
@@ -103,7 +210,7 @@ pub struct Core {
     close_reason: Mutex<String>,
     /// Set when Coffer closed the connection itself ([`Core::stop`]).
     stopped: AtomicBool,
-    events: mpsc::UnboundedSender<UpstreamEvent>,
+    events: Events,
     /// Fires when the connection closes (ends the `subscriptions/listen` task).
     ended: CancellationToken,
 }
@@ -113,7 +220,7 @@ const JUNK_SHOWN: usize = 120;
 
 impl Core {
     /// A new core for `server` whose unsolicited messages go to `events`.
-    pub fn new(server: &str, events: mpsc::UnboundedSender<UpstreamEvent>) -> Arc<Self> {
+    pub fn new(server: &str, events: Events) -> Arc<Self> {
         Arc::new(Self {
             server: server.to_owned(),
             pending: Arc::default(),
@@ -166,10 +273,10 @@ impl Core {
         let server = self.server.clone();
         match (msg.method, msg.id) {
             (Some(method), Some(id)) => {
-                let _ = self.events.send(UpstreamEvent::Request { server, id, method, params: msg.params });
+                self.events.send(UpstreamEvent::Request { server, id, method, params: msg.params });
             }
             (Some(method), None) => {
-                let _ = self.events.send(UpstreamEvent::Notification { server, method, params: msg.params });
+                self.events.send(UpstreamEvent::Notification { server, method, params: msg.params });
             }
             (None, Some(id)) => {
                 let Ok(n) = id.get().parse::<u64>() else {
@@ -221,7 +328,7 @@ impl Core {
         *self.close_reason.lock().expect("reason") = reason.to_owned();
         self.pending.lock().expect("pending").clear();
         self.ended.cancel();
-        let _ = self.events.send(UpstreamEvent::Closed { server: self.server.clone() });
+        self.events.send(UpstreamEvent::Closed { server: self.server.clone() });
     }
 
     /// Fails one request in flight (e.g. its HTTP POST failed) with a JSON-RPC error `message`.
@@ -344,7 +451,7 @@ impl Upstream {
         server: &McpServer,
         home: &CofferHome,
         init_params: &serde_json::Value,
-        events: mpsc::UnboundedSender<UpstreamEvent>,
+        events: Events,
         timeout: Duration,
         secrets: Vec<SecretString>,
         hint: Option<Era>,
@@ -877,7 +984,15 @@ fn start_stdio(
     core: Arc<Core>,
     redactor: Arc<crate::credentials::Redactor>,
 ) -> Result<(Transport, i32), String> {
-    let mut spec = SpawnSpec::new(&server.command, "upstream", &server.name);
+    // A bare command (as registered: synced registries keep it so) is resolved on this
+    // machine's PATH now, so that a missing one is named rather than reported as ENOENT.
+    let command = if server.command.contains('/') {
+        std::path::PathBuf::from(&server.command)
+    } else {
+        coffer_runtime::connect::which_on_path(&server.command)
+            .ok_or_else(|| format!("command {} is not on this machine's PATH", server.command))?
+    };
+    let mut spec = SpawnSpec::new(&command, "upstream", &server.name);
     spec.args = server.args.iter().map(Into::into).collect();
     spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     spec.cwd = Some(if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() });
@@ -1007,7 +1122,7 @@ async fn drain_stderr(
     while let Ok(Some(input)) = reader.next().await {
         let buf = match input {
             Input::Line(line) => line,
-            Input::Oversized { prefix } => prefix,
+            Input::Oversized { prefix, .. } => prefix,
         };
         let line = redactor.redact(trim_line(&buf));
         let line = String::from_utf8_lossy(&line);
@@ -1028,7 +1143,7 @@ mod tests {
 
     #[test]
     fn the_core_matches_responses_by_id_and_hands_on_everything_else() {
-        let (events, mut rx) = mpsc::unbounded_channel();
+        let (events, mut rx) = events(EVENT_QUEUE);
         let core = Core::new("srv", events);
         let (tx1, mut reply1) = oneshot::channel();
         let (tx2, mut reply2) = oneshot::channel();
@@ -1061,9 +1176,39 @@ mod tests {
         assert_eq!(reason, "exited (stdout closed)");
     }
 
+    #[tokio::test]
+    async fn a_full_event_queue_drops_notifications_but_keeps_list_changes_and_the_end() {
+        let (tx, mut rx) = events(2);
+        let note =
+            |method: &str| UpstreamEvent::Notification { server: "s".into(), method: method.into(), params: None };
+        tx.send(note("notifications/message"));
+        tx.send(note("notifications/progress"));
+        for _ in 0..100 {
+            tx.send(note("notifications/message"));
+            tx.send(note("notifications/tools/list_changed"));
+        }
+        tx.send(UpstreamEvent::Closed { server: "s".into() });
+        assert_eq!(rx.dropped(), 100, "the log messages over the limit");
+        let mut got = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            got.push(match ev {
+                UpstreamEvent::Notification { method, .. } => method,
+                UpstreamEvent::Closed { .. } => "closed".into(),
+                UpstreamEvent::Request { .. } => "request".into(),
+            });
+        }
+        assert_eq!(
+            got,
+            ["notifications/message", "notifications/progress", "notifications/tools/list_changed", "closed"],
+            "what was queued, then what was kept aside, once each"
+        );
+        drop(tx);
+        assert!(rx.recv().await.is_none());
+    }
+
     #[test]
     fn a_stop_coffer_asked_for_is_no_fault_and_non_protocol_lines_are_counted() {
-        let (events, _rx) = mpsc::unbounded_channel();
+        let (events, _rx) = events(EVENT_QUEUE);
         let core = Core::new("srv", events);
         core.dispatch(b"Server listening on stdio");
         core.dispatch(b"{\"not\": \"json-rpc\"}");

@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use coffer_runtime::home::CofferHome;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::super::upstream::{Reply, Upstream, UpstreamEvent};
 use super::super::upstream_era::{Era, MODERN};
@@ -159,8 +158,8 @@ async fn start(
     url: &str,
     hint: Option<Era>,
     timeout: Duration,
-) -> (Result<Arc<Upstream>, super::super::upstream::UpstreamError>, mpsc::UnboundedReceiver<UpstreamEvent>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+) -> (Result<Arc<Upstream>, super::super::upstream::UpstreamError>, super::super::upstream::EventQueue) {
+    let (tx, rx) = super::super::upstream::events(super::super::upstream::EVENT_QUEUE);
     let home = CofferHome::at(std::path::PathBuf::from("/nonexistent-coffer-home"));
     let up = Upstream::start(&server("x", url), &home, &client(), tx, timeout, Vec::new(), hint).await;
     (up, rx)
@@ -313,8 +312,8 @@ async fn an_elicitation_asked_by_a_modern_upstream_reaches_the_client_and_the_an
     let (f, url) = fake(Discover::Modern).await;
     let h = Harness::new(snapshot(vec![server("m", &url)], &[]));
     let s = super::super::session::Session::new("era-s".into(), "2025-06-18".into(), &client(), h.shared.clone());
-    let (side, mut relayed) = mpsc::unbounded_channel::<String>();
-    let ctx = super::super::session::RequestCtx { id: Some("1".into()), side: Some(side) };
+    let (side, mut relayed) = super::super::session::Lane::new(8, "test");
+    let ctx = super::super::session::RequestCtx::on("1", side);
     let s2 = s.clone();
     let answerer = tokio::spawn(async move {
         let msg: Value = serde_json::from_str(&relayed.recv().await.unwrap()).unwrap();

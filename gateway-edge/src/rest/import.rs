@@ -9,7 +9,9 @@
 //! normal store RPCs (`SetCredential`, `CreateServer`, which audit each credential and server)
 //! and appends one `mcp.import` audit row with counts, never values. A valid entry is imported
 //! even when others in the same file fail; a name that is already registered is reported as a
-//! duplicate and left as it is.
+//! duplicate and left as it is; an entry whose name only normalises to a registered one
+//! (`Git_Server` → `git-server`) is the same server ("already registered") or is imported
+//! under a new name (`git-server-2`), and the report says which.
 //!
 //! The formats, as their clients document them:
 //! - `mcpServers: {NAME: {command, args, env}}` (Claude Desktop); Claude Code's `.mcp.json` and
@@ -21,13 +23,16 @@
 //!   in a `settings.json`) next to `inputs`.
 //!
 //! Values the client expands when it starts a server (`${VAR}`, `${workspaceFolder}`) cannot be
-//! imported: Coffer expands nothing, so such an entry is reported invalid, naming the variable
-//! (never the rest of the value). An `env` or header value that is exactly VS Code's
+//! imported as they are: Coffer expands nothing, so such an entry is reported invalid, naming
+//! every reference (never the rest of the value), unless the caller sent `variables` (`coffer
+//! mcp import --from-env` reads them from its environment): then `${VAR}`, `${env:VAR}` and
+//! `${VAR:-default}` are expanded, and each `env` or header value expanded so is stored as a
+//! credential the server references. An `env` or header value that is exactly VS Code's
 //! `${input:id}` (a value VS Code asks the user for) maps to the credential `<server>-<VAR>`
 //! when it exists; when it does not, the entry is reported invalid with the command that stores
 //! it, so that importing again brings it in. An entry that runs `coffer-mcp-shim` is Coffer
 //! itself: it is skipped (listed with the duplicates), never an error.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
@@ -139,14 +144,41 @@ pub struct Definition {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub enabled: bool,
+    /// The `env` and `headers` keys (`env:KEY`, `headers:KEY`) whose values were expanded from
+    /// the caller's variables: they go to the credential store whatever they look like.
+    pub expanded: BTreeSet<String>,
 }
 
-/// Reads one server entry.
+/// The environment variables the caller read for `${VAR}` references (`coffer mcp import
+/// --from-env`), by name; `None` when it read none (then nothing is expanded, not even to a
+/// `${VAR:-default}`'s default). No `Debug`: the values may be secrets.
+pub type Variables = Option<HashMap<String, SecretString>>;
+
+/// Expands the `${…}` references of one field's value with `vars`; a reference it cannot
+/// expand is added to `left` as `${X} (field)` and the value is kept as it is.
+fn expand_field(field: &str, value: &str, vars: &Variables, left: &mut Vec<String>) -> (String, bool) {
+    let Some(vars) = vars else {
+        let refs = coffer_types::variables::references(value);
+        left.extend(refs.iter().map(|r| format!("{} ({field})", shorten(r.text, 60))));
+        return (value.to_owned(), false);
+    };
+    match coffer_types::variables::expand(value, |n| vars.get(n).map(|v| v.expose_secret().to_owned())) {
+        Ok(done) => done,
+        Err(refs) => {
+            left.extend(refs.into_iter().map(|r| format!("{} ({field})", shorten(r, 60))));
+            (value.to_owned(), false)
+        }
+    }
+}
+
+/// Reads one server entry, expanding `${VAR}` references with `vars` (empty: Coffer expands
+/// nothing).
 ///
 /// # Errors
 /// Why the entry cannot be imported, in a sentence that names the field and never quotes an
-/// `env` or header value (only a `${…}` reference in one).
-pub fn parse_definition(def: &Value) -> Result<Definition, String> {
+/// `env` or header value (only a `${…}` reference in one); every reference that is left is
+/// named at once.
+pub fn parse_definition(def: &Value, vars: &Variables) -> Result<Definition, String> {
     let Some(obj) = def.as_object() else {
         return Err("the entry is not an object".into());
     };
@@ -184,40 +216,56 @@ pub fn parse_definition(def: &Value) -> Result<Definition, String> {
         url: String::new(),
         headers: Vec::new(),
         enabled: !disabled,
+        expanded: BTreeSet::new(),
     };
+    // References that cannot be expanded, each as `${X} (field)`: all are named at once.
+    let mut left: Vec<String> = Vec::new();
     if transport == "stdio" {
-        d.command = command.ok_or("a stdio entry needs a command")?;
-        no_expansion("command", &d.command)?;
+        d.command = expand_field("command", &command.ok_or("a stdio entry needs a command")?, vars, &mut left).0;
         if let Some(v) = obj.get("args").filter(|v| !v.is_null()) {
             let items = v.as_array().ok_or("args is not an array")?;
             for (i, a) in items.iter().enumerate() {
                 let a = scalar(a).ok_or_else(|| format!("args[{i}] is not a string"))?;
-                no_expansion(&format!("args[{i}]"), &a)?;
-                d.args.push(a);
+                d.args.push(expand_field(&format!("args[{i}]"), &a, vars, &mut left).0);
             }
         }
-        d.env = string_map(obj.get("env"), "env")?;
+        d.env = string_map(obj.get("env"), "env", vars, &mut left, &mut d.expanded)?;
         if let Some(f) = obj.get("envFile").filter(|v| !v.is_null()) {
             let shown = f.as_str().map_or_else(String::new, |s| format!(" ({})", shorten(s, 80)));
             return Err(format!("envFile{shown} is not supported: put the variables in env"));
         }
         if let Some(cwd) = text("cwd")?.filter(|c| !c.is_empty()) {
-            no_expansion("cwd", &cwd)?;
-            if !cwd.starts_with('/') {
+            let (cwd, _) = expand_field("cwd", &cwd, vars, &mut left);
+            if left.is_empty() && !cwd.starts_with('/') {
                 return Err(format!("cwd {} is a relative path; give an absolute path", shorten(&cwd, 80)));
             }
             d.cwd = cwd;
         }
     } else {
-        d.url = url.ok_or("an http entry needs a url")?;
-        no_expansion("url", &d.url)?;
+        d.url = expand_field("url", &url.ok_or("an http entry needs a url")?, vars, &mut left).0;
         let lower = d.url.to_ascii_lowercase();
-        if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        if left.is_empty() && !(lower.starts_with("http://") || lower.starts_with("https://")) {
             return Err("url must start with http:// or https://".into());
         }
-        d.headers = string_map(obj.get("headers"), "headers")?;
+        d.headers = string_map(obj.get("headers"), "headers", vars, &mut left, &mut d.expanded)?;
+    }
+    if !left.is_empty() {
+        return Err(unexpanded(&left, vars.is_some()));
     }
     Ok(d)
+}
+
+/// Why an entry with references left (each `${X} (field)`) is not imported, and what to do.
+fn unexpanded(left: &[String], had_variables: bool) -> String {
+    let how = if had_variables {
+        "set them in the environment of `coffer mcp import --from-env` (only environment variables can be read;          ${workspaceFolder} and the like cannot), write the values in the file, or add the server with `coffer mcp add`"
+    } else {
+        "import with --from-env to read environment variables from your shell into the credential store, write the          values in the file, or add the server with `coffer mcp add`"
+    };
+    format!(
+        "it references {}, which the client expands when it starts the server; Coffer expands no variables: {how}",
+        left.join(", ")
+    )
 }
 
 /// A string, number or boolean as a string; anything else `None`.
@@ -230,8 +278,16 @@ fn scalar(v: &Value) -> Option<String> {
     }
 }
 
-/// An `env` or `headers` object as pairs in file order; `null` values are left out.
-fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, String> {
+/// An `env` or `headers` object as pairs in file order; `null` values are left out. Values
+/// with `${VAR}` references are expanded with `vars` (their keys go to `expanded` as
+/// `field:KEY`); references that are left go to `left`.
+fn string_map(
+    v: Option<&Value>,
+    field: &str,
+    vars: &Variables,
+    left: &mut Vec<String>,
+    expanded: &mut BTreeSet<String>,
+) -> Result<Vec<(String, String)>, String> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(Vec::new());
     };
@@ -241,9 +297,13 @@ fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, S
         if v.is_null() {
             continue;
         }
-        let s = scalar(v).ok_or_else(|| format!("{field} value of {k:?} is not a string"))?;
+        let mut s = scalar(v).ok_or_else(|| format!("{field} value of {k:?} is not a string"))?;
         if input_id(&s).is_none() {
-            no_expansion(&format!("{field} value of {k:?}"), &s)?;
+            let (value, changed) = expand_field(&format!("{field} value of {k:?}"), &s, vars, left);
+            if changed {
+                expanded.insert(format!("{field}:{k}"));
+            }
+            s = value;
         }
         if s.starts_with(REF_PREFIX) {
             return Err(format!("{field} value of {k:?} starts with Coffer's reserved prefix {REF_PREFIX:?}"));
@@ -257,22 +317,6 @@ fn string_map(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, S
 fn input_id(value: &str) -> Option<&str> {
     let id = value.strip_prefix("${input:")?.strip_suffix('}')?;
     (!id.is_empty() && !id.contains(['{', '}', '$'])).then_some(id)
-}
-
-/// Fails when `value` holds a `${…}` reference, naming the field and only the reference.
-fn no_expansion(field: &str, value: &str) -> Result<(), String> {
-    let Some(start) = value.find("${") else {
-        return Ok(());
-    };
-    let var = match value[start..].find('}') {
-        Some(end) => &value[start..=start + end],
-        None => &value[start..],
-    };
-    Err(format!(
-        "{field} uses {}, which the client expands when it starts the server; Coffer expands no variables: \
-         write the value in the file, or add the server with `coffer mcp add`",
-        shorten(var, 60)
-    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,7 +360,8 @@ pub struct Plan {
 pub struct Planned {
     pub original_name: String,
     pub origin: String,
-    /// The server as it will be stored: absolute command, secrets replaced by references.
+    /// The server as it will be stored: the command as given (checked to resolve), secrets
+    /// replaced by references.
     pub server: McpServer,
     /// Credentials to create first, `(name, value)`.
     pub credentials: Vec<(String, SecretString)>,
@@ -355,19 +400,23 @@ impl Skipped {
 /// `<server>-<VAR>` (with a `-2`… suffix when `credentials` already holds that name: an
 /// import never replaces a credential).
 ///
-/// An entry whose name is in `registered` is a duplicate and is not planned; so is a second
-/// entry of the file with the same name and the same definition (`~/.claude.json` often repeats
-/// a server across projects). A second entry with the same name and another definition gets a
-/// `-2`… suffix.
+/// An entry whose name is in `registered` is a duplicate and is not planned; so is one whose
+/// name only normalises to a registered one (`Git_Server` → `git-server`) when it is the same
+/// server (transport, command, arguments and URL), else it is planned as `git-server-2`… with
+/// a warning saying so. A second entry of the file with the same name and the same definition
+/// is a duplicate too (`~/.claude.json` often repeats a server across projects); one with
+/// another definition gets a `-2`… suffix. `${VAR}` references are expanded with `vars`, and
+/// `env`/`headers` values expanded so go to the credential store.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` when the config has no MCP servers section or more than [`MAX_ENTRIES`]
 /// entries. Problems of single entries are [`Plan::invalid`], not errors.
 pub fn plan(
     config: &Value,
-    registered: &BTreeSet<String>,
+    registered: &BTreeMap<String, McpServer>,
     credentials: &BTreeSet<String>,
     lookup: impl Fn(&str) -> Option<PathBuf>,
+    vars: &Variables,
 ) -> Result<Plan, ApiError> {
     let (format, found) =
         find_entries(config).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "config"})))?;
@@ -384,7 +433,7 @@ pub fn plan(
     let mut used_credentials: BTreeSet<String> = credentials.clone();
     for f in &found {
         let base = derive_name(&f.original_name);
-        let def = match parse_definition(f.def) {
+        let def = match parse_definition(f.def, vars) {
             Ok(d) => d,
             Err(reason) => {
                 p.invalid.push(Skipped::new(&base, f, reason));
@@ -399,13 +448,19 @@ pub fn plan(
             ));
             continue;
         }
-        if registered.contains(&base) {
-            p.duplicates.push(Skipped::new(
-                &base,
-                f,
-                format!("a server named {base} is already registered; left as it is"),
-            ));
-            continue;
+        let mut renamed = None;
+        if let Some(existing) = registered.get(&base) {
+            let same = same_server(existing, &def, &lookup);
+            if same || f.original_name == base {
+                let what = if same { "the same server" } else { "another server" };
+                p.duplicates.push(Skipped::new(
+                    &base,
+                    f,
+                    format!("already registered: {base} is {what}; left as it is"),
+                ));
+                continue;
+            }
+            renamed = Some(base.clone());
         }
         let name = match taken.get(&base) {
             Some((same, orig, origin)) if *same == def => {
@@ -416,16 +471,24 @@ pub fn plan(
                 ));
                 continue;
             }
-            Some(_) => {
-                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains(n) || RESERVED.contains(&n))
-            }
+            Some(_) => unique(&base, MAX_NAME, |n| {
+                taken.contains_key(n) || registered.contains_key(n) || RESERVED.contains(&n)
+            }),
+            _ if renamed.is_some() => unique(&base, MAX_NAME, |n| {
+                taken.contains_key(n) || registered.contains_key(n) || RESERVED.contains(&n)
+            }),
             None if RESERVED.contains(&base.as_str()) => {
-                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains(n))
+                unique(&base, MAX_NAME, |n| taken.contains_key(n) || registered.contains_key(n))
             }
             None => base.clone(),
         };
         match plan_one(&name, f, &def, &mut used_credentials, &lookup) {
-            Ok(planned) => {
+            Ok(mut planned) => {
+                if let Some(other) = renamed {
+                    planned
+                        .warnings
+                        .insert(0, format!("imported as {name}: {other} is already registered as another server"));
+                }
                 taken.insert(name, (def, f.original_name.clone(), f.origin.clone()));
                 p.imported.push(planned);
             }
@@ -433,6 +496,15 @@ pub fn plan(
         }
     }
     Ok(p)
+}
+
+/// Whether registered server `existing` is the server `def` defines: same transport, command
+/// (as given, or as `lookup` resolves it), arguments and URL.
+fn same_server(existing: &McpServer, def: &Definition, lookup: &impl Fn(&str) -> Option<PathBuf>) -> bool {
+    let command = existing.command == def.command
+        || resolve_command(&def.command, lookup).is_ok_and(|c| c == existing.command)
+        || resolve_command(&existing.command, lookup).is_ok_and(|c| c == def.command);
+    existing.transport().as_str() == def.transport && existing.args == def.args && existing.url == def.url && command
 }
 
 /// Plans one valid definition under `name`; `used` holds the credential names already taken.
@@ -485,14 +557,15 @@ fn plan_one(
         }
     }
     let mut credentials = Vec::new();
-    let mut secure = |pairs: &[(String, String)]| -> HashMap<String, String> {
+    let expanded = &def.expanded;
+    let mut secure = |field: &str, pairs: &[(String, String)]| -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| {
                 if input_id(v).is_some() {
                     return (k.clone(), encode_ref(&credential_name(name, k)));
                 }
-                if !is_secret(k, v) {
+                if !is_secret(k, v) && !expanded.contains(&format!("{field}:{k}")) {
                     return (k.clone(), v.clone());
                 }
                 let mut cred = credential_name(name, k);
@@ -505,8 +578,8 @@ fn plan_one(
             })
             .collect()
     };
-    let env = secure(&def.env);
-    let headers = secure(&def.headers);
+    let env = secure("env", &def.env);
+    let headers = secure("headers", &def.headers);
     if let Some((c, _)) =
         credentials.iter().find(|(_, v)| v.expose_secret().len() > crate::rest::credentials::MAX_VALUE_BYTES)
     {
@@ -548,13 +621,23 @@ struct ImportBody {
     source: Option<String>,
     #[serde(default)]
     dry_run: bool,
+    /// Environment variables for the config's `${VAR}` references, read by the caller
+    /// (`coffer mcp import --from-env`); write-only, never echoed or logged.
+    variables: Option<HashMap<String, String>>,
 }
 
-/// `POST /v1/mcp/import` with `{"config": {…}, "source": "label", "dry_run": false}` →
+/// Most variables one import may carry.
+pub const MAX_VARIABLES: usize = 500;
+
+/// `POST /v1/mcp/import` with `{"config": {…}, "source": "label", "dry_run": false,
+/// "variables": {"VAR": "value"}}` →
 /// `{format, source, dry_run, imported:[{name, original_name, origin, transport,
 /// credentials_created:[…], warnings:[…]}], duplicates:[{name, original_name, origin, reason}],
 /// invalid:[…same…]}` (200 even when some or all entries are not imported). With `dry_run`
-/// nothing is written and `imported` says what would be.
+/// nothing is written and `imported` says what would be. `variables` expand the config's
+/// `${VAR}`, `${env:VAR}` and `${VAR:-default}` references (without them an entry that has one is
+/// invalid, naming every reference); an `env` or header value expanded so is stored as a
+/// credential, like a secret-looking one.
 ///
 /// Writes go through the store's `SetCredential` and `CreateServer` (each audited as usual),
 /// then one `mcp.import` audit row with the counts. A server the store refuses (a race on its
@@ -568,7 +651,7 @@ async fn import(
     headers: HeaderMap,
     body: Result<JsonBody<ImportBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
-    let JsonBody(b) = body.map_err(|e| match e.code {
+    let JsonBody(mut b) = body.map_err(|e| match e.code {
         // serde's type errors may quote what was sent (a secret in the config): say what is
         // expected instead.
         Code::InvalidArgument => ApiError::invalid(
@@ -577,16 +660,28 @@ async fn import(
         _ => e,
     })?;
     let source: Option<String> = b.source.as_deref().map(|s| shorten(s.trim(), 300)).filter(|s| !s.is_empty());
+    let given = b.variables.take();
+    if let Some(given) = &given {
+        if given.len() > MAX_VARIABLES {
+            return Err(ApiError::invalid(format!("at most {MAX_VARIABLES} variables"))
+                .with_details(json!({"field": "variables"})));
+        }
+        if let Some(bad) = given.keys().find(|k| !coffer_types::variables::is_variable_name(k)) {
+            return Err(ApiError::invalid(format!("{:?} is not a variable name", shorten(bad, 60)))
+                .with_details(json!({"field": "variables"})));
+        }
+    }
+    let vars: Variables = given.map(|g| g.into_iter().map(|(k, v)| (k, SecretString::from(v))).collect());
     let dry_run = b.dry_run;
     let mut store = st.store.clone();
-    let registered: BTreeSet<String> = store
+    let registered: BTreeMap<String, McpServer> = store
         .registry
         .list_servers(ListServersRequest {})
         .await?
         .into_inner()
         .servers
         .into_iter()
-        .map(|s| s.name)
+        .map(|s| (s.name.clone(), s))
         .collect();
     let existing: BTreeSet<String> = store
         .credentials
@@ -598,7 +693,7 @@ async fn import(
         .map(|c| c.name)
         .collect();
     let Plan { format, imported: planned, mut duplicates, mut invalid } =
-        plan(&b.config, &registered, &existing, coffer_runtime::connect::which_on_path)?;
+        plan(&b.config, &registered, &existing, coffer_runtime::connect::which_on_path, &vars)?;
     drop(b);
     let who = actor(&headers);
     let mut imported: Vec<Value> = Vec::new();
@@ -797,11 +892,26 @@ mod tests {
         }
     }
 
-    fn run(config: &str, registered: &[&str], creds: &[&str]) -> Plan {
+    /// Servers registered under `names` (each a distinct stdio server).
+    fn registered(names: &[&str]) -> BTreeMap<String, McpServer> {
+        names
+            .iter()
+            .map(|n| {
+                let s = McpServer {
+                    name: (*n).to_owned(),
+                    transport: Transport::Stdio.into(),
+                    command: format!("/opt/{n}/bin/srv"),
+                    ..Default::default()
+                };
+                ((*n).to_owned(), s)
+            })
+            .collect()
+    }
+
+    fn run(config: &str, names: &[&str], creds: &[&str]) -> Plan {
         let v: Value = serde_json::from_str(config).unwrap();
-        let r = registered.iter().map(|s| (*s).to_owned()).collect();
         let c = creds.iter().map(|s| (*s).to_owned()).collect();
-        plan(&v, &r, &c, lookup).unwrap()
+        plan(&v, &registered(names), &c, lookup, &None).unwrap()
     }
 
     fn names(p: &Plan) -> Vec<&str> {
@@ -822,7 +932,8 @@ mod tests {
         assert_eq!(p.format, "mcpServers");
         assert_eq!(names(&p), ["filesystem", "github"]);
         let fs = &p.imported[0].server;
-        assert_eq!((fs.transport().as_str(), fs.command.as_str()), ("stdio", "/usr/bin/npx"));
+        // A bare command is stored as given (each machine resolves it when the server starts).
+        assert_eq!((fs.transport().as_str(), fs.command.as_str()), ("stdio", "npx"));
         assert_eq!(fs.args, ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"]);
         let gh = &p.imported[1];
         assert_eq!(gh.original_name, "GitHub");
@@ -868,7 +979,7 @@ mod tests {
         // servers differ, so the second gets a suffix.
         assert_eq!(names(&p), ["memory", "db", "db-2"]);
         assert_eq!(p.imported[1].origin, "projects[\"/home/me/a\"].mcpServers");
-        assert_eq!(p.imported[1].server.command, "/home/me/.local/bin/uvx");
+        assert_eq!(p.imported[1].server.command, "uvx");
         assert_eq!(p.imported[2].server.args[2], "/home/me/b/app.db");
         assert_eq!(p.duplicates.len(), 1);
         assert!(p.duplicates[0].reason.contains("earlier in this file"), "{:?}", p.duplicates);
@@ -906,25 +1017,25 @@ mod tests {
         );
         // A value that only contains an input reference is still refused.
         let mixed = json!({"servers": {"x": {"command": "/bin/sh", "env": {"K": "Bearer ${input:k}"}}}});
-        let m = plan(&mixed, &BTreeSet::new(), &BTreeSet::from(["x-K".to_owned()]), lookup).unwrap();
+        let m = plan(&mixed, &BTreeMap::new(), &BTreeSet::from(["x-K".to_owned()]), lookup, &None).unwrap();
         assert!(reason(&m.invalid, "x").contains("Coffer expands no variables"), "{:?}", m.invalid);
         assert!(reason(&p.invalid, "legacy").contains("sse"));
         assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
         let settings = json!({"editor.fontSize": 14, "mcp": {"servers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"]}}}});
-        let p = plan(&settings, &BTreeSet::new(), &BTreeSet::new(), lookup).unwrap();
+        let p = plan(&settings, &BTreeMap::new(), &BTreeSet::new(), lookup, &None).unwrap();
         assert_eq!((p.format, names(&p)), ("vscode", vec!["fetch"]));
     }
 
     #[test]
     fn not_a_config() {
-        let e = |v: Value| plan(&v, &BTreeSet::new(), &BTreeSet::new(), lookup).err().expect("an error").message;
+        let e = |v: Value| plan(&v, &BTreeMap::new(), &BTreeSet::new(), lookup, &None).err().expect("an error").message;
         assert!(e(json!([1])).contains("JSON object"));
         assert!(e(json!({"theme": "dark"})).contains("found no MCP servers"));
         assert!(e(json!({"mcpServers": []})).contains("must be an object"));
         let many: serde_json::Map<String, Value> =
             (0..=MAX_ENTRIES).map(|i| (format!("s{i}"), json!({"command": "npx"}))).collect();
         assert!(e(json!({"mcpServers": many})).contains("at most"));
-        let empty = plan(&json!({"mcpServers": {}}), &BTreeSet::new(), &BTreeSet::new(), lookup).unwrap();
+        let empty = plan(&json!({"mcpServers": {}}), &BTreeMap::new(), &BTreeSet::new(), lookup, &None).unwrap();
         assert!(empty.imported.is_empty() && empty.invalid.is_empty());
     }
 
@@ -943,9 +1054,14 @@ mod tests {
         }
         assert_eq!(unique("abcdefghijklmnopqrstuvwx", 24, |n| n.ends_with("-2")), "abcdefghijklmnopqrstuv-3");
         // The reserved name gets a suffix.
-        let p =
-            plan(&json!({"mcpServers": {"coffer": {"command": "npx"}}}), &BTreeSet::new(), &BTreeSet::new(), lookup)
-                .unwrap();
+        let p = plan(
+            &json!({"mcpServers": {"coffer": {"command": "npx"}}}),
+            &BTreeMap::new(),
+            &BTreeSet::new(),
+            lookup,
+            &None,
+        )
+        .unwrap();
         assert_eq!(names(&p), ["coffer-2"]);
     }
 
@@ -963,7 +1079,7 @@ mod tests {
 
     #[test]
     fn definitions() {
-        let d = |v: Value| parse_definition(&v);
+        let d = |v: Value| parse_definition(&v, &None);
         let ok =
             d(json!({"command": "x", "args": ["a", 1, true], "env": {"A": "1", "B": 2, "C": null}, "disabled": true}))
                 .unwrap();
@@ -982,7 +1098,7 @@ mod tests {
             (json!({"command": "x", "env": {"A": "coffer-credential-ref:y"}}), "reserved prefix"),
             (json!({"command": "x", "envFile": "${workspaceFolder}/.env"}), "envFile"),
             (json!({"command": "x", "cwd": "rel"}), "relative"),
-            (json!({"command": "x", "args": ["${workspaceFolder}/a.js"]}), "args[0] uses ${workspaceFolder}"),
+            (json!({"command": "x", "args": ["${workspaceFolder}/a.js"]}), "${workspaceFolder} (args[0])"),
             (json!({"type": "stdio", "url": "http://a"}), "needs a command"),
             (json!({"type": "http", "command": "x"}), "needs a url"),
             (json!({"url": "ftp://a"}), "http:// or https://"),
@@ -1004,9 +1120,10 @@ mod tests {
                 "unknown": {"command": "not-on-path"},
                 "rel": {"command": "node_modules/.bin/srv"},
             }}),
-            &BTreeSet::new(),
+            &BTreeMap::new(),
             &BTreeSet::new(),
             lookup,
+            &None,
         )
         .unwrap();
         assert_eq!(names(&p), ["abs"]);
@@ -1019,14 +1136,78 @@ mod tests {
     fn warnings_for_arguments() {
         let p = plan(
             &json!({"mcpServers": {"s": {"command": "npx", "args": ["./dist/index.js", "--token", "ghp_0123456789abcdefghijklmn"]}}}),
-            &BTreeSet::new(),
+            &BTreeMap::new(),
             &BTreeSet::new(),
             lookup,
+            &None,
         )
         .unwrap();
         let w = &p.imported[0].warnings;
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("relative path") && w[1].contains("looks like a secret"), "{w:?}");
         assert!(!w[1].contains("ghp_"), "the value itself is not repeated: {w:?}");
+    }
+
+    /// Every `${…}` of an entry is named at once; `--from-env`'s variables expand them, and an
+    /// env or header value expanded so is stored as a credential whatever it looks like.
+    #[test]
+    fn variables_are_all_named_and_expanded_into_credentials() {
+        let config = json!({"mcpServers": {"gh": {
+            "command": "npx",
+            "args": ["-y", "${PKG:-server-github}", "--root", "${env:ROOT}"],
+            "env": {"GH_HOST": "${HOST}", "MODE": "fixed"},
+        }}});
+        let none = plan(&config, &BTreeMap::new(), &BTreeSet::new(), lookup, &None).unwrap();
+        let r = reason(&none.invalid, "gh");
+        assert!(
+            r.contains("${PKG:-server-github} (args[1]), ${env:ROOT} (args[3]), ${HOST} (env value of \"GH_HOST\")")
+                && r.contains("--from-env"),
+            "{r}"
+        );
+        let mut vars: Variables = Some(HashMap::new());
+        vars.as_mut().unwrap().insert("ROOT".into(), SecretString::from("/srv/data"));
+        let some = plan(&config, &BTreeMap::new(), &BTreeSet::new(), lookup, &vars).unwrap();
+        let r = reason(&some.invalid, "gh");
+        assert!(r.contains("${HOST} (env value of \"GH_HOST\")") && !r.contains("ROOT") && !r.contains("PKG"), "{r}");
+        vars.as_mut().unwrap().insert("HOST".into(), SecretString::from("github.example.com"));
+        let p = plan(&config, &BTreeMap::new(), &BTreeSet::new(), lookup, &vars).unwrap();
+        let gh = &p.imported[0];
+        assert_eq!(gh.server.args, ["-y", "server-github", "--root", "/srv/data"]);
+        assert_eq!(gh.server.env["MODE"], "fixed");
+        assert_eq!(gh.server.env["GH_HOST"], encode_ref("gh-GH_HOST"));
+        assert_eq!(gh.credentials.len(), 1);
+        assert_eq!(
+            (gh.credentials[0].0.as_str(), gh.credentials[0].1.expose_secret()),
+            ("gh-GH_HOST", "github.example.com")
+        );
+    }
+
+    /// A name that normalises to a registered one: the same server is "already registered",
+    /// another is imported under a new name, and the report says so.
+    #[test]
+    fn a_normalised_name_collision_is_renamed_unless_it_is_the_same_server() {
+        let mut reg = registered(&["git-server"]);
+        reg.get_mut("git-server").unwrap().args = vec!["--repo".into(), "/r".into()];
+        let config =
+            |command: &str| json!({"mcpServers": {"Git_Server": {"command": command, "args": ["--repo", "/r"]}}});
+        let other = plan(&config("npx"), &reg, &BTreeSet::new(), lookup, &None).unwrap();
+        assert_eq!(names(&other), ["git-server-2"]);
+        assert_eq!(
+            other.imported[0].warnings[0],
+            "imported as git-server-2: git-server is already registered as another server"
+        );
+        let same = plan(&config("/opt/git-server/bin/srv"), &reg, &BTreeSet::new(), lookup, &None).unwrap();
+        assert!(names(&same).is_empty());
+        assert_eq!(
+            reason(&same.duplicates, "Git_Server"),
+            "already registered: git-server is the same server; left as it is"
+        );
+        // The very same name stays a duplicate, whatever its definition.
+        let exact = json!({"mcpServers": {"git-server": {"command": "npx"}}});
+        let p = plan(&exact, &reg, &BTreeSet::new(), lookup, &None).unwrap();
+        assert_eq!(
+            reason(&p.duplicates, "git-server"),
+            "already registered: git-server is another server; left as it is"
+        );
     }
 }

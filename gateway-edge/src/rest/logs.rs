@@ -296,10 +296,12 @@ fn now_ms() -> i64 {
 // ---------------------------------------------------------------------------------------------
 // Invocations and audit.
 
-/// `GET /v1/invocations?server=&target=&outcome=&actor=&since=&until=&limit=&cursor=` →
+/// `GET /v1/invocations?server=&target=&outcome=&actor=&client=&since=&until=&limit=&cursor=` →
 /// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id,
-/// actor, usage}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
-/// an MCP client session); `usage` is what an internal-agent run used (`coffer__ask`:
+/// actor, client, usage}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
+/// an MCP client session); `client` is that MCP client's `{name, version}` as its `clientInfo`
+/// gave them (`null` when it gave neither, and for broker sessions); `client=` keeps only the
+/// calls of one client name (exact); `usage` is what an internal-agent run used (`coffer__ask`:
 /// `{connection, model, input_tokens, output_tokens, iterations}`), `null` for other calls. `since` is inclusive, `until` exclusive
 /// (see [`parse_time`] for the forms); `limit` 1-500, default 50. Every call answered before
 /// the request arrived is in it: the invocation writer is asked to write what it has queued
@@ -310,7 +312,10 @@ async fn list_invocations(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let p = Params::from_query(query, &["server", "target", "outcome", "actor", "since", "until", "limit", "cursor"])?;
+    let p = Params::from_query(
+        query,
+        &["server", "target", "outcome", "actor", "client", "since", "until", "limit", "cursor"],
+    )?;
     let now = now_ms();
     // `one_of` admits only the words of `OUTCOMES`; absent is Unspecified ("any").
     let outcome = InvocationOutcome::parse(&p.one_of("outcome", OUTCOMES)?).unwrap_or_default();
@@ -319,6 +324,7 @@ async fn list_invocations(
         target: p.filter("target"),
         outcome: outcome.into(),
         actor: p.filter("actor"),
+        client_name: p.filter("client"),
         since: p.time("since", now)?,
         until: p.time("until", now)?,
         before_id: p.cursor()?,
@@ -337,6 +343,8 @@ pub fn invocation_json(i: &Invocation) -> Value {
         "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
         "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
         "trace_id": i.trace_id, "actor": i.actor,
+        "client": (!i.client_name.is_empty() || !i.client_version.is_empty())
+            .then(|| json!({"name": i.client_name, "version": i.client_version})),
         "usage": i.usage.as_ref().map(|u| json!({
             "connection": u.connection, "model": u.model, "input_tokens": u.input_tokens,
             "output_tokens": u.output_tokens, "iterations": u.iterations,

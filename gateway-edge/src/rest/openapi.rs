@@ -332,7 +332,7 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "The server.", r("McpServer"))
             .errors(&["NOT_FOUND"]),
         route("PATCH", "/v1/mcp/servers/{name}", "servers", "Change an MCP server")
-            .describe("Absent fields stay; `cwd`, `timeout_s`, `timeout_ms` set to null restore the default; `args`, `env`, `headers` replace the whole list or map. With `If-Match: \"<version>\"` the write happens only at that version.")
+            .describe("Absent fields stay; `cwd`, `timeout_s`, `timeout_ms` set to null restore the default; `args`, `env`, `headers` replace the whole list or map. The server keeps its tool preferences (`coffer mcp edit` uses this). With `If-Match: \"<version>\"` the write happens only at that version.")
             .path_param("name", SERVER_NAME)
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .actor()
@@ -397,7 +397,7 @@ pub fn routes() -> Vec<Route> {
             .describe("Invalidates the 60 s capability caches; every client is told its lists changed.")
             .ok(200, "How many sessions were refreshed.", json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "integer"}}})),
         route("POST", "/v1/mcp/import", "servers", "Import the MCP servers of another client's config")
-            .describe("Claude Desktop, Claude Code, Cursor and VS Code formats. Secret-looking `env`/`headers` values become credentials referenced by the new servers. Answers 200 even when some or all entries are not imported; with `dry_run` nothing is written.")
+            .describe("Claude Desktop, Claude Code, Cursor and VS Code formats. Secret-looking `env`/`headers` values become credentials referenced by the new servers. An entry with `${VAR}` references is invalid (its reason names every one) unless `variables` are sent: then `${VAR}`, `${env:VAR}` and `${VAR:-default}` are expanded, and an `env`/`headers` value expanded so becomes a credential too. An entry whose name only normalises to a registered one (`Git_Server` → `git-server`) is a duplicate when it is the same server (transport, command, args, url), else it is imported as `git-server-2` with a warning saying so. Answers 200 even when some or all entries are not imported; with `dry_run` nothing is written.")
             .actor()
             .body(json!({
                 "type": "object", "required": ["config"], "additionalProperties": false,
@@ -405,6 +405,10 @@ pub fn routes() -> Vec<Route> {
                     "config": {"type": "object", "description": "The config file's JSON (or its MCP servers part)."},
                     "source": {"type": "string", "description": "A label for the report and the audit row, e.g. the file's path."},
                     "dry_run": {"type": "boolean", "default": false},
+                    "variables": {
+                        "type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 500,
+                        "description": "Environment variables for the config's `${VAR}` references (what `coffer mcp import --from-env` reads from its shell); names `[A-Za-z_][A-Za-z0-9_]*`. Write-only: never echoed, logged or audited.",
+                    },
                 },
             }))
             .ok(200, "What was (or would be) imported, and what was not and why.", r("ImportReport"))
@@ -469,6 +473,7 @@ pub fn routes() -> Vec<Route> {
                 .query("target", json!({"type": "string"}), "Only this exposed name or URI.")
                 .query("outcome", json!({"enum": coffer_types::Outcome::NAMES}), "Only this outcome.")
                 .query("actor", json!({"type": "string"}), "Only calls by this actor (`mcp`: MCP client sessions).")
+                .query("client", json!({"type": "string"}), "Only calls by MCP clients of this `clientInfo` name (exact), e.g. `claude-code`.")
                 .query("since", json!({"type": "string"}), "Inclusive lower bound.")
                 .query("until", json!({"type": "string"}), "Exclusive upper bound."),
         )
@@ -581,8 +586,11 @@ pub fn routes() -> Vec<Route> {
             .errors(&["INVALID_ARGUMENT", "NOT_FOUND", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Sync.
         route("POST", "/v1/sync/init", "sync", "Set up sync with a git remote")
-            .describe("Creates (or adopts) the sync repository (`COFFER_HOME/sync.git`, work tree `COFFER_HOME` limited to `knowledge/`, `memory/`, `skills/`, `vault/`), sets `remote` as its origin, commits this machine's state and syncs: on a second machine the remote's history is merged with what this one has (conflicts kept). `remote` is a git URL (https, ssh, scp-like, file); not an option, not `ext::`.")
-            .body(json!({"type": "object", "additionalProperties": false, "required": ["remote"], "properties": {"remote": {"type": "string", "description": "The git remote (1-2048 bytes)."}}}))
+            .describe("Creates (or adopts) the sync repository (`COFFER_HOME/sync.git`, work tree `COFFER_HOME` limited to `knowledge/`, `memory/`, `skills/`, `vault/`), sets `remote` as its origin (a new repository uses the remote's default branch, what its `HEAD` names, even in an empty bare repository; else `main`), commits this machine's state and syncs: on a second machine the remote's history is merged with what this one has (conflicts kept). `remote` is a git URL (https, ssh, scp-like, file); not an option, not `ext::`.")
+            .body(json!({"type": "object", "additionalProperties": false, "required": ["remote"], "properties": {
+                "remote": {"type": "string", "description": "The git remote (1-2048 bytes)."},
+                "machine_name": {"type": "string", "description": "This machine's name in the sync (commit authors, conflict sibling names), `[a-z0-9-]` after lowercasing, at most 32. Default: the name chosen at an earlier `init`, else the host name with 4 random hex digits (`vm-3fa2`), so two machines with the same host name differ; the `sync.machine_name` setting overrides it."},
+            }}))
             .ok(200, "Synced.", r("SyncReport"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "UPSTREAM_UNAVAILABLE"]),
         route("POST", "/v1/sync", "sync", "Sync now")
@@ -1122,6 +1130,13 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "outcome": {"enum": coffer_types::Outcome::NAMES},
                 "trace_id": {"type": "string"},
                 "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session, `api`/`cli`/`ui` for REST (`X-Coffer-Actor`), the caller's actor for the tool broker (`agent`, `channel:<name>`, …)."},
+                "client": {
+                    "description": "The MCP client that made the call, as its `clientInfo` (in `initialize`, or a modern request's `_meta`) named it; null when it gave no name or version, and for broker sessions (the actor says who called).",
+                    "oneOf": [{"type": "null"}, {
+                        "type": "object", "required": ["name", "version"],
+                        "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+                    }],
+                },
                 "usage": {
                     "description": "What the internal agent's run used, for `coffer__ask`; null for every other call.",
                     "oneOf": [{"type": "null"}, {

@@ -109,11 +109,13 @@ pub fn etag(version: i64) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).expect("digits are a valid header value")
 }
 
-/// Resolves a stdio `command` to an absolute path of an executable file.
+/// Checks a stdio `command` and returns it as it is stored: as given.
 ///
-/// A bare name (`npx`) is looked up with `lookup` (the daemon's `PATH` in production); an
-/// absolute path must name an existing executable file; a relative path with a `/`
-/// (`./server`) is refused because the daemon's working directory means nothing to the user.
+/// A bare name (`npx`) must be found with `lookup` (the daemon's `PATH` in production) and is
+/// stored bare, so that each machine a synced registry reaches resolves it on its own `PATH`
+/// when the server starts; an absolute path must name an existing executable file; a relative
+/// path with a `/` (`./server`) is refused because the daemon's working directory means
+/// nothing to the user.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming the command and what is wrong with it.
@@ -140,7 +142,7 @@ pub fn resolve_command(command: &str, lookup: impl Fn(&str) -> Option<PathBuf>) 
         return Err(err(format!("command {shown} is a relative path; give an absolute path")));
     }
     match lookup(command) {
-        Some(p) if p.is_absolute() => Ok(p.to_string_lossy().into_owned()),
+        Some(p) if p.is_absolute() => Ok(command.to_owned()),
         Some(p) => Err(err(format!(
             "command {shown} resolves to the relative path {} on the daemon's PATH; give an absolute path",
             p.display()
@@ -720,7 +722,7 @@ mod tests {
         let tool = f.p("tool");
         let lookup = |n: &str| (n == "tool").then(|| PathBuf::from(&tool));
         assert_eq!(resolve_command(&tool, lookup).unwrap(), tool);
-        assert_eq!(resolve_command("tool", lookup).unwrap(), tool);
+        assert_eq!(resolve_command("tool", lookup).unwrap(), "tool", "a bare name is stored as given");
         let msg = |c: &str| resolve_command(c, lookup).unwrap_err().message;
         assert_eq!(msg("nope"), "command nope not found on PATH; give an absolute path");
         assert!(msg(&f.p("missing")).ends_with("does not exist"));

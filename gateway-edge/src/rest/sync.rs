@@ -138,12 +138,13 @@ pub fn from_sync(s: tonic::Status) -> ApiError {
 }
 
 async fn init(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
-    let f = Fields::new(body, &["remote"])?;
+    let f = Fields::new(body, &["remote", "machine_name"])?;
     let remote = f.required_string("remote")?;
+    let machine_name = f.string("machine_name")?.unwrap_or_default();
     let r = coffer_runtime::grpc::call_within(
         "retrieval service",
         SYNC_TIMEOUT,
-        st.sync.clone().init(InitRequest { remote }),
+        st.sync.clone().init(InitRequest { remote, machine_name }),
     )
     .await
     .map_err(from_sync)?;

@@ -9,16 +9,22 @@
 //! delete, the move to the next turn) take the conversation's async lock, so they apply in the
 //! order they arrive; the turn's own events do not take it.
 //!
-//! A turn: the user message is persisted and announced (`message_created`), the assistant message
-//! is appended `streaming`, `turn_started`, then the adapter's events become `text_delta`,
-//! `tool_call`, `tool_result`, each folded into the assistant message's blocks; the turn ends
-//! once ([`TurnShared::claim`]): the message is persisted `complete`/`interrupted`/`failed` and
-//! `turn_done` or `turn_error` is published, then an audit entry with actor `agent`. An interrupt
-//! ends it at once (the adapter is told to stop, its late events are dropped, and the next turn
-//! waits until its task has ended, at most [`DRAIN`]). The queue pauses after `turn_error` and
-//! after an interrupt.
+//! A turn: its user message and its assistant message (`streaming`) are persisted together —
+//! for a queued item in the same store transaction that removes it from the queue (`StartTurn`),
+//! so an acknowledged item is always either pending or a stored user message with a reply
+//! record — and announced (`message_created`), `turn_started`, then the adapter's events become
+//! `text_delta`, `tool_call`, `tool_result`, each folded into the assistant message's blocks; the
+//! turn ends once ([`TurnShared::claim`]): the message is persisted `complete`/`interrupted`/
+//! `failed` and `turn_done` or `turn_error` is published, then an audit entry with actor `agent`.
+//! An interrupt ends it at once (the adapter is told to stop, its late events are dropped, and
+//! the next turn waits until its task has ended, at most [`DRAIN`]). The queue pauses after
+//! `turn_error` and after an interrupt. A turn's store writes are retried while the store restarts (at most
+//! [`STORE_RETRY`], in order: the next turn starts only after this one's answer is written), and
+//! a turn whose answer could not be stored ends in `turn_error`, never `turn_done`.
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +33,7 @@ use coffer_proto::chat::{self as c, event::Kind};
 use coffer_proto::store::{self as st, content_block_record::Block};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tonic::Code;
 
 use crate::adapter::{AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, TurnInput, Usage};
 use crate::bus::{self, Bus, Mark};
@@ -53,6 +60,69 @@ pub const MAX_TOOL_OUTPUT_BYTES: usize = 64 << 10;
 pub const DRAIN: Duration = Duration::from_secs(INTERRUPT_GRACE.as_secs() + 5);
 /// Events an adapter may queue before it waits for the engine.
 const ADAPTER_CHANNEL: usize = 256;
+/// How long a turn's store write (its start, its answer, the conversation read before it) is
+/// retried while the store does not answer: a supervisor restart of `coffer-store` takes well
+/// under a second, its crash backoff at most a few.
+pub const STORE_RETRY: Duration = Duration::from_secs(30);
+/// The first and the longest wait between two tries of a store write.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// A point of the turn engine where a test may hold it: the windows a crash or a store restart
+/// could hit. Only the tests' `coffer-test-chat` installs a [`PauseHook`]; `coffer-chat` runs
+/// without one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The next pending item is chosen; nothing is written yet.
+    TakePending,
+    /// The item's turn is started in the store (item removed, both messages appended); no
+    /// event is published yet.
+    PendingTaken,
+    /// A turn has ended; its assistant message is about to be written.
+    FinalWrite,
+}
+
+impl Step {
+    /// The step's name: `take-pending`, `pending-taken`, `final-write`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::TakePending => "take-pending",
+            Self::PendingTaken => "pending-taken",
+            Self::FinalWrite => "final-write",
+        }
+    }
+}
+
+/// Called at each [`Step`] with the conversation's id; the engine goes on when the future ends.
+pub type PauseHook = Arc<dyn Fn(Step, String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// What an engine may be given beyond its parts: a pause hook (tests), how long store writes
+/// are retried.
+#[derive(Clone)]
+pub struct Tuning {
+    pub pause: Option<PauseHook>,
+    pub store_retry: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self { pause: None, store_retry: STORE_RETRY }
+    }
+}
+
+/// Whether a store failure says the store is away (refused or reset connection, a call cut
+/// mid-way: it restarts) rather than giving a verdict on the request.
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Store(s) => match s.code() {
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded => true,
+            // tonic's code for a connection the peer dropped mid-stream.
+            Code::Internal => s.message().starts_with("h2 protocol error"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
 
 /// The chat engine: every conversation's live state.
 pub struct Engine {
@@ -63,6 +133,7 @@ pub struct Engine {
     convs: Mutex<HashMap<String, Arc<Conv>>>,
     /// The conversation list's live feed.
     watch: Arc<Watch>,
+    tuning: Tuning,
 }
 
 /// One conversation's live state.
@@ -254,11 +325,11 @@ fn cut(s: &str, max: usize) -> &str {
 }
 
 impl TurnShared {
-    fn new(user_message_id: String) -> Arc<Self> {
+    fn new(user_message_id: String, assistant_message_id: String) -> Arc<Self> {
         Arc::new(Self {
             turn_id: new_id(),
             user_message_id,
-            assistant_message_id: new_id(),
+            assistant_message_id,
             acc: Mutex::new(Acc::default()),
             interrupt: Mutex::new(None),
             interrupt_asked: AtomicBool::new(false),
@@ -335,7 +406,67 @@ fn queue(live: &Live) -> c::PendingQueue {
 impl Engine {
     /// An engine over the store, the provider registry and the chat settings.
     pub fn new(store: Store, registry: Arc<Registry>, config: ConfigRx, home: PathBuf) -> Arc<Self> {
-        Arc::new(Self { store, registry, config, home, convs: Mutex::new(HashMap::new()), watch: Arc::default() })
+        Self::with_tuning(store, registry, config, home, Tuning::default())
+    }
+
+    /// [`Engine::new`] with a pause hook or another store retry bound.
+    pub fn with_tuning(
+        store: Store,
+        registry: Arc<Registry>,
+        config: ConfigRx,
+        home: PathBuf,
+        tuning: Tuning,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            registry,
+            config,
+            home,
+            convs: Mutex::new(HashMap::new()),
+            watch: Arc::default(),
+            tuning,
+        })
+    }
+
+    /// Waits at `step` while the pause hook (tests only) holds the engine there.
+    async fn pause_at(&self, step: Step, conv: &str) {
+        if let Some(hook) = &self.tuning.pause {
+            hook(step, conv.to_owned()).await;
+        }
+    }
+
+    /// Runs `op`, an idempotent store call, until it succeeds, fails with a verdict on the
+    /// request, or the store has not answered for [`Tuning::store_retry`] (waits of 50 ms
+    /// doubling to 1 s between tries). `what` names the write in the logs.
+    ///
+    /// # Errors
+    /// The last failure.
+    async fn retry<T, F, Fut>(&self, what: &'static str, conv: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.tuning.store_retry;
+        let mut delay = RETRY_FIRST;
+        let mut tries = 1u32;
+        loop {
+            match op().await {
+                Err(e) if transient(&e) && tokio::time::Instant::now() + delay < deadline => {
+                    tracing::warn!(conversation = %conv, what, tries, error = %e, retry_ms = delay.as_millis() as u64,
+                        "The store did not answer a turn's write; retrying.");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX);
+                    tries += 1;
+                }
+                Ok(v) => {
+                    if tries > 1 {
+                        tracing::info!(conversation = %conv, what, tries, "A turn's write went through after retrying.");
+                    }
+                    return Ok(v);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The provider registry.
@@ -496,7 +627,7 @@ impl Engine {
         let running = live.task.as_ref().map(|t| !t.finalized());
         match (idle, running) {
             (true, None) => {
-                let (turn, user) = self.announce(&conv, &text, &source).await?;
+                let (turn, user) = self.begin(&conv, &text, &source).await?;
                 live.task = Some(turn.clone());
                 conv.sync(&live);
                 drop(live);
@@ -506,7 +637,7 @@ impl Engine {
             }
             (true, Some(false)) => {
                 // The last turn ended but its adapter is still stopping: this one starts next.
-                let (turn, user) = self.announce(&conv, &text, &source).await?;
+                let (turn, user) = self.begin(&conv, &text, &source).await?;
                 live.next_start = Some(Next { turn, text });
                 conv.sync(&live);
                 Ok(c::SendMessageReply {
@@ -539,42 +670,112 @@ impl Engine {
         }
     }
 
-    /// Persists the user message of a new turn and publishes `message_created` (the turn's first
-    /// event).
-    async fn announce(&self, conv: &Conv, text: &str, source: &str) -> Result<(Arc<TurnShared>, c::Message)> {
-        let user = self
-            .store
-            .append(st::MessageRecord {
-                id: new_id(),
-                conversation_id: conv.id.clone(),
-                role: st::MessageRole::User as i32,
-                blocks: vec![text_block(text)],
-                status: st::MessageStatus::Complete as i32,
-                source: source.to_owned(),
-                ..Default::default()
-            })
-            .await?;
-        let turn = TurnShared::new(user.id.clone());
-        let message = persist::message(&user);
-        let kind = Kind::MessageCreated(c::MessageCreated { message: Some(message.clone()) });
-        self.publish(conv, &turn.turn_id, kind, Mark::Begin).await;
-        Ok((turn, message))
+    /// Starts a turn for a message sent to an idle conversation: see [`Engine::start_in_store`]
+    /// and [`Engine::announce`].
+    async fn begin(&self, conv: &Conv, text: &str, source: &str) -> Result<(Arc<TurnShared>, c::Message)> {
+        let (user, assistant_id) = self
+            .start_in_store(conv, new_id(), text, source, "")
+            .await?
+            .ok_or_else(|| Error::Internal("a new message's turn was found already run".into()))?;
+        Ok(self.announce(conv, &user, assistant_id).await)
     }
 
-    /// Takes the first pending item as the next turn (persisting the shorter queue and the user
-    /// message); `None` when the queue is empty or paused.
-    async fn take_pending(&self, conv: &Conv, live: &mut Live) -> Result<Option<Next>> {
-        if live.paused || live.pending.is_empty() {
-            return Ok(None);
+    /// Stores a turn's start in one transaction (`StartTurn`): the user message `user_id`, the
+    /// assistant message (`streaming`, no blocks) and, when `item` is set, that pending item's
+    /// removal; retried while the store restarts (the same request: idempotent by `user_id`).
+    /// The stored user message and the assistant message's id; `None` when the item's turn had
+    /// run already (its assistant message is no longer `streaming`).
+    ///
+    /// # Errors
+    /// The store's verdict, or its absence past [`Tuning::store_retry`]; nothing was stored then.
+    async fn start_in_store(
+        &self,
+        conv: &Conv,
+        user_id: String,
+        text: &str,
+        source: &str,
+        item: &str,
+    ) -> Result<Option<(st::MessageRecord, String)>> {
+        let user = st::MessageRecord {
+            id: user_id,
+            conversation_id: conv.id.clone(),
+            role: st::MessageRole::User as i32,
+            blocks: vec![text_block(text)],
+            status: st::MessageStatus::Complete as i32,
+            source: source.to_owned(),
+            ..Default::default()
+        };
+        let assistant = st::MessageRecord {
+            id: new_id(),
+            conversation_id: conv.id.clone(),
+            role: st::MessageRole::Assistant as i32,
+            status: st::MessageStatus::Streaming as i32,
+            ..Default::default()
+        };
+        let store = self.store.clone();
+        let item = item.to_owned();
+        let reply = self
+            .retry("start the turn", &conv.id, move || {
+                let (store, user, assistant, item) = (store.clone(), user.clone(), assistant.clone(), item.clone());
+                async move { store.start_turn(user, assistant, &item).await }
+            })
+            .await?;
+        self.watch.touch(&conv.id);
+        match (reply.user, reply.assistant) {
+            (Some(u), Some(a)) if !reply.already || a.status == st::MessageStatus::Streaming as i32 => {
+                Ok(Some((u, a.id)))
+            }
+            _ => Ok(None),
         }
-        let item = live.pending.remove(0);
-        if let Err(e) = self.store.set_pending(&conv.id, &live.pending, live.paused).await {
-            live.pending.insert(0, item);
-            return Err(e);
+    }
+
+    /// Publishes `message_created` (the turn's first event) for a turn whose start is stored.
+    async fn announce(
+        &self,
+        conv: &Conv,
+        user: &st::MessageRecord,
+        assistant_id: String,
+    ) -> (Arc<TurnShared>, c::Message) {
+        let turn = TurnShared::new(user.id.clone(), assistant_id);
+        let message = persist::message(user);
+        let kind = Kind::MessageCreated(c::MessageCreated { message: Some(message.clone()) });
+        self.publish(conv, &turn.turn_id, kind, Mark::Begin).await;
+        (turn, message)
+    }
+
+    /// Takes the first pending item as the next turn; `None` when the queue is empty or paused,
+    /// or when the store would not start it (then the queue is paused with the item still
+    /// first, and the owner resumes it). The item's id becomes its user message's id, so every
+    /// attempt to start it is the same idempotent `StartTurn`.
+    async fn take_pending(&self, conv: &Conv, live: &mut Live) -> Option<Next> {
+        loop {
+            if live.paused || live.pending.is_empty() {
+                return None;
+            }
+            let item = live.pending[0].clone();
+            self.pause_at(Step::TakePending, &conv.id).await;
+            match self.start_in_store(conv, item.id.clone(), &item.text, &item.source, &item.id).await {
+                Ok(Some((user, assistant_id))) => {
+                    live.pending.remove(0);
+                    self.pause_at(Step::PendingTaken, &conv.id).await;
+                    self.publish_queue(conv, live).await;
+                    let (turn, _) = self.announce(conv, &user, assistant_id).await;
+                    return Some(Next { turn, text: item.text });
+                }
+                Ok(None) => {
+                    tracing::warn!(conversation = %conv.id, item = %item.id, "A pending item had already run; dropped.");
+                    live.pending.remove(0);
+                    self.publish_queue(conv, live).await;
+                }
+                Err(e) => {
+                    tracing::error!(conversation = %conv.id, item = %item.id, error = %e,
+                        "Cannot start the next pending item; the queue is paused.");
+                    self.pause(conv, live).await;
+                    self.publish_queue(conv, live).await;
+                    return None;
+                }
+            }
         }
-        self.publish_queue(conv, live).await;
-        let (turn, _) = self.announce(conv, &item.text, &item.source).await?;
-        Ok(Some(Next { turn, text: item.text }))
     }
 
     /// Runs the turn (and those after it) in a task of its own; `record` is the conversation as
@@ -607,13 +808,7 @@ impl Engine {
             }
             let next = match live.next_start.take() {
                 Some(n) => Some(n),
-                None => match self.take_pending(&conv, &mut live).await {
-                    Ok(n) => n,
-                    Err(e) => {
-                        tracing::error!(conversation = %conv.id, error = %e, "Cannot start the next pending item.");
-                        None
-                    }
-                },
+                None => self.take_pending(&conv, &mut live).await,
             };
             match next {
                 Some(n) => {
@@ -661,10 +856,12 @@ impl Engine {
         true
     }
 
-    /// Ends the turn once: persists the assistant message, writes the audit entry, pauses the
-    /// queue as `pause` says, publishes `turn_done` or `turn_error` (then `queue_changed` when
-    /// it paused). `false` when it had ended already.
-    async fn finish(&self, conv: &Conv, turn: &TurnShared, outcome: Outcome, pause: Pause<'_>) -> bool {
+    /// Ends the turn once: persists the assistant message (retried while the store restarts),
+    /// writes the audit entry, pauses the queue as `pause` says, publishes `turn_done` or
+    /// `turn_error` (then `queue_changed` when it paused). An answer the store would not take
+    /// ends the turn in `turn_error` (`internal`) and pauses the queue: `turn_done` always
+    /// names a stored message. `false` when the turn had ended already.
+    async fn finish(&self, conv: &Conv, turn: &TurnShared, mut outcome: Outcome, mut pause: Pause<'_>) -> bool {
         let Some((mut blocks, acc_model, agent_key)) = turn.claim() else { return false };
         if conv.deleted() {
             return true;
@@ -673,35 +870,57 @@ impl Engine {
         if blocks.is_empty() {
             blocks.push(text_block(""));
         }
-        let (status, usage, model, error, stop) = match &outcome {
+        let shape = |outcome: &Outcome| match outcome {
             Outcome::Done { stop_reason, usage, model } => {
                 let status = if stop_reason == "interrupted" {
                     st::MessageStatus::Interrupted
                 } else {
                     st::MessageStatus::Complete
                 };
-                (status, *usage, model.clone().unwrap_or(acc_model), String::new(), stop_reason.clone())
+                (status, *usage, model.clone().unwrap_or_else(|| acc_model.clone()), String::new(), stop_reason.clone())
             }
             Outcome::Failed { message, .. } => {
-                (st::MessageStatus::Failed, Usage::default(), acc_model, message.clone(), String::new())
+                (st::MessageStatus::Failed, Usage::default(), acc_model.clone(), message.clone(), String::new())
             }
         };
-        let record = st::MessageRecord {
+        let record_of = |status: st::MessageStatus, usage, model: &str, error: String| st::MessageRecord {
             id: turn.assistant_message_id.clone(),
             conversation_id: conv.id.clone(),
             role: st::MessageRole::Assistant as i32,
-            blocks,
+            blocks: blocks.clone(),
             status: status as i32,
             usage: Some(persist::usage_record(usage)),
-            model: model.clone(),
+            model: model.to_owned(),
             error,
             ..Default::default()
         };
-        let record = match self.store.update_message(record.clone()).await {
+        let (mut status, mut usage, mut model, error, mut stop) = shape(&outcome);
+        let record = record_of(status, usage, &model, error);
+        self.pause_at(Step::FinalWrite, &conv.id).await;
+        let store = self.store.clone();
+        let written = {
+            let record = record.clone();
+            self.retry("store the answer", &conv.id, move || {
+                let (store, record) = (store.clone(), record.clone());
+                async move { store.update_message(record).await }
+            })
+            .await
+        };
+        let record = match written {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(conversation = %conv.id, error = %e, "Cannot persist the assistant message.");
-                record
+                tracing::error!(conversation = %conv.id, turn = %turn.turn_id, error = %e,
+                    "Cannot store the turn's answer; the turn ends in an error.");
+                outcome = Outcome::Failed {
+                    kind: FailureKind::Internal,
+                    message: format!("the chat service could not store the answer: {e}"),
+                };
+                if matches!(pause, Pause::No) {
+                    pause = Pause::Lock;
+                }
+                let error;
+                (status, usage, model, error, stop) = shape(&outcome);
+                record_of(status, usage, &model, error)
             }
         };
         let message = persist::message(&record);
@@ -780,7 +999,7 @@ impl Engine {
         let failed = |kind, message: String| Outcome::Failed { kind, message };
         let record = match record {
             Some(r) => r,
-            None => match self.store.get(&conv.id).await {
+            None => match self.retry("read the conversation", &conv.id, || self.store.get(&conv.id)).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(conversation = %conv.id, error = %e, "Cannot read the conversation for a turn.");
@@ -793,30 +1012,13 @@ impl Engine {
         turn.acc().agent_key = record.agent_key.clone();
         let mut config = persist::parse_config(&record.agent_config_json);
         turn.acc().model = config.model.clone();
-        // `turn_started` names the assistant message before its write returns (ids are chosen
-        // here): one store write less before the owner sees the turn start.
+        // The assistant message was stored `streaming` with the user message (`StartTurn`).
         let started = Kind::TurnStarted(c::TurnStarted {
             user_message_id: turn.user_message_id.clone(),
             assistant_message_id: turn.assistant_message_id.clone(),
             agent_key: record.agent_key.clone(),
         });
         self.publish(conv, &turn.turn_id, started, Mark::None).await;
-        let assistant = st::MessageRecord {
-            id: turn.assistant_message_id.clone(),
-            conversation_id: conv.id.clone(),
-            role: st::MessageRole::Assistant as i32,
-            blocks: Vec::new(),
-            status: st::MessageStatus::Streaming as i32,
-            ..Default::default()
-        };
-        let appended = self.store.append(assistant).await;
-        self.watch.touch(&conv.id);
-        if let Err(e) = appended {
-            tracing::error!(conversation = %conv.id, error = %e, "Cannot append the assistant message.");
-            let m = "the chat service could not store the turn".to_owned();
-            self.finish_error(conv, turn, failed(FailureKind::Internal, m)).await;
-            return;
-        }
 
         let cfg = self.config();
         let Some(entry) = self.registry.get(&record.agent_key) else {
@@ -1015,10 +1217,9 @@ impl Engine {
         live.pending = items;
         live.paused = paused;
         self.publish_queue(&conv, &live).await;
-        let reply = queue(&live);
         if live.task.is_none()
             && live.next_start.is_none()
-            && let Some(next) = self.take_pending(&conv, &mut live).await?
+            && let Some(next) = self.take_pending(&conv, &mut live).await
         {
             live.task = Some(next.turn.clone());
             conv.sync(&live);
@@ -1026,7 +1227,8 @@ impl Engine {
             self.spawn_turns(conv.clone(), next.turn, next.text, None);
             return Ok(self.pending(&conv).await);
         }
-        Ok(reply)
+        // As it is now: an item the store would not start left the queue paused.
+        Ok(queue(&live))
     }
 
     /// `Interrupt`: ends the in-flight turn at once (its partial message persisted

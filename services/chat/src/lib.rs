@@ -50,7 +50,13 @@ pub fn main_entry() -> std::process::ExitCode {
 
 /// Process entry over another registry (the tests' `coffer-test-chat` adds a scripted agent).
 pub fn main_with(registry: Vec<providers::Entry>) -> std::process::ExitCode {
-    coffer_runtime::service::service_main(Identity::Chat, move |ctx| run(ctx, registry))
+    main_tuned(registry, engine::Tuning::default())
+}
+
+/// Process entry over another registry and engine tuning (`coffer-test-chat` installs a pause
+/// hook: [`engine::Step`]).
+pub fn main_tuned(registry: Vec<providers::Entry>, tuning: engine::Tuning) -> std::process::ExitCode {
+    coffer_runtime::service::service_main(Identity::Chat, move |ctx| run_tuned(ctx, registry, tuning))
 }
 
 /// Serves `coffer.chat.v1.Chat` and `coffer.llm.v1.Llm` (and health) on the service's listener until `shutdown`, each
@@ -60,6 +66,14 @@ pub fn main_with(registry: Vec<providers::Entry>) -> std::process::ExitCode {
 /// # Errors
 /// When the store's address is missing or the server fails.
 pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Result<()> {
+    run_tuned(ctx, registry, engine::Tuning::default()).await
+}
+
+/// [`run`] with an engine [`engine::Tuning`].
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_tuned(ctx: ServiceCtx, registry: Vec<providers::Entry>, tuning: engine::Tuning) -> anyhow::Result<()> {
     let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
     let channel = internal.channel(Identity::Store).context("the store's address")?;
     // The settings in force before the first turn (the store is healthy before chat starts; if
@@ -84,7 +98,7 @@ pub async fn run(ctx: ServiceCtx, registry: Vec<providers::Entry>) -> anyhow::Re
     let store = persist::Store::new(channel);
     let registry =
         Arc::new(providers::Registry::new(registry, home.root().to_path_buf()).with_connections(connections));
-    let engine = engine::Engine::new(store, registry, config_rx, home.root().to_path_buf());
+    let engine = engine::Engine::with_tuning(store, registry, config_rx, home.root().to_path_buf(), tuning);
 
     let mut delay = std::time::Duration::from_millis(100);
     loop {

@@ -90,6 +90,26 @@ impl Store {
         Ok(self.conv().append_message(m).await?.into_inner())
     }
 
+    /// Starts a turn: appends its user message and its `streaming` assistant message and, for
+    /// a queued item, removes it from the pending queue, all in one store transaction
+    /// (`StartTurn`, idempotent by the user message's id).
+    pub async fn start_turn(
+        &self,
+        user: st::MessageRecord,
+        assistant: st::MessageRecord,
+        pending_item_id: &str,
+    ) -> Result<st::StartTurnReply> {
+        Ok(self
+            .conv()
+            .start_turn(st::StartTurnRequest {
+                user: Some(user),
+                assistant: Some(assistant),
+                pending_item_id: pending_item_id.to_owned(),
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Replaces a message's blocks, status, usage and model.
     pub async fn update_message(&self, m: st::MessageRecord) -> Result<st::MessageRecord> {
         Ok(self.conv().update_message(m).await?.into_inner())

@@ -28,6 +28,9 @@ pub(crate) struct Db {
     /// Channels: the pending pairing code, wrong tries left, and the owner once claimed.
     pub(crate) pairing: Option<(String, u32)>,
     pub(crate) owner: Option<String>,
+    /// Faults: how many of the next calls of a method (`start_turn`, `update_message`) fail
+    /// `UNAVAILABLE` as while the store restarts (`u32::MAX`: every one).
+    pub(crate) faults: HashMap<&'static str, u32>,
 }
 
 #[derive(Clone, Default)]
@@ -38,6 +41,18 @@ type R<T> = Result<Response<T>, Status>;
 impl Fake {
     pub(crate) fn db(&self) -> std::sync::MutexGuard<'_, Db> {
         self.0.lock().unwrap()
+    }
+
+    /// Fails this call of `method` when a fault is armed for it.
+    fn fault(&self, method: &'static str) -> Result<(), Status> {
+        let mut db = self.db();
+        match db.faults.get_mut(method) {
+            Some(n) if *n > 0 => {
+                *n = n.saturating_sub(u32::from(*n != u32::MAX));
+                Err(Status::unavailable(format!("fake: the store is restarting ({method})")))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -102,7 +117,35 @@ impl Conversations for Fake {
         db.messages.entry(m.conversation_id.clone()).or_default().push(m.clone());
         Ok(Response::new(m))
     }
+    /// As the store: both messages appended and the item removed at once; a known user
+    /// message id is answered with the stored records, `already` set.
+    async fn start_turn(&self, r: Request<StartTurnRequest>) -> R<StartTurnReply> {
+        self.fault("start_turn")?;
+        let r = r.into_inner();
+        let (user, assistant) = (r.user.unwrap_or_default(), r.assistant.unwrap_or_default());
+        let mut db = self.db();
+        let list = db.messages.entry(user.conversation_id.clone()).or_default();
+        if let Some(i) = list.iter().position(|m| m.id == user.id) {
+            let reply =
+                StartTurnReply { user: Some(list[i].clone()), assistant: list.get(i + 1).cloned(), already: true };
+            return Ok(Response::new(reply));
+        }
+        let queue = db.pending.get_mut(&user.conversation_id);
+        if !r.pending_item_id.is_empty() {
+            let queue = queue.ok_or_else(|| Status::not_found("pending item"))?;
+            let before = queue.items.len();
+            queue.items.retain(|i| i.id != r.pending_item_id);
+            if queue.items.len() == before {
+                return Err(Status::not_found("pending item"));
+            }
+        }
+        let c = db.convs.get_mut(&user.conversation_id).ok_or_else(|| Status::not_found("conversation"))?;
+        c.message_count += 2;
+        db.messages.entry(user.conversation_id.clone()).or_default().extend([user.clone(), assistant.clone()]);
+        Ok(Response::new(StartTurnReply { user: Some(user), assistant: Some(assistant), already: false }))
+    }
     async fn update_message(&self, r: Request<MessageRecord>) -> R<MessageRecord> {
+        self.fault("update_message")?;
         let m = r.into_inner();
         let mut db = self.db();
         let list = db.messages.get_mut(&m.conversation_id).ok_or_else(|| Status::not_found("conversation"))?;
@@ -288,6 +331,11 @@ pub(crate) struct Rig {
 }
 
 pub(crate) async fn rig(timeout_s: u64) -> Rig {
+    rig_tuned(timeout_s, crate::engine::Tuning::default()).await
+}
+
+/// [`rig`] with an engine tuning (a short store retry bound).
+pub(crate) async fn rig_tuned(timeout_s: u64, tuning: crate::engine::Tuning) -> Rig {
     let fake = Fake::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -305,7 +353,7 @@ pub(crate) async fn rig(timeout_s: u64) -> Rig {
     let values = HashMap::from([("chat.turn_timeout_s".to_owned(), timeout_s.to_string())]);
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::config::Config::from_values(&values)));
     let registry = Arc::new(Registry::new(vec![Entry::new(Arc::new(Tiny))], home.path().to_path_buf()));
-    let engine = Engine::new(Store::new(channel), registry, rx, home.path().to_path_buf());
+    let engine = Engine::with_tuning(Store::new(channel), registry, rx, home.path().to_path_buf(), tuning);
     engine.recover().await.unwrap();
     Rig { engine, fake, _home: home, _config: tx }
 }
@@ -418,6 +466,119 @@ async fn messages_sent_during_a_turn_queue_and_run_in_order_one_turn_each() {
     let want: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
     assert_eq!(said, want, "in order, one turn each");
     assert!(!r.engine.interrupt(&id).await.unwrap(), "idle: a no-op");
+}
+
+/// The texts of the deltas of `events`.
+fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(Kind::TextDelta(d)) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A message's text blocks joined.
+fn stored_text(m: &MessageRecord) -> String {
+    m.blocks
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(content_block_record::Block::Text(t)) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn short_retry() -> crate::engine::Tuning {
+    crate::engine::Tuning { store_retry: Duration::from_millis(400), ..Default::default() }
+}
+
+#[tokio::test]
+async fn turn_done_waits_until_the_answer_is_stored_across_a_store_restart() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.fake.db().faults.insert("update_message", 3);
+    r.engine.send(&id, "say:stored at last".into(), "api".into()).await.unwrap();
+    let events = until_end(&mut sub).await;
+    assert!(matches!(&events.last().unwrap().kind, Some(Kind::TurnDone(_))), "{events:?}");
+    // At turn_done the answer is in the store already.
+    let msgs = r.messages(&id);
+    assert_eq!((msgs.len(), msgs[1].status), (2, MessageStatus::Complete as i32), "{msgs:?}");
+    assert_eq!(stored_text(&msgs[1]), "stored at last ");
+    assert_eq!(r.fake.db().faults["update_message"], 0, "the first three writes failed");
+}
+
+#[tokio::test]
+async fn an_answer_the_store_never_takes_is_a_turn_error_never_turn_done() {
+    let r = rig_tuned(600, short_retry()).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    r.engine.send(&id, "say:next".into(), "api".into()).await.unwrap();
+    r.fake.db().faults.insert("update_message", u32::MAX);
+    // The interrupt's `turn_done{interrupted}` cannot be stored either.
+    r.engine.interrupt(&id).await.unwrap();
+    let events = until_end(&mut sub).await;
+    let Some(Kind::TurnError(e)) = &events.last().unwrap().kind else { panic!("{events:?}") };
+    assert_eq!(e.code, "internal");
+    assert!(e.message.contains("could not store the answer"), "{e:?}");
+    assert!(!events.iter().any(|e| matches!(e.kind, Some(Kind::TurnDone(_)))));
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    assert!(q.paused && q.items.len() == 1, "the queue waits for the owner: {q:?}");
+}
+
+#[tokio::test]
+async fn queued_items_start_exactly_once_across_store_failures() {
+    let r = rig(600).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let reply = r.engine.send(&id, format!("say:m{i}"), "api".into()).await.unwrap();
+        let Some(coffer_proto::chat::send_message_reply::Outcome::Pending(p)) = reply.outcome else { panic!() };
+        ids.push(p.id);
+    }
+    r.engine.interrupt(&id).await.unwrap();
+    until_end(&mut sub).await;
+    r.fake.db().faults.insert("start_turn", 4);
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    r.engine.set_pending(&id, q.items, false).await.unwrap();
+    let mut texts = Vec::new();
+    for _ in 0..5 {
+        texts.push(said(&until_end(&mut sub).await).trim().to_owned());
+    }
+    assert_eq!(texts, ["m0", "m1", "m2", "m3", "m4"]);
+    let users: Vec<String> =
+        r.messages(&id).iter().filter(|m| m.role == MessageRole::User as i32).skip(1).map(|m| m.id.clone()).collect();
+    assert_eq!(users, ids, "each item became the user message of its id, once");
+    assert!(r.fake.db().pending[&id].items.is_empty());
+}
+
+#[tokio::test]
+async fn an_item_the_store_will_not_start_stays_first_and_pauses_the_queue() {
+    let r = rig_tuned(600, short_retry()).await;
+    let id = r.conversation().await;
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "hang".into(), "api".into()).await.unwrap();
+    r.engine.send(&id, "say:a".into(), "api".into()).await.unwrap();
+    r.engine.send(&id, "say:b".into(), "api".into()).await.unwrap();
+    r.engine.interrupt(&id).await.unwrap();
+    until_end(&mut sub).await;
+    r.fake.db().faults.insert("start_turn", u32::MAX);
+    let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
+    let items = q.items.clone();
+    let after = r.engine.set_pending(&id, q.items, false).await.unwrap();
+    assert!(after.paused, "paused when the store would not start the item: {after:?}");
+    assert_eq!(after.items, items, "nothing dropped, nothing reordered");
+    assert_eq!(r.messages(&id).len(), 2, "nothing appended");
+    r.fake.db().faults.clear();
+    r.engine.set_pending(&id, after.items, false).await.unwrap();
+    assert_eq!(said(&until_end(&mut sub).await), "a ");
+    assert_eq!(said(&until_end(&mut sub).await), "b ");
+    assert_eq!(r.messages(&id).len(), 6);
 }
 
 #[tokio::test]

@@ -109,6 +109,7 @@ pub const POLICY: Policy = Policy {
         rule(CONVERSATIONS, "UpdateConversation", CHAT),
         rule(CONVERSATIONS, "DeleteConversation", CHAT),
         rule(CONVERSATIONS, "AppendMessage", CHAT),
+        rule(CONVERSATIONS, "StartTurn", CHAT),
         rule(CONVERSATIONS, "UpdateMessage", CHAT),
         rule(CONVERSATIONS, "ListMessages", CHAT),
         rule(CONVERSATIONS, "FailStreamingMessages", CHAT),
@@ -302,7 +303,7 @@ mod tests {
     #[test]
     fn conversations_are_chats_alone() {
         let methods = conversation_methods();
-        assert_eq!(methods.len(), 13, "{methods:?}");
+        assert_eq!(methods.len(), 14, "{methods:?}");
         for m in &methods {
             let path = format!("/{CONVERSATIONS}/{m}");
             assert_eq!(POLICY.check(Identity::Chat, &path), Ok(()), "{m}");

@@ -97,6 +97,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0006_llm_connections.sql"),
     migration!("0007_invocation_usage.sql"),
     migration!("0008_channels.sql"),
+    migration!("0009_invocation_client.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

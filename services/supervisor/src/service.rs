@@ -17,7 +17,11 @@ use tokio_util::sync::CancellationToken;
 /// First restart delay; doubles per consecutive crash up to [`BACKOFF_MAX`].
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// Healthy this long resets the backoff and the crash window.
+/// Healthy this long before a crash resets the restart delay to [`BACKOFF_START`]: an
+/// isolated crash comes back in about 100 ms, while a crash loop (a process that dies before
+/// or soon after it is healthy) still backs off.
+const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(10);
+/// Healthy this long before a crash clears the crash window.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// This many crashes inside [`CRASH_WINDOW`] mark a service `failed`.
 const CRASH_LIMIT: usize = 5;
@@ -26,6 +30,43 @@ const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const HEALTH_DEADLINE: Duration = Duration::from_secs(60);
 /// Grace between SIGTERM and SIGKILL when stopping a service.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The restart policy of one service: the delay before each restart and the crashes of the
+/// last [`CRASH_WINDOW`]. Pure (the caller passes the clock), so it is tested without processes.
+#[derive(Debug)]
+struct Backoff {
+    /// The delay the next crash waits.
+    next: Duration,
+    crashes: Vec<Instant>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { next: BACKOFF_START, crashes: Vec::new() }
+    }
+}
+
+impl Backoff {
+    /// Records a crash at `now` of a process that had been healthy for `healthy_for` (`None`:
+    /// it never answered its health check). Returns the delay before the restart (100 ms after
+    /// [`BACKOFF_RESET_AFTER`] healthy, else doubling per crash up to [`BACKOFF_MAX`]) and how
+    /// many crashes the last [`CRASH_WINDOW`] holds, this one included (none before it when the
+    /// process had been healthy for [`STABLE_AFTER`]).
+    fn crashed(&mut self, now: Instant, healthy_for: Option<Duration>) -> (Duration, usize) {
+        let healthy_for = healthy_for.unwrap_or_default();
+        if healthy_for >= BACKOFF_RESET_AFTER {
+            self.next = BACKOFF_START;
+        }
+        if healthy_for >= STABLE_AFTER {
+            self.crashes.clear();
+        }
+        self.crashes.retain(|t| now.saturating_duration_since(*t) < CRASH_WINDOW);
+        self.crashes.push(now);
+        let delay = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        (delay, self.crashes.len())
+    }
+}
 
 /// Lifecycle state, as shown by `/v1/status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,8 +301,7 @@ impl ServiceHandle {
     /// The supervision loop; ends after [`ServiceHandle::stop`].
     async fn run(self, ctx: Context) {
         let mut rx = self.cmd_rx.clone().lock_owned().await;
-        let mut backoff = BACKOFF_START;
-        let mut crashes: Vec<Instant> = Vec::new();
+        let mut backoff = Backoff::default();
         let mut first = true;
         'outer: loop {
             self.set_state(if first { ServiceState::Starting } else { ServiceState::Restarting });
@@ -356,13 +396,8 @@ impl ServiceHandle {
             }
             // A crash.
             let now = Instant::now();
-            let stable = self.inner.lock().expect("state").healthy_since.is_some_and(|t| t.elapsed() >= STABLE_AFTER);
-            if stable {
-                backoff = BACKOFF_START;
-                crashes.clear();
-            }
-            crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
-            crashes.push(now);
+            let healthy_for = self.inner.lock().expect("state").healthy_since.map(|t| now.saturating_duration_since(t));
+            let (delay, crashes) = backoff.crashed(now, healthy_for);
             {
                 let mut i = self.inner.lock().expect("state");
                 i.restarts += 1;
@@ -370,14 +405,13 @@ impl ServiceHandle {
                 i.healthy_since = None;
                 i.last_error = format!("exited: {reason}");
             }
-            if self.spec.may_fail && crashes.len() >= CRASH_LIMIT {
+            if self.spec.may_fail && crashes >= CRASH_LIMIT {
                 self.set_state(ServiceState::Failed);
-                tracing::error!(service = self.name, crashes = crashes.len(), window_s = CRASH_WINDOW.as_secs(), %reason,
+                tracing::error!(service = self.name, crashes, window_s = CRASH_WINDOW.as_secs(), %reason,
                     "Service crashed repeatedly; marked failed. Restart it with `coffer daemon restart`.");
                 match rx.recv().await {
                     Some(Command::Restart(ack)) => {
-                        crashes.clear();
-                        backoff = BACKOFF_START;
+                        backoff = Backoff::default();
                         let _ = ack.send(());
                         continue;
                     }
@@ -389,16 +423,15 @@ impl ServiceHandle {
                 }
             }
             self.set_state(ServiceState::Restarting);
-            tracing::warn!(service = self.name, %reason, backoff_ms = backoff.as_millis() as u64, "Service exited; restarting.");
+            tracing::warn!(service = self.name, %reason, backoff_ms = delay.as_millis() as u64, "Service exited; restarting.");
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
                 cmd = rx.recv() => match cmd {
                     Some(Command::Restart(ack)) => { let _ = ack.send(()); }
                     Some(Command::Stop(ack)) => { self.stopped(); let _ = ack.send(()); break; }
                     None => break,
                 }
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
         self.stopped();
     }
@@ -436,5 +469,61 @@ fn describe_exit(status: std::io::Result<std::process::ExitStatus>) -> String {
             _ => s.to_string(),
         },
         Err(e) => format!("wait failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A crash loop (the process dies before it is healthy) doubles the delay up to the cap.
+    #[test]
+    fn a_crash_loop_backs_off_to_the_cap() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let delays: Vec<Duration> = (0..10).map(|i| b.crashed(t0 + i * 100 * MS, None).0).collect();
+        let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]);
+    }
+
+    /// Crashes of a process that was healthy for a short while (under 10 s) keep backing off;
+    /// one that was healthy for 10 s comes back after the first delay again.
+    #[test]
+    fn ten_seconds_healthy_resets_the_delay() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        for _ in 0..6 {
+            b.crashed(t0, Some(2 * 1000 * MS));
+        }
+        let (delay, _) = b.crashed(t0, Some(9_999 * MS));
+        assert_eq!(delay, BACKOFF_MAX.min(6400 * MS), "still backing off under 10 s healthy");
+        let (delay, _) = b.crashed(t0 + 20_000 * MS, Some(BACKOFF_RESET_AFTER));
+        assert_eq!(delay, BACKOFF_START);
+        let (delay, _) = b.crashed(t0 + 20_500 * MS, Some(300 * MS));
+        assert_eq!(delay, 2 * BACKOFF_START, "the next quick crash backs off from there");
+    }
+
+    /// Isolated crashes (each after a while healthy) always restart after about 100 ms.
+    #[test]
+    fn isolated_crashes_restart_quickly() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        for i in 0..20u32 {
+            let (delay, _) = b.crashed(t0 + i * 12_000 * MS, Some(11_000 * MS));
+            assert_eq!(delay, BACKOFF_START, "crash {i}");
+        }
+    }
+
+    /// The crash window counts crashes of the last minute; 60 s healthy clears it.
+    #[test]
+    fn the_crash_window_counts_the_last_minute() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let counts: Vec<usize> = (0..5u32).map(|i| b.crashed(t0 + i * 1000 * MS, None).1).collect();
+        assert_eq!(counts, [1, 2, 3, 4, 5]);
+        assert_eq!(b.crashed(t0 + CRASH_WINDOW + 2500 * MS, None).1, 3, "the oldest crashes left the window");
+        assert_eq!(b.crashed(t0 + CRASH_WINDOW + 3000 * MS, Some(STABLE_AFTER)).1, 1);
     }
 }

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod settings;
 pub mod sse;
 pub mod ui;
+pub mod variables;
 
 pub use outcome::Outcome;
 

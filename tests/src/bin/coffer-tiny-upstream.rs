@@ -7,7 +7,13 @@
 //! `twice` (answers one request twice), `changed` (emits `notifications/tools/list_changed`),
 //! `sample` (asks the client for
 //! `sampling/createMessage` and returns its answer), `whoami` (pid, env var `TINY_ECHO_ENV`),
-//! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch).
+//! `stderr_env` (writes `TINY_ECHO_ENV` to stderr: a leak for redaction tests to catch),
+//! `flood {count, ms, bytes}` (writes notifications as fast as it can, cycling
+//! `notifications/tools/list_changed`, `notifications/message` at level `info` with `bytes` of
+//! data (default 1024), and `notifications/progress` for the call's `progressToken` when it has
+//! one, until `count` (default 100,000) were written or `ms` (default 10,000) passed; then
+//! answers `flooded N`: a server that floods a client that cannot keep up, bounded so a test
+//! always ends).
 //! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
 //! `--start-delay-ms N` makes it take N ms before it answers anything (a slow start: an
 //! interpreter loading, a server fetching its config); `--hang` never answers at all (a hung
@@ -48,6 +54,7 @@ fn tools() -> Vec<Value> {
         json!({"name": "sample", "description": "Asks the client to sample", "inputSchema": obj(json!({}))}),
         json!({"name": "whoami", "description": "Pid and environment", "inputSchema": obj(json!({}))}),
         json!({"name": "stderr_env", "description": "Writes TINY_ECHO_ENV to stderr", "inputSchema": obj(json!({}))}),
+        json!({"name": "flood", "description": "Floods notifications, then answers", "inputSchema": obj(json!({"count": {"type": "integer"}, "ms": {"type": "integer"}, "bytes": {"type": "integer"}}))}),
     ];
     // `TINY_REPEAT_TOOL=NAME` lists tool NAME a second time, with another schema (a server bug
     // the gateway must survive).
@@ -194,6 +201,31 @@ fn main() {
                         let _ = writeln!(e, "leaking it mid-line: [{v}] and again {v}{v}");
                         let _ = e.flush();
                         send(&out, &reply(text("wrote TINY_ECHO_ENV to stderr")));
+                    }
+                    "flood" => {
+                        let count = args["count"].as_u64().unwrap_or(100_000);
+                        let limit = std::time::Duration::from_millis(args["ms"].as_u64().unwrap_or(10_000));
+                        let data = "z".repeat(args["bytes"].as_u64().unwrap_or(1024) as usize);
+                        let token = params["_meta"].get("progressToken").cloned();
+                        let out = out.clone();
+                        // Its own thread: the server keeps answering other requests meanwhile.
+                        std::thread::spawn(move || {
+                            let started = std::time::Instant::now();
+                            let mut sent = 0u64;
+                            while sent < count && started.elapsed() < limit {
+                                let msg = match (sent % 3, &token) {
+                                    (0, _) => json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                                    (1, _) | (_, None) => json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                        "params": {"level": "info", "logger": "tiny", "data": data}}),
+                                    (_, Some(t)) => json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                        "params": {"progressToken": t, "progress": sent, "message": data}}),
+                                };
+                                send(&out, &msg);
+                                sent += 1;
+                            }
+                            eprintln!("flooded {sent}");
+                            send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(format!("flooded {sent}"))}));
+                        });
                     }
                     "changed" => {
                         send(&out, &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));

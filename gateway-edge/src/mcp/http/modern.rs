@@ -20,6 +20,7 @@ use crate::mcp::era::{self, Refusal};
 use crate::mcp::jsonrpc::{INVALID_REQUEST, METHOD_NOT_FOUND};
 use crate::mcp::listen::{self, Filter};
 use crate::mcp::message::{self, Parsed};
+use crate::mcp::session::{LANE_MESSAGES, Lane};
 use crate::state::AppState;
 
 /// Keep-alive comment interval on a modern request's SSE stream: a client gone away is noticed
@@ -67,16 +68,31 @@ pub(super) async fn post(st: Arc<AppState>, headers: HeaderMap, parsed: Parsed) 
     }
     let call_id = format!("\"coffer-call-{}\"", uuid::Uuid::new_v4().simple());
     let streamed = era::is_call_like(&method) && accepts_stream(&headers);
+    // On a stream, the request's progress notifications come first, then its response.
+    let (progress, progress_rx) = if streamed {
+        let (lane, rx) = Lane::new(LANE_MESSAGES, "progress on a 2026-07-28 request's SSE answer");
+        (Some(lane), Some(rx))
+    } else {
+        (None, None)
+    };
     let work = async move {
-        let answer = session.modern_request(&method, params.as_deref(), call_id).await;
+        let answer = session.modern_request(&method, params.as_deref(), call_id, progress).await;
         message::modern_response(answer, &method, &id)
     };
-    if !streamed {
+    let Some(progress_rx) = progress_rx else {
         return json_response(StatusCode::OK, work.await);
-    }
+    };
     // The work lives in the stream: when the client closes it, the stream is dropped with the
     // work, and the call is cancelled upstream (see `mrtr.rs`).
-    let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(Event::default().data(work.await)) });
+    let stream = futures_util::stream::unfold(Some((Box::pin(work), progress_rx)), |state| async move {
+        let (mut work, mut progress) = state?;
+        tokio::select! {
+            biased;
+            Some(note) = progress.recv() => Some((note, Some((work, progress)))),
+            answer = &mut work => Some((answer, None)),
+        }
+    })
+    .map(|m| Ok::<_, Infallible>(Event::default().data(m)));
     sse(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response())
 }
 

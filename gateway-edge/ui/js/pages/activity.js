@@ -68,6 +68,8 @@ function invocations(panel, params) {
     { label: 'Outcome', cell: (i) => stateBadge(i.outcome, i.outcome.replace('_', ' ')) },
     { label: 'Duration', cell: (i) => `${i.duration_ms} ms` },
     { label: 'By', cell: (i) => i.actor },
+    // The MCP client's clientInfo name and version (text nodes: the client chose them).
+    { label: 'Client', cell: (i) => (i.client ? `${i.client.name} ${i.client.version}`.trim() : '') },
     { label: 'LLM usage', class: 'wrap', cell: usageCell },
   ];
   let tbody = null;

@@ -33,7 +33,8 @@ pub mod service;
 
 use git::Git;
 
-/// The branch every machine pushes to.
+/// The branch every machine pushes to when the remote names no default branch of its own
+/// (see [`Engine::init`]).
 pub const BRANCH: &str = "main";
 /// The git directory inside `COFFER_HOME`.
 pub const GIT_DIR: &str = "sync.git";
@@ -87,6 +88,14 @@ struct Persisted {
     last_sync_ms: i64,
     #[serde(default)]
     last_error: String,
+    /// The branch this sync uses: the remote's default branch as `init` found it (empty:
+    /// [`BRANCH`], as every set-up from before this field).
+    #[serde(default)]
+    branch: String,
+    /// This machine's name as `init` chose it (`--machine-name`, else the host name with a
+    /// random suffix); the `sync.machine_name` setting overrides it.
+    #[serde(default)]
+    machine: String,
 }
 
 /// The worker's live state.
@@ -161,32 +170,65 @@ impl Engine {
         crate::memory::write_atomic(&self.git_dir(), "coffer-sync.json", &body).map(drop)
     }
 
-    /// This machine's name: `sync.machine_name`, else the host name; `[a-z0-9-]`, 1-32.
+    /// This machine's name: `sync.machine_name`, else the one `init` chose, else the host
+    /// name; `[a-z0-9-]`, 1-32.
     pub fn machine(&self) -> String {
         let set = self.config.borrow().sync.machine.clone();
-        let raw = if set.trim().is_empty() {
-            std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
-        } else {
+        let raw = if !set.trim().is_empty() {
             set
+        } else {
+            let chosen = self.load_state().machine;
+            if chosen.is_empty() { host_name() } else { chosen }
         };
         let name = sanitize(&raw);
         if name.is_empty() { "machine".into() } else { name }
     }
 
-    /// `coffer sync init REMOTE`: creates (or adopts) the repository with `remote` as origin,
-    /// then syncs (a second machine merges the remote's history with what it has).
+    /// The branch this sync fetches, merges and pushes (see [`Persisted::branch`]).
+    fn branch(&self) -> String {
+        let b = self.load_state().branch;
+        if b.is_empty() { BRANCH.to_owned() } else { b }
+    }
+
+    /// `coffer sync init REMOTE [--machine-name NAME]`: creates (or adopts) the repository
+    /// with `remote` as origin, then syncs (a second machine merges the remote's history with
+    /// what it has). A new repository uses the remote's default branch (what its `HEAD` names,
+    /// also in an empty bare repository whose `HEAD` is `master`), else [`BRANCH`]. This
+    /// machine's name is `machine_name` when given, else (the first time, with no
+    /// `sync.machine_name` setting) the host name with a random suffix, so that two machines
+    /// with the same host name tell each other apart in conflicts.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a bad remote; as [`Engine::sync`].
-    pub async fn init(&self, remote: &str) -> Result<SyncReport> {
+    /// [`Error::Invalid`] for a bad remote or a machine name without letters or digits; as
+    /// [`Engine::sync`].
+    pub async fn init(&self, remote: &str, machine_name: &str) -> Result<SyncReport> {
         check_remote(remote)?;
+        let machine = sanitize(machine_name);
+        if !machine_name.trim().is_empty() && machine.is_empty() {
+            return Err(Error::Invalid(format!(
+                "machine name {:?} has no letters or digits",
+                machine_name.chars().take(40).collect::<String>()
+            )));
+        }
         let _one = self.lock.lock().await;
         let git = self.git()?;
         let dir = self.git_dir();
         if !self.initialized() {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
             git.ok(&["init", "-q"]).await?;
-            git.ok(&["symbolic-ref", "HEAD", &format!("refs/heads/{BRANCH}")]).await?;
+            let branch = remote_default_branch(git, remote).await.unwrap_or_else(|| BRANCH.to_owned());
+            git.ok(&["symbolic-ref", "HEAD", &format!("refs/heads/{branch}")]).await?;
+            let mut state = self.load_state();
+            state.branch = branch;
+            self.save_state(&state)?;
+        }
+        let mut state = self.load_state();
+        if !machine.is_empty() {
+            state.machine = machine;
+            self.save_state(&state)?;
+        } else if state.machine.is_empty() && self.config.borrow().sync.machine.trim().is_empty() {
+            state.machine = default_machine_name(&host_name());
+            self.save_state(&state)?;
         }
         let info = dir.join("info");
         std::fs::create_dir_all(&info).map_err(|e| Error::io(format!("creating {}", info.display()), e))?;
@@ -250,6 +292,7 @@ impl Engine {
     async fn sync_steps(&self) -> Result<SyncReport> {
         let git = self.git()?;
         let machine = self.machine();
+        let branch = self.branch();
         let user = [
             "-c".to_owned(),
             format!("user.name={machine}"),
@@ -300,13 +343,13 @@ impl Engine {
                     GIT_DIR
                 )));
             }
-            let remote = rev(git, &format!("refs/remotes/origin/{BRANCH}")).await?;
+            let remote = rev(git, &format!("refs/remotes/origin/{branch}")).await?;
             remote_before = remote.clone();
             let before = rev(git, "HEAD").await?.unwrap_or_default();
             if let Some(r) = &remote {
                 let merged = git.run(&["merge-base", "--is-ancestor", r, "HEAD"]).await?.ok;
                 if !merged {
-                    let target = format!("refs/remotes/origin/{BRANCH}");
+                    let target = format!("refs/remotes/origin/{branch}");
                     let o = run_user(with_user(&[
                         "merge",
                         "-q",
@@ -335,7 +378,7 @@ impl Engine {
                 }
             }
             // 3. Out.
-            let o = git.run(&["push", "-q", "origin", &format!("HEAD:refs/heads/{BRANCH}")]).await?;
+            let o = git.run(&["push", "-q", "origin", &format!("HEAD:refs/heads/{branch}")]).await?;
             if o.ok {
                 break;
             }
@@ -633,7 +676,7 @@ impl Engine {
         st.last_error = state.last_error;
         if let Ok(git) = self.git() {
             st.remote = self.remote(git).await;
-            let range = format!("HEAD...refs/remotes/origin/{BRANCH}");
+            let range = format!("HEAD...refs/remotes/origin/{}", self.branch());
             if let Ok(o) = git.run(&["rev-list", "--left-right", "--count", &range]).await
                 && o.ok
             {
@@ -814,6 +857,67 @@ fn sanitize(raw: &str) -> String {
     s.trim_matches('-').to_owned()
 }
 
+/// The host name (`/proc/sys/kernel/hostname`), empty when unreadable.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
+}
+
+/// The default machine name `init` chooses: the host name (sanitized; `machine` when nothing is
+/// left) and 4 random hex digits, e.g. `vm-3fa2`, at most 32 characters.
+fn default_machine_name(host: &str) -> String {
+    let mut bytes = [0u8; 2];
+    // Without randomness the suffix is the process id's: still unlikely to repeat.
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes = (std::process::id() as u16).to_le_bytes();
+    }
+    let host = sanitize(host);
+    let host = if host.is_empty() { "machine".to_owned() } else { host };
+    let host: String = host.chars().take(27).collect();
+    format!("{}-{}", host.trim_end_matches('-'), hex::encode(bytes))
+}
+
+/// The branch the remote's `HEAD` names, if it answers one: `git ls-remote --symref REMOTE
+/// HEAD` (`ref: refs/heads/<branch>\tHEAD`) for a repository with commits; an empty one
+/// advertises its unborn `HEAD` only to `clone` (git 2.31 and later), so it is cloned (there
+/// is nothing to transfer) into a scratch directory of the sync repository, whose `HEAD` then
+/// names the branch.
+async fn remote_default_branch(git: &Git, remote: &str) -> Option<String> {
+    let o = git.run(&["ls-remote", "--symref", "--", remote, "HEAD"]).await.ok()?;
+    if !o.ok {
+        return None;
+    }
+    if let Some(b) = parse_symref_head(&o.stdout) {
+        return Some(b);
+    }
+    if !o.stdout.trim().is_empty() {
+        return None;
+    }
+    let probe = git.git_dir().join("head-probe.git");
+    let _ = std::fs::remove_dir_all(&probe);
+    let path = probe.to_string_lossy().into_owned();
+    let cloned = git.run(&["clone", "-q", "--bare", "--", remote, &path]).await.is_ok_and(|o| o.ok);
+    let head = if cloned { std::fs::read_to_string(probe.join("HEAD")).ok() } else { None };
+    let _ = std::fs::remove_dir_all(&probe);
+    head.and_then(|h| branch_of(h.trim().strip_prefix("ref:")?.trim()))
+}
+
+/// `refs/heads/<branch>` → `<branch>`, for a branch name git would take here.
+fn branch_of(target: &str) -> Option<String> {
+    let branch = target.strip_prefix("refs/heads/")?;
+    (!branch.is_empty() && !branch.starts_with('-')).then(|| branch.to_owned())
+}
+
+/// The branch of the `ref: refs/heads/<branch>\tHEAD` line of `ls-remote --symref` output.
+fn parse_symref_head(out: &str) -> Option<String> {
+    out.lines().find_map(|l| {
+        let (target, name) = l.strip_prefix("ref:")?.trim().split_once('\t')?;
+        if name.trim() != "HEAD" {
+            return None;
+        }
+        branch_of(target.trim())
+    })
+}
+
 /// `dir/note.md` → `dir/note.conflict-<machine>-<stamp>.md` (no extension: appended).
 fn sibling_name(path: &str, machine: &str, stamp: &str) -> String {
     let (dir, file) = path.rsplit_once('/').map_or(("", path), |(d, f)| (d, f));
@@ -936,5 +1040,28 @@ mod tests {
     fn machine_names_are_sanitized() {
         assert_eq!(sanitize(" My Laptop.local\n"), "my-laptop-local");
         assert_eq!(sanitize("../.."), "");
+    }
+
+    /// Two machines both called `vm` get distinct default names.
+    #[test]
+    fn default_machine_names_add_a_random_suffix() {
+        let (a, b) = (default_machine_name("vm\n"), default_machine_name("vm\n"));
+        assert!(a.starts_with("vm-") && a.len() == "vm-".len() + 4, "{a}");
+        assert_ne!(a, b, "random suffixes (a 1-in-65536 clash would fail this)");
+        assert_eq!(sanitize(&a), a);
+        let long = default_machine_name(&"h".repeat(100));
+        assert!(long.len() <= 32, "{long}");
+        assert!(default_machine_name("").starts_with("machine-"));
+    }
+
+    #[test]
+    fn the_remote_head_names_the_branch() {
+        assert_eq!(parse_symref_head("ref: refs/heads/master\tHEAD\n"), Some("master".into()));
+        assert_eq!(
+            parse_symref_head("ref: refs/heads/trunk\tHEAD\n0123456789abcdef0123456789abcdef01234567\tHEAD\n"),
+            Some("trunk".into())
+        );
+        assert_eq!(parse_symref_head(""), None);
+        assert_eq!(parse_symref_head("0123\tHEAD\n"), None);
     }
 }

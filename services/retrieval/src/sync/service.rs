@@ -16,8 +16,8 @@ pub struct SyncService {
 #[tonic::async_trait]
 impl Sync for SyncService {
     async fn init(&self, req: Request<InitRequest>) -> Result<Response<SyncReport>, Status> {
-        let remote = req.into_inner().remote;
-        Ok(Response::new(self.engine.init(&remote).await?))
+        let r = req.into_inner();
+        Ok(Response::new(self.engine.init(&r.remote, &r.machine_name).await?))
     }
 
     async fn sync(&self, _req: Request<SyncRequest>) -> Result<Response<SyncReport>, Status> {

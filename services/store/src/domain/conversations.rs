@@ -427,6 +427,91 @@ fn list_query(
     (sql, args)
 }
 
+/// Inserts a validated message at the end of its conversation (which the caller checked
+/// exists) and bumps the conversation's `message_count`, `updated_ms`, `last_message_ms`.
+///
+/// # Errors
+/// [`StoreError::Exists`] when the id is taken.
+fn insert_message(t: &Connection, m: &NewMessage, now: i64) -> Result<MessageRecord, StoreError> {
+    if get_message(t, &m.id)?.is_some() {
+        return Err(StoreError::Exists(format!("message {:?}", m.id)));
+    }
+    let created = if m.created_ms == 0 { now } else { m.created_ms };
+    t.prepare_cached(&format!(
+        "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+    ))?
+    .execute(params![
+        m.id,
+        m.conversation_id,
+        m.role.as_str(),
+        m.status.as_str(),
+        m.blocks_json,
+        m.usage[0],
+        m.usage[1],
+        m.usage[2],
+        m.usage[3],
+        m.model,
+        m.error,
+        m.source,
+        created,
+        now
+    ])?;
+    // A created_ms in the future counts as now: it must not keep the conversation from ever
+    // being idle.
+    t.prepare_cached(
+        "UPDATE conversations SET message_count = message_count + 1, updated_ms = MAX(updated_ms, ?2),
+                last_message_ms = MAX(last_message_ms, MIN(?3, ?2))
+         WHERE id = ?1",
+    )?
+    .execute(params![m.conversation_id, now, created])?;
+    get_message(t, &m.id)?.ok_or_else(|| StoreError::NotFound(format!("message {:?}", m.id)))
+}
+
+/// `StartTurn` inside the writer's transaction: the user and assistant messages appended and the
+/// pending item (if any) removed together, or, when `user.id` is already a message of the
+/// conversation (an earlier call committed), nothing but the removal of a re-queued item.
+fn start_turn(
+    t: &Connection,
+    user: &NewMessage,
+    assistant: &NewMessage,
+    item: &str,
+    now: i64,
+) -> Result<StartTurnReply, StoreError> {
+    require_conversation(t, &user.conversation_id)?;
+    let dequeue = |t: &Connection| -> Result<usize, StoreError> {
+        if item.is_empty() {
+            return Ok(0);
+        }
+        Ok(t.prepare_cached("DELETE FROM pending_items WHERE conversation_id = ?1 AND id = ?2")?
+            .execute(params![user.conversation_id, item])?)
+    };
+    if let Some(stored) = get_message(t, &user.id)? {
+        if stored.conversation_id != user.conversation_id {
+            return Err(StoreError::Exists(format!("message {:?} (in another conversation)", user.id)));
+        }
+        dequeue(t)?;
+        // The assistant message was appended in the same transaction, right after it: the
+        // writer is one thread, so nothing else took a row number between them.
+        let assistant = t
+            .prepare_cached(&format!(
+                "SELECT {MSG_COLS} FROM messages WHERE pk = (SELECT pk + 1 FROM messages WHERE id = ?1)
+                 AND conversation_id = ?2 AND role = 'assistant'"
+            ))?
+            .query_row(params![user.id, user.conversation_id], message_from_row)
+            .optional()?;
+        return Ok(StartTurnReply { user: Some(stored), assistant, already: true });
+    }
+    if dequeue(t)? == 0 && !item.is_empty() {
+        return Err(StoreError::NotFound(format!(
+            "pending item {item:?} of conversation {:?} (the queue was replaced)",
+            user.conversation_id
+        )));
+    }
+    let u = insert_message(t, user, now)?;
+    let a = insert_message(t, assistant, now)?;
+    Ok(StartTurnReply { user: Some(u), assistant: Some(a), already: false })
+}
+
 /// Archives, in one transaction, at most `limit` active conversations whose last message (or,
 /// without one, whose creation) is older than `cutoff_ms` and that nothing else touched since
 /// (`updated_ms`: a restore, a rename, a turn), so that a conversation the owner just restored is
@@ -647,41 +732,36 @@ impl Conversations for ConversationsService {
             .db
             .write(move |t, _| {
                 require_conversation(t, &m.conversation_id)?;
-                if get_message(t, &m.id)?.is_some() {
-                    return Err(StoreError::Exists(format!("message {:?}", m.id)));
-                }
-                let created = if m.created_ms == 0 { now } else { m.created_ms };
-                t.prepare_cached(&format!(
-                    "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-                ))?
-                .execute(params![
-                    m.id,
-                    m.conversation_id,
-                    m.role.as_str(),
-                    m.status.as_str(),
-                    m.blocks_json,
-                    m.usage[0],
-                    m.usage[1],
-                    m.usage[2],
-                    m.usage[3],
-                    m.model,
-                    m.error,
-                    m.source,
-                    created,
-                    now
-                ])?;
-                // A created_ms in the future counts as now: it must not keep the conversation
-                // from ever being idle.
-                t.prepare_cached(
-                    "UPDATE conversations SET message_count = message_count + 1, updated_ms = MAX(updated_ms, ?2),
-                            last_message_ms = MAX(last_message_ms, MIN(?3, ?2))
-                     WHERE id = ?1",
-                )?
-                .execute(params![m.conversation_id, now, created])?;
-                get_message(t, &m.id)?.ok_or_else(|| StoreError::NotFound(format!("message {:?}", m.id)))
+                insert_message(t, &m, now)
             })
             .await?;
         Ok(Response::new(m))
+    }
+
+    async fn start_turn(&self, req: Request<StartTurnRequest>) -> Result<Response<StartTurnReply>, Status> {
+        let r = req.into_inner();
+        let user = validate_message(r.user.ok_or_else(|| Status::invalid_argument("user is required"))?)?;
+        let assistant =
+            validate_message(r.assistant.ok_or_else(|| Status::invalid_argument("assistant is required"))?)?;
+        if user.role != MessageRole::User || user.status == MessageStatus::Streaming {
+            return Err(Status::invalid_argument("user must be a user message that is not streaming"));
+        }
+        if assistant.role != MessageRole::Assistant || assistant.status != MessageStatus::Streaming {
+            return Err(Status::invalid_argument("assistant must be an assistant message with status streaming"));
+        }
+        if assistant.conversation_id != user.conversation_id {
+            return Err(Status::invalid_argument("assistant.conversation_id differs from user.conversation_id"));
+        }
+        if assistant.id == user.id {
+            return Err(Status::invalid_argument("assistant.id equals user.id"));
+        }
+        let item = r.pending_item_id;
+        if !item.is_empty() {
+            validate_id("pending_item_id", &item)?;
+        }
+        let now = self.now();
+        let (reply, _) = self.db.write(move |t, _| start_turn(t, &user, &assistant, &item, now)).await?;
+        Ok(Response::new(reply))
     }
 
     async fn update_message(&self, req: Request<MessageRecord>) -> Result<Response<MessageRecord>, Status> {
@@ -849,6 +929,16 @@ impl Conversations for ConversationsService {
             .db
             .write(move |t, _| {
                 require_conversation(t, &r.conversation_id)?;
+                // An item that already started its turn (StartTurn made it a message) queued
+                // again would run twice.
+                for (i, item) in r.items.iter().enumerate() {
+                    if get_message(t, &item.id)?.is_some() {
+                        return Err(StoreError::Invalid(format!(
+                            "items[{i}].id {:?} is already a message (the item was sent); queue it again without an id",
+                            item.id
+                        )));
+                    }
+                }
                 t.prepare_cached("DELETE FROM pending_items WHERE conversation_id = ?1")?
                     .execute([&r.conversation_id])?;
                 let mut ins = t.prepare_cached(
@@ -1860,6 +1950,97 @@ mod tests {
         assert_eq!(e.code(), Code::NotFound);
         let e = svc.get_pending(Request::new(ConversationRef { id: id(3) })).await.unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
+    }
+
+    /// `StartTurn`: a queued item becomes the turn's user message (same id) with its assistant
+    /// record in one transaction; a retry changes nothing and says so; a failure half-way writes
+    /// nothing (the item stays queued); an item that started cannot be queued again.
+    #[tokio::test]
+    async fn a_pending_item_starts_its_turn_in_one_transaction_and_a_retry_changes_nothing() {
+        let (_dir, svc) = service();
+        create(&svc, conversation(1, "t")).await.unwrap();
+        create(&svc, conversation(2, "t")).await.unwrap();
+        let item = |n, t: &str| PendingItemRecord { id: id(n), text: t.into(), created_ms: 0, source: "web".into() };
+        let set =
+            |items| svc.set_pending(Request::new(SetPendingRequest { conversation_id: id(1), items, paused: false }));
+        let assistant = |n, conv| MessageRecord {
+            id: id(n),
+            conversation_id: id(conv),
+            role: MessageRole::Assistant.into(),
+            status: MessageStatus::Streaming.into(),
+            ..Default::default()
+        };
+        let start = |u: MessageRecord, a: MessageRecord, item: Option<u128>| {
+            svc.start_turn(Request::new(StartTurnRequest {
+                user: Some(u),
+                assistant: Some(a),
+                pending_item_id: item.map(id).unwrap_or_default(),
+            }))
+        };
+        let pending =
+            || async { svc.get_pending(Request::new(ConversationRef { id: id(1) })).await.unwrap().into_inner() };
+        let texts = |p: &PendingRecord| p.items.iter().map(|i| i.text.clone()).collect::<Vec<_>>();
+        set(vec![item(10, "one"), item(11, "two")]).await.unwrap();
+        let before = counts(&svc).await;
+
+        // A failure half-way (the assistant's id is another conversation's message) rolls the
+        // whole transaction back: the item is still queued, no user message was kept.
+        append(&svc, user(90, 2, "elsewhere")).await.unwrap();
+        let before = [before[0], before[1] + 1, before[2], before[3]];
+        let e = start(user(10, 1, "one"), assistant(90, 1), Some(10)).await.unwrap_err();
+        assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+        assert_eq!(counts(&svc).await, before, "nothing half-written");
+        assert_eq!(texts(&pending().await), ["one", "two"]);
+
+        // The move: both messages appended, the item gone, in one step.
+        let r = start(user(10, 1, "one"), assistant(20, 1), Some(10)).await.unwrap().into_inner();
+        assert!(!r.already);
+        let (u, a) = (r.user.unwrap(), r.assistant.unwrap());
+        assert_eq!(
+            (u.id.as_str(), a.id.as_str(), a.status),
+            (id(10).as_str(), id(20).as_str(), MessageStatus::Streaming as i32)
+        );
+        assert_eq!(texts(&pending().await), ["two"]);
+        let page = messages(&svc, 1, "", 0, false).await.messages;
+        assert_eq!(page.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), [id(10), id(20)]);
+        assert_eq!(get(&svc, 1).await.unwrap().message_count, 2);
+
+        // The same request again (a reply lost to a restart): nothing written, the stored
+        // records returned — also with another assistant id (a new attempt after a restart).
+        for a in [20, 21] {
+            let again = start(user(10, 1, "one"), assistant(a, 1), Some(10)).await.unwrap().into_inner();
+            assert!(again.already);
+            assert_eq!((again.user.unwrap().id, again.assistant.unwrap().id), (id(10), id(20)));
+        }
+        assert_eq!(messages(&svc, 1, "", 0, false).await.messages.len(), 2, "exactly once");
+        assert_eq!(texts(&pending().await), ["two"]);
+
+        // An item that started cannot be queued again; one that is not queued cannot start.
+        let e = set(vec![item(10, "one"), item(11, "two")]).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("items[0].id") && e.message().contains("already a message"), "{e:?}");
+        let e = start(user(12, 1, "three"), assistant(22, 1), Some(12)).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        assert!(e.message().contains(&id(12)), "{e:?}");
+        assert_eq!(messages(&svc, 1, "", 0, false).await.messages.len(), 2);
+
+        // Without an item (a message sent to an idle conversation); hostile shapes are refused.
+        start(user(13, 1, "direct"), assistant(23, 1), None).await.unwrap();
+        assert_eq!(texts(&pending().await), ["two"], "the queue is untouched");
+        let cases = [
+            (assistant(14, 1), assistant(24, 1), "user must be a user message"),
+            (user(14, 1, "x"), user(24, 1, "y"), "assistant must be an assistant message"),
+            (user(14, 1, "x"), assistant(24, 2), "conversation_id differs"),
+            (user(14, 1, "x"), assistant(14, 1), "assistant.id equals user.id"),
+        ];
+        for (u, a, want) in cases {
+            let e = start(u, a, None).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{want}");
+            assert!(e.message().contains(want), "{:?} does not say {want:?}", e.message());
+        }
+        let e = start(user(14, 3, "x"), assistant(24, 3), None).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        assert_eq!(messages(&svc, 1, "", 0, false).await.messages.len(), 4);
     }
 
     #[tokio::test]

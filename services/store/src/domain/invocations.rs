@@ -53,8 +53,9 @@ impl Invocations for InvocationsService {
                 let mut ids = Vec::with_capacity(items.len());
                 let mut st = t.prepare_cached(
                     "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
-                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations,
+                       client_name, client_version)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 )?;
                 for (i, (method, outcome)) in items.into_iter().zip(words) {
                     let actor = if i.actor.is_empty() { DEFAULT_ACTOR } else { &i.actor };
@@ -74,6 +75,8 @@ impl Invocations for InvocationsService {
                         u.map(|u| u.input_tokens.min(i64::MAX as u64) as i64),
                         u.map(|u| u.output_tokens.min(i64::MAX as u64) as i64),
                         u.map(|u| i64::from(u.iterations)),
+                        i.client_name,
+                        i.client_version,
                     ])?;
                     ids.push(t.last_insert_rowid());
                 }
@@ -96,14 +99,25 @@ impl Invocations for InvocationsService {
             .read(move |c| {
                 let mut st = c.prepare_cached(
                     "SELECT id, at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
-                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations
+                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations,
+                       client_name, client_version
                      FROM mcp_invocations
                      WHERE (?1 = '' OR server = ?1) AND (?2 = '' OR target = ?2) AND (?3 = '' OR outcome = ?3)
                        AND (?4 = '' OR at >= ?4) AND (?5 = '' OR at < ?5) AND (?6 = 0 OR id < ?6)
-                       AND (?8 = '' OR actor = ?8)
+                       AND (?8 = '' OR actor = ?8) AND (?9 = '' OR client_name = ?9)
                      ORDER BY id DESC LIMIT ?7",
                 )?;
-                let args = params![q.server, q.target, outcome, q.since, q.until, q.before_id, limit + 1, q.actor];
+                let args = params![
+                    q.server,
+                    q.target,
+                    outcome,
+                    q.since,
+                    q.until,
+                    q.before_id,
+                    limit + 1,
+                    q.actor,
+                    q.client_name
+                ];
                 let rows = st.query_map(args, |r| {
                     Ok(Invocation {
                         id: r.get(0)?,
@@ -127,6 +141,8 @@ impl Invocations for InvocationsService {
                                     as u32,
                             }),
                         },
+                        client_name: r.get(15)?,
+                        client_version: r.get(16)?,
                     })
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -224,7 +240,30 @@ mod tests {
             .items;
         assert_eq!(listed[0].usage, ask.usage);
         assert_eq!(listed[1].usage, None);
-        let rows_before = 4;
+
+        // The client's name and version are kept, and listed by name.
+        let mut from_claude = row("s__f", InvocationOutcome::Ok, "mcp");
+        (from_claude.client_name, from_claude.client_version) = ("claude-code".into(), "2.1.0".into());
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![from_claude] }))
+            .await
+            .unwrap();
+        let by_client = svc
+            .list_invocations(Request::new(ListInvocationsRequest {
+                client_name: "claude-code".into(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        assert_eq!(
+            by_client
+                .iter()
+                .map(|i| (i.target.as_str(), i.client_name.as_str(), i.client_version.as_str()))
+                .collect::<Vec<_>>(),
+            [("s__f", "claude-code", "2.1.0")]
+        );
+        let rows_before = 5;
 
         // A row without a method or outcome refuses the batch.
         let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];

@@ -39,9 +39,12 @@ pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
             if s.command.is_empty() {
                 return Err(StoreError::Invalid("a stdio server needs a command".into()));
             }
-            if !s.command.starts_with('/') {
+            // An absolute path, or a bare name each machine resolves on its PATH when the
+            // server starts (a synced registry may reach a machine with another layout); a
+            // relative path would depend on the daemon's working directory.
+            if !s.command.starts_with('/') && s.command.contains('/') {
                 return Err(StoreError::Invalid(format!(
-                    "command {:?} must be an absolute path",
+                    "command {:?} must be an absolute path or a bare name",
                     truncate(&s.command, 80)
                 )));
             }

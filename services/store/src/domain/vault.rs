@@ -839,7 +839,11 @@ mod tests {
             VaultEntry { path: "servers/a.json".into(), json: server_json("a", "/bin/true", "2026-01-02T00:00:00Z") };
         for (path, json, needle) in [
             ("servers/b.json", "{not json".to_owned(), "not valid JSON"),
-            ("servers/b.json", server_json("b", "relative", "2026-01-02T00:00:00Z"), "absolute path"),
+            (
+                "servers/b.json",
+                server_json("b", "bin/relative", "2026-01-02T00:00:00Z"),
+                "absolute path or a bare name",
+            ),
             ("servers/b.json", server_json("c", "/bin/true", "2026-01-02T00:00:00Z"), "differs from the file name"),
             ("servers/b.json", r#"{"name":"b","transport":"stdio","evil":1}"#.to_owned(), "unknown field"),
             ("other/b.json", "{}".to_owned(), "unknown vault folder"),

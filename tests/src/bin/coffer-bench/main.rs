@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use coffer_tests::procs::status_kib;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
@@ -322,15 +323,6 @@ fn schedstat(pid: &str) -> [u64; 3] {
 
 fn rss_kib(pid: i32) -> u64 {
     status_kib(pid, "VmRSS:")
-}
-
-/// A KiB field of `/proc/<pid>/status` (`field` with its colon, e.g. `VmHWM:`); 0 when the
-/// process or the field is gone.
-fn status_kib(pid: i32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
 }
 
 /// Pids of processes whose environment has `COFFER_HOME=<home>` (the daemon and its services)
