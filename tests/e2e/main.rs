@@ -35,6 +35,7 @@ mod first_contact;
 mod flow;
 mod gateway;
 mod gateway_findings;
+mod hostile;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;

@@ -38,6 +38,7 @@ pub mod embeddings;
 pub mod fake_llm;
 pub mod fake_seatalk;
 pub mod fake_telegram;
+pub mod hostile;
 pub mod http;
 pub mod mcp;
 pub mod openai;
