@@ -361,7 +361,7 @@ impl builtin::Caller for Session {
 /// again from its upstream (at most one re-list in flight per server and kind, [`relist`]) and
 /// the client hears of it when the list differs; log messages are forwarded at the client's
 /// level and rate ([`Flow::admit_log`]) with the server named in `logger`; resource updates
-/// get their URI exposed; progress goes to the call that asked for it ([`Progress::route`]);
+/// get their URI exposed; progress goes to the call that asked for it ([`Progress::deliver`]);
 /// requests are relayed to the client.
 async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, closed: CancellationToken) {
     loop {
