@@ -258,14 +258,21 @@ async fn a_stopping_daemon_answers_on_the_socket_as_long_as_on_the_port() -> any
     ensure!(r.get("result").is_some(), "{r}");
 
     // The upstream's process (its pid record) is the shell; the tiny upstream is its child.
-    let shell = home.pid_records().into_iter().find(|r| r.kind == "upstream").context("the upstream's pid record")?;
-    let tiny_runs = || {
-        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", shell.pid)).unwrap_or_default();
+    // The catalog's own start may still be ending (its shell outlives its tiny upstream until
+    // the SIGKILL): the session's shell is the one whose tiny upstream runs.
+    let tiny_under = |shell: i32| {
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap_or_default();
         children.split_whitespace().any(|c| {
             std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|comm| comm.starts_with("coffer-tiny"))
         })
     };
-    ensure!(tiny_runs(), "the tiny upstream does not run under its shell (pid {})", shell.pid);
+    let records = home.pid_records();
+    let shell = records
+        .iter()
+        .find(|r| r.kind == "upstream" && tiny_under(r.pid))
+        .with_context(|| format!("no upstream shell runs the tiny upstream: {records:?}"))?
+        .pid;
+    let tiny_runs = || tiny_under(shell);
     let mut stop = home.cli_command(&["daemon", "stop"])?;
     let stop = tokio::spawn(async move { stop.output().await });
     // The sessions are ending once the tiny upstream saw stdin EOF and exited.

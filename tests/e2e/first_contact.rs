@@ -70,7 +70,7 @@ impl Registered {
         crate::peers::git_repo_with_one_commit(&home, &repo)?;
         let git = venv_bin(Sdk::V1, "mcp-server-git")?;
         register_stdio(&api, "git", &git, &["--repository".into(), repo.display().to_string()], json!({})).await?;
-        // Our tiny upstream with 13, 33 and 53 tools, and one that takes 3 s to start (an
+        // Our tiny upstream with its own tools and 20 and 40 more, and one that takes 3 s to start (an
         // interpreter loading): a first list that waits 1 s for it cannot hold its tools.
         register_tiny(&api, "tiny", json!({})).await?;
         register_tiny(&api, "more", json!({"TINY_EXTRA_TOOLS": "20"})).await?;
@@ -101,7 +101,13 @@ impl Registered {
         }
         let empty: Vec<&String> = expected.iter().filter(|(_, t)| t.is_empty()).map(|(s, _)| s).collect();
         ensure!(empty.is_empty(), "before the restart, a session's list lacks {empty:?}: {names:?}");
-        ensure!(expected["wide"].len() == 53 && expected["slow"].len() == 23, "{expected:?}");
+        let base = expected["tiny"].len();
+        ensure!(
+            expected["more"].len() == base + 20
+                && expected["wide"].len() == base + 40
+                && expected["slow"].len() == base + 10,
+            "the tiny upstreams' extra tools are not all listed: {expected:?}"
+        );
         session.delete().await?;
         Ok(Self { home, expected })
     }

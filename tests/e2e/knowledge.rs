@@ -236,7 +236,7 @@ async fn memory_and_skills_through_the_shim_with_a_real_mcp_client() -> anyhow::
         ("coffer__load_skill", json!({"name": "absent"}), "absent"),
         ("coffer__search_knowledge", json!({"query": " "}), "query is empty"),
         ("coffer__search_knowledge", json!({"query": "x".repeat(10_000)}), "8192"),
-        ("coffer__remember", json!({"txt": "x"}), "unknown field `txt`"),
+        ("coffer__remember", json!({"txt": "x"}), "unknown argument \"txt\""),
     ] {
         let r = client.call(tool, args).await?;
         let result = r.get("result").with_context(|| format!("{tool}: {r}"))?;

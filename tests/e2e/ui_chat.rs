@@ -357,19 +357,21 @@ async fn ui_chat_a_second_tab_sees_the_same_stream_and_the_list_updates_live() -
     let id = create(&api, "Two tabs").await?;
     open(&b, &id).await?;
     let first = b.current_tab().await?;
-    let words: Vec<String> = (1..=12).map(|i| format!("w{i:02}")).collect();
-    send(&api, &id, &format!("slow:200\nsay:{}", words.join(" "))).await?;
+    // Long enough (24 words, 400 ms apart: about 10 s) for a second tab to open mid-turn on a
+    // loaded machine.
+    let words: Vec<String> = (1..=24).map(|i| format!("w{i:02}")).collect();
+    send(&api, &id, &format!("slow:400\nsay:{}", words.join(" "))).await?;
     b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('w02')").await?;
 
     // A second tab joins mid-turn: it replays the turn so far and follows it live.
     let second = b.new_tab().await?;
     open(&b, &id).await?;
     b.wait_until("(document.querySelector('.streaming-text') || {}).textContent?.includes('w01')").await?;
-    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('w12'))").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('w24'))").await?;
     let want = words.join(" ");
     assert!(replies(&b).await?.iter().any(|t| t.starts_with(&want)), "the whole reply, once: {:?}", replies(&b).await?);
     b.switch_to(&first).await?;
-    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('w12'))").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('w24'))").await?;
     assert!(replies(&b).await?.iter().any(|t| t.starts_with(&want)));
 
     // The second tab starts a conversation through the dialog and renames it; the first tab's

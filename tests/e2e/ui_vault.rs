@@ -104,7 +104,7 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     b.click_text("dialog[open] button[type=submit]", "Add server").await?;
     b.wait_until("location.search.includes('name=tiny')").await?;
     // Once the catalog has listed it, the page says what MCP clients are now offered.
-    b.wait_for_text("#toasts", "tiny offers 13 tools").await?;
+    b.wait_for_text("#toasts", "tiny offers 14 tools").await?;
     b.shots("vault-servers-added").await?;
 
     let server = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
@@ -115,7 +115,7 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
     b.click_text(".vault-head button", "Test").await?;
     b.wait_for(".probe[data-ok=true]").await?;
     let report = text(&b, ".probe").await?;
-    ensure!(report.contains("Tools") && report.contains("13") && report.contains("ms"), "{report}");
+    ensure!(report.contains("Tools") && report.contains("14") && report.contains("ms"), "{report}");
 
     b.wait_for(".caps tr[data-key=echo] input.switch").await?;
     ensure!(tools_listed(&api).await?.contains(&"tiny__echo".to_owned()), "echo listed before");

@@ -136,12 +136,12 @@ impl Registry {
     }
 }
 
-/// Checks `arguments` (raw JSON, absent = `{}`) against a tool's `inputSchema`: every
-/// `required` member is there; no member the schema does not name when it says
+/// Checks `arguments` (raw JSON, absent = `{}`) against a tool's `inputSchema`: no member the schema does not name when it says
 /// `additionalProperties: false`; no string longer than its `maxLength` (characters, as JSON
 /// Schema counts them) and no array with more than `maxItems` items or an item longer than the
 /// items' `maxLength` (a single string where an array is declared, which the tools accept, is
-/// checked as one item). Types beyond that are left to the provider.
+/// checked as one item); then every `required` member is there. Types beyond that are left to
+/// the provider.
 ///
 /// # Errors
 /// A sentence naming the argument and the rule, e.g. `argument "query" is 10000000 characters
@@ -156,11 +156,6 @@ pub fn check_arguments(schema: &Value, arguments: Option<&str>) -> Result<(), St
     };
     let empty = serde_json::Map::new();
     let properties = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
-    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-        if !args.contains_key(required) {
-            return Err(format!("missing argument \"{required}\""));
-        }
-    }
     for (name, value) in args {
         let Some(rule) = properties.get(name) else {
             if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
@@ -178,6 +173,13 @@ pub fn check_arguments(schema: &Value, arguments: Option<&str>) -> Result<(), St
             }
         } else if let (Some(items), Value::String(_)) = (rule.get("items"), value) {
             check_size(name, items, value)?;
+        }
+    }
+    // After the unknown members: `{"txt": …}` is a misspelt `text`, which is the more useful
+    // thing to say.
+    for required in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+        if !args.contains_key(required) {
+            return Err(format!("missing argument \"{required}\""));
         }
     }
     Ok(())
