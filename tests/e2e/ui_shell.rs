@@ -55,15 +55,31 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     assert_eq!(c["path"], "/", "{c}");
     let visible = b.eval("return document.cookie;", vec![]).await?;
     assert!(!visible.as_str().unwrap_or_default().contains("coffer_session"), "script sees the cookie: {visible}");
-    // The page's first call is authenticated by that cookie alone.
+    // The cookie alone signs nothing in (every local port receives it): the page sends the
+    // session key too, which the login handed over in the fragment and the page moved to the
+    // origin's localStorage (not left in the address).
+    assert_eq!(at.fragment(), None, "the session key must not stay in the address bar: {at}");
+    let key = b.eval("return localStorage.getItem('coffer.sessionKey');", vec![]).await?;
+    let key = key.as_str().with_context(|| format!("no session key kept: {key}"))?.to_owned();
+    assert!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
     let via = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/v1/ui/session', {headers: {'X-Coffer-Session-Key': arguments[0]}}) \
+               .then(r => r.json()).then(done, e => done(String(e)));",
+            vec![json!(key)],
+        )
+        .await?;
+    assert_eq!(via, json!({"via": "cookie"}));
+    let alone = b
         .eval_async(
             "const done = arguments[arguments.length - 1]; \
              fetch('/v1/ui/session').then(r => r.json()).then(done, e => done(String(e)));",
             vec![],
         )
         .await?;
-    assert_eq!(via, json!({"via": "cookie"}));
+    assert_eq!(alone["error"]["details"]["reason"], "session_key_missing", "{alone}");
+    b.allow_console(&failed_load("/v1/ui/session", 401));
 
     // The same link again in this signed-in browser (a reloaded login tab): back on the page,
     // and no new session.
