@@ -385,6 +385,21 @@ mod tests {
     }
 
     #[test]
+    fn the_ticket_is_taken_out_of_the_query() {
+        let take = |uri: &str| {
+            let mut req = Request::builder().uri(uri).body(axum::body::Body::empty()).unwrap();
+            let t = take_ticket(&mut req);
+            (t, req.uri().to_string())
+        };
+        assert_eq!(take("/v1/x?ticket=ab"), (Some("ab".into()), "/v1/x".into()));
+        assert_eq!(take("/v1/x?follow=true&ticket=ab&n=5"), (Some("ab".into()), "/v1/x?follow=true&n=5".into()));
+        // Every copy goes; the first is the one tried.
+        assert_eq!(take("/v1/x?ticket=ab&ticket=cd&after=3"), (Some("ab".into()), "/v1/x?after=3".into()));
+        assert_eq!(take("/v1/x?tickets=ab"), (None, "/v1/x?tickets=ab".into()));
+        assert_eq!(take("/v1/x"), (None, "/v1/x".into()));
+    }
+
+    #[test]
     fn origins() {
         assert!(origin_is_ours("http://127.0.0.1:8000", 8000));
         assert!(origin_is_ours("http://localhost:8000", 8000));
