@@ -334,15 +334,21 @@ async fn ui_shell_forged_cross_origin_post_is_refused() -> anyhow::Result<()> {
     b.login(api.base_url(), api.token(), "chat").await?;
     let facts = || async { Ok::<_, anyhow::Error>(api.get("/v1/memory").reply().await?.ok_json()?.to_string()) };
 
-    // Control: the same POST from Coffer's own page works, so the refusal below means something.
-    let status = b
-        .eval_async(
-            "const done = arguments[arguments.length - 1]; \
-             fetch('/v1/memory', {method: 'POST', headers: {'Content-Type': 'application/json'}, \
+    // Control: the same POST from Coffer's own page works (with the session key it keeps), so
+    // the refusal below means something; without the key even the console's page is refused.
+    let post = |with_key: bool| {
+        b.eval_async(
+            "const [withKey, done] = arguments; \
+             const headers = {'Content-Type': 'application/json'}; \
+             if (withKey) headers['X-Coffer-Session-Key'] = localStorage.getItem('coffer.sessionKey'); \
+             fetch('/v1/memory', {method: 'POST', headers, \
                body: JSON.stringify({text: 'written by the console'})}).then(r => done(r.status), e => done(String(e)));",
-            vec![],
+            vec![json!(with_key)],
         )
-        .await?;
+    };
+    assert_eq!(post(false).await?, 401, "the cookie alone was enough");
+    b.allow_console(&failed_load("/v1/memory", 401));
+    let status = post(true).await?;
     assert_eq!(status, 201, "the console's own POST failed");
     ensure!(facts().await?.contains("written by the console"));
 
