@@ -110,6 +110,49 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     Ok(())
 }
 
+/// What `coffer ui` really does with a browser: the opener gets `file://` of a 0600 redirect
+/// page in `COFFER_HOME` (never the link), Chromium follows its `meta` refresh from `file://` to
+/// `http://127.0.0.1`, lands signed in (cookie, and the key moved to `localStorage`, out of the
+/// address), the page's API calls work, and the redirect page is gone once the link is used.
+#[tokio::test]
+async fn ui_shell_coffer_ui_s_redirect_page_signs_the_browser_in() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let seen = home.temp().join("opened.txt");
+    let opener = home.temp().join("opener.sh");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\nprintf '%s' \"$1\" > {s}.tmp && mv {s}.tmp {s}\n", s = seen.display()),
+    )?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755))?;
+    let mut cmd = home.cli_command(&["ui", "--page", "servers"])?;
+    cmd.env("BROWSER", &opener).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file_url =
+        wait_for("the opener to run", Duration::from_secs(10), || async { Ok(std::fs::read_to_string(&seen).ok()) })
+            .await?;
+    let page = file_url.strip_prefix("file://").with_context(|| format!("not a file URL: {file_url}"))?.to_owned();
+    ensure!(std::path::Path::new(&page).starts_with(home.root()), "{page}");
+
+    let b = Browser::start().await?;
+    b.set_origin(api.base_url())?;
+    b.allow_origin(&file_url)?;
+    b.goto(&file_url).await?;
+    b.wait_for_page("servers").await?;
+    let at = b.current_url().await?;
+    assert_eq!((at.path(), at.query(), at.fragment()), ("/ui/servers", None, None), "landed on {at}");
+    b.wait_for_text(".vault-empty", "coffer mcp import").await?;
+    let key = b.eval("return localStorage.getItem('coffer.sessionKey');", vec![]).await?;
+    assert!(key.as_str().is_some_and(|k| k.len() == 64), "no session key kept: {key}");
+    wait_for("the redirect page to be removed", Duration::from_secs(10), || async {
+        Ok((!std::path::Path::new(&page).exists()).then_some(()))
+    })
+    .await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
 /// The harness's own checks can fail: a console error, a console warning and a request to
 /// another origin are each caught, and `assert_clean` then panics.
 #[tokio::test]
