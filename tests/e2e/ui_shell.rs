@@ -98,6 +98,13 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     b.switch_to(&first).await?;
     assert_eq!(b.current_url().await?.path(), "/ui/chat");
 
+    // A browser that has the cookie but lost the key (storage cleared) is not signed in, and
+    // says so: the cookie alone never is.
+    b.eval("localStorage.clear(); return null;", vec![]).await?;
+    b.refresh().await?;
+    b.wait_for_text("#page .notice", "This browser is not signed in").await?;
+    b.wait_for_text("#page .notice", "coffer ui").await?;
+
     // The same link in a browser without the session: refused, with a page that says what to do.
     b.delete_cookies().await?;
     b.goto(&url).await?;
