@@ -13,9 +13,12 @@ use tracing::Instrument;
 
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
+use crate::web_sessions::{Refusal, SessionRef};
 
-/// Cookie set by the web page's one-time login.
+/// Cookie set by the web page's one-time login (never enough alone: see [`auth`]).
 pub use coffer_types::header::SESSION_COOKIE;
+/// Header carrying the web session's key.
+pub use coffer_types::header::SESSION_KEY;
 /// Response header carrying the trace id.
 pub use coffer_types::header::TRACE as TRACE_HEADER;
 
@@ -137,29 +140,40 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 }
 
 /// Requires the token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time compared) or
-/// a valid web-session cookie. Open: `GET /v1/health` and the web console's static `GET /ui…`
-/// (it holds no data). A request authenticated by the cookie alone with an unsafe method must
-/// carry `Origin` (checked to be ours by [`host_origin`]): a cross-site form post sends the
-/// cookie only under `SameSite=Lax` rules we do not rely on, and never our Origin.
+/// a web session: the `coffer_session` cookie **and** its key (`X-Coffer-Session-Key`), or, on
+/// a `GET`/`HEAD` (an event stream, which `EventSource` opens without headers), the cookie and a
+/// single-use stream ticket in `?ticket=` (see [`crate::web_sessions`]). The cookie alone is
+/// refused, whatever the method or route: cookies are not port-scoped, so a page or server on
+/// any other local port receives it. Open: `GET /v1/health` and the web console's static
+/// `GET /ui…` (it holds no data). A web-session request with an unsafe method must also carry
+/// `Origin` (checked to be ours by [`host_origin`]).
+///
+/// The `ticket` parameter is removed from the request's URI before anything after this runs
+/// (handlers, their query parsing), and the `trace` span records the path only: a ticket is
+/// never logged. An authenticated request carries a [`Via`] extension.
 ///
 /// A streaming answer (an SSE stream, a followed log: any body without a known length) to a
-/// request authenticated by the cookie alone ends when that session is revoked
-/// ([`until_revoked`]); token-authenticated requests (every `/mcp` call) are passed through
-/// untouched.
-pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// web-session request ends when that session is revoked ([`until_revoked`]);
+/// token-authenticated requests (every `/mcp` call) are passed through untouched.
+pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
     // Only `GET /v1/health` (and its HEAD) is open; other methods on that path need the token.
     if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
-    match authorize(&st, req.headers()) {
-        Some(Auth::Token) => return next.run(req).await,
-        Some(Auth::Cookie(revoked)) if safe || req.headers().contains_key(header::ORIGIN) => {
+    let ticket = if safe { take_ticket(&mut req) } else { None };
+    match authorize(&st, req.headers(), ticket.as_deref()) {
+        Verdict::Token => {
+            req.extensions_mut().insert(Via::Token);
+            return next.run(req).await;
+        }
+        Verdict::Session(session, revoked) if safe || req.headers().contains_key(header::ORIGIN) => {
+            req.extensions_mut().insert(Via::Session(session));
             return until_revoked(next.run(req).await, revoked);
         }
-        Some(Auth::Cookie(_)) => {
-            tracing::info!(method = %req.method(), "Refused: cookie-authenticated unsafe request without Origin.");
+        Verdict::Session(..) => {
+            tracing::info!(method = %req.method(), "Refused: web-session unsafe request without Origin.");
             return reject_request(
                 req,
                 Code::Forbidden,
@@ -167,7 +181,32 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
             )
             .await;
         }
-        None => {}
+        Verdict::Refused(why) => {
+            let (message, reason) = match why {
+                Refusal::KeyMissing => (
+                    "the console session key is missing: a web-session request needs X-Coffer-Session-Key (an \
+                     event stream a ticket from POST /v1/ui/stream-tickets); the cookie alone is not enough. \
+                     Open a new login link from `coffer ui`",
+                    "session_key_missing",
+                ),
+                _ => (
+                    "the console session key or stream ticket is wrong, used or expired. Open a new login \
+                     link from `coffer ui`",
+                    "session_key_wrong",
+                ),
+            };
+            tracing::info!(method = %req.method(), reason, "Refused: web-session cookie without its key.");
+            let mut resp = if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
+                reject_request(req, Code::Unauthorized, message).await
+            } else {
+                ApiError::new(Code::Unauthorized, message)
+                    .with_details(serde_json::json!({"reason": reason}))
+                    .into_response()
+            };
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
+            return resp;
+        }
+        Verdict::None => {}
     }
     // A client mistake, not an error; logged so that hostile attempts leave a trace.
     tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
@@ -177,16 +216,68 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     resp
 }
 
-/// How a request was authenticated, with what [`auth`] needs of it.
-enum Auth {
+/// How [`auth`] authenticated a request: a request extension on every authenticated one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The token from `daemon.json`.
     Token,
-    /// By the cookie alone; the token is cancelled when the session is revoked.
-    Cookie(CancellationToken),
+    /// A web session (cookie and key, or cookie and stream ticket).
+    Session(SessionRef),
 }
 
-/// True when the request is authenticated by a web-session cookie and not by the token.
-pub fn via_cookie_only(st: &AppState, h: &HeaderMap) -> bool {
-    matches!(authorize(st, h), Some(Auth::Cookie(_)))
+/// What [`authorize`] found.
+enum Verdict {
+    Token,
+    /// A web session; the token is cancelled when the session is revoked.
+    Session(SessionRef, CancellationToken),
+    /// A live session cookie without its key or ticket (or with a wrong one).
+    Refused(Refusal),
+    /// No credential, or a wrong token or dead cookie.
+    None,
+}
+
+/// Removes every `ticket=` pair from the request's query and returns the first value.
+fn take_ticket(req: &mut Request) -> Option<String> {
+    let q = req.uri().query()?;
+    let mut ticket = None;
+    let mut kept = Vec::new();
+    for pair in q.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == coffer_types::header::STREAM_TICKET {
+            ticket.get_or_insert_with(|| v.to_owned());
+        } else {
+            kept.push(pair.to_owned());
+        }
+    }
+    ticket.as_ref()?;
+    let pq =
+        if kept.is_empty() { req.uri().path().to_owned() } else { format!("{}?{}", req.uri().path(), kept.join("&")) };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = pq.parse().ok();
+    if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+    }
+    ticket
+}
+
+/// True when the request carries the token (constant-time compared); a web session never does.
+pub fn via_token(st: &AppState, h: &HeaderMap) -> bool {
+    matches!(authorize(st, h, None), Verdict::Token)
+}
+
+/// True when the request's `coffer_session` cookie names a live session, key or not. This
+/// authenticates nothing (any local port receives the cookie): it only lets the login page
+/// send an already signed-in browser to its page instead of the refusal.
+pub fn has_live_cookie(st: &AppState, h: &HeaderMap) -> bool {
+    session_cookies(h).any(|v| st.web_sessions.cookie_is_live(v))
+}
+
+/// The values of every `coffer_session` cookie the request carries.
+fn session_cookies(h: &HeaderMap) -> impl Iterator<Item = &str> {
+    h.get_all(header::COOKIE).iter().filter_map(|c| c.to_str().ok()).flat_map(|s| {
+        s.split(';')
+            .filter_map(|part| part.trim().split_once('=').filter(|(k, _)| *k == SESSION_COOKIE).map(|(_, v)| v))
+    })
 }
 
 /// Ends a streaming response's body when `revoked` is cancelled (the session it streams to was
@@ -201,8 +292,10 @@ fn until_revoked(resp: Response, revoked: CancellationToken) -> Response {
     resp.map(|body| axum::body::Body::from_stream(body.into_data_stream().take_until(revoked.cancelled_owned())))
 }
 
-fn authorize(st: &AppState, h: &HeaderMap) -> Option<Auth> {
-    let token = |ok: bool| ok.then_some(Auth::Token);
+/// The token when one is sent (right or wrong: a wrong token is not retried as a cookie);
+/// else the session cookie with its key (`X-Coffer-Session-Key`) or, failing a key, `ticket`.
+fn authorize(st: &AppState, h: &HeaderMap, ticket: Option<&str>) -> Verdict {
+    let token = |ok: bool| if ok { Verdict::Token } else { Verdict::None };
     if let Some(v) = h.get(coffer_types::header::TOKEN) {
         return token(coffer_runtime::token::token_matches(&st.public_token, v.as_bytes()));
     }
@@ -211,18 +304,20 @@ fn authorize(st: &AppState, h: &HeaderMap) -> Option<Auth> {
     {
         return token(coffer_runtime::token::token_matches(&st.public_token, t.trim().as_bytes()));
     }
-    for cookie in h.get_all(header::COOKIE) {
-        let Ok(s) = cookie.to_str() else { continue };
-        for part in s.split(';') {
-            if let Some((k, v)) = part.trim().split_once('=')
-                && k == SESSION_COOKIE
-                && let Some(revoked) = st.web_sessions.check_live(v)
-            {
-                return Some(Auth::Cookie(revoked));
-            }
+    let key = h.get(coffer_types::header::SESSION_KEY).map(|v| v.to_str().unwrap_or(""));
+    let mut verdict = Verdict::None;
+    for id in session_cookies(h) {
+        let checked = match (key, ticket) {
+            (None, Some(t)) => st.web_sessions.check_ticket(id, t),
+            _ => st.web_sessions.check(id, key),
+        };
+        match checked {
+            Ok((session, revoked)) => return Verdict::Session(session, revoked),
+            Err(Refusal::NoSession) => {}
+            Err(why) => verdict = Verdict::Refused(why),
         }
     }
-    None
+    verdict
 }
 
 /// Refuses a request whose declared `Content-Length` exceeds its route's body limit (`/mcp`
@@ -287,6 +382,21 @@ mod tests {
         ] {
             assert!(!host_is_loopback(bad, 8000), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_ticket_is_taken_out_of_the_query() {
+        let take = |uri: &str| {
+            let mut req = Request::builder().uri(uri).body(axum::body::Body::empty()).unwrap();
+            let t = take_ticket(&mut req);
+            (t, req.uri().to_string())
+        };
+        assert_eq!(take("/v1/x?ticket=ab"), (Some("ab".into()), "/v1/x".into()));
+        assert_eq!(take("/v1/x?follow=true&ticket=ab&n=5"), (Some("ab".into()), "/v1/x?follow=true&n=5".into()));
+        // Every copy goes; the first is the one tried.
+        assert_eq!(take("/v1/x?ticket=ab&ticket=cd&after=3"), (Some("ab".into()), "/v1/x?after=3".into()));
+        assert_eq!(take("/v1/x?tickets=ab"), (None, "/v1/x?tickets=ab".into()));
+        assert_eq!(take("/v1/x"), (None, "/v1/x".into()));
     }
 
     #[test]

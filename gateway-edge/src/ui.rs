@@ -11,15 +11,19 @@
 //! - `GET /ui/login?code=C[&next=/ui/PAGE]` → when `C` is a live one-time code: consumes it,
 //!   sets the `coffer_session` cookie (`HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000`)
 //!   and redirects (303) to `next` when it is exactly `/ui/<known page>`, else to `/ui/chat`
-//!   (nothing else is ever a redirect target); otherwise 401 with a page that says what to do,
-//!   unless the request carries a live session cookie (a reloaded login tab): then the same
-//!   303 without a new session.
+//!   (nothing else is ever a redirect target), with the session's key in the fragment
+//!   (`/ui/chat#key=K`): a fragment never leaves the browser, and the page moves it to the
+//!   origin's `localStorage` and drops it from the address at once. Otherwise 401 with a page
+//!   that says what to do, unless the request carries a live session cookie (a reloaded login
+//!   tab, whose page already keeps its key): then the same 303 without a new session or key.
 //!   A code is 64 hex characters, works once and lives `ui.login_code_ttl_s` seconds (60 by
 //!   default); a request naming `code` (or `next`) more than once is refused.
 //! - `POST /v1/ui/login-codes` (token only; body optional `{"page": PAGE}`) →
 //!   `{code, url, expires_in_s}`.
 //! - `DELETE /v1/ui/sessions` → `{revoked}`: ends every web session, on disk too.
 //! - `GET /v1/ui/session` → `{via}`: whether the caller is signed in, and how.
+//! - `POST /v1/ui/stream-tickets` (a web session only) → `{ticket, expires_in_s}`: a
+//!   single-use ticket for one event stream (`GET …?ticket=T`), bound to the session.
 //!
 //! Sessions themselves live in [`crate::web_sessions`]. Every response to a `/ui` path (pages,
 //! assets, the login's redirect and refusal, 404s, and refusals by the edge's checks) carries
@@ -33,11 +37,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use secrecy::ExposeSecret;
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::middleware::Via;
 use crate::state::AppState;
 
 /// Longest `code` parameter looked at; a real one has 64 characters.
@@ -169,6 +174,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/ui/login-codes", post(mint_code))
         .route("/v1/ui/sessions", axum::routing::delete(logout_all))
         .route("/v1/ui/session", get(whoami))
+        .route("/v1/ui/stream-tickets", post(stream_ticket))
 }
 
 /// True for the paths of the console itself (`/ui`, `/ui/…`), not `/v1/ui/…`.
@@ -296,7 +302,7 @@ async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, 
     let refuse = |why: &str| {
         // A link that cannot be used again, opened by a browser already signed in (a reloaded
         // login tab): it goes where the link would have, instead of the refusal page.
-        if crate::middleware::via_cookie_only(&st, &headers) {
+        if crate::middleware::has_live_cookie(&st, &headers) {
             let page = page_of(params.as_ref().and_then(|(_, n)| n.as_deref()));
             tracing::debug!(why, page, "Web login link not usable, but the browser is signed in; redirected.");
             return see_page(page);
@@ -314,18 +320,51 @@ async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, 
     if !st.login_codes.redeem(&code) {
         return refuse("a used, expired or unknown code");
     }
+    // The redirect page `coffer ui` opened the browser on has done its work.
+    remove_login_redirects(&st, Some(&code));
     let session = st.web_sessions.create().await;
     let page = page_of(next.as_deref());
     tracing::info!(page, "Web session started.");
     let mut r = see_page(page);
     let h = r.headers_mut();
+    let to = format!("/ui/{page}#key={}", session.key);
+    h.insert(header::LOCATION, HeaderValue::from_str(&to).expect("a known page and hex"));
     let cookie = format!(
-        "{}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
         crate::middleware::SESSION_COOKIE,
+        session.id,
         crate::state::WEB_SESSION_MAX_AGE.as_secs()
     );
     h.insert(header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("hex cookie"));
     r
+}
+
+/// Removes the redirect page `coffer ui` wrote for `code` (see
+/// [`coffer_runtime::home::CofferHome::login_redirect`]), and every other such page older than
+/// the login links' lifetime (its link is dead: a browser that never opened it, a `coffer ui`
+/// that was killed). Best effort: a failure is logged at debug, never an error.
+fn remove_login_redirects(st: &AppState, code: Option<&str>) {
+    if let Some(code) = code {
+        let path = st.home.login_redirect(code);
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::debug!("Login redirect page removed."),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::debug!(error = %e, "Cannot remove the login redirect page."),
+        }
+    }
+    let ttl = code_ttl(st);
+    let Ok(entries) = std::fs::read_dir(st.home.root()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(coffer_runtime::home::LOGIN_REDIRECT_PREFIX) || !name.ends_with(".html") {
+            continue;
+        }
+        let stale = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > ttl));
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// The optional body of `POST /v1/ui/login-codes`.
@@ -344,10 +383,10 @@ struct MintBody {
 /// details list the valid ones); `BAD_REQUEST`/`UNKNOWN_FIELD` for a malformed body.
 async fn mint_code(
     State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
+    via: Option<Extension<Via>>,
     body: axum::body::Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if crate::middleware::via_cookie_only(&st, &headers) {
+    if !matches!(via.as_deref(), Some(Via::Token)) {
         return Err(ApiError::new(crate::error::Code::Forbidden, "login codes need the token, not a web session"));
     }
     let body: MintBody =
@@ -364,6 +403,7 @@ async fn mint_code(
         })?,
     };
     let ttl = code_ttl(&st);
+    remove_login_redirects(&st, None);
     let code = st.login_codes.mint(ttl);
     let mut url = format!("http://127.0.0.1:{}/ui/login?code={code}", st.port);
     if page != coffer_types::ui::DEFAULT_PAGE {
@@ -374,9 +414,30 @@ async fn mint_code(
 
 /// `GET /v1/ui/session` → `{"via": "cookie" | "token"}`: how this request was authenticated
 /// (the page's first call; 401 when it has no session).
-async fn whoami(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Json<serde_json::Value> {
-    let via = if crate::middleware::via_cookie_only(&st, &headers) { "cookie" } else { "token" };
+async fn whoami(via: Option<Extension<Via>>) -> Json<serde_json::Value> {
+    let via = if matches!(via.as_deref(), Some(Via::Session(_))) { "cookie" } else { "token" };
     Json(json!({"via": via}))
+}
+
+/// `POST /v1/ui/stream-tickets` (no body) → `{"ticket": T, "expires_in_s": 30}`: a ticket for
+/// one event stream, which the page passes as `GET …?ticket=T` with its cookie (`EventSource`
+/// cannot send `X-Coffer-Session-Key`). It works once, within `expires_in_s`, and only with
+/// the cookie of the session that asked for it.
+///
+/// Errors: `FORBIDDEN` for the token (it authenticates streams itself; a ticket is bound to a
+/// web session).
+async fn stream_ticket(
+    State(st): State<Arc<AppState>>,
+    via: Option<Extension<Via>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(Via::Session(session)) = via.as_deref().copied() else {
+        return Err(ApiError::new(
+            crate::error::Code::Forbidden,
+            "stream tickets are for web sessions; the token authenticates event streams itself",
+        ));
+    };
+    let ticket = st.web_sessions.mint_ticket(session);
+    Ok(Json(json!({"ticket": ticket, "expires_in_s": crate::web_sessions::TICKET_TTL.as_secs()})))
 }
 
 /// `DELETE /v1/ui/sessions` → `{revoked}`: every web session ends (cookies stop working), in

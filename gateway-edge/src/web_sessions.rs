@@ -1,16 +1,28 @@
 //! Web-console sessions (the `coffer_session` cookie), kept in memory and persisted to
 //! `COFFER_HOME/web-sessions.json` so that a gateway or daemon restart signs no browser out.
 //!
-//! What is on disk: for each session only the SHA-256 of its id (never the id, which is the
-//! cookie value), when it was created and when it was last used (Unix milliseconds):
+//! A session has two secrets (256 bits each, 64 hex characters): its **id**, the cookie value,
+//! and its **key**, handed once to the page at login and sent by it as
+//! `X-Coffer-Session-Key` on every API call. Cookies are not port-scoped (every port of
+//! 127.0.0.1 receives `coffer_session`), so the cookie alone authenticates nothing: the key
+//! lives in the console origin's `localStorage`, which no other port's page can read.
+//!
+//! What is on disk: for each session only the SHA-256 of its id and of its key (never either
+//! secret), when it was created and when it was last used (Unix milliseconds):
 //!
 //! ```json
-//! {"version": 1, "sessions": [{"sha256": "<64 hex>", "created_ms": 1764460800123, "last_used_ms": 1764460900456}]}
+//! {"version": 2, "sessions": [{"sha256": "<64 hex>", "key_sha256": "<64 hex>", "created_ms": 1764460800123, "last_used_ms": 1764460900456}]}
 //! ```
 //!
 //! A presented cookie is looked up by hashing it: the map is keyed by digests, so a lookup's
-//! timing says nothing useful about any id, and a copy of the file authenticates nobody.
+//! timing says nothing useful about any id, and a copy of the file authenticates nobody. The
+//! presented key's digest is compared with the stored one in constant time (`subtle`). A
+//! version-1 file (sessions without a key) loads as no session: those browsers log in again.
 //!
+//! - **Stream tickets**: `EventSource` cannot send a header, so a page opening an event stream
+//!   first asks for a ticket ([`WebSessions::mint_ticket`], an authenticated `POST`) and passes
+//!   it as `?ticket=`; a ticket is bound to its session, works once and lives
+//!   [`TICKET_TTL`]. Tickets are kept in memory only (by digest), never on disk.
 //! - **Idle expiry**: a session unused for [`IDLE_EXPIRY`] (30 days, the cookie's `Max-Age`) is
 //!   gone; expired entries are dropped when met, at load and when a session is created.
 //! - **Writes**: the file is replaced atomically (a temp file created exclusively with mode 0600
@@ -25,7 +37,7 @@
 //! - **Revocation ends open streams**: every live session shares one revocation token
 //!   ([`CancellationToken`]); [`WebSessions::revoke_all`] cancels it (and starts a fresh one for
 //!   later sessions), so a response already streaming to a revoked cookie can end at once
-//!   (the edge's `auth` middleware wraps such bodies; see [`WebSessions::check_live`]).
+//!   (the edge's `auth` middleware wraps such bodies; see [`WebSessions::check`]).
 //!
 //! Only the gateway process reads or writes this file. It is not SQLite, so the rule that
 //! only `coffer-store` opens `coffer.db` is untouched; sessions stay out of the database on
@@ -51,8 +63,12 @@ pub const TOUCH_PERSIST: Duration = Duration::from_secs(600);
 pub const MAX_SESSIONS: usize = 1000;
 /// Largest file read at start (bytes); [`MAX_SESSIONS`] entries take about 150 KB.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
-/// The file format's version.
-const VERSION: u32 = 1;
+/// The file format's version (2: sessions have a key; 1 had none and loads as empty).
+const VERSION: u32 = 2;
+/// How long a stream ticket works after it is minted.
+pub const TICKET_TTL: Duration = Duration::from_secs(30);
+/// Most live stream tickets at once; minting one more forgets the oldest.
+pub const MAX_TICKETS: usize = 1024;
 
 /// A failed write of the sessions file.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +79,33 @@ pub enum SessionsError {
 
 type Digest = [u8; 32];
 
+/// The two secrets of a new session, each 64 hex characters: `id` goes in the cookie, `key` to
+/// the page (never logged, never on disk).
+pub struct NewSession {
+    pub id: String,
+    pub key: String,
+}
+
+/// Which session a request is signed in with (the SHA-256 of its id): what a stream ticket is
+/// bound to. Reveals nothing of the id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRef(Digest);
+
+/// Why a presented cookie does not authenticate a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No live session has this id (unknown, expired, revoked, malformed).
+    NoSession,
+    /// The session is live but the request carries no key (nor ticket).
+    KeyMissing,
+    /// The key (or ticket) presented is not this session's.
+    KeyWrong,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// SHA-256 of the session's key.
+    key: Digest,
     created_ms: i64,
     last_used_ms: i64,
     /// The last-used time the file holds (or will hold once the queued write lands).
@@ -82,6 +123,8 @@ struct State {
     serial: u64,
     /// Cancelled when the sessions live now are revoked; replaced by a fresh one then.
     revoked: CancellationToken,
+    /// Live stream tickets: digest of the ticket → the session it is bound to, and until when.
+    tickets: HashMap<Digest, (Digest, std::time::Instant)>,
 }
 
 struct Inner {
@@ -111,6 +154,9 @@ struct FileBody {
 #[derive(Serialize, Deserialize)]
 struct Row {
     sha256: String,
+    /// Absent in version 1: such a session cannot be used and is dropped at load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_sha256: Option<String>,
     created_ms: i64,
     last_used_ms: i64,
 }
@@ -129,6 +175,17 @@ fn digest_of(id: &str) -> Option<Digest> {
     (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| sha2::Sha256::digest(id.as_bytes()).into())
 }
 
+fn hex_digest(s: &str) -> Option<Digest> {
+    hex::decode(s).ok().and_then(|d| Digest::try_from(d).ok())
+}
+
+/// True when `presented` hashes to `stored`, compared in constant time.
+fn key_matches(stored: &Digest, presented: &str) -> bool {
+    use subtle::ConstantTimeEq as _;
+    let d: Digest = sha2::Sha256::digest(presented.as_bytes()).into();
+    bool::from(d.ct_eq(stored))
+}
+
 impl WebSessions {
     /// Sessions kept in memory only (nothing is read or written).
     pub fn in_memory() -> Self {
@@ -142,16 +199,21 @@ impl WebSessions {
         let now = now_ms();
         let (map, rewrite) = match read_file(&path) {
             Ok(None) => (HashMap::new(), false),
-            Ok(Some((rows, wide_mode))) => {
+            Ok(Some((version, rows, wide_mode))) => {
                 let total = rows.len();
                 let mut map = HashMap::new();
                 let mut bad = 0;
+                let mut keyless = 0;
                 for r in rows {
-                    let digest = hex::decode(&r.sha256).ok().and_then(|d| Digest::try_from(d).ok());
-                    match digest {
-                        Some(d) => {
+                    let digest = hex_digest(&r.sha256);
+                    let key = r.key_sha256.as_deref().map(hex_digest);
+                    match (digest, key) {
+                        // A version-1 session has no key: it can no longer sign anything in.
+                        (Some(_), None) => keyless += 1,
+                        (Some(d), Some(Some(key))) => {
                             if now - r.last_used_ms <= idle_ms() {
                                 let e = Entry {
+                                    key,
                                     created_ms: r.created_ms,
                                     last_used_ms: r.last_used_ms,
                                     persisted_last_used_ms: r.last_used_ms,
@@ -160,8 +222,11 @@ impl WebSessions {
                                 map.insert(d, e);
                             }
                         }
-                        None => bad += 1,
+                        _ => bad += 1,
                     }
+                }
+                if keyless > 0 {
+                    tracing::info!(path = %path.display(), version, dropped = keyless, "Web sessions from before session keys dropped; those browsers log in again.");
                 }
                 if bad > 0 {
                     tracing::warn!(path = %path.display(), skipped = bad, "Web sessions file has malformed entries; skipped them.");
@@ -169,7 +234,7 @@ impl WebSessions {
                 if wide_mode {
                     tracing::warn!(path = %path.display(), "Web sessions file was readable by others; rewriting it with mode 0600.");
                 }
-                let rewrite = wide_mode || bad > 0 || map.len() != total;
+                let rewrite = wide_mode || bad > 0 || map.len() != total || version != VERSION;
                 (map, rewrite)
             }
             Err(why) => {
@@ -180,7 +245,13 @@ impl WebSessions {
         let n = map.len();
         let sessions = Self(Arc::new(Inner {
             path: Some(path),
-            state: Mutex::new(State { map, generation: 0, serial: 1, revoked: CancellationToken::new() }),
+            state: Mutex::new(State {
+                map,
+                generation: 0,
+                serial: 1,
+                revoked: CancellationToken::new(),
+                tickets: HashMap::new(),
+            }),
             writer: tokio::sync::Mutex::new(0),
         }));
         if rewrite {
@@ -203,43 +274,103 @@ impl WebSessions {
         self.len() == 0
     }
 
-    /// True when `id` (a cookie value) is a live session; marks it used now. An expired one is
+    /// True when `id` (a cookie value) is a live session, whatever key comes with it; marks it
+    /// used now. This authenticates nothing (the cookie reaches every local port): it only
+    /// lets a reloaded login tab go to its page instead of the refusal. An expired session is
     /// dropped. Never blocks on the disk: a write it makes necessary runs in the background.
-    pub fn check(&self, id: &str) -> bool {
-        self.check_at(id, now_ms())
+    pub fn cookie_is_live(&self, id: &str) -> bool {
+        self.lookup(id, now_ms(), |_| Ok(())).is_ok()
     }
 
-    /// [`check`](Self::check), and for a live session the token cancelled when it is revoked:
-    /// a response streaming to this session ends when the token does. The token is taken under
-    /// the same lock as the check, so a revocation racing the request is never missed.
-    pub fn check_live(&self, id: &str) -> Option<CancellationToken> {
-        self.check_live_at(id, now_ms())
+    /// Authenticates a request by its cookie `id` and the `key` it sent (`X-Coffer-Session-Key`):
+    /// the session, and the token cancelled when it is revoked (a response streaming to it
+    /// ends when the token does; taken under the same lock as the check, so a revocation racing
+    /// the request is never missed). Marks the session used.
+    ///
+    /// # Errors
+    /// [`Refusal::NoSession`] for no live session with this id, [`Refusal::KeyMissing`] for
+    /// `key` `None`, [`Refusal::KeyWrong`] for another key.
+    pub fn check(&self, id: &str, key: Option<&str>) -> Result<(SessionRef, CancellationToken), Refusal> {
+        self.check_at(id, key, now_ms())
     }
 
-    fn check_at(&self, id: &str, now: i64) -> bool {
-        self.check_live_at(id, now).is_some()
+    fn check_at(&self, id: &str, key: Option<&str>, now: i64) -> Result<(SessionRef, CancellationToken), Refusal> {
+        self.lookup(id, now, |e| match key {
+            None => Err(Refusal::KeyMissing),
+            Some(k) if key_matches(&e.key, k) => Ok(()),
+            Some(_) => Err(Refusal::KeyWrong),
+        })
     }
 
-    fn check_live_at(&self, id: &str, now: i64) -> Option<CancellationToken> {
-        let d = digest_of(id)?;
+    /// Authenticates an event-stream request by its cookie `id` and a stream `ticket`, which
+    /// is consumed whether it matches or not (a ticket is tried once).
+    ///
+    /// # Errors
+    /// [`Refusal::NoSession`] for no live session with this id, [`Refusal::KeyWrong`] for a
+    /// ticket that is unknown, used, expired or bound to another session.
+    pub fn check_ticket(&self, id: &str, ticket: &str) -> Result<(SessionRef, CancellationToken), Refusal> {
+        let bound = {
+            let t: Digest = sha2::Sha256::digest(ticket.as_bytes()).into();
+            let mut s = self.0.state.lock().expect("web sessions");
+            let now = std::time::Instant::now();
+            s.tickets.retain(|_, (_, until)| *until > now);
+            s.tickets.remove(&t).map(|(session, _)| session)
+        };
+        self.lookup(id, now_ms(), |_| Ok(())).and_then(|(session, token)| {
+            use subtle::ConstantTimeEq as _;
+            match bound {
+                Some(b) if bool::from(b.ct_eq(&session.0)) => Ok((session, token)),
+                _ => Err(Refusal::KeyWrong),
+            }
+        })
+    }
+
+    /// Mints a stream ticket (64 hex characters) for `session`, working once within
+    /// [`TICKET_TTL`]. At most [`MAX_TICKETS`] are live; one more forgets the oldest.
+    pub fn mint_ticket(&self, session: SessionRef) -> String {
+        let ticket = coffer_runtime::token::random_token().expose_secret().to_owned();
+        let t: Digest = sha2::Sha256::digest(ticket.as_bytes()).into();
+        let now = std::time::Instant::now();
+        let mut s = self.0.state.lock().expect("web sessions");
+        s.tickets.retain(|_, (_, until)| *until > now);
+        while s.tickets.len() >= MAX_TICKETS {
+            let Some(oldest) = s.tickets.iter().min_by_key(|(_, (_, until))| *until).map(|(k, _)| *k) else { break };
+            s.tickets.remove(&oldest);
+        }
+        s.tickets.insert(t, (session.0, now + TICKET_TTL));
+        ticket
+    }
+
+    /// The live session `id` names, when `accept` takes it: its reference and revocation
+    /// token. Marks it used (only when accepted); drops it when expired.
+    fn lookup(
+        &self,
+        id: &str,
+        now: i64,
+        accept: impl FnOnce(&Entry) -> Result<(), Refusal>,
+    ) -> Result<(SessionRef, CancellationToken), Refusal> {
+        let d = digest_of(id).ok_or(Refusal::NoSession)?;
         let (live, write) = {
             let mut s = self.0.state.lock().expect("web sessions");
             match s.map.get_mut(&d) {
-                None => (None, false),
+                None => (Err(Refusal::NoSession), false),
                 Some(e) if now - e.last_used_ms > idle_ms() => {
                     s.map.remove(&d);
                     s.generation += 1;
-                    (None, true)
+                    (Err(Refusal::NoSession), true)
                 }
-                Some(e) => {
-                    e.last_used_ms = e.last_used_ms.max(now);
-                    let stale = e.last_used_ms - e.persisted_last_used_ms > TOUCH_PERSIST.as_millis() as i64;
-                    if stale {
-                        e.persisted_last_used_ms = e.last_used_ms;
-                        s.generation += 1;
+                Some(e) => match accept(e) {
+                    Err(r) => (Err(r), false),
+                    Ok(()) => {
+                        e.last_used_ms = e.last_used_ms.max(now);
+                        let stale = e.last_used_ms - e.persisted_last_used_ms > TOUCH_PERSIST.as_millis() as i64;
+                        if stale {
+                            e.persisted_last_used_ms = e.last_used_ms;
+                            s.generation += 1;
+                        }
+                        (Ok((SessionRef(d), s.revoked.clone())), stale)
                     }
-                    (Some(s.revoked.clone()), stale)
-                }
+                },
             }
         };
         if write {
@@ -248,12 +379,14 @@ impl WebSessions {
         live
     }
 
-    /// Starts a session and writes it to disk before returning its id (the cookie value: 64
-    /// hex characters). A failed write is logged: the session then lasts until this process
-    /// ends.
-    pub async fn create(&self) -> String {
+    /// Starts a session and writes it to disk (digests only) before returning its id (the
+    /// cookie value) and key (for the page). A failed write is logged: the session then lasts
+    /// until this process ends.
+    pub async fn create(&self) -> NewSession {
         let id = coffer_runtime::token::random_token().expose_secret().to_owned();
+        let key = coffer_runtime::token::random_token().expose_secret().to_owned();
         let d = digest_of(&id).expect("a random token is 64 hex characters");
+        let key_digest: Digest = sha2::Sha256::digest(key.as_bytes()).into();
         let now = now_ms();
         {
             let mut s = self.0.state.lock().expect("web sessions");
@@ -265,13 +398,16 @@ impl WebSessions {
             }
             s.serial += 1;
             let serial = s.serial;
-            s.map.insert(d, Entry { created_ms: now, last_used_ms: now, persisted_last_used_ms: now, serial });
+            s.map.insert(
+                d,
+                Entry { key: key_digest, created_ms: now, last_used_ms: now, persisted_last_used_ms: now, serial },
+            );
             s.generation += 1;
         }
         if let Err(e) = self.persist().await {
             tracing::warn!(error = %e, "Web session not persisted; it ends when the gateway does.");
         }
-        id
+        NewSession { id, key }
     }
 
     /// Ends every session, in memory and on disk, before it returns how many there were; the
@@ -285,6 +421,7 @@ impl WebSessions {
             let mut s = self.0.state.lock().expect("web sessions");
             let n = s.map.len();
             s.map.clear();
+            s.tickets.clear();
             s.generation += 1;
             std::mem::take(&mut s.revoked).cancel();
             n
@@ -307,7 +444,12 @@ impl WebSessions {
         let mut sessions: Vec<Row> = s
             .map
             .iter()
-            .map(|(d, e)| Row { sha256: hex::encode(d), created_ms: e.created_ms, last_used_ms: e.last_used_ms })
+            .map(|(d, e)| Row {
+                sha256: hex::encode(d),
+                key_sha256: Some(hex::encode(e.key)),
+                created_ms: e.created_ms,
+                last_used_ms: e.last_used_ms,
+            })
             .collect();
         sessions.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.sha256.cmp(&b.sha256)));
         let body = FileBody { version: VERSION, sessions };
@@ -345,8 +487,10 @@ impl WebSessions {
     }
 }
 
-/// The rows of the file at `path` (`None`: no file) and whether its mode is wider than 0600.
-fn read_file(path: &Path) -> Result<Option<(Vec<Row>, bool)>, String> {
+/// The version and rows of the file at `path` (`None`: no file) and whether its mode is wider
+/// than 0600. Versions 1 and 2 are read (a version-1 row has no key).
+#[allow(clippy::type_complexity)]
+fn read_file(path: &Path) -> Result<Option<(u32, Vec<Row>, bool)>, String> {
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
     let f = match std::fs::File::open(path) {
@@ -364,10 +508,10 @@ fn read_file(path: &Path) -> Result<Option<(Vec<Row>, bool)>, String> {
     let mut bytes = Vec::new();
     f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
     let body: FileBody = serde_json::from_slice(&bytes).map_err(|e| format!("not the expected JSON: {e}"))?;
-    if body.version != VERSION {
-        return Err(format!("version {} is not {VERSION}", body.version));
+    if !(1..=VERSION).contains(&body.version) {
+        return Err(format!("version {} is not 1 or {VERSION}", body.version));
     }
-    Ok(Some((body.sessions, meta.permissions().mode() & 0o077 != 0)))
+    Ok(Some((body.version, body.sessions, meta.permissions().mode() & 0o077 != 0)))
 }
 
 /// Replaces `path` with `bytes` atomically: an exclusive 0600 temp file in the same folder,
@@ -402,6 +546,15 @@ mod tests {
         tempfile::tempdir().unwrap()
     }
 
+    /// True when `n` signs a request in (cookie and key).
+    fn ok(s: &WebSessions, n: &NewSession) -> bool {
+        s.check(&n.id, Some(&n.key)).is_ok()
+    }
+
+    fn ok_at(s: &WebSessions, n: &NewSession, now: i64) -> bool {
+        s.check_at(&n.id, Some(&n.key), now).is_ok()
+    }
+
     fn file_text(path: &Path) -> String {
         std::fs::read_to_string(path).unwrap()
     }
@@ -413,12 +566,17 @@ mod tests {
         let s = WebSessions::load(path.clone());
         assert!(s.is_empty());
         assert!(!path.exists(), "nothing written before a session exists");
-        let id = s.create().await;
-        assert_eq!(id.len(), 64);
-        assert!(s.check(&id));
+        let n = s.create().await;
+        let id = n.id.clone();
+        assert_eq!((id.len(), n.key.len()), (64, 64));
+        assert_ne!(id, n.key);
+        assert!(ok(&s, &n));
         let text = file_text(&path);
         assert!(!text.contains(&id), "the id itself is never on disk: {text}");
+        assert!(!text.contains(&n.key), "the key itself is never on disk: {text}");
         assert!(text.contains(&hex::encode(sha2::Sha256::digest(id.as_bytes()))), "{text}");
+        assert!(text.contains(&hex::encode(sha2::Sha256::digest(n.key.as_bytes()))), "{text}");
+        assert!(text.contains("\"version\":2"), "{text}");
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         // No temp file is left behind.
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -426,11 +584,86 @@ mod tests {
 
         let again = WebSessions::load(path.clone());
         assert_eq!(again.len(), 1);
-        assert!(again.check(&id));
-        assert!(!again.check(&"0".repeat(64)));
-        assert!(!again.check(&id[..63]));
-        assert!(!again.check(&format!("{}g", &id[..63])));
-        assert!(!again.check(""));
+        assert!(ok(&again, &n));
+        let key = Some(n.key.as_str());
+        for bad in ["0".repeat(64), id[..63].to_owned(), format!("{}g", &id[..63]), String::new()] {
+            assert_eq!(again.check(&bad, key).unwrap_err(), Refusal::NoSession, "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cookie_alone_or_with_another_key_is_refused() {
+        let s = WebSessions::in_memory();
+        let (a, b) = (s.create().await, s.create().await);
+        assert!(s.cookie_is_live(&a.id));
+        assert_eq!(s.check(&a.id, None).unwrap_err(), Refusal::KeyMissing);
+        assert_eq!(s.check(&a.id, Some("")).unwrap_err(), Refusal::KeyWrong);
+        assert_eq!(s.check(&a.id, Some(&b.key)).unwrap_err(), Refusal::KeyWrong, "another session's key");
+        assert_eq!(s.check(&a.id, Some(&a.key[..63])).unwrap_err(), Refusal::KeyWrong);
+        assert_eq!(s.check(&a.id, Some(&a.id)).unwrap_err(), Refusal::KeyWrong, "the id is not the key");
+        let (ra, _) = s.check(&a.id, Some(&a.key)).unwrap();
+        let (rb, _) = s.check(&b.id, Some(&b.key)).unwrap();
+        assert_ne!(ra, rb);
+    }
+
+    #[tokio::test]
+    async fn tickets_work_once_for_their_own_session_and_expire() {
+        let s = WebSessions::in_memory();
+        let (a, b) = (s.create().await, s.create().await);
+        let (ra, _) = s.check(&a.id, Some(&a.key)).unwrap();
+        let t = s.mint_ticket(ra);
+        assert_eq!(t.len(), 64);
+        assert!(s.check_ticket(&a.id, &t).is_ok());
+        assert_eq!(s.check_ticket(&a.id, &t).unwrap_err(), Refusal::KeyWrong, "single use");
+        // Bound to its session: another cookie cannot use it, and the try burns it.
+        let t = s.mint_ticket(ra);
+        assert_eq!(s.check_ticket(&b.id, &t).unwrap_err(), Refusal::KeyWrong);
+        assert_eq!(s.check_ticket(&a.id, &t).unwrap_err(), Refusal::KeyWrong);
+        // Without a live cookie, nothing.
+        let t = s.mint_ticket(ra);
+        assert_eq!(s.check_ticket(&"0".repeat(64), &t).unwrap_err(), Refusal::NoSession);
+        assert_eq!(s.check_ticket(&a.id, "nonsense").unwrap_err(), Refusal::KeyWrong);
+        // Expired: a ticket whose time is up is gone.
+        let t = s.mint_ticket(ra);
+        {
+            let mut st = s.0.state.lock().unwrap();
+            for (_, until) in st.tickets.values_mut() {
+                *until = std::time::Instant::now() - Duration::from_millis(1);
+            }
+        }
+        assert_eq!(s.check_ticket(&a.id, &t).unwrap_err(), Refusal::KeyWrong);
+        // Revocation forgets every ticket.
+        let t = s.mint_ticket(ra);
+        s.revoke_all().await.unwrap();
+        assert!(s.0.state.lock().unwrap().tickets.is_empty());
+        assert_eq!(s.check_ticket(&a.id, &t).unwrap_err(), Refusal::NoSession);
+        // Bounded: the oldest ticket makes room.
+        let c = s.create().await;
+        let (rc, _) = s.check(&c.id, Some(&c.key)).unwrap();
+        let first = s.mint_ticket(rc);
+        let mut last = String::new();
+        for _ in 0..MAX_TICKETS {
+            last = s.mint_ticket(rc);
+        }
+        assert_eq!(s.0.state.lock().unwrap().tickets.len(), MAX_TICKETS);
+        assert!(s.check_ticket(&c.id, &last).is_ok());
+        assert!(s.check_ticket(&c.id, &first).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_loads_as_no_session_and_is_rewritten() {
+        let dir = home();
+        let path = dir.path().join(FILE_NAME);
+        let now = now_ms();
+        let body = serde_json::json!({"version": 1, "sessions": [
+            {"sha256": hex::encode([8u8; 32]), "created_ms": now, "last_used_ms": now},
+        ]});
+        std::fs::write(&path, body.to_string()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let s = WebSessions::load(path.clone());
+        assert!(s.is_empty());
+        let v: serde_json::Value = serde_json::from_str(&file_text(&path)).unwrap();
+        assert_eq!(v, serde_json::json!({"version": 2, "sessions": []}));
     }
 
     #[tokio::test]
@@ -440,7 +673,7 @@ mod tests {
         let s = WebSessions::load(path.clone());
         let (a, b) = (s.create().await, s.create().await);
         assert_eq!(s.revoke_all().await.unwrap(), 2);
-        assert!(!s.check(&a) && !s.check(&b));
+        assert!(!ok(&s, &a) && !ok(&s, &b));
         assert_eq!(WebSessions::load(path.clone()).len(), 0);
         assert_eq!(s.revoke_all().await.unwrap(), 0);
     }
@@ -454,20 +687,20 @@ mod tests {
         let now = now_ms();
         let day = 86_400_000;
         // Used 29 days on: alive, and the new last-used time is written.
-        assert!(s.check_at(&id, now + 29 * day));
+        assert!(ok_at(&s, &id, now + 29 * day));
         // The write runs in the background; a persist now writes it, or finds it written.
         s.persist().await.unwrap();
         assert!(file_text(&path).contains(&format!("\"last_used_ms\":{}", now + 29 * day)), "{}", file_text(&path));
         // Exactly 30 days after that use: still alive (and used again).
-        assert!(s.check_at(&id, now + 59 * day));
+        assert!(ok_at(&s, &id, now + 59 * day));
         // 30 days and a minute after the last use: expired, and gone.
-        assert!(!s.check_at(&id, now + 89 * day + 60_000));
+        assert!(!ok_at(&s, &id, now + 89 * day + 60_000));
         assert!(s.is_empty());
 
         // A file holding an expired session loads without it (and is rewritten).
-        let body = serde_json::json!({"version": 1, "sessions": [
-            {"sha256": hex::encode([7u8; 32]), "created_ms": 0, "last_used_ms": 0},
-            {"sha256": hex::encode([8u8; 32]), "created_ms": now, "last_used_ms": now},
+        let body = serde_json::json!({"version": 2, "sessions": [
+            {"sha256": hex::encode([7u8; 32]), "key_sha256": hex::encode([1u8; 32]), "created_ms": 0, "last_used_ms": 0},
+            {"sha256": hex::encode([8u8; 32]), "key_sha256": hex::encode([1u8; 32]), "created_ms": now, "last_used_ms": now},
         ]});
         std::fs::write(&path, body.to_string()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -480,7 +713,7 @@ mod tests {
     async fn a_damaged_file_is_treated_as_empty_and_replaced() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let bad_row = serde_json::json!({"version": 1, "sessions": [{"sha256": "zz", "created_ms": 0, "last_used_ms": now_ms()}]});
+        let bad_row = serde_json::json!({"version": 2, "sessions": [{"sha256": "zz", "key_sha256": "zz", "created_ms": 0, "last_used_ms": now_ms()}]});
         for damage in [
             b"{not json".to_vec(),
             Vec::new(),
@@ -494,9 +727,9 @@ mod tests {
             assert!(s.is_empty());
             let text = file_text(&path);
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(v, serde_json::json!({"version": 1, "sessions": []}), "replaced after {damage:?}");
+            assert_eq!(v, serde_json::json!({"version": 2, "sessions": []}), "replaced after {damage:?}");
             let id = s.create().await;
-            assert!(WebSessions::load(path.clone()).check(&id));
+            assert!(ok(&WebSessions::load(path.clone()), &id));
         }
         // Oversized: refused without reading it all.
         let f = std::fs::File::create(&path).unwrap();
@@ -508,26 +741,27 @@ mod tests {
         std::fs::create_dir(&path).unwrap();
         let s = WebSessions::load(path.clone());
         let id = s.create().await;
-        assert!(s.check(&id));
+        assert!(ok(&s, &id));
         // Neither rewrite nor removal works: revoking says so, and memory is empty anyway.
         std::fs::write(path.join("x"), "keep").unwrap();
         assert!(matches!(s.revoke_all().await, Err(SessionsError::Write { .. })));
-        assert!(!s.check(&id));
+        assert!(!ok(&s, &id));
     }
 
     #[tokio::test]
     async fn revoking_cancels_the_token_of_every_live_session_and_only_theirs() {
         let s = WebSessions::in_memory();
         let (a, b) = (s.create().await, s.create().await);
-        let (ta, tb) = (s.check_live(&a).unwrap(), s.check_live(&b).unwrap());
-        assert!(s.check_live(&"0".repeat(64)).is_none());
+        let live = |n: &NewSession| s.check(&n.id, Some(&n.key)).map(|(_, t)| t);
+        let (ta, tb) = (live(&a).unwrap(), live(&b).unwrap());
+        assert!(s.check(&"0".repeat(64), Some(&a.key)).is_err());
         assert!(!ta.is_cancelled() && !tb.is_cancelled());
         s.revoke_all().await.unwrap();
         assert!(ta.is_cancelled() && tb.is_cancelled());
-        assert!(s.check_live(&a).is_none());
+        assert!(live(&a).is_err());
         // A session made after the revocation gets a token of its own, not the cancelled one.
         let c = s.create().await;
-        assert!(!s.check_live(&c).unwrap().is_cancelled());
+        assert!(!live(&c).unwrap().is_cancelled());
     }
 
     #[tokio::test]
@@ -538,7 +772,7 @@ mod tests {
         let id = s.create().await;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let s = WebSessions::load(path.clone());
-        assert!(s.check(&id));
+        assert!(ok(&s, &id));
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }
 
@@ -546,13 +780,13 @@ mod tests {
     async fn the_least_recently_used_session_makes_room() {
         let s = WebSessions::in_memory();
         let first = s.create().await;
-        let mut last = String::new();
-        for _ in 0..MAX_SESSIONS {
+        let mut last = s.create().await;
+        for _ in 1..MAX_SESSIONS {
             last = s.create().await;
         }
         assert_eq!(s.len(), MAX_SESSIONS);
-        assert!(s.check(&last));
-        assert!(!s.check(&first));
+        assert!(ok(&s, &last));
+        assert!(!ok(&s, &first));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,9 +799,9 @@ mod tests {
             let s = s.clone();
             set.spawn(async move { s.create().await });
         }
-        let ids: Vec<String> = set.join_all().await;
+        let ids: Vec<NewSession> = set.join_all().await;
         let again = WebSessions::load(path);
         assert_eq!(again.len(), 16);
-        assert!(ids.iter().all(|id| again.check(id)));
+        assert!(ids.iter().all(|id| ok(&again, id)));
     }
 }

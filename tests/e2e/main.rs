@@ -61,6 +61,7 @@ mod ui_chat;
 mod ui_done_when;
 mod ui_edge;
 mod ui_llm;
+mod ui_session_key;
 mod ui_shell;
 mod ui_sync;
 mod ui_vault;

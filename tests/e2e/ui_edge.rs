@@ -59,12 +59,33 @@ fn expect_secure(r: &Reply, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs in through a fresh code; returns the `coffer_session=…` pair for a `Cookie` header.
-async fn login(api: &Api) -> anyhow::Result<String> {
+/// A web session as the console holds it: the `coffer_session=…` pair for a `Cookie` header
+/// and the key the login put in the redirect's fragment.
+struct Session {
+    cookie: String,
+    key: String,
+}
+
+/// Logs in through a fresh code.
+async fn login(api: &Api) -> anyhow::Result<Session> {
     let code = mint(api, json!({})).await?;
     let r = open(code["url"].as_str().context("url")?).await?;
     ensure!(r.status == 303, "login: {} {}", r.status, r.text);
-    cookie_of(&r)
+    session_of(&r)
+}
+
+/// The session a login's 303 hands over: its cookie, and the key in `Location`'s `#key=`.
+fn session_of(r: &Reply) -> anyhow::Result<Session> {
+    let location = header(r, "location");
+    let key = location.split_once("#key=").with_context(|| format!("no key in {location:?}"))?.1.to_owned();
+    ensure!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{location}");
+    Ok(Session { cookie: cookie_of(r)?, key })
+}
+
+/// `Location` without the session key's fragment.
+fn page_of(r: &Reply) -> &str {
+    let l = header(r, "location");
+    l.split_once('#').map_or(l, |(p, _)| p)
 }
 
 fn cookie_of(r: &Reply) -> anyhow::Result<String> {
@@ -74,9 +95,14 @@ fn cookie_of(r: &Reply) -> anyhow::Result<String> {
     Ok(pair)
 }
 
-/// A request carrying only the cookie (no token).
+/// A request carrying only the cookie (no token, no key): refused.
 fn with_cookie(api: &Api, method: Method, path: &str, cookie: &str) -> reqwest::RequestBuilder {
     browser().request(method, api.url(path)).header("Cookie", cookie)
+}
+
+/// A request signed in as the console is: the cookie and `X-Coffer-Session-Key`.
+fn with_session(api: &Api, method: Method, path: &str, s: &Session) -> reqwest::RequestBuilder {
+    with_cookie(api, method, path, &s.cookie).header("X-Coffer-Session-Key", &s.key)
 }
 
 /// An open SSE response, read event by event.
@@ -172,7 +198,8 @@ async fn ui_edge_login_sets_a_strict_cookie_once_and_refuses_every_other_code() 
     // The real code: 303 to the chat page with the cookie.
     let r = open(url).await?;
     ensure!(r.status == 303, "{} {}", r.status, r.text);
-    ensure!(header(&r, "location") == "/ui/chat", "{:?}", r.headers);
+    ensure!(page_of(&r) == "/ui/chat", "{:?}", r.headers);
+    session_of(&r)?;
     expect_secure(&r, "login")?;
     let set = header(&r, "set-cookie");
     let attrs: Vec<&str> = set.split(';').map(str::trim).collect();
@@ -196,7 +223,7 @@ async fn ui_edge_a_used_link_with_a_live_session_goes_to_its_page() -> anyhow::R
     let code = mint(&api, json!({"page": "servers"})).await?;
     let url = code["url"].as_str().context("url")?.to_owned();
     let first = open(&url).await?;
-    ensure!(first.status == 303 && header(&first, "location") == "/ui/servers", "{:?}", first.headers);
+    ensure!(first.status == 303 && page_of(&first) == "/ui/servers", "{:?}", first.headers);
     let cookie = cookie_of(&first)?;
 
     let again = browser().get(&url).header("Cookie", &cookie).reply().await?;
@@ -247,13 +274,13 @@ async fn ui_edge_login_lands_only_on_known_pages() -> anyhow::Result<()> {
     ] {
         let code = mint(&api, json!({})).await?;
         let r = open(&format!("{}&next={next}", code["url"].as_str().context("url")?)).await?;
-        ensure!(r.status == 303 && header(&r, "location") == want, "next={next}: {} {:?}", r.status, r.headers);
+        ensure!(r.status == 303 && page_of(&r) == want, "next={next}: {} {:?}", r.status, r.headers);
     }
     // Minting for a page puts it in the link.
     let code = mint(&api, json!({"page": "activity"})).await?;
     ensure!(code["url"].as_str().is_some_and(|u| u.ends_with("&next=/ui/activity")), "{code}");
     let r = open(code["url"].as_str().context("url")?).await?;
-    ensure!(header(&r, "location") == "/ui/activity", "{:?}", r.headers);
+    ensure!(page_of(&r) == "/ui/activity", "{:?}", r.headers);
     // A page that does not exist, an unknown field, malformed JSON.
     let e = api.post_json("/v1/ui/login-codes", &json!({"page": "nope"})).reply().await?;
     let error = e.expect_envelope(400, "INVALID_ARGUMENT")?;
@@ -290,12 +317,12 @@ async fn ui_edge_one_code_redeemed_by_eight_at_once_signs_in_exactly_one() -> an
         let r = r??;
         statuses.push(r.status.as_u16());
         if r.status == 303 {
-            cookies.push(cookie_of(&r)?);
+            cookies.push(session_of(&r)?);
         }
     }
     statuses.sort_unstable();
     ensure!(statuses == [303, 401, 401, 401, 401, 401, 401, 401], "{statuses:?}");
-    let r = with_cookie(&api, Method::GET, "/v1/ui/session", &cookies[0]).reply().await?.ok_json()?;
+    let r = with_session(&api, Method::GET, "/v1/ui/session", &cookies[0]).reply().await?.ok_json()?;
     ensure!(r == json!({"via": "cookie"}), "{r}");
     Ok(())
 }
@@ -330,19 +357,21 @@ async fn ui_edge_the_cookie_authenticates_reads_and_streams_and_writes_only_with
     let cookie = login(&api).await?;
     let ours = format!("http://127.0.0.1:{}", api.port());
 
-    let r = with_cookie(&api, Method::GET, "/v1/status", &cookie).reply().await?;
+    let r = with_session(&api, Method::GET, "/v1/status", &cookie).reply().await?;
     ensure!(r.ok_json()?["services"].as_array().is_some_and(|s| s.len() == 5), "{}", r.text);
-    let mut s = Events::open(with_cookie(&api, Method::GET, "/v1/logs/gateway?follow=true&n=1", &cookie)).await?;
+    let mut s = Events::open(with_session(&api, Method::GET, "/v1/logs/gateway?follow=true&n=1", &cookie)).await?;
     s.next().await?;
     drop(s);
     // A wrong or half cookie is no session.
-    for bad in ["coffer_session=".to_owned(), format!("coffer_session={}", "0".repeat(64)), cookie.replace('=', "=x")] {
+    for bad in
+        ["coffer_session=".to_owned(), format!("coffer_session={}", "0".repeat(64)), cookie.cookie.replace('=', "=x")]
+    {
         with_cookie(&api, Method::GET, "/v1/status", &bad).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
     }
 
     // Unsafe methods: without Origin, with a foreign one, then with ours.
     let refresh = |origin: Option<&str>| {
-        let rb = with_cookie(&api, Method::POST, "/v1/mcp/refresh", &cookie);
+        let rb = with_session(&api, Method::POST, "/v1/mcp/refresh", &cookie);
         match origin {
             Some(o) => rb.header("Origin", o),
             None => rb,
@@ -356,10 +385,10 @@ async fn ui_edge_the_cookie_authenticates_reads_and_streams_and_writes_only_with
     ensure!(r.status.is_success(), "our Origin: {} {}", r.status, r.text);
 
     // A web session cannot mint login codes, with or without Origin.
-    let r = with_cookie(&api, Method::POST, "/v1/ui/login-codes", &cookie).header("Origin", &ours).reply().await?;
+    let r = with_session(&api, Method::POST, "/v1/ui/login-codes", &cookie).header("Origin", &ours).reply().await?;
     r.expect_envelope(403, "FORBIDDEN")?;
-    with_cookie(&api, Method::POST, "/v1/ui/login-codes", &cookie).reply().await?.expect_envelope(403, "FORBIDDEN")?;
-    let who = with_cookie(&api, Method::GET, "/v1/ui/session", &cookie).reply().await?.ok_json()?;
+    with_session(&api, Method::POST, "/v1/ui/login-codes", &cookie).reply().await?.expect_envelope(403, "FORBIDDEN")?;
+    let who = with_session(&api, Method::GET, "/v1/ui/session", &cookie).reply().await?.ok_json()?;
     ensure!(who == json!({"via": "cookie"}), "{who}");
     ensure!(api.get("/v1/ui/session").reply().await?.ok_json()? == json!({"via": "token"}));
     with_cookie(&api, Method::GET, "/v1/ui/session", "x=y").reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
@@ -373,8 +402,9 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     let file = home.root().join("web-sessions.json");
     let text = std::fs::read_to_string(&file)?;
     for c in [&first, &second] {
-        let id = c.split_once('=').context("pair")?.1;
+        let id = c.cookie.split_once('=').context("pair")?.1;
         ensure!(!text.contains(id), "a session id is on disk: {text}");
+        ensure!(!text.contains(&c.key), "a session key is on disk: {text}");
     }
     let v: Value = serde_json::from_str(&text)?;
     ensure!(v["sessions"].as_array().is_some_and(|s| s.len() == 2), "{text}");
@@ -385,7 +415,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     home.cli(&["daemon", "stop"]).await?.ok()?;
     home.wait_no_processes(Duration::from_secs(15)).await?;
     let api = home.start_daemon().await?;
-    with_cookie(&api, Method::GET, "/v1/status", &first).reply().await?.ok_json().context("after a daemon restart")?;
+    with_session(&api, Method::GET, "/v1/status", &first).reply().await?.ok_json().context("after a daemon restart")?;
 
     // The gateway alone restarts: still signed in.
     let before = api.service("gateway").await?;
@@ -396,7 +426,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
         Ok((s["state"] == "healthy" && s["pid"] != before["pid"]).then_some(()))
     })
     .await?;
-    with_cookie(&api, Method::GET, "/v1/status", &second)
+    with_session(&api, Method::GET, "/v1/status", &second)
         .reply()
         .await?
         .ok_json()
@@ -406,7 +436,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     let out = home.cli(&["ui", "--logout-all"]).await?.ok()?;
     ensure!(out.stdout.contains("Signed out 2 web sessions"), "{out}");
     for c in [&first, &second] {
-        with_cookie(&api, Method::GET, "/v1/status", c).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
+        with_session(&api, Method::GET, "/v1/status", c).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
     }
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
     ensure!(v["sessions"] == json!([]), "{v}");
@@ -423,7 +453,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
         Ok((s["state"] == "healthy" && s["pid"] != before["pid"]).then_some(()))
     })
     .await?;
-    with_cookie(&api, Method::GET, "/v1/status", &third).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
+    with_session(&api, Method::GET, "/v1/status", &third).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?).context("the damaged file is replaced")?;
     ensure!(v["sessions"] == json!([]), "{v}");
     home.wait_for_log_line("gateway", &["Web sessions file unusable"], Duration::from_secs(5)).await?;
@@ -441,7 +471,7 @@ async fn ui_edge_a_revoke_ends_the_streams_open_with_the_cookie() -> anyhow::Res
     let mut by_token = Events::open(api.get("/v1/invocations/events")).await?;
     let mut streams = Vec::new();
     for path in ["/v1/invocations/events", "/v1/conversations/events", "/v1/logs/gateway?follow=true&n=1"] {
-        streams.push((path, Events::open(with_cookie(&api, Method::GET, path, &cookie)).await.context(path)?));
+        streams.push((path, Events::open(with_session(&api, Method::GET, path, &cookie)).await.context(path)?));
     }
     // They are live before the revoke.
     let mcp = McpSession::latest(&api).await?;
@@ -454,7 +484,7 @@ async fn ui_edge_a_revoke_ends_the_streams_open_with_the_cookie() -> anyhow::Res
     for (path, s) in &mut streams {
         s.ended().await.with_context(|| format!("{path} after the revoke"))?;
         // Reconnecting with the same cookie is refused.
-        let again = with_cookie(&api, Method::GET, path, &cookie).reply().await?;
+        let again = with_session(&api, Method::GET, path, &cookie).reply().await?;
         again.expect_envelope(401, "UNAUTHORIZED").with_context(|| path.to_owned())?;
     }
     // The token's stream is untouched and still delivers.
@@ -463,7 +493,7 @@ async fn ui_edge_a_revoke_ends_the_streams_open_with_the_cookie() -> anyhow::Res
     ensure!(kind == "invocation" && data.contains("tiny__echo"), "{kind} {data}");
     // A new session after the revoke streams as before.
     let fresh = login(&api).await?;
-    let mut s = Events::open(with_cookie(&api, Method::GET, "/v1/invocations/events", &fresh)).await?;
+    let mut s = Events::open(with_session(&api, Method::GET, "/v1/invocations/events", &fresh)).await?;
     mcp.tool("tiny__echo", json!({"message": "fresh"})).await?;
     s.until("invocation", "tiny__echo").await?;
     Ok(())
@@ -533,7 +563,7 @@ async fn ui_edge_coffer_ui_prints_a_working_link_and_opens_browser() -> anyhow::
     let obj = v.as_object().context("an object")?;
     ensure!(obj.len() == 2 && v["expires_in_s"] == 60, "{v}");
     let r = open(v["url"].as_str().context("url")?).await?;
-    ensure!(r.status == 303 && header(&r, "location") == "/ui/chat", "{} {:?}", r.status, r.headers);
+    ensure!(r.status == 303 && page_of(&r) == "/ui/chat", "{} {:?}", r.status, r.headers);
     ensure!(!out.stderr.contains("Opening"), "--no-open opens nothing: {out}");
 
     let out = home.cli(&["ui", "--no-open", "--page", "knowledge"]).await?.ok()?;
@@ -541,28 +571,54 @@ async fn ui_edge_coffer_ui_prints_a_working_link_and_opens_browser() -> anyhow::
     ensure!(line.starts_with("Open http://127.0.0.1:") && line.ends_with(" (valid 60 s, once)"), "{out}");
     let url = line.strip_prefix("Open ").and_then(|l| l.strip_suffix(" (valid 60 s, once)")).context("url")?;
     let r = open(url).await?;
-    ensure!(header(&r, "location") == "/ui/knowledge", "{:?}", r.headers);
+    ensure!(page_of(&r) == "/ui/knowledge", "{:?}", r.headers);
     let out = home.cli(&["ui", "--page", "nope"]).await?;
     ensure!(out.code == Some(2), "{out}");
 
-    // With $BROWSER the link is opened, and the command does not wait for the browser.
+    // With $BROWSER a browser is opened, and the command does not wait for it. The opener gets
+    // no link on its command line (every user reads /proc/PID/cmdline): a file:// page in
+    // COFFER_HOME, 0600, that redirects to the link, which is printed to the terminal only.
     let script = home.temp().join("browser.sh");
     let seen = home.temp().join("opened.txt");
-    std::fs::write(&script, format!("#!/bin/sh\nprintf '%s' \"$1\" > {}.tmp && mv {0}.tmp {0}\n", seen.display()))?;
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nf=\"${{1#file://}}\"\nstat -c %a \"$f\" > {s}.mode\ncat \"$f\" > {s}.page\n\
+             printf '%s\\n' \"$0\" \"$@\" > {s}.tmp && mv {s}.tmp {s}\n",
+            s = seen.display()
+        ),
+    )?;
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
     let mut cmd = home.cli_command(&["ui", "--page", "servers"])?;
     cmd.env("BROWSER", &script).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
     ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let opened = wait_for("the browser to be started", Duration::from_secs(10), || async {
+    let argv = wait_for("the browser to be started", Duration::from_secs(10), || async {
         Ok(std::fs::read_to_string(&seen).ok())
     })
     .await?;
     let printed = String::from_utf8_lossy(&out.stdout);
-    ensure!(printed.contains(&opened) && opened.ends_with("&next=/ui/servers"), "{printed} vs {opened}");
-    let r = open(&opened).await?;
-    ensure!(header(&r, "location") == "/ui/servers", "{:?}", r.headers);
+    let link = printed.split_whitespace().find(|w| w.starts_with("http://")).context("no link printed")?;
+    ensure!(link.ends_with("&next=/ui/servers"), "{printed}");
+    let code = link.split_once("code=").context("code")?.1.split('&').next().context("code")?;
+    let args: Vec<&str> = argv.lines().skip(1).collect();
+    ensure!(args.len() == 1, "{argv}");
+    let page = args[0].strip_prefix("file://").with_context(|| format!("not a file URL: {argv}"))?;
+    ensure!(std::path::Path::new(page).starts_with(home.root()), "{page} is not in COFFER_HOME");
+    ensure!(!argv.contains(code) && !argv.contains("login?"), "the link is on the command line: {argv}");
+    ensure!(std::fs::read_to_string(seen.with_extension("txt.mode"))?.trim() == "600", "the page is not 0600");
+    let html = std::fs::read_to_string(seen.with_extension("txt.page"))?;
+    let escaped = link.replace('&', "&amp;");
+    ensure!(html.contains(&format!("http-equiv=\"refresh\" content=\"0;url={escaped}\"")), "{html}");
+    ensure!(std::path::Path::new(page).exists(), "the page is gone before the link is used");
+    let r = open(link).await?;
+    ensure!(page_of(&r) == "/ui/servers", "{:?}", r.headers);
+    // Redeeming the link removes the page.
+    wait_for("the redirect page to be removed", Duration::from_secs(10), || async {
+        Ok((!std::path::Path::new(page).exists()).then_some(()))
+    })
+    .await?;
 
     // No browser to be had: a hint, and still success.
     let mut cmd = home.cli_command(&["ui"])?;
@@ -570,6 +626,13 @@ async fn ui_edge_coffer_ui_prints_a_working_link_and_opens_browser() -> anyhow::
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success() && stderr.contains("hint:"), "{stderr}");
+    // No redirect page is left when no browser was started.
+    let left: Vec<_> = std::fs::read_dir(home.root())?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ui-login-"))
+        .map(|e| e.file_name())
+        .collect();
+    ensure!(left.is_empty(), "{left:?}");
 
     // An opener that fails at once: said so, the link still printed and valid; no long wait.
     let mut cmd = home.cli_command(&["ui"])?;
@@ -652,7 +715,7 @@ async fn ui_edge_invocations_arrive_live_as_the_list_shows_them() -> anyhow::Res
     let mut all = Events::open(api.get("/v1/invocations/events")).await?;
     let mut disabled = Events::open(api.get("/v1/invocations/events?outcome=disabled&server=tiny")).await?;
     let cookie = login(&api).await?;
-    let mut by_cookie = Events::open(with_cookie(&api, Method::GET, "/v1/invocations/events", &cookie)).await?;
+    let mut by_cookie = Events::open(with_session(&api, Method::GET, "/v1/invocations/events", &cookie)).await?;
 
     let mcp = McpSession::latest(&api).await?;
     let r = mcp.tool("tiny__echo", json!({"message": "hi"})).await?;

@@ -55,15 +55,31 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     assert_eq!(c["path"], "/", "{c}");
     let visible = b.eval("return document.cookie;", vec![]).await?;
     assert!(!visible.as_str().unwrap_or_default().contains("coffer_session"), "script sees the cookie: {visible}");
-    // The page's first call is authenticated by that cookie alone.
+    // The cookie alone signs nothing in (every local port receives it): the page sends the
+    // session key too, which the login handed over in the fragment and the page moved to the
+    // origin's localStorage (not left in the address).
+    assert_eq!(at.fragment(), None, "the session key must not stay in the address bar: {at}");
+    let key = b.eval("return localStorage.getItem('coffer.sessionKey');", vec![]).await?;
+    let key = key.as_str().with_context(|| format!("no session key kept: {key}"))?.to_owned();
+    assert!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
     let via = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/v1/ui/session', {headers: {'X-Coffer-Session-Key': arguments[0]}}) \
+               .then(r => r.json()).then(done, e => done(String(e)));",
+            vec![json!(key)],
+        )
+        .await?;
+    assert_eq!(via, json!({"via": "cookie"}));
+    let alone = b
         .eval_async(
             "const done = arguments[arguments.length - 1]; \
              fetch('/v1/ui/session').then(r => r.json()).then(done, e => done(String(e)));",
             vec![],
         )
         .await?;
-    assert_eq!(via, json!({"via": "cookie"}));
+    assert_eq!(alone["error"]["details"]["reason"], "session_key_missing", "{alone}");
+    b.allow_console(&failed_load("/v1/ui/session", 401));
 
     // The same link again in this signed-in browser (a reloaded login tab): back on the page,
     // and no new session.
@@ -82,6 +98,13 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     b.switch_to(&first).await?;
     assert_eq!(b.current_url().await?.path(), "/ui/chat");
 
+    // A browser that has the cookie but lost the key (storage cleared) is not signed in, and
+    // says so: the cookie alone never is.
+    b.eval("localStorage.clear(); return null;", vec![]).await?;
+    b.refresh().await?;
+    b.wait_for_text("#page .notice", "This browser is not signed in").await?;
+    b.wait_for_text("#page .notice", "coffer ui").await?;
+
     // The same link in a browser without the session: refused, with a page that says what to do.
     b.delete_cookies().await?;
     b.goto(&url).await?;
@@ -90,6 +113,49 @@ async fn ui_shell_login_lands_on_chat_and_a_used_link_is_refused() -> anyhow::Re
     b.screenshot("shell-login-refused-1280").await?;
     let code = url.split("code=").nth(1).context("no code in the URL")?;
     b.allow_console(&failed_load(&format!("/ui/login?code={code}"), 401));
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// What `coffer ui` really does with a browser: the opener gets `file://` of a 0600 redirect
+/// page in `COFFER_HOME` (never the link), Chromium follows its `meta` refresh from `file://` to
+/// `http://127.0.0.1`, lands signed in (cookie, and the key moved to `localStorage`, out of the
+/// address), the page's API calls work, and the redirect page is gone once the link is used.
+#[tokio::test]
+async fn ui_shell_coffer_ui_s_redirect_page_signs_the_browser_in() -> anyhow::Result<()> {
+    let (home, api) = daemon().await?;
+    let seen = home.temp().join("opened.txt");
+    let opener = home.temp().join("opener.sh");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\nprintf '%s' \"$1\" > {s}.tmp && mv {s}.tmp {s}\n", s = seen.display()),
+    )?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755))?;
+    let mut cmd = home.cli_command(&["ui", "--page", "servers"])?;
+    cmd.env("BROWSER", &opener).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await??;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file_url =
+        wait_for("the opener to run", Duration::from_secs(10), || async { Ok(std::fs::read_to_string(&seen).ok()) })
+            .await?;
+    let page = file_url.strip_prefix("file://").with_context(|| format!("not a file URL: {file_url}"))?.to_owned();
+    ensure!(std::path::Path::new(&page).starts_with(home.root()), "{page}");
+
+    let b = Browser::start().await?;
+    b.set_origin(api.base_url())?;
+    b.allow_origin(&file_url)?;
+    b.goto(&file_url).await?;
+    b.wait_for_page("servers").await?;
+    let at = b.current_url().await?;
+    assert_eq!((at.path(), at.query(), at.fragment()), ("/ui/servers", None, None), "landed on {at}");
+    b.wait_for_text(".vault-empty", "coffer mcp import").await?;
+    let key = b.eval("return localStorage.getItem('coffer.sessionKey');", vec![]).await?;
+    assert!(key.as_str().is_some_and(|k| k.len() == 64), "no session key kept: {key}");
+    wait_for("the redirect page to be removed", Duration::from_secs(10), || async {
+        Ok((!std::path::Path::new(&page).exists()).then_some(()))
+    })
+    .await?;
     b.assert_clean().await;
     Ok(())
 }
@@ -318,15 +384,21 @@ async fn ui_shell_forged_cross_origin_post_is_refused() -> anyhow::Result<()> {
     b.login(api.base_url(), api.token(), "chat").await?;
     let facts = || async { Ok::<_, anyhow::Error>(api.get("/v1/memory").reply().await?.ok_json()?.to_string()) };
 
-    // Control: the same POST from Coffer's own page works, so the refusal below means something.
-    let status = b
-        .eval_async(
-            "const done = arguments[arguments.length - 1]; \
-             fetch('/v1/memory', {method: 'POST', headers: {'Content-Type': 'application/json'}, \
+    // Control: the same POST from Coffer's own page works (with the session key it keeps), so
+    // the refusal below means something; without the key even the console's page is refused.
+    let post = |with_key: bool| {
+        b.eval_async(
+            "const [withKey, done] = arguments; \
+             const headers = {'Content-Type': 'application/json'}; \
+             if (withKey) headers['X-Coffer-Session-Key'] = localStorage.getItem('coffer.sessionKey'); \
+             fetch('/v1/memory', {method: 'POST', headers, \
                body: JSON.stringify({text: 'written by the console'})}).then(r => done(r.status), e => done(String(e)));",
-            vec![],
+            vec![json!(with_key)],
         )
-        .await?;
+    };
+    assert_eq!(post(false).await?, 401, "the cookie alone was enough");
+    b.allow_console(&failed_load("/v1/memory", 401));
+    let status = post(true).await?;
     assert_eq!(status, 201, "the console's own POST failed");
     ensure!(facts().await?.contains("written by the console"));
 

@@ -34,6 +34,7 @@ pub mod bench;
 pub mod bins;
 pub mod browser;
 pub mod chat;
+pub mod console;
 pub mod embeddings;
 pub mod fake_llm;
 pub mod fake_seatalk;

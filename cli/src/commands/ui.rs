@@ -1,8 +1,16 @@
 //! `coffer ui`: signs a browser in to the web console without pasting a token. Starts the daemon
-//! if needed, mints a one-time login link (`POST /v1/ui/login-codes`), prints it and opens it in
-//! a browser when one is available (`$BROWSER`, else `xdg-open` with a display; watches it for
-//! at most 1.5 s for an early failure, and a failure is a hint, not an error). `--logout-all` signs every browser out instead
-//! (`DELETE /v1/ui/sessions`).
+//! if needed, mints a one-time login link (`POST /v1/ui/login-codes`), prints it to the terminal
+//! and opens a browser when one is available (`$BROWSER`, else `xdg-open` with a display;
+//! watches it for at most 1.5 s for an early failure, and a failure is a hint, not an error).
+//! `--logout-all` signs every browser out instead (`DELETE /v1/ui/sessions`).
+//!
+//! The browser is never given the link itself: a command line is readable by every local user
+//! (`/proc/PID/cmdline`), and whoever redeems a link first is signed in. Like Jupyter's
+//! `jpserver-*-open.html`, it gets `file://` of a 0600 page in the 0700 `COFFER_HOME`
+//! ([`coffer_runtime::home::CofferHome::login_redirect`]) that redirects to the link (a `meta` refresh: a `file://`
+//! page may navigate to `http://127.0.0.1`). The edge removes that page when it redeems the
+//! code, and sweeps any left over once their links have expired; this command removes it at
+//! once when no browser could be started.
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -67,7 +75,18 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         output::println(&format!("Open {url} (valid {ttl} s, once)"))?;
     }
     if !args.no_open {
-        match open_in_browser(&url, |k| std::env::var_os(k)).await {
+        let code = minted["code"].as_str().unwrap_or_default();
+        let page = ctx.home.login_redirect(code);
+        if let Err(e) = write_redirect_page(&page, &url) {
+            eprintln!("hint: could not write {} ({e}); open the link above yourself", page.display());
+            return Ok(());
+        }
+        let target = format!("file://{}", page.display());
+        let opened = open_in_browser(&target, |k| std::env::var_os(k)).await;
+        if !matches!(opened, Opened::Started(_)) {
+            let _ = std::fs::remove_file(&page);
+        }
+        match opened {
             Opened::Started(how) => eprintln!("Opening it with {how}…"),
             Opened::NoBrowser => {
                 eprintln!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
@@ -78,6 +97,34 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// Writes the login redirect page at `path` (created new, mode 0600; an existing file there is
+/// replaced only after it is removed, so a planted link cannot redirect the write): an HTML
+/// page whose `meta` refresh (and a link, for a browser that ignores it) goes to `url`.
+///
+/// # Errors
+/// When the file cannot be created or written.
+pub fn write_redirect_page(path: &std::path::Path, url: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = std::fs::remove_file(path);
+    let href = html_attr(url);
+    let body = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"referrer\" content=\"no-referrer\">\
+<meta http-equiv=\"refresh\" content=\"0;url={href}\">\
+<title>Coffer — signing in</title></head>\
+<body><p>Signing in to Coffer… <a href=\"{href}\">Continue</a></p></body></html>\n"
+    );
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(body.as_bytes())?;
+    f.sync_all()
+}
+
+/// `s` escaped for a double-quoted HTML attribute.
+fn html_attr(s: &str) -> String {
+    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// What [`open_in_browser`] did.
@@ -153,6 +200,22 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn the_redirect_page_is_0600_and_goes_to_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ui-login-0123456789abcdef.html");
+        std::fs::write(&path, "planted").unwrap();
+        let url = "http://127.0.0.1:8000/ui/login?code=ab&next=/ui/servers";
+        write_redirect_page(&path, url).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let escaped = "http://127.0.0.1:8000/ui/login?code=ab&amp;next=/ui/servers";
+        assert!(text.contains(&format!("content=\"0;url={escaped}\"")), "{text}");
+        assert!(text.contains(&format!("href=\"{escaped}\"")), "{text}");
+        assert!(!text.contains("planted"));
+        assert_eq!(html_attr("a\"<b>&"), "a&quot;&lt;b&gt;&amp;");
     }
 
     #[test]

@@ -521,6 +521,16 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "`cookie` for a web session, `token` otherwise.", json!({
                 "type": "object", "required": ["via"], "properties": {"via": {"enum": ["cookie", "token"]}},
             })),
+        route("POST", "/v1/ui/stream-tickets", "console", "A single-use ticket for one event stream")
+            .describe("For a web session only (the token gets 403: it authenticates streams itself). `EventSource` cannot send `X-Coffer-Session-Key`, so the page asks for a ticket and opens the stream as `GET …?ticket=T` with its cookie. A ticket works once, within `expires_in_s` (30), and only with the cookie of the session that asked for it; it is kept in memory only and never logged.")
+            .ok(200, "The ticket.", json!({
+                "type": "object", "required": ["ticket", "expires_in_s"],
+                "properties": {
+                    "ticket": {"type": "string", "description": "64 hex characters."},
+                    "expires_in_s": {"type": "integer"},
+                },
+            }))
+            .errors(&["FORBIDDEN"]),
         route("DELETE", "/v1/ui/sessions", "console", "Sign every browser out")
             .describe("Ends every web session, in memory and in `COFFER_HOME/web-sessions.json`, before answering.")
             .ok(200, "How many sessions ended.", json!({
@@ -1820,11 +1830,11 @@ pub fn document() -> Value {
             "title": "Coffer",
             "version": coffer_runtime::VERSION,
             "summary": "The local REST API of the Coffer daemon (loopback only).",
-            "description": "Every route but `GET /v1/health` needs the token from `daemon.json` (`X-Coffer-Token` or `Authorization: Bearer`) or the web session cookie. `Host` must be a loopback name and `Origin`, when sent, Coffer's own. Errors use the envelope `{\"error\":{code, message, details}}`; every response carries `X-Coffer-Trace`. Bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp`.",
+            "description": "Every route but `GET /v1/health` needs the token from `daemon.json` (`X-Coffer-Token` or `Authorization: Bearer`) or a web session: the `coffer_session` cookie together with its key in `X-Coffer-Session-Key` (on an event stream's `GET`, `?ticket=` from `POST /v1/ui/stream-tickets` instead); the cookie alone is refused (401). `Host` must be a loopback name and `Origin`, when sent, Coffer's own. Errors use the envelope `{\"error\":{code, message, details}}`; every response carries `X-Coffer-Trace`. Bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp`.",
             "license": {"name": "MIT", "identifier": "MIT"},
         },
         "servers": [{"url": "http://127.0.0.1:{port}", "variables": {"port": {"default": "8000", "description": "`port` in daemon.json."}}}],
-        "security": [{"token": []}, {"bearer": []}, {"session": []}],
+        "security": [{"token": []}, {"bearer": []}, {"session": [], "session_key": []}],
         "tags": tags,
         "paths": paths,
         "components": {
@@ -1832,6 +1842,7 @@ pub fn document() -> Value {
                 "token": {"type": "apiKey", "in": "header", "name": "X-Coffer-Token"},
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "session": {"type": "apiKey", "in": "cookie", "name": crate::middleware::SESSION_COOKIE},
+                "session_key": {"type": "apiKey", "in": "header", "name": "X-Coffer-Session-Key"},
             },
             "schemas": schemas(),
         },

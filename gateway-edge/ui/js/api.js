@@ -1,5 +1,30 @@
 // The page's only way to the daemon: the same REST/SSE API the CLI uses (docs/REST.md), with
-// the session cookie. Errors arrive as the REST envelope {"error": {code, message, details}}.
+// the session cookie and the session's key. Errors arrive as the REST envelope
+// {"error": {code, message, details}}.
+//
+// The cookie alone signs nothing in (every port of 127.0.0.1 receives it): every call also
+// sends X-Coffer-Session-Key, the key the login handed this page in its address's fragment
+// (/ui/chat#key=…). It is kept in localStorage, which only this origin (scheme, host and port)
+// can read, and which every tab of the console shares; an event stream, which cannot send a
+// header, opens with a single-use ticket instead (streamUrl).
+
+const KEY_ITEM = 'coffer.sessionKey';
+let memoryKey = ''; // when localStorage is unavailable: this tab only
+
+/** Moves a key the login put in the fragment into storage, and drops it from the address. */
+function adoptLoginKey() {
+  const m = /^#key=([0-9a-f]{64})$/.exec(location.hash);
+  if (!m) return;
+  memoryKey = m[1];
+  try { localStorage.setItem(KEY_ITEM, m[1]); } catch { /* storage unavailable: memoryKey */ }
+  history.replaceState(history.state, '', location.pathname + location.search);
+}
+adoptLoginKey();
+
+/** The session's key ('' when this browser has none). */
+function sessionKey() {
+  try { return localStorage.getItem(KEY_ITEM) || memoryKey; } catch { return memoryKey; }
+}
 
 /** An error answer of the API: HTTP status, envelope code, message, details. */
 export class ApiError extends Error {
@@ -12,7 +37,10 @@ export class ApiError extends Error {
 }
 
 let onUnauthorized = () => {};
-/** Called once when any request answers 401 (the session ended). */
+/**
+ * Called when any request answers 401, with the refusal's reason: 'session_key_missing' (a
+ * cookie but no key: this browser was never handed one) or anything else (the session ended).
+ */
 export function setUnauthorizedHandler(fn) { onUnauthorized = fn; }
 
 /**
@@ -22,6 +50,8 @@ export function setUnauthorizedHandler(fn) { onUnauthorized = fn; }
 export async function api(method, path, body, { headers = {}, signal } = {}) {
   // X-Coffer-Actor: the audit log and a message's `source` name the console as the actor.
   const init = { method, credentials: 'same-origin', headers: { Accept: 'application/json', 'X-Coffer-Actor': 'ui', ...headers }, signal };
+  const key = sessionKey();
+  if (key) init.headers['X-Coffer-Session-Key'] = key;
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -40,9 +70,13 @@ export async function api(method, path, body, { headers = {}, signal } = {}) {
   if (!resp.ok) {
     const e = data && data.error;
     if (resp.status === 401) {
-      onUnauthorized();
+      const reason = e && e.details && e.details.reason;
+      onUnauthorized(reason);
       // The envelope's message is meant for the CLI (it names the token); a page's session ended.
-      throw new ApiError(401, e ? e.code : 'UNAUTHORIZED', 'Your session ended. Run `coffer ui` to sign in again.', e && e.details);
+      const text = reason === 'session_key_missing'
+        ? 'This browser is not signed in. Run `coffer ui` and open the link it prints.'
+        : 'Your session ended. Run `coffer ui` to sign in again.';
+      throw new ApiError(401, e ? e.code : 'UNAUTHORIZED', text, e && e.details);
     }
     throw new ApiError(resp.status, e ? e.code : 'HTTP_' + resp.status, e ? e.message : `${resp.status} ${resp.statusText}`, e && e.details);
   }
@@ -64,13 +98,25 @@ export function withQuery(path, params) {
 }
 
 /**
+ * `url` with a fresh single-use stream ticket (`POST /v1/ui/stream-tickets`) in its query:
+ * how an EventSource, which cannot send X-Coffer-Session-Key, is signed in. The ticket works
+ * once and for 30 s, so open the stream at once and get a new URL for every reconnection.
+ * Throws ApiError like api() (401: signed out, the handler has run).
+ */
+export async function streamUrl(url) {
+  const { ticket } = await api('POST', '/v1/ui/stream-tickets', {});
+  return `${url}${url.includes('?') ? '&' : '?'}ticket=${encodeURIComponent(ticket)}`;
+}
+
+/**
  * Follows an SSE endpoint. `handlers` maps event names to fn(data, lastEventId); `onState` gets
- * 'open' | 'retrying' | 'failed'. A dropped connection is retried by EventSource itself, which
- * resends `Last-Event-ID`; when the browser gives up (an error answer) it is reopened here with
+ * 'open' | 'retrying' | 'failed'. Each connection is opened with a fresh stream ticket; as a
+ * ticket works once, a dropped connection is not left to EventSource's own reconnection (it
+ * would present the used ticket): it is closed and reopened here with a new ticket and
  * `?after=<last id>`. After `maxRetries` consecutive failures it stops and calls
  * onState('failed'), so the caller reconciles from REST instead of waiting forever. When the
- * session has ended (the edge ends a revoked session's streams), the stream stops and the
- * 401 handler runs.
+ * session has ended (the edge ends a revoked session's streams), the ticket request answers
+ * 401: the stream stops and the 401 handler runs.
  * Returns {close()}.
  */
 export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) {
@@ -79,11 +125,25 @@ export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) 
   let closed = false;
   let lastId = null;
   let timer = null;
-  const open = () => {
+  const retry = () => {
+    failures += 1;
+    if (failures > maxRetries) { onState('failed'); return; }
+    onState('retrying');
+    timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000));
+  };
+  const open = async () => {
     if (closed) return;
     const [base, query] = url.split('?');
     const params = Object.fromEntries(new URLSearchParams(query || ''));
-    es = new EventSource(lastId ? withQuery(base, { ...params, after: lastId }) : url, { withCredentials: true });
+    let signed;
+    try {
+      signed = await streamUrl(lastId ? withQuery(base, { ...params, after: lastId }) : url);
+    } catch (e) {
+      if (e.status === 401) closed = true; else if (!closed) retry();
+      return;
+    }
+    if (closed) return;
+    es = new EventSource(signed);
     es.onopen = () => { failures = 0; onState('open'); };
     for (const [name, fn] of Object.entries(handlers)) {
       es.addEventListener(name, (ev) => {
@@ -95,16 +155,8 @@ export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) 
     }
     es.onerror = () => {
       if (closed) return;
-      failures += 1;
-      if (failures > maxRetries) { es.close(); onState('failed'); return; }
-      onState('retrying');
-      if (es.readyState === EventSource.CLOSED) {
-        // The browser gave up on an error answer. EventSource never says which one, and a
-        // revoked session looks like this (the server ends the stream, the reconnect is a 401):
-        // asking for the session lets a 401 reach the signed-out handler instead of retrying.
-        const again = () => { if (!closed) timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000)); };
-        api('GET', '/v1/ui/session').then(again, (e) => { if (e.status === 401) closed = true; else again(); });
-      }
+      es.close();
+      retry();
     };
   };
   open();

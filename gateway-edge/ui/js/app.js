@@ -23,7 +23,12 @@ function hasDraft() {
   return false;
 }
 
-function showSignedOut() {
+/**
+ * The signed-out screen. `reason` 'session_key_missing': the browser has a session cookie but
+ * not the key that goes with it (its storage was cleared, or the session predates keys): the
+ * cookie alone never signs in, so this browser needs a new login link too.
+ */
+function showSignedOut(reason) {
   if (signedOut) return;
   signedOut = true;
   if (cleanup) { try { cleanup(); } catch { /* page already gone */ } cleanup = null; }
@@ -31,7 +36,9 @@ function showSignedOut() {
   delete root.dataset.page;
   replace(root, h('section', { class: 'notice' },
     h('h1', null, 'Sign in to Coffer'),
-    h('p', null, 'This browser has no Coffer session (it ended, or was revoked). In a terminal, run'),
+    h('p', null, reason === 'session_key_missing'
+      ? 'This browser is not signed in: it lacks this console\'s session key (a login link hands it over). In a terminal, run'
+      : 'This browser has no Coffer session (it ended, or was revoked). In a terminal, run'),
     h('pre', null, h('code', null, 'coffer ui')),
     h('p', null, 'and open the link it prints. A link works once, and only for a short while (60 seconds unless the setting ui.login_code_ttl_s says otherwise).'),
     hasDraft() ? h('p', { class: 'draft-note' }, 'Your unsent message is kept in this tab: it is back in the composer once you sign in here again.') : null));
@@ -121,7 +128,7 @@ setUnauthorizedHandler(showSignedOut);
   try {
     await get('/v1/ui/session');
   } catch (e) {
-    if (e.status === 401) { showSignedOut(); return; }
+    if (e.status === 401) { showSignedOut(e.details && e.details.reason); return; }
     if (e.status === 0) { showUnreachable(); return; }
   }
   route();

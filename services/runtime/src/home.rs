@@ -15,6 +15,9 @@ pub enum HomeError {
     NotWritable { path: PathBuf, source: std::io::Error },
 }
 
+/// How the names of [`CofferHome::login_redirect`] files begin (then 16 hex digits, `.html`).
+pub const LOGIN_REDIRECT_PREFIX: &str = "ui-login-";
+
 /// Paths inside one `COFFER_HOME`.
 #[derive(Debug, Clone)]
 pub struct CofferHome {
@@ -64,6 +67,15 @@ impl CofferHome {
     }
     pub fn upstream_logs(&self) -> PathBuf {
         self.root.join("logs").join("upstreams")
+    }
+    /// The 0600 page `coffer ui` opens the browser on for the one-time login `code`: a redirect
+    /// to the login link, so the link never sits on a command line (`/proc/PID/cmdline` is
+    /// readable by every user). Named by a digest of the code (16 hex digits), so the edge that
+    /// redeems the code removes it. See [`LOGIN_REDIRECT_PREFIX`].
+    pub fn login_redirect(&self, code: &str) -> PathBuf {
+        use sha2::Digest as _;
+        let d = hex::encode(sha2::Sha256::digest(code.as_bytes()));
+        self.root.join(format!("{LOGIN_REDIRECT_PREFIX}{}.html", &d[..16]))
     }
     pub fn pids(&self) -> PathBuf {
         self.root.join("upstream-pids")

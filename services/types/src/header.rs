@@ -13,8 +13,16 @@ pub const TRACE: &str = "x-coffer-trace";
 pub const ACTOR: &str = "x-coffer-actor";
 /// gRPC metadata key of the per-run internal token on every internal call (never on disk).
 pub const INTERNAL_TOKEN: &str = "x-coffer-internal-token";
-/// The cookie set by the web page's one-time login, accepted instead of [`TOKEN`].
+/// The cookie set by the web page's one-time login; with [`SESSION_KEY`] (or, on an event
+/// stream, a [`STREAM_TICKET`]) it is accepted instead of [`TOKEN`]. Alone it authenticates
+/// nothing: cookies are not port-scoped, so every local port receives it.
 pub const SESSION_COOKIE: &str = "coffer_session";
+/// The web session's second secret (64 hex characters), handed to the page once at login and
+/// kept in the console origin's `localStorage`; sent with the cookie on every API call.
+pub const SESSION_KEY: &str = "x-coffer-session-key";
+/// The query parameter carrying a single-use stream ticket (`POST /v1/ui/stream-tickets`) on
+/// an event-stream `GET`, which `EventSource` cannot add a header to.
+pub const STREAM_TICKET: &str = "ticket";
 
 /// MCP 2025-11-25, basic/transports §Streamable HTTP "Session Management": the session id a
 /// server returns on the `initialize` answer and the client sends on every later request.

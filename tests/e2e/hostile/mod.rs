@@ -5,3 +5,5 @@
 //! and that the daemon kept serving its owner.
 
 mod basics;
+mod console_cookie;
+mod login_link;
