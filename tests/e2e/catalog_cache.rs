@@ -59,6 +59,20 @@ async fn mcp_add_waits_for_the_catalog_and_the_first_list_after_a_restart_is_com
     ensure!(state["state"] == "ready" && state["tools"].as_u64() > Some(0), "{state}");
     let bad = api.get("/v1/mcp/servers/tiny2/catalog?wait_ms=999999").reply().await?;
     ensure!(bad.status.as_u16() == 400 && bad.text.contains("wait_ms"), "{}: {}", bad.status, bad.text);
+    // Every malformed query is the structured INVALID_ARGUMENT naming what is wrong.
+    for (query, needle) in [
+        ("wait_ms=999999", "at most 120000"),
+        ("wait_ms=-1", "wait_ms"),
+        ("wait_ms=abc", "wait_ms"),
+        ("wait_ms=1.5", "wait_ms"),
+        ("wait_ms=", "wait_ms"),
+        ("wait_ms=1&wait_ms=2", "duplicate"),
+        ("foo=1", "foo"),
+    ] {
+        let r = api.get(&format!("/v1/mcp/servers/tiny2/catalog?{query}")).reply().await?;
+        let body = r.expect_envelope(400, "INVALID_ARGUMENT").with_context(|| query.to_owned())?;
+        ensure!(body["message"].as_str().is_some_and(|m| m.contains(needle)), "{query}: {body}");
+    }
     let unknown = api.get("/v1/mcp/servers/nope/catalog").reply().await?;
     ensure!(unknown.status.as_u16() == 404, "{}", unknown.status);
 

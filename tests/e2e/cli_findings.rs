@@ -269,6 +269,8 @@ async fn mcp_edit_changes_a_server_and_keeps_its_preferences() -> anyhow::Result
         .await?
         .ok()?;
     ensure!(out.stdout.contains("Updated MCP server tiny") && out.stderr.contains("credential store"), "{out}");
+    // It waited for the catalog to list the edited server, and says what it offers.
+    ensure!(out.stdout.contains("tiny offers 14 tools"), "{out}");
     ensure!(!out.stdout.contains(TOKEN) && !out.stderr.contains(TOKEN), "{out}");
     let s = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?;
     assert_eq!(s["env"], json!({"KEEP": "1", "TINY_ECHO_ENV": {"credential_ref": "tiny-TINY_ECHO_ENV"}}));
@@ -292,6 +294,11 @@ async fn mcp_edit_changes_a_server_and_keeps_its_preferences() -> anyhow::Result
         let out = home.cli(bad).await?;
         ensure!(out.code == Some(2), "{bad:?}: {out}");
     }
+    // The same values again change nothing: exit 2, and the version stays.
+    let version = api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?["version"].clone();
+    let out = home.cli(&["mcp", "edit", "tiny", "--timeout-ms", "9000", "--no-wait"]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("nothing to change"), "{out}");
+    assert_eq!(api.get("/v1/mcp/servers/tiny").reply().await?.ok_json()?["version"], version);
     let out = home.cli(&["mcp", "edit", "ghost", "--timeout-ms", "1"]).await?;
     ensure!(out.code == Some(3), "unknown server: {out}");
     Ok(())

@@ -203,6 +203,10 @@ pub struct EditArgs {
     /// Keep secret-looking --env/--header values in the registry as given.
     #[arg(long)]
     pub keep_plaintext: bool,
+    /// Return at once instead of waiting (up to 60 s) until the edited server has started and
+    /// its capabilities are listed for MCP clients.
+    #[arg(long)]
+    pub no_wait: bool,
     /// The new command and all its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub new_command: Vec<String>,
@@ -311,7 +315,8 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             out.push('\n');
         }
     }
-    if enabled {
+    let failed = listed.as_ref().is_some_and(|l| l.state["state"] == "failed");
+    if enabled && !failed {
         out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
     } else {
         out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));
@@ -347,16 +352,41 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
         }
     };
     note_moved(&moved);
-    if ctx.json {
-        return output::print_body(&resp.body);
+    let mut s = resp.json()?;
+    // The registry keeps its version when the patch changed nothing.
+    if s["version"].as_i64() == Some(version) {
+        return Err(CliError::Usage(format!("nothing to change: {} already has these settings", text(&s["name"]))));
     }
-    let s = resp.json()?;
-    output::print(&format!(
+    // As after `mcp add`: a client started right after this command is offered the edited
+    // server's tools on its first list (also right after a restart).
+    let enabled = s["enabled"].as_bool() != Some(false);
+    let listed = if enabled && !a.no_wait {
+        crate::commands::listed::wait(&api, std::slice::from_ref(&a.name), crate::commands::listed::WAIT).await.pop()
+    } else {
+        None
+    };
+    if ctx.json {
+        if let Some(l) = listed {
+            s["catalog"] = l.state;
+        }
+        return output::print_json(&s);
+    }
+    let mut out = format!(
         "Updated MCP server {} ({}: {}); its tool preferences are kept\n",
         text(&s["name"]),
         text(&s["transport"]),
         target(&s)
-    ))
+    );
+    if let Some(l) = &listed {
+        let line = crate::commands::listed::describe(l, crate::commands::listed::WAIT);
+        if line.starts_with("warning:") || line.starts_with("note:") {
+            eprintln!("{line}");
+        } else {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    output::print(&out)
 }
 
 /// The `PATCH /v1/mcp/servers/{name}` body for `a` over the server as it is now (`cur`, its

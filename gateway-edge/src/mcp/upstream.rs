@@ -709,7 +709,7 @@ impl Upstream {
                 match reply {
                     Err(_) => return,
                     Ok(Reply::Error(e)) if matches!(era::error_code(&e), Some(-32601 | -32602)) => {
-                        tracing::info!(server = %up.server, error = %truncate_raw(&e), "Upstream offers no subscriptions/listen; its list changes are not followed.");
+                        tracing::debug!(server = %up.server, error = %truncate_raw(&e), "Upstream offers no subscriptions/listen; its list changes are not followed.");
                         return;
                     }
                     Ok(_) => {}

@@ -258,9 +258,9 @@ pub fn parse_definition(def: &Value, vars: &Variables) -> Result<Definition, Str
 /// Why an entry with references left (each `${X} (field)`) is not imported, and what to do.
 fn unexpanded(left: &[String], had_variables: bool) -> String {
     let how = if had_variables {
-        "set them in the environment of `coffer mcp import --from-env` (only environment variables can be read;          ${workspaceFolder} and the like cannot), write the values in the file, or add the server with `coffer mcp add`"
+        "set them in the environment of `coffer mcp import --from-env` (only environment variables can be read; ${workspaceFolder} and the like cannot), write the values in the file, or add the server with `coffer mcp add`"
     } else {
-        "import with --from-env to read environment variables from your shell into the credential store, write the          values in the file, or add the server with `coffer mcp add`"
+        "import with --from-env to read environment variables from your shell into the credential store, write the values in the file, or add the server with `coffer mcp add`"
     };
     format!(
         "it references {}, which the client expands when it starts the server; Coffer expands no variables: {how}",

@@ -229,12 +229,16 @@ async fn refresh(State(st): State<Arc<AppState>>) -> Json<Value> {
 /// restored?}`. With `wait_ms` (at most [`MAX_CATALOG_WAIT_MS`]) it first waits until the
 /// catalog has listed the server afresh (starting it in the background if nobody is) or failed
 /// to; `state` is still `listing` when the time ran out. A disabled server is `unknown`; an
-/// unknown one 404; a `wait_ms` over the bound 400 `INVALID_ARGUMENT`.
+/// unknown one 404; a `wait_ms` over the bound, not a whole number, repeated, or another
+/// parameter 400 `INVALID_ARGUMENT`.
 async fn catalog_state(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
-    Query(q): Query<CatalogQuery>,
+    q: Result<Query<CatalogQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    // The structured error, not axum's plain-text 400 (`wait_ms=abc`, `wait_ms=-1`, a repeated
+    // or unknown parameter).
+    let Query(q) = q.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
     let Some(server) = st.snapshot.current().servers.get(&name).cloned() else {
         return Err(ApiError::not_found(format!("no MCP server {name:?}")));
     };
