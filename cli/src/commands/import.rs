@@ -71,7 +71,7 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
         body["variables"] = variables;
         if !unset.is_empty() && !ctx.json {
             // The entries that use them are reported invalid, each naming its references.
-            eprintln!("--from-env: not set in this environment: {}", unset.join(", "));
+            crate::eprintln_printable!("--from-env: not set in this environment: {}", unset.join(", "));
         }
     }
     let api = ctx.connect().await?;

@@ -261,7 +261,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let body = add_body(&a, &current_dir()?, coffer_runtime::connect::which_on_path)?;
     if a.url.is_none() && a.cwd.is_none() {
         for arg in a.command.iter().skip(1).filter(|x| looks_relative(x)) {
-            eprintln!(
+            crate::eprintln_printable!(
                 "warning: argument {arg} is a relative path, but the server runs in {}; pass --cwd or an absolute path",
                 ctx.home.root().join("workspace").display()
             );
@@ -305,7 +305,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     if let Some(l) = &listed {
         let line = crate::commands::listed::describe(l, crate::commands::listed::WAIT);
         if line.starts_with("warning:") || line.starts_with("note:") {
-            eprintln!("{line}");
+            crate::eprintln_printable!("{line}");
         } else {
             out.push_str(&line);
             out.push('\n');
@@ -467,7 +467,7 @@ fn edit_body(
 /// On stderr, one note per value [`move_secrets`] moved to the credential store.
 fn note_moved(moved: &[Moved]) {
     for m in moved {
-        eprintln!(
+        crate::eprintln_printable!(
             "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
              references it (--keep-plaintext keeps such values as given)",
             m.flag, m.key, m.credential
@@ -1012,7 +1012,7 @@ async fn logs(ctx: &Ctx, a: McpLogsArgs) -> Result<(), CliError> {
         {
             return Err(e);
         }
-        eprintln!(
+        crate::eprintln_printable!(
             "no log for {} in {} yet (written once the server has started){}",
             a.name,
             dir.display(),

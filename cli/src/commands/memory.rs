@@ -228,7 +228,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
         output::print(&render_facts(items, output::terminal_width()))?;
     }
     if let Some(c) = body["next_cursor"].as_str() {
-        eprintln!("(more: repeat with --cursor {c})");
+        crate::eprintln_printable!("(more: repeat with --cursor {c})");
     }
     Ok(())
 }
@@ -243,7 +243,7 @@ async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     output::print(&render_fact(&fact))?;
     let warning = fact_warning(&fact);
     if !warning.is_empty() {
-        eprint!("{warning}");
+        crate::eprintln_printable!("{}", warning.trim_end_matches('\n'));
     }
     Ok(())
 }

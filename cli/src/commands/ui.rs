@@ -68,12 +68,12 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
     }
     if !args.no_open {
         match open_in_browser(&url, |k| std::env::var_os(k)).await {
-            Opened::Started(how) => eprintln!("Opening it with {how}…"),
+            Opened::Started(how) => crate::eprintln_printable!("Opening it with {how}…"),
             Opened::NoBrowser => {
-                eprintln!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
+                crate::eprintln_printable!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
             }
             Opened::Failed(why) => {
-                eprintln!("hint: could not open the browser ({why}); the link above is still valid: open it yourself");
+                crate::eprintln_printable!("hint: could not open the browser ({why}); the link above is still valid: open it yourself");
             }
         }
     }
