@@ -156,6 +156,11 @@ pub struct AddArgs {
     /// them to the credential store (not recommended: `mcp show` prints them).
     #[arg(long)]
     pub keep_plaintext: bool,
+    /// Keep secret-looking arguments (`--api-key ghp_…`, `--token=…`, a URL with a password) on
+    /// the command line; without it they are refused (arguments are stored in plaintext, synced,
+    /// and visible to every local user in `ps`: prefer --env-credential).
+    #[arg(long)]
+    pub allow_secret_args: bool,
     /// Return at once instead of waiting (up to 60 s) until the server has started and its
     /// capabilities are listed for MCP clients.
     #[arg(long)]
@@ -203,6 +208,9 @@ pub struct EditArgs {
     /// Keep secret-looking --env/--header values in the registry as given.
     #[arg(long)]
     pub keep_plaintext: bool,
+    /// Keep secret-looking arguments of the new command line as given (see `mcp add`).
+    #[arg(long)]
+    pub allow_secret_args: bool,
     /// The new command and all its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub new_command: Vec<String>,
@@ -407,6 +415,9 @@ fn edit_body(
     }
     if !a.new_command.is_empty() {
         body["args"] = json!(a.new_command[1..]);
+        if a.allow_secret_args {
+            body["allow_secret_args"] = json!(true);
+        }
     }
     for (field, flag, set, credentials, unset, ignore_case) in [
         ("env", "--env", &a.env, &a.env_credentials, &a.unset_env, false),
@@ -567,6 +578,9 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
     }
     if a.disabled {
         body["enabled"] = json!(false);
+    }
+    if a.allow_secret_args {
+        body["allow_secret_args"] = json!(true);
     }
     Ok(body)
 }
