@@ -146,6 +146,10 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 /// request authenticated by the cookie alone ends when that session is revoked
 /// ([`until_revoked`]); token-authenticated requests (every `/mcp` call) are passed through
 /// untouched.
+///
+/// The request then runs with how it was authenticated as its `coffer_runtime::grpc::with_auth`
+/// (`token`, or `session:<12 hex digits of the SHA-256 of the session id>`): the store records
+/// it in every audit row the request causes, whatever `X-Coffer-Actor` claims.
 pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
@@ -154,11 +158,12 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
         return next.run(req).await;
     }
     match authorize(&st, req.headers()) {
-        Some(Auth::Token) => return next.run(req).await,
-        Some(Auth::Cookie(revoked)) if safe || req.headers().contains_key(header::ORIGIN) => {
-            return until_revoked(next.run(req).await, revoked);
+        Some(Auth::Token) => return coffer_runtime::grpc::with_auth("token".to_owned(), next.run(req)).await,
+        Some(Auth::Cookie(revoked, session)) if safe || req.headers().contains_key(header::ORIGIN) => {
+            let resp = coffer_runtime::grpc::with_auth(format!("session:{session}"), next.run(req)).await;
+            return until_revoked(resp, revoked);
         }
-        Some(Auth::Cookie(_)) => {
+        Some(Auth::Cookie(..)) => {
             tracing::info!(method = %req.method(), "Refused: cookie-authenticated unsafe request without Origin.");
             return reject_request(
                 req,
@@ -180,13 +185,21 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
 /// How a request was authenticated, with what [`auth`] needs of it.
 enum Auth {
     Token,
-    /// By the cookie alone; the token is cancelled when the session is revoked.
-    Cookie(CancellationToken),
+    /// By the cookie alone; the token is cancelled when the session is revoked. With the first
+    /// 12 hex digits of the SHA-256 of the session id (names the session in the audit log
+    /// without being usable as one).
+    Cookie(CancellationToken, String),
+}
+
+/// The first 12 hex digits of the SHA-256 of a web session id.
+fn session_label(id: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(&sha2::Sha256::digest(id.as_bytes())[..6])
 }
 
 /// True when the request is authenticated by a web-session cookie and not by the token.
 pub fn via_cookie_only(st: &AppState, h: &HeaderMap) -> bool {
-    matches!(authorize(st, h), Some(Auth::Cookie(_)))
+    matches!(authorize(st, h), Some(Auth::Cookie(..)))
 }
 
 /// Ends a streaming response's body when `revoked` is cancelled (the session it streams to was
@@ -218,7 +231,7 @@ fn authorize(st: &AppState, h: &HeaderMap) -> Option<Auth> {
                 && k == SESSION_COOKIE
                 && let Some(revoked) = st.web_sessions.check_live(v)
             {
-                return Some(Auth::Cookie(revoked));
+                return Some(Auth::Cookie(revoked, session_label(v)));
             }
         }
     }
