@@ -27,6 +27,7 @@ mod conversations_store;
 mod credentials;
 mod daemon;
 mod docs;
+mod findings32;
 mod edge;
 mod edge_socket;
 mod environment;
