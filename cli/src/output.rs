@@ -71,21 +71,23 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     escape_unsafe(text, false)
 }
 
-/// Like [`printable`] but keeping line breaks and tabs: for text shown as lines (a tool's
-/// result, a log, a message). A carriage return is escaped (it would let a line overwrite
-/// itself).
+/// Like [`printable`] but keeping line breaks (LF, and CRLF) and tabs: for text shown as lines
+/// (a tool's result, a log, a message). A lone carriage return is escaped (it would let a line
+/// overwrite itself).
 pub fn printable_text(text: &str) -> std::borrow::Cow<'_, str> {
     escape_unsafe(text, true)
 }
 
 fn escape_unsafe(text: &str, keep_lines: bool) -> std::borrow::Cow<'_, str> {
     let bad = |c: char| is_unsafe_char(c) && !(keep_lines && (c == '\n' || c == '\t'));
-    if !text.chars().any(bad) {
+    // A line break written CRLF (a file from Windows) stays one: only a lone CR overwrites.
+    let crlf = |i: usize, c: char| keep_lines && c == '\r' && text[i + 1..].starts_with('\n');
+    if !text.char_indices().any(|(i, c)| bad(c) && !crlf(i, c)) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if bad(c) {
+    for (i, c) in text.char_indices() {
+        if bad(c) && !crlf(i, c) {
             // Every unsafe character is in the Basic Multilingual Plane: four digits suffice.
             out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
@@ -390,6 +392,8 @@ mod tests {
         }
         assert_eq!(printable("a\nb\tc"), "a\\u000ab\\u0009c");
         assert_eq!(printable_text("a\nb\tc\u{1b}"), "a\nb\tc\\u001b");
+        assert_eq!(printable_text("crlf\r\nok\r"), "crlf\r\nok\\u000d");
+        assert_eq!(printable("crlf\r\n"), "crlf\\u000d\\u000a");
         // Idempotent, and a JSON document keeps its value.
         let doc = serde_json::json!({"title": "x\u{202e}y\u{9b}z\u{1b}]0;t\u{7}", "n": 1}).to_string();
         let once = printable_text(&doc).into_owned();

@@ -384,4 +384,35 @@ mod tests {
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.into_body(), "gateway");
     }
+
+    /// The handler sees how the request was authenticated: as a peer forwarded it, else the
+    /// caller's own identity; a malformed forwarded value is not taken. The client interceptor
+    /// sends the current value.
+    #[tokio::test]
+    async fn the_requests_authentication_is_forwarded_or_the_callers_own() {
+        let gateway = crate::token::random_token();
+        let peers = Arc::new(PeerDigests::from_tokens([(Identity::Gateway, &gateway)]));
+        let inner = tower::service_fn(|_: http::Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(http::Response::new(current_auth().unwrap_or_default()))
+        });
+        let mut svc = InternalAuthLayer::new(peers, Policy::ANY_SERVICE).layer(inner);
+        for (forwarded, seen) in [
+            (Some("session:0123456789ab"), "session:0123456789ab"),
+            (Some("token"), "token"),
+            (None, "internal:gateway"),
+            (Some("Token with spaces"), "internal:gateway"),
+        ] {
+            let mut req = http::Request::builder().uri("/t.v1.S/Read").header(INTERNAL_TOKEN_HEADER, gateway.expose_secret());
+            if let Some(f) = forwarded {
+                req = req.header(AUTH_HEADER, f);
+            }
+            let res = svc.ready().await.unwrap().call(req.body(()).unwrap()).await.unwrap();
+            assert_eq!(res.into_body(), seen, "{forwarded:?}");
+        }
+        use tonic::service::Interceptor as _;
+        let mut client = ClientAuth::new(&gateway);
+        let sent = with_auth("token".into(), async { client.call(tonic::Request::new(())).unwrap() }).await;
+        assert_eq!(sent.metadata().get(AUTH_HEADER).and_then(|v| v.to_str().ok()), Some("token"));
+        assert!(client.call(tonic::Request::new(())).unwrap().metadata().get(AUTH_HEADER).is_none());
+    }
 }

@@ -322,8 +322,9 @@ impl Db {
     /// highest change number written (or the current head when none).
     ///
     /// How the request being served was authenticated (`coffer_runtime::grpc::current_auth`,
-    /// read here: the writer thread has no request context) is what audit rows written by `f`
-    /// record ([`crate::domain::audit::record_outcome`]).
+    /// read here: the writer thread has no request context; `internal:store` outside any
+    /// request) is what audit rows written by `f` record
+    /// ([`crate::domain::audit::record_outcome`]).
     pub async fn write<T, F>(&self, f: F) -> Result<(T, u64), StoreError>
     where
         T: Send + 'static,
@@ -332,7 +333,8 @@ impl Db {
         let (tx, rx) = oneshot::channel();
         let head = self.head.clone();
         let bus = self.changes.clone();
-        let auth = coffer_runtime::grpc::current_auth().unwrap_or_default();
+        // Outside any request (a retention pass, start-up work) the write is the store's own.
+        let auth = coffer_runtime::grpc::current_auth().unwrap_or_else(|| "internal:store".to_owned());
         let job: Job = Box::new(move |conn: &mut Connection| {
             let _auth = crate::domain::audit::RequestAuth::set(auth);
             let res = (|| {

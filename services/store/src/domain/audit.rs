@@ -167,3 +167,39 @@ impl Audit for AuditService {
         Ok(Response::new(ListAuditReply { items, next_before_id: next }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row records how the request behind the write was authenticated (what the edge set and
+    /// the internal layer scoped), never what an appended entry claims; outside any request the
+    /// write is the store's own.
+    #[tokio::test]
+    async fn rows_record_the_requests_authentication_never_a_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("coffer.db")).unwrap();
+        let svc = AuditService::new(db.clone());
+        coffer_runtime::grpc::with_auth("session:0123456789ab".into(), async {
+            db.write(|t, _| record(t, "tr", "cli", "credential.set", "x")).await.unwrap();
+            let claimed = AuditEntry {
+                actor: "ui".into(),
+                action: "mcp.import".into(),
+                target: "t".into(),
+                outcome: AuditOutcome::Ok.into(),
+                auth: "token".into(),
+                ..Default::default()
+            };
+            svc.append_audit(Request::new(AppendAuditRequest { entries: vec![claimed] })).await.unwrap();
+        })
+        .await;
+        db.write(|t, _| record(t, "", "api", "maintenance.prune", "db")).await.unwrap();
+        let req = ListAuditRequest { limit: 10, ..Default::default() };
+        let items = svc.list_audit(Request::new(req)).await.unwrap().into_inner().items;
+        let seen: Vec<(&str, &str)> = items.iter().map(|e| (e.actor.as_str(), e.auth.as_str())).collect();
+        assert_eq!(
+            seen,
+            [("api", "internal:store"), ("ui", "session:0123456789ab"), ("cli", "session:0123456789ab")]
+        );
+    }
+}
