@@ -60,7 +60,8 @@ pub fn print_json(v: &Value) -> Result<(), CliError> {
 /// overrides U+202A–U+202E, the isolates U+2066–U+2069), which makes text read in another order
 /// than it is stored ("Trojan Source", CVE-2021-42574).
 pub fn is_unsafe_char(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// The one printable filter (every terminal print of the CLI goes through it, see [`print`]):
@@ -382,7 +383,10 @@ mod tests {
             // Right-to-left override, isolates, embeddings and marks (Trojan Source).
             ("invoice\u{202e}fdp.exe", "invoice\\u202efdp.exe"),
             ("\u{2066}a\u{2067}b\u{2068}c\u{2069}", "\\u2066a\\u2067b\\u2068c\\u2069"),
-            ("\u{202a}\u{202b}\u{202c}\u{202d}\u{200e}\u{200f}\u{61c}", "\\u202a\\u202b\\u202c\\u202d\\u200e\\u200f\\u061c"),
+            (
+                "\u{202a}\u{202b}\u{202c}\u{202d}\u{200e}\u{200f}\u{61c}",
+                "\\u202a\\u202b\\u202c\\u202d\\u200e\\u200f\\u061c",
+            ),
             // Ordinary text, CJK, emoji and joiners are left alone.
             ("plain 笔记 👩‍💻 é", "plain 笔记 👩‍💻 é"),
         ];

@@ -210,7 +210,10 @@ async fn a_strangers_wrong_pairing_codes_never_void_the_owners_code() -> anyhow:
     r.fake.push_text(STRANGER, &format!("/pair {code}"));
     r.wait_bot(STRANGER, "Pairing failed").await?;
     let ch = r.channels.clone().get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();
-    ensure!(ch.owner_id.is_empty() && ch.pairing_pending, "the code is still pending and nobody owns the channel: {ch:?}");
+    ensure!(
+        ch.owner_id.is_empty() && ch.pairing_pending,
+        "the code is still pending and nobody owns the channel: {ch:?}"
+    );
     r.fake.push_text(OWNER, &format!("/pair {code}"));
     r.wait_bot(OWNER, "Paired").await?;
     let ch = r.channels.clone().get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();

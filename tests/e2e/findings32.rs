@@ -49,11 +49,12 @@ async fn an_upstreams_terminal_escapes_are_shown_not_obeyed() -> anyhow::Result<
     // mcp logs: what the upstream wrote on stderr.
     home.cli(&["tools", "call", "evil__stderr_env"]).await?.ok()?;
     let wanted = |o: &coffer_tests::CliOutput| o.stdout.contains("TINY_ECHO_ENV=");
-    let out = coffer_tests::wait_for("the upstream's stderr in its log", std::time::Duration::from_secs(20), || async {
-        let o = home.cli(&["mcp", "logs", "evil"]).await?.ok()?;
-        Ok(wanted(&o).then_some(o))
-    })
-    .await?;
+    let out =
+        coffer_tests::wait_for("the upstream's stderr in its log", std::time::Duration::from_secs(20), || async {
+            let o = home.cli(&["mcp", "logs", "evil"]).await?.ok()?;
+            Ok(wanted(&o).then_some(o))
+        })
+        .await?;
     ensure!(inert(&out.stdout), "raw escapes from the log: {:?}", out.stdout);
     ensure!(out.stdout.contains("\\u001b]52;c;cm0gLXJmIH4=\\u0007"), "{}", out.stdout);
     let out = home.cli(&["mcp", "logs", "evil", "--json"]).await?.ok()?;
@@ -137,7 +138,8 @@ async fn secret_looking_upstream_arguments_are_refused_unless_allowed() -> anyho
     let api = home.start_daemon().await?;
     let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
     let token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
-    for args in [json!(["--api-key", token]), json!(["--token=hunter2-Xy9!kQ"]), json!(["postgres://app:pw-123@db/x"])] {
+    for args in [json!(["--api-key", token]), json!(["--token=hunter2-Xy9!kQ"]), json!(["postgres://app:pw-123@db/x"])]
+    {
         let body = json!({"name": "leaky", "command": tiny, "args": args});
         let r = api.post_json("/v1/mcp/servers", &body).reply().await?;
         ensure!(r.status == 400, "{args}: {} {}", r.status, r.text);
@@ -156,7 +158,11 @@ async fn secret_looking_upstream_arguments_are_refused_unless_allowed() -> anyho
     // PATCH too; with the flag the argument is kept.
     let ok = json!({"name": "leaky", "command": tiny, "args": ["--verbose"]});
     ensure!(api.post_json("/v1/mcp/servers", &ok).reply().await?.status == 201);
-    let r = api.request(Method::PATCH, "/v1/mcp/servers/leaky").json(&json!({"args": ["--api-key", token]})).reply().await?;
+    let r = api
+        .request(Method::PATCH, "/v1/mcp/servers/leaky")
+        .json(&json!({"args": ["--api-key", token]}))
+        .reply()
+        .await?;
     ensure!(r.status == 400 && r.text.contains("args[1] (the value of --api-key)"), "{} {}", r.status, r.text);
     let r = api
         .request(Method::PATCH, "/v1/mcp/servers/leaky")

@@ -425,6 +425,9 @@ async fn a_draft_probe_never_sends_a_stored_credential() -> anyhow::Result<()> {
     let t = api.post_json("/v1/llm/connections/test", &draft).reply().await?.ok_json()?;
     ensure!(t["ok"] == true, "{t}");
     let seen = thief.requests();
-    ensure!(!seen.is_empty() && seen.iter().all(|r| r.carried_key(typed) && !r.carried_key(stored)), "only the typed key");
+    ensure!(
+        !seen.is_empty() && seen.iter().all(|r| r.carried_key(typed) && !r.carried_key(stored)),
+        "only the typed key"
+    );
     Ok(())
 }

@@ -20,7 +20,9 @@ use crate::api::{ApiClient, path_segment, with_query};
 use crate::commands::kb::{absolute, time_ms};
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, printable, printable_text, render_fields, render_table, render_table_fitted, truncate, yes_no};
+use crate::output::{
+    self, cell, printable, printable_text, render_fields, render_table, render_table_fitted, truncate, yes_no,
+};
 
 /// Longest silence on an event stream before it is taken for broken and resumed (the edge
 /// sends a keep-alive comment every 15 s).

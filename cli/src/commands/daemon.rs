@@ -246,7 +246,10 @@ async fn stop(ctx: &Ctx) -> Result<bool, CliError> {
         note_successor(ctx, pid);
         return Ok(true);
     }
-    crate::eprintln_printable!("warning: the daemon did not stop within {}s; sending SIGTERM to pid {pid}", STOP_DEADLINE.as_secs());
+    crate::eprintln_printable!(
+        "warning: the daemon did not stop within {}s; sending SIGTERM to pid {pid}",
+        STOP_DEADLINE.as_secs()
+    );
     sigterm_and_wait(ctx, pid).await
 }
 

@@ -541,7 +541,9 @@ async fn models(ctx: &Ctx, name: &str) -> Result<(), CliError> {
         crate::eprintln_printable!("{hint}");
     }
     if ids.is_empty() && r["hint"].is_null() {
-        crate::eprintln_printable!("{name}: the provider listed no models; type an id (`coffer llm edit {name} --model ID`)");
+        crate::eprintln_printable!(
+            "{name}: the provider listed no models; type an id (`coffer llm edit {name} --model ID`)"
+        );
     }
     Ok(())
 }

@@ -481,7 +481,9 @@ fn note_moved(moved: &[Moved]) {
         crate::eprintln_printable!(
             "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
              references it (--keep-plaintext keeps such values as given)",
-            m.flag, m.key, m.credential
+            m.flag,
+            m.key,
+            m.credential
         );
     }
 }

@@ -70,10 +70,14 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         match open_in_browser(&url, |k| std::env::var_os(k)).await {
             Opened::Started(how) => crate::eprintln_printable!("Opening it with {how}…"),
             Opened::NoBrowser => {
-                crate::eprintln_printable!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
+                crate::eprintln_printable!(
+                    "hint: no browser to open it with (set $BROWSER, or open the link yourself)"
+                );
             }
             Opened::Failed(why) => {
-                crate::eprintln_printable!("hint: could not open the browser ({why}); the link above is still valid: open it yourself");
+                crate::eprintln_printable!(
+                    "hint: could not open the browser ({why}); the link above is still valid: open it yourself"
+                );
             }
         }
     }

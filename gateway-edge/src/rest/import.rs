@@ -527,8 +527,7 @@ fn plan_one(
     } else {
         String::new()
     };
-    let secret: BTreeSet<usize> =
-        coffer_types::secrets::secret_args(&def.args).into_iter().map(|a| a.index).collect();
+    let secret: BTreeSet<usize> = coffer_types::secrets::secret_args(&def.args).into_iter().map(|a| a.index).collect();
     for (i, a) in def.args.iter().enumerate() {
         if secret.contains(&i) {
             warnings.push(format!(
@@ -621,9 +620,10 @@ pub fn refuse_secret_args(p: &mut Plan) {
         .partition(|i| coffer_types::secrets::secret_args(&i.server.args).is_empty());
     p.imported = keep;
     for i in refused {
-        let first = coffer_types::secrets::secret_args(&i.server.args).into_iter().next().unwrap_or(
-            coffer_types::secrets::SecretArg { index: 0, flag: None },
-        );
+        let first = coffer_types::secrets::secret_args(&i.server.args)
+            .into_iter()
+            .next()
+            .unwrap_or(coffer_types::secrets::SecretArg { index: 0, flag: None });
         let what = match &first.flag {
             Some(flag) => format!("args[{}] (the value of {flag})", first.index),
             None => format!("args[{}]", first.index),
@@ -1190,7 +1190,10 @@ mod tests {
         refuse_secret_args(&mut p);
         assert!(p.imported.is_empty(), "{:?}", p.imported.len());
         let r = reason(&p.invalid, "s");
-        assert!(r.contains("args[2] (the value of --token) looks like a secret") && r.contains("allow_secret_args"), "{r}");
+        assert!(
+            r.contains("args[2] (the value of --token) looks like a secret") && r.contains("allow_secret_args"),
+            "{r}"
+        );
         assert!(!r.contains("ghp_"), "{r}");
     }
 

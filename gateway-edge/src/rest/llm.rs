@@ -807,11 +807,21 @@ mod tests {
         assert_eq!((d.record.name.as_str(), d.record.wire(), d.record.model.as_str()), ("draft", LlmWire::Ollama, ""));
         let e = |v: Value, need_model: bool| draft(draft_body(v).unwrap(), need_model).err().unwrap();
         // A key sent with the draft goes with it; a stored credential never does (issue 32).
-        let d = draft(draft_body(json!({"wire": "ollama", "base_url": "http://h", "api_key": "sk-secret-0123456789"})).unwrap(), false).unwrap();
+        let d = draft(
+            draft_body(json!({"wire": "ollama", "base_url": "http://h", "api_key": "sk-secret-0123456789"})).unwrap(),
+            false,
+        )
+        .unwrap();
         let r = d.into_ref();
         assert_eq!(r.draft_api_key, "sk-secret-0123456789");
-        let m = e(json!({"wire": "anthropic", "base_url": "http://evil.example", "model": "m", "credential_ref": "llm-claude"}), true);
-        assert_eq!((m.code, &m.details["field"], &m.details["reason"]), (Code::InvalidArgument, &json!("credential_ref"), &json!("stored_credential_in_draft")));
+        let m = e(
+            json!({"wire": "anthropic", "base_url": "http://evil.example", "model": "m", "credential_ref": "llm-claude"}),
+            true,
+        );
+        assert_eq!(
+            (m.code, &m.details["field"], &m.details["reason"]),
+            (Code::InvalidArgument, &json!("credential_ref"), &json!("stored_credential_in_draft"))
+        );
         assert!(m.message.contains("cannot use a stored credential"), "{}", m.message);
         assert_eq!(e(json!({"wire": "gemini"}), false).details["field"], "wire");
         assert_eq!(e(json!({"wire": "ollama"}), false).details["field"], "base_url");

@@ -385,7 +385,10 @@ async fn seatalk(
         },
         None => {
             tracing::warn!(%channel, %event_type, "Refused a signed callback: no timestamp.");
-            return error(StatusCode::BAD_REQUEST, "the event has no timestamp (Unix seconds, SeaTalk's event envelope)");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the event has no timestamp (Unix seconds, SeaTalk's event envelope)",
+            );
         }
     };
     let skew = (now_ms() / 1000).saturating_sub(ts).saturating_abs();

@@ -237,7 +237,8 @@ pub fn secret_in(text: &str) -> Option<String> {
 const CREDENTIAL_WORDS: &[&str] =
     &["password", "passwd", "pwd", "passphrase", "passcode", "secret", "pin", "token", "apikey", "api-key", "api_key"];
 /// What makes `key` a credential's name ("the api key is …", not "the key point is …").
-const KEY_QUALIFIERS: &[&str] = &["api", "access", "secret", "private", "license", "licence", "encryption", "wifi", "wi-fi"];
+const KEY_QUALIFIERS: &[&str] =
+    &["api", "access", "secret", "private", "license", "licence", "encryption", "wifi", "wi-fi"];
 /// Words that hand a value to the name before them: "… password is X", "… PIN was X".
 const CONNECTORS: &[&str] = &["is", "was", "=", ":", "->", "=>"];
 /// Filler words allowed between a credential's name and its connector ("the password for the
@@ -265,7 +266,7 @@ fn credential_phrase_in(words: &[String]) -> Option<String> {
             Some(i + 1)
         } else {
             (i + 1..lower.len().min(i + 2 + MAX_FILLER_WORDS))
-                .find(|&j| CONNECTORS.contains(&lower[j].as_str()) || lower[j].ends_with(':') && j > i + 1)
+                .find(|&j| CONNECTORS.contains(&lower[j].as_str()) || lower[j].ends_with(':'))
                 .map(|j| j + 1)
         };
         let Some(value) = value_at.and_then(|j| words.get(j)) else { continue };
@@ -282,7 +283,7 @@ fn credential_phrase_in(words: &[String]) -> Option<String> {
 /// digit, symbol), or 6+ digits; for a PIN also 4-8 digits. Not a URL, not a plain word.
 fn credential_like(value: &str, pin: bool) -> bool {
     // Sentence punctuation after the value is not part of it.
-    let v = value.trim_end_matches(['.', ',', ';', ')']);
+    let v = value.trim_end_matches(['.', ',', ';', ':', ')', '!', '?']);
     let n = v.chars().count();
     if v.contains("://") || n > 256 {
         return false;
@@ -490,7 +491,13 @@ impl Memory {
     /// [`Error::Invalid`] for an empty or over-long text, bad tags or source, or a text that
     /// looks like it holds a secret ([`secret_in`]) unless `allow_secret`; file and store errors
     /// (then no file is left behind).
-    pub async fn remember(&self, text: &str, tags: Vec<String>, source: &str, allow_secret: bool) -> Result<RememberReply> {
+    pub async fn remember(
+        &self,
+        text: &str,
+        tags: Vec<String>,
+        source: &str,
+        allow_secret: bool,
+    ) -> Result<RememberReply> {
         let text = text.trim();
         if text.is_empty() {
             return Err(Error::Invalid("text is empty".into()));
@@ -702,6 +709,8 @@ mod tests {
             "the PIN is 12",
             "my password manager is Bitwarden",
             "the passphrase is four random words",
+            "The password policy is strict: twelve characters minimum",
+            "Is the secret sauce ready? The secret is: patience.",
         ] {
             assert_eq!(secret_in(fine), None, "{fine:?}");
         }

@@ -402,7 +402,8 @@ mod tests {
             (None, "internal:gateway"),
             (Some("Token with spaces"), "internal:gateway"),
         ] {
-            let mut req = http::Request::builder().uri("/t.v1.S/Read").header(INTERNAL_TOKEN_HEADER, gateway.expose_secret());
+            let mut req =
+                http::Request::builder().uri("/t.v1.S/Read").header(INTERNAL_TOKEN_HEADER, gateway.expose_secret());
             if let Some(f) = forwarded {
                 req = req.header(AUTH_HEADER, f);
             }

@@ -175,10 +175,13 @@ fn looks_secret_anywhere(arg: &str) -> bool {
     let lower = arg.to_ascii_lowercase();
     for scheme in AUTH_SCHEMES {
         if let Some(i) = lower.find(scheme)
-            && arg[i + scheme.len()..].trim().len() >= 8
             && (i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric())
         {
-            return true;
+            let value = arg[i + scheme.len()..].trim();
+            // `Bearer ${TOKEN}` is a reference the client expands, not a secret.
+            if value.len() >= 8 && !value.starts_with('$') {
+                return true;
+            }
         }
     }
     url_password(arg)
@@ -269,7 +272,10 @@ mod tests {
     fn secret_arguments_are_found_by_option_shape_and_url() {
         let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         let at = |a: &[&str]| secret_args(&args(a)).into_iter().map(|s| (s.index, s.flag)).collect::<Vec<_>>();
-        assert_eq!(at(&["serve", "--api-key", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"]), [(2, Some("--api-key".into()))]);
+        assert_eq!(
+            at(&["serve", "--api-key", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"]),
+            [(2, Some("--api-key".into()))]
+        );
         assert_eq!(at(&["--token=hunter2-Xy9"]), [(0, Some("--token".into()))]);
         assert_eq!(at(&["--password", "correcthorse"]), [(1, Some("--password".into()))]);
         assert_eq!(at(&["-y", "pkg", "sk-proj-0123456789abcdef"]), [(2, None)]);
@@ -291,6 +297,7 @@ mod tests {
             &["--keyboard", "us-intl-layout", "--log-level", "debug", "--port", "8080"],
             &["--max-tokens", "409600", "--tokenizer", "cl100k_base", "--api-key-header", "X-Api-Key-Name"],
             &["--token"],
+            &["--header", "Authorization: Bearer ${AUTH_TOKEN}", "--header", "X-Key:${KEY}"],
         ] {
             assert_eq!(at(fine), [], "{fine:?}");
         }

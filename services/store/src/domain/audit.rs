@@ -197,9 +197,6 @@ mod tests {
         let req = ListAuditRequest { limit: 10, ..Default::default() };
         let items = svc.list_audit(Request::new(req)).await.unwrap().into_inner().items;
         let seen: Vec<(&str, &str)> = items.iter().map(|e| (e.actor.as_str(), e.auth.as_str())).collect();
-        assert_eq!(
-            seen,
-            [("api", "internal:store"), ("ui", "session:0123456789ab"), ("cli", "session:0123456789ab")]
-        );
+        assert_eq!(seen, [("api", "internal:store"), ("ui", "session:0123456789ab"), ("cli", "session:0123456789ab")]);
     }
 }
