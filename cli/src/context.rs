@@ -84,7 +84,7 @@ impl Ctx {
 /// One line on stderr when the running daemon is another version than this CLI.
 pub fn warn_on_version_mismatch(daemon: &Daemon) {
     if daemon.version_mismatch() {
-        eprintln!(
+        crate::eprintln_printable!(
             "warning: the running coffer-daemon is version {} but this coffer is {}; run `coffer daemon restart` to switch",
             daemon.info.version,
             coffer_runtime::VERSION

@@ -96,7 +96,7 @@ pub fn main_entry() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            crate::eprintln_printable!("error: cannot start the async runtime: {e}");
             return ExitCode::from(error::exit::ERROR);
         }
     };
@@ -108,7 +108,7 @@ pub fn main_entry() -> ExitCode {
                 let _ = output::print_json(&envelope);
             }
             if let Some(line) = e.render() {
-                eprintln!("{line}");
+                crate::eprintln_printable!("{line}");
             }
             ExitCode::from(e.exit_code())
         }

@@ -10,11 +10,25 @@ use serde_json::Value;
 
 use crate::error::CliError;
 
-/// Writes `text` to stdout and flushes.
+/// Writes `text` to stdout through [`printable_text`] and flushes: nothing a daemon answer,
+/// an upstream or a file put in `text` can drive the terminal.
 ///
 /// # Errors
 /// [`CliError::StdoutClosed`] when the reader went away; [`CliError::Failed`] otherwise.
 pub fn print(text: &str) -> Result<(), CliError> {
+    print_raw(&printable_text(text))
+}
+
+/// Writes `text` to stdout unfiltered: only for text whose every untrusted part already went
+/// through [`printable`] and which adds the CLI's own styling (`kb search`'s bold matches).
+///
+/// # Errors
+/// As [`print`].
+pub fn print_styled(text: &str) -> Result<(), CliError> {
+    print_raw(text)
+}
+
+fn print_raw(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(|e| match e.kind() {
         std::io::ErrorKind::BrokenPipe => CliError::StdoutClosed,
@@ -40,16 +54,63 @@ pub fn print_json(v: &Value) -> Result<(), CliError> {
     println(&v.to_string())
 }
 
-/// `text` safe to print on a terminal: every control character (C0, DEL, C1: ESC, BEL, CR, …,
-/// which could move the cursor, recolour, retitle or clear the terminal) is shown escaped as
-/// `\u{1b}`. Names, URIs and errors in the daemon's answers come from clients and upstreams.
+/// Whether `c` may drive a terminal or reorder what is shown: a control character (C0, DEL,
+/// C1: ESC starts cursor moves, colours, OSC 52 clipboard writes and window titles; CSI is
+/// U+009B) or a bidirectional formatting character (U+061C, U+200E/F, the embeddings and
+/// overrides U+202A–U+202E, the isolates U+2066–U+2069), which makes text read in another order
+/// than it is stored ("Trojan Source", CVE-2021-42574).
+pub fn is_unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The one printable filter (every terminal print of the CLI goes through it, see [`print`]):
+/// `text` with each [`is_unsafe_char`] — line breaks and tabs included — shown as its JSON
+/// escape `\u001b`. The JSON form keeps a JSON document valid and equal (these characters can
+/// only stand inside its strings), so `--json` output passes through the same filter.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    escape_unsafe(text, false)
+}
+
+/// Like [`printable`] but keeping line breaks (LF, and CRLF) and tabs: for text shown as lines
+/// (a tool's result, a log, a message). A lone carriage return is escaped (it would let a line
+/// overwrite itself).
+pub fn printable_text(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_unsafe(text, true)
+}
+
+fn escape_unsafe(text: &str, keep_lines: bool) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| is_unsafe_char(c) && !(keep_lines && (c == '\n' || c == '\t'));
+    // A line break written CRLF (a file from Windows) stays one: only a lone CR overwrites.
+    let crlf = |i: usize, c: char| keep_lines && c == '\r' && text[i + 1..].starts_with('\n');
+    if !text.char_indices().any(|(i, c)| bad(c) && !crlf(i, c)) {
         return std::borrow::Cow::Borrowed(text);
     }
-    std::borrow::Cow::Owned(
-        text.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
-    )
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, c) in text.char_indices() {
+        if bad(c) && !crlf(i, c) {
+            // Every unsafe character is in the Basic Multilingual Plane: four digits suffice.
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Writes `line` and a newline to stderr through [`printable_text`] (the way of `eprintln!`
+/// for everything that may hold a daemon's, an upstream's or a file's text).
+pub fn eprint_line(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", printable_text(line));
+}
+
+/// `eprintln!` through [`eprint_line`]: the CLI's stderr lines pass the printable filter too.
+#[macro_export]
+macro_rules! eprintln_printable {
+    ($($arg:tt)*) => {
+        $crate::output::eprint_line(&format!($($arg)*))
+    };
 }
 
 /// Columns `s` takes on a terminal (`unicode-width`: a CJK character takes two, a combining
@@ -300,9 +361,49 @@ mod tests {
             vec![vec!["x\u{1b}[31mRED\u{7}".to_owned(), "t".to_owned()], vec!["plain".to_owned(), "u".to_owned()]];
         let t = render_table(&["NAME", "V"], &rows);
         assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
-        assert_eq!(t, "NAME                 V\nx\\u{1b}[31mRED\\u{7}  t\nplain                u\n");
-        assert_eq!(render_fields(&[("uri", "a\u{9b}b\nc".to_owned())]), "uri: a\\u{9b}b\n     c\n");
+        assert_eq!(t, "NAME                  V\nx\\u001b[31mRED\\u0007  t\nplain                 u\n");
+        assert_eq!(render_fields(&[("uri", "a\u{9b}b\nc".to_owned())]), "uri: a\\u009bb\n     c\n");
         assert_eq!(render_table(&["A", "B", "C"], &[vec!["xyz".into()]]), "A    B  C\nxyz\n");
+    }
+
+    /// Hostile strings from upstreams and titles: every escape, control and bidi character is
+    /// shown as its JSON escape, on one line and in multi-line text, and a JSON document stays
+    /// valid and equal.
+    #[test]
+    fn the_printable_filter_shows_escapes_controls_and_bidi_characters() {
+        let cases = [
+            // OSC 52: write "hi" to the clipboard, BEL-terminated; and ST-terminated.
+            ("\u{1b}]52;c;aGk=\u{7}", "\\u001b]52;c;aGk=\\u0007"),
+            ("\u{1b}]52;c;aGk=\u{1b}\\", "\\u001b]52;c;aGk=\\u001b\\"),
+            // OSC 0: window title; CSI clear screen; 8-bit CSI (C1); DEL; CR overwriting a line.
+            ("\u{1b}]0;pwned\u{7}", "\\u001b]0;pwned\\u0007"),
+            ("\u{1b}[2J\u{1b}[H", "\\u001b[2J\\u001b[H"),
+            ("a\u{9b}31mb\u{7f}", "a\\u009b31mb\\u007f"),
+            ("ok\rFAILED", "ok\\u000dFAILED"),
+            // Right-to-left override, isolates, embeddings and marks (Trojan Source).
+            ("invoice\u{202e}fdp.exe", "invoice\\u202efdp.exe"),
+            ("\u{2066}a\u{2067}b\u{2068}c\u{2069}", "\\u2066a\\u2067b\\u2068c\\u2069"),
+            (
+                "\u{202a}\u{202b}\u{202c}\u{202d}\u{200e}\u{200f}\u{61c}",
+                "\\u202a\\u202b\\u202c\\u202d\\u200e\\u200f\\u061c",
+            ),
+            // Ordinary text, CJK, emoji and joiners are left alone.
+            ("plain 笔记 👩‍💻 é", "plain 笔记 👩‍💻 é"),
+        ];
+        for (hostile, shown) in cases {
+            assert_eq!(printable(hostile), shown, "{hostile:?}");
+            assert_eq!(printable_text(hostile), shown, "{hostile:?}");
+        }
+        assert_eq!(printable("a\nb\tc"), "a\\u000ab\\u0009c");
+        assert_eq!(printable_text("a\nb\tc\u{1b}"), "a\nb\tc\\u001b");
+        assert_eq!(printable_text("crlf\r\nok\r"), "crlf\r\nok\\u000d");
+        assert_eq!(printable("crlf\r\n"), "crlf\\u000d\\u000a");
+        // Idempotent, and a JSON document keeps its value.
+        let doc = serde_json::json!({"title": "x\u{202e}y\u{9b}z\u{1b}]0;t\u{7}", "n": 1}).to_string();
+        let once = printable_text(&doc).into_owned();
+        assert_eq!(printable_text(&once), once);
+        assert!(!once.chars().any(is_unsafe_char), "{once}");
+        assert_eq!(serde_json::from_str::<Value>(&once).unwrap(), serde_json::from_str::<Value>(&doc).unwrap());
     }
 
     #[test]

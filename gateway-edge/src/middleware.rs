@@ -155,6 +155,10 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 /// A streaming answer (an SSE stream, a followed log: any body without a known length) to a
 /// web-session request ends when that session is revoked ([`until_revoked`]);
 /// token-authenticated requests (every `/mcp` call) are passed through untouched.
+///
+/// The request then runs with how it was authenticated as its `coffer_runtime::grpc::with_auth`
+/// (`token`, or `session:<12 hex digits of the SHA-256 of the session id>`): the store records
+/// it in every audit row the request causes, whatever `X-Coffer-Actor` claims.
 pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
@@ -166,11 +170,13 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
     match authorize(&st, req.headers(), ticket.as_deref()) {
         Verdict::Token => {
             req.extensions_mut().insert(Via::Token);
-            return next.run(req).await;
+            return coffer_runtime::grpc::with_auth("token".to_owned(), next.run(req)).await;
         }
         Verdict::Session(session, revoked) if safe || req.headers().contains_key(header::ORIGIN) => {
+            let label = format!("session:{}", session.label());
             req.extensions_mut().insert(Via::Session(session));
-            return until_revoked(next.run(req).await, revoked);
+            let resp = coffer_runtime::grpc::with_auth(label, next.run(req)).await;
+            return until_revoked(resp, revoked);
         }
         Verdict::Session(..) => {
             tracing::info!(method = %req.method(), "Refused: web-session unsafe request without Origin.");

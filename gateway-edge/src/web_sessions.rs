@@ -91,6 +91,14 @@ pub struct NewSession {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionRef(Digest);
 
+impl SessionRef {
+    /// The first 12 hex digits of the SHA-256 of the session id: names the session in the audit
+    /// log without being usable as one.
+    pub fn label(&self) -> String {
+        hex::encode(&self.0[..6])
+    }
+}
+
 /// Why a presented cookie does not authenticate a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {

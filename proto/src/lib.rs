@@ -169,6 +169,8 @@ pub mod store {
     }
 }
 
+/// Metadata key carrying how the request that caused an internal call was authenticated.
+pub use coffer_types::header::AUTH as AUTH_HEADER;
 /// Metadata key carrying the per-run internal token on every internal gRPC call.
 pub use coffer_types::header::INTERNAL_TOKEN as INTERNAL_TOKEN_HEADER;
 /// Metadata key carrying the trace id of the request that caused an internal call.

@@ -189,6 +189,38 @@ async fn pairing_gates_the_chat_and_strangers_are_refused_once_and_audited_witho
     Ok(())
 }
 
+/// Issue 32: a stranger who found the bot sends five wrong codes (and then the right one, had it
+/// leaked): its tries end, the owner's code does not — the owner still pairs with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_wrong_pairing_codes_never_void_the_owners_code() -> anyhow::Result<()> {
+    let r = rig().await?;
+    let code = r
+        .channels
+        .clone()
+        .start_pairing(st::StartPairingRequest { name: "tg".into(), ttl_s: 600, actor: "cli".into() })
+        .await?
+        .into_inner()
+        .code;
+    for (i, wrong) in ["AAAAAAAA", "BBBBBBBB", "CCCCCCCC", "DDDDDDDD"].iter().enumerate() {
+        r.fake.push_text(STRANGER, &format!("/pair {wrong}"));
+        r.wait_bot(STRANGER, &format!("{} tries left", 4 - i)).await?;
+    }
+    r.fake.push_text(STRANGER, "/pair EEEEEEEE");
+    r.wait_bot(STRANGER, "no tries left for this chat").await?;
+    r.fake.push_text(STRANGER, &format!("/pair {code}"));
+    r.wait_bot(STRANGER, "Pairing failed").await?;
+    let ch = r.channels.clone().get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();
+    ensure!(
+        ch.owner_id.is_empty() && ch.pairing_pending,
+        "the code is still pending and nobody owns the channel: {ch:?}"
+    );
+    r.fake.push_text(OWNER, &format!("/pair {code}"));
+    r.wait_bot(OWNER, "Paired").await?;
+    let ch = r.channels.clone().get_channel(st::GetChannelRequest { name: "tg".into() }).await?.into_inner();
+    assert_eq!(ch.owner_id, OWNER.to_string());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_conversation_streams_throttled_edits_queues_stops_resumes_and_starts_anew() -> anyhow::Result<()> {
     let mut r = rig().await?;

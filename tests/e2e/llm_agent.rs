@@ -14,6 +14,7 @@ use coffer_tests::http::Api;
 use coffer_tests::mcp::set_tool_enabled;
 use coffer_tests::peers::{PyClient, texts};
 use coffer_tests::{SendExt, TestHome, wait_for, write_file as write};
+use reqwest::Method;
 use serde_json::{Value, json};
 
 /// How long indexing a small folder may take on a loaded machine.
@@ -386,8 +387,47 @@ async fn test_and_models_probe_through_coffer_chat_and_report_provider_failures_
     // An unknown name is 404; a credential without a value is a conflict naming it.
     let r = api.post("/v1/llm/connections/absent/test").reply().await?;
     ensure!(r.status == 404 && r.text.contains("absent"), "{} {}", r.status, r.text);
-    let draft = json!({"wire": "anthropic", "base_url": fake.url, "model": "m", "credential_ref": "never-set"});
-    let r = api.post_json("/v1/llm/connections/test", &draft).reply().await?;
-    ensure!(r.status == 409 && r.text.contains("never-set"), "{} {}", r.status, r.text);
+    let r = api.post("/v1/llm/connections/nokey-absent/test").reply().await?;
+    ensure!(r.status == 404, "{} {}", r.status, r.text);
+    Ok(())
+}
+
+/// Issue 32: a draft probe (`POST /v1/llm/connections/test` and `…/models`) naming a stored
+/// credential is refused with a 400 naming `credential_ref`, whatever its base URL: the stored
+/// key never reaches the draft's URL (a fake provider standing for any URL records every
+/// request). A key sent in the same request is used, for that probe only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_probe_never_sends_a_stored_credential() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let stored = "sk-stored-secret-0123456789";
+    let r = api.request(Method::PUT, "/v1/credentials/llm-claude").json(&json!({"value": stored})).reply().await?;
+    ensure!(r.status.is_success(), "{} {}", r.status, r.text);
+    let thief = FakeLlm::start(Wire::Anthropic).await?;
+    for route in ["/v1/llm/connections/test", "/v1/llm/connections/models"] {
+        let draft = json!({"wire": "anthropic", "base_url": thief.url, "model": "m", "credential_ref": "llm-claude"});
+        let r = api.post_json(route, &draft).reply().await?;
+        ensure!(r.status == 400, "{route}: {} {}", r.status, r.text);
+        let e: Value = serde_json::from_str(&r.text)?;
+        ensure!(
+            e["error"]["code"] == "INVALID_ARGUMENT"
+                && e["error"]["details"]["field"] == "credential_ref"
+                && e["error"]["details"]["reason"] == "stored_credential_in_draft",
+            "{route}: {e}"
+        );
+        ensure!(!r.text.contains(stored), "never the secret");
+    }
+    ensure!(thief.requests().is_empty(), "nothing reached the draft's URL: {} requests", thief.requests().len());
+
+    // A key sent with the draft is the one used.
+    let typed = "sk-typed-here-9876543210";
+    let draft = json!({"wire": "anthropic", "base_url": thief.url, "model": "fake-model", "api_key": typed});
+    let t = api.post_json("/v1/llm/connections/test", &draft).reply().await?.ok_json()?;
+    ensure!(t["ok"] == true, "{t}");
+    let seen = thief.requests();
+    ensure!(
+        !seen.is_empty() && seen.iter().all(|r| r.carried_key(typed) && !r.carried_key(stored)),
+        "only the typed key"
+    );
     Ok(())
 }

@@ -309,7 +309,10 @@ async fn hostile_connection_requests_get_envelopes_and_write_nothing() -> anyhow
 
     // Drafts are checked before anything is sent to coffer-chat.
     let drafts: Vec<(&str, Value, &str)> = vec![
-        ("test", json!({"wire": "anthropic", "model": "m", "api_key": KEY}), "cannot carry api_key"),
+        // A draft never uses a stored credential (issue 32); a key it carries must be one.
+        ("test", json!({"wire": "anthropic", "model": "m", "credential_ref": "k"}), "cannot use a stored credential"),
+        ("models", json!({"wire": "anthropic", "credential_ref": "k"}), "cannot use a stored credential"),
+        ("test", json!({"wire": "anthropic", "model": "m", "api_key": ""}), "api_key must be"),
         ("test", json!({"wire": "gemini", "model": "m"}), "is not one of"),
         ("test", json!({"wire": "anthropic"}), "model must be"),
         ("models", json!({"wire": "ollama"}), "base_url is required"),

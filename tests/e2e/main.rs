@@ -31,6 +31,7 @@ mod edge;
 mod edge_socket;
 mod environment;
 mod eras;
+mod findings32;
 mod first_contact;
 mod flow;
 mod gateway;

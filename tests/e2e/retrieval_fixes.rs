@@ -218,7 +218,12 @@ async fn a_kb_folder_holding_coffer_home_never_indexes_coffers_own_files() -> an
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
     let fact = c
-        .remember(RememberRequest { text: "tomatoes ripen in August".into(), tags: vec![], source: String::new() })
+        .remember(RememberRequest {
+            text: "tomatoes ripen in August".into(),
+            tags: vec![],
+            source: String::new(),
+            allow_secret: false,
+        })
         .await?
         .into_inner();
     ensure!(fact.created, "{fact:?}");
@@ -229,7 +234,13 @@ async fn a_kb_folder_holding_coffer_home_never_indexes_coffers_own_files() -> an
     assert_eq!(paths(&r), BTreeSet::from(["notes/garden.md".to_owned()]), "{r:?}");
     // A note written now is found; a new fact (a file under COFFER_HOME) is not in the vault.
     write(&vault.join("notes/beans.md"), "# Beans\n\ntomatoes and beans\n")?;
-    c.remember(RememberRequest { text: "tomatoes dislike frost".into(), tags: vec![], source: String::new() }).await?;
+    c.remember(RememberRequest {
+        text: "tomatoes dislike frost".into(),
+        tags: vec![],
+        source: String::new(),
+        allow_secret: false,
+    })
+    .await?;
     let want = BTreeSet::from(["notes/beans.md".to_owned(), "notes/garden.md".to_owned()]);
     wait_for("the new note found, Coffer's files not", FRESH * 3, || {
         let (mut c, want) = (c.clone(), want.clone());
@@ -251,7 +262,12 @@ async fn memory_takes_hand_written_notes_broken_front_matter_and_secrets_in_its_
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
     let memory = home.root().join("memory");
-    let remember = |text: &str| RememberRequest { text: text.into(), tags: vec!["ops".into()], source: "cli".into() };
+    let remember = |text: &str| RememberRequest {
+        text: text.into(),
+        tags: vec!["ops".into()],
+        source: "cli".into(),
+        allow_secret: false,
+    };
 
     // A secret is refused, saying why without repeating it; nothing is written.
     for secret in [
@@ -332,6 +348,7 @@ async fn a_restored_backup_searches_like_the_original_after_its_reindex() -> any
         text: "sourdough starter lives in the fridge".into(),
         tags: vec![],
         source: "cli".into(),
+        allow_secret: false,
     })
     .await?;
     indexed(&c, "vault", 1, Some(2)).await?;

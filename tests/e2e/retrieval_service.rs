@@ -416,8 +416,12 @@ async fn memory_remembers_once_recalls_and_forgets() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     let mut c = client(&api).await?;
-    let remember =
-        |text: &str| RememberRequest { text: text.into(), tags: vec!["ops".into()], source: "mcp:test".into() };
+    let remember = |text: &str| RememberRequest {
+        text: text.into(),
+        tags: vec!["ops".into()],
+        source: "mcp:test".into(),
+        allow_secret: false,
+    };
     let r = c.remember(remember("The staging database password rotates every Monday.")).await?.into_inner();
     ensure!(r.created, "{r:?}");
     let fact = r.fact.context("fact")?;
@@ -446,7 +450,9 @@ async fn memory_remembers_once_recalls_and_forgets() -> anyhow::Result<()> {
     for (i, a) in animals.iter().enumerate() {
         let mut c = c.clone();
         let text = format!("Fact {i}: the {a} in enclosure {} eats at {} o'clock.", i * 7, i % 12 + 1);
-        set.spawn(async move { c.remember(RememberRequest { text, tags: vec![], source: String::new() }).await });
+        set.spawn(async move {
+            c.remember(RememberRequest { text, tags: vec![], source: String::new(), allow_secret: false }).await
+        });
     }
     let mut ids = BTreeSet::new();
     while let Some(r) = set.join_next().await {

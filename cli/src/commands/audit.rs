@@ -97,8 +97,9 @@ pub async fn run(ctx: &Ctx, a: AuditArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The audit table: TIME (UTC) ACTOR ACTION TARGET OUTCOME DETAIL (compact JSON, cut to
-/// `width`; `-` when empty).
+/// The audit table: TIME (UTC) ACTOR AUTH ACTION TARGET OUTCOME DETAIL (compact JSON, cut to
+/// `width`; `-` when empty). AUTH is how the request was authenticated, found by the daemon
+/// (`token`, `session:<hash>`, `internal:<service>`); ACTOR only the label the client gave.
 pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -113,6 +114,7 @@ pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
             vec![
                 e["at"].as_str().map_or_else(|| "-".into(), output::format_time),
                 cell(e.get("actor"), 20),
+                cell(e.get("auth"), 30),
                 cell(e.get("action"), 40),
                 cell(e.get("target"), 80),
                 cell(e.get("outcome"), 20),
@@ -120,7 +122,7 @@ pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
             ]
         })
         .collect();
-    render_table_fitted(&["TIME (UTC)", "ACTOR", "ACTION", "TARGET", "OUTCOME", "DETAIL"], &rows, width)
+    render_table_fitted(&["TIME (UTC)", "ACTOR", "AUTH", "ACTION", "TARGET", "OUTCOME", "DETAIL"], &rows, width)
 }
 
 #[cfg(test)]
@@ -151,15 +153,15 @@ mod tests {
     fn audit_table() {
         let items = vec![
             json!({"id":2,"at":"2026-11-30T09:57:00.195Z","actor":"cli","action":"capability.disable",
-                   "target":"everything/tool/echo","outcome":"ok","trace_id":"t","detail":{}}),
+                   "target":"everything/tool/echo","outcome":"ok","trace_id":"t","detail":{},"auth":"token"}),
             json!({"id":1,"at":"2026-11-30T09:56:56.541Z","actor":"api","action":"server.update",
-                   "target":"everything","outcome":"ok","trace_id":"t","detail":{"fields":["enabled"]}}),
+                   "target":"everything","outcome":"ok","trace_id":"t","detail":{"fields":["enabled"]},"auth":""}),
         ];
         assert_eq!(
             render_audit(&items, None),
-            "TIME (UTC)           ACTOR  ACTION              TARGET                OUTCOME  DETAIL\n\
-             2026-11-30 09:57:00  cli    capability.disable  everything/tool/echo  ok       -\n\
-             2026-11-30 09:56:56  api    server.update       everything            ok       {\"fields\":[\"enabled\"]}\n"
+            "TIME (UTC)           ACTOR  AUTH   ACTION              TARGET                OUTCOME  DETAIL\n\
+             2026-11-30 09:57:00  cli    token  capability.disable  everything/tool/echo  ok       -\n\
+             2026-11-30 09:56:56  api    -      server.update       everything            ok       {\"fields\":[\"enabled\"]}\n"
         );
     }
 }

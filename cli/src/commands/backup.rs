@@ -57,7 +57,7 @@ pub async fn run(ctx: &Ctx, args: BackupArgs) -> Result<(), CliError> {
     let dir = body["path"].as_str().unwrap_or_default();
     // On stderr, also with --json: whoever runs this must see it.
     if body["secret_key_included"] == true {
-        eprintln!("{}", secret_key_warning(dir));
+        crate::eprintln_printable!("{}", secret_key_warning(dir));
     }
     if ctx.json {
         return output::print_body(&resp.body);

@@ -396,7 +396,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     // cannot start until it is.
     for field in missing_credentials(&c) {
         let name = c[format!("{field}_ref")].as_str().unwrap_or_default();
-        eprintln!(
+        crate::eprintln_printable!(
             "warning: credential {} (the {}) is not stored, so the channel cannot start until it is: \
              coffer credentials set {}",
             output::printable(name),

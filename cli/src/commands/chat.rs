@@ -20,7 +20,9 @@ use crate::api::{ApiClient, path_segment, with_query};
 use crate::commands::kb::{absolute, time_ms};
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, printable, render_fields, render_table, render_table_fitted, truncate, yes_no};
+use crate::output::{
+    self, cell, printable, printable_text, render_fields, render_table, render_table_fitted, truncate, yes_no,
+};
 
 /// Longest silence on an event stream before it is taken for broken and resumed (the edge
 /// sends a keep-alive comment every 15 s).
@@ -218,14 +220,6 @@ fn conv_path(id: &str) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Formatting.
-
-/// `text` for a terminal, keeping line breaks and tabs: every other control character is shown
-/// escaped (see [`printable`]).
-pub fn printable_text(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_unicode().to_string() } else { c.to_string() })
-        .collect()
-}
 
 /// `text` on one line (whitespace runs as one space), at most `max` chars, control characters
 /// escaped.
@@ -454,7 +448,7 @@ impl Renderer {
         let body = &ev[kind];
         let line = match kind {
             "text_delta" => {
-                let text = printable_text(body["text"].as_str().unwrap_or(""));
+                let text = printable_text(body["text"].as_str().unwrap_or("")).into_owned();
                 if !text.is_empty() {
                     self.mid_line = !text.ends_with('\n');
                 }
@@ -753,7 +747,7 @@ fn finish(end: End, ctx: &Ctx, id: &str) -> Result<(), CliError> {
     match end {
         End::Done => Ok(()),
         End::Stopped => {
-            eprintln!("Stopped watching; the turn goes on (`coffer chat stop {id}` interrupts it).");
+            crate::eprintln_printable!("Stopped watching; the turn goes on (`coffer chat stop {id}` interrupts it).");
             Ok(())
         }
         End::Deleted => {
@@ -900,7 +894,7 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     // after = 0: the running turn from its start, then live.
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(0)).await?;
     // On stderr also with --json: stdout holds only the events.
-    eprintln!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
+    crate::eprintln_printable!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
     match follow(ctx, &api, id, 0, Some(stream), None).await? {
         End::Stopped => Ok(()),
         end => finish(end, ctx, id),
@@ -1109,7 +1103,7 @@ mod tests {
         assert_eq!(
             out,
             "› you (cli): Why does the build fail?\n\
-             Let me look.\\u{1b}[2J\n\
+             Let me look.\\u001b[2J\n\
              ⚙ Bash({\"command\":\"cargo build\"})\n\
              ↳ error[E0308]: mismatched types --> src/main.rs\n\
              A type error.\n\

@@ -298,7 +298,7 @@ fn print_snippet(
         }));
     }
     if let Some(instruction) = instruction {
-        eprintln!("# {instruction}");
+        crate::eprintln_printable!("# {instruction}");
     }
     output::print(&snippet)
 }

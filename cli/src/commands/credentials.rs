@@ -275,7 +275,7 @@ async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
             [one] => format!("{} references", named(one)),
             many => format!("{} reference", many.iter().map(named).collect::<Vec<_>>().join(", ")),
         };
-        eprintln!(
+        crate::eprintln_printable!(
             "warning: {who} {name} and will fail to start until it is set again (`coffer credentials set {name}`)"
         );
     }

@@ -239,14 +239,17 @@ async fn stop(ctx: &Ctx) -> Result<bool, CliError> {
     };
     let pid = api.daemon().info.pid;
     if let Err(e) = request_stop(&api).await {
-        eprintln!("warning: the stop request failed ({e}); sending SIGTERM to pid {pid}");
+        crate::eprintln_printable!("warning: the stop request failed ({e}); sending SIGTERM to pid {pid}");
         return sigterm_and_wait(ctx, pid).await;
     }
     if wait_until_gone(ctx, pid, STOP_DEADLINE).await {
         note_successor(ctx, pid);
         return Ok(true);
     }
-    eprintln!("warning: the daemon did not stop within {}s; sending SIGTERM to pid {pid}", STOP_DEADLINE.as_secs());
+    crate::eprintln_printable!(
+        "warning: the daemon did not stop within {}s; sending SIGTERM to pid {pid}",
+        STOP_DEADLINE.as_secs()
+    );
     sigterm_and_wait(ctx, pid).await
 }
 
@@ -291,11 +294,11 @@ fn note_successor(ctx: &Ctx, pid: u32) {
     }
     let next = DaemonInfo::read(&ctx.home.daemon_json()).ok().map(|i| i.pid).filter(|&p| p != pid);
     match next {
-        Some(next) => eprintln!(
+        Some(next) => crate::eprintln_printable!(
             "note: the daemon (pid {pid}) stopped, and an MCP client has started a new one (pid {next}); \
              close your MCP clients first to keep it stopped"
         ),
-        None => eprintln!(
+        None => crate::eprintln_printable!(
             "note: the daemon (pid {pid}) stopped, and a new one is starting (an MCP client asked for it); \
              close your MCP clients first to keep it stopped"
         ),
@@ -316,7 +319,7 @@ async fn wait_until_reachable(ctx: &Ctx) -> Reach {
     // A daemon that was ready is not starting: it gets the shorter patience.
     let patience = match coffer_runtime::connect::ready_daemon(&ctx.home) {
         Some(info) => {
-            eprintln!(
+            crate::eprintln_printable!(
                 "The daemon (pid {}) is running but its HTTP edge does not answer; waiting up to {}s…",
                 info.pid,
                 coffer_runtime::connect::UNRESPONSIVE_PATIENCE.as_secs()
@@ -324,7 +327,7 @@ async fn wait_until_reachable(ctx: &Ctx) -> Reach {
             coffer_runtime::connect::UNRESPONSIVE_PATIENCE
         }
         None => {
-            eprintln!("The daemon holds its lock but does not answer yet (still starting?); waiting…");
+            crate::eprintln_printable!("The daemon holds its lock but does not answer yet (still starting?); waiting…");
             UNRESPONSIVE_DEADLINE
         }
     };
@@ -348,7 +351,7 @@ async fn wait_until_reachable(ctx: &Ctx) -> Reach {
 async fn terminate_unresponsive(ctx: &Ctx) -> Result<bool, CliError> {
     match DaemonInfo::read(&ctx.home.daemon_json()) {
         Ok(info) => {
-            eprintln!("warning: the daemon does not answer; sending SIGTERM to pid {}", info.pid);
+            crate::eprintln_printable!("warning: the daemon does not answer; sending SIGTERM to pid {}", info.pid);
             sigterm_and_wait(ctx, info.pid).await
         }
         Err(_) => Err(CliError::Failed(format!(

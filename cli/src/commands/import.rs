@@ -48,6 +48,11 @@ pub struct ImportArgs {
     /// env and header values expanded so are stored as credentials.
     #[arg(long)]
     pub from_env: bool,
+    /// Import entries whose arguments look like secrets (`--api-key ghp_…`) as they are; without
+    /// it such an entry is reported invalid (arguments are stored in plaintext, synced, and
+    /// visible to every local user in `ps`).
+    #[arg(long)]
+    pub allow_secret_args: bool,
 }
 
 /// Runs `coffer mcp import`.
@@ -66,12 +71,15 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
         ))
     })?;
     let mut body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
+    if a.allow_secret_args {
+        body["allow_secret_args"] = json!(true);
+    }
     if a.from_env {
         let (variables, unset) = read_variables(&body["config"], |n| std::env::var(n).ok());
         body["variables"] = variables;
         if !unset.is_empty() && !ctx.json {
             // The entries that use them are reported invalid, each naming its references.
-            eprintln!("--from-env: not set in this environment: {}", unset.join(", "));
+            crate::eprintln_printable!("--from-env: not set in this environment: {}", unset.join(", "));
         }
     }
     let api = ctx.connect().await?;

@@ -136,7 +136,7 @@ pub fn render_invocations(items: &[Value]) -> String {
 /// On stderr, how to get the next page when the body has a `next_cursor`.
 pub fn print_more(body: &Value) {
     if let Some(c) = body["next_cursor"].as_str() {
-        eprintln!("(more: repeat with --cursor {c})");
+        crate::eprintln_printable!("(more: repeat with --cursor {c})");
     }
 }
 

@@ -359,7 +359,7 @@ pub fn engines_line(reply: &Value) -> String {
         .map(|a| {
             a.iter()
                 .map(|e| {
-                    let name = e["engine"].as_str().unwrap_or("?");
+                    let name = printable(e["engine"].as_str().unwrap_or("?"));
                     let msg = e["message"].as_str().filter(|m| !m.is_empty()).map(|m| format!(": {}", printable(m)));
                     match e["state"].as_str().unwrap_or("") {
                         "ok" => format!(
@@ -580,7 +580,7 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
         return output::print_body(&resp.body);
     }
     let reply = resp.json()?;
-    output::print(&render_results(&reply, stdout_is_styled()))?;
+    output::print_styled(&render_results(&reply, stdout_is_styled()))?;
     print_warnings(&reply);
     Ok(())
 }
@@ -589,7 +589,7 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
 pub fn print_warnings(reply: &Value) {
     for w in reply["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
         if let Some(w) = w.as_str() {
-            eprintln!("warning: {}", printable(w));
+            crate::eprintln_printable!("warning: {}", printable(w));
         }
     }
 }
@@ -817,7 +817,7 @@ async fn follow(
             None => {
                 let line = progress_line(&t);
                 if line != last_line && (last_print.elapsed() >= Duration::from_secs(1) || t.finished) {
-                    eprintln!("{line}");
+                    crate::eprintln_printable!("{line}");
                     last_print = Instant::now();
                     last_line = line;
                 }
@@ -940,7 +940,7 @@ mod tests {
         assert_eq!(
             render_results(&reply, false),
             "notes:ops/keys.md:3-9  Ops › Keys\n    how to rotate the\n    keys\n\n\
-             fact 01J\n    likes \\u{1b}[31mtea\n\n\
+             fact 01J\n    likes \\u001b[31mtea\n\n\
              engines: keyword 2 (1 ms), vector FAILED: connection refused, grep off; rrf k=60, 4 ms\n"
         );
         let styled = render_results(&reply, true);

@@ -54,6 +54,18 @@ pub async fn wait(api: &ApiClient, servers: &[String], limit: Duration) -> Vec<L
     out
 }
 
+/// Reports `l` after a registration or an edit: what it offers is appended to `out` (stdout);
+/// a warning or note (it failed, it is still starting) goes to stderr at once.
+pub fn report(out: &mut String, l: &Listed) {
+    let line = describe(l, WAIT);
+    if line.starts_with("warning:") || line.starts_with("note:") {
+        crate::eprintln_printable!("{line}");
+    } else {
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
 /// One line about `l` for the terminal: what it offers, that it failed (and how to see why), or
 /// that it is still starting after `limit`.
 pub fn describe(l: &Listed, limit: Duration) -> String {

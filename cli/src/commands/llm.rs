@@ -538,10 +538,12 @@ async fn models(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     }
     if let Some(hint) = r["hint"].as_str() {
         // On stderr, so `coffer llm models NAME | …` still gets ids only.
-        eprintln!("{hint}");
+        crate::eprintln_printable!("{hint}");
     }
     if ids.is_empty() && r["hint"].is_null() {
-        eprintln!("{name}: the provider listed no models; type an id (`coffer llm edit {name} --model ID`)");
+        crate::eprintln_printable!(
+            "{name}: the provider listed no models; type an id (`coffer llm edit {name} --model ID`)"
+        );
     }
     Ok(())
 }

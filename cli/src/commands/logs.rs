@@ -78,7 +78,7 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<(), CliError> {
             Some(s) => format!("no log file for {s} in {} yet", dir.display()),
             None => format!("no log files in {} yet", dir.display()),
         };
-        eprintln!("{what}{}", if args.follow { "; waiting…" } else { "" });
+        crate::eprintln_printable!("{what}{}", if args.follow { "; waiting…" } else { "" });
     }
     let style = if ctx.json {
         Style::Json("service")

@@ -156,6 +156,11 @@ pub struct AddArgs {
     /// them to the credential store (not recommended: `mcp show` prints them).
     #[arg(long)]
     pub keep_plaintext: bool,
+    /// Keep secret-looking arguments (`--api-key ghp_…`, `--token=…`, a URL with a password) on
+    /// the command line; without it they are refused (arguments are stored in plaintext, synced,
+    /// and visible to every local user in `ps`: prefer --env-credential).
+    #[arg(long)]
+    pub allow_secret_args: bool,
     /// Return at once instead of waiting (up to 60 s) until the server has started and its
     /// capabilities are listed for MCP clients.
     #[arg(long)]
@@ -207,6 +212,9 @@ pub struct EditArgs {
     /// its capabilities are listed for MCP clients.
     #[arg(long)]
     pub no_wait: bool,
+    /// Keep secret-looking arguments of the new command line as given (see `mcp add`).
+    #[arg(long)]
+    pub allow_secret_args: bool,
     /// The new command and all its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub new_command: Vec<String>,
@@ -265,7 +273,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let body = add_body(&a, &current_dir()?, coffer_runtime::connect::which_on_path)?;
     if a.url.is_none() && a.cwd.is_none() {
         for arg in a.command.iter().skip(1).filter(|x| looks_relative(x)) {
-            eprintln!(
+            crate::eprintln_printable!(
                 "warning: argument {arg} is a relative path, but the server runs in {}; pass --cwd or an absolute path",
                 ctx.home.root().join("workspace").display()
             );
@@ -307,13 +315,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let state = if enabled { "" } else { ", disabled" };
     let mut out = format!("Added MCP server {name}{state} ({}: {})\n", text(&s["transport"]), target(&s));
     if let Some(l) = &listed {
-        let line = crate::commands::listed::describe(l, crate::commands::listed::WAIT);
-        if line.starts_with("warning:") || line.starts_with("note:") {
-            eprintln!("{line}");
-        } else {
-            out.push_str(&line);
-            out.push('\n');
-        }
+        crate::commands::listed::report(&mut out, l);
     }
     let failed = listed.as_ref().is_some_and(|l| l.state["state"] == "failed");
     if enabled && !failed {
@@ -378,13 +380,7 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
         target(&s)
     );
     if let Some(l) = &listed {
-        let line = crate::commands::listed::describe(l, crate::commands::listed::WAIT);
-        if line.starts_with("warning:") || line.starts_with("note:") {
-            eprintln!("{line}");
-        } else {
-            out.push_str(&line);
-            out.push('\n');
-        }
+        crate::commands::listed::report(&mut out, l);
     }
     output::print(&out)
 }
@@ -437,6 +433,9 @@ fn edit_body(
     }
     if !a.new_command.is_empty() {
         body["args"] = json!(a.new_command[1..]);
+        if a.allow_secret_args {
+            body["allow_secret_args"] = json!(true);
+        }
     }
     for (field, flag, set, credentials, unset, ignore_case) in [
         ("env", "--env", &a.env, &a.env_credentials, &a.unset_env, false),
@@ -497,10 +496,12 @@ fn edit_body(
 /// On stderr, one note per value [`move_secrets`] moved to the credential store.
 fn note_moved(moved: &[Moved]) {
     for m in moved {
-        eprintln!(
+        crate::eprintln_printable!(
             "note: the value of {} {} looks like a secret: it went to the credential store as {} and the server \
              references it (--keep-plaintext keeps such values as given)",
-            m.flag, m.key, m.credential
+            m.flag,
+            m.key,
+            m.credential
         );
     }
 }
@@ -597,6 +598,9 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
     }
     if a.disabled {
         body["enabled"] = json!(false);
+    }
+    if a.allow_secret_args {
+        body["allow_secret_args"] = json!(true);
     }
     Ok(body)
 }
@@ -1042,7 +1046,7 @@ async fn logs(ctx: &Ctx, a: McpLogsArgs) -> Result<(), CliError> {
         {
             return Err(e);
         }
-        eprintln!(
+        crate::eprintln_printable!(
             "no log for {} in {} yet (written once the server has started){}",
             a.name,
             dir.display(),

@@ -41,6 +41,11 @@ pub struct RememberArgs {
     /// Who said it [default: cli].
     #[arg(long, value_name = "S")]
     pub source: Option<String>,
+    /// Store it even though it looks like it holds a secret (a token, "the password is …"):
+    /// facts are plain markdown that models read and sync copies; the credential store is the
+    /// place for secrets.
+    #[arg(long)]
+    pub allow_secret: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +129,9 @@ pub fn remember_body(a: &RememberArgs) -> Value {
     }
     if let Some(s) = &a.source {
         body["source"] = json!(s);
+    }
+    if a.allow_secret {
+        body["allow_secret"] = json!(true);
     }
     body
 }
@@ -228,7 +236,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
         output::print(&render_facts(items, output::terminal_width()))?;
     }
     if let Some(c) = body["next_cursor"].as_str() {
-        eprintln!("(more: repeat with --cursor {c})");
+        crate::eprintln_printable!("(more: repeat with --cursor {c})");
     }
     Ok(())
 }
@@ -243,7 +251,7 @@ async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     output::print(&render_fact(&fact))?;
     let warning = fact_warning(&fact);
     if !warning.is_empty() {
-        eprint!("{warning}");
+        crate::eprintln_printable!("{}", warning.trim_end_matches('\n'));
     }
     Ok(())
 }
@@ -276,6 +284,12 @@ mod tests {
             panic!("remember")
         };
         assert_eq!(remember_body(&a), json!({"text": "likes tea", "tags": ["food"], "source": "me"}));
+        let crate::commands::Command::Memory(MemoryCommand::Remember(a)) =
+            parse(&["remember", "--allow-secret", "pin", "is", "4821"]).unwrap().command
+        else {
+            panic!("remember")
+        };
+        assert_eq!(remember_body(&a), json!({"text": "pin is 4821", "allow_secret": true}));
         for bad in [
             &["remember"][..],
             &["recall"],

@@ -119,7 +119,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<(), CliError> {
     if let Some(a) = &aside
         && !r.aside_restorable
     {
-        eprintln!(
+        crate::eprintln_printable!(
             "warning: the previous state in {a} could not be made restorable; move its files back by hand to undo"
         );
     }

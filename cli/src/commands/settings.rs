@@ -128,7 +128,7 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
             if ctx.json {
                 return output::print_json(&json!({"values": {key: default}, "default": true}));
             }
-            eprintln!("note: {key} is not set; this is its default");
+            crate::eprintln_printable!("note: {key} is not set; this is its default");
             output::println(&default)
         }
         SettingsCommand::Set(SetArgs { key, value, force }) => {

@@ -51,7 +51,7 @@ pub async fn run(ctx: &Ctx, cmd: SkillsCommand) -> Result<(), CliError> {
                 output::print(&render_skills(items, output::terminal_width()))?;
             }
             for i in v["invalid"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                eprintln!(
+                crate::eprintln_printable!(
                     "warning: skill {} is not listed: {}",
                     printable(i["name"].as_str().unwrap_or("?")),
                     printable(i["error"].as_str().unwrap_or("?"))
@@ -96,7 +96,7 @@ pub fn render_skill(s: &Value) -> String {
     let mut out = render_fields(&fields);
     out.push('\n');
     let body = s["body"].as_str().unwrap_or("");
-    out.push_str(&printable(body).replace("\\u{a}", "\n"));
+    out.push_str(&output::printable_text(body));
     if !body.ends_with('\n') {
         out.push('\n');
     }
@@ -122,7 +122,7 @@ mod tests {
         assert_eq!(
             render_skill(&skill),
             "name:        release-notes\ndescription: Write notes\npath:        /h/skills/release-notes/SKILL.md\n\
-             files:       template.md\nmetadata:    license: MIT\n\n# Steps\n1. Read \\u{1b}the log\n"
+             files:       template.md\nmetadata:    license: MIT\n\n# Steps\n1. Read \\u001bthe log\n"
         );
     }
 }

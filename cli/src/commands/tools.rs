@@ -225,7 +225,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
         output::print(&render_tools(&items, output::terminal_width()))?;
     }
     for n in notes {
-        eprintln!("{n}");
+        crate::eprintln_printable!("{n}");
     }
     Ok(())
 }

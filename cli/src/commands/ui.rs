@@ -78,7 +78,7 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         let code = minted["code"].as_str().unwrap_or_default();
         let page = ctx.home.login_redirect(code);
         if let Err(e) = write_redirect_page(&page, &url) {
-            eprintln!("hint: could not write {} ({e}); open the link above yourself", page.display());
+            crate::eprintln_printable!("hint: could not write {} ({e}); open the link above yourself", page.display());
             return Ok(());
         }
         let target = format!("file://{}", page.display());
@@ -87,12 +87,16 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
             let _ = std::fs::remove_file(&page);
         }
         match opened {
-            Opened::Started(how) => eprintln!("Opening it with {how}…"),
+            Opened::Started(how) => crate::eprintln_printable!("Opening it with {how}…"),
             Opened::NoBrowser => {
-                eprintln!("hint: no browser to open it with (set $BROWSER, or open the link yourself)");
+                crate::eprintln_printable!(
+                    "hint: no browser to open it with (set $BROWSER, or open the link yourself)"
+                );
             }
             Opened::Failed(why) => {
-                eprintln!("hint: could not open the browser ({why}); the link above is still valid: open it yourself");
+                crate::eprintln_printable!(
+                    "hint: could not open the browser ({why}); the link above is still valid: open it yourself"
+                );
             }
         }
     }

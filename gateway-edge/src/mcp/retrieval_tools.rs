@@ -385,6 +385,8 @@ struct RememberArgs {
     text: String,
     #[serde(default)]
     tags: Option<OneOrMany>,
+    #[serde(default)]
+    allow_secret: bool,
 }
 
 impl Provider for Remember {
@@ -403,7 +405,8 @@ impl Provider for Remember {
                 "type": "object",
                 "properties": {
                     "text": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_CHARS, "description": "The fact, one self-contained sentence or short paragraph."},
-                    "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."}
+                    "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."},
+                    "allow_secret": {"type": "boolean", "default": false, "description": "Save it even though it looks like a password, token or other secret. Only when the user explicitly asked for this very text to be remembered as it is."}
                 },
                 "required": ["text"],
                 "additionalProperties": false
@@ -422,6 +425,7 @@ impl Provider for Remember {
                 text: a.text,
                 tags: a.tags.map(OneOrMany::into_vec).unwrap_or_default(),
                 source: source_of(caller),
+                allow_secret: a.allow_secret,
             };
             match retrieval::call(self.0.clone().remember(req)).await {
                 Ok(reply) => {

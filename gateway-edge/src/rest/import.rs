@@ -527,11 +527,12 @@ fn plan_one(
     } else {
         String::new()
     };
+    let secret: BTreeSet<usize> = coffer_types::secrets::secret_args(&def.args).into_iter().map(|a| a.index).collect();
     for (i, a) in def.args.iter().enumerate() {
-        if looks_like_token(a) {
+        if secret.contains(&i) {
             warnings.push(format!(
-                "args[{i}] looks like a secret and is stored as given; arguments cannot reference credentials, \
-                 so prefer a server option that reads it from an environment variable"
+                "args[{i}] looks like a secret and is stored as given (allow_secret_args); it is synced and visible \
+                 in `ps`: prefer a server option that reads it from an environment variable"
             ));
         } else if a.starts_with("./") || a.starts_with("../") {
             warnings.push(format!(
@@ -609,6 +610,37 @@ fn shorten(s: &str, n: usize) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
+/// Moves every planned server with a secret-looking argument
+/// ([`coffer_types::secrets::secret_args`]) to `invalid`, with a reason naming the argument
+/// (never its value) and what to do: an argument is stored in plaintext, synced and visible in
+/// `ps`. The import's `allow_secret_args` skips this.
+pub fn refuse_secret_args(p: &mut Plan) {
+    let (keep, refused): (Vec<Planned>, Vec<Planned>) = std::mem::take(&mut p.imported)
+        .into_iter()
+        .partition(|i| coffer_types::secrets::secret_args(&i.server.args).is_empty());
+    p.imported = keep;
+    for i in refused {
+        let first = coffer_types::secrets::secret_args(&i.server.args)
+            .into_iter()
+            .next()
+            .unwrap_or(coffer_types::secrets::SecretArg { index: 0, flag: None });
+        let what = match &first.flag {
+            Some(flag) => format!("args[{}] (the value of {flag})", first.index),
+            None => format!("args[{}]", first.index),
+        };
+        p.invalid.push(Skipped {
+            name: i.server.name.clone(),
+            original_name: i.original_name,
+            origin: i.origin,
+            reason: format!(
+                "{what} looks like a secret: arguments are stored in plaintext, synced and visible in `ps`; pass it \
+                 in an environment variable if the server reads one (add it with `coffer mcp add … --env-credential \
+                 VAR=NAME`), or import with allow_secret_args (CLI: --allow-secret-args) to keep it as an argument"
+            ),
+        });
+    }
+}
+
 // The route.
 
 /// Body of `POST /v1/mcp/import`. No `Debug`: the config may hold secrets.
@@ -621,6 +653,9 @@ struct ImportBody {
     source: Option<String>,
     #[serde(default)]
     dry_run: bool,
+    /// Import entries with secret-looking arguments as they are ([`refuse_secret_args`]).
+    #[serde(default)]
+    allow_secret_args: bool,
     /// Environment variables for the config's `${VAR}` references, read by the caller
     /// (`coffer mcp import --from-env`); write-only, never echoed or logged.
     variables: Option<HashMap<String, String>>,
@@ -630,14 +665,15 @@ struct ImportBody {
 pub const MAX_VARIABLES: usize = 500;
 
 /// `POST /v1/mcp/import` with `{"config": {…}, "source": "label", "dry_run": false,
-/// "variables": {"VAR": "value"}}` →
+/// "allow_secret_args": false, "variables": {"VAR": "value"}}` →
 /// `{format, source, dry_run, imported:[{name, original_name, origin, transport,
 /// credentials_created:[…], warnings:[…]}], duplicates:[{name, original_name, origin, reason}],
 /// invalid:[…same…]}` (200 even when some or all entries are not imported). With `dry_run`
 /// nothing is written and `imported` says what would be. `variables` expand the config's
 /// `${VAR}`, `${env:VAR}` and `${VAR:-default}` references (without them an entry that has one is
 /// invalid, naming every reference); an `env` or header value expanded so is stored as a
-/// credential, like a secret-looking one.
+/// credential, like a secret-looking one. An entry with a secret-looking argument is invalid
+/// unless `allow_secret_args` ([`refuse_secret_args`]).
 ///
 /// Writes go through the store's `SetCredential` and `CreateServer` (each audited as usual),
 /// then one `mcp.import` audit row with the counts. A server the store refuses (a race on its
@@ -692,8 +728,11 @@ async fn import(
         .into_iter()
         .map(|c| c.name)
         .collect();
-    let Plan { format, imported: planned, mut duplicates, mut invalid } =
-        plan(&b.config, &registered, &existing, coffer_runtime::connect::which_on_path, &vars)?;
+    let mut planned = plan(&b.config, &registered, &existing, coffer_runtime::connect::which_on_path, &vars)?;
+    if !b.allow_secret_args {
+        refuse_secret_args(&mut planned);
+    }
+    let Plan { format, imported: planned, mut duplicates, mut invalid } = planned;
     drop(b);
     let who = actor(&headers);
     let mut imported: Vec<Value> = Vec::new();
@@ -1146,6 +1185,16 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("relative path") && w[1].contains("looks like a secret"), "{w:?}");
         assert!(!w[1].contains("ghp_"), "the value itself is not repeated: {w:?}");
+        // Without allow_secret_args (issue 32) the entry is refused, naming the argument only.
+        let mut p = p;
+        refuse_secret_args(&mut p);
+        assert!(p.imported.is_empty(), "{:?}", p.imported.len());
+        let r = reason(&p.invalid, "s");
+        assert!(
+            r.contains("args[2] (the value of --token) looks like a secret") && r.contains("allow_secret_args"),
+            "{r}"
+        );
+        assert!(!r.contains("ghp_"), "{r}");
     }
 
     /// Every `${…}` of an entry is named at once; `--from-env`'s variables expand them, and an

@@ -364,21 +364,23 @@ async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>
 // ---------------------------------------------------------------------------------------------
 // Memory.
 
-/// The `Remember` request of a `POST /v1/memory` body `{text, tags?, source?}`; `source`
-/// defaults to the request's actor (`cli`, `api`, …).
+/// The `Remember` request of a `POST /v1/memory` body `{text, tags?, source?, allow_secret?}`;
+/// `source` defaults to the request's actor (`cli`, `api`, …); `allow_secret: true` stores a
+/// text that looks like it holds a secret (refused otherwise).
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for a missing text or a field of the wrong type; `UNKNOWN_FIELD`.
 pub fn remember_request(body: Value, actor: String) -> Result<RememberRequest, ApiError> {
-    let f = Fields::new(body, &["text", "tags", "source"])?;
+    let f = Fields::new(body, &["text", "tags", "source", "allow_secret"])?;
     Ok(RememberRequest {
         text: f.required_string("text")?,
         tags: f.strings("tags")?,
         source: f.string("source")?.filter(|s| !s.is_empty()).unwrap_or(actor),
+        allow_secret: f.bool("allow_secret")?,
     })
 }
 
-/// `POST /v1/memory {text, tags?, source?}` → 201 `{"fact": Fact, "created": true}`, or 200
+/// `POST /v1/memory {text, tags?, source?, allow_secret?}` → 201 `{"fact": Fact, "created": true}`, or 200
 /// `{"fact": existing, "created": false, "similarity": 0.97}` for a duplicate.
 async fn remember(
     State(st): State<Arc<AppState>>,

@@ -439,8 +439,10 @@ async fn clear_default(
 // ---------------------------------------------------------------------------------------------
 // Probes (coffer-chat's Llm service).
 
-/// Body of the draft probes: an unsaved connection. `api_key` is refused (a draft persists
-/// nothing, and chat reads keys only from the credential store); name a credential instead.
+/// Body of the draft probes: an unsaved connection, with its key (`api_key`) if it needs one.
+/// `credential_ref` is refused: a stored secret goes only to its saved connection's base URL,
+/// so a draft (any base URL) may use only a key sent in the same request. No `Debug`: it may
+/// hold a key.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DraftBody {
@@ -459,16 +461,32 @@ struct DraftBody {
     fast_model: Option<String>,
 }
 
+/// A checked draft: the record (its `credential_ref` always empty) and the key sent with it.
+struct Draft {
+    record: LlmConnection,
+    api_key: Option<String>,
+}
+
+impl Draft {
+    fn into_ref(self) -> ConnectionRef {
+        ConnectionRef { target: Some(Target::Draft(self.record)), draft_api_key: self.api_key.unwrap_or_default() }
+    }
+}
+
 /// The draft as a record, checked with the store's field rules (so a probe is never sent for a
 /// record the store would refuse to save, except that `model` may be absent for a listing).
-fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
+fn draft(b: DraftBody, need_model: bool) -> Result<Draft, ApiError> {
     let field = |f: &'static str| move |m: String| ApiError::invalid(m).with_details(json!({"field": f}));
-    if b.api_key.is_some() {
+    if b.credential_ref.as_deref().is_some_and(|r| !r.is_empty()) {
         return Err(ApiError::invalid(
-            "an unsaved connection cannot carry api_key (a probe stores nothing): add the connection with its key first, \
-             or name a credential that holds it in credential_ref",
+            "an unsaved connection cannot use a stored credential (credential_ref): a stored key goes only to the base URL \
+             of the connection it was saved with; send the key in api_key, or test the saved connection \
+             (POST /v1/llm/connections/{name}/test)",
         )
-        .with_details(json!({"field": "api_key"})));
+        .with_details(json!({"field": "credential_ref", "reason": "stored_credential_in_draft"})));
+    }
+    if let Some(key) = &b.api_key {
+        check_key(key)?;
     }
     let wire = parse_wire(&b.wire)?;
     let name = b.name.unwrap_or_else(|| "draft".to_owned());
@@ -480,12 +498,6 @@ fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
         return Err(ApiError::invalid("base_url is required for an ollama connection (e.g. http://127.0.0.1:11434)")
             .with_details(json!({"field": "base_url"})));
     }
-    let credential_ref = b.credential_ref.unwrap_or_default();
-    if !credential_ref.is_empty() && !crate::credentials::valid_name(&credential_ref) {
-        let shown: String = credential_ref.chars().take(80).collect();
-        return Err(ApiError::invalid(format!("credential_ref {shown:?} is not a valid credential name"))
-            .with_details(json!({"field": "credential_ref"})));
-    }
     let model = b.model.unwrap_or_default();
     if need_model || !model.is_empty() {
         rules::check_model("model", &model).map_err(field("model"))?;
@@ -494,7 +506,8 @@ fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
     if !fast_model.is_empty() {
         rules::check_model("fast_model", &fast_model).map_err(field("fast_model"))?;
     }
-    Ok(LlmConnection { name, wire: wire.into(), base_url, credential_ref, model, fast_model, ..Default::default() })
+    let record = LlmConnection { name, wire: wire.into(), base_url, model, fast_model, ..Default::default() };
+    Ok(Draft { record, api_key: b.api_key })
 }
 
 /// `TestConnection` on `client` for `target`, as its REST body.
@@ -502,8 +515,12 @@ fn draft(b: DraftBody, need_model: bool) -> Result<LlmConnection, ApiError> {
 /// # Errors
 /// The `Llm` service's status as an envelope ([`ApiError::from_llm`]).
 pub(crate) async fn test_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+    test_ref_with(client, ConnectionRef { target: Some(target), draft_api_key: String::new() }).await
+}
+
+async fn test_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<Value, ApiError> {
     let mut c = client.clone();
-    let ask = c.test_connection(ConnectionRef { target: Some(target) });
+    let ask = c.test_connection(target);
     let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
     Ok(crate::llm::test_json(&r))
 }
@@ -513,8 +530,12 @@ pub(crate) async fn test_with(client: &crate::llm::Client, target: Target) -> Re
 /// # Errors
 /// As [`test_with`].
 pub(crate) async fn models_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+    models_ref_with(client, ConnectionRef { target: Some(target), draft_api_key: String::new() }).await
+}
+
+async fn models_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<Value, ApiError> {
     let mut c = client.clone();
-    let ask = c.list_models(ConnectionRef { target: Some(target) });
+    let ask = c.list_models(target);
     let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
     Ok(crate::llm::models_json(&r))
 }
@@ -547,15 +568,17 @@ async fn models_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>)
 }
 
 /// `POST /v1/llm/connections/test` with an unsaved connection `{name?, wire, base_url?,
-/// credential_ref?, model, fast_model?}` → as [`test_saved`].
+/// api_key?, model, fast_model?}` → as [`test_saved`]. The key is used for this probe only,
+/// never stored; a stored credential is never sent to a draft's URL.
 ///
-/// Errors: `INVALID_ARGUMENT` (unknown wire, bad base URL, model, credential name; `api_key`
-/// given), `UNKNOWN_FIELD`, `BAD_REQUEST`, `CONFLICT` (the named credential has no value).
+/// Errors: `INVALID_ARGUMENT` (unknown wire, bad base URL, model or key; `credential_ref`
+/// given: details `{field: "credential_ref", reason: "stored_credential_in_draft"}`),
+/// `UNKNOWN_FIELD`, `BAD_REQUEST`.
 async fn test_draft(
     State(st): State<Arc<AppState>>,
     JsonBody(b): JsonBody<DraftBody>,
 ) -> Result<Json<Value>, ApiError> {
-    test_ref(&st, Target::Draft(draft(b, true)?)).await
+    test_ref_with(&st.llm, draft(b, true)?.into_ref()).await.map(Json)
 }
 
 /// `POST /v1/llm/connections/models` with an unsaved connection (`model` optional) → as
@@ -566,7 +589,7 @@ async fn models_draft(
     State(st): State<Arc<AppState>>,
     JsonBody(b): JsonBody<DraftBody>,
 ) -> Result<Json<Value>, ApiError> {
-    models_ref(&st, Target::Draft(draft(b, false)?)).await
+    models_ref_with(&st.llm, draft(b, false)?.into_ref()).await.map(Json)
 }
 
 #[cfg(test)]
@@ -757,10 +780,10 @@ mod tests {
             true,
         )
         .unwrap();
-        let r = test_with(&client, Target::Draft(d.clone())).await.unwrap();
+        let r = test_with(&client, Target::Draft(d.record.clone())).await.unwrap();
         assert_eq!(r["model"], "draft|openai-chat|http://127.0.0.1:8000||qwen");
         assert_eq!(
-            models_with(&client, Target::Draft(d)).await.unwrap()["items"],
+            models_with(&client, Target::Draft(d.record)).await.unwrap()["items"],
             json!([{"id": "http://127.0.0.1:8000"}])
         );
     }
@@ -781,18 +804,30 @@ mod tests {
     fn drafts() {
         let d =
             draft(draft_body(json!({"wire": "ollama", "base_url": "http://127.0.0.1:11434"})).unwrap(), false).unwrap();
-        assert_eq!((d.name.as_str(), d.wire(), d.model.as_str()), ("draft", LlmWire::Ollama, ""));
-        let e = |v: Value, need_model: bool| draft(draft_body(v).unwrap(), need_model).unwrap_err();
-        let m = e(json!({"wire": "ollama", "base_url": "http://h", "api_key": "sk-secret"}), false);
-        assert!(m.message.contains("cannot carry api_key") && !m.message.contains("sk-secret"));
+        assert_eq!((d.record.name.as_str(), d.record.wire(), d.record.model.as_str()), ("draft", LlmWire::Ollama, ""));
+        let e = |v: Value, need_model: bool| draft(draft_body(v).unwrap(), need_model).err().unwrap();
+        // A key sent with the draft goes with it; a stored credential never does (issue 32).
+        let d = draft(
+            draft_body(json!({"wire": "ollama", "base_url": "http://h", "api_key": "sk-secret-0123456789"})).unwrap(),
+            false,
+        )
+        .unwrap();
+        let r = d.into_ref();
+        assert_eq!(r.draft_api_key, "sk-secret-0123456789");
+        let m = e(
+            json!({"wire": "anthropic", "base_url": "http://evil.example", "model": "m", "credential_ref": "llm-claude"}),
+            true,
+        );
+        assert_eq!(
+            (m.code, &m.details["field"], &m.details["reason"]),
+            (Code::InvalidArgument, &json!("credential_ref"), &json!("stored_credential_in_draft"))
+        );
+        assert!(m.message.contains("cannot use a stored credential"), "{}", m.message);
         assert_eq!(e(json!({"wire": "gemini"}), false).details["field"], "wire");
         assert_eq!(e(json!({"wire": "ollama"}), false).details["field"], "base_url");
         assert_eq!(e(json!({"wire": "anthropic", "base_url": "not a url"}), false).details["field"], "base_url");
         assert_eq!(e(json!({"wire": "anthropic"}), true).details["field"], "model");
-        assert_eq!(
-            e(json!({"wire": "anthropic", "model": "m", "credential_ref": "a b"}), true).details["field"],
-            "credential_ref"
-        );
+        assert_eq!(e(json!({"wire": "anthropic", "model": "m", "api_key": ""}), true).details["field"], "api_key");
         assert_eq!(e(json!({"wire": "anthropic", "model": "m", "name": "Bad"}), true).details["field"], "name");
         assert_eq!(draft_body(json!({"wire": "anthropic", "extra": 1})).err().unwrap().code, Code::UnknownField);
     }

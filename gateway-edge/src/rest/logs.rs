@@ -395,9 +395,10 @@ async fn invocation_events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
 
-/// `GET /v1/audit?actor=&action=&limit=&cursor=` → `{"items":[{id, at, actor, action,
+/// `GET /v1/audit?actor=&action=&limit=&cursor=` → `{"items":[{id, at, actor, auth, action,
 /// target, outcome, trace_id, detail}…],"next_cursor": "<opaque>"|null}`, newest first;
-/// `detail` is a JSON object.
+/// `detail` is a JSON object; `auth` how the request was authenticated (`token`,
+/// `session:<hash>`, `internal:<service>`; empty for old rows), `actor` the label it gave.
 ///
 /// Errors: `INVALID_ARGUMENT` naming a bad or unknown parameter.
 async fn list_audit(
@@ -419,7 +420,7 @@ async fn list_audit(
             let outcome = e.outcome().as_str();
             let detail = serde_json::from_str::<Value>(&e.detail).unwrap_or(Value::String(e.detail));
             json!({
-                "id": e.id, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target,
+                "id": e.id, "at": e.at, "actor": e.actor, "auth": e.auth, "action": e.action, "target": e.target,
                 "outcome": outcome, "trace_id": e.trace_id, "detail": detail,
             })
         })

@@ -232,7 +232,7 @@ impl Route {
     }
     /// `X-Coffer-Actor`, the acting party the audit log records.
     fn actor(self) -> Self {
-        self.header("X-Coffer-Actor", "Who acts, for the audit log: cli, api, ui, mcp, agent or channel (default api).")
+        self.header("X-Coffer-Actor", "Who acts, for the audit log: cli, api, ui, mcp, agent or channel (default api). A label only: the audit entry also records how the request was authenticated (`auth`).")
     }
     /// The acting party of a route served through the tool broker: its broker session, and the
     /// actor its invocations are recorded with.
@@ -405,6 +405,7 @@ pub fn routes() -> Vec<Route> {
                     "config": {"type": "object", "description": "The config file's JSON (or its MCP servers part)."},
                     "source": {"type": "string", "description": "A label for the report and the audit row, e.g. the file's path."},
                     "dry_run": {"type": "boolean", "default": false},
+                    "allow_secret_args": {"type": "boolean", "default": false, "description": "Import entries whose `args` look like secrets as they are (with a warning); without it such an entry is `invalid`, its reason naming the argument."},
                     "variables": {
                         "type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 500,
                         "description": "Environment variables for the config's `${VAR}` references (what `coffer mcp import --from-env` reads from its shell); names `[A-Za-z_][A-Za-z0-9_]*`. Write-only: never echoed, logged or audited.",
@@ -1030,6 +1031,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         "enabled": {"type": "boolean", "default": true},
         "timeout_s": {"type": ["number", "null"], "description": "Per-call timeout, 0.001-86400 s; or timeout_ms."},
         "timeout_ms": {"type": ["integer", "null"], "description": "Per-call timeout, 1-86400000 ms; or timeout_s."},
+        "allow_secret_args": {"type": "boolean", "default": false, "description": "Keep secret-looking `args` (`--api-key ghp_…`, `--token=…`, a token, a URL with a password) as given. Without it they are refused with INVALID_ARGUMENT, details `{field: \"args\", index, flag, reason: \"secret_in_args\"}`: arguments are stored in plaintext, synced and visible in `ps`; pass secrets in `env` as credential references instead."},
     });
     m.insert(
         "McpServerCreate",
@@ -1164,10 +1166,11 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         }),
     );
     m.insert("AuditEntry", json!({
-        "type": "object", "required": ["id", "at", "actor", "action", "target", "outcome", "trace_id", "detail"],
+        "type": "object", "required": ["id", "at", "actor", "auth", "action", "target", "outcome", "trace_id", "detail"],
         "properties": {
             "id": {"type": "integer"}, "at": time,
-            "actor": {"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"]},
+            "actor": {"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"], "description": "The label the client gave (`X-Coffer-Actor`); `auth` says how it was authenticated."},
+            "auth": {"type": "string", "description": "How the request was authenticated, found by the daemon (never taken from the request): `token`, `session:<first 12 hex digits of the SHA-256 of the web session id>`, or `internal:<service>` for a service's own action (`internal:chat` for a channel's pairing). Empty for entries written before this was recorded."},
             "action": {"type": "string", "description": "e.g. `server.create`, `credential.set`, `backup.create`, `maintenance.prune`."},
             "target": {"type": "string"}, "outcome": {"enum": ["ok", "error"]}, "trace_id": {"type": "string"},
             "detail": {"type": "object"},
@@ -1390,6 +1393,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "text": {"type": "string", "description": "1-16384 bytes."},
             "tags": {"type": "array", "items": {"type": "string"}, "description": "Each `^[A-Za-z0-9_.-]{1,64}$` (CJK letters too); at most 32."},
             "source": {"type": "string", "description": "At most 256 bytes; default the request's actor."},
+            "allow_secret": {"type": "boolean", "description": "Store the text even though it looks like it holds a secret (a token, `Bearer …`, `password=…`, or prose such as \"the staging password is hunter2-Xy9!kQ\"); without it such a text is refused with INVALID_ARGUMENT. Default false."},
         },
     }));
     m.insert("RememberReply", json!({
@@ -1932,8 +1936,9 @@ logs under the request's trace id.\n\
 - **Tracing.** Every response carries `X-Coffer-Trace`; the same id is on every log line the request caused.\n\
 - **Lists** answer `{{\"items\":[…],\"next_cursor\":…}}`; pass `next_cursor` back as `cursor`.\n\
 - **Versions.** Servers carry a `version` and an `ETag`; a write with a stale `If-Match` gets 409 `CONFLICT`.\n\
-- **Audit.** Writes are recorded with the actor named in `X-Coffer-Actor` (`cli`, `api`, `ui`, `mcp`, \
-`agent`, `channel`; default `api`).\n\
+- **Audit.** Writes are recorded with how the request was authenticated (`auth`: `token`, \
+`session:<hash>`, `internal:<service>`, found by the daemon) and the label named in `X-Coffer-Actor` \
+(`cli`, `api`, `ui`, `mcp`, `agent`, `channel`; default `api`), which cannot replace it.\n\
 - **Limits.** Request bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp` (413 `PAYLOAD_TOO_LARGE`).\n"
     );
     let _ = writeln!(w, "| code | HTTP status |\n|---|---|");

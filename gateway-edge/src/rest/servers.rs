@@ -269,6 +269,34 @@ struct CreateBody {
     enabled: Option<bool>,
     timeout_s: Option<f64>,
     timeout_ms: Option<u64>,
+    /// Keep secret-looking `args` as given ([`check_args`]).
+    #[serde(default)]
+    allow_secret_args: bool,
+}
+
+/// Refuses `args` that look like secrets ([`coffer_types::secrets::secret_args`]) unless
+/// `allow`: an argument is stored in the registry in plaintext, synced to other machines, and
+/// readable by every local user in `ps` while the upstream runs. The message names the
+/// argument by index and option, never its value.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` with details `{field: "args", index, flag, reason: "secret_in_args"}`.
+pub fn check_args(args: &[String], allow: bool) -> Result<(), ApiError> {
+    if allow {
+        return Ok(());
+    }
+    let Some(found) = coffer_types::secrets::secret_args(args).into_iter().next() else { return Ok(()) };
+    let what = match &found.flag {
+        Some(flag) => format!("args[{}] (the value of {flag})", found.index),
+        None => format!("args[{}]", found.index),
+    };
+    Err(ApiError::invalid(format!(
+        "{what} looks like a secret: arguments are stored in plaintext, synced, and visible to every local user in `ps`; \
+         pass it in the environment if the server reads one (env {{\"VAR\": {{\"credential_ref\": \"NAME\"}}}}; CLI: \
+         --env-credential VAR=NAME after `coffer credentials set NAME`), or keep it as an argument with \
+         allow_secret_args: true (CLI: --allow-secret-args)"
+    ))
+    .with_details(json!({"field": "args", "index": found.index, "flag": found.flag, "reason": "secret_in_args"})))
 }
 
 /// Checks that a body's fields fit its transport; returns the transport.
@@ -313,8 +341,9 @@ fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
 }
 
 /// `POST /v1/mcp/servers` with `{name, transport?, command?, args?, env?, cwd?, url?,
-/// headers?, enabled? (true), timeout_s? | timeout_ms?}` → 201 with the server, `ETag` and
-/// `Location`.
+/// headers?, enabled? (true), timeout_s? | timeout_ms?, allow_secret_args? (false)}` → 201 with
+/// the server, `ETag` and `Location`. Secret-looking `args` are refused unless
+/// `allow_secret_args` ([`check_args`]).
 ///
 /// A stdio `command` that is a bare name is resolved on the daemon's `PATH` (the CLI sends an
 /// already absolute path, resolved against the user's shell).
@@ -324,7 +353,7 @@ fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
 ///
 /// Errors: `INVALID_ARGUMENT` (bad name, transport, command not found or not executable, field
 /// that does not fit the transport, timeout out of range, a reference to a credential that does
-/// not exist, the store's validation message),
+/// not exist, a secret-looking argument, the store's validation message),
 /// `UNKNOWN_FIELD`, `ALREADY_EXISTS` (409) for a duplicate name.
 async fn create_server(
     State(st): State<Arc<AppState>>,
@@ -332,6 +361,7 @@ async fn create_server(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> Result<Response, ApiError> {
     let transport = check_transport_fields(&b)?;
+    check_args(&b.args, b.allow_secret_args)?;
     let timeout = timeout_ms(b.timeout_s, b.timeout_ms)?;
     let command = match (transport, &b.command) {
         (Transport::Stdio, Some(c)) => resolve_command(c, coffer_runtime::connect::which_on_path)?,
@@ -403,6 +433,9 @@ struct PatchBody {
     timeout_s: Option<Option<f64>>,
     #[serde(default, deserialize_with = "present")]
     timeout_ms: Option<Option<u64>>,
+    /// Keep secret-looking `args` as given ([`check_args`]).
+    #[serde(default)]
+    allow_secret_args: bool,
 }
 
 /// Applies `p` to `cur`; `command` is the already resolved command when the patch sets one.
@@ -438,6 +471,7 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
         s.command = c.to_owned();
     }
     if let Some(a) = &p.args {
+        check_args(a, p.allow_secret_args)?;
         s.args = a.clone();
     }
     if let Some(e) = &p.env {

@@ -27,7 +27,8 @@
 //! 7. **Age** — an event whose envelope `timestamp` (Unix seconds) is more than
 //!    [`MAX_EVENT_AGE`] (10 minutes) from now is refused with 400 and not forwarded: a signed
 //!    body captured once cannot be replayed later (redeliveries within the window are dropped
-//!    by `event_id` in coffer-chat). An event without a timestamp is not refused for that.
+//!    by `event_id` in coffer-chat). The `timestamp` is required: an event without one, or
+//!    with one that is not an integer (a string, a fraction), is refused with 400 the same way.
 //! 8. **Any other event** — answered 200 `{}` at once, then forwarded over loopback to
 //!    coffer-chat's `ChannelAdapters.DeliverSeatalkEvent` (raw body, channel, receive time) with
 //!    this service's internal identity, retried for a while if chat is UNAVAILABLE
@@ -369,15 +370,31 @@ async fn seatalk(
         tracing::info!(%channel, "Answered SeaTalk's callback verification.");
         return axum::Json(serde_json::json!({ "seatalk_challenge": challenge })).into_response();
     }
-    if let Some(ts) = parsed.get("timestamp").and_then(serde_json::Value::as_i64) {
-        let skew = (now_ms() / 1000 - ts).abs();
-        if skew > MAX_EVENT_AGE.as_secs() as i64 {
-            tracing::warn!(%channel, %event_type, skew_s = skew, "Refused a signed callback: its timestamp is out of bounds.");
+    // The replay window needs a time to measure: a signed body without an integer `timestamp`
+    // (missing, a string, a fraction) would have no age and could be replayed forever.
+    let ts = match parsed.get("timestamp") {
+        Some(v) => match v.as_i64() {
+            Some(ts) => ts,
+            None => {
+                tracing::warn!(%channel, %event_type, "Refused a signed callback: its timestamp is not an integer.");
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "the event's timestamp must be an integer (Unix seconds, SeaTalk's event envelope)",
+                );
+            }
+        },
+        None => {
+            tracing::warn!(%channel, %event_type, "Refused a signed callback: no timestamp.");
             return error(
                 StatusCode::BAD_REQUEST,
-                "the event's timestamp is more than 10 minutes from now (a replay?)",
+                "the event has no timestamp (Unix seconds, SeaTalk's event envelope)",
             );
         }
+    };
+    let skew = (now_ms() / 1000).saturating_sub(ts).saturating_abs();
+    if skew > MAX_EVENT_AGE.as_secs() as i64 {
+        tracing::warn!(%channel, %event_type, skew_s = skew, "Refused a signed callback: its timestamp is out of bounds.");
+        return error(StatusCode::BAD_REQUEST, "the event's timestamp is more than 10 minutes from now (a replay?)");
     }
     let event_type = event_type.to_owned();
     let accepted = Accepted { channel: channel.clone(), body, received_ms: now_ms() };

@@ -287,3 +287,25 @@ async fn a_stalled_request_head_is_disconnected_and_others_are_served() {
     assert!(read.is_ok(), "the stalled connection is still open after {:?}", started.elapsed());
     assert!(started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_secs(1), "closed only for the timeout");
 }
+
+/// The replay window needs a time: a signed event whose `timestamp` is missing, a string, a
+/// fraction or null is refused with 400 naming the timestamp, and not forwarded.
+#[tokio::test]
+async fn events_without_an_integer_timestamp_are_refused() {
+    let mut s = serve("").await;
+    let now = now_s();
+    let envelopes = [
+        serde_json::json!({"event_id": "ev-1", "event_type": "message_from_bot_subscriber", "app_id": "app", "event": {}}),
+        serde_json::json!({"event_id": "ev-2", "event_type": "message_from_bot_subscriber", "timestamp": now.to_string(), "event": {}}),
+        serde_json::json!({"event_id": "ev-3", "event_type": "message_from_bot_subscriber", "timestamp": "soon", "event": {}}),
+        serde_json::json!({"event_id": "ev-4", "event_type": "message_from_bot_subscriber", "timestamp": now as f64 + 0.5, "event": {}}),
+        serde_json::json!({"event_id": "ev-5", "event_type": "message_from_bot_subscriber", "timestamp": null, "event": {}}),
+    ];
+    for envelope in envelopes {
+        let body = serde_json::to_vec(&envelope).unwrap();
+        let (status, reply) = s.post("/seatalk/team", body.clone(), sign(&body)).await;
+        assert_eq!(status, 400, "{envelope}: {reply}");
+        assert!(reply["error"].as_str().is_some_and(|e| e.contains("timestamp")), "{reply}");
+    }
+    s.nothing_forwarded();
+}

@@ -230,7 +230,73 @@ pub fn secret_in(text: &str) -> Option<String> {
             }
         }
     }
+    credential_phrase_in(&words)
+}
+
+/// Words that name a credential in prose; `key` only after one of [`KEY_QUALIFIERS`].
+const CREDENTIAL_WORDS: &[&str] =
+    &["password", "passwd", "pwd", "passphrase", "passcode", "secret", "pin", "token", "apikey", "api-key", "api_key"];
+/// What makes `key` a credential's name ("the api key is …", not "the key point is …").
+const KEY_QUALIFIERS: &[&str] =
+    &["api", "access", "secret", "private", "license", "licence", "encryption", "wifi", "wi-fi"];
+/// Words that hand a value to the name before them: "… password is X", "… PIN was X".
+const CONNECTORS: &[&str] = &["is", "was", "=", ":", "->", "=>"];
+/// Filler words allowed between a credential's name and its connector ("the password for the
+/// staging box is …"): at most this many.
+const MAX_FILLER_WORDS: usize = 4;
+
+/// A credential named in prose and given a value: "The staging DB password is hunter2-Xy9!kQ",
+/// "wifi passphrase: Tr0ub4dor&3", "the PIN is 4821". Ordinary sentences about credentials
+/// ("the password policy is strict", "the secret is to knead longer", "the api key is in
+/// 1Password") pass: the value must look like a credential ([`credential_like`]), not a word.
+fn credential_phrase_in(words: &[String]) -> Option<String> {
+    let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+    for (i, w) in lower.iter().enumerate() {
+        // `password:` / `pin=` carry their connector; `password` waits for one.
+        let (name, attached) = match w.strip_suffix([':', '=']) {
+            Some(n) => (n, true),
+            None => (w.as_str(), false),
+        };
+        let is_key = name == "key" && i > 0 && KEY_QUALIFIERS.contains(&lower[i - 1].trim_end_matches([':', '=']));
+        if !(CREDENTIAL_WORDS.contains(&name) || is_key) {
+            continue;
+        }
+        let pin = matches!(name, "pin" | "passcode");
+        let value_at = if attached {
+            Some(i + 1)
+        } else {
+            (i + 1..lower.len().min(i + 2 + MAX_FILLER_WORDS))
+                .find(|&j| CONNECTORS.contains(&lower[j].as_str()) || lower[j].ends_with(':'))
+                .map(|j| j + 1)
+        };
+        let Some(value) = value_at.and_then(|j| words.get(j)) else { continue };
+        if credential_like(value, pin) {
+            let what = if is_key { "key" } else { name };
+            return Some(format!("it names a {what} and gives its value"));
+        }
+    }
     None
+}
+
+/// Whether `value` (one word of a fact) looks like a credential rather than a word: 6+
+/// characters with a digit or a symbol and at least two character classes (lower, upper,
+/// digit, symbol), or 6+ digits; for a PIN also 4-8 digits. Not a URL, not a plain word.
+fn credential_like(value: &str, pin: bool) -> bool {
+    // Sentence punctuation after the value is not part of it.
+    let v = value.trim_end_matches(['.', ',', ';', ':', ')', '!', '?']);
+    let n = v.chars().count();
+    if v.contains("://") || n > 256 {
+        return false;
+    }
+    let digits = v.chars().filter(char::is_ascii_digit).count();
+    if digits == n {
+        return if pin { (4..=8).contains(&n) } else { n >= 6 };
+    }
+    let lower = v.chars().any(|c| c.is_lowercase());
+    let upper = v.chars().any(|c| c.is_uppercase());
+    let symbol = v.chars().any(|c| !c.is_alphanumeric());
+    let classes = [lower, upper, digits > 0, symbol].iter().filter(|&&b| b).count();
+    n >= 6 && (digits > 0 || symbol) && classes >= 2
 }
 
 /// Writes `contents` to `dir/name` atomically: a hidden temp file in `dir`, fsynced, renamed to
@@ -422,9 +488,16 @@ impl Memory {
     /// Remembers a fact (see the module docs).
     ///
     /// # Errors
-    /// [`Error::Invalid`] for an empty or over-long text, bad tags or source; file and store
-    /// errors (then no file is left behind).
-    pub async fn remember(&self, text: &str, tags: Vec<String>, source: &str) -> Result<RememberReply> {
+    /// [`Error::Invalid`] for an empty or over-long text, bad tags or source, or a text that
+    /// looks like it holds a secret ([`secret_in`]) unless `allow_secret`; file and store errors
+    /// (then no file is left behind).
+    pub async fn remember(
+        &self,
+        text: &str,
+        tags: Vec<String>,
+        source: &str,
+        allow_secret: bool,
+    ) -> Result<RememberReply> {
         let text = text.trim();
         if text.is_empty() {
             return Err(Error::Invalid("text is empty".into()));
@@ -433,9 +506,9 @@ impl Memory {
             return Err(Error::Invalid(format!("text is {} bytes; at most {MAX_TEXT}", text.len())));
         }
         check_tags(&tags)?;
-        if let Some(why) = secret_in(text) {
+        if !allow_secret && let Some(why) = secret_in(text) {
             return Err(Error::Invalid(format!(
-                "text looks like it holds a secret ({why}); memory is plain markdown that models read: keep secrets in the credential store (`coffer credentials set NAME`) and remember only where they are"
+                "text looks like it holds a secret ({why}); memory is plain markdown that models read and sync copies: keep secrets in the credential store (`coffer credentials set NAME`) and remember only where they are, or store it anyway with allow_secret (CLI: --allow-secret)"
             )));
         }
         if source.len() > MAX_SOURCE || source.chars().any(char::is_control) {
@@ -596,6 +669,17 @@ mod tests {
             ("Password: Tr0ub4dor&3 for the router", "password"),
             ("curl -H 'Authorization: Bearer abc123def456ghi789'", "authorization"),
             ("api_key: 9f8e7d6c5b4a39281706", "api_key"),
+            // Credentials named in prose (issue 32).
+            ("The staging DB password is hunter2-Xy9!kQ", "password"),
+            ("the wifi password for the office is Sommer2024!", "password"),
+            ("Our VPN passphrase: Tr0ub4dor&3x", "passphrase"),
+            ("The router's admin pwd was admin123", "pwd"),
+            ("The PIN is 4821.", "pin"),
+            ("bank card pin = 739105", "pin"),
+            ("the staging api key is 9f8e7d6c5b4a", "key"),
+            ("The shared secret is s3cr3t-Value", "secret"),
+            ("the password is 12345678", "password"),
+            ("the wi-fi key is Pa55word", "key"),
         ] {
             let got = secret_in(text).unwrap_or_else(|| panic!("{text:?} is a secret"));
             assert!(got.to_lowercase().contains(why), "{text:?}: {got}");
@@ -611,6 +695,22 @@ mod tests {
             "我的密码规则是每月更换",
             "ERR-4711 means the disk is full",
             "the key: value store is fast",
+            // Prose about credentials, not credentials (issue 32).
+            "the password policy is strict",
+            "The password is stored in 1Password under Staging.",
+            "the secret is to knead the dough longer",
+            "the api key is in the team vault",
+            "The PIN is required at every login",
+            "the password was changed on Monday",
+            "the password is at least 12 characters",
+            "The key point is that backups run at 02:00",
+            "the token is refreshed every 3600 seconds",
+            "The password for staging is the same as production.",
+            "the PIN is 12",
+            "my password manager is Bitwarden",
+            "the passphrase is four random words",
+            "The password policy is strict: twelve characters minimum",
+            "Is the secret sauce ready? The secret is: patience.",
         ] {
             assert_eq!(secret_in(fine), None, "{fine:?}");
         }

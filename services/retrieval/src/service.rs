@@ -228,7 +228,7 @@ impl Retrieval for RetrievalService {
     async fn remember(&self, req: Request<RememberRequest>) -> Reply<RememberReply> {
         self.sources.ready()?;
         let r = req.into_inner();
-        ok(self.memory.remember(&r.text, r.tags, &r.source).await)
+        ok(self.memory.remember(&r.text, r.tags, &r.source, r.allow_secret).await)
     }
 
     async fn recall(&self, req: Request<RecallRequest>) -> Reply<SearchReply> {

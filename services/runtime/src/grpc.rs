@@ -1,6 +1,7 @@
 //! Internal gRPC plumbing: one server layer that authenticates the caller by its per-run internal
 //! token, authorizes the method by the server's table and opens a span carrying the caller's
-//! trace id; one client interceptor that sends the token and the trace id.
+//! trace id; one client interceptor that sends the token, the trace id and how the request
+//! behind the call was authenticated ([`current_auth`], which the audit log records).
 //!
 //! Loopback is not a trust boundary (other local users exist), so every internal RPC must
 //! present a token the supervisor generated for this run; each service has its own
@@ -10,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use coffer_proto::{INTERNAL_TOKEN_HEADER, TRACE_HEADER};
+use coffer_proto::{AUTH_HEADER, INTERNAL_TOKEN_HEADER, TRACE_HEADER};
 
 use crate::authz::Policy;
 use crate::identity::{Identity, PeerDigests};
@@ -22,6 +23,32 @@ use tracing::Instrument;
 
 tokio::task_local! {
     static TRACE_ID: String;
+    static AUTH: String;
+}
+
+/// Longest [`current_auth`] value accepted from a peer (bytes).
+pub const MAX_AUTH_LEN: usize = 64;
+
+/// Runs `fut` with `auth` as how the current request was authenticated: internal calls made
+/// inside it carry it (metadata [`AUTH_HEADER`]). The edge sets it for each authenticated
+/// request: `token` (the public token) or `session:<first 12 hex digits of the SHA-256 of the
+/// web session's id>`.
+pub async fn with_auth<F: Future>(auth: String, fut: F) -> F::Output {
+    AUTH.scope(auth, fut).await
+}
+
+/// How the request being served was authenticated, if known: what the edge set
+/// ([`with_auth`]) and peers forwarded, else `internal:<service>` for an internal call made on
+/// a service's own account (the caller's [`Identity`], set by [`InternalAuthLayer`]).
+pub fn current_auth() -> Option<String> {
+    AUTH.try_with(Clone::clone).ok()
+}
+
+/// A forwarded auth value, if it is one: 1-[`MAX_AUTH_LEN`] bytes of `[a-z0-9:_-]`.
+fn valid_auth(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_AUTH_LEN
+        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b':' | b'_' | b'-'))
 }
 
 /// Runs `fut` with `trace_id` as the current trace id: internal calls made inside it carry it.
@@ -117,6 +144,14 @@ where
             .and_then(|v| v.to_str().ok())
             .filter(|v| v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
             .map(str::to_owned);
+        // How the request behind this call was authenticated: as the peer forwards it (the
+        // edge set it), else this call is on the peer's own account.
+        let auth = req
+            .headers()
+            .get(AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| valid_auth(v))
+            .map_or_else(|| format!("internal:{caller}"), str::to_owned);
         // Clone-and-swap so the ready service is the one called (tower's documented pattern).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -125,9 +160,11 @@ where
             match trace_id {
                 Some(id) => {
                     let span = tracing::info_span!("rpc", trace_id = %id, path = %path, %caller);
-                    with_trace(id, inner.call(req)).instrument(span).await
+                    with_auth(auth, with_trace(id, inner.call(req))).instrument(span).await
                 }
-                None => inner.call(req).instrument(tracing::info_span!("rpc", path = %path, %caller)).await,
+                None => {
+                    with_auth(auth, inner.call(req)).instrument(tracing::info_span!("rpc", path = %path, %caller)).await
+                }
             }
         })
     }
@@ -153,6 +190,11 @@ impl tonic::service::Interceptor for ClientAuth {
             && let Ok(v) = id.parse()
         {
             req.metadata_mut().insert(TRACE_HEADER, v);
+        }
+        if let Some(auth) = current_auth().filter(|a| valid_auth(a))
+            && let Ok(v) = auth.parse()
+        {
+            req.metadata_mut().insert(AUTH_HEADER, v);
         }
         Ok(req)
     }
@@ -341,5 +383,37 @@ mod tests {
             .unwrap();
         let res = svc.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.into_body(), "gateway");
+    }
+
+    /// The handler sees how the request was authenticated: as a peer forwarded it, else the
+    /// caller's own identity; a malformed forwarded value is not taken. The client interceptor
+    /// sends the current value.
+    #[tokio::test]
+    async fn the_requests_authentication_is_forwarded_or_the_callers_own() {
+        let gateway = crate::token::random_token();
+        let peers = Arc::new(PeerDigests::from_tokens([(Identity::Gateway, &gateway)]));
+        let inner = tower::service_fn(|_: http::Request<()>| async move {
+            Ok::<_, std::convert::Infallible>(http::Response::new(current_auth().unwrap_or_default()))
+        });
+        let mut svc = InternalAuthLayer::new(peers, Policy::ANY_SERVICE).layer(inner);
+        for (forwarded, seen) in [
+            (Some("session:0123456789ab"), "session:0123456789ab"),
+            (Some("token"), "token"),
+            (None, "internal:gateway"),
+            (Some("Token with spaces"), "internal:gateway"),
+        ] {
+            let mut req =
+                http::Request::builder().uri("/t.v1.S/Read").header(INTERNAL_TOKEN_HEADER, gateway.expose_secret());
+            if let Some(f) = forwarded {
+                req = req.header(AUTH_HEADER, f);
+            }
+            let res = svc.ready().await.unwrap().call(req.body(()).unwrap()).await.unwrap();
+            assert_eq!(res.into_body(), seen, "{forwarded:?}");
+        }
+        use tonic::service::Interceptor as _;
+        let mut client = ClientAuth::new(&gateway);
+        let sent = with_auth("token".into(), async { client.call(tonic::Request::new(())).unwrap() }).await;
+        assert_eq!(sent.metadata().get(AUTH_HEADER).and_then(|v| v.to_str().ok()), Some("token"));
+        assert!(client.call(tonic::Request::new(())).unwrap().metadata().get(AUTH_HEADER).is_none());
     }
 }

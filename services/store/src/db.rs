@@ -98,6 +98,8 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0007_invocation_usage.sql"),
     migration!("0008_channels.sql"),
     migration!("0009_invocation_client.sql"),
+    migration!("0010_pairing_tries.sql"),
+    migration!("0011_audit_auth.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.
@@ -318,6 +320,11 @@ impl Db {
     /// Runs `f` in one immediate transaction on the writer thread. Change rows `f` pushes are
     /// written in the same transaction and broadcast after commit. Returns `f`'s value and the
     /// highest change number written (or the current head when none).
+    ///
+    /// How the request being served was authenticated (`coffer_runtime::grpc::current_auth`,
+    /// read here: the writer thread has no request context; `internal:store` outside any
+    /// request) is what audit rows written by `f` record
+    /// ([`crate::domain::audit::record_outcome`]).
     pub async fn write<T, F>(&self, f: F) -> Result<(T, u64), StoreError>
     where
         T: Send + 'static,
@@ -326,7 +333,10 @@ impl Db {
         let (tx, rx) = oneshot::channel();
         let head = self.head.clone();
         let bus = self.changes.clone();
+        // Outside any request (a retention pass, start-up work) the write is the store's own.
+        let auth = coffer_runtime::grpc::current_auth().unwrap_or_else(|| "internal:store".to_owned());
         let job: Job = Box::new(move |conn: &mut Connection| {
+            let _auth = crate::domain::audit::RequestAuth::set(auth);
             let res = (|| {
                 let t = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
                 let mut changes = Changes(Vec::new());

@@ -11,6 +11,10 @@ pub const TOKEN: &str = "x-coffer-token";
 pub const TRACE: &str = "x-coffer-trace";
 /// Who acts, for the audit log: `cli`, `api`, `ui`, `mcp`, `agent` or `channel` (default `api`).
 pub const ACTOR: &str = "x-coffer-actor";
+/// gRPC metadata key saying how the request that caused an internal call was authenticated
+/// (`token`, `session:<12 hex>`, set by the edge; see `coffer_runtime::grpc::current_auth`).
+/// Never sent to or accepted from outside: the edge sets it, internal peers forward it.
+pub const AUTH: &str = "x-coffer-auth";
 /// gRPC metadata key of the per-run internal token on every internal call (never on disk).
 pub const INTERNAL_TOKEN: &str = "x-coffer-internal-token";
 /// The cookie set by the web page's one-time login; with [`SESSION_KEY`] (or, on an event

@@ -75,6 +75,128 @@ pub fn looks_like_token(value: &str) -> bool {
     v.len() >= ENTROPY_MIN_LEN && charset && !pathish && mixed && entropy_bits(v) >= ENTROPY_MIN_BITS
 }
 
+/// A command-line argument of an upstream that looks like a secret ([`secret_args`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretArg {
+    /// Its index in `args` (0 = the first argument after the command).
+    pub index: usize,
+    /// The option it is the value of (`--api-key`), when it is one.
+    pub flag: Option<String>,
+}
+
+/// Endings of an option name that make its value something other than the secret itself: a
+/// file or folder holding it, the name of a variable holding it, a kind or a URL.
+const NOT_THE_SECRET: &[&str] =
+    &["file", "path", "dir", "env", "var", "name", "type", "mode", "url", "uri", "header", "id", "method", "scheme"];
+
+/// The arguments of an upstream's command line that look like secrets: they would be stored in
+/// the registry in plaintext, synced, and readable by every local user in `ps`.
+///
+/// An argument is one when it looks like a token itself ([`looks_like_token`]; also as the
+/// value of `KEY=VALUE` or `Header: Bearer …`), when it is a URL with a password
+/// (`postgres://user:pw@host/db`), or when it is the value of an option whose name holds one of
+/// [`SECRET_WORDS`] (`--api-key VALUE`, `--token=VALUE`; see `secret_option`), unless
+/// that value is a path, a URL, a `${VAR}` reference, an environment variable's name
+/// (`GITHUB_TOKEN`), shorter than 6 characters, or the option names something else that
+/// holds it ([`NOT_THE_SECRET`]: `--token-file`, `--api-key-env`).
+pub fn secret_args(args: &[String]) -> Vec<SecretArg> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        // `--name=value` / `--name value`.
+        if let Some(opt) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')).filter(|o| !o.is_empty()) {
+            let (name, inline) = match opt.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (opt, None),
+            };
+            if secret_option(name) {
+                let flag = format!("{}{name}", if arg.starts_with("--") { "--" } else { "-" });
+                match inline {
+                    Some(v) if secret_value(v) => found.push(SecretArg { index: i, flag: Some(flag) }),
+                    Some(_) => {}
+                    None => {
+                        if let Some(v) = args.get(i + 1).filter(|v| !v.starts_with('-')) {
+                            if secret_value(v) {
+                                found.push(SecretArg { index: i + 1, flag: Some(flag) });
+                            }
+                            i += 2;
+                            continue;
+                        }
+                    }
+                }
+                i += 1;
+                continue;
+            }
+        }
+        if looks_secret_anywhere(arg) {
+            found.push(SecretArg { index: i, flag: None });
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Whether option `name` (without its dashes) names a secret: one of its words is or ends with
+/// one of [`SECRET_WORDS`] (`api-key`, `apikey`, `authtoken`; `auth…` and `password…` also as a
+/// start), and its last word is not one of [`NOT_THE_SECRET`]. `--keyboard`, `--max-tokens`
+/// and `--tokenizer` are not secrets.
+fn secret_option(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    let words: Vec<&str> = n.split(['-', '_', '.']).filter(|w| !w.is_empty()).collect();
+    let last = words.last().copied().unwrap_or("");
+    let secret_word = |word: &str| {
+        SECRET_WORDS.iter().any(|w| word.ends_with(w))
+            || ["auth", "password", "passwd", "credential", "secret"].iter().any(|w| word.starts_with(w))
+    };
+    words.iter().any(|w| secret_word(w)) && !NOT_THE_SECRET.contains(&last) && !last.ends_with("file")
+}
+
+fn secret_value(v: &str) -> bool {
+    let v = v.trim();
+    let pathish = v.starts_with(['/', '.', '~']) || v.contains("://");
+    let env_name = v.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    let reference = v.starts_with("${") || v.starts_with('$');
+    looks_like_token(v) || (v.chars().count() >= 6 && !pathish && !env_name && !reference)
+}
+
+/// A token on its own, as `KEY=VALUE`'s value, after `Bearer`, or as a URL's password.
+fn looks_secret_anywhere(arg: &str) -> bool {
+    if looks_like_token(arg) {
+        return true;
+    }
+    if let Some((k, v)) = arg.split_once('=')
+        && !k.contains("://")
+        && is_secret(k, v)
+        && secret_value(v)
+    {
+        return true;
+    }
+    let lower = arg.to_ascii_lowercase();
+    for scheme in AUTH_SCHEMES {
+        if let Some(i) = lower.find(scheme)
+            && (i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric())
+        {
+            let value = arg[i + scheme.len()..].trim();
+            // `Bearer ${TOKEN}` is a reference the client expands, not a secret.
+            if value.len() >= 8 && !value.starts_with('$') {
+                return true;
+            }
+        }
+    }
+    url_password(arg)
+}
+
+/// Whether `arg` is a URL whose authority carries a password (`scheme://user:pw@host`).
+fn url_password(arg: &str) -> bool {
+    let Some((_, rest)) = arg.split_once("://") else { return false };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    match authority.rsplit_once('@') {
+        Some((userinfo, _)) => userinfo.split_once(':').is_some_and(|(_, pw)| !pw.is_empty()),
+        None => false,
+    }
+}
+
 /// Shannon entropy of `s` in bits per character.
 pub fn entropy_bits(s: &str) -> f64 {
     let mut counts: HashMap<u8, usize> = HashMap::new();
@@ -143,6 +265,41 @@ mod tests {
             ("ID", "00000000000000000000000000000000000"),
         ] {
             assert!(!is_secret(k, v), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn secret_arguments_are_found_by_option_shape_and_url() {
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let at = |a: &[&str]| secret_args(&args(a)).into_iter().map(|s| (s.index, s.flag)).collect::<Vec<_>>();
+        assert_eq!(
+            at(&["serve", "--api-key", "ghp_16C7e42F292c6912E7710c838347Ae178B4a"]),
+            [(2, Some("--api-key".into()))]
+        );
+        assert_eq!(at(&["--token=hunter2-Xy9"]), [(0, Some("--token".into()))]);
+        assert_eq!(at(&["--password", "correcthorse"]), [(1, Some("--password".into()))]);
+        assert_eq!(at(&["-y", "pkg", "sk-proj-0123456789abcdef"]), [(2, None)]);
+        assert_eq!(at(&["postgresql://app:s3cret@localhost/db"]), [(0, None)]);
+        assert_eq!(at(&["--header", "Authorization: Bearer abcdef123456"]), [(1, None)]);
+        assert_eq!(at(&["API_KEY=abc123xyz"]), [(0, None)]);
+        assert_eq!(at(&["--client-secret", "Zx8f0Qm3", "--verbose"]), [(1, Some("--client-secret".into()))]);
+        for fine in [
+            &["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"][..],
+            &["--token-file", "/run/secrets/gh"],
+            &["--api-key-env", "OPENAI_API_KEY"],
+            &["--token", "GITHUB_TOKEN"],
+            &["--token", "${GITHUB_TOKEN}"],
+            &["--auth-type", "oauth2-device"],
+            &["--key-file=~/.ssh/id_ed25519"],
+            &["--auth-url", "https://login.example.com/oauth"],
+            &["--token", "abc"],
+            &["postgresql://app@localhost/db", "https://example.com/a:b@c"],
+            &["--keyboard", "us-intl-layout", "--log-level", "debug", "--port", "8080"],
+            &["--max-tokens", "409600", "--tokenizer", "cl100k_base", "--api-key-header", "X-Api-Key-Name"],
+            &["--token"],
+            &["--header", "Authorization: Bearer ${AUTH_TOKEN}", "--header", "X-Key:${KEY}"],
+        ] {
+            assert_eq!(at(fine), [], "{fine:?}");
         }
     }
 }

@@ -14,7 +14,8 @@
 //! one, until `count` (default 100,000) were written or `ms` (default 10,000) passed; then
 //! answers `flooded N`: a server that floods a client that cannot keep up, bounded so a test
 //! always ends).
-//! `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
+//! `TINY_SERVER_NAME` replaces `tiny` as the `serverInfo.name` it reports (a hostile one in
+//! terminal-escape tests). `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
 //! `--start-delay-ms N` makes it take N ms before it answers anything (a slow start: an
 //! interpreter loading, a server fetching its config); `--hang` never answers at all (a hung
 //! server: with `--banner`, one that prints a non-JSON line and then nothing).
@@ -118,7 +119,7 @@ fn main() {
                 &reply(json!({
                     "protocolVersion": params.get("protocolVersion").cloned().unwrap_or(json!("2025-06-18")),
                     "capabilities": {"tools": {"listChanged": true}, "prompts": {}, "resources": {"subscribe": true}, "logging": {}},
-                    "serverInfo": {"name": "tiny", "version": "1"}
+                    "serverInfo": {"name": std::env::var("TINY_SERVER_NAME").unwrap_or_else(|_| "tiny".into()), "version": "1"}
                 })),
             ),
             "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe" => {

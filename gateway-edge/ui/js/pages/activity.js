@@ -172,6 +172,8 @@ function audit(panel, params) {
   const cols = [
     { label: 'When', cell: (a) => timeEl(a.at) },
     { label: 'Actor', cell: (a) => a.actor },
+    // How the request was authenticated, as the daemon found it (the actor is only a label).
+    { label: 'Auth', cell: (a) => a.auth ? h('code', null, a.auth) : h('span', { class: 'muted' }, '—') },
     { label: 'Action', cell: (a) => h('code', null, a.action) },
     { label: 'Target', class: 'wrap', cell: (a) => a.target ? h('code', null, a.target) : h('span', { class: 'muted' }, '—') },
     { label: 'Outcome', cell: (a) => stateBadge(a.outcome === 'ok' ? 'ok' : 'error', a.outcome) },

@@ -144,7 +144,8 @@ function connectionDialog(c) {
     list.disabled = true;
     replace(hint, 'Asking the provider…');
     try {
-      // A saved connection is listed with its stored key; an unsaved one as a draft (no key).
+      // A saved connection is listed with its stored key; an unsaved one (or a new key) as a
+      // draft with the key typed here: a draft never uses a stored credential.
       const r = c && !key.input.value
         ? await vget(`${path(c.name)}/models`)
         : await vpost('/v1/llm/connections/models', draft());
@@ -163,7 +164,7 @@ function connectionDialog(c) {
     const d = { wire: wireKind() };
     if (name.input.value.trim()) d.name = name.input.value.trim();
     if (base.input.value.trim()) d.base_url = base.input.value.trim();
-    if (cred.input.value.trim()) d.credential_ref = cred.input.value.trim();
+    if (key.input.value) d.api_key = key.input.value;
     if (model.input.value.trim()) d.model = model.input.value.trim();
     return d;
   }

@@ -5,7 +5,8 @@
 //! codes against.
 //!
 //! - **Owner gate.** `/pair <code>` is heard from anyone (the store compares the code in
-//!   constant time and voids it after five wrong tries); everything else is heard only from the
+//!   constant time and, after five wrong tries from one sender, refuses that sender for the
+//!   rest of the code — never anyone else); everything else is heard only from the
 //!   owner (`sender_id` = the stored record's `owner_id`, read for each message so a pairing or
 //!   an unpairing counts at once; the adapter's copy when the store does not answer). Anyone else is answered once per sender per bridge with a polite refusal, and
 //!   that first refusal is audited (actor `channel`, action `channel.refused`, target the
@@ -293,7 +294,7 @@ impl Bridge {
                     let m = "Paired — this chat now drives Coffer. Send a message to start; /help lists the commands.";
                     self.replier.notice(chat, m).await
                 } else if reply.tries_left == 0 {
-                    let m = "Wrong code. The code is now void: run `coffer channel pair` for a new one.";
+                    let m = "Wrong code, and no tries left for this chat: run `coffer channel pair` for a new code.";
                     self.replier.notice(chat, m).await
                 } else {
                     let m = format!("Wrong code: {} tries left.", reply.tries_left);
@@ -301,7 +302,8 @@ impl Bridge {
                 }
             }
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                // No code pending, or it expired or was used: said once per sender per run (a
+                // No code pending, or it expired or was used, or this sender used up its tries:
+                // said once per sender per run (a
                 // stranger repeating `/pair` gets one answer, like any other refusal), and
                 // without the channel's name or the store's words.
                 tracing::info!(channel = %channel.name, reason = %s.message(), "A pairing claim was refused.");

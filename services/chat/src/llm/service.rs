@@ -51,6 +51,9 @@ impl LlmService {
         self.config.borrow().llm
     }
 
+    /// The connection a probe is for. A draft never reads the credential store: a stored secret
+    /// goes only to the base URL of the connection it was saved with, so a draft naming one is
+    /// INVALID_ARGUMENT and its key is the one sent with it (`draft_api_key`).
     async fn target(&self, target: ConnectionRef) -> Result<Resolved, Status> {
         let timeouts = self.llm_config().timeouts();
         match target.target {
@@ -58,7 +61,16 @@ impl LlmService {
                 self.connections.get(&name, timeouts).await.map_err(status_of_resolve)
             }
             Some(connection_ref::Target::Draft(draft)) => {
-                self.connections.resolve(draft, timeouts).await.map_err(status_of_resolve)
+                if !draft.credential_ref.is_empty() {
+                    return Err(Status::invalid_argument(
+                        "an unsaved connection cannot use a stored credential (credential_ref): send its key with it",
+                    ));
+                }
+                let mut resolved = self.connections.resolve(draft, timeouts).await.map_err(status_of_resolve)?;
+                if !target.draft_api_key.is_empty() {
+                    resolved.endpoint.secret = Some(secrecy::SecretString::from(target.draft_api_key));
+                }
+                Ok(resolved)
             }
             None => Err(Status::invalid_argument("target: give a connection name or a draft connection")),
         }

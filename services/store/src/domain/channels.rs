@@ -8,8 +8,11 @@
 //! [`CLAIM_ACTOR`], never with the code) and produce change rows (entity `channel`, key = the
 //! name); the cursor and recorded events write neither. Pairing codes are 8 characters of
 //! Crockford base-32 from the operating system's CSPRNG (`getrandom`, as the vault's nonces),
-//! compared with the stored digest in constant time (`subtle`), single use, void after
-//! [`rules::PAIRING_MAX_WRONG_TRIES`] wrong tries.
+//! compared with the stored digest in constant time (`subtle`), single use. Wrong tries are
+//! counted per sender (`channel_pairing_tries`, migration 0010): after
+//! [`rules::PAIRING_MAX_WRONG_TRIES`] wrong tries a sender is refused for the rest of that code,
+//! while the code stays good for everyone else — a stranger who found the bot cannot burn the
+//! owner's code. Guessing stays hopeless: 40 bits, a few tries per chat, minutes to live.
 use coffer_proto::store::channels_server::Channels;
 use coffer_proto::store::*;
 use coffer_types::channels as rules;
@@ -154,8 +157,6 @@ enum CodeState {
     /// Waiting for its claim.
     Pending,
     Used,
-    /// Void after too many wrong tries.
-    Voided,
     Expired,
 }
 
@@ -164,6 +165,7 @@ enum CodeState {
 struct Pairing {
     digest: Option<Vec<u8>>,
     expires_ms: i64,
+    /// Wrong tries of all senders (for the record; a sender's own count is what refuses it).
     wrong_tries: u32,
     used: bool,
 }
@@ -173,7 +175,6 @@ impl Pairing {
         match self.digest {
             None => CodeState::None,
             Some(_) if self.used => CodeState::Used,
-            Some(_) if self.wrong_tries >= rules::PAIRING_MAX_WRONG_TRIES => CodeState::Voided,
             Some(_) if self.expires_ms <= now_ms => CodeState::Expired,
             Some(_) => CodeState::Pending,
         }
@@ -422,6 +423,7 @@ impl Channels for ChannelsService {
                 check_version(&r.name, r.expected_version, cur.version)?;
                 // The foreign key cascades too; said here so the intent does not rest on a pragma.
                 t.execute("DELETE FROM channel_events WHERE channel = ?1", [&r.name])?;
+                t.execute("DELETE FROM channel_pairing_tries WHERE channel = ?1", [&r.name])?;
                 t.execute("DELETE FROM channels WHERE name = ?1", [&r.name])?;
                 audit::record(t, &trace, &r.actor, "channel.remove", &r.name)?;
                 ch.push(ChangeEntity::Channel, r.name.clone(), ChangeOp::Delete);
@@ -456,6 +458,7 @@ impl Channels for ChannelsService {
                      WHERE name = ?1",
                     params![r.name, sha, expires_ms],
                 )?;
+                t.execute("DELETE FROM channel_pairing_tries WHERE channel = ?1", [&r.name])?;
                 let detail = serde_json::json!({ "ttl_s": ttl_s }).to_string();
                 audit::record_with(t, &trace, &r.actor, "channel.pair.start", &r.name, &detail)?;
                 ch.push(ChangeEntity::Channel, r.name.clone(), ChangeOp::Update);
@@ -502,15 +505,6 @@ impl Channels for ChannelsService {
                             "used",
                         );
                     }
-                    CodeState::Voided => {
-                        return refuse(
-                            &format!(
-                                "the pairing code of channel {name:?} is void after {} wrong tries: start a new one",
-                                rules::PAIRING_MAX_WRONG_TRIES
-                            ),
-                            "voided",
-                        );
-                    }
                     CodeState::Expired => {
                         return refuse(
                             &format!("the pairing code of channel {name:?} expired: start a new one"),
@@ -519,6 +513,24 @@ impl Channels for ChannelsService {
                     }
                     CodeState::Pending => cur.pairing.digest.clone().unwrap_or_default(),
                 };
+                let sender_tries: u32 = t
+                    .query_row(
+                        "SELECT wrong_tries FROM channel_pairing_tries WHERE channel = ?1 AND sender = ?2",
+                        params![r.name, r.owner_id],
+                        |row| row.get::<_, i64>(0),
+                    )
+                    .optional()?
+                    .unwrap_or(0)
+                    .clamp(0, i64::from(u32::MAX)) as u32;
+                if sender_tries >= rules::PAIRING_MAX_WRONG_TRIES {
+                    return refuse(
+                        &format!(
+                            "this chat sent {} wrong codes for channel {name:?}: it may not try this code again (the owner can start a new one)",
+                            rules::PAIRING_MAX_WRONG_TRIES
+                        ),
+                        "sender voided",
+                    );
+                }
                 ch.push(ChangeEntity::Channel, r.name.clone(), ChangeOp::Update);
                 if bool::from(given.as_slice().ct_eq(stored.as_slice())) {
                     t.execute(
@@ -526,13 +538,20 @@ impl Channels for ChannelsService {
                          WHERE name = ?1",
                         params![r.name, r.owner_id, display, coffer_runtime::now_rfc3339()],
                     )?;
+                    t.execute("DELETE FROM channel_pairing_tries WHERE channel = ?1", [&r.name])?;
                     let detail = serde_json::json!({ "owner_id": r.owner_id, "previous_owner_id": cur.record.owner_id })
                         .to_string();
                     audit::record_with(t, &trace, CLAIM_ACTOR, "channel.pair", &r.name, &detail)?;
                     Ok(Claim::Paired(existing(t, &r.name)?.record))
                 } else {
-                    let wrong = cur.pairing.wrong_tries + 1;
-                    t.execute("UPDATE channels SET pairing_wrong_tries = ?2 WHERE name = ?1", params![r.name, wrong])?;
+                    let total = cur.pairing.wrong_tries.saturating_add(1);
+                    t.execute("UPDATE channels SET pairing_wrong_tries = ?2 WHERE name = ?1", params![r.name, total])?;
+                    let wrong = sender_tries + 1;
+                    t.execute(
+                        "INSERT INTO channel_pairing_tries (channel, sender, wrong_tries) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (channel, sender) DO UPDATE SET wrong_tries = excluded.wrong_tries",
+                        params![r.name, r.owner_id, wrong],
+                    )?;
                     let left = rules::PAIRING_MAX_WRONG_TRIES.saturating_sub(wrong);
                     let detail = serde_json::json!({ "reason": "wrong code", "tries_left": left }).to_string();
                     audit::record_outcome(
@@ -573,6 +592,7 @@ impl Channels for ChannelsService {
                      WHERE name = ?1",
                     [&r.name],
                 )?;
+                t.execute("DELETE FROM channel_pairing_tries WHERE channel = ?1", [&r.name])?;
                 let detail = serde_json::json!({ "previous_owner_id": cur.owner_id }).to_string();
                 audit::record_with(t, &trace, &r.actor, "channel.unpair", &r.name, &detail)?;
                 ch.push(ChangeEntity::Channel, r.name.clone(), ChangeOp::Update);
@@ -989,7 +1009,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn wrong_tries_count_and_the_fifth_voids_the_code() {
+    async fn wrong_tries_count_per_sender_and_a_strangers_never_void_the_owners_code() {
         let (_dir, svc) = service();
         svc.create_channel(create(telegram("home"))).await.unwrap();
         let s = start(&svc, "home").await;
@@ -1000,17 +1020,25 @@ mod tests {
             assert_eq!(r.tries_left, left);
             assert!(r.channel.unwrap().pairing_pending);
         }
-        // Garbage of any shape is a wrong try too.
+        // Garbage of any shape is a wrong try too; the stranger is done, the code is not.
         let r = claim(&svc, "home", &"Z".repeat(5000), "666").await.unwrap();
         assert_eq!((r.paired, r.tries_left), (false, 0));
-        assert!(!r.channel.unwrap().pairing_pending, "void");
-        // The right code no longer works.
-        let e = claim(&svc, "home", &s.code, "1001").await.unwrap_err();
+        assert!(r.channel.unwrap().pairing_pending, "still pending for everyone else");
+        // The stranger may not try again, even with the right code.
+        let e = claim(&svc, "home", &s.code, "666").await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
-        assert!(e.message().contains("void after 5 wrong tries"), "{}", e.message());
-        assert_eq!(get(&svc, "home").await.owner_id, "");
+        assert!(e.message().contains("this chat sent 5 wrong codes"), "{}", e.message());
+        // Another stranger has tries of its own; the owner, after a typo, still pairs.
+        assert_eq!(claim(&svc, "home", &wrong, "777").await.unwrap().tries_left, 4);
+        assert_eq!(claim(&svc, "home", &wrong, "1001").await.unwrap().tries_left, 4);
+        let r = claim(&svc, "home", &s.code, "1001").await.unwrap();
+        assert!(r.paired);
+        assert_eq!(get(&svc, "home").await.owner_id, "1001");
         let errors = audit_rows(&svc).await.into_iter().filter(|r| r.2 == "error").count();
-        assert_eq!(errors, 6, "each wrong try and the refusal are audited as errors");
+        assert_eq!(errors, 8, "each wrong try and the refusal are audited as errors");
+        // Once used, the code is gone for everyone.
+        let e = claim(&svc, "home", &s.code, "777").await.unwrap_err();
+        assert!(e.message().contains("already used"), "{}", e.message());
         // A new code starts afresh.
         let s2 = start(&svc, "home").await;
         assert!(claim(&svc, "home", &s2.code, "1001").await.unwrap().paired);
