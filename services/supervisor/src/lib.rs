@@ -153,7 +153,16 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
     }
     // The callback's port and accepted host names are settings of the daemon's environment
     // (no secret): passed on like the log filter.
-    for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE, cenv::CALLBACK_PORT, cenv::CALLBACK_HOSTS] {
+    for var in [
+        cenv::LOG,
+        cenv::LOG_MAX_FILE_MB,
+        cenv::LOG_MAX_TOTAL_MB,
+        cenv::MAX_CONNECTIONS,
+        cenv::SCHED_SLICE_US,
+        cenv::BACKGROUND_NICE,
+        cenv::CALLBACK_PORT,
+        cenv::CALLBACK_HOSTS,
+    ] {
         if let Ok(v) = std::env::var(var) {
             base_env.push((var.into(), v));
         }
