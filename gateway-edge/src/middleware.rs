@@ -2,6 +2,10 @@
 //!
 //! Every response carries `X-Coffer-Trace`; the id is the span field `trace_id` on every log
 //! line the request causes here, and travels in gRPC metadata to the other services.
+//!
+//! Logs stay small whatever a client sends: the path in the request span and every other
+//! client-controlled value go through [`clip`], and refusals (which anyone on the machine can
+//! cause at will) through the [`REFUSALS`] budget.
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -11,6 +15,9 @@ use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use coffer_runtime::limits::ConnHandle;
+use coffer_runtime::logging::{LogBudget, clip};
+
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
 
@@ -18,6 +25,10 @@ use crate::state::AppState;
 pub use coffer_types::header::SESSION_COOKIE;
 /// Response header carrying the trace id.
 pub use coffer_types::header::TRACE as TRACE_HEADER;
+
+/// Log lines about refused requests (wrong token, foreign Host or Origin, a refused web
+/// login): at most 10 a second, then one line saying how many were suppressed.
+pub static REFUSALS: LogBudget = LogBudget::per_second(10);
 
 /// An error in the wire format of the route: JSON-RPC on `/mcp`, the envelope elsewhere.
 pub fn reject(path: &str, code: Code, message: &str) -> Response {
@@ -78,7 +89,7 @@ async fn body_prefix(mut body: axum::body::Body, limit: usize) -> Vec<u8> {
 /// stamps `X-Coffer-Trace` on the response.
 pub async fn trace(req: Request, next: Next) -> Response {
     let id = coffer_runtime::grpc::new_trace_id();
-    let span = tracing::info_span!("request", trace_id = %id, method = %req.method(), path = %req.uri().path());
+    let span = tracing::info_span!("request", trace_id = %id, method = %req.method(), path = %clip(req.uri().path()));
     let started = std::time::Instant::now();
     let mut resp = coffer_runtime::grpc::with_trace(id.clone(), next.run(req)).instrument(span.clone()).await;
     let status = resp.status().as_u16();
@@ -94,7 +105,9 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
     // check of the first could pass while something downstream reads the other.
     for (name, what) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
         if req.headers().get_all(&name).iter().nth(1).is_some() {
-            tracing::info!(header = what, "Refused: repeated header.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(header = what, suppressed, "Refused: repeated header.");
+            }
             return reject(&path, Code::BadRequest, &format!("more than one {what} header"));
         }
     }
@@ -105,13 +118,17 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
         None => req.uri().authority().map_or("", |a| a.as_str()),
     };
     if !host_is_loopback(host, st.port) {
-        tracing::info!(host = %host.chars().take(80).collect::<String>(), "Refused: Host is not loopback.");
+        if let Some(suppressed) = REFUSALS.allow() {
+            tracing::info!(host = %clip(host), suppressed, "Refused: Host is not loopback.");
+        }
         return reject_request(req, Code::Forbidden, "Host header must name this machine's loopback address").await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
         if !ok {
-            tracing::info!("Refused: foreign Origin.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(suppressed, "Refused: foreign Origin.");
+            }
             return reject_request(req, Code::Forbidden, "Origin is not Coffer's own origin").await;
         }
     }
@@ -153,13 +170,23 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
     if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
-    match authorize(&st, req.headers()) {
+    let auth = authorize(&st, req.headers());
+    // An authenticated request makes its connection trusted: at the connection cap, it is
+    // never closed to make room (see `coffer_runtime::limits`).
+    if auth.is_some()
+        && let Some(conn) = req.extensions().get::<ConnHandle>()
+    {
+        conn.mark_trusted();
+    }
+    match auth {
         Some(Auth::Token) => return next.run(req).await,
         Some(Auth::Cookie(revoked)) if safe || req.headers().contains_key(header::ORIGIN) => {
             return until_revoked(next.run(req).await, revoked);
         }
         Some(Auth::Cookie(_)) => {
-            tracing::info!(method = %req.method(), "Refused: cookie-authenticated unsafe request without Origin.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(method = %req.method(), suppressed, "Refused: cookie-authenticated unsafe request without Origin.");
+            }
             return reject_request(
                 req,
                 Code::Forbidden,
@@ -170,7 +197,9 @@ pub async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> 
         None => {}
     }
     // A client mistake, not an error; logged so that hostile attempts leave a trace.
-    tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
+    if let Some(suppressed) = REFUSALS.allow() {
+        tracing::info!(method = %req.method(), suppressed, "Refused: missing or wrong token.");
+    }
     let mut resp =
         reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await;
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));

@@ -189,6 +189,8 @@ pub struct Connections {
     name: &'static str,
     base: Instant,
     state: Mutex<State>,
+    /// A reaper runs (one per set, however many listeners share it).
+    reaping: AtomicBool,
 }
 
 #[derive(Default)]
@@ -205,7 +207,13 @@ struct State {
 impl Connections {
     /// A set applying `limits`; `name` appears in its log lines ("edge", "callback", "grpc").
     pub fn new(name: &'static str, limits: Limits) -> Arc<Self> {
-        Arc::new(Self { limits, name, base: Instant::now(), state: Mutex::new(State::default()) })
+        Arc::new(Self {
+            limits,
+            name,
+            base: Instant::now(),
+            state: Mutex::new(State::default()),
+            reaping: AtomicBool::new(false),
+        })
     }
 
     /// The limits this set applies.
@@ -334,9 +342,13 @@ impl Connections {
     }
 
     /// Runs [`Connections::sweep`] every second until `stop`, logging at most one summary line
-    /// a minute of what it closed and evicted.
+    /// a minute of what it closed and evicted. A set has one reaper: when one runs already, the
+    /// returned task does nothing.
     pub fn spawn_reaper(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let set = self.clone();
+        if set.reaping.swap(true, Ordering::AcqRel) {
+            return tokio::spawn(async {});
+        }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
