@@ -74,8 +74,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// Most connections served at once (see [`serve_public`]).
 pub const MAX_CONNECTIONS: usize = LIMITS.max_connections;
 /// The public listener's limits.
-pub const LIMITS: coffer_runtime::limits::Limits =
-    coffer_runtime::limits::Limits { header_read_timeout: HEADER_READ_TIMEOUT, ..coffer_runtime::limits::Limits::CALLBACK };
+pub const LIMITS: coffer_runtime::limits::Limits = coffer_runtime::limits::Limits {
+    header_read_timeout: HEADER_READ_TIMEOUT,
+    ..coffer_runtime::limits::Limits::CALLBACK
+};
 /// The public port when `COFFER_CALLBACK_PORT` is not set.
 pub const DEFAULT_PORT: u16 = 8787;
 /// How long an event is retried while coffer-chat answers UNAVAILABLE (starting, restarting).

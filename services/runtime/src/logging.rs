@@ -126,6 +126,74 @@ impl LogBudget {
     }
 }
 
+/// What a retry loop should log about one more failure (see [`FailureLog::failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failing {
+    /// The first failure after success (or ever), or a different error than before: log it.
+    Started,
+    /// Still failing, `failures` times so far: the periodic reminder, log it.
+    Still { failures: u64 },
+    /// Still failing the same way, reminded recently: log nothing.
+    Quiet,
+}
+
+/// The state of a retry loop, so it logs state changes rather than every attempt: the first
+/// failure, a reminder at most every `remind_every` while it keeps failing (or when the error
+/// changes), and the recovery. It also gives the loop its backoff.
+#[derive(Debug)]
+pub struct FailureLog {
+    failures: u64,
+    last_error: String,
+    last_logged: Option<Instant>,
+    remind_every: std::time::Duration,
+}
+
+impl FailureLog {
+    /// A loop that has not failed, reminding at most every `remind_every` while failing.
+    pub fn new(remind_every: std::time::Duration) -> Self {
+        Self { failures: 0, last_error: String::new(), last_logged: None, remind_every }
+    }
+
+    /// Records one failure with `error` (its text, compared with the previous one's) and says
+    /// what to log.
+    pub fn failed(&mut self, error: &str) -> Failing {
+        self.failures += 1;
+        let changed = self.last_error != error;
+        if changed {
+            self.last_error = error.to_owned();
+        }
+        let due = self.last_logged.is_none_or(|t| t.elapsed() >= self.remind_every);
+        if self.failures == 1 || changed {
+            self.last_logged = Some(Instant::now());
+            Failing::Started
+        } else if due {
+            self.last_logged = Some(Instant::now());
+            Failing::Still { failures: self.failures }
+        } else {
+            Failing::Quiet
+        }
+    }
+
+    /// Records a success; `Some(failures)` when it ends a run of failures (log the recovery).
+    pub fn succeeded(&mut self) -> Option<u64> {
+        let was = std::mem::take(&mut self.failures);
+        self.last_error.clear();
+        self.last_logged = None;
+        (was > 0).then_some(was)
+    }
+
+    /// Failures in a row so far.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// The wait before the next attempt: `base` doubled per failure in a row, at most `max`.
+    pub fn backoff(&self, base: std::time::Duration, max: std::time::Duration) -> std::time::Duration {
+        let doublings = self.failures.saturating_sub(1).min(20) as u32;
+        base.saturating_mul(1 << doublings).min(max)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +232,25 @@ mod tests {
         assert_eq!(allowed[0], Some(0));
         std::thread::sleep(std::time::Duration::from_millis(250));
         assert_eq!(budget.allow(), Some(1_000 - passed as u64));
+    }
+
+    #[test]
+    fn a_failure_log_reports_state_changes_not_attempts() {
+        let mut log = FailureLog::new(std::time::Duration::from_millis(200));
+        let second = std::time::Duration::from_secs(1);
+        assert_eq!(log.succeeded(), None);
+        assert_eq!(log.failed("EACCES"), Failing::Started);
+        assert_eq!(log.backoff(2 * second, 300 * second), 2 * second);
+        for _ in 0..100 {
+            assert_eq!(log.failed("EACCES"), Failing::Quiet);
+        }
+        assert_eq!(log.backoff(2 * second, 300 * second), 300 * second);
+        assert_eq!(log.failed("EIO"), Failing::Started, "a new error is logged");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert_eq!(log.failed("EIO"), Failing::Still { failures: 103 });
+        assert_eq!(log.failed("EIO"), Failing::Quiet);
+        assert_eq!(log.succeeded(), Some(104));
+        assert_eq!(log.failed("EIO"), Failing::Started, "failing again after a recovery");
+        assert_eq!(log.backoff(2 * second, 300 * second), 2 * second);
     }
 }

@@ -58,6 +58,12 @@ pub fn main_entry_with(table: Vec<ServiceSpec>) -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
+    // Connection caps, not the descriptor limit, should decide when a flood is turned away:
+    // the soft limit goes up to the hard one, for this process and the services it starts.
+    match coffer_runtime::limits::raise_fd_limit() {
+        Ok((soft, hard)) => tracing::info!(soft, hard, "Open-file limit."),
+        Err(e) => tracing::warn!(error = %e, "Cannot raise the open-file limit; keeping it."),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     match rt.block_on(run_with(home, table)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
