@@ -277,9 +277,9 @@ pub async fn serve_public(
     Ok(())
 }
 
-/// Log lines about refused callbacks (anyone who reaches the port can cause them): at most 10
-/// a second, then one saying how many were suppressed.
-static REFUSALS: coffer_runtime::logging::LogBudget = coffer_runtime::logging::LogBudget::per_second(10);
+/// Log lines about refused callbacks (anyone who reaches the port can cause them): bursts of
+/// 100, 20 a second on average; past that, the next line written says how many were suppressed.
+static REFUSALS: coffer_runtime::logging::LogBudget = coffer_runtime::logging::LogBudget::new(20, 100);
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()

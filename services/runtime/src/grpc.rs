@@ -148,7 +148,7 @@ where
 }
 
 /// Lines about calls without a valid internal token: anyone on the machine can cause them.
-static REJECTED: crate::logging::LogBudget = crate::logging::LogBudget::per_second(5);
+static REJECTED: crate::logging::LogBudget = crate::logging::LogBudget::new(20, 100);
 
 /// Client interceptor adding the internal token and the current trace id to every call.
 #[derive(Clone)]

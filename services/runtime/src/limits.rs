@@ -128,7 +128,8 @@ impl Limits {
 /// Who is connecting, as far as the listener can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Peer {
-    /// A Unix-socket peer with the daemon's own uid (`SO_PEERCRED`): trusted from the start.
+    /// A Unix-socket peer with the daemon's own uid (`SO_PEERCRED`): never displaced by another
+    /// uid's connection, and admitted beyond the cap up to [`Limits::owner_reserve`].
     Owner,
     /// Anyone else (every TCP peer: loopback TCP does not say which user connected).
     Other,
@@ -243,12 +244,13 @@ impl Connections {
         let mut st = self.lock();
         let over_cap = st.open >= self.limits.max_connections;
         if over_cap && !(owner && st.owner_open < self.limits.owner_reserve) {
-            // Oldest untrusted idle first, then oldest untrusted busy.
+            // Oldest unauthenticated idle first, then oldest unauthenticated busy; a newcomer
+            // from another uid never displaces one of the owner's.
             let victim = {
-                let untrusted = |e: &&Arc<Entry>| {
-                    !e.owner && !e.trusted.load(Ordering::Acquire) && !e.closing.load(Ordering::Acquire)
+                let candidate = |e: &&Arc<Entry>| {
+                    (owner || !e.owner) && !e.trusted.load(Ordering::Acquire) && !e.closing.load(Ordering::Acquire)
                 };
-                let mut candidates = st.entries.values().filter(untrusted);
+                let mut candidates = st.entries.values().filter(candidate);
                 let idle = candidates.clone().find(|e| !e.is_busy()).cloned();
                 idle.or_else(|| candidates.next().cloned())
             };
@@ -268,7 +270,7 @@ impl Connections {
         let entry = Arc::new(Entry {
             opened_ms: now,
             owner,
-            trusted: AtomicBool::new(owner),
+            trusted: AtomicBool::new(false),
             busy: AtomicU32::new(0),
             upgraded: AtomicBool::new(false),
             idle_since_ms: AtomicU64::new(now),
@@ -842,15 +844,24 @@ mod tests {
         b.handle().mark_trusted();
         assert!(set.admit(Peer::Other).is_none(), "every slot is trusted");
         let o1 = set.admit(Peer::Owner).unwrap();
-        let _o2 = set.admit(Peer::Owner).unwrap();
-        assert!(set.admit(Peer::Owner).is_none(), "the reserve is 2");
+        let o2 = set.admit(Peer::Owner).unwrap();
         assert_eq!(set.stats().open, 4);
-        drop(o1);
-        drop(a);
+        assert!(set.admit(Peer::Other).is_none(), "another uid never displaces the owner's");
+        // Beyond the reserve, the owner's own oldest unauthenticated connection makes room.
+        o2.handle().mark_trusted();
+        let o3 = set.admit(Peer::Owner).unwrap();
+        assert!(o1.handle.entry.close.is_cancelled());
+        o3.handle().mark_trusted();
+        assert!(set.admit(Peer::Owner).is_none(), "nothing left to displace");
+        drop(o2);
+        drop(o3);
         assert_eq!(set.stats().open, 2);
-        assert!(set.admit(Peer::Other).is_none(), "b (trusted) and the owner's still fill the cap");
-        drop(b);
+        drop(o1);
+        assert!(set.admit(Peer::Other).is_none(), "a and b (trusted) still fill the cap");
+        drop(a);
+        assert_eq!(set.stats().open, 1);
         assert!(set.admit(Peer::Other).is_some());
+        drop(b);
     }
 
     #[tokio::test]

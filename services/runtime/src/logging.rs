@@ -85,11 +85,12 @@ impl std::fmt::Debug for Clipped<'_> {
 }
 
 /// A token bucket for one kind of log line (e.g. the edge's refusals): at most `per_second`
-/// lines a second on average, bursts of `per_second`. [`LogBudget::allow`] says whether to
+/// lines a second on average, in bursts of at most `burst`. [`LogBudget::allow`] says whether to
 /// write the next line and how many were suppressed since the last one written, so that line
 /// can say so (`suppressed = 1234`). Usable from a `static`.
 pub struct LogBudget {
     per_second: u32,
+    burst: u32,
     state: Mutex<BudgetState>,
 }
 
@@ -100,10 +101,17 @@ struct BudgetState {
 }
 
 impl LogBudget {
-    /// A budget of `per_second` lines a second (at least 1).
+    /// A budget of `per_second` lines a second, bursts of as many (at least 1).
     pub const fn per_second(per_second: u32) -> Self {
+        Self::new(per_second, per_second)
+    }
+
+    /// A budget of `per_second` lines a second on average and bursts of `burst` (each at
+    /// least 1).
+    pub const fn new(per_second: u32, burst: u32) -> Self {
         let per_second = if per_second == 0 { 1 } else { per_second };
-        Self { per_second, state: Mutex::new(BudgetState { tokens: per_second as f64, last: None, suppressed: 0 }) }
+        let burst = if burst == 0 { 1 } else { burst };
+        Self { per_second, burst, state: Mutex::new(BudgetState { tokens: burst as f64, last: None, suppressed: 0 }) }
     }
 
     /// `Some(suppressed)`: write this line, mentioning the `suppressed` lines left out before
@@ -113,7 +121,7 @@ impl LogBudget {
         let now = Instant::now();
         let rate = f64::from(self.per_second);
         if let Some(last) = st.last {
-            st.tokens = (st.tokens + now.duration_since(last).as_secs_f64() * rate).min(rate);
+            st.tokens = (st.tokens + now.duration_since(last).as_secs_f64() * rate).min(f64::from(self.burst));
         }
         st.last = Some(now);
         if st.tokens >= 1.0 {

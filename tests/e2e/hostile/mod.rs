@@ -5,3 +5,5 @@
 //! and that the daemon kept serving its owner.
 
 mod basics;
+mod listeners;
+mod logs;
