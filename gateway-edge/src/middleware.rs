@@ -27,9 +27,9 @@ pub use coffer_types::header::SESSION_COOKIE;
 pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 /// Log lines about refused requests (wrong token, foreign Host or Origin, a refused web
-/// login): bursts of 100, 20 a second on average; past that, the next line written says how
+/// login): bursts of 50, 5 a second on average; past that, the next line written says how
 /// many were suppressed.
-pub static REFUSALS: LogBudget = LogBudget::new(20, 100);
+pub static REFUSALS: LogBudget = LogBudget::new(5, 50);
 
 /// An error in the wire format of the route: JSON-RPC on `/mcp`, the envelope elsewhere.
 pub fn reject(path: &str, code: Code, message: &str) -> Response {

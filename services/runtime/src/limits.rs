@@ -145,6 +145,8 @@ struct Entry {
     busy: AtomicU32,
     /// Upgraded to another protocol: busy until it closes.
     upgraded: AtomicBool,
+    /// At least one request on it has been answered.
+    served: AtomicBool,
     /// When the last request finished (or the connection opened), ms since base.
     idle_since_ms: AtomicU64,
     /// When the first byte of a not-yet-dispatched request head arrived, ms since base + 1
@@ -244,15 +246,17 @@ impl Connections {
         let mut st = self.lock();
         let over_cap = st.open >= self.limits.max_connections;
         if over_cap && !(owner && st.owner_open < self.limits.owner_reserve) {
-            // Oldest unauthenticated idle first, then oldest unauthenticated busy; a newcomer
-            // from another uid never displaces one of the owner's.
+            // Oldest unauthenticated connection that never completed a request first (a
+            // flood's), then one idle between requests (a client's keep-alive connection it may
+            // be about to reuse), then a busy one; a newcomer from another uid never displaces
+            // one of the owner's.
             let victim = {
                 let candidate = |e: &&Arc<Entry>| {
                     (owner || !e.owner) && !e.trusted.load(Ordering::Acquire) && !e.closing.load(Ordering::Acquire)
                 };
-                let mut candidates = st.entries.values().filter(candidate);
-                let idle = candidates.clone().find(|e| !e.is_busy()).cloned();
-                idle.or_else(|| candidates.next().cloned())
+                let candidates = || st.entries.values().filter(candidate);
+                let fresh = candidates().find(|e| !e.is_busy() && !e.served.load(Ordering::Acquire)).cloned();
+                fresh.or_else(|| candidates().find(|e| !e.is_busy()).cloned()).or_else(|| candidates().next().cloned())
             };
             match victim {
                 Some(v) => {
@@ -273,6 +277,7 @@ impl Connections {
             trusted: AtomicBool::new(false),
             busy: AtomicU32::new(0),
             upgraded: AtomicBool::new(false),
+            served: AtomicBool::new(false),
             idle_since_ms: AtomicU64::new(now),
             head_started_ms: AtomicU64::new(0),
             close: CancellationToken::new(),
@@ -463,6 +468,7 @@ impl Drop for Busy {
         // The idle clock restarts before the count drops, so the reaper never sees a stale one.
         let e = &self.handle.entry;
         e.idle_since_ms.store(self.handle.set.now_ms(), Ordering::Release);
+        e.served.store(true, Ordering::Release);
         e.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -862,6 +868,17 @@ mod tests {
         assert_eq!(set.stats().open, 1);
         assert!(set.admit(Peer::Other).is_some());
         drop(b);
+    }
+
+    #[test]
+    fn a_connection_that_was_served_goes_after_one_that_never_was() {
+        let set = Connections::new("t", limits(2));
+        let kept_alive = set.admit(Peer::Other).unwrap();
+        drop(kept_alive.handle().begin());
+        let fresh = set.admit(Peer::Other).unwrap();
+        let _newcomer = set.admit(Peer::Other).unwrap();
+        assert!(fresh.handle.entry.close.is_cancelled());
+        assert!(!kept_alive.handle.entry.close.is_cancelled());
     }
 
     #[tokio::test]
