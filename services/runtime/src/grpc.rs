@@ -239,7 +239,7 @@ pub async fn call_within<T>(
 /// Under [`crate::limits::Limits::GRPC`]: at most 256 connections; one that has not carried a
 /// call with a valid internal token within 10 s of its first byte (30 s when silent) is closed,
 /// and at the cap such connections make room for newcomers; a connection that did is kept and
-/// watched by HTTP/2 keep-alive pings (every 30 s, 10 s to answer) and TCP keep-alive. Request
+/// watched by HTTP/2 keep-alive pings (every 30 s, 10 s to answer). Request
 /// heads are bounded by the HTTP/2 header-list size (64 KiB). There is no per-request timeout
 /// and no per-connection concurrency limit: services hold long streams (chat events, the
 /// broker) on one multiplexed connection, and their callers set deadlines.
@@ -279,7 +279,6 @@ pub async fn serve_with_health(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
         .http2_max_header_list_size(limits.max_header_bytes as u32)
-        .tcp_keepalive(Some(std::time::Duration::from_secs(60)))
         .layer(auth)
         .add_routes(routes.add_service(health))
         .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())

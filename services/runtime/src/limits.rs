@@ -747,8 +747,11 @@ pub async fn serve_http<S, B>(
     conns.spawn_reaper(reaper_stop.clone());
     let tasks = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
     let spawn_into = tasks.clone();
+    // Set by a connection still open `grace` after `stop` (then dropped).
+    let overstayed = Arc::new(AtomicBool::new(false));
+    let overstayed_conn = overstayed.clone();
     let conn_stop = stop.clone();
-    accept_loop(listener, conns, stop.clone(), move |io: TrackedStream| {
+    accept_loop(listener, conns.clone(), stop.clone(), move |io: TrackedStream| {
         let handle = io.handle();
         let svc = service.clone();
         let hyper_svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
@@ -766,6 +769,7 @@ pub async fn serve_http<S, B>(
         });
         let builder = builder.clone();
         let stop = conn_stop.clone();
+        let overstayed = overstayed_conn.clone();
         let mut tasks = spawn_into.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         while tasks.try_join_next().is_some() {}
         tasks.spawn(async move {
@@ -775,7 +779,9 @@ pub async fn serve_http<S, B>(
                 _ = conn.as_mut() => {}
                 () = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(grace, conn).await;
+                    if tokio::time::timeout(grace, conn).await.is_err() {
+                        overstayed.store(true, Ordering::Release);
+                    }
                 }
             }
         });
@@ -785,6 +791,13 @@ pub async fn serve_http<S, B>(
     // Each connection has `grace` from `stop`; this bound only guards against one that ignores it.
     let _ = tokio::time::timeout(grace + Duration::from_secs(1), async { while tasks.join_next().await.is_some() {} })
         .await;
+    if overstayed.load(Ordering::Acquire) {
+        tracing::info!(
+            listener = conns.name,
+            grace_ms = grace.as_millis() as u64,
+            "Connections still open after the drain grace; closing them."
+        );
+    }
     reaper_stop.cancel();
 }
 

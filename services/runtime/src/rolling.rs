@@ -47,8 +47,7 @@ impl Default for RollingLimits {
 impl RollingLimits {
     /// The defaults, with `COFFER_LOG_MAX_FILE_MB` (1-1024) and `COFFER_LOG_MAX_TOTAL_MB`
     /// (1-102400) from `get` when set to a number in range (others are ignored: logging is not
-    /// up yet to say so; `coffer doctor` reads the same variables). The total is raised to at
-    /// least twice the file size.
+    /// up yet to say so). The total is raised to at least twice the file size.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
         let mut l = Self::default();
         let num =
