@@ -42,7 +42,10 @@ pub fn as_other_user(command: &mut Command) -> &mut Command {
 
 /// Runs `sh -c script` as the hostile user and returns `(exit code, stdout, stderr)`.
 pub fn sh_as_other_user(script: &str) -> anyhow::Result<(i32, String, String)> {
-    let out = as_other_user(Command::new("/bin/sh").arg("-c").arg(script)).output()?;
+    // A short-lived probe run to completion as another uid, which the spawn helper does not offer.
+    #[allow(clippy::disallowed_methods)]
+    let mut sh = Command::new("/bin/sh");
+    let out = as_other_user(sh.arg("-c").arg(script)).output()?;
     Ok((
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -60,8 +60,7 @@ pub fn clip(value: &str) -> Clipped<'_> {
 impl std::fmt::Display for Clipped<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use std::fmt::Write as _;
-        let mut shown = 0;
-        for (i, c) in self.0.char_indices() {
+        for (shown, (i, c)) in self.0.char_indices().enumerate() {
             if shown == MAX_LOGGED_CHARS {
                 return write!(f, "…[+{} bytes]", self.0.len() - i);
             }
@@ -72,7 +71,6 @@ impl std::fmt::Display for Clipped<'_> {
             } else {
                 f.write_char(c)?;
             }
-            shown += 1;
         }
         Ok(())
     }

@@ -30,6 +30,8 @@ async fn another_uid_cannot_fill_the_disk_with_logs() -> anyhow::Result<()> {
     let api = home.start_daemon().await?;
     let logs = home.logs_dir();
     let before = crate::limits::settled_size(&logs).await?;
+    // The attacker runs as another uid, which the spawn helper does not offer.
+    #[allow(clippy::disallowed_methods)]
     let mut cmd = std::process::Command::new("python3");
     cmd.args(["-c", SCRIPT, &api.port().to_string(), "2000"]);
     coffer_tests::hostile::as_other_user(&mut cmd);
