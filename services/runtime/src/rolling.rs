@@ -1,7 +1,8 @@
 //! The log files' writer: one file per day and service, rolled to a new file also when it
 //! reaches a size, with a total cap over the whole `logs/` folder, so no amount of logging can
-//! fill the disk (`tracing-appender` rolls only by time, and the crates that roll by size as
-//! well bring more than this needs).
+//! fill the disk. `tracing-appender` rolls only by time; `rolling-file` (1.1) rolls by size but
+//! renames files (`x.log.1`, …, which `coffer logs` would no longer find by date), caps their
+//! count rather than their bytes, and knows nothing of the other services' files in the folder.
 //!
 //! Names: `<service>.<YYYY-MM-DD>.log` for a day's first file, then `<service>.<YYYY-MM-DD>-001.log`,
 //! `-002`, … (UTC dates; names sort in write order, the form `coffer logs` already reads).
