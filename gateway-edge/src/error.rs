@@ -106,14 +106,23 @@ impl ApiError {
     }
 }
 
+/// Log lines about client errors: bursts of 50, 5 a second on average; past that, the next
+/// line written says how many were suppressed.
+static CLIENT_ERRORS: coffer_runtime::logging::LogBudget = coffer_runtime::logging::LogBudget::new(5, 50);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (code, status) = self.code.spec();
         // A client's mistake is not an error of ours, but its trace id must still find it in the
         // log (the request span carries the id). 5xx were logged with their cause where they
         // arose. Messages never carry a secret (see the module docs), so they can be logged.
-        if status.is_client_error() {
-            tracing::info!(code, status = status.as_u16(), message = %self.message, "Client error.");
+        // Anyone on the machine can cause these at will (a 401 needs no token): budgeted, and
+        // the message (which may quote the request) clipped.
+        if status.is_client_error()
+            && let Some(suppressed) = CLIENT_ERRORS.allow()
+        {
+            let message = coffer_runtime::logging::clip(&self.message);
+            tracing::info!(code, status = status.as_u16(), %message, suppressed, "Client error.");
         }
         let body = json!({"error": {"code": code, "message": self.message, "details": self.details}});
         (status, Json(body)).into_response()

@@ -29,6 +29,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use coffer_runtime::env as cenv;
 use coffer_runtime::identity::Identity;
+use coffer_runtime::limits::{Connections, Limits, Listener, serve_http};
 use coffer_runtime::service::ServiceCtx;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -153,34 +154,24 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
             closed.cancel();
         });
     }
-    // Small request/response exchanges on loopback: never let Nagle hold a segment back.
-    let public = axum::serve::ListenerExt::tap_io(public, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let tcp = axum::serve(public, app.clone().into_make_service())
-        .with_graceful_shutdown(sessions_closed.clone().cancelled_owned());
-    let serving = async {
-        match socket {
-            Some(socket) => {
-                // Every request is checked the same way on both (the router's layers); the
-                // socket only skips the TCP/IP stack.
-                let unix = axum::serve(socket, app.into_make_service())
-                    .with_graceful_shutdown(sessions_closed.clone().cancelled_owned());
-                let (tcp, unix) = tokio::join!(tcp.into_future(), unix.into_future());
-                tcp.and(unix)
-            }
-            None => tcp.await,
-        }
-    };
+    // Both listeners share one connection cap and its timeouts (`coffer_runtime::limits`):
+    // a flood on the port cannot take the descriptors the socket needs, and the owner's
+    // connections on the socket (told by uid) are never the ones closed to make room. Nagle is
+    // off on TCP: small request/response exchanges on loopback.
+    let conns = Connections::new("edge", Limits::EDGE.with_env_cap());
+    tracing::info!(max_connections = conns.limits().max_connections, "Edge connection cap.");
     // Connections still open after the sessions ended (a request never finished, e.g. a client
     // that stopped sending halfway) get DRAIN_GRACE, then are dropped: a stop does not wait for
     // the supervisor's SIGKILL.
-    tokio::select! {
-        served = serving => served?,
-        () = async {
-            sessions_closed.cancelled().await;
-            tokio::time::sleep(DRAIN_GRACE).await;
-        } => tracing::info!(grace_ms = DRAIN_GRACE.as_millis() as u64, "Connections still open after the drain grace; closing them."),
+    let tcp = serve_http(Listener::Tcp(public), conns.clone(), app.clone(), sessions_closed.clone(), DRAIN_GRACE);
+    match socket {
+        // Every request is checked the same way on both (the router's layers); the socket only
+        // skips the TCP/IP stack.
+        Some(socket) => {
+            let unix = serve_http(Listener::Unix(socket), conns, app, sessions_closed.clone(), DRAIN_GRACE);
+            tokio::join!(tcp, unix);
+        }
+        None => tcp.await,
     }
     gateway.close_all().await;
     let _ = grpc_task.await;

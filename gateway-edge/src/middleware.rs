@@ -2,6 +2,10 @@
 //!
 //! Every response carries `X-Coffer-Trace`; the id is the span field `trace_id` on every log
 //! line the request causes here, and travels in gRPC metadata to the other services.
+//!
+//! Logs stay small whatever a client sends: the path in the request span and every other
+//! client-controlled value go through [`clip`], and refusals (which anyone on the machine can
+//! cause at will) through the [`REFUSALS`] budget.
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -10,6 +14,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use coffer_runtime::limits::ConnHandle;
+use coffer_runtime::logging::{LogBudget, clip};
 
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
@@ -21,6 +28,11 @@ pub use coffer_types::header::SESSION_COOKIE;
 pub use coffer_types::header::SESSION_KEY;
 /// Response header carrying the trace id.
 pub use coffer_types::header::TRACE as TRACE_HEADER;
+
+/// Log lines about refused requests (wrong token, foreign Host or Origin, a refused web
+/// login): bursts of 50, 5 a second on average; past that, the next line written says how
+/// many were suppressed.
+pub static REFUSALS: LogBudget = LogBudget::new(5, 50);
 
 /// An error in the wire format of the route: JSON-RPC on `/mcp`, the envelope elsewhere.
 pub fn reject(path: &str, code: Code, message: &str) -> Response {
@@ -81,7 +93,7 @@ async fn body_prefix(mut body: axum::body::Body, limit: usize) -> Vec<u8> {
 /// stamps `X-Coffer-Trace` on the response.
 pub async fn trace(req: Request, next: Next) -> Response {
     let id = coffer_runtime::grpc::new_trace_id();
-    let span = tracing::info_span!("request", trace_id = %id, method = %req.method(), path = %req.uri().path());
+    let span = tracing::info_span!("request", trace_id = %id, method = %req.method(), path = %clip(req.uri().path()));
     let started = std::time::Instant::now();
     let mut resp = coffer_runtime::grpc::with_trace(id.clone(), next.run(req)).instrument(span.clone()).await;
     let status = resp.status().as_u16();
@@ -97,7 +109,9 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
     // check of the first could pass while something downstream reads the other.
     for (name, what) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
         if req.headers().get_all(&name).iter().nth(1).is_some() {
-            tracing::info!(header = what, "Refused: repeated header.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(header = what, suppressed, "Refused: repeated header.");
+            }
             return reject(&path, Code::BadRequest, &format!("more than one {what} header"));
         }
     }
@@ -108,13 +122,17 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
         None => req.uri().authority().map_or("", |a| a.as_str()),
     };
     if !host_is_loopback(host, st.port) {
-        tracing::info!(host = %host.chars().take(80).collect::<String>(), "Refused: Host is not loopback.");
+        if let Some(suppressed) = REFUSALS.allow() {
+            tracing::info!(host = %clip(host), suppressed, "Refused: Host is not loopback.");
+        }
         return reject_request(req, Code::Forbidden, "Host header must name this machine's loopback address").await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
         if !ok {
-            tracing::info!("Refused: foreign Origin.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(suppressed, "Refused: foreign Origin.");
+            }
             return reject_request(req, Code::Forbidden, "Origin is not Coffer's own origin").await;
         }
     }
@@ -167,7 +185,15 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
         return next.run(req).await;
     }
     let ticket = if safe { take_ticket(&mut req) } else { None };
-    match authorize(&st, req.headers(), ticket.as_deref()) {
+    let verdict = authorize(&st, req.headers(), ticket.as_deref());
+    // An authenticated request makes its connection trusted: at the connection cap, it is
+    // never closed to make room (see `coffer_runtime::limits`).
+    if matches!(verdict, Verdict::Token | Verdict::Session(..))
+        && let Some(conn) = req.extensions().get::<ConnHandle>()
+    {
+        conn.mark_trusted();
+    }
+    match verdict {
         Verdict::Token => {
             req.extensions_mut().insert(Via::Token);
             return coffer_runtime::grpc::with_auth("token".to_owned(), next.run(req)).await;
@@ -179,7 +205,9 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
             return until_revoked(resp, revoked);
         }
         Verdict::Session(..) => {
-            tracing::info!(method = %req.method(), "Refused: web-session unsafe request without Origin.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(method = %req.method(), suppressed, "Refused: web-session unsafe request without Origin.");
+            }
             return reject_request(
                 req,
                 Code::Forbidden,
@@ -201,7 +229,9 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
                     "session_key_wrong",
                 ),
             };
-            tracing::info!(method = %req.method(), reason, "Refused: web-session cookie without its key.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(method = %req.method(), reason, suppressed, "Refused: web-session cookie without its key.");
+            }
             let mut resp = if req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/") {
                 reject_request(req, Code::Unauthorized, message).await
             } else {
@@ -215,7 +245,9 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
         Verdict::None => {}
     }
     // A client mistake, not an error; logged so that hostile attempts leave a trace.
-    tracing::info!(method = %req.method(), "Refused: missing or wrong token.");
+    if let Some(suppressed) = REFUSALS.allow() {
+        tracing::info!(method = %req.method(), suppressed, "Refused: missing or wrong token.");
+    }
     let mut resp =
         reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await;
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));

@@ -307,7 +307,9 @@ async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, 
             tracing::debug!(why, page, "Web login link not usable, but the browser is signed in; redirected.");
             return see_page(page);
         }
-        tracing::info!(why, "Refused: web login.");
+        if let Some(suppressed) = crate::middleware::REFUSALS.allow() {
+            tracing::info!(why, suppressed, "Refused: web login.");
+        }
         html(StatusCode::UNAUTHORIZED, login_refused(code_ttl(&st).as_secs()))
     };
     let Some((code, next)) = params.clone() else {

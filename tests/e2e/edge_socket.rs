@@ -319,3 +319,25 @@ async fn a_half_sent_request_holds_a_stop_for_the_drain_grace_only() -> anyhow::
     drop((unix, tcp));
     Ok(())
 }
+
+/// The listener's timeouts never cut a live stream: a shim's upgraded `/mcp` stream left idle
+/// past the 10 s request-head timeout (and its own keep-alive traffic) is still connected, and
+/// answers on it.
+#[tokio::test]
+async fn an_idle_upgraded_stream_outlives_the_head_timeout() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    home.start_daemon().await?;
+    let socket = home.daemon_info()?.socket.context("socket")?;
+    let (mut shim, mut stdin, mut lines) = shim_session(&home).await?;
+    let before = connections_on(&socket)?;
+    ensure!(before >= 1, "the shim's stream is connected");
+    // Absence of a cut can only be observed over time: longer than the 10 s head timeout and
+    // the reaper's 1 s period.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    ensure!(connections_on(&socket)? >= before, "the idle stream was closed");
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    stdin.write_all(format!("{list}\n").as_bytes()).await?;
+    let line = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await??.context("stdout closed")?;
+    ensure!(line.contains("\"id\":3") && line.contains("coffer__search_tools"), "{line}");
+    close(&mut shim, stdin).await
+}

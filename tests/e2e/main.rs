@@ -40,6 +40,7 @@ mod hostile;
 mod http_upstream;
 mod internal_auth;
 mod knowledge;
+mod limits;
 mod llm_agent;
 mod llm_connections;
 mod llm_switch;

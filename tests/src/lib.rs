@@ -30,6 +30,7 @@
 //! the test panics. Set `COFFER_TEST_KEEP=1` to keep the temporary directory for inspection.
 
 pub mod anthropic;
+pub mod attack;
 pub mod bench;
 pub mod bins;
 pub mod browser;

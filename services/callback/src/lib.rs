@@ -54,6 +54,7 @@ use coffer_proto::channel::SeatalkEvent;
 use coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient;
 use coffer_runtime::authz::Policy;
 use coffer_runtime::identity::Identity;
+use coffer_runtime::logging::clip;
 use coffer_runtime::service::ServiceCtx;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
@@ -71,8 +72,13 @@ pub const MAX_EVENT_AGE: Duration = Duration::from_secs(600);
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest one request may take once its head arrived, body included; then 408.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Most connections served at once; further ones wait in the listen backlog.
-pub const MAX_CONNECTIONS: usize = 256;
+/// Most connections served at once (see [`serve_public`]).
+pub const MAX_CONNECTIONS: usize = LIMITS.max_connections;
+/// The public listener's limits.
+pub const LIMITS: coffer_runtime::limits::Limits = coffer_runtime::limits::Limits {
+    header_read_timeout: HEADER_READ_TIMEOUT,
+    ..coffer_runtime::limits::Limits::CALLBACK
+};
 /// The public port when `COFFER_CALLBACK_PORT` is not set.
 pub const DEFAULT_PORT: u16 = 8787;
 /// How long an event is retried while coffer-chat answers UNAVAILABLE (starting, restarting).
@@ -253,55 +259,28 @@ async fn within_request_timeout(req: axum::extract::Request, next: axum::middlew
     }
 }
 
-/// Serves `app` on `listener` until `shutdown`: at most [`MAX_CONNECTIONS`] at once, each
-/// closed when its request head takes longer than [`HEADER_READ_TIMEOUT`]; on shutdown the
-/// open connections finish their request (5 s at most).
+/// Serves `app` on `listener` until `shutdown` under [`LIMITS`] (the listener limits every
+/// Coffer listener applies, `coffer_runtime::limits`): at most [`MAX_CONNECTIONS`] at once — at
+/// the cap the oldest connection that never carried a correctly signed request is closed to
+/// make room — each closed when its request head takes longer than [`HEADER_READ_TIMEOUT`] or
+/// it stays idle 30 s; on shutdown the open connections finish their request (5 s at most).
+///
+/// # Errors
+/// None today; the signature keeps the caller's `?`.
 pub async fn serve_public(
     listener: tokio::net::TcpListener,
     app: Router,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-    let builder = Arc::new(builder);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let slot = tokio::select! {
-            () = shutdown.cancelled() => break,
-            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
-        };
-        let stream = tokio::select! {
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Cannot accept a callback connection.");
-                    continue;
-                }
-            },
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let builder = builder.clone();
-        let stop = shutdown.clone();
-        conns.spawn(async move {
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
-                }
-            }
-            drop(slot);
-        });
-        while conns.try_join_next().is_some() {}
-    }
-    while conns.join_next().await.is_some() {}
+    use coffer_runtime::limits::{Connections, Listener, serve_http};
+    let conns = Connections::new("callback", LIMITS);
+    serve_http(Listener::Tcp(listener), conns, app, shutdown, Duration::from_secs(5)).await;
     Ok(())
 }
+
+/// Log lines about refused callbacks (anyone who reaches the port can cause them): bursts of
+/// 100, 20 a second on average; past that, the next line written says how many were suppressed.
+static REFUSALS: coffer_runtime::logging::LogBudget = coffer_runtime::logging::LogBudget::new(20, 100);
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
@@ -320,11 +299,14 @@ async fn seatalk(
     method: Method,
     Path(channel): Path<String>,
     headers: HeaderMap,
+    conn: Option<axum::Extension<coffer_runtime::limits::ConnHandle>>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !host_accepted(host, &st.hosts, st.any_host) {
-        tracing::warn!(host = %host.chars().take(100).collect::<String>(), "Refused a callback for another host.");
+        if let Some(suppressed) = REFUSALS.allow() {
+            tracing::warn!(host = %clip(host), suppressed, "Refused a callback for another host.");
+        }
         return error(StatusCode::MISDIRECTED_REQUEST, "this Host is not served here (see COFFER_CALLBACK_HOSTS)");
     }
     if method != Method::POST {
@@ -334,7 +316,9 @@ async fn seatalk(
         Ok(b) => b,
         Err(rej) => {
             let status = rej.status();
-            tracing::warn!(%channel, %status, "Refused a callback body.");
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::warn!(channel = %clip(&channel), %status, suppressed, "Refused a callback body.");
+            }
             let msg =
                 if status == StatusCode::PAYLOAD_TOO_LARGE { "body larger than 1 MiB" } else { "unreadable body" };
             return error(status, msg);
@@ -343,13 +327,21 @@ async fn seatalk(
     // An unknown or disabled channel is answered exactly as a wrong signature (there is no
     // secret it could match): the answers do not tell which channel names exist.
     let Some(secret) = st.secrets.get(&channel) else {
-        tracing::warn!(channel = %channel.chars().take(64).collect::<String>(), "Refused a callback for a channel that is not running.");
+        if let Some(suppressed) = REFUSALS.allow() {
+            tracing::warn!(channel = %clip(&channel), suppressed, "Refused a callback for a channel that is not running.");
+        }
         return error(StatusCode::UNAUTHORIZED, "missing or wrong Signature");
     };
     let sig = headers.get("signature").map(|v| v.as_bytes()).unwrap_or_default();
     if sig.is_empty() || !signature_matches(&body, secret.expose_secret().as_bytes(), sig) {
-        tracing::warn!(%channel, bytes = body.len(), present = !sig.is_empty(), "Refused a callback: bad signature.");
+        if let Some(suppressed) = REFUSALS.allow() {
+            tracing::warn!(%channel, bytes = body.len(), present = !sig.is_empty(), suppressed, "Refused a callback: bad signature.");
+        }
         return error(StatusCode::UNAUTHORIZED, "missing or wrong Signature");
+    }
+    // Signed by the platform: this connection is never closed to make room for others.
+    if let Some(conn) = conn {
+        conn.mark_trusted();
     }
     let parsed: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,

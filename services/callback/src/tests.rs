@@ -309,3 +309,35 @@ async fn events_without_an_integer_timestamp_are_refused() {
     }
     s.nothing_forwarded();
 }
+
+/// More idle connections than [`MAX_CONNECTIONS`] (a flood from anyone who can reach the port)
+/// do not lock others out: at the cap the oldest unsigned connection makes room.
+#[tokio::test]
+async fn a_flood_of_idle_connections_does_not_lock_others_out() {
+    let s = serve("").await;
+    let addr = s.url.trim_start_matches("http://").to_owned();
+    let mut flood = Vec::new();
+    for _ in 0..MAX_CONNECTIONS + 64 {
+        flood.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let (status, _) = s.post("/nope", b"{}".to_vec(), None).await;
+    assert_eq!(status, 404);
+}
+
+/// A request head larger than the limit is answered 431 and its connection closed, not
+/// buffered.
+#[tokio::test]
+async fn an_oversized_request_head_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = serve("").await;
+    let addr = s.url.trim_start_matches("http://").to_owned();
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let big = "a".repeat(LIMITS.max_header_bytes * 2);
+    let req = format!("POST /seatalk/team HTTP/1.1\r\nHost: localhost\r\nX-Big: {big}\r\n\r\n");
+    // The server may close before everything is written.
+    let _ = c.write_all(req.as_bytes()).await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut buf)).await.unwrap();
+    let head = String::from_utf8_lossy(&buf);
+    assert!(head.starts_with("HTTP/1.1 431"), "{head}");
+}

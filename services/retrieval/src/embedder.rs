@@ -147,6 +147,9 @@ impl Embeddings {
         shutdown: CancellationToken,
     ) {
         let mut backoff = BACKOFF_MIN;
+        // Logged when embeddings start failing, when the error changes, every 10 minutes while
+        // it lasts and on recovery; not on every retry.
+        let mut failing = coffer_runtime::logging::FailureLog::new(Duration::from_secs(600));
         loop {
             let settings = config.borrow_and_update().embeddings.clone();
             let outcome = tokio::select! {
@@ -155,14 +158,27 @@ impl Embeddings {
                 r = self.serve(&settings, index.clone(), credentials.clone()) => r.map_err(Some),
             };
             match outcome {
-                Ok(()) => backoff = BACKOFF_MIN,
+                Ok(()) => {
+                    backoff = BACKOFF_MIN;
+                    if let Some(failures) = failing.succeeded() {
+                        tracing::info!(failures, "Embeddings recovered.");
+                    }
+                }
                 // Settings changed: start over at once.
                 Err(None) => {
                     backoff = BACKOFF_MIN;
                     continue;
                 }
                 Err(Some(why)) => {
-                    tracing::warn!(error = %why, retry_ms = backoff.as_millis() as u64, "Embeddings failing.");
+                    match failing.failed(&why) {
+                        coffer_runtime::logging::Failing::Started => {
+                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), retry_ms = backoff.as_millis() as u64, "Embeddings failing.");
+                        }
+                        coffer_runtime::logging::Failing::Still { failures } => {
+                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), failures, "Embeddings still failing.");
+                        }
+                        coffer_runtime::logging::Failing::Quiet => {}
+                    }
                     self.set(State::Failing(why));
                     tokio::select! {
                         _ = shutdown.cancelled() => return,

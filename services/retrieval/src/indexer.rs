@@ -13,6 +13,7 @@
 //! Every read-and-write of one file's index entry holds that path's lock, so a pass and the
 //! watcher never write an older version over a newer one: whoever takes the lock second reads
 //! the file as it is then.
+use coffer_runtime::logging::{Failing, FailureLog, clip};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,10 @@ const RETURN_CHECK: Duration = Duration::from_secs(2);
 
 /// Delay before a pass that failed on the store is tried again.
 const RETRY: Duration = Duration::from_secs(2);
+/// The longest wait between retries of a pass that keeps failing.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+/// How often a pass that keeps failing the same way is logged again.
+const RETRY_REMIND: Duration = Duration::from_secs(600);
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -403,23 +408,53 @@ impl Indexer {
     }
 
     async fn worker(self: Arc<Self>, rt: Arc<KbRuntime>) {
+        // A pass that keeps failing (the store down, a file that cannot be read) is retried
+        // with a growing delay, and logged when it starts failing, when the error changes, at
+        // most every RETRY_REMIND while it goes on, and when it recovers: not on every attempt.
+        let mut failing = FailureLog::new(RETRY_REMIND);
         loop {
             match rt.begin_pass() {
-                Some(clean) => {
-                    if let Err(e) = self.pass(&rt, clean).await {
-                        let message = format!("the pass stopped: {e}");
-                        tracing::warn!(kb = %rt.name, error = %e, "Reconcile pass failed; retrying.");
+                Some(clean) => match self.pass(&rt, clean).await {
+                    Ok(()) => {
+                        if let Some(failures) = failing.succeeded() {
+                            tracing::info!(kb = %rt.name, failures, "Reconcile pass recovered.");
+                        }
+                    }
+                    Err(e) => {
+                        let error = e.to_string();
+                        let message = format!("the pass stopped: {error}");
+                        let state = failing.failed(&error);
+                        let retry = failing.backoff(RETRY, RETRY_MAX);
+                        let retry_s = retry.as_secs();
+                        match state {
+                            Failing::Started => tracing::warn!(
+                                kb = %rt.name,
+                                error = %clip(&error),
+                                retry_s,
+                                "Reconcile pass failed; retrying with backoff (logged again when the error changes, \
+                                 every 10 minutes while it lasts, and on recovery)."
+                            ),
+                            Failing::Still { failures } => tracing::warn!(
+                                kb = %rt.name,
+                                error = %clip(&error),
+                                failures,
+                                retry_s,
+                                "Reconcile pass still failing."
+                            ),
+                            Failing::Quiet => {}
+                        }
                         rt.set(|st| {
                             st.progress.state = JobState::Failed as i32;
                             st.progress.message = message;
                         });
-                        // The store restarts (the supervisor sees to it): try again shortly.
+                        // The store restarts (the supervisor sees to it), a file may become
+                        // readable: try again after the backoff.
                         tokio::select! {
                             _ = rt.cancel.cancelled() => return,
-                            _ = tokio::time::sleep(RETRY) => self.request(&rt, clean),
+                            _ = tokio::time::sleep(retry) => self.request(&rt, clean),
                         }
                     }
-                }
+                },
                 None => tokio::select! {
                     _ = rt.cancel.cancelled() => return,
                     _ = rt.wake.notified() => {}

@@ -78,11 +78,15 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         let (sources, indexer, shutdown) = (sources.clone(), indexer.clone(), shutdown.clone());
         tokio::spawn(async move {
             let mut delay = std::time::Duration::from_millis(100);
+            let mut failing = coffer_runtime::logging::FailureLog::new(std::time::Duration::from_secs(600));
             loop {
                 match sources.load().await {
                     Ok(()) => break,
                     Err(e) => {
-                        tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Cannot load knowledge bases yet.");
+                        let state = failing.failed(&e.to_string());
+                        if state != coffer_runtime::logging::Failing::Quiet {
+                            tracing::warn!(error = %e, failures = failing.failures(), retry_ms = delay.as_millis() as u64, "Cannot load knowledge bases yet.");
+                        }
                         tokio::select! {
                             _ = shutdown.cancelled() => return,
                             _ = tokio::time::sleep(delay) => {}

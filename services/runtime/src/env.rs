@@ -51,6 +51,13 @@ pub const CONTROL_ADDR: &str = "COFFER_CONTROL_ADDR";
 pub const PUBLIC_PORT: &str = "COFFER_PUBLIC_PORT";
 /// `tracing` filter for every process (default `info`).
 pub const LOG: &str = "COFFER_LOG";
+/// Largest log file in MiB before it is rolled (1-1024, default 10). See [`crate::rolling`].
+pub const LOG_MAX_FILE_MB: &str = "COFFER_LOG_MAX_FILE_MB";
+/// Cap of all log files in `logs/` in MiB (1-102400, default 100). See [`crate::rolling`].
+pub const LOG_MAX_TOTAL_MB: &str = "COFFER_LOG_MAX_TOTAL_MB";
+/// The edge's connection cap, TCP port and Unix socket together (16-65536, default 1024). See
+/// [`crate::limits`].
+pub const MAX_CONNECTIONS: &str = "COFFER_MAX_CONNECTIONS";
 /// Time slice (µs) the relays on the request path ask the scheduler for; `0`: the kernel's
 /// default. See [`crate::sched`].
 pub const SCHED_SLICE_US: &str = "COFFER_SCHED_SLICE_US";

@@ -127,7 +127,13 @@ where
         let Some(caller) = caller else {
             let path = req.uri().path().to_owned();
             return Box::pin(async move {
-                tracing::warn!(%path, "Internal RPC rejected: missing or wrong internal token.");
+                if let Some(suppressed) = REJECTED.allow() {
+                    tracing::warn!(
+                        path = %crate::logging::clip(&path),
+                        suppressed,
+                        "Internal RPC rejected: missing or wrong internal token."
+                    );
+                }
                 Ok(tonic::Status::unauthenticated("missing or wrong internal token").into_http())
             });
         };
@@ -136,6 +142,11 @@ where
                 tracing::warn!(%caller, reason = %refusal, "Internal RPC refused.");
                 Ok(tonic::Status::permission_denied(refusal.to_string()).into_http())
             });
+        }
+        // The connection carries a valid internal token: it is one of Coffer's own, never closed
+        // to make room for newcomers (see `crate::limits`).
+        if let Some(conn) = req.extensions().get::<crate::limits::ConnHandle>() {
+            conn.mark_trusted();
         }
         req.extensions_mut().insert(caller);
         let trace_id = req
@@ -159,16 +170,20 @@ where
         Box::pin(async move {
             match trace_id {
                 Some(id) => {
-                    let span = tracing::info_span!("rpc", trace_id = %id, path = %path, %caller);
+                    let span = tracing::info_span!("rpc", trace_id = %id, path = %crate::logging::clip(&path), %caller);
                     with_auth(auth, with_trace(id, inner.call(req))).instrument(span).await
                 }
                 None => {
-                    with_auth(auth, inner.call(req)).instrument(tracing::info_span!("rpc", path = %path, %caller)).await
+                    let span = tracing::info_span!("rpc", path = %crate::logging::clip(&path), %caller);
+                    with_auth(auth, inner.call(req)).instrument(span).await
                 }
             }
         })
     }
 }
+
+/// Lines about calls without a valid internal token: anyone on the machine can cause them.
+static REJECTED: crate::logging::LogBudget = crate::logging::LogBudget::new(20, 100);
 
 /// Client interceptor adding the internal token and the current trace id to every call.
 #[derive(Clone)]
@@ -261,6 +276,14 @@ pub async fn call_within<T>(
 /// SERVING for the empty service name) on an inherited listener, behind `auth` (see
 /// [`crate::service::ServiceCtx::auth_layer`]), until `shutdown` is cancelled.
 ///
+/// Under [`crate::limits::Limits::GRPC`]: at most 256 connections; one that has not carried a
+/// call with a valid internal token within 10 s of its first byte (30 s when silent) is closed,
+/// and at the cap such connections make room for newcomers; a connection that did is kept and
+/// watched by HTTP/2 keep-alive pings (every 30 s, 10 s to answer). Request
+/// heads are bounded by the HTTP/2 header-list size (64 KiB). There is no per-request timeout
+/// and no per-connection concurrency limit: services hold long streams (chat events, the
+/// broker) on one multiplexed connection, and their callers set deadlines.
+///
 /// # Errors
 /// Transport errors from the server.
 pub async fn serve_with_health(
@@ -269,16 +292,39 @@ pub async fn serve_with_health(
     routes: tonic::service::Routes,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
+    use crate::limits::{Connections, Limits, Peer};
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
-    tonic::transport::Server::builder()
+    let limits = Limits::GRPC;
+    let conns = Connections::new("grpc", limits);
+    let reaper = conns.spawn_reaper(shutdown.child_token());
+    let incoming = futures_util::stream::unfold((listener, conns), |(listener, conns)| async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    if let Some(guard) = conns.admit(Peer::Other) {
+                        return Some((Ok::<_, std::io::Error>(guard.track(stream)), (listener, conns)));
+                    }
+                }
+                Err(e) => {
+                    // Out of descriptors: closing connections (the reaper) frees some.
+                    tracing::debug!(error = %e, "Internal accept failed.");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    let served = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+        .http2_max_header_list_size(limits.max_header_bytes as u32)
         .layer(auth)
         .add_routes(routes.add_service(health))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.cancelled_owned(),
-        )
-        .await
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await;
+    reaper.abort();
+    served
 }
 
 /// Asks the standard gRPC health service at `addr` once; true when it reports SERVING.

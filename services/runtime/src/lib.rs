@@ -1,7 +1,9 @@
 //! Shared process plumbing used by every Coffer binary.
 //!
 //! - [`home`]: the `COFFER_HOME` layout and its owner-only permissions.
-//! - [`logging`]: per-process log files under `logs/`.
+//! - [`logging`]: per-process log files under `logs/`, clipped values and rate-limited lines.
+//! - [`rolling`]: the log files' writer (by day and size, with a total cap).
+//! - [`limits`]: every listener's timeouts and connection cap, and the HTTP server loop.
 //! - [`listen`]: listeners inherited from the supervisor as file descriptors.
 //! - [`grpc`]: the internal auth layer (who is calling, may they) and trace-id propagation.
 //! - [`identity`]: per-service internal tokens and the digests receivers check them against.
@@ -21,9 +23,11 @@ pub mod env;
 pub mod grpc;
 pub mod home;
 pub mod identity;
+pub mod limits;
 pub mod listen;
 pub mod logging;
 pub mod ndjson;
+pub mod rolling;
 pub mod sched;
 pub mod service;
 pub mod spawn;

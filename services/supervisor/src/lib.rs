@@ -58,6 +58,12 @@ pub fn main_entry_with(table: Vec<ServiceSpec>) -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
+    // Connection caps, not the descriptor limit, should decide when a flood is turned away:
+    // the soft limit goes up to the hard one, for this process and the services it starts.
+    match coffer_runtime::limits::raise_fd_limit() {
+        Ok((soft, hard)) => tracing::info!(soft, hard, "Open-file limit."),
+        Err(e) => tracing::warn!(error = %e, "Cannot raise the open-file limit; keeping it."),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     match rt.block_on(run_with(home, table)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -153,7 +159,16 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
     }
     // The callback's port and accepted host names are settings of the daemon's environment
     // (no secret): passed on like the log filter.
-    for var in [cenv::LOG, cenv::SCHED_SLICE_US, cenv::BACKGROUND_NICE, cenv::CALLBACK_PORT, cenv::CALLBACK_HOSTS] {
+    for var in [
+        cenv::LOG,
+        cenv::LOG_MAX_FILE_MB,
+        cenv::LOG_MAX_TOTAL_MB,
+        cenv::MAX_CONNECTIONS,
+        cenv::SCHED_SLICE_US,
+        cenv::BACKGROUND_NICE,
+        cenv::CALLBACK_PORT,
+        cenv::CALLBACK_HOSTS,
+    ] {
         if let Ok(v) = std::env::var(var) {
             base_env.push((var.into(), v));
         }

@@ -7,3 +7,5 @@
 mod basics;
 mod console_cookie;
 mod login_link;
+mod listeners;
+mod logs;

@@ -12,6 +12,7 @@
 //! adapters ([`super::seatalk::CallbackManager::sync`]).
 //!
 //! [`AdaptersService`] serves `coffer.channel.v1.ChannelAdapters` from the same state.
+use coffer_runtime::logging::{Failing, FailureLog};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -93,6 +94,9 @@ pub struct Coordinator {
     callback_up: bool,
     /// Adapters whose task ended on its own, and when: started again after [`CRASH_DELAY`].
     crashed: HashMap<String, tokio::time::Instant>,
+    /// Channels that cannot start, tick after tick: logged when that starts, when the reason
+    /// changes, every 10 minutes and on recovery, not on every tick.
+    failing: HashMap<String, FailureLog>,
 }
 
 /// How long an adapter whose task ended on its own waits before it is started again.
@@ -142,6 +146,7 @@ impl Coordinator {
             callback: seatalk::CallbackManager::default(),
             callback_up: false,
             crashed: HashMap::new(),
+            failing: HashMap::new(),
         }
     }
 
@@ -234,13 +239,17 @@ impl Coordinator {
             let secrets = match self.resolve(record).await {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(channel = %record.name, error = %e, "Cannot resolve a channel's credentials.");
+                    if self.should_log_failure(&record.name, &e.to_string()) {
+                        tracing::warn!(channel = %record.name, error = %e, "Cannot resolve a channel's credentials.");
+                    }
                     continue;
                 }
             };
             if let Some(why) = missing(record, &secrets) {
                 self.stop(&record.name).await;
-                tracing::warn!(channel = %record.name, error = %why, "A channel cannot start.");
+                if self.should_log_failure(&record.name, &why) {
+                    tracing::warn!(channel = %record.name, error = %why, "A channel cannot start.");
+                }
                 let cell = self.cell(record);
                 cell.update(|s| {
                     s.state = "failed".into();
@@ -288,6 +297,13 @@ impl Coordinator {
         self.sync_callback().await;
     }
 
+    /// Records that channel `name` cannot start for `why`; true when that is worth a log line
+    /// (see [`Coordinator::failing`]).
+    fn should_log_failure(&mut self, name: &str, why: &str) -> bool {
+        let log = self.failing.entry(name.to_owned()).or_insert_with(|| FailureLog::new(Duration::from_secs(600)));
+        log.failed(why) != Failing::Quiet
+    }
+
     /// The status cell of `record`, created `stopped`.
     fn cell(&self, record: &ChannelRecord) -> Arc<StatusCell> {
         let mut statuses = self.shared.statuses();
@@ -329,6 +345,9 @@ impl Coordinator {
     }
 
     fn start(&mut self, record: ChannelRecord, secrets: BTreeMap<String, SecretString>, fingerprint: Fingerprint) {
+        if let Some(failures) = self.failing.remove(&record.name).and_then(|mut f| f.succeeded()) {
+            tracing::info!(channel = %record.name, failures, "A channel that could not start can start now.");
+        }
         let status = self.cell(&record);
         // A fresh state for the new run (the counters of the last one are not this one's).
         status.update(|s| {
