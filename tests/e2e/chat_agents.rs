@@ -56,6 +56,7 @@ impl Bench {
             shim: bin("coffer-mcp-shim")?,
             command_override: command,
             binding: None,
+            sandbox: true,
         };
         Ok(Self { home, env, cwd })
     }

@@ -41,6 +41,7 @@ impl Bench {
             shim: bin("coffer-mcp-shim")?,
             command_override: Some(command),
             binding: None,
+            sandbox: true,
         };
         Ok(Self { home, env, cwd })
     }

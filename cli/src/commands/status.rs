@@ -100,6 +100,10 @@ pub fn render_status(status: &Value) -> String {
         cell(d.get("version"), 40),
         uptime
     );
+    if let Some(line) = sandbox_line(&status["sandbox"]) {
+        out.push_str(&line);
+        out.push_str("\n\n");
+    }
     let services = status["services"].as_array().map(Vec::as_slice).unwrap_or_default();
     out.push_str(&render_services(services));
     if let Some(ups) = status["upstreams"].as_array().filter(|u| !u.is_empty()) {
@@ -107,6 +111,24 @@ pub fn render_status(status: &Value) -> String {
         out.push_str(&render_upstreams(ups));
     }
     out
+}
+
+/// `Sandbox: …` from `GET /v1/status` `sandbox`: the kernel's support, and each agent whose
+/// sandbox is off (upstreams say theirs in the SANDBOX column). `None` from an older daemon.
+fn sandbox_line(s: &Value) -> Option<String> {
+    s["summary"].as_str()?;
+    let mut line = format!("Sandbox: {}", cell(Some(&s["summary"]), 200));
+    let off: Vec<&str> = s["agents"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_str() == Some("off"))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if !off.is_empty() {
+        line.push_str(&format!("; OFF for agent(s) {} (chat.*_sandbox = 0)", off.join(", ")));
+    }
+    Some(line)
 }
 
 /// The upstreams table of `GET /v1/status`: NAME STATE ENABLED TRANSPORT RUNNING (sessions it
@@ -128,13 +150,14 @@ pub fn render_upstreams(ups: &[Value]) -> String {
                 u["enabled"].as_bool().map_or_else(|| "-".into(), |b| yes_no(b).to_owned()),
                 cell(u.get("transport"), 10),
                 cell(u.get("running"), 10),
+                u["sandbox"].as_str().unwrap_or("-").to_owned(),
                 last_start,
                 cell(u.get("last_error"), LAST_ERROR_WIDTH),
             ]
         })
         .collect();
     let mut out =
-        render_table(&["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST START", "LAST ERROR"], &rows);
+        render_table(&["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST START", "LAST ERROR"], &rows);
     for u in ups {
         let dups: Vec<&str> = u["duplicates"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         if !dups.is_empty() {

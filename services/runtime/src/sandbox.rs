@@ -224,10 +224,15 @@ impl Sandbox {
 }
 
 /// The Landlock ABI version of the running kernel, `None` where it has no Landlock (not built
-/// in, or not enabled at boot).
+/// in, or not enabled at boot). Asked once per process.
+pub fn kernel_abi() -> Option<u32> {
+    static ABI: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *ABI.get_or_init(query_kernel_abi)
+}
+
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-pub fn kernel_abi() -> Option<u32> {
+fn query_kernel_abi() -> Option<u32> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: the documented version query of landlock_create_ruleset(2): no attribute pointer,
     // size 0; it creates no descriptor.
@@ -244,7 +249,7 @@ pub fn kernel_abi() -> Option<u32> {
 
 /// No Landlock off Linux.
 #[cfg(not(target_os = "linux"))]
-pub fn kernel_abi() -> Option<u32> {
+fn query_kernel_abi() -> Option<u32> {
     None
 }
 

@@ -98,6 +98,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0007_invocation_usage.sql"),
     migration!("0008_channels.sql"),
     migration!("0009_invocation_client.sql"),
+    migration!("0010_server_sandbox.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

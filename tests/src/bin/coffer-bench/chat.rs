@@ -660,6 +660,7 @@ async fn cli_start_up() -> Result<()> {
             shim: coffer_tests::bin("coffer-mcp-shim")?,
             command_override: Some(program),
             binding: None,
+            sandbox: true,
         };
         let (mut fresh, mut kept) = (Vec::new(), Vec::new());
         for n in 0..CLI_RUNS {
