@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn upstreams_show_their_last_start_standing_error_and_duplicates() {
         let ups = vec![
-            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2,
+            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2, "sandbox": "on",
                    "last_start": "ok", "last_start_at": "not a time", "last_error": null, "last_error_at": null, "duplicates": []}),
             json!({"name": "keyed", "enabled": true, "transport": "stdio", "state": "unhealthy", "running": 0,
                    "last_start": "failed", "last_start_at": null,
@@ -296,11 +296,11 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
-            ["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST", "START", "LAST", "ERROR"]
+            ["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST", "START", "LAST", "ERROR"]
         );
-        assert!(lines[1].starts_with("everything  ok         yes      stdio      2        ok "), "{t}");
+        assert!(lines[1].starts_with("everything  ok         yes      stdio      2        on       ok "), "{t}");
         assert!(lines[2].contains("failed") && lines[2].contains("exited with status 3"), "{t}");
-        assert!(lines[3].starts_with("remote      disabled   no       http       0        -"), "{t}");
+        assert!(lines[3].starts_with("remote      disabled   no       http       0        -        -"), "{t}");
         assert_eq!(lines[4], "note: keyed listed tools/same more than once; only the first of each is offered");
     }
 

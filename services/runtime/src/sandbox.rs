@@ -72,9 +72,9 @@ pub enum SandboxError {
     /// The folder to hide cannot be resolved.
     #[error("cannot resolve the folder to hide, {path}: {source}")]
     Hidden { path: PathBuf, source: std::io::Error },
-    /// An allowed path is the hidden folder or one of its ancestors: granting it would grant
-    /// the whole vault.
-    #[error("{path} contains {hidden}: a sandboxed process cannot be given it (choose another folder or turn the sandbox off)")]
+    /// An allowed path is the hidden folder itself (e.g. a server whose working directory is
+    /// `COFFER_HOME`): granting it would grant the whole vault.
+    #[error("{path} is {hidden}, which the vault sandbox hides: choose another folder, or turn the sandbox off")]
     AllowsHidden { path: PathBuf, hidden: PathBuf },
     /// The kernel refused the ruleset.
     #[error("cannot build the Landlock ruleset: {0}")]
@@ -113,8 +113,9 @@ impl Sandbox {
     }
 
     /// Also grants full access to `path` (a folder or file; e.g. the process's workspace). A
-    /// path outside the hidden folder needs nothing and is ignored; a path that does not exist
-    /// at spawn is skipped (create it first).
+    /// path outside the hidden folder needs nothing and is ignored, and so is an ancestor of it
+    /// (everything else in it is granted already); a path that does not exist at spawn is
+    /// skipped (create it first). The hidden folder itself is refused at [`Sandbox::rules`].
     pub fn allow(mut self, path: impl Into<PathBuf>) -> Self {
         self.full.push(path.into());
         self
@@ -164,8 +165,13 @@ impl Sandbox {
         for (paths, access) in [(&self.full, all), (&self.read, Access::Read)] {
             for p in paths {
                 let Ok(real) = std::fs::canonicalize(p) else { continue };
-                if hidden.starts_with(&real) {
+                if real == hidden {
                     return Err(SandboxError::AllowsHidden { path: p.clone(), hidden });
+                }
+                // An ancestor (an agent working in `~`): its other entries are granted already,
+                // and granting it would grant the vault.
+                if hidden.starts_with(&real) {
+                    continue;
                 }
                 if real.starts_with(&hidden) {
                     rules.push((real, access));
@@ -304,12 +310,12 @@ mod tests {
     }
 
     #[test]
-    fn allowing_the_vault_or_an_ancestor_is_refused() {
+    fn allowing_the_vault_is_refused_and_an_ancestor_adds_nothing() {
         let (_dir, home, vault) = tree();
-        for p in [vault.clone(), home.clone()] {
-            let err = Sandbox::hiding(&vault).allow(&p).rules().unwrap_err();
-            assert!(matches!(err, SandboxError::AllowsHidden { .. }), "{err}");
-        }
+        let err = Sandbox::hiding(&vault).allow(&vault).rules().unwrap_err();
+        assert!(matches!(err, SandboxError::AllowsHidden { .. }), "{err}");
+        let plain = Sandbox::hiding(&vault).rules().unwrap();
+        assert_eq!(Sandbox::hiding(&vault).allow(&home).allow_read("/").rules().unwrap(), plain);
     }
 
     #[test]
