@@ -69,6 +69,18 @@ async fn register_filesystem(api: &Api, name: &str, dirs: &[&Path], sandbox: boo
     Ok(())
 }
 
+/// A session on which `tool` is listed (a server the capability catalog does not know yet
+/// arrives a little after its registration).
+async fn session_with(home: &TestHome, api: &Api, tool: &str) -> anyhow::Result<McpSession> {
+    wait_for(&format!("{tool} to be listed"), Duration::from_secs(60), || async {
+        let session = McpSession::latest(api).await?;
+        let names = session.tool_names().await?;
+        Ok(names.iter().any(|n| n == tool).then_some(session))
+    })
+    .await
+    .with_context(|| home.diagnostics())
+}
+
 /// A tool call's text, and whether it is an error.
 async fn call(session: &McpSession, tool: &str, arguments: Value) -> anyhow::Result<(String, bool)> {
     let r = session.tool(tool, arguments).await?;
@@ -83,9 +95,7 @@ async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<(
     let workspace = home.root().join("workspace");
     // The server itself allows the whole HOME (vault included): only the sandbox refuses.
     register_filesystem(&api, "fs", &[&user_home], true).await?;
-    let session = McpSession::latest(&api).await?;
-    let names = session.tool_names().await?;
-    assert!(names.iter().any(|n| n == "fs__read_text_file"), "{names:?}");
+    let session = session_with(&home, &api, "fs__read_text_file").await?;
     for f in &files {
         let (text, is_error) = call(&session, "fs__read_text_file", json!({"path": f})).await?;
         assert!(is_error, "{} was read: {text}", f.display());
@@ -112,9 +122,7 @@ async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<(
     let python = venv_bin(Sdk::V2, "python")?;
     let script = peer_path("mcp2_server.py")?;
     register_stdio(&api, "py", &python, &[script.display().to_string(), "stdio".into()], json!({})).await?;
-    let session = McpSession::latest(&api).await?;
-    let names = session.tool_names().await?;
-    assert!(names.iter().any(|n| n == "py__echo"), "{names:?}\n{}", home.diagnostics());
+    let session = session_with(&home, &api, "py__echo").await?;
     let (text, is_error) = call(&session, "py__echo", json!({"message": "sandboxed"})).await?;
     assert!(!is_error && text.contains("Echo: sandboxed"), "{text}");
     Ok(())
@@ -124,8 +132,7 @@ async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<(
 async fn a_server_registered_without_the_sandbox_can_read_the_vault() -> anyhow::Result<()> {
     let (home, api, files) = vault_in_home().await?;
     register_filesystem(&api, "open", &[home.root()], false).await?;
-    let session = McpSession::latest(&api).await?;
-    session.tool_names().await?;
+    let session = session_with(&home, &api, "open__read_text_file").await?;
     let (text, is_error) = call(&session, "open__read_text_file", json!({"path": &files[2]})).await?;
     assert!(!is_error, "without the sandbox the log is readable: {text}");
     let key = std::fs::read(&files[0])?;
@@ -152,10 +159,11 @@ fn probe(files: &[PathBuf]) -> String {
     cmd
 }
 
-/// The tool result of the only tool call among `events`.
+/// The result of the last tool call among `events` (Claude Code may look a tool up first).
 fn tool_output(events: &[AgentEvent]) -> String {
     events
         .iter()
+        .rev()
         .find_map(|e| if let AgentEvent::ToolResult { output, .. } = e { Some(output.clone()) } else { None })
         .unwrap_or_else(|| panic!("a tool result: {events:?}"))
 }
