@@ -437,12 +437,11 @@ async fn claude_code_calls_a_coffer_tool_through_the_attached_gateway() -> anyho
 fn codex(bench: &Bench, model: &FakeOpenAi) -> anyhow::Result<Codex> {
     let home = bench.user_home();
     coffer_tests::write_file(&home.join(".codex/config.toml"), model.codex_config("fake-model"))?;
-    let vars: Vec<(OsString, OsString)> =
-        vec![
-            ("HOME".into(), home.into()),
-            ("TMPDIR".into(), bench.home.env()["TMPDIR"].clone().into()),
-            ("OPENAI_API_KEY".into(), "sk-test-not-a-real-key".into()),
-        ];
+    let vars: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), home.into()),
+        ("TMPDIR".into(), bench.home.env()["TMPDIR"].clone().into()),
+        ("OPENAI_API_KEY".into(), "sk-test-not-a-real-key".into()),
+    ];
     Ok(Codex::with_env(vars))
 }
 

@@ -156,8 +156,10 @@ pub fn render_upstreams(ups: &[Value]) -> String {
             ]
         })
         .collect();
-    let mut out =
-        render_table(&["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST START", "LAST ERROR"], &rows);
+    let mut out = render_table(
+        &["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST START", "LAST ERROR"],
+        &rows,
+    );
     for u in ups {
         let dups: Vec<&str> = u["duplicates"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         if !dups.is_empty() {

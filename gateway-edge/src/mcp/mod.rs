@@ -566,7 +566,6 @@ impl Gateway {
         })
     }
 
-
     /// Per-upstream status for `/v1/status`, one object per registered server in name order:
     /// `name`, `enabled`, `transport`, `state` (`ok`: its last start succeeded and nothing
     /// failed since; `unhealthy`: an error stands, or its command cannot run now; `idle`: not

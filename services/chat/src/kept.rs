@@ -123,8 +123,16 @@ mod tests {
     use crate::adapter::AgentEnv;
 
     fn cat(env: &AgentEnv) -> AgentProcess {
-        AgentProcess::spawn("test", env, std::path::Path::new("/bin/cat"), Vec::new(), Vec::new(), &env.coffer_home, None)
-            .unwrap()
+        AgentProcess::spawn(
+            "test",
+            env,
+            std::path::Path::new("/bin/cat"),
+            Vec::new(),
+            Vec::new(),
+            &env.coffer_home,
+            None,
+        )
+        .unwrap()
     }
 
     fn fit(session: &str) -> Fit {

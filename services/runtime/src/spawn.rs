@@ -141,9 +141,8 @@ pub fn spawn(spec: SpawnSpec) -> Result<ManagedChild, SpawnError> {
     // exec'd (the descriptor is close-on-exec in the child), closed when this returns.
     let prepared = match &spec.sandbox {
         Some(sandbox) => {
-            let p = sandbox
-                .prepare()
-                .map_err(|source| SpawnError::Sandbox { program: spec.program.clone(), source })?;
+            let p =
+                sandbox.prepare().map_err(|source| SpawnError::Sandbox { program: spec.program.clone(), source })?;
             if !p.is_active() {
                 warn_unsandboxed_once();
             }

@@ -102,8 +102,7 @@ async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<(
         assert!(text.contains("EACCES") || text.contains("permission denied"), "refused as EACCES: {text}");
     }
     // Its normal work: the rest of HOME as before, its workspace (inside the vault) writable.
-    let (text, is_error) =
-        call(&session, "fs__read_text_file", json!({"path": user_home.join("note.txt")})).await?;
+    let (text, is_error) = call(&session, "fs__read_text_file", json!({"path": user_home.join("note.txt")})).await?;
     assert!(!is_error && text.contains("a note next to the vault"), "the rest of HOME is as before: {text}");
     let (text, is_error) = call(
         &session,
@@ -172,7 +171,8 @@ fn tool_output(events: &[AgentEvent]) -> String {
 async fn turn(provider: &dyn AgentProvider, env: &AgentEnv, text: &str, cwd: &Path) -> anyhow::Result<Vec<AgentEvent>> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let config = AgentConfig { cwd: cwd.display().to_string(), model: String::new(), session_id: String::new() };
-    let input = TurnInput { conversation_id: "01JSANDBOX".into(), turn_id: "01JTURN".into(), text: text.into(), config };
+    let input =
+        TurnInput { conversation_id: "01JSANDBOX".into(), turn_id: "01JTURN".into(), text: text.into(), config };
     let running = provider.start_turn(env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut events = Vec::new();
     let deadline = Instant::now() + TURN_TIMEOUT;

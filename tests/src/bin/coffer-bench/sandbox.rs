@@ -84,7 +84,11 @@ pub async fn run() -> Result<()> {
     println!("Rules per spawn: {rules}.\n");
     println!("| what | plain p50 | plain p95 | sandboxed p50 | sandboxed p95 | ratio p50 |");
     println!("|---|---|---|---|---|---|");
-    println!("| `Sandbox::prepare` (parent) | – | – | {} | {} | – |", ms(q(&mut prepare, 0.5)), ms(q(&mut prepare, 0.95)));
+    println!(
+        "| `Sandbox::prepare` (parent) | – | – | {} | {} | – |",
+        ms(q(&mut prepare, 0.5)),
+        ms(q(&mut prepare, 0.95))
+    );
     for (label, program, args) in [
         ("spawn → exit `/bin/true`", Path::new("/bin/true"), &[][..]),
         ("spawn → exit `node -e 0`", node.as_path(), &["-e", "0"][..]),
