@@ -56,6 +56,7 @@ impl Bench {
             shim: bin("coffer-mcp-shim")?,
             command_override: command,
             binding: None,
+            sandbox: true,
         };
         Ok(Self { home, env, cwd })
     }
@@ -168,6 +169,8 @@ fn claude(bench: &Bench, model: &FakeAnthropic) -> ClaudeCode {
     let vars: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), home.clone().into()),
         ("CLAUDE_CONFIG_DIR".into(), home.join(".claude").into()),
+        // The home's private TMPDIR: /tmp is an ancestor of this COFFER_HOME (vault sandbox).
+        ("TMPDIR".into(), bench.home.env()["TMPDIR"].clone().into()),
         ("ANTHROPIC_BASE_URL".into(), model.url.clone().into()),
         ("ANTHROPIC_API_KEY".into(), "sk-ant-test-not-a-real-key".into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
@@ -434,8 +437,11 @@ async fn claude_code_calls_a_coffer_tool_through_the_attached_gateway() -> anyho
 fn codex(bench: &Bench, model: &FakeOpenAi) -> anyhow::Result<Codex> {
     let home = bench.user_home();
     coffer_tests::write_file(&home.join(".codex/config.toml"), model.codex_config("fake-model"))?;
-    let vars: Vec<(OsString, OsString)> =
-        vec![("HOME".into(), home.into()), ("OPENAI_API_KEY".into(), "sk-test-not-a-real-key".into())];
+    let vars: Vec<(OsString, OsString)> = vec![
+        ("HOME".into(), home.into()),
+        ("TMPDIR".into(), bench.home.env()["TMPDIR"].clone().into()),
+        ("OPENAI_API_KEY".into(), "sk-test-not-a-real-key".into()),
+    ];
     Ok(Codex::with_env(vars))
 }
 

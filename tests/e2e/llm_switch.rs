@@ -41,6 +41,7 @@ impl Bench {
             shim: bin("coffer-mcp-shim")?,
             command_override: Some(command),
             binding: None,
+            sandbox: true,
         };
         Ok(Self { home, env, cwd })
     }
@@ -135,6 +136,8 @@ fn claude_unconfigured(bench: &Bench) -> ClaudeCode {
     let vars: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), home.clone().into()),
         ("CLAUDE_CONFIG_DIR".into(), home.join(".claude").into()),
+        // The home's private TMPDIR: /tmp is an ancestor of this COFFER_HOME (vault sandbox).
+        ("TMPDIR".into(), bench.home.env()["TMPDIR"].clone().into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
         ("DISABLE_TELEMETRY".into(), "1".into()),
         ("DISABLE_AUTOUPDATER".into(), "1".into()),

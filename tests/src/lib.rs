@@ -148,6 +148,11 @@ impl TestHomeBuilder {
         let root = temp_path.join(self.home_at.unwrap_or_else(|| PathBuf::from("home")));
         let user_home = temp_path.join("user-home");
         std::fs::create_dir(&user_home)?;
+        // A private TMPDIR: with COFFER_HOME under /tmp, /tmp is an ancestor of the vault, where
+        // the vault sandbox lets upstreams and agents create nothing new (docs/ARCHITECTURE.md,
+        // "The vault sandbox"); a real ~/.coffer has /tmp as a sibling.
+        let tmp = temp_path.join("tmp");
+        std::fs::create_dir(&tmp)?;
         let port = ports::free_port_block(PORT_BLOCK);
 
         let mut env = BTreeMap::new();
@@ -156,6 +161,7 @@ impl TestHomeBuilder {
         env.insert("COFFER_DAEMON_BIN".to_owned(), bins::bin("coffer-daemon")?.display().to_string());
         // A private HOME: whatever ignores COFFER_HOME still cannot reach the real ~/.coffer.
         env.insert("HOME".to_owned(), user_home.display().to_string());
+        env.insert("TMPDIR".to_owned(), tmp.display().to_string());
         for k in &self.unset {
             env.remove(k);
         }

@@ -96,6 +96,7 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
         check_private_file(&ctx.home.daemon_json(), "daemon.json", "absent: no daemon is running"),
         check_private_file(&ctx.home.secret_key(), "secret.key", "absent: created when the first credential is stored"),
         check_shim(),
+        check_sandbox(coffer_runtime::sandbox::kernel_abi()),
     ];
     match ctx.detect_quietly().await {
         Some(api) => {
@@ -215,6 +216,20 @@ fn mode_of(m: &std::fs::Metadata) -> u32 {
 
 fn my_uid() -> u32 {
     nix::unistd::getuid().as_raw()
+}
+
+/// The vault sandbox: ok with the kernel's Landlock ABI, a warning (said once, here) where the
+/// kernel has none — upstreams and agents then run unconfined and can read `COFFER_HOME`.
+pub fn check_sandbox(abi: Option<u32>) -> Check {
+    match abi {
+        Some(v) => Check::ok("sandbox", format!("Landlock ABI {v}: upstreams and agents cannot read COFFER_HOME")),
+        None => Check::warn(
+            "sandbox",
+            "this kernel has no Landlock: upstreams and agents run unsandboxed and can read COFFER_HOME \
+             (secret.key, coffer.db, other servers' logs)",
+            "use a kernel with Landlock (Linux 5.13+, `lsm=landlock` among the boot LSMs) to confine them",
+        ),
+    }
 }
 
 /// `COFFER_HOME` must be a folder of ours that nobody else can enter (0700).

@@ -143,6 +143,10 @@ pub struct AddArgs {
     /// Register the server disabled.
     #[arg(long)]
     pub disabled: bool,
+    /// Run the server without the vault sandbox: it can then read COFFER_HOME (secret.key,
+    /// coffer.db, other servers' logs). Only for a server you trust that needs it.
+    #[arg(long, conflicts_with = "url")]
+    pub no_sandbox: bool,
     /// The URL of a Streamable HTTP server (instead of a command).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
@@ -205,6 +209,12 @@ pub struct EditArgs {
     /// Per-call timeout in milliseconds; 0 restores the gateway's default.
     #[arg(long, value_name = "MS")]
     pub timeout_ms: Option<u64>,
+    /// Run the server without the vault sandbox (it can then read COFFER_HOME).
+    #[arg(long, conflicts_with = "sandbox")]
+    pub no_sandbox: bool,
+    /// Run the server in the vault sandbox again (the default).
+    #[arg(long)]
+    pub sandbox: bool,
     /// Keep secret-looking --env/--header values in the registry as given.
     #[arg(long)]
     pub keep_plaintext: bool,
@@ -414,6 +424,8 @@ fn edit_body(
             ("--env", !a.env.is_empty() || !a.env_credentials.is_empty()),
             ("--unset-env", !a.unset_env.is_empty()),
             ("--cwd", a.cwd.is_some()),
+            ("--no-sandbox", a.no_sandbox),
+            ("--sandbox", a.sandbox),
         ]
     };
     if let Some((flag, _)) = misplaced.iter().find(|m| m.1) {
@@ -481,12 +493,15 @@ fn edit_body(
         Some(ms) => body["timeout_ms"] = json!(ms),
         None => {}
     }
+    if a.no_sandbox || a.sandbox {
+        body["sandbox"] = json!(a.sandbox);
+    }
     if body.as_object().is_some_and(serde_json::Map::is_empty)
         && fresh.as_object().is_some_and(serde_json::Map::is_empty)
     {
         return Err(CliError::Usage(
             "nothing to change: give -- COMMAND [ARGS]..., --command, --env, --unset-env, --url, --header, \
-             --unset-header, --cwd or --timeout-ms"
+             --unset-header, --cwd, --timeout-ms, --no-sandbox or --sandbox"
                 .into(),
         ));
     }
@@ -591,6 +606,9 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
         body["env"] = Value::Object(wire_map("--env", &a.env, &a.env_credentials, false)?);
         if let Some(dir) = &a.cwd {
             body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
+        }
+        if a.no_sandbox {
+            body["sandbox"] = json!(false);
         }
     }
     if let Some(t) = a.timeout {
@@ -821,11 +839,12 @@ pub fn render_servers(items: &[Value], width: Option<usize>) -> String {
                 cell(s.get("transport"), 10),
                 yes_no(s["enabled"].as_bool().unwrap_or(false)).to_owned(),
                 timeout(s),
+                sandbox(s).to_owned(),
                 target(s),
             ]
         })
         .collect();
-    render_table_fitted(&["NAME", "TRANSPORT", "ENABLED", "TIMEOUT", "COMMAND/URL"], &rows, width)
+    render_table_fitted(&["NAME", "TRANSPORT", "ENABLED", "TIMEOUT", "SANDBOX", "COMMAND/URL"], &rows, width)
 }
 
 /// A stdio server's command line (quoted so it can be pasted) or an http server's URL.
@@ -836,6 +855,15 @@ fn target(s: &Value) -> String {
     let args = s["args"].as_array().map(Vec::as_slice).unwrap_or_default();
     let words = std::iter::once(s["command"].as_str().unwrap_or("-")).chain(args.iter().filter_map(Value::as_str));
     shell_join(words)
+}
+
+/// `yes` for a stdio server in the vault sandbox, `NO` for one that opted out, `-` for http.
+fn sandbox(s: &Value) -> &'static str {
+    match s["sandbox"].as_bool() {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    }
 }
 
 fn timeout(s: &Value) -> String {
@@ -1251,7 +1279,7 @@ mod tests {
         let stdio = json!({
             "name": "everything", "transport": "stdio", "command": "/usr/bin/node", "args": ["/p/index.js", "stdio"],
             "env": {"A": "1", "B": "two words"}, "cwd": null, "url": null, "headers": {}, "enabled": true,
-            "timeout_ms": null, "version": 3, "created_at": "2026-11-30T09:56:56.541Z", "updated_at": "2026-11-30T10:00:00.000Z",
+            "timeout_ms": null, "sandbox": true, "version": 3, "created_at": "2026-11-30T09:56:56.541Z", "updated_at": "2026-11-30T10:00:00.000Z",
         });
         let http = json!({
             "name": "remote", "transport": "http", "command": null, "args": [], "env": {}, "cwd": null,
@@ -1260,9 +1288,9 @@ mod tests {
         });
         assert_eq!(
             render_servers(&[stdio.clone(), http.clone()], None),
-            "NAME        TRANSPORT  ENABLED  TIMEOUT  COMMAND/URL\n\
-             everything  stdio      yes      default  /usr/bin/node /p/index.js stdio\n\
-             remote      http       no       1.5s     https://x.test/mcp\n"
+            "NAME        TRANSPORT  ENABLED  TIMEOUT  SANDBOX  COMMAND/URL\n\
+             everything  stdio      yes      default  yes      /usr/bin/node /p/index.js stdio\n\
+             remote      http       no       1.5s     -        https://x.test/mcp\n"
         );
         assert_eq!(
             render_fields(&server_fields(&stdio)),

@@ -100,6 +100,10 @@ pub fn render_status(status: &Value) -> String {
         cell(d.get("version"), 40),
         uptime
     );
+    if let Some(line) = sandbox_line(&status["sandbox"]) {
+        out.push_str(&line);
+        out.push_str("\n\n");
+    }
     let services = status["services"].as_array().map(Vec::as_slice).unwrap_or_default();
     out.push_str(&render_services(services));
     if let Some(ups) = status["upstreams"].as_array().filter(|u| !u.is_empty()) {
@@ -107,6 +111,24 @@ pub fn render_status(status: &Value) -> String {
         out.push_str(&render_upstreams(ups));
     }
     out
+}
+
+/// `Sandbox: …` from `GET /v1/status` `sandbox`: the kernel's support, and each agent whose
+/// sandbox is off (upstreams say theirs in the SANDBOX column). `None` from an older daemon.
+fn sandbox_line(s: &Value) -> Option<String> {
+    s["summary"].as_str()?;
+    let mut line = format!("Sandbox: {}", cell(Some(&s["summary"]), 200));
+    let off: Vec<&str> = s["agents"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_str() == Some("off"))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if !off.is_empty() {
+        line.push_str(&format!("; OFF for agent(s) {} (chat.*_sandbox = 0)", off.join(", ")));
+    }
+    Some(line)
 }
 
 /// The upstreams table of `GET /v1/status`: NAME STATE ENABLED TRANSPORT RUNNING (sessions it
@@ -128,13 +150,16 @@ pub fn render_upstreams(ups: &[Value]) -> String {
                 u["enabled"].as_bool().map_or_else(|| "-".into(), |b| yes_no(b).to_owned()),
                 cell(u.get("transport"), 10),
                 cell(u.get("running"), 10),
+                u["sandbox"].as_str().unwrap_or("-").to_owned(),
                 last_start,
                 cell(u.get("last_error"), LAST_ERROR_WIDTH),
             ]
         })
         .collect();
-    let mut out =
-        render_table(&["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST START", "LAST ERROR"], &rows);
+    let mut out = render_table(
+        &["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST START", "LAST ERROR"],
+        &rows,
+    );
     for u in ups {
         let dups: Vec<&str> = u["duplicates"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         if !dups.is_empty() {
@@ -260,7 +285,7 @@ mod tests {
     #[test]
     fn upstreams_show_their_last_start_standing_error_and_duplicates() {
         let ups = vec![
-            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2,
+            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2, "sandbox": "on",
                    "last_start": "ok", "last_start_at": "not a time", "last_error": null, "last_error_at": null, "duplicates": []}),
             json!({"name": "keyed", "enabled": true, "transport": "stdio", "state": "unhealthy", "running": 0,
                    "last_start": "failed", "last_start_at": null,
@@ -273,11 +298,11 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
-            ["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "LAST", "START", "LAST", "ERROR"]
+            ["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST", "START", "LAST", "ERROR"]
         );
-        assert!(lines[1].starts_with("everything  ok         yes      stdio      2        ok "), "{t}");
+        assert!(lines[1].starts_with("everything  ok         yes      stdio      2        on       ok "), "{t}");
         assert!(lines[2].contains("failed") && lines[2].contains("exited with status 3"), "{t}");
-        assert!(lines[3].starts_with("remote      disabled   no       http       0        -"), "{t}");
+        assert!(lines[3].starts_with("remote      disabled   no       http       0        -        -"), "{t}");
         assert_eq!(lines[4], "note: keyed listed tools/same more than once; only the first of each is offered");
     }
 

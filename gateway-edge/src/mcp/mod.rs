@@ -545,6 +545,26 @@ impl Gateway {
         let sessions = futures_util::future::join_all(all.iter().map(|s| s.close()));
         tokio::join!(sessions, self.broker.close_all(), self.shared.lists.close_starts());
     }
+    /// The vault sandbox for `GET /v1/status`: `{landlock_abi, summary, agents: {claude_code,
+    /// codex}}`; `landlock_abi` is the kernel's Landlock ABI version (`null`: no Landlock,
+    /// nothing is confined), each agent `on`, `off` (its `chat.*_sandbox` setting is 0) or
+    /// `unavailable`. Each upstream's own state is in its `upstreams[].sandbox`.
+    pub fn sandbox_status(&self) -> Value {
+        let abi = coffer_runtime::sandbox::kernel_abi();
+        let agent = |s: &Setting| match (self.shared.setting(s), abi) {
+            (0, _) => "off",
+            (_, Some(_)) => "on",
+            (_, None) => "unavailable",
+        };
+        json!({
+            "landlock_abi": abi,
+            "summary": coffer_runtime::sandbox::support_summary(),
+            "agents": {
+                "claude_code": agent(&settings::CHAT_CLAUDE_CODE_SANDBOX),
+                "codex": agent(&settings::CHAT_CODEX_SANDBOX),
+            },
+        })
+    }
 
     /// Per-upstream status for `/v1/status`, one object per registered server in name order:
     /// `name`, `enabled`, `transport`, `state` (`ok`: its last start succeeded and nothing
@@ -600,11 +620,27 @@ impl Gateway {
                         "last_start": last_start, "last_start_at": last_start_at,
                         "last_error": error, "last_error_at": error_at,
                         "duplicates": duplicates,
+                        "sandbox": sandbox_state(s),
                         "catalog": self.shared.lists.status(n, snap.generation(s)),
                     })
                 })
                 .collect(),
         )
+    }
+}
+
+/// A server's vault sandbox as `GET /v1/status` shows it: `on` (confined), `off` (its
+/// registration opted out), `unavailable` (asked for, but this kernel has no Landlock: it runs
+/// unconfined), `null` for an http server (nothing is spawned).
+fn sandbox_state(s: &McpServer) -> Value {
+    if s.transport() != coffer_proto::store::Transport::Stdio {
+        Value::Null
+    } else if s.no_sandbox {
+        json!("off")
+    } else if coffer_runtime::sandbox::kernel_abi().is_some() {
+        json!("on")
+    } else {
+        json!("unavailable")
     }
 }
 

@@ -995,7 +995,14 @@ fn start_stdio(
     let mut spec = SpawnSpec::new(&command, "upstream", &server.name);
     spec.args = server.args.iter().map(Into::into).collect();
     spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    spec.cwd = Some(if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() });
+    let cwd: std::path::PathBuf =
+        if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() };
+    // The vault sandbox (docs/ARCHITECTURE.md, "The vault sandbox"): the server reaches its
+    // working directory and everything outside COFFER_HOME, nothing else of it.
+    if !server.no_sandbox {
+        spec.sandbox = Some(coffer_runtime::sandbox::Sandbox::hiding(home.root()).allow(&cwd));
+    }
+    spec.cwd = Some(cwd);
     spec.stdin = Stdio::piped();
     spec.stdout = Stdio::piped();
     spec.stderr = Stdio::piped();

@@ -54,7 +54,8 @@ async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
 }
 
-/// `GET /v1/status` → `{daemon, services:[…], upstreams:[…], sync}` (`sync`: `/v1/sync/status`'s
+/// `GET /v1/status` → `{daemon, services:[…], upstreams:[…], sandbox, sync}` (`sandbox`: the
+/// vault sandbox, see [`crate::mcp::Gateway::sandbox_status`]; `sync`: `/v1/sync/status`'s
 /// body, `null` while coffer-retrieval does not answer).
 async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
@@ -73,6 +74,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
         "daemon": {"pid": r.pid, "version": r.version, "started_at": r.started_at, "port": r.port},
         "services": services,
         "upstreams": st.gateway.upstream_status(),
+        "sandbox": st.gateway.sandbox_status(),
         "sync": sync::current_status(&st).await.as_ref().map(sync::status_json),
     })))
 }

@@ -961,6 +961,18 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
             "services": {"type": "array", "items": r("ServiceStatus")},
             "upstreams": {"type": "array", "items": r("UpstreamStatus"), "description": "Every registered upstream and its health."},
+            "sandbox": {
+                "type": "object", "required": ["landlock_abi", "summary", "agents"],
+                "description": "The vault sandbox (Landlock) that keeps upstreams and agents out of COFFER_HOME.",
+                "properties": {
+                    "landlock_abi": {"type": ["integer", "null"], "description": "The kernel's Landlock ABI version; null: no Landlock, nothing is confined."},
+                    "summary": {"type": "string"},
+                    "agents": {"type": "object", "properties": {
+                        "claude_code": {"enum": ["on", "off", "unavailable"]},
+                        "codex": {"enum": ["on", "off", "unavailable"]},
+                    }, "description": "off: the agent's chat.*_sandbox setting is 0; unavailable: no Landlock."},
+                },
+            },
             "sync": {"description": "`GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.", "oneOf": [r("SyncStatus"), {"type": "null"}]},
         },
     }));
@@ -975,6 +987,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "last_error": {"type": ["string", "null"], "description": "The standing error, with its cause (exit status and last stderr lines of a stdio server); null once a start, list or call succeeded."},
             "last_error_at": {"type": ["string", "null"], "format": "date-time"},
             "duplicates": {"type": "array", "items": {"type": "string"}, "description": "`tools/<name>` listed more than once by its last list; only the first is offered."},
+            "sandbox": {"enum": ["on", "off", "unavailable", null], "description": "stdio: on (confined by the vault sandbox), off (its registration opted out), unavailable (no Landlock in this kernel: runs unconfined); null for http."},
         },
     }));
     m.insert(
@@ -1003,7 +1016,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
     }));
     m.insert("McpServer", json!({
         "type": "object",
-        "required": ["name", "transport", "command", "args", "env", "cwd", "url", "headers", "enabled", "timeout_ms", "version", "created_at", "updated_at"],
+        "required": ["name", "transport", "command", "args", "env", "cwd", "url", "headers", "enabled", "timeout_ms", "sandbox", "version", "created_at", "updated_at"],
         "properties": {
             "name": {"type": "string"},
             "transport": {"enum": ["stdio", "http"]},
@@ -1015,6 +1028,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "headers": {"type": "object", "additionalProperties": r("EnvValue")},
             "enabled": {"type": "boolean"},
             "timeout_ms": {"type": ["integer", "null"], "description": "Per-call timeout; null: the default."},
+            "sandbox": {"type": ["boolean", "null"], "description": "stdio: runs in the vault sandbox (Landlock: cannot read COFFER_HOME); false when the registration opted out; null for http."},
             "version": {"type": "integer", "description": "Bumped by every write; the ETag."},
             "created_at": time, "updated_at": time,
         },
@@ -1032,6 +1046,7 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         "timeout_s": {"type": ["number", "null"], "description": "Per-call timeout, 0.001-86400 s; or timeout_ms."},
         "timeout_ms": {"type": ["integer", "null"], "description": "Per-call timeout, 1-86400000 ms; or timeout_s."},
         "allow_secret_args": {"type": "boolean", "default": false, "description": "Keep secret-looking `args` (`--api-key ghp_…`, `--token=…`, a token, a URL with a password) as given. Without it they are refused with INVALID_ARGUMENT, details `{field: \"args\", index, flag, reason: \"secret_in_args\"}`: arguments are stored in plaintext, synced and visible in `ps`; pass secrets in `env` as credential references instead."},
+        "sandbox": {"type": "boolean", "default": true, "description": "stdio: false runs the server without the vault sandbox (it can then read COFFER_HOME)."},
     });
     m.insert(
         "McpServerCreate",

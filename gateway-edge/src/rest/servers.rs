@@ -190,9 +190,12 @@ pub fn timeout_ms(timeout_s: Option<f64>, timeout_ms: Option<u64>) -> Result<Opt
 }
 
 /// A server as JSON: `{name, transport, command, args, env, cwd, url, headers, enabled,
-/// timeout_ms, version, created_at, updated_at}`. Fields that do not apply or hold the default
-/// are `null` (`command` of an http server, `url` of a stdio server, `cwd` when the default,
-/// `timeout_ms` when the default). `env`/`headers` values that reference a credential are
+/// timeout_ms, sandbox, version, created_at, updated_at}`. Fields that do not apply or hold the
+/// default are `null` (`command` of an http server, `url` of a stdio server, `cwd` when the
+/// default, `timeout_ms` when the default, `sandbox` of an http server). `sandbox` is whether a
+/// stdio server runs in the vault sandbox (Landlock: it cannot read `COFFER_HOME`); it is
+/// `true` unless the registration opted out, even where the kernel has no Landlock (`GET
+/// /v1/status` `sandbox` says whether it is enforced). `env`/`headers` values that reference a credential are
 /// `{"credential_ref": name}`.
 pub fn server_json(s: &McpServer) -> Value {
     let opt = |v: &str| {
@@ -210,6 +213,7 @@ pub fn server_json(s: &McpServer) -> Value {
         "headers": sorted(&s.headers),
         "enabled": s.enabled,
         "timeout_ms": if s.timeout_ms == 0 { Value::Null } else { Value::from(s.timeout_ms) },
+        "sandbox": if s.transport() == Transport::Stdio { Value::Bool(!s.no_sandbox) } else { Value::Null },
         "version": s.version,
         "created_at": s.created_at,
         "updated_at": s.updated_at,
@@ -272,6 +276,8 @@ struct CreateBody {
     /// Keep secret-looking `args` as given ([`check_args`]).
     #[serde(default)]
     allow_secret_args: bool,
+    /// stdio: run in the vault sandbox (default `true`); `false` opts out.
+    sandbox: Option<bool>,
 }
 
 /// Refuses `args` that look like secrets ([`coffer_types::secrets::secret_args`]) unless
@@ -324,6 +330,7 @@ fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
             ("args", !b.args.is_empty()),
             ("env", !b.env.is_empty()),
             ("cwd", b.cwd.is_some()),
+            ("sandbox", b.sandbox.is_some()),
         ]
         .into_iter()
         .filter(|f| f.1)
@@ -341,9 +348,9 @@ fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
 }
 
 /// `POST /v1/mcp/servers` with `{name, transport?, command?, args?, env?, cwd?, url?,
-/// headers?, enabled? (true), timeout_s? | timeout_ms?, allow_secret_args? (false)}` → 201 with
-/// the server, `ETag` and `Location`. Secret-looking `args` are refused unless
-/// `allow_secret_args` ([`check_args`]).
+/// headers?, enabled? (true), timeout_s? | timeout_ms?, allow_secret_args? (false), sandbox?
+/// (true)}` → 201 with the server, `ETag` and `Location`. Secret-looking `args` are refused
+/// unless `allow_secret_args` ([`check_args`]).
 ///
 /// A stdio `command` that is a bare name is resolved on the daemon's `PATH` (the CLI sends an
 /// already absolute path, resolved against the user's shell).
@@ -384,6 +391,7 @@ async fn create_server(
         headers: server_headers,
         enabled: b.enabled.unwrap_or(true),
         timeout_ms: timeout.unwrap_or(0),
+        no_sandbox: b.sandbox == Some(false),
         ..Default::default()
     };
     let reply = st
@@ -436,6 +444,8 @@ struct PatchBody {
     /// Keep secret-looking `args` as given ([`check_args`]).
     #[serde(default)]
     allow_secret_args: bool,
+    /// stdio: `false` runs the server without the vault sandbox, `true` in it again.
+    sandbox: Option<bool>,
 }
 
 /// Applies `p` to `cur`; `command` is the already resolved command when the patch sets one.
@@ -457,6 +467,7 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
             ("args", p.args.is_some()),
             ("env", p.env.is_some()),
             ("cwd", p.cwd.as_ref().is_some_and(Option::is_some)),
+            ("sandbox", p.sandbox.is_some()),
         ]
     };
     if let Some((f, _)) = misplaced.iter().find(|f| f.1) {
@@ -482,6 +493,9 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
     }
     if let Some(u) = &p.url {
         s.url = u.clone();
+    }
+    if let Some(b) = p.sandbox {
+        s.no_sandbox = !b;
     }
     if let Some(h) = &p.headers {
         s.headers = credentials::to_stored("headers", h.clone())?;
@@ -877,6 +891,7 @@ mod tests {
             "headers",
             "enabled",
             "timeout_ms",
+            "sandbox",
             "version",
             "created_at",
             "updated_at",
@@ -886,6 +901,7 @@ mod tests {
         assert_eq!(v["url"], Value::Null);
         assert_eq!(v["cwd"], Value::Null);
         assert_eq!(v["timeout_ms"], Value::Null);
+        assert_eq!(v["sandbox"], true);
         assert_eq!(v["version"], 3);
     }
 }

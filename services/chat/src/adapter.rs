@@ -67,6 +67,27 @@ pub struct AgentEnv {
     /// The LLM connection the agent is bound to for this turn (`chat.claude_code_connection`,
     /// `chat.codex_connection`), resolved with its key; `None` = the CLI's own login and config.
     pub binding: Option<crate::binding::Binding>,
+    /// Run the agent in the vault sandbox (its `chat.*_sandbox` setting; docs/ARCHITECTURE.md,
+    /// "The vault sandbox").
+    pub sandbox: bool,
+}
+
+impl AgentEnv {
+    /// The vault sandbox for an agent working in `cwd`, or `None` when this agent's sandbox is
+    /// off: `COFFER_HOME` hidden except `cwd` (when inside it), read access to `daemon.json`
+    /// and `daemon.lock` and use of `gateway.sock` — what the `coffer-mcp-shim` that attaches
+    /// Coffer's gateway to the agent needs to find and reach the daemon. The provider adds its
+    /// own config folder under `agents/`.
+    pub fn sandbox(&self, cwd: &std::path::Path) -> Option<coffer_runtime::sandbox::Sandbox> {
+        let home = coffer_runtime::home::CofferHome::at(self.coffer_home.clone());
+        self.sandbox.then(|| {
+            coffer_runtime::sandbox::Sandbox::hiding(home.root())
+                .allow(cwd)
+                .allow_read(home.daemon_json())
+                .allow_read(home.daemon_lock())
+                .allow(home.gateway_socket())
+        })
+    }
 }
 
 /// Whether a provider's agent can be chosen now.

@@ -130,7 +130,8 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// Spawns `program args…` in `cwd` with exactly `env` (see [`ExtraEnv::build`]), its stdio
-    /// piped, a pid record under `COFFER_HOME/upstream-pids` (kind `agent`).
+    /// piped, a pid record under `COFFER_HOME/upstream-pids` (kind `agent`), confined by
+    /// `sandbox` when given ([`AgentEnv::sandbox`]).
     ///
     /// # Errors
     /// [`StartError`] `cli_missing` when it cannot be executed.
@@ -141,8 +142,10 @@ impl AgentProcess {
         args: Vec<OsString>,
         env: Vec<(OsString, OsString)>,
         cwd: &Path,
+        sandbox: Option<coffer_runtime::sandbox::Sandbox>,
     ) -> Result<Self, StartError> {
         let mut spec = SpawnSpec::new(program, "agent", agent);
+        spec.sandbox = sandbox;
         spec.args = args;
         spec.env = env;
         spec.env_clear = true;
@@ -391,6 +394,7 @@ mod tests {
             agents_dir: dir.path().join("agents"),
             shim: dir.path().join("shim"),
             command_override: Some(dir.path().join("missing")),
+            sandbox: false,
         };
         let e = resolve(&env, &ExtraEnv::default(), "claude", "@anthropic-ai/claude-code", "chat.claude_code_path");
         assert!(e.unwrap_err().contains("chat.claude_code_path"));

@@ -169,13 +169,17 @@ impl AgentProvider for ClaudeCode {
             model: turn.config.model.clone(),
             cwd: turn.config.cwd.clone(),
             binding: binding::fingerprint(env.binding.as_ref()),
+            sandbox: env.sandbox,
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let mut process = match reused {
             Some((process, ())) => process,
             None => {
                 let proc_env = self.process_env(&own, bound.is_some());
-                AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?
+                let cwd = Path::new(&turn.config.cwd);
+                // Reads its MCP config (agents/claude_code/mcp.json), nothing else of agents/.
+                let sandbox = env.sandbox(cwd).map(|s| s.allow_read(env.agents_dir.join("claude_code")));
+                AgentProcess::spawn(AGENT, env, &program, args, proc_env, cwd, sandbox)?
             }
         };
         let (interrupt, interrupted) = oneshot::channel();

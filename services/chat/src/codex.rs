@@ -181,13 +181,17 @@ impl AgentProvider for Codex {
             model: turn.config.model.clone(),
             cwd: turn.config.cwd.clone(),
             binding: binding::fingerprint(env.binding.as_ref()),
+            sandbox: env.sandbox,
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let (mut process, loaded) = match reused {
             Some((process, thread)) => (process, Some(thread)),
             None => {
                 let args = vec![OsString::from("app-server")];
-                (AgentProcess::spawn(AGENT, env, &program, args, proc_env, Path::new(&turn.config.cwd))?, None)
+                let cwd = Path::new(&turn.config.cwd);
+                // Its CODEX_HOME (agents/codex/: sessions, logs, history) is its own to write.
+                let sandbox = env.sandbox(cwd).map(|s| s.allow(&home));
+                (AgentProcess::spawn(AGENT, env, &program, args, proc_env, cwd, sandbox)?, None)
             }
         };
         let (interrupt, interrupted) = oneshot::channel();

@@ -54,6 +54,12 @@ impl Config {
         (!v.is_empty()).then(|| PathBuf::from(v))
     }
 
+    /// An on/off setting (`chat.claude_code_sandbox`): on unless its value is 0 (unset or
+    /// unusable values take the default).
+    pub fn switch(&self, setting: &Setting) -> bool {
+        setting.value_or_default(self.texts.get(setting.key).map(String::as_str)) != 0
+    }
+
     /// The LLM connection a provider's binding setting names (`chat.claude_code_connection`);
     /// `None` when unset or empty (the agent then runs on its own login and config).
     pub fn connection(&self, setting: &Setting) -> Option<String> {

@@ -30,6 +30,8 @@ pub struct Fit {
     /// The LLM connection binding it runs with ([`crate::binding::fingerprint`]; 0 = unbound):
     /// its environment was fixed at start, so another binding needs another process.
     pub binding: u64,
+    /// Whether it runs in the vault sandbox (fixed at start, like the binding).
+    pub sandbox: bool,
 }
 
 struct Parked<T> {
@@ -121,8 +123,16 @@ mod tests {
     use crate::adapter::AgentEnv;
 
     fn cat(env: &AgentEnv) -> AgentProcess {
-        AgentProcess::spawn("test", env, std::path::Path::new("/bin/cat"), Vec::new(), Vec::new(), &env.coffer_home)
-            .unwrap()
+        AgentProcess::spawn(
+            "test",
+            env,
+            std::path::Path::new("/bin/cat"),
+            Vec::new(),
+            Vec::new(),
+            &env.coffer_home,
+            None,
+        )
+        .unwrap()
     }
 
     fn fit(session: &str) -> Fit {
@@ -132,6 +142,7 @@ mod tests {
             model: String::new(),
             cwd: "/".into(),
             binding: 0,
+            sandbox: false,
         }
     }
 
@@ -144,6 +155,7 @@ mod tests {
             agents_dir: dir.path().join("agents"),
             shim: dir.path().join("shim"),
             command_override: None,
+            sandbox: false,
         };
         let shared: Shared<u32> = Arc::default();
         let mut pids = Vec::new();

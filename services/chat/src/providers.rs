@@ -25,12 +25,21 @@ pub struct Entry {
     /// The text setting naming the LLM connection the agent is bound to
     /// (`chat.claude_code_connection`), if the agent can be bound.
     pub connection_setting: Option<&'static Setting>,
+    /// The setting that turns its vault sandbox off (`chat.claude_code_sandbox`); `None`:
+    /// always sandboxed.
+    pub sandbox_setting: Option<&'static Setting>,
 }
 
 impl Entry {
-    /// An entry without a CLI-path or connection setting.
+    /// An entry without a CLI-path, connection or sandbox setting.
     pub fn new(provider: Arc<dyn AgentProvider>) -> Self {
-        Self { provider, path_setting: None, connection_setting: None }
+        Self { provider, path_setting: None, connection_setting: None, sandbox_setting: None }
+    }
+
+    /// With the setting that may turn its vault sandbox off.
+    pub fn with_sandbox_setting(mut self, setting: &'static Setting) -> Self {
+        self.sandbox_setting = Some(setting);
+        self
     }
 
     /// With the setting that may name its CLI.
@@ -66,15 +75,18 @@ pub struct BindingView {
 /// `Entry::new(Arc::new(claude_code::ClaudeCode::new())).with_path_setting(&CHAT_CLAUDE_CODE_PATH)`.
 pub fn builtin() -> Vec<Entry> {
     use coffer_types::settings::{
-        CHAT_CLAUDE_CODE_CONNECTION, CHAT_CLAUDE_CODE_PATH, CHAT_CODEX_CONNECTION, CHAT_CODEX_PATH,
+        CHAT_CLAUDE_CODE_CONNECTION, CHAT_CLAUDE_CODE_PATH, CHAT_CLAUDE_CODE_SANDBOX, CHAT_CODEX_CONNECTION,
+        CHAT_CODEX_PATH, CHAT_CODEX_SANDBOX,
     };
     vec![
         Entry::new(Arc::new(crate::claude_code::ClaudeCode::new()))
             .with_path_setting(&CHAT_CLAUDE_CODE_PATH)
-            .with_connection_setting(&CHAT_CLAUDE_CODE_CONNECTION),
+            .with_connection_setting(&CHAT_CLAUDE_CODE_CONNECTION)
+            .with_sandbox_setting(&CHAT_CLAUDE_CODE_SANDBOX),
         Entry::new(Arc::new(crate::codex::Codex::new()))
             .with_path_setting(&CHAT_CODEX_PATH)
-            .with_connection_setting(&CHAT_CODEX_CONNECTION),
+            .with_connection_setting(&CHAT_CODEX_CONNECTION)
+            .with_sandbox_setting(&CHAT_CODEX_SANDBOX),
     ]
 }
 
@@ -132,6 +144,7 @@ impl Registry {
             shim: self.shim.clone(),
             command_override: entry.path_setting.and_then(|s| config.command_override(s)),
             binding: None,
+            sandbox: entry.sandbox_setting.is_none_or(|s| config.switch(s)),
         }
     }
 

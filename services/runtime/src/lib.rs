@@ -10,6 +10,7 @@
 //! - [`authz`]: the declarative tables of which identity may call which internal method.
 //! - [`service`]: a service binary's `main` shape and its [`service::ServiceCtx`].
 //! - [`spawn`]: the one helper that starts every child process.
+//! - [`sandbox`]: the Landlock ruleset that hides `COFFER_HOME` from upstreams and agents.
 //! - [`daemon_file`]: `daemon.json` and `daemon.lock`.
 //! - [`connect`]: detect-or-spawn, shared by the shim and the CLI.
 //! - [`token`]: random tokens and constant-time comparison.
@@ -28,6 +29,7 @@ pub mod listen;
 pub mod logging;
 pub mod ndjson;
 pub mod rolling;
+pub mod sandbox;
 pub mod sched;
 pub mod service;
 pub mod spawn;

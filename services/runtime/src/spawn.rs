@@ -12,6 +12,10 @@
 //! - never sees a `COFFER_*` variable from our environment: they are stripped, and only the ones
 //!   in [`SpawnSpec::env`] are passed (the supervisor passes its services theirs explicitly;
 //!   upstreams and agents get none);
+//! - with [`SpawnSpec::sandbox`] set (upstream servers and agent CLIs), runs confined by Linux
+//!   Landlock so that it cannot read `COFFER_HOME` beyond what it is given (see
+//!   [`crate::sandbox`]); the ruleset is built here, before the fork, and only enforced in the
+//!   child;
 //! - is ended by [`ManagedChild::terminate`]: SIGTERM to the group, wait, SIGKILL; or SIGKILL to
 //!   the group when the handle is dropped.
 use std::ffi::OsString;
@@ -47,6 +51,9 @@ pub struct SpawnSpec {
     /// Start in a new session with no death signal (the daemon started by an entry point must
     /// outlive it).
     pub detached: bool,
+    /// Confine the child with this sandbox (`None`: not confined). Where the kernel has no
+    /// Landlock the child runs unconfined and a warning is logged once per process.
+    pub sandbox: Option<crate::sandbox::Sandbox>,
 }
 
 impl SpawnSpec {
@@ -66,6 +73,7 @@ impl SpawnSpec {
             name: name.to_owned(),
             pid_dir: None,
             detached: false,
+            sandbox: None,
         }
     }
 }
@@ -75,6 +83,9 @@ impl SpawnSpec {
 pub enum SpawnError {
     #[error("cannot start {program}: {source}")]
     Start { program: PathBuf, source: std::io::Error },
+    /// The sandbox could not be built; the child is not started (fail closed).
+    #[error("cannot sandbox {program}: {source}")]
+    Sandbox { program: PathBuf, source: crate::sandbox::SandboxError },
 }
 
 /// The on-disk pid record of a spawned child.
@@ -126,15 +137,37 @@ pub fn spawn(spec: SpawnSpec) -> Result<ManagedChild, SpawnError> {
     if !spec.detached {
         cmd.process_group(0);
     }
-    pre_exec::install(&mut cmd, spec.fds.clone(), spec.detached);
+    // Built before the fork (it allocates and opens descriptors); kept open until the child has
+    // exec'd (the descriptor is close-on-exec in the child), closed when this returns.
+    let prepared = match &spec.sandbox {
+        Some(sandbox) => {
+            let p =
+                sandbox.prepare().map_err(|source| SpawnError::Sandbox { program: spec.program.clone(), source })?;
+            if !p.is_active() {
+                warn_unsandboxed_once();
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    pre_exec::install(&mut cmd, spec.fds.clone(), spec.detached, prepared.as_ref().and_then(|p| p.raw_fd()));
 
     let child = cmd.spawn().map_err(|source| SpawnError::Start { program: spec.program.clone(), source })?;
+    drop(prepared);
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     let record = match (&spec.pid_dir, spec.detached) {
         (Some(dir), false) => write_record(dir, pid, &spec.kind, &spec.name),
         _ => None,
     };
     Ok(ManagedChild { child, pid, group: !spec.detached, record, reaped: false })
+}
+
+/// Logs once per process that children asked to be sandboxed run unconfined (no Landlock).
+fn warn_unsandboxed_once() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!("This kernel has no Landlock: upstreams and agents run unsandboxed and can read COFFER_HOME.");
+    });
 }
 
 fn write_record(dir: &Path, pid: i32, kind: &str, name: &str) -> Option<PathBuf> {
@@ -315,15 +348,38 @@ mod pre_exec {
         let _ = fds;
     }
 
-    /// Installs the pre-exec hook: descriptor passing, new session for detached children, and
-    /// the parent-death signal on Linux.
-    pub(super) fn install(cmd: &mut tokio::process::Command, fds: Vec<(RawFd, RawFd)>, detached: bool) {
+    /// Installs the pre-exec hook: the Landlock restriction when `landlock` holds a prepared
+    /// ruleset descriptor (`prctl(PR_SET_NO_NEW_PRIVS)`, required by an unprivileged
+    /// `landlock_restrict_self(2)`, then the restriction itself: raw syscalls, because the
+    /// crate's `restrict_self` consumes its ruleset and builds status values we cannot use
+    /// here), descriptor passing, new session for detached children, and the parent-death
+    /// signal on Linux.
+    pub(super) fn install(
+        cmd: &mut tokio::process::Command,
+        fds: Vec<(RawFd, RawFd)>,
+        detached: bool,
+        landlock: Option<RawFd>,
+    ) {
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (dup2, fcntl, setsid, prctl, getppid, _exit); it does
-        // not allocate (the Vec was moved in before fork).
+        // async-signal-safe functions (dup2, fcntl, setsid, prctl, getppid, _exit, and the
+        // landlock_restrict_self syscall); it does not allocate (the Vec was moved in before
+        // fork).
         unsafe {
             cmd.pre_exec(move || {
+                // First, while no descriptor has been moved yet (a target number may be the
+                // ruleset's): the restriction covers the child and everything it executes.
+                #[cfg(target_os = "linux")]
+                if let Some(ruleset) = landlock {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                #[cfg(not(target_os = "linux"))]
+                let _ = landlock;
                 // First move every source out of the way (a source may sit on a target number),
                 // then place each copy on its target; dup2 leaves the target without CLOEXEC.
                 let mut moved = [-1 as RawFd; 8];
@@ -386,6 +442,39 @@ mod tests {
         let status = child.terminate(Duration::from_secs(5)).await;
         assert!(status.is_some());
         assert!(!rec_path.exists(), "record removed after terminate");
+    }
+
+    /// A real child under the sandbox, on a tree like a user's home with the vault inside it:
+    /// what it may and may not do, as the shell reports it.
+    #[tokio::test]
+    async fn sandboxed_child_cannot_read_the_vault() {
+        if crate::sandbox::kernel_abi().is_none() {
+            panic!("this test needs a kernel with Landlock (none here): the sandbox cannot be tested");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let vault = home.join(".coffer");
+        std::fs::create_dir_all(vault.join("workspace")).unwrap();
+        std::fs::write(vault.join("secret.key"), "k").unwrap();
+        std::fs::write(home.join("notes.txt"), "notes").unwrap();
+        let script = "cat notes.txt; echo; cat .coffer/secret.key && echo READ-KEY; \
+             echo w > .coffer/workspace/out && echo WROTE-WS; echo new > new-entry && echo CREATED; \
+             ls .coffer >/dev/null && echo LISTED; rm .coffer/secret.key 2>/dev/null || echo NO-RM";
+        let mut spec = SpawnSpec::new("/bin/sh", "upstream", "t");
+        spec.args = vec!["-c".into(), script.into()];
+        spec.cwd = Some(home.clone());
+        spec.stdout = Stdio::piped();
+        spec.sandbox = Some(crate::sandbox::Sandbox::hiding(&vault).allow(vault.join("workspace")));
+        let mut child = spawn(spec).unwrap();
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(child.inner().stdout.as_mut().unwrap(), &mut out).await.unwrap();
+        child.wait().await.unwrap();
+        assert!(out.contains("notes"), "the rest of the home is readable: {out}");
+        assert!(!out.contains("READ-KEY"), "the vault is hidden: {out}");
+        assert!(out.contains("WROTE-WS"), "the workspace is writable: {out}");
+        assert!(!out.contains("CREATED"), "a new entry directly in an ancestor is not covered: {out}");
+        assert!(out.contains("LISTED") && out.contains("NO-RM"), "{out}");
+        assert!(vault.join("secret.key").exists());
     }
 
     #[test]

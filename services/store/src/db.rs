@@ -100,6 +100,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0009_invocation_client.sql"),
     migration!("0010_pairing_tries.sql"),
     migration!("0011_audit_auth.sql"),
+    migration!("0012_server_sandbox.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

@@ -347,6 +347,31 @@ pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
     unit: "absolute path, empty = `claude` on PATH",
     description: "the Claude Code CLI the chat service runs",
 };
+/// Whether Claude Code runs in the vault sandbox (Landlock: it cannot read `COFFER_HOME` beyond
+/// its working directory and the files Coffer's MCP config needs).
+pub const CHAT_CLAUDE_CODE_SANDBOX: Setting = Setting {
+    key: "chat.claude_code_sandbox",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default: 1,
+    default_text: "",
+    min: 0,
+    max: 1,
+    unit: "1 = sandboxed, 0 = off",
+    description: "whether Claude Code runs in the vault sandbox",
+};
+/// Whether Codex runs in the vault sandbox (as [`CHAT_CLAUDE_CODE_SANDBOX`]).
+pub const CHAT_CODEX_SANDBOX: Setting = Setting {
+    key: "chat.codex_sandbox",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default: 1,
+    default_text: "",
+    min: 0,
+    max: 1,
+    unit: "1 = sandboxed, 0 = off",
+    description: "whether Codex runs in the vault sandbox",
+};
 /// Codex's CLI, when it is not `codex` on the daemon's PATH.
 pub const CHAT_CODEX_PATH: Setting = Setting {
     key: "chat.codex_path",
@@ -533,6 +558,8 @@ pub const SETTINGS: &[Setting] = &[
     RETENTION_CONVERSATIONS_DELETE_DAYS,
     CHAT_CLAUDE_CODE_PATH,
     CHAT_CODEX_PATH,
+    CHAT_CLAUDE_CODE_SANDBOX,
+    CHAT_CODEX_SANDBOX,
     CHAT_TURN_TIMEOUT_S,
     CHAT_CLAUDE_CODE_CONNECTION,
     CHAT_CODEX_CONNECTION,

@@ -67,7 +67,7 @@ pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
     Ok(())
 }
 
-const SERVER_COLS: &str = "name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at";
+const SERVER_COLS: &str = "name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at, no_sandbox";
 
 fn server_from_row(r: &Row<'_>) -> rusqlite::Result<McpServer> {
     let json = |i: usize| -> rusqlite::Result<String> { r.get(i) };
@@ -87,6 +87,7 @@ fn server_from_row(r: &Row<'_>) -> rusqlite::Result<McpServer> {
         version: r.get(10)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
+        no_sandbox: r.get::<_, i64>(13)? != 0,
     })
 }
 
@@ -96,11 +97,12 @@ fn server_from_row(r: &Row<'_>) -> rusqlite::Result<McpServer> {
 fn write_server_row(t: &Connection, s: &McpServer) -> Result<(), StoreError> {
     t.execute(
         &format!(
-            "INSERT INTO mcp_servers ({SERVER_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            "INSERT INTO mcp_servers ({SERVER_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
              ON CONFLICT (name) DO UPDATE SET transport = excluded.transport, command = excluded.command,
                args_json = excluded.args_json, env_json = excluded.env_json, cwd = excluded.cwd, url = excluded.url,
                headers_json = excluded.headers_json, enabled = excluded.enabled, timeout_ms = excluded.timeout_ms,
-               version = excluded.version, created_at = excluded.created_at, updated_at = excluded.updated_at"
+               version = excluded.version, created_at = excluded.created_at, updated_at = excluded.updated_at,
+               no_sandbox = excluded.no_sandbox"
         ),
         params![
             s.name,
@@ -115,7 +117,8 @@ fn write_server_row(t: &Connection, s: &McpServer) -> Result<(), StoreError> {
             s.timeout_ms as i64,
             s.version,
             s.created_at,
-            s.updated_at
+            s.updated_at,
+            s.no_sandbox as i64
         ],
     )?;
     Ok(())

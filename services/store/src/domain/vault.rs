@@ -94,10 +94,10 @@ fn parse_json_col(s: &str) -> Value {
 fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
     let mut out = BTreeMap::new();
     let mut st = c.prepare(
-        "SELECT name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, created_at, updated_at FROM mcp_servers",
+        "SELECT name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, created_at, updated_at, no_sandbox FROM mcp_servers",
     )?;
     let rows = st.query_map([], |r| {
-        Ok(json!({
+        let mut v = json!({
             "name": r.get::<_, String>(0)?,
             "transport": r.get::<_, String>(1)?,
             "command": r.get::<_, String>(2)?,
@@ -110,7 +110,12 @@ fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
             "timeout_ms": r.get::<_, i64>(9)?,
             "created_at": r.get::<_, String>(10)?,
             "updated_at": r.get::<_, String>(11)?,
-        }))
+        });
+        // Only an opt-out is written, so files of sandboxed servers are as before.
+        if r.get::<_, i64>(12)? != 0 {
+            v["no_sandbox"] = Value::Bool(true);
+        }
+        Ok(v)
     })?;
     for v in rows {
         let v = v?;
@@ -268,6 +273,9 @@ struct ServerFile {
     enabled: bool,
     #[serde(default)]
     timeout_ms: u64,
+    /// Runs without the vault sandbox; absent = sandboxed.
+    #[serde(default)]
+    no_sandbox: bool,
     created_at: String,
     updated_at: String,
 }
@@ -403,6 +411,7 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
                 version: 0,
                 created_at: f.created_at,
                 updated_at: f.updated_at,
+                no_sandbox: f.no_sandbox,
             };
             super::registry::validate_server(&s).map_err(invalid)?;
             Parsed::Server(s)
@@ -524,12 +533,13 @@ fn changed_since(t: &Connection, since: u64) -> Result<BTreeSet<String>, StoreEr
 
 fn write_server(t: &Transaction, ch: &mut Changes, s: &McpServer, exists: bool) -> Result<(), StoreError> {
     t.execute(
-        "INSERT INTO mcp_servers (name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, ?11, ?12)
+        "INSERT INTO mcp_servers (name, transport, command, args_json, env_json, cwd, url, headers_json, enabled, timeout_ms, version, created_at, updated_at, no_sandbox)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, ?11, ?12, ?13)
          ON CONFLICT (name) DO UPDATE SET transport = excluded.transport, command = excluded.command,
            args_json = excluded.args_json, env_json = excluded.env_json, cwd = excluded.cwd, url = excluded.url,
            headers_json = excluded.headers_json, enabled = excluded.enabled, timeout_ms = excluded.timeout_ms,
-           version = mcp_servers.version + 1, created_at = excluded.created_at, updated_at = excluded.updated_at",
+           version = mcp_servers.version + 1, created_at = excluded.created_at, updated_at = excluded.updated_at,
+           no_sandbox = excluded.no_sandbox",
         params![
             s.name,
             s.transport().as_str(),
@@ -542,7 +552,8 @@ fn write_server(t: &Transaction, ch: &mut Changes, s: &McpServer, exists: bool) 
             s.enabled as i64,
             s.timeout_ms as i64,
             s.created_at,
-            s.updated_at
+            s.updated_at,
+            s.no_sandbox as i64
         ],
     )?;
     ch.push(ChangeEntity::Server, s.name.clone(), if exists { ChangeOp::Update } else { ChangeOp::Create });

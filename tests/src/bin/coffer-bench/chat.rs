@@ -639,6 +639,8 @@ async fn cli_start_up() -> Result<()> {
     let claude_env: Vec<(OsString, OsString)> = vec![
         ("HOME".into(), user_home.clone().into()),
         ("CLAUDE_CONFIG_DIR".into(), user_home.join(".claude").into()),
+        // The home's private TMPDIR: /tmp is an ancestor of this COFFER_HOME (vault sandbox).
+        ("TMPDIR".into(), home.env()["TMPDIR"].clone().into()),
         ("ANTHROPIC_BASE_URL".into(), anthropic.url.clone().into()),
         ("ANTHROPIC_API_KEY".into(), "sk-ant-bench-not-a-real-key".into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
@@ -660,6 +662,7 @@ async fn cli_start_up() -> Result<()> {
             shim: coffer_tests::bin("coffer-mcp-shim")?,
             command_override: Some(program),
             binding: None,
+            sandbox: true,
         };
         let (mut fresh, mut kept) = (Vec::new(), Vec::new());
         for n in 0..CLI_RUNS {

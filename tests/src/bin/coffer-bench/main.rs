@@ -11,12 +11,14 @@
 //! `tools/list` through the shim, cold (nothing listed yet) and warm (the capability catalog
 //! knows every server). Retrieval (`--only retrieval`, or `retrieval-quality` /
 //! `retrieval-speed`): see `retrieval.rs`. Chat (`--only chat`): see `chat.rs`. The web console
-//! (`--only ui`, headless Chromium): see `ui.rs`.
+//! (`--only ui`, headless Chromium): see `ui.rs`. The vault sandbox's spawn overhead (`--only
+//! sandbox`, in this process, no daemon): see `sandbox.rs`.
 #![allow(clippy::print_stdout)]
 
 mod chat;
 mod first_contact;
 mod retrieval;
+mod sandbox;
 mod ui;
 
 use std::collections::HashMap;
@@ -551,13 +553,28 @@ async fn main() -> Result<()> {
     let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
     let everything = root.join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const SECTIONS: [&str; 9] =
-        ["daemon", "gateway", "sessions", "catalog", "retrieval", "retrieval-quality", "retrieval-speed", "chat", "ui"];
+    const SECTIONS: [&str; 10] = [
+        "daemon",
+        "gateway",
+        "sessions",
+        "catalog",
+        "retrieval",
+        "retrieval-quality",
+        "retrieval-speed",
+        "chat",
+        "ui",
+        "sandbox",
+    ];
     let only = match args.as_slice() {
         [] => None,
         [flag, section] if flag == "--only" && SECTIONS.contains(&section.as_str()) => Some(section.clone()),
         _ => bail!("usage: coffer-bench [--only {}]", SECTIONS.join("|")),
     };
+    if only.as_deref() == Some("sandbox") {
+        // In this process, through the spawn helper: no daemon binary is needed.
+        println!("# Coffer benchmarks\n");
+        return sandbox::run().await;
+    }
     let retrieval_only = only.as_deref().is_some_and(|o| o.starts_with("retrieval"));
     let chat_only = only.as_deref() == Some("chat");
     let ui_only = only.as_deref() == Some("ui");
