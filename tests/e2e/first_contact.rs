@@ -22,7 +22,7 @@ use anyhow::{Context, ensure};
 use coffer_tests::anthropic::{CALL_ID, ECHO_MESSAGE, FakeAnthropic};
 use coffer_tests::mcp::{McpSession, register_everything, register_stdio, register_tiny, wait_catalog_ready};
 use coffer_tests::openai::FakeOpenAi;
-use coffer_tests::peers::{ClaudeCode, PyClient, Sdk, node22, peer_path, run_codex, run_to_end, venv_bin};
+use coffer_tests::peers::{ClaudeCode, PyClient, Sdk, peer_path, run_codex, venv_bin};
 use coffer_tests::{TestHome, bin};
 use serde_json::{Value, json};
 
@@ -247,27 +247,11 @@ async fn codex_exec_is_offered_every_server_on_its_first_request_right_after_a_r
 async fn inspector_cli_lists_every_server_and_calls_right_after_a_restart() -> anyhow::Result<()> {
     let setup = Registered::eight_servers().await?;
     let home = &setup.home;
-    let node = node22()?;
-    let launcher = peer_path("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js")?;
-    // The Inspector writes ~/.mcp-inspector: give it a HOME of its own.
-    let inspector_home = home.temp().join("inspector-home");
-    std::fs::create_dir_all(&inspector_home)?;
-    let shim = bin("coffer-mcp-shim")?;
-    let inspect = |method_args: &[&str]| {
-        let mut args = vec![launcher.display().to_string(), "--cli".into()];
-        // The server's environment is not inherited: pass the home explicitly.
-        for key in ["COFFER_HOME", "COFFER_PORT_RANGE", "COFFER_DAEMON_BIN"] {
-            args.extend(["-e".into(), format!("{key}={}", home.env()[key])]);
-        }
-        args.push(shim.display().to_string());
-        args.extend(method_args.iter().map(|s| (*s).to_owned()));
-        args
-    };
-    let env = [("HOME", inspector_home.as_path())];
+    let inspector = coffer_tests::peers::InspectorCli::new(home)?;
 
     let restarted = setup.restart().await?;
     let gap = started_in_time(restarted);
-    let out = run_to_end(home, &node, &inspect(&["--method", "tools/list"]), &env, home.temp(), CLIENT_TIMEOUT).await?;
+    let out = inspector.run(home, &["--method", "tools/list"], CLIENT_TIMEOUT).await?;
     let context = || format!("started {gap:?} after the restart: {out}\n{}", home.diagnostics());
     assert_eq!(out.code, Some(0), "inspector tools/list: {}", context());
     let listed: Value = serde_json::from_str(&out.stdout).with_context(context)?;
@@ -275,8 +259,8 @@ async fn inspector_cli_lists_every_server_and_calls_right_after_a_restart() -> a
         listed["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
     setup.assert_complete("the Inspector CLI", |t| names.contains(&t), context);
 
-    let call = inspect(&["--method", "tools/call", "--tool-name", "slow__echo", "--tool-arg", "message=inspector"]);
-    let out = run_to_end(home, &node, &call, &env, home.temp(), CLIENT_TIMEOUT).await?;
+    let call = ["--method", "tools/call", "--tool-name", "slow__echo", "--tool-arg", "message=inspector"];
+    let out = inspector.run(home, &call, CLIENT_TIMEOUT).await?;
     ensure!(out.code == Some(0), "inspector tools/call: {out}\n{}", home.diagnostics());
     let result: Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
     assert_eq!(result["content"], json!([{"type": "text", "text": "inspector"}]), "{result}");

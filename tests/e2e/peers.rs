@@ -172,35 +172,17 @@ async fn inspector_cli_lists_and_calls_through_the_shim() -> anyhow::Result<()> 
     // machine); the first-list deadline is not what this test is about.
     coffer_tests::mcp::patient_lists(&api).await?;
     register_everything(&api, "everything").await?;
-    let node = node22()?;
-    let launcher = peer_path("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js")?;
-    // The Inspector writes ~/.mcp-inspector: give it a HOME of its own.
-    let inspector_home = home.temp().join("inspector-home");
-    std::fs::create_dir_all(&inspector_home)?;
-    let shim = bin("coffer-mcp-shim")?;
-    let inspect = |method_args: &[&str]| {
-        let mut args = vec![launcher.display().to_string(), "--cli".into()];
-        // The server's environment is not inherited: pass the home explicitly.
-        for key in ["COFFER_HOME", "COFFER_PORT_RANGE", "COFFER_DAEMON_BIN"] {
-            args.extend(["-e".into(), format!("{key}={}", home.env()[key])]);
-        }
-        args.push(shim.display().to_string());
-        args.extend(method_args.iter().map(|s| (*s).to_owned()));
-        args
-    };
-    let env = [("HOME", inspector_home.as_path())];
+    let inspector = coffer_tests::peers::InspectorCli::new(&home)?;
 
-    let out =
-        run_to_end(&home, &node, &inspect(&["--method", "tools/list"]), &env, home.temp(), Duration::from_secs(60))
-            .await?;
+    let out = inspector.run(&home, &["--method", "tools/list"], Duration::from_secs(60)).await?;
     ensure!(out.code == Some(0), "inspector tools/list: {out}");
     let listed: Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
     let names: Vec<&str> =
         listed["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
     ensure!(names.contains(&"everything__echo") && names.contains(&"coffer__search_tools"), "{names:?}");
 
-    let call = inspect(&["--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=hi"]);
-    let out = run_to_end(&home, &node, &call, &env, home.temp(), Duration::from_secs(60)).await?;
+    let call = ["--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=hi"];
+    let out = inspector.run(&home, &call, Duration::from_secs(60)).await?;
     ensure!(out.code == Some(0), "inspector tools/call: {out}");
     let result: Value = serde_json::from_str(&out.stdout).with_context(|| format!("{out}"))?;
     assert_eq!(result["content"], json!([{"type": "text", "text": "Echo: hi"}]), "{result}");

@@ -109,6 +109,41 @@ impl std::fmt::Display for Finished {
     }
 }
 
+/// The MCP Inspector's CLI (the pinned npm peer, on Node 22) with `coffer-mcp-shim` on `home` as
+/// its stdio server, in a HOME of its own (it writes `~/.mcp-inspector`).
+pub struct InspectorCli {
+    node: PathBuf,
+    args: Vec<String>,
+    home: PathBuf,
+}
+
+impl InspectorCli {
+    /// # Errors
+    /// When Node 22, the Inspector or the shim is missing.
+    pub fn new(home: &TestHome) -> anyhow::Result<Self> {
+        let launcher = peer_path("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js")?;
+        let inspector_home = home.temp().join("inspector-home");
+        std::fs::create_dir_all(&inspector_home)?;
+        let mut args = vec![launcher.display().to_string(), "--cli".into()];
+        // The server's environment is not inherited: pass the home explicitly.
+        for key in ["COFFER_HOME", "COFFER_PORT_RANGE", "COFFER_DAEMON_BIN"] {
+            args.extend(["-e".into(), format!("{key}={}", home.env()[key])]);
+        }
+        args.push(crate::bin("coffer-mcp-shim")?.display().to_string());
+        Ok(Self { node: node22()?, args, home: inspector_home })
+    }
+
+    /// Runs one request (`--method tools/list`, …) to the end, in `home`'s temporary folder.
+    ///
+    /// # Errors
+    /// When it cannot start or outlives `timeout`.
+    pub async fn run(&self, home: &TestHome, method_args: &[&str], timeout: Duration) -> anyhow::Result<Finished> {
+        let mut args = self.args.clone();
+        args.extend(method_args.iter().map(|s| (*s).to_owned()));
+        run_to_end(home, &self.node, &args, &[("HOME", self.home.as_path())], home.temp(), timeout).await
+    }
+}
+
 /// Runs `program args…` with the home's environment (plus `env`) in `cwd` to its end and captures
 /// its output.
 ///
