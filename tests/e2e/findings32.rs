@@ -99,16 +99,10 @@ async fn the_audit_log_records_how_a_request_was_authenticated_not_who_it_claims
     ensure!(e["target"] == "forged" && e["actor"] == "channel" && e["auth"] == "token", "{e}");
 
     // A web session: its hash, never the id.
-    let code = api.post_json("/v1/ui/login-codes", &json!({})).reply().await?.ok_json()?;
-    let http = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build()?;
-    let r = http.get(code["url"].as_str().context("url")?).reply().await?;
-    let set = r.headers.get("set-cookie").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let cookie = set.split(';').next().unwrap_or("").trim().to_owned();
-    let session = cookie.strip_prefix("coffer_session=").context("a session cookie")?.to_owned();
-    let r = http
-        .request(Method::PUT, api.url("/v1/credentials/via-session"))
-        .header("Cookie", &cookie)
-        .header("Origin", format!("http://127.0.0.1:{}", api.port()))
+    let web = coffer_tests::console::login(&api).await?;
+    let session = web.cookie.strip_prefix("coffer_session=").context("a session cookie")?.to_owned();
+    let r = web
+        .request(&api, Method::PUT, "/v1/credentials/via-session")
         .header("X-Coffer-Actor", "cli")
         .json(&json!({"value": "v-0987654321"}))
         .reply()
