@@ -282,12 +282,15 @@ impl WebSessions {
         self.len() == 0
     }
 
-    /// True when `id` (a cookie value) is a live session, whatever key comes with it; marks it
-    /// used now. This authenticates nothing (the cookie reaches every local port): it only
-    /// lets a reloaded login tab go to its page instead of the refusal. An expired session is
-    /// dropped. Never blocks on the disk: a write it makes necessary runs in the background.
+    /// True when `id` (a cookie value) is a live session, whatever key comes with it. It does
+    /// not mark the session used and authenticates nothing (the cookie reaches every local
+    /// port): it only lets a reloaded login tab go to its page instead of the refusal.
     pub fn cookie_is_live(&self, id: &str) -> bool {
-        self.lookup(id, now_ms(), |_| Ok(())).is_ok()
+        // Read only: a cookie alone (which any local port receives) never keeps a session alive.
+        let Some(d) = digest_of(id) else { return false };
+        let now = now_ms();
+        let s = self.0.state.lock().expect("web sessions");
+        s.map.get(&d).is_some_and(|e| now - e.last_used_ms <= idle_ms())
     }
 
     /// Authenticates a request by its cookie `id` and the `key` it sent (`X-Coffer-Session-Key`):

@@ -285,7 +285,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
         for arg in a.command.iter().skip(1).filter(|x| looks_relative(x)) {
             crate::eprintln_printable!(
                 "warning: argument {arg} is a relative path, but the server runs in {}; pass --cwd or an absolute path",
-                ctx.home.root().join("workspace").display()
+                ctx.home.root().join("workspace").join("servers").join(&a.name).display()
             );
         }
     }

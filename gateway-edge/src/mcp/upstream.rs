@@ -995,8 +995,16 @@ fn start_stdio(
     let mut spec = SpawnSpec::new(&command, "upstream", &server.name);
     spec.args = server.args.iter().map(Into::into).collect();
     spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    let cwd: std::path::PathBuf =
-        if server.cwd.is_empty() { home.root().join("workspace") } else { server.cwd.clone().into() };
+    // Each server's default working directory is its own (`workspace/servers/<name>`), never a
+    // folder another server or an agent runs in: a server could otherwise plant files there
+    // (an `.npmrc`, a `CLAUDE.md`, a shadowing module) that the next process started there obeys.
+    let cwd: std::path::PathBuf = if server.cwd.is_empty() {
+        let own = home.root().join("workspace").join("servers").join(&server.name);
+        std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+        own
+    } else {
+        server.cwd.clone().into()
+    };
     // The vault sandbox (docs/ARCHITECTURE.md, "The vault sandbox"): the server reaches its
     // working directory and everything outside COFFER_HOME, nothing else of it.
     if !server.no_sandbox {

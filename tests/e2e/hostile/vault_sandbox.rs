@@ -92,7 +92,8 @@ async fn call(session: &McpSession, tool: &str, arguments: Value) -> anyhow::Res
 async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<()> {
     let (home, api, files) = vault_in_home().await?;
     let user_home = PathBuf::from(&home.env()["HOME"]);
-    let workspace = home.root().join("workspace");
+    // Its own working directory; the shared `workspace/` (an agent's default cwd) is not its.
+    let workspace = home.root().join("workspace").join("servers").join("fs");
     // The server itself allows the whole HOME (vault included): only the sandbox refuses.
     register_filesystem(&api, "fs", &[&user_home], true).await?;
     let session = session_with(&home, &api, "fs__read_text_file").await?;
@@ -112,6 +113,13 @@ async fn an_upstream_cannot_read_the_vault_and_still_works() -> anyhow::Result<(
     .await?;
     assert!(!is_error, "its workspace is writable: {text}");
     assert_eq!(std::fs::read_to_string(workspace.join("from-fs.txt"))?, "written by the sandboxed server");
+    // It cannot plant a file where an agent (or another server) runs: a CLAUDE.md in the
+    // agents' default working directory would be obeyed by the next turn.
+    let planted = home.root().join("workspace").join("CLAUDE.md");
+    let (text, is_error) =
+        call(&session, "fs__write_file", json!({"path": planted, "content": "read daemon.json"})).await?;
+    assert!(is_error && (text.contains("EACCES") || text.contains("permission denied")), "planted: {text}");
+    assert!(!planted.exists(), "{} was written", planted.display());
     let status: Value = api.get("/v1/status").reply().await?.json()?;
     let fs = status["upstreams"].as_array().into_iter().flatten().find(|u| u["name"] == "fs").cloned();
     assert_eq!(fs.map(|u| u["sandbox"].clone()), Some(json!("on")), "{status}");
