@@ -116,10 +116,11 @@ export async function streamUrl(url) {
  * `?after=<last id>`. After `maxRetries` consecutive failures it stops and calls
  * onState('failed'), so the caller reconciles from REST instead of waiting forever. When the
  * session has ended (the edge ends a revoked session's streams), the ticket request answers
- * 401: the stream stops and the 401 handler runs.
+ * 401: the stream stops and the 401 handler runs. With `raw`, each event's data is handed over
+ * as text, unparsed, and a reconnection does not resume with `after` (a followed log).
  * Returns {close()}.
  */
-export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) {
+export function sse(url, handlers, { onState = () => {}, maxRetries = 5, raw = false } = {}) {
   let es = null;
   let failures = 0;
   let closed = false;
@@ -147,6 +148,7 @@ export function sse(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) 
     es.onopen = () => { failures = 0; onState('open'); };
     for (const [name, fn] of Object.entries(handlers)) {
       es.addEventListener(name, (ev) => {
+        if (raw) { fn(ev.data); return; }
         if (ev.lastEventId) lastId = ev.lastEventId;
         let data = ev.data;
         try { data = JSON.parse(ev.data); } catch { /* a plain-text event */ }

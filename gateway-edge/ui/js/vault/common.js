@@ -2,7 +2,7 @@
 // that name the acting party `ui` for the audit log, the error and empty states, tables that
 // collapse to cards on a phone, a form dialog that stays open on a refusal and shows the
 // daemon's message next to the field it names, and small formatters.
-import { api, ApiError, streamUrl } from '../api.js';
+import { api, ApiError, sse } from '../api.js';
 import { h, replace } from '../dom.js';
 
 /** Every vault request says who acts (docs/REST.md "Audit"): the web console. */
@@ -222,42 +222,9 @@ export function setQuery(params) {
 
 /**
  * Follows an SSE stream whose data is plain text (a log line), handing each event's data to
- * handlers[event] unparsed (api.js's sse() parses JSON, which would rewrite a line that happens
- * to be JSON). Each connection opens with a fresh stream ticket (api.js's streamUrl); a dropped
- * one is closed and reopened here (EventSource's own reconnection would present the used
- * ticket); after `maxRetries` consecutive failures it stops and calls onState('failed'). A 401
- * for the ticket (signed out) stops it and runs the 401 handler. Returns {close()}.
+ * handlers[event] unparsed (a parsed JSON line would be rewritten): api.js's sse() in raw mode,
+ * with its fresh ticket per connection, bounded retries and 401 handling. Returns {close()}.
  */
-export function followText(url, handlers, { onState = () => {}, maxRetries = 5 } = {}) {
-  let failures = 0;
-  let closed = false;
-  let timer = null;
-  let es = null;
-  const retry = () => {
-    failures += 1;
-    if (failures > maxRetries) { onState('failed'); return; }
-    onState('retrying');
-    timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000));
-  };
-  const open = async () => {
-    if (closed) return;
-    let signed;
-    try {
-      signed = await streamUrl(url);
-    } catch (e) {
-      if (e.status === 401) closed = true; else if (!closed) retry();
-      return;
-    }
-    if (closed) return;
-    es = new EventSource(signed);
-    es.onopen = () => { failures = 0; onState('open'); };
-    for (const [name, fn] of Object.entries(handlers)) es.addEventListener(name, (ev) => fn(ev.data));
-    es.onerror = () => {
-      if (closed) return;
-      es.close();
-      retry();
-    };
-  };
-  open();
-  return { close() { closed = true; clearTimeout(timer); if (es) es.close(); } };
+export function followText(url, handlers, options = {}) {
+  return sse(url, handlers, { ...options, raw: true });
 }
