@@ -29,13 +29,7 @@ async fn daemon() -> anyhow::Result<(TestHome, Api)> {
 
 /// A client that does not follow redirects and keeps no cookies: the tests send `Cookie` by hand.
 fn browser() -> reqwest::Client {
-    coffer_runtime::tls::ensure_provider();
-    reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client builds")
+    coffer_tests::console::client()
 }
 
 async fn mint(api: &Api, body: Value) -> anyhow::Result<Value> {
