@@ -29,6 +29,26 @@
 //! assets, the login's redirect and refusal, 404s, and refusals by the edge's checks) carries
 //! [`CSP`], `X-Content-Type-Options: nosniff` and `X-Frame-Options: DENY`
 //! ([`security_headers`]).
+//!
+//! No build step: the console is plain HTML, one stylesheet and small ES modules under
+//! `gateway-edge/ui/`, embedded with `include_bytes!` (table `ASSETS`; a unit test fails when a
+//! file there is not in it) and served as they are. Nothing to install to build or run it (no
+//! Node, no bundler whose output drifts from the source; every browser Coffer supports runs
+//! modules natively), the browser runs the files the repository holds, and it fits a strict CSP (no
+//! inline script or style, no other origin). Every page is a client of the same `/v1/*` REST/SSE
+//! API as the CLI: if a page needs something, the API gets it. The vault pages
+//! (`gateway-edge/ui/js/pages/`, helpers in `gateway-edge/ui/js/vault/`) say `X-Coffer-Actor: ui`
+//! on each request, so the audit log names the console; a secret typed into the server form (an
+//! env variable or header whose name says token, key, secret… is secret by default) becomes
+//! credential `<server>-<KEY>` first and the server gets only its reference, as `coffer mcp add`
+//! does, and a refused registration deletes it again. Live data comes from SSE
+//! (`GET /v1/invocations/events`, `GET /v1/mcp/servers/{name}/log?follow=true`); the one poll is
+//! the reindex progress bar (every 500 ms while a pass runs). The settings form reads
+//! `GET /v1/settings/table` and shows the daemon's own validation message next to the field it
+//! refuses. How a session is authenticated, and why the cookie alone is not enough:
+//! `docs/SECURITY.md`. The console's tests (`tests/e2e/ui_*.rs`) drive real headless Chromium
+//! (`tests/src/browser.rs`); every one ends with `assert_clean()` and saves screenshots to
+//! `target/ui-screenshots/`; `ui_done_when.rs` is the console issue's whole story in one test.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -46,7 +46,11 @@
 //! `server/discover` as its stdio probe) is forwarded line by line like any other, and the
 //! daemon answers it as that revision's stdio transport requires (see the gateway's
 //! `mcp::stream`). With no `initialize` recorded, re-establishing after a daemon loss replays
-//! nothing: the next request opens a new stream, where its `_meta` opens a new session.
+//! nothing: the next request opens a new stream, where its `_meta` opens a new session. On a
+//! modern stream, upstream requests come back as `InputRequiredResult`s, `subscriptions/listen`
+//! notifications are tagged with their subscription id on the shared stdout, and
+//! `notifications/cancelled` for a listen id ends that subscription; the shim's own liveness
+//! `ping` (no `_meta`) is answered there too.
 //!
 //! Invariant: stdout carries nothing but JSON-RPC messages, one per line. Only the writer task
 //! in `frame.rs` writes it, and only validated single-line frames; logs go to stderr.

@@ -8,6 +8,20 @@
 //! pending table. When the connection ends (daemon gone, session ended by the daemon) or the
 //! bridge ends it, every request still waiting gets -32001 at once; the bridge opens a new link
 //! on the next message.
+//!
+//! Why a stream and not Streamable HTTP for the shim, although MCP names Streamable HTTP as the
+//! link: an HTTP exchange per message cost the shim and the gateway several times more CPU per call
+//! than a stream, where many messages share each read and write, and with 16 requests in flight the
+//! HTTP path stayed under the project's floor of 0.5× a direct stdio connection after everything
+//! else that was tried (h2c, reactor stdio, a one-thread gateway, mimalloc); the figures are in
+//! `docs/BENCHMARKS.md` ("Reading the numbers" and "Measurements behind design decisions"). The
+//! stream keeps everything else of the design: the `/mcp` path, the token and DNS-rebinding
+//! checks, one session per client, the same session code; every other client still uses
+//! Streamable HTTP. It runs on the edge's Unix-domain socket (`COFFER_HOME/gateway.sock`) when it
+//! can, the TCP port otherwise. A request takes no task of its own: the stdin loop writes it, the
+//! stream's reader answers it, and queued lines go out in one write (both ends). Liveness: while a
+//! request waits and the daemon has sent nothing for a while, the shim pings it, and gives the
+//! stream up when nothing at all comes back ([`crate::Config`]).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

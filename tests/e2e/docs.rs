@@ -2,8 +2,9 @@
 //! command that the real binary's `--help` lists (with the exact synopsis clap prints and an
 //! example), and nothing that does not exist; README links both reference pages. (`docs/REST.md`
 //! is generated from the route table and checked in `gateway-edge`'s unit tests.) The settings
-//! table in `docs/CLI.md` is the one `coffer_types::settings` defines, and every path the code map
-//! of `docs/ARCHITECTURE.md` names exists.
+//! table in `docs/CLI.md` is the one `coffer_types::settings` defines. (That every path the
+//! architecture documents name exists is checked without a daemon, in
+//! `services/types/tests/docs_map.rs`.)
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -174,78 +175,4 @@ fn cli_md_shows_the_settings_table() -> anyhow::Result<()> {
         "docs/CLI.md's settings table (under `## coffer settings`) must read, as coffer_types::settings::SETTINGS says:\n{table}"
     );
     Ok(())
-}
-
-/// The backticked repository paths of one Markdown table row: tokens with a `/` (`proto/`,
-/// `shim/src/bridge.rs`), and bare file names (`store.proto`), which are looked up under the
-/// row's folder (its first backticked token ending in `/`). Globs, module paths (`a::b`) and
-/// placeholders are not paths.
-fn row_paths(row: &str) -> Vec<String> {
-    let tokens: Vec<&str> = row.split('`').skip(1).step_by(2).collect();
-    let folder = tokens.iter().find(|t| t.ends_with('/') && !t.contains(' ')).copied();
-    let mut out = Vec::new();
-    for t in tokens {
-        // Routes (`/mcp`) and paths under a variable (`COFFER_HOME/…`) are not repository paths.
-        let under_variable =
-            t.split('/').next().is_some_and(|c| c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
-        if t.is_empty()
-            || t.starts_with('/')
-            || under_variable
-            || t.contains([' ', '*', '<', '>', '{', '}', ':', '(', ','])
-        {
-            continue;
-        }
-        if t.contains('/') {
-            out.push(t.to_owned());
-        } else if let Some(folder) = folder
-            && [".rs", ".proto", ".toml", ".sql", ".md", ".sh"].iter().any(|ext| t.ends_with(ext))
-        {
-            out.push(format!("{folder}**/{t}"));
-        }
-    }
-    out
-}
-
-/// Whether `name` is a file anywhere under `dir`.
-fn found_under(dir: &std::path::Path, name: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return false };
-    entries.flatten().any(|e| {
-        let p = e.path();
-        (p.is_file() && e.file_name() == name) || (p.is_dir() && e.file_name() != "target" && found_under(&p, name))
-    })
-}
-
-#[test]
-fn architecture_code_map_names_only_existing_paths() -> anyhow::Result<()> {
-    let root = docs_dir().join("..");
-    let md = std::fs::read_to_string(docs_dir().join("ARCHITECTURE.md")).context("reading docs/ARCHITECTURE.md")?;
-    let section = md.split("\n## Code map").nth(1).context("docs/ARCHITECTURE.md has no `## Code map` section")?;
-    let section = section.split("\n## ").next().unwrap_or(section);
-    let mut checked = 0;
-    let mut missing = Vec::new();
-    for row in section.lines().filter(|l| l.starts_with('|')) {
-        for path in row_paths(row) {
-            checked += 1;
-            let exists = match path.split_once("**/") {
-                Some((folder, name)) => found_under(&root.join(folder), name),
-                None => root.join(&path).exists(),
-            };
-            if !exists {
-                missing.push(path.replace("**/", "…/"));
-            }
-        }
-    }
-    ensure!(checked >= 10, "only {checked} paths found in the code map; is the table still there?");
-    ensure!(
-        missing.is_empty(),
-        "docs/ARCHITECTURE.md's code map names paths that do not exist (fix the map or the path):\n{}",
-        missing.join("\n")
-    );
-    Ok(())
-}
-
-#[test]
-fn code_map_paths_are_parsed() {
-    let row = "| `coffer-proto` (`proto/`) | — | from `*.proto`: `store.proto`, `mcp::http`, `shim/src/bridge.rs`, `<server>.log`, `/mcp`, `COFFER_HOME/gateway.sock` |";
-    assert_eq!(row_paths(row), vec!["proto/", "proto/**/store.proto", "shim/src/bridge.rs"]);
 }

@@ -149,7 +149,7 @@ impl TestHomeBuilder {
         let user_home = temp_path.join("user-home");
         std::fs::create_dir(&user_home)?;
         // A private TMPDIR: with COFFER_HOME under /tmp, /tmp is an ancestor of the vault, where
-        // the vault sandbox lets upstreams and agents create nothing new (docs/ARCHITECTURE.md,
+        // the vault sandbox lets upstreams and agents create nothing new (docs/SECURITY.md,
         // "The vault sandbox"); a real ~/.coffer has /tmp as a sibling.
         let tmp = temp_path.join("tmp");
         std::fs::create_dir(&tmp)?;

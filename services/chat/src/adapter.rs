@@ -67,7 +67,7 @@ pub struct AgentEnv {
     /// The LLM connection the agent is bound to for this turn (`chat.claude_code_connection`,
     /// `chat.codex_connection`), resolved with its key; `None` = the CLI's own login and config.
     pub binding: Option<crate::binding::Binding>,
-    /// Run the agent in the vault sandbox (its `chat.*_sandbox` setting; docs/ARCHITECTURE.md,
+    /// Run the agent in the vault sandbox (its `chat.*_sandbox` setting; docs/SECURITY.md,
     /// "The vault sandbox").
     pub sandbox: bool,
 }

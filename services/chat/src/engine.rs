@@ -21,6 +21,39 @@
 //! `turn_error` and after an interrupt. A turn's store writes are retried while the store restarts (at most
 //! [`STORE_RETRY`], in order: the next turn starts only after this one's answer is written), and
 //! a turn whose answer could not be stored ends in `turn_error`, never `turn_done`.
+//!
+//! More of the rules, so they are read in one place:
+//! - **Ending a turn.** A new agent `Session` id is written into the conversation's `agent_config`
+//!   at once, so a crash mid-turn still resumes the agent session. When the turn ends the message
+//!   is persisted, the audit entry written (actor `agent`, action `chat.turn`, ids, status, model,
+//!   token counts; never message text), the queue paused when it ended in error or interrupt, then
+//!   `turn_done` or `turn_error`, then `queue_changed`. A turn with no adapter event for
+//!   `chat.turn_timeout_s` is interrupted and ends `turn_error{timeout}`; an adapter that ends
+//!   without a terminal event ends it `turn_error{cli_exited}`.
+//! - **The pending queue.** A message sent while a turn runs or the queue is paused becomes a
+//!   pending item (persisted with `SetPending`, `queue_changed`, at most [`MAX_PENDING`] items /
+//!   [`MAX_PENDING_BYTES`]); an item the store will not start stays first and the queue pauses.
+//!   `SetPending` replaces the queue whole (new ids for new items), unpauses unless asked, and
+//!   starts the next turn when idle.
+//! - **Interrupt and delete.** An interrupt persists the partial message (text and completed tool
+//!   blocks) `interrupted` and publishes `turn_done{interrupted}` at once; idle or twice, it is a
+//!   no-op. Delete cancels the turn (no more writes), calls the provider's `forget`, deletes the
+//!   rows and ends every subscription with `reset{deleted}`.
+//! - **Restart rules** (before the service answers, [`Engine::recover`]): `FailStreamingMessages`
+//!   (a turn cut by a crash is `failed`), every persisted non-empty queue restored paused;
+//!   `ConversationView.last_seq` after a restart lies past every number handed out before it.
+//! - **Provider switching** (ADR-032, [`crate::binding`]): before each turn
+//!   `Registry::turn_env` resolves the agent's bound connection through the store
+//!   (`connections::Connections::get`: the record and its credential's value) into
+//!   `AgentEnv.binding`, so a changed connection or key applies from the next turn. A missing
+//!   connection or credential, or a wire the agent cannot use, fails the turn (`provider`) naming
+//!   the connection and the setting, before any CLI starts. Unbound, Codex's provider entry and
+//!   selection are gone. A kept process is reused only under the same binding
+//!   (`kept::Fit.binding`, a fingerprint).
+//! - **Test hook.** [`Tuning`] lets `coffer-test-chat` (the real service plus the test-only
+//!   `scripted` agent, run by `coffer-test-daemon scripted-chat`) hold the engine at an armed
+//!   [`Step`] until the test releases it or kills a process (`coffer_tests::chat::arm`);
+//!   `coffer-chat` has none.
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,11 @@
 //! The `coffer.chat.v1.Chat` service: each RPC validated here (messages name the field and its
 //! limit) and handed to the registry or the [`Engine`]; errors become `Status` once
 //! ([`crate::error`]).
+//!
+//! Validation (each message names the field and its limit): the agent known (`NOT_FOUND` naming
+//! it) and available (`FAILED_PRECONDITION` with the reason); `cwd` absolute and an existing
+//! directory, by default `COFFER_HOME/workspace` (created on first use); `session_id` empty on
+//! create; texts 1 B–1 MiB; ids ULIDs.
 use std::pin::Pin;
 use std::sync::Arc;
 

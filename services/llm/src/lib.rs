@@ -22,6 +22,11 @@
 //!
 //! Adding a wire is one adapter module implementing the private translation trait plus one
 //! [`Wire`] variant; the HTTP, streaming framing, timeouts and error classification are shared.
+//!
+//! `Client::complete` folds `Client::stream`; `Client::models` sorts and deduplicates; `Client::test`
+//! sends `max_tokens` 1. Tests: unit tests of each adapter's request JSON and stream folding; e2e
+//! `llm_wire::*` on the fake providers of `tests/src/fake_llm.rs` (one per wire: scripted replies,
+//! a rule callback over a wire-neutral view of the request, faults, key check by hash).
 use std::sync::Arc;
 use std::time::Duration;
 

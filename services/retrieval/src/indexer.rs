@@ -13,6 +13,15 @@
 //! Every read-and-write of one file's index entry holds that path's lock, so a pass and the
 //! watcher never write an older version over a newer one: whoever takes the lock second reads
 //! the file as it is then.
+//!
+//! A deleted or moved KB folder marks the KB `failed` with why; its index (chunks and vectors) is
+//! kept but left out of searches (a warning names it), and a shallow watch on its nearest existing
+//! ancestor (plus a re-check every few seconds) notices it come back and asks for a pass —
+//! unchanged files keep their chunks and vectors. Removing a KB cancels its pass and waits for the
+//! writes in flight (a per-KB lock every write holds shared) before the definition goes, so no
+//! document of it is written afterwards. A changed `.gitignore` or `.ignore` makes the watcher ask
+//! for a pass, so notes it now hides leave the index. A KB's failing pass backs off (`RETRY` to
+//! `RETRY_MAX`) and is logged on state changes only (`coffer_runtime::logging::FailureLog`).
 use coffer_runtime::logging::{Failing, FailureLog, clip};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

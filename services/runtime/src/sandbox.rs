@@ -38,7 +38,7 @@
 //! The ruleset is built in the parent ([`Sandbox::prepare`]: it opens path descriptors and
 //! allocates); between fork and exec the child only calls `prctl(PR_SET_NO_NEW_PRIVS)` and
 //! `landlock_restrict_self(2)` on the prepared descriptor (both async-signal-safe raw syscalls,
-//! see [`crate::spawn`]). Residual risks are listed in `docs/ARCHITECTURE.md` ("The vault
+//! see [`crate::spawn`]). Residual risks are listed in `docs/SECURITY.md` ("The vault
 //! sandbox").
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,10 @@
 //! The control RPC (`coffer.control.v1.Control`): status, stop the daemon, restart one service,
 //! start and stop an on-demand service; with the table of who may call what ([`POLICY`]).
+//!
+//! Who may call: `Status` any service; `Stop`, `RestartService`, `StartService`, `StopService` the
+//! gateway and chat. `StartService.env` takes names `COFFER_CALLBACK_[A-Z0-9_]+` only (not the
+//! supervisor's own `COFFER_CALLBACK_ADDR`), at most 64 variables and 64 KiB; `INVALID_ARGUMENT`
+//! names the variable, never a value.
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,6 +1,25 @@
 //! One supervised service (a row of [`crate::table`]): spawn it through the spawn helper, wait
 //! for its gRPC health check, restart it with exponential backoff when it exits, mark it
 //! `failed` after repeated crashes; start and stop it on request (on-demand services).
+//!
+//! Restarts: a service that exits is restarted on the same listener after a delay (`Backoff`, a
+//! pure policy with its own unit tests): 100 ms, doubling per crash up to 10 s while it keeps
+//! dying, and back to 100 ms once it had been healthy for 10 s before the crash, so an isolated
+//! crash comes back at once while a crash loop still backs off; five crashes within a minute mark
+//! a `may_fail` service `failed` (60 s healthy clears that count).
+//!
+//! On demand: an `OnDemand` row (`coffer-callback`, while a SeaTalk channel is enabled; it depends
+//! on chat) shows `stopped` with pid 0 in status (REST `on_demand: true`; `coffer doctor` counts
+//! that as fine) until the control RPC's `StartService` starts it (once its dependencies are
+//! healthy; the answer waits for its health check); `StopService` stops it. `StartService.env` is
+//! extra environment for it (rules in [`crate::control`]), kept in the supervisor's memory only and
+//! given again on every respawn after a crash; a `StartService` with a different env restarts a
+//! running service, the same env leaves it; `StopService` forgets it. A stopped on-demand service
+//! is not restarted by `RestartService` (`FAILED_PRECONDITION`). Like every service it is recorded
+//! in `upstream-pids/`, so a crashed daemon's listener is swept at the next start (and dies with
+//! the daemon by `PDEATHSIG` anyway). The daemon's `COFFER_CALLBACK_PORT` and
+//! `COFFER_CALLBACK_HOSTS` are passed on to its services. An always-on service cannot be started or
+//! stopped alone (`FAILED_PRECONDITION`; it has `RestartService`).
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::process::Stdio;

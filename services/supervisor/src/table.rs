@@ -5,6 +5,19 @@
 //!
 //! Adding a service is one row here, an [`Identity`] variant (its name, its address variable),
 //! its binary, and the rules of whoever serves what it calls.
+//!
+//! A row says: the service's name (its `Identity`), its binary, its dependencies, its runtime
+//! flavour (`MultiThread`, or `CurrentThread` for the gateway's request path), whether repeated
+//! crashes may mark it `failed` (not the gateway: clients wait on it), whether it runs `Always` or
+//! `OnDemand`, and whether it is the edge (it alone gets the public listener, the socket and the
+//! public token). [`start_order`] refuses a table with a duplicate, an unknown dependency, a cycle
+//! or two edges, and orders the rest: each service starts once everything it depends on is
+//! healthy, ties in table order; shutdown stops them in the reverse order (gateway first, store
+//! last). Every child gets the same layout: its internal gRPC listener on fd 3
+//! (`COFFER_LISTEN_FD`), the edge also its public listener on fd 4 (`COFFER_PUBLIC_FD`) and the
+//! socket on fd 5 (`COFFER_SOCKET_FD`), its flavour in `COFFER_FLAVOR`, every service's address
+//! (`COFFER_STORE_ADDR`, …, `COFFER_CONTROL_ADDR`). `coffer-test-daemon` (`tests/src/bin/`) runs the
+//! real supervisor over a changed table (retrieval on demand, or the scripted chat service).
 use coffer_runtime::identity::Identity;
 use coffer_runtime::service::Flavor;
 

@@ -23,6 +23,20 @@
 //! is (channel name, chat id) (`ListConversations` with `channel_name` + `peer_chat_id`);
 //! the first message from a chat with none creates one with the channel's default agent and
 //! agent config; `/new` creates a fresh one, which becomes the bound conversation.
+//!
+//! `coordinator::AdaptersService` serves `coffer.channel.v1.ChannelAdapters`: `ListAdapters` (from
+//! the status cells) to the gateway only, `DeliverSeatalkEvent` (into the named adapter's bounded
+//! inbox) to coffer-callback only. After a restart `bridge::Bridge::resume` follows the owner's
+//! chat again (an in-flight turn is replayed). The resources themselves (pairing, cursors, seen
+//! events) are the store's `services/store/src/domain/channels.rs`; their REST side is described
+//! in `docs/notes/rest.md`.
+//!
+//! Tests: `channels::bridge::*` (the real engine over the in-memory store of `tests.rs`),
+//! `channels::telegram::*`, `channels::seatalk::tests::*`, `channels::coordinator::tests::*`,
+//! `authz::tests::*`; the fakes `tests/src/fake_telegram.rs` (as Telegram, a newer `getUpdates`
+//! ends a pending one with 409) and `tests/src/fake_seatalk.rs` (expiring and revocable tokens, the
+//! send-message log, signed callbacks); e2e `channel_telegram::*`, `channel_seatalk::*`,
+//! `channel_findings::*`.
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

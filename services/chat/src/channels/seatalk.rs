@@ -24,6 +24,20 @@
 //!   (`format` 1 = markdown, 2 = plain text; `content` at most 4,096 bytes of UTF-8, so longer
 //!   replies are split, [`split_text`]) → `{code: 0, message_id}`. A non-zero `code` is an
 //!   error; HTTP 401 or the token codes ([`TOKEN_CODES`]) mean the access token was refused.
+//!
+//! Behaviour: each forwarded body is parsed ([`parse_event`]); redeliveries are dropped through
+//! the store's `RecordEvent`, and the [`Inbound`] goes to the bridge in order. The replier sends
+//! [`ACK_TEXT`] when a turn starts and the final text at its end (`format` 1 markdown; an
+//! interrupted or failed turn as a short notice) to the single or group chat. The app access token
+//! is cached until `TOKEN_MARGIN` before its `expire` and fetched again once when a send is
+//! refused. The adapter asks for an access token before it says `running`: app credentials SeaTalk
+//! refuses leave it `failed` with the cause (until they change; SeaTalk out of reach is `backoff`
+//! with its retry), and a reply that cannot be sent later turns it `failed` with the cause until a
+//! send succeeds — so a wrong app secret shows in `coffer channel list`, status and doctor instead
+//! of a `running` adapter losing every reply. Bodies still in a stopping adapter's inbox go to the
+//! channel's next adapter (60 s at most), since SeaTalk was already answered 200.
+//! [`CallbackManager::sync`] starts `coffer-callback` with `COFFER_CALLBACK_SECRETS` (a JSON object
+//! channel → signing secret) only when the set changed, and stops it when the set is empty.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

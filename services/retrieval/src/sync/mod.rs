@@ -10,6 +10,48 @@
 //! merge. One sync: recover from an interrupted one (stale lock files, a merge in progress, a
 //! merge not yet applied), export, commit, fetch, merge (conflicts kept, never lost), apply,
 //! re-index what changed, push.
+//!
+//! Why here: coffer-retrieval owns the markdown folders, their watcher and re-indexing, so a pull
+//! re-indexes what changed in-process (`Indexer::on_paths` for each changed path; a
+//! `knowledge/<name>/` no KB names yet becomes a KB); no new process. The `Sync` service is served
+//! beside `Retrieval` on the same listener, callable by the gateway only (`crate::authz::POLICY`).
+//! Why the home itself is the work tree (`GIT_DIR`/`GIT_WORK_TREE` on every call) rather than a
+//! separate `COFFER_HOME/sync/` copy: the files are the truth and stay where retrieval watches
+//! them, so there is no two-way copy that a crash could leave half done, and git's own atomicity
+//! (objects, then the ref) is the whole story. No `.git` appears in the home, so no tool walking a
+//! KB folder mistakes it for a repository. `info/exclude` also refuses `secret.key`,
+//! `daemon.json`, `*.db*`, logs and temp files even inside the admitted folders; `info/attributes`
+//! marks `vault/**` `merge=binary`, so an entry changed on both sides is one conflict, never a line
+//! mix. A nested repository inside a KB folder is added by git as a gitlink (its files are not
+//! synced).
+//!
+//! One sync ([`Engine`], one at a time) in detail: recover (remove stale `*.lock` files — only our
+//! git uses the repository, and a killed one leaves them; abort a merge in progress; apply a
+//! merged commit whose vault was not applied, `coffer-sync.json`'s `applied`), export and commit,
+//! fetch, merge (`--no-ff --allow-unrelated-histories`, so a second machine adopts the first's
+//! history), resolve conflicts (a file: ours in place, theirs as
+//! `name.conflict-<machine>-<date>.ext` — `machine` is the other commit's author,
+//! `sync.machine_name` or the host name; a vault entry: the newer `updated_at` kept, ties broken by
+//! text so both machines agree, the other to the audit log), apply (refused → `git reset --hard` to
+//! the pre-merge commit: local commits stay, nothing half applied), re-index, push (retried after a
+//! merge when the remote moved). Git runs through `coffer_runtime::spawn` with a cleared
+//! environment (`PATH`, `HOME`, `SSH_AUTH_SOCK`, proxies; `GIT_TERMINAL_PROMPT=0`, SSH
+//! `BatchMode=yes`, no askpass), so authentication is git's own and Coffer never asks for or stores
+//! a password; remote URLs are shown without a password; `ext::`, `fd::` and option-looking
+//! remotes are refused.
+//!
+//! The worker (`sync.auto`, off by default): a local change (the store's change head or any KB's
+//! last index update moved) starts a `sync.debounce_s` wait (30 s); it also syncs every
+//! `sync.pull_interval_s` (300 s); failures back off exponentially (to an hour). Its state is in
+//! `Status` (`off|idle|waiting|syncing|backing_off`), `/v1/status` and `coffer status`. Skills
+//! changes are not seen as local changes (they are not indexed): they go with the next sync.
+//!
+//! Tests: `sync::tests::*`, `sync::git::tests::*`, `authz::tests::only_the_gateway_may_sync`, and in
+//! the store `domain::vault::tests::*`; e2e `sync::*` (two daemons, a `file://` bare remote: a fact
+//! and a server follow, the credential flagged missing; both notes kept; the newer server kept and
+//! the other audited; an unreachable remote and the worker's backoff; a malformed vault file
+//! refused by name; 1,000 notes; kill -9 of coffer-retrieval mid-sync; every object scanned for the
+//! credential value and `secret.key`).
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -13,6 +13,11 @@
 //! [`rules::PAIRING_MAX_WRONG_TRIES`] wrong tries a sender is refused for the rest of that code,
 //! while the code stays good for everyone else — a stranger who found the bot cannot burn the
 //! owner's code. Guessing stays hopeless: 40 bits, a few tries per chat, minutes to live.
+//!
+//! Who does what ([`crate::authz`]): the gateway configures channels and issues pairing codes
+//! (lifetime 60–3600 s, default 600); coffer-chat alone claims codes, moves cursors and records
+//! events. `channel_events` keeps the newest 10,000 SeaTalk event ids per channel. The field rules
+//! live once in `coffer_types::channels`.
 use coffer_proto::store::channels_server::Channels;
 use coffer_proto::store::*;
 use coffer_types::channels as rules;

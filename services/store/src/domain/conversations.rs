@@ -13,6 +13,22 @@
 //!
 //! The retention worker ([`crate::retention`]) archives idle conversations and deletes archived
 //! ones through [`archive_idle`] and [`delete_archived`].
+//!
+//! Details: `conversations` has an explicit `pk` rowid alias and a `version` bumped by
+//! `UpdateConversation` only. The title index is a trigram FTS5 table over the title lowercased by
+//! the store (Unicode, which SQLite's `lower()` is not), kept by triggers: a title search of three
+//! characters or more is a quoted phrase query on it, a shorter one a scan of the same folded
+//! column, so both answer the same substring question and user text is never FTS5 syntax.
+//! `SetPending` replaces the queue whole and refuses an item whose id is already a message's.
+//! `StartTurn` is one transaction (the user message, its `streaming` assistant message and, for a
+//! queued item, the item's removal), idempotent by the user message's id (the chat service uses the
+//! item's id), answering `already` with the stored records. `DeleteConversation` is one
+//! transaction (messages and pending items by `ON DELETE CASCADE`, the title row by trigger). Lists
+//! page by `(updated_ms, id)` (conversations) or message `pk` (messages) and stop before 8 MiB of
+//! reply. Retention archives conversations idle for `retention.conversations_archive_days` (7;
+//! one just restored is not archived again at the next pass) and deletes those archived more than
+//! `retention.conversations_delete_days` (30) ago, 100 conversations per transaction; `0` keeps
+//! them forever.
 use coffer_proto::store::conversations_server::Conversations;
 use coffer_proto::store::*;
 use prost::Message as _;

@@ -16,6 +16,40 @@
 //!
 //! Determinism: a clean rebuild gives new chunk ids, so every ranked answer breaks score ties by
 //! (KB, document path, ordinal), never by id.
+//!
+//! How the pieces answer (measured effects in `docs/BENCHMARKS.md`, "Retrieval"):
+//! - **Writes.** `kb_chunks` ids are `AUTOINCREMENT`, never reused, so a vector computed for a
+//!   chunk deleted since can never land on another. `UpsertDocument` replaces a document's chunks
+//!   in one transaction: a chunk whose (hash, heading path) is already stored keeps its id, vector
+//!   and FTS row (rewritten only if its index text changed, e.g. a new title); the others are
+//!   inserted, the missing ones deleted with their FTS rows and vectors. `ConfigureVectors` creates
+//!   `kb_vectors` once the dimension is known; another model or dimension drops and recreates it
+//!   (never mixed vectors).
+//! - **Keyword.** `KeywordQuery` builds the MATCH expression itself (each term a quoted string,
+//!   `"` doubled, joined by AND or OR; terms with no letter or digit dropped), so user text is
+//!   never FTS5 syntax; filters (KBs, path prefix by `substr`, every tag, mtime) are SQL. Without
+//!   filters, or with a filter by KBs alone (what every search has), the ranking runs on `kb_fts`
+//!   alone, rows of other KBs are skipped as they come, and the top rows are kept in a bounded heap
+//!   as FTS5 scores them (`fts_rank::best_rows`) rather than by `ORDER BY … LIMIT`, whose sorter
+//!   cost an index b-tree insert per matching row; `one_per_document` keeps each document's best
+//!   chunk, so a keyword-only search reads just `limit` documents. An any-term query leaves out a
+//!   term found in `COMMON_TERM_CHUNKS` chunks or more when a rarer term is in it (its idf adds
+//!   little, and scoring every row that holds it dominated the query).
+//! - **Vector.** `VectorQuery` scans the in-memory copy (loaded on first use, at most
+//!   `VECTOR_CACHE_MAX_BYTES`; beyond that sqlite-vec's KNN with over-fetch and an exact filtered
+//!   fallback) in two stages: every allowed row scored on an 8-bit copy of its vector (a quarter
+//!   of the bytes to stream), then the best `rescore_candidates` (4 × limit + 64) rescored exactly
+//!   in f32; the answer is their exact order (a test checks it equals the exact scan's on random
+//!   vectors). The 8-bit loop (`dot_rows_i8`) takes its AVX2 build when the CPU has it and splits
+//!   large scans over two threads; its dot products are exact integers on every path (a test
+//!   compares them). A filter by KBs alone leaves out the other KBs' chunks, found from the KB
+//!   table through the `(kb, path)` index.
+//! - **Reads.** The pool's read-only connections map `coffer.db` (`mmap_size`, [`crate::db`])
+//!   instead of copying each page into a per-connection cache. bm25's term counts come from a
+//!   cache forgotten at each write of `kb_fts`, warmed once writes have stopped for a while
+//!   (`DocFreq::warm`, `fill_row_sizes`), so the first questions after an index pass do not count
+//!   words or look up lengths row by row. `services/store/examples/index_bench.rs` times indexing
+//!   and queries at the store level.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 

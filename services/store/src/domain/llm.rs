@@ -4,6 +4,12 @@
 //! `credentials`, resolved only by coffer-chat. Every write is audited (actor, never a value) and
 //! produces a change row (entity `llm_connection`, key = the name; also for a connection that
 //! loses the default to another).
+//!
+//! At most one connection is the `internal_default`: setting it clears the previous one in the
+//! same transaction, and a partial unique index refuses a second. The field rules live once in
+//! `coffer_types::llm`: this module enforces them, the edge checks drafts with them and the CLI
+//! spells the wires from them. Readers are the gateway and chat, the writer the gateway
+//! ([`crate::authz`]).
 use coffer_proto::store::llm_connections_server::LlmConnections;
 use coffer_proto::store::*;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};

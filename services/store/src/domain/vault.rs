@@ -4,6 +4,21 @@
 //! canonical JSON file each (sorted keys; never a secret: credentials stay names); apply makes
 //! the state equal to a set of such files in one transaction, with audit and change rows, so the
 //! gateway's snapshot follows and MCP sessions get `list_changed`.
+//!
+//! The export, in detail: one canonical JSON file (sorted keys, final newline) per server
+//! (`vault/servers/<name>.json`, env/header credential references as
+//! `coffer-credential-ref:<name>`), per server's preferences, per LLM connection, per channel
+//! (configuration, not its owner, pairing, cursor or whether it runs: a channel pulled onto a
+//! machine arrives disabled and an existing one keeps its own `enabled`, so two machines never poll
+//! one bot token at once) and `settings.json` (all but `sync.*`, `chat.claude_code_path` and
+//! `chat.codex_path`: those describe the machine, `machine_local`); never a credential value.
+//! `ApplyVault` validates every file with the domain's own rules first (a bad one is
+//! `INVALID_ARGUMENT` naming `vault/<path>`, nothing written), then in one transaction creates,
+//! replaces and removes, keeping each file's `created_at` and `updated_at` (so an applied entry
+//! exports to the same bytes and machines do not ping-pong), with audit rows (`sync.apply`,
+//! `sync.conflict`) and change rows. An entity changed after the export the merge started from
+//! (`since_seq`, from the change stream) is left alone: the next sync carries it. Only
+//! coffer-retrieval may call it (`crate::authz`).
 use std::collections::{BTreeMap, BTreeSet};
 
 use coffer_proto::store::vault_state_server::VaultState;
