@@ -6,6 +6,10 @@
 //! Passages come from the tools' `structuredContent.results` (the JSON of the gateway's
 //! `retrieval::search_result_json`: `kb`, `path`, `heading_path`, `title`, `line_start`,
 //! `line_end`, `snippet`, `fact_id`); the same passage found twice keeps its first number.
+//!
+//! A citation carries the source, KB, path, heading path, line range and a snippet of at most
+//! [`MAX_CITATION_SNIPPET`] characters; bracketed numbers in the answer that are not sources are
+//! left alone.
 use coffer_proto::llm::Citation;
 use serde_json::Value;
 

@@ -18,7 +18,8 @@
 //! exports to the same bytes and machines do not ping-pong), with audit rows (`sync.apply`,
 //! `sync.conflict`) and change rows. An entity changed after the export the merge started from
 //! (`since_seq`, from the change stream) is left alone: the next sync carries it. Only
-//! coffer-retrieval may call it (`crate::authz`).
+//! coffer-retrieval may call it (`crate::authz`). It needs no table (nor migration) of its own:
+//! the state is read from and written to the existing tables.
 use std::collections::{BTreeMap, BTreeSet};
 
 use coffer_proto::store::vault_state_server::VaultState;
