@@ -245,7 +245,7 @@ async fn an_agent_shim_uses_agent_json_follows_a_restart_and_never_starts_a_daem
     home.cli(&["daemon", "stop"]).await?.ok()?;
     let reply = shim.request("tools/call", json!({"name": "tiny__echo", "arguments": {"message": "x"}})).await?;
     ensure!(reply["error"]["code"] == -32001, "{reply}");
-    ensure!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("not running")), "{reply}");
+    ensure!(reply["error"]["data"]["reason"].as_str().is_some_and(|m| m.contains("not running")), "{reply}");
     ensure!(home.daemon_processes().is_empty(), "the agent's shim started a daemon: {:?}", home.daemon_processes());
     ensure!(!daemon_json.exists(), "no daemon wrote daemon.json");
     shim.close().await

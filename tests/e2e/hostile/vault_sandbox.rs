@@ -270,8 +270,8 @@ async fn claude_code_cannot_read_the_vault_edits_its_cwd_and_uses_coffer() -> an
     assert_eq!(std::fs::read_to_string(cwd.join("edited.txt"))?.trim(), "edited-in-cwd");
     // What it can read, agent.json, opens /mcp and no REST route.
     let agent_json = home.root().join("agent-access").join("agent.json");
-    let command = json!({"command": use_the_agent_token(&agent_json)});
-    let events = turn(&provider, &env, &format!("TOOL[Bash {command}]"), &cwd).await?;
+    let steal = json!({"command": use_the_agent_token(&agent_json)});
+    let events = turn(&provider, &env, &format!("TOOL[Bash {steal}]"), &cwd).await?;
     let out = tool_output(&events);
     for refused in ["CREDENTIALS:403", "REGISTER:403", "MCP:200"] {
         assert!(out.contains(refused), "{refused}: {out}\n{}", home.diagnostics());
