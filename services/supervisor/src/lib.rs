@@ -245,11 +245,12 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
         version: coffer_runtime::VERSION.into(),
         socket: socket.as_ref().map(|_| home.gateway_socket()),
     };
-    // agent.json first: an agent may be started as soon as a turn arrives (a channel message
-    // needs no entry point), and its shim must find the daemon.
+    info.create_exclusive(&home.daemon_json()).context("writing daemon.json")?;
+    // After daemon.json, so that entry points (a cold MCP client's shim) wait for no more than
+    // before; an agent started by a turn in between (a channel message needs no entry point)
+    // has its shim wait for this file while the daemon holds the lock (`connect_agent`).
     let for_agents = DaemonInfo { token: agent_token, ..info.clone() };
     for_agents.create_exclusive(&home.agent_json()).context("writing agent-access/agent.json")?;
-    info.create_exclusive(&home.daemon_json()).context("writing daemon.json")?;
     tracing::info!(port, pid, "Daemon ready.");
 
     wait_for_stop(&shutdown).await;
