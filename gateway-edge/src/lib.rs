@@ -82,6 +82,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     // The same edge on `COFFER_HOME/gateway.sock`, when the supervisor bound it.
     let socket = coffer_runtime::listen::inherited_unix(cenv::SOCKET_FD)?;
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
+    let agent_token = SecretString::from(env(cenv::AGENT_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
     let store = store::StoreClients::new(internal.channel(Identity::Store)?);
     let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
@@ -92,6 +93,10 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient::new(internal.channel(Identity::Chat)?);
     let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
+
+    let started_at = std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339());
+    // The daemon run (the supervisor's pid and start time): web sessions live no longer than it.
+    let run = format!("{pid}-{started_at}");
 
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
     let snapshot_ready = snapshot.clone();
@@ -109,9 +114,10 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     );
     let state = Arc::new(AppState {
         public_token,
+        agent_token,
         port,
         pid,
-        started_at: std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339()),
+        started_at,
         store,
         retrieval,
         sync,
@@ -120,7 +126,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         adapters,
         control,
         snapshot,
-        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME)),
+        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME), &run),
         login_codes: Default::default(),
         gateway: gateway.clone(),
         home,

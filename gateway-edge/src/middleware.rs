@@ -157,8 +157,8 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
         || o == format!("http://[::1]:{port}")
 }
 
-/// Requires the token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time compared) or
-/// a web session: the `coffer_session` cookie **and** its key (`X-Coffer-Session-Key`), or, on
+/// Requires the owner's token (`X-Coffer-Token` or `Authorization: Bearer`, constant-time
+/// compared), the agent token on `/mcp`, or a web session: the `coffer_session` cookie **and** its key (`X-Coffer-Session-Key`), or, on
 /// a `GET`/`HEAD` (an event stream, which `EventSource` opens without headers), the cookie and a
 /// single-use stream ticket in `?ticket=` (see [`crate::web_sessions`]). The cookie alone is
 /// refused, whatever the method or route: cookies are not port-scoped, so a page or server on
@@ -174,9 +174,16 @@ fn origin_is_ours(origin: &str, port: u16) -> bool {
 /// web-session request ends when that session is revoked ([`until_revoked`]);
 /// token-authenticated requests (every `/mcp` call) are passed through untouched.
 ///
+/// The **agent token** (`agent-access/agent.json`, the only daemon file a sandboxed managed
+/// agent may read) is accepted on `/mcp` alone — the one route its `coffer-mcp-shim` uses
+/// (`GET /v1/health` needs nothing). On every other route it gets 403 `FORBIDDEN` with
+/// `details.reason` `agent_token_scope`: an agent following a hostile prompt may call tools,
+/// never act as the owner (register a server that runs outside the sandbox, read credentials,
+/// change settings).
+///
 /// The request then runs with how it was authenticated as its `coffer_runtime::grpc::with_auth`
-/// (`token`, or `session:<12 hex digits of the SHA-256 of the session id>`): the store records
-/// it in every audit row the request causes, whatever `X-Coffer-Actor` claims.
+/// (`token`, `agent_token`, or `session:<12 hex digits of the SHA-256 of the session id>`): the
+/// store records it in every audit row the request causes, whatever `X-Coffer-Actor` claims.
 pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
@@ -184,11 +191,13 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
     if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
+    let agent_allowed = path == AGENT_PATH;
     let ticket = if safe { take_ticket(&mut req) } else { None };
     let verdict = authorize(&st, req.headers(), ticket.as_deref());
     // An authenticated request makes its connection trusted: at the connection cap, it is
     // never closed to make room (see `coffer_runtime::limits`).
-    if matches!(verdict, Verdict::Token | Verdict::Session(..))
+    if (matches!(verdict, Verdict::Token | Verdict::Session(..))
+        || (matches!(verdict, Verdict::Agent) && agent_allowed))
         && let Some(conn) = req.extensions().get::<ConnHandle>()
     {
         conn.mark_trusted();
@@ -197,6 +206,23 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
         Verdict::Token => {
             req.extensions_mut().insert(Via::Token);
             return coffer_runtime::grpc::with_auth("token".to_owned(), next.run(req)).await;
+        }
+        Verdict::Agent if agent_allowed => {
+            req.extensions_mut().insert(Via::Agent);
+            return coffer_runtime::grpc::with_auth(AGENT_AUTH.to_owned(), next.run(req)).await;
+        }
+        Verdict::Agent => {
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(method = %req.method(), suppressed, "Refused: the agent token outside /mcp.");
+            }
+            return ApiError::new(
+                Code::Forbidden,
+                "the agent token (agent-access/agent.json) is accepted on /mcp only: a managed agent may call \
+                 tools, not use the REST API. This route needs the owner's token (daemon.json) or a console \
+                 session",
+            )
+            .with_details(serde_json::json!({"reason": "agent_token_scope"}))
+            .into_response();
         }
         Verdict::Session(session, revoked) if safe || req.headers().contains_key(header::ORIGIN) => {
             let label = format!("session:{}", session.label());
@@ -254,18 +280,28 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
     resp
 }
 
+/// The one route the agent token opens (see [`auth`]).
+pub const AGENT_PATH: &str = "/mcp";
+/// How a request authenticated with the agent token is recorded (audit `auth`).
+pub const AGENT_AUTH: &str = "agent_token";
+
 /// How [`auth`] authenticated a request: a request extension on every authenticated one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
     /// The token from `daemon.json`.
     Token,
+    /// The agent token from `agent-access/agent.json` (on `/mcp` only).
+    Agent,
     /// A web session (cookie and key, or cookie and stream ticket).
     Session(SessionRef),
 }
 
 /// What [`authorize`] found.
 enum Verdict {
+    /// The owner's token.
     Token,
+    /// The agent token (valid on [`AGENT_PATH`] only).
+    Agent,
     /// A web session; the token is cancelled when the session is revoked.
     Session(SessionRef, CancellationToken),
     /// A live session cookie without its key or ticket (or with a wrong one).
@@ -330,17 +366,26 @@ fn until_revoked(resp: Response, revoked: CancellationToken) -> Response {
     resp.map(|body| axum::body::Body::from_stream(body.into_data_stream().take_until(revoked.cancelled_owned())))
 }
 
-/// The token when one is sent (right or wrong: a wrong token is not retried as a cookie);
-/// else the session cookie with its key (`X-Coffer-Session-Key`) or, failing a key, `ticket`.
+/// The token when one is sent (right or wrong: a wrong token is not retried as a cookie): the
+/// owner's or the agents' (both compared in constant time, both always); else the session
+/// cookie with its key (`X-Coffer-Session-Key`) or, failing a key, `ticket`.
 fn authorize(st: &AppState, h: &HeaderMap, ticket: Option<&str>) -> Verdict {
-    let token = |ok: bool| if ok { Verdict::Token } else { Verdict::None };
+    let token = |presented: &[u8]| {
+        let owner = coffer_runtime::token::token_matches(&st.public_token, presented);
+        let agent = coffer_runtime::token::token_matches(&st.agent_token, presented);
+        match (owner, agent) {
+            (true, _) => Verdict::Token,
+            (false, true) => Verdict::Agent,
+            (false, false) => Verdict::None,
+        }
+    };
     if let Some(v) = h.get(coffer_types::header::TOKEN) {
-        return token(coffer_runtime::token::token_matches(&st.public_token, v.as_bytes()));
+        return token(v.as_bytes());
     }
     if let Some(v) = h.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(t) = v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer "))
     {
-        return token(coffer_runtime::token::token_matches(&st.public_token, t.trim().as_bytes()));
+        return token(t.trim().as_bytes());
     }
     let key = h.get(coffer_types::header::SESSION_KEY).map(|v| v.to_str().unwrap_or(""));
     let mut verdict = Verdict::None;

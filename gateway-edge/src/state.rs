@@ -17,7 +17,11 @@ pub use crate::web_sessions::WebSessions;
 
 /// Everything a request handler may need.
 pub struct AppState {
+    /// The owner's token (`daemon.json`): every route.
     pub public_token: SecretString,
+    /// The managed agents' token (`agent-access/agent.json`): `/mcp` only (see
+    /// [`crate::middleware::auth`]).
+    pub agent_token: SecretString,
     /// Public port, for the Host/Origin checks.
     pub port: u16,
     pub pid: u32,

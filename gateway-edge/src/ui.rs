@@ -274,7 +274,8 @@ fn login_refused(ttl_s: u64) -> String {
 <link rel=\"icon\" href=\"/ui/assets/favicon.svg\" type=\"image/svg+xml\">\
 <link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body class=\"standalone\"><main class=\"notice\">\
 <h1>This login link is not valid</h1><p>Login links work once and expire {ttl_s} seconds after they are made. \
-Run <code>coffer ui</code> in a terminal for a new one.</p></main></body></html>"
+Run <code>coffer ui</code> in a terminal for a new one.</p><p>A sign-in lasts until the Coffer daemon stops or \
+restarts (<code>coffer daemon restart</code>): then run <code>coffer ui</code> again.</p></main></body></html>"
     )
 }
 

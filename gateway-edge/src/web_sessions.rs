@@ -1,5 +1,7 @@
 //! Web-console sessions (the `coffer_session` cookie), kept in memory and persisted to
-//! `COFFER_HOME/web-sessions.json` so that a gateway or daemon restart signs no browser out.
+//! `COFFER_HOME/web-sessions.json` so that a restart of the gateway service signs no browser
+//! out — but only within one run of the daemon: a session ends with the daemon (`coffer daemon
+//! stop`/`restart`, a crash of the supervisor).
 //!
 //! A session has two secrets (256 bits each, 64 hex characters): its **id**, the cookie value,
 //! and its **key**, handed once to the page at login and sent by it as
@@ -7,17 +9,28 @@
 //! 127.0.0.1 receives `coffer_session`), so the cookie alone authenticates nothing: the key
 //! lives in the console origin's `localStorage`, which no other port's page can read.
 //!
-//! What is on disk: for each session only the SHA-256 of its id and of its key (never either
-//! secret), when it was created and when it was last used (Unix milliseconds):
+//! What is on disk: the daemon run the sessions belong to, and for each session only the
+//! SHA-256 of its id and of its key (never either secret), when it was created and when it was
+//! last used (Unix milliseconds):
 //!
 //! ```json
-//! {"version": 2, "sessions": [{"sha256": "<64 hex>", "key_sha256": "<64 hex>", "created_ms": 1764460800123, "last_used_ms": 1764460900456}]}
+//! {"version": 3, "run": "4242-2026-12-06T12:00:00.000Z", "sessions": [{"sha256": "<64 hex>", "key_sha256": "<64 hex>", "created_ms": 1764460800123, "last_used_ms": 1764460900456}]}
 //! ```
+//!
+//! - **One daemon run**: the supervisor holds the console's port for its whole life (a
+//!   restarted gateway gets the same listener back), so while it runs no other program can
+//!   serve a page on the console's origin. Once it stops, another local program may take the
+//!   port and serve a page there that reads the origin's `localStorage` (the key) and receives
+//!   the cookie. So a file written by another run ([`WebSessions::load`]'s `run`: the
+//!   supervisor's pid and start time) — or by a version before runs were recorded — loads as no
+//!   session: a key taken while the daemon was down opens nothing. A console tab open across
+//!   `coffer daemon restart` shows the signed-out screen; `coffer ui` gives a new login link.
 //!
 //! A presented cookie is looked up by hashing it: the map is keyed by digests, so a lookup's
 //! timing says nothing useful about any id, and a copy of the file authenticates nobody. The
 //! presented key's digest is compared with the stored one in constant time (`subtle`). A
-//! version-1 file (sessions without a key) loads as no session: those browsers log in again.
+//! version-1 or -2 file (sessions without a key, or of no recorded run) loads as no session:
+//! those browsers log in again.
 //!
 //! - **Stream tickets**: `EventSource` cannot send a header, so a page opening an event stream
 //!   first asks for a ticket ([`WebSessions::mint_ticket`], an authenticated `POST`) and passes
@@ -63,8 +76,9 @@ pub const TOUCH_PERSIST: Duration = Duration::from_secs(600);
 pub const MAX_SESSIONS: usize = 1000;
 /// Largest file read at start (bytes); [`MAX_SESSIONS`] entries take about 150 KB.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
-/// The file format's version (2: sessions have a key; 1 had none and loads as empty).
-const VERSION: u32 = 2;
+/// The file format's version (3: the file names its daemon run; 2 did not and 1 had no keys:
+/// both load as empty).
+const VERSION: u32 = 3;
 /// How long a stream ticket works after it is minted.
 pub const TICKET_TTL: Duration = Duration::from_secs(30);
 /// Most live stream tickets at once; minting one more forgets the oldest.
@@ -138,6 +152,8 @@ struct State {
 struct Inner {
     /// `None`: memory only (tests).
     path: Option<PathBuf>,
+    /// The daemon run these sessions belong to (written to the file).
+    run: String,
     state: Mutex<State>,
     /// Held while writing; holds the generation last written.
     writer: tokio::sync::Mutex<u64>,
@@ -156,6 +172,9 @@ impl Default for WebSessions {
 #[derive(Serialize, Deserialize)]
 struct FileBody {
     version: u32,
+    /// The daemon run that wrote it (absent before version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
     sessions: Vec<Row>,
 }
 
@@ -197,17 +216,32 @@ fn key_matches(stored: &Digest, presented: &str) -> bool {
 impl WebSessions {
     /// Sessions kept in memory only (nothing is read or written).
     pub fn in_memory() -> Self {
-        Self(Arc::new(Inner { path: None, state: Mutex::default(), writer: tokio::sync::Mutex::new(0) }))
+        Self(Arc::new(Inner {
+            path: None,
+            run: String::new(),
+            state: Mutex::default(),
+            writer: tokio::sync::Mutex::new(0),
+        }))
     }
 
-    /// Loads the sessions persisted at `path` (blocking: call it at start). A missing file is
-    /// no session; an unreadable, oversized or malformed one is logged, treated as empty and
+    /// Loads the sessions persisted at `path` for daemon run `run` (blocking: call it at start;
+    /// `run` is the supervisor's `<pid>-<started_at>`, the same for every gateway process of one
+    /// daemon run). A missing file is no session; a file of another run (or of no recorded run:
+    /// versions 1 and 2) loads as no session and is replaced at once — see the module
+    /// documentation; an unreadable, oversized or malformed one is logged, treated as empty and
     /// replaced at once (as is one whose permissions are wider than 0600).
-    pub fn load(path: PathBuf) -> Self {
+    pub fn load(path: PathBuf, run: &str) -> Self {
         let now = now_ms();
         let (map, rewrite) = match read_file(&path) {
             Ok(None) => (HashMap::new(), false),
-            Ok(Some((version, rows, wide_mode))) => {
+            Ok(Some((_, file_run, rows, _))) if file_run.as_deref() != Some(run) => {
+                let n = rows.len();
+                if n > 0 {
+                    tracing::info!(path = %path.display(), ended = n, "Web sessions of an earlier daemon run ended; a console signs in again with `coffer ui`.");
+                }
+                (HashMap::new(), true)
+            }
+            Ok(Some((version, _, rows, wide_mode))) => {
                 let total = rows.len();
                 let mut map = HashMap::new();
                 let mut bad = 0;
@@ -253,6 +287,7 @@ impl WebSessions {
         let n = map.len();
         let sessions = Self(Arc::new(Inner {
             path: Some(path),
+            run: run.to_owned(),
             state: Mutex::new(State {
                 map,
                 generation: 0,
@@ -463,7 +498,7 @@ impl WebSessions {
             })
             .collect();
         sessions.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.sha256.cmp(&b.sha256)));
-        let body = FileBody { version: VERSION, sessions };
+        let body = FileBody { version: VERSION, run: Some(self.0.run.clone()), sessions };
         (s.generation, serde_json::to_vec(&body).expect("plain data serializes"))
     }
 
@@ -498,10 +533,11 @@ impl WebSessions {
     }
 }
 
-/// The version and rows of the file at `path` (`None`: no file) and whether its mode is wider
-/// than 0600. Versions 1 and 2 are read (a version-1 row has no key).
+/// The version, run and rows of the file at `path` (`None`: no file) and whether its mode is
+/// wider than 0600. Versions 1 to 3 are read (a version-1 row has no key; only version 3 names
+/// its run).
 #[allow(clippy::type_complexity)]
-fn read_file(path: &Path) -> Result<Option<(u32, Vec<Row>, bool)>, String> {
+fn read_file(path: &Path) -> Result<Option<(u32, Option<String>, Vec<Row>, bool)>, String> {
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
     let f = match std::fs::File::open(path) {
@@ -522,7 +558,8 @@ fn read_file(path: &Path) -> Result<Option<(u32, Vec<Row>, bool)>, String> {
     if !(1..=VERSION).contains(&body.version) {
         return Err(format!("version {} is not 1 or {VERSION}", body.version));
     }
-    Ok(Some((body.version, body.sessions, meta.permissions().mode() & 0o077 != 0)))
+    let run = if body.version >= 3 { body.run } else { None };
+    Ok(Some((body.version, run, body.sessions, meta.permissions().mode() & 0o077 != 0)))
 }
 
 /// Replaces `path` with `bytes` atomically: an exclusive 0600 temp file in the same folder,
@@ -553,6 +590,9 @@ mod tests {
 
     use super::*;
 
+    /// The daemon run of these tests' sessions.
+    const RUN: &str = "4242-2026-12-06T12:00:00.000Z";
+
     fn home() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
     }
@@ -574,7 +614,7 @@ mod tests {
     async fn sessions_persist_as_digests_with_mode_0600_and_survive_a_reload() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         assert!(s.is_empty());
         assert!(!path.exists(), "nothing written before a session exists");
         let n = s.create().await;
@@ -587,13 +627,14 @@ mod tests {
         assert!(!text.contains(&n.key), "the key itself is never on disk: {text}");
         assert!(text.contains(&hex::encode(sha2::Sha256::digest(id.as_bytes()))), "{text}");
         assert!(text.contains(&hex::encode(sha2::Sha256::digest(n.key.as_bytes()))), "{text}");
-        assert!(text.contains("\"version\":2"), "{text}");
+        assert!(text.contains("\"version\":3"), "{text}");
+        assert!(text.contains(&format!("\"run\":\"{RUN}\"")), "{text}");
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         // No temp file is left behind.
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, [std::ffi::OsString::from(FILE_NAME)]);
 
-        let again = WebSessions::load(path.clone());
+        let again = WebSessions::load(path.clone(), RUN);
         assert_eq!(again.len(), 1);
         assert!(ok(&again, &n));
         let key = Some(n.key.as_str());
@@ -671,21 +712,48 @@ mod tests {
         ]});
         std::fs::write(&path, body.to_string()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         assert!(s.is_empty());
         let v: serde_json::Value = serde_json::from_str(&file_text(&path)).unwrap();
-        assert_eq!(v, serde_json::json!({"version": 2, "sessions": []}));
+        assert_eq!(v, serde_json::json!({"version": 3, "run": RUN, "sessions": []}));
+    }
+
+    #[tokio::test]
+    async fn sessions_of_another_daemon_run_or_of_no_recorded_run_load_as_none() {
+        let dir = home();
+        let path = dir.path().join(FILE_NAME);
+        let s = WebSessions::load(path.clone(), RUN);
+        let n = s.create().await;
+        // The same run (a gateway restarted by its supervisor): still signed in.
+        assert!(ok(&WebSessions::load(path.clone(), RUN), &n));
+        // A new daemon run: gone, and the file says so at once.
+        let next = "4243-2026-12-06T13:00:00.000Z";
+        let later = WebSessions::load(path.clone(), next);
+        assert!(later.is_empty());
+        assert_eq!(later.check(&n.id, Some(&n.key)).unwrap_err(), Refusal::NoSession);
+        let v: serde_json::Value = serde_json::from_str(&file_text(&path)).unwrap();
+        assert_eq!(v, serde_json::json!({"version": 3, "run": next, "sessions": []}));
+        assert!(WebSessions::load(path.clone(), RUN).is_empty(), "nor back in the first run's name");
+        // A version-2 file (keys, but no run) is from before runs were recorded: none either.
+        let now = now_ms();
+        let key = hex::encode(sha2::Sha256::digest(n.key.as_bytes()));
+        let id = hex::encode(sha2::Sha256::digest(n.id.as_bytes()));
+        let body = serde_json::json!({"version": 2, "run": RUN, "sessions": [
+            {"sha256": id, "key_sha256": key, "created_ms": now, "last_used_ms": now},
+        ]});
+        std::fs::write(&path, body.to_string()).unwrap();
+        assert!(WebSessions::load(path.clone(), RUN).is_empty());
     }
 
     #[tokio::test]
     async fn revoking_empties_memory_and_disk() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         let (a, b) = (s.create().await, s.create().await);
         assert_eq!(s.revoke_all().await.unwrap(), 2);
         assert!(!ok(&s, &a) && !ok(&s, &b));
-        assert_eq!(WebSessions::load(path.clone()).len(), 0);
+        assert_eq!(WebSessions::load(path.clone(), RUN).len(), 0);
         assert_eq!(s.revoke_all().await.unwrap(), 0);
     }
 
@@ -693,7 +761,7 @@ mod tests {
     async fn idle_sessions_expire_and_use_keeps_them_alive() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         let id = s.create().await;
         let now = now_ms();
         let day = 86_400_000;
@@ -709,13 +777,13 @@ mod tests {
         assert!(s.is_empty());
 
         // A file holding an expired session loads without it (and is rewritten).
-        let body = serde_json::json!({"version": 2, "sessions": [
+        let body = serde_json::json!({"version": 3, "run": RUN, "sessions": [
             {"sha256": hex::encode([7u8; 32]), "key_sha256": hex::encode([1u8; 32]), "created_ms": 0, "last_used_ms": 0},
             {"sha256": hex::encode([8u8; 32]), "key_sha256": hex::encode([1u8; 32]), "created_ms": now, "last_used_ms": now},
         ]});
         std::fs::write(&path, body.to_string()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         assert_eq!(s.len(), 1);
         assert!(!file_text(&path).contains(&hex::encode([7u8; 32])));
     }
@@ -724,7 +792,7 @@ mod tests {
     async fn a_damaged_file_is_treated_as_empty_and_replaced() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let bad_row = serde_json::json!({"version": 2, "sessions": [{"sha256": "zz", "key_sha256": "zz", "created_ms": 0, "last_used_ms": now_ms()}]});
+        let bad_row = serde_json::json!({"version": 3, "run": RUN, "sessions": [{"sha256": "zz", "key_sha256": "zz", "created_ms": 0, "last_used_ms": now_ms()}]});
         for damage in [
             b"{not json".to_vec(),
             Vec::new(),
@@ -734,23 +802,23 @@ mod tests {
             bad_row.to_string().into_bytes(),
         ] {
             std::fs::write(&path, &damage).unwrap();
-            let s = WebSessions::load(path.clone());
+            let s = WebSessions::load(path.clone(), RUN);
             assert!(s.is_empty());
             let text = file_text(&path);
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(v, serde_json::json!({"version": 2, "sessions": []}), "replaced after {damage:?}");
+            assert_eq!(v, serde_json::json!({"version": 3, "run": RUN, "sessions": []}), "replaced after {damage:?}");
             let id = s.create().await;
-            assert!(ok(&WebSessions::load(path.clone()), &id));
+            assert!(ok(&WebSessions::load(path.clone(), RUN), &id));
         }
         // Oversized: refused without reading it all.
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(MAX_FILE_BYTES + 1).unwrap();
-        assert!(WebSessions::load(path.clone()).is_empty());
+        assert!(WebSessions::load(path.clone(), RUN).is_empty());
         assert!(std::fs::metadata(&path).unwrap().len() < 100);
         // A folder in its place: logged, the sessions live in memory.
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         let id = s.create().await;
         assert!(ok(&s, &id));
         // Neither rewrite nor removal works: revoking says so, and memory is empty anyway.
@@ -779,10 +847,10 @@ mod tests {
     async fn a_file_readable_by_others_is_rewritten_0600() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         let id = s.create().await;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         assert!(ok(&s, &id));
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }
@@ -804,14 +872,14 @@ mod tests {
     async fn concurrent_creates_all_land_on_disk() {
         let dir = home();
         let path = dir.path().join(FILE_NAME);
-        let s = WebSessions::load(path.clone());
+        let s = WebSessions::load(path.clone(), RUN);
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..16 {
             let s = s.clone();
             set.spawn(async move { s.create().await });
         }
         let ids: Vec<NewSession> = set.join_all().await;
-        let again = WebSessions::load(path);
+        let again = WebSessions::load(path, RUN);
         assert_eq!(again.len(), 16);
         assert!(ids.iter().all(|id| ok(&again, id)));
     }

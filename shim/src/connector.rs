@@ -64,10 +64,36 @@ pub trait Connector: Send + Sync + 'static {
     fn connect(&self) -> impl Future<Output = Result<Endpoint, BoxError>> + Send;
 }
 
+/// Whose credentials the shim connects with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The owner's: `daemon.json` and its token; starts the daemon when none runs
+    /// ([`coffer_runtime::connect::detect_or_spawn`]). What an MCP client the user set up gets.
+    Owner,
+    /// A managed agent's: `agent-access/agent.json` and its token, which the edge accepts on
+    /// `/mcp` only ([`coffer_runtime::connect::connect_agent`]); never starts a daemon. Chosen
+    /// by `COFFER_AGENT_SHIM=1`, which Coffer writes into the agents' MCP configs: the agent
+    /// sandbox does not let the agent (or its shim) read `daemon.json`.
+    Agent,
+}
+
+impl Access {
+    /// [`Access::Agent`] when `COFFER_AGENT_SHIM` is set to anything but empty or `0`, else
+    /// [`Access::Owner`].
+    pub fn from_env() -> Self {
+        match std::env::var_os(coffer_runtime::env::AGENT_SHIM) {
+            Some(v) if !v.is_empty() && v != "0" => Self::Agent,
+            _ => Self::Owner,
+        }
+    }
+}
+
 /// The production connector: detect-or-spawn on `COFFER_HOME` (see
-/// [`coffer_runtime::connect::detect_or_spawn`]), starting `coffer-daemon` when none runs.
+/// [`coffer_runtime::connect::detect_or_spawn`]), starting `coffer-daemon` when none runs; or,
+/// for a managed agent ([`Access::Agent`]), the running daemon through `agent.json` only.
 pub struct DaemonConnector {
     home: Result<CofferHome, String>,
+    access: Access,
     warned_version: AtomicBool,
     /// The client for `/mcp`, built on first use and kept across re-connections.
     http: OnceLock<reqwest::Client>,
@@ -90,27 +116,43 @@ pub fn mcp_client() -> reqwest::Client {
 }
 
 impl DaemonConnector {
-    /// A connector for `COFFER_HOME` (default `~/.coffer`). A home that cannot be determined is
-    /// reported on each connection attempt rather than here, so the shim still answers the
-    /// client with a JSON-RPC error.
+    /// A connector for `COFFER_HOME` (default `~/.coffer`) with the access `COFFER_AGENT_SHIM`
+    /// selects ([`Access::from_env`]). A home that cannot be determined is reported on each
+    /// connection attempt rather than here, so the shim still answers the client with a
+    /// JSON-RPC error.
     pub fn from_env() -> Self {
         Self {
             home: CofferHome::from_env().map_err(|e| e.to_string()),
+            access: Access::from_env(),
             warned_version: AtomicBool::new(false),
             http: OnceLock::new(),
         }
     }
 
-    /// A connector for an explicit home.
+    /// A connector for an explicit home with the owner's access.
     pub fn new(home: CofferHome) -> Self {
-        Self { home: Ok(home), warned_version: AtomicBool::new(false), http: OnceLock::new() }
+        Self { home: Ok(home), access: Access::Owner, warned_version: AtomicBool::new(false), http: OnceLock::new() }
+    }
+
+    /// This connector with `access`.
+    #[must_use]
+    pub fn with_access(self, access: Access) -> Self {
+        Self { access, ..self }
+    }
+
+    /// The access it connects with.
+    pub fn access(&self) -> Access {
+        self.access
     }
 }
 
 impl Connector for DaemonConnector {
     async fn connect(&self) -> Result<Endpoint, BoxError> {
         let home = self.home.as_ref().map_err(|e| BoxError::from(e.clone()))?;
-        let daemon = coffer_runtime::connect::detect_or_spawn(home).await?;
+        let daemon = match self.access {
+            Access::Owner => coffer_runtime::connect::detect_or_spawn(home).await?,
+            Access::Agent => coffer_runtime::connect::connect_agent(home).await?,
+        };
         if daemon.version_mismatch() && !self.warned_version.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 shim_version = coffer_runtime::VERSION,

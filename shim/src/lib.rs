@@ -5,7 +5,9 @@
 //! An MCP client launches the shim as an ordinary stdio server. [`run`] reads newline-delimited
 //! JSON-RPC from stdin and
 //! - finds or starts the daemon through a [`Connector`] (production: [`DaemonConnector`], i.e.
-//!   detect-or-spawn) before the first message is forwarded;
+//!   detect-or-spawn; for a managed agent, `COFFER_AGENT_SHIM=1`, the running daemon through
+//!   `agent-access/agent.json` and its `/mcp`-only token, never a spawn: see [`Access`]) before
+//!   the first message is forwarded;
 //! - when the [`Endpoint`] allows it (the daemon's does), switches `/mcp` to a stream
 //!   (`GET /mcp`, `Upgrade: coffer-mcp-stream` → `101`) and writes every message onto it in stdin
 //!   order; answers go to stdout as the daemon sends them, each request's matched by its id.
@@ -72,7 +74,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use connector::{BoxError, Connector, DaemonConnector, Endpoint, mcp_client};
+pub use connector::{Access, BoxError, Connector, DaemonConnector, Endpoint, mcp_client};
 pub use jsonrpc::{DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
 
 use crate::bridge::Bridge;

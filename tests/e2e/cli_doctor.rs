@@ -43,9 +43,17 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
     ensure!(!out.stdout.contains("fail "), "{out}");
     let report = home.cli(&["doctor", "--json"]).await?.ok()?.json()?;
     assert_eq!(report["ok"], true);
-    for name in
-        ["home", "daemon.json", "shim", "daemon", "version", "service store", "service gateway", "upstream tiny"]
-    {
+    for name in [
+        "home",
+        "daemon.json",
+        "agent.json",
+        "shim",
+        "daemon",
+        "version",
+        "service store",
+        "service gateway",
+        "upstream tiny",
+    ] {
         assert_eq!(check(&report, name)?["status"], "ok", "{name}: {report}");
     }
 

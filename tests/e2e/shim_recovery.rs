@@ -2,7 +2,9 @@
 //! like any MCP client: the first request after `coffer daemon stop`, `coffer daemon restart` or
 //! a SIGKILL of `coffer-daemon` is sent on a new session (detect-or-spawn again, the client's
 //! `initialize` replayed) instead of failing with "the connection to the Coffer daemon was lost";
-//! and a stdin line over the frame limit, answered by its id.
+//! a managed agent's shim (`COFFER_AGENT_SHIM=1`) does the same with `agent-access/agent.json`
+//! (the next run's agent token) but never starts a daemon; and a stdin line over the frame
+//! limit, answered by its id.
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -31,8 +33,14 @@ struct Shim {
 
 impl Shim {
     fn start(home: &TestHome) -> anyhow::Result<Self> {
+        Self::start_with(home, &[])
+    }
+
+    /// [`Shim::start`] with extra environment variables.
+    fn start_with(home: &TestHome, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let stderr_path = home.temp().join("coffer-mcp-shim.stderr");
         let mut cmd = home.command(&bin("coffer-mcp-shim")?);
+        cmd.envs(env.iter().copied());
         cmd.env("COFFER_LOG", "debug")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -204,6 +212,42 @@ async fn first_request_after_the_daemon_is_killed_starts_a_new_daemon() -> anyho
     home.cli(&["daemon", "status"]).await?.ok()?;
     shim.echo("and after that").await?;
     ensure!(home.daemon_info()?.pid == pid, "one new daemon");
+    shim.close().await
+}
+
+/// A managed agent's shim connects with `agent.json` alone (`daemon.json` out of its reach — here
+/// moved away while it connects), follows a `coffer daemon restart` to the new run's agent
+/// token, and, the daemon stopped, answers -32001 saying so instead of starting one.
+#[tokio::test]
+async fn an_agent_shim_uses_agent_json_follows_a_restart_and_never_starts_a_daemon() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let daemon_json = home.root().join("daemon.json");
+    let aside = home.temp().join("daemon.json.aside");
+    std::fs::rename(&daemon_json, &aside)?;
+    let mut shim = Shim::start_with(&home, &[("COFFER_AGENT_SHIM", "1")])?;
+    let connected = async {
+        shim.initialize().await?;
+        shim.echo("with the agent token").await
+    }
+    .await;
+    std::fs::rename(&aside, &daemon_json)?;
+    connected?;
+    ensure!(home.daemon_processes().len() == 1, "no second daemon: {:?}", home.daemon_processes());
+
+    let old = home.daemon_info()?.pid;
+    home.cli(&["daemon", "restart"]).await?.ok()?;
+    let restarted = new_daemon(&home, old)?;
+    shim.echo("after the restart").await?;
+    ensure!(home.daemon_info()?.pid == restarted, "the restarted daemon, none started by the shim");
+
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    let reply = shim.request("tools/call", json!({"name": "tiny__echo", "arguments": {"message": "x"}})).await?;
+    ensure!(reply["error"]["code"] == -32001, "{reply}");
+    ensure!(reply["error"]["data"]["reason"].as_str().is_some_and(|m| m.contains("not running")), "{reply}");
+    ensure!(home.daemon_processes().is_empty(), "the agent's shim started a daemon: {:?}", home.daemon_processes());
+    ensure!(!daemon_json.exists(), "no daemon wrote daemon.json");
     shim.close().await
 }
 

@@ -445,6 +445,9 @@ async fn ui_chat_recovers_from_a_gateway_restart_mid_turn_and_keeps_everything_a
 
     // The daemon restarts: after a reload everything is there — the finished reply, the cut
     // turn marked failed, the queue restored paused — and resuming runs the queued message.
+    // A sign-in lasts one run of the daemon: the open page's streams, reconnecting to the new
+    // one before the new login below, are refused (401), and the browser signs in again.
+    b.allow_console("the server responded with a status of 401");
     home.terminate_daemon(Duration::from_secs(30)).await?;
     let api = chat::start_daemon(&home).await?;
     b.set_origin(api.base_url())?;

@@ -1,8 +1,8 @@
 //! The web console's edge on a running daemon, over real HTTP: the one-time login (cookie
 //! attributes, single use, expiry, hostile codes, eight concurrent redemptions, `next=`), what
 //! the cookie may do (REST and SSE, unsafe methods only with our `Origin`, never minting codes),
-//! sessions surviving a daemon restart and a gateway restart and revoked by
-//! `coffer ui --logout-all`, the security headers on every `/ui` response, 404s and ETags,
+//! sessions surviving a gateway restart, ending with the daemon (`coffer daemon restart`) and
+//! revoked by `coffer ui --logout-all`, the security headers on every `/ui` response, 404s and ETags,
 //! `coffer ui` itself (printing, `--json`, opening `$BROWSER`), and the console's two REST
 //! routes: an upstream's stderr log (tail and follow) and the live invocation feed.
 use std::time::Duration;
@@ -390,7 +390,8 @@ async fn ui_edge_the_cookie_authenticates_reads_and_streams_and_writes_only_with
 }
 
 #[tokio::test]
-async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyhow::Result<()> {
+async fn ui_edge_sessions_survive_gateway_restarts_end_with_the_daemon_and_logout_all_revokes_them()
+-> anyhow::Result<()> {
     let (home, api) = daemon().await?;
     let (first, second) = (login(&api).await?, login(&api).await?);
     let file = home.root().join("web-sessions.json");
@@ -405,13 +406,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     use std::os::unix::fs::PermissionsExt as _;
     ensure!(std::fs::metadata(&file)?.permissions().mode() & 0o777 == 0o600);
 
-    // `coffer daemon stop`, then a new daemon: still signed in.
-    home.cli(&["daemon", "stop"]).await?.ok()?;
-    home.wait_no_processes(Duration::from_secs(15)).await?;
-    let api = home.start_daemon().await?;
-    with_session(&api, Method::GET, "/v1/status", &first).reply().await?.ok_json().context("after a daemon restart")?;
-
-    // The gateway alone restarts: still signed in.
+    // The gateway alone restarts (the supervisor keeps the port): still signed in.
     let before = api.service("gateway").await?;
     let r = api.post("/v1/daemon/services/gateway/restart").reply().await?;
     ensure!(r.status == 202, "{}", r.text);
@@ -425,6 +420,7 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
         .await?
         .ok_json()
         .context("after a gateway restart")?;
+    with_session(&api, Method::GET, "/v1/status", &first).reply().await?.ok_json()?;
 
     // `coffer ui --logout-all` ends both, also for the next gateway.
     let out = home.cli(&["ui", "--logout-all"]).await?.ok()?;
@@ -451,7 +447,25 @@ async fn ui_edge_sessions_survive_restarts_and_logout_all_revokes_them() -> anyh
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?).context("the damaged file is replaced")?;
     ensure!(v["sessions"] == json!([]), "{v}");
     home.wait_for_log_line("gateway", &["Web sessions file unusable"], Duration::from_secs(5)).await?;
-    login(&api).await?;
+
+    // A session lasts one run of the daemon: while it is down another program may hold the
+    // port and read the page's storage, so after `coffer daemon restart` (or stop and start) the
+    // cookie and key of before open nothing, and a new login link works.
+    let fourth = login(&api).await?;
+    with_session(&api, Method::GET, "/v1/status", &fourth).reply().await?.ok_json()?;
+    home.cli(&["daemon", "restart"]).await?.ok()?;
+    let api = home.api()?;
+    let r = with_session(&api, Method::GET, "/v1/status", &fourth).reply().await?;
+    r.expect_envelope(401, "UNAUTHORIZED").context("after a daemon restart")?;
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+    ensure!(v["sessions"] == json!([]), "the file holds no session of the previous run: {v}");
+    home.cli(&["daemon", "stop"]).await?.ok()?;
+    home.wait_no_processes(Duration::from_secs(15)).await?;
+    let api = home.start_daemon().await?;
+    let r = with_session(&api, Method::GET, "/v1/status", &fourth).reply().await?;
+    r.expect_envelope(401, "UNAUTHORIZED").context("after a daemon stop and start")?;
+    let fifth = login(&api).await?;
+    with_session(&api, Method::GET, "/v1/status", &fifth).reply().await?.ok_json()?;
     Ok(())
 }
 

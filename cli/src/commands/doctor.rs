@@ -2,7 +2,8 @@
 //! problem. Never starts a daemon (a stopped one is reported with the command that starts it).
 //!
 //! Checks, each `ok`, `warn` or `fail` with a `fix:` line when not ok:
-//! - permissions of `COFFER_HOME` (0700), `daemon.json` and `secret.key` (0600), owned by you;
+//! - permissions of `COFFER_HOME` (0700), `daemon.json`, `agent-access/agent.json` and
+//!   `secret.key` (0600), owned by you;
 //! - `coffer-mcp-shim` next to this `coffer` (MCP clients are pointed at it);
 //! - the daemon answers, its version equals this CLI's, every service is healthy (`/v1/status`);
 //! - every registered stdio upstream: its command exists and is executable, its working folder
@@ -94,6 +95,7 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
     let mut checks = vec![
         check_home(home),
         check_private_file(&ctx.home.daemon_json(), "daemon.json", "absent: no daemon is running"),
+        check_private_file(&ctx.home.agent_json(), "agent.json", "absent: no daemon is running"),
         check_private_file(&ctx.home.secret_key(), "secret.key", "absent: created when the first credential is stored"),
         check_shim(),
         check_sandbox(coffer_runtime::sandbox::kernel_abi()),
@@ -261,7 +263,7 @@ pub fn check_home(home: &Path) -> Check {
     }
 }
 
-/// A secret file (`daemon.json`, `secret.key`) must be ours and 0600 when it exists.
+/// A secret file (`daemon.json`, `agent.json`, `secret.key`) must be ours and 0600 when it exists.
 pub fn check_private_file(path: &Path, name: &str, absent: &str) -> Check {
     let shown = path.display();
     match std::fs::metadata(path) {

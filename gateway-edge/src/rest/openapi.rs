@@ -1849,7 +1849,7 @@ pub fn document() -> Value {
             "title": "Coffer",
             "version": coffer_runtime::VERSION,
             "summary": "The local REST API of the Coffer daemon (loopback only).",
-            "description": "Every route but `GET /v1/health` needs the token from `daemon.json` (`X-Coffer-Token` or `Authorization: Bearer`) or a web session: the `coffer_session` cookie together with its key in `X-Coffer-Session-Key` (on an event stream's `GET`, `?ticket=` from `POST /v1/ui/stream-tickets` instead); the cookie alone is refused (401). `Host` must be a loopback name and `Origin`, when sent, Coffer's own. Errors use the envelope `{\"error\":{code, message, details}}`; every response carries `X-Coffer-Trace`. Bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp`.",
+            "description": "Every route but `GET /v1/health` needs the token from `daemon.json` (`X-Coffer-Token` or `Authorization: Bearer`; the agents' token from `agent-access/agent.json` opens `/mcp` only, elsewhere 403 `agent_token_scope`) or a web session: the `coffer_session` cookie together with its key in `X-Coffer-Session-Key` (on an event stream's `GET`, `?ticket=` from `POST /v1/ui/stream-tickets` instead); the cookie alone is refused (401). `Host` must be a loopback name and `Origin`, when sent, Coffer's own. Errors use the envelope `{\"error\":{code, message, details}}`; every response carries `X-Coffer-Trace`. Bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp`.",
             "license": {"name": "MIT", "identifier": "MIT"},
         },
         "servers": [{"url": "http://127.0.0.1:{port}", "variables": {"port": {"default": "8000", "description": "`port` in daemon.json."}}}],
@@ -1942,7 +1942,10 @@ The same description, as OpenAPI 3.1, is served at `GET /v1/openapi.json`. The `
     let _ = writeln!(
         w,
         "- **Authentication.** Every route but `GET /v1/health` needs the token from `daemon.json` in \
-`X-Coffer-Token` (or `Authorization: Bearer <token>`), or the web page's session cookie.\n\
+`X-Coffer-Token` (or `Authorization: Bearer <token>`), or the web page's session cookie with its key. \
+The managed agents' token (`agent-access/agent.json`, the only daemon file an agent's sandbox can read) \
+opens `/mcp` alone; on every `/v1/*` route it gets 403 `FORBIDDEN` with `details.reason` \
+`agent_token_scope`.\n\
 - **Host and Origin.** `Host` must be `127.0.0.1`, `localhost` or `[::1]` (with the daemon's port); \
 `Origin`, when sent, must be exactly the daemon's own origin. Anything else is 403 `FORBIDDEN`.\n\
 - **Errors** are `{{\"error\":{{\"code\":\"NOT_FOUND\",\"message\":\"…\",\"details\":{{…}}}}}}` with the codes \
@@ -1952,7 +1955,7 @@ logs under the request's trace id.\n\
 - **Lists** answer `{{\"items\":[…],\"next_cursor\":…}}`; pass `next_cursor` back as `cursor`.\n\
 - **Versions.** Servers carry a `version` and an `ETag`; a write with a stale `If-Match` gets 409 `CONFLICT`.\n\
 - **Audit.** Writes are recorded with how the request was authenticated (`auth`: `token`, \
-`session:<hash>`, `internal:<service>`, found by the daemon) and the label named in `X-Coffer-Actor` \
+`agent_token`, `session:<hash>`, `internal:<service>`, found by the daemon) and the label named in `X-Coffer-Actor` \
 (`cli`, `api`, `ui`, `mcp`, `agent`, `channel`; default `api`), which cannot replace it.\n\
 - **Limits.** Request bodies: 2 MiB on `/v1/*`, 16 MiB on `/mcp` (413 `PAYLOAD_TOO_LARGE`).\n"
     );

@@ -6,7 +6,9 @@
 // sends X-Coffer-Session-Key, the key the login handed this page in its address's fragment
 // (/ui/chat#key=…). It is kept in localStorage, which only this origin (scheme, host and port)
 // can read, and which every tab of the console shares; an event stream, which cannot send a
-// header, opens with a single-use ticket instead (streamUrl).
+// header, opens with a single-use ticket instead (streamUrl). The session (and so the key) lasts
+// one run of the daemon: while the daemon is down another program could take its port and read
+// this origin's storage, so the next daemon knows no earlier key (gateway-edge web_sessions.rs).
 
 const KEY_ITEM = 'coffer.sessionKey';
 let memoryKey = ''; // when localStorage is unavailable: this tab only

@@ -74,16 +74,18 @@ pub struct AgentEnv {
 
 impl AgentEnv {
     /// The vault sandbox for an agent working in `cwd`, or `None` when this agent's sandbox is
-    /// off: `COFFER_HOME` hidden except `cwd` (when inside it), read access to `daemon.json`
-    /// and `daemon.lock` and use of `gateway.sock` — what the `coffer-mcp-shim` that attaches
-    /// Coffer's gateway to the agent needs to find and reach the daemon. The provider adds its
-    /// own config folder under `agents/`.
+    /// off: `COFFER_HOME` hidden except `cwd` (when inside it), read access to `agent-access/`
+    /// (`agent.json`: the `/mcp`-only agent token) and `daemon.lock`, and use of `gateway.sock` —
+    /// what the `coffer-mcp-shim` that attaches Coffer's gateway to the agent
+    /// (`COFFER_AGENT_SHIM=1`) needs to find and reach the daemon. Never `daemon.json`: its
+    /// token is the owner's, good for every REST route. The provider adds its own config folder
+    /// under `agents/`.
     pub fn sandbox(&self, cwd: &std::path::Path) -> Option<coffer_runtime::sandbox::Sandbox> {
         let home = coffer_runtime::home::CofferHome::at(self.coffer_home.clone());
         self.sandbox.then(|| {
             coffer_runtime::sandbox::Sandbox::hiding(home.root())
                 .allow(cwd)
-                .allow_read(home.daemon_json())
+                .allow_read(home.agent_access())
                 .allow_read(home.daemon_lock())
                 .allow(home.gateway_socket())
         })

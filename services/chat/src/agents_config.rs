@@ -3,8 +3,9 @@
 //! `--mcp-config`) and Codex's own `CODEX_HOME` (`agents/codex/`: a `config.toml` that is the
 //! user's Codex config plus `[mcp_servers.coffer]`, and `auth.json` as a symlink to the user's).
 //!
-//! Neither file holds a secret: the MCP entries name `coffer-mcp-shim` and `COFFER_HOME` only
-//! (the shim finds the daemon and its token through `daemon.json`), and Codex's credentials stay
+//! Neither file holds a secret: the MCP entries name `coffer-mcp-shim`, `COFFER_HOME` and
+//! `COFFER_AGENT_SHIM=1` only (the shim finds the daemon and the agent token, good for `/mcp`
+//! only, through `agent-access/agent.json`; never `daemon.json`), and Codex's credentials stay
 //! in the user's own `auth.json`, which Coffer links to and never copies or reads. Files are
 //! written through a temporary file and a rename (an agent never reads half of one), and only
 //! when their content changed.
@@ -29,7 +30,8 @@ pub enum ConfigFileError {
 }
 
 /// Writes `agents/claude_code/mcp.json` (`{"mcpServers":{"coffer":{"type":"stdio",
-/// "command":SHIM,"args":[],"env":{"COFFER_HOME":HOME}}}}`) and returns its path.
+/// "command":SHIM,"args":[],"env":{"COFFER_HOME":HOME,"COFFER_AGENT_SHIM":"1"}}}}`) and returns
+/// its path.
 ///
 /// # Errors
 /// [`ConfigFileError::Write`] naming the file.
@@ -39,7 +41,10 @@ pub fn claude_mcp_config(agents_dir: &Path, shim: &Path, coffer_home: &Path) -> 
         "type": "stdio",
         "command": shim.display().to_string(),
         "args": [],
-        "env": {coffer_runtime::env::HOME: coffer_home.display().to_string()},
+        "env": {
+            coffer_runtime::env::HOME: coffer_home.display().to_string(),
+            coffer_runtime::env::AGENT_SHIM: "1",
+        },
     }}});
     let text = serde_json::to_string_pretty(&body).unwrap_or_default() + "\n";
     write_if_changed(&path, text.as_bytes())?;
@@ -57,7 +62,7 @@ pub fn user_codex_home(codex_home_var: Option<PathBuf>, home_var: Option<PathBuf
 
 /// Prepares Coffer's `CODEX_HOME` (`agents/codex/`) and returns it: `config.toml` = the user's
 /// `config.toml` (from `user_home`, kept as it is, comments included) with `[mcp_servers.coffer]`
-/// set to the shim with `env = {COFFER_HOME = …}`; `auth.json` a symlink to the user's when they
+/// set to the shim with `env = {COFFER_HOME = …, COFFER_AGENT_SHIM = "1"}`; `auth.json` a symlink to the user's when they
 /// have one (so their login applies; Coffer never reads, copies or writes it), removed when
 /// theirs is gone.
 ///
@@ -118,6 +123,7 @@ pub fn with_coffer_server(text: &str, shim: &Path, coffer_home: &Path) -> Result
     entry.insert("args", value(Array::new()));
     let mut env = InlineTable::new();
     env.insert(coffer_runtime::env::HOME, coffer_home.display().to_string().into());
+    env.insert(coffer_runtime::env::AGENT_SHIM, "1".into());
     entry.insert("env", value(env));
     match root.get_mut("mcp_servers") {
         Some(Item::Table(t)) => {
@@ -257,6 +263,7 @@ mod tests {
         assert_eq!(doc["mcp_servers"]["fs"]["command"].as_str(), Some("npx"));
         assert_eq!(doc["mcp_servers"]["coffer"]["command"].as_str(), Some("/bin/shim"));
         assert_eq!(doc["mcp_servers"]["coffer"]["env"]["COFFER_HOME"].as_str(), Some("/h"));
+        assert_eq!(doc["mcp_servers"]["coffer"]["env"]["COFFER_AGENT_SHIM"].as_str(), Some("1"), "the agent's shim");
         let bad = with_coffer_server("model = ", Path::new("/s"), Path::new("/h")).unwrap_err();
         assert!(bad.contains("not valid TOML"), "{bad}");
         let not_table = with_coffer_server("mcp_servers = 3\n", Path::new("/s"), Path::new("/h")).unwrap_err();
@@ -358,7 +365,7 @@ mod tests {
         assert_eq!(
             v,
             json!({"mcpServers": {"coffer": {"type": "stdio", "command": "/bin/coffer-mcp-shim", "args": [],
-                "env": {"COFFER_HOME": "/h"}}}})
+                "env": {"COFFER_HOME": "/h", "COFFER_AGENT_SHIM": "1"}}}})
         );
     }
 

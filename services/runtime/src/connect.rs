@@ -6,6 +6,9 @@
 //!    `logs/daemon.stdio`), and wait — on the lock and the health check, with a deadline — for
 //!    a valid `daemon.json`.
 //!
+//! A managed agent's shim uses [`connect_agent`] instead: the same check on
+//! `agent-access/agent.json` (the `/mcp`-only agent token), and never a spawn.
+//!
 //! Two entry points racing are safe: only the holder of `daemon.lock` creates `daemon.json`, and
 //! a second daemon that cannot take the lock exits. Entry points also serialise the spawn itself
 //! on `spawn.lock`, so a burst of them started against no daemon starts exactly one.
@@ -51,6 +54,11 @@ pub enum ConnectError {
     #[error("coffer-daemon did not become ready within {0:?}; see {1}")]
     Timeout(Duration, String),
     #[error(
+        "the Coffer daemon is not running (no process holds {lock}); a managed agent's shim never starts it: \
+         it runs while the daemon that started the agent does"
+    )]
+    NotRunning { lock: String },
+    #[error(
         "coffer-daemon (pid {pid}) is running but its HTTP edge on 127.0.0.1:{port} has not answered for {waited:?} \
          (its gateway may be stopped, hung or overloaded); `coffer daemon restart` restarts it, logs are in {logs}"
     )]
@@ -95,10 +103,15 @@ pub fn ready_daemon(home: &CofferHome) -> Option<DaemonInfo> {
 
 /// Finds a running daemon without ever starting one (`daemon stop`, `daemon status`, `logs`).
 pub async fn detect(home: &CofferHome) -> Option<Daemon> {
+    detect_with(home, &home.daemon_json()).await
+}
+
+/// [`detect`] with the daemon file at `file` (`daemon.json`, or `agent-access/agent.json`).
+async fn detect_with(home: &CofferHome, file: &std::path::Path) -> Option<Daemon> {
     if !lock_is_held(&home.daemon_lock()) {
         return None;
     }
-    let info = DaemonInfo::read(&home.daemon_json()).ok()?;
+    let info = DaemonInfo::read(file).ok()?;
     let http = http_client();
     let base_url = format!("http://127.0.0.1:{}", info.port);
     let resp = http.get(format!("{base_url}/v1/health")).timeout(Duration::from_secs(2)).send().await.ok()?;
@@ -107,6 +120,38 @@ pub async fn detect(home: &CofferHome) -> Option<Daemon> {
     }
     let body: serde_json::Value = resp.json().await.ok()?;
     (body.get("pid").and_then(|p| p.as_u64()) == Some(u64::from(info.pid))).then_some(Daemon { info, base_url, http })
+}
+
+/// The running daemon as a managed agent's shim reaches it: through `agent-access/agent.json`
+/// ([`CofferHome::agent_json`]), whose token the edge accepts on `/mcp` only. Reads only that
+/// file and `daemon.lock` (all the agent sandbox grants of the daemon's files) and never starts
+/// a daemon. A daemon that holds the lock but does not answer (its gateway restarting) is
+/// waited for up to [`UNRESPONSIVE_PATIENCE`]. The file is read again on every call, so a shim
+/// that lost its daemon finds the next one's token.
+///
+/// # Errors
+/// [`ConnectError::NotRunning`] when no daemon holds the lock; [`ConnectError::Unresponsive`]
+/// when it holds it but has not answered (or written `agent.json`) in time.
+pub async fn connect_agent(home: &CofferHome) -> Result<Daemon, ConnectError> {
+    let began = Instant::now();
+    loop {
+        if !lock_is_held(&home.daemon_lock()) {
+            return Err(ConnectError::NotRunning { lock: home.daemon_lock().display().to_string() });
+        }
+        if let Some(d) = detect_with(home, &home.agent_json()).await {
+            return Ok(d);
+        }
+        if began.elapsed() >= UNRESPONSIVE_PATIENCE {
+            let info = DaemonInfo::read(&home.agent_json()).ok();
+            return Err(ConnectError::Unresponsive {
+                pid: info.as_ref().map_or(0, |i| i.pid),
+                port: info.as_ref().map_or(0, |i| i.port),
+                waited: Duration::from_secs(began.elapsed().as_secs()),
+                logs: home.logs().display().to_string(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Finds the running daemon or starts one and waits for it (at most [`START_DEADLINE`]).

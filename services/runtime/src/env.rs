@@ -21,6 +21,13 @@ pub const PEER_DIGESTS: &str = "COFFER_PEER_DIGESTS";
 pub const FLAVOR: &str = "COFFER_FLAVOR";
 /// Public token (hex) the edge checks; also in daemon.json.
 pub const PUBLIC_TOKEN: &str = "COFFER_PUBLIC_TOKEN";
+/// The agent token (hex) the edge accepts on `/mcp` only; also in `agent-access/agent.json`
+/// (see [`crate::home::CofferHome::agent_json`]). Given to the edge only.
+pub const AGENT_TOKEN: &str = "COFFER_AGENT_TOKEN";
+/// Set (to `1`) in the environment of a `coffer-mcp-shim` that a managed agent starts (Coffer
+/// writes it into the agents' MCP configs): the shim connects with `agent-access/agent.json`
+/// (the `/mcp`-only agent token), never reads `daemon.json` and never starts a daemon.
+pub const AGENT_SHIM: &str = "COFFER_AGENT_SHIM";
 /// File descriptor number of the service's inherited internal gRPC listener (every service).
 pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
 /// File descriptor number of the inherited public HTTP listener (the gateway only).

@@ -53,6 +53,20 @@ impl CofferHome {
     pub fn gateway_socket(&self) -> PathBuf {
         self.root.join("gateway.sock")
     }
+    /// The folder that holds [`CofferHome::agent_json`] (0700): the only daemon file a
+    /// sandboxed agent may read. The agent sandbox grants this *folder*, not the file, so a file
+    /// written again by a later daemon (a new inode) is still readable to it.
+    pub fn agent_access(&self) -> PathBuf {
+        self.root.join("agent-access")
+    }
+    /// `agent-access/agent.json`: `daemon.json`'s shape ([`crate::daemon_file::DaemonInfo`]) with
+    /// the daemon's **agent token** instead of the owner's: the edge accepts it on `/mcp` only.
+    /// The `coffer-mcp-shim` that attaches Coffer's gateway to a managed agent reads it
+    /// (`COFFER_AGENT_SHIM`), never `daemon.json`. Written (0600) and removed by the supervisor
+    /// with `daemon.json`.
+    pub fn agent_json(&self) -> PathBuf {
+        self.agent_access().join("agent.json")
+    }
     pub fn daemon_lock(&self) -> PathBuf {
         self.root.join("daemon.lock")
     }
@@ -99,6 +113,7 @@ impl CofferHome {
             self.root.join("memory"),
             self.root.join("skills"),
             self.root.join("workspace"),
+            self.agent_access(),
         ];
         for d in dirs {
             if d.exists() && !d.is_dir() {

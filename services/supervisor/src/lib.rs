@@ -10,6 +10,12 @@
 //! control RPC. Shutdown (SIGTERM/SIGINT or the `Stop` RPC): the reverse order — gateway first
 //! (stops accepting, drains), store last; SIGKILL what does not exit in time; remove
 //! `daemon.json`; release the lock by exiting.
+//!
+//! Two public tokens per run, both only in the edge's environment and one file each: the
+//! owner's (`daemon.json`: every route) and the agents' (`agent-access/agent.json`: `/mcp`
+//! only). Managed agents are sandboxed with read access to `agent-access/` but not to
+//! `daemon.json`, so an agent following a hostile prompt can call tools but not act as the
+//! owner (register a server that runs outside the sandbox, read credentials).
 
 mod control;
 mod service;
@@ -116,8 +122,9 @@ pub async fn run(home: CofferHome) -> anyhow::Result<()> {
 pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Result<()> {
     let order = table::start_order(&table)?;
     let lock = DaemonLock::acquire(&home.daemon_lock(), Duration::from_secs(2))?;
-    // We hold the lock, so any daemon.json is stale (its daemon is dead).
+    // We hold the lock, so any daemon.json (and agent.json) is stale (its daemon is dead).
     let _ = std::fs::remove_file(home.daemon_json());
+    let _ = std::fs::remove_file(home.agent_json());
     let swept = coffer_runtime::spawn::sweep_orphans(&home.pids());
     if swept > 0 {
         tracing::warn!(count = swept, "Swept orphan processes of a previous run.");
@@ -143,6 +150,7 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
             .chain(table.iter().map(|s| s.identity).zip(tokens.iter())),
     );
     let public_token = coffer_runtime::token::random_token();
+    let agent_token = coffer_runtime::token::random_token();
     let pid = std::process::id();
     let started_at = coffer_runtime::now_rfc3339();
 
@@ -182,6 +190,7 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
         if spec.edge {
             env.push((cenv::PUBLIC_FD.into(), "4".into()));
             env.push((cenv::PUBLIC_TOKEN.into(), public_token.expose_secret().to_owned()));
+            env.push((cenv::AGENT_TOKEN.into(), agent_token.expose_secret().to_owned()));
             env.push((cenv::PUBLIC_PORT.into(), port.to_string()));
             fds.push((public.as_raw_fd(), 4));
             if let Some(s) = &socket {
@@ -237,6 +246,11 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
         socket: socket.as_ref().map(|_| home.gateway_socket()),
     };
     info.create_exclusive(&home.daemon_json()).context("writing daemon.json")?;
+    // After daemon.json, so that entry points (a cold MCP client's shim) wait for no more than
+    // before; an agent started by a turn in between (a channel message needs no entry point)
+    // has its shim wait for this file while the daemon holds the lock (`connect_agent`).
+    let for_agents = DaemonInfo { token: agent_token, ..info.clone() };
+    for_agents.create_exclusive(&home.agent_json()).context("writing agent-access/agent.json")?;
     tracing::info!(port, pid, "Daemon ready.");
 
     wait_for_stop(&shutdown).await;
@@ -246,6 +260,7 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
         shared.services[i].stop().await;
     }
     let _ = std::fs::remove_file(home.daemon_json());
+    let _ = std::fs::remove_file(home.agent_json());
     control_task.abort();
     tracing::info!("Daemon stopped.");
     drop((public, socket, listeners));

@@ -1,7 +1,9 @@
 //! The vault sandbox (issue 32 part 5): an upstream MCP server and a managed agent that try to
 //! read `secret.key`, `coffer.db` and another server's log are refused (EACCES), while their
 //! normal work goes on; a server registered with `--no-sandbox` reads them (so these tests can
-//! fail). `COFFER_HOME` lives inside the processes' `HOME` (`HOME/.coffer`, the default layout),
+//! fail). A sandboxed agent cannot read `daemon.json` (the owner's token) either: its shim uses
+//! the `/mcp`-only agent token of `agent-access/agent.json`, with which the REST API refuses
+//! it. `COFFER_HOME` lives inside the processes' `HOME` (`HOME/.coffer`, the default layout),
 //! so the sandbox's handling of the ancestors of `COFFER_HOME` is what is exercised: the rest of
 //! `HOME` is reachable, the vault next to it is not.
 use std::ffi::OsString;
@@ -166,6 +168,21 @@ fn probe(files: &[PathBuf]) -> String {
     cmd
 }
 
+/// A shell command that does what a prompt-injected agent would with the daemon files it can
+/// read: takes the token of `agent_json` and tries the REST API with it (list credentials,
+/// register a server that runs `/bin/sh` unsandboxed) and `/mcp`, printing `NAME:<status>`.
+fn use_the_agent_token(agent_json: &Path) -> String {
+    let f = agent_json.display();
+    let curl = r#"curl -s -o /dev/null -w '%{http_code}' -H "X-Coffer-Token: $T" -H 'Content-Type: application/json'"#;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#;
+    format!(
+        "T=$(jq -r .token '{f}'); P=$(jq -r .port '{f}'); U=http://127.0.0.1:$P; \
+         echo CREDENTIALS:$({curl} $U/v1/credentials); \
+         echo REGISTER:$({curl} -d '{{\"name\":\"evil\",\"command\":\"/bin/sh\",\"sandbox\":false}}' $U/v1/mcp/servers); \
+         echo MCP:$({curl} -H 'Accept: application/json, text/event-stream' -d '{init}' $U/mcp)"
+    )
+}
+
 /// The result of the last tool call among `events` (Claude Code may look a tool up first).
 fn tool_output(events: &[AgentEvent]) -> String {
     events
@@ -232,21 +249,35 @@ fn claude(home: &TestHome, model: &FakeAnthropic) -> anyhow::Result<ClaudeCode> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_cannot_read_the_vault_edits_its_cwd_and_uses_coffer() -> anyhow::Result<()> {
-    let (home, _api, files) = vault_in_home().await?;
+    let (home, api, files) = vault_in_home().await?;
     let model = FakeAnthropic::scripted().await?;
+    // Not the owner's token: daemon.json is out of the agent's reach (asserted below).
     let provider = claude(&home, &model)?;
     let env = agent_env(&home, true, coffer_tests::peers::claude_code()?)?;
     // The Coffer-managed default working directory: inside COFFER_HOME, granted, no secret.
     let cwd = home.root().join("workspace");
-    let command = json!({"command": probe(&files)});
+    // The vault files, and daemon.json: its token is the owner's.
+    let mut secret = files.to_vec();
+    secret.push(home.root().join("daemon.json"));
+    let command = json!({"command": probe(&secret)});
     let events = turn(&provider, &env, &format!("TOOL[Bash {command}]"), &cwd).await?;
     let out = tool_output(&events);
-    for f in &files {
+    for f in &secret {
         assert!(out.contains(&format!("DENIED:{}", f.display())), "{out}\n{}", home.diagnostics());
     }
     assert!(!out.contains("READ:"), "{out}");
     assert!(out.contains("WROTE:edited-in-cwd"), "{out}");
     assert_eq!(std::fs::read_to_string(cwd.join("edited.txt"))?.trim(), "edited-in-cwd");
+    // What it can read, agent.json, opens /mcp and no REST route.
+    let agent_json = home.root().join("agent-access").join("agent.json");
+    let steal = json!({"command": use_the_agent_token(&agent_json)});
+    let events = turn(&provider, &env, &format!("TOOL[Bash {steal}]"), &cwd).await?;
+    let out = tool_output(&events);
+    for refused in ["CREDENTIALS:403", "REGISTER:403", "MCP:200"] {
+        assert!(out.contains(refused), "{refused}: {out}\n{}", home.diagnostics());
+    }
+    let servers = api.get("/v1/mcp/servers").reply().await?.json()?;
+    assert!(!servers.to_string().contains("\"evil\""), "{servers}");
     // Coffer's gateway still reaches it: its shim, sandboxed with it, finds the daemon.
     let tool = "mcp__coffer__coffer__search_tools";
     let events = turn(&provider, &env, &format!(r#"TOOL[{tool} {{"query": "echo"}}]"#), &cwd).await?;
