@@ -211,6 +211,8 @@ async fn filesystem_peer_through_coffer() -> anyhow::Result<()> {
     let node = coffer_runtime::connect::which_on_path("node").context("node is not on PATH")?;
     let entry = coffer_tests::peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")?;
     register_stdio(&api, "fs", &node, &[entry.display().to_string(), dir.display().to_string()], json!({})).await?;
+    // A new session waits 1 s for a server never listed; a cold node server can take longer here.
+    coffer_tests::mcp::wait_catalog_ready(&api, "fs", std::time::Duration::from_secs(30)).await?;
     let s = McpSession::latest(&api).await?;
     let names = s.tool_names().await?;
     let read =
