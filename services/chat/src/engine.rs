@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use coffer_proto::chat::{self as c, event::Kind};
 use coffer_proto::store::{self as st, content_block_record::Block};
+use coffer_runtime::Backoff;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -447,15 +448,15 @@ impl Engine {
         Fut: Future<Output = Result<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.tuning.store_retry;
-        let mut delay = RETRY_FIRST;
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
         let mut tries = 1u32;
         loop {
             match op().await {
-                Err(e) if transient(&e) && tokio::time::Instant::now() + delay < deadline => {
+                Err(e) if transient(&e) && tokio::time::Instant::now() + backoff.peek() < deadline => {
+                    let delay = backoff.next_delay();
                     tracing::warn!(conversation = %conv, what, tries, error = %e, retry_ms = delay.as_millis() as u64,
                         "The store did not answer a turn's write; retrying.");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX);
                     tries += 1;
                 }
                 Ok(v) => {

@@ -146,7 +146,7 @@ impl Embeddings {
         credentials: CredentialsClient<AuthChannel>,
         shutdown: CancellationToken,
     ) {
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = coffer_runtime::Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
         // Logged when embeddings start failing, when the error changes, every 10 minutes while
         // it lasts and on recovery; not on every retry.
         let mut failing = coffer_runtime::logging::FailureLog::new(Duration::from_secs(600));
@@ -159,20 +159,21 @@ impl Embeddings {
             };
             match outcome {
                 Ok(()) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     if let Some(failures) = failing.succeeded() {
                         tracing::info!(failures, "Embeddings recovered.");
                     }
                 }
                 // Settings changed: start over at once.
                 Err(None) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     continue;
                 }
                 Err(Some(why)) => {
+                    let delay = backoff.next_delay();
                     match failing.failed(&why) {
                         coffer_runtime::logging::Failing::Started => {
-                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), retry_ms = backoff.as_millis() as u64, "Embeddings failing.");
+                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), retry_ms = delay.as_millis() as u64, "Embeddings failing.");
                         }
                         coffer_runtime::logging::Failing::Still { failures } => {
                             tracing::warn!(error = %coffer_runtime::logging::clip(&why), failures, "Embeddings still failing.");
@@ -183,9 +184,8 @@ impl Embeddings {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = config.changed() => {}
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
             }
         }

@@ -77,13 +77,15 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     {
         let (sources, indexer, shutdown) = (sources.clone(), indexer.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let mut delay = std::time::Duration::from_millis(100);
+            let mut backoff =
+                coffer_runtime::Backoff::new(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
             let mut failing = coffer_runtime::logging::FailureLog::new(std::time::Duration::from_secs(600));
             loop {
                 match sources.load().await {
                     Ok(()) => break,
                     Err(e) => {
                         let state = failing.failed(&e.to_string());
+                        let delay = backoff.next_delay();
                         if state != coffer_runtime::logging::Failing::Quiet {
                             tracing::warn!(error = %e, failures = failing.failures(), retry_ms = delay.as_millis() as u64, "Cannot load knowledge bases yet.");
                         }
@@ -91,7 +93,6 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
                             _ = shutdown.cancelled() => return,
                             _ = tokio::time::sleep(delay) => {}
                         }
-                        delay = (delay * 2).min(std::time::Duration::from_secs(5));
                     }
                 }
             }
