@@ -30,7 +30,7 @@ pub struct EmbeddingsSettings {
 
 impl std::fmt::Debug for EmbeddingsSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let url = if self.url.is_empty() { String::new() } else { crate::embed::shown_url_str(&self.url) };
+        let url = if self.url.is_empty() { String::new() } else { crate::embeddings_client::shown_url_str(&self.url) };
         f.debug_struct("EmbeddingsSettings")
             .field("url", &url)
             .field("model", &self.model)

@@ -1,4 +1,4 @@
-//! The Telegram adapter (see [`super`]): Bot API long polling. Owned by the `telegram` helper.
+//! The Telegram adapter (see [`super`]): Bot API long polling.
 //!
 //! - **Polling.** `getMe` once (the status's `bot_username`), then `getUpdates` with
 //!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message", "edited_message"]` and
