@@ -15,7 +15,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Request header naming the acting party in the audit log; the CLI always says `cli`.
 pub use coffer_types::header::ACTOR as ACTOR_HEADER;
-/// Response header carrying the trace id (design, "Wire contracts").
+/// Response header carrying the trace id.
 pub use coffer_types::header::TRACE as TRACE_HEADER;
 
 /// A successful (2xx) REST response, body kept as received so `--json` can print it unchanged.

@@ -32,7 +32,7 @@ impl Ctx {
         Self { home, home_source: HomeSource::Flag, json }
     }
 
-    /// Finds the running daemon or starts one (design, "Detect-or-spawn"); warns on stderr when
+    /// Finds the running daemon or starts one (`coffer_runtime::connect`); warns on stderr when
     /// its version differs from this CLI's.
     ///
     /// # Errors

@@ -1,6 +1,6 @@
 //! The CLI's one error type and the one mapping from outcomes to process exit codes.
 //!
-//! Exit codes (design, "Wire contracts"): 0 ok, 1 error, 2 usage, 3 not found, 4 conflict,
+//! Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict,
 //! 5 daemon unreachable. clap exits with 2 on its own usage errors before any of this runs.
 //!
 //! With `--json` every error is also printed on stdout as one JSON document in the shape of the

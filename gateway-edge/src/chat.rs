@@ -16,6 +16,7 @@
 //! Failures become the envelope in [`crate::error::ApiError::from_chat`].
 use std::time::Duration;
 
+use axum::response::sse::Event as SseEvent;
 use coffer_proto::chat::chat_client::ChatClient;
 use coffer_proto::chat::{
     Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, Message, MessageStatus,
@@ -305,9 +306,9 @@ pub fn ends_stream(e: &Event) -> bool {
 /// One SSE frame of an event: `id: <seq>`, `event: <kind>`, `data: <event JSON>` (the JSON is
 /// one line: serde_json escapes every newline inside strings). `None` for an event without a
 /// kind.
-pub fn sse_frame(e: &Event) -> Option<String> {
+pub fn sse_frame(e: &Event) -> Option<SseEvent> {
     let kind = event_kind(e)?;
-    Some(format!("id: {}\nevent: {kind}\ndata: {}\n\n", e.seq, event_json(e)?))
+    Some(SseEvent::default().id(e.seq.to_string()).event(kind).data(event_json(e)?.to_string()))
 }
 
 /// One SSE frame of a `WatchConversations` change, and whether the stream ends after it:
@@ -315,13 +316,13 @@ pub fn sse_frame(e: &Event) -> Option<String> {
 /// `GET /v1/conversations`), `event: deleted` (`{"id"}`), `event: reset` (`{"reason"}`; the
 /// stream ends). No `id:` lines: the list has no sequence to resume from (reload it instead).
 /// `None` for a change of a kind this edge does not know.
-pub fn change_frame(c: &ConversationChange) -> Option<(String, bool)> {
+pub fn change_frame(c: &ConversationChange) -> Option<(SseEvent, bool)> {
     let (kind, data, ends) = match c.change.as_ref()? {
         conversation_change::Change::Conversation(c) => ("conversation", conversation_json(c), false),
         conversation_change::Change::Deleted(id) => ("deleted", json!({"id": id}), false),
         conversation_change::Change::Reset(r) => ("reset", json!({"reason": r.reason}), true),
     };
-    Some((format!("event: {kind}\ndata: {data}\n\n"), ends))
+    Some((SseEvent::default().event(kind).data(data.to_string()), ends))
 }
 
 /// The `after_seq` a subscriber resumes from: `Last-Event-ID` (what an `EventSource` sends on
@@ -354,6 +355,16 @@ mod tests {
         AgentConfig, MessageCreated, QueueChanged, Reset, TextDelta, ToolCall, ToolResult, ToolResultEvent, ToolUse,
         TurnDone, TurnError, TurnStarted,
     };
+
+    /// The bytes an SSE response writes for `e`.
+    pub(crate) async fn render(e: SseEvent) -> String {
+        use axum::response::IntoResponse;
+        use http_body_util::BodyExt;
+        let body = axum::response::sse::Sse::new(futures_util::stream::iter([Ok::<_, std::convert::Infallible>(e)]))
+            .into_response()
+            .into_body();
+        String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    }
 
     fn ev(seq: u64, kind: event::Kind) -> Event {
         Event { seq, conversation_id: "01C".into(), at_ms: 1000 + seq as i64, turn_id: "01T".into(), kind: Some(kind) }
@@ -464,8 +475,8 @@ mod tests {
         assert_eq!((&v["message"]["id"], &v["queue"]), (&json!("01M"), &json!({"items": [], "paused": false})));
     }
 
-    #[test]
-    fn every_event_kind_has_its_frame() {
+    #[tokio::test]
+    async fn every_event_kind_has_its_frame() {
         let events = vec![
             ev(1, event::Kind::MessageCreated(MessageCreated { message: Some(Message::default()) })),
             ev(
@@ -515,7 +526,7 @@ mod tests {
         ];
         let mut kinds: Vec<String> = Vec::new();
         for e in &events {
-            let frame = sse_frame(e).unwrap();
+            let frame = render(sse_frame(e).unwrap()).await;
             let lines: Vec<&str> = frame.trim_end_matches('\n').split('\n').collect();
             assert_eq!(lines.len(), 3, "{frame:?}");
             assert_eq!(lines[0], format!("id: {}", e.seq));
@@ -528,7 +539,7 @@ mod tests {
         }
         assert_eq!(kinds, EVENT_KINDS);
         // Multi-line text stays on one data line, escaped.
-        assert!(sse_frame(&events[2]).unwrap().contains(r#""text":"line one\nline two""#));
+        assert!(render(sse_frame(&events[2]).unwrap()).await.contains(r#""text":"line one\nline two""#));
         let data = event_json(&events[3]).unwrap();
         assert_eq!(data["tool_call"]["input"], json!({"query": "x"}));
         let data = event_json(&events[5]).unwrap();

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 
 /// Prefix of a stored credential reference: `coffer-credential-ref:<name>`.
-pub const REF_PREFIX: &str = "coffer-credential-ref:";
+pub use coffer_types::secrets::REF_PREFIX;
 /// What a redacted credential value is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 

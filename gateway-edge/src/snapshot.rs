@@ -149,22 +149,21 @@ impl SnapshotHandle {
 pub fn start(store: StoreClients, shutdown: CancellationToken) -> SnapshotHandle {
     let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
     tokio::spawn(async move {
-        let mut delay = Duration::from_millis(50);
+        let mut backoff = coffer_runtime::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         let mut feed = Feed::default();
         loop {
-            tokio::select! {
+            let r = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = follow(store.clone(), &tx, &mut feed) => {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Snapshot feed interrupted; reloading.");
-                    }
-                }
+                r = follow(store.clone(), &tx, &mut feed) => r,
+            };
+            let delay = backoff.next_delay();
+            if let Err(e) = r {
+                tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Snapshot feed interrupted; reloading.");
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
             }
-            delay = (delay * 2).min(Duration::from_secs(2));
         }
     });
     SnapshotHandle { rx }

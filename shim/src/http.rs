@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use coffer_runtime::Backoff;
 use coffer_types::header::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, TOKEN};
 use coffer_types::mcp::{ACCEPT_POST, EVENT_STREAM, JSON};
 use coffer_types::sse::{SseEvent, SseParser};
@@ -405,7 +406,8 @@ impl HttpSession {
                     return;
                 }
             }
-            let delay = parser.retry().unwrap_or(LISTEN_RETRY).saturating_mul(1 << idle.min(5)).min(LISTEN_RETRY_MAX);
+            let first = parser.retry().unwrap_or(LISTEN_RETRY);
+            let delay = Backoff::new(first, LISTEN_RETRY_MAX).delay_after(idle.min(5) + 1);
             tokio::time::sleep(delay).await;
         }
     }
@@ -461,9 +463,9 @@ fn never_delivered(err: &reqwest::Error) -> bool {
 }
 
 /// Delay before the `n`th resumption in a row that brought nothing new (the first is
-/// immediate), when the server asked for no `retry`.
+/// immediate, then 100 ms doubling to 1.6 s), when the server asked for no `retry`.
 fn resume_backoff(n: u32) -> Duration {
-    if n == 0 { Duration::ZERO } else { Duration::from_millis(100 << (n - 1).min(4)) }
+    Backoff::new(Duration::from_millis(100), Duration::from_millis(1600)).delay_after(n)
 }
 
 /// An error with its chain of causes (reqwest's own message leaves out the cause).

@@ -1,5 +1,5 @@
 //! JSON-RPC 2.0 as the shim needs it: telling requests, notifications and responses apart, and
-//! the error objects the shim answers with itself (codes as in the design's "Wire contracts").
+//! the error objects the shim answers with itself (codes from `coffer_types::jsonrpc`).
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 

@@ -475,7 +475,7 @@ impl TestHome {
             .map_err(|e| e.context(self.diagnostics()))
     }
 
-    /// One readiness probe, the same test entry points use (design: detect-or-spawn).
+    /// One readiness probe, the same test entry points use (`coffer_runtime::connect`).
     async fn probe_ready(&self, pid: Option<i32>) -> anyhow::Result<Option<Api>> {
         if !lock_is_held(&self.root.join("daemon.lock")) {
             return Ok(None);

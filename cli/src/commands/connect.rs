@@ -31,7 +31,7 @@ use crate::error::CliError;
 use crate::output;
 
 /// The server name Coffer takes in a client's configuration.
-pub const SERVER_NAME: &str = "coffer";
+pub const SERVER_NAME: &str = coffer_runtime::codex_config::SERVER_NAME;
 /// The shim's file name, looked for next to `coffer`.
 pub const SHIM: &str = "coffer-mcp-shim";
 /// The variable that tells the shim which home to use (written only for a home that is not the
@@ -564,62 +564,20 @@ pub fn toml_edit_coffer(
     home: Option<&str>,
     remove: bool,
 ) -> Result<(Outcome, Option<String>), String> {
-    use toml_edit::{Array, DocumentMut, Item, Table, value};
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
-        format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
-    })?;
-    let root = doc.as_table_mut();
+    let mut config = coffer_runtime::codex_config::CodexConfig::parse(text)?;
     if remove {
-        let Some(servers) = root.get_mut("mcp_servers") else {
-            return Ok((Outcome::Absent, None));
-        };
-        let servers = servers.as_table_like_mut().ok_or("mcp_servers is not a table")?;
-        if servers.remove(SERVER_NAME).is_none() {
-            return Ok((Outcome::Absent, None));
-        }
-        if servers.is_empty() && root.get("mcp_servers").and_then(Item::as_table).is_some_and(Table::is_implicit) {
-            root.remove("mcp_servers");
-        }
-        return Ok((Outcome::Removed, Some(doc.to_string())));
+        return Ok(if config.remove_coffer_server()? {
+            (Outcome::Removed, Some(config.to_string()))
+        } else {
+            (Outcome::Absent, None)
+        });
     }
-    if !root.contains_key("mcp_servers") {
-        let mut t = Table::new();
-        t.set_implicit(true);
-        root.insert("mcp_servers", Item::Table(t));
-    }
-    let servers = root.get_mut("mcp_servers").and_then(Item::as_table_like_mut).ok_or("mcp_servers is not a table")?;
-    let current = servers.get(SERVER_NAME).and_then(Item::as_table_like).map(|t| {
-        let command = t.get("command").and_then(Item::as_str) == Some(shim);
-        let no_args = t.get("args").is_none_or(|a| a.as_array().is_some_and(Array::is_empty));
-        let env = t.get("env").and_then(Item::as_table_like);
-        let env_ok = match home {
-            None => env.is_none_or(|e| e.is_empty()),
-            Some(home) => env.is_some_and(|e| e.len() == 1 && e.get(ENV_HOME).and_then(Item::as_str) == Some(home)),
-        };
-        let others = t.iter().any(|(k, _)| !matches!(k, "command" | "args" | "env"));
-        command && no_args && env_ok && !others
-    });
+    let current = config.coffer_server_is(shim, home);
     if current == Some(true) {
         return Ok((Outcome::Unchanged, None));
     }
-    let mut entry = Table::new();
-    entry.insert("command", value(shim));
-    entry.insert("args", value(Array::new()));
-    if let Some(home) = home {
-        let mut env = toml_edit::InlineTable::new();
-        env.insert(ENV_HOME, home.into());
-        entry.insert("env", value(env));
-    }
-    match root.get_mut("mcp_servers") {
-        Some(Item::Table(t)) => {
-            t.insert(SERVER_NAME, Item::Table(entry));
-        }
-        Some(Item::Value(toml_edit::Value::InlineTable(t))) => {
-            t.insert(SERVER_NAME, toml_edit::Value::InlineTable(entry.into_inline_table()));
-        }
-        _ => return Err("mcp_servers is not a table".into()),
-    }
-    Ok((if current.is_some() { Outcome::Updated } else { Outcome::Added }, Some(doc.to_string())))
+    config.set_coffer_server(shim, home)?;
+    Ok((if current.is_some() { Outcome::Updated } else { Outcome::Added }, Some(config.to_string())))
 }
 
 #[cfg(test)]

@@ -162,17 +162,6 @@ pub fn channel_json(c: &ChannelRecord, have: &BTreeSet<String>, adapter: Option<
 // ---------------------------------------------------------------------------------------------
 // Helpers.
 
-/// Every credential a channel names.
-pub(crate) async fn channel_refs(st: &AppState) -> Result<BTreeSet<String>, ApiError> {
-    let all = st.store.channels.clone().list_channels(ListChannelsRequest {}).await?.into_inner().channels;
-    Ok(all
-        .iter()
-        .flat_map(|c| [&c.bot_token_ref, &c.app_id_ref, &c.app_secret_ref, &c.signing_secret_ref])
-        .filter(|r| !r.is_empty())
-        .cloned()
-        .collect())
-}
-
 /// Refuses to make `generated` the home of a new secret when a credential of that name already
 /// exists: it may be someone else's, which replacing would lose.
 async fn refuse_taken_credential(st: &AppState, field: &str, generated: &str) -> Result<(), ApiError> {

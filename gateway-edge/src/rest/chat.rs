@@ -20,10 +20,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -370,17 +370,17 @@ async fn events(
         .await
         .map_err(ApiError::from_chat)?;
     tracing::debug!(conversation = %id, after_seq, "Event stream opened.");
-    Ok(sse_response(Body::from_stream(event_stream(stream, KEEPALIVE, st.shutdown.clone()))))
+    Ok(event_stream(stream, KEEPALIVE, st.shutdown.clone()))
 }
 
-/// A `text/event-stream` response over `body`, uncached and unbuffered.
-fn sse_response(body: Body) -> Response {
-    let mut r = Response::new(body);
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+/// A `text/event-stream` response (axum's [`Sse`]: uncached) over `events`, unbuffered by
+/// proxies, with a `: keep-alive` comment after `keepalive` without an event.
+fn sse_response<S>(events: S, keepalive: Duration) -> Response
+where
+    S: Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send + 'static,
+{
+    let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(keepalive).text("keep-alive"));
+    ([("x-accel-buffering", "no")], sse).into_response()
 }
 
 /// `GET /v1/conversations/events` → `text/event-stream` of the conversation list's changes
@@ -395,48 +395,39 @@ async fn conversation_events(
     let stream =
         call(st.chat.clone().watch_conversations(WatchConversationsRequest {})).await.map_err(ApiError::from_chat)?;
     tracing::debug!("Conversation list stream opened.");
-    Ok(sse_response(Body::from_stream(change_stream(stream, KEEPALIVE, st.shutdown.clone()))))
+    Ok(change_stream(stream, KEEPALIVE, st.shutdown.clone()))
 }
 
-/// The SSE body of a `WatchConversations` stream: one [`chat::change_frame`] per change,
+/// The SSE response of a `WatchConversations` stream: one [`chat::change_frame`] per change,
 /// `: keep-alive\n\n` after `keepalive` without one; ends after a `reset`, when `changes` ends
 /// or fails, or when `shutdown` fires.
-pub fn change_stream<S>(
-    changes: S,
-    keepalive: Duration,
-    shutdown: CancellationToken,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+pub fn change_stream<S>(changes: S, keepalive: Duration, shutdown: CancellationToken) -> Response
 where
     S: Stream<Item = Result<ConversationChange, tonic::Status>> + Send + Unpin + 'static,
 {
-    sse_body(changes, keepalive, shutdown, chat::change_frame)
+    sse_response(sse_events(changes, shutdown, chat::change_frame), keepalive)
 }
 
-/// The SSE body of a `Subscribe` stream: one [`chat::sse_frame`] per event, `: keep-alive\n\n`
-/// after `keepalive` without one. Ends after an event that [`chat::ends_stream`], when `events`
-/// ends or fails (the client reconnects with `Last-Event-ID`), or when `shutdown` fires. Events
-/// of a kind this edge does not know are skipped. Dropping the body drops `events` (the gRPC
-/// stream is cancelled; the service frees the subscriber).
-pub fn event_stream<S>(
-    events: S,
-    keepalive: Duration,
-    shutdown: CancellationToken,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+/// The SSE response of a `Subscribe` stream: one [`chat::sse_frame`] per event,
+/// `: keep-alive\n\n` after `keepalive` without one. Ends after an event that
+/// [`chat::ends_stream`], when `events` ends or fails (the client reconnects with
+/// `Last-Event-ID`), or when `shutdown` fires. Events of a kind this edge does not know are
+/// skipped. Dropping the body drops `events` (the gRPC stream is cancelled; the service frees
+/// the subscriber).
+pub fn event_stream<S>(events: S, keepalive: Duration, shutdown: CancellationToken) -> Response
 where
     S: Stream<Item = Result<Event, tonic::Status>> + Send + Unpin + 'static,
 {
-    sse_body(events, keepalive, shutdown, |e: &Event| Some((chat::sse_frame(e)?, chat::ends_stream(e))))
+    sse_response(sse_events(events, shutdown, |e: &Event| Some((chat::sse_frame(e)?, chat::ends_stream(e)))), keepalive)
 }
 
-/// An SSE body from a gRPC stream: `frame` gives each item's frame (`None`: skipped) and whether
-/// the stream ends after it; `: keep-alive\n\n` after `keepalive` of silence; ends when the
-/// stream ends or fails, or when `shutdown` fires.
-fn sse_body<T, S>(
+/// SSE events from a gRPC stream: `frame` gives each item's event (`None`: skipped) and whether
+/// the stream ends after it; ends when the stream ends or fails, or when `shutdown` fires.
+fn sse_events<T, S>(
     events: S,
-    keepalive: Duration,
     shutdown: CancellationToken,
-    frame: fn(&T) -> Option<(String, bool)>,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static
+    frame: fn(&T) -> Option<(SseEvent, bool)>,
+) -> impl Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send + 'static
 where
     T: Send + 'static,
     S: Stream<Item = Result<T, tonic::Status>> + Send + Unpin + 'static,
@@ -468,9 +459,8 @@ where
                     }
                     None => return None,
                 },
-                () = tokio::time::sleep(keepalive) => ": keep-alive\n\n".to_owned(),
             };
-            return Some((Ok(Bytes::from(frame)), s));
+            return Some((Ok(frame), s));
         }
     })
 }
@@ -479,6 +469,8 @@ where
 mod tests {
     use super::*;
     use crate::error::Code;
+    use axum::body::Bytes;
+    use axum::http::HeaderValue;
     use coffer_proto::chat::{Reset, TextDelta, event};
 
     fn text(seq: u64, t: &str) -> Result<Event, tonic::Status> {
@@ -496,8 +488,8 @@ mod tests {
     }
 
     async fn collect(events: Vec<Result<Event, tonic::Status>>) -> String {
-        let s = event_stream(futures_util::stream::iter(events), Duration::from_secs(60), CancellationToken::new());
-        let frames: Vec<_> = s.collect().await;
+        let r = event_stream(futures_util::stream::iter(events), Duration::from_secs(60), CancellationToken::new());
+        let frames: Vec<_> = r.into_body().into_data_stream().collect().await;
         frames.into_iter().map(|f| String::from_utf8(f.unwrap().to_vec()).unwrap()).collect()
     }
 
@@ -548,12 +540,13 @@ mod tests {
     async fn silence_gets_keep_alive_comments_and_shutdown_ends_the_stream() {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, tonic::Status>>(4);
         let shutdown = CancellationToken::new();
-        let mut s = Box::pin(event_stream(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-            Duration::from_millis(20),
-            shutdown.clone(),
-        ));
-        async fn next<S: Stream<Item = Result<Bytes, std::convert::Infallible>> + Unpin>(s: &mut S) -> Option<Bytes> {
+        let r =
+            event_stream(tokio_stream::wrappers::ReceiverStream::new(rx), Duration::from_millis(20), shutdown.clone());
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "text/event-stream");
+        assert_eq!(r.headers()[header::CACHE_CONTROL], "no-cache");
+        assert_eq!(r.headers()["x-accel-buffering"], "no");
+        let mut s = r.into_body().into_data_stream();
+        async fn next<S: Stream<Item = Result<Bytes, axum::Error>> + Unpin>(s: &mut S) -> Option<Bytes> {
             let f = tokio::time::timeout(Duration::from_secs(10), StreamExt::next(s));
             f.await.expect("a frame within the deadline").map(|b| b.unwrap())
         }

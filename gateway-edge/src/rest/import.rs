@@ -55,8 +55,8 @@ use crate::state::AppState;
 
 /// Most server entries one import may hold.
 pub const MAX_ENTRIES: usize = 500;
-/// Longest Coffer server name (the store's rule: `^[a-z0-9][a-z0-9-]{0,23}$`).
-pub const MAX_NAME: usize = 24;
+/// Longest Coffer server name ([`coffer_types::check_server_name`]).
+pub const MAX_NAME: usize = coffer_types::MAX_SERVER_NAME_LEN;
 pub use coffer_types::secrets::MAX_CREDENTIAL_NAME;
 /// Server names the registry refuses.
 const RESERVED: &[&str] = &[coffer_types::BUILTIN_SERVER];

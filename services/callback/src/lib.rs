@@ -432,7 +432,7 @@ pub async fn forward(
         let msg = SeatalkEvent { channel: ev.channel, body: ev.body.to_vec(), received_ms: ev.received_ms };
         let start = tokio::time::Instant::now();
         let give_up = start + FORWARD_RETRY_FOR;
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = coffer_runtime::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             let now = tokio::time::Instant::now();
             match to.deliver(msg.clone()).await {
@@ -447,10 +447,9 @@ pub async fn forward(
                     tracing::debug!(%channel, message = s.message(), "Chat unavailable; retrying the event.");
                     let cut = if shutdown.is_cancelled() { tokio::time::Instant::now() + DRAIN_FOR } else { give_up };
                     tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                         _ = tokio::time::sleep_until(cut) => { tracing::warn!(%channel, "Gave up on an event at shutdown."); break; }
                     }
-                    delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 Err(s) => {
                     tracing::warn!(%channel, code = ?s.code(), message = s.message(), "Chat refused a SeaTalk event; dropped.");

@@ -11,12 +11,13 @@
 //! when their content changed.
 use std::path::{Path, PathBuf};
 
+use coffer_runtime::codex_config::CodexConfig;
 use serde_json::json;
 
 use crate::binding::CodexProvider;
 
-/// The MCP server name Coffer's gateway takes in the agents' configs.
-pub const SERVER_NAME: &str = "coffer";
+// The MCP server name Coffer's gateway takes in the agents' configs.
+pub use coffer_runtime::codex_config::SERVER_NAME;
 
 /// Why an agent's config could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -108,33 +109,9 @@ pub fn codex_home(
 /// # Errors
 /// A message when `text` is not TOML or `mcp_servers` is not a table.
 pub fn with_coffer_server(text: &str, shim: &Path, coffer_home: &Path) -> Result<String, String> {
-    use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, value};
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
-        format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
-    })?;
-    let root = doc.as_table_mut();
-    if !root.contains_key("mcp_servers") {
-        let mut t = Table::new();
-        t.set_implicit(true);
-        root.insert("mcp_servers", Item::Table(t));
-    }
-    let mut entry = Table::new();
-    entry.insert("command", value(shim.display().to_string()));
-    entry.insert("args", value(Array::new()));
-    let mut env = InlineTable::new();
-    env.insert(coffer_runtime::env::HOME, coffer_home.display().to_string().into());
-    env.insert(coffer_runtime::env::AGENT_SHIM, "1".into());
-    entry.insert("env", value(env));
-    match root.get_mut("mcp_servers") {
-        Some(Item::Table(t)) => {
-            t.insert(SERVER_NAME, Item::Table(entry));
-        }
-        Some(Item::Value(toml_edit::Value::InlineTable(t))) => {
-            t.insert(SERVER_NAME, toml_edit::Value::InlineTable(entry.into_inline_table()));
-        }
-        _ => return Err("mcp_servers is not a table".into()),
-    }
-    Ok(doc.to_string())
+    let mut config = CodexConfig::parse(text)?;
+    config.set_agent_coffer_server(&shim.display().to_string(), &coffer_home.display().to_string())?;
+    Ok(config.to_string())
 }
 
 /// `text` (a Codex `config.toml`) with Coffer's model provider for a bound Codex: the entry
@@ -145,11 +122,9 @@ pub fn with_coffer_server(text: &str, shim: &Path, coffer_home: &Path) -> Result
 /// # Errors
 /// A message when `text` is not TOML or `model_providers` is not a table.
 pub fn with_binding(text: &str, p: &CodexProvider) -> Result<String, String> {
-    use toml_edit::{DocumentMut, Item, Table, value};
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
-        format!("not valid TOML: {}", e.message().lines().next().unwrap_or_default())
-    })?;
-    let root = doc.as_table_mut();
+    use toml_edit::{Item, Table, value};
+    let mut config = CodexConfig::parse(text)?;
+    let root = config.document_mut().as_table_mut();
     root.insert("model_provider", value(p.id.clone()));
     if !p.model.is_empty() {
         root.insert("model", value(p.model.clone()));
@@ -178,7 +153,7 @@ pub fn with_binding(text: &str, p: &CodexProvider) -> Result<String, String> {
     if let Some(var) = p.env_key {
         exclude_from_shells(root, var)?;
     }
-    Ok(doc.to_string())
+    Ok(config.to_string())
 }
 
 /// Adds `var` to `[shell_environment_policy] exclude` (keeping the user's own patterns): the

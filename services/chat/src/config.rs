@@ -1,22 +1,13 @@
 //! Chat's settings (`chat.*` rows of `coffer_types::settings`: the turn timeout, each agent's CLI
-//! path and LLM connection binding), read from the store's Settings
-//! service and kept current: re-read whenever the store's change stream reports a setting change,
-//! and every few seconds in case the stream is down.
+//! path and LLM connection binding), read from the store's Settings service and kept current by
+//! the shared follower ([`coffer_runtime::settings::follow`]).
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coffer_proto::store::changes_client::ChangesClient;
-use coffer_proto::store::settings_client::SettingsClient;
-use coffer_proto::store::{ChangeEntity, GetSettingsRequest, HeadRequest, WatchChangesRequest};
-use coffer_runtime::grpc::AuthChannel;
 use coffer_types::settings::{self as s, Setting};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-
-/// How often settings are re-read when no change arrives.
-pub const POLL: Duration = Duration::from_secs(5);
 
 /// Every setting chat reads, with defaults applied for unset or unusable values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,64 +101,15 @@ impl LlmConfig {
 /// A shared, current [`Config`].
 pub type ConfigRx = watch::Receiver<Arc<Config>>;
 
-/// Keeps `tx` current until `shutdown`: reads the settings once, then again on every setting
-/// change the store streams and every [`POLL`]. A store that is down leaves the last value in
-/// force (the defaults before the first read).
-pub async fn follow(
-    settings: SettingsClient<AuthChannel>,
-    changes: ChangesClient<AuthChannel>,
-    tx: watch::Sender<Arc<Config>>,
-    shutdown: CancellationToken,
-) {
-    let reload = |mut settings: SettingsClient<AuthChannel>, tx: watch::Sender<Arc<Config>>| async move {
-        match settings.get_settings(GetSettingsRequest {}).await {
-            Ok(map) => {
-                let config = Config::from_values(&map.into_inner().values);
-                tx.send_if_modified(|cur| {
-                    let changed = **cur != config;
-                    if changed {
-                        tracing::info!(turn_timeout_s = config.turn_timeout.as_secs(), "Chat settings in force.");
-                        *cur = Arc::new(config);
-                    }
-                    changed
-                });
-            }
-            Err(e) => tracing::debug!(error = %e.message(), "Cannot read settings yet."),
-        }
-    };
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let mut ch = changes.clone();
-        let stream = async {
-            let head = ch.head(HeadRequest {}).await.ok()?.into_inner().seq;
-            ch.watch_changes(WatchChangesRequest { from_seq: head }).await.ok().map(|s| s.into_inner())
-        }
-        .await;
-        reload(settings.clone(), tx.clone()).await;
-        let Some(mut stream) = stream else {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => continue,
-            }
-        };
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => reload(settings.clone(), tx.clone()).await,
-                msg = stream.message() => match msg {
-                    Ok(Some(c)) if c.entity == ChangeEntity::Setting as i32 => reload(settings.clone(), tx.clone()).await,
-                    Ok(Some(_)) => {}
-                    // Ended or failed (the store restarted): reconnect after the next tick.
-                    _ => {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return,
-                            _ = tick.tick() => break,
-                        }
-                    }
-                }
-            }
-        }
+pub use coffer_runtime::settings::follow;
+
+impl coffer_runtime::settings::FromSettings for Config {
+    fn from_settings(values: &HashMap<String, String>) -> Self {
+        Self::from_values(values)
+    }
+
+    fn log_in_force(&self) {
+        tracing::info!(turn_timeout_s = self.turn_timeout.as_secs(), "Chat settings in force.");
     }
 }
 

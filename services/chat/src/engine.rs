@@ -64,6 +64,7 @@ use std::time::Duration;
 
 use coffer_proto::chat::{self as c, event::Kind};
 use coffer_proto::store::{self as st, content_block_record::Block};
+use coffer_runtime::Backoff;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
@@ -480,15 +481,15 @@ impl Engine {
         Fut: Future<Output = Result<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.tuning.store_retry;
-        let mut delay = RETRY_FIRST;
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
         let mut tries = 1u32;
         loop {
             match op().await {
-                Err(e) if transient(&e) && tokio::time::Instant::now() + delay < deadline => {
+                Err(e) if transient(&e) && tokio::time::Instant::now() + backoff.peek() < deadline => {
+                    let delay = backoff.next_delay();
                     tracing::warn!(conversation = %conv, what, tries, error = %e, retry_ms = delay.as_millis() as u64,
                         "The store did not answer a turn's write; retrying.");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX);
                     tries += 1;
                 }
                 Ok(v) => {
@@ -624,6 +625,127 @@ impl Engine {
     async fn publish_queue(&self, conv: &Conv, live: &Live) {
         conv.sync(live);
         self.publish(conv, "", Kind::QueueChanged(c::QueueChanged { queue: Some(queue(live)) }), Mark::None).await;
+    }
+
+    /// Creates a conversation (`CreateConversation`, and a channel's `/new` and first message),
+    /// validated: a registered, available agent, a title of at most [`MAX_TITLE_CHARS`]
+    /// characters (empty: from the first message), a `cwd` inside the home's allowed folders and
+    /// the provider's own `agent_config` rules; with a `first_message`, its turn starts (or
+    /// queues) at once. Returns the conversation as it is after that.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the field, [`Error::NotFound`] for an unknown agent,
+    /// [`Error::Precondition`] for an unavailable one, or a store error.
+    pub async fn create_conversation(self: &Arc<Self>, r: c::CreateConversationRequest) -> Result<c::Conversation> {
+        let reg = self.registry();
+        if r.agent_key.is_empty() {
+            return Err(Error::Invalid("agent_key: empty; name one of ListAgents' agents".into()));
+        }
+        let Some(entry) = reg.get(&r.agent_key) else {
+            let known: Vec<&str> = reg.entries().iter().map(|e| e.provider.key()).collect();
+            return Err(Error::NotFound(format!(
+                "agent {:?} is not registered (known: {})",
+                r.agent_key,
+                known.join(", ")
+            )));
+        };
+        if let Availability::Unavailable { reason } = reg.availability(entry, &self.config()) {
+            return Err(Error::Precondition(format!("agent {} is not available: {reason}", r.agent_key)));
+        }
+        if r.title.chars().count() > MAX_TITLE_CHARS {
+            return Err(Error::Invalid(format!("title: over the limit of {} characters", MAX_TITLE_CHARS)));
+        }
+        if !r.first_message.is_empty() {
+            check_text("first_message", &r.first_message)?;
+            check_source(&r.source)?;
+        }
+        let given = r.agent_config.unwrap_or_default();
+        if !given.session_id.is_empty() {
+            return Err(Error::Invalid("agent_config.session_id: must be empty when a conversation is created".into()));
+        }
+        let mut config = AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new() };
+        config.cwd = check_cwd(self.home(), &config.cwd)?;
+        entry.provider.validate_config(&mut config).map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
+        let title = if r.title.trim().is_empty() { title_from(&r.first_message) } else { r.title.trim().to_owned() };
+        let record = st::ConversationRecord {
+            id: new_id(),
+            agent_key: r.agent_key.clone(),
+            title,
+            agent_config_json: persist::config_json(&config),
+            channel_name: r.channel_name,
+            peer_chat_id: r.peer_chat_id,
+            ..Default::default()
+        };
+        let created = self.store().create(record).await?;
+        self.touch(&created.id);
+        if !r.first_message.is_empty() {
+            self.send(&created.id, r.first_message, r.source).await?;
+            let now = self.store().get(&created.id).await?;
+            return Ok(self.view(&now));
+        }
+        Ok(self.view(&created))
+    }
+
+    /// Updates a conversation (`UpdateConversation`, and a channel's `/model`): its title (not
+    /// empty, at most [`MAX_TITLE_CHARS`] characters), model (the provider's rules), archived
+    /// flag, at `expected_version` when given.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the field, [`Error::Aborted`] when the version moved on,
+    /// [`Error::NotFound`] or a store error.
+    pub async fn update_conversation(&self, r: c::UpdateConversationRequest) -> Result<c::Conversation> {
+        check_id("id", &r.id)?;
+        let title = match r.title {
+            Some(t) if t.trim().is_empty() => return Err(Error::Invalid("title: empty".into())),
+            Some(t) if t.chars().count() > MAX_TITLE_CHARS => {
+                return Err(Error::Invalid(format!("title: over the limit of {} characters", MAX_TITLE_CHARS)));
+            }
+            t => t.map(|t| t.trim().to_owned()),
+        };
+        let current = self.store().get(&r.id).await?;
+        if let Some(v) = r.expected_version
+            && v != current.version
+        {
+            return Err(Error::Aborted(format!(
+                "conversation {} is at version {}, not {v}: reload it",
+                r.id, current.version
+            )));
+        }
+        let agent_config_json = match r.model {
+            Some(model) => {
+                if model.len() > 256 || model.chars().any(char::is_control) {
+                    return Err(Error::Invalid("model: at most 256 bytes without control characters".into()));
+                }
+                let mut cfg = persist::parse_config(&current.agent_config_json);
+                cfg.model = model.trim().to_owned();
+                // The provider's own rule, as at creation (e.g. Claude Code's model is a CLI
+                // argument: never one that starts with '-').
+                if let Some(entry) = self.registry().get(&current.agent_key) {
+                    entry
+                        .provider
+                        .validate_config(&mut cfg)
+                        .map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
+                }
+                Some(persist::config_json(&cfg))
+            }
+            None => None,
+        };
+        let updated = self
+            .store()
+            .update(st::UpdateConversationRequest {
+                id: r.id,
+                expected_version: r.expected_version,
+                title,
+                agent_config_json,
+                archived: r.archived,
+            })
+            .await
+            .map_err(|e| match e {
+                Error::Store(s) if s.code() == tonic::Code::Aborted => Error::Aborted(s.message().to_owned()),
+                e => e,
+            })?;
+        self.touch(&updated.id);
+        Ok(self.view(&updated))
     }
 
     /// `SendMessage`: starts a turn when the conversation is idle and its queue is not paused,

@@ -100,17 +100,18 @@ pub async fn run_tuned(ctx: ServiceCtx, registry: Vec<providers::Entry>, tuning:
         Arc::new(providers::Registry::new(registry, home.root().to_path_buf()).with_connections(connections));
     let engine = engine::Engine::with_tuning(store, registry, config_rx, home.root().to_path_buf(), tuning);
 
-    let mut delay = std::time::Duration::from_millis(100);
+    let mut backoff =
+        coffer_runtime::Backoff::new(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
     loop {
         match engine.recover().await {
             Ok(()) => break,
             Err(e) => {
+                let delay = backoff.next_delay();
                 tracing::warn!(error = %e, retry_ms = delay.as_millis() as u64, "Cannot recover chat state yet.");
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(delay) => {}
                 }
-                delay = (delay * 2).min(std::time::Duration::from_secs(5));
             }
         }
     }

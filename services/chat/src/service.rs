@@ -1,6 +1,7 @@
 //! The `coffer.chat.v1.Chat` service: each RPC validated here (messages name the field and its
-//! limit) and handed to the registry or the [`Engine`]; errors become `Status` once
-//! ([`crate::error`]).
+//! limit) and handed to the registry or the [`Engine`] — creating and updating a conversation
+//! are the engine's own ([`Engine::create_conversation`], [`Engine::update_conversation`]), so
+//! the channel adapters call the same rules; errors become `Status` once ([`crate::error`]).
 //!
 //! Validation (each message names the field and its limit): the agent known (`NOT_FOUND` naming
 //! it) and available (`FAILED_PRECONDITION` with the reason); `cwd` absolute and an existing
@@ -14,8 +15,8 @@ use coffer_proto::chat::{self as c, list_conversations_request::Archived};
 use coffer_proto::store as st;
 use tonic::{Request, Response, Status};
 
-use crate::adapter::{AgentConfig, Availability};
-use crate::engine::{self, Engine, check_cwd, check_id, check_text, title_from};
+use crate::adapter::Availability;
+use crate::engine::{Engine, check_id};
 use crate::error::{Error, Result};
 use crate::persist;
 
@@ -76,57 +77,6 @@ impl ChatService {
             })
             .collect();
         c::ListAgentsReply { agents }
-    }
-
-    /// `CreateConversation`, validated (also the channel bridge's `/new` and first message).
-    pub(crate) async fn create(&self, r: c::CreateConversationRequest) -> Result<c::Conversation> {
-        let reg = self.engine.registry();
-        if r.agent_key.is_empty() {
-            return Err(Error::Invalid("agent_key: empty; name one of ListAgents' agents".into()));
-        }
-        let Some(entry) = reg.get(&r.agent_key) else {
-            let known: Vec<&str> = reg.entries().iter().map(|e| e.provider.key()).collect();
-            return Err(Error::NotFound(format!(
-                "agent {:?} is not registered (known: {})",
-                r.agent_key,
-                known.join(", ")
-            )));
-        };
-        if let Availability::Unavailable { reason } = reg.availability(entry, &self.engine.config()) {
-            return Err(Error::Precondition(format!("agent {} is not available: {reason}", r.agent_key)));
-        }
-        if r.title.chars().count() > engine::MAX_TITLE_CHARS {
-            return Err(Error::Invalid(format!("title: over the limit of {} characters", engine::MAX_TITLE_CHARS)));
-        }
-        if !r.first_message.is_empty() {
-            check_text("first_message", &r.first_message)?;
-            engine::check_source(&r.source)?;
-        }
-        let given = r.agent_config.unwrap_or_default();
-        if !given.session_id.is_empty() {
-            return Err(Error::Invalid("agent_config.session_id: must be empty when a conversation is created".into()));
-        }
-        let mut config = AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new() };
-        config.cwd = check_cwd(self.engine.home(), &config.cwd)?;
-        entry.provider.validate_config(&mut config).map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
-        let title = if r.title.trim().is_empty() { title_from(&r.first_message) } else { r.title.trim().to_owned() };
-        let record = st::ConversationRecord {
-            id: engine::new_id(),
-            agent_key: r.agent_key.clone(),
-            title,
-            agent_config_json: persist::config_json(&config),
-            channel_name: r.channel_name,
-            peer_chat_id: r.peer_chat_id,
-            ..Default::default()
-        };
-        let created = self.engine.store().create(record).await?;
-        self.engine.touch(&created.id);
-        if !r.first_message.is_empty() {
-            self.engine.send(&created.id, r.first_message, r.source).await?;
-            let now = self.engine.store().get(&created.id).await?;
-            return Ok(self.engine.view(&now));
-        }
-        Ok(self.engine.view(&created))
     }
 
     async fn list(&self, r: c::ListConversationsRequest) -> Result<c::ListConversationsReply> {
@@ -207,63 +157,6 @@ impl ChatService {
             next_after_id: page.next_after_id,
         })
     }
-
-    /// `UpdateConversation`, validated (also the channel bridge's `/model`).
-    pub(crate) async fn update(&self, r: c::UpdateConversationRequest) -> Result<c::Conversation> {
-        check_id("id", &r.id)?;
-        let title = match r.title {
-            Some(t) if t.trim().is_empty() => return Err(Error::Invalid("title: empty".into())),
-            Some(t) if t.chars().count() > engine::MAX_TITLE_CHARS => {
-                return Err(Error::Invalid(format!("title: over the limit of {} characters", engine::MAX_TITLE_CHARS)));
-            }
-            t => t.map(|t| t.trim().to_owned()),
-        };
-        let current = self.engine.store().get(&r.id).await?;
-        if let Some(v) = r.expected_version
-            && v != current.version
-        {
-            return Err(Error::Aborted(format!(
-                "conversation {} is at version {}, not {v}: reload it",
-                r.id, current.version
-            )));
-        }
-        let agent_config_json = match r.model {
-            Some(model) => {
-                if model.len() > 256 || model.chars().any(char::is_control) {
-                    return Err(Error::Invalid("model: at most 256 bytes without control characters".into()));
-                }
-                let mut cfg = persist::parse_config(&current.agent_config_json);
-                cfg.model = model.trim().to_owned();
-                // The provider's own rule, as at creation (e.g. Claude Code's model is a CLI
-                // argument: never one that starts with '-').
-                if let Some(entry) = self.engine.registry().get(&current.agent_key) {
-                    entry
-                        .provider
-                        .validate_config(&mut cfg)
-                        .map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
-                }
-                Some(persist::config_json(&cfg))
-            }
-            None => None,
-        };
-        let updated = self
-            .engine
-            .store()
-            .update(st::UpdateConversationRequest {
-                id: r.id,
-                expected_version: r.expected_version,
-                title,
-                agent_config_json,
-                archived: r.archived,
-            })
-            .await
-            .map_err(|e| match e {
-                Error::Store(s) if s.code() == tonic::Code::Aborted => Error::Aborted(s.message().to_owned()),
-                e => e,
-            })?;
-        self.engine.touch(&updated.id);
-        Ok(self.engine.view(&updated))
-    }
 }
 
 #[tonic::async_trait]
@@ -273,7 +166,7 @@ impl Chat for ChatService {
     }
 
     async fn create_conversation(&self, req: Request<c::CreateConversationRequest>) -> Reply<c::Conversation> {
-        ok(self.create(req.into_inner()).await)
+        ok(self.engine.create_conversation(req.into_inner()).await)
     }
 
     async fn list_conversations(&self, req: Request<c::ListConversationsRequest>) -> Reply<c::ListConversationsReply> {
@@ -289,7 +182,7 @@ impl Chat for ChatService {
     }
 
     async fn update_conversation(&self, req: Request<c::UpdateConversationRequest>) -> Reply<c::Conversation> {
-        ok(self.update(req.into_inner()).await)
+        ok(self.engine.update_conversation(req.into_inner()).await)
     }
 
     async fn delete_conversation(&self, req: Request<c::ConversationRef>) -> Reply<c::DeleteConversationReply> {

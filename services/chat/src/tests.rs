@@ -733,14 +733,13 @@ async fn a_list_watcher_that_falls_behind_gets_reset_lagged_and_its_stream_ends(
 async fn an_updated_model_is_validated_by_the_provider() {
     let r = rig(30).await;
     let id = r.conversation().await;
-    let svc = crate::service::ChatService { engine: r.engine.clone() };
     let req = |m: &str| coffer_proto::chat::UpdateConversationRequest {
         id: id.clone(),
         model: Some(m.to_owned()),
         ..Default::default()
     };
-    let e = svc.update(req("--dangerously-skip-permissions")).await.unwrap_err();
+    let e = r.engine.update_conversation(req("--dangerously-skip-permissions")).await.unwrap_err();
     assert!(e.to_string().contains("agent_config.model"), "{e}");
-    let ok = svc.update(req("opus")).await.unwrap();
+    let ok = r.engine.update_conversation(req("opus")).await.unwrap();
     assert_eq!(ok.agent_config.unwrap_or_default().model, "opus");
 }

@@ -1,20 +1,12 @@
 //! Retrieval's settings (`retrieval.*` rows of `coffer_types::settings`), read from the store's
-//! Settings service and kept current: re-read whenever the store's change stream reports a
-//! setting change, and every few seconds in case the stream is down.
+//! Settings service and kept current by the shared follower
+//! ([`coffer_runtime::settings::follow`]).
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use coffer_proto::store::changes_client::ChangesClient;
-use coffer_proto::store::settings_client::SettingsClient;
-use coffer_proto::store::{ChangeEntity, GetSettingsRequest, HeadRequest, WatchChangesRequest};
-use coffer_runtime::grpc::AuthChannel;
 use coffer_types::settings as s;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-
-/// How often settings are re-read when no change arrives.
-pub const POLL: Duration = Duration::from_secs(5);
 
 /// The embeddings endpoint's settings (`retrieval.embeddings.*`). Its `Debug` shows the URL
 /// without user, password or query.
@@ -38,7 +30,7 @@ pub struct EmbeddingsSettings {
 
 impl std::fmt::Debug for EmbeddingsSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let url = if self.url.is_empty() { String::new() } else { crate::embed::shown_url_str(&self.url) };
+        let url = if self.url.is_empty() { String::new() } else { crate::embeddings_client::shown_url_str(&self.url) };
         f.debug_struct("EmbeddingsSettings")
             .field("url", &url)
             .field("model", &self.model)
@@ -113,65 +105,15 @@ impl Config {
 /// A shared, current [`Config`].
 pub type ConfigRx = watch::Receiver<Arc<Config>>;
 
-/// Keeps `tx` current until `shutdown`: reads the settings once, then again on every setting
-/// change the store streams and every [`POLL`]. A store that is down leaves the last value in
-/// force (the defaults before the first read).
-pub async fn follow(
-    settings: SettingsClient<AuthChannel>,
-    changes: ChangesClient<AuthChannel>,
-    tx: watch::Sender<Arc<Config>>,
-    shutdown: CancellationToken,
-) {
-    let reload = |mut settings: SettingsClient<AuthChannel>, tx: watch::Sender<Arc<Config>>| async move {
-        match settings.get_settings(GetSettingsRequest {}).await {
-            Ok(map) => {
-                let config = Config::from_values(&map.into_inner().values);
-                tx.send_if_modified(|cur| {
-                    let changed = **cur != config;
-                    if changed {
-                        tracing::info!(?config, "Retrieval settings in force.");
-                        *cur = Arc::new(config);
-                    }
-                    changed
-                });
-            }
-            Err(e) => tracing::debug!(error = %e.message(), "Cannot read settings yet."),
-        }
-    };
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        // A stream from the current head: every setting change after it wakes a reload.
-        let mut ch = changes.clone();
-        let stream = async {
-            let head = ch.head(HeadRequest {}).await.ok()?.into_inner().seq;
-            ch.watch_changes(WatchChangesRequest { from_seq: head }).await.ok().map(|s| s.into_inner())
-        }
-        .await;
-        reload(settings.clone(), tx.clone()).await;
-        let Some(mut stream) = stream else {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => continue,
-            }
-        };
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => reload(settings.clone(), tx.clone()).await,
-                msg = stream.message() => match msg {
-                    Ok(Some(c)) if c.entity == ChangeEntity::Setting as i32 => reload(settings.clone(), tx.clone()).await,
-                    Ok(Some(_)) => {}
-                    // Ended or failed (the store restarted): reconnect after the next tick.
-                    _ => {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return,
-                            _ = tick.tick() => break,
-                        }
-                    }
-                },
-            }
-        }
+pub use coffer_runtime::settings::follow;
+
+impl coffer_runtime::settings::FromSettings for Config {
+    fn from_settings(values: &HashMap<String, String>) -> Self {
+        Self::from_values(values)
+    }
+
+    fn log_in_force(&self) {
+        tracing::info!(config = ?self, "Retrieval settings in force.");
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Who does what, file by file: [`service`] (the gRPC surface and its validation) →
 //! [`sources`] (KB definitions), [`indexer`] + [`watch`] (files → index), [`search`] +
-//! [`fusion`] (engines → results), [`memory`], [`skills`], [`embedder`] (the background vector
+//! [`fusion`] (engines → results), [`memory`], [`skills`], [`embedding_worker`] (the background vector
 //! worker), [`config`] (the `retrieval.*` settings); the engine libraries below them.
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use coffer_runtime::service::ServiceCtx;
 
 pub mod authz;
 pub mod config;
-pub mod embedder;
+pub mod embedding_worker;
 pub mod error;
 pub mod fusion;
 pub mod indexer;
@@ -69,7 +69,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
 
     let sources = Arc::new(sources::Sources::new(home.clone(), index.clone()));
     let indexer = indexer::Indexer::new(sources.clone(), config_rx.clone(), shutdown.clone());
-    let embeddings = embedder::Embeddings::new(indexer.embed_wake.clone());
+    let embeddings = embedding_worker::Embeddings::new(indexer.embed_wake.clone());
     let memory = Arc::new(memory::Memory::new(sources.clone(), indexer.clone()));
     let searcher = Arc::new(search::Searcher::new(sources.clone(), embeddings.clone(), config_rx.clone()));
 
@@ -77,13 +77,15 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     {
         let (sources, indexer, shutdown) = (sources.clone(), indexer.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let mut delay = std::time::Duration::from_millis(100);
+            let mut backoff =
+                coffer_runtime::Backoff::new(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
             let mut failing = coffer_runtime::logging::FailureLog::new(std::time::Duration::from_secs(600));
             loop {
                 match sources.load().await {
                     Ok(()) => break,
                     Err(e) => {
                         let state = failing.failed(&e.to_string());
+                        let delay = backoff.next_delay();
                         if state != coffer_runtime::logging::Failing::Quiet {
                             tracing::warn!(error = %e, failures = failing.failures(), retry_ms = delay.as_millis() as u64, "Cannot load knowledge bases yet.");
                         }
@@ -91,7 +93,6 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
                             _ = shutdown.cancelled() => return,
                             _ = tokio::time::sleep(delay) => {}
                         }
-                        delay = (delay * 2).min(std::time::Duration::from_secs(5));
                     }
                 }
             }
@@ -127,7 +128,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub mod embed;
+pub mod embeddings_client;
 pub mod grep;
 pub mod markdown;
 pub mod snippet;

@@ -669,7 +669,7 @@ mod tests {
             ("Password: Tr0ub4dor&3 for the router", "password"),
             ("curl -H 'Authorization: Bearer abc123def456ghi789'", "authorization"),
             ("api_key: 9f8e7d6c5b4a39281706", "api_key"),
-            // Credentials named in prose (issue 32).
+            // Credentials named in prose.
             ("The staging DB password is hunter2-Xy9!kQ", "password"),
             ("the wifi password for the office is Sommer2024!", "password"),
             ("Our VPN passphrase: Tr0ub4dor&3x", "passphrase"),
@@ -695,7 +695,7 @@ mod tests {
             "我的密码规则是每月更换",
             "ERR-4711 means the disk is full",
             "the key: value store is fast",
-            // Prose about credentials, not credentials (issue 32).
+            // Prose about credentials, not credentials.
             "the password policy is strict",
             "The password is stored in 1Password under Staging.",
             "the secret is to knead the dough longer",

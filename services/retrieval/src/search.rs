@@ -32,7 +32,7 @@ use coffer_proto::store::{
     Chunk, ChunkHit, Filters, KeywordQueryRequest, LineRef, LocateLinesRequest, MatchMode, VectorQueryRequest,
 };
 
-use crate::embedder::Embeddings;
+use crate::embedding_worker::Embeddings;
 use crate::error::{Error, Result};
 use crate::fusion::{self, ChunkRef, Ranked};
 use crate::sources::{MEMORY, Sources};
@@ -430,7 +430,7 @@ impl Searcher {
         let ready = self.embeddings.ready().ok_or("the embeddings endpoint is not configured")?;
         let mut v = ready.embedder.embed(&[text.to_owned()]).await.map_err(|e| e.to_string())?;
         let v = v.pop().ok_or("the embeddings endpoint answered no vector")?;
-        crate::embedder::check_vector(&v, ready.dimension)?;
+        crate::embedding_worker::check_vector(&v, ready.dimension)?;
         let hits = self
             .sources
             .index()

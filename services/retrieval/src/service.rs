@@ -13,7 +13,7 @@ use coffer_proto::retrieval::{
 use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseStats, StatsRequest};
 use tonic::{Request, Response, Status};
 
-use crate::embedder::Embeddings;
+use crate::embedding_worker::Embeddings;
 use crate::error::{Error, Result};
 use crate::indexer::Indexer;
 use crate::memory::Memory;

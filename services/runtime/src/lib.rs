@@ -1,5 +1,7 @@
 //! Shared process plumbing used by every Coffer binary.
 //!
+//! - [`backoff`]: the one exponential [`backoff::Backoff`] of every retry loop.
+//! - [`codex_config`]: the one writer of Coffer's entry in Codex's `config.toml`.
 //! - [`home`]: the `COFFER_HOME` layout and its owner-only permissions.
 //! - [`logging`]: per-process log files under `logs/`, clipped values and rate-limited lines.
 //! - [`rolling`]: the log files' writer (by day and size, with a total cap).
@@ -8,6 +10,7 @@
 //! - [`grpc`]: the internal auth layer (who is calling, may they) and trace-id propagation.
 //! - [`identity`]: per-service internal tokens and the digests receivers check them against.
 //! - [`authz`]: the declarative tables of which identity may call which internal method.
+//! - [`settings`]: the follower that keeps a service's typed settings current.
 //! - [`service`]: a service binary's `main` shape and its [`service::ServiceCtx`].
 //! - [`spawn`]: the one helper that starts every child process.
 //! - [`sandbox`]: the Landlock ruleset that hides `COFFER_HOME` from upstreams and agents.
@@ -16,7 +19,9 @@
 //! - [`token`]: random tokens and constant-time comparison.
 
 pub mod authz;
+pub mod backoff;
 pub mod base_env;
+pub mod codex_config;
 pub mod connect;
 pub mod daemon_file;
 pub mod digest;
@@ -32,9 +37,12 @@ pub mod rolling;
 pub mod sandbox;
 pub mod sched;
 pub mod service;
+pub mod settings;
 pub mod spawn;
 pub mod tls;
 pub mod token;
+
+pub use backoff::Backoff;
 
 /// Version of this build; the daemon and its entry points compare it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

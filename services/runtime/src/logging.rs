@@ -193,10 +193,11 @@ impl FailureLog {
         self.failures
     }
 
-    /// The wait before the next attempt: `base` doubled per failure in a row, at most `max`.
+    /// The wait before the next attempt: `base` doubled per failure in a row, at most `max`
+    /// ([`crate::Backoff`]'s curve; `base` also before any failure).
     pub fn backoff(&self, base: std::time::Duration, max: std::time::Duration) -> std::time::Duration {
-        let doublings = self.failures.saturating_sub(1).min(20) as u32;
-        base.saturating_mul(1 << doublings).min(max)
+        let failures = u32::try_from(self.failures).unwrap_or(u32::MAX).max(1);
+        crate::Backoff::new(base, max).delay_after(failures)
     }
 }
 

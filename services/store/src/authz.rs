@@ -72,6 +72,7 @@ pub const POLICY: Policy = Policy {
         rule(CREDENTIALS, "SetCredential", GATEWAY),
         rule(CREDENTIALS, "ListCredentials", ANY),
         rule(CREDENTIALS, "DeleteCredential", GATEWAY),
+        rule(CREDENTIALS, "DeleteCredentialIfUnused", GATEWAY),
         rule(CREDENTIALS, "ResolveCredentials", CREDENTIAL_USERS),
         rule(SETTINGS, "GetSettings", ANY),
         rule(SETTINGS, "PatchSettings", GATEWAY),

@@ -1206,7 +1206,7 @@ mod tests {
         assert_eq!(df.count(&r, "\"apple\"").unwrap(), 7);
     }
 
-    /// The cause of session 11's intermittent keyword failures: a phrase's token is kept for
+    /// The cause of intermittent keyword failures seen before: a phrase's token is kept for
     /// every connection, the `fts5vocab` table is one connection's own. A phrase first
     /// counted on one connection of the pool must be counted on another that never tokenized
     /// anything (it once failed there with "no such table: temp.kb_fts_rows"), and equal the

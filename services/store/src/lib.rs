@@ -10,11 +10,11 @@
 
 pub mod authz;
 pub mod backup;
+pub mod credential_crypto;
 pub mod db;
 pub mod domain;
 pub mod fts_rank;
 pub mod retention;
-pub mod vault;
 
 use coffer_runtime::identity::Identity;
 use coffer_runtime::service::ServiceCtx;
@@ -43,7 +43,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let ServiceCtx { home, listener, internal, shutdown, .. } = ctx;
     let db = db::Db::open(&home.db())?;
     tracing::info!(path = %home.db().display(), head = db.head(), "Database open and migrated.");
-    let vault = vault::Vault::new(home.secret_key());
+    let vault = credential_crypto::CredentialCrypto::new(home.secret_key());
     // Retention runs beside the RPCs, through the same single writer: a pass now, then hourly.
     let retention = retention::spawn(db.clone(), shutdown.clone());
     let routes = domain::routes(&db, vault);

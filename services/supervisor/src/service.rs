@@ -26,6 +26,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use coffer_runtime::Backoff;
 use coffer_runtime::home::CofferHome;
 
 use crate::table::{ServiceSpec, Start};
@@ -36,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 /// First restart delay; doubles per consecutive crash up to [`BACKOFF_MAX`].
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// The health check's polling: 5 ms doubling to 100 ms between checks.
+const HEALTH_POLL: Backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(100));
 /// Healthy this long before a crash resets the restart delay to [`BACKOFF_START`]: an
 /// isolated crash comes back in about 100 ms, while a crash loop (a process that dies before
 /// or soon after it is healthy) still backs off.
@@ -53,19 +56,19 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// The restart policy of one service: the delay before each restart and the crashes of the
 /// last [`CRASH_WINDOW`]. Pure (the caller passes the clock), so it is tested without processes.
 #[derive(Debug)]
-struct Backoff {
-    /// The delay the next crash waits.
-    next: Duration,
+struct RestartPolicy {
+    /// The delays of the crashes in a row.
+    delay: Backoff,
     crashes: Vec<Instant>,
 }
 
-impl Default for Backoff {
+impl Default for RestartPolicy {
     fn default() -> Self {
-        Self { next: BACKOFF_START, crashes: Vec::new() }
+        Self { delay: Backoff::new(BACKOFF_START, BACKOFF_MAX), crashes: Vec::new() }
     }
 }
 
-impl Backoff {
+impl RestartPolicy {
     /// Records a crash at `now` of a process that had been healthy for `healthy_for` (`None`:
     /// it never answered its health check). Returns the delay before the restart (100 ms after
     /// [`BACKOFF_RESET_AFTER`] healthy, else doubling per crash up to [`BACKOFF_MAX`]) and how
@@ -74,16 +77,14 @@ impl Backoff {
     fn crashed(&mut self, now: Instant, healthy_for: Option<Duration>) -> (Duration, usize) {
         let healthy_for = healthy_for.unwrap_or_default();
         if healthy_for >= BACKOFF_RESET_AFTER {
-            self.next = BACKOFF_START;
+            self.delay.reset();
         }
         if healthy_for >= STABLE_AFTER {
             self.crashes.clear();
         }
         self.crashes.retain(|t| now.saturating_duration_since(*t) < CRASH_WINDOW);
         self.crashes.push(now);
-        let delay = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        (delay, self.crashes.len())
+        (self.delay.next_delay(), self.crashes.len())
     }
 }
 
@@ -320,7 +321,7 @@ impl ServiceHandle {
     /// The supervision loop; ends after [`ServiceHandle::stop`].
     async fn run(self, ctx: Context) {
         let mut rx = self.cmd_rx.clone().lock_owned().await;
-        let mut backoff = Backoff::default();
+        let mut backoff = RestartPolicy::default();
         let mut first = true;
         'outer: loop {
             self.set_state(if first { ServiceState::Starting } else { ServiceState::Restarting });
@@ -430,7 +431,7 @@ impl ServiceHandle {
                     "Service crashed repeatedly; marked failed. Restart it with `coffer daemon restart`.");
                 match rx.recv().await {
                     Some(Command::Restart(ack)) => {
-                        backoff = Backoff::default();
+                        backoff = RestartPolicy::default();
                         let _ = ack.send(());
                         continue;
                     }
@@ -467,13 +468,12 @@ impl ServiceHandle {
     /// Polls the standard gRPC health check until SERVING or the deadline.
     async fn await_health(&self, ctx: &Context) -> bool {
         let deadline = Instant::now() + HEALTH_DEADLINE;
-        let mut delay = Duration::from_millis(5);
+        let mut poll = HEALTH_POLL;
         while Instant::now() < deadline {
             if coffer_runtime::grpc::check_health(&self.address, &ctx.supervisor_token).await {
                 return true;
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(100));
+            tokio::time::sleep(poll.next_delay()).await;
         }
         false
     }
@@ -500,7 +500,7 @@ mod tests {
     /// A crash loop (the process dies before it is healthy) doubles the delay up to the cap.
     #[test]
     fn a_crash_loop_backs_off_to_the_cap() {
-        let mut b = Backoff::default();
+        let mut b = RestartPolicy::default();
         let t0 = Instant::now();
         let delays: Vec<Duration> = (0..10).map(|i| b.crashed(t0 + i * 100 * MS, None).0).collect();
         let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
@@ -511,7 +511,7 @@ mod tests {
     /// one that was healthy for 10 s comes back after the first delay again.
     #[test]
     fn ten_seconds_healthy_resets_the_delay() {
-        let mut b = Backoff::default();
+        let mut b = RestartPolicy::default();
         let t0 = Instant::now();
         for _ in 0..6 {
             b.crashed(t0, Some(2 * 1000 * MS));
@@ -527,7 +527,7 @@ mod tests {
     /// Isolated crashes (each after a while healthy) always restart after about 100 ms.
     #[test]
     fn isolated_crashes_restart_quickly() {
-        let mut b = Backoff::default();
+        let mut b = RestartPolicy::default();
         let t0 = Instant::now();
         for i in 0..20u32 {
             let (delay, _) = b.crashed(t0 + i * 12_000 * MS, Some(11_000 * MS));
@@ -538,7 +538,7 @@ mod tests {
     /// The crash window counts crashes of the last minute; 60 s healthy clears it.
     #[test]
     fn the_crash_window_counts_the_last_minute() {
-        let mut b = Backoff::default();
+        let mut b = RestartPolicy::default();
         let t0 = Instant::now();
         let counts: Vec<usize> = (0..5u32).map(|i| b.crashed(t0 + i * 1000 * MS, None).1).collect();
         assert_eq!(counts, [1, 2, 3, 4, 5]);

@@ -8,6 +8,10 @@
 //! readable by `coffer mcp show` and sits in the database's WAL.
 use std::collections::HashMap;
 
+/// Prefix of a stored credential reference in an MCP server's `env` or `headers` value:
+/// `coffer-credential-ref:<name>` (the value itself stays in the credential store).
+pub const REF_PREFIX: &str = "coffer-credential-ref:";
+
 /// Words in an `env` or header name that make its value a secret (matched case-insensitively
 /// anywhere in the name).
 pub const SECRET_WORDS: &[&str] = &["token", "key", "secret", "password", "passwd", "auth", "credential"];

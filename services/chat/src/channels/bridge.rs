@@ -1,8 +1,7 @@
 //! The turn seam every channel adapter shares (see [`super`]): the owner gate, the commands,
 //! and the bound conversation's turns handed to the adapter's [`super::Replier`].
 //!
-//! Owned by the `telegram` helper; the public API below is the contract the SeaTalk adapter
-//! codes against.
+//! The public API below is the contract every adapter (Telegram, SeaTalk) codes against.
 //!
 //! - **Owner gate.** `/pair <code>` is heard from anyone (the store compares the code in
 //!   constant time and, after five wrong tries from one sender, refuses that sender for the
@@ -31,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use super::{ChannelError, Inbound, Replier, TurnState, TurnView};
 use crate::engine::Engine;
 use crate::error::Error;
-use crate::service::ChatService;
 
 /// The agent of a channel whose record names none.
 pub const DEFAULT_AGENT: &str = "claude_code";
@@ -392,7 +390,7 @@ impl Bridge {
             peer_chat_id: chat.to_owned(),
             ..Default::default()
         };
-        ChatService { engine: self.engine.clone() }.create(req).await
+        self.engine.create_conversation(req).await
     }
 
     /// The bound conversation of `chat` (created when `create` and there is none), followed.
@@ -467,7 +465,7 @@ impl Bridge {
             return Ok(Some(format!("Model: {model}. Send /model <id> to change it.")));
         }
         let req = c::UpdateConversationRequest { id, model: Some(arg.to_owned()), ..Default::default() };
-        let conv = ChatService { engine: self.engine.clone() }.update(req).await?;
+        let conv = self.engine.update_conversation(req).await?;
         let model = conv.agent_config.unwrap_or_default().model;
         Ok(Some(format!("Model set to {model} for this conversation (from the next turn).")))
     }

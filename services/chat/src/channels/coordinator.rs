@@ -1,5 +1,5 @@
 //! The adapter coordinator (see [`super`]): the only thing that starts, stops or restarts a
-//! channel adapter. Owned by the `telegram` helper.
+//! channel adapter.
 //!
 //! A tick (a `channel` or `credential` row on the change stream, an adapter task that ended,
 //! or every [`SAFETY_TICK`]) lists the channels, resolves each enabled one's credentials

@@ -46,6 +46,7 @@ use coffer_proto::control::control_client::ControlClient;
 use coffer_proto::control::{StartServiceRequest, StopServiceRequest};
 use coffer_proto::store::channels_client::ChannelsClient;
 use coffer_proto::store::{ChannelRecord, RecordEventRequest};
+use coffer_runtime::Backoff;
 use coffer_runtime::grpc::AuthChannel;
 use futures_util::future::BoxFuture;
 use secrecy::{ExposeSecret, SecretString};
@@ -552,7 +553,7 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
     let client = Client::new(&record.api_base_url, app_id, app_secret);
     // The app credentials are tried before the adapter says `running`: a wrong app secret is a
     // `failed` adapter naming the cause at once, not a running one that loses every reply.
-    let mut delay = START_BACKOFF_FIRST;
+    let mut backoff = Backoff::new(START_BACKOFF_FIRST, START_BACKOFF_MAX);
     loop {
         let got = tokio::select! {
             () = cancel.cancelled() => {
@@ -577,6 +578,7 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
                 return;
             }
             Err(e) => {
+                let delay = backoff.next_delay();
                 tracing::warn!(channel = %record.name, error = %e, wait_ms = delay.as_millis() as u64, "SeaTalk cannot be reached; backing off.");
                 status.update(|s| {
                     s.state = "backoff".into();
@@ -590,7 +592,6 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
                     }
                     () = tokio::time::sleep(delay) => {}
                 }
-                delay = (delay * 2).min(START_BACKOFF_MAX);
             }
         }
     }
@@ -636,6 +637,10 @@ fn stopped(status: &StatusCell) {
 const START_BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between two start checks.
 const START_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// First wait before recording an event's id again while the store is unavailable, doubled
+/// per try; tries stop once the wait would reach [`RECORD_RETRY_UNTIL`] (100 ms … 1.6 s).
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(100);
+const RECORD_RETRY_UNTIL: Duration = Duration::from_secs(3);
 
 /// How long bodies a stopping adapter had accepted but not handled wait for the channel's
 /// next adapter ([`carry_over`]); older ones are dropped (the channel was disabled, not
@@ -704,13 +709,12 @@ async fn handle_body(
         }
     };
     // De-duplication: the platform redelivers an event it did not see acknowledged in time.
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = Backoff::new(RECORD_RETRY_FIRST, Duration::MAX);
     let first = loop {
         match channels.record_event(RecordEventRequest { name: channel.to_owned(), event_id: event_id.clone() }).await {
             Ok(r) => break r.into_inner().first,
-            Err(s) if s.code() == tonic::Code::Unavailable && delay < Duration::from_secs(3) => {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
+            Err(s) if s.code() == tonic::Code::Unavailable && backoff.peek() < RECORD_RETRY_UNTIL => {
+                tokio::time::sleep(backoff.next_delay()).await;
             }
             Err(s) => {
                 tracing::warn!(channel, %event_id, code = ?s.code(), message = s.message(), "Cannot record a SeaTalk event; dropped.");

@@ -1,4 +1,4 @@
-//! The Telegram adapter (see [`super`]): Bot API long polling. Owned by the `telegram` helper.
+//! The Telegram adapter (see [`super`]): Bot API long polling.
 //!
 //! - **Polling.** `getMe` once (the status's `bot_username`), then `getUpdates` with
 //!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message", "edited_message"]` and
@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use coffer_runtime::Backoff;
 use futures_util::future::BoxFuture;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -386,7 +387,7 @@ impl TelegramReplier {
     /// One call with its retries: 429 waits `retry_after`, 5xx and timeouts back off; the rest
     /// fail at once.
     async fn send(&self, method: &str, body: &Value) -> Result<Value, ChannelError> {
-        let mut delay = BACKOFF_FIRST;
+        let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
         let mut tries = 0;
         loop {
             tries += 1;
@@ -401,8 +402,7 @@ impl TelegramReplier {
                     tokio::time::sleep(Duration::from_secs(retry_after_s)).await;
                 }
                 Err(ChannelError::Unavailable { .. }) if tries < SEND_TRIES => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(BACKOFF_MAX);
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
                 Err(e) => return Err(e),
             }
@@ -569,16 +569,12 @@ async fn pause(ctx: &AdapterCtx, d: Duration) -> bool {
     }
 }
 
-/// Enters backoff after `e` for the delay it asks (429) or `delay` (doubling it); `false` when
-/// cancelled meanwhile.
-async fn back_off(ctx: &AdapterCtx, e: &ChannelError, delay: &mut Duration) -> bool {
+/// Enters backoff after `e` for the delay it asks (429) or the next of `backoff` (counting
+/// the failure); `false` when cancelled meanwhile.
+async fn back_off(ctx: &AdapterCtx, e: &ChannelError, backoff: &mut Backoff) -> bool {
     let wait = match e {
         ChannelError::RateLimited { retry_after_s, .. } => Duration::from_secs(*retry_after_s),
-        _ => {
-            let d = *delay;
-            *delay = (*delay * 2).min(BACKOFF_MAX);
-            d
-        }
+        _ => backoff.next_delay(),
     };
     let msg = e.to_string();
     // A conflict is not a passing fault: it lasts as long as the other poller, so it reads as
@@ -616,7 +612,7 @@ async fn run(ctx: AdapterCtx) {
         return fail(&ctx, why).await;
     };
     let api = Arc::new(Api::new(&ctx.record.api_base_url, token));
-    let mut delay = BACKOFF_FIRST;
+    let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
     let username = loop {
         let me = tokio::select! {
             () = ctx.cancel.cancelled() => return stopped(&ctx),
@@ -626,7 +622,7 @@ async fn run(ctx: AdapterCtx) {
             Ok(u) => break u,
             Err(ChannelError::Auth { message, .. }) => return fail(&ctx, message).await,
             Err(e) => {
-                if !back_off(&ctx, &e, &mut delay).await {
+                if !back_off(&ctx, &e, &mut backoff).await {
                     return stopped(&ctx);
                 }
             }
@@ -646,7 +642,7 @@ async fn run(ctx: AdapterCtx) {
     }
     let mut channels = coffer_proto::store::channels_client::ChannelsClient::new(ctx.store.clone());
     let mut cursor = ctx.record.cursor;
-    delay = BACKOFF_FIRST;
+    backoff.reset();
     loop {
         let got = tokio::select! {
             () = ctx.cancel.cancelled() => break,
@@ -659,14 +655,14 @@ async fn run(ctx: AdapterCtx) {
                 return fail(&ctx, message).await;
             }
             Err(e) => {
-                if !back_off(&ctx, &e, &mut delay).await {
+                if !back_off(&ctx, &e, &mut backoff).await {
                     break;
                 }
                 continue;
             }
         };
-        if delay != BACKOFF_FIRST || ctx.status.get().state != "running" {
-            delay = BACKOFF_FIRST;
+        if backoff.failures() > 0 || ctx.status.get().state != "running" {
+            backoff.reset();
             ctx.status.update(|s| {
                 s.state = "running".into();
                 s.last_error.clear();

@@ -90,6 +90,13 @@ const MAX_PATHS: usize = 200;
 const PUSH_ATTEMPTS: usize = 3;
 /// Longest wait of the worker after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The worker's wait after `failures` (≥ 1) failed syncs in a row: twice the pull interval
+/// (at most a minute of it) after the first, doubling per further failure for at most 12
+/// failures, never more than [`MAX_BACKOFF`].
+fn failure_wait(pull_interval: Duration, failures: u32) -> Duration {
+    let first = pull_interval.min(Duration::from_secs(60)) * 2;
+    coffer_runtime::Backoff::new(first, MAX_BACKOFF).delay_after(failures.min(12))
+}
 /// How often the worker looks for local changes (KB index updates, store changes).
 const CHANGE_POLL: Duration = Duration::from_secs(2);
 
@@ -775,12 +782,6 @@ impl Engine {
                 continue;
             }
             let failures = self.live.lock().expect("live").failures;
-            let backoff = if failures == 0 {
-                cfg.pull_interval
-            } else {
-                (cfg.pull_interval.min(Duration::from_secs(60)) * 2u32.saturating_pow(failures.min(12)))
-                    .min(MAX_BACKOFF)
-            };
             let due = match dirty_since {
                 Some(at) if failures == 0 => (at + cfg.debounce).min(next_pull),
                 _ => next_pull,
@@ -823,9 +824,7 @@ impl Engine {
                     tracing::warn!(error = %e, failures = live.failures, "Sync failed; backing off.");
                     let f = live.failures;
                     drop(live);
-                    let wait = (cfg.pull_interval.min(Duration::from_secs(60)) * 2u32.saturating_pow(f.min(12)))
-                        .min(MAX_BACKOFF);
-                    next_pull = tokio::time::Instant::now() + wait.max(backoff.min(wait));
+                    next_pull = tokio::time::Instant::now() + failure_wait(cfg.pull_interval, f);
                 }
             }
             // Our own sync's writes are not local changes.
@@ -1059,6 +1058,17 @@ fn vault_files(root: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_waits_double_from_twice_the_interval() {
+        let s = Duration::from_secs;
+        assert_eq!(failure_wait(s(300), 1), s(120), "at most a minute of the interval, doubled");
+        assert_eq!(failure_wait(s(10), 1), s(20));
+        assert_eq!(failure_wait(s(10), 3), s(80));
+        assert_eq!(failure_wait(s(60), 20), MAX_BACKOFF);
+        let tiny = Duration::from_millis(100);
+        assert_eq!(failure_wait(tiny, 40), failure_wait(tiny, 12), "the doubling stops after 12 failures");
+    }
 
     #[test]
     fn sibling_names_say_whose_and_when() {

@@ -64,12 +64,12 @@ pub fn validate(c: &ChannelRecord) -> Result<String, StoreError> {
                     kind.as_str()
                 )));
             }
-            crate::vault::validate_name(value).map_err(|_| {
+            crate::credential_crypto::validate_name(value).map_err(|_| {
                 StoreError::Invalid(format!(
                     "{field} {:?} is not a valid credential name: use 1-{} characters A-Z, a-z, 0-9, '_', '.' and \
                      '-', starting with a letter or digit",
                     truncate(value, 80),
-                    crate::vault::MAX_NAME_LEN
+                    crate::credential_crypto::MAX_NAME_LEN
                 ))
             })?;
         } else if !value.is_empty() {

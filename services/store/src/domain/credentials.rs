@@ -1,4 +1,4 @@
-//! The `Credentials` service: credential values sealed by [`crate::vault::Vault`]
+//! The `Credentials` service: credential values sealed by [`crate::credential_crypto::CredentialCrypto`]
 //! (XChaCha20-Poly1305 under `secret.key`, the name as associated data) in `credentials`. No
 //! reply, error, log line or audit row carries a value, except `ResolveCredentials`' reply,
 //! which hands values to the gateway when it starts an upstream. Writes are audited and produce
@@ -7,22 +7,23 @@ use std::sync::Arc;
 
 use coffer_proto::store::credentials_server::Credentials;
 use coffer_proto::store::*;
+use coffer_types::secrets::REF_PREFIX;
 use rusqlite::{OptionalExtension, Row, params};
 use secrecy::{ExposeSecret, SecretString};
 use tonic::{Request, Response, Status};
 
 use super::{audit, trace, truncate};
+use crate::credential_crypto::{CredentialCrypto, CryptoError};
 use crate::db::{Db, StoreError};
-use crate::vault::{Vault, VaultError};
 
 /// Most names one `ResolveCredentials` call may ask for.
 const MAX_RESOLVE: usize = 1024;
 
-impl From<VaultError> for Status {
-    fn from(e: VaultError) -> Self {
+impl From<CryptoError> for Status {
+    fn from(e: CryptoError) -> Self {
         match e {
-            VaultError::InvalidName(_) | VaultError::InvalidValue(_) => Status::invalid_argument(e.to_string()),
-            VaultError::Random(_) => {
+            CryptoError::InvalidName(_) | CryptoError::InvalidValue(_) => Status::invalid_argument(e.to_string()),
+            CryptoError::Random(_) => {
                 tracing::error!(error = %e, "Credential encryption failed.");
                 Status::internal("credential encryption failed; see logs/store.log")
             }
@@ -39,15 +40,33 @@ fn credential_from_row(r: &Row<'_>) -> rusqlite::Result<CredentialInfo> {
     Ok(CredentialInfo { name: r.get(0)?, version: r.get(1)?, created_at: r.get(2)?, updated_at: r.get(3)? })
 }
 
+/// Whether a channel (any of its `*_ref` columns), an LLM connection (`credential_ref`) or an
+/// MCP server's `env` or `headers` (a [`REF_PREFIX`] value) references credential `name`.
+///
+/// # Errors
+/// A database error.
+pub(crate) fn credential_in_use(c: &rusqlite::Connection, name: &str) -> Result<bool, StoreError> {
+    let reference = format!("{REF_PREFIX}{name}");
+    Ok(c.query_row(
+        "SELECT EXISTS (SELECT 1 FROM channels WHERE ?1 <> ''
+                          AND ?1 IN (bot_token_ref, app_id_ref, app_secret_ref, signing_secret_ref))
+             OR EXISTS (SELECT 1 FROM llm_connections WHERE credential_ref = ?1)
+             OR EXISTS (SELECT 1 FROM mcp_servers s, json_each(s.env_json) e WHERE e.value = ?2)
+             OR EXISTS (SELECT 1 FROM mcp_servers s, json_each(s.headers_json) h WHERE h.value = ?2)",
+        params![name, reference],
+        |r| r.get::<_, bool>(0),
+    )?)
+}
+
 /// The `Credentials` gRPC service.
 pub struct CredentialsService {
     db: Db,
-    vault: Arc<Vault>,
+    vault: Arc<CredentialCrypto>,
 }
 
 impl CredentialsService {
     /// The service over `db`, sealing and opening values with `vault`.
-    pub fn new(db: Db, vault: Vault) -> Self {
+    pub fn new(db: Db, vault: CredentialCrypto) -> Self {
         Self { db, vault: Arc::new(vault) }
     }
 }
@@ -61,8 +80,8 @@ impl Credentials for CredentialsService {
         let trace = trace();
         let mut r = req.into_inner();
         let value = SecretString::from(std::mem::take(&mut r.value));
-        crate::vault::validate_name(&r.name)?;
-        crate::vault::validate_value(&value)?;
+        crate::credential_crypto::validate_name(&r.name)?;
+        crate::credential_crypto::validate_value(&value)?;
         // A missing key may be created only while no ciphertext exists under an earlier one;
         // otherwise a lost key file would be silently replaced and those rows lost.
         let stored = self
@@ -140,6 +159,29 @@ impl Credentials for CredentialsService {
         Ok(Response::new(WriteReply { seq }))
     }
 
+    async fn delete_credential_if_unused(
+        &self,
+        req: Request<DeleteCredentialRequest>,
+    ) -> Result<Response<DeleteIfUnusedReply>, Status> {
+        let trace = trace();
+        let r = req.into_inner();
+        let (deleted, seq) = self
+            .db
+            .write(move |t, ch| {
+                if credential_in_use(t, &r.name)? {
+                    return Ok(false);
+                }
+                if t.execute("DELETE FROM credentials WHERE name = ?1", [&r.name])? == 0 {
+                    return Ok(false);
+                }
+                audit::record(t, &trace, &r.actor, "credential.remove", &r.name)?;
+                ch.push(ChangeEntity::Credential, r.name.clone(), ChangeOp::Delete);
+                Ok(true)
+            })
+            .await?;
+        Ok(Response::new(DeleteIfUnusedReply { deleted, seq: if deleted { seq } else { 0 } }))
+    }
+
     async fn resolve_credentials(
         &self,
         req: Request<ResolveCredentialsRequest>,
@@ -171,7 +213,7 @@ impl Credentials for CredentialsService {
         let opened = tokio::task::spawn_blocking(move || {
             rows.into_iter()
                 .map(|(n, nonce, ct)| vault.open(&n, &nonce, &ct).map(|v| (n, v)))
-                .collect::<Result<Vec<(String, SecretString)>, VaultError>>()
+                .collect::<Result<Vec<(String, SecretString)>, CryptoError>>()
         })
         .await
         .map_err(|_| Status::internal("credential decryption task failed"))??;
@@ -192,7 +234,7 @@ mod tests {
     fn service() -> (tempfile::TempDir, CredentialsService) {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&dir.path().join("coffer.db")).unwrap();
-        let svc = CredentialsService::new(db, Vault::new(dir.path().join("secret.key")));
+        let svc = CredentialsService::new(db, CredentialCrypto::new(dir.path().join("secret.key")));
         (dir, svc)
     }
 
@@ -204,6 +246,48 @@ mod tests {
     async fn resolve(svc: &CredentialsService, names: &[&str]) -> Result<HashMap<String, String>, Status> {
         let req = ResolveCredentialsRequest { names: names.iter().map(|n| (*n).to_owned()).collect() };
         svc.resolve_credentials(Request::new(req)).await.map(|r| r.into_inner().values)
+    }
+
+    #[tokio::test]
+    async fn a_referenced_credential_is_kept_and_an_unused_one_deleted() {
+        let (_dir, svc) = service();
+        for name in ["bot", "llm-key", "env-key", "hdr-key", "free"] {
+            set(&svc, name, "v").await.unwrap();
+        }
+        svc.db
+            .write(|t, _| {
+                t.execute("INSERT INTO channels (name, kind, bot_token_ref, created_at, updated_at) VALUES ('home', 'telegram', 'bot', 'x', 'x')", [])?;
+                t.execute(
+                    "INSERT INTO llm_connections (name, wire, credential_ref, model, created_at, updated_at)
+                     VALUES ('work', 'anthropic', 'llm-key', 'm', 'x', 'x')",
+                    [],
+                )?;
+                t.execute(
+                    "INSERT INTO mcp_servers (name, transport, env_json, headers_json, created_at, updated_at)
+                     VALUES ('gh', 'stdio', ?1, ?2, 'x', 'x')",
+                    params![
+                        format!(r#"{{"TOKEN":"{REF_PREFIX}env-key","PLAIN":"free"}}"#),
+                        format!(r#"{{"Authorization":"{REF_PREFIX}hdr-key"}}"#)
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let drop = |name: &str| {
+            let req = DeleteCredentialRequest { name: name.into(), actor: "api".into() };
+            svc.delete_credential_if_unused(Request::new(req))
+        };
+        for used in ["bot", "llm-key", "env-key", "hdr-key"] {
+            let r = drop(used).await.unwrap().into_inner();
+            assert_eq!((r.deleted, r.seq), (false, 0), "{used} is referenced");
+        }
+        let r = drop("free").await.unwrap().into_inner();
+        assert!(r.deleted && r.seq > 0, "a literal value equal to the name is not a reference");
+        assert!(!drop("free").await.unwrap().into_inner().deleted, "absent: nothing to do");
+        assert!(!drop("").await.unwrap().into_inner().deleted);
+        let left = svc.list_credentials(Request::new(ListCredentialsRequest {})).await.unwrap().into_inner().items;
+        assert_eq!(left.len(), 4);
     }
 
     #[tokio::test]
@@ -295,7 +379,7 @@ mod tests {
         set(&svc, "github", "value-1").await.unwrap();
         // A restarted store whose key file was deleted.
         std::fs::remove_file(dir.path().join("secret.key")).unwrap();
-        let svc = CredentialsService::new(svc.db.clone(), Vault::new(dir.path().join("secret.key")));
+        let svc = CredentialsService::new(svc.db.clone(), CredentialCrypto::new(dir.path().join("secret.key")));
         let e = resolve(&svc, &["github"]).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(e.message().contains("secret.key") && e.message().contains("missing"), "{}", e.message());

@@ -57,12 +57,12 @@ pub fn validate(c: &LlmConnection) -> Result<(), StoreError> {
         _ => {}
     }
     if !c.credential_ref.is_empty() {
-        crate::vault::validate_name(&c.credential_ref).map_err(|_| {
+        crate::credential_crypto::validate_name(&c.credential_ref).map_err(|_| {
             StoreError::Invalid(format!(
                 "credential_ref {:?} is not a valid credential name: use 1-{} characters A-Z, a-z, 0-9, '_', '.' and \
                  '-', starting with a letter or digit",
                 truncate(&c.credential_ref, 80),
-                crate::vault::MAX_NAME_LEN
+                crate::credential_crypto::MAX_NAME_LEN
             ))
         })?;
     }

@@ -4,7 +4,7 @@
 //! | module | service | tables |
 //! |---|---|---|
 //! | [`registry`] | `Registry` | `mcp_servers`, `capability_prefs` |
-//! | [`credentials`] | `Credentials` | `credentials` (through [`crate::vault`]) |
+//! | [`credentials`] | `Credentials` | `credentials` (through [`crate::credential_crypto`]) |
 //! | [`settings`] | `Settings` | `settings` |
 //! | [`audit`] | `Audit` | `audit_log` (and [`audit::record`] for the other domains' writes) |
 //! | [`invocations`] | `Invocations` | `mcp_invocations` |
@@ -14,8 +14,9 @@
 //! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items` (the chat service's) |
 //! | [`llm`] | `LlmConnections` | `llm_connections` (no secret: a credential reference) |
 //! | [`channels`] | `Channels` | `channels`, `channel_events` (no secret: credential references, a pairing code's digest) |
+//! | [`sync_export`] | `VaultState` | every table `coffer sync` carries, exported as canonical JSON and applied |
 //!
-//! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the vault's, the
+//! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the credential crypto's, the
 //! backup's) once in its module. Adding a domain is a proto file, a module here and a line in
 //! [`routes`].
 pub mod audit;
@@ -29,12 +30,12 @@ pub mod llm;
 pub mod maintenance;
 pub mod registry;
 pub mod settings;
-pub mod vault;
+pub mod sync_export;
 
 use tonic::Status;
 
+use crate::credential_crypto::CredentialCrypto;
 use crate::db::{Db, StoreError};
-use crate::vault::Vault;
 
 /// Largest gRPC request a store service decodes (bytes): an invocation batch stays under half
 /// of it, and so does a message of the largest size `Conversations` stores
@@ -45,7 +46,7 @@ pub const MAX_DECODING_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 const MAX_PAGE: u32 = 500;
 
 /// Every store service over `db`, encrypting credentials with `vault`, for one listener.
-pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
+pub fn routes(db: &Db, vault: CredentialCrypto) -> tonic::service::Routes {
     use coffer_proto::store::{
         audit_server::AuditServer, changes_server::ChangesServer, channels_server::ChannelsServer,
         conversations_server::ConversationsServer, credentials_server::CredentialsServer, index_server::IndexServer,
@@ -78,7 +79,7 @@ pub fn routes(db: &Db, vault: Vault) -> tonic::service::Routes {
     )
     .add_service(LlmConnectionsServer::new(llm::LlmConnectionsService::new(db.clone())).max_decoding_message_size(MAX))
     .add_service(ChannelsServer::new(channels::ChannelsService::new(db.clone())).max_decoding_message_size(MAX))
-    .add_service(VaultStateServer::new(vault::VaultStateService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(VaultStateServer::new(sync_export::VaultStateService::new(db.clone())).max_decoding_message_size(MAX))
 }
 
 impl From<StoreError> for Status {

@@ -3,33 +3,20 @@
 //! change row (entity `server` or `preference`).
 use coffer_proto::store::registry_server::Registry;
 use coffer_proto::store::*;
+use coffer_types::BUILTIN_SERVER;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tonic::{Request, Response, Status};
 
 use super::{audit, required, trace, truncate};
 use crate::db::{Db, StoreError};
 
-/// The name reserved for Coffer's built-in tools: no server may take it, but preferences may
-/// name it.
-const BUILTIN_SERVER: &str = "coffer";
-
-/// Validates an MCP server name: `^[a-z0-9][a-z0-9-]{0,23}$`, not the reserved `coffer`.
+/// Validates an MCP server name ([`coffer_types::check_server_name`]:
+/// `^[a-z0-9][a-z0-9-]{0,23}$`, not the reserved `coffer`).
 ///
 /// # Errors
 /// [`StoreError::Invalid`] with a message naming the rule that failed.
 pub fn validate_server_name(name: &str) -> Result<(), StoreError> {
-    let ok_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ok_first = name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if name.is_empty() || name.len() > 24 || !ok_chars || !ok_first {
-        return Err(StoreError::Invalid(format!(
-            "invalid server name {:?}: use 1-24 characters a-z, 0-9 and '-', starting with a letter or digit",
-            truncate(name, 40)
-        )));
-    }
-    if name == BUILTIN_SERVER {
-        return Err(StoreError::Invalid("server name \"coffer\" is reserved for Coffer's built-in tools".into()));
-    }
-    Ok(())
+    coffer_types::check_server_name(name).map_err(StoreError::Invalid)
 }
 
 pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {

@@ -373,5 +373,5 @@ fn check(answer: Answer, sent: usize, dimension: Option<u32>) -> Result<Vec<Vec<
 }
 
 #[cfg(test)]
-#[path = "tests/embed.rs"]
+#[path = "tests/embeddings_client.rs"]
 mod tests;

@@ -4,8 +4,9 @@
 //! It reads `retrieval.embeddings.*` ([`crate::config`]), resolves the credential through the
 //! store's `Credentials.ResolveCredentials`, learns the dimension (the setting, or the first
 //! answer's length), tells the store (`ConfigureVectors`: a new model or dimension drops every
-//! vector, a clean re-embed), then loops: `PendingEmbeddings` → [`embed::Embedder::embed`]
-//! (batches of `batch_size`, `concurrency` requests at once) → `PutEmbeddings`. A vector of the
+//! vector, a clean re-embed), then loops: `PendingEmbeddings` →
+//! [`embeddings_client::Embedder::embed`] (batches of `batch_size`, `concurrency` requests at
+//! once) → `PutEmbeddings`. A vector of the
 //! wrong length or with NaN is refused before it reaches the store. An endpoint that is down or
 //! answers garbage is retried with exponential backoff and reported by [`Embeddings::engine`];
 //! a settings change starts over.
@@ -24,7 +25,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigRx, EmbeddingsSettings};
-use crate::embed;
+use crate::embeddings_client;
 use crate::sources::Index;
 
 /// Idle re-check of pending chunks when nothing woke the worker.
@@ -36,7 +37,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A configured, working endpoint: what the vector engine queries with.
 pub struct Ready {
     /// The client.
-    pub embedder: embed::Embedder,
+    pub embedder: embeddings_client::Embedder,
     /// Model name.
     pub model: String,
     /// Vector length.
@@ -122,12 +123,17 @@ impl Embeddings {
             (State::Off(why), _) => (false, format!("off: {why}")),
             (State::Starting, _) => (false, "starting".into()),
             (State::Ready, Some(r)) => {
-                (true, format!("{} ({}) at {}", r.model, r.dimension, crate::embed::shown_url_str(&r.url)))
+                (true, format!("{} ({}) at {}", r.model, r.dimension, crate::embeddings_client::shown_url_str(&r.url)))
             }
             (State::Ready, None) => (false, "starting".into()),
             (State::Failing(why), Some(r)) => (
                 true,
-                format!("{} ({}) at {}; failing: {why}", r.model, r.dimension, crate::embed::shown_url_str(&r.url)),
+                format!(
+                    "{} ({}) at {}; failing: {why}",
+                    r.model,
+                    r.dimension,
+                    crate::embeddings_client::shown_url_str(&r.url)
+                ),
             ),
             (State::Failing(why), None) => (false, format!("failing: {why}")),
         };
@@ -146,7 +152,7 @@ impl Embeddings {
         credentials: CredentialsClient<AuthChannel>,
         shutdown: CancellationToken,
     ) {
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = coffer_runtime::Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
         // Logged when embeddings start failing, when the error changes, every 10 minutes while
         // it lasts and on recovery; not on every retry.
         let mut failing = coffer_runtime::logging::FailureLog::new(Duration::from_secs(600));
@@ -159,20 +165,21 @@ impl Embeddings {
             };
             match outcome {
                 Ok(()) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     if let Some(failures) = failing.succeeded() {
                         tracing::info!(failures, "Embeddings recovered.");
                     }
                 }
                 // Settings changed: start over at once.
                 Err(None) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     continue;
                 }
                 Err(Some(why)) => {
+                    let delay = backoff.next_delay();
                     match failing.failed(&why) {
                         coffer_runtime::logging::Failing::Started => {
-                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), retry_ms = backoff.as_millis() as u64, "Embeddings failing.");
+                            tracing::warn!(error = %coffer_runtime::logging::clip(&why), retry_ms = delay.as_millis() as u64, "Embeddings failing.");
                         }
                         coffer_runtime::logging::Failing::Still { failures } => {
                             tracing::warn!(error = %coffer_runtime::logging::clip(&why), failures, "Embeddings still failing.");
@@ -183,9 +190,8 @@ impl Embeddings {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = config.changed() => {}
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
             }
         }
@@ -218,7 +224,7 @@ impl Embeddings {
             let value = reply.into_inner().values.remove(&name).ok_or(format!("credential {name:?} is not set"))?;
             Some(SecretString::from(value))
         };
-        let embedder = embed::Embedder::new(embed::EmbedConfig {
+        let embedder = embeddings_client::Embedder::new(embeddings_client::EmbedConfig {
             base_url: settings.url.clone(),
             model: settings.model.clone(),
             api_key,

@@ -32,8 +32,8 @@ use tonic::{Request, Response, Status};
 use super::{audit, trace, truncate};
 use crate::db::{Changes, Db, StoreError};
 
-/// How a server's env or header value names a credential (the value stays in the vault).
-pub const REF_PREFIX: &str = "coffer-credential-ref:";
+// How a server's env or header value names a credential (the value stays in the vault).
+pub use coffer_types::secrets::REF_PREFIX;
 
 /// Settings that describe this machine, not the vault: never exported, never applied. `sync.*`
 /// (the worker and this machine's name), and the agent CLIs' paths (where Claude Code or Codex
@@ -408,7 +408,7 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
             for (field, map) in [("env", &f.env), ("headers", &f.headers)] {
                 for (k, v) in map {
                     if let Some(cred) = v.strip_prefix(REF_PREFIX) {
-                        crate::vault::validate_name(cred)
+                        crate::credential_crypto::validate_name(cred)
                             .map_err(|e| format!("{field}.{}: credential reference: {e}", truncate(k, 40)))?;
                     }
                 }

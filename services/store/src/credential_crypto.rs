@@ -1,4 +1,4 @@
-//! The credential vault: encryption at rest of credential values under `COFFER_HOME/secret.key`.
+//! Credential encryption: encryption at rest of credential values under `COFFER_HOME/secret.key`.
 //!
 //! The key is 32 random bytes in `secret.key` (mode 0600, never in the database), created
 //! exclusively on first use: written to a private temporary file, then `link()`ed into place, so
@@ -28,9 +28,9 @@ pub const MAX_VALUE_LEN: usize = 65_536;
 /// Longest credential name (characters, all ASCII).
 pub const MAX_NAME_LEN: usize = 64;
 
-/// Why a vault operation failed. No variant ever carries a credential value.
+/// Why encrypting or decrypting a credential failed. No variant ever carries a credential value.
 #[derive(Debug, thiserror::Error)]
-pub enum VaultError {
+pub enum CryptoError {
     #[error(
         "invalid credential name {0:?}: use 1-64 characters A-Z, a-z, 0-9, '_', '.' and '-', starting with a letter or digit"
     )]
@@ -63,8 +63,8 @@ pub struct Sealed {
 /// Checks a credential name against `^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`.
 ///
 /// # Errors
-/// [`VaultError::InvalidName`] (the name, shortened, in the message).
-pub fn validate_name(name: &str) -> Result<(), VaultError> {
+/// [`CryptoError::InvalidName`] (the name, shortened, in the message).
+pub fn validate_name(name: &str) -> Result<(), CryptoError> {
     let b = name.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= MAX_NAME_LEN
@@ -74,7 +74,7 @@ pub fn validate_name(name: &str) -> Result<(), VaultError> {
         Ok(())
     } else {
         let shown: String = name.chars().take(MAX_NAME_LEN + 1).collect();
-        Err(VaultError::InvalidName(shown))
+        Err(CryptoError::InvalidName(shown))
     }
 }
 
@@ -82,28 +82,28 @@ pub fn validate_name(name: &str) -> Result<(), VaultError> {
 /// passed in a process environment). The message never shows the value.
 ///
 /// # Errors
-/// [`VaultError::InvalidValue`].
-pub fn validate_value(value: &SecretString) -> Result<(), VaultError> {
+/// [`CryptoError::InvalidValue`].
+pub fn validate_value(value: &SecretString) -> Result<(), CryptoError> {
     let v = value.expose_secret();
     if v.is_empty() {
-        return Err(VaultError::InvalidValue("it is empty"));
+        return Err(CryptoError::InvalidValue("it is empty"));
     }
     if v.len() > MAX_VALUE_LEN {
-        return Err(VaultError::InvalidValue("it is longer than 65536 bytes"));
+        return Err(CryptoError::InvalidValue("it is longer than 65536 bytes"));
     }
     if v.contains('\0') {
-        return Err(VaultError::InvalidValue("it contains a NUL byte"));
+        return Err(CryptoError::InvalidValue("it contains a NUL byte"));
     }
     Ok(())
 }
 
-/// The vault over one key file; the key is read (or created) on first use and then kept.
-pub struct Vault {
+/// Credential encryption over one key file; the key is read (or created) on first use and then kept.
+pub struct CredentialCrypto {
     path: PathBuf,
     cipher: Mutex<Option<Arc<XChaCha20Poly1305>>>,
 }
 
-impl Vault {
+impl CredentialCrypto {
     /// A vault whose key is (or will be) the file `path` (`CofferHome::secret_key`).
     pub fn new(path: PathBuf) -> Self {
         Self { path, cipher: Mutex::new(None) }
@@ -115,7 +115,7 @@ impl Vault {
     }
 
     /// The cipher, loading the key file or, when it is missing and `create` is set, creating it.
-    fn cipher(&self, create: bool) -> Result<Arc<XChaCha20Poly1305>, VaultError> {
+    fn cipher(&self, create: bool) -> Result<Arc<XChaCha20Poly1305>, CryptoError> {
         let mut slot = self.cipher.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
@@ -123,7 +123,7 @@ impl Vault {
         let key = match load_key(&self.path)? {
             Some(k) => k,
             None if create => create_key(&self.path)?,
-            None => return Err(VaultError::KeyMissing { path: self.path.clone() }),
+            None => return Err(CryptoError::KeyMissing { path: self.path.clone() }),
         };
         let c = Arc::new(XChaCha20Poly1305::new_from_slice(&key[..]).expect("key length is KEY_LEN"));
         *slot = Some(c.clone());
@@ -135,32 +135,32 @@ impl Vault {
     /// a previous key still exist, so a lost key is reported instead of silently replaced).
     ///
     /// # Errors
-    /// [`VaultError::InvalidName`], [`VaultError::InvalidValue`], key file errors, or
-    /// [`VaultError::Random`].
-    pub fn seal(&self, name: &str, value: &SecretString, create_key: bool) -> Result<Sealed, VaultError> {
+    /// [`CryptoError::InvalidName`], [`CryptoError::InvalidValue`], key file errors, or
+    /// [`CryptoError::Random`].
+    pub fn seal(&self, name: &str, value: &SecretString, create_key: bool) -> Result<Sealed, CryptoError> {
         validate_name(name)?;
         validate_value(value)?;
         let cipher = self.cipher(create_key)?;
         let mut nonce = [0u8; NONCE_LEN];
-        getrandom::fill(&mut nonce).map_err(|e| VaultError::Random(e.to_string()))?;
+        getrandom::fill(&mut nonce).map_err(|e| CryptoError::Random(e.to_string()))?;
         let ciphertext = cipher
             .encrypt(
                 XNonce::from_slice(&nonce),
                 Payload { msg: value.expose_secret().as_bytes(), aad: name.as_bytes() },
             )
             // Only a message beyond the cipher's ~256 GiB limit fails, and values are ≤ 64 KiB.
-            .map_err(|_| VaultError::InvalidValue("it cannot be encrypted"))?;
+            .map_err(|_| CryptoError::InvalidValue("it cannot be encrypted"))?;
         Ok(Sealed { nonce: nonce.to_vec(), ciphertext })
     }
 
     /// Decrypts the stored `nonce` and `ciphertext` of credential `name`.
     ///
     /// # Errors
-    /// [`VaultError::KeyMissing`] and other key file errors; [`VaultError::Decrypt`] when the
+    /// [`CryptoError::KeyMissing`] and other key file errors; [`CryptoError::Decrypt`] when the
     /// key is another one, the row was altered, or it belongs to another name.
-    pub fn open(&self, name: &str, nonce: &[u8], ciphertext: &[u8]) -> Result<SecretString, VaultError> {
+    pub fn open(&self, name: &str, nonce: &[u8], ciphertext: &[u8]) -> Result<SecretString, CryptoError> {
         let cipher = self.cipher(false)?;
-        let fail = || VaultError::Decrypt { name: name.to_owned(), path: self.path.clone() };
+        let fail = || CryptoError::Decrypt { name: name.to_owned(), path: self.path.clone() };
         if nonce.len() != NONCE_LEN {
             return Err(fail());
         }
@@ -176,9 +176,9 @@ impl Vault {
 }
 
 /// Reads the key file: `None` when it does not exist.
-fn load_key(path: &Path) -> Result<Option<Zeroizing<[u8; KEY_LEN]>>, VaultError> {
-    let io = |source| VaultError::KeyIo { path: path.to_owned(), source };
-    let invalid = |reason: String| VaultError::KeyInvalid { path: path.to_owned(), reason };
+fn load_key(path: &Path) -> Result<Option<Zeroizing<[u8; KEY_LEN]>>, CryptoError> {
+    let io = |source| CryptoError::KeyIo { path: path.to_owned(), source };
+    let invalid = |reason: String| CryptoError::KeyInvalid { path: path.to_owned(), reason };
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -210,12 +210,12 @@ fn load_key(path: &Path) -> Result<Option<Zeroizing<[u8; KEY_LEN]>>, VaultError>
 
 /// Creates the key file exclusively (see the module docs) and returns the key now in it, which
 /// is another creator's when that one won the race.
-fn create_key(path: &Path) -> Result<Zeroizing<[u8; KEY_LEN]>, VaultError> {
-    let io = |source| VaultError::KeyIo { path: path.to_owned(), source };
+fn create_key(path: &Path) -> Result<Zeroizing<[u8; KEY_LEN]>, CryptoError> {
+    let io = |source| CryptoError::KeyIo { path: path.to_owned(), source };
     let mut key = Zeroizing::new([0u8; KEY_LEN]);
-    getrandom::fill(&mut key[..]).map_err(|e| VaultError::Random(e.to_string()))?;
+    getrandom::fill(&mut key[..]).map_err(|e| CryptoError::Random(e.to_string()))?;
     let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| VaultError::Random(e.to_string()))?;
+    getrandom::fill(&mut suffix).map_err(|e| CryptoError::Random(e.to_string()))?;
     let tmp_name = format!(
         ".secret.key.tmp-{}-{}",
         std::process::id(),
@@ -256,9 +256,9 @@ mod tests {
         SecretString::from(s.to_owned())
     }
 
-    fn vault() -> (tempfile::TempDir, Vault) {
+    fn vault() -> (tempfile::TempDir, CredentialCrypto) {
         let dir = tempfile::tempdir().unwrap();
-        let v = Vault::new(dir.path().join("secret.key"));
+        let v = CredentialCrypto::new(dir.path().join("secret.key"));
         (dir, v)
     }
 
@@ -293,7 +293,7 @@ mod tests {
             .collect();
         assert!(leftovers.is_empty(), "temporary key files left: {leftovers:?}");
         // A second vault (a restarted store) reads the same key.
-        let again = Vault::new(path.clone());
+        let again = CredentialCrypto::new(path.clone());
         assert_eq!(again.open("a", &sealed.nonce, &sealed.ciphertext).unwrap().expose_secret(), "one");
         // Creation never replaces an existing key.
         let before = std::fs::read(&path).unwrap();
@@ -308,7 +308,7 @@ mod tests {
         let s = v1.seal("github", &secret("value-1"), true).unwrap();
         v2.seal("other", &secret("x"), true).unwrap();
         let e = v2.open("github", &s.nonce, &s.ciphertext).unwrap_err();
-        assert!(matches!(e, VaultError::Decrypt { .. }), "{e}");
+        assert!(matches!(e, CryptoError::Decrypt { .. }), "{e}");
         let msg = e.to_string();
         assert!(msg.contains("\"github\"") && msg.contains("secret.key"), "{msg}");
         assert!(!msg.contains("value-1"));
@@ -321,7 +321,7 @@ mod tests {
         for i in [0, s.ciphertext.len() / 2, s.ciphertext.len() - 1] {
             let mut c = s.ciphertext.clone();
             c[i] ^= 1;
-            assert!(matches!(v.open("github", &s.nonce, &c), Err(VaultError::Decrypt { .. })), "byte {i}");
+            assert!(matches!(v.open("github", &s.nonce, &c), Err(CryptoError::Decrypt { .. })), "byte {i}");
         }
         let mut n = s.nonce.clone();
         n[3] ^= 0x80;
@@ -336,18 +336,18 @@ mod tests {
         let (_dir, v) = vault();
         let s = v.seal("github", &secret("value-1"), true).unwrap();
         let e = v.open("gitlab", &s.nonce, &s.ciphertext).unwrap_err();
-        assert!(matches!(e, VaultError::Decrypt { ref name, .. } if name == "gitlab"), "{e}");
+        assert!(matches!(e, CryptoError::Decrypt { ref name, .. } if name == "gitlab"), "{e}");
     }
 
     #[test]
     fn missing_key_is_not_recreated_for_reading() {
         let (dir, v) = vault();
         let e = v.open("a", &[0; NONCE_LEN], &[0; 32]).unwrap_err();
-        assert!(matches!(e, VaultError::KeyMissing { .. }), "{e}");
+        assert!(matches!(e, CryptoError::KeyMissing { .. }), "{e}");
         assert!(e.to_string().contains(&dir.path().join("secret.key").display().to_string()));
         assert!(!dir.path().join("secret.key").exists());
         let e = v.seal("a", &secret("x"), false).unwrap_err();
-        assert!(matches!(e, VaultError::KeyMissing { .. }), "{e}");
+        assert!(matches!(e, CryptoError::KeyMissing { .. }), "{e}");
     }
 
     #[test]
