@@ -45,7 +45,7 @@ pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Builds the full router over `state` (used by `run` and by in-process tests).
 pub fn router(state: Arc<AppState>) -> Router {
     let rest = rest::routes().layer(DefaultBodyLimit::max(REST_BODY_LIMIT));
-    let mcp = mcp::http::routes().layer(DefaultBodyLimit::max(MCP_BODY_LIMIT));
+    let mcp = mcp::downstream::http::routes().layer(DefaultBodyLimit::max(MCP_BODY_LIMIT));
     Router::new()
         .merge(rest)
         .merge(mcp)

@@ -20,8 +20,8 @@ use base64::Engine as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::SUPPORTED_VERSIONS;
-use super::catalog::LIST_TTL;
+use crate::mcp::SUPPORTED_VERSIONS;
+use crate::mcp::catalog::LIST_TTL;
 
 /// Protocol revisions Coffer serves without a handshake (per-request `_meta`), newest first.
 pub const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
@@ -144,7 +144,7 @@ impl Refusal {
 
     /// The JSON-RPC error response text for request `id`.
     pub fn response(&self, id: Value) -> String {
-        super::jsonrpc::error_object(id, self.code, &self.message, self.data.clone()).to_string()
+        crate::mcp::jsonrpc::error_object(id, self.code, &self.message, self.data.clone()).to_string()
     }
 }
 
@@ -157,13 +157,13 @@ impl Refusal {
 pub fn check_version(meta: Option<&Meta>) -> Result<&Meta, Refusal> {
     match meta {
         None => Err(Refusal {
-            code: super::jsonrpc::INVALID_PARAMS,
+            code: crate::mcp::jsonrpc::INVALID_PARAMS,
             message: format!("Invalid params: a 2026-07-28 request carries params._meta[{META_VERSION:?}]"),
             data: None,
         }),
         Some(m) if !is_modern(&m.version) => Err(Refusal::unsupported(&m.version)),
         Some(m) if !m.has_capabilities => Err(Refusal {
-            code: super::jsonrpc::INVALID_PARAMS,
+            code: crate::mcp::jsonrpc::INVALID_PARAMS,
             message: format!(
                 "Invalid params: a 2026-07-28 request carries params._meta[{META_CLIENT_CAPABILITIES:?}] (an object)"
             ),
@@ -219,7 +219,7 @@ pub fn check_headers(
                 .map_err(|_| Refusal::mismatch(format!("Header mismatch: {name} holds characters a header may not"))),
         }
     };
-    let version = header(super::http::VERSION_HEADER)?
+    let version = header(crate::mcp::downstream::http::VERSION_HEADER)?
         .ok_or_else(|| Refusal::mismatch("Header mismatch: MCP-Protocol-Version is required on every POST"))?;
     match meta {
         // No version in the body: refused as invalid params by `check_version` (400 -32602).

@@ -13,6 +13,9 @@
 //! reaches another service (whose gRPC messages are bounded). A refusal is a tool error
 //! (`isError`, so a model can correct itself: MCP 2025-11-25 server/tools §Error Handling)
 //! recorded as the caller's mistake ([`Outcome::Invalid`]), not as a failure of the tool.
+pub mod ask_tool;
+pub mod retrieval_tools;
+pub mod search_tools;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -21,11 +24,11 @@ use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::Outcome;
-use super::answer::{Answer, RpcError};
-use super::invocations::Usage;
-use super::jsonrpc::INVALID_PARAMS;
-pub use super::search_tools::SearchTools;
+use crate::mcp::Outcome;
+use crate::mcp::answer::{Answer, RpcError};
+pub use crate::mcp::builtin::search_tools::SearchTools;
+use crate::mcp::invocations::Usage;
+use crate::mcp::jsonrpc::INVALID_PARAMS;
 
 /// What a built-in tool may use of the session that calls it.
 pub trait Caller: Send + Sync {
@@ -41,7 +44,7 @@ pub trait Caller: Send + Sync {
     /// Who acts through the session, as its invocation records name it: `mcp` for an MCP
     /// client, the caller's actor for a broker session (`cli`, `agent`, `channel:<name>`, …).
     fn actor(&self) -> &str {
-        super::invocations::MCP_ACTOR
+        crate::mcp::invocations::MCP_ACTOR
     }
 }
 
@@ -81,15 +84,15 @@ pub struct Called {
 }
 
 impl Registry {
-    /// The standard set: `search_tools` ([`super::search_tools`]), and with a `retrieval` client the knowledge, memory
-    /// and skill tools ([`super::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
+    /// The standard set: `search_tools` ([`crate::mcp::builtin::search_tools`]), and with a `retrieval` client the knowledge, memory
+    /// and skill tools ([`crate::mcp::builtin::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
     /// `forget`, `list_skills`, `load_skill`).
     pub fn standard(retrieval: Option<crate::retrieval::Client>) -> Self {
         // search_tools is semantic when retrieval has an embeddings endpoint (its `Embed` RPC).
-        let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn super::search_tools::Embed>);
+        let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn crate::mcp::builtin::search_tools::Embed>);
         let registry = Self::default().with(SearchTools::new(embedder));
         match retrieval {
-            Some(client) => super::retrieval_tools::register(registry, client),
+            Some(client) => crate::mcp::builtin::retrieval_tools::register(registry, client),
             None => registry,
         }
     }
@@ -284,7 +287,7 @@ mod tests {
             text,
             format!(
                 "coffer__search_tools: invalid arguments: argument \"query\" is 10000000 characters long, over its limit of {}",
-                super::super::search_tools::MAX_QUERY_CHARS
+                crate::mcp::builtin::search_tools::MAX_QUERY_CHARS
             )
         );
         let missing = registry.call_metered("search_tools", &caller, Some("{}")).await;

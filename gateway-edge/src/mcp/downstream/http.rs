@@ -6,7 +6,7 @@
 //!   gets `application/json` with its response; notifications and client responses get 202.
 //!   `initialize` (without a session id) creates a session and returns `Mcp-Session-Id`.
 //! - `GET` opens the session's server→client SSE stream (`Last-Event-ID` resumes it). It
-//!   reads the session's bounded broadcast ([`super::Outbound`]): a client that reads too
+//!   reads the session's bounded broadcast ([`crate::mcp::Outbound`]): a client that reads too
 //!   slowly misses messages (counted in the session's drops) instead of growing a queue.
 //! - A request's own server→client messages (relayed requests, its progress) go on its POST's
 //!   SSE answer through a bounded [`Lane`]; the final response always follows them.
@@ -19,8 +19,8 @@
 //! is served statelessly ([`modern`]): headers checked against the body (400 -32020), version
 //! served (400 -32022 listing them), `server/discover` answered, unknown methods 404 -32601,
 //! results carrying `resultType` (and `ttlMs`/`cacheScope` on lists and reads), calls that need
-//! client input answered with an `InputRequiredResult` ([`super::mrtr`]), `subscriptions/listen`
-//! as an SSE stream ([`super::listen`]). Calls, prompts and reads are answered on an SSE stream
+//! client input answered with an `InputRequiredResult` ([`crate::mcp::session::mrtr`]), `subscriptions/listen`
+//! as an SSE stream ([`crate::mcp::downstream::listen`]). Calls, prompts and reads are answered on an SSE stream
 //! (keep-alive comments) when the client accepts one: closing it cancels the request upstream.
 //! `GET` and `DELETE` with a modern version get 405. The client's gateway session is scoped by
 //! [`scope`]: per credential and `X-Coffer-Connection` header when sent, else per credential and
@@ -39,17 +39,17 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::era::{self, Refusal};
-use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
-use super::message::{self, Parsed};
-use super::session::{LANE_MESSAGES, Lane, RequestCtx};
-use super::{SUPPORTED_VERSIONS, Session};
+use crate::mcp::downstream::era::{self, Refusal};
+use crate::mcp::downstream::message::{self, Parsed};
+use crate::mcp::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use crate::mcp::session::{LANE_MESSAGES, Lane, RequestCtx};
+use crate::mcp::{SUPPORTED_VERSIONS, Session};
 use crate::state::AppState;
 
 mod modern;
 
 const SESSION_HEADER: &str = coffer_types::header::MCP_SESSION_ID;
-pub(super) const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
+pub(in crate::mcp) const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
 
 /// The `/mcp` route.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -67,7 +67,7 @@ async fn handle(
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return super::stream::accept(st, on_upgrade);
+        return crate::mcp::downstream::stream::accept(st, on_upgrade);
     }
     match method {
         Method::POST => {
@@ -110,7 +110,7 @@ async fn handle(
     }
 }
 
-/// Whether a request asks to switch `/mcp` to a stream ([`super::stream`]), and hyper's handle
+/// Whether a request asks to switch `/mcp` to a stream ([`crate::mcp::downstream::stream`]), and hyper's handle
 /// for the switched connection (absent on HTTP/2, which has no `Upgrade`).
 enum StreamUpgrade {
     No,
@@ -121,7 +121,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for StreamUpgrade {
     type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Infallible> {
-        if parts.method != Method::GET || !super::stream::requested(&parts.headers) {
+        if parts.method != Method::GET || !crate::mcp::downstream::stream::requested(&parts.headers) {
             return Ok(Self::No);
         }
         Ok(Self::Requested(parts.extensions.remove::<hyper::upgrade::OnUpgrade>()))

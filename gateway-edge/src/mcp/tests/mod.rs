@@ -21,13 +21,13 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::builtin::{Caller, Provider, Registry};
-use super::invocations::{Record, Recorder};
-use super::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED, UPSTREAM_UNAVAILABLE};
-use super::resolver::FixedCredentials;
-use super::session::{Answer, ListKind, RpcError, Session};
-use super::{SUPPORTED_VERSIONS, Shared};
 use crate::credentials::encode_ref;
+use crate::mcp::builtin::{Caller, Provider, Registry};
+use crate::mcp::invocations::{Record, Recorder};
+use crate::mcp::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED, UPSTREAM_UNAVAILABLE};
+use crate::mcp::resolver::FixedCredentials;
+use crate::mcp::session::{Answer, ListKind, RpcError, Session};
+use crate::mcp::{SUPPORTED_VERSIONS, Shared};
 use crate::snapshot::{Kind, Snapshot, SnapshotHandle};
 
 /// What the fake upstream serves and what it saw.
@@ -181,8 +181,8 @@ impl Harness {
             Arc::new(FixedCredentials::default()),
             Registry::standard(None),
         );
-        tokio::spawn(super::gateway_catalog::follow(shared.clone(), stop.clone()));
-        tokio::spawn(super::gateway_catalog::persist(shared.clone(), stop.clone()));
+        tokio::spawn(crate::mcp::gateway_catalog::follow(shared.clone(), stop.clone()));
+        tokio::spawn(crate::mcp::gateway_catalog::persist(shared.clone(), stop.clone()));
         Self { shared, records, policy, _home: tempfile::tempdir().unwrap() }
     }
 
@@ -574,7 +574,7 @@ async fn credentials_are_resolved_only_when_an_upstream_starts() {
 
 #[tokio::test]
 async fn batches_run_only_on_a_2025_03_26_session_and_answer_in_item_order() {
-    use super::message::{batch_answers, batch_refused};
+    use crate::mcp::downstream::message::{batch_answers, batch_refused};
     let h = Harness::new(snapshot(vec![], &[]));
     let current = h.session();
     assert!(batch_refused(None).unwrap().contains("send initialize alone first"));
@@ -605,14 +605,14 @@ async fn batches_run_only_on_a_2025_03_26_session_and_answer_in_item_order() {
 async fn a_call_s_future_stays_small() {
     let h = Harness::new(snapshot(vec![], &[]));
     let s = h.session();
-    let ctx = super::session::RequestCtx::default();
+    let ctx = crate::mcp::session::RequestCtx::default();
     let call = s.handle_request_ctx("tools/call", None, &ctx);
     assert!(std::mem::size_of_val(&call) <= 1024, "{} bytes", std::mem::size_of_val(&call));
 }
 
 /// The status object of `server` from a gateway over `h`'s core.
 fn upstream_status(h: &Harness, server: &str) -> Value {
-    let gw = super::Gateway::with_shared(h.shared.clone(), tokio_util::sync::CancellationToken::new());
+    let gw = crate::mcp::Gateway::with_shared(h.shared.clone(), tokio_util::sync::CancellationToken::new());
     let all = gw.upstream_status();
     all.as_array().unwrap().iter().find(|u| u["name"] == server).cloned().unwrap_or(Value::Null)
 }
@@ -959,7 +959,7 @@ async fn a_server_that_never_answers_initialize_is_reported_as_not_started() {
     let h = Harness::new(snap);
     let client =
         json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
-    super::gateway_catalog::warm(h.shared.clone(), hung, client).await;
+    crate::mcp::gateway_catalog::warm(h.shared.clone(), hung, client).await;
     let st = upstream_status(&h, "hung");
     let error = st["last_error"].as_str().unwrap_or_default();
     assert!(error.contains("did not start and answer initialize within 300 ms"), "{st}");
@@ -1195,13 +1195,12 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
     s.close().await;
 }
 
-#[path = "upstream_era_tests.rs"]
-mod upstream_era_tests;
+mod upstream_era;
 
 /// The tool names of `s`'s lists once the catalog's cache file names `tool` (written by the
 /// persist task after a list).
 async fn wait_cached(home: &std::path::Path, tool: &str) {
-    let path = home.join(super::gateway_catalog::CACHE_FILE);
+    let path = home.join(crate::mcp::gateway_catalog::CACHE_FILE);
     wait_until("the catalog's cache file", || std::fs::read_to_string(&path).is_ok_and(|t| t.contains(tool))).await;
 }
 
@@ -1221,7 +1220,7 @@ async fn after_a_restart_the_first_list_comes_from_the_cache_file_and_a_changed_
         s.close().await;
     }
     stop.cancel();
-    let path = home.path().join(super::gateway_catalog::CACHE_FILE);
+    let path = home.path().join(crate::mcp::gateway_catalog::CACHE_FILE);
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
 
@@ -1270,7 +1269,7 @@ async fn an_unchanged_list_refreshed_after_a_restart_sends_no_list_changed() {
     let generation = h.shared.snapshot.current().generation(&server("s", &url));
     // Refreshed: listed afresh by the background start, no longer the restored copy.
     wait_until("the refresh", || {
-        let summary = super::gateway_catalog::summary(&h.shared, "s", generation);
+        let summary = crate::mcp::gateway_catalog::summary(&h.shared, "s", generation);
         summary["state"] == "ready" && summary.get("restored").is_none() && summary["prompts"].is_number()
     })
     .await;
@@ -1299,13 +1298,13 @@ async fn a_capability_set_never_seen_is_answered_from_another_s_list_at_once() {
     // Its own list is fetched in the background (the same here: no list_changed).
     wait_until("the profile's own list", || up.count("tools/list") > lists).await;
     let generation = h.shared.snapshot.current().generation(&server("s", &url));
-    let profile = super::gateway_catalog::Profile::of(
+    let profile = crate::mcp::gateway_catalog::Profile::of(
         &json!({"capabilities": {"roots": {"listChanged": true}, "sampling": {}, "elicitation": {}}}),
     );
     wait_until("the profile's list in the catalog", || {
         matches!(
             h.shared.lists.lookup("s", generation, &profile, ListKind::Tools),
-            super::gateway_catalog::Known::Ready(_)
+            crate::mcp::gateway_catalog::Known::Ready(_)
         )
     })
     .await;

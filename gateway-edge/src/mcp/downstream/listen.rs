@@ -1,7 +1,7 @@
 //! `subscriptions/listen` for modern clients (MCP 2026-07-28, basic/patterns/subscriptions),
 //! independent of the transport: the client's notification filter, the acknowledgment, and the
 //! session's list-changed events filtered and tagged with the subscription id. Both transports
-//! take what a session sends its client ([`super::outbound::Outbound`], where list changes from
+//! take what a session sends its client ([`crate::mcp::session::outbound::Outbound`], where list changes from
 //! upstreams, policy and the catalog already arrive) and pass each message through [`Filter::tag`];
 //! Streamable HTTP writes them on the listen request's SSE stream (with keep-alive comments), the
 //! shim's stream on the connection. Request-scoped messages (progress, log messages) and
@@ -9,9 +9,9 @@
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::answer::RpcError;
-use super::era::META_SUBSCRIPTION_ID;
-use super::jsonrpc::INVALID_PARAMS;
+use crate::mcp::answer::RpcError;
+use crate::mcp::downstream::era::META_SUBSCRIPTION_ID;
+use crate::mcp::jsonrpc::INVALID_PARAMS;
 
 /// The notification types one subscription opted in to, of those Coffer offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

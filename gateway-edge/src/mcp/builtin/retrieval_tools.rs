@@ -21,10 +21,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::answer::Answer;
-use super::builtin::{Caller, Provider, Registry, tool_error};
-use super::invocations::MCP_ACTOR;
 use crate::error::ApiError;
+use crate::mcp::answer::Answer;
+use crate::mcp::builtin::{Caller, Provider, Registry, tool_error};
+use crate::mcp::invocations::MCP_ACTOR;
 use crate::retrieval::{self, Client};
 
 /// Results a search returns when the call does not say (`limit`).
@@ -39,7 +39,7 @@ pub const MAX_SNIPPET: u32 = 1000;
 pub const MAX_SKILL_CHARS: usize = 64 * 1024;
 /// Longest query of `search_knowledge` and `recall`, in characters (the service takes at most
 /// 8192 bytes: a longer text in fewer characters is refused by it).
-pub const MAX_QUERY_CHARS: usize = super::search_tools::MAX_QUERY_CHARS;
+pub const MAX_QUERY_CHARS: usize = crate::mcp::builtin::search_tools::MAX_QUERY_CHARS;
 /// Longest fact `remember` takes, in characters (the service's limit is 16 KiB).
 pub const MAX_FACT_CHARS: usize = 16 * 1024;
 /// Longest name (knowledge base, skill, fact id, tag), in characters.

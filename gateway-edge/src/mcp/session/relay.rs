@@ -2,7 +2,7 @@
 //! requests an upstream sends (`sampling/createMessage`, `elicitation/create`, `roots/list`,
 //! `ping`) relayed to the client with a rewritten id (`coffer-relay-N`), and the client's
 //! `notifications/cancelled` for a call in flight, forwarded with the upstream's own request id.
-//! A 2026-07-28 upstream's input requests (an `InputRequiredResult`, see [`super::upstream_mrtr`]) take
+//! A 2026-07-28 upstream's input requests (an `InputRequiredResult`, see [`crate::mcp::upstream::mrtr`]) take
 //! the same way to the client through [`Relays::ask`]; their answers come back to the caller
 //! instead of to the upstream.
 use std::collections::{HashMap, HashSet};
@@ -14,13 +14,13 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::error_raw;
-use super::flow::{Lane, Undelivered};
-use super::jsonrpc::{self, METHOD_NOT_FOUND, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
-use super::outbound::Outbound;
-use super::policy::truncate;
-use super::pool::Pool;
-use super::upstream::Reply;
+use crate::mcp::answer::error_raw;
+use crate::mcp::flow::{Lane, Undelivered};
+use crate::mcp::jsonrpc::{self, METHOD_NOT_FOUND, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
+use crate::mcp::policy::truncate;
+use crate::mcp::session::outbound::Outbound;
+use crate::mcp::session::pool::Pool;
+use crate::mcp::upstream::Reply;
 
 /// Relayed requests that may wait for the client's answer at once, per session; more are
 /// refused to their upstream at once (an upstream that floods requests holds no more).
@@ -236,7 +236,7 @@ impl Relays {
         // A modern client (MCP 2026-07-28) takes no server→client requests: `ping` is answered
         // here, the rest only on the stream of a call, where `mrtr.rs` turns them into input
         // requests; there is no GET stream to send them on.
-        let modern = pool.init_params()["protocolVersion"].as_str().is_some_and(super::era::is_modern);
+        let modern = pool.init_params()["protocolVersion"].as_str().is_some_and(crate::mcp::downstream::era::is_modern);
         if modern && method == "ping" {
             return Err(Reply::Result(RawValue::from_string("{}".into()).expect("json")));
         }

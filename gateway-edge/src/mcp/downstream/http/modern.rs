@@ -16,10 +16,10 @@ use sha2::Digest;
 
 use super::{accepts, json_response, refuse, rpc_error};
 use crate::mcp::Session;
-use crate::mcp::era::{self, Refusal};
+use crate::mcp::downstream::era::{self, Refusal};
+use crate::mcp::downstream::listen::{self, Filter};
+use crate::mcp::downstream::message::{self, Parsed};
 use crate::mcp::jsonrpc::{INVALID_REQUEST, METHOD_NOT_FOUND};
-use crate::mcp::listen::{self, Filter};
-use crate::mcp::message::{self, Parsed};
 use crate::mcp::session::{LANE_MESSAGES, Lane};
 use crate::state::AppState;
 

@@ -2,7 +2,7 @@
 //! the stateless revision 2026-07-28 (per-request `_meta`, `server/discover`, no handshake; MCP
 //! 2026-07-28 basic/index §_meta, server/discover, basic/versioning) and the handshake era
 //! 2025-03-26…2025-11-25 (`initialize`). Pure functions; the probe itself is in
-//! [`super::upstream::Upstream::start`].
+//! [`crate::mcp::upstream::Upstream::start`].
 use std::collections::BTreeMap;
 
 use base64::Engine as _;

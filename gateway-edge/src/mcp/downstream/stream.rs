@@ -19,7 +19,7 @@
 //!   either, a request gets -32600 (a `server/discover` without `_meta` gets -32601) and a
 //!   notification is dropped; a second `initialize` gets -32600. On a modern session every
 //!   request is checked (`_meta` version served, else -32022 / -32602), answered with
-//!   `resultType`, and never followed by a server→client request (`super::mrtr`);
+//!   `resultType`, and never followed by a server→client request (`crate::mcp::session::mrtr`);
 //!   `subscriptions/listen` forwards tagged list changes until `notifications/cancelled` names
 //!   it; the shim's `ping` without `_meta` is answered;
 //! - requests run concurrently and their answers are written as they complete, in any order;
@@ -55,12 +55,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use super::Session;
-use super::era::{self, Refusal};
-use super::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
-use super::listen::Filter;
-use super::message::{self, Parsed, batch_answers, open_session};
-use super::session::{Answer, LANE_MESSAGES, Lane, RequestCtx};
+use crate::mcp::Session;
+use crate::mcp::downstream::era::{self, Refusal};
+use crate::mcp::downstream::listen::Filter;
+use crate::mcp::downstream::message::{self, Parsed, batch_answers, open_session};
+use crate::mcp::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use crate::mcp::session::{Answer, LANE_MESSAGES, Lane, RequestCtx};
 use crate::state::AppState;
 
 /// The `Upgrade` token that switches `/mcp` to a stream.
@@ -77,7 +77,7 @@ pub const MAX_UNWRITTEN_ANSWERS: usize = 1024;
 
 /// Whether the request asks for the stream: `Upgrade` lists [`PROTOCOL`] and `Connection`
 /// lists `upgrade` (RFC 9110 §7.8: the upgrade option must be named in `Connection`).
-pub(super) fn requested(headers: &HeaderMap) -> bool {
+pub(in crate::mcp) fn requested(headers: &HeaderMap) -> bool {
     lists(headers, header::UPGRADE, PROTOCOL) && lists(headers, header::CONNECTION, "upgrade")
 }
 
@@ -93,7 +93,7 @@ fn lists(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 
 /// Answers an upgrade request: `101` and the stream served on the switched connection, or 400
 /// when the connection cannot switch (HTTP/2).
-pub(super) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
+pub(in crate::mcp) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
     let Some(on_upgrade) = on_upgrade else {
         return jsonrpc::http_error(
             StatusCode::BAD_REQUEST,
@@ -522,7 +522,7 @@ fn raw_id(id: &RawValue) -> Value {
 /// neither queue starves the other.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut answers: mpsc::UnboundedReceiver<String>,
-    mut other: super::flow::LaneRx,
+    mut other: crate::mcp::flow::LaneRx,
     mut write: W,
     budget: Arc<Semaphore>,
 ) {

@@ -1,6 +1,6 @@
 //! Routing a session's requests to their upstream: `tools/call` and `prompts/get` by exposed
 //! name, `resources/*` by URI, `completion/complete` by its reference, `logging/setLevel` to
-//! every upstream. Each request is resolved and admitted by [`super::policy`] first, forwarded
+//! every upstream. Each request is resolved and admitted by [`crate::mcp::policy`] first, forwarded
 //! with the original name (or URI) and a fresh upstream request id, and answered with the
 //! upstream's result or error verbatim (raw JSON, never re-typed); calls and reads are recorded
 //! in the invocation log.
@@ -12,21 +12,21 @@ use coffer_types::BUILTIN_SERVER;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::answer::{Answer, RpcError};
-use super::catalog::{ListKind, expose_uri, split_uri};
-use super::jsonrpc::INVALID_PARAMS;
-use super::naming;
-use super::policy;
-use super::session::{RequestCtx, Session};
-use super::upstream::{Reply, Upstream, UpstreamError};
-use super::upstream_era::Era;
-use super::upstream_mrtr;
+use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::catalog::{ListKind, expose_uri, split_uri};
+use crate::mcp::jsonrpc::INVALID_PARAMS;
+use crate::mcp::naming;
+use crate::mcp::policy;
+use crate::mcp::session::{RequestCtx, Session};
+use crate::mcp::upstream::era::Era;
+use crate::mcp::upstream::mrtr as upstream_mrtr;
+use crate::mcp::upstream::{Reply, Upstream, UpstreamError};
 
 impl Session {
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
     /// name (a built-in tool is called in-process), return the answer verbatim; records the
     /// invocation.
-    pub(super) async fn route_call_ctx(
+    pub(in crate::mcp) async fn route_call_ctx(
         self: &Arc<Self>,
         kind: ListKind,
         params: Option<&RawValue>,
@@ -89,7 +89,7 @@ impl Session {
     /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: resolve the URI, forward
     /// with the original one; in read results, `contents[].uri` is rewritten to the exposed form
     /// when the request used it. Reads are recorded in the invocation log.
-    pub(super) async fn route_resource(
+    pub(in crate::mcp) async fn route_resource(
         self: &Arc<Self>,
         method: &str,
         params: Option<&RawValue>,
@@ -141,7 +141,11 @@ impl Session {
     }
 
     /// `completion/complete`: routes by `ref/prompt` name or `ref/resource` URI.
-    pub(super) async fn route_completion(self: &Arc<Self>, params: Option<&RawValue>, ctx: &RequestCtx) -> Answer {
+    pub(in crate::mcp) async fn route_completion(
+        self: &Arc<Self>,
+        params: Option<&RawValue>,
+        ctx: &RequestCtx,
+    ) -> Answer {
         let Some(mut p) = params.and_then(|p| serde_json::from_str::<Value>(p.get()).ok()) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, "completion/complete needs params {ref, argument}"));
         };
@@ -179,8 +183,8 @@ impl Session {
 
     /// `logging/setLevel`: remembered for the session and applied to every running upstream
     /// that offers logging; from then on upstream log messages at that level or above reach
-    /// the client ([`super::flow::Flow::admit_log`]). -32602 for a level MCP does not name.
-    pub(super) async fn set_level(&self, params: Option<&RawValue>) -> Answer {
+    /// the client ([`crate::mcp::flow::Flow::admit_log`]). -32602 for a level MCP does not name.
+    pub(in crate::mcp) async fn set_level(&self, params: Option<&RawValue>) -> Answer {
         let level = params
             .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
             .and_then(|v| v["level"].as_str().map(str::to_owned));
@@ -198,9 +202,9 @@ impl Session {
     /// waits for its answer, at most the server's timeout (else the default call timeout).
     /// While it runs, requests from that upstream may be relayed on `ctx.side`, and the client
     /// may cancel it by `ctx.id`; its progress notifications reach `ctx.progress` under the
-    /// client's own token ([`super::progress`]). A 2026-07-28 upstream that answers with an
+    /// client's own token ([`crate::mcp::session::progress`]). A 2026-07-28 upstream that answers with an
     /// `InputRequiredResult` gets its input requests relayed to the client and the request
-    /// retried with the answers ([`super::upstream_mrtr`]): the client sees the final result.
+    /// retried with the answers ([`crate::mcp::upstream::mrtr`]): the client sees the final result.
     async fn forward(&self, server: &str, method: &str, params: &RawValue, ctx: &RequestCtx) -> Answer {
         let snapshot = self.shared.snapshot.current();
         let Some(spec) = snapshot.servers.get(server) else {
@@ -273,14 +277,14 @@ impl Session {
 impl Session {
     /// [`Session::forward`] of a request whose params may carry `_meta.progressToken`: the token
     /// is rewritten to one unique in the session and mapped back to the client's on `lane`
-    /// while the call runs ([`super::progress`]); without a token, forwarded as it is.
+    /// while the call runs ([`crate::mcp::session::progress`]); without a token, forwarded as it is.
     async fn forward_with_progress(
         &self,
         server: &str,
         method: &str,
         params: &RawValue,
         ctx: &RequestCtx,
-        lane: &super::flow::Lane,
+        lane: &crate::mcp::flow::Lane,
     ) -> Answer {
         let ctx = RequestCtx { id: ctx.id.clone(), side: ctx.side.clone(), progress: None };
         match self.progress.register(server, params, lane) {
@@ -291,7 +295,7 @@ impl Session {
 
     /// One request to `up` and its reply (at most `timeout`); `Err(Answer::Cancelled)` when the
     /// client cancelled it meanwhile, `Err` with the error when it could not be sent.
-    pub(super) async fn exchange(
+    pub(in crate::mcp) async fn exchange(
         &self,
         up: &Arc<Upstream>,
         server: &str,

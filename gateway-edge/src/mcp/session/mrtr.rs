@@ -1,7 +1,7 @@
 //! Multi Round-Trip Requests for modern downstream clients (MCP 2026-07-28,
 //! basic/patterns/mrtr): a modern client must never receive a server→client request, so a
 //! request an upstream relays while one of the client's calls runs (`sampling/createMessage`,
-//! `elicitation/create`, `roots/list`, reaching the session through [`super::relay`] as for any
+//! `elicitation/create`, `roots/list`, reaching the session through [`crate::mcp::session::relay`] as for any
 //! client) ends that call's answer early as an `InputRequiredResult`:
 //!
 //! - `inputRequests` holds each relayed request under its relay id (`coffer-relay-N`), the key
@@ -31,11 +31,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 
-use super::answer::{Answer, RpcError};
-use super::era;
-use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS};
-use super::policy::truncate;
-use super::session::{LANE_MESSAGES, Lane, RequestCtx, Session};
+use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::downstream::era;
+use crate::mcp::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS};
+use crate::mcp::policy::truncate;
+use crate::mcp::session::{LANE_MESSAGES, Lane, RequestCtx, Session};
 
 /// A session's parked calls, by `requestState`.
 #[derive(Default)]
@@ -69,7 +69,7 @@ pub struct Call {
     method: String,
     target: String,
     task: JoinHandle<Answer>,
-    side: super::flow::LaneRx,
+    side: crate::mcp::flow::LaneRx,
     /// Input request key → `{method, params}`, not yet answered.
     pending: Map<String, Value>,
     guard: CancelOnDrop,

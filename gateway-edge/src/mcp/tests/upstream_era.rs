@@ -15,9 +15,9 @@ use coffer_runtime::home::CofferHome;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::super::upstream::{Reply, Upstream, UpstreamEvent};
-use super::super::upstream_era::{Era, MODERN};
 use super::{Harness, call, error, result, server, snapshot};
+use crate::mcp::upstream::era::{Era, MODERN};
+use crate::mcp::upstream::{Reply, Upstream, UpstreamEvent};
 
 /// How the fake answers `server/discover`.
 #[derive(Clone, Copy, PartialEq)]
@@ -158,8 +158,8 @@ async fn start(
     url: &str,
     hint: Option<Era>,
     timeout: Duration,
-) -> (Result<Arc<Upstream>, super::super::upstream::UpstreamError>, super::super::upstream::EventQueue) {
-    let (tx, rx) = super::super::upstream::events(super::super::upstream::EVENT_QUEUE);
+) -> (Result<Arc<Upstream>, crate::mcp::upstream::UpstreamError>, crate::mcp::upstream::EventQueue) {
+    let (tx, rx) = crate::mcp::upstream::events(crate::mcp::upstream::EVENT_QUEUE);
     let home = CofferHome::at(std::path::PathBuf::from("/nonexistent-coffer-home"));
     let up = Upstream::start(&server("x", url), &home, &client(), tx, timeout, Vec::new(), hint).await;
     (up, rx)
@@ -286,7 +286,7 @@ async fn input_required_results_are_relayed_retried_and_bounded() {
     // Endless rounds: requestState only, never complete.
     let e = error(call(&s, "m__loop", json!({})).await);
     assert!(e.message.contains("after 8 rounds"), "{}", e.message);
-    assert_eq!(f.posts("tools/call").len(), 1 + super::super::upstream_mrtr::MAX_ROUNDS);
+    assert_eq!(f.posts("tools/call").len(), 1 + crate::mcp::upstream::mrtr::MAX_ROUNDS);
     let (_, last) = f.posts("tools/call").pop().unwrap();
     assert_eq!(last["params"]["requestState"], "again", "the state is echoed");
     assert_eq!(last["params"]["inputResponses"], json!({}));
@@ -311,9 +311,9 @@ async fn input_required_results_are_relayed_retried_and_bounded() {
 async fn an_elicitation_asked_by_a_modern_upstream_reaches_the_client_and_the_answer_goes_back() {
     let (f, url) = fake(Discover::Modern).await;
     let h = Harness::new(snapshot(vec![server("m", &url)], &[]));
-    let s = super::super::session::Session::new("era-s".into(), "2025-06-18".into(), &client(), h.shared.clone());
-    let (side, mut relayed) = super::super::session::Lane::new(8, "test");
-    let ctx = super::super::session::RequestCtx::on("1", side);
+    let s = crate::mcp::session::Session::new("era-s".into(), "2025-06-18".into(), &client(), h.shared.clone());
+    let (side, mut relayed) = crate::mcp::session::Lane::new(8, "test");
+    let ctx = crate::mcp::session::RequestCtx::on("1", side);
     let s2 = s.clone();
     let answerer = tokio::spawn(async move {
         let msg: Value = serde_json::from_str(&relayed.recv().await.unwrap()).unwrap();

@@ -41,8 +41,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::jsonrpc::UPSTREAM_UNAVAILABLE;
-use super::upstream::{Core, MAX_FRAME, UpstreamError, trim_line};
+use crate::mcp::jsonrpc::UPSTREAM_UNAVAILABLE;
+use crate::mcp::upstream::{Core, MAX_FRAME, UpstreamError, trim_line};
 
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -1108,7 +1108,7 @@ mod tests {
             tx,
             WAIT,
             Vec::new(),
-            Some(crate::mcp::upstream_era::Era::Legacy),
+            Some(crate::mcp::upstream::era::Era::Legacy),
         )
         .await?;
         Ok((up, rx))

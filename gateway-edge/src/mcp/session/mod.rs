@@ -4,7 +4,7 @@
 //! - [`Pool`] (`pool.rs`): its own upstream children, started lazily, restarted on change;
 //! - [`Catalog`] (`catalog.rs`): lists fanned out and cached 60 s, exposed names and the
 //!   reverse map;
-//! - [`super::policy`]: an exposed name resolved to `(server, original)` and admitted from the
+//! - [`crate::mcp::policy`]: an exposed name resolved to `(server, original)` and admitted from the
 //!   snapshot, before any upstream contact;
 //! - routing (`route.rs`): the request forwarded with a fresh upstream id, answered verbatim;
 //! - [`Relays`] (`relay.rs`): upstream→client requests and the client's cancellations;
@@ -19,6 +19,12 @@
 //!
 //! The session itself keeps only its lifecycle: identity, idle time, the end of the session,
 //! and the tasks that follow its upstreams' events and policy changes.
+pub mod mrtr;
+pub mod outbound;
+pub mod pool;
+pub mod progress;
+pub mod relay;
+mod route;
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,20 +36,20 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use super::answer::{Answer, RpcError};
-use super::catalog::{Background, Catalog};
-pub use super::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
-use super::client::ClientIdentity;
-pub use super::flow::{Flow, LANE_MESSAGES, Lane};
-use super::invocations::MCP_ACTOR;
-use super::jsonrpc::{self, METHOD_NOT_FOUND};
-pub use super::outbound::{Outbound, OutboundEvent};
-use super::policy::{self, truncate};
-use super::pool::Pool;
-use super::progress::Progress;
-use super::relay::Relays;
-use super::upstream::{EVENT_QUEUE, EventQueue, UpstreamError, UpstreamEvent};
-use super::{Shared, builtin};
+pub use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::catalog::{Background, Catalog};
+pub use crate::mcp::catalog::{LIST_TTL, ListKind, Listed, URI_PREFIX, expose_uri, split_uri};
+use crate::mcp::client::ClientIdentity;
+pub use crate::mcp::flow::{Flow, LANE_MESSAGES, Lane};
+use crate::mcp::invocations::MCP_ACTOR;
+use crate::mcp::jsonrpc::{self, METHOD_NOT_FOUND};
+use crate::mcp::policy::{self, truncate};
+pub use crate::mcp::session::outbound::{Outbound, OutboundEvent};
+use crate::mcp::session::pool::Pool;
+use crate::mcp::session::progress::Progress;
+use crate::mcp::session::relay::Relays;
+use crate::mcp::upstream::{EVENT_QUEUE, EventQueue, UpstreamError, UpstreamEvent};
+use crate::mcp::{Shared, builtin};
 
 /// What the transport knows about the request being handled.
 #[derive(Default, Clone)]
@@ -51,7 +57,7 @@ pub struct RequestCtx {
     /// The downstream request id as raw JSON text (for `notifications/cancelled`).
     pub id: Option<String>,
     /// The originating POST's response stream (or the `/mcp` stream), for relaying upstream
-    /// requests on it (a modern call's: where [`super::mrtr`] collects them).
+    /// requests on it (a modern call's: where [`crate::mcp::session::mrtr`] collects them).
     pub side: Option<Lane>,
     /// Where the request's `notifications/progress` go (the caller's own stream); `None`: the
     /// caller cannot take notifications, and its progress is dropped.
@@ -72,7 +78,7 @@ pub struct Session {
     pub protocol_version: String,
     /// Who acts through this session, as its invocation records name it: [`MCP_ACTOR`] for an
     /// MCP client (borrowed, so recording it costs a call nothing), the caller's actor for a
-    /// broker session ([`super::broker`]).
+    /// broker session ([`crate::mcp::broker`]).
     pub actor: Cow<'static, str>,
     /// The downstream client's `clientInfo` name and version (empty when it gave none).
     pub client: Arc<ClientIdentity>,
@@ -80,14 +86,14 @@ pub struct Session {
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
     pub(super) relays: Relays,
-    /// Calls of a modern client waiting for its input ([`super::mrtr`]).
-    pub(super) parked: super::mrtr::Parked,
+    /// Calls of a modern client waiting for its input ([`crate::mcp::session::mrtr`]).
+    pub(super) parked: crate::mcp::session::mrtr::Parked,
     /// What reaches the client of what upstreams send on their own (coalescing, log level
     /// and rate, drop counters).
     pub(super) flow: Arc<Flow>,
     /// Progress tokens of the calls in flight.
     pub(super) progress: Progress,
-    /// Whether the client speaks a modern (handshake-less) revision ([`super::era`]).
+    /// Whether the client speaks a modern (handshake-less) revision ([`crate::mcp::downstream::era`]).
     pub modern: bool,
     last_activity: Mutex<Instant>,
     pub outbound: Outbound,
@@ -133,8 +139,8 @@ impl Session {
             "capabilities": params.get("capabilities").cloned().unwrap_or_else(|| json!({})),
             "clientInfo": client.upstream_info(),
         });
-        let profile = super::gateway_catalog::Profile::of(&init_params);
-        let (events_tx, events_rx) = super::upstream::events(EVENT_QUEUE);
+        let profile = crate::mcp::gateway_catalog::Profile::of(&init_params);
+        let (events_tx, events_rx) = crate::mcp::upstream::events(EVENT_QUEUE);
         // Unbounded by type, bounded by use: the catalog sends one `Refetch` per server a list
         // waits for, `Started` once per upstream start, and upstream list changes reach it only
         // through `Flow::relist` (one re-list in flight per server and kind).
@@ -144,10 +150,10 @@ impl Session {
             pool: Pool::new(shared.clone(), &id, init_params, events_tx, closed.clone(), background_tx.clone()),
             catalog: Catalog::new(shared.clone(), &id, profile, background_tx, patient),
             relays: Relays::default(),
-            parked: super::mrtr::Parked::default(),
+            parked: crate::mcp::session::mrtr::Parked::default(),
             flow: Arc::default(),
             progress: Progress::default(),
-            modern: super::era::is_modern(&protocol_version),
+            modern: crate::mcp::downstream::era::is_modern(&protocol_version),
             id,
             protocol_version,
             actor,
@@ -311,7 +317,7 @@ impl Session {
 
     /// Sends a notification to the client on its GET stream. A `notifications/*/list_changed`
     /// without params is coalesced ([`Flow::list_changed`]): the client hears of each kind at
-    /// most once per [`super::flow::LIST_CHANGED_GAP`], and of the last change always.
+    /// most once per [`crate::mcp::flow::LIST_CHANGED_GAP`], and of the last change always.
     pub fn notify_client(&self, method: &str, params: Option<Value>) {
         if params.is_none() && self.flow.list_changed(method) {
             return;
@@ -421,7 +427,7 @@ async fn event_loop(session: std::sync::Weak<Session>, mut rx: EventQueue, close
 
 /// `server`'s upstream said its lists of `kinds` changed: each is listed afresh from it in the
 /// background (into the session's and the gateway catalog, [`Catalog::fetch`]), one re-list
-/// per server and kind at a time, again at most every [`super::flow::RELIST_GAP`] while changes
+/// per server and kind at a time, again at most every [`crate::mcp::flow::RELIST_GAP`] while changes
 /// keep coming. The client is told (coalesced) when a list differs from the one before; the
 /// first re-list of a kind in this session, with nothing to compare, always tells it.
 fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
@@ -458,14 +464,14 @@ fn relist(s: &Arc<Session>, server: String, kinds: &[ListKind]) {
                     return;
                 }
                 drop(s);
-                tokio::time::sleep_until((started + super::flow::RELIST_GAP).into()).await;
+                tokio::time::sleep_until((started + crate::mcp::flow::RELIST_GAP).into()).await;
             }
         });
     }
 }
 
 /// Sends the coalesced `notifications/*/list_changed` ([`Flow::next_list_changes`]) to the
-/// client, one batch per [`super::flow::LIST_CHANGED_GAP`] at most, until the session ends.
+/// client, one batch per [`crate::mcp::flow::LIST_CHANGED_GAP`] at most, until the session ends.
 async fn list_changes(session: std::sync::Weak<Session>, flow: Arc<Flow>, closed: CancellationToken) {
     loop {
         let methods = tokio::select! {
@@ -479,7 +485,7 @@ async fn list_changes(session: std::sync::Weak<Session>, flow: Arc<Flow>, closed
         drop(s);
         tokio::select! {
             _ = closed.cancelled() => return,
-            () = tokio::time::sleep(super::flow::LIST_CHANGED_GAP) => {}
+            () = tokio::time::sleep(crate::mcp::flow::LIST_CHANGED_GAP) => {}
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Progress notifications routed back to the caller (MCP 2025-11-25 basic/utilities/progress).
 //!
 //! A request whose `params._meta.progressToken` is set, and whose transport can carry
-//! notifications back ([`super::session::RequestCtx::progress`]), goes upstream with the token
+//! notifications back ([`crate::mcp::session::RequestCtx::progress`]), goes upstream with the token
 //! rewritten to one unique in the session (`"coffer-progress-N"`): on a modern (2026-07-28)
 //! session several client connections share one Coffer session and may each pick token `1`.
 //! The upstream's `notifications/progress` for that token gets the client's own token back and
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::flow::Lane;
+use crate::mcp::flow::Lane;
 
 /// Where one upstream progress token leads.
 struct Target {

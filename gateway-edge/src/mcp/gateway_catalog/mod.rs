@@ -40,9 +40,9 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::ListKind;
-use super::upstream_era::Era;
-use super::{SUPPORTED_VERSIONS, Session, Shared};
+use crate::mcp::catalog::ListKind;
+use crate::mcp::upstream::era::Era;
+use crate::mcp::{SUPPORTED_VERSIONS, Session, Shared};
 use crate::snapshot::Generation;
 
 /// Backoff after a server's first failure to start or list; it doubles with each failure in a

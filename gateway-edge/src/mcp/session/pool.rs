@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
-use super::catalog::Background;
-use super::upstream::{Upstream, UpstreamError};
+use crate::mcp::Shared;
+use crate::mcp::catalog::Background;
+use crate::mcp::upstream::{Upstream, UpstreamError};
 use crate::snapshot::{Generation, Snapshot};
 
 /// How long an upstream gets to exit after Coffer asks it to (stdin closed, then SIGTERM).
@@ -78,7 +78,7 @@ pub struct Pool {
     init_params: Value,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// Where every upstream of the session sends what is not a response to a request.
-    events: super::upstream::Events,
+    events: crate::mcp::upstream::Events,
     /// Level set by `logging/setLevel`, applied to upstreams started later too.
     log_level: Mutex<Option<String>>,
     /// Cancelled when the session ends: no upstream starts after that.
@@ -95,7 +95,7 @@ impl Pool {
         shared: Arc<Shared>,
         session_id: &str,
         init_params: Value,
-        events: super::upstream::Events,
+        events: crate::mcp::upstream::Events,
         closed: CancellationToken,
         background: mpsc::UnboundedSender<Background>,
     ) -> Self {

@@ -1,7 +1,7 @@
 //! Multi round-trip requests from a 2026-07-28 upstream (MCP 2026-07-28 basic/patterns/mrtr):
 //! an `InputRequiredResult` to `tools/call`, `prompts/get` or `resources/read` has each of its
 //! `inputRequests` relayed to the downstream client as an ordinary server→client request
-//! ([`super::relay::Relays::ask`], the way a handshake-era upstream's own `sampling/createMessage`,
+//! ([`crate::mcp::session::relay::Relays::ask`], the way a handshake-era upstream's own `sampling/createMessage`,
 //! `elicitation/create` and `roots/list` are relayed), and the original request is retried
 //! upstream with the answers as `inputResponses` and the `requestState` echoed verbatim. The
 //! session sees only the final result. At most [`MAX_ROUNDS`] rounds; an input request the
@@ -14,10 +14,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::answer::{Answer, RpcError};
-use super::jsonrpc::INTERNAL_ERROR;
-use super::session::{RequestCtx, Session};
-use super::upstream::{Reply, Upstream, UpstreamError};
+use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::jsonrpc::INTERNAL_ERROR;
+use crate::mcp::session::{RequestCtx, Session};
+use crate::mcp::upstream::{Reply, Upstream, UpstreamError};
 
 /// Most retries of one request with `inputResponses` before the call fails.
 pub const MAX_ROUNDS: usize = 8;
@@ -130,7 +130,7 @@ impl Session {
     /// give at once: a malformed `InputRequiredResult`, an input request the client refused
     /// or did not answer, too many rounds (-32603 naming the server), or a cancel.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn input_rounds(
+    pub(in crate::mcp) async fn input_rounds(
         &self,
         up: &Arc<Upstream>,
         server: &str,

@@ -20,8 +20,8 @@ use coffer_types::BUILTIN_SERVER;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::answer::Answer;
-use super::builtin::{Caller, Provider, tool_error};
+use crate::mcp::answer::Answer;
+use crate::mcp::builtin::{Caller, Provider, tool_error};
 
 /// Longest `query`, in characters (also the knowledge and memory tools' limit).
 pub const MAX_QUERY_CHARS: usize = 8192;

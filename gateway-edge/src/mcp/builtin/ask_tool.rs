@@ -16,9 +16,9 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::answer::Answer;
-use super::builtin::{Caller, Provider, Registry, tool_error};
-use super::invocations::Usage;
+use crate::mcp::answer::Answer;
+use crate::mcp::builtin::{Caller, Provider, Registry, tool_error};
+use crate::mcp::invocations::Usage;
 
 /// Longest question (bytes), as the service takes it.
 pub const MAX_QUESTION: usize = 16 * 1024;
@@ -59,7 +59,7 @@ impl Provider for Ask {
                 "type": "object",
                 "properties": {
                     "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION, "description": "The question, in natural language, e.g. \"what do my notes say about rotating the API keys?\"."},
-                    "kb": {"type": "string", "maxLength": super::retrieval_tools::MAX_NAME_CHARS, "description": "Only this knowledge base (its name); default: all of them and memory."}
+                    "kb": {"type": "string", "maxLength": crate::mcp::builtin::retrieval_tools::MAX_NAME_CHARS, "description": "Only this knowledge base (its name); default: all of them and memory."}
                 },
                 "required": ["question"],
                 "additionalProperties": false

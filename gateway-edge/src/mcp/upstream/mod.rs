@@ -6,12 +6,15 @@
 //! §Backward Compatibility): `server/discover` first, `initialize` when that fails in any way;
 //! a modern upstream then gets the session's client info and capabilities in `_meta` on every
 //! request, and a `subscriptions/listen` request stays open for its list changes (see
-//! [`super::upstream_era`]).
+//! [`crate::mcp::upstream::era`]).
 //!
 //! Requests get fresh numeric ids and are matched to responses by id (out of order is fine).
 //! Results and errors are kept as raw JSON so they reach the client verbatim. Lines that are
 //! not JSON-RPC are skipped and logged. When the child exits, every request in flight fails at
 //! once with [`UpstreamError::Closed`].
+pub mod era;
+pub mod http;
+pub mod mrtr;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::process::Stdio;
@@ -30,8 +33,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::http_upstream::Mirror;
-use super::upstream_era::{self as era, Era};
+use crate::mcp::upstream::http::Mirror;
+use era::Era;
 
 /// Longest line accepted from an upstream (bytes).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -100,7 +103,7 @@ struct Aside {
     /// Servers' list changes (server, false, `notifications/<kind>/list_changed`) and closed
     /// servers (server, true, ""), each once; a server's end sorts after its list changes.
     kept: Mutex<std::collections::BTreeSet<(String, bool, String)>>,
-    dropped: super::flow::Drops,
+    dropped: crate::mcp::flow::Drops,
 }
 
 /// A bounded event queue of `capacity` events for one session.
@@ -108,7 +111,7 @@ pub fn events(capacity: usize) -> (Events, EventQueue) {
     let (tx, rx) = mpsc::channel(capacity);
     let aside = Arc::new(Aside {
         kept: Mutex::default(),
-        dropped: super::flow::Drops::new("upstream messages a busy session could not queue"),
+        dropped: crate::mcp::flow::Drops::new("upstream messages a busy session could not queue"),
     });
     (Events { tx, aside: aside.clone() }, EventQueue { rx, aside })
 }
@@ -362,7 +365,7 @@ enum Transport {
         /// The last lines of its stderr, to say why it failed.
         stderr: Arc<StderrTail>,
     },
-    Http(super::http_upstream::HttpTransport),
+    Http(crate::mcp::upstream::http::HttpTransport),
 }
 
 /// A running upstream.
@@ -387,7 +390,7 @@ pub struct Upstream {
     redactor: Arc<crate::credentials::Redactor>,
     /// The server's gateway-wide health, set by the pool once started: an answer clears a
     /// standing error there ([`Upstream::answered`]).
-    health: std::sync::OnceLock<Arc<super::ServerHealth>>,
+    health: std::sync::OnceLock<Arc<crate::mcp::ServerHealth>>,
 }
 
 /// Most stderr lines kept to explain a failure, and the longest kept of each (characters).
@@ -467,7 +470,7 @@ impl Upstream {
                 (t, pid)
             }
             ServerTransport::Http => {
-                let t = super::http_upstream::HttpTransport::new(server, core.clone()).map_err(start_err)?;
+                let t = crate::mcp::upstream::http::HttpTransport::new(server, core.clone()).map_err(start_err)?;
                 (Transport::Http(t), 0)
             }
             other => return Err(start_err(format!("transport {:?} is not supported", other.as_str_name()))),
@@ -732,7 +735,7 @@ impl Upstream {
 
     /// Attaches the server's gateway-wide health (once): later answers clear a standing error
     /// there.
-    pub fn watch_health(&self, health: Arc<super::ServerHealth>) {
+    pub fn watch_health(&self, health: Arc<crate::mcp::ServerHealth>) {
         let _ = self.health.set(health);
     }
 

@@ -1,5 +1,5 @@
 //! Downstream JSON-RPC messages, independent of the transport that carried them (Streamable
-//! HTTP in [`super::http`], the `/mcp` stream in [`super::stream`]): decoding and classifying
+//! HTTP in [`crate::mcp::downstream::http`], the `/mcp` stream in [`crate::mcp::downstream::stream`]): decoding and classifying
 //! one message (JSON-RPC 2.0 §4–5 as MCP 2025-11-25 basic §messages restricts it), running a
 //! batch on a session, and opening a session for `initialize`.
 use std::sync::Arc;
@@ -8,9 +8,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::jsonrpc::{self, INVALID_REQUEST};
-use super::session::RequestCtx;
-use super::{Gateway, SUPPORTED_VERSIONS, Session};
+use crate::mcp::jsonrpc::{self, INVALID_REQUEST};
+use crate::mcp::session::RequestCtx;
+use crate::mcp::{Gateway, SUPPORTED_VERSIONS, Session};
 
 /// The answer to a `server/discover` that carries neither a modern `MCP-Protocol-Version` nor
 /// `_meta` (so it is no 2026-07-28 request): a legacy client gets what a legacy server gives.
@@ -23,16 +23,20 @@ pub const INSTRUCTIONS: &str = "Coffer aggregates the user's MCP servers. Tools 
 /// or `None`.
 pub fn sessionless(method: &str, id: &RawValue) -> Option<String> {
     (method == "server/discover").then(|| {
-        format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}", id.get(), super::era::discover_result(INSTRUCTIONS))
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{}}}",
+            id.get(),
+            crate::mcp::downstream::era::discover_result(INSTRUCTIONS)
+        )
     })
 }
 
 /// The response text of a modern request: results get `resultType` and, for lists and reads,
-/// cache hints ([`super::era::complete`]).
-pub fn modern_response(answer: super::session::Answer, method: &str, id: &RawValue) -> String {
+/// cache hints ([`crate::mcp::downstream::era::complete`]).
+pub fn modern_response(answer: crate::mcp::session::Answer, method: &str, id: &RawValue) -> String {
     match answer {
-        super::session::Answer::Result(r) => {
-            super::session::Answer::Result(super::era::complete(&r, method)).into_response(id)
+        crate::mcp::session::Answer::Result(r) => {
+            crate::mcp::session::Answer::Result(crate::mcp::downstream::era::complete(&r, method)).into_response(id)
         }
         other => other.into_response(id),
     }
