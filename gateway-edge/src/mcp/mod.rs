@@ -401,8 +401,8 @@ impl Gateway {
         credentials: Arc<dyn CredentialResolver>,
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
-        retrieval: crate::retrieval::Client,
-        llm: crate::llm::Client,
+        retrieval: crate::clients::retrieval::Client,
+        llm: crate::clients::llm::Client,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let builtins = builtin::ask_tool::register(builtin::Registry::standard(Some(retrieval)), llm);

@@ -26,12 +26,12 @@ pub const MAX_QUESTION: usize = 16 * 1024;
 const AGENT_ACTOR: &str = "agent";
 
 /// `registry` with `coffer__ask` calling `client`.
-pub fn register(registry: Registry, client: crate::llm::Client) -> Registry {
+pub fn register(registry: Registry, client: crate::clients::llm::Client) -> Registry {
     registry.with(Ask(client))
 }
 
 /// The `coffer__ask` provider.
-pub struct Ask(pub crate::llm::Client);
+pub struct Ask(pub crate::clients::llm::Client);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -106,7 +106,7 @@ impl Provider for Ask {
                 origin: format!("{}:{}", caller.actor(), caller.session_id()),
                 kb: a.kb.unwrap_or_default(),
             };
-            match crate::llm::call(crate::llm::ASK_TIMEOUT, self.0.clone().ask(req)).await {
+            match crate::clients::llm::call(crate::clients::llm::ASK_TIMEOUT, self.0.clone().ask(req)).await {
                 Ok(reply) => {
                     let usage = reply.usage.as_ref().map(|u| {
                         Box::new(Usage {
@@ -249,7 +249,7 @@ mod tests {
     async fn bad_calls_are_tool_errors_before_any_request() {
         // Nothing listens there: each case must answer without calling coffer-chat.
         let token = secrecy::SecretString::from("t".to_owned());
-        let tool = Ask(crate::llm::client("127.0.0.1:9", &token).unwrap());
+        let tool = Ask(crate::clients::llm::client("127.0.0.1:9", &token).unwrap());
         let cases: [(&'static str, Option<&str>, &str); 5] = [
             ("agent", Some(r#"{"question":"q"}"#), "cannot be called by the internal agent"),
             ("mcp", None, "missing field `question`"),

@@ -87,7 +87,7 @@ impl Registry {
     /// The standard set: `search_tools` ([`crate::mcp::builtin::search_tools`]), and with a `retrieval` client the knowledge, memory
     /// and skill tools ([`crate::mcp::builtin::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
     /// `forget`, `list_skills`, `load_skill`).
-    pub fn standard(retrieval: Option<crate::retrieval::Client>) -> Self {
+    pub fn standard(retrieval: Option<crate::clients::retrieval::Client>) -> Self {
         // search_tools is semantic when retrieval has an embeddings endpoint (its `Embed` RPC).
         let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn crate::mcp::builtin::search_tools::Embed>);
         let registry = Self::default().with(SearchTools::new(embedder));

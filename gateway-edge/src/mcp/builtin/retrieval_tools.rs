@@ -21,11 +21,11 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::clients::retrieval::{self, Client};
 use crate::error::ApiError;
 use crate::mcp::answer::Answer;
 use crate::mcp::builtin::{Caller, Provider, Registry, tool_error};
 use crate::mcp::invocations::MCP_ACTOR;
-use crate::retrieval::{self, Client};
 
 /// Results a search returns when the call does not say (`limit`).
 pub const DEFAULT_LIMIT: u32 = 8;

@@ -57,13 +57,13 @@ pub enum EmbedFailure {
 }
 
 /// `coffer-retrieval`'s `Embed` RPC.
-impl Embed for crate::retrieval::Client {
+impl Embed for crate::clients::retrieval::Client {
     fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Embedded> {
         Box::pin(async move {
             let mut client = self.clone();
             let request = coffer_proto::retrieval::EmbedRequest { texts };
             let rpc = coffer_proto::retrieval::retrieval_client::RetrievalClient::embed(&mut client, request);
-            match crate::retrieval::call(rpc).await {
+            match crate::clients::retrieval::call(rpc).await {
                 Ok(r) => Ok((r.model, r.vectors.into_iter().map(|v| v.values).collect())),
                 Err(s) if s.code() == tonic::Code::FailedPrecondition => Err(EmbedFailure::Off(s.message().to_owned())),
                 Err(s) if s.code() == tonic::Code::Unimplemented => {

@@ -43,21 +43,21 @@ use crate::mcp::downstream::era::{self, Refusal};
 use crate::mcp::downstream::message::{self, Parsed};
 use crate::mcp::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use crate::mcp::session::{LANE_MESSAGES, Lane, RequestCtx};
-use crate::mcp::{SUPPORTED_VERSIONS, Session};
-use crate::state::AppState;
+use crate::mcp::{Gateway, SUPPORTED_VERSIONS, Session};
 
 mod modern;
 
 const SESSION_HEADER: &str = coffer_types::header::MCP_SESSION_ID;
 pub(in crate::mcp) const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOCOL_VERSION;
 
-/// The `/mcp` route.
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/mcp", any(handle))
+/// The `/mcp` route over `gateway`, mountable in a router of any state: the transports use the
+/// gateway only.
+pub fn routes<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
+    Router::new().route("/mcp", any(handle)).with_state(gateway)
 }
 
 async fn handle(
-    State(st): State<Arc<AppState>>,
+    State(gw): State<Arc<Gateway>>,
     method: Method,
     headers: HeaderMap,
     upgrade: StreamUpgrade,
@@ -67,7 +67,7 @@ async fn handle(
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return crate::mcp::downstream::stream::accept(st, on_upgrade);
+        return crate::mcp::downstream::stream::accept(gw, on_upgrade);
     }
     match method {
         Method::POST => {
@@ -77,7 +77,7 @@ async fn handle(
                     return jsonrpc::http_error(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         INVALID_REQUEST,
-                        &format!("request body is larger than {} bytes", crate::MCP_BODY_LIMIT),
+                        &format!("request body is larger than {} bytes", super::MCP_BODY_LIMIT),
                     );
                 }
                 Err(e) => {
@@ -88,7 +88,7 @@ async fn handle(
                     );
                 }
             };
-            post(st, headers, body).await
+            post(gw, headers, body).await
         }
         Method::GET | Method::DELETE if modern_header(&headers) => {
             let mut r = jsonrpc::http_error(
@@ -99,8 +99,8 @@ async fn handle(
             r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             r
         }
-        Method::GET => get(st, headers).await,
-        Method::DELETE => delete(st, headers).await,
+        Method::GET => get(gw, headers).await,
+        Method::DELETE => delete(gw, headers).await,
         _ => {
             let mut r =
                 jsonrpc::http_error(StatusCode::METHOD_NOT_ALLOWED, INVALID_REQUEST, "use POST, GET or DELETE on /mcp");
@@ -175,7 +175,7 @@ fn accepts(headers: &HeaderMap, what: &str) -> bool {
 /// unknown or ended session. `request` is the id of the request being refused (raw JSON), when
 /// there is one: the error carries it.
 #[allow(clippy::result_large_err)]
-fn lookup(st: &AppState, headers: &HeaderMap, request: Option<&RawValue>) -> Result<Arc<Session>, Response> {
+fn lookup(gw: &Gateway, headers: &HeaderMap, request: Option<&RawValue>) -> Result<Arc<Session>, Response> {
     let id = || request.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or(Value::Null);
     match session_id(headers) {
         None => Err(rpc_error(
@@ -184,7 +184,7 @@ fn lookup(st: &AppState, headers: &HeaderMap, request: Option<&RawValue>) -> Res
             INVALID_REQUEST,
             "Bad Request: no Mcp-Session-Id header; send initialize first",
         )),
-        Some(session) => st.gateway.session(session).ok_or_else(|| {
+        Some(session) => gw.session(session).ok_or_else(|| {
             rpc_error(
                 StatusCode::NOT_FOUND,
                 id(),
@@ -195,7 +195,7 @@ fn lookup(st: &AppState, headers: &HeaderMap, request: Option<&RawValue>) -> Res
     }
 }
 
-async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
@@ -219,7 +219,7 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return post_batch(st, headers, body).await;
+        return post_batch(gw, headers, body).await;
     }
     let parsed = match message::decode(&body) {
         Ok(p) => p,
@@ -230,32 +230,32 @@ async fn post(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
         || (session_id(&headers).is_none()
             && matches!(&parsed, Parsed::Request { params, .. } if era::mentions_meta(params.as_deref())));
     if modern {
-        return modern::post(st, headers, parsed).await;
+        return modern::post(gw, headers, parsed).await;
     }
     if let Err(r) = check_version(&headers) {
         return r;
     }
     match parsed {
-        Parsed::Request { id, method, params } if method == "initialize" => initialize(&st, &id, params.as_deref()),
+        Parsed::Request { id, method, params } if method == "initialize" => initialize(&gw, &id, params.as_deref()),
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
             rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
         }
         Parsed::Request { id, method, params } => {
-            let session = match lookup(&st, &headers, Some(&id)) {
+            let session = match lookup(&gw, &headers, Some(&id)) {
                 Ok(s) => s,
                 Err(r) => return r,
             };
             respond(session, id, method, params).await
         }
-        Parsed::Notification { method, params } => match lookup(&st, &headers, None) {
+        Parsed::Notification { method, params } => match lookup(&gw, &headers, None) {
             Ok(session) => {
                 session.handle_notification(&method, params.as_deref()).await;
                 StatusCode::ACCEPTED.into_response()
             }
             Err(r) => r,
         },
-        Parsed::Response { id, result, error } => match lookup(&st, &headers, None) {
+        Parsed::Response { id, result, error } => match lookup(&gw, &headers, None) {
             Ok(session) => {
                 session.handle_response(&id, result, error).await;
                 StatusCode::ACCEPTED.into_response()
@@ -301,8 +301,8 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 }
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
-fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Response {
-    let (session, body) = message::open_session(&st.gateway, id, params);
+fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>) -> Response {
+    let (session, body) = message::open_session(gw, id, params);
     let mut r = json_response(StatusCode::OK, body);
     r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
@@ -310,10 +310,10 @@ fn initialize(st: &AppState, id: &RawValue, params: Option<&RawValue>) -> Respon
 
 /// A JSON-RPC batch: only on a session that negotiated 2025-03-26 (batching was removed in
 /// 2025-06-18).
-async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let session = session_id(&headers).and_then(|id| st.gateway.session(id));
+async fn post_batch(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let session = session_id(&headers).and_then(|id| gw.session(id));
     if session.is_none() && session_id(&headers).is_some() {
-        return lookup(&st, &headers, None).err().expect("unknown session");
+        return lookup(&gw, &headers, None).err().expect("unknown session");
     }
     let session = match (message::batch_refused(session.as_deref()), session) {
         (None, Some(s)) => s,
@@ -339,7 +339,7 @@ async fn post_batch(st: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Respo
 }
 
 /// `GET /mcp`: the session's server→client SSE stream.
-async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
+async fn get(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
     if !accepts(&headers, "text/event-stream") {
         return rpc_error(
             StatusCode::NOT_ACCEPTABLE,
@@ -351,7 +351,7 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
     if let Err(r) = check_version(&headers) {
         return r;
     }
-    let session = match lookup(&st, &headers, None) {
+    let session = match lookup(&gw, &headers, None) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -382,7 +382,7 @@ async fn get(st: Arc<AppState>, headers: HeaderMap) -> Response {
 }
 
 /// `DELETE /mcp`: ends the session and its upstream children.
-async fn delete(st: Arc<AppState>, headers: HeaderMap) -> Response {
+async fn delete(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
     let Some(id) = session_id(&headers) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -391,9 +391,9 @@ async fn delete(st: Arc<AppState>, headers: HeaderMap) -> Response {
             "Bad Request: no Mcp-Session-Id header",
         );
     };
-    if st.gateway.end_session(id, "DELETE").await {
+    if gw.end_session(id, "DELETE").await {
         StatusCode::NO_CONTENT.into_response()
     } else {
-        lookup(&st, &headers, None).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
+        lookup(&gw, &headers, None).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
     }
 }

@@ -7,6 +7,9 @@
 //! Boundary: the transports take the gateway ([`crate::mcp::Gateway`], an axum sub-state of the
 //! edge's `AppState` by `FromRef`), never the whole `AppState`; the session and the upstreams
 //! never import anything here but [`era`] (the rules of the client's protocol revision).
+/// Body limit of `/mcp` (bytes).
+pub const MCP_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
 pub mod era;
 pub mod http;
 pub mod listen;

@@ -33,7 +33,7 @@
 //!   client's order;
 //! - a batch line is accepted only on a session that negotiated 2025-03-26 (one array answers it);
 //! - a line that is not JSON-RPC gets the JSON-RPC error for it and the stream goes on; a line
-//!   over [`crate::MCP_BODY_LIMIT`] gets -32600 with its request id and is skipped unread;
+//!   over [`super::MCP_BODY_LIMIT`] gets -32600 with its request id and is skipped unread;
 //! - the session ends when the client closes the connection (its upstream children are
 //!   terminated). When the session ends first (idle timeout, `DELETE` by session id, daemon
 //!   shutdown), the gateway writes what is queued and closes the connection; the client opens a
@@ -55,13 +55,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::mcp::Session;
 use crate::mcp::downstream::era::{self, Refusal};
 use crate::mcp::downstream::listen::Filter;
 use crate::mcp::downstream::message::{self, Parsed, batch_answers, open_session};
 use crate::mcp::jsonrpc::{self, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use crate::mcp::session::{Answer, LANE_MESSAGES, Lane, RequestCtx};
-use crate::state::AppState;
+use crate::mcp::{Gateway, Session};
 
 /// The `Upgrade` token that switches `/mcp` to a stream.
 pub const PROTOCOL: &str = coffer_types::mcp::STREAM_UPGRADE;
@@ -93,7 +92,7 @@ fn lists(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 
 /// Answers an upgrade request: `101` and the stream served on the switched connection, or 400
 /// when the connection cannot switch (HTTP/2).
-pub(in crate::mcp) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
+pub(in crate::mcp) fn accept(gateway: Arc<Gateway>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
     let Some(on_upgrade) = on_upgrade else {
         return jsonrpc::http_error(
             StatusCode::BAD_REQUEST,
@@ -106,7 +105,7 @@ pub(in crate::mcp) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrad
     tokio::spawn(
         async move {
             match on_upgrade.await {
-                Ok(upgraded) => serve(st, TokioIo::new(upgraded)).await,
+                Ok(upgraded) => serve(gateway, TokioIo::new(upgraded)).await,
                 Err(err) => debug!(error = %err, "The /mcp stream upgrade did not complete."),
             }
         }
@@ -119,7 +118,7 @@ pub(in crate::mcp) fn accept(st: Arc<AppState>, on_upgrade: Option<hyper::upgrad
 }
 
 /// Serves one switched connection until the client closes it or its session ends.
-async fn serve<IO>(st: Arc<AppState>, io: IO)
+async fn serve<IO>(gateway: Arc<Gateway>, io: IO)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -128,12 +127,12 @@ where
     let (out, other_queue) = Lane::new(LANE_MESSAGES, "notifications to a /mcp stream");
     let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
     let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
-    let mut conn = Conn { st, answers, out, budget: budget.clone(), session: None, listens: HashMap::new() };
-    let mut reader = FrameReader::new(read, crate::MCP_BODY_LIMIT);
+    let mut conn = Conn { gateway, answers, out, budget: budget.clone(), session: None, listens: HashMap::new() };
+    let mut reader = FrameReader::new(read, super::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
     // A stream that never initializes is idle from its start: it gets the sessions' idle timeout.
-    let uninitialized = tokio::time::sleep(conn.st.gateway.shared.idle_timeout());
+    let uninitialized = tokio::time::sleep(conn.gateway.shared.idle_timeout());
     tokio::pin!(uninitialized);
     let why = loop {
         if ended.is_none()
@@ -174,11 +173,11 @@ where
                 }
             }
             Ok(Some(Input::Oversized { id, .. })) => {
-                warn!(limit_bytes = crate::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
+                warn!(limit_bytes = super::MCP_BODY_LIMIT, id = %id, "Skipped a /mcp stream message over the size limit.");
                 conn.send_error(
                     id,
                     INVALID_REQUEST,
-                    &format!("Invalid Request: the message is larger than {} bytes", crate::MCP_BODY_LIMIT),
+                    &format!("Invalid Request: the message is larger than {} bytes", super::MCP_BODY_LIMIT),
                 );
             }
             Ok(None) => break "the client closed the stream",
@@ -188,10 +187,10 @@ where
             }
         }
     };
-    let Conn { st, answers, out, session, .. } = conn;
+    let Conn { gateway, answers, out, session, .. } = conn;
     drop((answers, out));
     if let Some(session) = session {
-        st.gateway.end_session(&session.id, why).await;
+        gateway.end_session(&session.id, why).await;
     }
     // Requests still running hold a sender; their upstreams are gone now, so they end soon.
     if tokio::time::timeout(FLUSH_TIMEOUT, &mut writer).await.is_err() {
@@ -202,7 +201,7 @@ where
 
 /// One switched connection: where answers go, and its session once initialized.
 struct Conn {
-    st: Arc<AppState>,
+    gateway: Arc<Gateway>,
     /// Answers to the client's lines, one per line that gets one (each holds a unit of `budget`).
     answers: mpsc::UnboundedSender<String>,
     /// Everything else for the client: relayed upstream requests, progress, server
@@ -283,7 +282,7 @@ impl Conn {
     fn before_initialize(&mut self, parsed: Parsed) -> bool {
         match parsed {
             Parsed::Request { id, method, params } if method == "initialize" => {
-                let (session, body) = open_session(&self.st.gateway, &id, params.as_deref());
+                let (session, body) = open_session(&self.gateway, &id, params.as_deref());
                 info!(session = %session.id, "MCP session on a /mcp stream.");
                 self.forward_outbound(&session);
                 self.session = Some(session);
@@ -330,7 +329,7 @@ impl Conn {
         if !era::is_modern_method(&method) {
             return self.send_error(raw_id(&id), METHOD_NOT_FOUND, &format!("Method not found: {}", truncate(&method)));
         }
-        let session = self.st.gateway.create_session(&meta.version, &meta.init_params());
+        let session = self.gateway.create_session(&meta.version, &meta.init_params());
         info!(session = %session.id, "MCP 2026-07-28 session on a /mcp stream.");
         self.session = Some(session.clone());
         self.run_modern(session, id, method, params)

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod progress;
 pub mod relay;
 mod route;
+mod upstream_input;
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

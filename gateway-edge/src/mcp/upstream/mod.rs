@@ -1,6 +1,13 @@
-//! One upstream MCP server connection owned by one downstream session (stdio transport; MCP
-//! 2025-11-25 basic/transports §stdio): newline-delimited JSON-RPC on the child's stdin/stdout,
-//! stderr drained continuously into `logs/upstreams/<server>.log`.
+//! One upstream MCP server connection owned by one downstream session, over either transport:
+//! stdio ([`stdio`]: MCP 2025-11-25 basic/transports §stdio, newline-delimited JSON-RPC on the
+//! child's stdin/stdout, stderr drained into `logs/upstreams/<server>.log`) or Streamable HTTP
+//! ([`http`], its SSE streams in `http/sse.rs`). What the two share is here: the
+//! transport-independent [`Core`] (matching responses to requests), the session's event queue
+//! ([`events`]), and [`Upstream`] (start, era probe, requests, stop). The eras an upstream may
+//! speak are [`era`]; the wire format of a modern upstream's `InputRequiredResult` is [`mrtr`].
+//!
+//! Boundary: nothing here imports the session, the downstream transports or the edge's state;
+//! a session drives an upstream through [`Upstream`] and hears from it through [`EventQueue`].
 //!
 //! The upstream's protocol era is probed at start (MCP 2026-07-28 basic/transports/stdio
 //! §Backward Compatibility): `server/discover` first, `initialize` when that fails in any way;
@@ -13,33 +20,33 @@
 //! not JSON-RPC are skipped and logged. When the child exits, every request in flight fails at
 //! once with [`UpstreamError::Closed`].
 pub mod era;
+mod events;
 pub mod http;
 pub mod mrtr;
+mod stdio;
+#[cfg(test)]
+mod tests;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use coffer_proto::store::{McpServer, Transport as ServerTransport};
 use coffer_runtime::home::CofferHome;
-use coffer_runtime::ndjson::{FrameReader, Input};
-use coffer_runtime::spawn::{ManagedChild, SpawnSpec};
+use coffer_runtime::spawn::ManagedChild;
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::upstream::http::Mirror;
+use self::http::Mirror;
 use era::Era;
+pub use events::{EVENT_QUEUE, EventQueue, Events, events};
 
 /// Longest line accepted from an upstream (bytes).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
-/// A stderr log larger than this is rotated to `<server>.log.1` when an upstream starts.
-const STDERR_LOG_ROTATE: u64 = 10 * 1024 * 1024;
 
 /// Why a request to an upstream failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -77,113 +84,6 @@ pub enum UpstreamEvent {
     Notification { server: String, method: String, params: Option<Box<RawValue>> },
     Request { server: String, id: Box<RawValue>, method: String, params: Option<Box<RawValue>> },
     Closed { server: String },
-}
-
-/// Events a session's upstreams may have queued for it before it handles them. At the limit
-/// ([`Events::send`]) notifications are dropped and counted, except what must never be lost:
-/// each server's latest `notifications/*/list_changed` and the end of its connection, which
-/// are kept aside (one entry per server and kind) and handed over once the queue drained.
-pub const EVENT_QUEUE: usize = 256;
-
-/// The upstreams' side of a session's event queue (cloned into each [`Core`]).
-#[derive(Clone)]
-pub struct Events {
-    tx: mpsc::Sender<UpstreamEvent>,
-    aside: Arc<Aside>,
-}
-
-/// The session's side of its event queue.
-pub struct EventQueue {
-    rx: mpsc::Receiver<UpstreamEvent>,
-    aside: Arc<Aside>,
-}
-
-/// What a full queue kept aside instead of dropping.
-struct Aside {
-    /// Servers' list changes (server, false, `notifications/<kind>/list_changed`) and closed
-    /// servers (server, true, ""), each once; a server's end sorts after its list changes.
-    kept: Mutex<std::collections::BTreeSet<(String, bool, String)>>,
-    dropped: crate::mcp::flow::Drops,
-}
-
-/// A bounded event queue of `capacity` events for one session.
-pub fn events(capacity: usize) -> (Events, EventQueue) {
-    let (tx, rx) = mpsc::channel(capacity);
-    let aside = Arc::new(Aside {
-        kept: Mutex::default(),
-        dropped: crate::mcp::flow::Drops::new("upstream messages a busy session could not queue"),
-    });
-    (Events { tx, aside: aside.clone() }, EventQueue { rx, aside })
-}
-
-impl Events {
-    /// Queues `ev` without waiting (the upstream's reader must never stall on the session: it
-    /// also reads the responses). When the queue is full, a list change or the connection's
-    /// end is kept aside, a notification is dropped and counted, and a request is dropped (its
-    /// upstream's own timeout answers it).
-    pub fn send(&self, ev: UpstreamEvent) {
-        let ev = match self.tx.try_send(ev) {
-            Ok(()) => {
-                self.aside.dropped.resumed();
-                return;
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
-            Err(mpsc::error::TrySendError::Full(ev)) => ev,
-        };
-        let kept = match ev {
-            UpstreamEvent::Notification { server, method, .. } if method.ends_with("/list_changed") => {
-                (server, false, method)
-            }
-            UpstreamEvent::Closed { server } => (server, true, String::new()),
-            UpstreamEvent::Request { server, method, .. } => {
-                tracing::warn!(server = %server, method = %method, "Dropped a request from an upstream: its session's event queue is full.");
-                self.aside.dropped.add(1);
-                return;
-            }
-            UpstreamEvent::Notification { .. } => {
-                self.aside.dropped.add(1);
-                return;
-            }
-        };
-        self.aside.kept.lock().expect("aside").insert(kept);
-    }
-}
-
-impl EventQueue {
-    /// The next event: queued ones first, then what was kept aside; `None` once every
-    /// [`Events`] is gone and nothing is left.
-    pub async fn recv(&mut self) -> Option<UpstreamEvent> {
-        match self.try_recv() {
-            Ok(ev) => Some(ev),
-            Err(mpsc::error::TryRecvError::Disconnected) => None,
-            // Whatever is kept aside now was kept while the queue was full, so a message is
-            // either queued or arrives with the next send.
-            Err(mpsc::error::TryRecvError::Empty) => self.rx.recv().await,
-        }
-    }
-
-    /// The next event if one is ready.
-    ///
-    /// # Errors
-    /// `Empty` when none is, `Disconnected` when none will be.
-    pub fn try_recv(&mut self) -> Result<UpstreamEvent, mpsc::error::TryRecvError> {
-        match self.rx.try_recv() {
-            Ok(ev) => Ok(ev),
-            Err(e) => {
-                let kept = self.aside.kept.lock().expect("aside").pop_first();
-                match kept {
-                    Some((server, false, method)) => Ok(UpstreamEvent::Notification { server, method, params: None }),
-                    Some((server, true, _)) => Ok(UpstreamEvent::Closed { server }),
-                    None => Err(e),
-                }
-            }
-        }
-    }
-
-    /// Events dropped because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.aside.dropped.total()
-    }
 }
 
 #[derive(Deserialize)]
@@ -363,9 +263,9 @@ enum Transport {
         stdin: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
         child: tokio::sync::Mutex<Option<ManagedChild>>,
         /// The last lines of its stderr, to say why it failed.
-        stderr: Arc<StderrTail>,
+        stderr: Arc<stdio::StderrTail>,
     },
-    Http(crate::mcp::upstream::http::HttpTransport),
+    Http(http::HttpTransport),
 }
 
 /// A running upstream.
@@ -393,9 +293,6 @@ pub struct Upstream {
     health: std::sync::OnceLock<Arc<crate::mcp::ServerHealth>>,
 }
 
-/// Most stderr lines kept to explain a failure, and the longest kept of each (characters).
-const STDERR_TAIL_LINES: usize = 5;
-const STDERR_TAIL_CHARS: usize = 300;
 /// Longest wait, after a stdio upstream failed its start, for its exit status and last stderr
 /// lines (it has usually exited already).
 const EXIT_WAIT: Duration = Duration::from_secs(2);
@@ -406,33 +303,6 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most consecutive `subscriptions/listen` requests that end without a notification before
 /// Coffer stops re-opening it for an upstream.
 const LISTEN_RETRIES: u32 = 5;
-
-/// The last lines an upstream wrote on stderr (redacted), and whether stderr reached its end.
-struct StderrTail {
-    lines: Mutex<std::collections::VecDeque<String>>,
-    done: tokio::sync::watch::Sender<bool>,
-}
-
-impl StderrTail {
-    fn new() -> Arc<Self> {
-        Arc::new(Self { lines: Mutex::default(), done: tokio::sync::watch::Sender::new(false) })
-    }
-
-    fn push(&self, line: &str) {
-        let mut lines = self.lines.lock().expect("tail");
-        if lines.len() == STDERR_TAIL_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line.chars().take(STDERR_TAIL_CHARS).collect());
-    }
-
-    /// The kept lines, after waiting at most `wait` for stderr to end.
-    async fn read(&self, wait: Duration) -> Vec<String> {
-        let mut done = self.done.subscribe();
-        let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
-        self.lines.lock().expect("tail").iter().filter(|l| !l.trim().is_empty()).cloned().collect()
-    }
-}
 
 impl Upstream {
     /// Starts `server` (spawning a stdio child or opening a Streamable HTTP client) and learns
@@ -466,11 +336,11 @@ impl Upstream {
         let core = Core::new(&name, events);
         let (transport, pid) = match server.transport() {
             ServerTransport::Stdio => {
-                let (t, pid) = start_stdio(server, home, core.clone(), redactor.clone()).map_err(start_err)?;
+                let (t, pid) = stdio::start_stdio(server, home, core.clone(), redactor.clone()).map_err(start_err)?;
                 (t, pid)
             }
             ServerTransport::Http => {
-                let t = crate::mcp::upstream::http::HttpTransport::new(server, core.clone()).map_err(start_err)?;
+                let t = http::HttpTransport::new(server, core.clone()).map_err(start_err)?;
                 (Transport::Http(t), 0)
             }
             other => return Err(start_err(format!("transport {:?} is not supported", other.as_str_name()))),
@@ -619,7 +489,7 @@ impl Upstream {
                 None => None,
             };
             why = match status {
-                Some(st) => format!("{}{during}", describe_exit(st)),
+                Some(st) => format!("{}{during}", stdio::describe_exit(st)),
                 None => format!("closed its stdout{during} ({why})"),
             };
         }
@@ -981,106 +851,6 @@ impl Drop for Upstream {
     }
 }
 
-fn start_stdio(
-    server: &McpServer,
-    home: &CofferHome,
-    core: Arc<Core>,
-    redactor: Arc<crate::credentials::Redactor>,
-) -> Result<(Transport, i32), String> {
-    // A bare command (as registered: synced registries keep it so) is resolved on this
-    // machine's PATH now, so that a missing one is named rather than reported as ENOENT.
-    let command = if server.command.contains('/') {
-        std::path::PathBuf::from(&server.command)
-    } else {
-        coffer_runtime::connect::which_on_path(&server.command)
-            .ok_or_else(|| format!("command {} is not on this machine's PATH", server.command))?
-    };
-    let mut spec = SpawnSpec::new(&command, "upstream", &server.name);
-    spec.args = server.args.iter().map(Into::into).collect();
-    spec.env = server.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    // Each server's default working directory is its own (`workspace/servers/<name>`), never a
-    // folder another server or an agent runs in: a server could otherwise plant files there
-    // (an `.npmrc`, a `CLAUDE.md`, a shadowing module) that the next process started there obeys.
-    let cwd: std::path::PathBuf = if server.cwd.is_empty() {
-        let own = home.root().join("workspace").join("servers").join(&server.name);
-        std::fs::create_dir_all(&own).map_err(|e| format!("cannot create {}: {e}", own.display()))?;
-        own
-    } else {
-        server.cwd.clone().into()
-    };
-    // The vault sandbox (docs/ARCHITECTURE.md, "The vault sandbox"): the server reaches its
-    // working directory and everything outside COFFER_HOME, nothing else of it.
-    if !server.no_sandbox {
-        spec.sandbox = Some(coffer_runtime::sandbox::Sandbox::hiding(home.root()).allow(&cwd));
-    }
-    spec.cwd = Some(cwd);
-    spec.stdin = Stdio::piped();
-    spec.stdout = Stdio::piped();
-    spec.stderr = Stdio::piped();
-    spec.pid_dir = Some(home.pids());
-    let mut child = coffer_runtime::spawn::spawn(spec).map_err(|e| e.to_string())?;
-    let pid = child.pid();
-    let stdin = child.inner().stdin.take();
-    let stdout = child.inner().stdout.take().ok_or("no stdout")?;
-    let tail = StderrTail::new();
-    match child.inner().stderr.take() {
-        Some(stderr) => {
-            let log = home.upstream_logs().join(format!("{}.log", server.name));
-            tokio::spawn(drain_stderr(stderr, log, redactor, tail.clone()));
-        }
-        None => {
-            tail.done.send_replace(true);
-        }
-    }
-    let (tx, rx) = mpsc::unbounded_channel();
-    if let Some(stdin) = stdin {
-        tokio::spawn(write_loop(stdin, rx, core.clone()));
-    }
-    tokio::spawn(read_loop(stdout, core));
-    let transport =
-        Transport::Stdio { stdin: Mutex::new(Some(tx)), child: tokio::sync::Mutex::new(Some(child)), stderr: tail };
-    Ok((transport, pid))
-}
-
-/// Writes queued frames to the child's stdin, coalescing everything already queued into one
-/// write (fewer syscalls and wake-ups for the upstream when many calls are in flight). Ends,
-/// closing stdin, when every sender is gone; a write error closes the connection.
-async fn write_loop(mut stdin: tokio::process::ChildStdin, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, core: Arc<Core>) {
-    let mut batch = Vec::with_capacity(16 * 1024);
-    while let Some(first) = rx.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&first);
-        while batch.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(next) => batch.extend_from_slice(&next),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = stdin.write_all(&batch).await {
-            core.close(&format!("stdin: {e}"));
-            return;
-        }
-        if batch.capacity() > 4 * 1024 * 1024 {
-            batch = Vec::with_capacity(16 * 1024);
-        }
-    }
-}
-
-async fn read_loop(stdout: tokio::process::ChildStdout, core: Arc<Core>) {
-    let mut reader = FrameReader::new(stdout, MAX_FRAME);
-    let reason = loop {
-        match reader.next().await {
-            Ok(None) => break "exited (stdout closed)".to_owned(),
-            Ok(Some(Input::Line(line))) => core.dispatch(&line),
-            Ok(Some(Input::Oversized { .. })) => {
-                tracing::warn!(server = %core.server, limit = MAX_FRAME, "Upstream frame over the limit; discarded.");
-            }
-            Err(e) => break format!("stdout: {e}"),
-        }
-    };
-    core.close(&reason);
-}
-
 /// The start of a raw JSON value, for a log line.
 fn truncate_raw(v: &RawValue) -> String {
     v.get().chars().take(200).collect()
@@ -1103,153 +873,4 @@ pub fn trim_line(b: &[u8]) -> &[u8] {
         }
     }
     s
-}
-
-/// How a child's exit is said: `exited with status 3`, `was killed by signal 9`.
-fn describe_exit(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("was killed by signal {sig}"),
-        (None, None) => format!("exited ({status})"),
-    }
-}
-
-/// Copies an upstream's stderr to its log file, line by line, never blocking the upstream (a
-/// write failure or invalid UTF-8 never stops the draining), and keeps its last lines in
-/// `tail` (marked done at the end). Every credential value the upstream was started with is
-/// replaced by `[REDACTED]` first.
-async fn drain_stderr(
-    stderr: tokio::process::ChildStderr,
-    path: std::path::PathBuf,
-    redactor: Arc<crate::credentials::Redactor>,
-    tail: Arc<StderrTail>,
-) {
-    if std::fs::metadata(&path).is_ok_and(|m| m.len() > STDERR_LOG_ROTATE) {
-        let _ = std::fs::rename(&path, path.with_extension("log.1"));
-    }
-    let mut file = match tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await {
-        Ok(f) => Some(f),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "Cannot open upstream log; discarding its stderr.");
-            None
-        }
-    };
-    // A stderr line over the frame limit is logged by its start.
-    let mut reader = FrameReader::new(stderr, MAX_FRAME);
-    while let Ok(Some(input)) = reader.next().await {
-        let buf = match input {
-            Input::Line(line) => line,
-            Input::Oversized { prefix, .. } => prefix,
-        };
-        let line = redactor.redact(trim_line(&buf));
-        let line = String::from_utf8_lossy(&line);
-        tail.push(&line);
-        if let Some(f) = file.as_mut() {
-            let stamped = format!("{} {line}\n", coffer_runtime::now_rfc3339());
-            if f.write_all(stamped.as_bytes()).await.is_err() {
-                file = None;
-            }
-        }
-    }
-    tail.done.send_replace(true);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_core_matches_responses_by_id_and_hands_on_everything_else() {
-        let (events, mut rx) = events(EVENT_QUEUE);
-        let core = Core::new("srv", events);
-        let (tx1, mut reply1) = oneshot::channel();
-        let (tx2, mut reply2) = oneshot::channel();
-        core.pending.lock().unwrap().extend([(1, tx1), (2, tx2)]);
-
-        core.dispatch(b"  {\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-1, \"message\":\"raw\"}}\r\n");
-        core.dispatch(b"not json at all");
-        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"a\": [1]}}");
-        assert!(matches!(reply1.try_recv(), Ok(Reply::Result(r)) if r.get() == "{\"a\": [1]}"), "out of order is fine");
-        assert!(matches!(reply2.try_recv(), Ok(Reply::Error(e)) if e.get() == "{\"code\":-1, \"message\":\"raw\"}"));
-        assert!(!core.is_pending(1) && !core.is_pending(2));
-        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"); // late duplicate: ignored
-        assert_eq!(core.heard.load(Ordering::Relaxed), 4, "every message counts as heard");
-
-        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"roots/list\"}");
-        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
-        assert!(
-            matches!(rx.try_recv(), Ok(UpstreamEvent::Request { id, method, .. }) if id.get() == "\"s-1\"" && method == "roots/list")
-        );
-        assert!(matches!(rx.try_recv(), Ok(UpstreamEvent::Notification { server, .. }) if server == "srv"));
-        assert!(rx.try_recv().is_err(), "responses and junk raise no event");
-
-        let (tx3, mut reply3) = oneshot::channel();
-        core.pending.lock().unwrap().insert(3, tx3);
-        core.close("exited (stdout closed)");
-        assert!(!core.is_alive());
-        assert!(reply3.try_recv().is_err(), "a request in flight fails at once");
-        assert!(matches!(rx.try_recv(), Ok(UpstreamEvent::Closed { .. })));
-        let UpstreamError::Closed { reason, .. } = core.closed_error() else { panic!("closed") };
-        assert_eq!(reason, "exited (stdout closed)");
-    }
-
-    #[tokio::test]
-    async fn a_full_event_queue_drops_notifications_but_keeps_list_changes_and_the_end() {
-        let (tx, mut rx) = events(2);
-        let note =
-            |method: &str| UpstreamEvent::Notification { server: "s".into(), method: method.into(), params: None };
-        tx.send(note("notifications/message"));
-        tx.send(note("notifications/progress"));
-        for _ in 0..100 {
-            tx.send(note("notifications/message"));
-            tx.send(note("notifications/tools/list_changed"));
-        }
-        tx.send(UpstreamEvent::Closed { server: "s".into() });
-        assert_eq!(rx.dropped(), 100, "the log messages over the limit");
-        let mut got = Vec::new();
-        while let Ok(ev) = rx.try_recv() {
-            got.push(match ev {
-                UpstreamEvent::Notification { method, .. } => method,
-                UpstreamEvent::Closed { .. } => "closed".into(),
-                UpstreamEvent::Request { .. } => "request".into(),
-            });
-        }
-        assert_eq!(
-            got,
-            ["notifications/message", "notifications/progress", "notifications/tools/list_changed", "closed"],
-            "what was queued, then what was kept aside, once each"
-        );
-        drop(tx);
-        assert!(rx.recv().await.is_none());
-    }
-
-    #[test]
-    fn a_stop_coffer_asked_for_is_no_fault_and_non_protocol_lines_are_counted() {
-        let (events, _rx) = events(EVENT_QUEUE);
-        let core = Core::new("srv", events);
-        core.dispatch(b"Server listening on stdio");
-        core.dispatch(b"{\"not\": \"json-rpc\"}");
-        core.dispatch(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}");
-        assert_eq!(core.junk(), (2, Some("Server listening on stdio".to_owned())));
-        core.stop("its session ended");
-        core.close("exited (stdout closed)"); // too late: the first reason stays
-        let e = core.closed_error();
-        assert!(matches!(&e, UpstreamError::Stopped { reason, .. } if reason == "its session ended"), "{e:?}");
-        assert!(!e.is_fault());
-        assert!(UpstreamError::Closed { server: "s".into(), reason: "x".into() }.is_fault());
-    }
-
-    #[test]
-    fn exits_are_said_by_status_or_signal() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(describe_exit(std::process::ExitStatus::from_raw(3 << 8)), "exited with status 3");
-        assert_eq!(describe_exit(std::process::ExitStatus::from_raw(9)), "was killed by signal 9");
-    }
-
-    #[test]
-    fn lines_are_trimmed_of_surrounding_whitespace_only() {
-        assert_eq!(trim_line(b" \t{\"a\": 1}\r\n"), b"{\"a\": 1}");
-        assert_eq!(trim_line(b"\r\n"), b"");
-    }
 }

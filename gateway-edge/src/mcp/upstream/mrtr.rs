@@ -1,23 +1,14 @@
-//! Multi round-trip requests from a 2026-07-28 upstream (MCP 2026-07-28 basic/patterns/mrtr):
-//! an `InputRequiredResult` to `tools/call`, `prompts/get` or `resources/read` has each of its
-//! `inputRequests` relayed to the downstream client as an ordinary server→client request
-//! ([`crate::mcp::session::relay::Relays::ask`], the way a handshake-era upstream's own `sampling/createMessage`,
-//! `elicitation/create` and `roots/list` are relayed), and the original request is retried
-//! upstream with the answers as `inputResponses` and the `requestState` echoed verbatim. The
-//! session sees only the final result. At most [`MAX_ROUNDS`] rounds; an input request the
-//! client refuses or leaves unanswered fails the call with an error naming it.
+//! The wire format of a 2026-07-28 upstream's multi round-trip requests (MCP 2026-07-28
+//! basic/patterns/mrtr): an `InputRequiredResult` to `tools/call`, `prompts/get` or
+//! `resources/read` ([`input_required`]), read and checked ([`parse`]), and the retried
+//! request's params carrying `inputResponses` and the `requestState` echoed verbatim
+//! ([`retry_params`]). The session relays each input request to its client and retries
+//! (`session/upstream_input.rs`), at most [`MAX_ROUNDS`] rounds.
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
-
-use crate::mcp::answer::{Answer, RpcError};
-use crate::mcp::jsonrpc::INTERNAL_ERROR;
-use crate::mcp::session::{RequestCtx, Session};
-use crate::mcp::upstream::{Reply, Upstream, UpstreamError};
 
 /// Most retries of one request with `inputResponses` before the call fails.
 pub const MAX_ROUNDS: usize = 8;
@@ -43,14 +34,14 @@ pub fn input_required(method: &str, result: &RawValue) -> bool {
 }
 
 /// An `InputRequiredResult`, checked.
-struct InputRequired {
+pub struct InputRequired {
     /// Key, method, params (raw).
-    requests: Vec<(String, String, Option<Box<RawValue>>)>,
-    request_state: Option<Box<RawValue>>,
+    pub requests: Vec<(String, String, Option<Box<RawValue>>)>,
+    pub request_state: Option<Box<RawValue>>,
 }
 
 /// Reads an `InputRequiredResult`; the error says what is wrong with it.
-fn parse(result: &RawValue) -> Result<InputRequired, String> {
+pub fn parse(result: &RawValue) -> Result<InputRequired, String> {
     #[derive(Deserialize)]
     struct Wire {
         #[serde(rename = "inputRequests")]
@@ -104,7 +95,7 @@ fn parse(result: &RawValue) -> Result<InputRequired, String> {
 
 /// `params` with `inputResponses` (and `requestState`, if any) set, every other member
 /// verbatim.
-fn retry_params(
+pub fn retry_params(
     params: &RawValue,
     responses: &BTreeMap<String, Box<RawValue>>,
     state: Option<&RawValue>,
@@ -117,84 +108,6 @@ fn retry_params(
         fields.insert("requestState".into(), state);
     }
     RawValue::from_string(serde_json::to_string(&fields).expect("json")).expect("json")
-}
-
-fn failed(server: &str, message: String) -> Answer {
-    Answer::Error(RpcError::new(INTERNAL_ERROR, message).with_data(serde_json::json!({"server": server})))
-}
-
-impl Session {
-    /// Completes a request whose first answer (`first`) was an `InputRequiredResult`: relays
-    /// its input requests to the client, retries with the answers, for at most [`MAX_ROUNDS`]
-    /// rounds. Returns the final reply (a result, or the upstream's error), or the answer to
-    /// give at once: a malformed `InputRequiredResult`, an input request the client refused
-    /// or did not answer, too many rounds (-32603 naming the server), or a cancel.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::mcp) async fn input_rounds(
-        &self,
-        up: &Arc<Upstream>,
-        server: &str,
-        method: &str,
-        params: &RawValue,
-        first: Result<Reply, UpstreamError>,
-        timeout: Duration,
-        ctx: &RequestCtx,
-    ) -> Result<Result<Reply, UpstreamError>, Answer> {
-        let mut res = first;
-        for round in 1..=MAX_ROUNDS {
-            let result = match &res {
-                Ok(Reply::Result(r)) if input_required(method, r) => r,
-                _ => return Ok(res),
-            };
-            let wanted = parse(result).map_err(|why| {
-                tracing::warn!(server = %server, method, error = %why, "Upstream sent an unusable InputRequiredResult.");
-                failed(server, format!("upstream {server} answered {method} with an unusable InputRequiredResult: {why}"))
-            })?;
-            tracing::debug!(server = %server, method, round, requests = wanted.requests.len(), "Upstream needs input; relaying it to the client.");
-            let mut responses = BTreeMap::new();
-            for (key, input_method, input_params) in &wanted.requests {
-                let reply = self
-                    .relays
-                    .ask(
-                        &self.pool,
-                        &self.outbound,
-                        &self.closed,
-                        timeout,
-                        server,
-                        input_method,
-                        input_params.as_deref(),
-                    )
-                    .await;
-                match reply {
-                    Reply::Result(r) => {
-                        responses.insert(key.clone(), r);
-                    }
-                    Reply::Error(e) => {
-                        let v: Value = serde_json::from_str(e.get()).unwrap_or_default();
-                        let why = v["message"].as_str().unwrap_or("an error").chars().take(300).collect::<String>();
-                        return Err(failed(
-                            server,
-                            format!(
-                                "upstream {server} needs input for {method} ({input_method}) that the client did not give: {why}"
-                            ),
-                        ));
-                    }
-                }
-            }
-            let retry = retry_params(params, &responses, wanted.request_state.as_deref());
-            res = self.exchange(up, server, method, &retry, timeout, ctx).await?;
-        }
-        if matches!(&res, Ok(Reply::Result(r)) if input_required(method, r)) {
-            tracing::warn!(server = %server, method, rounds = MAX_ROUNDS, "Upstream kept asking for input; call failed.");
-            return Err(failed(
-                server,
-                format!(
-                    "upstream {server} still asked for input after {MAX_ROUNDS} rounds of {method}; Coffer gave up"
-                ),
-            ));
-        }
-        Ok(res)
-    }
 }
 
 #[cfg(test)]

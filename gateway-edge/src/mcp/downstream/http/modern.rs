@@ -15,20 +15,19 @@ use serde_json::value::RawValue;
 use sha2::Digest;
 
 use super::{accepts, json_response, refuse, rpc_error};
-use crate::mcp::Session;
 use crate::mcp::downstream::era::{self, Refusal};
 use crate::mcp::downstream::listen::{self, Filter};
 use crate::mcp::downstream::message::{self, Parsed};
 use crate::mcp::jsonrpc::{INVALID_REQUEST, METHOD_NOT_FOUND};
 use crate::mcp::session::{LANE_MESSAGES, Lane};
-use crate::state::AppState;
+use crate::mcp::{Gateway, Session};
 
 /// Keep-alive comment interval on a modern request's SSE stream: a client gone away is noticed
 /// (and its request cancelled) at the next one at the latest.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// Handles a modern client's POST (already decoded).
-pub(super) async fn post(st: Arc<AppState>, headers: HeaderMap, parsed: Parsed) -> Response {
+pub(super) async fn post(gw: Arc<Gateway>, headers: HeaderMap, parsed: Parsed) -> Response {
     let (id, method, params) = match parsed {
         Parsed::Request { id, method, params } => (id, method, params),
         // Cancellation is closing the request's stream; other notifications carry nothing Coffer
@@ -60,7 +59,7 @@ pub(super) async fn post(st: Arc<AppState>, headers: HeaderMap, parsed: Parsed) 
         return json_response(StatusCode::OK, body);
     }
     let session = match scope(&headers, &meta) {
-        Ok(key) => st.gateway.modern_session(&key, &meta),
+        Ok(key) => gw.modern_session(&key, &meta),
         Err(r) => return refuse(StatusCode::BAD_REQUEST, id_value(), &r),
     };
     if method == "subscriptions/listen" {

@@ -1,6 +1,6 @@
 //! The edge's client of coffer-chat's `Llm` service (`proto/llm.proto`, `coffer.llm.v1`):
 //! probing LLM connections (REST `/v1/llm/connections/{name}/test|models`) and the internal
-//! agent behind the `coffer__ask` built-in. Same channel shape as [`crate::chat`] (lazily
+//! agent behind the `coffer__ask` built-in. Same channel shape as [`crate::clients::chat`] (lazily
 //! connected, HTTP/2 keep-alive pings notice a stopped `coffer-chat`).
 use std::time::Duration;
 
@@ -31,8 +31,22 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Errors
 /// When `addr` is not a valid authority.
 pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
-    let ch = coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)?;
-    Ok(LlmClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
+    Ok(over(channel(addr, token)?))
+}
+
+/// A lazily connecting channel to the service at `addr` presenting `token`, with the
+/// keep-alive described in the module docs; every client of this service shares it
+/// ([`crate::clients::Clients`]).
+///
+/// # Errors
+/// When `addr` is not a valid authority.
+pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::transport::Error> {
+    coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+}
+
+/// The client over `ch` (from [`channel`]), with its message size limits.
+pub fn over(ch: AuthChannel) -> Client {
+    LlmClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
 }
 
 /// Runs one Llm call within `deadline` ([`PROBE_TIMEOUT`] or [`ASK_TIMEOUT`]); a call that takes

@@ -44,8 +44,22 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 /// # Errors
 /// When `addr` is not a valid authority.
 pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
-    let ch = coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)?;
-    Ok(RetrievalClient::new(ch).max_decoding_message_size(MAX_REPLY))
+    Ok(over(channel(addr, token)?))
+}
+
+/// A lazily connecting channel to the service at `addr` presenting `token`, with the
+/// keep-alive described in the module docs; every client of this service shares it
+/// ([`crate::clients::Clients`]).
+///
+/// # Errors
+/// When `addr` is not a valid authority.
+pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::transport::Error> {
+    coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+}
+
+/// The client over `ch` (from [`channel`]), with its message size limits.
+pub fn over(ch: AuthChannel) -> Client {
+    RetrievalClient::new(ch).max_decoding_message_size(MAX_REPLY)
 }
 
 /// Runs one retrieval call with [`CALL_TIMEOUT`]; a call that takes longer is
