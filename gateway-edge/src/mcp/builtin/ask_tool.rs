@@ -13,11 +13,13 @@
 //! with actor `agent` gets a tool error.
 use coffer_proto::llm::{AskReply, AskRequest};
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, Registry, tool_error};
+use crate::mcp::builtin::retrieval_tools::MAX_NAME_CHARS;
+use crate::mcp::builtin::{Caller, Provider, Registry, input_schema, tool_error};
 use crate::mcp::invocations::Usage;
 
 /// Longest question (bytes), as the service takes it.
@@ -33,11 +35,21 @@ pub fn register(registry: Registry, client: crate::clients::llm::Client) -> Regi
 /// The `coffer__ask` provider.
 pub struct Ask(pub crate::clients::llm::Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__ask`; its `inputSchema` is derived from them.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AskArgs {
+pub struct AskArgs {
+    #[schemars(
+        length(min = 1, max = MAX_QUESTION),
+        description = "The question, in natural language, e.g. \"what do my notes say about rotating the API keys?\"."
+    )]
     question: String,
     #[serde(default)]
+    #[schemars(
+        with = "String",
+        length(max = MAX_NAME_CHARS),
+        description = "Only this knowledge base (its name); default: all of them and memory."
+    )]
     kb: Option<String>,
 }
 
@@ -55,15 +67,7 @@ impl Provider for Ask {
         the sources (knowledge base, file, heading, lines) follow the answer. \
         Use it for questions like \"what do my notes say about X?\" or \"what did we decide about Y?\", when one search would not be enough; \
         for a quick lookup of exact words, coffer__search_knowledge is faster. Takes several seconds. Needs an internal LLM connection in Coffer (the error says how to add one).",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION, "description": "The question, in natural language, e.g. \"what do my notes say about rotating the API keys?\"."},
-                    "kb": {"type": "string", "maxLength": crate::mcp::builtin::retrieval_tools::MAX_NAME_CHARS, "description": "Only this knowledge base (its name); default: all of them and memory."}
-                },
-                "required": ["question"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<AskArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": true}
         })
     }

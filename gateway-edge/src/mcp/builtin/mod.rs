@@ -13,9 +13,18 @@
 //! reaches another service (whose gRPC messages are bounded). A refusal is a tool error
 //! (`isError`, so a model can correct itself: MCP 2025-11-25 server/tools §Error Handling)
 //! recorded as the caller's mistake ([`Outcome::Invalid`]), not as a failure of the tool.
+//!
+//! A tool's `inputSchema` is derived from the type its arguments deserialize into
+//! ([`input_schema`], a `schemars::JsonSchema` derive on the args struct: descriptions, bounds
+//! and required members are attributes of its fields), so the schema clients see and the
+//! parser that reads their arguments cannot drift apart; `schema_tests.rs` beside this file holds
+//! every tool's schema to its args type and its documented examples to the parser.
 pub mod ask_tool;
 pub mod retrieval_tools;
+#[cfg(test)]
+mod schema_tests;
 pub mod search_tools;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,6 +38,31 @@ use crate::mcp::answer::{Answer, RpcError};
 pub use crate::mcp::builtin::search_tools::SearchTools;
 use crate::mcp::invocations::Usage;
 use crate::mcp::jsonrpc::INVALID_PARAMS;
+
+/// The `inputSchema` of a tool whose arguments deserialize into `T`: `T`'s JSON Schema (schemars,
+/// draft 2020-12, as read for deserializing) in the shape MCP clients expect of a tool's input:
+/// an object schema with `properties` (also when it has none), without the document's
+/// `$schema`, `title` and `description` (the tool's own say that), without integer `format`
+/// annotations (`uint32`) and without the `"default": null` of optional members.
+pub fn input_schema<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::generate::SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>();
+    let mut schema = schema.to_value();
+    if let Some(root) = schema.as_object_mut() {
+        for key in ["$schema", "title", "description"] {
+            root.remove(key);
+        }
+        root.entry("properties").or_insert_with(|| json!({}));
+        if let Some(properties) = root.get_mut("properties").and_then(Value::as_object_mut) {
+            for property in properties.values_mut().filter_map(Value::as_object_mut) {
+                property.remove("format");
+                if property.get("default") == Some(&Value::Null) {
+                    property.remove("default");
+                }
+            }
+        }
+    }
+    schema
+}
 
 /// What a built-in tool may use of the session that calls it.
 pub trait Caller: Send + Sync {

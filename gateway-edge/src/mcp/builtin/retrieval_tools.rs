@@ -17,6 +17,7 @@ use coffer_proto::retrieval::{
     SkillName,
 };
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -24,7 +25,7 @@ use serde_json::{Value, json};
 use crate::clients::retrieval::{self, Client};
 use crate::error::ApiError;
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, Registry, tool_error};
+use crate::mcp::builtin::{Caller, Provider, Registry, input_schema, tool_error};
 use crate::mcp::invocations::MCP_ACTOR;
 
 /// Results a search returns when the call does not say (`limit`).
@@ -48,6 +49,9 @@ pub const MAX_NAME_CHARS: usize = 128;
 pub const MAX_PATH_CHARS: usize = 1024;
 /// Most knowledge bases or tags in one filter.
 pub const MAX_FILTER_ITEMS: usize = 32;
+/// Most tags on one remembered fact, and the longest tag (characters).
+pub const MAX_FACT_TAGS: usize = 32;
+pub const MAX_FACT_TAG_CHARS: usize = 64;
 /// Longest `source` of a fact (bytes), as the service takes it.
 const MAX_SOURCE: usize = 256;
 
@@ -230,19 +234,52 @@ pub fn source_of(caller: &dyn Caller) -> String {
 /// `Search`.
 pub struct SearchKnowledge(pub Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__search_knowledge`; its `inputSchema` is derived from them. `kb`
+/// and `tags` also take a single string (advertised as lists).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SearchArgs {
+pub struct SearchArgs {
+    #[schemars(
+        length(min = 1, max = MAX_QUERY_CHARS),
+        description = "What to look for: a question or words, e.g. \"how do we rotate the API keys\"."
+    )]
     query: String,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(max = MAX_FILTER_ITEMS),
+        inner(length(max = MAX_NAME_CHARS)),
+        description = "Only these knowledge bases (names); default: all of them."
+    )]
     kb: Option<OneOrMany>,
     #[serde(default)]
+    #[schemars(
+        with = "String",
+        length(max = MAX_PATH_CHARS),
+        description = "Only files under this path inside the knowledge base, e.g. \"projects/\"."
+    )]
     path_prefix: Option<String>,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(max = MAX_FILTER_ITEMS),
+        inner(length(max = MAX_NAME_CHARS)),
+        description = "Only documents with every one of these front-matter tags."
+    )]
     tags: Option<OneOrMany>,
     #[serde(default)]
+    #[schemars(
+        with = "u32",
+        range(min = 1, max = MAX_LIMIT),
+        description = format!("Most passages (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")
+    )]
     limit: Option<u32>,
     #[serde(default)]
+    #[schemars(
+        with = "u32",
+        range(min = 20, max = MAX_SNIPPET),
+        description = format!("Snippet length in characters (default {DEFAULT_SNIPPET}, at most {MAX_SNIPPET}).")
+    )]
     snippet_chars: Option<u32>,
 }
 
@@ -259,19 +296,7 @@ impl Provider for SearchKnowledge {
         Use it whenever the user refers to their notes, documents or something they wrote down, or when the answer may be in them. \
         Returns the best matching passages, each as `kb:path:first-last line  > heading path` followed by a snippet with the matches in **bold**; open the file at those lines for more. \
         Ask in natural language or with exact words; punctuation and quotes are fine. A line starting `warning:` means an engine failed and results may be incomplete.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "What to look for: a question or words, e.g. \"how do we rotate the API keys\"."},
-                    "kb": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only these knowledge bases (names); default: all of them."},
-                    "path_prefix": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Only files under this path inside the knowledge base, e.g. \"projects/\"."},
-                    "tags": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only documents with every one of these front-matter tags."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": format!("Most passages (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")},
-                    "snippet_chars": {"type": "integer", "minimum": 20, "maximum": MAX_SNIPPET, "description": format!("Snippet length in characters (default {DEFAULT_SNIPPET}, at most {MAX_SNIPPET}).")}
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<SearchArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
@@ -313,13 +338,29 @@ impl Provider for SearchKnowledge {
 /// `coffer__recall {query, tags?, limit?}` → `Recall`.
 pub struct Recall(pub Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__recall`; its `inputSchema` is derived from them.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RecallArgs {
+pub struct RecallArgs {
+    #[schemars(
+        length(min = 1, max = MAX_QUERY_CHARS),
+        description = "What to recall, e.g. \"preferred test framework\"."
+    )]
     query: String,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(max = MAX_FILTER_ITEMS),
+        inner(length(max = MAX_NAME_CHARS)),
+        description = "Only facts with every one of these tags."
+    )]
     tags: Option<OneOrMany>,
     #[serde(default)]
+    #[schemars(
+        with = "u32",
+        range(min = 1, max = MAX_LIMIT),
+        description = format!("Most facts (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")
+    )]
     limit: Option<u32>,
 }
 
@@ -335,16 +376,7 @@ impl Provider for Recall {
             "description": "Search the facts remembered about the user and their work (saved earlier with coffer__remember, by you or by another assistant): preferences, decisions, setup details, names. \
         Use it at the start of a task, or whenever the user's preferences, past decisions or environment matter. \
         Returns the matching facts, each as `fact <id>  [tags: …]` followed by its text; the id is what coffer__forget takes.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": "What to recall, e.g. \"preferred test framework\"."},
-                    "tags": {"type": "array", "items": {"type": "string", "maxLength": MAX_NAME_CHARS}, "maxItems": MAX_FILTER_ITEMS, "description": "Only facts with every one of these tags."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": format!("Most facts (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")}
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<RecallArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
@@ -379,13 +411,27 @@ impl Provider for Recall {
 /// `coffer__remember {text, tags?}` → `Remember`, with `source` `mcp:<clientInfo.name>`.
 pub struct Remember(pub Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__remember`; its `inputSchema` is derived from them.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RememberArgs {
+pub struct RememberArgs {
+    #[schemars(
+        length(min = 1, max = MAX_FACT_CHARS),
+        description = "The fact, one self-contained sentence or short paragraph."
+    )]
     text: String,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        length(max = MAX_FACT_TAGS),
+        inner(length(min = 1, max = MAX_FACT_TAG_CHARS)),
+        description = "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."
+    )]
     tags: Option<OneOrMany>,
     #[serde(default)]
+    #[schemars(
+        description = "Save it even though it looks like a password, token or other secret. Only when the user explicitly asked for this very text to be remembered as it is."
+    )]
     allow_secret: bool,
 }
 
@@ -401,16 +447,7 @@ impl Provider for Remember {
             "description": "Save one durable fact about the user or their work (a preference, a decision, a setup detail, a name, a recurring instruction) so that later sessions and other assistants can recall it with coffer__recall. \
         One fact per call, as a self-contained sentence (\"The user's staging database is db-stage-2\", not \"it is db-stage-2\"). Never save passwords, tokens or other secrets (text that looks like one is refused: keep those in Coffer's credential store). \
         Returns the new fact's id; when the same or a nearly identical fact already exists, reports that fact's id instead of saving it twice. The fact is a markdown file the user can read and edit.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "text": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_CHARS, "description": "The fact, one self-contained sentence or short paragraph."},
-                    "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32, "description": "A few topic words to find it by, e.g. [\"deploy\", \"staging\"]."},
-                    "allow_secret": {"type": "boolean", "default": false, "description": "Save it even though it looks like a password, token or other secret. Only when the user explicitly asked for this very text to be remembered as it is."}
-                },
-                "required": ["text"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<RememberArgs>(),
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}
         })
     }
@@ -454,9 +491,14 @@ impl Provider for Remember {
 /// `coffer__forget {id}` → `Forget`.
 pub struct Forget(pub Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__forget`; its `inputSchema` is derived from them.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ForgetArgs {
+pub struct ForgetArgs {
+    #[schemars(
+        length(min = 1, max = MAX_NAME_CHARS),
+        description = "The fact's id, e.g. \"01JDQ8ZKXW5T3M2N4P6R7S8T9V\"."
+    )]
     id: String,
 }
 
@@ -471,12 +513,7 @@ impl Provider for Forget {
             "title": "Forget a fact",
             "description": "Delete one remembered fact by its id (as coffer__recall or coffer__remember show it), e.g. when the user says it is wrong or no longer true. \
         Its file is removed; to correct a fact, forget it and remember the right one.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {"id": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "The fact's id, e.g. \"01JDQ8ZKXW5T3M2N4P6R7S8T9V\"."}},
-                "required": ["id"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<ForgetArgs>(),
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false}
         })
     }
@@ -502,9 +539,10 @@ impl Provider for Forget {
 /// `coffer__list_skills {}` → `ListSkills`.
 pub struct ListSkills(pub Client);
 
-#[derive(Deserialize)]
+/// No arguments (`coffer__list_skills`): an empty object, nothing else.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NoArgs {}
+pub struct NoArgs {}
 
 impl Provider for ListSkills {
     fn name(&self) -> &'static str {
@@ -517,7 +555,7 @@ impl Provider for ListSkills {
             "title": "List skills",
             "description": "List the skills installed in Coffer: instructions for particular tasks (the SKILL.md format Claude Code and Codex use), each with its name and a one-line description of when to use it. \
         Use it when a task might have a prepared way of doing it, then load the one that fits with coffer__load_skill.",
-            "inputSchema": {"type": "object", "properties": {}, "additionalProperties": false},
+            "inputSchema": input_schema::<NoArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
@@ -560,9 +598,11 @@ impl Provider for ListSkills {
 /// `coffer__load_skill {name}` → `LoadSkill`.
 pub struct LoadSkill(pub Client);
 
-#[derive(Deserialize)]
+/// The arguments of `coffer__load_skill`; its `inputSchema` is derived from them.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LoadArgs {
+pub struct LoadArgs {
+    #[schemars(length(min = 1, max = MAX_NAME_CHARS), description = "The skill's name, e.g. \"release-notes\".")]
     name: String,
 }
 
@@ -576,12 +616,7 @@ impl Provider for LoadSkill {
             "name": "load_skill",
             "title": "Load a skill",
             "description": "Load one skill's full instructions by name (as coffer__list_skills shows it): its SKILL.md without the front matter, and the names of the other files in its folder. Follow the instructions for the task at hand.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "The skill's name, e.g. \"release-notes\"."}},
-                "required": ["name"],
-                "additionalProperties": false
-            },
+            "inputSchema": input_schema::<LoadArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }

@@ -18,10 +18,12 @@ use std::sync::{Arc, Mutex};
 
 use coffer_types::BUILTIN_SERVER;
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, tool_error};
+use crate::mcp::builtin::{Caller, Provider, input_schema, tool_error};
 
 /// Longest `query`, in characters (also the knowledge and memory tools' limit).
 pub const MAX_QUERY_CHARS: usize = 8192;
@@ -99,6 +101,27 @@ impl SearchTools {
     }
 }
 
+/// Results of `coffer__search_tools` when the call names no `limit`, and the most it gives.
+const DEFAULT_RESULTS: u64 = 10;
+const MAX_RESULTS: u64 = 50;
+
+/// The arguments of `coffer__search_tools`; its `inputSchema` is derived from them. Read
+/// leniently, as they always were: members it does not name are ignored, and a `limit` that is
+/// not a whole number counts as absent.
+#[derive(Deserialize, JsonSchema)]
+pub struct SearchToolsArgs {
+    #[schemars(length(max = MAX_QUERY_CHARS), description = "What you want to do, e.g. \"read a file\".")]
+    query: String,
+    #[serde(default, deserialize_with = "whole_number")]
+    #[schemars(with = "u64", range(min = 1, max = MAX_RESULTS), description = "Most results (default 10).")]
+    limit: Option<u64>,
+}
+
+/// A whole number, or `None` for anything else (a string, a fraction, `null`).
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
+}
+
 impl Provider for SearchTools {
     fn name(&self) -> &'static str {
         "search_tools"
@@ -111,14 +134,7 @@ impl Provider for SearchTools {
             "description": "Find tools available through Coffer that fit what you want to do (by meaning when an \
         embeddings endpoint is configured, else by words in their name or description). Returns the best matches \
         with their exposed names, so you can call them directly.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": "What you want to do, e.g. \"read a file\"."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results (default 10)."}
-                },
-                "required": ["query"]
-            },
+            "inputSchema": input_schema::<SearchToolsArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
@@ -173,11 +189,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 impl SearchTools {
     async fn search(&self, caller: &dyn Caller, args: Option<&str>) -> Answer {
-        let args: Value = args.and_then(|a| serde_json::from_str(a).ok()).unwrap_or_else(|| json!({}));
-        let Some(query) = args.get("query").and_then(Value::as_str) else {
+        let Ok(args) = serde_json::from_str::<SearchToolsArgs>(args.unwrap_or("{}")) else {
             return tool_error("search_tools needs a string argument \"query\"");
         };
-        let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(10).clamp(1, 50) as usize;
+        let query = args.query.as_str();
+        let limit = args.limit.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS) as usize;
         let words: Vec<String> =
             query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
         if words.is_empty() {
