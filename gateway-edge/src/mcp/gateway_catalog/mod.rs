@@ -15,7 +15,7 @@
 //!   a server's restored lists are served while it is unchanged (same registry version and
 //!   identity, see [`fingerprint`]) and refreshed in the background at start; the client gets
 //!   `list_changed` only if the fresh list differs. [`persist`] rewrites the file (atomically,
-//!   0600) shortly after the catalog changes.
+//!   0600) shortly after the catalog changes (both in `cache.rs`).
 //! - **A capability set never seen before.** Its lists are answered from another profile's list
 //!   of the same server ([`Known::Shared`]: lists rarely depend on client capabilities) while its
 //!   own is fetched in the background; `list_changed` follows if that one differs.
@@ -28,16 +28,13 @@
 //! starting (`notifications/*/list_changed`) is listed again.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coffer_proto::store::McpServer;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -46,8 +43,12 @@ use crate::mcp::upstream::era::Era;
 use crate::mcp::{SUPPORTED_VERSIONS, Session, Shared};
 use crate::snapshot::Generation;
 
+mod cache;
 #[cfg(test)]
 mod tests;
+
+use cache::{CACHE_FORMAT, CacheBody, CachedList, CachedServer, read_cache};
+pub use cache::{fingerprint, persist};
 
 /// Backoff after a server's first failure to start or list; it doubles with each failure in a
 /// row, up to [`MAX_BACKOFF`]. During it, lists answer without the server.
@@ -60,12 +61,6 @@ const MAX_PROFILES: usize = 4;
 
 /// The cache file under `COFFER_HOME`.
 pub const CACHE_FILE: &str = "cache/catalog.json";
-/// The cache file's format; a file of another format is ignored (and rewritten).
-const CACHE_FORMAT: u32 = 1;
-/// A cache file larger than this is ignored (bytes).
-const MAX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// How long after a change the cache file is rewritten (changes meanwhile share one write).
-const PERSIST_DELAY: Duration = Duration::from_millis(500);
 /// Background starts running at once (the rest queue): a restart refreshes every server, and a
 /// small machine should not start twenty of them at the same moment.
 const MAX_WARMING: usize = 4;
@@ -234,45 +229,6 @@ impl Default for GatewayCatalog {
             starts: Mutex::default(),
         }
     }
-}
-
-/// The cache file's body (`format` [`CACHE_FORMAT`]).
-#[derive(Serialize, Deserialize)]
-struct CacheBody {
-    format: u32,
-    /// The `initialize` params of the last client profiles, newest first.
-    clients: Vec<Value>,
-    servers: BTreeMap<String, CachedServer>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct CachedServer {
-    /// The registry version the lists are of.
-    version: i64,
-    /// [`fingerprint`] of the registration.
-    fingerprint: String,
-    /// `"2026-07-28"` or `"handshake"` when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    era: Option<String>,
-    lists: Vec<CachedList>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct CachedList {
-    /// [`Profile::as_str`].
-    profile: String,
-    /// The list method, e.g. `tools/list`.
-    kind: String,
-    items: Vec<Value>,
-}
-
-/// Identifies one registration of a server (its name, creation time, transport, command, args,
-/// URL and working directory — never `env` or header values, which may be secrets): restored
-/// lists are served only for the registration they were listed for, also when a server removed
-/// and registered again reaches the same registry version.
-pub fn fingerprint(s: &McpServer) -> String {
-    let identity = json!([s.name, s.created_at, s.transport, s.command, s.args, s.url, s.cwd, s.version]);
-    hex::encode(Sha256::digest(identity.to_string().as_bytes()))
 }
 
 impl GatewayCatalog {
@@ -618,74 +574,6 @@ impl GatewayCatalog {
 /// `initialize` params of a client without capabilities (the background starts' default).
 fn default_client() -> Value {
     json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-catalog", "version": coffer_runtime::VERSION}})
-}
-
-/// Reads the cache file: `None` when there is none; the reason when it cannot be used.
-fn read_cache(path: &Path) -> Result<Option<CacheBody>, String> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot open it: {e}")),
-    };
-    let mut bytes = Vec::new();
-    f.take(MAX_CACHE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > MAX_CACHE_BYTES {
-        return Err(format!("larger than {MAX_CACHE_BYTES} bytes"));
-    }
-    let body: CacheBody = serde_json::from_slice(&bytes).map_err(|e| format!("not the expected JSON: {e}"))?;
-    if body.format != CACHE_FORMAT {
-        return Err(format!("format {} is not {CACHE_FORMAT}", body.format));
-    }
-    Ok(Some(body))
-}
-
-/// Writes the catalog to its cache file ([`CACHE_FILE`] under `home`, folder 0700, file 0600,
-/// replaced atomically) [`PERSIST_DELAY`] after each change, and once more at `shutdown`.
-/// A failed write is logged and retried at the next change; lists keep being served from
-/// memory.
-pub async fn persist(shared: Arc<Shared>, shutdown: CancellationToken) {
-    let path = shared.home.root().join(CACHE_FILE);
-    loop {
-        let stopping = tokio::select! {
-            () = shutdown.cancelled() => true,
-            () = shared.lists.dirty_notify.notified() => false,
-        };
-        if !stopping {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(PERSIST_DELAY) => {}
-            }
-        }
-        if shared.lists.dirty.swap(false, Ordering::AcqRel) {
-            let snap = shared.snapshot.current();
-            if snap.loaded {
-                let body = shared.lists.cache_body(&snap);
-                let path = path.clone();
-                let written = tokio::task::spawn_blocking(move || write_cache(&path, &body)).await;
-                if let Ok(Err(e)) = written {
-                    tracing::warn!(path = %path_display(&shared), error = %e, "Capability catalog cache not written; lists are still served from memory.");
-                    shared.lists.dirty.store(true, Ordering::Release);
-                }
-            } else {
-                shared.lists.dirty.store(true, Ordering::Release);
-            }
-        }
-        if stopping || shutdown.is_cancelled() {
-            return;
-        }
-    }
-}
-
-fn path_display(shared: &Shared) -> String {
-    shared.home.root().join(CACHE_FILE).display().to_string()
-}
-
-fn write_cache(path: &Path, body: &CacheBody) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-    let bytes = serde_json::to_vec(body).map_err(std::io::Error::other)?;
-    crate::web_sessions::write_atomic(path, &bytes)
 }
 
 /// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation`:

@@ -1,4 +1,5 @@
 //! Unit tests of the capability catalog: profiles, backoff, the cache file, waiting for a list.
+use super::cache::{MAX_CACHE_BYTES, write_cache};
 use super::*;
 
 fn generation(version: i64) -> Generation {
