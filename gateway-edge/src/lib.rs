@@ -8,20 +8,21 @@
 //! response carries `X-Coffer-Trace`.
 
 pub mod authz;
-pub mod chat;
+pub mod clients;
 pub mod credentials;
 pub mod error;
 pub mod grpc;
-pub mod llm;
 pub mod mcp;
 pub mod middleware;
 pub mod rest;
-pub mod retrieval;
 pub mod snapshot;
 pub mod state;
-pub mod store;
 pub mod ui;
 pub mod web_sessions;
+
+// The service clients' former paths, still used by `rest/` (moving to `crate::clients::*` with
+// the typed REST contract).
+pub use clients::{chat, llm, retrieval, store};
 
 use std::sync::Arc;
 
@@ -36,8 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Body limit of `/v1/*` and `/ui` (bytes).
 pub const REST_BODY_LIMIT: usize = 2 * 1024 * 1024;
-/// Body limit of `/mcp` (bytes).
-pub const MCP_BODY_LIMIT: usize = 16 * 1024 * 1024;
+pub use mcp::downstream::MCP_BODY_LIMIT;
 /// How long connections may stay open at shutdown once every MCP session has ended; the
 /// supervisor sends SIGKILL 5 s after SIGTERM.
 pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -45,7 +45,8 @@ pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// Builds the full router over `state` (used by `run` and by in-process tests).
 pub fn router(state: Arc<AppState>) -> Router {
     let rest = rest::routes().layer(DefaultBodyLimit::max(REST_BODY_LIMIT));
-    let mcp = mcp::http::routes().layer(DefaultBodyLimit::max(MCP_BODY_LIMIT));
+    // The MCP transports get the gateway only, not the whole state.
+    let mcp = mcp::downstream::http::routes(state.gateway.clone()).layer(DefaultBodyLimit::max(MCP_BODY_LIMIT));
     Router::new()
         .merge(rest)
         .merge(mcp)
@@ -84,14 +85,8 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let agent_token = SecretString::from(env(cenv::AGENT_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
-    let store = store::StoreClients::new(internal.channel(Identity::Store)?);
-    let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
-    let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
-    let sync = rest::sync::client(internal.addr(Identity::Retrieval)?, internal.token())?;
-    let llm = llm::client(internal.addr(Identity::Chat)?, internal.token())?;
-    let adapters =
-        coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient::new(internal.channel(Identity::Chat)?);
-    let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
+    let clients::Clients { store, retrieval, sync, chat, llm, adapters, control } =
+        clients::Clients::connect(&internal)?;
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
 
     let started_at = std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339());

@@ -13,7 +13,7 @@ use coffer_proto::store::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::StoreClients;
+use crate::clients::store::StoreClients;
 
 /// Capability kinds with per-capability preferences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,4 +1,8 @@
-//! Shared state of the edge process.
+//! Shared state of the edge process: the router state of `/v1` and `/ui`. The MCP transports
+//! do not take it: `/mcp` is mounted with the gateway alone as its state
+//! (`mcp::downstream::http::routes`), and nothing under `mcp/` names this module (held by
+//! `mcp/tests/boundaries.rs`). The service clients are built once, one channel per service, by
+//! [`crate::clients::Clients::connect`].
 use std::sync::Arc;
 
 use coffer_proto::control::control_client::ControlClient;
@@ -7,8 +11,8 @@ use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
+use crate::clients::store::StoreClients;
 use crate::snapshot::SnapshotHandle;
-use crate::store::StoreClients;
 
 /// How long a web session cookie lives (`Max-Age`): its idle expiry.
 pub const WEB_SESSION_MAX_AGE: std::time::Duration = crate::web_sessions::IDLE_EXPIRY;
@@ -28,16 +32,16 @@ pub struct AppState {
     pub started_at: String,
     pub store: StoreClients,
     /// `coffer-retrieval` (knowledge bases, memory, skills), lazily connected; call through
-    /// [`crate::retrieval::call`].
-    pub retrieval: crate::retrieval::Client,
+    /// [`crate::clients::retrieval::call`].
+    pub retrieval: crate::clients::retrieval::Client,
     /// coffer-retrieval's `Sync` service (`coffer sync`), lazily connected.
     pub sync: crate::rest::sync::Client,
     /// `coffer-chat` (agents, conversations, turns, events), lazily connected; unary calls go
-    /// through [`crate::chat::call`].
-    pub chat: crate::chat::Client,
+    /// through [`crate::clients::chat::call`].
+    pub chat: crate::clients::chat::Client,
     /// coffer-chat's `Llm` service (connection probes, the internal agent); calls go through
-    /// [`crate::llm::call`].
-    pub llm: crate::llm::Client,
+    /// [`crate::clients::llm::call`].
+    pub llm: crate::clients::llm::Client,
     /// coffer-chat's `ChannelAdapters` service (`proto/channel.proto`): the adapters' live state
     /// for `/v1/channels`.
     pub adapters: coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient<AuthChannel>,

@@ -47,7 +47,7 @@
 //! The shim is era-blind: a 2026-07-28 client (no `initialize`, `_meta` on every request,
 //! `server/discover` as its stdio probe) is forwarded line by line like any other, and the
 //! daemon answers it as that revision's stdio transport requires (see the gateway's
-//! `mcp::stream`). With no `initialize` recorded, re-establishing after a daemon loss replays
+//! `mcp::downstream::stream`). With no `initialize` recorded, re-establishing after a daemon loss replays
 //! nothing: the next request opens a new stream, where its `_meta` opens a new session. On a
 //! modern stream, upstream requests come back as `InputRequiredResult`s, `subscriptions/listen`
 //! notifications are tagged with their subscription id on the shared stdout, and

@@ -1,5 +1,5 @@
 //! The shim's fast link: `/mcp` switched to a stream (`Upgrade: coffer-mcp-stream`, see the
-//! gateway's `mcp::stream`), carrying MCP's stdio framing (newline-delimited JSON-RPC) both
+//! gateway's `mcp::downstream::stream`), carrying MCP's stdio framing (newline-delimited JSON-RPC) both
 //! ways on one HTTP/1.1 connection. Many messages travel per read and per write, where
 //! Streamable HTTP costs an HTTP exchange each; the session is the connection's.
 //!

@@ -4,9 +4,9 @@
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::Outcome;
-use super::jsonrpc::{self, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
-use super::upstream::UpstreamError;
+use crate::mcp::Outcome;
+use crate::mcp::jsonrpc::{self, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
+use crate::mcp::upstream::UpstreamError;
 
 /// A JSON-RPC error produced by the gateway itself (codes in [`jsonrpc`]).
 #[derive(Debug)]
@@ -105,7 +105,7 @@ impl Answer {
 fn is_cancellation(error: &RawValue) -> bool {
     error.get().contains("-32800")
         && serde_json::from_str::<Value>(error.get())
-            .is_ok_and(|v| v.get("code").and_then(Value::as_i64) == Some(super::jsonrpc::REQUEST_CANCELLED))
+            .is_ok_and(|v| v.get("code").and_then(Value::as_i64) == Some(crate::mcp::jsonrpc::REQUEST_CANCELLED))
 }
 
 /// Whether a tool result reports a tool-level error (`isError: true`); cheap on the common path.

@@ -21,13 +21,13 @@ use coffer_types::BUILTIN_SERVER;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::answer::{Answer, RpcError};
-use super::catalog::{ListKind, Listed};
-use super::invocations::MCP_ACTOR;
-use super::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
-use super::naming;
-use super::policy::{Noun, Refusal, truncate};
-use super::{SUPPORTED_VERSIONS, Session, Shared};
+use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::catalog::{ListKind, Listed};
+use crate::mcp::invocations::MCP_ACTOR;
+use crate::mcp::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE};
+use crate::mcp::naming;
+use crate::mcp::policy::{Noun, Refusal, truncate};
+use crate::mcp::{SUPPORTED_VERSIONS, Session, Shared};
 
 /// Longest actor, in bytes.
 pub const MAX_ACTOR_LEN: usize = 64;

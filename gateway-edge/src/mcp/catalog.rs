@@ -5,7 +5,7 @@
 //! upstream.
 //!
 //! A list is answered from what is known at once — the session's own fresh lists, else the
-//! gateway-wide [`super::gateway_catalog`] — and waits (at most the first-list deadline) only
+//! gateway-wide [`crate::mcp::gateway_catalog`] — and waits (at most the first-list deadline) only
 //! for servers nobody has listed yet, which the gateway catalog starts in the background; it
 //! never starts the session's own upstreams, which start on the first call routed to them. What
 //! each list showed per server is remembered, so that a fresher list that differs reaches the
@@ -19,13 +19,13 @@ use coffer_types::BUILTIN_SERVER;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::Shared;
-use super::answer::RpcError;
-use super::gateway_catalog::{self, Known, Profile};
-use super::jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, UPSTREAM_UNAVAILABLE};
-use super::naming::{self, NameMap};
-use super::pool::Pool;
-use super::upstream::{Reply, UpstreamError};
+use crate::mcp::Shared;
+use crate::mcp::answer::RpcError;
+use crate::mcp::gateway_catalog::{self, Known, Profile};
+use crate::mcp::jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, UPSTREAM_UNAVAILABLE};
+use crate::mcp::naming::{self, NameMap};
+use crate::mcp::session::pool::Pool;
+use crate::mcp::upstream::{Reply, UpstreamError};
 use crate::snapshot::{Generation, Kind};
 
 /// How long a capability list stays cached per session per upstream.
@@ -328,7 +328,7 @@ impl Catalog {
     }
 
     /// Drops the session's cached lists of `server` (all kinds), or of every server (the
-    /// gateway catalog's copies are [`super::gateway_catalog::GatewayCatalog::invalidate`]d
+    /// gateway catalog's copies are [`crate::mcp::gateway_catalog::GatewayCatalog::invalidate`]d
     /// apart).
     pub fn invalidate(&self, server: Option<&str>) {
         let mut c = self.cache.lock().expect("cache");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use super::catalog::ListKind;
+use crate::mcp::catalog::ListKind;
 
 /// Messages a [`Lane`] holds that its client has not read yet…
 pub const LANE_MESSAGES: usize = 256;

@@ -22,8 +22,8 @@ use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
-use super::Outcome;
-use super::client::ClientIdentity;
+use crate::mcp::Outcome;
+use crate::mcp::client::ClientIdentity;
 
 /// The actor recorded for calls from an MCP client session.
 pub const MCP_ACTOR: &str = "mcp";

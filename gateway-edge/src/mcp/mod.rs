@@ -2,48 +2,46 @@
 //! registered, enabled upstream (each name prefixed `<server>__`), plus Coffer's `coffer__*`
 //! built-ins.
 //!
-//! One file per step of a request: the transports ([`http`] Streamable HTTP, [`stream`] the
-//! shim's `/mcp` stream) decode and classify messages ([`message`]) and hand them to a
-//! [`session::Session`], which composes routing (`route.rs`), policy ([`policy`]), the catalog
-//! of lists and names ([`catalog`], [`naming`]), the upstream pool ([`pool`]) and relays
-//! ([`relay`]); upstream connections are [`upstream`] (stdio) and [`http_upstream`]. What a
-//! request produced is an [`answer::Answer`]. The test seams of the core: a fixed
+//! Folders by step of a request, client side to server side:
+//! - [`downstream`]: the transports (Streamable HTTP, the shim's `/mcp` stream), decoding and
+//!   classifying messages, the client's protocol eras, `subscriptions/listen`;
+//! - [`session`]: one client's [`Session`], which composes routing (`session/route.rs`),
+//!   relays, progress, the upstream pool, client input rounds (`mrtr`) and what it sends its
+//!   client (`outbound`);
+//! - [`upstream`]: one connection to an upstream server (stdio, Streamable HTTP and its SSE
+//!   streams), its eras and the wire format of its input requests;
+//! - [`builtin`]: Coffer's own `coffer__*` tools (search, knowledge/memory/skills, ask).
+//!
+//! The core pieces every step shares stay here: what a request produced ([`answer::Answer`]),
+//! JSON-RPC codes ([`jsonrpc`]), policy ([`policy`]), the catalog of lists and names
+//! ([`catalog`], [`naming`], the gateway-wide [`gateway_catalog`]), flow control ([`flow`]),
+//! the invocation log ([`invocations`]), the client's identity ([`client`]), credential
+//! resolution ([`resolver`]) and the tool broker ([`broker`]: sessions for Coffer's own callers,
+//! chat over gRPC and REST). The test seams of the core: a fixed
 //! [`crate::snapshot::SnapshotHandle::fixed`], [`invocations::Recorder::in_memory`] and a
-//! [`resolver::CredentialResolver`]. Coffer's own callers (chat over gRPC, REST) get sessions
-//! of their own through the tool broker ([`broker`]).
+//! [`resolver::CredentialResolver`].
+//!
+//! Boundaries (held by `tests/boundaries.rs` beside this file): no file here imports the edge's
+//! `AppState` (the transports take the [`Gateway`] as an axum sub-state); `upstream/` imports
+//! nothing from `session/`, `downstream/` or `builtin/`; `session/` imports from `downstream/`
+//! only `era`; `builtin/` imports no session, transport or upstream.
 pub mod answer;
-pub mod ask_tool;
 pub mod broker;
 pub mod builtin;
 pub mod catalog;
 pub mod client;
-pub mod era;
+pub mod downstream;
 pub mod flow;
 pub mod gateway_catalog;
-pub mod http;
-pub mod http_upstream;
 pub mod invocations;
 pub mod jsonrpc;
-pub mod listen;
-pub mod message;
-pub mod mrtr;
 pub mod naming;
-pub mod outbound;
 pub mod policy;
-pub mod pool;
-pub mod progress;
-pub mod relay;
 pub mod resolver;
-pub mod retrieval_tools;
-mod route;
-pub mod search_tools;
 pub mod session;
-pub mod stream;
 #[cfg(test)]
 mod tests;
 pub mod upstream;
-pub mod upstream_era;
-pub mod upstream_mrtr;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -403,11 +401,11 @@ impl Gateway {
         credentials: Arc<dyn CredentialResolver>,
         snapshot: SnapshotHandle,
         recorder: invocations::Recorder,
-        retrieval: crate::retrieval::Client,
-        llm: crate::llm::Client,
+        retrieval: crate::clients::retrieval::Client,
+        llm: crate::clients::llm::Client,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let builtins = ask_tool::register(builtin::Registry::standard(Some(retrieval)), llm);
+        let builtins = builtin::ask_tool::register(builtin::Registry::standard(Some(retrieval)), llm);
         let shared = Shared::new(home, snapshot, recorder, credentials, builtins);
         Self::with_shared(shared, shutdown)
     }
@@ -441,7 +439,7 @@ impl Gateway {
     /// a stateful upstream keeps its state between one client's calls and two clients never
     /// share upstream processes. The session is reaped when idle like any other; the next
     /// request then gets a new one (and so does a request after a daemon restart).
-    pub fn modern_session(&self, scope: &str, meta: &era::Meta) -> Arc<Session> {
+    pub fn modern_session(&self, scope: &str, meta: &downstream::era::Meta) -> Arc<Session> {
         let mut modern = self.modern.lock().expect("modern sessions");
         if let Some(s) = modern.get(scope).and_then(|id| self.session(id)) {
             return s;

@@ -10,7 +10,7 @@
 //! name): the first keeps the plain name, each later one gets a hash suffix. The result never
 //! depends on the order an upstream lists its items, and `<server>__<original>` names exactly
 //! that capability whenever the server has it, which lets policy refuse a disabled one before
-//! any list ([`super::policy`]). Calls resolve through the session's reverse map, never by
+//! any list ([`crate::mcp::policy`]). Calls resolve through the session's reverse map, never by
 //! guessing. An upstream that lists a name twice has only the first offered
 //! ([`drop_repeats`]).
 use std::collections::{HashMap, HashSet};

@@ -7,11 +7,11 @@
 use coffer_types::BUILTIN_SERVER;
 use serde_json::json;
 
-use super::answer::RpcError;
-use super::catalog::{Catalog, ListKind, split_uri};
-use super::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED};
-use super::naming;
-use super::pool::Pool;
+use crate::mcp::answer::RpcError;
+use crate::mcp::catalog::{Catalog, ListKind, split_uri};
+use crate::mcp::jsonrpc::{INVALID_PARAMS, TOOL_DISABLED};
+use crate::mcp::naming;
+use crate::mcp::session::pool::Pool;
 use crate::snapshot::{Kind, Snapshot};
 
 /// What a refused request named, as errors word it.

@@ -1,0 +1,592 @@
+//! The edge's client of `coffer-chat` (`proto/chat.proto`, `coffer.chat.v1`) and the one JSON
+//! form of its messages, used by REST and SSE (`rest::chat`).
+//!
+//! JSON: the proto messages with their field names (snake_case); enums as lowercase words (role
+//! `user|assistant`, status `complete|streaming|interrupted|failed`); `agent_config` and a tool
+//! call's `input` as JSON objects (an `input_json` that does not parse stays a string); times as
+//! `*_ms` Unix milliseconds (`null` when the service sent 0: never, unknown). A `oneof` is its
+//! case's field under a word naming the case: a content block is `{"type":"text","text":…}`,
+//! `{"type":"tool_use","tool_use":{id,name,input}}` or
+//! `{"type":"tool_result","tool_result":{tool_use_id,output,is_error}}`; an event is
+//! `{seq, conversation_id, at_ms, turn_id, kind, <kind>: {…}}` (`kind` = `text_delta`, …).
+//!
+//! Unary calls go through [`call`] (a deadline, [`CALL_TIMEOUT`]) on a channel whose HTTP/2
+//! keep-alive pings notice a peer that stopped answering, like the retrieval client. The event
+//! streams ([`Client::subscribe`], [`Client::watch_conversations`]) have no deadline: it lives as long as its SSE response.
+//! Failures become the envelope in [`crate::error::ApiError::from_chat`].
+use std::time::Duration;
+
+use axum::response::sse::Event as SseEvent;
+use coffer_proto::chat::chat_client::ChatClient;
+use coffer_proto::chat::{
+    Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, Message, MessageStatus,
+    PendingItem, PendingQueue, Role, SendMessageReply, Usage, content_block, conversation_change, event,
+    send_message_reply,
+};
+use coffer_runtime::grpc::AuthChannel;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+/// The Chat client type; cheap to clone (call a method on a clone: tonic clients take `&mut
+/// self`).
+pub type Client = ChatClient<AuthChannel>;
+
+/// Longest chat reply the edge decodes (bytes): a conversation view holds up to 100 messages,
+/// each with tool results of up to 64 KiB.
+pub const MAX_REPLY: usize = 64 * 1024 * 1024;
+
+/// Longest request the edge encodes (bytes): a message text is at most 1 MiB (the service
+/// checks it and names the limit), a pending queue may hold several.
+pub const MAX_REQUEST: usize = 64 * 1024 * 1024;
+
+/// Deadline of one unary chat call. Everything answers at once (turns run in the background);
+/// this only bounds a service that accepted the call and never answers.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often the channel pings the peer while a call or a stream is open, and how long it waits
+/// for the answer before it gives the connection up (the call then fails as `UNAVAILABLE`).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A lazily connecting client of the chat service at `addr` (`127.0.0.1:port`) presenting
+/// `token`, with the keep-alive described in the module docs.
+///
+/// # Errors
+/// When `addr` is not a valid authority.
+pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
+    Ok(over(channel(addr, token)?))
+}
+
+/// A lazily connecting channel to the service at `addr` presenting `token`, with the
+/// keep-alive described in the module docs; every client of this service shares it
+/// ([`crate::clients::Clients`]).
+///
+/// # Errors
+/// When `addr` is not a valid authority.
+pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::transport::Error> {
+    coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+}
+
+/// The client over `ch` (from [`channel`]), with its message size limits.
+pub fn over(ch: AuthChannel) -> Client {
+    ChatClient::new(ch).max_decoding_message_size(MAX_REPLY).max_encoding_message_size(MAX_REQUEST)
+}
+
+/// Runs one unary chat call with [`CALL_TIMEOUT`]; a call that takes longer is
+/// `DEADLINE_EXCEEDED`.
+///
+/// # Errors
+/// The call's status.
+pub async fn call<T>(
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    coffer_runtime::grpc::call_within("chat service", CALL_TIMEOUT, fut).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Words.
+
+/// A Unix-ms time, `null` for 0 (never / unknown).
+fn ms(v: i64) -> Value {
+    if v > 0 { json!(v) } else { Value::Null }
+}
+
+/// A string, `null` when empty.
+fn opt(s: &str) -> Value {
+    if s.is_empty() { Value::Null } else { json!(s) }
+}
+
+/// A role as its word (`user` for an unspecified one).
+pub fn role(r: Role) -> &'static str {
+    match r {
+        Role::Assistant => "assistant",
+        Role::Unspecified | Role::User => "user",
+    }
+}
+
+/// Every role word, for schemas.
+pub const ROLES: &[&str] = &["user", "assistant"];
+
+/// A message status as its word (`complete` for an unspecified one).
+pub fn status(s: MessageStatus) -> &'static str {
+    match s {
+        MessageStatus::Unspecified | MessageStatus::Complete => "complete",
+        MessageStatus::Streaming => "streaming",
+        MessageStatus::Interrupted => "interrupted",
+        MessageStatus::Failed => "failed",
+    }
+}
+
+/// Every message status word, for schemas.
+pub const STATUSES: &[&str] = &["complete", "streaming", "interrupted", "failed"];
+
+/// Every event kind, in the order a turn emits them (then `queue_changed` and `reset`); the SSE
+/// `event:` names.
+pub const EVENT_KINDS: &[&str] = &[
+    "message_created",
+    "turn_started",
+    "text_delta",
+    "tool_call",
+    "tool_result",
+    "turn_done",
+    "turn_error",
+    "queue_changed",
+    "reset",
+];
+
+/// `reset` reasons after which the service ends the stream (and the edge with it).
+pub const FINAL_RESETS: &[&str] = &["lagged", "deleted"];
+
+// ---------------------------------------------------------------------------------------------
+// JSON.
+
+/// A tool call's `input_json` as a JSON value; text that does not parse is kept as a string
+/// (never dropped: it is what the agent sent).
+pub fn input_value(input_json: &str) -> Value {
+    if input_json.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(input_json).unwrap_or_else(|_| json!(input_json))
+}
+
+/// `Agent` → `{agent_key, display_name, available, reason, command, version, binding}`
+/// (`reason`, `command`, `version` null when empty); `binding` is null when the agent runs on
+/// its own login, else `{connection, model, fast_model, wire, problem}` (the LLM connection it
+/// is bound to; `model`, `fast_model`, `wire`, `problem` null when empty; `problem` says why a
+/// bound turn would fail now).
+pub fn agent_json(a: &Agent) -> Value {
+    let binding = match &a.binding {
+        Some(b) if !b.connection.is_empty() => json!({
+            "connection": b.connection, "model": opt(&b.model), "fast_model": opt(&b.fast_model),
+            "wire": opt(&b.wire), "problem": opt(&b.problem),
+        }),
+        _ => Value::Null,
+    };
+    json!({
+        "agent_key": a.agent_key, "display_name": a.display_name, "available": a.available,
+        "reason": opt(&a.reason), "command": opt(&a.command), "version": opt(&a.version),
+        "binding": binding,
+    })
+}
+
+/// `Usage` → `{input_tokens, output_tokens, cache_read_tokens, cache_write_tokens}`; `null` when
+/// absent.
+pub fn usage_json(u: Option<&Usage>) -> Value {
+    match u {
+        None => Value::Null,
+        Some(u) => json!({
+            "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+            "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
+        }),
+    }
+}
+
+/// `ContentBlock` → `{"type":"text","text"}`, `{"type":"tool_use","tool_use":{id,name,input}}`
+/// or `{"type":"tool_result","tool_result":{tool_use_id,output,is_error}}`; an empty block is
+/// `{"type":"text","text":""}`.
+pub fn block_json(b: &ContentBlock) -> Value {
+    match &b.block {
+        None => json!({"type": "text", "text": ""}),
+        Some(content_block::Block::Text(t)) => json!({"type": "text", "text": t}),
+        Some(content_block::Block::ToolUse(u)) => json!({
+            "type": "tool_use",
+            "tool_use": {"id": u.id, "name": u.name, "input": input_value(&u.input_json)},
+        }),
+        Some(content_block::Block::ToolResult(r)) => json!({
+            "type": "tool_result",
+            "tool_result": {"tool_use_id": r.tool_use_id, "output": r.output, "is_error": r.is_error},
+        }),
+    }
+}
+
+/// `Message` → its JSON (`usage` and `model` null for user messages or when unknown, `error`
+/// null unless failed, `source` null for assistant messages).
+pub fn message_json(m: &Message) -> Value {
+    json!({
+        "id": m.id, "conversation_id": m.conversation_id, "role": role(m.role()),
+        "blocks": m.blocks.iter().map(block_json).collect::<Vec<_>>(),
+        "status": status(m.status()), "usage": usage_json(m.usage.as_ref()), "model": opt(&m.model),
+        "created_ms": ms(m.created_ms), "updated_ms": ms(m.updated_ms), "error": opt(&m.error),
+        "source": opt(&m.source),
+    })
+}
+
+/// `Conversation` → its JSON: `agent_config` as an object `{cwd, model, session_id}` (empty
+/// strings kept: the model's empty means the agent's default), channel fields null when unbound.
+pub fn conversation_json(c: &Conversation) -> Value {
+    let cfg = c.agent_config.clone().unwrap_or_default();
+    json!({
+        "id": c.id, "agent_key": c.agent_key, "title": c.title,
+        "agent_config": {"cwd": cfg.cwd, "model": cfg.model, "session_id": cfg.session_id},
+        "channel_name": opt(&c.channel_name), "peer_chat_id": opt(&c.peer_chat_id),
+        "archived": c.archived, "created_ms": ms(c.created_ms), "updated_ms": ms(c.updated_ms),
+        "last_message_ms": ms(c.last_message_ms), "version": c.version, "message_count": c.message_count,
+        "turn_running": c.turn_running, "pending_count": c.pending_count, "pending_paused": c.pending_paused,
+    })
+}
+
+/// `PendingItem` → `{id, text, created_ms, source}`.
+pub fn pending_item_json(p: &PendingItem) -> Value {
+    json!({"id": p.id, "text": p.text, "created_ms": ms(p.created_ms), "source": opt(&p.source)})
+}
+
+/// `PendingQueue` → `{items, paused}`; an absent queue is empty and not paused.
+pub fn queue_json(q: Option<&PendingQueue>) -> Value {
+    let items: Vec<Value> = q.map(|q| q.items.iter().map(pending_item_json).collect()).unwrap_or_default();
+    json!({"items": items, "paused": q.is_some_and(|q| q.paused)})
+}
+
+/// `ConversationView` → `{conversation, messages, more_before, pending, last_seq}`.
+pub fn view_json(v: &ConversationView) -> Value {
+    json!({
+        "conversation": v.conversation.as_ref().map_or(Value::Null, conversation_json),
+        "messages": v.messages.iter().map(message_json).collect::<Vec<_>>(),
+        "more_before": v.more_before,
+        "pending": queue_json(v.pending.as_ref()),
+        "last_seq": v.last_seq,
+    })
+}
+
+/// `SendMessageReply` → `{"message": Message, "queue"}` when a turn started, or `{"pending":
+/// PendingItem, "queue"}` when it was queued.
+pub fn send_reply_json(r: &SendMessageReply) -> Value {
+    let mut v = json!({"queue": queue_json(r.queue.as_ref())});
+    match &r.outcome {
+        Some(send_message_reply::Outcome::Message(m)) => v["message"] = message_json(m),
+        Some(send_message_reply::Outcome::Pending(p)) => v["pending"] = pending_item_json(p),
+        None => {}
+    }
+    v
+}
+
+/// An event's kind word (one of [`EVENT_KINDS`]); `None` for an event without a kind (a newer
+/// service's kind this edge does not know: it is not forwarded).
+pub fn event_kind(e: &Event) -> Option<&'static str> {
+    use event::Kind as K;
+    Some(match e.kind.as_ref()? {
+        K::MessageCreated(_) => "message_created",
+        K::TurnStarted(_) => "turn_started",
+        K::TextDelta(_) => "text_delta",
+        K::ToolCall(_) => "tool_call",
+        K::ToolResult(_) => "tool_result",
+        K::TurnDone(_) => "turn_done",
+        K::TurnError(_) => "turn_error",
+        K::QueueChanged(_) => "queue_changed",
+        K::Reset(_) => "reset",
+    })
+}
+
+/// The body of one kind of event.
+fn event_body(k: &event::Kind) -> Value {
+    use event::Kind as K;
+    let msg = |m: Option<&Message>| m.map_or(Value::Null, message_json);
+    match k {
+        K::MessageCreated(m) => json!({"message": msg(m.message.as_ref())}),
+        K::TurnStarted(t) => json!({
+            "user_message_id": t.user_message_id, "assistant_message_id": t.assistant_message_id, "agent_key": t.agent_key,
+        }),
+        K::TextDelta(t) => json!({"text": t.text}),
+        K::ToolCall(t) => json!({"tool_use_id": t.tool_use_id, "name": t.name, "input": input_value(&t.input_json)}),
+        K::ToolResult(t) => json!({"tool_use_id": t.tool_use_id, "output": t.output, "is_error": t.is_error}),
+        K::TurnDone(t) => json!({
+            "stop_reason": t.stop_reason, "usage": usage_json(t.usage.as_ref()), "model": opt(&t.model),
+            "message": msg(t.message.as_ref()),
+        }),
+        K::TurnError(t) => {
+            json!({"code": t.code, "message": t.message, "message_record": msg(t.message_record.as_ref())})
+        }
+        K::QueueChanged(q) => json!({"queue": queue_json(q.queue.as_ref())}),
+        K::Reset(r) => json!({"reason": r.reason}),
+    }
+}
+
+/// `Event` → `{seq, conversation_id, at_ms, turn_id, kind, <kind>: {…}}` (`turn_id` null outside
+/// a turn); `None` for an event without a kind.
+pub fn event_json(e: &Event) -> Option<Value> {
+    let kind = event_kind(e)?;
+    let mut v = json!({
+        "seq": e.seq, "conversation_id": e.conversation_id, "at_ms": ms(e.at_ms), "turn_id": opt(&e.turn_id),
+        "kind": kind,
+    });
+    v[kind] = event_body(e.kind.as_ref()?);
+    Some(v)
+}
+
+/// True for an event after which the stream ends: `reset` with reason `lagged` or `deleted`.
+pub fn ends_stream(e: &Event) -> bool {
+    matches!(&e.kind, Some(event::Kind::Reset(r)) if FINAL_RESETS.contains(&r.reason.as_str()))
+}
+
+/// One SSE frame of an event: `id: <seq>`, `event: <kind>`, `data: <event JSON>` (the JSON is
+/// one line: serde_json escapes every newline inside strings). `None` for an event without a
+/// kind.
+pub fn sse_frame(e: &Event) -> Option<SseEvent> {
+    let kind = event_kind(e)?;
+    Some(SseEvent::default().id(e.seq.to_string()).event(kind).data(event_json(e)?.to_string()))
+}
+
+/// One SSE frame of a `WatchConversations` change, and whether the stream ends after it:
+/// `event: conversation` (data: the conversation as [`conversation_json`], exactly an item of
+/// `GET /v1/conversations`), `event: deleted` (`{"id"}`), `event: reset` (`{"reason"}`; the
+/// stream ends). No `id:` lines: the list has no sequence to resume from (reload it instead).
+/// `None` for a change of a kind this edge does not know.
+pub fn change_frame(c: &ConversationChange) -> Option<(SseEvent, bool)> {
+    let (kind, data, ends) = match c.change.as_ref()? {
+        conversation_change::Change::Conversation(c) => ("conversation", conversation_json(c), false),
+        conversation_change::Change::Deleted(id) => ("deleted", json!({"id": id}), false),
+        conversation_change::Change::Reset(r) => ("reset", json!({"reason": r.reason}), true),
+    };
+    Some((SseEvent::default().event(kind).data(data.to_string()), ends))
+}
+
+/// The `after_seq` a subscriber resumes from: `Last-Event-ID` (what an `EventSource` sends on
+/// reconnection) wins over `?after=`; absent both, 0 (the in-flight turn's events so far, then
+/// live).
+///
+/// # Errors
+/// A message naming the header or parameter when it is not a non-negative integer.
+pub fn after_seq(last_event_id: Option<&str>, after: Option<&str>) -> Result<u64, String> {
+    let parse = |what: &str, v: &str| {
+        let v = v.trim();
+        v.parse::<u64>().map_err(|_| {
+            format!(
+                "{what} must be an event sequence number (a non-negative integer), not {:?}",
+                v.chars().take(40).collect::<String>()
+            )
+        })
+    };
+    match (last_event_id.filter(|v| !v.trim().is_empty()), after.filter(|v| !v.trim().is_empty())) {
+        (Some(v), _) => parse("Last-Event-ID", v),
+        (None, Some(v)) => parse("after", v),
+        (None, None) => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coffer_proto::chat::{
+        AgentConfig, MessageCreated, QueueChanged, Reset, TextDelta, ToolCall, ToolResult, ToolResultEvent, ToolUse,
+        TurnDone, TurnError, TurnStarted,
+    };
+
+    /// The bytes an SSE response writes for `e`.
+    pub(crate) async fn render(e: SseEvent) -> String {
+        use axum::response::IntoResponse;
+        use http_body_util::BodyExt;
+        let body = axum::response::sse::Sse::new(futures_util::stream::iter([Ok::<_, std::convert::Infallible>(e)]))
+            .into_response()
+            .into_body();
+        String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    }
+
+    fn ev(seq: u64, kind: event::Kind) -> Event {
+        Event { seq, conversation_id: "01C".into(), at_ms: 1000 + seq as i64, turn_id: "01T".into(), kind: Some(kind) }
+    }
+
+    fn assistant() -> Message {
+        Message {
+            id: "01A".into(),
+            conversation_id: "01C".into(),
+            role: Role::Assistant as i32,
+            blocks: vec![
+                ContentBlock { block: Some(content_block::Block::Text("Hello".into())) },
+                ContentBlock {
+                    block: Some(content_block::Block::ToolUse(ToolUse {
+                        id: "tu1".into(),
+                        name: "Bash".into(),
+                        input_json: r#"{"command":"ls"}"#.into(),
+                    })),
+                },
+                ContentBlock {
+                    block: Some(content_block::Block::ToolResult(ToolResult {
+                        tool_use_id: "tu1".into(),
+                        output: "a\nb".into(),
+                        is_error: false,
+                    })),
+                },
+            ],
+            status: MessageStatus::Interrupted as i32,
+            usage: Some(Usage { input_tokens: 10, output_tokens: 3, ..Default::default() }),
+            model: "claude-x".into(),
+            created_ms: 5,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn messages_use_words_objects_and_null_times() {
+        let v = message_json(&assistant());
+        assert_eq!((&v["role"], &v["status"]), (&json!("assistant"), &json!("interrupted")));
+        assert_eq!(v["blocks"][0], json!({"type": "text", "text": "Hello"}));
+        assert_eq!(
+            v["blocks"][1],
+            json!({"type": "tool_use", "tool_use": {"id": "tu1", "name": "Bash", "input": {"command": "ls"}}})
+        );
+        assert_eq!(
+            v["blocks"][2],
+            json!({"type": "tool_result", "tool_result": {"tool_use_id": "tu1", "output": "a\nb", "is_error": false}})
+        );
+        assert_eq!(v["usage"]["input_tokens"], 10);
+        assert_eq!((&v["created_ms"], &v["updated_ms"], &v["error"]), (&json!(5), &Value::Null, &Value::Null));
+        let user = message_json(&Message { source: "cli".into(), ..Default::default() });
+        assert_eq!(
+            (&user["role"], &user["status"], &user["source"]),
+            (&json!("user"), &json!("complete"), &json!("cli"))
+        );
+        assert_eq!(user["usage"], Value::Null);
+        for s in [MessageStatus::Streaming, MessageStatus::Failed, MessageStatus::Complete] {
+            assert!(STATUSES.contains(&status(s)));
+        }
+        assert!(ROLES.contains(&role(Role::Unspecified)));
+    }
+
+    #[test]
+    fn tool_input_is_an_object_and_garbage_stays_a_string() {
+        assert_eq!(input_value(r#"{"a":[1,2]}"#), json!({"a": [1, 2]}));
+        assert_eq!(input_value(""), json!({}));
+        assert_eq!(input_value("{not json"), json!("{not json"));
+    }
+
+    #[test]
+    fn conversations_carry_config_as_an_object_and_live_state() {
+        let c = Conversation {
+            id: "01C".into(),
+            agent_key: "codex".into(),
+            title: "Fix the build".into(),
+            agent_config: Some(AgentConfig { cwd: "/w".into(), model: String::new(), session_id: "s1".into() }),
+            version: 3,
+            turn_running: true,
+            pending_count: 2,
+            pending_paused: true,
+            ..Default::default()
+        };
+        let v = conversation_json(&c);
+        assert_eq!(v["agent_config"], json!({"cwd": "/w", "model": "", "session_id": "s1"}));
+        assert_eq!((&v["channel_name"], &v["last_message_ms"]), (&Value::Null, &Value::Null));
+        assert_eq!((&v["version"], &v["turn_running"], &v["pending_count"]), (&json!(3), &json!(true), &json!(2)));
+        assert_eq!(conversation_json(&Conversation::default())["agent_config"]["cwd"], "");
+        let view = view_json(&ConversationView { conversation: Some(c), last_seq: 41, ..Default::default() });
+        assert_eq!(view["pending"], json!({"items": [], "paused": false}));
+        assert_eq!((&view["last_seq"], &view["more_before"]), (&json!(41), &json!(false)));
+    }
+
+    #[test]
+    fn a_send_reply_is_a_message_or_a_pending_item_with_the_queue() {
+        let item = PendingItem { id: "01P".into(), text: "next".into(), created_ms: 9, source: "cli".into() };
+        let queue = PendingQueue { items: vec![item.clone()], paused: false };
+        let v = send_reply_json(&SendMessageReply {
+            outcome: Some(send_message_reply::Outcome::Pending(item)),
+            queue: Some(queue),
+        });
+        assert_eq!(v["pending"], json!({"id": "01P", "text": "next", "created_ms": 9, "source": "cli"}));
+        assert!(v.get("message").is_none(), "{v}");
+        assert_eq!(v["queue"]["items"][0]["id"], "01P");
+        let v = send_reply_json(&SendMessageReply {
+            outcome: Some(send_message_reply::Outcome::Message(Message { id: "01M".into(), ..Default::default() })),
+            queue: None,
+        });
+        assert_eq!((&v["message"]["id"], &v["queue"]), (&json!("01M"), &json!({"items": [], "paused": false})));
+    }
+
+    #[tokio::test]
+    async fn every_event_kind_has_its_frame() {
+        let events = vec![
+            ev(1, event::Kind::MessageCreated(MessageCreated { message: Some(Message::default()) })),
+            ev(
+                2,
+                event::Kind::TurnStarted(TurnStarted {
+                    user_message_id: "01U".into(),
+                    assistant_message_id: "01A".into(),
+                    agent_key: "claude_code".into(),
+                }),
+            ),
+            ev(3, event::Kind::TextDelta(TextDelta { text: "line one\nline two".into() })),
+            ev(
+                4,
+                event::Kind::ToolCall(ToolCall {
+                    tool_use_id: "tu1".into(),
+                    name: "mcp__coffer__coffer__search_tools".into(),
+                    input_json: r#"{"query":"x"}"#.into(),
+                }),
+            ),
+            ev(
+                5,
+                event::Kind::ToolResult(ToolResultEvent {
+                    tool_use_id: "tu1".into(),
+                    output: "found".into(),
+                    is_error: true,
+                }),
+            ),
+            ev(
+                6,
+                event::Kind::TurnDone(TurnDone {
+                    stop_reason: "end_turn".into(),
+                    usage: Some(Usage { output_tokens: 7, ..Default::default() }),
+                    model: "m".into(),
+                    message: Some(assistant()),
+                }),
+            ),
+            ev(
+                7,
+                event::Kind::TurnError(TurnError {
+                    code: "provider".into(),
+                    message: "the model API answered 500".into(),
+                    message_record: None,
+                }),
+            ),
+            ev(8, event::Kind::QueueChanged(QueueChanged { queue: Some(PendingQueue::default()) })),
+            ev(9, event::Kind::Reset(Reset { reason: "too_old".into() })),
+        ];
+        let mut kinds: Vec<String> = Vec::new();
+        for e in &events {
+            let frame = render(sse_frame(e).unwrap()).await;
+            let lines: Vec<&str> = frame.trim_end_matches('\n').split('\n').collect();
+            assert_eq!(lines.len(), 3, "{frame:?}");
+            assert_eq!(lines[0], format!("id: {}", e.seq));
+            let kind = lines[1].strip_prefix("event: ").unwrap();
+            kinds.push(kind.to_owned());
+            let data: Value = serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!((&data["seq"], &data["kind"], &data["turn_id"]), (&json!(e.seq), &json!(kind), &json!("01T")));
+            assert!(data[kind].is_object(), "{data}");
+            assert!(frame.ends_with("\n\n"));
+        }
+        assert_eq!(kinds, EVENT_KINDS);
+        // Multi-line text stays on one data line, escaped.
+        assert!(render(sse_frame(&events[2]).unwrap()).await.contains(r#""text":"line one\nline two""#));
+        let data = event_json(&events[3]).unwrap();
+        assert_eq!(data["tool_call"]["input"], json!({"query": "x"}));
+        let data = event_json(&events[5]).unwrap();
+        assert_eq!(
+            (&data["turn_done"]["usage"]["output_tokens"], &data["turn_done"]["message"]["status"]),
+            (&json!(7), &json!("interrupted"))
+        );
+        assert_eq!(event_json(&events[6]).unwrap()["turn_error"]["message_record"], Value::Null);
+        let outside = Event { turn_id: String::new(), ..events[7].clone() };
+        assert_eq!(event_json(&outside).unwrap()["turn_id"], Value::Null);
+        // An event of a kind this edge does not know is not forwarded.
+        assert!(sse_frame(&Event { seq: 10, ..Default::default() }).is_none());
+    }
+
+    #[test]
+    fn only_lagged_and_deleted_resets_end_the_stream() {
+        let reset = |r: &str| ev(1, event::Kind::Reset(Reset { reason: r.into() }));
+        assert!(ends_stream(&reset("lagged")));
+        assert!(ends_stream(&reset("deleted")));
+        assert!(!ends_stream(&reset("too_old")));
+        assert!(!ends_stream(&ev(2, event::Kind::TextDelta(TextDelta { text: "x".into() }))));
+    }
+
+    #[test]
+    fn resumption_takes_last_event_id_over_after() {
+        assert_eq!(after_seq(None, None), Ok(0));
+        assert_eq!(after_seq(Some("17"), None), Ok(17));
+        assert_eq!(after_seq(Some(" 17 "), Some("3")), Ok(17));
+        assert_eq!(after_seq(None, Some("3")), Ok(3));
+        assert_eq!(after_seq(Some(""), Some("3")), Ok(3));
+        let e = after_seq(Some("-1"), None).unwrap_err();
+        assert!(e.starts_with("Last-Event-ID must be"), "{e}");
+        assert!(after_seq(None, Some("x")).unwrap_err().starts_with("after must be"));
+        assert!(after_seq(None, Some("99999999999999999999999")).is_err());
+    }
+}
