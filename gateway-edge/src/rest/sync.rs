@@ -20,7 +20,6 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
-use crate::rest::knowledge::Fields;
 use crate::state::AppState;
 
 /// The Sync client type.
@@ -137,10 +136,12 @@ pub fn from_sync(s: tonic::Status) -> ApiError {
     }
 }
 
-async fn init(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
-    let f = Fields::new(body, &["remote", "machine_name"])?;
-    let remote = f.required_string("remote")?;
-    let machine_name = f.string("machine_name")?.unwrap_or_default();
+async fn init(
+    State(st): State<Arc<AppState>>,
+    JsonBody(body): JsonBody<coffer_api::sync::SyncInit>,
+) -> Result<Json<Value>, ApiError> {
+    let remote = body.remote;
+    let machine_name = body.machine_name.unwrap_or_default();
     let r = coffer_runtime::grpc::call_within(
         "retrieval service",
         SYNC_TIMEOUT,
