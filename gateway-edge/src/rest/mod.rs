@@ -81,7 +81,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
         "services": services,
         "upstreams": st.gateway.upstream_status(),
         "sandbox": st.gateway.sandbox_status(),
-        "sync": sync::current_status(&st).await.as_ref().map(sync::status_json),
+        "sync": sync::current_status(&st).await.as_ref().map(sync::status_view),
     })))
 }
 

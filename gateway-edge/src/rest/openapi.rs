@@ -636,15 +636,15 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/sync/init", "sync", "Set up sync with a git remote")
             .describe("Creates (or adopts) the sync repository (`COFFER_HOME/sync.git`, work tree `COFFER_HOME` limited to `knowledge/`, `memory/`, `skills/`, `vault/`), sets `remote` as its origin (a new repository uses the remote's default branch, what its `HEAD` names, even in an empty bare repository; else `main`), commits this machine's state and syncs: on a second machine the remote's history is merged with what this one has (conflicts kept). `remote` is a git URL (https, ssh, scp-like, file); not an option, not `ext::`.")
             .body_of::<coffer_api::sync::SyncInit>()
-            .ok(200, "Synced.", r("SyncReport"))
+            .ok_of::<coffer_api::sync::SyncReport>(200, "Synced.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "UPSTREAM_UNAVAILABLE"]),
         route("POST", "/v1/sync", "sync", "Sync now")
             .describe("Commits local changes, fetches, merges (a file edited on both sides keeps both: the other version as `name.conflict-<machine>-<date>.ext`; a vault entry changed on both sides keeps the newer by `updated_at`, the other goes to the audit log as `sync.conflict`), applies the vault state, re-indexes what changed and pushes. 409 `CONFLICT` before `init`; 502 `UPSTREAM_UNAVAILABLE` with git's message when the remote cannot be reached (local changes stay committed; nothing is lost); 400 `INVALID_ARGUMENT` naming a malformed vault file pulled (nothing applied, the merge undone).")
-            .ok(200, "Synced; `conflicts` lists what needs a look.", r("SyncReport"))
+            .ok_of::<coffer_api::sync::SyncReport>(200, "Synced; `conflicts` lists what needs a look.")
             .errors(&["CONFLICT", "UPSTREAM_UNAVAILABLE", "INVALID_ARGUMENT"]),
         route("GET", "/v1/sync/status", "sync", "Sync status")
             .describe("Whether sync is set up, the remote, ahead/behind as of the last fetch, the last sync and its error, the conflict siblings still present, the worker (`sync.auto`) and credentials the synced vault references that have no value here (set them here).")
-            .ok(200, "The status.", r("SyncStatus")),
+            .ok_of::<coffer_api::sync::SyncStatus>(200, "The status."),
         // Memory.
         limit_param(
             route("GET", "/v1/memory", "memory", "List remembered facts")
@@ -1231,49 +1231,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "bytes_done": {"type": "integer"}, "bytes_total": {"type": "integer"},
             "started_ms": ms("no pass yet"), "message": {"type": "string"},
             "job": {"type": "integer", "description": "Increases with every pass started."},
-        },
-    }));
-    let counts = json!({"type": "object", "required": ["added", "changed", "removed"], "properties": {"added": {"type": "integer"}, "changed": {"type": "integer"}, "removed": {"type": "integer"}}});
-    let direction = json!({
-        "type": "object", "required": ["files", "vault", "paths"],
-        "properties": {
-            "files": counts.clone(), "vault": counts,
-            "paths": {"type": "array", "items": {"type": "string"}, "description": "Paths relative to COFFER_HOME, at most 200."},
-        },
-    });
-    m.insert(
-        "SyncConflict",
-        json!({
-            "type": "object", "required": ["kind", "path", "sibling", "detail"],
-            "properties": {
-                "kind": {"enum": ["both_kept", "newer_kept"]},
-                "path": {"type": "string", "description": "Relative to COFFER_HOME."},
-                "sibling": {"type": "string", "description": "`both_kept`: the other version's file."},
-                "detail": {"type": "string"},
-            },
-        }),
-    );
-    m.insert("SyncReport", json!({
-        "type": "object", "required": ["pushed", "pulled", "conflicts", "commit", "finished_ms", "missing_credentials", "remote"],
-        "properties": {
-            "pushed": direction.clone(), "pulled": direction,
-            "conflicts": {"type": "array", "items": r("SyncConflict")},
-            "commit": {"type": "string"}, "finished_ms": ms("unknown"),
-            "missing_credentials": strings.clone(), "remote": {"type": "string", "description": "Without a password."},
-        },
-    }));
-    m.insert("SyncStatus", json!({
-        "type": "object",
-        "required": ["initialized", "remote", "ahead", "behind", "last_sync_ms", "last_error", "conflicts", "worker", "next_attempt_ms", "machine", "missing_credentials", "running", "failures"],
-        "properties": {
-            "initialized": {"type": "boolean"}, "remote": {"type": "string"},
-            "ahead": {"type": "integer"}, "behind": {"type": "integer"},
-            "last_sync_ms": ms("never"), "last_error": {"type": ["string", "null"]},
-            "conflicts": {"type": "array", "items": r("SyncConflict")},
-            "worker": {"enum": ["off", "idle", "waiting", "syncing", "backing_off"]},
-            "next_attempt_ms": ms("none planned"), "machine": {"type": "string"},
-            "missing_credentials": strings.clone(),
-            "running": {"type": "boolean"}, "failures": {"type": "integer", "description": "Consecutive failed attempts."},
         },
     }));
     m.insert("KnowledgeBaseInfo", json!({
