@@ -894,22 +894,13 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/backup", "maintenance", "Back up the home")
             .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
             .actor()
-            .body(json!({
-                "type": "object", "required": ["path"], "additionalProperties": false,
-                "properties": {"path": {"type": "string", "description": "Absolute path of a directory that does not exist yet or is empty; not inside a copied folder."}},
-            }))
-            .ok(201, "Written.", r("Backup"))
+            .body_of::<coffer_api::maintenance::BackupRequest>()
+            .ok_of::<coffer_api::maintenance::Backup>(201, "Written.")
             .errors(&["INVALID_ARGUMENT", "ALREADY_EXISTS", "CONFLICT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("POST", "/v1/maintenance/prune", "maintenance", "Run a retention pass now")
             .describe("Deletes invocation and audit rows older than `retention.invocations_days` (default 30) / `retention.audit_days` (365) or beyond the newest `retention.invocations_max_rows` / `retention.audit_max_rows` (100000 each); `0` disables a limit. The store also runs this at start and hourly. Audited as `maintenance.prune`.")
             .actor()
-            .ok(200, "Rows deleted.", json!({
-                "type": "object", "required": ["deleted"],
-                "properties": {"deleted": {
-                    "type": "object", "required": ["invocations", "audit"],
-                    "properties": {"invocations": {"type": "integer"}, "audit": {"type": "integer"}},
-                }},
-            })),
+            .ok_of::<coffer_api::maintenance::Pruned>(200, "Rows deleted."),
         route("GET", "/v1/openapi.json", "maintenance", "This document")
             .describe("OpenAPI 3.1, generated from the same table as docs/REST.md.")
             .ok(200, "The OpenAPI document.", json!({"type": "object"})),
@@ -1198,29 +1189,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "properties": {"server": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
         }),
     );
-    m.insert("BackupManifest", json!({
-        "type": "object", "required": ["format_version", "coffer_version", "created_at", "schema_version", "files"],
-        "description": "`manifest.json` of a backup directory.",
-        "properties": {
-            "format_version": {"const": 1},
-            "coffer_version": {"type": "string"},
-            "created_at": time,
-            "schema_version": {"type": "integer", "description": "Migrations applied to the database."},
-            "files": {"type": "array", "items": {
-                "type": "object", "required": ["path", "bytes", "sha256"],
-                "properties": {"path": {"type": "string", "description": "Relative, `/`-separated."}, "bytes": {"type": "integer"}, "sha256": {"type": "string", "description": "Lowercase hex."}},
-            }},
-        },
-    }));
-    m.insert("Backup", json!({
-        "type": "object", "required": ["path", "manifest", "secret_key_included", "skipped"],
-        "properties": {
-            "path": {"type": "string", "description": "The backup directory (absolute)."},
-            "manifest": r("BackupManifest"),
-            "secret_key_included": {"type": "boolean", "description": "True: the backup can decrypt its credentials; keep it private."},
-            "skipped": {"type": "array", "items": {"type": "string"}, "description": "Entries not copied (symlinks, special files)."},
-        },
-    }));
     let ms = |d: &str| json!({"type": ["integer", "null"], "description": format!("Unix milliseconds; null: {d}.")});
     m.insert("Progress", json!({
         "type": "object", "required": ["state", "done", "total", "bytes_done", "bytes_total", "started_ms", "message", "job"],

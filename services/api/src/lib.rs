@@ -27,6 +27,7 @@ pub mod chat;
 pub mod credentials;
 pub mod daemon;
 pub mod knowledge;
+pub mod maintenance;
 pub mod schema;
 pub mod settings;
 pub mod sync;
