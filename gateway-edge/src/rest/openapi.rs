@@ -1806,7 +1806,7 @@ pub fn markdown() -> String {
     let _ = writeln!(w, "# Coffer REST API\n");
     let _ = writeln!(
         w,
-        "<!-- Generated from gateway-edge/src/rest/openapi.rs; do not edit. Regenerate with\n     COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi -->\n"
+        "<!-- Generated from gateway-edge/src/rest/openapi.rs (the route table) and the coffer-api\n     types (services/api); do not edit. Regenerate with\n     COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi -->\n"
     );
     let _ = writeln!(
         w,
@@ -2127,8 +2127,29 @@ mod tests {
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             have == want,
-            "docs/REST.md is out of date with gateway-edge/src/rest/openapi.rs; regenerate it with\n  COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi"
+            "docs/REST.md is out of date with gateway-edge/src/rest/openapi.rs and the coffer-api types; regenerate it with\n  COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi"
         );
+    }
+
+    /// Every typed request body refuses unknown fields (`#[serde(deny_unknown_fields)]`, which
+    /// `coffer_api::body::parse` turns into `UNKNOWN_FIELD`), and its schema says so.
+    #[test]
+    fn typed_request_bodies_refuse_unknown_fields() {
+        let (routes, schemas) = described();
+        let mut typed = 0;
+        for d in &routes {
+            let (Some(Schema::Typed(_)), Some(body)) = (&d.route.body, &d.body) else { continue };
+            typed += 1;
+            let name = body["$ref"].as_str().and_then(|r| r.rsplit('/').next()).expect("a named body");
+            assert_eq!(
+                schemas[name]["additionalProperties"],
+                json!(false),
+                "{} {}: {name} must say #[serde(deny_unknown_fields)]",
+                d.route.method,
+                d.route.path
+            );
+        }
+        assert!(typed >= 15, "only {typed} typed request bodies");
     }
 
     #[test]
