@@ -416,7 +416,7 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/v1/mcp/servers/{name}/preferences", "servers", "A server's explicit preferences")
             .describe("Only explicit flags: a capability without one is enabled. `coffer` names the built-in server.")
             .path_param("name", SERVER_NAME)
-            .ok(200, "The preferences.", page("Preference"))
+            .ok(200, "The preferences.", page_of::<coffer_api::tools::Preference>())
             .errors(&["NOT_FOUND"]),
         route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}", "servers", "Enable or disable a capability named in the query")
             .describe("For names a path segment carries badly (resource URIs with `/`).")
@@ -425,7 +425,7 @@ pub fn routes() -> Vec<Route> {
             .query("name", json!({"type": "string"}), "The capability's original (unprefixed) name. Required.")
             .actor()
             .body_of::<coffer_api::tools::EnabledFlag>()
-            .ok(200, "The preference.", r("PreferenceSet"))
+            .ok_of::<coffer_api::tools::PreferenceSet>(200, "The preference.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}/{capname}", "servers", "Enable or disable a capability")
             .path_param("name", SERVER_NAME)
@@ -433,7 +433,7 @@ pub fn routes() -> Vec<Route> {
             .path_param("capname", "The capability's original (unprefixed) name, percent-encoded.")
             .actor()
             .body_of::<coffer_api::tools::EnabledFlag>()
-            .ok(200, "The preference.", r("PreferenceSet"))
+            .ok_of::<coffer_api::tools::PreferenceSet>(200, "The preference.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/mcp/servers/{name}/capabilities", "servers", "A server's live capabilities")
             .describe("Fetched through the caller's tool-broker session (starting the upstream if needed), each with its enabled flag.")
@@ -1059,14 +1059,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "description": "Every field optional. `name` and `transport` are accepted only unchanged.",
         }),
     );
-    m.insert("Preference", json!({
-        "type": "object", "required": ["server", "kind", "name", "enabled", "updated_at"],
-        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}, "updated_at": time},
-    }));
-    m.insert("PreferenceSet", json!({
-        "type": "object", "required": ["server", "kind", "name", "enabled"],
-        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}},
-    }));
     let capability = json!({
         "type": "object", "required": ["name", "exposed_name", "description", "enabled"],
         "properties": {"name": {"type": "string"}, "exposed_name": {"type": "string"}, "description": {"type": ["string", "null"]}, "enabled": {"type": "boolean"}},

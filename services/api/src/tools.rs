@@ -49,3 +49,29 @@ pub struct Refreshed {
     /// Sessions told their lists changed.
     pub sessions: u64,
 }
+
+/// An explicit enabled flag of one capability (`GET /v1/mcp/servers/{name}/preferences`); a
+/// capability without one is enabled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Preference {
+    pub server: String,
+    /// `tool`, `prompt` or `resource`.
+    #[schemars(extend("enum" = ["tool", "prompt", "resource"]))]
+    pub kind: String,
+    /// The capability's original (unprefixed) name.
+    pub name: String,
+    pub enabled: bool,
+    #[schemars(extend("format" = "date-time"))]
+    pub updated_at: String,
+}
+
+/// The answer of the capability toggles (`PUT /v1/mcp/servers/{name}/capabilities/…`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PreferenceSet {
+    pub server: String,
+    /// `tool`, `prompt` or `resource`.
+    #[schemars(extend("enum" = ["tool", "prompt", "resource"]))]
+    pub kind: String,
+    pub name: String,
+    pub enabled: bool,
+}
