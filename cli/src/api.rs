@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use coffer_runtime::connect::Daemon;
 use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{ApiFailure, CliError};
@@ -40,6 +41,25 @@ impl ApiResponse {
         serde_json::from_str(&self.body).map_err(|e| {
             CliError::Failed(format!(
                 "the daemon answered with a body that is not JSON ({e}); trace {}",
+                self.trace.as_deref().unwrap_or("-")
+            ))
+        })
+    }
+}
+
+impl ApiResponse {
+    /// The body read as `T`, one of the `coffer-api` contract types.
+    ///
+    /// # Errors
+    /// [`CliError::Failed`] when the body is not a `T` (a daemon of another version?), naming
+    /// the field.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, CliError> {
+        let mut de = serde_json::Deserializer::from_str(&self.body);
+        serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            CliError::Failed(format!(
+                "the daemon's answer is not what this coffer expects (at {}: {}); is the daemon another version? trace {}",
+                e.path(),
+                e.inner(),
                 self.trace.as_deref().unwrap_or("-")
             ))
         })
@@ -116,6 +136,11 @@ impl ApiClient {
     /// `GET path` → parsed JSON.
     pub async fn get(&self, path: &str) -> Result<Value, CliError> {
         self.get_raw(path).await?.json()
+    }
+
+    /// `GET path` → the body as contract type `T` ([`ApiResponse::parse`]).
+    pub async fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        self.get_raw(path).await?.parse()
     }
 
     /// `POST path` with an optional JSON body → parsed JSON.

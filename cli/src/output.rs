@@ -269,13 +269,20 @@ pub fn format_duration(secs: u64) -> String {
 /// One table cell from a JSON value: strings as they are (on one line, at most `max` chars),
 /// `null` and empty strings as `-`, anything else as compact JSON.
 pub fn cell(v: Option<&Value>, max: usize) -> String {
-    let s = match v {
-        None | Some(Value::Null) => return "-".into(),
-        Some(Value::String(s)) if s.trim().is_empty() => return "-".into(),
-        Some(Value::String(s)) => s.split_whitespace().collect::<Vec<_>>().join(" "),
-        Some(other) => other.to_string(),
-    };
-    truncate(&s, max)
+    match v {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(s)) => text_cell(s, max),
+        Some(other) => truncate(&other.to_string(), max),
+    }
+}
+
+/// A text table cell as [`cell`] makes it of a JSON string: whitespace runs collapsed, cut to
+/// `max` columns, `-` when blank.
+pub fn text_cell(s: &str, max: usize) -> String {
+    if s.trim().is_empty() {
+        return "-".into();
+    }
+    truncate(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
 }
 
 /// `s` cut to at most `max` terminal columns ([`display_width`]), ending in `…` when cut.

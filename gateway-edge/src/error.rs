@@ -236,8 +236,11 @@ fn broke_mid_call(s: &tonic::Status) -> bool {
     false
 }
 
-/// JSON body extractor whose rejections are envelopes: malformed JSON → `BAD_REQUEST`, wrong
-/// shape or unknown field → `INVALID_ARGUMENT`/`UNKNOWN_FIELD`, over the limit → 413.
+/// JSON body extractor whose rejections are envelopes: the one way request bodies are read.
+/// A body must say `Content-Type: application/json` (else 415 `UNSUPPORTED_MEDIA_TYPE`) and fit
+/// the limit (413); then [`parse_json`]: malformed JSON → `BAD_REQUEST`, an unknown field →
+/// `UNKNOWN_FIELD` naming its path, a missing field or a value of the wrong type →
+/// `INVALID_ARGUMENT` naming its path (`coffer_api::body`).
 pub struct JsonBody<T>(pub T);
 
 impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
@@ -267,22 +270,23 @@ where
     }
 }
 
-/// Parses a JSON request body into `T` with envelope errors.
+/// Parses a JSON request body into `T` ([`coffer_api::body::parse`]) with envelope errors.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        let msg = e.to_string();
-        if let Some(rest) = msg.strip_prefix("unknown field `") {
-            let field = rest.split('`').next().unwrap_or_default();
-            return ApiError::new(Code::UnknownField, format!("unknown field {field:?}"))
-                .with_details(json!({"field": field}));
-        }
-        match e.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                ApiError::new(Code::BadRequest, format!("malformed JSON: {msg}"))
-            }
-            _ => ApiError::invalid(format!("invalid request body: {msg}")),
-        }
-    })
+    coffer_api::body::parse(bytes).map_err(ApiError::from)
+}
+
+/// The envelope of a refused body: `BAD_REQUEST`, `UNKNOWN_FIELD` or `INVALID_ARGUMENT`, with
+/// the body error's message and details.
+impl From<coffer_api::body::BodyError> for ApiError {
+    fn from(e: coffer_api::body::BodyError) -> Self {
+        use coffer_api::body::BodyErrorKind as K;
+        let code = match e.kind {
+            K::Syntax => Code::BadRequest,
+            K::UnknownField => Code::UnknownField,
+            K::Invalid => Code::InvalidArgument,
+        };
+        ApiError::new(code, e.message).with_details(e.details)
+    }
 }
 
 /// The message of a 413 for a body limit of `limit` bytes: "request body is larger than the

@@ -218,7 +218,12 @@ async fn hostile_connection_requests_get_envelopes_and_write_nothing() -> anyhow
         (with("api_key", json!("")), 400, "INVALID_ARGUMENT", "api_key must be 1-65536 bytes"),
         (with("api_key", json!("sk-line\n")), 400, "INVALID_ARGUMENT", "control"),
         (with("extra", json!(1)), 400, "UNKNOWN_FIELD", "unknown field"),
-        (with("internal_default", json!("yes")), 400, "INVALID_ARGUMENT", "invalid request body"),
+        (
+            with("internal_default", json!("yes")),
+            400,
+            "INVALID_ARGUMENT",
+            "field \"internal_default\" must be a boolean",
+        ),
         (
             json!({"name": "o", "wire": "ollama", "model": "m"}),
             400,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::{Value, json};
+use coffer_api::maintenance::{Backup, BackupRequest};
 
 use crate::context::Ctx;
 use crate::error::CliError;
@@ -48,37 +48,32 @@ pub async fn run(ctx: &Ctx, args: BackupArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::Usage(format!("cannot resolve {}: {e}", args.path.display())))?;
     let api = ctx.connect().await?;
     // Copying large markdown folders may take longer than an ordinary request may.
-    let req = api.request(reqwest::Method::POST, "/v1/backup").json(&json!({"path": path})).timeout(BACKUP_TIMEOUT);
+    let body = BackupRequest { path: path.display().to_string() };
+    let req = api.request(reqwest::Method::POST, "/v1/backup").json(&body).timeout(BACKUP_TIMEOUT);
     let resp = api.send(req).await.map_err(|e| match e.api_code() {
         Some("ALREADY_EXISTS") => e.with_hint("give a directory that does not exist yet (or an empty one)"),
         _ => e,
     })?;
-    let body = resp.json()?;
-    let dir = body["path"].as_str().unwrap_or_default();
+    let backup: Backup = resp.parse()?;
     // On stderr, also with --json: whoever runs this must see it.
-    if body["secret_key_included"] == true {
-        crate::eprintln_printable!("{}", secret_key_warning(dir));
+    if backup.secret_key_included {
+        crate::eprintln_printable!("{}", secret_key_warning(&backup.path));
     }
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render(&body))
+    output::print(&render(&backup))
 }
 
 /// The human report: where, how much, what was skipped.
-pub fn render(body: &Value) -> String {
-    let files = body["manifest"]["files"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let bytes: u64 = files.iter().filter_map(|f| f["bytes"].as_u64()).sum();
-    let mut out = format!(
-        "Backup written to {} ({} files, {})\n",
-        body["path"].as_str().unwrap_or_default(),
-        files.len(),
-        human_bytes(bytes)
-    );
-    if let Some(skipped) = body["skipped"].as_array().filter(|s| !s.is_empty()) {
+pub fn render(b: &Backup) -> String {
+    let files = &b.manifest.files;
+    let bytes: u64 = files.iter().map(|f| f.bytes).sum();
+    let mut out = format!("Backup written to {} ({} files, {})\n", b.path, files.len(), human_bytes(bytes));
+    if !b.skipped.is_empty() {
         out.push_str("Not copied (symlinks or special files):\n");
-        for s in skipped {
-            out.push_str(&format!("  {}\n", s.as_str().unwrap_or_default()));
+        for s in &b.skipped {
+            out.push_str(&format!("  {s}\n"));
         }
     }
     out
@@ -105,12 +100,15 @@ mod tests {
 
     #[test]
     fn report_counts_files_and_lists_skipped() {
-        let body = json!({
+        let body: Backup = serde_json::from_value(serde_json::json!({
             "path": "/b/one",
-            "manifest": {"files": [{"path": "coffer.db", "bytes": 4096}, {"path": "secret.key", "bytes": 32}]},
+            "manifest": {"format_version": 1, "coffer_version": "0.1.0", "created_at": "2026-12-06T00:00:00Z",
+                "schema_version": 20, "files": [{"path": "coffer.db", "bytes": 4096, "sha256": "ab"},
+                {"path": "secret.key", "bytes": 32, "sha256": "cd"}]},
             "secret_key_included": true,
             "skipped": ["skills/link.md"],
-        });
+        }))
+        .unwrap();
         assert_eq!(
             render(&body),
             "Backup written to /b/one (2 files, 4.0 KiB)\nNot copied (symlinks or special files):\n  skills/link.md\n"

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 
 use clap::{Args, Subcommand};
+use coffer_api::Page;
+use coffer_api::credentials::{Credential, CredentialPut, CredentialSet};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
@@ -16,7 +18,7 @@ use crate::error::CliError;
 use crate::output::{self, render_table};
 
 /// Longest credential value (bytes), as the daemon enforces.
-pub const MAX_VALUE_BYTES: usize = 65_536;
+pub const MAX_VALUE_BYTES: usize = coffer_api::credentials::MAX_VALUE_BYTES;
 
 const SET_EXAMPLES: &str = "\
 Examples:
@@ -101,14 +103,13 @@ async fn set(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     // Read first, so that starting a daemon does not interleave with the prompt.
     let value = read_value(name)?;
     let api = ctx.connect().await?;
-    let body = json!({"value": value.expose_secret()});
+    let body = CredentialPut { value: value.expose_secret().to_owned() };
     let resp = api.send(api.request(reqwest::Method::PUT, &credential_path(name)).json(&body)).await?;
     drop(body);
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let v = resp.json()?;
-    let version = v["version"].as_i64().unwrap_or(0);
+    let CredentialSet { version, .. } = resp.parse()?;
     output::println(&if resp.status == 201 {
         format!("Stored credential {name} (version {version})")
     } else {
@@ -187,7 +188,7 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let items = resp.json()?["items"].as_array().cloned().unwrap_or_default();
+    let items = resp.parse::<Page<Credential>>()?.items;
     if items.is_empty() {
         return output::println("No credentials yet; store one with `coffer credentials set NAME`");
     }
@@ -196,18 +197,12 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
 }
 
 /// The credentials table: NAME VERSION UPDATED USED BY.
-pub fn render_credentials(items: &[Value], users: &BTreeMap<String, Vec<String>>) -> String {
+pub fn render_credentials(items: &[Credential], users: &BTreeMap<String, Vec<String>>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|c| {
-            let name = c["name"].as_str().unwrap_or_default();
-            let used = users.get(name).filter(|u| !u.is_empty()).map_or_else(|| "-".into(), |u| u.join(", "));
-            vec![
-                name.to_owned(),
-                output::cell(c.get("version"), 12),
-                c["updated_at"].as_str().map_or_else(|| "-".into(), output::format_time),
-                used,
-            ]
+            let used = users.get(&c.name).filter(|u| !u.is_empty()).map_or_else(|| "-".into(), |u| u.join(", "));
+            vec![c.name.clone(), c.version.to_string(), output::format_time(&c.updated_at), used]
         })
         .collect();
     render_table(&["NAME", "VERSION", "UPDATED", "USED BY"], &rows)
@@ -321,10 +316,11 @@ mod tests {
         ];
         let users = credential_users(&servers);
         assert_eq!(users["tok"], ["gh", "web"]);
-        let items = [
-            json!({"name": "tok", "version": 2, "created_at": "x", "updated_at": "2026-11-30T09:57:00.211Z"}),
-            json!({"name": "spare", "version": 1, "created_at": "x", "updated_at": "2026-11-30T10:00:00Z"}),
-        ];
+        let items: Vec<Credential> = serde_json::from_value(json!([
+            {"name": "tok", "version": 2, "created_at": "x", "updated_at": "2026-11-30T09:57:00.211Z"},
+            {"name": "spare", "version": 1, "created_at": "x", "updated_at": "2026-11-30T10:00:00Z"},
+        ]))
+        .unwrap();
         assert_eq!(
             render_credentials(&items, &users),
             "NAME   VERSION  UPDATED              USED BY\n\

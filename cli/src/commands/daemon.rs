@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use coffer_api::daemon::ServiceRestart;
 use coffer_runtime::daemon_file::{DaemonInfo, lock_is_held};
 use serde_json::{Value, json};
 
@@ -114,19 +115,26 @@ async fn restart_service(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let resp_body = if resp.status == 202 && name == GATEWAY {
         let old_pid = before.as_ref().and_then(|s| s.get("pid")).and_then(Value::as_u64).unwrap_or(0);
         let s = wait_for_new_gateway(&api, old_pid, GATEWAY_RESTART_DEADLINE).await?;
-        json!({"name": GATEWAY, "pid": s["pid"], "state": s["state"], "restarts": s["restarts"]}).to_string()
+        let number = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+        let restarted = ServiceRestart {
+            name: GATEWAY.into(),
+            pid: number("pid"),
+            state: s["state"].as_str().unwrap_or_default().to_owned(),
+            restarts: number("restarts"),
+        };
+        crate::api::ApiResponse { status: 200, trace: resp.trace, body: json!(restarted).to_string() }
     } else {
-        resp.body
+        resp
     };
     if ctx.json {
-        return output::print_body(&resp_body);
+        return output::print_body(&resp_body.body);
     }
-    let s: Value = serde_json::from_str(&resp_body).unwrap_or(Value::Null);
+    let s: ServiceRestart = resp_body.parse()?;
     output::println(&format!(
         "Restarted {} (pid {}, {})",
-        output::cell(s.get("name"), 40),
-        output::cell(s.get("pid"), 20),
-        output::cell(s.get("state"), 20)
+        output::text_cell(&s.name, 40),
+        s.pid,
+        output::text_cell(&s.state, 20)
     ))
 }
 

@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
+use coffer_api::settings::{SettingsPatch, SettingsValues};
 use coffer_types::settings::SettingError;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::context::Ctx;
 use crate::error::CliError;
@@ -103,23 +104,21 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
             if ctx.json {
                 return output::print_body(&resp.body);
             }
-            let body = resp.json()?;
-            let empty = serde_json::Map::new();
-            let values = body["values"].as_object().unwrap_or(&empty);
+            let SettingsValues { values } = resp.parse()?;
             let mut out = String::new();
             if values.is_empty() {
                 out.push_str("No settings are set; Coffer uses these defaults:\n");
             }
-            out.push_str(&render_settings(values));
+            out.push_str(&render_settings(&values));
             output::print(&out)
         }
         SettingsCommand::Get(GetArgs { key: Some(key) }) => {
-            let body = api.get("/v1/settings").await?;
-            if let Some(value) = body["values"].get(&key) {
+            let SettingsValues { values } = api.get_as("/v1/settings").await?;
+            if let Some(value) = values.get(&key) {
                 if ctx.json {
                     return output::print_json(&json!({"values": {key: value}}));
                 }
-                return output::println(value.as_str().unwrap_or_default());
+                return output::println(value);
             }
             let Some(k) = known(&key) else {
                 return Err(CliError::NotFound(format!("no setting {key:?}; `coffer settings get` lists them")));
@@ -133,19 +132,20 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
         }
         SettingsCommand::Set(SetArgs { key, value, force }) => {
             // `force` lets the daemon store a key it does not read; it still checks known ones.
-            let resp = patch(&api, &json!({"set": {&key: &value}, "force": force})).await?;
+            let set = BTreeMap::from([(key.clone(), value.clone())]);
+            let resp = patch(&api, &SettingsPatch { set, force, ..SettingsPatch::default() }).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
             }
             output::println(&format!("Set {key} = {value}"))
         }
         SettingsCommand::Unset(KeyArg { key }) => {
-            let before = api.get("/v1/settings").await?;
-            let resp = patch(&api, &json!({"remove": [&key]})).await?;
+            let before: SettingsValues = api.get_as("/v1/settings").await?;
+            let resp = patch(&api, &SettingsPatch { remove: vec![key.clone()], ..SettingsPatch::default() }).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
             }
-            let existed = before["values"].get(&key).is_some();
+            let existed = before.values.contains_key(&key);
             let default = known(&key).map(|k| format!(" (default {} applies)", k.default_value())).unwrap_or_default();
             output::println(&if existed {
                 format!("Removed setting {key}{default}")
@@ -172,20 +172,15 @@ pub fn check_set(key: &str, value: &str, force: bool) -> Result<(), CliError> {
     }
 }
 
-async fn patch(api: &crate::api::ApiClient, body: &Value) -> Result<crate::api::ApiResponse, CliError> {
+async fn patch(api: &crate::api::ApiClient, body: &SettingsPatch) -> Result<crate::api::ApiResponse, CliError> {
     api.send(api.request(reqwest::Method::PATCH, "/v1/settings").json(body)).await
 }
 
 /// The settings table: KEY VALUE SOURCE, every key that is set (`set`) and every known key that
 /// is not (its default, `default`), sorted by key; values on one line.
-pub fn render_settings(values: &serde_json::Map<String, Value>) -> String {
-    let mut rows: BTreeMap<String, Vec<String>> = values
-        .iter()
-        .map(|(k, v)| {
-            let shown = v.as_str().map_or_else(|| v.to_string(), |s| s.replace('\n', "\\n"));
-            (k.clone(), vec![k.clone(), shown, "set".to_owned()])
-        })
-        .collect();
+pub fn render_settings(values: &BTreeMap<String, String>) -> String {
+    let mut rows: BTreeMap<String, Vec<String>> =
+        values.iter().map(|(k, v)| (k.clone(), vec![k.clone(), v.replace('\n', "\\n"), "set".to_owned()])).collect();
     for k in KNOWN {
         rows.entry(k.key.to_owned()).or_insert_with(|| vec![k.key.to_owned(), k.default_value(), "default".to_owned()]);
     }
@@ -199,8 +194,10 @@ mod tests {
 
     #[test]
     fn settings_table_shows_defaults_of_unset_keys() {
-        let v = json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"});
-        let t = render_settings(v.as_object().unwrap());
+        let v: BTreeMap<String, String> =
+            serde_json::from_value(json!({"a.b": "1", "long.key": "two\nlines", "gateway.call_timeout_ms": "120000"}))
+                .unwrap();
+        let t = render_settings(&v);
         // Every row split into its columns (values here hold no run of two spaces).
         let rows: Vec<Vec<&str>> =
             t.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
@@ -226,7 +223,7 @@ mod tests {
 
     #[test]
     fn no_settings_lists_every_default() {
-        let t = render_settings(&serde_json::Map::new());
+        let t = render_settings(&BTreeMap::new());
         for (key, default) in [
             ("gateway.list_timeout_ms", "10000"),
             ("gateway.start_timeout_ms", "30000"),

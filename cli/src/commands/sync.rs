@@ -3,7 +3,8 @@
 //! only) with a git remote, over `/v1/sync*`. A sync that kept both versions of something, or
 //! pulled a credential reference with no value here, exits 4 with the list: it needs the user.
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use coffer_api::sync::{Counts, SyncConflict, SyncInit, SyncReport, SyncStatus};
+use serde_json::json;
 
 use crate::context::Ctx;
 use crate::error::{CliError, exit};
@@ -56,19 +57,23 @@ pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<(), CliError> {
     match args.command {
         Some(SyncCommand::Status) => {
             let resp = api.send(api.request(reqwest::Method::GET, "/v1/sync/status")).await?;
-            let body = resp.json()?;
+            let status: SyncStatus = resp.parse()?;
             if ctx.json {
                 output::print_body(&resp.body)?;
             } else {
-                output::print(&render_status(&body))?;
+                output::print(&render_status(&status))?;
             }
-            if needs_user(&body) { Err(CliError::Quiet(exit::CONFLICT)) } else { Ok(()) }
+            if needs_user(&status.conflicts, &status.missing_credentials) {
+                Err(CliError::Quiet(exit::CONFLICT))
+            } else {
+                Ok(())
+            }
         }
         cmd => {
             let req = match cmd {
-                Some(SyncCommand::Init { remote, machine_name }) => api
-                    .request(reqwest::Method::POST, "/v1/sync/init")
-                    .json(&json!({"remote": remote, "machine_name": machine_name})),
+                Some(SyncCommand::Init { remote, machine_name }) => {
+                    api.request(reqwest::Method::POST, "/v1/sync/init").json(&SyncInit { remote, machine_name })
+                }
                 _ => api.request(reqwest::Method::POST, "/v1/sync").json(&json!({})),
             };
             let resp = api.send(req.timeout(SYNC_TIMEOUT)).await.map_err(|e| match e.api_code() {
@@ -78,91 +83,76 @@ pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<(), CliError> {
                 ),
                 _ => e,
             })?;
-            let body = resp.json()?;
+            let report: SyncReport = resp.parse()?;
             if ctx.json {
                 output::print_body(&resp.body)?;
             } else {
-                output::print(&render_report(&body))?;
+                output::print(&render_report(&report))?;
             }
-            if needs_user(&body) { Err(CliError::Quiet(exit::CONFLICT)) } else { Ok(()) }
+            if needs_user(&report.conflicts, &report.missing_credentials) {
+                Err(CliError::Quiet(exit::CONFLICT))
+            } else {
+                Ok(())
+            }
         }
     }
 }
 
 /// A conflict kept both versions, or a credential the vault references has no value here.
-fn needs_user(body: &Value) -> bool {
-    let non_empty = |k: &str| body[k].as_array().is_some_and(|a| !a.is_empty());
-    non_empty("conflicts") || non_empty("missing_credentials")
+fn needs_user(conflicts: &[SyncConflict], missing_credentials: &[String]) -> bool {
+    !conflicts.is_empty() || !missing_credentials.is_empty()
 }
 
-fn counts(v: &Value) -> String {
-    format!(
-        "{} added, {} changed, {} removed",
-        v["added"].as_u64().unwrap_or(0),
-        v["changed"].as_u64().unwrap_or(0),
-        v["removed"].as_u64().unwrap_or(0)
-    )
+fn counts(c: &Counts) -> String {
+    format!("{} added, {} changed, {} removed", c.added, c.changed, c.removed)
 }
 
-fn needs_user_lines(body: &Value, out: &mut String) {
-    if let Some(c) = body["conflicts"].as_array().filter(|c| !c.is_empty()) {
+fn needs_user_lines(conflicts: &[SyncConflict], missing_credentials: &[String], out: &mut String) {
+    if !conflicts.is_empty() {
         out.push_str("Conflicts (nothing was lost):\n");
-        for x in c {
-            out.push_str(&format!(
-                "  {}: {}\n",
-                x["path"].as_str().unwrap_or_default(),
-                x["detail"].as_str().unwrap_or_default()
-            ));
+        for x in conflicts {
+            out.push_str(&format!("  {}: {}\n", x.path, x.detail));
         }
     }
-    if let Some(m) = body["missing_credentials"].as_array().filter(|m| !m.is_empty()) {
+    if !missing_credentials.is_empty() {
         out.push_str(
             "Credentials referenced by synced entries but not set on this machine — set this credential here:\n",
         );
-        for name in m {
-            let name = name.as_str().unwrap_or_default();
+        for name in missing_credentials {
             out.push_str(&format!("  {name}   (coffer credentials set {name})\n"));
         }
     }
 }
 
 /// The human report of a sync.
-pub fn render_report(body: &Value) -> String {
-    let mut out = format!("Synced with {} ({})\n", body["remote"].as_str().unwrap_or_default(), short(&body["commit"]));
-    for (label, key) in [("Pushed", "pushed"), ("Pulled", "pulled")] {
-        let d = &body[key];
-        out.push_str(&format!("{label}: files {}; vault entries {}\n", counts(&d["files"]), counts(&d["vault"])));
+pub fn render_report(r: &SyncReport) -> String {
+    let short: String = r.commit.chars().take(10).collect();
+    let mut out = format!("Synced with {} ({short})\n", r.remote);
+    for (label, d) in [("Pushed", &r.pushed), ("Pulled", &r.pulled)] {
+        out.push_str(&format!("{label}: files {}; vault entries {}\n", counts(&d.files), counts(&d.vault)));
     }
-    needs_user_lines(body, &mut out);
+    needs_user_lines(&r.conflicts, &r.missing_credentials, &mut out);
     out
 }
 
-fn short(v: &Value) -> String {
-    v.as_str().unwrap_or_default().chars().take(10).collect()
-}
-
 /// The human sync status.
-pub fn render_status(body: &Value) -> String {
-    if body["initialized"] != true {
+pub fn render_status(s: &SyncStatus) -> String {
+    if !s.initialized {
         return "Sync is not set up on this machine: coffer sync init REMOTE_URL\n".into();
     }
     let mut out = format!(
         "Remote: {}\nMachine: {}\nAhead {}, behind {} (as of the last fetch)\nLast sync: {}\nWorker: {}{}\n",
-        body["remote"].as_str().unwrap_or_default(),
-        body["machine"].as_str().unwrap_or_default(),
-        body["ahead"],
-        body["behind"],
-        body["last_sync_ms"].as_i64().map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into()),
-        body["worker"].as_str().unwrap_or("off"),
-        if body["failures"].as_u64().unwrap_or(0) > 0 {
-            format!(" ({} failed attempts)", body["failures"])
-        } else {
-            String::new()
-        },
+        s.remote,
+        s.machine,
+        s.ahead,
+        s.behind,
+        s.last_sync_ms.map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into()),
+        s.worker.word(),
+        if s.failures > 0 { format!(" ({} failed attempts)", s.failures) } else { String::new() },
     );
-    if let Some(e) = body["last_error"].as_str() {
+    if let Some(e) = &s.last_error {
         out.push_str(&format!("Last error: {e}\n"));
     }
-    needs_user_lines(body, &mut out);
+    needs_user_lines(&s.conflicts, &s.missing_credentials, &mut out);
     out
 }

@@ -5,12 +5,15 @@
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use coffer_api::Page;
+use coffer_api::tools::{EnabledFlag, Tool, ToolCall};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::{ApiClient, path_segment, with_query};
 use crate::context::Ctx;
 use crate::error::{CliError, exit};
-use crate::output::{self, cell, render_table_fitted};
+use crate::output::{self, render_table_fitted, text_cell};
 
 /// Client-side deadline of `tools call`. The gateway enforces each server's own timeout (at
 /// most a day) and answers UPSTREAM_TIMEOUT; this only guards against a daemon that never
@@ -191,18 +194,18 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     if ctx.json && !a.all {
         return output::print_body(&resp.body);
     }
-    let mut body = resp.json()?;
+    let mut items: Vec<ListedTool> =
+        resp.parse::<Page<Tool>>()?.items.into_iter().map(|tool| ListedTool { tool, server_enabled: None }).collect();
     let servers = api.get("/v1/mcp/servers").await?;
     let servers: Vec<&Value> = servers["items"]
         .as_array()
         .map(|v| v.iter().filter(|s| a.server.as_deref().is_none_or(|n| s["name"] == n)).collect())
         .unwrap_or_default();
-    let mut items = body["items"].as_array().cloned().unwrap_or_default();
     let mut notes = Vec::new();
     for s in &servers {
         let name = s["name"].as_str().unwrap_or_default();
         let enabled = s["enabled"].as_bool().unwrap_or(false);
-        if enabled && !items.iter().any(|t| t["server"] == name) {
+        if enabled && !items.iter().any(|t| t.tool.server == name) {
             notes.push(format!("note: no tools from {name}; `coffer mcp test {name}` shows why"));
         }
         if !enabled && a.all {
@@ -217,8 +220,7 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     if ctx.json {
         // --all joins two kinds of REST bodies, so the document is built here, in the shape of
         // `GET /v1/tools` (items of disabled servers carry `"server_enabled": false`).
-        body["items"] = Value::Array(items);
-        output::print_json(&body)?;
+        output::print_json(&json!(Page::all(items)))?;
     } else if items.is_empty() {
         output::println("No tools")?;
     } else {
@@ -230,40 +232,55 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A row of `coffer tools list`: a `GET /v1/tools` item, or (`--all`) a tool of a disabled
+/// server, which carries `"server_enabled": false`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListedTool {
+    #[serde(flatten)]
+    pub tool: Tool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_enabled: Option<bool>,
+}
+
 /// A disabled server's tools from its live capabilities, as `GET /v1/tools` items.
-async fn disabled_server_tools(api: &ApiClient, server: &str) -> Result<Vec<Value>, CliError> {
+async fn disabled_server_tools(api: &ApiClient, server: &str) -> Result<Vec<ListedTool>, CliError> {
     let caps = api.get(&format!("/v1/mcp/servers/{}/capabilities", path_segment(server))).await?;
     Ok(caps["tools"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
-        .map(|t| {
-            json!({
-                "name": t["exposed_name"], "server": server, "original_name": t["name"], "title": null,
-                "description": t["description"], "enabled": t["enabled"], "server_enabled": false,
-            })
+        .map(|t| ListedTool {
+            tool: Tool {
+                name: t["exposed_name"].as_str().unwrap_or_default().to_owned(),
+                server: server.to_owned(),
+                original_name: t["name"].as_str().unwrap_or_default().to_owned(),
+                title: None,
+                description: t["description"].as_str().map(str::to_owned),
+                enabled: t["enabled"].as_bool().unwrap_or(false),
+            },
+            server_enabled: Some(false),
         })
         .collect())
 }
 
 /// The tools table: NAME SERVER ORIGINAL ENABLED DESCRIPTION (first line, cut to `width`).
 /// ENABLED is `no (server)` for a tool of a disabled server.
-pub fn render_tools(items: &[Value], width: Option<usize>) -> String {
+pub fn render_tools(items: &[ListedTool], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|t| {
-            let enabled = match (t["server_enabled"].as_bool(), t["enabled"].as_bool()) {
+            let enabled = match (t.server_enabled, t.tool.enabled) {
                 (Some(false), _) => "no (server)",
-                (_, Some(false)) => "no",
+                (_, false) => "no",
                 _ => "yes",
             };
             vec![
-                cell(t.get("name"), 80),
-                cell(t.get("server"), 40),
-                cell(t.get("original_name"), 80),
+                text_cell(&t.tool.name, 80),
+                text_cell(&t.tool.server, 40),
+                text_cell(&t.tool.original_name, 80),
                 enabled.to_owned(),
-                first_line(t["description"].as_str().unwrap_or_default()),
+                first_line(t.tool.description.as_deref().unwrap_or_default()),
             ]
         })
         .collect();
@@ -281,7 +298,7 @@ fn first_line(s: &str) -> String {
 async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let req = api.request(reqwest::Method::PATCH, &format!("/v1/tools/{}", path_segment(name)));
-    let resp = api.send(req.json(&json!({"enabled": enabled}))).await.map_err(|e| match e.api_code() {
+    let resp = api.send(req.json(&EnabledFlag { enabled })).await.map_err(|e| match e.api_code() {
         Some("NOT_FOUND") => e.with_hint("`coffer tools list` shows the exposed names"),
         _ => e,
     })?;
@@ -302,10 +319,7 @@ async fn call(ctx: &Ctx, a: CallArgs) -> Result<(), CliError> {
     // Read the arguments before reaching the daemon: a bad file is a usage error either way.
     let arguments = a.args.map(ArgumentsSource::read).transpose()?;
     let api = ctx.connect().await?;
-    let mut body = json!({"name": a.name});
-    if let Some(args) = arguments {
-        body["arguments"] = args;
-    }
+    let body = ToolCall { name: a.name.clone(), arguments: arguments.and_then(|v| v.as_object().cloned()) };
     let req = api.request(reqwest::Method::POST, "/v1/tools/call").timeout(CALL_TIMEOUT).json(&body);
     let resp = match api.send(req).await {
         Ok(r) => r,
@@ -412,14 +426,15 @@ mod tests {
 
     #[test]
     fn tools_table() {
-        let items = vec![
-            json!({"name":"everything__echo","server":"everything","original_name":"echo","title":"Echo Tool",
-                   "description":"Echoes back the input string\nSecond line","enabled":true}),
-            json!({"name":"everything__add","server":"everything","original_name":"add","title":null,
-                   "description":null,"enabled":false}),
-            json!({"name":"off__x","server":"off","original_name":"x","description":"  \n  Does x  ","enabled":true,
-                   "server_enabled":false}),
-        ];
+        let items: Vec<ListedTool> = serde_json::from_value(json!([
+            {"name":"everything__echo","server":"everything","original_name":"echo","title":"Echo Tool",
+                   "description":"Echoes back the input string\nSecond line","enabled":true},
+            {"name":"everything__add","server":"everything","original_name":"add","title":null,
+                   "description":null,"enabled":false},
+            {"name":"off__x","server":"off","original_name":"x","title":null,"description":"  \n  Does x  ","enabled":true,
+                   "server_enabled":false},
+        ]))
+        .unwrap();
         assert_eq!(
             render_tools(&items, None),
             "NAME              SERVER      ORIGINAL  ENABLED      DESCRIPTION\n\

@@ -7,9 +7,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
+use coffer_api::maintenance::{Backup, BackupManifest, BackupRequest as BackupBody, Pruned, PrunedRows};
 use coffer_proto::store::{BackupRequest, PruneNowRequest};
-use serde::Deserialize;
-use serde_json::{Value, json};
 
 use crate::error::{ApiError, JsonBody};
 use crate::rest::servers::actor;
@@ -18,14 +17,6 @@ use crate::state::AppState;
 /// Backup and maintenance routes.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/v1/backup", post(backup)).route("/v1/maintenance/prune", post(prune))
-}
-
-/// Body of `POST /v1/backup`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BackupBody {
-    /// Absolute path of a new or empty directory.
-    path: String,
 }
 
 /// `POST /v1/backup` with `{"path": "/abs/dir"}` → 201 `{path, manifest, secret_key_included,
@@ -42,19 +33,14 @@ async fn backup(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     JsonBody(b): JsonBody<BackupBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Backup>), ApiError> {
     let req = BackupRequest { path: b.path, actor: actor(&headers) };
     let r = st.store.maintenance.clone().backup(req).await?.into_inner();
-    let manifest: Value = serde_json::from_str(&r.manifest_json).map_err(ApiError::internal)?;
+    let manifest: BackupManifest = serde_json::from_str(&r.manifest_json).map_err(ApiError::internal)?;
     tracing::info!(dir = %r.path, secret_key = r.secret_key_included, "Backup written.");
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "path": r.path,
-            "manifest": manifest,
-            "secret_key_included": r.secret_key_included,
-            "skipped": r.skipped,
-        })),
+        Json(Backup { path: r.path, manifest, secret_key_included: r.secret_key_included, skipped: r.skipped }),
     ))
 }
 
@@ -63,7 +49,7 @@ async fn backup(
 /// hourly). Recorded in the audit log as `maintenance.prune`.
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn prune(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+async fn prune(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Pruned>, ApiError> {
     let r = st.store.maintenance.clone().prune_now(PruneNowRequest { actor: actor(&headers) }).await?.into_inner();
-    Ok(Json(json!({"deleted": {"invocations": r.invocations, "audit": r.audit}})))
+    Ok(Json(Pruned { deleted: PrunedRows { invocations: r.invocations, audit: r.audit } }))
 }

@@ -10,16 +10,17 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
+use coffer_api::Page;
+use coffer_api::credentials::{Credential, CredentialPut, CredentialSet};
 use coffer_proto::store::{CredentialInfo, DeleteCredentialRequest, ListCredentialsRequest, SetCredentialRequest};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::{ApiError, Code, JsonBody};
 use crate::rest::servers::{actor, settle};
 use crate::state::AppState;
 
 /// Longest credential value (bytes), as the store enforces.
-pub const MAX_VALUE_BYTES: usize = 65_536;
+pub const MAX_VALUE_BYTES: usize = coffer_api::credentials::MAX_VALUE_BYTES;
 
 /// Credential routes.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -28,8 +29,13 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/credentials/{name}", get(get_one).put(put).delete(delete))
 }
 
-fn info_json(c: &CredentialInfo) -> Value {
-    json!({"name": c.name, "version": c.version, "created_at": c.created_at, "updated_at": c.updated_at})
+fn info(c: &CredentialInfo) -> Credential {
+    Credential {
+        name: c.name.clone(),
+        version: c.version,
+        created_at: c.created_at.clone(),
+        updated_at: c.updated_at.clone(),
+    }
 }
 
 async fn all(st: &AppState) -> Result<Vec<CredentialInfo>, ApiError> {
@@ -59,28 +65,20 @@ pub async fn require_credentials(st: &AppState, names: &BTreeSet<String>) -> Res
 /// "next_cursor":null}`, sorted by name; never a value.
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let items: Vec<Value> = all(&st).await?.iter().map(info_json).collect();
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Page<Credential>>, ApiError> {
+    Ok(Json(Page::all(all(&st).await?.iter().map(info).collect())))
 }
 
 /// `GET /v1/credentials/{name}` → `{name, version, created_at, updated_at}`; never the value.
 ///
 /// Errors: `NOT_FOUND`.
-async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Credential>, ApiError> {
     all(&st)
         .await?
         .iter()
         .find(|c| c.name == name)
-        .map(|c| Json(info_json(c)))
+        .map(|c| Json(info(c)))
         .ok_or_else(|| ApiError::not_found(format!("credential {:?} not found", shown(&name))))
-}
-
-/// Body of `PUT /v1/credentials/{name}`. No `Debug`: it holds a value.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutBody {
-    value: String,
 }
 
 /// `PUT /v1/credentials/{name}` with `{"value": "…"}` (1-65536 bytes) → `{name, version,
@@ -94,8 +92,8 @@ async fn put(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Result<JsonBody<PutBody>, ApiError>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+    body: Result<JsonBody<CredentialPut>, ApiError>,
+) -> Result<(StatusCode, Json<CredentialSet>), ApiError> {
     let JsonBody(body) = body.map_err(|e| match e.code {
         // serde's type errors may quote what was sent: say what is expected instead.
         Code::InvalidArgument => ApiError::invalid("the body must be {\"value\": \"<1-65536 bytes>\"}"),
@@ -114,7 +112,7 @@ async fn put(
     let c = reply.credential.unwrap_or_default();
     tracing::info!(credential = %c.name, version = c.version, "Credential set.");
     let status = if c.version == 1 { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(json!({"name": c.name, "version": c.version, "updated_at": c.updated_at}))))
+    Ok((status, Json(CredentialSet { name: c.name, version: c.version, updated_at: c.updated_at })))
 }
 
 /// `DELETE /v1/credentials/{name}` → 204. Servers that reference it then fail to start with an

@@ -4,10 +4,10 @@
 //! [`ApiError::from_retrieval`] (400 `INVALID_ARGUMENT`, 404 `NOT_FOUND`, 409 `CONFLICT`, 503
 //! `SERVICE_UNAVAILABLE` while the service is not running).
 //!
-//! Bodies are JSON objects checked field by field ([`Fields`]): an unknown field is
+//! Bodies are the `coffer_api::knowledge` types, read by [`JsonBody`]: an unknown field is
 //! `UNKNOWN_FIELD`, a value of the wrong type `INVALID_ARGUMENT` naming the field, the type it
-//! needs and the type it got. Limits on contents (query length, names, globs) are the service's,
-//! which names the field and the limit.
+//! needs and the type it got (`coffer_api::body`). Limits on contents (query length, names,
+//! globs) are the service's, which names the field and the limit.
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -16,13 +16,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use coffer_api::knowledge::{
+    FactCreate, KnowledgeBaseCreate, RecallRequest as RecallBody, Reindex, SearchRequest as SearchBody,
+};
 use coffer_proto::retrieval::{
     AddKnowledgeBaseRequest, FactId, KnowledgeBaseName, ListFactsRequest, ListSkillsRequest, RecallRequest,
     ReindexRequest, RememberRequest, SearchFilters, SearchRequest, SkillName, StatusRequest,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use crate::error::{ApiError, Code, JsonBody};
+use crate::error::{ApiError, JsonBody};
 use crate::retrieval::{self, call};
 use crate::state::AppState;
 
@@ -48,198 +51,6 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Body checks.
-
-/// A JSON type's name as a message says it.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// A request body: one JSON object whose fields are read one at a time, each checked for its
-/// type (a `null` field counts as absent).
-pub struct Fields(Map<String, Value>);
-
-impl Fields {
-    /// `body` as an object with no field outside `allowed`.
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` when the body is not an object; `UNKNOWN_FIELD` naming the first
-    /// unknown field (`details.field`, `details.allowed`).
-    pub fn new(body: Value, allowed: &[&str]) -> Result<Self, ApiError> {
-        let Value::Object(map) = body else {
-            return Err(ApiError::invalid(format!("the body must be a JSON object, not {}", type_name(&body))));
-        };
-        if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            let shown: String = k.chars().take(40).collect();
-            return Err(ApiError::new(
-                Code::UnknownField,
-                format!("unknown field {shown:?}; expected one of {}", allowed.join(", ")),
-            )
-            .with_details(json!({"field": shown, "allowed": allowed})));
-        }
-        Ok(Self(map))
-    }
-
-    fn get(&self, k: &str) -> Option<&Value> {
-        self.0.get(k).filter(|v| !v.is_null())
-    }
-
-    /// Whether the body has field `k` (not `null`).
-    pub fn has(&self, k: &str) -> bool {
-        self.get(k).is_some()
-    }
-
-    fn wrong(k: &str, expected: &str, got: &Value) -> ApiError {
-        ApiError::invalid(format!("field {k:?} must be {expected}, not {}", type_name(got)))
-            .with_details(json!({"field": k, "expected": expected, "got": type_name(got).rsplit(' ').next()}))
-    }
-
-    /// A string field.
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field when it is not a string.
-    pub fn string(&self, k: &str) -> Result<Option<String>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(v) => Err(Self::wrong(k, "a string", v)),
-        }
-    }
-
-    /// A string field that must be present.
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field when it is absent or not a string.
-    pub fn required_string(&self, k: &str) -> Result<String, ApiError> {
-        self.string(k)?.ok_or_else(|| {
-            ApiError::invalid(format!("field {k:?} is required (a string)")).with_details(json!({"field": k}))
-        })
-    }
-
-    /// An array of strings (absent: empty).
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field when it is not an array of strings.
-    pub fn strings(&self, k: &str) -> Result<Vec<String>, ApiError> {
-        match self.get(k) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| Self::wrong(k, "an array of strings", v)))
-                .collect(),
-            Some(v) => Err(Self::wrong(k, "an array of strings", v)),
-        }
-    }
-
-    /// A non-negative integer field of at most `max`.
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field and the range.
-    pub fn uint(&self, k: &str, max: u64) -> Result<Option<u64>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) if n <= max => Ok(Some(n)),
-                _ if v.is_i64() || v.is_u64() => {
-                    Err(ApiError::invalid(format!("field {k:?} must be an integer from 0 to {max} (got {v})"))
-                        .with_details(json!({"field": k, "min": 0, "max": max})))
-                }
-                _ => Err(Self::wrong(k, &format!("an integer from 0 to {max}"), v)),
-            },
-        }
-    }
-
-    /// An integer field (Unix milliseconds and the like).
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field.
-    pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v.as_i64().map(Some).ok_or_else(|| Self::wrong(k, "an integer", v)),
-        }
-    }
-
-    /// An object field checked like a body (no field outside `allowed`), absent: `None`.
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field when it is not an object; `UNKNOWN_FIELD` naming
-    /// `field.inner`.
-    pub fn object(&self, k: &str, allowed: &[&str]) -> Result<Option<Fields>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v @ Value::Object(_)) => Fields::new(v.clone(), allowed).map(Some).map_err(|e| prefixed(k, e)),
-            Some(v) => Err(Self::wrong(k, "an object", v)),
-        }
-    }
-
-    /// An array of objects, each checked like a body (absent: empty).
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field when it is not an array of objects; `UNKNOWN_FIELD`
-    /// naming `field[i].inner`.
-    pub fn objects(&self, k: &str, allowed: &[&str]) -> Result<Vec<Fields>, ApiError> {
-        match self.get(k) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::Object(_) => Fields::new(v.clone(), allowed).map_err(|e| prefixed(&format!("{k}[{i}]"), e)),
-                    other => Err(Self::wrong(k, "an array of objects", other)),
-                })
-                .collect(),
-            Some(v) => Err(Self::wrong(k, "an array of objects", v)),
-        }
-    }
-
-    /// A boolean field, `None` when absent (for a patch: absent = unchanged).
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field.
-    pub fn opt_bool(&self, k: &str) -> Result<Option<bool>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(Self::wrong(k, "a boolean", v)),
-        }
-    }
-
-    /// A boolean field (absent: false).
-    ///
-    /// # Errors
-    /// `INVALID_ARGUMENT` naming the field.
-    pub fn bool(&self, k: &str) -> Result<bool, ApiError> {
-        match self.get(k) {
-            None => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => Err(Self::wrong(k, "a boolean", v)),
-        }
-    }
-}
-
-/// An error about a field of the object at `outer`, renamed `outer.field` (message and
-/// `details.field`).
-pub fn prefixed(outer: &str, mut e: ApiError) -> ApiError {
-    if let Some(inner) = e.details.get("field").and_then(Value::as_str).map(str::to_owned) {
-        let full = format!("{outer}.{inner}");
-        e.message = e.message.replacen(&format!("{inner:?}"), &format!("{full:?}"), 1);
-        e.details["field"] = json!(full);
-    } else {
-        e.message = format!("{outer}: {}", e.message);
-    }
-    e
-}
-
-// ---------------------------------------------------------------------------------------------
 // Knowledge bases.
 
 /// `GET /v1/knowledge` → `{"items":[KnowledgeBaseInfo…],"next_cursor":null,"engines":[EngineConfig…]}`
@@ -253,22 +64,19 @@ async fn list_kbs(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiErr
     })))
 }
 
-/// The `AddKnowledgeBase` request of a `POST /v1/knowledge` body `{name, path?, include?,
-/// exclude?}`.
+/// The `AddKnowledgeBase` request of a `POST /v1/knowledge` body.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for a missing name, a reserved name ([`RESERVED_KB_NAMES`]), a relative
-/// `path` or a field of the wrong type; `UNKNOWN_FIELD`.
-pub fn add_request(body: Value) -> Result<AddKnowledgeBaseRequest, ApiError> {
-    let f = Fields::new(body, &["name", "path", "include", "exclude"])?;
-    let name = f.required_string("name")?;
+/// `INVALID_ARGUMENT` for a reserved name ([`RESERVED_KB_NAMES`]) or a relative `path`.
+pub fn add_request(body: KnowledgeBaseCreate) -> Result<AddKnowledgeBaseRequest, ApiError> {
+    let name = body.name;
     if RESERVED_KB_NAMES.contains(&name.as_str()) {
         return Err(ApiError::invalid(format!(
             "{name:?} cannot name a knowledge base (it is a route: /v1/knowledge/{name})"
         ))
         .with_details(json!({"field": "name"})));
     }
-    let path = f.string("path")?.unwrap_or_default();
+    let path = body.path.unwrap_or_default();
     if !path.is_empty() && !std::path::Path::new(&path).is_absolute() {
         return Err(ApiError::invalid(format!(
             "field \"path\" must be an absolute path (got {:?}); the CLI resolves relative ones",
@@ -276,14 +84,19 @@ pub fn add_request(body: Value) -> Result<AddKnowledgeBaseRequest, ApiError> {
         ))
         .with_details(json!({"field": "path"})));
     }
-    Ok(AddKnowledgeBaseRequest { name, path, include: f.strings("include")?, exclude: f.strings("exclude")? })
+    Ok(AddKnowledgeBaseRequest {
+        name,
+        path,
+        include: body.include.unwrap_or_default(),
+        exclude: body.exclude.unwrap_or_default(),
+    })
 }
 
 /// `POST /v1/knowledge {name, path?, include?, exclude?}` → 201 KnowledgeBaseInfo; indexing
 /// starts in the background.
 async fn add_kb(
     State(st): State<Arc<AppState>>,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(body): JsonBody<KnowledgeBaseCreate>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let req = add_request(body)?;
     tracing::info!(kb = %req.name, "Knowledge base added.");
@@ -308,55 +121,44 @@ async fn remove_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> R
     Ok(Json(json!({"removed": r.removed})))
 }
 
-/// The `Reindex` request of a `POST /v1/knowledge/reindex` body `{kb?, clean?}`.
-///
-/// # Errors
-/// `INVALID_ARGUMENT` for a field of the wrong type; `UNKNOWN_FIELD`.
-pub fn reindex_request(body: Value) -> Result<ReindexRequest, ApiError> {
-    let f = Fields::new(body, &["kb", "clean"])?;
-    Ok(ReindexRequest { kb: f.string("kb")?.unwrap_or_default(), clean: f.bool("clean")? })
+/// The `Reindex` request of a `POST /v1/knowledge/reindex` body.
+pub fn reindex_request(body: Reindex) -> ReindexRequest {
+    ReindexRequest { kb: body.kb.unwrap_or_default(), clean: body.clean.unwrap_or(false) }
 }
 
 /// `POST /v1/knowledge/reindex {kb?, clean?}` → 202 `{"items":[KnowledgeBaseInfo…]}`: the pass
 /// has started; follow it with `GET /v1/knowledge/{kb}`.
 async fn reindex(
     State(st): State<Arc<AppState>>,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(body): JsonBody<Reindex>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let req = reindex_request(body)?;
+    let req = reindex_request(body);
     let r = call(st.retrieval.clone().reindex(req)).await.map_err(ApiError::from_retrieval)?;
     let items: Vec<Value> = r.knowledge_bases.iter().map(retrieval::kb_json).collect();
     Ok((StatusCode::ACCEPTED, Json(json!({"items": items}))))
 }
 
 /// The `Search` request of a `POST /v1/knowledge/search` body.
-///
-/// # Errors
-/// `INVALID_ARGUMENT` for a missing query or a field of the wrong type; `UNKNOWN_FIELD`.
-pub fn search_request(body: Value) -> Result<SearchRequest, ApiError> {
-    let f = Fields::new(
-        body,
-        &["query", "kb", "path_prefix", "tags", "modified_after_ms", "engines", "limit", "snippet_chars", "regex"],
-    )?;
-    Ok(SearchRequest {
-        query: f.required_string("query")?,
+pub fn search_request(body: SearchBody) -> SearchRequest {
+    SearchRequest {
+        query: body.query,
         filters: Some(SearchFilters {
-            kb: f.strings("kb")?,
-            path_prefix: f.string("path_prefix")?.unwrap_or_default(),
-            tags: f.strings("tags")?,
-            modified_after_ms: f.int("modified_after_ms")?.unwrap_or(0),
+            kb: body.kb.unwrap_or_default(),
+            path_prefix: body.path_prefix.unwrap_or_default(),
+            tags: body.tags.unwrap_or_default(),
+            modified_after_ms: body.modified_after_ms.unwrap_or(0),
         }),
-        engines: f.strings("engines")?,
-        limit: f.uint("limit", u64::from(u32::MAX))?.unwrap_or(0) as u32,
-        snippet_chars: f.uint("snippet_chars", u64::from(u32::MAX))?.unwrap_or(0) as u32,
-        regex: f.bool("regex")?,
-    })
+        engines: body.engines.unwrap_or_default(),
+        limit: body.limit.unwrap_or(0),
+        snippet_chars: body.snippet_chars.unwrap_or(0),
+        regex: body.regex.unwrap_or(false),
+    }
 }
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
 /// limit?, snippet_chars?, regex?}` → SearchReply.
-async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Response, ApiError> {
-    let req = search_request(body)?;
+async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<SearchBody>) -> Result<Response, ApiError> {
+    let req = search_request(body);
     let r = call(st.retrieval.clone().search(req)).await.map_err(ApiError::from_retrieval)?;
     Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
 }
@@ -364,20 +166,16 @@ async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>
 // ---------------------------------------------------------------------------------------------
 // Memory.
 
-/// The `Remember` request of a `POST /v1/memory` body `{text, tags?, source?, allow_secret?}`;
-/// `source` defaults to the request's actor (`cli`, `api`, …); `allow_secret: true` stores a
-/// text that looks like it holds a secret (refused otherwise).
-///
-/// # Errors
-/// `INVALID_ARGUMENT` for a missing text or a field of the wrong type; `UNKNOWN_FIELD`.
-pub fn remember_request(body: Value, actor: String) -> Result<RememberRequest, ApiError> {
-    let f = Fields::new(body, &["text", "tags", "source", "allow_secret"])?;
-    Ok(RememberRequest {
-        text: f.required_string("text")?,
-        tags: f.strings("tags")?,
-        source: f.string("source")?.filter(|s| !s.is_empty()).unwrap_or(actor),
-        allow_secret: f.bool("allow_secret")?,
-    })
+/// The `Remember` request of a `POST /v1/memory` body; `source` defaults to the request's
+/// actor (`cli`, `api`, …); `allow_secret: true` stores a text that looks like it holds a
+/// secret (refused otherwise).
+pub fn remember_request(body: FactCreate, actor: String) -> RememberRequest {
+    RememberRequest {
+        text: body.text,
+        tags: body.tags.unwrap_or_default(),
+        source: body.source.filter(|s| !s.is_empty()).unwrap_or(actor),
+        allow_secret: body.allow_secret.unwrap_or(false),
+    }
 }
 
 /// `POST /v1/memory {text, tags?, source?, allow_secret?}` → 201 `{"fact": Fact, "created": true}`, or 200
@@ -385,9 +183,9 @@ pub fn remember_request(body: Value, actor: String) -> Result<RememberRequest, A
 async fn remember(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(body): JsonBody<FactCreate>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let req = remember_request(body, crate::rest::servers::actor(&headers))?;
+    let req = remember_request(body, crate::rest::servers::actor(&headers));
     let r = call(st.retrieval.clone().remember(req)).await.map_err(ApiError::from_retrieval)?;
     let status = if r.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(retrieval::remember_json(&r))))
@@ -453,24 +251,19 @@ async fn forget(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Resu
     Ok(Json(json!({"removed": r.removed})))
 }
 
-/// The `Recall` request of a `POST /v1/memory/recall` body `{query, tags?, limit?,
-/// snippet_chars?}`.
-///
-/// # Errors
-/// `INVALID_ARGUMENT` for a missing query or a field of the wrong type; `UNKNOWN_FIELD`.
-pub fn recall_request(body: Value) -> Result<RecallRequest, ApiError> {
-    let f = Fields::new(body, &["query", "tags", "limit", "snippet_chars"])?;
-    Ok(RecallRequest {
-        query: f.required_string("query")?,
-        tags: f.strings("tags")?,
-        limit: f.uint("limit", u64::from(u32::MAX))?.unwrap_or(0) as u32,
-        snippet_chars: f.uint("snippet_chars", u64::from(u32::MAX))?.unwrap_or(0) as u32,
-    })
+/// The `Recall` request of a `POST /v1/memory/recall` body.
+pub fn recall_request(body: RecallBody) -> RecallRequest {
+    RecallRequest {
+        query: body.query,
+        tags: body.tags.unwrap_or_default(),
+        limit: body.limit.unwrap_or(0),
+        snippet_chars: body.snippet_chars.unwrap_or(0),
+    }
 }
 
 /// `POST /v1/memory/recall {query, tags?, limit?, snippet_chars?}` → SearchReply over memory.
-async fn recall(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Response, ApiError> {
-    let req = recall_request(body)?;
+async fn recall(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<RecallBody>) -> Result<Response, ApiError> {
+    let req = recall_request(body);
     let r = call(st.retrieval.clone().recall(req)).await.map_err(ApiError::from_retrieval)?;
     Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
 }
@@ -497,38 +290,58 @@ async fn load_skill(State(st): State<Arc<AppState>>, Path(name): Path<String>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Code;
+
+    fn body<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {
+        Ok(coffer_api::body::from_value(v)?)
+    }
+    fn add(v: Value) -> Result<AddKnowledgeBaseRequest, ApiError> {
+        add_request(body(v)?)
+    }
+    fn reindex(v: Value) -> Result<ReindexRequest, ApiError> {
+        body(v).map(reindex_request)
+    }
+    fn search(v: Value) -> Result<SearchRequest, ApiError> {
+        body(v).map(search_request)
+    }
+    fn recall(v: Value) -> Result<RecallRequest, ApiError> {
+        body(v).map(recall_request)
+    }
+    fn remember(v: Value, actor: String) -> Result<RememberRequest, ApiError> {
+        body(v).map(|b| remember_request(b, actor))
+    }
 
     #[test]
     fn knowledge_base_bodies_are_checked_field_by_field() {
-        let r = add_request(json!({"name": "notes", "path": "/srv/notes", "include": ["**/*.md"]})).unwrap();
+        let r = add(json!({"name": "notes", "path": "/srv/notes", "include": ["**/*.md"]})).unwrap();
         assert_eq!((r.name.as_str(), r.path.as_str(), r.include.len(), r.exclude.len()), ("notes", "/srv/notes", 1, 0));
-        assert_eq!(add_request(json!({"name": "notes", "path": null})).unwrap().path, "");
-        let e = add_request(json!({"name": "notes", "path": "notes"})).unwrap_err();
+        assert_eq!(add(json!({"name": "notes", "path": null})).unwrap().path, "");
+        let e = add(json!({"name": "notes", "path": "notes"})).unwrap_err();
         assert_eq!(e.code, Code::InvalidArgument);
         assert!(e.message.contains("absolute"), "{}", e.message);
-        let e = add_request(json!({"name": "notes", "paht": "/x"})).unwrap_err();
+        let e = add(json!({"name": "notes", "paht": "/x"})).unwrap_err();
         assert_eq!((e.code, &e.details["field"]), (Code::UnknownField, &json!("paht")));
-        let e = add_request(json!({"name": 7})).unwrap_err();
+        let e = add(json!({"name": 7})).unwrap_err();
         assert_eq!(e.message, "field \"name\" must be a string, not an integer");
         assert_eq!((&e.details["field"], &e.details["got"]), (&json!("name"), &json!("integer")));
-        let e = add_request(json!({"name": "n", "include": ["a", 1]})).unwrap_err();
-        assert_eq!(e.message, "field \"include\" must be an array of strings, not an integer");
-        assert_eq!(add_request(json!({})).unwrap_err().message, "field \"name\" is required (a string)");
-        assert_eq!(add_request(json!([1])).unwrap_err().message, "the body must be a JSON object, not an array");
+        let e = add(json!({"name": "n", "include": ["a", 1]})).unwrap_err();
+        assert_eq!(e.message, "field \"include[1]\" must be a string, not an integer");
+        assert_eq!(add(json!({})).unwrap_err().message, "field \"name\" is required");
+        assert_eq!(add(json!([1])).unwrap_err().message, "the body must be a JSON object, not an array");
         for reserved in RESERVED_KB_NAMES {
-            assert_eq!(add_request(json!({"name": reserved})).unwrap_err().code, Code::InvalidArgument);
+            assert_eq!(add(json!({"name": reserved})).unwrap_err().code, Code::InvalidArgument);
         }
-        let r = reindex_request(json!({"kb": "notes", "clean": true})).unwrap();
+        let r = reindex(json!({"kb": "notes", "clean": true})).unwrap();
         assert_eq!((r.kb.as_str(), r.clean), ("notes", true));
         assert_eq!(
-            reindex_request(json!({"clean": "yes"})).unwrap_err().message,
+            reindex(json!({"clean": "yes"})).unwrap_err().message,
             "field \"clean\" must be a boolean, not a string"
         );
     }
 
     #[test]
     fn search_bodies_carry_every_filter() {
-        let r = search_request(json!({
+        let r = search(json!({
             "query": "rotate keys", "kb": ["notes"], "path_prefix": "ops/", "tags": ["a"], "modified_after_ms": 5,
             "engines": ["keyword"], "limit": 3, "snippet_chars": 100, "regex": true,
         }))
@@ -541,25 +354,25 @@ mod tests {
         );
         assert_eq!(r.engines, ["keyword"]);
         // The query's contents are the service's to judge (empty, too long); its type is ours.
-        assert_eq!(search_request(json!({"query": ""})).unwrap().query, "");
-        let e = search_request(json!({"query": "x", "limit": -1})).unwrap_err();
+        assert_eq!(search(json!({"query": ""})).unwrap().query, "");
+        let e = search(json!({"query": "x", "limit": -1})).unwrap_err();
         assert_eq!(e.message, "field \"limit\" must be an integer from 0 to 4294967295 (got -1)");
-        let e = search_request(json!({"query": "x", "limit": 1.5})).unwrap_err();
+        let e = search(json!({"query": "x", "limit": 1.5})).unwrap_err();
         assert!(e.message.ends_with("not a number"), "{}", e.message);
-        let e = search_request(json!({"query": "x", "kb": "notes"})).unwrap_err();
-        assert_eq!(e.message, "field \"kb\" must be an array of strings, not a string");
-        assert_eq!(search_request(json!({"q": "x"})).unwrap_err().code, Code::UnknownField);
-        let r = recall_request(json!({"query": "x", "tags": ["t"], "limit": 2})).unwrap();
+        let e = search(json!({"query": "x", "kb": "notes"})).unwrap_err();
+        assert_eq!(e.message, "field \"kb\" must be an array, not a string");
+        assert_eq!(search(json!({"q": "x"})).unwrap_err().code, Code::UnknownField);
+        let r = recall(json!({"query": "x", "tags": ["t"], "limit": 2})).unwrap();
         assert_eq!((r.tags.len(), r.limit, r.snippet_chars), (1, 2, 0));
     }
 
     #[test]
     fn facts_take_their_source_from_the_actor_unless_given() {
-        let r = remember_request(json!({"text": "t", "tags": ["x"]}), "cli".into()).unwrap();
+        let r = remember(json!({"text": "t", "tags": ["x"]}), "cli".into()).unwrap();
         assert_eq!((r.source.as_str(), r.tags.len()), ("cli", 1));
-        let r = remember_request(json!({"text": "t", "source": "import"}), "cli".into()).unwrap();
+        let r = remember(json!({"text": "t", "source": "import"}), "cli".into()).unwrap();
         assert_eq!(r.source, "import");
-        assert_eq!(remember_request(json!({"txt": "t"}), "api".into()).unwrap_err().code, Code::UnknownField);
+        assert_eq!(remember(json!({"txt": "t"}), "api".into()).unwrap_err().code, Code::UnknownField);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use coffer_api::daemon::{Health, Restarting, ServiceRestart, Stopping};
 use coffer_proto::control::{RestartServiceRequest, StatusRequest, StopRequest};
 use serde_json::{Value, json};
 
@@ -50,8 +51,13 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is
 /// the supervisor's (the pid in `daemon.json`).
-async fn health(State(st): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"status": "ok", "pid": st.pid, "version": coffer_runtime::VERSION, "started_at": st.started_at}))
+async fn health(State(st): State<Arc<AppState>>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        pid: st.pid,
+        version: coffer_runtime::VERSION.into(),
+        started_at: st.started_at.clone(),
+    })
 }
 
 /// `GET /v1/status` → `{daemon, services:[…], upstreams:[…], sandbox, sync}` (`sandbox`: the
@@ -75,14 +81,14 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
         "services": services,
         "upstreams": st.gateway.upstream_status(),
         "sandbox": st.gateway.sandbox_status(),
-        "sync": sync::current_status(&st).await.as_ref().map(sync::status_json),
+        "sync": sync::current_status(&st).await.as_ref().map(sync::status_view),
     })))
 }
 
 /// `POST /v1/daemon/stop` → 202; the daemon then shuts down in order.
-async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode, Json<Stopping>), ApiError> {
     st.control.clone().stop(StopRequest {}).await?;
-    Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"stopping": true}))))
+    Ok((axum::http::StatusCode::ACCEPTED, Json(Stopping { stopping: true })))
 }
 
 /// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart (200), or
@@ -101,7 +107,7 @@ async fn restart_service(
                 tracing::debug!(error = %e, "Gateway restart request ended with the gateway (expected).");
             }
         });
-        return Ok((axum::http::StatusCode::ACCEPTED, Json(json!({"restarting": "gateway"}))));
+        return Ok((axum::http::StatusCode::ACCEPTED, Json(json!(Restarting { restarting: "gateway".into() }))));
     }
     let s = st
         .control
@@ -113,6 +119,6 @@ async fn restart_service(
         .unwrap_or_default();
     Ok((
         axum::http::StatusCode::OK,
-        Json(json!({"name": s.name, "pid": s.pid, "state": s.state, "restarts": s.restarts})),
+        Json(json!(ServiceRestart { name: s.name, pid: s.pid, state: s.state, restarts: s.restarts })),
     ))
 }

@@ -1,7 +1,14 @@
 //! The public HTTP surface described once: [`routes`] lists every route the edge answers
-//! (method, path, parameters, body and answer as JSON Schema literals, error codes). From that
-//! table come `GET /v1/openapi.json` ([`document`], OpenAPI 3.1) and `docs/REST.md`
-//! ([`markdown`]).
+//! (method, path, parameters, body and answer, error codes). From that table come
+//! `GET /v1/openapi.json` ([`document`], OpenAPI 3.1) and `docs/REST.md` ([`markdown`]).
+//!
+//! Bodies are the types of the `coffer-api` crate where a route group has been converted
+//! ([`Route::body_of`], [`Route::ok_of`], [`page_of`]): their JSON Schemas are derived
+//! (schemars) and land in `components/schemas` under the type's name, so the document says
+//! what the handler's type (de)serialises. The groups not converted yet are still described by
+//! JSON Schema literals ([`Route::body`], [`Route::ok`], and the named ones in [`schemas`]);
+//! that hand-written remainder shrinks as groups move to `coffer-api`. A name must not be both
+//! derived and hand-written (a test checks).
 //!
 //! Tests keep the table honest: every route this crate's source registers must be in it with the
 //! same methods (and nothing else may be), its error codes must be real [`Code`]s, its `$ref`s
@@ -9,8 +16,9 @@
 //! coffer-gateway --lib openapi` rewrites it). The end-to-end suite then asks the running edge,
 //! for every documented path, which methods it allows.
 //!
-//! A hand-kept table rather than a derive macro (`utoipa`): it costs no build time, and the
-//! tests above catch the drift a macro would prevent.
+//! A plain route table rather than utoipa's path macros: it reads in one place and a test
+//! compares it with the router; the bodies' schemas are derived (see `coffer-api`'s crate docs
+//! for why schemars).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -18,6 +26,9 @@ use std::sync::Arc;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Map, Value, json};
+
+use coffer_api::schema::{self as api_schema, Components, Describe};
+use schemars::JsonSchema;
 
 use crate::error::Code;
 use crate::state::AppState;
@@ -60,13 +71,47 @@ pub struct Param {
     pub required: bool,
 }
 
+/// A body's JSON Schema: derived from a `coffer-api` type, or (the remainder) written here.
+#[derive(Clone)]
+pub enum Schema {
+    /// Described by a type through [`Components`] (a `$ref` to its named schema, or inline).
+    Typed(Describe),
+    /// A JSON Schema literal.
+    Literal(Value),
+}
+
+impl std::fmt::Debug for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Schema::Typed(_) => f.write_str("Typed"),
+            Schema::Literal(v) => write!(f, "Literal({v})"),
+        }
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(v: Value) -> Self {
+        Schema::Literal(v)
+    }
+}
+
+impl Schema {
+    /// The JSON Schema, registering a typed one's named schemas in `c`.
+    pub fn resolve(&self, c: &mut Components) -> Value {
+        match self {
+            Schema::Typed(describe) => describe(c),
+            Schema::Literal(v) => v.clone(),
+        }
+    }
+}
+
 /// The successful answer of a route.
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub description: &'static str,
     /// JSON Schema of an `application/json` body; `None`: no body.
-    pub json: Option<Value>,
+    pub json: Option<Schema>,
     /// Description of a `text/event-stream` alternative, when the route can stream.
     pub sse: Option<&'static str>,
 }
@@ -92,7 +137,7 @@ pub struct Route {
     pub description: &'static str,
     pub params: Vec<Param>,
     /// JSON Schema of the `application/json` request body, when the route takes one.
-    pub body: Option<Value>,
+    pub body: Option<Schema>,
     pub answer: Answer,
     /// Envelope codes this route answers with besides the ones every route may give
     /// ([`COMMON_ERRORS`]).
@@ -243,12 +288,21 @@ impl Route {
         )
     }
     fn body(mut self, schema: Value) -> Self {
-        self.body = Some(schema);
+        self.body = Some(Schema::Literal(schema));
         self
     }
-    fn ok(mut self, status: u16, description: &'static str, schema: Value) -> Self {
-        self.answer = Answer { status, description, json: Some(schema), sse: self.answer.sse };
+    /// The request body is `T` (a `coffer-api` type), parsed by `JsonBody<T>`.
+    pub fn body_of<T: JsonSchema>(mut self) -> Self {
+        self.body = Some(Schema::Typed(api_schema::request::<T>));
         self
+    }
+    fn ok(mut self, status: u16, description: &'static str, schema: impl Into<Schema>) -> Self {
+        self.answer = Answer { status, description, json: Some(schema.into()), sse: self.answer.sse };
+        self
+    }
+    /// The answer is `T` (a `coffer-api` type) with `status`.
+    pub fn ok_of<T: JsonSchema>(self, status: u16, description: &'static str) -> Self {
+        self.ok(status, description, Schema::Typed(api_schema::response::<T>))
     }
     fn no_content(mut self, description: &'static str) -> Self {
         self.answer = Answer { status: 204, description, json: None, sse: None };
@@ -283,6 +337,11 @@ fn page(item: &str) -> Value {
     })
 }
 
+/// A list answer of `coffer-api` type `T`: `{items: [T], next_cursor}`.
+fn page_of<T: JsonSchema>() -> Schema {
+    Schema::Typed(api_schema::response::<coffer_api::Page<T>>)
+}
+
 fn limit_param(r: Route) -> Route {
     r.query("limit", json!({"type": "integer", "minimum": 1, "maximum": 500, "default": 50}), "Page size.").query(
         "cursor",
@@ -304,17 +363,17 @@ pub fn routes() -> Vec<Route> {
         // Daemon.
         route("GET", "/v1/health", "daemon", "Liveness of the daemon")
             .describe("Needs no token and touches no other service. `pid` is the supervisor's (the one in `daemon.json`).")
-            .ok(200, "The daemon is up.", r("Health"))
+            .ok_of::<coffer_api::daemon::Health>(200, "The daemon is up.")
             .open(),
         route("GET", "/v1/status", "daemon", "Daemon, services and upstreams")
             .ok(200, "Current status.", r("Status")),
         route("POST", "/v1/daemon/stop", "daemon", "Stop the daemon")
             .describe("Answers first, then the daemon stops its services in order and exits.")
-            .ok(202, "Stopping.", json!({"type": "object", "properties": {"stopping": {"const": true}}})),
+            .ok_of::<coffer_api::daemon::Stopping>(202, "Stopping."),
         route("POST", "/v1/daemon/services/{name}/restart", "daemon", "Restart one service")
             .describe("Answers once the service is healthy again (or has given up). For `gateway`, which serves this request, answers 202 `{\"restarting\":\"gateway\"}` at once and restarts right after; poll `GET /v1/health`.")
             .path_param("name", "`store`, `chat`, `retrieval` or `gateway`.")
-            .ok(200, "The service after the restart.", r("ServiceRestart"))
+            .ok_of::<coffer_api::daemon::ServiceRestart>(200, "The service after the restart.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         // Servers.
         route("GET", "/v1/mcp/servers", "servers", "List MCP servers")
@@ -357,7 +416,7 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/v1/mcp/servers/{name}/preferences", "servers", "A server's explicit preferences")
             .describe("Only explicit flags: a capability without one is enabled. `coffer` names the built-in server.")
             .path_param("name", SERVER_NAME)
-            .ok(200, "The preferences.", page("Preference"))
+            .ok(200, "The preferences.", page_of::<coffer_api::tools::Preference>())
             .errors(&["NOT_FOUND"]),
         route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}", "servers", "Enable or disable a capability named in the query")
             .describe("For names a path segment carries badly (resource URIs with `/`).")
@@ -365,16 +424,16 @@ pub fn routes() -> Vec<Route> {
             .path_param("kind", "`tool`, `prompt` or `resource` (plurals accepted).")
             .query("name", json!({"type": "string"}), "The capability's original (unprefixed) name. Required.")
             .actor()
-            .body(r("EnabledFlag"))
-            .ok(200, "The preference.", r("PreferenceSet"))
+            .body_of::<coffer_api::tools::EnabledFlag>()
+            .ok_of::<coffer_api::tools::PreferenceSet>(200, "The preference.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("PUT", "/v1/mcp/servers/{name}/capabilities/{kind}/{capname}", "servers", "Enable or disable a capability")
             .path_param("name", SERVER_NAME)
             .path_param("kind", "`tool`, `prompt` or `resource` (plurals accepted).")
             .path_param("capname", "The capability's original (unprefixed) name, percent-encoded.")
             .actor()
-            .body(r("EnabledFlag"))
-            .ok(200, "The preference.", r("PreferenceSet"))
+            .body_of::<coffer_api::tools::EnabledFlag>()
+            .ok_of::<coffer_api::tools::PreferenceSet>(200, "The preference.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/mcp/servers/{name}/capabilities", "servers", "A server's live capabilities")
             .describe("Fetched through the caller's tool-broker session (starting the upstream if needed), each with its enabled flag.")
@@ -395,7 +454,7 @@ pub fn routes() -> Vec<Route> {
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/mcp/refresh", "servers", "Refresh every session's capability lists")
             .describe("Invalidates the 60 s capability caches; every client is told its lists changed.")
-            .ok(200, "How many sessions were refreshed.", json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "integer"}}})),
+            .ok_of::<coffer_api::tools::Refreshed>(200, "How many sessions were refreshed."),
         route("POST", "/v1/mcp/import", "servers", "Import the MCP servers of another client's config")
             .describe("Claude Desktop, Claude Code, Cursor and VS Code formats. Secret-looking `env`/`headers` values become credentials referenced by the new servers. An entry with `${VAR}` references is invalid (its reason names every one) unless `variables` are sent: then `${VAR}`, `${env:VAR}` and `${VAR:-default}` are expanded, and an `env`/`headers` value expanded so becomes a credential too. An entry whose name only normalises to a registered one (`Git_Server` → `git-server`) is a duplicate when it is the same server (transport, command, args, url), else it is imported as `git-server-2` with a warning saying so. Answers 200 even when some or all entries are not imported; with `dry_run` nothing is written.")
             .actor()
@@ -419,46 +478,34 @@ pub fn routes() -> Vec<Route> {
             .describe("What clients see: exposed names (`<server>__<tool>`) with original names and enabled flags.")
             .query("server", json!({"type": "string"}), "Only this server's tools.")
             .invocation_actor()
-            .ok(200, "The tools.", page("Tool")),
+            .ok(200, "The tools.", page_of::<coffer_api::tools::Tool>()),
         route("POST", "/v1/tools/call", "tools", "Call a tool")
             .describe("Through the tool broker: the same routing, policy and invocation log as `/mcp`, recorded with the request's actor (`api`, `cli` from the CLI). The result is the upstream's `CallToolResult`, verbatim (a tool error is `isError: true` with 200). An upstream JSON-RPC error is 502 with the error in `details`.")
             .invocation_actor()
-            .body(json!({
-                "type": "object", "required": ["name"], "additionalProperties": false,
-                "properties": {"name": {"type": "string", "description": "Exposed name."}, "arguments": {"type": "object"}},
-            }))
+            .body_of::<coffer_api::tools::ToolCall>()
             .ok(200, "The tool's result.", json!({"type": "object", "description": "MCP `CallToolResult`."}))
             .errors(&["TOOL_DISABLED", "NOT_FOUND", "UPSTREAM_UNAVAILABLE", "UPSTREAM_TIMEOUT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("PATCH", "/v1/tools/{name}", "tools", "Enable or disable a tool by its exposed name")
             .describe("Answers once the gateway's policy holds the change. The name is resolved without the policy check, starting at most the upstream its `<server>__` prefix names.")
             .path_param("name", "Exposed name (`<server>__<tool>`).")
             .actor()
-            .body(r("EnabledFlag"))
-            .ok(200, "The tool's new state.", json!({
-                "type": "object", "required": ["name", "server", "original_name", "enabled"],
-                "properties": {"name": {"type": "string"}, "server": {"type": "string"}, "original_name": {"type": "string"}, "enabled": {"type": "boolean"}},
-            }))
+            .body_of::<coffer_api::tools::EnabledFlag>()
+            .ok_of::<coffer_api::tools::ToolState>(200, "The tool's new state.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Credentials.
         route("GET", "/v1/credentials", "credentials", "List credentials")
             .describe("Names and versions, sorted by name; never a value.")
-            .ok(200, "The credentials.", page("Credential")),
+            .ok(200, "The credentials.", page_of::<coffer_api::credentials::Credential>()),
         route("GET", "/v1/credentials/{name}", "credentials", "One credential's metadata")
             .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
-            .ok(200, "Its metadata; never the value.", r("Credential"))
+            .ok_of::<coffer_api::credentials::Credential>(200, "Its metadata; never the value.")
             .errors(&["NOT_FOUND"]),
         route("PUT", "/v1/credentials/{name}", "credentials", "Set a credential")
             .describe("Creates (201) or replaces (200, version + 1) the value, encrypted under `secret.key`. The value is never echoed, logged or quoted in an error.")
             .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
             .actor()
-            .body(json!({
-                "type": "object", "required": ["value"], "additionalProperties": false,
-                "properties": {"value": {"type": "string", "minLength": 1, "description": "1-65536 bytes.", "writeOnly": true}},
-            }))
-            .ok(200, "Replaced (201 when created).", json!({
-                "type": "object", "required": ["name", "version", "updated_at"],
-                "properties": {"name": {"type": "string"}, "version": {"type": "integer"}, "updated_at": {"type": "string", "format": "date-time"}},
-            }))
+            .body_of::<coffer_api::credentials::CredentialPut>()
+            .ok_of::<coffer_api::credentials::CredentialSet>(200, "Replaced (201 when created).")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("DELETE", "/v1/credentials/{name}", "credentials", "Remove a credential")
             .describe("Servers that reference it then fail to start, naming it, until it is set again.")
@@ -539,22 +586,15 @@ pub fn routes() -> Vec<Route> {
             })),
         // Settings.
         route("GET", "/v1/settings", "settings", "Every setting")
-            .ok(200, "The settings, keys sorted.", r("Settings")),
+            .ok_of::<coffer_api::settings::SettingsValues>(200, "The settings, keys sorted."),
         route("GET", "/v1/settings/table", "settings", "The settings table")
             .describe("Every setting Coffer reads, in display order, with its type, default (the string it would be stored as), bounds (an integer's values, a text's bytes), unit and meaning: what a form needs to check a value before `PATCH /v1/settings`.")
-            .ok(200, "The settings table.", page("SettingInfo")),
+            .ok(200, "The settings table.", page_of::<coffer_api::settings::SettingInfo>()),
         route("PATCH", "/v1/settings", "settings", "Set and remove settings")
             .describe(SETTINGS_PATCH_DESCRIPTION.as_str())
             .actor()
-            .body(json!({
-                "type": "object", "additionalProperties": false,
-                "properties": {
-                    "set": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Keys (1-128 bytes) to set."},
-                    "remove": {"type": "array", "items": {"type": "string"}},
-                    "force": {"type": "boolean", "default": false, "description": "Store keys of `set` that are not settings Coffer reads."},
-                },
-            }))
-            .ok(200, "The settings after the patch.", r("Settings"))
+            .body_of::<coffer_api::settings::SettingsPatch>()
+            .ok_of::<coffer_api::settings::SettingsValues>(200, "The settings after the patch.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Knowledge.
         route("GET", "/v1/knowledge", "knowledge", "List knowledge bases and engines")
@@ -569,7 +609,7 @@ pub fn routes() -> Vec<Route> {
             })),
         route("POST", "/v1/knowledge", "knowledge", "Add a knowledge base")
             .describe("Without `path`, the folder is `COFFER_HOME/knowledge/<name>/` (created); with one, an existing folder (absolute; canonicalized). Indexing starts in the background: follow it with `GET /v1/knowledge/{kb}`. `search` and `reindex` cannot be names.")
-            .body(r("KnowledgeBaseCreate"))
+            .body_of::<coffer_api::knowledge::KnowledgeBaseCreate>()
             .ok(201, "Added.", r("KnowledgeBaseInfo"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("GET", "/v1/knowledge/{kb}", "knowledge", "One knowledge base")
@@ -584,33 +624,27 @@ pub fn routes() -> Vec<Route> {
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
         route("POST", "/v1/knowledge/reindex", "knowledge", "Rebuild indexes from the files")
             .describe("Every knowledge base when `kb` is absent; `clean` drops the index first. Answers at once; the pass runs in the background (`progress` in `GET /v1/knowledge/{kb}`).")
-            .body(json!({
-                "type": "object", "additionalProperties": false,
-                "properties": {"kb": {"type": "string", "description": "One knowledge base; default every one."}, "clean": {"type": "boolean", "default": false}},
-            }))
+            .body_of::<coffer_api::knowledge::Reindex>()
             .ok(202, "The pass started.", json!({"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": r("KnowledgeBaseInfo")}}}))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("POST", "/v1/knowledge/search", "knowledge", "Search knowledge bases")
             .describe("Every enabled engine (grep, keyword, vector) runs concurrently and the results are fused (reciprocal rank fusion; `fusion` names the constant). An engine that failed or timed out is reported in `engines` and `warnings`; the others' results still come back. Memory is searched only when `kb` names it. The query is 1-8192 bytes (else `INVALID_ARGUMENT`); punctuation and FTS5 syntax in it are taken as text.")
-            .body(r("SearchRequest"))
+            .body_of::<coffer_api::knowledge::SearchRequest>()
             .ok(200, "The fused results.", r("SearchReply"))
             .errors(&["INVALID_ARGUMENT", "NOT_FOUND", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Sync.
         route("POST", "/v1/sync/init", "sync", "Set up sync with a git remote")
             .describe("Creates (or adopts) the sync repository (`COFFER_HOME/sync.git`, work tree `COFFER_HOME` limited to `knowledge/`, `memory/`, `skills/`, `vault/`), sets `remote` as its origin (a new repository uses the remote's default branch, what its `HEAD` names, even in an empty bare repository; else `main`), commits this machine's state and syncs: on a second machine the remote's history is merged with what this one has (conflicts kept). `remote` is a git URL (https, ssh, scp-like, file); not an option, not `ext::`.")
-            .body(json!({"type": "object", "additionalProperties": false, "required": ["remote"], "properties": {
-                "remote": {"type": "string", "description": "The git remote (1-2048 bytes)."},
-                "machine_name": {"type": "string", "description": "This machine's name in the sync (commit authors, conflict sibling names), `[a-z0-9-]` after lowercasing, at most 32. Default: the name chosen at an earlier `init`, else the host name with 4 random hex digits (`vm-3fa2`), so two machines with the same host name differ; the `sync.machine_name` setting overrides it."},
-            }}))
-            .ok(200, "Synced.", r("SyncReport"))
+            .body_of::<coffer_api::sync::SyncInit>()
+            .ok_of::<coffer_api::sync::SyncReport>(200, "Synced.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "UPSTREAM_UNAVAILABLE"]),
         route("POST", "/v1/sync", "sync", "Sync now")
             .describe("Commits local changes, fetches, merges (a file edited on both sides keeps both: the other version as `name.conflict-<machine>-<date>.ext`; a vault entry changed on both sides keeps the newer by `updated_at`, the other goes to the audit log as `sync.conflict`), applies the vault state, re-indexes what changed and pushes. 409 `CONFLICT` before `init`; 502 `UPSTREAM_UNAVAILABLE` with git's message when the remote cannot be reached (local changes stay committed; nothing is lost); 400 `INVALID_ARGUMENT` naming a malformed vault file pulled (nothing applied, the merge undone).")
-            .ok(200, "Synced; `conflicts` lists what needs a look.", r("SyncReport"))
+            .ok_of::<coffer_api::sync::SyncReport>(200, "Synced; `conflicts` lists what needs a look.")
             .errors(&["CONFLICT", "UPSTREAM_UNAVAILABLE", "INVALID_ARGUMENT"]),
         route("GET", "/v1/sync/status", "sync", "Sync status")
             .describe("Whether sync is set up, the remote, ahead/behind as of the last fetch, the last sync and its error, the conflict siblings still present, the worker (`sync.auto`) and credentials the synced vault references that have no value here (set them here).")
-            .ok(200, "The status.", r("SyncStatus")),
+            .ok_of::<coffer_api::sync::SyncStatus>(200, "The status."),
         // Memory.
         limit_param(
             route("GET", "/v1/memory", "memory", "List remembered facts")
@@ -622,7 +656,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/memory", "memory", "Remember a fact")
             .describe("Writes `COFFER_HOME/memory/<id>.md` atomically (the id is a server-side ULID) and indexes it. An exact or near duplicate of an existing fact is not saved again: the answer is 200 with that fact, `created: false` and the `similarity`. `source` defaults to the request's actor (`X-Coffer-Actor`).")
             .actor()
-            .body(r("FactCreate"))
+            .body_of::<coffer_api::knowledge::FactCreate>()
             .ok(201, "Remembered (200 with `created: false` for a duplicate).", r("RememberReply"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/memory/{id}", "memory", "One fact")
@@ -636,7 +670,7 @@ pub fn routes() -> Vec<Route> {
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/memory/recall", "memory", "Search remembered facts")
             .describe("The same engines and fusion as a knowledge search, over memory only; each result carries its `fact_id`.")
-            .body(r("RecallRequest"))
+            .body_of::<coffer_api::knowledge::RecallRequest>()
             .ok(200, "The fused results.", r("SearchReply"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Skills.
@@ -675,7 +709,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/conversations", "chat", "Start a conversation")
             .describe("The agent's provider checks `agent_config` (an explicit `cwd` must be an existing directory; default `COFFER_HOME/workspace`, created on first use); on any error nothing is stored. With `first_message` the first turn starts at once. The title is the first message's first line (cut at a word boundary) unless given.")
             .actor()
-            .body(r("ConversationCreate"))
+            .body_of::<coffer_api::chat::ConversationCreate>()
             .ok(201, "Created, with its `ETag`.", r("Conversation"))
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "NOT_FOUND", "CONFLICT"]),
         route("GET", "/v1/conversations/events", "chat", "Watch the conversation list live (SSE)")
@@ -692,14 +726,7 @@ pub fn routes() -> Vec<Route> {
             .describe("Only the fields given change. `model` is passed to the agent's CLI as is (a bad name is the CLI's error, shown as `turn_error`); `\"\"` is the agent's own default; `cwd` and `session_id` are kept. `archived: true` archives, `false` restores. With `If-Match: \"<version>\"` the write happens only at that version (else 409 `CONFLICT`).")
             .path_param("id", "The conversation's id.")
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
-            .body(json!({
-                "type": "object", "additionalProperties": false, "minProperties": 1,
-                "properties": {
-                    "title": {"type": "string", "description": "At most 200 characters."},
-                    "model": {"type": "string"},
-                    "archived": {"type": "boolean"},
-                },
-            }))
+            .body_of::<coffer_api::chat::ConversationPatch>()
             .ok(200, "The conversation after the change, with its new `ETag`.", r("Conversation"))
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/conversations/{id}", "chat", "Delete a conversation")
@@ -722,25 +749,13 @@ pub fn routes() -> Vec<Route> {
             .describe("Fire-and-return: starts a turn when the conversation is idle and its queue is not paused (the answer holds the user `message`), else appends the text to the pending queue (the answer holds the `pending` item). Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB (its JSON escapes count toward the 2 MiB body limit: a 1 MiB text of ordinary characters fits). An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
             .path_param("id", "The conversation's id.")
             .actor()
-            .body(json!({
-                "type": "object", "required": ["text"], "additionalProperties": false,
-                "properties": {"text": {"type": "string", "minLength": 1, "description": "1 byte to 1 MiB (UTF-8)."}},
-            }))
+            .body_of::<coffer_api::chat::MessageSend>()
             .ok(202, "Started or queued.", r("SendMessageReply"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "TOO_MANY_REQUESTS"]),
         route("PUT", "/v1/conversations/{id}/pending", "chat", "Replace the pending queue")
             .describe("The ordered pending texts, replaced whole: resume (send the items back as they are), discard (`[]`), reorder, edit. An item with an `id` keeps it; one without is new. Un-pauses (unless `paused: true`), starts the next turn when idle, and broadcasts `queue_changed`.")
             .path_param("id", "The conversation's id.")
-            .body(json!({
-                "type": "object", "required": ["items"], "additionalProperties": false,
-                "properties": {
-                    "items": {"type": "array", "items": {
-                        "type": "object", "required": ["text"], "additionalProperties": false,
-                        "properties": {"id": {"type": "string", "description": "An existing item's id; absent: a new item."}, "text": {"type": "string", "description": "1 byte to 1 MiB."}},
-                    }},
-                    "paused": {"type": "boolean", "default": false, "description": "Keep the queue paused."},
-                },
-            }))
+            .body_of::<coffer_api::chat::PendingSet>()
             .ok(200, "The queue now.", r("PendingQueue"))
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "TOO_MANY_REQUESTS"]),
         route("POST", "/v1/conversations/{id}/interrupt", "chat", "Stop the running turn")
@@ -879,22 +894,13 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/backup", "maintenance", "Back up the home")
             .describe("The store writes `coffer.db` (a consistent snapshot), copies of `knowledge/`, `memory/`, `skills/` and `secret.key` (when present), then `manifest.json`, into a new or empty directory (created 0700, files 0600). **A backup holding `secret.key` can decrypt every credential in it.** Restore with `coffer restore DIR` while the daemon is stopped.")
             .actor()
-            .body(json!({
-                "type": "object", "required": ["path"], "additionalProperties": false,
-                "properties": {"path": {"type": "string", "description": "Absolute path of a directory that does not exist yet or is empty; not inside a copied folder."}},
-            }))
-            .ok(201, "Written.", r("Backup"))
+            .body_of::<coffer_api::maintenance::BackupRequest>()
+            .ok_of::<coffer_api::maintenance::Backup>(201, "Written.")
             .errors(&["INVALID_ARGUMENT", "ALREADY_EXISTS", "CONFLICT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("POST", "/v1/maintenance/prune", "maintenance", "Run a retention pass now")
             .describe("Deletes invocation and audit rows older than `retention.invocations_days` (default 30) / `retention.audit_days` (365) or beyond the newest `retention.invocations_max_rows` / `retention.audit_max_rows` (100000 each); `0` disables a limit. The store also runs this at start and hourly. Audited as `maintenance.prune`.")
             .actor()
-            .ok(200, "Rows deleted.", json!({
-                "type": "object", "required": ["deleted"],
-                "properties": {"deleted": {
-                    "type": "object", "required": ["invocations", "audit"],
-                    "properties": {"invocations": {"type": "integer"}, "audit": {"type": "integer"}},
-                }},
-            })),
+            .ok_of::<coffer_api::maintenance::Pruned>(200, "Rows deleted."),
         route("GET", "/v1/openapi.json", "maintenance", "This document")
             .describe("OpenAPI 3.1, generated from the same table as docs/REST.md.")
             .ok(200, "The OpenAPI document.", json!({"type": "object"})),
@@ -951,10 +957,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             }},
         },
     }));
-    m.insert("Health", json!({
-        "type": "object", "required": ["status", "pid", "version", "started_at"],
-        "properties": {"status": {"const": "ok"}, "pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time},
-    }));
     m.insert("Status", json!({
         "type": "object", "required": ["daemon", "services", "upstreams"],
         "properties": {
@@ -1003,10 +1005,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             },
         }),
     );
-    m.insert("ServiceRestart", json!({
-        "type": "object", "required": ["name", "pid", "state", "restarts"],
-        "properties": {"name": {"type": "string"}, "pid": {"type": "integer"}, "state": {"type": "string"}, "restarts": {"type": "integer"}},
-    }));
     m.insert("EnvValue", json!({
         "description": "A literal, or a reference to a credential resolved only when the upstream starts.",
         "oneOf": [
@@ -1061,24 +1059,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "description": "Every field optional. `name` and `transport` are accepted only unchanged.",
         }),
     );
-    m.insert("EnabledFlag", json!({
-        "type": "object", "required": ["enabled"], "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}},
-    }));
-    m.insert("Preference", json!({
-        "type": "object", "required": ["server", "kind", "name", "enabled", "updated_at"],
-        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}, "updated_at": time},
-    }));
-    m.insert("PreferenceSet", json!({
-        "type": "object", "required": ["server", "kind", "name", "enabled"],
-        "properties": {"server": {"type": "string"}, "kind": {"enum": ["tool", "prompt", "resource"]}, "name": {"type": "string"}, "enabled": {"type": "boolean"}},
-    }));
-    m.insert("Tool", json!({
-        "type": "object", "required": ["name", "server", "original_name", "title", "description", "enabled"],
-        "properties": {
-            "name": {"type": "string", "description": "Exposed name."}, "server": {"type": "string"}, "original_name": {"type": "string"},
-            "title": {"type": ["string", "null"]}, "description": {"type": ["string", "null"]}, "enabled": {"type": "boolean"},
-        },
-    }));
     let capability = json!({
         "type": "object", "required": ["name", "exposed_name", "description", "enabled"],
         "properties": {"name": {"type": "string"}, "exposed_name": {"type": "string"}, "description": {"type": ["string", "null"]}, "enabled": {"type": "boolean"}},
@@ -1141,10 +1121,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             },
         }),
     );
-    m.insert("Credential", json!({
-        "type": "object", "required": ["name", "version", "created_at", "updated_at"],
-        "properties": {"name": {"type": "string"}, "version": {"type": "integer"}, "created_at": time, "updated_at": time},
-    }));
     m.insert(
         "Invocation",
         json!({
@@ -1199,55 +1175,12 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
         }),
     );
     m.insert(
-        "SettingInfo",
-        json!({
-            "type": "object", "required": ["key", "type", "default", "min", "max", "unit", "description"],
-            "properties": {
-                "key": {"type": "string"}, "type": {"enum": ["integer", "text"]},
-                "default": {"type": "string", "description": "The value while the key is not set (`\"\"`: empty text)."},
-                "min": {"type": "integer", "description": "Least value (integer) or bytes (text)."},
-                "max": {"type": "integer", "description": "Largest value (integer) or bytes (text)."},
-                "unit": {"type": "string"}, "description": {"type": "string"},
-            },
-        }),
-    );
-    m.insert(
         "ServerLogTail",
         json!({
             "type": "object", "required": ["server", "file", "lines"],
             "properties": {"server": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
         }),
     );
-    m.insert(
-        "Settings",
-        json!({
-            "type": "object", "required": ["values"],
-            "properties": {"values": {"type": "object", "additionalProperties": {"type": "string"}}},
-        }),
-    );
-    m.insert("BackupManifest", json!({
-        "type": "object", "required": ["format_version", "coffer_version", "created_at", "schema_version", "files"],
-        "description": "`manifest.json` of a backup directory.",
-        "properties": {
-            "format_version": {"const": 1},
-            "coffer_version": {"type": "string"},
-            "created_at": time,
-            "schema_version": {"type": "integer", "description": "Migrations applied to the database."},
-            "files": {"type": "array", "items": {
-                "type": "object", "required": ["path", "bytes", "sha256"],
-                "properties": {"path": {"type": "string", "description": "Relative, `/`-separated."}, "bytes": {"type": "integer"}, "sha256": {"type": "string", "description": "Lowercase hex."}},
-            }},
-        },
-    }));
-    m.insert("Backup", json!({
-        "type": "object", "required": ["path", "manifest", "secret_key_included", "skipped"],
-        "properties": {
-            "path": {"type": "string", "description": "The backup directory (absolute)."},
-            "manifest": r("BackupManifest"),
-            "secret_key_included": {"type": "boolean", "description": "True: the backup can decrypt its credentials; keep it private."},
-            "skipped": {"type": "array", "items": {"type": "string"}, "description": "Entries not copied (symlinks, special files)."},
-        },
-    }));
     let ms = |d: &str| json!({"type": ["integer", "null"], "description": format!("Unix milliseconds; null: {d}.")});
     m.insert("Progress", json!({
         "type": "object", "required": ["state", "done", "total", "bytes_done", "bytes_total", "started_ms", "message", "job"],
@@ -1258,49 +1191,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "bytes_done": {"type": "integer"}, "bytes_total": {"type": "integer"},
             "started_ms": ms("no pass yet"), "message": {"type": "string"},
             "job": {"type": "integer", "description": "Increases with every pass started."},
-        },
-    }));
-    let counts = json!({"type": "object", "required": ["added", "changed", "removed"], "properties": {"added": {"type": "integer"}, "changed": {"type": "integer"}, "removed": {"type": "integer"}}});
-    let direction = json!({
-        "type": "object", "required": ["files", "vault", "paths"],
-        "properties": {
-            "files": counts.clone(), "vault": counts,
-            "paths": {"type": "array", "items": {"type": "string"}, "description": "Paths relative to COFFER_HOME, at most 200."},
-        },
-    });
-    m.insert(
-        "SyncConflict",
-        json!({
-            "type": "object", "required": ["kind", "path", "sibling", "detail"],
-            "properties": {
-                "kind": {"enum": ["both_kept", "newer_kept"]},
-                "path": {"type": "string", "description": "Relative to COFFER_HOME."},
-                "sibling": {"type": "string", "description": "`both_kept`: the other version's file."},
-                "detail": {"type": "string"},
-            },
-        }),
-    );
-    m.insert("SyncReport", json!({
-        "type": "object", "required": ["pushed", "pulled", "conflicts", "commit", "finished_ms", "missing_credentials", "remote"],
-        "properties": {
-            "pushed": direction.clone(), "pulled": direction,
-            "conflicts": {"type": "array", "items": r("SyncConflict")},
-            "commit": {"type": "string"}, "finished_ms": ms("unknown"),
-            "missing_credentials": strings.clone(), "remote": {"type": "string", "description": "Without a password."},
-        },
-    }));
-    m.insert("SyncStatus", json!({
-        "type": "object",
-        "required": ["initialized", "remote", "ahead", "behind", "last_sync_ms", "last_error", "conflicts", "worker", "next_attempt_ms", "machine", "missing_credentials", "running", "failures"],
-        "properties": {
-            "initialized": {"type": "boolean"}, "remote": {"type": "string"},
-            "ahead": {"type": "integer"}, "behind": {"type": "integer"},
-            "last_sync_ms": ms("never"), "last_error": {"type": ["string", "null"]},
-            "conflicts": {"type": "array", "items": r("SyncConflict")},
-            "worker": {"enum": ["off", "idle", "waiting", "syncing", "backing_off"]},
-            "next_attempt_ms": ms("none planned"), "machine": {"type": "string"},
-            "missing_credentials": strings.clone(),
-            "running": {"type": "boolean"}, "failures": {"type": "integer", "description": "Consecutive failed attempts."},
         },
     }));
     m.insert("KnowledgeBaseInfo", json!({
@@ -1321,41 +1211,11 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "watching": {"type": "boolean", "description": "The folder watcher is live."},
         },
     }));
-    m.insert("KnowledgeBaseCreate", json!({
-        "type": "object", "required": ["name"], "additionalProperties": false,
-        "properties": {
-            "name": {"type": "string", "description": "`^[a-z0-9][a-z0-9_-]{0,63}$`, not `memory`, `search` or `reindex`."},
-            "path": {"type": "string", "description": "An existing folder (absolute); default `COFFER_HOME/knowledge/<name>/`."},
-            "include": {"type": "array", "items": {"type": "string"}, "description": "Globs relative to the root; default `**/*.md`, `**/*.markdown`."},
-            "exclude": {"type": "array", "items": {"type": "string"}, "description": "Globs; `.gitignore` is respected as well."},
-        },
-    }));
     m.insert("EngineConfig", json!({
         "type": "object", "required": ["name", "enabled", "detail"],
         "properties": {
             "name": {"enum": ["grep", "keyword", "vector"]}, "enabled": {"type": "boolean"},
             "detail": {"type": "string", "description": "vector: `<model> (<dimension>) at <base url>` or why it is off."},
-        },
-    }));
-    m.insert("SearchRequest", json!({
-        "type": "object", "required": ["query"], "additionalProperties": false,
-        "properties": {
-            "query": {"type": "string", "description": "1-8192 bytes after trimming."},
-            "kb": {"type": "array", "items": {"type": "string"}, "description": "Only these knowledge bases; default every folder one (not memory)."},
-            "path_prefix": {"type": "string"},
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "Documents with every one of these tags."},
-            "modified_after_ms": {"type": "integer", "description": "Unix milliseconds."},
-            "engines": {"type": "array", "items": {"enum": ["grep", "keyword", "vector"]}, "description": "Default every enabled engine."},
-            "limit": {"type": "integer", "minimum": 0, "maximum": 50, "default": 8, "description": "Results; 0 = 8."},
-            "snippet_chars": {"type": "integer", "minimum": 0, "maximum": 2000, "default": 240, "description": "0 = 240."},
-            "regex": {"type": "boolean", "default": false, "description": "grep engine: the query is a regex (else literal)."},
-        },
-    }));
-    m.insert("RecallRequest", json!({
-        "type": "object", "required": ["query"], "additionalProperties": false,
-        "properties": {
-            "query": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
-            "limit": {"type": "integer", "minimum": 0, "maximum": 50}, "snippet_chars": {"type": "integer", "minimum": 0, "maximum": 2000},
         },
     }));
     m.insert("SearchResult", json!({
@@ -1402,15 +1262,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             },
         }),
     );
-    m.insert("FactCreate", json!({
-        "type": "object", "required": ["text"], "additionalProperties": false,
-        "properties": {
-            "text": {"type": "string", "description": "1-16384 bytes."},
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "Each `^[A-Za-z0-9_.-]{1,64}$` (CJK letters too); at most 32."},
-            "source": {"type": "string", "description": "At most 256 bytes; default the request's actor."},
-            "allow_secret": {"type": "boolean", "description": "Store the text even though it looks like it holds a secret (a token, `Bearer …`, `password=…`, or prose such as \"the staging password is hunter2-Xy9!kQ\"); without it such a text is refused with INVALID_ARGUMENT. Default false."},
-        },
-    }));
     m.insert("RememberReply", json!({
         "type": "object", "required": ["fact", "created"],
         "properties": {
@@ -1465,22 +1316,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "turn_running": {"type": "boolean", "description": "Live: a turn is in flight."},
             "pending_count": {"type": "integer", "description": "Live: queued messages."},
             "pending_paused": {"type": "boolean", "description": "Live: the queue is paused (after an interrupt, a failed turn or a restart)."},
-        },
-    }));
-    m.insert("ConversationCreate", json!({
-        "type": "object", "required": ["agent_key"], "additionalProperties": false,
-        "properties": {
-            "agent_key": {"type": "string", "description": "An available agent (`GET /v1/agents`)."},
-            "title": {"type": "string", "description": "Default: from the first message."},
-            "agent_config": {
-                "type": "object", "additionalProperties": false,
-                "properties": {
-                    "cwd": {"type": "string", "description": "An existing directory (absolute); default `COFFER_HOME/workspace`."},
-                    "model": {"type": "string", "description": "Default: the agent's own."},
-                },
-            },
-            "channel_name": {"type": "string"}, "peer_chat_id": {"type": "string"},
-            "first_message": {"type": "string", "description": "Sent at once (1 byte to 1 MiB)."},
         },
     }));
     m.insert(
@@ -1779,7 +1614,42 @@ fn error_statuses(r: &Route) -> BTreeMap<u16, Vec<&'static str>> {
     by_status
 }
 
-fn operation(r: &Route) -> Value {
+/// A route with its bodies' JSON Schemas resolved.
+pub struct Described {
+    pub route: Route,
+    /// The request body's schema.
+    pub body: Option<Value>,
+    /// The `application/json` answer's schema.
+    pub answer: Option<Value>,
+}
+
+/// Every route with its bodies' schemas, and every named schema: the derived ones (of the
+/// `coffer-api` types the routes use) and the hand-written remainder ([`schemas`]).
+///
+/// # Panics
+/// When a name is both derived and hand-written.
+pub fn described() -> (Vec<Described>, BTreeMap<String, Value>) {
+    let mut c = Components::new();
+    let routes = routes()
+        .into_iter()
+        .map(|route| {
+            let body = route.body.as_ref().map(|b| b.resolve(&mut c));
+            let answer = route.answer.json.as_ref().map(|a| a.resolve(&mut c));
+            Described { route, body, answer }
+        })
+        .collect();
+    let mut all: BTreeMap<String, Value> = schemas().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    for (name, schema) in c.finish() {
+        assert!(
+            all.insert(name.clone(), schema).is_none(),
+            "schema {name} is both derived (coffer-api) and hand-written (schemas()): remove the hand-written one"
+        );
+    }
+    (routes, all)
+}
+
+fn operation(d: &Described) -> Value {
+    let r = &d.route;
     let mut op = Map::new();
     op.insert("operationId".into(), json!(operation_id(r)));
     op.insert("tags".into(), json!([r.tag]));
@@ -1797,13 +1667,13 @@ fn operation(r: &Route) -> Value {
             .collect();
         op.insert("parameters".into(), Value::Array(params));
     }
-    if let Some(b) = &r.body {
+    if let Some(b) = &d.body {
         op.insert("requestBody".into(), json!({"required": true, "content": {"application/json": {"schema": b}}}));
     }
     let mut responses = Map::new();
     let mut ok = json!({"description": r.answer.description});
     let mut content = Map::new();
-    if let Some(s) = &r.answer.json {
+    if let Some(s) = &d.answer {
         content.insert("application/json".into(), json!({"schema": s}));
     }
     if let Some(d) = r.answer.sse {
@@ -1838,9 +1708,10 @@ fn operation(r: &Route) -> Value {
 
 /// The OpenAPI 3.1 document of the edge.
 pub fn document() -> Value {
+    let (routes, schemas) = described();
     let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
-    for r in routes() {
-        paths.entry(r.path).or_default().insert(r.method.to_ascii_lowercase(), operation(&r));
+    for d in &routes {
+        paths.entry(d.route.path).or_default().insert(d.route.method.to_ascii_lowercase(), operation(d));
     }
     let tags: Vec<Value> = TAGS.iter().map(|(n, d)| json!({"name": n, "description": d})).collect();
     json!({
@@ -1863,7 +1734,7 @@ pub fn document() -> Value {
                 "session": {"type": "apiKey", "in": "cookie", "name": crate::middleware::SESSION_COOKIE},
                 "session_key": {"type": "apiKey", "in": "header", "name": "X-Coffer-Session-Key"},
             },
-            "schemas": schemas(),
+            "schemas": schemas,
         },
     })
 }
@@ -1883,7 +1754,7 @@ pub fn shape(s: &Value) -> String {
     if let Some(alts) = s.get("enum").and_then(Value::as_array) {
         return alts.iter().map(Value::to_string).collect::<Vec<_>>().join(" \\| ");
     }
-    if let Some(alts) = s.get("oneOf").and_then(Value::as_array) {
+    if let Some(alts) = s.get("oneOf").or_else(|| s.get("anyOf")).and_then(Value::as_array) {
         return alts.iter().map(shape).collect::<Vec<_>>().join(" \\| ");
     }
     let types: Vec<&str> = match s.get("type") {
@@ -1921,13 +1792,13 @@ fn one_shape(t: &str, s: &Value) -> String {
 
 /// `docs/REST.md`, generated from [`routes`] and [`schemas`].
 pub fn markdown() -> String {
-    let routes = routes();
+    let (described, schemas) = described();
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(w, "# Coffer REST API\n");
     let _ = writeln!(
         w,
-        "<!-- Generated from gateway-edge/src/rest/openapi.rs; do not edit. Regenerate with\n     COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi -->\n"
+        "<!-- Generated from gateway-edge/src/rest/openapi.rs (the route table) and the coffer-api\n     types (services/api); do not edit. Regenerate with\n     COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi -->\n"
     );
     let _ = writeln!(
         w,
@@ -1967,17 +1838,18 @@ logs under the request's trace id.\n\
     let _ = writeln!(w, "\nEvery authenticated route may also answer {}.\n", common_list());
     let _ = writeln!(w, "## Routes\n");
     let _ = writeln!(w, "| method | path | summary |\n|---|---|---|");
-    for r in &routes {
+    for d in &described {
+        let r = &d.route;
         let _ = writeln!(w, "| {} | [`{}`](#{}) | {} |", r.method, r.path, anchor(r), r.summary);
     }
     for (tag, about) in TAGS {
         let _ = writeln!(w, "\n## {}\n\n{about}", title(tag));
-        for r in routes.iter().filter(|r| r.tag == *tag) {
-            route_markdown(w, r);
+        for d in described.iter().filter(|d| d.route.tag == *tag) {
+            route_markdown(w, d);
         }
     }
     let _ = writeln!(w, "\n## Schemas\n");
-    for (name, s) in schemas() {
+    for (name, s) in schemas {
         let _ = writeln!(w, "### {name}\n");
         if let Some(d) = s.get("description").and_then(Value::as_str) {
             let _ = writeln!(w, "{d}\n");
@@ -2015,7 +1887,8 @@ fn code_shape(s: &Value) -> String {
     if text.contains("](#") { text } else { format!("`{}`", text.replace("\\|", "|")) }
 }
 
-fn route_markdown(w: &mut String, r: &Route) {
+fn route_markdown(w: &mut String, d: &Described) {
+    let r = &d.route;
     let _ = writeln!(w, "\n### {} {}\n", r.method, r.path);
     let _ = writeln!(w, "{}.", r.summary);
     if !r.description.is_empty() {
@@ -2037,10 +1910,10 @@ fn route_markdown(w: &mut String, r: &Route) {
             );
         }
     }
-    if let Some(b) = &r.body {
+    if let Some(b) = &d.body {
         let _ = writeln!(w, "\n**Body:** {}", code_shape(b));
     }
-    let answer = match (&r.answer.json, r.answer.sse) {
+    let answer = match (&d.answer, r.answer.sse) {
         (Some(s), None) => code_shape(s),
         (Some(s), Some(d)) => format!("{} — or `text/event-stream`: {d}", code_shape(s)),
         (None, Some(d)) => format!("`text/event-stream`: {d}"),
@@ -2124,7 +1997,7 @@ mod tests {
         }
         // Every schema is used.
         let text = doc["paths"].to_string() + &doc["components"]["schemas"].to_string();
-        for name in schemas().keys() {
+        for name in described().1.keys() {
             assert!(text.contains(&format!("#/components/schemas/{name}\"")), "schema {name} is unused");
         }
         let n: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
@@ -2249,8 +2122,29 @@ mod tests {
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             have == want,
-            "docs/REST.md is out of date with gateway-edge/src/rest/openapi.rs; regenerate it with\n  COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi"
+            "docs/REST.md is out of date with gateway-edge/src/rest/openapi.rs and the coffer-api types; regenerate it with\n  COFFER_UPDATE_DOCS=1 cargo test -p coffer-gateway --lib openapi"
         );
+    }
+
+    /// Every typed request body refuses unknown fields (`#[serde(deny_unknown_fields)]`, which
+    /// `coffer_api::body::parse` turns into `UNKNOWN_FIELD`), and its schema says so.
+    #[test]
+    fn typed_request_bodies_refuse_unknown_fields() {
+        let (routes, schemas) = described();
+        let mut typed = 0;
+        for d in &routes {
+            let (Some(Schema::Typed(_)), Some(body)) = (&d.route.body, &d.body) else { continue };
+            typed += 1;
+            let name = body["$ref"].as_str().and_then(|r| r.rsplit('/').next()).expect("a named body");
+            assert_eq!(
+                schemas[name]["additionalProperties"],
+                json!(false),
+                "{} {}: {name} must say #[serde(deny_unknown_fields)]",
+                d.route.method,
+                d.route.path
+            );
+        }
+        assert!(typed >= 15, "only {typed} typed request bodies");
     }
 
     #[test]

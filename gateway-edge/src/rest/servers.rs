@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
+use coffer_api::{Page, tools};
 use coffer_proto::store::{
     CreateServerRequest, DeleteServerRequest, GetServerRequest, ListPreferencesRequest, ListServersRequest, McpServer,
     Preference, SetPreferenceRequest, Transport, UpdateServerRequest,
@@ -615,7 +616,10 @@ async fn require_server(st: &AppState, name: &str) -> Result<(), ApiError> {
 /// enabled).
 ///
 /// Errors: `NOT_FOUND` for an unknown server.
-async fn list_preferences(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn list_preferences(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Page<tools::Preference>>, ApiError> {
     require_server(&st, &name).await?;
     let prefs = st
         .store
@@ -625,18 +629,17 @@ async fn list_preferences(State(st): State<Arc<AppState>>, Path(name): Path<Stri
         .await?
         .into_inner()
         .preferences;
-    let items: Vec<Value> = prefs
+    let items = prefs
         .into_iter()
-        .map(|p| json!({"server": p.server, "kind": p.kind().as_str(), "name": p.name, "enabled": p.enabled, "updated_at": p.updated_at}))
+        .map(|p| tools::Preference {
+            kind: p.kind().as_str().to_owned(),
+            server: p.server,
+            name: p.name,
+            enabled: p.enabled,
+            updated_at: p.updated_at,
+        })
         .collect();
-    Ok(Json(json!({"items": items, "next_cursor": null})))
-}
-
-/// Body of the preference `PUT`s.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PreferenceBody {
-    enabled: bool,
+    Ok(Json(Page::all(items)))
 }
 
 /// `PUT /v1/mcp/servers/{name}/capabilities/{kind}/{capname}` with `{"enabled": bool}` →
@@ -649,8 +652,8 @@ async fn put_preference(
     State(st): State<Arc<AppState>>,
     Path((server, kind, capname)): Path<(String, String, String)>,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<PreferenceBody>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(b): JsonBody<tools::EnabledFlag>,
+) -> Result<Json<tools::PreferenceSet>, ApiError> {
     set_preference(&st, server, &kind, capname, b.enabled, &headers).await
 }
 
@@ -663,8 +666,8 @@ async fn put_preference_by_query(
     Path((server, kind)): Path<(String, String)>,
     query: Result<Query<Vec<(String, String)>>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<PreferenceBody>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(b): JsonBody<tools::EnabledFlag>,
+) -> Result<Json<tools::PreferenceSet>, ApiError> {
     let q = Params::from_query(query, &["name"])?;
     let capname = q.get("name").map(str::to_owned).ok_or_else(|| {
         ApiError::invalid("give the capability's original name as ?name=… or as the last path segment")
@@ -680,7 +683,7 @@ async fn set_preference(
     name: String,
     enabled: bool,
     headers: &HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<tools::PreferenceSet>, ApiError> {
     let kind = Kind::parse(kind).ok_or_else(|| {
         ApiError::invalid(format!("kind {:?} is not one of tool, prompt, resource", truncate(kind, 20)))
             .with_details(json!({"parameter": "kind"}))
@@ -703,7 +706,7 @@ async fn set_preference(
         .seq;
     settle(st, seq).await;
     tracing::info!(server = %server, kind = kind.as_str(), enabled, "Capability preference set.");
-    Ok(Json(json!({"server": server, "kind": kind.as_str(), "name": name, "enabled": enabled})))
+    Ok(Json(tools::PreferenceSet { server, kind: kind.as_str().to_owned(), name, enabled }))
 }
 
 #[cfg(test)]

@@ -7,10 +7,12 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
+use coffer_api::Page;
+pub use coffer_api::settings::SettingsPatch;
+use coffer_api::settings::{SettingInfo, SettingsValues};
 use coffer_proto::store::{GetSettingsRequest, PatchSettingsRequest};
 use coffer_types::settings::{self, SettingError};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::{ApiError, JsonBody};
 use crate::rest::servers::{actor, settle};
@@ -24,42 +26,30 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/v1/settings", get(get_settings).patch(patch_settings)).route("/v1/settings/table", get(table))
 }
 
-/// One row of the settings table as JSON: `{key, type, default, min, max, unit, description}`;
-/// `default` is the value that applies while the key is not set, as the string it would be
-/// stored as (`""` for empty text); `min`/`max` bound an integer's value or a text's bytes.
-pub fn setting_json(s: &settings::Setting) -> Value {
+/// One row of the settings table: `default` is the value that applies while the key is not
+/// set, as the string it would be stored as (`""` for empty text); `min`/`max` bound an
+/// integer's value or a text's bytes.
+pub fn setting_info(s: &settings::Setting) -> SettingInfo {
     let default = match s.ty {
         settings::Type::Integer => s.default.to_string(),
         settings::Type::Text => s.default_text.to_owned(),
     };
-    json!({
-        "key": s.key, "type": s.ty.name(), "default": default, "min": s.min, "max": s.max,
-        "unit": s.unit, "description": s.description,
-    })
+    SettingInfo {
+        key: s.key.into(),
+        ty: s.ty.name().into(),
+        default,
+        min: s.min,
+        max: s.max,
+        unit: s.unit.into(),
+        description: s.description.into(),
+    }
 }
 
 /// `GET /v1/settings/table` → `{"items":[{key, type, default, min, max, unit, description}…],
 /// "next_cursor":null}`: every setting Coffer reads, in display order (what a form needs to
 /// show and check a value before `PATCH /v1/settings`). Touches no other service.
-async fn table() -> Json<Value> {
-    let items: Vec<Value> = settings::SETTINGS.iter().map(setting_json).collect();
-    Json(json!({"items": items, "next_cursor": null}))
-}
-
-/// Body of `PATCH /v1/settings`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SettingsPatch {
-    /// Keys to set, with their (string) values.
-    #[serde(default)]
-    pub set: BTreeMap<String, String>,
-    /// Keys to remove; removing an absent key is not an error.
-    #[serde(default)]
-    pub remove: Vec<String>,
-    /// Store keys of `set` that are not in the settings table (Coffer does not read them);
-    /// without it they are refused. Values of the table's keys are checked either way.
-    #[serde(default)]
-    pub force: bool,
+async fn table() -> Json<Page<SettingInfo>> {
+    Json(Page::all(settings::SETTINGS.iter().map(setting_info).collect()))
 }
 
 /// Checks a patch: keys 1-128 bytes, no key both set and removed, every key set is one of the
@@ -109,16 +99,16 @@ fn setting_error(e: &SettingError, value: &str) -> ApiError {
     ApiError::invalid(message).with_details(details)
 }
 
-async fn values(st: &AppState) -> Result<Json<Value>, ApiError> {
+async fn values(st: &AppState) -> Result<Json<SettingsValues>, ApiError> {
     let values: BTreeMap<String, String> =
         st.store.settings.clone().get_settings(GetSettingsRequest {}).await?.into_inner().values.into_iter().collect();
-    Ok(Json(json!({"values": values})))
+    Ok(Json(SettingsValues { values }))
 }
 
 /// `GET /v1/settings` → `{"values":{key: value…}}` (keys sorted).
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn get_settings(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn get_settings(State(st): State<Arc<AppState>>) -> Result<Json<SettingsValues>, ApiError> {
     values(&st).await
 }
 
@@ -132,7 +122,7 @@ async fn patch_settings(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     JsonBody(p): JsonBody<SettingsPatch>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SettingsValues>, ApiError> {
     check_patch(&p)?;
     if !p.set.is_empty() || !p.remove.is_empty() {
         let keys: Vec<&String> = p.set.keys().chain(p.remove.iter()).collect();
@@ -147,6 +137,8 @@ async fn patch_settings(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
     use crate::error::{Code, parse_json};
 
@@ -156,7 +148,8 @@ mod tests {
 
     #[test]
     fn the_table_lists_every_setting_with_its_default() {
-        let rows: Vec<Value> = settings::SETTINGS.iter().map(setting_json).collect();
+        let rows: Vec<Value> =
+            settings::SETTINGS.iter().map(|s| serde_json::to_value(setting_info(s)).unwrap()).collect();
         assert_eq!(rows.len(), settings::SETTINGS.len());
         let call = rows.iter().find(|r| r["key"] == "gateway.call_timeout_ms").expect("call timeout row");
         assert_eq!(call["type"], "integer");

@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use coffer_api::sync as api;
 use coffer_proto::sync::sync_client::SyncClient;
 use coffer_proto::sync::{
     Conflict, ConflictKind, Counts, Direction, InitRequest, SyncReport, SyncRequest, SyncStatus, SyncStatusRequest,
@@ -17,10 +18,8 @@ use coffer_proto::sync::{
 };
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
-use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
-use crate::rest::knowledge::Fields;
 use crate::state::AppState;
 
 /// The Sync client type.
@@ -45,70 +44,71 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/v1/sync", post(sync)).route("/v1/sync/init", post(init)).route("/v1/sync/status", get(status))
 }
 
-fn counts_json(c: Option<&Counts>) -> Value {
+fn counts(c: Option<&Counts>) -> api::Counts {
     let c = c.cloned().unwrap_or_default();
-    json!({"added": c.added, "changed": c.changed, "removed": c.removed})
+    api::Counts { added: c.added, changed: c.changed, removed: c.removed }
 }
 
-fn direction_json(d: Option<&Direction>) -> Value {
+fn direction(d: Option<&Direction>) -> api::Direction {
     let d = d.cloned().unwrap_or_default();
-    json!({"files": counts_json(d.files.as_ref()), "vault": counts_json(d.vault.as_ref()), "paths": d.paths})
+    api::Direction { files: counts(d.files.as_ref()), vault: counts(d.vault.as_ref()), paths: d.paths }
 }
 
-fn conflict_json(c: &Conflict) -> Value {
+fn conflict(c: &Conflict) -> api::SyncConflict {
     let kind = match c.kind() {
-        ConflictKind::BothKept => "both_kept",
-        ConflictKind::NewerKept => "newer_kept",
-        ConflictKind::Unspecified => "unknown",
+        ConflictKind::BothKept => api::ConflictKind::BothKept,
+        ConflictKind::NewerKept => api::ConflictKind::NewerKept,
+        ConflictKind::Unspecified => api::ConflictKind::Unknown,
     };
-    json!({"kind": kind, "path": c.path, "sibling": c.sibling, "detail": c.detail})
+    api::SyncConflict { kind, path: c.path.clone(), sibling: c.sibling.clone(), detail: c.detail.clone() }
 }
 
-fn ms(v: i64) -> Value {
-    if v > 0 { json!(v) } else { Value::Null }
+/// Unix ms, `None` for 0 (never, unknown).
+fn ms(v: i64) -> Option<i64> {
+    (v > 0).then_some(v)
 }
 
-/// The JSON of a sync's report (REST and the CLI's `--json`).
-pub fn report_json(r: &SyncReport) -> Value {
-    json!({
-        "pushed": direction_json(r.pushed.as_ref()),
-        "pulled": direction_json(r.pulled.as_ref()),
-        "conflicts": r.conflicts.iter().map(conflict_json).collect::<Vec<_>>(),
-        "commit": r.commit,
-        "finished_ms": ms(r.finished_ms),
-        "missing_credentials": r.missing_credentials,
-        "remote": r.remote,
-    })
-}
-
-/// The worker state's word.
-pub fn worker_word(w: WorkerState) -> &'static str {
-    match w {
-        WorkerState::Off | WorkerState::Unspecified => "off",
-        WorkerState::Idle => "idle",
-        WorkerState::Waiting => "waiting",
-        WorkerState::Syncing => "syncing",
-        WorkerState::BackingOff => "backing_off",
+/// A sync's report as REST answers it.
+pub fn report(r: &SyncReport) -> api::SyncReport {
+    api::SyncReport {
+        pushed: direction(r.pushed.as_ref()),
+        pulled: direction(r.pulled.as_ref()),
+        conflicts: r.conflicts.iter().map(conflict).collect(),
+        commit: r.commit.clone(),
+        finished_ms: ms(r.finished_ms),
+        missing_credentials: r.missing_credentials.clone(),
+        remote: r.remote.clone(),
     }
 }
 
-/// The JSON of the sync status (REST, `/v1/status`'s `sync`, the CLI's `--json`).
-pub fn status_json(s: &SyncStatus) -> Value {
-    json!({
-        "initialized": s.initialized,
-        "remote": s.remote,
-        "ahead": s.ahead,
-        "behind": s.behind,
-        "last_sync_ms": ms(s.last_sync_ms),
-        "last_error": if s.last_error.is_empty() { Value::Null } else { json!(s.last_error) },
-        "conflicts": s.conflicts.iter().map(conflict_json).collect::<Vec<_>>(),
-        "worker": worker_word(s.worker()),
-        "next_attempt_ms": ms(s.next_attempt_ms),
-        "machine": s.machine,
-        "missing_credentials": s.missing_credentials,
-        "running": s.running,
-        "failures": s.failures,
-    })
+/// The worker state as REST names it.
+pub fn worker(w: WorkerState) -> api::Worker {
+    match w {
+        WorkerState::Off | WorkerState::Unspecified => api::Worker::Off,
+        WorkerState::Idle => api::Worker::Idle,
+        WorkerState::Waiting => api::Worker::Waiting,
+        WorkerState::Syncing => api::Worker::Syncing,
+        WorkerState::BackingOff => api::Worker::BackingOff,
+    }
+}
+
+/// The sync status as REST answers it (`/v1/sync/status`, `/v1/status`'s `sync`).
+pub fn status_view(s: &SyncStatus) -> api::SyncStatus {
+    api::SyncStatus {
+        initialized: s.initialized,
+        remote: s.remote.clone(),
+        ahead: s.ahead,
+        behind: s.behind,
+        last_sync_ms: ms(s.last_sync_ms),
+        last_error: (!s.last_error.is_empty()).then(|| s.last_error.clone()),
+        conflicts: s.conflicts.iter().map(conflict).collect(),
+        worker: worker(s.worker()),
+        next_attempt_ms: ms(s.next_attempt_ms),
+        machine: s.machine.clone(),
+        missing_credentials: s.missing_credentials.clone(),
+        running: s.running,
+        failures: s.failures,
+    }
 }
 
 /// The sync status, for `/v1/status` (`None` while retrieval does not answer).
@@ -137,10 +137,12 @@ pub fn from_sync(s: tonic::Status) -> ApiError {
     }
 }
 
-async fn init(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) -> Result<Json<Value>, ApiError> {
-    let f = Fields::new(body, &["remote", "machine_name"])?;
-    let remote = f.required_string("remote")?;
-    let machine_name = f.string("machine_name")?.unwrap_or_default();
+async fn init(
+    State(st): State<Arc<AppState>>,
+    JsonBody(body): JsonBody<api::SyncInit>,
+) -> Result<Json<api::SyncReport>, ApiError> {
+    let remote = body.remote;
+    let machine_name = body.machine_name.unwrap_or_default();
     let r = coffer_runtime::grpc::call_within(
         "retrieval service",
         SYNC_TIMEOUT,
@@ -148,17 +150,17 @@ async fn init(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<Value>) 
     )
     .await
     .map_err(from_sync)?;
-    Ok(Json(report_json(&r)))
+    Ok(Json(report(&r)))
 }
 
-async fn sync(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn sync(State(st): State<Arc<AppState>>) -> Result<Json<api::SyncReport>, ApiError> {
     let r = coffer_runtime::grpc::call_within("retrieval service", SYNC_TIMEOUT, st.sync.clone().sync(SyncRequest {}))
         .await
         .map_err(from_sync)?;
-    Ok(Json(report_json(&r)))
+    Ok(Json(report(&r)))
 }
 
-async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn status(State(st): State<Arc<AppState>>) -> Result<Json<api::SyncStatus>, ApiError> {
     let s = coffer_runtime::grpc::call_within(
         "retrieval service",
         STATUS_TIMEOUT,
@@ -166,5 +168,5 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError
     )
     .await
     .map_err(ApiError::from_retrieval)?;
-    Ok(Json(status_json(&s)))
+    Ok(Json(status_view(&s)))
 }

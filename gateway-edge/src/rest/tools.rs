@@ -10,6 +10,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
+use coffer_api::Page;
+use coffer_api::tools::{EnabledFlag, Refreshed, Tool, ToolCall, ToolState};
 use coffer_proto::store::{CapabilityKind, Preference, SetPreferenceRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -61,31 +63,23 @@ async fn list_tools(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Query(q): Query<ToolsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<Tool>>, ApiError> {
     let session = rest_session(&st, &headers)?;
-    let items: Vec<Value> = session
+    let items: Vec<Tool> = session
         .list_all(ListKind::Tools)
         .await
         .into_iter()
         .filter(|l| q.server.as_deref().is_none_or(|s| s == l.server))
-        .map(|l| {
-            json!({
-                "name": l.item["name"], "server": l.server, "original_name": l.original,
-                "title": l.item.get("title").cloned().unwrap_or(Value::Null),
-                "description": l.item.get("description").cloned().unwrap_or(Value::Null),
-                "enabled": l.enabled,
-            })
+        .map(|l| Tool {
+            name: l.item["name"].as_str().unwrap_or_default().to_owned(),
+            server: l.server.to_string(),
+            original_name: l.original.to_string(),
+            title: l.item.get("title").and_then(Value::as_str).map(str::to_owned),
+            description: l.item.get("description").and_then(Value::as_str).map(str::to_owned),
+            enabled: l.enabled,
         })
         .collect();
-    Ok(Json(json!({"items": items, "next_cursor": null})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CallBody {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
+    Ok(Json(Page::all(items)))
 }
 
 /// `POST /v1/tools/call {name, arguments}` → the tool's `CallToolResult`, verbatim. Gateway
@@ -95,13 +89,9 @@ struct CallBody {
 async fn call_tool(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<CallBody>,
+    JsonBody(body): JsonBody<ToolCall>,
 ) -> Result<Json<Value>, ApiError> {
-    let arguments = match body.arguments {
-        Some(a) if !a.is_object() => return Err(ApiError::invalid("arguments must be a JSON object")),
-        Some(a) => Some(serde_json::value::to_raw_value(&a).expect("json")),
-        None => None,
-    };
+    let arguments = body.arguments.map(|a| serde_json::value::to_raw_value(&a).expect("json"));
     let session = rest_session(&st, &headers)?;
     match broker::call(&session, ListKind::Tools, &body.name, arguments.as_deref()).await {
         Answer::Result(r) => Ok(Json(serde_json::from_str(r.get()).unwrap_or(Value::Null))),
@@ -128,12 +118,6 @@ async fn call_tool(
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchTool {
-    enabled: bool,
-}
-
 /// `PATCH /v1/tools/{exposed name} {"enabled": bool}` → `{name, server, original_name,
 /// enabled}` once the gateway's policy holds the change (read-your-writes). The name is
 /// resolved without the policy check (a disabled tool must be re-enableable), through the
@@ -142,8 +126,8 @@ async fn patch_tool(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<PatchTool>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(body): JsonBody<EnabledFlag>,
+) -> Result<Json<ToolState>, ApiError> {
     let session = rest_session(&st, &headers)?;
     let (server, original) = match broker::locate_tool(&session, &name).await {
         Located::Tool { server, original } => (server, original),
@@ -176,7 +160,7 @@ async fn patch_tool(
     if !st.snapshot.wait_for(reply.seq, std::time::Duration::from_secs(5)).await {
         tracing::warn!(seq = reply.seq, "Policy snapshot did not catch up within 5 s.");
     }
-    Ok(Json(json!({"name": name, "server": server, "original_name": original, "enabled": body.enabled})))
+    Ok(Json(ToolState { name, server, original_name: original, enabled: body.enabled }))
 }
 
 /// `GET /v1/mcp/servers/{name}/capabilities` → the upstream's live `{tools, prompts}` with
@@ -218,9 +202,8 @@ async fn capabilities(
 
 /// `POST /v1/mcp/refresh` → invalidates every session's capability cache and tells every
 /// client its lists changed.
-async fn refresh(State(st): State<Arc<AppState>>) -> Json<Value> {
-    let n = st.gateway.refresh_all();
-    Json(json!({"sessions": n}))
+async fn refresh(State(st): State<Arc<AppState>>) -> Json<Refreshed> {
+    Json(Refreshed { sessions: st.gateway.refresh_all() as u64 })
 }
 
 /// `GET /v1/mcp/servers/{name}/catalog[?wait_ms=N]` → what the gateway's capability catalog

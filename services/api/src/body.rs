@@ -1,0 +1,290 @@
+//! The one parser of JSON request bodies: bytes → `T` with errors a client can act on.
+//!
+//! Malformed JSON is [`BodyErrorKind::Syntax`]. Otherwise the JSON is deserialised into `T`
+//! through `serde_path_to_error`, so every error knows the path of the field it is about
+//! (`text`, `agent_config.cwd`, `items[0].text`; the root is the body itself):
+//!
+//! | serde's error | message | `details` |
+//! |---|---|---|
+//! | unknown field | `unknown field "x"; expected one of a, b` | `{field: path, allowed: [...]}` |
+//! | missing field | `field "x" is required` | `{field}` |
+//! | wrong type | `field "x" must be a string, not an integer` | `{field, expected, got}` |
+//! | bad value | `field "x" must be an integer from 0 to 4294967295 (got -1)` | `{field}` |
+//! | a body that is not an object | `the body must be a JSON object, not an array` | `{}` |
+//!
+//! The type a value got is read from the JSON itself, never quoted: a message never repeats a
+//! string the client sent (a credential value, say), only its JSON type and, for numbers, the
+//! number.
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+/// What kind of mistake a body has; the edge maps each to its error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyErrorKind {
+    /// Not JSON (or cut short): `BAD_REQUEST`.
+    Syntax,
+    /// A field the type does not have: `UNKNOWN_FIELD`.
+    UnknownField,
+    /// Missing, of the wrong type or out of range: `INVALID_ARGUMENT`.
+    Invalid,
+}
+
+/// A body refused by [`parse`]: kind, message, and `details` (`field` and what is known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyError {
+    pub kind: BodyErrorKind,
+    pub message: String,
+    pub details: Value,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// Parses a request body into `T`.
+///
+/// # Errors
+/// [`BodyError`] as the module docs say.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| BodyError {
+        kind: BodyErrorKind::Syntax,
+        message: format!("malformed JSON: {e}"),
+        details: json!({}),
+    })?;
+    from_value(value)
+}
+
+/// [`parse`] of a body already read as JSON.
+///
+/// # Errors
+/// As [`parse`], without `Syntax`.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, BodyError> {
+    // Every body is an object (serde would also read a struct from an array).
+    if !value.is_object() {
+        return Err(BodyError {
+            kind: BodyErrorKind::Invalid,
+            message: format!("the body must be a JSON object, not {}", type_name(&value)),
+            details: json!({}),
+        });
+    }
+    match serde_path_to_error::deserialize::<_, T>(&value) {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            let path = e.path().to_string();
+            Err(describe(&value, &path, &e.into_inner().to_string()))
+        }
+    }
+}
+
+/// A JSON type's name as a message says it.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The value at a `serde_path_to_error` path (`a.b[2].c`; `.` is the root).
+fn at<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    if path == "." || path.is_empty() {
+        return Some(root);
+    }
+    let mut v = root;
+    for part in path.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            v = v.get(key)?;
+        }
+        while let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            v = v.get(r[..end].parse::<usize>().ok()?)?;
+            rest = &r[end + 1..];
+        }
+    }
+    Some(v)
+}
+
+/// serde's name of what it expected, as a message says it.
+fn expected_name(serde: &str) -> String {
+    let e = serde.trim();
+    let range = |min: i128, max: i128| format!("an integer from {min} to {max}");
+    match e {
+        "u8" => range(0, u8::MAX.into()),
+        "u16" => range(0, u16::MAX.into()),
+        "u32" => range(0, u32::MAX.into()),
+        "u64" | "usize" => range(0, u64::MAX.into()),
+        "i8" | "i16" | "i32" | "i64" | "isize" => "an integer".into(),
+        "f32" | "f64" => "a number".into(),
+        "a sequence" => "an array".into(),
+        "a map" => "an object".into(),
+        "a borrowed string" => "a string".into(),
+        e if e.starts_with("struct ") || e.starts_with("a map ") => "an object".into(),
+        e => e.replace('`', ""),
+    }
+}
+
+/// The [`BodyError`] for serde's `message` about the field at `path` of `root`.
+fn describe(root: &Value, path: &str, message: &str) -> BodyError {
+    let is_root = path == "." || path.is_empty();
+    let invalid = |message: String, details: Value| BodyError { kind: BodyErrorKind::Invalid, message, details };
+    let joined = |field: &str| if is_root { field.to_owned() } else { format!("{path}.{field}") };
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or_default();
+        let shown: String = name.chars().take(40).collect();
+        // serde_path_to_error's path already ends with the unknown key.
+        let field = if path.ends_with(name) && !is_root { path.to_owned() } else { joined(&shown) };
+        let allowed: Vec<&str> = rest
+            .split("expected one of ")
+            .nth(1)
+            .map_or_else(Vec::new, |list| list.split(", ").map(|s| s.trim_matches('`')).collect());
+        let mut message = format!("unknown field {field:?}");
+        if !allowed.is_empty() {
+            message.push_str(&format!("; expected one of {}", allowed.join(", ")));
+        }
+        return BodyError {
+            kind: BodyErrorKind::UnknownField,
+            message,
+            details: json!({"field": field, "allowed": allowed}),
+        };
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        let field = joined(rest.split('`').next().unwrap_or_default());
+        return invalid(format!("field {field:?} is required"), json!({"field": field}));
+    }
+    let got = at(root, path);
+    if let Some(rest) = message.strip_prefix("invalid type: ") {
+        let expected = expected_name(rest.split(", expected ").nth(1).unwrap_or(""));
+        let got = got.map_or("something else", type_name);
+        return invalid(
+            format!("field {path:?} must be {expected}, not {got}"),
+            json!({"field": path, "expected": expected, "got": got.rsplit(' ').next()}),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid value: ") {
+        let expected = expected_name(rest.split(", expected ").nth(1).unwrap_or(""));
+        // Only numbers are quoted back: a string could be a secret.
+        let shown = match got {
+            Some(n @ Value::Number(_)) => format!(" (got {n})"),
+            _ => String::new(),
+        };
+        return invalid(format!("field {path:?} must be {expected}{shown}"), json!({"field": path}));
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let allowed: Vec<&str> = rest
+            .split("expected one of ")
+            .nth(1)
+            .map_or_else(Vec::new, |list| list.split(", ").map(|s| s.trim_matches('`')).collect());
+        return invalid(
+            format!("field {path:?} must be one of {}", allowed.join(", ")),
+            json!({"field": path, "allowed": allowed}),
+        );
+    }
+    if is_root {
+        return invalid(format!("invalid request body: {message}"), json!({}));
+    }
+    invalid(format!("invalid request body: field {path:?}: {message}"), json!({"field": path}))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        cwd: Option<String>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Item {
+        id: Option<String>,
+        text: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        text: String,
+        limit: Option<u32>,
+        inner: Option<Inner>,
+        items: Option<Vec<Item>>,
+        map: Option<BTreeMap<String, String>>,
+    }
+
+    fn err(v: Value) -> BodyError {
+        from_value::<Body>(v).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_field_path() {
+        let e = err(json!({"text": 42}));
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (BodyErrorKind::Invalid, "field \"text\" must be a string, not an integer")
+        );
+        assert_eq!(e.details, json!({"field": "text", "expected": "a string", "got": "integer"}));
+        let e = err(json!({"text": "a", "inner": {"cwd": 1}}));
+        assert_eq!(e.message, "field \"inner.cwd\" must be a string, not an integer");
+        let e = err(json!({"text": "a", "inner": "x"}));
+        assert_eq!(e.message, "field \"inner\" must be an object, not a string");
+        let e = err(json!({"text": "a", "items": [{"text": 1}]}));
+        assert_eq!(e.message, "field \"items[0].text\" must be a string, not an integer");
+        let e = err(json!({"text": "a", "items": [{"id": "x"}]}));
+        assert_eq!(e.message, "field \"items[0].text\" is required");
+        assert_eq!(e.details["field"], "items[0].text");
+        let e = err(json!({}));
+        assert_eq!(e.message, "field \"text\" is required");
+        let e = err(json!({"text": "a", "limit": -1}));
+        assert_eq!(e.message, "field \"limit\" must be an integer from 0 to 4294967295 (got -1)");
+        let e = err(json!({"text": "a", "limit": 1.5}));
+        assert_eq!(e.message, "field \"limit\" must be an integer from 0 to 4294967295, not a number");
+        let e = err(json!({"text": "a", "map": {"k": 1}}));
+        assert_eq!(e.message, "field \"map.k\" must be a string, not an integer");
+        let e = err(json!([1]));
+        assert_eq!(e.message, "the body must be a JSON object, not an array");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_path() {
+        let e = err(json!({"text": "a", "sorce": 1}));
+        assert_eq!(e.kind, BodyErrorKind::UnknownField);
+        assert_eq!(e.details["field"], "sorce");
+        assert!(e.message.starts_with("unknown field \"sorce\"; expected one of text, limit"), "{}", e.message);
+        let e = err(json!({"text": "a", "inner": {"session_id": "s"}}));
+        assert_eq!(e.details["field"], "inner.session_id", "{}", e.message);
+        let e = err(json!({"text": "a", "items": [{"text": "t", "x": 1}]}));
+        assert_eq!(e.details["field"], "items[0].x", "{}", e.message);
+    }
+
+    #[test]
+    fn malformed_json_is_a_syntax_error_and_strings_are_never_quoted() {
+        assert_eq!(parse::<Body>(b"{\"text\": ").unwrap_err().kind, BodyErrorKind::Syntax);
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Secret {
+            n: u8,
+        }
+        let e = from_value::<Secret>(json!({"n": "sk-secret"})).unwrap_err();
+        assert!(!e.message.contains("sk-secret"), "{}", e.message);
+    }
+}
