@@ -326,8 +326,7 @@ async fn both_available(home: &TestHome) -> anyhow::Result<Vec<(String, bool, St
 }
 
 #[tokio::test]
-async fn claude_code_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart()
--> anyhow::Result<()> {
+async fn claude_code_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart() -> anyhow::Result<()> {
     let (home, fakes) = new_user_home(true).await?;
     // The first command starts the daemon; both CLIs are found on its PATH.
     let list = both_available(&home).await?;

@@ -66,7 +66,12 @@ async fn foreign_origin_is_403_and_own_origin_is_allowed() -> anyhow::Result<()>
     }
     // Host may be any loopback name with our port.
     for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "localhost".to_owned()] {
-        api.get("/v1/settings").header("Host", &host).reply().await?.ok_json().with_context(|| format!("Host {host}"))?;
+        api.get("/v1/settings")
+            .header("Host", &host)
+            .reply()
+            .await?
+            .ok_json()
+            .with_context(|| format!("Host {host}"))?;
     }
     Ok(())
 }

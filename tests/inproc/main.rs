@@ -8,3 +8,4 @@ mod edge_contract;
 mod openapi;
 mod registry;
 mod settings;
+mod test_layers;

@@ -108,13 +108,8 @@ impl Edge {
         }
         let app = coffer_gateway::router(st);
         let conns = Connections::new("edge", Limits::EDGE);
-        let edge = tokio::spawn(serve_http(
-            Listener::Tcp(public),
-            conns,
-            app,
-            shutdown.clone(),
-            coffer_gateway::DRAIN_GRACE,
-        ));
+        let edge =
+            tokio::spawn(serve_http(Listener::Tcp(public), conns, app, shutdown.clone(), coffer_gateway::DRAIN_GRACE));
         Ok(Self { api: Api::new(port, token), home, shutdown, store: Some(store), edge: Some(edge), _temp: temp })
     }
 
