@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use coffer_tests::mcp::{McpSession, register_everything, register_stdio, set_tool_enabled};
+use coffer_tests::mcp::{McpSession, register_everything, register_stdio, set_tool_enabled, wait_catalog_ready};
 use coffer_tests::peers::{PyClient, Sdk, TokenProxy, node22, peer_path, run_to_end, texts, venv_bin};
 use coffer_tests::{SendExt, TestHome, bin, wait_for};
 use serde_json::{Value, json};
@@ -447,6 +447,10 @@ async fn filesystem_peer_through_coffer() -> anyhow::Result<()> {
     let node = coffer_runtime::connect::which_on_path("node").context("node is not on PATH")?;
     let entry = coffer_tests::peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")?;
     register_stdio(&api, "fs", &node, &[entry.display().to_string(), dir.display().to_string()], json!({})).await?;
+    // A session's first list holds only the servers the catalog has listed within
+    // `gateway.first_list_timeout_ms`: wait until it has listed this one (a loaded machine
+    // starts Node slower than that).
+    wait_catalog_ready(&api, "fs", Duration::from_secs(60)).await?;
     let s = McpSession::latest(&api).await?;
     let names = s.tool_names().await?;
     let read =
