@@ -7,6 +7,7 @@
 //! a web-session cookie; `Host` must be loopback and `Origin` (when present) our own; every
 //! response carries `X-Coffer-Trace`.
 
+pub mod assemble;
 pub mod authz;
 pub mod clients;
 pub mod credentials;

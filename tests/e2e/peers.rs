@@ -1,12 +1,12 @@
 //! Coffer with real MCP clients and servers (pinned in `tests/peers/`): the Python SDK 1.x and 2.x
 //! clients, the MCP Inspector CLI, the Rust SDK (`rmcp`) and the conformance suite, in front of
-//! `server-everything`, `mcp-server-time` and `mcp-server-git`. Each test starts its own daemon,
+//! `server-everything`, `server-filesystem`, `mcp-server-time` and `mcp-server-git`. Each test starts its own daemon,
 //! reuses it for every step, and ends by stopping it and checking that no process is left.
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use coffer_tests::mcp::{register_everything, register_stdio, set_tool_enabled};
+use coffer_tests::mcp::{McpSession, register_everything, register_stdio, set_tool_enabled, wait_catalog_ready};
 use coffer_tests::peers::{PyClient, Sdk, TokenProxy, node22, peer_path, run_to_end, texts, venv_bin};
 use coffer_tests::{SendExt, TestHome, bin, wait_for};
 use serde_json::{Value, json};
@@ -435,4 +435,32 @@ async fn the_shim_survives_a_daemon_restart() -> anyhow::Result<()> {
 
     client.close().await?;
     stop_and_check_nothing_is_left(&home).await
+}
+
+#[tokio::test]
+async fn filesystem_peer_through_coffer() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let dir = home.temp().join("shared-files");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("note.txt"), "hello from a file")?;
+    let node = coffer_runtime::connect::which_on_path("node").context("node is not on PATH")?;
+    let entry = coffer_tests::peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")?;
+    register_stdio(&api, "fs", &node, &[entry.display().to_string(), dir.display().to_string()], json!({})).await?;
+    // A session's first list holds only the servers the catalog has listed within
+    // `gateway.first_list_timeout_ms`: wait until it has listed this one (a loaded machine
+    // starts Node slower than that).
+    wait_catalog_ready(&api, "fs", Duration::from_secs(60)).await?;
+    let s = McpSession::latest(&api).await?;
+    let names = s.tool_names().await?;
+    let read =
+        names.iter().find(|n| *n == "fs__read_text_file" || *n == "fs__read_file").context("a read tool")?.clone();
+    let file = dir.join("note.txt").canonicalize()?;
+    let r = s.tool(&read, json!({"path": file})).await?;
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    ensure!(text.contains("hello from a file"), "{r}");
+    // Outside the allowed folder: the upstream's own error comes back unchanged (isError).
+    let r = s.tool(&read, json!({"path": "/etc/hostname"})).await?;
+    ensure!(r["result"]["isError"] == true || r["error"].is_object(), "{r}");
+    Ok(())
 }

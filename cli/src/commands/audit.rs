@@ -14,7 +14,7 @@ use crate::output::{self, cell, render_table_fitted};
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
 
 /// Actions the audit log records: the store's `rpc.rs`, `retention.rs` and `domain/channels.rs`,
-/// the gateway's `rest/import.rs`, coffer-chat's channel bridge (`channel.refused`) and the store's `domain/sync_export.rs` (`sync.*`, applying a pulled vault) write them (an e2e test, `cli_polish`, checks this list against them).
+/// the gateway's `rest/import.rs`, coffer-chat's channel bridge (`channel.refused`) and the store's `domain/sync_export.rs` (`sync.*`, applying a pulled vault) write them (an e2e test, `cli_output`, checks this list against them).
 pub const ACTIONS: &[&str] = &[
     "server.create",
     "server.update",

@@ -1,4 +1,4 @@
-//! Issue 16's "done when", as one person's session in a real headless Chromium: `coffer ui`
+//! The web console walked through as one person's session in a real headless Chromium: `coffer ui`
 //! prints a login link; the browser lands signed in on the chat page; a conversation with the
 //! real Claude Code CLI (on the fake Anthropic API) streams; two messages queued during the turn
 //! wait as pending items; the turn is stopped; the queue is resumed; a second tab shows the same
@@ -45,7 +45,7 @@ fn reply_with(word: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ui_done_when_a_new_user_chats_queues_stops_resumes_watches_toggles_and_searches() -> anyhow::Result<()> {
+async fn a_new_user_chats_queues_stops_resumes_watches_toggles_and_searches() -> anyhow::Result<()> {
     let fake = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
     let mut home = TestHome::new()?;
     coffer_tests::chat::offline_claude_code(&mut home, &fake.url);

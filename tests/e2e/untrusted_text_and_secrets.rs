@@ -1,4 +1,4 @@
-//! Issue 32's smaller findings, end to end on real daemons through the real CLI: an upstream's
+//! Untrusted text and secrets, end to end on real daemons through the real CLI: an upstream's
 //! terminal escapes are shown and not obeyed, the audit log records how a request was
 //! authenticated whatever `X-Coffer-Actor` says, secret-looking upstream arguments are refused
 //! unless allowed, and a fact that gives a password is refused unless allowed.

@@ -1,5 +1,5 @@
-//! Findings of new users in the `coffer` CLI (issue 13's smaller findings), end to end on real
-//! daemons: arguments too large for a command line, `--json` where it is offered, …
+//! The `coffer` CLI's smaller commands end to end on real daemons (`tools call`, `connect`,
+//! `print`, `version`, `install`, `import`, `mcp add`/`edit`): arguments too large for a command line, `--json` where it is offered, …
 use anyhow::{Context, ensure};
 use coffer_tests::mcp::register_tiny;
 use coffer_tests::{SendExt, TestHome};

@@ -1,4 +1,4 @@
-//! Channel behaviours a new user relies on, end to end: a real daemon
+//! How channels fail and say why, end to end: a real daemon
 //! (`coffer-test-daemon scripted-chat`: the real store, gateway and chat service with the
 //! test-only `scripted` agent), channels written through REST and the CLI as a person would,
 //! and the adapters talking to the fake Telegram Bot API and the fake SeaTalk Open Platform over

@@ -1,4 +1,4 @@
-//! What a newcomer tripped over in the `coffer` CLI, end to end: credential references from
+//! What the `coffer` CLI prints and exits with, end to end: credential references from
 //! `mcp add` (and shown by name), exit codes (bad input 2, bad local configuration 1, 5 only for
 //! an unreachable daemon), `--json` errors as envelopes and JSON log lines, the audit actions,
 //! settings' defaults and checks, yes/no in `status`, and `daemon restart gateway`.

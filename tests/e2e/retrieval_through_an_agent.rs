@@ -1,4 +1,4 @@
-//! Issue 14's "done when", as one new user's afternoon on the real daemon: they point Coffer at
+//! Retrieval through a real agent, as one new user's afternoon on the real daemon: they point Coffer at
 //! a folder of their notes (some in Chinese) with the CLI, a real coding agent (headless Claude
 //! Code through Coffer's shim, on a fake model API) searches them and remembers a fact — the
 //! fact is a markdown file on disk —, they edit a note in their editor and the edit is found

@@ -1,4 +1,4 @@
-//! `GET /v1/openapi.json` against the running edge: for every documented path the router
+//! `GET /v1/openapi.json` against the edge's router (in process): for every documented path the router
 //! allows exactly the documented methods (its `405` answer to `OPTIONS` lists them in `Allow`),
 //! every documented operation needs the token but `GET /v1/health`, and a path the document
 //! does not know is 404. (The unit tests in `gateway-edge/src/rest/openapi.rs` check the other
@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context, ensure};
-use coffer_tests::{SendExt, TestHome};
+use coffer_tests::SendExt;
+use coffer_tests::inproc::Edge;
 use reqwest::Method;
 use serde_json::Value;
 
@@ -26,8 +27,8 @@ fn fill(template: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_route_is_served_with_exactly_its_methods() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
-    let api = home.start_daemon().await?;
+    let edge = Edge::start().await?;
+    let api = edge.api();
     api.anon(Method::GET, "/v1/openapi.json").reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
     let doc = api.get("/v1/openapi.json").reply().await?.ok_json()?;
     assert_eq!(doc["openapi"], "3.1.0");

@@ -1,4 +1,4 @@
-//! Issue 15's "Done when", as a new user lives it: the shipped daemon (`coffer-daemon` with the
+//! Chat through the `coffer` CLI, as a new user lives it: the shipped daemon (`coffer-daemon` with the
 //! real `coffer-chat`, Claude Code and Codex registered) started on demand by the `coffer` CLI,
 //! the real agent CLIs from `tests/peers/` on the scripted fake model APIs
 //! (`coffer_tests::script`), and only `coffer …` commands to drive it: `chat agents` lists both
@@ -120,7 +120,7 @@ fn anthropic_user_texts(body: &Value) -> Vec<String> {
 /// fakes: Claude Code's offline variables and `OPENAI_API_KEY` (kept by the daemon through
 /// `COFFER_PASS_ENV`), and the user's `~/.codex/config.toml` naming the fake provider; with
 /// `on_path`, a folder holding `claude` and `codex` first on `PATH`.
-async fn newcomer_home(on_path: bool) -> anyhow::Result<(TestHome, Fakes)> {
+async fn new_user_home(on_path: bool) -> anyhow::Result<(TestHome, Fakes)> {
     let fakes = Fakes { anthropic: FakeAnthropic::scripted().await?, openai: FakeOpenAi::start().await? };
     let mut home = TestHome::new()?;
     // Nothing of the machine's own agent set-up may leak in.
@@ -326,9 +326,8 @@ async fn both_available(home: &TestHome) -> anyhow::Result<Vec<(String, bool, St
 }
 
 #[tokio::test]
-async fn chat_newcomer_claude_code_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart()
--> anyhow::Result<()> {
-    let (home, fakes) = newcomer_home(true).await?;
+async fn claude_code_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart() -> anyhow::Result<()> {
+    let (home, fakes) = new_user_home(true).await?;
     // The first command starts the daemon; both CLIs are found on its PATH.
     let list = both_available(&home).await?;
     let dir = home.temp().join("agent-bin");
@@ -336,12 +335,12 @@ async fn chat_newcomer_claude_code_streams_queues_stops_resumes_calls_a_tool_and
         let (_, _, command) = list.iter().find(|(k, ..)| k == key).context("listed")?;
         assert_eq!(Path::new(command), dir.join(name), "{key} resolved on the daemon's PATH: {list:?}");
     }
-    newcomer(&home, &fakes, Agent::ClaudeCode).await
+    a_new_users_session(&home, &fakes, Agent::ClaudeCode).await
 }
 
 #[tokio::test]
-async fn chat_newcomer_codex_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart() -> anyhow::Result<()> {
-    let (home, fakes) = newcomer_home(false).await?;
+async fn codex_streams_queues_stops_resumes_calls_a_tool_and_survives_a_restart() -> anyhow::Result<()> {
+    let (home, fakes) = new_user_home(false).await?;
     // Neither CLI is on PATH: both are listed unavailable, each naming the setting to use.
     let list = agents(&cli_json(&home, &["chat", "agents"]).await?);
     for (key, setting) in [("claude_code", "chat.claude_code_path"), ("codex", "chat.codex_path")] {
@@ -358,11 +357,11 @@ async fn chat_newcomer_codex_streams_queues_stops_resumes_calls_a_tool_and_survi
     let list = both_available(&home).await?;
     let (_, _, command) = list.iter().find(|(k, ..)| k == "codex").context("listed")?;
     assert_eq!(command, &codex, "{list:?}");
-    newcomer(&home, &fakes, Agent::Codex).await
+    a_new_users_session(&home, &fakes, Agent::Codex).await
 }
 
 /// Steps 2-8 of the task for `agent`, on a home whose daemon runs with both agents available.
-async fn newcomer(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Result<()> {
+async fn a_new_users_session(home: &TestHome, fakes: &Fakes, agent: Agent) -> anyhow::Result<()> {
     // An upstream for the agent to find through Coffer's tools.
     let tiny = bin("coffer-tiny-upstream")?.display().to_string();
     cli_ok(home, &["mcp", "add", "tiny", "--", &tiny]).await?;

@@ -1,4 +1,4 @@
-//! Issue 14's newcomer findings, each through the real daemon: `kb remove` during a reindex
+//! Knowledge-base folders and memory through the real daemon: `kb remove` during a reindex
 //! stops the pass (nothing of the removed KB comes back), one folder is one KB, a KB folder that
 //! vanishes is not searched and comes back on its own with its chunks and vectors kept, a weak
 //! vector hit alone is no result, half-configured embeddings say what is missing, a KB folder
