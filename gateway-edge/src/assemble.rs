@@ -1,8 +1,8 @@
 //! Assembling the edge's [`AppState`] from what a service is given: its home, its internal
 //! identity ([`Internal`]: its token and the other services' addresses), the public token and
-//! port. The in-process test harness (`coffer_tests::inproc`) builds the edge with it over a
-//! store served on a loopback port; [`crate::run`] builds the same parts inline (to be folded
-//! onto [`state`] once the MCP restructuring lands: the parts are the same).
+//! and agent tokens and port. [`crate::run`] builds the daemon's edge with it; the in-process
+//! test harness (`coffer_tests::inproc`) builds the edge with it over a store served on a
+//! loopback port.
 //!
 //! Every client is lazily connected: a service that is not running (chat, retrieval, the
 //! supervisor in the harness) fails the calls that need it with `503`, as in a daemon where it
@@ -16,7 +16,7 @@ use coffer_runtime::service::Internal;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use crate::{AppState, chat, llm, mcp, rest, retrieval, snapshot, store, web_sessions};
+use crate::{AppState, clients, mcp, snapshot, web_sessions};
 
 /// What [`state`] builds the edge from.
 pub struct Parts {
@@ -25,14 +25,18 @@ pub struct Parts {
     /// The edge's internal identity: its token and the addresses of the store, retrieval, chat
     /// and the supervisor (all four must be present; unreachable ones fail only their calls).
     pub internal: Internal,
-    /// The token `/v1/*` and `/mcp` accept (`X-Coffer-Token`).
+    /// The owner's token: every `/v1/*` route and `/mcp` accept it (`X-Coffer-Token`).
     pub public_token: SecretString,
+    /// The agents' token (`agent-access/agent.json`): `/mcp` only.
+    pub agent_token: SecretString,
     /// The public port, for the `Host`/`Origin` checks.
     pub port: u16,
     /// The supervisor's pid, as `/v1/status` reports it (0 when there is none).
     pub pid: u32,
     /// RFC 3339 start time, as `/v1/status` reports it.
     pub started_at: String,
+    /// The daemon run (`<supervisor pid>-<started_at>`): web sessions of another run are dropped.
+    pub run: String,
     /// Cancelled to stop the edge's tasks (snapshot feed, gateway reaper, SSE responses).
     pub shutdown: CancellationToken,
 }
@@ -46,15 +50,9 @@ pub struct Parts {
 /// When an address in `parts.internal` is missing or unusable, or the invocation writer thread
 /// cannot be started.
 pub fn state(parts: Parts) -> anyhow::Result<Arc<AppState>> {
-    let Parts { home, internal, public_token, port, pid, started_at, shutdown } = parts;
-    let store = store::StoreClients::new(internal.channel(Identity::Store)?);
-    let retrieval = retrieval::client(internal.addr(Identity::Retrieval)?, internal.token())?;
-    let chat = chat::client(internal.addr(Identity::Chat)?, internal.token())?;
-    let sync = rest::sync::client(internal.addr(Identity::Retrieval)?, internal.token())?;
-    let llm = llm::client(internal.addr(Identity::Chat)?, internal.token())?;
-    let adapters =
-        coffer_proto::channel::channel_adapters_client::ChannelAdaptersClient::new(internal.channel(Identity::Chat)?);
-    let control = coffer_proto::control::control_client::ControlClient::new(internal.channel(Identity::Supervisor)?);
+    let Parts { home, internal, public_token, agent_token, port, pid, started_at, run, shutdown } = parts;
+    let clients::Clients { store, retrieval, sync, chat, llm, adapters, control } =
+        clients::Clients::connect(&internal)?;
     let snapshot = snapshot::start(store.clone(), shutdown.clone());
     let recorder =
         mcp::invocations::Recorder::spawn(internal.addr(Identity::Store)?.to_owned(), internal.token().clone())?;
@@ -70,6 +68,7 @@ pub fn state(parts: Parts) -> anyhow::Result<Arc<AppState>> {
     );
     Ok(Arc::new(AppState {
         public_token,
+        agent_token,
         port,
         pid,
         started_at,
@@ -81,7 +80,7 @@ pub fn state(parts: Parts) -> anyhow::Result<Arc<AppState>> {
         adapters,
         control,
         snapshot,
-        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME)),
+        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME), &run),
         login_codes: Default::default(),
         gateway,
         home,

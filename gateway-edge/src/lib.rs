@@ -30,7 +30,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use coffer_runtime::env as cenv;
-use coffer_runtime::identity::Identity;
 use coffer_runtime::limits::{Connections, Limits, Listener, serve_http};
 use coffer_runtime::service::ServiceCtx;
 use secrecy::SecretString;
@@ -86,48 +85,23 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let public_token = SecretString::from(env(cenv::PUBLIC_TOKEN)?);
     let agent_token = SecretString::from(env(cenv::AGENT_TOKEN)?);
     let port: u16 = env(cenv::PUBLIC_PORT)?.parse()?;
-    let clients::Clients { store, retrieval, sync, chat, llm, adapters, control } =
-        clients::Clients::connect(&internal)?;
     let pid: u32 = std::env::var(cenv::SUPERVISOR_PID).ok().and_then(|p| p.parse().ok()).unwrap_or(0);
-
     let started_at = std::env::var(cenv::STARTED_AT).unwrap_or_else(|_| coffer_runtime::now_rfc3339());
     // The daemon run (the supervisor's pid and start time): web sessions live no longer than it.
     let run = format!("{pid}-{started_at}");
-
-    let snapshot = snapshot::start(store.clone(), shutdown.clone());
-    let snapshot_ready = snapshot.clone();
-    let recorder =
-        mcp::invocations::Recorder::spawn(internal.addr(Identity::Store)?.to_owned(), internal.token().clone())?;
-    let credentials = Arc::new(mcp::resolver::StoreResolver::new(store.credentials.clone()));
-    let gateway = mcp::Gateway::new(
-        home.clone(),
-        credentials,
-        snapshot.clone(),
-        recorder,
-        retrieval.clone(),
-        llm.clone(),
-        shutdown.clone(),
-    );
-    let state = Arc::new(AppState {
+    let state = assemble::state(assemble::Parts {
+        home,
+        internal: internal.clone(),
         public_token,
         agent_token,
         port,
         pid,
         started_at,
-        store,
-        retrieval,
-        sync,
-        chat,
-        llm,
-        adapters,
-        control,
-        snapshot,
-        web_sessions: web_sessions::WebSessions::load(home.root().join(web_sessions::FILE_NAME), &run),
-        login_codes: Default::default(),
-        gateway: gateway.clone(),
-        home,
+        run,
         shutdown: shutdown.clone(),
-    });
+    })?;
+    let gateway = state.gateway.clone();
+    let snapshot_ready = state.snapshot.clone();
 
     // Report healthy (and so let the supervisor write daemon.json) only once the policy
     // snapshot has loaded: a call arriving earlier would see an empty registry.

@@ -93,9 +93,11 @@ impl Edge {
             home: home.clone(),
             internal: Internal::new(gateway_token, PeerDigests::default(), addrs),
             public_token,
+            agent_token: random_token(),
             port,
             pid: std::process::id(),
             started_at: coffer_runtime::now_rfc3339(),
+            run: format!("inproc-{}", std::process::id()),
             shutdown: shutdown.clone(),
         })?;
         if !st.snapshot.wait_for(0, SNAPSHOT_TIMEOUT).await {
