@@ -324,7 +324,8 @@ async fn write_batch(
             }
             Err(e) if attempt < 4 => {
                 tracing::debug!(error = %e, attempt, "Invocation batch write failed; retrying.");
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                let backoff = coffer_runtime::Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+                tokio::time::sleep(backoff.delay_after(attempt + 1)).await;
             }
             Err(e) => tracing::warn!(error = %e, count = n, "Dropped invocation records: store unavailable."),
         }

@@ -143,7 +143,7 @@ struct Failure {
 
 impl Failure {
     fn backoff(&self) -> Duration {
-        FIRST_BACKOFF.saturating_mul(1 << self.attempts.saturating_sub(1).min(10)).min(MAX_BACKOFF)
+        coffer_runtime::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF).delay_after(self.attempts.max(1))
     }
 }
 

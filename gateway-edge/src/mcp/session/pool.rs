@@ -198,7 +198,9 @@ impl Pool {
             }
             SlotState::Failed { generation: failed_for, .. } if *failed_for != generation => 0,
             SlotState::Failed { at, attempts, error, .. } => {
-                let backoff = FIRST_BACKOFF.saturating_mul(1 << (*attempts).min(6)).min(MAX_BACKOFF);
+                // `attempts` failures in a row: waits FIRST_BACKOFF × 2^attempts (1 s after
+                // the first), i.e. one doubling ahead of the shared curve.
+                let backoff = coffer_runtime::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF).delay_after(*attempts + 1);
                 if at.elapsed() < backoff {
                     return Err(error.clone());
                 }

@@ -594,7 +594,8 @@ impl Upstream {
                 }
                 drop(up);
                 // A backoff between re-opened subscriptions, not a wait for readiness.
-                let backoff = Duration::from_millis(200u64 << quiet.min(7));
+                let backoff = coffer_runtime::Backoff::new(Duration::from_millis(200), Duration::from_millis(25_600))
+                    .delay_after(quiet + 1);
                 tokio::select! {
                     _ = ended.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}

@@ -212,11 +212,8 @@ impl Inner {
                     }
                 }
             }
-            let backoff = if failures == 0 {
-                Duration::ZERO
-            } else {
-                RECONNECT_BASE.saturating_mul(1 << (failures - 1).min(5)).min(RECONNECT_MAX)
-            };
+            // At most five doublings (1 s … 30 s); zero before any failure.
+            let backoff = coffer_runtime::Backoff::new(RECONNECT_BASE, RECONNECT_MAX).delay_after(failures.min(6));
             tokio::time::sleep(parser.retry().unwrap_or(RECONNECT_BASE).max(backoff)).await;
         }
     }
