@@ -274,8 +274,20 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
     if let Some(suppressed) = REFUSALS.allow() {
         tracing::info!(method = %req.method(), suppressed, "Refused: missing or wrong token.");
     }
-    let mut resp =
-        reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await;
+    let on_mcp = req.uri().path() == "/mcp" || req.uri().path().starts_with("/mcp/");
+    let mut resp = if session_cookies(req.headers()).next().is_some() && !on_mcp {
+        // A console cookie that names no live session: it ended with the daemon run, was logged
+        // out or expired. Say so, rather than point a console user at the token.
+        ApiError::new(
+            Code::Unauthorized,
+            "the console session is unknown or has ended (sessions end with the daemon, `coffer ui --logout-all` or \
+             30 idle days): open a new login link from `coffer ui`",
+        )
+        .with_details(serde_json::json!({"reason": "session_unknown"}))
+        .into_response()
+    } else {
+        reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await
+    };
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
     resp
 }

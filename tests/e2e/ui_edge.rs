@@ -426,7 +426,13 @@ async fn ui_edge_sessions_survive_gateway_restarts_end_with_the_daemon_and_logou
     let out = home.cli(&["ui", "--logout-all"]).await?.ok()?;
     ensure!(out.stdout.contains("Signed out 2 web sessions"), "{out}");
     for c in [&first, &second] {
-        with_session(&api, Method::GET, "/v1/status", c).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
+        let e = with_session(&api, Method::GET, "/v1/status", c).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
+        // An ended session says so and where a new one comes from (not "send X-Coffer-Token").
+        ensure!(
+            e["details"]["reason"] == "session_unknown"
+                && e["message"].as_str().is_some_and(|m| m.contains("coffer ui")),
+            "{e}"
+        );
     }
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
     ensure!(v["sessions"] == json!([]), "{v}");

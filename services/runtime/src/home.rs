@@ -127,8 +127,11 @@ impl CofferHome {
                     .map_err(|source| HomeError::Create { path: d.clone(), source })?;
             }
         }
-        // Tighten a root created by someone else with a looser mode; ignore failure (not owner).
-        let _ = std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700));
+        // Tighten a root created by someone else with a looser mode, and the folder of the agents'
+        // token file (whoever loosened it); ignore failure (not owner).
+        for d in [&self.root, &self.agent_access()] {
+            let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700));
+        }
         let probe = self.root.join(format!(".write-probe-{}", std::process::id()));
         std::fs::write(&probe, b"").map_err(|source| HomeError::NotWritable { path: self.root.clone(), source })?;
         let _ = std::fs::remove_file(&probe);
