@@ -538,7 +538,13 @@ async fn rename_model_archive_restore_and_stale_versions() -> anyhow::Result<()>
         let (mut cl, id) = (cl.clone(), conv.id.clone());
         async move {
             let v = chat::get(&mut cl, &id).await?;
-            Ok((v.messages.len() == 2 && status_of(&v.messages[1]) == c::MessageStatus::Complete).then_some(v))
+            // The agent's session id is persisted (the conversation's version 2) when the adapter
+            // reports it, which may be after the reply is complete: wait for both, so that the
+            // version read below is the one the updates must name.
+            let session =
+                v.conversation.as_ref().and_then(|c| c.agent_config.as_ref()).map(|a| !a.session_id.is_empty());
+            let done = v.messages.len() == 2 && status_of(&v.messages[1]) == c::MessageStatus::Complete;
+            Ok((done && session == Some(true)).then_some(v))
         }
     })
     .await?;
