@@ -48,15 +48,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A lazily connecting client of the chat service at `addr` (`127.0.0.1:port`) presenting
-/// `token`, with the keep-alive described in the module docs.
-///
-/// # Errors
-/// When `addr` is not a valid authority.
-pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
-    Ok(over(channel(addr, token)?))
-}
-
 /// A lazily connecting channel to the service at `addr` presenting `token`, with the
 /// keep-alive described in the module docs; every client of this service shares it
 /// ([`crate::clients::Clients`]).

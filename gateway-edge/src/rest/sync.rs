@@ -17,7 +17,6 @@ use coffer_proto::sync::{
     WorkerState,
 };
 use coffer_runtime::grpc::AuthChannel;
-use secrecy::SecretString;
 
 use crate::error::{ApiError, Code, JsonBody};
 use crate::state::AppState;
@@ -29,15 +28,6 @@ pub type Client = SyncClient<AuthChannel>;
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(900);
 /// Deadline of `status`.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A lazily connecting client of the Sync service at `addr` presenting `token`.
-///
-/// # Errors
-/// When `addr` is not a valid authority.
-pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transport::Error> {
-    let ch = coffer_runtime::grpc::watched_channel(addr, token, Duration::from_secs(1), Duration::from_secs(2))?;
-    Ok(SyncClient::new(ch).max_decoding_message_size(crate::retrieval::MAX_REPLY))
-}
 
 /// The routes.
 pub fn routes() -> Router<Arc<AppState>> {
