@@ -547,3 +547,43 @@ pub struct ConversationGone {
     /// The deleted conversation's id.
     pub id: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn events_carry_their_kind_and_its_object_and_read_back() {
+        let e = Event::new(4, "01C".into(), Some(9), None, EventBody::TextDelta(TextDelta { text: "Hel".into() }));
+        let line = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            line,
+            r#"{"seq":4,"conversation_id":"01C","at_ms":9,"turn_id":null,"kind":"text_delta","text_delta":{"text":"Hel"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), e);
+        for k in EventKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), json!(k.word()));
+        }
+        // A kind this build does not know is not an Event.
+        let newer = json!({"seq": 5, "conversation_id": "01C", "at_ms": 1, "turn_id": null, "kind": "thinking", "thinking": {}});
+        assert!(serde_json::from_value::<Event>(newer).is_err());
+    }
+
+    #[test]
+    fn blocks_are_tagged_by_type_and_replies_omit_the_other_outcome() {
+        let b = ContentBlock::ToolUse { tool_use: ToolUse { id: "t".into(), name: "Bash".into(), input: json!({}) } };
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(v, json!({"type": "tool_use", "tool_use": {"id": "t", "name": "Bash", "input": {}}}));
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), b);
+        let r = SendMessageReply { pending: Some(PendingItem::default()), ..Default::default() };
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("message").is_none() && v["pending"].is_object(), "{v}");
+        let m = Message {
+            blocks: vec![ContentBlock::Text { text: "a".into() }, b, ContentBlock::Text { text: "b".into() }],
+            ..Default::default()
+        };
+        assert_eq!(m.text(), "ab");
+    }
+}
