@@ -1,6 +1,7 @@
 //! `/v1/agents`, `/v1/conversations…`: REST and SSE over `coffer-chat` (`proto/chat.proto`).
-//! Each route checks its body and parameters, makes one Chat call and answers with the reply in
-//! the JSON of [`crate::chat`]; a failed call is the envelope of [`ApiError::from_chat`] (400
+//! Each route reads its body as a `coffer_api::chat` request type, checks its parameters, makes
+//! one Chat call and answers with the reply as a `coffer_api::chat` type (converted by
+//! [`crate::chat`]; events too); a failed call is the envelope of [`ApiError::from_chat`] (400
 //! `INVALID_ARGUMENT`, 404 `NOT_FOUND`, 409 `CONFLICT`, 429 `TOO_MANY_REQUESTS`, 503
 //! `SERVICE_UNAVAILABLE` while the service is not running). The edge keeps no chat state: turns,
 //! the queue and the event bus are the service's.
