@@ -14,14 +14,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
-use serde_json::{Value, json};
+use coffer_api::Page;
+use coffer_api::chat::{
+    Agent, AgentConfigCreate, ContentBlock, Conversation, ConversationCreate, ConversationDeleted, ConversationPatch,
+    ConversationView, Event, EventBody, Interrupted, Message, MessageSend, MessageStatus, PendingItemSet, PendingQueue,
+    PendingSet, Role, SendMessageReply, Usage,
+};
+use serde_json::Value;
 
 use crate::api::{ApiClient, path_segment, with_query};
 use crate::commands::kb::{absolute, time_ms};
 use crate::context::Ctx;
 use crate::error::CliError;
 use crate::output::{
-    self, cell, printable, printable_text, render_fields, render_table, render_table_fitted, truncate, yes_no,
+    self, printable, printable_text, render_fields, render_table, render_table_fitted, text_cell, truncate, yes_no,
 };
 
 /// Longest silence on an event stream before it is taken for broken and resumed (the edge
@@ -207,15 +213,27 @@ pub async fn run(ctx: &Ctx, cmd: ChatCommand) -> Result<(), CliError> {
         ChatCommand::Watch(a) => watch(ctx, &a.id).await,
         ChatCommand::Stop(a) => stop(ctx, &a.id).await,
         ChatCommand::Pending(a) => pending(ctx, a).await,
-        ChatCommand::Archive(a) => patch(ctx, &a.id, json!({"archived": true}), "Archived").await,
-        ChatCommand::Restore(a) => patch(ctx, &a.id, json!({"archived": false}), "Restored").await,
-        ChatCommand::Rename(a) => patch(ctx, &a.id, json!({"title": a.title.join(" ")}), "Renamed").await,
+        ChatCommand::Archive(a) => {
+            patch(ctx, &a.id, ConversationPatch { archived: Some(true), ..Default::default() }, "Archived").await
+        }
+        ChatCommand::Restore(a) => {
+            patch(ctx, &a.id, ConversationPatch { archived: Some(false), ..Default::default() }, "Restored").await
+        }
+        ChatCommand::Rename(a) => {
+            let title = Some(a.title.join(" "));
+            patch(ctx, &a.id, ConversationPatch { title, ..Default::default() }, "Renamed").await
+        }
         ChatCommand::Rm(a) => rm(ctx, &a.id).await,
     }
 }
 
 fn conv_path(id: &str) -> String {
     format!("/v1/conversations/{}", path_segment(id))
+}
+
+/// A `*_ms` time as `2026-11-30 09:31:36` (UTC), `-` for null.
+fn at(ms: Option<i64>) -> String {
+    time_ms(&Value::from(ms))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,30 +263,17 @@ pub fn tool_result_line(output: &str, is_error: bool) -> String {
 }
 
 /// Token usage as `1234 in / 56 out tokens` (cache reads added when there were some).
-pub fn usage_text(u: &Value) -> String {
-    let n = |k: &str| u[k].as_u64().unwrap_or(0);
-    let mut s = format!("{} in / {} out tokens", n("input_tokens"), n("output_tokens"));
-    if n("cache_read_tokens") > 0 {
-        s.push_str(&format!(", {} from cache", n("cache_read_tokens")));
+pub fn usage_text(u: &Usage) -> String {
+    let mut s = format!("{} in / {} out tokens", u.input_tokens, u.output_tokens);
+    if u.cache_read_tokens > 0 {
+        s.push_str(&format!(", {} from cache", u.cache_read_tokens));
     }
     s
 }
 
-/// A message's text blocks joined.
-pub fn message_text(m: &Value) -> String {
-    m["blocks"]
-        .as_array()
-        .map(|b| {
-            b.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("")
-        })
-        .unwrap_or_default()
-}
-
 /// The queue in one line: `queue: 2 pending (paused)`, `queue: empty`.
-pub fn queue_line(q: &Value) -> String {
-    let n = q["items"].as_array().map_or(0, Vec::len);
-    let paused = q["paused"].as_bool().unwrap_or(false);
-    match (n, paused) {
+pub fn queue_line(q: &PendingQueue) -> String {
+    match (q.items.len(), q.paused) {
         (0, false) => "queue: empty".to_owned(),
         (0, true) => "queue: empty (paused)".to_owned(),
         (n, false) => format!("queue: {n} pending"),
@@ -277,36 +282,39 @@ pub fn queue_line(q: &Value) -> String {
 }
 
 /// A conversation's state in one cell: `running`, `idle`, `archived`, plus `+2 queued (paused)`.
-pub fn state_cell(c: &Value) -> String {
-    let mut s = if c["archived"].as_bool().unwrap_or(false) {
+pub fn state_cell(c: &Conversation) -> String {
+    let mut s = if c.archived {
         "archived".to_owned()
-    } else if c["turn_running"].as_bool().unwrap_or(false) {
+    } else if c.turn_running {
         "running".to_owned()
     } else {
         "idle".to_owned()
     };
-    let n = c["pending_count"].as_u64().unwrap_or(0);
-    if n > 0 {
-        s.push_str(&format!(" +{n} queued"));
+    if c.pending_count > 0 {
+        s.push_str(&format!(" +{} queued", c.pending_count));
     }
-    if c["pending_paused"].as_bool().unwrap_or(false) {
+    if c.pending_paused {
         s.push_str(" (paused)");
     }
     s
 }
 
+/// A table cell of an optional text: `-` when null or blank (see [`text_cell`]).
+fn opt_cell(s: Option<&str>, max: usize) -> String {
+    text_cell(s.unwrap_or_default(), max)
+}
+
 /// The agents table: AGENT NAME AVAILABLE VERSION COMMAND OR REASON.
-pub fn render_agents(items: &[Value]) -> String {
+pub fn render_agents(items: &[Agent]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|a| {
-            let available = a["available"].as_bool().unwrap_or(false);
             vec![
-                cell(a.get("agent_key"), 40),
-                cell(a.get("display_name"), 40),
-                yes_no(available).to_owned(),
-                cell(a.get("version"), 40),
-                if available { cell(a.get("command"), 200) } else { cell(a.get("reason"), 200) },
+                text_cell(&a.agent_key, 40),
+                text_cell(&a.display_name, 40),
+                yes_no(a.available).to_owned(),
+                opt_cell(a.version.as_deref(), 40),
+                opt_cell(if a.available { a.command.as_deref() } else { a.reason.as_deref() }, 200),
             ]
         })
         .collect();
@@ -315,18 +323,17 @@ pub fn render_agents(items: &[Value]) -> String {
 
 /// The conversations table: ID AGENT MESSAGES STATE LAST ACTIVITY TITLE (the title last, cut to
 /// `width`).
-pub fn render_conversations(items: &[Value], width: Option<usize>) -> String {
+pub fn render_conversations(items: &[Conversation], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|c| {
-            let last = if c["last_message_ms"].is_null() { &c["updated_ms"] } else { &c["last_message_ms"] };
             vec![
-                cell(c.get("id"), 40),
-                cell(c.get("agent_key"), 30),
-                c["message_count"].as_u64().unwrap_or(0).to_string(),
+                text_cell(&c.id, 40),
+                text_cell(&c.agent_key, 30),
+                c.message_count.to_string(),
                 state_cell(c),
-                time_ms(last),
-                cell(c.get("title"), 200),
+                at(c.last_message_ms.or(c.updated_ms)),
+                text_cell(&c.title, 200),
             ]
         })
         .collect();
@@ -335,97 +342,85 @@ pub fn render_conversations(items: &[Value], width: Option<usize>) -> String {
 
 /// One message as lines: `[time] you (cli):` then its text, or `[time] assistant (model,
 /// status):` then text, tool calls and results; an error last.
-pub fn render_message(m: &Value) -> String {
+pub fn render_message(m: &Message) -> String {
     let mut out = String::new();
-    let when = time_ms(&m["created_ms"]);
-    if m["role"] == "assistant" {
+    let when = at(m.created_ms);
+    if m.role == Role::Assistant {
         let mut about: Vec<String> = Vec::new();
-        if let Some(model) = m["model"].as_str() {
+        if let Some(model) = &m.model {
             about.push(printable(model).into_owned());
         }
-        if m["status"] != "complete" {
-            about.push(m["status"].as_str().unwrap_or("?").to_owned());
+        if m.status != MessageStatus::Complete {
+            about.push(m.status.word().to_owned());
         }
-        if !m["usage"].is_null() {
-            about.push(usage_text(&m["usage"]));
+        if let Some(u) = &m.usage {
+            about.push(usage_text(u));
         }
         let about = if about.is_empty() { String::new() } else { format!(" ({})", about.join(", ")) };
         out.push_str(&format!("[{when}] assistant{about}:\n"));
     } else {
-        let source = m["source"].as_str().map(|s| format!(" ({})", printable(s))).unwrap_or_default();
+        let source = m.source.as_deref().map(|s| format!(" ({})", printable(s))).unwrap_or_default();
         out.push_str(&format!("[{when}] you{source}:\n"));
     }
-    for b in m["blocks"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        match b["type"].as_str() {
-            Some("text") => {
-                for line in printable_text(b["text"].as_str().unwrap_or("")).lines() {
+    for b in &m.blocks {
+        match b {
+            ContentBlock::Text { text } => {
+                for line in printable_text(text).lines() {
                     out.push_str(&format!("  {line}\n"));
                 }
             }
-            Some("tool_use") => {
-                let u = &b["tool_use"];
-                out.push_str(&format!("  {}\n", tool_call_line(u["name"].as_str().unwrap_or("?"), &u["input"])));
+            ContentBlock::ToolUse { tool_use: u } => {
+                out.push_str(&format!("  {}\n", tool_call_line(&u.name, &u.input)));
             }
-            Some("tool_result") => {
-                let r = &b["tool_result"];
-                out.push_str(&format!(
-                    "  {}\n",
-                    tool_result_line(r["output"].as_str().unwrap_or(""), r["is_error"].as_bool().unwrap_or(false))
-                ));
+            ContentBlock::ToolResult { tool_result: r } => {
+                out.push_str(&format!("  {}\n", tool_result_line(&r.output, r.is_error)));
             }
-            _ => {}
         }
     }
-    if let Some(e) = m["error"].as_str() {
+    if let Some(e) = &m.error {
         out.push_str(&format!("  ✗ {}\n", one_line(e, 400)));
     }
     out
 }
 
 /// The pending items, one `  N. text` line each (cut to one line).
-pub fn render_pending(q: &Value) -> String {
-    let items = q["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+pub fn render_pending(q: &PendingQueue) -> String {
     let mut out = format!("{}\n", queue_line(q));
-    for (i, p) in items.iter().enumerate() {
-        out.push_str(&format!("  {}. {}\n", i + 1, one_line(p["text"].as_str().unwrap_or(""), 200)));
+    for (i, p) in q.items.iter().enumerate() {
+        out.push_str(&format!("  {}. {}\n", i + 1, one_line(&p.text, 200)));
     }
     out
 }
 
 /// A conversation shown in full (`chat show`): its fields, then its messages, then the queue.
-pub fn render_view(v: &Value) -> String {
-    let c = &v["conversation"];
-    let cfg = &c["agent_config"];
-    let or_default = |k: &str, d: &str| cfg[k].as_str().filter(|s| !s.is_empty()).unwrap_or(d).to_owned();
+pub fn render_view(v: &ConversationView) -> String {
+    let c = &v.conversation;
+    let or_default = |s: &str, d: &str| if s.is_empty() { d.to_owned() } else { s.to_owned() };
     let mut fields = vec![
-        ("id", cell(c.get("id"), 40)),
-        ("title", c["title"].as_str().filter(|t| !t.is_empty()).unwrap_or("-").to_owned()),
-        ("agent", cell(c.get("agent_key"), 40)),
-        ("cwd", or_default("cwd", "-")),
-        ("model", or_default("model", "(the agent's default)")),
-        ("session", or_default("session_id", "- (none yet)")),
+        ("id", text_cell(&c.id, 40)),
+        ("title", or_default(&c.title, "-")),
+        ("agent", text_cell(&c.agent_key, 40)),
+        ("cwd", or_default(&c.agent_config.cwd, "-")),
+        ("model", or_default(&c.agent_config.model, "(the agent's default)")),
+        ("session", or_default(&c.agent_config.session_id, "- (none yet)")),
         ("state", state_cell(c)),
-        ("messages", c["message_count"].as_u64().unwrap_or(0).to_string()),
-        ("created", time_ms(&c["created_ms"])),
-        ("version", c["version"].as_u64().unwrap_or(0).to_string()),
+        ("messages", c.message_count.to_string()),
+        ("created", at(c.created_ms)),
+        ("version", c.version.to_string()),
     ];
-    if let Some(ch) = c["channel_name"].as_str() {
-        fields.push(("channel", format!("{ch} ({})", c["peer_chat_id"].as_str().unwrap_or("-"))));
+    if let Some(ch) = &c.channel_name {
+        fields.push(("channel", format!("{ch} ({})", c.peer_chat_id.as_deref().unwrap_or("-"))));
     }
     let mut out = render_fields(&fields);
-    let messages = v["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if v["more_before"].as_bool().unwrap_or(false) {
-        out.push_str(&format!(
-            "\n… older messages: coffer chat show {} --messages N\n",
-            c["id"].as_str().unwrap_or("ID")
-        ));
+    if v.more_before {
+        out.push_str(&format!("\n… older messages: coffer chat show {} --messages N\n", c.id));
     }
-    for m in messages {
+    for m in &v.messages {
         out.push('\n');
         out.push_str(&render_message(m));
     }
-    let q = &v["pending"];
-    if q["items"].as_array().is_some_and(|a| !a.is_empty()) || q["paused"].as_bool().unwrap_or(false) {
+    let q = &v.pending;
+    if !q.items.is_empty() || q.paused {
         out.push('\n');
         out.push_str(&render_pending(q));
     }
@@ -442,55 +437,47 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// What to print for one event (`data` of one SSE frame, kind from its `kind`).
-    pub fn render(&mut self, ev: &Value) -> String {
-        let kind = ev["kind"].as_str().unwrap_or("");
-        let body = &ev[kind];
-        let line = match kind {
-            "text_delta" => {
-                let text = printable_text(body["text"].as_str().unwrap_or("")).into_owned();
+    /// What to print for one event (`data` of one SSE frame).
+    pub fn render(&mut self, ev: &Event) -> String {
+        let line = match &ev.body {
+            EventBody::TextDelta(d) => {
+                let text = printable_text(&d.text).into_owned();
                 if !text.is_empty() {
                     self.mid_line = !text.ends_with('\n');
                 }
                 return text;
             }
-            "message_created" => {
-                let m = &body["message"];
-                if m["role"] == "assistant" {
+            EventBody::MessageCreated(c) => {
+                let m = c.message.clone().unwrap_or_default();
+                if m.role == Role::Assistant {
                     return String::new();
                 }
-                let source = m["source"].as_str().map(|s| format!(" ({})", printable(s))).unwrap_or_default();
-                format!("› you{source}: {}", one_line(&message_text(m), 200))
+                let source = m.source.as_deref().map(|s| format!(" ({})", printable(s))).unwrap_or_default();
+                format!("› you{source}: {}", one_line(&m.text(), 200))
             }
-            "turn_started" => return String::new(),
-            "tool_call" => tool_call_line(body["name"].as_str().unwrap_or("?"), &body["input"]),
-            "tool_result" => {
-                tool_result_line(body["output"].as_str().unwrap_or(""), body["is_error"].as_bool().unwrap_or(false))
-            }
-            "turn_done" => {
-                let mut parts =
-                    vec![body["stop_reason"].as_str().filter(|s| !s.is_empty()).unwrap_or("done").to_owned()];
-                if let Some(m) = body["model"].as_str() {
+            EventBody::TurnStarted(_) => return String::new(),
+            EventBody::ToolCall(t) => tool_call_line(&t.name, &t.input),
+            EventBody::ToolResult(r) => tool_result_line(&r.output, r.is_error),
+            EventBody::TurnDone(d) => {
+                let mut parts = vec![if d.stop_reason.is_empty() { "done".to_owned() } else { d.stop_reason.clone() }];
+                if let Some(m) = &d.model {
                     parts.push(printable(m).into_owned());
                 }
-                if !body["usage"].is_null() {
-                    parts.push(usage_text(&body["usage"]));
+                if let Some(u) = &d.usage {
+                    parts.push(usage_text(u));
                 }
-                let mark = if body["stop_reason"] == "interrupted" { "■ interrupted" } else { "✓ done" };
+                let mark = if d.stop_reason == "interrupted" { "■ interrupted" } else { "✓ done" };
                 format!("{mark} · {}", parts.join(" · "))
             }
-            "turn_error" => format!(
-                "✗ turn failed ({}): {}",
-                printable(body["code"].as_str().unwrap_or("?")),
-                one_line(body["message"].as_str().unwrap_or(""), 400)
-            ),
-            "queue_changed" => format!("⧗ {}", queue_line(&body["queue"])),
-            "reset" => match body["reason"].as_str().unwrap_or("") {
+            EventBody::TurnError(e) => {
+                format!("✗ turn failed ({}): {}", printable(&e.code), one_line(&e.message, 400))
+            }
+            EventBody::QueueChanged(q) => format!("⧗ {}", queue_line(&q.queue)),
+            EventBody::Reset(r) => match r.reason.as_str() {
                 "deleted" => "! the conversation was deleted".to_owned(),
                 "lagged" => "! this watcher fell behind; catching up from the conversation".to_owned(),
                 _ => "! earlier events are no longer kept; `coffer chat show ID` has the whole conversation".to_owned(),
             },
-            _ => return String::new(),
         };
         let mut out = String::new();
         if self.mid_line {
@@ -527,10 +514,10 @@ pub struct Target {
 
 impl Target {
     /// From the `POST …/messages` answer.
-    pub fn from_reply(reply: &Value, text: &str) -> Self {
-        let (id, queued) = match (reply["message"]["id"].as_str(), reply["pending"]["id"].as_str()) {
-            (Some(m), _) => (m.to_owned(), false),
-            (None, Some(p)) => (p.to_owned(), true),
+    pub fn from_reply(reply: &SendMessageReply, text: &str) -> Self {
+        let (id, queued) = match (&reply.message, &reply.pending) {
+            (Some(m), _) => (m.id.clone(), false),
+            (None, Some(p)) => (p.id.clone(), true),
             (None, None) => (String::new(), true),
         };
         Self { id, text: text.to_owned(), queued, turn: None }
@@ -538,24 +525,23 @@ impl Target {
 
     /// Notes the turn of an event when it is ours; true when `ev` ends it (`turn_done` or
     /// `turn_error` of our turn).
-    pub fn ends_with(&mut self, ev: &Value) -> bool {
-        let kind = ev["kind"].as_str().unwrap_or("");
-        let turn = ev["turn_id"].as_str();
+    pub fn ends_with(&mut self, ev: &Event) -> bool {
+        let turn = ev.turn_id.as_deref();
         if self.turn.is_none() {
-            let ours = match kind {
-                "message_created" => {
-                    let m = &ev[kind]["message"];
-                    m["role"] == "user"
-                        && (m["id"] == self.id.as_str() || (self.queued && message_text(m) == self.text))
-                }
-                "turn_started" => ev[kind]["user_message_id"] == self.id.as_str(),
+            let ours = match &ev.body {
+                EventBody::MessageCreated(c) => c.message.as_ref().is_some_and(|m| {
+                    m.role == Role::User && (m.id == self.id || (self.queued && m.text() == self.text))
+                }),
+                EventBody::TurnStarted(t) => t.user_message_id == self.id,
                 _ => false,
             };
             if ours {
                 self.turn = turn.map(str::to_owned);
             }
         }
-        matches!(kind, "turn_done" | "turn_error") && self.turn.is_some() && turn == self.turn.as_deref()
+        matches!(ev.body, EventBody::TurnDone(_) | EventBody::TurnError(_))
+            && self.turn.is_some()
+            && turn == self.turn.as_deref()
     }
 }
 
@@ -650,35 +636,34 @@ pub async fn follow(
             };
             parser.push(&bytes, &mut events);
             for e in events.drain(..) {
-                let Ok(data) = serde_json::from_slice::<Value>(&e.data) else { continue };
-                if let Some(seq) = data["seq"].as_u64() {
-                    after = after.max(seq);
-                    failures = 0;
-                }
-                if json {
+                let ev = serde_json::from_slice::<Event>(&e.data);
+                // --json passes on every JSON event, also of a kind this coffer does not know
+                // (a newer daemon's); the rest reads only the events it knows.
+                if json && (ev.is_ok() || serde_json::from_slice::<serde::de::IgnoredAny>(&e.data).is_ok()) {
                     output::println(&String::from_utf8_lossy(&e.data))?;
-                } else {
-                    output::print(&renderer.render(&data))?;
+                }
+                let Ok(ev) = ev else { continue };
+                after = after.max(ev.seq);
+                failures = 0;
+                if !json {
+                    output::print(&renderer.render(&ev))?;
                 }
                 if let Some(t) = target.as_mut()
-                    && t.ends_with(&data)
+                    && t.ends_with(&ev)
                 {
                     output::print(renderer.finish())?;
-                    return Ok(match data["kind"].as_str() {
-                        Some("turn_error") => End::Failed(
-                            data["turn_error"]["code"].as_str().unwrap_or("?").to_owned(),
-                            data["turn_error"]["message"].as_str().unwrap_or("").to_owned(),
-                        ),
+                    return Ok(match &ev.body {
+                        EventBody::TurnError(f) => End::Failed(f.code.clone(), f.message.clone()),
                         _ => End::Done,
                     });
                 }
-                if data["kind"] == "reset" {
-                    match data["reset"]["reason"].as_str() {
-                        Some("deleted") => {
+                if let EventBody::Reset(r) = &ev.body {
+                    match r.reason.as_str() {
+                        "deleted" => {
                             output::print(renderer.finish())?;
                             return Ok(End::Deleted);
                         }
-                        Some("lagged") => reload = true,
+                        "lagged" => reload = true,
                         _ => {}
                     }
                     // Events were lost: a followed turn may have ended among them.
@@ -693,8 +678,7 @@ pub async fn follow(
         }
         if reload {
             // Start again from the conversation as it is now.
-            let v = api.get(&with_query(&conv_path(id), &[("messages", Some("1"))])).await?;
-            after = v["last_seq"].as_u64().unwrap_or(after);
+            after = view_now(&api, id).await?.last_seq;
         }
         failures += 1;
         if failures > RECONNECTS {
@@ -705,17 +689,23 @@ pub async fn follow(
     }
 }
 
+/// The conversation as it is now, with its newest message only (for `last_seq`, the queue and
+/// whether a turn runs).
+async fn view_now(api: &ApiClient, id: &str) -> Result<ConversationView, CliError> {
+    api.get_as(&with_query(&conv_path(id), &[("messages", Some("1"))])).await
+}
+
 /// After lost events: whether `t`'s turn has ended (no turn runs and its item is not queued).
 async fn turn_over(api: &ApiClient, id: &str, t: &Target) -> Result<bool, CliError> {
-    let v = api.get(&with_query(&conv_path(id), &[("messages", Some("1"))])).await?;
-    let queued = v["pending"]["items"].as_array().is_some_and(|a| a.iter().any(|p| p["id"] == t.id.as_str()));
-    Ok(!queued && !v["conversation"]["turn_running"].as_bool().unwrap_or(false))
+    let v = view_now(api, id).await?;
+    let queued = v.pending.items.iter().any(|p| p.id == t.id);
+    Ok(!queued && !v.conversation.turn_running)
 }
 
 /// Sends `text` to `id` and, with `watch`, follows its turn: the stream is opened first (from
 /// the conversation's `last_seq`), then the message is posted.
 async fn send_and_follow(ctx: &Ctx, api: &ApiClient, id: &str, text: &str, watch: bool) -> Result<(), CliError> {
-    let body = json!({"text": text});
+    let body = MessageSend { text: text.to_owned() };
     let post = |api: &ApiClient| {
         let req = api.request(reqwest::Method::POST, &format!("{}/messages", conv_path(id))).json(&body);
         let api = api.clone();
@@ -726,16 +716,15 @@ async fn send_and_follow(ctx: &Ctx, api: &ApiClient, id: &str, text: &str, watch
         if ctx.json {
             return output::print_body(&resp.body);
         }
-        return output::print(&sent_line(&resp.json()?, id));
+        return output::print(&sent_line(&resp.parse()?, id));
     }
-    let view = api.get(&with_query(&conv_path(id), &[("messages", Some("1"))])).await?;
-    let after = view["last_seq"].as_u64().unwrap_or(0);
+    let after = view_now(api, id).await?.last_seq;
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(after)).await?;
     let resp = post(api).await?;
-    let reply = resp.json()?;
+    let reply: SendMessageReply = resp.parse()?;
     if ctx.json {
         output::print_body(&resp.body)?;
-    } else if reply.get("pending").is_some() {
+    } else if reply.pending.is_some() {
         output::print(&sent_line(&reply, id))?;
     }
     let target = Target::from_reply(&reply, text);
@@ -762,11 +751,11 @@ fn finish(end: End, ctx: &Ctx, id: &str) -> Result<(), CliError> {
 }
 
 /// What `send` says without `--watch`.
-pub fn sent_line(reply: &Value, id: &str) -> String {
-    if let Some(p) = reply.get("pending").filter(|p| p.is_object()) {
-        let q = &reply["queue"];
-        let pos = q["items"].as_array().and_then(|a| a.iter().position(|i| i["id"] == p["id"])).map_or(0, |i| i + 1);
-        if q["paused"].as_bool().unwrap_or(false) {
+pub fn sent_line(reply: &SendMessageReply, id: &str) -> String {
+    if let Some(p) = &reply.pending {
+        let q = &reply.queue;
+        let pos = q.items.iter().position(|i| i.id == p.id).map_or(0, |i| i + 1);
+        if q.paused {
             return format!("Queued as #{pos}; the queue is paused: `coffer chat pending {id} --resume` runs it\n");
         }
         format!("Queued as #{pos} (a turn is running)\n")
@@ -784,8 +773,8 @@ async fn agents(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let v = resp.json()?;
-    output::print(&render_agents(v["items"].as_array().map(Vec::as_slice).unwrap_or_default()))
+    let page: Page<Agent> = resp.parse()?;
+    output::print(&render_agents(&page.items))
 }
 
 /// The path of `GET /v1/conversations` for `a`.
@@ -810,13 +799,12 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let v = resp.json()?;
-    let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
+    let page: Page<Conversation> = resp.parse()?;
+    if page.items.is_empty() {
         return output::println("No conversations; start one with `coffer chat new --agent claude_code TEXT`");
     }
-    output::print(&render_conversations(items, output::terminal_width()))?;
-    if let Some(c) = v["next_cursor"].as_str() {
+    output::print(&render_conversations(&page.items, output::terminal_width()))?;
+    if let Some(c) = &page.next_cursor {
         output::println(&format!("More: coffer chat list --cursor {c}"))?;
     }
     Ok(())
@@ -825,25 +813,18 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
 /// The body of `POST /v1/conversations` for `a` (a relative `--cwd` resolved against `cwd`);
 /// `first_message` only when the command does not follow the turn (it then sends the message
 /// itself, after opening the event stream).
-pub fn new_body(a: &NewArgs, cwd: &Path) -> Value {
-    let mut body = json!({"agent_key": a.agent});
-    let mut cfg = serde_json::Map::new();
-    if let Some(d) = &a.cwd {
-        cfg.insert("cwd".into(), json!(absolute(d, cwd).display().to_string()));
+pub fn new_body(a: &NewArgs, cwd: &Path) -> ConversationCreate {
+    let cfg = AgentConfigCreate {
+        cwd: a.cwd.as_ref().map(|d| absolute(d, cwd).display().to_string()),
+        model: a.model.clone(),
+    };
+    ConversationCreate {
+        agent_key: a.agent.clone(),
+        title: a.title.clone(),
+        agent_config: (cfg != AgentConfigCreate::default()).then_some(cfg),
+        first_message: (!a.text.is_empty() && !a.watch).then(|| a.text.join(" ")),
+        ..Default::default()
     }
-    if let Some(m) = &a.model {
-        cfg.insert("model".into(), json!(m));
-    }
-    if !cfg.is_empty() {
-        body["agent_config"] = Value::Object(cfg);
-    }
-    if let Some(t) = &a.title {
-        body["title"] = json!(t);
-    }
-    if !a.text.is_empty() && !a.watch {
-        body["first_message"] = json!(a.text.join(" "));
-    }
-    body
 }
 
 async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
@@ -851,15 +832,15 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
     let body = new_body(&a, &here);
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/conversations").json(&body)).await?;
-    let c = resp.json()?;
-    let id = c["id"].as_str().unwrap_or_default().to_owned();
+    let c: Conversation = resp.parse()?;
+    let id = c.id;
     if ctx.json {
         output::print_body(&resp.body)?;
     } else {
         output::println(&format!(
             "Started conversation {id} with {} in {}",
-            printable(c["agent_key"].as_str().unwrap_or("?")),
-            printable(c["agent_config"]["cwd"].as_str().unwrap_or("-"))
+            printable(&c.agent_key),
+            printable(&c.agent_config.cwd)
         ))?;
         if !a.watch {
             output::println(&format!("Follow it: coffer chat watch {id}"))?;
@@ -881,7 +862,7 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_view(&resp.json()?))
+    output::print(&render_view(&resp.parse()?))
 }
 
 async fn send(ctx: &Ctx, a: SendArgs) -> Result<(), CliError> {
@@ -907,7 +888,7 @@ async fn stop(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    if resp.json()?["interrupted"].as_bool().unwrap_or(false) {
+    if resp.parse::<Interrupted>()?.interrupted {
         output::println(&format!(
             "Stopped the turn; its partial answer is kept. The queue is paused: `coffer chat pending {id} --resume`"
         ))
@@ -917,38 +898,36 @@ async fn stop(ctx: &Ctx, id: &str) -> Result<(), CliError> {
 }
 
 /// The body of `PUT …/pending` for `a` given the queue now (`--resume` sends it back as it is).
-pub fn pending_body(a: &PendingArgs, queue: &Value) -> Option<Value> {
-    if a.clear {
-        return Some(json!({"items": []}));
-    }
-    if !a.set.is_empty() {
-        return Some(json!({"items": a.set.iter().map(|t| json!({"text": t})).collect::<Vec<_>>()}));
-    }
-    if a.resume {
-        let items: Vec<Value> = queue["items"]
-            .as_array()
-            .map(|a| a.iter().map(|i| json!({"id": i["id"], "text": i["text"]})).collect())
-            .unwrap_or_default();
-        return Some(json!({"items": items}));
-    }
-    None
+pub fn pending_body(a: &PendingArgs, queue: &PendingQueue) -> Option<PendingSet> {
+    let items: Vec<PendingItemSet> = if a.clear {
+        Vec::new()
+    } else if !a.set.is_empty() {
+        a.set.iter().map(|t| PendingItemSet { id: None, text: t.clone() }).collect()
+    } else if a.resume {
+        queue.items.iter().map(|i| PendingItemSet { id: Some(i.id.clone()), text: i.text.clone() }).collect()
+    } else {
+        return None;
+    };
+    Some(PendingSet { items, paused: None })
 }
 
 async fn pending(ctx: &Ctx, a: PendingArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let view_path = with_query(&conv_path(&a.id), &[("messages", Some("1"))]);
     let queue = if a.resume || (!a.clear && a.set.is_empty()) {
-        let resp = api.get_raw(&view_path).await?;
-        let v = resp.json()?;
+        let v: ConversationView = api.get_as(&view_path).await?;
         if !a.resume {
             if ctx.json {
-                return output::print_json(&v["pending"]);
+                return output::print_json(
+                    &serde_json::to_value(&v.pending)
+                        .map_err(|e| CliError::Failed(format!("cannot write the queue as JSON: {e}")))?,
+                );
             }
-            return output::print(&render_pending(&v["pending"]));
+            return output::print(&render_pending(&v.pending));
         }
-        v["pending"].clone()
+        v.pending
     } else {
-        Value::Null
+        PendingQueue::default()
     };
     let Some(body) = pending_body(&a, &queue) else { return Ok(()) };
     let resp =
@@ -956,17 +935,17 @@ async fn pending(ctx: &Ctx, a: PendingArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_pending(&resp.json()?))
+    output::print(&render_pending(&resp.parse()?))
 }
 
-async fn patch(ctx: &Ctx, id: &str, body: Value, done: &str) -> Result<(), CliError> {
+async fn patch(ctx: &Ctx, id: &str, body: ConversationPatch, done: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::PATCH, &conv_path(id)).json(&body)).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
-    output::println(&format!("{done} conversation {id}: {}", one_line(c["title"].as_str().unwrap_or(""), 100)))
+    let c: Conversation = resp.parse()?;
+    output::println(&format!("{done} conversation {id}: {}", one_line(&c.title, 100)))
 }
 
 async fn rm(ctx: &Ctx, id: &str) -> Result<(), CliError> {
@@ -975,7 +954,7 @@ async fn rm(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let cancelled = resp.json()?["turn_cancelled"].as_bool().unwrap_or(false);
+    let cancelled = resp.parse::<ConversationDeleted>()?.turn_cancelled;
     output::println(&format!(
         "Deleted conversation {id}{}",
         if cancelled { " (its running turn was cancelled)" } else { "" }
@@ -986,6 +965,13 @@ async fn rm(ctx: &Ctx, id: &str) -> Result<(), CliError> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use coffer_api::chat::PendingItem;
+    use serde_json::json;
+
+    /// A body as the daemon would send it, read as `T`.
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
         let mut full = vec!["coffer", "chat"];
@@ -993,14 +979,31 @@ mod tests {
         crate::Cli::try_parse_from(full)
     }
 
-    fn ev(seq: u64, turn: Option<&str>, kind: &str, body: Value) -> Value {
+    fn ev(seq: u64, turn: Option<&str>, kind: &str, body: Value) -> Event {
         let mut v = json!({"seq": seq, "conversation_id": "01C", "at_ms": 1, "turn_id": turn, "kind": kind});
         v[kind] = body;
-        v
+        typed(v)
     }
 
     fn user(id: &str, text: &str) -> Value {
-        json!({"message": {"id": id, "role": "user", "source": "cli", "blocks": [{"type": "text", "text": text}]}})
+        json!({"message": {"id": id, "conversation_id": "01C", "role": "user", "source": "cli", "status": "complete",
+               "blocks": [{"type": "text", "text": text}]}})
+    }
+
+    fn started(user_message_id: &str) -> Value {
+        json!({"user_message_id": user_message_id, "assistant_message_id": "01A", "agent_key": "claude_code"})
+    }
+
+    fn done() -> Value {
+        json!({"stop_reason": "end_turn"})
+    }
+
+    fn failed() -> Value {
+        json!({"code": "provider", "message": "the model API answered 500"})
+    }
+
+    fn item(id: &str, text: &str) -> PendingItem {
+        PendingItem { id: id.into(), text: text.into(), created_ms: None, source: None }
     }
 
     #[test]
@@ -1038,7 +1041,7 @@ mod tests {
             panic!("new")
         };
         assert_eq!(
-            new_body(&a, Path::new("/home/u")),
+            serde_json::to_value(new_body(&a, Path::new("/home/u"))).unwrap(),
             json!({"agent_key": "codex", "agent_config": {"cwd": "/home/u/src", "model": "o4"}, "first_message": "fix it"})
         );
         // With --watch the CLI sends the first message itself, after opening the stream.
@@ -1047,19 +1050,20 @@ mod tests {
         else {
             panic!("new")
         };
-        assert_eq!(new_body(&a, Path::new("/")), json!({"agent_key": "claude_code"}));
+        assert_eq!(serde_json::to_value(new_body(&a, Path::new("/"))).unwrap(), json!({"agent_key": "claude_code"}));
         let crate::commands::Command::Chat(ChatCommand::List(l)) =
             parse(&["list", "--all", "--search", "a b"]).unwrap().command
         else {
             panic!("list")
         };
         assert_eq!(list_path(&l), "/v1/conversations?archived=all&q=a%20b&limit=50");
-        let queue = json!({"items": [{"id": "01P", "text": "a", "source": "cli"}], "paused": true});
+        let queue =
+            typed(json!({"items": [{"id": "01P", "text": "a", "created_ms": 5, "source": "cli"}], "paused": true}));
         let p = |args: &[&str]| {
             let crate::commands::Command::Chat(ChatCommand::Pending(p)) = parse(args).unwrap().command else {
                 panic!("pending")
             };
-            pending_body(&p, &queue)
+            pending_body(&p, &queue).map(|b| serde_json::to_value(b).unwrap())
         };
         assert_eq!(p(&["pending", "01C", "--resume"]), Some(json!({"items": [{"id": "01P", "text": "a"}]})));
         assert_eq!(p(&["pending", "01C", "--clear"]), Some(json!({"items": []})));
@@ -1073,7 +1077,7 @@ mod tests {
         let mut out = String::new();
         for e in [
             ev(1, Some("T"), "message_created", user("01U", "Why does\nthe build fail?")),
-            ev(2, Some("T"), "turn_started", json!({"user_message_id": "01U"})),
+            ev(2, Some("T"), "turn_started", started("01U")),
             ev(3, Some("T"), "text_delta", json!({"text": "Let me "})),
             ev(4, Some("T"), "text_delta", json!({"text": "look.\u{1b}[2J"})),
             ev(
@@ -1093,9 +1097,9 @@ mod tests {
                 8,
                 Some("T"),
                 "turn_done",
-                json!({"stop_reason": "end_turn", "model": "claude-x", "usage": {"input_tokens": 1200, "output_tokens": 56, "cache_read_tokens": 0}}),
+                json!({"stop_reason": "end_turn", "model": "claude-x", "usage": {"input_tokens": 1200, "output_tokens": 56, "cache_read_tokens": 0, "cache_write_tokens": 0}}),
             ),
-            ev(9, None, "queue_changed", json!({"queue": {"items": [{"id": "p"}], "paused": true}})),
+            ev(9, None, "queue_changed", json!({"queue": {"items": [{"id": "p", "text": "later"}], "paused": true}})),
         ] {
             out.push_str(&r.render(&e));
         }
@@ -1140,23 +1144,31 @@ mod tests {
     #[test]
     fn a_sent_message_is_followed_to_the_end_of_its_own_turn() {
         // Started at once: matched by the user message id.
-        let mut t = Target::from_reply(&json!({"message": {"id": "01U"}, "queue": {"items": []}}), "hi");
-        assert!(!t.ends_with(&ev(1, Some("OTHER"), "turn_done", json!({}))));
+        let started_now = SendMessageReply {
+            message: Some(Message { id: "01U".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let mut t = Target::from_reply(&started_now, "hi");
+        assert!(!t.ends_with(&ev(1, Some("OTHER"), "turn_done", done())));
         assert!(!t.ends_with(&ev(2, Some("T1"), "message_created", user("01U", "hi"))));
         assert!(!t.ends_with(&ev(3, Some("T1"), "text_delta", json!({"text": "x"}))));
-        assert!(t.ends_with(&ev(4, Some("T1"), "turn_done", json!({}))));
+        assert!(t.ends_with(&ev(4, Some("T1"), "turn_done", done())));
         // Queued: the earlier turn's end is not ours; the dequeued message is, by id or by text.
-        let reply = json!({"pending": {"id": "01P", "text": "next"}, "queue": {"items": [{"id": "01P"}]}});
+        let reply = SendMessageReply {
+            pending: Some(item("01P", "next")),
+            queue: PendingQueue { items: vec![item("01P", "next")], paused: false },
+            message: None,
+        };
         let mut t = Target::from_reply(&reply, "next");
         assert!(t.queued);
-        assert!(!t.ends_with(&ev(5, Some("T1"), "turn_done", json!({}))));
+        assert!(!t.ends_with(&ev(5, Some("T1"), "turn_done", done())));
         assert!(!t.ends_with(&ev(6, Some("T2"), "message_created", user("01X", "other"))));
-        assert!(!t.ends_with(&ev(7, Some("T2"), "turn_error", json!({}))));
+        assert!(!t.ends_with(&ev(7, Some("T2"), "turn_error", failed())));
         assert!(!t.ends_with(&ev(8, Some("T3"), "message_created", user("01Y", "next"))));
-        assert!(t.ends_with(&ev(9, Some("T3"), "turn_error", json!({}))));
+        assert!(t.ends_with(&ev(9, Some("T3"), "turn_error", failed())));
         let mut t = Target::from_reply(&reply, "next");
-        assert!(!t.ends_with(&ev(10, Some("T4"), "turn_started", json!({"user_message_id": "01P"}))));
-        assert!(t.ends_with(&ev(11, Some("T4"), "turn_done", json!({}))));
+        assert!(!t.ends_with(&ev(10, Some("T4"), "turn_started", started("01P"))));
+        assert!(t.ends_with(&ev(11, Some("T4"), "turn_done", done())));
     }
 
     #[test]
@@ -1167,20 +1179,20 @@ mod tests {
             "last_message_ms": 1_796_031_096_000_i64, "updated_ms": 1, "created_ms": 1, "version": 3,
             "agent_config": {"cwd": "/w", "model": "", "session_id": ""}, "channel_name": null,
         });
-        let t = render_conversations(std::slice::from_ref(&c), None);
+        let t = render_conversations(&[typed(c.clone())], None);
         assert!(t.contains("01C  claude_code  4         running +2 queued  2026-11-30 09:31:36  Fix the build"), "{t}");
         let v = json!({
             "conversation": c, "more_before": true, "last_seq": 9,
             "messages": [
-                {"role": "user", "source": "cli", "created_ms": 1_796_031_096_000_i64, "status": "complete", "usage": null, "model": null, "error": null,
+                {"id": "01U", "conversation_id": "01C", "role": "user", "source": "cli", "created_ms": 1_796_031_096_000_i64, "status": "complete", "usage": null, "model": null, "error": null,
                  "blocks": [{"type": "text", "text": "hi"}]},
-                {"role": "assistant", "created_ms": 1_796_031_097_000_i64, "status": "interrupted", "model": "claude-x",
-                 "usage": {"input_tokens": 3, "output_tokens": 1}, "error": null,
-                 "blocks": [{"type": "text", "text": "Hel"}, {"type": "tool_use", "tool_use": {"name": "Read", "input": {"path": "a"}}}]},
+                {"id": "01A", "conversation_id": "01C", "role": "assistant", "created_ms": 1_796_031_097_000_i64, "status": "interrupted", "model": "claude-x",
+                 "usage": {"input_tokens": 3, "output_tokens": 1, "cache_read_tokens": 0, "cache_write_tokens": 0}, "error": null,
+                 "blocks": [{"type": "text", "text": "Hel"}, {"type": "tool_use", "tool_use": {"id": "t1", "name": "Read", "input": {"path": "a"}}}]},
             ],
             "pending": {"items": [{"id": "01P", "text": "then\nthis"}], "paused": true},
         });
-        let s = render_view(&v);
+        let s = render_view(&typed(v));
         for want in [
             "model:    (the agent's default)",
             "state:    running +2 queued",
@@ -1192,14 +1204,22 @@ mod tests {
             assert!(s.contains(want), "missing {want:?} in\n{s}");
         }
         let a = render_agents(&[
-            json!({"agent_key": "claude_code", "display_name": "Claude Code", "available": true, "command": "/usr/bin/claude", "version": "2.0.1", "reason": null}),
-            json!({"agent_key": "codex", "display_name": "Codex", "available": false, "command": null, "version": null, "reason": "`codex` was not found on PATH"}),
+            typed(
+                json!({"agent_key": "claude_code", "display_name": "Claude Code", "available": true, "command": "/usr/bin/claude", "version": "2.0.1", "reason": null}),
+            ),
+            typed(
+                json!({"agent_key": "codex", "display_name": "Codex", "available": false, "command": null, "version": null, "reason": "`codex` was not found on PATH"}),
+            ),
         ]);
         assert!(a.contains("claude_code  Claude Code  yes        2.0.1    /usr/bin/claude"), "{a}");
         assert!(a.contains("codex        Codex        no         -        `codex` was not found on PATH"), "{a}");
         assert_eq!(
             sent_line(
-                &json!({"pending": {"id": "b"}, "queue": {"items": [{"id": "a"}, {"id": "b"}], "paused": false}}),
+                &SendMessageReply {
+                    pending: Some(item("b", "y")),
+                    queue: PendingQueue { items: vec![item("a", "x"), item("b", "y")], paused: false },
+                    message: None,
+                },
                 "01C"
             ),
             "Queued as #2 (a turn is running)\n"

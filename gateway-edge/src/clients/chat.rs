@@ -1,11 +1,13 @@
-//! The edge's client of `coffer-chat` (`proto/chat.proto`, `coffer.chat.v1`) and the one JSON
-//! form of its messages, used by REST and SSE (`rest::chat`).
+//! The edge's client of `coffer-chat` (`proto/chat.proto`, `coffer.chat.v1`) and the one
+//! conversion of its messages into their REST forms (`coffer_api::chat`), used by REST and SSE
+//! (`rest::chat`).
 //!
-//! JSON: the proto messages with their field names (snake_case); enums as lowercase words (role
-//! `user|assistant`, status `complete|streaming|interrupted|failed`); `agent_config` and a tool
-//! call's `input` as JSON objects (an `input_json` that does not parse stays a string); times as
-//! `*_ms` Unix milliseconds (`null` when the service sent 0: never, unknown). A `oneof` is its
-//! case's field under a word naming the case: a content block is `{"type":"text","text":…}`,
+//! The REST forms are the proto messages with their field names (snake_case); enums as
+//! lowercase words (role `user|assistant`, status `complete|streaming|interrupted|failed`);
+//! `agent_config` and a tool call's `input` as JSON objects (an `input_json` that does not parse
+//! stays a string); times as `*_ms` Unix milliseconds (`null` when the service sent 0: never,
+//! unknown), empty strings of optional fields as `null`. A `oneof` is its case's field under a
+//! word naming the case: a content block is `{"type":"text","text":…}`,
 //! `{"type":"tool_use","tool_use":{id,name,input}}` or
 //! `{"type":"tool_result","tool_result":{tool_use_id,output,is_error}}`; an event is
 //! `{seq, conversation_id, at_ms, turn_id, kind, <kind>: {…}}` (`kind` = `text_delta`, …).
@@ -17,6 +19,7 @@
 use std::time::Duration;
 
 use axum::response::sse::Event as SseEvent;
+use coffer_api::chat as api;
 use coffer_proto::chat::chat_client::ChatClient;
 use coffer_proto::chat::{
     Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, Message, MessageStatus,
@@ -25,7 +28,7 @@ use coffer_proto::chat::{
 };
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The Chat client type; cheap to clone (call a method on a clone: tonic clients take `&mut
 /// self`).
@@ -77,230 +80,224 @@ pub async fn call<T>(
 // ---------------------------------------------------------------------------------------------
 // Words.
 
-/// A Unix-ms time, `null` for 0 (never / unknown).
-fn ms(v: i64) -> Value {
-    if v > 0 { json!(v) } else { Value::Null }
+/// A Unix-ms time, `None` for 0 (never / unknown).
+fn ms(v: i64) -> Option<i64> {
+    (v > 0).then_some(v)
 }
 
-/// A string, `null` when empty.
-fn opt(s: &str) -> Value {
-    if s.is_empty() { Value::Null } else { json!(s) }
+/// A string, `None` when empty.
+fn opt(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
 }
 
-/// A role as its word (`user` for an unspecified one).
-pub fn role(r: Role) -> &'static str {
+/// A role (`user` for an unspecified one).
+pub fn role(r: Role) -> api::Role {
     match r {
-        Role::Assistant => "assistant",
-        Role::Unspecified | Role::User => "user",
+        Role::Assistant => api::Role::Assistant,
+        Role::Unspecified | Role::User => api::Role::User,
     }
 }
 
-/// Every role word, for schemas.
-pub const ROLES: &[&str] = &["user", "assistant"];
-
-/// A message status as its word (`complete` for an unspecified one).
-pub fn status(s: MessageStatus) -> &'static str {
+/// A message status (`complete` for an unspecified one).
+pub fn status(s: MessageStatus) -> api::MessageStatus {
     match s {
-        MessageStatus::Unspecified | MessageStatus::Complete => "complete",
-        MessageStatus::Streaming => "streaming",
-        MessageStatus::Interrupted => "interrupted",
-        MessageStatus::Failed => "failed",
+        MessageStatus::Unspecified | MessageStatus::Complete => api::MessageStatus::Complete,
+        MessageStatus::Streaming => api::MessageStatus::Streaming,
+        MessageStatus::Interrupted => api::MessageStatus::Interrupted,
+        MessageStatus::Failed => api::MessageStatus::Failed,
     }
 }
-
-/// Every message status word, for schemas.
-pub const STATUSES: &[&str] = &["complete", "streaming", "interrupted", "failed"];
-
-/// Every event kind, in the order a turn emits them (then `queue_changed` and `reset`); the SSE
-/// `event:` names.
-pub const EVENT_KINDS: &[&str] = &[
-    "message_created",
-    "turn_started",
-    "text_delta",
-    "tool_call",
-    "tool_result",
-    "turn_done",
-    "turn_error",
-    "queue_changed",
-    "reset",
-];
 
 /// `reset` reasons after which the service ends the stream (and the edge with it).
 pub const FINAL_RESETS: &[&str] = &["lagged", "deleted"];
 
 // ---------------------------------------------------------------------------------------------
-// JSON.
+// The REST forms (`coffer_api::chat`).
 
 /// A tool call's `input_json` as a JSON value; text that does not parse is kept as a string
 /// (never dropped: it is what the agent sent).
 pub fn input_value(input_json: &str) -> Value {
     if input_json.trim().is_empty() {
-        return json!({});
+        return Value::Object(serde_json::Map::new());
     }
-    serde_json::from_str(input_json).unwrap_or_else(|_| json!(input_json))
+    serde_json::from_str(input_json).unwrap_or_else(|_| Value::String(input_json.to_owned()))
 }
 
-/// `Agent` → `{agent_key, display_name, available, reason, command, version, binding}`
-/// (`reason`, `command`, `version` null when empty); `binding` is null when the agent runs on
-/// its own login, else `{connection, model, fast_model, wire, problem}` (the LLM connection it
-/// is bound to; `model`, `fast_model`, `wire`, `problem` null when empty; `problem` says why a
-/// bound turn would fail now).
-pub fn agent_json(a: &Agent) -> Value {
-    let binding = match &a.binding {
-        Some(b) if !b.connection.is_empty() => json!({
-            "connection": b.connection, "model": opt(&b.model), "fast_model": opt(&b.fast_model),
-            "wire": opt(&b.wire), "problem": opt(&b.problem),
-        }),
-        _ => Value::Null,
-    };
-    json!({
-        "agent_key": a.agent_key, "display_name": a.display_name, "available": a.available,
-        "reason": opt(&a.reason), "command": opt(&a.command), "version": opt(&a.version),
-        "binding": binding,
-    })
-}
-
-/// `Usage` → `{input_tokens, output_tokens, cache_read_tokens, cache_write_tokens}`; `null` when
-/// absent.
-pub fn usage_json(u: Option<&Usage>) -> Value {
-    match u {
-        None => Value::Null,
-        Some(u) => json!({
-            "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-            "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
-        }),
+/// An `Agent`: `reason`, `command`, `version` null when empty; `binding` null when the agent
+/// runs on its own login (no connection named), else the connection it is bound to (its
+/// `model`, `fast_model`, `wire`, `problem` null when empty).
+pub fn agent(a: &Agent) -> api::Agent {
+    let binding = a.binding.as_ref().filter(|b| !b.connection.is_empty()).map(|b| api::AgentBinding {
+        connection: b.connection.clone(),
+        model: opt(&b.model),
+        fast_model: opt(&b.fast_model),
+        wire: opt(&b.wire),
+        problem: opt(&b.problem),
+    });
+    api::Agent {
+        agent_key: a.agent_key.clone(),
+        display_name: a.display_name.clone(),
+        available: a.available,
+        reason: opt(&a.reason),
+        command: opt(&a.command),
+        version: opt(&a.version),
+        binding,
     }
 }
 
-/// `ContentBlock` → `{"type":"text","text"}`, `{"type":"tool_use","tool_use":{id,name,input}}`
-/// or `{"type":"tool_result","tool_result":{tool_use_id,output,is_error}}`; an empty block is
-/// `{"type":"text","text":""}`.
-pub fn block_json(b: &ContentBlock) -> Value {
+/// A `Usage`.
+pub fn usage(u: &Usage) -> api::Usage {
+    api::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+    }
+}
+
+/// A `ContentBlock`; an empty block is an empty text block.
+pub fn block(b: &ContentBlock) -> api::ContentBlock {
     match &b.block {
-        None => json!({"type": "text", "text": ""}),
-        Some(content_block::Block::Text(t)) => json!({"type": "text", "text": t}),
-        Some(content_block::Block::ToolUse(u)) => json!({
-            "type": "tool_use",
-            "tool_use": {"id": u.id, "name": u.name, "input": input_value(&u.input_json)},
-        }),
-        Some(content_block::Block::ToolResult(r)) => json!({
-            "type": "tool_result",
-            "tool_result": {"tool_use_id": r.tool_use_id, "output": r.output, "is_error": r.is_error},
-        }),
+        None => api::ContentBlock::Text { text: String::new() },
+        Some(content_block::Block::Text(t)) => api::ContentBlock::Text { text: t.clone() },
+        Some(content_block::Block::ToolUse(u)) => api::ContentBlock::ToolUse {
+            tool_use: api::ToolUse { id: u.id.clone(), name: u.name.clone(), input: input_value(&u.input_json) },
+        },
+        Some(content_block::Block::ToolResult(r)) => api::ContentBlock::ToolResult {
+            tool_result: api::ToolResult {
+                tool_use_id: r.tool_use_id.clone(),
+                output: r.output.clone(),
+                is_error: r.is_error,
+            },
+        },
     }
 }
 
-/// `Message` → its JSON (`usage` and `model` null for user messages or when unknown, `error`
-/// null unless failed, `source` null for assistant messages).
-pub fn message_json(m: &Message) -> Value {
-    json!({
-        "id": m.id, "conversation_id": m.conversation_id, "role": role(m.role()),
-        "blocks": m.blocks.iter().map(block_json).collect::<Vec<_>>(),
-        "status": status(m.status()), "usage": usage_json(m.usage.as_ref()), "model": opt(&m.model),
-        "created_ms": ms(m.created_ms), "updated_ms": ms(m.updated_ms), "error": opt(&m.error),
-        "source": opt(&m.source),
-    })
+/// A `Message` (`usage` and `model` null for user messages or when unknown, `error` null
+/// unless failed, `source` null for assistant messages: the service leaves them empty).
+pub fn message(m: &Message) -> api::Message {
+    api::Message {
+        id: m.id.clone(),
+        conversation_id: m.conversation_id.clone(),
+        role: role(m.role()),
+        blocks: m.blocks.iter().map(block).collect(),
+        status: status(m.status()),
+        usage: m.usage.as_ref().map(usage),
+        model: opt(&m.model),
+        created_ms: ms(m.created_ms),
+        updated_ms: ms(m.updated_ms),
+        error: opt(&m.error),
+        source: opt(&m.source),
+    }
 }
 
-/// `Conversation` → its JSON: `agent_config` as an object `{cwd, model, session_id}` (empty
-/// strings kept: the model's empty means the agent's default), channel fields null when unbound.
-pub fn conversation_json(c: &Conversation) -> Value {
+/// A `Conversation`: `agent_config` always an object (empty strings kept: the model's empty
+/// means the agent's default), channel fields null when unbound.
+pub fn conversation(c: &Conversation) -> api::Conversation {
     let cfg = c.agent_config.clone().unwrap_or_default();
-    json!({
-        "id": c.id, "agent_key": c.agent_key, "title": c.title,
-        "agent_config": {"cwd": cfg.cwd, "model": cfg.model, "session_id": cfg.session_id},
-        "channel_name": opt(&c.channel_name), "peer_chat_id": opt(&c.peer_chat_id),
-        "archived": c.archived, "created_ms": ms(c.created_ms), "updated_ms": ms(c.updated_ms),
-        "last_message_ms": ms(c.last_message_ms), "version": c.version, "message_count": c.message_count,
-        "turn_running": c.turn_running, "pending_count": c.pending_count, "pending_paused": c.pending_paused,
+    api::Conversation {
+        id: c.id.clone(),
+        agent_key: c.agent_key.clone(),
+        title: c.title.clone(),
+        agent_config: api::AgentConfig { cwd: cfg.cwd, model: cfg.model, session_id: cfg.session_id },
+        channel_name: opt(&c.channel_name),
+        peer_chat_id: opt(&c.peer_chat_id),
+        archived: c.archived,
+        created_ms: ms(c.created_ms),
+        updated_ms: ms(c.updated_ms),
+        last_message_ms: ms(c.last_message_ms),
+        version: c.version,
+        message_count: c.message_count,
+        turn_running: c.turn_running,
+        pending_count: c.pending_count,
+        pending_paused: c.pending_paused,
+    }
+}
+
+/// A `PendingItem`.
+pub fn pending_item(p: &PendingItem) -> api::PendingItem {
+    api::PendingItem { id: p.id.clone(), text: p.text.clone(), created_ms: ms(p.created_ms), source: opt(&p.source) }
+}
+
+/// A `PendingQueue`; an absent queue is empty and not paused.
+pub fn queue(q: Option<&PendingQueue>) -> api::PendingQueue {
+    api::PendingQueue {
+        items: q.map(|q| q.items.iter().map(pending_item).collect()).unwrap_or_default(),
+        paused: q.is_some_and(|q| q.paused),
+    }
+}
+
+/// A `ConversationView`.
+///
+/// # Errors
+/// A view without its conversation (the service always sends one).
+pub fn view(v: &ConversationView) -> Result<api::ConversationView, &'static str> {
+    let c = v.conversation.as_ref().ok_or("the chat service answered a conversation view without the conversation")?;
+    Ok(api::ConversationView {
+        conversation: conversation(c),
+        messages: v.messages.iter().map(message).collect(),
+        more_before: v.more_before,
+        pending: queue(v.pending.as_ref()),
+        last_seq: v.last_seq,
     })
 }
 
-/// `PendingItem` → `{id, text, created_ms, source}`.
-pub fn pending_item_json(p: &PendingItem) -> Value {
-    json!({"id": p.id, "text": p.text, "created_ms": ms(p.created_ms), "source": opt(&p.source)})
-}
-
-/// `PendingQueue` → `{items, paused}`; an absent queue is empty and not paused.
-pub fn queue_json(q: Option<&PendingQueue>) -> Value {
-    let items: Vec<Value> = q.map(|q| q.items.iter().map(pending_item_json).collect()).unwrap_or_default();
-    json!({"items": items, "paused": q.is_some_and(|q| q.paused)})
-}
-
-/// `ConversationView` → `{conversation, messages, more_before, pending, last_seq}`.
-pub fn view_json(v: &ConversationView) -> Value {
-    json!({
-        "conversation": v.conversation.as_ref().map_or(Value::Null, conversation_json),
-        "messages": v.messages.iter().map(message_json).collect::<Vec<_>>(),
-        "more_before": v.more_before,
-        "pending": queue_json(v.pending.as_ref()),
-        "last_seq": v.last_seq,
-    })
-}
-
-/// `SendMessageReply` → `{"message": Message, "queue"}` when a turn started, or `{"pending":
-/// PendingItem, "queue"}` when it was queued.
-pub fn send_reply_json(r: &SendMessageReply) -> Value {
-    let mut v = json!({"queue": queue_json(r.queue.as_ref())});
+/// A `SendMessageReply`: `message` when a turn started, `pending` when it was queued, with the
+/// queue either way.
+pub fn send_reply(r: &SendMessageReply) -> api::SendMessageReply {
+    let mut out = api::SendMessageReply { queue: queue(r.queue.as_ref()), message: None, pending: None };
     match &r.outcome {
-        Some(send_message_reply::Outcome::Message(m)) => v["message"] = message_json(m),
-        Some(send_message_reply::Outcome::Pending(p)) => v["pending"] = pending_item_json(p),
+        Some(send_message_reply::Outcome::Message(m)) => out.message = Some(message(m)),
+        Some(send_message_reply::Outcome::Pending(p)) => out.pending = Some(pending_item(p)),
         None => {}
     }
-    v
-}
-
-/// An event's kind word (one of [`EVENT_KINDS`]); `None` for an event without a kind (a newer
-/// service's kind this edge does not know: it is not forwarded).
-pub fn event_kind(e: &Event) -> Option<&'static str> {
-    use event::Kind as K;
-    Some(match e.kind.as_ref()? {
-        K::MessageCreated(_) => "message_created",
-        K::TurnStarted(_) => "turn_started",
-        K::TextDelta(_) => "text_delta",
-        K::ToolCall(_) => "tool_call",
-        K::ToolResult(_) => "tool_result",
-        K::TurnDone(_) => "turn_done",
-        K::TurnError(_) => "turn_error",
-        K::QueueChanged(_) => "queue_changed",
-        K::Reset(_) => "reset",
-    })
+    out
 }
 
 /// The body of one kind of event.
-fn event_body(k: &event::Kind) -> Value {
+fn event_body(k: &event::Kind) -> api::EventBody {
+    use api::EventBody as B;
     use event::Kind as K;
-    let msg = |m: Option<&Message>| m.map_or(Value::Null, message_json);
+    let msg = |m: Option<&Message>| m.map(message);
     match k {
-        K::MessageCreated(m) => json!({"message": msg(m.message.as_ref())}),
-        K::TurnStarted(t) => json!({
-            "user_message_id": t.user_message_id, "assistant_message_id": t.assistant_message_id, "agent_key": t.agent_key,
+        K::MessageCreated(m) => B::MessageCreated(api::MessageCreated { message: msg(m.message.as_ref()) }),
+        K::TurnStarted(t) => B::TurnStarted(api::TurnStarted {
+            user_message_id: t.user_message_id.clone(),
+            assistant_message_id: t.assistant_message_id.clone(),
+            agent_key: t.agent_key.clone(),
         }),
-        K::TextDelta(t) => json!({"text": t.text}),
-        K::ToolCall(t) => json!({"tool_use_id": t.tool_use_id, "name": t.name, "input": input_value(&t.input_json)}),
-        K::ToolResult(t) => json!({"tool_use_id": t.tool_use_id, "output": t.output, "is_error": t.is_error}),
-        K::TurnDone(t) => json!({
-            "stop_reason": t.stop_reason, "usage": usage_json(t.usage.as_ref()), "model": opt(&t.model),
-            "message": msg(t.message.as_ref()),
+        K::TextDelta(t) => B::TextDelta(api::TextDelta { text: t.text.clone() }),
+        K::ToolCall(t) => B::ToolCall(api::ToolCallEvent {
+            tool_use_id: t.tool_use_id.clone(),
+            name: t.name.clone(),
+            input: input_value(&t.input_json),
         }),
-        K::TurnError(t) => {
-            json!({"code": t.code, "message": t.message, "message_record": msg(t.message_record.as_ref())})
-        }
-        K::QueueChanged(q) => json!({"queue": queue_json(q.queue.as_ref())}),
-        K::Reset(r) => json!({"reason": r.reason}),
+        K::ToolResult(t) => B::ToolResult(api::ToolResultEvent {
+            tool_use_id: t.tool_use_id.clone(),
+            output: t.output.clone(),
+            is_error: t.is_error,
+        }),
+        K::TurnDone(t) => B::TurnDone(api::TurnDone {
+            stop_reason: t.stop_reason.clone(),
+            usage: t.usage.as_ref().map(usage),
+            model: opt(&t.model),
+            message: msg(t.message.as_ref()),
+        }),
+        K::TurnError(t) => B::TurnError(api::TurnError {
+            code: t.code.clone(),
+            message: t.message.clone(),
+            message_record: msg(t.message_record.as_ref()),
+        }),
+        K::QueueChanged(q) => B::QueueChanged(api::QueueChanged { queue: queue(q.queue.as_ref()) }),
+        K::Reset(r) => B::Reset(api::Reset { reason: r.reason.clone() }),
     }
 }
 
-/// `Event` → `{seq, conversation_id, at_ms, turn_id, kind, <kind>: {…}}` (`turn_id` null outside
-/// a turn); `None` for an event without a kind.
-pub fn event_json(e: &Event) -> Option<Value> {
-    let kind = event_kind(e)?;
-    let mut v = json!({
-        "seq": e.seq, "conversation_id": e.conversation_id, "at_ms": ms(e.at_ms), "turn_id": opt(&e.turn_id),
-        "kind": kind,
-    });
-    v[kind] = event_body(e.kind.as_ref()?);
-    Some(v)
+/// An `Event` (`turn_id` null outside a turn); `None` for an event without a kind (a newer
+/// service's kind this edge does not know: it is not forwarded).
+pub fn event(e: &Event) -> Option<api::Event> {
+    let body = event_body(e.kind.as_ref()?);
+    Some(api::Event::new(e.seq, e.conversation_id.clone(), ms(e.at_ms), opt(&e.turn_id), body))
 }
 
 /// True for an event after which the stream ends: `reset` with reason `lagged` or `deleted`.
@@ -308,26 +305,31 @@ pub fn ends_stream(e: &Event) -> bool {
     matches!(&e.kind, Some(event::Kind::Reset(r)) if FINAL_RESETS.contains(&r.reason.as_str()))
 }
 
-/// One SSE frame of an event: `id: <seq>`, `event: <kind>`, `data: <event JSON>` (the JSON is
-/// one line: serde_json escapes every newline inside strings). `None` for an event without a
-/// kind.
+/// One line of JSON (serde_json escapes every newline inside strings).
+fn line(v: &impl serde::Serialize) -> String {
+    // Serialising these types cannot fail: every map key is a string.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// One SSE frame of an event: `id: <seq>`, `event: <kind>`, `data: <event JSON>` (one line).
+/// `None` for an event without a kind.
 pub fn sse_frame(e: &Event) -> Option<SseEvent> {
-    let kind = event_kind(e)?;
-    Some(SseEvent::default().id(e.seq.to_string()).event(kind).data(event_json(e)?.to_string()))
+    let ev = event(e)?;
+    Some(SseEvent::default().id(ev.seq.to_string()).event(ev.kind.word()).data(line(&ev)))
 }
 
 /// One SSE frame of a `WatchConversations` change, and whether the stream ends after it:
-/// `event: conversation` (data: the conversation as [`conversation_json`], exactly an item of
+/// `event: conversation` (data: the conversation as [`conversation`], exactly an item of
 /// `GET /v1/conversations`), `event: deleted` (`{"id"}`), `event: reset` (`{"reason"}`; the
 /// stream ends). No `id:` lines: the list has no sequence to resume from (reload it instead).
 /// `None` for a change of a kind this edge does not know.
 pub fn change_frame(c: &ConversationChange) -> Option<(SseEvent, bool)> {
     let (kind, data, ends) = match c.change.as_ref()? {
-        conversation_change::Change::Conversation(c) => ("conversation", conversation_json(c), false),
-        conversation_change::Change::Deleted(id) => ("deleted", json!({"id": id}), false),
-        conversation_change::Change::Reset(r) => ("reset", json!({"reason": r.reason}), true),
+        conversation_change::Change::Conversation(c) => ("conversation", line(&conversation(c)), false),
+        conversation_change::Change::Deleted(id) => ("deleted", line(&api::ConversationGone { id: id.clone() }), false),
+        conversation_change::Change::Reset(r) => ("reset", line(&api::Reset { reason: r.reason.clone() }), true),
     };
-    Some((SseEvent::default().event(kind).data(data.to_string()), ends))
+    Some((SseEvent::default().event(kind).data(data), ends))
 }
 
 /// The `after_seq` a subscriber resumes from: `Last-Event-ID` (what an `EventSource` sends on
@@ -356,6 +358,11 @@ pub fn after_seq(last_event_id: Option<&str>, after: Option<&str>) -> Result<u64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn wire(x: impl serde::Serialize) -> Value {
+        serde_json::to_value(x).unwrap()
+    }
     use coffer_proto::chat::{
         AgentConfig, MessageCreated, QueueChanged, Reset, TextDelta, ToolCall, ToolResult, ToolResultEvent, ToolUse,
         TurnDone, TurnError, TurnStarted,
@@ -407,7 +414,7 @@ mod tests {
 
     #[test]
     fn messages_use_words_objects_and_null_times() {
-        let v = message_json(&assistant());
+        let v = wire(message(&assistant()));
         assert_eq!((&v["role"], &v["status"]), (&json!("assistant"), &json!("interrupted")));
         assert_eq!(v["blocks"][0], json!({"type": "text", "text": "Hello"}));
         assert_eq!(
@@ -420,16 +427,57 @@ mod tests {
         );
         assert_eq!(v["usage"]["input_tokens"], 10);
         assert_eq!((&v["created_ms"], &v["updated_ms"], &v["error"]), (&json!(5), &Value::Null, &Value::Null));
-        let user = message_json(&Message { source: "cli".into(), ..Default::default() });
+        let user = wire(message(&Message { source: "cli".into(), ..Default::default() }));
         assert_eq!(
             (&user["role"], &user["status"], &user["source"]),
             (&json!("user"), &json!("complete"), &json!("cli"))
         );
         assert_eq!(user["usage"], Value::Null);
-        for s in [MessageStatus::Streaming, MessageStatus::Failed, MessageStatus::Complete] {
-            assert!(STATUSES.contains(&status(s)));
-        }
-        assert!(ROLES.contains(&role(Role::Unspecified)));
+        assert_eq!(status(MessageStatus::Unspecified).word(), "complete");
+        assert_eq!(role(Role::Unspecified).word(), "user");
+    }
+
+    /// The bytes REST and SSE write: field order, nulls and absences as the console and the
+    /// CLI have always read them.
+    #[test]
+    fn the_wire_keeps_its_order_nulls_and_absences() {
+        assert_eq!(
+            line(&message(&assistant())),
+            r#"{"id":"01A","conversation_id":"01C","role":"assistant","blocks":[{"type":"text","text":"Hello"},{"type":"tool_use","tool_use":{"id":"tu1","name":"Bash","input":{"command":"ls"}}},{"type":"tool_result","tool_result":{"tool_use_id":"tu1","output":"a\nb","is_error":false}}],"status":"interrupted","usage":{"input_tokens":10,"output_tokens":3,"cache_read_tokens":0,"cache_write_tokens":0},"model":"claude-x","created_ms":5,"updated_ms":null,"error":null,"source":null}"#
+        );
+        assert_eq!(
+            line(&conversation(&Conversation { id: "01C".into(), version: 2, ..Default::default() })),
+            r#"{"id":"01C","agent_key":"","title":"","agent_config":{"cwd":"","model":"","session_id":""},"channel_name":null,"peer_chat_id":null,"archived":false,"created_ms":null,"updated_ms":null,"last_message_ms":null,"version":2,"message_count":0,"turn_running":false,"pending_count":0,"pending_paused":false}"#
+        );
+        let bound = Agent {
+            agent_key: "codex".into(),
+            display_name: "Codex".into(),
+            binding: Some(coffer_proto::chat::AgentBinding { connection: "work".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(
+            line(&agent(&bound)),
+            r#"{"agent_key":"codex","display_name":"Codex","available":false,"reason":null,"command":null,"version":null,"binding":{"connection":"work","model":null,"fast_model":null,"wire":null,"problem":null}}"#
+        );
+        let unbound = Agent { binding: Some(Default::default()), ..bound };
+        assert!(line(&agent(&unbound)).ends_with(r#""binding":null}"#));
+        let reply = SendMessageReply {
+            outcome: Some(send_message_reply::Outcome::Pending(PendingItem { id: "01P".into(), ..Default::default() })),
+            queue: None,
+        };
+        assert_eq!(
+            line(&send_reply(&reply)),
+            r#"{"queue":{"items":[],"paused":false},"pending":{"id":"01P","text":"","created_ms":null,"source":null}}"#
+        );
+        let e = Event { turn_id: String::new(), ..ev(7, event::Kind::TextDelta(TextDelta { text: "Hel".into() })) };
+        assert_eq!(
+            line(&event(&e).unwrap()),
+            r#"{"seq":7,"conversation_id":"01C","at_ms":1007,"turn_id":null,"kind":"text_delta","text_delta":{"text":"Hel"}}"#
+        );
+        let done = ev(8, event::Kind::TurnDone(TurnDone { stop_reason: "end_turn".into(), ..Default::default() }));
+        assert!(line(&event(&done).unwrap()).ends_with(
+            r#""kind":"turn_done","turn_done":{"stop_reason":"end_turn","usage":null,"model":null,"message":null}}"#
+        ));
     }
 
     #[test]
@@ -452,12 +500,13 @@ mod tests {
             pending_paused: true,
             ..Default::default()
         };
-        let v = conversation_json(&c);
+        let v = wire(conversation(&c));
         assert_eq!(v["agent_config"], json!({"cwd": "/w", "model": "", "session_id": "s1"}));
         assert_eq!((&v["channel_name"], &v["last_message_ms"]), (&Value::Null, &Value::Null));
         assert_eq!((&v["version"], &v["turn_running"], &v["pending_count"]), (&json!(3), &json!(true), &json!(2)));
-        assert_eq!(conversation_json(&Conversation::default())["agent_config"]["cwd"], "");
-        let view = view_json(&ConversationView { conversation: Some(c), last_seq: 41, ..Default::default() });
+        assert_eq!(wire(conversation(&Conversation::default()))["agent_config"]["cwd"], "");
+        assert!(view(&ConversationView::default()).is_err(), "a view needs its conversation");
+        let view = wire(view(&ConversationView { conversation: Some(c), last_seq: 41, ..Default::default() }).unwrap());
         assert_eq!(view["pending"], json!({"items": [], "paused": false}));
         assert_eq!((&view["last_seq"], &view["more_before"]), (&json!(41), &json!(false)));
     }
@@ -466,17 +515,17 @@ mod tests {
     fn a_send_reply_is_a_message_or_a_pending_item_with_the_queue() {
         let item = PendingItem { id: "01P".into(), text: "next".into(), created_ms: 9, source: "cli".into() };
         let queue = PendingQueue { items: vec![item.clone()], paused: false };
-        let v = send_reply_json(&SendMessageReply {
+        let v = wire(send_reply(&SendMessageReply {
             outcome: Some(send_message_reply::Outcome::Pending(item)),
             queue: Some(queue),
-        });
+        }));
         assert_eq!(v["pending"], json!({"id": "01P", "text": "next", "created_ms": 9, "source": "cli"}));
         assert!(v.get("message").is_none(), "{v}");
         assert_eq!(v["queue"]["items"][0]["id"], "01P");
-        let v = send_reply_json(&SendMessageReply {
+        let v = wire(send_reply(&SendMessageReply {
             outcome: Some(send_message_reply::Outcome::Message(Message { id: "01M".into(), ..Default::default() })),
             queue: None,
-        });
+        }));
         assert_eq!((&v["message"]["id"], &v["queue"]), (&json!("01M"), &json!({"items": [], "paused": false})));
     }
 
@@ -542,19 +591,19 @@ mod tests {
             assert!(data[kind].is_object(), "{data}");
             assert!(frame.ends_with("\n\n"));
         }
-        assert_eq!(kinds, EVENT_KINDS);
+        assert_eq!(kinds, api::EventKind::ALL.map(api::EventKind::word));
         // Multi-line text stays on one data line, escaped.
         assert!(render(sse_frame(&events[2]).unwrap()).await.contains(r#""text":"line one\nline two""#));
-        let data = event_json(&events[3]).unwrap();
+        let data = wire(event(&events[3]).unwrap());
         assert_eq!(data["tool_call"]["input"], json!({"query": "x"}));
-        let data = event_json(&events[5]).unwrap();
+        let data = wire(event(&events[5]).unwrap());
         assert_eq!(
             (&data["turn_done"]["usage"]["output_tokens"], &data["turn_done"]["message"]["status"]),
             (&json!(7), &json!("interrupted"))
         );
-        assert_eq!(event_json(&events[6]).unwrap()["turn_error"]["message_record"], Value::Null);
+        assert_eq!(wire(event(&events[6]).unwrap())["turn_error"]["message_record"], Value::Null);
         let outside = Event { turn_id: String::new(), ..events[7].clone() };
-        assert_eq!(event_json(&outside).unwrap()["turn_id"], Value::Null);
+        assert_eq!(wire(event(&outside).unwrap())["turn_id"], Value::Null);
         // An event of a kind this edge does not know is not forwarded.
         assert!(sse_frame(&Event { seq: 10, ..Default::default() }).is_none());
     }

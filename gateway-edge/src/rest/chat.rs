@@ -1,6 +1,7 @@
 //! `/v1/agents`, `/v1/conversations…`: REST and SSE over `coffer-chat` (`proto/chat.proto`).
-//! Each route checks its body and parameters, makes one Chat call and answers with the reply in
-//! the JSON of [`crate::chat`]; a failed call is the envelope of [`ApiError::from_chat`] (400
+//! Each route reads its body as a `coffer_api::chat` request type, checks its parameters, makes
+//! one Chat call and answers with the reply as a `coffer_api::chat` type (converted by
+//! [`crate::chat`]; events too); a failed call is the envelope of [`ApiError::from_chat`] (400
 //! `INVALID_ARGUMENT`, 404 `NOT_FOUND`, 409 `CONFLICT`, 429 `TOO_MANY_REQUESTS`, 503
 //! `SERVICE_UNAVAILABLE` while the service is not running). The edge keeps no chat state: turns,
 //! the queue and the event bus are the service's.
@@ -34,7 +35,7 @@ use coffer_proto::chat::{
     SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
 };
 use futures_util::{Stream, StreamExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::chat::{self, call};
@@ -42,7 +43,8 @@ use crate::error::{ApiError, JsonBody};
 use crate::rest::logs::Params;
 use crate::rest::servers::{actor, etag, parse_if_match};
 use crate::state::AppState;
-use coffer_api::chat::{ConversationCreate, ConversationPatch, MessageSend, PendingSet};
+use coffer_api::Page;
+use coffer_api::chat::{self as api, ConversationCreate, ConversationPatch, MessageSend, PendingSet};
 
 /// How long an event stream may stay silent before the edge sends a `: keep-alive` comment
 /// (proxies and clients then know the connection lives between turns).
@@ -71,15 +73,15 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 /// A response with `ETag: "<version>"`.
-fn with_etag(status: StatusCode, body: Value, version: u64) -> Response {
+fn with_etag(status: StatusCode, body: impl serde::Serialize, version: u64) -> Response {
     let mut r = (status, Json(body)).into_response();
     r.headers_mut().insert(header::ETAG, etag(version as i64));
     r
 }
 
-/// `null` for an empty cursor.
-fn cursor(s: &str) -> Value {
-    if s.is_empty() { Value::Null } else { json!(s) }
+/// `None` (`null`) for an empty cursor.
+fn cursor(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -87,9 +89,9 @@ fn cursor(s: &str) -> Value {
 
 /// `GET /v1/agents` → `{"items":[Agent…],"next_cursor":null}`: every registered agent provider,
 /// available or not (with the reason).
-async fn list_agents(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn list_agents(State(st): State<Arc<AppState>>) -> Result<Json<Page<api::Agent>>, ApiError> {
     let r = call(st.chat.clone().list_agents(ListAgentsRequest {})).await.map_err(ApiError::from_chat)?;
-    Ok(Json(json!({"items": r.agents.iter().map(chat::agent_json).collect::<Vec<_>>(), "next_cursor": null})))
+    Ok(Json(Page::all(r.agents.iter().map(chat::agent).collect())))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ async fn create_conversation(
     let req = create_request(body, actor(&headers));
     let c = call(st.chat.clone().create_conversation(req)).await.map_err(ApiError::from_chat)?;
     tracing::info!(conversation = %c.id, agent = %c.agent_key, "Conversation created.");
-    Ok(with_etag(StatusCode::CREATED, chat::conversation_json(&c), c.version))
+    Ok(with_etag(StatusCode::CREATED, chat::conversation(&c), c.version))
 }
 
 /// The `ListConversations` request of `GET /v1/conversations?archived=&q=&cursor=&limit=`.
@@ -153,13 +155,13 @@ pub fn list_request(p: &Params) -> Result<ListConversationsRequest, ApiError> {
 async fn list_conversations(
     State(st): State<Arc<AppState>>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<api::Conversation>>, ApiError> {
     let p = Params::from_query(q, &["archived", "q", "cursor", "limit"])?;
     let r = call(st.chat.clone().list_conversations(list_request(&p)?)).await.map_err(ApiError::from_chat)?;
-    Ok(Json(json!({
-        "items": r.conversations.iter().map(chat::conversation_json).collect::<Vec<_>>(),
-        "next_cursor": cursor(&r.next_cursor),
-    })))
+    Ok(Json(Page {
+        items: r.conversations.iter().map(chat::conversation).collect(),
+        next_cursor: cursor(&r.next_cursor),
+    }))
 }
 
 /// `GET /v1/conversations/{id}?messages=N` → ConversationView (the newest N messages, 1-500,
@@ -174,8 +176,9 @@ async fn get_conversation(
     let v = call(st.chat.clone().get_conversation(GetConversationRequest { id, message_limit }))
         .await
         .map_err(ApiError::from_chat)?;
-    let version = v.conversation.as_ref().map_or(0, |c| c.version);
-    Ok(with_etag(StatusCode::OK, chat::view_json(&v), version))
+    let view = chat::view(&v).map_err(ApiError::internal)?;
+    let version = view.conversation.version;
+    Ok(with_etag(StatusCode::OK, view, version))
 }
 
 /// The `UpdateConversation` request of a `PATCH /v1/conversations/{id}` body with the
@@ -212,12 +215,15 @@ async fn patch_conversation(
 ) -> Result<Response, ApiError> {
     let req = update_request(id, body, &headers)?;
     let c = call(st.chat.clone().update_conversation(req)).await.map_err(ApiError::from_chat)?;
-    Ok(with_etag(StatusCode::OK, chat::conversation_json(&c), c.version))
+    Ok(with_etag(StatusCode::OK, chat::conversation(&c), c.version))
 }
 
 /// `DELETE /v1/conversations/{id}` → `{deleted, turn_cancelled}`: the in-flight turn is
 /// cancelled, every row is gone, subscribers get `reset` (`deleted`).
-async fn delete_conversation(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn delete_conversation(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<api::ConversationDeleted>, ApiError> {
     let r = call(st.chat.clone().delete_conversation(ConversationRef { id: id.clone() }))
         .await
         .map_err(ApiError::from_chat)?;
@@ -225,7 +231,7 @@ async fn delete_conversation(State(st): State<Arc<AppState>>, Path(id): Path<Str
         return Err(ApiError::not_found(format!("no conversation {:?}", id.chars().take(64).collect::<String>())));
     }
     tracing::info!(conversation = %id, turn_cancelled = r.turn_cancelled, "Conversation deleted.");
-    Ok(Json(json!({"deleted": r.deleted, "turn_cancelled": r.turn_cancelled})))
+    Ok(Json(api::ConversationDeleted { deleted: r.deleted, turn_cancelled: r.turn_cancelled }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,7 +243,7 @@ async fn list_messages(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<api::Message>>, ApiError> {
     let p = Params::from_query(q, &["after", "cursor", "limit"])?;
     if p.get("after").is_some() && p.get("cursor").is_some() {
         return Err(ApiError::invalid("give after or cursor, not both (they are the same)")
@@ -249,10 +255,7 @@ async fn list_messages(
         limit: p.int_in("limit", MESSAGES_PAGE, MAX_MESSAGES_PAGE)? as u32,
     };
     let r = call(st.chat.clone().list_messages(req)).await.map_err(ApiError::from_chat)?;
-    Ok(Json(json!({
-        "items": r.messages.iter().map(chat::message_json).collect::<Vec<_>>(),
-        "next_cursor": cursor(&r.next_after_id),
-    })))
+    Ok(Json(Page { items: r.messages.iter().map(chat::message).collect(), next_cursor: cursor(&r.next_after_id) }))
 }
 
 /// The `SendMessage` request of a `POST …/messages` body, the actor as its source. The text's
@@ -269,10 +272,10 @@ async fn send_message(
     Path(id): Path<String>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageSend>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<api::SendMessageReply>), ApiError> {
     let req = send_request(id, body, actor(&headers));
     let r = call(st.chat.clone().send_message(req)).await.map_err(ApiError::from_chat)?;
-    Ok((StatusCode::ACCEPTED, Json(chat::send_reply_json(&r))))
+    Ok((StatusCode::ACCEPTED, Json(chat::send_reply(&r))))
 }
 
 /// The `SetPending` request of a `PUT …/pending` body (an item without an `id` is new).
@@ -298,18 +301,21 @@ async fn set_pending(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<PendingSet>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<api::PendingQueue>, ApiError> {
     let req = pending_request(id, body);
     let q = call(st.chat.clone().set_pending(req)).await.map_err(ApiError::from_chat)?;
-    Ok(Json(chat::queue_json(Some(&q))))
+    Ok(Json(chat::queue(Some(&q))))
 }
 
 /// `POST /v1/conversations/{id}/interrupt` → `{interrupted}`: the in-flight turn stops (its
 /// partial message kept as `interrupted`) and the queue pauses; when idle, `false` and nothing
 /// changes.
-async fn interrupt(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn interrupt(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<api::Interrupted>, ApiError> {
     let r = call(st.chat.clone().interrupt(ConversationRef { id })).await.map_err(ApiError::from_chat)?;
-    Ok(Json(json!({"interrupted": r.interrupted})))
+    Ok(Json(api::Interrupted { interrupted: r.interrupted }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,6 +444,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn body<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {
         Ok(coffer_api::body::from_value(v)?)

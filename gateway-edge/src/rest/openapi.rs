@@ -691,26 +691,20 @@ pub fn routes() -> Vec<Route> {
         // Chat.
         route("GET", "/v1/agents", "chat", "List agents")
             .describe("Every registered agent provider, available or not; an unavailable one says why (`reason`) and cannot be chosen for a new conversation (409).")
-            .ok(200, "The agents.", json!({
-                "type": "object", "required": ["items", "next_cursor"],
-                "properties": {
-                    "items": {"type": "array", "items": r("Agent")},
-                    "next_cursor": {"type": "null", "description": "Always null: one page."},
-                },
-            })),
+            .ok(200, "The agents (one page).", page_of::<coffer_api::chat::Agent>()),
         route("GET", "/v1/conversations", "chat", "List conversations")
             .describe("Newest activity first.")
             .query("archived", json!({"enum": crate::rest::chat::ARCHIVED, "default": "active"}), "Which conversations.")
             .query("q", json!({"type": "string"}), "Only titles containing this (case-insensitive).")
             .query("limit", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}), "Page size.")
             .query("cursor", json!({"type": "string"}), "`next_cursor` of the previous page.")
-            .ok(200, "A page of conversations.", page("Conversation"))
+            .ok(200, "A page of conversations.", page_of::<coffer_api::chat::Conversation>())
             .errors(&["INVALID_ARGUMENT"]),
         route("POST", "/v1/conversations", "chat", "Start a conversation")
             .describe("The agent's provider checks `agent_config` (an explicit `cwd` must be an existing directory; default `COFFER_HOME/workspace`, created on first use); on any error nothing is stored. With `first_message` the first turn starts at once. The title is the first message's first line (cut at a word boundary) unless given.")
             .actor()
             .body_of::<coffer_api::chat::ConversationCreate>()
-            .ok(201, "Created, with its `ETag`.", r("Conversation"))
+            .ok_of::<coffer_api::chat::Conversation>(201, "Created, with its `ETag`.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "NOT_FOUND", "CONFLICT"]),
         route("GET", "/v1/conversations/events", "chat", "Watch the conversation list live (SSE)")
             .describe(CONVERSATION_EVENTS_DESCRIPTION)
@@ -720,22 +714,19 @@ pub fn routes() -> Vec<Route> {
             .describe("With its live state (`turn_running`, the pending queue) and `last_seq`: subscribe with `?after=<last_seq>` to follow from exactly here. `ETag` is the conversation's version.")
             .path_param("id", "The conversation's id (a ULID).")
             .query("messages", json!({"type": "integer", "minimum": 1, "maximum": 500, "default": 100}), "How many of the newest messages.")
-            .ok(200, "The conversation.", r("ConversationView"))
+            .ok_of::<coffer_api::chat::ConversationView>(200, "The conversation.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("PATCH", "/v1/conversations/{id}", "chat", "Rename, set the model, archive or restore")
             .describe("Only the fields given change. `model` is passed to the agent's CLI as is (a bad name is the CLI's error, shown as `turn_error`); `\"\"` is the agent's own default; `cwd` and `session_id` are kept. `archived: true` archives, `false` restores. With `If-Match: \"<version>\"` the write happens only at that version (else 409 `CONFLICT`).")
             .path_param("id", "The conversation's id.")
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .body_of::<coffer_api::chat::ConversationPatch>()
-            .ok(200, "The conversation after the change, with its new `ETag`.", r("Conversation"))
+            .ok_of::<coffer_api::chat::Conversation>(200, "The conversation after the change, with its new `ETag`.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/conversations/{id}", "chat", "Delete a conversation")
             .describe("Cancels an in-flight turn, tears down the agent's per-conversation state and deletes every message and pending item. Subscribers get `reset` (`deleted`) and their stream ends.")
             .path_param("id", "The conversation's id.")
-            .ok(200, "Deleted.", json!({
-                "type": "object", "required": ["deleted", "turn_cancelled"],
-                "properties": {"deleted": {"const": true}, "turn_cancelled": {"type": "boolean", "description": "A turn was running and was cancelled."}},
-            }))
+            .ok_of::<coffer_api::chat::ConversationDeleted>(200, "Deleted.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}/messages", "chat", "A conversation's messages")
             .describe("Oldest first, from the start or after the message `after` names.")
@@ -743,25 +734,25 @@ pub fn routes() -> Vec<Route> {
             .query("after", json!({"type": "string"}), "The id of the last message already read (exclusive); `cursor` is a synonym.")
             .query("cursor", json!({"type": "string"}), "`next_cursor` of the previous page.")
             .query("limit", json!({"type": "integer", "minimum": 1, "maximum": 500, "default": 100}), "Page size.")
-            .ok(200, "A page of messages.", page("Message"))
+            .ok(200, "A page of messages.", page_of::<coffer_api::chat::Message>())
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/conversations/{id}/messages", "chat", "Send a message")
             .describe("Fire-and-return: starts a turn when the conversation is idle and its queue is not paused (the answer holds the user `message`), else appends the text to the pending queue (the answer holds the `pending` item). Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB (its JSON escapes count toward the 2 MiB body limit: a 1 MiB text of ordinary characters fits). An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
             .path_param("id", "The conversation's id.")
             .actor()
             .body_of::<coffer_api::chat::MessageSend>()
-            .ok(202, "Started or queued.", r("SendMessageReply"))
+            .ok_of::<coffer_api::chat::SendMessageReply>(202, "Started or queued.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "TOO_MANY_REQUESTS"]),
         route("PUT", "/v1/conversations/{id}/pending", "chat", "Replace the pending queue")
             .describe("The ordered pending texts, replaced whole: resume (send the items back as they are), discard (`[]`), reorder, edit. An item with an `id` keeps it; one without is new. Un-pauses (unless `paused: true`), starts the next turn when idle, and broadcasts `queue_changed`.")
             .path_param("id", "The conversation's id.")
             .body_of::<coffer_api::chat::PendingSet>()
-            .ok(200, "The queue now.", r("PendingQueue"))
+            .ok_of::<coffer_api::chat::PendingQueue>(200, "The queue now.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "TOO_MANY_REQUESTS"]),
         route("POST", "/v1/conversations/{id}/interrupt", "chat", "Stop the running turn")
             .describe("The turn stops at once; its partial assistant message (text and completed tool blocks) is kept with status `interrupted`, and the queue pauses. When no turn runs: `interrupted: false`, nothing changes.")
             .path_param("id", "The conversation's id.")
-            .ok(200, "Done.", json!({"type": "object", "required": ["interrupted"], "properties": {"interrupted": {"type": "boolean", "description": "A turn was running."}}}))
+            .ok_of::<coffer_api::chat::Interrupted>(200, "Done.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}/events", "chat", "Watch a conversation live (SSE)")
             .describe(CHAT_EVENTS_DESCRIPTION)
@@ -1270,122 +1261,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "similarity": {"type": "number", "description": "With the duplicate (1.0: exact); only when `created` is false."},
         },
     }));
-    m.insert("Agent", json!({
-        "type": "object", "required": ["agent_key", "display_name", "available", "reason", "command", "version", "binding"],
-        "properties": {
-            "agent_key": {"type": "string", "description": "`claude_code`, `codex`, …"},
-            "display_name": {"type": "string"},
-            "available": {"type": "boolean", "description": "Its CLI resolves (on the daemon's PATH or the path set in settings)."},
-            "reason": {"type": ["string", "null"], "description": "Why it is not available."},
-            "command": {"type": ["string", "null"], "description": "The resolved CLI path."},
-            "version": {"type": ["string", "null"], "description": "The CLI's version, when known."},
-            "binding": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/AgentBinding"}], "description": "The LLM connection its turns use (settings `chat.claude_code_connection`, `chat.codex_connection`); null = the CLI's own login."},
-        },
-    }));
-    m.insert("AgentBinding", json!({
-        "type": "object", "required": ["connection", "model", "fast_model", "wire", "problem"],
-        "properties": {
-            "connection": {"type": "string", "description": "The LLM connection's name."},
-            "model": {"type": ["string", "null"], "description": "The connection's model: the agent's default model (a conversation's own `model` still wins)."},
-            "fast_model": {"type": ["string", "null"], "description": "The connection's fast model."},
-            "wire": {"type": ["string", "null"], "description": "`anthropic`, `openai-responses`, `openai-chat` or `ollama`; null when the connection is missing."},
-            "problem": {"type": ["string", "null"], "description": "Why a turn would fail now (the connection is missing, the agent cannot use its wire)."},
-        },
-    }));
-    m.insert("AgentConfig", json!({
-        "type": "object", "required": ["cwd", "model", "session_id"],
-        "properties": {
-            "cwd": {"type": "string", "description": "The agent's working directory (absolute)."},
-            "model": {"type": "string", "description": "Passed to the CLI as is; empty: the agent's default."},
-            "session_id": {"type": "string", "description": "The agent's own session or thread id, set after the first turn; empty before."},
-        },
-    }));
-    m.insert("Conversation", json!({
-        "type": "object",
-        "required": ["id", "agent_key", "title", "agent_config", "channel_name", "peer_chat_id", "archived", "created_ms", "updated_ms", "last_message_ms", "version", "message_count", "turn_running", "pending_count", "pending_paused"],
-        "properties": {
-            "id": {"type": "string", "description": "A ULID."}, "agent_key": {"type": "string"},
-            "title": {"type": "string", "description": "From the first message unless set."},
-            "agent_config": r("AgentConfig"),
-            "channel_name": {"type": ["string", "null"], "description": "Channel binding; null: none."},
-            "peer_chat_id": {"type": ["string", "null"]},
-            "archived": {"type": "boolean"},
-            "created_ms": ms("unknown"), "updated_ms": ms("unknown"), "last_message_ms": ms("no message yet"),
-            "version": {"type": "integer", "description": "Bumped by every change; the `ETag`."},
-            "message_count": {"type": "integer"},
-            "turn_running": {"type": "boolean", "description": "Live: a turn is in flight."},
-            "pending_count": {"type": "integer", "description": "Live: queued messages."},
-            "pending_paused": {"type": "boolean", "description": "Live: the queue is paused (after an interrupt, a failed turn or a restart)."},
-        },
-    }));
-    m.insert(
-        "Usage",
-        json!({
-            "type": "object", "required": ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"],
-            "properties": {
-                "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"},
-                "cache_read_tokens": {"type": "integer"}, "cache_write_tokens": {"type": "integer"},
-            },
-        }),
-    );
-    m.insert("ContentBlock", json!({
-        "description": "One block of a message, in order: `type` names which of `text`, `tool_use`, `tool_result` it holds.",
-        "oneOf": [
-            {"type": "object", "required": ["type", "text"], "properties": {"type": {"const": "text"}, "text": {"type": "string"}}},
-            {"type": "object", "required": ["type", "tool_use"], "properties": {"type": {"const": "tool_use"}, "tool_use": {
-                "type": "object", "required": ["id", "name", "input"],
-                "properties": {"id": {"type": "string"}, "name": {"type": "string", "description": "e.g. `mcp__coffer__coffer__search_tools`, `Bash`."}, "input": {"description": "The tool's input as JSON (an object; a string when the agent sent text that is not JSON)."}},
-            }}},
-            {"type": "object", "required": ["type", "tool_result"], "properties": {"type": {"const": "tool_result"}, "tool_result": {
-                "type": "object", "required": ["tool_use_id", "output", "is_error"],
-                "properties": {"tool_use_id": {"type": "string"}, "output": {"type": "string", "description": "At most 64 KiB."}, "is_error": {"type": "boolean"}},
-            }}},
-        ],
-    }));
-    m.insert("Message", json!({
-        "type": "object",
-        "required": ["id", "conversation_id", "role", "blocks", "status", "usage", "model", "created_ms", "updated_ms", "error", "source"],
-        "properties": {
-            "id": {"type": "string", "description": "A ULID."}, "conversation_id": {"type": "string"},
-            "role": {"enum": crate::chat::ROLES},
-            "blocks": {"type": "array", "items": r("ContentBlock")},
-            "status": {"enum": crate::chat::STATUSES, "description": "streaming: a turn is writing it."},
-            "usage": {"oneOf": [r("Usage"), {"type": "null"}], "description": "Assistant messages."},
-            "model": {"type": ["string", "null"], "description": "Assistant messages: the model that answered."},
-            "created_ms": ms("unknown"), "updated_ms": ms("unknown"),
-            "error": {"type": ["string", "null"], "description": "Failed: the cause."},
-            "source": {"type": ["string", "null"], "description": "User messages: `cli`, `api`, `ui`, `channel:<name>`."},
-        },
-    }));
-    m.insert("PendingItem", json!({
-        "type": "object", "required": ["id", "text", "created_ms", "source"],
-        "properties": {"id": {"type": "string"}, "text": {"type": "string"}, "created_ms": ms("unknown"), "source": {"type": ["string", "null"]}},
-    }));
-    m.insert("PendingQueue", json!({
-        "type": "object", "required": ["items", "paused"],
-        "properties": {"items": {"type": "array", "items": r("PendingItem"), "description": "In the order they will run."}, "paused": {"type": "boolean"}},
-    }));
-    m.insert(
-        "ConversationView",
-        json!({
-            "type": "object", "required": ["conversation", "messages", "more_before", "pending", "last_seq"],
-            "properties": {
-                "conversation": r("Conversation"),
-                "messages": {"type": "array", "items": r("Message"), "description": "The newest ones, oldest first."},
-                "more_before": {"type": "boolean", "description": "Older messages exist (`GET …/messages`)."},
-                "pending": r("PendingQueue"),
-                "last_seq": {"type": "integer", "description": "Subscribe with `?after=` this to follow from here."},
-            },
-        }),
-    );
-    m.insert(
-        "SendMessageReply",
-        json!({
-            "type": "object", "required": ["queue"],
-            "description": "`message` when a turn started, `pending` when the text was queued.",
-            "properties": {"message": r("Message"), "pending": r("PendingItem"), "queue": r("PendingQueue")},
-        }),
-    );
     m.insert("SkillSummary", json!({
         "type": "object", "required": ["name", "description", "path"],
         "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "path": {"type": "string", "description": "Its SKILL.md (absolute)."}},

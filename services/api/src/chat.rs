@@ -1,8 +1,14 @@
-//! Request bodies of `/v1/conversations…`. (Answers are still described by the edge's
-//! hand-written remainder.) A `null` field counts as absent: every optional field is an
-//! `Option`.
+//! Bodies of `/v1/agents` and `/v1/conversations…`: the requests (a `null` field counts as
+//! absent: every optional field of a request is an `Option`), the answers (a conversation, its
+//! messages and their content blocks, the pending queue, the agents), and the events of the two
+//! SSE streams (`…/{id}/events`: [`Event`]; `/v1/conversations/events`: [`Conversation`],
+//! [`ConversationGone`], [`Reset`]), which the web console reads too. In answers and events a
+//! field that may be unknown or empty is `null`, never absent (`Option` without
+//! `skip_serializing_if`), except the two alternatives of [`SendMessageReply`]; times are
+//! `*_ms`, Unix milliseconds.
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The agent settings a conversation may be created with (the agent's `session_id` is not the
 /// caller's to set).
@@ -79,4 +85,505 @@ pub struct PendingSet {
     /// Keep the queue paused. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers.
+
+/// The LLM connection an agent's turns run on (settings `chat.claude_code_connection`,
+/// `chat.codex_connection`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentBinding {
+    /// The LLM connection's name.
+    pub connection: String,
+    /// The connection's model: the agent's default model (a conversation's own `model` still
+    /// wins); null when the connection has none.
+    pub model: Option<String>,
+    /// The connection's fast model; null: none.
+    pub fast_model: Option<String>,
+    /// `anthropic`, `openai-responses`, `openai-chat` or `ollama`; null when the connection is
+    /// missing.
+    pub wire: Option<String>,
+    /// Why a turn would fail now (the connection is missing, the agent cannot use its wire);
+    /// null: usable.
+    pub problem: Option<String>,
+}
+
+/// One agent provider of `GET /v1/agents`, available or not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Agent {
+    /// `claude_code`, `codex`, …
+    pub agent_key: String,
+    pub display_name: String,
+    /// Its CLI resolves (on the daemon's PATH or the path set in settings).
+    pub available: bool,
+    /// Why it is not available; null when it is.
+    pub reason: Option<String>,
+    /// The resolved CLI path; null when unknown.
+    pub command: Option<String>,
+    /// The CLI's version; null when unknown.
+    pub version: Option<String>,
+    /// The LLM connection its turns use; null: the CLI's own login.
+    pub binding: Option<AgentBinding>,
+}
+
+/// A conversation's agent settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentConfig {
+    /// The agent's working directory (absolute).
+    pub cwd: String,
+    /// Passed to the CLI as is; empty: the agent's default.
+    pub model: String,
+    /// The agent's own session or thread id, set after the first turn; empty before.
+    pub session_id: String,
+}
+
+/// A conversation (`GET /v1/conversations` items, `POST`, `PATCH`, the `conversation` events
+/// of `GET /v1/conversations/events`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Conversation {
+    /// A ULID.
+    pub id: String,
+    pub agent_key: String,
+    /// From the first message unless set; may be empty.
+    pub title: String,
+    pub agent_config: AgentConfig,
+    /// The channel it is bound to; null: none.
+    pub channel_name: Option<String>,
+    /// The channel's chat; null: none.
+    pub peer_chat_id: Option<String>,
+    pub archived: bool,
+    /// Unix milliseconds; null: unknown.
+    pub created_ms: Option<i64>,
+    /// Unix milliseconds; null: unknown.
+    pub updated_ms: Option<i64>,
+    /// Unix milliseconds; null: no message yet.
+    pub last_message_ms: Option<i64>,
+    /// Bumped by every change; the `ETag`.
+    pub version: u64,
+    pub message_count: u64,
+    /// Live: a turn is in flight.
+    pub turn_running: bool,
+    /// Live: queued messages.
+    pub pending_count: u32,
+    /// Live: the queue is paused (after an interrupt, a failed turn or a restart).
+    pub pending_paused: bool,
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    #[default]
+    User,
+    Assistant,
+}
+
+impl Role {
+    /// Its word on the wire.
+    pub fn word(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// Where a message stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    #[default]
+    Complete,
+    /// A turn is writing it.
+    Streaming,
+    /// Its turn was interrupted; what it holds was kept.
+    Interrupted,
+    /// Its turn failed (`error` says why).
+    Failed,
+}
+
+impl MessageStatus {
+    /// Its word on the wire.
+    pub fn word(self) -> &'static str {
+        match self {
+            MessageStatus::Complete => "complete",
+            MessageStatus::Streaming => "streaming",
+            MessageStatus::Interrupted => "interrupted",
+            MessageStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Tokens a turn used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// A tool call in a message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolUse {
+    pub id: String,
+    /// e.g. `mcp__coffer__coffer__search_tools`, `Bash`.
+    pub name: String,
+    /// The tool's input as JSON (an object; a string when the agent sent text that is not
+    /// JSON).
+    pub input: Value,
+}
+
+/// A tool's answer in a message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolResult {
+    pub tool_use_id: String,
+    /// At most 64 KiB.
+    pub output: String,
+    pub is_error: bool,
+}
+
+/// One block of a message, in order: `type` names which of `text`, `tool_use`, `tool_result`
+/// it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text { text: String },
+    ToolUse { tool_use: ToolUse },
+    ToolResult { tool_result: ToolResult },
+}
+
+/// A message of a conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Message {
+    /// A ULID.
+    pub id: String,
+    pub conversation_id: String,
+    pub role: Role,
+    pub blocks: Vec<ContentBlock>,
+    pub status: MessageStatus,
+    /// Assistant messages; null for user messages or when unknown.
+    pub usage: Option<Usage>,
+    /// Assistant messages: the model that answered; null when unknown.
+    pub model: Option<String>,
+    /// Unix milliseconds; null: unknown.
+    pub created_ms: Option<i64>,
+    /// Unix milliseconds; null: unknown.
+    pub updated_ms: Option<i64>,
+    /// Failed: the cause; else null.
+    pub error: Option<String>,
+    /// User messages: `cli`, `api`, `ui`, `channel:<name>`; null for assistant messages.
+    pub source: Option<String>,
+}
+
+impl Message {
+    /// Its text blocks joined.
+    pub fn text(&self) -> String {
+        self.blocks
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A message waiting in the pending queue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingItem {
+    pub id: String,
+    pub text: String,
+    /// Unix milliseconds; null: unknown.
+    pub created_ms: Option<i64>,
+    /// `cli`, `api`, `ui`, `channel:<name>`; null when unknown.
+    pub source: Option<String>,
+}
+
+/// A conversation's pending queue (`PUT …/pending`, a view's `pending`, `queue_changed`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingQueue {
+    /// In the order they will run.
+    pub items: Vec<PendingItem>,
+    pub paused: bool,
+}
+
+/// `GET /v1/conversations/{id}`: a conversation with its newest messages and live state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationView {
+    pub conversation: Conversation,
+    /// The newest ones, oldest first.
+    pub messages: Vec<Message>,
+    /// Older messages exist (`GET …/messages`).
+    pub more_before: bool,
+    pub pending: PendingQueue,
+    /// Subscribe with `?after=` this to follow from here.
+    pub last_seq: u64,
+}
+
+/// The answer of `POST /v1/conversations/{id}/messages`: `message` when a turn started,
+/// `pending` when the text was queued (exactly one of them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SendMessageReply {
+    pub queue: PendingQueue,
+    /// The user message whose turn started; absent when queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Message")]
+    pub message: Option<Message>,
+    /// The queued item; absent when a turn started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "PendingItem")]
+    pub pending: Option<PendingItem>,
+}
+
+/// The answer of `DELETE /v1/conversations/{id}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationDeleted {
+    /// Always true (an unknown conversation is 404).
+    #[schemars(extend("const" = true))]
+    pub deleted: bool,
+    /// A turn was running and was cancelled.
+    pub turn_cancelled: bool,
+}
+
+/// The answer of `POST /v1/conversations/{id}/interrupt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Interrupted {
+    /// A turn was running (and stopped); false: nothing changed.
+    pub interrupted: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (`GET /v1/conversations/{id}/events`, `GET /v1/conversations/events`).
+
+/// A conversation event's kind: the SSE `event:` name and the event's `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    MessageCreated,
+    TurnStarted,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    TurnDone,
+    TurnError,
+    QueueChanged,
+    Reset,
+}
+
+impl EventKind {
+    /// Every kind, in the order a turn emits them (then `queue_changed` and `reset`).
+    pub const ALL: [EventKind; 9] = [
+        EventKind::MessageCreated,
+        EventKind::TurnStarted,
+        EventKind::TextDelta,
+        EventKind::ToolCall,
+        EventKind::ToolResult,
+        EventKind::TurnDone,
+        EventKind::TurnError,
+        EventKind::QueueChanged,
+        EventKind::Reset,
+    ];
+
+    /// Its word on the wire.
+    pub fn word(self) -> &'static str {
+        match self {
+            EventKind::MessageCreated => "message_created",
+            EventKind::TurnStarted => "turn_started",
+            EventKind::TextDelta => "text_delta",
+            EventKind::ToolCall => "tool_call",
+            EventKind::ToolResult => "tool_result",
+            EventKind::TurnDone => "turn_done",
+            EventKind::TurnError => "turn_error",
+            EventKind::QueueChanged => "queue_changed",
+            EventKind::Reset => "reset",
+        }
+    }
+}
+
+/// `message_created`: a user message was accepted (started or dequeued).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MessageCreated {
+    /// Null only from a service that sent none.
+    pub message: Option<Message>,
+}
+
+/// `turn_started`: the agent got the message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnStarted {
+    pub user_message_id: String,
+    pub assistant_message_id: String,
+    pub agent_key: String,
+}
+
+/// `text_delta`: assistant text, token by token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TextDelta {
+    pub text: String,
+}
+
+/// `tool_call`: the agent calls a tool (its complete input).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolCallEvent {
+    pub tool_use_id: String,
+    pub name: String,
+    /// As [`ToolUse::input`].
+    pub input: Value,
+}
+
+/// `tool_result`: the tool answered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolResultEvent {
+    pub tool_use_id: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+/// `turn_done`: the turn ended (also when interrupted: `stop_reason` `interrupted`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnDone {
+    /// `end_turn`, `interrupted`, `max_tokens`, …; may be empty.
+    pub stop_reason: String,
+    /// Null when unknown.
+    pub usage: Option<Usage>,
+    /// The model that answered; null when unknown.
+    pub model: Option<String>,
+    /// The assistant message as stored; null when the service sent none.
+    pub message: Option<Message>,
+}
+
+/// `turn_error`: the turn failed; the queue pauses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnError {
+    /// `provider`, `auth`, `cli_missing`, `cli_exited`, `protocol`, `timeout`, `internal`.
+    pub code: String,
+    /// Names the cause ("the model API answered 500 …").
+    pub message: String,
+    /// The failed assistant message as stored; null when none was.
+    pub message_record: Option<Message>,
+}
+
+/// `queue_changed`: the pending queue changed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueChanged {
+    pub queue: PendingQueue,
+}
+
+/// `reset`: reload the conversation (`too_old`, `lagged`, `deleted`) or, on the list's stream,
+/// the list (`lagged`, `unavailable`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Reset {
+    pub reason: String,
+}
+
+/// An event's own object, under its kind's word.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventBody {
+    MessageCreated(MessageCreated),
+    TurnStarted(TurnStarted),
+    TextDelta(TextDelta),
+    ToolCall(ToolCallEvent),
+    ToolResult(ToolResultEvent),
+    TurnDone(TurnDone),
+    TurnError(TurnError),
+    QueueChanged(QueueChanged),
+    Reset(Reset),
+}
+
+impl EventBody {
+    /// Its kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            EventBody::MessageCreated(_) => EventKind::MessageCreated,
+            EventBody::TurnStarted(_) => EventKind::TurnStarted,
+            EventBody::TextDelta(_) => EventKind::TextDelta,
+            EventBody::ToolCall(_) => EventKind::ToolCall,
+            EventBody::ToolResult(_) => EventKind::ToolResult,
+            EventBody::TurnDone(_) => EventKind::TurnDone,
+            EventBody::TurnError(_) => EventKind::TurnError,
+            EventBody::QueueChanged(_) => EventKind::QueueChanged,
+            EventBody::Reset(_) => EventKind::Reset,
+        }
+    }
+}
+
+/// One event of `GET /v1/conversations/{id}/events` (the `data:` of its SSE frame):
+/// `{seq, conversation_id, at_ms, turn_id, kind, <kind>: {…}}`, e.g. `{"seq":42, …,
+/// "kind":"text_delta","text_delta":{"text":"Hel"}}`. Build it with [`Event::new`], which keeps
+/// `kind` and `body` in step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Event {
+    /// Per conversation, strictly increasing (gaps allowed); the SSE `id:`.
+    pub seq: u64,
+    pub conversation_id: String,
+    /// Unix milliseconds; null: unknown.
+    pub at_ms: Option<i64>,
+    /// Null outside a turn (`queue_changed`, `reset`).
+    pub turn_id: Option<String>,
+    /// Names the one other field the event holds.
+    pub kind: EventKind,
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+impl Event {
+    /// The event with `kind` taken from `body`.
+    pub fn new(
+        seq: u64,
+        conversation_id: String,
+        at_ms: Option<i64>,
+        turn_id: Option<String>,
+        body: EventBody,
+    ) -> Self {
+        Self { seq, conversation_id, at_ms, turn_id, kind: body.kind(), body }
+    }
+}
+
+/// The `deleted` event of `GET /v1/conversations/events`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationGone {
+    /// The deleted conversation's id.
+    pub id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn events_carry_their_kind_and_its_object_and_read_back() {
+        let e = Event::new(4, "01C".into(), Some(9), None, EventBody::TextDelta(TextDelta { text: "Hel".into() }));
+        let line = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            line,
+            r#"{"seq":4,"conversation_id":"01C","at_ms":9,"turn_id":null,"kind":"text_delta","text_delta":{"text":"Hel"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), e);
+        for k in EventKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), json!(k.word()));
+        }
+        // A kind this build does not know is not an Event.
+        let newer = json!({"seq": 5, "conversation_id": "01C", "at_ms": 1, "turn_id": null, "kind": "thinking", "thinking": {}});
+        assert!(serde_json::from_value::<Event>(newer).is_err());
+    }
+
+    #[test]
+    fn blocks_are_tagged_by_type_and_replies_omit_the_other_outcome() {
+        let b = ContentBlock::ToolUse { tool_use: ToolUse { id: "t".into(), name: "Bash".into(), input: json!({}) } };
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(v, json!({"type": "tool_use", "tool_use": {"id": "t", "name": "Bash", "input": {}}}));
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), b);
+        let r = SendMessageReply { pending: Some(PendingItem::default()), ..Default::default() };
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("message").is_none() && v["pending"].is_object(), "{v}");
+        let m = Message {
+            blocks: vec![ContentBlock::Text { text: "a".into() }, b, ContentBlock::Text { text: "b".into() }],
+            ..Default::default()
+        };
+        assert_eq!(m.text(), "ab");
+    }
 }
