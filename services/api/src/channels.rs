@@ -291,3 +291,54 @@ pub struct PairingCode {
     /// when none.
     pub warning: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::schema::{Components, request, response};
+
+    #[test]
+    fn refs_of_the_other_kind_are_absent_and_unset_ones_null() {
+        let v = json!({
+            "name": "home", "kind": "telegram", "enabled": true, "api_base_url": null, "default_agent": null,
+            "agent_config": {"cwd": "/w"}, "paired": false, "owner": null,
+            "pairing": {"pending": false, "expires_at": null}, "version": 1, "created_at": "t", "updated_at": "t",
+            "adapter": null, "bot_token_ref": null, "credentials_set": {"bot_token": false},
+        });
+        let c: Channel = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!((&c.bot_token_ref, &c.app_id_ref), (&Some(None), &None));
+        assert_eq!(serde_json::to_string(&c).unwrap(), v.to_string(), "the same bytes, in the same order");
+    }
+
+    #[test]
+    fn a_patch_tells_absent_from_null() {
+        let p: ChannelPatch =
+            crate::body::from_value(json!({"api_base_url": null, "agent_config": null, "enabled": false})).unwrap();
+        assert_eq!((&p.api_base_url, &p.agent_config, &p.default_agent), (&Some(None), &Some(None), &None));
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"enabled": false, "api_base_url": null, "agent_config": null})
+        );
+        assert!(ChannelPatch::default().is_empty() && !p.is_empty());
+    }
+
+    #[test]
+    fn secrets_are_write_only_and_never_in_an_answer() {
+        let mut c = Components::new();
+        response::<Channel>(&mut c);
+        response::<PairingCode>(&mut c);
+        request::<ChannelCreate>(&mut c);
+        request::<ChannelPatch>(&mut c);
+        let defs = c.finish();
+        for secret in ["bot_token", "app_id", "app_secret", "signing_secret"] {
+            for answer in ["Channel", "PairingCode", "ChannelAdapter", "ChannelOwner"] {
+                assert!(defs[answer]["properties"].get(secret).is_none(), "{answer}.{secret}");
+            }
+            for body in ["ChannelCreate", "ChannelPatch"] {
+                assert_eq!(defs[body]["properties"][secret]["writeOnly"], true, "{body}.{secret}");
+            }
+        }
+    }
+}

@@ -228,3 +228,40 @@ pub struct LlmModels {
     /// The provider answered with an error; null: none.
     pub failure: Option<LlmFailure>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::schema::{Components, request, response};
+
+    #[test]
+    fn a_patch_tells_absent_from_null() {
+        let p: LlmConnectionPatch = crate::body::from_value(json!({"base_url": null, "model": "m"})).unwrap();
+        assert_eq!((&p.base_url, &p.fast_model, p.model.as_deref()), (&Some(None), &None, Some("m")));
+        assert_eq!(serde_json::to_value(&p).unwrap(), json!({"base_url": null, "model": "m"}));
+        assert!(LlmConnectionPatch::default().is_empty() && !p.is_empty());
+    }
+
+    #[test]
+    fn the_key_is_write_only_and_never_in_an_answer() {
+        let mut c = Components::new();
+        response::<LlmConnection>(&mut c);
+        response::<LlmTestReport>(&mut c);
+        response::<LlmModels>(&mut c);
+        request::<LlmConnectionCreate>(&mut c);
+        request::<LlmConnectionPatch>(&mut c);
+        request::<LlmDraft>(&mut c);
+        let defs = c.finish();
+        for answer in ["LlmConnection", "LlmTestReport", "LlmModels", "LlmFailure"] {
+            assert!(defs[answer]["properties"].get("api_key").is_none(), "{answer}");
+        }
+        for body in ["LlmConnectionCreate", "LlmConnectionPatch", "LlmDraft"] {
+            assert_eq!(defs[body]["properties"]["api_key"]["writeOnly"], true, "{body}");
+            assert_eq!(defs[body]["additionalProperties"], false, "{body}");
+        }
+        let words = serde_json::to_value([Wire::Anthropic, Wire::OpenaiResponses, Wire::OpenaiChat, Wire::Ollama]);
+        assert_eq!(words.unwrap(), json!(["anthropic", "openai-responses", "openai-chat", "ollama"]));
+    }
+}
