@@ -9,7 +9,8 @@
 //! under `channel-<name>-<field>` (e.g. `channel-home-bot-token`), which the channel then names
 //! — never in the channel row, never echoed or logged; a response says only
 //! `credentials_set: {bot_token: true, …}`. A secret in a query string is refused. The acting
-//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
+//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise. The bodies are the
+//! `coffer_api::channels` types.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

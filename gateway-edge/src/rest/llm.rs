@@ -7,7 +7,8 @@
 //! credential has a value) and never a value. A create or patch body may carry `api_key` once:
 //! it is stored in the credential store (under `credential_ref`, or `llm-<name>` when the
 //! connection names none), never in the connection row, never echoed or logged. The acting
-//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
+//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise. The bodies are the
+//! `coffer_api::llm` types.
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
