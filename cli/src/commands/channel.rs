@@ -10,14 +10,16 @@
 use std::io::{IsTerminal, Read};
 
 use clap::{ArgGroup, Args, Subcommand};
+use coffer_api::Page;
+use coffer_api::channels::{Adapter, AgentConfig, Channel, ChannelCreate, ChannelPatch, PairingCode, PairingRequest};
 use coffer_types::channels as rules;
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::api::path_segment;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, render_fields, render_table_fitted};
+use crate::output::{self, render_fields, render_table_fitted, text_cell};
 
 const ADD_EXAMPLES: &str = "\
 Examples:
@@ -274,24 +276,70 @@ fn read_secret(label: &str, var: Option<&str>, stdin: bool, channel: &str) -> Re
 /// One secret's options: `(body field, label, env variable, from stdin, credential name)`.
 type SecretSource<'a> = (&'static str, &'static str, Option<&'a str>, bool, &'a Option<String>);
 
-/// Adds the secrets and credential names the options give to `body` (`bot_token`,
-/// `bot_token_ref`, …).
-fn add_secrets(body: &mut Map<String, Value>, s: &SecretArgs, channel: &str) -> Result<(), CliError> {
+/// What the options give for one secret: its body field (`bot_token`, …), its value (read from
+/// the environment or stdin) and the credential named to hold it (its `*_ref`).
+pub struct GivenSecret {
+    pub field: &'static str,
+    pub value: Option<SecretString>,
+    pub credential: Option<String>,
+}
+
+/// Reads the secrets and credential names the options give, in the order `bot_token`,
+/// `app_id`, `app_secret`, `signing_secret` (those given only).
+///
+/// # Errors
+/// As [`read_secret`].
+fn given_secrets(s: &SecretArgs, channel: &str) -> Result<Vec<GivenSecret>, CliError> {
     let sources: [SecretSource<'_>; 4] = [
         ("bot_token", "bot token", s.bot_token_env.as_deref(), s.bot_token_stdin, &s.bot_token_credential),
         ("app_id", "app id", s.app_id_env.as_deref(), false, &s.app_id_credential),
         ("app_secret", "app secret", s.app_secret_env.as_deref(), false, &s.app_secret_credential),
         ("signing_secret", "signing secret", s.signing_secret_env.as_deref(), false, &s.signing_secret_credential),
     ];
+    let mut out = Vec::new();
     for (field, label, var, stdin, credential) in sources {
-        if let Some(v) = read_secret(label, var, stdin, channel)? {
-            body.insert(field.into(), json!(v.expose_secret()));
-        }
-        if let Some(c) = credential {
-            body.insert(format!("{field}_ref"), json!(c));
+        let value = read_secret(label, var, stdin, channel)?;
+        if value.is_some() || credential.is_some() {
+            out.push(GivenSecret { field, value, credential: credential.clone() });
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// Puts `given` into a create body (`bot_token`, `bot_token_ref`, …).
+fn put_create(b: &mut ChannelCreate, given: Vec<GivenSecret>) {
+    for g in given {
+        let (value, credential) = match g.field {
+            "bot_token" => (&mut b.bot_token, &mut b.bot_token_ref),
+            "app_id" => (&mut b.app_id, &mut b.app_id_ref),
+            "app_secret" => (&mut b.app_secret, &mut b.app_secret_ref),
+            _ => (&mut b.signing_secret, &mut b.signing_secret_ref),
+        };
+        if let Some(v) = g.value {
+            *value = Some(v.expose_secret().to_owned());
+        }
+        if let Some(c) = g.credential {
+            *credential = Some(c);
+        }
+    }
+}
+
+/// Puts `given` into a patch body (`bot_token`, `bot_token_ref`, …).
+fn put_patch(b: &mut ChannelPatch, given: Vec<GivenSecret>) {
+    for g in given {
+        let (value, credential) = match g.field {
+            "bot_token" => (&mut b.bot_token, &mut b.bot_token_ref),
+            "app_id" => (&mut b.app_id, &mut b.app_id_ref),
+            "app_secret" => (&mut b.app_secret, &mut b.app_secret_ref),
+            _ => (&mut b.signing_secret, &mut b.signing_secret_ref),
+        };
+        if let Some(v) = g.value {
+            *value = Some(v.expose_secret().to_owned());
+        }
+        if let Some(c) = g.credential {
+            *credential = Some(Some(c));
+        }
+    }
 }
 
 /// `cwd` as given, made absolute against the current directory (`~` expanded).
@@ -311,69 +359,62 @@ fn absolute(dir: &str) -> String {
     std::env::current_dir().map(|c| c.join(&expanded).display().to_string()).unwrap_or_else(|_| dir.to_owned())
 }
 
-/// The agent config the options give on top of `current` (`''` clears a key); `None` when no
-/// option touches it.
-fn agent_config(a: &AgentArgs, current: &Value) -> Option<Value> {
+/// The agent config the options give on top of `current` (`''` clears a key; `null` when none
+/// is left); `None` when no option touches it.
+fn agent_config(a: &AgentArgs, current: Option<&AgentConfig>) -> Option<Value> {
     if a.cwd.is_none() && a.model.is_none() {
         return None;
     }
-    let mut cfg = current.as_object().cloned().unwrap_or_default();
-    for (key, v) in [("cwd", a.cwd.as_deref().map(absolute)), ("model", a.model.clone())] {
+    let mut cfg = current.cloned().unwrap_or_default();
+    for (slot, v) in [(&mut cfg.cwd, a.cwd.as_deref().map(absolute)), (&mut cfg.model, a.model.clone())] {
         match v {
-            Some(v) if v.is_empty() => {
-                cfg.remove(key);
-            }
-            Some(v) => {
-                cfg.insert(key.into(), json!(v));
-            }
+            Some(v) if v.is_empty() => *slot = None,
+            Some(v) => *slot = Some(v),
             None => {}
         }
     }
-    Some(if cfg.is_empty() { Value::Null } else { Value::Object(cfg) })
+    Some(if cfg == AgentConfig::default() { Value::Null } else { json!(cfg) })
 }
 
 /// The `POST /v1/channels` body for `a` (secrets aside).
-pub fn add_body(a: &AddArgs) -> Map<String, Value> {
-    let mut b = Map::new();
-    b.insert("name".into(), json!(a.name));
-    b.insert("kind".into(), json!(a.kind));
-    b.insert("enabled".into(), json!(!a.disabled));
-    if let Some(u) = &a.agent.api_base_url {
-        b.insert("api_base_url".into(), json!(u));
+pub fn add_body(a: &AddArgs) -> ChannelCreate {
+    ChannelCreate {
+        name: a.name.clone(),
+        kind: a.kind.clone(),
+        enabled: !a.disabled,
+        bot_token: None,
+        app_id: None,
+        app_secret: None,
+        signing_secret: None,
+        bot_token_ref: None,
+        app_id_ref: None,
+        app_secret_ref: None,
+        signing_secret_ref: None,
+        api_base_url: a.agent.api_base_url.clone(),
+        default_agent: a.agent.agent.clone(),
+        agent_config: agent_config(&a.agent, None),
     }
-    if let Some(g) = &a.agent.agent {
-        b.insert("default_agent".into(), json!(g));
-    }
-    if let Some(cfg) = agent_config(&a.agent, &Value::Null) {
-        b.insert("agent_config".into(), cfg);
-    }
-    b
 }
 
 /// The `PATCH` body for `a` on a channel whose agent config is `current` (secrets aside).
-pub fn edit_body(a: &EditArgs, current: &Value) -> Map<String, Value> {
-    let clearable = |v: &str| if v.is_empty() { Value::Null } else { json!(v) };
-    let mut b = Map::new();
-    if let Some(u) = &a.agent.api_base_url {
-        b.insert("api_base_url".into(), clearable(u));
+pub fn edit_body(a: &EditArgs, current: Option<&AgentConfig>) -> ChannelPatch {
+    let clearable = |v: &Option<String>| v.as_ref().map(|v| (!v.is_empty()).then(|| v.clone()));
+    ChannelPatch {
+        api_base_url: clearable(&a.agent.api_base_url),
+        default_agent: clearable(&a.agent.agent),
+        agent_config: agent_config(&a.agent, current).map(|v| (!v.is_null()).then_some(v)),
+        ..Default::default()
     }
-    if let Some(g) = &a.agent.agent {
-        b.insert("default_agent".into(), clearable(g));
-    }
-    if let Some(cfg) = agent_config(&a.agent, current) {
-        b.insert("agent_config".into(), cfg);
-    }
-    b
 }
 
 async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     // Read the secrets first, so that starting a daemon does not interleave with a prompt.
     let mut body = add_body(&a);
-    add_secrets(&mut body, &a.secrets, &a.name)?;
+    let given = given_secrets(&a.secrets, &a.name)?;
     let needed: &[&str] =
         if a.kind == "telegram" { &["bot_token"] } else { &["app_id", "app_secret", "signing_secret"] };
     for field in needed {
-        if !body.contains_key(*field) && !body.contains_key(&format!("{field}_ref")) {
+        if !given.iter().any(|g| g.field == *field) {
             let flag = field.replace('_', "-");
             return Err(CliError::Usage(format!(
                 "a {} channel needs its {}: give --{flag}-env VAR{} or --{flag}-credential NAME",
@@ -383,19 +424,20 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
             )));
         }
     }
+    put_create(&mut body, given);
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/channels").json(&body)).await?;
     drop(body);
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
-    let state = if c["enabled"] == true { "enabled" } else { "disabled" };
+    let c: Channel = resp.parse()?;
+    let state = if c.enabled { "enabled" } else { "disabled" };
     output::println(&format!("Added {} channel {} ({state})", a.kind, a.name))?;
     // A `--*-credential NAME` may name a credential not stored yet: the channel is kept, but
     // cannot start until it is.
     for field in missing_credentials(&c) {
-        let name = c[format!("{field}_ref")].as_str().unwrap_or_default();
+        let name = c.credential_of(&field).unwrap_or_default();
         crate::eprintln_printable!(
             "warning: credential {} (the {}) is not stored, so the channel cannot start until it is: \
              coffer credentials set {}",
@@ -408,64 +450,57 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
 }
 
 /// `owner display (id)`, or `not paired`.
-fn owner(c: &Value) -> String {
-    match &c["owner"] {
-        Value::Object(o) => {
-            let id = o.get("id").and_then(Value::as_str).unwrap_or("");
-            match o.get("display").and_then(Value::as_str) {
-                Some(d) if !d.is_empty() => format!("{} ({id})", output::printable(d)),
-                _ => id.to_owned(),
-            }
-        }
-        _ => "not paired".into(),
+fn owner(c: &Channel) -> String {
+    match &c.owner {
+        Some(o) => match o.display.as_deref() {
+            Some(d) if !d.is_empty() => format!("{} ({})", output::printable(d), o.id),
+            _ => o.id.clone(),
+        },
+        None => "not paired".into(),
     }
 }
 
 /// The adapter's state word, with its last error (`running`, `failed: …`, `stopped` for a
 /// disabled channel, `unknown` when chat did not say).
-pub fn adapter_state(c: &Value) -> String {
+pub fn adapter_state(c: &Channel) -> String {
     // A disabled channel's adapter is stopped (or stopping: the coordinator follows within a tick).
-    if c["enabled"] != true {
+    if !c.enabled {
         return "stopped".into();
     }
-    match &c["adapter"] {
-        Value::Object(a) => {
-            let state = a.get("state").and_then(Value::as_str).unwrap_or("unknown");
-            let retry = retry_phrase(&c["adapter"]);
-            match a.get("last_error").and_then(Value::as_str) {
-                Some(e) if !e.is_empty() => format!("{state}: {}{retry}", output::printable(e)),
-                _ => format!("{state}{retry}"),
+    match &c.adapter {
+        Some(a) => {
+            let retry = retry_phrase(a);
+            match a.last_error.as_deref() {
+                Some(e) if !e.is_empty() => format!("{}: {}{retry}", a.state, output::printable(e)),
+                _ => format!("{}{retry}", a.state),
             }
         }
-        _ => "unknown (chat service not answering)".into(),
+        None => "unknown (chat service not answering)".into(),
     }
 }
 
 /// " (next try in 42 s)" for an adapter that will try again (`retry_at_ms` set), else empty.
-pub fn retry_phrase(adapter: &Value) -> String {
-    let Some(at) = adapter["retry_at_ms"].as_i64().filter(|t| *t > 0) else { return String::new() };
+pub fn retry_phrase(adapter: &Adapter) -> String {
+    let Some(at) = adapter.retry_at_ms.filter(|t| *t > 0) else { return String::new() };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let left_s = ((at - now).max(0) + 999) / 1000;
     format!(" (next try in {left_s} s)")
 }
 
 /// The secrets whose credential has no value (`bot_token`, …).
-pub fn missing_credentials(c: &Value) -> Vec<String> {
-    c["credentials_set"]
-        .as_object()
-        .map(|m| m.iter().filter(|(_, v)| **v != true).map(|(k, _)| k.clone()).collect())
-        .unwrap_or_default()
+pub fn missing_credentials(c: &Channel) -> Vec<String> {
+    c.credentials_set.iter().filter(|(_, set)| !**set).map(|(k, _)| k.clone()).collect()
 }
 
 /// One-line cells of the list table: NAME KIND ENABLED OWNER ADAPTER.
-pub fn render_list(items: &[Value]) -> String {
+pub fn render_list(items: &[Channel]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|c| {
             vec![
-                cell(c.get("name"), 32),
-                cell(c.get("kind"), 10),
-                output::yes_no(c["enabled"] == true).to_owned(),
+                text_cell(&c.name, 32),
+                text_cell(&c.kind, 10),
+                output::yes_no(c.enabled).to_owned(),
                 output::truncate(&owner(c), 40),
                 output::truncate(&adapter_state(c), 60),
             ]
@@ -480,7 +515,7 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let items = resp.json()?["items"].as_array().cloned().unwrap_or_default();
+    let items = resp.parse::<Page<Channel>>()?.items;
     if items.is_empty() {
         return output::println(
             "No channels yet; add one with `coffer channel add NAME --kind telegram --bot-token-env VAR`",
@@ -491,15 +526,15 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
 
 /// `coffer status`'s lines: `Channel NAME (KIND): enabled|disabled, paired with OWNER|not
 /// paired, adapter STATE`, one per channel.
-pub fn status_lines(items: &[Value]) -> String {
+pub fn status_lines(items: &[Channel]) -> String {
     let mut out = String::new();
     for c in items {
-        let paired = if c["paired"] == true { format!("paired with {}", owner(c)) } else { "not paired".into() };
+        let paired = if c.paired { format!("paired with {}", owner(c)) } else { "not paired".into() };
         out.push_str(&format!(
             "Channel {} ({}): {}, {paired}, adapter {}\n",
-            c["name"].as_str().unwrap_or("?"),
-            c["kind"].as_str().unwrap_or("?"),
-            if c["enabled"] == true { "enabled" } else { "disabled" },
+            c.name,
+            c.kind,
+            if c.enabled { "enabled" } else { "disabled" },
             adapter_state(c)
         ));
     }
@@ -507,47 +542,45 @@ pub fn status_lines(items: &[Value]) -> String {
 }
 
 /// The fields `show` prints.
-pub fn render_show(c: &Value) -> String {
-    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+pub fn render_show(c: &Channel) -> String {
     let mut fields = vec![
-        ("name", s("name")),
-        ("kind", s("kind")),
-        ("enabled", output::yes_no(c["enabled"] == true).to_owned()),
+        ("name", c.name.clone()),
+        ("kind", c.kind.clone()),
+        ("enabled", output::yes_no(c.enabled).to_owned()),
         ("owner", owner(c)),
     ];
-    if let Some(at) = c["owner"]["paired_at"].as_str() {
-        fields.push(("paired", output::format_time(at)));
+    if let Some(o) = &c.owner {
+        fields.push(("paired", output::format_time(&o.paired_at)));
     }
-    if c["pairing"]["pending"] == true {
-        let until = c["pairing"]["expires_at"].as_str().map(output::format_time).unwrap_or_default();
+    if c.pairing.pending {
+        let until = c.pairing.expires_at.as_deref().map(output::format_time).unwrap_or_default();
         fields.push(("pairing", format!("a code is waiting (until {until})")));
     }
     fields.push(("adapter", adapter_state(c)));
-    if let Some(bot) = c["adapter"]["bot_username"].as_str() {
+    if let Some(bot) = c.adapter.as_ref().and_then(|a| a.bot_username.as_deref()) {
         fields.push(("bot", format!("@{bot}")));
     }
-    if let Some(set) = c["credentials_set"].as_object() {
-        for (secret, ok) in set {
-            let r = c[format!("{secret}_ref")].as_str().unwrap_or("?");
-            let label: &'static str = match secret.as_str() {
-                "bot_token" => "bot token",
-                "app_id" => "app id",
-                "app_secret" => "app secret",
-                _ => "signing secret",
-            };
-            fields.push((label, format!("{} ({r})", if *ok == true { "set" } else { "missing" })));
-        }
+    for (secret, ok) in &c.credentials_set {
+        let r = c.credential_of(secret).unwrap_or("?");
+        let label: &'static str = match secret.as_str() {
+            "bot_token" => "bot token",
+            "app_id" => "app id",
+            "app_secret" => "app secret",
+            _ => "signing secret",
+        };
+        fields.push((label, format!("{} ({r})", if *ok { "set" } else { "missing" })));
     }
-    fields.push(("agent", c["default_agent"].as_str().unwrap_or("claude_code (default)").to_owned()));
-    if let Some(cwd) = c["agent_config"]["cwd"].as_str() {
-        fields.push(("cwd", cwd.to_owned()));
+    fields.push(("agent", c.default_agent.clone().unwrap_or_else(|| "claude_code (default)".to_owned())));
+    let cfg = c.agent_config.clone().unwrap_or_default();
+    if let Some(cwd) = cfg.cwd {
+        fields.push(("cwd", cwd));
     }
-    if let Some(m) = c["agent_config"]["model"].as_str() {
-        fields.push(("model", m.to_owned()));
+    if let Some(m) = cfg.model {
+        fields.push(("model", m));
     }
-    fields.push(("api base url", c["api_base_url"].as_str().unwrap_or("(the platform's public API)").to_owned()));
-    fields.push(("version", c["version"].to_string()));
-    fields.push(("updated", output::format_time(&s("updated_at"))));
+    fields.push(("api base url", c.api_base_url.clone().unwrap_or_else(|| "(the platform's public API)".to_owned())));
+    fields.push(("version", c.version.to_string()));
+    fields.push(("updated", output::format_time(&c.updated_at)));
     render_fields(&fields)
 }
 
@@ -557,9 +590,9 @@ async fn show(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
+    let c: Channel = resp.parse()?;
     output::print(&render_show(&c))?;
-    if c["enabled"] == true && c["paired"] != true {
+    if c.enabled && !c.paired {
         output::println(&format!("Not paired: every chat is refused. Pair it with `coffer channel pair {name}`"))?;
     }
     Ok(())
@@ -567,9 +600,9 @@ async fn show(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 
 async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let current = api.get(&channel_path(&a.name)).await?;
-    let mut body = edit_body(&a, &current["agent_config"]);
-    add_secrets(&mut body, &a.secrets, &a.name)?;
+    let current: Channel = api.get_as(&channel_path(&a.name)).await?;
+    let mut body = edit_body(&a, current.agent_config.as_ref());
+    put_patch(&mut body, given_secrets(&a.secrets, &a.name)?);
     if body.is_empty() {
         return Err(CliError::Usage(
             "nothing to change: give a secret option, --agent, --cwd, --model or --api-base-url".into(),
@@ -580,8 +613,8 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
-    output::println(&format!("Updated channel {} (version {})", a.name, c["version"]))
+    let c: Channel = resp.parse()?;
+    output::println(&format!("Updated channel {} (version {})", a.name, c.version))
 }
 
 async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliError> {
@@ -591,10 +624,10 @@ async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliErro
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
+    let c: Channel = resp.parse()?;
     if enabled {
         output::println(&format!("Enabled channel {name}; its adapter starts shortly"))?;
-        if c["paired"] != true {
+        if !c.paired {
             output::println(&format!("It is not paired yet: `coffer channel pair {name}`"))?;
         }
         Ok(())
@@ -613,13 +646,12 @@ async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 }
 
 /// What `pair` prints for a `POST …/pair` answer.
-pub fn render_pair(r: &Value) -> String {
+pub fn render_pair(r: &PairingCode) -> String {
     let mut out = String::new();
-    let code = r["code"].as_str().unwrap_or("");
-    out.push_str(&format!("Pairing code: {code}\n"));
-    out.push_str(&format!("Valid until:  {}\n", output::format_time(r["expires_at"].as_str().unwrap_or(""))));
-    out.push_str(&format!("{}\n", r["instruction"].as_str().unwrap_or("")));
-    if let Some(w) = r["warning"].as_str() {
+    out.push_str(&format!("Pairing code: {}\n", r.code));
+    out.push_str(&format!("Valid until:  {}\n", output::format_time(&r.expires_at)));
+    out.push_str(&format!("{}\n", r.instruction));
+    if let Some(w) = &r.warning {
         out.push_str(&format!("Note: {w}\n"));
     }
     out
@@ -629,13 +661,13 @@ async fn pair(ctx: &Ctx, a: PairArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let mut req = api.request(reqwest::Method::POST, &format!("{}/pair", channel_path(&a.name)));
     if let Some(ttl) = a.ttl {
-        req = req.json(&json!({"ttl_s": ttl}));
+        req = req.json(&PairingRequest { ttl_s: Some(ttl) });
     }
     let resp = api.send(req).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_pair(&resp.json()?))
+    output::print(&render_pair(&resp.parse()?))
 }
 
 async fn unpair(ctx: &Ctx, name: &str) -> Result<(), CliError> {
@@ -645,6 +677,31 @@ async fn unpair(ctx: &Ctx, name: &str) -> Result<(), CliError> {
         return output::print_json(&json!({"unpaired": name}));
     }
     output::println(&format!("Unpaired channel {name}: every chat is refused until `coffer channel pair {name}`"))
+}
+
+/// A telegram channel `home` as `GET /v1/channels/home` answers it, with the fields of `over`
+/// replaced (adapter, owner and credentials_set as given), for tests.
+#[cfg(test)]
+pub fn test_channel(over: Value) -> Channel {
+    let mut v = json!({
+        "name": "home", "kind": "telegram", "enabled": true, "api_base_url": null, "default_agent": null,
+        "agent_config": null, "paired": false, "owner": null, "pairing": {"pending": false, "expires_at": null},
+        "version": 2, "created_at": "", "updated_at": "", "adapter": null,
+        "bot_token_ref": "channel-home-bot-token", "credentials_set": {"bot_token": true},
+    });
+    for (k, x) in over.as_object().cloned().unwrap_or_default() {
+        v[k] = x;
+    }
+    if let Some(a) = v["adapter"].as_object_mut() {
+        for k in ["last_error", "started_ms", "last_inbound_ms", "last_outbound_ms", "retry_at_ms", "bot_username"] {
+            a.entry(k).or_insert(Value::Null);
+        }
+    }
+    if let Some(o) = v["owner"].as_object_mut() {
+        o.entry("display").or_insert(Value::Null);
+        o.entry("paired_at").or_insert(json!(""));
+    }
+    serde_json::from_value(v).expect("a channel")
 }
 
 #[cfg(test)]
@@ -671,7 +728,7 @@ mod tests {
         else {
             panic!()
         };
-        let b = Value::Object(add_body(&a));
+        let b = serde_json::to_value(add_body(&a)).unwrap();
         assert_eq!(
             b,
             json!({"name": "home", "kind": "telegram", "enabled": true, "default_agent": "codex", "agent_config": {"model": "m"}})
@@ -687,7 +744,7 @@ mod tests {
         else {
             panic!()
         };
-        let b = Value::Object(add_body(&a));
+        let b = serde_json::to_value(add_body(&a)).unwrap();
         assert_eq!((&b["enabled"], &b["agent_config"]), (&json!(false), &json!({"cwd": "/w"})));
     }
 
@@ -696,10 +753,12 @@ mod tests {
         let ChannelCommand::Edit(a) = parse(&["edit", "home", "--model", "", "--api-base-url", ""]).unwrap() else {
             panic!()
         };
-        let b = Value::Object(edit_body(&a, &json!({"cwd": "/w", "model": "m"})));
+        let cfg = AgentConfig { cwd: Some("/w".into()), model: Some("m".into()) };
+        let b = serde_json::to_value(edit_body(&a, Some(&cfg))).unwrap();
         assert_eq!(b, json!({"api_base_url": null, "agent_config": {"cwd": "/w"}}));
         let ChannelCommand::Edit(a) = parse(&["edit", "home", "--model", ""]).unwrap() else { panic!() };
-        assert_eq!(Value::Object(edit_body(&a, &json!({"model": "m"}))), json!({"agent_config": null}));
+        let cfg = AgentConfig { model: Some("m".into()), ..Default::default() };
+        assert_eq!(serde_json::to_value(edit_body(&a, Some(&cfg))).unwrap(), json!({"agent_config": null}));
     }
 
     #[test]
@@ -718,24 +777,22 @@ mod tests {
         // A variable nothing sets (setting one is `unsafe` in edition 2024).
         let var = "COFFER_TEST_CHANNEL_SECRET_NEVER_SET_7Q";
         let s = SecretArgs { bot_token_env: Some(var.into()), ..Default::default() };
-        let e = add_secrets(&mut Map::new(), &s, "home").unwrap_err();
+        let e = given_secrets(&s, "home").err().unwrap();
         assert!(e.to_string().contains("the variable is not set"), "{e}");
         let s = SecretArgs { app_id_credential: Some("mine".into()), ..Default::default() };
-        let mut b = Map::new();
-        add_secrets(&mut b, &s, "w").unwrap();
-        assert_eq!(Value::Object(b), json!({"app_id_ref": "mine"}));
+        let mut b = ChannelPatch::default();
+        put_patch(&mut b, given_secrets(&s, "w").unwrap());
+        assert_eq!(serde_json::to_value(b).unwrap(), json!({"app_id_ref": "mine"}));
     }
 
     #[test]
     fn renders() {
-        let c = json!({
-            "name": "home", "kind": "telegram", "enabled": true, "paired": true,
+        let c = test_channel(json!({
+            "paired": true,
             "owner": {"id": "42", "display": "@me", "paired_at": "2026-12-01T00:00:00.000Z"},
-            "pairing": {"pending": false, "expires_at": null},
             "adapter": {"state": "backoff", "last_error": "getUpdates answered 502"},
-            "credentials_set": {"bot_token": false}, "bot_token_ref": "channel-home-bot-token",
-            "default_agent": null, "agent_config": null, "api_base_url": null, "version": 2, "updated_at": "",
-        });
+            "credentials_set": {"bot_token": false},
+        }));
         let list = render_list(std::slice::from_ref(&c));
         assert!(list.contains("@me (42)") && list.contains("backoff: getUpdates answered 502"), "{list}");
         let show = render_show(&c);
@@ -746,13 +803,14 @@ mod tests {
             lines,
             "Channel home (telegram): enabled, paired with @me (42), adapter backoff: getUpdates answered 502\n"
         );
-        let c = json!({"enabled": true, "adapter": null, "owner": null});
+        let c = test_channel(json!({"enabled": true, "adapter": null, "owner": null}));
         assert_eq!(
             (adapter_state(&c), owner(&c)),
             ("unknown (chat service not answering)".into(), "not paired".into())
         );
         let p = render_pair(
-            &json!({"code": "7KQ2M9XD", "expires_at": "2026-12-01T00:10:00.000Z", "instruction": "Send `/pair 7KQ2M9XD` to …", "warning": null}),
+            &serde_json::from_value(json!({"channel": "home", "code": "7KQ2M9XD", "expires_at": "2026-12-01T00:10:00.000Z", "ttl_s": 600, "instruction": "Send `/pair 7KQ2M9XD` to …", "warning": null}))
+                .unwrap(),
         );
         assert!(p.starts_with("Pairing code: 7KQ2M9XD\n") && p.contains("Send `/pair 7KQ2M9XD`"), "{p}");
     }

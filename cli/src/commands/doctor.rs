@@ -21,6 +21,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use coffer_api::Page;
+use coffer_api::channels::Channel;
+use coffer_api::llm::LlmConnection;
 use coffer_runtime::daemon_file::lock_is_held;
 use serde_json::{Value, json};
 
@@ -148,15 +151,15 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 )),
             }
             checks.extend(health);
-            checks.push(match api.get("/v1/llm/connections").await {
-                Ok(c) => check_llm(c["items"].as_array().map(Vec::as_slice).unwrap_or_default()),
+            checks.push(match api.get_as::<Page<LlmConnection>>("/v1/llm/connections").await {
+                Ok(c) => check_llm(&c.items),
                 Err(e) => Check::fail("llm", format!("cannot read the LLM connections: {e}"), "coffer logs store"),
             });
             if let Ok(sync) = api.get("/v1/sync/status").await {
                 checks.extend(check_sync(&sync));
             }
-            match api.get("/v1/channels").await {
-                Ok(c) => checks.extend(check_channels(c["items"].as_array().map(Vec::as_slice).unwrap_or_default())),
+            match api.get_as::<Page<Channel>>("/v1/channels").await {
+                Ok(c) => checks.extend(check_channels(&c.items)),
                 Err(e) => {
                     checks.push(Check::fail("channels", format!("cannot read the channels: {e}"), "coffer logs store"))
                 }
@@ -416,7 +419,7 @@ pub fn looks_like_file_arg(a: &str) -> bool {
 
 /// The internal LLM connection `coffer__ask` runs on: ok when one is set with its key, warn
 /// when none is (or its key is missing).
-pub fn check_llm(items: &[Value]) -> Check {
+pub fn check_llm(items: &[LlmConnection]) -> Check {
     match crate::commands::llm::internal_default(items) {
         None => Check::warn(
             "llm",
@@ -424,14 +427,10 @@ pub fn check_llm(items: &[Value]) -> Check {
             "coffer llm add NAME --wire anthropic|openai|openai-chat|ollama --model ID --default (or coffer llm default NAME)",
         ),
         Some(c) => {
-            let name = c["name"].as_str().unwrap_or("?");
-            let what = format!(
-                "internal connection {name} ({}, {})",
-                c["wire"].as_str().unwrap_or("?"),
-                c["model"].as_str().unwrap_or("?")
-            );
-            match c["credential_ref"].as_str() {
-                Some(r) if c["credential_set"] != true => Check::warn(
+            let name = &c.name;
+            let what = format!("internal connection {name} ({}, {})", c.wire, c.model);
+            match c.credential_ref.as_deref() {
+                Some(r) if !c.credential_set => Check::warn(
                     "llm",
                     format!("{what}: its credential {r} has no value"),
                     format!("coffer llm edit {name} --api-key-stdin (or coffer credentials set {r})"),
@@ -476,14 +475,14 @@ pub fn check_sync(s: &Value) -> Vec<Check> {
 /// a credential it names has no value or coffer-chat reports its adapter `failed` (the cause
 /// once: "adapter failed: <why>"), warns while the adapter retries after a failure (`backoff`,
 /// with the next try) or while it is not paired (every chat is refused).
-pub fn check_channels(items: &[Value]) -> Vec<Check> {
+pub fn check_channels(items: &[Channel]) -> Vec<Check> {
     items
         .iter()
         .map(|c| {
-            let name = c["name"].as_str().unwrap_or("?");
+            let name = &c.name;
             let check = format!("channel {name}");
-            let kind = c["kind"].as_str().unwrap_or("?");
-            if c["enabled"] != true {
+            let kind = &c.kind;
+            if !c.enabled {
                 return Check::ok(check, format!("{kind} channel, disabled"));
             }
             let missing = crate::commands::channel::missing_credentials(c);
@@ -498,10 +497,11 @@ pub fn check_channels(items: &[Value]) -> Vec<Check> {
                     format!("coffer channel edit {name} {}", flags.join(" ")),
                 );
             }
-            let adapter = &c["adapter"];
-            let why = adapter["last_error"].as_str().filter(|e| !e.is_empty()).map(crate::output::printable);
-            let retry = crate::commands::channel::retry_phrase(adapter);
-            match adapter["state"].as_str() {
+            let adapter = c.adapter.as_ref();
+            let why =
+                adapter.and_then(|a| a.last_error.as_deref()).filter(|e| !e.is_empty()).map(crate::output::printable);
+            let retry = adapter.map(crate::commands::channel::retry_phrase).unwrap_or_default();
+            match adapter.map(|a| a.state.as_str()) {
                 Some("failed") => {
                     return Check::fail(
                         check,
@@ -510,7 +510,7 @@ pub fn check_channels(items: &[Value]) -> Vec<Check> {
                     );
                 }
                 Some("backoff") => {
-                    let unpaired = if c["paired"] == true { "" } else { "; also not paired: every chat is refused" };
+                    let unpaired = if c.paired { "" } else { "; also not paired: every chat is refused" };
                     return Check::warn(
                         check,
                         format!(
@@ -522,7 +522,7 @@ pub fn check_channels(items: &[Value]) -> Vec<Check> {
                 }
                 _ => {}
             }
-            if c["paired"] != true {
+            if !c.paired {
                 return Check::warn(
                     check,
                     "enabled but not paired: every chat is refused",
@@ -763,7 +763,7 @@ mod tests {
     #[test]
     fn channels() {
         let ch = |v: Value| {
-            let c = check_channels(&[v]);
+            let c = check_channels(&[crate::commands::channel::test_channel(v)]);
             (c[0].status.as_str(), c[0].message.clone())
         };
         let base = json!({"name": "home", "kind": "telegram", "enabled": true, "paired": true,

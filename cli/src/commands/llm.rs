@@ -9,14 +9,16 @@ use std::io::{IsTerminal, Read};
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
+use coffer_api::Page;
+use coffer_api::llm::{LlmConnection, LlmConnectionCreate, LlmConnectionPatch, LlmModels, LlmTestReport};
 use coffer_types::llm as rules;
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use crate::api::path_segment;
 use crate::context::Ctx;
 use crate::error::{CliError, exit};
-use crate::output::{self, cell, render_fields, render_table_fitted};
+use crate::output::{self, render_fields, render_table_fitted, text_cell};
 
 /// How long `test` and `models` wait: the daemon answers a provider's own timeout
 /// (`llm.request_timeout_s`, at most an hour) itself, as a failure.
@@ -253,73 +255,57 @@ fn read_key(k: &KeyArgs, name: &str) -> Result<Option<SecretString>, CliError> {
 }
 
 /// The `POST /v1/llm/connections` body for `a` (the key aside).
-pub fn add_body(a: &AddArgs) -> Map<String, Value> {
-    let mut b = Map::new();
-    b.insert("name".into(), json!(a.name));
-    b.insert("wire".into(), json!(a.wire));
-    b.insert("model".into(), json!(a.model));
-    if let Some(u) = &a.base_url {
-        b.insert("base_url".into(), json!(u));
+pub fn add_body(a: &AddArgs) -> LlmConnectionCreate {
+    LlmConnectionCreate {
+        name: a.name.clone(),
+        wire: a.wire.clone(),
+        base_url: a.base_url.clone(),
+        credential_ref: a.credential.clone(),
+        api_key: None,
+        model: a.model.clone(),
+        fast_model: a.fast_model.clone(),
+        internal_default: a.default,
     }
-    if let Some(f) = &a.fast_model {
-        b.insert("fast_model".into(), json!(f));
-    }
-    if let Some(c) = &a.credential {
-        b.insert("credential_ref".into(), json!(c));
-    }
-    if a.default {
-        b.insert("internal_default".into(), json!(true));
-    }
-    b
 }
 
 /// The `PATCH` body for `a` (the key aside): `''` clears `base_url`, `fast_model` and
 /// `credential_ref` (null).
-pub fn edit_body(a: &EditArgs) -> Map<String, Value> {
-    let clearable = |v: &str| if v.is_empty() { Value::Null } else { json!(v) };
-    let mut b = Map::new();
-    if let Some(w) = &a.wire {
-        b.insert("wire".into(), json!(w));
+pub fn edit_body(a: &EditArgs) -> LlmConnectionPatch {
+    let clearable = |v: &Option<String>| v.as_ref().map(|v| (!v.is_empty()).then(|| v.clone()));
+    LlmConnectionPatch {
+        wire: a.wire.clone(),
+        base_url: clearable(&a.base_url),
+        model: a.model.clone(),
+        fast_model: clearable(&a.fast_model),
+        credential_ref: clearable(&a.credential),
+        internal_default: if a.default {
+            Some(true)
+        } else if a.no_default {
+            Some(false)
+        } else {
+            None
+        },
+        ..Default::default()
     }
-    if let Some(u) = &a.base_url {
-        b.insert("base_url".into(), clearable(u));
-    }
-    if let Some(m) = &a.model {
-        b.insert("model".into(), json!(m));
-    }
-    if let Some(f) = &a.fast_model {
-        b.insert("fast_model".into(), clearable(f));
-    }
-    if let Some(c) = &a.credential {
-        b.insert("credential_ref".into(), clearable(c));
-    }
-    if a.default {
-        b.insert("internal_default".into(), json!(true));
-    } else if a.no_default {
-        b.insert("internal_default".into(), json!(false));
-    }
-    b
 }
 
 async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     // Read the key first, so that starting a daemon does not interleave with a prompt.
     let key = read_key(&a.key, &a.name)?;
     let mut body = add_body(&a);
-    if let Some(k) = &key {
-        body.insert("api_key".into(), json!(k.expose_secret()));
-    }
+    body.api_key = key.as_ref().map(|k| k.expose_secret().to_owned());
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/llm/connections").json(&body)).await?;
     drop(body);
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
-    let mut line = format!("Added LLM connection {} ({} {})", a.name, a.wire, c["model"].as_str().unwrap_or(""));
+    let c: LlmConnection = resp.parse()?;
+    let mut line = format!("Added LLM connection {} ({} {})", a.name, a.wire, c.model);
     if key.is_some() {
-        line.push_str(&format!("; its key is in credential {}", c["credential_ref"].as_str().unwrap_or("?")));
+        line.push_str(&format!("; its key is in credential {}", c.credential_ref.as_deref().unwrap_or("?")));
     }
-    if c["internal_default"] == true {
+    if c.internal_default {
         line.push_str("; it is the internal default");
     }
     output::println(&line)?;
@@ -327,16 +313,16 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
 }
 
 /// One-line cells of the list table: NAME WIRE BASE URL MODEL DEFAULT KEY.
-pub fn render_list(items: &[Value]) -> String {
+pub fn render_list(items: &[LlmConnection]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|c| {
             vec![
-                cell(c.get("name"), 32),
-                cell(c.get("wire"), 20),
-                c["base_url"].as_str().map_or_else(|| "(provider's API)".to_owned(), |u| output::truncate(u, 48)),
-                cell(c.get("model"), 40),
-                if c["internal_default"] == true { "yes".into() } else { String::new() },
+                text_cell(&c.name, 32),
+                text_cell(&c.wire, 20),
+                c.base_url.as_deref().map_or_else(|| "(provider's API)".to_owned(), |u| output::truncate(u, 48)),
+                text_cell(&c.model, 40),
+                if c.internal_default { "yes".into() } else { String::new() },
                 key_state(c),
             ]
         })
@@ -345,12 +331,17 @@ pub fn render_list(items: &[Value]) -> String {
 }
 
 /// `set (NAME)`, `missing (NAME)` or `none`.
-fn key_state(c: &Value) -> String {
-    match c["credential_ref"].as_str() {
+fn key_state(c: &LlmConnection) -> String {
+    match &c.credential_ref {
         None => "none".into(),
-        Some(r) if c["credential_set"] == true => format!("set ({r})"),
+        Some(r) if c.credential_set => format!("set ({r})"),
         Some(r) => format!("missing ({r})"),
     }
+}
+
+/// Whether `c` names a credential that has no value.
+fn key_missing(c: &LlmConnection) -> bool {
+    c.credential_ref.is_some() && !c.credential_set
 }
 
 async fn list(ctx: &Ctx) -> Result<(), CliError> {
@@ -359,7 +350,7 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let items = resp.json()?["items"].as_array().cloned().unwrap_or_default();
+    let items = resp.parse::<Page<LlmConnection>>()?.items;
     if items.is_empty() {
         return output::println(
             "No LLM connections yet; add one with `coffer llm add NAME --wire anthropic|openai|openai-chat|ollama --model ID`",
@@ -369,18 +360,17 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
 }
 
 /// The fields `show` prints.
-pub fn render_show(c: &Value) -> String {
-    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+pub fn render_show(c: &LlmConnection) -> String {
     let fields = [
-        ("name", s("name")),
-        ("wire", s("wire")),
-        ("base url", c["base_url"].as_str().map_or_else(|| "(the provider's public API)".to_owned(), str::to_owned)),
-        ("model", s("model")),
-        ("fast model", c["fast_model"].as_str().map_or_else(|| "(the model)".to_owned(), str::to_owned)),
+        ("name", c.name.clone()),
+        ("wire", c.wire.clone()),
+        ("base url", c.base_url.clone().unwrap_or_else(|| "(the provider's public API)".to_owned())),
+        ("model", c.model.clone()),
+        ("fast model", c.fast_model.clone().unwrap_or_else(|| "(the model)".to_owned())),
         ("key", key_state(c)),
-        ("internal default", output::yes_no(c["internal_default"] == true).to_owned()),
-        ("version", c["version"].to_string()),
-        ("updated", output::format_time(&s("updated_at"))),
+        ("internal default", output::yes_no(c.internal_default).to_owned()),
+        ("version", c.version.to_string()),
+        ("updated", output::format_time(&c.updated_at)),
     ];
     render_fields(&fields)
 }
@@ -391,10 +381,9 @@ async fn show(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
+    let c: LlmConnection = resp.parse()?;
     output::print(&render_show(&c))?;
-    if c["credential_ref"].is_string() && c["credential_set"] != true {
-        let r = c["credential_ref"].as_str().unwrap_or_default();
+    if let Some(r) = c.credential_ref.as_deref().filter(|_| !c.credential_set) {
         output::println(&format!(
             "The key is missing: `coffer llm edit {name} --api-key-stdin` or `coffer credentials set {r}`"
         ))?;
@@ -405,9 +394,7 @@ async fn show(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     let key = read_key(&a.key, &a.name)?;
     let mut body = edit_body(&a);
-    if let Some(k) = &key {
-        body.insert("api_key".into(), json!(k.expose_secret()));
-    }
+    body.api_key = key.as_ref().map(|k| k.expose_secret().to_owned());
     if body.is_empty() {
         return Err(CliError::Usage(
             "nothing to change: give --wire, --base-url, --model, --fast-model, --credential, a key option or --default"
@@ -420,8 +407,8 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let c = resp.json()?;
-    output::println(&format!("Updated LLM connection {} (version {})", a.name, c["version"]))
+    let c: LlmConnection = resp.parse()?;
+    output::println(&format!("Updated LLM connection {} (version {})", a.name, c.version))
 }
 
 async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
@@ -442,8 +429,8 @@ async fn default(ctx: &Ctx, a: DefaultArgs) -> Result<(), CliError> {
         }
         return output::println(&format!("{name} is the internal default: coffer__ask runs on it"));
     }
-    let items = api.get("/v1/llm/connections").await?["items"].as_array().cloned().unwrap_or_default();
-    let current = items.iter().find(|c| c["internal_default"] == true).and_then(|c| c["name"].as_str());
+    let items = api.get_as::<Page<LlmConnection>>("/v1/llm/connections").await?.items;
+    let current = internal_default(&items).map(|c| c.name.as_str());
     if a.clear {
         if let Some(name) = current {
             api.delete(&format!("{}/default", connection_path(name))).await?;
@@ -466,35 +453,35 @@ async fn default(ctx: &Ctx, a: DefaultArgs) -> Result<(), CliError> {
 }
 
 /// The internal default among `items` (a `GET /v1/llm/connections` page), if any.
-pub fn internal_default(items: &[Value]) -> Option<&Value> {
-    items.iter().find(|c| c["internal_default"] == true)
+pub fn internal_default(items: &[LlmConnection]) -> Option<&LlmConnection> {
+    items.iter().find(|c| c.internal_default)
 }
 
 /// The one line `coffer status` adds: `Internal LLM connection: NAME (WIRE, MODEL)`, or that
 /// none is set and `coffer__ask` needs one.
-pub fn status_line(items: &[Value]) -> String {
+pub fn status_line(items: &[LlmConnection]) -> String {
     match internal_default(items) {
         Some(c) => format!(
             "Internal LLM connection: {} ({}, {}){}",
-            c["name"].as_str().unwrap_or("?"),
-            c["wire"].as_str().unwrap_or("?"),
-            c["model"].as_str().unwrap_or("?"),
-            if c["credential_ref"].is_string() && c["credential_set"] != true { "; its key is missing" } else { "" }
+            c.name,
+            c.wire,
+            c.model,
+            if key_missing(c) { "; its key is missing" } else { "" }
         ),
         None => "Internal LLM connection: none (coffer__ask needs one: `coffer llm add NAME … --default` or `coffer llm default NAME`)".into(),
     }
 }
 
 /// `NAME: ok in T ms (model M)` or `NAME: <failure message>` from a test report.
-pub fn render_test(name: &str, r: &Value) -> String {
-    let ms = r["latency_ms"].as_u64().unwrap_or(0);
-    if r["ok"] == true {
-        return format!("{name}: ok in {ms} ms (model {})", r["model"].as_str().unwrap_or("?"));
+pub fn render_test(name: &str, r: &LlmTestReport) -> String {
+    let ms = r.latency_ms;
+    if r.ok {
+        return format!("{name}: ok in {ms} ms (model {})", r.model);
     }
-    let f = &r["failure"];
+    let f = r.failure.as_ref();
     let mut line =
-        format!("{name}: {} (after {ms} ms)", f["message"].as_str().unwrap_or("the provider did not answer"));
-    if let Some(retry) = f["retry_after_ms"].as_u64()
+        format!("{name}: {} (after {ms} ms)", f.map_or("the provider did not answer", |f| f.message.as_str()));
+    if let Some(retry) = f.and_then(|f| f.retry_after_ms)
         && !line.contains("retry after")
     {
         line.push_str(&format!("; retry after {} s", retry.div_ceil(1000)));
@@ -506,8 +493,8 @@ async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let req = api.request(reqwest::Method::POST, &format!("{}/test", connection_path(name))).timeout(PROBE_TIMEOUT);
     let resp = api.send(req).await?;
-    let report = resp.json()?;
-    let ok = report["ok"] == true;
+    let report: LlmTestReport = resp.parse()?;
+    let ok = report.ok;
     if ctx.json {
         output::print_body(&resp.body)?;
     } else if ok {
@@ -522,25 +509,22 @@ async fn models(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let req = api.request(reqwest::Method::GET, &format!("{}/models", connection_path(name))).timeout(PROBE_TIMEOUT);
     let resp = api.send(req).await?;
-    let r = resp.json()?;
-    let failed = r["failure"].is_object();
+    let r: LlmModels = resp.parse()?;
     if ctx.json {
         output::print_body(&resp.body)?;
-        return if failed { Err(CliError::Quiet(exit::ERROR)) } else { Ok(()) };
+        return if r.failure.is_some() { Err(CliError::Quiet(exit::ERROR)) } else { Ok(()) };
     }
-    if failed {
-        let m = r["failure"]["message"].as_str().unwrap_or("the provider did not answer");
-        return Err(CliError::Failed(format!("{name}: {m}")));
+    if let Some(f) = &r.failure {
+        return Err(CliError::Failed(format!("{name}: {}", f.message)));
     }
-    let ids: Vec<&str> = r["items"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
-    for id in &ids {
-        output::println(id)?;
+    for m in &r.items {
+        output::println(&m.id)?;
     }
-    if let Some(hint) = r["hint"].as_str() {
+    if let Some(hint) = &r.hint {
         // On stderr, so `coffer llm models NAME | …` still gets ids only.
         crate::eprintln_printable!("{hint}");
     }
-    if ids.is_empty() && r["hint"].is_null() {
+    if r.items.is_empty() && r.hint.is_none() {
         crate::eprintln_printable!(
             "{name}: the provider listed no models; type an id (`coffer llm edit {name} --model ID`)"
         );
@@ -551,6 +535,7 @@ async fn models(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+    use serde_json::from_value;
 
     use super::*;
 
@@ -572,7 +557,7 @@ mod tests {
             panic!()
         };
         assert_eq!(a.wire, "openai-responses", "openai is short for the Responses wire");
-        let b = Value::Object(add_body(&a));
+        let b = serde_json::to_value(add_body(&a)).unwrap();
         assert_eq!(b, json!({"name": "gpt", "wire": "openai-responses", "model": "gpt-5", "internal_default": true}));
         assert!(parse(&["add", "x", "--wire", "gemini", "--model", "m"]).is_err());
         assert!(parse(&["add", "Bad", "--wire", "ollama", "--model", "m"]).is_err());
@@ -593,7 +578,7 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            Value::Object(edit_body(&a)),
+            serde_json::to_value(edit_body(&a)).unwrap(),
             json!({"base_url": null, "fast_model": null, "model": "m2", "internal_default": false})
         );
         assert!(parse(&["edit", "x", "--default", "--no-default"]).is_err());
@@ -609,22 +594,25 @@ mod tests {
 
     #[test]
     fn renders() {
-        let c = json!({"name": "claude", "wire": "anthropic", "base_url": null, "credential_ref": "llm-claude",
+        let c: LlmConnection =
+            from_value(json!({"name": "claude", "wire": "anthropic", "base_url": null, "credential_ref": "llm-claude",
             "credential_set": false, "model": "m", "fast_model": null, "internal_default": true, "version": 2,
-            "updated_at": "2026-12-01T00:00:00Z"});
+            "created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z"}))
+            .unwrap();
         let t = render_list(std::slice::from_ref(&c));
         assert!(t.contains("claude") && t.contains("(provider's API)") && t.contains("missing (llm-claude)"), "{t}");
         let s = render_show(&c);
         assert!(s.contains("internal default") && s.contains("missing (llm-claude)"), "{s}");
-        let ok = json!({"ok": true, "latency_ms": 12, "model": "m", "failure": null});
+        let ok = from_value(json!({"ok": true, "latency_ms": 12, "model": "m", "failure": null})).unwrap();
         assert_eq!(render_test("claude", &ok), "claude: ok in 12 ms (model m)");
         assert_eq!(
             status_line(std::slice::from_ref(&c)),
             "Internal LLM connection: claude (anthropic, m); its key is missing"
         );
         assert!(status_line(&[]).starts_with("Internal LLM connection: none (coffer__ask needs one"));
-        let bad = json!({"ok": false, "latency_ms": 3, "model": "m", "failure": {"kind": "rate_limited",
-            "message": "anthropic at http://x answered 429", "http_status": 429, "retry_after_ms": 1500}});
+        let bad = from_value(json!({"ok": false, "latency_ms": 3, "model": "m", "failure": {"kind": "rate_limited",
+            "message": "anthropic at http://x answered 429", "http_status": 429, "retry_after_ms": 1500}}))
+        .unwrap();
         assert_eq!(
             render_test("claude", &bad),
             "claude: anthropic at http://x answered 429 (after 3 ms); retry after 2 s"

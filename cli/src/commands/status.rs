@@ -49,16 +49,14 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
     }
     // One line on the internal LLM connection; a store that does not answer leaves it out (the
     // services table already says so).
-    if let Ok(c) = api.get("/v1/llm/connections").await {
-        let items = c["items"].as_array().cloned().unwrap_or_default();
-        output::println(&format!("\n{}", crate::commands::llm::status_line(&items)))?;
+    if let Ok(c) = api.get_as::<coffer_api::Page<coffer_api::llm::LlmConnection>>("/v1/llm/connections").await {
+        output::println(&format!("\n{}", crate::commands::llm::status_line(&c.items)))?;
     }
     // The channels, one line each (none: nothing printed).
-    if let Ok(c) = api.get("/v1/channels").await {
-        let items = c["items"].as_array().cloned().unwrap_or_default();
-        if !items.is_empty() {
-            output::print(&format!("\n{}", crate::commands::channel::status_lines(&items)))?;
-        }
+    if let Ok(c) = api.get_as::<coffer_api::Page<coffer_api::channels::Channel>>("/v1/channels").await
+        && !c.items.is_empty()
+    {
+        output::print(&format!("\n{}", crate::commands::channel::status_lines(&c.items)))?;
     }
     Ok(())
 }

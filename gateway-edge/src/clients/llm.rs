@@ -4,6 +4,7 @@
 //! connected, HTTP/2 keep-alive pings notice a stopped `coffer-chat`).
 use std::time::Duration;
 
+use coffer_api::llm as api;
 use coffer_proto::llm::llm_client::LlmClient;
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
@@ -61,96 +62,92 @@ pub async fn call<T>(
     coffer_runtime::grpc::call_within("chat service (llm)", deadline, fut).await
 }
 
-/// The REST word of a failure kind: `auth`, `not_found`, `rate_limited`, `server`,
-/// `unreachable`, `timeout`, `tls`, `bad_response`, `config` (`unknown` for an unset one).
-pub fn failure_kind_word(kind: coffer_proto::llm::FailureKind) -> &'static str {
+/// A failure kind as REST names it (`unknown` for an unset one).
+pub fn failure_kind(kind: coffer_proto::llm::FailureKind) -> api::FailureKind {
     use coffer_proto::llm::FailureKind as K;
     match kind {
-        K::Auth => "auth",
-        K::NotFound => "not_found",
-        K::RateLimited => "rate_limited",
-        K::Server => "server",
-        K::Unreachable => "unreachable",
-        K::Timeout => "timeout",
-        K::Tls => "tls",
-        K::BadResponse => "bad_response",
-        K::Config => "config",
-        K::Unspecified => "unknown",
+        K::Auth => api::FailureKind::Auth,
+        K::NotFound => api::FailureKind::NotFound,
+        K::RateLimited => api::FailureKind::RateLimited,
+        K::Server => api::FailureKind::Server,
+        K::Unreachable => api::FailureKind::Unreachable,
+        K::Timeout => api::FailureKind::Timeout,
+        K::Tls => api::FailureKind::Tls,
+        K::BadResponse => api::FailureKind::BadResponse,
+        K::Config => api::FailureKind::Config,
+        K::Unspecified => api::FailureKind::Unknown,
     }
 }
 
-/// A provider's failure as JSON: `{kind, message, http_status: integer|null, retry_after_ms:
-/// integer|null}` (null when there was no HTTP answer / no `retry-after`), or `null`.
-pub fn failure_json(f: Option<&coffer_proto::llm::Failure>) -> serde_json::Value {
-    use serde_json::{Value, json};
-    let Some(f) = f else { return Value::Null };
-    let some = |n: u64| if n == 0 { Value::Null } else { Value::from(n) };
-    json!({
-        "kind": failure_kind_word(f.kind()),
-        "message": f.message,
-        "http_status": some(u64::from(f.http_status)),
-        "retry_after_ms": some(f.retry_after_ms),
+/// A provider's failure as REST answers it (`http_status`/`retry_after_ms` null when there was
+/// no HTTP answer / no `retry-after`).
+pub fn failure(f: Option<&coffer_proto::llm::Failure>) -> Option<api::LlmFailure> {
+    let f = f?;
+    Some(api::LlmFailure {
+        kind: failure_kind(f.kind()),
+        message: f.message.clone(),
+        http_status: (f.http_status != 0).then_some(f.http_status),
+        retry_after_ms: (f.retry_after_ms != 0).then_some(f.retry_after_ms),
     })
 }
 
-/// `TestConnection`'s reply as JSON: `{ok, latency_ms, model, failure}` (`failure` null when
-/// `ok`).
-pub fn test_json(r: &coffer_proto::llm::TestConnectionReply) -> serde_json::Value {
-    serde_json::json!({
-        "ok": r.ok,
-        "latency_ms": r.latency_ms,
-        "model": r.model,
-        "failure": if r.ok { serde_json::Value::Null } else { failure_json(r.failure.as_ref()) },
-    })
+/// `TestConnection`'s reply as REST answers it (`failure` null when `ok`).
+pub fn test_report(r: &coffer_proto::llm::TestConnectionReply) -> api::LlmTestReport {
+    api::LlmTestReport {
+        ok: r.ok,
+        latency_ms: r.latency_ms,
+        model: r.model.clone(),
+        failure: if r.ok { None } else { failure(r.failure.as_ref()) },
+    }
 }
 
-/// `ListModels`' reply as JSON: `{items: [{id}…], next_cursor: null, hint: string|null,
-/// failure}`.
-pub fn models_json(r: &coffer_proto::llm::ListModelsReply) -> serde_json::Value {
-    use serde_json::{Value, json};
-    let items: Vec<Value> = r.models.iter().map(|m| json!({"id": m})).collect();
-    json!({
-        "items": items,
-        "next_cursor": null,
-        "hint": if r.hint.is_empty() { Value::Null } else { Value::String(r.hint.clone()) },
-        "failure": failure_json(r.failure.as_ref()),
-    })
+/// `ListModels`' reply as REST answers it (one page; `hint` null when empty).
+pub fn models(r: &coffer_proto::llm::ListModelsReply) -> api::LlmModels {
+    api::LlmModels {
+        items: r.models.iter().map(|m| api::LlmModel { id: m.clone() }).collect(),
+        next_cursor: None,
+        hint: (!r.hint.is_empty()).then(|| r.hint.clone()),
+        failure: failure(r.failure.as_ref()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use coffer_proto::llm::{Failure, FailureKind, ListModelsReply, TestConnectionReply};
-    use serde_json::json;
+    use serde_json::{json, to_value};
 
     use super::*;
 
     #[test]
     fn replies_as_json() {
         let ok = TestConnectionReply { ok: true, latency_ms: 42, model: "m".into(), failure: None };
-        assert_eq!(test_json(&ok), json!({"ok": true, "latency_ms": 42, "model": "m", "failure": null}));
-        let failure = Failure {
+        assert_eq!(
+            to_value(test_report(&ok)).unwrap(),
+            json!({"ok": true, "latency_ms": 42, "model": "m", "failure": null})
+        );
+        let rate = Failure {
             kind: FailureKind::RateLimited.into(),
             message: "anthropic at http://x answered 429".into(),
             http_status: 429,
             retry_after_ms: 2000,
         };
-        let bad = TestConnectionReply { ok: false, latency_ms: 5, model: "m".into(), failure: Some(failure) };
+        let bad = TestConnectionReply { ok: false, latency_ms: 5, model: "m".into(), failure: Some(rate) };
         assert_eq!(
-            test_json(&bad)["failure"],
+            to_value(test_report(&bad)).unwrap()["failure"],
             json!({"kind": "rate_limited", "message": "anthropic at http://x answered 429", "http_status": 429, "retry_after_ms": 2000})
         );
         let unreachable = Failure { kind: FailureKind::Unreachable.into(), ..Default::default() };
-        let f = failure_json(Some(&unreachable));
+        let f = to_value(failure(Some(&unreachable))).unwrap();
         assert_eq!(
             (f["kind"].as_str(), &f["http_status"], &f["retry_after_ms"]),
             (Some("unreachable"), &json!(null), &json!(null))
         );
-        let models = ListModelsReply { models: vec!["a".into(), "b".into()], hint: String::new(), failure: None };
+        let listed = ListModelsReply { models: vec!["a".into(), "b".into()], hint: String::new(), failure: None };
         assert_eq!(
-            models_json(&models),
+            to_value(models(&listed)).unwrap(),
             json!({"items": [{"id": "a"}, {"id": "b"}], "next_cursor": null, "hint": null, "failure": null})
         );
         let empty = ListModelsReply { models: vec![], hint: "type an id".into(), failure: None };
-        assert_eq!(models_json(&empty)["hint"], "type an id");
+        assert_eq!(models(&empty).hint.as_deref(), Some("type an id"));
     }
 }

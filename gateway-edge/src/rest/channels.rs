@@ -9,7 +9,8 @@
 //! under `channel-<name>-<field>` (e.g. `channel-home-bot-token`), which the channel then names
 //! — never in the channel row, never echoed or logged; a response says only
 //! `credentials_set: {bot_token: true, …}`. A secret in a query string is refused. The acting
-//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
+//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise. The bodies are the
+//! `coffer_api::channels` types.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +21,14 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use coffer_api::Page;
+use coffer_api::channels as api;
 use coffer_proto::channel::{AdapterStatus, ListAdaptersRequest};
 use coffer_proto::store::{
     ChannelKind, ChannelRecord, CreateChannelRequest, DeleteChannelRequest, GetChannelRequest, ListChannelsRequest,
     StartPairingRequest, UnpairRequest, UpdateChannelRequest,
 };
 use coffer_types::channels as rules;
-use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
@@ -77,19 +79,19 @@ async fn no_secret_in_query(req: Request, next: Next) -> Response {
 // ---------------------------------------------------------------------------------------------
 // JSON.
 
-/// The adapter's live state as JSON (`null` times for 0).
-pub fn adapter_json(a: &AdapterStatus) -> Value {
-    let ms = |v: i64| if v > 0 { json!(v) } else { Value::Null };
-    let opt = |v: &str| if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) };
-    json!({
-        "state": a.state,
-        "last_error": opt(&a.last_error),
-        "started_ms": ms(a.started_ms),
-        "last_inbound_ms": ms(a.last_inbound_ms),
-        "last_outbound_ms": ms(a.last_outbound_ms),
-        "retry_at_ms": ms(a.retry_at_ms),
-        "bot_username": opt(&a.bot_username),
-    })
+/// The adapter's live state as REST answers it (`null` times for 0).
+pub fn adapter(a: &AdapterStatus) -> api::Adapter {
+    let ms = |v: i64| (v > 0).then_some(v);
+    let opt = |v: &str| (!v.is_empty()).then(|| v.to_owned());
+    api::Adapter {
+        state: a.state.clone(),
+        last_error: opt(&a.last_error),
+        started_ms: ms(a.started_ms),
+        last_inbound_ms: ms(a.last_inbound_ms),
+        last_outbound_ms: ms(a.last_outbound_ms),
+        retry_at_ms: ms(a.retry_at_ms),
+        bot_username: opt(&a.bot_username),
+    }
 }
 
 /// A record's credential reference in field `field` (`bot_token_ref`, …).
@@ -123,40 +125,47 @@ fn kind_fields(c: &ChannelRecord) -> Vec<(&'static str, &'static str, String)> {
         .collect()
 }
 
-/// A channel as JSON: `{name, kind, enabled, bot_token_ref, app_id_ref, app_secret_ref,
-/// signing_secret_ref, credentials_set, api_base_url, default_agent, agent_config, paired,
-/// owner, pairing, version, created_at, updated_at, adapter}`; the refs of the other kind are
-/// absent, unset ones null; `credentials_set` maps each of the kind's secret fields to whether
-/// its credential has a value. Never a secret.
-pub fn channel_json(c: &ChannelRecord, have: &BTreeSet<String>, adapter: Option<&AdapterStatus>) -> Value {
-    let opt = |v: &str| if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) };
-    let mut v = json!({
-        "name": c.name,
-        "kind": c.kind().as_str(),
-        "enabled": c.enabled,
-        "api_base_url": opt(&c.api_base_url),
-        "default_agent": opt(&c.default_agent),
-        "agent_config": serde_json::from_str::<Value>(&c.agent_config_json).unwrap_or(Value::Null),
-        "paired": !c.owner_id.is_empty(),
-        "owner": if c.owner_id.is_empty() {
-            Value::Null
-        } else {
-            json!({"id": c.owner_id, "display": opt(&c.owner_display), "paired_at": c.paired_at})
-        },
-        "pairing": {"pending": c.pairing_pending, "expires_at": opt(&c.pairing_expires_at)},
-        "version": c.version,
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-        "adapter": adapter.map(adapter_json).unwrap_or(Value::Null),
-    });
-    let mut set = serde_json::Map::new();
+/// A channel as REST answers it: the refs of its kind present (null when unset), those of the
+/// other kind absent; `credentials_set` maps each of the kind's secret fields to whether its
+/// credential has a value (`have` holds the credential names that have one). Never a secret.
+pub fn channel(c: &ChannelRecord, have: &BTreeSet<String>, live: Option<&AdapterStatus>) -> api::Channel {
+    let opt = |v: &str| (!v.is_empty()).then(|| v.to_owned());
+    let mut out = api::Channel {
+        name: c.name.clone(),
+        kind: c.kind().as_str().to_owned(),
+        enabled: c.enabled,
+        api_base_url: opt(&c.api_base_url),
+        default_agent: opt(&c.default_agent),
+        agent_config: serde_json::from_str(&c.agent_config_json).ok(),
+        paired: !c.owner_id.is_empty(),
+        owner: (!c.owner_id.is_empty()).then(|| api::Owner {
+            id: c.owner_id.clone(),
+            display: opt(&c.owner_display),
+            paired_at: c.paired_at.clone(),
+        }),
+        pairing: api::Pairing { pending: c.pairing_pending, expires_at: opt(&c.pairing_expires_at) },
+        version: c.version,
+        created_at: c.created_at.clone(),
+        updated_at: c.updated_at.clone(),
+        adapter: live.map(adapter),
+        bot_token_ref: None,
+        app_id_ref: None,
+        app_secret_ref: None,
+        signing_secret_ref: None,
+        credentials_set: Default::default(),
+    };
     for (secret, field, _) in kind_fields(c) {
         let r = ref_of(c, field);
-        v[field] = opt(r);
-        set.insert(secret.to_owned(), json!(!r.is_empty() && have.contains(r)));
+        let slot = match field {
+            "bot_token_ref" => &mut out.bot_token_ref,
+            "app_id_ref" => &mut out.app_id_ref,
+            "app_secret_ref" => &mut out.app_secret_ref,
+            _ => &mut out.signing_secret_ref,
+        };
+        *slot = Some(opt(r));
+        out.credentials_set.insert(secret.to_owned(), !r.is_empty() && have.contains(r));
     }
-    v["credentials_set"] = Value::Object(set);
-    v
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,10 +362,10 @@ async fn adapters(st: &AppState) -> Option<Vec<AdapterStatus>> {
     }
 }
 
-async fn rendered(st: &AppState, c: &ChannelRecord) -> Result<Value, ApiError> {
+async fn rendered(st: &AppState, c: &ChannelRecord) -> Result<api::Channel, ApiError> {
     let have = credential_names(st).await?;
     let live = adapters(st).await.unwrap_or_default();
-    Ok(channel_json(c, &have, live.iter().find(|a| a.channel == c.name)))
+    Ok(channel(c, &have, live.iter().find(|a| a.channel == c.name)))
 }
 
 /// A single-channel response with its `ETag`.
@@ -364,12 +373,6 @@ async fn with_etag(st: &AppState, status: StatusCode, c: &ChannelRecord) -> Resu
     let mut r = (status, Json(rendered(st, c).await?)).into_response();
     r.headers_mut().insert(header::ETAG, etag(c.version));
     Ok(r)
-}
-
-/// Deserializes a present field (even `null`) as `Some(..)`, so `Option<Option<T>>` tells
-/// "absent" (`None`) from "null" (`Some(None)`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 /// `agent_config` of a body as the store's `agent_config_json` (null/absent → empty; the
@@ -421,13 +424,12 @@ fn place_secrets(c: &mut ChannelRecord, secrets: Secrets) -> Vec<(String, String
 /// adapter's live state (`adapter` null while coffer-chat does not say).
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Page<api::Channel>>, ApiError> {
     let all = st.store.channels.clone().list_channels(ListChannelsRequest {}).await?.into_inner().channels;
     let have = credential_names(&st).await?;
     let live = if all.is_empty() { Vec::new() } else { adapters(&st).await.unwrap_or_default() };
-    let items: Vec<Value> =
-        all.iter().map(|c| channel_json(c, &have, live.iter().find(|a| a.channel == c.name))).collect();
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    let items = all.iter().map(|c| channel(c, &have, live.iter().find(|a| a.channel == c.name))).collect();
+    Ok(Json(Page::all(items)))
 }
 
 /// `GET /v1/channels/{name}` → the channel with `ETag: "<version>"`.
@@ -436,42 +438,6 @@ async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> 
 async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let c = fetch(&st, &name).await?;
     with_etag(&st, StatusCode::OK, &c).await
-}
-
-/// Body of `POST /v1/channels`. No `Debug`: it may hold secrets.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateBody {
-    name: String,
-    kind: String,
-    #[serde(default = "yes")]
-    enabled: bool,
-    #[serde(default)]
-    bot_token: Option<String>,
-    #[serde(default)]
-    app_id: Option<String>,
-    #[serde(default)]
-    app_secret: Option<String>,
-    #[serde(default)]
-    signing_secret: Option<String>,
-    #[serde(default)]
-    bot_token_ref: Option<String>,
-    #[serde(default)]
-    app_id_ref: Option<String>,
-    #[serde(default)]
-    app_secret_ref: Option<String>,
-    #[serde(default)]
-    signing_secret_ref: Option<String>,
-    #[serde(default)]
-    api_base_url: Option<String>,
-    #[serde(default)]
-    default_agent: Option<String>,
-    #[serde(default)]
-    agent_config: Option<Value>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 fn secrets_of(
@@ -517,7 +483,7 @@ async fn check_agent(st: &AppState, agent: &str) -> Result<(), ApiError> {
 async fn create(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<CreateBody>,
+    JsonBody(b): JsonBody<api::ChannelCreate>,
 ) -> Result<Response, ApiError> {
     rules::check_name(&b.name).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "name"})))?;
     let kind = parse_kind(&b.kind)?;
@@ -594,38 +560,8 @@ async fn create(
     Ok(r)
 }
 
-/// Body of `PATCH /v1/channels/{name}`: absent = unchanged; the refs, `api_base_url`,
-/// `default_agent` and `agent_config` set to null clear them. No `Debug`: it may hold secrets.
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchBody {
-    /// Accepted only when equal to the current name (a rename is remove + add).
-    name: Option<String>,
-    /// Accepted only when equal to the current kind.
-    kind: Option<String>,
-    enabled: Option<bool>,
-    bot_token: Option<String>,
-    app_id: Option<String>,
-    app_secret: Option<String>,
-    signing_secret: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    bot_token_ref: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    app_id_ref: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    app_secret_ref: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    signing_secret_ref: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    api_base_url: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    default_agent: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    agent_config: Option<Option<Value>>,
-}
-
 /// Applies `p` to `cur`, secrets aside (see [`place_secrets`]).
-fn apply_patch(cur: &ChannelRecord, p: &PatchBody) -> Result<ChannelRecord, ApiError> {
+fn apply_patch(cur: &ChannelRecord, p: &api::ChannelPatch) -> Result<ChannelRecord, ApiError> {
     if p.name.as_deref().is_some_and(|n| n != cur.name) {
         return Err(ApiError::invalid("a channel cannot be renamed; remove it and add it under the new name")
             .with_details(json!({"field": "name"})));
@@ -679,7 +615,7 @@ async fn patch(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    JsonBody(mut p): JsonBody<PatchBody>,
+    JsonBody(mut p): JsonBody<api::ChannelPatch>,
 ) -> Result<Response, ApiError> {
     let expected = parse_if_match(&headers)?;
     let secrets = secrets_of(p.bot_token.take(), p.app_id.take(), p.app_secret.take(), p.signing_secret.take());
@@ -822,14 +758,6 @@ async fn disable(
     set_enabled(&st, &name, false, &headers).await
 }
 
-/// Body of `POST /v1/channels/{name}/pair` (optional).
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PairBody {
-    #[serde(default)]
-    ttl_s: Option<u32>,
-}
-
 /// What the owner is to do with `code`, for people (the CLI and the console show it).
 pub fn instruction(kind: ChannelKind, code: &str, bot: &str, ttl_s: u32) -> String {
     let within = if ttl_s.is_multiple_of(60) { format!("{} minutes", ttl_s / 60) } else { format!("{ttl_s} seconds") };
@@ -863,9 +791,12 @@ async fn pair(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let b: PairBody =
-        if body.iter().all(u8::is_ascii_whitespace) { PairBody::default() } else { crate::error::parse_json(&body)? };
+) -> Result<Json<api::PairingCode>, ApiError> {
+    let b: api::PairingRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        api::PairingRequest::default()
+    } else {
+        crate::error::parse_json(&body)?
+    };
     let ttl_s = b.ttl_s.unwrap_or(rules::PAIRING_TTL_DEFAULT_S);
     if ttl_s == 0 {
         return Err(ApiError::invalid(format!(
@@ -884,13 +815,13 @@ async fn pair(
     let adapter = live.as_ref().and_then(|l| l.iter().find(|a| a.channel == name).cloned());
     let bot = adapter.as_ref().map(|a| a.bot_username.clone()).unwrap_or_default();
     let warning = if !c.enabled {
-        Value::String(format!(
+        Some(format!(
             "channel {name:?} is disabled: enable it (coffer channel enable {name}) so its adapter receives the code"
         ))
     } else {
         match adapter.as_ref().map(|a| a.state.as_str()) {
-            Some("running") => Value::Null,
-            Some(state) => Value::String(format!(
+            Some("running") => None,
+            Some(state) => Some(format!(
                 "the channel's adapter {}{}: the code is kept, but it can only be received once the adapter runs",
                 adapter_phrase(state),
                 adapter
@@ -899,17 +830,17 @@ async fn pair(
                     .map(|a| format!(" ({})", a.last_error))
                     .unwrap_or_default()
             )),
-            None => Value::Null,
+            None => None,
         }
     };
-    Ok(Json(json!({
-        "channel": name,
-        "code": r.code,
-        "expires_at": r.expires_at,
-        "ttl_s": ttl_s,
-        "instruction": instruction(c.kind(), &r.code, &bot, ttl_s),
-        "warning": warning,
-    })))
+    Ok(Json(api::PairingCode {
+        channel: name,
+        instruction: instruction(c.kind(), &r.code, &bot, ttl_s),
+        code: r.code,
+        expires_at: r.expires_at,
+        ttl_s,
+        warning,
+    }))
 }
 
 /// `DELETE /v1/channels/{name}/pair` → 204: the owner is forgotten (and any pending code);
@@ -943,14 +874,14 @@ mod tests {
         }
     }
 
-    fn patch_body(v: Value) -> Result<PatchBody, ApiError> {
+    fn patch_body(v: Value) -> Result<api::ChannelPatch, ApiError> {
         crate::error::parse_json(v.to_string().as_bytes())
     }
 
     #[test]
     fn shape() {
         let have: BTreeSet<String> = ["channel-home-bot-token".to_owned()].into();
-        let v = channel_json(&record(), &have, None);
+        let v = serde_json::to_value(channel(&record(), &have, None)).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
@@ -984,7 +915,7 @@ mod tests {
             ..record()
         };
         let a = AdapterStatus { channel: "home".into(), state: "running".into(), ..Default::default() };
-        let v = channel_json(&s, &have, Some(&a));
+        let v = serde_json::to_value(channel(&s, &have, Some(&a))).unwrap();
         assert_eq!(v["credentials_set"], json!({"app_id": false, "app_secret": false, "signing_secret": false}));
         assert_eq!((&v["app_secret_ref"], &v["bot_token_ref"]), (&Value::Null, &Value::Null));
         assert_eq!(v["owner"]["id"], "E1");

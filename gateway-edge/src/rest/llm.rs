@@ -7,7 +7,8 @@
 //! credential has a value) and never a value. A create or patch body may carry `api_key` once:
 //! it is stored in the credential store (under `credential_ref`, or `llm-<name>` when the
 //! connection names none), never in the connection row, never echoed or logged. The acting
-//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise.
+//! party in the audit log is `api` unless `X-Coffer-Actor` says otherwise. The bodies are the
+//! `coffer_api::llm` types.
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -15,14 +16,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use coffer_api::Page;
+use coffer_api::llm as api;
 use coffer_proto::llm::{ConnectionRef, connection_ref::Target};
 use coffer_proto::store::{
     CreateConnectionRequest, DeleteConnectionRequest, GetConnectionRequest, ListConnectionsRequest, LlmConnection,
     LlmWire, SetInternalDefaultRequest, UpdateConnectionRequest,
 };
 use coffer_types::llm as rules;
-use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::{ApiError, Code, JsonBody};
 use crate::rest::owned_credentials::{credential_names, drop_if_unused, store_secret};
@@ -44,24 +46,23 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/llm/connections/{name}/models", get(models_saved))
 }
 
-/// A connection as JSON: `{name, wire, base_url, credential_ref, credential_set, model,
-/// fast_model, internal_default, version, created_at, updated_at}`; `base_url` null = the
-/// provider's public API, `credential_ref`/`fast_model` null when unset. Never a secret.
-pub fn connection_json(c: &LlmConnection, credential_set: bool) -> Value {
-    let opt = |v: &str| if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) };
-    json!({
-        "name": c.name,
-        "wire": c.wire().as_str(),
-        "base_url": opt(&c.base_url),
-        "credential_ref": opt(&c.credential_ref),
-        "credential_set": credential_set,
-        "model": c.model,
-        "fast_model": opt(&c.fast_model),
-        "internal_default": c.internal_default,
-        "version": c.version,
-        "created_at": c.created_at,
-        "updated_at": c.updated_at,
-    })
+/// A connection as REST answers it (`base_url`, `credential_ref`, `fast_model` null when
+/// unset); `credential_set` says whether its credential has a value. Never a secret.
+pub fn connection(c: &LlmConnection, credential_set: bool) -> api::LlmConnection {
+    let opt = |v: &str| (!v.is_empty()).then(|| v.to_owned());
+    api::LlmConnection {
+        name: c.name.clone(),
+        wire: c.wire().as_str().to_owned(),
+        base_url: opt(&c.base_url),
+        credential_ref: opt(&c.credential_ref),
+        credential_set,
+        model: c.model.clone(),
+        fast_model: opt(&c.fast_model),
+        internal_default: c.internal_default,
+        version: c.version,
+        created_at: c.created_at.clone(),
+        updated_at: c.updated_at.clone(),
+    }
 }
 
 /// Refuses to make `generated` (`llm-<name>`) the home of a new key when a credential of that name
@@ -79,9 +80,9 @@ async fn refuse_taken_credential(st: &AppState, generated: &str) -> Result<(), A
     Ok(())
 }
 
-async fn rendered(st: &AppState, c: &LlmConnection) -> Result<Value, ApiError> {
+async fn rendered(st: &AppState, c: &LlmConnection) -> Result<api::LlmConnection, ApiError> {
     let set = !c.credential_ref.is_empty() && credential_names(st).await?.contains(&c.credential_ref);
-    Ok(connection_json(c, set))
+    Ok(connection(c, set))
 }
 
 /// A single-connection response with its `ETag`.
@@ -136,26 +137,18 @@ async fn fetch(st: &AppState, name: &str) -> Result<LlmConnection, ApiError> {
     Ok(st.store.llm.clone().get_connection(GetConnectionRequest { name: name.to_owned() }).await?.into_inner())
 }
 
-/// Deserializes a present field (even `null`) as `Some(..)`, so `Option<Option<T>>` tells
-/// "absent" (`None`) from "null" (`Some(None)`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
 // ---------------------------------------------------------------------------------------------
 // CRUD.
 
 /// `GET /v1/llm/connections` → `{"items":[connection…],"next_cursor":null}`, sorted by name.
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Page<api::LlmConnection>>, ApiError> {
     let all = st.store.llm.clone().list_connections(ListConnectionsRequest {}).await?.into_inner().connections;
     let set = credential_names(&st).await?;
-    let items: Vec<Value> = all
-        .iter()
-        .map(|c| connection_json(c, !c.credential_ref.is_empty() && set.contains(&c.credential_ref)))
-        .collect();
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    let items =
+        all.iter().map(|c| connection(c, !c.credential_ref.is_empty() && set.contains(&c.credential_ref))).collect();
+    Ok(Json(Page::all(items)))
 }
 
 /// `GET /v1/llm/connections/{name}` → the connection with `ETag: "<version>"`.
@@ -164,26 +157,6 @@ async fn list(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> 
 async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let c = fetch(&st, &name).await?;
     with_etag(&st, StatusCode::OK, &c).await
-}
-
-/// Body of `POST /v1/llm/connections`. No `Debug`: it may hold a key.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateBody {
-    name: String,
-    wire: String,
-    #[serde(default)]
-    base_url: Option<String>,
-    #[serde(default)]
-    credential_ref: Option<String>,
-    /// Stored as a credential, never in the row.
-    #[serde(default)]
-    api_key: Option<String>,
-    model: String,
-    #[serde(default)]
-    fast_model: Option<String>,
-    #[serde(default)]
-    internal_default: bool,
 }
 
 /// `POST /v1/llm/connections` with `{name, wire, base_url?, credential_ref?, api_key?, model,
@@ -198,7 +171,7 @@ struct CreateBody {
 async fn create(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<CreateBody>,
+    JsonBody(b): JsonBody<api::LlmConnectionCreate>,
 ) -> Result<Response, ApiError> {
     let wire = parse_wire(&b.wire)?;
     if let Some(k) = &b.api_key {
@@ -249,28 +222,9 @@ async fn create(
     Ok(r)
 }
 
-/// Body of `PATCH /v1/llm/connections/{name}`: absent = unchanged; `base_url`,
-/// `credential_ref` and `fast_model` set to null clear them. No `Debug`: it may hold a key.
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchBody {
-    /// Accepted only when equal to the current name (a rename is remove + add).
-    name: Option<String>,
-    wire: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    base_url: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    credential_ref: Option<Option<String>>,
-    api_key: Option<String>,
-    model: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    fast_model: Option<Option<String>>,
-    internal_default: Option<bool>,
-}
-
 /// Applies `p` to `cur` (the key aside: an `api_key` with no credential named gets
 /// `llm-<name>`).
-fn apply_patch(cur: &LlmConnection, p: &PatchBody) -> Result<LlmConnection, ApiError> {
+fn apply_patch(cur: &LlmConnection, p: &api::LlmConnectionPatch) -> Result<LlmConnection, ApiError> {
     if p.name.as_deref().is_some_and(|n| n != cur.name) {
         return Err(ApiError::invalid("an LLM connection cannot be renamed; remove it and add it under the new name")
             .with_details(json!({"field": "name"})));
@@ -312,7 +266,7 @@ async fn patch(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    JsonBody(mut p): JsonBody<PatchBody>,
+    JsonBody(mut p): JsonBody<api::LlmConnectionPatch>,
 ) -> Result<Response, ApiError> {
     let expected = parse_if_match(&headers)?;
     if let Some(k) = &p.api_key {
@@ -439,28 +393,6 @@ async fn clear_default(
 // ---------------------------------------------------------------------------------------------
 // Probes (coffer-chat's Llm service).
 
-/// Body of the draft probes: an unsaved connection, with its key (`api_key`) if it needs one.
-/// `credential_ref` is refused: a stored secret goes only to its saved connection's base URL,
-/// so a draft (any base URL) may use only a key sent in the same request. No `Debug`: it may
-/// hold a key.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DraftBody {
-    #[serde(default)]
-    name: Option<String>,
-    wire: String,
-    #[serde(default)]
-    base_url: Option<String>,
-    #[serde(default)]
-    credential_ref: Option<String>,
-    #[serde(default)]
-    api_key: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    fast_model: Option<String>,
-}
-
 /// A checked draft: the record (its `credential_ref` always empty) and the key sent with it.
 struct Draft {
     record: LlmConnection,
@@ -475,7 +407,7 @@ impl Draft {
 
 /// The draft as a record, checked with the store's field rules (so a probe is never sent for a
 /// record the store would refuse to save, except that `model` may be absent for a listing).
-fn draft(b: DraftBody, need_model: bool) -> Result<Draft, ApiError> {
+fn draft(b: api::LlmDraft, need_model: bool) -> Result<Draft, ApiError> {
     let field = |f: &'static str| move |m: String| ApiError::invalid(m).with_details(json!({"field": f}));
     if b.credential_ref.as_deref().is_some_and(|r| !r.is_empty()) {
         return Err(ApiError::invalid(
@@ -514,37 +446,37 @@ fn draft(b: DraftBody, need_model: bool) -> Result<Draft, ApiError> {
 ///
 /// # Errors
 /// The `Llm` service's status as an envelope ([`ApiError::from_llm`]).
-pub(crate) async fn test_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+pub(crate) async fn test_with(client: &crate::llm::Client, target: Target) -> Result<api::LlmTestReport, ApiError> {
     test_ref_with(client, ConnectionRef { target: Some(target), draft_api_key: String::new() }).await
 }
 
-async fn test_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<Value, ApiError> {
+async fn test_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<api::LlmTestReport, ApiError> {
     let mut c = client.clone();
     let ask = c.test_connection(target);
     let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
-    Ok(crate::llm::test_json(&r))
+    Ok(crate::llm::test_report(&r))
 }
 
 /// `ListModels` on `client` for `target`, as its REST body.
 ///
 /// # Errors
 /// As [`test_with`].
-pub(crate) async fn models_with(client: &crate::llm::Client, target: Target) -> Result<Value, ApiError> {
+pub(crate) async fn models_with(client: &crate::llm::Client, target: Target) -> Result<api::LlmModels, ApiError> {
     models_ref_with(client, ConnectionRef { target: Some(target), draft_api_key: String::new() }).await
 }
 
-async fn models_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<Value, ApiError> {
+async fn models_ref_with(client: &crate::llm::Client, target: ConnectionRef) -> Result<api::LlmModels, ApiError> {
     let mut c = client.clone();
     let ask = c.list_models(target);
     let r = crate::llm::call(crate::llm::PROBE_TIMEOUT, ask).await.map_err(ApiError::from_llm)?;
-    Ok(crate::llm::models_json(&r))
+    Ok(crate::llm::models(&r))
 }
 
-async fn test_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
+async fn test_ref(st: &AppState, target: Target) -> Result<Json<api::LlmTestReport>, ApiError> {
     test_with(&st.llm, target).await.map(Json)
 }
 
-async fn models_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiError> {
+async fn models_ref(st: &AppState, target: Target) -> Result<Json<api::LlmModels>, ApiError> {
     models_with(&st.llm, target).await.map(Json)
 }
 
@@ -554,7 +486,10 @@ async fn models_ref(st: &AppState, target: Target) -> Result<Json<Value>, ApiErr
 ///
 /// Errors: `NOT_FOUND`, `CONFLICT` (the connection's credential has no value),
 /// `SERVICE_UNAVAILABLE` (coffer-chat not running).
-async fn test_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn test_saved(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<api::LlmTestReport>, ApiError> {
     test_ref(&st, Target::Name(name)).await
 }
 
@@ -563,7 +498,10 @@ async fn test_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>) -
 /// impossible (the user may type an id).
 ///
 /// Errors: as [`test_saved`].
-async fn models_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn models_saved(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<api::LlmModels>, ApiError> {
     models_ref(&st, Target::Name(name)).await
 }
 
@@ -576,8 +514,8 @@ async fn models_saved(State(st): State<Arc<AppState>>, Path(name): Path<String>)
 /// `UNKNOWN_FIELD`, `BAD_REQUEST`.
 async fn test_draft(
     State(st): State<Arc<AppState>>,
-    JsonBody(b): JsonBody<DraftBody>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(b): JsonBody<api::LlmDraft>,
+) -> Result<Json<api::LlmTestReport>, ApiError> {
     test_ref_with(&st.llm, draft(b, true)?.into_ref()).await.map(Json)
 }
 
@@ -587,13 +525,15 @@ async fn test_draft(
 /// Errors: as [`test_draft`].
 async fn models_draft(
     State(st): State<Arc<AppState>>,
-    JsonBody(b): JsonBody<DraftBody>,
-) -> Result<Json<Value>, ApiError> {
+    JsonBody(b): JsonBody<api::LlmDraft>,
+) -> Result<Json<api::LlmModels>, ApiError> {
     models_ref_with(&st.llm, draft(b, false)?.into_ref()).await.map(Json)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, to_value};
+
     use super::*;
 
     fn record() -> LlmConnection {
@@ -608,17 +548,17 @@ mod tests {
         }
     }
 
-    fn patch_body(v: Value) -> Result<PatchBody, ApiError> {
+    fn patch_body(v: Value) -> Result<api::LlmConnectionPatch, ApiError> {
         crate::error::parse_json(v.to_string().as_bytes())
     }
 
-    fn draft_body(v: Value) -> Result<DraftBody, ApiError> {
+    fn draft_body(v: Value) -> Result<api::LlmDraft, ApiError> {
         crate::error::parse_json(v.to_string().as_bytes())
     }
 
     #[test]
     fn shape() {
-        let v = connection_json(&record(), true);
+        let v = serde_json::to_value(connection(&record(), true)).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
@@ -759,9 +699,9 @@ mod tests {
     async fn probes_go_to_chat_and_come_back_as_rest_bodies() {
         let client = serve_llm().await;
         let name = |n: &str| Target::Name(n.to_owned());
-        let ok = test_with(&client, name("ok")).await.unwrap();
+        let ok = to_value(test_with(&client, name("ok")).await.unwrap()).unwrap();
         assert_eq!(ok, json!({"ok": true, "latency_ms": 7, "model": "m", "failure": null}));
-        let bad = test_with(&client, name("badkey")).await.unwrap();
+        let bad = to_value(test_with(&client, name("badkey")).await.unwrap()).unwrap();
         assert_eq!(
             (bad["ok"].as_bool(), bad["failure"]["kind"].as_str(), bad["failure"]["http_status"].as_u64()),
             (Some(false), Some("auth"), Some(401))
@@ -771,9 +711,9 @@ mod tests {
         let e = test_with(&client, name("nokey")).await.unwrap_err();
         assert_eq!(e.code, Code::Conflict);
         assert!(e.message.contains("needs the credential"), "{}", e.message);
-        let models = models_with(&client, name("ok")).await.unwrap();
+        let models = to_value(models_with(&client, name("ok")).await.unwrap()).unwrap();
         assert_eq!(models["items"], json!([{"id": "a"}, {"id": "b"}]));
-        assert_eq!(models_with(&client, name("x")).await.unwrap()["hint"], "type an id");
+        assert_eq!(models_with(&client, name("x")).await.unwrap().hint.as_deref(), Some("type an id"));
         // A draft reaches chat as checked: the default name, the wire, the fields given.
         let d = draft(
             draft_body(json!({"wire": "openai-chat", "base_url": "http://127.0.0.1:8000", "model": "qwen"})).unwrap(),
@@ -781,10 +721,10 @@ mod tests {
         )
         .unwrap();
         let r = test_with(&client, Target::Draft(d.record.clone())).await.unwrap();
-        assert_eq!(r["model"], "draft|openai-chat|http://127.0.0.1:8000||qwen");
+        assert_eq!(r.model, "draft|openai-chat|http://127.0.0.1:8000||qwen");
         assert_eq!(
-            models_with(&client, Target::Draft(d.record)).await.unwrap()["items"],
-            json!([{"id": "http://127.0.0.1:8000"}])
+            models_with(&client, Target::Draft(d.record)).await.unwrap().items,
+            [api::LlmModel { id: "http://127.0.0.1:8000".into() }]
         );
     }
 

@@ -764,35 +764,35 @@ pub fn routes() -> Vec<Route> {
         // LLM connections.
         route("GET", "/v1/llm/connections", "llm", "List LLM connections")
             .describe("Sorted by name; one page.")
-            .ok(200, "The connections.", page("LlmConnection")),
+            .ok(200, "The connections.", page_of::<coffer_api::llm::LlmConnection>()),
         route("POST", "/v1/llm/connections", "llm", "Add an LLM connection")
             .describe("`api_key` (sent once, never shown back) becomes the value of credential `credential_ref`, or of `llm-<name>` when none is named (the connection then names it). `base_url` is required for `ollama`; `credential_ref` (or `api_key`) for the cloud wires on their public API. With `internal_default: true` the previous default loses the flag. Answers with `ETag` and `Location`. The names `test` and `models` are reserved.")
             .actor()
-            .body(r("LlmConnectionCreate"))
-            .ok(201, "Added.", r("LlmConnection"))
+            .body_of::<coffer_api::llm::LlmConnectionCreate>()
+            .ok_of::<coffer_api::llm::LlmConnection>(201, "Added.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS"]),
         route("POST", "/v1/llm/connections/test", "llm", "Test an unsaved LLM connection")
-            .describe("One minimal request to the provider; persists nothing. The draft may name a credential but not carry `api_key`. A provider's failure is 200 with `ok: false`.")
-            .body(r("LlmDraft"))
-            .ok(200, "The probe's report.", r("LlmTestReport"))
+            .describe("One minimal request to the provider; persists nothing. The draft carries its key in `api_key` (used for this probe only, never stored); it may not name a stored credential (`credential_ref`: `INVALID_ARGUMENT` with `details.reason` `stored_credential_in_draft`), since a stored key goes only to its saved connection's base URL. A provider's failure is 200 with `ok: false`.")
+            .body_of::<coffer_api::llm::LlmDraft>()
+            .ok_of::<coffer_api::llm::LlmTestReport>(200, "The probe's report.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("POST", "/v1/llm/connections/models", "llm", "List an unsaved LLM connection's models")
             .describe("As `GET /v1/llm/connections/{name}/models` for a draft (`model` optional).")
-            .body(r("LlmDraft"))
-            .ok(200, "The provider's model ids.", r("LlmModels"))
+            .body_of::<coffer_api::llm::LlmDraft>()
+            .ok_of::<coffer_api::llm::LlmModels>(200, "The provider's model ids.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("GET", "/v1/llm/connections/{name}", "llm", "Get one LLM connection")
             .describe("With `ETag: \"<version>\"`.")
             .path_param("name", LLM_NAME)
-            .ok(200, "The connection.", r("LlmConnection"))
+            .ok_of::<coffer_api::llm::LlmConnection>(200, "The connection.")
             .errors(&["NOT_FOUND"]),
         route("PATCH", "/v1/llm/connections/{name}", "llm", "Change an LLM connection")
             .describe("Absent fields stay; `base_url`, `credential_ref` and `fast_model` set to null clear them. `api_key` replaces the key's value (of `credential_ref`, or `llm-<name>` when none is named) and alone leaves the record's version as it is. With `If-Match: \"<version>\"` the write happens only at that version.")
             .path_param("name", LLM_NAME)
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .actor()
-            .body(r("LlmConnectionPatch"))
-            .ok(200, "The connection after the change, with its new ETag.", r("LlmConnection"))
+            .body_of::<coffer_api::llm::LlmConnectionPatch>()
+            .ok_of::<coffer_api::llm::LlmConnection>(200, "The connection after the change, with its new ETag.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/llm/connections/{name}", "llm", "Remove an LLM connection")
             .describe("Honours `If-Match`. The credential `llm-<name>` made from an `api_key` goes too unless another connection or an MCP server references it; a credential you named stays.")
@@ -805,7 +805,7 @@ pub fn routes() -> Vec<Route> {
             .describe("The internal agent behind `coffer__ask` runs on it; the previous default loses the flag. Idempotent.")
             .path_param("name", LLM_NAME)
             .actor()
-            .ok(200, "The connection.", r("LlmConnection"))
+            .ok_of::<coffer_api::llm::LlmConnection>(200, "The connection.")
             .errors(&["NOT_FOUND"]),
         route("DELETE", "/v1/llm/connections/{name}/default", "llm", "Stop a connection being the internal default")
             .describe("Then no connection is (`coffer__ask` answers how to configure one). Nothing changes when it was not the default.")
@@ -816,35 +816,35 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/llm/connections/{name}/test", "llm", "Test an LLM connection")
             .describe("One minimal request to the provider with the connection's model; persists nothing. A provider's failure (bad key, unknown model, unreachable, timeout, TLS) is 200 with `ok: false` and a `failure` naming the provider and the cause.")
             .path_param("name", LLM_NAME)
-            .ok(200, "The probe's report.", r("LlmTestReport"))
+            .ok_of::<coffer_api::llm::LlmTestReport>(200, "The probe's report.")
             .errors(&["NOT_FOUND", "CONFLICT"]),
         route("GET", "/v1/llm/connections/{name}/models", "llm", "List a connection's models")
             .describe("The provider's model ids (`GET /v1/models` for the Anthropic and OpenAI wires, `/api/tags` for Ollama), sorted. When listing is impossible: an empty list and a `hint` (type an id instead).")
             .path_param("name", LLM_NAME)
-            .ok(200, "The provider's model ids.", r("LlmModels"))
+            .ok_of::<coffer_api::llm::LlmModels>(200, "The provider's model ids.")
             .errors(&["NOT_FOUND", "CONFLICT"]),
         // Channels.
         route("GET", "/v1/channels", "channels", "List channels")
             .describe("Sorted by name; one page. Each with its adapter's live state (`adapter` null while coffer-chat does not answer).")
-            .ok(200, "The channels.", page("Channel")),
+            .ok(200, "The channels.", page_of::<coffer_api::channels::Channel>()),
         route("POST", "/v1/channels", "channels", "Add a channel")
             .describe("`telegram` needs `bot_token` (or `bot_token_ref`, an existing credential); `seatalk` needs `app_id`, `app_secret` and `signing_secret` (or their `*_ref`). A secret becomes the value of the credential its `*_ref` names, or of `channel-<name>-bot-token` (`-app-id`, `-app-secret`, `-signing-secret`) when none is named (the channel then names it); `CONFLICT` when that generated name is already taken, and when the bot token (by value, compared inside the daemon) is another Telegram channel's — Telegram serves one poller per bot (`details.channel` names the other). `INVALID_ARGUMENT` for a blank secret or one with surrounding whitespace, and an `agent_config.cwd` that is not an existing folder (`details.field`). A new channel is unpaired. Answers with `ETag` and `Location`.")
             .actor()
-            .body(r("ChannelCreate"))
-            .ok(201, "Added.", r("Channel"))
+            .body_of::<coffer_api::channels::ChannelCreate>()
+            .ok_of::<coffer_api::channels::Channel>(201, "Added.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS", "CONFLICT"]),
         route("GET", "/v1/channels/{name}", "channels", "Get one channel")
             .describe("With `ETag: \"<version>\"`.")
             .path_param("name", CHANNEL_NAME)
-            .ok(200, "The channel.", r("Channel"))
+            .ok_of::<coffer_api::channels::Channel>(200, "The channel.")
             .errors(&["NOT_FOUND"]),
         route("PATCH", "/v1/channels/{name}", "channels", "Change a channel")
             .describe("Absent fields stay; the `*_ref`s, `api_base_url`, `default_agent` and `agent_config` set to null clear them. A secret replaces its credential's value (alone it leaves the record's version as it is); a credential Coffer made for the channel goes once the channel names another. The kind cannot change. The checks of `POST` apply to what changes (a bot token another channel uses: `CONFLICT`; a blank secret, a `cwd` that is no folder: `INVALID_ARGUMENT`). With `If-Match: \"<version>\"` the write happens only at that version.")
             .path_param("name", CHANNEL_NAME)
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .actor()
-            .body(r("ChannelPatch"))
-            .ok(200, "The channel after the change, with its new ETag.", r("Channel"))
+            .body_of::<coffer_api::channels::ChannelPatch>()
+            .ok_of::<coffer_api::channels::Channel>(200, "The channel after the change, with its new ETag.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/channels/{name}", "channels", "Remove a channel")
             .describe("Honours `If-Match`. Its owner, pending code, cursor and seen events go with it; conversations bound to it keep their history. Credentials Coffer made for it go too unless something else references them; credentials you named stay.")
@@ -857,23 +857,20 @@ pub fn routes() -> Vec<Route> {
             .describe("coffer-chat's coordinator then starts its adapter. Idempotent.")
             .path_param("name", CHANNEL_NAME)
             .actor()
-            .ok(200, "The channel.", r("Channel"))
+            .ok_of::<coffer_api::channels::Channel>(200, "The channel.")
             .errors(&["NOT_FOUND"]),
         route("POST", "/v1/channels/{name}/disable", "channels", "Disable a channel")
             .describe("Its adapter stops; a running turn finishes and nothing more is sent. Idempotent.")
             .path_param("name", CHANNEL_NAME)
             .actor()
-            .ok(200, "The channel.", r("Channel"))
+            .ok_of::<coffer_api::channels::Channel>(200, "The channel.")
             .errors(&["NOT_FOUND"]),
         route("POST", "/v1/channels/{name}/pair", "channels", "Issue a pairing code")
             .describe("A fresh one-time code (8 characters of Crockford base-32), replacing any pending one; only its digest is stored. The first chat that sends `/pair <code>` to the bot before it expires becomes the owner, replacing the previous one; five wrong tries void it. The body is optional.")
             .path_param("name", CHANNEL_NAME)
             .actor()
-            .body(json!({
-                "type": "object", "additionalProperties": false,
-                "properties": {"ttl_s": {"type": "integer", "minimum": 60, "maximum": 3600, "default": 600, "description": "How long the code is valid (seconds)."}},
-            }))
-            .ok(200, "The code.", r("PairingCode"))
+            .body_of::<coffer_api::channels::PairingRequest>()
+            .ok_of::<coffer_api::channels::PairingCode>(200, "The code.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/channels/{name}/pair", "channels", "Unpair a channel")
             .describe("Forgets the owner and any pending code: every chat is refused until the next pairing.")
@@ -1273,185 +1270,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             "path": {"type": "string"},
             "files": {"type": "array", "items": {"type": "string"}, "description": "Other files of its folder, relative, sorted."},
             "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Other front-matter keys."},
-        },
-    }));
-    let wires = json!({"enum": coffer_types::llm::WIRES, "description": "anthropic: Messages API; openai-responses: Responses API; openai-chat: Chat Completions (and compatible servers); ollama: /api/chat."});
-    let nullable = |d: &str| json!({"type": ["string", "null"], "description": d});
-    m.insert("LlmConnection", json!({
-        "type": "object",
-        "required": ["name", "wire", "base_url", "credential_ref", "credential_set", "model", "fast_model", "internal_default", "version", "created_at", "updated_at"],
-        "properties": {
-            "name": {"type": "string"},
-            "wire": wires,
-            "base_url": nullable("null: the provider's public API (https://api.anthropic.com, https://api.openai.com)."),
-            "credential_ref": nullable("The credential holding the key; null: none."),
-            "credential_set": {"type": "boolean", "description": "Whether that credential has a value."},
-            "model": {"type": "string"},
-            "fast_model": nullable("The model for quick background work; null: the model."),
-            "internal_default": {"type": "boolean", "description": "The connection `coffer__ask` runs on (at most one)."},
-            "version": {"type": "integer", "description": "Bumped by every write; the ETag."},
-            "created_at": time, "updated_at": time,
-        },
-    }));
-    let api_key = json!({"type": "string", "writeOnly": true, "description": "1-65536 bytes, no control characters; stored as a credential, never shown back."});
-    let kinds = json!({"enum": coffer_types::channels::KINDS, "description": "telegram: Bot API long polling; seatalk: SeaTalk open platform webhooks (through coffer-callback)."});
-    let agent_config = json!({
-        "type": ["object", "null"], "additionalProperties": false,
-        "description": "Config of new conversations' agent; null: the agent's defaults.",
-        "properties": {"cwd": {"type": "string", "description": "Absolute working directory."}, "model": {"type": "string"}},
-    });
-    m.insert("Channel", json!({
-        "type": "object",
-        "required": ["name", "kind", "enabled", "credentials_set", "api_base_url", "default_agent", "agent_config", "paired", "owner", "pairing", "version", "created_at", "updated_at", "adapter"],
-        "properties": {
-            "name": {"type": "string"},
-            "kind": kinds,
-            "enabled": {"type": "boolean"},
-            "bot_token_ref": nullable("telegram: the bot token's credential."),
-            "app_id_ref": nullable("seatalk: the app id's credential."),
-            "app_secret_ref": nullable("seatalk: the app secret's credential."),
-            "signing_secret_ref": nullable("seatalk: the signing secret's credential."),
-            "credentials_set": {"type": "object", "additionalProperties": {"type": "boolean"}, "description": "Each of the kind's secrets (`bot_token`; `app_id`, `app_secret`, `signing_secret`): whether its credential has a value."},
-            "api_base_url": nullable("null: the platform's public API."),
-            "default_agent": nullable("The agent of new conversations; null: claude_code."),
-            "agent_config": agent_config,
-            "paired": {"type": "boolean", "description": "Whether an owner is set (else every chat is refused)."},
-            "owner": {"type": ["object", "null"], "required": ["id", "display", "paired_at"], "properties": {
-                "id": {"type": "string", "description": "Telegram chat id; SeaTalk employee code."},
-                "display": {"type": ["string", "null"]},
-                "paired_at": time,
-            }},
-            "pairing": {"type": "object", "required": ["pending", "expires_at"], "properties": {
-                "pending": {"type": "boolean", "description": "A code is waiting (not expired, used or void)."},
-                "expires_at": {"type": ["string", "null"], "format": "date-time"},
-            }},
-            "version": {"type": "integer", "description": "Bumped by every configuration write (not by pairing); the ETag."},
-            "created_at": time, "updated_at": time,
-            "adapter": {"type": ["object", "null"], "description": "The adapter's live state from coffer-chat; null while it does not answer.", "properties": {
-                "state": {"type": "string", "description": "running, backoff, stopped or failed."},
-                "last_error": {"type": ["string", "null"]},
-                "started_ms": {"type": ["integer", "null"]},
-                "last_inbound_ms": {"type": ["integer", "null"]},
-                "last_outbound_ms": {"type": ["integer", "null"]},
-                "retry_at_ms": {"type": ["integer", "null"]},
-                "bot_username": {"type": ["string", "null"]},
-            }},
-        },
-    }));
-    let secret = |d: &str| json!({"type": "string", "writeOnly": true, "description": format!("{d}; 1-65536 bytes, no control characters; stored as a credential, never shown back.")});
-    let channel_body = |required: Vec<&str>, patch: bool| {
-        let text = |d: &str| {
-            if patch {
-                json!({"type": ["string", "null"], "description": d})
-            } else {
-                json!({"type": "string", "description": d})
-            }
-        };
-        json!({
-            "type": "object", "required": required, "additionalProperties": false,
-            "properties": {
-                "name": {"type": "string", "description": if patch { "Only the current name (no rename)." } else { "`^[a-z0-9][a-z0-9-]{0,31}$`." }},
-                "kind": kinds,
-                "enabled": {"type": "boolean", "default": true},
-                "bot_token": secret("telegram: the bot token from @BotFather"),
-                "app_id": secret("seatalk: the app id"),
-                "app_secret": secret("seatalk: the app secret"),
-                "signing_secret": secret("seatalk: the callback signing secret"),
-                "bot_token_ref": text("An existing credential holding the bot token."),
-                "app_id_ref": text("An existing credential holding the app id."),
-                "app_secret_ref": text("An existing credential holding the app secret."),
-                "signing_secret_ref": text("An existing credential holding the signing secret."),
-                "api_base_url": text("Absolute http(s) URL, no query or fragment, at most 2048 bytes; absent: the public API."),
-                "default_agent": text("An agent key (claude_code, codex)."),
-                "agent_config": agent_config,
-            },
-        })
-    };
-    m.insert("ChannelCreate", channel_body(vec!["name", "kind"], false));
-    m.insert("ChannelPatch", channel_body(vec![], true));
-    m.insert("PairingCode", json!({
-        "type": "object", "required": ["channel", "code", "expires_at", "ttl_s", "instruction", "warning"],
-        "properties": {
-            "channel": {"type": "string"},
-            "code": {"type": "string", "description": "8 characters of Crockford base-32; shown once."},
-            "expires_at": time,
-            "ttl_s": {"type": "integer"},
-            "instruction": {"type": "string", "description": "What to send, where, and until when."},
-            "warning": {"type": ["string", "null"], "description": "Why the code cannot arrive yet (the channel is disabled, its adapter not running); null when none."},
-        },
-    }));
-    m.insert("LlmConnectionCreate", json!({
-        "type": "object", "required": ["name", "wire", "model"], "additionalProperties": false,
-        "properties": {
-            "name": {"type": "string", "description": "`^[a-z0-9][a-z0-9-]{0,31}$`; not `test` or `models`."},
-            "wire": wires,
-            "base_url": {"type": "string", "description": "Absolute http(s) URL, no query or fragment, at most 2048 bytes."},
-            "credential_ref": {"type": "string"},
-            "api_key": api_key,
-            "model": {"type": "string", "description": "1-256 bytes, no control characters."},
-            "fast_model": {"type": "string"},
-            "internal_default": {"type": "boolean", "default": false},
-        },
-    }));
-    m.insert(
-        "LlmConnectionPatch",
-        json!({
-            "type": "object", "additionalProperties": false,
-            "properties": {
-                "name": {"type": "string", "description": "Only the current name (no rename)."},
-                "wire": wires,
-                "base_url": {"type": ["string", "null"]},
-                "credential_ref": {"type": ["string", "null"]},
-                "api_key": api_key,
-                "model": {"type": "string"},
-                "fast_model": {"type": ["string", "null"]},
-                "internal_default": {"type": "boolean"},
-            },
-        }),
-    );
-    m.insert(
-        "LlmDraft",
-        json!({
-            "type": "object", "required": ["wire"], "additionalProperties": false,
-            "description": "An unsaved connection; `api_key` is refused (name a credential instead).",
-            "properties": {
-                "name": {"type": "string", "description": "Default `draft`."},
-                "wire": wires,
-                "base_url": {"type": "string"},
-                "credential_ref": {"type": "string"},
-                "model": {"type": "string", "description": "Required for a test."},
-                "fast_model": {"type": "string"},
-            },
-        }),
-    );
-    m.insert("LlmFailure", json!({
-        "type": "object", "required": ["kind", "message", "http_status", "retry_after_ms"],
-        "properties": {
-            "kind": {"enum": ["auth", "not_found", "rate_limited", "server", "unreachable", "timeout", "tls", "bad_response", "config", "unknown"]},
-            "message": {"type": "string", "description": "Names the provider and the cause; never a secret."},
-            "http_status": {"type": ["integer", "null"], "description": "null: no HTTP answer."},
-            "retry_after_ms": {"type": ["integer", "null"], "description": "A 429's retry-after."},
-        },
-    }));
-    m.insert(
-        "LlmTestReport",
-        json!({
-            "type": "object", "required": ["ok", "latency_ms", "model", "failure"],
-            "properties": {
-                "ok": {"type": "boolean"},
-                "latency_ms": {"type": "integer", "description": "The request's wall time (also on failure)."},
-                "model": {"type": "string", "description": "The model the request named."},
-                "failure": {"oneOf": [r("LlmFailure"), {"type": "null"}]},
-            },
-        }),
-    );
-    m.insert("LlmModels", json!({
-        "type": "object", "required": ["items", "next_cursor", "hint", "failure"],
-        "properties": {
-            "items": {"type": "array", "items": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}},
-            "next_cursor": {"type": "null"},
-            "hint": nullable("Why the list is empty or partial; type an id instead."),
-            "failure": {"oneOf": [r("LlmFailure"), {"type": "null"}]},
         },
     }));
     m

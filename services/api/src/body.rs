@@ -197,6 +197,16 @@ fn describe(root: &Value, path: &str, message: &str) -> BodyError {
     invalid(format!("invalid request body: field {path:?}: {message}"), json!({"field": path}))
 }
 
+/// Deserializes a present field (even `null`) as `Some(..)`, so that `Option<Option<T>>` tells
+/// "absent" (`None`, with `#[serde(default)]`) from "null" (`Some(None)`): a patch's "leave it"
+/// from its "clear it".
+///
+/// # Errors
+/// As `T`'s deserializer.
+pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

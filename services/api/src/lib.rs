@@ -23,10 +23,12 @@
 //! One module per route group; a group's module holds the bodies of its routes, named as the
 //! document names them (`Credential`, `CredentialPut`, …).
 pub mod body;
+pub mod channels;
 pub mod chat;
 pub mod credentials;
 pub mod daemon;
 pub mod knowledge;
+pub mod llm;
 pub mod maintenance;
 pub mod schema;
 pub mod settings;
