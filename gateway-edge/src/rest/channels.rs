@@ -520,37 +520,35 @@ async fn create(
     check_cwd(&c.agent_config_json).await?;
     let new_token = placed.iter().find(|(n, _, _)| *n == c.bot_token_ref).map(|(_, v, _)| v.as_str());
     refuse_shared_token(&st, &c, new_token).await?;
-    // The record first: the store validates it, so a refused one writes no credential either.
-    let reply = st
-        .store
-        .channels
-        .clone()
-        .create_channel(CreateChannelRequest { channel: Some(c), actor: actor(&headers) })
-        .await
-        .map_err(refused)?
-        .into_inner();
-    let c = reply.channel.unwrap_or_default();
+    // The secrets first, then the record: coffer-chat starts an adapter when its record appears,
+    // and a record whose credentials are not written yet would show as a failed adapter
+    // ("credential … is missing") until they land. A record the store refuses takes the
+    // credentials this create wrote with it (the generated names only: they were free, checked
+    // above, so nothing else uses them).
     let mut written: Vec<String> = Vec::new();
     for (name, value, generated) in placed {
         if let Err(e) = store_secret(&st, &name, value, &headers).await {
-            // Undo the half: a channel whose secret could not be stored is not what was asked for.
-            let undo = DeleteChannelRequest {
-                name: c.name.clone(),
-                expected_version: Some(c.version),
-                actor: actor(&headers),
-            };
-            if let Err(u) = st.store.channels.clone().delete_channel(undo).await {
-                tracing::warn!(channel = %c.name, error = %u, "Could not undo a channel whose secret was refused.");
-            }
-            for w in &written {
-                let _ = drop_if_unused(&st, w, &headers).await;
-            }
+            undo_written(&st, &written, &headers).await;
             return Err(e);
         }
         if generated {
             written.push(name);
         }
     }
+    let reply = match st
+        .store
+        .channels
+        .clone()
+        .create_channel(CreateChannelRequest { channel: Some(c), actor: actor(&headers) })
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(e) => {
+            undo_written(&st, &written, &headers).await;
+            return Err(refused(e));
+        }
+    };
+    let c = reply.channel.unwrap_or_default();
     settle(&st, reply.seq).await;
     tracing::info!(channel = %c.name, kind = c.kind().as_str(), "Channel added.");
     let mut r = with_etag(&st, StatusCode::CREATED, &c).await?;
@@ -558,6 +556,16 @@ async fn create(
         r.headers_mut().insert(header::LOCATION, loc);
     }
     Ok(r)
+}
+
+/// Removes the credentials a failed create wrote (`names`: generated, so used by nothing else);
+/// a failure is logged, not returned: the create's own error is what the caller needs.
+async fn undo_written(st: &AppState, names: &[String], headers: &HeaderMap) {
+    for name in names {
+        if let Err(e) = drop_if_unused(st, name, headers).await {
+            tracing::warn!(credential = %name, error = %e.message, "Could not remove a credential of a channel that was not created.");
+        }
+    }
 }
 
 /// Applies `p` to `cur`, secrets aside (see [`place_secrets`]).
