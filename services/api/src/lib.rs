@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod knowledge;
 pub mod maintenance;
 pub mod schema;
+pub mod servers;
 pub mod settings;
 pub mod sync;
 pub mod tools;
