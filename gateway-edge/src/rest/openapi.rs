@@ -1961,7 +1961,7 @@ mod tests {
                 d.route.path
             );
         }
-        assert!(typed >= 15, "only {typed} typed request bodies");
+        assert!(typed >= 20, "only {typed} typed request bodies");
     }
 
     #[test]

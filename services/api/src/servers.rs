@@ -472,6 +472,13 @@ mod tests {
         assert_eq!(e.details["field"], "enable");
         let e = crate::body::from_value::<McpImport>(json!({"config": {}, "dryrun": true})).err().expect("refused");
         assert_eq!(e.details["field"], "dryrun");
+        // Nested values are named by their path too.
+        let e = crate::body::from_value::<McpImport>(json!({"config": {}, "variables": {"TOKEN": 1}}))
+            .err()
+            .expect("refused");
+        assert_eq!(e.message, "field \"variables.TOKEN\" must be a string, not an integer");
+        let e = crate::body::from_value::<McpServerPatch>(json!({"args": ["a", 2]})).unwrap_err();
+        assert_eq!(e.details["field"], "args[1]");
     }
 
     #[test]

@@ -538,8 +538,8 @@ impl GatewayCatalog {
         self.changed.subscribe()
     }
 
-    /// `server`'s part of `/v1/status`: `{"state": "ready" | "listing" | "failed" | "unknown",
-    /// "error"?, "retry_in_ms"?, "retrying"?, "background"?}` at `generation`. `failed`: lists
+    /// `server`'s part of `/v1/status` ([`CatalogStatus`]: `state` ready, listing, failed or
+    /// unknown; `error`, `retry_in_ms`, `retrying` when failed; `background`) at `generation`. `failed`: lists
     /// answer without it until it recovers (retried in the background after `retry_in_ms`;
     /// `retrying` while that runs). `background`: a background start of it is running (listing,
     /// or up for [`LINGER`] after listing to follow its list changes).
@@ -578,10 +578,10 @@ fn default_client() -> Value {
     json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-catalog", "version": coffer_runtime::VERSION}})
 }
 
-/// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation`:
-/// `{"server", "state": "ready" | "listing" | "failed" | "unknown", "tools", "prompts",
-/// "resources", "resource_templates", "error"?, "restored"?}` — counts from the list of the
-/// profile most like a client without capabilities (`null` for a kind not listed yet).
+/// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation` ([`CatalogState`]:
+/// [`GatewayCatalog::status`], then `server`, the counts `tools`, `prompts`, `resources`,
+/// `resource_templates` and `restored`) — counts from the list of the profile most like a client
+/// without capabilities (`None`, null on the wire, for a kind not listed yet).
 pub fn summary(shared: &Shared, server: &str, generation: Generation) -> CatalogState {
     let status = shared.lists.status(server, generation);
     let plain = Profile::of(&default_client());
