@@ -5,12 +5,11 @@
 //! `coffer-credential-ref:<name>` ([`REF_PREFIX`]). References are resolved into values only when
 //! an upstream starts (`mcp::Shared::resolve_server`), and only into that child's environment or
 //! HTTP headers; [`Redactor`] then keeps those values out of its stderr log.
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use coffer_proto::store::McpServer;
 use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::ApiError;
 
@@ -29,27 +28,19 @@ pub fn decode_ref(stored: &str) -> Option<&str> {
     stored.strip_prefix(REF_PREFIX)
 }
 
-/// An `env` or `headers` value on the REST wire: a literal or a credential reference.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum WireValue {
-    Literal(String),
-    Ref(CredentialRef),
-}
-
-/// `{"credential_ref": "<name>"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialRef {
-    pub credential_ref: String,
-}
+/// An `env` or `headers` value on the REST wire: a literal or `{"credential_ref": "<name>"}`
+/// (the contract's type).
+pub use coffer_api::servers::{CredentialRef, EnvValue as WireValue};
 
 /// Converts a wire map (`field` is `env` or `headers`, for messages) to its stored form.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for a reference whose name is not a valid credential name, or a literal
 /// that starts with [`REF_PREFIX`] (which would read back as a reference).
-pub fn to_stored(field: &str, map: HashMap<String, WireValue>) -> Result<HashMap<String, String>, ApiError> {
+pub fn to_stored(
+    field: &str,
+    map: impl IntoIterator<Item = (String, WireValue)>,
+) -> Result<HashMap<String, String>, ApiError> {
     map.into_iter()
         .map(|(k, v)| match v {
             WireValue::Literal(s) if s.starts_with(REF_PREFIX) => Err(ApiError::invalid(format!(
@@ -71,15 +62,13 @@ pub fn to_stored(field: &str, map: HashMap<String, WireValue>) -> Result<HashMap
         .collect()
 }
 
-/// A stored map as REST JSON, keys sorted, references rendered as `{"credential_ref": name}`.
-pub fn render(map: &HashMap<String, String>) -> serde_json::Map<String, Value> {
-    let mut kv: Vec<_> = map.iter().collect();
-    kv.sort();
-    kv.into_iter()
+/// A stored map as the REST wire has it: keys sorted, references as `{"credential_ref": name}`.
+pub fn render(map: &HashMap<String, String>) -> BTreeMap<String, WireValue> {
+    map.iter()
         .map(|(k, v)| {
             let v = match decode_ref(v) {
-                Some(name) => json!({"credential_ref": name}),
-                None => Value::String(v.clone()),
+                Some(name) => WireValue::Ref(CredentialRef { credential_ref: name.to_owned() }),
+                None => WireValue::Literal(v.clone()),
             };
             (k.clone(), v)
         })
@@ -224,6 +213,8 @@ fn truncate(s: &str, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     fn wire(v: Value) -> HashMap<String, WireValue> {
@@ -238,7 +229,10 @@ mod tests {
         assert_eq!(stored["B"], "coffer-credential-ref:github");
         assert_eq!(decode_ref(&stored["B"]), Some("github"));
         assert_eq!(decode_ref("plain"), None);
-        assert_eq!(Value::Object(render(&stored)), json!({"A": "plain", "B": {"credential_ref": "github"}}));
+        assert_eq!(
+            serde_json::to_value(render(&stored)).unwrap(),
+            json!({"A": "plain", "B": {"credential_ref": "github"}})
+        );
         assert_eq!(referenced([&stored]).into_iter().collect::<Vec<_>>(), ["github"]);
     }
 

@@ -9,6 +9,7 @@ use std::io::{IsTerminal, Read};
 use clap::{Args, Subcommand};
 use coffer_api::Page;
 use coffer_api::credentials::{Credential, CredentialPut, CredentialSet};
+use coffer_api::servers::{EnvValue, McpServer};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
@@ -210,8 +211,8 @@ pub fn render_credentials(items: &[Credential], users: &BTreeMap<String, Vec<Str
 
 /// Which servers reference each credential (in `env` or `headers`), from the registry.
 async fn references(api: &ApiClient) -> Result<BTreeMap<String, Vec<String>>, CliError> {
-    let servers = api.get("/v1/mcp/servers").await?;
-    let mut out = credential_users(servers["items"].as_array().map(Vec::as_slice).unwrap_or_default());
+    let servers = api.get_as::<Page<McpServer>>("/v1/mcp/servers").await?.items;
+    let mut out = credential_users(&servers);
     // Channels too (a store that does not answer them leaves them out, as before).
     if let Ok(channels) = api.get("/v1/channels").await {
         for (cred, users) in
@@ -241,17 +242,14 @@ pub fn channel_credential_users(channels: &[Value]) -> BTreeMap<String, Vec<Stri
 }
 
 /// Credential name → names of the servers whose `env` or `headers` reference it.
-pub fn credential_users(servers: &[Value]) -> BTreeMap<String, Vec<String>> {
+pub fn credential_users(servers: &[McpServer]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in servers {
-        let name = s["name"].as_str().unwrap_or_default();
-        for map in [&s["env"], &s["headers"]] {
-            for v in map.as_object().into_iter().flat_map(|m| m.values()) {
-                if let Some(c) = v["credential_ref"].as_str() {
-                    let users = out.entry(c.to_owned()).or_default();
-                    if !users.iter().any(|u| u == name) {
-                        users.push(name.to_owned());
-                    }
+        for v in s.env.values().chain(s.headers.values()) {
+            if let EnvValue::Ref(r) = v {
+                let users = out.entry(r.credential_ref.clone()).or_default();
+                if !users.contains(&s.name) {
+                    users.push(s.name.clone());
                 }
             }
         }
@@ -310,9 +308,15 @@ mod tests {
 
     #[test]
     fn table_and_users() {
+        let server = |name: &str, env: Value, headers: Value| -> McpServer {
+            serde_json::from_value(json!({"name": name, "transport": "stdio", "command": null, "args": [], "env": env,
+                "cwd": null, "url": null, "headers": headers, "enabled": true, "timeout_ms": null, "sandbox": null,
+                "version": 1, "created_at": "x", "updated_at": "x"}))
+            .unwrap()
+        };
         let servers = [
-            json!({"name": "gh", "env": {"T": {"credential_ref": "tok"}, "L": "x"}, "headers": {}}),
-            json!({"name": "web", "env": {}, "headers": {"Authorization": {"credential_ref": "tok"}}}),
+            server("gh", json!({"T": {"credential_ref": "tok"}, "L": "x"}), json!({})),
+            server("web", json!({}), json!({"Authorization": {"credential_ref": "tok"}})),
         ];
         let users = credential_users(&servers);
         assert_eq!(users["tok"], ["gh", "web"]);

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use coffer_api::daemon::ServiceRestart;
+use coffer_api::daemon::{ServiceRestart, ServiceStatus, Status};
 use coffer_runtime::daemon_file::{DaemonInfo, lock_is_held};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::api::ApiClient;
 use crate::context::Ctx;
@@ -109,19 +109,13 @@ async fn start(ctx: &Ctx) -> Result<(), CliError> {
 async fn restart_service(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     ctx.check_home()?;
     let api = ctx.detect().await.ok_or(CliError::NotRunning)?;
-    let before = if name == GATEWAY { Some(service_of(&api.get("/v1/status").await?, GATEWAY)) } else { None };
+    let before = if name == GATEWAY { service_of(&api.get_as::<Status>("/v1/status").await?, GATEWAY) } else { None };
     let path = format!("/v1/daemon/services/{}/restart", crate::api::path_segment(name));
     let resp = api.send(api.request(reqwest::Method::POST, &path)).await?;
     let resp_body = if resp.status == 202 && name == GATEWAY {
-        let old_pid = before.as_ref().and_then(|s| s.get("pid")).and_then(Value::as_u64).unwrap_or(0);
+        let old_pid = before.as_ref().map_or(0, |s| s.pid);
         let s = wait_for_new_gateway(&api, old_pid, GATEWAY_RESTART_DEADLINE).await?;
-        let number = |k: &str| s[k].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-        let restarted = ServiceRestart {
-            name: GATEWAY.into(),
-            pid: number("pid"),
-            state: s["state"].as_str().unwrap_or_default().to_owned(),
-            restarts: number("restarts"),
-        };
+        let restarted = ServiceRestart { name: GATEWAY.into(), pid: s.pid, state: s.state, restarts: s.restarts };
         crate::api::ApiResponse { status: 200, trace: resp.trace, body: json!(restarted).to_string() }
     } else {
         resp
@@ -141,16 +135,14 @@ async fn restart_service(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 /// The service the gateway runs as.
 const GATEWAY: &str = "gateway";
 
-/// The entry of `name` in a `/v1/status` body (`null` when absent).
-fn service_of(status: &Value, name: &str) -> Value {
-    status["services"].as_array().and_then(|a| a.iter().find(|s| s["name"] == name)).cloned().unwrap_or(Value::Null)
+/// The entry of `name` in a `/v1/status` body.
+fn service_of(status: &Status, name: &str) -> Option<ServiceStatus> {
+    status.services.iter().find(|s| s.name == name).cloned()
 }
 
 /// True when a `/v1/status` body shows a gateway other than `old_pid`, healthy.
-pub fn is_new_healthy_gateway(status: &Value, old_pid: u64) -> bool {
-    let g = service_of(status, GATEWAY);
-    let pid = g["pid"].as_u64().unwrap_or(0);
-    g["state"] == "healthy" && pid != 0 && pid != old_pid
+pub fn is_new_healthy_gateway(status: &Status, old_pid: u32) -> bool {
+    service_of(status, GATEWAY).is_some_and(|g| g.state == "healthy" && g.pid != 0 && g.pid != old_pid)
 }
 
 /// After a 202 to `restart gateway`: polls until `GET /v1/health` answers again and
@@ -160,20 +152,27 @@ pub fn is_new_healthy_gateway(status: &Value, old_pid: u64) -> bool {
 /// # Errors
 /// After `deadline`: exit 5 when the daemon did not answer the last probe, exit 1 when it
 /// answered but the gateway did not become healthy (with what the status last showed).
-pub async fn wait_for_new_gateway(api: &ApiClient, old_pid: u64, deadline: Duration) -> Result<Value, CliError> {
+pub async fn wait_for_new_gateway(
+    api: &ApiClient,
+    old_pid: u32,
+    deadline: Duration,
+) -> Result<ServiceStatus, CliError> {
     let until = Instant::now() + deadline;
-    let mut last: Option<Value> = None;
+    let mut last: Option<ServiceStatus> = None;
     loop {
         let health = api.send(api.request(reqwest::Method::GET, "/v1/health").timeout(PROBE_TIMEOUT)).await;
         let answered = health.is_ok();
         if answered
             && let Ok(status) = api.send(api.request(reqwest::Method::GET, "/v1/status").timeout(PROBE_TIMEOUT)).await
-            && let Ok(status) = status.json()
+            && let Ok(status) = status.parse::<Status>()
         {
-            if is_new_healthy_gateway(&status, old_pid) {
-                return Ok(service_of(&status, GATEWAY));
+            let gateway = service_of(&status, GATEWAY);
+            if is_new_healthy_gateway(&status, old_pid)
+                && let Some(g) = gateway
+            {
+                return Ok(g);
             }
-            last = Some(service_of(&status, GATEWAY));
+            last = gateway;
         }
         if Instant::now() >= until {
             let secs = deadline.as_secs();
@@ -184,7 +183,7 @@ pub async fn wait_for_new_gateway(api: &ApiClient, old_pid: u64, deadline: Durat
             }
             let shown = last.map_or_else(
                 || "unknown".to_owned(),
-                |g| format!("{}, pid {}", output::cell(g.get("state"), 20), output::cell(g.get("pid"), 20)),
+                |g| format!("{}, pid {}", output::text_cell(&g.state, 20), g.pid),
             );
             return Err(CliError::Failed(format!(
                 "the gateway was not healthy again within {secs}s (last seen: {shown}); see `coffer logs gateway`"
@@ -401,15 +400,26 @@ fn report_stopped(ctx: &Ctx, was_running: bool) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// A `/v1/status` body whose gateway has `pid`, `state` and `restarts`.
     fn status(pid: u64, state: &str, restarts: u64) -> Value {
-        json!({"daemon": {"pid": 1}, "services": [
-            {"name": "store", "pid": 10, "state": "healthy", "restarts": 0},
-            {"name": "gateway", "pid": pid, "state": state, "restarts": restarts},
-        ]})
+        let service = |name: &str, pid: u64, state: &str, restarts: u64| {
+            json!({"name": name, "pid": pid, "state": state, "uptime_s": 0, "restarts": restarts,
+                "last_error": null, "on_demand": false})
+        };
+        json!({"daemon": {"pid": 1, "version": "0.1.0", "started_at": "x", "port": 1}, "services": [
+            service("store", 10, "healthy", 0),
+            service("gateway", pid, state, restarts),
+        ], "upstreams": [], "sandbox": {"landlock_abi": null, "summary": "x",
+            "agents": {"claude_code": "unavailable", "codex": "unavailable"}}, "sync": null})
+    }
+
+    fn parsed(v: Value) -> Status {
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]
@@ -431,11 +441,13 @@ mod tests {
 
     #[test]
     fn a_new_gateway_is_a_healthy_one_with_another_pid() {
-        assert!(!is_new_healthy_gateway(&status(7, "healthy", 0), 7));
-        assert!(!is_new_healthy_gateway(&status(8, "starting", 1), 7));
-        assert!(!is_new_healthy_gateway(&status(0, "healthy", 1), 7));
-        assert!(!is_new_healthy_gateway(&json!({"services": []}), 7));
-        assert!(is_new_healthy_gateway(&status(8, "healthy", 1), 7));
+        assert!(!is_new_healthy_gateway(&parsed(status(7, "healthy", 0)), 7));
+        assert!(!is_new_healthy_gateway(&parsed(status(8, "starting", 1)), 7));
+        assert!(!is_new_healthy_gateway(&parsed(status(0, "healthy", 1)), 7));
+        let mut no_gateway = parsed(status(8, "healthy", 1));
+        no_gateway.services.retain(|s| s.name != GATEWAY);
+        assert!(!is_new_healthy_gateway(&no_gateway, 7));
+        assert!(is_new_healthy_gateway(&parsed(status(8, "healthy", 1)), 7));
     }
 
     /// A fake daemon on a free port: `answer(path, n)` gives the body for the n-th request
@@ -502,7 +514,7 @@ mod tests {
         })
         .await;
         let g = wait_for_new_gateway(&api, 7, Duration::from_secs(10)).await.unwrap();
-        assert_eq!((g["pid"].as_u64(), g["state"].as_str()), (Some(8), Some("healthy")));
+        assert_eq!((g.pid, g.state.as_str()), (8, "healthy"));
     }
 
     #[tokio::test]

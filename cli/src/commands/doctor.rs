@@ -24,6 +24,10 @@ use clap::Args;
 use coffer_api::Page;
 use coffer_api::channels::Channel;
 use coffer_api::llm::LlmConnection;
+use coffer_api::credentials::Credential;
+use coffer_api::daemon::{ServiceStatus, Status as DaemonStatus};
+use coffer_api::servers::{EnvValue, McpServer, Transport, UpstreamState, UpstreamStatus};
+use coffer_api::sync::SyncStatus;
 use coffer_runtime::daemon_file::lock_is_held;
 use serde_json::{Value, json};
 
@@ -110,10 +114,10 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
             checks.push(check_version(&info.version, coffer_runtime::VERSION));
             checks.push(check_socket(info.socket.as_deref(), &ctx.home.gateway_socket()));
             let mut health = Vec::new();
-            match api.get("/v1/status").await {
+            match api.get_as::<DaemonStatus>("/v1/status").await {
                 Ok(status) => {
-                    checks.extend(check_services(&status));
-                    health = check_upstream_health(&status);
+                    checks.extend(check_services(&status.services));
+                    health = check_upstream_health(&status.upstreams);
                 }
                 Err(e) => checks.push(Check::fail(
                     "services",
@@ -121,18 +125,13 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                     "coffer daemon restart; then coffer logs daemon",
                 )),
             }
-            let servers = api.get("/v1/mcp/servers").await;
-            let creds = api.get("/v1/credentials").await;
+            let servers = api.get_as::<Page<McpServer>>("/v1/mcp/servers").await;
+            let creds = api.get_as::<Page<Credential>>("/v1/credentials").await;
             match (servers, creds) {
                 (Ok(s), Ok(c)) => {
-                    let have: BTreeSet<String> = c["items"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|i| i["name"].as_str().map(str::to_owned))
-                        .collect();
+                    let have: BTreeSet<String> = c.items.into_iter().map(|i| i.name).collect();
                     let workspace = home.join("workspace");
-                    let items = s["items"].as_array().cloned().unwrap_or_default();
+                    let items = s.items;
                     if items.is_empty() {
                         checks.push(Check::ok("upstreams", "none registered"));
                     }
@@ -155,7 +154,7 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 Ok(c) => check_llm(&c.items),
                 Err(e) => Check::fail("llm", format!("cannot read the LLM connections: {e}"), "coffer logs store"),
             });
-            if let Ok(sync) = api.get("/v1/sync/status").await {
+            if let Ok(sync) = api.get_as::<SyncStatus>("/v1/sync/status").await {
                 checks.extend(check_sync(&sync));
             }
             match api.get_as::<Page<Channel>>("/v1/channels").await {
@@ -358,22 +357,19 @@ pub fn check_version(daemon: &str, cli: &str) -> Check {
 }
 
 /// One check per service of a `/v1/status` body: healthy or not.
-pub fn check_services(status: &Value) -> Vec<Check> {
-    status["services"]
-        .as_array()
-        .into_iter()
-        .flatten()
+pub fn check_services(services: &[ServiceStatus]) -> Vec<Check> {
+    services
+        .iter()
         .map(|s| {
-            let name = s["name"].as_str().unwrap_or("?");
-            let state = s["state"].as_str().unwrap_or("unknown");
+            let (name, state) = (s.name.as_str(), s.state.as_str());
             let label = format!("service {name}");
             if state == "healthy" {
-                return Check::ok(label, format!("healthy, pid {}", output::cell(s.get("pid"), 12)));
+                return Check::ok(label, format!("healthy, pid {}", s.pid));
             }
-            if state == "stopped" && s["on_demand"] == true {
+            if state == "stopped" && s.on_demand {
                 return Check::ok(label, "stopped (runs on demand)".to_owned());
             }
-            let err = s["last_error"].as_str().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
+            let err = s.last_error.as_deref().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
             let fix = if name == "gateway" {
                 "coffer daemon restart; then coffer logs gateway".to_owned()
             } else {
@@ -386,16 +382,14 @@ pub fn check_services(status: &Value) -> Vec<Check> {
 
 /// A warning per upstream that `/v1/status` shows unhealthy (its last start or list failed);
 /// nothing for the others (their configuration is checked apart, per server).
-pub fn check_upstream_health(status: &Value) -> Vec<Check> {
-    status["upstreams"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|u| u["state"] == "unhealthy")
+pub fn check_upstream_health(upstreams: &[UpstreamStatus]) -> Vec<Check> {
+    upstreams
+        .iter()
+        .filter(|u| u.state == UpstreamState::Unhealthy)
         .map(|u| {
-            let name = u["name"].as_str().unwrap_or("?");
-            let err = u["last_error"].as_str().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
-            let at = u["last_error_at"].as_str().map(|t| format!(" (at {t})")).unwrap_or_default();
+            let name = &u.name;
+            let err = u.last_error.as_deref().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
+            let at = u.last_error_at.as_deref().map(|t| format!(" (at {t})")).unwrap_or_default();
             Check::warn(
                 format!("upstream {name} (running)"),
                 format!("unhealthy{err}{at}"),
@@ -444,19 +438,19 @@ pub fn check_llm(items: &[LlmConnection]) -> Check {
 /// `coffer sync`: nothing while it is not set up; a warning per credential the synced vault
 /// references that has no value on this machine ("set this credential here"), one for conflict
 /// siblings left to look at, one for a failed last sync.
-pub fn check_sync(s: &Value) -> Vec<Check> {
-    if s["initialized"] != true {
+pub fn check_sync(s: &SyncStatus) -> Vec<Check> {
+    if !s.initialized {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for name in s["missing_credentials"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for name in &s.missing_credentials {
         out.push(Check::warn(
             format!("sync credential {name}"),
             "referenced by a synced entry, with no value on this machine: set this credential here",
             format!("coffer credentials set {name}"),
         ));
     }
-    let conflicts = s["conflicts"].as_array().map(Vec::len).unwrap_or(0);
+    let conflicts = s.conflicts.len();
     if conflicts > 0 {
         out.push(Check::warn(
             "sync conflicts",
@@ -464,9 +458,9 @@ pub fn check_sync(s: &Value) -> Vec<Check> {
             "coffer sync status (compare each .conflict-… file with its original, keep what you want)",
         ));
     }
-    match s["last_error"].as_str() {
+    match &s.last_error {
         Some(e) => out.push(Check::warn("sync", format!("the last sync failed: {e}"), "coffer sync")),
-        None => out.push(Check::ok("sync", format!("set up with {}", s["remote"].as_str().unwrap_or_default()))),
+        None => out.push(Check::ok("sync", format!("set up with {}", s.remote))),
     }
     out
 }
@@ -538,10 +532,10 @@ pub fn check_channels(items: &[Channel]) -> Vec<Check> {
 /// folder and file arguments (relative ones against its folder, `workspace` by default); for
 /// both transports, that the credentials it references exist. A disabled server's problems are
 /// warnings: nothing runs it.
-pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>) -> Check {
-    let name = s["name"].as_str().unwrap_or("?");
+pub fn check_server(s: &McpServer, workspace: &Path, credentials: &BTreeSet<String>) -> Check {
+    let name = &s.name;
     let label = format!("upstream {name}");
-    let enabled = s["enabled"].as_bool() != Some(false);
+    let enabled = s.enabled;
     let problem = |message: String, fix: String| {
         if enabled {
             Check::fail(label.clone(), message, fix)
@@ -550,11 +544,14 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
         }
     };
     let re_add = format!("give it the right command: coffer mcp edit {name} --command /path/to/it");
-    let mut missing: Vec<&str> = [&s["env"], &s["headers"]]
-        .into_iter()
-        .filter_map(Value::as_object)
-        .flat_map(|m| m.values())
-        .filter_map(|v| v["credential_ref"].as_str())
+    let mut missing: Vec<&str> = s
+        .env
+        .values()
+        .chain(s.headers.values())
+        .filter_map(|v| match v {
+            EnvValue::Ref(r) => Some(r.credential_ref.as_str()),
+            EnvValue::Literal(_) => None,
+        })
         .filter(|c| !credentials.contains(*c))
         .collect();
     missing.dedup();
@@ -564,12 +561,12 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
             format!("coffer credentials set {c}"),
         );
     }
-    if s["transport"] != "stdio" {
-        let url = s["url"].as_str().unwrap_or("-");
+    if s.transport != Transport::Stdio {
+        let url = s.url.as_deref().unwrap_or("-");
         let state = if enabled { "" } else { ", disabled" };
         return Check::ok(label, format!("http {url}{state} (not contacted; coffer mcp test {name} tries it)"));
     }
-    let command = s["command"].as_str().unwrap_or_default();
+    let command = s.command.as_deref().unwrap_or_default();
     // A bare name is registered as given and resolved on each machine's PATH when the server
     // starts (a synced registry may come from a machine with another layout).
     let found;
@@ -603,15 +600,14 @@ pub fn check_server(s: &Value, workspace: &Path, credentials: &BTreeSet<String>)
         }
         Ok(_) => {}
     }
-    let cwd: PathBuf = match s["cwd"].as_str().filter(|c| !c.is_empty()) {
+    let cwd: PathBuf = match s.cwd.as_deref().filter(|c| !c.is_empty()) {
         Some(c) if !Path::new(c).is_dir() => {
             return problem(format!("working folder {c} does not exist"), format!("mkdir -p {c}, or {re_add}"));
         }
         Some(c) => PathBuf::from(c),
         None => workspace.to_path_buf(),
     };
-    let args = s["args"].as_array().map(Vec::as_slice).unwrap_or_default();
-    for a in args.iter().filter_map(Value::as_str).filter(|a| looks_like_file_arg(a)) {
+    for a in s.args.iter().filter(|a| looks_like_file_arg(a)) {
         let p = cwd.join(a);
         if !p.exists() {
             return problem(
@@ -656,16 +652,27 @@ mod tests {
 
     #[test]
     fn an_unhealthy_upstream_in_status_is_a_warning() {
-        let status = json!({"upstreams": [
-            {"name": "ok1", "state": "ok", "last_error": null},
-            {"name": "remote", "state": "unhealthy", "last_error": "connection refused", "last_error_at": "2026-11-30T10:00:00.000Z"},
-            {"name": "off", "state": "disabled", "last_error": null},
-        ]});
+        let upstream = |fields: Value| -> UpstreamStatus {
+            let mut full = json!({"name": "u", "enabled": true, "transport": "stdio", "state": "ok", "running": 0,
+                "last_start": null, "last_start_at": null, "last_error": null, "last_error_at": null,
+                "duplicates": [], "sandbox": null, "catalog": {"state": "unknown"}});
+            for (k, v) in fields.as_object().unwrap() {
+                full[k] = v.clone();
+            }
+            serde_json::from_value(full).unwrap()
+        };
+        let status = [
+            upstream(json!({"name": "ok1", "state": "ok", "last_error": null})),
+            upstream(
+                json!({"name": "remote", "state": "unhealthy", "last_error": "connection refused", "last_error_at": "2026-11-30T10:00:00.000Z"}),
+            ),
+            upstream(json!({"name": "off", "state": "disabled", "last_error": null})),
+        ];
         let c = check_upstream_health(&status);
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].name.as_str(), c[0].status), ("upstream remote (running)", Status::Warn));
         assert!(c[0].message.contains("connection refused") && c[0].message.contains("2026-11-30"), "{}", c[0].message);
-        assert!(check_upstream_health(&json!({})).is_empty());
+        assert!(check_upstream_health(&[]).is_empty());
     }
 
     #[test]
@@ -698,12 +705,21 @@ mod tests {
         let c = check_version("0.0.9", "0.1.0");
         assert_eq!(c.status, Status::Fail);
         assert!(c.fix.unwrap().contains("coffer daemon restart"));
-        let status = json!({"services": [
-            {"name": "store", "pid": 10, "state": "healthy", "last_error": null},
-            {"name": "chat", "pid": 0, "state": "failed", "last_error": "exit status 1"},
-            {"name": "callback", "pid": 0, "state": "stopped", "last_error": null, "on_demand": true},
-            {"name": "retrieval", "pid": 0, "state": "stopped", "last_error": null, "on_demand": false},
-        ]});
+        let service = |name: &str, pid: u32, state: &str, last_error: Option<&str>, on_demand: bool| ServiceStatus {
+            name: name.into(),
+            pid,
+            state: state.into(),
+            uptime_s: 0,
+            restarts: 0,
+            last_error: last_error.map(str::to_owned),
+            on_demand,
+        };
+        let status = [
+            service("store", 10, "healthy", None, false),
+            service("chat", 0, "failed", Some("exit status 1"), false),
+            service("callback", 0, "stopped", None, true),
+            service("retrieval", 0, "stopped", None, false),
+        ];
         let c = check_services(&status);
         assert_eq!(c[0].status, Status::Ok);
         assert_eq!((c[1].status, c[1].message.as_str()), (Status::Fail, "failed: exit status 1"));
@@ -733,11 +749,12 @@ mod tests {
         let creds: BTreeSet<String> = ["tok".to_owned()].into();
         let srv = |v: Value| {
             let mut base = json!({"name": "s", "transport": "stdio", "command": exe.to_str().unwrap(), "args": [],
-                "env": {}, "headers": {}, "cwd": null, "enabled": true});
+                "env": {}, "headers": {}, "cwd": null, "enabled": true, "url": null, "timeout_ms": null,
+                "sandbox": true, "version": 1, "created_at": "x", "updated_at": "x"});
             for (k, x) in v.as_object().unwrap() {
                 base[k] = x.clone();
             }
-            check_server(&base, ws, &creds)
+            check_server(&serde_json::from_value(base).unwrap(), ws, &creds)
         };
         assert_eq!(
             srv(json!({"args": ["./index.js", "-y"], "env": {"T": {"credential_ref": "tok"}}})).status,
@@ -755,8 +772,10 @@ mod tests {
         assert_eq!(c.fix.as_deref(), Some("coffer credentials set gone"));
         chmod(&exe, 0o644);
         assert!(srv(json!({})).message.contains("not executable"));
-        let http =
-            json!({"name": "h", "transport": "http", "url": "http://x/mcp", "env": {}, "headers": {}, "enabled": true});
+        let http: McpServer = serde_json::from_value(json!({"name": "h", "transport": "http", "command": null,
+            "args": [], "url": "http://x/mcp", "env": {}, "headers": {}, "cwd": null, "enabled": true,
+            "timeout_ms": null, "sandbox": null, "version": 1, "created_at": "x", "updated_at": "x"}))
+        .unwrap();
         assert_eq!(check_server(&http, ws, &creds).status, Status::Ok);
     }
 

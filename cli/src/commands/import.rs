@@ -5,9 +5,11 @@
 //! The file is read and parsed here (JSON, or the JSON with comments and trailing commas that
 //! VS Code writes), and only its MCP parts are sent: `~/.claude.json` also holds history and
 //! account data that the daemon has no business seeing, and can outgrow the REST body limit.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use coffer_api::servers::{ImportReport, McpImport, SkippedServer};
 use serde_json::{Map, Value, json};
 
 use crate::context::Ctx;
@@ -70,13 +72,16 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
             path.display()
         ))
     })?;
-    let mut body = json!({"config": subset, "source": path.display().to_string(), "dry_run": a.dry_run});
-    if a.allow_secret_args {
-        body["allow_secret_args"] = json!(true);
-    }
+    let mut body = McpImport {
+        config: subset,
+        source: Some(path.display().to_string()),
+        dry_run: a.dry_run,
+        allow_secret_args: a.allow_secret_args,
+        variables: None,
+    };
     if a.from_env {
-        let (variables, unset) = read_variables(&body["config"], |n| std::env::var(n).ok());
-        body["variables"] = variables;
+        let (variables, unset) = read_variables(&body.config, |n| std::env::var(n).ok());
+        body.variables = Some(variables);
         if !unset.is_empty() && !ctx.json {
             // The entries that use them are reported invalid, each naming its references.
             crate::eprintln_printable!("--from-env: not set in this environment: {}", unset.join(", "));
@@ -84,13 +89,8 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
     }
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/mcp/import").json(&body)).await?;
-    let mut report = resp.json()?;
-    let imported: Vec<String> = report["imported"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["name"].as_str().map(str::to_owned))
-        .collect();
+    let report: ImportReport = resp.parse()?;
+    let imported: Vec<String> = report.imported.iter().map(|e| e.name.clone()).collect();
     // Clients started right after the import are offered the servers' tools on their first list.
     let listed = if a.dry_run || a.no_wait || imported.is_empty() {
         Vec::new()
@@ -101,8 +101,10 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
         if listed.is_empty() {
             output::print_body(&resp.body)?;
         } else {
-            report["catalog"] = listed.iter().map(|l| l.state.clone()).collect();
-            output::print_json(&report)?;
+            // The daemon's body with the catalog state of each imported server added.
+            let mut body = resp.json()?;
+            body["catalog"] = listed.iter().map(|l| l.state.clone()).collect();
+            output::print_json(&body)?;
         }
     } else {
         let mut text = render_report(&report);
@@ -112,7 +114,7 @@ pub async fn run(ctx: &Ctx, a: ImportArgs) -> Result<(), CliError> {
         }
         output::print(&text)?;
     }
-    match report["invalid"].as_array().map_or(0, Vec::len) {
+    match report.invalid.len() {
         0 => Ok(()),
         _ if ctx.json => Err(CliError::Quiet(crate::error::exit::ERROR)),
         n => Err(CliError::Failed(format!("{n} {} not imported (see above)", plural(n, "entry was", "entries were")))),
@@ -216,7 +218,10 @@ pub fn strip_jsonc(text: &str) -> String {
 
 /// The environment variables the `${…}` references in `config`'s strings name: a JSON object of
 /// those `lookup` has, and the names of those it has not that have no default (in order).
-pub fn read_variables(config: &Value, lookup: impl Fn(&str) -> Option<String>) -> (Value, Vec<String>) {
+pub fn read_variables(
+    config: &Value,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> (BTreeMap<String, String>, Vec<String>) {
     fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
         match v {
             Value::String(s) => out.push(s),
@@ -227,19 +232,19 @@ pub fn read_variables(config: &Value, lookup: impl Fn(&str) -> Option<String>) -
     }
     let mut all = Vec::new();
     strings(config, &mut all);
-    let mut found = Map::new();
+    let mut found = BTreeMap::new();
     let mut missing: Vec<String> = Vec::new();
     for r in all.iter().flat_map(|s| coffer_types::variables::references(s)) {
         let Some(name) = r.variable else { continue };
         match lookup(name) {
             Some(v) => {
-                found.insert(name.to_owned(), Value::String(v));
+                found.insert(name.to_owned(), v);
             }
             None if r.default.is_none() && !missing.iter().any(|m| m == name) => missing.push(name.to_owned()),
             None => {}
         }
     }
-    (Value::Object(found), missing)
+    (found, missing)
 }
 
 /// The MCP parts of a config file: `mcpServers`, `servers`, `mcp.servers`, and each
@@ -271,62 +276,54 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
 }
 
-/// The human report of an import body.
-pub fn render_report(r: &Value) -> String {
-    let list = |k: &str| r[k].as_array().cloned().unwrap_or_default();
-    let (imported, duplicates, invalid) = (list("imported"), list("duplicates"), list("invalid"));
-    let dry = r["dry_run"].as_bool() == Some(true);
+/// The human report of an import.
+pub fn render_report(r: &ImportReport) -> String {
+    let (imported, duplicates, invalid) = (&r.imported, &r.duplicates, &r.invalid);
     let total = imported.len() + duplicates.len() + invalid.len();
-    let source = r["source"].as_str().unwrap_or("the config");
-    let text = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
-    let width = imported.iter().chain(&duplicates).chain(&invalid).map(|e| text(e, "name").chars().count()).max();
-    let width = width.unwrap_or(0);
+    let source = r.source.as_deref().unwrap_or("the config");
+    let names = imported.iter().map(|e| &e.name).chain(duplicates.iter().chain(invalid).map(|e| &e.name));
+    let width = names.map(|n| n.chars().count()).max().unwrap_or(0);
     // `name ("Original Name")` when the name was changed.
-    let label = |e: &Value| {
-        let (name, original) = (text(e, "name"), text(e, "original_name"));
-        if original.is_empty() || original == name { name } else { format!("{name} (was {original:?})") }
+    let label = |e: &SkippedServer| {
+        if e.original_name.is_empty() || e.original_name == e.name {
+            e.name.clone()
+        } else {
+            format!("{} (was {:?})", e.name, e.original_name)
+        }
     };
     let mut out = format!(
         "{} {} of {total} MCP {} from {source}:\n",
-        if dry { "Would import" } else { "Imported" },
+        if r.dry_run { "Would import" } else { "Imported" },
         imported.len(),
         plural(total, "server", "servers")
     );
-    for e in &imported {
-        let mut line = format!("  {:<width$}  {}", text(e, "name"), text(e, "transport"));
-        let original = text(e, "original_name");
-        if original != text(e, "name") {
-            line.push_str(&format!("  was {original:?}"));
+    for e in imported {
+        let mut line = format!("  {:<width$}  {}", e.name, e.transport.word());
+        if e.original_name != e.name {
+            line.push_str(&format!("  was {:?}", e.original_name));
         }
-        let creds: Vec<String> = e["credentials_created"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect();
-        if !creds.is_empty() {
-            line.push_str(&format!("  secrets moved to credentials: {}", creds.join(", ")));
+        if !e.credentials_created.is_empty() {
+            line.push_str(&format!("  secrets moved to credentials: {}", e.credentials_created.join(", ")));
         }
         out.push_str(line.trim_end());
         out.push('\n');
-        for w in e["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        for w in &e.warnings {
             out.push_str(&format!("  {:<width$}  warning: {w}\n", ""));
         }
     }
     if !duplicates.is_empty() {
         out.push_str(&format!("Skipped {} already registered:\n", duplicates.len()));
-        for e in &duplicates {
-            out.push_str(&format!("  {}: {}\n", label(e), text(e, "reason")));
+        for e in duplicates {
+            out.push_str(&format!("  {}: {}\n", label(e), e.reason));
         }
     }
     if !invalid.is_empty() {
         out.push_str(&format!("Not imported, {} invalid:\n", invalid.len()));
-        for e in &invalid {
-            out.push_str(&format!("  {}: {}\n", label(e), text(e, "reason")));
+        for e in invalid {
+            out.push_str(&format!("  {}: {}\n", label(e), e.reason));
         }
     }
-    if dry {
+    if r.dry_run {
         out.push_str("Dry run: nothing was changed; run again without --dry-run to import.\n");
     } else if !imported.is_empty() {
         out.push_str("See their tools: coffer tools list\n");
@@ -384,16 +381,17 @@ mod tests {
 
     #[test]
     fn report() {
-        let r = json!({
+        let r: ImportReport = serde_json::from_value(json!({
             "format": "mcpServers", "source": "/h/cfg.json", "dry_run": false,
             "imported": [
-                {"name": "fs", "original_name": "fs", "transport": "stdio", "credentials_created": [], "warnings": []},
-                {"name": "github", "original_name": "GitHub", "transport": "stdio",
+                {"name": "fs", "original_name": "fs", "origin": "mcpServers", "transport": "stdio", "credentials_created": [], "warnings": []},
+                {"name": "github", "original_name": "GitHub", "origin": "mcpServers", "transport": "stdio",
                  "credentials_created": ["github-GITHUB_TOKEN"], "warnings": ["args[0] is odd"]},
             ],
-            "duplicates": [{"name": "web", "original_name": "web", "reason": "a server named web is already registered; left as it is"}],
-            "invalid": [{"name": "local", "original_name": "Local", "reason": "command ./x is relative"}],
-        });
+            "duplicates": [{"name": "web", "original_name": "web", "origin": "mcpServers", "reason": "a server named web is already registered; left as it is"}],
+            "invalid": [{"name": "local", "original_name": "Local", "origin": "mcpServers", "reason": "command ./x is relative"}],
+        }))
+        .unwrap();
         assert_eq!(
             render_report(&r),
             "Imported 2 of 4 MCP servers from /h/cfg.json:\n\
@@ -406,7 +404,10 @@ mod tests {
              \x20 local (was \"Local\"): command ./x is relative\n\
              See their tools: coffer tools list\n"
         );
-        let dry = json!({"source": "/x", "dry_run": true, "imported": [], "duplicates": [], "invalid": []});
+        let dry: ImportReport = serde_json::from_value(
+            json!({"format": "mcpServers", "source": "/x", "dry_run": true, "imported": [], "duplicates": [], "invalid": []}),
+        )
+        .unwrap();
         assert!(render_report(&dry).starts_with("Would import 0 of 0 MCP servers from /x:\nDry run"));
     }
 
@@ -416,7 +417,7 @@ mod tests {
             "env": {"T": "Bearer ${TOKEN}", "W": "${workspaceFolder}"}}}});
         let env = |n: &str| ["ROOT", "TOKEN"].contains(&n).then(|| format!("{n}-value"));
         let (vars, unset) = read_variables(&config, env);
-        assert_eq!(vars, json!({"ROOT": "ROOT-value", "TOKEN": "TOKEN-value"}));
+        assert_eq!(serde_json::to_value(vars).unwrap(), json!({"ROOT": "ROOT-value", "TOKEN": "TOKEN-value"}));
         assert_eq!(unset, ["MODE", "workspaceFolder"], "OPT has a default");
     }
 }

@@ -5,6 +5,7 @@
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
+use coffer_api::servers::{CatalogPhase, CatalogState};
 use serde_json::Value;
 
 use crate::api::{ApiClient, path_segment};
@@ -12,10 +13,21 @@ use crate::api::{ApiClient, path_segment};
 /// How long the commands wait for all the servers together, unless `--no-wait`.
 pub const WAIT: Duration = Duration::from_secs(60);
 
-/// One server's catalog state after the wait: the `GET …/catalog` body.
+/// One server's catalog state after the wait.
 pub struct Listed {
     pub server: String,
+    /// What `--json` shows: the `GET …/catalog` body as it came, or `{"server", "state":
+    /// "unknown", "error"}` when it could not be read.
     pub state: Value,
+    /// The body as its type; `Err(why)` when it could not be read.
+    pub catalog: Result<CatalogState, String>,
+}
+
+impl Listed {
+    /// The catalog failed to start or list the server.
+    pub fn failed(&self) -> bool {
+        self.catalog.as_ref().is_ok_and(|c| c.status.state == CatalogPhase::Failed)
+    }
 }
 
 /// Waits (all of them within `limit` together) until the catalog has listed each of `servers`
@@ -42,11 +54,14 @@ pub async fn wait(api: &ApiClient, servers: &[String], limit: Duration) -> Vec<L
         let left = limit.saturating_sub(started.elapsed()).as_millis().max(1);
         let path = format!("/v1/mcp/servers/{}/catalog?wait_ms={left}", path_segment(server));
         let request = api.request(reqwest::Method::GET, &path).timeout(limit + Duration::from_secs(10));
-        let state = match api.send(request).await.and_then(|r| r.json()) {
-            Ok(v) => v,
-            Err(e) => serde_json::json!({"server": server, "state": "unknown", "error": e.to_string()}),
+        let read = api.send(request).await.and_then(|r| Ok((r.json()?, r.parse::<CatalogState>()?)));
+        let (state, catalog) = match read {
+            Ok((v, c)) => (v, Ok(c)),
+            Err(e) => {
+                (serde_json::json!({"server": server, "state": "unknown", "error": e.to_string()}), Err(e.to_string()))
+            }
         };
-        out.push(Listed { server: server.clone(), state });
+        out.push(Listed { server: server.clone(), state, catalog });
     }
     if let Some(bar) = spinner {
         bar.finish_and_clear();
@@ -69,32 +84,35 @@ pub fn report(out: &mut String, l: &Listed) {
 /// One line about `l` for the terminal: what it offers, that it failed (and how to see why), or
 /// that it is still starting after `limit`.
 pub fn describe(l: &Listed, limit: Duration) -> String {
-    let s = &l.state;
     let name = &l.server;
-    match s["state"].as_str() {
-        Some("ready") => {
+    let c = match &l.catalog {
+        Ok(c) => c,
+        Err(e) => return format!("note: could not check {name}'s capabilities: {}", crate::output::printable(e)),
+    };
+    match c.status.state {
+        CatalogPhase::Ready => {
             let mut parts = Vec::new();
-            for (key, one, many) in [
-                ("tools", "tool", "tools"),
-                ("prompts", "prompt", "prompts"),
-                ("resources", "resource", "resources"),
-                ("resource_templates", "resource template", "resource templates"),
+            for (count, one, many) in [
+                (c.tools, "tool", "tools"),
+                (c.prompts, "prompt", "prompts"),
+                (c.resources, "resource", "resources"),
+                (c.resource_templates, "resource template", "resource templates"),
             ] {
-                if let Some(n) = s[key].as_u64() {
+                if let Some(n) = count {
                     parts.push(format!("{n} {}", if n == 1 { one } else { many }));
                 }
             }
             format!("{name} offers {}: MCP clients see them now.", parts.join(", "))
         }
-        Some("failed") => format!(
+        CatalogPhase::Failed => format!(
             "warning: {name} is registered but could not be started and listed: {}. See `coffer mcp test {name}` and `coffer mcp logs {name}`.",
-            crate::output::printable(s["error"].as_str().unwrap_or("no reason given"))
+            crate::output::printable(c.status.error.as_deref().unwrap_or("no reason given"))
         ),
-        Some("listing") => format!(
+        CatalogPhase::Listing => format!(
             "note: {name} is still starting after {} s; MCP clients are told when its capabilities arrive.",
             limit.as_secs()
         ),
-        _ => match s["error"].as_str() {
+        CatalogPhase::Unknown => match &c.status.error {
             Some(e) => format!("note: could not check {name}'s capabilities: {}", crate::output::printable(e)),
             None => format!("note: {name} is not listed (it is disabled)."),
         },
@@ -106,8 +124,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn line(state: Value) -> String {
-        describe(&Listed { server: "everything".into(), state }, WAIT)
+    /// `describe` of a catalog body: `fields` over one with nothing listed.
+    fn line(fields: Value) -> String {
+        let mut state = json!({"server": "everything", "tools": null, "prompts": null, "resources": null,
+            "resource_templates": null});
+        for (k, v) in fields.as_object().unwrap() {
+            state[k] = v.clone();
+        }
+        let catalog = Ok(serde_json::from_value(state.clone()).unwrap());
+        describe(&Listed { server: "everything".into(), state, catalog }, WAIT)
     }
 
     #[test]
@@ -123,5 +148,7 @@ mod tests {
         assert!(line(json!({"state": "listing"})).contains("still starting after 60 s"));
         assert!(line(json!({"state": "unknown"})).contains("disabled"));
         assert!(line(json!({"state": "unknown", "error": "HTTP 404"})).contains("could not check"));
+        let unread = Listed { server: "everything".into(), state: json!({}), catalog: Err("HTTP 404".into()) };
+        assert!(describe(&unread, WAIT).contains("could not check"));
     }
 }

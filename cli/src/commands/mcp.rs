@@ -8,13 +8,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args, Subcommand};
+use coffer_api::Page;
+use coffer_api::credentials::Credential;
+use coffer_api::servers::{Capabilities, Capability, EnvValue, McpServer, McpServerPatch, ProbeReport, Transport};
+use coffer_api::tools::Refreshed;
 use serde_json::{Value, json};
 
 use crate::api::{ApiClient, path_segment};
+use crate::commands::listed::Listed;
 use crate::commands::logs::{Style, Tail};
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, format_ms_as_seconds, render_fields, render_table_fitted, shell_join, yes_no};
+use crate::output::{self, format_ms_as_seconds, render_fields, render_table_fitted, shell_join, text_cell, yes_no};
 
 const ADD_EXAMPLES: &str = "\
 Examples:
@@ -306,9 +311,9 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
         }
     };
     note_moved(&moved);
-    let mut s = resp.json()?;
-    let name = s["name"].as_str().unwrap_or(&a.name).to_owned();
-    let enabled = s["enabled"].as_bool() != Some(false);
+    let s: McpServer = resp.parse()?;
+    let name = s.name.clone();
+    let enabled = s.enabled;
     // A client started right after this command is offered the server's tools on its first list.
     let listed = if enabled && !a.no_wait {
         crate::commands::listed::wait(&api, std::slice::from_ref(&name), crate::commands::listed::WAIT).await.pop()
@@ -317,17 +322,19 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     };
     if ctx.json {
         if let Some(l) = listed {
-            s["catalog"] = l.state;
-            return output::print_json(&s);
+            // The daemon's body with the catalog's state of the server added.
+            let mut body = resp.json()?;
+            body["catalog"] = l.state;
+            return output::print_json(&body);
         }
         return output::print_body(&resp.body);
     }
     let state = if enabled { "" } else { ", disabled" };
-    let mut out = format!("Added MCP server {name}{state} ({}: {})\n", text(&s["transport"]), target(&s));
+    let mut out = format!("Added MCP server {name}{state} ({}: {})\n", s.transport.word(), target(&s));
     if let Some(l) = &listed {
         crate::commands::listed::report(&mut out, l);
     }
-    let failed = listed.as_ref().is_some_and(|l| l.state["state"] == "failed");
+    let failed = listed.as_ref().is_some_and(Listed::failed);
     if enabled && !failed {
         out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
     } else {
@@ -341,7 +348,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
 
 async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let cur = api.send(api.request(reqwest::Method::GET, &server_path(&a.name))).await?.json()?;
+    let cur: McpServer = api.get_as(&server_path(&a.name)).await?;
     let (mut body, mut fresh) = edit_body(&a, &cur, &current_dir()?, coffer_runtime::connect::which_on_path)?;
     let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut fresh).await? };
     for field in ["env", "headers"] {
@@ -351,7 +358,7 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
             }
         }
     }
-    let version = cur["version"].as_i64().unwrap_or_default();
+    let version = cur.version;
     let patch = api
         .request(reqwest::Method::PATCH, &server_path(&a.name))
         .header("If-Match", format!("\"{version}\""))
@@ -364,29 +371,30 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
         }
     };
     note_moved(&moved);
-    let mut s = resp.json()?;
+    let s: McpServer = resp.parse()?;
     // The registry keeps its version when the patch changed nothing.
-    if s["version"].as_i64() == Some(version) {
-        return Err(CliError::Usage(format!("nothing to change: {} already has these settings", text(&s["name"]))));
+    if s.version == version {
+        return Err(CliError::Usage(format!("nothing to change: {} already has these settings", s.name)));
     }
     // As after `mcp add`: a client started right after this command is offered the edited
     // server's tools on its first list (also right after a restart).
-    let enabled = s["enabled"].as_bool() != Some(false);
+    let enabled = s.enabled;
     let listed = if enabled && !a.no_wait {
         crate::commands::listed::wait(&api, std::slice::from_ref(&a.name), crate::commands::listed::WAIT).await.pop()
     } else {
         None
     };
     if ctx.json {
+        let mut body = resp.json()?;
         if let Some(l) = listed {
-            s["catalog"] = l.state;
+            body["catalog"] = l.state;
         }
-        return output::print_json(&s);
+        return output::print_json(&body);
     }
     let mut out = format!(
         "Updated MCP server {} ({}: {}); its tool preferences are kept\n",
-        text(&s["name"]),
-        text(&s["transport"]),
+        s.name,
+        s.transport.word(),
         target(&s)
     );
     if let Some(l) = &listed {
@@ -407,11 +415,11 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
 /// the command or `--cwd` does not resolve.
 fn edit_body(
     a: &EditArgs,
-    cur: &Value,
+    cur: &McpServer,
     cwd: &Path,
     lookup: impl Fn(&str) -> Option<PathBuf>,
 ) -> Result<(Value, Value), CliError> {
-    let stdio = cur["transport"] == "stdio";
+    let stdio = cur.transport == Transport::Stdio;
     let misplaced: &[(&str, bool)] = if stdio {
         &[
             ("--url", a.url.is_some()),
@@ -431,8 +439,8 @@ fn edit_body(
     if let Some((flag, _)) = misplaced.iter().find(|m| m.1) {
         return Err(CliError::Usage(format!(
             "{flag} does not apply to {}, a {} server",
-            text(&cur["name"]),
-            text(&cur["transport"])
+            cur.name,
+            cur.transport.word()
         )));
     }
     if a.command.is_some() && !a.new_command.is_empty() {
@@ -456,7 +464,8 @@ fn edit_body(
         if set.is_empty() && credentials.is_empty() && unset.is_empty() {
             continue;
         }
-        let mut map = cur[field].as_object().cloned().unwrap_or_default();
+        let current = if field == "env" { &cur.env } else { &cur.headers };
+        let mut map: serde_json::Map<String, Value> = current.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         for key in unset {
             let found = map.keys().find(|k| if ignore_case { k.eq_ignore_ascii_case(key) } else { *k == key }).cloned();
             match found {
@@ -464,7 +473,7 @@ fn edit_body(
                     map.remove(&k);
                 }
                 None => {
-                    return Err(CliError::Usage(format!("{} has no {field} {key:?} to unset", text(&cur["name"]))));
+                    return Err(CliError::Usage(format!("{} has no {field} {key:?} to unset", cur.name)));
                 }
             }
         }
@@ -551,13 +560,8 @@ async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result
     if found.is_empty() {
         return Ok(Vec::new());
     }
-    let listed = api.send(api.request(reqwest::Method::GET, "/v1/credentials")).await?.json()?;
-    let mut taken: std::collections::BTreeSet<String> = listed["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str().map(str::to_owned))
-        .collect();
+    let listed = api.get_as::<Page<Credential>>("/v1/credentials").await?;
+    let mut taken: std::collections::BTreeSet<String> = listed.items.into_iter().map(|c| c.name).collect();
     let mut moved = Vec::new();
     for (field, flag, key, value) in found {
         let base = credential_name(server, &key);
@@ -820,24 +824,23 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let v = resp.json()?;
-    let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let items = resp.parse::<Page<McpServer>>()?.items;
     if items.is_empty() {
         return output::println("No MCP servers yet; add one with `coffer mcp add NAME -- COMMAND ARGS…`");
     }
-    output::print(&render_servers(items, output::terminal_width()))
+    output::print(&render_servers(&items, output::terminal_width()))
 }
 
 /// The servers table. The command (or URL) comes last, out of the order one might expect,
 /// because it is the one long column: last, it can be cut to the terminal's width.
-pub fn render_servers(items: &[Value], width: Option<usize>) -> String {
+pub fn render_servers(items: &[McpServer], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|s| {
             vec![
-                cell(s.get("name"), 40),
-                cell(s.get("transport"), 10),
-                yes_no(s["enabled"].as_bool().unwrap_or(false)).to_owned(),
+                text_cell(&s.name, 40),
+                s.transport.word().to_owned(),
+                yes_no(s.enabled).to_owned(),
                 timeout(s),
                 sandbox(s).to_owned(),
                 target(s),
@@ -848,30 +851,30 @@ pub fn render_servers(items: &[Value], width: Option<usize>) -> String {
 }
 
 /// A stdio server's command line (quoted so it can be pasted) or an http server's URL.
-fn target(s: &Value) -> String {
-    if s["transport"] == "http" {
-        return text(&s["url"]);
+fn target(s: &McpServer) -> String {
+    if s.transport == Transport::Http {
+        return or_dash(s.url.as_deref());
     }
-    let args = s["args"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let words = std::iter::once(s["command"].as_str().unwrap_or("-")).chain(args.iter().filter_map(Value::as_str));
+    let words = std::iter::once(s.command.as_deref().unwrap_or("-")).chain(s.args.iter().map(String::as_str));
     shell_join(words)
 }
 
 /// `yes` for a stdio server in the vault sandbox, `NO` for one that opted out, `-` for http.
-fn sandbox(s: &Value) -> &'static str {
-    match s["sandbox"].as_bool() {
+fn sandbox(s: &McpServer) -> &'static str {
+    match s.sandbox {
         Some(true) => "yes",
         Some(false) => "NO",
         None => "-",
     }
 }
 
-fn timeout(s: &Value) -> String {
-    s["timeout_ms"].as_u64().map_or_else(|| "default".into(), format_ms_as_seconds)
+fn timeout(s: &McpServer) -> String {
+    s.timeout_ms.map_or_else(|| "default".into(), format_ms_as_seconds)
 }
 
-fn text(v: &Value) -> String {
-    v.as_str().map_or_else(|| cell(Some(v), 200), str::to_owned)
+/// A field that may be null, as shown: the text, or `-`.
+fn or_dash(v: Option<&str>) -> String {
+    v.map_or_else(|| "-".into(), str::to_owned)
 }
 
 async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
@@ -881,11 +884,12 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
         if ctx.json {
             return output::print_body(&resp.body);
         }
-        return output::print(&render_fields(&server_fields(&resp.json()?)));
+        return output::print(&render_fields(&server_fields(&resp.parse()?)));
     }
-    let server = resp.json()?;
-    let caps = api.get(&format!("{}/capabilities", server_path(&a.name))).await;
+    let caps_path = format!("{}/capabilities", server_path(&a.name));
     if ctx.json {
+        let server = resp.json()?;
+        let caps = api.get(&caps_path).await;
         // Two REST bodies, each unchanged, in one document.
         return match caps {
             Ok(c) => output::print_json(&json!({"server": server, "capabilities": c})),
@@ -900,6 +904,8 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
             }
         };
     }
+    let server: McpServer = resp.parse()?;
+    let caps = api.get_as::<Capabilities>(&caps_path).await;
     let mut fields = server_fields(&server);
     match &caps {
         Ok(c) => fields.push(("capabilities", capability_counts(c))),
@@ -910,57 +916,51 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
 }
 
 /// Every field of a server, in a fixed order, for `mcp show`.
-pub fn server_fields(s: &Value) -> Vec<(&'static str, String)> {
-    let map_lines = |v: &Value, sep: &str| -> String {
-        v.as_object()
-            .filter(|m| !m.is_empty())
-            .map(|m| m.iter().map(|(k, v)| format!("{k}{sep}{}", wire_value_text(v))).collect::<Vec<_>>().join("\n"))
-            .unwrap_or_else(|| "-".into())
+pub fn server_fields(s: &McpServer) -> Vec<(&'static str, String)> {
+    let map_lines = |m: &BTreeMap<String, EnvValue>, sep: &str| -> String {
+        if m.is_empty() {
+            return "-".into();
+        }
+        m.iter().map(|(k, v)| format!("{k}{sep}{}", wire_value_text(v))).collect::<Vec<_>>().join("\n")
     };
-    let mut f = vec![("name", text(&s["name"])), ("transport", text(&s["transport"]))];
-    f.push(("enabled", yes_no(s["enabled"].as_bool().unwrap_or(false)).into()));
-    if s["transport"] == "http" {
-        f.push(("url", text(&s["url"])));
-        f.push(("headers", map_lines(&s["headers"], ": ")));
+    let mut f = vec![("name", s.name.clone()), ("transport", s.transport.word().to_owned())];
+    f.push(("enabled", yes_no(s.enabled).into()));
+    if s.transport == Transport::Http {
+        f.push(("url", or_dash(s.url.as_deref())));
+        f.push(("headers", map_lines(&s.headers, ": ")));
     } else {
-        f.push(("command", text(&s["command"])));
-        let args: Vec<&str> =
-            s["args"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        f.push(("args", if args.is_empty() { "-".into() } else { shell_join(args) }));
-        f.push(("env", map_lines(&s["env"], "=")));
-        f.push(("cwd", s["cwd"].as_str().map_or_else(|| "default ($COFFER_HOME/workspace)".into(), str::to_owned)));
+        f.push(("command", or_dash(s.command.as_deref())));
+        f.push(("args", if s.args.is_empty() { "-".into() } else { shell_join(s.args.iter().map(String::as_str)) }));
+        f.push(("env", map_lines(&s.env, "=")));
+        f.push(("cwd", s.cwd.clone().unwrap_or_else(|| "default ($COFFER_HOME/workspace)".into())));
     }
     f.push(("timeout", timeout(s)));
-    f.push(("version", cell(s.get("version"), 20)));
-    f.push(("created", s["created_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
-    f.push(("updated", s["updated_at"].as_str().map_or_else(|| "-".into(), output::format_time)));
+    f.push(("version", s.version.to_string()));
+    f.push(("created", output::format_time(&s.created_at)));
+    f.push(("updated", output::format_time(&s.updated_at)));
     f
 }
 
 /// An `env`/`headers` value as shown: a literal as it is, a credential reference as
 /// `<credential:NAME>` (the value itself is never in a REST body).
-pub fn wire_value_text(v: &Value) -> String {
+pub fn wire_value_text(v: &EnvValue) -> String {
     match v {
-        Value::String(s) => s.clone(),
-        _ => match v.get("credential_ref").and_then(Value::as_str) {
-            Some(name) => format!("<credential:{name}>"),
-            None => v.to_string(),
-        },
+        EnvValue::Literal(s) => s.clone(),
+        EnvValue::Ref(r) => format!("<credential:{}>", r.credential_ref),
     }
 }
 
 /// `13 tools (12 enabled), 4 prompts (4 enabled), 0 resources` from a capabilities body.
-pub fn capability_counts(c: &Value) -> String {
-    let part = |key: &str| {
-        let items = c[key].as_array().map(Vec::as_slice).unwrap_or_default();
-        let on = items.iter().filter(|i| i["enabled"].as_bool() != Some(false)).count();
-        if items.is_empty() || key == "resources" {
+pub fn capability_counts(c: &Capabilities) -> String {
+    let part = |key: &str, items: &[Capability]| {
+        let on = items.iter().filter(|i| i.enabled).count();
+        if items.is_empty() {
             format!("{} {key}", items.len())
         } else {
             format!("{} {key} ({on} enabled)", items.len())
         }
     };
-    format!("{}, {}, {}", part("tools"), part("prompts"), part("resources"))
+    format!("{}, {}, {} resources", part("tools", &c.tools), part("prompts", &c.prompts), c.resources.len())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -977,7 +977,8 @@ async fn remove(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 
 async fn set_enabled(ctx: &Ctx, name: &str, enabled: bool) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let req = api.request(reqwest::Method::PATCH, &server_path(name)).json(&json!({"enabled": enabled}));
+    let body = McpServerPatch { enabled: Some(enabled), ..Default::default() };
+    let req = api.request(reqwest::Method::PATCH, &server_path(name)).json(&body);
     let resp = api.send(req).await?;
     if ctx.json {
         return output::print_body(&resp.body);
@@ -995,7 +996,7 @@ async fn refresh(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let n = resp.json()?["sessions"].as_u64().unwrap_or(0);
+    let n = resp.parse::<Refreshed>()?.sessions;
     let s = if n == 1 { "" } else { "s" };
     output::println(&format!("Dropped the cached capability lists of {n} session{s}; clients were told to list again"))
 }
@@ -1003,26 +1004,25 @@ async fn refresh(ctx: &Ctx) -> Result<(), CliError> {
 async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
     let api: ApiClient = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, &format!("{}/test", server_path(name)))).await?;
-    let report = resp.json()?;
-    let ok = report["ok"].as_bool() == Some(true);
+    let report: ProbeReport = resp.parse()?;
     if ctx.json {
         output::print_body(&resp.body)?;
-        return if ok { Ok(()) } else { Err(CliError::Quiet(crate::error::exit::ERROR)) };
+        return if report.ok { Ok(()) } else { Err(CliError::Quiet(crate::error::exit::ERROR)) };
     }
-    if ok {
+    if report.ok {
         return output::println(&render_test(name, &report));
     }
-    let error = report["error"].as_str().unwrap_or("the server did not answer");
-    let ms = report["elapsed_ms"].as_u64().unwrap_or(0);
+    let error = report.error.as_deref().unwrap_or("the server did not answer");
+    let ms = report.elapsed_ms;
     Err(CliError::Failed(format!("{name}: {error} (after {ms} ms); {}", look_further(name, &report))))
 }
 
 /// Where to look next after a failed test (a `POST …/test` body): its stderr log when it has
 /// one; an HTTP server has none, so its URL instead.
-pub fn look_further(name: &str, report: &Value) -> String {
-    if report["log"].is_string() {
+pub fn look_further(name: &str, report: &ProbeReport) -> String {
+    if report.log.is_some() {
         format!("see `coffer mcp logs {name}`")
-    } else if report["transport"] == "http" {
+    } else if report.transport == Transport::Http {
         format!("check that its URL answers (`coffer mcp show {name}` shows it)")
     } else {
         format!("it wrote nothing on stderr; `coffer mcp show {name}` shows how it is run")
@@ -1031,9 +1031,10 @@ pub fn look_further(name: &str, report: &Value) -> String {
 
 /// `NAME: initialize ok (protocol P, server X vY), N tools, M prompts, K resources, in T ms`
 /// from a successful `POST …/test` body.
-pub fn render_test(name: &str, r: &Value) -> String {
-    let count = |k: &str| r["counts"][k].as_u64().unwrap_or(0);
-    let info = &r["server_info"];
+pub fn render_test(name: &str, r: &ProbeReport) -> String {
+    // `serverInfo` is MCP's `Implementation` (`{name, version, …}`), passed on as the upstream
+    // sent it.
+    let info = r.server_info.clone().flatten().unwrap_or_default();
     let server = match (info["name"].as_str(), info["version"].as_str()) {
         (Some(n), Some(v)) => format!(", server {n} v{}", v.trim_start_matches('v')),
         (Some(n), None) => format!(", server {n}"),
@@ -1041,13 +1042,13 @@ pub fn render_test(name: &str, r: &Value) -> String {
     };
     let mut out = format!(
         "{name}: initialize ok (protocol {}{server}), {} tools, {} prompts, {} resources, in {} ms",
-        r["protocol_version"].as_str().unwrap_or("?"),
-        count("tools"),
-        count("prompts"),
-        count("resources"),
-        r["elapsed_ms"].as_u64().unwrap_or(0)
+        r.protocol_version.clone().flatten().as_deref().unwrap_or("?"),
+        r.counts.tools.unwrap_or(0),
+        r.counts.prompts.unwrap_or(0),
+        r.counts.resources.unwrap_or(0),
+        r.elapsed_ms
     );
-    for w in r["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for w in &r.warnings {
         out.push_str(&format!("\nwarning: {name}: {w}"));
     }
     out
@@ -1100,6 +1101,27 @@ mod tests {
         }
     }
 
+    /// A server body: `fields` over a stdio server with every field at its default.
+    fn server(fields: Value) -> McpServer {
+        let mut full = json!({"name": "s", "transport": "stdio", "command": null, "args": [], "env": {}, "cwd": null,
+            "url": null, "headers": {}, "enabled": true, "timeout_ms": null, "sandbox": null, "version": 1,
+            "created_at": "x", "updated_at": "x"});
+        for (k, v) in fields.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        serde_json::from_value(full).unwrap()
+    }
+
+    /// A probe report: `fields` over a successful stdio probe that listed nothing.
+    fn probe(fields: Value) -> ProbeReport {
+        let mut full = json!({"server": "t", "transport": "stdio", "warnings": [], "log": null, "elapsed_ms": 0,
+            "counts": {}, "ok": true, "error": null});
+        for (k, v) in fields.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        serde_json::from_value(full).unwrap()
+    }
+
     fn parse_edit(args: &[&str]) -> EditArgs {
         let mut full = vec!["coffer", "mcp", "edit"];
         full.extend_from_slice(args);
@@ -1113,8 +1135,8 @@ mod tests {
     /// `--unset-env` removed and `--env` set; new literal values apart, for moving secrets.
     #[test]
     fn edit_builds_a_patch_over_the_current_server() {
-        let cur = json!({"name": "s", "transport": "stdio", "command": "/bin/srv", "args": ["a"],
-            "env": {"KEEP": "1", "DROP": "x", "REF": {"credential_ref": "c"}}, "version": 3});
+        let cur = server(json!({"name": "s", "transport": "stdio", "command": "/bin/srv", "args": ["a"],
+            "env": {"KEEP": "1", "DROP": "x", "REF": {"credential_ref": "c"}}, "version": 3}));
         let none = |_: &str| None;
         let a = parse_edit(&[
             "s",
@@ -1276,16 +1298,16 @@ mod tests {
 
     #[test]
     fn servers_table_and_fields() {
-        let stdio = json!({
+        let stdio = server(json!({
             "name": "everything", "transport": "stdio", "command": "/usr/bin/node", "args": ["/p/index.js", "stdio"],
             "env": {"A": "1", "B": "two words"}, "cwd": null, "url": null, "headers": {}, "enabled": true,
             "timeout_ms": null, "sandbox": true, "version": 3, "created_at": "2026-11-30T09:56:56.541Z", "updated_at": "2026-11-30T10:00:00.000Z",
-        });
-        let http = json!({
+        }));
+        let http = server(json!({
             "name": "remote", "transport": "http", "command": null, "args": [], "env": {}, "cwd": null,
             "url": "https://x.test/mcp", "headers": {"Authorization": "Bearer t"}, "enabled": false, "timeout_ms": 1500,
             "version": 1, "created_at": "x", "updated_at": "x",
-        });
+        }));
         assert_eq!(
             render_servers(&[stdio.clone(), http.clone()], None),
             "NAME        TRANSPORT  ENABLED  TIMEOUT  SANDBOX  COMMAND/URL\n\
@@ -1400,37 +1422,37 @@ mod tests {
 
     #[test]
     fn references_are_shown_by_name() {
-        let stdio = json!({
+        let stdio = server(json!({
             "name": "gh", "transport": "stdio", "command": "/usr/bin/node", "args": [], "cwd": null,
             "env": {"GITHUB_TOKEN": {"credential_ref": "github"}, "LOG": "debug"}, "enabled": true,
-        });
+        }));
         let f = render_fields(&server_fields(&stdio));
         assert!(f.contains("env:       GITHUB_TOKEN=<credential:github>\n           LOG=debug\n"), "{f}");
-        let http = json!({
+        let http = server(json!({
             "name": "r", "transport": "http", "url": "https://x.test/mcp", "enabled": true,
             "headers": {"Authorization": {"credential_ref": "remote-auth"}},
-        });
+        }));
         let f = render_fields(&server_fields(&http));
         assert!(f.contains("headers:   Authorization: <credential:remote-auth>\n"), "{f}");
-        assert_eq!(wire_value_text(&json!({"other": 1})), r#"{"other":1}"#);
+        assert_eq!(wire_value_text(&EnvValue::Literal(r#"{"other":1}"#.into())), r#"{"other":1}"#);
     }
 
     #[test]
     fn test_line() {
-        let r = json!({"server": "e", "ok": true, "error": null, "protocol_version": "2025-06-18",
+        let r = probe(json!({"server": "e", "ok": true, "error": null, "protocol_version": "2025-06-18",
             "server_info": {"name": "example-servers/everything", "version": "1.0.0"}, "capabilities": {},
-            "counts": {"tools": 11, "prompts": 3, "resources": 100}, "initialize_ms": 80, "elapsed_ms": 412});
+            "counts": {"tools": 11, "prompts": 3, "resources": 100}, "initialize_ms": 80, "elapsed_ms": 412}));
         assert_eq!(
             render_test("e", &r),
             "e: initialize ok (protocol 2025-06-18, server example-servers/everything v1.0.0), 11 tools, 3 prompts, 100 resources, in 412 ms"
         );
-        let bare = json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5});
+        let bare = probe(json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5}));
         assert_eq!(
             render_test("t", &bare),
             "t: initialize ok (protocol 2025-11-25), 0 tools, 0 prompts, 0 resources, in 5 ms"
         );
-        let noisy = json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5,
-            "warnings": ["it wrote 1 line on stdout that is not JSON-RPC"]});
+        let noisy = probe(json!({"ok": true, "protocol_version": "2025-11-25", "counts": {}, "elapsed_ms": 5,
+            "warnings": ["it wrote 1 line on stdout that is not JSON-RPC"]}));
         assert!(
             render_test("t", &noisy).ends_with("in 5 ms\nwarning: t: it wrote 1 line on stdout that is not JSON-RPC"),
             "{}",
@@ -1440,19 +1462,23 @@ mod tests {
 
     #[test]
     fn a_failed_test_points_where_there_is_something_to_read() {
-        let stdio = json!({"transport": "stdio", "log": "/h/logs/upstreams/s.log"});
+        let stdio = probe(json!({"transport": "stdio", "log": "/h/logs/upstreams/s.log"}));
         assert_eq!(look_further("s", &stdio), "see `coffer mcp logs s`");
-        let http = json!({"transport": "http", "log": null});
+        let http = probe(json!({"transport": "http", "log": null}));
         let hint = look_further("r", &http);
         assert!(!hint.contains("mcp logs") && hint.contains("URL"), "{hint}");
-        let silent = json!({"transport": "stdio", "log": null});
+        let silent = probe(json!({"transport": "stdio", "log": null}));
         assert!(!look_further("q", &silent).contains("mcp logs"));
     }
 
     #[test]
     fn counts() {
-        let c =
-            json!({"server": "e", "tools": [{"enabled": true}, {"enabled": false}], "prompts": [], "resources": []});
+        let tool =
+            |enabled: bool| json!({"name": "t", "exposed_name": "e__t", "description": null, "enabled": enabled});
+        let c: Capabilities = serde_json::from_value(
+            json!({"server": "e", "tools": [tool(true), tool(false)], "prompts": [], "resources": []}),
+        )
+        .unwrap();
         assert_eq!(capability_counts(&c), "2 tools (1 enabled), 0 prompts, 0 resources");
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use coffer_api::Page;
-use coffer_api::tools::{EnabledFlag, Tool, ToolCall};
+use coffer_api::servers::{Capabilities, McpServer, Transport};
+use coffer_api::tools::{CallToolResult, EnabledFlag, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -196,15 +197,10 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     }
     let mut items: Vec<ListedTool> =
         resp.parse::<Page<Tool>>()?.items.into_iter().map(|tool| ListedTool { tool, server_enabled: None }).collect();
-    let servers = api.get("/v1/mcp/servers").await?;
-    let servers: Vec<&Value> = servers["items"]
-        .as_array()
-        .map(|v| v.iter().filter(|s| a.server.as_deref().is_none_or(|n| s["name"] == n)).collect())
-        .unwrap_or_default();
+    let servers = api.get_as::<Page<McpServer>>("/v1/mcp/servers").await?.items;
     let mut notes = Vec::new();
-    for s in &servers {
-        let name = s["name"].as_str().unwrap_or_default();
-        let enabled = s["enabled"].as_bool().unwrap_or(false);
+    for s in servers.iter().filter(|s| a.server.as_deref().is_none_or(|n| s.name == n)) {
+        let (name, enabled) = (s.name.as_str(), s.enabled);
         if enabled && !items.iter().any(|t| t.tool.server == name) {
             notes.push(format!("note: no tools from {name}; `coffer mcp test {name}` shows why"));
         }
@@ -244,20 +240,18 @@ pub struct ListedTool {
 
 /// A disabled server's tools from its live capabilities, as `GET /v1/tools` items.
 async fn disabled_server_tools(api: &ApiClient, server: &str) -> Result<Vec<ListedTool>, CliError> {
-    let caps = api.get(&format!("/v1/mcp/servers/{}/capabilities", path_segment(server))).await?;
-    Ok(caps["tools"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
+    let caps: Capabilities = api.get_as(&format!("/v1/mcp/servers/{}/capabilities", path_segment(server))).await?;
+    Ok(caps
+        .tools
+        .into_iter()
         .map(|t| ListedTool {
             tool: Tool {
-                name: t["exposed_name"].as_str().unwrap_or_default().to_owned(),
+                name: t.exposed_name,
                 server: server.to_owned(),
-                original_name: t["name"].as_str().unwrap_or_default().to_owned(),
+                original_name: t.name,
                 title: None,
-                description: t["description"].as_str().map(str::to_owned),
-                enabled: t["enabled"].as_bool().unwrap_or(false),
+                description: t.description,
+                enabled: t.enabled,
             },
             server_enabled: Some(false),
         })
@@ -325,13 +319,14 @@ async fn call(ctx: &Ctx, a: CallArgs) -> Result<(), CliError> {
         Ok(r) => r,
         Err(e) => return Err(explain_call_error(&api, &a.name, e).await),
     };
-    let result = resp.json()?;
-    let is_error = result["isError"].as_bool() == Some(true);
+    let CallToolResult(result) = resp.parse()?;
+    // MCP's `CallToolResult`: a tool's own failure is `isError: true`.
+    let is_error = result.get("isError") == Some(&Value::Bool(true));
     if ctx.json {
         output::print_body(&resp.body)?;
         return if is_error { Err(CliError::Quiet(exit::ERROR)) } else { Ok(()) };
     }
-    let rendered = render_result(&result);
+    let rendered = render_result(&Value::Object(result));
     if is_error {
         return Err(CliError::Failed(format!("{} reported an error: {}", a.name, rendered.trim_end())));
     }
@@ -351,9 +346,9 @@ async fn explain_call_error(api: &ApiClient, name: &str, e: CliError) -> CliErro
         Some("TOOL_DISABLED") => {
             let server_off = server != BUILTIN_SERVER
                 && api
-                    .get(&format!("/v1/mcp/servers/{}", path_segment(&server)))
+                    .get_as::<McpServer>(&format!("/v1/mcp/servers/{}", path_segment(&server)))
                     .await
-                    .is_ok_and(|s| s["enabled"].as_bool() == Some(false));
+                    .is_ok_and(|s| !s.enabled);
             if server_off {
                 e.with_hint(format!("its server is disabled; enable it with `coffer mcp enable {server}`"))
             } else {
@@ -364,9 +359,9 @@ async fn explain_call_error(api: &ApiClient, name: &str, e: CliError) -> CliErro
         Some("UPSTREAM_UNAVAILABLE" | "UPSTREAM_TIMEOUT") => {
             // An HTTP server has no stderr log to point at.
             let http = api
-                .get(&format!("/v1/mcp/servers/{}", path_segment(&server)))
+                .get_as::<McpServer>(&format!("/v1/mcp/servers/{}", path_segment(&server)))
                 .await
-                .is_ok_and(|s| s["transport"] == "http");
+                .is_ok_and(|s| s.transport == Transport::Http);
             if http {
                 e.with_hint(format!("`coffer mcp test {server}` shows more; check that its URL answers"))
             } else {

@@ -47,6 +47,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use coffer_api::daemon::{AgentSandboxes, SandboxStatus};
+use coffer_api::servers::{ProbeCounts, ProbeReport, SandboxState, StartOutcome, UpstreamState, UpstreamStatus};
 use coffer_proto::store::McpServer;
 use coffer_runtime::home::CofferHome;
 use coffer_types::settings::{self, Setting};
@@ -491,7 +493,7 @@ impl Gateway {
     /// (e.g. lines on stdout that are not JSON-RPC, which MCP forbids there) and `log`: the
     /// path of its stderr log when one exists (HTTP upstreams have none). The session is
     /// closed after.
-    pub async fn probe(&self, server: &coffer_proto::store::McpServer) -> Value {
+    pub async fn probe(&self, server: &coffer_proto::store::McpServer) -> ProbeReport {
         let params = json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-test", "version": coffer_runtime::VERSION}});
         let s = Session::new(
             format!("probe-{}", uuid::Uuid::new_v4().simple()),
@@ -500,13 +502,18 @@ impl Gateway {
             self.shared.clone(),
         );
         let started = std::time::Instant::now();
-        let mut report = json!({"server": server.name});
-        let mut counts = serde_json::Map::new();
+        let mut counts = ProbeCounts::default();
         let mut error: Option<String> = None;
+        let mut initialize_ms = None;
         for kind in [session::ListKind::Tools, session::ListKind::Prompts, session::ListKind::Resources] {
             match s.fetch_server(server, kind).await {
                 Ok(items) => {
-                    counts.insert(kind.key().to_owned(), json!(items.len()));
+                    let n = Some(items.len() as u64);
+                    match kind {
+                        session::ListKind::Tools => counts.tools = n,
+                        session::ListKind::Prompts => counts.prompts = n,
+                        _ => counts.resources = n,
+                    }
                 }
                 Err(e) => {
                     error = Some(e.to_string());
@@ -514,25 +521,33 @@ impl Gateway {
                 }
             }
             if kind == session::ListKind::Tools {
-                report["initialize_ms"] = json!(started.elapsed().as_millis() as u64);
+                initialize_ms = Some(started.elapsed().as_millis() as u64);
             }
         }
         let mut warnings: Vec<String> = Vec::new();
+        let (mut protocol_version, mut server_info, mut capabilities) = (None, None, None);
         if let Some(up) = s.pool.running(&server.name).await {
             let init = &up.init_result;
-            report["protocol_version"] = init.get("protocolVersion").cloned().unwrap_or(Value::Null);
-            report["server_info"] = init.get("serverInfo").cloned().unwrap_or(Value::Null);
-            report["capabilities"] = init.get("capabilities").cloned().unwrap_or(Value::Null);
+            protocol_version = Some(init.get("protocolVersion").and_then(Value::as_str).map(str::to_owned));
+            server_info = Some(init.get("serverInfo").cloned().filter(|v| !v.is_null()));
+            capabilities = Some(init.get("capabilities").cloned().filter(|v| !v.is_null()));
             warnings.extend(up.junk_note());
         }
-        report["transport"] = json!(server.transport);
-        report["warnings"] = json!(warnings);
         let log = self.shared.home.upstream_logs().join(format!("{}.log", server.name));
-        report["log"] = if log.exists() { json!(log.display().to_string()) } else { Value::Null };
-        report["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
-        report["counts"] = Value::Object(counts);
-        report["ok"] = json!(error.is_none());
-        report["error"] = error.map(Value::String).unwrap_or(Value::Null);
+        let report = ProbeReport {
+            server: server.name.clone(),
+            initialize_ms,
+            protocol_version,
+            server_info,
+            capabilities,
+            transport: transport_view(server.transport()),
+            warnings,
+            log: log.exists().then(|| log.display().to_string()),
+            elapsed_ms: started.elapsed().as_millis() as u64,
+            counts,
+            ok: error.is_none(),
+            error,
+        };
         s.close().await;
         report
     }
@@ -547,32 +562,30 @@ impl Gateway {
     /// codex}}`; `landlock_abi` is the kernel's Landlock ABI version (`null`: no Landlock,
     /// nothing is confined), each agent `on`, `off` (its `chat.*_sandbox` setting is 0) or
     /// `unavailable`. Each upstream's own state is in its `upstreams[].sandbox`.
-    pub fn sandbox_status(&self) -> Value {
+    pub fn sandbox_status(&self) -> SandboxStatus {
         let abi = coffer_runtime::sandbox::kernel_abi();
         let agent = |s: &Setting| match (self.shared.setting(s), abi) {
-            (0, _) => "off",
-            (_, Some(_)) => "on",
-            (_, None) => "unavailable",
+            (0, _) => SandboxState::Off,
+            (_, Some(_)) => SandboxState::On,
+            (_, None) => SandboxState::Unavailable,
         };
-        json!({
-            "landlock_abi": abi,
-            "summary": coffer_runtime::sandbox::support_summary(),
-            "agents": {
-                "claude_code": agent(&settings::CHAT_CLAUDE_CODE_SANDBOX),
-                "codex": agent(&settings::CHAT_CODEX_SANDBOX),
+        SandboxStatus {
+            landlock_abi: abi,
+            summary: coffer_runtime::sandbox::support_summary(),
+            agents: AgentSandboxes {
+                claude_code: agent(&settings::CHAT_CLAUDE_CODE_SANDBOX),
+                codex: agent(&settings::CHAT_CODEX_SANDBOX),
             },
-        })
+        }
     }
 
-    /// Per-upstream status for `/v1/status`, one object per registered server in name order:
-    /// `name`, `enabled`, `transport`, `state` (`ok`: its last start succeeded and nothing
-    /// failed since; `unhealthy`: an error stands, or its command cannot run now; `idle`: not
-    /// started since the daemon started or its registration changed; `disabled`), `running`
-    /// (sessions where it runs now), `last_start` (`ok`, `failed` or null) and
-    /// `last_start_at`, `last_error` and `last_error_at` (the standing error; null once a
-    /// start, list or call succeeded), and `duplicates` (names its last lists gave more than
-    /// once, as `tools/<name>`; only the first of each is offered).
-    pub fn upstream_status(&self) -> Value {
+    /// Per-upstream status for `/v1/status`, one per registered server in name order (see
+    /// [`UpstreamStatus`]): `state` is `ok` when its last start succeeded and nothing failed
+    /// since, `unhealthy` when an error stands (or its command cannot run now), `idle` when not
+    /// started since the daemon started or its registration changed, or `disabled`;
+    /// `duplicates` are the names its last lists gave more than once, as `tools/<name>` (only
+    /// the first of each is offered).
+    pub fn upstream_status(&self) -> Vec<UpstreamStatus> {
         let snap = self.shared.snapshot.current();
         let mut running: HashMap<String, usize> = HashMap::new();
         for s in self.sessions.lock().expect("sessions").values() {
@@ -582,63 +595,76 @@ impl Gateway {
         }
         let mut names: Vec<&String> = snap.servers.keys().collect();
         names.sort();
-        Value::Array(
-            names
-                .into_iter()
-                .map(|n| {
-                    let s = &snap.servers[n];
-                    let record = self.shared.health.record(n, s.version);
-                    let problem = if s.enabled { command_problem(s) } else { None };
-                    let (error, error_at) = match (&problem, record.error) {
-                        (Some(p), _) => (Value::String(p.clone()), Value::Null),
-                        (None, Some((e, at))) => (Value::String(e), Value::String(at)),
-                        (None, None) => (Value::Null, Value::Null),
-                    };
-                    let state = if !s.enabled {
-                        "disabled"
-                    } else if !error.is_null() {
-                        "unhealthy"
-                    } else if matches!(record.last_start, Some((true, _))) {
-                        "ok"
-                    } else {
-                        "idle"
-                    };
-                    let (last_start, last_start_at) = match record.last_start {
-                        Some((ok, at)) => (json!(if ok { "ok" } else { "failed" }), Value::String(at)),
-                        None => (Value::Null, Value::Null),
-                    };
-                    let duplicates: Vec<String> = record
-                        .duplicates
-                        .iter()
-                        .flat_map(|(kind, names)| names.iter().map(move |d| format!("{kind}/{d}")))
-                        .collect();
-                    json!({
-                        "name": n, "enabled": s.enabled, "transport": s.transport().as_str(), "state": state,
-                        "running": running.get(n).copied().unwrap_or(0),
-                        "last_start": last_start, "last_start_at": last_start_at,
-                        "last_error": error, "last_error_at": error_at,
-                        "duplicates": duplicates,
-                        "sandbox": sandbox_state(s),
-                        "catalog": self.shared.lists.status(n, snap.generation(s)),
-                    })
-                })
-                .collect(),
-        )
+        names
+            .into_iter()
+            .map(|n| {
+                let s = &snap.servers[n];
+                let record = self.shared.health.record(n, s.version);
+                let problem = if s.enabled { command_problem(s) } else { None };
+                let (last_error, last_error_at) = match (problem, record.error) {
+                    (Some(p), _) => (Some(p), None),
+                    (None, Some((e, at))) => (Some(e), Some(at)),
+                    (None, None) => (None, None),
+                };
+                let state = if !s.enabled {
+                    UpstreamState::Disabled
+                } else if last_error.is_some() {
+                    UpstreamState::Unhealthy
+                } else if matches!(record.last_start, Some((true, _))) {
+                    UpstreamState::Ok
+                } else {
+                    UpstreamState::Idle
+                };
+                let (last_start, last_start_at) = match record.last_start {
+                    Some((ok, at)) => (Some(if ok { StartOutcome::Ok } else { StartOutcome::Failed }), Some(at)),
+                    None => (None, None),
+                };
+                let duplicates: Vec<String> = record
+                    .duplicates
+                    .iter()
+                    .flat_map(|(kind, names)| names.iter().map(move |d| format!("{kind}/{d}")))
+                    .collect();
+                UpstreamStatus {
+                    name: n.clone(),
+                    enabled: s.enabled,
+                    transport: transport_view(s.transport()),
+                    state,
+                    running: running.get(n).copied().unwrap_or(0) as u64,
+                    last_start,
+                    last_start_at,
+                    last_error,
+                    last_error_at,
+                    duplicates,
+                    sandbox: sandbox_state(s),
+                    catalog: self.shared.lists.status(n, snap.generation(s)),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A registered transport as the REST contract names it. The store refuses `Unspecified`, so
+/// it never reaches here; it would read as stdio.
+pub fn transport_view(t: coffer_proto::store::Transport) -> coffer_api::servers::Transport {
+    use coffer_proto::store::Transport;
+    match t {
+        Transport::Http => coffer_api::servers::Transport::Http,
+        Transport::Stdio | Transport::Unspecified => coffer_api::servers::Transport::Stdio,
     }
 }
 
 /// A server's vault sandbox as `GET /v1/status` shows it: `on` (confined), `off` (its
 /// registration opted out), `unavailable` (asked for, but this kernel has no Landlock: it runs
-/// unconfined), `null` for an http server (nothing is spawned).
-fn sandbox_state(s: &McpServer) -> Value {
+/// unconfined), `None` for an http server (nothing is spawned).
+fn sandbox_state(s: &McpServer) -> Option<SandboxState> {
     if s.transport() != coffer_proto::store::Transport::Stdio {
-        Value::Null
+        None
     } else if s.no_sandbox {
-        json!("off")
+        Some(SandboxState::Off)
     } else if coffer_runtime::sandbox::kernel_abi().is_some() {
-        json!("on")
+        Some(SandboxState::On)
     } else {
-        json!("unavailable")
+        Some(SandboxState::Unavailable)
     }
 }
 

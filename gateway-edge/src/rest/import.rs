@@ -40,17 +40,17 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
+use coffer_api::servers::{ImportReport, ImportedServer, McpImport};
 use coffer_proto::store::{
     AppendAuditRequest, AuditEntry, AuditOutcome, CreateServerRequest, DeleteCredentialRequest, ListCredentialsRequest,
     ListServersRequest, McpServer, SetCredentialRequest, Transport,
 };
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::credentials::{REF_PREFIX, encode_ref};
 use crate::error::{ApiError, Code, JsonBody};
-use crate::rest::servers::{actor, resolve_command, settle};
+use crate::rest::servers::{actor, resolve_command, settle, transport_view};
 use crate::state::AppState;
 
 /// Most server entries one import may hold.
@@ -369,28 +369,16 @@ pub struct Planned {
     pub warnings: Vec<String>,
 }
 
-/// An entry that is not imported, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// The Coffer name the entry maps to.
-    pub name: String,
-    pub original_name: String,
-    pub origin: String,
-    pub reason: String,
-}
+/// An entry that is not imported, and why (`name`: the Coffer name the entry maps to).
+pub use coffer_api::servers::SkippedServer as Skipped;
 
-impl Skipped {
-    fn new(name: &str, f: &Found<'_>, reason: impl Into<String>) -> Self {
-        Self {
-            name: name.to_owned(),
-            original_name: f.original_name.clone(),
-            origin: f.origin.clone(),
-            reason: reason.into(),
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        json!({"name": self.name, "original_name": self.original_name, "origin": self.origin, "reason": self.reason})
+/// The [`Skipped`] entry of `f`, under Coffer name `name`.
+fn skip(name: &str, f: &Found<'_>, reason: impl Into<String>) -> Skipped {
+    Skipped {
+        name: name.to_owned(),
+        original_name: f.original_name.clone(),
+        origin: f.origin.clone(),
+        reason: reason.into(),
     }
 }
 
@@ -436,12 +424,12 @@ pub fn plan(
         let def = match parse_definition(f.def, vars) {
             Ok(d) => d,
             Err(reason) => {
-                p.invalid.push(Skipped::new(&base, f, reason));
+                p.invalid.push(skip(&base, f, reason));
                 continue;
             }
         };
         if def.transport == "stdio" && FsPath::new(&def.command).file_name().is_some_and(|n| n == SHIM) {
-            p.duplicates.push(Skipped::new(
+            p.duplicates.push(skip(
                 &base,
                 f,
                 "this entry is Coffer itself (coffer-mcp-shim, as `coffer connect` writes it); skipped",
@@ -453,18 +441,14 @@ pub fn plan(
             let same = same_server(existing, &def, &lookup);
             if same || f.original_name == base {
                 let what = if same { "the same server" } else { "another server" };
-                p.duplicates.push(Skipped::new(
-                    &base,
-                    f,
-                    format!("already registered: {base} is {what}; left as it is"),
-                ));
+                p.duplicates.push(skip(&base, f, format!("already registered: {base} is {what}; left as it is")));
                 continue;
             }
             renamed = Some(base.clone());
         }
         let name = match taken.get(&base) {
             Some((same, orig, origin)) if *same == def => {
-                p.duplicates.push(Skipped::new(
+                p.duplicates.push(skip(
                     &base,
                     f,
                     format!("the same server as {orig:?} in {origin}, earlier in this file"),
@@ -492,7 +476,7 @@ pub fn plan(
                 taken.insert(name, (def, f.original_name.clone(), f.origin.clone()));
                 p.imported.push(planned);
             }
-            Err(reason) => p.invalid.push(Skipped::new(&name, f, reason)),
+            Err(reason) => p.invalid.push(skip(&name, f, reason)),
         }
     }
     Ok(p)
@@ -643,24 +627,6 @@ pub fn refuse_secret_args(p: &mut Plan) {
 
 // The route.
 
-/// Body of `POST /v1/mcp/import`. No `Debug`: the config may hold secrets.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImportBody {
-    /// The JSON object of a config file (or the part of it that holds MCP servers).
-    config: Value,
-    /// A label for the report and the audit row, e.g. the file's path.
-    source: Option<String>,
-    #[serde(default)]
-    dry_run: bool,
-    /// Import entries with secret-looking arguments as they are ([`refuse_secret_args`]).
-    #[serde(default)]
-    allow_secret_args: bool,
-    /// Environment variables for the config's `${VAR}` references, read by the caller
-    /// (`coffer mcp import --from-env`); write-only, never echoed or logged.
-    variables: Option<HashMap<String, String>>,
-}
-
 /// Most variables one import may carry.
 pub const MAX_VARIABLES: usize = 500;
 
@@ -685,8 +651,8 @@ pub const MAX_VARIABLES: usize = 500;
 async fn import(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Result<JsonBody<ImportBody>, ApiError>,
-) -> Result<Json<Value>, ApiError> {
+    body: Result<JsonBody<McpImport>, ApiError>,
+) -> Result<Json<ImportReport>, ApiError> {
     let JsonBody(mut b) = body.map_err(|e| match e.code {
         // serde's type errors may quote what was sent (a secret in the config): say what is
         // expected instead.
@@ -735,17 +701,17 @@ async fn import(
     let Plan { format, imported: planned, mut duplicates, mut invalid } = planned;
     drop(b);
     let who = actor(&headers);
-    let mut imported: Vec<Value> = Vec::new();
+    let mut imported: Vec<ImportedServer> = Vec::new();
     let mut credentials_created = 0usize;
     let mut last_seq = 0u64;
     for p in planned {
-        let report = |p: &Planned| {
-            json!({
-                "name": p.server.name, "original_name": p.original_name, "origin": p.origin,
-                "transport": p.server.transport().as_str(),
-                "credentials_created": p.credentials.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-                "warnings": p.warnings,
-            })
+        let report = |p: &Planned| ImportedServer {
+            name: p.server.name.clone(),
+            original_name: p.original_name.clone(),
+            origin: p.origin.clone(),
+            transport: transport_view(p.server.transport()),
+            credentials_created: p.credentials.iter().map(|(n, _)| n.clone()).collect(),
+            warnings: p.warnings.clone(),
         };
         if dry_run {
             imported.push(report(&p));
@@ -835,14 +801,7 @@ async fn import(
             "Import done."
         );
     }
-    Ok(Json(json!({
-        "format": format,
-        "source": source,
-        "dry_run": dry_run,
-        "imported": imported,
-        "duplicates": duplicates.iter().map(Skipped::to_json).collect::<Vec<_>>(),
-        "invalid": invalid.iter().map(Skipped::to_json).collect::<Vec<_>>(),
-    })))
+    Ok(Json(ImportReport { format: format.to_owned(), source, dry_run, imported, duplicates, invalid }))
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use coffer_api::servers::ServerLogTail;
 use coffer_proto::store::{GetServerRequest, Invocation, InvocationOutcome, ListAuditRequest, ListInvocationsRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -543,8 +544,8 @@ async fn log_tail(
         ))
         .with_details(json!({"valid": SERVICES})));
     }
-    tail_response(&st, Source::Newest { dir: st.home.logs(), service: service.clone() }, ("service", service), query)
-        .await
+    let source = Source::Newest { dir: st.home.logs(), service: service.clone() };
+    tail_response(&st, source, |file, lines| json!({"service": service, "file": file, "lines": lines}), query).await
 }
 
 /// `GET /v1/mcp/servers/{name}/log?n=200&follow=false` → `{"server", "file": <path>|null,
@@ -571,15 +572,16 @@ async fn server_log_tail(
         Some(st.home.upstream_logs().join(format!("{}.log", server.name)))
     };
     let source = file.map_or(Source::Nothing, Source::Fixed);
-    tail_response(&st, source, ("server", name), query).await
+    tail_response(&st, source, |file, lines| ServerLogTail { server: name, file, lines }, query).await
 }
 
-/// The answer of a log tail route: `{<key>: value, file, lines}` or, with `follow=true`, the SSE
-/// stream. Parameters `n` (1-…, at most [`MAX_TAIL`] served) and `follow`.
-async fn tail_response(
+/// The answer of a log tail route: `tail(file, lines)` (the file's path, `None` when there is
+/// none) or, with `follow=true`, the SSE stream. Parameters `n` (1-…, at most [`MAX_TAIL`]
+/// served) and `follow`.
+async fn tail_response<B: serde::Serialize>(
     st: &AppState,
     source: Source,
-    (key, value): (&'static str, String),
+    tail: impl FnOnce(Option<String>, Vec<String>) -> B,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let p = Params::from_query(query, &["n", "follow"])?;
@@ -591,8 +593,8 @@ async fn tail_response(
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
     if !follow {
-        let file = follower.file.as_ref().map_or(Value::Null, |f| Value::String(f.to_string_lossy().into_owned()));
-        return Ok(Json(json!({key: value, "file": file, "lines": lines})).into_response());
+        let file = follower.file.as_ref().map(|f| f.to_string_lossy().into_owned());
+        return Ok(Json(tail(file, lines)).into_response());
     }
     let mut pending: VecDeque<FollowItem> = VecDeque::new();
     if let Some(f) = &follower.file {

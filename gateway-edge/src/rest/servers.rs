@@ -4,7 +4,6 @@
 //! Every mutation answers only once the gateway's snapshot holds it (read-your-writes for
 //! policy, see [`settle`]). The acting party recorded in the audit log is `api` unless the
 //! request says otherwise in `X-Coffer-Actor`.
-use std::collections::HashMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +13,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
+use coffer_api::servers::{self as api, McpServerCreate, McpServerPatch};
 use coffer_api::{Page, tools};
 use coffer_proto::store::{
     CreateServerRequest, DeleteServerRequest, GetServerRequest, ListPreferencesRequest, ListServersRequest, McpServer,
     Preference, SetPreferenceRequest, Transport, UpdateServerRequest,
 };
-use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::credentials::{self, WireValue};
 use crate::error::{ApiError, Code, JsonBody};
@@ -190,48 +189,39 @@ pub fn timeout_ms(timeout_s: Option<f64>, timeout_ms: Option<u64>) -> Result<Opt
     }
 }
 
-/// A server as JSON: `{name, transport, command, args, env, cwd, url, headers, enabled,
-/// timeout_ms, sandbox, version, created_at, updated_at}`. Fields that do not apply or hold the
-/// default are `null` (`command` of an http server, `url` of a stdio server, `cwd` when the
-/// default, `timeout_ms` when the default, `sandbox` of an http server). `sandbox` is whether a
-/// stdio server runs in the vault sandbox (Landlock: it cannot read `COFFER_HOME`); it is
-/// `true` unless the registration opted out, even where the kernel has no Landlock (`GET
-/// /v1/status` `sandbox` says whether it is enforced). `env`/`headers` values that reference a credential are
-/// `{"credential_ref": name}`.
-pub fn server_json(s: &McpServer) -> Value {
-    let opt = |v: &str| {
-        if v.is_empty() { Value::Null } else { Value::String(v.to_owned()) }
-    };
-    let sorted = credentials::render;
-    json!({
-        "name": s.name,
-        "transport": s.transport().as_str(),
-        "command": opt(&s.command),
-        "args": s.args,
-        "env": sorted(&s.env),
-        "cwd": opt(&s.cwd),
-        "url": opt(&s.url),
-        "headers": sorted(&s.headers),
-        "enabled": s.enabled,
-        "timeout_ms": if s.timeout_ms == 0 { Value::Null } else { Value::from(s.timeout_ms) },
-        "sandbox": if s.transport() == Transport::Stdio { Value::Bool(!s.no_sandbox) } else { Value::Null },
-        "version": s.version,
-        "created_at": s.created_at,
-        "updated_at": s.updated_at,
-    })
+pub use crate::mcp::transport_view;
+
+/// A server as REST answers it ([`api::McpServer`]). Fields that do not apply or hold the
+/// default are `None` (null on the wire): `command` of an http server, `url` of a stdio server,
+/// `cwd` and `timeout_ms` when the default, `sandbox` of an http server. `sandbox` is whether a
+/// stdio server runs in the vault sandbox; it is `true` unless the registration opted out, even
+/// where the kernel has no Landlock (`GET /v1/status` `sandbox` says whether it is enforced).
+/// `env`/`headers` values that reference a credential are `{"credential_ref": name}`.
+pub fn server_view(s: &McpServer) -> api::McpServer {
+    let opt = |v: &str| (!v.is_empty()).then(|| v.to_owned());
+    api::McpServer {
+        name: s.name.clone(),
+        transport: transport_view(s.transport()),
+        command: opt(&s.command),
+        args: s.args.clone(),
+        env: credentials::render(&s.env),
+        cwd: opt(&s.cwd),
+        url: opt(&s.url),
+        headers: credentials::render(&s.headers),
+        enabled: s.enabled,
+        timeout_ms: (s.timeout_ms != 0).then_some(s.timeout_ms),
+        sandbox: (s.transport() == Transport::Stdio).then_some(!s.no_sandbox),
+        version: s.version,
+        created_at: s.created_at.clone(),
+        updated_at: s.updated_at.clone(),
+    }
 }
 
 /// A single-server response with its `ETag`.
 fn with_etag(status: StatusCode, s: &McpServer) -> Response {
-    let mut r = (status, Json(server_json(s))).into_response();
+    let mut r = (status, Json(server_view(s))).into_response();
     r.headers_mut().insert(header::ETAG, etag(s.version));
     r
-}
-
-/// Deserializes a present field (even `null`) as `Some(..)`, so `Option<Option<T>>` tells
-/// "absent" (`None`) from "null" (`Some(None)`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
 }
 
 fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
@@ -248,37 +238,9 @@ fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
 /// `GET /v1/mcp/servers` → `{"items":[server…],"next_cursor":null}`, sorted by name.
 ///
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
-async fn list_servers(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn list_servers(State(st): State<Arc<AppState>>) -> Result<Json<Page<api::McpServer>>, ApiError> {
     let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
-    Ok(Json(json!({"items": servers.iter().map(server_json).collect::<Vec<_>>(), "next_cursor": null})))
-}
-
-/// Body of `POST /v1/mcp/servers`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateBody {
-    name: String,
-    /// `stdio` | `http`; default `stdio` when `command` is given, `http` when only `url` is.
-    transport: Option<String>,
-    command: Option<String>,
-    #[serde(default)]
-    args: Vec<String>,
-    /// Values: a string or `{"credential_ref": name}`.
-    #[serde(default)]
-    env: HashMap<String, WireValue>,
-    cwd: Option<String>,
-    url: Option<String>,
-    /// Values: a string or `{"credential_ref": name}`.
-    #[serde(default)]
-    headers: HashMap<String, WireValue>,
-    enabled: Option<bool>,
-    timeout_s: Option<f64>,
-    timeout_ms: Option<u64>,
-    /// Keep secret-looking `args` as given ([`check_args`]).
-    #[serde(default)]
-    allow_secret_args: bool,
-    /// stdio: run in the vault sandbox (default `true`); `false` opts out.
-    sandbox: Option<bool>,
+    Ok(Json(Page::all(servers.iter().map(server_view).collect())))
 }
 
 /// Refuses `args` that look like secrets ([`coffer_types::secrets::secret_args`]) unless
@@ -307,7 +269,7 @@ pub fn check_args(args: &[String], allow: bool) -> Result<(), ApiError> {
 }
 
 /// Checks that a body's fields fit its transport; returns the transport.
-fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
+fn check_transport_fields(b: &McpServerCreate) -> Result<Transport, ApiError> {
     let transport = match (b.transport.as_deref(), &b.command, &b.url) {
         (Some(word), ..) => Transport::parse(word).ok_or_else(|| {
             ApiError::invalid(format!("transport {:?} is not one of stdio, http", truncate(word, 20)))
@@ -366,7 +328,7 @@ fn check_transport_fields(b: &CreateBody) -> Result<Transport, ApiError> {
 async fn create_server(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<CreateBody>,
+    JsonBody(b): JsonBody<McpServerCreate>,
 ) -> Result<Response, ApiError> {
     let transport = check_transport_fields(&b)?;
     check_args(&b.args, b.allow_secret_args)?;
@@ -420,37 +382,8 @@ async fn get_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -
     Ok(with_etag(StatusCode::OK, &s))
 }
 
-/// Body of `PATCH /v1/mcp/servers/{name}`: every field optional; absent = unchanged.
-/// `cwd: null` restores the default working directory, `timeout_s`/`timeout_ms: null` the
-/// default timeout. `args`, `env` and `headers` replace the whole list or map.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PatchBody {
-    /// Accepted only when equal to the current name (a rename is delete + create).
-    name: Option<String>,
-    /// Accepted only when equal to the current transport.
-    transport: Option<String>,
-    enabled: Option<bool>,
-    command: Option<String>,
-    args: Option<Vec<String>>,
-    env: Option<HashMap<String, WireValue>>,
-    #[serde(default, deserialize_with = "present")]
-    cwd: Option<Option<String>>,
-    url: Option<String>,
-    headers: Option<HashMap<String, WireValue>>,
-    #[serde(default, deserialize_with = "present")]
-    timeout_s: Option<Option<f64>>,
-    #[serde(default, deserialize_with = "present")]
-    timeout_ms: Option<Option<u64>>,
-    /// Keep secret-looking `args` as given ([`check_args`]).
-    #[serde(default)]
-    allow_secret_args: bool,
-    /// stdio: `false` runs the server without the vault sandbox, `true` in it again.
-    sandbox: Option<bool>,
-}
-
 /// Applies `p` to `cur`; `command` is the already resolved command when the patch sets one.
-fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<McpServer, ApiError> {
+fn apply_patch(cur: &McpServer, p: &McpServerPatch, command: Option<&str>) -> Result<McpServer, ApiError> {
     if p.name.as_deref().is_some_and(|n| n != cur.name) {
         return Err(ApiError::invalid("a server cannot be renamed; remove it and add it under the new name")
             .with_details(json!({"field": "name"})));
@@ -509,7 +442,7 @@ fn apply_patch(cur: &McpServer, p: &PatchBody, command: Option<&str>) -> Result<
     Ok(s)
 }
 
-/// `PATCH /v1/mcp/servers/{name}` with a partial body (see [`PatchBody`]) → the updated server
+/// `PATCH /v1/mcp/servers/{name}` with a partial body ([`McpServerPatch`]) → the updated server
 /// with its new `ETag`. With `If-Match: "<version>"` the write happens only at that version;
 /// without it the patch applies to the current version (retried if another writer wins the
 /// race). A patch that changes nothing writes nothing.
@@ -522,7 +455,7 @@ async fn patch_server(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    JsonBody(p): JsonBody<PatchBody>,
+    JsonBody(p): JsonBody<McpServerPatch>,
 ) -> Result<Response, ApiError> {
     let expected = parse_if_match(&headers)?;
     let command = match &p.command {
@@ -711,6 +644,8 @@ async fn set_preference(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     fn hm(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -812,7 +747,7 @@ mod tests {
         }
     }
 
-    fn patch(v: Value) -> Result<PatchBody, ApiError> {
+    fn patch(v: Value) -> Result<McpServerPatch, ApiError> {
         crate::error::parse_json(v.to_string().as_bytes())
     }
 
@@ -852,7 +787,7 @@ mod tests {
         assert_eq!(apply_patch(&http, &patch(json!({"url": "https://b"})).unwrap(), None).unwrap().url, "https://b");
     }
 
-    fn create(v: Value) -> CreateBody {
+    fn create(v: Value) -> McpServerCreate {
         crate::error::parse_json(v.to_string().as_bytes()).unwrap()
     }
 
@@ -880,7 +815,7 @@ mod tests {
 
     #[test]
     fn server_shape() {
-        let v = server_json(&McpServer { timeout_ms: 0, cwd: String::new(), ..stdio() });
+        let v = serde_json::to_value(server_view(&McpServer { timeout_ms: 0, cwd: String::new(), ..stdio() })).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         let mut want = [

@@ -11,7 +11,8 @@ use axum::http::HeaderMap;
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use coffer_api::Page;
-use coffer_api::tools::{EnabledFlag, Refreshed, Tool, ToolCall, ToolState};
+use coffer_api::servers::{Capabilities, Capability, CatalogState, ProbeReport};
+use coffer_api::tools::{CallToolResult, EnabledFlag, Refreshed, Tool, ToolCall, ToolState};
 use coffer_proto::store::{CapabilityKind, Preference, SetPreferenceRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -90,11 +91,12 @@ async fn call_tool(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<ToolCall>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CallToolResult>, ApiError> {
     let arguments = body.arguments.map(|a| serde_json::value::to_raw_value(&a).expect("json"));
     let session = rest_session(&st, &headers)?;
     match broker::call(&session, ListKind::Tools, &body.name, arguments.as_deref()).await {
-        Answer::Result(r) => Ok(Json(serde_json::from_str(r.get()).unwrap_or(Value::Null))),
+        // A `CallToolResult` is an object (the broker passes on only what parses as one).
+        Answer::Result(r) => Ok(Json(serde_json::from_str(r.get()).unwrap_or_default())),
         Answer::UpstreamError(e) => {
             let e: Value = serde_json::from_str(e.get()).unwrap_or(Value::Null);
             Err(ApiError::new(
@@ -170,34 +172,35 @@ async fn capabilities(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Capabilities>, ApiError> {
     let snap = st.snapshot.current();
     let Some(server) = snap.servers.get(&name).cloned() else {
         return Err(ApiError::not_found(format!("no MCP server {name:?}")));
     };
     let session = rest_session(&st, &headers)?;
-    let mut out = json!({"server": name});
+    let mut lists = Vec::with_capacity(2);
     for kind in [ListKind::Tools, ListKind::Prompts] {
         let items = session
             .fetch_server(&server, kind)
             .await
             .map_err(|e| ApiError::new(Code::UpstreamUnavailable, e.to_string()))?;
-        let listed: Vec<Value> = items
+        let listed: Vec<Capability> = items
             .iter()
             .map(|i| {
                 let original = i["name"].as_str().unwrap_or_default();
-                json!({
-                    "name": original,
-                    "exposed_name": crate::mcp::naming::expose_one(&name, original, st.gateway.shared.max_name_len()),
-                    "description": i.get("description").cloned().unwrap_or(Value::Null),
-                    "enabled": snap.preference(&name, kind.kind(), original),
-                })
+                Capability {
+                    name: original.to_owned(),
+                    exposed_name: crate::mcp::naming::expose_one(&name, original, st.gateway.shared.max_name_len()),
+                    description: i.get("description").and_then(Value::as_str).map(str::to_owned),
+                    enabled: snap.preference(&name, kind.kind(), original),
+                }
             })
             .collect();
-        out[kind.key()] = Value::Array(listed);
+        lists.push(listed);
     }
-    out["resources"] = json!([]);
-    Ok(Json(out))
+    let prompts = lists.pop().unwrap_or_default();
+    let tools = lists.pop().unwrap_or_default();
+    Ok(Json(Capabilities { server: name, tools, prompts, resources: Vec::new() }))
 }
 
 /// `POST /v1/mcp/refresh` → invalidates every session's capability cache and tells every
@@ -218,7 +221,7 @@ async fn catalog_state(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
     q: Result<Query<CatalogQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CatalogState>, ApiError> {
     // The structured error, not axum's plain-text 400 (`wait_ms=abc`, `wait_ms=-1`, a repeated
     // or unknown parameter).
     let Query(q) = q.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
@@ -248,7 +251,7 @@ async fn catalog_state(
 /// reports `{server, ok, error, protocol_version, server_info, capabilities, counts:{tools,
 /// prompts, resources}, initialize_ms, elapsed_ms}`. A server that fails still answers 200 with
 /// `ok: false` and the error; an unknown server is 404.
-async fn test_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn test_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<ProbeReport>, ApiError> {
     let Some(server) = st.snapshot.current().servers.get(&name).cloned() else {
         return Err(ApiError::not_found(format!("no MCP server {name:?}")));
     };

@@ -1,8 +1,10 @@
-//! Bodies of the daemon routes: `GET /v1/health`, `POST /v1/daemon/stop`,
-//! `POST /v1/daemon/services/{name}/restart`. (`GET /v1/status` is still described by the
-//! edge's hand-written remainder: its `upstreams` and `sandbox` come from the gateway.)
+//! Bodies of the daemon routes: `GET /v1/health`, `GET /v1/status`, `POST /v1/daemon/stop`,
+//! `POST /v1/daemon/services/{name}/restart`.
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::servers::{SandboxState, UpstreamStatus};
+use crate::sync::SyncStatus;
 
 /// `GET /v1/health`: the daemon is up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -40,4 +42,69 @@ pub struct ServiceRestart {
 pub struct Restarting {
     /// Always `gateway`.
     pub restarting: String,
+}
+
+/// The supervisor, in `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DaemonInfo {
+    /// The supervisor's pid (the one in `daemon.json`).
+    pub pid: u32,
+    pub version: String,
+    /// RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub started_at: String,
+    /// The loopback TCP port of the edge.
+    pub port: u32,
+}
+
+/// One internal service in `GET /v1/status`'s `services`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServiceStatus {
+    pub name: String,
+    /// 0 when not running.
+    pub pid: u32,
+    /// `starting`, `healthy`, `restarting`, `failed` or `stopped`.
+    #[schemars(extend("enum" = ["starting", "healthy", "restarting", "failed", "stopped"]))]
+    pub state: String,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+    pub restarts: u32,
+    /// Its last error; null when none.
+    pub last_error: Option<String>,
+    /// Runs only while needed (coffer-callback: while a SeaTalk channel is enabled); `stopped`
+    /// is then its normal state.
+    pub on_demand: bool,
+}
+
+/// Each coding agent's vault sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentSandboxes {
+    /// `off`: `chat.claude_code_sandbox` is 0; `unavailable`: no Landlock.
+    pub claude_code: SandboxState,
+    /// `off`: `chat.codex_sandbox` is 0; `unavailable`: no Landlock.
+    pub codex: SandboxState,
+}
+
+/// The vault sandbox (Landlock) that keeps upstreams and agents out of COFFER_HOME. Each
+/// upstream's own state is its `upstreams[].sandbox`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxStatus {
+    /// The kernel's Landlock ABI version; null: no Landlock, nothing is confined.
+    pub landlock_abi: Option<u32>,
+    /// One sentence for people.
+    pub summary: String,
+    pub agents: AgentSandboxes,
+}
+
+/// `GET /v1/status`: the daemon, its services, every registered upstream, the vault sandbox
+/// and sync.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Status {
+    pub daemon: DaemonInfo,
+    pub services: Vec<ServiceStatus>,
+    /// Every registered upstream and its health, in name order.
+    pub upstreams: Vec<UpstreamStatus>,
+    pub sandbox: SandboxStatus,
+    /// `GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.
+    pub sync: Option<SyncStatus>,
 }

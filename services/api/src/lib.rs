@@ -31,6 +31,7 @@ pub mod knowledge;
 pub mod llm;
 pub mod maintenance;
 pub mod schema;
+pub mod servers;
 pub mod settings;
 pub mod sync;
 pub mod tools;

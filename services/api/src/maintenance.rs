@@ -59,3 +59,9 @@ pub struct PrunedRows {
 pub struct Pruned {
     pub deleted: PrunedRows,
 }
+
+/// `GET /v1/openapi.json`: the OpenAPI 3.1 document of the edge (`openapi`, `info`, `paths`,
+/// `components`, …), generated from the edge's route table and these types.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct OpenApiDocument(pub serde_json::Map<String, serde_json::Value>);

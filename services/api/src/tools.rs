@@ -26,6 +26,12 @@ pub struct ToolCall {
     pub arguments: Option<Map<String, Value>>,
 }
 
+/// The answer of `POST /v1/tools/call`: the upstream's MCP `CallToolResult` (`{content: […],
+/// structuredContent?, isError?}`), verbatim; a tool's own error is `isError: true`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct CallToolResult(pub Map<String, Value>);
+
 /// `{"enabled": bool}`: the body of every toggle (`PATCH /v1/tools/{name}`, `PUT
 /// …/capabilities/…`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use coffer_api::servers::{CatalogPhase, CatalogState, CatalogStatus};
 use coffer_proto::store::McpServer;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore, broadcast, watch};
@@ -537,37 +538,38 @@ impl GatewayCatalog {
         self.changed.subscribe()
     }
 
-    /// `server`'s part of `/v1/status`: `{"state": "ready" | "listing" | "failed" | "unknown",
-    /// "error"?, "retry_in_ms"?, "retrying"?, "background"?}` at `generation`. `failed`: lists
+    /// `server`'s part of `/v1/status` ([`CatalogStatus`]: `state` ready, listing, failed or
+    /// unknown; `error`, `retry_in_ms`, `retrying` when failed; `background`) at `generation`. `failed`: lists
     /// answer without it until it recovers (retried in the background after `retry_in_ms`;
     /// `retrying` while that runs). `background`: a background start of it is running (listing,
     /// or up for [`LINGER`] after listing to follow its list changes).
-    pub fn status(&self, server: &str, generation: Generation) -> Value {
+    pub fn status(&self, server: &str, generation: Generation) -> CatalogStatus {
         let background = self.starts.lock().expect("catalog").values().any(|(s, _)| s == server);
-        let mut out = self.state(server, generation);
-        if background {
-            out["background"] = json!(true);
-        }
-        out
+        CatalogStatus { background, ..self.state(server, generation) }
     }
 
     /// [`GatewayCatalog::status`] without `background`.
-    fn state(&self, server: &str, generation: Generation) -> Value {
+    fn state(&self, server: &str, generation: Generation) -> CatalogStatus {
         let servers = self.servers.lock().expect("catalog");
-        let Some(e) = servers.get(server) else { return json!({"state": "unknown"}) };
+        let Some(e) = servers.get(server) else { return CatalogStatus::of(CatalogPhase::Unknown) };
         let current = e.generation == generation;
         let listing = e.warming.values().any(|(g, _)| *g == generation);
         if current && let Some(f) = &e.failure {
             let retry = f.backoff().saturating_sub(f.at.elapsed()).as_millis() as u64;
-            return json!({"state": "failed", "error": f.error, "retry_in_ms": retry, "retrying": listing});
+            return CatalogStatus {
+                error: Some(f.error.clone()),
+                retry_in_ms: Some(retry),
+                retrying: Some(listing),
+                ..CatalogStatus::of(CatalogPhase::Failed)
+            };
         }
         if listing {
-            return json!({"state": "listing"});
+            return CatalogStatus::of(CatalogPhase::Listing);
         }
         if current && e.lists.iter().any(|((_, k), l)| *k == ListKind::Tools && !l.stale) {
-            return json!({"state": "ready"});
+            return CatalogStatus::of(CatalogPhase::Ready);
         }
-        json!({"state": "unknown"})
+        CatalogStatus::of(CatalogPhase::Unknown)
     }
 }
 
@@ -576,43 +578,36 @@ fn default_client() -> Value {
     json!({"protocolVersion": SUPPORTED_VERSIONS[0], "capabilities": {}, "clientInfo": {"name": "coffer-catalog", "version": coffer_runtime::VERSION}})
 }
 
-/// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation`:
-/// `{"server", "state": "ready" | "listing" | "failed" | "unknown", "tools", "prompts",
-/// "resources", "resource_templates", "error"?, "restored"?}` — counts from the list of the
-/// profile most like a client without capabilities (`null` for a kind not listed yet).
-pub fn summary(shared: &Shared, server: &str, generation: Generation) -> Value {
-    let mut out = shared.lists.status(server, generation);
-    out["server"] = json!(server);
+/// What `GET /v1/mcp/servers/{name}/catalog` says of `server` at `generation` ([`CatalogState`]:
+/// [`GatewayCatalog::status`], then `server`, the counts `tools`, `prompts`, `resources`,
+/// `resource_templates` and `restored`) — counts from the list of the profile most like a client
+/// without capabilities (`None`, null on the wire, for a kind not listed yet).
+pub fn summary(shared: &Shared, server: &str, generation: Generation) -> CatalogState {
+    let status = shared.lists.status(server, generation);
     let plain = Profile::of(&default_client());
     let servers = shared.lists.servers.lock().expect("catalog");
     let mut restored = false;
-    for kind in ListKind::ALL {
-        let count = servers.get(server).filter(|e| e.generation == generation).and_then(|e| {
+    let mut count = |kind: ListKind| {
+        servers.get(server).filter(|e| e.generation == generation).and_then(|e| {
             let own = e.lists.get(&(plain.clone(), kind)).filter(|l| !l.stale);
             restored |= own.is_some_and(|l| l.restored);
-            own.map(|l| l.items.clone()).or_else(|| e.shared_list(&plain, kind)).map(|i| i.len())
-        });
-        out[summary_key(kind)] = json!(count);
-    }
-    if restored {
-        out["restored"] = json!(true);
-    }
-    out
-}
-
-/// The field of [`summary`] that counts `kind`'s items (snake case, as REST bodies are).
-fn summary_key(kind: ListKind) -> &'static str {
-    match kind {
-        ListKind::ResourceTemplates => "resource_templates",
-        other => other.key(),
-    }
+            own.map(|l| l.items.clone()).or_else(|| e.shared_list(&plain, kind)).map(|i| i.len() as u64)
+        })
+    };
+    let (tools, prompts, resources, resource_templates) = (
+        count(ListKind::Tools),
+        count(ListKind::Prompts),
+        count(ListKind::Resources),
+        count(ListKind::ResourceTemplates),
+    );
+    CatalogState { status, server: server.to_owned(), tools, prompts, resources, resource_templates, restored }
 }
 
 /// Waits until the catalog has listed `server` at its current generation (every kind, by a
 /// background start that has ended), or failed to, at most `timeout`; starts that background
 /// start when none is in flight or known. Returns [`summary`] (`state` `listing` when the
 /// time ran out, `unknown` for a server not registered or disabled).
-pub async fn wait_listed(shared: Arc<Shared>, server: &str, timeout: Duration) -> Value {
+pub async fn wait_listed(shared: Arc<Shared>, server: &str, timeout: Duration) -> CatalogState {
     let until = tokio::time::Instant::now() + timeout;
     let mut changes = shared.lists.watch();
     let mut kicked = false;
@@ -624,20 +619,17 @@ pub async fn wait_listed(shared: Arc<Shared>, server: &str, timeout: Duration) -
         };
         let generation = snap.generation(&spec);
         let s = summary(&shared, server, generation);
-        let settled = match s["state"].as_str() {
-            Some("failed") => true,
-            Some("ready") => {
-                ListKind::ALL.iter().all(|k| {
-                    let key = if *k == ListKind::ResourceTemplates { "resource_templates" } else { k.key() };
-                    !s[key].is_null()
-                }) && s.get("restored").is_none()
+        let settled = match s.status.state {
+            CatalogPhase::Failed => true,
+            CatalogPhase::Ready => {
+                [s.tools, s.prompts, s.resources, s.resource_templates].iter().all(Option::is_some) && !s.restored
             }
             _ => false,
         };
         if settled {
             return s;
         }
-        if !kicked && s["state"] != "listing" {
+        if !kicked && s.status.state != CatalogPhase::Listing {
             kicked = true;
             let client = shared.lists.clients().into_iter().next().unwrap_or_else(default_client);
             tokio::spawn(warm(shared.clone(), spec, client));

@@ -62,7 +62,7 @@ fn a_failure_is_remembered_for_its_backoff_and_cleared_by_a_list() {
         panic!("failed")
     };
     assert!(!retry_due && error.contains("initialize"));
-    assert_eq!(c.status("h", generation(1))["state"], "failed");
+    assert_eq!(c.status("h", generation(1)).state, CatalogPhase::Failed);
     assert!(matches!(c.lookup("h", generation(2), &p(), ListKind::Tools), Known::Pending { .. }), "a change retries");
     c.failed("h", generation(1), "again");
     let attempts = c.servers.lock().unwrap()["h"].failure.as_ref().unwrap().attempts;
@@ -77,10 +77,10 @@ fn a_failure_is_remembered_for_its_backoff_and_cleared_by_a_list() {
         matches!(c.lookup("h", generation(1), &p(), ListKind::Tools), Known::Failed { retry_due: false, .. }),
         "a background retry is not waited on"
     );
-    assert_eq!(c.status("h", generation(1))["retrying"], true);
+    assert_eq!(c.status("h", generation(1)).retrying, Some(true));
     c.store("h", generation(1), &p(), ListKind::Tools, Arc::new(Vec::new()));
     c.end_warm("h", generation(1), &p());
-    assert_eq!(c.status("h", generation(1))["state"], "ready");
+    assert_eq!(c.status("h", generation(1)).state, CatalogPhase::Ready);
     assert!(!c.needs_warm("h", generation(1), &p()) && c.needs_warm("h", generation(3), &p()));
 }
 
@@ -154,7 +154,7 @@ fn the_cache_file_round_trips_and_serves_only_the_registration_it_was_made_for()
         "a stale list is not saved"
     );
     assert!(restored.needs_warm("a", generation(3), &sampling), "restored lists are refreshed once");
-    assert_eq!(restored.status("a", generation(3))["state"], "ready");
+    assert_eq!(restored.status("a", generation(3)).state, CatalogPhase::Ready);
     restored.validate_restored(&snap);
     assert!(matches!(restored.lookup("a", generation(3), &sampling, ListKind::Tools), Known::Ready(_)));
 

@@ -1,5 +1,7 @@
 //! The gateway-wide capability catalog as sessions see it: first lists from it, deadlines for
 //! servers not listed yet, the cache file across a restart, capability sets never seen.
+use coffer_api::servers::CatalogPhase;
+
 use super::*;
 
 #[tokio::test]
@@ -71,9 +73,10 @@ async fn a_hung_server_costs_lists_nothing_after_its_first_failure() {
     assert_eq!(names(&s.list(ListKind::Tools).await), ["coffer__search_tools", "ok__echo"]);
     assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
     let generation = h.shared.snapshot.current().generation(&server("hung", &hung_url));
-    wait_until("the hung server's failure", || h.shared.lists.status("hung", generation)["state"] == "failed").await;
+    wait_until("the hung server's failure", || h.shared.lists.status("hung", generation).state == CatalogPhase::Failed)
+        .await;
     let status = h.shared.lists.status("hung", generation);
-    assert!(status["error"].as_str().unwrap().contains("300 ms"), "{status}");
+    assert!(status.error.as_deref().unwrap().contains("300 ms"), "{status:?}");
     // Every later list, in this session or a new one, answers at once without it.
     for session in [s.clone(), h.session(), h.session()] {
         let t = std::time::Instant::now();
@@ -183,7 +186,7 @@ async fn an_unchanged_list_refreshed_after_a_restart_sends_no_list_changed() {
     // Refreshed: listed afresh by the background start, no longer the restored copy.
     wait_until("the refresh", || {
         let summary = crate::mcp::gateway_catalog::summary(&h.shared, "s", generation);
-        summary["state"] == "ready" && summary.get("restored").is_none() && summary["prompts"].is_number()
+        summary.status.state == CatalogPhase::Ready && !summary.restored && summary.prompts.is_some()
     })
     .await;
     assert!(up.count("initialize") > inits, "the server was started again to refresh its lists");
