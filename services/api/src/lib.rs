@@ -24,12 +24,15 @@
 //! document names them (`Credential`, `CredentialPut`, …).
 pub mod body;
 pub mod chat;
+pub mod console;
 pub mod credentials;
 pub mod daemon;
 pub mod knowledge;
+pub mod logs;
 pub mod maintenance;
 pub mod schema;
 pub mod settings;
+pub mod skills;
 pub mod sync;
 pub mod tools;
 
