@@ -337,6 +337,34 @@ mod tests {
         assert_eq!((&v["took_ms"], &v["fusion"]), (&json!(4), &json!("rrf k=60")));
     }
 
+    /// The wire keeps the field order (and nulls) it had when these bodies were `json!` literals.
+    #[test]
+    fn bodies_keep_their_field_order() {
+        let keys = |v: Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
+        assert_eq!(
+            keys(to_json(&super::kb(KnowledgeBaseInfo::default()))),
+            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching"
+        );
+        let p = Progress::default();
+        assert_eq!(keys(to_json(&progress(&p))), "state,done,total,bytes_done,bytes_total,started_ms,message,job");
+        let f = Fact { id: "01J".into(), warning: "bad front matter".into(), ..Default::default() };
+        assert_eq!(keys(to_json(&fact(f.clone()))), "id,text,tags,source,created_ms,path,warning");
+        assert_eq!(
+            keys(to_json(&fact(Fact { warning: String::new(), ..f }))),
+            "id,text,tags,source,created_ms,path",
+            "no warning: no key"
+        );
+        let r = SearchReply { results: vec![SearchResult::default()], ..Default::default() };
+        let v = search_reply_json(&r);
+        assert_eq!(keys(v.clone()), "results,engines,warnings,took_ms,fusion");
+        assert_eq!(
+            keys(v["results"][0].clone()),
+            "kb,path,title,heading_path,line_start,line_end,snippet,score,ranks,tags,modified_ms,fact_id,absolute_path"
+        );
+        let s = to_json(&skill(Skill::default()));
+        assert_eq!(keys(s), "name,description,body,path,files,metadata");
+    }
+
     #[test]
     fn remember_reports_similarity_only_for_a_duplicate() {
         let fact = Fact { id: "01J".into(), text: "t".into(), ..Default::default() };

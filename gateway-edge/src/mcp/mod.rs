@@ -547,21 +547,24 @@ impl Gateway {
     /// codex}}`; `landlock_abi` is the kernel's Landlock ABI version (`null`: no Landlock,
     /// nothing is confined), each agent `on`, `off` (its `chat.*_sandbox` setting is 0) or
     /// `unavailable`. Each upstream's own state is in its `upstreams[].sandbox`.
-    pub fn sandbox_status(&self) -> Value {
+    pub fn sandbox_status(&self) -> coffer_api::daemon::Sandbox {
         let abi = coffer_runtime::sandbox::kernel_abi();
-        let agent = |s: &Setting| match (self.shared.setting(s), abi) {
-            (0, _) => "off",
-            (_, Some(_)) => "on",
-            (_, None) => "unavailable",
+        let agent = |s: &Setting| {
+            match (self.shared.setting(s), abi) {
+                (0, _) => "off",
+                (_, Some(_)) => "on",
+                (_, None) => "unavailable",
+            }
+            .to_owned()
         };
-        json!({
-            "landlock_abi": abi,
-            "summary": coffer_runtime::sandbox::support_summary(),
-            "agents": {
-                "claude_code": agent(&settings::CHAT_CLAUDE_CODE_SANDBOX),
-                "codex": agent(&settings::CHAT_CODEX_SANDBOX),
+        coffer_api::daemon::Sandbox {
+            landlock_abi: abi,
+            summary: coffer_runtime::sandbox::support_summary(),
+            agents: coffer_api::daemon::AgentSandboxes {
+                claude_code: agent(&settings::CHAT_CLAUDE_CODE_SANDBOX),
+                codex: agent(&settings::CHAT_CODEX_SANDBOX),
             },
-        })
+        }
     }
 
     /// Per-upstream status for `/v1/status`, one object per registered server in name order:
@@ -572,7 +575,7 @@ impl Gateway {
     /// `last_start_at`, `last_error` and `last_error_at` (the standing error; null once a
     /// start, list or call succeeded), and `duplicates` (names its last lists gave more than
     /// once, as `tools/<name>`; only the first of each is offered).
-    pub fn upstream_status(&self) -> Value {
+    pub fn upstream_status(&self) -> Vec<coffer_api::daemon::UpstreamStatus> {
         let snap = self.shared.snapshot.current();
         let mut running: HashMap<String, usize> = HashMap::new();
         for s in self.sessions.lock().expect("sessions").values() {
@@ -582,63 +585,66 @@ impl Gateway {
         }
         let mut names: Vec<&String> = snap.servers.keys().collect();
         names.sort();
-        Value::Array(
-            names
-                .into_iter()
-                .map(|n| {
-                    let s = &snap.servers[n];
-                    let record = self.shared.health.record(n, s.version);
-                    let problem = if s.enabled { command_problem(s) } else { None };
-                    let (error, error_at) = match (&problem, record.error) {
-                        (Some(p), _) => (Value::String(p.clone()), Value::Null),
-                        (None, Some((e, at))) => (Value::String(e), Value::String(at)),
-                        (None, None) => (Value::Null, Value::Null),
-                    };
-                    let state = if !s.enabled {
-                        "disabled"
-                    } else if !error.is_null() {
-                        "unhealthy"
-                    } else if matches!(record.last_start, Some((true, _))) {
-                        "ok"
-                    } else {
-                        "idle"
-                    };
-                    let (last_start, last_start_at) = match record.last_start {
-                        Some((ok, at)) => (json!(if ok { "ok" } else { "failed" }), Value::String(at)),
-                        None => (Value::Null, Value::Null),
-                    };
-                    let duplicates: Vec<String> = record
-                        .duplicates
-                        .iter()
-                        .flat_map(|(kind, names)| names.iter().map(move |d| format!("{kind}/{d}")))
-                        .collect();
-                    json!({
-                        "name": n, "enabled": s.enabled, "transport": s.transport().as_str(), "state": state,
-                        "running": running.get(n).copied().unwrap_or(0),
-                        "last_start": last_start, "last_start_at": last_start_at,
-                        "last_error": error, "last_error_at": error_at,
-                        "duplicates": duplicates,
-                        "sandbox": sandbox_state(s),
-                        "catalog": self.shared.lists.status(n, snap.generation(s)),
-                    })
-                })
-                .collect(),
-        )
+        names
+            .into_iter()
+            .map(|n| {
+                let s = &snap.servers[n];
+                let record = self.shared.health.record(n, s.version);
+                let problem = if s.enabled { command_problem(s) } else { None };
+                let (last_error, last_error_at) = match (problem, record.error) {
+                    (Some(p), _) => (Some(p), None),
+                    (None, Some((e, at))) => (Some(e), Some(at)),
+                    (None, None) => (None, None),
+                };
+                let state = if !s.enabled {
+                    "disabled"
+                } else if last_error.is_some() {
+                    "unhealthy"
+                } else if matches!(record.last_start, Some((true, _))) {
+                    "ok"
+                } else {
+                    "idle"
+                };
+                let (last_start, last_start_at) = match record.last_start {
+                    Some((ok, at)) => (Some(if ok { "ok" } else { "failed" }.to_owned()), Some(at)),
+                    None => (None, None),
+                };
+                let duplicates: Vec<String> = record
+                    .duplicates
+                    .iter()
+                    .flat_map(|(kind, names)| names.iter().map(move |d| format!("{kind}/{d}")))
+                    .collect();
+                coffer_api::daemon::UpstreamStatus {
+                    name: n.clone(),
+                    enabled: s.enabled,
+                    transport: s.transport().as_str().to_owned(),
+                    state: state.to_owned(),
+                    running: running.get(n).copied().unwrap_or(0) as u64,
+                    last_start,
+                    last_start_at,
+                    last_error,
+                    last_error_at,
+                    duplicates,
+                    sandbox: sandbox_state(s).map(str::to_owned),
+                    catalog: self.shared.lists.status(n, snap.generation(s)),
+                }
+            })
+            .collect()
     }
 }
 
 /// A server's vault sandbox as `GET /v1/status` shows it: `on` (confined), `off` (its
 /// registration opted out), `unavailable` (asked for, but this kernel has no Landlock: it runs
 /// unconfined), `null` for an http server (nothing is spawned).
-fn sandbox_state(s: &McpServer) -> Value {
+fn sandbox_state(s: &McpServer) -> Option<&'static str> {
     if s.transport() != coffer_proto::store::Transport::Stdio {
-        Value::Null
+        None
     } else if s.no_sandbox {
-        json!("off")
+        Some("off")
     } else if coffer_runtime::sandbox::kernel_abi().is_some() {
-        json!("on")
+        Some("on")
     } else {
-        json!("unavailable")
+        Some("unavailable")
     }
 }
 

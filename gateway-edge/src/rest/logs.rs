@@ -826,6 +826,28 @@ mod tests {
     use super::*;
     use crate::error::Code;
 
+    /// An invocation keeps the wire it had as a `json!` literal: every key, in order, `client`
+    /// and `usage` null when unknown.
+    #[test]
+    fn invocations_keep_their_wire() {
+        let i = Invocation {
+            id: 7,
+            at: "2026-11-30T09:57:00.211Z".into(),
+            method: coffer_proto::store::InvocationMethod::ToolsCall as i32,
+            outcome: InvocationOutcome::Ok as i32,
+            actor: "mcp".into(),
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&invocation(&i)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":7,"at":"2026-11-30T09:57:00.211Z","target":"","method":"tools/call","server":"","session_id":"","duration_ms":0,"outcome":"ok","trace_id":"","actor":"mcp","client":null,"usage":null}"#
+        );
+        let i = Invocation { client_name: "claude-code".into(), ..i };
+        let v = serde_json::to_value(invocation(&i)).unwrap();
+        assert_eq!(v["client"], json!({"name": "claude-code", "version": ""}));
+    }
+
     fn params(q: &[(&str, &str)], allowed: &[&str]) -> Result<Params, ApiError> {
         Params::parse(q.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), allowed)
     }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use coffer_api::daemon::{Health, Restarting, ServiceRestart, Stopping};
+use coffer_api::daemon::{DaemonInfo, Health, Restarting, ServiceRestart, ServiceStatus, Status, Stopping};
 use coffer_proto::control::{RestartServiceRequest, StatusRequest, StopRequest};
-use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -63,26 +63,28 @@ async fn health(State(st): State<Arc<AppState>>) -> Json<Health> {
 /// `GET /v1/status` → `{daemon, services:[…], upstreams:[…], sandbox, sync}` (`sandbox`: the
 /// vault sandbox, see [`crate::mcp::Gateway::sandbox_status`]; `sync`: `/v1/sync/status`'s
 /// body, `null` while coffer-retrieval does not answer).
-async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Status>, ApiError> {
     let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
-    let services: Vec<Value> = r
+    let services = r
         .services
         .into_iter()
-        .map(|s| {
-            json!({
-                "name": s.name, "pid": s.pid, "state": s.state, "uptime_s": s.uptime_s,
-                "restarts": s.restarts, "last_error": if s.last_error.is_empty() { Value::Null } else { Value::String(s.last_error) },
-                "on_demand": s.on_demand,
-            })
+        .map(|s| ServiceStatus {
+            name: s.name,
+            pid: s.pid,
+            state: s.state,
+            uptime_s: s.uptime_s,
+            restarts: s.restarts,
+            last_error: (!s.last_error.is_empty()).then_some(s.last_error),
+            on_demand: s.on_demand,
         })
         .collect();
-    Ok(Json(json!({
-        "daemon": {"pid": r.pid, "version": r.version, "started_at": r.started_at, "port": r.port},
-        "services": services,
-        "upstreams": st.gateway.upstream_status(),
-        "sandbox": st.gateway.sandbox_status(),
-        "sync": sync::current_status(&st).await.as_ref().map(sync::status_view),
-    })))
+    Ok(Json(Status {
+        daemon: DaemonInfo { pid: r.pid, version: r.version, started_at: r.started_at, port: r.port },
+        services,
+        upstreams: st.gateway.upstream_status(),
+        sandbox: st.gateway.sandbox_status(),
+        sync: sync::current_status(&st).await.as_ref().map(sync::status_view),
+    }))
 }
 
 /// `POST /v1/daemon/stop` → 202; the daemon then shuts down in order.
@@ -93,10 +95,7 @@ async fn stop(State(st): State<Arc<AppState>>) -> Result<(axum::http::StatusCode
 
 /// `POST /v1/daemon/services/{name}/restart` → the service's status after the restart (200), or
 /// 202 `{"restarting":"gateway"}` for the gateway itself, which restarts right after answering.
-async fn restart_service(
-    State(st): State<Arc<AppState>>,
-    Path(name): Path<String>,
-) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+async fn restart_service(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
     if name == "gateway" {
         // This process serves the request: answer first, then ask the supervisor. Its SIGTERM
         // makes the edge drain (this response included) before it stops; the listener stays
@@ -107,7 +106,9 @@ async fn restart_service(
                 tracing::debug!(error = %e, "Gateway restart request ended with the gateway (expected).");
             }
         });
-        return Ok((axum::http::StatusCode::ACCEPTED, Json(json!(Restarting { restarting: "gateway".into() }))));
+        return Ok(
+            (axum::http::StatusCode::ACCEPTED, Json(Restarting { restarting: "gateway".into() })).into_response()
+        );
     }
     let s = st
         .control
@@ -117,8 +118,5 @@ async fn restart_service(
         .into_inner()
         .service
         .unwrap_or_default();
-    Ok((
-        axum::http::StatusCode::OK,
-        Json(json!(ServiceRestart { name: s.name, pid: s.pid, state: s.state, restarts: s.restarts })),
-    ))
+    Ok(Json(ServiceRestart { name: s.name, pid: s.pid, state: s.state, restarts: s.restarts }).into_response())
 }

@@ -366,7 +366,7 @@ pub fn routes() -> Vec<Route> {
             .ok_of::<coffer_api::daemon::Health>(200, "The daemon is up.")
             .open(),
         route("GET", "/v1/status", "daemon", "Daemon, services and upstreams")
-            .ok(200, "Current status.", r("Status")),
+            .ok_of::<coffer_api::daemon::Status>(200, "Current status."),
         route("POST", "/v1/daemon/stop", "daemon", "Stop the daemon")
             .describe("Answers first, then the daemon stops its services in order and exits.")
             .ok_of::<coffer_api::daemon::Stopping>(202, "Stopping."),
@@ -923,54 +923,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
             }},
         },
     }));
-    m.insert("Status", json!({
-        "type": "object", "required": ["daemon", "services", "upstreams"],
-        "properties": {
-            "daemon": {"type": "object", "properties": {"pid": {"type": "integer"}, "version": {"type": "string"}, "started_at": time, "port": {"type": "integer"}}},
-            "services": {"type": "array", "items": r("ServiceStatus")},
-            "upstreams": {"type": "array", "items": r("UpstreamStatus"), "description": "Every registered upstream and its health."},
-            "sandbox": {
-                "type": "object", "required": ["landlock_abi", "summary", "agents"],
-                "description": "The vault sandbox (Landlock) that keeps upstreams and agents out of COFFER_HOME.",
-                "properties": {
-                    "landlock_abi": {"type": ["integer", "null"], "description": "The kernel's Landlock ABI version; null: no Landlock, nothing is confined."},
-                    "summary": {"type": "string"},
-                    "agents": {"type": "object", "properties": {
-                        "claude_code": {"enum": ["on", "off", "unavailable"]},
-                        "codex": {"enum": ["on", "off", "unavailable"]},
-                    }, "description": "off: the agent's chat.*_sandbox setting is 0; unavailable: no Landlock."},
-                },
-            },
-            "sync": {"description": "`GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.", "oneOf": [r("SyncStatus"), {"type": "null"}]},
-        },
-    }));
-    m.insert("UpstreamStatus", json!({
-        "type": "object",
-        "required": ["name", "enabled", "transport", "state", "running", "last_start", "last_start_at", "last_error", "last_error_at", "duplicates"],
-        "properties": {
-            "name": {"type": "string"}, "enabled": {"type": "boolean"}, "transport": {"type": "string"},
-            "state": {"enum": ["ok", "idle", "unhealthy", "disabled"], "description": "ok: its last start succeeded and nothing failed since; idle: not started since the daemon started or its registration changed; unhealthy: an error stands (or its command cannot run now)."},
-            "running": {"type": "integer", "description": "Sessions in which it runs now."},
-            "last_start": {"enum": ["ok", "failed", null]}, "last_start_at": {"type": ["string", "null"], "format": "date-time"},
-            "last_error": {"type": ["string", "null"], "description": "The standing error, with its cause (exit status and last stderr lines of a stdio server); null once a start, list or call succeeded."},
-            "last_error_at": {"type": ["string", "null"], "format": "date-time"},
-            "duplicates": {"type": "array", "items": {"type": "string"}, "description": "`tools/<name>` listed more than once by its last list; only the first is offered."},
-            "sandbox": {"enum": ["on", "off", "unavailable", null], "description": "stdio: on (confined by the vault sandbox), off (its registration opted out), unavailable (no Landlock in this kernel: runs unconfined); null for http."},
-        },
-    }));
-    m.insert(
-        "ServiceStatus",
-        json!({
-            "type": "object", "required": ["name", "pid", "state", "uptime_s", "restarts", "last_error"],
-            "properties": {
-                "name": {"type": "string"}, "pid": {"type": "integer"},
-                "state": {"enum": ["starting", "healthy", "restarting", "failed", "stopped"]},
-                "uptime_s": {"type": "integer"}, "restarts": {"type": "integer"},
-                "last_error": {"type": ["string", "null"]},
-                "on_demand": {"type": "boolean", "description": "Runs only while needed (coffer-callback: while a SeaTalk channel is enabled); `stopped` is then its normal state."},
-            },
-        }),
-    );
     m.insert("EnvValue", json!({
         "description": "A literal, or a reference to a credential resolved only when the upstream starts.",
         "oneOf": [

@@ -531,7 +531,7 @@ async fn a_call_s_future_stays_small() {
 /// The status object of `server` from a gateway over `h`'s core.
 fn upstream_status(h: &Harness, server: &str) -> Value {
     let gw = crate::mcp::Gateway::with_shared(h.shared.clone(), tokio_util::sync::CancellationToken::new());
-    let all = gw.upstream_status();
+    let all = serde_json::to_value(gw.upstream_status()).unwrap();
     all.as_array().unwrap().iter().find(|u| u["name"] == server).cloned().unwrap_or(Value::Null)
 }
 
