@@ -1900,7 +1900,7 @@ mod tests {
                 d.route.path
             );
         }
-        assert!(typed >= 15, "only {typed} typed request bodies");
+        assert!(typed >= 18, "only {typed} typed request bodies");
     }
 
     #[test]
