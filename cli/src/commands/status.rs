@@ -2,12 +2,14 @@
 //! channels. Starts the daemon if needed; `--json` prints the REST body with a `channels` array
 //! added (`GET /v1/channels`' items).
 use clap::Args;
+use coffer_api::daemon::{Sandbox, ServiceStatus, Status, UpstreamStatus};
+use coffer_api::sync::SyncStatus;
 use serde_json::Value;
 
 use crate::api::ApiClient;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, format_duration, render_table, yes_no};
+use crate::output::{self, cell, format_duration, render_table, text_cell, yes_no};
 
 /// Longest `LAST ERROR` shown in the table; `--json` has the full text.
 const LAST_ERROR_WIDTH: usize = 80;
@@ -42,9 +44,9 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
         }
         return output::print_json(&body);
     }
-    let body = resp.json()?;
+    let body: Status = resp.parse()?;
     output::print(&render_status(&body))?;
-    if let Some(line) = sync_line(&body["sync"]) {
+    if let Some(line) = sync_line(body.sync.as_ref()) {
         output::println(&format!("\n{line}"))?;
     }
     // One line on the internal LLM connection; a store that does not answer leaves it out (the
@@ -65,23 +67,17 @@ pub async fn show(ctx: &Ctx, api: &ApiClient) -> Result<(), CliError> {
 
 /// The sync line of `coffer status` (`None` while sync is not set up or unknown): the remote,
 /// the last sync, the worker, and every credential to set here.
-pub fn sync_line(s: &Value) -> Option<String> {
-    if s["initialized"] != true {
-        return None;
-    }
-    let last = s["last_sync_ms"].as_i64().map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into());
-    let mut line = format!(
-        "Sync: {} — last {last}, worker {}",
-        s["remote"].as_str().unwrap_or_default(),
-        s["worker"].as_str().unwrap_or("off")
-    );
-    if let Some(e) = s["last_error"].as_str() {
+pub fn sync_line(s: Option<&SyncStatus>) -> Option<String> {
+    let s = s.filter(|s| s.initialized)?;
+    let last = s.last_sync_ms.map(coffer_runtime::rfc3339_from_unix_ms).unwrap_or_else(|| "never".into());
+    let mut line = format!("Sync: {} — last {last}, worker {}", s.remote, s.worker.word());
+    if let Some(e) = &s.last_error {
         line.push_str(&format!("\n  last sync failed: {e}"));
     }
-    for name in s["missing_credentials"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for name in &s.missing_credentials {
         line.push_str(&format!("\n  credential {name}: set this credential here (coffer credentials set {name})"));
     }
-    let n = s["conflicts"].as_array().map(Vec::len).unwrap_or(0);
+    let n = s.conflicts.len();
     if n > 0 {
         line.push_str(&format!("\n  {n} conflict file(s) to look at: coffer sync status"));
     }
@@ -89,70 +85,68 @@ pub fn sync_line(s: &Value) -> Option<String> {
 }
 
 /// Human status: a header line, the services table, then the upstreams table if any.
-pub fn render_status(status: &Value) -> String {
-    let d = &status["daemon"];
-    let uptime =
-        d["started_at"].as_str().and_then(output::seconds_since).map(format_duration).unwrap_or_else(|| "-".into());
+pub fn render_status(status: &Status) -> String {
+    let d = &status.daemon;
+    let uptime = output::seconds_since(&d.started_at).map(format_duration).unwrap_or_else(|| "-".into());
     let mut out = format!(
         "Coffer daemon: pid {}, port {}, version {}, up {}\n\n",
-        cell(d.get("pid"), 20),
-        cell(d.get("port"), 20),
-        cell(d.get("version"), 40),
+        d.pid,
+        d.port,
+        text_cell(&d.version, 40),
         uptime
     );
-    if let Some(line) = sandbox_line(&status["sandbox"]) {
-        out.push_str(&line);
-        out.push_str("\n\n");
-    }
-    let services = status["services"].as_array().map(Vec::as_slice).unwrap_or_default();
-    out.push_str(&render_services(services));
-    if let Some(ups) = status["upstreams"].as_array().filter(|u| !u.is_empty()) {
+    out.push_str(&sandbox_line(&status.sandbox));
+    out.push_str("\n\n");
+    out.push_str(&render_services(&status.services));
+    if !status.upstreams.is_empty() {
         out.push_str("\nUpstreams:\n");
-        out.push_str(&render_upstreams(ups));
+        out.push_str(&render_upstreams(&status.upstreams));
     }
     out
 }
 
 /// `Sandbox: …` from `GET /v1/status` `sandbox`: the kernel's support, and each agent whose
-/// sandbox is off (upstreams say theirs in the SANDBOX column). `None` from an older daemon.
-fn sandbox_line(s: &Value) -> Option<String> {
-    s["summary"].as_str()?;
-    let mut line = format!("Sandbox: {}", cell(Some(&s["summary"]), 200));
-    let off: Vec<&str> = s["agents"]
-        .as_object()
+/// sandbox is off (upstreams say theirs in the SANDBOX column).
+fn sandbox_line(s: &Sandbox) -> String {
+    let mut line = format!("Sandbox: {}", text_cell(&s.summary, 200));
+    let off: Vec<&str> = [("claude_code", &s.agents.claude_code), ("codex", &s.agents.codex)]
         .into_iter()
-        .flatten()
-        .filter(|(_, v)| v.as_str() == Some("off"))
-        .map(|(k, _)| k.as_str())
+        .filter(|(_, v)| v.as_str() == "off")
+        .map(|(k, _)| k)
         .collect();
     if !off.is_empty() {
         line.push_str(&format!("; OFF for agent(s) {} (chat.*_sandbox = 0)", off.join(", ")));
     }
-    Some(line)
+    line
+}
+
+/// An optional text as a table cell: `-` when absent or blank.
+fn opt_cell(v: Option<&str>, max: usize) -> String {
+    v.map_or_else(|| "-".into(), |t| text_cell(t, max))
 }
 
 /// The upstreams table of `GET /v1/status`: NAME STATE ENABLED TRANSPORT RUNNING (sessions it
 /// runs in) LAST START (outcome and age) LAST ERROR (the standing one), then a note per server
 /// whose list named something twice.
-pub fn render_upstreams(ups: &[Value]) -> String {
+pub fn render_upstreams(ups: &[UpstreamStatus]) -> String {
     let rows: Vec<Vec<String>> = ups
         .iter()
         .map(|u| {
-            let last_start =
-                match (u["last_start"].as_str(), u["last_start_at"].as_str().and_then(output::seconds_since)) {
-                    (Some(outcome), Some(age)) => format!("{outcome} {} ago", format_duration(age)),
-                    (Some(outcome), None) => outcome.to_owned(),
-                    (None, _) => "-".into(),
-                };
+            let age = u.last_start_at.as_deref().and_then(output::seconds_since);
+            let last_start = match (u.last_start.as_deref(), age) {
+                (Some(outcome), Some(age)) => format!("{outcome} {} ago", format_duration(age)),
+                (Some(outcome), None) => outcome.to_owned(),
+                (None, _) => "-".into(),
+            };
             vec![
-                cell(u.get("name"), 40),
-                cell(u.get("state"), 20),
-                u["enabled"].as_bool().map_or_else(|| "-".into(), |b| yes_no(b).to_owned()),
-                cell(u.get("transport"), 10),
-                cell(u.get("running"), 10),
-                u["sandbox"].as_str().unwrap_or("-").to_owned(),
+                text_cell(&u.name, 40),
+                text_cell(&u.state, 20),
+                yes_no(u.enabled).to_owned(),
+                text_cell(&u.transport, 10),
+                u.running.to_string(),
+                u.sandbox.as_deref().unwrap_or("-").to_owned(),
                 last_start,
-                cell(u.get("last_error"), LAST_ERROR_WIDTH),
+                opt_cell(u.last_error.as_deref(), LAST_ERROR_WIDTH),
             ]
         })
         .collect();
@@ -160,39 +154,30 @@ pub fn render_upstreams(ups: &[Value]) -> String {
         &["NAME", "STATE", "ENABLED", "TRANSPORT", "RUNNING", "SANDBOX", "LAST START", "LAST ERROR"],
         &rows,
     );
-    for u in ups {
-        let dups: Vec<&str> = u["duplicates"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        if !dups.is_empty() {
-            out.push_str(&format!(
-                "note: {} listed {} more than once; only the first of each is offered\n",
-                cell(u.get("name"), 40),
-                dups.join(", ")
-            ));
-        }
+    for u in ups.iter().filter(|u| !u.duplicates.is_empty()) {
+        out.push_str(&format!(
+            "note: {} listed {} more than once; only the first of each is offered\n",
+            text_cell(&u.name, 40),
+            u.duplicates.join(", ")
+        ));
     }
     out
 }
 
 /// The services table: NAME PID STATE UPTIME RESTARTS LAST ERROR.
-pub fn render_services(services: &[Value]) -> String {
+pub fn render_services(services: &[ServiceStatus]) -> String {
     let rows: Vec<Vec<String>> = services
         .iter()
         .map(|s| {
-            let pid = match s.get("pid").and_then(Value::as_u64) {
-                Some(0) | None => "-".into(),
-                Some(p) => p.to_string(),
-            };
-            let uptime = match (s["state"].as_str(), s.get("uptime_s").and_then(Value::as_u64)) {
-                (Some("healthy"), Some(u)) => format_duration(u),
-                _ => "-".into(),
-            };
+            let pid = if s.pid == 0 { "-".into() } else { s.pid.to_string() };
+            let uptime = if s.state == "healthy" { format_duration(s.uptime_s) } else { "-".into() };
             vec![
-                cell(s.get("name"), 40),
+                text_cell(&s.name, 40),
                 pid,
-                cell(s.get("state"), 20),
+                text_cell(&s.state, 20),
                 uptime,
-                cell(s.get("restarts"), 10),
-                cell(s.get("last_error"), LAST_ERROR_WIDTH),
+                s.restarts.to_string(),
+                opt_cell(s.last_error.as_deref(), LAST_ERROR_WIDTH),
             ]
         })
         .collect();
@@ -243,11 +228,12 @@ mod tests {
 
     #[test]
     fn services_table() {
-        let services = vec![
-            json!({"name":"store","pid":1240,"state":"healthy","uptime_s":192,"restarts":0,"last_error":null}),
-            json!({"name":"retrieval","pid":0,"state":"failed","uptime_s":0,"restarts":5,"last_error":"exited with\nstatus 1"}),
-            json!({"name":"chat","pid":1250,"state":"restarting","uptime_s":9,"restarts":1,"last_error":""}),
-        ];
+        let services: Vec<ServiceStatus> = serde_json::from_value(json!([
+            {"name":"store","pid":1240,"state":"healthy","uptime_s":192,"restarts":0,"last_error":null,"on_demand":false},
+            {"name":"retrieval","pid":0,"state":"failed","uptime_s":0,"restarts":5,"last_error":"exited with\nstatus 1","on_demand":false},
+            {"name":"chat","pid":1250,"state":"restarting","uptime_s":9,"restarts":1,"last_error":"","on_demand":false},
+        ]))
+        .unwrap();
         assert_eq!(
             render_services(&services),
             "NAME       PID   STATE       UPTIME  RESTARTS  LAST ERROR\n\
@@ -259,10 +245,15 @@ mod tests {
 
     #[test]
     fn status_without_upstreams_has_no_upstream_table() {
-        let s = json!({
-            "daemon": {"pid": 7, "port": 8000, "version": "0.1.0", "started_at": "not a time"},
-            "services": [], "upstreams": []
-        });
+        let s = Status {
+            daemon: coffer_api::daemon::DaemonInfo {
+                pid: 7,
+                port: 8000,
+                version: "0.1.0".into(),
+                started_at: "not a time".into(),
+            },
+            ..Default::default()
+        };
         let out = render_status(&s);
         assert!(out.starts_with("Coffer daemon: pid 7, port 8000, version 0.1.0, up -\n"), "{out}");
         assert!(!out.contains("Upstreams"));
@@ -284,16 +275,17 @@ mod tests {
 
     #[test]
     fn upstreams_show_their_last_start_standing_error_and_duplicates() {
-        let ups = vec![
-            json!({"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2, "sandbox": "on",
-                   "last_start": "ok", "last_start_at": "not a time", "last_error": null, "last_error_at": null, "duplicates": []}),
-            json!({"name": "keyed", "enabled": true, "transport": "stdio", "state": "unhealthy", "running": 0,
+        let ups: Vec<UpstreamStatus> = serde_json::from_value(json!([
+            {"name": "everything", "enabled": true, "transport": "stdio", "state": "ok", "running": 2, "sandbox": "on",
+                   "last_start": "ok", "last_start_at": "not a time", "last_error": null, "last_error_at": null, "duplicates": [], "catalog": null},
+            {"name": "keyed", "enabled": true, "transport": "stdio", "state": "unhealthy", "running": 0,
                    "last_start": "failed", "last_start_at": null,
                    "last_error": "upstream keyed could not be started: exited with status 3 during initialize; its last stderr lines: fatal: missing API key FOO_KEY",
-                   "last_error_at": null, "duplicates": ["tools/same"]}),
-            json!({"name": "remote", "enabled": false, "transport": "http", "state": "disabled", "running": 0,
-                   "last_start": null, "last_start_at": null, "last_error": null, "last_error_at": null, "duplicates": []}),
-        ];
+                   "last_error_at": null, "duplicates": ["tools/same"], "catalog": null},
+            {"name": "remote", "enabled": false, "transport": "http", "state": "disabled", "running": 0,
+                   "last_start": null, "last_start_at": null, "last_error": null, "last_error_at": null, "duplicates": [], "catalog": null},
+        ]))
+        .unwrap();
         let t = render_upstreams(&ups);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
