@@ -58,6 +58,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use coffer_api::console as api;
 use secrecy::ExposeSecret;
 use serde_json::json;
 
@@ -390,14 +391,6 @@ fn remove_login_redirects(st: &AppState, code: Option<&str>) {
     }
 }
 
-/// The optional body of `POST /v1/ui/login-codes`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MintBody {
-    /// The page the login lands on (default `chat`).
-    page: Option<String>,
-}
-
 /// `POST /v1/ui/login-codes` (body optional: `{"page": PAGE}`) → `{code, url, expires_in_s}`:
 /// `url` is `http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE` for a page other
 /// than chat). Needs the token: a web session cannot mint codes for another browser.
@@ -408,12 +401,16 @@ async fn mint_code(
     State(st): State<Arc<AppState>>,
     via: Option<Extension<Via>>,
     body: axum::body::Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<api::LoginCode>, ApiError> {
     if !matches!(via.as_deref(), Some(Via::Token)) {
         return Err(ApiError::new(crate::error::Code::Forbidden, "login codes need the token, not a web session"));
     }
-    let body: MintBody =
-        if body.iter().all(u8::is_ascii_whitespace) { MintBody::default() } else { crate::error::parse_json(&body)? };
+    // The body is optional: none (or only whitespace) is `{}`.
+    let body: api::LoginCodeRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        api::LoginCodeRequest::default()
+    } else {
+        crate::error::parse_json(&body)?
+    };
     let page = match body.page.as_deref() {
         None | Some("") => coffer_types::ui::DEFAULT_PAGE,
         Some(p) => PAGES.iter().copied().find(|k| *k == p).ok_or_else(|| {
@@ -432,14 +429,14 @@ async fn mint_code(
     if page != coffer_types::ui::DEFAULT_PAGE {
         url.push_str(&format!("&next=/ui/{page}"));
     }
-    Ok(Json(json!({"code": code, "url": url, "expires_in_s": ttl.as_secs()})))
+    Ok(Json(api::LoginCode { code, url, expires_in_s: ttl.as_secs() }))
 }
 
 /// `GET /v1/ui/session` → `{"via": "cookie" | "token"}`: how this request was authenticated
 /// (the page's first call; 401 when it has no session).
-async fn whoami(via: Option<Extension<Via>>) -> Json<serde_json::Value> {
-    let via = if matches!(via.as_deref(), Some(Via::Session(_))) { "cookie" } else { "token" };
-    Json(json!({"via": via}))
+async fn whoami(via: Option<Extension<Via>>) -> Json<api::WebSession> {
+    let via = if matches!(via.as_deref(), Some(Via::Session(_))) { api::Via::Cookie } else { api::Via::Token };
+    Json(api::WebSession { via })
 }
 
 /// `POST /v1/ui/stream-tickets` (no body) → `{"ticket": T, "expires_in_s": 30}`: a ticket for
@@ -452,7 +449,7 @@ async fn whoami(via: Option<Extension<Via>>) -> Json<serde_json::Value> {
 async fn stream_ticket(
     State(st): State<Arc<AppState>>,
     via: Option<Extension<Via>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<api::StreamTicket>, ApiError> {
     let Some(Via::Session(session)) = via.as_deref().copied() else {
         return Err(ApiError::new(
             crate::error::Code::Forbidden,
@@ -460,17 +457,17 @@ async fn stream_ticket(
         ));
     };
     let ticket = st.web_sessions.mint_ticket(session);
-    Ok(Json(json!({"ticket": ticket, "expires_in_s": crate::web_sessions::TICKET_TTL.as_secs()})))
+    Ok(Json(api::StreamTicket { ticket, expires_in_s: crate::web_sessions::TICKET_TTL.as_secs() }))
 }
 
 /// `DELETE /v1/ui/sessions` → `{revoked}`: every web session ends (cookies stop working), in
 /// memory and in `web-sessions.json`, before the answer.
 ///
 /// Errors: `INTERNAL` when the file can be neither rewritten nor removed.
-async fn logout_all(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn logout_all(State(st): State<Arc<AppState>>) -> Result<Json<api::Revoked>, ApiError> {
     let n = st.web_sessions.revoke_all().await.map_err(ApiError::internal)?;
     tracing::info!(revoked = n, "Web sessions revoked.");
-    Ok(Json(json!({"revoked": n})))
+    Ok(Json(api::Revoked { revoked: n as u64 }))
 }
 
 #[cfg(test)]

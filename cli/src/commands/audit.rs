@@ -3,12 +3,14 @@
 //! how it ended, from `GET /v1/audit`, newest first.
 use clap::Args;
 use clap::builder::PossibleValuesParser;
+use coffer_api::Page;
+use coffer_api::logs::AuditEntry;
 use serde_json::Value;
 
 use crate::api::with_query;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, render_table_fitted};
+use crate::output::{self, render_table_fitted, text_cell};
 
 /// Actors the audit log records (the gateway's `rest::logs::AUDIT_ACTORS`).
 pub const ACTORS: &[&str] = &["cli", "api", "ui", "mcp", "agent", "channel", "daemon"];
@@ -86,25 +88,24 @@ pub async fn run(ctx: &Ctx, a: AuditArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let body = resp.json()?;
-    let items = body["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
+    let page: Page<AuditEntry> = resp.parse()?;
+    if page.items.is_empty() {
         output::println("No audit entries")?;
     } else {
-        output::print(&render_audit(items, output::terminal_width()))?;
+        output::print(&render_audit(&page.items, output::terminal_width()))?;
     }
-    super::invocations::print_more(&body);
+    super::invocations::print_more(page.next_cursor.as_deref());
     Ok(())
 }
 
 /// The audit table: TIME (UTC) ACTOR AUTH ACTION TARGET OUTCOME DETAIL (compact JSON, cut to
 /// `width`; `-` when empty). AUTH is how the request was authenticated, found by the daemon
 /// (`token`, `session:<hash>`, `internal:<service>`); ACTOR only the label the client gave.
-pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
+pub fn render_audit(items: &[AuditEntry], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|e| {
-            let detail = match &e["detail"] {
+            let detail = match &e.detail {
                 Value::Object(m) if m.is_empty() => "-".to_owned(),
                 Value::Null => "-".to_owned(),
                 Value::String(s) if s.trim().is_empty() => "-".to_owned(),
@@ -112,12 +113,12 @@ pub fn render_audit(items: &[Value], width: Option<usize>) -> String {
                 other => other.to_string(),
             };
             vec![
-                e["at"].as_str().map_or_else(|| "-".into(), output::format_time),
-                cell(e.get("actor"), 20),
-                cell(e.get("auth"), 30),
-                cell(e.get("action"), 40),
-                cell(e.get("target"), 80),
-                cell(e.get("outcome"), 20),
+                output::format_time(&e.at),
+                text_cell(&e.actor, 20),
+                text_cell(&e.auth, 30),
+                text_cell(&e.action, 40),
+                text_cell(&e.target, 80),
+                text_cell(&e.outcome, 20),
                 detail,
             ]
         })
@@ -151,12 +152,13 @@ mod tests {
 
     #[test]
     fn audit_table() {
-        let items = vec![
-            json!({"id":2,"at":"2026-11-30T09:57:00.195Z","actor":"cli","action":"capability.disable",
-                   "target":"everything/tool/echo","outcome":"ok","trace_id":"t","detail":{},"auth":"token"}),
-            json!({"id":1,"at":"2026-11-30T09:56:56.541Z","actor":"api","action":"server.update",
-                   "target":"everything","outcome":"ok","trace_id":"t","detail":{"fields":["enabled"]},"auth":""}),
-        ];
+        let items: Vec<AuditEntry> = serde_json::from_value(json!([
+            {"id":2,"at":"2026-11-30T09:57:00.195Z","actor":"cli","action":"capability.disable",
+                   "target":"everything/tool/echo","outcome":"ok","trace_id":"t","detail":{},"auth":"token"},
+            {"id":1,"at":"2026-11-30T09:56:56.541Z","actor":"api","action":"server.update",
+                   "target":"everything","outcome":"ok","trace_id":"t","detail":{"fields":["enabled"]},"auth":""},
+        ]))
+        .unwrap();
         assert_eq!(
             render_audit(&items, None),
             "TIME (UTC)           ACTOR  AUTH   ACTION              TARGET                OUTCOME  DETAIL\n\

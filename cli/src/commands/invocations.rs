@@ -2,12 +2,13 @@
 //! and how it ended, from `GET /v1/invocations` (newest first; never arguments or results).
 use clap::Args;
 use clap::builder::PossibleValuesParser;
-use serde_json::Value;
+use coffer_api::Page;
+use coffer_api::logs::{Invocation, InvocationClient, InvocationUsage};
 
 use crate::api::with_query;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, render_table};
+use crate::output::{self, render_table, text_cell};
 
 /// Outcomes the store records (the gateway's `rest::logs::OUTCOMES`).
 pub const OUTCOMES: &[&str] = &["ok", "upstream_error", "disabled", "timeout", "unreachable", "invalid", "cancelled"];
@@ -83,59 +84,55 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let body = resp.json()?;
-    let items = body["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
+    let page: Page<Invocation> = resp.parse()?;
+    if page.items.is_empty() {
         output::println("No invocations")?;
     } else {
-        output::print(&render_invocations(items))?;
+        output::print(&render_invocations(&page.items))?;
     }
-    print_more(&body);
+    print_more(page.next_cursor.as_deref());
     Ok(())
 }
 
 /// An internal-agent run's usage as the USAGE column shows it:
 /// `local/claude-x 1200+80 tok, 3 req` (connection/model, input+output tokens, model requests);
 /// empty for a call that ran none.
-pub fn usage_cell(usage: Option<&Value>) -> String {
-    let Some(u) = usage.filter(|u| u.is_object()) else { return String::new() };
-    let text = |k: &str| u[k].as_str().unwrap_or("").to_owned();
-    let n = |k: &str| u[k].as_u64().unwrap_or(0);
-    let who = output::truncate(&format!("{}/{}", text("connection"), text("model")), 60);
-    format!("{who} {}+{} tok, {} req", n("input_tokens"), n("output_tokens"), n("iterations"))
+pub fn usage_cell(usage: Option<&InvocationUsage>) -> String {
+    let Some(u) = usage else { return String::new() };
+    let who = output::truncate(&format!("{}/{}", u.connection, u.model), 60);
+    format!("{who} {}+{} tok, {} req", u.input_tokens, u.output_tokens, u.iterations)
 }
 
 /// The MCP client as the CLIENT column shows it: `name version` (`claude-code 2.1.0`); empty
 /// for a call whose client named itself not at all, or for a broker session.
-pub fn client_cell(client: Option<&Value>) -> String {
-    let Some(c) = client.filter(|c| c.is_object()) else { return String::new() };
-    let text = |k: &str| c[k].as_str().unwrap_or("").trim().to_owned();
-    output::truncate(format!("{} {}", text("name"), text("version")).trim(), 40)
+pub fn client_cell(client: Option<&InvocationClient>) -> String {
+    let Some(c) = client else { return String::new() };
+    output::truncate(format!("{} {}", c.name.trim(), c.version.trim()).trim(), 40)
 }
 
 /// The invocations table: TIME (UTC) TARGET SERVER ACTOR CLIENT OUTCOME DURATION USAGE.
-pub fn render_invocations(items: &[Value]) -> String {
+pub fn render_invocations(items: &[Invocation]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|i| {
             vec![
-                i["at"].as_str().map_or_else(|| "-".into(), output::format_time),
-                cell(i.get("target"), 80),
-                cell(i.get("server"), 40),
-                cell(i.get("actor"), 40),
-                client_cell(i.get("client")),
-                cell(i.get("outcome"), 20),
-                i["duration_ms"].as_u64().map_or_else(|| "-".into(), |ms| format!("{ms} ms")),
-                usage_cell(i.get("usage")),
+                output::format_time(&i.at),
+                text_cell(&i.target, 80),
+                text_cell(&i.server, 40),
+                text_cell(&i.actor, 40),
+                client_cell(i.client.as_ref()),
+                text_cell(&i.outcome, 20),
+                format!("{} ms", i.duration_ms),
+                usage_cell(i.usage.as_ref()),
             ]
         })
         .collect();
     render_table(&["TIME (UTC)", "TARGET", "SERVER", "ACTOR", "CLIENT", "OUTCOME", "DURATION", "USAGE"], &rows)
 }
 
-/// On stderr, how to get the next page when the body has a `next_cursor`.
-pub fn print_more(body: &Value) {
-    if let Some(c) = body["next_cursor"].as_str() {
+/// On stderr, how to get the next page when a list answered a `next_cursor`.
+pub fn print_more(next_cursor: Option<&str>) {
+    if let Some(c) = next_cursor {
         crate::eprintln_printable!("(more: repeat with --cursor {c})");
     }
 }
@@ -148,29 +145,31 @@ mod tests {
 
     #[test]
     fn invocations_table() {
-        let items = vec![
-            json!({"id":5,"at":"2026-11-30T09:57:00.211Z","target":"everything__echo","method":"tools/call",
+        let items: Vec<Invocation> = serde_json::from_value(json!([
+            {"id":5,"at":"2026-11-30T09:57:00.211Z","target":"everything__echo","method":"tools/call",
                    "server":"everything","session_id":"s","duration_ms":0,"outcome":"disabled","trace_id":"t",
-                   "actor":"mcp","client":{"name":"claude-code","version":"2.1.0"}}),
-            json!({"id":3,"at":"2026-11-30T09:57:00.176Z","target":"everything__get-sum","method":"tools/call",
+                   "actor":"mcp","client":{"name":"claude-code","version":"2.1.0"}},
+            {"id":3,"at":"2026-11-30T09:57:00.176Z","target":"everything__get-sum","method":"tools/call",
                    "server":"everything","session_id":"s","duration_ms":1234,"outcome":"ok","trace_id":"t",
-                   "actor":"channel:telegram"}),
-        ];
+                   "actor":"channel:telegram"},
+        ]))
+        .unwrap();
         assert_eq!(
             render_invocations(&items),
             "TIME (UTC)           TARGET               SERVER      ACTOR             CLIENT             OUTCOME   DURATION  USAGE\n\
              2026-11-30 09:57:00  everything__echo     everything  mcp               claude-code 2.1.0  disabled  0 ms\n\
              2026-11-30 09:57:00  everything__get-sum  everything  channel:telegram                     ok        1234 ms\n"
         );
-        let ask = vec![json!({"id":9,"at":"2026-11-30T09:57:01.000Z","target":"coffer__ask","method":"tools/call",
+        let ask: Vec<Invocation> = serde_json::from_value(json!([{"id":9,"at":"2026-11-30T09:57:01.000Z","target":"coffer__ask","method":"tools/call",
                    "server":"coffer","session_id":"s","duration_ms":2500,"outcome":"ok","trace_id":"t","actor":"mcp",
-                   "usage":{"connection":"local","model":"m-1","input_tokens":1200,"output_tokens":80,"iterations":3}})];
+                   "usage":{"connection":"local","model":"m-1","input_tokens":1200,"output_tokens":80,"iterations":3}}]))
+        .unwrap();
         assert_eq!(
             render_invocations(&ask),
             "TIME (UTC)           TARGET       SERVER  ACTOR  CLIENT  OUTCOME  DURATION  USAGE\n\
              2026-11-30 09:57:01  coffer__ask  coffer  mcp            ok       2500 ms   local/m-1 1200+80 tok, 3 req\n"
         );
-        assert_eq!(usage_cell(Some(&Value::Null)), "");
+        assert_eq!(usage_cell(None), "");
     }
 
     #[test]

@@ -9,12 +9,16 @@ use std::time::{Duration, Instant};
 
 use clap::builder::PossibleValuesParser;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use coffer_api::knowledge::{
+    EngineConfig, EngineState, JobState, KnowledgeBaseCreate, KnowledgeBaseInfo, KnowledgeBases, Progress, Reindex,
+    ReindexStarted, Removed, SearchReply, SearchRequest,
+};
+use serde_json::Value;
 
 use crate::api::ApiClient;
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, printable, render_fields, render_table, render_table_fitted, yes_no};
+use crate::output::{self, printable, render_fields, render_table, render_table_fitted, text_cell, yes_no};
 
 /// Engines a search may be limited to.
 pub const ENGINES: &[&str] = &["grep", "keyword", "vector"];
@@ -182,7 +186,12 @@ fn kb_path(name: &str) -> Result<String, CliError> {
 
 /// A Unix-ms time as `2026-11-30 09:57:00` (UTC); `-` for null or 0.
 pub fn time_ms(v: &Value) -> String {
-    match v.as_i64().filter(|ms| *ms > 0) {
+    time_of(v.as_i64())
+}
+
+/// A Unix-ms time as `2026-11-30 09:57:00` (UTC); `-` for `None` or 0.
+pub fn time_of(ms: Option<i64>) -> String {
+    match ms.filter(|ms| *ms > 0) {
         Some(ms) => {
             coffer_runtime::rfc3339_from_unix_ms(ms).chars().take(19).map(|c| if c == 'T' { ' ' } else { c }).collect()
         }
@@ -197,52 +206,44 @@ pub fn bytes(n: u64) -> String {
 
 /// A knowledge base's indexing state in one cell: `idle`, `indexing 120/500`, `failed: why`
 /// (why cut to 60 characters).
-pub fn state_cell(kb: &Value) -> String {
+pub fn state_cell(kb: &KnowledgeBaseInfo) -> String {
     state_text(kb, 60)
 }
 
+/// A knowledge base's progress; a missing one reads as idle with nothing counted.
+fn progress_of(kb: &KnowledgeBaseInfo) -> Progress {
+    kb.progress.clone().unwrap_or_default()
+}
+
 /// [`state_cell`] with why cut to `max` characters.
-pub fn state_text(kb: &Value, max: usize) -> String {
-    let p = &kb["progress"];
-    let state = p["state"].as_str().unwrap_or("idle");
-    match state {
-        "indexing" if p["total"].as_u64().unwrap_or(0) > 0 => {
-            format!("{state} {}/{}", p["done"].as_u64().unwrap_or(0), p["total"].as_u64().unwrap_or(0))
-        }
+pub fn state_text(kb: &KnowledgeBaseInfo, max: usize) -> String {
+    let p = progress_of(kb);
+    let state = p.state.word();
+    match p.state {
+        JobState::Indexing if p.total > 0 => format!("{state} {}/{}", p.done, p.total),
         // Walking the folder: nothing is counted yet.
-        "scanning" | "indexing" => format!("{state}…"),
-        "failed" => match p["message"].as_str().filter(|m| !m.is_empty()) {
-            Some(m) => format!("failed: {}", cell(Some(&json!(m)), max)),
-            None => "failed".into(),
-        },
-        s => s.to_owned(),
+        JobState::Scanning | JobState::Indexing => format!("{state}…"),
+        JobState::Failed if !p.message.is_empty() => format!("failed: {}", text_cell(&p.message, max)),
+        _ => state.to_owned(),
     }
-}
-
-fn count(kb: &Value, k: &str) -> String {
-    kb[k].as_u64().unwrap_or(0).to_string()
-}
-
-fn errors_of(kb: &Value) -> &[Value] {
-    kb["errors"].as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
 /// The knowledge bases table: NAME KIND DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST SYNC ROOT
 /// (the root last, cut to `width`).
-pub fn render_kbs(items: &[Value], width: Option<usize>) -> String {
+pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|k| {
             vec![
-                cell(k.get("name"), 64),
-                cell(k.get("kind"), 10),
-                count(k, "documents"),
-                count(k, "chunks"),
-                count(k, "embedded"),
+                text_cell(&k.name, 64),
+                text_cell(&k.kind, 10),
+                k.documents.to_string(),
+                k.chunks.to_string(),
+                k.embedded.to_string(),
                 state_cell(k),
-                errors_of(k).len().to_string(),
-                time_ms(&k["last_sync_ms"]),
-                cell(k.get("root"), 400),
+                k.errors.len().to_string(),
+                time_of(k.last_sync_ms),
+                text_cell(&k.root, 400),
             ]
         })
         .collect();
@@ -255,60 +256,45 @@ pub fn render_kbs(items: &[Value], width: Option<usize>) -> String {
 
 /// The errors of one knowledge base, one `  path: error` line each (at most `max`, then a
 /// count of the rest).
-pub fn render_file_errors(kb: &Value, max: usize) -> String {
-    let errors = errors_of(kb);
+pub fn render_file_errors(kb: &KnowledgeBaseInfo, max: usize) -> String {
+    let errors = &kb.errors;
     let mut out = String::new();
     for e in errors.iter().take(max) {
-        out.push_str(&format!(
-            "  {}: {}\n",
-            printable(e["path"].as_str().unwrap_or("?")),
-            printable(e["error"].as_str().unwrap_or("?"))
-        ));
+        out.push_str(&format!("  {}: {}\n", printable(&e.path), printable(&e.error)));
     }
     if errors.len() > max {
-        out.push_str(&format!(
-            "  … and {} more (coffer kb show {})\n",
-            errors.len() - max,
-            kb["name"].as_str().unwrap_or("")
-        ));
+        out.push_str(&format!("  … and {} more (coffer kb show {})\n", errors.len() - max, kb.name));
     }
     out
 }
 
 /// One knowledge base in full (`kb show`).
-pub fn render_kb(kb: &Value) -> String {
-    let list = |k: &str| {
-        let v: Vec<&str> = kb[k].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        if v.is_empty() { "-".to_owned() } else { v.join(", ") }
-    };
-    let p = &kb["progress"];
+pub fn render_kb(kb: &KnowledgeBaseInfo) -> String {
+    let list = |v: &[String]| if v.is_empty() { "-".to_owned() } else { v.join(", ") };
+    let p = progress_of(kb);
     let mut progress = state_text(kb, 1000);
-    if p["bytes_total"].as_u64().unwrap_or(0) > 0 {
-        progress.push_str(&format!(
-            " ({} of {})",
-            bytes(p["bytes_done"].as_u64().unwrap_or(0)),
-            bytes(p["bytes_total"].as_u64().unwrap_or(0))
-        ));
+    if p.bytes_total > 0 {
+        progress.push_str(&format!(" ({} of {})", bytes(p.bytes_done), bytes(p.bytes_total)));
     }
     let fields = vec![
-        ("name", cell(kb.get("name"), 64)),
-        ("kind", cell(kb.get("kind"), 10)),
-        ("root", kb["root"].as_str().unwrap_or("-").to_owned()),
+        ("name", text_cell(&kb.name, 64)),
+        ("kind", text_cell(&kb.kind, 10)),
+        ("root", kb.root.clone()),
         // Empty: coffer-retrieval's default (`walk::DEFAULT_INCLUDE`).
         (
             "include",
-            Some(list("include")).filter(|l| l != "-").unwrap_or_else(|| "**/*.md, **/*.markdown (default)".into()),
+            Some(list(&kb.include)).filter(|l| l != "-").unwrap_or_else(|| "**/*.md, **/*.markdown (default)".into()),
         ),
-        ("exclude", list("exclude")),
-        ("created", time_ms(&kb["created_ms"])),
-        ("documents", count(kb, "documents")),
-        ("chunks", count(kb, "chunks")),
-        ("embedded", count(kb, "embedded")),
-        ("pending", format!("{} files, {} embeddings", count(kb, "pending"), count(kb, "pending_embeddings"))),
-        ("last sync", time_ms(&kb["last_sync_ms"])),
-        ("watching", yes_no(kb["watching"].as_bool().unwrap_or(false)).to_owned()),
+        ("exclude", list(&kb.exclude)),
+        ("created", time_of(kb.created_ms)),
+        ("documents", kb.documents.to_string()),
+        ("chunks", kb.chunks.to_string()),
+        ("embedded", kb.embedded.to_string()),
+        ("pending", format!("{} files, {} embeddings", kb.pending, kb.pending_embeddings)),
+        ("last sync", time_of(kb.last_sync_ms)),
+        ("watching", yes_no(kb.watching).to_owned()),
         ("state", progress),
-        ("errors", errors_of(kb).len().to_string()),
+        ("errors", kb.errors.len().to_string()),
     ];
     let mut out = render_fields(&fields);
     out.push_str(&render_file_errors(kb, usize::MAX));
@@ -316,15 +302,11 @@ pub fn render_kb(kb: &Value) -> String {
 }
 
 /// The engines' configuration, one line each: `vector   off: not configured`.
-pub fn render_engines(engines: &[Value]) -> String {
+pub fn render_engines(engines: &[EngineConfig]) -> String {
     let rows: Vec<Vec<String>> = engines
         .iter()
         .map(|e| {
-            vec![
-                cell(e.get("name"), 20),
-                if e["enabled"].as_bool().unwrap_or(false) { "on" } else { "off" }.to_owned(),
-                cell(e.get("detail"), 200),
-            ]
+            vec![text_cell(&e.name, 20), if e.enabled { "on" } else { "off" }.to_owned(), text_cell(&e.detail, 200)]
         })
         .collect();
     render_table(&["ENGINE", "ENABLED", "DETAIL"], &rows)
@@ -353,65 +335,49 @@ pub fn snippet(text: &str, bold: bool) -> String {
 
 /// The engines' report of a search: `engines: keyword 5 (2 ms), grep 3 (1 ms), vector failed:
 /// why; rrf k=60, 4 ms`.
-pub fn engines_line(reply: &Value) -> String {
-    let parts: Vec<String> = reply["engines"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    let name = printable(e["engine"].as_str().unwrap_or("?"));
-                    let msg = e["message"].as_str().filter(|m| !m.is_empty()).map(|m| format!(": {}", printable(m)));
-                    match e["state"].as_str().unwrap_or("") {
-                        "ok" => format!(
-                            "{name} {} ({} ms)",
-                            e["hits"].as_u64().unwrap_or(0),
-                            e["took_ms"].as_u64().unwrap_or(0)
-                        ),
-                        "failed" => format!("{name} FAILED{}", msg.unwrap_or_default()),
-                        "timeout" => format!("{name} TIMED OUT{}", msg.unwrap_or_default()),
-                        _ => format!("{name} off"),
-                    }
-                })
-                .collect()
+pub fn engines_line(reply: &SearchReply) -> String {
+    let parts: Vec<String> = reply
+        .engines
+        .iter()
+        .map(|e| {
+            let name = printable(&e.engine);
+            let msg = Some(&e.message).filter(|m| !m.is_empty()).map(|m| format!(": {}", printable(m)));
+            match e.state {
+                EngineState::Ok => format!("{name} {} ({} ms)", e.hits, e.took_ms),
+                EngineState::Failed => format!("{name} FAILED{}", msg.unwrap_or_default()),
+                EngineState::Timeout => format!("{name} TIMED OUT{}", msg.unwrap_or_default()),
+                EngineState::Disabled => format!("{name} off"),
+            }
         })
-        .unwrap_or_default();
+        .collect();
     let mut line = format!("engines: {}", if parts.is_empty() { "-".to_owned() } else { parts.join(", ") });
-    if let Some(f) = reply["fusion"].as_str().filter(|f| !f.is_empty()) {
-        line.push_str(&format!("; {f}"));
+    if !reply.fusion.is_empty() {
+        line.push_str(&format!("; {}", reply.fusion));
     }
-    line.push_str(&format!(", {} ms", reply["took_ms"].as_u64().unwrap_or(0)));
+    line.push_str(&format!(", {} ms", reply.took_ms));
     line
 }
 
 /// Search results, compactly: `kb:path:start-end  A › B` then the snippet indented, a blank
 /// line between passages, the engines' report last.
-pub fn render_results(reply: &Value, bold: bool) -> String {
-    let results = reply["results"].as_array().map(Vec::as_slice).unwrap_or_default();
+pub fn render_results(reply: &SearchReply, bold: bool) -> String {
     let mut out = String::new();
-    if results.is_empty() {
+    if reply.results.is_empty() {
         out.push_str("No results\n");
     }
-    for r in results {
-        let location = match r["fact_id"].as_str() {
+    for r in &reply.results {
+        let location = match &r.fact_id {
             Some(id) => format!("fact {id}"),
-            None => format!(
-                "{}:{}:{}-{}",
-                r["kb"].as_str().unwrap_or("?"),
-                r["path"].as_str().unwrap_or("?"),
-                r["line_start"].as_u64().unwrap_or(0),
-                r["line_end"].as_u64().unwrap_or(0)
-            ),
+            None => format!("{}:{}:{}-{}", r.kb, r.path, r.line_start, r.line_end),
         };
-        let heading: Vec<&str> =
-            r["heading_path"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         let mut head = printable(&location).into_owned();
-        if !heading.is_empty() {
+        if !r.heading_path.is_empty() {
             head.push_str("  ");
-            head.push_str(&printable(&heading.join(" › ")));
+            head.push_str(&printable(&r.heading_path.join(" › ")));
         }
         out.push_str(&head);
         out.push('\n');
-        for line in snippet(r["snippet"].as_str().unwrap_or(""), bold).lines() {
+        for line in snippet(&r.snippet, bold).lines() {
             out.push_str("    ");
             out.push_str(line.trim_end());
             out.push('\n');
@@ -479,43 +445,34 @@ pub fn absolute(path: &Path, cwd: &Path) -> PathBuf {
     joined.components().filter(|c| !matches!(c, Component::CurDir)).collect()
 }
 
+/// `v`, or `None` when it is empty (the field is then left out of the body).
+fn non_empty(v: &[String]) -> Option<Vec<String>> {
+    (!v.is_empty()).then(|| v.to_vec())
+}
+
 /// The body of `POST /v1/knowledge` for `a`, a relative `--path` resolved against `cwd`.
-pub fn add_body(a: &AddArgs, cwd: &Path) -> Value {
-    let mut body = json!({"name": a.name});
-    if let Some(p) = &a.path {
-        body["path"] = json!(absolute(p, cwd).display().to_string());
+pub fn add_body(a: &AddArgs, cwd: &Path) -> KnowledgeBaseCreate {
+    KnowledgeBaseCreate {
+        name: a.name.clone(),
+        path: a.path.as_ref().map(|p| absolute(p, cwd).display().to_string()),
+        include: non_empty(&a.include),
+        exclude: non_empty(&a.exclude),
     }
-    if !a.include.is_empty() {
-        body["include"] = json!(a.include);
-    }
-    if !a.exclude.is_empty() {
-        body["exclude"] = json!(a.exclude);
-    }
-    body
 }
 
 /// The body of `POST /v1/knowledge/search` for `a`.
-pub fn search_body(a: &SearchArgs) -> Value {
-    let mut body = json!({"query": a.query.join(" "), "limit": a.limit});
-    if !a.kb.is_empty() {
-        body["kb"] = json!(a.kb);
+pub fn search_body(a: &SearchArgs) -> SearchRequest {
+    SearchRequest {
+        query: a.query.join(" "),
+        kb: non_empty(&a.kb),
+        path_prefix: a.path_prefix.clone(),
+        tags: non_empty(&a.tags),
+        modified_after_ms: a.since,
+        engines: non_empty(&a.engines),
+        limit: Some(a.limit),
+        snippet_chars: None,
+        regex: a.regex.then_some(true),
     }
-    if let Some(p) = &a.path_prefix {
-        body["path_prefix"] = json!(p);
-    }
-    if !a.tags.is_empty() {
-        body["tags"] = json!(a.tags);
-    }
-    if let Some(ms) = a.since {
-        body["modified_after_ms"] = json!(ms);
-    }
-    if !a.engines.is_empty() {
-        body["engines"] = json!(a.engines);
-    }
-    if a.regex {
-        body["regex"] = json!(true);
-    }
-    body
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -529,11 +486,11 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let kb = resp.json()?;
-    let name = kb["name"].as_str().unwrap_or(&a.name);
+    let kb: KnowledgeBaseInfo = resp.parse()?;
+    let name = &kb.name;
     output::print(&format!(
         "Added knowledge base {name} ({}); indexing in the background\nFollow it: coffer kb status {name}\n",
-        printable(kb["root"].as_str().unwrap_or("-"))
+        printable(&kb.root)
     ))
 }
 
@@ -543,12 +500,11 @@ async fn list(ctx: &Ctx) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let v = resp.json()?;
-    let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
+    let all: KnowledgeBases = resp.parse()?;
+    if all.items.is_empty() {
         return output::println("No knowledge bases yet; add one with `coffer kb add NAME --path DIR`");
     }
-    output::print(&render_kbs(items, output::terminal_width()))
+    output::print(&render_kbs(&all.items, output::terminal_width()))
 }
 
 async fn show(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
@@ -557,7 +513,7 @@ async fn show(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_kb(&resp.json()?))
+    output::print(&render_kb(&resp.parse()?))
 }
 
 async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
@@ -566,7 +522,7 @@ async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let n = resp.json()?["removed"].as_u64().unwrap_or(0);
+    let n = resp.parse::<Removed>()?.removed;
     output::println(&format!(
         "Removed knowledge base {kb} ({n} document{} forgotten; no file was deleted)",
         if n == 1 { "" } else { "s" }
@@ -579,18 +535,16 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let reply = resp.json()?;
+    let reply: SearchReply = resp.parse()?;
     output::print_styled(&render_results(&reply, stdout_is_styled()))?;
     print_warnings(&reply);
     Ok(())
 }
 
 /// The reply's warnings, on stderr.
-pub fn print_warnings(reply: &Value) {
-    for w in reply["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        if let Some(w) = w.as_str() {
-            crate::eprintln_printable!("warning: {}", printable(w));
-        }
+pub fn print_warnings(reply: &SearchReply) {
+    for w in &reply.warnings {
+        crate::eprintln_printable!("warning: {}", printable(w));
     }
 }
 
@@ -600,18 +554,17 @@ async fn status(ctx: &Ctx, a: StatusArgs) -> Result<(), CliError> {
         let path = a.kb.as_deref().map_or_else(|| Ok("/v1/knowledge".to_owned()), kb_path)?;
         return output::print_body(&api.get_raw(&path).await?.body);
     }
-    let all = api.get("/v1/knowledge").await?;
-    let items: Vec<Value> = match a.kb.as_deref() {
+    let all: KnowledgeBases = api.get_as("/v1/knowledge").await?;
+    let items: Vec<KnowledgeBaseInfo> = match a.kb.as_deref() {
         // One knowledge base: its own answer (a 404 for an unknown one, exit 3).
-        Some(kb) => vec![api.get(&kb_path(kb)?).await?],
-        None => all["items"].as_array().cloned().unwrap_or_default(),
+        Some(kb) => vec![api.get_as(&kb_path(kb)?).await?],
+        None => all.items,
     };
-    let engines = all["engines"].as_array().map(Vec::as_slice).unwrap_or_default();
-    output::print(&render_status(&items, engines, output::terminal_width()))
+    output::print(&render_status(&items, &all.engines, output::terminal_width()))
 }
 
 /// `kb status`: the table, each knowledge base's file errors, the engines.
-pub fn render_status(items: &[Value], engines: &[Value], width: Option<usize>) -> String {
+pub fn render_status(items: &[KnowledgeBaseInfo], engines: &[EngineConfig], width: Option<usize>) -> String {
     let mut out = if items.is_empty() {
         "No knowledge bases yet; add one with `coffer kb add NAME --path DIR`\n".to_owned()
     } else {
@@ -619,13 +572,13 @@ pub fn render_status(items: &[Value], engines: &[Value], width: Option<usize>) -
             .iter()
             .map(|k| {
                 vec![
-                    cell(k.get("name"), 64),
-                    count(k, "documents"),
-                    count(k, "chunks"),
-                    count(k, "embedded"),
-                    time_ms(&k["last_sync_ms"]),
-                    format!("{}/{}", count(k, "pending"), count(k, "pending_embeddings")),
-                    errors_of(k).len().to_string(),
+                    text_cell(&k.name, 64),
+                    k.documents.to_string(),
+                    k.chunks.to_string(),
+                    k.embedded.to_string(),
+                    time_of(k.last_sync_ms),
+                    format!("{}/{}", k.pending, k.pending_embeddings),
+                    k.errors.len().to_string(),
                     state_cell(k),
                 ]
             })
@@ -645,8 +598,8 @@ pub fn render_status(items: &[Value], engines: &[Value], width: Option<usize>) -
             width,
         )
     };
-    for k in items.iter().filter(|k| !errors_of(k).is_empty()) {
-        out.push_str(&format!("\nerrors in {}:\n", k["name"].as_str().unwrap_or("?")));
+    for k in items.iter().filter(|k| !k.errors.is_empty()) {
+        out.push_str(&format!("\nerrors in {}:\n", k.name));
         out.push_str(&render_file_errors(k, 20));
     }
     if !engines.is_empty() {
@@ -674,18 +627,18 @@ pub struct Totals {
 
 /// Sums the progress of `kbs`; each pass counts as finished when its job is at least the one
 /// the reindex started (`started`: name → job) and it is no longer scanning or indexing.
-pub fn totals(kbs: &[Value], started: &[(String, u64)]) -> Totals {
+pub fn totals(kbs: &[KnowledgeBaseInfo], started: &[(String, u64)]) -> Totals {
     let mut t = Totals { finished: true, ..Totals::default() };
     for (name, job) in started {
-        let Some(kb) = kbs.iter().find(|k| k["name"] == name.as_str()) else { continue };
-        let p = &kb["progress"];
-        t.done += p["done"].as_u64().unwrap_or(0);
-        t.total += p["total"].as_u64().unwrap_or(0);
-        t.bytes_done += p["bytes_done"].as_u64().unwrap_or(0);
-        t.bytes_total += p["bytes_total"].as_u64().unwrap_or(0);
-        let running = matches!(p["state"].as_str(), Some("scanning" | "indexing"));
-        t.scanning |= p["state"] == "scanning";
-        if running || p["job"].as_u64().unwrap_or(0) < *job {
+        let Some(kb) = kbs.iter().find(|k| k.name == *name) else { continue };
+        let p = progress_of(kb);
+        t.done += p.done;
+        t.total += p.total;
+        t.bytes_done += p.bytes_done;
+        t.bytes_total += p.bytes_total;
+        let running = matches!(p.state, JobState::Scanning | JobState::Indexing);
+        t.scanning |= p.state == JobState::Scanning;
+        if running || p.job < *job {
             t.finished = false;
         }
     }
@@ -702,22 +655,22 @@ pub fn progress_line(t: &Totals) -> String {
 }
 
 /// The summary after a pass: per knowledge base, documents, chunks, errors and how it ended.
-pub fn render_summary(kbs: &[Value]) -> String {
+pub fn render_summary(kbs: &[KnowledgeBaseInfo]) -> String {
     let rows: Vec<Vec<String>> = kbs
         .iter()
         .map(|k| {
             vec![
-                cell(k.get("name"), 64),
-                count(k, "documents"),
-                count(k, "chunks"),
-                errors_of(k).len().to_string(),
+                text_cell(&k.name, 64),
+                k.documents.to_string(),
+                k.chunks.to_string(),
+                k.errors.len().to_string(),
                 state_cell(k),
             ]
         })
         .collect();
     let mut out = render_table(&["NAME", "DOCUMENTS", "CHUNKS", "ERRORS", "STATE"], &rows);
-    for k in kbs.iter().filter(|k| !errors_of(k).is_empty()) {
-        out.push_str(&format!("\nerrors in {}:\n", k["name"].as_str().unwrap_or("?")));
+    for k in kbs.iter().filter(|k| !k.errors.is_empty()) {
+        out.push_str(&format!("\nerrors in {}:\n", k.name));
         out.push_str(&render_file_errors(k, 20));
     }
     out
@@ -725,32 +678,23 @@ pub fn render_summary(kbs: &[Value]) -> String {
 
 async fn reindex(ctx: &Ctx, a: ReindexArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let mut body = json!({"clean": a.clean});
-    if let Some(kb) = &a.kb {
-        body["kb"] = json!(kb);
-    }
+    let body = Reindex { kb: a.kb.clone(), clean: Some(a.clean) };
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/reindex").json(&body)).await?;
+    if a.no_wait && ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let reindexing: ReindexStarted = resp.parse()?;
     if a.no_wait {
-        if ctx.json {
-            return output::print_body(&resp.body);
-        }
-        let n = resp.json()?["items"].as_array().map_or(0, Vec::len);
+        let n = reindexing.items.len();
         return output::println(&format!(
             "Reindexing {n} knowledge base{} in the background; follow it with `coffer kb status`",
             if n == 1 { "" } else { "s" }
         ));
     }
-    let started: Vec<(String, u64)> = resp.json()?["items"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|k| Some((k["name"].as_str()?.to_owned(), k["progress"]["job"].as_u64().unwrap_or(0))))
-                .collect()
-        })
-        .unwrap_or_default();
+    let started: Vec<(String, u64)> = reindexing.items.iter().map(|k| (k.name.clone(), progress_of(k).job)).collect();
     let (final_body, kbs) = follow(&api, a.kb.as_deref(), &started).await?;
     let failed: Vec<&str> =
-        kbs.iter().filter(|k| k["progress"]["state"] == "failed").filter_map(|k| k["name"].as_str()).collect();
+        kbs.iter().filter(|k| progress_of(k).state == JobState::Failed).map(|k| k.name.as_str()).collect();
     if ctx.json {
         output::print_body(&final_body)?;
     } else {
@@ -781,7 +725,7 @@ async fn follow(
     api: &ApiClient,
     kb: Option<&str>,
     started: &[(String, u64)],
-) -> Result<(String, Vec<Value>), CliError> {
+) -> Result<(String, Vec<KnowledgeBaseInfo>), CliError> {
     let path = kb.map_or_else(|| Ok("/v1/knowledge".to_owned()), kb_path)?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
@@ -796,8 +740,8 @@ async fn follow(
     loop {
         ticker.tick().await;
         let resp = api.get_raw(&path).await?;
-        let v = resp.json()?;
-        let kbs: Vec<Value> = if kb.is_some() { vec![v] } else { v["items"].as_array().cloned().unwrap_or_default() };
+        let kbs: Vec<KnowledgeBaseInfo> =
+            if kb.is_some() { vec![resp.parse()?] } else { resp.parse::<KnowledgeBases>()?.items };
         let t = totals(&kbs, started);
         match &bar {
             Some(bar) => {
@@ -827,10 +771,7 @@ async fn follow(
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
-            return Ok((
-                resp.body,
-                kbs.into_iter().filter(|k| started.iter().any(|(n, _)| k["name"] == n.as_str())).collect(),
-            ));
+            return Ok((resp.body, kbs.into_iter().filter(|k| started.iter().any(|(n, _)| k.name == *n)).collect()));
         }
     }
 }
@@ -839,6 +780,7 @@ async fn follow(
 mod tests {
     use super::*;
     use clap::Parser;
+    use serde_json::json;
 
     fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
         let mut full = vec!["coffer", "kb"];
@@ -846,15 +788,16 @@ mod tests {
         crate::Cli::try_parse_from(full)
     }
 
-    fn kb(name: &str, state: &str, done: u64, total: u64, job: u64) -> Value {
-        json!({
+    fn kb(name: &str, state: &str, done: u64, total: u64, job: u64) -> KnowledgeBaseInfo {
+        serde_json::from_value(json!({
             "name": name, "kind": "folder", "root": format!("/srv/{name}"), "include": [], "exclude": [],
             "created_ms": 1_796_031_096_000_i64, "documents": 12, "chunks": 40, "embedded": 0,
             "last_sync_ms": 1_796_031_096_000_i64, "pending": 0, "pending_embeddings": 0,
             "errors": [{"path": "bin/x.md", "error": "not UTF-8"}],
             "progress": {"state": state, "done": done, "total": total, "bytes_done": done * 1024, "bytes_total": total * 1024, "started_ms": null, "message": "", "job": job},
             "watching": true,
-        })
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -899,9 +842,12 @@ mod tests {
         assert_eq!(absolute(Path::new("../x"), cwd), PathBuf::from("/home/u/work/../x"));
         assert_eq!(absolute(Path::new("/abs/./v"), cwd), PathBuf::from("/abs/v"));
         let a = AddArgs { name: "n".into(), path: Some("docs".into()), include: vec!["*.md".into()], exclude: vec![] };
-        assert_eq!(add_body(&a, cwd), json!({"name": "n", "path": "/home/u/work/docs", "include": ["*.md"]}));
+        assert_eq!(
+            serde_json::to_value(add_body(&a, cwd)).unwrap(),
+            json!({"name": "n", "path": "/home/u/work/docs", "include": ["*.md"]})
+        );
         let a = AddArgs { name: "n".into(), path: None, include: vec![], exclude: vec![] };
-        assert_eq!(add_body(&a, cwd), json!({"name": "n"}));
+        assert_eq!(serde_json::to_value(add_body(&a, cwd)).unwrap(), json!({"name": "n"}));
     }
 
     #[test]
@@ -916,27 +862,39 @@ mod tests {
             panic!("a search")
         };
         assert_eq!(
-            search_body(&a),
+            serde_json::to_value(search_body(&a)).unwrap(),
             json!({"query": "rotate keys", "limit": 3, "kb": ["notes"], "path_prefix": "ops/", "tags": ["t"], "engines": ["keyword"], "regex": true})
         );
     }
 
     #[test]
     fn results_are_compact_with_bold_only_on_a_terminal() {
-        let reply = json!({
-            "results": [
-                {"kb": "notes", "path": "ops/keys.md", "heading_path": ["Ops", "Keys"], "line_start": 3, "line_end": 9,
-                 "snippet": "how to **rotate** the\n**keys**", "fact_id": null},
-                {"kb": "memory", "path": "01J.md", "heading_path": [], "line_start": 1, "line_end": 1,
-                 "snippet": "likes \u{1b}[31m**tea**", "fact_id": "01J"},
-            ],
+        let hit = |kb: &str, path: &str, heading: &[&str], lines: (u32, u32), snippet: &str, fact: Option<&str>| {
+            coffer_api::knowledge::SearchResult {
+                kb: kb.into(),
+                path: path.into(),
+                heading_path: heading.iter().map(|h| (*h).to_owned()).collect(),
+                line_start: lines.0,
+                line_end: lines.1,
+                snippet: snippet.into(),
+                fact_id: fact.map(str::to_owned),
+                ..Default::default()
+            }
+        };
+        let mut reply: SearchReply = serde_json::from_value(json!({
+            "results": [],
             "engines": [
                 {"engine": "keyword", "state": "ok", "hits": 2, "took_ms": 1, "message": ""},
                 {"engine": "vector", "state": "failed", "hits": 0, "took_ms": 0, "message": "connection refused"},
                 {"engine": "grep", "state": "disabled", "hits": 0, "took_ms": 0, "message": ""},
             ],
             "warnings": ["vector engine failed: connection refused"], "took_ms": 4, "fusion": "rrf k=60",
-        });
+        }))
+        .unwrap();
+        reply.results = vec![
+            hit("notes", "ops/keys.md", &["Ops", "Keys"], (3, 9), "how to **rotate** the\n**keys**", None),
+            hit("memory", "01J.md", &[], (1, 1), "likes \u{1b}[31m**tea**", Some("01J")),
+        ];
         assert_eq!(
             render_results(&reply, false),
             "notes:ops/keys.md:3-9  Ops › Keys\n    how to rotate the\n    keys\n\n\
@@ -946,10 +904,7 @@ mod tests {
         let styled = render_results(&reply, true);
         assert!(styled.contains("how to \u{1b}[1mrotate\u{1b}[0m the"), "{styled:?}");
         assert_eq!(snippet("open **end", true), "open \u{1b}[1mend\u{1b}[0m");
-        assert_eq!(
-            render_results(&json!({"results": [], "engines": [], "took_ms": 0}), false),
-            "No results\nengines: -, 0 ms\n"
-        );
+        assert_eq!(render_results(&SearchReply::default(), false), "No results\nengines: -, 0 ms\n");
     }
 
     #[test]
@@ -988,7 +943,7 @@ mod tests {
         assert!(lines[2].contains("failed"), "{t}");
         let s = render_status(
             &items,
-            &[json!({"name": "vector", "enabled": false, "detail": "no embeddings endpoint"})],
+            &[EngineConfig { name: "vector".into(), enabled: false, detail: "no embeddings endpoint".into() }],
             Some(200),
         );
         assert!(s.contains("errors in notes:\n  bin/x.md: not UTF-8\n"), "{s}");
@@ -1005,7 +960,7 @@ mod tests {
         assert!(shown.contains("last sync: 2026-11-30 09:31:36"), "{shown}");
         assert!(shown.contains("include:   **/*.md, **/*.markdown (default)\n"), "no globs given: {shown}");
         let mut globbed = items[0].clone();
-        globbed["include"] = json!(["docs/**/*.md"]);
+        globbed.include = vec!["docs/**/*.md".into()];
         assert!(render_kb(&globbed).contains("include:   docs/**/*.md\n"));
     }
 }

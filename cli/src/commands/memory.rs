@@ -1,13 +1,13 @@
 //! `coffer memory remember|recall|list|show|forget`: remembered facts (one markdown file each
 //! under `COFFER_HOME/memory/`) over `/v1/memory…`.
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use coffer_api::knowledge::{Fact, FactCreate, Facts, RecallRequest, RememberReply, SearchReply};
 
 use crate::api::with_query;
-use crate::commands::kb::{print_warnings, render_results, stdout_is_styled, time_ms};
+use crate::commands::kb::{print_warnings, render_results, stdout_is_styled, time_of};
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, printable, render_fields, render_table_fitted};
+use crate::output::{self, printable, render_fields, render_table_fitted, text_cell};
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
@@ -122,48 +122,41 @@ pub fn empty_list_message(tag: Option<&str>, cursor: Option<&str>) -> String {
 }
 
 /// The body of `POST /v1/memory`.
-pub fn remember_body(a: &RememberArgs) -> Value {
-    let mut body = json!({"text": a.text.join(" ")});
-    if !a.tags.is_empty() {
-        body["tags"] = json!(a.tags);
+pub fn remember_body(a: &RememberArgs) -> FactCreate {
+    FactCreate {
+        text: a.text.join(" "),
+        tags: (!a.tags.is_empty()).then(|| a.tags.clone()),
+        source: a.source.clone(),
+        allow_secret: a.allow_secret.then_some(true),
     }
-    if let Some(s) = &a.source {
-        body["source"] = json!(s);
-    }
-    if a.allow_secret {
-        body["allow_secret"] = json!(true);
-    }
-    body
 }
 
 /// What `remember` says: the new id, or the duplicate that stands instead.
-pub fn render_remembered(reply: &Value) -> String {
-    let f = &reply["fact"];
-    let id = f["id"].as_str().unwrap_or("?");
-    if reply["created"].as_bool().unwrap_or(true) {
-        format!("Remembered as fact {id} ({})\n", printable(f["path"].as_str().unwrap_or("-")))
+pub fn render_remembered(reply: &RememberReply) -> String {
+    let f = &reply.fact;
+    let id = &f.id;
+    if reply.created {
+        format!("Remembered as fact {id} ({})\n", printable(&f.path))
     } else {
         format!(
             "Not saved again: fact {id} already says this (similarity {:.2}):\n  {}\n",
-            reply["similarity"].as_f64().unwrap_or(1.0),
-            printable(f["text"].as_str().unwrap_or(""))
+            reply.similarity.unwrap_or(1.0),
+            printable(&f.text)
         )
     }
 }
 
 /// The facts table: ID CREATED TAGS SOURCE TEXT (the text cut to `width`).
-pub fn render_facts(items: &[Value], width: Option<usize>) -> String {
+pub fn render_facts(items: &[Fact], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|f| {
-            let tags: Vec<&str> =
-                f["tags"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
             vec![
-                cell(f.get("id"), 40),
-                time_ms(&f["created_ms"]),
-                if tags.is_empty() { "-".into() } else { tags.join(",") },
-                cell(f.get("source"), 40),
-                cell(f.get("text"), 2000),
+                text_cell(&f.id, 40),
+                time_of(f.created_ms),
+                if f.tags.is_empty() { "-".into() } else { f.tags.join(",") },
+                text_cell(&f.source, 40),
+                text_cell(&f.text, 2000),
             ]
         })
         .collect();
@@ -171,22 +164,20 @@ pub fn render_facts(items: &[Value], width: Option<usize>) -> String {
 }
 
 /// One fact in full.
-pub fn render_fact(f: &Value) -> String {
-    let tags: Vec<&str> =
-        f["tags"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+pub fn render_fact(f: &Fact) -> String {
     render_fields(&[
-        ("id", cell(f.get("id"), 40)),
-        ("created", time_ms(&f["created_ms"])),
-        ("tags", if tags.is_empty() { "-".into() } else { tags.join(", ") }),
-        ("source", cell(f.get("source"), 256)),
-        ("file", f["path"].as_str().unwrap_or("-").to_owned()),
-        ("text", f["text"].as_str().unwrap_or("").to_owned()),
+        ("id", text_cell(&f.id, 40)),
+        ("created", time_of(f.created_ms)),
+        ("tags", if f.tags.is_empty() { "-".into() } else { f.tags.join(", ") }),
+        ("source", text_cell(&f.source, 256)),
+        ("file", f.path.clone()),
+        ("text", f.text.clone()),
     ])
 }
 
 /// The warning line under a fact whose file has a problem (empty when it has none).
-pub fn fact_warning(f: &Value) -> String {
-    match f["warning"].as_str().filter(|w| !w.is_empty()) {
+pub fn fact_warning(f: &Fact) -> String {
+    match f.warning.as_deref().filter(|w| !w.is_empty()) {
         Some(w) => format!("warning: {}\n", printable(w)),
         None => String::new(),
     }
@@ -198,20 +189,22 @@ async fn remember(ctx: &Ctx, a: RememberArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    output::print(&render_remembered(&resp.json()?))
+    output::print(&render_remembered(&resp.parse()?))
 }
 
 async fn recall(ctx: &Ctx, a: RecallArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    let mut body = json!({"query": a.query.join(" "), "limit": a.limit});
-    if !a.tags.is_empty() {
-        body["tags"] = json!(a.tags);
-    }
+    let body = RecallRequest {
+        query: a.query.join(" "),
+        tags: (!a.tags.is_empty()).then_some(a.tags),
+        limit: Some(a.limit),
+        snippet_chars: None,
+    };
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/memory/recall").json(&body)).await?;
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let reply = resp.json()?;
+    let reply: SearchReply = resp.parse()?;
     output::print(&render_results(&reply, stdout_is_styled()))?;
     print_warnings(&reply);
     Ok(())
@@ -228,14 +221,13 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let body = resp.json()?;
-    let items = body["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if items.is_empty() {
+    let page: Facts = resp.parse()?;
+    if page.items.is_empty() {
         output::println(&empty_list_message(a.tag.as_deref(), a.cursor.as_deref()))?;
     } else {
-        output::print(&render_facts(items, output::terminal_width()))?;
+        output::print(&render_facts(&page.items, output::terminal_width()))?;
     }
-    if let Some(c) = body["next_cursor"].as_str() {
+    if let Some(c) = &page.next_cursor {
         crate::eprintln_printable!("(more: repeat with --cursor {c})");
     }
     Ok(())
@@ -247,7 +239,7 @@ async fn show(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     if ctx.json {
         return output::print_body(&resp.body);
     }
-    let fact = resp.json()?;
+    let fact: Fact = resp.parse()?;
     output::print(&render_fact(&fact))?;
     let warning = fact_warning(&fact);
     if !warning.is_empty() {
@@ -269,6 +261,7 @@ async fn forget(ctx: &Ctx, id: &str) -> Result<(), CliError> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use serde_json::json;
 
     fn parse(args: &[&str]) -> Result<crate::Cli, clap::Error> {
         let mut full = vec!["coffer", "memory"];
@@ -283,13 +276,19 @@ mod tests {
         else {
             panic!("remember")
         };
-        assert_eq!(remember_body(&a), json!({"text": "likes tea", "tags": ["food"], "source": "me"}));
+        assert_eq!(
+            serde_json::to_value(remember_body(&a)).unwrap(),
+            json!({"text": "likes tea", "tags": ["food"], "source": "me"})
+        );
         let crate::commands::Command::Memory(MemoryCommand::Remember(a)) =
             parse(&["remember", "--allow-secret", "pin", "is", "4821"]).unwrap().command
         else {
             panic!("remember")
         };
-        assert_eq!(remember_body(&a), json!({"text": "pin is 4821", "allow_secret": true}));
+        assert_eq!(
+            serde_json::to_value(remember_body(&a)).unwrap(),
+            json!({"text": "pin is 4821", "allow_secret": true})
+        );
         for bad in [
             &["remember"][..],
             &["recall"],
@@ -304,13 +303,11 @@ mod tests {
 
     #[test]
     fn remembered_facts_and_duplicates_are_told_apart() {
-        let fact = json!({"id": "01J", "text": "likes tea", "tags": ["food"], "source": "cli", "created_ms": 1_796_031_096_000_i64, "path": "/h/memory/01J.md"});
+        let fact: Fact = serde_json::from_value(json!({"id": "01J", "text": "likes tea", "tags": ["food"], "source": "cli", "created_ms": 1_796_031_096_000_i64, "path": "/h/memory/01J.md"})).unwrap();
+        let reply = |created: bool, similarity: Option<f64>| RememberReply { fact: fact.clone(), created, similarity };
+        assert_eq!(render_remembered(&reply(true, None)), "Remembered as fact 01J (/h/memory/01J.md)\n");
         assert_eq!(
-            render_remembered(&json!({"fact": fact, "created": true})),
-            "Remembered as fact 01J (/h/memory/01J.md)\n"
-        );
-        assert_eq!(
-            render_remembered(&json!({"fact": fact, "created": false, "similarity": 0.97})),
+            render_remembered(&reply(false, Some(0.97))),
             "Not saved again: fact 01J already says this (similarity 0.97):\n  likes tea\n"
         );
         assert_eq!(
@@ -319,7 +316,12 @@ mod tests {
         );
         assert!(render_fact(&fact).contains("file:    /h/memory/01J.md\n"), "{}", render_fact(&fact));
         assert_eq!(fact_warning(&fact), "");
-        let broken = json!({"id": "01J", "text": "x", "warning": "invalid YAML front matter: …"});
+        let broken = Fact {
+            id: "01J".into(),
+            text: "x".into(),
+            warning: Some("invalid YAML front matter: …".into()),
+            ..Default::default()
+        };
         assert_eq!(fact_warning(&broken), "warning: invalid YAML front matter: …\n");
     }
 

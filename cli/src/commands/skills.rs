@@ -2,11 +2,11 @@
 //! `/v1/skills…`. A skill whose front matter is malformed is not listed; `list` names it on
 //! stderr with the reason.
 use clap::{Args, Subcommand};
-use serde_json::Value;
+use coffer_api::skills::{Skill, SkillSummary, Skills};
 
 use crate::context::Ctx;
 use crate::error::CliError;
-use crate::output::{self, cell, printable, render_fields, render_table_fitted};
+use crate::output::{self, printable, render_fields, render_table_fitted, text_cell};
 
 #[derive(Debug, Subcommand)]
 pub enum SkillsCommand {
@@ -40,21 +40,20 @@ pub async fn run(ctx: &Ctx, cmd: SkillsCommand) -> Result<(), CliError> {
             if ctx.json {
                 return output::print_body(&resp.body);
             }
-            let v = resp.json()?;
-            let items = v["items"].as_array().map(Vec::as_slice).unwrap_or_default();
-            if items.is_empty() {
+            let skills: Skills = resp.parse()?;
+            if skills.items.is_empty() {
                 output::println(&format!(
                     "No skills yet; add one as {}",
                     ctx.home.root().join("skills").join("NAME").join("SKILL.md").display()
                 ))?;
             } else {
-                output::print(&render_skills(items, output::terminal_width()))?;
+                output::print(&render_skills(&skills.items, output::terminal_width()))?;
             }
-            for i in v["invalid"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            for i in &skills.invalid {
                 crate::eprintln_printable!(
                     "warning: skill {} is not listed: {}",
-                    printable(i["name"].as_str().unwrap_or("?")),
-                    printable(i["error"].as_str().unwrap_or("?"))
+                    printable(&i.name),
+                    printable(&i.error)
                 );
             }
             Ok(())
@@ -64,38 +63,33 @@ pub async fn run(ctx: &Ctx, cmd: SkillsCommand) -> Result<(), CliError> {
             if ctx.json {
                 return output::print_body(&resp.body);
             }
-            output::print(&render_skill(&resp.json()?))
+            output::print(&render_skill(&resp.parse()?))
         }
     }
 }
 
 /// The skills table: NAME DESCRIPTION (cut to `width`).
-pub fn render_skills(items: &[Value], width: Option<usize>) -> String {
+pub fn render_skills(items: &[SkillSummary], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> =
-        items.iter().map(|s| vec![cell(s.get("name"), 64), cell(s.get("description"), 2000)]).collect();
+        items.iter().map(|s| vec![text_cell(&s.name, 64), text_cell(&s.description, 2000)]).collect();
     render_table_fitted(&["NAME", "DESCRIPTION"], &rows, width)
 }
 
 /// One skill: its fields, a blank line, its body.
-pub fn render_skill(s: &Value) -> String {
-    let files: Vec<&str> =
-        s["files"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+pub fn render_skill(s: &Skill) -> String {
     let mut fields = vec![
-        ("name", cell(s.get("name"), 64)),
-        ("description", s["description"].as_str().unwrap_or("").to_owned()),
-        ("path", s["path"].as_str().unwrap_or("-").to_owned()),
-        ("files", if files.is_empty() { "-".into() } else { files.join(", ") }),
+        ("name", text_cell(&s.name, 64)),
+        ("description", s.description.clone()),
+        ("path", s.path.clone()),
+        ("files", if s.files.is_empty() { "-".into() } else { s.files.join(", ") }),
     ];
-    let meta: Vec<String> = s["metadata"]
-        .as_object()
-        .map(|m| m.iter().map(|(k, v)| format!("{k}: {}", v.as_str().unwrap_or(""))).collect())
-        .unwrap_or_default();
+    let meta: Vec<String> = s.metadata.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     if !meta.is_empty() {
         fields.push(("metadata", meta.join("\n")));
     }
     let mut out = render_fields(&fields);
     out.push('\n');
-    let body = s["body"].as_str().unwrap_or("");
+    let body = s.body.as_str();
     out.push_str(&output::printable_text(body));
     if !body.ends_with('\n') {
         out.push('\n');
@@ -110,15 +104,20 @@ mod tests {
 
     #[test]
     fn skills_are_listed_and_shown() {
-        let items = vec![
-            json!({"name": "release-notes", "description": "Write release notes from the git log", "path": "/h/skills/release-notes/SKILL.md"}),
-        ];
+        let items = vec![SkillSummary {
+            name: "release-notes".into(),
+            description: "Write release notes from the git log".into(),
+            path: "/h/skills/release-notes/SKILL.md".into(),
+        }];
         assert_eq!(
             render_skills(&items, None),
             "NAME           DESCRIPTION\nrelease-notes  Write release notes from the git log\n"
         );
-        let skill = json!({"name": "release-notes", "description": "Write notes", "body": "# Steps\n1. Read \u{1b}the log\n",
-            "path": "/h/skills/release-notes/SKILL.md", "files": ["template.md"], "metadata": {"license": "MIT"}});
+        let skill: Skill = serde_json::from_value(
+            json!({"name": "release-notes", "description": "Write notes", "body": "# Steps\n1. Read \u{1b}the log\n",
+            "path": "/h/skills/release-notes/SKILL.md", "files": ["template.md"], "metadata": {"license": "MIT"}}),
+        )
+        .unwrap();
         assert_eq!(
             render_skill(&skill),
             "name:        release-notes\ndescription: Write notes\npath:        /h/skills/release-notes/SKILL.md\n\

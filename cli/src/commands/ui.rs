@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Args;
+use coffer_api::console::{LoginCode, LoginCodeRequest, Revoked};
 use serde_json::json;
 
 use crate::context::Ctx;
@@ -56,27 +57,23 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         if ctx.json {
             return output::print_body(&resp.body);
         }
-        let n = resp.json()?["revoked"].as_u64().unwrap_or(0);
+        let n = resp.parse::<Revoked>()?.revoked;
         return output::println(&format!(
             "Signed out {n} web session{}; run `coffer ui` to sign in again.",
             if n == 1 { "" } else { "s" }
         ));
     }
-    let body = match &args.page {
-        Some(p) => json!({"page": p}),
-        None => json!({}),
-    };
-    let minted = api.post("/v1/ui/login-codes", Some(&body)).await?;
-    let url = minted["url"].as_str().unwrap_or_default().to_owned();
-    let ttl = minted["expires_in_s"].as_u64().unwrap_or(0);
+    let body = LoginCodeRequest { page: args.page.clone() };
+    let minted: LoginCode =
+        api.send(api.request(reqwest::Method::POST, "/v1/ui/login-codes").json(&body)).await?.parse()?;
+    let LoginCode { code, url, expires_in_s: ttl } = minted;
     if ctx.json {
         output::print_json(&json!({"url": url, "expires_in_s": ttl}))?;
     } else {
         output::println(&format!("Open {url} (valid {ttl} s, once)"))?;
     }
     if !args.no_open {
-        let code = minted["code"].as_str().unwrap_or_default();
-        let page = ctx.home.login_redirect(code);
+        let page = ctx.home.login_redirect(&code);
         if let Err(e) = write_redirect_page(&page, &url) {
             crate::eprintln_printable!("hint: could not write {} ({e}); open the link above yourself", page.display());
             return Ok(());

@@ -2,9 +2,10 @@
 //! and the one JSON form of its messages, shared by REST (`rest::knowledge`) and the built-in
 //! MCP tools (`mcp::builtin`).
 //!
-//! JSON: the proto messages with their field names (snake_case), enums as lowercase words (job
-//! state `idle|scanning|indexing|failed`, engine state `ok|failed|timeout|disabled`), times as
-//! `*_ms` Unix milliseconds (`null` when the service sent 0: never, unknown).
+//! JSON: the proto messages as the contract's types (`coffer_api::knowledge`,
+//! `coffer_api::skills`): their field names (snake_case), enums as lowercase words (job state
+//! `idle|scanning|indexing|failed`, engine state `ok|failed|timeout|disabled`), times as `*_ms`
+//! Unix milliseconds (`null` when the service sent 0: never, unknown).
 //!
 //! Every call goes through [`call`]: a deadline ([`CALL_TIMEOUT`]), and a channel whose HTTP/2
 //! keep-alive pings notice within ~3 s a peer that does not run (the supervisor keeps the
@@ -12,14 +13,16 @@
 //! and nobody answers). Failures become the envelope in `error::ApiError::from_retrieval`.
 use std::time::Duration;
 
+use coffer_api::knowledge as api;
+use coffer_api::skills;
 use coffer_proto::retrieval::retrieval_client::RetrievalClient;
 use coffer_proto::retrieval::{
-    EngineConfig, EngineReport, EngineState, Fact, FileError, InvalidSkill, JobState, KnowledgeBaseInfo, Progress,
-    RememberReply, SearchReply, SearchResult, Skill, SkillSummary,
+    EngineConfig, EngineState, Fact, InvalidSkill, JobState, KnowledgeBaseInfo, Progress, RememberReply, SearchReply,
+    SearchResult, Skill, SkillSummary,
 };
 use coffer_runtime::grpc::AuthChannel;
 use secrecy::SecretString;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The Retrieval client type; cheap to clone (call a method on a clone: tonic clients take
 /// `&mut self`).
@@ -74,205 +77,182 @@ pub async fn call<T>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON.
+// JSON: the proto messages as the `coffer_api::knowledge` / `coffer_api::skills` types.
 
-/// A Unix-ms time, `null` for 0 (never / unknown).
-fn ms(v: i64) -> Value {
-    if v > 0 { json!(v) } else { Value::Null }
+/// A Unix-ms time, `None` for 0 (never / unknown).
+fn ms(v: i64) -> Option<i64> {
+    (v > 0).then_some(v)
 }
 
-/// A job state as its lowercase word (`idle` for an unspecified one: nothing is known to run).
-pub fn job_state(s: JobState) -> &'static str {
+/// A job state as the API names it (`idle` for an unspecified one: nothing is known to run).
+pub fn job_state(s: JobState) -> api::JobState {
     match s {
-        JobState::Unspecified | JobState::Idle => "idle",
-        JobState::Scanning => "scanning",
-        JobState::Indexing => "indexing",
-        JobState::Failed => "failed",
+        JobState::Unspecified | JobState::Idle => api::JobState::Idle,
+        JobState::Scanning => api::JobState::Scanning,
+        JobState::Indexing => api::JobState::Indexing,
+        JobState::Failed => api::JobState::Failed,
     }
 }
 
-/// Every job state word, for schemas.
-pub const JOB_STATES: &[&str] = &["idle", "scanning", "indexing", "failed"];
-
-/// An engine state as its lowercase word (`disabled` for an unspecified one).
-pub fn engine_state(s: EngineState) -> &'static str {
+/// An engine state as the API names it (`disabled` for an unspecified one).
+pub fn engine_state(s: EngineState) -> api::EngineState {
     match s {
-        EngineState::Ok => "ok",
-        EngineState::Failed => "failed",
-        EngineState::Timeout => "timeout",
-        EngineState::Unspecified | EngineState::Disabled => "disabled",
+        EngineState::Ok => api::EngineState::Ok,
+        EngineState::Failed => api::EngineState::Failed,
+        EngineState::Timeout => api::EngineState::Timeout,
+        EngineState::Unspecified | EngineState::Disabled => api::EngineState::Disabled,
     }
 }
 
-/// Every engine state word, for schemas.
-pub const ENGINE_STATES: &[&str] = &["ok", "failed", "timeout", "disabled"];
-
-/// `Progress` → `{state, done, total, bytes_done, bytes_total, started_ms, message, job}`.
-pub fn progress_json(p: &Progress) -> Value {
-    json!({
-        "state": job_state(p.state()), "done": p.done, "total": p.total,
-        "bytes_done": p.bytes_done, "bytes_total": p.bytes_total, "started_ms": ms(p.started_ms),
-        "message": p.message, "job": p.job,
-    })
+/// `Progress` as the API shows it (`started_ms` null for 0).
+pub fn progress(p: &Progress) -> api::Progress {
+    api::Progress {
+        state: job_state(p.state()),
+        done: p.done,
+        total: p.total,
+        bytes_done: p.bytes_done,
+        bytes_total: p.bytes_total,
+        started_ms: ms(p.started_ms),
+        message: p.message.clone(),
+        job: p.job,
+    }
 }
 
-fn file_error_json(e: &FileError) -> Value {
-    json!({"path": e.path, "error": e.error})
+/// `KnowledgeBaseInfo` as the API shows it (`progress` null when the service sent none).
+pub fn kb(k: KnowledgeBaseInfo) -> api::KnowledgeBaseInfo {
+    api::KnowledgeBaseInfo {
+        progress: k.progress.as_ref().map(progress),
+        name: k.name,
+        kind: k.kind,
+        root: k.root,
+        include: k.include,
+        exclude: k.exclude,
+        created_ms: ms(k.created_ms),
+        documents: k.documents,
+        chunks: k.chunks,
+        embedded: k.embedded,
+        last_sync_ms: ms(k.last_sync_ms),
+        pending: k.pending,
+        pending_embeddings: k.pending_embeddings,
+        errors: k.errors.into_iter().map(|e| api::FileError { path: e.path, error: e.error }).collect(),
+        watching: k.watching,
+    }
 }
 
-/// `KnowledgeBaseInfo` → its JSON (`progress` null when the service sent none).
-pub fn kb_json(k: &KnowledgeBaseInfo) -> Value {
-    json!({
-        "name": k.name, "kind": k.kind, "root": k.root, "include": k.include, "exclude": k.exclude,
-        "created_ms": ms(k.created_ms), "documents": k.documents, "chunks": k.chunks, "embedded": k.embedded,
-        "last_sync_ms": ms(k.last_sync_ms), "pending": k.pending, "pending_embeddings": k.pending_embeddings,
-        "errors": k.errors.iter().map(file_error_json).collect::<Vec<_>>(),
-        "progress": k.progress.as_ref().map_or(Value::Null, progress_json),
-        "watching": k.watching,
-    })
+/// `EngineConfig` as the API shows it.
+pub fn engine_config(e: EngineConfig) -> api::EngineConfig {
+    api::EngineConfig { name: e.name, enabled: e.enabled, detail: e.detail }
 }
 
-/// `EngineConfig` → `{name, enabled, detail}`.
-pub fn engine_config_json(e: &EngineConfig) -> Value {
-    json!({"name": e.name, "enabled": e.enabled, "detail": e.detail})
+/// `SearchReply` as the API shows it (`fact_id` null outside memory, `modified_ms` null when
+/// unknown). Takes the reply: a search's answer is on the path its caller waits on, so its
+/// strings are moved, not copied.
+pub fn search_reply(r: SearchReply) -> api::SearchReply {
+    api::SearchReply {
+        results: r.results.into_iter().map(search_result).collect(),
+        engines: r
+            .engines
+            .into_iter()
+            .map(|e| api::EngineReport {
+                state: engine_state(e.state()),
+                engine: e.engine,
+                hits: e.hits,
+                took_ms: e.took_ms,
+                message: e.message,
+            })
+            .collect(),
+        warnings: r.warnings,
+        took_ms: r.took_ms,
+        fusion: r.fusion,
+    }
 }
 
-/// `SearchReply` → `{results, engines, warnings, took_ms, fusion}` as a JSON value (the built-in
-/// tools' `structuredContent`); REST serializes [`SearchReplyView`] directly.
+fn search_result(r: SearchResult) -> api::SearchResult {
+    api::SearchResult {
+        kb: r.kb,
+        path: r.path,
+        title: r.title,
+        heading_path: r.heading_path,
+        line_start: r.line_start,
+        line_end: r.line_end,
+        snippet: r.snippet,
+        score: r.score,
+        ranks: r
+            .ranks
+            .into_iter()
+            .map(|k| api::EngineRank { engine: k.engine, rank: k.rank, score: k.score })
+            .collect(),
+        tags: r.tags,
+        modified_ms: ms(r.modified_ms),
+        fact_id: (!r.fact_id.is_empty()).then_some(r.fact_id),
+        absolute_path: r.absolute_path,
+    }
+}
+
+/// `SearchReply` as a JSON value (the built-in tools' `structuredContent`).
 pub fn search_reply_json(r: &SearchReply) -> Value {
-    serde_json::to_value(SearchReplyView::from(r)).unwrap_or(Value::Null)
+    to_json(&search_reply(r.clone()))
 }
 
-/// The JSON form of a `SearchReply`, serialized straight from the reply (no intermediate
-/// `Value`: a search's answer is on the path its caller waits on). A result is `{kb, path,
-/// title, heading_path, line_start, line_end, snippet, score, ranks: [{engine, rank, score}],
-/// tags, modified_ms, fact_id, absolute_path}` (`fact_id` `null` outside memory,
-/// `modified_ms` `null` when unknown); an engine report `{engine, state, hits, took_ms,
-/// message}`.
-#[derive(serde::Serialize)]
-pub struct SearchReplyView<'a> {
-    results: Vec<SearchResultView<'a>>,
-    engines: Vec<EngineReportView<'a>>,
-    warnings: &'a [String],
-    took_ms: u32,
-    fusion: &'a str,
-}
-
-impl<'a> From<&'a SearchReply> for SearchReplyView<'a> {
-    fn from(r: &'a SearchReply) -> Self {
-        Self {
-            results: r.results.iter().map(SearchResultView::from).collect(),
-            engines: r.engines.iter().map(EngineReportView::from).collect(),
-            warnings: &r.warnings,
-            took_ms: r.took_ms,
-            fusion: &r.fusion,
-        }
+/// `Fact` as the API shows it (`warning` only when the file has a problem).
+pub fn fact(f: Fact) -> api::Fact {
+    api::Fact {
+        id: f.id,
+        text: f.text,
+        tags: f.tags,
+        source: f.source,
+        created_ms: ms(f.created_ms),
+        path: f.path,
+        warning: (!f.warning.is_empty()).then_some(f.warning),
     }
 }
 
-#[derive(serde::Serialize)]
-struct SearchResultView<'a> {
-    kb: &'a str,
-    path: &'a str,
-    title: &'a str,
-    heading_path: &'a [String],
-    line_start: u32,
-    line_end: u32,
-    snippet: &'a str,
-    score: f64,
-    ranks: Vec<RankView<'a>>,
-    tags: &'a [String],
-    modified_ms: Option<i64>,
-    fact_id: Option<&'a str>,
-    absolute_path: &'a str,
-}
-
-impl<'a> From<&'a SearchResult> for SearchResultView<'a> {
-    fn from(r: &'a SearchResult) -> Self {
-        Self {
-            kb: &r.kb,
-            path: &r.path,
-            title: &r.title,
-            heading_path: &r.heading_path,
-            line_start: r.line_start,
-            line_end: r.line_end,
-            snippet: &r.snippet,
-            score: r.score,
-            ranks: r.ranks.iter().map(|k| RankView { engine: &k.engine, rank: k.rank, score: k.score }).collect(),
-            tags: &r.tags,
-            modified_ms: (r.modified_ms > 0).then_some(r.modified_ms),
-            fact_id: (!r.fact_id.is_empty()).then_some(r.fact_id.as_str()),
-            absolute_path: &r.absolute_path,
-        }
+/// `RememberReply` as the API shows it: `similarity` only for an existing duplicate.
+pub fn remember(r: RememberReply) -> api::RememberReply {
+    api::RememberReply {
+        fact: fact(r.fact.unwrap_or_default()),
+        created: r.created,
+        similarity: (!r.created).then_some(r.similarity),
     }
 }
 
-#[derive(serde::Serialize)]
-struct RankView<'a> {
-    engine: &'a str,
-    rank: u32,
-    score: f64,
-}
-
-#[derive(serde::Serialize)]
-struct EngineReportView<'a> {
-    engine: &'a str,
-    state: &'static str,
-    hits: u32,
-    took_ms: u32,
-    message: &'a str,
-}
-
-impl<'a> From<&'a EngineReport> for EngineReportView<'a> {
-    fn from(e: &'a EngineReport) -> Self {
-        Self {
-            engine: &e.engine,
-            state: engine_state(e.state()),
-            hits: e.hits,
-            took_ms: e.took_ms,
-            message: &e.message,
-        }
-    }
-}
-
-/// `Fact` → `{id, text, tags, source, created_ms, path}`.
-pub fn fact_json(f: &Fact) -> Value {
-    let mut v = json!({"id": f.id, "text": f.text, "tags": f.tags, "source": f.source, "created_ms": ms(f.created_ms), "path": f.path});
-    if !f.warning.is_empty() {
-        v["warning"] = json!(f.warning);
-    }
-    v
-}
-
-/// `RememberReply` → `{fact, created}` plus `similarity` for an existing duplicate.
+/// [`remember`] as a JSON value (the built-in tools' `structuredContent`).
 pub fn remember_json(r: &RememberReply) -> Value {
-    let mut v = json!({"fact": r.fact.as_ref().map_or(Value::Null, fact_json), "created": r.created});
-    if !r.created {
-        v["similarity"] = json!(r.similarity);
+    to_json(&remember(r.clone()))
+}
+
+/// `SkillSummary` as the API shows it.
+pub fn skill_summary(s: SkillSummary) -> skills::SkillSummary {
+    skills::SkillSummary { name: s.name, description: s.description, path: s.path }
+}
+
+/// `InvalidSkill` as the API shows it.
+pub fn invalid_skill(s: InvalidSkill) -> skills::InvalidSkill {
+    skills::InvalidSkill { name: s.name, error: s.error }
+}
+
+/// `Skill` as the API shows it (metadata keys sorted).
+pub fn skill(s: Skill) -> skills::Skill {
+    skills::Skill {
+        name: s.name,
+        description: s.description,
+        body: s.body,
+        path: s.path,
+        files: s.files,
+        metadata: s.metadata.into_iter().collect(),
     }
-    v
 }
 
-/// `SkillSummary` → `{name, description, path}`.
-pub fn skill_summary_json(s: &SkillSummary) -> Value {
-    json!({"name": s.name, "description": s.description, "path": s.path})
-}
-
-/// `InvalidSkill` → `{name, error}`.
-pub fn invalid_skill_json(s: &InvalidSkill) -> Value {
-    json!({"name": s.name, "error": s.error})
-}
-
-/// `Skill` → `{name, description, body, path, files, metadata}` (metadata keys sorted).
-pub fn skill_json(s: &Skill) -> Value {
-    let metadata: std::collections::BTreeMap<&String, &String> = s.metadata.iter().collect();
-    json!({"name": s.name, "description": s.description, "body": s.body, "path": s.path, "files": s.files, "metadata": metadata})
+/// A contract type as a JSON value (for the built-in tools' `structuredContent`).
+pub fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coffer_proto::retrieval::EngineRank;
+    use coffer_proto::retrieval::{EngineRank, EngineReport, FileError};
+    use serde_json::json;
 
     #[test]
     fn enums_are_lowercase_words_and_zero_times_are_null() {
@@ -291,22 +271,21 @@ mod tests {
             }),
             ..Default::default()
         };
-        let v = kb_json(&kb);
+        let v = to_json(&super::kb(kb));
         assert_eq!(v["progress"]["state"], "indexing");
         assert_eq!(v["progress"]["started_ms"], Value::Null);
         assert_eq!((&v["created_ms"], &v["last_sync_ms"]), (&json!(5), &Value::Null));
         assert_eq!(v["errors"], json!([{"path": "a.bin", "error": "binary"}]));
-        assert_eq!(kb_json(&KnowledgeBaseInfo::default())["progress"], Value::Null);
+        assert_eq!(to_json(&super::kb(KnowledgeBaseInfo::default()))["progress"], Value::Null);
         for (s, w) in [(JobState::Unspecified, "idle"), (JobState::Scanning, "scanning"), (JobState::Failed, "failed")]
         {
-            assert_eq!(job_state(s), w);
-            assert!(JOB_STATES.contains(&w));
+            assert_eq!(to_json(&job_state(s)), w);
+            assert_eq!(job_state(s).word(), w);
         }
         for (s, w) in
             [(EngineState::Timeout, "timeout"), (EngineState::Ok, "ok"), (EngineState::Unspecified, "disabled")]
         {
-            assert_eq!(engine_state(s), w);
-            assert!(ENGINE_STATES.contains(&w));
+            assert_eq!(to_json(&engine_state(s)), w);
         }
     }
 
@@ -356,6 +335,34 @@ mod tests {
         assert_eq!(res["fact_id"], Value::Null);
         assert_eq!(v["engines"][0]["state"], "failed");
         assert_eq!((&v["took_ms"], &v["fusion"]), (&json!(4), &json!("rrf k=60")));
+    }
+
+    /// The wire keeps the field order (and nulls) it had when these bodies were `json!` literals.
+    #[test]
+    fn bodies_keep_their_field_order() {
+        let keys = |v: Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
+        assert_eq!(
+            keys(to_json(&super::kb(KnowledgeBaseInfo::default()))),
+            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching"
+        );
+        let p = Progress::default();
+        assert_eq!(keys(to_json(&progress(&p))), "state,done,total,bytes_done,bytes_total,started_ms,message,job");
+        let f = Fact { id: "01J".into(), warning: "bad front matter".into(), ..Default::default() };
+        assert_eq!(keys(to_json(&fact(f.clone()))), "id,text,tags,source,created_ms,path,warning");
+        assert_eq!(
+            keys(to_json(&fact(Fact { warning: String::new(), ..f }))),
+            "id,text,tags,source,created_ms,path",
+            "no warning: no key"
+        );
+        let r = SearchReply { results: vec![SearchResult::default()], ..Default::default() };
+        let v = search_reply_json(&r);
+        assert_eq!(keys(v.clone()), "results,engines,warnings,took_ms,fusion");
+        assert_eq!(
+            keys(v["results"][0].clone()),
+            "kb,path,title,heading_path,line_start,line_end,snippet,score,ranks,tags,modified_ms,fact_id,absolute_path"
+        );
+        let s = to_json(&skill(Skill::default()));
+        assert_eq!(keys(s), "name,description,body,path,files,metadata");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `/v1/knowledge…`, `/v1/memory…`, `/v1/skills…`: REST over `coffer-retrieval`
 //! (`proto/retrieval.proto`). Each route checks its body, makes one Retrieval call and answers
-//! with the reply in the JSON of [`crate::retrieval`]; a failed call is the envelope of
+//! with the reply as its `coffer_api::knowledge` / `coffer_api::skills` type (converted by
+//! [`crate::retrieval`]); a failed call is the envelope of
 //! [`ApiError::from_retrieval`] (400 `INVALID_ARGUMENT`, 404 `NOT_FOUND`, 409 `CONFLICT`, 503
 //! `SERVICE_UNAVAILABLE` while the service is not running).
 //!
@@ -13,17 +14,17 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use coffer_api::knowledge::{
-    FactCreate, KnowledgeBaseCreate, RecallRequest as RecallBody, Reindex, SearchRequest as SearchBody,
+    self as api, FactCreate, KnowledgeBaseCreate, RecallRequest as RecallBody, Reindex, SearchRequest as SearchBody,
 };
+use coffer_api::skills;
 use coffer_proto::retrieval::{
     AddKnowledgeBaseRequest, FactId, KnowledgeBaseName, ListFactsRequest, ListSkillsRequest, RecallRequest,
     ReindexRequest, RememberRequest, SearchFilters, SearchRequest, SkillName, StatusRequest,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::{ApiError, JsonBody};
 use crate::retrieval::{self, call};
@@ -53,15 +54,14 @@ pub fn routes() -> Router<Arc<AppState>> {
 // ---------------------------------------------------------------------------------------------
 // Knowledge bases.
 
-/// `GET /v1/knowledge` → `{"items":[KnowledgeBaseInfo…],"next_cursor":null,"engines":[EngineConfig…]}`
-/// (the memory KB included, kind `memory`).
-async fn list_kbs(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/knowledge` → [`api::KnowledgeBases`] (the memory KB included, kind `memory`).
+async fn list_kbs(State(st): State<Arc<AppState>>) -> Result<Json<api::KnowledgeBases>, ApiError> {
     let r = call(st.retrieval.clone().status(StatusRequest {})).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(json!({
-        "items": r.knowledge_bases.iter().map(retrieval::kb_json).collect::<Vec<_>>(),
-        "next_cursor": null,
-        "engines": r.engines.iter().map(retrieval::engine_config_json).collect::<Vec<_>>(),
-    })))
+    Ok(Json(api::KnowledgeBases {
+        items: r.knowledge_bases.into_iter().map(retrieval::kb).collect(),
+        next_cursor: None,
+        engines: r.engines.into_iter().map(retrieval::engine_config).collect(),
+    }))
 }
 
 /// The `AddKnowledgeBase` request of a `POST /v1/knowledge` body.
@@ -92,33 +92,36 @@ pub fn add_request(body: KnowledgeBaseCreate) -> Result<AddKnowledgeBaseRequest,
     })
 }
 
-/// `POST /v1/knowledge {name, path?, include?, exclude?}` → 201 KnowledgeBaseInfo; indexing
-/// starts in the background.
+/// `POST /v1/knowledge {name, path?, include?, exclude?}` → 201 [`api::KnowledgeBaseInfo`];
+/// indexing starts in the background.
 async fn add_kb(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<KnowledgeBaseCreate>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<api::KnowledgeBaseInfo>), ApiError> {
     let req = add_request(body)?;
     tracing::info!(kb = %req.name, "Knowledge base added.");
     let kb = call(st.retrieval.clone().add_knowledge_base(req)).await.map_err(ApiError::from_retrieval)?;
-    Ok((StatusCode::CREATED, Json(retrieval::kb_json(&kb))))
+    Ok((StatusCode::CREATED, Json(retrieval::kb(kb))))
 }
 
-/// `GET /v1/knowledge/{kb}` → KnowledgeBaseInfo with `progress` and `errors`.
-async fn get_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/knowledge/{kb}` → [`api::KnowledgeBaseInfo`] with `progress` and `errors`.
+async fn get_kb(
+    State(st): State<Arc<AppState>>,
+    Path(kb): Path<String>,
+) -> Result<Json<api::KnowledgeBaseInfo>, ApiError> {
     let kb = call(st.retrieval.clone().get_knowledge_base(KnowledgeBaseName { name: kb }))
         .await
         .map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::kb_json(&kb)))
+    Ok(Json(retrieval::kb(kb)))
 }
 
 /// `DELETE /v1/knowledge/{kb}` → `{"removed": N}` (documents forgotten); never deletes a file.
-async fn remove_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn remove_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> Result<Json<api::Removed>, ApiError> {
     tracing::info!(kb = %kb, "Knowledge base removed.");
     let r = call(st.retrieval.clone().remove_knowledge_base(KnowledgeBaseName { name: kb }))
         .await
         .map_err(ApiError::from_retrieval)?;
-    Ok(Json(json!({"removed": r.removed})))
+    Ok(Json(api::Removed { removed: r.removed }))
 }
 
 /// The `Reindex` request of a `POST /v1/knowledge/reindex` body.
@@ -126,16 +129,16 @@ pub fn reindex_request(body: Reindex) -> ReindexRequest {
     ReindexRequest { kb: body.kb.unwrap_or_default(), clean: body.clean.unwrap_or(false) }
 }
 
-/// `POST /v1/knowledge/reindex {kb?, clean?}` → 202 `{"items":[KnowledgeBaseInfo…]}`: the pass
-/// has started; follow it with `GET /v1/knowledge/{kb}`.
+/// `POST /v1/knowledge/reindex {kb?, clean?}` → 202 [`api::ReindexStarted`]: the pass has
+/// started; follow it with `GET /v1/knowledge/{kb}`.
 async fn reindex(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<Reindex>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<api::ReindexStarted>), ApiError> {
     let req = reindex_request(body);
     let r = call(st.retrieval.clone().reindex(req)).await.map_err(ApiError::from_retrieval)?;
-    let items: Vec<Value> = r.knowledge_bases.iter().map(retrieval::kb_json).collect();
-    Ok((StatusCode::ACCEPTED, Json(json!({"items": items}))))
+    let items = r.knowledge_bases.into_iter().map(retrieval::kb).collect();
+    Ok((StatusCode::ACCEPTED, Json(api::ReindexStarted { items })))
 }
 
 /// The `Search` request of a `POST /v1/knowledge/search` body.
@@ -156,11 +159,14 @@ pub fn search_request(body: SearchBody) -> SearchRequest {
 }
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
-/// limit?, snippet_chars?, regex?}` → SearchReply.
-async fn search(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<SearchBody>) -> Result<Response, ApiError> {
+/// limit?, snippet_chars?, regex?}` → [`api::SearchReply`].
+async fn search(
+    State(st): State<Arc<AppState>>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Json<api::SearchReply>, ApiError> {
     let req = search_request(body);
     let r = call(st.retrieval.clone().search(req)).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
+    Ok(Json(retrieval::search_reply(r)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,16 +185,16 @@ pub fn remember_request(body: FactCreate, actor: String) -> RememberRequest {
 }
 
 /// `POST /v1/memory {text, tags?, source?, allow_secret?}` → 201 `{"fact": Fact, "created": true}`, or 200
-/// `{"fact": existing, "created": false, "similarity": 0.97}` for a duplicate.
+/// `{"fact": existing, "created": false, "similarity": 0.97}` for a duplicate ([`api::RememberReply`]).
 async fn remember(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<FactCreate>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<api::RememberReply>), ApiError> {
     let req = remember_request(body, crate::rest::servers::actor(&headers));
     let r = call(st.retrieval.clone().remember(req)).await.map_err(ApiError::from_retrieval)?;
     let status = if r.created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(retrieval::remember_json(&r))))
+    Ok((status, Json(retrieval::remember(r))))
 }
 
 /// The `ListFacts` request of `GET /v1/memory?limit=&cursor=&tag=` (`tag` repeatable).
@@ -222,33 +228,34 @@ pub fn list_facts_request(pairs: Vec<(String, String)>) -> Result<ListFactsReque
     Ok(req)
 }
 
-/// `GET /v1/memory?limit=&cursor=&tag=` → `{"items":[Fact…],"next_cursor":…}`, newest first.
+/// `GET /v1/memory?limit=&cursor=&tag=` → `{"items":[Fact…],"next_cursor":…}` ([`api::Facts`]),
+/// newest first.
 async fn list_facts(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<api::Facts>, ApiError> {
     let Query(pairs) = query.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
     let r =
         call(st.retrieval.clone().list_facts(list_facts_request(pairs)?)).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(json!({
-        "items": r.facts.iter().map(retrieval::fact_json).collect::<Vec<_>>(),
-        "next_cursor": if r.next_cursor.is_empty() { Value::Null } else { json!(r.next_cursor) },
-    })))
+    Ok(Json(api::Facts {
+        items: r.facts.into_iter().map(retrieval::fact).collect(),
+        next_cursor: (!r.next_cursor.is_empty()).then_some(r.next_cursor),
+    }))
 }
 
-/// `GET /v1/memory/{id}` → Fact.
-async fn get_fact(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/memory/{id}` → [`api::Fact`].
+async fn get_fact(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<api::Fact>, ApiError> {
     let f = call(st.retrieval.clone().get_fact(FactId { id })).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::fact_json(&f)))
+    Ok(Json(retrieval::fact(f)))
 }
 
 /// `DELETE /v1/memory/{id}` → `{"removed": 1}`: the fact's file and its index entries are gone.
-async fn forget(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn forget(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<api::Removed>, ApiError> {
     let r = call(st.retrieval.clone().forget(FactId { id: id.clone() })).await.map_err(ApiError::from_retrieval)?;
     if r.removed == 0 {
         return Err(ApiError::not_found(format!("no fact {id:?}")));
     }
-    Ok(Json(json!({"removed": r.removed})))
+    Ok(Json(api::Removed { removed: r.removed }))
 }
 
 /// The `Recall` request of a `POST /v1/memory/recall` body.
@@ -261,36 +268,45 @@ pub fn recall_request(body: RecallBody) -> RecallRequest {
     }
 }
 
-/// `POST /v1/memory/recall {query, tags?, limit?, snippet_chars?}` → SearchReply over memory.
-async fn recall(State(st): State<Arc<AppState>>, JsonBody(body): JsonBody<RecallBody>) -> Result<Response, ApiError> {
+/// `POST /v1/memory/recall {query, tags?, limit?, snippet_chars?}` → [`api::SearchReply`] over
+/// memory.
+async fn recall(
+    State(st): State<Arc<AppState>>,
+    JsonBody(body): JsonBody<RecallBody>,
+) -> Result<Json<api::SearchReply>, ApiError> {
     let req = recall_request(body);
     let r = call(st.retrieval.clone().recall(req)).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::SearchReplyView::from(&r)).into_response())
+    Ok(Json(retrieval::search_reply(r)))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Skills.
 
-/// `GET /v1/skills` → `{"items":[SkillSummary…],"next_cursor":null,"invalid":[{name, error}…]}`.
-async fn list_skills(State(st): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/skills` → `{"items":[SkillSummary…],"next_cursor":null,"invalid":[{name, error}…]}`
+/// ([`skills::Skills`]).
+async fn list_skills(State(st): State<Arc<AppState>>) -> Result<Json<skills::Skills>, ApiError> {
     let r = call(st.retrieval.clone().list_skills(ListSkillsRequest {})).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(json!({
-        "items": r.skills.iter().map(retrieval::skill_summary_json).collect::<Vec<_>>(),
-        "next_cursor": null,
-        "invalid": r.invalid.iter().map(retrieval::invalid_skill_json).collect::<Vec<_>>(),
-    })))
+    Ok(Json(skills::Skills {
+        items: r.skills.into_iter().map(retrieval::skill_summary).collect(),
+        next_cursor: None,
+        invalid: r.invalid.into_iter().map(retrieval::invalid_skill).collect(),
+    }))
 }
 
-/// `GET /v1/skills/{name}` → Skill.
-async fn load_skill(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// `GET /v1/skills/{name}` → [`skills::Skill`].
+async fn load_skill(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<skills::Skill>, ApiError> {
     let s = call(st.retrieval.clone().load_skill(SkillName { name })).await.map_err(ApiError::from_retrieval)?;
-    Ok(Json(retrieval::skill_json(&s)))
+    Ok(Json(retrieval::skill(s)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Code;
+    use serde_json::Value;
 
     fn body<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {
         Ok(coffer_api::body::from_value(v)?)

@@ -15,7 +15,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use coffer_api::servers::ServerLogTail;
+use coffer_api::Page;
+use coffer_api::logs as api;
 use coffer_proto::store::{GetServerRequest, Invocation, InvocationOutcome, ListAuditRequest, ListInvocationsRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -188,8 +189,8 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 /// The opaque `next_cursor` for a store's `next_before_id` (0 = no further page).
-pub fn next_cursor(next_before_id: i64) -> Value {
-    if next_before_id > 0 { Value::String(next_before_id.to_string()) } else { Value::Null }
+pub fn next_cursor(next_before_id: i64) -> Option<String> {
+    (next_before_id > 0).then(|| next_before_id.to_string())
 }
 
 /// Parses a point in time to RFC 3339 UTC with milliseconds (`2026-11-30T09:31:36.123Z`), the
@@ -312,7 +313,7 @@ fn now_ms() -> i64 {
 async fn list_invocations(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<api::Invocation>>, ApiError> {
     let p = Params::from_query(
         query,
         &["server", "target", "outcome", "actor", "client", "since", "until", "limit", "cursor"],
@@ -333,28 +334,43 @@ async fn list_invocations(
     };
     st.gateway.shared.flush_invocations().await;
     let r = st.store.invocations.clone().list_invocations(req).await?.into_inner();
-    let items: Vec<Value> = r.items.iter().map(invocation_json).collect();
-    Ok(Json(json!({"items": items, "next_cursor": next_cursor(r.next_before_id)})))
+    let items = r.items.iter().map(invocation).collect();
+    Ok(Json(Page { items, next_cursor: next_cursor(r.next_before_id) }))
 }
 
 /// One invocation as the REST API shows it (an item of `GET /v1/invocations`, the data of an
 /// `invocation` event).
-pub fn invocation_json(i: &Invocation) -> Value {
-    json!({
-        "id": i.id, "at": i.at, "target": i.target, "method": i.method().as_str(), "server": i.server,
-        "session_id": i.session_id, "duration_ms": i.duration_ms, "outcome": i.outcome().as_str(),
-        "trace_id": i.trace_id, "actor": i.actor,
-        "client": (!i.client_name.is_empty() || !i.client_version.is_empty())
-            .then(|| json!({"name": i.client_name, "version": i.client_version})),
-        "usage": i.usage.as_ref().map(|u| json!({
-            "connection": u.connection, "model": u.model, "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens, "iterations": u.iterations,
-        })),
-    })
+pub fn invocation(i: &Invocation) -> api::Invocation {
+    api::Invocation {
+        id: i.id,
+        at: i.at.clone(),
+        target: i.target.clone(),
+        method: i.method().as_str().to_owned(),
+        server: i.server.clone(),
+        session_id: i.session_id.clone(),
+        duration_ms: i.duration_ms,
+        outcome: i.outcome().as_str().to_owned(),
+        trace_id: i.trace_id.clone(),
+        actor: i.actor.clone(),
+        client: (!i.client_name.is_empty() || !i.client_version.is_empty())
+            .then(|| api::InvocationClient { name: i.client_name.clone(), version: i.client_version.clone() }),
+        usage: i.usage.as_ref().map(|u| api::InvocationUsage {
+            connection: u.connection.clone(),
+            model: u.model.clone(),
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            iterations: u.iterations,
+        }),
+    }
+}
+
+/// An SSE event whose data is `v` as one line of JSON.
+fn json_event(name: &'static str, v: &impl serde::Serialize) -> Event {
+    Event::default().event(name).data(serde_json::to_string(v).unwrap_or_default())
 }
 
 /// `GET /v1/invocations/events?server=&outcome=` → SSE: `event: invocation` per invocation as
-/// the gateway's writer records it (data: [`invocation_json`], the list's item, `id` included),
+/// the gateway's writer records it (data: [`invocation`], the list's item, `id` included),
 /// optionally only those of one server or outcome; `event: lagged` (data `{"missed": n}`) when
 /// this client fell [`crate::mcp::invocations::LIVE_BUFFER`] rows behind (the stream goes on);
 /// keep-alive comments; ends at shutdown or when the client goes away. Subscribing costs the
@@ -382,10 +398,10 @@ async fn invocation_events(
                     got = rx.recv() => got,
                 };
                 let event = match got {
-                    Ok(i) if wanted(&i) => Event::default().event("invocation").data(invocation_json(&i).to_string()),
+                    Ok(i) if wanted(&i) => json_event("invocation", &invocation(&i)),
                     Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        Event::default().event("lagged").data(json!({"missed": n}).to_string())
+                        json_event("lagged", &api::Lagged { missed: n })
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 };
@@ -405,7 +421,7 @@ async fn invocation_events(
 async fn list_audit(
     State(st): State<Arc<AppState>>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Page<api::AuditEntry>>, ApiError> {
     let p = Params::from_query(query, &["actor", "action", "limit", "cursor"])?;
     let req = ListAuditRequest {
         actor: p.one_of("actor", AUDIT_ACTORS)?,
@@ -414,19 +430,26 @@ async fn list_audit(
         limit: p.limit()?,
     };
     let r = st.store.audit.clone().list_audit(req).await?.into_inner();
-    let items: Vec<Value> = r
+    let items = r
         .items
         .into_iter()
         .map(|e| {
-            let outcome = e.outcome().as_str();
+            let outcome = e.outcome().as_str().to_owned();
             let detail = serde_json::from_str::<Value>(&e.detail).unwrap_or(Value::String(e.detail));
-            json!({
-                "id": e.id, "at": e.at, "actor": e.actor, "auth": e.auth, "action": e.action, "target": e.target,
-                "outcome": outcome, "trace_id": e.trace_id, "detail": detail,
-            })
+            api::AuditEntry {
+                id: e.id,
+                at: e.at,
+                actor: e.actor,
+                auth: e.auth,
+                action: e.action,
+                target: e.target,
+                outcome,
+                trace_id: e.trace_id,
+                detail,
+            }
         })
         .collect();
-    Ok(Json(json!({"items": items, "next_cursor": next_cursor(r.next_before_id)})))
+    Ok(Json(Page { items, next_cursor: next_cursor(r.next_before_id) }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -545,7 +568,7 @@ async fn log_tail(
         .with_details(json!({"valid": SERVICES})));
     }
     let source = Source::Newest { dir: st.home.logs(), service: service.clone() };
-    tail_response(&st, source, |file, lines| json!({"service": service, "file": file, "lines": lines}), query).await
+    tail_response(&st, source, query, |file, lines| Json(api::LogTail { service, file, lines }).into_response()).await
 }
 
 /// `GET /v1/mcp/servers/{name}/log?n=200&follow=false` → `{"server", "file": <path>|null,
@@ -572,17 +595,20 @@ async fn server_log_tail(
         Some(st.home.upstream_logs().join(format!("{}.log", server.name)))
     };
     let source = file.map_or(Source::Nothing, Source::Fixed);
-    tail_response(&st, source, |file, lines| ServerLogTail { server: name, file, lines }, query).await
+    tail_response(&st, source, query, |file, lines| {
+        Json(api::ServerLogTail { server: name, file, lines }).into_response()
+    })
+    .await
 }
 
-/// The answer of a log tail route: `tail(file, lines)` (the file's path, `None` when there is
-/// none) or, with `follow=true`, the SSE stream. Parameters `n` (1-…, at most [`MAX_TAIL`]
-/// served) and `follow`.
-async fn tail_response<B: serde::Serialize>(
+/// The answer of a log tail route: `tail(file, lines)` (the route's body: the file read, null
+/// when there is none, and its last lines) or, with `follow=true`, the SSE stream. Parameters
+/// `n` (1-…, at most [`MAX_TAIL`] served) and `follow`.
+async fn tail_response(
     st: &AppState,
     source: Source,
-    tail: impl FnOnce(Option<String>, Vec<String>) -> B,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    tail: impl FnOnce(Option<String>, Vec<String>) -> Response,
 ) -> Result<Response, ApiError> {
     let p = Params::from_query(query, &["n", "follow"])?;
     // More than MAX_TAIL is not an error: the caller gets as many lines as are served.
@@ -594,7 +620,7 @@ async fn tail_response<B: serde::Serialize>(
         .map_err(ApiError::internal)?;
     if !follow {
         let file = follower.file.as_ref().map(|f| f.to_string_lossy().into_owned());
-        return Ok(Json(tail(file, lines)).into_response());
+        return Ok(tail(file, lines));
     }
     let mut pending: VecDeque<FollowItem> = VecDeque::new();
     if let Some(f) = &follower.file {
@@ -800,6 +826,28 @@ mod tests {
     use super::*;
     use crate::error::Code;
 
+    /// An invocation keeps the wire it had as a `json!` literal: every key, in order, `client`
+    /// and `usage` null when unknown.
+    #[test]
+    fn invocations_keep_their_wire() {
+        let i = Invocation {
+            id: 7,
+            at: "2026-11-30T09:57:00.211Z".into(),
+            method: coffer_proto::store::InvocationMethod::ToolsCall as i32,
+            outcome: InvocationOutcome::Ok as i32,
+            actor: "mcp".into(),
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&invocation(&i)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":7,"at":"2026-11-30T09:57:00.211Z","target":"","method":"tools/call","server":"","session_id":"","duration_ms":0,"outcome":"ok","trace_id":"","actor":"mcp","client":null,"usage":null}"#
+        );
+        let i = Invocation { client_name: "claude-code".into(), ..i };
+        let v = serde_json::to_value(invocation(&i)).unwrap();
+        assert_eq!(v["client"], json!({"name": "claude-code", "version": ""}));
+    }
+
     fn params(q: &[(&str, &str)], allowed: &[&str]) -> Result<Params, ApiError> {
         Params::parse(q.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), allowed)
     }
@@ -834,8 +882,8 @@ mod tests {
         assert!(e.message.contains("unknown parameter"));
         assert!(params(&[("limit", "5"), ("limit", "6")], &all).unwrap_err().message.contains("more than once"));
         assert_eq!(params(&[("n", "20000")], &all).unwrap().int_in("n", 200, u64::MAX).unwrap(), 20000);
-        assert_eq!(next_cursor(0), Value::Null);
-        assert_eq!(next_cursor(17), json!("17"));
+        assert_eq!(next_cursor(0), None);
+        assert_eq!(next_cursor(17).as_deref(), Some("17"));
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //! (method, path, parameters, body and answer, error codes). From that table come
 //! `GET /v1/openapi.json` ([`document`], OpenAPI 3.1) and `docs/REST.md` ([`markdown`]).
 //!
-//! Bodies are the types of the `coffer-api` crate where a route group has been converted
-//! ([`Route::body_of`], [`Route::ok_of`], [`page_of`]): their JSON Schemas are derived
-//! (schemars) and land in `components/schemas` under the type's name, so the document says
-//! what the handler's type (de)serialises. The groups not converted yet are still described by
-//! JSON Schema literals ([`Route::body`], [`Route::ok`], and the named ones in [`schemas`]);
-//! that hand-written remainder shrinks as groups move to `coffer-api`. A name must not be both
-//! derived and hand-written (a test checks).
+//! Every `/v1` body is a type of the `coffer-api` crate ([`Route::body_of`], [`Route::ok_of`],
+//! [`page_of`]): its JSON Schema is derived (schemars) and lands in `components/schemas` under
+//! the type's name, so the document says what the handler's type (de)serialises. Written here
+//! by hand are only the error envelopes ([`schemas`]: `Error`, `JsonRpcError`) and `/mcp`'s
+//! JSON-RPC messages, which the MCP specification describes ([`Route::body`], [`Route::ok`]);
+//! a test refuses a hand-written body on any other route, and a name both derived and
+//! hand-written.
 //!
 //! Tests keep the table honest: every route this crate's source registers must be in it with the
 //! same methods (and nothing else may be), its error codes must be real [`Code`]s, its `$ref`s
@@ -322,21 +322,6 @@ impl Route {
     }
 }
 
-fn r(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
-}
-
-fn page(item: &str) -> Value {
-    json!({
-        "type": "object",
-        "required": ["items", "next_cursor"],
-        "properties": {
-            "items": {"type": "array", "items": r(item)},
-            "next_cursor": {"type": ["string", "null"], "description": "Pass back as `cursor` for the next page; null on the last."},
-        },
-    })
-}
-
 /// A list answer of `coffer-api` type `T`: `{items: [T], next_cursor}`.
 fn page_of<T: JsonSchema>() -> Schema {
     Schema::Typed(api_schema::response::<coffer_api::Page<T>>)
@@ -410,7 +395,7 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", "Server name.")
             .query("n", json!({"type": "integer", "minimum": 1, "default": 200}), "Lines (at most 10000 are served).")
             .query("follow", json!({"type": "boolean", "default": false}), "Stream new lines (SSE).")
-            .ok_of::<coffer_api::servers::ServerLogTail>(200, "The tail.")
+            .ok_of::<coffer_api::logs::ServerLogTail>(200, "The tail.")
             .sse("With `follow=true`: `file` and `line` events.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/mcp/servers/{name}/preferences", "servers", "A server's explicit preferences")
@@ -513,7 +498,7 @@ pub fn routes() -> Vec<Route> {
                 .query("since", json!({"type": "string"}), "Inclusive lower bound.")
                 .query("until", json!({"type": "string"}), "Exclusive upper bound."),
         )
-        .ok(200, "A page of invocations.", page("Invocation"))
+        .ok(200, "A page of invocations.", page_of::<coffer_api::logs::Invocation>())
         .errors(&["INVALID_ARGUMENT"]),
         limit_param(
             route("GET", "/v1/audit", "logs", "The audit log")
@@ -521,14 +506,14 @@ pub fn routes() -> Vec<Route> {
                 .query("actor", json!({"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"]}), "Only this actor.")
                 .query("action", json!({"type": "string"}), "Only this action, e.g. `server.create`."),
         )
-        .ok(200, "A page of audit entries.", page("AuditEntry"))
+        .ok(200, "A page of audit entries.", page_of::<coffer_api::logs::AuditEntry>())
         .errors(&["INVALID_ARGUMENT"]),
         route("GET", "/v1/logs/{service}", "logs", "Tail (or follow) a process's log")
             .describe("The last `n` lines of the service's newest log file. With `follow=true` the answer is an SSE stream: `event: file` (data: the path) whenever the file is (re)opened, then `event: line` per line, the tail first, then new lines; rotation is followed.")
             .path_param("service", "`daemon`, `gateway`, `store`, `chat`, `retrieval` or `callback`.")
             .query("n", json!({"type": "integer", "minimum": 1, "default": 200}), "Lines (at most 10000 are served).")
             .query("follow", json!({"type": "boolean", "default": false}), "Stream new lines (SSE).")
-            .ok(200, "The tail.", r("LogTail"))
+            .ok_of::<coffer_api::logs::LogTail>(200, "The tail.")
             .sse("With `follow=true`: `file` and `line` events.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/invocations/events", "logs", "Follow the invocation log live (SSE)")
@@ -540,38 +525,18 @@ pub fn routes() -> Vec<Route> {
         // The web console.
         route("POST", "/v1/ui/login-codes", "console", "Mint a one-time login link")
             .describe("The code works once and lives `ui.login_code_ttl_s` seconds (60 by default). Needs the token: a web session cannot mint codes (403). The body is optional.")
-            .body(json!({
-                "type": "object", "additionalProperties": false,
-                "properties": {"page": {"enum": coffer_types::ui::PAGES, "default": "chat", "description": "The page the login lands on."}},
-            }))
-            .ok(200, "The code and the link to open.", json!({
-                "type": "object", "required": ["code", "url", "expires_in_s"],
-                "properties": {
-                    "code": {"type": "string", "description": "64 hex characters."},
-                    "url": {"type": "string", "description": "`http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE`)."},
-                    "expires_in_s": {"type": "integer"},
-                },
-            }))
+            .body_of::<coffer_api::console::LoginCodeRequest>()
+            .ok_of::<coffer_api::console::LoginCode>(200, "The code and the link to open.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/ui/session", "console", "How this request is signed in")
-            .ok(200, "`cookie` for a web session, `token` otherwise.", json!({
-                "type": "object", "required": ["via"], "properties": {"via": {"enum": ["cookie", "token"]}},
-            })),
+            .ok_of::<coffer_api::console::WebSession>(200, "`cookie` for a web session, `token` otherwise."),
         route("POST", "/v1/ui/stream-tickets", "console", "A single-use ticket for one event stream")
             .describe("For a web session only (the token gets 403: it authenticates streams itself). `EventSource` cannot send `X-Coffer-Session-Key`, so the page asks for a ticket and opens the stream as `GET …?ticket=T` with its cookie. A ticket works once, within `expires_in_s` (30), and only with the cookie of the session that asked for it; it is kept in memory only and never logged.")
-            .ok(200, "The ticket.", json!({
-                "type": "object", "required": ["ticket", "expires_in_s"],
-                "properties": {
-                    "ticket": {"type": "string", "description": "64 hex characters."},
-                    "expires_in_s": {"type": "integer"},
-                },
-            }))
+            .ok_of::<coffer_api::console::StreamTicket>(200, "The ticket.")
             .errors(&["FORBIDDEN"]),
         route("DELETE", "/v1/ui/sessions", "console", "Sign every browser out")
             .describe("Ends every web session, in memory and in `COFFER_HOME/web-sessions.json`, before answering.")
-            .ok(200, "How many sessions ended.", json!({
-                "type": "object", "required": ["revoked"], "properties": {"revoked": {"type": "integer"}},
-            })),
+            .ok_of::<coffer_api::console::Revoked>(200, "How many sessions ended."),
         // Settings.
         route("GET", "/v1/settings", "settings", "Every setting")
             .ok_of::<coffer_api::settings::SettingsValues>(200, "The settings, keys sorted."),
@@ -587,38 +552,31 @@ pub fn routes() -> Vec<Route> {
         // Knowledge.
         route("GET", "/v1/knowledge", "knowledge", "List knowledge bases and engines")
             .describe("Every knowledge base (the memory one too, kind `memory`) with its counts, progress and file errors, and how each engine is configured.")
-            .ok(200, "The knowledge bases.", json!({
-                "type": "object", "required": ["items", "next_cursor", "engines"],
-                "properties": {
-                    "items": {"type": "array", "items": r("KnowledgeBaseInfo")},
-                    "next_cursor": {"type": "null", "description": "Always null: one page."},
-                    "engines": {"type": "array", "items": r("EngineConfig")},
-                },
-            })),
+            .ok_of::<coffer_api::knowledge::KnowledgeBases>(200, "The knowledge bases."),
         route("POST", "/v1/knowledge", "knowledge", "Add a knowledge base")
             .describe("Without `path`, the folder is `COFFER_HOME/knowledge/<name>/` (created); with one, an existing folder (absolute; canonicalized). Indexing starts in the background: follow it with `GET /v1/knowledge/{kb}`. `search` and `reindex` cannot be names.")
             .body_of::<coffer_api::knowledge::KnowledgeBaseCreate>()
-            .ok(201, "Added.", r("KnowledgeBaseInfo"))
+            .ok_of::<coffer_api::knowledge::KnowledgeBaseInfo>(201, "Added.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("GET", "/v1/knowledge/{kb}", "knowledge", "One knowledge base")
             .describe("With its indexing `progress` and the files it could not index (`errors`).")
             .path_param("kb", "Knowledge base name (`^[a-z0-9][a-z0-9_-]{0,63}$`, or `memory`).")
-            .ok(200, "The knowledge base.", r("KnowledgeBaseInfo"))
+            .ok_of::<coffer_api::knowledge::KnowledgeBaseInfo>(200, "The knowledge base.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("DELETE", "/v1/knowledge/{kb}", "knowledge", "Remove a knowledge base")
             .describe("Forgets it and its indexes; never deletes a file. The memory knowledge base cannot be removed (409).")
             .path_param("kb", "Knowledge base name.")
-            .ok(200, "Removed.", json!({"type": "object", "required": ["removed"], "properties": {"removed": {"type": "integer", "description": "Documents forgotten."}}}))
+            .ok_of::<coffer_api::knowledge::Removed>(200, "Removed.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
         route("POST", "/v1/knowledge/reindex", "knowledge", "Rebuild indexes from the files")
             .describe("Every knowledge base when `kb` is absent; `clean` drops the index first. Answers at once; the pass runs in the background (`progress` in `GET /v1/knowledge/{kb}`).")
             .body_of::<coffer_api::knowledge::Reindex>()
-            .ok(202, "The pass started.", json!({"type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": r("KnowledgeBaseInfo")}}}))
+            .ok_of::<coffer_api::knowledge::ReindexStarted>(202, "The pass started.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("POST", "/v1/knowledge/search", "knowledge", "Search knowledge bases")
             .describe("Every enabled engine (grep, keyword, vector) runs concurrently and the results are fused (reciprocal rank fusion; `fusion` names the constant). An engine that failed or timed out is reported in `engines` and `warnings`; the others' results still come back. Memory is searched only when `kb` names it. The query is 1-8192 bytes (else `INVALID_ARGUMENT`); punctuation and FTS5 syntax in it are taken as text.")
             .body_of::<coffer_api::knowledge::SearchRequest>()
-            .ok(200, "The fused results.", r("SearchReply"))
+            .ok_of::<coffer_api::knowledge::SearchReply>(200, "The fused results.")
             .errors(&["INVALID_ARGUMENT", "NOT_FOUND", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Sync.
         route("POST", "/v1/sync/init", "sync", "Set up sync with a git remote")
@@ -639,42 +597,35 @@ pub fn routes() -> Vec<Route> {
                 .describe("Newest first.")
                 .query("tag", json!({"type": "string"}), "Only facts with this tag; repeat for several (all must match)."),
         )
-        .ok(200, "A page of facts.", page("Fact"))
+        .ok(200, "A page of facts.", page_of::<coffer_api::knowledge::Fact>())
         .errors(&["INVALID_ARGUMENT"]),
         route("POST", "/v1/memory", "memory", "Remember a fact")
             .describe("Writes `COFFER_HOME/memory/<id>.md` atomically (the id is a server-side ULID) and indexes it. An exact or near duplicate of an existing fact is not saved again: the answer is 200 with that fact, `created: false` and the `similarity`. `source` defaults to the request's actor (`X-Coffer-Actor`).")
             .actor()
             .body_of::<coffer_api::knowledge::FactCreate>()
-            .ok(201, "Remembered (200 with `created: false` for a duplicate).", r("RememberReply"))
+            .ok_of::<coffer_api::knowledge::RememberReply>(201, "Remembered (200 with `created: false` for a duplicate).")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/memory/{id}", "memory", "One fact")
             .path_param("id", "The fact's id: a ULID, or a hand-written note's file name without `.md`.")
-            .ok(200, "The fact.", r("Fact"))
+            .ok_of::<coffer_api::knowledge::Fact>(200, "The fact.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("DELETE", "/v1/memory/{id}", "memory", "Forget a fact")
             .describe("Removes its file and its index entries.")
             .path_param("id", "The fact's id: a ULID, or a hand-written note's file name without `.md`.")
-            .ok(200, "Forgotten.", json!({"type": "object", "required": ["removed"], "properties": {"removed": {"const": 1}}}))
+            .ok_of::<coffer_api::knowledge::Removed>(200, "Forgotten (`removed` is 1).")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/memory/recall", "memory", "Search remembered facts")
             .describe("The same engines and fusion as a knowledge search, over memory only; each result carries its `fact_id`.")
             .body_of::<coffer_api::knowledge::RecallRequest>()
-            .ok(200, "The fused results.", r("SearchReply"))
+            .ok_of::<coffer_api::knowledge::SearchReply>(200, "The fused results.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         // Skills.
         route("GET", "/v1/skills", "skills", "List skills")
             .describe("A skill whose front matter is malformed is not listed; it is named in `invalid` with the reason.")
-            .ok(200, "The skills.", json!({
-                "type": "object", "required": ["items", "next_cursor", "invalid"],
-                "properties": {
-                    "items": {"type": "array", "items": r("SkillSummary")},
-                    "next_cursor": {"type": "null", "description": "Always null: one page."},
-                    "invalid": {"type": "array", "items": {"type": "object", "required": ["name", "error"], "properties": {"name": {"type": "string", "description": "The skill's folder name."}, "error": {"type": "string"}}}},
-                },
-            })),
+            .ok_of::<coffer_api::skills::Skills>(200, "The skills."),
         route("GET", "/v1/skills/{name}", "skills", "One skill, in full")
             .path_param("name", "The skill's name (its folder under `COFFER_HOME/skills/`).")
-            .ok(200, "The skill.", r("Skill"))
+            .ok_of::<coffer_api::skills::Skill>(200, "The skill.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         // Chat.
         route("GET", "/v1/agents", "chat", "List agents")
@@ -904,8 +855,6 @@ fn mcp_route(method: &'static str, summary: &'static str) -> Route {
 /// Reusable schemas, by name.
 pub fn schemas() -> BTreeMap<&'static str, Value> {
     let codes: Vec<&str> = Code::ALL.iter().map(|c| c.spec().0).collect();
-    let time = json!({"type": "string", "format": "date-time"});
-    let strings = json!({"type": "array", "items": {"type": "string"}});
     let mut m = BTreeMap::new();
     m.insert(
         "Error",
@@ -931,162 +880,6 @@ pub fn schemas() -> BTreeMap<&'static str, Value> {
                 "message": {"type": "string"},
                 "data": {},
             }},
-        },
-    }));
-    m.insert(
-        "Invocation",
-        json!({
-            "type": "object",
-            "required": ["id", "at", "target", "method", "server", "session_id", "duration_ms", "outcome", "trace_id", "actor"],
-            "properties": {
-                "id": {"type": "integer"}, "at": time, "target": {"type": "string"},
-                "method": {"enum": ["tools/call", "resources/read", "prompts/get"]}, "server": {"type": "string"},
-                "session_id": {"type": "string"}, "duration_ms": {"type": "integer"},
-                "outcome": {"enum": coffer_types::Outcome::NAMES},
-                "trace_id": {"type": "string"},
-                "actor": {"type": "string", "description": "Who called: `mcp` for an MCP client session, `api`/`cli`/`ui` for REST (`X-Coffer-Actor`), the caller's actor for the tool broker (`agent`, `channel:<name>`, …)."},
-                "client": {
-                    "description": "The MCP client that made the call, as its `clientInfo` (in `initialize`, or a modern request's `_meta`) named it; null when it gave no name or version, and for broker sessions (the actor says who called).",
-                    "oneOf": [{"type": "null"}, {
-                        "type": "object", "required": ["name", "version"],
-                        "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
-                    }],
-                },
-                "usage": {
-                    "description": "What the internal agent's run used, for `coffer__ask`; null for every other call.",
-                    "oneOf": [{"type": "null"}, {
-                        "type": "object", "required": ["connection", "model", "input_tokens", "output_tokens", "iterations"],
-                        "properties": {
-                            "connection": {"type": "string", "description": "The LLM connection's name."},
-                            "model": {"type": "string"},
-                            "input_tokens": {"type": "integer", "description": "Summed over the run's model requests."},
-                            "output_tokens": {"type": "integer"},
-                            "iterations": {"type": "integer", "description": "Model requests made."},
-                        },
-                    }],
-                },
-            },
-        }),
-    );
-    m.insert("AuditEntry", json!({
-        "type": "object", "required": ["id", "at", "actor", "auth", "action", "target", "outcome", "trace_id", "detail"],
-        "properties": {
-            "id": {"type": "integer"}, "at": time,
-            "actor": {"enum": ["cli", "api", "ui", "mcp", "agent", "channel", "daemon"], "description": "The label the client gave (`X-Coffer-Actor`); `auth` says how it was authenticated."},
-            "auth": {"type": "string", "description": "How the request was authenticated, found by the daemon (never taken from the request): `token`, `session:<first 12 hex digits of the SHA-256 of the web session id>`, or `internal:<service>` for a service's own action (`internal:chat` for a channel's pairing). Empty for entries written before this was recorded."},
-            "action": {"type": "string", "description": "e.g. `server.create`, `credential.set`, `backup.create`, `maintenance.prune`."},
-            "target": {"type": "string"}, "outcome": {"enum": ["ok", "error"]}, "trace_id": {"type": "string"},
-            "detail": {"type": "object"},
-        },
-    }));
-    m.insert(
-        "LogTail",
-        json!({
-            "type": "object", "required": ["service", "file", "lines"],
-            "properties": {"service": {"type": "string"}, "file": {"type": ["string", "null"]}, "lines": strings},
-        }),
-    );
-    let ms = |d: &str| json!({"type": ["integer", "null"], "description": format!("Unix milliseconds; null: {d}.")});
-    m.insert("Progress", json!({
-        "type": "object", "required": ["state", "done", "total", "bytes_done", "bytes_total", "started_ms", "message", "job"],
-        "properties": {
-            "state": {"enum": crate::retrieval::JOB_STATES, "description": "idle: nothing to do; scanning: walking the folder; indexing; failed: `message` says why."},
-            "done": {"type": "integer", "description": "Files processed in the current pass."},
-            "total": {"type": "integer", "description": "Files in the current pass (0 while scanning)."},
-            "bytes_done": {"type": "integer"}, "bytes_total": {"type": "integer"},
-            "started_ms": ms("no pass yet"), "message": {"type": "string"},
-            "job": {"type": "integer", "description": "Increases with every pass started."},
-        },
-    }));
-    m.insert("KnowledgeBaseInfo", json!({
-        "type": "object",
-        "required": ["name", "kind", "root", "include", "exclude", "created_ms", "documents", "chunks", "embedded", "last_sync_ms", "pending", "pending_embeddings", "errors", "progress", "watching"],
-        "properties": {
-            "name": {"type": "string"}, "kind": {"enum": ["folder", "memory"]},
-            "root": {"type": "string", "description": "The folder (absolute)."},
-            "include": strings.clone(), "exclude": strings.clone(),
-            "created_ms": ms("unknown"),
-            "documents": {"type": "integer"}, "chunks": {"type": "integer"},
-            "embedded": {"type": "integer", "description": "Chunks with an embedding (vector engine)."},
-            "last_sync_ms": ms("never"),
-            "pending": {"type": "integer", "description": "Files waiting to be (re)indexed."},
-            "pending_embeddings": {"type": "integer"},
-            "errors": {"type": "array", "items": {"type": "object", "required": ["path", "error"], "properties": {"path": {"type": "string", "description": "Relative to the root."}, "error": {"type": "string"}}}},
-            "progress": {"oneOf": [r("Progress"), {"type": "null"}]},
-            "watching": {"type": "boolean", "description": "The folder watcher is live."},
-        },
-    }));
-    m.insert("EngineConfig", json!({
-        "type": "object", "required": ["name", "enabled", "detail"],
-        "properties": {
-            "name": {"enum": ["grep", "keyword", "vector"]}, "enabled": {"type": "boolean"},
-            "detail": {"type": "string", "description": "vector: `<model> (<dimension>) at <base url>` or why it is off."},
-        },
-    }));
-    m.insert("SearchResult", json!({
-        "type": "object",
-        "required": ["kb", "path", "title", "heading_path", "line_start", "line_end", "snippet", "score", "ranks", "tags", "modified_ms", "fact_id", "absolute_path"],
-        "properties": {
-            "kb": {"type": "string"}, "path": {"type": "string", "description": "Relative to the knowledge base's root."},
-            "title": {"type": "string"}, "heading_path": strings.clone(),
-            "line_start": {"type": "integer", "description": "1-based, inclusive."}, "line_end": {"type": "integer"},
-            "snippet": {"type": "string", "description": "Matches wrapped in `**`."},
-            "score": {"type": "number", "description": "Fused score."},
-            "ranks": {"type": "array", "items": {"type": "object", "required": ["engine", "rank", "score"], "properties": {"engine": {"type": "string"}, "rank": {"type": "integer", "description": "1-based."}, "score": {"type": "number"}}}},
-            "tags": strings.clone(), "modified_ms": ms("unknown"),
-            "fact_id": {"type": ["string", "null"], "description": "Memory results: the fact's id."},
-            "absolute_path": {"type": "string"},
-        },
-    }));
-    m.insert("SearchReply", json!({
-        "type": "object", "required": ["results", "engines", "warnings", "took_ms", "fusion"],
-        "properties": {
-            "results": {"type": "array", "items": r("SearchResult")},
-            "engines": {"type": "array", "items": {
-                "type": "object", "required": ["engine", "state", "hits", "took_ms", "message"],
-                "properties": {
-                    "engine": {"type": "string"}, "state": {"enum": crate::retrieval::ENGINE_STATES},
-                    "hits": {"type": "integer", "description": "Hits it contributed before fusion."},
-                    "took_ms": {"type": "integer"}, "message": {"type": "string", "description": "Why it failed or timed out."},
-                },
-            }},
-            "warnings": strings.clone(),
-            "took_ms": {"type": "integer"},
-            "fusion": {"type": "string", "description": "e.g. `rrf k=60`."},
-        },
-    }));
-    m.insert(
-        "Fact",
-        json!({
-            "type": "object", "required": ["id", "text", "tags", "source", "created_ms", "path"],
-            "properties": {
-                "id": {"type": "string", "description": "A ULID (upper case); for a note written into `memory/` by hand, its file name without `.md`."}, "text": {"type": "string"}, "tags": strings.clone(),
-                "source": {"type": "string", "description": "Who said it: `mcp:<client name>`, `cli`, `api`, …"},
-                "created_ms": ms("unknown"), "path": {"type": "string", "description": "Its file (absolute)."},
-                "warning": {"type": "string", "description": "Present when the file has a problem (a malformed front matter: the fact is shown without its tags and source)."},
-            },
-        }),
-    );
-    m.insert("RememberReply", json!({
-        "type": "object", "required": ["fact", "created"],
-        "properties": {
-            "fact": r("Fact"),
-            "created": {"type": "boolean", "description": "false: `fact` is an existing exact or near duplicate."},
-            "similarity": {"type": "number", "description": "With the duplicate (1.0: exact); only when `created` is false."},
-        },
-    }));
-    m.insert("SkillSummary", json!({
-        "type": "object", "required": ["name", "description", "path"],
-        "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "path": {"type": "string", "description": "Its SKILL.md (absolute)."}},
-    }));
-    m.insert("Skill", json!({
-        "type": "object", "required": ["name", "description", "body", "path", "files", "metadata"],
-        "properties": {
-            "name": {"type": "string"}, "description": {"type": "string"},
-            "body": {"type": "string", "description": "SKILL.md without its front matter."},
-            "path": {"type": "string"},
-            "files": {"type": "array", "items": {"type": "string"}, "description": "Other files of its folder, relative, sorted."},
-            "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Other front-matter keys."},
         },
     }));
     m
@@ -1655,6 +1448,20 @@ mod tests {
             );
         }
         assert!(typed >= 20, "only {typed} typed request bodies");
+    }
+
+    #[test]
+    fn every_v1_body_is_a_coffer_api_type() {
+        let mut literal = Vec::new();
+        for r in routes().iter().filter(|r| r.path.starts_with("/v1/")) {
+            let body = matches!(r.body, Some(Schema::Literal(_)));
+            let answer = matches!(r.answer.json, Some(Schema::Literal(_)));
+            if body || answer {
+                literal.push(format!("{} {}", r.method, r.path));
+            }
+        }
+        assert!(literal.is_empty(), "bodies written as JSON Schema literals, not coffer-api types: {literal:?}");
+        assert_eq!(schemas().keys().copied().collect::<Vec<_>>(), ["Error", "JsonRpcError"]);
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! Request bodies of `/v1/knowledge…` and `/v1/memory…`. (Answers are still described by the
-//! edge's hand-written remainder.) A `null` field counts as absent, as it always has: every
-//! optional field is an `Option`.
+//! Bodies of `/v1/knowledge…` and `/v1/memory…`: knowledge bases, their indexing progress,
+//! searches and remembered facts. In requests a `null` field counts as absent, as it always has:
+//! every optional field is an `Option`. In answers times are `*_ms` Unix milliseconds, `null`
+//! when unknown or never; enums are lowercase words.
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::Page;
 
 /// `POST /v1/knowledge`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -97,3 +100,242 @@ pub struct FactCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_secret: Option<bool>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Answers.
+
+/// Where an indexing pass stands: `idle` (nothing to do; also a state the service did not
+/// name: nothing is known to run), `scanning` (walking the folder: nothing counted yet),
+/// `indexing`, `failed` (`message` says why).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    #[default]
+    Idle,
+    Scanning,
+    Indexing,
+    Failed,
+}
+
+impl JobState {
+    /// Its word on the wire.
+    pub fn word(self) -> &'static str {
+        match self {
+            JobState::Idle => "idle",
+            JobState::Scanning => "scanning",
+            JobState::Indexing => "indexing",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+/// A knowledge base's indexing pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Progress {
+    pub state: JobState,
+    /// Files processed in the current pass.
+    pub done: u64,
+    /// Files in the current pass (0 while scanning).
+    pub total: u64,
+    /// Bytes of the files processed.
+    pub bytes_done: u64,
+    /// Bytes of the files in the current pass.
+    pub bytes_total: u64,
+    /// Unix milliseconds; null: no pass yet.
+    pub started_ms: Option<i64>,
+    /// Why it failed (state `failed`); may be empty.
+    pub message: String,
+    /// Increases with every pass started.
+    pub job: u64,
+}
+
+/// A file a knowledge base could not index.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FileError {
+    /// Relative to the knowledge base's root.
+    pub path: String,
+    /// e.g. `not UTF-8`, `binary`, `larger than the 16 MiB limit`.
+    pub error: String,
+}
+
+/// One knowledge base (`GET /v1/knowledge/{kb}`, an item of `GET /v1/knowledge`, the answer of
+/// `POST /v1/knowledge`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KnowledgeBaseInfo {
+    pub name: String,
+    /// `folder` or `memory`.
+    #[schemars(extend("enum" = ["folder", "memory"]))]
+    pub kind: String,
+    /// The folder (absolute).
+    pub root: String,
+    /// Globs relative to the root; empty: the default (`**/*.md`, `**/*.markdown`).
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    /// Unix milliseconds; null: unknown.
+    pub created_ms: Option<i64>,
+    pub documents: u64,
+    pub chunks: u64,
+    /// Chunks with an embedding (vector engine).
+    pub embedded: u64,
+    /// Unix milliseconds of the end of the last completed pass or watcher update; null: never.
+    pub last_sync_ms: Option<i64>,
+    /// Files waiting to be (re)indexed.
+    pub pending: u64,
+    /// Chunks waiting for an embedding.
+    pub pending_embeddings: u64,
+    /// Files it could not index.
+    pub errors: Vec<FileError>,
+    /// Null when the service reported none.
+    pub progress: Option<Progress>,
+    /// The folder watcher is live.
+    pub watching: bool,
+}
+
+/// How one search engine is configured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineConfig {
+    /// `grep`, `keyword` or `vector`.
+    #[schemars(extend("enum" = ["grep", "keyword", "vector"]))]
+    pub name: String,
+    pub enabled: bool,
+    /// vector: `<model> (<dimension>) at <base url>` or why it is off.
+    pub detail: String,
+}
+
+/// `GET /v1/knowledge`: every knowledge base (the memory one too, kind `memory`), one page, and
+/// the engines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KnowledgeBases {
+    pub items: Vec<KnowledgeBaseInfo>,
+    /// Always null: one page.
+    #[schemars(extend("type" = "null"))]
+    pub next_cursor: Option<String>,
+    pub engines: Vec<EngineConfig>,
+}
+
+/// `POST /v1/knowledge/reindex` → 202: the knowledge bases whose pass started (follow each with
+/// `GET /v1/knowledge/{kb}` until its `progress.job` is at least the one here and its state is
+/// `idle` or `failed`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReindexStarted {
+    pub items: Vec<KnowledgeBaseInfo>,
+}
+
+/// `DELETE /v1/knowledge/{kb}` and `DELETE /v1/memory/{id}`: what was forgotten.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Removed {
+    /// Documents forgotten (a knowledge base), or 1 (a fact).
+    pub removed: u64,
+}
+
+/// How a search engine's part of a search ended: `ok`, `failed`, `timeout` (`message` says
+/// why), or `disabled` (not configured, like vector without an endpoint, or not asked; also a
+/// state the service did not name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineState {
+    Ok,
+    Failed,
+    Timeout,
+    #[default]
+    Disabled,
+}
+
+/// One engine that found a result, and where it ranked it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineRank {
+    pub engine: String,
+    /// 1-based.
+    pub rank: u32,
+    /// The engine's own score.
+    pub score: f64,
+}
+
+/// One passage a search found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchResult {
+    pub kb: String,
+    /// Relative to the knowledge base's root.
+    pub path: String,
+    pub title: String,
+    /// The headings the passage is under, outermost first.
+    pub heading_path: Vec<String>,
+    /// 1-based, inclusive.
+    pub line_start: u32,
+    pub line_end: u32,
+    /// Matches wrapped in `**`.
+    pub snippet: String,
+    /// Fused score (reciprocal rank fusion).
+    pub score: f64,
+    /// Each engine that found it.
+    pub ranks: Vec<EngineRank>,
+    pub tags: Vec<String>,
+    /// Unix milliseconds; null: unknown.
+    pub modified_ms: Option<i64>,
+    /// Memory results: the fact's id; null elsewhere.
+    pub fact_id: Option<String>,
+    pub absolute_path: String,
+}
+
+/// What one engine did in a search.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineReport {
+    pub engine: String,
+    pub state: EngineState,
+    /// Hits it contributed before fusion.
+    pub hits: u32,
+    /// Milliseconds.
+    pub took_ms: u32,
+    /// Why it failed or timed out (never a secret); empty otherwise.
+    pub message: String,
+}
+
+/// The answer of `POST /v1/knowledge/search` and `POST /v1/memory/recall`: the fused results,
+/// best first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchReply {
+    pub results: Vec<SearchResult>,
+    pub engines: Vec<EngineReport>,
+    /// e.g. `vector engine failed: …`.
+    pub warnings: Vec<String>,
+    /// Milliseconds.
+    pub took_ms: u32,
+    /// e.g. `rrf k=60`.
+    pub fusion: String,
+}
+
+/// A remembered fact (`GET /v1/memory/{id}`, an item of `GET /v1/memory`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Fact {
+    /// A ULID (upper case); for a note written into `memory/` by hand, its file name without
+    /// `.md`.
+    pub id: String,
+    pub text: String,
+    pub tags: Vec<String>,
+    /// Who said it: `mcp:<client name>`, `cli`, `api`, …
+    pub source: String,
+    /// Unix milliseconds; null: unknown.
+    pub created_ms: Option<i64>,
+    /// Its file (absolute).
+    pub path: String,
+    /// Present when the file has a problem (a malformed front matter: the fact is shown without
+    /// its tags and source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub warning: Option<String>,
+}
+
+/// The answer of `POST /v1/memory`: 201 with the new fact, or 200 with an existing duplicate.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RememberReply {
+    pub fact: Fact,
+    /// false: `fact` is an existing exact or near duplicate.
+    pub created: bool,
+    /// With the duplicate (1.0: exact); present only when `created` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "f64")]
+    pub similarity: Option<f64>,
+}
+
+/// `GET /v1/memory`: a page of facts, newest first.
+pub type Facts = Page<Fact>;

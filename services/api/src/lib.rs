@@ -25,14 +25,17 @@
 pub mod body;
 pub mod channels;
 pub mod chat;
+pub mod console;
 pub mod credentials;
 pub mod daemon;
 pub mod knowledge;
 pub mod llm;
+pub mod logs;
 pub mod maintenance;
 pub mod schema;
 pub mod servers;
 pub mod settings;
+pub mod skills;
 pub mod sync;
 pub mod tools;
 

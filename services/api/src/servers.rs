@@ -177,17 +177,6 @@ pub struct McpServerPatch {
     pub sandbox: Option<bool>,
 }
 
-/// `GET /v1/mcp/servers/{name}/log`: the tail of a server's stderr log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ServerLogTail {
-    pub server: String,
-    /// The log file (absolute); null when the server has written none (HTTP servers, the
-    /// built-in `coffer`).
-    pub file: Option<String>,
-    /// Oldest first, credential values redacted.
-    pub lines: Vec<String>,
-}
-
 /// A tool or prompt of a server, as `GET /v1/mcp/servers/{name}/capabilities` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Capability {

@@ -581,8 +581,8 @@ impl Provider for ListSkills {
                         text.push_str(&format!("\nnot loadable: {} ({})", i.name, i.error));
                     }
                     let structured = json!({
-                        "skills": r.skills.iter().map(retrieval::skill_summary_json).collect::<Vec<_>>(),
-                        "invalid": r.invalid.iter().map(retrieval::invalid_skill_json).collect::<Vec<_>>(),
+                        "skills": r.skills.iter().cloned().map(retrieval::skill_summary).map(|s| retrieval::to_json(&s)).collect::<Vec<_>>(),
+                        "invalid": r.invalid.iter().cloned().map(retrieval::invalid_skill).map(|s| retrieval::to_json(&s)).collect::<Vec<_>>(),
                     });
                     result(text, structured)
                 }
@@ -648,7 +648,7 @@ impl Provider for LoadSkill {
                     }
                     text.push('\n');
                     text.push_str(&skill.body);
-                    result(text, retrieval::skill_json(&skill))
+                    result(text, retrieval::to_json(&retrieval::skill(skill)))
                 }
                 Err(s) => failed(s),
             }
