@@ -119,18 +119,32 @@ pub async fn settled_size(dir: &std::path::Path) -> anyhow::Result<u64> {
 /// pass fail. The pass is retried with backoff and logged once, not every 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_that_keeps_failing_is_logged_once_and_retried_with_backoff() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    // Debug level: each retry leaves a debug line ("Retrying the failed pass."), the user's
+    // warning is logged once.
+    let home = TestHome::builder().log_filter("info,coffer_retrieval=debug").build()?;
     let _api = home.start_daemon().await?;
     let out = home.cli(&["kb", "add", "sysctl", "--path", "/proc/sys/vm", "--include", "compact_memory"]).await?;
     anyhow::ensure!(out.success(), "kb add: {}", out.stderr);
     home.wait_for_log_line("retrieval", &["Reconcile pass failed", "kb=sysctl"], Duration::from_secs(30))
         .await
         .context("the pass fails on the unreadable file")?;
-    // Absence can only be observed over time: before the fix this window held 6 more lines
-    // (a retry every 2 s); with the backoff (2, 4, 8 s) it holds 2 quiet retries.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Two retries have run and failed (2 s, then 4 s more: the backoff), each leaving its
+    // debug line after any warning it logged. Before the fix this window held 2 more warnings
+    // (a retry every 2 s, each logged).
+    let attempts = |text: &str| {
+        text.lines().filter(|l| l.contains("kb=sysctl") && l.contains("The pass failed; retrying")).count()
+    };
+    wait_for("two failed retries of the pass", Duration::from_secs(30), || async {
+        Ok((attempts(&home.log_text("retrieval")) >= 3).then_some(()))
+    })
+    .await?;
     let text = home.log_text("retrieval");
     let failures = text.lines().filter(|l| l.contains("kb=sysctl") && l.contains("Reconcile pass")).count();
     assert_eq!(failures, 1, "{text}");
+    let waits: Vec<&str> = text.lines().filter(|l| l.contains("The pass failed; retrying")).collect();
+    assert!(
+        waits[0].contains("retry_s=2") && waits[1].contains("retry_s=4") && waits[2].contains("retry_s=8"),
+        "the backoff doubles: {text}"
+    );
     Ok(())
 }
