@@ -134,8 +134,12 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     // a flood on the port cannot take the descriptors the socket needs, and the owner's
     // connections on the socket (told by uid) are never the ones closed to make room. Nagle is
     // off on TCP: small request/response exchanges on loopback.
-    let conns = Connections::new("edge", Limits::EDGE.with_env_cap());
-    tracing::info!(max_connections = conns.limits().max_connections, "Edge connection cap.");
+    let conns = Connections::new("edge", Limits::EDGE.with_env_cap().with_env_head_timeout());
+    tracing::info!(
+        max_connections = conns.limits().max_connections,
+        head_timeout_ms = conns.limits().header_read_timeout.as_millis() as u64,
+        "Edge connection cap."
+    );
     // Connections still open after the sessions ended (a request never finished, e.g. a client
     // that stopped sending halfway) get DRAIN_GRACE, then are dropped: a stop does not wait for
     // the supervisor's SIGKILL.

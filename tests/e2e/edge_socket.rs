@@ -321,19 +321,20 @@ async fn a_half_sent_request_holds_a_stop_for_the_drain_grace_only() -> anyhow::
 }
 
 /// The listener's timeouts never cut a live stream: a shim's upgraded `/mcp` stream left idle
-/// past the 10 s request-head timeout (and its own keep-alive traffic) is still connected, and
-/// answers on it.
+/// past the request-head timeout (`limits::HEAD_TIMEOUT_MS` here, 10 s by default) is still
+/// connected, and answers on it.
 #[tokio::test]
 async fn an_idle_upgraded_stream_outlives_the_head_timeout() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    let head_timeout = Duration::from_millis(crate::limits::HEAD_TIMEOUT_MS);
+    let home = TestHome::builder().env("COFFER_HEAD_TIMEOUT_MS", head_timeout.as_millis().to_string()).build()?;
     home.start_daemon().await?;
     let socket = home.daemon_info()?.socket.context("socket")?;
     let (mut shim, mut stdin, mut lines) = shim_session(&home).await?;
     let before = connections_on(&socket)?;
     ensure!(before >= 1, "the shim's stream is connected");
-    // Absence of a cut can only be observed over time: longer than the 10 s head timeout and
-    // the reaper's 1 s period.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Absence of a cut can only be observed over time: twice the head timeout, and at least
+    // two more of the reaper's 1 s sweeps.
+    tokio::time::sleep(head_timeout * 2 + Duration::from_secs(1)).await;
     ensure!(connections_on(&socket)? >= before, "the idle stream was closed");
     let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
     stdin.write_all(format!("{list}\n").as_bytes()).await?;

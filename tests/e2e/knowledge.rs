@@ -395,10 +395,12 @@ async fn kb_memory_and_skills_commands() -> anyhow::Result<()> {
 
 /// While `coffer-retrieval` is not running (here: `coffer-test-daemon`, where it is on demand
 /// and stopped), REST answers 503 with a clear envelope, the built-in tools answer a clear tool
-/// error within seconds (not a hang), and the CLI exits 1 saying so.
+/// error within seconds (not a hang), and the CLI exits 1 saying so. The edge notices the silent
+/// service by its keep-alive ping, every 250 ms here (`COFFER_RETRIEVAL_PING_MS`; 1 s by
+/// default, ~3 s per call).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retrieval_not_running_is_a_503_and_a_clear_tool_error() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    let home = TestHome::builder().env("COFFER_RETRIEVAL_PING_MS", "250").build()?;
     let api = home.start_daemon_binary("coffer-test-daemon").await?;
     let retrieval = api.service("retrieval").await?;
     assert_eq!(retrieval["state"], "stopped", "{retrieval}");

@@ -10,11 +10,12 @@ use coffer_tests::{SendExt, TestHome, wait_for};
 
 /// Thousands of idle connections and a slowloris on the edge's Unix socket (from the owner's
 /// uid: no other uid can reach it): the cap closes the oldest unauthenticated ones, slow heads
-/// are closed after 10 s, and the token holder is answered on the socket and the port
-/// throughout.
+/// are closed after the head timeout, and the token holder is answered on the socket and the
+/// port throughout. The head timeout is [`HEAD_TIMEOUT_MS`] here (10 s by default: the same
+/// reaper closes them either way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_socket_survives_a_flood_and_a_slowloris() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    let home = TestHome::builder().env("COFFER_HEAD_TIMEOUT_MS", HEAD_TIMEOUT_MS.to_string()).build()?;
     let api = home.start_daemon().await?;
     let socket = home.root().join("gateway.sock");
     let target = Target::Unix(socket.clone());
@@ -24,13 +25,21 @@ async fn the_socket_survives_a_flood_and_a_slowloris() -> anyhow::Result<()> {
     for _ in 0..5 {
         owner_is_served(&api, Some(&socket)).await?;
     }
-    let (flood, slow) = (flood.finish().await?, slow.finish().await?);
+    // The slowloris ends once the server has closed all of its connections (or after 15 s);
+    // the flood is held until then.
+    let slow = slow.finish().await?;
+    owner_is_served(&api, Some(&socket)).await?;
+    let flood = flood.stop().await?;
     // Beyond the cap of 1,024 (plus 64 for the owner's uid) the oldest were closed.
     assert!(flood.closed + 1_200 >= flood.opened, "{flood:?}");
-    assert!(slow.closed >= 250, "slow heads were closed after 10 s: {slow:?}");
+    assert!(slow.closed >= 250, "slow heads were closed after the {HEAD_TIMEOUT_MS} ms head timeout: {slow:?}");
     owner_is_served(&api, Some(&socket)).await?;
     Ok(())
 }
+
+/// The request-head timeout the slowloris tests give the daemon (`COFFER_HEAD_TIMEOUT_MS`), ms:
+/// long enough for any honest head on a loaded machine, short enough not to wait out 10 s.
+pub const HEAD_TIMEOUT_MS: u64 = 2_000;
 
 /// Request heads larger than 64 KiB are answered 431 and not buffered: 500 connections each
 /// sending 300 KB of one header grow the gateway by far less than the 150 MB they send, and
@@ -110,18 +119,32 @@ pub async fn settled_size(dir: &std::path::Path) -> anyhow::Result<u64> {
 /// pass fail. The pass is retried with backoff and logged once, not every 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_that_keeps_failing_is_logged_once_and_retried_with_backoff() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    // Debug level: each retry leaves a debug line ("Retrying the failed pass."), the user's
+    // warning is logged once.
+    let home = TestHome::builder().log_filter("info,coffer_retrieval=debug").build()?;
     let _api = home.start_daemon().await?;
     let out = home.cli(&["kb", "add", "sysctl", "--path", "/proc/sys/vm", "--include", "compact_memory"]).await?;
     anyhow::ensure!(out.success(), "kb add: {}", out.stderr);
     home.wait_for_log_line("retrieval", &["Reconcile pass failed", "kb=sysctl"], Duration::from_secs(30))
         .await
         .context("the pass fails on the unreadable file")?;
-    // Absence can only be observed over time: before the fix this window held 6 more lines
-    // (a retry every 2 s); with the backoff (2, 4, 8 s) it holds 2 quiet retries.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Two retries have run and failed (2 s, then 4 s more: the backoff), each leaving its
+    // debug line after any warning it logged. Before the fix this window held 2 more warnings
+    // (a retry every 2 s, each logged).
+    let attempts = |text: &str| {
+        text.lines().filter(|l| l.contains("kb=sysctl") && l.contains("The pass failed; retrying")).count()
+    };
+    wait_for("two failed retries of the pass", Duration::from_secs(30), || async {
+        Ok((attempts(&home.log_text("retrieval")) >= 3).then_some(()))
+    })
+    .await?;
     let text = home.log_text("retrieval");
     let failures = text.lines().filter(|l| l.contains("kb=sysctl") && l.contains("Reconcile pass")).count();
     assert_eq!(failures, 1, "{text}");
+    let waits: Vec<&str> = text.lines().filter(|l| l.contains("The pass failed; retrying")).collect();
+    assert!(
+        waits[0].contains("retry_s=2") && waits[1].contains("retry_s=4") && waits[2].contains("retry_s=8"),
+        "the backoff doubles: {text}"
+    );
     Ok(())
 }

@@ -3,7 +3,9 @@
 //! (a flood), trickles a request head a line a second (slowloris), or sends a huge request head
 //! — for a bounded time, counting how many the server closed. It runs as the test's own user or
 //! as the hostile user ([`crate::hostile::as_other_user`]), and prints one `ready …` line once
-//! its connections are open and one `done …` line at the end.
+//! its connections are open and one `done …` line at the end: when its time is up, when the
+//! server has closed every connection, or when the test says it has seen enough
+//! ([`Attack::stop`]; a flood is held only while the test checks the owner is served).
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -44,7 +46,7 @@ pub struct Report {
 }
 
 const SCRIPT: &str = r#"
-import socket, sys, time
+import concurrent.futures, select, socket, sys, threading, time
 mode, target, n, secs, kib = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 def connect():
     if target.startswith("unix:"):
@@ -58,26 +60,46 @@ def connect():
 head = b"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 socks, opened, failed, closed = [], 0, 0, 0
-deadline = time.time() + secs
-for i in range(n):
+started = time.time()
+deadline = started + secs
+lock = threading.Lock()
+def open_one(_):
+    # Connects and starts the misuse; many at once: one at a time, a connect whose SYN the
+    # server's full accept queue dropped would hold the whole flood for the kernel's 1 s retry.
+    global opened, failed
     if time.time() > deadline:
-        break
+        return
     try:
         s = connect()
-        opened += 1
         if mode == "slowloris":
             s.send(head)
         elif mode == "slowloris-h2":
             s.send(preface[:1])
         elif mode == "bighead":
             s.send(head + b"X-Pad: ")
-        socks.append([s, 0])
+        with lock:
+            opened += 1
+            socks.append([s, 0])
     except OSError:
-        failed += 1
+        with lock:
+            failed += 1
+with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    list(pool.map(open_one, range(n)))
 print("ready opened=%d failed=%d" % (opened, failed), flush=True)
+print("attacker %s: %d open after %.1f s" % (mode, opened, time.time() - started), file=sys.stderr, flush=True)
 pad = b"a" * 16384
 tick = 0
-while time.time() < deadline and socks:
+# Held for `secs` more at most. A line on stdin (Attack::stop): end after the next sweep that
+# finds no newly closed connection, so closes the server made before the stop are all counted.
+deadline = time.time() + secs
+stopping, closed_before = False, -1
+while socks and (tick == 0 or time.time() < deadline):
+    if not stopping and select.select([sys.stdin], [], [], 0)[0]:
+        stopping = True
+    if stopping:
+        if closed == closed_before:
+            break
+        closed_before = closed
     tick += 1
     alive = []
     for entry in socks:
@@ -114,6 +136,8 @@ print("done opened=%d failed=%d closed=%d" % (opened, failed, closed), flush=Tru
 /// A running attack. Dropping it kills the attacker.
 pub struct Attack {
     child: tokio::process::Child,
+    /// A line written here ends the attack early ([`Attack::stop`]).
+    stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     ready: Report,
 }
@@ -123,8 +147,10 @@ fn field(line: &str, name: &str) -> usize {
 }
 
 impl Attack {
-    /// Starts `n` connections to `target` doing `mode` for `secs` seconds (as the hostile user
-    /// when `other_user`), and returns once they are open (`ready`, within 60 s).
+    /// Starts `n` connections to `target` doing `mode` (as the hostile user when `other_user`),
+    /// 16 connecting at once, and returns once they are open (`ready`: as many as opened within
+    /// `secs` seconds, awaited 60 s at most). The attack then goes on for `secs` seconds more at
+    /// most: less when the server closed every connection or the test calls [`Attack::stop`].
     ///
     /// # Errors
     /// When python3 cannot start or the attacker does not get ready.
@@ -148,8 +174,9 @@ impl Attack {
             crate::hostile::as_other_user(&mut cmd);
         }
         let mut cmd = tokio::process::Command::from(cmd);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
         let mut child = cmd.spawn().context("starting the python3 attacker")?;
+        let stdin = child.stdin.take().context("attacker stdin")?;
         let mut lines = BufReader::new(child.stdout.take().context("attacker stdout")?).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
@@ -159,7 +186,7 @@ impl Attack {
             bail!("unexpected attacker output: {line}");
         }
         let ready = Report { opened: field(&line, "opened"), failed: field(&line, "failed"), closed: 0 };
-        Ok(Self { child, lines, ready })
+        Ok(Self { child, stdin, lines, ready })
     }
 
     /// What the attacker had open when it got ready.
@@ -167,7 +194,21 @@ impl Attack {
         self.ready
     }
 
-    /// Waits for the attack to end (its `secs` plus 30 s at most) and returns its report.
+    /// Ends the attack now (before its `secs`), once a sweep of its connections finds none
+    /// newly closed (every close the server made so far is counted), and returns its report.
+    ///
+    /// # Errors
+    /// As [`Attack::finish`].
+    pub async fn stop(mut self) -> anyhow::Result<Report> {
+        use tokio::io::AsyncWriteExt;
+        // An attacker already done (every connection closed) has stopped reading: ignore EPIPE.
+        let _ = self.stdin.write_all(b"stop\n").await;
+        let _ = self.stdin.flush().await;
+        self.finish().await
+    }
+
+    /// Waits for the attack to end (its `secs` after `ready`, or sooner when the server closed
+    /// every connection; 120 s at most) and returns its report.
     ///
     /// # Errors
     /// When it does not end in time or reports nothing.

@@ -8,7 +8,7 @@
 //! Unix milliseconds (`null` when the service sent 0: never, unknown).
 //!
 //! Every call goes through [`call`]: a deadline ([`CALL_TIMEOUT`]), and a channel whose HTTP/2
-//! keep-alive pings notice within ~3 s a peer that does not run (the supervisor keeps the
+//! keep-alive pings notice within ~3 s (`COFFER_RETRIEVAL_PING_MS`, [`keepalive`]) a peer that does not run (the supervisor keeps the
 //! listener of a stopped or restarting service, so the connection is accepted by the kernel
 //! and nobody answers). Failures become the envelope in `error::ApiError::from_retrieval`.
 use std::time::Duration;
@@ -38,8 +38,32 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the channel pings the peer while a call is in flight, and how long it waits for
 /// the answer before it gives the connection up (the call then fails as `UNAVAILABLE`).
+/// `COFFER_RETRIEVAL_PING_MS` sets the interval ([`keepalive`]).
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The keep-alive (interval, answer timeout): [`KEEPALIVE_INTERVAL`] and [`KEEPALIVE_TIMEOUT`],
+/// or, when `COFFER_RETRIEVAL_PING_MS` is a whole number of milliseconds in 100-60000, that
+/// interval and twice it (a bad value is logged and the default used). The end-to-end tests
+/// shorten it to prove the 503 of a stopped service without waiting 3 s per call.
+pub fn keepalive() -> (Duration, Duration) {
+    keepalive_from(std::env::var(coffer_runtime::env::RETRIEVAL_PING_MS).ok().as_deref())
+}
+
+fn keepalive_from(value: Option<&str>) -> (Duration, Duration) {
+    let Some(v) = value else { return (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT) };
+    match v.trim().parse::<u64>() {
+        Ok(ms) if (100..=60_000).contains(&ms) => (Duration::from_millis(ms), Duration::from_millis(2 * ms)),
+        _ => {
+            tracing::warn!(
+                value = %coffer_runtime::logging::clip(v),
+                "{} is not a number of milliseconds in 100-60000; using 1000.",
+                coffer_runtime::env::RETRIEVAL_PING_MS
+            );
+            (KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+        }
+    }
+}
 
 /// A lazily connecting client of the retrieval service at `addr` (`127.0.0.1:port`) presenting
 /// `token`, with the keep-alive described in the module docs.
@@ -57,7 +81,8 @@ pub fn client(addr: &str, token: &SecretString) -> Result<Client, tonic::transpo
 /// # Errors
 /// When `addr` is not a valid authority.
 pub fn channel(addr: &str, token: &SecretString) -> Result<AuthChannel, tonic::transport::Error> {
-    coffer_runtime::grpc::watched_channel(addr, token, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+    let (interval, timeout) = keepalive();
+    coffer_runtime::grpc::watched_channel(addr, token, interval, timeout)
 }
 
 /// The client over `ch` (from [`channel`]), with its message size limits.
@@ -253,6 +278,17 @@ mod tests {
     use super::*;
     use coffer_proto::retrieval::{EngineRank, EngineReport, FileError};
     use serde_json::json;
+
+    #[test]
+    fn the_ping_variable_sets_the_interval_and_twice_it_and_ignores_anything_else() {
+        let default = (Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(keepalive_from(None), default);
+        assert_eq!(keepalive_from(Some("250")), (Duration::from_millis(250), Duration::from_millis(500)));
+        assert_eq!(keepalive_from(Some("60000")), (Duration::from_secs(60), Duration::from_secs(120)));
+        for bad in ["", "0", "99", "60001", "1s", "x"] {
+            assert_eq!(keepalive_from(Some(bad)), default, "{bad:?}");
+        }
+    }
 
     #[test]
     fn enums_are_lowercase_words_and_zero_times_are_null() {

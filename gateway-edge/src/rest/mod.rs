@@ -65,6 +65,10 @@ async fn health(State(st): State<Arc<AppState>>) -> Json<Health> {
 /// `/v1/sync/status`'s body, `null` while coffer-retrieval does not answer).
 async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Status>, ApiError> {
     let r = st.control.clone().status(StatusRequest {}).await?.into_inner();
+    // A retrieval service the supervisor reports stopped or failed has no process to answer:
+    // `sync` is null at once instead of after the channel's keep-alive gives up (~3 s).
+    let retrieval_down =
+        r.services.iter().any(|s| s.name == "retrieval" && matches!(s.state.as_str(), "stopped" | "failed"));
     let services = r
         .services
         .into_iter()
@@ -83,7 +87,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Status>, ApiErro
         services,
         upstreams: st.gateway.upstream_status(),
         sandbox: st.gateway.sandbox_status(),
-        sync: sync::current_status(&st).await.as_ref().map(sync::status_view),
+        sync: if retrieval_down { None } else { sync::current_status(&st).await.as_ref().map(sync::status_view) },
     }))
 }
 

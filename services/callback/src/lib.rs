@@ -262,7 +262,8 @@ async fn within_request_timeout(req: axum::extract::Request, next: axum::middlew
 /// Serves `app` on `listener` until `shutdown` under [`LIMITS`] (the listener limits every
 /// Coffer listener applies, `coffer_runtime::limits`): at most [`MAX_CONNECTIONS`] at once — at
 /// the cap the oldest connection that never carried a correctly signed request is closed to
-/// make room — each closed when its request head takes longer than [`HEADER_READ_TIMEOUT`] or
+/// make room — each closed when its request head takes longer than [`HEADER_READ_TIMEOUT`]
+/// (`COFFER_HEAD_TIMEOUT_MS` when set, `coffer_runtime::limits::Limits::with_env_head_timeout`) or
 /// it stays idle 30 s; on shutdown the open connections finish their request (5 s at most).
 ///
 /// # Errors
@@ -273,7 +274,7 @@ pub async fn serve_public(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     use coffer_runtime::limits::{Connections, Listener, serve_http};
-    let conns = Connections::new("callback", LIMITS);
+    let conns = Connections::new("callback", LIMITS.with_env_head_timeout());
     serve_http(Listener::Tcp(listener), conns, app, shutdown, Duration::from_secs(5)).await;
     Ok(())
 }

@@ -452,6 +452,14 @@ impl Indexer {
                             ),
                             Failing::Quiet => {}
                         }
+                        // Every attempt, at debug level only (the warnings above are the
+                        // user's): how a test sees the retries fail quietly.
+                        tracing::debug!(
+                            kb = %rt.name,
+                            failures = failing.failures(),
+                            retry_s,
+                            "The pass failed; retrying after the backoff."
+                        );
                         rt.set(|st| {
                             st.progress.state = JobState::Failed as i32;
                             st.progress.message = message;

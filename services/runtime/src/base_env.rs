@@ -31,6 +31,8 @@ pub const COFFER_VARS: &[&str] = &[
     crate::env::LOG_MAX_FILE_MB,
     crate::env::LOG_MAX_TOTAL_MB,
     crate::env::MAX_CONNECTIONS,
+    crate::env::HEAD_TIMEOUT_MS,
+    crate::env::RETRIEVAL_PING_MS,
     crate::env::SCHED_SLICE_US,
     crate::env::BACKGROUND_NICE,
     crate::env::CALLBACK_PORT,

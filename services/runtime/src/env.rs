@@ -65,6 +65,14 @@ pub const LOG_MAX_TOTAL_MB: &str = "COFFER_LOG_MAX_TOTAL_MB";
 /// The edge's connection cap, TCP port and Unix socket together (16-65536, default 1024). See
 /// [`crate::limits`].
 pub const MAX_CONNECTIONS: &str = "COFFER_MAX_CONNECTIONS";
+/// Longest a request head may take on every Coffer listener (the edge, coffer-callback's port,
+/// each internal gRPC listener), milliseconds (100-600000, default 10000). See
+/// [`crate::limits::Limits::with_env_head_timeout`].
+pub const HEAD_TIMEOUT_MS: &str = "COFFER_HEAD_TIMEOUT_MS";
+/// How often the edge pings `coffer-retrieval` while a call to it is in flight, milliseconds
+/// (100-60000, default 1000); a ping unanswered for twice that fails the call as unavailable
+/// (a stopped or hung service). See the gateway's `clients::retrieval::keepalive`.
+pub const RETRIEVAL_PING_MS: &str = "COFFER_RETRIEVAL_PING_MS";
 /// Time slice (µs) the relays on the request path ask the scheduler for; `0`: the kernel's
 /// default. See [`crate::sched`].
 pub const SCHED_SLICE_US: &str = "COFFER_SCHED_SLICE_US";

@@ -277,7 +277,8 @@ pub async fn call_within<T>(
 /// [`crate::service::ServiceCtx::auth_layer`]), until `shutdown` is cancelled.
 ///
 /// Under [`crate::limits::Limits::GRPC`]: at most 256 connections; one that has not carried a
-/// call with a valid internal token within 10 s of its first byte (30 s when silent) is closed,
+/// call with a valid internal token within 10 s of its first byte (`COFFER_HEAD_TIMEOUT_MS` when
+/// set; 30 s when silent) is closed,
 /// and at the cap such connections make room for newcomers; a connection that did is kept and
 /// watched by HTTP/2 keep-alive pings (every 30 s, 10 s to answer). Request
 /// heads are bounded by the HTTP/2 header-list size (64 KiB). There is no per-request timeout
@@ -295,7 +296,7 @@ pub async fn serve_with_health(
     use crate::limits::{Connections, Limits, Peer};
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
-    let limits = Limits::GRPC;
+    let limits = Limits::GRPC.with_env_head_timeout();
     let conns = Connections::new("grpc", limits);
     let reaper = conns.spawn_reaper(shutdown.child_token());
     let incoming = futures_util::stream::unfold((listener, conns), |(listener, conns)| async move {

@@ -8,7 +8,8 @@
 //!
 //! - [`Limits`]: the numbers (connection cap, owner reserve, header-read timeout, idle timeout,
 //!   largest request head). [`Limits::EDGE`], [`Limits::CALLBACK`] and [`Limits::GRPC`] are the
-//!   defaults; `COFFER_MAX_CONNECTIONS` overrides the edge's cap.
+//!   defaults; `COFFER_MAX_CONNECTIONS` overrides the edge's cap, `COFFER_HEAD_TIMEOUT_MS` every
+//!   listener's request-head timeout ([`Limits::with_env_head_timeout`]).
 //! - [`Connections`]: the set of open connections of one listener (or of several sharing one
 //!   cap, as the edge's TCP port and socket do). [`Connections::admit`] is asked for each new
 //!   connection; a reaper ([`Connections::spawn_reaper`]) closes connections whose request head
@@ -123,7 +124,34 @@ impl Limits {
         }
         self
     }
+
+    /// These limits with the request-head timeout from `COFFER_HEAD_TIMEOUT_MS` when it is set
+    /// to a whole number of milliseconds in [`HEAD_TIMEOUT_MS_RANGE`] (otherwise unchanged; a
+    /// bad value is logged once). Every listener reads it at start: the edge, coffer-callback's
+    /// port and each internal gRPC listener. The defaults (10 s) are what a user runs with; the
+    /// end-to-end tests set it short to prove the slowloris defence without waiting 10 s.
+    pub fn with_env_head_timeout(self) -> Self {
+        self.with_head_timeout_from(std::env::var(crate::env::HEAD_TIMEOUT_MS).ok().as_deref())
+    }
+
+    /// [`Limits::with_env_head_timeout`] over the variable's value (`None`: unset).
+    fn with_head_timeout_from(mut self, value: Option<&str>) -> Self {
+        let Some(v) = value else { return self };
+        match v.trim().parse::<u64>() {
+            Ok(ms) if HEAD_TIMEOUT_MS_RANGE.contains(&ms) => self.header_read_timeout = Duration::from_millis(ms),
+            _ => tracing::warn!(
+                value = %crate::logging::clip(v),
+                default_ms = self.header_read_timeout.as_millis() as u64,
+                "{} is not a number of milliseconds in 100-600000; using the default.",
+                crate::env::HEAD_TIMEOUT_MS
+            ),
+        }
+        self
+    }
 }
+
+/// The values `COFFER_HEAD_TIMEOUT_MS` accepts, milliseconds (0.1 s to 10 minutes).
+pub const HEAD_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 
 /// Who is connecting, as far as the listener can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -829,6 +857,21 @@ mod tests {
             max_header_bytes: 8192,
             max_headers: 10,
             reap_trusted: true,
+        }
+    }
+
+    #[test]
+    fn the_head_timeout_variable_sets_milliseconds_in_range_and_ignores_anything_else() {
+        let edge = Limits::EDGE;
+        assert_eq!(edge.with_head_timeout_from(None), edge, "unset: today's 10 s");
+        assert_eq!(edge.header_read_timeout, Duration::from_secs(10));
+        let short = edge.with_head_timeout_from(Some(" 1500 "));
+        assert_eq!(short.header_read_timeout, Duration::from_millis(1500));
+        assert_eq!(Limits { header_read_timeout: edge.header_read_timeout, ..short }, edge, "only the timeout");
+        assert_eq!(Limits::GRPC.with_head_timeout_from(Some("100")).header_read_timeout, Duration::from_millis(100));
+        assert_eq!(edge.with_head_timeout_from(Some("600000")).header_read_timeout, Duration::from_secs(600));
+        for bad in ["", "0", "99", "600001", "1.5", "-1", "10s", "x"] {
+            assert_eq!(edge.with_head_timeout_from(Some(bad)), edge, "{bad:?} keeps the default");
         }
     }
 

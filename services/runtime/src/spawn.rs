@@ -208,12 +208,15 @@ impl ManagedChild {
         status
     }
 
-    /// Graceful stop: SIGTERM to the group, wait up to `grace`, then SIGKILL to the group.
+    /// Graceful stop: SIGTERM to the group, then SIGCONT (as systemd does: a stopped process,
+    /// e.g. one frozen with SIGSTOP or a shell's Ctrl-Z, handles the SIGTERM instead of waiting
+    /// out the grace), wait up to `grace`, then SIGKILL to the group.
     pub async fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
         if self.reaped {
             return None;
         }
         self.signal(Signal::SIGTERM);
+        self.signal(Signal::SIGCONT);
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(s) => s.ok(),
             Err(_) => {

@@ -172,6 +172,8 @@ pub async fn run_with(home: CofferHome, table: Vec<ServiceSpec>) -> anyhow::Resu
         cenv::LOG_MAX_FILE_MB,
         cenv::LOG_MAX_TOTAL_MB,
         cenv::MAX_CONNECTIONS,
+        cenv::HEAD_TIMEOUT_MS,
+        cenv::RETRIEVAL_PING_MS,
         cenv::SCHED_SLICE_US,
         cenv::BACKGROUND_NICE,
         cenv::CALLBACK_PORT,

@@ -14,8 +14,12 @@ async fn a_connection_flood_from_another_uid_does_not_lock_out_the_owner() -> an
     let gw = gateway_pid(&home)?;
     let store = internal_port(&home, "STORE")?;
     let before = rss_kib(gw);
-    let edge = Attack::start(Mode::Flood, &Target::Tcp(api.port()), 4_000, 15, true).await?;
-    let grpc = Attack::start(Mode::Flood, &Target::Tcp(store), 1_000, 15, true).await?;
+    // Both floods at once.
+    let (edge_port, store_port) = (Target::Tcp(api.port()), Target::Tcp(store));
+    let (edge, grpc) = tokio::try_join!(
+        Attack::start(Mode::Flood, &edge_port, 4_000, 15, true),
+        Attack::start(Mode::Flood, &store_port, 1_000, 15, true)
+    )?;
     // Well beyond the cap of 1,024 even on a loaded machine (the attacker stops opening at its
     // deadline).
     assert!(edge.ready().opened >= 2_000, "the flood opened {:?}", edge.ready());
@@ -24,7 +28,8 @@ async fn a_connection_flood_from_another_uid_does_not_lock_out_the_owner() -> an
         owner_is_served(&api, Some(&socket)).await?;
     }
     let during = rss_kib(gw);
-    let (edge, grpc) = (edge.finish().await?, grpc.finish().await?);
+    // Held while the owner was served; the closes the caps made are all counted by now.
+    let (edge, grpc) = (edge.stop().await?, grpc.stop().await?);
     eprintln!("flood: edge {edge:?}, grpc {grpc:?}; gateway RSS {before} -> {during} KiB");
     // All but the cap's worth were closed to make room (plus the owner's own connections).
     assert!(edge.closed + 1_100 >= edge.opened, "the edge's cap closed the oldest idle connections: {edge:?}");
@@ -38,15 +43,19 @@ async fn a_connection_flood_from_another_uid_does_not_lock_out_the_owner() -> an
 }
 
 /// A slowloris from another uid (heads trickled a line a second; the HTTP/2 preface a byte a
-/// second on gRPC) is disconnected after the 10 s head timeout, and the owner is served.
+/// second on gRPC) is disconnected after the head timeout, and the owner is served. The timeout
+/// is `limits::HEAD_TIMEOUT_MS` here (10 s by default), on the edge and on gRPC alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_from_another_uid_is_disconnected() -> anyhow::Result<()> {
-    let home = TestHome::new()?;
+    let home = TestHome::builder().env("COFFER_HEAD_TIMEOUT_MS", crate::limits::HEAD_TIMEOUT_MS.to_string()).build()?;
     let api = home.start_daemon().await?;
     let socket = home.root().join("gateway.sock");
     let store = internal_port(&home, "STORE")?;
-    let edge = Attack::start(Mode::Slowloris, &Target::Tcp(api.port()), 800, 16, true).await?;
-    let grpc = Attack::start(Mode::SlowlorisH2, &Target::Tcp(store), 200, 16, true).await?;
+    let (edge_port, store_port) = (Target::Tcp(api.port()), Target::Tcp(store));
+    let (edge, grpc) = tokio::try_join!(
+        Attack::start(Mode::Slowloris, &edge_port, 800, 16, true),
+        Attack::start(Mode::SlowlorisH2, &store_port, 200, 16, true)
+    )?;
     for _ in 0..5 {
         owner_is_served(&api, Some(&socket)).await?;
     }
