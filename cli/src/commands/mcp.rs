@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args, Subcommand};
 use coffer_api::Page;
 use coffer_api::credentials::Credential;
-use coffer_api::servers::{Capabilities, Capability, EnvValue, McpServer, McpServerPatch, ProbeReport, Transport};
+use coffer_api::servers::{
+    Capabilities, Capability, CredentialRef, EnvValue, McpServer, McpServerCreate, McpServerPatch, ProbeReport,
+    Transport,
+};
 use coffer_api::tools::Refreshed;
 use serde_json::{Value, json};
 
@@ -296,7 +299,11 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     }
     let mut body = body;
     let api = ctx.connect().await?;
-    let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut body).await? };
+    let moved = if a.keep_plaintext {
+        Vec::new()
+    } else {
+        move_secrets(&api, &a.name, &mut [("--env", &mut body.env), ("--header", &mut body.headers)]).await?
+    };
     let created = api.send(api.request(reqwest::Method::POST, "/v1/mcp/servers").json(&body)).await;
     let resp = match created {
         Ok(r) => r,
@@ -350,13 +357,16 @@ async fn edit(ctx: &Ctx, a: EditArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let cur: McpServer = api.get_as(&server_path(&a.name)).await?;
     let (mut body, mut fresh) = edit_body(&a, &cur, &current_dir()?, coffer_runtime::connect::which_on_path)?;
-    let moved = if a.keep_plaintext { Vec::new() } else { move_secrets(&api, &a.name, &mut fresh).await? };
-    for field in ["env", "headers"] {
-        if let Some(set) = fresh[field].as_object() {
-            for (k, v) in set {
-                body[field][k] = v.clone();
-            }
-        }
+    let moved = if a.keep_plaintext {
+        Vec::new()
+    } else {
+        move_secrets(&api, &a.name, &mut [("--env", &mut fresh.env), ("--header", &mut fresh.headers)]).await?
+    };
+    if !fresh.env.is_empty() {
+        body.env.get_or_insert_default().extend(fresh.env);
+    }
+    if !fresh.headers.is_empty() {
+        body.headers.get_or_insert_default().extend(fresh.headers);
     }
     let version = cur.version;
     let patch = api
@@ -418,7 +428,7 @@ fn edit_body(
     cur: &McpServer,
     cwd: &Path,
     lookup: impl Fn(&str) -> Option<PathBuf>,
-) -> Result<(Value, Value), CliError> {
+) -> Result<(McpServerPatch, Fresh), CliError> {
     let stdio = cur.transport == Transport::Stdio;
     let misplaced: &[(&str, bool)] = if stdio {
         &[
@@ -446,16 +456,14 @@ fn edit_body(
     if a.command.is_some() && !a.new_command.is_empty() {
         return Err(CliError::Usage("give either --command or -- COMMAND [ARGS]..., not both".into()));
     }
-    let mut body = json!({});
-    let mut fresh = json!({});
+    let mut body = McpServerPatch::default();
+    let mut fresh = Fresh::default();
     if let Some(cmd) = a.command.as_ref().or(a.new_command.first()) {
-        body["command"] = json!(command_to_register(cmd, cwd, &lookup).map_err(CliError::Failed)?);
+        body.command = Some(command_to_register(cmd, cwd, &lookup).map_err(CliError::Failed)?);
     }
     if !a.new_command.is_empty() {
-        body["args"] = json!(a.new_command[1..]);
-        if a.allow_secret_args {
-            body["allow_secret_args"] = json!(true);
-        }
+        body.args = Some(a.new_command[1..].to_vec());
+        body.allow_secret_args = a.allow_secret_args;
     }
     for (field, flag, set, credentials, unset, ignore_case) in [
         ("env", "--env", &a.env, &a.env_credentials, &a.unset_env, false),
@@ -464,8 +472,9 @@ fn edit_body(
         if set.is_empty() && credentials.is_empty() && unset.is_empty() {
             continue;
         }
-        let current = if field == "env" { &cur.env } else { &cur.headers };
-        let mut map: serde_json::Map<String, Value> = current.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        let (current, fresh_map) =
+            if field == "env" { (&cur.env, &mut fresh.env) } else { (&cur.headers, &mut fresh.headers) };
+        let mut map = current.clone();
         for key in unset {
             let found = map.keys().find(|k| if ignore_case { k.eq_ignore_ascii_case(key) } else { *k == key }).cloned();
             match found {
@@ -483,31 +492,30 @@ fn edit_body(
         }
         for (k, v) in new {
             map.remove(&k);
-            if v.is_string() {
-                fresh[field][k.as_str()] = v;
-            } else {
-                map.insert(k, v);
+            match v {
+                EnvValue::Literal(_) => {
+                    fresh_map.insert(k, v);
+                }
+                EnvValue::Ref(_) => {
+                    map.insert(k, v);
+                }
             }
         }
-        body[field] = Value::Object(map);
+        if field == "env" {
+            body.env = Some(map);
+        } else {
+            body.headers = Some(map);
+        }
     }
-    if let Some(url) = &a.url {
-        body["url"] = json!(url);
-    }
+    body.url.clone_from(&a.url);
     if let Some(dir) = &a.cwd {
-        body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
+        body.cwd = Some(Some(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy().into_owned()));
     }
-    match a.timeout_ms {
-        Some(0) => body["timeout_ms"] = Value::Null,
-        Some(ms) => body["timeout_ms"] = json!(ms),
-        None => {}
-    }
+    body.timeout_ms = a.timeout_ms.map(|ms| (ms != 0).then_some(ms));
     if a.no_sandbox || a.sandbox {
-        body["sandbox"] = json!(a.sandbox);
+        body.sandbox = Some(a.sandbox);
     }
-    if body.as_object().is_some_and(serde_json::Map::is_empty)
-        && fresh.as_object().is_some_and(serde_json::Map::is_empty)
-    {
+    if body == McpServerPatch::default() && fresh.env.is_empty() && fresh.headers.is_empty() {
         return Err(CliError::Usage(
             "nothing to change: give -- COMMAND [ARGS]..., --command, --env, --unset-env, --url, --header, \
              --unset-header, --cwd, --timeout-ms, --no-sandbox or --sandbox"
@@ -515,6 +523,14 @@ fn edit_body(
         ));
     }
     Ok((body, fresh))
+}
+
+/// The literal `env`/`headers` values an edit sets, kept apart from its PATCH body until the
+/// secret-looking ones are moved to the credential store ([`move_secrets`]).
+#[derive(Debug, Default, PartialEq)]
+struct Fresh {
+    env: BTreeMap<String, EnvValue>,
+    headers: BTreeMap<String, EnvValue>,
 }
 
 /// On stderr, one note per value [`move_secrets`] moved to the credential store.
@@ -545,15 +561,19 @@ struct Moved {
 ///
 /// # Errors
 /// API errors listing or storing credentials.
-async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result<Vec<Moved>, CliError> {
+async fn move_secrets(
+    api: &ApiClient,
+    server: &str,
+    maps: &mut [(&'static str, &mut BTreeMap<String, EnvValue>)],
+) -> Result<Vec<Moved>, CliError> {
     use coffer_types::secrets::{MAX_CREDENTIAL_NAME, credential_name, is_secret, unique};
     let mut found = Vec::new();
-    for (field, flag) in [("env", "--env"), ("headers", "--header")] {
-        if let Some(map) = body[field].as_object() {
-            for (k, v) in map {
-                if let Some(v) = v.as_str().filter(|v| is_secret(k, v)) {
-                    found.push((field, flag, k.clone(), v.to_owned()));
-                }
+    for (i, (flag, map)) in maps.iter().enumerate() {
+        for (k, v) in map.iter() {
+            if let EnvValue::Literal(v) = v
+                && is_secret(k, v)
+            {
+                found.push((i, *flag, k.clone(), v.clone()));
             }
         }
     }
@@ -563,17 +583,18 @@ async fn move_secrets(api: &ApiClient, server: &str, body: &mut Value) -> Result
     let listed = api.get_as::<Page<Credential>>("/v1/credentials").await?;
     let mut taken: std::collections::BTreeSet<String> = listed.items.into_iter().map(|c| c.name).collect();
     let mut moved = Vec::new();
-    for (field, flag, key, value) in found {
+    for (i, flag, key, value) in found {
         let base = credential_name(server, &key);
         let credential =
             if taken.contains(&base) { unique(&base, MAX_CREDENTIAL_NAME, |n| taken.contains(n)) } else { base };
         let put = api.request(reqwest::Method::PUT, &format!("/v1/credentials/{}", path_segment(&credential)));
-        if let Err(e) = api.send(put.json(&json!({"value": value}))).await {
+        let body = coffer_api::credentials::CredentialPut { value };
+        if let Err(e) = api.send(put.json(&body)).await {
             remove_credentials(api, &moved).await;
             return Err(e);
         }
         taken.insert(credential.clone());
-        body[field][&key] = json!({"credential_ref": credential});
+        maps[i].1.insert(key.clone(), EnvValue::Ref(CredentialRef { credential_ref: credential.clone() }));
         moved.push(Moved { flag, key, credential });
     }
     Ok(moved)
@@ -596,33 +617,38 @@ async fn remove_credentials(api: &ApiClient, moved: &[Moved]) {
 /// [`CliError::Failed`] (exit 1) when the command or `--cwd` does not name what it should;
 /// [`CliError::Usage`] (exit 2) for a key given both as a literal and as a credential, or a
 /// literal that looks like a malformed reference.
-fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<Value, CliError> {
-    let mut body = json!({"name": a.name});
+fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -> Result<McpServerCreate, CliError> {
+    let mut body = McpServerCreate {
+        name: a.name.clone(),
+        transport: None,
+        command: None,
+        args: Vec::new(),
+        env: BTreeMap::new(),
+        cwd: None,
+        url: None,
+        headers: BTreeMap::new(),
+        enabled: a.disabled.then_some(false),
+        timeout_s: a.timeout,
+        timeout_ms: None,
+        allow_secret_args: a.allow_secret_args,
+        sandbox: None,
+    };
     if let Some(url) = &a.url {
-        body["transport"] = json!("http");
-        body["url"] = json!(url);
-        body["headers"] = Value::Object(wire_map("--header", &a.headers, &a.header_credentials, true)?);
+        body.transport = Some("http".into());
+        body.url = Some(url.clone());
+        body.headers = wire_map("--header", &a.headers, &a.header_credentials, true)?;
     } else {
         let (cmd, args) = a.command.split_first().ok_or_else(|| CliError::Usage("give a command after --".into()))?;
-        body["transport"] = json!("stdio");
-        body["command"] = json!(command_to_register(cmd, cwd, lookup).map_err(CliError::Failed)?);
-        body["args"] = json!(args);
-        body["env"] = Value::Object(wire_map("--env", &a.env, &a.env_credentials, false)?);
+        body.transport = Some("stdio".into());
+        body.command = Some(command_to_register(cmd, cwd, lookup).map_err(CliError::Failed)?);
+        body.args = args.to_vec();
+        body.env = wire_map("--env", &a.env, &a.env_credentials, false)?;
         if let Some(dir) = &a.cwd {
-            body["cwd"] = json!(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy());
+            body.cwd = Some(resolve_dir(dir, cwd).map_err(CliError::Failed)?.to_string_lossy().into_owned());
         }
         if a.no_sandbox {
-            body["sandbox"] = json!(false);
+            body.sandbox = Some(false);
         }
-    }
-    if let Some(t) = a.timeout {
-        body["timeout_s"] = json!(t);
-    }
-    if a.disabled {
-        body["enabled"] = json!(false);
-    }
-    if a.allow_secret_args {
-        body["allow_secret_args"] = json!(true);
     }
     Ok(body)
 }
@@ -640,18 +666,18 @@ fn wire_map(
     literals: &[(String, String)],
     credentials: &[(String, String)],
     ignore_case: bool,
-) -> Result<serde_json::Map<String, Value>, CliError> {
+) -> Result<BTreeMap<String, EnvValue>, CliError> {
     let norm = |k: &str| if ignore_case { k.to_ascii_lowercase() } else { k.to_owned() };
-    let mut map: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    let mut map: BTreeMap<String, (String, EnvValue)> = BTreeMap::new();
     for (k, v) in literals {
         map.insert(norm(k), (k.clone(), literal_value(flag, k, v)?));
     }
-    let mut refs: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    let mut refs: BTreeMap<String, (String, EnvValue)> = BTreeMap::new();
     for (k, name) in credentials {
         if map.contains_key(&norm(k)) {
             return Err(CliError::Usage(format!("{k} is given both with {flag} and with {flag}-credential; keep one")));
         }
-        refs.insert(norm(k), (k.clone(), json!({"credential_ref": name})));
+        refs.insert(norm(k), (k.clone(), EnvValue::Ref(CredentialRef { credential_ref: name.clone() })));
     }
     map.extend(refs);
     Ok(map.into_values().collect())
@@ -664,17 +690,17 @@ fn wire_map(
 /// # Errors
 /// [`CliError::Usage`] for a JSON object that mentions `credential_ref` but is not exactly a
 /// reference to a valid credential name, pointing at `{flag}-credential`.
-pub fn literal_value(flag: &str, key: &str, value: &str) -> Result<Value, CliError> {
+pub fn literal_value(flag: &str, key: &str, value: &str) -> Result<EnvValue, CliError> {
     let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(value.trim()) else {
-        return Ok(Value::String(value.to_owned()));
+        return Ok(EnvValue::Literal(value.to_owned()));
     };
     if !obj.contains_key("credential_ref") {
-        return Ok(Value::String(value.to_owned()));
+        return Ok(EnvValue::Literal(value.to_owned()));
     }
     let sep = if flag == "--env" { "=" } else { ":" };
     match (obj.len(), obj.get("credential_ref").and_then(Value::as_str)) {
         (1, Some(name)) if crate::commands::credentials::parse_name(name).is_ok() => {
-            Ok(json!({"credential_ref": name}))
+            Ok(EnvValue::Ref(CredentialRef { credential_ref: name.to_owned() }))
         }
         _ => Err(CliError::Usage(format!(
             "{flag} {key}{sep}{value} is not a credential reference; use {flag}-credential {key}{sep}NAME to reference \
@@ -1090,6 +1116,22 @@ async fn logs(ctx: &Ctx, a: McpLogsArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json_of(v: impl serde::Serialize) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
+
+    /// An edit's fresh values as `{"env": …, "headers": …}`, empty maps left out.
+    fn fresh_json(f: Fresh) -> Value {
+        let mut v = json!({});
+        if !f.env.is_empty() {
+            v["env"] = json_of(f.env);
+        }
+        if !f.headers.is_empty() {
+            v["headers"] = json_of(f.headers);
+        }
+        v
+    }
     use clap::Parser;
 
     fn parse(args: &[&str]) -> Result<AddArgs, clap::Error> {
@@ -1150,6 +1192,7 @@ mod tests {
             "0",
         ]);
         let (body, fresh) = edit_body(&a, &cur, Path::new("/"), none).unwrap();
+        let (body, fresh) = (json_of(body), json_of(fresh_json(fresh)));
         assert_eq!(
             body,
             json!({"env": {"KEEP": "1", "REF": {"credential_ref": "c"}, "TOK": {"credential_ref": "cred"}}, "timeout_ms": null})
@@ -1157,6 +1200,7 @@ mod tests {
         assert_eq!(fresh, json!({"env": {"NEW": "v"}}));
         let on_path = |n: &str| (n == "sh").then(|| PathBuf::from("/bin/sh"));
         let (body, _) = edit_body(&parse_edit(&["s", "--", "sh", "-c", "x"]), &cur, Path::new("/"), on_path).unwrap();
+        let body = json_of(body);
         assert_eq!(body, json!({"command": "sh", "args": ["-c", "x"]}));
         for bad in [
             &["s"][..],
@@ -1256,7 +1300,7 @@ mod tests {
             "./s.js",
         ])
         .unwrap();
-        let body = add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap();
+        let body = json_of(add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap());
         assert_eq!(
             body,
             json!({
@@ -1271,7 +1315,7 @@ mod tests {
     #[test]
     fn add_builds_the_http_body() {
         let a = parse(&["remote", "--url", "https://x.test/mcp", "-H", "Authorization: Bearer t"]).unwrap();
-        let body = add_body(&a, Path::new("/"), |_: &str| None).unwrap();
+        let body = json_of(add_body(&a, Path::new("/"), |_: &str| None).unwrap());
         assert_eq!(
             body,
             json!({"name": "remote", "transport": "http", "url": "https://x.test/mcp", "headers": {"Authorization": "Bearer t"}})
@@ -1348,7 +1392,7 @@ mod tests {
             "node",
         ])
         .unwrap();
-        let body = add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap();
+        let body = json_of(add_body(&a, dir.path(), |n: &str| (n == "node").then(|| node.clone())).unwrap());
         assert_eq!(
             body["env"],
             json!({"GITHUB_TOKEN": {"credential_ref": "github"}, "LOG": "debug", "NPM_TOKEN": {"credential_ref": "npm.token"}})
@@ -1363,7 +1407,7 @@ mod tests {
             "Authorization:remote-auth",
         ])
         .unwrap();
-        let body = add_body(&a, Path::new("/"), |_: &str| None).unwrap();
+        let body = json_of(add_body(&a, Path::new("/"), |_: &str| None).unwrap());
         assert_eq!(body["headers"], json!({"Authorization": {"credential_ref": "remote-auth"}, "X-Team": "a"}));
     }
 
@@ -1373,17 +1417,17 @@ mod tests {
         let node = exe(dir.path(), "node");
         for v in [r#"{"credential_ref":"github"}"#, r#" { "credential_ref" : "github" } "#] {
             let a = parse(&["gh", "--env", &format!("T={v}"), "--", "node"]).unwrap();
-            let body = add_body(&a, dir.path(), |_: &str| Some(node.clone())).unwrap();
+            let body = json_of(add_body(&a, dir.path(), |_: &str| Some(node.clone())).unwrap());
             assert_eq!(body["env"], json!({"T": {"credential_ref": "github"}}), "{v}");
         }
         let a = parse(&["r", "--url", "http://a/mcp", "-H", r#"Authorization: {"credential_ref":"tok"}"#]).unwrap();
         assert_eq!(
-            add_body(&a, Path::new("/"), |_: &str| None).unwrap()["headers"]["Authorization"],
+            json_of(add_body(&a, Path::new("/"), |_: &str| None).unwrap())["headers"]["Authorization"],
             json!({"credential_ref": "tok"})
         );
         // Other JSON stays literal; a malformed reference is refused, pointing at the flag.
-        assert_eq!(literal_value("--env", "J", r#"{"a":1}"#).unwrap(), json!(r#"{"a":1}"#));
-        assert_eq!(literal_value("--env", "J", "credential_ref").unwrap(), json!("credential_ref"));
+        assert_eq!(json_of(literal_value("--env", "J", r#"{"a":1}"#).unwrap()), json!(r#"{"a":1}"#));
+        assert_eq!(json_of(literal_value("--env", "J", "credential_ref").unwrap()), json!("credential_ref"));
         for bad in [r#"{"credential_ref":"x","more":1}"#, r#"{"credential_ref":5}"#, r#"{"credential_ref":"bad name"}"#]
         {
             let e = literal_value("--env", "T", bad).unwrap_err();
