@@ -136,6 +136,15 @@ fn expected_name(serde: &str) -> String {
 }
 
 /// The [`BodyError`] for serde's `message` about the field at `path` of `root`.
+/// The field names serde lists after an unknown field or variant, in its three phrasings:
+/// "expected one of `a`, `b`, `c`", "expected `a` or `b`", "expected `a`" ("there are no
+/// fields" gives none).
+fn expected_fields(rest: &str) -> Vec<&str> {
+    let Some(list) = rest.split_once("expected ").map(|(_, l)| l) else { return Vec::new() };
+    let list = list.strip_prefix("one of ").unwrap_or(list);
+    list.split(", ").flat_map(|s| s.split(" or ")).map(|s| s.trim_matches('`')).filter(|s| !s.is_empty()).collect()
+}
+
 fn describe(root: &Value, path: &str, message: &str) -> BodyError {
     let is_root = path == "." || path.is_empty();
     let invalid = |message: String, details: Value| BodyError { kind: BodyErrorKind::Invalid, message, details };
@@ -145,10 +154,7 @@ fn describe(root: &Value, path: &str, message: &str) -> BodyError {
         let shown: String = name.chars().take(40).collect();
         // serde_path_to_error's path already ends with the unknown key.
         let field = if path.ends_with(name) && !is_root { path.to_owned() } else { joined(&shown) };
-        let allowed: Vec<&str> = rest
-            .split("expected one of ")
-            .nth(1)
-            .map_or_else(Vec::new, |list| list.split(", ").map(|s| s.trim_matches('`')).collect());
+        let allowed = expected_fields(rest);
         let mut message = format!("unknown field {field:?}");
         if !allowed.is_empty() {
             message.push_str(&format!("; expected one of {}", allowed.join(", ")));
@@ -182,10 +188,7 @@ fn describe(root: &Value, path: &str, message: &str) -> BodyError {
         return invalid(format!("field {path:?} must be {expected}{shown}"), json!({"field": path}));
     }
     if let Some(rest) = message.strip_prefix("unknown variant `") {
-        let allowed: Vec<&str> = rest
-            .split("expected one of ")
-            .nth(1)
-            .map_or_else(Vec::new, |list| list.split(", ").map(|s| s.trim_matches('`')).collect());
+        let allowed = expected_fields(rest);
         return invalid(
             format!("field {path:?} must be one of {}", allowed.join(", ")),
             json!({"field": path, "allowed": allowed}),
@@ -284,6 +287,12 @@ mod tests {
         assert_eq!(e.details["field"], "inner.session_id", "{}", e.message);
         let e = err(json!({"text": "a", "items": [{"text": "t", "x": 1}]}));
         assert_eq!(e.details["field"], "items[0].x", "{}", e.message);
+        // serde's other phrasings of the allowed fields: one field, two fields.
+        assert_eq!(e.details["allowed"], json!(["id", "text"]), "{}", e.message);
+        let e = err(json!({"text": "a", "inner": {"cmd": "s"}}));
+        assert_eq!(e.details["allowed"], json!(["cwd"]), "{}", e.message);
+        assert!(e.message.ends_with("; expected one of cwd"), "{}", e.message);
+        assert_eq!(expected_fields("x`, there are no fields"), Vec::<&str>::new());
     }
 
     #[test]

@@ -36,11 +36,47 @@ pub struct CredentialRef {
 
 /// An `env` or `headers` value: a literal string, or a reference to a credential resolved only
 /// when the upstream starts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+///
+/// Deserialized by hand rather than as serde's untagged enum, whose only error is "data did not
+/// match any variant": anything else is refused as "must be a string or
+/// {\"credential_ref\": NAME}", and an object with other keys names the first unknown one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum EnvValue {
     Literal(String),
     Ref(CredentialRef),
+}
+
+impl<'de> Deserialize<'de> for EnvValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        const SHAPE: &str = "a string or {\"credential_ref\": NAME}";
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(EnvValue::Literal(s)),
+            serde_json::Value::Object(o) => {
+                if let Some(k) = o.keys().find(|k| *k != "credential_ref") {
+                    let k: String = k.chars().take(40).collect();
+                    return Err(D::Error::custom(format!("unknown field `{k}`, expected `credential_ref`")));
+                }
+                match o.get("credential_ref") {
+                    Some(serde_json::Value::String(name)) => {
+                        Ok(EnvValue::Ref(CredentialRef { credential_ref: name.clone() }))
+                    }
+                    Some(_) => Err(D::Error::custom(format!("credential_ref must be a string ({SHAPE})"))),
+                    None => Err(D::Error::custom(format!("must be {SHAPE}, not an empty object"))),
+                }
+            }
+            other => {
+                let got = match other {
+                    serde_json::Value::Null => "null",
+                    serde_json::Value::Bool(_) => "a boolean",
+                    serde_json::Value::Number(_) => "a number",
+                    _ => "an array",
+                };
+                Err(D::Error::custom(format!("must be {SHAPE}, not {got}")))
+            }
+        }
+    }
 }
 
 /// A registered MCP server (`GET /v1/mcp/servers/{name}`, an item of `GET /v1/mcp/servers`,
@@ -450,6 +486,26 @@ mod tests {
         assert_eq!(v["A"], EnvValue::Literal("x".into()));
         assert_eq!(v["B"], EnvValue::Ref(CredentialRef { credential_ref: "gh".into() }));
         assert!(serde_json::from_value::<EnvValue>(json!({"credential_ref": "gh", "x": 1})).is_err());
+        // What a bad value is told, with its path (not "did not match any variant").
+        let e = crate::body::from_value::<McpServerCreate>(
+            json!({"name": "a", "env": {"A": {"credential_ref": "x", "bogus": 1}}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.kind, e.details["field"].as_str()),
+            (crate::body::BodyErrorKind::UnknownField, Some("env.A.bogus"))
+        );
+        assert_eq!(e.details["allowed"], json!(["credential_ref"]));
+        for (v, says) in [
+            (json!(5), "must be a string or {\"credential_ref\": NAME}, not a number"),
+            (json!({}), "not an empty object"),
+            (json!({"credential_ref": 1}), "credential_ref must be a string"),
+            (json!(null), "not null"),
+        ] {
+            let e = crate::body::from_value::<McpServerCreate>(json!({"name": "a", "headers": {"H": v}})).unwrap_err();
+            assert!(e.message.contains("\"headers.H\"") && e.message.contains(says), "{v}: {}", e.message);
+            assert_eq!(e.details["field"], "headers.H");
+        }
     }
 
     #[test]
