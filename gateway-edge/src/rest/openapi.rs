@@ -114,6 +114,9 @@ pub struct Answer {
     pub json: Option<Schema>,
     /// Description of a `text/event-stream` alternative, when the route can stream.
     pub sse: Option<&'static str>,
+    /// Other successful answers: `(status, description, body)`, the body `None` when it is the
+    /// main answer's (`PUT /v1/credentials/{name}`: 201 created, 200 replaced).
+    pub also: Vec<(u16, &'static str, Option<Schema>)>,
 }
 
 /// The wire format of a route's errors.
@@ -138,6 +141,8 @@ pub struct Route {
     pub params: Vec<Param>,
     /// JSON Schema of the `application/json` request body, when the route takes one.
     pub body: Option<Schema>,
+    /// The body may be left out (every field of it is optional).
+    pub body_optional: bool,
     pub answer: Answer,
     /// Envelope codes this route answers with besides the ones every route may give
     /// ([`COMMON_ERRORS`]).
@@ -249,7 +254,8 @@ fn route(method: &'static str, path: &'static str, tag: &'static str, summary: &
         description: "",
         params: Vec::new(),
         body: None,
-        answer: Answer { status: 200, description: "OK", json: None, sse: None },
+        body_optional: false,
+        answer: Answer { status: 200, description: "OK", json: None, sse: None, also: Vec::new() },
         errors: &[],
         error_format: Errors::Envelope,
         open: false,
@@ -291,13 +297,29 @@ impl Route {
         self.body = Some(Schema::Literal(schema));
         self
     }
+    /// The request body may be left out (an empty body reads as `{}`).
+    fn body_optional(mut self) -> Self {
+        self.body_optional = true;
+        self
+    }
+    /// Another successful answer with the main answer's body.
+    fn also(mut self, status: u16, description: &'static str) -> Self {
+        self.answer.also.push((status, description, None));
+        self
+    }
+    /// Another successful answer, with body `T`.
+    fn also_of<T: JsonSchema>(mut self, status: u16, description: &'static str) -> Self {
+        self.answer.also.push((status, description, Some(Schema::Typed(api_schema::response::<T>))));
+        self
+    }
     /// The request body is `T` (a `coffer-api` type), parsed by `JsonBody<T>`.
     pub fn body_of<T: JsonSchema>(mut self) -> Self {
         self.body = Some(Schema::Typed(api_schema::request::<T>));
         self
     }
     fn ok(mut self, status: u16, description: &'static str, schema: impl Into<Schema>) -> Self {
-        self.answer = Answer { status, description, json: Some(schema.into()), sse: self.answer.sse };
+        self.answer =
+            Answer { status, description, json: Some(schema.into()), sse: self.answer.sse, also: self.answer.also };
         self
     }
     /// The answer is `T` (a `coffer-api` type) with `status`.
@@ -305,7 +327,7 @@ impl Route {
         self.ok(status, description, Schema::Typed(api_schema::response::<T>))
     }
     fn no_content(mut self, description: &'static str) -> Self {
-        self.answer = Answer { status: 204, description, json: None, sse: None };
+        self.answer = Answer { status: 204, description, json: None, sse: None, also: Vec::new() };
         self
     }
     fn sse(mut self, description: &'static str) -> Self {
@@ -359,6 +381,7 @@ pub fn routes() -> Vec<Route> {
             .describe("Answers once the service is healthy again (or has given up). For `gateway`, which serves this request, answers 202 `{\"restarting\":\"gateway\"}` at once and restarts right after; poll `GET /v1/health`.")
             .path_param("name", "`store`, `chat`, `retrieval` or `gateway`.")
             .ok_of::<coffer_api::daemon::ServiceRestart>(200, "The service after the restart.")
+            .also_of::<coffer_api::daemon::Restarting>(202, "`gateway`: it restarts right after answering.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         // Servers.
         route("GET", "/v1/mcp/servers", "servers", "List MCP servers")
@@ -478,7 +501,8 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
             .actor()
             .body_of::<coffer_api::credentials::CredentialPut>()
-            .ok_of::<coffer_api::credentials::CredentialSet>(200, "Replaced (201 when created).")
+            .ok_of::<coffer_api::credentials::CredentialSet>(200, "Replaced.")
+            .also(201, "Created.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
         route("DELETE", "/v1/credentials/{name}", "credentials", "Remove a credential")
             .describe("Servers that reference it then fail to start, naming it, until it is set again.")
@@ -526,6 +550,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/v1/ui/login-codes", "console", "Mint a one-time login link")
             .describe("The code works once and lives `ui.login_code_ttl_s` seconds (60 by default). Needs the token: a web session cannot mint codes (403). The body is optional.")
             .body_of::<coffer_api::console::LoginCodeRequest>()
+            .body_optional()
             .ok_of::<coffer_api::console::LoginCode>(200, "The code and the link to open.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/ui/session", "console", "How this request is signed in")
@@ -603,7 +628,8 @@ pub fn routes() -> Vec<Route> {
             .describe("Writes `COFFER_HOME/memory/<id>.md` atomically (the id is a server-side ULID) and indexes it. An exact or near duplicate of an existing fact is not saved again: the answer is 200 with that fact, `created: false` and the `similarity`. `source` defaults to the request's actor (`X-Coffer-Actor`).")
             .actor()
             .body_of::<coffer_api::knowledge::FactCreate>()
-            .ok_of::<coffer_api::knowledge::RememberReply>(201, "Remembered (200 with `created: false` for a duplicate).")
+            .ok_of::<coffer_api::knowledge::RememberReply>(201, "Remembered.")
+            .also(200, "A duplicate: the existing fact, `created: false` and the `similarity`.")
             .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/memory/{id}", "memory", "One fact")
             .path_param("id", "The fact's id: a ULID, or a hand-written note's file name without `.md`.")
@@ -809,6 +835,7 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", CHANNEL_NAME)
             .actor()
             .body_of::<coffer_api::channels::PairingRequest>()
+            .body_optional()
             .ok_of::<coffer_api::channels::PairingCode>(200, "The code.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("DELETE", "/v1/channels/{name}/pair", "channels", "Unpair a channel")
@@ -924,6 +951,8 @@ pub struct Described {
     pub body: Option<Value>,
     /// The `application/json` answer's schema.
     pub answer: Option<Value>,
+    /// The other successful answers' schemas, in [`Answer::also`]'s order.
+    pub also: Vec<Option<Value>>,
 }
 
 /// Every route with its bodies' schemas, and every named schema: the derived ones (of the
@@ -938,7 +967,13 @@ pub fn described() -> (Vec<Described>, BTreeMap<String, Value>) {
         .map(|route| {
             let body = route.body.as_ref().map(|b| b.resolve(&mut c));
             let answer = route.answer.json.as_ref().map(|a| a.resolve(&mut c));
-            Described { route, body, answer }
+            let also = route
+                .answer
+                .also
+                .iter()
+                .map(|(_, _, b)| b.as_ref().map(|b| b.resolve(&mut c)).or_else(|| answer.clone()))
+                .collect();
+            Described { route, body, answer, also }
         })
         .collect();
     let mut all: BTreeMap<String, Value> = schemas().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
@@ -971,7 +1006,10 @@ fn operation(d: &Described) -> Value {
         op.insert("parameters".into(), Value::Array(params));
     }
     if let Some(b) = &d.body {
-        op.insert("requestBody".into(), json!({"required": true, "content": {"application/json": {"schema": b}}}));
+        op.insert(
+            "requestBody".into(),
+            json!({"required": !r.body_optional, "content": {"application/json": {"schema": b}}}),
+        );
     }
     let mut responses = Map::new();
     let mut ok = json!({"description": r.answer.description});
@@ -986,6 +1024,13 @@ fn operation(d: &Described) -> Value {
         ok["content"] = Value::Object(content);
     }
     responses.insert(r.answer.status.to_string(), ok);
+    for ((status, description, _), schema) in r.answer.also.iter().zip(&d.also) {
+        let mut other = json!({"description": description});
+        if let Some(s) = schema {
+            other["content"] = json!({"application/json": {"schema": s}});
+        }
+        responses.insert(status.to_string(), other);
+    }
     match r.error_format {
         Errors::Envelope => {
             for (status, codes) in error_statuses(r) {
@@ -1214,7 +1259,8 @@ fn route_markdown(w: &mut String, d: &Described) {
         }
     }
     if let Some(b) = &d.body {
-        let _ = writeln!(w, "\n**Body:** {}", code_shape(b));
+        let optional = if r.body_optional { " (optional)" } else { "" };
+        let _ = writeln!(w, "\n**Body{optional}:** {}", code_shape(b));
     }
     let answer = match (&d.answer, r.answer.sse) {
         (Some(s), None) => code_shape(s),
@@ -1223,6 +1269,10 @@ fn route_markdown(w: &mut String, d: &Described) {
         (None, None) => "no body".into(),
     };
     let _ = writeln!(w, "\n**{} {}:** {answer}", r.answer.status, r.answer.description.trim_end_matches('.'));
+    for ((status, description, _), schema) in r.answer.also.iter().zip(&d.also) {
+        let shape = schema.as_ref().map_or_else(|| "no body".to_owned(), code_shape);
+        let _ = writeln!(w, "\n**{status} {}:** {shape}", description.trim_end_matches('.'));
+    }
     match r.error_format {
         Errors::JsonRpc => {
             let _ = writeln!(w, "\n**Errors:** JSON-RPC error objects ([JsonRpcError](#jsonrpcerror)).");
