@@ -156,6 +156,7 @@ pub mod store {
                 .field("name", &self.name)
                 .field("value", &"[REDACTED]")
                 .field("actor", &self.actor)
+                .field("create_only", &self.create_only)
                 .finish()
         }
     }

@@ -208,6 +208,48 @@ async fn mcp_add_moves_secret_looking_values_to_the_credential_store() -> anyhow
     Ok(())
 }
 
+/// Three `coffer mcp add` of one name at once, each with its own secret-looking value: one wins,
+/// the others exit 4, and the winner's server references a credential that exists and holds
+/// the winner's value — no add replaced or removed another's credential (each is created with
+/// `If-None-Match: *`, newcomer finding). Nothing of the losers stays behind.
+#[tokio::test]
+async fn concurrent_adds_of_one_name_leave_the_winner_with_its_own_credential() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let tiny = coffer_tests::bin("coffer-tiny-upstream")?.display().to_string();
+    let secrets: Vec<String> = (0..3).map(|i| format!("ghp_{i}123456789abcdefghijklmnopqrstuvwxyzAB")).collect();
+    let envs: Vec<String> = secrets.iter().map(|s| format!("TINY_ECHO_ENV={s}")).collect();
+    let args: Vec<[&str; 8]> =
+        envs.iter().map(|env| ["mcp", "add", "race", "--no-wait", "--env", env, "--", &tiny]).collect();
+    let runs = args.iter().map(|a| home.cli(a));
+    let outs = futures_util::future::join_all(runs).await.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.code).collect();
+    ensure!(codes.iter().filter(|c| **c == Some(0)).count() == 1, "one add wins: {outs:?}");
+    ensure!(codes.iter().all(|c| *c == Some(0) || *c == Some(4)), "the others exit 4 (exists): {outs:?}");
+    let s = api.get("/v1/mcp/servers/race").reply().await?.ok_json()?;
+    let cred = s["env"]["TINY_ECHO_ENV"]["credential_ref"].as_str().context("a reference")?.to_owned();
+    let creds = home.cli(&["credentials", "list", "--json"]).await?.ok()?.json()?;
+    let names: Vec<&str> = creds["items"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, [cred.as_str()], "only the winner's credential is left: {creds}");
+    let r =
+        api.post_json("/v1/tools/call", &json!({"name": "race__whoami", "arguments": {}})).reply().await?.ok_json()?;
+    let who: Value = serde_json::from_str(r["content"][0]["text"].as_str().context("text")?)?;
+    let winner = outs.iter().position(|o| o.code == Some(0)).context("a winner")?;
+    assert_eq!(who["env"], secrets[winner].as_str(), "the server gets its own add's value");
+
+    // The REST side: `If-None-Match: *` never replaces.
+    let r = api
+        .request(reqwest::Method::PUT, &format!("/v1/credentials/{cred}"))
+        .header("If-None-Match", "*")
+        .json(&json!({"value": "other"}))
+        .reply()
+        .await?;
+    r.expect_envelope(409, "ALREADY_EXISTS")?;
+    let c = api.get(&format!("/v1/credentials/{cred}")).reply().await?.ok_json()?;
+    assert_eq!(c["version"], 1, "untouched: {c}");
+    Ok(())
+}
+
 /// The trace id of a client error (TOOL_DISABLED, NOT_FOUND) finds it in the gateway's log, as
 /// the docs promise for every request.
 #[tokio::test]

@@ -585,14 +585,32 @@ async fn move_secrets(
     let mut moved = Vec::new();
     for (i, flag, key, value) in found {
         let base = credential_name(server, &key);
-        let credential =
-            if taken.contains(&base) { unique(&base, MAX_CREDENTIAL_NAME, |n| taken.contains(n)) } else { base };
-        let put = api.request(reqwest::Method::PUT, &format!("/v1/credentials/{}", path_segment(&credential)));
-        let body = coffer_api::credentials::CredentialPut { value };
-        if let Err(e) = api.send(put.json(&body)).await {
-            remove_credentials(api, &moved).await;
-            return Err(e);
-        }
+        // Create only (`If-None-Match: *`): another `mcp add` racing for the same free name gets
+        // ALREADY_EXISTS and takes the next one, so neither replaces (nor later removes) the
+        // other's secret.
+        let mut attempts = 0;
+        let credential = loop {
+            let credential = if taken.contains(&base) {
+                unique(&base, MAX_CREDENTIAL_NAME, |n| taken.contains(n))
+            } else {
+                base.clone()
+            };
+            let put = api
+                .request(reqwest::Method::PUT, &format!("/v1/credentials/{}", path_segment(&credential)))
+                .header(reqwest::header::IF_NONE_MATCH, "*")
+                .json(&coffer_api::credentials::CredentialPut { value: value.clone() });
+            match api.send(put).await {
+                Ok(_) => break credential,
+                Err(e) if e.api_code() == Some("ALREADY_EXISTS") && attempts < 20 => {
+                    attempts += 1;
+                    taken.insert(credential);
+                }
+                Err(e) => {
+                    remove_credentials(api, &moved).await;
+                    return Err(e);
+                }
+            }
+        };
         taken.insert(credential.clone());
         maps[i].1.insert(key.clone(), EnvValue::Ref(CredentialRef { credential_ref: credential.clone() }));
         moved.push(Moved { flag, key, credential });

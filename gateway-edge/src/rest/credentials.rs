@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::get;
 use axum::{Json, Router};
 use coffer_api::Page;
@@ -87,7 +87,8 @@ async fn get_one(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> R
 ///
 /// Errors: `INVALID_ARGUMENT` (name, value length or content, body shape — the message never
 /// quotes the body), `UNKNOWN_FIELD`, `CONFLICT` when `secret.key` is unusable (the message
-/// names the file and what is wrong with it).
+/// names the file and what is wrong with it), `ALREADY_EXISTS` with `If-None-Match: *` when the
+/// name exists (its value untouched).
 async fn put(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -106,8 +107,16 @@ async fn put(
     }
     // Moved, not copied, into the request, whose `Debug` prints no value (coffer-proto); the
     // store wraps it in a `SecretString` on arrival.
-    let req = SetCredentialRequest { name, value: body.value, actor: actor(&headers) };
-    let reply = st.store.credentials.clone().set_credential(req).await?.into_inner();
+    // `If-None-Match: *` (RFC 9110 §13.1.2): create only; an existing name is not replaced.
+    let create_only = headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes().trim_ascii() == b"*");
+    let req = SetCredentialRequest { name, value: body.value, actor: actor(&headers), create_only };
+    let reply = match st.store.credentials.clone().set_credential(req).await {
+        Ok(r) => r.into_inner(),
+        Err(e) if e.code() == tonic::Code::AlreadyExists => {
+            return Err(ApiError::new(Code::AlreadyExists, format!("{} (If-None-Match: *)", e.message())));
+        }
+        Err(e) => return Err(e.into()),
+    };
     settle(&st, reply.seq).await;
     let c = reply.credential.unwrap_or_default();
     tracing::info!(credential = %c.name, version = c.version, "Credential set.");

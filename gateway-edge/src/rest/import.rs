@@ -731,6 +731,7 @@ async fn import(
                 name: name.clone(),
                 value: value.expose_secret().to_owned(),
                 actor: who.clone(),
+                create_only: false,
             };
             match store.credentials.set_credential(req).await {
                 Ok(r) => {

@@ -501,9 +501,10 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", "Credential name (`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`).")
             .actor()
             .body_of::<coffer_api::credentials::CredentialPut>()
+            .header("If-None-Match", "`*`: create only; a credential of that name is left as it is (409 `ALREADY_EXISTS`).")
             .ok_of::<coffer_api::credentials::CredentialSet>(200, "Replaced.")
             .also(201, "Created.")
-            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT"]),
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "ALREADY_EXISTS"]),
         route("DELETE", "/v1/credentials/{name}", "credentials", "Remove a credential")
             .describe("Servers that reference it then fail to start, naming it, until it is set again.")
             .path_param("name", "Credential name.")

@@ -38,7 +38,7 @@ pub(crate) async fn store_secret(
     value: String,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
-    let req = SetCredentialRequest { name: name.to_owned(), value, actor: actor(headers) };
+    let req = SetCredentialRequest { name: name.to_owned(), value, actor: actor(headers), create_only: false };
     let seq = st.store.credentials.clone().set_credential(req).await?.into_inner().seq;
     settle(st, seq).await;
     Ok(())

@@ -101,6 +101,7 @@ impl Credentials for CredentialsService {
                     .query_row("SELECT name, version, created_at, updated_at FROM credentials WHERE name = ?1", [&r.name], credential_from_row)
                     .optional()?;
                 let (info, op) = match cur {
+                    Some(_) if r.create_only => return Err(StoreError::Exists(format!("credential {:?}", r.name))),
                     Some(cur) => {
                         let info = CredentialInfo { version: cur.version + 1, updated_at: now, ..cur };
                         t.execute(
@@ -239,7 +240,8 @@ mod tests {
     }
 
     async fn set(svc: &CredentialsService, name: &str, value: &str) -> Result<WriteCredentialReply, Status> {
-        let req = SetCredentialRequest { name: name.into(), value: value.into(), actor: "cli".into() };
+        let req =
+            SetCredentialRequest { name: name.into(), value: value.into(), actor: "cli".into(), create_only: false };
         svc.set_credential(Request::new(req)).await.map(Response::into_inner)
     }
 
@@ -314,8 +316,10 @@ mod tests {
         assert_eq!(values["npm.token"], secret);
         let dbg = format!("{:?}", ResolveCredentialsReply { values });
         assert!(!dbg.contains(secret) && dbg.contains("github"), "{dbg}");
-        let dbg =
-            format!("{:?}", SetCredentialRequest { name: "n".into(), value: secret.into(), actor: String::new() });
+        let dbg = format!(
+            "{:?}",
+            SetCredentialRequest { name: "n".into(), value: secret.into(), actor: String::new(), create_only: false }
+        );
         assert!(!dbg.contains(secret), "{dbg}");
 
         let e = resolve(&svc, &["github", "nope", "also-missing"]).await.unwrap_err();
