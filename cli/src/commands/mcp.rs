@@ -40,7 +40,7 @@ credential must exist. An --env or --header value written as a reference,
 A bare COMMAND must be on your PATH and on the daemon's, and is registered as given: each
 machine (a synced registry reaches others) finds it on its PATH when the server starts. A
 relative one is made absolute against the current folder, here. The server itself runs in --cwd,
-by default Coffer's workspace folder ($COFFER_HOME/workspace).";
+by default its own folder, $COFFER_HOME/workspace/servers/NAME.";
 
 const EDIT_EXAMPLES: &str = "\
 Examples:
@@ -142,7 +142,7 @@ pub struct AddArgs {
     /// An environment variable set to the value of a stored credential (repeatable).
     #[arg(long = "env-credential", value_name = "KEY=CREDENTIAL", value_parser = parse_env_credential, conflicts_with = "url")]
     pub env_credentials: Vec<(String, String)>,
-    /// The folder the server runs in [default: $COFFER_HOME/workspace].
+    /// The folder the server runs in [default: $COFFER_HOME/workspace/servers/NAME].
     #[arg(long, value_name = "DIR", conflicts_with = "url")]
     pub cwd: Option<PathBuf>,
     /// Per-call timeout in seconds [default: the gateway's].
@@ -976,7 +976,10 @@ pub fn server_fields(s: &McpServer) -> Vec<(&'static str, String)> {
         f.push(("command", or_dash(s.command.as_deref())));
         f.push(("args", if s.args.is_empty() { "-".into() } else { shell_join(s.args.iter().map(String::as_str)) }));
         f.push(("env", map_lines(&s.env, "=")));
-        f.push(("cwd", s.cwd.clone().unwrap_or_else(|| "default ($COFFER_HOME/workspace)".into())));
+        f.push((
+            "cwd",
+            s.cwd.clone().unwrap_or_else(|| format!("default ($COFFER_HOME/workspace/servers/{})", s.name)),
+        ));
     }
     f.push(("timeout", timeout(s)));
     f.push(("version", s.version.to_string()));
@@ -1384,7 +1387,7 @@ mod tests {
              command:   /usr/bin/node\n\
              args:      /p/index.js stdio\n\
              env:       A=1\n           B=two words\n\
-             cwd:       default ($COFFER_HOME/workspace)\n\
+             cwd:       default ($COFFER_HOME/workspace/servers/everything)\n\
              timeout:   default\n\
              version:   3\n\
              created:   2026-11-30 09:56:56\n\

@@ -51,6 +51,34 @@ pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
             return Err(StoreError::Invalid(format!("invalid environment variable name {:?}", truncate(k, 40))));
         }
     }
+    // What could never start is refused here, not when the server starts: a NUL cannot be in
+    // an argument, an environment value or a path (exec's strings end at it), a header name is
+    // an HTTP token (RFC 9110 §5.1) and a header value has no control character but tab
+    // (§5.5: no CR/LF, so nothing can be smuggled into the request). Values are never quoted.
+    if s.command.contains('\0') || s.cwd.contains('\0') || s.url.contains('\0') {
+        return Err(StoreError::Invalid("command, cwd and url must not contain a NUL character".into()));
+    }
+    if let Some(i) = s.args.iter().position(|a| a.contains('\0')) {
+        return Err(StoreError::Invalid(format!("args[{i}] contains a NUL character")));
+    }
+    if let Some(k) = s.env.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k) {
+        return Err(StoreError::Invalid(format!("env {:?}: the value contains a NUL character", truncate(k, 40))));
+    }
+    for (k, v) in &s.headers {
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if k.is_empty() || !k.bytes().all(tchar) {
+            return Err(StoreError::Invalid(format!(
+                "invalid header name {:?}: letters, digits and !#$%&'*+-.^_`|~ only",
+                truncate(k, 40)
+            )));
+        }
+        if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(StoreError::Invalid(format!(
+                "header {:?}: the value contains a control character (CR, LF, NUL, …)",
+                truncate(k, 40)
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -315,6 +343,35 @@ mod tests {
         for bad in ["", "A", "a_b", "a__b", "-a", "coffer", "abcdefghijklmnopqrstuvwxy", "a b", "é"] {
             assert!(validate_server_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn what_could_never_start_is_refused_at_registration() {
+        let http = |headers: &[(&str, &str)]| McpServer {
+            name: "h".into(),
+            transport: Transport::Http.into(),
+            url: "https://x.test/mcp".into(),
+            headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..Default::default()
+        };
+        validate_server(&http(&[("Authorization", "Bearer t\tx"), ("X-A", "é")])).unwrap();
+        for (headers, says) in [
+            (&[("X-A", "a\r\nX-Injected: 1")][..], "control character"),
+            (&[("X-A", "a\0")], "control character"),
+            (&[("Bad Name", "v")], "invalid header name"),
+            (&[("", "v")], "invalid header name"),
+            (&[("X:A", "v")], "invalid header name"),
+        ] {
+            let e = validate_server(&http(headers)).unwrap_err().to_string();
+            assert!(e.contains(says), "{headers:?}: {e}");
+            assert!(!e.contains("Injected"), "the value is not quoted: {e}");
+        }
+        let env = McpServer { env: [("A".to_owned(), "x\0y".to_owned())].into(), ..stdio("a") };
+        assert!(validate_server(&env).unwrap_err().to_string().contains("env \"A\""));
+        let args = McpServer { args: vec!["ok".into(), "a\0b".into()], ..stdio("a") };
+        assert!(validate_server(&args).unwrap_err().to_string().contains("args[1]"));
+        let cwd = McpServer { cwd: "/tmp/\0".into(), ..stdio("a") };
+        assert!(validate_server(&cwd).is_err());
     }
 
     #[tokio::test]
