@@ -125,7 +125,11 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
         if let Some(suppressed) = REFUSALS.allow() {
             tracing::info!(host = %clip(host), suppressed, "Refused: Host is not loopback.");
         }
-        return reject_request(req, Code::Forbidden, "Host header must name this machine's loopback address").await;
+        let message = format!(
+            "Host header must name this daemon: 127.0.0.1:{port}, localhost:{port} or [::1]:{port} (a loopback address with this port)",
+            port = st.port
+        );
+        return reject_request(req, Code::Forbidden, &message).await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
@@ -286,7 +290,12 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
         .with_details(serde_json::json!({"reason": "session_unknown"}))
         .into_response()
     } else {
-        reject_request(req, Code::Unauthorized, "missing or wrong token: send X-Coffer-Token (see daemon.json)").await
+        reject_request(
+            req,
+            Code::Unauthorized,
+            "missing or wrong token: send X-Coffer-Token or Authorization: Bearer with the token of daemon.json",
+        )
+        .await
     };
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"coffer\""));
     resp
