@@ -165,17 +165,18 @@ fn truncate(s: &str, n: usize) -> String {
 /// # Errors
 /// `INVALID_ARGUMENT` when both are given, or the value is not within 1 ms ..= 24 h.
 pub fn timeout_ms(timeout_s: Option<f64>, timeout_ms: Option<u64>) -> Result<Option<u64>, ApiError> {
+    // The field named is the one that was sent.
+    let field = if timeout_s.is_some() { "timeout_s" } else { "timeout_ms" };
     let range = || {
         ApiError::invalid(format!(
-            "timeout must be between 1 ms and {} s; omit it for the default",
+            "{field} must be between 1 ms and {} s; omit it for the default",
             MAX_TIMEOUT_MS / 1000
         ))
-        .with_details(json!({"field": "timeout"}))
+        .with_details(json!({"field": field}))
     };
     match (timeout_s, timeout_ms) {
-        (Some(_), Some(_)) => {
-            Err(ApiError::invalid("give timeout_s or timeout_ms, not both").with_details(json!({"field": "timeout"})))
-        }
+        (Some(_), Some(_)) => Err(ApiError::invalid("give timeout_s or timeout_ms, not both")
+            .with_details(json!({"field": "timeout_ms", "conflicts_with": "timeout_s"}))),
         (Some(s), None) => {
             if !s.is_finite() || s <= 0.0 {
                 return Err(range());

@@ -50,6 +50,13 @@ impl std::error::Error for BodyError {}
 /// # Errors
 /// [`BodyError`] as the module docs say.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(BodyError {
+            kind: BodyErrorKind::Syntax,
+            message: "the request body is empty: send a JSON object ({} when every field is optional)".into(),
+            details: json!({}),
+        });
+    }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| BodyError {
         kind: BodyErrorKind::Syntax,
         message: format!("malformed JSON: {e}"),
@@ -298,6 +305,11 @@ mod tests {
     #[test]
     fn malformed_json_is_a_syntax_error_and_strings_are_never_quoted() {
         assert_eq!(parse::<Body>(b"{\"text\": ").unwrap_err().kind, BodyErrorKind::Syntax);
+        for empty in [&b""[..], b" \n"] {
+            let e = parse::<Body>(empty).unwrap_err();
+            assert_eq!(e.kind, BodyErrorKind::Syntax);
+            assert!(e.message.starts_with("the request body is empty"), "{}", e.message);
+        }
         #[derive(Debug, Deserialize)]
         #[allow(dead_code)]
         struct Secret {
