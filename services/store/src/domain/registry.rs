@@ -19,6 +19,13 @@ pub fn validate_server_name(name: &str) -> Result<(), StoreError> {
     coffer_types::check_server_name(name).map_err(StoreError::Invalid)
 }
 
+/// At most this many `args` of a server (a command line, not a data file).
+pub const MAX_ARGS: usize = 1024;
+/// At most this many `env` entries of a server.
+pub const MAX_ENV: usize = 1024;
+/// At most this many `headers` of a server.
+pub const MAX_HEADERS: usize = 256;
+
 pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
     validate_server_name(&s.name)?;
     match required::<Transport>(s.transport, "transport")? {
@@ -55,6 +62,13 @@ pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
     // an argument, an environment value or a path (exec's strings end at it), a header name is
     // an HTTP token (RFC 9110 §5.1) and a header value has no control character but tab
     // (§5.5: no CR/LF, so nothing can be smuggled into the request). Values are never quoted.
+    for (what, n, max) in
+        [("args", s.args.len(), MAX_ARGS), ("env", s.env.len(), MAX_ENV), ("headers", s.headers.len(), MAX_HEADERS)]
+    {
+        if n > max {
+            return Err(StoreError::Invalid(format!("{what} has {n} entries; at most {max}")));
+        }
+    }
     if s.command.contains('\0') || s.cwd.contains('\0') || s.url.contains('\0') {
         return Err(StoreError::Invalid("command, cwd and url must not contain a NUL character".into()));
     }
@@ -372,6 +386,16 @@ mod tests {
         assert!(validate_server(&args).unwrap_err().to_string().contains("args[1]"));
         let cwd = McpServer { cwd: "/tmp/\0".into(), ..stdio("a") };
         assert!(validate_server(&cwd).is_err());
+        // Sizes: at the cap is fine, one more is refused naming the list.
+        validate_server(&McpServer { args: vec!["a".into(); MAX_ARGS], ..stdio("a") }).unwrap();
+        let e = validate_server(&McpServer { args: vec!["a".into(); MAX_ARGS + 1], ..stdio("a") }).unwrap_err();
+        assert_eq!(e.to_string(), format!("args has {} entries; at most {MAX_ARGS}", MAX_ARGS + 1));
+        let env = (0..=MAX_ENV).map(|i| (format!("K{i}"), "v".to_owned())).collect();
+        assert!(validate_server(&McpServer { env, ..stdio("a") }).unwrap_err().to_string().starts_with("env has"));
+        let headers = (0..=MAX_HEADERS).map(|i| (format!("X-{i}"), "v".to_owned())).collect();
+        assert!(validate_server(&http(&[])).is_ok());
+        let many = McpServer { headers, ..http(&[]) };
+        assert!(validate_server(&many).unwrap_err().to_string().starts_with("headers has"));
     }
 
     #[tokio::test]
