@@ -127,8 +127,10 @@ pub struct McpServerCreate {
     /// stdio: an absolute path, or a bare name found on the daemon's `PATH` (stored bare).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// At most 1,024, none with a NUL character.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// At most 1,024 entries; names without `=` or NUL, values without NUL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, EnvValue>,
     /// stdio: the working directory (absolute); absent or null: the default.
@@ -137,6 +139,7 @@ pub struct McpServerCreate {
     /// http: the MCP endpoint (`http://` or `https://`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// http: at most 256; names are HTTP tokens, values have no control character but tab.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, EnvValue>,
     /// Default true.
