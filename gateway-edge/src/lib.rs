@@ -154,6 +154,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         None => tcp.await,
     }
     gateway.close_all().await;
+    gateway.catalog_saved().await;
     let _ = grpc_task.await;
     Ok(())
 }

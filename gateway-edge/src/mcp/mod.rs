@@ -382,6 +382,9 @@ impl Shared {
     }
 }
 
+/// How long a stopping gateway waits for the catalog's last cache write.
+pub const CACHE_SAVE_GRACE: Duration = Duration::from_secs(2);
+
 /// Owner of every downstream session, and of the broker's sessions ([`broker::Broker`]).
 pub struct Gateway {
     pub shared: Arc<Shared>,
@@ -391,6 +394,10 @@ pub struct Gateway {
     modern: Mutex<HashMap<String, String>>,
     /// Sessions of in-house callers: chat over gRPC, REST's `/v1/tools*` in-process.
     pub broker: Arc<broker::Broker>,
+    /// The task keeping the catalog's cache file, which writes it once more at shutdown:
+    /// awaited by [`Gateway::catalog_saved`] so that a stop right after a server was listed
+    /// keeps its list for the next start.
+    cache_writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Gateway {
@@ -417,11 +424,30 @@ impl Gateway {
     /// file, which end with `shutdown`.
     pub fn with_shared(shared: Arc<Shared>, shutdown: CancellationToken) -> Arc<Self> {
         tokio::spawn(gateway_catalog::follow(shared.clone(), shutdown.clone()));
-        tokio::spawn(gateway_catalog::persist(shared.clone(), shutdown.clone()));
+        let cache_writer = tokio::spawn(gateway_catalog::persist(shared.clone(), shutdown.clone()));
         let broker = Arc::new(broker::Broker::new(shared.clone()));
-        let gw = Arc::new(Self { shared, sessions: Mutex::default(), modern: Mutex::default(), broker });
+        let gw = Arc::new(Self {
+            shared,
+            sessions: Mutex::default(),
+            modern: Mutex::default(),
+            broker,
+            cache_writer: Mutex::new(Some(cache_writer)),
+        });
         tokio::spawn(reap_idle(Arc::downgrade(&gw), shutdown));
         gw
+    }
+
+    /// After `shutdown`: waits (at most [`CACHE_SAVE_GRACE`]) until the catalog's cache file has
+    /// been written for the last time, so the next start restores every server listed until
+    /// now (without this, the process could exit before that write; `first_contact` found a
+    /// server listed 200 ms before a restart missing from the next first list).
+    pub async fn catalog_saved(&self) {
+        let writer = self.cache_writer.lock().expect("cache writer").take();
+        if let Some(writer) = writer
+            && tokio::time::timeout(CACHE_SAVE_GRACE, writer).await.is_err()
+        {
+            tracing::warn!("The capability catalog's cache file was not written in time at shutdown.");
+        }
     }
 
     /// Creates and registers a session for an `initialize` with `params`; returns it.
