@@ -306,40 +306,36 @@ fn given_secrets(s: &SecretArgs, channel: &str) -> Result<Vec<GivenSecret>, CliE
     Ok(out)
 }
 
-/// Puts `given` into a create body (`bot_token`, `bot_token_ref`, …).
-fn put_create(b: &mut ChannelCreate, given: Vec<GivenSecret>) {
-    for g in given {
-        let (value, credential) = match g.field {
-            "bot_token" => (&mut b.bot_token, &mut b.bot_token_ref),
-            "app_id" => (&mut b.app_id, &mut b.app_id_ref),
-            "app_secret" => (&mut b.app_secret, &mut b.app_secret_ref),
-            _ => (&mut b.signing_secret, &mut b.signing_secret_ref),
-        };
-        if let Some(v) = g.value {
-            *value = Some(v.expose_secret().to_owned());
+/// Puts `given` into a create or patch body (`bot_token`, `bot_token_ref`, …): the same four
+/// secret fields on both, a credential reference wrapped by `$wrap` (a patch's is
+/// `Option<Option<String>>`: set vs cleared).
+macro_rules! put_secrets {
+    ($b:expr, $given:expr, $wrap:expr) => {
+        for g in $given {
+            let (value, credential) = match g.field {
+                "bot_token" => (&mut $b.bot_token, &mut $b.bot_token_ref),
+                "app_id" => (&mut $b.app_id, &mut $b.app_id_ref),
+                "app_secret" => (&mut $b.app_secret, &mut $b.app_secret_ref),
+                _ => (&mut $b.signing_secret, &mut $b.signing_secret_ref),
+            };
+            if let Some(v) = g.value {
+                *value = Some(v.expose_secret().to_owned());
+            }
+            if let Some(c) = g.credential {
+                *credential = Some($wrap(c));
+            }
         }
-        if let Some(c) = g.credential {
-            *credential = Some(c);
-        }
-    }
+    };
 }
 
-/// Puts `given` into a patch body (`bot_token`, `bot_token_ref`, …).
+/// Puts `given` into a create body.
+fn put_create(b: &mut ChannelCreate, given: Vec<GivenSecret>) {
+    put_secrets!(b, given, std::convert::identity);
+}
+
+/// Puts `given` into a patch body.
 fn put_patch(b: &mut ChannelPatch, given: Vec<GivenSecret>) {
-    for g in given {
-        let (value, credential) = match g.field {
-            "bot_token" => (&mut b.bot_token, &mut b.bot_token_ref),
-            "app_id" => (&mut b.app_id, &mut b.app_id_ref),
-            "app_secret" => (&mut b.app_secret, &mut b.app_secret_ref),
-            _ => (&mut b.signing_secret, &mut b.signing_secret_ref),
-        };
-        if let Some(v) = g.value {
-            *value = Some(v.expose_secret().to_owned());
-        }
-        if let Some(c) = g.credential {
-            *credential = Some(Some(c));
-        }
-    }
+    put_secrets!(b, given, Some);
 }
 
 /// `cwd` as given, made absolute against the current directory (`~` expanded).
