@@ -66,7 +66,12 @@ impl Bench {
     }
 
     fn config(&self, session_id: &str, model: &str) -> AgentConfig {
-        AgentConfig { cwd: self.cwd.display().to_string(), model: model.into(), session_id: session_id.into() }
+        AgentConfig {
+            cwd: self.cwd.display().to_string(),
+            model: model.into(),
+            session_id: session_id.into(),
+            ..Default::default()
+        }
     }
 
     fn input(&self, text: &str, config: AgentConfig) -> TurnInput {

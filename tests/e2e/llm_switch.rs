@@ -51,7 +51,12 @@ impl Bench {
     }
 
     fn config(&self, session_id: &str, model: &str) -> AgentConfig {
-        AgentConfig { cwd: self.cwd.display().to_string(), model: model.into(), session_id: session_id.into() }
+        AgentConfig {
+            cwd: self.cwd.display().to_string(),
+            model: model.into(),
+            session_id: session_id.into(),
+            ..Default::default()
+        }
     }
 
     /// Runs one turn of `provider` under `binding` to its terminal event; all its events.

@@ -20,6 +20,7 @@
 //! | `tool_error:<name>` | the same with `is_error` and output `"<name> failed"` |
 //! | `session` | says `session=<id>` (the session the turn resumed, or `new`) |
 //! | `fail:<kind> [message]` | ends with `Failed` (`provider`, `auth`, `protocol`, `cli_exited`, `cli_missing`, `internal`) |
+//! | `APPROVE[<Tool>: <text>]` | asks for approval (`ApprovalRequested`: tool `<Tool>`, input `{"command": text}` for Bash/shell, `{"file_path": text}` for Edit/Write, else `{"text": text}`), waits for the answer, then says `approved` or `denied: <message>` (each with a newline; the engine decides by the conversation's mode: `read_only` denies at once) |
 //! | `hang` | sends nothing more until interrupted |
 //! | `exit` | ends the task without a terminal event (as a CLI that dies mid-turn) |
 //!
@@ -59,8 +60,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use coffer_chat::adapter::{
-    AgentConfig, AgentEnv, AgentEvent, AgentProvider, Availability, ConfigError, FailureKind, RunningTurn, StartError,
-    TurnInput, Usage,
+    APPROVAL_CHANNEL, AgentConfig, AgentEnv, AgentEvent, AgentProvider, ApprovalAnswer, ApprovalRequest, Availability,
+    ConfigError, FailureKind, RunningTurn, StartError, TurnInput, Usage,
 };
 use coffer_chat::providers::{self, Entry};
 use coffer_proto::chat::chat_client::ChatClient;
@@ -141,8 +142,9 @@ impl AgentProvider for Scripted {
         events: mpsc::Sender<AgentEvent>,
     ) -> Result<RunningTurn, StartError> {
         let (interrupt, rx) = oneshot::channel();
-        let task = tokio::spawn(run_script(turn, events, rx));
-        Ok(RunningTurn { interrupt, task })
+        let (approvals, answers) = mpsc::channel(APPROVAL_CHANNEL);
+        let task = tokio::spawn(run_script(turn, events, rx, answers));
+        Ok(RunningTurn { interrupt, task, approvals: Some(approvals) })
     }
 }
 
@@ -173,7 +175,25 @@ fn failure_kind(word: &str) -> FailureKind {
     }
 }
 
-async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut interrupt: oneshot::Receiver<()>) {
+/// The request of an `APPROVE[<Tool>: <text>]` line, if it is one.
+pub fn approve_directive(line: &str, n: u64) -> Option<ApprovalRequest> {
+    let inner = line.strip_prefix("APPROVE[")?.strip_suffix(']')?;
+    let (tool, text) = inner.split_once(':').unwrap_or((inner, ""));
+    let (tool, text) = (tool.trim(), text.trim());
+    let input = match tool {
+        "Bash" | "shell" => serde_json::json!({ "command": text }),
+        "Edit" | "Write" | "MultiEdit" => serde_json::json!({ "file_path": text }),
+        _ => serde_json::json!({ "text": text }),
+    };
+    Some(ApprovalRequest { request_id: format!("approve-{n}"), tool: tool.to_owned(), input, diff: None, cwd: None })
+}
+
+async fn run_script(
+    turn: TurnInput,
+    events: mpsc::Sender<AgentEvent>,
+    mut interrupt: oneshot::Receiver<()>,
+    mut answers: mpsc::Receiver<ApprovalAnswer>,
+) {
     let model = if turn.config.model.is_empty() { "scripted-model".to_owned() } else { turn.config.model.clone() };
     let resumed = turn.config.session_id.clone();
     let session = if resumed.is_empty() { format!("scripted-{}", turn.turn_id) } else { resumed.clone() };
@@ -205,6 +225,30 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
     }
     send!(AgentEvent::Session { session_id: session, model: Some(model.clone()) });
     for line in turn.text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(req) = approve_directive(line, sent) {
+            let id = req.request_id.clone();
+            send!(AgentEvent::ApprovalRequested(req));
+            let answer = loop {
+                tokio::select! {
+                    a = answers.recv() => match a {
+                        Some(a) if a.request_id == id => break a,
+                        Some(_) => continue,
+                        None => return,
+                    },
+                    r = &mut interrupt => {
+                        if r.is_ok() {
+                            let _ = events.send(interrupted(sent)).await;
+                        }
+                        return;
+                    }
+                    () = events.closed() => return,
+                }
+            };
+            let said = if answer.allow { "approved\n".to_owned() } else { format!("denied: {}\n", answer.message) };
+            send!(AgentEvent::TextDelta(said));
+            sent += 1;
+            continue;
+        }
         let (cmd, arg) = line.split_once(':').unwrap_or((line, ""));
         let words: Vec<String> = match cmd {
             "say" => split_words(arg),
@@ -558,6 +602,8 @@ pub fn kind(e: &c::Event) -> &'static str {
         Some(Kind::TurnError(_)) => "turn_error",
         Some(Kind::QueueChanged(_)) => "queue_changed",
         Some(Kind::Reset(_)) => "reset",
+        Some(Kind::ApprovalRequested(_)) => "approval_requested",
+        Some(Kind::ApprovalResolved(_)) => "approval_resolved",
         None => "none",
     }
 }

@@ -427,6 +427,40 @@ pub fn render_view(v: &ConversationView) -> String {
     out
 }
 
+/// The lines of an approval request: its summary, its diff (at most 40 lines), and how to answer.
+pub fn approval_lines(conversation_id: &str, a: &coffer_api::chat::Approval) -> String {
+    let mut out = format!("? approval #{}: {}", a.number, one_line(&a.summary, 300));
+    if let Some(d) = &a.diff {
+        let lines: Vec<&str> = d.lines().collect();
+        for l in lines.iter().take(40) {
+            out.push_str(&format!("\n    {}", printable(l)));
+        }
+        if lines.len() > 40 {
+            out.push_str(&format!("\n    … {} more lines", lines.len() - 40));
+        }
+    }
+    out.push_str(&format!(
+        "\n  allow: coffer chat approve {conversation_id} {n}   deny: coffer chat deny {conversation_id} {n}",
+        n = a.number
+    ));
+    out
+}
+
+/// The line of a decided approval request.
+pub fn resolved_line(r: &coffer_api::chat::ApprovalResolved) -> String {
+    let (mark, word) = match r.decision.as_str() {
+        "allow" => ("✓", "allowed"),
+        "allow_always" => ("✓", "allowed always"),
+        _ => ("✗", "denied"),
+    };
+    let who = match &r.actor {
+        Some(a) => format!("{} ({})", printable(&r.decided_by), printable(a)),
+        None => printable(&r.decided_by).into_owned(),
+    };
+    let message = r.message.as_deref().map(|m| format!(": {}", one_line(m, 200))).unwrap_or_default();
+    format!("{mark} approval #{} {word} by {who}{message}", r.number)
+}
+
 /// Renders a conversation's events for a terminal, one at a time: text deltas as they come,
 /// everything else on lines of its own (a line break is put in first when text left the cursor
 /// mid-line).
@@ -473,6 +507,8 @@ impl Renderer {
                 format!("✗ turn failed ({}): {}", printable(&e.code), one_line(&e.message, 400))
             }
             EventBody::QueueChanged(q) => format!("⧗ {}", queue_line(&q.queue)),
+            EventBody::ApprovalRequested(r) => approval_lines(&ev.conversation_id, &r.approval),
+            EventBody::ApprovalResolved(r) => resolved_line(r),
             EventBody::Reset(r) => match r.reason.as_str() {
                 "deleted" => "! the conversation was deleted".to_owned(),
                 "lagged" => "! this watcher fell behind; catching up from the conversation".to_owned(),
@@ -817,6 +853,7 @@ pub fn new_body(a: &NewArgs, cwd: &Path) -> ConversationCreate {
     let cfg = AgentConfigCreate {
         cwd: a.cwd.as_ref().map(|d| absolute(d, cwd).display().to_string()),
         model: a.model.clone(),
+        permission_mode: None,
     };
     ConversationCreate {
         agent_key: a.agent.clone(),

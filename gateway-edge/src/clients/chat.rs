@@ -199,7 +199,12 @@ pub fn conversation(c: &Conversation) -> api::Conversation {
         id: c.id.clone(),
         agent_key: c.agent_key.clone(),
         title: c.title.clone(),
-        agent_config: api::AgentConfig { cwd: cfg.cwd, model: cfg.model, session_id: cfg.session_id },
+        agent_config: api::AgentConfig {
+            cwd: cfg.cwd,
+            model: cfg.model,
+            session_id: cfg.session_id,
+            permission_mode: if cfg.permission_mode.is_empty() { "bypass".to_owned() } else { cfg.permission_mode },
+        },
         channel_name: opt(&c.channel_name),
         peer_chat_id: opt(&c.peer_chat_id),
         archived: c.archived,
@@ -211,6 +216,7 @@ pub fn conversation(c: &Conversation) -> api::Conversation {
         turn_running: c.turn_running,
         pending_count: c.pending_count,
         pending_paused: c.pending_paused,
+        approvals_waiting: c.approvals_waiting,
     }
 }
 
@@ -239,6 +245,7 @@ pub fn view(v: &ConversationView) -> Result<api::ConversationView, &'static str>
         more_before: v.more_before,
         pending: queue(v.pending.as_ref()),
         last_seq: v.last_seq,
+        approvals: v.approvals.iter().map(approval).collect(),
     })
 }
 
@@ -290,6 +297,35 @@ fn event_body(k: &event::Kind) -> api::EventBody {
         }),
         K::QueueChanged(q) => B::QueueChanged(api::QueueChanged { queue: queue(q.queue.as_ref()) }),
         K::Reset(r) => B::Reset(api::Reset { reason: r.reason.clone() }),
+        K::ApprovalRequested(a) => B::ApprovalRequested(api::ApprovalRequested {
+            approval: a.approval.as_ref().map(approval).unwrap_or_default(),
+        }),
+        K::ApprovalResolved(r) => B::ApprovalResolved(approval_resolved(r)),
+    }
+}
+
+/// An `Approval`: `input` as an object, an empty diff null.
+pub fn approval(a: &coffer_proto::chat::Approval) -> api::Approval {
+    api::Approval {
+        number: a.number,
+        tool: a.tool.clone(),
+        summary: a.summary.clone(),
+        input: input_value(&a.input_json),
+        diff: opt(&a.diff),
+        cwd: a.cwd.clone(),
+        requested_ms: a.requested_ms,
+        expires_ms: a.expires_ms,
+    }
+}
+
+/// An `ApprovalResolved`: an empty message or actor null.
+pub fn approval_resolved(r: &coffer_proto::chat::ApprovalResolved) -> api::ApprovalResolved {
+    api::ApprovalResolved {
+        number: r.number,
+        decision: r.decision.clone(),
+        message: opt(&r.message),
+        decided_by: r.decided_by.clone(),
+        actor: opt(&r.actor),
     }
 }
 
@@ -447,7 +483,7 @@ mod tests {
         );
         assert_eq!(
             line(&conversation(&Conversation { id: "01C".into(), version: 2, ..Default::default() })),
-            r#"{"id":"01C","agent_key":"","title":"","agent_config":{"cwd":"","model":"","session_id":""},"channel_name":null,"peer_chat_id":null,"archived":false,"created_ms":null,"updated_ms":null,"last_message_ms":null,"version":2,"message_count":0,"turn_running":false,"pending_count":0,"pending_paused":false}"#
+            r#"{"id":"01C","agent_key":"","title":"","agent_config":{"cwd":"","model":"","session_id":"","permission_mode":"bypass"},"channel_name":null,"peer_chat_id":null,"archived":false,"created_ms":null,"updated_ms":null,"last_message_ms":null,"version":2,"message_count":0,"turn_running":false,"pending_count":0,"pending_paused":false,"approvals_waiting":0}"#
         );
         let bound = Agent {
             agent_key: "codex".into(),
@@ -493,7 +529,12 @@ mod tests {
             id: "01C".into(),
             agent_key: "codex".into(),
             title: "Fix the build".into(),
-            agent_config: Some(AgentConfig { cwd: "/w".into(), model: String::new(), session_id: "s1".into() }),
+            agent_config: Some(AgentConfig {
+                cwd: "/w".into(),
+                model: String::new(),
+                session_id: "s1".into(),
+                ..Default::default()
+            }),
             version: 3,
             turn_running: true,
             pending_count: 2,
@@ -501,7 +542,10 @@ mod tests {
             ..Default::default()
         };
         let v = wire(conversation(&c));
-        assert_eq!(v["agent_config"], json!({"cwd": "/w", "model": "", "session_id": "s1"}));
+        assert_eq!(
+            v["agent_config"],
+            json!({"cwd": "/w", "model": "", "session_id": "s1", "permission_mode": "bypass"})
+        );
         assert_eq!((&v["channel_name"], &v["last_message_ms"]), (&Value::Null, &Value::Null));
         assert_eq!((&v["version"], &v["turn_running"], &v["pending_count"]), (&json!(3), &json!(true), &json!(2)));
         assert_eq!(wire(conversation(&Conversation::default()))["agent_config"]["cwd"], "");
@@ -577,6 +621,27 @@ mod tests {
             ),
             ev(8, event::Kind::QueueChanged(QueueChanged { queue: Some(PendingQueue::default()) })),
             ev(9, event::Kind::Reset(Reset { reason: "too_old".into() })),
+            ev(
+                10,
+                event::Kind::ApprovalRequested(coffer_proto::chat::ApprovalRequested {
+                    approval: Some(coffer_proto::chat::Approval {
+                        number: 10,
+                        tool: "Bash".into(),
+                        summary: "Bash: rm -rf build".into(),
+                        input_json: r#"{"command":"rm -rf build"}"#.into(),
+                        ..Default::default()
+                    }),
+                }),
+            ),
+            ev(
+                11,
+                event::Kind::ApprovalResolved(coffer_proto::chat::ApprovalResolved {
+                    number: 10,
+                    decision: "deny".into(),
+                    decided_by: "web".into(),
+                    ..Default::default()
+                }),
+            ),
         ];
         let mut kinds: Vec<String> = Vec::new();
         for e in &events {
@@ -604,6 +669,14 @@ mod tests {
         assert_eq!(wire(event(&events[6]).unwrap())["turn_error"]["message_record"], Value::Null);
         let outside = Event { turn_id: String::new(), ..events[7].clone() };
         assert_eq!(wire(event(&outside).unwrap())["turn_id"], Value::Null);
+        let asked = wire(event(&events[9]).unwrap());
+        assert_eq!(asked["approval_requested"]["approval"]["input"], json!({"command": "rm -rf build"}));
+        assert_eq!(asked["approval_requested"]["approval"]["diff"], Value::Null);
+        let decided = wire(event(&events[10]).unwrap());
+        assert_eq!(
+            decided["approval_resolved"],
+            json!({"number": 10, "decision": "deny", "message": null, "decided_by": "web", "actor": null})
+        );
         // An event of a kind this edge does not know is not forwarded.
         assert!(sse_frame(&Event { seq: 10, ..Default::default() }).is_none());
     }

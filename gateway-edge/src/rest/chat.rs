@@ -6,7 +6,10 @@
 //! `SERVICE_UNAVAILABLE` while the service is not running). The edge keeps no chat state: turns,
 //! the queue and the event bus are the service's.
 //!
-//! Archiving and restoring are `PATCH {archived}` (no separate routes). A message's `source`
+//! Archiving and restoring are `PATCH {archived}` (no separate routes); so is the permission
+//! mode (`PATCH {permission_mode}`). An approval is answered with `POST …/approvals/{number}`
+//! ([`answer_approval`]): its source is the surface (`web` for a console session, else the
+//! request's actor), its actor who (the session's label, or `daemon token`). A message's `source`
 //! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …).
 //!
 //! `GET …/events` is SSE from the service's `Subscribe` stream ([`event_stream`]): one frame
@@ -30,16 +33,17 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use coffer_proto::chat::list_conversations_request::Archived;
 use coffer_proto::chat::{
-    AgentConfig, ConversationChange, ConversationRef, CreateConversationRequest, Event, GetConversationRequest,
-    ListAgentsRequest, ListConversationsRequest, ListMessagesRequest, PendingItem, SendMessageRequest,
-    SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
+    AgentConfig, AnswerApprovalRequest, ConversationChange, ConversationRef, CreateConversationRequest, Event,
+    GetConversationRequest, ListAgentsRequest, ListConversationsRequest, ListMessagesRequest, PendingItem,
+    SendMessageRequest, SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
 };
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::chat::{self, call};
-use crate::error::{ApiError, JsonBody};
+use crate::error::{ApiError, Code, JsonBody};
+use crate::middleware::Via;
 use crate::rest::logs::Params;
 use crate::rest::servers::{actor, etag, parse_if_match};
 use crate::state::AppState;
@@ -70,6 +74,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/conversations/{id}/pending", put(set_pending))
         .route("/v1/conversations/{id}/interrupt", post(interrupt))
         .route("/v1/conversations/{id}/events", get(events))
+        .route("/v1/conversations/{id}/approvals/{number}", post(answer_approval))
 }
 
 /// A response with `ETag: "<version>"`.
@@ -111,6 +116,7 @@ pub fn create_request(body: ConversationCreate, actor: String) -> CreateConversa
             cwd: cfg.cwd.unwrap_or_default(),
             model: cfg.model.unwrap_or_default(),
             session_id: String::new(),
+            permission_mode: cfg.permission_mode.unwrap_or_default(),
         }),
         channel_name: body.channel_name.unwrap_or_default(),
         peer_chat_id: body.peer_chat_id.unwrap_or_default(),
@@ -197,9 +203,10 @@ pub fn update_request(
         title: body.title,
         model: body.model,
         archived: body.archived,
+        permission_mode: body.permission_mode,
     };
-    if req.title.is_none() && req.model.is_none() && req.archived.is_none() {
-        return Err(ApiError::invalid("nothing to change: give title, model or archived"));
+    if req.title.is_none() && req.model.is_none() && req.archived.is_none() && req.permission_mode.is_none() {
+        return Err(ApiError::invalid("nothing to change: give title, model, archived or permission_mode"));
     }
     Ok(req)
 }
@@ -316,6 +323,73 @@ async fn interrupt(
 ) -> Result<Json<api::Interrupted>, ApiError> {
     let r = call(st.chat.clone().interrupt(ConversationRef { id })).await.map_err(ApiError::from_chat)?;
     Ok(Json(api::Interrupted { interrupted: r.interrupted }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Approvals.
+
+/// The `AnswerApproval` request of a `POST …/approvals/{number}` body: `source` `web` for a
+/// console session (else the request's actor: `cli`, `api`…), `actor` the session's label or
+/// `daemon token`. The decision word is the service's to check (it names the allowed ones).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `number` when it is not a positive integer.
+pub fn answer_request(
+    id: String,
+    number: &str,
+    body: api::ApprovalAnswer,
+    headers: &HeaderMap,
+    via: Option<&Via>,
+) -> Result<AnswerApprovalRequest, ApiError> {
+    let number = number.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "number: {:?} is not an approval number (the seq of its approval_requested event)",
+            number.chars().take(32).collect::<String>()
+        ))
+        .with_details(json!({"parameter": "number"}))
+    })?;
+    let (source, actor) = match via {
+        Some(Via::Session(s)) => ("web".to_owned(), format!("session:{}", s.label())),
+        _ => {
+            let a = actor(headers);
+            (if a == "ui" { "web".to_owned() } else { a }, "daemon token".to_owned())
+        }
+    };
+    Ok(AnswerApprovalRequest {
+        conversation_id: id,
+        number,
+        decision: body.decision,
+        message: body.message.unwrap_or_default(),
+        source,
+        actor,
+    })
+}
+
+/// `POST /v1/conversations/{id}/approvals/{number} {decision, message?}` → 200
+/// `ApprovalResolved`: the first answer decides (the agent is told, `approval_resolved` goes to
+/// every surface). 404 `NOT_FOUND`: no such request; 409 `ALREADY_DECIDED` with details
+/// `{decision, decided_by}`: answered before, timed out, interrupted or the turn ended; 400 for a
+/// decision other than `allow`, `allow_always`, `deny`.
+async fn answer_approval(
+    State(st): State<Arc<AppState>>,
+    Path((id, number)): Path<(String, String)>,
+    headers: HeaderMap,
+    via: Option<axum::Extension<Via>>,
+    JsonBody(body): JsonBody<api::ApprovalAnswer>,
+) -> Result<Json<api::ApprovalResolved>, ApiError> {
+    let req = answer_request(id, &number, body, &headers, via.as_deref())?;
+    match call(st.chat.clone().answer_approval(req)).await {
+        Ok(r) => Ok(Json(chat::approval_resolved(&r))),
+        Err(s) if s.code() == tonic::Code::AlreadyExists => {
+            let first: Option<coffer_proto::chat::ApprovalResolved> = prost::Message::decode(s.details()).ok();
+            let details = first.map_or_else(
+                || json!({}),
+                |f| json!({"number": f.number, "decision": f.decision, "decided_by": f.decided_by, "actor": (!f.actor.is_empty()).then_some(f.actor)}),
+            );
+            Err(ApiError::new(Code::AlreadyDecided, s.message()).with_details(details))
+        }
+        Err(s) => Err(ApiError::from_chat(s)),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -461,7 +535,6 @@ mod tests {
     fn pending(id: String, v: Value) -> Result<SetPendingRequest, ApiError> {
         body(v).map(|b| pending_request(id, b))
     }
-    use crate::error::Code;
     use axum::body::Bytes;
     use axum::http::HeaderValue;
     use coffer_proto::chat::{Reset, TextDelta, event};

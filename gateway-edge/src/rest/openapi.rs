@@ -225,6 +225,8 @@ const CHAT_EVENTS_DESCRIPTION: &str = r#"One SSE frame per event: `id: <seq>` (p
 | `turn_error` | the turn failed (`code`: `provider`, `auth`, `cli_missing`, `cli_exited`, `protocol`, `timeout`, `internal`); the queue pauses | `{"code": "provider", "message": "the model API answered 500 …", "message_record": Message}` |
 | `queue_changed` | the pending queue changed | `{"queue": PendingQueue}` |
 | `reset` | reload the conversation: `too_old`, `lagged`, `deleted` | `{"reason": "lagged"}` |
+| `approval_requested` | the agent waits for permission (mode `ask`); answer with `POST …/approvals/{number}` | `{"approval": {"number": 1042, "tool": "Bash", "summary": "Bash: rm -rf build", "input": {"command": "rm -rf build"}, "diff": null, "cwd": "/abs", "requested_ms": …, "expires_ms": …}}` (`number` is this event's `seq`) |
+| `approval_resolved` | a request was decided (first answer wins) | `{"number": 1042, "decision": "deny", "message": "not now", "decided_by": "web", "actor": "session:3f2a…"}` (`decided_by`: `web`, `cli`, `api`, `channel:<name>`, `timeout`, `interrupt`, `turn_ended`) |
 
 For example:
 
@@ -682,8 +684,8 @@ pub fn routes() -> Vec<Route> {
             .query("messages", json!({"type": "integer", "minimum": 1, "maximum": 500, "default": 100}), "How many of the newest messages.")
             .ok_of::<coffer_api::chat::ConversationView>(200, "The conversation.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
-        route("PATCH", "/v1/conversations/{id}", "chat", "Rename, set the model, archive or restore")
-            .describe("Only the fields given change. `model` is passed to the agent's CLI as is (a bad name is the CLI's error, shown as `turn_error`); `\"\"` is the agent's own default; `cwd` and `session_id` are kept. `archived: true` archives, `false` restores. With `If-Match: \"<version>\"` the write happens only at that version (else 409 `CONFLICT`).")
+        route("PATCH", "/v1/conversations/{id}", "chat", "Rename, set the model or permission mode, archive or restore")
+            .describe("Only the fields given change. `permission_mode` (`bypass`, `ask`, `read_only`) applies from the next turn. `model` is passed to the agent's CLI as is (a bad name is the CLI's error, shown as `turn_error`); `\"\"` is the agent's own default; `cwd` and `session_id` are kept. `archived: true` archives, `false` restores. With `If-Match: \"<version>\"` the write happens only at that version (else 409 `CONFLICT`).")
             .path_param("id", "The conversation's id.")
             .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
             .body_of::<coffer_api::chat::ConversationPatch>()
@@ -720,6 +722,14 @@ pub fn routes() -> Vec<Route> {
             .path_param("id", "The conversation's id.")
             .ok_of::<coffer_api::chat::Interrupted>(200, "Done.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("POST", "/v1/conversations/{id}/approvals/{number}", "chat", "Answer an approval request")
+            .describe("In permission mode `ask` an agent's action that is not read-only waits for an answer: the `approval_requested` event's `approval.number` (its `seq`) names it. `allow` lets it run, `allow_always` lets it run and allows that tool at once for the rest of the conversation (kept by the chat service until it restarts), `deny` refuses it (`message`, at most 4 KiB, is told to the agent). The first answer from any surface wins: every subscriber gets `approval_resolved`. Unanswered requests are denied after `chat.approval_timeout_s` (`decided_by: timeout`); an interrupt or the turn's end denies what is open. The answer's `decided_by` is `web` for a console session, else the request's actor; `actor` is the session's label or `daemon token`. 409 `ALREADY_DECIDED` carries the first decision in `details` (`decision`, `decided_by`).")
+            .path_param("id", "The conversation's id.")
+            .path_param("number", "The request's number (the `seq` of its `approval_requested` event).")
+            .actor()
+            .body_of::<coffer_api::chat::ApprovalAnswer>()
+            .ok_of::<coffer_api::chat::ApprovalResolved>(200, "Decided: the decision as every surface sees it.")
+            .errors(&["NOT_FOUND", "ALREADY_DECIDED", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/conversations/{id}/events", "chat", "Watch a conversation live (SSE)")
             .describe(CHAT_EVENTS_DESCRIPTION)
             .path_param("id", "The conversation's id.")

@@ -21,6 +21,10 @@ pub struct AgentConfigCreate {
     /// Default: the agent's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// `bypass`, `ask` or `read_only` (`read-only` is taken too); default: the agent's setting
+    /// (`chat.claude_code_permission_mode`, `chat.codex_permission_mode`), else `bypass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
 }
 
 /// `POST /v1/conversations`.
@@ -56,6 +60,9 @@ pub struct ConversationPatch {
     /// `false` restores an archived conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<bool>,
+    /// `bypass`, `ask` or `read_only`: from the next turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
 }
 
 /// `POST /v1/conversations/{id}/messages`.
@@ -136,6 +143,9 @@ pub struct AgentConfig {
     pub model: String,
     /// The agent's own session or thread id, set after the first turn; empty before.
     pub session_id: String,
+    /// `bypass` (acts without asking), `ask` (actions that are not read-only wait for an
+    /// answer: `approval_requested`) or `read_only` (they are refused).
+    pub permission_mode: String,
 }
 
 /// A conversation (`GET /v1/conversations` items, `POST`, `PATCH`, the `conversation` events
@@ -168,6 +178,8 @@ pub struct Conversation {
     pub pending_count: u32,
     /// Live: the queue is paused (after an interrupt, a failed turn or a restart).
     pub pending_paused: bool,
+    /// Live: approval requests waiting for an answer (the "waiting for you" badge).
+    pub approvals_waiting: u32,
 }
 
 /// Who wrote a message.
@@ -320,6 +332,8 @@ pub struct ConversationView {
     pub pending: PendingQueue,
     /// Subscribe with `?after=` this to follow from here.
     pub last_seq: u64,
+    /// The approval requests waiting for an answer, oldest first.
+    pub approvals: Vec<Approval>,
 }
 
 /// The answer of `POST /v1/conversations/{id}/messages`: `message` when a turn started,
@@ -335,6 +349,59 @@ pub struct SendMessageReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "PendingItem")]
     pub pending: Option<PendingItem>,
+}
+
+/// `POST /v1/conversations/{id}/approvals/{number}`: the answer to an approval request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAnswer {
+    /// `allow`, `allow_always` (this tool, for the rest of the conversation) or `deny`.
+    pub decision: String,
+    /// With a deny: told to the agent (at most 4 KiB); default "The user denied this action.".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// An action the agent waits to be allowed (`approval_requested`, a view's `approvals`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Approval {
+    /// The seq of its `approval_requested` event: what an answer names.
+    pub number: u64,
+    /// `Bash`, `Edit`, `Write`, … (Codex: `shell`, `apply_patch`).
+    pub tool: String,
+    /// One line: `Bash: rm -rf build`, `Edit: /abs/path`.
+    pub summary: String,
+    /// The tool's input (an object; a string when it was cut at 64 KiB).
+    pub input: Value,
+    /// Edits: a unified diff (at most 16 KiB); null otherwise.
+    pub diff: Option<String>,
+    /// The folder the action runs in.
+    pub cwd: String,
+    /// Unix milliseconds.
+    pub requested_ms: i64,
+    /// Unix milliseconds: denied by itself then (`chat.approval_timeout_s`).
+    pub expires_ms: i64,
+}
+
+/// `approval_resolved`, and the answer of `POST …/approvals/{number}`: how a request was
+/// decided.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalResolved {
+    pub number: u64,
+    /// `allow`, `allow_always` or `deny`.
+    pub decision: String,
+    /// What the agent was told (a deny's reason); null: nothing.
+    pub message: Option<String>,
+    /// `web`, `cli`, `api`, `channel:<name>`, `timeout`, `interrupt` or `turn_ended`.
+    pub decided_by: String,
+    /// Who (a web session's label, `daemon token`, a chat user's id); null: nobody.
+    pub actor: Option<String>,
+}
+
+/// `approval_requested`: the agent waits for an answer (`POST …/approvals/{number}`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalRequested {
+    pub approval: Approval,
 }
 
 /// The answer of `DELETE /v1/conversations/{id}`.
@@ -370,11 +437,14 @@ pub enum EventKind {
     TurnError,
     QueueChanged,
     Reset,
+    ApprovalRequested,
+    ApprovalResolved,
 }
 
 impl EventKind {
-    /// Every kind, in the order a turn emits them (then `queue_changed` and `reset`).
-    pub const ALL: [EventKind; 9] = [
+    /// Every kind, in the order a turn emits them (then `queue_changed` and `reset`, then the
+    /// approvals').
+    pub const ALL: [EventKind; 11] = [
         EventKind::MessageCreated,
         EventKind::TurnStarted,
         EventKind::TextDelta,
@@ -384,6 +454,8 @@ impl EventKind {
         EventKind::TurnError,
         EventKind::QueueChanged,
         EventKind::Reset,
+        EventKind::ApprovalRequested,
+        EventKind::ApprovalResolved,
     ];
 
     /// Its word on the wire.
@@ -398,6 +470,8 @@ impl EventKind {
             EventKind::TurnError => "turn_error",
             EventKind::QueueChanged => "queue_changed",
             EventKind::Reset => "reset",
+            EventKind::ApprovalRequested => "approval_requested",
+            EventKind::ApprovalResolved => "approval_resolved",
         }
     }
 }
@@ -490,6 +564,8 @@ pub enum EventBody {
     TurnError(TurnError),
     QueueChanged(QueueChanged),
     Reset(Reset),
+    ApprovalRequested(ApprovalRequested),
+    ApprovalResolved(ApprovalResolved),
 }
 
 impl EventBody {
@@ -505,6 +581,8 @@ impl EventBody {
             EventBody::TurnError(_) => EventKind::TurnError,
             EventBody::QueueChanged(_) => EventKind::QueueChanged,
             EventBody::Reset(_) => EventKind::Reset,
+            EventBody::ApprovalRequested(_) => EventKind::ApprovalRequested,
+            EventBody::ApprovalResolved(_) => EventKind::ApprovalResolved,
         }
     }
 }

@@ -22,6 +22,21 @@
 //!   conversation's next turn (Claude Code parks it after a normal end, see
 //!   `crate::claude_code`); [`AgentProvider::forget`] ends a kept process.
 //!
+//! ## Approvals (permission modes)
+//!
+//! A turn runs in the conversation's [`PermissionMode`] (`TurnInput.config.permission_mode`).
+//! In `bypass` the agent acts without asking. In `ask` and `read_only` an adapter whose agent
+//! asks before an action (Claude Code's `can_use_tool` control request, Codex's
+//! `item/*/requestApproval`) sends [`AgentEvent::ApprovalRequested`] (among the turn's other
+//! events, before its terminal event) and then waits for the matching [`ApprovalAnswer`] on the
+//! [`RunningTurn::approvals`] channel it handed out, answering the agent with it; several
+//! requests may be open at once, answered in any order. The engine decides: `read_only` denies
+//! at once, a tool allowed "always" in this conversation is allowed at once, anything else waits
+//! for the owner (or the timeout, an interrupt, the turn's end). An adapter whose agent never
+//! asks gives `approvals: None`. An interrupt while a request is open fires the interrupt signal
+//! and the engine denies the request at the same time (the adapter answers the agent, which is
+//! stopping anyway).
+//!
 //! When the interrupt signal fires ([`RunningTurn::interrupt`]) the adapter asks the agent to
 //! stop (Claude Code: a `control_request` interrupt; Codex: `turn/interrupt`), ends the process
 //! group if it has not stopped within [`INTERRUPT_GRACE`], and sends
@@ -48,6 +63,76 @@ pub struct AgentConfig {
     pub model: String,
     /// The agent's own session (Claude Code) or thread (Codex) id; empty before the first turn.
     pub session_id: String,
+    /// Whether the agent acts, asks or only reads (absent in configs from before modes:
+    /// `bypass`).
+    pub permission_mode: PermissionMode,
+}
+
+/// A conversation's permission mode (`agent_config.permission_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// The agent acts without asking (Claude Code `bypassPermissions`, Codex
+    /// `danger-full-access`): Coffer's behaviour before modes.
+    #[default]
+    Bypass,
+    /// Actions that are not read-only wait for the owner's answer.
+    Ask,
+    /// Actions that are not read-only are refused without asking.
+    ReadOnly,
+}
+
+impl PermissionMode {
+    /// The words, as stored and on the wire.
+    pub const WORDS: [&'static str; 3] = ["bypass", "ask", "read_only"];
+
+    /// Its word.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Bypass => "bypass",
+            Self::Ask => "ask",
+            Self::ReadOnly => "read_only",
+        }
+    }
+
+    /// The mode of a word (`read-only` is taken for `read_only`); `None` for another.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word.trim() {
+            "bypass" => Some(Self::Bypass),
+            "ask" => Some(Self::Ask),
+            "read_only" | "read-only" => Some(Self::ReadOnly),
+            _ => None,
+        }
+    }
+}
+
+/// An action the agent waits to be allowed (see the module docs, "Approvals").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    /// The adapter's own id of the request (Claude Code's `request_id`, Codex's JSON-RPC id);
+    /// the answer names it.
+    pub request_id: String,
+    /// The tool (`Bash`, `Edit`, `Write`, …; Codex: `shell`, `apply_patch`).
+    pub tool: String,
+    /// The tool's input as the agent gave it (Bash: `{command}`; Edit: `{file_path, old_string,
+    /// new_string}`; Codex shell: `{command, cwd}`; Codex patch: `{changes}`).
+    pub input: serde_json::Value,
+    /// A unified diff the adapter has for the action (Codex file changes); `None`: the engine
+    /// renders one for Edit/MultiEdit/Write from `input`.
+    pub diff: Option<String>,
+    /// The folder the action runs in, when the agent says (else the conversation's `cwd`).
+    pub cwd: Option<String>,
+}
+
+/// The engine's answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAnswer {
+    /// The request's `request_id`.
+    pub request_id: String,
+    /// Allowed (also for "allow always": the engine remembers that itself).
+    pub allow: bool,
+    /// For a deny: what the agent is told (never empty for a deny).
+    pub message: String,
 }
 
 /// What every provider may use: where Coffer lives and how to attach its gateway.
@@ -179,6 +264,8 @@ pub enum AgentEvent {
     /// The turn failed; `message` names the cause for the owner (provider, status, what the CLI
     /// said) and never holds a secret.
     Failed { kind: FailureKind, message: String },
+    /// The agent waits for permission to act; answered on [`RunningTurn::approvals`].
+    ApprovalRequested(ApprovalRequest),
 }
 
 /// A turn in flight.
@@ -188,7 +275,14 @@ pub struct RunningTurn {
     pub interrupt: oneshot::Sender<()>,
     /// The adapter's task; it ends after the terminal event, with the agent's processes gone.
     pub task: tokio::task::JoinHandle<()>,
+    /// Where the engine sends the answers to this turn's [`AgentEvent::ApprovalRequested`];
+    /// `None` when the agent never asks.
+    pub approvals: Option<mpsc::Sender<ApprovalAnswer>>,
 }
+
+/// How many answers an adapter's approval channel holds (the engine never waits on it long:
+/// requests are few).
+pub const APPROVAL_CHANNEL: usize = 16;
 
 /// A configuration the provider refuses (nothing is persisted).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

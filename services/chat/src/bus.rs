@@ -141,6 +141,12 @@ impl Bus {
     /// Publishes an event if a sequence number is available (call [`Bus::ready`] first);
     /// returns its sequence number, `None` when the block ran out (or the bus is closed).
     pub fn try_publish(&self, turn_id: &str, kind: Kind, mark: Mark) -> Option<u64> {
+        self.try_publish_with(turn_id, |_| kind, mark)
+    }
+
+    /// [`Bus::try_publish`] of the event `kind(seq)` builds from its own sequence number (an
+    /// approval request's `number` is its event's seq).
+    pub fn try_publish_with(&self, turn_id: &str, kind: impl FnOnce(u64) -> Kind, mark: Mark) -> Option<u64> {
         let mut st = self.lock();
         if st.closed || st.next >= st.end {
             return None;
@@ -152,7 +158,7 @@ impl Bus {
             conversation_id: self.id.clone(),
             at_ms: now_ms(),
             turn_id: turn_id.to_owned(),
-            kind: Some(kind),
+            kind: Some(kind(seq)),
         });
         match mark {
             Mark::Begin => {
@@ -190,6 +196,34 @@ impl Bus {
                 return Ok(Some(seq));
             }
         }
+    }
+
+    /// [`Bus::publish`] of the event `kind(seq)` builds from its own sequence number.
+    ///
+    /// # Errors
+    /// When the store cannot reserve sequence numbers.
+    pub async fn publish_with(
+        &self,
+        store: &Store,
+        turn_id: &str,
+        kind: impl Fn(u64) -> Kind,
+        mark: Mark,
+    ) -> Result<Option<u64>> {
+        loop {
+            self.ready(store).await?;
+            if self.lock().closed {
+                return Ok(None);
+            }
+            if let Some(seq) = self.try_publish_with(turn_id, &kind, mark) {
+                return Ok(Some(seq));
+            }
+        }
+    }
+
+    /// The first sequence number this process handed out for the conversation (0 before
+    /// [`Bus::ready`]): a number below it is from before the chat service (re)started.
+    pub fn floor(&self) -> u64 {
+        self.lock().floor
     }
 
     /// A new subscriber (call [`Bus::ready`] first, so that `floor` is known): see the module

@@ -3,7 +3,9 @@
 //!
 //! Command: `claude -p --input-format stream-json --output-format stream-json --verbose
 //! --include-partial-messages --permission-mode bypassPermissions --mcp-config
-//! COFFER_HOME/agents/claude_code/mcp.json [--resume SESSION] [--model MODEL]` in the
+//! COFFER_HOME/agents/claude_code/mcp.json [--resume SESSION] [--model MODEL]` (permission mode
+//! `bypass`; in `ask` and `read_only`: `--permission-mode default --permission-prompt-tool
+//! stdio`, see "Approvals" below) in the
 //! conversation's `cwd`, through the spawn helper (own process group, pid record, no `COFFER_*`
 //! variable; `IS_SANDBOX=1` when running as root, which `bypassPermissions` demands there). The
 //! user's message is one stdin line; stdin stays open so that an interrupt can be sent as a
@@ -19,6 +21,16 @@
 //! ends a conversation's at once. Measured on the 2-core dev machine against the fake API
 //! (`tests/e2e/chat_agents.rs`, `agent_start_up_cost_per_turn_against_a_kept_alive_process`): a
 //! turn with a fresh `--resume` process ~2.3 s, the same turn on a parked process ~0.05 s.
+//!
+//! Approvals: in `--permission-mode default` the CLI allows read-only tools itself (Read, Glob,
+//! Grep…) and asks for everything else over stdio: a `control_request` `can_use_tool` (tool
+//! name, input, `tool_use_id`) becomes [`AgentEvent::ApprovalRequested`] (request id = the
+//! control request's); the engine's answer goes back as a `control_response` `success` with
+//! `{"behavior": "allow", "updatedInput": <the input>}` or `{"behavior": "deny", "message"}`
+//! (the CLI hands the message to the model as the tool's error result). `read_only` uses the
+//! same flags: the engine denies every request at once (Claude Code has no stricter mode that
+//! still lets a turn run: `plan` ends the turn in a plan). Checked with the pinned 2.1.332 and
+//! with 2.1.197 (`tests/e2e/chat_approvals.rs`). The mode is part of a parked process's fit.
 //!
 //! Provider switching ([`crate::binding`]): a turn of a Claude Code bound to an LLM connection
 //! runs with `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and the fast-model
@@ -37,7 +49,7 @@
 //! CLI's own error notes (an `assistant` line with `error`) are not assistant text. A line that
 //! is not a JSON object with a `type` is [`FailureKind::Protocol`]; stdout ending without a
 //! `result` is [`FailureKind::CliExited`] with the exit status and the last stderr line.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -45,8 +57,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::adapter::{
-    AgentConfig, AgentEnv, AgentEvent, AgentProvider, Availability, ConfigError, FailureKind, INTERRUPT_GRACE,
-    RunningTurn, StartError, TurnInput, Usage,
+    APPROVAL_CHANNEL, AgentConfig, AgentEnv, AgentEvent, AgentProvider, ApprovalAnswer, ApprovalRequest, Availability,
+    ConfigError, FailureKind, INTERRUPT_GRACE, PermissionMode, RunningTurn, StartError, TurnInput, Usage,
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
@@ -140,12 +152,11 @@ impl AgentProvider for ClaudeCode {
             "stream-json",
             "--verbose",
             "--include-partial-messages",
-            "--permission-mode",
-            "bypassPermissions",
-            "--mcp-config",
         ]
         .map(OsString::from)
         .to_vec();
+        args.extend(permission_args(turn.config.permission_mode).iter().map(OsString::from));
+        args.push("--mcp-config".into());
         args.push(mcp.into_os_string());
         if !turn.config.session_id.is_empty() {
             args.extend(["--resume".into(), turn.config.session_id.clone().into()]);
@@ -170,6 +181,7 @@ impl AgentProvider for ClaudeCode {
             cwd: turn.config.cwd.clone(),
             binding: binding::fingerprint(env.binding.as_ref()),
             sandbox: env.sandbox,
+            mode: turn.config.permission_mode,
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let mut process = match reused {
@@ -183,9 +195,11 @@ impl AgentProvider for ClaudeCode {
             }
         };
         let (interrupt, interrupted) = oneshot::channel();
+        let (approvals, mut answers) = mpsc::channel(APPROVAL_CHANNEL);
         let kept = self.kept.clone();
         let task = tokio::spawn(async move {
-            let Outcome { terminal, reusable, session_id } = run(&mut process, &turn.text, interrupted, &events).await;
+            let Outcome { terminal, reusable, session_id } =
+                run(&mut process, &turn.text, interrupted, &events, &mut answers).await;
             // Parked before the terminal event goes out: the engine may start the next turn on it.
             if let (true, Some(session_id)) = (reusable, session_id) {
                 Kept::park(&kept, &turn.conversation_id, process, Fit { session_id, ..fit }, ());
@@ -196,13 +210,35 @@ impl AgentProvider for ClaudeCode {
                 let _ = events.send(event).await;
             }
         });
-        Ok(RunningTurn { interrupt, task })
+        Ok(RunningTurn { interrupt, task, approvals: Some(approvals) })
     }
 
     fn forget(&self, _env: &AgentEnv, conversation_id: &str) {
         // Dropping the process ends its group (SIGKILL; it is idle, its session is on disk).
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).forget(conversation_id);
     }
+}
+
+/// The permission flags of a mode (module docs).
+pub fn permission_args(mode: PermissionMode) -> &'static [&'static str] {
+    match mode {
+        PermissionMode::Bypass => &["--permission-mode", "bypassPermissions"],
+        PermissionMode::Ask | PermissionMode::ReadOnly => {
+            &["--permission-mode", "default", "--permission-prompt-tool", "stdio"]
+        }
+    }
+}
+
+/// The stdin line answering a `can_use_tool` request: allow with the tool's `input` unchanged,
+/// or deny with `message` (told to the model).
+pub fn permission_line(request_id: &str, allow: bool, input: &Value, message: &str) -> String {
+    let response = if allow {
+        json!({"behavior": "allow", "updatedInput": input})
+    } else {
+        json!({"behavior": "deny", "message": message})
+    };
+    json!({"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": response}})
+        .to_string()
 }
 
 /// Drops from `env` every variable that would fight a binding unless the adapter (`own`) or the
@@ -261,9 +297,10 @@ async fn run(
     text: &str,
     interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
+    answers: &mut mpsc::Receiver<ApprovalAnswer>,
 ) -> Outcome {
     let mut parser = Parser::default();
-    let (terminal, reusable) = run_turn(process, text, interrupt, events, &mut parser).await;
+    let (terminal, reusable) = run_turn(process, text, interrupt, events, answers, &mut parser).await;
     if !reusable {
         // Every path that does not keep the process has ended it already; this is a no-op then.
         process.kill(INTERRUPT_GRACE).await;
@@ -277,8 +314,12 @@ async fn run_turn(
     text: &str,
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
+    answers: &mut mpsc::Receiver<ApprovalAnswer>,
     parser: &mut Parser,
 ) -> (Option<AgentEvent>, bool) {
+    // `can_use_tool` requests sent to the engine: request id → the tool's input (the allow
+    // answer carries it back).
+    let mut waiting: HashMap<String, Value> = HashMap::new();
     // A CLI that exits at once closes its stdin: what it printed is still read below, and its
     // end is reported as `cli_exited` there.
     let _ = process.send(&user_line(text)).await;
@@ -305,6 +346,13 @@ async fn run_turn(
                         for request in step.control_requests {
                             let _ = process.send(&unsupported_control(&request)).await;
                         }
+                        for req in step.approvals {
+                            waiting.insert(req.request_id.clone(), req.input.clone());
+                            if events.send(AgentEvent::ApprovalRequested(req)).await.is_err() {
+                                process.kill(INTERRUPT_GRACE).await;
+                                return (None, false);
+                            }
+                        }
                         for event in step.events {
                             if events.send(event).await.is_err() {
                                 process.kill(INTERRUPT_GRACE).await;
@@ -323,6 +371,12 @@ async fn run_turn(
                         process.kill(INTERRUPT_GRACE).await;
                         return (Some(failed), false);
                     }
+                }
+            }
+            Some(answer) = answers.recv(), if !waiting.is_empty() => {
+                if let Some(input) = waiting.remove(&answer.request_id) {
+                    let line = permission_line(&answer.request_id, answer.allow, &input, &answer.message);
+                    let _ = process.send(&line).await;
                 }
             }
             fired = &mut interrupt, if interrupt_armed => {
@@ -376,6 +430,8 @@ pub struct Step {
     pub terminal: Option<AgentEvent>,
     /// Ids of control requests from the CLI to answer (as unsupported).
     pub control_requests: Vec<String>,
+    /// `can_use_tool` requests for the engine.
+    pub approvals: Vec<ApprovalRequest>,
 }
 
 /// The stream-json line parser: a state machine over one turn's stdout.
@@ -435,8 +491,17 @@ impl Parser {
             }
             "result" => step.terminal = Some(self.result(&v)),
             "control_request" => {
-                if let Some(id) = v["request_id"].as_str() {
-                    step.control_requests.push(id.to_owned());
+                let request = &v["request"];
+                match v["request_id"].as_str() {
+                    Some(id) if request["subtype"] == "can_use_tool" => step.approvals.push(ApprovalRequest {
+                        request_id: id.to_owned(),
+                        tool: request["tool_name"].as_str().unwrap_or_default().to_owned(),
+                        input: request["input"].clone(),
+                        diff: None,
+                        cwd: None,
+                    }),
+                    Some(id) => step.control_requests.push(id.to_owned()),
+                    None => {}
                 }
             }
             // `control_response`, `system/api_retry`, `rate_limit_event`, subagents' lines and
@@ -642,11 +707,49 @@ mod tests {
         assert_eq!(p.line(r#"{"type":"rate_limit_event"}"#).unwrap(), Step::default());
     }
 
+    /// The recorded permission exchanges (2.1.197, `--permission-prompt-tool stdio`): the
+    /// request the engine is shown, and the answer line as the CLI took it.
+    #[test]
+    fn can_use_tool_requests_of_the_fixtures() {
+        for (fixture, allow) in [
+            (include_str!("../tests/fixtures/claude_08_stdin_control_permission_allow.ndjson"), true),
+            (include_str!("../tests/fixtures/claude_08b_stdin_control_permission_deny.ndjson"), false),
+        ] {
+            let mut p = Parser::default();
+            let mut asked = Vec::new();
+            let mut sent = None;
+            for line in fixture.lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                if v.get("_sent").is_some() {
+                    if v["type"] == "control_response" {
+                        sent = Some(v);
+                    }
+                    continue;
+                }
+                let step = p.line(line).unwrap();
+                assert!(step.control_requests.is_empty());
+                asked.extend(step.approvals);
+            }
+            assert_eq!(asked.len(), 1);
+            let req = &asked[0];
+            assert_eq!(req.tool, "Bash");
+            assert_eq!(req.input["command"], "python3 -c 'print(6*7)'");
+            let mut sent = sent.unwrap();
+            sent.as_object_mut().unwrap().remove("_sent");
+            let ours: Value =
+                serde_json::from_str(&permission_line(&req.request_id, allow, &req.input, "denied by test driver"))
+                    .unwrap();
+            assert_eq!(ours, sent, "the answer the CLI accepted");
+        }
+        assert_eq!(permission_args(PermissionMode::Bypass), ["--permission-mode", "bypassPermissions"]);
+        assert_eq!(permission_args(PermissionMode::ReadOnly)[1], "default");
+    }
+
     #[test]
     fn control_requests_are_answered_and_subagents_skipped() {
         let mut p = Parser::default();
         let step =
-            p.line(r#"{"type":"control_request","request_id":"r1","request":{"subtype":"can_use_tool"}}"#).unwrap();
+            p.line(r#"{"type":"control_request","request_id":"r1","request":{"subtype":"hook_callback"}}"#).unwrap();
         assert_eq!(step.control_requests, ["r1"]);
         let sub = r#"{"type":"assistant","parent_tool_use_id":"toolu_9","message":{"id":"x","content":[{"type":"text","text":"inner"}]}}"#;
         assert!(p.line(sub).unwrap().events.is_empty());

@@ -1,12 +1,22 @@
 //! The Codex adapter: `codex app-server`, JSON-RPC over stdio (one object per line, no
 //! `jsonrpc` field), one process per turn or kept for the conversation's next one.
 //!
-//! A turn: `initialize` → `initialized` → `thread/start {cwd, approvalPolicy: "never", sandbox:
-//! "danger-full-access", model?}` (or `thread/resume {threadId, …, excludeTurns: true}` with the
+//! A turn: `initialize` → `initialized` → `thread/start {cwd, approvalPolicy, sandbox, model?}` (or `thread/resume {threadId, …, excludeTurns: true}` with the
 //! stored thread id) → `turn/start {threadId, input: [{type: "text", text}], model?}`; then the
 //! notifications of the turn until `turn/completed`. Interrupt is `turn/interrupt {threadId,
 //! turnId}`; the process group is ended if the turn has not completed within
 //! [`INTERRUPT_GRACE`].
+//!
+//! Permission modes ([`thread_policy`]): `bypass` runs with `approvalPolicy: "never"`, `sandbox:
+//! "danger-full-access"` (server approval requests, not expected, are accepted); `ask` with
+//! `"untrusted"` and `"workspace-write"`, so every command that is not known read-only asks:
+//! `item/commandExecution/requestApproval` and `item/fileChange/requestApproval` become
+//! [`AgentEvent::ApprovalRequested`] (tool `shell` with `{command, cwd}`, tool `apply_patch` with
+//! the item's `changes` and their diffs) and the engine's answer goes back as `{"decision":
+//! "accept" | "decline"}` (Codex tells the model "rejected by user"; a deny's message has no
+//! place in its protocol); `read_only` with `"never"` and `"read-only"`: Codex's sandbox refuses
+//! writes and nothing asks (a request that comes anyway is forwarded, and the engine denies it).
+//! The mode is part of a kept app-server's fit.
 //!
 //! Codex runs with Coffer's own `CODEX_HOME` (`COFFER_HOME/agents/codex/`, see
 //! [`crate::agents_config::codex_home`]): the user's `config.toml` (from `$CODEX_HOME` of the
@@ -38,9 +48,9 @@
 //! turn's `last` counts; input without cached tokens); `turn/completed` `completed` →
 //! [`AgentEvent::Done`] (`end_turn`), `interrupted` → `Done` (`interrupted`), `failed` →
 //! [`AgentEvent::Failed`] with the model provider and the HTTP status from `codexErrorInfo`
-//! (`unauthorized`/401/403 → `auth`). Approval requests (not expected with `approvalPolicy:
-//! never`) are accepted; other server requests are answered "method not found".
-use std::collections::HashSet;
+//! (`unauthorized`/401/403 → `auth`). Server requests other than approvals are answered "method
+//! not found".
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -48,8 +58,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::adapter::{
-    AgentConfig, AgentEnv, AgentEvent, AgentProvider, Availability, ConfigError, FailureKind, INTERRUPT_GRACE,
-    RunningTurn, StartError, TurnInput, Usage,
+    APPROVAL_CHANNEL, AgentConfig, AgentEnv, AgentEvent, AgentProvider, ApprovalAnswer, ApprovalRequest, Availability,
+    ConfigError, FailureKind, INTERRUPT_GRACE, PermissionMode, RunningTurn, StartError, TurnInput, Usage,
 };
 use crate::agent_process::{self, AgentProcess, EXIT_GRACE, ExtraEnv, Line, quote};
 use crate::agents_config;
@@ -182,6 +192,7 @@ impl AgentProvider for Codex {
             cwd: turn.config.cwd.clone(),
             binding: binding::fingerprint(env.binding.as_ref()),
             sandbox: env.sandbox,
+            mode: turn.config.permission_mode,
         };
         let reused = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take(&turn.conversation_id, &fit);
         let (mut process, loaded) = match reused {
@@ -195,6 +206,7 @@ impl AgentProvider for Codex {
             }
         };
         let (interrupt, interrupted) = oneshot::channel();
+        let (approvals, mut answers) = mpsc::channel(APPROVAL_CHANNEL);
         let kept = self.kept.clone();
         let task = tokio::spawn(async move {
             let mut parser = Parser::default();
@@ -203,7 +215,7 @@ impl AgentProvider for Codex {
                 parser.model = thread.model;
                 parser.provider = thread.provider;
             }
-            let (terminal, reusable) = run(&mut process, &turn, interrupted, &events, &mut parser).await;
+            let (terminal, reusable) = run(&mut process, &turn, interrupted, &events, &mut answers, &mut parser).await;
             // Parked before the terminal event goes out: the engine may start the next turn on it.
             match (reusable, parser.thread_id.clone()) {
                 (true, Some(session_id)) => {
@@ -217,7 +229,7 @@ impl AgentProvider for Codex {
                 let _ = events.send(event).await;
             }
         });
-        Ok(RunningTurn { interrupt, task })
+        Ok(RunningTurn { interrupt, task, approvals: Some(approvals) })
     }
 
     fn forget(&self, _env: &AgentEnv, conversation_id: &str) {
@@ -238,9 +250,19 @@ fn request(id: u64, method: &str, params: Value) -> String {
     json!({"id": id, "method": method, "params": params}).to_string()
 }
 
+/// The thread's `(approvalPolicy, sandbox)` for a permission mode (module docs).
+pub fn thread_policy(mode: PermissionMode) -> (&'static str, &'static str) {
+    match mode {
+        PermissionMode::Bypass => ("never", "danger-full-access"),
+        PermissionMode::Ask => ("untrusted", "workspace-write"),
+        PermissionMode::ReadOnly => ("never", "read-only"),
+    }
+}
+
 /// `thread/start` or `thread/resume` params for `config`.
 fn thread_request(config: &AgentConfig) -> String {
-    let mut params = json!({"cwd": config.cwd, "approvalPolicy": "never", "sandbox": "danger-full-access"});
+    let (policy, sandbox) = thread_policy(config.permission_mode);
+    let mut params = json!({"cwd": config.cwd, "approvalPolicy": policy, "sandbox": sandbox});
     if !config.model.is_empty() {
         params["model"] = json!(config.model);
     }
@@ -269,9 +291,12 @@ async fn run(
     turn: &TurnInput,
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
+    answers: &mut mpsc::Receiver<ApprovalAnswer>,
     parser: &mut Parser,
 ) -> (Option<AgentEvent>, bool) {
     let mut phase = Phase::Initializing;
+    // Approval requests forwarded to the engine: our request id → Codex's JSON-RPC id.
+    let mut waiting: HashMap<String, Value> = HashMap::new();
     if let Some(thread) = parser.thread_id.clone() {
         let session = AgentEvent::Session { session_id: thread.clone(), model: parser.model.clone() };
         if events.send(session).await.is_err() {
@@ -362,9 +387,23 @@ async fn run(
                             _ => {}
                         }
                     }
-                    // A request from Codex.
+                    // A request from Codex: approvals go to the engine unless the mode is bypass.
                     (Some(method), Some(id)) => {
-                        let _ = process.send(&answer_server_request(method, id)).await;
+                        let asked = (turn.config.permission_mode != PermissionMode::Bypass)
+                            .then(|| parser.approval_request(method, id, &msg["params"]))
+                            .flatten();
+                        match asked {
+                            Some(req) => {
+                                waiting.insert(req.request_id.clone(), id.clone());
+                                if events.send(AgentEvent::ApprovalRequested(req)).await.is_err() {
+                                    process.kill(INTERRUPT_GRACE).await;
+                                    return (None, false);
+                                }
+                            }
+                            None => {
+                                let _ = process.send(&answer_server_request(method, id, turn.config.permission_mode)).await;
+                            }
+                        }
                     }
                     (Some(method), None) => {
                         let step = parser.notification(method, &msg["params"]);
@@ -386,6 +425,12 @@ async fn run(
                         process.kill(INTERRUPT_GRACE).await;
                         return (Some(protocol(&format!("a message that is neither request, response nor notification: {:?}", quote(&text)))), false);
                     }
+                }
+            }
+            Some(answer) = answers.recv(), if !waiting.is_empty() => {
+                if let Some(id) = waiting.remove(&answer.request_id) {
+                    let decision = if answer.allow { "accept" } else { "decline" };
+                    let _ = process.send(&json!({"id": id, "result": {"decision": decision}}).to_string()).await;
                 }
             }
             fired = &mut interrupt, if interrupt_armed => {
@@ -438,13 +483,15 @@ fn refused(phase: Phase, config: &AgentConfig, error: &Value) -> AgentEvent {
     AgentEvent::Failed { kind: FailureKind::Internal, message: format!("{AGENT} refused {what}: {said}") }
 }
 
-/// The answer to a request from Codex: approvals are accepted (the owner's pairing is the
-/// security gate, as `approvalPolicy: never` says), anything else is not served.
-fn answer_server_request(method: &str, id: &Value) -> String {
+/// The answer to a request from Codex the engine does not see: in `bypass` approvals are
+/// accepted (the owner chose it); in another mode the old API's approvals are denied; anything
+/// else is not served.
+fn answer_server_request(method: &str, id: &Value, mode: PermissionMode) -> String {
+    let bypass = mode == PermissionMode::Bypass;
     if method.ends_with("/requestApproval") {
-        json!({"id": id, "result": {"decision": "accept"}}).to_string()
+        json!({"id": id, "result": {"decision": if bypass { "accept" } else { "decline" }}}).to_string()
     } else if method == "execCommandApproval" || method == "applyPatchApproval" {
-        json!({"id": id, "result": {"decision": "approved"}}).to_string()
+        json!({"id": id, "result": {"decision": if bypass { "approved" } else { "denied" }}}).to_string()
     } else {
         json!({"id": id, "error": {"code": -32601, "message": format!("Coffer does not serve {method}")}}).to_string()
     }
@@ -474,6 +521,8 @@ pub struct Parser {
     pub last_error: Option<Value>,
     streamed: HashSet<String>,
     started: HashSet<String>,
+    /// Each started tool item's input (an approval request names its item).
+    inputs: HashMap<String, Value>,
     usage: Usage,
 }
 
@@ -564,7 +613,48 @@ impl Parser {
         if !self.started.insert(id.clone()) {
             return None;
         }
+        self.inputs.insert(id.clone(), input.clone());
         Some(AgentEvent::ToolCall { id, name, input })
+    }
+
+    /// The engine's view of an approval request from Codex (`id` its JSON-RPC id); `None` for
+    /// another method. A command is shown as its actions (`touch a && echo b`), not the shell
+    /// wrapper; a file change with the diffs of the item Codex named.
+    pub fn approval_request(&self, method: &str, id: &Value, params: &Value) -> Option<ApprovalRequest> {
+        let item = params["itemId"].as_str().unwrap_or_default();
+        let cwd = params["cwd"].as_str().map(str::to_owned);
+        let (tool, input, diff) = match method {
+            "item/commandExecution/requestApproval" => {
+                let actions: Vec<&str> = params["commandActions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a["command"].as_str())
+                    .collect();
+                let command = if actions.is_empty() {
+                    params["command"].as_str().unwrap_or_default().to_owned()
+                } else {
+                    actions.join(" && ")
+                };
+                ("shell", json!({"command": command, "cwd": params["cwd"], "reason": params["reason"]}), None)
+            }
+            "item/fileChange/requestApproval" => {
+                let changes = self.inputs.get(item).map(|v| v["changes"].clone()).unwrap_or(Value::Null);
+                let diff: String = changes
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        let path = c["path"].as_str().unwrap_or_default();
+                        format!("--- a/{path}\n+++ b/{path}\n{}\n", c["diff"].as_str().unwrap_or_default().trim_end())
+                    })
+                    .collect();
+                let input = json!({"changes": changes, "reason": params["reason"], "grantRoot": params["grantRoot"]});
+                ("apply_patch", input, (!diff.is_empty()).then_some(diff))
+            }
+            _ => return None,
+        };
+        Some(ApprovalRequest { request_id: id.to_string(), tool: tool.to_owned(), input, diff, cwd })
     }
 
     fn item_completed(&mut self, item: &Value, step: &mut Step) {
@@ -751,6 +841,7 @@ mod tests {
             cwd: "/w".into(),
             model: "m".into(),
             session_id: String::new(),
+            ..Default::default()
         }))
         .unwrap();
         assert_eq!(r["method"], "thread/start");
@@ -762,14 +853,74 @@ mod tests {
             cwd: "/w".into(),
             model: String::new(),
             session_id: "thr".into(),
+            permission_mode: PermissionMode::Ask,
         }))
         .unwrap();
         assert_eq!((r["method"].as_str(), r["params"]["threadId"].as_str()), (Some("thread/resume"), Some("thr")));
         assert!(r.get("jsonrpc").is_none());
+        assert_eq!(r["params"]["approvalPolicy"], "untrusted");
+        assert_eq!(r["params"]["sandbox"], "workspace-write");
+        assert_eq!(thread_policy(PermissionMode::ReadOnly), ("never", "read-only"));
+        let approval = "item/commandExecution/requestApproval";
         let a: Value =
-            serde_json::from_str(&answer_server_request("item/commandExecution/requestApproval", &json!(7))).unwrap();
+            serde_json::from_str(&answer_server_request(approval, &json!(7), PermissionMode::Bypass)).unwrap();
         assert_eq!(a, json!({"id": 7, "result": {"decision": "accept"}}));
-        let a: Value = serde_json::from_str(&answer_server_request("item/tool/requestUserInput", &json!("x"))).unwrap();
+        let a: Value = serde_json::from_str(&answer_server_request(approval, &json!(7), PermissionMode::Ask)).unwrap();
+        assert_eq!(a, json!({"id": 7, "result": {"decision": "decline"}}));
+        let a: Value = serde_json::from_str(&answer_server_request(
+            "item/tool/requestUserInput",
+            &json!("x"),
+            PermissionMode::Bypass,
+        ))
+        .unwrap();
         assert_eq!(a["error"]["code"], -32601);
+    }
+
+    /// The approval requests of the recorded app-server transcripts (0.171.0): what the engine
+    /// is shown, and what Codex was answered.
+    #[test]
+    fn approval_requests_of_the_fixtures() {
+        for (fixture, answered) in [
+            (include_str!("../tests/fixtures/codex_11_app_server_approval_accept.ndjson"), "accept"),
+            (include_str!("../tests/fixtures/codex_12_app_server_approval_decline.ndjson"), "decline"),
+        ] {
+            let mut p = Parser::default();
+            let mut asked = None;
+            for line in fixture.lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                let method = v["method"].as_str().unwrap_or_default();
+                if v["_dir"] == "send" {
+                    if asked.is_some() && v.get("result").is_some() {
+                        assert_eq!(v["result"]["decision"], answered);
+                    }
+                    continue;
+                }
+                if v.get("id").is_some_and(|id| !id.is_null()) && !method.is_empty() {
+                    asked = p.approval_request(method, &v["id"], &v["params"]);
+                } else if !method.is_empty() {
+                    p.notification(method, &v["params"]);
+                }
+            }
+            let req = asked.expect("an approval request");
+            assert_eq!((req.request_id.as_str(), req.tool.as_str()), ("0", "shell"));
+            let cmd = req.input["command"].as_str().unwrap();
+            assert!(cmd.starts_with("touch ") && !cmd.contains("/bin/bash"), "{cmd}");
+            assert_eq!(req.cwd.as_deref(), Some("<TMP>/ws_codex"));
+        }
+        // A file change shows the diffs of the item it names.
+        let mut p = Parser::default();
+        let item = json!({"type": "fileChange", "id": "call_1", "status": "inProgress",
+            "changes": [{"path": "/w/a.txt", "kind": {"type": "update"}, "diff": "@@ -1 +1 @@\n-a\n+b"}]});
+        p.notification("item/started", &json!({"item": item}));
+        let req = p
+            .approval_request(
+                "item/fileChange/requestApproval",
+                &json!(3),
+                &json!({"itemId": "call_1", "reason": null}),
+            )
+            .unwrap();
+        assert_eq!(req.tool, "apply_patch");
+        assert_eq!(req.diff.as_deref(), Some("--- a//w/a.txt\n+++ b//w/a.txt\n@@ -1 +1 @@\n-a\n+b\n"));
+        assert!(p.approval_request("item/tool/requestUserInput", &json!(4), &json!({})).is_none());
     }
 }

@@ -15,6 +15,8 @@ pub struct Config {
     /// A turn with no adapter event for this long ends with `turn_error{timeout}`
     /// (`chat.turn_timeout_s`).
     pub turn_timeout: Duration,
+    /// An approval request not answered for this long is denied (`chat.approval_timeout_s`).
+    pub approval_timeout: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
     /// The stored values of every text setting a provider may name (its CLI path).
@@ -34,7 +36,14 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), texts }
+        let approval =
+            s::CHAT_APPROVAL_TIMEOUT_S.value_or_default(values.get(s::CHAT_APPROVAL_TIMEOUT_S.key).map(String::as_str));
+        Self {
+            turn_timeout: Duration::from_secs(timeout),
+            approval_timeout: Duration::from_secs(approval),
+            llm: LlmConfig::from_values(values),
+            texts,
+        }
     }
 
     /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,
@@ -49,6 +58,19 @@ impl Config {
     /// unusable values take the default).
     pub fn switch(&self, setting: &Setting) -> bool {
         setting.value_or_default(self.texts.get(setting.key).map(String::as_str)) != 0
+    }
+
+    /// The permission mode a new conversation of `agent_key` gets when it names none
+    /// (`chat.claude_code_permission_mode`, `chat.codex_permission_mode`; other agents:
+    /// `bypass`).
+    pub fn default_mode(&self, agent_key: &str) -> crate::adapter::PermissionMode {
+        let setting = match agent_key {
+            "claude_code" => &s::CHAT_CLAUDE_CODE_PERMISSION_MODE,
+            "codex" => &s::CHAT_CODEX_PERMISSION_MODE,
+            _ => return crate::adapter::PermissionMode::Bypass,
+        };
+        let v = setting.text_or_default(self.texts.get(setting.key).map(String::as_str));
+        crate::adapter::PermissionMode::parse(&v).unwrap_or_default()
     }
 
     /// The LLM connection a provider's binding setting names (`chat.claude_code_connection`);
@@ -133,6 +155,17 @@ mod tests {
         assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
         let bad = HashMap::from([("chat.turn_timeout_s".to_owned(), "0".to_owned())]);
         assert_eq!(Config::from_values(&bad).turn_timeout, Duration::from_secs(600), "out of bounds: default");
+        assert_eq!(c.approval_timeout, Duration::from_secs(600));
+        use crate::adapter::PermissionMode as M;
+        assert_eq!((c.default_mode("claude_code"), c.default_mode("scripted")), (M::Bypass, M::Bypass));
+        let modes = HashMap::from([
+            ("chat.claude_code_permission_mode".to_owned(), "ask".to_owned()),
+            ("chat.codex_permission_mode".to_owned(), "sometimes".to_owned()),
+            ("chat.approval_timeout_s".to_owned(), "2".to_owned()),
+        ]);
+        let c = Config::from_values(&modes);
+        assert_eq!((c.default_mode("claude_code"), c.default_mode("codex")), (M::Ask, M::Bypass));
+        assert_eq!(c.approval_timeout, Duration::from_secs(2));
     }
 
     #[test]

@@ -50,6 +50,9 @@
 //!   the connection and the setting, before any CLI starts. Unbound, Codex's provider entry and
 //!   selection are gone. A kept process is reused only under the same binding
 //!   (`kept::Fit.binding`, a fingerprint).
+//! - **Approvals** ([`approvals`]): an adapter's `ApprovalRequested` waits in the
+//!   conversation's book for the first answer, the timeout, an interrupt (denied before the agent
+//!   is told to stop) or the turn's end; while one is open the turn timeout does not run.
 //! - **Test hook.** [`Tuning`] lets `coffer-test-chat` (the real service plus the test-only
 //!   `scripted` agent, run by `coffer-test-daemon scripted-chat`) hold the engine at an armed
 //!   [`Step`] until the test releases it or kills a process (`coffer_tests::chat::arm`);
@@ -69,13 +72,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::adapter::{AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, TurnInput, Usage};
+use crate::adapter::{
+    AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, PermissionMode, TurnInput, Usage,
+};
 use crate::bus::{self, Bus, Mark};
 use crate::config::ConfigRx;
 use crate::error::{Error, Result};
 use crate::persist::{self, Store};
 use crate::providers::Registry;
 use crate::watch::{Watch, Watcher};
+
+pub mod approvals;
 
 /// Largest message text, bytes (also each pending item's).
 pub const MAX_TEXT_BYTES: usize = 1 << 20;
@@ -180,6 +187,8 @@ pub struct Conv {
     deleted: AtomicBool,
     /// Told when the snapshot changes (list watchers show the live state).
     watch: Arc<Watch>,
+    /// The open and recent approval requests ([`approvals`]).
+    approvals: approvals::Book,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -187,6 +196,7 @@ struct Snapshot {
     turn_running: bool,
     pending: u32,
     paused: bool,
+    approvals_waiting: u32,
 }
 
 #[derive(Default)]
@@ -300,6 +310,20 @@ pub fn check_source(source: &str) -> Result<()> {
     Ok(())
 }
 
+/// A permission mode word (`bypass`, `ask`, `read_only`; `read-only` too).
+///
+/// # Errors
+/// [`Error::Invalid`] naming `field` and the words.
+pub fn parse_mode(field: &str, word: &str) -> Result<PermissionMode> {
+    PermissionMode::parse(word).ok_or_else(|| {
+        Error::Invalid(format!(
+            "{field}: {:?} is not a permission mode (one of {})",
+            word.chars().take(40).collect::<String>(),
+            PermissionMode::WORDS.join(", ")
+        ))
+    })
+}
+
 /// A title from a first message: its first non-blank line, trimmed, cut at a word boundary to
 /// at most [`AUTO_TITLE_CHARS`] characters (mid-word only when its first word is longer).
 pub fn title_from(text: &str) -> String {
@@ -401,7 +425,7 @@ impl TurnShared {
 
 impl Conv {
     fn new(id: &str, pending: Vec<c::PendingItem>, paused: bool, watch: Arc<Watch>) -> Self {
-        let snap = Snapshot { turn_running: false, pending: pending.len() as u32, paused };
+        let snap = Snapshot { turn_running: false, pending: pending.len() as u32, paused, approvals_waiting: 0 };
         Self {
             id: id.to_owned(),
             bus: Bus::new(id),
@@ -409,6 +433,20 @@ impl Conv {
             snap: Mutex::new(snap),
             deleted: AtomicBool::new(false),
             watch,
+            approvals: approvals::Book::default(),
+        }
+    }
+
+    /// Updates the snapshot's count of open approval requests (touching the list's watch when
+    /// it changed).
+    fn sync_approvals(&self) {
+        let waiting = self.approvals.waiting();
+        let changed = {
+            let mut snap = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut snap.approvals_waiting, waiting) != waiting
+        };
+        if changed {
+            self.watch.touch(&self.id);
         }
     }
 
@@ -417,6 +455,7 @@ impl Conv {
             turn_running: live.task.as_ref().is_some_and(|t| !t.finalized()) || live.next_start.is_some(),
             pending: live.pending.len() as u32,
             paused: live.paused,
+            approvals_waiting: self.approvals.waiting(),
         };
         let changed = std::mem::replace(&mut *self.snap.lock().unwrap_or_else(|e| e.into_inner()), s) != s;
         if changed {
@@ -572,6 +611,7 @@ impl Engine {
             v.turn_running = s.turn_running;
             v.pending_count = s.pending;
             v.pending_paused = s.paused;
+            v.approvals_waiting = s.approvals_waiting;
         }
         v
     }
@@ -663,7 +703,12 @@ impl Engine {
         if !given.session_id.is_empty() {
             return Err(Error::Invalid("agent_config.session_id: must be empty when a conversation is created".into()));
         }
-        let mut config = AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new() };
+        let permission_mode = if given.permission_mode.is_empty() {
+            self.config().default_mode(&r.agent_key)
+        } else {
+            parse_mode("agent_config.permission_mode", &given.permission_mode)?
+        };
+        let mut config = AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new(), permission_mode };
         config.cwd = check_cwd(self.home(), &config.cwd)?;
         entry.provider.validate_config(&mut config).map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
         let title = if r.title.trim().is_empty() { title_from(&r.first_message) } else { r.title.trim().to_owned() };
@@ -711,13 +756,22 @@ impl Engine {
                 r.id, current.version
             )));
         }
+        let mode = r.permission_mode.as_deref().map(|m| parse_mode("permission_mode", m)).transpose()?;
         let agent_config_json = match r.model {
+            None if mode.is_some() => {
+                let mut cfg = persist::parse_config(&current.agent_config_json);
+                cfg.permission_mode = mode.unwrap_or_default();
+                Some(persist::config_json(&cfg))
+            }
             Some(model) => {
                 if model.len() > 256 || model.chars().any(char::is_control) {
                     return Err(Error::Invalid("model: at most 256 bytes without control characters".into()));
                 }
                 let mut cfg = persist::parse_config(&current.agent_config_json);
                 cfg.model = model.trim().to_owned();
+                if let Some(m) = mode {
+                    cfg.permission_mode = m;
+                }
                 // The provider's own rule, as at creation (e.g. Claude Code's model is a CLI
                 // argument: never one that starts with '-').
                 if let Some(entry) = self.registry().get(&current.agent_key) {
@@ -1021,6 +1075,12 @@ impl Engine {
         if conv.deleted() {
             return true;
         }
+        // What still waits for an answer is denied: the agent is stopping or gone.
+        let closed_by = match &outcome {
+            Outcome::Done { stop_reason, .. } if stop_reason == "interrupted" => approvals::by::INTERRUPT,
+            _ => approvals::by::TURN_ENDED,
+        };
+        self.close_approvals(conv, Some(&turn.turn_id), closed_by, None).await;
         blocks.retain(|b| !matches!(&b.block, Some(Block::Text(t)) if t.is_empty()));
         if blocks.is_empty() {
             blocks.push(text_block(""));
@@ -1204,13 +1264,21 @@ impl Engine {
             }
         };
         *turn.interrupt.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.interrupt);
+        let answers = running.approvals;
         if turn.interrupt_asked.load(Ordering::Acquire) {
             turn.fire_interrupt();
         }
         let mut task = running.task;
         let timeout = cfg.turn_timeout;
         loop {
-            let wait = if turn.finalized() { DRAIN } else { timeout };
+            // While an approval request is open the agent is silent by design: the loop wakes
+            // when the first one times out instead of the turn timeout.
+            let expiry = if turn.finalized() { None } else { self.approval_expiry(conv) };
+            let wait = match (turn.finalized(), expiry) {
+                (true, _) => DRAIN,
+                (false, Some(at)) => at.saturating_duration_since(tokio::time::Instant::now()),
+                (false, None) => timeout,
+            };
             let ev = tokio::select! {
                 _ = turn.cancel.cancelled() => {
                     turn.fire_interrupt();
@@ -1220,6 +1288,10 @@ impl Engine {
             };
             match ev {
                 Err(_) if turn.finalized() => break,
+                Err(_) if expiry.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    self.close_approvals(conv, Some(&turn.turn_id), approvals::by::TIMEOUT, Some(now)).await;
+                }
                 Err(_) => {
                     turn.fire_interrupt();
                     let m = format!("the agent produced no output for {} s (chat.turn_timeout_s)", timeout.as_secs());
@@ -1230,6 +1302,9 @@ impl Engine {
                     let m = "the agent ended without finishing the turn".to_owned();
                     self.finish_error(conv, turn, failed(FailureKind::CliExited, m)).await;
                     break;
+                }
+                Ok(Some(AgentEvent::ApprovalRequested(req))) => {
+                    self.approval_requested(conv, turn, &config, req, answers.as_ref()).await;
                 }
                 Ok(Some(ev)) => {
                     if self.handle(conv, turn, &mut config, ev).await {
@@ -1313,6 +1388,8 @@ impl Engine {
                 self.finish_error(conv, turn, Outcome::Failed { kind, message }).await;
                 true
             }
+            // Handled by the turn loop, which holds the answer channel.
+            AgentEvent::ApprovalRequested(_) => false,
         }
     }
 
@@ -1396,6 +1473,7 @@ impl Engine {
         let conv = self.conv(id).await?;
         let mut live = conv.live.lock().await;
         let Some(turn) = live.task.clone().filter(|t| !t.finalized()) else { return Ok(false) };
+        // What waits for an answer is denied (`interrupt`) once the turn is claimed, in `finish`.
         turn.fire_interrupt();
         let done = Outcome::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
         Ok(self.finish(&conv, &turn, done, Pause::Held(&mut live)).await)

@@ -20,6 +20,10 @@ pub enum Error {
     /// The pending queue is full.
     #[error("{0}")]
     Exhausted(String),
+    /// An approval request answered before; the first decision (`ALREADY_EXISTS`, the decision
+    /// encoded in the status details).
+    #[error("{0}")]
+    AlreadyDecided(String, coffer_proto::chat::ApprovalResolved),
     /// The store answered with an error.
     #[error("the store answered {}: {}", .0.code(), .0.message())]
     Store(Status),
@@ -45,6 +49,9 @@ impl From<Error> for Status {
             Error::Precondition(m) => Status::failed_precondition(m),
             Error::Aborted(m) => Status::aborted(m),
             Error::Exhausted(m) => Status::resource_exhausted(m),
+            Error::AlreadyDecided(m, first) => {
+                Status::with_details(Code::AlreadyExists, m, prost::Message::encode_to_vec(&first).into())
+            }
             // The store's verdicts on what the caller sent pass through; the rest say the store
             // is not there (it restarts) or are internal failures (logged, opaque).
             Error::Store(s) => match s.code() {

@@ -32,6 +32,8 @@ pub struct Fit {
     pub binding: u64,
     /// Whether it runs in the vault sandbox (fixed at start, like the binding).
     pub sandbox: bool,
+    /// The permission mode it was started in (its flags or thread policy were fixed then).
+    pub mode: crate::adapter::PermissionMode,
 }
 
 struct Parked<T> {
@@ -143,6 +145,7 @@ mod tests {
             cwd: "/".into(),
             binding: 0,
             sandbox: false,
+            mode: Default::default(),
         }
     }
 

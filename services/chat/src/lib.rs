@@ -144,4 +144,6 @@ pub async fn run_tuned(ctx: ServiceCtx, registry: Vec<providers::Entry>, tuning:
 }
 
 #[cfg(test)]
+mod approval_tests;
+#[cfg(test)]
 mod tests;

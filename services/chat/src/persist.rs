@@ -246,7 +246,12 @@ pub fn conversation(r: &st::ConversationRecord) -> c::Conversation {
         id: r.id.clone(),
         agent_key: r.agent_key.clone(),
         title: r.title.clone(),
-        agent_config: Some(c::AgentConfig { cwd: cfg.cwd, model: cfg.model, session_id: cfg.session_id }),
+        agent_config: Some(c::AgentConfig {
+            cwd: cfg.cwd,
+            model: cfg.model,
+            session_id: cfg.session_id,
+            permission_mode: cfg.permission_mode.as_str().to_owned(),
+        }),
         channel_name: r.channel_name.clone(),
         peer_chat_id: r.peer_chat_id.clone(),
         archived: r.archived_ms != 0,
@@ -258,6 +263,7 @@ pub fn conversation(r: &st::ConversationRecord) -> c::Conversation {
         turn_running: false,
         pending_count: 0,
         pending_paused: false,
+        approvals_waiting: 0,
     }
 }
 
@@ -267,9 +273,17 @@ mod tests {
 
     #[test]
     fn config_round_trips_and_tolerates_garbage() {
-        let cfg = AgentConfig { cwd: "/w".into(), model: "m".into(), session_id: "s".into() };
+        let cfg = AgentConfig {
+            cwd: "/w".into(),
+            model: "m".into(),
+            session_id: "s".into(),
+            permission_mode: crate::adapter::PermissionMode::ReadOnly,
+        };
         assert_eq!(parse_config(&config_json(&cfg)), cfg);
         assert_eq!(parse_config("not json"), AgentConfig::default());
         assert_eq!(parse_config(r#"{"cwd":"/x","extra":1}"#).cwd, "/x");
+        assert!(config_json(&cfg).contains(r#""permission_mode":"read_only""#));
+        let old = parse_config(r#"{"cwd":"/x"}"#);
+        assert_eq!(old.permission_mode, crate::adapter::PermissionMode::Bypass, "before modes: bypass");
     }
 }

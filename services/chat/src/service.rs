@@ -130,6 +130,7 @@ impl ChatService {
             more_before,
             pending: Some(self.engine.pending(&conv).await),
             last_seq: self.engine.last_seq(&conv).await?,
+            approvals: self.engine.approvals(&conv),
         })
     }
 
@@ -207,6 +208,10 @@ impl Chat for ChatService {
     async fn interrupt(&self, req: Request<c::ConversationRef>) -> Reply<c::InterruptReply> {
         let id = req.into_inner().id;
         ok(self.engine.interrupt(&id).await.map(|interrupted| c::InterruptReply { interrupted }))
+    }
+
+    async fn answer_approval(&self, req: Request<c::AnswerApprovalRequest>) -> Reply<c::ApprovalResolved> {
+        ok(self.engine.answer_approval(req.into_inner()).await)
     }
 
     type SubscribeStream = EventStream;

@@ -259,7 +259,8 @@ impl coffer_proto::store::channels_server::Channels for Fake {
 }
 
 /// A provider whose turn follows its text: `say:<words>` (one delta per word), `hang` (until
-/// interrupted), `exit` (no terminal event), `fail:<message>`.
+/// interrupted), `exit` (no terminal event), `fail:<message>`, `ask:<Tool> <command>` (lines of
+/// them: each asks for approval, waits, says `approved` or `denied: <message>`).
 pub(crate) struct Tiny;
 
 impl AgentProvider for Tiny {
@@ -286,10 +287,36 @@ impl AgentProvider for Tiny {
         tx: mpsc::Sender<AgentEvent>,
     ) -> Result<RunningTurn, StartError> {
         let (interrupt, mut stop) = oneshot::channel::<()>();
+        let (approvals, mut answers) = mpsc::channel::<ApprovalAnswer>(APPROVAL_CHANNEL);
         let task = tokio::spawn(async move {
             let _ = tx.send(AgentEvent::Session { session_id: format!("S-{}", turn.turn_id), model: None }).await;
             let t = turn.text.as_str();
-            if let Some(words) = t.strip_prefix("say:") {
+            if t.starts_with("ask:") {
+                for (i, line) in t.lines().enumerate() {
+                    let Some(rest) = line.strip_prefix("ask:") else { continue };
+                    let (tool, command) = rest.split_once(' ').unwrap_or((rest, ""));
+                    let request_id = format!("r{i}");
+                    let req = ApprovalRequest {
+                        request_id: request_id.clone(),
+                        tool: tool.into(),
+                        input: serde_json::json!({ "command": command }),
+                        diff: None,
+                        cwd: None,
+                    };
+                    let _ = tx.send(AgentEvent::ApprovalRequested(req)).await;
+                    let answer = tokio::select! {
+                        a = answers.recv() => a,
+                        _ = &mut stop => {
+                            let done = AgentEvent::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
+                            let _ = tx.send(done).await;
+                            return;
+                        }
+                    };
+                    let Some(a) = answer.filter(|a| a.request_id == request_id) else { return };
+                    let said = if a.allow { "approved ".to_owned() } else { format!("denied: {} ", a.message) };
+                    let _ = tx.send(AgentEvent::TextDelta(said)).await;
+                }
+            } else if let Some(words) = t.strip_prefix("say:") {
                 for w in words.split(' ') {
                     let _ = tx.send(AgentEvent::TextDelta(format!("{w} "))).await;
                 }
@@ -319,7 +346,7 @@ impl AgentProvider for Tiny {
                 })
                 .await;
         });
-        Ok(RunningTurn { interrupt, task })
+        Ok(RunningTurn { interrupt, task, approvals: Some(approvals) })
     }
 }
 
@@ -336,6 +363,12 @@ pub(crate) async fn rig(timeout_s: u64) -> Rig {
 
 /// [`rig`] with an engine tuning (a short store retry bound).
 pub(crate) async fn rig_tuned(timeout_s: u64, tuning: crate::engine::Tuning) -> Rig {
+    let values = HashMap::from([("chat.turn_timeout_s".to_owned(), timeout_s.to_string())]);
+    rig_values(values, tuning).await
+}
+
+/// [`rig`] over these settings.
+pub(crate) async fn rig_values(values: HashMap<String, String>, tuning: crate::engine::Tuning) -> Rig {
     let fake = Fake::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -350,7 +383,6 @@ pub(crate) async fn rig_tuned(timeout_s: u64, tuning: crate::engine::Tuning) -> 
     });
     let channel = coffer_runtime::grpc::channel(&addr.to_string(), &secrecy::SecretString::from("t")).unwrap();
     let home = tempfile::tempdir().unwrap();
-    let values = HashMap::from([("chat.turn_timeout_s".to_owned(), timeout_s.to_string())]);
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::config::Config::from_values(&values)));
     let registry = Arc::new(Registry::new(vec![Entry::new(Arc::new(Tiny))], home.path().to_path_buf()));
     let engine = Engine::with_tuning(Store::new(channel), registry, rx, home.path().to_path_buf(), tuning);
@@ -372,12 +404,12 @@ impl Rig {
         id
     }
 
-    fn messages(&self, id: &str) -> Vec<MessageRecord> {
+    pub(crate) fn messages(&self, id: &str) -> Vec<MessageRecord> {
         self.fake.db().messages.get(id).cloned().unwrap_or_default()
     }
 }
 
-fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
+pub(crate) fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
     match e.kind {
         Some(Kind::MessageCreated(_)) => "message_created",
         Some(Kind::TurnStarted(_)) => "turn_started",
@@ -388,11 +420,13 @@ fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
         Some(Kind::TurnError(_)) => "turn_error",
         Some(Kind::QueueChanged(_)) => "queue_changed",
         Some(Kind::Reset(_)) => "reset",
+        Some(Kind::ApprovalRequested(_)) => "approval_requested",
+        Some(Kind::ApprovalResolved(_)) => "approval_resolved",
         None => "",
     }
 }
 
-async fn until_end(sub: &mut crate::bus::Subscription) -> Vec<Arc<coffer_proto::chat::Event>> {
+pub(crate) async fn until_end(sub: &mut crate::bus::Subscription) -> Vec<Arc<coffer_proto::chat::Event>> {
     let mut out = Vec::new();
     loop {
         let e = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.expect("an event").expect("open");

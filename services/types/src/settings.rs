@@ -42,6 +42,8 @@ pub enum TextFormat {
     /// Empty (off), or an absolute `http://` or `https://` URL with a host (WHATWG URL
     /// parsing, as the readers' HTTP client does it).
     HttpUrlOrEmpty,
+    /// Empty (the default) or one of these words.
+    OneOf(&'static [&'static str]),
 }
 
 /// One setting Coffer reads.
@@ -397,6 +399,45 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     description: "a turn with no output from the agent for this long ends with a timeout error",
 };
 
+/// How long an agent's approval request waits for the owner.
+pub const CHAT_APPROVAL_TIMEOUT_S: Setting = Setting {
+    key: "chat.approval_timeout_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 600,
+    min: 1,
+    max: 86_400,
+    unit: "seconds",
+    description: "an approval request (permission mode ask) not answered for this long is denied, and the agent told so",
+};
+/// The permission mode of new Claude Code conversations.
+pub const CHAT_CLAUDE_CODE_PERMISSION_MODE: Setting = Setting {
+    key: "chat.claude_code_permission_mode",
+    ty: Type::Text,
+    format: TextFormat::OneOf(PERMISSION_MODES),
+    default: 0,
+    default_text: "bypass",
+    min: 0,
+    max: 16,
+    unit: "bypass, ask or read_only",
+    description: "the permission mode a new Claude Code conversation gets when it names none",
+};
+/// The permission mode of new Codex conversations.
+pub const CHAT_CODEX_PERMISSION_MODE: Setting = Setting {
+    key: "chat.codex_permission_mode",
+    ty: Type::Text,
+    format: TextFormat::OneOf(PERMISSION_MODES),
+    default: 0,
+    default_text: "bypass",
+    min: 0,
+    max: 16,
+    unit: "bypass, ask or read_only",
+    description: "the permission mode a new Codex conversation gets when it names none",
+};
+/// The words of a permission mode setting.
+pub const PERMISSION_MODES: &[&str] = &["bypass", "ask", "read_only"];
+
 /// The LLM connection Claude Code turns run on.
 pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
     key: "chat.claude_code_connection",
@@ -561,6 +602,9 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CLAUDE_CODE_SANDBOX,
     CHAT_CODEX_SANDBOX,
     CHAT_TURN_TIMEOUT_S,
+    CHAT_APPROVAL_TIMEOUT_S,
+    CHAT_CLAUDE_CODE_PERMISSION_MODE,
+    CHAT_CODEX_PERMISSION_MODE,
     CHAT_CLAUDE_CODE_CONNECTION,
     CHAT_CODEX_CONNECTION,
     LLM_REQUEST_TIMEOUT_S,
@@ -623,6 +667,12 @@ impl Setting {
         }
         if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
             return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
+        }
+        if let TextFormat::OneOf(words) = self.format
+            && !value.trim().is_empty()
+            && !words.contains(&value.trim())
+        {
+            return Err(SettingError::NotOneOf { setting: *self, value: value.chars().take(64).collect() });
         }
         Ok(value)
     }
@@ -724,6 +774,13 @@ pub enum SettingError {
         /// The value as given (at most its first 64 characters).
         value: String,
     },
+    /// A word setting's value is none of its words.
+    NotOneOf {
+        /// The setting.
+        setting: Setting,
+        /// The value as given (at most its first 64 characters).
+        value: String,
+    },
     /// Text was asked of a setting that is an integer.
     NotText {
         /// The setting.
@@ -740,12 +797,13 @@ impl SettingError {
             | SettingError::OutOfRange { setting, .. }
             | SettingError::BadText { setting, .. }
             | SettingError::BadUrl { setting, .. }
+            | SettingError::NotOneOf { setting, .. }
             | SettingError::NotText { setting } => setting.key,
         }
     }
 
     /// A stable name of the problem, for structured errors: `unknown_key`, `not_an_integer`,
-    /// `out_of_range`, `bad_text`, `bad_url`, `not_text`.
+    /// `out_of_range`, `bad_text`, `bad_url`, `not_one_of`, `not_text`.
     pub fn problem(&self) -> &'static str {
         match self {
             SettingError::UnknownKey { .. } => "unknown_key",
@@ -753,6 +811,7 @@ impl SettingError {
             SettingError::OutOfRange { .. } => "out_of_range",
             SettingError::BadText { .. } => "bad_text",
             SettingError::BadUrl { .. } => "bad_url",
+            SettingError::NotOneOf { .. } => "not_one_of",
             SettingError::NotText { .. } => "not_text",
         }
     }
@@ -765,6 +824,7 @@ impl SettingError {
             | SettingError::OutOfRange { setting, .. }
             | SettingError::BadText { setting, .. }
             | SettingError::BadUrl { setting, .. }
+            | SettingError::NotOneOf { setting, .. }
             | SettingError::NotText { setting } => Some(setting),
         }
     }
@@ -791,6 +851,13 @@ impl std::fmt::Display for SettingError {
                 "{} must be an http:// or https:// URL with a host, such as http://127.0.0.1:9000/v1, or empty ({}); got {value:?}",
                 s.key, s.unit
             ),
+            SettingError::NotOneOf { setting: s, value } => {
+                let words = match s.format {
+                    TextFormat::OneOf(w) => w.join(", "),
+                    _ => String::new(),
+                };
+                write!(f, "{} must be one of {words}; got {value:?}", s.key)
+            }
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }
     }

@@ -195,7 +195,7 @@ fn tool_output(events: &[AgentEvent]) -> String {
 /// Runs one turn of `provider` to its end.
 async fn turn(provider: &dyn AgentProvider, env: &AgentEnv, text: &str, cwd: &Path) -> anyhow::Result<Vec<AgentEvent>> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let config = AgentConfig { cwd: cwd.display().to_string(), model: String::new(), session_id: String::new() };
+    let config = AgentConfig { cwd: cwd.display().to_string(), ..Default::default() };
     let input =
         TurnInput { conversation_id: "01JSANDBOX".into(), turn_id: "01JTURN".into(), text: text.into(), config };
     let running = provider.start_turn(env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;

@@ -121,9 +121,12 @@ fn command(text: &str) -> Option<(String, &str)> {
 /// words them (they name the field and limit), the rest as "try again".
 fn say(e: &Error) -> String {
     match e {
-        Error::Invalid(m) | Error::NotFound(m) | Error::Precondition(m) | Error::Aborted(m) | Error::Exhausted(m) => {
-            m.clone()
-        }
+        Error::Invalid(m)
+        | Error::NotFound(m)
+        | Error::Precondition(m)
+        | Error::Aborted(m)
+        | Error::Exhausted(m)
+        | Error::AlreadyDecided(m, _) => m.clone(),
         Error::Store(_) | Error::Internal(_) => {
             "Coffer could not do that right now (see logs/chat.log); try again.".to_owned()
         }
@@ -385,7 +388,12 @@ impl Bridge {
         };
         let req = c::CreateConversationRequest {
             agent_key,
-            agent_config: Some(c::AgentConfig { cwd: given.cwd, model: given.model, session_id: String::new() }),
+            agent_config: Some(c::AgentConfig {
+                cwd: given.cwd,
+                model: given.model,
+                session_id: String::new(),
+                ..Default::default()
+            }),
             channel_name: channel.name.clone(),
             peer_chat_id: chat.to_owned(),
             ..Default::default()

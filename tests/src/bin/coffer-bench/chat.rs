@@ -675,6 +675,7 @@ async fn cli_start_up() -> Result<()> {
                     cwd: cwd.display().to_string(),
                     model: String::new(),
                     session_id: session.into(),
+                    ..Default::default()
                 },
             };
             let (first, session) = cli_turn(provider.as_ref(), &env, input("", 1, "SAY[one two three]")).await?;

@@ -1,0 +1,236 @@
+//! Approvals (issue 34 §1) end to end: permission modes and approval requests through the edge of
+//! a real daemon. The scripted agent (`coffer-test-daemon scripted-chat`, its `APPROVE[Tool: text]`
+//! line) covers the REST contract and its faults fast: the request as an event and in the view,
+//! answers over REST (first wins, 409 `ALREADY_DECIDED` naming the first, 404, 400 naming the
+//! field), the list's `approvals_waiting`, the timeout, an interrupt, `read_only`, a kill -9 of
+//! coffer-chat with a request open. The real Claude Code (pinned, and 2.1.197) and the real Codex
+//! against the fake model APIs prove the agents' own wire: a denied Bash command does not run and
+//! the model is told, an allowed one runs, `allow_always` stops asking, `read_only` refuses.
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use coffer_tests::chat::{self, rest_send as send};
+use coffer_tests::{Api, SendExt, TestHome};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Sets `chat.approval_timeout_s` and restarts the chat service (it reads settings before it
+/// serves).
+async fn approval_timeout(api: &Api, seconds: u32) -> anyhow::Result<()> {
+    api.request(reqwest::Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.approval_timeout_s": seconds.to_string()}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let r = api.post("/v1/daemon/services/chat/restart").reply().await?;
+    ensure!(r.status.is_success(), "restart chat: {} {}", r.status, r.text);
+    coffer_tests::wait_for("chat healthy again", WAIT, || async {
+        Ok((api.service("chat").await?["state"] == "healthy").then_some(()))
+    })
+    .await
+}
+
+/// A scripted conversation in `mode` (through REST).
+async fn scripted(api: &Api, mode: &str) -> anyhow::Result<String> {
+    let body = json!({"agent_key": chat::SCRIPTED, "agent_config": {"permission_mode": mode}});
+    let r = api.post_json("/v1/conversations", &body).reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    let c = r.json()?;
+    ensure!(c["agent_config"]["permission_mode"] == mode.replace('-', "_"), "{c}");
+    Ok(c["id"].as_str().context("id")?.to_owned())
+}
+
+/// The conversation's view.
+async fn view(api: &Api, id: &str) -> anyhow::Result<Value> {
+    api.get(&format!("/v1/conversations/{id}")).reply().await?.ok_json()
+}
+
+/// Waits until the conversation has `n` open approval requests; their objects.
+pub async fn open_approvals(api: &Api, id: &str, n: usize) -> anyhow::Result<Vec<Value>> {
+    coffer_tests::wait_for(&format!("{n} open approval request(s)"), WAIT, || async {
+        let v = view(api, id).await?;
+        let open = v["approvals"].as_array().cloned().unwrap_or_default();
+        Ok((open.len() == n).then_some(open))
+    })
+    .await
+}
+
+/// Waits until no turn runs; the view.
+pub async fn idle(api: &Api, id: &str) -> anyhow::Result<Value> {
+    coffer_tests::wait_for("the turn to end", WAIT, || async {
+        let v = view(api, id).await?;
+        Ok((v["conversation"]["turn_running"] == false).then_some(v))
+    })
+    .await
+}
+
+/// `POST …/approvals/{number}` with `body`: the reply.
+pub async fn answer(api: &Api, id: &str, number: &Value, body: Value) -> anyhow::Result<coffer_tests::Reply> {
+    api.post_json(&format!("/v1/conversations/{id}/approvals/{number}"), &body).reply().await
+}
+
+/// The last assistant message's text.
+fn last_text(v: &Value) -> String {
+    let msgs = v["messages"].as_array().cloned().unwrap_or_default();
+    let Some(m) = msgs.iter().rev().find(|m| m["role"] == "assistant") else { return String::new() };
+    m["blocks"].as_array().into_iter().flatten().filter_map(|b| b["text"].as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_over_rest_with_the_scripted_agent() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let id = scripted(&api, "ask").await?;
+    let mut c = chat::client(&api).await?;
+    let mut w = chat::watch(&mut c, &id, 0).await?;
+
+    send(&api, &id, "APPROVE[Bash: rm -rf build]\nAPPROVE[Write: /tmp/x]").await?;
+    let asked = w.until_kind("approval_requested").await?;
+    let event = asked.last().context("event")?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let a = &open[0];
+    assert_eq!(
+        (a["number"].as_u64(), &a["tool"], &a["summary"]),
+        (Some(event.seq), &json!("Bash"), &json!("Bash: rm -rf build"))
+    );
+    assert_eq!(a["input"], json!({"command": "rm -rf build"}));
+    assert!(a["expires_ms"].as_i64() > a["requested_ms"].as_i64(), "{a}");
+    let list = api.get("/v1/conversations").reply().await?.ok_json()?;
+    assert_eq!(list["items"][0]["approvals_waiting"], 1, "{list}");
+
+    // Malformed answers name the field; an unknown number is 404.
+    let n = &a["number"];
+    let e = answer(&api, &id, n, json!({"decision": "yes"})).await?.expect_envelope(400, "INVALID_ARGUMENT")?;
+    assert!(e["message"].as_str().unwrap_or("").contains("allow, allow_always, deny"), "{e}");
+    answer(&api, &id, n, json!({})).await?.expect_envelope(400, "INVALID_ARGUMENT")?;
+    answer(&api, &id, n, json!({"decision": "deny", "why": 1})).await?.expect_envelope(400, "UNKNOWN_FIELD")?;
+    answer(&api, &id, n, json!({"decision": 5})).await?.expect_envelope(400, "INVALID_ARGUMENT")?;
+    let e = answer(&api, &id, &json!("abc"), json!({"decision": "deny"}))
+        .await?
+        .expect_envelope(400, "INVALID_ARGUMENT")?;
+    assert!(e["message"].as_str().unwrap_or("").contains("number"), "{e}");
+    answer(&api, &id, &json!(999_999), json!({"decision": "deny"})).await?.expect_envelope(404, "NOT_FOUND")?;
+
+    // The first answer wins; the second is 409 naming the first.
+    let r = answer(&api, &id, n, json!({"decision": "deny", "message": "not on this box"})).await?.ok_json()?;
+    assert_eq!(
+        r,
+        json!({"number": n, "decision": "deny", "message": "not on this box", "decided_by": "api", "actor": "daemon token"})
+    );
+    let e = answer(&api, &id, n, json!({"decision": "allow"})).await?.expect_envelope(409, "ALREADY_DECIDED")?;
+    assert_eq!((&e["details"]["decision"], &e["details"]["decided_by"]), (&json!("deny"), &json!("api")), "{e}");
+    let resolved = w.until_kind("approval_resolved").await?;
+    assert_eq!(resolved.last().map(chat::kind), Some("approval_resolved"));
+
+    let second = open_approvals(&api, &id, 1).await?;
+    assert_eq!(second[0]["tool"], "Write");
+    let n2 = second[0]["number"].clone();
+    let r = api
+        .post_json(&format!("/v1/conversations/{id}/approvals/{n2}"), &json!({"decision": "allow"}))
+        .header("x-coffer-actor", "cli")
+        .reply()
+        .await?
+        .ok_json()?;
+    assert_eq!(r["decided_by"], "cli");
+    let v = idle(&api, &id).await?;
+    assert_eq!(last_text(&v), "denied: not on this box\napproved\n");
+    assert_eq!(v["conversation"]["approvals_waiting"], 0);
+    // After the turn: decided, still 409.
+    answer(&api, &id, &n2, json!({"decision": "deny"})).await?.expect_envelope(409, "ALREADY_DECIDED")?;
+
+    // The audit log holds every decision with its surface.
+    let audit = api.get("/v1/audit?action=chat.approval").reply().await?.ok_json()?;
+    let items = audit["items"].as_array().context("audit items")?;
+    assert_eq!(items.len(), 2, "{audit}");
+    assert!(items.iter().any(|i| i["actor"] == "cli") && items.iter().any(|i| i["actor"] == "api"), "{audit}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_interrupt_read_only_and_mode_changes() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    approval_timeout(&api, 2).await?;
+    let id = scripted(&api, "ask").await?;
+
+    // Unanswered: denied by itself, decided_by timeout.
+    send(&api, &id, "APPROVE[Bash: touch a]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let v = idle(&api, &id).await?;
+    assert!(last_text(&v).starts_with("denied: No answer within 2 s"), "{}", last_text(&v));
+    let e = answer(&api, &id, &open[0]["number"], json!({"decision": "allow"}))
+        .await?
+        .expect_envelope(409, "ALREADY_DECIDED")?;
+    assert_eq!(e["details"]["decided_by"], "timeout");
+
+    // An interrupt denies what is open.
+    approval_timeout(&api, 600).await?;
+    send(&api, &id, "APPROVE[Bash: touch b]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let r = api.post_json(&format!("/v1/conversations/{id}/interrupt"), &json!({})).reply().await?.ok_json()?;
+    assert_eq!(r["interrupted"], true);
+    let e = answer(&api, &id, &open[0]["number"], json!({"decision": "allow"}))
+        .await?
+        .expect_envelope(409, "ALREADY_DECIDED")?;
+    assert_eq!(e["details"]["decided_by"], "interrupt");
+    idle(&api, &id).await?;
+
+    // read_only (set by PATCH, from the next turn): refused without asking.
+    let patch =
+        |body: Value| api.request(reqwest::Method::PATCH, &format!("/v1/conversations/{id}")).json(&body).reply();
+    let r = patch(json!({"permission_mode": "read-only"})).await?;
+    assert_eq!(r.ok_json()?["agent_config"]["permission_mode"], "read_only");
+    let e = patch(json!({"permission_mode": "sometimes"})).await?.expect_envelope(400, "INVALID_ARGUMENT")?;
+    assert!(e["message"].as_str().unwrap_or("").contains("permission_mode"), "{e}");
+    // The queue paused after the interrupt: resume it with the next message.
+    api.request(reqwest::Method::PUT, &format!("/v1/conversations/{id}/pending"))
+        .json(&json!({"items": []}))
+        .reply()
+        .await?
+        .ok_json()?;
+    send(&api, &id, "APPROVE[Bash: rm -rf /]").await?;
+    let v = idle(&api, &id).await?;
+    assert!(last_text(&v).starts_with("denied: This conversation is read-only"), "{}", last_text(&v));
+    assert_eq!(v["approvals"], json!([]));
+    let e = api
+        .post_json(
+            "/v1/conversations",
+            &json!({"agent_key": chat::SCRIPTED, "agent_config": {"permission_mode": "never"}}),
+        )
+        .reply()
+        .await?
+        .expect_envelope(400, "INVALID_ARGUMENT")?;
+    assert!(e["message"].as_str().unwrap_or("").contains("agent_config.permission_mode"), "{e}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_service_killed_with_a_request_open_fails_the_turn() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let id = scripted(&api, "ask").await?;
+    send(&api, &id, "APPROVE[Bash: rm -rf build]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let before = api.service("chat").await?["pid"].as_i64().context("chat pid")? as i32;
+    let p = coffer_tests::procs::proc_info(before).context("the chat service's process")?;
+    ensure!(p.name == "coffer-test-chat", "pid {before} is {}", p.name);
+    coffer_tests::procs::signal(before, nix::sys::signal::Signal::SIGKILL);
+    coffer_tests::wait_for("coffer-chat to be restarted", WAIT, || async {
+        let s = api.service("chat").await?;
+        Ok((s["pid"].as_i64().is_some_and(|p| p as i32 != before) && s["state"] == "healthy").then_some(()))
+    })
+    .await?;
+    let v = coffer_tests::wait_for("the conversation to answer again", WAIT, || async {
+        let r = api.get(&format!("/v1/conversations/{id}")).reply().await?;
+        Ok((r.status == 200).then(|| r.json()).transpose()?)
+    })
+    .await?;
+    let msgs = v["messages"].as_array().context("messages")?;
+    assert_eq!(msgs.last().context("a message")?["status"], "failed", "{v}");
+    assert_eq!((&v["approvals"], &v["conversation"]["approvals_waiting"]), (&json!([]), &json!(0)));
+    let e =
+        answer(&api, &id, &open[0]["number"], json!({"decision": "allow"})).await?.expect_envelope(404, "NOT_FOUND")?;
+    assert!(e["message"].as_str().unwrap_or("").contains("restarted"), "{e}");
+    Ok(())
+}
