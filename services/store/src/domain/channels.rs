@@ -138,7 +138,7 @@ fn agent_config(json: &str) -> Result<String, StoreError> {
                 }
             }
             "permission_mode" => {
-                if !["", "bypass", "ask", "read_only"].contains(&text) {
+                if !["bypass", "ask", "read_only"].contains(&text) {
                     return Err(StoreError::Invalid(format!(
                         "{FIELD}.permission_mode {:?} is not a mode: use bypass, ask or read_only",
                         truncate(text, 40)
