@@ -6,6 +6,7 @@
 mod backup;
 mod broker;
 mod catalog_cache;
+mod channel_approvals;
 mod channel_failures;
 mod channel_seatalk;
 mod channel_telegram;
@@ -58,6 +59,7 @@ mod shim_stdio;
 mod store;
 mod sync;
 mod ui_channels;
+mod ui_approvals;
 mod ui_chat;
 mod ui_edge;
 mod ui_llm;

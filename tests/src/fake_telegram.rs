@@ -5,7 +5,20 @@
 //!
 //! Methods: `getMe`, `getUpdates` (long polling: answers as soon as an update at or above
 //! `offset` exists, or after `timeout` seconds with `[]`; updates below `offset` are confirmed
-//! and forgotten), `sendMessage`, `editMessageText`, `deleteMessage`. Message text is checked
+//! and forgotten; as Telegram, `allowed_updates` is remembered across calls and an update of a
+//! type not asked for is never delivered), `sendMessage`, `editMessageText`,
+//! `editMessageReplyMarkup`, `deleteMessage`, `answerCallbackQuery`.
+//!
+//! Inline keyboards: `reply_markup: {"inline_keyboard": [[{"text", "callback_data"}]]}` (an
+//! object, or its JSON text in a form field) on `sendMessage`, `editMessageText` and
+//! `editMessageReplyMarkup` is checked (every button has a text and exactly one action;
+//! `callback_data` 1-64 bytes, else 400 `BUTTON_DATA_INVALID`) and kept on the message
+//! ([`Shown::keyboard`]); an edit without `reply_markup` removes the keyboard, as Telegram does.
+//! A test presses a button with [`FakeTelegram::press`] (a `callback_query` update from a user,
+//! on a bot message, with its `data`); `answerCallbackQuery` answers a pending query once
+//! (text 0-200 characters), and an unknown or already answered id gets Telegram's 400 "query is
+//! too old and response timeout expired or query ID is invalid" ([`FakeTelegram::answers`]
+//! lists the answers). Message text is checked
 //! as Telegram does: 1-4096 characters after entity parsing, and with `parse_mode: "HTML"` only
 //! Telegram's tags, balanced, with `<>&` escaped (else 400 "can't parse entities"); an edit to
 //! the same text is 400 "message is not modified". A token other than the fake's is 401. As
@@ -77,6 +90,23 @@ pub struct Call {
     pub description: String,
 }
 
+/// One inline keyboard button: its label and its `callback_data` (empty for a URL button).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub text: String,
+    pub data: String,
+}
+
+/// A bot's answer to a callback query (`answerCallbackQuery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackAnswer {
+    /// The query's id (from [`FakeTelegram::press`]).
+    pub id: String,
+    /// The notification text (empty: none shown).
+    pub text: String,
+    pub show_alert: bool,
+}
+
 /// One message in a chat as a person sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shown {
@@ -88,9 +118,21 @@ pub struct Shown {
     pub html: bool,
     /// How many times it was edited.
     pub edits: u32,
+    /// The inline keyboard under it, row by row (empty: none).
+    pub keyboard: Vec<Vec<Button>>,
 }
 
 impl Shown {
+    /// Every button of the inline keyboard, row after row.
+    pub fn buttons(&self) -> Vec<Button> {
+        self.keyboard.iter().flatten().cloned().collect()
+    }
+
+    /// The button labelled `label` (case-insensitive), if any.
+    pub fn button(&self, label: &str) -> Option<Button> {
+        self.buttons().into_iter().find(|b| b.text.eq_ignore_ascii_case(label))
+    }
+
     /// The text a person reads (tags removed, entities decoded when HTML).
     pub fn visible(&self) -> String {
         if self.html { visible(&self.text) } else { self.text.clone() }
@@ -109,6 +151,13 @@ struct State {
     /// Bumped by every `getUpdates`: a pending long poll whose number is no longer the latest
     /// was overtaken by another poller of the token.
     poll_gen: u64,
+    /// The update types the poller asked for (`None`: never said; Telegram then sends every
+    /// type but a few special ones).
+    allowed: Option<Vec<String>>,
+    /// Callback queries pushed and not answered yet, by id.
+    open_queries: std::collections::HashSet<String>,
+    next_query: u64,
+    answers: Vec<CallbackAnswer>,
 }
 
 struct Inner {
@@ -297,19 +346,17 @@ async fn answer(inner: &Arc<Inner>, token: &str, method: &str, p: &Value) -> (u1
                 Ok(t) => t,
                 Err(e) => return e,
             };
+            let keyboard = match keyboard(p) {
+                Ok(k) => k,
+                Err(e) => return e,
+            };
             let mut st = inner.lock();
             st.next_message += 1;
             let id = st.next_message;
-            st.chats.entry(chat).or_default().push(Shown {
-                message_id: id,
-                from_bot: true,
-                text: text.clone(),
-                html,
-                edits: 0,
-            });
-            ok(
-                json!({ "message_id": id, "date": 0, "chat": { "id": chat, "type": "private" }, "text": visible_if(&text, html) }),
-            )
+            let shown = Shown { message_id: id, from_bot: true, text, html, edits: 0, keyboard };
+            let answer = message_json(chat, &shown);
+            st.chats.entry(chat).or_default().push(shown);
+            ok(answer)
         }
         "editMessageText" => {
             let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
@@ -319,23 +366,62 @@ async fn answer(inner: &Arc<Inner>, token: &str, method: &str, p: &Value) -> (u1
                 Ok(t) => t,
                 Err(e) => return e,
             };
+            // Without `reply_markup` the edited message has no keyboard any more.
+            let keyboard = match keyboard(p) {
+                Ok(k) => k,
+                Err(e) => return e,
+            };
             let mut st = inner.lock();
             let Some(m) = st.chats.get_mut(&chat).and_then(|c| c.iter_mut().find(|m| m.message_id == id && m.from_bot))
             else {
                 return err(400, "Bad Request: message to edit not found");
             };
-            if m.text == text && m.html == html {
-                return err(
-                    400,
-                    "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
-                );
+            if m.text == text && m.html == html && m.keyboard == keyboard {
+                return err(400, NOT_MODIFIED);
             }
-            m.text = text.clone();
+            m.text = text;
             m.html = html;
+            m.keyboard = keyboard;
             m.edits += 1;
-            ok(
-                json!({ "message_id": id, "date": 0, "chat": { "id": chat, "type": "private" }, "text": visible_if(&text, html) }),
-            )
+            ok(message_json(chat, m))
+        }
+        "editMessageReplyMarkup" => {
+            let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
+                return err(400, "Bad Request: message to edit not found");
+            };
+            let keyboard = match keyboard(p) {
+                Ok(k) => k,
+                Err(e) => return e,
+            };
+            let mut st = inner.lock();
+            let Some(m) = st.chats.get_mut(&chat).and_then(|c| c.iter_mut().find(|m| m.message_id == id && m.from_bot))
+            else {
+                return err(400, "Bad Request: message to edit not found");
+            };
+            if m.keyboard == keyboard {
+                return err(400, NOT_MODIFIED);
+            }
+            m.keyboard = keyboard;
+            m.edits += 1;
+            ok(message_json(chat, m))
+        }
+        "answerCallbackQuery" => {
+            let id = match p.get("callback_query_id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v @ Value::Number(_)) => v.to_string(),
+                _ => return err(400, "Bad Request: parameter \"callback_query_id\" is required"),
+            };
+            let text = p.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if text.chars().count() > 200 {
+                return err(400, "Bad Request: MESSAGE_TOO_LONG");
+            }
+            let show_alert = p.get("show_alert").is_some_and(|v| v.as_bool() == Some(true) || v == "true");
+            let mut st = inner.lock();
+            if !st.open_queries.remove(&id) {
+                return err(400, QUERY_TOO_OLD);
+            }
+            st.answers.push(CallbackAnswer { id, text, show_alert });
+            ok(json!(true))
         }
         "deleteMessage" => {
             let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
@@ -354,6 +440,80 @@ async fn answer(inner: &Arc<Inner>, token: &str, method: &str, p: &Value) -> (u1
         }
         _ => err(404, "Not Found"),
     }
+}
+
+/// Telegram's answer to an edit that changes nothing.
+pub const NOT_MODIFIED: &str = "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message";
+
+/// Telegram's answer to `answerCallbackQuery` for an unknown or already answered query.
+pub const QUERY_TOO_OLD: &str = "Bad Request: query is too old and response timeout expired or query ID is invalid";
+
+/// A sent or edited message as the Bot API returns it.
+fn message_json(chat: i64, m: &Shown) -> Value {
+    let mut v = json!({ "message_id": m.message_id, "date": 0, "chat": { "id": chat, "type": "private" },
+        "from": { "id": 4242, "is_bot": true, "first_name": "Coffer" }, "text": m.visible() });
+    if !m.keyboard.is_empty() {
+        let rows: Vec<Value> = m
+            .keyboard
+            .iter()
+            .map(|r| r.iter().map(|b| json!({ "text": b.text, "callback_data": b.data })).collect())
+            .collect();
+        v["reply_markup"] = json!({ "inline_keyboard": rows });
+    }
+    v
+}
+
+/// The `reply_markup` inline keyboard of a request, checked as the Bot API does (empty when
+/// there is none); Telegram's 400 otherwise.
+fn keyboard(p: &Value) -> Result<Vec<Vec<Button>>, (u16, Value)> {
+    let markup = match p.get("reply_markup") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        // A form field carries the JSON as text.
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
+            .map_err(|_| err(400, "Bad Request: can't parse reply keyboard markup JSON object"))?,
+        Some(v) => v.clone(),
+    };
+    let Some(rows) = markup.get("inline_keyboard") else {
+        // Reply keyboards (`keyboard`, `remove_keyboard`) are not inline: nothing to show here.
+        return Ok(Vec::new());
+    };
+    let rows = rows.as_array().ok_or_else(|| err(400, "Bad Request: field \"inline_keyboard\" must be an Array"))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let row = row.as_array().ok_or_else(|| err(400, "Bad Request: field \"inline_keyboard\" must be an Array of Arrays"))?;
+        let mut buttons = Vec::new();
+        for b in row {
+            let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
+            if text.is_empty() {
+                return Err(err(400, "Bad Request: can't parse inline keyboard button: Text must be non-empty"));
+            }
+            let actions = ["callback_data", "url", "switch_inline_query", "web_app", "login_url", "pay", "copy_text"];
+            if actions.iter().filter(|a| b.get(**a).is_some()).count() != 1 {
+                return Err(err(
+                    400,
+                    "Bad Request: can't parse inline keyboard button: InlineKeyboardButton must have exactly one of the optional fields",
+                ));
+            }
+            let data = match b.get("callback_data") {
+                Some(d) => {
+                    let d = d.as_str().unwrap_or_default();
+                    if d.is_empty() || d.len() > 64 {
+                        return Err(err(400, "Bad Request: BUTTON_DATA_INVALID"));
+                    }
+                    d.to_owned()
+                }
+                None => String::new(),
+            };
+            buttons.push(Button { text: text.to_owned(), data });
+        }
+        out.push(buttons);
+    }
+    Ok(out)
+}
+
+/// The type of an update: the name of its one field besides `update_id`.
+fn update_type(u: &Value) -> String {
+    u.as_object().and_then(|o| o.keys().find(|k| *k != "update_id").cloned()).unwrap_or_default()
 }
 
 fn visible_if(text: &str, html: bool) -> String {
@@ -393,6 +553,14 @@ async fn get_updates(inner: &Arc<Inner>, p: &Value) -> (u16, Value) {
     let mut version = inner.version.subscribe();
     let me = {
         let mut st = inner.lock();
+        // Telegram keeps the last `allowed_updates` a poller sent until another one is sent.
+        let asked = match p.get("allowed_updates") {
+            Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok(),
+            v => v.cloned(),
+        };
+        if let Some(Value::Array(list)) = asked {
+            st.allowed = Some(list.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect());
+        }
         st.poll_gen += 1;
         st.poll_gen
     };
@@ -409,7 +577,10 @@ async fn get_updates(inner: &Arc<Inner>, p: &Value) -> (u16, Value) {
             if offset > 0 {
                 st.updates.retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
             }
-            let ready: Vec<Value> = st.updates.iter().take(limit).cloned().collect();
+            // An empty list means every type (but the special ones no test uses).
+            let allowed = st.allowed.clone().filter(|a| !a.is_empty());
+            let wanted = |u: &Value| allowed.as_ref().is_none_or(|a| a.contains(&update_type(u)));
+            let ready: Vec<Value> = st.updates.iter().filter(|u| wanted(u)).take(limit).cloned().collect();
             if !ready.is_empty() {
                 return ok(Value::Array(ready));
             }
@@ -439,6 +610,10 @@ impl FakeTelegram {
                 calls: Vec::new(),
                 faults: VecDeque::new(),
                 poll_gen: 0,
+                allowed: None,
+                open_queries: std::collections::HashSet::new(),
+                next_query: 0,
+                answers: Vec::new(),
             }),
             version: watch::channel(0).0,
         });
@@ -485,6 +660,7 @@ impl FakeTelegram {
                 text: text.to_owned(),
                 html: false,
                 edits: 0,
+                keyboard: Vec::new(),
             });
             update_id
         };
@@ -502,6 +678,61 @@ impl FakeTelegram {
         drop(st);
         self.inner.bump();
         id
+    }
+
+    /// User `user_id` presses the inline button with `data` under bot message `message_id` of
+    /// its private chat (chat id = user id): a `callback_query` update, as Telegram sends it
+    /// (`id`, `from`, `message` as it is now, `chat_instance`, `data`). Returns the query's id
+    /// (for [`FakeTelegram::answer_of`]). Like a Telegram client, the press may carry data no
+    /// button has now (a stale keyboard): the bot must cope.
+    ///
+    /// # Panics
+    /// When chat `user_id` has no bot message `message_id` (a test mistake).
+    pub fn press(&self, user_id: i64, message_id: i64, data: &str) -> String {
+        self.press_in(user_id, user_id, message_id, data)
+    }
+
+    /// As [`FakeTelegram::press`], for a message in chat `chat_id` that `user_id` can see.
+    ///
+    /// # Panics
+    /// When chat `chat_id` has no bot message `message_id`.
+    pub fn press_in(&self, chat_id: i64, user_id: i64, message_id: i64, data: &str) -> String {
+        let id = {
+            let mut st = self.inner.lock();
+            let m = st
+                .chats
+                .get(&chat_id)
+                .and_then(|c| c.iter().find(|m| m.message_id == message_id && m.from_bot))
+                .cloned()
+                .unwrap_or_else(|| panic!("chat {chat_id} has no bot message {message_id}"));
+            st.next_query += 1;
+            let id = format!("{}{:06}", 8_700_000_000_000u64 + user_id.unsigned_abs(), st.next_query);
+            st.next_update += 1;
+            let update_id = st.next_update;
+            let mut message = message_json(chat_id, &m);
+            message["chat"]["type"] = json!(if chat_id == user_id { "private" } else { "group" });
+            st.updates.push(json!({ "update_id": update_id, "callback_query": {
+                "id": id,
+                "from": { "id": user_id, "is_bot": false, "first_name": format!("User {user_id}"), "username": format!("user{user_id}") },
+                "message": message,
+                "chat_instance": format!("-{}", chat_id.unsigned_abs() + 77),
+                "data": data,
+            }}));
+            st.open_queries.insert(id.clone());
+            id
+        };
+        self.inner.bump();
+        id
+    }
+
+    /// Every `answerCallbackQuery` accepted so far, in order.
+    pub fn answers(&self) -> Vec<CallbackAnswer> {
+        self.inner.lock().answers.clone()
+    }
+
+    /// The answer to callback query `id`, once the bot answered it.
+    pub fn answer_of(&self, id: &str) -> Option<CallbackAnswer> {
+        self.answers().into_iter().find(|a| a.id == id)
     }
 
     /// Answers the next call of `method` with `fault` (queued faults apply in order).
@@ -569,5 +800,22 @@ mod tests {
         assert!(check_html("a & b").unwrap_err().contains("entity"));
         assert!(check_html("a > b").is_err());
         assert_eq!(visible("<b>a</b> &lt;&amp;"), "a <&");
+    }
+
+    #[test]
+    fn inline_keyboards_are_checked_as_the_bot_api_does() {
+        let p = json!({ "reply_markup": { "inline_keyboard": [[{ "text": "Allow", "callback_data": "a:1" },
+            { "text": "Docs", "url": "https://x" }]] } });
+        let k = keyboard(&p).unwrap();
+        assert_eq!(k[0][0], Button { text: "Allow".into(), data: "a:1".into() });
+        assert_eq!(k[0][1].data, "");
+        let form = json!({ "reply_markup": "{\"inline_keyboard\":[[{\"text\":\"x\",\"callback_data\":\"y\"}]]}" });
+        assert_eq!(keyboard(&form).unwrap()[0][0].data, "y");
+        let long = json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d".repeat(65) }]] } });
+        assert!(keyboard(&long).unwrap_err().1["description"].as_str().unwrap().contains("BUTTON_DATA_INVALID"));
+        let two = json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d", "url": "u" }]] } });
+        assert!(keyboard(&two).is_err());
+        assert!(keyboard(&json!({})).unwrap().is_empty());
+        assert_eq!(update_type(&json!({ "update_id": 1, "callback_query": {} })), "callback_query");
     }
 }

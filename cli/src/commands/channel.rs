@@ -142,6 +142,10 @@ pub struct AgentArgs {
     /// The agent's model (default: the agent's own).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
+    /// The permission mode of the conversations the channel creates: bypass, ask or read-only
+    /// (default: the agent's default; '' clears it).
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub permission_mode: Option<String>,
     /// The platform's API base URL (tests, self-hosted Bot API servers; default: the public one).
     #[arg(long, value_name = "URL")]
     pub api_base_url: Option<String>,
@@ -355,14 +359,27 @@ fn absolute(dir: &str) -> String {
     std::env::current_dir().map(|c| c.join(&expanded).display().to_string()).unwrap_or_else(|_| dir.to_owned())
 }
 
+/// A permission mode word (`read-only` is `read_only`; '' clears).
+fn parse_mode(s: &str) -> Result<String, String> {
+    let m = s.trim().to_ascii_lowercase().replace('-', "_");
+    match m.as_str() {
+        "" | "bypass" | "ask" | "read_only" => Ok(m),
+        _ => Err(format!("{s:?} is not a mode: use bypass, ask or read-only")),
+    }
+}
+
 /// The agent config the options give on top of `current` (`''` clears a key; `null` when none
 /// is left); `None` when no option touches it.
 fn agent_config(a: &AgentArgs, current: Option<&AgentConfig>) -> Option<Value> {
-    if a.cwd.is_none() && a.model.is_none() {
+    if a.cwd.is_none() && a.model.is_none() && a.permission_mode.is_none() {
         return None;
     }
     let mut cfg = current.cloned().unwrap_or_default();
-    for (slot, v) in [(&mut cfg.cwd, a.cwd.as_deref().map(absolute)), (&mut cfg.model, a.model.clone())] {
+    for (slot, v) in [
+        (&mut cfg.cwd, a.cwd.as_deref().map(absolute)),
+        (&mut cfg.model, a.model.clone()),
+        (&mut cfg.permission_mode, a.permission_mode.clone()),
+    ] {
         match v {
             Some(v) if v.is_empty() => *slot = None,
             Some(v) => *slot = Some(v),
@@ -574,6 +591,9 @@ pub fn render_show(c: &Channel) -> String {
     if let Some(m) = cfg.model {
         fields.push(("model", m));
     }
+    if let Some(m) = cfg.permission_mode {
+        fields.push(("permission mode", m));
+    }
     fields.push(("api base url", c.api_base_url.clone().unwrap_or_else(|| "(the platform's public API)".to_owned())));
     fields.push(("version", c.version.to_string()));
     fields.push(("updated", output::format_time(&c.updated_at)));
@@ -749,12 +769,23 @@ mod tests {
         let ChannelCommand::Edit(a) = parse(&["edit", "home", "--model", "", "--api-base-url", ""]).unwrap() else {
             panic!()
         };
-        let cfg = AgentConfig { cwd: Some("/w".into()), model: Some("m".into()) };
+        let cfg = AgentConfig { cwd: Some("/w".into()), model: Some("m".into()), ..Default::default() };
         let b = serde_json::to_value(edit_body(&a, Some(&cfg))).unwrap();
         assert_eq!(b, json!({"api_base_url": null, "agent_config": {"cwd": "/w"}}));
         let ChannelCommand::Edit(a) = parse(&["edit", "home", "--model", ""]).unwrap() else { panic!() };
         let cfg = AgentConfig { model: Some("m".into()), ..Default::default() };
         assert_eq!(serde_json::to_value(edit_body(&a, Some(&cfg))).unwrap(), json!({"agent_config": null}));
+    }
+
+    #[test]
+    fn a_default_permission_mode_is_set_and_cleared() {
+        let ChannelCommand::Edit(a) = parse(&["edit", "home", "--permission-mode", "read-only"]).unwrap() else {
+            panic!()
+        };
+        let cfg = AgentConfig { model: Some("m".into()), ..Default::default() };
+        let b = serde_json::to_value(edit_body(&a, Some(&cfg))).unwrap();
+        assert_eq!(b, json!({"agent_config": {"model": "m", "permission_mode": "read_only"}}));
+        assert!(parse(&["edit", "home", "--permission-mode", "sometimes"]).is_err());
     }
 
     #[test]

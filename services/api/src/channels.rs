@@ -30,6 +30,10 @@ pub struct AgentConfig {
     /// 1-256 bytes; absent: the agent's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The permission mode of the conversations the channel creates: `bypass`, `ask` or
+    /// `read_only`; absent: the agent's default (`chat.<agent>_permission_mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
 }
 
 /// The owner: the one chat a channel serves, set by pairing.

@@ -5,6 +5,7 @@
 // available (how to install one, or where Coffer should look for it).
 import { ApiError, del, get, patch, post } from '../api.js';
 import { h, replace } from '../dom.js';
+import { MODES } from './approvals.js';
 
 /** Model names offered per agent (any text is accepted; empty = the agent's own default). */
 const SUGGESTIONS = {
@@ -120,6 +121,9 @@ export async function newConversation(list, models = []) {
   const listEl = h('datalist', { id: 'model-suggestions' });
   const model = h('input', { id: 'new-model', name: 'model', list: 'model-suggestions', autocomplete: 'off', placeholder: 'the agent’s default' });
   const cwd = h('input', { id: 'new-cwd', name: 'cwd', autocomplete: 'off', placeholder: 'default: the Coffer workspace' });
+  const mode = h('select', { id: 'new-mode', name: 'permission_mode' },
+    h('option', { value: '' }, 'The agent’s default'),
+    MODES.map((m) => h('option', { value: m.value }, `${m.label} — ${m.hint}`)));
   const titleIn = h('input', { id: 'new-title', name: 'title', autocomplete: 'off', placeholder: 'from the first message', maxlength: '200' });
   const why = list.filter((a) => !a.available).map((a) => h('li', null, h('strong', null, a.display_name), ': ', a.reason));
   // A bound agent (its `binding`: the LLM connection it runs on) is offered that connection's
@@ -152,6 +156,7 @@ export async function newConversation(list, models = []) {
     why.length ? h('details', { class: 'unavailable' }, h('summary', null, `${why.length} unavailable`), h('ul', null, why)) : null,
     h('label', { for: 'new-model' }, 'Model ', h('span', { class: 'hint' }, '(any name the agent accepts; empty = its default)')), model, listEl,
     h('label', { for: 'new-cwd' }, 'Working directory ', h('span', { class: 'hint' }, '(an absolute path)')), cwd,
+    h('label', { for: 'new-mode' }, 'Permission mode ', h('span', { class: 'hint' }, '(what the agent may do without asking)')), mode,
     h('label', { for: 'new-title' }, 'Title ', h('span', { class: 'hint' }, '(optional)')), titleIn);
   return modal('New conversation', body, {
     submit: 'Start',
@@ -159,6 +164,7 @@ export async function newConversation(list, models = []) {
       const req = { agent_key: agentSel.value, agent_config: {} };
       if (model.value.trim()) req.agent_config.model = model.value.trim();
       if (cwd.value.trim()) req.agent_config.cwd = cwd.value.trim();
+      if (mode.value) req.agent_config.permission_mode = mode.value;
       if (titleIn.value.trim()) req.title = titleIn.value.trim();
       return post('/v1/conversations', req);
     },
@@ -200,6 +206,7 @@ export function help() {
       k('Enter', 'send the message (during a turn it is queued)'),
       k('Shift+Enter', 'a new line'),
       k('Escape', 'in the composer: stop the running turn'),
+      k('a / d', 'allow / deny the focused approval request, else the newest waiting one'),
       k('Tab', 'move between the list, the thread and the composer'))),
     h('p', { class: 'hint' }, 'Messages sent while a turn runs wait in the pending queue, one turn each, in order. Edit takes one back into the composer; sending it puts it at the end of the queue. After a stop or an error the queue pauses: Resume or Discard.'));
   // Nothing to cancel: one button closes it (as Escape does).

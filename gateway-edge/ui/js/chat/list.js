@@ -47,6 +47,7 @@ export function mountList(root, hooks) {
 
   function itemEl(c) {
     const badges = [];
+    if (c.approvals_waiting > 0) badges.push(h('span', { class: 'badge warn waiting-you', title: `${c.approvals_waiting} request${c.approvals_waiting === 1 ? '' : 's'} of the agent wait for your approval` }, c.approvals_waiting > 1 ? `waiting for you (${c.approvals_waiting})` : 'waiting for you'));
     if (c.turn_running) badges.push(h('span', { class: 'badge accent running', title: 'A turn is running' }, 'running'));
     if (c.pending_count) badges.push(h('span', { class: `badge ${c.pending_paused ? 'warn' : ''}`, title: c.pending_paused ? 'Pending messages, queue paused' : 'Pending messages' }, `${c.pending_count} pending${c.pending_paused ? ', paused' : ''}`));
     else if (c.pending_paused) badges.push(h('span', { class: 'badge warn' }, 'paused'));

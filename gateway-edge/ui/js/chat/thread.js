@@ -6,10 +6,11 @@
 // message becomes a pending item (removable, editable; `PUT …/pending`). A dropped stream
 // reconnects with Last-Event-ID (bounded retries, js/api.js), then reconciles from REST; when it
 // gives up the page says so and shows the stored state: nothing spins forever.
-import { ApiError, get, post, put, sse, withQuery } from '../api.js';
+import { ApiError, get, patch, post, put, sse, withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import { messageEl, textBlock, toolCard } from './render.js';
 import { renderMarkdown } from '../markdown.js';
+import { MODES, mountApprovals } from './approvals.js';
 
 /** Messages fetched with the conversation, and per older page. */
 const PAGE = 50;
@@ -69,6 +70,10 @@ export function mountThread(root, id, hooks) {
   const olderBtn = h('button', { type: 'button', class: 'ghost older', hidden: true, on: { click: () => loadOlder() } }, 'Load older messages');
   const msgs = h('div', { class: 'msgs', role: 'log', 'aria-live': 'polite', 'aria-relevant': 'additions', tabindex: '0' });
   const scroller = h('div', { class: 'scroller' }, olderBtn, msgs);
+  // Approval cards live in the message list, after the message of the turn that asked.
+  const approvals = mountApprovals(msgs, id);
+  const modeSel = h('select', { class: 'mode-select', 'aria-label': 'Permission mode (from the next turn)', on: { change: () => setMode(modeSel.value) } },
+    MODES.map((m) => h('option', { value: m.value, title: m.hint }, m.label)));
   const banner = h('div', { class: 'stream-banner', hidden: true, role: 'status' });
   const pendingBox = h('section', { class: 'pending', 'aria-label': 'Pending messages', hidden: true });
   const input = h('textarea', {
@@ -117,7 +122,10 @@ export function mountThread(root, id, hooks) {
       conv.channel_name ? h('span', { class: 'badge accent channel', title: `Driven by the IM channel ${conv.channel_name}` }, `⇄ ${conv.channel_name}`) : null,
       conv.archived ? h('span', { class: 'badge warn' }, 'archived') : null,
       cfg.cwd ? h('span', { class: 'cwd hint', title: 'Working directory' }, cfg.cwd) : null);
+    modeSel.value = cfg.permission_mode || 'bypass';
+    modeSel.title = `Permission mode: ${(MODES.find((m) => m.value === modeSel.value) || MODES[0]).hint} (from the next turn)`;
     replace(actions,
+      h('label', { class: 'mode-pick' }, h('span', { class: 'hint' }, 'Mode'), modeSel),
       h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onEdit(conv) } }, 'Rename'),
       h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onArchive(conv, !conv.archived) } }, conv.archived ? 'Restore' : 'Archive'),
       h('button', { type: 'button', class: 'ghost danger', on: { click: () => hooks.onDelete(conv) } }, 'Delete'));
@@ -125,6 +133,18 @@ export function mountThread(root, id, hooks) {
     input.placeholder = conv.archived
       ? 'This conversation is archived: restore it to send messages.'
       : conv.turn_running ? 'Message… (queued until the running turn ends)' : 'Message… (Enter sends, Shift+Enter for a new line)';
+  }
+
+  async function setMode(mode) {
+    if (!conv || mode === ((conv.agent_config || {}).permission_mode || 'bypass')) return;
+    try {
+      const c = await patch(`/v1/conversations/${encodeURIComponent(id)}`, { permission_mode: mode });
+      if (!closed) setConv(c);
+      toast(`Mode: ${(MODES.find((m) => m.value === mode) || {}).label || mode}, from the next turn.`);
+    } catch (e) {
+      toast(`Cannot change the mode: ${e.message}`, 'error');
+      if (!closed && conv) renderHeader();
+    }
   }
 
   function setConv(c) {
@@ -167,6 +187,7 @@ export function mountThread(root, id, hooks) {
     moreBefore = view.more_before;
     olderBtn.hidden = !moreBefore;
     if (!view.messages.length) msgs.appendChild(h('p', { class: 'empty thread-empty' }, 'No messages yet. Say something below.'));
+    approvals.reset(view.approvals);
     scrollToEnd();
   }
 
@@ -323,6 +344,12 @@ export function mountThread(root, id, hooks) {
       if (!t.message_record) toast(`The turn failed: ${t.message}`, 'error');
       if (conv) setConv({ ...conv, turn_running: false });
     },
+    approval_requested(e) {
+      const stick = atBottom(scroller);
+      approvals.request((e.approval_requested || e).approval);
+      if (stick) scrollToEnd();
+    },
+    approval_resolved(e) { approvals.resolve(e.approval_resolved || e); },
     queue_changed(e) {
       queue = e.queue_changed.queue;
       renderPending();
@@ -386,6 +413,7 @@ export function mountThread(root, id, hooks) {
         if (m.status === 'streaming' && shown.includes(m.id)) continue;
         append(m);
       }
+      for (const a of view.approvals || []) approvals.request(a);
       if (live && !view.conversation.turn_running) finishLive(view.messages.find((m) => m.id === live.id) || null);
       if (!stream) stopLive();
     } catch { /* the banner already says Coffer is not answering */ }
@@ -534,7 +562,7 @@ export function mountThread(root, id, hooks) {
   reload();
 
   return {
-    close() { closed = true; closeStream(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); } },
+    close() { closed = true; closeStream(); approvals.close(); if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); } },
     focus() { input.focus(); },
     /** The conversation changed elsewhere (the list's stream): refresh the header. */
     // Only what the list owns: the turn and queue state come from this thread's own stream.

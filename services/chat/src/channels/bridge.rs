@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChannelError, Inbound, Replier, TurnState, TurnView};
+use super::{ApprovalView, ChannelError, Decided, Inbound, Replier, TurnState, TurnView};
 use crate::engine::Engine;
 use crate::error::Error;
 
@@ -52,6 +52,41 @@ pub const HELP: &str = "Coffer commands:\n\
 /pair <code> — make this chat the owner\n\
 Anything else is sent to the agent.";
 
+/// How an answer to an approval request from a chat went (the adapter says so: Telegram in
+/// the callback query's answer, SeaTalk in a notice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// Decided now, as asked.
+    Decided(Decided),
+    /// Decided before (another surface, the timeout, the turn's end): nothing changed.
+    Already(Decided),
+    /// The sender is not the channel's paired owner: nothing decided (audited once).
+    NotOwner,
+    /// No such waiting or recent request in this chat's conversation: the reason.
+    NotFound(String),
+    /// Refused or failed: the reason, for people.
+    Failed(String),
+}
+
+/// The words a chat may use for a permission mode → the mode (`read-only` is `read_only`).
+pub fn mode_word(word: &str) -> Option<&'static str> {
+    match word.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+        "bypass" => Some("bypass"),
+        "ask" => Some("ask"),
+        "read_only" | "readonly" => Some("read_only"),
+        _ => None,
+    }
+}
+
+/// What each mode means, for `/mode`.
+fn mode_help(mode: &str) -> &'static str {
+    match mode {
+        "ask" => "actions that are not read-only wait for your /allow or /deny",
+        "read_only" => "actions that are not read-only are refused",
+        _ => "the agent acts without asking",
+    }
+}
+
 /// One channel's bridge: created by the coordinator when it starts the channel's adapter,
 /// dropped (every follower task with it) when it stops it.
 pub struct Bridge {
@@ -71,6 +106,8 @@ struct State {
     told_unsupported: HashSet<String>,
     /// The owner paired through this bridge (newer than the record the adapter holds).
     owner: Option<String>,
+    /// The channel's name (from the record of the last call; the approvals' source).
+    channel: String,
     chats: HashMap<String, Chat>,
 }
 
@@ -81,6 +118,10 @@ struct Chat {
     /// To the renderer: one watch per turn, in the order the turns began.
     turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
     renderer: JoinHandle<()>,
+    /// To the approval shower: requests and decisions, in event order (not behind the turn
+    /// being rendered: a turn waits for its approvals).
+    approvals: mpsc::UnboundedSender<ApprovalView>,
+    approver: JoinHandle<()>,
     folder: Option<Folder>,
 }
 
@@ -96,6 +137,7 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         for chat in self.state.get_mut().chats.values() {
             chat.renderer.abort();
+            chat.approver.abort();
             if let Some(f) = &chat.folder {
                 f.task.abort();
             }
@@ -174,6 +216,7 @@ impl Bridge {
     /// [`ChannelError::Internal`] when the store does not answer.
     pub async fn resume(&self, channel: &ChannelRecord) -> Result<(), ChannelError> {
         let mut st = self.state.lock().await;
+        st.channel.clone_from(&channel.name);
         let owner = self.owner(&st, channel).await;
         if owner.is_empty() {
             return Ok(());
@@ -194,6 +237,7 @@ impl Bridge {
     /// the returned error is for the adapter's status only.
     pub async fn handle(&self, channel: &ChannelRecord, msg: Inbound) -> Result<(), ChannelError> {
         let mut st = self.state.lock().await;
+        st.channel.clone_from(&channel.name);
         let text = msg.text.trim();
         let cmd = command(text);
         if let Some(("pair", code)) = cmd.as_ref().map(|(w, a)| (w.as_str(), *a)) {
@@ -220,6 +264,8 @@ impl Bridge {
             "status" => self.status(&mut st, channel, chat).await,
             "queue" => self.queue(&mut st, channel, chat).await,
             "resume" => self.resume_queue(&mut st, channel, chat).await,
+            "allow" | "deny" | "always" => self.answer_command(&mut st, channel, &msg, word, arg).await,
+            "mode" => self.mode(&mut st, channel, chat, arg).await,
             _ => self.send(&mut st, channel, chat, text).await,
         };
         match result {
@@ -323,17 +369,166 @@ impl Bridge {
         }
     }
 
-    /// Anyone but the owner: one polite refusal per sender, audited without the text.
-    async fn refuse(
+    /// Answers approval request `number` of `conversation` for `msg`'s sender (a Telegram
+    /// button press): only the paired owner, and only for a conversation bound to `msg`'s chat
+    /// on this channel. Source `channel:<name>`, actor the sender's id. The first answer from
+    /// any surface wins.
+    pub async fn answer(
+        &self,
+        channel: &ChannelRecord,
+        msg: &Inbound,
+        conversation: &str,
+        number: u64,
+        decision: &str,
+        message: &str,
+    ) -> Answered {
+        let mut st = self.state.lock().await;
+        st.channel.clone_from(&channel.name);
+        let owner = self.owner(&st, channel).await;
+        if owner.is_empty() || owner != msg.sender_id || msg.group {
+            self.audit_refusal(&mut st, channel, msg, owner.is_empty()).await;
+            return Answered::NotOwner;
+        }
+        match self.engine.store().get(conversation).await {
+            Ok(r) if r.channel_name == channel.name && r.peer_chat_id == msg.chat_id => {}
+            Ok(_) | Err(Error::NotFound(_)) => {
+                return Answered::NotFound("that conversation is not this chat's".into());
+            }
+            Err(e) => return Answered::Failed(say(&e)),
+        }
+        self.decide(channel, msg, conversation, number, decision, message).await
+    }
+
+    /// `engine.answer_approval` with this channel as the source, the outcome classified.
+    async fn decide(
+        &self,
+        channel: &ChannelRecord,
+        msg: &Inbound,
+        conversation: &str,
+        number: u64,
+        decision: &str,
+        message: &str,
+    ) -> Answered {
+        let req = c::AnswerApprovalRequest {
+            conversation_id: conversation.to_owned(),
+            number,
+            decision: decision.to_owned(),
+            message: message.to_owned(),
+            source: format!("channel:{}", channel.name),
+            actor: msg.sender_id.clone(),
+        };
+        let decided = |r: c::ApprovalResolved| Decided {
+            decision: r.decision,
+            decided_by: r.decided_by,
+            actor: r.actor,
+            message: r.message,
+        };
+        match self.engine.answer_approval(req).await {
+            Ok(r) => {
+                tracing::info!(channel = %channel.name, number, decision, "An approval was answered from a chat.");
+                Answered::Decided(decided(r))
+            }
+            Err(Error::AlreadyDecided(_, first)) => Answered::Already(decided(first)),
+            Err(Error::NotFound(m)) => Answered::NotFound(m),
+            Err(e) => {
+                tracing::warn!(channel = %channel.name, number, error = %e, "An approval answer was refused.");
+                Answered::Failed(say(&e))
+            }
+        }
+    }
+
+    /// `/allow N`, `/always N`, `/deny N [message]` in the bound conversation (`N` may be left
+    /// out when exactly one request waits).
+    async fn answer_command(
         &self,
         st: &mut State,
         channel: &ChannelRecord,
         msg: &Inbound,
-        unpaired: bool,
-    ) -> Result<(), ChannelError> {
+        word: &str,
+        arg: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let chat = msg.chat_id.as_str();
+        let Some(id) = self.bound(st, channel, chat, false).await? else {
+            return Ok(Some("No conversation yet: nothing waits for an answer.".into()));
+        };
+        let (first, rest) = match arg.find(char::is_whitespace) {
+            Some(i) => (&arg[..i], arg[i..].trim()),
+            None => (arg, ""),
+        };
+        let (number, message) = match first.trim_start_matches('#').parse::<u64>() {
+            Ok(n) => (n, rest),
+            Err(_) => {
+                let open = self.engine.approvals(&*self.engine.conv(&id).await?);
+                match open.as_slice() {
+                    [] => return Ok(Some("Nothing waits for your answer.".into())),
+                    [one] => (one.number, arg),
+                    many => {
+                        let list: Vec<String> = many
+                            .iter()
+                            .map(|a| format!("#{} {}", a.number, cut_chars(&a.summary, QUEUE_PREVIEW_CHARS)))
+                            .collect();
+                        return Ok(Some(format!(
+                            "{} requests wait; say which: /{word} N\n{}",
+                            many.len(),
+                            list.join("\n")
+                        )));
+                    }
+                }
+            }
+        };
+        let decision = match word {
+            "allow" => "allow",
+            "always" => "allow_always",
+            _ => "deny",
+        };
+        let message = if decision == "deny" { message } else { "" };
+        Ok(Some(match self.decide(channel, msg, &id, number, decision, message).await {
+            Answered::Decided(d) => {
+                let view = ApprovalView { number, decided: Some(d), ..Default::default() };
+                format!("{} #{number}.", view.outcome())
+            }
+            Answered::Already(d) => {
+                let view = ApprovalView { number, decided: Some(d), ..Default::default() };
+                format!("#{number} was already decided: {} by {}.", view.outcome().to_lowercase(), view.by_whom())
+            }
+            Answered::NotFound(m) | Answered::Failed(m) => m,
+            Answered::NotOwner => "Sorry — this bot only answers its owner.".into(),
+        }))
+    }
+
+    /// `/mode` shows the bound conversation's permission mode; `/mode ask` (bypass,
+    /// read-only) sets it from the next turn.
+    async fn mode(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        arg: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+        if arg.is_empty() {
+            let record = self.engine.store().get(&id).await?;
+            let view = self.engine.view(&record);
+            let mode = view.agent_config.unwrap_or_default().permission_mode;
+            let mode = if mode.is_empty() { "bypass".to_owned() } else { mode };
+            return Ok(Some(format!(
+                "Mode: {mode} ({}). Send /mode bypass, /mode ask or /mode read-only to change it.",
+                mode_help(&mode)
+            )));
+        }
+        let Some(mode) = mode_word(arg) else {
+            return Ok(Some(format!("Unknown mode {arg:?}: send /mode bypass, /mode ask or /mode read-only.")));
+        };
+        let req = c::UpdateConversationRequest { id, permission_mode: Some(mode.to_owned()), ..Default::default() };
+        self.engine.update_conversation(req).await?;
+        Ok(Some(format!("Mode set to {mode} for this conversation, from the next turn: {}.", mode_help(mode))))
+    }
+
+    /// Audits a refused sender once per bridge (without the text); true the first time.
+    async fn audit_refusal(&self, st: &mut State, channel: &ChannelRecord, msg: &Inbound, unpaired: bool) -> bool {
         if st.refused.contains(&msg.sender_id) || st.refused.len() >= MAX_REFUSED {
             tracing::debug!(channel = %channel.name, "A refused sender wrote again.");
-            return Ok(());
+            return false;
         }
         st.refused.insert(msg.sender_id.clone());
         let detail = serde_json::json!({
@@ -352,6 +547,20 @@ impl Bridge {
         };
         if let Err(e) = self.engine.store().audit(entry).await {
             tracing::warn!(channel = %channel.name, error = %e, "Cannot audit a refused channel message.");
+        }
+        true
+    }
+
+    /// Anyone but the owner: one polite refusal per sender, audited without the text.
+    async fn refuse(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        msg: &Inbound,
+        unpaired: bool,
+    ) -> Result<(), ChannelError> {
+        if !self.audit_refusal(st, channel, msg, unpaired).await {
+            return Ok(());
         }
         let m = if unpaired {
             "Sorry — this bot is not paired yet. Its owner pairs it by running `coffer channel pair` and sending /pair <code> here."
@@ -377,7 +586,8 @@ impl Bridge {
         Ok(page.conversations.into_iter().next().map(|r| r.id))
     }
 
-    /// A new conversation of the channel's default agent and agent config, bound to `chat`.
+    /// A new conversation of the channel's default agent and agent config (its cwd, model and
+/// default permission mode), bound to `chat`.
     async fn create(&self, channel: &ChannelRecord, chat: &str) -> crate::error::Result<c::Conversation> {
         let agent_key =
             if channel.default_agent.is_empty() { DEFAULT_AGENT.to_owned() } else { channel.default_agent.clone() };
@@ -386,13 +596,19 @@ impl Bridge {
         } else {
             crate::persist::parse_config(&channel.agent_config_json)
         };
+        // The channel's own default mode (its agent config's `permission_mode`); absent: the
+        // agent's default.
+        let mode = serde_json::from_str::<serde_json::Value>(&channel.agent_config_json)
+            .ok()
+            .and_then(|v| v.get("permission_mode")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
         let req = c::CreateConversationRequest {
             agent_key,
             agent_config: Some(c::AgentConfig {
                 cwd: given.cwd,
                 model: given.model,
                 session_id: String::new(),
-                ..Default::default()
+                permission_mode: mode,
             }),
             channel_name: channel.name.clone(),
             peer_chat_id: chat.to_owned(),
@@ -424,10 +640,13 @@ impl Bridge {
     /// Binds `chat` to `conversation` and follows its turns (a folder already following it is
     /// kept; one following another conversation is retired after its in-flight turn).
     async fn follow(&self, st: &mut State, chat: &str, conversation: &str) -> crate::error::Result<()> {
+        let name = st.channel.clone();
         let entry = st.chats.entry(chat.to_owned()).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let renderer = tokio::spawn(render(self.replier.clone(), chat.to_owned(), rx));
-            Chat { conversation: String::new(), turns: tx, renderer, folder: None }
+            let (atx, arx) = mpsc::unbounded_channel();
+            let approver = tokio::spawn(show_approvals(self.replier.clone(), chat.to_owned(), name, arx));
+            Chat { conversation: String::new(), turns: tx, renderer, approvals: atx, approver, folder: None }
         });
         entry.conversation = conversation.to_owned();
         if entry.folder.as_ref().is_some_and(|f| f.conversation == conversation && !f.task.is_finished()) {
@@ -440,7 +659,7 @@ impl Bridge {
         let sub = self.engine.subscribe(conversation, 0).await?;
         let retire = CancellationToken::new();
         let task =
-            tokio::spawn(fold(self.engine.clone(), conversation.to_owned(), sub, entry.turns.clone(), retire.clone()));
+            tokio::spawn(fold(self.engine.clone(), conversation.to_owned(), sub, entry.turns.clone(), entry.approvals.clone(), retire.clone()));
         entry.folder = Some(Folder { conversation: conversation.to_owned(), retire, task });
         Ok(())
     }
@@ -581,6 +800,48 @@ impl Bridge {
     }
 }
 
+/// Requests a folder remembers to show their decision with (the oldest are forgotten beyond).
+const MAX_REMEMBERED_REQUESTS: usize = 256;
+
+/// A request event's approval as a channel shows it: the command (`command`, `cmd`), else the
+/// path (`file_path`, `path`, `notebook_path`), else the URL or pattern, from its input.
+pub fn approval_view(conversation_id: &str, a: &c::Approval) -> ApprovalView {
+    let input: serde_json::Value = serde_json::from_str(&a.input_json).unwrap_or_default();
+    let detail = ["command", "cmd", "file_path", "path", "notebook_path", "url", "pattern"]
+        .iter()
+        .find_map(|k| match input.get(*k)? {
+            serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            // Codex gives the command as argv.
+            serde_json::Value::Array(l) if !l.is_empty() => {
+                Some(l.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).collect::<Vec<_>>().join(" "))
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    ApprovalView {
+        conversation_id: conversation_id.to_owned(),
+        number: a.number,
+        tool: a.tool.clone(),
+        summary: a.summary.clone(),
+        detail,
+        decided: None,
+    }
+}
+
+/// Hands each approval request and decision to the replier, in order.
+async fn show_approvals(
+    replier: Arc<dyn Replier>,
+    chat: String,
+    channel: String,
+    mut views: mpsc::UnboundedReceiver<ApprovalView>,
+) {
+    while let Some(view) = views.recv().await {
+        if let Err(e) = replier.approval(&chat, &view, &channel).await {
+            tracing::warn!(error = %e, number = view.number, "An approval could not be shown in its chat.");
+        }
+    }
+}
+
 /// Hands each turn's watch to the replier, one at a time, in order.
 async fn render(
     replier: Arc<dyn Replier>,
@@ -624,9 +885,12 @@ async fn fold(
     id: String,
     mut sub: crate::bus::Subscription,
     turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    approvals: mpsc::UnboundedSender<ApprovalView>,
     retire: CancellationToken,
 ) {
     let mut cur: Option<Current> = None;
+    // The requests seen, by number (a decision is shown with its request's tool and command).
+    let mut requests: std::collections::BTreeMap<u64, ApprovalView> = std::collections::BTreeMap::new();
     loop {
         let ev = tokio::select! {
             biased;
@@ -702,6 +966,32 @@ async fn fold(
                         e.message_record.as_ref().map(message_text),
                     );
                 }
+            }
+            Kind::ApprovalRequested(r) => {
+                if let Some(a) = &r.approval {
+                    let view = approval_view(&id, a);
+                    if requests.len() >= MAX_REMEMBERED_REQUESTS
+                        && let Some(oldest) = requests.keys().next().copied()
+                    {
+                        requests.remove(&oldest);
+                    }
+                    requests.insert(a.number, view.clone());
+                    let _ = approvals.send(view);
+                }
+            }
+            Kind::ApprovalResolved(r) => {
+                let mut view = requests.remove(&r.number).unwrap_or_else(|| ApprovalView {
+                    conversation_id: id.clone(),
+                    number: r.number,
+                    ..Default::default()
+                });
+                view.decided = Some(Decided {
+                    decision: r.decision.clone(),
+                    decided_by: r.decided_by.clone(),
+                    actor: r.actor.clone(),
+                    message: r.message.clone(),
+                });
+                let _ = approvals.send(view);
             }
             Kind::Reset(r) if r.reason != crate::bus::reason::DELETED => {
                 // Fell behind (or too old): follow afresh; the in-flight turn is replayed from

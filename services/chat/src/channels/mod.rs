@@ -10,10 +10,16 @@
 //! - [`bridge`]: the turn seam every adapter shares. An adapter turns each platform message into
 //!   an [`Inbound`] and hands it to [`bridge::Bridge::handle`]; the bridge applies the owner gate
 //!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/status`,
-//!   `/queue`, `/resume`), and sends everything else to the bound conversation through the turn
+//!   `/queue`, `/resume`, `/allow N`, `/always N`, `/deny N [message]`, `/mode`), and sends
+//!   everything else to the bound conversation through the turn
 //!   engine exactly as a web message is sent (source `channel:<name>`). It follows the bound
 //!   conversation's event bus and hands each turn — whoever started it, the chat or the web page
-//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots.
+//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots, and each approval
+//!   request and decision ([`ApprovalView`]) to [`Replier::approval`] at once (Telegram: a
+//!   message with inline buttons, edited with the decision; SeaTalk: the default text with the
+//!   `/allow N` / `/deny N` commands). A button press goes to [`bridge::Bridge::answer`]: only
+//!   the paired owner, only a conversation bound to that chat; the first answer from any
+//!   surface wins.
 //! - [`telegram`]: Bot API long polling, the offset persisted, one progress message edited at
 //!   most once a second, 4,096-character splitting, Telegram-safe HTML.
 //! - [`seatalk`]: events forwarded by `coffer-callback`, ack-then-final replies through the
@@ -111,6 +117,85 @@ impl TurnState {
     }
 }
 
+/// An agent's approval request (permission mode `ask`) as a channel shows it, waiting or
+/// decided. `number` is the request's number in its conversation (what `/allow N` takes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApprovalView {
+    pub conversation_id: String,
+    pub number: u64,
+    /// The tool (`Bash`, `Edit`, …); empty when the request itself was not seen.
+    pub tool: String,
+    /// One line: "Bash: rm -rf build".
+    pub summary: String,
+    /// What the owner judges, from the tool's input: the command, else the file path (empty:
+    /// none found; the summary says it).
+    pub detail: String,
+    /// `None` while waiting for an answer.
+    pub decided: Option<Decided>,
+}
+
+/// How an approval request was decided (`approval_resolved`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decided {
+    /// `allow` | `allow_always` | `deny`.
+    pub decision: String,
+    /// `web` | `cli` | `api` | `channel:<name>` | `timeout` | `interrupt` | `turn_ended`.
+    pub decided_by: String,
+    /// Who (a chat user id, a web session's label); empty: unknown.
+    pub actor: String,
+    /// What the agent was told (a deny's message); empty: nothing.
+    pub message: String,
+}
+
+impl ApprovalView {
+    /// "Bash `rm -rf build`" (markdown): the tool and what it would do.
+    pub fn what_md(&self) -> String {
+        let tool = if self.tool.is_empty() { "An action".to_owned() } else { self.tool.clone() };
+        if self.detail.is_empty() {
+            let rest = self.summary.strip_prefix(&format!("{}: ", self.tool)).unwrap_or(&self.summary);
+            if rest.is_empty() || self.summary.is_empty() { tool } else { format!("{tool} `{}`", md_code(rest)) }
+        } else {
+            format!("{tool} `{}`", md_code(&self.detail))
+        }
+    }
+
+    /// "Allowed", "Allowed always", "Denied" for the decision (empty while waiting).
+    pub fn outcome(&self) -> &'static str {
+        match self.decided.as_ref().map(|d| d.decision.as_str()) {
+            Some("allow") => "Allowed",
+            Some("allow_always") => "Allowed always",
+            Some(_) => "Denied",
+            None => "",
+        }
+    }
+
+    /// Who decided, for people: "you in tg (user 1001)", "the web console", "the timeout".
+    pub fn by_whom(&self) -> String {
+        let Some(d) = &self.decided else { return String::new() };
+        let actor = if d.actor.is_empty() { String::new() } else { format!(" ({})", d.actor) };
+        match d.decided_by.as_str() {
+            "web" => format!("the web console{actor}"),
+            "cli" => format!("the CLI{actor}"),
+            "api" => format!("the API{actor}"),
+            "timeout" => "the timeout (no answer in time)".into(),
+            "interrupt" => "the stop (the turn was interrupted)".into(),
+            "turn_ended" => "the turn's end".into(),
+            "read_only" => "the read-only mode".into(),
+            other => match other.strip_prefix("channel:") {
+                Some(name) if d.actor.is_empty() => format!("the channel {name}"),
+                Some(name) => format!("user {} in {name}", d.actor),
+                None => format!("{other}{actor}"),
+            },
+        }
+    }
+}
+
+/// Text for inside a markdown code span: one line, at most 300 characters, backticks replaced.
+fn md_code(s: &str) -> String {
+    let line: String = s.replace('`', "'").replace(['\n', '\r'], " ");
+    if line.chars().count() > 300 { format!("{}…", line.chars().take(300).collect::<String>()) } else { line }
+}
+
 /// A platform call that failed, classified for backoff. Messages never carry a token or secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChannelError {
@@ -157,6 +242,43 @@ pub trait Replier: Send + Sync + 'static {
         chat_id: &'a str,
         views: tokio::sync::watch::Receiver<TurnView>,
     ) -> BoxFuture<'a, Result<(), ChannelError>>;
+
+    /// Shows an approval request (`view.decided` is `None`: a new message that notifies, with
+    /// the way to answer) or its decision, whoever made it. Called in event order per chat, at
+    /// once (not behind the turn being shown); a request may come again after a replay (the
+    /// replier shows it once). The default, for platforms without buttons: the request as a
+    /// notice with the `/allow N` / `/deny N` commands, a decision as a short notice unless this
+    /// channel made it (its command was answered already).
+    fn approval<'a>(
+        &'a self,
+        chat_id: &'a str,
+        view: &'a ApprovalView,
+        channel: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            match &view.decided {
+                None => self.notice(chat_id, &approval_request_text(view)).await,
+                Some(d) if d.decided_by == format!("channel:{channel}") => Ok(()),
+                Some(_) => self.notice(chat_id, &approval_decided_text(view)).await,
+            }
+        })
+    }
+}
+
+/// A request as plain text with the commands that answer it.
+pub fn approval_request_text(view: &ApprovalView) -> String {
+    let n = view.number;
+    format!(
+        "Waiting for your approval: {} (#{n})\nAnswer with /allow {n}, /deny {n} [a message for the agent] or /always {n} (allow this tool for the rest of the conversation).",
+        view.what_md()
+    )
+}
+
+/// A decision as plain text: "Denied: Bash `rm -rf build` (#1042), by the web console."
+pub fn approval_decided_text(view: &ApprovalView) -> String {
+    let told = view.decided.as_ref().filter(|d| d.decision == "deny" && !d.message.is_empty());
+    let told = told.map(|d| format!("\nThe agent was told: {}", d.message)).unwrap_or_default();
+    format!("{}: {} (#{}), by {}.{told}", view.outcome(), view.what_md(), view.number, view.by_whom())
 }
 
 /// What the coordinator gives an adapter it starts ([`telegram::spawn`], [`seatalk::spawn`]).

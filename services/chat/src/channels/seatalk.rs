@@ -36,6 +36,12 @@
 //! send succeeds — so a wrong app secret shows in `coffer channel list`, status and doctor instead
 //! of a `running` adapter losing every reply. Bodies still in a stopping adapter's inbox go to the
 //! channel's next adapter (60 s at most), since SeaTalk was already answered 200.
+//! Approvals: a request is the default [`Replier::approval`] text ("Waiting for your approval:
+//! Bash `rm -rf build` (#1042)" and the `/allow N`, `/deny N [message]`, `/always N` commands,
+//! which only the paired owner's chat can use); a decision made elsewhere is said in a short
+//! notice. SeaTalk's interactive message card is not used: its click callback event's shape is
+//! not documented where this adapter could follow it faithfully, so the commands are the way to
+//! answer.
 //! [`CallbackManager::sync`] starts `coffer-callback` with `COFFER_CALLBACK_SECRETS` (a JSON object
 //! channel → signing secret) only when the set changed, and stops it when the set is empty.
 use std::collections::{BTreeMap, HashMap};

@@ -1,7 +1,8 @@
 //! The Telegram adapter (see [`super`]): Bot API long polling.
 //!
 //! - **Polling.** `getMe` once (the status's `bot_username`), then `getUpdates` with
-//!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message", "edited_message"]` and
+//!   `timeout` [`POLL_TIMEOUT_S`], `allowed_updates: ["message", "edited_message",
+//!   "callback_query"]` and
 //!   `offset` = the record's
 //!   `cursor`. A batch is handled in order, then `SetCursor(last update_id + 1)` persists the
 //!   offset; an update below the cursor (redelivered after a crash between the two) is skipped,
@@ -18,6 +19,14 @@
 //!   (`parse_mode: HTML`; a 400 "can't parse entities" falls back to plain text), the first
 //!   piece replacing the progress message. A progress message still open when the adapter
 //!   stops (disabled or restarted mid-turn) is ended with [`STOPPED_NOTE`], not left on "…".
+//! - **Approvals** ([`TelegramReplier`]'s `approval`): a request is a new message (it
+//!   notifies) "Waiting for your approval: Bash `rm -rf build`" with inline buttons Allow /
+//!   Deny / Always whose `callback_data` is [`callback_data`] (`ap:<conversation>:<number>:<a|d|A>`,
+//!   at most 52 bytes of Telegram's 64). A press (`callback_query`) goes to
+//!   [`Bridge::answer`] (only the paired owner, only this chat's conversation); the query is
+//!   answered with the outcome ("Denied.", "Already decided: allowed by the web console.", a
+//!   refusal for anyone else). Every decision, whoever made it (a button, `/allow N`, the
+//!   console, the timeout), edits the request's message to say it and who, without buttons.
 //! - **Not text.** A photo, sticker, file, voice message or an edit is not run: the owner is
 //!   told [`ONLY_TEXT`] once per chat per adapter run ([`Bridge::unsupported`]); others are
 //!   refused as for text.
@@ -33,8 +42,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::bridge::Bridge;
-use super::{AdapterCtx, AdapterHandle, ChannelError, Inbound, Replier, StatusCell, TurnState, TurnView};
+use super::bridge::{Answered, Bridge};
+use super::{AdapterCtx, AdapterHandle, ApprovalView, ChannelError, Inbound, Replier, StatusCell, TurnState, TurnView};
 
 #[path = "telegram_format.rs"]
 pub mod format;
@@ -92,8 +101,8 @@ struct Params {
     retry_after: Option<u64>,
 }
 
-/// One `Update` (`message` and `edited_message` are asked for; an edit is answered with a
-/// note, not run).
+/// One `Update` (`message`, `edited_message` and `callback_query` are asked for; an edit is
+/// answered with a note, not run).
 #[derive(Debug, Deserialize)]
 pub struct Update {
     pub update_id: i64,
@@ -101,6 +110,47 @@ pub struct Update {
     pub message: Option<Message>,
     #[serde(default)]
     pub edited_message: Option<Message>,
+    #[serde(default)]
+    pub callback_query: Option<CallbackQuery>,
+}
+
+/// A `CallbackQuery`: an inline keyboard button pressed (`data` is the button's
+/// `callback_data`; `message` the bot message it was under, absent when too old).
+#[derive(Debug, Deserialize)]
+pub struct CallbackQuery {
+    pub id: String,
+    pub from: User,
+    #[serde(default)]
+    pub message: Option<Message>,
+    #[serde(default)]
+    pub data: Option<String>,
+}
+
+/// The `callback_data` of an approval button: `ap:<conversation>:<number>:<a|d|A>` (allow,
+/// deny, allow always); 52 bytes at most for a 26-character conversation id.
+pub fn callback_data(conversation: &str, number: u64, decision: &str) -> String {
+    let d = match decision {
+        "allow" => "a",
+        "allow_always" => "A",
+        _ => "d",
+    };
+    format!("ap:{conversation}:{number}:{d}")
+}
+
+/// The (conversation, number, decision) of an approval button's `callback_data`.
+pub fn parse_callback_data(data: &str) -> Option<(String, u64, &'static str)> {
+    let mut parts = data.strip_prefix("ap:")?.split(':');
+    let (conv, number, d) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || conv.is_empty() || conv.len() > 40 {
+        return None;
+    }
+    let decision = match d {
+        "a" => "allow",
+        "A" => "allow_always",
+        "d" => "deny",
+        _ => return None,
+    };
+    Some((conv.to_owned(), number.parse().ok()?, decision))
 }
 
 /// The parts of a `Message` the adapter reads.
@@ -194,7 +244,8 @@ impl Api {
     /// # Errors
     /// As [`Api::call`].
     pub async fn get_updates(&self, offset: i64) -> Result<Vec<Update>, ChannelError> {
-        let mut body = json!({ "timeout": POLL_TIMEOUT_S, "allowed_updates": ["message", "edited_message"] });
+        let mut body = json!({ "timeout": POLL_TIMEOUT_S,
+            "allowed_updates": ["message", "edited_message", "callback_query"] });
         if offset > 0 {
             body["offset"] = json!(offset);
         }
@@ -209,7 +260,7 @@ impl Api {
                 Err(e) => {
                     let id = u.get("update_id").and_then(Value::as_i64)?;
                     tracing::warn!(update_id = id, error = %e, "An unreadable Telegram update was skipped.");
-                    Some(Update { update_id: id, message: None, edited_message: None })
+                    Some(Update { update_id: id, message: None, edited_message: None, callback_query: None })
                 }
             })
             .collect())
@@ -328,7 +379,14 @@ pub struct TelegramReplier {
     next_slot: Mutex<HashMap<String, Instant>>,
     /// Progress messages of turns not shown to their end yet, by chat: (message id, text shown).
     open: Mutex<HashMap<String, (i64, String)>>,
+    /// Approval request messages, by (conversation, number): (chat, message id). Edited when
+    /// the request is decided; a request already here is not sent again (a replay).
+    approvals: Mutex<HashMap<(String, u64), (String, i64)>>,
 }
+
+/// Approval messages remembered per adapter run (the oldest are forgotten beyond: their
+/// decision is then not shown on them).
+const MAX_APPROVAL_MESSAGES: usize = 4096;
 
 fn is_unmodified(e: &ChannelError) -> bool {
     matches!(e, ChannelError::Rejected { message, .. } if message.contains("message is not modified"))
@@ -341,7 +399,13 @@ fn is_parse_error(e: &ChannelError) -> bool {
 impl TelegramReplier {
     /// A replier over `api`, recording outbound times in `status`.
     pub fn new(api: Arc<Api>, status: Arc<StatusCell>) -> Arc<Self> {
-        Arc::new(Self { api, status, next_slot: Mutex::new(HashMap::new()), open: Mutex::new(HashMap::new()) })
+        Arc::new(Self {
+            api,
+            status,
+            next_slot: Mutex::new(HashMap::new()),
+            open: Mutex::new(HashMap::new()),
+            approvals: Mutex::new(HashMap::new()),
+        })
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
@@ -369,6 +433,65 @@ impl TelegramReplier {
         };
         if tokio::time::timeout(within, edits).await.is_err() {
             tracing::warn!("Ending the open progress messages took too long; left as they are.");
+        }
+    }
+
+    fn approvals(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), (String, i64)>> {
+        self.approvals.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new approval request message with its buttons; a decision edits that message (no
+    /// buttons any more).
+    async fn show_approval(&self, chat_id: &str, view: &ApprovalView) -> Result<(), ChannelError> {
+        let key = (view.conversation_id.clone(), view.number);
+        let html = format::approval_html(view);
+        if view.decided.is_none() {
+            if self.approvals().contains_key(&key) {
+                return Ok(());
+            }
+            let row: Vec<Value> = [("Allow", "allow"), ("Deny", "deny"), ("Always", "allow_always")]
+                .iter()
+                .map(|(label, d)| json!({ "text": label, "callback_data": callback_data(&view.conversation_id, view.number, d) }))
+                .collect();
+            self.slot(chat_id).await;
+            let body = json!({ "chat_id": chat_ref(chat_id), "text": html, "parse_mode": "HTML",
+                "link_preview_options": { "is_disabled": true }, "reply_markup": { "inline_keyboard": [row] } });
+            let sent = self.send("sendMessage", &body).await?;
+            let id = sent.get("message_id").and_then(Value::as_i64).unwrap_or_default();
+            let mut map = self.approvals();
+            if map.len() >= MAX_APPROVAL_MESSAGES {
+                map.clear();
+            }
+            map.insert(key, (chat_id.to_owned(), id));
+            return Ok(());
+        }
+        let Some((chat, message_id)) = self.approvals().get(&key).cloned() else {
+            tracing::debug!(number = view.number, "A decision on a request this adapter did not show.");
+            return Ok(());
+        };
+        self.slot(&chat).await;
+        let body = json!({ "chat_id": chat_ref(&chat), "message_id": message_id, "text": html, "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true } });
+        match self.send("editMessageText", &body).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_unmodified(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Answers a callback query (the button's spinner stops; `text`, if any, shows as a
+    /// notification, or an alert when `alert`). At most 200 characters of `text` are sent.
+    async fn answer_query(&self, id: &str, text: &str, alert: bool) {
+        let text: String = text.chars().take(200).collect();
+        let mut body = json!({ "callback_query_id": id });
+        if !text.is_empty() {
+            body["text"] = json!(text);
+        }
+        if alert {
+            body["show_alert"] = json!(true);
+        }
+        if let Err(e) = self.send("answerCallbackQuery", &body).await {
+            tracing::warn!(error = %e, "Cannot answer a Telegram callback query.");
         }
     }
 
@@ -478,7 +601,33 @@ pub fn final_markdown(v: &TurnView) -> String {
     }
 }
 
+/// What a callback query is answered after the bridge handled its press.
+pub fn callback_answer(answered: &Answered, tool: &str) -> (String, bool) {
+    let view = |d: &super::Decided| ApprovalView { tool: tool.to_owned(), decided: Some(d.clone()), ..Default::default() };
+    match answered {
+        Answered::Decided(d) if d.decision == "allow_always" && !tool.is_empty() => {
+            (format!("Allowed, and {tool} from now on in this conversation."), false)
+        }
+        Answered::Decided(d) => (format!("{}.", view(d).outcome()), false),
+        Answered::Already(d) => {
+            let v = view(d);
+            (format!("Already decided: {} by {}.", v.outcome().to_lowercase(), v.by_whom()), false)
+        }
+        Answered::NotOwner => ("Only this bot's owner can answer its requests.".into(), true),
+        Answered::NotFound(m) | Answered::Failed(m) => (m.clone(), true),
+    }
+}
+
 impl Replier for TelegramReplier {
+    fn approval<'a>(
+        &'a self,
+        chat_id: &'a str,
+        view: &'a ApprovalView,
+        _channel: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(self.show_approval(chat_id, view))
+    }
+
     fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
         Box::pin(async move {
             for piece in format::split(text, format::MAX_CHARS) {
@@ -676,6 +825,11 @@ async fn run(ctx: AdapterCtx) {
                 continue;
             }
             next = next.max(u.update_id + 1);
+            if let Some(q) = &u.callback_query {
+                ctx.status.update(|s| s.last_inbound_ms = now_ms());
+                press(&ctx, &bridge, &replier, q).await;
+                continue;
+            }
             if let Some(msg) = unsupported(&name, u) {
                 ctx.status.update(|s| s.last_inbound_ms = now_ms());
                 if let Err(e) = bridge.unsupported(&ctx.record, msg, ONLY_TEXT).await {
@@ -703,6 +857,36 @@ async fn run(ctx: AdapterCtx) {
     // A turn shown mid-way stays readable: its progress message says it stopped being followed.
     replier.finish_open(FINISH_WITHIN).await;
     stopped(&ctx);
+}
+
+/// A button press: an approval button goes to the bridge (owner and chat checked there), and
+/// the query is answered with the outcome; any other data is answered as stale.
+async fn press(ctx: &AdapterCtx, bridge: &Bridge, replier: &TelegramReplier, q: &CallbackQuery) {
+    let parsed = q.data.as_deref().and_then(parse_callback_data);
+    let (Some((conversation, number, decision)), Some(m)) = (parsed, q.message.as_ref()) else {
+        replier.answer_query(&q.id, "This button is no longer in use.", false).await;
+        return;
+    };
+    let display = q.from.username.as_ref().map_or_else(|| q.from.first_name.clone(), |u| format!("@{u}"));
+    let who = Inbound {
+        channel: ctx.record.name.clone(),
+        chat_id: m.chat.id.to_string(),
+        sender_id: q.from.id.to_string(),
+        sender_display: display,
+        text: String::new(),
+        message_id: m.message_id.to_string(),
+        group: m.chat.kind != "private" || q.from.is_bot,
+    };
+    let answered = bridge.answer(&ctx.record, &who, &conversation, number, decision, "").await;
+    // The tool, for "Allowed, and Bash from now on": the message's first bold word.
+    let tool = m
+        .text
+        .as_deref()
+        .and_then(|t| t.strip_prefix("⏳ Waiting for your approval: "))
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_default();
+    let (text, alert) = callback_answer(&answered, tool);
+    replier.answer_query(&q.id, &text, alert).await;
 }
 
 /// How long a stopping adapter spends ending its open progress messages (well within the
@@ -774,6 +958,53 @@ mod tests {
             "{m}"
         );
         assert!(!m.contains("SECRET"), "{m}");
+    }
+
+    #[test]
+    fn approval_buttons_fit_telegrams_64_bytes_and_parse_back() {
+        let conv = "01KCAXR4W3M9E8V2T6Y5QZ7N0P";
+        for d in ["allow", "deny", "allow_always"] {
+            let data = callback_data(conv, u64::MAX, d);
+            assert!(data.len() <= 64, "{data}: {} bytes", data.len());
+            assert_eq!(parse_callback_data(&data), Some((conv.to_owned(), u64::MAX, d)));
+        }
+        for bad in ["", "ap:", "ap:x:1", "ap:x:n:a", "ap:x:1:z", "ap:x:1:a:extra", "other:x:1:a"] {
+            assert_eq!(parse_callback_data(bad), None, "{bad}");
+        }
+        let q: Update = serde_json::from_value(json!({"update_id": 9, "callback_query": {"id": "77",
+            "from": {"id": 1001, "is_bot": false, "first_name": "O"}, "chat_instance": "-5",
+            "message": {"message_id": 3, "chat": {"id": 1001, "type": "private"}, "text": "x"},
+            "data": "ap:C:5:d"}}))
+        .unwrap();
+        let q = q.callback_query.unwrap();
+        assert_eq!((q.id.as_str(), q.from.id, q.data.as_deref()), ("77", 1001, Some("ap:C:5:d")));
+    }
+
+    #[test]
+    fn approval_messages_say_what_and_who_in_telegram_html() {
+        let mut v = ApprovalView {
+            conversation_id: "C".into(),
+            number: 1042,
+            tool: "Bash".into(),
+            summary: "Bash: rm -rf build".into(),
+            detail: "rm -rf <build> && echo".into(),
+            decided: None,
+        };
+        let h = format::approval_html(&v);
+        assert!(h.starts_with("⏳ Waiting for your approval: <b>Bash</b> <code>rm -rf &lt;build&gt; &amp;&amp; echo</code>"), "{h}");
+        v.decided = Some(crate::channels::Decided {
+            decision: "deny".into(),
+            decided_by: "channel:tg".into(),
+            actor: "1001".into(),
+            message: "not <now>".into(),
+        });
+        let h = format::approval_html(&v);
+        assert!(h.contains("<b>Denied</b>") && h.contains("by user 1001 in tg") && h.contains("not &lt;now&gt;"), "{h}");
+        let d = |by: &str| crate::channels::Decided { decision: "allow".into(), decided_by: by.into(), ..Default::default() };
+        let (t, alert) = callback_answer(&Answered::Already(d("web")), "Bash");
+        assert_eq!((t.as_str(), alert), ("Already decided: allowed by the web console.", false));
+        let (t, alert) = callback_answer(&Answered::NotOwner, "Bash");
+        assert!(alert && t.contains("owner"), "{t}");
     }
 
     #[test]

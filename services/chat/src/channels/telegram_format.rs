@@ -23,6 +23,50 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// The tool and what it would do as Telegram HTML: "<b>Bash</b> <code>rm -rf build</code>"
+/// (the command or path cut at 300 characters, on one line).
+pub fn approval_what(view: &crate::channels::ApprovalView) -> String {
+    let tool = if view.tool.is_empty() { "An action".to_owned() } else { view.tool.clone() };
+    let rest = if view.detail.is_empty() {
+        view.summary.strip_prefix(&format!("{}: ", view.tool)).unwrap_or(&view.summary).to_owned()
+    } else {
+        view.detail.clone()
+    };
+    let one_line = rest.replace(['\n', '\r'], " ");
+    let cut = if one_line.chars().count() > 300 {
+        format!("{}…", one_line.chars().take(300).collect::<String>())
+    } else {
+        one_line
+    };
+    if cut.trim().is_empty() || view.summary.is_empty() && view.detail.is_empty() {
+        format!("<b>{}</b>", escape(&tool))
+    } else {
+        format!("<b>{}</b> <code>{}</code>", escape(&tool), escape(&cut))
+    }
+}
+
+/// An approval request (waiting: what the buttons answer) or its decision and who made it, as
+/// Telegram HTML.
+pub fn approval_html(view: &crate::channels::ApprovalView) -> String {
+    let n = view.number;
+    let what = approval_what(view);
+    match &view.decided {
+        None => format!(
+            "⏳ Waiting for your approval: {what}\n#{n} · or /deny {n} <i>message</i> to tell the agent why"
+        ),
+        Some(d) => {
+            let icon = if d.decision == "deny" { "🚫" } else { "✅" };
+            let told = if d.decision == "deny" && !d.message.is_empty() {
+                let m: String = d.message.chars().take(500).collect();
+                format!("\nThe agent was told: <i>{}</i>", escape(&m))
+            } else {
+                String::new()
+            };
+            format!("{icon} <b>{}</b>: {what} (#{n})\nby {}{told}", view.outcome(), escape(&view.by_whom()))
+        }
+    }
+}
+
 /// Escapes markdown's punctuation with backslashes (text of ours, e.g. an error message, shown
 /// as written).
 pub fn escape_md(s: &str) -> String {

@@ -87,7 +87,8 @@ pub fn validate(c: &ChannelRecord) -> Result<String, StoreError> {
 }
 
 /// Checks `agent_config_json` (empty, or a JSON object whose only keys are `cwd` — an absolute
-/// path — and `model`, both strings) and returns it compact.
+/// path —, `model` and `permission_mode` — `bypass`, `ask` or `read_only`: the default mode of
+/// the conversations the channel creates —, all strings) and returns it compact.
 fn agent_config(json: &str) -> Result<String, StoreError> {
     const FIELD: &str = "agent_config_json";
     if json.is_empty() {
@@ -107,7 +108,7 @@ fn agent_config(json: &str) -> Result<String, StoreError> {
     };
     for (key, value) in &map {
         let Some(text) = value.as_str() else {
-            if key == "cwd" || key == "model" {
+            if key == "cwd" || key == "model" || key == "permission_mode" {
                 return Err(StoreError::Invalid(format!("{FIELD}.{key} must be a string")));
             }
             return Err(unknown_key(key));
@@ -136,6 +137,14 @@ fn agent_config(json: &str) -> Result<String, StoreError> {
                     coffer_types::llm::check_model(&format!("{FIELD}.model"), text).map_err(StoreError::Invalid)?;
                 }
             }
+            "permission_mode" => {
+                if !["bypass", "ask", "read_only"].contains(&text) {
+                    return Err(StoreError::Invalid(format!(
+                        "{FIELD}.permission_mode {:?} is not a mode: use bypass, ask or read_only",
+                        truncate(text, 40)
+                    )));
+                }
+            }
             _ => return Err(unknown_key(key)),
         }
     }
@@ -144,7 +153,7 @@ fn agent_config(json: &str) -> Result<String, StoreError> {
 
 fn unknown_key(key: &str) -> StoreError {
     StoreError::Invalid(format!(
-        "agent_config_json.{} is not allowed: a channel's agent config has only cwd and model",
+        "agent_config_json.{} is not allowed: a channel's agent config has only cwd, model and permission_mode",
         truncate(key, 40)
     ))
 }
