@@ -145,3 +145,5 @@ pub async fn run_tuned(ctx: ServiceCtx, registry: Vec<providers::Entry>, tuning:
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_redirect;

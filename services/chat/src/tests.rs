@@ -372,7 +372,7 @@ impl Rig {
         id
     }
 
-    fn messages(&self, id: &str) -> Vec<MessageRecord> {
+    pub(crate) fn messages(&self, id: &str) -> Vec<MessageRecord> {
         self.fake.db().messages.get(id).cloned().unwrap_or_default()
     }
 }
@@ -392,7 +392,7 @@ fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
     }
 }
 
-async fn until_end(sub: &mut crate::bus::Subscription) -> Vec<Arc<coffer_proto::chat::Event>> {
+pub(crate) async fn until_end(sub: &mut crate::bus::Subscription) -> Vec<Arc<coffer_proto::chat::Event>> {
     let mut out = Vec::new();
     loop {
         let e = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.expect("an event").expect("open");
@@ -469,7 +469,7 @@ async fn messages_sent_during_a_turn_queue_and_run_in_order_one_turn_each() {
 }
 
 /// The texts of the deltas of `events`.
-fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
+pub(crate) fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -480,7 +480,7 @@ fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
 }
 
 /// A message's text blocks joined.
-fn stored_text(m: &MessageRecord) -> String {
+pub(crate) fn stored_text(m: &MessageRecord) -> String {
     m.blocks
         .iter()
         .filter_map(|b| match &b.block {
