@@ -15,6 +15,9 @@ pub struct Config {
     /// A turn with no adapter event for this long ends with `turn_error{timeout}`
     /// (`chat.turn_timeout_s`).
     pub turn_timeout: Duration,
+    /// A turn that ran at least this long is announced with a new message in the channel that
+    /// drives its conversation when it ends (`chat.notify_after_s`; zero: every turn).
+    pub notify_after: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
     /// The stored values of every text setting a provider may name (its CLI path).
@@ -34,7 +37,14 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), texts }
+        let notify =
+            s::CHAT_NOTIFY_AFTER_S.value_or_default(values.get(s::CHAT_NOTIFY_AFTER_S.key).map(String::as_str));
+        Self {
+            turn_timeout: Duration::from_secs(timeout),
+            notify_after: Duration::from_secs(notify),
+            llm: LlmConfig::from_values(values),
+            texts,
+        }
     }
 
     /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,
@@ -109,7 +119,11 @@ impl coffer_runtime::settings::FromSettings for Config {
     }
 
     fn log_in_force(&self) {
-        tracing::info!(turn_timeout_s = self.turn_timeout.as_secs(), "Chat settings in force.");
+        tracing::info!(
+            turn_timeout_s = self.turn_timeout.as_secs(),
+            notify_after_s = self.notify_after.as_secs(),
+            "Chat settings in force."
+        );
     }
 }
 
@@ -121,6 +135,11 @@ mod tests {
     fn defaults_and_values() {
         let c = Config::default();
         assert_eq!(c.turn_timeout, Duration::from_secs(600));
+        assert_eq!(c.notify_after, Duration::from_secs(30));
+        assert_eq!(
+            Config::from_values(&HashMap::from([("chat.notify_after_s".to_owned(), "0".to_owned())])).notify_after,
+            Duration::ZERO
+        );
         assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
         let values = HashMap::from([
             ("chat.turn_timeout_s".to_owned(), "3".to_owned()),

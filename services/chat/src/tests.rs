@@ -327,7 +327,7 @@ pub(crate) struct Rig {
     pub(crate) engine: Arc<Engine>,
     pub(crate) fake: Fake,
     pub(crate) _home: tempfile::TempDir,
-    _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
+    pub(crate) _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
 }
 
 pub(crate) async fn rig(timeout_s: u64) -> Rig {

@@ -397,6 +397,20 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     description: "a turn with no output from the agent for this long ends with a timeout error",
 };
 
+/// How long a turn must have run for the channel driving its conversation to send a new "Done
+/// in …" message when it ends (Telegram does not notify edits); 0: after every turn.
+pub const CHAT_NOTIFY_AFTER_S: Setting = Setting {
+    key: "chat.notify_after_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 30,
+    min: 0,
+    max: 86_400,
+    unit: "seconds",
+    description: "a turn that ran at least this long is announced in its IM channel with a new message when it ends (0: every turn)",
+};
+
 /// The LLM connection Claude Code turns run on.
 pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
     key: "chat.claude_code_connection",
@@ -561,6 +575,7 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CLAUDE_CODE_SANDBOX,
     CHAT_CODEX_SANDBOX,
     CHAT_TURN_TIMEOUT_S,
+    CHAT_NOTIFY_AFTER_S,
     CHAT_CLAUDE_CODE_CONNECTION,
     CHAT_CODEX_CONNECTION,
     LLM_REQUEST_TIMEOUT_S,

@@ -9,11 +9,13 @@
 //!   down. REST, CLI and console only change the resource.
 //! - [`bridge`]: the turn seam every adapter shares. An adapter turns each platform message into
 //!   an [`Inbound`] and hands it to [`bridge::Bridge::handle`]; the bridge applies the owner gate
-//!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/status`,
+//!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/now`, `/status`,
 //!   `/queue`, `/resume`), and sends everything else to the bound conversation through the turn
 //!   engine exactly as a web message is sent (source `channel:<name>`). It follows the bound
 //!   conversation's event bus and hands each turn — whoever started it, the chat or the web page
-//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots.
+//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots; a turn that ran at
+//!   least `chat.notify_after_s` is followed by a new one-line notice ([`notify`]: "Done in
+//!   4m12s"), since platforms do not notify edits.
 //! - [`telegram`]: Bot API long polling, the offset persisted, one progress message edited at
 //!   most once a second, 4,096-character splitting, Telegram-safe HTML.
 //! - [`seatalk`]: events forwarded by `coffer-callback`, ack-then-final replies through the
@@ -50,6 +52,7 @@ use crate::engine::Engine;
 
 pub mod bridge;
 pub mod coordinator;
+pub mod notify;
 pub mod seatalk;
 pub mod telegram;
 
@@ -88,6 +91,10 @@ pub struct TurnView {
     pub tools: Vec<String>,
     /// Running, or how it ended.
     pub state: TurnState,
+    /// How long the turn ran, ms: from its first event (`message_created`) to its end event.
+    /// Set with the final snapshot when the end was seen on the bus; `None` while it runs and
+    /// for an end the bridge made up (the conversation no longer followed, a missed end).
+    pub elapsed_ms: Option<u64>,
 }
 
 /// How a turn stands.
