@@ -301,24 +301,20 @@ async fn the_chat_cli_prints_bodies_unchanged_and_exits_by_the_outcome() -> anyh
     assert_eq!(out.code, Some(1), "{out}");
     assert!(out.stderr.contains("the turn failed (provider)") && out.stderr.contains("500"), "{out}");
 
-    // The queue: a failed turn paused it; a message waits; resume runs it; stop when idle.
-    let out = home.cli(&["chat", "send", &id, "say:queued"]).await?.ok()?;
-    assert!(out.stdout.contains("Queued as #1") && out.stdout.contains("paused"), "{out}");
-    let q = home.cli(&["chat", "pending", &id, "--json"]).await?.ok()?.json()?;
-    assert_eq!((q["items"].as_array().map(Vec::len), &q["paused"]), (Some(1), &json!(true)), "{q}");
+    // A failed turn paused the (empty) queue, yet the next message runs at once (stop, then
+    // redirect); stop when idle is a no-op.
     let now = api.get(&format!("/v1/conversations/{id}?messages=1")).reply().await?.ok_json()?;
+    assert_eq!(now["pending"]["paused"], true, "a failed turn pauses: {now}");
     let mut watcher = Sse::open(&api, &id, now["last_seq"].as_u64()).await?;
-    let q = home.cli(&["chat", "pending", &id, "--resume", "--json"]).await?.ok()?.json()?;
-    assert_eq!(q["paused"], false, "{q}");
-    loop {
-        let turn = watcher.turn().await?;
-        if texts(&turn) == "queued" {
-            break;
-        }
-    }
+    let out = home.cli(&["chat", "send", &id, "say:redirected"]).await?.ok()?;
+    assert!(out.stdout.starts_with("Sent; the turn started"), "{out}");
+    assert_eq!(texts(&watcher.turn().await?).trim(), "redirected");
+    let q = home.cli(&["chat", "pending", &id, "--json"]).await?.ok()?.json()?;
+    assert_eq!(q, json!({"items": [], "paused": false}), "nothing was waiting: no pause is left");
     let idle = home.cli(&["chat", "stop", &id, "--json"]).await?.ok()?.json()?;
     assert_eq!(idle, json!({"interrupted": false}));
-    // stop mid-turn: the partial text is kept as `interrupted`, and the queue pauses.
+    // stop mid-turn: the partial text is kept as `interrupted`, and the queue pauses with what
+    // waited; a message sent then runs at once, the waiting one after a resume.
     send(&api, &id, "say:partial answer\nhang").await?;
     loop {
         let f = watcher.next().await?.context("stream ended")?;
@@ -326,8 +322,10 @@ async fn the_chat_cli_prints_bodies_unchanged_and_exits_by_the_outcome() -> anyh
             break;
         }
     }
+    let out = home.cli(&["chat", "send", &id, "say:queued"]).await?.ok()?;
+    assert_eq!(out.stdout, "Queued as #1 (a turn is running)\n", "{out}");
     let out = home.cli(&["chat", "stop", &id]).await?.ok()?;
-    assert!(out.stdout.contains("Stopped the turn"), "{out}");
+    assert!(out.stdout.contains("Stopped the turn") && out.stdout.contains("runs at once"), "{out}");
     let end = watcher.turn().await?;
     let done = end.last().context("turn end")?;
     assert_eq!(done.data["turn_done"]["stop_reason"], "interrupted", "{done:?}");
@@ -336,7 +334,18 @@ async fn the_chat_cli_prints_bodies_unchanged_and_exits_by_the_outcome() -> anyh
     assert!(shown.stdout.contains("interrupted") && shown.stdout.contains("partial answer"), "{shown}");
     let q = home.cli(&["chat", "pending", &id, "--json"]).await?.ok()?.json()?;
     assert_eq!(q["paused"], true, "an interrupt pauses the queue: {q}");
-    home.cli(&["chat", "pending", &id, "--clear"]).await?.ok()?;
+    let out = home.cli(&["chat", "send", &id, "say:instead", "--watch"]).await?.ok()?;
+    assert!(out.stdout.contains("instead") && out.stdout.contains("✓ done"), "{out}");
+    let q = home.cli(&["chat", "pending", &id, "--json"]).await?.ok()?.json()?;
+    assert_eq!((q["items"][0]["text"].as_str(), &q["paused"]), (Some("say:queued"), &json!(true)), "{q}");
+    let q = home.cli(&["chat", "pending", &id, "--resume", "--json"]).await?.ok()?.json()?;
+    assert_eq!(q["paused"], false, "{q}");
+    loop {
+        let turn = watcher.turn().await?;
+        if texts(&turn).trim() == "queued" {
+            break;
+        }
+    }
 
     // watch --json prints each event's data line; Ctrl-C stops watching only (exit 0).
     let mut child = home

@@ -18,6 +18,7 @@ mod chat_durability;
 mod chat_edge;
 mod chat_engine;
 mod chat_list_events;
+mod chat_redirect;
 mod chat_rest;
 mod claude_code;
 mod cli;

@@ -69,9 +69,10 @@ pub enum ChatCommand {
     /// Show a conversation: its agent, state, pending queue and newest messages.
     #[command(after_help = "Example:\n  coffer chat show 01JDQ8ZKXW5T3M2N4P6R7S8T9V --messages 20")]
     Show(ShowArgs),
-    /// Send a message: it starts a turn, or waits in the pending queue while one runs.
+    /// Send a message: it starts a turn, or waits in the pending queue while one runs (--now:
+    /// interrupts it and runs next).
     #[command(
-        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs"
+        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'"
     )]
     Send(SendArgs),
     /// Watch a conversation live (Ctrl-C stops watching, not the turn).
@@ -170,6 +171,10 @@ pub struct SendArgs {
     /// Follow the turn this message starts (after the queue, if it waits) until it ends.
     #[arg(long)]
     pub watch: bool,
+    /// Send now: interrupt the running turn (its partial answer is kept) and run this message
+    /// next, before the queue. When no turn runs it just sends.
+    #[arg(long)]
+    pub now: bool,
 }
 
 #[derive(Debug, Args)]
@@ -740,8 +745,15 @@ async fn turn_over(api: &ApiClient, id: &str, t: &Target) -> Result<bool, CliErr
 
 /// Sends `text` to `id` and, with `watch`, follows its turn: the stream is opened first (from
 /// the conversation's `last_seq`), then the message is posted.
-async fn send_and_follow(ctx: &Ctx, api: &ApiClient, id: &str, text: &str, watch: bool) -> Result<(), CliError> {
-    let body = MessageSend { text: text.to_owned() };
+async fn send_and_follow(
+    ctx: &Ctx,
+    api: &ApiClient,
+    id: &str,
+    text: &str,
+    watch: bool,
+    now: bool,
+) -> Result<(), CliError> {
+    let body = MessageSend { text: text.to_owned(), now: now.then_some(true) };
     let post = |api: &ApiClient| {
         let req = api.request(reqwest::Method::POST, &format!("{}/messages", conv_path(id))).json(&body);
         let api = api.clone();
@@ -751,6 +763,9 @@ async fn send_and_follow(ctx: &Ctx, api: &ApiClient, id: &str, text: &str, watch
         let resp = post(api).await?;
         if ctx.json {
             return output::print_body(&resp.body);
+        }
+        if now {
+            return output::print(&sent_now_line(id));
         }
         return output::print(&sent_line(&resp.parse()?, id));
     }
@@ -798,6 +813,11 @@ pub fn sent_line(reply: &SendMessageReply, id: &str) -> String {
     } else {
         format!("Sent; the turn started. Follow it: coffer chat watch {id}\n")
     }
+}
+
+/// What `send --now` says without `--watch` (the message always runs next).
+pub fn sent_now_line(id: &str) -> String {
+    format!("Sent now: it runs next (a running turn, if any, was interrupted). Follow it: coffer chat watch {id}\n")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -889,7 +909,7 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
     if a.text.is_empty() {
         return finish(follow(ctx, &api, &id, 0, None, None).await?, ctx, &id);
     }
-    send_and_follow(ctx, &api, &id, &a.text.join(" "), true).await
+    send_and_follow(ctx, &api, &id, &a.text.join(" "), true, false).await
 }
 
 async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
@@ -904,7 +924,7 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
 
 async fn send(ctx: &Ctx, a: SendArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
-    send_and_follow(ctx, &api, &a.id, &a.text.join(" "), a.watch).await
+    send_and_follow(ctx, &api, &a.id, &a.text.join(" "), a.watch, a.now).await
 }
 
 async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
@@ -927,7 +947,8 @@ async fn stop(ctx: &Ctx, id: &str) -> Result<(), CliError> {
     }
     if resp.parse::<Interrupted>()?.interrupted {
         output::println(&format!(
-            "Stopped the turn; its partial answer is kept. The queue is paused: `coffer chat pending {id} --resume`"
+            "Stopped the turn; its partial answer is kept. The next message you send runs at once; \
+             queued ones wait: `coffer chat pending {id} --resume`"
         ))
     } else {
         output::println("No turn was running; nothing changed")

@@ -268,12 +268,12 @@ async fn list_messages(
 /// The `SendMessage` request of a `POST …/messages` body, the actor as its source. The text's
 /// length (1 byte to 1 MiB) is the service's to check.
 pub fn send_request(id: String, body: MessageSend, actor: String) -> SendMessageRequest {
-    SendMessageRequest { conversation_id: id, text: body.text, source: actor }
+    SendMessageRequest { conversation_id: id, text: body.text, source: actor, now: body.now.unwrap_or(false) }
 }
 
-/// `POST /v1/conversations/{id}/messages {text}` → 202 `{"message": Message, "queue"}` (a turn
-/// started) or `{"pending": PendingItem, "queue"}` (queued behind the running turn or a paused
-/// queue). Never streams: follow the turn on `…/events`.
+/// `POST /v1/conversations/{id}/messages {text, now?}` → 202 `{"message": Message, "queue"}` (a
+/// turn started, or with `now` will start next) or `{"pending": PendingItem, "queue"}` (queued
+/// behind the running turn). Never streams: follow the turn on `…/events`.
 async fn send_message(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -691,6 +691,13 @@ mod tests {
     fn messages_need_text_and_carry_the_actor() {
         let r = send("01C".into(), json!({"text": "hello"}), "ui".into()).unwrap();
         assert_eq!((r.conversation_id.as_str(), r.text.as_str(), r.source.as_str()), ("01C", "hello", "ui"));
+        assert!(!r.now, "a plain send");
+        assert!(send("01C".into(), json!({"text": "x", "now": true}), "ui".into()).unwrap().now);
+        assert!(!send("01C".into(), json!({"text": "x", "now": false}), "ui".into()).unwrap().now);
+        assert_eq!(
+            send("01C".into(), json!({"text": "x", "now": "yes"}), "api".into()).unwrap_err().code,
+            Code::InvalidArgument
+        );
         // Empty text is the service's to refuse (it names the limit).
         assert_eq!(send("01C".into(), json!({"text": ""}), "api".into()).unwrap().text, "");
         assert_eq!(send("01C".into(), json!({}), "api".into()).unwrap_err().code, Code::InvalidArgument);

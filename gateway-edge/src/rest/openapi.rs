@@ -705,7 +705,7 @@ pub fn routes() -> Vec<Route> {
             .ok(200, "A page of messages.", page_of::<coffer_api::chat::Message>())
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/conversations/{id}/messages", "chat", "Send a message")
-            .describe("Fire-and-return: starts a turn when the conversation is idle and its queue is not paused (the answer holds the user `message`), else appends the text to the pending queue (the answer holds the `pending` item). Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB (its JSON escapes count toward the 2 MiB body limit: a 1 MiB text of ordinary characters fits). An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
+            .describe("Fire-and-return: starts a turn when no turn runs (the answer holds the user `message`) — also when the queue is paused after a stop, a turn error or a restart: only the items already waiting stay paused — else appends the text to the pending queue (the answer holds the `pending` item). With `now: true` (\"send now\") the running turn is interrupted (its partial answer kept `interrupted`; the queue's paused state unchanged) and this message runs next, before the pending items (the answer holds the `message`); of two sent together the later one runs. Either way the answer comes at once and holds the `queue`; follow the turn on `…/events`. `text` is 1 byte to 1 MiB (its JSON escapes count toward the 2 MiB body limit: a 1 MiB text of ordinary characters fits). An archived conversation, or one whose agent is unavailable, is 409; a full queue 429.")
             .path_param("id", "The conversation's id.")
             .actor()
             .body_of::<coffer_api::chat::MessageSend>()
@@ -718,7 +718,7 @@ pub fn routes() -> Vec<Route> {
             .ok_of::<coffer_api::chat::PendingQueue>(200, "The queue now.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "CONFLICT", "TOO_MANY_REQUESTS"]),
         route("POST", "/v1/conversations/{id}/interrupt", "chat", "Stop the running turn")
-            .describe("The turn stops at once; its partial assistant message (text and completed tool blocks) is kept with status `interrupted`, and the queue pauses. When no turn runs: `interrupted: false`, nothing changes.")
+            .describe("The turn stops at once (also one about to start); its partial assistant message (text and completed tool blocks) is kept with status `interrupted`, and the queue pauses: the items waiting stay until resumed, while the next message sent starts at once. When no turn runs: `interrupted: false`, nothing changes.")
             .path_param("id", "The conversation's id.")
             .ok_of::<coffer_api::chat::Interrupted>(200, "Done.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),

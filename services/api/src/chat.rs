@@ -72,6 +72,11 @@ pub struct MessageSend {
     /// 1 byte to 1 MiB (UTF-8).
     #[schemars(length(min = 1))]
     pub text: String,
+    /// "Send now": interrupt the running turn (its partial answer kept `interrupted`, the
+    /// queue's paused state unchanged) and run this message next, before the pending items.
+    /// When two arrive together the later one runs. Idle: a plain send. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<bool>,
 }
 
 /// One item of a `PUT …/pending` body.

@@ -17,6 +17,9 @@ pub struct Config {
     pub turn_timeout: Duration,
     /// An approval request not answered for this long is denied (`chat.approval_timeout_s`).
     pub approval_timeout: Duration,
+    /// A turn that ran at least this long is announced with a new message in the channel that
+    /// drives its conversation when it ends (`chat.notify_after_s`; zero: every turn).
+    pub notify_after: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
     /// The stored values of every text setting a provider may name (its CLI path).
@@ -38,9 +41,12 @@ impl Config {
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
         let approval =
             s::CHAT_APPROVAL_TIMEOUT_S.value_or_default(values.get(s::CHAT_APPROVAL_TIMEOUT_S.key).map(String::as_str));
+        let notify =
+            s::CHAT_NOTIFY_AFTER_S.value_or_default(values.get(s::CHAT_NOTIFY_AFTER_S.key).map(String::as_str));
         Self {
             turn_timeout: Duration::from_secs(timeout),
             approval_timeout: Duration::from_secs(approval),
+            notify_after: Duration::from_secs(notify),
             llm: LlmConfig::from_values(values),
             texts,
         }
@@ -131,7 +137,11 @@ impl coffer_runtime::settings::FromSettings for Config {
     }
 
     fn log_in_force(&self) {
-        tracing::info!(turn_timeout_s = self.turn_timeout.as_secs(), "Chat settings in force.");
+        tracing::info!(
+            turn_timeout_s = self.turn_timeout.as_secs(),
+            notify_after_s = self.notify_after.as_secs(),
+            "Chat settings in force."
+        );
     }
 }
 
@@ -143,6 +153,11 @@ mod tests {
     fn defaults_and_values() {
         let c = Config::default();
         assert_eq!(c.turn_timeout, Duration::from_secs(600));
+        assert_eq!(c.notify_after, Duration::from_secs(30));
+        assert_eq!(
+            Config::from_values(&HashMap::from([("chat.notify_after_s".to_owned(), "0".to_owned())])).notify_after,
+            Duration::ZERO
+        );
         assert_eq!(c.command_override(&s::CHAT_CLAUDE_CODE_PATH), None);
         let values = HashMap::from([
             ("chat.turn_timeout_s".to_owned(), "3".to_owned()),

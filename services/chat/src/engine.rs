@@ -18,7 +18,8 @@
 //! `failed` and `turn_done` or `turn_error` is published, then an audit entry with actor `agent`.
 //! An interrupt ends it at once (the adapter is told to stop, its late events are dropped, and
 //! the next turn waits until its task has ended, at most [`DRAIN`]). The queue pauses after
-//! `turn_error` and after an interrupt. A turn's store writes are retried while the store restarts (at most
+//! `turn_error` and after an interrupt; a pause holds the items that were waiting, never a
+//! message sent afterwards while no turn runs (stop, then redirect). A turn's store writes are retried while the store restarts (at most
 //! [`STORE_RETRY`], in order: the next turn starts only after this one's answer is written), and
 //! a turn whose answer could not be stored ends in `turn_error`, never `turn_done`.
 //!
@@ -30,11 +31,22 @@
 //!   `turn_done` or `turn_error`, then `queue_changed`. A turn with no adapter event for
 //!   `chat.turn_timeout_s` is interrupted and ends `turn_error{timeout}`; an adapter that ends
 //!   without a terminal event ends it `turn_error{cli_exited}`.
-//! - **The pending queue.** A message sent while a turn runs or the queue is paused becomes a
-//!   pending item (persisted with `SetPending`, `queue_changed`, at most [`MAX_PENDING`] items /
-//!   [`MAX_PENDING_BYTES`]); an item the store will not start stays first and the queue pauses.
+//! - **The pending queue.** A message sent while a turn runs (or one is about to start) becomes
+//!   a pending item (persisted with `SetPending`, `queue_changed`, at most [`MAX_PENDING`] items
+//!   / [`MAX_PENDING_BYTES`]); an item the store will not start stays first and the queue pauses.
 //!   `SetPending` replaces the queue whole (new ids for new items), unpauses unless asked, and
 //!   starts the next turn when idle.
+//! - **Stop, then redirect.** A message sent while no turn runs starts its turn at once, also
+//!   when the queue is paused (after a stop, a turn error or a restart): only the items already
+//!   waiting stay paused, shown with resume and discard. A paused queue with nothing in it is
+//!   un-paused by that message (there was nothing to hold), so what is sent during its turn
+//!   queues behind it as usual.
+//! - **Send now** ([`Engine::send_now`]). The turn in flight — or the one about to start — is
+//!   ended `interrupted` as by an interrupt, but the queue's paused state is left as it was; the
+//!   message's turn starts next (after the ended turn's task drained), before the pending
+//!   items. Two sends-now in a row: the later one runs and the earlier one's turn is interrupted,
+//!   even before it started (its user message is kept, its answer empty and `interrupted`), so
+//!   concurrent sends-now always end with exactly the last one running.
 //! - **Interrupt and delete.** An interrupt persists the partial message (text and completed tool
 //!   blocks) `interrupted` and publishes `turn_done{interrupted}` at once; idle or twice, it is a
 //!   no-op. Delete cancels the turn (no more writes), calls the provider's `forget`, deletes the
@@ -205,8 +217,8 @@ struct Live {
     paused: bool,
     /// The turn whose task runs (it may still be draining after the turn ended).
     task: Option<Arc<TurnShared>>,
-    /// A message sent while an ended turn's task drained: persisted and announced, it starts
-    /// as soon as the task is gone.
+    /// A message sent while an ended turn's task drained (after a stop, or a send-now that
+    /// interrupted it): persisted and announced, it starts as soon as the task is gone.
     next_start: Option<Next>,
 }
 
@@ -802,13 +814,34 @@ impl Engine {
         Ok(self.view(&updated))
     }
 
-    /// `SendMessage`: starts a turn when the conversation is idle and its queue is not paused,
-    /// otherwise appends a pending item; answers at once.
+    /// `SendMessage`: starts a turn when no turn runs — also when the queue is paused, whose
+    /// waiting items stay paused — otherwise appends a pending item; answers at once.
     ///
     /// # Errors
     /// [`Error::Invalid`] for the text, [`Error::NotFound`], [`Error::Precondition`] for an
     /// archived conversation, [`Error::Exhausted`] for a full queue, store failures.
     pub async fn send(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
+        self.submit(id, text, source, false).await
+    }
+
+    /// `SendMessage{now}`: interrupts the turn in flight or about to start (see the module's
+    /// "Send now") and starts this message's turn next, before the pending items; idle, a plain
+    /// [`Engine::send`]. The reply's outcome is always the started user message.
+    ///
+    /// # Errors
+    /// As [`Engine::send`] (never [`Error::Exhausted`]: nothing is queued).
+    pub async fn send_now(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
+        self.submit(id, text, source, true).await
+    }
+
+    /// [`Engine::send`] and [`Engine::send_now`].
+    async fn submit(
+        self: &Arc<Self>,
+        id: &str,
+        text: String,
+        source: String,
+        now: bool,
+    ) -> Result<c::SendMessageReply> {
         check_text("text", &text)?;
         check_source(&source)?;
         let conv = self.conv(id).await?;
@@ -832,8 +865,16 @@ impl Engine {
                     .await?;
             }
         }
-        let idle = live.next_start.is_none() && live.pending.is_empty() && !live.paused;
+        if now {
+            self.end_for_now(&conv, &mut live).await;
+        }
+        // No turn in flight and none about to start: this message runs now, whatever waits in
+        // a paused queue (stop, then redirect). A queue that is not paused is never passed.
+        let idle = now || (live.next_start.is_none() && (live.paused || live.pending.is_empty()));
         let running = live.task.as_ref().map(|t| !t.finalized());
+        if idle && running != Some(true) {
+            self.unpause_empty(&conv, &mut live).await;
+        }
         match (idle, running) {
             (true, None) => {
                 let (turn, user) = self.begin(&conv, &text, &source).await?;
@@ -877,6 +918,38 @@ impl Engine {
                 })
             }
         }
+    }
+
+    /// Send-now's first half, under the conversation's lock: ends the turn in flight and the one
+    /// about to start (if any) as `interrupted` (their adapters told to stop), without pausing
+    /// the queue. Afterwards no turn is in flight: the caller's message starts next.
+    async fn end_for_now(&self, conv: &Conv, live: &mut Live) {
+        let interrupted = || Outcome::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
+        if let Some(turn) = live.task.clone().filter(|t| !t.finalized()) {
+            turn.fire_interrupt();
+            self.finish(conv, &turn, interrupted(), Pause::No).await;
+        }
+        if let Some(next) = live.next_start.take() {
+            // Announced but not started: it never reaches the agent.
+            next.turn.fire_interrupt();
+            self.finish(conv, &next.turn, interrupted(), Pause::No).await;
+        }
+        conv.sync(live);
+    }
+
+    /// A message starts while the queue is paused with nothing in it: the pause held nothing,
+    /// so it ends (persisted, `queue_changed`), and what is sent during this turn queues behind
+    /// it as usual. A paused queue with items stays paused.
+    async fn unpause_empty(&self, conv: &Conv, live: &mut Live) {
+        if !live.paused || !live.pending.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.set_pending(&conv.id, &[], false).await {
+            tracing::warn!(conversation = %conv.id, error = %e, "Cannot persist the un-paused empty queue.");
+            return;
+        }
+        live.paused = false;
+        self.publish_queue(conv, live).await;
     }
 
     /// Starts a turn for a message sent to an idle conversation: see [`Engine::start_in_store`]
@@ -1463,17 +1536,25 @@ impl Engine {
         Ok(queue(&live))
     }
 
-    /// `Interrupt`: ends the in-flight turn at once (its partial message persisted
-    /// `interrupted`, `turn_done{interrupted}` published), tells the adapter to stop, pauses the
-    /// queue. `false` when no turn was in flight.
+    /// `Interrupt`: ends the in-flight turn (or the one about to start) at once (its partial
+    /// message persisted `interrupted`, `turn_done{interrupted}` published), tells the adapter
+    /// to stop, pauses the queue. `false` when no turn was in flight.
     ///
     /// # Errors
     /// [`Error::NotFound`].
     pub async fn interrupt(&self, id: &str) -> Result<bool> {
         let conv = self.conv(id).await?;
         let mut live = conv.live.lock().await;
-        let Some(turn) = live.task.clone().filter(|t| !t.finalized()) else { return Ok(false) };
-        // What waits for an answer is denied (`interrupt`) once the turn is claimed, in `finish`.
+        // The turn in flight, else one announced to start once the last one's task drained
+        // (lists show it running: stopping it must stop it). What waits for an answer is denied
+        // (`interrupt`) once the turn is claimed, in `finish`.
+        let turn = match live.task.clone().filter(|t| !t.finalized()) {
+            Some(t) => t,
+            None => match live.next_start.take() {
+                Some(next) => next.turn,
+                None => return Ok(false),
+            },
+        };
         turn.fire_interrupt();
         let done = Outcome::Done { stop_reason: "interrupted".into(), usage: Usage::default(), model: None };
         Ok(self.finish(&conv, &turn, done, Pause::Held(&mut live)).await)

@@ -147,3 +147,5 @@ pub async fn run_tuned(ctx: ServiceCtx, registry: Vec<providers::Entry>, tuning:
 mod approval_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_redirect;

@@ -197,6 +197,9 @@ impl Chat for ChatService {
 
     async fn send_message(&self, req: Request<c::SendMessageRequest>) -> Reply<c::SendMessageReply> {
         let r = req.into_inner();
+        if r.now {
+            return ok(self.engine.send_now(&r.conversation_id, r.text, r.source).await);
+        }
         ok(self.engine.send(&r.conversation_id, r.text, r.source).await)
     }
 

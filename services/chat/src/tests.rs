@@ -354,7 +354,7 @@ pub(crate) struct Rig {
     pub(crate) engine: Arc<Engine>,
     pub(crate) fake: Fake,
     pub(crate) _home: tempfile::TempDir,
-    _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
+    pub(crate) _config: tokio::sync::watch::Sender<Arc<crate::config::Config>>,
 }
 
 pub(crate) async fn rig(timeout_s: u64) -> Rig {
@@ -503,7 +503,7 @@ async fn messages_sent_during_a_turn_queue_and_run_in_order_one_turn_each() {
 }
 
 /// The texts of the deltas of `events`.
-fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
+pub(crate) fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -514,7 +514,7 @@ fn said(events: &[Arc<coffer_proto::chat::Event>]) -> String {
 }
 
 /// A message's text blocks joined.
-fn stored_text(m: &MessageRecord) -> String {
+pub(crate) fn stored_text(m: &MessageRecord) -> String {
     m.blocks
         .iter()
         .filter_map(|b| match &b.block {

@@ -437,6 +437,19 @@ pub const CHAT_CODEX_PERMISSION_MODE: Setting = Setting {
 };
 /// The words of a permission mode setting.
 pub const PERMISSION_MODES: &[&str] = &["bypass", "ask", "read_only"];
+/// How long a turn must have run for the channel driving its conversation to send a new "Done
+/// in …" message when it ends (Telegram does not notify edits); 0: after every turn.
+pub const CHAT_NOTIFY_AFTER_S: Setting = Setting {
+    key: "chat.notify_after_s",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 30,
+    min: 0,
+    max: 86_400,
+    unit: "seconds",
+    description: "a turn that ran at least this long is announced in its IM channel with a new message when it ends (0: every turn)",
+};
 
 /// The LLM connection Claude Code turns run on.
 pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
@@ -605,6 +618,7 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_APPROVAL_TIMEOUT_S,
     CHAT_CLAUDE_CODE_PERMISSION_MODE,
     CHAT_CODEX_PERMISSION_MODE,
+    CHAT_NOTIFY_AFTER_S,
     CHAT_CLAUDE_CODE_CONNECTION,
     CHAT_CODEX_CONNECTION,
     LLM_REQUEST_TIMEOUT_S,

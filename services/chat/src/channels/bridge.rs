@@ -18,6 +18,12 @@
 //!   watches to [`Replier::turn`] one at a time, in the order the turns began. `/new` retires
 //!   the old folder after its in-flight turn, so nothing is shown out of order. Dropping the
 //!   bridge aborts every folder and renderer: nothing more is sent.
+//! - **Told when it finishes.** After a turn's final snapshot is shown, the renderer sends a
+//!   new one-line notice ([`super::notify`]) when the turn ran at least `chat.notify_after_s`
+//!   (read at its end, so a changed setting counts at once).
+//! - **Send now.** `/now <text>` sends with `now` ([`Engine::send_now`]): the running turn is
+//!   interrupted and the text runs next; `/stop` then a message redirects too (the message runs
+//!   at once, what was queued waits for `/resume`).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -45,7 +51,8 @@ const QUEUE_PREVIEW_CHARS: usize = 80;
 pub const HELP: &str = "Coffer commands:\n\
 /new — start a new conversation\n\
 /model <id> — set the model of this conversation (/model alone shows it)\n\
-/stop — interrupt the running turn\n\
+/stop — interrupt the running turn (your next message runs at once)\n\
+/now <text> — interrupt the running turn and run this next\n\
 /status — agent, model, turn, queue\n\
 /queue — the messages waiting to run\n\
 /resume — run the paused queue\n\
@@ -261,12 +268,17 @@ impl Bridge {
             "new" => self.new_conversation(&mut st, channel, chat).await,
             "model" => self.model(&mut st, channel, chat, arg).await,
             "stop" => self.stop(&mut st, channel, chat).await,
+            "now" if arg.is_empty() => {
+                let m = "Send /now followed by your message: it interrupts the running turn and runs next.";
+                return self.replier.notice(chat, m).await;
+            }
+            "now" => self.send(&mut st, channel, chat, arg, true).await,
             "status" => self.status(&mut st, channel, chat).await,
             "queue" => self.queue(&mut st, channel, chat).await,
             "resume" => self.resume_queue(&mut st, channel, chat).await,
             "allow" | "deny" | "always" => self.answer_command(&mut st, channel, &msg, word, arg).await,
             "mode" => self.mode(&mut st, channel, chat, arg).await,
-            _ => self.send(&mut st, channel, chat, text).await,
+            _ => self.send(&mut st, channel, chat, text, false).await,
         };
         match result {
             Ok(Some(notice)) => self.replier.notice(chat, &notice).await,
@@ -643,7 +655,7 @@ impl Bridge {
         let name = st.channel.clone();
         let entry = st.chats.entry(chat.to_owned()).or_insert_with(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let renderer = tokio::spawn(render(self.replier.clone(), chat.to_owned(), rx));
+            let renderer = tokio::spawn(render(self.engine.clone(), self.replier.clone(), chat.to_owned(), rx));
             let (atx, arx) = mpsc::unbounded_channel();
             let approver = tokio::spawn(show_approvals(self.replier.clone(), chat.to_owned(), name, arx));
             Chat { conversation: String::new(), turns: tx, renderer, approvals: atx, approver, folder: None }
@@ -702,10 +714,16 @@ impl Bridge {
             return Ok(Some("Nothing is running.".into()));
         };
         let stopped = self.engine.interrupt(&id).await?;
-        Ok(Some(if stopped {
-            "Stopped. The queue is paused: /resume runs it.".into()
-        } else {
-            "Nothing is running.".into()
+        if !stopped {
+            return Ok(Some("Nothing is running.".into()));
+        }
+        let waiting = self.engine.pending(&*self.engine.conv(&id).await?).await.items.len();
+        Ok(Some(match waiting {
+            0 => "Stopped. Your next message runs at once.".into(),
+            n => format!(
+                "Stopped. Your next message runs at once; {n} queued wait{}: /resume runs them, /queue shows them.",
+                if n == 1 { "s" } else { "" }
+            ),
         }))
     }
 
@@ -764,24 +782,33 @@ impl Bridge {
         Ok(Some(if n == 0 { "Resumed (the queue is empty).".into() } else { format!("Resumed: {n} queued.") }))
     }
 
-    /// Anything else: the bound conversation's next message (created on the first).
+    /// Anything else: the bound conversation's next message (created on the first); `now`
+    /// (`/now <text>`): it interrupts the running turn and runs next.
     async fn send(
         &self,
         st: &mut State,
         channel: &ChannelRecord,
         chat: &str,
         text: &str,
+        now: bool,
     ) -> crate::error::Result<Option<String>> {
         let source = format!("channel:{}", channel.name);
         let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
-        let reply = match self.engine.send(&id, text.to_owned(), source.clone()).await {
+        let send = |id: String, source: String| async move {
+            if now {
+                self.engine.send_now(&id, text.to_owned(), source).await
+            } else {
+                self.engine.send(&id, text.to_owned(), source).await
+            }
+        };
+        let reply = match send(id, source.clone()).await {
             // The bound conversation was archived or deleted since: bind afresh, once.
             Err(Error::NotFound(_) | Error::Precondition(_)) => {
                 if let Some(c) = st.chats.get_mut(chat) {
                     c.conversation.clear();
                 }
                 let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
-                self.engine.send(&id, text.to_owned(), source).await?
+                send(id, source).await?
             }
             r => r?,
         };
@@ -842,15 +869,25 @@ async fn show_approvals(
     }
 }
 
-/// Hands each turn's watch to the replier, one at a time, in order.
+/// Hands each turn's watch to the replier, one at a time, in order; after a turn that ran at
+/// least `chat.notify_after_s`, a new one-line notice ([`super::notify`]).
 async fn render(
+    engine: Arc<Engine>,
     replier: Arc<dyn Replier>,
     chat: String,
     mut turns: mpsc::UnboundedReceiver<watch::Receiver<TurnView>>,
 ) {
     while let Some(views) = turns.recv().await {
+        let last = views.clone();
         if let Err(e) = replier.turn(&chat, views).await {
             tracing::warn!(error = %e, "A turn could not be shown in its chat.");
+            continue;
+        }
+        let end = last.borrow().clone();
+        if super::notify::due(&end, engine.config().notify_after)
+            && let Err(e) = replier.notice(&chat, &super::notify::finished_line(&end)).await
+        {
+            tracing::warn!(error = %e, "The end of a long turn could not be announced in its chat.");
         }
     }
 }
@@ -862,6 +899,8 @@ struct Current {
     /// A tool call came after the last text: the next text starts a new paragraph.
     after_tool: bool,
     assistant_message_id: String,
+    /// When the turn's first event was published (Unix ms): its elapsed time at the end.
+    started_ms: i64,
 }
 
 impl Current {
@@ -924,7 +963,13 @@ async fn fold(
                     if turns.send(rx).is_err() {
                         return;
                     }
-                    cur = Some(Current { tx, view, after_tool: false, assistant_message_id: String::new() });
+                    cur = Some(Current {
+                        tx,
+                        view,
+                        after_tool: false,
+                        assistant_message_id: String::new(),
+                        started_ms: ev.at_ms,
+                    });
                 }
                 if let (Kind::TurnStarted(t), Some(c)) = (kind, cur.as_mut()) {
                     c.assistant_message_id.clone_from(&t.assistant_message_id);
@@ -950,7 +995,8 @@ async fn fold(
                 }
             }
             Kind::TurnDone(d) => {
-                if let Some(c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                if let Some(mut c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                    c.view.elapsed_ms = Some(ev.at_ms.saturating_sub(c.started_ms).max(0) as u64);
                     let state = if d.stop_reason == "interrupted" {
                         TurnState::Interrupted
                     } else {
@@ -960,7 +1006,8 @@ async fn fold(
                 }
             }
             Kind::TurnError(e) => {
-                if let Some(c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                if let Some(mut c) = cur.take_if(|c| c.view.turn_id == ev.turn_id) {
+                    c.view.elapsed_ms = Some(ev.at_ms.saturating_sub(c.started_ms).max(0) as u64);
                     c.end(
                         TurnState::Failed { message: e.message.clone() },
                         e.message_record.as_ref().map(message_text),

@@ -300,3 +300,95 @@ async fn after_new_the_old_in_flight_turn_is_still_shown_first_then_the_new_conv
     assert_eq!(rec.turns().last().unwrap().text, "marker ");
     assert!(rec.turns().iter().all(|t| t.text != "elsewhere "), "{:?}", rec.turns());
 }
+
+/// Sets the rig's `chat.notify_after_s` (the settings follower's job in the service).
+fn notify_after(r: &Rig, seconds: u64) {
+    let values = std::collections::HashMap::from([
+        ("chat.turn_timeout_s".to_owned(), "600".to_owned()),
+        ("chat.notify_after_s".to_owned(), seconds.to_string()),
+    ]);
+    r._config.send_replace(Arc::new(crate::config::Config::from_values(&values)));
+}
+
+#[tokio::test]
+async fn now_interrupts_and_runs_next_and_after_a_stop_the_next_message_runs_at_once() {
+    let r = rig(600).await;
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "7");
+    bridge.handle(&ch, msg("7", "/now")).await.unwrap();
+    assert!(rec.notices()[0].starts_with("Send /now followed by your message"), "{:?}", rec.notices());
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:queued")).await.unwrap();
+    bridge.handle(&ch, msg("7", "/now say:instead")).await.unwrap();
+    assert_eq!(rec.notices().len(), 2, "a send-now is not acknowledged, its turn shows: {:?}", rec.notices());
+    rec.until(5).await;
+    let turns: Vec<(String, TurnState)> = rec.turns().into_iter().map(|t| (t.text, t.state)).collect();
+    let done = TurnState::Done { stop_reason: "end_turn".into() };
+    assert_eq!(
+        turns,
+        [
+            ("partial ".to_owned(), TurnState::Interrupted),
+            ("instead ".to_owned(), done.clone()),
+            ("queued ".to_owned(), done.clone())
+        ],
+        "interrupted, the /now text next, then the queue"
+    );
+
+    // /stop with one queued: said; the next message runs at once, the queued one waits.
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:waits")).await.unwrap();
+    bridge.handle(&ch, msg("7", "/stop")).await.unwrap();
+    let stopped = rec.notices().pop().unwrap();
+    assert_eq!(
+        stopped,
+        "Stopped. Your next message runs at once; 1 queued waits: /resume runs them, /queue shows them."
+    );
+    rec.until(8).await;
+    let before = rec.notices().len();
+    bridge.handle(&ch, msg("7", "say:redirected")).await.unwrap();
+    rec.until(9).await;
+    assert_eq!(rec.turns().last().unwrap().text, "redirected ");
+    assert_eq!(rec.notices().len(), before, "not queued: {:?}", rec.notices());
+    bridge.handle(&ch, msg("7", "/queue")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().contains("1. say:waits"));
+    // Sent while the paused item waits: it runs at once too, then joins behind it when stopped.
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    bridge.handle(&ch, msg("7", "say:also")).await.unwrap();
+    bridge.handle(&ch, msg("7", "/stop")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().contains("2 queued wait:"), "{:?}", rec.notices());
+    bridge.handle(&ch, msg("7", "/help")).await.unwrap();
+    assert!(rec.notices().pop().unwrap().contains("/now <text>"));
+}
+
+#[tokio::test]
+async fn a_turn_past_notify_after_is_announced_with_a_new_message_after_its_output() {
+    let r = rig(600).await;
+    let rec = Arc::new(Recorder::default());
+    let bridge = Bridge::new(r.engine.clone(), rec.clone());
+    let ch = channel(&r, "7");
+    // The default (30 s): a short turn says nothing more.
+    bridge.handle(&ch, msg("7", "say:quick")).await.unwrap();
+    rec.until(1).await;
+    // 0: every turn, done, interrupted or failed, right after its output.
+    notify_after(&r, 0);
+    bridge.handle(&ch, msg("7", "say:slow")).await.unwrap();
+    let shown = rec.until(3).await;
+    assert!(matches!(&shown[1], Shown::Turn(_, v) if v.text == "slow "), "{shown:#?}");
+    assert!(matches!(&shown[2], Shown::Notice(c, t) if c == "7" && t == "Done in 0s"), "{shown:#?}");
+    bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    bridge.handle(&ch, msg("7", "/stop")).await.unwrap();
+    rec.until(6).await;
+    assert!(rec.notices().contains(&"Interrupted after 0s".to_owned()), "{:?}", rec.notices());
+    bridge.handle(&ch, msg("7", "fail:the model API answered 500")).await.unwrap();
+    rec.until(8).await;
+    assert_eq!(rec.notices().pop().unwrap(), "Failed after 0s: the model API answered 500");
+    // Back to an hour: nothing more.
+    notify_after(&r, 3600);
+    bridge.handle(&ch, msg("7", "say:quiet")).await.unwrap();
+    rec.until(9).await;
+    bridge.handle(&ch, msg("7", "/status")).await.unwrap();
+    let all = rec.until(10).await;
+    assert!(matches!(&all[8], Shown::Turn(_, v) if v.text == "quiet "), "{all:#?}");
+    assert!(matches!(&all[9], Shown::Notice(_, t) if t.starts_with("Conversation:")), "{all:#?}");
+}

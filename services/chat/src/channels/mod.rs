@@ -9,17 +9,18 @@
 //!   down. REST, CLI and console only change the resource.
 //! - [`bridge`]: the turn seam every adapter shares. An adapter turns each platform message into
 //!   an [`Inbound`] and hands it to [`bridge::Bridge::handle`]; the bridge applies the owner gate
-//!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/status`,
+//!   (pairing, refusals), the commands (`/pair`, `/new`, `/model`, `/stop`, `/now`, `/status`,
 //!   `/queue`, `/resume`, `/allow N`, `/always N`, `/deny N [message]`, `/mode`), and sends
-//!   everything else to the bound conversation through the turn
-//!   engine exactly as a web message is sent (source `channel:<name>`). It follows the bound
-//!   conversation's event bus and hands each turn — whoever started it, the chat or the web page
-//!   — to the adapter's [`Replier`] as a stream of [`TurnView`] snapshots, and each approval
-//!   request and decision ([`ApprovalView`]) to [`Replier::approval`] at once (Telegram: a
-//!   message with inline buttons, edited with the decision; SeaTalk: the default text with the
-//!   `/allow N` / `/deny N` commands). A button press goes to [`bridge::Bridge::answer`]: only
-//!   the paired owner, only a conversation bound to that chat; the first answer from any
-//!   surface wins.
+//!   everything else to the bound conversation through the turn engine exactly as a web message
+//!   is sent (source `channel:<name>`). It follows the bound conversation's event bus and hands
+//!   each turn — whoever started it, the chat or the web page — to the adapter's [`Replier`] as a
+//!   stream of [`TurnView`] snapshots; a turn that ran at least `chat.notify_after_s` is
+//!   followed by a new one-line notice ([`notify`]: "Done in 4m12s"), since platforms do not
+//!   notify edits. Each approval request and decision ([`ApprovalView`]) goes to
+//!   [`Replier::approval`] at once (Telegram: a message with inline buttons, edited with the
+//!   decision; SeaTalk: the default text with the `/allow N` / `/deny N` commands). A button
+//!   press goes to [`bridge::Bridge::answer`]: only the paired owner, only a conversation bound
+//!   to that chat; the first answer from any surface wins.
 //! - [`telegram`]: Bot API long polling, the offset persisted, one progress message edited at
 //!   most once a second, 4,096-character splitting, Telegram-safe HTML.
 //! - [`seatalk`]: events forwarded by `coffer-callback`, ack-then-final replies through the
@@ -56,6 +57,7 @@ use crate::engine::Engine;
 
 pub mod bridge;
 pub mod coordinator;
+pub mod notify;
 pub mod seatalk;
 pub mod telegram;
 
@@ -94,6 +96,10 @@ pub struct TurnView {
     pub tools: Vec<String>,
     /// Running, or how it ended.
     pub state: TurnState,
+    /// How long the turn ran, ms: from its first event (`message_created`) to its end event.
+    /// Set with the final snapshot when the end was seen on the bus; `None` while it runs and
+    /// for an end the bridge made up (the conversation no longer followed, a missed end).
+    pub elapsed_ms: Option<u64>,
 }
 
 /// How a turn stands.
