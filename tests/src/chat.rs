@@ -558,6 +558,7 @@ pub fn kind(e: &c::Event) -> &'static str {
         Some(Kind::TurnError(_)) => "turn_error",
         Some(Kind::QueueChanged(_)) => "queue_changed",
         Some(Kind::Reset(_)) => "reset",
+        Some(Kind::FilesChanged(_)) => "files_changed",
         None => "none",
     }
 }

@@ -43,6 +43,7 @@ pub const POLICY: Policy = Policy {
         rule("Interrupt"),
         rule("Subscribe"),
         rule("WatchConversations"),
+        rule("GetFileDiff"),
         llm_rule("TestConnection"),
         llm_rule("ListModels"),
         llm_rule("Ask"),

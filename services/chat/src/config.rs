@@ -17,6 +17,8 @@ pub struct Config {
     pub turn_timeout: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
+    /// Whether turns record the files they changed (`chat.files_changed`).
+    pub files_changed: bool,
     /// The stored values of every text setting a provider may name (its CLI path).
     texts: HashMap<String, String>,
 }
@@ -34,7 +36,9 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), texts }
+        let files_changed =
+            s::CHAT_FILES_CHANGED.value_or_default(values.get(s::CHAT_FILES_CHANGED.key).map(String::as_str)) != 0;
+        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), files_changed, texts }
     }
 
     /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,

@@ -209,6 +209,12 @@ impl Chat for ChatService {
         ok(self.engine.interrupt(&id).await.map(|interrupted| c::InterruptReply { interrupted }))
     }
 
+    async fn get_file_diff(&self, req: Request<c::GetFileDiffRequest>) -> Reply<c::FileDiff> {
+        let r = req.into_inner();
+        let diff = self.engine.file_diff(&r.conversation_id, &r.message_id, &r.path).await;
+        ok(diff.map(|diff| c::FileDiff { path: r.path, diff }))
+    }
+
     type SubscribeStream = EventStream;
     type WatchConversationsStream = ChangeStream;
 

@@ -388,6 +388,7 @@ fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
         Some(Kind::TurnError(_)) => "turn_error",
         Some(Kind::QueueChanged(_)) => "queue_changed",
         Some(Kind::Reset(_)) => "reset",
+        Some(Kind::FilesChanged(_)) => "files_changed",
         None => "",
     }
 }
