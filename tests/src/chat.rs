@@ -22,6 +22,9 @@
 //! | `fail:<kind> [message]` | ends with `Failed` (`provider`, `auth`, `protocol`, `cli_exited`, `cli_missing`, `internal`) |
 //! | `hang` | sends nothing more until interrupted |
 //! | `exit` | ends the task without a terminal event (as a CLI that dies mid-turn) |
+//! | `write:<path> <text>` | writes `<text>` (`\n` becomes a newline) to `<path>` in the conversation's folder (folders created) |
+//! | `rm:<path>` | removes the file `<path>` in the conversation's folder |
+//! | `mv:<from> <to>` | renames a file in the conversation's folder |
 //!
 //! Every turn first reports `Session` (the config's `session_id`, or `scripted-<turn id>` for a
 //! new one) and, unless a command ended it, finishes with `Done { stop_reason: "end_turn" }`,
@@ -252,6 +255,24 @@ async fn run_script(turn: TurnInput, events: mpsc::Sender<AgentEvent>, mut inter
                 continue;
             }
             "exit" => return,
+            "write" | "rm" | "mv" => {
+                let cwd = std::path::Path::new(&turn.config.cwd);
+                let (a, b) = arg.split_once(' ').unwrap_or((arg, ""));
+                let done = match cmd {
+                    "write" => {
+                        let p = cwd.join(a);
+                        p.parent()
+                            .map_or(Ok(()), std::fs::create_dir_all)
+                            .and_then(|()| std::fs::write(&p, b.replace("\\n", "\n")))
+                    }
+                    "rm" => std::fs::remove_file(cwd.join(a)),
+                    _ => std::fs::rename(cwd.join(a), cwd.join(b)),
+                };
+                if let Err(e) = done {
+                    send!(AgentEvent::TextDelta(format!("{cmd} failed: {e} ")));
+                }
+                continue;
+            }
             _ => split_words(line),
         };
         for w in words {

@@ -225,6 +225,7 @@ const CHAT_EVENTS_DESCRIPTION: &str = r#"One SSE frame per event: `id: <seq>` (p
 | `turn_error` | the turn failed (`code`: `provider`, `auth`, `cli_missing`, `cli_exited`, `protocol`, `timeout`, `internal`); the queue pauses | `{"code": "provider", "message": "the model API answered 500 …", "message_record": Message}` |
 | `queue_changed` | the pending queue changed | `{"queue": PendingQueue}` |
 | `reset` | reload the conversation: `too_old`, `lagged`, `deleted` | `{"reason": "lagged"}` |
+| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
 
 For example:
 
@@ -719,6 +720,13 @@ pub fn routes() -> Vec<Route> {
             .describe("The turn stops at once; its partial assistant message (text and completed tool blocks) is kept with status `interrupted`, and the queue pauses. When no turn runs: `interrupted: false`, nothing changes.")
             .path_param("id", "The conversation's id.")
             .ok_of::<coffer_api::chat::Interrupted>(200, "Done.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/conversations/{id}/messages/{message_id}/diff", "chat", "One file's diff of a turn")
+            .describe("The unified diff (3 lines of context, at most 256 KiB) of one file that the turn of this assistant message changed, as its `files_changed` lists it; a binary file's says `binary file changed`. Diffs are kept for each conversation's newest 200 turns (under `COFFER_HOME/chat/diffs`, removed with the conversation).")
+            .path_param("id", "The conversation's id.")
+            .path_param("message_id", "The assistant message's id.")
+            .query("path", json!({"type": "string"}), "The file's path as listed (relative, `/`-separated).")
+            .ok_of::<coffer_api::chat::FileDiff>(200, "The diff.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}/events", "chat", "Watch a conversation live (SSE)")
             .describe(CHAT_EVENTS_DESCRIPTION)

@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Longest the turn's start waits for its snapshot before the agent starts anyway.
+pub const SNAPSHOT_WAIT: Duration = Duration::from_secs(3);
 /// Most files walked in one snapshot; past it the turn's changes are not compared.
 pub const MAX_FILES: usize = 20_000;
 /// Largest file whose earlier content is kept in memory, bytes.
@@ -219,27 +221,65 @@ struct GitRepo {
     prefix: String,
 }
 
-/// A snapshot being taken (in a task of its own, off the turn's critical path).
+/// A snapshot being taken (in a task of its own, so a slow tree does not hold the turn's start
+/// past [`Pending::ready`]'s bound).
 pub struct Pending {
-    task: tokio::task::JoinHandle<Snapshot>,
+    state: State,
+}
+
+enum State {
+    Running(tokio::task::JoinHandle<Snapshot>),
+    Done(Snapshot),
+    Failed,
 }
 
 /// Starts the turn-start snapshot of `root` in a task; the turn goes on meanwhile.
 pub fn start(root: PathBuf) -> Pending {
-    Pending { task: tokio::spawn(snapshot(root)) }
+    Pending { state: State::Running(tokio::spawn(snapshot(root))) }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let State::Running(task) = &self.state {
+            task.abort();
+        }
+    }
 }
 
 impl Pending {
+    /// Waits at most `max` for the snapshot (the engine waits before the agent starts, so what
+    /// the agent does is not in it); `false` when it is still being taken (it goes on, and a
+    /// change the agent makes before it reads a file is then missed).
+    pub async fn ready(&mut self, max: Duration) -> bool {
+        let State::Running(task) = &mut self.state else { return true };
+        match tokio::time::timeout(max, task).await {
+            Ok(Ok(snap)) => {
+                self.state = State::Done(snap);
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "The turn-start snapshot of the working directory failed.");
+                self.state = State::Failed;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Compares the tree now with the turn-start snapshot: the changed files and each one's
     /// diff (path → unified diff text, or a sentence for binary files and content not kept).
     /// `None` when the snapshot task failed (logged).
-    pub async fn finish(self) -> Option<(FilesChanged, HashMap<String, String>)> {
-        let snap = match self.task.await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "The turn-start snapshot of the working directory failed.");
-                return None;
-            }
+    pub async fn finish(mut self) -> Option<(FilesChanged, HashMap<String, String>)> {
+        let snap = match std::mem::replace(&mut self.state, State::Failed) {
+            State::Done(s) => s,
+            State::Failed => return None,
+            State::Running(task) => match task.await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "The turn-start snapshot of the working directory failed.");
+                    return None;
+                }
+            },
         };
         Some(compare(snap).await)
     }
@@ -704,7 +744,9 @@ pub enum DiffError {
     #[error("path {0:?} is not a relative path inside the conversation's folder")]
     BadPath(String),
     /// The turn's diffs are not kept (older than the newest turns, or the turn changed nothing).
-    #[error("the diffs of message {0} are not kept (none were recorded, or they are older than the newest {KEEP_TURNS} turns)")]
+    #[error(
+        "the diffs of message {0} are not kept (none were recorded, or they are older than the newest {KEEP_TURNS} turns)"
+    )]
     NoTurn(String),
     /// The turn did not change that file.
     #[error("message {message} did not change {path:?}")]

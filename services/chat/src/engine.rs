@@ -1174,8 +1174,8 @@ impl Engine {
         let mut config = persist::parse_config(&record.agent_config_json);
         turn.acc().model = config.model.clone();
         // What the turn changes in its folder: the snapshot is taken while the agent starts.
-        let tracking =
-            (!config.cwd.is_empty() && self.config().files_changed).then(|| crate::changes::start(PathBuf::from(&config.cwd)));
+        let mut tracking = (!config.cwd.is_empty() && self.config().files_changed)
+            .then(|| crate::changes::start(PathBuf::from(&config.cwd)));
         // The assistant message was stored `streaming` with the user message (`StartTurn`).
         let started = Kind::TurnStarted(c::TurnStarted {
             user_message_id: turn.user_message_id.clone(),
@@ -1202,6 +1202,14 @@ impl Engine {
                 return;
             }
         };
+        // The agent starts once the folder's snapshot is taken (bounded: a huge or slow tree does
+        // not hold the turn; its snapshot then goes on beside the agent).
+        if let Some(t) = tracking.as_mut()
+            && !t.ready(crate::changes::SNAPSHOT_WAIT).await
+        {
+            tracing::warn!(conversation = %conv.id, wait_ms = crate::changes::SNAPSHOT_WAIT.as_millis() as u64,
+                "The folder's snapshot is slow; the agent starts before it is complete.");
+        }
         let (tx, mut rx) = mpsc::channel(ADAPTER_CHANNEL);
         let input =
             TurnInput { conversation_id: conv.id.clone(), turn_id: turn.turn_id.clone(), text, config: config.clone() };

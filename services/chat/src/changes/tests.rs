@@ -135,10 +135,7 @@ async fn a_plain_folder_is_compared_by_its_listing() {
         write(p, "node_modules/x/index.js", "changed but skipped\n");
     })
     .await;
-    assert_eq!(
-        kinds(&fc),
-        [("a.txt".into(), "modified"), ("b.txt".into(), "deleted"), ("c/new.txt".into(), "added")]
-    );
+    assert_eq!(kinds(&fc), [("a.txt".into(), "modified"), ("b.txt".into(), "deleted"), ("c/new.txt".into(), "added")]);
     assert_eq!((fc.files[0].additions, fc.files[0].deletions), (0, 1));
     assert!(diffs["a.txt"].contains(" 1\n-2\n 3\n"), "{}", diffs["a.txt"]);
 }
@@ -243,4 +240,28 @@ fn git_outputs_parse() {
     let m = parse_batch(batch);
     assert_eq!(m["aaaa"], b"abc");
     assert_eq!(m["cccc"], b"");
+}
+
+#[tokio::test]
+async fn a_large_tree_is_snapshotted_and_compared_within_the_start_bound() {
+    // 19,000 files of 1 KiB in 190 folders (under MAX_FILES), one changed by the "turn".
+    let d = tempfile::tempdir().unwrap();
+    let line = "x".repeat(1023) + "\n";
+    for dir in 0..190 {
+        let p = d.path().join(format!("d{dir:03}"));
+        std::fs::create_dir(&p).unwrap();
+        for f in 0..100 {
+            std::fs::write(p.join(format!("f{f:03}.txt")), &line).unwrap();
+        }
+    }
+    let t0 = Instant::now();
+    let snap = snapshot(d.path().to_path_buf()).await;
+    let took = t0.elapsed();
+    std::fs::write(d.path().join("d000/f000.txt"), "changed\n").unwrap();
+    let t1 = Instant::now();
+    let (fc, _) = compare(snap).await;
+    let compared = t1.elapsed();
+    eprintln!("snapshot of 19000 files (19 MiB kept): {took:?}; compare: {compared:?}");
+    assert_eq!(kinds(&fc), [("d000/f000.txt".into(), "modified")]);
+    assert!(took < SNAPSHOT_WAIT, "the snapshot took {took:?}");
 }

@@ -227,8 +227,7 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
     check_len("message.source", &m.source, MAX_SOURCE_BYTES)?;
     check_len("message.error", &m.error, MAX_ERROR_BYTES)?;
     check_len("message.files_changed_json", &m.files_changed_json, MAX_FILES_CHANGED_BYTES)?;
-    if !m.files_changed_json.is_empty()
-        && serde_json::from_str::<serde::de::IgnoredAny>(&m.files_changed_json).is_err()
+    if !m.files_changed_json.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(&m.files_changed_json).is_err()
     {
         return Err(StoreError::Invalid("message.files_changed_json is not JSON".into()));
     }
