@@ -13,6 +13,7 @@ mod channel_telegram;
 mod channels_rest;
 mod chat_agents;
 mod chat_approvals;
+mod chat_changes;
 mod chat_cli;
 mod chat_durability;
 mod chat_edge;

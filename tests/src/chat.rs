@@ -23,6 +23,9 @@
 //! | `APPROVE[<Tool>: <text>]` | asks for approval (`ApprovalRequested`: tool `<Tool>`, input `{"command": text}` for Bash/shell, `{"file_path": text}` for Edit/Write, else `{"text": text}`), waits for the answer, then says `approved` or `denied: <message>` (each with a newline; the engine decides by the conversation's mode: `read_only` denies at once) |
 //! | `hang` | sends nothing more until interrupted |
 //! | `exit` | ends the task without a terminal event (as a CLI that dies mid-turn) |
+//! | `write:<path> <text>` | writes `<text>` (`\n` becomes a newline) to `<path>` in the conversation's folder (folders created) |
+//! | `rm:<path>` | removes the file `<path>` in the conversation's folder |
+//! | `mv:<from> <to>` | renames a file in the conversation's folder |
 //!
 //! Every turn first reports `Session` (the config's `session_id`, or `scripted-<turn id>` for a
 //! new one) and, unless a command ended it, finishes with `Done { stop_reason: "end_turn" }`,
@@ -296,6 +299,24 @@ async fn run_script(
                 continue;
             }
             "exit" => return,
+            "write" | "rm" | "mv" => {
+                let cwd = std::path::Path::new(&turn.config.cwd);
+                let (a, b) = arg.split_once(' ').unwrap_or((arg, ""));
+                let done = match cmd {
+                    "write" => {
+                        let p = cwd.join(a);
+                        p.parent()
+                            .map_or(Ok(()), std::fs::create_dir_all)
+                            .and_then(|()| std::fs::write(&p, b.replace("\\n", "\n")))
+                    }
+                    "rm" => std::fs::remove_file(cwd.join(a)),
+                    _ => std::fs::rename(cwd.join(a), cwd.join(b)),
+                };
+                if let Err(e) = done {
+                    send!(AgentEvent::TextDelta(format!("{cmd} failed: {e} ")));
+                }
+                continue;
+            }
             _ => split_words(line),
         };
         for w in words {
@@ -609,6 +630,7 @@ pub fn kind(e: &c::Event) -> &'static str {
         Some(Kind::Reset(_)) => "reset",
         Some(Kind::ApprovalRequested(_)) => "approval_requested",
         Some(Kind::ApprovalResolved(_)) => "approval_resolved",
+        Some(Kind::FilesChanged(_)) => "files_changed",
         None => "none",
     }
 }

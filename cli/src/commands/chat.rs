@@ -466,6 +466,36 @@ pub fn resolved_line(r: &coffer_api::chat::ApprovalResolved) -> String {
     format!("{mark} approval #{} {word} by {who}{message}", r.number)
 }
 
+/// What a turn changed, for a terminal: `± 3 files changed: +40 −12`, then one line per file
+/// (`  M src/a.rs  +40 −12`; `A` added, `M` modified, `D` deleted, `R` renamed), then how to see
+/// a diff.
+pub fn files_changed_text(f: &coffer_api::chat::FilesChanged) -> String {
+    use coffer_api::chat::FileChangeKind as K;
+    let (a, d) = f.totals();
+    let n = f.files.len();
+    let more = if f.truncated { "+" } else { "" };
+    let mut out =
+        format!("± {n}{more} file{} changed: +{a} \u{2212}{d}\n", if n == 1 && !f.truncated { "" } else { "s" });
+    if let Some(note) = &f.note {
+        out.push_str(&format!("  ({})\n", printable(note)));
+    }
+    for c in &f.files {
+        let letter = match c.change {
+            K::Added => 'A',
+            K::Modified => 'M',
+            K::Deleted => 'D',
+            K::Renamed => 'R',
+        };
+        let path = match &c.old_path {
+            Some(old) => format!("{} → {}", printable(old), printable(&c.path)),
+            None => printable(&c.path).into_owned(),
+        };
+        let counts = if c.binary { "binary".to_owned() } else { format!("+{} \u{2212}{}", c.additions, c.deletions) };
+        out.push_str(&format!("  {letter} {path}  {counts}\n"));
+    }
+    out
+}
+
 /// Renders a conversation's events for a terminal, one at a time: text deltas as they come,
 /// everything else on lines of its own (a line break is put in first when text left the cursor
 /// mid-line).
@@ -514,6 +544,7 @@ impl Renderer {
             EventBody::QueueChanged(q) => format!("⧗ {}", queue_line(&q.queue)),
             EventBody::ApprovalRequested(r) => approval_lines(&ev.conversation_id, &r.approval),
             EventBody::ApprovalResolved(r) => resolved_line(r),
+            EventBody::FilesChanged(f) => files_changed_text(f).trim_end().to_owned(),
             EventBody::Reset(r) => match r.reason.as_str() {
                 "deleted" => "! the conversation was deleted".to_owned(),
                 "lagged" => "! this watcher fell behind; catching up from the conversation".to_owned(),

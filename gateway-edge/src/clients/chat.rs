@@ -22,8 +22,8 @@ use axum::response::sse::Event as SseEvent;
 use coffer_api::chat as api;
 use coffer_proto::chat::chat_client::ChatClient;
 use coffer_proto::chat::{
-    Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, Message, MessageStatus,
-    PendingItem, PendingQueue, Role, SendMessageReply, Usage, content_block, conversation_change, event,
+    Agent, ContentBlock, Conversation, ConversationChange, ConversationView, Event, FilesChanged, Message,
+    MessageStatus, PendingItem, PendingQueue, Role, SendMessageReply, Usage, content_block, conversation_change, event,
     send_message_reply,
 };
 use coffer_runtime::grpc::AuthChannel;
@@ -188,6 +188,34 @@ pub fn message(m: &Message) -> api::Message {
         updated_ms: ms(m.updated_ms),
         error: opt(&m.error),
         source: opt(&m.source),
+        files_changed: m.files_changed.as_ref().map(|f| files_changed(f, false)),
+    }
+}
+
+/// A turn's `FilesChanged`; `message_id` only in the event (`with_message`).
+pub fn files_changed(f: &FilesChanged, with_message: bool) -> api::FilesChanged {
+    use coffer_proto::chat::FileChangeKind as K;
+    api::FilesChanged {
+        files: f
+            .files
+            .iter()
+            .map(|c| api::FileChange {
+                path: c.path.clone(),
+                change: match c.change() {
+                    K::Added => api::FileChangeKind::Added,
+                    K::Deleted => api::FileChangeKind::Deleted,
+                    K::Renamed => api::FileChangeKind::Renamed,
+                    K::Modified | K::Unspecified => api::FileChangeKind::Modified,
+                },
+                old_path: opt(&c.old_path),
+                additions: c.additions,
+                deletions: c.deletions,
+                binary: c.binary,
+            })
+            .collect(),
+        truncated: f.truncated,
+        note: opt(&f.note),
+        message_id: if with_message { opt(&f.message_id) } else { None },
     }
 }
 
@@ -297,6 +325,7 @@ fn event_body(k: &event::Kind) -> api::EventBody {
         }),
         K::QueueChanged(q) => B::QueueChanged(api::QueueChanged { queue: queue(q.queue.as_ref()) }),
         K::Reset(r) => B::Reset(api::Reset { reason: r.reason.clone() }),
+        K::FilesChanged(f) => B::FilesChanged(files_changed(f, true)),
         K::ApprovalRequested(a) => B::ApprovalRequested(api::ApprovalRequested {
             approval: a.approval.as_ref().map(approval).unwrap_or_default(),
         }),

@@ -75,6 +75,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/conversations/{id}/interrupt", post(interrupt))
         .route("/v1/conversations/{id}/events", get(events))
         .route("/v1/conversations/{id}/approvals/{number}", post(answer_approval))
+        .route("/v1/conversations/{id}/messages/{message_id}/diff", get(file_diff))
 }
 
 /// A response with `ETag: "<version>"`.
@@ -323,6 +324,25 @@ async fn interrupt(
 ) -> Result<Json<api::Interrupted>, ApiError> {
     let r = call(st.chat.clone().interrupt(ConversationRef { id })).await.map_err(ApiError::from_chat)?;
     Ok(Json(api::Interrupted { interrupted: r.interrupted }))
+}
+
+/// `GET /v1/conversations/{id}/messages/{message_id}/diff?path=src/a.rs` → `{path, diff}`: one
+/// file's unified diff of the turn that wrote that assistant message (issue 34 §4). 400 for a
+/// missing path or one outside the conversation's folder (absolute, `..`); 404 when the turn's
+/// diffs are not kept or it did not change that path.
+async fn file_diff(
+    State(st): State<Arc<AppState>>,
+    Path((id, message_id)): Path<(String, String)>,
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<api::FileDiff>, ApiError> {
+    let p = Params::from_query(q, &["path"])?;
+    let Some(path) = p.get("path").filter(|p| !p.is_empty()) else {
+        return Err(ApiError::invalid("give the file's path: ?path=src/a.rs (as listed in files_changed)")
+            .with_details(json!({"parameter": "path"})));
+    };
+    let req = coffer_proto::chat::GetFileDiffRequest { conversation_id: id, message_id, path: path.to_owned() };
+    let r = call(st.chat.clone().get_file_diff(req)).await.map_err(ApiError::from_chat)?;
+    Ok(Json(api::FileDiff { path: r.path, diff: r.diff }))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -227,6 +227,7 @@ const CHAT_EVENTS_DESCRIPTION: &str = r#"One SSE frame per event: `id: <seq>` (p
 | `reset` | reload the conversation: `too_old`, `lagged`, `deleted` | `{"reason": "lagged"}` |
 | `approval_requested` | the agent waits for permission (mode `ask`); answer with `POST …/approvals/{number}` | `{"approval": {"number": 1042, "tool": "Bash", "summary": "Bash: rm -rf build", "input": {"command": "rm -rf build"}, "diff": null, "cwd": "/abs", "requested_ms": …, "expires_ms": …}}` (`number` is this event's `seq`) |
 | `approval_resolved` | a request was decided (first answer wins) | `{"number": 1042, "decision": "deny", "message": "not now", "decided_by": "web", "actor": "session:3f2a…"}` (`decided_by`: `web`, `cli`, `api`, `channel:<name>`, `timeout`, `interrupt`, `turn_ended`) |
+| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
 
 For example:
 
@@ -730,6 +731,13 @@ pub fn routes() -> Vec<Route> {
             .body_of::<coffer_api::chat::ApprovalAnswer>()
             .ok_of::<coffer_api::chat::ApprovalResolved>(200, "Decided: the decision as every surface sees it.")
             .errors(&["NOT_FOUND", "ALREADY_DECIDED", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("GET", "/v1/conversations/{id}/messages/{message_id}/diff", "chat", "One file's diff of a turn")
+            .describe("The unified diff (3 lines of context, at most 256 KiB) of one file that the turn of this assistant message changed, as its `files_changed` lists it; a binary file's says `binary file changed`. Diffs are kept for each conversation's newest 200 turns (under `COFFER_HOME/chat/diffs`, removed with the conversation).")
+            .path_param("id", "The conversation's id.")
+            .path_param("message_id", "The assistant message's id.")
+            .query("path", json!({"type": "string"}), "The file's path as listed (relative, `/`-separated).")
+            .ok_of::<coffer_api::chat::FileDiff>(200, "The diff.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}/events", "chat", "Watch a conversation live (SSE)")
             .describe(CHAT_EVENTS_DESCRIPTION)
             .path_param("id", "The conversation's id.")

@@ -292,6 +292,70 @@ pub struct Message {
     pub error: Option<String>,
     /// User messages: `cli`, `api`, `ui`, `channel:<name>`; null for assistant messages.
     pub source: Option<String>,
+    /// Assistant messages: what the turn changed in the conversation's folder; null when it
+    /// changed nothing, the turn has not ended, or it was not recorded (`chat.files_changed` 0).
+    #[serde(default)]
+    pub files_changed: Option<FilesChanged>,
+}
+
+/// How a turn changed a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+}
+
+/// One file a turn changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FileChange {
+    /// Relative to the conversation's `cwd`, `/`-separated (a rename's new path), e.g. `src/a.rs`.
+    pub path: String,
+    pub change: FileChangeKind,
+    /// `renamed`: the earlier path; else null.
+    pub old_path: Option<String>,
+    /// Lines added (0 for binary files and when the earlier content was not kept).
+    pub additions: u32,
+    /// Lines removed (as `additions`).
+    pub deletions: u32,
+    /// The file is binary: no line diff (its diff says "binary file changed").
+    pub binary: bool,
+}
+
+/// What a turn changed in the conversation's folder (the `files_changed` event, and a
+/// message's `files_changed`): sorted by path, at most 300 files. In a git repository the
+/// comparison is against the tree at the turn's start (earlier uncommitted work is not the
+/// turn's); elsewhere a listing of at most 20,000 files (past it: no files, `truncated`, and a
+/// `note`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FilesChanged {
+    pub files: Vec<FileChange>,
+    /// More files changed than are listed.
+    pub truncated: bool,
+    /// Why the comparison is partial, e.g. "too many files to compare (more than 20000)"; else null.
+    pub note: Option<String>,
+    /// The assistant message it belongs to (in the event); null on a message.
+    pub message_id: Option<String>,
+}
+
+impl FilesChanged {
+    /// Lines added and removed over every listed file.
+    pub fn totals(&self) -> (u64, u64) {
+        self.files.iter().fold((0, 0), |(a, d), f| (a + u64::from(f.additions), d + u64::from(f.deletions)))
+    }
+}
+
+/// `GET /v1/conversations/{id}/messages/{message_id}/diff?path=…`: one file's diff of that
+/// message's turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FileDiff {
+    /// As listed in the message's `files_changed`.
+    pub path: String,
+    /// Unified diff text (3 lines of context; at most 256 KiB, cut with a line saying so), or a
+    /// sentence: `binary file changed`, or that the earlier content was not kept.
+    pub diff: String,
 }
 
 impl Message {
@@ -444,12 +508,13 @@ pub enum EventKind {
     Reset,
     ApprovalRequested,
     ApprovalResolved,
+    FilesChanged,
 }
 
 impl EventKind {
     /// Every kind, in the order a turn emits them (then `queue_changed` and `reset`, then the
-    /// approvals').
-    pub const ALL: [EventKind; 11] = [
+    /// approvals', then `files_changed`, which follows a turn's end).
+    pub const ALL: [EventKind; 12] = [
         EventKind::MessageCreated,
         EventKind::TurnStarted,
         EventKind::TextDelta,
@@ -461,6 +526,7 @@ impl EventKind {
         EventKind::Reset,
         EventKind::ApprovalRequested,
         EventKind::ApprovalResolved,
+        EventKind::FilesChanged,
     ];
 
     /// Its word on the wire.
@@ -477,6 +543,7 @@ impl EventKind {
             EventKind::Reset => "reset",
             EventKind::ApprovalRequested => "approval_requested",
             EventKind::ApprovalResolved => "approval_resolved",
+            EventKind::FilesChanged => "files_changed",
         }
     }
 }
@@ -571,6 +638,7 @@ pub enum EventBody {
     Reset(Reset),
     ApprovalRequested(ApprovalRequested),
     ApprovalResolved(ApprovalResolved),
+    FilesChanged(FilesChanged),
 }
 
 impl EventBody {
@@ -588,6 +656,7 @@ impl EventBody {
             EventBody::Reset(_) => EventKind::Reset,
             EventBody::ApprovalRequested(_) => EventKind::ApprovalRequested,
             EventBody::ApprovalResolved(_) => EventKind::ApprovalResolved,
+            EventBody::FilesChanged(_) => EventKind::FilesChanged,
         }
     }
 }

@@ -44,6 +44,7 @@ pub const POLICY: Policy = Policy {
         rule("Subscribe"),
         rule("WatchConversations"),
         rule("AnswerApproval"),
+        rule("GetFileDiff"),
         llm_rule("TestConnection"),
         llm_rule("ListModels"),
         llm_rule("Ask"),

@@ -22,6 +22,8 @@ pub struct Config {
     pub notify_after: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
+    /// Whether turns record the files they changed (`chat.files_changed`).
+    pub files_changed: bool,
     /// The stored values of every text setting a provider may name (its CLI path).
     texts: HashMap<String, String>,
 }
@@ -43,11 +45,14 @@ impl Config {
             s::CHAT_APPROVAL_TIMEOUT_S.value_or_default(values.get(s::CHAT_APPROVAL_TIMEOUT_S.key).map(String::as_str));
         let notify =
             s::CHAT_NOTIFY_AFTER_S.value_or_default(values.get(s::CHAT_NOTIFY_AFTER_S.key).map(String::as_str));
+        let files_changed =
+            s::CHAT_FILES_CHANGED.value_or_default(values.get(s::CHAT_FILES_CHANGED.key).map(String::as_str)) != 0;
         Self {
             turn_timeout: Duration::from_secs(timeout),
             approval_timeout: Duration::from_secs(approval),
             notify_after: Duration::from_secs(notify),
             llm: LlmConfig::from_values(values),
+            files_changed,
             texts,
         }
     }

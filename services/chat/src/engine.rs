@@ -187,6 +187,8 @@ pub struct Engine {
     /// The conversation list's live feed.
     watch: Arc<Watch>,
     tuning: Tuning,
+    /// The turns' file diffs (issue 34 §4).
+    diffs: crate::changes::DiffStore,
 }
 
 /// One conversation's live state.
@@ -246,6 +248,8 @@ struct Acc {
     finalized: bool,
     model: String,
     agent_key: String,
+    /// The assistant message as the turn's end stored it (what `files_changed` is added to).
+    final_record: Option<st::MessageRecord>,
 }
 
 /// Whether ending a turn pauses the queue, and how the conversation's lock is had.
@@ -506,6 +510,7 @@ impl Engine {
             store,
             registry,
             config,
+            diffs: crate::changes::DiffStore::new(&home),
             home,
             convs: Mutex::new(HashMap::new()),
             watch: Arc::default(),
@@ -1211,6 +1216,7 @@ impl Engine {
                 record_of(status, usage, &model, error)
             }
         };
+        turn.acc().final_record = Some(record.clone());
         let message = persist::message(&record);
         let (kind, outcome_word, detail_kind) = match outcome {
             Outcome::Done { stop_reason, usage, .. } => (
@@ -1300,6 +1306,9 @@ impl Engine {
         turn.acc().agent_key = record.agent_key.clone();
         let mut config = persist::parse_config(&record.agent_config_json);
         turn.acc().model = config.model.clone();
+        // What the turn changes in its folder: the snapshot is taken while the agent starts.
+        let mut tracking = (!config.cwd.is_empty() && self.config().files_changed)
+            .then(|| crate::changes::start(PathBuf::from(&config.cwd)));
         // The assistant message was stored `streaming` with the user message (`StartTurn`).
         let started = Kind::TurnStarted(c::TurnStarted {
             user_message_id: turn.user_message_id.clone(),
@@ -1326,6 +1335,14 @@ impl Engine {
                 return;
             }
         };
+        // The agent starts once the folder's snapshot is taken (bounded: a huge or slow tree does
+        // not hold the turn; its snapshot then goes on beside the agent).
+        if let Some(t) = tracking.as_mut()
+            && !t.ready(crate::changes::SNAPSHOT_WAIT).await
+        {
+            tracing::warn!(conversation = %conv.id, wait_ms = crate::changes::SNAPSHOT_WAIT.as_millis() as u64,
+                "The folder's snapshot is slow; the agent starts before it is complete.");
+        }
         let (tx, mut rx) = mpsc::channel(ADAPTER_CHANNEL);
         let input =
             TurnInput { conversation_id: conv.id.clone(), turn_id: turn.turn_id.clone(), text, config: config.clone() };
@@ -1391,6 +1408,65 @@ impl Engine {
             tracing::warn!(conversation = %conv.id, turn = %turn.turn_id, "An adapter task did not end; aborted.");
             task.abort();
         }
+        if let Some(tracking) = tracking {
+            self.files_changed(conv, turn, tracking).await;
+        }
+    }
+
+    /// After a turn's task ended: what it changed in its folder, stored on its assistant message
+    /// (its diffs under `COFFER_HOME/chat/diffs`) and published as `files_changed` after the
+    /// turn's end event. Nothing when the turn changed nothing, or the conversation is gone.
+    async fn files_changed(&self, conv: &Conv, turn: &TurnShared, tracking: crate::changes::Pending) {
+        if conv.deleted() || turn.cancel.is_cancelled() {
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        let Some((changed, diffs)) = tracking.finish().await else { return };
+        tracing::debug!(conversation = %conv.id, turn = %turn.turn_id, files = changed.files.len(),
+            compare_ms = t0.elapsed().as_millis() as u64, "Compared the turn's folder.");
+        if changed.is_empty() || conv.deleted() {
+            return;
+        }
+        let message_id = turn.assistant_message_id.clone();
+        if let Err(e) = self.diffs.put(&conv.id, &message_id, &diffs) {
+            tracing::warn!(conversation = %conv.id, error = %e, "Cannot keep the turn's diffs.");
+        }
+        let record = turn.acc().final_record.clone();
+        if let Some(mut record) = record {
+            record.files_changed_json = changed.to_json();
+            let store = self.store.clone();
+            let written = self
+                .retry("store the files changed", &conv.id, move || {
+                    let (store, record) = (store.clone(), record.clone());
+                    async move { store.update_message(record).await }
+                })
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(conversation = %conv.id, error = %e, "Cannot store the turn's changed files.");
+            }
+        }
+        let kind = Kind::FilesChanged(changed.to_proto(&message_id));
+        self.publish(conv, &turn.turn_id, kind, Mark::None).await;
+    }
+
+    /// One file's diff of the turn that wrote `message_id` (`GetFileDiff`).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a path outside the folder, [`Error::NotFound`] for a conversation,
+    /// turn or file with no diff kept.
+    pub async fn file_diff(&self, conversation_id: &str, message_id: &str, path: &str) -> Result<String> {
+        check_id("conversation_id", conversation_id)?;
+        check_id("message_id", message_id)?;
+        self.conv(conversation_id).await?;
+        let diffs = self.diffs.clone();
+        let (c, m, p) = (conversation_id.to_owned(), message_id.to_owned(), path.to_owned());
+        let got = tokio::task::spawn_blocking(move || diffs.get(&c, &m, &p))
+            .await
+            .map_err(|e| Error::Internal(format!("reading the diff: {e}")))?;
+        got.map_err(|e| match e {
+            crate::changes::DiffError::BadPath(_) => Error::Invalid(e.to_string()),
+            _ => Error::NotFound(e.to_string()),
+        })
     }
 
     /// Ends the turn with an error and pauses the queue.
@@ -1582,6 +1658,9 @@ impl Engine {
             entry.provider.forget(&self.registry.env(entry, &self.config()), id);
         }
         let result = self.store.delete(id).await;
+        if result.is_ok() {
+            self.diffs.remove_conversation(id);
+        }
         conv.bus.close(bus::reason::DELETED);
         self.convs().remove(id);
         self.watch.touch(id);

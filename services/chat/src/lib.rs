@@ -25,6 +25,7 @@ pub mod agents_config;
 pub mod authz;
 pub mod binding;
 pub mod bus;
+pub mod changes;
 pub mod channels;
 pub mod claude_code;
 pub mod codex;

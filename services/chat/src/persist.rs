@@ -216,6 +216,7 @@ pub fn message(m: &st::MessageRecord) -> c::Message {
         updated_ms: m.updated_ms,
         error: m.error.clone(),
         source: m.source.clone(),
+        files_changed: crate::changes::from_json(&m.files_changed_json).map(|f| f.to_proto(&m.id)),
     }
 }
 

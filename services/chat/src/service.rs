@@ -215,6 +215,10 @@ impl Chat for ChatService {
 
     async fn answer_approval(&self, req: Request<c::AnswerApprovalRequest>) -> Reply<c::ApprovalResolved> {
         ok(self.engine.answer_approval(req.into_inner()).await)
+    async fn get_file_diff(&self, req: Request<c::GetFileDiffRequest>) -> Reply<c::FileDiff> {
+        let r = req.into_inner();
+        let diff = self.engine.file_diff(&r.conversation_id, &r.message_id, &r.path).await;
+        ok(diff.map(|diff| c::FileDiff { path: r.path, diff }))
     }
 
     type SubscribeStream = EventStream;

@@ -422,6 +422,7 @@ pub(crate) fn kind_name(e: &coffer_proto::chat::Event) -> &'static str {
         Some(Kind::Reset(_)) => "reset",
         Some(Kind::ApprovalRequested(_)) => "approval_requested",
         Some(Kind::ApprovalResolved(_)) => "approval_resolved",
+        Some(Kind::FilesChanged(_)) => "files_changed",
         None => "",
     }
 }

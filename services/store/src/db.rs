@@ -101,6 +101,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0010_pairing_tries.sql"),
     migration!("0011_audit_auth.sql"),
     migration!("0012_server_sandbox.sql"),
+    migration!("0013_message_files_changed.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

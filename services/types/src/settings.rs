@@ -362,6 +362,19 @@ pub const CHAT_CLAUDE_CODE_SANDBOX: Setting = Setting {
     unit: "1 = sandboxed, 0 = off",
     description: "whether Claude Code runs in the vault sandbox",
 };
+/// Whether each chat turn records what it changed in the conversation's folder (the
+/// `files_changed` event, the message's changed files and their diffs).
+pub const CHAT_FILES_CHANGED: Setting = Setting {
+    key: "chat.files_changed",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default: 1,
+    default_text: "",
+    min: 0,
+    max: 1,
+    unit: "1 = on, 0 = off",
+    description: "whether each chat turn records the files it changed (and their diffs)",
+};
 /// Whether Codex runs in the vault sandbox (as [`CHAT_CLAUDE_CODE_SANDBOX`]).
 pub const CHAT_CODEX_SANDBOX: Setting = Setting {
     key: "chat.codex_sandbox",
@@ -614,6 +627,7 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CODEX_PATH,
     CHAT_CLAUDE_CODE_SANDBOX,
     CHAT_CODEX_SANDBOX,
+    CHAT_FILES_CHANGED,
     CHAT_TURN_TIMEOUT_S,
     CHAT_APPROVAL_TIMEOUT_S,
     CHAT_CLAUDE_CODE_PERMISSION_MODE,

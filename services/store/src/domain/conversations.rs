@@ -60,6 +60,8 @@ const MAX_MODEL_BYTES: usize = 256;
 const MAX_SOURCE_BYTES: usize = 128;
 /// Longest `error` of a failed message (bytes).
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
+/// Longest `files_changed_json` of an assistant message (bytes).
+pub const MAX_FILES_CHANGED_BYTES: usize = 1024 * 1024;
 /// Most items of a pending queue, and the longest text of one (bytes: the chat service's limit
 /// for a message).
 pub const MAX_PENDING_ITEMS: usize = 1000;
@@ -210,6 +212,8 @@ struct NewMessage {
     error: String,
     source: String,
     created_ms: i64,
+    /// What the turn changed (JSON, opaque here); empty: not set.
+    files_changed_json: String,
 }
 
 /// Validates a message for `AppendMessage`/`UpdateMessage`: ids, role, status, blocks (at least
@@ -222,6 +226,11 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
     check_len("message.model", &m.model, MAX_MODEL_BYTES)?;
     check_len("message.source", &m.source, MAX_SOURCE_BYTES)?;
     check_len("message.error", &m.error, MAX_ERROR_BYTES)?;
+    check_len("message.files_changed_json", &m.files_changed_json, MAX_FILES_CHANGED_BYTES)?;
+    if !m.files_changed_json.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(&m.files_changed_json).is_err()
+    {
+        return Err(StoreError::Invalid("message.files_changed_json is not JSON".into()));
+    }
     if m.blocks.len() > MAX_BLOCKS {
         return Err(StoreError::Invalid(format!("message.blocks has {} blocks; at most {MAX_BLOCKS}", m.blocks.len())));
     }
@@ -283,6 +292,7 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
         error: m.error,
         source: m.source,
         created_ms: m.created_ms,
+        files_changed_json: m.files_changed_json,
     })
 }
 
@@ -316,7 +326,8 @@ fn require_conversation(c: &Connection, id: &str) -> Result<ConversationRecord, 
 }
 
 const MSG_COLS: &str = "id, conversation_id, role, status, blocks_json, input_tokens, output_tokens, \
-                        cache_read_tokens, cache_write_tokens, model, error, source, created_ms, updated_ms";
+                        cache_read_tokens, cache_write_tokens, model, error, source, created_ms, updated_ms, \
+                        files_changed_json";
 
 fn message_from_row(r: &Row<'_>) -> rusqlite::Result<MessageRecord> {
     // The columns' CHECKs admit only the words `parse` knows; the JSON is written by this module.
@@ -341,6 +352,7 @@ fn message_from_row(r: &Row<'_>) -> rusqlite::Result<MessageRecord> {
         source: r.get(11)?,
         created_ms: r.get(12)?,
         updated_ms: r.get(13)?,
+        files_changed_json: r.get(14)?,
     })
 }
 
@@ -454,7 +466,7 @@ fn insert_message(t: &Connection, m: &NewMessage, now: i64) -> Result<MessageRec
     }
     let created = if m.created_ms == 0 { now } else { m.created_ms };
     t.prepare_cached(&format!(
-        "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
     ))?
     .execute(params![
         m.id,
@@ -470,7 +482,8 @@ fn insert_message(t: &Connection, m: &NewMessage, now: i64) -> Result<MessageRec
         m.error,
         m.source,
         created,
-        now
+        now,
+        m.files_changed_json
     ])?;
     // A created_ms in the future counts as now: it must not keep the conversation from ever
     // being idle.
@@ -795,7 +808,8 @@ impl Conversations for ConversationsService {
                 }
                 t.prepare_cached(
                     "UPDATE messages SET status = ?2, blocks_json = ?3, input_tokens = ?4, output_tokens = ?5,
-                            cache_read_tokens = ?6, cache_write_tokens = ?7, model = ?8, error = ?9, updated_ms = MAX(updated_ms, ?10)
+                            cache_read_tokens = ?6, cache_write_tokens = ?7, model = ?8, error = ?9, updated_ms = MAX(updated_ms, ?10),
+                            files_changed_json = CASE WHEN ?11 = '' THEN files_changed_json ELSE ?11 END
                      WHERE id = ?1",
                 )?
                 .execute(params![
@@ -808,7 +822,8 @@ impl Conversations for ConversationsService {
                     m.usage[3],
                     m.model,
                     m.error,
-                    now
+                    now,
+                    m.files_changed_json
                 ])?;
                 t.prepare_cached("UPDATE conversations SET updated_ms = MAX(updated_ms, ?2) WHERE id = ?1")?
                     .execute(params![m.conversation_id, now])?;
