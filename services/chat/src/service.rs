@@ -209,6 +209,18 @@ impl Chat for ChatService {
         ok(self.engine.interrupt(&id).await.map(|interrupted| c::InterruptReply { interrupted }))
     }
 
+    async fn list_agent_sessions(&self, req: Request<c::ListAgentSessionsRequest>) -> Reply<c::ListAgentSessionsReply> {
+        ok(self.engine.list_agent_sessions(req.into_inner()).await)
+    }
+
+    async fn import_agent_session(&self, req: Request<c::ImportAgentSessionRequest>) -> Reply<c::Conversation> {
+        ok(self.engine.import_agent_session(req.into_inner()).await)
+    }
+
+    async fn list_projects(&self, req: Request<c::ListProjectsRequest>) -> Reply<c::ListProjectsReply> {
+        ok(self.engine.list_projects(req.into_inner()).await)
+    }
+
     type SubscribeStream = EventStream;
     type WatchConversationsStream = ChangeStream;
 

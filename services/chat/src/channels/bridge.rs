@@ -121,9 +121,12 @@ fn command(text: &str) -> Option<(String, &str)> {
 /// words them (they name the field and limit), the rest as "try again".
 fn say(e: &Error) -> String {
     match e {
-        Error::Invalid(m) | Error::NotFound(m) | Error::Precondition(m) | Error::Aborted(m) | Error::Exhausted(m) => {
-            m.clone()
-        }
+        Error::Invalid(m)
+        | Error::NotFound(m)
+        | Error::Precondition(m)
+        | Error::Aborted(m)
+        | Error::Exhausted(m)
+        | Error::AlreadyExists(m) => m.clone(),
         Error::Store(_) | Error::Internal(_) => {
             "Coffer could not do that right now (see logs/chat.log); try again.".to_owned()
         }
