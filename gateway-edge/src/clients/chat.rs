@@ -188,6 +188,7 @@ pub fn message(m: &Message) -> api::Message {
         updated_ms: ms(m.updated_ms),
         error: opt(&m.error),
         source: opt(&m.source),
+        imported: m.imported,
     }
 }
 
