@@ -3,6 +3,7 @@
 //! browser, agent-CLI and npm/PyPI-peer tests, the test groups of `.config/nextest.toml`).
 //! REST behaviour that needs only the edge and the store is tested in process (`tests/inproc`).
 
+mod agent_sessions;
 mod backup;
 mod broker;
 mod catalog_cache;
