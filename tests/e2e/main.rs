@@ -57,6 +57,7 @@ mod shim_recovery;
 mod shim_stdio;
 mod store;
 mod sync;
+mod ui_agent_sessions;
 mod ui_channels;
 mod ui_chat;
 mod ui_edge;

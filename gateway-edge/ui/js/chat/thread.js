@@ -8,7 +8,7 @@
 // gives up the page says so and shows the stored state: nothing spins forever.
 import { ApiError, get, post, put, sse, withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
-import { messageEl, textBlock, toolCard } from './render.js';
+import { markImportEnd, messageEl, textBlock, toolCard } from './render.js';
 import { renderMarkdown } from '../markdown.js';
 
 /** Messages fetched with the conversation, and per older page. */
@@ -142,6 +142,7 @@ export function mountThread(root, id, hooks) {
     const node = messageEl(m);
     if (existing) existing.replaceWith(node);
     else { msgs.appendChild(node); shown.push(m.id); trim(); }
+    if (msgs.querySelector('article.msg.imported')) markImportEnd(msgs);
     if (stick) scrollToEnd();
     return node;
   }
@@ -167,6 +168,7 @@ export function mountThread(root, id, hooks) {
     moreBefore = view.more_before;
     olderBtn.hidden = !moreBefore;
     if (!view.messages.length) msgs.appendChild(h('p', { class: 'empty thread-empty' }, 'No messages yet. Say something below.'));
+    markImportEnd(msgs);
     scrollToEnd();
   }
 
@@ -198,6 +200,7 @@ export function mountThread(root, id, hooks) {
       for (const m of batch) frag.appendChild(messageEl(m));
       msgs.insertBefore(frag, msgs.firstChild);
       shown.unshift(...batch.map((m) => m.id));
+      markImportEnd(msgs);
       scroller.scrollTop += scroller.scrollHeight - before;
     } catch (e) {
       if (!closed) toast(`Cannot load older messages: ${e.message}`, 'error');
