@@ -98,6 +98,14 @@ pub enum ChatCommand {
     /// Delete a conversation and its messages (a running turn is cancelled).
     #[command(after_help = "Example:\n  coffer chat rm 01JDQ8ZKXW5T3M2N4P6R7S8T9V")]
     Rm(IdArg),
+    /// List your own Claude Code and Codex sessions (made outside Coffer), newest first.
+    #[command(after_help = "Examples:\n  coffer chat sessions\n  coffer chat sessions --agent codex --json")]
+    Sessions(super::chat_sessions::SessionsArgs),
+    /// Import one of your own sessions as a conversation, to continue it here.
+    #[command(
+        after_help = "Example:\n  coffer chat import claude_code 35b13f57-b1e3-45f0-bb61-b95101ccfb90\n\nIts history is shown read-only above the new turns; the next message resumes the session."
+    )]
+    Import(super::chat_sessions::ImportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -229,6 +237,8 @@ pub async fn run(ctx: &Ctx, cmd: ChatCommand) -> Result<(), CliError> {
             patch(ctx, &a.id, ConversationPatch { title, ..Default::default() }, "Renamed").await
         }
         ChatCommand::Rm(a) => rm(ctx, &a.id).await,
+        ChatCommand::Sessions(a) => super::chat_sessions::sessions(ctx, a).await,
+        ChatCommand::Import(a) => super::chat_sessions::import(ctx, a).await,
     }
 }
 

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod backup;
 pub mod channel;
 pub mod chat;
+pub mod chat_sessions;
 pub mod completions;
 pub mod connect;
 pub mod credentials;

@@ -188,6 +188,7 @@ pub fn message(m: &Message) -> api::Message {
         updated_ms: ms(m.updated_ms),
         error: opt(&m.error),
         source: opt(&m.source),
+        imported: m.imported,
         files_changed: m.files_changed.as_ref().map(|f| files_changed(f, false)),
     }
 }

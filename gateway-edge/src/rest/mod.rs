@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub mod agent_sessions;
 pub mod backup;
 pub mod channels;
 pub mod chat;
@@ -45,6 +46,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(knowledge::routes())
         .merge(sync::routes())
         .merge(chat::routes())
+        .merge(agent_sessions::routes())
         .merge(llm::routes())
         .merge(channels::routes())
 }

@@ -745,6 +745,22 @@ pub fn routes() -> Vec<Route> {
             .query("after", json!({"type": "integer", "minimum": 0}), "Resume after this `seq`; 0 or absent: the in-flight turn's events so far, then live.")
             .sse("The conversation's events, one frame each (see above).")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/agent-sessions", "chat", "List your own Claude Code and Codex sessions")
+            .describe("The sessions you already have outside Coffer, read from the transcripts the agent CLIs write: Claude Code's `projects/<folder>/<session>.jsonl` under its config dir (`$CLAUDE_CONFIG_DIR`, else `~/.claude`) and Codex's `sessions/YYYY/MM/DD/rollout-*.jsonl` under `$CODEX_HOME` (else `~/.codex`), of the user the daemon runs as. Newest transcript first; each with its folder, first prompt, last activity and message count, and the conversation already bound to it. Bounded: the newest `limit` transcripts, 8 MiB of each; a malformed or over-long line, an unreadable file or a symlink is skipped and counted, never an error.")
+            .query("agent", json!({"enum": crate::rest::agent_sessions::AGENTS}), "Only this agent's sessions (default: both).")
+            .query("limit", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}), "How many transcripts (newest first).")
+            .ok_of::<coffer_api::agent_sessions::AgentSessionList>(200, "The sessions.")
+            .errors(&["INVALID_ARGUMENT"]),
+        route("POST", "/v1/conversations/import", "chat", "Continue one of your own agent sessions")
+            .describe("A conversation bound to the session (`agent_config.session_id` = it, `cwd` = its folder): the next message resumes it (`claude --resume` / Codex `thread/resume`). The transcript's user and assistant text (tool calls briefly, at most the newest 500 messages) is copied in as read-only messages (`imported: true`, `source` `import:<agent_key>`) above the new turns. 404 `NOT_FOUND` for an unknown session; 409 `CONFLICT` when a conversation is already bound to it (the message names it) or its folder no longer exists; 400 for a session id that is not `[A-Za-z0-9_-]`.")
+            .body_of::<coffer_api::agent_sessions::SessionImport>()
+            .ok_of::<coffer_api::chat::Conversation>(201, "Imported, with its `ETag`.")
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "NOT_FOUND", "CONFLICT"]),
+        route("GET", "/v1/projects", "chat", "Working directories to start a conversation in")
+            .describe("The project picker: folders recently used by conversations and by your agent sessions (newest first, existing ones only), then the git repositories found under the setting `chat.projects_root` (default: your home), at most 4 levels deep, skipping hidden folders, `node_modules` and symlinks.")
+            .query("limit", json!({"type": "integer", "minimum": 1, "maximum": 200, "default": 50}), "How many.")
+            .ok_of::<coffer_api::agent_sessions::ProjectList>(200, "The projects.")
+            .errors(&["INVALID_ARGUMENT"]),
         // LLM connections.
         route("GET", "/v1/llm/connections", "llm", "List LLM connections")
             .describe("Sorted by name; one page.")

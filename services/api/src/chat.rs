@@ -291,7 +291,12 @@ pub struct Message {
     /// Failed: the cause; else null.
     pub error: Option<String>,
     /// User messages: `cli`, `api`, `ui`, `channel:<name>`; null for assistant messages.
+    /// `import:<agent_key>` for history copied from an imported agent session.
     pub source: Option<String>,
+    /// Read-only history copied from an imported agent session's transcript
+    /// (`POST /v1/conversations/import`); present (`true`) only on those messages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub imported: bool,
     /// Assistant messages: what the turn changed in the conversation's folder; null when it
     /// changed nothing, the turn has not ended, or it was not recorded (`chat.files_changed` 0).
     #[serde(default)]

@@ -22,6 +22,7 @@
 //!
 //! One module per route group; a group's module holds the bodies of its routes, named as the
 //! document names them (`Credential`, `CredentialPut`, …).
+pub mod agent_sessions;
 pub mod body;
 pub mod channels;
 pub mod chat;

@@ -65,6 +65,14 @@ impl Config {
         (!v.is_empty()).then(|| PathBuf::from(v))
     }
 
+    /// The project picker's root (`chat.projects_root`); `None` when unset, empty or not an
+    /// absolute path (then the user's home).
+    pub fn projects_root(&self) -> Option<PathBuf> {
+        let v = s::CHAT_PROJECTS_ROOT.text_or_default(self.texts.get(s::CHAT_PROJECTS_ROOT.key).map(String::as_str));
+        let p = PathBuf::from(v.trim());
+        p.is_absolute().then_some(p)
+    }
+
     /// An on/off setting (`chat.claude_code_sandbox`): on unless its value is 0 (unset or
     /// unusable values take the default).
     pub fn switch(&self, setting: &Setting) -> bool {

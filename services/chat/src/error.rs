@@ -14,6 +14,9 @@ pub enum Error {
     /// A request that cannot apply now (agent unavailable, archived conversation).
     #[error("{0}")]
     Precondition(String),
+    /// Something that exists already (an agent session imported before); the message names it.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// A stale `expected_version`.
     #[error("{0}")]
     Aborted(String),
@@ -48,6 +51,7 @@ impl From<Error> for Status {
             Error::NotFound(m) => Status::not_found(m),
             Error::Precondition(m) => Status::failed_precondition(m),
             Error::Aborted(m) => Status::aborted(m),
+            Error::AlreadyExists(m) => Status::already_exists(m),
             Error::Exhausted(m) => Status::resource_exhausted(m),
             Error::AlreadyDecided(m, first) => {
                 Status::with_details(Code::AlreadyExists, m, prost::Message::encode_to_vec(&first).into())

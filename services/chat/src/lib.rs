@@ -33,11 +33,14 @@ pub mod config;
 pub mod connections;
 pub mod engine;
 pub mod error;
+pub mod import;
 pub mod kept;
 pub mod llm;
 pub mod persist;
+pub mod projects;
 pub mod providers;
 pub mod service;
+pub mod sessions;
 pub mod watch;
 
 /// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an over-long

@@ -217,8 +217,13 @@ pub fn message(m: &st::MessageRecord) -> c::Message {
         error: m.error.clone(),
         source: m.source.clone(),
         files_changed: crate::changes::from_json(&m.files_changed_json).map(|f| f.to_proto(&m.id)),
+        imported: m.source.starts_with(IMPORTED_SOURCE_PREFIX),
     }
 }
+
+/// The source prefix of messages copied from an imported agent session's transcript
+/// (`import:<agent_key>`): [`c::Message::imported`].
+pub const IMPORTED_SOURCE_PREFIX: &str = "import:";
 
 /// Chat usage from the store's.
 pub fn usage(u: st::UsageRecord) -> c::Usage {

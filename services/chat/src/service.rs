@@ -215,10 +215,24 @@ impl Chat for ChatService {
 
     async fn answer_approval(&self, req: Request<c::AnswerApprovalRequest>) -> Reply<c::ApprovalResolved> {
         ok(self.engine.answer_approval(req.into_inner()).await)
+    }
+
     async fn get_file_diff(&self, req: Request<c::GetFileDiffRequest>) -> Reply<c::FileDiff> {
         let r = req.into_inner();
         let diff = self.engine.file_diff(&r.conversation_id, &r.message_id, &r.path).await;
         ok(diff.map(|diff| c::FileDiff { path: r.path, diff }))
+    }
+
+    async fn list_agent_sessions(&self, req: Request<c::ListAgentSessionsRequest>) -> Reply<c::ListAgentSessionsReply> {
+        ok(self.engine.list_agent_sessions(req.into_inner()).await)
+    }
+
+    async fn import_agent_session(&self, req: Request<c::ImportAgentSessionRequest>) -> Reply<c::Conversation> {
+        ok(self.engine.import_agent_session(req.into_inner()).await)
+    }
+
+    async fn list_projects(&self, req: Request<c::ListProjectsRequest>) -> Reply<c::ListProjectsReply> {
+        ok(self.engine.list_projects(req.into_inner()).await)
     }
 
     type SubscribeStream = EventStream;

@@ -399,6 +399,20 @@ pub const CHAT_CODEX_PATH: Setting = Setting {
     unit: "absolute path, empty = `codex` on PATH",
     description: "the Codex CLI the chat service runs",
 };
+/// Where the project picker looks for git repositories (issue 34 §5): the console's
+/// new-conversation dialog and a channel's `/projects` offer the repositories found up to four
+/// levels below it, besides recently used folders.
+pub const CHAT_PROJECTS_ROOT: Setting = Setting {
+    key: "chat.projects_root",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 4096,
+    unit: "absolute path, empty = the user's home",
+    description: "the folder the project picker searches for git repositories (4 levels deep)",
+};
 /// How long a turn may go without output.
 pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     key: "chat.turn_timeout_s",
@@ -628,6 +642,7 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_CLAUDE_CODE_SANDBOX,
     CHAT_CODEX_SANDBOX,
     CHAT_FILES_CHANGED,
+    CHAT_PROJECTS_ROOT,
     CHAT_TURN_TIMEOUT_S,
     CHAT_APPROVAL_TIMEOUT_S,
     CHAT_CLAUDE_CODE_PERMISSION_MODE,

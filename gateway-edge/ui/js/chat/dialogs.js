@@ -111,6 +111,34 @@ export function noAgentState(list, onChanged) {
     h('p', { class: 'hint' }, 'Settings are also on the ', h('a', { href: '/ui/settings', 'data-nav': '' }, 'Settings page'), '.'));
 }
 
+/**
+ * The project picker above the working-directory field: recent folders and git repositories
+ * (`GET /v1/projects`) as buttons that fill the field (typing a path stays possible: it clears
+ * the pick), and the same paths as the field's suggestions. Filled in when the list arrives; a
+ * failed list leaves only the field.
+ */
+function projectPicker(cwd) {
+  const box = h('div', { class: 'project-picks', role: 'group', 'aria-label': 'Projects' });
+  const paths = h('datalist', { id: 'project-paths' });
+  const wrap = h('div', { class: 'project-picker' }, box, paths);
+  const press = (btn) => { for (const b of box.children) b.setAttribute('aria-pressed', String(b === btn)); };
+  cwd.addEventListener('input', () => press(null));
+  const chip = (label, path, title) => {
+    const b = h('button', { type: 'button', class: 'ghost', 'aria-pressed': 'false', title, dataset: { path },
+      on: { click: () => { cwd.value = path; press(b); } } }, label);
+    return b;
+  };
+  get('/v1/projects?limit=30').then((r) => {
+    const items = (r && r.items) || [];
+    const why = (p) => (p.sources || []).map((s) => ({ conversation: 'used in Coffer', claude_code: 'Claude Code session', codex: 'Codex session', git: 'git repository' }[s] || s)).join(', ');
+    replace(box, [chip('Coffer workspace', '', 'The default: COFFER_HOME/workspace'),
+      ...items.map((p) => chip(`${p.git ? '⎇ ' : ''}${p.name}`, p.path, `${p.path} — ${why(p)}`))]);
+    press(box.firstChild);
+    replace(paths, items.map((p) => h('option', { value: p.path }, p.name)));
+  }).catch(() => {});
+  return wrap;
+}
+
 /** The new-conversation dialog → the created conversation, or null. `models`: names in use. */
 export async function newConversation(list, models = []) {
   const available = list.filter((a) => a.available);
@@ -120,7 +148,8 @@ export async function newConversation(list, models = []) {
   const reason = h('p', { class: 'hint agent-reason' });
   const listEl = h('datalist', { id: 'model-suggestions' });
   const model = h('input', { id: 'new-model', name: 'model', list: 'model-suggestions', autocomplete: 'off', placeholder: 'the agent’s default' });
-  const cwd = h('input', { id: 'new-cwd', name: 'cwd', autocomplete: 'off', placeholder: 'default: the Coffer workspace' });
+  const cwd = h('input', { id: 'new-cwd', name: 'cwd', autocomplete: 'off', list: 'project-paths', placeholder: 'default: the Coffer workspace' });
+  const picks = projectPicker(cwd);
   const mode = h('select', { id: 'new-mode', name: 'permission_mode' },
     h('option', { value: '' }, 'The agent’s default'),
     MODES.map((m) => h('option', { value: m.value }, `${m.label} — ${m.hint}`)));
@@ -155,7 +184,7 @@ export async function newConversation(list, models = []) {
     h('label', { for: 'new-agent' }, 'Agent'), agentSel, reason,
     why.length ? h('details', { class: 'unavailable' }, h('summary', null, `${why.length} unavailable`), h('ul', null, why)) : null,
     h('label', { for: 'new-model' }, 'Model ', h('span', { class: 'hint' }, '(any name the agent accepts; empty = its default)')), model, listEl,
-    h('label', { for: 'new-cwd' }, 'Working directory ', h('span', { class: 'hint' }, '(an absolute path)')), cwd,
+    h('label', { for: 'new-cwd' }, 'Project ', h('span', { class: 'hint' }, '(pick one, or type an absolute path)')), picks, cwd,
     h('label', { for: 'new-mode' }, 'Permission mode ', h('span', { class: 'hint' }, '(what the agent may do without asking)')), mode,
     h('label', { for: 'new-title' }, 'Title ', h('span', { class: 'hint' }, '(optional)')), titleIn);
   return modal('New conversation', body, {

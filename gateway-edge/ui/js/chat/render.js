@@ -1,6 +1,7 @@
 // Chat page: how one message looks. Assistant text is markdown (sanitized, js/markdown.js);
 // user text is plain text; tool calls are <details> cards, collapsed, with name, status, input
-// and result; each reply ends with its model and token usage. Everything user- or
+// and result; each reply ends with its model and token usage. History copied from an imported
+// agent session (`imported`) is marked as such, without a footer, its tool calls without results. Everything user- or
 // agent-controlled reaches the DOM as text or through the markdown sanitizer.
 import { h } from '../dom.js';
 import { renderMarkdown } from '../markdown.js';
@@ -54,6 +55,10 @@ export function toolCard(use) {
     status.classList.add(r.is_error ? 'err' : 'ok');
     result.classList.remove('muted');
     result.textContent = r.output ?? '';
+  };
+  card.setImported = () => {
+    status.textContent = 'imported';
+    result.textContent = 'not kept: the transcript has it';
   };
   card.setStopped = () => {
     if (status.textContent === 'running') { status.textContent = 'no result'; status.classList.add('warn'); }
@@ -113,8 +118,19 @@ export function fillBlocks(body, m) {
       }
     }
   }
-  if (m.status !== 'streaming') for (const c of cards.values()) c.setStopped();
+  if (m.imported) for (const c of cards.values()) c.setImported();
+  else if (m.status !== 'streaming') for (const c of cards.values()) c.setStopped();
   return cards;
+}
+
+/** The agents' names, for the imported-history marker. */
+const AGENT_NAMES = { claude_code: 'Claude Code', codex: 'Codex' };
+
+/** The marker of a message copied from an imported agent session (read-only history). */
+function importedBadge(m) {
+  const agent = (m.source || '').replace(/^import:/, '');
+  const name = AGENT_NAMES[agent] || agent || 'the agent';
+  return h('span', { class: 'badge imported', title: `History from your ${name} session, read-only` }, `imported from ${name}`);
 }
 
 function sourceBadge(m) {
@@ -126,8 +142,10 @@ function sourceBadge(m) {
 /** One message's element (`article.msg.user` / `.assistant`, `data-id`). */
 export function messageEl(m) {
   const body = h('div', { class: 'msg-body' });
-  const el = h('article', { class: `msg ${m.role}`, dataset: { id: m.id, status: m.status } }, body);
-  if (m.role === 'user') {
+  const el = h('article', { class: `msg ${m.role}${m.imported ? ' imported' : ''}`, dataset: { id: m.id, status: m.status } }, body);
+  if (m.imported) {
+    el.insertBefore(h('div', { class: 'msg-meta' }, importedBadge(m)), body);
+  } else if (m.role === 'user') {
     const badge = sourceBadge(m);
     if (badge) el.insertBefore(h('div', { class: 'msg-meta' }, badge), body);
   }
@@ -135,10 +153,27 @@ export function messageEl(m) {
   if (m.role === 'assistant') {
     if (m.status === 'streaming') {
       el.appendChild(h('footer', { class: 'msg-foot' }, h('span', { class: 'badge accent' }, 'in progress')));
-    } else {
+    } else if (!m.imported) {
       if (!body.firstChild && !m.error) body.appendChild(h('p', { class: 'muted' }, '(no text)'));
       el.appendChild(footer(m));
     }
   }
   return el;
+}
+
+/**
+ * Puts one "Continued in Coffer" divider where imported history ends and the conversation's
+ * own turns begin (before the first message that is not imported after one that is); none when
+ * the thread shows no such boundary. Call after messages are added.
+ */
+export function markImportEnd(msgs) {
+  for (const d of msgs.querySelectorAll('.import-divider')) d.remove();
+  for (const el of msgs.querySelectorAll('article.msg.imported')) {
+    let next = el.nextElementSibling;
+    while (next && !next.matches('article.msg')) next = next.nextElementSibling;
+    if (next && !next.classList.contains('imported')) {
+      msgs.insertBefore(h('div', { class: 'import-divider', role: 'separator' }, 'Continued in Coffer'), next);
+      return;
+    }
+  }
 }

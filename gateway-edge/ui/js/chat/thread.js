@@ -8,7 +8,7 @@
 // gives up the page says so and shows the stored state: nothing spins forever.
 import { ApiError, get, patch, post, put, sse, withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
-import { messageEl, textBlock, toolCard } from './render.js';
+import { markImportEnd, messageEl, textBlock, toolCard } from './render.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
 
@@ -162,6 +162,7 @@ export function mountThread(root, id, hooks) {
     const node = messageEl(m);
     if (existing) existing.replaceWith(node);
     else { msgs.appendChild(node); shown.push(m.id); trim(); }
+    if (msgs.querySelector('article.msg.imported')) markImportEnd(msgs);
     if (stick) scrollToEnd();
     return node;
   }
@@ -188,6 +189,7 @@ export function mountThread(root, id, hooks) {
     olderBtn.hidden = !moreBefore;
     if (!view.messages.length) msgs.appendChild(h('p', { class: 'empty thread-empty' }, 'No messages yet. Say something below.'));
     approvals.reset(view.approvals);
+    markImportEnd(msgs);
     scrollToEnd();
   }
 
@@ -219,6 +221,7 @@ export function mountThread(root, id, hooks) {
       for (const m of batch) frag.appendChild(messageEl(m));
       msgs.insertBefore(frag, msgs.firstChild);
       shown.unshift(...batch.map((m) => m.id));
+      markImportEnd(msgs);
       scroller.scrollTop += scroller.scrollHeight - before;
     } catch (e) {
       if (!closed) toast(`Cannot load older messages: ${e.message}`, 'error');

@@ -37,6 +37,9 @@ use super::{ApprovalView, ChannelError, Decided, Inbound, Replier, TurnState, Tu
 use crate::engine::Engine;
 use crate::error::Error;
 
+#[path = "bridge_import.rs"]
+mod import;
+
 /// The agent of a channel whose record names none.
 pub const DEFAULT_AGENT: &str = "claude_code";
 /// Senders remembered as refused per bridge (beyond it, a refusal is neither answered nor
@@ -49,7 +52,10 @@ const QUEUE_PREVIEW_CHARS: usize = 80;
 
 /// The commands' help (`/help`, `/start`).
 pub const HELP: &str = "Coffer commands:\n\
-/new — start a new conversation\n\
+/new — start a new conversation (/new N: in project N of /projects)\n\
+/projects — folders to start a conversation in\n\
+/sessions — your recent Claude Code and Codex sessions\n\
+/import N — continue session N of /sessions here\n\
 /model <id> — set the model of this conversation (/model alone shows it)\n\
 /stop — interrupt the running turn (your next message runs at once)\n\
 /now <text> — interrupt the running turn and run this next\n\
@@ -116,6 +122,8 @@ struct State {
     /// The channel's name (from the record of the last call; the approvals' source).
     channel: String,
     chats: HashMap<String, Chat>,
+    /// The lists `/sessions` and `/projects` last showed, per chat.
+    picks: HashMap<String, import::Picks>,
 }
 
 /// One chat's binding and its turn display.
@@ -176,6 +184,7 @@ fn say(e: &Error) -> String {
         | Error::Aborted(m)
         | Error::Exhausted(m)
         | Error::AlreadyDecided(m, _) => m.clone(),
+        | Error::AlreadyExists(m) => m.clone(),
         Error::Store(_) | Error::Internal(_) => {
             "Coffer could not do that right now (see logs/chat.log); try again.".to_owned()
         }
@@ -265,7 +274,10 @@ impl Bridge {
         let chat = msg.chat_id.as_str();
         let result = match word {
             "help" | "start" => return self.replier.notice(chat, HELP).await,
-            "new" => self.new_conversation(&mut st, channel, chat).await,
+            "new" => self.new_conversation(&mut st, channel, chat, arg).await,
+            "sessions" => self.sessions(&mut st, chat).await,
+            "import" => self.import(&mut st, channel, chat, arg).await,
+            "projects" => self.projects(&mut st, chat).await,
             "model" => self.model(&mut st, channel, chat, arg).await,
             "stop" => self.stop(&mut st, channel, chat).await,
             "now" if arg.is_empty() => {
@@ -599,11 +611,21 @@ impl Bridge {
     }
 
     /// A new conversation of the channel's default agent and agent config (its cwd, model and
-/// default permission mode), bound to `chat`.
+    /// default permission mode), bound to `chat`.
     async fn create(&self, channel: &ChannelRecord, chat: &str) -> crate::error::Result<c::Conversation> {
+        self.create_in(channel, chat, None).await
+    }
+
+    /// [`Bridge::create`] in `cwd` instead of the channel's default folder, when given.
+    async fn create_in(
+        &self,
+        channel: &ChannelRecord,
+        chat: &str,
+        cwd: Option<String>,
+    ) -> crate::error::Result<c::Conversation> {
         let agent_key =
             if channel.default_agent.is_empty() { DEFAULT_AGENT.to_owned() } else { channel.default_agent.clone() };
-        let given = if channel.agent_config_json.trim().is_empty() {
+        let mut given = if channel.agent_config_json.trim().is_empty() {
             crate::adapter::AgentConfig::default()
         } else {
             crate::persist::parse_config(&channel.agent_config_json)
@@ -614,6 +636,9 @@ impl Bridge {
             .ok()
             .and_then(|v| v.get("permission_mode")?.as_str().map(str::to_owned))
             .unwrap_or_default();
+        if let Some(cwd) = cwd {
+            given.cwd = cwd;
+        }
         let req = c::CreateConversationRequest {
             agent_key,
             agent_config: Some(c::AgentConfig {
@@ -681,12 +706,16 @@ impl Bridge {
         st: &mut State,
         channel: &ChannelRecord,
         chat: &str,
+        arg: &str,
     ) -> crate::error::Result<Option<String>> {
-        let conv = self.create(channel, chat).await?;
+        let cwd = self.project_arg(st, chat, arg).await?;
+        let in_project = cwd.is_some();
+        let conv = self.create_in(channel, chat, cwd).await?;
         self.follow(st, chat, &conv.id).await?;
         let cfg = conv.agent_config.unwrap_or_default();
         let model = if cfg.model.is_empty() { "the agent's default".to_owned() } else { cfg.model };
-        Ok(Some(format!("New conversation with {} (model: {model}). Send a message to start.", conv.agent_key)))
+        let folder = if in_project { format!(" in {}", cfg.cwd) } else { String::new() };
+        Ok(Some(format!("New conversation with {}{folder} (model: {model}). Send a message to start.", conv.agent_key)))
     }
 
     async fn model(
