@@ -1,5 +1,5 @@
 //! Chat's settings (`chat.*` rows of `coffer_types::settings`: the turn timeout, each agent's CLI
-//! path and LLM connection binding), read from the store's Settings service and kept current by
+//! path and LLM connection binding, the attachment limits), read from the store's Settings service and kept current by
 //! the shared follower ([`coffer_runtime::settings::follow`]).
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,6 +17,8 @@ pub struct Config {
     pub turn_timeout: Duration,
     /// What the `Llm` service's provider requests and the internal agent follow (`llm.*`).
     pub llm: LlmConfig,
+    /// The files a message may attach (`chat.attachment_max_bytes`, `chat.attachment_max_files`).
+    pub attachments: crate::attachments::Limits,
     /// The stored values of every text setting a provider may name (its CLI path).
     texts: HashMap<String, String>,
 }
@@ -34,7 +36,12 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), texts }
+        let int = |setting: &Setting| setting.value_or_default(values.get(setting.key).map(String::as_str));
+        let attachments = crate::attachments::Limits {
+            max_bytes: int(&s::CHAT_ATTACHMENT_MAX_BYTES),
+            max_files: int(&s::CHAT_ATTACHMENT_MAX_FILES) as usize,
+        };
+        Self { turn_timeout: Duration::from_secs(timeout), llm: LlmConfig::from_values(values), attachments, texts }
     }
 
     /// The CLI path a provider's setting names (`chat.claude_code_path`); `None` when unset,

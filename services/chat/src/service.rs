@@ -196,7 +196,7 @@ impl Chat for ChatService {
 
     async fn send_message(&self, req: Request<c::SendMessageRequest>) -> Reply<c::SendMessageReply> {
         let r = req.into_inner();
-        ok(self.engine.send(&r.conversation_id, r.text, r.source).await)
+        ok(self.engine.send_with(&r.conversation_id, r.text, r.source, r.attachments).await)
     }
 
     async fn set_pending(&self, req: Request<c::SetPendingRequest>) -> Reply<c::PendingQueue> {

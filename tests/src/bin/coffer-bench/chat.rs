@@ -676,6 +676,7 @@ async fn cli_start_up() -> Result<()> {
                     model: String::new(),
                     session_id: session.into(),
                 },
+                attachments: Vec::new(),
             };
             let (first, session) = cli_turn(provider.as_ref(), &env, input("", 1, "SAY[one two three]")).await?;
             ensure!(!session.is_empty(), "{name}: no session id from the first turn");
