@@ -63,8 +63,13 @@ impl Bench {
         config: AgentConfig,
     ) -> anyhow::Result<Vec<AgentEvent>> {
         let env = AgentEnv { binding: binding.cloned(), ..self.env.clone() };
-        let input =
-            TurnInput { conversation_id: "01JCONV".into(), turn_id: "01JTURN".into(), text: text.into(), config, attachments: Vec::new() };
+        let input = TurnInput {
+            conversation_id: "01JCONV".into(),
+            turn_id: "01JTURN".into(),
+            text: text.into(),
+            config,
+            attachments: Vec::new(),
+        };
         let (tx, mut rx) = mpsc::channel(1024);
         let running = provider.start_turn(&env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let mut events = Vec::new();

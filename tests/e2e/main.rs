@@ -11,6 +11,7 @@ mod channel_seatalk;
 mod channel_telegram;
 mod channels_rest;
 mod chat_agents;
+mod chat_attachments;
 mod chat_cli;
 mod chat_durability;
 mod chat_edge;

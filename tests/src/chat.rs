@@ -438,9 +438,13 @@ pub async fn create(c: &mut Client) -> anyhow::Result<c::Conversation> {
 /// # Errors
 /// When the service refuses.
 pub async fn send(c: &mut Client, id: &str, text: &str) -> anyhow::Result<c::SendMessageReply> {
-    Ok(c.send_message(c::SendMessageRequest { conversation_id: id.into(), text: text.into(), source: "api".into() })
-        .await?
-        .into_inner())
+    let req = c::SendMessageRequest {
+        conversation_id: id.into(),
+        text: text.into(),
+        source: "api".into(),
+        ..Default::default()
+    };
+    Ok(c.send_message(req).await?.into_inner())
 }
 
 /// The conversation with its newest 100 messages.

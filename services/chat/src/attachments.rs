@@ -200,8 +200,12 @@ pub fn check(uploads: Vec<c::AttachmentUpload>, limits: Limits) -> Result<Vec<Ch
         let mime = match sniff_image(&u.data) {
             Some(image) => {
                 if mime_from_name(&name) != image {
-                    name = format!("{name}.{}", image_extension(image));
-                    name = sanitize(&name);
+                    // A wrong image extension is replaced; another name gets one added.
+                    let stem = match name.rsplit_once('.') {
+                        Some((s, _)) if !s.is_empty() && mime_from_name(&name).starts_with("image/") => s.to_owned(),
+                        _ => name.clone(),
+                    };
+                    name = sanitize(&format!("{stem}.{}", image_extension(image)));
                 }
                 image.to_owned()
             }
@@ -359,13 +363,15 @@ mod tests {
     #[test]
     fn limits_types_and_collisions() {
         let lim = Limits { max_bytes: 100, max_files: 3 };
-        let ok = check(vec![up("a.png", "", PNG), up("a.png", "image/png", PNG), up("notes", "text/plain", b"hi")], lim)
-            .unwrap();
+        let ok =
+            check(vec![up("a.png", "", PNG), up("a.png", "image/png", PNG), up("notes", "text/plain", b"hi")], lim)
+                .unwrap();
         assert_eq!(ok.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["a.png", "a-2.png", "notes"]);
         assert_eq!(ok[0].mime, "image/png");
         assert_eq!(ok[2].mime, "text/plain");
-        let named = check(vec![up("photo", "", PNG)], lim).unwrap();
+        let named = check(vec![up("photo", "", PNG), up("photo.jpg", "image/jpeg", PNG)], lim).unwrap();
         assert_eq!(named[0].name, "photo.png", "an image gets its extension");
+        assert_eq!(named[1].name, "photo-2.png", "a wrong image extension is replaced");
         let e = check(vec![up("a", "", b"x"); 4], lim).unwrap_err().to_string();
         assert!(e.contains("4 files") && e.contains("chat.attachment_max_files"), "{e}");
         let e = check(vec![up("big.bin", "", &[1u8; 101])], lim).unwrap_err().to_string();

@@ -69,8 +69,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::attachments;
 use crate::adapter::{AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, TurnInput, Usage};
+use crate::attachments;
 use crate::bus::{self, Bus, Mark};
 use crate::config::ConfigRx;
 use crate::error::{Error, Result};

@@ -166,11 +166,26 @@ fn validate_conversation(c: &ConversationRecord) -> Result<(), StoreError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StoredBlock {
-    Text { text: String },
-    ToolUse { id: String, name: String, input_json: String },
-    ToolResult { tool_use_id: String, output: String, is_error: bool },
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input_json: String,
+    },
+    ToolResult {
+        tool_use_id: String,
+        output: String,
+        is_error: bool,
+    },
     /// A file attached to a user message (its bytes are in the conversation's cwd at `path`).
-    Attachment { name: String, mime: String, size: u64, path: String },
+    Attachment {
+        name: String,
+        mime: String,
+        size: u64,
+        path: String,
+    },
 }
 
 impl StoredBlock {
@@ -243,8 +258,9 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
     let mut bytes = 0usize;
     let mut blocks = Vec::with_capacity(m.blocks.len());
     for (i, b) in m.blocks.into_iter().enumerate() {
-        let b = StoredBlock::from_record(b)
-            .ok_or_else(|| StoreError::Invalid(format!("message.blocks[{i}] has no text, tool_use, tool_result or attachment")))?;
+        let b = StoredBlock::from_record(b).ok_or_else(|| {
+            StoreError::Invalid(format!("message.blocks[{i}] has no text, tool_use, tool_result or attachment"))
+        })?;
         match &b {
             StoredBlock::Text { text } => bytes += text.len(),
             StoredBlock::ToolUse { id, name, input_json } => {
