@@ -425,13 +425,19 @@ fn authorize(st: &AppState, h: &HeaderMap, ticket: Option<&str>) -> Verdict {
 }
 
 /// Refuses a request whose declared `Content-Length` exceeds its route's body limit (`/mcp`
-/// 16 MiB, everything else 2 MiB) with 413 in the route's wire format, before any handler runs:
+/// 16 MiB, `POST /v1/conversations/{id}/messages` 56 MiB (attached files), everything else 2 MiB) with 413 in the route's wire format, before any handler runs:
 /// a handler that never reads its body must not run for an oversized request either. A body
 /// without a declared length is bounded where it is read (`DefaultBodyLimit`).
 pub async fn body_limit(req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let is_mcp = path == "/mcp" || path.starts_with("/mcp/");
-    let limit = if is_mcp { crate::MCP_BODY_LIMIT } else { crate::REST_BODY_LIMIT };
+    let limit = if is_mcp {
+        crate::MCP_BODY_LIMIT
+    } else if crate::rest::chat::is_message_post(req.method(), path) {
+        crate::rest::chat::MESSAGE_BODY_LIMIT
+    } else {
+        crate::REST_BODY_LIMIT
+    };
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         if is_mcp {

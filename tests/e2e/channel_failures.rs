@@ -334,7 +334,7 @@ async fn blank_secrets_and_a_cwd_that_is_no_folder_are_refused_at_add_and_edit()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn photos_stickers_and_edits_are_answered_once_that_only_text_is_read() -> anyhow::Result<()> {
+async fn voice_stickers_and_edits_are_answered_once_and_a_strangers_photo_is_never_fetched() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let fake = FakeTelegram::start(TOKEN, "coffer_bot").await?;
     let api = chat::start_daemon(&home).await?;
@@ -356,8 +356,8 @@ async fn photos_stickers_and_edits_are_answered_once_that_only_text_is_read() ->
     let from = |id: i64| json!({"id": id, "is_bot": false, "first_name": "P"});
     let chat = |id: i64| json!({"id": id, "type": "private"});
     fake.push_raw(json!({"message": {"message_id": 50, "from": from(OWNER), "chat": chat(OWNER), "date": 0,
-        "photo": [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90}]}}));
-    said(OWNER, "Only text messages are supported").await?;
+        "voice": {"file_id": "v1", "file_unique_id": "u1", "duration": 3}}}));
+    said(OWNER, "Only text messages, photos and files are read").await?;
     // A sticker and an edit: not answered again; a text after them runs as usual.
     fake.push_raw(json!({"message": {"message_id": 51, "from": from(OWNER), "chat": chat(OWNER), "date": 0,
         "sticker": {"file_id": "s1", "file_unique_id": "u2", "width": 512, "height": 512, "is_animated": false}}}));
@@ -365,7 +365,7 @@ async fn photos_stickers_and_edits_are_answered_once_that_only_text_is_read() ->
         "edit_date": 1, "text": "say:edited"}}));
     fake.push_text(OWNER, "say:after");
     said(OWNER, "after").await?;
-    let notes = fake.bot_messages(OWNER).iter().filter(|m| m.visible().contains("Only text messages")).count();
+    let notes = fake.bot_messages(OWNER).iter().filter(|m| m.visible().contains("Only text messages, photos")).count();
     assert_eq!(notes, 1, "{:?}", fake.bot_messages(OWNER));
     ensure!(!fake.bot_messages(OWNER).iter().any(|m| m.visible().trim() == "edited"), "the edit did not run");
     // A stranger's photo is refused as a stranger's text is.
@@ -373,6 +373,7 @@ async fn photos_stickers_and_edits_are_answered_once_that_only_text_is_read() ->
         "photo": [{"file_id": "p2", "file_unique_id": "u3", "width": 90, "height": 90}]}}));
     said(STRANGER, "only answers its owner").await?;
     ensure!(!fake.bot_messages(STRANGER).iter().any(|m| m.visible().contains("Only text")), "no more to strangers");
+    ensure!(fake.calls_of("getFile").is_empty(), "a stranger's photo is never fetched");
     let polls = fake.calls_of("getUpdates");
     let asked = &polls.last().context("a poll")?.params["allowed_updates"];
     assert_eq!(asked, &json!(["message", "edited_message"]));

@@ -75,7 +75,13 @@ impl Bench {
     }
 
     fn input(&self, text: &str, config: AgentConfig) -> TurnInput {
-        TurnInput { conversation_id: CONVERSATION.into(), turn_id: "01JTURN".into(), text: text.into(), config }
+        TurnInput {
+            conversation_id: CONVERSATION.into(),
+            turn_id: "01JTURN".into(),
+            text: text.into(),
+            config,
+            attachments: Vec::new(),
+        }
     }
 
     /// Starts a turn; the receiver of its events.

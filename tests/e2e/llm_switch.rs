@@ -68,8 +68,13 @@ impl Bench {
         config: AgentConfig,
     ) -> anyhow::Result<Vec<AgentEvent>> {
         let env = AgentEnv { binding: binding.cloned(), ..self.env.clone() };
-        let input =
-            TurnInput { conversation_id: "01JCONV".into(), turn_id: "01JTURN".into(), text: text.into(), config };
+        let input = TurnInput {
+            conversation_id: "01JCONV".into(),
+            turn_id: "01JTURN".into(),
+            text: text.into(),
+            config,
+            attachments: Vec::new(),
+        };
         let (tx, mut rx) = mpsc::channel(1024);
         let running = provider.start_turn(&env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let mut events = Vec::new();
@@ -307,6 +312,7 @@ async fn a_binding_the_agent_cannot_use_fails_the_turn_naming_the_connection() -
         turn_id: "01JT".into(),
         text: "hi".into(),
         config: bench.config("", ""),
+        attachments: Vec::new(),
     };
     let (tx, _rx) = mpsc::channel(8);
     let e = provider.start_turn(&env, input, tx).expect_err("a Claude Code on an OpenAI connection");
@@ -320,6 +326,7 @@ async fn a_binding_the_agent_cannot_use_fails_the_turn_naming_the_connection() -
         turn_id: "01JT".into(),
         text: "hi".into(),
         config: bench.config("", ""),
+        attachments: Vec::new(),
     };
     let (tx, _rx) = mpsc::channel(8);
     let e = Codex::new().start_turn(&env, input, tx).expect_err("Codex on a Chat Completions connection");

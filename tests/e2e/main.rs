@@ -15,6 +15,7 @@ mod channels_rest;
 mod chat_agents;
 mod chat_approvals;
 mod chat_changes;
+mod chat_attachments;
 mod chat_cli;
 mod chat_durability;
 mod chat_edge;

@@ -844,3 +844,78 @@ async fn ui_chat_streams_a_real_claude_code_turn() -> anyhow::Result<()> {
     b.assert_clean().await;
     Ok(())
 }
+
+/// Issue 34 §6: images and files in the composer. An image picked with the attach button (the
+/// file picker, as on a phone) and one pasted show as thumbnails with remove buttons; a file
+/// over the limit is refused inline naming it; removing one drops it; sending carries the rest
+/// (saved in the working directory with their bytes), and the sent message shows the image.
+/// Screenshots at desktop and 390 px phone width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_picked_pasted_previewed_refused_past_the_limit_and_shown_once_sent() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let Ui { home, api, b } = ui().await?;
+    let id = create(&api, "Photos").await?;
+    open(&b, &id).await?;
+    let picked = coffer_tests::images::png(320, 200, [230, 90, 40], [40, 120, 230]);
+    let file = home.temp().join("sunset.png");
+    std::fs::write(&file, &picked)?;
+    // The attach button opens a file picker; WebDriver sets the picker's file as a user would.
+    b.find(".attach-btn").await?;
+    b.find("input.attach-picker").await?.send_keys(&file.display().to_string()).await?;
+    b.wait_for(".attach-item img.attach-img").await?;
+    // A pasted image joins it; an 11 MB one is refused inline, naming the limit.
+    let pasted = coffer_tests::images::png(48, 48, [20, 160, 90], [250, 240, 80]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&pasted);
+    b.eval(
+        "const bytes = Uint8Array.from(atob(arguments[0]), c => c.charCodeAt(0));
+         const dt = new DataTransfer();
+         dt.items.add(new File([bytes], 'clip.png', {type: 'image/png'}));
+         dt.items.add(new File([new Uint8Array(11 * 1024 * 1024)], 'huge.png', {type: 'image/png'}));
+         document.getElementById('composer').dispatchEvent(new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));
+         return true;",
+        vec![json!(b64)],
+    )
+    .await?;
+    b.wait_until("document.querySelectorAll('.attach-item').length === 2").await?;
+    let error = b.wait_for(".attach-error:not([hidden])").await?.text().await?;
+    ensure!(error.contains("huge.png") && error.contains("over the limit of 10.0 MB per file"), "{error}");
+    // A dropped file joins too, then is removed with its button.
+    b.eval(
+        "const dt = new DataTransfer();
+         dt.items.add(new File(['notes'], 'notes.txt', {type: 'text/plain'}));
+         document.querySelector('form.composer').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+         return true;",
+        vec![],
+    )
+    .await?;
+    b.wait_until("document.querySelectorAll('.attach-item').length === 3").await?;
+    b.find("#composer").await?.send_keys("say:nice pictures").await?;
+    b.set_viewport(1280, 800).await?;
+    b.screenshot("chat-attach-tray-1280").await?;
+    b.set_viewport(390, 844).await?;
+    ensure!(b.horizontal_overflow().await? <= 0, "no sideways scrolling at 390 px with the tray");
+    b.screenshot("chat-attach-tray-390").await?;
+    b.find("button.attach-remove[aria-label=\"Remove notes.txt\"]").await?.click().await?;
+    b.wait_until("document.querySelectorAll('.attach-item').length === 2").await?;
+    b.find("#composer").await?.click().await?;
+    b.press(keys::ENTER).await?;
+
+    // The sent message shows both images; the files are in the working directory.
+    b.wait_until("document.querySelectorAll('article.msg.user figure.attachment img.attach-img').length === 2").await?;
+    b.wait_for_text("article.msg.assistant[data-status=\"complete\"]", "nice pictures").await?;
+    ensure!(b.count(".attach-item").await? == 0, "the tray is empty after sending");
+    let v = api.get(&format!("/v1/conversations/{id}")).reply().await?.ok_json()?;
+    let cwd = std::path::PathBuf::from(v["conversation"]["agent_config"]["cwd"].as_str().context("cwd")?);
+    let blocks: Vec<Value> = v["messages"][0]["blocks"].as_array().context("blocks")?.clone();
+    let paths: Vec<&str> = blocks.iter().filter_map(|b| b["attachment"]["path"].as_str()).collect();
+    ensure!(paths.len() == 2, "{blocks:?}");
+    ensure!(std::fs::read(cwd.join(paths[0]))? == picked && std::fs::read(cwd.join(paths[1]))? == pasted);
+    b.set_viewport(1280, 800).await?;
+    b.screenshot("chat-attach-sent-1280").await?;
+    b.set_viewport(390, 844).await?;
+    ensure!(b.horizontal_overflow().await? <= 0, "no sideways scrolling at 390 px with images");
+    b.screenshot("chat-attach-sent-390").await?;
+    b.set_viewport(1280, 800).await?;
+    b.assert_clean().await;
+    Ok(())
+}

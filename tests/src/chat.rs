@@ -503,14 +503,13 @@ pub async fn create(c: &mut Client) -> anyhow::Result<c::Conversation> {
 /// # Errors
 /// When the service refuses.
 pub async fn send(c: &mut Client, id: &str, text: &str) -> anyhow::Result<c::SendMessageReply> {
-    Ok(c.send_message(c::SendMessageRequest {
+    let req = c::SendMessageRequest {
         conversation_id: id.into(),
         text: text.into(),
         source: "api".into(),
-        now: false,
-    })
-    .await?
-    .into_inner())
+        ..Default::default()
+    };
+    Ok(c.send_message(req).await?.into_inner())
 }
 
 /// The conversation with its newest 100 messages.

@@ -18,7 +18,10 @@
 //! on a bot message, with its `data`); `answerCallbackQuery` answers a pending query once
 //! (text 0-200 characters), and an unknown or already answered id gets Telegram's 400 "query is
 //! too old and response timeout expired or query ID is invalid" ([`FakeTelegram::answers`]
-//! lists the answers). Message text is checked
+//! lists the answers). `getFile` (a `File` with its `file_path`; 400 "wrong file_id" for an
+//! unknown one) and the file download `GET /file/bot<token>/<file_path>` (the bytes a test
+//! pushed with [`FakeTelegram::push_photo`] or [`FakeTelegram::push_document`]; 404
+//! otherwise). Message text is checked
 //! as Telegram does: 1-4096 characters after entity parsing, and with `parse_mode: "HTML"` only
 //! Telegram's tags, balanced, with `<>&` escaped (else 400 "can't parse entities"); an edit to
 //! the same text is 400 "message is not modified". A token other than the fake's is 401. As
@@ -158,6 +161,10 @@ struct State {
     open_queries: std::collections::HashSet<String>,
     next_query: u64,
     answers: Vec<CallbackAnswer>,
+    /// Files the bot may fetch: file_id → (file_path, bytes).
+    files: BTreeMap<String, (String, Vec<u8>)>,
+    /// How many times each file_path was downloaded.
+    downloads: BTreeMap<String, u32>,
 }
 
 struct Inner {
@@ -283,6 +290,9 @@ fn int(v: &Value) -> Option<i64> {
 
 async fn handle(axum::extract::State(inner): axum::extract::State<Arc<Inner>>, uri: Uri, body: Bytes) -> Response {
     let path = uri.path().trim_start_matches('/').to_owned();
+    if let Some(rest) = path.strip_prefix("file/bot") {
+        return download(&inner, rest);
+    }
     let (token, method) = match path.strip_prefix("bot").and_then(|p| p.split_once('/')) {
         Some((t, m)) => (t.to_owned(), m.to_owned()),
         None => {
@@ -423,6 +433,14 @@ async fn answer(inner: &Arc<Inner>, token: &str, method: &str, p: &Value) -> (u1
             st.answers.push(CallbackAnswer { id, text, show_alert });
             ok(json!(true))
         }
+        "getFile" => {
+            let id = p.get("file_id").and_then(Value::as_str).unwrap_or_default();
+            match inner.lock().files.get(id) {
+                Some((path, bytes)) => ok(json!({ "file_id": id, "file_unique_id": format!("u-{id}"),
+                    "file_size": bytes.len(), "file_path": path })),
+                None => err(400, "Bad Request: wrong file_id or the file is temporarily unavailable"),
+            }
+        }
         "deleteMessage" => {
             let (Some(chat), Some(id)) = (p.get("chat_id").and_then(int), p.get("message_id").and_then(int)) else {
                 return err(400, "Bad Request: message to delete not found");
@@ -514,6 +532,28 @@ fn keyboard(p: &Value) -> Result<Vec<Vec<Button>>, (u16, Value)> {
 /// The type of an update: the name of its one field besides `update_id`.
 fn update_type(u: &Value) -> String {
     u.as_object().and_then(|o| o.keys().find(|k| *k != "update_id").cloned()).unwrap_or_default()
+}
+
+/// `GET /file/bot<token>/<file_path>`: the pushed bytes (404 for another token or path).
+fn download(inner: &Arc<Inner>, rest: &str) -> Response {
+    let mut st = inner.lock();
+    let found = rest.split_once('/').and_then(|(token, path)| {
+        let bytes =
+            (token == st.token).then(|| st.files.values().find(|(p, _)| p == path).map(|(_, b)| b.clone()))??;
+        Some((path.to_owned(), bytes))
+    });
+    match found {
+        Some((path, bytes)) => {
+            *st.downloads.entry(path).or_default() += 1;
+            drop(st);
+            inner.bump();
+            (StatusCode::OK, bytes).into_response()
+        }
+        None => {
+            (StatusCode::NOT_FOUND, axum::Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})))
+                .into_response()
+        }
+    }
 }
 
 fn visible_if(text: &str, html: bool) -> String {
@@ -614,6 +654,8 @@ impl FakeTelegram {
                 open_queries: std::collections::HashSet::new(),
                 next_query: 0,
                 answers: Vec::new(),
+                files: BTreeMap::new(),
+                downloads: BTreeMap::new(),
             }),
             version: watch::channel(0).0,
         });
@@ -733,6 +775,77 @@ impl FakeTelegram {
     /// The answer to callback query `id`, once the bot answered it.
     pub fn answer_of(&self, id: &str) -> Option<CallbackAnswer> {
         self.answers().into_iter().find(|a| a.id == id)
+    }
+
+    /// A file the bot may fetch (`getFile` then the download); its `file_path`.
+    pub fn put_file(&self, file_id: &str, bytes: &[u8]) -> String {
+        let path = format!("documents/{file_id}");
+        self.inner.lock().files.insert(file_id.to_owned(), (path.clone(), bytes.to_vec()));
+        path
+    }
+
+    /// A user's photo in a private chat: one `PhotoSize` per `(width, height, bytes)` (smallest
+    /// first, as Telegram lists them), each fetchable, with an optional caption; its update_id.
+    pub fn push_photo(&self, user_id: i64, sizes: &[(u32, u32, &[u8])], caption: Option<&str>) -> i64 {
+        let n = self.inner.lock().next_update;
+        let photo: Vec<Value> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, (w, h, bytes))| {
+                let id = format!("photo-{n}-{i}");
+                let path = format!("photos/file_{n}_{i}.jpg");
+                self.inner.lock().files.insert(id.clone(), (path, bytes.to_vec()));
+                json!({ "file_id": id, "file_unique_id": format!("u-{id}"), "width": w, "height": h, "file_size": bytes.len() })
+            })
+            .collect();
+        let mut message = self.user_message(user_id);
+        message["photo"] = json!(photo);
+        if let Some(c) = caption {
+            message["caption"] = json!(c);
+        }
+        self.push_raw(json!({ "message": message }))
+    }
+
+    /// A user's file sent as a document (`name`, `mime`), fetchable, with an optional caption;
+    /// `declared_size` overrides the `file_size` Telegram states (a lie, or a file too big to
+    /// hand over); its update_id.
+    pub fn push_document(
+        &self,
+        user_id: i64,
+        name: &str,
+        mime: &str,
+        bytes: &[u8],
+        caption: Option<&str>,
+        declared_size: Option<u64>,
+    ) -> i64 {
+        let n = self.inner.lock().next_update;
+        let id = format!("doc-{n}");
+        self.put_file(&id, bytes);
+        let mut message = self.user_message(user_id);
+        message["document"] = json!({ "file_id": id, "file_unique_id": format!("u-{id}"), "file_name": name,
+            "mime_type": mime, "file_size": declared_size.unwrap_or(bytes.len() as u64) });
+        if let Some(c) = caption {
+            message["caption"] = json!(c);
+        }
+        self.push_raw(json!({ "message": message }))
+    }
+
+    /// How many times the file at `file_path` was downloaded; every download when `None`.
+    pub fn downloads(&self, file_path: Option<&str>) -> u32 {
+        let st = self.inner.lock();
+        match file_path {
+            Some(p) => st.downloads.get(p).copied().unwrap_or(0),
+            None => st.downloads.values().sum(),
+        }
+    }
+
+    /// A private-chat message from `user_id` without content yet (the caller adds it).
+    fn user_message(&self, user_id: i64) -> Value {
+        let mut st = self.inner.lock();
+        st.next_message += 1;
+        json!({ "message_id": st.next_message, "date": 0,
+            "from": { "id": user_id, "is_bot": false, "first_name": format!("User {user_id}"), "username": format!("user{user_id}") },
+            "chat": { "id": user_id, "type": "private" } })
     }
 
     /// Answers the next call of `method` with `fault` (queued faults apply in order).

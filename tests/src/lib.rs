@@ -42,6 +42,7 @@ pub mod fake_seatalk;
 pub mod fake_telegram;
 pub mod hostile;
 pub mod http;
+pub mod images;
 pub mod inproc;
 pub mod mcp;
 pub mod openai;

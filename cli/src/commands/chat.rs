@@ -173,8 +173,8 @@ pub struct ShowArgs {
 pub struct SendArgs {
     /// The conversation's id.
     pub id: String,
-    /// The message (words are joined with spaces).
-    #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+    /// The message (words are joined with spaces); may be left out with --attach.
+    #[arg(required_unless_present = "attach", num_args = 1.., value_name = "TEXT")]
     pub text: Vec<String>,
     /// Follow the turn this message starts (after the queue, if it waits) until it ends.
     #[arg(long)]
@@ -183,6 +183,34 @@ pub struct SendArgs {
     /// next, before the queue. When no turn runs it just sends.
     #[arg(long)]
     pub now: bool,
+    /// Attach a file (repeat for more; default limits: 4 files of 10 MiB): saved in the
+    /// conversation's working directory under .coffer/attachments/<message id>/ and named to the
+    /// agent; images (PNG, JPEG, GIF, WebP) also reach it as images.
+    #[arg(long, value_name = "FILE", num_args = 1)]
+    pub attach: Vec<std::path::PathBuf>,
+}
+
+/// The attachments of `coffer chat send --attach`: each file read whole, named by its file name
+/// (the server sanitises it and reads an image's type from its bytes).
+///
+/// # Errors
+/// [`CliError::Usage`] naming a file that cannot be read.
+fn read_attachments(paths: &[std::path::PathBuf]) -> Result<Option<Vec<coffer_api::chat::AttachmentUpload>>, CliError> {
+    use base64::Engine as _;
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(paths.len());
+    for p in paths {
+        let data = std::fs::read(p).map_err(|e| CliError::Usage(format!("--attach {}: {e}", p.display())))?;
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        out.push(coffer_api::chat::AttachmentUpload {
+            name,
+            mime: None,
+            data_base64: base64::engine::general_purpose::STANDARD.encode(data),
+        });
+    }
+    Ok(Some(out))
 }
 
 #[derive(Debug, Args)]
@@ -389,6 +417,9 @@ pub fn render_message(m: &Message) -> String {
             }
             ContentBlock::ToolResult { tool_result: r } => {
                 out.push_str(&format!("  {}\n", tool_result_line(&r.output, r.is_error)));
+            }
+            ContentBlock::Attachment { attachment: a } => {
+                out.push_str(&format!("  📎 {} ({}, {} bytes)\n", printable(&a.path), printable(&a.mime), a.size));
             }
         }
     }
@@ -784,8 +815,9 @@ async fn turn_over(api: &ApiClient, id: &str, t: &Target) -> Result<bool, CliErr
     Ok(!queued && !v.conversation.turn_running)
 }
 
-/// Sends `text` to `id` and, with `watch`, follows its turn: the stream is opened first (from
-/// the conversation's `last_seq`), then the message is posted.
+/// Sends `text` (with `attachments`; with `now` interrupting the running turn to run next) to
+/// `id` and, with `watch`, follows its turn: the stream is opened first (from the
+/// conversation's `last_seq`), then the message is posted.
 async fn send_and_follow(
     ctx: &Ctx,
     api: &ApiClient,
@@ -793,8 +825,9 @@ async fn send_and_follow(
     text: &str,
     watch: bool,
     now: bool,
+    attachments: Option<Vec<coffer_api::chat::AttachmentUpload>>,
 ) -> Result<(), CliError> {
-    let body = MessageSend { text: text.to_owned(), now: now.then_some(true) };
+    let body = MessageSend { text: text.to_owned(), now: now.then_some(true), attachments };
     let post = |api: &ApiClient| {
         let req = api.request(reqwest::Method::POST, &format!("{}/messages", conv_path(id))).json(&body);
         let api = api.clone();
@@ -950,7 +983,7 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
     if a.text.is_empty() {
         return finish(follow(ctx, &api, &id, 0, None, None).await?, ctx, &id);
     }
-    send_and_follow(ctx, &api, &id, &a.text.join(" "), true, false).await
+    send_and_follow(ctx, &api, &id, &a.text.join(" "), true, false, None).await
 }
 
 async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
@@ -964,8 +997,9 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
 }
 
 async fn send(ctx: &Ctx, a: SendArgs) -> Result<(), CliError> {
+    let attachments = read_attachments(&a.attach)?;
     let api = ctx.connect().await?;
-    send_and_follow(ctx, &api, &a.id, &a.text.join(" "), a.watch, a.now).await
+    send_and_follow(ctx, &api, &a.id, &a.text.join(" "), a.watch, a.now, attachments).await
 }
 
 async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {

@@ -170,6 +170,14 @@ pub fn block(b: &ContentBlock) -> api::ContentBlock {
                 is_error: r.is_error,
             },
         },
+        Some(content_block::Block::Attachment(a)) => api::ContentBlock::Attachment {
+            attachment: api::Attachment {
+                name: a.name.clone(),
+                mime: a.mime.clone(),
+                size: a.size,
+                path: a.path.clone(),
+            },
+        },
     }
 }
 

@@ -33,7 +33,8 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use coffer_proto::chat::list_conversations_request::Archived;
 use coffer_proto::chat::{
-    AgentConfig, AnswerApprovalRequest, ConversationChange, ConversationRef, CreateConversationRequest, Event,
+    AgentConfig, AnswerApprovalRequest, AttachmentUpload, ConversationChange, ConversationRef, CreateConversationRequest,
+    Event,
     GetConversationRequest, ListAgentsRequest, ListConversationsRequest, ListMessagesRequest, PendingItem,
     SendMessageRequest, SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
 };
@@ -70,7 +71,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/conversations", get(list_conversations).post(create_conversation))
         .route("/v1/conversations/events", get(conversation_events))
         .route("/v1/conversations/{id}", get(get_conversation).patch(patch_conversation).delete(delete_conversation))
-        .route("/v1/conversations/{id}/messages", get(list_messages).post(send_message))
+        .route(
+            "/v1/conversations/{id}/messages",
+            get(list_messages).post(send_message).layer(axum::extract::DefaultBodyLimit::max(MESSAGE_BODY_LIMIT)),
+        )
         .route("/v1/conversations/{id}/pending", put(set_pending))
         .route("/v1/conversations/{id}/interrupt", post(interrupt))
         .route("/v1/conversations/{id}/events", get(events))
@@ -266,22 +270,49 @@ async fn list_messages(
     Ok(Json(Page { items: r.messages.iter().map(chat::message).collect(), next_cursor: cursor(&r.next_after_id) }))
 }
 
-/// The `SendMessage` request of a `POST …/messages` body, the actor as its source. The text's
-/// length (1 byte to 1 MiB) is the service's to check.
-pub fn send_request(id: String, body: MessageSend, actor: String) -> SendMessageRequest {
-    SendMessageRequest { conversation_id: id, text: body.text, source: actor, now: body.now.unwrap_or(false) }
+/// Body limit of `POST /v1/conversations/{id}/messages` (bytes): a message's attachments (at
+/// most 40 MiB in all, `coffer_chat`'s `attachments::MAX_TOTAL_BYTES`) as base64, plus its text.
+/// Every other REST route keeps [`crate::REST_BODY_LIMIT`].
+pub const MESSAGE_BODY_LIMIT: usize = 56 * 1024 * 1024;
+
+/// Whether a request is `POST /v1/conversations/{id}/messages` (the route with
+/// [`MESSAGE_BODY_LIMIT`]).
+pub fn is_message_post(method: &axum::http::Method, path: &str) -> bool {
+    method == axum::http::Method::POST
+        && path
+            .strip_prefix("/v1/conversations/")
+            .and_then(|rest| rest.strip_suffix("/messages"))
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
-/// `POST /v1/conversations/{id}/messages {text, now?}` → 202 `{"message": Message, "queue"}` (a
-/// turn started, or with `now` will start next) or `{"pending": PendingItem, "queue"}` (queued
-/// behind the running turn). Never streams: follow the turn on `…/events`.
+/// The `SendMessage` request of a `POST …/messages` body, the actor as its source. The text's
+/// length (1 byte to 1 MiB) and the attachments' limits and names are the service's to check.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `attachments[i].data_base64` when it is not standard base64.
+pub fn send_request(id: String, body: MessageSend, actor: String) -> Result<SendMessageRequest, ApiError> {
+    use base64::Engine as _;
+    let mut attachments = Vec::new();
+    for (i, a) in body.attachments.unwrap_or_default().into_iter().enumerate() {
+        let data = base64::engine::general_purpose::STANDARD.decode(a.data_base64.trim()).map_err(|e| {
+            ApiError::invalid(format!("attachments[{i}].data_base64: not standard base64 (with padding): {e}"))
+        })?;
+        attachments.push(AttachmentUpload { name: a.name, mime: a.mime.unwrap_or_default(), data });
+    }
+    Ok(SendMessageRequest { conversation_id: id, text: body.text, source: actor, now: body.now.unwrap_or(false), attachments })
+}
+
+/// `POST /v1/conversations/{id}/messages {text, now?, attachments?}` → 202 `{"message": Message,
+/// "queue"}` (a turn started, or with `now` will start next) or `{"pending": PendingItem,
+/// "queue"}` (queued behind the running turn). Never streams: follow the turn on `…/events`. Its body may be up to
+/// [`MESSAGE_BODY_LIMIT`] (files as base64).
 async fn send_message(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageSend>,
 ) -> Result<(StatusCode, Json<api::SendMessageReply>), ApiError> {
-    let req = send_request(id, body, actor(&headers));
+    let req = send_request(id, body, actor(&headers))?;
     let r = call(st.chat.clone().send_message(req)).await.map_err(ApiError::from_chat)?;
     Ok((StatusCode::ACCEPTED, Json(chat::send_reply(&r))))
 }
@@ -550,7 +581,7 @@ mod tests {
         update_request(id, body(v)?, h)
     }
     fn send(id: String, v: Value, actor: String) -> Result<SendMessageRequest, ApiError> {
-        body(v).map(|b| send_request(id, b, actor))
+        body(v).and_then(|b| send_request(id, b, actor))
     }
     fn pending(id: String, v: Value) -> Result<SetPendingRequest, ApiError> {
         body(v).map(|b| pending_request(id, b))

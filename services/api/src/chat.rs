@@ -65,18 +65,43 @@ pub struct ConversationPatch {
     pub permission_mode: Option<String>,
 }
 
-/// `POST /v1/conversations/{id}/messages`.
+/// `POST /v1/conversations/{id}/messages` (JSON; files as base64 in `attachments`: this route's
+/// body may be up to 56 MiB, every other route's 2 MiB).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageSend {
-    /// 1 byte to 1 MiB (UTF-8).
-    #[schemars(length(min = 1))]
+    /// 1 byte to 1 MiB (UTF-8); may be empty or absent when `attachments` are sent.
+    #[serde(default)]
     pub text: String,
     /// "Send now": interrupt the running turn (its partial answer kept `interrupted`, the
     /// queue's paused state unchanged) and run this message next, before the pending items.
     /// When two arrive together the later one runs. Idle: a plain send. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<bool>,
+    /// Files sent with the message: at most `chat.attachment_max_files` (default 4) of at most
+    /// `chat.attachment_max_bytes` (default 10 MiB) each, 40 MiB in all. Saved in the
+    /// conversation's working directory under `.coffer/attachments/<message id>/<name>` and
+    /// named to the agent; images (PNG, JPEG, GIF, WebP) are also passed as image content where
+    /// the agent takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Vec<AttachmentUpload>>,
+}
+
+/// A file of a [`MessageSend`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentUpload {
+    /// The file's name: only its last path component is kept, without control characters or
+    /// leading dots (`../../x` is saved as `x`, `.bashrc` as `bashrc`); a second file of the
+    /// same name gets `-2`. Empty: `file`.
+    #[serde(default)]
+    pub name: String,
+    /// Its media type (`image/png`…); absent: from the name. An image's type is read from its
+    /// bytes; a file declared `image/*` that is no PNG, JPEG, GIF or WebP is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    /// The file's bytes, standard base64 (with padding); at least 1 byte decoded.
+    pub data_base64: String,
 }
 
 /// One item of a `PUT …/pending` body.
@@ -261,14 +286,28 @@ pub struct ToolResult {
     pub is_error: bool,
 }
 
-/// One block of a message, in order: `type` names which of `text`, `tool_use`, `tool_result`
-/// it holds.
+/// A file attached to a user message, saved in the conversation's working directory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Attachment {
+    /// The saved (sanitised) file name.
+    pub name: String,
+    /// `image/png`, `application/pdf`…
+    pub mime: String,
+    /// Bytes.
+    pub size: u64,
+    /// Relative to the conversation's `agent_config.cwd`: `.coffer/attachments/<message id>/<name>`.
+    pub path: String,
+}
+
+/// One block of a message, in order: `type` names which of `text`, `tool_use`, `tool_result`,
+/// `attachment` it holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     Text { text: String },
     ToolUse { tool_use: ToolUse },
     ToolResult { tool_result: ToolResult },
+    Attachment { attachment: Attachment },
 }
 
 /// A message of a conversation.

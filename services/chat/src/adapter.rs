@@ -198,6 +198,32 @@ pub struct TurnInput {
     pub text: String,
     /// The conversation's config at turn start (resume `session_id` when non-empty).
     pub config: AgentConfig,
+    /// The files attached to the user's message, saved in `config.cwd` (the text already names
+    /// them, one `Attached: <path>` line each: [`crate::attachments`]); an adapter whose CLI
+    /// takes images passes the images as content too. Empty for most turns.
+    pub attachments: Vec<Attachment>,
+}
+
+/// A file attached to the turn's message, saved in the working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// The saved file name.
+    pub name: String,
+    /// Its type (`image/png`…; images are sniffed from their bytes).
+    pub mime: String,
+    /// Bytes.
+    pub size: u64,
+    /// Relative to the working directory: `.coffer/attachments/<message id>/<name>`.
+    pub rel_path: String,
+    /// Absolute.
+    pub path: PathBuf,
+}
+
+impl Attachment {
+    /// Whether it is an image a model API takes as content (PNG, JPEG, GIF, WebP).
+    pub fn is_image(&self) -> bool {
+        crate::attachments::IMAGE_TYPES.contains(&self.mime.as_str())
+    }
 }
 
 /// Token usage of a turn (the model API's counts as the CLI reports them).

@@ -9,7 +9,8 @@
 //! conversation's `cwd`, through the spawn helper (own process group, pid record, no `COFFER_*`
 //! variable; `IS_SANDBOX=1` when running as root, which `bypassPermissions` demands there). The
 //! user's message is one stdin line; stdin stays open so that an interrupt can be sent as a
-//! `control_request` (`subtype: interrupt`) and the next turn's message can follow.
+//! `control_request` (`subtype: interrupt`) and the next turn's message can follow. Attached
+//! images ride in that line as `image` content blocks (base64 `source`) after the text.
 //!
 //! Process lifetime: a turn that ends normally leaves its process running, parked for the
 //! conversation's next turn, which then only writes its message to the same stdin (Claude Code
@@ -198,8 +199,9 @@ impl AgentProvider for ClaudeCode {
         let (approvals, mut answers) = mpsc::channel(APPROVAL_CHANNEL);
         let kept = self.kept.clone();
         let task = tokio::spawn(async move {
+            let line = user_line_with(&turn.text, &turn.attachments);
             let Outcome { terminal, reusable, session_id } =
-                run(&mut process, &turn.text, interrupted, &events, &mut answers).await;
+                run(&mut process, &line, interrupted, &events, &mut answers).await;
             // Parked before the terminal event goes out: the engine may start the next turn on it.
             if let (true, Some(session_id)) = (reusable, session_id) {
                 Kept::park(&kept, &turn.conversation_id, process, Fit { session_id, ..fit }, ());
@@ -269,7 +271,23 @@ fn validate_model(config: &AgentConfig) -> Result<(), ConfigError> {
 
 /// The stdin line of the user's message.
 pub fn user_line(text: &str) -> String {
-    json!({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+    user_line_with(text, &[])
+}
+
+/// The stdin line of the user's message with its attached images as `image` content blocks
+/// (base64 `source`, as the Messages API takes them) after the text; other attachments (and an
+/// image that can no longer be read) are named in the text only.
+pub fn user_line_with(text: &str, attachments: &[crate::adapter::Attachment]) -> String {
+    use base64::Engine as _;
+    let mut content = vec![json!({"type": "text", "text": text})];
+    for a in attachments.iter().filter(|a| a.is_image()) {
+        match std::fs::read(&a.path) {
+            Ok(bytes) => content.push(json!({"type": "image", "source": {
+                "type": "base64", "media_type": a.mime, "data": base64::engine::general_purpose::STANDARD.encode(bytes)}})),
+            Err(e) => tracing::warn!(file = %a.rel_path, error = %e, "An attached image could not be read; named in the text only."),
+        }
+    }
+    json!({"type": "user", "message": {"role": "user", "content": content},
         "parent_tool_use_id": null, "session_id": ""})
     .to_string()
 }
@@ -294,13 +312,13 @@ struct Outcome {
 /// Runs the turn to its end.
 async fn run(
     process: &mut AgentProcess,
-    text: &str,
+    line: &str,
     interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
     answers: &mut mpsc::Receiver<ApprovalAnswer>,
 ) -> Outcome {
     let mut parser = Parser::default();
-    let (terminal, reusable) = run_turn(process, text, interrupt, events, answers, &mut parser).await;
+    let (terminal, reusable) = run_turn(process, line, interrupt, events, answers, &mut parser).await;
     if !reusable {
         // Every path that does not keep the process has ended it already; this is a no-op then.
         process.kill(INTERRUPT_GRACE).await;
@@ -311,7 +329,7 @@ async fn run(
 /// The turn's loop: the terminal event and whether the process may be kept.
 async fn run_turn(
     process: &mut AgentProcess,
-    text: &str,
+    line: &str,
     mut interrupt: oneshot::Receiver<()>,
     events: &mpsc::Sender<AgentEvent>,
     answers: &mut mpsc::Receiver<ApprovalAnswer>,
@@ -322,7 +340,7 @@ async fn run_turn(
     let mut waiting: HashMap<String, Value> = HashMap::new();
     // A CLI that exits at once closes its stdin: what it printed is still read below, and its
     // end is reported as `cli_exited` there.
-    let _ = process.send(&user_line(text)).await;
+    let _ = process.send(line).await;
     let mut interrupt_armed = true;
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {

@@ -1,10 +1,11 @@
 //! The Codex adapter: `codex app-server`, JSON-RPC over stdio (one object per line, no
 //! `jsonrpc` field), one process per turn or kept for the conversation's next one.
 //!
-//! A turn: `initialize` → `initialized` → `thread/start {cwd, approvalPolicy, sandbox, model?}` (or `thread/resume {threadId, …, excludeTurns: true}` with the
-//! stored thread id) → `turn/start {threadId, input: [{type: "text", text}], model?}`; then the
-//! notifications of the turn until `turn/completed`. Interrupt is `turn/interrupt {threadId,
-//! turnId}`; the process group is ended if the turn has not completed within
+//! A turn: `initialize` → `initialized` → `thread/start {cwd, approvalPolicy, sandbox, model?}`
+//! (or `thread/resume {threadId, …, excludeTurns: true}` with the stored thread id) →
+//! `turn/start {threadId, input: [{type: "text", text}, {type: "localImage", path}…], model?}`;
+//! then the notifications of the turn until `turn/completed`. Interrupt is `turn/interrupt
+//! {threadId, turnId}`; the process group is ended if the turn has not completed within
 //! [`INTERRUPT_GRACE`].
 //!
 //! Permission modes ([`thread_policy`]): `bypass` runs with `approvalPolicy: "never"`, `sandbox:
@@ -275,8 +276,12 @@ fn thread_request(config: &AgentConfig) -> String {
     }
 }
 
-fn turn_request(thread_id: &str, text: &str, model: &str) -> String {
-    let mut params = json!({"threadId": thread_id, "input": [{"type": "text", "text": text}]});
+/// `turn/start`: the text, then each attached image as a `localImage` input item (its absolute
+/// path; the app-server reads the file).
+fn turn_request(thread_id: &str, text: &str, model: &str, attachments: &[crate::adapter::Attachment]) -> String {
+    let mut input = vec![json!({"type": "text", "text": text})];
+    input.extend(attachments.iter().filter(|a| a.is_image()).map(|a| json!({"type": "localImage", "path": a.path})));
+    let mut params = json!({"threadId": thread_id, "input": input});
     if !model.is_empty() {
         params["model"] = json!(model);
     }
@@ -302,7 +307,7 @@ async fn run(
         if events.send(session).await.is_err() {
             return (None, false);
         }
-        let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model)).await;
+        let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model, &turn.attachments)).await;
         phase = Phase::Starting;
     } else {
         let init = json!({"clientInfo": {"name": "coffer", "title": "Coffer", "version": env!("CARGO_PKG_VERSION")}});
@@ -373,7 +378,7 @@ async fn run(
                                     process.kill(INTERRUPT_GRACE).await;
                                     return (None, false);
                                 }
-                                let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model)).await;
+                                let _ = process.send(&turn_request(&thread, &turn.text, &turn.config.model, &turn.attachments)).await;
                                 parser.thread_id = Some(thread);
                                 phase = Phase::Starting;
                             }

@@ -1,5 +1,5 @@
 //! Chat's settings (`chat.*` rows of `coffer_types::settings`: the turn timeout, each agent's CLI
-//! path and LLM connection binding), read from the store's Settings service and kept current by
+//! path and LLM connection binding, the attachment limits), read from the store's Settings service and kept current by
 //! the shared follower ([`coffer_runtime::settings::follow`]).
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,6 +24,8 @@ pub struct Config {
     pub llm: LlmConfig,
     /// Whether turns record the files they changed (`chat.files_changed`).
     pub files_changed: bool,
+    /// The files a message may attach (`chat.attachment_max_bytes`, `chat.attachment_max_files`).
+    pub attachments: crate::attachments::Limits,
     /// The stored values of every text setting a provider may name (its CLI path).
     texts: HashMap<String, String>,
 }
@@ -41,18 +43,18 @@ impl Config {
             s::CHAT_TURN_TIMEOUT_S.value_or_default(values.get(s::CHAT_TURN_TIMEOUT_S.key).map(String::as_str));
         let texts =
             values.iter().filter(|(k, _)| k.starts_with("chat.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-        let approval =
-            s::CHAT_APPROVAL_TIMEOUT_S.value_or_default(values.get(s::CHAT_APPROVAL_TIMEOUT_S.key).map(String::as_str));
-        let notify =
-            s::CHAT_NOTIFY_AFTER_S.value_or_default(values.get(s::CHAT_NOTIFY_AFTER_S.key).map(String::as_str));
-        let files_changed =
-            s::CHAT_FILES_CHANGED.value_or_default(values.get(s::CHAT_FILES_CHANGED.key).map(String::as_str)) != 0;
+        let int = |setting: &Setting| setting.value_or_default(values.get(setting.key).map(String::as_str));
+        let attachments = crate::attachments::Limits {
+            max_bytes: int(&s::CHAT_ATTACHMENT_MAX_BYTES),
+            max_files: int(&s::CHAT_ATTACHMENT_MAX_FILES) as usize,
+        };
         Self {
             turn_timeout: Duration::from_secs(timeout),
-            approval_timeout: Duration::from_secs(approval),
-            notify_after: Duration::from_secs(notify),
+            approval_timeout: Duration::from_secs(int(&s::CHAT_APPROVAL_TIMEOUT_S)),
+            notify_after: Duration::from_secs(int(&s::CHAT_NOTIFY_AFTER_S)),
             llm: LlmConfig::from_values(values),
-            files_changed,
+            files_changed: int(&s::CHAT_FILES_CHANGED) != 0,
+            attachments,
             texts,
         }
     }

@@ -87,6 +87,7 @@ use tonic::Code;
 use crate::adapter::{
     AgentConfig, AgentEvent, Availability, FailureKind, INTERRUPT_GRACE, PermissionMode, TurnInput, Usage,
 };
+use crate::attachments;
 use crate::bus::{self, Bus, Mark};
 use crate::config::ConfigRx;
 use crate::error::{Error, Result};
@@ -222,6 +223,10 @@ struct Live {
     /// A message sent while an ended turn's task drained (after a stop, or a send-now that
     /// interrupted it): persisted and announced, it starts as soon as the task is gone.
     next_start: Option<Next>,
+    /// The attachment blocks of queued items (by item id: their user message's id), for the
+    /// user message when the item's turn starts. Not persisted: after a restart the files
+    /// still reach the agent (read back from their folder), the stored message lacks the blocks.
+    attached: HashMap<String, Vec<st::ContentBlockRecord>>,
 }
 
 /// A turn about to start: its user message is persisted and announced.
@@ -445,7 +450,7 @@ impl Conv {
         Self {
             id: id.to_owned(),
             bus: Bus::new(id),
-            live: tokio::sync::Mutex::new(Live { pending, paused, task: None, next_start: None }),
+            live: tokio::sync::Mutex::new(Live { pending, paused, ..Live::default() }),
             snap: Mutex::new(snap),
             deleted: AtomicBool::new(false),
             watch,
@@ -826,7 +831,7 @@ impl Engine {
     /// [`Error::Invalid`] for the text, [`Error::NotFound`], [`Error::Precondition`] for an
     /// archived conversation, [`Error::Exhausted`] for a full queue, store failures.
     pub async fn send(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
-        self.submit(id, text, source, false).await
+        self.submit(id, text, source, false, Vec::new()).await
     }
 
     /// `SendMessage{now}`: interrupts the turn in flight or about to start (see the module's
@@ -836,28 +841,87 @@ impl Engine {
     /// # Errors
     /// As [`Engine::send`] (never [`Error::Exhausted`]: nothing is queued).
     pub async fn send_now(self: &Arc<Self>, id: &str, text: String, source: String) -> Result<c::SendMessageReply> {
-        self.submit(id, text, source, true).await
+        self.submit(id, text, source, true, Vec::new()).await
     }
 
-    /// [`Engine::send`] and [`Engine::send_now`].
-    async fn submit(
+    /// [`Engine::send`] with attached files ([`crate::attachments`]): checked against the
+    /// limits in force, saved under the message's id in the conversation's working directory
+    /// before the message is stored (removed again when it is not), shown as attachment blocks
+    /// on the user message and named to the agent. With files the text may be empty.
+    ///
+    /// # Errors
+    /// As [`Engine::send`]; [`Error::Invalid`] naming the file and the limit it is over;
+    /// [`Error::Internal`] when the files cannot be written.
+    pub async fn send_with(
+        self: &Arc<Self>,
+        id: &str,
+        text: String,
+        source: String,
+        uploads: Vec<c::AttachmentUpload>,
+    ) -> Result<c::SendMessageReply> {
+        self.submit(id, text, source, false, uploads).await
+    }
+
+    /// `SendMessage` whole: [`Engine::send`], with `now` [`Engine::send_now`], with `uploads`
+    /// [`Engine::send_with`] (both may be given).
+    ///
+    /// # Errors
+    /// As those.
+    pub async fn submit(
         self: &Arc<Self>,
         id: &str,
         text: String,
         source: String,
         now: bool,
+        uploads: Vec<c::AttachmentUpload>,
     ) -> Result<c::SendMessageReply> {
-        check_text("text", &text)?;
+        let files = attachments::check(uploads, self.config().attachments)?;
+        if files.is_empty() || !text.trim().is_empty() {
+            check_text("text", &text)?;
+        } else {
+            check_text("text", &attachments::placeholder(&files))?;
+        }
         check_source(&source)?;
         let conv = self.conv(id).await?;
         let record = self.store.get(id).await?;
         if record.archived_ms != 0 {
             return Err(Error::Precondition(format!("conversation {id} is archived; restore it to send messages")));
         }
-        let mut live = conv.live.lock().await;
+        let live = conv.live.lock().await;
         if conv.deleted() {
             return Err(Error::NotFound(format!("conversation {id} not found")));
         }
+        let message_id = new_id();
+        let cwd = PathBuf::from(persist::parse_config(&record.agent_config_json).cwd);
+        let (text, blocks) = if files.is_empty() {
+            (text, Vec::new())
+        } else {
+            let shown = if text.trim().is_empty() { attachments::placeholder(&files) } else { text };
+            let blocks = attachments::save(&cwd, &message_id, files)?;
+            (shown, blocks)
+        };
+        let sent = self.send_locked(&conv, live, &record, message_id.clone(), text, source, blocks).await;
+        if sent.is_err() {
+            attachments::remove(&cwd, &message_id);
+        }
+        sent
+    }
+
+    /// The rest of [`Engine::send_with`], under the conversation's lock: the title, then a turn
+    /// or a pending item with id `message_id`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_locked(
+        self: &Arc<Self>,
+        conv: &Arc<Conv>,
+        mut live: tokio::sync::MutexGuard<'_, Live>,
+        record: &st::ConversationRecord,
+        message_id: String,
+        text: String,
+        source: String,
+        blocks: Vec<st::ContentBlockRecord>,
+    ) -> Result<c::SendMessageReply> {
+        let id = conv.id.as_str();
+        let record = record.clone();
         if record.title.is_empty() && record.message_count == 0 {
             let title = title_from(&text);
             if !title.is_empty() {
@@ -882,7 +946,7 @@ impl Engine {
         }
         match (idle, running) {
             (true, None) => {
-                let (turn, user) = self.begin(&conv, &text, &source).await?;
+                let (turn, user) = self.begin(conv, message_id, &text, &source, blocks).await?;
                 live.task = Some(turn.clone());
                 conv.sync(&live);
                 drop(live);
@@ -892,7 +956,7 @@ impl Engine {
             }
             (true, Some(false)) => {
                 // The last turn ended but its adapter is still stopping: this one starts next.
-                let (turn, user) = self.begin(&conv, &text, &source).await?;
+                let (turn, user) = self.begin(conv, message_id, &text, &source, blocks).await?;
                 live.next_start = Some(Next { turn, text });
                 conv.sync(&live);
                 Ok(c::SendMessageReply {
@@ -910,11 +974,14 @@ impl Engine {
                         "the pending queue is full ({MAX_PENDING_BYTES} bytes of text at most)"
                     )));
                 }
-                let item = c::PendingItem { id: new_id(), text, created_ms: now_ms(), source };
+                let item = c::PendingItem { id: message_id, text, created_ms: now_ms(), source };
                 live.pending.push(item.clone());
                 if let Err(e) = self.store.set_pending(id, &live.pending, live.paused).await {
                     live.pending.pop();
                     return Err(e);
+                }
+                if !blocks.is_empty() {
+                    live.attached.insert(item.id.clone(), blocks);
                 }
                 self.publish_queue(&conv, &live).await;
                 Ok(c::SendMessageReply {
@@ -959,9 +1026,16 @@ impl Engine {
 
     /// Starts a turn for a message sent to an idle conversation: see [`Engine::start_in_store`]
     /// and [`Engine::announce`].
-    async fn begin(&self, conv: &Conv, text: &str, source: &str) -> Result<(Arc<TurnShared>, c::Message)> {
+    async fn begin(
+        &self,
+        conv: &Conv,
+        user_id: String,
+        text: &str,
+        source: &str,
+        attached: Vec<st::ContentBlockRecord>,
+    ) -> Result<(Arc<TurnShared>, c::Message)> {
         let (user, assistant_id) = self
-            .start_in_store(conv, new_id(), text, source, "")
+            .start_in_store(conv, user_id, text, source, "", attached)
             .await?
             .ok_or_else(|| Error::Internal("a new message's turn was found already run".into()))?;
         Ok(self.announce(conv, &user, assistant_id).await)
@@ -982,12 +1056,15 @@ impl Engine {
         text: &str,
         source: &str,
         item: &str,
+        attached: Vec<st::ContentBlockRecord>,
     ) -> Result<Option<(st::MessageRecord, String)>> {
+        let mut blocks = vec![text_block(text)];
+        blocks.extend(attached);
         let user = st::MessageRecord {
             id: user_id,
             conversation_id: conv.id.clone(),
             role: st::MessageRole::User as i32,
-            blocks: vec![text_block(text)],
+            blocks,
             status: st::MessageStatus::Complete as i32,
             source: source.to_owned(),
             ..Default::default()
@@ -1041,9 +1118,11 @@ impl Engine {
             }
             let item = live.pending[0].clone();
             self.pause_at(Step::TakePending, &conv.id).await;
-            match self.start_in_store(conv, item.id.clone(), &item.text, &item.source, &item.id).await {
+            let attached = live.attached.get(&item.id).cloned().unwrap_or_default();
+            match self.start_in_store(conv, item.id.clone(), &item.text, &item.source, &item.id, attached).await {
                 Ok(Some((user, assistant_id))) => {
                     live.pending.remove(0);
+                    live.attached.remove(&item.id);
                     self.pause_at(Step::PendingTaken, &conv.id).await;
                     self.publish_queue(conv, live).await;
                     let (turn, _) = self.announce(conv, &user, assistant_id).await;
@@ -1344,8 +1423,15 @@ impl Engine {
                 "The folder's snapshot is slow; the agent starts before it is complete.");
         }
         let (tx, mut rx) = mpsc::channel(ADAPTER_CHANNEL);
-        let input =
-            TurnInput { conversation_id: conv.id.clone(), turn_id: turn.turn_id.clone(), text, config: config.clone() };
+        // The message's files, read back from their folder (a queued one's too, after a restart).
+        let files = attachments::list(Path::new(&config.cwd), &turn.user_message_id);
+        let input = TurnInput {
+            conversation_id: conv.id.clone(),
+            turn_id: turn.turn_id.clone(),
+            text: attachments::agent_text(&text, &files),
+            config: config.clone(),
+            attachments: files,
+        };
         let running = match entry.provider.start_turn(&env, input, tx) {
             Ok(r) => r,
             Err(e) => {
@@ -1595,6 +1681,7 @@ impl Engine {
             })
             .collect();
         self.store.set_pending(id, &items, paused).await?;
+        live.attached.retain(|k, _| items.iter().any(|p| &p.id == k));
         live.pending = items;
         live.paused = paused;
         self.publish_queue(&conv, &live).await;

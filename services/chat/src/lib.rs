@@ -7,7 +7,8 @@
 //! numbers, the recent-event log, fan-out to subscribers) and [`persist`] (the store's
 //! Conversations and Audit services); [`providers`] is the agent registry, [`config`] the
 //! `chat.*` and `llm.*` settings, [`authz`] who may call, [`watch`] the conversation list's live
-//! feed; [`llm`] serves `coffer.llm.v1.Llm` (connection probes, the internal agent).
+//! feed; [`llm`] serves `coffer.llm.v1.Llm` (connection probes, the internal agent);
+//! [`attachments`] checks and saves the files sent with a message.
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -22,6 +23,7 @@ use coffer_runtime::service::ServiceCtx;
 pub mod adapter;
 pub mod agent_process;
 pub mod agents_config;
+pub mod attachments;
 pub mod authz;
 pub mod binding;
 pub mod bus;
@@ -43,9 +45,10 @@ pub mod service;
 pub mod sessions;
 pub mod watch;
 
-/// Largest request the service decodes: above the edge's 2 MiB REST body limit, so an over-long
-/// text gets this service's message naming the limit, not tonic's.
-pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+/// Largest request the service decodes: above the edge's REST body limits (2 MiB; a message's
+/// attachments up to [`attachments::MAX_TOTAL_BYTES`] plus its text), so an over-long text or
+/// too many attached bytes get this service's message naming the limit, not tonic's.
+pub const MAX_REQUEST_BYTES: usize = attachments::MAX_TOTAL_BYTES as usize + (4 << 20);
 
 /// Process entry for `coffer-chat` (the agents Coffer ships).
 pub fn main_entry() -> std::process::ExitCode {

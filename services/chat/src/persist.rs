@@ -198,6 +198,12 @@ pub fn block(b: &st::ContentBlockRecord) -> c::ContentBlock {
             output: r.output.clone(),
             is_error: r.is_error,
         }),
+        S::Attachment(a) => C::Attachment(c::Attachment {
+            name: a.name.clone(),
+            mime: a.mime.clone(),
+            size: a.size,
+            path: a.path.clone(),
+        }),
     });
     c::ContentBlock { block }
 }

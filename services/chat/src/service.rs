@@ -197,10 +197,7 @@ impl Chat for ChatService {
 
     async fn send_message(&self, req: Request<c::SendMessageRequest>) -> Reply<c::SendMessageReply> {
         let r = req.into_inner();
-        if r.now {
-            return ok(self.engine.send_now(&r.conversation_id, r.text, r.source).await);
-        }
-        ok(self.engine.send(&r.conversation_id, r.text, r.source).await)
+        ok(self.engine.submit(&r.conversation_id, r.text, r.source, r.now, r.attachments).await)
     }
 
     async fn set_pending(&self, req: Request<c::SetPendingRequest>) -> Reply<c::PendingQueue> {

@@ -502,6 +502,32 @@ pub const CHAT_CODEX_CONNECTION: Setting = Setting {
     unit: "an LLM connection's name, empty = Codex's own login",
     description: "the LLM connection Codex turns use (a Coffer-written model provider)",
 };
+/// Largest file attached to a chat message (a Telegram photo or document, the console's pasted
+/// image, `coffer chat send --attach`); a larger one is refused naming this limit. Whatever the
+/// setting, a message's attachments hold at most 40 MiB in all.
+pub const CHAT_ATTACHMENT_MAX_BYTES: Setting = Setting {
+    key: "chat.attachment_max_bytes",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 10 * 1024 * 1024,
+    min: 1024,
+    max: 20 * 1024 * 1024,
+    unit: "bytes",
+    description: "the largest file one chat message may attach (photos, documents, pasted images)",
+};
+/// Most files attached to one chat message.
+pub const CHAT_ATTACHMENT_MAX_FILES: Setting = Setting {
+    key: "chat.attachment_max_files",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 4,
+    min: 1,
+    max: 10,
+    unit: "files",
+    description: "the most files one chat message may attach",
+};
 /// How long a model request may take to answer.
 pub const LLM_REQUEST_TIMEOUT_S: Setting = Setting {
     key: "llm.request_timeout_s",
@@ -650,6 +676,8 @@ pub const SETTINGS: &[Setting] = &[
     CHAT_NOTIFY_AFTER_S,
     CHAT_CLAUDE_CODE_CONNECTION,
     CHAT_CODEX_CONNECTION,
+    CHAT_ATTACHMENT_MAX_BYTES,
+    CHAT_ATTACHMENT_MAX_FILES,
     LLM_REQUEST_TIMEOUT_S,
     LLM_STALL_TIMEOUT_S,
     LLM_ASK_MAX_ITERATIONS,

@@ -196,8 +196,13 @@ fn tool_output(events: &[AgentEvent]) -> String {
 async fn turn(provider: &dyn AgentProvider, env: &AgentEnv, text: &str, cwd: &Path) -> anyhow::Result<Vec<AgentEvent>> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let config = AgentConfig { cwd: cwd.display().to_string(), ..Default::default() };
-    let input =
-        TurnInput { conversation_id: "01JSANDBOX".into(), turn_id: "01JTURN".into(), text: text.into(), config };
+    let input = TurnInput {
+        conversation_id: "01JSANDBOX".into(),
+        turn_id: "01JTURN".into(),
+        text: text.into(),
+        config,
+        attachments: Vec::new(),
+    };
     let running = provider.start_turn(env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut events = Vec::new();
     let deadline = Instant::now() + TURN_TIMEOUT;

@@ -1,7 +1,9 @@
 // Chat page: how one message looks. Assistant text is markdown (sanitized, js/markdown.js);
 // user text is plain text; tool calls are <details> cards, collapsed, with name, status, input
-// and result; each reply ends with its model and token usage. History copied from an imported
-// agent session (`imported`) is marked as such, without a footer, its tool calls without results. Everything user- or
+// and result; attached files are cards with their name, size and type (an image this page sent
+// shows as the image); each reply ends with its model and token usage. History copied from an
+// imported agent session (`imported`) is marked as such, without a footer, its tool calls
+// without results. Everything user- or
 // agent-controlled reaches the DOM as text or through the markdown sanitizer.
 import { h } from '../dom.js';
 import { renderMarkdown } from '../markdown.js';
@@ -16,6 +18,57 @@ export function size(n) {
   if (n < 1024) return `${n} B`;
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
   return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+/** A preview URL this page made itself (a data: URL of an image it read). */
+const DATA_IMAGE = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]*$/;
+/** Sent messages' image previews: `${messageId}#${index of the attachment}` → data URL. */
+const previews = new Map();
+
+/** Keeps the preview of message `messageId`'s `index`th attachment (this page sent it). */
+export function rememberPreview(messageId, index, dataUrl) {
+  previews.set(`${messageId}#${index}`, dataUrl);
+}
+
+/** An `<img>` for a data URL of an image this page read (anything else: null). */
+export function previewImg(dataUrl, alt) {
+  if (!dataUrl || !DATA_IMAGE.test(dataUrl)) return null;
+  const img = h('img', { class: 'attach-img', alt: alt || '', decoding: 'async' });
+  img.src = dataUrl; // not through h(): safeUrl keeps data: out of links; this is an image the page read
+  return img;
+}
+
+/**
+ * An attachment block: the image when this page has its preview, else a card with the file's
+ * name, size and type (the file is in the conversation's working directory at `a.path`).
+ */
+export function attachmentEl(a, messageId, index) {
+  const img = previewImg(previews.get(`${messageId}#${index}`), a.name);
+  return h('figure', { class: `block attachment${img ? ' image' : ''}`, dataset: { attachKey: `${messageId}#${index}` }, title: a.path || '' },
+    img,
+    h('figcaption', null, img ? null : h('span', { class: 'attach-ext', 'aria-hidden': 'true' }, extOf(a.name)),
+      h('span', { class: 'attach-name' }, a.name || 'file'),
+      h('span', { class: 'hint' }, ` ${size(Number(a.size || 0))} · ${a.mime || ''}`)));
+}
+
+/** A file name's extension for its badge (`PDF`), `FILE` without one. */
+function extOf(name) {
+  const m = /\.([A-Za-z0-9]{1,5})$/.exec(name || '');
+  return m ? m[1].toUpperCase() : 'FILE';
+}
+
+/** Upgrades the attachment cards of message `messageId` under `root` to the images this page now has. */
+export function showPreviews(root, messageId) {
+  for (const fig of root.querySelectorAll('figure.attachment:not(.image)')) {
+    const key = fig.dataset.attachKey || '';
+    if (!key.startsWith(`${messageId}#`)) continue;
+    const img = previewImg(previews.get(key), fig.querySelector('.attach-name')?.textContent || '');
+    if (img) {
+      fig.classList.add('image');
+      fig.querySelector('.attach-ext')?.remove();
+      fig.insertBefore(img, fig.firstChild);
+    }
+  }
 }
 
 /** A text block's element: markdown, or (for a huge one) a cut plain-text view. */
@@ -99,6 +152,7 @@ export function footer(m) {
 /** The blocks of a message into `body`: text, tool cards (results joined to their calls). */
 export function fillBlocks(body, m) {
   const cards = new Map();
+  let attached = 0;
   for (const b of m.blocks || []) {
     if (b.type === 'text') {
       if (!b.text) continue;
@@ -107,6 +161,8 @@ export function fillBlocks(body, m) {
       const card = toolCard(b.tool_use || {});
       cards.set((b.tool_use || {}).id, card);
       body.appendChild(card);
+    } else if (b.type === 'attachment') {
+      body.appendChild(attachmentEl(b.attachment || {}, m.id, attached++));
     } else if (b.type === 'tool_result') {
       const r = b.tool_result || {};
       const card = cards.get(r.tool_use_id);

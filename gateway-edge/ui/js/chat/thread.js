@@ -8,7 +8,8 @@
 // gives up the page says so and shows the stored state: nothing spins forever.
 import { ApiError, get, patch, post, put, sse, withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
-import { markImportEnd, messageEl, textBlock, toolCard } from './render.js';
+import { markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './render.js';
+import { attachTray, messageBody } from './attach.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
 
@@ -83,12 +84,34 @@ export function mountThread(root, id, hooks) {
   const sendBtn = h('button', { type: 'submit', class: 'primary send' }, 'Send');
   const stopBtn = h('button', { type: 'button', class: 'danger stop', hidden: true, on: { click: () => stop() } }, 'Stop');
   const editNote = h('div', { class: 'edit-note hint', hidden: true });
+  // Files for the next message (js/chat/attach.js): pasted, dropped or picked.
+  const tray = attachTray({ onChange: () => {} });
   const composer = h('form', { class: 'composer', on: { submit: (e) => { e.preventDefault(); send(); } } },
-    editNote, h('div', { class: 'composer-row' }, input, h('div', { class: 'composer-buttons' }, stopBtn, sendBtn)));
+    editNote, tray.el,
+    h('div', { class: 'composer-row' }, tray.button, input, h('div', { class: 'composer-buttons' }, stopBtn, sendBtn)));
   const el = h('section', { class: 'thread', 'aria-label': 'Conversation' }, header, banner, scroller, pendingBox, composer);
   replace(root, el);
 
   input.addEventListener('input', grow);
+  // Pasted images and dropped files join the tray; pasted text stays text.
+  input.addEventListener('paste', (e) => {
+    const files = e.clipboardData ? Array.from(e.clipboardData.files || []) : [];
+    if (files.length) { e.preventDefault(); tray.addFiles(files); }
+  });
+  composer.addEventListener('dragover', (e) => {
+    if (e.dataTransfer && Array.from(e.dataTransfer.types || []).includes('Files')) {
+      e.preventDefault();
+      composer.classList.add('dragging');
+    }
+  });
+  composer.addEventListener('dragleave', () => composer.classList.remove('dragging'));
+  composer.addEventListener('drop', (e) => {
+    composer.classList.remove('dragging');
+    if (e.dataTransfer && e.dataTransfer.files && e.dataTransfer.files.length) {
+      e.preventDefault();
+      tray.addFiles(e.dataTransfer.files);
+    }
+  });
   input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
     else if (e.key === 'Escape' && conv && conv.turn_running) { e.preventDefault(); stop(); }
@@ -520,31 +543,40 @@ export function mountThread(root, id, hooks) {
 
   function send() {
     const text = input.value;
-    if (!text.trim() || !conv) return;
-    const wasEditing = editing !== null;
+    if ((!text.trim() && !tray.count()) || !conv) return;
+    const files = tray.take();
+    const wasEditing = editing !== null && !files.length;
     // The composer is cleared at once and stays usable: the next message can be typed while
     // this one is on its way.
     input.value = '';
     grow();
     editing = null;
     editNote.hidden = true;
-    sending = sending.then(() => deliver(text, wasEditing));
+    sending = sending.then(() => deliver(text, wasEditing, files));
   }
 
   /** Delivers one typed message; never throws (a failure puts the text back in the composer). */
-  async function deliver(text, wasEditing) {
+  async function deliver(text, wasEditing, files = []) {
     try {
       if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
         // Back to the end of the queue it came from.
         if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
       } else {
-        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { text });
+        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, messageBody(text, files));
+        // The sent message shows the images it carried (before or after its event arrived).
+        const sentId = (r.message && r.message.id) || (r.pending && r.pending.id);
+        if (sentId && files.length) tray.remember(sentId, files);
         answeredQueue(r.queue);
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
+        if (sentId && files.length) showPreviews(msgs, sentId);
       }
     } catch (e) {
-      keepDraft(text);
-      if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
+      if (text) keepDraft(text);
+      if (files.length) {
+        // The refusal (a file over the limit, too many files) is shown by the files, inline.
+        tray.restore(files);
+        tray.fail(`Not sent: ${e.message}`);
+      } else if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
     }
   }
 

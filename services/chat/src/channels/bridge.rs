@@ -320,6 +320,38 @@ impl Bridge {
         self.replier.notice(&msg.chat_id, note).await
     }
 
+    /// A message with files (a Telegram photo or document): the owner gate as for text, then
+    /// `fetch` (the adapter's download, run only for the owner) and the files sent with the
+    /// message's text (its caption) to the bound conversation. A fetch that fails or refuses
+    /// (over the size limit) is told to the chat and nothing reaches the agent.
+    pub async fn handle_files(
+        &self,
+        channel: &ChannelRecord,
+        msg: Inbound,
+        fetch: futures_util::future::BoxFuture<'_, Result<Vec<c::AttachmentUpload>, String>>,
+    ) -> Result<(), ChannelError> {
+        let mut st = self.state.lock().await;
+        let owner = self.owner(&st, channel).await;
+        if owner.is_empty() || owner != msg.sender_id {
+            let unpaired = owner.is_empty();
+            return self.refuse(&mut st, channel, &msg, unpaired).await;
+        }
+        let chat = msg.chat_id.as_str();
+        let files = match fetch.await {
+            Ok(f) => f,
+            Err(why) => return self.replier.notice(chat, &why).await,
+        };
+        match self.send_files(&mut st, channel, chat, msg.text.trim(), files).await {
+            Ok(Some(notice)) => self.replier.notice(chat, &notice).await,
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::warn!(channel = %channel.name, error = %e, "A channel message with files was not handled.");
+                self.replier.notice(chat, &say(&e)).await?;
+                internal(&e).map_or(Ok(()), Err)
+            }
+        }
+    }
+
     /// The owner now: the store's record (a pairing or an unpairing since the adapter started
     /// counts at once, without a restart); when the store does not answer, the owner this
     /// bridge paired or the adapter's record says.
@@ -895,6 +927,44 @@ async fn show_approvals(
         if let Err(e) = replier.approval(&chat, &view, &channel).await {
             tracing::warn!(error = %e, number = view.number, "An approval could not be shown in its chat.");
         }
+    }
+}
+
+impl Bridge {
+    /// A message with files for the bound conversation (created on the first), as
+    /// [`Bridge::send`] does for text.
+    async fn send_files(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        text: &str,
+        files: Vec<c::AttachmentUpload>,
+    ) -> crate::error::Result<Option<String>> {
+        let source = format!("channel:{}", channel.name);
+        let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+        let reply = match self.engine.send_with(&id, text.to_owned(), source.clone(), files.clone()).await {
+            // The bound conversation was archived or deleted since: bind afresh, once.
+            Err(Error::NotFound(_) | Error::Precondition(_)) => {
+                if let Some(c) = st.chats.get_mut(chat) {
+                    c.conversation.clear();
+                }
+                let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
+                self.engine.send_with(&id, text.to_owned(), source, files).await?
+            }
+            r => r?,
+        };
+        Ok(match reply.outcome {
+            Some(c::send_message_reply::Outcome::Pending(_)) => {
+                let q = reply.queue.unwrap_or_default();
+                Some(if q.paused {
+                    "Queued with its files (the queue is paused: /resume runs it).".to_owned()
+                } else {
+                    format!("Queued with its files ({} ahead).", q.items.len().saturating_sub(1))
+                })
+            }
+            _ => None,
+        })
     }
 }
 

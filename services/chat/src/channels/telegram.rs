@@ -27,9 +27,15 @@
 //!   answered with the outcome ("Denied.", "Already decided: allowed by the web console.", a
 //!   refusal for anyone else). Every decision, whoever made it (a button, `/allow N`, the
 //!   console, the timeout), edits the request's message to say it and who, without buttons.
-//! - **Not text.** A photo, sticker, file, voice message or an edit is not run: the owner is
-//!   told [`ONLY_TEXT`] once per chat per adapter run ([`Bridge::unsupported`]); others are
-//!   refused as for text.
+//! - **Photos and files** ([`with_files`], [`download`]): a `photo` (the largest size within
+//!   `chat.attachment_max_bytes`) or a `document`, its caption the message text, is fetched
+//!   from the owner's chat only (the owner gate runs first: [`Bridge::handle_files`]) with
+//!   `getFile` and `GET {base}/file/bot<token>/<file_path>` (read at most the limit), and sent
+//!   to the agent as an attachment ([`crate::attachments`]). Past the limit the chat is told
+//!   which limit and nothing reaches the agent.
+//! - **Not text.** A sticker, voice message, video or an edit is not run: the owner is told
+//!   [`ONLY_TEXT`] once per chat per adapter run ([`Bridge::unsupported`]); others are refused
+//!   as for text.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,6 +168,40 @@ pub struct Message {
     pub chat: Chat,
     #[serde(default)]
     pub text: Option<String>,
+    /// A photo's or document's caption (the message's text then).
+    #[serde(default)]
+    pub caption: Option<String>,
+    /// A photo: the sizes Telegram made of it, smallest first.
+    #[serde(default)]
+    pub photo: Option<Vec<PhotoSize>>,
+    /// A file sent as a document.
+    #[serde(default)]
+    pub document: Option<Document>,
+}
+
+/// One size of a photo (`PhotoSize`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct PhotoSize {
+    pub file_id: String,
+    #[serde(default)]
+    pub width: u32,
+    #[serde(default)]
+    pub height: u32,
+    /// Bytes, when Telegram says.
+    #[serde(default)]
+    pub file_size: Option<u64>,
+}
+
+/// A `Document` (any file).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Document {
+    pub file_id: String,
+    #[serde(default)]
+    pub file_name: Option<String>,
+    #[serde(default)]
+    pub mime_type: Option<String>,
+    #[serde(default)]
+    pub file_size: Option<u64>,
 }
 
 /// A `User`.
@@ -341,14 +381,14 @@ pub fn inbound(channel: &str, bot_username: &str, u: &Update) -> Option<Inbound>
 }
 
 /// What the adapter answers (once per chat per run) to a message it cannot run.
-pub const ONLY_TEXT: &str = "Only text messages are supported: photos, files, stickers, voice and edited messages are not read. Send your request as a new text message.";
+pub const ONLY_TEXT: &str = "Only text messages, photos and files are read: stickers, voice messages, videos and edited messages are not. Send your request as a new message.";
 
 /// A message from a person in a private chat that is not a text message the adapter runs: a
 /// photo, sticker, file, voice message… (no `text`), or an edit of an earlier message. Returned
 /// as an [`Inbound`] with empty text, for [`Bridge::unsupported`] (owner gate, one note).
 pub fn unsupported(channel: &str, u: &Update) -> Option<Inbound> {
     let m = match (&u.message, &u.edited_message) {
-        (Some(m), _) if m.text.is_none() => m,
+        (Some(m), _) if m.text.is_none() && m.photo.is_none() && m.document.is_none() => m,
         (None, Some(m)) => m,
         _ => return None,
     };
@@ -367,6 +407,159 @@ pub fn unsupported(channel: &str, u: &Update) -> Option<Inbound> {
         group: false,
     })
 }
+
+/// A file of a message to fetch: its Bot API `file_id`, the name and type it is saved under,
+/// and its size when Telegram said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    pub file_id: String,
+    pub name: String,
+    pub mime: String,
+    pub size: Option<u64>,
+}
+
+/// What a message's files are, before any download: `Ok(None)` when it has none, `Err` with the
+/// owner's explanation when none fits `max_bytes` (a photo all of whose sizes are larger, a
+/// document Telegram says is larger).
+///
+/// # Errors
+/// The refusal text, naming the limit and its setting.
+pub fn files_of(m: &Message, max_bytes: u64) -> Result<Option<Vec<FileRef>>, String> {
+    use crate::attachments::human;
+    let over = |what: &str, size: u64| {
+        format!(
+            "{what} is {}, over the limit of {} per file (chat.attachment_max_bytes); nothing was sent to the agent.",
+            human(size),
+            human(max_bytes)
+        )
+    };
+    if let Some(sizes) = &m.photo {
+        // Telegram lists sizes smallest first; the largest that fits is taken.
+        let mut fitting: Vec<&PhotoSize> =
+            sizes.iter().filter(|p| p.file_size.is_none_or(|s| s <= max_bytes)).collect();
+        fitting.sort_by_key(|p| (p.width as u64 * p.height as u64, p.file_size.unwrap_or(0)));
+        let Some(best) = fitting.last() else {
+            let smallest = sizes.iter().filter_map(|p| p.file_size).min().unwrap_or(0);
+            return Err(over("The photo (even its smallest size)", smallest));
+        };
+        // Telegram's photos are JPEG; the saved name's extension follows the bytes.
+        let f = FileRef {
+            file_id: best.file_id.clone(),
+            name: "photo.jpg".into(),
+            mime: "image/jpeg".into(),
+            size: best.file_size,
+        };
+        return Ok(Some(vec![f]));
+    }
+    if let Some(d) = &m.document {
+        let name = d.file_name.clone().unwrap_or_else(|| "file".into());
+        if let Some(size) = d.file_size.filter(|s| *s > max_bytes) {
+            return Err(over(&format!("The file {name}"), size));
+        }
+        let f = FileRef {
+            file_id: d.file_id.clone(),
+            name,
+            mime: d.mime_type.clone().unwrap_or_default(),
+            size: d.file_size,
+        };
+        return Ok(Some(vec![f]));
+    }
+    Ok(None)
+}
+
+/// A photo or document message from a person in a private chat: the message (its text the
+/// caption, without the bot's mention) and what [`files_of`] says of its files. `None` for
+/// anything else.
+pub fn with_files(
+    channel: &str,
+    bot_username: &str,
+    u: &Update,
+    max_bytes: u64,
+) -> Option<(Inbound, Result<Vec<FileRef>, String>)> {
+    let m = u.message.as_ref()?;
+    let from = m.from.as_ref()?;
+    if from.is_bot || m.chat.kind != "private" || (m.photo.is_none() && m.document.is_none()) {
+        return None;
+    }
+    let mut text = m.caption.clone().unwrap_or_default();
+    if !bot_username.is_empty() {
+        text = text.replace(&format!("@{bot_username} "), "").replace(&format!("@{bot_username}"), "");
+    }
+    let display = from.username.as_ref().map_or_else(|| from.first_name.clone(), |u| format!("@{u}"));
+    let msg = Inbound {
+        channel: channel.to_owned(),
+        chat_id: m.chat.id.to_string(),
+        sender_id: from.id.to_string(),
+        sender_display: display,
+        text: text.trim().to_owned(),
+        message_id: m.message_id.to_string(),
+        group: false,
+    };
+    let files = files_of(m, max_bytes).map(Option::unwrap_or_default);
+    Some((msg, files))
+}
+
+/// Fetches `files` (`getFile`, then the file's bytes from `{base}/file/bot<token>/<file_path>`),
+/// reading at most `max_bytes` of each.
+///
+/// # Errors
+/// What to tell the owner: a file over the limit (nothing is kept), or Telegram refusing or
+/// failing the download. Never the token.
+pub async fn download(
+    api: &Api,
+    files: Vec<FileRef>,
+    max_bytes: u64,
+) -> Result<Vec<coffer_proto::chat::AttachmentUpload>, String> {
+    use crate::attachments::human;
+    use futures_util::StreamExt as _;
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let info = api
+            .call("getFile", &json!({ "file_id": f.file_id }), CALL_TIMEOUT)
+            .await
+            .map_err(|e| format!("Could not fetch {} from Telegram ({e}); nothing was sent to the agent.", f.name))?;
+        let size = info.get("file_size").and_then(Value::as_u64).or(f.size);
+        let over = |size: u64| {
+            format!(
+                "The file {} is {}, over the limit of {} per file (chat.attachment_max_bytes); nothing was sent to the agent.",
+                f.name,
+                human(size),
+                human(max_bytes)
+            )
+        };
+        if let Some(s) = size.filter(|s| *s > max_bytes) {
+            return Err(over(s));
+        }
+        let Some(path) = info.get("file_path").and_then(Value::as_str).filter(|p| !p.is_empty()) else {
+            return Err(format!("Telegram gave no download path for {}; nothing was sent to the agent.", f.name));
+        };
+        let url = format!("{}/file/bot{}/{}", api.base, api.token.expose_secret(), path.trim_start_matches('/'));
+        let failed = |e: reqwest::Error| {
+            format!("Could not download {} from Telegram ({}); nothing was sent to the agent.", f.name, describe(e))
+        };
+        let resp = api.http.get(url).timeout(DOWNLOAD_TIMEOUT).send().await.map_err(failed)?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "Telegram answered {} to the download of {}; nothing was sent to the agent.",
+                resp.status().as_u16(),
+                f.name
+            ));
+        }
+        let mut data = Vec::new();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            data.extend_from_slice(&chunk.map_err(failed)?);
+            if data.len() as u64 > max_bytes {
+                return Err(over(data.len() as u64));
+            }
+        }
+        out.push(coffer_proto::chat::AttachmentUpload { name: f.name, mime: f.mime, data });
+    }
+    Ok(out)
+}
+
+/// Timeout of one file download.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The note that ends a progress message the adapter stops following before its turn ended.
 pub const STOPPED_NOTE: &str = "(Stopped here: this channel's adapter stopped — disabled or restarted. The whole reply is in Coffer's web console.)";
@@ -828,6 +1021,20 @@ async fn run(ctx: AdapterCtx) {
             if let Some(q) = &u.callback_query {
                 ctx.status.update(|s| s.last_inbound_ms = now_ms());
                 press(&ctx, &bridge, &replier, q).await;
+                continue;
+            }
+            let max_bytes = ctx.engine.config().attachments.max_bytes;
+            if let Some((msg, files)) = with_files(&name, &username, u, max_bytes) {
+                ctx.status.update(|s| s.last_inbound_ms = now_ms());
+                let fetch = async {
+                    match files {
+                        Ok(files) => download(&api, files, max_bytes).await,
+                        Err(why) => Err(why),
+                    }
+                };
+                if let Err(e) = bridge.handle_files(&ctx.record, msg, Box::pin(fetch)).await {
+                    tracing::warn!(channel = %name, error = %e, "A Telegram photo or file was not fully handled.");
+                }
                 continue;
             }
             if let Some(msg) = unsupported(&name, u) {

@@ -168,9 +168,26 @@ fn validate_conversation(c: &ConversationRecord) -> Result<(), StoreError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StoredBlock {
-    Text { text: String },
-    ToolUse { id: String, name: String, input_json: String },
-    ToolResult { tool_use_id: String, output: String, is_error: bool },
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input_json: String,
+    },
+    ToolResult {
+        tool_use_id: String,
+        output: String,
+        is_error: bool,
+    },
+    /// A file attached to a user message (its bytes are in the conversation's cwd at `path`).
+    Attachment {
+        name: String,
+        mime: String,
+        size: u64,
+        path: String,
+    },
 }
 
 impl StoredBlock {
@@ -183,6 +200,9 @@ impl StoredBlock {
             content_block_record::Block::ToolResult(r) => {
                 StoredBlock::ToolResult { tool_use_id: r.tool_use_id, output: r.output, is_error: r.is_error }
             }
+            content_block_record::Block::Attachment(a) => {
+                StoredBlock::Attachment { name: a.name, mime: a.mime, size: a.size, path: a.path }
+            }
         })
     }
 
@@ -194,6 +214,9 @@ impl StoredBlock {
             }
             StoredBlock::ToolResult { tool_use_id, output, is_error } => {
                 content_block_record::Block::ToolResult(ToolResultRecord { tool_use_id, output, is_error })
+            }
+            StoredBlock::Attachment { name, mime, size, path } => {
+                content_block_record::Block::Attachment(AttachmentRecord { name, mime, size, path })
             }
         };
         ContentBlockRecord { block: Some(block) }
@@ -244,8 +267,9 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
     let mut bytes = 0usize;
     let mut blocks = Vec::with_capacity(m.blocks.len());
     for (i, b) in m.blocks.into_iter().enumerate() {
-        let b = StoredBlock::from_record(b)
-            .ok_or_else(|| StoreError::Invalid(format!("message.blocks[{i}] has no text, tool_use or tool_result")))?;
+        let b = StoredBlock::from_record(b).ok_or_else(|| {
+            StoreError::Invalid(format!("message.blocks[{i}] has no text, tool_use, tool_result or attachment"))
+        })?;
         match &b {
             StoredBlock::Text { text } => bytes += text.len(),
             StoredBlock::ToolUse { id, name, input_json } => {
@@ -262,6 +286,12 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
             StoredBlock::ToolResult { tool_use_id, output, .. } => {
                 check_len(&format!("message.blocks[{i}].tool_result.tool_use_id"), tool_use_id, MAX_TOOL_NAME_BYTES)?;
                 bytes += tool_use_id.len() + output.len();
+            }
+            StoredBlock::Attachment { name, mime, path, .. } => {
+                check_len(&format!("message.blocks[{i}].attachment.name"), name, MAX_TOOL_NAME_BYTES)?;
+                check_len(&format!("message.blocks[{i}].attachment.mime"), mime, MAX_TOOL_NAME_BYTES)?;
+                check_len(&format!("message.blocks[{i}].attachment.path"), path, 4 * MAX_TOOL_NAME_BYTES)?;
+                bytes += name.len() + mime.len() + path.len();
             }
         }
         if bytes > MAX_MESSAGE_BYTES {

@@ -677,6 +677,7 @@ async fn cli_start_up() -> Result<()> {
                     session_id: session.into(),
                     ..Default::default()
                 },
+                attachments: Vec::new(),
             };
             let (first, session) = cli_turn(provider.as_ref(), &env, input("", 1, "SAY[one two three]")).await?;
             ensure!(!session.is_empty(), "{name}: no session id from the first turn");
