@@ -900,15 +900,15 @@ impl Engine {
             let blocks = attachments::save(&cwd, &message_id, files)?;
             (shown, blocks)
         };
-        let sent = self.send_locked(&conv, live, &record, message_id.clone(), text, source, blocks).await;
+        let sent = self.send_locked(&conv, live, &record, message_id.clone(), text, source, now, blocks).await;
         if sent.is_err() {
             attachments::remove(&cwd, &message_id);
         }
         sent
     }
 
-    /// The rest of [`Engine::send_with`], under the conversation's lock: the title, then a turn
-    /// or a pending item with id `message_id`.
+    /// The rest of [`Engine::submit`], under the conversation's lock: the title, then a turn
+    /// (with `now` after ending the one in flight) or a pending item with id `message_id`.
     #[allow(clippy::too_many_arguments)]
     async fn send_locked(
         self: &Arc<Self>,
@@ -918,6 +918,7 @@ impl Engine {
         message_id: String,
         text: String,
         source: String,
+        now: bool,
         blocks: Vec<st::ContentBlockRecord>,
     ) -> Result<c::SendMessageReply> {
         let id = conv.id.as_str();
@@ -935,7 +936,7 @@ impl Engine {
             }
         }
         if now {
-            self.end_for_now(&conv, &mut live).await;
+            self.end_for_now(conv, &mut live).await;
         }
         // No turn in flight and none about to start: this message runs now, whatever waits in
         // a paused queue (stop, then redirect). A queue that is not paused is never passed.

@@ -166,8 +166,12 @@ impl Engine {
         if agent == sessions::CODEX {
             self.copy_codex_rollout(&path)?;
         }
-        let mut config =
-            AgentConfig { cwd: transcript.cwd.clone(), model: r.model.clone(), session_id: r.session_id.clone() };
+        let mut config = AgentConfig {
+            cwd: transcript.cwd.clone(),
+            model: r.model.clone(),
+            session_id: r.session_id.clone(),
+            ..Default::default()
+        };
         entry.provider.validate_config(&mut config).map_err(|e| Error::Invalid(format!("agent_config.{e}")))?;
         let first_prompt = transcript.items.iter().find(|i| i.role == Role::User).map(|i| i.text.as_str());
         let title = match r.title.trim() {
