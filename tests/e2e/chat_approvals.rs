@@ -358,3 +358,49 @@ async fn claude_code_interrupted_while_asking() -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+/// `coffer chat new --mode`, `show`, `approve`, `deny`, `mode`, and `watch` on a pipe printing
+/// the request with the commands that answer it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_answers_approvals_and_sets_the_mode() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let c = home.cli(&["chat", "new", "--agent", "scripted", "--mode", "ask", "--json"]).await?.ok()?.json()?;
+    assert_eq!(c["agent_config"]["permission_mode"], "ask", "{c}");
+    let id = c["id"].as_str().context("id")?.to_owned();
+    let mut watch = home.cli_command(&["chat", "watch", &id])?.spawn()?;
+    send(&api, &id, "APPROVE[Bash: rm -rf build]\nAPPROVE[Bash: ls]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let n = open[0]["number"].to_string();
+
+    let shown = home.cli(&["chat", "show", &id]).await?.ok()?;
+    assert!(shown.stdout.contains(&format!("? approval #{n}: Bash: rm -rf build")), "{}", shown.stdout);
+    assert!(shown.stdout.contains(&format!("coffer chat deny {id} {n}")), "{}", shown.stdout);
+    let denied = home.cli(&["chat", "deny", &id, &n, "--message", "not today"]).await?.ok()?;
+    assert!(
+        denied.stdout.contains(&format!("✗ approval #{n} denied by cli (daemon token): not today")),
+        "{}",
+        denied.stdout
+    );
+    let again = home.cli(&["chat", "approve", &id, &n]).await?;
+    assert!(!again.success() && again.stderr.contains("already decided"), "{again:?}");
+    let open = open_approvals(&api, &id, 1).await?;
+    let n2 = open[0]["number"].to_string();
+    let r = home.cli(&["chat", "approve", &id, &n2, "--always", "--json"]).await?.ok()?.json()?;
+    assert_eq!((&r["decision"], &r["decided_by"]), (&json!("allow_always"), &json!("cli")));
+    idle(&api, &id).await?;
+    let m = home.cli(&["chat", "mode", &id, "read-only", "--json"]).await?.ok()?.json()?;
+    assert_eq!(m["agent_config"]["permission_mode"], "read_only");
+    let bad = home.cli(&["chat", "mode", &id, "sometimes"]).await?;
+    assert!(!bad.success() && bad.stderr.contains("bypass"), "{bad:?}");
+
+    // The watcher on a pipe printed the request and how to answer it.
+    let _ = watch.start_kill();
+    let out = watch.wait_with_output().await?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains(&format!("? approval #{n}: Bash: rm -rf build")), "{printed}");
+    assert!(printed.contains(&format!("allow: coffer chat approve {id} {n}")), "{printed}");
+    assert!(printed.contains(&format!("✗ approval #{n} denied by cli")), "{printed}");
+    assert!(!printed.contains("[a]llow"), "no prompt on a pipe: {printed}");
+    Ok(())
+}
