@@ -819,7 +819,7 @@ async fn turn_answering(
         let event = tokio::time::timeout(left, rx.recv()).await?.ok_or_else(|| anyhow::anyhow!("ended: {events:?}"))?;
         if let AgentEvent::ApprovalRequested(req) = &event {
             answers.send(decide(req)).await?;
-            asked.push(req.clone());
+            asked.push((**req).clone());
         }
         let terminal = matches!(event, AgentEvent::Done { .. } | AgentEvent::Failed { .. });
         events.push(event);
