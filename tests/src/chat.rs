@@ -230,7 +230,7 @@ async fn run_script(
     for line in turn.text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if let Some(req) = approve_directive(line, sent) {
             let id = req.request_id.clone();
-            send!(AgentEvent::ApprovalRequested(req));
+            send!(AgentEvent::ApprovalRequested(Box::new(req)));
             let answer = loop {
                 tokio::select! {
                     a = answers.recv() => match a {

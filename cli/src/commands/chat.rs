@@ -16,9 +16,9 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Subcommand};
 use coffer_api::Page;
 use coffer_api::chat::{
-    Agent, AgentConfigCreate, ContentBlock, Conversation, ConversationCreate, ConversationDeleted, ConversationPatch,
-    ConversationView, Event, EventBody, Interrupted, Message, MessageSend, MessageStatus, PendingItemSet, PendingQueue,
-    PendingSet, Role, SendMessageReply, Usage,
+    Agent, AgentConfigCreate, ApprovalAnswer, ApprovalResolved, ContentBlock, Conversation, ConversationCreate,
+    ConversationDeleted, ConversationPatch, ConversationView, Event, EventBody, Interrupted, Message, MessageSend,
+    MessageStatus, PendingItemSet, PendingQueue, PendingSet, Role, SendMessageReply, Usage,
 };
 use serde_json::Value;
 
@@ -106,6 +106,48 @@ pub enum ChatCommand {
         after_help = "Example:\n  coffer chat import claude_code 35b13f57-b1e3-45f0-bb61-b95101ccfb90\n\nIts history is shown read-only above the new turns; the next message resumes the session."
     )]
     Import(super::chat_sessions::ImportArgs),
+    /// Allow an action the agent waits for (permission mode ask): N is the request's number.
+    #[command(
+        after_help = "Examples:\n  coffer chat approve 01JDQ8ZKXW5T3M2N4P6R7S8T9V 1042\n  coffer chat approve 01JDQ8ZKXW5T3M2N4P6R7S8T9V 1042 --always"
+    )]
+    Approve(ApproveArgs),
+    /// Deny an action the agent waits for; the message is told to the agent.
+    #[command(after_help = "Example:\n  coffer chat deny 01JDQ8ZKXW5T3M2N4P6R7S8T9V 1042 --message 'not on main'")]
+    Deny(DenyArgs),
+    /// Set the permission mode: bypass (acts without asking), ask, read-only. From the next turn.
+    #[command(after_help = "Example:\n  coffer chat mode 01JDQ8ZKXW5T3M2N4P6R7S8T9V ask")]
+    Mode(ModeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The conversation's id.
+    pub id: String,
+    /// The request's number (`chat watch` and `chat show` print it).
+    pub number: u64,
+    /// Also allow this tool at once for the rest of the conversation.
+    #[arg(long)]
+    pub always: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DenyArgs {
+    /// The conversation's id.
+    pub id: String,
+    /// The request's number.
+    pub number: u64,
+    /// What the agent is told (default: "The user denied this action.").
+    #[arg(long, value_name = "TEXT")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ModeArgs {
+    /// The conversation's id.
+    pub id: String,
+    /// bypass, ask, read-only (or read_only).
+    #[arg(value_name = "MODE", value_parser = ["bypass", "ask", "read-only", "read_only"])]
+    pub mode: String,
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +197,9 @@ pub struct NewArgs {
     /// Follow the first turn until it ends (or, without TEXT, watch the conversation).
     #[arg(long)]
     pub watch: bool,
+    /// The permission mode: bypass, ask, read-only [default: the agent's setting].
+    #[arg(long, value_name = "MODE", value_parser = ["bypass", "ask", "read-only", "read_only"])]
+    pub mode: Option<String>,
     /// The first message (words are joined with spaces).
     #[arg(value_name = "TEXT")]
     pub text: Vec<String>,
@@ -267,7 +312,58 @@ pub async fn run(ctx: &Ctx, cmd: ChatCommand) -> Result<(), CliError> {
         ChatCommand::Rm(a) => rm(ctx, &a.id).await,
         ChatCommand::Sessions(a) => super::chat_sessions::sessions(ctx, a).await,
         ChatCommand::Import(a) => super::chat_sessions::import(ctx, a).await,
+        ChatCommand::Approve(a) => {
+            let decision = if a.always { "allow_always" } else { "allow" };
+            answer(ctx, &a.id, a.number, ApprovalAnswer { decision: decision.into(), message: None }).await
+        }
+        ChatCommand::Deny(a) => {
+            answer(ctx, &a.id, a.number, ApprovalAnswer { decision: "deny".into(), message: a.message }).await
+        }
+        ChatCommand::Mode(a) => {
+            let permission_mode = Some(a.mode.replace('-', "_"));
+            patch(ctx, &a.id, ConversationPatch { permission_mode, ..Default::default() }, "Set the permission mode of")
+                .await
+        }
     }
+}
+
+/// `POST …/approvals/{number}`: prints the decision (`--json`: the answer as the server sent it).
+async fn answer(ctx: &Ctx, id: &str, number: u64, body: ApprovalAnswer) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let path = format!("{}/approvals/{number}", conv_path(id));
+    let resp = api.send(api.request(reqwest::Method::POST, &path).json(&body)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let r: ApprovalResolved = resp.parse()?;
+    output::println(&resolved_line(&r))
+}
+
+/// On a terminal: asks `[a]llow / [d]eny / allow al[w]ays` for request `number` and answers it
+/// (Enter alone leaves it to another surface or the timeout). Runs beside the event stream.
+fn prompt_answer(api: ApiClient, id: String, number: u64) {
+    tokio::spawn(async move {
+        let line = tokio::task::spawn_blocking(|| {
+            let mut s = String::new();
+            std::io::stdin().read_line(&mut s).map(|_| s)
+        })
+        .await;
+        let Ok(Ok(line)) = line else { return };
+        let decision = match line.trim() {
+            "a" | "allow" => "allow",
+            "w" | "always" => "allow_always",
+            "d" | "deny" => "deny",
+            _ => return,
+        };
+        let path = format!("{}/approvals/{number}", conv_path(&id));
+        let body = ApprovalAnswer { decision: decision.into(), message: None };
+        match api.send(api.request(reqwest::Method::POST, &path).json(&body)).await {
+            Ok(_) => {}
+            Err(e) => {
+                let _ = output::println(&format!("! approval #{number}: {e}"));
+            }
+        }
+    });
 }
 
 fn conv_path(id: &str) -> String {
@@ -338,6 +434,9 @@ pub fn state_cell(c: &Conversation) -> String {
     }
     if c.pending_paused {
         s.push_str(" (paused)");
+    }
+    if c.approvals_waiting > 0 {
+        s.push_str(&format!(" · {} waiting for you", c.approvals_waiting));
     }
     s
 }
@@ -449,6 +548,7 @@ pub fn render_view(v: &ConversationView) -> String {
         ("cwd", or_default(&c.agent_config.cwd, "-")),
         ("model", or_default(&c.agent_config.model, "(the agent's default)")),
         ("session", or_default(&c.agent_config.session_id, "- (none yet)")),
+        ("mode", or_default(&c.agent_config.permission_mode, "bypass")),
         ("state", state_cell(c)),
         ("messages", c.message_count.to_string()),
         ("created", at(c.created_ms)),
@@ -470,7 +570,18 @@ pub fn render_view(v: &ConversationView) -> String {
         out.push('\n');
         out.push_str(&render_pending(q));
     }
+    for a in &v.approvals {
+        out.push('\n');
+        out.push_str(&approval_lines(&c.id, a));
+        out.push('\n');
+    }
     out
+}
+
+/// Whether approval requests are asked on this terminal: stdin and stdout are both terminals.
+fn prompting() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
 /// The lines of an approval request: its summary, its diff (at most 40 lines), and how to answer.
@@ -760,6 +871,12 @@ pub async fn follow(
                 failures = 0;
                 if !json {
                     output::print(&renderer.render(&ev))?;
+                    if let EventBody::ApprovalRequested(r) = &ev.body
+                        && prompting()
+                    {
+                        output::print("  [a]llow / [d]eny / allow al[w]ays (Enter: leave it) > ")?;
+                        prompt_answer(api.clone(), id.to_owned(), r.approval.number);
+                    }
                 }
                 if let Some(t) = target.as_mut()
                     && t.ends_with(&ev)
@@ -947,7 +1064,7 @@ pub fn new_body(a: &NewArgs, cwd: &Path) -> ConversationCreate {
     let cfg = AgentConfigCreate {
         cwd: a.cwd.as_ref().map(|d| absolute(d, cwd).display().to_string()),
         model: a.model.clone(),
-        permission_mode: None,
+        permission_mode: a.mode.as_ref().map(|m| m.replace('-', "_")),
     };
     ConversationCreate {
         agent_key: a.agent.clone(),

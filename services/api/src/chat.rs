@@ -174,7 +174,9 @@ pub struct AgentConfig {
     /// The agent's own session or thread id, set after the first turn; empty before.
     pub session_id: String,
     /// `bypass` (acts without asking), `ask` (actions that are not read-only wait for an
-    /// answer: `approval_requested`) or `read_only` (they are refused).
+    /// answer: `approval_requested`) or `read_only` (they are refused). Absent from older
+    /// daemons: read as empty (`bypass`).
+    #[serde(default)]
     pub permission_mode: String,
 }
 
@@ -209,6 +211,7 @@ pub struct Conversation {
     /// Live: the queue is paused (after an interrupt, a failed turn or a restart).
     pub pending_paused: bool,
     /// Live: approval requests waiting for an answer (the "waiting for you" badge).
+    #[serde(default)]
     pub approvals_waiting: u32,
 }
 
@@ -446,6 +449,7 @@ pub struct ConversationView {
     /// Subscribe with `?after=` this to follow from here.
     pub last_seq: u64,
     /// The approval requests waiting for an answer, oldest first.
+    #[serde(default)]
     pub approvals: Vec<Approval>,
 }
 

@@ -291,7 +291,7 @@ pub enum AgentEvent {
     /// said) and never holds a secret.
     Failed { kind: FailureKind, message: String },
     /// The agent waits for permission to act; answered on [`RunningTurn::approvals`].
-    ApprovalRequested(ApprovalRequest),
+    ApprovalRequested(Box<ApprovalRequest>),
 }
 
 /// A turn in flight.

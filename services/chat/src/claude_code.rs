@@ -366,7 +366,7 @@ async fn run_turn(
                         }
                         for req in step.approvals {
                             waiting.insert(req.request_id.clone(), req.input.clone());
-                            if events.send(AgentEvent::ApprovalRequested(req)).await.is_err() {
+                            if events.send(AgentEvent::ApprovalRequested(Box::new(req))).await.is_err() {
                                 process.kill(INTERRUPT_GRACE).await;
                                 return (None, false);
                             }

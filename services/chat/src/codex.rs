@@ -400,7 +400,7 @@ async fn run(
                         match asked {
                             Some(req) => {
                                 waiting.insert(req.request_id.clone(), id.clone());
-                                if events.send(AgentEvent::ApprovalRequested(req)).await.is_err() {
+                                if events.send(AgentEvent::ApprovalRequested(Box::new(req))).await.is_err() {
                                     process.kill(INTERRUPT_GRACE).await;
                                     return (None, false);
                                 }

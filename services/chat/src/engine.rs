@@ -1481,7 +1481,7 @@ impl Engine {
                     break;
                 }
                 Ok(Some(AgentEvent::ApprovalRequested(req))) => {
-                    self.approval_requested(conv, turn, &config, req, answers.as_ref()).await;
+                    self.approval_requested(conv, turn, &config, *req, answers.as_ref()).await;
                 }
                 Ok(Some(ev)) => {
                     if self.handle(conv, turn, &mut config, ev).await {

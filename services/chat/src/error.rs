@@ -26,7 +26,7 @@ pub enum Error {
     /// An approval request answered before; the first decision (`ALREADY_EXISTS`, the decision
     /// encoded in the status details).
     #[error("{0}")]
-    AlreadyDecided(String, coffer_proto::chat::ApprovalResolved),
+    AlreadyDecided(String, Box<coffer_proto::chat::ApprovalResolved>),
     /// The store answered with an error.
     #[error("the store answered {}: {}", .0.code(), .0.message())]
     Store(Status),
@@ -54,7 +54,7 @@ impl From<Error> for Status {
             Error::AlreadyExists(m) => Status::already_exists(m),
             Error::Exhausted(m) => Status::resource_exhausted(m),
             Error::AlreadyDecided(m, first) => {
-                Status::with_details(Code::AlreadyExists, m, prost::Message::encode_to_vec(&first).into())
+                Status::with_details(Code::AlreadyExists, m, prost::Message::encode_to_vec(&*first).into())
             }
             // The store's verdicts on what the caller sent pass through; the rest say the store
             // is not there (it restarts) or are internal failures (logged, opaque).

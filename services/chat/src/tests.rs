@@ -303,7 +303,7 @@ impl AgentProvider for Tiny {
                         diff: None,
                         cwd: None,
                     };
-                    let _ = tx.send(AgentEvent::ApprovalRequested(req)).await;
+                    let _ = tx.send(AgentEvent::ApprovalRequested(Box::new(req))).await;
                     let answer = tokio::select! {
                         a = answers.recv() => a,
                         _ = &mut stop => {

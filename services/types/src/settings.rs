@@ -42,8 +42,9 @@ pub enum TextFormat {
     /// Empty (off), or an absolute `http://` or `https://` URL with a host (WHATWG URL
     /// parsing, as the readers' HTTP client does it).
     HttpUrlOrEmpty,
-    /// Empty (the default) or one of these words.
-    OneOf(&'static [&'static str]),
+    /// Empty (the default) or one of [`PERMISSION_MODES`] (a unit variant: the words live in the
+    /// constant, so a setting stays small).
+    PermissionMode,
 }
 
 /// One setting Coffer reads.
@@ -442,7 +443,7 @@ pub const CHAT_APPROVAL_TIMEOUT_S: Setting = Setting {
 pub const CHAT_CLAUDE_CODE_PERMISSION_MODE: Setting = Setting {
     key: "chat.claude_code_permission_mode",
     ty: Type::Text,
-    format: TextFormat::OneOf(PERMISSION_MODES),
+    format: TextFormat::PermissionMode,
     default: 0,
     default_text: "bypass",
     min: 0,
@@ -454,7 +455,7 @@ pub const CHAT_CLAUDE_CODE_PERMISSION_MODE: Setting = Setting {
 pub const CHAT_CODEX_PERMISSION_MODE: Setting = Setting {
     key: "chat.codex_permission_mode",
     ty: Type::Text,
-    format: TextFormat::OneOf(PERMISSION_MODES),
+    format: TextFormat::PermissionMode,
     default: 0,
     default_text: "bypass",
     min: 0,
@@ -739,9 +740,9 @@ impl Setting {
         if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
             return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
         }
-        if let TextFormat::OneOf(words) = self.format
+        if self.format == TextFormat::PermissionMode
             && !value.trim().is_empty()
-            && !words.contains(&value.trim())
+            && !PERMISSION_MODES.contains(&value.trim())
         {
             return Err(SettingError::NotOneOf { setting: *self, value: value.chars().take(64).collect() });
         }
@@ -923,11 +924,7 @@ impl std::fmt::Display for SettingError {
                 s.key, s.unit
             ),
             SettingError::NotOneOf { setting: s, value } => {
-                let words = match s.format {
-                    TextFormat::OneOf(w) => w.join(", "),
-                    _ => String::new(),
-                };
-                write!(f, "{} must be one of {words}; got {value:?}", s.key)
+                write!(f, "{} must be one of {}; got {value:?}", s.key, PERMISSION_MODES.join(", "))
             }
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }

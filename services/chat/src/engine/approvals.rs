@@ -454,7 +454,7 @@ impl Engine {
                         "approval {} was already decided: {} by {}",
                         first.number, first.decision, first.decided_by
                     ),
-                    first,
+                    Box::new(first),
                 ));
             }
             Err(None) => {
