@@ -95,8 +95,9 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     // Typing an `a` in the composer is text, not an answer.
     send("APPROVE[Write: /srv/app/config.toml]").await?;
     b.wait_for(".approval-card.waiting").await?;
+    // (Focused from the page: a toast may cover the composer's middle.)
+    b.eval("document.querySelector('#composer').focus(); return true;", vec![]).await?;
     let composer = b.find("#composer").await?;
-    composer.click().await?;
     composer.send_keys("a").await?;
     ensure!(b.count(".approval-card.waiting").await? == 1, "a key in the composer answers nothing");
     composer.clear().await?;
@@ -135,8 +136,8 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     b.refresh().await?;
     b.wait_for(".approval-card.waiting").await?;
     ensure!(b.count(".approval-card").await? == 1, "only the waiting request after a reload");
+    b.eval("document.querySelector('.approval-card.waiting .approval-message').focus(); return true;", vec![]).await?;
     let field = b.find(".approval-card.waiting .approval-message").await?;
-    field.click().await?;
     field.send_keys("deploy tomorrow").await?;
     b.press(keys::ENTER).await?;
     b.wait_for_text(".approval-card.denied .approval-outcome", "deploy tomorrow").await?;
