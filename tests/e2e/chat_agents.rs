@@ -799,3 +799,77 @@ async fn agent_start_up_cost_per_turn_against_a_kept_alive_process() -> anyhow::
     );
     Ok(())
 }
+
+/// Runs a turn whose approval requests are answered by `decide` (the engine's part): all its
+/// events, the terminal last, and the requests seen.
+async fn turn_answering(
+    bench: &Bench,
+    provider: &dyn AgentProvider,
+    text: &str,
+    config: AgentConfig,
+    decide: impl Fn(&coffer_chat::adapter::ApprovalRequest) -> coffer_chat::adapter::ApprovalAnswer,
+) -> anyhow::Result<(Vec<AgentEvent>, Vec<coffer_chat::adapter::ApprovalRequest>)> {
+    let (running, mut rx) = bench.start(provider, text, config)?;
+    let answers = running.approvals.clone().ok_or_else(|| anyhow::anyhow!("no approval channel"))?;
+    let mut events = Vec::new();
+    let mut asked = Vec::new();
+    let deadline = Instant::now() + TURN_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let event = tokio::time::timeout(left, rx.recv()).await?.ok_or_else(|| anyhow::anyhow!("ended: {events:?}"))?;
+        if let AgentEvent::ApprovalRequested(req) = &event {
+            answers.send(decide(req)).await?;
+            asked.push(req.clone());
+        }
+        let terminal = matches!(event, AgentEvent::Done { .. } | AgentEvent::Failed { .. });
+        events.push(event);
+        if terminal {
+            break;
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(10), running.task).await??;
+    Ok((events, asked))
+}
+
+/// Codex in `ask` (`untrusted`, `workspace-write`): a command waits for the answer; declined it
+/// does not run and the model is told it was rejected; accepted it runs. In `read_only` nothing
+/// asks and the read-only sandbox keeps the file from being made.
+#[tokio::test]
+async fn codex_asks_before_a_command_in_ask_mode() -> anyhow::Result<()> {
+    use coffer_chat::adapter::{ApprovalAnswer, PermissionMode};
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    let ask = AgentConfig { permission_mode: PermissionMode::Ask, ..bench.config("", "") };
+    let touch = |name: &str| format!(r#"TOOL[exec_command {{"cmd": "touch {}"}}]"#, bench.cwd.join(name).display());
+
+    let deny = |r: &coffer_chat::adapter::ApprovalRequest| ApprovalAnswer {
+        request_id: r.request_id.clone(),
+        allow: false,
+        message: "no".into(),
+    };
+    let (events, asked) = turn_answering(&bench, &provider, &touch("declined.txt"), ask.clone(), deny).await?;
+    assert_eq!(asked.len(), 1, "{events:?}");
+    assert_eq!(asked[0].tool, "shell");
+    let cmd = asked[0].input["command"].as_str().unwrap_or_default();
+    assert!(cmd.contains("touch ") && cmd.contains("declined.txt"), "{cmd}");
+    assert!(!bench.cwd.join("declined.txt").exists(), "a declined command ran");
+    let last = model.requests().last().map(|r| r.body.to_string()).unwrap_or_default();
+    assert!(last.contains("rejected"), "the model was not told: {last}");
+    assert!(matches!(events.last(), Some(AgentEvent::Done { .. })), "{events:?}");
+
+    let allow = |r: &coffer_chat::adapter::ApprovalRequest| ApprovalAnswer {
+        request_id: r.request_id.clone(),
+        allow: true,
+        message: String::new(),
+    };
+    let (events, asked) = turn_answering(&bench, &provider, &touch("accepted.txt"), ask, allow).await?;
+    assert_eq!(asked.len(), 1, "{events:?}");
+    assert!(bench.cwd.join("accepted.txt").exists(), "an accepted command did not run: {events:?}");
+
+    let read_only = AgentConfig { permission_mode: PermissionMode::ReadOnly, ..bench.config("", "") };
+    let (events, asked) = turn_answering(&bench, &provider, &touch("readonly.txt"), read_only, deny).await?;
+    assert!(asked.is_empty(), "read_only asked: {asked:?}");
+    assert!(!bench.cwd.join("readonly.txt").exists(), "read_only made a file: {events:?}");
+    Ok(())
+}

@@ -234,3 +234,127 @@ async fn a_chat_service_killed_with_a_request_open_fails_the_turn() -> anyhow::R
     assert!(e["message"].as_str().unwrap_or("").contains("restarted"), "{e}");
     Ok(())
 }
+
+// ------------------------------------------------------------------- the real Claude Code
+
+/// A daemon whose chat service runs the Claude Code CLI `claude` offline against `fake`.
+async fn claude_daemon(
+    claude: &std::path::Path,
+    fake: &coffer_tests::anthropic::FakeAnthropic,
+) -> anyhow::Result<(TestHome, Api)> {
+    let mut home = TestHome::new()?;
+    chat::offline_claude_code(&mut home, &fake.url);
+    let api = home.start_daemon().await?;
+    let set = json!({"set": {"chat.claude_code_path": claude.display().to_string()}});
+    api.request(reqwest::Method::PATCH, "/v1/settings").json(&set).reply().await?.ok_json()?;
+    Ok((home, api))
+}
+
+/// Whether the model was told `text` in a tool result of a request after the first.
+fn told(fake: &coffer_tests::anthropic::FakeAnthropic, text: &str) -> bool {
+    fake.requests().iter().any(|r| {
+        r.body["messages"].as_array().into_iter().flatten().any(|m| {
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|b| b["type"] == "tool_result" && b.to_string().contains(text))
+        })
+    })
+}
+
+/// `ask` with a real Claude Code: a Bash command waits; denied, it does not run and the model is
+/// told why; allowed, it runs; `allow_always` stops the asking for Bash; `read_only` refuses
+/// without asking.
+async fn claude_code_asks(claude: std::path::PathBuf) -> anyhow::Result<()> {
+    let fake = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
+    let (home, api) = claude_daemon(&claude, &fake).await?;
+    let cwd = home.temp().join("ws");
+    std::fs::create_dir_all(&cwd)?;
+    let body = json!({"agent_key": "claude_code", "agent_config": {"cwd": cwd, "permission_mode": "ask"}});
+    let c = api.post_json("/v1/conversations", &body).reply().await?.json()?;
+    let id = c["id"].as_str().context("id")?.to_owned();
+    let touch = |name: &str| {
+        let input = json!({"command": format!("touch {}", cwd.join(name).display())});
+        format!("TOOL[Bash {input}]")
+    };
+
+    // Denied: the file is not made and the model hears the message.
+    send(&api, &id, &touch("denied.txt")).await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    assert_eq!(open[0]["tool"], "Bash");
+    assert!(open[0]["summary"].as_str().unwrap_or("").starts_with("Bash: touch "), "{}", open[0]);
+    answer(&api, &id, &open[0]["number"], json!({"decision": "deny", "message": "no files today"})).await?.ok_json()?;
+    let v = idle(&api, &id).await?;
+    assert!(!cwd.join("denied.txt").exists(), "a denied command ran");
+    assert!(told(&fake, "no files today"), "the model was not told: {v}");
+    assert_eq!(
+        v["messages"].as_array().and_then(|m| m.last()).map(|m| m["status"].clone()),
+        Some(json!("complete")),
+        "{v}"
+    );
+
+    // Allowed: it runs. Always: the next Bash does not ask.
+    send(&api, &id, &touch("allowed.txt")).await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    answer(&api, &id, &open[0]["number"], json!({"decision": "allow_always"})).await?.ok_json()?;
+    idle(&api, &id).await?;
+    assert!(cwd.join("allowed.txt").exists(), "an allowed command did not run");
+    send(&api, &id, &touch("again.txt")).await?;
+    let v = idle(&api, &id).await?;
+    assert!(cwd.join("again.txt").exists(), "allow_always did not allow the next Bash: {v}");
+
+    // read_only: refused without asking (a new conversation: the fake's tool call ids repeat,
+    // and a resumed session's history would hold the same id twice).
+    let body = json!({"agent_key": "claude_code", "agent_config": {"cwd": cwd, "permission_mode": "read_only"}});
+    let c = api.post_json("/v1/conversations", &body).reply().await?.json()?;
+    let id = c["id"].as_str().context("id")?.to_owned();
+    send(&api, &id, &touch("readonly.txt")).await?;
+    let v = idle(&api, &id).await?;
+    assert!(!cwd.join("readonly.txt").exists(), "read_only ran a command");
+    assert!(told(&fake, "read-only"), "the model was not told the conversation is read-only: {v}");
+    let audit = api.get("/v1/audit?action=chat.approval").reply().await?.ok_json()?;
+    let by: Vec<String> = audit["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| i["detail"]["decided_by"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(by, ["read_only", "remembered", "api", "api"], "newest first: {audit}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_pinned_asks_before_bash() -> anyhow::Result<()> {
+    claude_code_asks(coffer_tests::peers::claude_code()?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_2_1_197_asks_before_bash() -> anyhow::Result<()> {
+    claude_code_asks(coffer_tests::peers::claude_code_2_1_197()?).await
+}
+
+/// A turn of the real Claude Code interrupted while its request waits: denied `interrupt`, the
+/// turn ends interrupted, no agent process is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_interrupted_while_asking() -> anyhow::Result<()> {
+    let fake = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
+    let (home, api) = claude_daemon(&coffer_tests::peers::claude_code()?, &fake).await?;
+    let body = json!({"agent_key": "claude_code", "agent_config": {"permission_mode": "ask"}});
+    let c = api.post_json("/v1/conversations", &body).reply().await?.json()?;
+    let id = c["id"].as_str().context("id")?.to_owned();
+    send(&api, &id, r#"TOOL[Bash {"command": "touch never.txt"}]"#).await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    let r = api.post_json(&format!("/v1/conversations/{id}/interrupt"), &json!({})).reply().await?.ok_json()?;
+    assert_eq!(r["interrupted"], true);
+    let e = answer(&api, &id, &open[0]["number"], json!({"decision": "allow"}))
+        .await?
+        .expect_envelope(409, "ALREADY_DECIDED")?;
+    assert_eq!(e["details"]["decided_by"], "interrupt");
+    idle(&api, &id).await?;
+    coffer_tests::wait_for("no agent process left", WAIT, || async {
+        Ok(home.pid_records().iter().all(|r| r.kind != "agent" || !coffer_tests::procs::alive(r.pid)).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
