@@ -3,6 +3,7 @@
 //! browser, agent-CLI and npm/PyPI-peer tests, the test groups of `.config/nextest.toml`).
 //! REST behaviour that needs only the edge and the store is tested in process (`tests/inproc`).
 
+mod approvals_done_when;
 mod backup;
 mod broker;
 mod catalog_cache;
@@ -58,8 +59,8 @@ mod shim_recovery;
 mod shim_stdio;
 mod store;
 mod sync;
-mod ui_channels;
 mod ui_approvals;
+mod ui_channels;
 mod ui_chat;
 mod ui_edge;
 mod ui_llm;

@@ -59,7 +59,8 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
         let api = api.clone();
         let id = id.clone();
         async move {
-            let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({ "text": text })).reply().await?;
+            let r =
+                api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({ "text": text })).reply().await?;
             ensure!(r.status == 202, "send: {} {}", r.status, r.text);
             anyhow::Ok(())
         }
@@ -67,7 +68,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     send("APPROVE[Bash: rm -rf build]").await?;
     let card = b.wait_for(".approval-card.waiting").await?;
     let text = card.text().await?;
-    ensure!(text.contains("Bash") && text.contains("rm -rf build") && text.contains("Waiting for your approval"), "{text}");
+    ensure!(
+        text.contains("Bash") && text.contains("rm -rf build") && text.contains("Waiting for your approval"),
+        "{text}"
+    );
     b.wait_for(&format!(".conv-item[data-id=\"{id}\"] .waiting-you")).await?;
     b.screenshot("approval-card-desktop").await?;
     b.set_dark(true).await?;
@@ -83,8 +87,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     b.press("a").await?;
     b.wait_for(".approval-card.decided.allowed").await?;
     b.wait_for_text(".approval-card.allowed .approval-outcome", "Allowed by the web console").await?;
-    b.wait_until("[...document.querySelectorAll('article.msg.assistant')].some(m => m.textContent.includes('approved'))")
-        .await?;
+    b.wait_until(
+        "[...document.querySelectorAll('article.msg.assistant')].some(m => m.textContent.includes('approved'))",
+    )
+    .await?;
     b.wait_gone(&format!(".conv-item[data-id=\"{id}\"] .waiting-you")).await?;
     ensure!(
         b.eval("return document.querySelector('.approval-card.allowed .approval-allow').disabled;", vec![]).await?
@@ -110,7 +116,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
         .context("number")?
         .to_owned();
     let r = api
-        .post_json(&format!("/v1/conversations/{id}/approvals/{number}"), &json!({"decision": "deny", "message": "not that file"}))
+        .post_json(
+            &format!("/v1/conversations/{id}/approvals/{number}"),
+            &json!({"decision": "deny", "message": "not that file"}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 200, "answer: {} {}", r.status, r.text);
