@@ -86,7 +86,9 @@ impl Tg {
         let items = list["items"].as_array().context("items")?;
         let c = items
             .iter()
-            .find(|c| c["channel_name"] == "tg" && c["peer_chat_id"] == OWNER.to_string())
+            .find(|c| {
+                c["channel_name"] == "tg" && c["peer_chat_id"].as_str().and_then(|s| s.parse().ok()) == Some(OWNER)
+            })
             .context("the bound conversation")?;
         Ok(c["id"].as_str().context("id")?.to_owned())
     }
