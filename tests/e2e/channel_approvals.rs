@@ -66,9 +66,7 @@ impl Tg {
 
     /// Waits until message `id` satisfies `done`; the message then.
     async fn wait_message(&self, id: i64, what: &str, done: impl Fn(&Shown) -> bool) -> anyhow::Result<Shown> {
-        self.fake
-            .wait(what, WAIT, |f| f.bot_messages(OWNER).iter().any(|m| m.message_id == id && done(m)))
-            .await?;
+        self.fake.wait(what, WAIT, |f| f.bot_messages(OWNER).iter().any(|m| m.message_id == id && done(m))).await?;
         self.message(id)
     }
 
@@ -88,7 +86,9 @@ impl Tg {
         let items = list["items"].as_array().context("items")?;
         let c = items
             .iter()
-            .find(|c| c["channel_name"] == "tg" && c["peer_chat_id"] == OWNER.to_string())
+            .find(|c| {
+                c["channel_name"] == "tg" && c["peer_chat_id"].as_str().and_then(|s| s.parse().ok()) == Some(OWNER)
+            })
             .context("the bound conversation")?;
         Ok(c["id"].as_str().context("id")?.to_owned())
     }
@@ -257,18 +257,19 @@ async fn seatalk_shows_requests_with_their_commands_and_only_the_owner_answers()
     ensure!(!m.iter().any(|s| says(s, "E1", "approved")), "not allowed by the stranger");
     // A decision made elsewhere is said in the chat.
     post("E1", "APPROVE[Bash: cargo clean]").await?;
-    let m = fake
-        .wait_messages("the second request", WAIT, |m| m.iter().any(|s| says(s, "E1", "cargo clean`")))
-        .await?;
+    let m = fake.wait_messages("the second request", WAIT, |m| m.iter().any(|s| says(s, "E1", "cargo clean`"))).await?;
     let req = m.iter().rfind(|s| says(s, "E1", "cargo clean`")).context("request")?.content.clone();
     let n2: u64 = req.split("(#").nth(1).and_then(|r| r.split(')').next()).and_then(|s| s.parse().ok()).context("n")?;
     let list = api.get("/v1/conversations").reply().await?.json()?;
-    let conv = list["items"].as_array().context("items")?.iter().find(|c| c["channel_name"] == "team").context("conv")?
-        ["id"]
-        .as_str()
-        .context("id")?
-        .to_owned();
-    let r = api.post_json(&format!("/v1/conversations/{conv}/approvals/{n2}"), &json!({"decision": "allow"})).reply().await?;
+    let conv =
+        list["items"].as_array().context("items")?.iter().find(|c| c["channel_name"] == "team").context("conv")?["id"]
+            .as_str()
+            .context("id")?
+            .to_owned();
+    let r = api
+        .post_json(&format!("/v1/conversations/{conv}/approvals/{n2}"), &json!({"decision": "allow"}))
+        .reply()
+        .await?;
     ensure!(r.status == 200, "REST answer: {} {}", r.status, r.text);
     let t = Instant::now();
     fake.wait_messages("the decision made elsewhere", WAIT, |m| {

@@ -4,6 +4,7 @@
 //! REST behaviour that needs only the edge and the store is tested in process (`tests/inproc`).
 
 mod agent_sessions;
+mod approvals_done_when;
 mod backup;
 mod broker;
 mod catalog_cache;
@@ -65,6 +66,7 @@ mod sync;
 mod ui_agent_sessions;
 mod ui_channels;
 mod ui_approvals;
+mod ui_channels;
 mod ui_chat;
 mod ui_edge;
 mod ui_llm;

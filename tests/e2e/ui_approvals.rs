@@ -59,7 +59,8 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
         let api = api.clone();
         let id = id.clone();
         async move {
-            let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({ "text": text })).reply().await?;
+            let r =
+                api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({ "text": text })).reply().await?;
             ensure!(r.status == 202, "send: {} {}", r.status, r.text);
             anyhow::Ok(())
         }
@@ -67,7 +68,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     send("APPROVE[Bash: rm -rf build]").await?;
     let card = b.wait_for(".approval-card.waiting").await?;
     let text = card.text().await?;
-    ensure!(text.contains("Bash") && text.contains("rm -rf build") && text.contains("Waiting for your approval"), "{text}");
+    ensure!(
+        text.contains("Bash") && text.contains("rm -rf build") && text.contains("Waiting for your approval"),
+        "{text}"
+    );
     b.wait_for(&format!(".conv-item[data-id=\"{id}\"] .waiting-you")).await?;
     b.screenshot("approval-card-desktop").await?;
     b.set_dark(true).await?;
@@ -83,8 +87,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     b.press("a").await?;
     b.wait_for(".approval-card.decided.allowed").await?;
     b.wait_for_text(".approval-card.allowed .approval-outcome", "Allowed by the web console").await?;
-    b.wait_until("[...document.querySelectorAll('article.msg.assistant')].some(m => m.textContent.includes('approved'))")
-        .await?;
+    b.wait_until(
+        "[...document.querySelectorAll('article.msg.assistant')].some(m => m.textContent.includes('approved'))",
+    )
+    .await?;
     b.wait_gone(&format!(".conv-item[data-id=\"{id}\"] .waiting-you")).await?;
     ensure!(
         b.eval("return document.querySelector('.approval-card.allowed .approval-allow').disabled;", vec![]).await?
@@ -95,8 +101,9 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     // Typing an `a` in the composer is text, not an answer.
     send("APPROVE[Write: /srv/app/config.toml]").await?;
     b.wait_for(".approval-card.waiting").await?;
+    // (Focused from the page: a toast may cover the composer's middle.)
+    b.eval("document.querySelector('#composer').focus(); return true;", vec![]).await?;
     let composer = b.find("#composer").await?;
-    composer.click().await?;
     composer.send_keys("a").await?;
     ensure!(b.count(".approval-card.waiting").await? == 1, "a key in the composer answers nothing");
     composer.clear().await?;
@@ -109,7 +116,10 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
         .context("number")?
         .to_owned();
     let r = api
-        .post_json(&format!("/v1/conversations/{id}/approvals/{number}"), &json!({"decision": "deny", "message": "not that file"}))
+        .post_json(
+            &format!("/v1/conversations/{id}/approvals/{number}"),
+            &json!({"decision": "deny", "message": "not that file"}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 200, "answer: {} {}", r.status, r.text);
@@ -135,8 +145,8 @@ async fn ui_approval_cards_keys_rest_decisions_badge_and_mode() -> anyhow::Resul
     b.refresh().await?;
     b.wait_for(".approval-card.waiting").await?;
     ensure!(b.count(".approval-card").await? == 1, "only the waiting request after a reload");
+    b.eval("document.querySelector('.approval-card.waiting .approval-message').focus(); return true;", vec![]).await?;
     let field = b.find(".approval-card.waiting .approval-message").await?;
-    field.click().await?;
     field.send_keys("deploy tomorrow").await?;
     b.press(keys::ENTER).await?;
     b.wait_for_text(".approval-card.denied .approval-outcome", "deploy tomorrow").await?;

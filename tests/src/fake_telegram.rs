@@ -498,7 +498,9 @@ fn keyboard(p: &Value) -> Result<Vec<Vec<Button>>, (u16, Value)> {
     let rows = rows.as_array().ok_or_else(|| err(400, "Bad Request: field \"inline_keyboard\" must be an Array"))?;
     let mut out = Vec::new();
     for row in rows {
-        let row = row.as_array().ok_or_else(|| err(400, "Bad Request: field \"inline_keyboard\" must be an Array of Arrays"))?;
+        let row = row
+            .as_array()
+            .ok_or_else(|| err(400, "Bad Request: field \"inline_keyboard\" must be an Array of Arrays"))?;
         let mut buttons = Vec::new();
         for b in row {
             let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
@@ -924,9 +926,11 @@ mod tests {
         assert_eq!(k[0][1].data, "");
         let form = json!({ "reply_markup": "{\"inline_keyboard\":[[{\"text\":\"x\",\"callback_data\":\"y\"}]]}" });
         assert_eq!(keyboard(&form).unwrap()[0][0].data, "y");
-        let long = json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d".repeat(65) }]] } });
+        let long =
+            json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d".repeat(65) }]] } });
         assert!(keyboard(&long).unwrap_err().1["description"].as_str().unwrap().contains("BUTTON_DATA_INVALID"));
-        let two = json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d", "url": "u" }]] } });
+        let two =
+            json!({ "reply_markup": { "inline_keyboard": [[{ "text": "x", "callback_data": "d", "url": "u" }]] } });
         assert!(keyboard(&two).is_err());
         assert!(keyboard(&json!({})).unwrap().is_empty());
         assert_eq!(update_type(&json!({ "update_id": 1, "callback_query": {} })), "callback_query");

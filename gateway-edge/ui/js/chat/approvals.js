@@ -88,7 +88,7 @@ export function mountApprovals(root, convId) {
       'aria-label': `Approval request #${a.number}: ${a.summary || tool}`,
     },
     h('header', { class: 'approval-head' },
-      h('span', { class: 'approval-icon', 'aria-hidden': 'true' }, '⏳'),
+      h('span', { class: 'approval-icon', 'aria-hidden': 'true' }),
       h('strong', null, 'Waiting for your approval'),
       h('span', { class: 'spacer' }),
       h('span', { class: 'hint' }, `#${a.number}`)),
@@ -129,7 +129,6 @@ export function mountApprovals(root, convId) {
       el.classList.add('decided', r.decision === 'deny' ? 'denied' : 'allowed');
       for (const b of [allow, deny, always]) b.disabled = true;
       message.disabled = true;
-      el.querySelector('.approval-icon').textContent = r.decision === 'deny' ? '🚫' : '✅';
       el.querySelector('.approval-head strong').textContent = r.gone ? 'No longer waiting' : outcomeWord(r.decision);
       outcome.hidden = false;
       replace(outcome, r.gone ? 'This request is gone (its turn ended).' : `${outcomeWord(r.decision)} by ${byWhom(r)}.`,

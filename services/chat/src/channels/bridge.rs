@@ -727,8 +727,14 @@ impl Bridge {
         // Subscribed before this returns, so a turn started right after is not missed.
         let sub = self.engine.subscribe(conversation, 0).await?;
         let retire = CancellationToken::new();
-        let task =
-            tokio::spawn(fold(self.engine.clone(), conversation.to_owned(), sub, entry.turns.clone(), entry.approvals.clone(), retire.clone()));
+        let task = tokio::spawn(fold(
+            self.engine.clone(),
+            conversation.to_owned(),
+            sub,
+            entry.turns.clone(),
+            entry.approvals.clone(),
+            retire.clone(),
+        ));
         entry.folder = Some(Folder { conversation: conversation.to_owned(), retire, task });
         Ok(())
     }
@@ -900,9 +906,9 @@ pub fn approval_view(conversation_id: &str, a: &c::Approval) -> ApprovalView {
         .find_map(|k| match input.get(*k)? {
             serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
             // Codex gives the command as argv.
-            serde_json::Value::Array(l) if !l.is_empty() => {
-                Some(l.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).collect::<Vec<_>>().join(" "))
-            }
+            serde_json::Value::Array(l) if !l.is_empty() => Some(
+                l.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).collect::<Vec<_>>().join(" "),
+            ),
             _ => None,
         })
         .unwrap_or_default();

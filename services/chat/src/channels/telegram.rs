@@ -796,7 +796,8 @@ pub fn final_markdown(v: &TurnView) -> String {
 
 /// What a callback query is answered after the bridge handled its press.
 pub fn callback_answer(answered: &Answered, tool: &str) -> (String, bool) {
-    let view = |d: &super::Decided| ApprovalView { tool: tool.to_owned(), decided: Some(d.clone()), ..Default::default() };
+    let view =
+        |d: &super::Decided| ApprovalView { tool: tool.to_owned(), decided: Some(d.clone()), ..Default::default() };
     match answered {
         Answered::Decided(d) if d.decision == "allow_always" && !tool.is_empty() => {
             (format!("Allowed, and {tool} from now on in this conversation."), false)
@@ -1198,7 +1199,12 @@ mod tests {
             decided: None,
         };
         let h = format::approval_html(&v);
-        assert!(h.starts_with("⏳ Waiting for your approval: <b>Bash</b> <code>rm -rf &lt;build&gt; &amp;&amp; echo</code>"), "{h}");
+        assert!(
+            h.starts_with(
+                "⏳ Waiting for your approval: <b>Bash</b> <code>rm -rf &lt;build&gt; &amp;&amp; echo</code>"
+            ),
+            "{h}"
+        );
         v.decided = Some(crate::channels::Decided {
             decision: "deny".into(),
             decided_by: "channel:tg".into(),
@@ -1206,8 +1212,15 @@ mod tests {
             message: "not <now>".into(),
         });
         let h = format::approval_html(&v);
-        assert!(h.contains("<b>Denied</b>") && h.contains("by user 1001 in tg") && h.contains("not &lt;now&gt;"), "{h}");
-        let d = |by: &str| crate::channels::Decided { decision: "allow".into(), decided_by: by.into(), ..Default::default() };
+        assert!(
+            h.contains("<b>Denied</b>") && h.contains("by user 1001 in tg") && h.contains("not &lt;now&gt;"),
+            "{h}"
+        );
+        let d = |by: &str| crate::channels::Decided {
+            decision: "allow".into(),
+            decided_by: by.into(),
+            ..Default::default()
+        };
         let (t, alert) = callback_answer(&Answered::Already(d("web")), "Bash");
         assert_eq!((t.as_str(), alert), ("Already decided: allowed by the web console.", false));
         let (t, alert) = callback_answer(&Answered::NotOwner, "Bash");

@@ -51,9 +51,9 @@ pub fn approval_html(view: &crate::channels::ApprovalView) -> String {
     let n = view.number;
     let what = approval_what(view);
     match &view.decided {
-        None => format!(
-            "⏳ Waiting for your approval: {what}\n#{n} · or /deny {n} <i>message</i> to tell the agent why"
-        ),
+        None => {
+            format!("⏳ Waiting for your approval: {what}\n#{n} · or /deny {n} <i>message</i> to tell the agent why")
+        }
         Some(d) => {
             let icon = if d.decision == "deny" { "🚫" } else { "✅" };
             let told = if d.decision == "deny" && !d.message.is_empty() {
