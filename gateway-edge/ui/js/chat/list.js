@@ -14,6 +14,21 @@ const PAGE = 50;
  * and browser notifications when a turn ends in the background; the bell turns those on).
  * Returns {close(), select(id), upsert(conv), remove(id), items()}.
  */
+/** A bell (struck through when off), drawn as SVG: an emoji needs a font a system may lack. */
+function bellIcon(on) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  for (const [k, v] of Object.entries({ viewBox: '0 0 24 24', width: '18', height: '18', fill: 'none', stroke: 'currentColor', 'stroke-width': '2', 'stroke-linecap': 'round', 'stroke-linejoin': 'round', 'aria-hidden': 'true' })) svg.setAttribute(k, v);
+  const paths = ['M6 8a6 6 0 0 1 12 0c0 7 3 9 3 9H3s3-2 3-9', 'M10.3 21a1.94 1.94 0 0 0 3.4 0'];
+  if (!on) paths.push('M3 3l18 18');
+  for (const d of paths) {
+    const p = document.createElementNS(ns, 'path');
+    p.setAttribute('d', d);
+    svg.appendChild(p);
+  }
+  return svg;
+}
+
 export function mountList(root, hooks) {
   let closed = false;
   let selected = null;
@@ -34,7 +49,7 @@ export function mountList(root, hooks) {
     const on = notify.enabled();
     bell.setAttribute('aria-pressed', on ? 'true' : 'false');
     bell.title = on ? 'Notifications on (click to turn off)' : 'Notify me when a turn ends in the background';
-    bell.textContent = on ? '🔔' : '🔕';
+    bell.replaceChildren(bellIcon(on));
   }
   drawBell();
 
