@@ -102,6 +102,7 @@ static ASSETS: &[Asset] = assets![
     "js/chat/dialogs.js" => "text/javascript; charset=utf-8",
     "js/chat/approvals.js" => "text/javascript; charset=utf-8",
     "js/chat/attach.js" => "text/javascript; charset=utf-8",
+    "js/chat/notify.js" => "text/javascript; charset=utf-8",
     "vendor/marked.esm.js" => "text/javascript; charset=utf-8",
     "vendor/purify.min.js" => "text/javascript; charset=utf-8",
     "vendor/highlight/core.min.js" => "text/javascript; charset=utf-8",

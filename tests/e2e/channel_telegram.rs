@@ -540,3 +540,70 @@ async fn the_real_claude_code_answers_a_paired_telegram_chat() -> anyhow::Result
     home.wait_no_processes(WAIT).await?;
     Ok(())
 }
+
+/// Issue 34 §2, §3 on Telegram: `/now` interrupts the running turn and runs next; after `/stop`
+/// the next message runs at once; a turn that ran at least `chat.notify_after_s` is followed by
+/// a new (notifying) "Done in …" message, a short one by nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn now_redirects_and_a_long_turn_ends_with_a_new_done_message() -> anyhow::Result<()> {
+    let mut r = rig().await?;
+    r.pair().await?;
+    // /now mid-turn: the running turn ends interrupted, the /now text runs next.
+    r.fake.push_text(OWNER, "say:working on it\nhang");
+    r.wait_bot(OWNER, "working on it").await?;
+    r.fake.push_text(OWNER, "/now say:do this instead");
+    r.wait_bot(OWNER, "do this instead").await?;
+    r.wait_bot(OWNER, "(interrupted)").await?;
+    let conv = r.bound(OWNER).await?.into_iter().next().context("bound")?;
+    // The user message is the text after the command.
+    assert_eq!(r.user_texts(&conv.id).await?, ["say:working on it\nhang", "say:do this instead"]);
+    // /stop, then a plain message: it runs at once (no "Queued").
+    r.fake.push_text(OWNER, "say:again\nhang");
+    r.wait_bot(OWNER, "again").await?;
+    r.fake.push_text(OWNER, "/stop");
+    r.wait_bot(OWNER, "Your next message runs at once").await?;
+    r.fake.push_text(OWNER, "say:redirected");
+    r.wait_bot(OWNER, "redirected").await?;
+    assert!(
+        !r.fake.bot_messages(OWNER).iter().any(|m| m.visible().starts_with("Queued")),
+        "nothing was queued: {:?}",
+        r.fake.bot_messages(OWNER)
+    );
+    assert!(
+        !r.fake.bot_messages(OWNER).iter().any(|m| m.visible().contains("Done in")),
+        "short turns under the default 30 s say nothing more"
+    );
+
+    // One second: a short turn says nothing more; a 1.5 s one gets a new message after its text.
+    r.api
+        .request(Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.notify_after_s": "1"}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let sends = || r.fake.calls_of("sendMessage").len();
+    r.fake.push_text(OWNER, "say:quick one");
+    r.wait_bot(OWNER, "quick one").await?;
+    r.fake.push_text(OWNER, "wait:1500\nsay:slow one");
+    let answer = r.wait_bot(OWNER, "slow one").await?;
+    let done = r.wait_bot(OWNER, "Done in").await?;
+    assert!(done.message_id > answer.message_id && done.edits == 0, "a new message: {done:?} after {answer:?}");
+    assert!(
+        done.visible() == "Done in 1s" || done.visible() == "Done in 2s",
+        "one line with the time: {:?}",
+        done.visible()
+    );
+    let before = sends();
+    // A marker turn: were a notice due for the quick turn, it would have come before this.
+    r.fake.push_text(OWNER, "/status");
+    r.wait_bot(OWNER, "Conversation:").await?;
+    let notices: Vec<String> =
+        r.fake.bot_messages(OWNER).iter().map(Shown::visible).filter(|t| t.contains("Done in")).collect();
+    assert_eq!(notices.len(), 1, "the quick turn got none: {notices:?}");
+    assert!(sends() > before);
+    // A failure after the threshold says why.
+    r.fake.push_text(OWNER, "wait:1200\nfail:provider the model API answered 500");
+    let failed = r.wait_bot(OWNER, "Failed after 1s").await?;
+    assert!(failed.visible().ends_with("the model API answered 500"), "{failed:?}");
+    Ok(())
+}

@@ -919,3 +919,130 @@ async fn images_are_picked_pasted_previewed_refused_past_the_limit_and_shown_onc
     b.assert_clean().await;
     Ok(())
 }
+
+/// Issue 34 §3 in the console: after Stop a typed message runs at once while the waiting one
+/// stays paused; "Send now" (the button shown while a turn runs, and Ctrl+Enter) interrupts
+/// the turn and runs the message next. Screenshots at desktop and phone (390 px) width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_stop_then_send_runs_at_once_and_send_now_interrupts() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let id = create(&api, "Redirect").await?;
+    open(&b, &id).await?;
+    assert!(b.find(".send-now").await?.attr("hidden").await?.is_some(), "no send-now while idle");
+    type_and_send(&b, "say:working\nhang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden && !document.querySelector('.send-now').hidden").await?;
+    assert_eq!(b.find("button.send").await?.text().await?, "Queue", "Enter queues while a turn runs");
+    type_and_send(&b, "say:waits").await?;
+    b.wait_until("document.querySelectorAll('.pending-item').length === 1").await?;
+    b.find("#composer").await?.send_keys("say:now please").await?;
+    b.screenshot("chat-send-now").await?;
+    b.set_viewport(390, 844).await?;
+    let w = b.eval("return [document.documentElement.scrollWidth, window.innerWidth];", vec![]).await?;
+    ensure!(w[0].as_u64() <= w[1].as_u64(), "the composer overflows sideways at 390 px: {w}");
+    b.screenshot("chat-send-now-390").await?;
+    b.set_viewport(1280, 800).await?;
+
+    // Send now: the hanging turn ends interrupted, the message runs next, the queue goes on.
+    b.find(".send-now").await?.click().await?;
+    b.wait_for("article.msg.assistant[data-status=\"interrupted\"]").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('now please'))").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('waits'))").await?;
+    let all = replies(&b).await?;
+    let now = all.iter().position(|t| t == "now please").context("send-now ran")?;
+    let waited = all.iter().position(|t| t == "waits").context("the queued one ran")?;
+    assert!(now < waited, "send-now runs before the queue: {all:?}");
+
+    // Stop with one waiting, then a typed message: it runs at once; the waiting one stays paused.
+    type_and_send(&b, "say:again\nhang").await?;
+    b.wait_until("!document.querySelector('.stop').hidden").await?;
+    type_and_send(&b, "say:held").await?;
+    b.wait_until("document.querySelectorAll('.pending-item').length === 1").await?;
+    b.find(".stop").await?.click().await?;
+    b.wait_for(".pending-head.paused").await?;
+    b.wait_until("document.querySelectorAll('article.msg.assistant[data-status=\"interrupted\"]').length === 2")
+        .await?;
+    b.screenshot("chat-stopped-redirect").await?;
+    type_and_send(&b, "say:instead").await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('instead'))").await?;
+    idle(&api, &id).await?;
+    assert_eq!(queue(&api, &id).await?, (vec!["say:held".to_owned()], true), "the waiting one stays paused");
+    assert_eq!(pending_texts(&b).await?, ["say:held"]);
+
+    // Ctrl+Enter is send-now while a turn runs.
+    type_and_send(&b, "say:third\nhang").await?;
+    b.wait_until("!document.querySelector('.send-now').hidden").await?;
+    b.find("#composer").await?.send_keys("say:by keys").await?;
+    b.chord(&[keys::CONTROL, keys::ENTER]).await?;
+    b.wait_until("document.querySelectorAll('article.msg.assistant[data-status=\"interrupted\"]').length === 3")
+        .await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('by keys'))").await?;
+    b.screenshot("chat-after-redirects").await?;
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// Issue 34 §2 in the console: the bell asks for notification permission (granted here through
+/// CDP) and remembers the choice; while the tab is hidden, every conversation whose turn ends
+/// is counted in the title ("(2) …") and shown as a notification; seeing the tab clears it.
+/// Headless Chromium keeps a tab visible, so the test makes `document.visibilityState` read
+/// `hidden` (and records notifications) in the page: what is checked is the page's own logic
+/// over the real list stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_chat_turns_ending_in_a_hidden_tab_badge_the_title_and_notify_once_allowed() -> anyhow::Result<()> {
+    let Ui { home: _home, api, b } = ui().await?;
+    let a = create(&api, "First job").await?;
+    let c = create(&api, "Second job").await?;
+    open(&b, &a).await?;
+    b.wait_for(".bell[aria-pressed=\"false\"]").await?;
+    let origin = api.base_url().trim_end_matches('/').to_owned();
+    b.cdp("Browser.grantPermissions", json!({"permissions": ["notifications"], "origin": origin})).await?;
+    b.find(".bell").await?.click().await?;
+    b.wait_for(".bell[aria-pressed=\"true\"]").await?;
+    assert_eq!(b.eval("return localStorage.getItem('coffer.notify');", vec![]).await?, json!("on"));
+    b.screenshot("chat-bell-on").await?;
+
+    // The tab goes to the background; notifications are recorded instead of shown.
+    b.eval(
+        "window.__shown = [];\
+         const Real = window.Notification;\
+         window.Notification = function (title, o) { window.__shown.push({ title, body: o.body }); this.close = () => {}; };\
+         window.Notification.permission = Real.permission;\
+         window.Notification.requestPermission = () => Real.requestPermission();\
+         Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });\
+         document.dispatchEvent(new Event('visibilitychange'));\
+         return true;",
+        vec![],
+    )
+    .await?;
+    let before = b.eval("return document.title;", vec![]).await?;
+    assert!(!before.as_str().unwrap_or_default().starts_with('('), "no badge yet: {before}");
+    send(&api, &a, "slow:300\nsay:one two three").await?;
+    send(&api, &c, "slow:300\nsay:four five six\nfail:provider the model API answered 500").await?;
+    b.wait_until("document.title.startsWith('(2) ')").await?;
+    let shown = b.eval("return window.__shown;", vec![]).await?;
+    let titles: Vec<&str> = shown.as_array().context("shown")?.iter().filter_map(|n| n["title"].as_str()).collect();
+    assert_eq!(titles.len(), 2, "{shown}");
+    assert!(titles.contains(&"First job") && titles.contains(&"Second job"), "{shown}");
+    let failed = shown.as_array().context("shown")?.iter().find(|n| n["title"] == "Second job").context("second")?;
+    assert_eq!(failed["body"], "The turn ended; the queue is paused.", "{shown}");
+
+    // Seen again: the badge goes.
+    b.eval(
+        "Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'visible' });\
+         document.dispatchEvent(new Event('visibilitychange')); return true;",
+        vec![],
+    )
+    .await?;
+    b.wait_until("!document.title.startsWith('(')").await?;
+    // A turn that ends while the tab is seen is not counted.
+    send(&api, &a, "slow:200\nsay:seen").await?;
+    idle(&api, &a).await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('seen'))").await?;
+    assert!(!b.eval("return document.title;", vec![]).await?.as_str().unwrap_or_default().starts_with('('));
+    // Off again: remembered.
+    b.find(".bell").await?.click().await?;
+    b.wait_for(".bell[aria-pressed=\"false\"]").await?;
+    assert_eq!(b.eval("return localStorage.getItem('coffer.notify');", vec![]).await?, json!("off"));
+    b.assert_clean().await;
+    Ok(())
+}

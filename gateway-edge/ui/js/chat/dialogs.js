@@ -233,11 +233,12 @@ export function help() {
   const body = h('div', null,
     h('table', null, h('tbody', null,
       k('Enter', 'send the message (during a turn it is queued)'),
+      k('Ctrl+Enter', 'during a turn: send now — interrupt the turn and run this message next (⌘+Enter on a Mac)'),
       k('Shift+Enter', 'a new line'),
       k('Escape', 'in the composer: stop the running turn'),
       k('a / d', 'allow / deny the focused approval request, else the newest waiting one'),
       k('Tab', 'move between the list, the thread and the composer'))),
-    h('p', { class: 'hint' }, 'Messages sent while a turn runs wait in the pending queue, one turn each, in order. Edit takes one back into the composer; sending it puts it at the end of the queue. After a stop or an error the queue pauses: Resume or Discard.'));
+    h('p', { class: 'hint' }, 'Messages sent while a turn runs wait in the pending queue, one turn each, in order. Edit takes one back into the composer; sending it puts it at the end of the queue. After a stop, an error or a restart the waiting messages pause (Resume or Discard), and a new message runs at once. The bell in the list turns on browser notifications for turns that end while the tab is in the background; the tab\'s title counts them.'));
   // Nothing to cancel: one button closes it (as Escape does).
   return modal('Chat keys', body, { submit: 'Close', onSubmit: async () => true, cancel: false });
 }

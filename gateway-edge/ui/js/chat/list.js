@@ -4,13 +4,31 @@
 // the filter says, `deleted` drops it, `reset` (or a reconnection) reloads the list.
 import { get, sse, withQuery } from '../api.js';
 import { ago, h, replace, toast } from '../dom.js';
+import * as notify from './notify.js';
 
 const PAGE = 50;
 
 /**
  * Mounts the list into `root`. `hooks`: {onSelect(id), onNew(), onHelp(), onChange(conv), onRemoved(id)}.
+ * Every conversation it loads or is told about also goes to js/chat/notify.js (the tab's badge
+ * and browser notifications when a turn ends in the background; the bell turns those on).
  * Returns {close(), select(id), upsert(conv), remove(id), items()}.
  */
+/** A bell (struck through when off), drawn as SVG: an emoji needs a font a system may lack. */
+function bellIcon(on) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  for (const [k, v] of Object.entries({ viewBox: '0 0 24 24', width: '18', height: '18', fill: 'none', stroke: 'currentColor', 'stroke-width': '2', 'stroke-linecap': 'round', 'stroke-linejoin': 'round', 'aria-hidden': 'true' })) svg.setAttribute(k, v);
+  const paths = ['M6 8a6 6 0 0 1 12 0c0 7 3 9 3 9H3s3-2 3-9', 'M10.3 21a1.94 1.94 0 0 0 3.4 0'];
+  if (!on) paths.push('M3 3l18 18');
+  for (const d of paths) {
+    const p = document.createElementNS(ns, 'path');
+    p.setAttribute('d', d);
+    svg.appendChild(p);
+  }
+  return svg;
+}
+
 export function mountList(root, hooks) {
   let closed = false;
   let selected = null;
@@ -22,6 +40,19 @@ export function mountList(root, hooks) {
   let searchTimer = 0;
   let loadSeq = 0;
 
+  // Browser notifications, opt-in: the permission prompt comes from this click.
+  const bell = h('button', {
+    type: 'button', class: 'ghost bell', 'aria-label': 'Notify me when a turn ends while this tab is in the background',
+    on: { click: async () => { const r = await notify.toggle(); drawBell(); toast(r.message); } },
+  });
+  function drawBell() {
+    const on = notify.enabled();
+    bell.setAttribute('aria-pressed', on ? 'true' : 'false');
+    bell.title = on ? 'Notifications on (click to turn off)' : 'Notify me when a turn ends in the background';
+    bell.replaceChildren(bellIcon(on));
+  }
+  drawBell();
+
   const search = h('input', { type: 'search', id: 'conv-search', placeholder: 'Search titles', 'aria-label': 'Search conversation titles', autocomplete: 'off' });
   const which = h('select', { id: 'conv-filter', 'aria-label': 'Which conversations' },
     h('option', { value: 'active' }, 'Active'), h('option', { value: 'archived' }, 'Archived'));
@@ -31,6 +62,7 @@ export function mountList(root, hooks) {
   const el = h('aside', { class: 'convs', 'aria-label': 'Conversations' },
     h('div', { class: 'convs-head' },
       h('h2', null, 'Conversations'), h('span', { class: 'spacer' }),
+      bell,
       h('button', { type: 'button', class: 'ghost help', 'aria-label': 'Chat keys and help', title: 'Keys and help', on: { click: () => hooks.onHelp() } }, '?'),
       h('button', { type: 'button', class: 'primary new-conv', on: { click: () => hooks.onNew() } }, 'New')),
     h('div', { class: 'convs-filters' }, search, which), status, ul, more);
@@ -77,7 +109,7 @@ export function mountList(root, hooks) {
       const page = await get(withQuery('/v1/conversations', { archived: filter, q: query, limit: PAGE, cursor: append ? cursor : '' }));
       if (closed || mine !== loadSeq) return;
       if (!append) convs.clear();
-      for (const c of page.items) convs.set(c.id, c);
+      for (const c of page.items) { convs.set(c.id, c); notify.observe(c); }
       cursor = page.next_cursor;
       more.hidden = !cursor;
       draw();
@@ -100,7 +132,7 @@ export function mountList(root, hooks) {
   }
 
   const stream = sse('/v1/conversations/events', {
-    conversation: (c) => { upsert(c); hooks.onChange(c); },
+    conversation: (c) => { notify.observe(c); upsert(c); hooks.onChange(c); },
     deleted: (d) => { remove(d.id); hooks.onRemoved(d.id); },
     // The stream ends after a reset; the browser reconnects and `open` reloads the list.
     reset: () => {},

@@ -3,7 +3,10 @@
 // comes: streamed text goes into the DOM within one animation frame, tool calls become cards,
 // the end of a turn replaces the streamed message with the persisted one. Older messages load
 // on scroll-up (only a window of them is in the DOM). The composer never locks: during a turn a
-// message becomes a pending item (removable, editable; `PUT …/pending`). A dropped stream
+// message becomes a pending item (removable, editable; `PUT …/pending`), or, with "Send now"
+// (the button shown while a turn runs, or Ctrl/Cmd+Enter), interrupts the turn and runs next
+// (`{"now": true}`). After a stop, an error or a restart a new message runs at once; only the
+// items that were waiting stay paused (Resume, Discard). A dropped stream
 // reconnects with Last-Event-ID (bounded retries, js/api.js), then reconciles from REST; when it
 // gives up the page says so and shows the stored state: nothing spins forever.
 import { ApiError, get, patch, post, put, sse, withQuery } from '../api.js';
@@ -83,12 +86,18 @@ export function mountThread(root, id, hooks) {
   });
   const sendBtn = h('button', { type: 'submit', class: 'primary send' }, 'Send');
   const stopBtn = h('button', { type: 'button', class: 'danger stop', hidden: true, on: { click: () => stop() } }, 'Stop');
+  // Send now: interrupt the running turn and run this message next (shown while a turn runs).
+  const nowBtn = h('button', {
+    type: 'button', class: 'send-now', hidden: true,
+    title: 'Interrupt the running turn and run this message next (Ctrl+Enter)',
+    on: { click: () => send(true) },
+  }, 'Send now');
   const editNote = h('div', { class: 'edit-note hint', hidden: true });
   // Files for the next message (js/chat/attach.js): pasted, dropped or picked.
   const tray = attachTray({ onChange: () => {} });
   const composer = h('form', { class: 'composer', on: { submit: (e) => { e.preventDefault(); send(); } } },
     editNote, tray.el,
-    h('div', { class: 'composer-row' }, tray.button, input, h('div', { class: 'composer-buttons' }, stopBtn, sendBtn)));
+    h('div', { class: 'composer-row' }, tray.button, input, h('div', { class: 'composer-buttons' }, stopBtn, nowBtn, sendBtn)));
   const el = h('section', { class: 'thread', 'aria-label': 'Conversation' }, header, banner, scroller, pendingBox, composer);
   replace(root, el);
 
@@ -113,7 +122,8 @@ export function mountThread(root, id, hooks) {
     }
   });
   input.addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !e.isComposing) { e.preventDefault(); send(!!(conv && conv.turn_running)); }
+    else if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
     else if (e.key === 'Escape' && conv && conv.turn_running) { e.preventDefault(); stop(); }
   });
   scroller.addEventListener('scroll', () => {
@@ -153,9 +163,12 @@ export function mountThread(root, id, hooks) {
       h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onArchive(conv, !conv.archived) } }, conv.archived ? 'Restore' : 'Archive'),
       h('button', { type: 'button', class: 'ghost danger', on: { click: () => hooks.onDelete(conv) } }, 'Delete'));
     stopBtn.hidden = !conv.turn_running;
+    nowBtn.hidden = !conv.turn_running || !!conv.archived;
+    sendBtn.textContent = conv.turn_running ? 'Queue' : 'Send';
+    sendBtn.title = conv.turn_running ? 'Run this message after the running turn (Enter)' : 'Send (Enter)';
     input.placeholder = conv.archived
       ? 'This conversation is archived: restore it to send messages.'
-      : conv.turn_running ? 'Message… (queued until the running turn ends)' : 'Message… (Enter sends, Shift+Enter for a new line)';
+      : conv.turn_running ? 'Message… (Enter queues it; Ctrl+Enter sends now, interrupting the turn)' : 'Message… (Enter sends, Shift+Enter for a new line)';
   }
 
   async function setMode(mode) {
@@ -493,7 +506,7 @@ export function mountThread(root, id, hooks) {
       h('button', { type: 'button', class: 'ghost', 'aria-label': 'Remove this pending message', on: { click: () => removePending(it) } }, 'Remove'))));
     const head = queue.paused
       ? h('div', { class: 'pending-head paused' },
-        h('span', null, `Queue paused${items.length ? `: ${items.length} waiting` : ''} (it pauses after a stop, an error or a restart).`),
+        h('span', null, `Queue paused${items.length ? `: ${items.length} waiting` : ''} (after a stop, an error or a restart). A new message runs at once.`),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'primary', on: { click: () => setQueue(items, false) } }, 'Resume'),
         h('button', { type: 'button', on: { click: () => setQueue([], false) } }, 'Discard'))
@@ -541,7 +554,8 @@ export function mountThread(root, id, hooks) {
   // composer never waits for the chain.
   let sending = Promise.resolve();
 
-  function send() {
+  /** Sends the composer's text; `now`: interrupt the running turn and run it next. */
+  function send(now = false) {
     const text = input.value;
     if ((!text.trim() && !tray.count()) || !conv) return;
     const files = tray.take();
@@ -552,14 +566,18 @@ export function mountThread(root, id, hooks) {
     grow();
     editing = null;
     editNote.hidden = true;
-    sending = sending.then(() => deliver(text, wasEditing, files));
+    sending = sending.then(() => deliver(text, wasEditing, now, files));
   }
 
   /** Delivers one typed message; never throws (a failure puts the text back in the composer). */
-  async function deliver(text, wasEditing, files = []) {
+  async function deliver(text, wasEditing, now, files = []) {
     try {
-      if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
-        // Back to the end of the queue it came from.
+      if (now) {
+        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { ...messageBody(text, files), now: true });
+        answeredQueue(r.queue);
+        if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
+      } else if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
+        // Back to the end of the queue it came from (an item that waited stays a waiting one).
         if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
       } else {
         const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, messageBody(text, files));

@@ -1,7 +1,8 @@
 // The chat page (/ui/chat, /ui/chat?c=<conversation id>): the conversation list on the left
 // (collapsible; a drawer on a narrow screen) and the selected conversation's thread. Keys:
-// Enter sends, Shift+Enter is a new line, Escape in the composer stops the running turn (the
-// "?" button shows them). Modules: js/chat/list.js, thread.js, render.js, dialogs.js.
+// Enter sends, Shift+Enter is a new line, Ctrl/Cmd+Enter sends now (interrupts the running turn),
+// Escape in the composer stops the running turn (the "?" button shows them). Modules:
+// js/chat/list.js, thread.js, render.js, dialogs.js, notify.js (the background badge).
 import { patch } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import { mountList } from '../chat/list.js';
