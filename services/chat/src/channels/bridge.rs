@@ -48,6 +48,7 @@ pub const HELP: &str = "Coffer commands:\n\
 /stop — interrupt the running turn\n\
 /status — agent, model, turn, queue\n\
 /queue — the messages waiting to run\n\
+/diff [path] — what the last turn changed, or one file's diff\n\
 /resume — run the paused queue\n\
 /pair <code> — make this chat the owner\n\
 Anything else is sent to the agent.";
@@ -78,8 +79,9 @@ struct State {
 struct Chat {
     /// The bound conversation (empty: not resolved yet).
     conversation: String,
-    /// To the renderer: one watch per turn, in the order the turns began.
-    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    /// To the renderer: one watch per turn, in the order the turns began (and the notices that
+    /// follow a turn, such as its changed files).
+    turns: mpsc::UnboundedSender<Show>,
     renderer: JoinHandle<()>,
     folder: Option<Folder>,
 }
@@ -217,6 +219,7 @@ impl Bridge {
             "status" => self.status(&mut st, channel, chat).await,
             "queue" => self.queue(&mut st, channel, chat).await,
             "resume" => self.resume_queue(&mut st, channel, chat).await,
+            "diff" => self.diff(&mut st, channel, chat, arg).await,
             _ => self.send(&mut st, channel, chat, text).await,
         };
         match result {
@@ -537,6 +540,51 @@ impl Bridge {
         Ok(Some(if n == 0 { "Resumed (the queue is empty).".into() } else { format!("Resumed: {n} queued.") }))
     }
 
+    /// `/diff [path]`: the files the bound conversation's last turn that changed any changed
+    /// (no path), or one file's diff of that turn sent through [`Replier::diff`].
+    async fn diff(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        path: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let none = || Ok(Some("No turn has changed files yet.".to_owned()));
+        let Some(id) = self.bound(st, channel, chat, false).await? else { return none() };
+        let page = self
+            .engine
+            .store()
+            .messages(st::ListMessagesRequest {
+                conversation_id: id.clone(),
+                limit: 50,
+                newest: true,
+                ..Default::default()
+            })
+            .await?;
+        let Some((message_id, changed)) = page.messages.iter().rev().find_map(|m| {
+            crate::changes::from_json(&m.files_changed_json).filter(|f| !f.files.is_empty()).map(|f| (m.id.clone(), f))
+        }) else {
+            return none();
+        };
+        let path = path.trim();
+        if path.is_empty() {
+            let mut out = changed.summary();
+            for f in changed.files.iter().take(DIFF_LIST_FILES) {
+                let counts =
+                    if f.binary { "binary".to_owned() } else { format!("+{} \u{2212}{}", f.additions, f.deletions) };
+                out.push_str(&format!("\n{} {}  {counts}", f.change.as_str(), f.path));
+            }
+            if changed.files.len() > DIFF_LIST_FILES {
+                out.push_str(&format!("\n… and {} more", changed.files.len() - DIFF_LIST_FILES));
+            }
+            out.push_str("\nSend /diff <path> for one file's diff.");
+            return Ok(Some(out));
+        }
+        let text = self.engine.file_diff(&id, &message_id, path).await?;
+        self.replier.diff(chat, path, &text).await.map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(None)
+    }
+
     /// Anything else: the bound conversation's next message (created on the first).
     async fn send(
         &self,
@@ -573,18 +621,43 @@ impl Bridge {
     }
 }
 
-/// Hands each turn's watch to the replier, one at a time, in order.
-async fn render(
-    replier: Arc<dyn Replier>,
-    chat: String,
-    mut turns: mpsc::UnboundedReceiver<watch::Receiver<TurnView>>,
-) {
-    while let Some(views) = turns.recv().await {
-        if let Err(e) = replier.turn(&chat, views).await {
+/// What the renderer shows next in a chat, in order.
+pub enum Show {
+    /// One turn's snapshots.
+    Turn(watch::Receiver<TurnView>),
+    /// A notice after a turn (its changed files: [`files_summary`]).
+    Notice(String),
+}
+
+/// Hands each turn's watch (and each notice) to the replier, one at a time, in order.
+async fn render(replier: Arc<dyn Replier>, chat: String, mut turns: mpsc::UnboundedReceiver<Show>) {
+    while let Some(show) = turns.recv().await {
+        let shown = match show {
+            Show::Turn(views) => replier.turn(&chat, views).await,
+            Show::Notice(text) => replier.notice(&chat, &text).await,
+        };
+        if let Err(e) = shown {
             tracing::warn!(error = %e, "A turn could not be shown in its chat.");
         }
     }
 }
+
+/// The one-line summary of a turn's changed files a chat gets after the turn:
+/// `3 files changed: +40 −12 · /diff src/a.rs` (the first file named as an example).
+pub fn files_summary(f: &c::FilesChanged) -> String {
+    if f.files.is_empty() {
+        return format!("Files changed: not compared ({}).", f.note);
+    }
+    let (a, d) =
+        f.files.iter().fold((0u64, 0u64), |(a, d), x| (a + u64::from(x.additions), d + u64::from(x.deletions)));
+    let n = f.files.len();
+    let more = if f.truncated { "+" } else { "" };
+    let files = if n == 1 && !f.truncated { "file" } else { "files" };
+    format!("{n}{more} {files} changed: +{a} \u{2212}{d} · /diff {}", f.files[0].path)
+}
+
+/// Most files `/diff` lists.
+const DIFF_LIST_FILES: usize = 30;
 
 /// The turn being folded.
 struct Current {
@@ -615,7 +688,7 @@ async fn fold(
     engine: Arc<Engine>,
     id: String,
     mut sub: crate::bus::Subscription,
-    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    turns: mpsc::UnboundedSender<Show>,
     retire: CancellationToken,
 ) {
     let mut cur: Option<Current> = None;
@@ -649,7 +722,7 @@ async fn fold(
                     let view =
                         TurnView { conversation_id: id.clone(), turn_id: ev.turn_id.clone(), ..Default::default() };
                     let (tx, rx) = watch::channel(view.clone());
-                    if turns.send(rx).is_err() {
+                    if turns.send(Show::Turn(rx)).is_err() {
                         return;
                     }
                     cur = Some(Current { tx, view, after_tool: false, assistant_message_id: String::new() });
@@ -693,6 +766,11 @@ async fn fold(
                         TurnState::Failed { message: e.message.clone() },
                         e.message_record.as_ref().map(message_text),
                     );
+                }
+            }
+            Kind::FilesChanged(f) => {
+                if (!f.files.is_empty() || !f.note.is_empty()) && turns.send(Show::Notice(files_summary(f))).is_err() {
+                    return;
                 }
             }
             Kind::Reset(r) if r.reason != crate::bus::reason::DELETED => {
