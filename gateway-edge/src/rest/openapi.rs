@@ -225,7 +225,7 @@ const CHAT_EVENTS_DESCRIPTION: &str = r#"One SSE frame per event: `id: <seq>` (p
 | `turn_error` | the turn failed (`code`: `provider`, `auth`, `cli_missing`, `cli_exited`, `protocol`, `timeout`, `internal`); the queue pauses | `{"code": "provider", "message": "the model API answered 500 …", "message_record": Message}` |
 | `queue_changed` | the pending queue changed | `{"queue": PendingQueue}` |
 | `reset` | reload the conversation: `too_old`, `lagged`, `deleted` | `{"reason": "lagged"}` |
-| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
+| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`; a turn that changed nothing has none) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
 
 For example:
 
