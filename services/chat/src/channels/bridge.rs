@@ -768,10 +768,11 @@ async fn fold(
                     );
                 }
             }
-            Kind::FilesChanged(f) => {
-                if (!f.files.is_empty() || !f.note.is_empty()) && turns.send(Show::Notice(files_summary(f))).is_err() {
-                    return;
-                }
+            Kind::FilesChanged(f)
+                if (!f.files.is_empty() || !f.note.is_empty())
+                    && turns.send(Show::Notice(files_summary(f))).is_err() =>
+            {
+                return;
             }
             Kind::Reset(r) if r.reason != crate::bus::reason::DELETED => {
                 // Fell behind (or too old): follow afresh; the in-flight turn is replayed from
