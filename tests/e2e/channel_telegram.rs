@@ -607,3 +607,32 @@ async fn now_redirects_and_a_long_turn_ends_with_a_new_done_message() -> anyhow:
     assert!(failed.visible().ends_with("the model API answered 500"), "{failed:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_s_changed_files_are_summarised_and_diff_sends_a_file_s_diff() -> anyhow::Result<()> {
+    let mut r = rig().await?;
+    r.pair().await?;
+    r.fake.push_text(OWNER, "/diff");
+    r.wait_bot(OWNER, "No turn has changed files yet.").await?;
+
+    // The scripted agent writes two files in the conversation's folder (the default workspace).
+    r.fake.push_text(OWNER, "write:src/a.rs fn a() {}\\nfn b() {}\nwrite:notes.md # notes\nsay:written");
+    let summary = r.wait_bot(OWNER, "2 files changed: +3 \u{2212}0 · /diff notes.md").await?;
+    let done = r.wait_bot(OWNER, "written").await?;
+    ensure!(done.message_id < summary.message_id, "the summary follows the turn's answer");
+
+    r.fake.push_text(OWNER, "/diff");
+    let list = r.wait_bot(OWNER, "Send /diff <path>").await?;
+    ensure!(list.visible().contains("added src/a.rs  +2 \u{2212}0"), "{}", list.visible());
+
+    r.fake.push_text(OWNER, "/diff src/a.rs");
+    let diff = r.wait_bot(OWNER, "+fn b() {}").await?;
+    ensure!(diff.html && diff.text.contains("<pre><code class=\"language-diff\">"), "{}", diff.text);
+    ensure!(diff.visible().starts_with("src/a.rs"), "{}", diff.visible());
+
+    r.fake.push_text(OWNER, "/diff ../../etc/passwd");
+    r.wait_bot(OWNER, "not a relative path inside the conversation's folder").await?;
+    r.fake.push_text(OWNER, "/diff never.txt");
+    r.wait_bot(OWNER, "did not change \"never.txt\"").await?;
+    Ok(())
+}

@@ -153,6 +153,22 @@ async fn a_turn_s_changed_files_come_as_an_event_on_the_message_and_as_diffs() -
         .await?
         .expect_envelope(404, "NOT_FOUND")?;
 
+    // The CLI: the newest turn's files, one file's diff, and `send --watch` prints the files.
+    let out = home.cli(&["chat", "diff", &id]).await?;
+    ensure!(out.code == Some(0), "chat diff: {out:?}");
+    ensure!(
+        out.stdout.contains("± 4 files changed: +2 \u{2212}1") && out.stdout.contains("  R old.txt → renamed.txt"),
+        "{}",
+        out.stdout
+    );
+    let out = home.cli(&["chat", "diff", &id, "src/a.rs"]).await?;
+    ensure!(out.code == Some(0) && out.stdout.contains("+fn b() {}"), "chat diff PATH: {out:?}");
+    let out = home.cli(&["chat", "diff", &id, "../x"]).await?;
+    ensure!(out.code != Some(0), "a path outside the folder is refused: {out:?}");
+    let out = home.cli(&["chat", "send", &id, "--watch", "write:cli.txt from the cli"]).await?;
+    ensure!(out.code == Some(0) && out.stdout.contains("  A cli.txt  +1 \u{2212}0"), "send --watch: {out:?}");
+    frames.until("files_changed").await?;
+
     // A turn that changes nothing publishes nothing: the next turn's events come straight after.
     send(&api, &id, "say:nothing to change").await?;
     frames.until("turn_done").await?;

@@ -117,6 +117,11 @@ pub enum ChatCommand {
     /// Set the permission mode: bypass (acts without asking), ask, read-only. From the next turn.
     #[command(after_help = "Example:\n  coffer chat mode 01JDQ8ZKXW5T3M2N4P6R7S8T9V ask")]
     Mode(ModeArgs),
+    /// What a turn changed in the conversation's folder: its files (no PATH) or one file's diff.
+    #[command(
+        after_help = "Examples:\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V src/a.rs\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V src/a.rs --message 01JDQ9A0B1C2D3E4F5G6H7J8K9"
+    )]
+    Diff(DiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +153,17 @@ pub struct ModeArgs {
     /// bypass, ask, read-only (or read_only).
     #[arg(value_name = "MODE", value_parser = ["bypass", "ask", "read-only", "read_only"])]
     pub mode: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The conversation's id.
+    pub id: String,
+    /// A file as the turn lists it (relative to the conversation's folder); none: list the files.
+    pub path: Option<String>,
+    /// The assistant message whose turn to show (default: the newest turn that changed files).
+    #[arg(long, value_name = "MESSAGE_ID")]
+    pub message: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -324,6 +340,7 @@ pub async fn run(ctx: &Ctx, cmd: ChatCommand) -> Result<(), CliError> {
             patch(ctx, &a.id, ConversationPatch { permission_mode, ..Default::default() }, "Set the permission mode of")
                 .await
         }
+        ChatCommand::Diff(a) => diff(ctx, a).await,
     }
 }
 
@@ -525,6 +542,11 @@ pub fn render_message(m: &Message) -> String {
     if let Some(e) = &m.error {
         out.push_str(&format!("  ✗ {}\n", one_line(e, 400)));
     }
+    if let Some(f) = m.files_changed.as_ref().filter(|f| !f.files.is_empty() || f.note.is_some()) {
+        for line in files_changed_text(f).lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
     out
 }
 
@@ -696,6 +718,7 @@ impl Renderer {
             EventBody::QueueChanged(q) => format!("⧗ {}", queue_line(&q.queue)),
             EventBody::ApprovalRequested(r) => approval_lines(&ev.conversation_id, &r.approval),
             EventBody::ApprovalResolved(r) => resolved_line(r),
+            EventBody::FilesChanged(f) if f.files.is_empty() && f.note.is_none() => return String::new(),
             EventBody::FilesChanged(f) => files_changed_text(f).trim_end().to_owned(),
             EventBody::Reset(r) => match r.reason.as_str() {
                 "deleted" => "! the conversation was deleted".to_owned(),
@@ -769,6 +792,10 @@ impl Target {
     }
 }
 
+/// How long `send --watch` waits after its turn ended for the turn's `files_changed` (it comes
+/// once the conversation's folder is compared, and not at all when the turn changed nothing).
+pub const FILES_CHANGED_WAIT: Duration = Duration::from_millis(1500);
+
 /// How following a conversation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
@@ -823,6 +850,8 @@ pub async fn follow(
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let mut failures = 0u32;
+    // The followed turn ended: how, and until when its `files_changed` is waited for.
+    let mut ending: Option<(End, String, tokio::time::Instant)> = None;
     loop {
         let mut resp = match first.take() {
             Some(r) => r,
@@ -846,8 +875,12 @@ pub async fn follow(
         let mut events = Vec::new();
         let mut reload = false;
         loop {
+            let silence = match &ending {
+                Some((_, _, until)) => until.saturating_duration_since(tokio::time::Instant::now()),
+                None => STREAM_SILENCE,
+            };
             let chunk = tokio::select! {
-                c = tokio::time::timeout(STREAM_SILENCE, resp.chunk()) => c,
+                c = tokio::time::timeout(silence, resp.chunk()) => c,
                 _ = &mut ctrl_c => {
                     output::print(renderer.finish())?;
                     return Ok(End::Stopped);
@@ -855,6 +888,11 @@ pub async fn follow(
             };
             let bytes = match chunk {
                 Ok(Ok(Some(b))) => b,
+                // The turn's `files_changed` did not come in time (not recorded): done.
+                _ if ending.is_some() => {
+                    output::print(renderer.finish())?;
+                    return Ok(ending.map_or(End::Done, |e| e.0));
+                }
                 // Ended, broke or went silent: resume from the last event seen.
                 _ => break,
             };
@@ -869,6 +907,19 @@ pub async fn follow(
                 let Ok(ev) = ev else { continue };
                 after = after.max(ev.seq);
                 failures = 0;
+                if let Some((_, turn, _)) = &ending {
+                    // After the followed turn: its changed files, then done; another turn's
+                    // event means none are coming.
+                    let ours = ev.turn_id.as_deref() == Some(turn.as_str());
+                    if ours && !json {
+                        output::print(&renderer.render(&ev))?;
+                    }
+                    if !ours || matches!(ev.body, EventBody::FilesChanged(_)) {
+                        output::print(renderer.finish())?;
+                        return Ok(ending.map_or(End::Done, |e| e.0));
+                    }
+                    continue;
+                }
                 if !json {
                     output::print(&renderer.render(&ev))?;
                     if let EventBody::ApprovalRequested(r) = &ev.body
@@ -881,11 +932,13 @@ pub async fn follow(
                 if let Some(t) = target.as_mut()
                     && t.ends_with(&ev)
                 {
-                    output::print(renderer.finish())?;
-                    return Ok(match &ev.body {
+                    let end = match &ev.body {
                         EventBody::TurnError(f) => End::Failed(f.code.clone(), f.message.clone()),
                         _ => End::Done,
-                    });
+                    };
+                    let until = tokio::time::Instant::now() + FILES_CHANGED_WAIT;
+                    ending = Some((end, ev.turn_id.clone().unwrap_or_default(), until));
+                    continue;
                 }
                 if let EventBody::Reset(r) = &ev.body {
                     match r.reason.as_str() {
@@ -1101,6 +1154,52 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
         return finish(follow(ctx, &api, &id, 0, None, None).await?, ctx, &id);
     }
     send_and_follow(ctx, &api, &id, &a.text.join(" "), true, false, None).await
+}
+
+/// Newest messages `chat diff` looks through for the last turn that changed files.
+const DIFF_LOOKBACK: &str = "200";
+
+/// `chat diff ID [PATH] [--message MID]`: the turn's changed files, or one file's unified diff
+/// as the daemon keeps it (`--json`: the server's JSON).
+async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let view: ConversationView =
+        api.get_as(&with_query(&conv_path(&a.id), &[("messages", Some(DIFF_LOOKBACK))])).await?;
+    let found = view.messages.iter().rev().find(|m| match &a.message {
+        Some(id) => &m.id == id,
+        None => m.files_changed.as_ref().is_some_and(|f| !f.files.is_empty()),
+    });
+    let Some(m) = found else {
+        return Err(CliError::NotFound(match &a.message {
+            Some(mid) => format!("message {mid} is not among conversation {}'s newest {DIFF_LOOKBACK}", a.id),
+            None => {
+                format!("no turn of conversation {} changed files (among its newest {DIFF_LOOKBACK} messages)", a.id)
+            }
+        }));
+    };
+    let Some(path) = &a.path else {
+        let files = m.files_changed.clone().unwrap_or_default();
+        if ctx.json {
+            let v = serde_json::to_value(&files).map_err(|e| CliError::Failed(e.to_string()))?;
+            return output::println(&serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        let mut out = format!("Message {} ({}):\n", m.id, at(m.created_ms));
+        out.push_str(&files_changed_text(&files));
+        out.push_str(&format!("One file's diff: coffer chat diff {} PATH --message {}\n", a.id, m.id));
+        return output::print(&out);
+    };
+    let resp = api
+        .get_raw(&with_query(&format!("{}/messages/{}/diff", conv_path(&a.id), m.id), &[("path", Some(path))]))
+        .await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let d: coffer_api::chat::FileDiff = resp.parse()?;
+    let mut text = printable_text(&d.diff).into_owned();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    output::print(&text)
 }
 
 async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {

@@ -227,7 +227,7 @@ const CHAT_EVENTS_DESCRIPTION: &str = r#"One SSE frame per event: `id: <seq>` (p
 | `reset` | reload the conversation: `too_old`, `lagged`, `deleted` | `{"reason": "lagged"}` |
 | `approval_requested` | the agent waits for permission (mode `ask`); answer with `POST …/approvals/{number}` | `{"approval": {"number": 1042, "tool": "Bash", "summary": "Bash: rm -rf build", "input": {"command": "rm -rf build"}, "diff": null, "cwd": "/abs", "requested_ms": …, "expires_ms": …}}` (`number` is this event's `seq`) |
 | `approval_resolved` | a request was decided (first answer wins) | `{"number": 1042, "decision": "deny", "message": "not now", "decided_by": "web", "actor": "session:3f2a…"}` (`decided_by`: `web`, `cli`, `api`, `channel:<name>`, `timeout`, `interrupt`, `turn_ended`) |
-| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
+| `files_changed` | after a turn's end event, when the turn changed files in the conversation's folder (also stored as the assistant message's `files_changed`; a turn that changed nothing has none) | `{"files": [{"path": "src/a.rs", "change": "modified", "old_path": null, "additions": 40, "deletions": 12, "binary": false}], "truncated": false, "note": null, "message_id": "01J…"}` |
 
 For example:
 

@@ -721,10 +721,10 @@ fn parse_status_dirty(out: &[u8]) -> Vec<String> {
         }
         let (x, _y) = (rec[0], rec[1]);
         paths.push(String::from_utf8_lossy(&rec[3..]).into_owned());
-        if x == b'R' || x == b'C' {
-            if let Some(orig) = recs.next() {
-                paths.push(String::from_utf8_lossy(orig).into_owned());
-            }
+        if (x == b'R' || x == b'C')
+            && let Some(orig) = recs.next()
+        {
+            paths.push(String::from_utf8_lossy(orig).into_owned());
         }
     }
     paths

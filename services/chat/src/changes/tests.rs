@@ -232,7 +232,7 @@ fn the_diff_store_keeps_and_answers_per_turn() {
 
 #[test]
 fn git_outputs_parse() {
-    let ls = b"100644 aaaa 0\tsrc/a.rs\0160000 bbbb 0\tsub\0100644 cccc 1\tconflict\0";
+    let ls = b"100644 aaaa 0\tsrc/a.rs\x00160000 bbbb 0\tsub\x00100644 cccc 1\tconflict\0";
     assert_eq!(parse_ls_files(ls), HashMap::from([("src/a.rs".to_owned(), "aaaa".to_owned())]));
     let st = b" M b\0R  c\0a\0?? new\0";
     assert_eq!(parse_status_dirty(st), ["b", "c", "a", "new"]);

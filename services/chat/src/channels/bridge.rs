@@ -61,6 +61,7 @@ pub const HELP: &str = "Coffer commands:\n\
 /now <text> — interrupt the running turn and run this next\n\
 /status — agent, model, turn, queue\n\
 /queue — the messages waiting to run\n\
+/diff [path] — what the last turn changed, or one file's diff\n\
 /resume — run the paused queue\n\
 /pair <code> — make this chat the owner\n\
 Anything else is sent to the agent.";
@@ -130,8 +131,9 @@ struct State {
 struct Chat {
     /// The bound conversation (empty: not resolved yet).
     conversation: String,
-    /// To the renderer: one watch per turn, in the order the turns began.
-    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    /// To the renderer: one watch per turn, in the order the turns began (and the notices that
+    /// follow a turn, such as its changed files).
+    turns: mpsc::UnboundedSender<Show>,
     renderer: JoinHandle<()>,
     /// To the approval shower: requests and decisions, in event order (not behind the turn
     /// being rendered: a turn waits for its approvals).
@@ -290,6 +292,7 @@ impl Bridge {
             "resume" => self.resume_queue(&mut st, channel, chat).await,
             "allow" | "deny" | "always" => self.answer_command(&mut st, channel, &msg, word, arg).await,
             "mode" => self.mode(&mut st, channel, chat, arg).await,
+            "diff" => self.diff(&mut st, channel, chat, arg).await,
             _ => self.send(&mut st, channel, chat, text, false).await,
         };
         match result {
@@ -849,6 +852,51 @@ impl Bridge {
         Ok(Some(if n == 0 { "Resumed (the queue is empty).".into() } else { format!("Resumed: {n} queued.") }))
     }
 
+    /// `/diff [path]`: the files the bound conversation's last turn that changed any changed
+    /// (no path), or one file's diff of that turn sent through [`Replier::diff`].
+    async fn diff(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        path: &str,
+    ) -> crate::error::Result<Option<String>> {
+        let none = || Ok(Some("No turn has changed files yet.".to_owned()));
+        let Some(id) = self.bound(st, channel, chat, false).await? else { return none() };
+        let page = self
+            .engine
+            .store()
+            .messages(st::ListMessagesRequest {
+                conversation_id: id.clone(),
+                limit: 50,
+                newest: true,
+                ..Default::default()
+            })
+            .await?;
+        let Some((message_id, changed)) = page.messages.iter().rev().find_map(|m| {
+            crate::changes::from_json(&m.files_changed_json).filter(|f| !f.files.is_empty()).map(|f| (m.id.clone(), f))
+        }) else {
+            return none();
+        };
+        let path = path.trim();
+        if path.is_empty() {
+            let mut out = changed.summary();
+            for f in changed.files.iter().take(DIFF_LIST_FILES) {
+                let counts =
+                    if f.binary { "binary".to_owned() } else { format!("+{} \u{2212}{}", f.additions, f.deletions) };
+                out.push_str(&format!("\n{} {}  {counts}", f.change.as_str(), f.path));
+            }
+            if changed.files.len() > DIFF_LIST_FILES {
+                out.push_str(&format!("\n… and {} more", changed.files.len() - DIFF_LIST_FILES));
+            }
+            out.push_str("\nSend /diff <path> for one file's diff.");
+            return Ok(Some(out));
+        }
+        let text = self.engine.file_diff(&id, &message_id, path).await?;
+        self.replier.diff(chat, path, &text).await.map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(None)
+    }
+
     /// Anything else: the bound conversation's next message (created on the first); `now`
     /// (`/now <text>`): it interrupts the running turn and runs next.
     async fn send(
@@ -974,15 +1022,27 @@ impl Bridge {
     }
 }
 
-/// Hands each turn's watch to the replier, one at a time, in order; after a turn that ran at
-/// least `chat.notify_after_s`, a new one-line notice ([`super::notify`]).
-async fn render(
-    engine: Arc<Engine>,
-    replier: Arc<dyn Replier>,
-    chat: String,
-    mut turns: mpsc::UnboundedReceiver<watch::Receiver<TurnView>>,
-) {
-    while let Some(views) = turns.recv().await {
+/// What the renderer shows next in a chat, in order.
+pub enum Show {
+    /// One turn's snapshots.
+    Turn(watch::Receiver<TurnView>),
+    /// A notice after a turn (its changed files: [`files_summary`]).
+    Notice(String),
+}
+
+/// Hands each turn's watch (and each notice) to the replier, one at a time, in order; after a
+/// turn that ran at least `chat.notify_after_s`, a new one-line notice ([`super::notify`]).
+async fn render(engine: Arc<Engine>, replier: Arc<dyn Replier>, chat: String, mut turns: mpsc::UnboundedReceiver<Show>) {
+    while let Some(show) = turns.recv().await {
+        let views = match show {
+            Show::Turn(views) => views,
+            Show::Notice(text) => {
+                if let Err(e) = replier.notice(&chat, &text).await {
+                    tracing::warn!(error = %e, "A notice could not be shown in its chat.");
+                }
+                continue;
+            }
+        };
         let last = views.clone();
         if let Err(e) = replier.turn(&chat, views).await {
             tracing::warn!(error = %e, "A turn could not be shown in its chat.");
@@ -996,6 +1056,23 @@ async fn render(
         }
     }
 }
+
+/// The one-line summary of a turn's changed files a chat gets after the turn:
+/// `3 files changed: +40 −12 · /diff src/a.rs` (the first file named as an example).
+pub fn files_summary(f: &c::FilesChanged) -> String {
+    if f.files.is_empty() {
+        return format!("Files changed: not compared ({}).", f.note);
+    }
+    let (a, d) =
+        f.files.iter().fold((0u64, 0u64), |(a, d), x| (a + u64::from(x.additions), d + u64::from(x.deletions)));
+    let n = f.files.len();
+    let more = if f.truncated { "+" } else { "" };
+    let files = if n == 1 && !f.truncated { "file" } else { "files" };
+    format!("{n}{more} {files} changed: +{a} \u{2212}{d} · /diff {}", f.files[0].path)
+}
+
+/// Most files `/diff` lists.
+const DIFF_LIST_FILES: usize = 30;
 
 /// The turn being folded.
 struct Current {
@@ -1028,7 +1105,7 @@ async fn fold(
     engine: Arc<Engine>,
     id: String,
     mut sub: crate::bus::Subscription,
-    turns: mpsc::UnboundedSender<watch::Receiver<TurnView>>,
+    turns: mpsc::UnboundedSender<Show>,
     approvals: mpsc::UnboundedSender<ApprovalView>,
     retire: CancellationToken,
 ) {
@@ -1065,7 +1142,7 @@ async fn fold(
                     let view =
                         TurnView { conversation_id: id.clone(), turn_id: ev.turn_id.clone(), ..Default::default() };
                     let (tx, rx) = watch::channel(view.clone());
-                    if turns.send(rx).is_err() {
+                    if turns.send(Show::Turn(rx)).is_err() {
                         return;
                     }
                     cur = Some(Current {
@@ -1144,6 +1221,12 @@ async fn fold(
                     message: r.message.clone(),
                 });
                 let _ = approvals.send(view);
+            }
+            Kind::FilesChanged(f)
+                if (!f.files.is_empty() || !f.note.is_empty())
+                    && turns.send(Show::Notice(files_summary(f))).is_err() =>
+            {
+                return;
             }
             Kind::Reset(r) if r.reason != crate::bus::reason::DELETED => {
                 // Fell behind (or too old): follow afresh; the in-flight turn is replayed from

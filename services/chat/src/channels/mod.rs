@@ -269,6 +269,16 @@ pub trait Replier: Send + Sync + 'static {
             }
         })
     }
+
+    /// One file's diff of a turn (`/diff path`): `diff` is unified diff text (at most 256 KiB)
+    /// or a sentence. By default a plain notice, cut at [`DIFF_NOTICE_CHARS`] characters;
+    /// Telegram sends `<pre>` blocks.
+    fn diff<'a>(&'a self, chat_id: &'a str, path: &'a str, diff: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            let text = cut_diff(diff, DIFF_NOTICE_CHARS);
+            self.notice(chat_id, &format!("{path}\n{text}")).await
+        })
+    }
 }
 
 /// A request as plain text with the commands that answer it.
@@ -285,6 +295,29 @@ pub fn approval_decided_text(view: &ApprovalView) -> String {
     let told = view.decided.as_ref().filter(|d| d.decision == "deny" && !d.message.is_empty());
     let told = told.map(|d| format!("\nThe agent was told: {}", d.message)).unwrap_or_default();
     format!("{}: {} (#{}), by {}.{told}", view.outcome(), view.what_md(), view.number, view.by_whom())
+}
+
+/// Most characters of a diff a plain-text channel shows.
+pub const DIFF_NOTICE_CHARS: usize = 12_000;
+
+/// `diff` cut at a line end within `max` characters, with a line saying how much was left out.
+pub fn cut_diff(diff: &str, max: usize) -> String {
+    if diff.chars().count() <= max {
+        return diff.trim_end().to_owned();
+    }
+    let mut out = String::new();
+    let mut n = 0;
+    for line in diff.split_inclusive('\n') {
+        let l = line.chars().count();
+        if n + l > max {
+            break;
+        }
+        out.push_str(line);
+        n += l;
+    }
+    let left = diff.lines().count().saturating_sub(out.lines().count());
+    out.push_str(&format!("… {left} more lines (the whole diff: the web console or `coffer chat diff`)"));
+    out
 }
 
 /// What the coordinator gives an adapter it starts ([`telegram::spawn`], [`seatalk::spawn`]).

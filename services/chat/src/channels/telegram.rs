@@ -794,6 +794,28 @@ pub fn final_markdown(v: &TurnView) -> String {
     }
 }
 
+/// Most messages one `/diff` sends (a longer diff ends with a line saying where the rest is).
+pub const MAX_DIFF_MESSAGES: usize = 5;
+
+/// The markdown pieces of one file's diff: the path, then the diff in a `diff` code block
+/// (fenced longer than any backtick run inside it), split at [`format::MAX_CHARS`] with each
+/// piece fenced again, at most [`MAX_DIFF_MESSAGES`] (then a line saying how much was left out).
+pub fn diff_pieces(path: &str, diff: &str) -> Vec<String> {
+    let longest = diff.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat((longest + 1).max(3));
+    let md = format!("{}\n\n{fence}diff\n{}\n{fence}", format::escape_md(path), diff.trim_end());
+    let mut pieces = format::split(&md, format::MAX_CHARS);
+    if pieces.len() > MAX_DIFF_MESSAGES {
+        let left = pieces.len() - MAX_DIFF_MESSAGES;
+        pieces.truncate(MAX_DIFF_MESSAGES);
+        pieces.push(format!(
+            "… the diff goes on for about {left} more message{}: the whole diff is in the web console (or `coffer chat diff`).",
+            if left == 1 { "" } else { "s" }
+        ));
+    }
+    pieces
+}
+
 /// What a callback query is answered after the bridge handled its press.
 pub fn callback_answer(answered: &Answered, tool: &str) -> (String, bool) {
     let view =
@@ -820,6 +842,16 @@ impl Replier for TelegramReplier {
         _channel: &'a str,
     ) -> BoxFuture<'a, Result<(), ChannelError>> {
         Box::pin(self.show_approval(chat_id, view))
+    }
+
+    fn diff<'a>(&'a self, chat_id: &'a str, path: &'a str, diff: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            for piece in diff_pieces(path, diff) {
+                self.slot(chat_id).await;
+                self.send_piece(chat_id, &piece).await?;
+            }
+            Ok(())
+        })
     }
 
     fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
@@ -1225,6 +1257,26 @@ mod tests {
         assert_eq!((t.as_str(), alert), ("Already decided: allowed by the web console.", false));
         let (t, alert) = callback_answer(&Answered::NotOwner, "Bash");
         assert!(alert && t.contains("owner"), "{t}");
+    }
+
+    #[test]
+    fn a_diff_is_a_pre_block_split_and_bounded() {
+        let diff = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a < b\n+```\n";
+        let pieces = diff_pieces("src/x_y.md", diff);
+        assert_eq!(pieces.len(), 1);
+        let html = format::to_html(&pieces[0]);
+        assert!(
+            html.contains(
+                "<pre><code class=\"language-diff\">--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a &lt; b\n+```</code></pre>"
+            ),
+            "{html}"
+        );
+        let long: String = (0..5000).map(|i| format!("+line {i}\n")).collect();
+        let pieces = diff_pieces("big.txt", &long);
+        assert_eq!(pieces.len(), MAX_DIFF_MESSAGES + 1);
+        assert!(pieces.iter().all(|p| p.chars().count() <= format::MAX_CHARS));
+        assert!(pieces[1].starts_with("````diff\n") || pieces[1].starts_with("```diff\n"), "{}", &pieces[1][..20]);
+        assert!(pieces.last().unwrap().contains("more messages"));
     }
 
     #[test]
