@@ -10,8 +10,8 @@
 //! `coffer-credential-ref:<name>`), per server's preferences, per LLM connection, per channel
 //! (configuration, not its owner, pairing, cursor or whether it runs: a channel pulled onto a
 //! machine arrives disabled and an existing one keeps its own `enabled`, so two machines never poll
-//! one bot token at once) and `settings.json` (all but `sync.*`, `chat.claude_code_path` and
-//! `chat.codex_path`: those describe the machine, `machine_local`); never a credential value.
+//! one bot token at once) and `settings.json` (all but `sync.*`, `chat.claude_code_path`,
+//! `chat.codex_path` and `chat.projects_root`: those describe the machine, `machine_local`); never a credential value.
 //! `ApplyVault` validates every file with the domain's own rules first (a bad one is
 //! `INVALID_ARGUMENT` naming `vault/<path>`, nothing written), then in one transaction creates,
 //! replaces and removes, keeping each file's `created_at` and `updated_at` (so an applied entry
@@ -37,9 +37,10 @@ pub use coffer_types::secrets::REF_PREFIX;
 
 /// Settings that describe this machine, not the vault: never exported, never applied. `sync.*`
 /// (the worker and this machine's name), and the agent CLIs' paths (where Claude Code or Codex
-/// is installed differs between machines; a pulled path would break chat on the other one).
+/// is installed differs between machines; a pulled path would break chat on the other one), and
+/// the project picker's root folder (a path on this machine).
 const LOCAL_SETTINGS_PREFIX: &str = "sync.";
-const LOCAL_SETTINGS: [&str; 2] = ["chat.claude_code_path", "chat.codex_path"];
+const LOCAL_SETTINGS: [&str; 3] = ["chat.claude_code_path", "chat.codex_path", "chat.projects_root"];
 
 /// Whether setting `key` is this machine's own (see [`LOCAL_SETTINGS`]).
 fn machine_local(key: &str) -> bool {
