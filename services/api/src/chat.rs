@@ -75,7 +75,7 @@ pub struct MessageSend {
     pub attachments: Option<Vec<AttachmentUpload>>,
 }
 
-/// A file of a [`MessageSend`].
+/// A file sent with a message (`MessageSend.attachments`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttachmentUpload {
