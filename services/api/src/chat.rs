@@ -63,8 +63,7 @@ pub struct ConversationPatch {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageSend {
-    /// 1 byte to 1 MiB (UTF-8); may be empty or absent when `attachments` are sent.
-    #[serde(default)]
+    /// 1 byte to 1 MiB (UTF-8); may be `""` when `attachments` are sent.
     pub text: String,
     /// Files sent with the message: at most `chat.attachment_max_files` (default 4) of at most
     /// `chat.attachment_max_bytes` (default 10 MiB) each, 40 MiB in all. Saved in the
