@@ -879,3 +879,42 @@ async fn codex_asks_before_a_command_in_ask_mode() -> anyhow::Result<()> {
     assert!(!bench.cwd.join("readonly.txt").exists(), "read_only made a file: {events:?}");
     Ok(())
 }
+
+/// Issue 34 §6: an attached image reaches the real Codex as a `localImage` input item
+/// (`turn/start`, app-server 0.171.0's `UserInput`), which the app-server reads from disk and
+/// sends the model as an `input_image`; the text names the saved file.
+#[tokio::test]
+async fn codex_passes_an_attached_image_to_the_model() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let bench = codex_bench().await?;
+    let model = FakeOpenAi::start().await?;
+    let provider = codex(&bench, &model)?;
+    let png = coffer_tests::images::png(64, 40, [250, 60, 60], [60, 60, 250]);
+    let rel = ".coffer/attachments/01JMESSAGE/shot.png";
+    let path = bench.cwd.join(rel);
+    coffer_tests::write_file(&path, &png)?;
+    let attachment = coffer_chat::adapter::Attachment {
+        name: "shot.png".into(),
+        mime: "image/png".into(),
+        size: png.len() as u64,
+        rel_path: rel.into(),
+        path: path.clone(),
+    };
+    let mut input = bench.input(&format!("SAY[an image]\n\nAttached: {rel} (image/png, 1 KB)"), bench.config("", ""));
+    input.attachments = vec![attachment];
+    let (tx, mut rx) = mpsc::channel(1024);
+    let running = provider.start_turn(&bench.env, input, tx).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let events = collect(&mut rx, &bench.home).await?;
+    running.task.await?;
+    assert_eq!(text_of(&events), "an image", "{events:?}\n{}", bench.home.diagnostics());
+    let body = model.requests().pop().expect("a model request").body.to_string();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    assert!(
+        body.contains("input_image") && body.contains(&b64),
+        "the image is not in the model request: {}",
+        &body[..body.len().min(2000)]
+    );
+    assert!(body.contains(rel), "the text names the file");
+    provider.forget(&bench.env, CONVERSATION);
+    Ok(())
+}

@@ -251,7 +251,8 @@ async fn rest_attachments_are_named_safely_and_malformed_bodies_name_the_problem
     // An image alone (no text), 3 MiB of body: over the 2 MiB of other routes, fine here.
     let big = images::png(1100, 700, [0, 0, 0], [255, 128, 0]);
     ensure!(b64(&big).len() > 2 << 20, "{}", big.len());
-    let body = json!({"attachments": [{"name": "shot.png", "mime": "image/png", "data_base64": b64(&big)}]});
+    let body =
+        json!({"text": "", "attachments": [{"name": "shot.png", "mime": "image/png", "data_base64": b64(&big)}]});
     let r = api.request(Method::POST, &url).json(&body).reply().await?;
     ensure!(r.status == 202, "{} {}", r.status, r.text.chars().take(300).collect::<String>());
     let v = settled(&api, &id, 4).await?;

@@ -94,13 +94,19 @@ async fn chat_routes_refuse_hostile_requests_before_the_chat_service() -> anyhow
         .expect_envelope(400, "INVALID_ARGUMENT")?;
     assert_eq!(e["details"]["header"], "If-Match", "{e}");
 
-    // Over the 2 MiB body limit: 413 naming the limit.
+    // Over the body limit: 413 naming the limit (this route's is 56 MiB, for attached files as
+    // base64; the others' 2 MiB).
     // The declared length alone is refused (a client writing the whole body may see the
     // connection close under it instead).
-    let declared = (2 * 1024 * 1024 + 1).to_string();
+    let declared = (56 * 1024 * 1024 + 1).to_string();
     let headers = [("Content-Type", "application/json".to_owned()), ("Content-Length", declared)];
     let e = api.raw("POST", &messages, &headers, b"{\"text\": \"").await?.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
-    assert_eq!(e["details"]["limit_bytes"], 2 * 1024 * 1024);
+    assert_eq!(e["details"]["limit_bytes"], 56 * 1024 * 1024);
+    let declared = (2 * 1024 * 1024 + 1).to_string();
+    let headers = [("Content-Type", "application/json".to_owned()), ("Content-Length", declared)];
+    let e =
+        api.raw("PUT", &format!("{conv}/pending"), &headers, b"{").await?.expect_envelope(413, "PAYLOAD_TOO_LARGE")?;
+    assert_eq!(e["details"]["limit_bytes"], 2 * 1024 * 1024, "other routes keep 2 MiB");
     // A 1 MiB message passes the edge: whatever answers now is the chat service, not the limit.
     let mib = json!({"text": "x".repeat(1024 * 1024)});
     let r = api.request(Method::POST, &messages).json(&mib).reply().await?;

@@ -72,7 +72,7 @@ pub enum ChatCommand {
     /// Send a message: it starts a turn, or waits in the pending queue while one runs (--now:
     /// interrupts it and runs next).
     #[command(
-        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'"
+        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'What is wrong here?' --attach shot.png"
     )]
     Send(SendArgs),
     /// Watch a conversation live (Ctrl-C stops watching, not the turn).

@@ -70,8 +70,7 @@ pub struct ConversationPatch {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageSend {
-    /// 1 byte to 1 MiB (UTF-8); may be empty or absent when `attachments` are sent.
-    #[serde(default)]
+    /// 1 byte to 1 MiB (UTF-8); may be `""` when `attachments` are sent.
     pub text: String,
     /// "Send now": interrupt the running turn (its partial answer kept `interrupted`, the
     /// queue's paused state unchanged) and run this message next, before the pending items.
@@ -87,7 +86,7 @@ pub struct MessageSend {
     pub attachments: Option<Vec<AttachmentUpload>>,
 }
 
-/// A file of a [`MessageSend`].
+/// A file sent with a message (`MessageSend.attachments`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttachmentUpload {

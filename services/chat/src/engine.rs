@@ -952,7 +952,7 @@ impl Engine {
                 conv.sync(&live);
                 drop(live);
                 self.spawn_turns(conv.clone(), turn, text, Some(record));
-                let q = self.pending(&conv).await;
+                let q = self.pending(conv).await;
                 Ok(c::SendMessageReply { outcome: Some(c::send_message_reply::Outcome::Message(user)), queue: Some(q) })
             }
             (true, Some(false)) => {
@@ -984,7 +984,7 @@ impl Engine {
                 if !blocks.is_empty() {
                     live.attached.insert(item.id.clone(), blocks);
                 }
-                self.publish_queue(&conv, &live).await;
+                self.publish_queue(conv, &live).await;
                 Ok(c::SendMessageReply {
                     outcome: Some(c::send_message_reply::Outcome::Pending(item)),
                     queue: Some(queue(&live)),

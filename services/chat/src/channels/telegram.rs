@@ -1170,6 +1170,36 @@ mod tests {
     }
 
     #[test]
+    fn photos_take_the_largest_size_within_the_limit_and_documents_their_name() {
+        let msg = |content: Value| -> Message {
+            let mut m = json!({"message_id": 3, "from": {"id": 42, "first_name": "Ann"},
+                "chat": {"id": 42, "type": "private"}, "caption": "@coffer_bot look"});
+            m.as_object_mut().unwrap().extend(content.as_object().unwrap().clone());
+            serde_json::from_value(m).unwrap()
+        };
+        let photo = msg(json!({"photo": [
+            {"file_id": "s", "width": 90, "height": 60, "file_size": 1_000},
+            {"file_id": "m", "width": 800, "height": 600, "file_size": 90_000},
+            {"file_id": "l", "width": 2560, "height": 1920, "file_size": 900_000}]}));
+        let f = files_of(&photo, 100_000).unwrap().unwrap();
+        assert_eq!((f[0].file_id.as_str(), f[0].size), ("m", Some(90_000)));
+        assert_eq!(files_of(&photo, 10_000_000).unwrap().unwrap()[0].file_id, "l");
+        let e = files_of(&photo, 500).unwrap_err();
+        assert!(e.contains("chat.attachment_max_bytes") && e.contains("nothing was sent"), "{e}");
+        let doc = msg(
+            json!({"document": {"file_id": "d", "file_name": "../r.pdf", "mime_type": "application/pdf", "file_size": 5}}),
+        );
+        let f = files_of(&doc, 100).unwrap().unwrap();
+        assert_eq!((f[0].name.as_str(), f[0].mime.as_str()), ("../r.pdf", "application/pdf"), "sanitised when saved");
+        let e = files_of(&doc, 4).unwrap_err();
+        assert!(e.contains("../r.pdf") && e.contains("5 bytes"), "{e}");
+        let u = Update { update_id: 1, message: Some(doc), edited_message: None };
+        let (m, files) = with_files("tg", "coffer_bot", &u, 100).unwrap();
+        assert_eq!((m.text.as_str(), files.unwrap().len()), ("look", 1), "the caption without the mention");
+        assert!(unsupported("tg", &u).is_none(), "a document is not 'unsupported'");
+    }
+
+    #[test]
     fn errors_are_classified_without_the_token() {
         assert!(matches!(classify("getUpdates", 429, "", Some(7)), ChannelError::RateLimited { retry_after_s: 7, .. }));
         assert!(matches!(classify("getMe", 401, "Unauthorized", None), ChannelError::Auth { .. }));
