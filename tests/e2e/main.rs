@@ -66,7 +66,6 @@ mod sync;
 mod ui_agent_sessions;
 mod ui_channels;
 mod ui_approvals;
-mod ui_channels;
 mod ui_chat;
 mod ui_edge;
 mod ui_llm;

@@ -1352,11 +1352,16 @@ impl Engine {
             Pause::Held(l) => Some(l),
             Pause::Lock => Some(&mut **guard.insert(conv.live.lock().await)),
         };
+        // The snapshot says the turn is over before its end event is out: a client that reads
+        // the conversation on `turn_done` must not see it running while the adapter's task
+        // drains and the folder is compared (`files_changed`).
         if let Some(l) = live {
             self.pause(conv, l).await;
+            conv.sync(l);
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
             self.publish_queue(conv, l).await;
         } else {
+            conv.sync(&*conv.live.lock().await);
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
         }
         true
