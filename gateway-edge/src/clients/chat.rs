@@ -680,6 +680,20 @@ mod tests {
                     ..Default::default()
                 }),
             ),
+            ev(
+                12,
+                event::Kind::FilesChanged(coffer_proto::chat::FilesChanged {
+                    files: vec![coffer_proto::chat::FileChange {
+                        path: "src/a.rs".into(),
+                        change: coffer_proto::chat::FileChangeKind::Modified as i32,
+                        additions: 3,
+                        deletions: 1,
+                        ..Default::default()
+                    }],
+                    message_id: "01A".into(),
+                    ..Default::default()
+                }),
+            ),
         ];
         let mut kinds: Vec<String> = Vec::new();
         for e in &events {

@@ -33,10 +33,10 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use coffer_proto::chat::list_conversations_request::Archived;
 use coffer_proto::chat::{
-    AgentConfig, AnswerApprovalRequest, AttachmentUpload, ConversationChange, ConversationRef, CreateConversationRequest,
-    Event,
-    GetConversationRequest, ListAgentsRequest, ListConversationsRequest, ListMessagesRequest, PendingItem,
-    SendMessageRequest, SetPendingRequest, SubscribeRequest, UpdateConversationRequest, WatchConversationsRequest,
+    AgentConfig, AnswerApprovalRequest, AttachmentUpload, ConversationChange, ConversationRef,
+    CreateConversationRequest, Event, GetConversationRequest, ListAgentsRequest, ListConversationsRequest,
+    ListMessagesRequest, PendingItem, SendMessageRequest, SetPendingRequest, SubscribeRequest,
+    UpdateConversationRequest, WatchConversationsRequest,
 };
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
@@ -299,7 +299,13 @@ pub fn send_request(id: String, body: MessageSend, actor: String) -> Result<Send
         })?;
         attachments.push(AttachmentUpload { name: a.name, mime: a.mime.unwrap_or_default(), data });
     }
-    Ok(SendMessageRequest { conversation_id: id, text: body.text, source: actor, now: body.now.unwrap_or(false), attachments })
+    Ok(SendMessageRequest {
+        conversation_id: id,
+        text: body.text,
+        source: actor,
+        now: body.now.unwrap_or(false),
+        attachments,
+    })
 }
 
 /// `POST /v1/conversations/{id}/messages {text, now?, attachments?}` → 202 `{"message": Message,

@@ -339,8 +339,9 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub imported: bool,
     /// Assistant messages: what the turn changed in the conversation's folder; null when it
-    /// changed nothing, the turn has not ended, or it was not recorded (`chat.files_changed` 0).
-    #[serde(default)]
+    /// changed nothing, the turn has not ended, or it was not recorded (`chat.files_changed` 0);
+    /// absent then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_changed: Option<FilesChanged>,
 }
 

@@ -824,6 +824,16 @@ impl Engine {
         Ok(self.view(&updated))
     }
 
+    /// Whether conversation `id` has no turn task left (its last turn's adapter drained and its
+    /// folder compared): tests wait for it before asserting on what an idle conversation does.
+    #[cfg(test)]
+    pub(crate) async fn settled(&self, id: &str) -> bool {
+        match self.conv(id).await {
+            Ok(conv) => conv.live.lock().await.task.is_none(),
+            Err(_) => true,
+        }
+    }
+
     /// `SendMessage`: starts a turn when no turn runs — also when the queue is paused, whose
     /// waiting items stay paused — otherwise appends a pending item; answers at once.
     ///
@@ -943,7 +953,7 @@ impl Engine {
         let idle = now || (live.next_start.is_none() && (live.paused || live.pending.is_empty()));
         let running = live.task.as_ref().map(|t| !t.finalized());
         if idle && running != Some(true) {
-            self.unpause_empty(&conv, &mut live).await;
+            self.unpause_empty(conv, &mut live).await;
         }
         match (idle, running) {
             (true, None) => {
@@ -1361,7 +1371,11 @@ impl Engine {
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
             self.publish_queue(conv, l).await;
         } else {
-            conv.sync(&*conv.live.lock().await);
+            // Not waited for: a caller that holds the lock (send now ending the turn in flight)
+            // syncs the snapshot itself once it has started the next turn.
+            if let Ok(live) = conv.live.try_lock() {
+                conv.sync(&live);
+            }
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
         }
         true

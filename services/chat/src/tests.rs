@@ -602,6 +602,12 @@ async fn an_item_the_store_will_not_start_stays_first_and_pauses_the_queue() {
     r.engine.send(&id, "say:b".into(), "api".into()).await.unwrap();
     r.engine.interrupt(&id).await.unwrap();
     until_end(&mut sub).await;
+    // The hang's turn task has drained (else it, not set_pending, takes the next item).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !r.engine.settled(&id).await {
+        assert!(tokio::time::Instant::now() < deadline, "the interrupted turn's task never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     r.fake.db().faults.insert("start_turn", u32::MAX);
     let q = r.engine.pending(&r.engine.conv(&id).await.unwrap()).await;
     let items = q.items.clone();

@@ -186,7 +186,7 @@ fn say(e: &Error) -> String {
         | Error::Aborted(m)
         | Error::Exhausted(m)
         | Error::AlreadyDecided(m, _) => m.clone(),
-        | Error::AlreadyExists(m) => m.clone(),
+        Error::AlreadyExists(m) => m.clone(),
         Error::Store(_) | Error::Internal(_) => {
             "Coffer could not do that right now (see logs/chat.log); try again.".to_owned()
         }
@@ -487,7 +487,7 @@ impl Bridge {
                 tracing::info!(channel = %channel.name, number, decision, "An approval was answered from a chat.");
                 Answered::Decided(decided(r))
             }
-            Err(Error::AlreadyDecided(_, first)) => Answered::Already(decided(first)),
+            Err(Error::AlreadyDecided(_, first)) => Answered::Already(decided(*first)),
             Err(Error::NotFound(m)) => Answered::NotFound(m),
             Err(e) => {
                 tracing::warn!(channel = %channel.name, number, error = %e, "An approval answer was refused.");
@@ -1032,7 +1032,12 @@ pub enum Show {
 
 /// Hands each turn's watch (and each notice) to the replier, one at a time, in order; after a
 /// turn that ran at least `chat.notify_after_s`, a new one-line notice ([`super::notify`]).
-async fn render(engine: Arc<Engine>, replier: Arc<dyn Replier>, chat: String, mut turns: mpsc::UnboundedReceiver<Show>) {
+async fn render(
+    engine: Arc<Engine>,
+    replier: Arc<dyn Replier>,
+    chat: String,
+    mut turns: mpsc::UnboundedReceiver<Show>,
+) {
     while let Some(show) = turns.recv().await {
         let views = match show {
             Show::Turn(views) => views,

@@ -192,6 +192,7 @@ async fn commands_drive_the_bound_conversation_and_queued_turns_show_in_order() 
     bridge.handle(&ch, msg("7", "/status")).await.unwrap();
     assert!(rec.notices()[0].contains("No conversation yet"), "{:?}", rec.notices());
     bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    said_something(&r).await;
     bridge.handle(&ch, msg("7", "say:second")).await.unwrap();
     bridge.handle(&ch, msg("7", "say:third")).await.unwrap();
     let n = rec.notices();
@@ -301,6 +302,19 @@ async fn after_new_the_old_in_flight_turn_is_still_shown_first_then_the_new_conv
     assert!(rec.turns().iter().all(|t| t.text != "elsewhere "), "{:?}", rec.turns());
 }
 
+/// Waits (10 s at most) until the rig's one conversation's turn has said something: its agent
+/// started (a turn first waits for the snapshot of its folder, `crate::changes`).
+async fn said_something(r: &Rig) {
+    let id = r.fake.db().convs.keys().next().cloned().expect("a conversation");
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.unwrap().unwrap();
+        if matches!(e.kind, Some(coffer_proto::chat::event::Kind::TextDelta(_))) {
+            return;
+        }
+    }
+}
+
 /// Sets the rig's `chat.notify_after_s` (the settings follower's job in the service).
 fn notify_after(r: &Rig, seconds: u64) {
     let values = std::collections::HashMap::from([
@@ -319,6 +333,7 @@ async fn now_interrupts_and_runs_next_and_after_a_stop_the_next_message_runs_at_
     bridge.handle(&ch, msg("7", "/now")).await.unwrap();
     assert!(rec.notices()[0].starts_with("Send /now followed by your message"), "{:?}", rec.notices());
     bridge.handle(&ch, msg("7", "hang")).await.unwrap();
+    said_something(&r).await;
     bridge.handle(&ch, msg("7", "say:queued")).await.unwrap();
     bridge.handle(&ch, msg("7", "/now say:instead")).await.unwrap();
     assert_eq!(rec.notices().len(), 2, "a send-now is not acknowledged, its turn shows: {:?}", rec.notices());

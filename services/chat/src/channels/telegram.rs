@@ -1193,7 +1193,7 @@ mod tests {
         assert_eq!((f[0].name.as_str(), f[0].mime.as_str()), ("../r.pdf", "application/pdf"), "sanitised when saved");
         let e = files_of(&doc, 4).unwrap_err();
         assert!(e.contains("../r.pdf") && e.contains("5 bytes"), "{e}");
-        let u = Update { update_id: 1, message: Some(doc), edited_message: None };
+        let u = Update { update_id: 1, message: Some(doc), edited_message: None, callback_query: None };
         let (m, files) = with_files("tg", "coffer_bot", &u, 100).unwrap();
         assert_eq!((m.text.as_str(), files.unwrap().len()), ("look", 1), "the caption without the mention");
         assert!(unsupported("tg", &u).is_none(), "a document is not 'unsupported'");
