@@ -376,6 +376,6 @@ async fn voice_stickers_and_edits_are_answered_once_and_a_strangers_photo_is_nev
     ensure!(fake.calls_of("getFile").is_empty(), "a stranger's photo is never fetched");
     let polls = fake.calls_of("getUpdates");
     let asked = &polls.last().context("a poll")?.params["allowed_updates"];
-    assert_eq!(asked, &json!(["message", "edited_message"]));
+    assert_eq!(asked, &json!(["message", "edited_message", "callback_query"]), "approval buttons are presses");
     Ok(())
 }
