@@ -10,7 +10,7 @@
 //! ended are answered "already decided" and change nothing; a decision made over REST (the
 //! console's route) edits the Telegram message; `/allow N`, `/deny N message`, `/mode`; SeaTalk's
 //! request message with its commands, `/deny N`, `/allow N`, a stranger's `/allow` refused.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_tests::fake_seatalk::{self, Callback, FakeSeatalk};
@@ -203,82 +203,204 @@ fn says(m: &fake_seatalk::Sent, to: &str, text: &str) -> bool {
     m.accepted && m.to == to && m.content.contains(text)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seatalk_shows_requests_with_their_commands_and_only_the_owner_answers() -> anyhow::Result<()> {
-    let port = ports::free_port();
-    let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
-    let api = chat::start_daemon(&home).await?;
-    let fake = FakeSeatalk::start("app-id", "app-secret").await?;
-    let signing = format!("signing-{:016x}", fastrand::u64(..));
-    let body = json!({ "name": "team", "kind": "seatalk", "enabled": true, "app_id": "app-id",
-        "app_secret": "app-secret", "signing_secret": signing, "api_base_url": fake.url,
-        "default_agent": chat::SCRIPTED });
-    let r = api.post_json("/v1/channels", &body).reply().await?;
-    ensure!(r.status == 201, "POST /v1/channels: {} {}", r.status, r.text);
-    wait_for("coffer-callback to run for the channel", WAIT, || async {
-        Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
-    })
-    .await?;
-    let cb = Callback::new(port);
-    let mut n_event = 0;
-    let mut post = async |from: &str, text: &str| -> anyhow::Result<()> {
-        n_event += 1;
-        let a = cb.signed("team", fake_seatalk::single_message(&format!("ev-{n_event}"), from, text), &signing).await?;
+/// A daemon with the SeaTalk channel `team` (scripted agent) behind the real coffer-callback and
+/// the fake Open Platform, paired to employee `E1`.
+struct St {
+    _home: TestHome,
+    api: Api,
+    fake: FakeSeatalk,
+    cb: Callback,
+    signing: String,
+    events: std::sync::atomic::AtomicU32,
+}
+
+impl St {
+    async fn start() -> anyhow::Result<St> {
+        let port = ports::free_port();
+        let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
+        let api = chat::start_daemon(&home).await?;
+        let fake = FakeSeatalk::start("app-id", "app-secret").await?;
+        let signing = format!("signing-{:016x}", fastrand::u64(..));
+        let body = json!({ "name": "team", "kind": "seatalk", "enabled": true, "app_id": "app-id",
+            "app_secret": "app-secret", "signing_secret": signing, "api_base_url": fake.url,
+            "default_agent": chat::SCRIPTED });
+        let r = api.post_json("/v1/channels", &body).reply().await?;
+        ensure!(r.status == 201, "POST /v1/channels: {} {}", r.status, r.text);
+        wait_for("coffer-callback to run for the channel", WAIT, || async {
+            Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
+        })
+        .await?;
+        let st = St { _home: home, api, fake, cb: Callback::new(port), signing, events: Default::default() };
+        let p = st.api.post("/v1/channels/team/pair").reply().await?;
+        ensure!(p.status == 200, "pair: {} {}", p.status, p.text);
+        let code = p.json()?["code"].as_str().context("code")?.to_owned();
+        st.text("E1", &format!("/pair {code}")).await?;
+        st.said("E1", "Paired").await?;
+        Ok(st)
+    }
+
+    fn event_id(&self) -> String {
+        format!("ev-{}", self.events.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Posts `body`, signed, to coffer-callback: answered 200.
+    async fn post(&self, body: Vec<u8>) -> anyhow::Result<()> {
+        let a = self.cb.signed("team", body, &self.signing).await?;
         ensure!(a.status == 200, "callback: {a:?}");
         Ok(())
-    };
-    let p = api.post("/v1/channels/team/pair").reply().await?;
-    ensure!(p.status == 200, "pair: {} {}", p.status, p.text);
-    let code = p.json()?["code"].as_str().context("code")?.to_owned();
-    post("E1", &format!("/pair {code}")).await?;
-    fake.wait_messages("paired", WAIT, |m| m.iter().any(|s| says(s, "E1", "Paired"))).await?;
+    }
 
-    // The request: a message naming it and the commands that answer it.
-    post("E1", "APPROVE[Bash: rm -rf build]").await?;
-    let m = fake
-        .wait_messages("the request", WAIT, |m| m.iter().any(|s| says(s, "E1", "Waiting for your approval")))
-        .await?;
-    let req = m.iter().find(|s| says(s, "E1", "Waiting for your approval")).context("request")?.content.clone();
-    ensure!(req.contains("Bash `rm -rf build`") && req.contains("/allow") && req.contains("/deny"), "{req}");
-    let n: u64 = req
-        .split("(#")
+    async fn text(&self, from: &str, text: &str) -> anyhow::Result<()> {
+        self.post(fake_seatalk::single_message(&self.event_id(), from, text)).await
+    }
+
+    /// `from` clicks the button `label` of the card `card`.
+    async fn click(&self, from: &str, card: &fake_seatalk::Sent, label: &str) -> anyhow::Result<()> {
+        let buttons = card.card.as_ref().and_then(|c| c.as_array()).context("a card")?;
+        let value = buttons
+            .iter()
+            .find(|e| e["element_type"] == "button" && e["button"]["text"] == label)
+            .and_then(|e| e["button"]["value"].as_str())
+            .with_context(|| format!("a {label} button on {buttons:?}"))?;
+        self.post(fake_seatalk::click(&self.event_id(), from, &card.message_id, value)).await
+    }
+
+    /// Waits for an accepted message to `to` containing `needle`; every message so far.
+    async fn said(&self, to: &str, needle: &str) -> anyhow::Result<Vec<fake_seatalk::Sent>> {
+        self.fake.wait_messages(&format!("{needle:?} to {to}"), WAIT, |m| m.iter().any(|s| says(s, to, needle))).await
+    }
+
+    /// How many accepted messages to `to` contain `needle`.
+    fn count(&self, to: &str, needle: &str) -> usize {
+        self.fake.messages().iter().filter(|s| says(s, to, needle)).count()
+    }
+
+    /// The newest card sent to `to` whose text contains `needle`.
+    async fn card(&self, to: &str, needle: &str) -> anyhow::Result<fake_seatalk::Sent> {
+        let m = self.said(to, needle).await?;
+        m.into_iter().rfind(|s| s.card.is_some() && says(s, to, needle)).context("a card")
+    }
+
+    /// The conversation bound to the channel.
+    async fn conversation(&self) -> anyhow::Result<String> {
+        let list = self.api.get("/v1/conversations").reply().await?.json()?;
+        let conv = list["items"].as_array().context("items")?.iter().find(|c| c["channel_name"] == "team");
+        Ok(conv.context("conv")?["id"].as_str().context("id")?.to_owned())
+    }
+}
+
+/// The request number `(#N)` a card or message shows.
+fn number_in(text: &str) -> anyhow::Result<u64> {
+    text.split("(#")
         .nth(1)
         .and_then(|r| r.split(')').next())
         .and_then(|s| s.parse().ok())
-        .with_context(|| format!("a number in {req}"))?;
+        .with_context(|| format!("a number in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seatalk_shows_requests_with_their_commands_and_only_the_owner_answers() -> anyhow::Result<()> {
+    let st = St::start().await?;
+    // The request: a card naming it, with its buttons and the commands that answer it too.
+    st.text("E1", "APPROVE[Bash: rm -rf build]").await?;
+    let card = st.card("E1", "Waiting for your approval").await?;
+    let req = card.content.clone();
+    ensure!(req.contains("Bash `rm -rf build`") && req.contains("/allow") && req.contains("/deny"), "{req}");
+    ensure!(req.contains("[Allow]") && req.contains("[Deny]") && req.contains("[Always]"), "{req}");
+    let n = number_in(&req)?;
     // A stranger's /allow: refused, nothing decided.
-    post("E2", &format!("/allow {n}")).await?;
-    fake.wait_messages("the stranger's refusal", WAIT, |m| m.iter().any(|s| says(s, "E2", "Sorry"))).await?;
-    // The owner denies with a message: the agent is told.
-    post("E1", &format!("/deny {n} use cargo clean")).await?;
-    fake.wait_messages("the denial", WAIT, |m| m.iter().any(|s| says(s, "E1", "denied: use cargo clean"))).await?;
-    let m = fake.messages();
-    ensure!(m.iter().any(|s| says(s, "E1", &format!("Denied #{n}."))), "the command is answered");
-    ensure!(!m.iter().any(|s| says(s, "E1", "approved")), "not allowed by the stranger");
-    // A decision made elsewhere is said in the chat.
-    post("E1", "APPROVE[Bash: cargo clean]").await?;
-    let m = fake.wait_messages("the second request", WAIT, |m| m.iter().any(|s| says(s, "E1", "cargo clean`"))).await?;
-    let req = m.iter().rfind(|s| says(s, "E1", "cargo clean`")).context("request")?.content.clone();
-    let n2: u64 = req.split("(#").nth(1).and_then(|r| r.split(')').next()).and_then(|s| s.parse().ok()).context("n")?;
-    let list = api.get("/v1/conversations").reply().await?.json()?;
-    let conv =
-        list["items"].as_array().context("items")?.iter().find(|c| c["channel_name"] == "team").context("conv")?["id"]
-            .as_str()
-            .context("id")?
-            .to_owned();
-    let r = api
+    st.text("E2", &format!("/allow {n}")).await?;
+    st.said("E2", "Sorry").await?;
+    // The owner denies with a message: the agent is told, the card says so.
+    st.text("E1", &format!("/deny {n} use cargo clean")).await?;
+    st.said("E1", "denied: use cargo clean").await?;
+    ensure!(st.count("E1", &format!("Denied #{n}.")) == 1, "the command is answered");
+    ensure!(st.count("E1", "approved") == 0, "not allowed by the stranger");
+    let shown = st.fake.wait_card(&card.message_id, "The agent was told: use cargo clean", WAIT).await?;
+    ensure!(shown.starts_with("Denied\n") && shown.contains("by user E1 in team") && !shown.contains("[Allow]"), "{shown}");
+    // A decision made elsewhere updates the card.
+    st.text("E1", "APPROVE[Bash: cargo clean]").await?;
+    let card2 = st.card("E1", "cargo clean`").await?;
+    let n2 = number_in(&card2.content)?;
+    let conv = st.conversation().await?;
+    let r = st
+        .api
         .post_json(&format!("/v1/conversations/{conv}/approvals/{n2}"), &json!({"decision": "allow"}))
         .reply()
         .await?;
     ensure!(r.status == 200, "REST answer: {} {}", r.status, r.text);
-    let t = Instant::now();
-    fake.wait_messages("the decision made elsewhere", WAIT, |m| {
-        m.iter().any(|s| says(s, "E1", &format!("Allowed: Bash `cargo clean` (#{n2})")))
-    })
-    .await?;
-    fake.wait_messages("approved", WAIT, |m| m.iter().any(|s| says(s, "E1", "approved"))).await?;
-    ensure!(t.elapsed() < WAIT);
-    post("E1", &format!("/allow {n2}")).await?;
-    fake.wait_messages("already decided", WAIT, |m| m.iter().any(|s| says(s, "E1", "already decided"))).await?;
+    st.fake.wait_card(&card2.message_id, &format!("Allowed: Bash `cargo clean` (#{n2}), by the API"), WAIT).await?;
+    st.said("E1", "approved").await?;
+    st.text("E1", &format!("/allow {n2}")).await?;
+    st.said("E1", "already decided").await?;
+    Ok(())
+}
+
+/// The interactive card's buttons (issue 34 §1 on SeaTalk): a stranger's click is refused and
+/// decides nothing; the owner's Deny tells the agent and updates the card with the decision
+/// and who; a second click and a click after the turn ended are answered with the first
+/// decision and change nothing; Allow approves; Always is remembered; a decision made over
+/// REST (the console's route) updates the card too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seatalk_cards_are_answered_by_the_owner_s_click_once_and_updated_from_anywhere() -> anyhow::Result<()> {
+    let st = St::start().await?;
+    st.text("E1", "APPROVE[Bash: rm -rf build]").await?;
+    let card = st.card("E1", "Waiting for your approval").await?;
+    ensure!(card.endpoint == "single_chat" && card.content.contains("Bash `rm -rf build`"), "{card:?}");
+    let n = number_in(&card.content)?;
+
+    // A stranger's click (as if the card had reached them): refused in their own chat, once;
+    // the card still waits and the agent was told nothing.
+    st.click("E2", &card, "Allow").await?;
+    st.said("E2", "Only this bot's owner can answer its requests.").await?;
+    st.click("E2", &card, "Deny").await?;
+    ensure!(st.fake.card(&card.message_id).is_some_and(|c| c.contains("Waiting")), "the card still waits");
+    ensure!(st.fake.updates().is_empty(), "no card was updated: {:?}", st.fake.updates());
+
+    // The owner's Deny: the agent is told, the card updated (no buttons), no extra message.
+    st.click("E1", &card, "Deny").await?;
+    st.said("E1", "denied: The user denied this action.").await?;
+    let shown = st.fake.wait_card(&card.message_id, "Denied", WAIT).await?;
+    ensure!(shown.contains(&format!("Bash `rm -rf build` (#{n}), by user E1 in team")), "{shown}");
+    ensure!(!shown.contains('['), "no buttons left: {shown}");
+    ensure!(st.count("E2", "Only this bot's owner") == 1, "the stranger was told once");
+    ensure!(st.count("E1", "approved") == 0, "the stranger's Allow decided nothing");
+
+    // Clicked again after the turn ended: answered with the first decision, nothing changes.
+    let updates = st.fake.updates().len();
+    st.click("E1", &card, "Allow").await?;
+    st.said("E1", &format!("#{n} was already decided: denied by user E1 in team.")).await?;
+    ensure!(st.fake.updates().len() == updates, "the card was not changed again");
+    ensure!(st.count("E1", "approved") == 0);
+
+    // Allow on the next request runs it; a click racing it in the same turn gets the first.
+    st.text("E1", "APPROVE[Bash: cargo clean]\nAPPROVE[Bash: cargo build]").await?;
+    let card2 = st.card("E1", "cargo clean`").await?;
+    st.click("E1", &card2, "Allow").await?;
+    st.click("E1", &card2, "Deny").await?;
+    let n2 = number_in(&card2.content)?;
+    st.said("E1", &format!("#{n2} was already decided: allowed by user E1 in team.")).await?;
+    st.fake.wait_card(&card2.message_id, "Allowed: Bash `cargo clean`", WAIT).await?;
+    // Always on the third: allowed, and the card says so.
+    let card3 = st.card("E1", "cargo build`").await?;
+    st.click("E1", &card3, "Always").await?;
+    st.fake.wait_card(&card3.message_id, "Allowed always: Bash `cargo build`", WAIT).await?;
+    st.said("E1", "approved").await?;
+
+    // Decided over REST with a message: the card shows it, by whom, and what the agent was told.
+    st.text("E1", "APPROVE[Edit: src/main.rs]").await?;
+    let card4 = st.card("E1", "src/main.rs`").await?;
+    let n4 = number_in(&card4.content)?;
+    let conv = st.conversation().await?;
+    let body = json!({"decision": "deny", "message": "not that file"});
+    let r = st.api.post_json(&format!("/v1/conversations/{conv}/approvals/{n4}"), &body).reply().await?;
+    ensure!(r.status == 200, "REST answer: {} {}", r.status, r.text);
+    let shown = st.fake.wait_card(&card4.message_id, "The agent was told: not that file", WAIT).await?;
+    ensure!(shown.contains(&format!("Denied: Edit `src/main.rs` (#{n4}), by the API")), "{shown}");
+    st.said("E1", "denied: not that file").await?;
+    // A click on it afterwards: the REST decision stands.
+    st.click("E1", &card4, "Allow").await?;
+    st.said("E1", &format!("#{n4} was already decided: denied by the API")).await?;
+    ensure!(st.fake.updates().iter().all(|u| u.accepted), "every update was accepted: {:?}", st.fake.updates());
     Ok(())
 }

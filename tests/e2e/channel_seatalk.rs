@@ -409,19 +409,19 @@ async fn a_full_seatalk_conversation_verification_pairing_ack_then_final_and_shu
     })
     .await?;
     ensure!(fake.token_requests() > before, "a new token was fetched");
-    // Two images from the owner: told once that only text is read, no turn; the next text
-    // message still runs (events are handled in order, so its answer comes after both).
-    for id in ["ev-img1", "ev-img2"] {
-        assert_eq!(cb.signed("team", fake_seatalk::single_image(id, "E1"), &signing).await?.status, 200);
+    // Two videos from the owner: told once what is read, no turn; the next text message still
+    // runs (events are handled in order, so its answer comes after both).
+    for id in ["ev-vid1", "ev-vid2"] {
+        assert_eq!(cb.signed("team", fake_seatalk::single_video(id, "E1"), &signing).await?.status, 200);
     }
-    assert_eq!(post("ev-4", "E1", "say:after the images").await?.status, 200);
+    assert_eq!(post("ev-4", "E1", "say:after the videos").await?.status, 200);
     let m = fake
-        .wait_messages("the answer after the images", Duration::from_secs(30), |m| {
-            m.iter().any(|s| said(s, "E1", "after the images"))
+        .wait_messages("the answer after the videos", Duration::from_secs(30), |m| {
+            m.iter().any(|s| said(s, "E1", "after the videos"))
         })
         .await?;
     assert_eq!(m.iter().filter(|s| said(s, "E1", ONLY_TEXT)).count(), 1, "told once: {m:?}");
-    assert_eq!(m.iter().filter(|s| said(s, "E1", ACK_TEXT)).count(), 4, "no turn for the images");
+    assert_eq!(m.iter().filter(|s| said(s, "E1", ACK_TEXT)).count(), 4, "no turn for the videos");
     // Malformed JSON, even signed, is refused by coffer-callback and reaches nobody.
     let sent = fake.messages().len();
     assert_eq!(cb.signed("team", b"{not json".to_vec(), &signing).await?.status, 400);

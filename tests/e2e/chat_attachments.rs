@@ -328,3 +328,107 @@ async fn the_real_claude_code_gets_a_telegram_photo_as_an_image_block() -> anyho
     rig.home.wait_no_processes(WAIT).await?;
     Ok(())
 }
+
+/// Whether `m` is an accepted SeaTalk message to `to` containing `needle`.
+fn seatalk_says(m: &coffer_tests::fake_seatalk::Sent, to: &str, needle: &str) -> bool {
+    m.accepted && m.to == to && m.content.contains(needle)
+}
+
+/// Issue 34 §6 on SeaTalk (scripted agent, the real coffer-callback, the fake Open Platform over
+/// loopback HTTP): an image sent to the bot in the owner's private chat is downloaded with the
+/// app's access token from its documented `/messaging/v2/file/` URL, saved in the conversation's
+/// working directory under a name whose extension follows its bytes, and named to the agent; a
+/// file the same under its sanitised name, its `Content-Type` parameters dropped; an "image"
+/// whose bytes are none is refused naming it; past `chat.attachment_max_bytes` refused naming
+/// the limit, nothing saved or sent; a link outside this app's API is never fetched (the token
+/// goes nowhere else); a stranger's image is refused as a stranger's text and never fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stranger_s_are_refused() -> anyhow::Result<()>
+{
+    use coffer_tests::fake_seatalk::{self, Callback, FakeSeatalk};
+    let port = coffer_tests::ports::free_port();
+    let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
+    let api = chat::start_daemon(&home).await?;
+    let work = home.temp().join("work");
+    std::fs::create_dir_all(&work)?;
+    let fake = FakeSeatalk::start("app-id", "app-secret").await?;
+    let signing = format!("signing-{:016x}", fastrand::u64(..));
+    let body = json!({ "name": "team", "kind": "seatalk", "enabled": true, "app_id": "app-id",
+        "app_secret": "app-secret", "signing_secret": signing, "api_base_url": fake.url,
+        "default_agent": chat::SCRIPTED, "agent_config": {"cwd": work.display().to_string()} });
+    let r = api.post_json("/v1/channels", &body).header("X-Coffer-Actor", "cli").reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    wait_for("coffer-callback to run for the channel", WAIT, || async {
+        Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
+    })
+    .await?;
+    let cb = Callback::new(port);
+    let n = std::sync::atomic::AtomicU32::new(0);
+    let post = async |body: Vec<u8>| -> anyhow::Result<()> {
+        let a = cb.signed("team", body, &signing).await?;
+        ensure!(a.status == 200, "callback: {a:?}");
+        Ok(())
+    };
+    let id = || format!("ev-{}", n.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+    let said = async |to: &str, needle: &str| -> anyhow::Result<()> {
+        fake.wait_messages(&format!("{needle:?} to {to}"), WAIT, |m| m.iter().any(|s| seatalk_says(s, to, needle)))
+            .await
+            .map(|_| ())
+    };
+    let code = api.post("/v1/channels/team/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
+    post(fake_seatalk::single_message(&id(), "E1", &format!("/pair {code}"))).await?;
+    said("E1", "Paired").await?;
+
+    // An image: fetched with the token, saved, named to the agent (its extension from its bytes).
+    let png = images::png(64, 48, [20, 160, 60], [200, 200, 30]);
+    let url = fake.add_file(&png, "image/png");
+    post(fake_seatalk::single_image(&id(), "E1", &url)).await?;
+    said("E1", "image.png (image/png").await?;
+    let list = api.get("/v1/conversations").reply().await?.ok_json()?;
+    let conv = list["items"].as_array().and_then(|a| a.iter().find(|c| c["channel_name"] == "team"));
+    let conv = conv.with_context(|| format!("a conversation bound to team: {list}"))?["id"].as_str().context("id")?.to_owned();
+    let v = settled(&api, &conv, 2).await?;
+    let files = attachments(&v);
+    ensure!(files.len() == 1, "one attachment: {files:?}");
+    let a = &files[0];
+    ensure!(a["name"] == "image.png" && a["mime"] == "image/png" && a["size"] == png.len(), "{a}");
+    let path = a["path"].as_str().context("path")?;
+    ensure!(path.starts_with(".coffer/attachments/") && cwd(&v)? == work, "{path} {v}");
+    ensure!(std::fs::read(work.join(path))? == png, "the saved image is the sent one, byte for byte");
+    ensure!(answers(&v).contains(&format!("Attached: {path} (image/png")), "the agent was told: {}", answers(&v));
+    ensure!(fake.downloads() == 1);
+
+    // A file with a hostile name and a Content-Type with parameters.
+    let url = fake.add_file(b"hello notes", "text/plain; charset=utf-8");
+    post(fake_seatalk::single_file(&id(), "E1", &url, "../../notes.txt")).await?;
+    said("E1", "notes.txt (text/plain, 11 bytes)").await?;
+    let v = settled(&api, &conv, 4).await?;
+    let doc = attachments(&v).pop().context("the file")?;
+    ensure!(doc["name"] == "notes.txt", "{doc}");
+    ensure!(std::fs::read(work.join(doc["path"].as_str().context("path")?))? == b"hello notes");
+    ensure!(!work.parent().context("parent")?.join("notes.txt").exists(), "nothing escaped the folder");
+
+    // An "image" whose bytes are not one (served as image/png): refused, naming why.
+    let url = fake.add_file(b"<svg onload=alert(1)>", "image/png");
+    post(fake_seatalk::single_image(&id(), "E1", &url)).await?;
+    said("E1", "not a PNG, JPEG, GIF or WebP image").await?;
+    // Past the limit (10 MiB by default): refused naming it; nothing saved or sent.
+    let before = std::fs::read_dir(work.join(".coffer/attachments"))?.count();
+    let url = fake.add_file(&vec![7u8; (10 << 20) + 1], "application/octet-stream");
+    post(fake_seatalk::single_file(&id(), "E1", &url, "big.bin")).await?;
+    said("E1", "over the limit of 10.0 MB per file (chat.attachment_max_bytes)").await?;
+    ensure!(std::fs::read_dir(work.join(".coffer/attachments"))?.count() == before, "nothing saved");
+    // A link outside this app's API: never fetched, the owner told.
+    let downloads = fake.downloads();
+    post(fake_seatalk::single_image(&id(), "E1", "http://127.0.0.1:9/messaging/v2/file/elsewhere")).await?;
+    said("E1", "no SeaTalk download link this bot can use").await?;
+    let v = view(&api, &conv).await?;
+    ensure!(v["messages"].as_array().map_or(0, Vec::len) == 4, "nothing more sent to the agent: {v}");
+
+    // A stranger's image: refused as a stranger's text, never downloaded.
+    let url = fake.add_file(&png, "image/png");
+    post(fake_seatalk::single_image(&id(), "E2", &url)).await?;
+    said("E2", "only answers its owner").await?;
+    ensure!(fake.downloads() == downloads, "nothing fetched for the stranger or the foreign link");
+    Ok(())
+}

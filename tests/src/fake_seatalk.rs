@@ -9,7 +9,18 @@
 //!   a token it issued that is neither expired nor revoked ([`FakeSeatalk::revoke_tokens`]) →
 //!   `{code: 0, message_id}` and the message logged ([`FakeSeatalk::messages`]); else HTTP 200
 //!   `{code: 100, message: "app access token expired"}`; a text `content` over 4,096 bytes →
-//!   `{code: 4, message}` (logged as refused).
+//!   `{code: 4, message}` (logged as refused). A `message` is `{tag: "text", text: {format,
+//!   content}}` or an interactive message card `{tag: "interactive_message",
+//!   interactive_message: {elements}}` whose elements are `title` `{text}`, `description`
+//!   `{format?, text}` and `button` `{button_type: "callback", text, value}` (or `redirect`);
+//!   anything else in a card is refused (`code: 4`);
+//! - `POST /messaging/v2/update` `{message_id, message: {interactive_message: {elements}}}`
+//!   (SeaTalk's "Update Message"): a card this fake sent → `{code: 0}`, the card's elements
+//!   replaced ([`FakeSeatalk::card`], [`FakeSeatalk::updates`]); another id or a text message →
+//!   `{code: 4}`;
+//! - `GET /messaging/v2/file/{id}` with a valid `Bearer` token: the bytes of a file
+//!   [`FakeSeatalk::add_file`] registered, with its `Content-Type` (downloads counted,
+//!   [`FakeSeatalk::downloads`]); HTTP 401 without a valid token, 404 for an unknown id.
 //!
 //! And the other direction, the platform calling Coffer: [`signed_callback`] /
 //! [`Callback`] POST an event callback, signed as SeaTalk signs them (`Signature` =
@@ -30,11 +41,67 @@ pub struct Sent {
     pub endpoint: String,
     /// The employee code or group id it went to.
     pub to: String,
-    /// `message.text.format` (1 markdown, 2 plain) and `message.text.content`.
+    /// `message.text.format` (1 markdown, 2 plain) and `message.text.content`; for a card,
+    /// format 0 and its visible text ([`card_text`]) as sent.
     pub format: i64,
     pub content: String,
     /// Whether the fake accepted it (`code: 0`).
     pub accepted: bool,
+    /// The `message_id` it answered (empty when refused).
+    pub message_id: String,
+    /// An interactive message card's elements as sent (`None` for a text message).
+    pub card: Option<Value>,
+}
+
+/// One `POST /messaging/v2/update` the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    pub message_id: String,
+    /// The new elements' visible text ([`card_text`]).
+    pub content: String,
+    pub accepted: bool,
+}
+
+/// A card's visible text: each title and description on its own line, then each button as
+/// `[label]`.
+pub fn card_text(elements: &Value) -> String {
+    let mut lines = Vec::new();
+    for e in elements.as_array().into_iter().flatten() {
+        match e["element_type"].as_str() {
+            Some("title") => lines.push(e["title"]["text"].as_str().unwrap_or("").to_owned()),
+            Some("description") => lines.push(e["description"]["text"].as_str().unwrap_or("").to_owned()),
+            Some("button") => lines.push(format!("[{}]", e["button"]["text"].as_str().unwrap_or(""))),
+            _ => {}
+        }
+    }
+    lines.join("\n")
+}
+
+/// Whether `elements` follow the card rules this fake checks: a non-empty array of known
+/// elements, each with its non-empty text; a callback button with a `value` of 1–256 bytes.
+fn card_ok(elements: &Value) -> bool {
+    let Some(list) = elements.as_array().filter(|l| !l.is_empty() && l.len() <= 20) else { return false };
+    let text = |v: &Value| v.as_str().is_some_and(|t| !t.is_empty());
+    list.iter().all(|e| match e["element_type"].as_str() {
+        Some("title") => text(&e["title"]["text"]),
+        Some("description") => {
+            text(&e["description"]["text"]) && e["description"].get("format").is_none_or(|f| matches!(f.as_i64(), Some(1 | 2)))
+        }
+        Some("button") => match e["button"]["button_type"].as_str() {
+            Some("callback") => {
+                text(&e["button"]["text"]) && e["button"]["value"].as_str().is_some_and(|v| !v.is_empty() && v.len() <= 256)
+            }
+            Some("redirect") => text(&e["button"]["text"]),
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
+/// A file registered with [`FakeSeatalk::add_file`].
+struct File {
+    data: Vec<u8>,
+    content_type: String,
 }
 
 #[derive(Default)]
@@ -46,6 +113,11 @@ struct State {
     tokens: Vec<(String, i64, bool)>,
     token_requests: usize,
     messages: Vec<Sent>,
+    updates: Vec<Update>,
+    /// Cards by message id: their current elements.
+    cards: std::collections::HashMap<String, Value>,
+    files: std::collections::HashMap<String, File>,
+    downloads: Vec<String>,
 }
 
 /// The fake platform; stops when dropped.
@@ -84,6 +156,7 @@ impl FakeSeatalk {
         let app = axum::Router::new()
             .route("/auth/app_access_token", axum::routing::post(token))
             .route("/messaging/v2/{endpoint}", axum::routing::post(send))
+            .route("/messaging/v2/file/{id}", axum::routing::get(file))
             .with_state(st);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -122,6 +195,41 @@ impl FakeSeatalk {
     /// Every message sent to it, in order.
     pub fn messages(&self) -> Vec<Sent> {
         self.lock().messages.clone()
+    }
+
+    /// Every card update it received, in order.
+    pub fn updates(&self) -> Vec<Update> {
+        self.lock().updates.clone()
+    }
+
+    /// The current visible text of the card `message_id` (after its accepted updates).
+    pub fn card(&self, message_id: &str) -> Option<String> {
+        self.lock().cards.get(message_id).map(card_text)
+    }
+
+    /// Serves `data` as `Content-Type: content_type` at a new file URL of this fake (what an
+    /// image or file message sent to the bot carries); returns the URL.
+    pub fn add_file(&self, data: &[u8], content_type: &str) -> String {
+        let mut st = self.lock();
+        let id = format!("f{}x{:08x}", st.files.len(), fastrand::u32(..));
+        st.files.insert(id.clone(), File { data: data.to_vec(), content_type: content_type.to_owned() });
+        format!("{}/messaging/v2/file/{id}", self.url)
+    }
+
+    /// How many files were downloaded (with a valid token).
+    pub fn downloads(&self) -> usize {
+        self.lock().downloads.len()
+    }
+
+    /// Waits until the card `message_id` shows `needle`.
+    ///
+    /// # Errors
+    /// At the deadline, with the card's text.
+    pub async fn wait_card(&self, message_id: &str, needle: &str, timeout: Duration) -> anyhow::Result<String> {
+        crate::wait_for(&format!("card {message_id} showing {needle:?}"), timeout, || async {
+            Ok(self.card(message_id).filter(|c| c.contains(needle)))
+        })
+        .await
     }
 
     /// Waits until `pred` holds for the message log, or `timeout` passes.
@@ -163,36 +271,82 @@ async fn send(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if endpoint != "single_chat" && endpoint != "group_chat" {
+    if endpoint != "single_chat" && endpoint != "group_chat" && endpoint != "update" {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let bearer = headers
-        .get("authorization")
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("")
-        .to_owned();
     let mut st = st.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let valid = st.tokens.iter().any(|(t, exp, revoked)| *t == bearer && *exp > now_s() && !revoked);
-    if !valid {
+    if !st.bearer_ok(&headers) {
         return axum::Json(json!({ "code": 100, "message": "app access token expired" })).into_response();
     }
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, axum::Json(json!({ "code": 2, "message": "bad json" }))).into_response();
     };
+    let invalid = || axum::Json(json!({ "code": 4, "message": "invalid message" })).into_response();
+    if endpoint == "update" {
+        let message_id = v["message_id"].as_str().unwrap_or("").to_owned();
+        let elements = v.pointer("/message/interactive_message/elements").cloned().unwrap_or(Value::Null);
+        let accepted = st.cards.contains_key(&message_id) && card_ok(&elements);
+        st.updates.push(Update { message_id: message_id.clone(), content: card_text(&elements), accepted });
+        if !accepted {
+            return invalid();
+        }
+        st.cards.insert(message_id, elements);
+        return axum::Json(json!({ "code": 0 })).into_response();
+    }
     let to_key = if endpoint == "single_chat" { "employee_code" } else { "group_id" };
     let to = v[to_key].as_str().unwrap_or("").to_owned();
-    let content = v.pointer("/message/text/content").and_then(Value::as_str).unwrap_or("").to_owned();
-    let format = v.pointer("/message/text/format").and_then(Value::as_i64).unwrap_or(0);
-    let tag_ok = v.pointer("/message/tag").and_then(Value::as_str) == Some("text");
-    let accepted = tag_ok && !to.is_empty() && !content.is_empty() && content.len() <= 4096 && matches!(format, 1 | 2);
     let n = st.messages.len();
-    st.messages.push(Sent { endpoint: endpoint.clone(), to, format, content, accepted });
-    if accepted {
-        axum::Json(json!({ "code": 0, "message_id": format!("msg-{n}") })).into_response()
-    } else {
-        axum::Json(json!({ "code": 4, "message": "invalid message" })).into_response()
+    let message_id = format!("msg-{n}");
+    let (format, content, card, accepted) = match v.pointer("/message/tag").and_then(Value::as_str) {
+        Some("text") => {
+            let content = v.pointer("/message/text/content").and_then(Value::as_str).unwrap_or("").to_owned();
+            let format = v.pointer("/message/text/format").and_then(Value::as_i64).unwrap_or(0);
+            let ok = !content.is_empty() && content.len() <= 4096 && matches!(format, 1 | 2);
+            (format, content, None, ok)
+        }
+        Some("interactive_message") => {
+            let elements = v.pointer("/message/interactive_message/elements").cloned().unwrap_or(Value::Null);
+            let ok = card_ok(&elements);
+            (0, card_text(&elements), Some(elements), ok)
+        }
+        _ => (0, String::new(), None, false),
+    };
+    let accepted = accepted && !to.is_empty();
+    if accepted && let Some(elements) = &card {
+        st.cards.insert(message_id.clone(), elements.clone());
     }
+    let message_id = if accepted { message_id } else { String::new() };
+    st.messages.push(Sent { endpoint: endpoint.clone(), to, format, content, accepted, message_id: message_id.clone(), card });
+    if accepted { axum::Json(json!({ "code": 0, "message_id": message_id })).into_response() } else { invalid() }
+}
+
+impl State {
+    /// Whether the request carries a token this fake issued that is neither expired nor
+    /// revoked.
+    fn bearer_ok(&self, headers: &HeaderMap) -> bool {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .unwrap_or("");
+        self.tokens.iter().any(|(t, exp, revoked)| t == bearer && *exp > now_s() && !revoked)
+    }
+}
+
+async fn file(
+    axum::extract::State(st): axum::extract::State<Arc<Mutex<State>>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let mut st = st.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !st.bearer_ok(&headers) {
+        return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "code": 100, "message": "app access token expired" })))
+            .into_response();
+    }
+    let Some(f) = st.files.get(&id) else { return StatusCode::NOT_FOUND.into_response() };
+    let answer = ([(axum::http::header::CONTENT_TYPE, f.content_type.clone())], f.data.clone()).into_response();
+    st.downloads.push(id);
+    answer
 }
 
 /// SeaTalk's signature of `body` under `signing_secret`.
@@ -222,10 +376,35 @@ pub fn single_message(event_id: &str, employee_code: &str, text: &str) -> Vec<u8
 }
 
 /// An image sent to the bot in a one-to-one chat by `employee_code` (a message whose `tag` is
-/// `image`, its content a URL of the platform's).
-pub fn single_image(event_id: &str, employee_code: &str) -> Vec<u8> {
-    let url = format!("https://openapi.seatalk.io/messaging/v2/file/{event_id}");
+/// `image`, its content the download URL `url`, e.g. from [`FakeSeatalk::add_file`]).
+pub fn single_image(event_id: &str, employee_code: &str, url: &str) -> Vec<u8> {
     from_subscriber(event_id, employee_code, json!({ "tag": "image", "image": { "content": url } }))
+}
+
+/// A file sent to the bot in a one-to-one chat (`tag` `file`, `file.content` the download URL,
+/// `file.filename` as the sender named it).
+pub fn single_file(event_id: &str, employee_code: &str, url: &str, filename: &str) -> Vec<u8> {
+    from_subscriber(event_id, employee_code, json!({ "tag": "file", "file": { "content": url, "filename": filename } }))
+}
+
+/// A video sent to the bot in a one-to-one chat (`tag` `video`, a URL of the platform's).
+pub fn single_video(event_id: &str, employee_code: &str) -> Vec<u8> {
+    let url = format!("https://openapi.seatalk.io/messaging/v2/file/{event_id}");
+    from_subscriber(event_id, employee_code, json!({ "tag": "video", "video": { "content": url } }))
+}
+
+/// An `interactive_message_click`: `employee_code` clicked the button whose `value` is `value`
+/// on the card `message_id` (in a one-to-one chat: `group_id` empty).
+pub fn click(event_id: &str, employee_code: &str, message_id: &str, value: &str) -> Vec<u8> {
+    envelope(
+        event_id,
+        "interactive_message_click",
+        json!({
+            "message_id": message_id, "employee_code": employee_code,
+            "email": format!("{employee_code}@example.com"), "value": value,
+            "seatalk_id": format!("st-{employee_code}"), "group_id": "", "thread_id": "",
+        }),
+    )
 }
 
 /// A `message_from_bot_subscriber` event from `employee_code` carrying `message` (its fields

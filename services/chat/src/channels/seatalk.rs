@@ -196,11 +196,47 @@ impl Client {
     /// credentials are), `Unavailable` for 5xx and transport failures, `RateLimited` for 429,
     /// `Rejected` for any other non-zero code.
     pub async fn send_text(&self, to: &Target, content: &str, format: Format) -> Result<String, ChannelError> {
+        let message = serde_json::json!({ "tag": "text", "text": { "format": format as i64, "content": content } });
+        self.send_message(to, message).await
+    }
+
+    /// Sends an interactive message card (`message = {tag: "interactive_message",
+    /// interactive_message: {elements}}`, SeaTalk's "Send Message to Bot User" / "Send Message
+    /// to Group Chat"); returns its `message_id` (what [`Client::update_card`] and the
+    /// `interactive_message_click` event name).
+    ///
+    /// # Errors
+    /// As [`Client::send_text`].
+    pub async fn send_card(&self, to: &Target, elements: Vec<Value>) -> Result<String, ChannelError> {
+        let message = serde_json::json!({ "tag": "interactive_message", "interactive_message": { "elements": elements } });
+        self.send_message(to, message).await
+    }
+
+    /// Replaces the elements of an interactive message card this app sent (`POST
+    /// {base}/messaging/v2/update` `{message_id, message: {interactive_message: {elements}}}` →
+    /// `{code: 0}`; SeaTalk's "Update Message": the bot must be the card's sender, within 7 days).
+    ///
+    /// # Errors
+    /// As [`Client::send_text`] (a card SeaTalk will not update any more is `Rejected`).
+    pub async fn update_card(&self, message_id: &str, elements: Vec<Value>) -> Result<(), ChannelError> {
+        let body = serde_json::json!({ "message_id": message_id,
+            "message": { "interactive_message": { "elements": elements } } });
+        self.call("update", &body).await.map(|_| ())
+    }
+
+    async fn send_message(&self, to: &Target, message: Value) -> Result<String, ChannelError> {
         let (path, mut body) = match to {
             Target::Single(code) => ("single_chat", serde_json::json!({ "employee_code": code })),
             Target::Group(id) => ("group_chat", serde_json::json!({ "group_id": id })),
         };
-        body["message"] = serde_json::json!({ "tag": "text", "text": { "format": format as i64, "content": content } });
+        body["message"] = message;
+        let v = self.call(path, &body).await?;
+        Ok(v.get("message_id").and_then(Value::as_str).unwrap_or_default().to_owned())
+    }
+
+    /// `POST {base}/messaging/v2/{path}` with `body` and the app access token (fetched again
+    /// once when refused); the answer's JSON when its `code` is 0.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, ChannelError> {
         let url = format!("{}/messaging/v2/{path}", self.base);
         let mut refused: Option<SecretString> = None;
         loop {
@@ -209,7 +245,7 @@ impl Client {
                 .http
                 .post(&url)
                 .bearer_auth(token.expose_secret())
-                .json(&body)
+                .json(body)
                 .send()
                 .await
                 .map_err(Self::unavailable)?;
@@ -252,8 +288,110 @@ impl Client {
                     message: format!("HTTP {status}, code {code}: {msg}"),
                 });
             }
-            return Ok(v.get("message_id").and_then(Value::as_str).unwrap_or_default().to_owned());
+            return Ok(v);
         }
+    }
+
+    /// Whether `url` is a file of this app's API: the same origin as the client's base and a
+    /// path under `/messaging/v2/file/` (where SeaTalk serves the images and files sent to a
+    /// bot). The app access token is only ever sent to such a URL.
+    pub fn is_file_url(&self, url: &str) -> bool {
+        let (Ok(u), Ok(base)) = (reqwest::Url::parse(url), reqwest::Url::parse(&self.base)) else { return false };
+        let prefix = format!("{}/messaging/v2/file/", base.path().trim_end_matches('/'));
+        u.origin() == base.origin()
+            && u.username().is_empty()
+            && u.password().is_none()
+            && u.path().starts_with(&prefix)
+            && u.path().len() > prefix.len()
+            && !u.path().split('/').any(|seg| seg == ".." || seg == "." || seg.eq_ignore_ascii_case("%2e%2e"))
+    }
+
+    /// Downloads a file sent to the bot (`GET <url>` with `Authorization: Bearer <token>`, the
+    /// token fetched again once when refused), reading at most `max_bytes`; its bytes and the
+    /// answer's `Content-Type` (essence only, lowercase; empty when absent or not a media type).
+    ///
+    /// # Errors
+    /// [`DownloadError::NotAFile`] for a URL outside [`Client::is_file_url`] (nothing is
+    /// fetched), [`DownloadError::Over`] past `max_bytes` (by `Content-Length` before reading,
+    /// or while reading), [`DownloadError::Failed`] for a refusal or transport failure (never
+    /// the token).
+    pub async fn download(&self, url: &str, max_bytes: u64) -> Result<(Vec<u8>, String), DownloadError> {
+        use futures_util::StreamExt as _;
+        if !self.is_file_url(url) {
+            return Err(DownloadError::NotAFile);
+        }
+        let failed = |e: reqwest::Error| DownloadError::Failed(e.without_url().to_string());
+        let mut refused: Option<SecretString> = None;
+        let resp = loop {
+            let token = self
+                .token(refused.as_ref().map(|t| t.expose_secret()))
+                .await
+                .map_err(|e| DownloadError::Failed(e.to_string()))?;
+            let r = self
+                .http
+                .get(url)
+                .bearer_auth(token.expose_secret())
+                .timeout(DOWNLOAD_TIMEOUT)
+                .send()
+                .await
+                .map_err(failed)?;
+            if r.status() == reqwest::StatusCode::UNAUTHORIZED && refused.is_none() {
+                refused = Some(token);
+                continue;
+            }
+            if !r.status().is_success() {
+                return Err(DownloadError::Failed(format!("SeaTalk answered HTTP {}", r.status().as_u16())));
+            }
+            break r;
+        };
+        if let Some(len) = resp.content_length().filter(|l| *l > max_bytes) {
+            return Err(DownloadError::Over(len));
+        }
+        let mime = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(media_type)
+            .unwrap_or_default();
+        let mut data = Vec::new();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            data.extend_from_slice(&chunk.map_err(failed)?);
+            if data.len() as u64 > max_bytes {
+                return Err(DownloadError::Over(data.len() as u64));
+            }
+        }
+        Ok((data, mime))
+    }
+}
+
+/// Timeout of one file download.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why a file sent to the bot was not downloaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DownloadError {
+    /// The event's URL is not a file of this app's SeaTalk API: not fetched.
+    #[error("the link is not a SeaTalk file of this app")]
+    NotAFile,
+    /// Larger than the limit (bytes announced or read so far).
+    #[error("{0} bytes is over the limit")]
+    Over(u64),
+    /// SeaTalk refused or failed the download.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The essence of a `Content-Type` value (`image/png` of `image/png; charset=x`), lowercase;
+/// empty unless it is `type/subtype` of token characters.
+pub fn media_type(header: &str) -> String {
+    let essence = header.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let token = |s: &str| {
+        !s.is_empty() && s.len() <= 127 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    match essence.split_once('/') {
+        Some((t, sub)) if token(t) && token(sub) => essence,
+        _ => String::new(),
     }
 }
 
@@ -327,11 +465,31 @@ pub enum Event {
     Unsupported { event_id: String, inbound: Inbound, tag: String },
     /// A well-formed event this adapter does not act on (another type, an empty message).
     Ignored { event_id: String, reason: String },
+    /// An image or a file sent to the bot in a one-to-one chat (`tag` `image` or `file`): the
+    /// message (empty text: SeaTalk's image and file messages carry none) and what to fetch.
+    Files { event_id: String, inbound: Inbound, files: Vec<FileRef> },
+    /// A callback button of an interactive message card was clicked
+    /// (`interactive_message_click`): who clicked, in which chat (`message_id` is the card's),
+    /// and the button's `value` (at most 256 bytes).
+    Click { event_id: String, who: Inbound, value: String },
 }
 
-/// What the owner's chat is told, once per adapter run, about a message that is not text.
-pub const ONLY_TEXT: &str = "Only text messages are supported: images, files, stickers and other kinds of \
-                             message are not read. Send your request as a text message.";
+/// A file of a message sent to the bot, before any download.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// SeaTalk's download URL (`image.content` / `file.content`); fetched only when it is a
+    /// file of this app's API ([`Client::is_file_url`]).
+    pub url: String,
+    /// The name it is saved under before [`crate::attachments::sanitize`]: `image` (the
+    /// extension follows the bytes), or the file's `filename` as the sender gave it.
+    pub name: String,
+    /// `true` for an image message: its bytes must be a PNG, JPEG, GIF or WebP image.
+    pub image: bool,
+}
+
+/// What the owner's chat is told, once per adapter run, about a message that is not read.
+pub const ONLY_TEXT: &str = "Only text messages, and images and files sent to the bot in a private chat, are read: \
+                             videos, stickers and other kinds of message are not. Send your request as a text message.";
 
 /// Why a body is not a SeaTalk event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -362,6 +520,28 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
         return Err(EventError::Missing("event_type"));
     }
     let ignored = |reason: String| Ok(Event::Ignored { event_id: event_id.clone(), reason });
+    if event_type == "interactive_message_click" {
+        let code = str_at(&v, "/event/employee_code");
+        if code.is_empty() {
+            return Err(EventError::Missing("event.employee_code"));
+        }
+        let value = str_at(&v, "/event/value");
+        if value.is_empty() || value.len() > 256 {
+            return Err(EventError::Missing("event.value (1-256 bytes)"));
+        }
+        let group_id = str_at(&v, "/event/group_id");
+        let email = str_at(&v, "/event/email");
+        let who = Inbound {
+            channel: channel.to_owned(),
+            chat_id: if group_id.is_empty() { code } else { group_id }.to_owned(),
+            sender_id: code.to_owned(),
+            sender_display: if email.is_empty() { code } else { email }.to_owned(),
+            text: String::new(),
+            message_id: str_at(&v, "/event/message_id").to_owned(),
+            group: !group_id.is_empty(),
+        };
+        return Ok(Event::Click { event_id, who, value: value.to_owned() });
+    }
     let (group, chat_id, sender, display, message_id, text, tag) = match event_type {
         "message_from_bot_subscriber" => {
             let code = str_at(&v, "/event/employee_code");
@@ -419,6 +599,12 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
         message_id: message_id.to_owned(),
         group,
     };
+    if !group && (tag == "image" || tag == "file") {
+        let url = str_at(&v, &format!("/event/message/{tag}/content")).to_owned();
+        let name = if tag == "image" { "image".to_owned() } else { str_at(&v, "/event/message/file/filename").to_owned() };
+        let file = FileRef { url, name, image: tag == "image" };
+        return Ok(Event::Files { event_id, inbound: inbound(String::new()), files: vec![file] });
+    }
     if tag != "text" {
         let tag: String = tag.chars().take(64).collect();
         return Ok(Event::Unsupported { event_id, inbound: inbound(String::new()), tag });
@@ -437,12 +623,156 @@ pub struct SeatalkReplier {
     /// Chats known to be groups (their replies go to the group-chat endpoint).
     groups: Mutex<HashMap<String, bool>>,
     status: Arc<StatusCell>,
+    /// Approval cards sent, by (conversation, number): the card's `message_id`. Updated when
+    /// the request is decided; a request already here is not sent again (a replay).
+    cards: Mutex<HashMap<(String, u64), String>>,
+    /// Senders told that only the owner answers the cards (once each per adapter run).
+    click_refused: Mutex<std::collections::HashSet<String>>,
+}
+
+/// Approval cards remembered per adapter run (beyond, the oldest are forgotten: their decision
+/// is then said in a notice instead of on the card).
+const MAX_CARDS: usize = 4096;
+
+/// The button labels of an approval card and the decisions they send.
+pub const CARD_BUTTONS: [(&str, &str); 3] = [("Allow", "allow"), ("Deny", "deny"), ("Always", "allow_always")];
+
+/// The elements of an approval card (SeaTalk's interactive message: `title`, `description`
+/// (`format` 1, markdown) and `button` elements). Waiting: "Waiting for your approval", what
+/// the agent would do with its number and the commands that answer it too, and three
+/// `callback` buttons Allow / Deny / Always whose `value` is
+/// [`super::telegram::callback_data`] (`ap:<conversation>:<number>:<a|d|A>`). Decided: the
+/// outcome as the title, what, by whom and what the agent was told, no buttons.
+pub fn approval_card(view: &super::ApprovalView) -> Vec<Value> {
+    let n = view.number;
+    let title = |t: &str| serde_json::json!({ "element_type": "title", "title": { "text": t } });
+    let description =
+        |t: String| serde_json::json!({ "element_type": "description", "description": { "format": 1, "text": t } });
+    if view.decided.is_some() {
+        return vec![title(view.outcome()), description(super::approval_decided_text(view))];
+    }
+    let mut elements = vec![
+        title("Waiting for your approval"),
+        description(format!(
+            "{} (#{n})\nOr answer /allow {n}, /deny {n} [a message for the agent] or /always {n}.",
+            view.what_md()
+        )),
+    ];
+    for (label, decision) in CARD_BUTTONS {
+        let value = super::telegram::callback_data(&view.conversation_id, n, decision);
+        elements.push(serde_json::json!({ "element_type": "button",
+            "button": { "button_type": "callback", "text": label, "value": value } }));
+    }
+    elements
 }
 
 impl SeatalkReplier {
     /// A replier sending through `client`, noting sends in `status`.
     pub fn new(client: Client, status: Arc<StatusCell>) -> Self {
-        Self { client, groups: Mutex::new(HashMap::new()), status }
+        Self {
+            client,
+            groups: Mutex::new(HashMap::new()),
+            status,
+            cards: Mutex::new(HashMap::new()),
+            click_refused: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// The client (downloads of the files sent to the bot).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn cards(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), String>> {
+        self.cards.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a platform call's outcome in the status: a failure turns the adapter `failed`
+    /// with the cause, a success after one back to `running`.
+    fn note_sent<T>(&self, r: &Result<T, ChannelError>) {
+        match r {
+            Err(e) => {
+                let why = format!("a reply could not be sent: {e}");
+                tracing::warn!(error = %e, "A SeaTalk reply could not be sent.");
+                self.status.update(|s| {
+                    s.state = "failed".into();
+                    s.last_error = why;
+                    s.retry_at_ms = 0;
+                });
+            }
+            Ok(_) => self.status.update(|s| {
+                s.last_outbound_ms = now_ms();
+                if s.state == "failed" {
+                    s.state = "running".into();
+                    s.last_error.clear();
+                }
+            }),
+        }
+    }
+
+    /// An approval request in a one-to-one chat as an interactive card with Allow / Deny /
+    /// Always buttons ([`approval_card`]); its decision, whoever made it, updates that card.
+    /// A request in a group chat, a card SeaTalk refuses, or a decision on a card this run did
+    /// not send (or SeaTalk will not update) falls back to the text of [`Replier::approval`]'s
+    /// default.
+    async fn show_approval(&self, chat_id: &str, view: &super::ApprovalView, channel: &str) -> Result<(), ChannelError> {
+        let key = (view.conversation_id.clone(), view.number);
+        let single = matches!(self.target(chat_id), Target::Single(_));
+        if view.decided.is_none() {
+            if self.cards().contains_key(&key) {
+                return Ok(());
+            }
+            if single {
+                let sent = self.client.send_card(&self.target(chat_id), approval_card(view)).await;
+                match sent {
+                    Ok(id) => {
+                        self.note_sent(&Ok::<(), ChannelError>(()));
+                        let mut cards = self.cards();
+                        if cards.len() >= MAX_CARDS {
+                            cards.clear();
+                        }
+                        cards.insert(key, id);
+                        return Ok(());
+                    }
+                    Err(ChannelError::Rejected { message, .. }) => {
+                        tracing::warn!(%message, "SeaTalk refused an approval card; sending the request as text.");
+                    }
+                    Err(e) => {
+                        self.note_sent(&Err::<(), _>(e.clone()));
+                        return Err(e);
+                    }
+                }
+            }
+            return self.send(chat_id, &super::approval_request_text(view), Format::Plain).await;
+        }
+        let card = self.cards().get(&key).cloned();
+        if let Some(message_id) = card {
+            let updated = self.client.update_card(&message_id, approval_card(view)).await;
+            match updated {
+                Ok(()) => {
+                    self.note_sent(&updated);
+                    return Ok(());
+                }
+                Err(ChannelError::Rejected { message, .. }) => {
+                    tracing::warn!(%message, "SeaTalk refused to update an approval card; saying the decision.");
+                    return self.send(chat_id, &super::approval_decided_text(view), Format::Plain).await;
+                }
+                Err(e) => {
+                    self.note_sent(&Err::<(), _>(e.clone()));
+                    return Err(e);
+                }
+            }
+        }
+        match &view.decided {
+            Some(d) if d.decided_by == format!("channel:{channel}") => Ok(()),
+            _ => self.send(chat_id, &super::approval_decided_text(view), Format::Plain).await,
+        }
+    }
+
+    /// Whether `sender` is to be told (the first time this run) that only the owner answers.
+    fn first_click_refusal(&self, sender: &str) -> bool {
+        let mut told = self.click_refused.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        told.len() < 1024 && told.insert(sender.to_owned())
     }
 
     /// Records whether `chat_id` is a group (from an inbound message).
@@ -462,23 +792,9 @@ impl SeatalkReplier {
     async fn send(&self, chat_id: &str, text: &str, format: Format) -> Result<(), ChannelError> {
         let to = self.target(chat_id);
         for piece in split_text(text, TEXT_LIMIT) {
-            if let Err(e) = self.client.send_text(&to, &piece, format).await {
-                let why = format!("a reply could not be sent: {e}");
-                tracing::warn!(error = %e, "A SeaTalk reply could not be sent.");
-                self.status.update(|s| {
-                    s.state = "failed".into();
-                    s.last_error = why;
-                    s.retry_at_ms = 0;
-                });
-                return Err(e);
-            }
-            self.status.update(|s| {
-                s.last_outbound_ms = now_ms();
-                if s.state == "failed" {
-                    s.state = "running".into();
-                    s.last_error.clear();
-                }
-            });
+            let sent = self.client.send_text(&to, &piece, format).await;
+            self.note_sent(&sent);
+            sent?;
         }
         Ok(())
     }
@@ -500,6 +816,15 @@ impl SeatalkReplier {
 }
 
 impl Replier for SeatalkReplier {
+    fn approval<'a>(
+        &'a self,
+        chat_id: &'a str,
+        view: &'a super::ApprovalView,
+        channel: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(self.show_approval(chat_id, view, channel))
+    }
+
     fn notice<'a>(&'a self, chat_id: &'a str, text: &'a str) -> BoxFuture<'a, Result<(), ChannelError>> {
         Box::pin(self.send(chat_id, text, Format::Plain))
     }
@@ -602,7 +927,7 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         }
     }
     let replier = Arc::new(SeatalkReplier::new(client, status.clone()));
-    let bridge = Bridge::new(engine, replier.clone());
+    let bridge = Bridge::new(engine.clone(), replier.clone());
     let mut channels = ChannelsClient::new(store);
     status.update(|s| {
         s.state = "running".into();
@@ -616,14 +941,16 @@ async fn run(ctx: AdapterCtx, mut inbox: tokio::sync::mpsc::Receiver<Vec<u8>>) {
         tracing::warn!(channel = %record.name, error = %e, "Cannot follow the owner's conversation yet.");
     }
     for body in carried_take(&record.name) {
-        handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
+        let max_bytes = engine.config().attachments.max_bytes;
+        handle_body(&record, &body, &mut channels, &bridge, &replier, &status, max_bytes).await;
     }
     loop {
         let body = tokio::select! {
             _ = cancel.cancelled() => break,
             b = inbox.recv() => match b { Some(b) => b, None => break },
         };
-        handle_body(&record, &body, &mut channels, &bridge, &replier, &status).await;
+        let max_bytes = engine.config().attachments.max_bytes;
+        handle_body(&record, &body, &mut channels, &bridge, &replier, &status, max_bytes).await;
     }
     carry_over(&record.name, &mut inbox);
     stopped(&status);
@@ -700,11 +1027,10 @@ async fn handle_body(
     bridge: &Bridge,
     replier: &SeatalkReplier,
     status: &StatusCell,
+    max_bytes: u64,
 ) {
     let channel = record.name.as_str();
-    let (event_id, inbound, unsupported) = match parse_event(channel, body) {
-        Ok(Event::Message { event_id, inbound }) => (event_id, inbound, None),
-        Ok(Event::Unsupported { event_id, inbound, tag }) => (event_id, inbound, Some(tag)),
+    let event = match parse_event(channel, body) {
         Ok(Event::Ignored { event_id, reason }) => {
             tracing::debug!(channel, %event_id, %reason, "Ignored a SeaTalk event.");
             return;
@@ -713,6 +1039,14 @@ async fn handle_body(
             tracing::warn!(channel, bytes = body.len(), error = %e, "Dropped a malformed SeaTalk event.");
             return;
         }
+        Ok(event) => event,
+    };
+    let event_id = match &event {
+        Event::Message { event_id, .. }
+        | Event::Unsupported { event_id, .. }
+        | Event::Files { event_id, .. }
+        | Event::Click { event_id, .. }
+        | Event::Ignored { event_id, .. } => event_id.clone(),
     };
     // De-duplication: the platform redelivers an event it did not see acknowledged in time.
     let mut backoff = Backoff::new(RECORD_RETRY_FIRST, Duration::MAX);
@@ -734,18 +1068,110 @@ async fn handle_body(
         return;
     }
     status.update(|s| s.last_inbound_ms = now_ms());
-    replier.note_chat(&inbound.chat_id, inbound.group);
-    if let Some(tag) = unsupported {
-        tracing::debug!(channel, %event_id, %tag, "A SeaTalk message that is not text.");
-        if let Err(e) = bridge.unsupported(record, inbound, ONLY_TEXT).await {
-            tracing::warn!(channel, %event_id, error = %e, "A SeaTalk message that is not text was not answered.");
-            status.update(|s| s.last_error = e.to_string());
+    let handled = match event {
+        Event::Click { who, value, .. } => {
+            click(record, bridge, replier, &who, &value).await;
+            Ok(())
         }
-        return;
-    }
-    if let Err(e) = bridge.handle(record, inbound).await {
-        tracing::warn!(channel, %event_id, error = %e, "The bridge could not handle a SeaTalk message.");
+        Event::Unsupported { inbound, tag, .. } => {
+            replier.note_chat(&inbound.chat_id, inbound.group);
+            tracing::debug!(channel, %event_id, %tag, "A SeaTalk message that is not read.");
+            bridge.unsupported(record, inbound, ONLY_TEXT).await
+        }
+        Event::Files { inbound, files, .. } => {
+            replier.note_chat(&inbound.chat_id, inbound.group);
+            // The owner gate runs before the fetch: a stranger's file is never downloaded.
+            let fetch = download_files(replier.client(), files, max_bytes);
+            bridge.handle_files(record, inbound, Box::pin(fetch)).await
+        }
+        Event::Message { inbound, .. } => {
+            replier.note_chat(&inbound.chat_id, inbound.group);
+            bridge.handle(record, inbound).await
+        }
+        Event::Ignored { .. } => Ok(()),
+    };
+    if let Err(e) = handled {
+        tracing::warn!(channel, %event_id, error = %e, "The bridge could not handle a SeaTalk event.");
         status.update(|s| s.last_error = e.to_string());
+    }
+}
+
+/// Fetches the files of an owner's message ([`Client::download`], at most `max_bytes` each) as
+/// attachments: an image's declared type is `image/*` (its bytes must be one, or it is refused
+/// by [`crate::attachments::check`]); a file's is the download's `Content-Type` unless that is
+/// empty or `application/octet-stream` (then guessed from its name).
+///
+/// # Errors
+/// What to tell the owner: a link that is not a SeaTalk file of this app, a file over the limit
+/// (nothing kept) or a failed download; never the token.
+async fn download_files(
+    client: &Client,
+    files: Vec<FileRef>,
+    max_bytes: u64,
+) -> Result<Vec<coffer_proto::chat::AttachmentUpload>, String> {
+    use crate::attachments::human;
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let what = if f.image { "The image".to_owned() } else { format!("The file {}", crate::attachments::sanitize(&f.name)) };
+        let (data, mime) = match client.download(&f.url, max_bytes).await {
+            Ok(got) => got,
+            Err(DownloadError::Over(size)) => {
+                return Err(format!(
+                    "{what} is {}, over the limit of {} per file (chat.attachment_max_bytes); nothing was sent to the agent.",
+                    human(size),
+                    human(max_bytes)
+                ));
+            }
+            Err(DownloadError::NotAFile) => {
+                return Err(format!("{what} has no SeaTalk download link this bot can use; nothing was sent to the agent."));
+            }
+            Err(DownloadError::Failed(why)) => {
+                return Err(format!("Could not download {} from SeaTalk ({why}); nothing was sent to the agent.", what.to_lowercase()));
+            }
+        };
+        let mime = if f.image {
+            if mime.starts_with("image/") { mime } else { "image/unknown".to_owned() }
+        } else if mime == "application/octet-stream" {
+            String::new()
+        } else {
+            mime
+        };
+        out.push(coffer_proto::chat::AttachmentUpload { name: f.name, mime, data });
+    }
+    Ok(out)
+}
+
+/// A click on an approval card's button: the button's value names the request
+/// ([`super::telegram::parse_callback_data`]); [`Bridge::answer`] decides it for the paired
+/// owner in a one-to-one chat with the conversation bound to it (the first answer from any
+/// surface wins; the card is then updated through the bus like any decision). A click already
+/// decided is told the first decision; anyone else is told once that only the owner answers
+/// (audited by the bridge); a value that is not an approval button is dropped.
+async fn click(record: &ChannelRecord, bridge: &Bridge, replier: &SeatalkReplier, who: &Inbound, value: &str) {
+    use super::bridge::Answered;
+    let Some((conversation, number, decision)) = super::telegram::parse_callback_data(value) else {
+        tracing::debug!(channel = %record.name, "A click on a button that is not an approval's; dropped.");
+        return;
+    };
+    let answered = bridge.answer(record, who, &conversation, number, decision, "").await;
+    let view = |d: &super::Decided| super::ApprovalView { number, decided: Some(d.clone()), ..Default::default() };
+    let (to, text) = match &answered {
+        Answered::Decided(_) => return,
+        Answered::Already(d) => {
+            let v = view(d);
+            (who.chat_id.as_str(), format!("#{number} was already decided: {} by {}.", v.outcome().to_lowercase(), v.by_whom()))
+        }
+        Answered::NotOwner => {
+            if !replier.first_click_refusal(&who.sender_id) {
+                return;
+            }
+            // To the clicker's own chat: a group is not told about one member's click.
+            (who.sender_id.as_str(), "Only this bot's owner can answer its requests.".to_owned())
+        }
+        Answered::NotFound(m) | Answered::Failed(m) => (who.chat_id.as_str(), m.clone()),
+    };
+    if let Err(e) = replier.notice(to, &text).await {
+        tracing::warn!(channel = %record.name, error = %e, "A click on an approval card was not answered.");
     }
 }
 
