@@ -317,7 +317,10 @@ async fn seatalk_shows_requests_with_their_commands_and_only_the_owner_answers()
     ensure!(st.count("E1", &format!("Denied #{n}.")) == 1, "the command is answered");
     ensure!(st.count("E1", "approved") == 0, "not allowed by the stranger");
     let shown = st.fake.wait_card(&card.message_id, "The agent was told: use cargo clean", WAIT).await?;
-    ensure!(shown.starts_with("Denied\n") && shown.contains("by user E1 in team") && !shown.contains("[Allow]"), "{shown}");
+    ensure!(
+        shown.starts_with("Denied\n") && shown.contains("by user E1 in team") && !shown.contains("[Allow]"),
+        "{shown}"
+    );
     // A decision made elsewhere updates the card.
     st.text("E1", "APPROVE[Bash: cargo clean]").await?;
     let card2 = st.card("E1", "cargo clean`").await?;

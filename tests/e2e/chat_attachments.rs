@@ -375,7 +375,8 @@ async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stran
             .await
             .map(|_| ())
     };
-    let code = api.post("/v1/channels/team/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
+    let code =
+        api.post("/v1/channels/team/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
     post(fake_seatalk::single_message(&id(), "E1", &format!("/pair {code}"))).await?;
     said("E1", "Paired").await?;
 
@@ -386,7 +387,8 @@ async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stran
     said("E1", "image.png (image/png").await?;
     let list = api.get("/v1/conversations").reply().await?.ok_json()?;
     let conv = list["items"].as_array().and_then(|a| a.iter().find(|c| c["channel_name"] == "team"));
-    let conv = conv.with_context(|| format!("a conversation bound to team: {list}"))?["id"].as_str().context("id")?.to_owned();
+    let conv =
+        conv.with_context(|| format!("a conversation bound to team: {list}"))?["id"].as_str().context("id")?.to_owned();
     let v = settled(&api, &conv, 2).await?;
     let files = attachments(&v);
     ensure!(files.len() == 1, "one attachment: {files:?}");

@@ -85,11 +85,13 @@ fn card_ok(elements: &Value) -> bool {
     list.iter().all(|e| match e["element_type"].as_str() {
         Some("title") => text(&e["title"]["text"]),
         Some("description") => {
-            text(&e["description"]["text"]) && e["description"].get("format").is_none_or(|f| matches!(f.as_i64(), Some(1 | 2)))
+            text(&e["description"]["text"])
+                && e["description"].get("format").is_none_or(|f| matches!(f.as_i64(), Some(1 | 2)))
         }
         Some("button") => match e["button"]["button_type"].as_str() {
             Some("callback") => {
-                text(&e["button"]["text"]) && e["button"]["value"].as_str().is_some_and(|v| !v.is_empty() && v.len() <= 256)
+                text(&e["button"]["text"])
+                    && e["button"]["value"].as_str().is_some_and(|v| !v.is_empty() && v.len() <= 256)
             }
             Some("redirect") => text(&e["button"]["text"]),
             _ => false,
@@ -316,7 +318,15 @@ async fn send(
         st.cards.insert(message_id.clone(), elements.clone());
     }
     let message_id = if accepted { message_id } else { String::new() };
-    st.messages.push(Sent { endpoint: endpoint.clone(), to, format, content, accepted, message_id: message_id.clone(), card });
+    st.messages.push(Sent {
+        endpoint: endpoint.clone(),
+        to,
+        format,
+        content,
+        accepted,
+        message_id: message_id.clone(),
+        card,
+    });
     if accepted { axum::Json(json!({ "code": 0, "message_id": message_id })).into_response() } else { invalid() }
 }
 

@@ -18,13 +18,17 @@
 //!   followed by a new one-line notice ([`notify`]: "Done in 4m12s"), since platforms do not
 //!   notify edits. Each approval request and decision ([`ApprovalView`]) goes to
 //!   [`Replier::approval`] at once (Telegram: a message with inline buttons, edited with the
-//!   decision; SeaTalk: the default text with the `/allow N` / `/deny N` commands). A button
-//!   press goes to [`bridge::Bridge::answer`]: only the paired owner, only a conversation bound
-//!   to that chat; the first answer from any surface wins.
+//!   decision; SeaTalk: an interactive card with Allow / Deny / Always buttons, updated with the
+//!   decision, or the text with the `/allow N` / `/deny N` commands in a group). A button press
+//!   or card click goes to [`bridge::Bridge::answer`]: only the paired owner, only a conversation
+//!   bound to that chat; the first answer from any surface wins. A Telegram photo or document
+//!   and a SeaTalk image or file in a private chat go to [`bridge::Bridge::handle_files`] (the
+//!   owner gate before any download).
 //! - [`telegram`]: Bot API long polling, the offset persisted, one progress message edited at
 //!   most once a second, 4,096-character splitting, Telegram-safe HTML.
 //! - [`seatalk`]: events forwarded by `coffer-callback`, ack-then-final replies through the
-//!   open platform's send-message API, app access token cached, redeliveries dropped.
+//!   open platform's send-message API, approval cards updated in place, files sent to the bot
+//!   downloaded, app access token cached, redeliveries dropped.
 //!
 //! Binding: a channel's chat is bound to the newest active conversation whose channel binding
 //! is (channel name, chat id) (`ListConversations` with `channel_name` + `peer_chat_id`);

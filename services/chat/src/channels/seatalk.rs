@@ -6,24 +6,36 @@
 //! Wire format followed (SeaTalk Open Platform docs, "Event Callback", "Get App Access Token",
 //! "Send Message to Bot Subscriber", "Send Message to Group Chat"):
 //! - every callback body is an envelope `{event_id, event_type, timestamp, app_id, event}`;
-//!   the adapter reads two event types:
+//!   the adapter reads three event types:
 //!   - `message_from_bot_subscriber` (a one-to-one chat with the bot): `event.employee_code`,
-//!     `event.email`, `event.message.{message_id, tag, text.content}`;
+//!     `event.email`, `event.message.{message_id, tag, text.content}`; `tag` `image`
+//!     (`image.content`: a download URL) and `file` (`file.content`, `file.filename`) are files
+//!     sent to the bot (see "Images and files" below);
 //!   - `new_mentioned_message_received_from_group_chat` (the bot mentioned in a group):
 //!     `event.group_id`, `event.message.{message_id, sender.{employee_code, email}, tag,
 //!     text.{plain_text, mentioned_list[].username}}` — the bot's mention is removed from the
 //!     text (see [`strip_mentions`]);
+//!   - `interactive_message_click` (a callback button of a card was clicked):
+//!     `event.{message_id, employee_code, email, value, group_id}` (`group_id` empty in a
+//!     one-to-one chat);
 //!
-//!   a message that is not text gets [`ONLY_TEXT`] once per chat per adapter run (others are
-//!   refused as for text); other event types are logged and dropped;
+//!   a message that is not read (a video, a sticker, an image in a group…) gets [`ONLY_TEXT`]
+//!   once per chat per adapter run (others are refused as for text); other event types are
+//!   logged and dropped;
 //! - `POST {base}/auth/app_access_token` `{app_id, app_secret}` →
 //!   `{code: 0, app_access_token, expire}` (`expire`: Unix seconds);
 //! - `POST {base}/messaging/v2/single_chat` `{employee_code, message}` and
 //!   `POST {base}/messaging/v2/group_chat` `{group_id, message}` with
 //!   `Authorization: Bearer <token>`, `message = {tag: "text", text: {format, content}}`
 //!   (`format` 1 = markdown, 2 = plain text; `content` at most 4,096 bytes of UTF-8, so longer
-//!   replies are split, [`split_text`]) → `{code: 0, message_id}`. A non-zero `code` is an
-//!   error; HTTP 401 or the token codes ([`TOKEN_CODES`]) mean the access token was refused.
+//!   replies are split, [`split_text`]) or an interactive message card `{tag:
+//!   "interactive_message", interactive_message: {elements}}` ([`approval_card`]) → `{code: 0,
+//!   message_id}`; `POST {base}/messaging/v2/update` `{message_id, message:
+//!   {interactive_message: {elements}}}` → `{code: 0}` replaces a card's elements ("Update
+//!   Message": the bot's own card, within 7 days). A non-zero `code` is an error; HTTP 401 or the
+//!   token codes ([`TOKEN_CODES`]) mean the access token was refused;
+//! - `GET <file URL>` with `Authorization: Bearer <token>`: the bytes of an image or file sent to
+//!   the bot (URLs under `{base}/messaging/v2/file/`, valid 7 days).
 //!
 //! Behaviour: each forwarded body is parsed ([`parse_event`]); redeliveries are dropped through
 //! the store's `RecordEvent`, and the [`Inbound`] goes to the bridge in order. The replier sends
@@ -36,12 +48,27 @@
 //! send succeeds — so a wrong app secret shows in `coffer channel list`, status and doctor instead
 //! of a `running` adapter losing every reply. Bodies still in a stopping adapter's inbox go to the
 //! channel's next adapter (60 s at most), since SeaTalk was already answered 200.
-//! Approvals: a request is the default [`Replier::approval`] text ("Waiting for your approval:
-//! Bash `rm -rf build` (#1042)" and the `/allow N`, `/deny N [message]`, `/always N` commands,
-//! which only the paired owner's chat can use); a decision made elsewhere is said in a short
-//! notice. SeaTalk's interactive message card is not used: its click callback event's shape is
-//! not documented where this adapter could follow it faithfully, so the commands are the way to
-//! answer.
+//!
+//! Approvals ([`SeatalkReplier`]'s `approval`): in a one-to-one chat a request is an interactive
+//! card ([`approval_card`]: "Waiting for your approval", Bash `rm -rf build` (#1042), the
+//! `/allow N` / `/deny N` / `/always N` commands, and callback buttons Allow / Deny / Always whose
+//! `value` is `ap:<conversation>:<number>:<a|d|A>`). A click ([`Event::Click`]) goes to
+//! [`Bridge::answer`] (only the paired owner, only the conversation bound to that chat; the
+//! first answer from any surface wins); a click on a request already decided is told the first
+//! decision; anyone else is told once that only the owner answers. Every decision, whoever made
+//! it (a click, a command, the console, the CLI, the timeout), updates the card to say it and
+//! who, without buttons. In a group, or when SeaTalk refuses the card (or its update), the
+//! request and its decision are plain text with the commands, as before.
+//!
+//! Images and files: an `image` or `file` message from a person in a one-to-one chat goes
+//! through the bridge's owner gate first ([`Bridge::handle_files`]: a stranger's file is never
+//! fetched), then is downloaded ([`Client::download`]: only from this app's
+//! `/messaging/v2/file/` URLs, so the token goes nowhere else; at most
+//! `chat.attachment_max_bytes`, refused by `Content-Length` or while reading) and sent to the
+//! agent as an attachment ([`crate::attachments`]: saved under the conversation's working
+//! directory, an image named `image.<ext>` by its bytes and given to the agent as an image, a
+//! file under its sanitised `filename`). A refusal (over the limit, not an image, a failed
+//! download) is told to the chat and nothing reaches the agent.
 //! [`CallbackManager::sync`] starts `coffer-callback` with `COFFER_CALLBACK_SECRETS` (a JSON object
 //! channel → signing secret) only when the set changed, and stops it when the set is empty.
 use std::collections::{BTreeMap, HashMap};
@@ -208,7 +235,8 @@ impl Client {
     /// # Errors
     /// As [`Client::send_text`].
     pub async fn send_card(&self, to: &Target, elements: Vec<Value>) -> Result<String, ChannelError> {
-        let message = serde_json::json!({ "tag": "interactive_message", "interactive_message": { "elements": elements } });
+        let message =
+            serde_json::json!({ "tag": "interactive_message", "interactive_message": { "elements": elements } });
         self.send_message(to, message).await
     }
 
@@ -601,7 +629,8 @@ pub fn parse_event(channel: &str, body: &[u8]) -> Result<Event, EventError> {
     };
     if !group && (tag == "image" || tag == "file") {
         let url = str_at(&v, &format!("/event/message/{tag}/content")).to_owned();
-        let name = if tag == "image" { "image".to_owned() } else { str_at(&v, "/event/message/file/filename").to_owned() };
+        let name =
+            if tag == "image" { "image".to_owned() } else { str_at(&v, "/event/message/file/filename").to_owned() };
         let file = FileRef { url, name, image: tag == "image" };
         return Ok(Event::Files { event_id, inbound: inbound(String::new()), files: vec![file] });
     }
@@ -715,7 +744,12 @@ impl SeatalkReplier {
     /// A request in a group chat, a card SeaTalk refuses, or a decision on a card this run did
     /// not send (or SeaTalk will not update) falls back to the text of [`Replier::approval`]'s
     /// default.
-    async fn show_approval(&self, chat_id: &str, view: &super::ApprovalView, channel: &str) -> Result<(), ChannelError> {
+    async fn show_approval(
+        &self,
+        chat_id: &str,
+        view: &super::ApprovalView,
+        channel: &str,
+    ) -> Result<(), ChannelError> {
         let key = (view.conversation_id.clone(), view.number);
         let single = matches!(self.target(chat_id), Target::Single(_));
         if view.decided.is_none() {
@@ -1112,7 +1146,11 @@ async fn download_files(
     use crate::attachments::human;
     let mut out = Vec::with_capacity(files.len());
     for f in files {
-        let what = if f.image { "The image".to_owned() } else { format!("The file {}", crate::attachments::sanitize(&f.name)) };
+        let what = if f.image {
+            "The image".to_owned()
+        } else {
+            format!("The file {}", crate::attachments::sanitize(&f.name))
+        };
         let (data, mime) = match client.download(&f.url, max_bytes).await {
             Ok(got) => got,
             Err(DownloadError::Over(size)) => {
@@ -1123,10 +1161,15 @@ async fn download_files(
                 ));
             }
             Err(DownloadError::NotAFile) => {
-                return Err(format!("{what} has no SeaTalk download link this bot can use; nothing was sent to the agent."));
+                return Err(format!(
+                    "{what} has no SeaTalk download link this bot can use; nothing was sent to the agent."
+                ));
             }
             Err(DownloadError::Failed(why)) => {
-                return Err(format!("Could not download {} from SeaTalk ({why}); nothing was sent to the agent.", what.to_lowercase()));
+                return Err(format!(
+                    "Could not download {} from SeaTalk ({why}); nothing was sent to the agent.",
+                    what.to_lowercase()
+                ));
             }
         };
         let mime = if f.image {
@@ -1159,7 +1202,10 @@ async fn click(record: &ChannelRecord, bridge: &Bridge, replier: &SeatalkReplier
         Answered::Decided(_) => return,
         Answered::Already(d) => {
             let v = view(d);
-            (who.chat_id.as_str(), format!("#{number} was already decided: {} by {}.", v.outcome().to_lowercase(), v.by_whom()))
+            (
+                who.chat_id.as_str(),
+                format!("#{number} was already decided: {} by {}.", v.outcome().to_lowercase(), v.by_whom()),
+            )
         }
         Answered::NotOwner => {
             if !replier.first_click_refusal(&who.sender_id) {
@@ -1334,13 +1380,13 @@ mod tests {
         assert_eq!(parse_event("st", &no_sender), Err(EventError::Missing("event.employee_code")));
         let other = body(serde_json::json!({ "event_id": "e", "event_type": "bot_added_to_group_chat", "event": {} }));
         assert!(matches!(parse_event("st", &other), Ok(Event::Ignored { .. })));
-        let image = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
-            "event": { "employee_code": "E", "message": { "tag": "image" } } }));
-        match parse_event("st", &image) {
+        let video = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": { "tag": "video", "video": { "content": "u" } } } }));
+        match parse_event("st", &video) {
             Ok(Event::Unsupported { inbound, tag, .. }) => {
-                assert_eq!((tag.as_str(), inbound.chat_id.as_str(), inbound.group), ("image", "E", false));
+                assert_eq!((tag.as_str(), inbound.chat_id.as_str(), inbound.group), ("video", "E", false));
             }
-            other => panic!("an image is a message that is not text: {other:?}"),
+            other => panic!("a video is a message that is not read: {other:?}"),
         }
         let file =
             body(serde_json::json!({ "event_id": "e", "event_type": "new_mentioned_message_received_from_group_chat",
@@ -1352,6 +1398,128 @@ mod tests {
         let empty = body(serde_json::json!({ "event_id": "e", "event_type": "message_from_bot_subscriber",
             "event": { "employee_code": "E", "message": { "tag": "text", "text": { "content": "  " } } } }));
         assert!(matches!(parse_event("st", &empty), Ok(Event::Ignored { .. })));
+    }
+
+    #[test]
+    fn images_and_files_in_a_private_chat_are_files_to_fetch() {
+        let image = body(serde_json::json!({ "event_id": "e1", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "email": "e@x", "message": { "message_id": "m", "tag": "image",
+                "image": { "content": "https://openapi.seatalk.io/messaging/v2/file/abc" } } } }));
+        let Ok(Event::Files { inbound, files, .. }) = parse_event("st", &image) else { panic!("an image is a file") };
+        assert_eq!((inbound.chat_id.as_str(), inbound.text.as_str(), inbound.group), ("E", "", false));
+        assert_eq!(
+            files,
+            [FileRef {
+                url: "https://openapi.seatalk.io/messaging/v2/file/abc".into(),
+                name: "image".into(),
+                image: true
+            }]
+        );
+        let file = body(serde_json::json!({ "event_id": "e2", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": { "tag": "file",
+                "file": { "content": "u", "filename": "../../r.pdf" } } } }));
+        let Ok(Event::Files { files, .. }) = parse_event("st", &file) else { panic!("a file") };
+        assert_eq!((files[0].name.as_str(), files[0].image), ("../../r.pdf", false), "sanitised when saved");
+        // Without a link: still the owner's file to refuse (the download says why).
+        let bare = body(serde_json::json!({ "event_id": "e3", "event_type": "message_from_bot_subscriber",
+            "event": { "employee_code": "E", "message": { "tag": "image" } } }));
+        assert!(matches!(parse_event("st", &bare), Ok(Event::Files { files, .. }) if files[0].url.is_empty()));
+    }
+
+    #[test]
+    fn a_card_click_names_who_where_and_the_value() {
+        let click = |group: &str, value: &str| {
+            body(serde_json::json!({ "event_id": "c1", "event_type": "interactive_message_click", "timestamp": 1,
+                "event": { "message_id": "card-1", "employee_code": "E1", "email": "o@x", "value": value,
+                    "seatalk_id": "9", "group_id": group, "thread_id": "" } }))
+        };
+        let Ok(Event::Click { who, value, .. }) = parse_event("st", &click("", "ap:c:7:d")) else { panic!() };
+        assert_eq!(value, "ap:c:7:d");
+        assert_eq!(
+            (who.chat_id.as_str(), who.sender_id.as_str(), who.message_id.as_str(), who.group),
+            ("E1", "E1", "card-1", false)
+        );
+        let Ok(Event::Click { who, .. }) = parse_event("st", &click("G1", "v")) else { panic!() };
+        assert_eq!((who.chat_id.as_str(), who.group), ("G1", true), "a group's click is the group's");
+        assert_eq!(parse_event("st", &click("", "")), Err(EventError::Missing("event.value (1-256 bytes)")));
+        assert!(parse_event("st", &click("", &"v".repeat(257))).is_err());
+        let anonymous = body(serde_json::json!({ "event_id": "c", "event_type": "interactive_message_click",
+            "event": { "value": "v" } }));
+        assert_eq!(parse_event("st", &anonymous), Err(EventError::Missing("event.employee_code")));
+    }
+
+    #[test]
+    fn approval_cards_carry_the_request_its_buttons_then_the_decision() {
+        let mut v = super::super::ApprovalView {
+            conversation_id: "01JCONV".into(),
+            number: 42,
+            tool: "Bash".into(),
+            summary: "Bash: rm -rf build".into(),
+            detail: "rm -rf build".into(),
+            decided: None,
+        };
+        let card = approval_card(&v);
+        assert_eq!(card[0]["title"]["text"], "Waiting for your approval");
+        let text = card[1]["description"]["text"].as_str().unwrap();
+        assert!(text.starts_with("Bash `rm -rf build` (#42)") && text.contains("/deny 42"), "{text}");
+        let buttons: Vec<(&str, &str)> = card[2..]
+            .iter()
+            .map(|b| (b["button"]["text"].as_str().unwrap(), b["button"]["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(buttons, [("Allow", "ap:01JCONV:42:a"), ("Deny", "ap:01JCONV:42:d"), ("Always", "ap:01JCONV:42:A")]);
+        assert!(card[2..].iter().all(|b| b["button"]["button_type"] == "callback"));
+        for (_, value) in buttons {
+            assert!(
+                super::super::telegram::parse_callback_data(value).is_some_and(|(c, n, _)| c == "01JCONV" && n == 42)
+            );
+        }
+        v.decided = Some(super::super::Decided {
+            decision: "deny".into(),
+            decided_by: "web".into(),
+            actor: String::new(),
+            message: "not now".into(),
+        });
+        let card = approval_card(&v);
+        assert_eq!(card.len(), 2, "no buttons once decided: {card:?}");
+        assert_eq!(card[0]["title"]["text"], "Denied");
+        let text = card[1]["description"]["text"].as_str().unwrap();
+        assert!(text.contains("by the web console") && text.contains("The agent was told: not now"), "{text}");
+    }
+
+    #[test]
+    fn only_this_apps_file_urls_are_fetched_and_content_types_are_checked() {
+        let c = Client::new("http://127.0.0.1:4000", SecretString::from("a"), SecretString::from("b"));
+        assert!(c.is_file_url("http://127.0.0.1:4000/messaging/v2/file/abc"));
+        assert!(c.is_file_url("http://127.0.0.1:4000/messaging/v2/file/abc?seq=2"));
+        for bad in [
+            "",
+            "not a url",
+            "http://127.0.0.1:4001/messaging/v2/file/abc",
+            "https://127.0.0.1:4000/messaging/v2/file/abc",
+            "http://evil.example/messaging/v2/file/abc",
+            "http://127.0.0.1:4000/messaging/v2/file/",
+            "http://127.0.0.1:4000/messaging/v2/single_chat",
+            "http://user:pw@127.0.0.1:4000/messaging/v2/file/abc",
+            "http://127.0.0.1:4000/messaging/v2/filex/abc",
+        ] {
+            assert!(!c.is_file_url(bad), "{bad}");
+        }
+        let public = Client::new("", SecretString::from("a"), SecretString::from("b"));
+        assert!(public.is_file_url("https://openapi.seatalk.io/messaging/v2/file/asjewnJHe7dfjs"));
+        assert!(!public.is_file_url("http://openapi.seatalk.io/messaging/v2/file/asjewnJHe7dfjs"));
+        assert_eq!(media_type("Text/Plain; charset=utf-8"), "text/plain");
+        assert_eq!(media_type("image/png"), "image/png");
+        for bad in ["", "text", "text/", "/plain", "te xt/plain", "text/pl\u{0}ain", "a/b/c"] {
+            assert_eq!(media_type(bad), "", "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_link_outside_the_api_is_refused_before_any_request() {
+        // An unreachable base: any request would fail as `Failed`, not `NotAFile`.
+        let c = Client::new("http://127.0.0.1:9", SecretString::from("a"), SecretString::from("b"));
+        let got = c.download("http://127.0.0.1:1/messaging/v2/file/x", 10).await;
+        assert_eq!(got, Err(DownloadError::NotAFile));
     }
 
     #[test]
