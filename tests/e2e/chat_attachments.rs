@@ -334,6 +334,70 @@ fn seatalk_says(m: &coffer_tests::fake_seatalk::Sent, to: &str, needle: &str) ->
     m.accepted && m.to == to && m.content.contains(needle)
 }
 
+/// A daemon with the SeaTalk channel `team` (default agent `agent`, working directory `work`)
+/// behind the real coffer-callback and the fake Open Platform, paired to employee `E1`.
+struct StRig {
+    home: TestHome,
+    api: Api,
+    fake: coffer_tests::fake_seatalk::FakeSeatalk,
+    cb: coffer_tests::fake_seatalk::Callback,
+    signing: String,
+    events: std::sync::atomic::AtomicU32,
+}
+
+async fn seatalk_rig(home: TestHome, api: Api, agent: &str, work: &Path, port: u16) -> anyhow::Result<StRig> {
+    use coffer_tests::fake_seatalk::{Callback, FakeSeatalk};
+    let fake = FakeSeatalk::start("app-id", "app-secret").await?;
+    let signing = format!("signing-{:016x}", fastrand::u64(..));
+    let body = json!({ "name": "team", "kind": "seatalk", "enabled": true, "app_id": "app-id",
+        "app_secret": "app-secret", "signing_secret": signing, "api_base_url": fake.url,
+        "default_agent": agent, "agent_config": {"cwd": work.display().to_string()} });
+    let r = api.post_json("/v1/channels", &body).header("X-Coffer-Actor", "cli").reply().await?;
+    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
+    wait_for("coffer-callback to run for the channel", WAIT, || async {
+        Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
+    })
+    .await?;
+    let rig = StRig { home, api, fake, cb: Callback::new(port), signing, events: Default::default() };
+    let code =
+        rig.api.post("/v1/channels/team/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
+    rig.text("E1", &format!("/pair {code}")).await?;
+    rig.said("E1", "Paired", WAIT).await?;
+    Ok(rig)
+}
+
+impl StRig {
+    fn id(&self) -> String {
+        format!("ev-{}", self.events.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Posts `body`, signed as SeaTalk signs, to coffer-callback: answered 200.
+    async fn post(&self, body: Vec<u8>) -> anyhow::Result<()> {
+        let a = self.cb.signed("team", body, &self.signing).await?;
+        ensure!(a.status == 200, "callback: {a:?}");
+        Ok(())
+    }
+
+    async fn text(&self, from: &str, text: &str) -> anyhow::Result<()> {
+        self.post(coffer_tests::fake_seatalk::single_message(&self.id(), from, text)).await
+    }
+
+    async fn said(&self, to: &str, needle: &str, timeout: Duration) -> anyhow::Result<()> {
+        let what = format!("{needle:?} to {to}");
+        self.fake.wait_messages(&what, timeout, |m| m.iter().any(|s| seatalk_says(s, to, needle))).await.map(|_| ())
+    }
+
+    /// The conversation bound to the channel.
+    async fn conversation(&self) -> anyhow::Result<String> {
+        let list = self.api.get("/v1/conversations").reply().await?.ok_json()?;
+        let conv = list["items"].as_array().and_then(|a| a.iter().find(|c| c["channel_name"] == "team"));
+        Ok(conv.with_context(|| format!("a conversation bound to team: {list}"))?["id"]
+            .as_str()
+            .context("id")?
+            .to_owned())
+    }
+}
+
 /// Issue 34 §6 on SeaTalk (scripted agent, the real coffer-callback, the fake Open Platform over
 /// loopback HTTP): an image sent to the bot in the owner's private chat is downloaded with the
 /// app's access token from its documented `/messaging/v2/file/` URL, saved in the conversation's
@@ -345,51 +409,22 @@ fn seatalk_says(m: &coffer_tests::fake_seatalk::Sent, to: &str, needle: &str) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stranger_s_are_refused() -> anyhow::Result<()>
 {
-    use coffer_tests::fake_seatalk::{self, Callback, FakeSeatalk};
+    use coffer_tests::fake_seatalk;
     let port = coffer_tests::ports::free_port();
     let home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
     let api = chat::start_daemon(&home).await?;
     let work = home.temp().join("work");
     std::fs::create_dir_all(&work)?;
-    let fake = FakeSeatalk::start("app-id", "app-secret").await?;
-    let signing = format!("signing-{:016x}", fastrand::u64(..));
-    let body = json!({ "name": "team", "kind": "seatalk", "enabled": true, "app_id": "app-id",
-        "app_secret": "app-secret", "signing_secret": signing, "api_base_url": fake.url,
-        "default_agent": chat::SCRIPTED, "agent_config": {"cwd": work.display().to_string()} });
-    let r = api.post_json("/v1/channels", &body).header("X-Coffer-Actor", "cli").reply().await?;
-    ensure!(r.status == 201, "create: {} {}", r.status, r.text);
-    wait_for("coffer-callback to run for the channel", WAIT, || async {
-        Ok((api.service("callback").await?["state"] == "healthy").then_some(()))
-    })
-    .await?;
-    let cb = Callback::new(port);
-    let n = std::sync::atomic::AtomicU32::new(0);
-    let post = async |body: Vec<u8>| -> anyhow::Result<()> {
-        let a = cb.signed("team", body, &signing).await?;
-        ensure!(a.status == 200, "callback: {a:?}");
-        Ok(())
-    };
-    let id = || format!("ev-{}", n.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
-    let said = async |to: &str, needle: &str| -> anyhow::Result<()> {
-        fake.wait_messages(&format!("{needle:?} to {to}"), WAIT, |m| m.iter().any(|s| seatalk_says(s, to, needle)))
-            .await
-            .map(|_| ())
-    };
-    let code =
-        api.post("/v1/channels/team/pair").reply().await?.ok_json()?["code"].as_str().context("code")?.to_owned();
-    post(fake_seatalk::single_message(&id(), "E1", &format!("/pair {code}"))).await?;
-    said("E1", "Paired").await?;
+    let rig = seatalk_rig(home, api, chat::SCRIPTED, &work, port).await?;
+    let (api, fake) = (&rig.api, &rig.fake);
 
     // An image: fetched with the token, saved, named to the agent (its extension from its bytes).
     let png = images::png(64, 48, [20, 160, 60], [200, 200, 30]);
     let url = fake.add_file(&png, "image/png");
-    post(fake_seatalk::single_image(&id(), "E1", &url)).await?;
-    said("E1", "image.png (image/png").await?;
-    let list = api.get("/v1/conversations").reply().await?.ok_json()?;
-    let conv = list["items"].as_array().and_then(|a| a.iter().find(|c| c["channel_name"] == "team"));
-    let conv =
-        conv.with_context(|| format!("a conversation bound to team: {list}"))?["id"].as_str().context("id")?.to_owned();
-    let v = settled(&api, &conv, 2).await?;
+    rig.post(fake_seatalk::single_image(&rig.id(), "E1", &url)).await?;
+    rig.said("E1", "image.png (image/png", WAIT).await?;
+    let conv = rig.conversation().await?;
+    let v = settled(api, &conv, 2).await?;
     let files = attachments(&v);
     ensure!(files.len() == 1, "one attachment: {files:?}");
     let a = &files[0];
@@ -402,9 +437,9 @@ async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stran
 
     // A file with a hostile name and a Content-Type with parameters.
     let url = fake.add_file(b"hello notes", "text/plain; charset=utf-8");
-    post(fake_seatalk::single_file(&id(), "E1", &url, "../../notes.txt")).await?;
-    said("E1", "notes.txt (text/plain, 11 bytes)").await?;
-    let v = settled(&api, &conv, 4).await?;
+    rig.post(fake_seatalk::single_file(&rig.id(), "E1", &url, "../../notes.txt")).await?;
+    rig.said("E1", "notes.txt (text/plain, 11 bytes)", WAIT).await?;
+    let v = settled(api, &conv, 4).await?;
     let doc = attachments(&v).pop().context("the file")?;
     ensure!(doc["name"] == "notes.txt", "{doc}");
     ensure!(std::fs::read(work.join(doc["path"].as_str().context("path")?))? == b"hello notes");
@@ -412,25 +447,83 @@ async fn an_image_and_a_file_from_seatalk_reach_the_agent_and_too_big_or_a_stran
 
     // An "image" whose bytes are not one (served as image/png): refused, naming why.
     let url = fake.add_file(b"<svg onload=alert(1)>", "image/png");
-    post(fake_seatalk::single_image(&id(), "E1", &url)).await?;
-    said("E1", "not a PNG, JPEG, GIF or WebP image").await?;
+    rig.post(fake_seatalk::single_image(&rig.id(), "E1", &url)).await?;
+    rig.said("E1", "not a PNG, JPEG, GIF or WebP image", WAIT).await?;
     // Past the limit (10 MiB by default): refused naming it; nothing saved or sent.
     let before = std::fs::read_dir(work.join(".coffer/attachments"))?.count();
     let url = fake.add_file(&vec![7u8; (10 << 20) + 1], "application/octet-stream");
-    post(fake_seatalk::single_file(&id(), "E1", &url, "big.bin")).await?;
-    said("E1", "over the limit of 10.0 MB per file (chat.attachment_max_bytes)").await?;
+    rig.post(fake_seatalk::single_file(&rig.id(), "E1", &url, "big.bin")).await?;
+    rig.said("E1", "over the limit of 10.0 MB per file (chat.attachment_max_bytes)", WAIT).await?;
     ensure!(std::fs::read_dir(work.join(".coffer/attachments"))?.count() == before, "nothing saved");
     // A link outside this app's API: never fetched, the owner told.
     let downloads = fake.downloads();
-    post(fake_seatalk::single_image(&id(), "E1", "http://127.0.0.1:9/messaging/v2/file/elsewhere")).await?;
-    said("E1", "no SeaTalk download link this bot can use").await?;
-    let v = view(&api, &conv).await?;
+    rig.post(fake_seatalk::single_image(&rig.id(), "E1", "http://127.0.0.1:9/messaging/v2/file/elsewhere")).await?;
+    rig.said("E1", "no SeaTalk download link this bot can use", WAIT).await?;
+    let v = view(api, &conv).await?;
     ensure!(v["messages"].as_array().map_or(0, Vec::len) == 4, "nothing more sent to the agent: {v}");
 
     // A stranger's image: refused as a stranger's text, never downloaded.
     let url = fake.add_file(&png, "image/png");
-    post(fake_seatalk::single_image(&id(), "E2", &url)).await?;
-    said("E2", "only answers its owner").await?;
+    rig.post(fake_seatalk::single_image(&rig.id(), "E2", &url)).await?;
+    rig.said("E2", "only answers its owner", WAIT).await?;
     ensure!(fake.downloads() == downloads, "nothing fetched for the stranger or the foreign link");
+    Ok(())
+}
+
+/// Done-when "a photo reaches the agent", from SeaTalk, with the real agent: an image sent to
+/// the bot reaches the REAL Claude Code (on the fake Anthropic API) as a base64 `image` content
+/// block in the model request, next to the `Attached:` line naming the saved file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_gets_a_seatalk_image_as_an_image_block() -> anyhow::Result<()> {
+    const REAL: Duration = Duration::from_secs(90);
+    let anthropic = coffer_tests::anthropic::FakeAnthropic::scripted().await?;
+    let port = coffer_tests::ports::free_port();
+    let mut home = TestHome::builder().env("COFFER_CALLBACK_PORT", port.to_string()).build()?;
+    chat::offline_claude_code(&mut home, &anthropic.url);
+    home.cli(&["status"]).await?.ok()?;
+    let api = home.api()?;
+    let claude = coffer_tests::peers::claude_code()?.display().to_string();
+    api.request(Method::PATCH, "/v1/settings")
+        .json(&json!({"set": {"chat.claude_code_path": claude}}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let work = home.temp().join("work");
+    std::fs::create_dir_all(&work)?;
+    let rig = seatalk_rig(home, api, "claude_code", &work, port).await?;
+    // The image first (no caption: SeaTalk images carry none), then what to say about it.
+    let photo = images::png(96, 64, [250, 80, 30], [30, 80, 250]);
+    let url = rig.fake.add_file(&photo, "image/png");
+    rig.post(coffer_tests::fake_seatalk::single_image(&rig.id(), "E1", &url)).await?;
+    let conv = wait_for("the conversation bound to team", WAIT, || async { Ok(rig.conversation().await.ok()) }).await?;
+    wait_for("the turn with the image to end", REAL, || async {
+        let v = view(&rig.api, &conv).await?;
+        let done = v["conversation"]["turn_running"] == false && v["messages"].as_array().map_or(0, Vec::len) >= 2;
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let turns = anthropic.turns();
+    let carried = turns.iter().any(|t| {
+        t.body["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "user").any(|m| {
+            m["content"].as_array().into_iter().flatten().any(|b| {
+                b["type"] == "image"
+                    && b["source"]["type"] == "base64"
+                    && b["source"]["media_type"] == "image/png"
+                    && b["source"]["data"] == b64(&photo)
+            })
+        })
+    });
+    ensure!(
+        carried,
+        "no model request carried the image as an image block: {:?}",
+        turns.last().map(|t| &t.body["messages"])
+    );
+    let told = turns.iter().any(|t| t.body["messages"].to_string().contains("Attached: .coffer/attachments/"));
+    ensure!(told, "the model was not told the saved path");
+    let v = view(&rig.api, &conv).await?;
+    let a = attachments(&v).pop().context("the image on the user message")?;
+    ensure!(std::fs::read(work.join(a["path"].as_str().context("path")?))? == photo);
+    rig.home.cli(&["daemon", "stop"]).await?.ok()?;
+    rig.home.wait_no_processes(WAIT).await?;
     Ok(())
 }
