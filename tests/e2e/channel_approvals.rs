@@ -407,3 +407,21 @@ async fn seatalk_cards_are_answered_by_the_owner_s_click_once_and_updated_from_a
     ensure!(st.fake.updates().iter().all(|u| u.accepted), "every update was accepted: {:?}", st.fake.updates());
     Ok(())
 }
+
+/// A card SeaTalk will not update any more (past its 7 days): the decision is said in a
+/// message instead, and the request still ran as decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seatalk_card_that_cannot_be_updated_gets_its_decision_as_a_message() -> anyhow::Result<()> {
+    let st = St::start().await?;
+    st.text("E1", "APPROVE[Bash: make deploy]").await?;
+    let card = st.card("E1", "Waiting for your approval").await?;
+    let n = number_in(&card.content)?;
+    st.fake.refuse_updates();
+    st.click("E1", &card, "Allow").await?;
+    st.said("E1", &format!("Allowed: Bash `make deploy` (#{n}), by user E1 in team.")).await?;
+    st.said("E1", "approved").await?;
+    let updates = st.fake.updates();
+    ensure!(updates.len() == 1 && !updates[0].accepted, "one refused update: {updates:?}");
+    ensure!(st.fake.card(&card.message_id).is_some_and(|c| c.contains("Waiting")), "the card is as it was");
+    Ok(())
+}

@@ -16,8 +16,8 @@
 //!   anything else in a card is refused (`code: 4`);
 //! - `POST /messaging/v2/update` `{message_id, message: {interactive_message: {elements}}}`
 //!   (SeaTalk's "Update Message"): a card this fake sent → `{code: 0}`, the card's elements
-//!   replaced ([`FakeSeatalk::card`], [`FakeSeatalk::updates`]); another id or a text message →
-//!   `{code: 4}`;
+//!   replaced ([`FakeSeatalk::card`], [`FakeSeatalk::updates`]); another id, a text message or
+//!   any update after [`FakeSeatalk::refuse_updates`] → `{code: 4}`;
 //! - `GET /messaging/v2/file/{id}` with a valid `Bearer` token: the bytes of a file
 //!   [`FakeSeatalk::add_file`] registered, with its `Content-Type` (downloads counted,
 //!   [`FakeSeatalk::downloads`]); HTTP 401 without a valid token, 404 for an unknown id.
@@ -111,6 +111,8 @@ struct State {
     app_id: String,
     app_secret: String,
     ttl_s: i64,
+    /// Card updates are answered `code: 4` (as SeaTalk answers one past its 7 days).
+    refuse_updates: bool,
     /// Issued tokens: (token, expire Unix s, revoked).
     tokens: Vec<(String, i64, bool)>,
     token_requests: usize,
@@ -197,6 +199,11 @@ impl FakeSeatalk {
     /// Every message sent to it, in order.
     pub fn messages(&self) -> Vec<Sent> {
         self.lock().messages.clone()
+    }
+
+    /// Refuses every card update from now on (`{code: 4}`, as for a card older than 7 days).
+    pub fn refuse_updates(&self) {
+        self.lock().refuse_updates = true;
     }
 
     /// Every card update it received, in order.
@@ -287,7 +294,7 @@ async fn send(
     if endpoint == "update" {
         let message_id = v["message_id"].as_str().unwrap_or("").to_owned();
         let elements = v.pointer("/message/interactive_message/elements").cloned().unwrap_or(Value::Null);
-        let accepted = st.cards.contains_key(&message_id) && card_ok(&elements);
+        let accepted = !st.refuse_updates && st.cards.contains_key(&message_id) && card_ok(&elements);
         st.updates.push(Update { message_id: message_id.clone(), content: card_text(&elements), accepted });
         if !accepted {
             return invalid();
