@@ -23,7 +23,10 @@ const HOSTILE: &str = "<svg/onload=window.__pwned=1>.md";
 /// A scripted conversation in folder `cwd`, created over REST; its id.
 async fn create(api: &Api, title: &str, cwd: &Path) -> anyhow::Result<String> {
     let r = api
-        .post_json("/v1/conversations", &json!({"agent_key": chat::SCRIPTED, "title": title, "agent_config": {"cwd": cwd}}))
+        .post_json(
+            "/v1/conversations",
+            &json!({"agent_key": chat::SCRIPTED, "title": title, "agent_config": {"cwd": cwd}}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 201, "create: {} {}", r.status, r.text);
@@ -40,14 +43,22 @@ async fn send(api: &Api, id: &str, text: &str) -> anyhow::Result<()> {
 async fn open(b: &Browser, id: &str) -> anyhow::Result<()> {
     b.goto(&format!("/ui/chat?c={id}")).await?;
     b.wait_for(&format!(".conv-item[aria-current=\"true\"][data-id=\"{id}\"]")).await?;
-    b.wait_until("document.querySelector('.thread-title') && document.querySelector('.thread-title').textContent !== '…'")
-        .await
+    b.wait_until(
+        "document.querySelector('.thread-title') && document.querySelector('.thread-title').textContent !== '…'",
+    )
+    .await
 }
 
 /// `src/long.rs`: 60 numbered functions, one a line.
 fn long_rs(changed: &[usize]) -> String {
     (1..=60)
-        .map(|i| if changed.contains(&i) { format!("fn f{i}() -> u32 {{ {} }}\n", i * 100) } else { format!("fn f{i}() -> u32 {{ {i} }}\n") })
+        .map(|i| {
+            if changed.contains(&i) {
+                format!("fn f{i}() -> u32 {{ {} }}\n", i * 100)
+            } else {
+                format!("fn f{i}() -> u32 {{ {i} }}\n")
+            }
+        })
         .collect()
 }
 
@@ -58,14 +69,19 @@ fn escaped(text: &str) -> String {
 
 /// The texts of the elements matching `css` in the page.
 async fn texts(b: &Browser, css: &str) -> anyhow::Result<Vec<String>> {
-    let v = b.eval("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent);", vec![json!(css)]).await?;
+    let v = b
+        .eval("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent);", vec![json!(css)])
+        .await?;
     Ok(v.as_array().context("an array")?.iter().map(|s| s.as_str().unwrap_or_default().to_owned()).collect())
 }
 
 /// Scrolls the thread so that the reply's changed files are in view (for a screenshot).
 async fn scroll_to_changes(b: &Browser) -> anyhow::Result<()> {
-    b.eval("document.querySelector('article.msg.assistant .changes').scrollIntoView({block: 'center'}); return true;", vec![])
-        .await?;
+    b.eval(
+        "document.querySelector('article.msg.assistant .changes').scrollIntoView({block: 'center'}); return true;",
+        vec![],
+    )
+    .await?;
     Ok(())
 }
 
@@ -85,7 +101,8 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     let root = home.temp().join("project");
     project(&root)?;
     std::fs::write(root.join("src/long.rs"), long_rs(&[]))?;
-    git(&root, &["add", "src/long.rs"])?;
+    std::fs::write(root.join("logo.bin"), [0x89, b'P', b'N', b'G', 0, 0, 0, 13, 0xff])?;
+    git(&root, &["add", "src/long.rs", "logo.bin"])?;
     git(&root, &["commit", "-qm", "long"])?;
     let id = create(&api, "Changes", &root).await?;
 
@@ -93,12 +110,14 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     b.login(api.base_url(), api.token(), "chat").await?;
     open(&b, &id).await?;
 
-    // One turn: modify, add, delete, rename, two edits far apart, a 500-line file, a hostile name.
+    // One turn: modify, add, delete (a text and a binary file), rename, two edits far apart, a
+    // 500-line file, a hostile name.
     let big: String = (1..=500).map(|i| format!("line {i} of a long new file\n")).collect();
     let script = [
         "write:src/a.rs fn a() {}\\nfn b() -> u32 { 42 }\\n".to_owned(),
         "write:src/new.rs pub fn new() {}\\n".to_owned(),
         "rm:gone.txt".to_owned(),
+        "rm:logo.bin".to_owned(),
         "mv:old.txt renamed.txt".to_owned(),
         format!("write:src/long.rs {}", escaped(&long_rs(&[5, 50]))),
         format!("write:big.txt {}", escaped(&big)),
@@ -111,7 +130,7 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     // Live: the summary appears under the reply when the event arrives.
     let summary = b.wait_for("article.msg.assistant .changes > summary").await?;
     let text = summary.text().await?;
-    ensure!(text.contains("7 files changed") && text.contains("+506") && text.contains("\u{2212}3"), "{text}");
+    ensure!(text.contains("8 files changed") && text.contains("+506") && text.contains("\u{2212}3"), "{text}");
     ensure!(b.count("article.msg.assistant .changes[open]").await? == 0, "the list starts folded");
 
     // By keyboard: the summary opens the list, a file opens the viewer.
@@ -121,14 +140,15 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     let paths = texts(&b, ".changes .change-file .change-path").await?;
     assert_eq!(
         paths,
-        [HOSTILE, "big.txt", "gone.txt", "old.txt → renamed.txt", "src/a.rs", "src/long.rs", "src/new.rs"],
+        [HOSTILE, "big.txt", "gone.txt", "logo.bin", "old.txt → renamed.txt", "src/a.rs", "src/long.rs", "src/new.rs"],
         "the list, sorted by path, the name as text"
     );
     let marks = texts(&b, ".changes .change-file .change-mark").await?;
-    assert_eq!(marks, ["A", "A", "D", "R", "M", "M", "A"]);
+    assert_eq!(marks, ["A", "A", "D", "D", "R", "M", "M", "A"]);
     let row_counts = texts(&b, ".changes .change-file .change-counts").await?;
     assert_eq!(row_counts[1], "+500\u{2212}0");
-    assert_eq!(row_counts[5], "+2\u{2212}2");
+    assert_eq!(row_counts[3], "binary");
+    assert_eq!(row_counts[6], "+2\u{2212}2");
     scroll_to_changes(&b).await?;
     b.screenshot("diffview-list-1280").await?;
 
@@ -163,14 +183,18 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     b.wait_gone("dialog.diffview .diff-show-rest").await?;
     assert_eq!(b.count("dialog.diffview tr:has(td.d2h-ins:not(.d2h-code-linenumber))").await?, 500);
 
-    // A deleted file says so; a rename without changes is a sentence.
+    // A deleted file says so; a binary file and a rename without changes are a sentence.
     b.press("]").await?;
     showing(&b, "gone.txt").await?;
     b.wait_for_text("dialog.diffview .diff-note", "This file was deleted").await?;
     ensure!(b.count("dialog.diffview td.d2h-del:not(.d2h-code-linenumber)").await? == 1, "its one line, removed");
     b.press("]").await?;
+    showing(&b, "logo.bin").await?;
+    b.wait_for_text("dialog.diffview .diff-sentence", "Binary file changed").await?;
+    b.press("]").await?;
     showing(&b, "renamed.txt").await?;
-    b.wait_for_text("dialog.diffview .diff-sentence", "Renamed from old.txt to renamed.txt (content unchanged)").await?;
+    b.wait_for_text("dialog.diffview .diff-sentence", "Renamed from old.txt to renamed.txt (content unchanged)")
+        .await?;
 
     // Rust, highlighted: the added line carries highlight.js's classes.
     b.press("]").await?;
@@ -220,7 +244,7 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     b.refresh().await?;
     open(&b, &id).await?;
     let text = b.wait_for("article.msg.assistant .changes > summary").await?.text().await?;
-    ensure!(text.contains("7 files changed"), "{text}");
+    ensure!(text.contains("8 files changed"), "{text}");
     b.find("article.msg.assistant .changes > summary").await?.click().await?;
     b.find(".changes .change-file[data-path=\"src/long.rs\"]").await?.click().await?;
     showing(&b, "src/long.rs").await?;
@@ -240,7 +264,12 @@ async fn ui_changed_files_and_their_diffs_under_the_reply() -> anyhow::Result<()
     std::fs::write(plain.join("notes.txt"), "first\n")?;
     let id2 = create(&api, "Plain folder", &plain).await?;
     open(&b, &id2).await?;
-    send(&api, &id2, "write:notes.txt first\\nsecond\\n\nwrite:tools/run.py def run():\\n    return print('hi')\\n\nsay:ok").await?;
+    send(
+        &api,
+        &id2,
+        "write:notes.txt first\\nsecond\\n\nwrite:tools/run.py def run():\\n    return print('hi')\\n\nsay:ok",
+    )
+    .await?;
     let text = b.wait_for("article.msg.assistant .changes > summary").await?.text().await?;
     ensure!(text.contains("2 files changed") && text.contains("+3"), "{text}");
     b.find("article.msg.assistant .changes > summary").await?.click().await?;

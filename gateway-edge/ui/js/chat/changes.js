@@ -67,7 +67,8 @@ export function changesEl(fc, convId, messageId) {
   let del = 0;
   for (const f of files) { add += Number(f.additions || 0); del += Number(f.deletions || 0); }
   const n = files.length;
-  const label = `${n}${fc.truncated ? '+' : ''} ${n === 1 && !fc.truncated ? 'file' : 'files'} changed`;
+  // No list but a note: the folder could not be compared (too many files…); the note says why.
+  const label = n ? `${n}${fc.truncated ? '+' : ''} ${n === 1 && !fc.truncated ? 'file' : 'files'} changed` : 'Changed files not listed';
   const list = h('ul', { class: 'changes-list' }, files.map((f, i) => h('li', null,
     h('button', {
       type: 'button',
