@@ -109,17 +109,20 @@ let loading = null;
 function diff2html() {
   if (globalThis.Diff2HtmlUI) return Promise.resolve(globalThis.Diff2HtmlUI);
   if (!loading) {
-    loading = new Promise((resolve, reject) => {
-      // Before app.css: the page's own rules for the diff (same specificity) win.
-      const link = h('link', { rel: 'stylesheet', href: '/ui/assets/vendor/diff2html.min.css' });
-      const app = document.querySelector('link[rel="stylesheet"][href$="app.css"]');
-      document.head.insertBefore(link, app);
-      const s = document.createElement('script');
-      s.src = '/ui/assets/vendor/diff2html-ui-base.min.js';
-      s.addEventListener('load', () => resolve(globalThis.Diff2HtmlUI));
-      s.addEventListener('error', () => { loading = null; s.remove(); reject(new Error('the diff viewer could not be loaded')); });
-      document.head.appendChild(s);
+    // Both the stylesheet and the script, so the first diff is never drawn unstyled.
+    const fetched = (el, parent, before = null) => new Promise((resolve, reject) => {
+      el.addEventListener('load', resolve);
+      el.addEventListener('error', () => { el.remove(); reject(new Error('the diff viewer could not be loaded')); });
+      parent.insertBefore(el, before);
     });
+    // Before app.css: the page's own rules for the diff (same specificity) win.
+    const link = h('link', { rel: 'stylesheet', href: '/ui/assets/vendor/diff2html.min.css' });
+    const script = document.createElement('script');
+    script.src = '/ui/assets/vendor/diff2html-ui-base.min.js';
+    loading = Promise.all([
+      fetched(link, document.head, document.querySelector('link[rel="stylesheet"][href$="app.css"]')),
+      fetched(script, document.head),
+    ]).then(() => globalThis.Diff2HtmlUI, (e) => { loading = null; throw e; });
   }
   return loading;
 }
