@@ -67,6 +67,7 @@ mod ui_agent_sessions;
 mod ui_approvals;
 mod ui_channels;
 mod ui_chat;
+mod ui_diffview;
 mod ui_edge;
 mod ui_llm;
 mod ui_session_key;

@@ -3,10 +3,12 @@
 // and result; attached files are cards with their name, size and type (an image this page sent
 // shows as the image); each reply ends with its model and token usage. History copied from an
 // imported agent session (`imported`) is marked as such, without a footer, its tool calls
-// without results. Everything user- or
+// without results. A reply whose turn changed files has the changed-files block (js/chat/changes.js)
+// above its footer. Everything user- or
 // agent-controlled reaches the DOM as text or through the markdown sanitizer.
 import { h } from '../dom.js';
 import { renderMarkdown } from '../markdown.js';
+import { setChanges } from './changes.js';
 
 /** Text blocks longer than this (bytes, roughly) are shown as plain text, cut, with "Show all". */
 export const PLAIN_ABOVE = 256 * 1024;
@@ -213,6 +215,7 @@ export function messageEl(m) {
       if (!body.firstChild && !m.error) body.appendChild(h('p', { class: 'muted' }, '(no text)'));
       el.appendChild(footer(m));
     }
+    if (m.files_changed) setChanges(el, m.files_changed, m.conversation_id);
   }
   return el;
 }

@@ -1,7 +1,8 @@
 // Chat page: one conversation's thread. It loads the conversation (`GET /v1/conversations/{id}`,
 // the newest messages), follows `…/events` (SSE, never polling) and renders each event as it
 // comes: streamed text goes into the DOM within one animation frame, tool calls become cards,
-// the end of a turn replaces the streamed message with the persisted one. Older messages load
+// the end of a turn replaces the streamed message with the persisted one, and the files the turn
+// changed (`files_changed`, after the end) appear under it. Older messages load
 // on scroll-up (only a window of them is in the DOM). The composer never locks: during a turn a
 // message becomes a pending item (removable, editable; `PUT …/pending`), or, with "Send now"
 // (the button shown while a turn runs, or Ctrl/Cmd+Enter), interrupts the turn and runs next
@@ -15,6 +16,7 @@ import { markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './r
 import { attachTray, messageBody } from './attach.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
+import { setChanges } from './changes.js';
 
 /** Messages fetched with the conversation, and per older page. */
 const PAGE = 50;
@@ -389,6 +391,15 @@ export function mountThread(root, id, hooks) {
       if (stick) scrollToEnd();
     },
     approval_resolved(e) { approvals.resolve(e.approval_resolved || e); },
+    // What the turn changed: it follows the turn's end, under the reply it belongs to.
+    files_changed(e) {
+      const fc = e.files_changed;
+      const el = fc && fc.message_id && msgs.querySelector(`article.msg[data-id="${CSS.escape(fc.message_id)}"]`);
+      if (!el) return;
+      const stick = atBottom(scroller);
+      setChanges(el, fc, id);
+      if (stick) scrollToEnd();
+    },
     queue_changed(e) {
       queue = e.queue_changed.queue;
       renderPending();
