@@ -266,9 +266,9 @@ async fn a_tool_allowed_always_survives_a_kill_of_the_chat_service_until_forgott
     ensure!(v["approvals"] == json!([]), "{v}");
 
     // `chat show` lists it; `chat forget-tools` forgets it: the next request asks again.
-    let shown = home.cli(&["chat", "show", &id]).await?.ok()?.stdout();
+    let shown = home.cli(&["chat", "show", &id]).await?.ok()?.stdout;
     ensure!(shown.lines().any(|l| l.starts_with("allowed") && l.contains("Bash (")), "{shown}");
-    let forgot = home.cli(&["chat", "forget-tools", &id]).await?.ok()?.stdout();
+    let forgot = home.cli(&["chat", "forget-tools", &id]).await?.ok()?.stdout;
     ensure!(forgot.contains("Forgot 1 tool"), "{forgot}");
     let again = api.request(reqwest::Method::DELETE, &format!("/v1/conversations/{id}/allowed-tools")).reply().await?;
     ensure!(again.ok_json()?["forgotten"] == 0);

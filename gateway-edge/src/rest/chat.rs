@@ -847,4 +847,14 @@ mod tests {
         assert_eq!(e.message, "field \"items[0].text\" must be a string, not an integer");
         assert_eq!(pending("01C".into(), json!({"items": [3]})).unwrap_err().code, Code::InvalidArgument);
     }
+
+    #[test]
+    fn a_file_name_cannot_break_its_content_disposition() {
+        let h = |kind, name: &str| content_disposition(kind, name).to_str().unwrap().to_owned();
+        assert_eq!(h("inline", "shot.png"), "inline; filename=\"shot.png\"; filename*=UTF-8''shot.png");
+        assert_eq!(
+            h("attachment", "a\"b\\c;\r\nX-Evil: 1é.txt"),
+            "attachment; filename=\"a_b_c___X-Evil_ 1_.txt\"; filename*=UTF-8''a%22b%5Cc%3B%0D%0AX-Evil%3A%201%C3%A9.txt"
+        );
+    }
 }
