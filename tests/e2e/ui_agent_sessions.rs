@@ -113,6 +113,8 @@ async fn ui_offers_projects_in_the_new_dialog_and_shows_an_imported_session_read
     b.set_viewport(1280, 800).await?;
 
     // Imported elsewhere while the list is open: the import answers 409, the dialog opens it.
+    // (Chromium logs the 409 of that request as a failed resource: expected here.)
+    b.allow_console("/v1/conversations/import - Failed to load resource: the server responded with a status of 409");
     let r = api
         .post_json("/v1/conversations/import", &json!({"agent_key": "claude_code", "session_id": other_session}))
         .reply()
