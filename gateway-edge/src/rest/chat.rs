@@ -10,7 +10,11 @@
 //! mode (`PATCH {permission_mode}`). An approval is answered with `POST …/approvals/{number}`
 //! ([`answer_approval`]): its source is the surface (`web` for a console session, else the
 //! request's actor), its actor who (the session's label, or `daemon token`). A message's `source`
-//! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …).
+//! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …). `DELETE …/allowed-tools`
+//! forgets the tools an `allow_always` answer allowed ([`forget_allowed_tools`]); a message's
+//! saved files come back as bytes from `GET …/messages/{message_id}/attachments/{name}`
+//! ([`attachment`]: the chat service reads them, confined to the message's folder; the edge sets
+//! the headers).
 //!
 //! `GET …/events` is SSE from the service's `Subscribe` stream ([`event_stream`]): one frame
 //! per event (`id: <seq>`, `event: <kind>`, `data: <event JSON>`), a `: keep-alive` comment
