@@ -187,6 +187,17 @@ async fn telegram_shows_decisions_made_elsewhere_and_answers_allow_and_deny_comm
     tg.fake.push_text(OWNER, "APPROVE[Bash: cargo build]");
     let req = tg.wait_bot("cargo build").await?;
     let n = number_of(&req)?;
+    // `/status` lists the waiting request, its number and the commands that answer it.
+    tg.fake.push_text(OWNER, "/status");
+    let status = tg.wait_bot("Waiting for your approval: 1").await?;
+    let shown = status.visible();
+    ensure!(
+        shown.contains(&format!("#{n} Bash: cargo build"))
+            && shown.contains(&format!("/allow {n}"))
+            && shown.contains(&format!("/deny {n}"))
+            && shown.contains(&format!("/always {n}")),
+        "{shown}"
+    );
     tg.fake.push_text(OWNER, &format!("/allow {n}"));
     tg.wait_bot(&format!("Allowed #{n}.")).await?;
     tg.fake.push_text(OWNER, &format!("/allow {n}"));

@@ -235,6 +235,64 @@ async fn a_chat_service_killed_with_a_request_open_fails_the_turn() -> anyhow::R
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_allowed_always_survives_a_kill_of_the_chat_service_until_forgotten() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let id = scripted(&api, "ask").await?;
+    send(&api, &id, "APPROVE[Bash: ls]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    answer(&api, &id, &open[0]["number"], json!({"decision": "allow_always"})).await?.ok_json()?;
+    let v = idle(&api, &id).await?;
+    ensure!(last_text(&v).contains("approved"), "{v}");
+    let tools = &v["allowed_tools"];
+    ensure!(tools.as_array().map(Vec::len) == Some(1) && tools[0]["tool"] == "Bash", "{v}");
+    ensure!(tools[0]["allowed_ms"].as_i64().is_some_and(|t| t > 0), "{v}");
+
+    // kill -9 between the two requests for the same tool: the store kept it.
+    let before = api.service("chat").await?["pid"].as_i64().context("chat pid")? as i32;
+    ensure!(coffer_tests::procs::proc_info(before).context("the chat service")?.name == "coffer-test-chat");
+    coffer_tests::procs::signal(before, nix::sys::signal::Signal::SIGKILL);
+    coffer_tests::wait_for("coffer-chat to be restarted", WAIT, || async {
+        let s = api.service("chat").await?;
+        Ok((s["pid"].as_i64().is_some_and(|p| p as i32 != before) && s["state"] == "healthy").then_some(()))
+    })
+    .await?;
+    let v = view(&api, &id).await?;
+    ensure!(v["allowed_tools"][0]["tool"] == "Bash", "listed after the restart: {v}");
+    send(&api, &id, "APPROVE[Bash: ls again]").await?;
+    let v = idle(&api, &id).await?;
+    ensure!(last_text(&v).contains("approved"), "allowed without asking after the restart: {v}");
+    ensure!(v["approvals"] == json!([]), "{v}");
+
+    // `chat show` lists it; `chat forget-tools` forgets it: the next request asks again.
+    let shown = home.cli(&["chat", "show", &id]).await?.ok()?.stdout;
+    ensure!(shown.lines().any(|l| l.starts_with("allowed") && l.contains("Bash (")), "{shown}");
+    let forgot = home.cli(&["chat", "forget-tools", &id]).await?.ok()?.stdout;
+    ensure!(forgot.contains("Forgot 1 tool"), "{forgot}");
+    let again = api.request(reqwest::Method::DELETE, &format!("/v1/conversations/{id}/allowed-tools")).reply().await?;
+    ensure!(again.ok_json()?["forgotten"] == 0);
+    send(&api, &id, "APPROVE[Bash: ls once more]").await?;
+    let open = open_approvals(&api, &id, 1).await?;
+    answer(&api, &id, &open[0]["number"], json!({"decision": "allow_always"})).await?.ok_json()?;
+    idle(&api, &id).await?;
+
+    // A change of the permission mode forgets them too; the same mode again does not.
+    let patch = |mode: &str| {
+        api.request(reqwest::Method::PATCH, &format!("/v1/conversations/{id}")).json(&json!({"permission_mode": mode}))
+    };
+    patch("ask").reply().await?.ok_json()?;
+    ensure!(view(&api, &id).await?["allowed_tools"].as_array().map(Vec::len) == Some(1));
+    patch("bypass").reply().await?.ok_json()?;
+    ensure!(view(&api, &id).await?["allowed_tools"] == json!([]), "a new mode forgets them");
+    let unknown = "01JDQ8ZKXW5T3M2N4P6R7S8T9V";
+    api.request(reqwest::Method::DELETE, &format!("/v1/conversations/{unknown}/allowed-tools"))
+        .reply()
+        .await?
+        .expect_envelope(404, "NOT_FOUND")?;
+    Ok(())
+}
+
 // ------------------------------------------------------------------- the real Claude Code
 
 /// A daemon whose chat service runs the Claude Code CLI `claude` offline against `fake`.

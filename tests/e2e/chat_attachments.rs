@@ -279,6 +279,117 @@ async fn rest_attachments_are_named_safely_and_malformed_bodies_name_the_problem
     Ok(())
 }
 
+/// `GET …/messages/{message_id}/attachments/{name}`: the saved bytes with their sniffed type,
+/// images inline, other files as a download with a safe name, `nosniff` and a sandbox CSP; a
+/// name that is a path, `..`, a planted symlink, another conversation's message or an unknown
+/// id never reaches a file; Host, Origin and the token are checked as on every chat route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_attachments_are_served_back_and_nothing_else_is() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = chat::start_daemon(&home).await?;
+    let conv = chat::rest_create(&api).await?;
+    let id = conv["id"].as_str().context("id")?.to_owned();
+    let work = PathBuf::from(conv["agent_config"]["cwd"].as_str().context("cwd")?);
+    let png = images::png(40, 30, [10, 200, 90], [200, 10, 90]);
+    let body = json!({"text": "say:files", "attachments": [
+        {"name": "shot.png", "data_base64": b64(&png)},
+        {"name": "notes.txt", "data_base64": b64(b"hello notes")},
+        {"name": "page.html", "mime": "text/html", "data_base64": b64(b"<script>alert(1)</script>")},
+        {"name": "r\u{e9}sum\u{e9} \"final\".pdf", "data_base64": b64(b"%PDF-1.4")},
+    ]});
+    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &body).reply().await?;
+    ensure!(r.status == 202, "{} {}", r.status, r.text);
+    let v = settled(&api, &id, 2).await?;
+    let mid = v["messages"][0]["id"].as_str().context("the user message")?.to_owned();
+    let names: Vec<String> =
+        attachments(&v).iter().map(|a| a["name"].as_str().unwrap_or_default().to_owned()).collect();
+    let url = |name: &str| {
+        let enc: String = name
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b == b'.' { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        format!("/v1/conversations/{id}/messages/{mid}/attachments/{enc}")
+    };
+    let fetch = |name: String| {
+        let (api, path) = (&api, url(&name));
+        async move {
+            let r = api.get(&path).send().await?;
+            let status = r.status().as_u16();
+            let headers = r.headers().clone();
+            let bytes = r.bytes().await?.to_vec();
+            let h = move |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            anyhow::Ok((
+                status,
+                bytes,
+                h("content-type"),
+                h("content-disposition"),
+                h("x-content-type-options"),
+                h("content-security-policy"),
+            ))
+        }
+    };
+    let (status, bytes, ty, disp, nosniff, csp) = fetch("shot.png".into()).await?;
+    ensure!(status == 200 && bytes == png && ty == "image/png", "{status} {ty}");
+    ensure!(
+        disp.starts_with("inline;") && nosniff == "nosniff" && csp.starts_with("sandbox"),
+        "{disp} {nosniff} {csp}"
+    );
+    let (status, bytes, ty, disp, ..) = fetch("notes.txt".into()).await?;
+    ensure!(status == 200 && bytes == b"hello notes" && ty == "text/plain", "{status} {ty}");
+    ensure!(disp.starts_with("attachment; filename=\"notes.txt\""), "{disp}");
+    let (status, _, ty, disp, nosniff, csp) = fetch("page.html".into()).await?;
+    ensure!(
+        status == 200 && ty == "text/html" && disp.starts_with("attachment;"),
+        "an HTML file is a download: {ty} {disp}"
+    );
+    ensure!(nosniff == "nosniff" && csp == "sandbox; default-src 'none'", "{csp}");
+    let pdf = names.iter().find(|n| n.ends_with(".pdf")).context("the pdf")?.clone();
+    let (status, _, ty, disp, ..) = fetch(pdf.clone()).await?;
+    ensure!(status == 200 && ty == "application/pdf", "{pdf}: {status} {ty}");
+    ensure!(
+        disp == "attachment; filename=\"r_sum_ _final_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20_final_.pdf",
+        "saved without its quotes; non-ASCII only in filename*: {disp}"
+    );
+
+    // Hostile names (a bare `..` segment is resolved away by any URL parser before it is sent;
+    // the unit tests cover it): a path, dots only, a hidden name, NUL, a backslash path → 400 naming `name`.
+    for bad in ["..%2F..%2Fsecret.txt", "...", "%2Fetc%2Fpasswd", ".bashrc", "a%00b.txt", "..%5C..%5Cx"] {
+        let r = api.get(&format!("/v1/conversations/{id}/messages/{mid}/attachments/{bad}")).reply().await?;
+        let e = r.expect_envelope(400, "INVALID_ARGUMENT").with_context(|| bad.to_owned())?;
+        ensure!(e["message"].as_str().unwrap_or_default().contains("name"), "{bad}: {e}");
+    }
+    // A symlink planted in the message's folder, pointing out of it: not served.
+    std::fs::write(home.temp().join("secret.txt"), b"secret")?;
+    let folder = work.join(".coffer/attachments").join(&mid);
+    std::os::unix::fs::symlink(home.temp().join("secret.txt"), folder.join("link.txt"))?;
+    api.get(&url("link.txt")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    api.get(&url("gone.png")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    // Unknown ids, a bad id, another conversation's message.
+    let unknown = "01JDQ8ZKXW5T3M2N4P6R7S8T9V";
+    for path in [
+        format!("/v1/conversations/{id}/messages/{unknown}/attachments/shot.png"),
+        format!("/v1/conversations/{unknown}/messages/{mid}/attachments/shot.png"),
+    ] {
+        api.get(&path).reply().await?.expect_envelope(404, "NOT_FOUND").with_context(|| path.clone())?;
+    }
+    api.get(&format!("/v1/conversations/{id}/messages/nope/attachments/shot.png"))
+        .reply()
+        .await?
+        .expect_envelope(400, "INVALID_ARGUMENT")?;
+    let other = chat::rest_create(&api).await?;
+    let other = other["id"].as_str().context("id")?;
+    api.get(&format!("/v1/conversations/{other}/messages/{mid}/attachments/shot.png"))
+        .reply()
+        .await?
+        .expect_envelope(404, "NOT_FOUND")?;
+    // The edge's checks, as on every chat route.
+    let path = url("shot.png");
+    api.get(&path).header("Host", "evil.com").reply().await?.expect_envelope(403, "FORBIDDEN")?;
+    api.get(&path).header("Origin", "http://evil.com").reply().await?.expect_envelope(403, "FORBIDDEN")?;
+    api.anon(Method::GET, &path).reply().await?.expect_envelope(401, "UNAUTHORIZED")?;
+    Ok(())
+}
+
 /// Done-when with the real agent: a photo sent from Telegram reaches the REAL Claude Code (on
 /// the fake Anthropic API) as a base64 `image` content block in the model request, next to its
 /// caption and the `Attached:` line naming the saved file.

@@ -918,6 +918,38 @@ async fn images_are_picked_pasted_previewed_refused_past_the_limit_and_shown_onc
     ensure!(b.horizontal_overflow().await? <= 0, "no sideways scrolling at 390 px with images");
     b.screenshot("chat-attach-sent-390").await?;
     b.set_viewport(1280, 800).await?;
+
+    // After a reload the page has no previews of its own: the saved images come from the
+    // attachments route (as data: URLs, with the session's key), and a file gets a Download button.
+    let body = json!({"text": "say:and a file", "attachments": [{"name": "notes.txt", "data_base64": base64::engine::general_purpose::STANDARD.encode(b"the notes")}]});
+    let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &body).reply().await?;
+    ensure!(r.status == 202, "{} {}", r.status, r.text);
+    b.wait_for_text("article.msg.user figure.attachment", "notes.txt").await?;
+    b.refresh().await?;
+    b.wait_until("[...document.querySelectorAll('article.msg.user figure.attachment img.attach-img')].filter(i => i.src.startsWith('data:image/png;base64,') && i.complete && i.naturalWidth > 0).length === 2").await?;
+    let widths = b.eval("return [...document.querySelectorAll('article.msg.user figure.attachment img.attach-img')].map(i => i.naturalWidth);", vec![]).await?;
+    ensure!(widths == json!([320, 48]), "the saved images, decoded: {widths}");
+    let file = b.wait_for("article.msg.user figure.attachment:not(.image) button.attach-download").await?;
+    ensure!(file.text().await? == "Download");
+    let fetched = b
+        .eval_async(
+            "const done = arguments[arguments.length - 1];
+             (async () => {
+               const m = await import('/ui/assets/js/api.js');
+               const conv = new URLSearchParams(location.search).get('c');
+               const user = [...document.querySelectorAll('article.msg.user')].pop().dataset.id;
+               const blob = await m.fetchBlob(`/v1/conversations/${conv}/messages/${user}/attachments/notes.txt`);
+               return [blob.type, await blob.text()];
+             })().then(done, (e) => done(['error', String(e)]));",
+            vec![],
+        )
+        .await?;
+    ensure!(fetched == json!(["text/plain", "the notes"]), "{fetched}");
+    b.screenshot("chat-attach-reloaded-1280").await?;
+    b.set_viewport(390, 844).await?;
+    ensure!(b.horizontal_overflow().await? <= 0, "no sideways scrolling at 390 px after the reload");
+    b.screenshot("chat-attach-reloaded-390").await?;
+    b.set_viewport(1280, 800).await?;
     b.assert_clean().await;
     Ok(())
 }

@@ -122,6 +122,12 @@ pub enum ChatCommand {
         after_help = "Examples:\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V src/a.rs\n  coffer chat diff 01JDQ8ZKXW5T3M2N4P6R7S8T9V src/a.rs --message 01JDQ9A0B1C2D3E4F5G6H7J8K9"
     )]
     Diff(DiffArgs),
+    /// Forget the tools allowed always in a conversation (`approve --always`): they ask again.
+    #[command(
+        name = "forget-tools",
+        after_help = "Example:\n  coffer chat forget-tools 01JDQ8ZKXW5T3M2N4P6R7S8T9V\n\n`coffer chat show ID` lists them (\"allowed\"); changing the permission mode forgets them too."
+    )]
+    ForgetTools(IdArg),
 }
 
 #[derive(Debug, Args)]
@@ -341,6 +347,22 @@ pub async fn run(ctx: &Ctx, cmd: ChatCommand) -> Result<(), CliError> {
                 .await
         }
         ChatCommand::Diff(a) => diff(ctx, a).await,
+        ChatCommand::ForgetTools(a) => forget_tools(ctx, &a.id).await,
+    }
+}
+
+/// `DELETE …/allowed-tools`: how many tools allowed always were forgotten (`--json`: the
+/// server's answer).
+async fn forget_tools(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let resp = api.send(api.request(reqwest::Method::DELETE, &format!("{}/allowed-tools", conv_path(id)))).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    match resp.parse::<coffer_api::chat::AllowedToolsForgotten>()?.forgotten {
+        0 => output::println("No tool was allowed always; nothing changed"),
+        1 => output::println("Forgot 1 tool allowed always: its next request asks again"),
+        n => output::println(&format!("Forgot {n} tools allowed always: their next requests ask again")),
     }
 }
 
@@ -571,6 +593,7 @@ pub fn render_view(v: &ConversationView) -> String {
         ("model", or_default(&c.agent_config.model, "(the agent's default)")),
         ("session", or_default(&c.agent_config.session_id, "- (none yet)")),
         ("mode", or_default(&c.agent_config.permission_mode, "bypass")),
+        ("allowed", allowed_cell(&v.allowed_tools)),
         ("state", state_cell(c)),
         ("messages", c.message_count.to_string()),
         ("created", at(c.created_ms)),
@@ -598,6 +621,16 @@ pub fn render_view(v: &ConversationView) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The tools allowed always (`chat show`): `Bash (web), Edit (cli)`, `-` when none.
+fn allowed_cell(tools: &[coffer_api::chat::AllowedTool]) -> String {
+    if tools.is_empty() {
+        return "-".to_owned();
+    }
+    let names: Vec<String> =
+        tools.iter().map(|t| format!("{} ({})", text_cell(&t.tool, 60), text_cell(&t.decided_by, 40))).collect();
+    names.join(", ")
 }
 
 /// Whether approval requests are asked on this terminal: stdin and stdout are both terminals.

@@ -283,6 +283,16 @@ pub fn view(v: &ConversationView) -> Result<api::ConversationView, &'static str>
         pending: queue(v.pending.as_ref()),
         last_seq: v.last_seq,
         approvals: v.approvals.iter().map(approval).collect(),
+        allowed_tools: v
+            .allowed_tools
+            .iter()
+            .map(|t| api::AllowedTool {
+                tool: t.tool.clone(),
+                decided_by: t.decided_by.clone(),
+                actor: (!t.actor.is_empty()).then(|| t.actor.clone()),
+                allowed_ms: t.allowed_ms,
+            })
+            .collect(),
     })
 }
 

@@ -10,7 +10,11 @@
 //! mode (`PATCH {permission_mode}`). An approval is answered with `POST …/approvals/{number}`
 //! ([`answer_approval`]): its source is the surface (`web` for a console session, else the
 //! request's actor), its actor who (the session's label, or `daemon token`). A message's `source`
-//! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …).
+//! is the request's actor (`X-Coffer-Actor`: `cli`, `api`, `ui`, …). `DELETE …/allowed-tools`
+//! forgets the tools an `allow_always` answer allowed ([`forget_allowed_tools`]); a message's
+//! saved files come back as bytes from `GET …/messages/{message_id}/attachments/{name}`
+//! ([`attachment`]: the chat service reads them, confined to the message's folder; the edge sets
+//! the headers).
 //!
 //! `GET …/events` is SSE from the service's `Subscribe` stream ([`event_stream`]): one frame
 //! per event (`id: <seq>`, `event: <kind>`, `data: <event JSON>`), a `: keep-alive` comment
@@ -80,6 +84,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/conversations/{id}/events", get(events))
         .route("/v1/conversations/{id}/approvals/{number}", post(answer_approval))
         .route("/v1/conversations/{id}/messages/{message_id}/diff", get(file_diff))
+        .route("/v1/conversations/{id}/messages/{message_id}/attachments/{name}", get(attachment))
+        .route("/v1/conversations/{id}/allowed-tools", axum::routing::delete(forget_allowed_tools))
 }
 
 /// A response with `ETag: "<version>"`.
@@ -380,6 +386,67 @@ async fn file_diff(
     let req = coffer_proto::chat::GetFileDiffRequest { conversation_id: id, message_id, path: path.to_owned() };
     let r = call(st.chat.clone().get_file_diff(req)).await.map_err(ApiError::from_chat)?;
     Ok(Json(api::FileDiff { path: r.path, diff: r.diff }))
+}
+
+/// `GET /v1/conversations/{id}/messages/{message_id}/attachments/{name}` → the bytes of a file
+/// attached to that user message (its block's `name`), as saved under
+/// `<cwd>/.coffer/attachments/<message id>/` (the service reads it: only a plain file name, no
+/// symlink, nothing outside that folder). `Content-Type` is the file's type (sniffed for images,
+/// else from its name: never the sender's word); an image is `inline`, anything else an
+/// `attachment` download; with `X-Content-Type-Options: nosniff`, a `sandbox` CSP (an HTML file
+/// opened anyway runs nothing) and `Cache-Control: private, no-store`. 400 for a bad id or a
+/// name that is a path; 404 for an unknown conversation, message (or one of another
+/// conversation) or file.
+async fn attachment(
+    State(st): State<Arc<AppState>>,
+    Path((id, message_id, name)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    let req = coffer_proto::chat::GetAttachmentRequest { conversation_id: id, message_id, name };
+    let f = call(st.chat.clone().get_attachment(req)).await.map_err(ApiError::from_chat)?;
+    let image = matches!(f.mime.as_str(), "image/png" | "image/jpeg" | "image/gif" | "image/webp");
+    let disposition = content_disposition(if image { "inline" } else { "attachment" }, &f.name);
+    let mime = header::HeaderValue::from_str(&f.mime)
+        .unwrap_or_else(|_| header::HeaderValue::from_static("application/octet-stream"));
+    let mut r = f.data.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, mime);
+    h.insert(header::CONTENT_DISPOSITION, disposition);
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    h.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("sandbox; default-src 'none'"));
+    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("private, no-store"));
+    Ok(r)
+}
+
+/// `inline|attachment; filename="<ASCII stand-in>"; filename*=UTF-8''<percent-encoded>`
+/// (RFC 6266 with RFC 8187): the stand-in keeps letters, digits and `.-_ ` and turns anything
+/// else (quotes, backslashes, control and non-ASCII characters) into `_`, so no name can break
+/// the header.
+pub fn content_disposition(kind: &'static str, name: &str) -> header::HeaderValue {
+    let plain: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ' ') { c } else { '_' })
+        .collect();
+    let mut encoded = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    header::HeaderValue::from_str(&format!("{kind}; filename=\"{plain}\"; filename*=UTF-8''{encoded}"))
+        .unwrap_or_else(|_| header::HeaderValue::from_static("attachment"))
+}
+
+/// `DELETE /v1/conversations/{id}/allowed-tools` → `{forgotten}`: the tools an `allow_always`
+/// answer allowed in this conversation are forgotten (their next requests ask again); 404 for
+/// an unknown conversation.
+async fn forget_allowed_tools(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<api::AllowedToolsForgotten>, ApiError> {
+    let r = call(st.chat.clone().forget_allowed_tools(ConversationRef { id })).await.map_err(ApiError::from_chat)?;
+    Ok(Json(api::AllowedToolsForgotten { forgotten: r.forgotten }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -783,5 +850,15 @@ mod tests {
         let e = pending("01C".into(), json!({"items": [{"text": 1}]})).unwrap_err();
         assert_eq!(e.message, "field \"items[0].text\" must be a string, not an integer");
         assert_eq!(pending("01C".into(), json!({"items": [3]})).unwrap_err().code, Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_file_name_cannot_break_its_content_disposition() {
+        let h = |kind, name: &str| content_disposition(kind, name).to_str().unwrap().to_owned();
+        assert_eq!(h("inline", "shot.png"), "inline; filename=\"shot.png\"; filename*=UTF-8''shot.png");
+        assert_eq!(
+            h("attachment", "a\"b\\c;\r\nX-Evil: 1é.txt"),
+            "attachment; filename=\"a_b_c___X-Evil_ 1_.txt\"; filename*=UTF-8''a%22b%5Cc%3B%0D%0AX-Evil%3A%201%C3%A9.txt"
+        );
     }
 }

@@ -117,6 +117,8 @@ pub struct Answer {
     /// Other successful answers: `(status, description, body)`, the body `None` when it is the
     /// main answer's (`PUT /v1/credentials/{name}`: 201 created, 200 replaced).
     pub also: Vec<(u16, &'static str, Option<Schema>)>,
+    /// A body that is not JSON (a file's bytes): `(media type, description)`.
+    pub raw: Option<(&'static str, &'static str)>,
 }
 
 /// The wire format of a route's errors.
@@ -258,7 +260,7 @@ fn route(method: &'static str, path: &'static str, tag: &'static str, summary: &
         params: Vec::new(),
         body: None,
         body_optional: false,
-        answer: Answer { status: 200, description: "OK", json: None, sse: None, also: Vec::new() },
+        answer: Answer { status: 200, description: "OK", json: None, sse: None, also: Vec::new(), raw: None },
         errors: &[],
         error_format: Errors::Envelope,
         open: false,
@@ -321,8 +323,7 @@ impl Route {
         self
     }
     fn ok(mut self, status: u16, description: &'static str, schema: impl Into<Schema>) -> Self {
-        self.answer =
-            Answer { status, description, json: Some(schema.into()), sse: self.answer.sse, also: self.answer.also };
+        self.answer = Answer { json: Some(schema.into()), status, description, ..self.answer };
         self
     }
     /// The answer is `T` (a `coffer-api` type) with `status`.
@@ -330,11 +331,17 @@ impl Route {
         self.ok(status, description, Schema::Typed(api_schema::response::<T>))
     }
     fn no_content(mut self, description: &'static str) -> Self {
-        self.answer = Answer { status: 204, description, json: None, sse: None, also: Vec::new() };
+        self.answer = Answer { status: 204, description, json: None, sse: None, also: Vec::new(), raw: None };
         self
     }
     fn sse(mut self, description: &'static str) -> Self {
         self.answer.sse = Some(description);
+        self
+    }
+    /// The answer is `media` bytes, not JSON (what they are: `description`).
+    fn raw(mut self, status: u16, media: &'static str, description: &'static str) -> Self {
+        self.answer.status = status;
+        self.answer.raw = Some((media, description));
         self
     }
     fn errors(mut self, codes: &'static [&'static str]) -> Self {
@@ -724,7 +731,7 @@ pub fn routes() -> Vec<Route> {
             .ok_of::<coffer_api::chat::Interrupted>(200, "Done.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("POST", "/v1/conversations/{id}/approvals/{number}", "chat", "Answer an approval request")
-            .describe("In permission mode `ask` an agent's action that is not read-only waits for an answer: the `approval_requested` event's `approval.number` (its `seq`) names it. `allow` lets it run, `allow_always` lets it run and allows that tool at once for the rest of the conversation (kept by the chat service until it restarts), `deny` refuses it (`message`, at most 4 KiB, is told to the agent). The first answer from any surface wins: every subscriber gets `approval_resolved`. Unanswered requests are denied after `chat.approval_timeout_s` (`decided_by: timeout`); an interrupt or the turn's end denies what is open. The answer's `decided_by` is `web` for a console session, else the request's actor; `actor` is the session's label or `daemon token`. 409 `ALREADY_DECIDED` carries the first decision in `details` (`decision`, `decided_by`).")
+            .describe("In permission mode `ask` an agent's action that is not read-only waits for an answer: the `approval_requested` event's `approval.number` (its `seq`) names it. `allow` lets it run, `allow_always` lets it run and allows that tool at once for the rest of the conversation (kept in the store, listed as the conversation's `allowed_tools`, forgotten by `DELETE …/allowed-tools` or a change of the permission mode), `deny` refuses it (`message`, at most 4 KiB, is told to the agent). The first answer from any surface wins: every subscriber gets `approval_resolved`. Unanswered requests are denied after `chat.approval_timeout_s` (`decided_by: timeout`); an interrupt or the turn's end denies what is open. The answer's `decided_by` is `web` for a console session, else the request's actor; `actor` is the session's label or `daemon token`. 409 `ALREADY_DECIDED` carries the first decision in `details` (`decision`, `decided_by`).")
             .path_param("id", "The conversation's id.")
             .path_param("number", "The request's number (the `seq` of its `approval_requested` event).")
             .actor()
@@ -737,6 +744,18 @@ pub fn routes() -> Vec<Route> {
             .path_param("message_id", "The assistant message's id.")
             .query("path", json!({"type": "string"}), "The file's path as listed (relative, `/`-separated).")
             .ok_of::<coffer_api::chat::FileDiff>(200, "The diff.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("GET", "/v1/conversations/{id}/messages/{message_id}/attachments/{name}", "chat", "A file attached to a message")
+            .describe("The bytes of a file attached to this user message (its attachment block's `name`), as saved under `<cwd>/.coffer/attachments/<message id>/`: what the console shows after a reload. Only a plain file name of that folder is served: no path, no `..`, no symlink (as the file or a folder leading out of it), nothing but a regular file. `Content-Type` is the file's type, sniffed from the bytes for PNG, JPEG, GIF and WebP, else from its extension (never what the sender declared); images are `Content-Disposition: inline`, every other file `attachment` (a download; `filename` ASCII-safe, `filename*` the exact name); always `X-Content-Type-Options: nosniff`, `Content-Security-Policy: sandbox; default-src 'none'` and `Cache-Control: private, no-store`.")
+            .path_param("id", "The conversation's id.")
+            .path_param("message_id", "The user message's id.")
+            .path_param("name", "The attachment's file name, percent-encoded.")
+            .raw(200, "*/*", "the file's bytes, with its type")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("DELETE", "/v1/conversations/{id}/allowed-tools", "chat", "Forget the tools allowed always")
+            .describe("The tools an approval answered `allow_always` allowed in this conversation (listed in `GET /v1/conversations/{id}` as `allowed_tools`; kept across restarts of the chat service) are forgotten: their next requests ask again. A change of the permission mode forgets them too. Audited (`chat.approval.forget`).")
+            .path_param("id", "The conversation's id.")
+            .ok_of::<coffer_api::chat::AllowedToolsForgotten>(200, "How many were forgotten (0: none).")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("GET", "/v1/conversations/{id}/events", "chat", "Watch a conversation live (SSE)")
             .describe(CHAT_EVENTS_DESCRIPTION)
@@ -1055,6 +1074,9 @@ fn operation(d: &Described) -> Value {
     if let Some(d) = r.answer.sse {
         content.insert("text/event-stream".into(), json!({"schema": {"type": "string", "description": d}}));
     }
+    if let Some((media, d)) = r.answer.raw {
+        content.insert(media.into(), json!({"schema": {"type": "string", "format": "binary", "description": d}}));
+    }
     if !content.is_empty() {
         ok["content"] = Value::Object(content);
     }
@@ -1301,7 +1323,7 @@ fn route_markdown(w: &mut String, d: &Described) {
         (Some(s), None) => code_shape(s),
         (Some(s), Some(d)) => format!("{} — or `text/event-stream`: {d}", code_shape(s)),
         (None, Some(d)) => format!("`text/event-stream`: {d}"),
-        (None, None) => "no body".into(),
+        (None, None) => r.answer.raw.map_or_else(|| "no body".into(), |(media, d)| format!("`{media}`: {d}")),
     };
     let _ = writeln!(w, "\n**{} {}:** {answer}", r.answer.status, r.answer.description.trim_end_matches('.'));
     for ((status, description, _), schema) in r.answer.also.iter().zip(&d.also) {

@@ -85,6 +85,29 @@ export async function api(method, path, body, { headers = {}, signal } = {}) {
   return data;
 }
 
+/**
+ * GET `path` as a Blob with the session's key: a file the API serves as bytes (a message's
+ * attachment). Throws ApiError like api() (401 calls the unauthorized handler).
+ */
+export async function fetchBlob(path) {
+  const headers = { 'X-Coffer-Actor': 'ui' };
+  const key = sessionKey();
+  if (key) headers['X-Coffer-Session-Key'] = key;
+  let resp;
+  try {
+    resp = await fetch(path, { credentials: 'same-origin', headers });
+  } catch {
+    throw new ApiError(0, 'NETWORK', 'Coffer is not answering (is the daemon running?)', {});
+  }
+  if (!resp.ok) {
+    let e = null;
+    try { e = (await resp.json()).error; } catch { e = null; }
+    if (resp.status === 401) onUnauthorized(e && e.details && e.details.reason);
+    throw new ApiError(resp.status, e ? e.code : 'HTTP_' + resp.status, e ? e.message : `${resp.status} ${resp.statusText}`, e && e.details);
+  }
+  return resp.blob();
+}
+
 export const get = (p, o) => api('GET', p, undefined, o);
 export const post = (p, b, o) => api('POST', p, b ?? {}, o);
 export const patch = (p, b, o) => api('PATCH', p, b, o);

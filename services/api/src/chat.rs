@@ -451,6 +451,33 @@ pub struct ConversationView {
     /// The approval requests waiting for an answer, oldest first.
     #[serde(default)]
     pub approvals: Vec<Approval>,
+    /// The tools an `allow_always` answer allowed in this conversation (their requests are
+    /// allowed without asking), by name; `DELETE …/allowed-tools` forgets them, and so does a
+    /// change of the permission mode.
+    #[serde(default)]
+    pub allowed_tools: Vec<AllowedTool>,
+}
+
+/// A tool allowed "always" in a conversation (an approval answered `allow_always`); kept across
+/// restarts of the chat service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AllowedTool {
+    /// The agent's tool name (`Bash`, `Edit`, Codex's `shell`…).
+    pub tool: String,
+    /// The surface of the answer: `web`, `cli`, `api`, `channel:<name>`.
+    pub decided_by: String,
+    /// Who answered there (a web session's label, `daemon token`, a chat user id); `null` when
+    /// unknown.
+    pub actor: Option<String>,
+    /// When, Unix milliseconds.
+    pub allowed_ms: i64,
+}
+
+/// `DELETE /v1/conversations/{id}/allowed-tools`: how many tools allowed "always" were
+/// forgotten (0 when there were none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AllowedToolsForgotten {
+    pub forgotten: u32,
 }
 
 /// The answer of `POST /v1/conversations/{id}/messages`: `message` when a turn started,

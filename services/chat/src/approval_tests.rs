@@ -182,3 +182,45 @@ async fn read_only_denies_at_once_and_allow_always_remembers_the_tool() {
     let remembered = r.fake.db().audit.iter().filter(|a| a.detail.contains(r#""decided_by":"remembered""#)).count();
     assert_eq!(remembered, 1);
 }
+
+#[tokio::test]
+async fn tools_allowed_always_are_stored_and_forgotten_by_a_mode_change_or_on_request() {
+    let r = rig_with(600).await;
+    let id = r.conversation().await;
+    let set = |mode: &str| c::UpdateConversationRequest {
+        id: id.clone(),
+        permission_mode: Some(mode.into()),
+        ..Default::default()
+    };
+    let stored = |r: &Rig| r.fake.db().allowed.get(&id).map(|t| t.iter().map(|t| t.tool.clone()).collect::<Vec<_>>());
+    let held = |r: &Rig, conv: &crate::engine::Conv| {
+        r.engine.allowed_tools(conv).into_iter().map(|t| (t.tool, t.decided_by)).collect::<Vec<_>>()
+    };
+    r.engine.update_conversation(set("ask")).await.unwrap();
+    let mut sub = r.engine.subscribe(&id, 0).await.unwrap();
+    r.engine.send(&id, "ask:Bash a".into(), "api".into()).await.unwrap();
+    let a = approval(&*next_of(&mut sub, "approval_requested").await);
+    r.engine.answer_approval(answer(&id, a.number, "allow_always", "")).await.unwrap();
+    until_end(&mut sub).await;
+    assert_eq!(stored(&r), Some(vec!["Bash".to_owned()]), "stored before the agent went on");
+    let conv = r.engine.conv(&id).await.unwrap();
+    assert_eq!(held(&r, &conv), [("Bash".to_owned(), "cli".to_owned())]);
+    // The same mode again keeps them; another mode forgets them.
+    r.engine.update_conversation(set("ask")).await.unwrap();
+    assert_eq!(held(&r, &conv).len(), 1);
+    r.engine.update_conversation(set("bypass")).await.unwrap();
+    assert!(held(&r, &conv).is_empty() && stored(&r).is_none(), "a mode change forgets them");
+    let audited = r.fake.db().audit.iter().filter(|a| a.action == "chat.approval.forget").count();
+    assert_eq!(audited, 1);
+    // Forgotten on request (none left: 0), and an unknown conversation is NOT_FOUND.
+    r.engine.update_conversation(set("ask")).await.unwrap();
+    r.engine.send(&id, "ask:Edit b".into(), "api".into()).await.unwrap();
+    let b = approval(&*next_of(&mut sub, "approval_requested").await);
+    r.engine.answer_approval(answer(&id, b.number, "allow_always", "")).await.unwrap();
+    until_end(&mut sub).await;
+    assert_eq!(r.engine.forget_allowed_tools(&id, "cli").await.unwrap(), 1);
+    assert_eq!(r.engine.forget_allowed_tools(&id, "cli").await.unwrap(), 0);
+    assert!(held(&r, &conv).is_empty());
+    let e = r.engine.forget_allowed_tools(&crate::engine::new_id(), "cli").await.unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e:?}");
+}

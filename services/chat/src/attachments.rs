@@ -22,6 +22,11 @@
 //! - **The agent** gets its message text followed by one `Attached: <path> (<type>, <size>)`
 //!   line per file ([`agent_text`]; paths relative to its working directory) and, where its CLI
 //!   takes images, the images as content ([`crate::adapter::Attachment`]).
+//! - **Reading back** ([`read`], `GetAttachment`: the console shows a message's images after a
+//!   reload): only a plain file name that [`sanitize`] leaves as it is, in the message's folder,
+//!   opened without following a symlink as its last component, a regular file whose real path
+//!   is inside `<real cwd>/.coffer/attachments/<message id>/` (a symlinked folder or file
+//!   pointing elsewhere is not found), at most [`MAX_TOTAL_BYTES`].
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -316,6 +321,54 @@ pub fn list(cwd: &Path, message_id: &str) -> Vec<Attachment> {
     out
 }
 
+/// Why an attachment cannot be read back ([`read`]).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadError {
+    /// The name is not one this module would have saved (a path, `..`, control characters).
+    #[error("name: {0:?} is not a plain file name")]
+    BadName(String),
+    /// No such file in the message's folder, or it resolves outside it, or is not a file.
+    #[error("no attachment {0:?} in this message")]
+    NotFound(String),
+}
+
+/// The bytes and type of message `message_id`'s saved file `name` under `cwd` (module docs:
+/// "Reading back"). `message_id` must be checked by the caller (a ULID: no path characters).
+///
+/// # Errors
+/// [`ReadError::BadName`] for a name [`sanitize`] would change; [`ReadError::NotFound`] for a
+/// missing file, a symlink, anything that is not a regular file inside the folder, or a file
+/// over [`MAX_TOTAL_BYTES`].
+pub fn read(cwd: &Path, message_id: &str, name: &str) -> std::result::Result<(String, Vec<u8>), ReadError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if name.is_empty() || sanitize(name) != name || name.len() > MAX_NAME_BYTES + 8 {
+        return Err(ReadError::BadName(name.chars().take(80).collect()));
+    }
+    let missing = || ReadError::NotFound(name.to_owned());
+    let real_cwd = cwd.canonicalize().map_err(|_| missing())?;
+    let expected = real_cwd.join(DIR).join(message_id);
+    let path = folder(cwd, message_id).join(name);
+    // O_NOFOLLOW: the file itself may not be a symlink; the real path check covers the folders.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|_| missing())?;
+    let real = path.canonicalize().map_err(|_| missing())?;
+    if real.parent() != Some(expected.as_path()) {
+        return Err(missing());
+    }
+    let meta = file.metadata().map_err(|_| missing())?;
+    if !meta.is_file() || meta.len() > MAX_TOTAL_BYTES {
+        return Err(missing());
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    (&mut file).take(MAX_TOTAL_BYTES).read_to_end(&mut data).map_err(|_| missing())?;
+    let mime = sniff_image(&data).unwrap_or_else(|| mime_from_name(name)).to_owned();
+    Ok((mime, data))
+}
+
 /// What the agent is told: `text`, then one `Attached: <path> (<type>, <size>)` line per file.
 pub fn agent_text(text: &str, files: &[Attachment]) -> String {
     if files.is_empty() {
@@ -400,6 +453,32 @@ mod tests {
         assert!(list(dir.path(), "01OTHER").is_empty());
         remove(dir.path(), "01MSG");
         assert!(!folder(dir.path(), "01MSG").exists());
+    }
+
+    #[test]
+    fn saved_files_read_back_and_hostile_names_or_links_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), b"secret").unwrap();
+        let files = check(vec![up("p.png", "", PNG), up("n.txt", "", b"hello")], Limits::default()).unwrap();
+        save(dir.path(), "01MSG", files).unwrap();
+        assert_eq!(read(dir.path(), "01MSG", "p.png").unwrap(), ("image/png".to_owned(), PNG.to_vec()));
+        assert_eq!(read(dir.path(), "01MSG", "n.txt").unwrap().0, "text/plain");
+        for bad in ["../01MSG/n.txt", "..", ".", "", "a/b", "/etc/passwd", "x\0y", ".hidden", "a\nb"] {
+            let bad = bad.replace("\\0", "\0").replace("\\n", "\n");
+            assert!(matches!(read(dir.path(), "01MSG", &bad), Err(ReadError::BadName(_))), "{bad:?}");
+        }
+        assert_eq!(read(dir.path(), "01MSG", "gone.png"), Err(ReadError::NotFound("gone.png".into())));
+        assert!(matches!(read(dir.path(), "01OTHER", "p.png"), Err(ReadError::NotFound(_))));
+        // A symlink planted as a file, and a folder that is a symlink, are not followed out.
+        let msg = folder(dir.path(), "01MSG");
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), msg.join("link.txt")).unwrap();
+        assert!(matches!(read(dir.path(), "01MSG", "link.txt"), Err(ReadError::NotFound(_))));
+        std::os::unix::fs::symlink(outside.path(), folder(dir.path(), "01LINK")).unwrap();
+        assert!(matches!(read(dir.path(), "01LINK", "secret.txt"), Err(ReadError::NotFound(_))));
+        // A folder, not a file.
+        std::fs::create_dir(msg.join("sub")).unwrap();
+        assert!(matches!(read(dir.path(), "01MSG", "sub"), Err(ReadError::NotFound(_))));
     }
 
     #[test]

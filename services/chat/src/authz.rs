@@ -45,6 +45,8 @@ pub const POLICY: Policy = Policy {
         rule("WatchConversations"),
         rule("AnswerApproval"),
         rule("GetFileDiff"),
+        rule("GetAttachment"),
+        rule("ForgetAllowedTools"),
         rule("ListAgentSessions"),
         rule("ImportAgentSession"),
         rule("ListProjects"),

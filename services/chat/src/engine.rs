@@ -622,6 +622,8 @@ impl Engine {
         let pending = self.store.get_pending(id).await?;
         let items = pending.items.into_iter().map(persist::pending_item).collect();
         let conv = Arc::new(Conv::new(id, items, pending.paused, self.watch.clone()));
+        // Tools an earlier run allowed always (approvals.rs).
+        conv.approvals.load(self.stored_allowed_tools(id).await);
         Ok(self.convs().entry(id.to_owned()).or_insert(conv).clone())
     }
 
@@ -820,6 +822,12 @@ impl Engine {
                 Error::Store(s) if s.code() == tonic::Code::Aborted => Error::Aborted(s.message().to_owned()),
                 e => e,
             })?;
+        // A new permission mode starts without the tools allowed always under the old one.
+        if mode.is_some_and(|m| m != persist::parse_config(&current.agent_config_json).permission_mode)
+            && let Err(e) = self.forget_allowed_tools(&updated.id, "mode").await
+        {
+            tracing::warn!(conversation = %updated.id, error = %e, "Cannot forget the tools allowed always.");
+        }
         self.touch(&updated.id);
         Ok(self.view(&updated))
     }
@@ -1572,6 +1580,41 @@ impl Engine {
         got.map_err(|e| match e {
             crate::changes::DiffError::BadPath(_) => Error::Invalid(e.to_string()),
             _ => Error::NotFound(e.to_string()),
+        })
+    }
+
+    /// `GetAttachment`: the saved file `name` of message `message_id` (a message of this
+    /// conversation) as (type, bytes); [`crate::attachments::read`] says which files are served.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad id or name; [`Error::NotFound`] for an unknown conversation,
+    /// a message of another conversation, or a file that is not served.
+    pub async fn attachment(&self, conversation_id: &str, message_id: &str, name: &str) -> Result<(String, Vec<u8>)> {
+        check_id("conversation_id", conversation_id)?;
+        check_id("message_id", message_id)?;
+        let record = self.store.get(conversation_id).await?;
+        // The store answers NOT_FOUND for a cursor that is not a message of this conversation:
+        // a one-message page after it proves the message is this conversation's.
+        let page = st::ListMessagesRequest {
+            conversation_id: conversation_id.to_owned(),
+            after_id: message_id.to_owned(),
+            limit: 1,
+            newest: false,
+        };
+        self.store.messages(page).await.map_err(|e| match e {
+            Error::Store(s) if s.code() == tonic::Code::NotFound => {
+                Error::NotFound(format!("no message {message_id} in conversation {conversation_id}"))
+            }
+            e => e,
+        })?;
+        let cwd = PathBuf::from(persist::parse_config(&record.agent_config_json).cwd);
+        let (m, n) = (message_id.to_owned(), name.to_owned());
+        let read = tokio::task::spawn_blocking(move || attachments::read(&cwd, &m, &n))
+            .await
+            .map_err(|e| Error::Internal(format!("reading an attachment: {e}")))?;
+        read.map_err(|e| match e {
+            attachments::ReadError::BadName(_) => Error::Invalid(e.to_string()),
+            attachments::ReadError::NotFound(_) => Error::NotFound(e.to_string()),
         })
     }
 

@@ -157,6 +157,22 @@ impl Store {
             .first)
     }
 
+    /// Records `tool` as allowed "always" in conversation `id` (again: replaces who and when).
+    pub async fn allow_tool(&self, id: &str, tool: st::AllowedToolRecord) -> Result<()> {
+        self.conv().allow_tool(st::AllowToolRequest { conversation_id: id.to_owned(), tool: Some(tool) }).await?;
+        Ok(())
+    }
+
+    /// Conversation `id`'s tools allowed "always", by name.
+    pub async fn allowed_tools(&self, id: &str) -> Result<Vec<st::AllowedToolRecord>> {
+        Ok(self.conv().list_allowed_tools(st::ConversationRef { id: id.to_owned() }).await?.into_inner().tools)
+    }
+
+    /// Forgets conversation `id`'s tools allowed "always"; how many there were.
+    pub async fn clear_allowed_tools(&self, id: &str) -> Result<u64> {
+        Ok(self.conv().clear_allowed_tools(st::ConversationRef { id: id.to_owned() }).await?.into_inner().removed)
+    }
+
     /// Appends one audit entry (actor, action, target, outcome, detail JSON without message text).
     pub async fn audit(&self, entry: st::AuditEntry) -> Result<()> {
         self.audit.clone().append_audit(st::AppendAuditRequest { entries: vec![entry] }).await?;

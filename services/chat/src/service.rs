@@ -131,6 +131,7 @@ impl ChatService {
             pending: Some(self.engine.pending(&conv).await),
             last_seq: self.engine.last_seq(&conv).await?,
             approvals: self.engine.approvals(&conv),
+            allowed_tools: self.engine.allowed_tools(&conv),
         })
     }
 
@@ -218,6 +219,17 @@ impl Chat for ChatService {
         let r = req.into_inner();
         let diff = self.engine.file_diff(&r.conversation_id, &r.message_id, &r.path).await;
         ok(diff.map(|diff| c::FileDiff { path: r.path, diff }))
+    }
+
+    async fn get_attachment(&self, req: Request<c::GetAttachmentRequest>) -> Reply<c::AttachmentFile> {
+        let r = req.into_inner();
+        let got = self.engine.attachment(&r.conversation_id, &r.message_id, &r.name).await;
+        ok(got.map(|(mime, data)| c::AttachmentFile { name: r.name, mime, data }))
+    }
+
+    async fn forget_allowed_tools(&self, req: Request<c::ConversationRef>) -> Reply<c::ForgetAllowedToolsReply> {
+        let id = req.into_inner().id;
+        ok(self.engine.forget_allowed_tools(&id, "api").await.map(|forgotten| c::ForgetAllowedToolsReply { forgotten }))
     }
 
     async fn list_agent_sessions(&self, req: Request<c::ListAgentSessionsRequest>) -> Reply<c::ListAgentSessionsReply> {

@@ -31,6 +31,8 @@ pub(crate) struct Db {
     /// Faults: how many of the next calls of a method (`start_turn`, `update_message`) fail
     /// `UNAVAILABLE` as while the store restarts (`u32::MAX`: every one).
     pub(crate) faults: HashMap<&'static str, u32>,
+    /// Tools allowed always, by conversation.
+    pub(crate) allowed: HashMap<String, Vec<AllowedToolRecord>>,
 }
 
 #[derive(Clone, Default)]
@@ -193,6 +195,24 @@ impl Conversations for Fake {
         let first = *hwm + 1;
         *hwm += u64::from(r.count);
         Ok(Response::new(ReserveEventSeqReply { first }))
+    }
+    async fn allow_tool(&self, r: Request<AllowToolRequest>) -> R<AllowedToolsRecord> {
+        let r = r.into_inner();
+        let tool = r.tool.unwrap_or_default();
+        let mut db = self.db();
+        let tools = db.allowed.entry(r.conversation_id).or_default();
+        tools.retain(|t| t.tool != tool.tool);
+        tools.push(tool);
+        tools.sort_by(|a, b| a.tool.cmp(&b.tool));
+        Ok(Response::new(AllowedToolsRecord { tools: tools.clone() }))
+    }
+    async fn list_allowed_tools(&self, r: Request<ConversationRef>) -> R<AllowedToolsRecord> {
+        let tools = self.db().allowed.get(&r.into_inner().id).cloned().unwrap_or_default();
+        Ok(Response::new(AllowedToolsRecord { tools }))
+    }
+    async fn clear_allowed_tools(&self, r: Request<ConversationRef>) -> R<ConversationDeleteReply> {
+        let removed = self.db().allowed.remove(&r.into_inner().id).map_or(0, |t| t.len() as u64);
+        Ok(Response::new(ConversationDeleteReply { removed }))
     }
 }
 

@@ -118,6 +118,9 @@ pub const POLICY: Policy = Policy {
         rule(CONVERSATIONS, "GetPending", CHAT),
         rule(CONVERSATIONS, "ListPendingQueues", CHAT),
         rule(CONVERSATIONS, "ReserveEventSeq", CHAT),
+        rule(CONVERSATIONS, "AllowTool", CHAT),
+        rule(CONVERSATIONS, "ListAllowedTools", CHAT),
+        rule(CONVERSATIONS, "ClearAllowedTools", CHAT),
         // LLM connections: written by the gateway (REST, CLI, console), read by chat, which
         // resolves them into provider endpoints.
         rule(LLM, "ListConnections", LLM_READERS),
@@ -304,7 +307,7 @@ mod tests {
     #[test]
     fn conversations_are_chats_alone() {
         let methods = conversation_methods();
-        assert_eq!(methods.len(), 14, "{methods:?}");
+        assert_eq!(methods.len(), 17, "{methods:?}");
         for m in &methods {
             let path = format!("/{CONVERSATIONS}/{m}");
             assert_eq!(POLICY.check(Identity::Chat, &path), Ok(()), "{m}");

@@ -2,9 +2,12 @@
 // free-text model with suggestions — the bound LLM connection's models when the agent is bound
 // to one, else a fixed list; empty is the agent's (or connection's) default —, a working directory),
 // rename/model, delete confirmation, keyboard help, and the empty state when no agent is
-// available (how to install one, or where Coffer should look for it).
+// available (how to install one, or where Coffer should look for it). The new-conversation
+// dialog's second tab, "Continue a session", lists the user's own Claude Code and Codex
+// sessions (`GET /v1/agent-sessions`) and imports the picked one (`POST /v1/conversations/import`),
+// or opens the conversation already bound to it.
 import { ApiError, del, get, patch, post } from '../api.js';
-import { h, replace } from '../dom.js';
+import { ago, h, replace } from '../dom.js';
 import { MODES } from './approvals.js';
 
 /** Model names offered per agent (any text is accepted; empty = the agent's own default). */
@@ -139,6 +142,111 @@ function projectPicker(cwd) {
   return wrap;
 }
 
+/** The agents whose sessions can be continued, by key. */
+const SESSION_AGENTS = { claude_code: 'Claude Code', codex: 'Codex' };
+
+/** The last two components of a folder (`src/billing`), for a row that must stay short. */
+function shortFolder(path) {
+  if (!path) return 'folder unknown';
+  const parts = path.split('/').filter(Boolean);
+  return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : path;
+}
+
+/** The conversation id a 409 of `POST /v1/conversations/import` names ("…as conversation 01J…"). */
+function boundConversation(err) {
+  const m = /conversation ([0-9A-HJKMNP-TV-Z]{26})/.exec((err && err.message) || '');
+  return m ? m[1] : null;
+}
+
+/**
+ * The "Continue a session" panel: the user's own agent sessions (agent, folder, first prompt,
+ * when, how many messages; one already in Coffer is marked), filtered by the text typed, one
+ * picked at a time (click; double-click or Enter continues at once). Loaded on first `load()`.
+ * Returns {el, load(), picked(), focus()}.
+ */
+function sessionPicker(onPick, onContinue) {
+  let sessions = [];
+  let chosen = null;
+  let loaded = false;
+  const filter = h('input', { type: 'search', id: 'session-filter', placeholder: 'Filter by folder, prompt or agent', autocomplete: 'off', 'aria-label': 'Filter sessions' });
+  const listEl = h('div', { class: 'session-list', role: 'listbox', 'aria-label': 'Your agent sessions' });
+  const note = h('p', { class: 'hint session-note', role: 'status' }, 'Looking for your sessions…');
+  const el = h('div', { class: 'session-picker', hidden: true }, filter, listEl, note);
+
+  const row = (s) => {
+    const agent = SESSION_AGENTS[s.agent_key] || s.agent_key;
+    const count = `${s.message_count}${s.partial ? '+' : ''} message${s.message_count === 1 ? '' : 's'}`;
+    const b = h('button', {
+      type: 'button', class: 'session-row', role: 'option', 'aria-selected': 'false',
+      title: `${s.cwd || 'folder unknown'} — ${agent} session ${s.session_id}`,
+      dataset: { sessionId: s.session_id, agent: s.agent_key },
+      on: {
+        click: () => { chosen = s; for (const x of listEl.children) x.setAttribute('aria-selected', String(x === b)); onPick(s); },
+        dblclick: () => onContinue(),
+      },
+    },
+    h('span', { class: 'session-head' },
+      h('span', { class: `badge agent-${s.agent_key}` }, agent),
+      h('span', { class: 'session-folder' }, shortFolder(s.cwd)),
+      s.conversation_id ? h('span', { class: 'badge accent', title: 'Already a conversation here: it opens' }, 'in Coffer') : null),
+    h('span', { class: 'session-prompt' }, s.first_prompt || '(no prompt read)'),
+    h('span', { class: 'session-meta hint' }, `${ago(s.last_activity_ms)} · ${count}`));
+    return b;
+  };
+
+  const render = () => {
+    const q = filter.value.trim().toLowerCase();
+    const shown = sessions.filter((s) => !q || [s.first_prompt, s.cwd, s.agent_key, SESSION_AGENTS[s.agent_key], s.session_id]
+      .some((t) => (t || '').toLowerCase().includes(q)));
+    replace(listEl, shown.map(row));
+    if (chosen && !shown.includes(chosen)) { chosen = null; onPick(null); }
+    for (const x of listEl.children) x.setAttribute('aria-selected', String(!!chosen && x.dataset.sessionId === chosen.session_id));
+    if (!sessions.length) note.textContent = 'No Claude Code or Codex sessions were found for this user (~/.claude/projects, ~/.codex/sessions).';
+    else if (!shown.length) note.textContent = `None of your ${sessions.length} sessions matches “${filter.value.trim()}”.`;
+    else note.textContent = shown.length === sessions.length ? `${sessions.length} session${sessions.length === 1 ? '' : 's'}, newest first.` : `${shown.length} of ${sessions.length} sessions.`;
+  };
+  filter.addEventListener('input', render);
+  filter.addEventListener('keydown', (e) => { if (e.key === 'Enter') { e.preventDefault(); if (chosen) onContinue(); } });
+
+  return {
+    el,
+    picked: () => chosen,
+    focus: () => filter.focus(),
+    async load() {
+      if (loaded) return;
+      loaded = true;
+      try {
+        const r = await get('/v1/agent-sessions?limit=200');
+        sessions = (r && r.items) || [];
+        render();
+        if (r && (r.skipped_files || r.truncated)) {
+          note.textContent += `${r.truncated ? ' Only the newest 200 are listed.' : ''}${r.skipped_files ? ` ${r.skipped_files} unreadable transcript${r.skipped_files === 1 ? '' : 's'} skipped.` : ''}`;
+        }
+      } catch (e) {
+        loaded = false;
+        note.textContent = `Cannot list your sessions: ${e.message}`;
+      }
+    },
+  };
+}
+
+/**
+ * Continues session `s`: imports it (`POST /v1/conversations/import`) → the new conversation;
+ * one already bound (listed, or a 409 naming it) → that conversation. Other errors throw (the
+ * dialog shows them).
+ */
+async function continueSession(s) {
+  const open = async (id) => (await get(`/v1/conversations/${encodeURIComponent(id)}?messages=1`)).conversation;
+  if (s.conversation_id) return open(s.conversation_id);
+  try {
+    return await post('/v1/conversations/import', { agent_key: s.agent_key, session_id: s.session_id });
+  } catch (e) {
+    const id = e instanceof ApiError && e.status === 409 ? boundConversation(e) : null;
+    if (id) return open(id);
+    throw e;
+  }
+}
+
 /** The new-conversation dialog → the created conversation, or null. `models`: names in use. */
 export async function newConversation(list, models = []) {
   const available = list.filter((a) => a.available);
@@ -180,16 +288,42 @@ export async function newConversation(list, models = []) {
   };
   agentSel.addEventListener('change', refresh);
   refresh();
-  const body = h('div', null,
+  // Two tabs: a new conversation, or one of the user's own sessions continued.
+  let tab = 'new';
+  const submitBtn = () => body.closest('form')?.querySelector('button[type="submit"]');
+  const sessions = sessionPicker(
+    () => { const b = submitBtn(); if (b) b.textContent = sessions.picked()?.conversation_id ? 'Open' : 'Continue'; },
+    () => body.closest('form')?.requestSubmit());
+  const tabBtn = (key, label) => h('button', {
+    type: 'button', role: 'tab', class: 'ghost', id: `tab-${key}`, 'aria-selected': String(key === 'new'),
+    on: { click: () => show(key) },
+  }, label);
+  const tabs = h('div', { class: 'dialog-tabs', role: 'tablist' }, tabBtn('new', 'New'), tabBtn('sessions', 'Continue a session'));
+  const fresh = h('div', { class: 'new-fields' },
     h('label', { for: 'new-agent' }, 'Agent'), agentSel, reason,
     why.length ? h('details', { class: 'unavailable' }, h('summary', null, `${why.length} unavailable`), h('ul', null, why)) : null,
     h('label', { for: 'new-model' }, 'Model ', h('span', { class: 'hint' }, '(any name the agent accepts; empty = its default)')), model, listEl,
     h('label', { for: 'new-cwd' }, 'Project ', h('span', { class: 'hint' }, '(pick one, or type an absolute path)')), picks, cwd,
     h('label', { for: 'new-mode' }, 'Permission mode ', h('span', { class: 'hint' }, '(what the agent may do without asking)')), mode,
     h('label', { for: 'new-title' }, 'Title ', h('span', { class: 'hint' }, '(optional)')), titleIn);
+  const body = h('div', null, tabs, fresh, sessions.el);
+  function show(key) {
+    tab = key;
+    for (const b of tabs.children) b.setAttribute('aria-selected', String(b.id === `tab-${key}`));
+    fresh.hidden = key !== 'new';
+    sessions.el.hidden = key !== 'sessions';
+    const b = submitBtn();
+    if (b) b.textContent = key === 'new' ? 'Start' : (sessions.picked()?.conversation_id ? 'Open' : 'Continue');
+    if (key === 'sessions') { sessions.load(); sessions.focus(); }
+  }
   return modal('New conversation', body, {
     submit: 'Start',
     onSubmit: async () => {
+      if (tab === 'sessions') {
+        const s = sessions.picked();
+        if (!s) throw new Error('Pick one of your sessions first.');
+        return continueSession(s);
+      }
       const req = { agent_key: agentSel.value, agent_config: {} };
       if (model.value.trim()) req.agent_config.model = model.value.trim();
       if (cwd.value.trim()) req.agent_config.cwd = cwd.value.trim();

@@ -1,11 +1,15 @@
 // Chat page: how one message looks. Assistant text is markdown (sanitized, js/markdown.js);
 // user text is plain text; tool calls are <details> cards, collapsed, with name, status, input
 // and result; attached files are cards with their name, size and type (an image this page sent
-// shows as the image); each reply ends with its model and token usage. History copied from an
+// shows as the image at once; any other saved image is fetched from
+// `GET …/messages/{id}/attachments/{name}` — with the session's key, so as a data: URL — and
+// shown when it arrives; another file gets a Download button); each reply ends with its model
+// and token usage. History copied from an
 // imported agent session (`imported`) is marked as such, without a footer, its tool calls
 // without results. A reply whose turn changed files has the changed-files block (js/chat/changes.js)
 // above its footer. Everything user- or
 // agent-controlled reaches the DOM as text or through the markdown sanitizer.
+import { fetchBlob } from '../api.js';
 import { h } from '../dom.js';
 import { renderMarkdown } from '../markdown.js';
 import { setChanges } from './changes.js';
@@ -40,17 +44,104 @@ export function previewImg(dataUrl, alt) {
   return img;
 }
 
+/** The image types fetched and shown inline (what the server serves inline). */
+const IMAGE_TYPE = /^image\/(png|jpeg|gif|webp)$/;
+/** Saved images being fetched or fetched: `${messageId}#${index}` → Promise of a data URL (or null). */
+const loading = new Map();
+
+/** `GET …/attachments/{name}` of message `messageId` of conversation `convId`. */
+export function attachmentUrl(convId, messageId, name) {
+  const e = encodeURIComponent;
+  return `/v1/conversations/${e(convId)}/messages/${e(messageId)}/attachments/${e(name)}`;
+}
+
+/** A Blob as a data: URL. */
+function dataUrlOf(blob) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(String(r.result));
+    r.onerror = () => reject(r.error || new Error('cannot read the file'));
+    r.readAsDataURL(blob);
+  });
+}
+
+/** Puts image `img` into attachment card `fig` (in place of its extension badge). */
+function upgrade(fig, img) {
+  if (!img || fig.classList.contains('image')) return;
+  fig.classList.add('image');
+  fig.querySelector('.attach-ext')?.remove();
+  fig.insertBefore(img, fig.firstChild);
+}
+
+/**
+ * Fetches the saved image of card `fig` (message `messageId`'s `index`th attachment `a`) and
+ * shows it; once per attachment per page (the data URL is kept as its preview). A file that is
+ * gone says so in the card.
+ */
+function loadSavedImage(fig, a, convId, messageId, index) {
+  const key = `${messageId}#${index}`;
+  let p = loading.get(key);
+  if (!p) {
+    p = fetchBlob(attachmentUrl(convId, messageId, a.name))
+      .then(async (blob) => {
+        if (!IMAGE_TYPE.test(blob.type)) return null;
+        const url = await dataUrlOf(blob);
+        rememberPreview(messageId, index, url);
+        return url;
+      })
+      .catch((e) => { loading.delete(key); throw e; });
+    loading.set(key, p);
+  }
+  p.then((url) => upgrade(fig, previewImg(url, a.name)))
+    .catch((e) => {
+      fig.classList.add('missing');
+      fig.querySelector('figcaption')?.appendChild(h('span', { class: 'hint attach-missing' }, e && e.status === 404 ? ' · no longer in the folder' : ` · ${e.message}`));
+    });
+}
+
+/** A button that downloads attachment `a` of message `messageId` (fetched with the session's key). */
+function downloadButton(a, convId, messageId) {
+  const b = h('button', {
+    type: 'button', class: 'ghost attach-download', title: `Download ${a.name}`,
+    on: {
+      click: async () => {
+        b.disabled = true;
+        try {
+          const blob = await fetchBlob(attachmentUrl(convId, messageId, a.name));
+          const url = URL.createObjectURL(blob);
+          const link = h('a', { download: a.name || 'file', hidden: true });
+          link.href = url; // not through h(): a blob: URL this page just made
+          document.body.appendChild(link);
+          link.click();
+          link.remove();
+          setTimeout(() => URL.revokeObjectURL(url), 60000);
+        } catch (e) {
+          b.textContent = e.status === 404 ? 'No longer in the folder' : `Cannot download: ${e.message}`;
+          return;
+        } finally { b.disabled = false; }
+      },
+    },
+  }, 'Download');
+  return b;
+}
+
 /**
  * An attachment block: the image when this page has its preview, else a card with the file's
- * name, size and type (the file is in the conversation's working directory at `a.path`).
+ * name, size and type (the file is in the conversation's working directory at `a.path`). With
+ * `convId` (a stored message), a saved image without a preview is fetched and shown, and any
+ * other file gets a Download button.
  */
-export function attachmentEl(a, messageId, index) {
+export function attachmentEl(a, messageId, index, convId) {
   const img = previewImg(previews.get(`${messageId}#${index}`), a.name);
-  return h('figure', { class: `block attachment${img ? ' image' : ''}`, dataset: { attachKey: `${messageId}#${index}` }, title: a.path || '' },
+  const image = IMAGE_TYPE.test(a.mime || '');
+  const fig = h('figure', { class: `block attachment${img ? ' image' : ''}`, dataset: { attachKey: `${messageId}#${index}` }, title: a.path || '' },
     img,
     h('figcaption', null, img ? null : h('span', { class: 'attach-ext', 'aria-hidden': 'true' }, extOf(a.name)),
       h('span', { class: 'attach-name' }, a.name || 'file'),
-      h('span', { class: 'hint' }, ` ${size(Number(a.size || 0))} · ${a.mime || ''}`)));
+      h('span', { class: 'hint' }, ` ${size(Number(a.size || 0))} · ${a.mime || ''}`),
+      convId && a.name && !image ? downloadButton(a, convId, messageId) : null));
+  if (!img && image && convId && a.name) loadSavedImage(fig, a, convId, messageId, index);
+  return fig;
 }
 
 /** A file name's extension for its badge (`PDF`), `FILE` without one. */
@@ -164,7 +255,7 @@ export function fillBlocks(body, m) {
       cards.set((b.tool_use || {}).id, card);
       body.appendChild(card);
     } else if (b.type === 'attachment') {
-      body.appendChild(attachmentEl(b.attachment || {}, m.id, attached++));
+      body.appendChild(attachmentEl(b.attachment || {}, m.id, attached++, m.imported ? null : m.conversation_id));
     } else if (b.type === 'tool_result') {
       const r = b.tool_result || {};
       const card = cards.get(r.tool_use_id);

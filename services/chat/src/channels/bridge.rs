@@ -59,7 +59,7 @@ pub const HELP: &str = "Coffer commands:\n\
 /model <id> — set the model of this conversation (/model alone shows it)\n\
 /stop — interrupt the running turn (your next message runs at once)\n\
 /now <text> — interrupt the running turn and run this next\n\
-/status — agent, model, turn, queue\n\
+/status — agent, model, turn, queue, the approvals waiting for you\n\
 /queue — the messages waiting to run\n\
 /diff [path] — what the last turn changed, or one file's diff\n\
 /resume — run the paused queue\n\
@@ -196,6 +196,23 @@ fn say(e: &Error) -> String {
 /// Whether the error is Coffer's own (reported to the adapter's status), not the chat's.
 fn internal(e: &Error) -> Option<ChannelError> {
     matches!(e, Error::Store(_) | Error::Internal(_)).then(|| ChannelError::Internal(e.to_string()))
+}
+
+/// The `/status` lines of the approval requests waiting for an answer: how many, then one line
+/// each with its number, summary and the commands that answer it; "" when none waits.
+fn waiting_approvals(open: &[c::Approval]) -> String {
+    if open.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\nWaiting for your approval: {}", open.len());
+    for a in open {
+        let n = a.number;
+        out.push_str(&format!(
+            "\n#{n} {} — /allow {n} · /always {n} · /deny {n} [why]",
+            cut_chars(&a.summary, QUEUE_PREVIEW_CHARS)
+        ));
+    }
+    out
 }
 
 /// The text of a final message: its text blocks, a blank line between blocks that a tool call
@@ -813,10 +830,17 @@ impl Bridge {
         let title = if view.title.is_empty() { "(untitled)".to_owned() } else { view.title };
         let turn = if view.turn_running { "running" } else { "idle" };
         let paused = if view.pending_paused { " (paused)" } else { "" };
-        Ok(Some(format!(
+        let mut out = format!(
             "Conversation: {title}\nAgent: {}\nModel: {model}\nTurn: {turn}\nQueue: {}{paused}",
             view.agent_key, view.pending_count
-        )))
+        );
+        let conv = self.engine.conv(&id).await?;
+        out.push_str(&waiting_approvals(&self.engine.approvals(&conv)));
+        let always: Vec<String> = self.engine.allowed_tools(&conv).into_iter().map(|t| t.tool).collect();
+        if !always.is_empty() {
+            out.push_str(&format!("\nAllowed always: {}", always.join(", ")));
+        }
+        Ok(Some(out))
     }
 
     async fn queue(&self, st: &mut State, channel: &ChannelRecord, chat: &str) -> crate::error::Result<Option<String>> {

@@ -11,7 +11,10 @@
 //!   scripted test agent): the owner decides.
 //! - **Allow always.** An `allow_always` answer allows the request and remembers its tool for the
 //!   conversation: the next request of that tool is allowed at once (audited, no event). The
-//!   memory is the chat service's own (not persisted): a restart forgets it.
+//!   tool is persisted through the store (`AllowTool`) before the agent is told, and loaded with
+//!   the conversation, so a restart of the chat service keeps it; a change of the permission
+//!   mode and [`Engine::forget_allowed_tools`] forget them (`ConversationView.allowed_tools`
+//!   lists them); a delete takes them with the conversation.
 //! - **First answer wins.** A decided request moves to a small list of recent decisions
 //!   ([`KEEP_DECIDED`] per conversation); answering it again is [`Error::AlreadyDecided`] with
 //!   the first decision. A number this process never handed out for an approval is
@@ -23,7 +26,7 @@
 //!   a delete drops them (the bus is closed).
 //! - **Live state.** `Conversation.approvals_waiting` and `ConversationView.approvals` come from
 //!   the book; every change touches the conversation list's watch.
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -122,7 +125,8 @@ pub struct Book {
 struct Inner {
     open: BTreeMap<u64, Open>,
     decided: VecDeque<c::ApprovalResolved>,
-    always: HashSet<String>,
+    /// The tools allowed always, by name.
+    always: BTreeMap<String, c::AllowedTool>,
 }
 
 impl Book {
@@ -146,7 +150,25 @@ impl Book {
     }
 
     fn remembered(&self, tool: &str) -> bool {
-        self.lock().always.contains(tool)
+        self.lock().always.contains_key(tool)
+    }
+
+    /// The tools allowed always, by name.
+    pub fn allowed(&self) -> Vec<c::AllowedTool> {
+        self.lock().always.values().cloned().collect()
+    }
+
+    /// Adds tools allowed always (the stored ones, when the conversation is loaded).
+    pub fn load(&self, tools: impl IntoIterator<Item = c::AllowedTool>) {
+        let mut inner = self.lock();
+        for t in tools {
+            inner.always.insert(t.tool.clone(), t);
+        }
+    }
+
+    /// Forgets the tools allowed always; how many there were.
+    fn forget(&self) -> usize {
+        std::mem::take(&mut self.lock().always).len()
     }
 
     /// Takes open request `number` and records `resolved` as its decision (first wins).
@@ -155,7 +177,13 @@ impl Book {
         match inner.open.remove(&resolved.number) {
             Some(open) => {
                 if resolved.decision == Decision::AllowAlways.as_str() {
-                    inner.always.insert(open.approval.tool.clone());
+                    let tool = c::AllowedTool {
+                        tool: open.approval.tool.clone(),
+                        decided_by: resolved.decided_by.clone(),
+                        actor: resolved.actor.clone(),
+                        allowed_ms: now_ms(),
+                    };
+                    inner.always.insert(tool.tool.clone(), tool);
                 }
                 inner.decided.push_back(resolved.clone());
                 if inner.decided.len() > KEEP_DECIDED {
@@ -471,6 +499,9 @@ impl Engine {
             }
         };
         let allow = resolved.decision != Decision::Deny.as_str();
+        if resolved.decision == Decision::AllowAlways.as_str() {
+            self.persist_allowed_tool(conv, &open.approval.tool).await;
+        }
         // A closed channel: the adapter is gone (the turn ended); the decision still stands.
         let _ = open
             .answers
@@ -513,6 +544,73 @@ impl Engine {
             // Another answer may have won in between: nothing to do then.
             let _ = self.resolve(conv, resolved).await;
         }
+    }
+
+    /// Stores `tool` of `conv` as allowed always (the book has it already), before the agent is
+    /// told: a restart after the answer keeps it. A failed write is logged; the tool stays
+    /// allowed in memory until the chat service restarts.
+    async fn persist_allowed_tool(&self, conv: &Conv, tool: &str) {
+        let Some(t) = conv.approvals.allowed().into_iter().find(|t| t.tool == tool) else { return };
+        let record =
+            st::AllowedToolRecord { tool: t.tool, decided_by: t.decided_by, actor: t.actor, allowed_ms: t.allowed_ms };
+        if let Err(e) = self.store.allow_tool(&conv.id, record).await {
+            tracing::warn!(conversation = %conv.id, tool, error = %e, "Cannot store a tool allowed always.");
+        }
+    }
+
+    /// The tools `conv` allows always (`ConversationView.allowed_tools`), by name.
+    pub fn allowed_tools(&self, conv: &Conv) -> Vec<c::AllowedTool> {
+        conv.approvals.allowed()
+    }
+
+    /// The stored tools allowed always of conversation `id`, for a conversation being loaded;
+    /// none (logged) when the store cannot say.
+    pub(super) async fn stored_allowed_tools(&self, id: &str) -> Vec<c::AllowedTool> {
+        match self.store.allowed_tools(id).await {
+            Ok(tools) => tools
+                .into_iter()
+                .map(|t| c::AllowedTool {
+                    tool: t.tool,
+                    decided_by: t.decided_by,
+                    actor: t.actor,
+                    allowed_ms: t.allowed_ms,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(conversation = %id, error = %e, "Cannot read the tools allowed always.");
+                Vec::new()
+            }
+        }
+    }
+
+    /// `ForgetAllowedTools`: conversation `id`'s tools allowed always are forgotten, in the store
+    /// and here; their next requests ask again. Audited (`chat.approval.forget`, with the names).
+    /// Returns how many there were.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad id, [`Error::NotFound`], a store error.
+    pub async fn forget_allowed_tools(&self, id: &str, source: &str) -> Result<u32> {
+        let conv = self.conv(id).await?;
+        let names: Vec<String> = conv.approvals.allowed().into_iter().map(|t| t.tool).collect();
+        let stored = self.store.clear_allowed_tools(id).await?;
+        let held = conv.approvals.forget();
+        let forgotten = stored.max(held as u64) as u32;
+        if forgotten > 0 {
+            tracing::info!(conversation = %id, forgotten, "Tools allowed always forgotten.");
+            let entry = st::AuditEntry {
+                actor: audit_actor(source).into(),
+                action: "chat.approval.forget".into(),
+                target: id.to_owned(),
+                outcome: st::AuditOutcome::Ok as i32,
+                trace_id: coffer_runtime::grpc::current_trace().unwrap_or_default(),
+                detail: serde_json::json!({ "tools": names, "decided_by": source }).to_string(),
+                ..Default::default()
+            };
+            if let Err(e) = self.store.audit(entry).await {
+                tracing::warn!(conversation = %id, error = %e, "Cannot audit forgetting the allowed tools.");
+            }
+        }
+        Ok(forgotten)
     }
 
     async fn audit_approval(&self, conv: &Conv, turn_id: &str, tool: &str, r: &c::ApprovalResolved) {

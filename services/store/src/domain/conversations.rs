@@ -2,7 +2,8 @@
 //! state — conversations (`conversations`, with the trigram title index `conversation_titles`),
 //! their messages (`messages`, content blocks as one JSON array per message), the pending queue
 //! (`pending_items`, its paused flag on the conversation) and each conversation's event-sequence
-//! high-water mark (`conversations.event_seq`).
+//! high-water mark (`conversations.event_seq`), and the tools an approval allowed "always"
+//! (`conversation_allowed_tools`, one row per conversation and tool, gone with the conversation).
 //!
 //! `coffer-chat` is its only caller ([`crate::authz`]). Ids are caller-chosen ULIDs (26
 //! uppercase Crockford base-32 characters), times Unix milliseconds. Every write is one
@@ -349,6 +350,21 @@ fn conversation_from_row(r: &Row<'_>) -> rusqlite::Result<ConversationRecord> {
 fn get_conversation(c: &Connection, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
     let mut st = c.prepare_cached(&format!("SELECT {CONV_COLS} FROM conversations WHERE id = ?1"))?;
     Ok(st.query_row([id], conversation_from_row).optional()?)
+}
+
+/// Longest tool name (and `decided_by`, `actor`) of an allowed tool, bytes.
+const MAX_ALLOWED_TOOL_BYTES: usize = 200;
+
+/// Conversation `id`'s tools allowed "always", by tool name.
+fn allowed_tools_of(c: &Connection, id: &str) -> Result<Vec<AllowedToolRecord>, StoreError> {
+    let mut st = c.prepare_cached(
+        "SELECT tool, decided_by, actor, allowed_ms FROM conversation_allowed_tools WHERE conversation_id = ?1 \
+         ORDER BY tool",
+    )?;
+    let rows = st.query_map([id], |r| {
+        Ok(AllowedToolRecord { tool: r.get(0)?, decided_by: r.get(1)?, actor: r.get(2)?, allowed_ms: r.get(3)? })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 fn require_conversation(c: &Connection, id: &str) -> Result<ConversationRecord, StoreError> {
@@ -1080,6 +1096,68 @@ impl Conversations for ConversationsService {
             })
             .await?;
         Ok(Response::new(ReserveEventSeqReply { first }))
+    }
+
+    async fn allow_tool(&self, req: Request<AllowToolRequest>) -> Result<Response<AllowedToolsRecord>, Status> {
+        let r = req.into_inner();
+        validate_id("conversation_id", &r.conversation_id)?;
+        let tool = r.tool.unwrap_or_default();
+        if tool.tool.is_empty() {
+            return Err(StoreError::Invalid("tool.tool is empty".into()).into());
+        }
+        check_len("tool.tool", &tool.tool, MAX_ALLOWED_TOOL_BYTES)?;
+        check_len("tool.decided_by", &tool.decided_by, MAX_ALLOWED_TOOL_BYTES)?;
+        check_len("tool.actor", &tool.actor, MAX_ALLOWED_TOOL_BYTES)?;
+        let allowed_ms = if tool.allowed_ms > 0 { tool.allowed_ms } else { self.now() };
+        let (tools, _) = self
+            .db
+            .write(move |t, _| {
+                require_conversation(t, &r.conversation_id)?;
+                t.prepare_cached(
+                    "INSERT INTO conversation_allowed_tools (conversation_id, tool, decided_by, actor, allowed_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (conversation_id, tool) DO UPDATE SET \
+                     decided_by = excluded.decided_by, actor = excluded.actor, allowed_ms = excluded.allowed_ms",
+                )?
+                .execute(params![
+                    r.conversation_id,
+                    tool.tool,
+                    tool.decided_by,
+                    tool.actor,
+                    allowed_ms
+                ])?;
+                allowed_tools_of(t, &r.conversation_id)
+            })
+            .await?;
+        Ok(Response::new(AllowedToolsRecord { tools }))
+    }
+
+    async fn list_allowed_tools(&self, req: Request<ConversationRef>) -> Result<Response<AllowedToolsRecord>, Status> {
+        let id = req.into_inner().id;
+        validate_id("id", &id)?;
+        let tools = self
+            .db
+            .read(move |c| {
+                require_conversation(c, &id)?;
+                allowed_tools_of(c, &id)
+            })
+            .await?;
+        Ok(Response::new(AllowedToolsRecord { tools }))
+    }
+
+    async fn clear_allowed_tools(
+        &self,
+        req: Request<ConversationRef>,
+    ) -> Result<Response<ConversationDeleteReply>, Status> {
+        let id = req.into_inner().id;
+        validate_id("id", &id)?;
+        let (removed, _) = self
+            .db
+            .write(move |t, _| {
+                require_conversation(t, &id)?;
+                Ok(t.execute("DELETE FROM conversation_allowed_tools WHERE conversation_id = ?1", [&id])? as u64)
+            })
+            .await?;
+        Ok(Response::new(ConversationDeleteReply { removed }))
     }
 }
 
@@ -2130,5 +2208,47 @@ mod tests {
         drop(svc);
         let svc = ConversationsService::new(Db::open(&dir.path().join("coffer.db")).unwrap());
         assert_eq!(reserve(&svc, 10).await.unwrap().into_inner().first, 152);
+    }
+
+    #[tokio::test]
+    async fn allowed_tools_are_kept_replaced_cleared_and_go_with_the_conversation() {
+        let (dir, svc) = service();
+        create(&svc, conversation(1, "a")).await.unwrap();
+        create(&svc, conversation(2, "b")).await.unwrap();
+        let allow = |conv: u128, tool: &str, by: &str| AllowToolRequest {
+            conversation_id: id(conv),
+            tool: Some(AllowedToolRecord { tool: tool.into(), decided_by: by.into(), ..Default::default() }),
+        };
+        let tools = |r: AllowedToolsRecord| r.tools.into_iter().map(|t| (t.tool, t.decided_by)).collect::<Vec<_>>();
+        svc.allow_tool(Request::new(allow(1, "Edit", "cli"))).await.unwrap();
+        let got = svc.allow_tool(Request::new(allow(1, "Bash", "web"))).await.unwrap().into_inner();
+        assert!(got.tools.iter().all(|t| t.allowed_ms >= T0), "the store's clock fills the time");
+        assert_eq!(tools(got), [("Bash".into(), "web".into()), ("Edit".into(), "cli".into())]);
+        let again = svc.allow_tool(Request::new(allow(1, "Bash", "channel:tg"))).await.unwrap().into_inner();
+        assert_eq!(tools(again)[0], ("Bash".into(), "channel:tg".into()), "allowed again: replaced, not doubled");
+        svc.allow_tool(Request::new(allow(2, "Bash", "web"))).await.unwrap();
+        for bad in [allow(1, "", "web"), allow(1, &"x".repeat(201), "web")] {
+            let e = svc.allow_tool(Request::new(bad)).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        }
+        let e = svc.allow_tool(Request::new(allow(9, "Bash", "web"))).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        // Across a reopen of the database.
+        drop(svc);
+        let svc = ConversationsService::new(Db::open(&dir.path().join("coffer.db")).unwrap());
+        let list = |n| svc.list_allowed_tools(Request::new(ConversationRef { id: id(n) }));
+        assert_eq!(list(1).await.unwrap().into_inner().tools.len(), 2);
+        let cleared = svc.clear_allowed_tools(Request::new(ConversationRef { id: id(1) })).await.unwrap();
+        assert_eq!(cleared.into_inner().removed, 2);
+        assert!(list(1).await.unwrap().into_inner().tools.is_empty());
+        assert_eq!(list(2).await.unwrap().into_inner().tools.len(), 1, "another conversation's stay");
+        svc.delete_conversation(Request::new(ConversationRef { id: id(2) })).await.unwrap();
+        let left: i64 = svc
+            .db
+            .read(|c| Ok(c.query_row("SELECT COUNT(*) FROM conversation_allowed_tools", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "deleted with the conversation");
+        assert_eq!(list(2).await.unwrap_err().code(), Code::NotFound);
     }
 }

@@ -11,7 +11,7 @@
 //! | [`changes`] | `Changes` | `changes` (rows written by [`crate::db::Db::write`]) |
 //! | [`maintenance`] | `Maintenance` | retention ([`crate::retention`]) and backups ([`crate::backup`]) |
 //! | [`index`] | `Index` | `kb_*` (retrieval's derived indexes: documents, chunks, FTS5 `kb_fts`, vec0 `kb_vectors`) |
-//! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items` (the chat service's) |
+//! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items`, `conversation_allowed_tools` (the chat service's) |
 //! | [`llm`] | `LlmConnections` | `llm_connections` (no secret: a credential reference) |
 //! | [`channels`] | `Channels` | `channels`, `channel_events` (no secret: credential references, a pairing code's digest) |
 //! | [`sync_export`] | `VaultState` | every table `coffer sync` carries, exported as canonical JSON and applied |
