@@ -215,9 +215,11 @@ struct Snapshot {
 }
 
 /// What [`Conv::sync`] last copied from the live state: the counts, and the turns that make the
-/// conversation "running". Whether a turn still runs is read from the turn itself (its
-/// `finalized` flag, set by [`TurnShared::claim`] the moment the turn ends), so the snapshot
-/// says a turn is over from then on, without the conversation's lock.
+/// conversation "running". Whether a turn still runs is read from the turn itself
+/// ([`TurnShared::ended`]: its answer is stored, its end event about to go out), so the
+/// snapshot says a turn is over from then on, without the conversation's lock. (Not from
+/// `finalized`: that is set when the turn's end begins, before its answer is stored, and a
+/// reader would see an idle conversation whose last answer is still `streaming`.)
 #[derive(Default)]
 struct Shown {
     /// The turn whose task runs ([`Live::task`]).
@@ -231,7 +233,7 @@ struct Shown {
 
 impl Shown {
     fn snapshot(&self) -> Snapshot {
-        let runs = |t: &Option<Arc<TurnShared>>| t.as_ref().is_some_and(|t| !t.finalized());
+        let runs = |t: &Option<Arc<TurnShared>>| t.as_ref().is_some_and(|t| !t.ended());
         Snapshot {
             turn_running: runs(&self.task) || runs(&self.next),
             pending: self.pending,
@@ -449,6 +451,12 @@ impl TurnShared {
 
     fn finalized(&self) -> bool {
         self.acc().finalized
+    }
+
+    /// Whether the turn's end is stored (its final assistant message; [`Engine::finish`] sets
+    /// it just before the end event): from then on lists show the turn over.
+    fn ended(&self) -> bool {
+        self.acc().final_record.is_some()
     }
 
     /// Tells the adapter to stop (once; remembered when it has not started yet).
@@ -1423,10 +1431,10 @@ impl Engine {
             Pause::Held(l) => Some(l),
             Pause::Lock => Some(&mut **guard.insert(conv.live.lock().await)),
         };
-        // The snapshot says the turn is over before its end event is out (it reads the turn's
-        // `finalized` flag, set by `claim` above): a client that reads the conversation on
-        // `turn_done` does not see it running while the adapter's task drains and the folder
-        // is compared (`files_changed`). The end event touches the list's watch.
+        // The snapshot says the turn is over from here (it reads `final_record`, set above),
+        // before its end event is out: a client that reads the conversation on `turn_done` does
+        // not see it running while the adapter's task drains and the folder is compared
+        // (`files_changed`). The end event touches the list's watch.
         if let Some(l) = live {
             self.pause(conv, l).await;
             conv.sync(l);
