@@ -631,7 +631,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
         let this = &mut *self;
         if this.linger.is_none() {
             std::task::ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
-            if !this.guard.handle.entry.body_unread.load(Ordering::Acquire) {
+            // An upgraded stream speaks another protocol: nothing of HTTP is left to drain.
+            let entry = &this.guard.handle.entry;
+            if !entry.body_unread.load(Ordering::Acquire) || entry.upgraded.load(Ordering::Acquire) {
                 return Poll::Ready(Ok(()));
             }
             this.linger = Some(Linger { deadline: Box::pin(tokio::time::sleep(LINGER)), left: LINGER_MAX_BYTES });
@@ -898,7 +900,7 @@ pub async fn serve_http<S, B>(
             let fut = svc.clone().oneshot(req);
             async move {
                 let mut resp = fut.await?;
-                if http1 && unread.load(Ordering::Acquire) {
+                if http1 && unread.load(Ordering::Acquire) && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
                     // Answered with the body unread (a refusal): hyper closes the connection
                     // after this answer rather than read the rest, so the answer says so — a
                     // client that pooled the connection as kept alive would send its next
