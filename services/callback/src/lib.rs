@@ -273,10 +273,20 @@ pub async fn serve_public(
     app: Router,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    use coffer_runtime::limits::{Connections, Listener, serve_http};
-    let conns = Connections::new("callback", LIMITS.with_env_head_timeout());
-    serve_http(Listener::Tcp(listener), conns, app, shutdown, Duration::from_secs(5)).await;
+    serve_public_under(listener, app, shutdown, LIMITS.with_env_head_timeout()).await;
     Ok(())
+}
+
+/// [`serve_public`] under `limits` (tests prove the head timeout with a short one).
+pub(crate) async fn serve_public_under(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+    limits: coffer_runtime::limits::Limits,
+) {
+    use coffer_runtime::limits::{Connections, Listener, serve_http};
+    let conns = Connections::new("callback", limits);
+    serve_http(Listener::Tcp(listener), conns, app, shutdown, Duration::from_secs(5)).await;
 }
 
 /// Log lines about refused callbacks (anyone who reaches the port can cause them): bursts of

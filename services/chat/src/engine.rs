@@ -198,7 +198,7 @@ pub struct Conv {
     bus: Bus,
     live: tokio::sync::Mutex<Live>,
     /// What list views show without waiting for the lock.
-    snap: Mutex<Snapshot>,
+    snap: Mutex<Shown>,
     deleted: AtomicBool,
     /// Told when the snapshot changes (list watchers show the live state).
     watch: Arc<Watch>,
@@ -212,6 +212,35 @@ struct Snapshot {
     pending: u32,
     paused: bool,
     approvals_waiting: u32,
+}
+
+/// What [`Conv::sync`] last copied from the live state: the counts, and the turns that make the
+/// conversation "running". Whether a turn still runs is read from the turn itself
+/// ([`TurnShared::ended`]: its answer is stored, its end event about to go out), so the
+/// snapshot says a turn is over from then on, without the conversation's lock. (Not from
+/// `finalized`: that is set when the turn's end begins, before its answer is stored, and a
+/// reader would see an idle conversation whose last answer is still `streaming`.)
+#[derive(Default)]
+struct Shown {
+    /// The turn whose task runs ([`Live::task`]).
+    task: Option<Arc<TurnShared>>,
+    /// A turn announced to start once the last task drained ([`Live::next_start`]).
+    next: Option<Arc<TurnShared>>,
+    pending: u32,
+    paused: bool,
+    approvals_waiting: u32,
+}
+
+impl Shown {
+    fn snapshot(&self) -> Snapshot {
+        let runs = |t: &Option<Arc<TurnShared>>| t.as_ref().is_some_and(|t| !t.ended());
+        Snapshot {
+            turn_running: runs(&self.task) || runs(&self.next),
+            pending: self.pending,
+            paused: self.paused,
+            approvals_waiting: self.approvals_waiting,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -424,6 +453,12 @@ impl TurnShared {
         self.acc().finalized
     }
 
+    /// Whether the turn's end is stored (its final assistant message; [`Engine::finish`] sets
+    /// it just before the end event): from then on lists show the turn over.
+    fn ended(&self) -> bool {
+        self.acc().final_record.is_some()
+    }
+
     /// Tells the adapter to stop (once; remembered when it has not started yet).
     fn fire_interrupt(&self) {
         self.interrupt_asked.store(true, Ordering::Release);
@@ -446,7 +481,7 @@ impl TurnShared {
 
 impl Conv {
     fn new(id: &str, pending: Vec<c::PendingItem>, paused: bool, watch: Arc<Watch>) -> Self {
-        let snap = Snapshot { turn_running: false, pending: pending.len() as u32, paused, approvals_waiting: 0 };
+        let snap = Shown { pending: pending.len() as u32, paused, ..Shown::default() };
         Self {
             id: id.to_owned(),
             bus: Bus::new(id),
@@ -471,21 +506,29 @@ impl Conv {
         }
     }
 
+    /// Copies the live state into the snapshot (under the conversation's lock, the caller's
+    /// `live`), touching the list's watch when what it shows changed.
     fn sync(&self, live: &Live) {
-        let s = Snapshot {
-            turn_running: live.task.as_ref().is_some_and(|t| !t.finalized()) || live.next_start.is_some(),
+        let shown = Shown {
+            task: live.task.clone(),
+            next: live.next_start.as_ref().map(|n| n.turn.clone()),
             pending: live.pending.len() as u32,
             paused: live.paused,
             approvals_waiting: self.approvals.waiting(),
         };
-        let changed = std::mem::replace(&mut *self.snap.lock().unwrap_or_else(|e| e.into_inner()), s) != s;
-        if changed {
+        let (before, after) = {
+            let mut snap = self.snap.lock().unwrap_or_else(|e| e.into_inner());
+            let before = snap.snapshot();
+            *snap = shown;
+            (before, snap.snapshot())
+        };
+        if before != after {
             self.watch.touch(&self.id);
         }
     }
 
     fn snapshot(&self) -> Snapshot {
-        *self.snap.lock().unwrap_or_else(|e| e.into_inner())
+        self.snap.lock().unwrap_or_else(|e| e.into_inner()).snapshot()
     }
 
     fn deleted(&self) -> bool {
@@ -643,6 +686,16 @@ impl Engine {
     /// The pending queue of `conv`.
     pub async fn pending(&self, conv: &Conv) -> c::PendingQueue {
         queue(&*conv.live.lock().await)
+    }
+
+    /// The pending queue of `conv` with what `read` returns, read under the conversation's
+    /// lock. A pending item becomes a stored user message only under that lock (the turn's
+    /// start is stored, then the item leaves the queue), so a view built from the store as
+    /// `read` reads it and from this queue shows each item exactly once: queued or stored.
+    pub async fn pending_with<T>(&self, conv: &Conv, read: impl Future<Output = T>) -> (c::PendingQueue, T) {
+        let live = conv.live.lock().await;
+        let read = read.await;
+        (queue(&live), read)
     }
 
     /// The conversation's last event sequence number (subscribe after it to follow from now).
@@ -1120,10 +1173,17 @@ impl Engine {
         assistant_id: String,
     ) -> (Arc<TurnShared>, c::Message) {
         let turn = TurnShared::new(user.id.clone(), assistant_id);
+        let message = self.announce_turn(conv, &turn, user).await;
+        (turn, message)
+    }
+
+    /// [`Engine::announce`] for a turn already made: publishes its `message_created`; the
+    /// user message as sent.
+    async fn announce_turn(&self, conv: &Conv, turn: &TurnShared, user: &st::MessageRecord) -> c::Message {
         let message = persist::message(user);
         let kind = Kind::MessageCreated(c::MessageCreated { message: Some(message.clone()) });
         self.publish(conv, &turn.turn_id, kind, Mark::Begin).await;
-        (turn, message)
+        message
     }
 
     /// Takes the first pending item as the next turn; `None` when the queue is empty or paused,
@@ -1143,8 +1203,13 @@ impl Engine {
                     live.pending.remove(0);
                     live.attached.remove(&item.id);
                     self.pause_at(Step::PendingTaken, &conv.id).await;
+                    // The item's turn is the conversation's task before the queue without it is
+                    // shown: no snapshot shows the item neither queued nor running (a reader
+                    // seeing "idle, queue empty" then would miss its stored message).
+                    let turn = TurnShared::new(user.id.clone(), assistant_id);
+                    live.task = Some(turn.clone());
                     self.publish_queue(conv, live).await;
-                    let (turn, _) = self.announce(conv, &user, assistant_id).await;
+                    self.announce_turn(conv, &turn, &user).await;
                     return Some(Next { turn, text: item.text });
                 }
                 Ok(None) => {
@@ -1204,6 +1269,10 @@ impl Engine {
                 None => {
                     live.task = None;
                     conv.sync(&live);
+                    // The task's end (its changed files stored) is the turn's last change: the
+                    // list reads the conversation once more (also when the snapshot it shows
+                    // ended with the turn, before the task drained).
+                    self.watch.touch(&conv.id);
                     return;
                 }
             }
@@ -1370,20 +1439,16 @@ impl Engine {
             Pause::Held(l) => Some(l),
             Pause::Lock => Some(&mut **guard.insert(conv.live.lock().await)),
         };
-        // The snapshot says the turn is over before its end event is out: a client that reads
-        // the conversation on `turn_done` must not see it running while the adapter's task
-        // drains and the folder is compared (`files_changed`).
+        // The snapshot says the turn is over from here (it reads `final_record`, set above),
+        // before its end event is out: a client that reads the conversation on `turn_done` does
+        // not see it running while the adapter's task drains and the folder is compared
+        // (`files_changed`). The end event touches the list's watch.
         if let Some(l) = live {
             self.pause(conv, l).await;
             conv.sync(l);
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
             self.publish_queue(conv, l).await;
         } else {
-            // Not waited for: a caller that holds the lock (send now ending the turn in flight)
-            // syncs the snapshot itself once it has started the next turn.
-            if let Ok(live) = conv.live.try_lock() {
-                conv.sync(&live);
-            }
             self.publish(conv, &turn.turn_id, kind, Mark::End).await;
         }
         true

@@ -112,23 +112,31 @@ impl ChatService {
         }
         let limit = if r.message_limit == 0 { 100 } else { r.message_limit };
         let conv = self.engine.conv(&r.id).await?;
-        let record = self.engine.store().get(&r.id).await?;
-        let page = self
+        // The stored messages, the queue and the live state are read together (under the
+        // conversation's lock): an item moving from the queue to the messages is in one of them,
+        // and an idle conversation with an empty queue shows every message it ran.
+        let (pending, read) = self
             .engine
-            .store()
-            .messages(st::ListMessagesRequest {
-                conversation_id: r.id.clone(),
-                limit,
-                newest: true,
-                ..Default::default()
+            .pending_with(&conv, async {
+                let store = self.engine.store();
+                let record = store.get(&r.id).await?;
+                let page = store
+                    .messages(st::ListMessagesRequest {
+                        conversation_id: r.id.clone(),
+                        limit,
+                        newest: true,
+                        ..Default::default()
+                    })
+                    .await?;
+                Ok::<_, Error>((self.engine.view(&record), record.message_count, page))
             })
-            .await?;
-        let more_before = record.message_count > page.messages.len() as u64;
+            .await;
+        let (conversation, message_count, page) = read?;
         Ok(c::ConversationView {
-            conversation: Some(self.engine.view(&record)),
+            conversation: Some(conversation),
             messages: page.messages.iter().map(persist::message).collect(),
-            more_before,
-            pending: Some(self.engine.pending(&conv).await),
+            more_before: message_count > page.messages.len() as u64,
+            pending: Some(pending),
             last_seq: self.engine.last_seq(&conv).await?,
             approvals: self.engine.approvals(&conv),
             allowed_tools: self.engine.allowed_tools(&conv),

@@ -31,6 +31,18 @@
 //! cap, up to [`Limits::owner_reserve`] more. When every slot is trusted and busy, the newcomer
 //! is closed at once.
 //!
+//! Closing after a refused body: a request answered before its body was read (a 413 from its
+//! declared length, a handler that never reads) leaves the client still sending. Closing the
+//! socket with those bytes unread makes the kernel send a reset, which can destroy the answer
+//! before the client reads it (the client sees "connection reset" instead of the 413). Such a
+//! connection closes in stages instead (RFC 9112 §9.6, "Tear-down"): its write side is shut
+//! down after the answer, and what the client still sends is read and discarded until it
+//! closes its side, for at most [`LINGER`] and [`LINGER_MAX_BYTES`]. And the answer says
+//! `Connection: close` (HTTP/1): hyper closes such a connection after the answer, and a client
+//! that took it for kept alive would send its next request into the closing socket.
+//! [`RequestBody`] notes the unread body; [`serve_http`] adds the header; [`Tracked`]'s
+//! shutdown lingers.
+//!
 //! Timeouts: a request head must arrive within [`Limits::header_read_timeout`] of its first byte;
 //! a connection with no request in flight is closed after [`Limits::idle_timeout`]. A request in
 //! flight is never timed out here: `/mcp` and the console keep long SSE streams open, and an
@@ -184,6 +196,9 @@ struct Entry {
     close: CancellationToken,
     /// Counted out of the open connections (closing, its task not yet ended).
     closing: AtomicBool,
+    /// A request on it was answered with part of its body unread ([`RequestBody`]): the
+    /// connection closes by lingering ([`Tracked`]'s shutdown).
+    body_unread: AtomicBool,
 }
 
 impl Entry {
@@ -310,6 +325,7 @@ impl Connections {
             head_started_ms: AtomicU64::new(0),
             close: CancellationToken::new(),
             closing: AtomicBool::new(false),
+            body_unread: AtomicBool::new(false),
         });
         st.entries.insert(id, entry.clone());
         st.open += 1;
@@ -429,7 +445,7 @@ impl ConnGuard {
     /// Wraps `io` so it notices request bytes and fails once the set closes the connection.
     pub fn track<IO>(self, io: IO) -> Tracked<IO> {
         let closed = Box::pin(self.handle.entry.close.clone().cancelled_owned());
-        Tracked { io, guard: self, closed }
+        Tracked { io, guard: self, closed, linger: None }
     }
 }
 
@@ -501,11 +517,71 @@ impl Drop for Busy {
     }
 }
 
+/// How long a connection closing with a request body left unread goes on reading (and
+/// discarding) what its client still sends before it closes (see the module's "Closing after
+/// a refused body"): time for a slow client to finish sending and read the answer.
+pub const LINGER: Duration = Duration::from_secs(5);
+/// The most a lingering connection reads and discards, bytes: more than the largest body limit
+/// of any route (56 MiB), so a client that sent an over-limit body in full still reads its
+/// answer; a client that sends on past it is cut off.
+pub const LINGER_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A request's body as [`serve_http`] hands it to the service: hyper's body, noting when it is
+/// dropped before its end (the service answered without reading it all): the answer then says
+/// `Connection: close` and the connection lingers when it closes (see the module's "Closing
+/// after a refused body").
+pub struct RequestBody {
+    inner: hyper::body::Incoming,
+    /// Set when dropped before its end (read by [`serve_http`] once the answer is ready).
+    unread: Arc<AtomicBool>,
+    handle: ConnHandle,
+    ended: bool,
+}
+
+impl http_body::Body for RequestBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) {
+            self.ended = true;
+        }
+        r
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        use http_body::Body as _;
+        if !self.ended && !self.inner.is_end_stream() {
+            self.unread.store(true, Ordering::Release);
+            self.handle.entry.body_unread.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// A stream served under a [`Connections`] set (see [`ConnGuard::track`]).
 pub struct Tracked<IO> {
     io: IO,
     guard: ConnGuard,
     closed: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Set once its write side is shut down while a request body was left unread: reading and
+    /// discarding until the client closes, [`LINGER`] passes or [`LINGER_MAX_BYTES`] were read.
+    linger: Option<Linger>,
+}
+
+struct Linger {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    left: u64,
 }
 
 impl<IO> Tracked<IO> {
@@ -540,7 +616,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.check_closed(cx)?;
         Pin::new(&mut self.io).poll_write(cx, buf)
@@ -548,8 +624,40 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
+    /// Shuts the write side down (the answer is complete); when a request body was left unread,
+    /// then reads and discards until the client closes (see the module's "Closing after a
+    /// refused body"). Ready once the stream may be dropped.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.linger.is_none() {
+            std::task::ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
+            // An upgraded stream speaks another protocol: nothing of HTTP is left to drain.
+            let entry = &this.guard.handle.entry;
+            if !entry.body_unread.load(Ordering::Acquire) || entry.upgraded.load(Ordering::Acquire) {
+                return Poll::Ready(Ok(()));
+            }
+            this.linger = Some(Linger { deadline: Box::pin(tokio::time::sleep(LINGER)), left: LINGER_MAX_BYTES });
+        }
+        let Some(linger) = this.linger.as_mut() else { return Poll::Ready(Ok(())) };
+        let mut scratch = [0u8; 8192];
+        loop {
+            if linger.left == 0
+                || linger.deadline.as_mut().poll(cx).is_ready()
+                || this.closed.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Ok(()));
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    linger.left = linger.left.saturating_sub(buf.filled().len() as u64);
+                }
+                // The client closed its side (or the stream failed): nothing is left to protect.
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                // The runtime's budget (tokio's cooperative scheduling) also ends up here.
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
@@ -727,7 +835,9 @@ impl<B: http_body::Body + Unpin> http_body::Body for BusyBody<B> {
 ///
 /// Every request carries its connection's [`ConnHandle`] in its extensions; the connection is
 /// busy from the request's dispatch until its response body has been sent. HTTP upgrades are
-/// served (the upgraded stream stays under the limits, busy until it closes).
+/// served (the upgraded stream stays under the limits, busy until it closes). The body comes as
+/// a [`RequestBody`]: a connection that answered a request without reading its whole body
+/// lingers when it closes ([`LINGER`]).
 ///
 /// Limits applied: [`Limits::max_header_bytes`] (hyper's read buffer on HTTP/1, the header-list
 /// size on HTTP/2), [`Limits::max_headers`], the header-read and idle timeouts through the
@@ -740,11 +850,8 @@ pub async fn serve_http<S, B>(
     stop: CancellationToken,
     grace: Duration,
 ) where
-    S: tower::Service<
-            http::Request<hyper::body::Incoming>,
-            Response = http::Response<B>,
-            Error = std::convert::Infallible,
-        > + Clone
+    S: tower::Service<http::Request<RequestBody>, Response = http::Response<B>, Error = std::convert::Infallible>
+        + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
@@ -782,13 +889,24 @@ pub async fn serve_http<S, B>(
     accept_loop(listener, conns.clone(), stop.clone(), move |io: TrackedStream| {
         let handle = io.handle();
         let svc = service.clone();
-        let hyper_svc = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        let hyper_svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let busy = handle.begin();
+            let http1 = req.version() < http::Version::HTTP_2;
+            let unread = Arc::new(AtomicBool::new(false));
+            let mut req =
+                req.map(|inner| RequestBody { inner, unread: unread.clone(), handle: handle.clone(), ended: false });
             req.extensions_mut().insert(handle.clone());
             let handle = handle.clone();
             let fut = svc.clone().oneshot(req);
             async move {
-                let resp = fut.await?;
+                let mut resp = fut.await?;
+                if http1 && unread.load(Ordering::Acquire) && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+                    // Answered with the body unread (a refusal): hyper closes the connection
+                    // after this answer rather than read the rest, so the answer says so — a
+                    // client that pooled the connection as kept alive would send its next
+                    // request into a closing socket.
+                    resp.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
                 if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
                     handle.mark_upgraded();
                 }
@@ -954,6 +1072,73 @@ mod tests {
         assert!(!busy.handle.entry.close.is_cancelled());
         assert_eq!(set.stats().slow_heads, 1);
         assert_eq!(set.stats().idle_closed, 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_sent_before_the_body_is_read_reaches_a_client_that_is_still_sending() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Answers 413 without reading the body (as the edge's body limit does from a declared
+        // length), and 200 with the body read to its end.
+        let svc = tower::service_fn(|req: http::Request<RequestBody>| async move {
+            use http_body::Body as _;
+            let mut body = req.into_body();
+            if body.size_hint().lower() > 1024 {
+                return Ok::<_, std::convert::Infallible>(
+                    http::Response::builder().status(413).body(String::new()).unwrap(),
+                );
+            }
+            while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                frame.unwrap();
+            }
+            Ok(http::Response::new("read".to_owned()))
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let conns = Connections::new("t", Limits::EDGE);
+        let server =
+            tokio::spawn(serve_http(Listener::Tcp(listener), conns, svc, stop.clone(), Duration::from_secs(1)));
+        async fn head(c: &mut tokio::net::TcpStream) -> String {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(c.read(&mut byte).await.unwrap(), 1, "the answer's head: {head:?}");
+                head.push(byte[0]);
+            }
+            String::from_utf8(head).unwrap()
+        }
+
+        // The answer comes before the body is sent; the client sends all of it anyway. Without
+        // the lingering close the server's socket closed with bytes unread, the kernel answered
+        // with a reset, and these writes failed.
+        const BODY: usize = 8 * 1024 * 1024;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(format!("POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: {BODY}\r\n\r\n").as_bytes()).await.unwrap();
+        let answer = head(&mut c).await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("connection: close\r\n"), "not to be reused: {answer}");
+        let chunk = vec![b'x'; 64 * 1024];
+        for i in 0..BODY / chunk.len() {
+            c.write_all(&chunk).await.unwrap_or_else(|e| panic!("write {i} of the body after the answer: {e}"));
+        }
+        c.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).await.expect("the server closes cleanly once the client has");
+        assert!(rest.is_empty(), "{rest:?}");
+
+        // A body read to its end: the connection closes at once (no lingering for a client that
+        // keeps its side open).
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"POST /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\ncontent-length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let answer = head(&mut c).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut rest = Vec::new();
+        tokio::time::timeout(LINGER / 2, c.read_to_end(&mut rest)).await.expect("closed without lingering").unwrap();
+        assert_eq!(rest, b"read");
+        stop.cancel();
+        server.await.unwrap();
     }
 
     #[tokio::test]

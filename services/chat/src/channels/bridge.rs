@@ -101,6 +101,18 @@ fn mode_help(mode: &str) -> &'static str {
     }
 }
 
+/// One agent setting of a chat's bound conversation, as `/mode` and `/model` show and set it
+/// ([`Bridge::bound_field`]).
+struct BoundField {
+    /// The reply showing the setting, from the conversation's agent config.
+    show: fn(&c::AgentConfig) -> String,
+    /// The update setting it to the command's argument (conversation id, argument), or the
+    /// reply refusing the argument.
+    set: fn(String, &str) -> Result<c::UpdateConversationRequest, String>,
+    /// The reply once set, from the updated conversation's agent config.
+    done: fn(&c::AgentConfig) -> String,
+}
+
 /// One channel's bridge: created by the coordinator when it starts the channel's adapter,
 /// dropped (every follower task with it) when it stops it.
 pub struct Bridge {
@@ -581,23 +593,55 @@ impl Bridge {
         chat: &str,
         arg: &str,
     ) -> crate::error::Result<Option<String>> {
+        let field = BoundField {
+            show: |cfg| {
+                let mode = &cfg.permission_mode;
+                format!(
+                    "Mode: {mode} ({}). Send /mode bypass, /mode ask or /mode read-only to change it.",
+                    mode_help(mode)
+                )
+            },
+            set: |id, arg| match mode_word(arg) {
+                Some(mode) => Ok(c::UpdateConversationRequest {
+                    id,
+                    permission_mode: Some(mode.to_owned()),
+                    ..Default::default()
+                }),
+                None => Err(format!("Unknown mode {arg:?}: send /mode bypass, /mode ask or /mode read-only.")),
+            },
+            done: |cfg| {
+                let mode = &cfg.permission_mode;
+                format!("Mode set to {mode} for this conversation, from the next turn: {}.", mode_help(mode))
+            },
+        };
+        self.bound_field(st, channel, chat, arg, field).await
+    }
+
+    /// `/mode` and `/model`: the bound conversation's agent setting `field`, shown when `arg`
+    /// is empty, else set (from the next turn). `None` when the chat has no conversation.
+    ///
+    /// # Errors
+    /// The engine's (an invalid value, the store).
+    async fn bound_field(
+        &self,
+        st: &mut State,
+        channel: &ChannelRecord,
+        chat: &str,
+        arg: &str,
+        field: BoundField,
+    ) -> crate::error::Result<Option<String>> {
         let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
         if arg.is_empty() {
             let record = self.engine.store().get(&id).await?;
-            let view = self.engine.view(&record);
-            let mode = view.agent_config.unwrap_or_default().permission_mode;
-            let mode = if mode.is_empty() { "bypass".to_owned() } else { mode };
-            return Ok(Some(format!(
-                "Mode: {mode} ({}). Send /mode bypass, /mode ask or /mode read-only to change it.",
-                mode_help(&mode)
-            )));
+            let cfg = self.engine.view(&record).agent_config.unwrap_or_default();
+            return Ok(Some((field.show)(&cfg)));
         }
-        let Some(mode) = mode_word(arg) else {
-            return Ok(Some(format!("Unknown mode {arg:?}: send /mode bypass, /mode ask or /mode read-only.")));
+        let req = match (field.set)(id, arg) {
+            Ok(req) => req,
+            Err(refusal) => return Ok(Some(refusal)),
         };
-        let req = c::UpdateConversationRequest { id, permission_mode: Some(mode.to_owned()), ..Default::default() };
-        self.engine.update_conversation(req).await?;
-        Ok(Some(format!("Mode set to {mode} for this conversation, from the next turn: {}.", mode_help(mode))))
+        let conv = self.engine.update_conversation(req).await?;
+        Ok(Some((field.done)(&conv.agent_config.unwrap_or_default())))
     }
 
     /// Audits a refused sender once per bridge (without the text); true the first time.
@@ -776,6 +820,7 @@ impl Bridge {
         Ok(Some(format!("New conversation with {}{folder} (model: {model}). Send a message to start.", conv.agent_key)))
     }
 
+    /// `/model` shows the bound conversation's model; `/model ID` sets it from the next turn.
     async fn model(
         &self,
         st: &mut State,
@@ -783,17 +828,15 @@ impl Bridge {
         chat: &str,
         arg: &str,
     ) -> crate::error::Result<Option<String>> {
-        let Some(id) = self.bound(st, channel, chat, true).await? else { return Ok(None) };
-        if arg.is_empty() {
-            let record = self.engine.store().get(&id).await?;
-            let model = crate::persist::parse_config(&record.agent_config_json).model;
-            let model = if model.is_empty() { "the agent's default".to_owned() } else { model };
-            return Ok(Some(format!("Model: {model}. Send /model <id> to change it.")));
-        }
-        let req = c::UpdateConversationRequest { id, model: Some(arg.to_owned()), ..Default::default() };
-        let conv = self.engine.update_conversation(req).await?;
-        let model = conv.agent_config.unwrap_or_default().model;
-        Ok(Some(format!("Model set to {model} for this conversation (from the next turn).")))
+        let field = BoundField {
+            show: |cfg| {
+                let model = if cfg.model.is_empty() { "the agent's default" } else { &cfg.model };
+                format!("Model: {model}. Send /model <id> to change it.")
+            },
+            set: |id, arg| Ok(c::UpdateConversationRequest { id, model: Some(arg.to_owned()), ..Default::default() }),
+            done: |cfg| format!("Model set to {} for this conversation (from the next turn).", cfg.model),
+        };
+        self.bound_field(st, channel, chat, arg, field).await
     }
 
     async fn stop(&self, st: &mut State, channel: &ChannelRecord, chat: &str) -> crate::error::Result<Option<String>> {
