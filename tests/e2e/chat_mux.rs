@@ -89,7 +89,8 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     let c2 = create(&api, "second").await?;
 
     // Bad subscriptions are refused before any stream starts, naming what is wrong.
-    for (q, what) in [("after=3", "after"), ("conversation=k", "conversation"), ("conversation=k:c:x", "conversation")] {
+    for (q, what) in [("after=3", "after"), ("conversation=k", "conversation"), ("conversation=k:c:x", "conversation")]
+    {
         let r = api.get(&format!("/v1/events?{q}")).reply().await?;
         ensure!(r.status == 400, "{q}: {} {}", r.status, r.text);
         ensure!(r.json()?["error"]["details"]["parameter"] == what, "{q}: {}", r.text);
@@ -108,12 +109,16 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     let frames = mux.until("c1's turn_done", turn_done_of("A")).await?;
     ensure!(frames.iter().any(|(e, d)| e == "text_delta" && d["sub"] == "A" && d["conversation_id"] == c1.as_str()));
     ensure!(frames.iter().any(|(e, d)| e == "conversation" && d["sub"] == "L" && d["id"] == c1.as_str()));
-    let seqs: Vec<u64> = frames.iter().filter(|(_, d)| d["sub"] == "A").filter_map(|(_, d)| d["seq"].as_u64()).collect();
+    let seqs: Vec<u64> =
+        frames.iter().filter(|(_, d)| d["sub"] == "A").filter_map(|(_, d)| d["seq"].as_u64()).collect();
     ensure!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs increase: {seqs:?}");
 
     // Subscriptions change on the open stream: B (c2) comes, A goes.
     let r = api
-        .post_json(&format!("/v1/events/{stream}"), &json!({"add": [{"sub": "B", "conversation": c2}], "remove": ["A"]}))
+        .post_json(
+            &format!("/v1/events/{stream}"),
+            &json!({"add": [{"sub": "B", "conversation": c2}], "remove": ["A"]}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
@@ -128,14 +133,20 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     // An unknown conversation is refused alone; an unknown stream, or a body that is not one,
     // is refused whole.
     let r = api
-        .post_json(&format!("/v1/events/{stream}"), &json!({"add": [{"sub": "X", "conversation": "01NOSUCHCONVERSATION"}]}))
+        .post_json(
+            &format!("/v1/events/{stream}"),
+            &json!({"add": [{"sub": "X", "conversation": "01HZZZZZZZZZZZZZZZZZZZZZZZ"}]}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 200, "{} {}", r.status, r.text);
     ensure!(r.json()?["refused"][0]["code"] == "NOT_FOUND", "{}", r.text);
     let r = api.post_json(&format!("/v1/events/{}", "0".repeat(64)), &json!({"add": []})).reply().await?;
     ensure!(r.status == 404, "{} {}", r.status, r.text);
-    let r = api.post_json(&format!("/v1/events/{stream}"), &json!({"add": [{"sub": "Y", "list": true, "after": 3}]})).reply().await?;
+    let r = api
+        .post_json(&format!("/v1/events/{stream}"), &json!({"add": [{"sub": "Y", "list": true, "after": 3}]}))
+        .reply()
+        .await?;
     ensure!(r.status == 400, "{} {}", r.status, r.text);
     let r = api.post_json(&format!("/v1/events/{stream}"), &json!({"subscribe": []})).reply().await?;
     ensure!(r.status == 400 && r.json()?["error"]["code"] == "UNKNOWN_FIELD", "{}", r.text);
@@ -158,7 +169,9 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     ensure!(seqs.first().is_some_and(|s| *s > last_b), "resumed after {last_b}: {seqs:?}");
     ensure!(seqs.windows(2).all(|w| w[0] < w[1]), "no repeat: {seqs:?}");
     ensure!(
-        frames.iter().any(|(e, d)| e == "message_created" && d["message_created"].to_string().contains("say:while away")),
+        frames
+            .iter()
+            .any(|(e, d)| e == "message_created" && d["message_created"].to_string().contains("say:while away")),
         "the message sent while away is delivered: {frames:?}"
     );
     Ok(())
@@ -173,7 +186,12 @@ async fn an_idempotency_key_queues_a_message_once() -> anyhow::Result<()> {
     let keyed = |key: &str, text: &str| api.post_json(&path, &json!({"text": text})).header("Idempotency-Key", key);
 
     let first = keyed("k-1", "hang").reply().await?;
-    ensure!(first.status == 202 && first.headers.get("idempotent-replayed").is_none(), "{} {}", first.status, first.text);
+    ensure!(
+        first.status == 202 && first.headers.get("idempotent-replayed").is_none(),
+        "{} {}",
+        first.status,
+        first.text
+    );
     let again = keyed("k-1", "hang").reply().await?;
     ensure!(again.status == 202, "{} {}", again.status, again.text);
     ensure!(again.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()) == Some("true"));
@@ -191,7 +209,11 @@ async fn an_idempotency_key_queues_a_message_once() -> anyhow::Result<()> {
     // The same key for another text is refused; so is a key that is not one.
     let r = keyed("k-2", "say:something else").reply().await?;
     ensure!(r.status == 409, "{} {}", r.status, r.text);
-    ensure!(r.json()?["error"]["details"] == json!({"header": "Idempotency-Key", "reason": "different_body"}), "{}", r.text);
+    ensure!(
+        r.json()?["error"]["details"] == json!({"header": "Idempotency-Key", "reason": "different_body"}),
+        "{}",
+        r.text
+    );
     for bad in ["a b", &"k".repeat(129)] {
         let r = keyed(bad, "say:x").reply().await?;
         ensure!(r.status == 400, "{bad:?}: {} {}", r.status, r.text);
@@ -201,7 +223,8 @@ async fn an_idempotency_key_queues_a_message_once() -> anyhow::Result<()> {
     send(&api, &id, "say:twice").await?;
     send(&api, &id, "say:twice").await?;
     let view = api.get(&format!("/v1/conversations/{id}")).reply().await?.json()?;
-    let twice = view["pending"]["items"].as_array().context("items")?.iter().filter(|i| i["text"] == "say:twice").count();
+    let twice =
+        view["pending"]["items"].as_array().context("items")?.iter().filter(|i| i["text"] == "say:twice").count();
     ensure!(twice == 2, "two without a key: {view}");
     api.post(&format!("/v1/conversations/{id}/interrupt")).reply().await?;
     Ok(())

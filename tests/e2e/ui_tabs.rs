@@ -79,13 +79,16 @@ async fn streams(api: &Api) -> anyhow::Result<Value> {
 /// Waits until the daemon serves exactly one multiplexed stream with `subs` subscriptions and
 /// no single-purpose chat stream.
 async fn one_stream(api: &Api, subs: u64) -> anyhow::Result<()> {
-    let mut last = Value::Null;
+    let last = std::sync::Mutex::new(Value::Null);
+    let want = json!({"multiplexed": 1, "subscriptions": subs, "conversation": 0, "list": 0});
     let got = coffer_tests::wait_for("one event stream for the whole browser", Duration::from_secs(30), || async {
-        last = streams(api).await?;
-        Ok((last == json!({"multiplexed": 1, "subscriptions": subs, "conversation": 0, "list": 0})).then_some(()))
+        let now = streams(api).await?;
+        let done = now == want;
+        *last.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        Ok(done.then_some(()))
     })
     .await;
-    got.with_context(|| format!("the daemon counts {last}"))
+    got.with_context(|| format!("the daemon counts {}", last.lock().unwrap_or_else(|e| e.into_inner())))
 }
 
 /// Whether the current tab holds the browser's event stream (js/chat/events.js).

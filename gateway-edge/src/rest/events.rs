@@ -150,7 +150,8 @@ enum Spec {
 }
 
 fn check_key(k: &str) -> Result<(), String> {
-    if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
+    if k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    {
         return Err(format!(
             "a subscription key is 1-64 of A-Z a-z 0-9 _ . - (got {:?})",
             k.chars().take(70).collect::<String>()
@@ -247,16 +248,13 @@ async fn open(
     // From here the guard removes the stream again, whatever happens.
     let guard = Registered { st: st.clone(), id: id.clone(), mux: mux.clone() };
     let refused = add(&st, &mux, subs).await?;
-    let hello = SseEvent::default()
-        .event("hello")
-        .data(json!({"stream": id, "subscriptions": keys(&mux)}).to_string());
+    let hello = SseEvent::default().event("hello").data(json!({"stream": id, "subscriptions": keys(&mux)}).to_string());
     let mut first = vec![hello];
     first.extend(refused.iter().map(|r| ended_frame(&r.sub, "not_found", &r.message)));
     tracing::debug!(subscriptions = mux.subs.lock().map(|s| s.len()).unwrap_or(0), "Multiplexed event stream opened.");
     let body = body(first, rx, guard, st.shutdown.clone());
-    let sse = axum::response::sse::Sse::new(body).keep_alive(
-        axum::response::sse::KeepAlive::new().interval(crate::rest::chat::KEEPALIVE).text("keep-alive"),
-    );
+    let sse = axum::response::sse::Sse::new(body)
+        .keep_alive(axum::response::sse::KeepAlive::new().interval(crate::rest::chat::KEEPALIVE).text("keep-alive"));
     Ok(([("x-accel-buffering", "no")], sse).into_response())
 }
 
@@ -347,9 +345,15 @@ fn event_frame(e: &Event, sub: &str) -> Option<SseEvent> {
 fn change_frame(c: &ConversationChange, sub: &str) -> Option<(SseEvent, bool)> {
     use coffer_api::chat as api;
     let (kind, value, reset) = match c.change.as_ref()? {
-        conversation_change::Change::Conversation(c) => ("conversation", serde_json::to_value(chat::conversation(c)), false),
-        conversation_change::Change::Deleted(id) => ("deleted", serde_json::to_value(api::ConversationGone { id: id.clone() }), false),
-        conversation_change::Change::Reset(r) => ("reset", serde_json::to_value(api::Reset { reason: r.reason.clone() }), true),
+        conversation_change::Change::Conversation(c) => {
+            ("conversation", serde_json::to_value(chat::conversation(c)), false)
+        }
+        conversation_change::Change::Deleted(id) => {
+            ("deleted", serde_json::to_value(api::ConversationGone { id: id.clone() }), false)
+        }
+        conversation_change::Change::Reset(r) => {
+            ("reset", serde_json::to_value(api::Reset { reason: r.reason.clone() }), true)
+        }
     };
     Some((SseEvent::default().event(kind).data(tagged(value.ok()?, sub)), reset))
 }
@@ -384,7 +388,8 @@ async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, subs: Vec<Subscription>) -> Res
                     .map_err(ApiError::from_chat)?,
             ),
             Spec::Conversation { id, after } => {
-                match call(st.chat.clone().subscribe(SubscribeRequest { conversation_id: id, after_seq: after })).await {
+                match call(st.chat.clone().subscribe(SubscribeRequest { conversation_id: id, after_seq: after })).await
+                {
                     Ok(s) => Source::Conversation(s),
                     Err(s) if s.code() == tonic::Code::NotFound => {
                         refused.push(Refused { sub, code: "NOT_FOUND".into(), message: s.message().to_owned() });
@@ -410,7 +415,15 @@ async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, subs: Vec<Subscription>) -> Res
                 tokio::spawn(forward_conversation(s, sub, generation, tx, stop));
             }
             Source::List(s) => {
-                tokio::spawn(forward_list(s, st.clone(), coffer_runtime::grpc::current_auth(), sub, generation, tx, stop));
+                tokio::spawn(forward_list(
+                    s,
+                    st.clone(),
+                    coffer_runtime::grpc::current_auth(),
+                    sub,
+                    generation,
+                    tx,
+                    stop,
+                ));
             }
         }
     }
@@ -565,9 +578,13 @@ mod tests {
         let e = q(&[("after", "3")]).unwrap_err();
         assert!(e.message.contains("unknown parameter"), "{}", e.message);
         for bad in ["", "a b", "x/y", &"k".repeat(65)] {
-            assert!(spec_of(&Subscription { sub: bad.into(), list: Some(true), ..Default::default() }).is_err(), "{bad:?}");
+            assert!(
+                spec_of(&Subscription { sub: bad.into(), list: Some(true), ..Default::default() }).is_err(),
+                "{bad:?}"
+            );
         }
-        let both = Subscription { sub: "k".into(), list: Some(true), conversation: Some("c".into()), ..Default::default() };
+        let both =
+            Subscription { sub: "k".into(), list: Some(true), conversation: Some("c".into()), ..Default::default() };
         assert!(spec_of(&both).is_err());
         let list_after = Subscription { sub: "k".into(), list: Some(true), after: Some(3), ..Default::default() };
         assert!(spec_of(&list_after).is_err());

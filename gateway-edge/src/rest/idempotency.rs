@@ -32,8 +32,15 @@ pub const MAX_KEYS: usize = 4096;
 /// What became of a key's first send.
 enum Slot {
     /// Being handled; the sender publishes the answer (or `None`: it failed).
-    InFlight { fingerprint: [u8; 32], done: watch::Receiver<Option<Option<SendMessageReply>>> },
-    Done { fingerprint: [u8; 32], reply: SendMessageReply, at: Instant },
+    InFlight {
+        fingerprint: [u8; 32],
+        done: watch::Receiver<Option<Option<SendMessageReply>>>,
+    },
+    Done {
+        fingerprint: [u8; 32],
+        reply: SendMessageReply,
+        at: Instant,
+    },
 }
 
 /// Recent keys, by (conversation id, key).

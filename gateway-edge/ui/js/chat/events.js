@@ -17,9 +17,11 @@
 //   on it to learn that a tab is gone and drops that tab's subscriptions.
 // - Without Web Locks or BroadcastChannel (an old browser, or a page served over plain HTTP
 //   from a name other than loopback: locks need a secure context) each tab is its own hub:
-//   one stream per tab, still half of what it was. Android Chrome has both (Web Locks since
-//   69, BroadcastChannel since 54); SharedWorker, the other way to share a connection, is not
-//   dependable there, which is why this is built on locks.
+//   one stream per tab, still half of what it was. Android Chrome has had both for years (Web
+//   Locks since 69, BroadcastChannel since 54); SharedWorker, the other way to share one
+//   connection, reached Android Chrome only in 148 (May 2026), which is why this is built on
+//   locks. A page that is frozen (Android freezes background tabs) hands the stream over on
+//   the Page Lifecycle `freeze` event and re-announces what it follows on `resume`.
 //
 // follow(spec, handlers, {onState}) mirrors api.js's sse(): handlers map event names to
 // fn(data); onState gets 'open' | 'retrying' | 'failed'. `spec` is {list: true} or
