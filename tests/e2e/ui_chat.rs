@@ -493,6 +493,9 @@ async fn ui_chat_a_reply_never_spins_when_coffer_goes_away() -> anyhow::Result<(
     b.wait_for_text("article.msg.assistant[data-status=\"streaming\"] .msg-foot", "live updates stopped").await?;
     let kept = b.find("article.msg.assistant[data-status=\"streaming\"] .msg-body").await?.text().await?;
     assert!(kept.contains("g02"), "what streamed stays: {kept}");
+    // The list gave up at the same moment (one stream for both) and said so in a toast over
+    // the composer: it goes by itself.
+    b.wait_gone(".toast").await?;
     // The composer still works; a message that cannot be sent is tried again, then stays in
     // the thread marked "Not sent" with Retry (and Edit, to take it back into the composer).
     type_and_send(&b, "are you there").await?;

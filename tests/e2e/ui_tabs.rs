@@ -76,14 +76,17 @@ async fn streams(api: &Api) -> anyhow::Result<Value> {
     r.json()
 }
 
-/// Waits until the daemon serves exactly one multiplexed stream with `subs` subscriptions and
-/// no single-purpose chat stream.
-async fn one_stream(api: &Api, subs: u64) -> anyhow::Result<()> {
+/// Waits until the daemon serves exactly one multiplexed stream with `subs` subscriptions (any
+/// number for `None`) and no single-purpose chat stream.
+async fn one_stream(api: &Api, subs: impl Into<Option<u64>>) -> anyhow::Result<()> {
+    let subs = subs.into();
     let last = std::sync::Mutex::new(Value::Null);
-    let want = json!({"multiplexed": 1, "subscriptions": subs, "conversation": 0, "list": 0});
     let got = coffer_tests::wait_for("one event stream for the whole browser", Duration::from_secs(30), || async {
         let now = streams(api).await?;
-        let done = now == want;
+        let done = now["multiplexed"] == 1
+            && now["conversation"] == 0
+            && now["list"] == 0
+            && subs.is_none_or(|n| now["subscriptions"] == n);
         *last.lock().unwrap_or_else(|e| e.into_inner()) = now;
         Ok(done.then_some(()))
     })
@@ -224,13 +227,14 @@ async fn ui_tabs_a_send_is_retried_visibly_and_lands_once() -> anyhow::Result<()
     patch_fetch(&b, "drop-first-answer").await?;
     type_and_send(&b, "say:exactly once").await?;
     wait_reply(&b, "exactly once").await?;
+    // The reply may stream in before the retry is answered: wait for it.
+    b.wait_gone("article.msg.outgoing").await?;
     let sends = b.eval("return window.__sends;", vec![]).await?;
     let sends = sends.as_array().context("sends")?;
     ensure!(sends.len() == 2, "one try and one retry: {sends:?}");
     ensure!(sends[0]["key"] == sends[1]["key"] && sends[0]["key"].as_str().is_some_and(|k| k.len() == 32), "{sends:?}");
     ensure!(sends[1]["replayed"] == "true" && sends[1]["status"] == 202, "the retry got the first answer: {sends:?}");
     ensure!(stored(&api, &id, "say:exactly once").await? == 1, "stored once");
-    b.wait_gone("article.msg.outgoing").await?;
 
     // The network goes away: the message shows it is on its way
     // and being tried again; when the network is back it lands, once, and the reply streams in.
@@ -293,6 +297,48 @@ async fn ui_tabs_a_send_unconfirmed_at_a_reload_is_sent_again_and_lands_once() -
         )
         .await?;
     ensure!(shown == json!(1), "shown once: {shown}");
+    b.assert_clean().await;
+    Ok(())
+}
+
+/// Whether the current tab becomes the one holding the stream within the wait.
+async fn wait_holds_stream(b: &Browser) -> anyhow::Result<()> {
+    coffer_tests::wait_for("this tab to hold the event stream", Duration::from_secs(20), || async {
+        Ok(holds_stream(b).await?.then_some(()))
+    })
+    .await
+}
+
+/// A page frozen by the browser (as Android Chrome freezes background tabs; here through the
+/// DevTools lifecycle command) hands the stream to another tab, which goes on sending and
+/// receiving; resumed, the frozen tab catches up with what happened meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_tabs_a_frozen_tab_hands_the_stream_over_and_catches_up_when_resumed() -> anyhow::Result<()> {
+    let (_home, api, b) = ui().await?;
+    let id = create(&api, "Frozen").await?;
+    let first = b.current_tab().await?;
+    open(&b, &id).await?;
+    let second = b.new_tab().await?;
+    open(&b, &id).await?;
+    one_stream(&api, 4).await?;
+    b.switch_to(&first).await?;
+    let (hub, other) = if holds_stream(&b).await? { (first, second) } else { (second, first) };
+
+    b.switch_to(&hub).await?;
+    b.cdp("Page.setWebLifecycleState", json!({"state": "frozen"})).await?;
+    b.switch_to(&other).await?;
+    wait_holds_stream(&b).await?;
+    // (Whether the frozen tab's subscriptions are still held depends on how far it got before
+    // it froze: it may have re-announced them; either way one stream.)
+    one_stream(&api, None).await?;
+    type_and_send(&b, "say:while frozen").await?;
+    wait_reply(&b, "while frozen").await?;
+
+    b.switch_to(&hub).await?;
+    b.cdp("Page.setWebLifecycleState", json!({"state": "active"})).await?;
+    wait_reply(&b, "while frozen").await?;
+    one_stream(&api, 4).await?;
+    ensure!(stored(&api, &id, "say:while frozen").await? == 1, "stored once");
     b.assert_clean().await;
     Ok(())
 }

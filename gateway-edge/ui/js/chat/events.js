@@ -135,14 +135,16 @@ function start() {
 }
 
 let release = null; // resolves the held hub lock
-let candidate = false; // a request for the hub lock is queued or held
+let candidate = 0; // the number of this tab's request for the hub lock, queued or held; 0: none
+let requests = 0;
 function elect() {
   if (candidate) return;
-  candidate = true;
+  const mine = ++requests;
+  candidate = mine;
   navigator.locks.request(HUB_LOCK, () => new Promise((resolve) => {
     release = resolve;
     becomeHub();
-  })).finally(() => { candidate = false; });
+  })).finally(() => { if (candidate === mine) candidate = 0; });
 }
 
 function becomeHub() {
@@ -159,6 +161,7 @@ function stepDown() {
   hub.close();
   hub = null;
   if (release) { release(); release = null; }
+  candidate = 0; // the lock is being given back: a later election queues anew
 }
 
 function onMessage(m) {

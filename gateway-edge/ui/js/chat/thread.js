@@ -8,8 +8,10 @@
 // (the button shown while a turn runs, or Ctrl/Cmd+Enter), interrupts the turn and runs next
 // (`{"now": true}`). After a stop, an error or a restart a new message runs at once; only the
 // items that were waiting stay paused (Resume, Discard). A dropped stream
-// reconnects with Last-Event-ID (bounded retries, js/api.js), then reconciles from REST; when it
-// gives up the page says so and shows the stored state: nothing spins forever.
+// reconnects from the last seq received (bounded retries, js/chat/events.js), then reconciles
+// from REST; when it gives up the page says so and shows the stored state: nothing spins
+// forever. A sent message shows "Sending…" until the daemon has it, is retried under one
+// Idempotency-Key, and ends "Not sent" with Retry when it cannot go (js/chat/outbox.js).
 import { ApiError, get, patch, post, put, withQuery } from '../api.js';
 import { follow as followEvents } from './events.js';
 import { h, replace, toast } from '../dom.js';
