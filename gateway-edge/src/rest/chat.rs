@@ -326,7 +326,7 @@ async fn send_message(
         None => None,
         Some(key) => match st.sends.begin(&id, &key, idempotency::fingerprint(&body)).await? {
             Begin::Replay(reply) => {
-                let mut resp = (StatusCode::ACCEPTED, Json(reply)).into_response();
+                let mut resp = (StatusCode::ACCEPTED, Json(*reply)).into_response();
                 resp.headers_mut().insert(idempotency::REPLAYED, header::HeaderValue::from_static("true"));
                 return Ok(resp);
             }

@@ -38,7 +38,7 @@ enum Slot {
     },
     Done {
         fingerprint: [u8; 32],
-        reply: SendMessageReply,
+        reply: Box<SendMessageReply>,
         at: Instant,
     },
 }
@@ -54,7 +54,7 @@ pub enum Begin<'a> {
     /// The first: send it, then [`First::finish`].
     First(First<'a>),
     /// Answered before: this answer again.
-    Replay(SendMessageReply),
+    Replay(Box<SendMessageReply>),
 }
 
 /// The first send of a key; dropping it unfinished forgets the key (a retry sends again).
@@ -71,7 +71,7 @@ impl First<'_> {
         let mut slots = self.recent.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.insert(
             self.slot.clone(),
-            Slot::Done { fingerprint: self.fingerprint, reply: reply.clone(), at: Instant::now() },
+            Slot::Done { fingerprint: self.fingerprint, reply: Box::new(reply.clone()), at: Instant::now() },
         );
         drop(slots);
         if let Some(tx) = self.tx.take() {
@@ -192,7 +192,7 @@ mod tests {
             first.finish(&reply("a"));
         };
         let (got, ()) = tokio::join!(retry, finish);
-        assert!(matches!(got, Ok(Begin::Replay(x)) if x == reply("a")));
+        assert!(matches!(got, Ok(Begin::Replay(x)) if *x == reply("a")));
         // Another conversation, another key: their own.
         assert!(matches!(r.begin("c2", "k1", fp).await, Ok(Begin::First(_))));
         // A different body under the same key is refused, naming the header.
