@@ -84,6 +84,8 @@ pub fn state(parts: Parts) -> anyhow::Result<Arc<AppState>> {
         login_codes: Default::default(),
         gateway,
         home,
+        streams: Default::default(),
+        sends: Default::default(),
         shutdown,
     }))
 }

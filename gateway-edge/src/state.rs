@@ -54,6 +54,12 @@ pub struct AppState {
     pub gateway: Arc<crate::mcp::Gateway>,
     /// `COFFER_HOME` (log files for `/v1/logs`).
     pub home: CofferHome,
+    /// The multiplexed chat event streams (`GET /v1/events`) and the count of every chat
+    /// event stream open.
+    pub streams: crate::rest::events::Streams,
+    /// Recent `Idempotency-Key`s of `POST /v1/conversations/{id}/messages` (a retried send
+    /// is not queued twice).
+    pub sends: crate::rest::idempotency::Recent,
     /// Cancelled at shutdown; long-lived responses (SSE) end on it so draining finishes.
     pub shutdown: CancellationToken,
 }

@@ -104,6 +104,8 @@ static ASSETS: &[Asset] = assets![
     "js/chat/attach.js" => "text/javascript; charset=utf-8",
     "js/chat/notify.js" => "text/javascript; charset=utf-8",
     "js/chat/changes.js" => "text/javascript; charset=utf-8",
+    "js/chat/events.js" => "text/javascript; charset=utf-8",
+    "js/chat/outbox.js" => "text/javascript; charset=utf-8",
     "vendor/marked.esm.js" => "text/javascript; charset=utf-8",
     "vendor/purify.min.js" => "text/javascript; charset=utf-8",
     "vendor/highlight/core.min.js" => "text/javascript; charset=utf-8",

@@ -493,10 +493,15 @@ async fn ui_chat_a_reply_never_spins_when_coffer_goes_away() -> anyhow::Result<(
     b.wait_for_text("article.msg.assistant[data-status=\"streaming\"] .msg-foot", "live updates stopped").await?;
     let kept = b.find("article.msg.assistant[data-status=\"streaming\"] .msg-body").await?.text().await?;
     assert!(kept.contains("g02"), "what streamed stays: {kept}");
-    // The composer still works; a message that cannot be sent comes back into it.
+    // The list gave up at the same moment (one stream for both) and said so in a toast over
+    // the composer: it goes by itself.
+    b.wait_gone(".toast").await?;
+    // The composer still works; a message that cannot be sent is tried again, then stays in
+    // the thread marked "Not sent" with Retry (and Edit, to take it back into the composer).
     type_and_send(&b, "are you there").await?;
     b.wait_for_text(".toast.error", "Not sent").await?;
-    b.wait_until("document.querySelector('#composer').value === 'are you there'").await?;
+    b.wait_for_text("article.msg.outgoing[data-state=\"failed\"]", "are you there").await?;
+    b.wait_for("article.msg.outgoing button.retry-send").await?;
     b.screenshot("chat-offline").await?;
     b.assert_clean().await;
     Ok(())

@@ -35,6 +35,8 @@ fn routes() -> Vec<(Method, &'static str, Option<Value>)> {
         (Method::DELETE, "/v1/ui/sessions", None),
         (Method::GET, "/v1/invocations/events", None),
         (Method::GET, "/v1/conversations/events", None),
+        (Method::GET, "/v1/events?list=l", None),
+        (Method::POST, "/v1/events/0000", Some(json!({"add": [{"sub": "l", "list": true}]}))),
         (Method::GET, "/v1/logs/gateway?follow=true&n=1", None),
         (Method::GET, "/v1/mcp/servers/tiny/log?follow=true", None),
     ]
@@ -206,5 +208,34 @@ async fn ui_session_key_stream_tickets_work_once_for_their_session_and_are_never
             }
         }
     }
+    Ok(())
+}
+
+/// A multiplexed event stream (`GET /v1/events`) is its opener's: another session, or the
+/// token, changing its subscriptions gets 404 as for a stream that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_session_key_a_multiplexed_stream_is_changed_by_its_opener_only() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let a = login(&api).await?;
+    let b = login(&api).await?;
+    let t = a.ticket(&api).await?;
+    let mut resp = a.cookie_only(&api, Method::GET, &format!("/v1/events?list=l&ticket={t}")).send().await?;
+    ensure!(resp.status() == 200, "open: {}", resp.status());
+    let mut parser = coffer_types::sse::SseParser::new();
+    let mut frames = Vec::new();
+    while frames.is_empty() {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk()).await??.context("ended")?;
+        parser.push(&chunk, &mut frames);
+    }
+    ensure!(frames[0].event == "hello", "{:?}", frames[0].event);
+    let hello: Value = serde_json::from_slice(&frames[0].data)?;
+    let id = hello["stream"].as_str().context("stream")?.to_owned();
+    let change = json!({"add": [{"sub": "m", "list": true}]});
+    let path = format!("/v1/events/{id}");
+    b.request(&api, Method::POST, &path).json(&change).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    api.post_json(&path, &change).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    let r = a.request(&api, Method::POST, &path).json(&change).reply().await?.ok_json()?;
+    ensure!(r["subscriptions"] == json!(["l", "m"]), "{r}");
     Ok(())
 }

@@ -317,16 +317,35 @@ pub fn send_request(id: String, body: MessageSend, actor: String) -> Result<Send
 /// `POST /v1/conversations/{id}/messages {text, now?, attachments?}` → 202 `{"message": Message,
 /// "queue"}` (a turn started, or with `now` will start next) or `{"pending": PendingItem,
 /// "queue"}` (queued behind the running turn). Never streams: follow the turn on `…/events`. Its body may be up to
-/// [`MESSAGE_BODY_LIMIT`] (files as base64).
+/// [`MESSAGE_BODY_LIMIT`] (files as base64). With `Idempotency-Key`, a retry of the same body
+/// within minutes is answered with the first answer (`Idempotent-Replayed: true`), not queued
+/// again ([`crate::rest::idempotency`]).
 async fn send_message(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageSend>,
-) -> Result<(StatusCode, Json<api::SendMessageReply>), ApiError> {
+) -> Result<Response, ApiError> {
+    use crate::rest::idempotency::{self, Begin};
+    // With an Idempotency-Key, a retried send gets the first one's answer (see that module).
+    let first = match idempotency::key_of(&headers)? {
+        None => None,
+        Some(key) => match st.sends.begin(&id, &key, idempotency::fingerprint(&body)).await? {
+            Begin::Replay(reply) => {
+                let mut resp = (StatusCode::ACCEPTED, Json(*reply)).into_response();
+                resp.headers_mut().insert(idempotency::REPLAYED, header::HeaderValue::from_static("true"));
+                return Ok(resp);
+            }
+            Begin::First(first) => Some(first),
+        },
+    };
     let req = send_request(id, body, actor(&headers))?;
     let r = call(st.chat.clone().send_message(req)).await.map_err(ApiError::from_chat)?;
-    Ok((StatusCode::ACCEPTED, Json(chat::send_reply(&r))))
+    let reply = chat::send_reply(&r);
+    if let Some(first) = first {
+        first.finish(&reply);
+    }
+    Ok((StatusCode::ACCEPTED, Json(reply)).into_response())
 }
 
 /// The `SetPending` request of a `PUT …/pending` body (an item without an `id` is new).
@@ -544,7 +563,8 @@ async fn events(
         .await
         .map_err(ApiError::from_chat)?;
     tracing::debug!(conversation = %id, after_seq, "Event stream opened.");
-    Ok(event_stream(stream, KEEPALIVE, st.shutdown.clone()))
+    let counted = st.streams.conversation.hold();
+    Ok(crate::rest::events::counted(event_stream(stream, KEEPALIVE, st.shutdown.clone()), counted))
 }
 
 /// A `text/event-stream` response (axum's [`Sse`]: uncached) over `events`, unbuffered by
@@ -569,7 +589,8 @@ async fn conversation_events(
     let stream =
         call(st.chat.clone().watch_conversations(WatchConversationsRequest {})).await.map_err(ApiError::from_chat)?;
     tracing::debug!("Conversation list stream opened.");
-    Ok(change_stream(stream, KEEPALIVE, st.shutdown.clone()))
+    let counted = st.streams.list.hold();
+    Ok(crate::rest::events::counted(change_stream(stream, KEEPALIVE, st.shutdown.clone()), counted))
 }
 
 /// The SSE response of a `WatchConversations` stream: one [`chat::change_frame`] per change,

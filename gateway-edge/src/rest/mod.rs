@@ -17,6 +17,8 @@ pub mod backup;
 pub mod channels;
 pub mod chat;
 pub mod credentials;
+pub mod events;
+pub mod idempotency;
 pub mod import;
 pub mod knowledge;
 pub mod llm;
@@ -46,6 +48,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(knowledge::routes())
         .merge(sync::routes())
         .merge(chat::routes())
+        .merge(events::routes())
         .merge(agent_sessions::routes())
         .merge(llm::routes())
         .merge(channels::routes())

@@ -29,6 +29,7 @@ pub mod chat;
 pub mod console;
 pub mod credentials;
 pub mod daemon;
+pub mod events;
 pub mod knowledge;
 pub mod llm;
 pub mod logs;

@@ -1,8 +1,9 @@
-// Chat page: the conversation list. It opens the list's live stream first
-// (`GET /v1/conversations/events`), then lists (`GET /v1/conversations?archived=&q=`), so no
+// Chat page: the conversation list. It follows the list live first (the browser's one event
+// stream, js/chat/events.js: `GET /v1/events` `list`), then lists (`GET /v1/conversations?archived=&q=`), so no
 // change falls between the two; each `conversation` event updates, adds or drops an item as
 // the filter says, `deleted` drops it, `reset` (or a reconnection) reloads the list.
-import { get, sse, withQuery } from '../api.js';
+import { get, withQuery } from '../api.js';
+import { follow } from './events.js';
 import { ago, h, replace, toast } from '../dom.js';
 import * as notify from './notify.js';
 
@@ -131,13 +132,13 @@ export function mountList(root, hooks) {
     if (convs.delete(id)) draw();
   }
 
-  const stream = sse('/v1/conversations/events', {
+  // The browser's one event stream (js/chat/events.js), shared with every tab.
+  const stream = follow({ list: true }, {
     conversation: (c) => { notify.observe(c); upsert(c); hooks.onChange(c); },
     deleted: (d) => { remove(d.id); hooks.onRemoved(d.id); },
-    // The stream ends after a reset; the browser reconnects and `open` reloads the list.
-    reset: () => {},
+    // The list is watched afresh before a reset arrives: reloading now misses nothing.
+    reset: () => { if (!closed) load(false); },
   }, {
-    maxRetries: 8,
     onState: (s) => {
       if (closed) return;
       if (s === 'open') load(false);

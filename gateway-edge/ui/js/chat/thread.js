@@ -2,21 +2,26 @@
 // the newest messages), follows `…/events` (SSE, never polling) and renders each event as it
 // comes: streamed text goes into the DOM within one animation frame, tool calls become cards,
 // the end of a turn replaces the streamed message with the persisted one, and the files the turn
-// changed (`files_changed`, after the end) appear under it. Older messages load
+// changed (`files_changed`, after the end) appear under it. The events come over the browser's
+// one event stream (js/chat/events.js), shared by every tab. Older messages load
 // on scroll-up (only a window of them is in the DOM). The composer never locks: during a turn a
 // message becomes a pending item (removable, editable; `PUT …/pending`), or, with "Send now"
 // (the button shown while a turn runs, or Ctrl/Cmd+Enter), interrupts the turn and runs next
 // (`{"now": true}`). After a stop, an error or a restart a new message runs at once; only the
 // items that were waiting stay paused (Resume, Discard). A dropped stream
-// reconnects with Last-Event-ID (bounded retries, js/api.js), then reconciles from REST; when it
-// gives up the page says so and shows the stored state: nothing spins forever.
-import { ApiError, get, patch, post, put, sse, withQuery } from '../api.js';
+// reconnects from the last seq received (bounded retries, js/chat/events.js), then reconciles
+// from REST; when it gives up the page says so and shows the stored state: nothing spins
+// forever. A sent message shows "Sending…" until the daemon has it, is retried under one
+// Idempotency-Key, and ends "Not sent" with Retry when it cannot go (js/chat/outbox.js).
+import { ApiError, get, patch, post, put, withQuery } from '../api.js';
+import { follow as followEvents } from './events.js';
 import { h, replace, toast } from '../dom.js';
 import { markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './render.js';
 import { attachTray, messageBody } from './attach.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
 import { setChanges } from './changes.js';
+import * as outbox from './outbox.js';
 
 /** Messages fetched with the conversation, and per older page. */
 const PAGE = 50;
@@ -65,6 +70,7 @@ export function mountThread(root, id, hooks) {
   let loadingOlder = false;
   let live = null; // the streamed assistant message: {id, el, body, text, textEl, cards, buf}
   let freshReload = false; // nothing but resets received since the last reload
+  let resumed = false; // the outbox kept across a reload was taken up
 
   // ---- layout ----
   const title = h('h1', { class: 'thread-title', dir: 'auto' }, '…');
@@ -228,6 +234,12 @@ export function mountThread(root, id, hooks) {
     if (!view.messages.length) msgs.appendChild(h('p', { class: 'empty thread-empty' }, 'No messages yet. Say something below.'));
     approvals.reset(view.approvals);
     markImportEnd(msgs);
+    // Messages still on their way stay last.
+    if (outgoing.size) {
+      const empty = msgs.querySelector('.thread-empty');
+      if (empty) empty.remove();
+      for (const o of outgoing.values()) msgs.appendChild(o.b.el);
+    }
     scrollToEnd();
   }
 
@@ -424,8 +436,8 @@ export function mountThread(root, id, hooks) {
 
   function follow(after) {
     closeStream();
-    stream = sse(withQuery(`/v1/conversations/${encodeURIComponent(id)}/events`, { after }), handlers, {
-      maxRetries: 6,
+    // The browser's one event stream (js/chat/events.js), shared with every tab.
+    stream = followEvents({ conversation: id, after }, handlers, {
       onState: (s) => {
         if (closed) return;
         if (s === 'retrying') {
@@ -498,6 +510,7 @@ export function mountThread(root, id, hooks) {
       // A running turn replays from its start (after=0); otherwise follow from here.
       freshReload = true;
       follow(view.conversation.turn_running ? 0 : view.last_seq);
+      if (!resumed) { resumed = true; resumeOutbox(); }
     } catch (e) {
       if (closed) return;
       if (e instanceof ApiError && e.status === 404) { hooks.onDeleted(id); return; }
@@ -577,35 +590,113 @@ export function mountThread(root, id, hooks) {
     grow();
     editing = null;
     editNote.hidden = true;
-    sending = sending.then(() => deliver(text, wasEditing, now, files));
+    // Each message has its key from the start: however often it is tried (or re-sent after a
+    // reload), the daemon queues it once (js/chat/outbox.js).
+    const entry = { key: outbox.newKey(), text, now, at: Date.now() };
+    sending = sending.then(() => deliver(entry, wasEditing, files));
   }
 
-  /** Delivers one typed message; never throws (a failure puts the text back in the composer). */
-  async function deliver(text, wasEditing, now, files = []) {
-    try {
-      if (now) {
-        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, { ...messageBody(text, files), now: true });
-        answeredQueue(r.queue);
-        if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
-      } else if (wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
-        // Back to the end of the queue it came from (an item that waited stays a waiting one).
-        if (!(await setQueue([...queue.items, { text }], queue.paused))) throw new Error('queue');
-      } else {
-        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, messageBody(text, files));
+  /** Delivers one typed message; never throws (a refusal puts the text back in the composer). */
+  async function deliver(entry, wasEditing, files = []) {
+    if (!entry.now && wasEditing && (conv.turn_running || queue.items.length || queue.paused)) {
+      // Back to the end of the queue it came from (an item that waited stays a waiting one).
+      if (!(await setQueue([...queue.items, { text: entry.text }], queue.paused))) keepDraft(entry.text);
+      return;
+    }
+    if (!files.length) outbox.keep(id, entry);
+    await transmit(showOutgoing(entry, files));
+  }
+
+  // ---- messages on their way (js/chat/outbox.js) ----
+  const outgoing = new Map(); // key → {entry, files, b: the bubble}
+
+  function showOutgoing(entry, files = []) {
+    const b = outbox.bubble(entry.text, files.length);
+    const o = { entry, files, b };
+    outgoing.set(entry.key, o);
+    const empty = msgs.querySelector('.thread-empty');
+    if (empty) empty.remove();
+    msgs.appendChild(b.el);
+    b.sending();
+    scrollToEnd();
+    return o;
+  }
+
+  function dropOutgoing(key) {
+    const o = outgoing.get(key);
+    if (o) { o.b.el.remove(); outgoing.delete(key); }
+    outbox.forget(id, key);
+  }
+
+  /** After a reload: the sends this tab had not seen confirmed go again, with their keys. */
+  function resumeOutbox() {
+    for (const entry of outbox.kept(id)) {
+      if (outgoing.has(entry.key)) continue;
+      const o = showOutgoing(entry);
+      if (Date.now() - entry.at > outbox.RESEND_MS) failOutgoing(o, 'not confirmed before the page was reloaded');
+      else sending = sending.then(() => transmit(o));
+    }
+  }
+
+  function failOutgoing(o, reason) {
+    o.b.failed(reason, {
+      retry: () => { o.b.sending(); sending = sending.then(() => transmit(o)); },
+      edit: () => {
+        dropOutgoing(o.entry.key);
+        keepDraft(o.entry.text);
+        if (o.files.length) tray.restore(o.files);
+      },
+    });
+  }
+
+  /**
+   * Posts a message on its way until the daemon has it: a try that gets no answer, hangs past
+   * its deadline or meets a 5xx is repeated with backoff (same Idempotency-Key), up to
+   * outbox.TRIES; then the message shows "Not sent" with Retry. A refusal (4xx) puts the text
+   * back in the composer (files back in the tray) and says why.
+   */
+  async function transmit(o) {
+    const { entry, files } = o;
+    const bytes = files.reduce((n, f) => n + (f.size || 0), 0);
+    for (let n = 1; !closed; n += 1) {
+      const ctl = new AbortController();
+      const timer = setTimeout(() => ctl.abort(), outbox.deadline(bytes));
+      try {
+        const body = entry.now ? { ...messageBody(entry.text, files), now: true } : messageBody(entry.text, files);
+        const r = await post(`/v1/conversations/${encodeURIComponent(id)}/messages`, body, { headers: { 'Idempotency-Key': entry.key }, signal: ctl.signal });
+        clearTimeout(timer);
+        dropOutgoing(entry.key);
+        if (closed) return;
         // The sent message shows the images it carried (before or after its event arrived).
         const sentId = (r.message && r.message.id) || (r.pending && r.pending.id);
         if (sentId && files.length) tray.remember(sentId, files);
         answeredQueue(r.queue);
         if (r.message && !shown.includes(r.message.id)) handlers.message_created({ message_created: { message: r.message } });
         if (sentId && files.length) showPreviews(msgs, sentId);
+        return;
+      } catch (e) {
+        clearTimeout(timer);
+        if (closed) return;
+        const reason = e.name === 'AbortError' ? 'Coffer did not answer in time' : e.message;
+        if (outbox.transient(e)) {
+          if (n < outbox.TRIES) {
+            o.b.sending(`trying again, ${n + 1} of ${outbox.TRIES}`);
+            await new Promise((res) => setTimeout(res, outbox.backoff(n)));
+            continue;
+          }
+          failOutgoing(o, reason);
+          toast(`Not sent: ${reason}`, 'error');
+          return;
+        }
+        dropOutgoing(entry.key);
+        if (entry.text) keepDraft(entry.text);
+        if (files.length) {
+          // The refusal (a file over the limit, too many files) is shown by the files, inline.
+          tray.restore(files);
+          tray.fail(`Not sent: ${e.message}`);
+        } else toast(`Not sent: ${e.message}`, 'error');
+        return;
       }
-    } catch (e) {
-      if (text) keepDraft(text);
-      if (files.length) {
-        // The refusal (a file over the limit, too many files) is shown by the files, inline.
-        tray.restore(files);
-        tray.fail(`Not sent: ${e.message}`);
-      } else if (e.message !== 'queue') toast(`Not sent: ${e.message}`, 'error');
     }
   }
 
