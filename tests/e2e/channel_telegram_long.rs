@@ -79,7 +79,9 @@ async fn a_long_streamed_answer_keeps_its_start_and_continues_in_new_messages() 
     let mut script = String::from("slow:8\n");
     let mut answer = String::new();
     for i in 0..70 {
-        let p = format!("Paragraph {i:02} begins here and goes on with enough words to fill most of a line, then ends p{i:02}.");
+        let p = format!(
+            "Paragraph {i:02} begins here and goes on with enough words to fill most of a line, then ends p{i:02}."
+        );
         script.push_str(&format!("say:{p}\nnl\nnl\n"));
         answer.push_str(&p);
         answer.push_str("\n\n");

@@ -85,8 +85,7 @@ async fn chat_send_takes_a_long_message_from_stdin_or_a_file_and_refuses_bad_inp
     std::fs::write(&file, &from_file)?;
     let out = home.cli(&["chat", "send", &id, "--file", file.to_str().context("path")?, "--watch"]).await?.ok()?;
     ensure!(out.stdout.contains("from a file") && out.stdout.contains("✓ done"), "{out}");
-    let users: Vec<String> =
-        messages(&api, &id).await?.iter().filter(|m| m["role"] == "user").map(text_of).collect();
+    let users: Vec<String> = messages(&api, &id).await?.iter().filter(|m| m["role"] == "user").map(text_of).collect();
     assert_eq!(users.len(), 2, "{users:?}");
     assert!(users[0] == from_stdin && users[1] == from_file, "each message stored whole, byte for byte");
     // A blank file is empty too (with the daemon up: still refused before sending).

@@ -24,7 +24,10 @@ async fn doctor_names_unavailable_agents_and_the_versions_of_the_others() -> any
     let home = TestHome::new()?;
     let _api = home.start_daemon().await?;
     let claude = home.temp().join("claude");
-    std::fs::write(&claude, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo '2.1.332 (Claude Code)'; exit 0; fi\nexit 1\n")?;
+    std::fs::write(
+        &claude,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo '2.1.332 (Claude Code)'; exit 0; fi\nexit 1\n",
+    )?;
     std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755))?;
     let missing = home.temp().join("no-codex-here");
     home.cli(&["settings", "set", "chat.claude_code_path", claude.to_str().context("path")?]).await?.ok()?;

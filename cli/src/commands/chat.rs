@@ -73,7 +73,7 @@ pub enum ChatCommand {
     /// Send a message: it starts a turn, or waits in the pending queue while one runs (--now:
     /// interrupts it and runs next).
     #[command(
-        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'What is wrong here?' --attach shot.png"
+        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'What is wrong here?' --attach shot.png\n  git diff | coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V - --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --file review-notes.md\n\nWith --watch it exits 0 when the turn's end was seen, 1 when the turn failed or its end was lost\n(the chat service restarted meanwhile: `coffer chat show ID` has it), 130 after Ctrl-C."
     )]
     Send(SendArgs),
     /// Watch a conversation live (Ctrl-C stops watching, not the turn).
@@ -339,7 +339,8 @@ impl TextSource {
                 (b, n)
             }
             Self::File(p) => {
-                let f = std::fs::File::open(p).map_err(|e| CliError::Usage(format!("{label}: cannot read it ({e})")))?;
+                let f =
+                    std::fs::File::open(p).map_err(|e| CliError::Usage(format!("{label}: cannot read it ({e})")))?;
                 // The size on disk names how much too long it is without reading it all.
                 let on_disk = f.metadata().map(|m| m.len()).unwrap_or(0);
                 if f.metadata().is_ok_and(|m| m.is_dir()) {
@@ -362,7 +363,10 @@ impl TextSource {
             )));
         }
         let text = String::from_utf8(bytes).map_err(|e| {
-            CliError::Usage(format!("{label} is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()))
+            CliError::Usage(format!(
+                "{label} is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ))
         })?;
         let blank = match self {
             Self::Args(t) => t.is_empty(),
@@ -1538,9 +1542,7 @@ mod tests {
     fn send_args(args: &[&str]) -> SendArgs {
         let mut all = vec!["send", "01C"];
         all.extend_from_slice(args);
-        let crate::commands::Command::Chat(ChatCommand::Send(a)) = parse(&all).unwrap().command else {
-            panic!("send")
-        };
+        let crate::commands::Command::Chat(ChatCommand::Send(a)) = parse(&all).unwrap().command else { panic!("send") };
         a
     }
 
@@ -1580,7 +1582,9 @@ mod tests {
         std::fs::write(&huge, "y".repeat(MAX_MESSAGE_TEXT_BYTES + 1)).unwrap();
         let e = usage(TextSource::File(huge), false);
         assert!(
-            e.contains("1048577 bytes") && e.contains("chat service's limit of 1 MiB (1048576 bytes)") && e.contains("--attach"),
+            e.contains("1048577 bytes")
+                && e.contains("chat service's limit of 1 MiB (1048576 bytes)")
+                && e.contains("--attach"),
             "{e}"
         );
         let at_limit = dir.path().join("limit.md");

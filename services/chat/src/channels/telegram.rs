@@ -646,7 +646,11 @@ impl TelegramReplier {
                 })
                 .await;
             let error = page.ok().and_then(|page| {
-                let m = page.messages.iter().rev().find(|m| m.role == coffer_proto::store::MessageRole::Assistant as i32)?;
+                let m = page
+                    .messages
+                    .iter()
+                    .rev()
+                    .find(|m| m.role == coffer_proto::store::MessageRole::Assistant as i32)?;
                 (m.status == coffer_proto::store::MessageStatus::Failed as i32).then(|| m.error.clone())
             });
             let text = journal::finished_text(&p.shown, &journal::reason(error.as_deref()));

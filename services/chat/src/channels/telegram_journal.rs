@@ -27,8 +27,7 @@ pub struct OpenProgress {
 pub type Open = BTreeMap<String, OpenProgress>;
 
 /// The reason a progress message gets when its turn's failure cannot be read.
-pub const CRASHED_NOTE: &str =
-    "⚠ Coffer's chat service stopped during this turn; it did not finish. The whole conversation is in Coffer's web console.";
+pub const CRASHED_NOTE: &str = "⚠ Coffer's chat service stopped during this turn; it did not finish. The whole conversation is in Coffer's web console.";
 
 /// The journal file of one channel.
 #[derive(Debug, Clone)]
@@ -116,7 +115,10 @@ mod tests {
         let j = Journal::new(dir.path(), "tg");
         assert!(j.take().is_empty(), "none yet");
         let mut open = Open::new();
-        open.insert("1001".into(), OpenProgress { message_id: 7, shown: "Hello w …".into(), conversation_id: "C".into() });
+        open.insert(
+            "1001".into(),
+            OpenProgress { message_id: 7, shown: "Hello w …".into(), conversation_id: "C".into() },
+        );
         j.save(&open);
         assert!(dir.path().join("chat/channels/tg.progress.json").is_file());
         assert_eq!(j.take(), open);
@@ -132,7 +134,10 @@ mod tests {
     fn a_left_message_keeps_its_text_and_says_why_on_one_line() {
         assert_eq!(finished_text("w0 w1 w2 …", "⚠ why"), "w0 w1 w2\n\n⚠ why");
         assert_eq!(finished_text("…", "⚠ why"), "⚠ why");
-        assert_eq!(reason(Some("The chat service stopped.\nReally")), "⚠ The turn failed: The chat service stopped. Really");
+        assert_eq!(
+            reason(Some("The chat service stopped.\nReally")),
+            "⚠ The turn failed: The chat service stopped. Really"
+        );
         assert_eq!(reason(Some("  ")), CRASHED_NOTE);
         assert_eq!(reason(None), CRASHED_NOTE);
     }

@@ -68,6 +68,9 @@ fn opening(line: &str) -> Option<(char, usize)> {
     (n >= 3 && !(c == '`' && t[n..].contains('`'))).then_some((c, n))
 }
 
+/// An open code block at a cut: its opening fence line and the fence that closes it.
+type Fence = (String, String);
+
 /// Whether `line` closes a block opened with `n` × `c`.
 fn closes(line: &str, c: char, n: usize) -> bool {
     let t = line.trim();
@@ -85,7 +88,7 @@ pub fn cut(text: &str, max: usize) -> Option<Cut> {
     let least = text.char_indices().nth(max / 3).map_or(0, |(b, _)| b);
     // Each line start in the window: its byte offset, whether it follows a blank line, and the
     // fence open at it (its opening line and closing fence).
-    let mut starts: Vec<(usize, bool, Option<(String, String)>)> = Vec::new();
+    let mut starts: Vec<(usize, bool, Option<Fence>)> = Vec::new();
     let mut fence: Option<(String, char, usize)> = None;
     let mut offset = 0;
     for line in text[..window].split_inclusive('\n') {
