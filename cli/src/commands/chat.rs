@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
 use coffer_api::Page;
+use coffer_api::chat::MAX_MESSAGE_TEXT_BYTES;
 use coffer_api::chat::{
     Agent, AgentConfigCreate, ApprovalAnswer, ApprovalResolved, ContentBlock, Conversation, ConversationCreate,
     ConversationDeleted, ConversationPatch, ConversationView, Event, EventBody, Interrupted, Message, MessageSend,
@@ -72,7 +73,7 @@ pub enum ChatCommand {
     /// Send a message: it starts a turn, or waits in the pending queue while one runs (--now:
     /// interrupts it and runs next).
     #[command(
-        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'What is wrong here?' --attach shot.png"
+        after_help = "Examples:\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'Now add a test' --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V and then update the docs\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --now 'Stop that: fix the build first'\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V 'What is wrong here?' --attach shot.png\n  git diff | coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V - --watch\n  coffer chat send 01JDQ8ZKXW5T3M2N4P6R7S8T9V --file review-notes.md\n\nWith --watch it exits 0 when the turn's end was seen, 1 when the turn failed or its end was lost\n(the chat service restarted meanwhile: `coffer chat show ID` has it), 130 after Ctrl-C."
     )]
     Send(SendArgs),
     /// Watch a conversation live (Ctrl-C stops watching, not the turn).
@@ -240,9 +241,15 @@ pub struct ShowArgs {
 pub struct SendArgs {
     /// The conversation's id.
     pub id: String,
-    /// The message (words are joined with spaces); may be left out with --attach.
-    #[arg(required_unless_present = "attach", num_args = 1.., value_name = "TEXT")]
+    /// The message (words are joined with spaces); `-` alone reads it from standard input; may
+    /// be left out with --file or --attach.
+    #[arg(required_unless_present_any = ["attach", "file"], num_args = 1.., value_name = "TEXT")]
     pub text: Vec<String>,
+    /// Read the message's text from this file (UTF-8, at most the chat service's 1 MiB limit),
+    /// for a message longer than a command line takes. The file is the text, not an attachment
+    /// (see --attach).
+    #[arg(long, value_name = "PATH", conflicts_with = "text")]
+    pub file: Option<PathBuf>,
     /// Follow the turn this message starts (after the queue, if it waits) until it ends.
     #[arg(long)]
     pub watch: bool,
@@ -278,6 +285,106 @@ fn read_attachments(paths: &[std::path::PathBuf]) -> Result<Option<Vec<coffer_ap
         });
     }
     Ok(Some(out))
+}
+
+/// Where `coffer chat send` takes its text from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextSource {
+    /// The words given, joined with spaces.
+    Args(String),
+    /// `-`: standard input, read to its end.
+    Stdin,
+    /// `--file PATH`.
+    File(PathBuf),
+}
+
+impl TextSource {
+    /// The source `a` names.
+    pub fn of(a: &SendArgs) -> Self {
+        match (&a.file, a.text.as_slice()) {
+            (Some(p), _) => Self::File(p.clone()),
+            (None, [one]) if one == "-" => Self::Stdin,
+            (None, words) => Self::Args(words.join(" ")),
+        }
+    }
+
+    /// How an error names it: `stdin`, `--file PATH`, `the message`.
+    fn label(&self) -> String {
+        match self {
+            Self::Args(_) => "the message".into(),
+            Self::Stdin => "the message on stdin".into(),
+            Self::File(p) => format!("--file {}", p.display()),
+        }
+    }
+
+    /// The text, read whole (at most [`MAX_MESSAGE_TEXT_BYTES`] + 1 bytes are read) and checked:
+    /// UTF-8, not empty (blank counts as empty from stdin or a file) unless `attachments`, at
+    /// most the chat service's limit.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] (exit 2) naming the source: unreadable, not UTF-8, empty, or over
+    /// [`MAX_MESSAGE_TEXT_BYTES`] (1 MiB) with its size.
+    pub fn read(&self, attachments: bool) -> Result<String, CliError> {
+        use std::io::{IsTerminal as _, Read as _};
+        let label = self.label();
+        let limit = MAX_MESSAGE_TEXT_BYTES as u64;
+        let (bytes, size) = match self {
+            Self::Args(t) => (t.clone().into_bytes(), t.len() as u64),
+            Self::Stdin => {
+                let input = std::io::stdin();
+                if input.is_terminal() {
+                    crate::eprintln_printable!("Reading the message from the terminal; end it with Ctrl-D.");
+                }
+                let mut b = Vec::new();
+                input
+                    .lock()
+                    .take(limit + 1)
+                    .read_to_end(&mut b)
+                    .map_err(|e| CliError::Usage(format!("{label}: cannot read it ({e})")))?;
+                let n = b.len() as u64;
+                (b, n)
+            }
+            Self::File(p) => {
+                let f =
+                    std::fs::File::open(p).map_err(|e| CliError::Usage(format!("{label}: cannot read it ({e})")))?;
+                // The size on disk names how much too long it is without reading it all.
+                let on_disk = f.metadata().map(|m| m.len()).unwrap_or(0);
+                if f.metadata().is_ok_and(|m| m.is_dir()) {
+                    return Err(CliError::Usage(format!("{label}: is a folder, not a file")));
+                }
+                let mut b = Vec::new();
+                f.take(limit + 1)
+                    .read_to_end(&mut b)
+                    .map_err(|e| CliError::Usage(format!("{label}: cannot read it ({e})")))?;
+                let n = (b.len() as u64).max(on_disk);
+                (b, n)
+            }
+        };
+        if size > limit {
+            // Standard input is read only up to the limit: its whole size is not known.
+            let size = if matches!(self, Self::Stdin) { format!("more than {limit}") } else { size.to_string() };
+            return Err(CliError::Usage(format!(
+                "{label} is {size} bytes: over the chat service's limit of 1 MiB ({limit} bytes) per message; \
+                 send a longer text as a file with --attach PATH"
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            CliError::Usage(format!(
+                "{label} is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
+        let blank = match self {
+            Self::Args(t) => t.is_empty(),
+            Self::Stdin | Self::File(_) => text.trim().is_empty(),
+        };
+        if blank && !attachments {
+            return Err(CliError::Usage(format!(
+                "{label} is empty: a message holds 1 byte to 1 MiB of text (or send files with --attach)"
+            )));
+        }
+        Ok(text)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -840,6 +947,10 @@ pub enum End {
     Deleted,
     /// Ctrl-C.
     Stopped,
+    /// Events were lost (a `reset`: the chat service restarted, or this watcher fell behind)
+    /// and the followed turn ended among them: its end was not seen. What it says: the reset's
+    /// reason and how the turn's answer is stored, when it could be read.
+    Unseen(String),
 }
 
 fn retryable(e: &CliError) -> bool {
@@ -982,12 +1093,12 @@ pub async fn follow(
                         "lagged" => reload = true,
                         _ => {}
                     }
-                    // Events were lost: a followed turn may have ended among them.
+                    // Events were lost: a followed turn may have ended among them, unseen.
                     if let Some(t) = &target
                         && turn_over(&api, id, t).await?
                     {
                         output::print(renderer.finish())?;
-                        return Ok(End::Done);
+                        return Ok(End::Unseen(unseen_end(&api, id, t, &r.reason).await));
                     }
                 }
             }
@@ -1016,6 +1127,34 @@ async fn turn_over(api: &ApiClient, id: &str, t: &Target) -> Result<bool, CliErr
     let v = view_now(api, id).await?;
     let queued = v.pending.items.iter().any(|p| p.id == t.id);
     Ok(!queued && !v.conversation.turn_running)
+}
+
+/// Most messages read back to find a followed turn's answer after its end was not seen.
+const UNSEEN_LOOKBACK: &str = "50";
+
+/// What is said when `t`'s turn ended among lost events (`reset` with `reason`): the reason and
+/// how its answer is stored (`complete`, `failed: why`, …) when it is among the newest
+/// [`UNSEEN_LOOKBACK`] messages.
+async fn unseen_end(api: &ApiClient, id: &str, t: &Target, reason: &str) -> String {
+    let lost = match reason {
+        "lagged" => "this watcher fell behind".to_owned(),
+        "too_old" => "the chat service restarted or no longer keeps them".to_owned(),
+        other => printable(other).into_owned(),
+    };
+    let path = with_query(&conv_path(id), &[("messages", Some(UNSEEN_LOOKBACK))]);
+    let answer = api.get_as::<ConversationView>(&path).await.ok().and_then(|v| {
+        let mine = |m: &&Message| m.role == Role::User && (m.id == t.id || (t.queued && m.text() == t.text));
+        let at = v.messages.iter().rposition(|m| mine(&m))?;
+        v.messages[at + 1..].iter().find(|m| m.role == Role::Assistant).cloned()
+    });
+    let how = match answer {
+        Some(m) => match m.error.as_deref().filter(|e| !e.is_empty()) {
+            Some(why) => format!("; its answer is {}: {}", m.status.word(), one_line(why, 300)),
+            None => format!("; its answer is {}", m.status.word()),
+        },
+        None => String::new(),
+    };
+    format!("events were lost ({lost}) and the turn ended among them{how}")
 }
 
 /// Sends `text` (with `attachments`; with `now` interrupting the running turn to run next) to
@@ -1059,13 +1198,24 @@ async fn send_and_follow(
     finish(follow(ctx, api, id, after, Some(stream), Some(target)).await?, ctx, id)
 }
 
-/// What a followed turn's end means for the exit code.
+/// Exit code of `send --watch` / `new --watch` stopped with Ctrl-C before the turn ended
+/// (128 + SIGINT, as a shell reports an interrupted command).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// What a followed turn's end means for the exit code: 0 only when its end (`turn_done`) was
+/// seen; 1 when it failed or its end was not seen; [`EXIT_INTERRUPTED`] after Ctrl-C.
 fn finish(end: End, ctx: &Ctx, id: &str) -> Result<(), CliError> {
     match end {
         End::Done => Ok(()),
         End::Stopped => {
             crate::eprintln_printable!("Stopped watching; the turn goes on (`coffer chat stop {id}` interrupts it).");
-            Ok(())
+            Err(CliError::Quiet(EXIT_INTERRUPTED))
+        }
+        End::Unseen(what) => {
+            let e = CliError::Failed(format!(
+                "the end of the turn was not seen: {what}. `coffer chat show {id}` has the whole answer"
+            ));
+            Err(if ctx.json { e.printed() } else { e })
         }
         End::Deleted => {
             let e = CliError::NotFound(format!("conversation {id} was deleted"));
@@ -1246,9 +1396,11 @@ async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
 }
 
 async fn send(ctx: &Ctx, a: SendArgs) -> Result<(), CliError> {
+    // Read and checked before the daemon is reached: a usage error starts nothing.
+    let text = TextSource::of(&a).read(!a.attach.is_empty())?;
     let attachments = read_attachments(&a.attach)?;
     let api = ctx.connect().await?;
-    send_and_follow(ctx, &api, &a.id, &a.text.join(" "), a.watch, a.now, attachments).await
+    send_and_follow(ctx, &api, &a.id, &text, a.watch, a.now, attachments).await
 }
 
 async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
@@ -1396,6 +1548,9 @@ mod tests {
             &["new", "--agent", "claude_code", "fix", "it", "--watch"],
             &["new", "--agent", "codex", "--cwd", ".", "--model", "o4"],
             &["send", "01C", "hi", "--watch"],
+            &["send", "01C", "-", "--watch"],
+            &["send", "01C", "--file", "long.md"],
+            &["send", "01C", "--file", "long.md", "--attach", "a.png"],
             &["pending", "01C", "--set", "a", "b"],
             &["pending", "01C"],
             &["rename", "01C", "new", "title"],
@@ -1405,6 +1560,8 @@ mod tests {
         for bad in [
             &["new", "hi"][..],
             &["send", "01C"],
+            &["send", "01C", "--file", "long.md", "and", "words"],
+            &["send", "01C", "--file"],
             &["list", "--archived", "--all"],
             &["list", "--limit", "0"],
             &["pending", "01C", "--resume", "--clear"],
@@ -1413,6 +1570,61 @@ mod tests {
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
+    }
+
+    fn send_args(args: &[&str]) -> SendArgs {
+        let mut all = vec!["send", "01C"];
+        all.extend_from_slice(args);
+        let crate::commands::Command::Chat(ChatCommand::Send(a)) = parse(&all).unwrap().command else { panic!("send") };
+        a
+    }
+
+    #[test]
+    fn a_message_comes_from_words_stdin_or_a_file_and_is_checked_before_sending() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(TextSource::of(&send_args(&["fix", "it"])), TextSource::Args("fix it".into()));
+        assert_eq!(TextSource::of(&send_args(&["-"])), TextSource::Stdin);
+        // `-` among other words is a word.
+        assert_eq!(TextSource::of(&send_args(&["a", "-", "b"])), TextSource::Args("a - b".into()));
+        let long = dir.path().join("long.md");
+        let text = format!("{}\nend", "x".repeat(300 * 1024));
+        std::fs::write(&long, &text).unwrap();
+        let a = send_args(&["--file", long.to_str().unwrap()]);
+        assert_eq!(TextSource::of(&a).read(false).unwrap(), text, "read whole, as written");
+
+        let usage = |src: TextSource, attachments: bool| {
+            let e = src.read(attachments).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            e.to_string()
+        };
+        let missing = dir.path().join("missing.md");
+        let e = usage(TextSource::File(missing.clone()), false);
+        assert!(e.contains(&format!("--file {}", missing.display())) && e.contains("cannot read"), "{e}");
+        let e = usage(TextSource::File(dir.path().to_owned()), false);
+        assert!(e.contains("folder"), "{e}");
+        let blank = dir.path().join("blank.md");
+        std::fs::write(&blank, " \n\n").unwrap();
+        let e = usage(TextSource::File(blank.clone()), false);
+        assert!(e.contains("blank.md is empty") && e.contains("1 MiB"), "{e}");
+        assert!(TextSource::File(blank).read(true).is_ok(), "with --attach the text may be empty");
+        let binary = dir.path().join("image.png");
+        std::fs::write(&binary, [b'o', b'k', 0xff, 0xfe]).unwrap();
+        let e = usage(TextSource::File(binary), false);
+        assert!(e.contains("not UTF-8") && e.contains("offset 2"), "{e}");
+        let huge = dir.path().join("huge.md");
+        std::fs::write(&huge, "y".repeat(MAX_MESSAGE_TEXT_BYTES + 1)).unwrap();
+        let e = usage(TextSource::File(huge), false);
+        assert!(
+            e.contains("1048577 bytes")
+                && e.contains("chat service's limit of 1 MiB (1048576 bytes)")
+                && e.contains("--attach"),
+            "{e}"
+        );
+        let at_limit = dir.path().join("limit.md");
+        std::fs::write(&at_limit, "z".repeat(MAX_MESSAGE_TEXT_BYTES)).unwrap();
+        assert_eq!(TextSource::File(at_limit).read(false).unwrap().len(), MAX_MESSAGE_TEXT_BYTES, "1 MiB is allowed");
+        let e = usage(TextSource::Args("w ".repeat(MAX_MESSAGE_TEXT_BYTES / 2 + 1)), false);
+        assert!(e.contains("the message is 1048578 bytes"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //!   call failed, and nothing succeeded since; a normal stop is no error): a warning, unless
 //!   its configuration check above already failed for the same reason;
 //! - the internal LLM connection `coffer__ask` runs on: a warning when none is set or its key is
-//!   missing.
+//!   missing;
+//! - every chat agent (Claude Code, Codex): its CLI's version and path, or a warning saying why
+//!   it is unavailable (its CLI missing).
 //!
 //! Exit 0 when no check fails (warnings allowed), 1 otherwise.
 use std::collections::BTreeSet;
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use coffer_api::Page;
 use coffer_api::channels::Channel;
+use coffer_api::chat::Agent;
 use coffer_api::credentials::Credential;
 use coffer_api::daemon::{ServiceStatus, Status as DaemonStatus};
 use coffer_api::llm::LlmConnection;
@@ -162,6 +165,14 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 Err(e) => {
                     checks.push(Check::fail("channels", format!("cannot read the channels: {e}"), "coffer logs store"))
                 }
+            }
+            match api.get_as::<Page<Agent>>("/v1/agents").await {
+                Ok(a) => checks.extend(check_agents(&a.items)),
+                Err(e) => checks.push(Check::warn(
+                    "agents",
+                    format!("cannot list the chat agents: {e}"),
+                    "coffer status; then coffer logs chat",
+                )),
             }
         }
         None if lock_is_held(&ctx.home.daemon_lock()) => {
@@ -463,6 +474,34 @@ pub fn check_sync(s: &SyncStatus) -> Vec<Check> {
         None => out.push(Check::ok("sync", format!("set up with {}", s.remote))),
     }
     out
+}
+
+/// One check per chat agent (`GET /v1/agents`): ok with its CLI's version and path when
+/// available ("version unknown" when its `--version` did not answer), a warning naming the
+/// reason when not (its CLI is missing: chatting with it fails; the rest of Coffer works).
+pub fn check_agents(items: &[Agent]) -> Vec<Check> {
+    items
+        .iter()
+        .map(|a| {
+            let check = format!("agent {}", a.agent_key);
+            let name = crate::output::printable(&a.display_name);
+            if a.available {
+                let version = a.version.as_deref().filter(|v| !v.is_empty()).map(crate::output::printable);
+                let version = version.map_or_else(|| "version unknown".to_owned(), |v| v.into_owned());
+                let at = a.command.as_deref().map(crate::output::printable).unwrap_or_default();
+                return Check::ok(check, format!("{name} {version} at {at}"));
+            }
+            let why = a.reason.as_deref().map(crate::output::printable).unwrap_or_else(|| "no reason given".into());
+            Check::warn(
+                check,
+                format!("{name} is unavailable: {why}"),
+                format!(
+                    "install its CLI, or point Coffer at it: coffer settings set chat.{}_path /path/to/it (needed only to chat with it)",
+                    a.agent_key
+                ),
+            )
+        })
+        .collect()
 }
 
 /// One check per channel (none: no check): a disabled channel is ok; an enabled one fails when

@@ -65,6 +65,11 @@ pub struct ConversationPatch {
     pub permission_mode: Option<String>,
 }
 
+/// Most bytes (UTF-8) of one message's text: the chat service refuses a longer one
+/// (`coffer_chat::engine::MAX_TEXT_BYTES`, 1 MiB). Clients check it first so that nothing is
+/// uploaded in vain.
+pub const MAX_MESSAGE_TEXT_BYTES: usize = 1 << 20;
+
 /// `POST /v1/conversations/{id}/messages` (JSON; files as base64 in `attachments`: this route's
 /// body may be up to 56 MiB, every other route's 2 MiB).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

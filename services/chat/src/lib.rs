@@ -22,6 +22,7 @@ use coffer_runtime::service::ServiceCtx;
 
 pub mod adapter;
 pub mod agent_process;
+pub mod agent_version;
 pub mod agents_config;
 pub mod attachments;
 pub mod authz;

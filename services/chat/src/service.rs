@@ -75,7 +75,15 @@ impl ChatService {
                     }),
                 }
             })
-            .collect();
+            .collect::<Vec<c::Agent>>();
+        // The versions the providers do not know: each available CLI asked once (cached).
+        let agents = futures_util::future::join_all(agents.into_iter().map(|mut a| async move {
+            if a.available && a.version.is_empty() {
+                a.version = crate::agent_version::detect(std::path::Path::new(&a.command)).await.unwrap_or_default();
+            }
+            a
+        }))
+        .await;
         c::ListAgentsReply { agents }
     }
 

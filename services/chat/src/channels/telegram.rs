@@ -19,6 +19,10 @@
 //!   (`parse_mode: HTML`; a 400 "can't parse entities" falls back to plain text), the first
 //!   piece replacing the progress message. A progress message still open when the adapter
 //!   stops (disabled or restarted mid-turn) is ended with [`STOPPED_NOTE`], not left on "…".
+//!   Open progress messages are kept on disk ([`journal`]): after a crash of `coffer-chat` the
+//!   next adapter finishes each with the text it showed and the turn's failure. A long answer
+//!   keeps its start: past [`PROGRESS_CHARS`] a piece is settled in the progress message and
+//!   the answer goes on in a new one ([`long`]).
 //! - **Approvals** ([`TelegramReplier`]'s `approval`): a request is a new message (it
 //!   notifies) "Waiting for your approval: Bash `rm -rf build`" with inline buttons Allow /
 //!   Deny / Always whose `callback_data` is [`callback_data`] (`ap:<conversation>:<number>:<a|d|A>`,
@@ -53,6 +57,10 @@ use super::{AdapterCtx, AdapterHandle, ApprovalView, ChannelError, Inbound, Repl
 
 #[path = "telegram_format.rs"]
 pub mod format;
+#[path = "telegram_journal.rs"]
+pub mod journal;
+#[path = "telegram_long.rs"]
+pub mod long;
 
 /// The public Bot API.
 pub const DEFAULT_API: &str = "https://api.telegram.org";
@@ -72,8 +80,9 @@ pub const EDIT_INTERVAL: Duration = Duration::from_secs(1);
 const SEND_TRIES: u32 = 5;
 /// Longest 429 wait honoured inside a reply (a longer one gives the message up).
 const MAX_RETRY_AFTER: u64 = 120;
-/// Characters of a turn's text the progress message shows (its tail).
-const PROGRESS_CHARS: usize = 3500;
+/// Most characters of a turn's text one progress message shows: past it a piece is settled
+/// and the answer continues in a new message ([`long`]).
+pub const PROGRESS_CHARS: usize = 3500;
 const PLATFORM: &str = "Telegram";
 
 fn now_ms() -> i64 {
@@ -570,8 +579,10 @@ pub struct TelegramReplier {
     status: Arc<StatusCell>,
     /// When each chat's messages may next be edited or sent (throttling across turns).
     next_slot: Mutex<HashMap<String, Instant>>,
-    /// Progress messages of turns not shown to their end yet, by chat: (message id, text shown).
-    open: Mutex<HashMap<String, (i64, String)>>,
+    /// Progress messages of turns not shown to their end yet, by chat (kept in `journal`).
+    open: Mutex<journal::Open>,
+    /// Where `open` is kept on disk for the next run after a crash (set by [`run`]).
+    journal: std::sync::OnceLock<journal::Journal>,
     /// Approval request messages, by (conversation, number): (chat, message id). Edited when
     /// the request is decided; a request already here is not sent again (a replay).
     approvals: Mutex<HashMap<(String, u64), (String, i64)>>,
@@ -596,25 +607,73 @@ impl TelegramReplier {
             api,
             status,
             next_slot: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
+            open: Mutex::new(journal::Open::new()),
+            journal: std::sync::OnceLock::new(),
             approvals: Mutex::new(HashMap::new()),
         })
     }
 
-    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, String)>> {
+    fn open(&self) -> std::sync::MutexGuard<'_, journal::Open> {
         self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps the open progress messages in `j` from now on.
+    pub fn keep_journal(&self, j: journal::Journal) {
+        let _ = self.journal.set(j);
+    }
+
+    /// Writes the open progress messages to the journal, if one is kept.
+    fn save_open(&self) {
+        if let Some(j) = self.journal.get() {
+            j.save(&self.open());
+        }
+    }
+
+    /// Finishes the progress messages a previous run of this channel left open (it was killed
+    /// mid-turn): each is edited to the text it showed and a one-line reason — the failure
+    /// stored on its conversation's newest assistant message (the restart marked the cut turn
+    /// `failed`), else [`journal::CRASHED_NOTE`]. Each edit is tried with the usual retries; one
+    /// that fails is logged and left.
+    pub async fn finish_left(&self, engine: &crate::engine::Engine, left: journal::Open) {
+        for (chat_id, p) in left {
+            let page = engine
+                .store()
+                .messages(coffer_proto::store::ListMessagesRequest {
+                    conversation_id: p.conversation_id.clone(),
+                    limit: 10,
+                    newest: true,
+                    ..Default::default()
+                })
+                .await;
+            let error = page.ok().and_then(|page| {
+                let m = page
+                    .messages
+                    .iter()
+                    .rev()
+                    .find(|m| m.role == coffer_proto::store::MessageRole::Assistant as i32)?;
+                (m.status == coffer_proto::store::MessageStatus::Failed as i32).then(|| m.error.clone())
+            });
+            let text = journal::finished_text(&p.shown, &journal::reason(error.as_deref()));
+            self.slot(&chat_id).await;
+            let body = json!({ "chat_id": chat_ref(&chat_id), "message_id": p.message_id, "text": text });
+            match self.send("editMessageText", &body).await {
+                Ok(_) => {}
+                Err(e) if is_unmodified(&e) => {}
+                Err(e) => tracing::warn!(error = %e, "Cannot finish a progress message left open by a crash."),
+            }
+        }
     }
 
     /// Ends every progress message left open (the bridge was dropped mid-turn: the adapter is
     /// stopping) with [`STOPPED_NOTE`] instead of a lasting "…", each edit tried once within
     /// `within` in all.
     pub async fn finish_open(&self, within: Duration) {
-        let open: Vec<(String, (i64, String))> = self.open().drain().collect();
+        let open: Vec<(String, journal::OpenProgress)> = std::mem::take(&mut *self.open()).into_iter().collect();
         if open.is_empty() {
             return;
         }
         let edits = async {
-            for (chat_id, (message_id, shown)) in open {
+            for (chat_id, journal::OpenProgress { message_id, shown, .. }) in open {
                 let so_far = shown.trim_end_matches('…').trim_end();
                 let text =
                     if so_far.is_empty() { STOPPED_NOTE.to_owned() } else { format!("{so_far}\n\n{STOPPED_NOTE}") };
@@ -627,6 +686,8 @@ impl TelegramReplier {
         if tokio::time::timeout(within, edits).await.is_err() {
             tracing::warn!("Ending the open progress messages took too long; left as they are.");
         }
+        // Finished (or given up on) by this run: nothing for the next one.
+        self.save_open();
     }
 
     fn approvals(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), (String, i64)>> {
@@ -757,6 +818,53 @@ impl TelegramReplier {
     }
 }
 
+/// `v` with only its text not settled in earlier messages ([`long::Chain`]).
+fn long_view(chain: &long::Chain, v: &TurnView) -> TurnView {
+    TurnView { text: chain.rest(&v.text), ..v.clone() }
+}
+
+impl TelegramReplier {
+    /// Settles every piece of `v`'s text past [`PROGRESS_CHARS`] ([`long::Chain::settle`]): the
+    /// progress message `id` is edited to the piece's final rendering and a new progress
+    /// message carries on. The new progress message and the text it shows; `None` when nothing
+    /// was settled. When the new message cannot be sent, `(None, "")`: the rest of the answer
+    /// comes as new messages at the end.
+    async fn settle(
+        &self,
+        chat_id: &str,
+        mut id: i64,
+        chain: &mut long::Chain,
+        v: &TurnView,
+    ) -> Option<(Option<i64>, String)> {
+        let mut out = None;
+        while let Some(piece) = chain.settle(&v.text, PROGRESS_CHARS) {
+            if out.is_some() {
+                self.slot(chat_id).await;
+            }
+            if let Err(e) = self.edit_piece(chat_id, id, &piece).await {
+                tracing::warn!(error = %e, "Cannot settle a piece of a long answer.");
+            }
+            self.slot(chat_id).await;
+            let shown = progress_text(&long_view(chain, v));
+            let sent = self.send("sendMessage", &json!({ "chat_id": chat_ref(chat_id), "text": shown })).await;
+            let Some(next) = sent.ok().and_then(|m| m.get("message_id").and_then(Value::as_i64)) else {
+                tracing::warn!("Cannot send the next progress message of a long answer.");
+                self.open().remove(chat_id);
+                self.save_open();
+                return Some((None, String::new()));
+            };
+            if let Some(o) = self.open().get_mut(chat_id) {
+                o.message_id = next;
+                o.shown = shown.clone();
+            }
+            self.save_open();
+            id = next;
+            out = Some((Some(next), shown));
+        }
+        out
+    }
+}
+
 /// The progress message's plain text: the tail of the text so far and the last tools.
 pub fn progress_text(v: &TurnView) -> String {
     let n = v.text.chars().count();
@@ -881,9 +989,18 @@ impl Replier for TelegramReplier {
                     Err(e) => tracing::warn!(error = %e, "Cannot send a progress message."),
                 }
                 if let Some(id) = progress {
-                    self.open().insert(chat_id.to_owned(), (id, shown.clone()));
+                    let p = journal::OpenProgress {
+                        message_id: id,
+                        shown: shown.clone(),
+                        conversation_id: first.conversation_id.clone(),
+                    };
+                    self.open().insert(chat_id.to_owned(), p);
+                    self.save_open();
                 }
             }
+            // The answer's start stays where it was read: past PROGRESS_CHARS a piece is
+            // settled in the progress message and the answer goes on in a new one.
+            let mut chain = long::Chain::default();
             let last = loop {
                 let v = views.borrow_and_update().clone();
                 if v.state.is_final() {
@@ -897,7 +1014,10 @@ impl Replier for TelegramReplier {
                 if v.state.is_final() {
                     break v;
                 }
-                let text = progress_text(&v);
+                if let Some(id) = progress {
+                    (progress, shown) = self.settle(chat_id, id, &mut chain, &v).await.unwrap_or((progress, shown));
+                }
+                let text = progress_text(&long_view(&chain, &v));
                 if let Some(id) = progress
                     && text != shown
                 {
@@ -908,12 +1028,14 @@ impl Replier for TelegramReplier {
                         Err(e) => tracing::warn!(error = %e, "Cannot edit a progress message."),
                     }
                     if let Some(o) = self.open().get_mut(chat_id) {
-                        o.1 = shown.clone();
+                        o.shown = shown.clone();
                     }
+                    self.save_open();
                 }
             };
             self.open().remove(chat_id);
-            let pieces = format::split(&final_markdown(&last), format::MAX_CHARS);
+            self.save_open();
+            let pieces = format::split(&final_markdown(&long_view(&chain, &last)), format::MAX_CHARS);
             for (i, piece) in pieces.iter().enumerate() {
                 if i > 0 || progress.is_some() {
                     self.slot(chat_id).await;
@@ -1011,6 +1133,14 @@ async fn run(ctx: AdapterCtx) {
     });
     tracing::info!(channel = %name, bot = %username, "The Telegram adapter is polling.");
     let replier = TelegramReplier::new(api.clone(), ctx.status.clone());
+    // Progress messages a killed run left on "…" are finished first, then kept from now on.
+    let kept = journal::Journal::new(ctx.engine.home(), &name);
+    let left = kept.take();
+    replier.keep_journal(kept);
+    if !left.is_empty() {
+        tracing::info!(channel = %name, messages = left.len(), "Finishing progress messages left open by a crash.");
+        replier.finish_left(&ctx.engine, left).await;
+    }
     let bridge = Bridge::new(ctx.engine.clone(), replier.clone());
     if let Err(e) = bridge.resume(&ctx.record).await {
         tracing::warn!(channel = %name, error = %e, "Cannot follow the owner's conversation yet.");
