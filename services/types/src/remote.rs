@@ -64,10 +64,11 @@ impl AllowedOrigin {
         https == self.https && !rest.contains('/') && self.matches_host(rest)
     }
 
-    /// True when the host is a loopback name (`localhost`, `127.0.0.1`, `[::1]`): such an entry
-    /// is reached through a tunnel on the browser's own machine (`ssh -L 9000:…`).
+    /// True when the host is `localhost` or a loopback address (`127.0.0.0/8`, `[::1]`): such
+    /// an entry is reached on the browser's own machine (through a tunnel, `ssh -L 9000:…`).
     pub fn is_loopback_name(&self) -> bool {
-        matches!(self.host.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+        self.host == "localhost"
+            || self.host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 }
 
@@ -172,6 +173,10 @@ mod tests {
         assert_eq!(hosts[0].origin(), "https://box.tail1234.ts.net");
         assert_eq!(hosts[1].origin(), "http://100.64.1.2:8443");
         assert!(hosts[2].is_loopback_name());
+        assert!(!hosts[0].is_loopback_name() && !hosts[1].is_loopback_name());
+        for lo in ["http://127.0.0.2:1", "http://[::1]:1"] {
+            assert!(parse_allowed_hosts(lo).unwrap()[0].is_loopback_name(), "{lo}");
+        }
         let ts = &hosts[0];
         for ok in ["box.tail1234.ts.net", "BOX.tail1234.ts.net:443"] {
             assert!(ts.matches_host(ok), "{ok}");
