@@ -194,7 +194,10 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, mut req: Request, next
         }
     }
     req.extensions_mut().insert(reach);
-    next.run(req).await
+    let mut resp = next.run(req).await;
+    // For `ui::security_headers`, which runs outside this layer.
+    resp.extensions_mut().insert(reach);
+    resp
 }
 
 fn host_is_loopback(host: &str, port: u16) -> bool {

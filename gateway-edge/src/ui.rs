@@ -211,7 +211,18 @@ pub fn is_ui_path(path: &str) -> bool {
 pub async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let ui = is_ui_path(req.uri().path());
     let resp = next.run(req).await;
-    if ui { secure(resp) } else { resp }
+    if !ui {
+        return resp;
+    }
+    // `Cross-Origin-Opener-Policy` is for secure origins only: at a plain-HTTP origin beyond
+    // loopback (an `http://` entry of `ui.allowed_hosts`) Chromium ignores it and logs an error
+    // on every page, so it is left out there (loopback and `https://` origins keep it).
+    let plain_remote = matches!(resp.extensions().get::<crate::reach::Reach>(), Some(crate::reach::Reach::Remote { https: false }));
+    let mut resp = secure(resp);
+    if plain_remote {
+        resp.headers_mut().remove("cross-origin-opener-policy");
+    }
+    resp
 }
 
 /// Adds the headers every `/ui` response carries.

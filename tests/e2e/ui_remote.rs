@@ -143,6 +143,13 @@ async fn a_second_host_name_is_refused_until_allowed_then_logs_in_with_the_same_
     // Allowed: the page answers by that name, and `coffer ui --host` mints a link there.
     set(&home, "ui.allowed_hosts", &phone).await?;
     until_status(&c, &format!("{phone}/ui/chat"), None, None, 200).await?;
+    // The page's security headers, but COOP, which a browser ignores (with an error on every
+    // page) at a plain-HTTP origin other than loopback.
+    let r = c.get(format!("{phone}/ui/chat")).reply().await?;
+    ensure!(header(&r, "content-security-policy").contains("default-src 'none'"), "{:?}", r.headers);
+    ensure!(header(&r, "cross-origin-opener-policy").is_empty(), "{:?}", r.headers);
+    let r = api.get("/ui/chat").reply().await?;
+    ensure!(header(&r, "cross-origin-opener-policy") == "same-origin", "loopback keeps it: {:?}", r.headers);
     let link = home.cli(&["ui", "--host", PHONE, "--json"]).await?.ok()?.json()?;
     let url = link["url"].as_str().context("url")?;
     ensure!(url.starts_with(&format!("{phone}/ui/login?code=")), "{link}");
@@ -225,6 +232,8 @@ async fn a_second_host_name_is_refused_until_allowed_then_logs_in_with_the_same_
     const SECURE: &str = "secure.coffer.test";
     set(&home, "ui.allowed_hosts", &format!("{phone}, https://{SECURE}")).await?;
     until_status(&lo, &api.url("/ui/chat"), Some(SECURE), None, 200).await?;
+    let r = lo.get(api.url("/ui/chat")).header("Host", SECURE).reply().await?;
+    ensure!(header(&r, "cross-origin-opener-policy") == "same-origin", "https keeps it: {:?}", r.headers);
     let link = home.cli(&["ui", "--host", &format!("https://{SECURE}"), "--json"]).await?.ok()?.json()?;
     let url = link["url"].as_str().context("url")?;
     ensure!(url.starts_with(&format!("https://{SECURE}/ui/login?code=")), "{link}");
