@@ -217,7 +217,8 @@ pub async fn security_headers(req: axum::extract::Request, next: axum::middlewar
     // `Cross-Origin-Opener-Policy` is for secure origins only: at a plain-HTTP origin beyond
     // loopback (an `http://` entry of `ui.allowed_hosts`) Chromium ignores it and logs an error
     // on every page, so it is left out there (loopback and `https://` origins keep it).
-    let plain_remote = matches!(resp.extensions().get::<crate::reach::Reach>(), Some(crate::reach::Reach::Remote { https: false }));
+    let plain_remote =
+        matches!(resp.extensions().get::<crate::reach::Reach>(), Some(crate::reach::Reach::Remote { https: false }));
     let mut resp = secure(resp);
     if plain_remote {
         resp.headers_mut().remove("cross-origin-opener-policy");

@@ -105,8 +105,7 @@ async fn mcp_initialize(client: &reqwest::Client, base: &str, token: &str) -> an
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_host_name_is_refused_until_allowed_then_logs_in_with_the_same_session_rules() -> anyhow::Result<()>
-{
+async fn a_second_host_name_is_refused_until_allowed_then_logs_in_with_the_same_session_rules() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
     let port = api.port();
@@ -128,12 +127,10 @@ async fn a_second_host_name_is_refused_until_allowed_then_logs_in_with_the_same_
     ensure!(!out.success() && out.stderr.contains("ui.allowed_hosts is empty"), "{out}");
 
     // Values that are not origins are refused with the reason, through REST and the CLI.
-    for bad in ["phone.coffer.test", "https://*.coffer.test", "https://phone.coffer.test/ui", "ftp://phone.coffer.test"] {
-        let r = api
-            .request(Method::PATCH, "/v1/settings")
-            .json(&json!({"set": {"ui.allowed_hosts": bad}}))
-            .reply()
-            .await?;
+    for bad in ["phone.coffer.test", "https://*.coffer.test", "https://phone.coffer.test/ui", "ftp://phone.coffer.test"]
+    {
+        let r =
+            api.request(Method::PATCH, "/v1/settings").json(&json!({"set": {"ui.allowed_hosts": bad}})).reply().await?;
         let e = r.expect_envelope(400, "INVALID_ARGUMENT").with_context(|| bad.to_owned())?;
         ensure!(e["details"]["problem"] == "bad_value" && e["details"]["key"] == "ui.allowed_hosts", "{bad}: {e}");
     }
@@ -423,7 +420,10 @@ async fn a_phone_by_its_tailnet_name_logs_in_in_a_real_browser() -> anyhow::Resu
     b.wait_for_page("chat").await?;
     b.wait_settled().await?;
     let at = b.current_url().await?;
-    ensure!(at.host_str() == Some(PHONE) && at.path() == "/ui/chat" && at.fragment().is_none_or(|f| !f.contains("key")), "{at}");
+    ensure!(
+        at.host_str() == Some(PHONE) && at.path() == "/ui/chat" && at.fragment().is_none_or(|f| !f.contains("key")),
+        "{at}"
+    );
     // Signed in by that name: the page's own API calls work (the conversation list loads), and
     // the cookie is that host's alone.
     let cookies = b.cookies().await?;

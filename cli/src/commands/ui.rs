@@ -148,7 +148,7 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
 /// rows per line), drawn for the usual dark-background terminal (light modules are the
 /// terminal's light foreground blocks, dark modules the background), with the standard
 /// four-module quiet zone, each line ending in a newline. Error correction level M; a login link
-/// of about 110 characters is a version-6 code (41 modules, 25 lines with the quiet zone). On a
+/// of about 110 characters is a version-7 code (45 modules: 53 columns, 27 lines). On a
 /// light-background terminal it shows inverted, which most phone cameras also read.
 pub fn qr_text(url: &str) -> String {
     use qrcode::render::unicode::Dense1x2;
@@ -257,6 +257,25 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
+
+    #[test]
+    fn a_login_links_qr_code_is_a_square_of_half_blocks() {
+        let url = format!("https://box.tail1234.ts.net/ui/login?code={}", "ab12".repeat(16));
+        let text = qr_text(&url);
+        print!("{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        // Square: N modules and a 4-module quiet zone each side are N+8 columns and (N+8)/2
+        // lines, rounded up; a login link is version 7 (45 modules): 53 columns, fitting an
+        // 80-column terminal.
+        let width = lines[0].chars().count();
+        assert_eq!(width, 53, "{text}");
+        assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
+        assert_eq!(lines.len(), width.div_ceil(2), "{text}");
+        assert!(text.chars().all(|c| matches!(c, '█' | '▀' | '▄' | ' ' | '\n')), "{text}");
+        // The quiet zone is light: full blocks on a dark terminal.
+        assert!(lines[0].chars().all(|c| c == '█'), "{}", lines[0]);
+        assert!(text.ends_with('\n'));
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

@@ -68,7 +68,12 @@ impl AllowedOrigin {
     /// an entry is reached on the browser's own machine (through a tunnel, `ssh -L 9000:…`).
     pub fn is_loopback_name(&self) -> bool {
         self.host == "localhost"
-            || self.host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            || self
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
     }
 }
 

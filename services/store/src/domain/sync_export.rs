@@ -43,14 +43,8 @@ pub use coffer_types::secrets::REF_PREFIX;
 /// beyond loopback (`ui.allowed_hosts`, `ui.bind`, `ui.remote_api`: its own names and addresses,
 /// and opening one machine to its network must never open another).
 const LOCAL_SETTINGS_PREFIX: &str = "sync.";
-const LOCAL_SETTINGS: [&str; 6] = [
-    "chat.claude_code_path",
-    "chat.codex_path",
-    "chat.projects_root",
-    "ui.allowed_hosts",
-    "ui.bind",
-    "ui.remote_api",
-];
+const LOCAL_SETTINGS: [&str; 6] =
+    ["chat.claude_code_path", "chat.codex_path", "chat.projects_root", "ui.allowed_hosts", "ui.bind", "ui.remote_api"];
 
 /// Whether setting `key` is this machine's own (see [`LOCAL_SETTINGS`]).
 fn machine_local(key: &str) -> bool {
