@@ -265,7 +265,7 @@ fn decode_qr(text: &str) -> anyhow::Result<String> {
     let scale = 4;
     let light = |x: usize, y: usize| -> bool {
         let c = rows[y / 2].get(x).copied().unwrap_or(' ');
-        if y % 2 == 0 { matches!(c, '█' | '▀') } else { matches!(c, '█' | '▄') }
+        if y.is_multiple_of(2) { matches!(c, '█' | '▀') } else { matches!(c, '█' | '▄') }
     };
     let mut img = rqrr::PreparedImage::prepare_from_greyscale(width * scale, rows.len() * 2 * scale, |x, y| {
         if light(x / scale, y / scale) { 255 } else { 0 }

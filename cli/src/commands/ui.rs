@@ -262,7 +262,6 @@ mod tests {
     fn a_login_links_qr_code_is_a_square_of_half_blocks() {
         let url = format!("https://box.tail1234.ts.net/ui/login?code={}", "ab12".repeat(16));
         let text = qr_text(&url);
-        print!("{text}");
         let lines: Vec<&str> = text.lines().collect();
         // Square: N modules and a 4-module quiet zone each side are N+8 columns and (N+8)/2
         // lines, rounded up; a login link is version 7 (45 modules): 53 columns, fitting an

@@ -791,7 +791,7 @@ impl Setting {
             _ => None,
         };
         if let Some(why) = why {
-            return Err(SettingError::BadValue { setting: *self, value: value.chars().take(64).collect(), why });
+            return Err(SettingError::BadValue { setting: *self, why });
         }
         if self.format == TextFormat::PermissionMode
             && !value.trim().is_empty()
@@ -910,9 +910,7 @@ pub enum SettingError {
     BadValue {
         /// The setting.
         setting: Setting,
-        /// The value as given (at most its first 64 characters).
-        value: String,
-        /// What is wrong with it, naming the offending part.
+        /// What is wrong with the value, quoting the offending part (at most 64 characters).
         why: String,
     },
     /// Text was asked of a setting that is an integer.
@@ -991,7 +989,7 @@ impl std::fmt::Display for SettingError {
             SettingError::NotOneOf { setting: s, value } => {
                 write!(f, "{} must be one of {}; got {value:?}", s.key, PERMISSION_MODES.join(", "))
             }
-            SettingError::BadValue { setting: s, why, .. } => write!(f, "{}: {why} ({})", s.key, s.unit),
+            SettingError::BadValue { setting: s, why } => write!(f, "{}: {why} ({})", s.key, s.unit),
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }
     }
