@@ -15,6 +15,7 @@ pub mod error;
 pub mod grpc;
 pub mod mcp;
 pub mod middleware;
+pub mod reach;
 pub mod rest;
 pub mod snapshot;
 pub mod state;
@@ -62,6 +63,33 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 pub use state::AppState;
+
+/// Binds `ui.bind` when it is set: `None` when it is empty (the default: loopback only) or
+/// cannot be bound (logged as a warning naming the address and the error; `coffer doctor` shows
+/// the setting, the log says why it is not listening).
+async fn bind_listener(st: &Arc<AppState>) -> Option<tokio::net::TcpListener> {
+    let key = coffer_types::settings::UI_BIND.key;
+    let stored = st.gateway.shared.snapshot.current().settings.get(key).cloned();
+    let value = coffer_types::settings::UI_BIND.text_or_default(stored.as_deref());
+    let addr = match coffer_types::remote::parse_bind(&value) {
+        Ok(Some(addr)) => addr,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(error = %e, "Not listening beyond loopback: ui.bind is not usable.");
+            return None;
+        }
+    };
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => {
+            tracing::info!(%addr, "Edge also listening beyond loopback (ui.bind).");
+            Some(l)
+        }
+        Err(e) => {
+            tracing::warn!(%addr, error = %e, "Cannot listen on ui.bind; the console answers on loopback only.");
+            None
+        }
+    }
+}
 
 fn env(var: &'static str) -> anyhow::Result<String> {
     std::env::var(var).map_err(|_| anyhow::anyhow!("{var} is not set: this binary is started by coffer-daemon"))
@@ -115,6 +143,7 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tracing::info!(port, "Edge listening.");
+    let state_bind = state.clone();
     let app = router(state);
     // On shutdown, end every MCP session first: their GET streams close, so the graceful drain
     // does not wait on long-lived SSE connections, and upstream children are terminated. Both
@@ -144,6 +173,13 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     // that stopped sending halfway) get DRAIN_GRACE, then are dropped: a stop does not wait for
     // the supervisor's SIGKILL.
     let tcp = serve_http(Listener::Tcp(public), conns.clone(), app.clone(), sessions_closed.clone(), DRAIN_GRACE);
+    // The opt-in listener beyond loopback (`ui.bind`), read once at start. Its requests carry
+    // `reach::BindListener`: only `ui.allowed_hosts` are answered there (see `reach`).
+    let bind = bind_listener(&state_bind).await;
+    let bound = bind.map(|l| {
+        let app = app.clone().layer(axum::Extension(reach::BindListener));
+        tokio::spawn(serve_http(Listener::Tcp(l), conns.clone(), app, sessions_closed.clone(), DRAIN_GRACE))
+    });
     match socket {
         // Every request is checked the same way on both (the router's layers); the socket only
         // skips the TCP/IP stack.
@@ -152,6 +188,9 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
             tokio::join!(tcp, unix);
         }
         None => tcp.await,
+    }
+    if let Some(task) = bound {
+        let _ = task.await;
     }
     gateway.close_all().await;
     gateway.catalog_saved().await;

@@ -19,9 +19,12 @@ use coffer_runtime::limits::ConnHandle;
 use coffer_runtime::logging::{LogBudget, clip};
 
 use crate::error::{ApiError, Code};
+use crate::reach::{self, BindListener, Reach};
 use crate::state::AppState;
 use crate::web_sessions::{Refusal, SessionRef};
 
+/// The same cookie as set at an `https://` origin of `ui.allowed_hosts` (`Secure`, `__Host-`).
+pub use coffer_types::header::SECURE_SESSION_COOKIE;
 /// Cookie set by the web page's one-time login (never enough alone: see [`auth`]).
 pub use coffer_types::header::SESSION_COOKIE;
 /// Header carrying the web session's key.
@@ -102,8 +105,12 @@ pub async fn trace(req: Request, next: Next) -> Response {
     resp
 }
 
-/// `Host` must name loopback; `Origin`, when present, must be exactly Coffer's own origin.
-pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// `Host` must name loopback (or one of `ui.allowed_hosts`); `Origin`, when present, must be
+/// exactly Coffer's own loopback origin or one of `ui.allowed_hosts`. On the `ui.bind` listener
+/// only `ui.allowed_hosts` are accepted. Every request let through carries a [`Reach`]
+/// extension; a remote one (see [`crate::reach`]) to `/mcp` or with a token is refused unless
+/// `ui.remote_api` is 1.
+pub async fn host_origin(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     // One Host (RFC 9112 §3.2: more than one is a 400) and at most one Origin: with two, a
     // check of the first could pass while something downstream reads the other.
@@ -120,27 +127,77 @@ pub async fn host_origin(State(st): State<Arc<AppState>>, req: Request, next: Ne
     let host = match req.headers().get(header::HOST) {
         Some(v) => v.to_str().unwrap_or(""),
         None => req.uri().authority().map_or("", |a| a.as_str()),
-    };
-    if !host_is_loopback(host, st.port) {
+    }
+    .to_owned();
+    let on_bind = req.extensions().get::<BindListener>().is_some();
+    let remote = reach::config(&st);
+    let loopback = !on_bind && host_is_loopback(&host, st.port);
+    let extra = !loopback && remote.hosts.iter().any(|o| o.matches_host(&host));
+    if !loopback && !extra {
         if let Some(suppressed) = REFUSALS.allow() {
-            tracing::info!(host = %clip(host), suppressed, "Refused: Host is not loopback.");
+            tracing::info!(host = %clip(&host), on_bind, suppressed, "Refused: Host is not loopback nor an allowed host.");
         }
-        let message = format!(
-            "Host header must name this daemon: 127.0.0.1:{port}, localhost:{port} or [::1]:{port} (a loopback address with this port)",
-            port = st.port
-        );
+        let message = if on_bind {
+            "Host header must name one of the hosts of the setting ui.allowed_hosts: this listener (ui.bind) \
+             answers nothing else"
+                .to_owned()
+        } else {
+            format!(
+                "Host header must name this daemon: 127.0.0.1:{port}, localhost:{port} or [::1]:{port} (a loopback \
+                 address with this port). To open the console by another name (a tailnet name, a reverse proxy), \
+                 add its origin to the setting ui.allowed_hosts: coffer settings set ui.allowed_hosts \
+                 https://NAME (see docs/REMOTE.md)",
+                port = st.port
+            )
+        };
         return reject_request(req, Code::Forbidden, &message).await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| origin_is_ours(o, st.port));
+        let ok = origin.to_str().is_ok_and(|o| {
+            (!on_bind && origin_is_ours(o, st.port)) || remote.hosts.iter().any(|h| h.matches_origin(o))
+        });
         if !ok {
             if let Some(suppressed) = REFUSALS.allow() {
                 tracing::info!(suppressed, "Refused: foreign Origin.");
             }
-            return reject_request(req, Code::Forbidden, "Origin is not Coffer's own origin").await;
+            return reject_request(
+                req,
+                Code::Forbidden,
+                "Origin is not Coffer's own origin nor one of ui.allowed_hosts",
+            )
+            .await;
         }
     }
-    next.run(req).await
+    let reach = if extra {
+        reach::remote_for(&remote.hosts, &host)
+    } else if reach::forwarded(req.headers()) {
+        Reach::Remote { https: false }
+    } else {
+        Reach::Local
+    };
+    if matches!(reach, Reach::Remote { .. }) && !remote.remote_api {
+        let h = req.headers();
+        let is_mcp = path == "/mcp" || path.starts_with("/mcp/");
+        if is_mcp || h.contains_key(coffer_types::header::TOKEN) || h.contains_key(header::AUTHORIZATION) {
+            if let Some(suppressed) = REFUSALS.allow() {
+                tracing::info!(host = %clip(&host), suppressed, "Refused: /mcp or a token from beyond loopback.");
+            }
+            let message = "/mcp and the token answer on loopback only: this request came from beyond loopback (an \
+                           allowed host, ui.bind or a proxy). The console's login works here; to allow MCP clients \
+                           and the token from other devices too, set ui.remote_api to 1";
+            if is_mcp {
+                return reject_request(req, Code::Forbidden, message).await;
+            }
+            return ApiError::new(Code::Forbidden, message)
+                .with_details(serde_json::json!({"reason": "remote_api_off"}))
+                .into_response();
+        }
+    }
+    req.extensions_mut().insert(reach);
+    let mut resp = next.run(req).await;
+    // For `ui::security_headers`, which runs outside this layer.
+    resp.extensions_mut().insert(reach);
+    resp
 }
 
 fn host_is_loopback(host: &str, port: u16) -> bool {
@@ -367,11 +424,15 @@ pub fn has_live_cookie(st: &AppState, h: &HeaderMap) -> bool {
     session_cookies(h).any(|v| st.web_sessions.cookie_is_live(v))
 }
 
-/// The values of every `coffer_session` cookie the request carries.
+/// The values of every `coffer_session` (or `__Host-coffer_session`) cookie the request carries.
 fn session_cookies(h: &HeaderMap) -> impl Iterator<Item = &str> {
     h.get_all(header::COOKIE).iter().filter_map(|c| c.to_str().ok()).flat_map(|s| {
-        s.split(';')
-            .filter_map(|part| part.trim().split_once('=').filter(|(k, _)| *k == SESSION_COOKIE).map(|(_, v)| v))
+        s.split(';').filter_map(|part| {
+            part.trim()
+                .split_once('=')
+                .filter(|(k, _)| *k == SESSION_COOKIE || *k == SECURE_SESSION_COOKIE)
+                .map(|(_, v)| v)
+        })
     })
 }
 

@@ -219,7 +219,19 @@ pub fn is_ui_path(path: &str) -> bool {
 pub async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let ui = is_ui_path(req.uri().path());
     let resp = next.run(req).await;
-    if ui { secure(resp) } else { resp }
+    if !ui {
+        return resp;
+    }
+    // `Cross-Origin-Opener-Policy` is for secure origins only: at a plain-HTTP origin beyond
+    // loopback (an `http://` entry of `ui.allowed_hosts`) Chromium ignores it and logs an error
+    // on every page, so it is left out there (loopback and `https://` origins keep it).
+    let plain_remote =
+        matches!(resp.extensions().get::<crate::reach::Reach>(), Some(crate::reach::Reach::Remote { https: false }));
+    let mut resp = secure(resp);
+    if plain_remote {
+        resp.headers_mut().remove("cross-origin-opener-policy");
+    }
+    resp
 }
 
 /// Adds the headers every `/ui` response carries.
@@ -327,7 +339,12 @@ fn see_page(page: &str) -> Response {
     r
 }
 
-async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, uri: axum::http::Uri) -> Response {
+async fn login(
+    State(st): State<Arc<AppState>>,
+    reach: Option<Extension<crate::reach::Reach>>,
+    headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
     let params = login_params(uri.query());
     // Only `/ui/<known page>` is a target: never another origin, path or query.
     let page_of =
@@ -364,14 +381,33 @@ async fn login(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, 
     let h = r.headers_mut();
     let to = format!("/ui/{page}#key={}", session.key);
     h.insert(header::LOCATION, HeaderValue::from_str(&to).expect("a known page and hex"));
-    let cookie = format!(
-        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        crate::middleware::SESSION_COOKIE,
-        session.id,
-        crate::state::WEB_SESSION_MAX_AGE.as_secs()
-    );
+    let cookie = session_cookie(&session.id, reach.map(|r| r.0));
+
     h.insert(header::SET_COOKIE, HeaderValue::from_str(&cookie).expect("hex cookie"));
     r
+}
+
+/// The `Set-Cookie` value of a new session: `coffer_session=ID; HttpOnly; SameSite=Strict;
+/// Path=/; Max-Age=…`, and at an `https://` origin of `ui.allowed_hosts`
+/// ([`crate::reach::Reach::Remote`] `https`) `__Host-coffer_session=ID; Secure; …` instead.
+///
+/// `Secure` follows the owner's configuration, never a request header: the edge speaks plain
+/// HTTP, TLS ends in a proxy in front of it, and a header such as `X-Forwarded-Proto` can be
+/// sent by any program that reaches the port. An `https://` entry is the owner saying the
+/// browser is on TLS there; were it wrong, the browser would drop the cookie (a `Secure` or
+/// `__Host-` cookie from a plain-HTTP page is refused) and the login would fail visibly, never
+/// weaken.
+fn session_cookie(id: &str, reach: Option<crate::reach::Reach>) -> String {
+    let max_age = crate::state::WEB_SESSION_MAX_AGE.as_secs();
+    match reach {
+        Some(crate::reach::Reach::Remote { https: true }) => format!(
+            "{}={id}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}",
+            crate::middleware::SECURE_SESSION_COOKIE
+        ),
+        _ => {
+            format!("{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}", crate::middleware::SESSION_COOKIE)
+        }
+    }
 }
 
 /// Removes the redirect page `coffer ui` wrote for `code` (see
@@ -402,12 +438,47 @@ fn remove_login_redirects(st: &AppState, code: Option<&str>) {
     }
 }
 
-/// `POST /v1/ui/login-codes` (body optional: `{"page": PAGE}`) → `{code, url, expires_in_s}`:
-/// `url` is `http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE` for a page other
-/// than chat). Needs the token: a web session cannot mint codes for another browser.
+/// The origin of `ui.allowed_hosts` that `wanted` names (its origin or its host name).
 ///
-/// Errors: `FORBIDDEN` for a web session; `INVALID_ARGUMENT` naming an unknown page (the
-/// details list the valid ones); `BAD_REQUEST`/`UNKNOWN_FIELD` for a malformed body.
+/// Errors: `INVALID_ARGUMENT` (details `field: "host"`, `valid`: the configured origins) when
+/// none does.
+fn login_origin(st: &Arc<AppState>, wanted: &str) -> Result<String, ApiError> {
+    let hosts = crate::reach::config(st).hosts;
+    let w = wanted.trim_end_matches('/');
+    let hit = hosts
+        .iter()
+        .find(|o| o.origin().eq_ignore_ascii_case(w) || o.matches_origin(w) || o.host.eq_ignore_ascii_case(w));
+    match hit {
+        Some(o) => Ok(o.origin()),
+        None => {
+            let valid: Vec<String> = hosts.iter().map(|o| o.origin()).collect();
+            let message = if valid.is_empty() {
+                format!(
+                    "host {:?} is not allowed: the setting ui.allowed_hosts is empty (set it first: coffer settings \
+                     set ui.allowed_hosts https://NAME)",
+                    wanted.chars().take(64).collect::<String>()
+                )
+            } else {
+                format!(
+                    "host {:?} is not one of ui.allowed_hosts ({})",
+                    wanted.chars().take(64).collect::<String>(),
+                    valid.join(", ")
+                )
+            };
+            Err(ApiError::invalid(message).with_details(json!({"field": "host", "valid": valid})))
+        }
+    }
+}
+
+/// `POST /v1/ui/login-codes` (body optional: `{"page": PAGE, "host": HOST}`) →
+/// `{code, url, expires_in_s}`: `url` is `http://127.0.0.1:PORT/ui/login?code=CODE` (plus
+/// `&next=/ui/PAGE` for a page other than chat), or with `host` the same path at that origin of
+/// `ui.allowed_hosts` (for a phone: `coffer ui --host NAME --qr`). Needs the token: a web
+/// session cannot mint codes for another browser.
+///
+/// Errors: `FORBIDDEN` for a web session; `INVALID_ARGUMENT` naming an unknown page or a host
+/// not in `ui.allowed_hosts` (the details list the valid ones); `BAD_REQUEST`/`UNKNOWN_FIELD`
+/// for a malformed body.
 async fn mint_code(
     State(st): State<Arc<AppState>>,
     via: Option<Extension<Via>>,
@@ -433,10 +504,14 @@ async fn mint_code(
             .with_details(json!({"field": "page", "valid": PAGES}))
         })?,
     };
+    let origin = match body.host.as_deref().map(str::trim) {
+        None | Some("") => format!("http://127.0.0.1:{}", st.port),
+        Some(h) => login_origin(&st, h)?,
+    };
     let ttl = code_ttl(&st);
     remove_login_redirects(&st, None);
     let code = st.login_codes.mint(ttl);
-    let mut url = format!("http://127.0.0.1:{}/ui/login?code={code}", st.port);
+    let mut url = format!("{origin}/ui/login?code={code}");
     if page != coffer_types::ui::DEFAULT_PAGE {
         url.push_str(&format!("&next=/ui/{page}"));
     }

@@ -214,6 +214,16 @@ impl Browser {
     /// When chromedriver does not become ready or the session cannot be opened within
     /// 60 s (the chromedriver log is printed if the test then panics).
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with_args(&[]).await
+    }
+
+    /// [`Browser::start`] with `extra` Chromium flags after the harness's own, e.g.
+    /// `--host-resolver-rules=MAP phone.test 127.0.0.1` to open the console by another host
+    /// name that resolves to loopback.
+    ///
+    /// # Errors
+    /// As [`Browser::start`].
+    pub async fn start_with_args(extra: &[&str]) -> anyhow::Result<Self> {
         let chromium = executable("COFFER_TEST_CHROMIUM", CHROMIUM);
         let chromedriver = executable("COFFER_TEST_CHROMEDRIVER", CHROMEDRIVER);
         for p in [&chromium, &chromedriver] {
@@ -261,7 +271,7 @@ impl Browser {
         })
         .await?;
 
-        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| (*s).to_owned()).collect();
+        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().chain(extra).map(|s| (*s).to_owned()).collect();
         args.push(format!("--user-data-dir={}", profile.display()));
         args.push(format!("--window-size={},{}", DESKTOP.0, DESKTOP.1));
         let caps = json!({

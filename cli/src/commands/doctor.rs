@@ -16,6 +16,9 @@
 //!   missing;
 //! - every chat agent (Claude Code, Codex): its CLI's version and path, or a warning saying why
 //!   it is unavailable (its CLI missing).
+//! - what is exposed beyond loopback ([`check_remote`]): the extra hosts of `ui.allowed_hosts`,
+//!   the `ui.bind` listener (and whether it answers), whether `/mcp` and the token answer there
+//!   (`ui.remote_api`), with a warning for each risky combination.
 //!
 //! Exit 0 when no check fails (warnings allowed), 1 otherwise.
 use std::collections::BTreeSet;
@@ -30,8 +33,11 @@ use coffer_api::credentials::Credential;
 use coffer_api::daemon::{ServiceStatus, Status as DaemonStatus};
 use coffer_api::llm::LlmConnection;
 use coffer_api::servers::{EnvValue, McpServer, Transport, UpstreamState, UpstreamStatus};
+use coffer_api::settings::SettingsValues;
 use coffer_api::sync::SyncStatus;
 use coffer_runtime::daemon_file::lock_is_held;
+use coffer_types::remote::{AllowedOrigin, binds_everywhere, parse_allowed_hosts, parse_bind};
+use coffer_types::settings;
 use serde_json::{Value, json};
 
 use crate::context::Ctx;
@@ -159,6 +165,24 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
             });
             if let Ok(sync) = api.get_as::<SyncStatus>("/v1/sync/status").await {
                 checks.extend(check_sync(&sync));
+            }
+            match api.get_as::<SettingsValues>("/v1/settings").await {
+                Ok(SettingsValues { values }) => {
+                    let get = |k: &str| values.get(k).map(String::as_str).unwrap_or("");
+                    let remote = Remote::from_settings(
+                        get(settings::UI_ALLOWED_HOSTS.key),
+                        get(settings::UI_BIND.key),
+                        get(settings::UI_REMOTE_API.key),
+                    );
+                    let answers = match remote.bind {
+                        Some(addr) => Some(bind_answers(addr).await),
+                        None => None,
+                    };
+                    checks.extend(check_remote(&remote, answers));
+                }
+                Err(e) => {
+                    checks.push(Check::fail("exposure", format!("cannot read the settings: {e}"), "coffer logs store"))
+                }
             }
             match api.get_as::<Page<Channel>>("/v1/channels").await {
                 Ok(c) => checks.extend(check_channels(&c.items)),
@@ -502,6 +526,159 @@ pub fn check_agents(items: &[Agent]) -> Vec<Check> {
             )
         })
         .collect()
+}
+
+/// The remote-access settings as `coffer doctor` reads them (each as stored; an unparsable
+/// value is kept as its error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// `ui.allowed_hosts`, or why it does not parse.
+    pub hosts: Result<Vec<AllowedOrigin>, String>,
+    /// `ui.bind` (`None`: loopback only).
+    pub bind: Option<std::net::SocketAddr>,
+    /// Why `ui.bind` does not parse, if it does not.
+    pub bind_error: Option<String>,
+    /// `ui.remote_api` is 1.
+    pub remote_api: bool,
+}
+
+impl Remote {
+    /// From the stored values (`""`: unset).
+    pub fn from_settings(hosts: &str, bind: &str, remote_api: &str) -> Self {
+        let (bind, bind_error) = match parse_bind(bind) {
+            Ok(b) => (b, None),
+            Err(e) => (None, Some(e)),
+        };
+        Remote { hosts: parse_allowed_hosts(hosts), bind, bind_error, remote_api: remote_api.trim() == "1" }
+    }
+}
+
+/// True when a TCP connection to `addr` (its loopback twin for `0.0.0.0`/`[::]`) opens within
+/// 2 s: the daemon listens on `ui.bind`.
+async fn bind_answers(addr: std::net::SocketAddr) -> bool {
+    let mut target = addr;
+    if binds_everywhere(&addr) {
+        target.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), tokio::net::TcpStream::connect(target)).await,
+        Ok(Ok(_))
+    )
+}
+
+/// True for an address of a tailnet or WireGuard-style overlay that encrypts on its own:
+/// Tailscale's CGNAT range `100.64.0.0/10` and its IPv6 prefix `fd7a:115c:a1e0::/48`.
+fn is_tailnet_ip(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.octets()[0] == 100 && (v4.octets()[1] & 0xC0) == 64,
+        std::net::IpAddr::V6(v6) => v6.segments()[..3] == [0xfd7a, 0x115c, 0xa1e0],
+    }
+}
+
+/// What is exposed beyond loopback, and warnings for risky combinations:
+/// - `exposure`: ok "loopback only" when nothing is set; else which origins the console answers
+///   at, the `ui.bind` listener, and whether `/mcp` and the token answer beyond loopback;
+/// - `ui.bind` on every interface (`0.0.0.0`, `[::]`): warn (every network the machine joins
+///   reaches the login page; bind the tailnet or VPN address instead);
+/// - `ui.bind` set with no `ui.allowed_hosts`: warn (that listener answers nothing);
+/// - `ui.bind` set but not answering (`answers` false): warn (it is read at daemon start);
+/// - a plain `http://` allowed host that is neither loopback (a tunnel) nor a tailnet address:
+///   warn (the session's secrets cross the network unencrypted);
+/// - `ui.remote_api` 1 with something exposed: warn (the owner's token and `/mcp` answer from
+///   other devices); with `ui.bind` on every interface too: fail;
+/// - a setting that does not parse (stored by hand): fail.
+pub fn check_remote(r: &Remote, answers: Option<bool>) -> Vec<Check> {
+    let mut out = Vec::new();
+    let hosts = match &r.hosts {
+        Ok(h) => h.clone(),
+        Err(e) => {
+            out.push(Check::fail(
+                "exposure",
+                format!("ui.allowed_hosts is not usable ({e}); the console answers on loopback only"),
+                "coffer settings set ui.allowed_hosts https://NAME (or coffer settings unset ui.allowed_hosts)",
+            ));
+            Vec::new()
+        }
+    };
+    if let Some(e) = &r.bind_error {
+        out.push(Check::fail(
+            "exposure",
+            format!("ui.bind is not usable ({e}); nothing listens beyond loopback"),
+            "coffer settings set ui.bind ADDRESS:PORT (or coffer settings unset ui.bind)",
+        ));
+    }
+    let api = if r.remote_api { "answer there too (ui.remote_api = 1)" } else { "loopback only" };
+    if hosts.is_empty() && r.bind.is_none() {
+        out.push(Check::ok("exposure", "loopback only: console, /mcp and the token answer 127.0.0.1 only"));
+        return out;
+    }
+    let origins: Vec<String> = hosts.iter().map(AllowedOrigin::origin).collect();
+    let mut what = if origins.is_empty() {
+        "console: no extra host".to_owned()
+    } else {
+        format!("console also at {}", origins.join(", "))
+    };
+    match r.bind {
+        Some(b) => what.push_str(&format!("; listening beyond loopback on {b}")),
+        None => what.push_str("; listening on loopback only (a proxy or tunnel on this machine forwards)"),
+    }
+    what.push_str(&format!("; /mcp and the token: {api}"));
+    out.push(Check::ok("exposure", what));
+    if let Some(b) = r.bind {
+        if binds_everywhere(&b) {
+            if r.remote_api {
+                out.push(Check::fail(
+                    "exposure: ui.bind",
+                    format!("{b} listens on every interface and ui.remote_api = 1: anyone on any network this machine joins who has the token can use /mcp and the whole API"),
+                    format!("coffer settings set ui.bind <tailnet address>:{} and coffer settings set ui.remote_api 0", b.port()),
+                ));
+            } else {
+                out.push(Check::warn(
+                    "exposure: ui.bind",
+                    format!("{b} listens on every interface: any network this machine joins (café Wi-Fi, a LAN) reaches the console's login page"),
+                    format!("bind the tailnet or VPN address only: coffer settings set ui.bind 100.x.y.z:{}; or unset it and use tailscale serve (docs/REMOTE.md)", b.port()),
+                ));
+            }
+        }
+        if hosts.is_empty() {
+            out.push(Check::warn(
+                "exposure: ui.bind",
+                format!("{b} is set but ui.allowed_hosts is empty: that listener refuses every request"),
+                format!("coffer settings set ui.allowed_hosts http://{b} (the origin the browser will open)"),
+            ));
+        }
+        if answers == Some(false) {
+            out.push(Check::warn(
+                "exposure: ui.bind",
+                format!("nothing answers on {b} (ui.bind is read when the daemon starts; or the address is not this machine's)"),
+                "coffer daemon restart; then coffer logs gateway",
+            ));
+        }
+    }
+    for o in &hosts {
+        let overlay =
+            o.host.trim_matches(|c| c == '[' || c == ']').parse::<std::net::IpAddr>().is_ok_and(is_tailnet_ip)
+                || o.host.ends_with(".ts.net");
+        if !o.https && !o.is_loopback_name() && !overlay {
+            out.push(Check::warn(
+                format!("exposure: {}", o.origin()),
+                "plain HTTP to another machine: the login link, the session cookie and its key cross the network unencrypted unless the network itself encrypts (a VPN)",
+                "put TLS in front (tailscale serve, Caddy) and list the https:// origin instead",
+            ));
+        }
+    }
+    if r.remote_api && !r.bind.is_some_and(|b| binds_everywhere(&b)) {
+        out.push(Check::warn(
+            "exposure: ui.remote_api",
+            "/mcp and the owner's token answer requests from other devices: anyone there who has the token (daemon.json) can act as you",
+            "unless an MCP client on another machine needs it: coffer settings set ui.remote_api 0",
+        ));
+    }
+    out
 }
 
 /// One check per channel (none: no check): a disabled channel is ok; an enabled one fails when
@@ -852,6 +1029,32 @@ mod tests {
         v["paired"] = json!(false);
         assert_eq!(ch(v).0, "ok", "a disabled channel is not a problem");
         assert!(check_channels(&[]).is_empty());
+    }
+
+    #[test]
+    fn exposure() {
+        let names = |c: &[Check]| c.iter().map(|c| format!("{} {}", c.status.as_str(), c.name)).collect::<Vec<_>>();
+        let none = check_remote(&Remote::from_settings("", "", ""), None);
+        assert_eq!(names(&none), ["ok exposure"]);
+        assert!(none[0].message.contains("loopback only"), "{none:?}");
+        let ts = check_remote(&Remote::from_settings("https://box.tail1.ts.net", "", "0"), None);
+        assert_eq!(names(&ts), ["ok exposure"]);
+        assert!(ts[0].message.contains("console also at https://box.tail1.ts.net"), "{ts:?}");
+        assert!(ts[0].message.contains("/mcp and the token: loopback only"), "{ts:?}");
+        let open = check_remote(&Remote::from_settings("", "0.0.0.0:8443", "1"), Some(false));
+        assert_eq!(
+            names(&open),
+            ["ok exposure", "fail exposure: ui.bind", "warn exposure: ui.bind", "warn exposure: ui.bind"],
+            "{open:?}"
+        );
+        let lan = check_remote(&Remote::from_settings("http://192.168.1.5:8443", "192.168.1.5:8443", ""), Some(true));
+        assert_eq!(names(&lan), ["ok exposure", "warn exposure: http://192.168.1.5:8443"], "{lan:?}");
+        let tailnet = check_remote(&Remote::from_settings("http://100.64.1.2:8443", "100.64.1.2:8443", ""), Some(true));
+        assert_eq!(names(&tailnet), ["ok exposure"], "{tailnet:?}");
+        let api = check_remote(&Remote::from_settings("https://box.tail1.ts.net", "", "1"), None);
+        assert_eq!(names(&api), ["ok exposure", "warn exposure: ui.remote_api"], "{api:?}");
+        let bad = check_remote(&Remote::from_settings("box", "nowhere", ""), None);
+        assert_eq!(names(&bad), ["fail exposure", "fail exposure", "ok exposure"], "{bad:?}");
     }
 
     #[test]

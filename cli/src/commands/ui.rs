@@ -4,6 +4,12 @@
 //! watches it for at most 1.5 s for an early failure, and a failure is a hint, not an error).
 //! `--logout-all` signs every browser out instead (`DELETE /v1/ui/sessions`).
 //!
+//! For another device (a phone on the tailnet): `--host NAME` mints the link at that origin of
+//! the setting `ui.allowed_hosts` (its host name or whole origin), and `--qr` also prints it as
+//! a QR code of Unicode half blocks to scan ([`qr_text`]; `--qr` alone takes the first entry of
+//! `ui.allowed_hosts`). Neither opens a local browser: the link is for the other device, and it
+//! works once. `docs/REMOTE.md` has the setup.
+//!
 //! The browser is never given the link itself: a command line is readable by every local user
 //! (`/proc/PID/cmdline`), and whoever redeems a link first is signed in. Like Jupyter's
 //! `jpserver-*-open.html`, it gets `file://` of a 0600 page in the 0700 `COFFER_HOME`
@@ -16,6 +22,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use coffer_api::console::{LoginCode, LoginCodeRequest, Revoked};
+use coffer_api::settings::SettingsValues;
+use coffer_types::settings::UI_ALLOWED_HOSTS;
 use serde_json::json;
 
 use crate::context::Ctx;
@@ -28,6 +36,11 @@ Examples:
   coffer ui --page servers       # land on the servers page
   coffer ui --no-open --json     # {\"url\": …, \"expires_in_s\": 60}
   coffer ui --logout-all         # sign every browser out
+  coffer ui --qr                 # a QR code of the link at the first of ui.allowed_hosts, for a phone
+  coffer ui --host box.tail1234.ts.net --json   # the link at that allowed host
+
+For a phone or another machine, first name the host: `coffer settings set ui.allowed_hosts
+https://box.tail1234.ts.net` (docs/REMOTE.md: Tailscale, SSH tunnels, reverse proxies).
 
 The link works once and expires after `ui.login_code_ttl_s` seconds (60 by default).
 The browser comes from $BROWSER, else xdg-open when DISPLAY or WAYLAND_DISPLAY is set.";
@@ -42,8 +55,16 @@ pub struct UiArgs {
     #[arg(long, value_name = "PAGE", value_parser = clap::builder::PossibleValuesParser::new(coffer_types::ui::PAGES))]
     pub page: Option<String>,
     /// Sign every browser out (ends every web session) instead; prints how many ended.
-    #[arg(long, conflicts_with_all = ["no_open", "page"])]
+    #[arg(long, conflicts_with_all = ["no_open", "page", "host", "qr"])]
     pub logout_all: bool,
+    /// Make the link for this host of the setting `ui.allowed_hosts` (its name or origin), for
+    /// another device; no local browser is opened.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// Also print the link as a QR code to scan with a phone (the host: `--host`, else the first
+    /// of `ui.allowed_hosts`); no local browser is opened.
+    #[arg(long)]
+    pub qr: bool,
 }
 
 /// Runs `coffer ui`.
@@ -63,16 +84,39 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
             if n == 1 { "" } else { "s" }
         ));
     }
-    let body = LoginCodeRequest { page: args.page.clone() };
+    let mut host = args.host.clone();
+    if args.qr && host.is_none() {
+        // `--qr` alone: the first allowed host (a phone cannot open 127.0.0.1).
+        let SettingsValues { values } = api.get_as("/v1/settings").await?;
+        let configured = values.get(UI_ALLOWED_HOSTS.key).map(String::as_str).unwrap_or("");
+        host = coffer_types::remote::parse_allowed_hosts(configured)
+            .unwrap_or_default()
+            .first()
+            .map(coffer_types::remote::AllowedOrigin::origin);
+        if host.is_none() {
+            crate::eprintln_printable!(
+                "hint: the setting ui.allowed_hosts is empty, so this link names 127.0.0.1, which only this machine \
+                 can open. For a phone: coffer settings set ui.allowed_hosts https://NAME (see docs/REMOTE.md)"
+            );
+        }
+    }
+    let body = LoginCodeRequest { page: args.page.clone(), host: host.clone() };
     let minted: LoginCode =
         api.send(api.request(reqwest::Method::POST, "/v1/ui/login-codes").json(&body)).await?.parse()?;
     let LoginCode { code, url, expires_in_s: ttl } = minted;
     if ctx.json {
-        output::print_json(&json!({"url": url, "expires_in_s": ttl}))?;
+        let mut v = json!({"url": url, "expires_in_s": ttl});
+        if args.qr {
+            v["qr"] = json!(qr_text(&url));
+        }
+        output::print_json(&v)?;
     } else {
+        if args.qr {
+            output::print(&qr_text(&url))?;
+        }
         output::println(&format!("Open {url} (valid {ttl} s, once)"))?;
     }
-    if !args.no_open {
+    if !args.no_open && host.is_none() && !args.qr {
         let page = ctx.home.login_redirect(&code);
         if let Err(e) = write_redirect_page(&page, &url) {
             crate::eprintln_printable!("hint: could not write {} ({e}); open the link above yourself", page.display());
@@ -98,6 +142,22 @@ pub async fn run(ctx: &Ctx, args: UiArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// `url` as a QR code for a terminal: Unicode half blocks (`▀`, `▄`, `█`, space; two module
+/// rows per line), drawn for the usual dark-background terminal (light modules are the
+/// terminal's light foreground blocks, dark modules the background), with the standard
+/// four-module quiet zone, each line ending in a newline. Error correction level M; a login link
+/// of about 110 characters is a version-7 code (45 modules: 53 columns, 27 lines). On a
+/// light-background terminal it shows inverted, which most phone cameras also read.
+pub fn qr_text(url: &str) -> String {
+    use qrcode::render::unicode::Dense1x2;
+    let code = qrcode::QrCode::with_error_correction_level(url.as_bytes(), qrcode::EcLevel::M)
+        .expect("a login link fits a QR code");
+    let mut text =
+        code.render::<Dense1x2>().dark_color(Dense1x2::Light).light_color(Dense1x2::Dark).quiet_zone(true).build();
+    text.push('\n');
+    text
 }
 
 /// Writes the login redirect page at `path` (created new, mode 0600; an existing file there is
@@ -197,6 +257,24 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
+
+    #[test]
+    fn a_login_links_qr_code_is_a_square_of_half_blocks() {
+        let url = format!("https://box.tail1234.ts.net/ui/login?code={}", "ab12".repeat(16));
+        let text = qr_text(&url);
+        let lines: Vec<&str> = text.lines().collect();
+        // Square: N modules and a 4-module quiet zone each side are N+8 columns and (N+8)/2
+        // lines, rounded up; a login link is version 7 (45 modules): 53 columns, fitting an
+        // 80-column terminal.
+        let width = lines[0].chars().count();
+        assert_eq!(width, 53, "{text}");
+        assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
+        assert_eq!(lines.len(), width.div_ceil(2), "{text}");
+        assert!(text.chars().all(|c| matches!(c, '█' | '▀' | '▄' | ' ' | '\n')), "{text}");
+        // The quiet zone is light: full blocks on a dark terminal.
+        assert!(lines[0].chars().all(|c| c == '█'), "{}", lines[0]);
+        assert!(text.ends_with('\n'));
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

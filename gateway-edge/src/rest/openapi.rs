@@ -562,7 +562,7 @@ pub fn routes() -> Vec<Route> {
             .errors(&["INVALID_ARGUMENT"]),
         // The web console.
         route("POST", "/v1/ui/login-codes", "console", "Mint a one-time login link")
-            .describe("The code works once and lives `ui.login_code_ttl_s` seconds (60 by default). Needs the token: a web session cannot mint codes (403). The body is optional.")
+            .describe("The code works once and lives `ui.login_code_ttl_s` seconds (60 by default). Needs the token: a web session cannot mint codes (403). The body is optional. With `host` (one of the setting `ui.allowed_hosts`, by origin or host name) the link opens at that origin, for another device (docs/REMOTE.md); any other `host` is `INVALID_ARGUMENT` with `details.valid` listing the allowed origins.")
             .body_of::<coffer_api::console::LoginCodeRequest>()
             .body_optional()
             .ok_of::<coffer_api::console::LoginCode>(200, "The code and the link to open.")

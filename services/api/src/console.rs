@@ -11,6 +11,11 @@ pub struct LoginCodeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["chat", "servers", "tools", "activity", "knowledge", "settings"], "default" = "chat"))]
     pub page: Option<String>,
+    /// The origin the link opens at: one of the setting `ui.allowed_hosts`, named by its origin
+    /// (`https://box.tail1234.ts.net`) or its host name (`box.tail1234.ts.net`); null or empty:
+    /// `http://127.0.0.1:PORT`. Refused (`INVALID_ARGUMENT`, details `valid`) when not one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// The answer of `POST /v1/ui/login-codes`: a one-time code and the link to open.
@@ -18,7 +23,8 @@ pub struct LoginCodeRequest {
 pub struct LoginCode {
     /// 64 hex characters; works once.
     pub code: String,
-    /// `http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE`).
+    /// `http://127.0.0.1:PORT/ui/login?code=CODE` (plus `&next=/ui/PAGE`); with `host`, that
+    /// origin instead of `http://127.0.0.1:PORT`.
     pub url: String,
     /// Seconds the code lives (`ui.login_code_ttl_s`).
     pub expires_in_s: u64,

@@ -21,6 +21,11 @@ pub const INTERNAL_TOKEN: &str = "x-coffer-internal-token";
 /// stream, a [`STREAM_TICKET`]) it is accepted instead of [`TOKEN`]. Alone it authenticates
 /// nothing: cookies are not port-scoped, so every local port receives it.
 pub const SESSION_COOKIE: &str = "coffer_session";
+/// [`SESSION_COOKIE`] as set for a console opened at an `https://` origin of
+/// `ui.allowed_hosts`: `Secure`, and the `__Host-` prefix (RFC 6265bis §4.1.3.2) makes the
+/// browser keep it only when set by a secure page of that very host, with `Path=/` and no
+/// `Domain`, so no page of another port or subdomain can set or shadow it.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-coffer_session";
 /// The web session's second secret (64 hex characters), handed to the page once at login and
 /// kept in the console origin's `localStorage`; sent with the cookie on every API call.
 pub const SESSION_KEY: &str = "x-coffer-session-key";

@@ -14,6 +14,7 @@ pub mod jsonrpc;
 pub mod llm;
 pub mod mcp;
 pub mod outcome;
+pub mod remote;
 pub mod settings;
 pub mod sse;
 pub mod ui;

@@ -45,6 +45,11 @@ pub enum TextFormat {
     /// Empty (the default) or one of [`PERMISSION_MODES`] (a unit variant: the words live in the
     /// constant, so a setting stays small).
     PermissionMode,
+    /// Origins the console may also be opened at, separated by commas or spaces (see
+    /// [`crate::remote::parse_allowed_hosts`]); empty: loopback only.
+    AllowedHosts,
+    /// Empty (loopback only) or `IP:PORT` (see [`crate::remote::parse_bind`]).
+    BindAddress,
 }
 
 /// One setting Coffer reads.
@@ -591,6 +596,43 @@ pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
     description: "how long a one-time login link from `coffer ui` stays valid (it works once)",
 };
 
+/// Extra origins the console may be opened at (opt-in; empty: loopback only).
+pub const UI_ALLOWED_HOSTS: Setting = Setting {
+    key: "ui.allowed_hosts",
+    ty: Type::Text,
+    format: TextFormat::AllowedHosts,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 1024,
+    unit: "origins such as https://box.tail1234.ts.net, comma-separated; empty = loopback only",
+    description: "extra origins the edge answers at for `/ui` and the API the console uses (a tailnet name behind `tailscale serve`, a reverse proxy, a tunnel); `Host` and `Origin` must match one exactly; see docs/REMOTE.md",
+};
+/// An address beyond loopback the edge also listens on (opt-in; empty: loopback only).
+pub const UI_BIND: Setting = Setting {
+    key: "ui.bind",
+    ty: Type::Text,
+    format: TextFormat::BindAddress,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 64,
+    unit: "ADDRESS:PORT, such as 100.101.102.103:8443; empty = loopback only",
+    description: "a second listener for the console beyond loopback (a tailnet or VPN address); only hosts of `ui.allowed_hosts` are answered there; read when the daemon starts (`coffer daemon restart`)",
+};
+/// Whether `/mcp` and the owner's token also work for requests that came from beyond loopback.
+pub const UI_REMOTE_API: Setting = Setting {
+    key: "ui.remote_api",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 0,
+    min: 0,
+    max: 1,
+    unit: "0 = loopback only, 1 = also remote",
+    description: "`/mcp` and the token-authenticated REST API also answer requests for the hosts of `ui.allowed_hosts`, on `ui.bind` and through a proxy (`Forwarded`/`X-Forwarded-*`); off, only the console's session works there",
+};
+
 /// Whether the sync worker runs (opt-in): push after local changes, pull on an interval.
 pub const SYNC_AUTO: Setting = Setting {
     key: "sync.auto",
@@ -684,6 +726,9 @@ pub const SETTINGS: &[Setting] = &[
     LLM_ASK_MAX_ITERATIONS,
     LLM_ASK_CONTEXT_TOKENS,
     UI_LOGIN_CODE_TTL_S,
+    UI_ALLOWED_HOSTS,
+    UI_BIND,
+    UI_REMOTE_API,
     SYNC_AUTO,
     SYNC_DEBOUNCE_S,
     SYNC_PULL_INTERVAL_S,
@@ -739,6 +784,14 @@ impl Setting {
         }
         if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
             return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
+        }
+        let why = match self.format {
+            TextFormat::AllowedHosts => crate::remote::parse_allowed_hosts(value).err(),
+            TextFormat::BindAddress => crate::remote::parse_bind(value).err(),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Err(SettingError::BadValue { setting: *self, why });
         }
         if self.format == TextFormat::PermissionMode
             && !value.trim().is_empty()
@@ -853,6 +906,13 @@ pub enum SettingError {
         /// The value as given (at most its first 64 characters).
         value: String,
     },
+    /// A structured text setting's value (hosts, an address) does not parse.
+    BadValue {
+        /// The setting.
+        setting: Setting,
+        /// What is wrong with the value, quoting the offending part (at most 64 characters).
+        why: String,
+    },
     /// Text was asked of a setting that is an integer.
     NotText {
         /// The setting.
@@ -870,12 +930,13 @@ impl SettingError {
             | SettingError::BadText { setting, .. }
             | SettingError::BadUrl { setting, .. }
             | SettingError::NotOneOf { setting, .. }
+            | SettingError::BadValue { setting, .. }
             | SettingError::NotText { setting } => setting.key,
         }
     }
 
     /// A stable name of the problem, for structured errors: `unknown_key`, `not_an_integer`,
-    /// `out_of_range`, `bad_text`, `bad_url`, `not_one_of`, `not_text`.
+    /// `out_of_range`, `bad_text`, `bad_url`, `not_one_of`, `bad_value`, `not_text`.
     pub fn problem(&self) -> &'static str {
         match self {
             SettingError::UnknownKey { .. } => "unknown_key",
@@ -884,6 +945,7 @@ impl SettingError {
             SettingError::BadText { .. } => "bad_text",
             SettingError::BadUrl { .. } => "bad_url",
             SettingError::NotOneOf { .. } => "not_one_of",
+            SettingError::BadValue { .. } => "bad_value",
             SettingError::NotText { .. } => "not_text",
         }
     }
@@ -897,6 +959,7 @@ impl SettingError {
             | SettingError::BadText { setting, .. }
             | SettingError::BadUrl { setting, .. }
             | SettingError::NotOneOf { setting, .. }
+            | SettingError::BadValue { setting, .. }
             | SettingError::NotText { setting } => Some(setting),
         }
     }
@@ -926,6 +989,7 @@ impl std::fmt::Display for SettingError {
             SettingError::NotOneOf { setting: s, value } => {
                 write!(f, "{} must be one of {}; got {value:?}", s.key, PERMISSION_MODES.join(", "))
             }
+            SettingError::BadValue { setting: s, why } => write!(f, "{}: {why} ({})", s.key, s.unit),
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),
         }
     }

@@ -11,7 +11,8 @@
 //! (configuration, not its owner, pairing, cursor or whether it runs: a channel pulled onto a
 //! machine arrives disabled and an existing one keeps its own `enabled`, so two machines never poll
 //! one bot token at once) and `settings.json` (all but `sync.*`, `chat.claude_code_path`,
-//! `chat.codex_path` and `chat.projects_root`: those describe the machine, `machine_local`); never a credential value.
+//! `chat.codex_path`, `chat.projects_root` and the remote-console settings `ui.allowed_hosts`,
+//! `ui.bind`, `ui.remote_api`: those describe the machine, `machine_local`); never a credential value.
 //! `ApplyVault` validates every file with the domain's own rules first (a bad one is
 //! `INVALID_ARGUMENT` naming `vault/<path>`, nothing written), then in one transaction creates,
 //! replaces and removes, keeping each file's `created_at` and `updated_at` (so an applied entry
@@ -38,9 +39,12 @@ pub use coffer_types::secrets::REF_PREFIX;
 /// Settings that describe this machine, not the vault: never exported, never applied. `sync.*`
 /// (the worker and this machine's name), and the agent CLIs' paths (where Claude Code or Codex
 /// is installed differs between machines; a pulled path would break chat on the other one), and
-/// the project picker's root folder (a path on this machine).
+/// the project picker's root folder (a path on this machine), and what this machine exposes
+/// beyond loopback (`ui.allowed_hosts`, `ui.bind`, `ui.remote_api`: its own names and addresses,
+/// and opening one machine to its network must never open another).
 const LOCAL_SETTINGS_PREFIX: &str = "sync.";
-const LOCAL_SETTINGS: [&str; 3] = ["chat.claude_code_path", "chat.codex_path", "chat.projects_root"];
+const LOCAL_SETTINGS: [&str; 6] =
+    ["chat.claude_code_path", "chat.codex_path", "chat.projects_root", "ui.allowed_hosts", "ui.bind", "ui.remote_api"];
 
 /// Whether setting `key` is this machine's own (see [`LOCAL_SETTINGS`]).
 fn machine_local(key: &str) -> bool {
@@ -936,6 +940,14 @@ mod tests {
         let newer = VaultEntry { path: "channels/home.json".into(), json: channel("2026-01-03T00:00:00Z") };
         apply(&svc, vec![newer]).await.unwrap();
         assert_eq!(enabled(&svc).await, 1, "this machine's choice to run it survives a pulled change");
+    }
+
+    #[test]
+    fn what_a_machine_exposes_is_its_own() {
+        for k in ["ui.allowed_hosts", "ui.bind", "ui.remote_api", "sync.auto", "chat.codex_path"] {
+            assert!(machine_local(k), "{k}");
+        }
+        assert!(!machine_local("ui.login_code_ttl_s"));
     }
 
     #[tokio::test]
