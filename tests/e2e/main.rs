@@ -69,6 +69,7 @@ mod ui_channels;
 mod ui_chat;
 mod ui_edge;
 mod ui_llm;
+mod ui_phone;
 mod ui_session_key;
 mod ui_shell;
 mod ui_sync;
