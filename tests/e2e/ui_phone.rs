@@ -48,12 +48,16 @@ async fn assert_fits(b: &Browser, what: &str) -> anyhow::Result<()> {
 /// A conversation of the scripted agent with two finished turns; its id.
 async fn conversation(api: &Api) -> anyhow::Result<String> {
     let r = api
-        .post_json("/v1/conversations", &json!({"agent_key": chat::SCRIPTED, "title": "Fix the flaky deploy script on staging"}))
+        .post_json(
+            "/v1/conversations",
+            &json!({"agent_key": chat::SCRIPTED, "title": "Fix the flaky deploy script on staging"}),
+        )
         .reply()
         .await?;
     ensure!(r.status == 201, "create: {} {}", r.status, r.text);
     let id = r.json()?["id"].as_str().context("id")?.to_owned();
-    for (i, text) in ["Why does the deploy fail on staging?", "Show me the fix as a patch, please."].iter().enumerate() {
+    for (i, text) in ["Why does the deploy fail on staging?", "Show me the fix as a patch, please."].iter().enumerate()
+    {
         let r = api.post_json(&format!("/v1/conversations/{id}/messages"), &json!({"text": text})).reply().await?;
         ensure!(r.status == 202, "send: {} {}", r.status, r.text);
         let want = 2 * (i as u64 + 1);
@@ -80,7 +84,8 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
     }
     let notes = home.temp().join("phone-notes");
     write_file(&notes.join("deploy.md"), "# Deploying\n\nStaging uses the flamingo key.\n")?;
-    let r = api.post_json("/v1/knowledge", &json!({"name": "notes", "path": notes.display().to_string()})).reply().await?;
+    let r =
+        api.post_json("/v1/knowledge", &json!({"name": "notes", "path": notes.display().to_string()})).reply().await?;
     ensure!(r.status == 201, "knowledge: {} {}", r.status, r.text);
     let id = conversation(&api).await?;
 
@@ -103,7 +108,10 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
         )
         .await?;
     ensure!(m["status"] == 200 && m["type"] == "application/manifest+json", "manifest: {m}");
-    ensure!(m["name"] == "Coffer" && m["start"] == "/ui/chat" && m["display"] == "standalone" && m["theme"].is_string(), "{m}");
+    ensure!(
+        m["name"] == "Coffer" && m["start"] == "/ui/chat" && m["display"] == "standalone" && m["theme"].is_string(),
+        "{m}"
+    );
     ensure!(
         m["icons"] == json!([["192x192", 200, "image/png", 192, 192], ["512x512", 200, "image/png", 512, 512]]),
         "icons: {m}"
@@ -130,7 +138,10 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
                 b.wait_settled().await?;
                 match *name {
                     "thread" => {
-                        b.wait_until("document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]').length >= 2").await?
+                        b.wait_until(
+                            "document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]').length >= 2",
+                        )
+                        .await?
                     }
                     "chat" => b.wait_for(".conv-item").await.map(drop)?,
                     "activity" => b.wait_for(".vtable tbody tr").await.map(drop)?,
@@ -157,13 +168,20 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
                     ensure!(nav["top"] == true, "{what}: the desktop's navigation is at the top: {nav}");
                 }
                 if *name == "thread" {
-                    let head = b.eval("return document.querySelector('.thread-head').getBoundingClientRect().height;", vec![]).await?;
+                    let head = b
+                        .eval("return document.querySelector('.thread-head').getBoundingClientRect().height;", vec![])
+                        .await?;
                     let max = if w == PHONE.0 { 90.0 } else { 110.0 };
                     ensure!(head.as_f64().is_some_and(|px| px <= max), "{what}: the thread header is {head} px high");
                     ensure!(b.find("button.send").await?.is_displayed().await?, "{what}: a visible Send button");
                 }
                 if *name == "activity" && w == PHONE.0 {
-                    let row = b.eval("return document.querySelector('.vtable tbody tr').getBoundingClientRect().height;", vec![]).await?;
+                    let row = b
+                        .eval(
+                            "return document.querySelector('.vtable tbody tr').getBoundingClientRect().height;",
+                            vec![],
+                        )
+                        .await?;
                     ensure!(row.as_f64().is_some_and(|px| px <= 80.0), "{what}: an Activity row is {row} px high");
                 }
             }
@@ -196,7 +214,10 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
     let v = b.eval("return document.querySelector('#composer').value;", vec![]).await?;
     ensure!(v == "first line\nsecond line", "Enter on a touch screen is a new line: {v}");
     let placeholder = b.eval("return document.querySelector('#composer').placeholder;", vec![]).await?;
-    ensure!(!placeholder.as_str().unwrap_or_default().contains("Shift"), "no Shift+Enter hint on a phone: {placeholder}");
+    ensure!(
+        !placeholder.as_str().unwrap_or_default().contains("Shift"),
+        "no Shift+Enter hint on a phone: {placeholder}"
+    );
     b.screenshot("phone-composer-390-touch").await?;
     b.find("button.send").await?.click().await?;
     b.wait_until("document.querySelector('#composer').value === '' && [...document.querySelectorAll('article.msg.user')].some(m => m.textContent.includes('second line'))").await?;
