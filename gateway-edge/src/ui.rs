@@ -141,6 +141,10 @@ static ASSETS: &[Asset] = assets![
     "js/vault/llm.js" => "text/javascript; charset=utf-8",
     "js/vault/channels.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
+    // The web app manifest (installable console) and its icons, drawn by `scripts/ui-icons.sh`.
+    "manifest.webmanifest" => "application/manifest+json",
+    "icon-192.png" => "image/png",
+    "icon-512.png" => "image/png",
 ];
 
 static INDEX: &[u8] = include_bytes!("../ui/index.html");

@@ -75,6 +75,7 @@ mod ui_diffview;
 mod ui_edge;
 mod ui_llm;
 mod ui_remote;
+mod ui_phone;
 mod ui_session_key;
 mod ui_shell;
 mod ui_sync;

@@ -35,6 +35,9 @@ const LIVE_MD_MS = 250;
 const LIVE_MD_MAX = 32 * 1024;
 
 /** The sessionStorage key of conversation `id`'s unsent draft. */
+/** A touch screen as the primary pointer (a phone, a tablet): there Enter in the composer is a
+ * new line and the Send button sends, since a phone's keyboard has no Shift+Enter. */
+const TOUCH = matchMedia('(pointer: coarse)');
 const draftKey = (id) => `coffer.draft.${id}`;
 
 /**
@@ -131,7 +134,8 @@ export function mountThread(root, id, hooks) {
   });
   input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !e.isComposing) { e.preventDefault(); send(!!(conv && conv.turn_running)); }
-    else if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    // On a touch screen (no Shift on a phone's keyboard) Enter is a new line: the button sends.
+    else if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && !TOUCH.matches) { e.preventDefault(); send(); }
     else if (e.key === 'Escape' && conv && conv.turn_running) { e.preventDefault(); stop(); }
   });
   scroller.addEventListener('scroll', () => {
@@ -177,6 +181,7 @@ export function mountThread(root, id, hooks) {
     input.placeholder = conv.archived
       ? 'This conversation is archived: restore it to send messages.'
       : conv.turn_running ? 'Message… (Enter queues it; Ctrl+Enter sends now, interrupting the turn)' : 'Message… (Enter sends, Shift+Enter for a new line)';
+    if (TOUCH.matches && !conv.archived) input.placeholder = conv.turn_running ? 'Message… (Queue runs it after the turn)' : 'Message…';
   }
 
   async function setMode(mode) {

@@ -105,7 +105,7 @@ function invocations(panel, params) {
     for (const i of items) seen.add(i.id);
     if (!cursor) {
       if (!items.length) { replace(body, emptyNow()); tbody = null; } else {
-        const t = table(cols, items, { key: (i) => String(i.id), caption: 'Invocations' });
+        const t = table(cols, items, { key: (i) => String(i.id), caption: 'Invocations', list: true });
         tbody = t.querySelector('tbody');
         replace(body, t);
       }
@@ -121,7 +121,7 @@ function invocations(panel, params) {
     arrived.unshift(i);
     if (arrived.length > LIVE_KEEP) arrived.pop();
     if (!tbody) {
-      const t = table(cols, [], { key: (x) => String(x.id), caption: 'Invocations' });
+      const t = table(cols, [], { key: (x) => String(x.id), caption: 'Invocations', list: true });
       tbody = t.querySelector('tbody');
       replace(body, t);
     }
@@ -196,7 +196,7 @@ function audit(panel, params) {
         replace(body, emptyState(actor.value || action.value ? 'No entry matches.' : 'Nothing recorded yet.', 'Every change to servers, preferences, settings, credentials and knowledge bases is recorded here.'));
         tbody = null;
       } else {
-        const t = table(cols, items, { key: (a) => String(a.id), caption: 'Audit log' });
+        const t = table(cols, items, { key: (a) => String(a.id), caption: 'Audit log', list: true });
         tbody = t.querySelector('tbody');
         replace(body, t);
       }

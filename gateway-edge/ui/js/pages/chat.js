@@ -1,6 +1,7 @@
 // The chat page (/ui/chat, /ui/chat?c=<conversation id>): the conversation list on the left
 // (collapsible; a drawer on a narrow screen) and the selected conversation's thread. Keys:
-// Enter sends, Shift+Enter is a new line, Ctrl/Cmd+Enter sends now (interrupts the running turn),
+// Enter sends, Shift+Enter is a new line (on a touch screen, pointer: coarse, Enter is a new line
+// and the Send button sends), Ctrl/Cmd+Enter sends now (interrupts the running turn),
 // Escape in the composer stops the running turn (the "?" button shows them). Modules:
 // js/chat/list.js, thread.js, render.js, dialogs.js, notify.js (the background badge).
 import { patch } from '../api.js';

@@ -50,11 +50,13 @@ export function pageHead(title, sub, ...actions) {
 
 /**
  * A table that turns into one card per row below 600 px (each cell labelled by its column).
- * columns: [{label, cell(row) → node|string, class?}]; rows: array; key(row) → data-key.
+ * columns: [{label, cell(row) → node|string, class?}]; rows: array; key(row) → data-key;
+ * opts.list: below 600 px each row is a compact list row instead (class `list-rows`: a log's
+ * many rows, e.g. Activity, where a card per row would take half a phone's screen).
  */
 export function table(columns, rows, opts = {}) {
   return h('div', { class: 'table-wrap' },
-    h('table', { class: 'vtable' },
+    h('table', { class: opts.list ? 'vtable list-rows' : 'vtable' },
       opts.caption ? h('caption', { class: 'sr-only' }, opts.caption) : null,
       h('thead', null, h('tr', null, columns.map((c) => h('th', { scope: 'col', class: c.class }, c.label)))),
       h('tbody', null, rows.map((r) => tableRow(columns, r, opts)))));
