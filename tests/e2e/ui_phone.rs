@@ -93,6 +93,8 @@ async fn ui_phone_every_page_fits_390_and_1280_in_light_and_dark() -> anyhow::Re
     // 1. Installable, before sign-in: the page links the manifest; it and its icons load with
     //    their content types and no session (and the CSP's manifest-src allows it).
     b.set_origin(api.base_url())?;
+    // The signed-out page asks whether it has a session first: that one 401 is expected.
+    b.allow_console("/v1/ui/session - Failed to load resource: the server responded with a status of 401");
     b.goto(&format!("{}/ui/chat", api.base_url())).await?;
     let m = b
         .eval_async(
