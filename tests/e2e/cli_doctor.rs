@@ -4,17 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 
 use anyhow::{Context, ensure};
-use coffer_tests::{SendExt, TestHome};
-use serde_json::{Value, json};
-
-fn check<'a>(report: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
-    report["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == name)
-        .with_context(|| format!("no check {name:?} in {report}"))
-}
+use coffer_tests::{SendExt, TestHome, doctor_check};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> {
@@ -54,7 +45,7 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
         "service gateway",
         "upstream tiny",
     ] {
-        assert_eq!(check(&report, name)?["status"], "ok", "{name}: {report}");
+        assert_eq!(doctor_check(&report, name)?["status"], "ok", "{name}: {report}");
     }
 
     // An upstream whose command went away: exit 1, named, with a fix.
@@ -73,8 +64,8 @@ async fn doctor_on_a_healthy_home_and_a_broken_upstream() -> anyhow::Result<()> 
     assert_eq!(report.code, Some(1), "{report}");
     let report = report.json()?;
     assert_eq!(report["ok"], false);
-    assert_eq!(check(&report, "upstream broken")?["status"], "fail");
-    assert_eq!(check(&report, "upstream tiny")?["status"], "ok");
+    assert_eq!(doctor_check(&report, "upstream broken")?["status"], "fail");
+    assert_eq!(doctor_check(&report, "upstream tiny")?["status"], "ok");
     let out = home.cli(&["mcp", "test", "broken"]).await?;
     assert_eq!(out.code, Some(1), "{out}");
     ensure!(out.stderr.contains("broken"), "{out}");
@@ -109,7 +100,7 @@ async fn doctor_names_a_bare_command_that_is_not_on_this_machine_s_path() -> any
     ensure!(r.status == 201, "{} {}", r.status, r.text);
     assert_eq!(api.get("/v1/mcp/servers/bare").reply().await?.ok_json()?["command"], "sh", "stored as given");
     let report = home.cli(&["doctor", "--json"]).await?.json()?;
-    assert_eq!(check(&report, "upstream bare")?["status"], "ok", "{report}");
+    assert_eq!(doctor_check(&report, "upstream bare")?["status"], "ok", "{report}");
 
     // The same registry seen from a machine whose PATH has no `sh`.
     let mut cmd = home.cli_command(&["doctor"])?;

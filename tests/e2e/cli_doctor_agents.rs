@@ -7,17 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use coffer_tests::{TestHome, wait_for};
-use serde_json::Value;
-
-fn check<'a>(report: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
-    report["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == name)
-        .with_context(|| format!("no check {name:?} in {report}"))
-}
+use coffer_tests::{TestHome, doctor_check, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_names_unavailable_agents_and_the_versions_of_the_others() -> anyhow::Result<()> {
@@ -67,10 +57,10 @@ async fn doctor_names_unavailable_agents_and_the_versions_of_the_others() -> any
     );
     ensure!(out.stdout.contains("coffer settings set chat.codex_path"), "a fix: {out}");
     let report = home.cli(&["doctor", "--json"]).await?.ok()?.json()?;
-    let c = check(&report, "agent claude_code")?;
+    let c = doctor_check(&report, "agent claude_code")?;
     assert_eq!(c["status"], "ok", "{c}");
     ensure!(c["message"].as_str().is_some_and(|m| m.contains("2.1.332") && m.contains("claude")), "{c}");
-    let x = check(&report, "agent codex")?;
+    let x = doctor_check(&report, "agent codex")?;
     assert_eq!(x["status"], "warn", "{x}");
     ensure!(x["message"].as_str().is_some_and(|m| m.contains(&reason)), "{x}");
     ensure!(x["fix"].as_str().is_some_and(|f| f.contains("chat.codex_path")), "{x}");

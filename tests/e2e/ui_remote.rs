@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use coffer_tests::{Api, Reply, SendExt, TestHome, wait_for};
+use coffer_tests::{Api, Reply, SendExt, TestHome, doctor_check, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -320,22 +320,12 @@ async fn the_qr_codes_link_logs_in_from_the_allowed_host() -> anyhow::Result<()>
     Ok(())
 }
 
-/// A check of `coffer doctor --json` by name.
-fn check<'a>(report: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
-    report["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == name)
-        .with_context(|| format!("no check {name:?} in {report}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ui_bind_answers_only_allowed_hosts_and_doctor_says_what_is_exposed() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     home.start_daemon().await?;
     let report = home.cli(&["doctor", "--json"]).await?.ok()?.json()?;
-    let e = check(&report, "exposure")?;
+    let e = doctor_check(&report, "exposure")?;
     ensure!(e["status"] == "ok" && e["message"].as_str().is_some_and(|m| m.starts_with("loopback only")), "{e}");
 
     // A second listener on another loopback address stands in for a tailnet address.
@@ -366,7 +356,7 @@ async fn ui_bind_answers_only_allowed_hosts_and_doctor_says_what_is_exposed() ->
     api.get("/v1/status").reply().await?.ok_json()?;
 
     let report = home.cli(&["doctor", "--json"]).await?.ok()?.json()?;
-    let e = check(&report, "exposure")?;
+    let e = doctor_check(&report, "exposure")?;
     let m = e["message"].as_str().unwrap_or("");
     ensure!(e["status"] == "ok", "{e}");
     for part in [
@@ -376,8 +366,11 @@ async fn ui_bind_answers_only_allowed_hosts_and_doctor_says_what_is_exposed() ->
     ] {
         ensure!(m.contains(&part), "{part:?} in {m:?}");
     }
-    ensure!(check(&report, "exposure: ui.bind").is_err(), "it answers: {report}");
-    ensure!(check(&report, &format!("exposure: {origin}")).is_err(), "a loopback address is no network: {report}");
+    ensure!(doctor_check(&report, "exposure: ui.bind").is_err(), "it answers: {report}");
+    ensure!(
+        doctor_check(&report, &format!("exposure: {origin}")).is_err(),
+        "a loopback address is no network: {report}"
+    );
 
     // Risky: every interface, with the token and /mcp open there (not restarted: nothing answers).
     set(&home, "ui.remote_api", "1").await?;

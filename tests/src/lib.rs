@@ -81,6 +81,20 @@ pub fn write_file(path: &Path, text: impl AsRef<[u8]>) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The check named `name` in a `coffer doctor --json` report (`{"checks": [{"name", "status",
+/// "message", "fix"}, …]}`).
+///
+/// # Errors
+/// When the report has no such check (the message shows the report).
+pub fn doctor_check<'a>(report: &'a serde_json::Value, name: &str) -> anyhow::Result<&'a serde_json::Value> {
+    report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == name)
+        .with_context(|| format!("no check {name:?} in {report}"))
+}
+
 /// How long a daemon may take to become ready (all services healthy, `daemon.json` written).
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a CLI invocation may take before the harness kills it and fails.
