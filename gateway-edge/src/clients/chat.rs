@@ -408,12 +408,27 @@ pub fn sse_frame(e: &Event) -> Option<SseEvent> {
 /// stream ends). No `id:` lines: the list has no sequence to resume from (reload it instead).
 /// `None` for a change of a kind this edge does not know.
 pub fn change_frame(c: &ConversationChange) -> Option<(SseEvent, bool)> {
-    let (kind, data, ends) = match c.change.as_ref()? {
-        conversation_change::Change::Conversation(c) => ("conversation", line(&conversation(c)), false),
-        conversation_change::Change::Deleted(id) => ("deleted", line(&api::ConversationGone { id: id.clone() }), false),
-        conversation_change::Change::Reset(r) => ("reset", line(&api::Reset { reason: r.reason.clone() }), true),
-    };
-    Some((SseEvent::default().event(kind).data(data), ends))
+    let (kind, data, ends) = change_parts(c)?;
+    Some((SseEvent::default().event(kind).data(data.to_string()), ends))
+}
+
+/// A `WatchConversations` change as its SSE event name, its body (a JSON object) and whether the
+/// list stream ends after it (see [`change_frame`]); shared by the list stream and the console's
+/// multiplexed stream. `None` for a change of a kind this edge does not know.
+pub fn change_parts(c: &ConversationChange) -> Option<(&'static str, serde_json::Value, bool)> {
+    // Serialising these types cannot fail (every map key is a string); the workspace's
+    // serde_json keeps field order, so the body reads as the type declares it.
+    Some(match c.change.as_ref()? {
+        conversation_change::Change::Conversation(c) => {
+            ("conversation", serde_json::to_value(conversation(c)).ok()?, false)
+        }
+        conversation_change::Change::Deleted(id) => {
+            ("deleted", serde_json::to_value(api::ConversationGone { id: id.clone() }).ok()?, false)
+        }
+        conversation_change::Change::Reset(r) => {
+            ("reset", serde_json::to_value(api::Reset { reason: r.reason.clone() }).ok()?, true)
+        }
+    })
 }
 
 /// The `after_seq` a subscriber resumes from: `Last-Event-ID` (what an `EventSource` sends on

@@ -41,7 +41,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use coffer_api::events::{OpenStreams, Refused, Subscription, SubscriptionChange, Subscriptions};
-use coffer_proto::chat::{ConversationChange, Event, SubscribeRequest, WatchConversationsRequest, conversation_change};
+use coffer_proto::chat::{ConversationChange, Event, SubscribeRequest, WatchConversationsRequest};
 use futures_util::{Stream, StreamExt};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
@@ -343,19 +343,8 @@ fn event_frame(e: &Event, sub: &str) -> Option<SseEvent> {
 
 /// A list change as a frame of subscription `sub`, and whether it is a `reset`.
 fn change_frame(c: &ConversationChange, sub: &str) -> Option<(SseEvent, bool)> {
-    use coffer_api::chat as api;
-    let (kind, value, reset) = match c.change.as_ref()? {
-        conversation_change::Change::Conversation(c) => {
-            ("conversation", serde_json::to_value(chat::conversation(c)), false)
-        }
-        conversation_change::Change::Deleted(id) => {
-            ("deleted", serde_json::to_value(api::ConversationGone { id: id.clone() }), false)
-        }
-        conversation_change::Change::Reset(r) => {
-            ("reset", serde_json::to_value(api::Reset { reason: r.reason.clone() }), true)
-        }
-    };
-    Some((SseEvent::default().event(kind).data(tagged(value.ok()?, sub)), reset))
+    let (kind, value, reset) = chat::change_parts(c)?;
+    Some((SseEvent::default().event(kind).data(tagged(value, sub)), reset))
 }
 
 /// Starts `subs` on `mux` (replacing any of the same key). Unknown conversations are refused
