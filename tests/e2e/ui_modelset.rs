@@ -53,10 +53,23 @@ async fn model_becomes(api: &Api, id: &str, want: &str) -> anyhow::Result<()> {
 /// The option texts of the open model list of the picker `input` (a CSS selector).
 async fn options(b: &Browser, input: &str) -> anyhow::Result<Vec<String>> {
     b.find(input).await?.click().await?;
-    let list = format!("#{}", b.eval("return document.querySelector(arguments[0]).getAttribute('aria-controls');", vec![json!(input)]).await?.as_str().context("aria-controls")?);
-    b.wait_until(&format!("!document.querySelector('{list}').hidden && document.querySelectorAll('{list} [role=option]').length > 1"))
+    let list = format!(
+        "#{}",
+        b.eval("return document.querySelector(arguments[0]).getAttribute('aria-controls');", vec![json!(input)])
+            .await?
+            .as_str()
+            .context("aria-controls")?
+    );
+    b.wait_until(&format!(
+        "!document.querySelector('{list}').hidden && document.querySelectorAll('{list} [role=option]').length > 1"
+    ))
+    .await?;
+    let v = b
+        .eval(
+            "return [...document.querySelectorAll(arguments[0] + ' [role=option]')].map(o => o.textContent);",
+            vec![json!(list)],
+        )
         .await?;
-    let v = b.eval("return [...document.querySelectorAll(arguments[0] + ' [role=option]')].map(o => o.textContent);", vec![json!(list)]).await?;
     Ok(serde_json::from_value(v)?)
 }
 
@@ -116,20 +129,23 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
     let api = home.start_daemon().await?;
     let claude = coffer_tests::peers::claude_code()?.display().to_string();
     set(&api, json!({"chat.claude_code_path": claude})).await?;
-    add_connection(&api, json!({"name": "work", "wire": "anthropic", "base_url": fake.url, "api_key": KEY, "model": "fake-alpha"}))
-        .await?;
+    add_connection(
+        &api,
+        json!({"name": "work", "wire": "anthropic", "base_url": fake.url, "api_key": KEY, "model": "fake-alpha"}),
+    )
+    .await?;
     set(&api, json!({"chat.claude_code_connection": "work"})).await?;
     wait_for("ListAgents to show the binding", Duration::from_secs(20), || async {
         let agents = api.get("/v1/agents").reply().await?.ok_json()?;
-        let bound = agents["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|a| a["agent_key"] == "claude_code" && a["available"] == true && a["binding"]["connection"] == "work");
+        let bound =
+            agents["items"].as_array().into_iter().flatten().any(|a| {
+                a["agent_key"] == "claude_code" && a["available"] == true && a["binding"]["connection"] == "work"
+            });
         Ok(bound.then_some(()))
     })
     .await?;
-    let r = api.post_json("/v1/conversations", &json!({"agent_key": "claude_code", "title": "Model pick"})).reply().await?;
+    let r =
+        api.post_json("/v1/conversations", &json!({"agent_key": "claude_code", "title": "Model pick"})).reply().await?;
     ensure!(r.status == 201, "create: {} {}", r.status, r.text);
     let id = r.json()?["id"].as_str().context("id")?.to_owned();
 
@@ -140,7 +156,7 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
         .reply()
         .await?;
     let e = r.expect_envelope(400, "INVALID_ARGUMENT")?;
-    ensure!(e["error"]["message"].as_str().is_some_and(|m| m.contains("model")), "{e}");
+    ensure!(e["message"].as_str().is_some_and(|m| m.contains("model")), "{e}");
     let r = api.request(Method::PATCH, &format!("/v1/conversations/{id}")).json(&json!({"model": 7})).reply().await?;
     r.expect_envelope(400, "INVALID_ARGUMENT")?;
     ensure!(model_of(&api, &id).await?.is_empty(), "a refused model was stored");
@@ -160,7 +176,8 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
         b.eval("return document.querySelector('#thread-model').getAttribute('role') + ' ' + document.querySelector('#thread-model').getAttribute('aria-expanded');", vec![]).await? == "combobox true",
         "an ARIA combobox, expanded"
     );
-    four_shots(&b, "model-header-open", "const i = document.querySelector('#thread-model'); i.blur(); i.click();").await?;
+    four_shots(&b, "model-header-open", "const i = document.querySelector('#thread-model'); i.blur(); i.click();")
+        .await?;
 
     // A pick is saved at once and is the next turn's model.
     b.find("#thread-model").await?.click().await?;
@@ -170,10 +187,14 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
     ensure!(b.count("dialog[open]").await? == 0, "no dialog");
     let composer = b.find("#composer").await?;
     composer.send_keys("hello from the pick").await?;
+    b.eval("document.getElementById('toasts')?.replaceChildren();", vec![]).await?;
     b.find("button.send").await?.click().await?;
-    b.wait_until_within("document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]').length >= 1", REAL_TURN)
-        .await
-        .with_context(|| home.diagnostics())?;
+    b.wait_until_within(
+        "document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]').length >= 1",
+        REAL_TURN,
+    )
+    .await
+    .with_context(|| home.diagnostics())?;
     // The turn's requests (those carrying the message; Claude Code may make others with its
     // fast model) name the pick.
     let turn: Vec<String> = fake
@@ -196,12 +217,13 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
     b.press(coffer_tests::browser::keys::ENTER).await?;
     model_becomes(&api, &id, "my-own-model").await?;
     // The keyboard: down to the default option, Enter: back to the connection's model.
-    b.find("#composer").await?.click().await?;
+    b.eval("document.activeElement.blur(); document.getElementById('toasts')?.replaceChildren();", vec![]).await?;
     let input = b.find("#thread-model").await?;
     input.click().await?;
     b.wait_until("document.querySelector('#thread-model').getAttribute('aria-expanded') === 'true'").await?;
     b.press(coffer_tests::browser::keys::ARROW_DOWN).await?;
-    b.wait_until("document.querySelector('#thread-model').getAttribute('aria-activedescendant')?.endsWith('-0')").await?;
+    b.wait_until("document.querySelector('#thread-model').getAttribute('aria-activedescendant')?.endsWith('-0')")
+        .await?;
     b.press(coffer_tests::browser::keys::ENTER).await?;
     model_becomes(&api, &id, "").await?;
     b.wait_until("document.querySelector('#thread-model').value === ''").await?;
@@ -248,7 +270,8 @@ async fn ui_model_picker_offers_the_connection_s_models_and_the_next_turn_uses_t
 async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    add_connection(&api, json!({"name": "work", "wire": "anthropic", "base_url": "http://127.0.0.1:9", "model": "m"})).await?;
+    add_connection(&api, json!({"name": "work", "wire": "anthropic", "base_url": "http://127.0.0.1:9", "model": "m"}))
+        .await?;
     let table = api.get("/v1/settings/table").reply().await?.ok_json()?;
     let rows = table["items"].as_array().context("items")?;
     for r in rows {
@@ -270,9 +293,12 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
     assert_eq!(order, ["chat", "gateway", "knowledge", "channels", "sync", "advanced"], "{groups}");
     let titles: Vec<&str> = groups.as_array().context("groups")?.iter().filter_map(|g| g[1].as_str()).collect();
     assert_eq!(titles, ["Chat and agents", "MCP gateway", "Knowledge", "Channels", "Sync", "Advanced"]);
-    ensure!(groups.as_array().context("groups")?.iter().all(|g| g[2].as_u64() > Some(20)), "a help line each: {groups}");
+    ensure!(
+        groups.as_array().context("groups")?.iter().all(|g| g[2].as_u64() > Some(20)),
+        "a help line each: {groups}"
+    );
     let rows_ui = b
-        .eval("return [...document.querySelectorAll('form.setting')].map(f => ({key: f.dataset.key, label: f.querySelector('.setting-name label').textContent, help: f.querySelector('.setting-help').textContent, code: f.querySelectorAll('.setting-help code').length, shown: f.querySelector('.setting-key')?.textContent}));", vec![])
+        .eval("return [...document.querySelectorAll('form.setting')].map(f => ({key: f.dataset.key, label: f.querySelector('.setting-name label').textContent, help: f.querySelector('.setting-help').textContent, code: f.querySelectorAll('.setting-help code').length, shown: f.querySelector('.setting-key')?.textContent, raw: f.querySelector('.setting-label').textContent.includes('`')}));", vec![])
         .await?;
     let rows_ui = rows_ui.as_array().context("rows")?;
     ensure!(rows_ui.len() == rows.len(), "{} rows on the page, {} in the table", rows_ui.len(), rows.len());
@@ -280,7 +306,7 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
         let label = ui["label"].as_str().unwrap_or_default();
         ensure!(ui["key"] == rest["key"] && label == rest["label"], "{ui} vs {rest}");
         ensure!(!label.contains('`') && label != ui["key"] && !label.contains('_'), "a raw label: {ui}");
-        ensure!(!ui["help"].as_str().unwrap_or("`").contains('`'), "raw backticks in the help: {ui}");
+        ensure!(!ui["help"].as_str().unwrap_or("`").contains('`') && ui["raw"] == false, "raw backticks: {ui}");
         ensure!(ui["shown"] == ui["key"], "the key, small: {ui}");
     }
     // Code spans of the help are code.
@@ -289,7 +315,9 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
 
     // Pickers: the connection an agent runs on, on/off, a mode; each saves when it changes.
     let conn = "form.setting[data-key='chat.claude_code_connection'] select";
-    let opts = b.eval("return [...document.querySelector(arguments[0]).options].map(o => o.value);", vec![json!(conn)]).await?;
+    let opts = b
+        .eval("return [...document.querySelector(arguments[0]).options].map(o => o.value);", vec![json!(conn)])
+        .await?;
     assert_eq!(opts, json!(["", "work"]));
     b.choose(conn, "work").await?;
     b.wait_for_text("form.setting[data-key='chat.claude_code_connection'] .setting-badge", "set").await?;
@@ -300,7 +328,11 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
     b.wait_for_text("form.setting[data-key='chat.codex_permission_mode'] .setting-badge", "set").await?;
     let v = api.get("/v1/settings").reply().await?.ok_json()?;
     assert_eq!(
-        (&v["values"]["chat.claude_code_connection"], &v["values"]["chat.files_changed"], &v["values"]["chat.codex_permission_mode"]),
+        (
+            &v["values"]["chat.claude_code_connection"],
+            &v["values"]["chat.files_changed"],
+            &v["values"]["chat.codex_permission_mode"]
+        ),
         (&json!("work"), &json!("0"), &json!("ask")),
         "{v}"
     );
@@ -315,7 +347,8 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
     b.wait_until("document.querySelector('#tab-channels').getAttribute('aria-selected') === 'true'").await?;
     b.goto("/ui/settings").await?;
     b.wait_for("form.setting[data-key='sync.machine_name']").await?;
-    four_shots(&b, "settings-grouped", "window.scrollTo(0, 0); document.getElementById('page')?.scrollTo(0, 0);").await?;
+    four_shots(&b, "settings-grouped", "window.scrollTo(0, 0); document.getElementById('page')?.scrollTo(0, 0);")
+        .await?;
     b.assert_clean().await;
     b.close().await?;
     Ok(())
@@ -327,9 +360,16 @@ async fn ui_settings_are_grouped_with_human_labels_help_and_pickers() -> anyhow:
 async fn ui_llm_connections_show_their_agents_and_bind_with_a_picker() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    add_connection(&api, json!({"name": "work", "wire": "anthropic", "base_url": "http://127.0.0.1:9", "model": "claude-x"})).await?;
-    add_connection(&api, json!({"name": "oai", "wire": "openai-responses", "base_url": "http://127.0.0.1:9/v1", "model": "gpt-x"}))
-        .await?;
+    add_connection(
+        &api,
+        json!({"name": "work", "wire": "anthropic", "base_url": "http://127.0.0.1:9", "model": "claude-x"}),
+    )
+    .await?;
+    add_connection(
+        &api,
+        json!({"name": "oai", "wire": "openai-responses", "base_url": "http://127.0.0.1:9/v1", "model": "gpt-x"}),
+    )
+    .await?;
     let b = Browser::start().await?;
     b.login(api.base_url(), api.token(), "settings").await?;
     b.goto("/ui/settings?tab=llm").await?;
@@ -337,8 +377,10 @@ async fn ui_llm_connections_show_their_agents_and_bind_with_a_picker() -> anyhow
     let claude = ".llm-bind[data-agent=claude_code] select";
     let codex = ".llm-bind[data-agent=codex] select";
     b.wait_for(claude).await?;
-    let opts = b.eval("return [...document.querySelector(arguments[0]).options].map(o => o.value);", vec![json!(claude)]).await?;
-    assert_eq!(opts, json!(["", "work", "oai"]), "its own login, then the connections");
+    let opts = b
+        .eval("return [...document.querySelector(arguments[0]).options].map(o => o.value);", vec![json!(claude)])
+        .await?;
+    assert_eq!(opts, json!(["", "oai", "work"]), "its own login, then the connections by name");
     ensure!(b.count("tr[data-key=work] [data-bound-agent='']").await? == 1, "nothing bound yet");
 
     b.choose(claude, "work").await?;
@@ -347,11 +389,21 @@ async fn ui_llm_connections_show_their_agents_and_bind_with_a_picker() -> anyhow
     b.choose(codex, "oai").await?;
     b.wait_for("tr[data-key=oai] [data-bound-agent=codex]").await?;
     let v = api.get("/v1/settings").reply().await?.ok_json()?;
-    assert_eq!((&v["values"]["chat.claude_code_connection"], &v["values"]["chat.codex_connection"]), (&json!("work"), &json!("oai")));
+    assert_eq!(
+        (&v["values"]["chat.claude_code_connection"], &v["values"]["chat.codex_connection"]),
+        (&json!("work"), &json!("oai"))
+    );
     // The chat service takes the binding up: ListAgents names the connection.
     wait_for("ListAgents to show both bindings", Duration::from_secs(20), || async {
         let a = api.get("/v1/agents").reply().await?.ok_json()?;
-        let of = |k: &str| a["items"].as_array().into_iter().flatten().find(|x| x["agent_key"] == k).map(|x| x["binding"]["connection"].clone());
+        let of = |k: &str| {
+            a["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|x| x["agent_key"] == k)
+                .map(|x| x["binding"]["connection"].clone())
+        };
         Ok((of("claude_code") == Some(json!("work")) && of("codex") == Some(json!("oai"))).then_some(()))
     })
     .await?;

@@ -224,7 +224,8 @@ mod tests {
                 .unwrap();
         let t = render_settings(&v);
         // Every row split into its columns (values here hold no run of two spaces).
-        let titles: Vec<&str> = coffer_types::settings::Group::ALL.iter().map(|g| g.title()).chain(["Other keys"]).collect();
+        let titles: Vec<&str> =
+            coffer_types::settings::Group::ALL.iter().map(|g| g.title()).chain(["Other keys"]).collect();
         let shown: Vec<&str> = t.lines().filter(|l| titles.contains(l)).collect();
         assert_eq!(shown, titles, "every section, in order: {t}");
         let rows: Vec<Vec<&str>> = t

@@ -1238,7 +1238,12 @@ mod tests {
         let mut labels = std::collections::BTreeSet::new();
         for s in SETTINGS {
             assert!(!s.label.is_empty() && s.label.len() <= 48, "{}: label {:?}", s.key, s.label);
-            assert!(!s.label.contains(['`', '_', '.', '<', '*']), "{}: the label {:?} is markup or a key", s.key, s.label);
+            assert!(
+                !s.label.contains(['`', '_', '.', '<', '*']),
+                "{}: the label {:?} is markup or a key",
+                s.key,
+                s.label
+            );
             assert!(s.label.starts_with(|c: char| c.is_uppercase()), "{}: {:?}", s.key, s.label);
             assert!(labels.insert(s.label), "{}: label {:?} twice", s.key, s.label);
         }
@@ -1340,8 +1345,14 @@ mod tests {
     fn markdown_has_a_row_per_setting() {
         let t = markdown_table();
         assert_eq!(t.lines().filter(|l| l.starts_with("| ") && l.contains(" | `")).count(), SETTINGS.len(), "{t}");
-        assert!(t.contains("| Longest tool name | `gateway.max_tool_name_len` | 51 | 40-64 | longest exposed tool name"), "{t}");
-        assert!(t.contains("| Embeddings endpoint | `retrieval.embeddings.url` | (empty) | text, 0-2048 bytes |"), "{t}");
+        assert!(
+            t.contains("| Longest tool name | `gateway.max_tool_name_len` | 51 | 40-64 | longest exposed tool name"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| Embeddings endpoint | `retrieval.embeddings.url` | (empty) | text, 0-2048 bytes |"),
+            "{t}"
+        );
         assert!(t.starts_with("**Chat and agents**: ") && t.contains("\n\n**MCP gateway**: "), "{t}");
     }
 }

@@ -53,9 +53,14 @@ export function mount(root, { params }) {
 // ---------------------------------------------------------------------------------------------
 // The settings table.
 
-/** `text` with its `code` spans (in backticks) as code elements: no raw backtick is shown. */
-export function withCode(text) {
-  return String(text || '').split('`').map((part, i) => (i % 2 ? h('code', null, part) : part)).filter((x) => x !== '');
+/**
+ * `text` with its `code` spans (in backticks) as code elements: no raw backtick is shown.
+ * `sentence`: its first letter upper-case (the table's lines start lower-case).
+ */
+export function withCode(text, { sentence = false } = {}) {
+  let t = String(text || '');
+  if (sentence && /^[a-z]/.test(t)) t = t[0].toUpperCase() + t.slice(1);
+  return t.split('`').map((part, i) => (i % 2 ? h('code', null, part) : part)).filter((x) => x !== '');
 }
 
 async function settings(panel, go) {
@@ -113,12 +118,12 @@ async function settings(panel, go) {
 
 /**
  * The picker of a setting whose values are a few words, or null for a typed one: on/off (an
- * integer 0-1), a permission mode, the LLM connection an agent runs on. `[value, text]` pairs;
+ * integer 0-1), a permission mode, the LLM connection an agent runs on. `[value, text, hint?]`;
  * '' is the default.
  */
 function choicesFor(r, connections, current) {
   if (r.type === 'integer' && r.min === 0 && r.max === 1) return [['1', 'On'], ['0', 'Off']];
-  if (r.key.endsWith('_permission_mode')) return MODES.map((m) => [m.value, `${m.label}: ${m.hint}`]);
+  if (r.key.endsWith('_permission_mode')) return MODES.map((m) => [m.value, m.label, m.hint]);
   if (/^chat\.[a-z_]+_connection$/.test(r.key)) {
     const names = [...new Set([...connections, ...(current ? [current] : [])])];
     return [['', 'Its own login (no connection)'], ...names.map((n) => [n, connections.includes(n) ? n : `${n} (missing)`])];
@@ -133,7 +138,7 @@ function settingRow(r, values, connections) {
   const picks = choicesFor(r, connections, current);
   const shown = () => current ?? r.default;
   const input = picks
-    ? h('select', { id, 'aria-describedby': `${id}-desc ${id}-err` }, picks.map(([v, t]) => h('option', { value: v, selected: v === shown() }, t)))
+    ? h('select', { id, 'aria-describedby': `${id}-desc ${id}-err` }, picks.map(([v, t, hint]) => h('option', { value: v, selected: v === shown(), title: hint }, t)))
     : h('input', {
       type: 'text', id, value: set ? values[r.key] : '', placeholder: r.default === '' ? '(empty)' : r.default,
       inputmode: r.type === 'integer' ? 'numeric' : undefined, autocomplete: 'off', spellcheck: 'false',
@@ -150,15 +155,16 @@ function settingRow(r, values, connections) {
   };
   mark();
   const bounds = r.type === 'integer' ? `${r.min}–${r.max}` : `text, up to ${r.max} bytes`;
+  // A picker's default by its option's name (before any ': hint').
   const pickedDefault = picks && (picks.find(([v]) => v === r.default) || [])[1];
   const facts = picks
-    ? `Default: ${pickedDefault || r.default || 'none'}`
+    ? `default: ${pickedDefault || r.default || 'none'}`
     : [r.unit, bounds, `default ${r.default === '' ? 'empty' : r.default}`].filter(Boolean).join(' · ');
   const form = h('form', { class: 'setting', dataset: { field: r.key, key: r.key } },
     h('div', { class: 'setting-label' },
       h('div', { class: 'setting-name' }, h('label', { for: id }, r.label), ' ', badge),
-      h('div', { class: 'setting-help', id: `${id}-desc` }, withCode(r.description)),
-      h('div', { class: 'setting-facts muted small' }, h('code', { class: 'setting-key', title: 'The key, for coffer settings set' }, r.key), ` · ${facts}`)),
+      h('div', { class: 'setting-help', id: `${id}-desc` }, withCode(r.description, { sentence: true })),
+      h('div', { class: 'setting-facts muted small' }, h('code', { class: 'setting-key', title: 'The key, for coffer settings set' }, r.key), ' · ', withCode(facts))),
     h('div', { class: 'setting-input' }, h('div', { class: 'row nowrap' }, input, save, reset), error));
   const patch = async (body) => {
     replace(error);
