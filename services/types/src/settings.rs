@@ -946,14 +946,14 @@ impl Setting {
     /// [`SettingError::NotText`] for an integer setting (check those with [`Setting::parse`]).
     pub fn parse_text<'v>(&self, value: &'v str) -> Result<&'v str, SettingError> {
         if self.ty != Type::Text {
-            return Err(SettingError::NotText { setting: *self });
+            return Err(SettingError::NotText { setting: Box::new(*self) });
         }
         let len = value.len() as u64;
         if len < self.min || len > self.max || value.chars().any(|c| c.is_control() && c != '\t') {
-            return Err(SettingError::BadText { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::BadText { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
-            return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::BadUrl { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         let why = match self.format {
             TextFormat::AllowedHosts => crate::remote::parse_allowed_hosts(value).err(),
@@ -961,13 +961,13 @@ impl Setting {
             _ => None,
         };
         if let Some(why) = why {
-            return Err(SettingError::BadValue { setting: *self, why });
+            return Err(SettingError::BadValue { setting: Box::new(*self), why });
         }
         if self.format == TextFormat::PermissionMode
             && !value.trim().is_empty()
             && !PERMISSION_MODES.contains(&value.trim())
         {
-            return Err(SettingError::NotOneOf { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::NotOneOf { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         Ok(value)
     }
@@ -998,9 +998,9 @@ impl Setting {
         let n = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
             .then(|| value.parse::<u64>().ok())
             .flatten()
-            .ok_or_else(|| SettingError::NotAnInteger { setting: *self, value: value.to_owned() })?;
+            .ok_or_else(|| SettingError::NotAnInteger { setting: Box::new(*self), value: value.to_owned() })?;
         if !(self.min..=self.max).contains(&n) {
-            return Err(SettingError::OutOfRange { setting: *self, value: n });
+            return Err(SettingError::OutOfRange { setting: Box::new(*self), value: n });
         }
         Ok(n)
     }
@@ -1033,7 +1033,7 @@ impl Setting {
     }
 }
 
-/// Why a setting's key or value was refused.
+/// Why a setting's key or value was refused (the setting boxed: it is a large record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettingError {
     /// Coffer reads no setting of that key.
@@ -1044,49 +1044,49 @@ pub enum SettingError {
     /// The value is not a non-negative decimal integer.
     NotAnInteger {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given.
         value: String,
     },
     /// The value is an integer outside the setting's bounds.
     OutOfRange {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value.
         value: u64,
     },
     /// A text setting's value is too short, too long or holds control characters.
     BadText {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A URL setting's value is neither empty nor an `http://` or `https://` URL with a host.
     BadUrl {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A word setting's value is none of its words.
     NotOneOf {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A structured text setting's value (hosts, an address) does not parse.
     BadValue {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// What is wrong with the value, quoting the offending part (at most 64 characters).
         why: String,
     },
     /// Text was asked of a setting that is an integer.
     NotText {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
     },
 }
 
@@ -1130,7 +1130,7 @@ impl SettingError {
             | SettingError::BadUrl { setting, .. }
             | SettingError::NotOneOf { setting, .. }
             | SettingError::BadValue { setting, .. }
-            | SettingError::NotText { setting } => Some(setting),
+            | SettingError::NotText { setting } => Some(setting.as_ref()),
         }
     }
 }
