@@ -106,6 +106,7 @@ static ASSETS: &[Asset] = assets![
     "js/chat/changes.js" => "text/javascript; charset=utf-8",
     "js/chat/events.js" => "text/javascript; charset=utf-8",
     "js/chat/outbox.js" => "text/javascript; charset=utf-8",
+    "js/chat/model.js" => "text/javascript; charset=utf-8",
     "vendor/marked.esm.js" => "text/javascript; charset=utf-8",
     "vendor/purify.min.js" => "text/javascript; charset=utf-8",
     "vendor/highlight/core.min.js" => "text/javascript; charset=utf-8",

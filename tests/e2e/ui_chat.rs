@@ -537,7 +537,8 @@ async fn ui_chat_creates_renames_archives_restores_and_deletes() -> anyhow::Resu
     b.find("#new-title").await?.send_keys("Lifecycle").await?;
     b.find("dialog.modal button[type=submit]").await?.click().await?;
     b.wait_for_text(".thread-title", "Lifecycle").await?;
-    b.wait_for_text(".thread-meta", "model-x").await?;
+    // The header's model picker shows the model the dialog set.
+    b.wait_until("(document.querySelector('#thread-model') || {}).value === 'model-x'").await?;
     let list = api.get("/v1/conversations").reply().await?.json()?;
     let conv = list["items"]
         .as_array()

@@ -176,15 +176,40 @@ async fn patch(api: &crate::api::ApiClient, body: &SettingsPatch) -> Result<crat
     api.send(api.request(reqwest::Method::PATCH, "/v1/settings").json(body)).await
 }
 
-/// The settings table: KEY VALUE SOURCE, every key that is set (`set`) and every known key that
-/// is not (its default, `default`), sorted by key; values on one line.
+/// The settings table: KEY VALUE SOURCE, every known key (its value, `set`, or its default,
+/// `default`) under its section's title (`Chat and agents`, …, as the console and docs/CLI.md
+/// name them) in display order, then any other key that is set (`Other keys`, sorted); values
+/// on one line. One table, so the columns line up across the sections.
 pub fn render_settings(values: &BTreeMap<String, String>) -> String {
-    let mut rows: BTreeMap<String, Vec<String>> =
-        values.iter().map(|(k, v)| (k.clone(), vec![k.clone(), v.replace('\n', "\\n"), "set".to_owned()])).collect();
-    for k in KNOWN {
-        rows.entry(k.key.to_owned()).or_insert_with(|| vec![k.key.to_owned(), k.default_value(), "default".to_owned()]);
+    use coffer_types::settings::Group;
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut titles: Vec<(usize, &str)> = Vec::new();
+    let row = |k: &str, v: &str, source: &str| vec![k.to_owned(), v.replace('\n', "\\n"), source.to_owned()];
+    for g in Group::ALL {
+        titles.push((rows.len(), g.title()));
+        for k in KNOWN.iter().filter(|k| k.group == g) {
+            rows.push(match values.get(k.key) {
+                Some(v) => row(k.key, v, "set"),
+                None => row(k.key, &k.default_value(), "default"),
+            });
+        }
     }
-    render_table(&["KEY", "VALUE", "SOURCE"], &rows.into_values().collect::<Vec<_>>())
+    let others: Vec<(&String, &String)> = values.iter().filter(|(k, _)| known(k).is_none()).collect();
+    if !others.is_empty() {
+        titles.push((rows.len(), "Other keys"));
+        rows.extend(others.into_iter().map(|(k, v)| row(k, v, "set")));
+    }
+    let table = render_table(&["KEY", "VALUE", "SOURCE"], &rows);
+    let mut out = String::new();
+    for (i, line) in table.lines().enumerate() {
+        // Line 0 is the header; row n is line n + 1.
+        if let Some((_, title)) = titles.iter().find(|(at, _)| i > 0 && *at == i - 1) {
+            out.push_str(&format!("\n{title}\n"));
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -199,13 +224,19 @@ mod tests {
                 .unwrap();
         let t = render_settings(&v);
         // Every row split into its columns (values here hold no run of two spaces).
-        let rows: Vec<Vec<&str>> =
-            t.lines().map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()).collect();
+        let titles: Vec<&str> =
+            coffer_types::settings::Group::ALL.iter().map(|g| g.title()).chain(["Other keys"]).collect();
+        let shown: Vec<&str> = t.lines().filter(|l| titles.contains(l)).collect();
+        assert_eq!(shown, titles, "every section, in order: {t}");
+        let rows: Vec<Vec<&str>> = t
+            .lines()
+            .filter(|l| !l.is_empty() && !titles.contains(l))
+            .map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect())
+            .collect();
         assert_eq!(rows[0], ["KEY", "VALUE", "SOURCE"], "{t}");
         let keys: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
-        let mut sorted = keys.clone();
-        sorted.sort_unstable();
-        assert_eq!(keys, sorted, "sorted by key: {t}");
+        let display: Vec<&str> = KNOWN.iter().map(|k| k.key).chain(["a.b", "long.key"]).collect();
+        assert_eq!(keys, display, "in display order, then the other keys sorted: {t}");
         assert!(rows.contains(&vec!["a.b", "1", "set"]), "{t}");
         assert!(rows.contains(&vec!["long.key", "two\\nlines", "set"]), "values on one line: {t}");
         assert!(rows.contains(&vec!["gateway.call_timeout_ms", "120000", "set"]), "{t}");
@@ -243,7 +274,7 @@ mod tests {
             let cells: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(cells, [key, default, "default"], "{line}");
         }
-        assert_eq!(t.lines().count(), KNOWN.len() + 1);
+        assert_eq!(t.lines().count(), KNOWN.len() + 1 + 2 * coffer_types::settings::Group::ALL.len(), "{t}");
     }
 
     #[test]

@@ -580,7 +580,7 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/v1/settings", "settings", "Every setting")
             .ok_of::<coffer_api::settings::SettingsValues>(200, "The settings, keys sorted."),
         route("GET", "/v1/settings/table", "settings", "The settings table")
-            .describe("Every setting Coffer reads, in display order, with its type, default (the string it would be stored as), bounds (an integer's values, a text's bytes), unit and meaning: what a form needs to check a value before `PATCH /v1/settings`.")
+            .describe("Every setting Coffer reads, in display order (each section's rows together: `group`, with its `group_title` and `group_help`), with its human `label`, type, default (the string it would be stored as), bounds (an integer's values, a text's bytes), unit and meaning: what a form needs to check a value before `PATCH /v1/settings`.")
             .ok(200, "The settings table.", page_of::<coffer_api::settings::SettingInfo>()),
         route("PATCH", "/v1/settings", "settings", "Set and remove settings")
             .describe(SETTINGS_PATCH_DESCRIPTION.as_str())

@@ -36,6 +36,10 @@ pub fn setting_info(s: &settings::Setting) -> SettingInfo {
     };
     SettingInfo {
         key: s.key.into(),
+        group: s.group.word().into(),
+        group_title: s.group.title().into(),
+        group_help: s.group.help().into(),
+        label: s.label.into(),
         ty: s.ty.name().into(),
         default,
         min: s.min,
@@ -45,7 +49,7 @@ pub fn setting_info(s: &settings::Setting) -> SettingInfo {
     }
 }
 
-/// `GET /v1/settings/table` → `{"items":[{key, type, default, min, max, unit, description}…],
+/// `GET /v1/settings/table` → `{"items":[{key, group, group_title, group_help, label, type, default, min, max, unit, description}…],
 /// "next_cursor":null}`: every setting Coffer reads, in display order (what a form needs to
 /// show and check a value before `PATCH /v1/settings`). Touches no other service.
 async fn table() -> Json<Page<SettingInfo>> {

@@ -33,6 +33,16 @@ pub struct SettingsPatch {
 #[schemars(rename = "SettingInfo")]
 pub struct SettingInfo {
     pub key: String,
+    /// The section it belongs to: `chat`, `gateway`, `knowledge`, `channels`, `sync` or
+    /// `advanced` (in that display order; the table lists each section's rows together).
+    #[schemars(extend("enum" = ["chat", "gateway", "knowledge", "channels", "sync", "advanced"]))]
+    pub group: String,
+    /// The section's heading for people (`Chat and agents`).
+    pub group_title: String,
+    /// One plain sentence about the section (no markup).
+    pub group_help: String,
+    /// A short name for people (`Tool call time limit`): never the key, no markup.
+    pub label: String,
     /// `integer` or `text`.
     #[serde(rename = "type")]
     #[schemars(extend("enum" = ["integer", "text"]))]
@@ -44,5 +54,6 @@ pub struct SettingInfo {
     /// Largest value (integer) or bytes (text).
     pub max: u64,
     pub unit: String,
+    /// What it governs, one line; may hold `code` spans in backticks (keys, paths, commands).
     pub description: String,
 }

@@ -52,11 +52,83 @@ pub enum TextFormat {
     BindAddress,
 }
 
+/// What a person wants to do with a setting: the sections of the console's Settings page, of
+/// `coffer settings get` and of docs/CLI.md's settings table, in [`Group::ALL`]'s order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Group {
+    /// How the coding agents run and what happens to conversations.
+    Chat,
+    /// How the gateway starts, lists and calls the MCP servers' tools.
+    Gateway,
+    /// Knowledge bases, search, embeddings and the ask tool.
+    Knowledge,
+    /// Telegram and SeaTalk chats.
+    Channels,
+    /// Sync across machines.
+    Sync,
+    /// Logs kept, LLM request limits, reaching the console from other devices.
+    Advanced,
+}
+
+impl Group {
+    /// Every group, in display order.
+    pub const ALL: [Group; 6] =
+        [Group::Chat, Group::Gateway, Group::Knowledge, Group::Channels, Group::Sync, Group::Advanced];
+
+    /// Its word on the wire (`chat`, `gateway`, `knowledge`, `channels`, `sync`, `advanced`).
+    pub const fn word(self) -> &'static str {
+        match self {
+            Group::Chat => "chat",
+            Group::Gateway => "gateway",
+            Group::Knowledge => "knowledge",
+            Group::Channels => "channels",
+            Group::Sync => "sync",
+            Group::Advanced => "advanced",
+        }
+    }
+
+    /// Its heading, for people.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Group::Chat => "Chat and agents",
+            Group::Gateway => "MCP gateway",
+            Group::Knowledge => "Knowledge",
+            Group::Channels => "Channels",
+            Group::Sync => "Sync",
+            Group::Advanced => "Advanced",
+        }
+    }
+
+    /// One plain sentence under the heading (no markup).
+    pub const fn help(self) -> &'static str {
+        match self {
+            Group::Chat => {
+                "How Claude Code and Codex run: which program, which LLM connection, what they may do without asking, and how long conversations are kept."
+            }
+            Group::Gateway => "How the gateway starts your MCP servers, lists their tools and waits for their calls.",
+            Group::Knowledge => {
+                "How your knowledge bases are indexed and searched, the embeddings endpoint, and the ask tool that answers from your notes."
+            }
+            Group::Channels => {
+                "Telegram and SeaTalk chats that drive conversations; the bots themselves are set up in the Channels tab."
+            }
+            Group::Sync => "Keeping this machine in step with your other machines through a git remote you own.",
+            Group::Advanced => {
+                "How long logs are kept, limits of requests to LLM connections, and reaching the console from your other devices."
+            }
+        }
+    }
+}
+
 /// One setting Coffer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Setting {
     /// The key (`gateway.call_timeout_ms`).
     pub key: &'static str,
+    /// The section it is shown in.
+    pub group: Group,
+    /// A short name for people (`Tool call time limit`): no key, no markup.
+    pub label: &'static str,
     /// The type of its value.
     pub ty: Type,
     /// What a text value must look like beyond its length ([`TextFormat::Any`] for integers).
@@ -78,6 +150,8 @@ pub struct Setting {
 /// Deadline for one upstream's part of a `tools/list` or `prompts/list` fan-out.
 pub const LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.list_timeout_ms",
+    group: Group::Gateway,
+    label: "Tool list time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -90,6 +164,8 @@ pub const LIST_TIMEOUT_MS: Setting = Setting {
 /// Deadline for an upstream's start and `initialize`.
 pub const START_TIMEOUT_MS: Setting = Setting {
     key: "gateway.start_timeout_ms",
+    group: Group::Gateway,
+    label: "Server start time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -102,6 +178,8 @@ pub const START_TIMEOUT_MS: Setting = Setting {
 /// Per-call timeout of servers without their own.
 pub const CALL_TIMEOUT_MS: Setting = Setting {
     key: "gateway.call_timeout_ms",
+    group: Group::Gateway,
+    label: "Tool call time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -114,6 +192,8 @@ pub const CALL_TIMEOUT_MS: Setting = Setting {
 /// How long an MCP session may stay idle before it ends.
 pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.session_idle_timeout_s",
+    group: Group::Gateway,
+    label: "Idle client session ends after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -127,6 +207,8 @@ pub const SESSION_IDLE_TIMEOUT_S: Setting = Setting {
 /// know yet before it answers with what is ready (the rest follow as `list_changed`).
 pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
     key: "gateway.first_list_timeout_ms",
+    group: Group::Gateway,
+    label: "First tool list waits",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -140,6 +222,8 @@ pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
 /// idle before it ends and its upstream children stop.
 pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
     key: "gateway.broker_idle_timeout_s",
+    group: Group::Gateway,
+    label: "Idle agent session ends after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -152,6 +236,8 @@ pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
 /// Longest exposed tool name.
 pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     key: "gateway.max_tool_name_len",
+    group: Group::Gateway,
+    label: "Longest tool name",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -164,6 +250,8 @@ pub const MAX_TOOL_NAME_LEN: Setting = Setting {
 /// Age limit of invocation rows.
 pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
     key: "retention.invocations_days",
+    group: Group::Advanced,
+    label: "Keep the tool-call log for",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -176,6 +264,8 @@ pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
 /// Count limit of invocation rows.
 pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
     key: "retention.invocations_max_rows",
+    group: Group::Advanced,
+    label: "Most tool-call log rows",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -188,6 +278,8 @@ pub const RETENTION_INVOCATIONS_MAX_ROWS: Setting = Setting {
 /// Age limit of audit rows.
 pub const RETENTION_AUDIT_DAYS: Setting = Setting {
     key: "retention.audit_days",
+    group: Group::Advanced,
+    label: "Keep the audit log for",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -200,6 +292,8 @@ pub const RETENTION_AUDIT_DAYS: Setting = Setting {
 /// Count limit of audit rows.
 pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
     key: "retention.audit_max_rows",
+    group: Group::Advanced,
+    label: "Most audit log rows",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -213,6 +307,8 @@ pub const RETENTION_AUDIT_MAX_ROWS: Setting = Setting {
 /// Base URL of the OpenAI-compatible embeddings endpoint; empty turns the vector engine off.
 pub const EMBEDDINGS_URL: Setting = Setting {
     key: "retrieval.embeddings.url",
+    group: Group::Knowledge,
+    label: "Embeddings endpoint",
     ty: Type::Text,
     format: TextFormat::HttpUrlOrEmpty,
     default: 0,
@@ -225,6 +321,8 @@ pub const EMBEDDINGS_URL: Setting = Setting {
 /// Embedding model name sent with each request.
 pub const EMBEDDINGS_MODEL: Setting = Setting {
     key: "retrieval.embeddings.model",
+    group: Group::Knowledge,
+    label: "Embeddings model",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -237,6 +335,8 @@ pub const EMBEDDINGS_MODEL: Setting = Setting {
 /// Name of the credential whose value is the endpoint's bearer token.
 pub const EMBEDDINGS_CREDENTIAL: Setting = Setting {
     key: "retrieval.embeddings.credential",
+    group: Group::Knowledge,
+    label: "Embeddings key",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -249,6 +349,8 @@ pub const EMBEDDINGS_CREDENTIAL: Setting = Setting {
 /// Vector dimension asked of the endpoint.
 pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
     key: "retrieval.embeddings.dimensions",
+    group: Group::Knowledge,
+    label: "Embedding size",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -261,6 +363,8 @@ pub const EMBEDDINGS_DIMENSIONS: Setting = Setting {
 /// Chunks per embeddings request.
 pub const EMBEDDINGS_BATCH_SIZE: Setting = Setting {
     key: "retrieval.embeddings.batch_size",
+    group: Group::Knowledge,
+    label: "Chunks per embeddings request",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -273,6 +377,8 @@ pub const EMBEDDINGS_BATCH_SIZE: Setting = Setting {
 /// Embeddings requests in flight at once.
 pub const EMBEDDINGS_CONCURRENCY: Setting = Setting {
     key: "retrieval.embeddings.concurrency",
+    group: Group::Knowledge,
+    label: "Embeddings requests at once",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -285,6 +391,8 @@ pub const EMBEDDINGS_CONCURRENCY: Setting = Setting {
 /// Deadline of one embeddings request.
 pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
     key: "retrieval.embeddings.timeout_ms",
+    group: Group::Knowledge,
+    label: "Embeddings request time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -297,6 +405,8 @@ pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
 /// Per-engine deadline of a search.
 pub const ENGINE_TIMEOUT_MS: Setting = Setting {
     key: "retrieval.engine_timeout_ms",
+    group: Group::Knowledge,
+    label: "Search engine time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -309,6 +419,8 @@ pub const ENGINE_TIMEOUT_MS: Setting = Setting {
 /// Largest file a knowledge base indexes.
 pub const MAX_FILE_BYTES: Setting = Setting {
     key: "retrieval.max_file_bytes",
+    group: Group::Knowledge,
+    label: "Largest file indexed",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -322,6 +434,8 @@ pub const MAX_FILE_BYTES: Setting = Setting {
 /// Auto-archive age of conversations.
 pub const RETENTION_CONVERSATIONS_ARCHIVE_DAYS: Setting = Setting {
     key: "retention.conversations_archive_days",
+    group: Group::Chat,
+    label: "Archive idle conversations after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -334,6 +448,8 @@ pub const RETENTION_CONVERSATIONS_ARCHIVE_DAYS: Setting = Setting {
 /// Deletion age of archived conversations.
 pub const RETENTION_CONVERSATIONS_DELETE_DAYS: Setting = Setting {
     key: "retention.conversations_delete_days",
+    group: Group::Chat,
+    label: "Delete archived conversations after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -346,6 +462,8 @@ pub const RETENTION_CONVERSATIONS_DELETE_DAYS: Setting = Setting {
 /// Claude Code's CLI, when it is not `claude` on the daemon's PATH.
 pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
     key: "chat.claude_code_path",
+    group: Group::Chat,
+    label: "Claude Code program",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -359,6 +477,8 @@ pub const CHAT_CLAUDE_CODE_PATH: Setting = Setting {
 /// its working directory and the files Coffer's MCP config needs).
 pub const CHAT_CLAUDE_CODE_SANDBOX: Setting = Setting {
     key: "chat.claude_code_sandbox",
+    group: Group::Chat,
+    label: "Run Claude Code in the sandbox",
     ty: Type::Integer,
     format: TextFormat::Any,
     default: 1,
@@ -372,6 +492,8 @@ pub const CHAT_CLAUDE_CODE_SANDBOX: Setting = Setting {
 /// `files_changed` event, the message's changed files and their diffs).
 pub const CHAT_FILES_CHANGED: Setting = Setting {
     key: "chat.files_changed",
+    group: Group::Chat,
+    label: "Record the files each turn changed",
     ty: Type::Integer,
     format: TextFormat::Any,
     default: 1,
@@ -384,6 +506,8 @@ pub const CHAT_FILES_CHANGED: Setting = Setting {
 /// Whether Codex runs in the vault sandbox (as [`CHAT_CLAUDE_CODE_SANDBOX`]).
 pub const CHAT_CODEX_SANDBOX: Setting = Setting {
     key: "chat.codex_sandbox",
+    group: Group::Chat,
+    label: "Run Codex in the sandbox",
     ty: Type::Integer,
     format: TextFormat::Any,
     default: 1,
@@ -396,6 +520,8 @@ pub const CHAT_CODEX_SANDBOX: Setting = Setting {
 /// Codex's CLI, when it is not `codex` on the daemon's PATH.
 pub const CHAT_CODEX_PATH: Setting = Setting {
     key: "chat.codex_path",
+    group: Group::Chat,
+    label: "Codex program",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -410,6 +536,8 @@ pub const CHAT_CODEX_PATH: Setting = Setting {
 /// levels below it, besides recently used folders.
 pub const CHAT_PROJECTS_ROOT: Setting = Setting {
     key: "chat.projects_root",
+    group: Group::Chat,
+    label: "Projects folder",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -422,6 +550,8 @@ pub const CHAT_PROJECTS_ROOT: Setting = Setting {
 /// How long a turn may go without output.
 pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
     key: "chat.turn_timeout_s",
+    group: Group::Chat,
+    label: "Silent turn ends after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -435,6 +565,8 @@ pub const CHAT_TURN_TIMEOUT_S: Setting = Setting {
 /// How long an agent's approval request waits for the owner.
 pub const CHAT_APPROVAL_TIMEOUT_S: Setting = Setting {
     key: "chat.approval_timeout_s",
+    group: Group::Chat,
+    label: "Unanswered approval is denied after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -447,6 +579,8 @@ pub const CHAT_APPROVAL_TIMEOUT_S: Setting = Setting {
 /// The permission mode of new Claude Code conversations.
 pub const CHAT_CLAUDE_CODE_PERMISSION_MODE: Setting = Setting {
     key: "chat.claude_code_permission_mode",
+    group: Group::Chat,
+    label: "Claude Code's default permission mode",
     ty: Type::Text,
     format: TextFormat::PermissionMode,
     default: 0,
@@ -459,6 +593,8 @@ pub const CHAT_CLAUDE_CODE_PERMISSION_MODE: Setting = Setting {
 /// The permission mode of new Codex conversations.
 pub const CHAT_CODEX_PERMISSION_MODE: Setting = Setting {
     key: "chat.codex_permission_mode",
+    group: Group::Chat,
+    label: "Codex's default permission mode",
     ty: Type::Text,
     format: TextFormat::PermissionMode,
     default: 0,
@@ -474,6 +610,8 @@ pub const PERMISSION_MODES: &[&str] = &["bypass", "ask", "read_only"];
 /// in …" message when it ends (Telegram does not notify edits); 0: after every turn.
 pub const CHAT_NOTIFY_AFTER_S: Setting = Setting {
     key: "chat.notify_after_s",
+    group: Group::Channels,
+    label: "Announce turns that ran longer than",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -487,6 +625,8 @@ pub const CHAT_NOTIFY_AFTER_S: Setting = Setting {
 /// The LLM connection Claude Code turns run on.
 pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
     key: "chat.claude_code_connection",
+    group: Group::Chat,
+    label: "Claude Code runs on",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -499,6 +639,8 @@ pub const CHAT_CLAUDE_CODE_CONNECTION: Setting = Setting {
 /// The LLM connection Codex turns run on.
 pub const CHAT_CODEX_CONNECTION: Setting = Setting {
     key: "chat.codex_connection",
+    group: Group::Chat,
+    label: "Codex runs on",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -513,6 +655,8 @@ pub const CHAT_CODEX_CONNECTION: Setting = Setting {
 /// setting, a message's attachments hold at most 40 MiB in all.
 pub const CHAT_ATTACHMENT_MAX_BYTES: Setting = Setting {
     key: "chat.attachment_max_bytes",
+    group: Group::Chat,
+    label: "Largest attachment",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -525,6 +669,8 @@ pub const CHAT_ATTACHMENT_MAX_BYTES: Setting = Setting {
 /// Most files attached to one chat message.
 pub const CHAT_ATTACHMENT_MAX_FILES: Setting = Setting {
     key: "chat.attachment_max_files",
+    group: Group::Chat,
+    label: "Attachments per message",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -537,6 +683,8 @@ pub const CHAT_ATTACHMENT_MAX_FILES: Setting = Setting {
 /// How long a model request may take to answer.
 pub const LLM_REQUEST_TIMEOUT_S: Setting = Setting {
     key: "llm.request_timeout_s",
+    group: Group::Advanced,
+    label: "LLM request time limit",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -549,6 +697,8 @@ pub const LLM_REQUEST_TIMEOUT_S: Setting = Setting {
 /// How long a model's stream may stay silent.
 pub const LLM_STALL_TIMEOUT_S: Setting = Setting {
     key: "llm.stall_timeout_s",
+    group: Group::Advanced,
+    label: "Stalled LLM answer fails after",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -561,6 +711,8 @@ pub const LLM_STALL_TIMEOUT_S: Setting = Setting {
 /// The internal agent's model requests per run.
 pub const LLM_ASK_MAX_ITERATIONS: Setting = Setting {
     key: "llm.ask_max_iterations",
+    group: Group::Knowledge,
+    label: "Ask: most model requests per question",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -573,6 +725,8 @@ pub const LLM_ASK_MAX_ITERATIONS: Setting = Setting {
 /// The internal agent's context budget.
 pub const LLM_ASK_CONTEXT_TOKENS: Setting = Setting {
     key: "llm.ask_context_tokens",
+    group: Group::Knowledge,
+    label: "Ask: most context sent to the model",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -586,6 +740,8 @@ pub const LLM_ASK_CONTEXT_TOKENS: Setting = Setting {
 /// How long a one-time login link printed by `coffer ui` stays valid.
 pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
     key: "ui.login_code_ttl_s",
+    group: Group::Advanced,
+    label: "Login link stays valid for",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -599,6 +755,8 @@ pub const UI_LOGIN_CODE_TTL_S: Setting = Setting {
 /// Extra origins the console may be opened at (opt-in; empty: loopback only).
 pub const UI_ALLOWED_HOSTS: Setting = Setting {
     key: "ui.allowed_hosts",
+    group: Group::Advanced,
+    label: "Other addresses of the console",
     ty: Type::Text,
     format: TextFormat::AllowedHosts,
     default: 0,
@@ -611,6 +769,8 @@ pub const UI_ALLOWED_HOSTS: Setting = Setting {
 /// An address beyond loopback the edge also listens on (opt-in; empty: loopback only).
 pub const UI_BIND: Setting = Setting {
     key: "ui.bind",
+    group: Group::Advanced,
+    label: "Extra listening address",
     ty: Type::Text,
     format: TextFormat::BindAddress,
     default: 0,
@@ -623,6 +783,8 @@ pub const UI_BIND: Setting = Setting {
 /// Whether `/mcp` and the owner's token also work for requests that came from beyond loopback.
 pub const UI_REMOTE_API: Setting = Setting {
     key: "ui.remote_api",
+    group: Group::Advanced,
+    label: "API and MCP beyond this machine",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -636,6 +798,8 @@ pub const UI_REMOTE_API: Setting = Setting {
 /// Whether the sync worker runs (opt-in): push after local changes, pull on an interval.
 pub const SYNC_AUTO: Setting = Setting {
     key: "sync.auto",
+    group: Group::Sync,
+    label: "Sync automatically",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -648,6 +812,8 @@ pub const SYNC_AUTO: Setting = Setting {
 /// How long the sync worker waits after a local change before it syncs.
 pub const SYNC_DEBOUNCE_S: Setting = Setting {
     key: "sync.debounce_s",
+    group: Group::Sync,
+    label: "Wait after a change",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -660,6 +826,8 @@ pub const SYNC_DEBOUNCE_S: Setting = Setting {
 /// How often the sync worker pulls.
 pub const SYNC_PULL_INTERVAL_S: Setting = Setting {
     key: "sync.pull_interval_s",
+    group: Group::Sync,
+    label: "Pull other machines' changes every",
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
@@ -672,6 +840,8 @@ pub const SYNC_PULL_INTERVAL_S: Setting = Setting {
 /// This machine's name in sync commits and conflict files.
 pub const SYNC_MACHINE_NAME: Setting = Setting {
     key: "sync.machine_name",
+    group: Group::Sync,
+    label: "This machine's name",
     ty: Type::Text,
     format: TextFormat::Any,
     default: 0,
@@ -684,6 +854,22 @@ pub const SYNC_MACHINE_NAME: Setting = Setting {
 
 /// Every setting Coffer reads, in display order.
 pub const SETTINGS: &[Setting] = &[
+    CHAT_CLAUDE_CODE_CONNECTION,
+    CHAT_CODEX_CONNECTION,
+    CHAT_CLAUDE_CODE_PERMISSION_MODE,
+    CHAT_CODEX_PERMISSION_MODE,
+    CHAT_CLAUDE_CODE_PATH,
+    CHAT_CODEX_PATH,
+    CHAT_CLAUDE_CODE_SANDBOX,
+    CHAT_CODEX_SANDBOX,
+    CHAT_PROJECTS_ROOT,
+    CHAT_FILES_CHANGED,
+    CHAT_TURN_TIMEOUT_S,
+    CHAT_APPROVAL_TIMEOUT_S,
+    CHAT_ATTACHMENT_MAX_BYTES,
+    CHAT_ATTACHMENT_MAX_FILES,
+    RETENTION_CONVERSATIONS_ARCHIVE_DAYS,
+    RETENTION_CONVERSATIONS_DELETE_DAYS,
     LIST_TIMEOUT_MS,
     FIRST_LIST_TIMEOUT_MS,
     START_TIMEOUT_MS,
@@ -691,10 +877,6 @@ pub const SETTINGS: &[Setting] = &[
     SESSION_IDLE_TIMEOUT_S,
     BROKER_IDLE_TIMEOUT_S,
     MAX_TOOL_NAME_LEN,
-    RETENTION_INVOCATIONS_DAYS,
-    RETENTION_INVOCATIONS_MAX_ROWS,
-    RETENTION_AUDIT_DAYS,
-    RETENTION_AUDIT_MAX_ROWS,
     EMBEDDINGS_URL,
     EMBEDDINGS_MODEL,
     EMBEDDINGS_CREDENTIAL,
@@ -704,35 +886,23 @@ pub const SETTINGS: &[Setting] = &[
     EMBEDDINGS_TIMEOUT_MS,
     ENGINE_TIMEOUT_MS,
     MAX_FILE_BYTES,
-    RETENTION_CONVERSATIONS_ARCHIVE_DAYS,
-    RETENTION_CONVERSATIONS_DELETE_DAYS,
-    CHAT_CLAUDE_CODE_PATH,
-    CHAT_CODEX_PATH,
-    CHAT_CLAUDE_CODE_SANDBOX,
-    CHAT_CODEX_SANDBOX,
-    CHAT_FILES_CHANGED,
-    CHAT_PROJECTS_ROOT,
-    CHAT_TURN_TIMEOUT_S,
-    CHAT_APPROVAL_TIMEOUT_S,
-    CHAT_CLAUDE_CODE_PERMISSION_MODE,
-    CHAT_CODEX_PERMISSION_MODE,
-    CHAT_NOTIFY_AFTER_S,
-    CHAT_CLAUDE_CODE_CONNECTION,
-    CHAT_CODEX_CONNECTION,
-    CHAT_ATTACHMENT_MAX_BYTES,
-    CHAT_ATTACHMENT_MAX_FILES,
-    LLM_REQUEST_TIMEOUT_S,
-    LLM_STALL_TIMEOUT_S,
     LLM_ASK_MAX_ITERATIONS,
     LLM_ASK_CONTEXT_TOKENS,
-    UI_LOGIN_CODE_TTL_S,
-    UI_ALLOWED_HOSTS,
-    UI_BIND,
-    UI_REMOTE_API,
+    CHAT_NOTIFY_AFTER_S,
     SYNC_AUTO,
     SYNC_DEBOUNCE_S,
     SYNC_PULL_INTERVAL_S,
     SYNC_MACHINE_NAME,
+    RETENTION_INVOCATIONS_DAYS,
+    RETENTION_INVOCATIONS_MAX_ROWS,
+    RETENTION_AUDIT_DAYS,
+    RETENTION_AUDIT_MAX_ROWS,
+    LLM_REQUEST_TIMEOUT_S,
+    LLM_STALL_TIMEOUT_S,
+    UI_LOGIN_CODE_TTL_S,
+    UI_ALLOWED_HOSTS,
+    UI_BIND,
+    UI_REMOTE_API,
 ];
 
 /// The setting `key`, if Coffer reads it.
@@ -776,14 +946,14 @@ impl Setting {
     /// [`SettingError::NotText`] for an integer setting (check those with [`Setting::parse`]).
     pub fn parse_text<'v>(&self, value: &'v str) -> Result<&'v str, SettingError> {
         if self.ty != Type::Text {
-            return Err(SettingError::NotText { setting: *self });
+            return Err(SettingError::NotText { setting: Box::new(*self) });
         }
         let len = value.len() as u64;
         if len < self.min || len > self.max || value.chars().any(|c| c.is_control() && c != '\t') {
-            return Err(SettingError::BadText { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::BadText { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         if self.format == TextFormat::HttpUrlOrEmpty && !is_http_url_or_empty(value) {
-            return Err(SettingError::BadUrl { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::BadUrl { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         let why = match self.format {
             TextFormat::AllowedHosts => crate::remote::parse_allowed_hosts(value).err(),
@@ -791,13 +961,13 @@ impl Setting {
             _ => None,
         };
         if let Some(why) = why {
-            return Err(SettingError::BadValue { setting: *self, why });
+            return Err(SettingError::BadValue { setting: Box::new(*self), why });
         }
         if self.format == TextFormat::PermissionMode
             && !value.trim().is_empty()
             && !PERMISSION_MODES.contains(&value.trim())
         {
-            return Err(SettingError::NotOneOf { setting: *self, value: value.chars().take(64).collect() });
+            return Err(SettingError::NotOneOf { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
         Ok(value)
     }
@@ -828,9 +998,9 @@ impl Setting {
         let n = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
             .then(|| value.parse::<u64>().ok())
             .flatten()
-            .ok_or_else(|| SettingError::NotAnInteger { setting: *self, value: value.to_owned() })?;
+            .ok_or_else(|| SettingError::NotAnInteger { setting: Box::new(*self), value: value.to_owned() })?;
         if !(self.min..=self.max).contains(&n) {
-            return Err(SettingError::OutOfRange { setting: *self, value: n });
+            return Err(SettingError::OutOfRange { setting: Box::new(*self), value: n });
         }
         Ok(n)
     }
@@ -863,7 +1033,7 @@ impl Setting {
     }
 }
 
-/// Why a setting's key or value was refused.
+/// Why a setting's key or value was refused (the setting boxed: it is a large record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettingError {
     /// Coffer reads no setting of that key.
@@ -874,49 +1044,49 @@ pub enum SettingError {
     /// The value is not a non-negative decimal integer.
     NotAnInteger {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given.
         value: String,
     },
     /// The value is an integer outside the setting's bounds.
     OutOfRange {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value.
         value: u64,
     },
     /// A text setting's value is too short, too long or holds control characters.
     BadText {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A URL setting's value is neither empty nor an `http://` or `https://` URL with a host.
     BadUrl {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A word setting's value is none of its words.
     NotOneOf {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// The value as given (at most its first 64 characters).
         value: String,
     },
     /// A structured text setting's value (hosts, an address) does not parse.
     BadValue {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
         /// What is wrong with the value, quoting the offending part (at most 64 characters).
         why: String,
     },
     /// Text was asked of a setting that is an integer.
     NotText {
         /// The setting.
-        setting: Setting,
+        setting: Box<Setting>,
     },
 }
 
@@ -960,7 +1130,7 @@ impl SettingError {
             | SettingError::BadUrl { setting, .. }
             | SettingError::NotOneOf { setting, .. }
             | SettingError::BadValue { setting, .. }
-            | SettingError::NotText { setting } => Some(setting),
+            | SettingError::NotText { setting } => Some(setting.as_ref()),
         }
     }
 }
@@ -1006,18 +1176,33 @@ fn is_http_url_or_empty(value: &str) -> bool {
             .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()))
 }
 
-/// The settings as a Markdown table (`| key | default | accepted | what |`), one row per
-/// setting in display order, ending with a newline: what `docs/CLI.md` shows.
+/// The settings as Markdown: per [`Group`] (in order) a bold heading with its help line, then a
+/// table (`| setting | key | default | accepted | what |`) of its settings in display order;
+/// ends with a newline. What `docs/CLI.md` shows.
 pub fn markdown_table() -> String {
-    let mut out = String::from("| key | default | accepted | what |\n|---|---|---|---|\n");
-    for s in SETTINGS {
-        let default = match s.ty {
-            Type::Integer => s.default.to_string(),
-            Type::Text if s.default_text.is_empty() => "(empty)".to_owned(),
-            Type::Text => format!("`{}`", s.default_text),
-        };
-        out.push_str(&format!("| `{}` | {} | {} | {} |\n", s.key, default, s.bounds(), s.description));
+    let mut out = String::new();
+    for g in Group::ALL {
+        out.push_str(&format!("**{}**: {}\n\n", g.title(), g.help()));
+        out.push_str("| setting | key | default | accepted | what |\n|---|---|---|---|---|\n");
+        for s in SETTINGS.iter().filter(|s| s.group == g) {
+            let default = match s.ty {
+                Type::Integer => s.default.to_string(),
+                Type::Text if s.default_text.is_empty() => "(empty)".to_owned(),
+                Type::Text => format!("`{}`", s.default_text),
+            };
+            out.push_str(&format!(
+                "| {} | `{}` | {} | {} | {} |\n",
+                s.label,
+                s.key,
+                default,
+                s.bounds(),
+                s.description
+            ));
+        }
+        out.push('\n');
     }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
     out
 }
 
@@ -1046,6 +1231,31 @@ mod tests {
             assert_eq!(find(s.key), Some(s));
         }
         assert_eq!(find("gateway.call_timeout"), None);
+    }
+
+    #[test]
+    fn every_setting_has_a_plain_label_and_the_groups_are_shown_in_order() {
+        let mut labels = std::collections::BTreeSet::new();
+        for s in SETTINGS {
+            assert!(!s.label.is_empty() && s.label.len() <= 48, "{}: label {:?}", s.key, s.label);
+            assert!(
+                !s.label.contains(['`', '_', '.', '<', '*']),
+                "{}: the label {:?} is markup or a key",
+                s.key,
+                s.label
+            );
+            assert!(s.label.starts_with(|c: char| c.is_uppercase()), "{}: {:?}", s.key, s.label);
+            assert!(labels.insert(s.label), "{}: label {:?} twice", s.key, s.label);
+        }
+        // Each group's rows are together, the groups in `Group::ALL`'s order.
+        let order: Vec<Group> = SETTINGS.iter().map(|s| s.group).collect();
+        let mut sorted = order.clone();
+        sorted.sort_by_key(|g| Group::ALL.iter().position(|x| x == g));
+        assert_eq!(order, sorted);
+        for g in Group::ALL {
+            assert!(SETTINGS.iter().any(|s| s.group == g), "{g:?} is empty");
+            assert!(!g.title().contains('`') && !g.help().contains('`'), "{g:?}");
+        }
     }
 
     #[test]
@@ -1134,8 +1344,15 @@ mod tests {
     #[test]
     fn markdown_has_a_row_per_setting() {
         let t = markdown_table();
-        assert_eq!(t.lines().count(), SETTINGS.len() + 2);
-        assert!(t.contains("| `gateway.max_tool_name_len` | 51 | 40-64 | longest exposed tool name"), "{t}");
-        assert!(t.contains("| `retrieval.embeddings.url` | (empty) | text, 0-2048 bytes |"), "{t}");
+        assert_eq!(t.lines().filter(|l| l.starts_with("| ") && l.contains(" | `")).count(), SETTINGS.len(), "{t}");
+        assert!(
+            t.contains("| Longest tool name | `gateway.max_tool_name_len` | 51 | 40-64 | longest exposed tool name"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| Embeddings endpoint | `retrieval.embeddings.url` | (empty) | text, 0-2048 bytes |"),
+            "{t}"
+        );
+        assert!(t.starts_with("**Chat and agents**: ") && t.contains("\n\n**MCP gateway**: "), "{t}");
     }
 }

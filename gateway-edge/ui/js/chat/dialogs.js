@@ -1,7 +1,6 @@
-// Chat page: the new-conversation dialog (agent picker with availability and the reason, a
-// free-text model with suggestions — the bound LLM connection's models when the agent is bound
-// to one, else a fixed list; empty is the agent's (or connection's) default —, a working directory),
-// rename/model, delete confirmation, keyboard help, and the empty state when no agent is
+// Chat page: the new-conversation dialog (agent picker with availability and the reason, the
+// model picker of js/chat/model.js — the same list and default as the thread header's —, a
+// working directory), rename, delete confirmation, keyboard help, and the empty state when no agent is
 // available (how to install one, or where Coffer should look for it). The new-conversation
 // dialog's second tab, "Continue a session", lists the user's own Claude Code and Codex
 // sessions (`GET /v1/agent-sessions`) and imports the picked one (`POST /v1/conversations/import`),
@@ -9,26 +8,7 @@
 import { ApiError, del, get, patch, post } from '../api.js';
 import { ago, h, replace } from '../dom.js';
 import { MODES } from './approvals.js';
-
-/** Model names offered per agent (any text is accepted; empty = the agent's own default). */
-const SUGGESTIONS = {
-  claude_code: ['sonnet', 'opus', 'haiku', 'claude-sonnet-4-5', 'claude-opus-4-1'],
-  codex: ['gpt-5-codex', 'gpt-5', 'o4-mini'],
-};
-
-/**
- * The model ids of LLM connection `name` (`GET /v1/llm/connections/{name}/models`), [] when they
- * cannot be read (no such route yet, the provider failed, no list).
- */
-async function connectionModels(name) {
-  try {
-    const r = await get(`/v1/llm/connections/${encodeURIComponent(name)}/models`);
-    const ids = Array.isArray(r && r.models) ? r.models : [];
-    return ids.map((m) => (typeof m === 'string' ? m : m && m.id)).filter((m) => typeof m === 'string' && m !== '');
-  } catch {
-    return [];
-  }
-}
+import { modelPicker } from './model.js';
 
 /** How to get each shipped agent, and the setting naming its CLI. */
 const INSTALL = {
@@ -247,15 +227,14 @@ async function continueSession(s) {
   }
 }
 
-/** The new-conversation dialog → the created conversation, or null. `models`: names in use. */
-export async function newConversation(list, models = []) {
+/** The new-conversation dialog → the created conversation, or null. */
+export async function newConversation(list) {
   const available = list.filter((a) => a.available);
   const agentSel = h('select', { id: 'new-agent', name: 'agent_key', required: true },
     list.map((a) => h('option', { value: a.agent_key, disabled: !a.available, selected: a === available[0] },
       a.available ? `${a.display_name}${a.version ? ` (${a.version})` : ''}` : `${a.display_name} — unavailable`)));
   const reason = h('p', { class: 'hint agent-reason' });
-  const listEl = h('datalist', { id: 'model-suggestions' });
-  const model = h('input', { id: 'new-model', name: 'model', list: 'model-suggestions', autocomplete: 'off', placeholder: 'the agent’s default' });
+  const model = modelPicker({ id: 'new-model', label: 'Model' });
   const cwd = h('input', { id: 'new-cwd', name: 'cwd', autocomplete: 'off', list: 'project-paths', placeholder: 'default: the Coffer workspace' });
   const picks = projectPicker(cwd);
   const mode = h('select', { id: 'new-mode', name: 'permission_mode' },
@@ -263,10 +242,7 @@ export async function newConversation(list, models = []) {
     MODES.map((m) => h('option', { value: m.value }, `${m.label} — ${m.hint}`)));
   const titleIn = h('input', { id: 'new-title', name: 'title', autocomplete: 'off', placeholder: 'from the first message', maxlength: '200' });
   const why = list.filter((a) => !a.available).map((a) => h('li', null, h('strong', null, a.display_name), ': ', a.reason));
-  // A bound agent (its `binding`: the LLM connection it runs on) is offered that connection's
-  // models; an unbound one, or when the connection's list cannot be read, the fixed suggestions.
-  const fetched = new Map();
-  const suggest = (names) => replace(listEl, [...new Set(names)].filter(Boolean).map((n) => h('option', { value: n })));
+  // The model picker offers the agent's models: its bound connection's, or its own names.
   const refresh = () => {
     const key = agentSel.value;
     const a = list.find((x) => x.agent_key === key);
@@ -274,17 +250,7 @@ export async function newConversation(list, models = []) {
     const runs = a && a.command ? `Runs ${a.command}` : '';
     const bound = b ? `on the LLM connection ${b.connection}${b.model ? ` (model ${b.model})` : ''}` : '';
     reason.textContent = [runs, bound].filter(Boolean).join(', ') + (b && b.problem ? ` — ${b.problem}` : '');
-    model.placeholder = b && b.model ? `the connection’s model (${b.model})` : 'the agent’s default';
-    const fixed = [...(SUGGESTIONS[key] || []), ...models];
-    if (!b) { suggest(fixed); return; }
-    const pinned = [b.model, b.fast_model];
-    const show = (ids) => suggest(ids.length ? [...pinned, ...ids, ...models] : [...pinned, ...fixed]);
-    if (fetched.has(b.connection)) { show(fetched.get(b.connection)); return; }
-    show([]);
-    connectionModels(b.connection).then((ids) => {
-      fetched.set(b.connection, ids);
-      if (agentSel.value === key) show(ids);
-    });
+    model.set(model.value(), a || null);
   };
   agentSel.addEventListener('change', refresh);
   refresh();
@@ -302,7 +268,7 @@ export async function newConversation(list, models = []) {
   const fresh = h('div', { class: 'new-fields' },
     h('label', { for: 'new-agent' }, 'Agent'), agentSel, reason,
     why.length ? h('details', { class: 'unavailable' }, h('summary', null, `${why.length} unavailable`), h('ul', null, why)) : null,
-    h('label', { for: 'new-model' }, 'Model ', h('span', { class: 'hint' }, '(any name the agent accepts; empty = its default)')), model, listEl,
+    h('label', { for: 'new-model' }, 'Model ', h('span', { class: 'hint' }, '(pick one, or type any name the agent accepts)')), model.el,
     h('label', { for: 'new-cwd' }, 'Project ', h('span', { class: 'hint' }, '(pick one, or type an absolute path)')), picks, cwd,
     h('label', { for: 'new-mode' }, 'Permission mode ', h('span', { class: 'hint' }, '(what the agent may do without asking)')), mode,
     h('label', { for: 'new-title' }, 'Title ', h('span', { class: 'hint' }, '(optional)')), titleIn);
@@ -325,7 +291,7 @@ export async function newConversation(list, models = []) {
         return continueSession(s);
       }
       const req = { agent_key: agentSel.value, agent_config: {} };
-      if (model.value.trim()) req.agent_config.model = model.value.trim();
+      if (model.value()) req.agent_config.model = model.value();
       if (cwd.value.trim()) req.agent_config.cwd = cwd.value.trim();
       if (mode.value) req.agent_config.permission_mode = mode.value;
       if (titleIn.value.trim()) req.title = titleIn.value.trim();
@@ -334,20 +300,15 @@ export async function newConversation(list, models = []) {
   });
 }
 
-/** Rename / set the model → the updated conversation, or null. */
+/** Rename → the updated conversation, or null (the model is changed in the thread header). */
 export function editConversation(conv) {
   const t = h('input', { id: 'edit-title', name: 'title', value: conv.title || '', maxlength: '200', required: true, autocomplete: 'off' });
-  const m = h('input', { id: 'edit-model', name: 'model', value: (conv.agent_config || {}).model || '', list: 'edit-models', autocomplete: 'off', placeholder: 'the agent’s default' });
-  const dl = h('datalist', { id: 'edit-models' }, (SUGGESTIONS[conv.agent_key] || []).map((n) => h('option', { value: n })));
-  const body = h('div', null, h('label', { for: 'edit-title' }, 'Title'), t,
-    h('label', { for: 'edit-model' }, 'Model ', h('span', { class: 'hint' }, '(empty = the agent’s default; applies from the next turn)')), m, dl);
+  const body = h('div', null, h('label', { for: 'edit-title' }, 'Title'), t);
   return modal('Rename conversation', body, {
+    submit: 'Rename',
     onSubmit: async () => {
-      const change = {};
-      if (t.value.trim() !== conv.title) change.title = t.value.trim();
-      if (m.value.trim() !== ((conv.agent_config || {}).model || '')) change.model = m.value.trim();
-      if (!Object.keys(change).length) return conv;
-      return patch(`/v1/conversations/${encodeURIComponent(conv.id)}`, change, { headers: { 'If-Match': `"${conv.version}"` } });
+      if (t.value.trim() === conv.title) return conv;
+      return patch(`/v1/conversations/${encodeURIComponent(conv.id)}`, { title: t.value.trim() }, { headers: { 'If-Match': `"${conv.version}"` } });
     },
   });
 }

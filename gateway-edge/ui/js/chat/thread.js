@@ -20,6 +20,7 @@ import { markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './r
 import { attachTray, messageBody } from './attach.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
+import { agentList, modelPicker } from './model.js';
 import { setChanges } from './changes.js';
 import * as outbox from './outbox.js';
 
@@ -89,6 +90,15 @@ export function mountThread(root, id, hooks) {
   const approvals = mountApprovals(msgs, id);
   const modeSel = h('select', { class: 'mode-select', 'aria-label': 'Permission mode (from the next turn)', on: { change: () => setMode(modeSel.value) } },
     MODES.map((m) => h('option', { value: m.value, title: m.hint }, m.label)));
+  // The model, shown and changed here (js/chat/model.js): from the next turn.
+  const model = modelPicker({ id: 'thread-model', label: 'Model (from the next turn)', onCommit: (m) => setModel(m) });
+  // The pickers stay in place across renders (a re-render must not take the focus from them);
+  // only the buttons after them are redrawn.
+  const buttons = h('span', { class: 'thread-buttons' });
+  actions.append(
+    h('div', { class: 'model-field' }, h('label', { class: 'hint', for: 'thread-model' }, 'Model'), model.el),
+    h('label', { class: 'mode-pick' }, h('span', { class: 'hint' }, 'Mode'), modeSel),
+    buttons);
   const banner = h('div', { class: 'stream-banner', hidden: true, role: 'status' });
   const pendingBox = h('section', { class: 'pending', 'aria-label': 'Pending messages', hidden: true });
   const input = h('textarea', {
@@ -163,14 +173,13 @@ export function mountThread(root, id, hooks) {
     const cfg = conv.agent_config || {};
     replace(meta,
       h('span', { class: 'badge' }, conv.agent_key),
-      h('span', { class: 'badge', title: 'Model' }, cfg.model || 'default model'),
       conv.channel_name ? h('span', { class: 'badge accent channel', title: `Driven by the IM channel ${conv.channel_name}` }, `⇄ ${conv.channel_name}`) : null,
       conv.archived ? h('span', { class: 'badge warn' }, 'archived') : null,
       cfg.cwd ? h('span', { class: 'cwd hint', title: 'Working directory' }, cfg.cwd) : null);
     modeSel.value = cfg.permission_mode || 'bypass';
     modeSel.title = `Permission mode: ${(MODES.find((m) => m.value === modeSel.value) || MODES[0]).hint} (from the next turn)`;
-    replace(actions,
-      h('label', { class: 'mode-pick' }, h('span', { class: 'hint' }, 'Mode'), modeSel),
+    showModel();
+    replace(buttons,
       h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onEdit(conv) } }, 'Rename'),
       h('button', { type: 'button', class: 'ghost', on: { click: () => hooks.onArchive(conv, !conv.archived) } }, conv.archived ? 'Restore' : 'Archive'),
       h('button', { type: 'button', class: 'ghost danger', on: { click: () => hooks.onDelete(conv) } }, 'Delete'));
@@ -182,6 +191,31 @@ export function mountThread(root, id, hooks) {
       ? 'This conversation is archived: restore it to send messages.'
       : conv.turn_running ? 'Message… (Enter queues it; Ctrl+Enter sends now, interrupting the turn)' : 'Message… (Enter sends, Shift+Enter for a new line)';
     if (TOUCH.matches && !conv.archived) input.placeholder = conv.turn_running ? 'Message… (Queue runs it after the turn)' : 'Message…';
+  }
+
+  // The picker shows the conversation's model and offers its agent's models (the bound
+  // connection's, or the agent's own names).
+  function showModel() {
+    const want = conv;
+    const cfg = conv.agent_config || {};
+    model.set(cfg.model || '', model.agent || null);
+    agentList().then((list) => {
+      if (closed || conv !== want) return;
+      model.agent = list.find((a) => a.agent_key === conv.agent_key) || null;
+      model.set(cfg.model || '', model.agent);
+    }, () => {});
+  }
+
+  async function setModel(m) {
+    if (!conv || m === ((conv.agent_config || {}).model || '')) return;
+    try {
+      const c = await patch(`/v1/conversations/${encodeURIComponent(id)}`, { model: m });
+      if (!closed) setConv(c);
+      toast(m ? `Model: ${m}, from the next turn.` : 'Model: the default, from the next turn.');
+    } catch (e) {
+      toast(`Cannot change the model: ${e.message}`, 'error');
+      if (!closed && conv) showModel();
+    }
   }
 
   async function setMode(mode) {

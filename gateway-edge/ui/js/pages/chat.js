@@ -129,7 +129,7 @@ export function mount(root, { params }) {
       select(null, true);
       return;
     }
-    const c = await dialogs.newConversation(agents, list.models());
+    const c = await dialogs.newConversation(agents);
     if (c && !closed) { list.upsert(c); select(c.id, true); }
   }
 

@@ -1,6 +1,10 @@
 // The settings page (/ui/settings): the settings table (GET /v1/settings/table, values from
 // GET /v1/settings, saved with PATCH /v1/settings; the daemon's refusal is shown next to the
-// field and nothing changes), credentials (names only; set and delete — a value is typed into a
+// field and nothing changes), shown in the table's sections (Chat and agents, MCP gateway,
+// Knowledge, Channels, Sync, Advanced) with each setting's human label, its help line (code
+// spans as code, never raw backticks) and its key small for power users; on/off settings,
+// permission modes and the LLM connection an agent runs on are pickers, not typed text.
+// Then credentials (names only; set and delete — a value is typed into a
 // password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
 // a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
 // (js/vault/channels.js), and sync across machines (GET /v1/sync/status, POST /v1/sync).
@@ -11,6 +15,7 @@ import {
 } from '../vault/common.js';
 import { llm } from '../vault/llm.js';
 import { channels } from '../vault/channels.js';
+import { MODES } from '../chat/approvals.js';
 
 const TABS = [
   { id: 'settings', label: 'Settings' },
@@ -21,7 +26,12 @@ const TABS = [
   { id: 'sync', label: 'Sync' },
   { id: 'backup', label: 'Backup' },
 ];
-const GROUPS = { gateway: 'Gateway', retention: 'Retention', retrieval: 'Retrieval', chat: 'Chat', llm: 'LLM', ui: 'Web console', sync: 'Sync' };
+/** Where each section points for what is set up outside the table: [tab, link text]. */
+const ELSEWHERE = {
+  chat: ['llm', 'LLM connections'],
+  channels: ['channels', 'Channels'],
+  sync: ['sync', 'Sync status'],
+};
 
 export function mount(root, { params }) {
   let tab = TABS.some((t) => t.id === params.get('tab')) ? params.get('tab') : 'settings';
@@ -31,9 +41,10 @@ export function mount(root, { params }) {
     for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
     panel.setAttribute('aria-labelledby', `tab-${id}`);
     replace(panel);
-    ({ settings, credentials, llm, channels, status, sync, backup })[id](panel);
+    ({ settings: (p) => settings(p, go), credentials, llm, channels, status, sync, backup })[id](panel);
   };
-  const bar = tabs(TABS, tab, (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); });
+  const go = (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); };
+  const bar = tabs(TABS, tab, go);
   root.append(pageHead('Settings', 'How the daemon behaves, its secrets, its services and backups.'), bar, panel);
   show(tab);
   return () => {};
@@ -42,31 +53,56 @@ export function mount(root, { params }) {
 // ---------------------------------------------------------------------------------------------
 // The settings table.
 
-async function settings(panel) {
+/**
+ * `text` with its `code` spans (in backticks) as code elements: no raw backtick is shown.
+ * `sentence`: its first letter upper-case (the table's lines start lower-case).
+ */
+export function withCode(text, { sentence = false } = {}) {
+  let t = String(text || '');
+  if (sentence && /^[a-z]/.test(t)) t = t[0].toUpperCase() + t.slice(1);
+  return t.split('`').map((part, i) => (i % 2 ? h('code', null, part) : part)).filter((x) => x !== '');
+}
+
+async function settings(panel, go) {
   const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
   panel.append(body);
-  let rows; let values;
+  let rows; let values; let connections;
   try {
-    const [t, v] = await Promise.all([vget('/v1/settings/table'), vget('/v1/settings')]);
+    const [t, v, c] = await Promise.all([
+      vget('/v1/settings/table'), vget('/v1/settings'),
+      vget('/v1/llm/connections').catch(() => ({ items: [] })),
+    ]);
     rows = t.items || [];
     values = v.values || {};
+    connections = (c.items || []).map((x) => x.name);
   } catch (e) {
-    replace(body, errorBox(e, 'Could not load the settings', () => { body.remove(); settings(panel); }));
+    replace(body, errorBox(e, 'Could not load the settings', () => { body.remove(); settings(panel, go); }));
     return;
   }
   const known = new Set(rows.map((r) => r.key));
+  // The table lists each section's rows together, in display order.
   const groups = new Map();
   for (const r of rows) {
-    const g = r.key.split('.')[0];
-    if (!groups.has(g)) groups.set(g, []);
-    groups.get(g).push(r);
+    if (!groups.has(r.group)) groups.set(r.group, { title: r.group_title, help: r.group_help, rows: [] });
+    groups.get(r.group).rows.push(r);
   }
-  const sections = [...groups.entries()].map(([g, rs]) => h('section', { class: 'card settings-group' },
-    h('h2', null, GROUPS[g] || g),
-    h('div', { class: 'setting-rows' }, rs.map((r) => settingRow(r, values)))));
+  const jump = h('nav', { class: 'settings-jump', 'aria-label': 'Sections' },
+    [...groups.entries()].map(([g, x]) => h('button', {
+      type: 'button', class: 'ghost', dataset: { group: g },
+      on: { click: () => document.getElementById(`group-${g}`)?.scrollIntoView({ block: 'start', behavior: 'smooth' }) },
+    }, x.title)));
+  const sections = [jump, ...[...groups.entries()].map(([g, x]) => {
+    const elsewhere = ELSEWHERE[g];
+    return h('section', { class: 'card settings-group', id: `group-${g}`, dataset: { group: g }, 'aria-labelledby': `group-${g}-title` },
+      h('header', { class: 'settings-group-head' },
+        h('h2', { id: `group-${g}-title` }, x.title),
+        h('p', { class: 'muted settings-group-help' }, x.help,
+          elsewhere ? h('span', null, ' ', h('button', { type: 'button', class: 'link', on: { click: () => go(elsewhere[0]) } }, `${elsewhere[1]} →`)) : null)),
+      h('div', { class: 'setting-rows' }, x.rows.map((r) => settingRow(r, values, connections))));
+  })];
   const others = Object.keys(values).filter((k) => !known.has(k)).sort();
   if (others.length) {
-    sections.push(h('section', { class: 'card settings-group' },
+    sections.push(h('section', { class: 'card settings-group', dataset: { group: 'other' } },
       h('h2', null, 'Other keys'),
       h('p', { class: 'muted small' }, 'Stored with --force; Coffer does not read them.'),
       table([
@@ -80,29 +116,55 @@ async function settings(panel) {
   replace(body, sections);
 }
 
-function settingRow(r, values) {
+/**
+ * The picker of a setting whose values are a few words, or null for a typed one: on/off (an
+ * integer 0-1), a permission mode, the LLM connection an agent runs on. `[value, text, hint?]`;
+ * '' is the default.
+ */
+function choicesFor(r, connections, current) {
+  if (r.type === 'integer' && r.min === 0 && r.max === 1) return [['1', 'On'], ['0', 'Off']];
+  if (r.key.endsWith('_permission_mode')) return MODES.map((m) => [m.value, m.label, m.hint]);
+  if (/^chat\.[a-z_]+_connection$/.test(r.key)) {
+    const names = [...new Set([...connections, ...(current ? [current] : [])])];
+    return [['', 'Its own login (no connection)'], ...names.map((n) => [n, connections.includes(n) ? n : `${n} (missing)`])];
+  }
+  return null;
+}
+
+function settingRow(r, values, connections) {
   const set = Object.hasOwn(values, r.key);
+  let current = set ? values[r.key] : null;
   const id = `set-${r.key.replace(/[^A-Za-z0-9_-]/g, '-')}`;
-  const input = h('input', {
-    type: 'text', id, value: set ? values[r.key] : '', placeholder: r.default === '' ? '(empty)' : r.default,
-    inputmode: r.type === 'integer' ? 'numeric' : undefined, autocomplete: 'off', spellcheck: 'false',
-    'aria-describedby': `${id}-desc ${id}-err`,
-  });
+  const picks = choicesFor(r, connections, current);
+  const shown = () => current ?? r.default;
+  const input = picks
+    ? h('select', { id, 'aria-describedby': `${id}-desc ${id}-err` }, picks.map(([v, t, hint]) => h('option', { value: v, selected: v === shown(), title: hint }, t)))
+    : h('input', {
+      type: 'text', id, value: set ? values[r.key] : '', placeholder: r.default === '' ? '(empty)' : r.default,
+      inputmode: r.type === 'integer' ? 'numeric' : undefined, autocomplete: 'off', spellcheck: 'false',
+      'aria-describedby': `${id}-desc ${id}-err`,
+    });
   const error = h('div', { class: 'field-error', id: `${id}-err`, 'aria-live': 'polite' });
   const badge = h('span', { class: 'setting-badge' });
-  const save = h('button', { type: 'submit' }, 'Save');
+  // A picker saves when it changes; a typed value with Save (or Enter).
+  const save = h('button', { type: 'submit', hidden: !!picks }, 'Save');
   const reset = h('button', { type: 'button', class: 'ghost' }, 'Use default');
-  let current = set ? values[r.key] : null;
   const mark = () => {
     replace(badge, current === null ? h('span', { class: 'badge' }, 'default') : h('span', { class: 'badge accent' }, 'set'));
     reset.hidden = current === null;
   };
   mark();
   const bounds = r.type === 'integer' ? `${r.min}–${r.max}` : `text, up to ${r.max} bytes`;
+  // A picker's default by its option's name (before any ': hint').
+  const pickedDefault = picks && (picks.find(([v]) => v === r.default) || [])[1];
+  const facts = picks
+    ? `default: ${pickedDefault || r.default || 'none'}`
+    : [r.unit, bounds, `default ${r.default === '' ? 'empty' : r.default}`].filter(Boolean).join(' · ');
   const form = h('form', { class: 'setting', dataset: { field: r.key, key: r.key } },
     h('div', { class: 'setting-label' },
-      h('label', { for: id }, h('code', null, r.key)), ' ', badge,
-      h('div', { class: 'muted small', id: `${id}-desc` }, r.description, ` (${[r.unit, bounds, `default ${r.default === '' ? 'empty' : r.default}`].filter(Boolean).join('; ')})`)),
+      h('div', { class: 'setting-name' }, h('label', { for: id }, r.label), ' ', badge),
+      h('div', { class: 'setting-help', id: `${id}-desc` }, withCode(r.description, { sentence: true })),
+      h('div', { class: 'setting-facts muted small' }, h('code', { class: 'setting-key', title: 'The key, for coffer settings set' }, r.key), ' · ', withCode(facts))),
     h('div', { class: 'setting-input' }, h('div', { class: 'row nowrap' }, input, save, reset), error));
   const patch = async (body) => {
     replace(error);
@@ -111,12 +173,13 @@ function settingRow(r, values) {
     try {
       const v = await vpatch('/v1/settings', body);
       current = Object.hasOwn(v.values || {}, r.key) ? v.values[r.key] : null;
-      input.value = current ?? '';
+      input.value = picks ? shown() : current ?? '';
       mark();
-      toast(`${r.key} ${current === null ? 'reset to its default' : 'saved'}`);
+      toast(`${r.label}: ${current === null ? 'back to its default' : 'saved'}`);
     } catch (e) {
       // The daemon's message (it names the key, the value and the accepted range), here.
       showFieldError(form, e, error);
+      if (picks) input.value = shown();
     } finally {
       save.disabled = false; reset.disabled = false;
     }
@@ -124,9 +187,10 @@ function settingRow(r, values) {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const v = input.value.trim();
-    if (v === '' && r.type === 'integer') { patch({ remove: [r.key] }); return; }
+    if (v === '' && (r.type === 'integer' || picks)) { patch({ remove: [r.key] }); return; }
     patch({ set: { [r.key]: input.value } });
   });
+  if (picks) input.addEventListener('change', () => form.requestSubmit());
   reset.addEventListener('click', () => patch({ remove: [r.key] }));
   return form;
 }

@@ -40,21 +40,24 @@ export async function llm(panel) {
   const add = h('button', { type: 'button', class: 'primary', on: { click: () => edit(null) } }, 'Add connection');
   const body = h('div', null, h('p', { class: 'muted loading' }, 'Loading…'));
   panel.append(h('div', { class: 'row' },
-    h('p', { class: 'muted' }, 'Model providers Coffer can use: the internal default answers ', h('code', null, 'coffer__ask'), '; Claude Code and Codex can run on one (settings ', h('code', null, 'chat.claude_code_connection'), ', ', h('code', null, 'chat.codex_connection'), '). Keys are stored as credentials and never shown again.'),
+    h('p', { class: 'muted' }, 'Model providers Coffer can use. The default one answers the ask tool (', h('code', null, 'coffer__ask'), '); Claude Code and Codex can each run on one instead of their own login. Keys are stored as credentials and never shown again.'),
     h('span', { class: 'spacer' }), add), body);
 
   async function load() {
-    let items;
+    let items; let agents;
     try {
-      items = (await vget('/v1/llm/connections')).items || [];
+      const [c, a] = await Promise.all([vget('/v1/llm/connections'), bindings()]);
+      items = c.items || [];
+      agents = a;
     } catch (e) {
       replace(body, errorBox(e, 'Could not list the LLM connections', load));
       return;
     }
     if (!items.length) {
-      replace(body, emptyState('No LLM connection yet.', 'Add one to let coffer__ask answer from your notes, or to run Claude Code or Codex on another provider.'));
+      replace(body, emptyState('No LLM connection yet.', 'Add one to let the ask tool answer from your notes, or to run Claude Code or Codex on another provider.'));
       return;
     }
+    const usedBy = (c) => agents.filter((a) => a.bound === c.name);
     const results = new Map(items.map((c) => [c.name, h('div', { class: 'llm-result', 'aria-live': 'polite', dataset: { result: c.name } })]));
     replace(body, table([
       { label: 'Name', cell: (c) => h('div', null, h('strong', null, c.name), c.internal_default ? h('span', null, ' ', h('span', { class: 'badge accent', dataset: { default: 'true' } }, 'default')) : null) },
@@ -62,6 +65,9 @@ export async function llm(panel) {
       { label: 'Base URL', class: 'wrap', cell: (c) => (c.base_url ? h('code', null, c.base_url) : h('span', { class: 'muted' }, "provider's API")) },
       { label: 'Model', class: 'wrap', cell: (c) => h('div', null, h('code', null, c.model), c.fast_model ? h('div', { class: 'muted small' }, 'fast: ', h('code', null, c.fast_model)) : null) },
       { label: 'Key', cell: keyBadge },
+      { label: 'Used by', cell: (c) => (usedBy(c).length
+        ? h('div', { class: 'llm-used-by' }, usedBy(c).map((a) => h('span', { class: 'badge accent', dataset: { boundAgent: a.agent_key } }, a.display_name)))
+        : h('span', { class: 'muted', dataset: { boundAgent: '' } }, 'no agent')) },
       { label: 'Actions', class: 'wrap', cell: (c) => h('div', null,
         h('div', { class: 'row nowrap' },
           h('button', { type: 'button', on: { click: (e) => test(c, e.target, results.get(c.name)) } }, 'Test'),
@@ -72,6 +78,41 @@ export async function llm(panel) {
           h('button', { type: 'button', class: 'danger', on: { click: () => remove(c) } }, 'Remove')),
         results.get(c.name)) },
     ], items, { key: (c) => c.name, caption: 'LLM connections' }));
+    body.prepend(agentPicks(agents, items));
+  }
+
+  /** What each agent runs on, as pickers: its own login, or one of the connections. */
+  function agentPicks(agents, items) {
+    if (!agents.length) return h('div');
+    const names = items.map((c) => c.name);
+    const row = (a) => {
+      const id = `bind-${a.agent_key}`;
+      const options = [['', 'Its own login'], ...names.map((n) => [n, n])];
+      if (a.bound && !names.includes(a.bound)) options.push([a.bound, `${a.bound} (missing)`]);
+      const sel = h('select', { id, dataset: { agent: a.agent_key } }, options.map(([v, t]) => h('option', { value: v, selected: v === a.bound }, t)));
+      const note = h('div', { class: 'muted small llm-bind-note', 'aria-live': 'polite' }, a.bound
+        ? `Its turns go to ${a.bound}${a.problem ? ` — ${a.problem}` : ''}.`
+        : 'Its turns use the login of its own CLI.');
+      sel.addEventListener('change', async () => {
+        sel.disabled = true;
+        try {
+          await vpatch('/v1/settings', sel.value ? { set: { [a.setting]: sel.value } } : { remove: [a.setting] });
+          toast(sel.value ? `${a.display_name} runs on ${sel.value} from its next turn` : `${a.display_name} uses its own login from its next turn`);
+          load();
+        } catch (e) {
+          sel.value = a.bound;
+          replace(note, h('span', { class: 'field-error' }, messageOf(e)));
+        } finally {
+          sel.disabled = false;
+        }
+      });
+      return h('div', { class: 'llm-bind', dataset: { agent: a.agent_key } },
+        h('label', { for: id }, h('strong', null, a.display_name), a.available ? null : h('span', { class: 'muted small' }, ' (not installed)')),
+        sel, note);
+    };
+    return h('section', { class: 'card llm-agents', 'aria-labelledby': 'llm-agents-title' },
+      h('h2', { id: 'llm-agents-title' }, 'What each agent runs on'),
+      h('div', { class: 'llm-binds' }, agents.map(row)));
   }
 
   async function test(c, button, out) {
@@ -115,6 +156,26 @@ export async function llm(panel) {
   }
 
   load();
+}
+
+/**
+ * The agents that can run on a connection, with the one each is bound to: `[{agent_key,
+ * display_name, available, setting, bound ('' = own login), problem}]`. The binding is the
+ * setting's value (GET /v1/settings: current at once); its problem comes from GET /v1/agents.
+ */
+async function bindings() {
+  const [agents, table, values] = await Promise.all([
+    vget('/v1/agents').then((r) => r.items || []).catch(() => []),
+    vget('/v1/settings/table').then((r) => r.items || []),
+    vget('/v1/settings').then((r) => r.values || {}),
+  ]);
+  const keys = new Set(table.map((r) => r.key));
+  return agents.filter((a) => keys.has(`chat.${a.agent_key}_connection`)).map((a) => {
+    const setting = `chat.${a.agent_key}_connection`;
+    const bound = (values[setting] || '').trim();
+    const problem = a.binding && a.binding.connection === bound ? a.binding.problem : null;
+    return { agent_key: a.agent_key, display_name: a.display_name, available: a.available, setting, bound, problem };
+  });
 }
 
 /** The add (c null) or edit dialog; resolves with the saved connection, or null. */
