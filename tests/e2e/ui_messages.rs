@@ -148,11 +148,7 @@ async fn ui_messages_show_time_agent_model_usage_and_copy_code() -> anyhow::Resu
     assert_eq!(b.eval_async(read_clipboard, vec![]).await?.as_str().map(str::trim), Some("ls -la"));
 
     // Without the Clipboard API (refused), the selected-textarea fallback copies.
-    b.eval(
-        "navigator.clipboard.writeText = () => Promise.reject(new Error('refused')); return null;",
-        vec![],
-    )
-    .await?;
+    b.eval("navigator.clipboard.writeText = () => Promise.reject(new Error('refused')); return null;", vec![]).await?;
     b.wait_until("document.querySelectorAll('.code-copy')[0].textContent === 'Copy'").await?;
     buttons[0].click().await?;
     b.wait_until("document.querySelectorAll('.code-copy')[0].textContent === 'Copied'").await?;
@@ -205,7 +201,8 @@ async fn ui_messages_stopped_once_no_unknown_usage_and_tools_without_results_say
         .await?;
     assert!(waiting.as_str().unwrap_or_default().contains("waiting"), "while the turn runs the card waits: {waiting}");
     b.find(".stop").await?.click().await?;
-    b.wait_until("document.querySelectorAll('article.msg.assistant[data-status=\"interrupted\"]').length === 2").await?;
+    b.wait_until("document.querySelectorAll('article.msg.assistant[data-status=\"interrupted\"]').length === 2")
+        .await?;
     // The agent dying mid-tool (no result, no end): the turn fails, the card says so.
     send(&api, &id, "call:Bash {\"command\": \"make\"}\nexit").await?;
     b.wait_for("article.msg.assistant[data-status=\"failed\"] details.tool.orphan").await?;
@@ -219,7 +216,11 @@ async fn ui_messages_stopped_once_no_unknown_usage_and_tools_without_results_say
     b.wait_until("document.querySelectorAll('details.tool.orphan').length === 2").await?;
     assert_eq!(b.eval(orphans, vec![]).await?, expected, "live");
     let stopped = reply_meta(&b, 1).await?;
-    assert_eq!(stopped["text"].as_str().unwrap_or_default().matches("stopped").count(), 2, "the badge and the card: {stopped}");
+    assert_eq!(
+        stopped["text"].as_str().unwrap_or_default().matches("stopped").count(),
+        2,
+        "the badge and the card: {stopped}"
+    );
     assert_eq!(stopped["status"], "stopped");
 
     // A reply with a code block, for the screenshots.
@@ -330,10 +331,8 @@ async fn ui_messages_relative_times_stay_current() -> anyhow::Result<()> {
         text != "5 min ago" && !text.contains("ago"),
         "an hour and five minutes later the time is a clock time, at once: {text}"
     );
-    b.wait_until(
-        "document.querySelector('.conv-item[aria-current=\"true\"] time.when').textContent === '1 h ago'",
-    )
-    .await?;
+    b.wait_until("document.querySelector('.conv-item[aria-current=\"true\"] time.when').textContent === '1 h ago'")
+        .await?;
     b.assert_clean().await;
     Ok(())
 }
