@@ -94,6 +94,7 @@ static ASSETS: &[Asset] = assets![
     "js/app.js" => "text/javascript; charset=utf-8",
     "js/api.js" => "text/javascript; charset=utf-8",
     "js/dom.js" => "text/javascript; charset=utf-8",
+    "js/clock.js" => "text/javascript; charset=utf-8",
     "js/pages/chat.js" => "text/javascript; charset=utf-8",
     "js/markdown.js" => "text/javascript; charset=utf-8",
     "js/chat/list.js" => "text/javascript; charset=utf-8",

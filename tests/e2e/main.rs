@@ -74,6 +74,7 @@ mod ui_chat;
 mod ui_diffview;
 mod ui_edge;
 mod ui_llm;
+mod ui_messages;
 mod ui_modelset;
 mod ui_phone;
 mod ui_remote;

@@ -141,7 +141,7 @@ async fn ui_chat_streams_queues_edits_removes_stops_resumes_and_discards() -> an
     assert!(b.find(".stop").await?.is_displayed().await?, "a stop button while the turn runs");
     b.screenshot("chat-streaming").await?;
     b.wait_until("[...document.querySelectorAll('article.msg.assistant[data-status=\"complete\"]')].some(m => m.textContent.includes('zeta'))").await?;
-    let foot = b.find("article.msg.assistant[data-status=\"complete\"] .usage").await?.text().await?;
+    let foot = b.find("article.msg.assistant[data-status=\"complete\"] .msg-foot").await?.text().await?;
     assert!(foot.contains("scripted-model") && foot.contains("out"), "model and usage per reply: {foot}");
     assert_eq!(
         replies(&b).await?.last().map(String::as_str),
@@ -838,7 +838,7 @@ async fn ui_chat_streams_a_real_claude_code_turn() -> anyhow::Result<()> {
         REAL_TURN,
     )
     .await?;
-    let foot = b.find("article.msg.assistant[data-status=\"complete\"] .usage").await?.text().await?;
+    let foot = b.find("article.msg.assistant[data-status=\"complete\"] .msg-foot").await?.text().await?;
     assert!(foot.contains(" in") && foot.contains(" out"), "usage per reply: {foot}");
 
     // Screenshots of the page: desktop, phone, dark.

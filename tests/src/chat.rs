@@ -18,6 +18,7 @@
 //! | `wait:<ms>` | waits `ms` |
 //! | `tool:<name> [json]` | a `ToolCall` (`input` = the JSON, default `{}`), then its `ToolResult` `"result of <name>"` |
 //! | `tool_error:<name>` | the same with `is_error` and output `"<name> failed"` |
+//! | `call:<name> [json]` | a `ToolCall` only: its result never comes (a turn stopped, failed or crashed mid-tool) |
 //! | `session` | says `session=<id>` (the session the turn resumed, or `new`) |
 //! | `fail:<kind> [message]` | ends with `Failed` (`provider`, `auth`, `protocol`, `cli_exited`, `cli_missing`, `internal`) |
 //! | `APPROVE[<Tool>: <text>]` | asks for approval (`ApprovalRequested`: tool `<Tool>`, input `{"command": text}` for Bash/shell, `{"file_path": text}` for Edit/Write, else `{"text": text}`), waits for the answer, then says `approved` or `denied: <message>` (each with a newline; the engine decides by the conversation's mode: `read_only` denies at once) |
@@ -286,6 +287,13 @@ async fn run_script(
                 let is_error = cmd == "tool_error";
                 let output = if is_error { format!("{name} failed") } else { format!("result of {name}") };
                 send!(AgentEvent::ToolResult { tool_use_id: id, output, is_error });
+                sent += 1;
+                continue;
+            }
+            "call" => {
+                let (name, input) = arg.split_once(' ').unwrap_or((arg, "{}"));
+                let input = serde_json::from_str(input).unwrap_or(serde_json::json!({ "raw": input }));
+                send!(AgentEvent::ToolCall { id: format!("toolu_{sent}"), name: name.to_owned(), input });
                 sent += 1;
                 continue;
             }

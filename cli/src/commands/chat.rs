@@ -547,6 +547,12 @@ pub fn tool_result_line(output: &str, is_error: bool) -> String {
     if is_error { format!("↳ error: {text}") } else { format!("↳ {text}") }
 }
 
+/// Whether `u` says anything: a turn that was stopped or failed before the agent reported its
+/// usage stores zeros, which mean "not known", never "0 tokens".
+pub fn usage_known(u: &Usage) -> bool {
+    u.input_tokens > 0 || u.output_tokens > 0 || u.cache_read_tokens > 0 || u.cache_write_tokens > 0
+}
+
 /// Token usage as `1234 in / 56 out tokens` (cache reads added when there were some).
 pub fn usage_text(u: &Usage) -> String {
     let mut s = format!("{} in / {} out tokens", u.input_tokens, u.output_tokens);
@@ -641,7 +647,7 @@ pub fn render_message(m: &Message) -> String {
         if m.status != MessageStatus::Complete {
             about.push(m.status.word().to_owned());
         }
-        if let Some(u) = &m.usage {
+        if let Some(u) = m.usage.as_ref().filter(|u| usage_known(u)) {
             about.push(usage_text(u));
         }
         let about = if about.is_empty() { String::new() } else { format!(" ({})", about.join(", ")) };
@@ -842,15 +848,20 @@ impl Renderer {
             EventBody::ToolCall(t) => tool_call_line(&t.name, &t.input),
             EventBody::ToolResult(r) => tool_result_line(&r.output, r.is_error),
             EventBody::TurnDone(d) => {
-                let mut parts = vec![if d.stop_reason.is_empty() { "done".to_owned() } else { d.stop_reason.clone() }];
+                // The mark says "interrupted" already: the stop reason is not repeated after it.
+                let stopped = d.stop_reason == "interrupted";
+                let mut parts = Vec::new();
+                if !stopped {
+                    parts.push(if d.stop_reason.is_empty() { "done".to_owned() } else { d.stop_reason.clone() });
+                }
                 if let Some(m) = &d.model {
                     parts.push(printable(m).into_owned());
                 }
-                if let Some(u) = &d.usage {
+                if let Some(u) = d.usage.as_ref().filter(|u| usage_known(u)) {
                     parts.push(usage_text(u));
                 }
-                let mark = if d.stop_reason == "interrupted" { "■ interrupted" } else { "✓ done" };
-                format!("{mark} · {}", parts.join(" · "))
+                let mark = if stopped { "■ interrupted" } else { "✓ done" };
+                if parts.is_empty() { mark.to_owned() } else { format!("{mark} · {}", parts.join(" · ")) }
             }
             EventBody::TurnError(e) => {
                 format!("✗ turn failed ({}): {}", printable(&e.code), one_line(&e.message, 400))

@@ -198,6 +198,8 @@ pub fn message(m: &Message) -> api::Message {
         source: opt(&m.source),
         imported: m.imported,
         files_changed: m.files_changed.as_ref().map(|f| files_changed(f, false)),
+        agent_key: opt(&m.agent_key),
+        connection: opt(&m.connection),
     }
 }
 

@@ -348,6 +348,14 @@ pub struct Message {
     /// absent then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_changed: Option<FilesChanged>,
+    /// Assistant messages: the agent that answered (`claude_code`, `codex`, …). Absent for user
+    /// messages, a turn that has not ended, and answers stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_key: Option<String>,
+    /// Assistant messages: the LLM connection (`coffer llm`) the agent was bound to for that
+    /// turn. Absent when it used its own login, and whenever `agent_key` is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
 }
 
 /// How a turn changed a file.

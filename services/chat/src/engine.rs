@@ -282,6 +282,8 @@ struct Acc {
     finalized: bool,
     model: String,
     agent_key: String,
+    /// The LLM connection the agent was bound to for the turn (empty: its own login).
+    connection: String,
     /// The assistant message as the turn's end stored it (what `files_changed` is added to).
     final_record: Option<st::MessageRecord>,
 }
@@ -467,15 +469,15 @@ impl TurnShared {
         }
     }
 
-    /// Marks the turn ended; its blocks and model when this call ended it, `None` when it had
-    /// ended already.
-    fn claim(&self) -> Option<(Vec<st::ContentBlockRecord>, String, String)> {
+    /// Marks the turn ended; its blocks, model, agent and connection when this call ended it,
+    /// `None` when it had ended already.
+    fn claim(&self) -> Option<(Vec<st::ContentBlockRecord>, String, String, String)> {
         let mut acc = self.acc();
         if acc.finalized {
             return None;
         }
         acc.finalized = true;
-        Some((acc.blocks.clone(), acc.model.clone(), acc.agent_key.clone()))
+        Some((acc.blocks.clone(), acc.model.clone(), acc.agent_key.clone(), acc.connection.clone()))
     }
 }
 
@@ -1316,7 +1318,7 @@ impl Engine {
     /// ends the turn in `turn_error` (`internal`) and pauses the queue: `turn_done` always
     /// names a stored message. `false` when the turn had ended already.
     async fn finish(&self, conv: &Conv, turn: &TurnShared, mut outcome: Outcome, mut pause: Pause<'_>) -> bool {
-        let Some((mut blocks, acc_model, agent_key)) = turn.claim() else { return false };
+        let Some((mut blocks, acc_model, agent_key, connection)) = turn.claim() else { return false };
         if conv.deleted() {
             return true;
         }
@@ -1352,6 +1354,8 @@ impl Engine {
             usage: Some(persist::usage_record(usage)),
             model: model.to_owned(),
             error,
+            agent_key: agent_key.clone(),
+            connection: connection.clone(),
             ..Default::default()
         };
         let (mut status, mut usage, mut model, error, mut stop) = shape(&outcome);
@@ -1501,7 +1505,10 @@ impl Engine {
         }
         // A bound agent's connection is resolved for each turn (a missing one fails the turn).
         let env = match self.registry.turn_env(entry, &cfg).await {
-            Ok(env) => env,
+            Ok(env) => {
+                turn.acc().connection = env.binding.as_ref().map(|b| b.connection.clone()).unwrap_or_default();
+                env
+            }
             Err(e) => {
                 self.finish_error(conv, turn, failed(e.kind, e.message)).await;
                 return;

@@ -240,6 +240,8 @@ pub fn message(m: &st::MessageRecord) -> c::Message {
         source: m.source.clone(),
         files_changed: crate::changes::from_json(&m.files_changed_json).map(|f| f.to_proto(&m.id)),
         imported: m.source.starts_with(IMPORTED_SOURCE_PREFIX),
+        agent_key: m.agent_key.clone(),
+        connection: m.connection.clone(),
     }
 }
 

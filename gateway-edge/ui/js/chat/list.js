@@ -4,7 +4,8 @@
 // the filter says, `deleted` drops it, `reset` (or a reconnection) reloads the list.
 import { get, withQuery } from '../api.js';
 import { follow } from './events.js';
-import { ago, h, replace, toast } from '../dom.js';
+import { timeEl } from '../clock.js';
+import { h, replace, toast } from '../dom.js';
 import * as notify from './notify.js';
 
 const PAGE = 50;
@@ -91,7 +92,7 @@ export function mountList(root, hooks) {
       on: { click: () => hooks.onSelect(c.id) },
     },
     h('span', { class: 'conv-title', dir: 'auto' }, c.title || 'Untitled conversation'),
-    h('span', { class: 'conv-meta' }, h('span', { class: 'hint' }, `${c.agent_key} · ${ago(c.last_message_ms || c.updated_ms || c.created_ms)}`), ...badges));
+    h('span', { class: 'conv-meta' }, h('span', { class: 'hint' }, `${c.agent_key} · `, timeEl(c.last_message_ms || c.updated_ms || c.created_ms, { style: 'ago' })), ...badges));
     return h('li', { dataset: { id: c.id } }, btn);
   }
 

@@ -3,13 +3,18 @@
 // and result; attached files are cards with their name, size and type (an image this page sent
 // shows as the image at once; any other saved image is fetched from
 // `GET …/messages/{id}/attachments/{name}` — with the session's key, so as a data: URL — and
-// shown when it arrives; another file gets a Download button); each reply ends with its model
-// and token usage. History copied from an
+// shown when it arrives; another file gets a Download button). Every message shows its time (a
+// `<time>` kept current by js/clock.js); each reply ends with one quiet line: its status when
+// it did not complete ("stopped", "failed", said once), the agent (and the LLM connection it
+// was bound to), the model and the token usage when known (never "0 in · 0 out"). A code block
+// of a reply has a Copy button. A tool call whose result will not come (the turn ended, was
+// stopped or failed without it) says so instead of waiting. History copied from an
 // imported agent session (`imported`) is marked as such, without a footer, its tool calls
 // without results. A reply whose turn changed files has the changed-files block (js/chat/changes.js)
 // above its footer. Everything user- or
 // agent-controlled reaches the DOM as text or through the markdown sanitizer.
 import { fetchBlob } from '../api.js';
+import { timeEl } from '../clock.js';
 import { h } from '../dom.js';
 import { renderMarkdown } from '../markdown.js';
 import { setChanges } from './changes.js';
@@ -177,7 +182,67 @@ export function textBlock(text) {
   }
   const el = h('div', { class: 'block text md' });
   el.appendChild(renderMarkdown(text));
+  addCopyButtons(el);
   return el;
+}
+
+/**
+ * Puts `text` on the clipboard: the Clipboard API where the page is a secure context (https,
+ * or the loopback address the console is served on), else a selected, hidden textarea and
+ * `execCommand('copy')`. Resolves to whether it was copied.
+ */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try { await navigator.clipboard.writeText(text); return true; } catch { /* denied: the fallback may still work */ }
+  }
+  const back = document.activeElement;
+  const ta = h('textarea', { class: 'copy-buffer', readonly: true, tabindex: '-1', 'aria-hidden': 'true' });
+  ta.value = text;
+  document.body.appendChild(ta);
+  ta.select();
+  let ok = false;
+  try { ok = document.execCommand('copy'); } catch { ok = false; }
+  ta.remove();
+  if (back && back.focus) back.focus();
+  return ok;
+}
+
+/** How long "Copied" stays on a copy button (ms). */
+const COPIED_MS = 1600;
+
+/** A Copy button for the code of `pre` (its text as written, without the highlighting). */
+function copyButton(pre) {
+  const label = h('span', { class: 'code-copy-label' }, 'Copy');
+  let timer = 0;
+  const b = h('button', {
+    type: 'button', class: 'code-copy', title: 'Copy the code', 'aria-label': 'Copy the code',
+    on: {
+      click: async () => {
+        const ok = await copyText((pre.querySelector('code') || pre).textContent);
+        clearTimeout(timer);
+        b.classList.toggle('copied', ok);
+        b.classList.toggle('failed', !ok);
+        label.textContent = ok ? 'Copied' : 'Cannot copy';
+        b.setAttribute('aria-label', ok ? 'Copied' : 'Cannot copy: select the code and copy it');
+        timer = setTimeout(() => {
+          b.classList.remove('copied', 'failed');
+          label.textContent = 'Copy';
+          b.setAttribute('aria-label', 'Copy the code');
+        }, COPIED_MS);
+      },
+    },
+  }, label);
+  return b;
+}
+
+/** Gives every code block (`pre`) under `root` a Copy button (once). */
+export function addCopyButtons(root) {
+  for (const pre of root.querySelectorAll('pre')) {
+    if (pre.parentElement && pre.parentElement.classList.contains('code-wrap')) continue;
+    const wrap = h('div', { class: 'code-wrap' });
+    pre.replaceWith(wrap);
+    wrap.append(pre, copyButton(pre));
+  }
 }
 
 /** Pretty JSON of a tool input (an object, or the raw string the agent sent). */
@@ -206,39 +271,101 @@ export function toolCard(use) {
     status.textContent = 'imported';
     result.textContent = 'not kept: the transcript has it';
   };
-  card.setStopped = () => {
-    if (status.textContent === 'running') { status.textContent = 'no result'; status.classList.add('warn'); }
+  // The turn is over and no result came: it never will. `why` ends "No result: …".
+  card.setStopped = (why) => {
+    if (status.textContent !== 'running') return;
+    status.textContent = 'no result';
+    status.classList.add('warn');
+    card.classList.add('orphan');
+    result.textContent = `No result: ${why || 'the turn ended without it'}.`;
   };
   return card;
 }
 
-/** "claude-sonnet-4-5 · 1,234 in · 56 out" for a reply. */
+/** Why the tool calls of message `m` that have no result will not get one. */
+export function noResultWhy(m) {
+  if (m.status === 'interrupted') return 'the turn was stopped';
+  if (m.status === 'failed') return 'the turn failed';
+  return 'the turn ended without it';
+}
+
+const num = (x) => Number(x || 0).toLocaleString('en-US');
+
+/**
+ * The token usage of a reply, "1,234 in · 56 out" (cache reads and writes added when there
+ * were some); '' when not known: a turn stopped or failed before the agent reported it stores
+ * zeros, which are never shown as "0 in · 0 out".
+ */
 export function usageLine(m) {
-  const parts = [];
-  if (m.model) parts.push(m.model);
   const u = m.usage;
-  if (u) {
-    const n = (x) => Number(x || 0).toLocaleString('en-US');
-    parts.push(`${n(u.input_tokens)} in`, `${n(u.output_tokens)} out`);
-    if (u.cache_read_tokens) parts.push(`${n(u.cache_read_tokens)} cached`);
-    if (u.cache_write_tokens) parts.push(`${n(u.cache_write_tokens)} cache write`);
-  }
+  if (!u || !(u.input_tokens || u.output_tokens || u.cache_read_tokens || u.cache_write_tokens)) return '';
+  const parts = [`${num(u.input_tokens)} in`, `${num(u.output_tokens)} out`];
+  if (u.cache_read_tokens) parts.push(`${num(u.cache_read_tokens)} cached`);
+  if (u.cache_write_tokens) parts.push(`${num(u.cache_write_tokens)} cache write`);
   return parts.join(' · ');
 }
 
+/** The usage's full wording, for its title. */
+function usageTitle(u) {
+  const parts = [`${num(u.input_tokens)} input tokens`, `${num(u.output_tokens)} output tokens`];
+  if (u.cache_read_tokens) parts.push(`${num(u.cache_read_tokens)} read from the cache`);
+  if (u.cache_write_tokens) parts.push(`${num(u.cache_write_tokens)} written to the cache`);
+  return parts.join(', ');
+}
+
+/** The agents' names, for a reply's meta line and the imported-history marker. */
+const AGENT_NAMES = { claude_code: 'Claude Code', codex: 'Codex' };
+
+/** "Claude Code", "Codex", else the agent's key as it is. */
+export function agentName(key) {
+  return AGENT_NAMES[key] || key || '';
+}
+
+/** The one word of a reply that did not complete (said once, as a badge); null otherwise. */
 function statusBadge(m) {
-  if (m.status === 'interrupted') return h('span', { class: 'badge warn' }, 'stopped');
-  if (m.status === 'failed') return h('span', { class: 'badge err' }, 'failed');
+  if (m.status === 'interrupted') return h('span', { class: 'badge warn msg-status' }, 'stopped');
+  if (m.status === 'failed') return h('span', { class: 'badge err msg-status' }, 'failed');
   return null;
 }
 
-/** The footer of an assistant message: status, model and usage, error text (unless the body already says it). */
+/** " · "-separated spans of a meta line, empty parts left out. */
+function dotted(...parts) {
+  const out = [];
+  for (const p of parts) {
+    if (!p) continue;
+    if (out.length) out.push(h('span', { class: 'sep', 'aria-hidden': 'true' }, ' · '));
+    out.push(p);
+  }
+  return out;
+}
+
+/** A message's `<time>`: when it was sent (a reply: when its turn began, with how long it took). */
+function whenEl(m) {
+  const t = timeEl(m.created_ms);
+  if (!t) return null;
+  const took = m.role === 'assistant' && m.status !== 'streaming' && m.updated_ms && m.created_ms ? Math.round((m.updated_ms - m.created_ms) / 1000) : -1;
+  if (took >= 1) t.title += ` · answered in ${took < 60 ? `${took} s` : `${Math.floor(took / 60)} min ${took % 60} s`}`;
+  return t;
+}
+
+/**
+ * The footer of an assistant message: its status when it did not complete, then one quiet line
+ * (agent, model, usage, time; each only when known), then the error text (unless the body
+ * already says it).
+ */
 export function footer(m) {
   const line = usageLine(m);
   const said = (m.blocks || []).some((b) => b.type === 'text' && b.text.trim() === (m.error || '').trim());
+  const agent = agentName(m.agent_key);
+  const who = agent ? h('span', { class: 'msg-agent', title: m.connection ? `${agent}, through the LLM connection ${m.connection}` : agent },
+    agent, m.connection ? h('span', { class: 'msg-conn' }, ` via ${m.connection}`) : null) : null;
   return h('footer', { class: 'msg-foot' },
     statusBadge(m),
-    line ? h('span', { class: 'usage' }, line) : null,
+    h('span', { class: 'msg-about' }, ...dotted(
+      who,
+      m.model ? h('span', { class: 'msg-model', title: 'Model' }, m.model) : null,
+      line ? h('span', { class: 'usage', title: usageTitle(m.usage) }, line) : null,
+      whenEl(m))),
     m.error && !said ? h('span', { class: 'msg-error' }, m.error) : null);
 }
 
@@ -268,12 +395,10 @@ export function fillBlocks(body, m) {
     }
   }
   if (m.imported) for (const c of cards.values()) c.setImported();
-  else if (m.status !== 'streaming') for (const c of cards.values()) c.setStopped();
+  else if (m.status !== 'streaming') for (const c of cards.values()) c.setStopped(noResultWhy(m));
   return cards;
 }
 
-/** The agents' names, for the imported-history marker. */
-const AGENT_NAMES = { claude_code: 'Claude Code', codex: 'Codex' };
 
 /** The marker of a message copied from an imported agent session (read-only history). */
 function importedBadge(m) {
@@ -293,10 +418,14 @@ export function messageEl(m) {
   const body = h('div', { class: 'msg-body' });
   const el = h('article', { class: `msg ${m.role}${m.imported ? ' imported' : ''}`, dataset: { id: m.id, status: m.status } }, body);
   if (m.imported) {
-    el.insertBefore(h('div', { class: 'msg-meta' }, importedBadge(m)), body);
+    el.insertBefore(h('div', { class: 'msg-meta' }, importedBadge(m), whenEl(m)), body);
   } else if (m.role === 'user') {
     const badge = sourceBadge(m);
     if (badge) el.insertBefore(h('div', { class: 'msg-meta' }, badge), body);
+  }
+  if (m.role === 'user' && !m.imported) {
+    const t = whenEl(m);
+    if (t) el.appendChild(h('footer', { class: 'msg-foot user-foot' }, t));
   }
   fillBlocks(body, m);
   if (m.role === 'assistant') {

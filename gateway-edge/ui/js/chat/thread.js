@@ -16,7 +16,7 @@
 import { ApiError, get, patch, post, put, withQuery } from '../api.js';
 import { follow as followEvents } from './events.js';
 import { h, replace, toast } from '../dom.js';
-import { markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './render.js';
+import { addCopyButtons, markImportEnd, messageEl, showPreviews, textBlock, toolCard } from './render.js';
 import { attachTray, messageBody } from './attach.js';
 import { renderMarkdown } from '../markdown.js';
 import { MODES, mountApprovals } from './approvals.js';
@@ -371,6 +371,7 @@ export function mountThread(root, id, hooks) {
     const stick = atBottom(scroller);
     live.textEl.classList.add('md');
     live.textEl.replaceChildren(renderMarkdown(live.text));
+    addCopyButtons(live.textEl);
     if (stick) scrollToEnd();
   }
 
@@ -385,14 +386,18 @@ export function mountThread(root, id, hooks) {
     }
   }
 
+  // The turn ended: the stored message replaces the streamed one. Without it (a turn that failed
+  // before its answer was stored) the streamed one stays, and its tool calls say no result comes.
   function finishLive(message) {
     if (live) { cancelAnimationFrame(live.frame); clearTimeout(live.timer); clearTimeout(live.md); }
     const id = message ? message.id : live && live.id;
+    const cards = live ? [...live.cards.values()] : [];
     live = null;
     if (message) append(message);
     else if (id) {
       const n = msgs.querySelector(`article.msg[data-id="${CSS.escape(id)}"] .thinking`);
       if (n) n.remove();
+      for (const c of cards) c.setStopped('the turn failed');
     }
   }
 

@@ -238,6 +238,10 @@ struct NewMessage {
     created_ms: i64,
     /// What the turn changed (JSON, opaque here); empty: not set.
     files_changed_json: String,
+    /// The agent that answered; empty: not set.
+    agent_key: String,
+    /// The LLM connection it was bound to; empty: its own login (or not set).
+    connection: String,
 }
 
 /// Validates a message for `AppendMessage`/`UpdateMessage`: ids, role, status, blocks (at least
@@ -251,6 +255,8 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
     check_len("message.source", &m.source, MAX_SOURCE_BYTES)?;
     check_len("message.error", &m.error, MAX_ERROR_BYTES)?;
     check_len("message.files_changed_json", &m.files_changed_json, MAX_FILES_CHANGED_BYTES)?;
+    check_len("message.agent_key", &m.agent_key, MAX_MODEL_BYTES)?;
+    check_len("message.connection", &m.connection, MAX_MODEL_BYTES)?;
     if !m.files_changed_json.is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(&m.files_changed_json).is_err()
     {
         return Err(StoreError::Invalid("message.files_changed_json is not JSON".into()));
@@ -324,6 +330,8 @@ fn validate_message(m: MessageRecord) -> Result<NewMessage, StoreError> {
         source: m.source,
         created_ms: m.created_ms,
         files_changed_json: m.files_changed_json,
+        agent_key: m.agent_key,
+        connection: m.connection,
     })
 }
 
@@ -373,7 +381,7 @@ fn require_conversation(c: &Connection, id: &str) -> Result<ConversationRecord, 
 
 const MSG_COLS: &str = "id, conversation_id, role, status, blocks_json, input_tokens, output_tokens, \
                         cache_read_tokens, cache_write_tokens, model, error, source, created_ms, updated_ms, \
-                        files_changed_json";
+                        files_changed_json, agent_key, connection";
 
 fn message_from_row(r: &Row<'_>) -> rusqlite::Result<MessageRecord> {
     // The columns' CHECKs admit only the words `parse` knows; the JSON is written by this module.
@@ -399,6 +407,8 @@ fn message_from_row(r: &Row<'_>) -> rusqlite::Result<MessageRecord> {
         created_ms: r.get(12)?,
         updated_ms: r.get(13)?,
         files_changed_json: r.get(14)?,
+        agent_key: r.get(15)?,
+        connection: r.get(16)?,
     })
 }
 
@@ -512,7 +522,7 @@ fn insert_message(t: &Connection, m: &NewMessage, now: i64) -> Result<MessageRec
     }
     let created = if m.created_ms == 0 { now } else { m.created_ms };
     t.prepare_cached(&format!(
-        "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+        "INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     ))?
     .execute(params![
         m.id,
@@ -529,7 +539,9 @@ fn insert_message(t: &Connection, m: &NewMessage, now: i64) -> Result<MessageRec
         m.source,
         created,
         now,
-        m.files_changed_json
+        m.files_changed_json,
+        m.agent_key,
+        m.connection
     ])?;
     // A created_ms in the future counts as now: it must not keep the conversation from ever
     // being idle.
@@ -855,7 +867,9 @@ impl Conversations for ConversationsService {
                 t.prepare_cached(
                     "UPDATE messages SET status = ?2, blocks_json = ?3, input_tokens = ?4, output_tokens = ?5,
                             cache_read_tokens = ?6, cache_write_tokens = ?7, model = ?8, error = ?9, updated_ms = MAX(updated_ms, ?10),
-                            files_changed_json = CASE WHEN ?11 = '' THEN files_changed_json ELSE ?11 END
+                            files_changed_json = CASE WHEN ?11 = '' THEN files_changed_json ELSE ?11 END,
+                            agent_key = CASE WHEN ?12 = '' THEN agent_key ELSE ?12 END,
+                            connection = CASE WHEN ?12 = '' THEN connection ELSE ?13 END
                      WHERE id = ?1",
                 )?
                 .execute(params![
@@ -869,7 +883,9 @@ impl Conversations for ConversationsService {
                     m.model,
                     m.error,
                     now,
-                    m.files_changed_json
+                    m.files_changed_json,
+                    m.agent_key,
+                    m.connection
                 ])?;
                 t.prepare_cached("UPDATE conversations SET updated_ms = MAX(updated_ms, ?2) WHERE id = ?1")?
                     .execute(params![m.conversation_id, now])?;
