@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::clients::retrieval::{self, Client};
 use crate::error::ApiError;
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, Registry, input_schema, tool_error};
+use crate::mcp::builtin::{Caller, Invalid, Provider, Registry, Reply, input_schema, tool_error};
 use crate::mcp::invocations::MCP_ACTOR;
 
 /// Results a search returns when the call does not say (`limit`).
@@ -66,23 +66,27 @@ pub fn register(registry: Registry, client: Client) -> Registry {
         .with(LoadSkill(client))
 }
 
-/// The arguments of `tool` as `T`; absent arguments are `{}`. A problem is a tool error naming
-/// the tool and the field (serde's words, without its line and column).
-fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Answer> {
+/// The arguments of `tool` as `T`; absent arguments are `{}`. A problem is the caller's
+/// mistake naming the tool and the field (serde's words, without its line and column).
+fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid> {
     serde_json::from_str(raw.unwrap_or("{}")).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg);
-        tool_error(&format!("coffer__{tool}: invalid arguments: {msg}"))
+        Invalid(format!("coffer__{tool}: invalid arguments: {msg}"))
     })
 }
 
-/// The tool error for a failed retrieval call: the REST envelope's message.
-fn failed(status: tonic::Status) -> Answer {
-    tool_error(&ApiError::from_retrieval(status).message)
+/// A failed retrieval call, with the REST envelope's message: the caller's mistake when the
+/// service refused the request (`INVALID_ARGUMENT`, `OUT_OF_RANGE`, or `NOT_FOUND`: a knowledge
+/// base, skill or fact the call named does not exist), else a tool error of the tool's own.
+fn failed(status: tonic::Status) -> Reply {
+    let callers = matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound);
+    let message = ApiError::from_retrieval(status).message;
+    if callers { Err(Invalid(message)) } else { Ok(tool_error(&message)) }
 }
 
-fn result(text: String, structured: Value) -> Answer {
-    Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": structured}))
+fn result(text: String, structured: Value) -> Reply {
+    Ok(Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})))
 }
 
 /// One name or several (`"kb": "notes"` or `"kb": ["notes", "work"]`).
@@ -297,16 +301,14 @@ impl Provider for SearchKnowledge {
         Returns the best matching passages, each as `kb:path:first-last line  > heading path` followed by a snippet with the matches in **bold**; open the file at those lines for more. \
         Ask in natural language or with exact words; punctuation and quotes are fine. A line starting `warning:` means an engine failed and results may be incomplete.",
             "inputSchema": input_schema::<SearchArgs>(),
+            "outputSchema": output_schema::<Passages>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: SearchArgs = match args("search_knowledge", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: SearchArgs = args("search_knowledge", arguments)?;
             let (limit, snippet) = bounds(a.limit, a.snippet_chars);
             let req = SearchRequest {
                 query: a.query.clone(),
@@ -324,12 +326,92 @@ impl Provider for SearchKnowledge {
             match retrieval::call(self.0.clone().search(req)).await {
                 Ok(reply) => {
                     let reply = bound_reply(reply, limit, snippet);
-                    result(search_text(&a.query, &reply), retrieval::search_reply_json(&reply))
+                    result(search_text(&a.query, &reply), retrieval::to_json(&Passages::of(&reply)))
                 }
                 Err(s) => failed(s),
             }
         })
     }
+}
+
+/// `coffer__search_knowledge`'s `structuredContent` (its `outputSchema` is derived from this
+/// type): what a model or a program needs of each passage, nothing of the engines' scores, the
+/// files' absolute paths or times (REST's `/v1/knowledge/search` has those). About 60 bytes
+/// a passage beside its snippet.
+#[derive(Debug, serde::Serialize, JsonSchema)]
+pub struct Passages {
+    /// The passages, best first.
+    pub results: Vec<Passage>,
+    /// Engines that failed or timed out (results may be incomplete); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One passage of [`Passages`].
+#[derive(Debug, serde::Serialize, JsonSchema)]
+pub struct Passage {
+    /// The knowledge base's name.
+    pub kb: String,
+    /// The file, relative to the knowledge base's root.
+    pub path: String,
+    /// The headings the passage is under, outermost first, joined by ` > ` (the document's
+    /// title when it has none; empty when neither).
+    pub heading: String,
+    /// First line of the passage in the file, 1-based.
+    pub line_start: u32,
+    /// Last line, inclusive.
+    pub line_end: u32,
+    /// The passage's text around the matches, the matches in `**`.
+    pub snippet: String,
+}
+
+impl Passages {
+    /// The passages of `reply` (already bounded) and the warnings its text gives.
+    pub fn of(reply: &SearchReply) -> Self {
+        let results = reply
+            .results
+            .iter()
+            .map(|r| Passage {
+                kb: r.kb.clone(),
+                path: r.path.clone(),
+                heading: if r.heading_path.is_empty() { r.title.clone() } else { r.heading_path.join(" > ") },
+                line_start: r.line_start,
+                line_end: r.line_end,
+                snippet: r.snippet.trim().to_owned(),
+            })
+            .collect();
+        let (_, warnings) = engines_text(reply);
+        let warnings = warnings.into_iter().map(|w| w.trim_start_matches("warning: ").to_owned()).collect();
+        Self { results, warnings }
+    }
+}
+
+/// The `outputSchema` of a tool whose `structuredContent` serializes from `T`: `T`'s JSON Schema
+/// (schemars, draft 2020-12, as serialized), self-contained (no `$ref`: definitions inlined),
+/// without the document's `$schema` and `title`, and without integer `format` annotations.
+pub fn output_schema<T: JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
+    settings.inline_subschemas = true;
+    let mut schema = settings.into_generator().into_root_schema_for::<T>().to_value();
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                if o.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int")) {
+                    o.remove("format");
+                }
+                o.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut schema);
+    if let Some(root) = schema.as_object_mut() {
+        for key in ["$schema", "title"] {
+            root.remove(key);
+        }
+    }
+    schema
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,12 +463,9 @@ impl Provider for Recall {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: RecallArgs = match args("recall", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: RecallArgs = args("recall", arguments)?;
             let (limit, snippet) = bounds(a.limit, Some(MAX_SNIPPET));
             let req = RecallRequest {
                 query: a.query.clone(),
@@ -452,12 +531,9 @@ impl Provider for Remember {
         })
     }
 
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: RememberArgs = match args("remember", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: RememberArgs = args("remember", arguments)?;
             let req = RememberRequest {
                 text: a.text,
                 tags: a.tags.map(OneOrMany::into_vec).unwrap_or_default(),
@@ -518,14 +594,11 @@ impl Provider for Forget {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: ForgetArgs = match args("forget", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: ForgetArgs = args("forget", arguments)?;
             match retrieval::call(self.0.clone().forget(FactId { id: a.id.clone() })).await {
-                Ok(r) if r.removed == 0 => tool_error(&format!("no fact {:?}", a.id)),
+                Ok(r) if r.removed == 0 => Err(Invalid(format!("no fact {:?}", a.id))),
                 Ok(r) => result(format!("Forgot fact {}.", a.id), json!({"removed": r.removed})),
                 Err(s) => failed(s),
             }
@@ -560,11 +633,9 @@ impl Provider for ListSkills {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            if let Err(e) = args::<NoArgs>("list_skills", arguments) {
-                return e;
-            }
+            args::<NoArgs>("list_skills", arguments)?;
             match retrieval::call(self.0.clone().list_skills(ListSkillsRequest {})).await {
                 Ok(r) => {
                     let mut text = if r.skills.is_empty() {
@@ -621,12 +692,9 @@ impl Provider for LoadSkill {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: LoadArgs = match args("load_skill", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: LoadArgs = args("load_skill", arguments)?;
             match retrieval::call(self.0.clone().load_skill(SkillName { name: a.name })).await {
                 Ok(mut skill) => {
                     if skill.body.chars().count() > MAX_SKILL_CHARS {
