@@ -836,6 +836,93 @@ mod tests {
         assert!(none.starts_with("No passages match \"zebra\""), "{none}");
     }
 
+    /// A search as the service answers it: eight passages with every field set (absolute
+    /// paths, scores, each engine's rank, tags, times), snippets of the default length.
+    fn full_reply() -> SearchReply {
+        let mut r = reply();
+        r.results.truncate(DEFAULT_LIMIT as usize);
+        for (i, res) in r.results.iter_mut().enumerate() {
+            res.title = "Coffer".into();
+            res.score = 0.032_786_885;
+            res.ranks = ["keyword", "grep", "vector"]
+                .iter()
+                .map(|e| coffer_proto::retrieval::EngineRank { engine: (*e).into(), rank: i as u32 + 1, score: 12.5 })
+                .collect();
+            res.tags = vec!["projects".into(), "gateway".into()];
+            res.modified_ms = 1_765_000_000_000;
+            res.absolute_path = format!("/home/someone/Documents/Obsidian Vault/notes/projects/{}", res.path);
+        }
+        bound_reply(r, DEFAULT_LIMIT, DEFAULT_SNIPPET)
+    }
+
+    /// Issue 36 §5: the structured part carries what a model or program needs of a passage and
+    /// no more — about its snippet plus a line of place — where the service's JSON was more than
+    /// twice that.
+    #[test]
+    fn search_knowledge_s_structured_content_is_compact() {
+        let r = full_reply();
+        let old = retrieval::search_reply_json(&r).to_string();
+        let new = retrieval::to_json(&Passages::of(&r));
+        let bytes = new.to_string().len();
+        let snippets: usize = r.results.iter().map(|x| serde_json::to_string(&x.snippet).unwrap().len()).sum();
+        println!("search_knowledge structuredContent, 8 passages of 240 characters: {} bytes before, {bytes} after", old.len());
+        assert!(bytes <= snippets + 8 * 110 + 200, "{bytes} bytes for {snippets} bytes of snippets: {new}");
+        assert!(bytes * 2 < old.len(), "{bytes} vs {}", old.len());
+        let first = &new["results"][0];
+        let keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["kb", "path", "heading", "line_start", "line_end", "snippet"]);
+        assert_eq!(first["path"], "n1.md", "relative to the knowledge base");
+        assert_eq!(first["heading"], "Projects > Coffer");
+        assert!(!new.to_string().contains("/home/someone"), "no absolute path");
+        assert_eq!(
+            new["warnings"],
+            json!(["grep engine timed out after 2000 ms", "the vector engine failed: connection refused"])
+        );
+        let quiet = Passages::of(&SearchReply::default());
+        assert_eq!(retrieval::to_json(&quiet), json!({"results": []}), "no warnings member when none");
+    }
+
+    /// The advertised `outputSchema` is the one derived from [`Passages`], and what the tool
+    /// returns has exactly its members, of its types.
+    #[tokio::test]
+    async fn search_knowledge_s_output_schema_matches_what_it_returns() {
+        let registry = register(Registry::default(), dead_client());
+        let def = registry.definitions().into_iter().find(|d| d["name"] == "search_knowledge").unwrap();
+        let schema = &def["outputSchema"];
+        assert_eq!(*schema, output_schema::<Passages>());
+        assert_eq!(schema["type"], "object");
+        assert!(!schema.to_string().contains("$ref") && schema.get("$schema").is_none(), "self-contained: {schema}");
+        assert_eq!(schema["required"], json!(["results"]));
+        let item = &schema["properties"]["results"]["items"];
+        let value = retrieval::to_json(&Passages::of(&full_reply()));
+        for (key, v) in value["results"][0].as_object().unwrap() {
+            let t = item["properties"][key]["type"].as_str().unwrap_or_else(|| panic!("{key} in the schema: {item}"));
+            let fits = match t {
+                "string" => v.is_string(),
+                "integer" => v.is_u64(),
+                _ => false,
+            };
+            assert!(fits, "{key}: {v} is not {t}");
+        }
+        let mut required: Vec<&str> = item["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        required.sort_unstable();
+        assert_eq!(required, ["heading", "kb", "line_end", "line_start", "path", "snippet"]);
+        assert_eq!(schema["properties"]["warnings"]["type"], "array");
+        for d in registry.definitions().iter().filter(|d| d["name"] != "search_knowledge") {
+            assert!(d.get("outputSchema").is_none(), "{}: no schema where structuredContent varies", d["name"]);
+        }
+    }
+
+    /// The service's refusals of what the call named are the caller's mistakes; its failures are
+    /// the tool's.
+    #[test]
+    fn failed_calls_are_classified() {
+        assert!(matches!(failed(tonic::Status::invalid_argument("query is empty")), Err(Invalid(_))));
+        assert!(matches!(failed(tonic::Status::not_found("no knowledge base \"x\"")), Err(Invalid(_))));
+        assert!(matches!(failed(tonic::Status::internal("disk full")), Ok(_)));
+        assert!(matches!(failed(tonic::Status::unavailable("down")), Ok(_)));
+    }
+
     #[test]
     fn recall_text_shows_ids_and_tags() {
         let r = SearchReply {
@@ -870,7 +957,9 @@ mod tests {
             ("list_skills", Some(r#"{"x": 1}"#), "unknown argument \"x\""),
             ("load_skill", Some(r#"{"name": 1}"#), "invalid type: integer `1`, expected a string"),
         ] {
-            let out = answer_json(registry.call(tool, &caller, args).await);
+            let called = registry.call_metered(tool, &caller, args).await;
+            assert_eq!(called.outcome, crate::mcp::Outcome::Invalid, "{tool} {args:?}: the caller's mistake");
+            let out = answer_json(called.answer);
             assert_eq!(out["isError"], true, "{tool} {args:?}: {out}");
             let text = out["content"][0]["text"].as_str().unwrap();
             assert!(text.starts_with(&format!("coffer__{tool}: invalid arguments: ")), "{text}");
@@ -883,7 +972,9 @@ mod tests {
     async fn a_retrieval_service_that_is_down_is_a_clear_tool_error() {
         let registry = register(Registry::default(), dead_client());
         let started = std::time::Instant::now();
-        let out = answer_json(registry.call("recall", &Session("mcp", "t"), Some(r#"{"query":"x"}"#)).await);
+        let called = registry.call_metered("recall", &Session("mcp", "t"), Some(r#"{"query":"x"}"#)).await;
+        assert_eq!(called.outcome, crate::mcp::Outcome::UpstreamError, "a service down is not the caller's mistake");
+        let out = answer_json(called.answer);
         assert_eq!(out["isError"], true, "{out}");
         let text = out["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("the retrieval service is not running ("), "{text}");

@@ -504,6 +504,126 @@ mod tests {
         assert_eq!(out(search.search(&caller(), Some(r#"{"query":"  ?! "}"#)).await)["isError"], true);
     }
 
+    /// The test peers' real tools (`tool_rank/peer_tools.json`) as a session lists them, with
+    /// the tools named in `disabled` disabled.
+    struct Peers(Vec<(Value, String, String, bool)>);
+
+    impl Peers {
+        fn new(disabled: &[&str]) -> Self {
+            let v: Value = serde_json::from_str(include_str!("tool_rank/peer_tools.json")).unwrap();
+            let mut tools = vec![(json!({"name": "coffer__search_tools", "description": "Find tools"}), BUILTIN_SERVER.to_owned(), "search_tools".to_owned(), true)];
+            for s in v["servers"].as_array().unwrap() {
+                let server = s["server"].as_str().unwrap();
+                for t in s["tools"].as_array().unwrap() {
+                    let original = t["name"].as_str().unwrap().to_owned();
+                    let mut exposed = t.clone();
+                    exposed["name"] = json!(format!("{server}__{original}"));
+                    let enabled = !disabled.contains(&exposed["name"].as_str().unwrap());
+                    tools.push((exposed, server.to_owned(), original, enabled));
+                }
+            }
+            Self(tools)
+        }
+    }
+
+    impl Caller for Peers {
+        fn session_id(&self) -> &str {
+            "test"
+        }
+        fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
+            Box::pin(async move { self.0.iter().filter(|t| t.3).map(|t| (t.0.clone(), t.1.clone(), t.2.clone())).collect() })
+        }
+        fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
+            Box::pin(async move { self.0.clone() })
+        }
+    }
+
+    /// Issue 36 §4: the question that found ten filesystem tools finds the time tools first,
+    /// and the answer is a few short lines.
+    #[tokio::test]
+    async fn what_time_is_it_in_tokyo_finds_the_time_tools_compactly() {
+        let peers = Peers::new(&["time__convert_time"]);
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what time is it in Tokyo"}"#)).await);
+        let found = names(&v);
+        let mut first_two = found[..2].to_vec();
+        first_two.sort();
+        assert_eq!(first_two, ["time__convert_time", "time__get_current_time"], "{v}");
+        assert!(found.len() <= DEFAULT_RESULTS as usize);
+        let m = &v["structuredContent"]["matches"];
+        let current = m.as_array().unwrap().iter().find(|m| m["name"] == "time__get_current_time").unwrap();
+        assert_eq!(
+            *current,
+            json!({"name": "time__get_current_time", "server": "time", "description": "Get current time in a specific timezone", "enabled": true})
+        );
+        let convert = m.as_array().unwrap().iter().find(|m| m["name"] == "time__convert_time").unwrap();
+        assert_eq!(convert["enabled"], false, "a disabled tool is found, and marked");
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("time__convert_time — Convert time between timezones (disabled)"), "{text}");
+        assert!(!text.contains("coffer__"), "built-ins are not candidates: {text}");
+
+        // Bytes of a typical answer (the whole JSON result), before and after: the old scorer's
+        // answer held ten tools with whole descriptions and scores.
+        let after = v.to_string().len();
+        let long = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"read the file notes.txt"}"#)).await);
+        let long_after = long.to_string().len();
+        println!("search_tools answer bytes: \"what time is it in Tokyo\" {after}, \"read the file notes.txt\" {long_after}");
+        assert!(after < 1200 && long_after < 2400, "{after} / {long_after} bytes");
+        for m in long["structuredContent"]["matches"].as_array().unwrap() {
+            assert!(m["description"].as_str().unwrap().chars().count() <= DESCRIPTION_CHARS, "{m}");
+        }
+    }
+
+    #[test]
+    fn one_line_descriptions_end_at_a_sentence_or_an_ellipsis() {
+        assert_eq!(one_line("  Read a file.\nMore lines."), "Read a file.");
+        let long = format!("{}. {}", "a".repeat(100), "b".repeat(200));
+        assert_eq!(one_line(&long), format!("{}.", "a".repeat(100)));
+        let one = "c".repeat(300);
+        let cut = one_line(&one);
+        assert_eq!(cut.chars().count(), DESCRIPTION_CHARS);
+        assert!(cut.ends_with('…'));
+        assert_eq!(one_line(""), "");
+    }
+
+    /// Bad input is a clear tool error recorded as the caller's mistake, never a search.
+    #[tokio::test]
+    async fn bad_input_is_the_caller_s_mistake() {
+        let registry = crate::mcp::builtin::Registry::standard(None);
+        let peers = Peers::new(&[]);
+        for (args, says) in [
+            (Some(r#"{"query":""}"#), "query is empty"),
+            (Some(r#"{"query":"   "}"#), "query is empty"),
+            (Some(r#"{"query":"?! …"}"#), "query has no words to search for"),
+            (Some(r#"{"query":42}"#), "invalid type: integer `42`, expected a string"),
+            (Some(r#"{"query":["time"]}"#), "invalid type: sequence, expected a string"),
+            (Some(r#"{"query":"time","limit":"ten"}"#), "invalid type: string \"ten\""),
+            (Some(r#"{"query":"time","limit":2.5}"#), "invalid type: floating point `2.5`"),
+            (None, "missing argument \"query\""),
+            (Some("[1]"), "arguments must be an object"),
+        ] {
+            let called = registry.call_metered("search_tools", &peers, args).await;
+            assert_eq!(called.outcome, crate::mcp::Outcome::Invalid, "{args:?}");
+            let v = match called.answer {
+                Answer::Result(r) => serde_json::from_str::<Value>(r.get()).unwrap(),
+                _ => panic!("a tool error, not a protocol error"),
+            };
+            assert_eq!(v["isError"], true, "{args:?}");
+            let text = v["content"][0]["text"].as_str().unwrap();
+            assert!(text.starts_with("coffer__search_tools: invalid arguments: ") && text.contains(says), "{args:?}: {text}");
+        }
+        let huge = json!({"query": "time ".repeat(MAX_QUERY_CHARS)}).to_string();
+        let called = registry.call_metered("search_tools", &peers, Some(&huge)).await;
+        assert_eq!(called.outcome, crate::mcp::Outcome::Invalid);
+        // Limits outside 1–50 are brought inside; unknown members are ignored.
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":0,"x":1}"#)).await);
+        assert_eq!(names(&v).len(), 1);
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":1000}"#)).await);
+        assert!(names(&v).len() > DEFAULT_RESULTS as usize && names(&v).len() <= MAX_RESULTS as usize);
+        // Only stopwords: a normal answer that finds nothing.
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what is it"}"#)).await);
+        assert_eq!(v["content"][0]["text"], "No tools match \"what is it\". Try other words for what you want to do.");
+    }
+
     #[test]
     fn a_tool_s_text_is_bounded_and_cosine_is_safe() {
         let long = "x".repeat(10_000);

@@ -179,6 +179,25 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     println!("| shipped, the {} held-out questions | {:.3} | {:.3} | {:.3} |", held_out.len(), held.0, held.1, held.2);
     println!("| plain BM25, the held-out questions | {:.3} | {:.3} | {:.3} |", held_plain.0, held_plain.1, held_plain.2);
     println!("| shipped, the {} paraphrases | {:.3} | {:.3} | {:.3} |", paraphrases.len(), para.0, para.1, para.2);
+    // The old answer's size (its scorer, ten results, whole descriptions and scores), to set
+    // beside the new one's that search_tools' tests print.
+    for q in ["what time is it in Tokyo", "read the file notes.txt"] {
+        let matches: Vec<Value> = before(&docs, q)
+            .into_iter()
+            .take(10)
+            .map(|i| {
+                let d = &docs[i];
+                serde_json::json!({"name": names[i], "server": d.server, "description": d.description, "score": 3})
+            })
+            .collect();
+        let text: Vec<String> = matches
+            .iter()
+            .map(|m| format!("{} — {}", m["name"].as_str().unwrap(), m["description"].as_str().unwrap().lines().next().unwrap_or("")))
+            .collect();
+        let answer = serde_json::json!({"content": [{"type": "text", "text": text.join("\n")}],
+            "structuredContent": {"mode": "keyword", "matches": matches}});
+        println!("before: {q:?} answered {} bytes", answer.to_string().len());
+    }
     let (recall, _, _, missed) = &rows[4].1;
     println!("shipped ranker's misses at 3:\n{}", missed.join("\n"));
     assert!(*recall >= FLOOR, "recall@3 {recall:.3} is under the floor {FLOOR}:\n{}", missed.join("\n"));
