@@ -4,13 +4,15 @@
 //! (`proto/retrieval.proto`).
 //!
 //! Results are written for a model: compact text (one block per passage, `kb:path:start-end  >
-//! heading path` and the snippet) plus `structuredContent` carrying the proto fields in the JSON
-//! of [`crate::retrieval`]. They are bounded so a result never floods a context: at most
+//! heading path` and the snippet) plus `structuredContent`: for `search_knowledge` the compact
+//! [`Passages`] (what a model or program needs of a passage; its `outputSchema` is derived from
+//! the same type), for the others the proto fields in the JSON of [`crate::retrieval`]. They are bounded so a result never floods a context: at most
 //! [`MAX_LIMIT`] results (default [`DEFAULT_LIMIT`]) and [`MAX_SNIPPET`] characters per snippet
 //! (default [`DEFAULT_SNIPPET`]); a skill's body at most [`MAX_SKILL_CHARS`]. A failed or timed-out
 //! engine is named in the text too. Bad arguments and failed calls are tool errors (`isError`),
 //! with the same message REST gives (`error::ApiError::from_retrieval`), so the model can correct
-//! itself. Policy (disable/enable) and the invocation log apply as to every tool: the session
+//! itself; the caller's mistakes (arguments, a name that names nothing) are [`Invalid`], recorded
+//! as `invalid`. Policy (disable/enable) and the invocation log apply as to every tool: the session
 //! checks and records before and after [`Provider::call`].
 use coffer_proto::retrieval::{
     EngineState, FactId, ListSkillsRequest, RecallRequest, RememberRequest, SearchFilters, SearchReply, SearchRequest,
@@ -80,7 +82,8 @@ fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid
 /// service refused the request (`INVALID_ARGUMENT`, `OUT_OF_RANGE`, or `NOT_FOUND`: a knowledge
 /// base, skill or fact the call named does not exist), else a tool error of the tool's own.
 fn failed(status: tonic::Status) -> Reply {
-    let callers = matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound);
+    let callers =
+        matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound);
     let message = ApiError::from_retrieval(status).message;
     if callers { Err(Invalid(message)) } else { Ok(tool_error(&message)) }
 }
@@ -396,7 +399,10 @@ pub fn output_schema<T: JsonSchema>() -> Value {
     fn strip(v: &mut Value) {
         match v {
             Value::Object(o) => {
-                if o.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int")) {
+                if o.get("format")
+                    .and_then(Value::as_str)
+                    .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+                {
                     o.remove("format");
                 }
                 o.values_mut().for_each(strip);
@@ -865,7 +871,10 @@ mod tests {
         let new = retrieval::to_json(&Passages::of(&r));
         let bytes = new.to_string().len();
         let snippets: usize = r.results.iter().map(|x| serde_json::to_string(&x.snippet).unwrap().len()).sum();
-        println!("search_knowledge structuredContent, 8 passages of 240 characters: {} bytes before, {bytes} after", old.len());
+        println!(
+            "search_knowledge structuredContent, 8 passages of 240 characters: {} bytes before, {bytes} after",
+            old.len()
+        );
         assert!(bytes <= snippets + 8 * 110 + 200, "{bytes} bytes for {snippets} bytes of snippets: {new}");
         assert!(bytes * 2 < old.len(), "{bytes} vs {}", old.len());
         let first = &new["results"][0];

@@ -168,17 +168,23 @@ impl Candidate<'_> {
         self.tool.get(key).and_then(Value::as_str).unwrap_or_default()
     }
 
-    /// What is embedded for the tool: `name: title. description`, cut to [`TOOL_TEXT_CHARS`].
     fn text(&self) -> String {
-        let mut t = self.field("name").to_owned();
-        for part in [self.field("title"), self.field("description")] {
-            if !part.is_empty() {
-                t.push_str(if t.contains(':') { ". " } else { ": " });
-                t.push_str(part);
-            }
-        }
-        t.chars().take(TOOL_TEXT_CHARS).collect()
+        embedded_text(self.tool)
     }
+}
+
+/// What is embedded for a tool (an MCP `Tool` with its exposed name): `name: title.
+/// description`, cut to [`TOOL_TEXT_CHARS`].
+pub fn embedded_text(tool: &Value) -> String {
+    let field = |key: &str| tool.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut t = field("name").to_owned();
+    for part in [field("title"), field("description")] {
+        if !part.is_empty() {
+            t.push_str(if t.contains(':') { ". " } else { ": " });
+            t.push_str(part);
+        }
+    }
+    t.chars().take(TOOL_TEXT_CHARS).collect()
 }
 
 fn text_key(text: &str) -> u64 {
@@ -226,8 +232,11 @@ impl SearchTools {
             .filter(|t| t.1 != BUILTIN_SERVER)
             .map(|(tool, server, _, enabled)| Candidate { tool, server, enabled: *enabled })
             .collect();
-        let docs: Vec<ToolDoc> =
-            tools.iter().filter(|t| t.1 != BUILTIN_SERVER).map(|(t, s, o, _)| ToolDoc::from_definition(t, s, o)).collect();
+        let docs: Vec<ToolDoc> = tools
+            .iter()
+            .filter(|t| t.1 != BUILTIN_SERVER)
+            .map(|(t, s, o, _)| ToolDoc::from_definition(t, s, o))
+            .collect();
         let keyword: Vec<usize> = ToolIndex::new(&docs).rank(&query).into_iter().map(|(i, _)| i).collect();
         let mut fallback = None;
         if let Some(embedder) = &self.embedder {
@@ -344,7 +353,9 @@ fn render(
         let description = one_line(c.field("description"));
         let off = if c.enabled { "" } else { " (disabled)" };
         lines.push(format!("{} — {description}{off}", c.field("name")));
-        matches.push(json!({"name": c.field("name"), "server": c.server, "description": description, "enabled": c.enabled}));
+        matches.push(
+            json!({"name": c.field("name"), "server": c.server, "description": description, "enabled": c.enabled}),
+        );
     }
     let mut text = if lines.is_empty() {
         format!("No tools match {query:?}. Try other words for what you want to do.")
@@ -511,7 +522,12 @@ mod tests {
     impl Peers {
         fn new(disabled: &[&str]) -> Self {
             let v: Value = serde_json::from_str(include_str!("tool_rank/peer_tools.json")).unwrap();
-            let mut tools = vec![(json!({"name": "coffer__search_tools", "description": "Find tools"}), BUILTIN_SERVER.to_owned(), "search_tools".to_owned(), true)];
+            let mut tools = vec![(
+                json!({"name": "coffer__search_tools", "description": "Find tools"}),
+                BUILTIN_SERVER.to_owned(),
+                "search_tools".to_owned(),
+                true,
+            )];
             for s in v["servers"].as_array().unwrap() {
                 let server = s["server"].as_str().unwrap();
                 for t in s["tools"].as_array().unwrap() {
@@ -531,7 +547,9 @@ mod tests {
             "test"
         }
         fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
-            Box::pin(async move { self.0.iter().filter(|t| t.3).map(|t| (t.0.clone(), t.1.clone(), t.2.clone())).collect() })
+            Box::pin(
+                async move { self.0.iter().filter(|t| t.3).map(|t| (t.0.clone(), t.1.clone(), t.2.clone())).collect() },
+            )
         }
         fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
             Box::pin(async move { self.0.clone() })
@@ -566,7 +584,9 @@ mod tests {
         let after = v.to_string().len();
         let long = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"read the file notes.txt"}"#)).await);
         let long_after = long.to_string().len();
-        println!("search_tools answer bytes: \"what time is it in Tokyo\" {after}, \"read the file notes.txt\" {long_after}");
+        println!(
+            "search_tools answer bytes: \"what time is it in Tokyo\" {after}, \"read the file notes.txt\" {long_after}"
+        );
         assert!(after < 1200 && long_after < 2400, "{after} / {long_after} bytes");
         for m in long["structuredContent"]["matches"].as_array().unwrap() {
             assert!(m["description"].as_str().unwrap().chars().count() <= DESCRIPTION_CHARS, "{m}");
@@ -609,7 +629,10 @@ mod tests {
             };
             assert_eq!(v["isError"], true, "{args:?}");
             let text = v["content"][0]["text"].as_str().unwrap();
-            assert!(text.starts_with("coffer__search_tools: invalid arguments: ") && text.contains(says), "{args:?}: {text}");
+            assert!(
+                text.starts_with("coffer__search_tools: invalid arguments: ") && text.contains(says),
+                "{args:?}: {text}"
+            );
         }
         let huge = json!({"query": "time ".repeat(MAX_QUERY_CHARS)}).to_string();
         let called = registry.call_metered("search_tools", &peers, Some(&huge)).await;

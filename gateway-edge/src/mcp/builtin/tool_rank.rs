@@ -134,12 +134,12 @@ pub const MAX_QUERY_TERMS: usize = 64;
 /// request ("can you please tell me what…", "I want to…"). Short on purpose: only words that
 /// name no task or object. Matched before stemming.
 pub const STOPWORDS: &[&str] = &[
-    "a", "about", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could",
-    "d", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "here", "him", "his", "how", "i",
-    "if", "in", "into", "is", "it", "its", "just", "know", "let", "like", "ll", "m", "me", "my", "need", "now",
-    "of", "on", "or", "our", "please", "re", "s", "she", "should", "so", "some", "t", "tell", "than", "that", "the",
-    "their", "them", "then", "there", "these", "they", "this", "those", "to", "up", "us", "ve", "want", "was",
-    "we", "were", "what", "whats", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your",
+    "a", "about", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could", "d",
+    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "here", "him", "his", "how", "i", "if",
+    "in", "into", "is", "it", "its", "just", "know", "let", "like", "ll", "m", "me", "my", "need", "now", "of", "on",
+    "or", "our", "please", "re", "s", "she", "should", "so", "some", "t", "tell", "than", "that", "the", "their",
+    "them", "then", "there", "these", "they", "this", "those", "to", "up", "us", "ve", "want", "was", "we", "were",
+    "what", "whats", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your",
 ];
 
 /// How much a term the [`THESAURUS`] adds counts against one the user typed.
@@ -253,7 +253,10 @@ static EXPANSIONS: LazyLock<HashMap<String, Vec<String>>> = LazyLock::new(|| {
 fn has_clock_time(query: &str) -> bool {
     let b = query.as_bytes();
     let colon = b.windows(4).enumerate().any(|(i, w)| {
-        w[0].is_ascii_digit() && w[1] == b':' && w[2].is_ascii_digit() && w[3].is_ascii_digit()
+        w[0].is_ascii_digit()
+            && w[1] == b':'
+            && w[2].is_ascii_digit()
+            && w[3].is_ascii_digit()
             && b.get(i + 4).is_none_or(|c| !c.is_ascii_digit())
     });
     let ampm = query.split(|c: char| !c.is_alphanumeric()).any(|w| {

@@ -357,7 +357,11 @@ impl builtin::Caller for Session {
 
     fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
         Box::pin(async move {
-            self.list_all(ListKind::Tools).await.into_iter().map(|l| (l.item, l.server, l.original, l.enabled)).collect()
+            self.list_all(ListKind::Tools)
+                .await
+                .into_iter()
+                .map(|l| (l.item, l.server, l.original, l.enabled))
+                .collect()
         })
     }
 

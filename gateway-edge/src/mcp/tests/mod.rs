@@ -432,7 +432,9 @@ impl Provider for Whoami {
     fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, crate::mcp::builtin::Reply> {
         Box::pin(async move {
             let tools = caller.list_tools().await.len();
-            Ok(Answer::ok(json!({"content": [], "structuredContent": {"session": caller.session_id(), "tools": tools}})))
+            Ok(Answer::ok(
+                json!({"content": [], "structuredContent": {"session": caller.session_id(), "tools": tools}}),
+            ))
         })
     }
 }

@@ -37,14 +37,23 @@ struct Question {
 }
 
 fn load() -> (Vec<String>, Vec<ToolDoc>, Vec<Question>) {
+    let (names, docs, _, questions) = load_all();
+    (names, docs, questions)
+}
+
+/// The set, with each tool's text as the semantic mode embeds it.
+fn load_all() -> (Vec<String>, Vec<ToolDoc>, Vec<String>, Vec<Question>) {
     let tools: Value = serde_json::from_str(include_str!("peer_tools.json")).expect("peer_tools.json");
-    let (mut names, mut docs) = (Vec::new(), Vec::new());
+    let (mut names, mut docs, mut texts) = (Vec::new(), Vec::new(), Vec::new());
     for s in tools["servers"].as_array().expect("servers") {
         let server = s["server"].as_str().expect("server");
         for t in s["tools"].as_array().expect("tools") {
             let name = t["name"].as_str().expect("name");
             names.push(format!("{server}__{name}"));
             docs.push(ToolDoc::from_definition(t, server, name));
+            let mut exposed = t.clone();
+            exposed["name"] = Value::String(format!("{server}__{name}"));
+            texts.push(crate::mcp::builtin::search_tools::embedded_text(&exposed));
         }
     }
     let set: Value = serde_json::from_str(include_str!("questions.json")).expect("questions.json");
@@ -59,7 +68,7 @@ fn load() -> (Vec<String>, Vec<ToolDoc>, Vec<Question>) {
             held_out: q["held_out"].as_bool().unwrap_or(false),
         })
         .collect();
-    (names, docs, questions)
+    (names, docs, texts, questions)
 }
 
 /// The scorer `search_tools` had before BM25F (kept here as the "before" row).
@@ -101,11 +110,7 @@ fn plain_bm25(docs: &[ToolDoc]) -> ToolIndex {
 const PLAIN: &[FieldRule] = &[FieldRule { field: super::Field::Description, weight: 1.0, b: 0.75 }];
 
 /// `(recall@3, MRR, hit@1)` of `rank` over `questions`, and the questions it misses at 3.
-fn score(
-    names: &[String],
-    questions: &[Question],
-    rank: impl Fn(&str) -> Vec<usize>,
-) -> (f64, f64, f64, Vec<String>) {
+fn score(names: &[String], questions: &[Question], rank: impl Fn(&str) -> Vec<usize>) -> (f64, f64, f64, Vec<String>) {
     let (mut recall, mut mrr, mut hit1, mut missed) = (0.0, 0.0, 0.0, Vec::new());
     for q in questions {
         let ranked: Vec<&str> = rank(&q.q).into_iter().map(|i| names[i].as_str()).collect();
@@ -145,7 +150,10 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     let rows = [
         ("before: substring points (the old scorer)", score(&names, &questions, |q| before(&docs, q))),
         ("BM25, one concatenated text", score(&names, &questions, |q| ids(plain.rank_terms(&own(q))))),
-        ("BM25F (name, title, description, params, server)", score(&names, &questions, |q| ids(bm25f.rank_terms(&own(q))))),
+        (
+            "BM25F (name, title, description, params, server)",
+            score(&names, &questions, |q| ids(bm25f.rank_terms(&own(q)))),
+        ),
         ("BM25, one concatenated text, + thesaurus", score(&names, &questions, |q| ids(plain.rank(q)))),
         ("**BM25F + thesaurus (shipped)**", score(&names, &questions, shipped)),
     ];
@@ -153,7 +161,12 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
         questions
             .iter()
             .filter(|q| f(q))
-            .map(|q| Question { q: q.q.clone(), right: q.right.clone(), paraphrase: q.paraphrase, held_out: q.held_out })
+            .map(|q| Question {
+                q: q.q.clone(),
+                right: q.right.clone(),
+                paraphrase: q.paraphrase,
+                held_out: q.held_out,
+            })
             .collect()
     };
     let paraphrases = subset(&|q| q.paraphrase);
@@ -175,9 +188,18 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     for (label, (r, m, h, _)) in &rows {
         println!("| {label} | {r:.3} | {m:.3} | {h:.3} |");
     }
-    println!("| shipped, the {} tuning questions | {:.3} | {:.3} | {:.3} |", tuned.len(), tuned_row.0, tuned_row.1, tuned_row.2);
+    println!(
+        "| shipped, the {} tuning questions | {:.3} | {:.3} | {:.3} |",
+        tuned.len(),
+        tuned_row.0,
+        tuned_row.1,
+        tuned_row.2
+    );
     println!("| shipped, the {} held-out questions | {:.3} | {:.3} | {:.3} |", held_out.len(), held.0, held.1, held.2);
-    println!("| plain BM25, the held-out questions | {:.3} | {:.3} | {:.3} |", held_plain.0, held_plain.1, held_plain.2);
+    println!(
+        "| plain BM25, the held-out questions | {:.3} | {:.3} | {:.3} |",
+        held_plain.0, held_plain.1, held_plain.2
+    );
     println!("| shipped, the {} paraphrases | {:.3} | {:.3} | {:.3} |", paraphrases.len(), para.0, para.1, para.2);
     // The old answer's size (its scorer, ten results, whole descriptions and scores), to set
     // beside the new one's that search_tools' tests print.
@@ -192,7 +214,13 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
             .collect();
         let text: Vec<String> = matches
             .iter()
-            .map(|m| format!("{} — {}", m["name"].as_str().unwrap(), m["description"].as_str().unwrap().lines().next().unwrap_or("")))
+            .map(|m| {
+                format!(
+                    "{} — {}",
+                    m["name"].as_str().unwrap(),
+                    m["description"].as_str().unwrap().lines().next().unwrap_or("")
+                )
+            })
             .collect();
         let answer = serde_json::json!({"content": [{"type": "text", "text": text.join("\n")}],
             "structuredContent": {"mode": "keyword", "matches": matches}});
@@ -202,4 +230,74 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     println!("shipped ranker's misses at 3:\n{}", missed.join("\n"));
     assert!(*recall >= FLOOR, "recall@3 {recall:.3} is under the floor {FLOOR}:\n{}", missed.join("\n"));
     assert!(rows[4].1.1 > rows[1].1.1, "the shipped ranker beats plain BM25 on MRR");
+}
+
+/// The rankings with a real embeddings model: `COFFER_TOOLSEARCH_EMBEDDINGS=<OpenAI-compatible
+/// /v1/embeddings URL>` (e.g. `bench/embed_server.py`'s, all-MiniLM-L6-v2); skipped without it.
+/// Prints embeddings alone and fused with the shipped keyword ranker, as `search_tools` fuses
+/// them (cosine ≥ `MIN_SIMILARITY`, reciprocal rank fusion).
+#[tokio::test]
+async fn with_a_real_embeddings_model_when_one_is_given() {
+    let Ok(url) = std::env::var("COFFER_TOOLSEARCH_EMBEDDINGS") else {
+        println!("skipped: set COFFER_TOOLSEARCH_EMBEDDINGS to an embeddings endpoint to measure the hybrid mode");
+        return;
+    };
+    let (names, docs, texts, questions) = load_all();
+    let client = reqwest::Client::new();
+    let embed = |input: Vec<String>| {
+        let client = client.clone();
+        let url = url.clone();
+        async move {
+            let v: Value = client
+                .post(&url)
+                .json(&serde_json::json!({"model": "all-MiniLM-L6-v2", "input": input}))
+                .send()
+                .await
+                .expect("embeddings endpoint")
+                .json()
+                .await
+                .expect("JSON");
+            let mut data = v["data"].as_array().expect("data").clone();
+            data.sort_by_key(|d| d["index"].as_u64());
+            let vectors: Vec<Vec<f32>> = data
+                .iter()
+                .map(|d| d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+                .collect();
+            vectors
+        }
+    };
+    let tool_vectors = embed(texts).await;
+    let query_vectors = embed(questions.iter().map(|q| q.q.clone()).collect()).await;
+    let cos = |a: &[f32], b: &[f32]| {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+        dot / (na * nb)
+    };
+    let by_query: std::collections::HashMap<String, Vec<usize>> = questions
+        .iter()
+        .zip(&query_vectors)
+        .map(|(q, qv)| {
+            let mut s: Vec<(usize, f32)> = tool_vectors
+                .iter()
+                .enumerate()
+                .map(|(i, tv)| (i, cos(qv, tv)))
+                .filter(|(_, c)| *c >= crate::mcp::builtin::search_tools::MIN_SIMILARITY)
+                .collect();
+            s.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            (q.q.clone(), s.into_iter().map(|(i, _)| i).collect())
+        })
+        .collect();
+    let index = ToolIndex::new(&docs);
+    let semantic = score(&names, &questions, |q| by_query[q].clone());
+    let hybrid = score(&names, &questions, |q| {
+        let keyword: Vec<usize> = index.rank(q).into_iter().map(|(i, _)| i).collect();
+        super::fuse(&[keyword, by_query[q].clone()]).into_iter().map(|(i, _)| i).collect()
+    });
+    println!("| embeddings alone (all-MiniLM-L6-v2) | {:.3} | {:.3} | {:.3} |", semantic.0, semantic.1, semantic.2);
+    println!(
+        "| hybrid: BM25F + thesaurus, RRF with embeddings | {:.3} | {:.3} | {:.3} |",
+        hybrid.0, hybrid.1, hybrid.2
+    );
+    println!("hybrid misses at 3:\n{}", hybrid.3.join("\n"));
 }
