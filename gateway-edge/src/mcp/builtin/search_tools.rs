@@ -309,8 +309,8 @@ impl SearchTools {
         let query_vector = query_vector.unwrap_or_default();
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let mut scored = Vec::new();
-        for i in 0..candidates.len() {
-            let Some(v) = cache.vectors.get(&keys[i]) else {
+        for (i, key) in keys.iter().enumerate() {
+            let Some(v) = cache.vectors.get(key) else {
                 return Err(EmbedFailure::Failed("tool vectors could not be kept".into()));
             };
             let s = cosine(&query_vector, v);
@@ -558,6 +558,7 @@ mod tests {
 
     /// Issue 36 §4: the question that found ten filesystem tools finds the time tools first,
     /// and the answer is a few short lines.
+    #[allow(clippy::print_stdout, reason = "prints the byte counts docs/BENCHMARKS.md quotes")]
     #[tokio::test]
     async fn what_time_is_it_in_tokyo_finds_the_time_tools_compactly() {
         let peers = Peers::new(&["time__convert_time"]);
