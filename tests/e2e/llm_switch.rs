@@ -379,11 +379,11 @@ async fn search_tools_is_semantic_with_an_embeddings_endpoint_and_falls_back_to_
         .await?;
     anyhow::ensure!(r.status == 200, "{} {}", r.status, r.text);
 
-    // Semantic once retrieval has the endpoint: "numbers adding" shares no whole word with a tool
-    // name, but its trigrams sit closest to tiny__add's "Adds two numbers".
-    let v = coffer_tests::wait_for("search_tools to answer semantically", Duration::from_secs(20), || async {
+    // Hybrid once retrieval has the endpoint (keyword and meaning, fused): "adding up numbers"
+    // sits closest to tiny__add's "Adds two numbers" by its trigrams and by its words.
+    let v = coffer_tests::wait_for("search_tools to answer with meaning too", Duration::from_secs(20), || async {
         let v = search_tools(&api, "adding up numbers").await?;
-        Ok((v["mode"] == "semantic").then_some(v))
+        Ok((v["mode"] == "hybrid").then_some(v))
     })
     .await?;
     assert_eq!(top(&v), "tiny__add", "{v}");
@@ -397,7 +397,7 @@ async fn search_tools_is_semantic_with_an_embeddings_endpoint_and_falls_back_to_
     // Tool vectors are cached: the next search embeds its query only.
     let before = fake.embedded();
     let v = search_tools(&api, "echoes a message back").await?;
-    assert_eq!((v["mode"].as_str(), top(&v)), (Some("semantic"), "tiny__echo"), "{v}");
+    assert_eq!((v["mode"].as_str(), top(&v)), (Some("hybrid"), "tiny__echo"), "{v}");
     assert_eq!(fake.embedded(), before + 1, "only the query");
 
     // The endpoint fails: keyword mode, saying why.

@@ -464,3 +464,67 @@ async fn filesystem_peer_through_coffer() -> anyhow::Result<()> {
     ensure!(r["result"]["isError"] == true || r["error"].is_object(), "{r}");
     Ok(())
 }
+
+/// Issue 36 §4 and §5 through the real gateway, with the real peers registered as the labelled
+/// set's fixture names them (`tool_rank/peer_tools.json`): `coffer__search_tools` answers "what
+/// time is it in Tokyo" with the two time tools first (a disabled one found, and marked), in a
+/// few short lines; bad input is a tool error that the invocation log records as the caller's
+/// (`invalid`), not as `upstream_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_tools_finds_the_time_tools_among_the_real_peers() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let repo = home.temp().join("repo");
+    git_repo_with_one_commit(&home, &repo)?;
+    let files = home.temp().join("files");
+    std::fs::create_dir_all(&files)?;
+    register_everything(&api, "everything").await?;
+    let node = coffer_runtime::connect::which_on_path("node").context("node is not on PATH")?;
+    let fs_entry = coffer_tests::peer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")?;
+    register_stdio(&api, "fs", &node, &[fs_entry.display().to_string(), files.display().to_string()], json!({}))
+        .await?;
+    let time = venv_bin(Sdk::V1, "mcp-server-time")?;
+    register_stdio(&api, "time", &time, &["--local-timezone".into(), "UTC".into()], json!({})).await?;
+    let git = venv_bin(Sdk::V1, "mcp-server-git")?;
+    register_stdio(&api, "git", &git, &["--repository".into(), repo.display().to_string()], json!({})).await?;
+    for server in ["everything", "fs", "time", "git"] {
+        wait_catalog_ready(&api, server, Duration::from_secs(60)).await?;
+    }
+    set_tool_enabled(&api, "time__convert_time", false).await?;
+
+    let s = McpSession::latest(&api).await?;
+    let r = s.tool("coffer__search_tools", json!({"query": "what time is it in Tokyo"})).await?;
+    let result = &r["result"];
+    ensure!(result["isError"] != true, "{r}");
+    let matches = result["structuredContent"]["matches"].as_array().context("matches")?;
+    let names: Vec<&str> = matches.iter().filter_map(|m| m["name"].as_str()).collect();
+    ensure!(names.len() >= 2 && names[..2].iter().all(|n| n.starts_with("time__")), "time tools first: {names:?}");
+    ensure!(matches.len() <= 5, "five at most by default: {names:?}");
+    let convert = matches.iter().find(|m| m["name"] == "time__convert_time").context("the disabled tool is found")?;
+    assert_eq!(convert["enabled"], false, "{convert}");
+    assert_eq!(convert["server"], "time");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    ensure!(text.contains("time__get_current_time — Get current time in a specific timezone"), "{text}");
+    ensure!(text.contains("(disabled)"), "{text}");
+    let bytes = serde_json::to_string(result)?.len();
+    ensure!(bytes < 1500, "a compact answer: {bytes} bytes: {result}");
+
+    // Bad input: a clear tool error, recorded as the caller's mistake.
+    let bad = s.tool("coffer__search_tools", json!({"query": ""})).await?;
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    let why = bad["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    ensure!(why.starts_with("coffer__search_tools: invalid arguments: query is empty"), "{why}");
+    let wrong = s.tool("coffer__search_tools", json!({"query": "time", "limit": "ten"})).await?;
+    assert_eq!(wrong["result"]["isError"], true, "{wrong}");
+    let rows = wait_for("the three search_tools calls in /v1/invocations", Duration::from_secs(10), || async {
+        let v = api.get("/v1/invocations?target=coffer__search_tools").reply().await?.ok_json()?;
+        let rows = v["items"].as_array().cloned().unwrap_or_default();
+        Ok((rows.len() >= 3).then_some(rows))
+    })
+    .await?;
+    let mut outcomes: Vec<&str> = rows.iter().filter_map(|r| r["outcome"].as_str()).collect();
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["invalid", "invalid", "ok"], "{rows:?}");
+
+    stop_and_check_nothing_is_left(&home).await
+}

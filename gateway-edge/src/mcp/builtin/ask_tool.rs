@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::mcp::answer::Answer;
 use crate::mcp::builtin::retrieval_tools::MAX_NAME_CHARS;
-use crate::mcp::builtin::{Caller, Provider, Registry, input_schema, tool_error};
+use crate::mcp::builtin::{Caller, Invalid, Provider, Registry, Reply, input_schema, tool_error};
 use crate::mcp::invocations::Usage;
 
 /// Longest question (bytes), as the service takes it.
@@ -72,7 +72,7 @@ impl Provider for Ask {
         })
     }
 
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move { self.call_metered(caller, arguments).await.0 })
     }
 
@@ -80,30 +80,28 @@ impl Provider for Ask {
         &'a self,
         caller: &'a dyn Caller,
         arguments: Option<&'a str>,
-    ) -> BoxFuture<'a, (Answer, Option<Box<Usage>>)> {
+    ) -> BoxFuture<'a, (Reply, Option<Box<Usage>>)> {
         Box::pin(async move {
+            let invalid = |msg: String| (Err(Invalid(msg)), None);
             if caller.actor() == AGENT_ACTOR {
-                return (tool_error("coffer__ask cannot be called by the internal agent itself"), None);
+                return invalid("coffer__ask cannot be called by the internal agent itself".into());
             }
             let a: AskArgs = match serde_json::from_str(arguments.unwrap_or("{}")) {
                 Ok(a) => a,
                 Err(e) => {
                     let msg = e.to_string();
                     let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
-                    return (tool_error(&format!("coffer__ask: invalid arguments: {msg}")), None);
+                    return invalid(format!("coffer__ask: invalid arguments: {msg}"));
                 }
             };
             if a.question.trim().is_empty() {
-                return (tool_error("coffer__ask: question must not be empty"), None);
+                return invalid("coffer__ask: question must not be empty".into());
             }
             if a.question.len() > MAX_QUESTION {
-                return (
-                    tool_error(&format!(
-                        "coffer__ask: question is {} bytes, over the limit of {MAX_QUESTION} bytes",
-                        a.question.len()
-                    )),
-                    None,
-                );
+                return invalid(format!(
+                    "coffer__ask: question is {} bytes, over the limit of {MAX_QUESTION} bytes",
+                    a.question.len()
+                ));
             }
             let req = AskRequest {
                 question: a.question,
@@ -121,9 +119,9 @@ impl Provider for Ask {
                             iterations: u.iterations,
                         })
                     });
-                    (Answer::ok(result_json(&reply)), usage)
+                    (Ok(Answer::ok(result_json(&reply))), usage)
                 }
-                Err(s) => (tool_error(&failure_text(&s)), None),
+                Err(s) => (Ok(tool_error(&failure_text(&s))), None),
             }
         })
     }
@@ -242,13 +240,6 @@ mod tests {
         }
     }
 
-    fn text_of(a: &Answer) -> String {
-        let Answer::Result(r) = a else { panic!("not a result") };
-        let v: Value = serde_json::from_str(r.get()).unwrap();
-        assert_eq!(v["isError"], true, "{v}");
-        v["content"][0]["text"].as_str().unwrap().to_owned()
-    }
-
     #[tokio::test]
     async fn bad_calls_are_tool_errors_before_any_request() {
         // Nothing listens there: each case must answer without calling coffer-chat.
@@ -262,14 +253,15 @@ mod tests {
             ("mcp", Some(r#"{"question":5}"#), "invalid type"),
         ];
         for (actor, args, expect) in cases {
-            let (answer, usage) = tool.call_metered(&As(actor), args).await;
-            let t = text_of(&answer);
+            let (reply, usage) = tool.call_metered(&As(actor), args).await;
+            let Err(Invalid(t)) = reply else { panic!("{args:?}: the caller's mistake") };
             assert!(t.contains(expect), "{args:?}: {t}");
             assert!(usage.is_none());
         }
         let long = json!({"question": "x".repeat(MAX_QUESTION + 1)}).to_string();
-        let (answer, _) = tool.call_metered(&As("mcp"), Some(&long)).await;
-        assert!(text_of(&answer).contains("over the limit of 16384 bytes"));
+        let (reply, _) = tool.call_metered(&As("mcp"), Some(&long)).await;
+        let Err(Invalid(t)) = reply else { panic!("too long a question is the caller's mistake") };
+        assert!(t.contains("over the limit of 16384 bytes"), "{t}");
     }
 
     #[test]

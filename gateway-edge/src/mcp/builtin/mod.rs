@@ -12,7 +12,11 @@
 //! every string and list declares with `maxLength` / `maxItems`), so no oversized argument
 //! reaches another service (whose gRPC messages are bounded). A refusal is a tool error
 //! (`isError`, so a model can correct itself: MCP 2025-11-25 server/tools §Error Handling)
-//! recorded as the caller's mistake ([`Outcome::Invalid`]), not as a failure of the tool.
+//! recorded as the caller's mistake ([`Outcome::Invalid`]), not as a failure of the tool. So is
+//! every refusal a provider finds itself (a wrong type, an empty query, a knowledge base or
+//! skill that does not exist): it answers [`Invalid`] instead of a result, and the registry
+//! turns that into the same tool error and outcome. A tool error a provider answers as
+//! `Ok` (its service failed) is recorded as `upstream_error`.
 //!
 //! A tool's `inputSchema` is derived from the type its arguments deserialize into
 //! ([`input_schema`], a `schemars::JsonSchema` derive on the args struct: descriptions, bounds
@@ -24,6 +28,7 @@ pub mod retrieval_tools;
 #[cfg(test)]
 mod schema_tests;
 pub mod search_tools;
+pub mod tool_rank;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -71,6 +76,12 @@ pub trait Caller: Send + Sync {
     /// The tools the caller sees, enabled only, as its `tools/list` answers them:
     /// `(definition with the exposed name, server, original name)`.
     fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>>;
+    /// Every tool the caller would see if none were disabled, with whether it is enabled:
+    /// `(definition with the exposed name, server, original name, enabled)`. By default
+    /// [`Caller::list_tools`], all enabled.
+    fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
+        Box::pin(async move { self.list_tools().await.into_iter().map(|(t, s, o)| (t, s, o, true)).collect() })
+    }
     /// The `clientInfo.name` the session's client gave in `initialize` (empty when none).
     fn client_name(&self) -> &str {
         ""
@@ -82,23 +93,32 @@ pub trait Caller: Send + Sync {
     }
 }
 
+/// The caller's mistake in a call of a built-in tool (bad arguments, a name that names nothing):
+/// the sentence the client gets as a tool error (`isError`), recorded as [`Outcome::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+/// What a provider's call gives: its answer (a result, or a tool error of its own), or the
+/// caller's mistake.
+pub type Reply = Result<Answer, Invalid>;
+
 /// One built-in tool.
 pub trait Provider: Send + Sync {
     /// The original name (exposed as `coffer__<name>`), unique in the registry.
     fn name(&self) -> &'static str;
     /// The MCP `Tool` definition (MCP 2025-11-25 server/tools §Tool) with `name` = [`Provider::name`].
     fn definition(&self) -> Value;
-    /// Calls the tool for `caller` with raw JSON `arguments` (`None` when absent). A tool-level
-    /// failure is a result with `isError: true` ([`tool_error`]); an [`Answer::Error`] is a
-    /// protocol error.
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer>;
+    /// Calls the tool for `caller` with raw JSON `arguments` (`None` when absent). The caller's
+    /// mistake is [`Invalid`]; a failure of the tool is a result with `isError: true`
+    /// ([`tool_error`]); an [`Answer::Error`] is a protocol error.
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply>;
     /// [`Provider::call`] with what the call used of an LLM, for its invocation record
     /// (`coffer__ask`'s run); the others use none.
     fn call_metered<'a>(
         &'a self,
         caller: &'a dyn Caller,
         arguments: Option<&'a str>,
-    ) -> BoxFuture<'a, (Answer, Option<Box<Usage>>)> {
+    ) -> BoxFuture<'a, (Reply, Option<Box<Usage>>)> {
         Box::pin(async move { (self.call(caller, arguments).await, None) })
     }
 }
@@ -156,7 +176,8 @@ impl Registry {
 
     /// [`Registry::call`], with the LLM usage the call reports ([`Provider::call_metered`]) and
     /// its outcome: [`Outcome::Invalid`] for arguments [`check_arguments`] refuses (the
-    /// provider does not run), else the answer's own.
+    /// provider does not run) and for what the provider refuses as [`Invalid`], else the
+    /// answer's own.
     pub async fn call_metered(&self, name: &str, caller: &dyn Caller, arguments: Option<&str>) -> Called {
         let Some((provider, schema)) = self.providers.get(name) else {
             let answer =
@@ -168,8 +189,10 @@ impl Registry {
             let answer = tool_error(&format!("{BUILTIN_SERVER}__{name}: invalid arguments: {problem}"));
             return Called { answer, usage: None, outcome: Outcome::Invalid };
         }
-        let (answer, usage) = provider.call_metered(caller, arguments).await;
-        Called { outcome: answer.outcome(), answer, usage }
+        match provider.call_metered(caller, arguments).await {
+            (Ok(answer), usage) => Called { outcome: answer.outcome(), answer, usage },
+            (Err(Invalid(problem)), usage) => Called { answer: tool_error(&problem), usage, outcome: Outcome::Invalid },
+        }
     }
 }
 
@@ -302,7 +325,7 @@ mod tests {
         assert_eq!(names, ["fs__read_file", "fs__list"]);
         assert_eq!(out["content"][0]["text"], "fs__read_file — Returns a file's text\nfs__list — Reads a directory");
         let none = result(registry.call("search_tools", &caller, Some(r#"{"query":"zebra"}"#)).await);
-        assert_eq!(none["content"][0]["text"], "No tools match \"zebra\".");
+        assert_eq!(none["content"][0]["text"], "No tools match \"zebra\". Try other words for what you want to do.");
         let bad = result(registry.call("search_tools", &caller, None).await);
         assert_eq!(bad["isError"], true, "a missing query is a tool error, not a protocol error");
     }
@@ -356,8 +379,8 @@ mod tests {
         fn definition(&self) -> Value {
             json!({"name": "whoami", "inputSchema": {"type": "object"}})
         }
-        fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, Answer> {
-            Box::pin(async move { Answer::ok(json!({"session": caller.session_id()})) })
+        fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, Reply> {
+            Box::pin(async move { Ok(Answer::ok(json!({"session": caller.session_id()}))) })
         }
     }
 

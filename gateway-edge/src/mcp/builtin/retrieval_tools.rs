@@ -4,13 +4,15 @@
 //! (`proto/retrieval.proto`).
 //!
 //! Results are written for a model: compact text (one block per passage, `kb:path:start-end  >
-//! heading path` and the snippet) plus `structuredContent` carrying the proto fields in the JSON
-//! of [`crate::retrieval`]. They are bounded so a result never floods a context: at most
+//! heading path` and the snippet) plus `structuredContent`: for `search_knowledge` the compact
+//! [`Passages`] (what a model or program needs of a passage; its `outputSchema` is derived from
+//! the same type), for the others the proto fields in the JSON of [`crate::retrieval`]. They are bounded so a result never floods a context: at most
 //! [`MAX_LIMIT`] results (default [`DEFAULT_LIMIT`]) and [`MAX_SNIPPET`] characters per snippet
 //! (default [`DEFAULT_SNIPPET`]); a skill's body at most [`MAX_SKILL_CHARS`]. A failed or timed-out
 //! engine is named in the text too. Bad arguments and failed calls are tool errors (`isError`),
 //! with the same message REST gives (`error::ApiError::from_retrieval`), so the model can correct
-//! itself. Policy (disable/enable) and the invocation log apply as to every tool: the session
+//! itself; the caller's mistakes (arguments, a name that names nothing) are [`Invalid`], recorded
+//! as `invalid`. Policy (disable/enable) and the invocation log apply as to every tool: the session
 //! checks and records before and after [`Provider::call`].
 use coffer_proto::retrieval::{
     EngineState, FactId, ListSkillsRequest, RecallRequest, RememberRequest, SearchFilters, SearchReply, SearchRequest,
@@ -25,7 +27,7 @@ use serde_json::{Value, json};
 use crate::clients::retrieval::{self, Client};
 use crate::error::ApiError;
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, Registry, input_schema, tool_error};
+use crate::mcp::builtin::{Caller, Invalid, Provider, Registry, Reply, input_schema, tool_error};
 use crate::mcp::invocations::MCP_ACTOR;
 
 /// Results a search returns when the call does not say (`limit`).
@@ -66,23 +68,28 @@ pub fn register(registry: Registry, client: Client) -> Registry {
         .with(LoadSkill(client))
 }
 
-/// The arguments of `tool` as `T`; absent arguments are `{}`. A problem is a tool error naming
-/// the tool and the field (serde's words, without its line and column).
-fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Answer> {
+/// The arguments of `tool` as `T`; absent arguments are `{}`. A problem is the caller's
+/// mistake naming the tool and the field (serde's words, without its line and column).
+fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid> {
     serde_json::from_str(raw.unwrap_or("{}")).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg);
-        tool_error(&format!("coffer__{tool}: invalid arguments: {msg}"))
+        Invalid(format!("coffer__{tool}: invalid arguments: {msg}"))
     })
 }
 
-/// The tool error for a failed retrieval call: the REST envelope's message.
-fn failed(status: tonic::Status) -> Answer {
-    tool_error(&ApiError::from_retrieval(status).message)
+/// A failed retrieval call, with the REST envelope's message: the caller's mistake when the
+/// service refused the request (`INVALID_ARGUMENT`, `OUT_OF_RANGE`, or `NOT_FOUND`: a knowledge
+/// base, skill or fact the call named does not exist), else a tool error of the tool's own.
+fn failed(status: tonic::Status) -> Reply {
+    let callers =
+        matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound);
+    let message = ApiError::from_retrieval(status).message;
+    if callers { Err(Invalid(message)) } else { Ok(tool_error(&message)) }
 }
 
-fn result(text: String, structured: Value) -> Answer {
-    Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": structured}))
+fn result(text: String, structured: Value) -> Reply {
+    Ok(Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})))
 }
 
 /// One name or several (`"kb": "notes"` or `"kb": ["notes", "work"]`).
@@ -297,16 +304,14 @@ impl Provider for SearchKnowledge {
         Returns the best matching passages, each as `kb:path:first-last line  > heading path` followed by a snippet with the matches in **bold**; open the file at those lines for more. \
         Ask in natural language or with exact words; punctuation and quotes are fine. A line starting `warning:` means an engine failed and results may be incomplete.",
             "inputSchema": input_schema::<SearchArgs>(),
+            "outputSchema": output_schema::<Passages>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: SearchArgs = match args("search_knowledge", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: SearchArgs = args("search_knowledge", arguments)?;
             let (limit, snippet) = bounds(a.limit, a.snippet_chars);
             let req = SearchRequest {
                 query: a.query.clone(),
@@ -324,12 +329,95 @@ impl Provider for SearchKnowledge {
             match retrieval::call(self.0.clone().search(req)).await {
                 Ok(reply) => {
                     let reply = bound_reply(reply, limit, snippet);
-                    result(search_text(&a.query, &reply), retrieval::search_reply_json(&reply))
+                    result(search_text(&a.query, &reply), retrieval::to_json(&Passages::of(&reply)))
                 }
                 Err(s) => failed(s),
             }
         })
     }
+}
+
+/// `coffer__search_knowledge`'s `structuredContent` (its `outputSchema` is derived from this
+/// type): what a model or a program needs of each passage, nothing of the engines' scores, the
+/// files' absolute paths or times (REST's `/v1/knowledge/search` has those). About 60 bytes
+/// a passage beside its snippet.
+#[derive(Debug, serde::Serialize, JsonSchema)]
+pub struct Passages {
+    /// The passages, best first.
+    pub results: Vec<Passage>,
+    /// Engines that failed or timed out (results may be incomplete); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One passage of [`Passages`].
+#[derive(Debug, serde::Serialize, JsonSchema)]
+pub struct Passage {
+    /// The knowledge base's name.
+    pub kb: String,
+    /// The file, relative to the knowledge base's root.
+    pub path: String,
+    /// The headings the passage is under, outermost first, joined by ` > ` (the document's
+    /// title when it has none; empty when neither).
+    pub heading: String,
+    /// First line of the passage in the file, 1-based.
+    pub line_start: u32,
+    /// Last line, inclusive.
+    pub line_end: u32,
+    /// The passage's text around the matches, the matches in `**`.
+    pub snippet: String,
+}
+
+impl Passages {
+    /// The passages of `reply` (already bounded) and the warnings its text gives.
+    pub fn of(reply: &SearchReply) -> Self {
+        let results = reply
+            .results
+            .iter()
+            .map(|r| Passage {
+                kb: r.kb.clone(),
+                path: r.path.clone(),
+                heading: if r.heading_path.is_empty() { r.title.clone() } else { r.heading_path.join(" > ") },
+                line_start: r.line_start,
+                line_end: r.line_end,
+                snippet: r.snippet.trim().to_owned(),
+            })
+            .collect();
+        let (_, warnings) = engines_text(reply);
+        let warnings = warnings.into_iter().map(|w| w.trim_start_matches("warning: ").to_owned()).collect();
+        Self { results, warnings }
+    }
+}
+
+/// The `outputSchema` of a tool whose `structuredContent` serializes from `T`: `T`'s JSON Schema
+/// (schemars, draft 2020-12, as serialized), self-contained (no `$ref`: definitions inlined),
+/// without the document's `$schema` and `title`, and without integer `format` annotations.
+pub fn output_schema<T: JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
+    settings.inline_subschemas = true;
+    let mut schema = settings.into_generator().into_root_schema_for::<T>().to_value();
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                if o.get("format")
+                    .and_then(Value::as_str)
+                    .is_some_and(|f| f.starts_with("uint") || f.starts_with("int"))
+                {
+                    o.remove("format");
+                }
+                o.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut schema);
+    if let Some(root) = schema.as_object_mut() {
+        for key in ["$schema", "title"] {
+            root.remove(key);
+        }
+    }
+    schema
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,12 +469,9 @@ impl Provider for Recall {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: RecallArgs = match args("recall", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: RecallArgs = args("recall", arguments)?;
             let (limit, snippet) = bounds(a.limit, Some(MAX_SNIPPET));
             let req = RecallRequest {
                 query: a.query.clone(),
@@ -452,12 +537,9 @@ impl Provider for Remember {
         })
     }
 
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: RememberArgs = match args("remember", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: RememberArgs = args("remember", arguments)?;
             let req = RememberRequest {
                 text: a.text,
                 tags: a.tags.map(OneOrMany::into_vec).unwrap_or_default(),
@@ -518,14 +600,11 @@ impl Provider for Forget {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: ForgetArgs = match args("forget", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: ForgetArgs = args("forget", arguments)?;
             match retrieval::call(self.0.clone().forget(FactId { id: a.id.clone() })).await {
-                Ok(r) if r.removed == 0 => tool_error(&format!("no fact {:?}", a.id)),
+                Ok(r) if r.removed == 0 => Err(Invalid(format!("no fact {:?}", a.id))),
                 Ok(r) => result(format!("Forgot fact {}.", a.id), json!({"removed": r.removed})),
                 Err(s) => failed(s),
             }
@@ -560,11 +639,9 @@ impl Provider for ListSkills {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            if let Err(e) = args::<NoArgs>("list_skills", arguments) {
-                return e;
-            }
+            args::<NoArgs>("list_skills", arguments)?;
             match retrieval::call(self.0.clone().list_skills(ListSkillsRequest {})).await {
                 Ok(r) => {
                     let mut text = if r.skills.is_empty() {
@@ -621,12 +698,9 @@ impl Provider for LoadSkill {
         })
     }
 
-    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, _caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let a: LoadArgs = match args("load_skill", arguments) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
+            let a: LoadArgs = args("load_skill", arguments)?;
             match retrieval::call(self.0.clone().load_skill(SkillName { name: a.name })).await {
                 Ok(mut skill) => {
                     if skill.body.chars().count() > MAX_SKILL_CHARS {
@@ -768,6 +842,97 @@ mod tests {
         assert!(none.starts_with("No passages match \"zebra\""), "{none}");
     }
 
+    /// A search as the service answers it: eight passages with every field set (absolute
+    /// paths, scores, each engine's rank, tags, times), snippets of the default length.
+    fn full_reply() -> SearchReply {
+        let mut r = reply();
+        r.results.truncate(DEFAULT_LIMIT as usize);
+        for (i, res) in r.results.iter_mut().enumerate() {
+            res.title = "Coffer".into();
+            res.score = 0.032_786_885;
+            res.ranks = ["keyword", "grep", "vector"]
+                .iter()
+                .map(|e| coffer_proto::retrieval::EngineRank { engine: (*e).into(), rank: i as u32 + 1, score: 12.5 })
+                .collect();
+            res.tags = vec!["projects".into(), "gateway".into()];
+            res.modified_ms = 1_765_000_000_000;
+            res.absolute_path = format!("/home/someone/Documents/Obsidian Vault/notes/projects/{}", res.path);
+        }
+        bound_reply(r, DEFAULT_LIMIT, DEFAULT_SNIPPET)
+    }
+
+    /// Issue 36 §5: the structured part carries what a model or program needs of a passage and
+    /// no more — about its snippet plus a line of place — where the service's JSON was more than
+    /// twice that.
+    #[allow(clippy::print_stdout, reason = "prints the byte counts docs/BENCHMARKS.md quotes")]
+    #[test]
+    fn search_knowledge_s_structured_content_is_compact() {
+        let r = full_reply();
+        let old = retrieval::search_reply_json(&r).to_string();
+        let new = retrieval::to_json(&Passages::of(&r));
+        let bytes = new.to_string().len();
+        let snippets: usize = r.results.iter().map(|x| serde_json::to_string(&x.snippet).unwrap().len()).sum();
+        println!(
+            "search_knowledge structuredContent, 8 passages of 240 characters: {} bytes before, {bytes} after",
+            old.len()
+        );
+        assert!(bytes <= snippets + 8 * 110 + 200, "{bytes} bytes for {snippets} bytes of snippets: {new}");
+        assert!(bytes * 2 < old.len(), "{bytes} vs {}", old.len());
+        let first = &new["results"][0];
+        let keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["kb", "path", "heading", "line_start", "line_end", "snippet"]);
+        assert_eq!(first["path"], "n1.md", "relative to the knowledge base");
+        assert_eq!(first["heading"], "Projects > Coffer");
+        assert!(!new.to_string().contains("/home/someone"), "no absolute path");
+        assert_eq!(
+            new["warnings"],
+            json!(["grep engine timed out after 2000 ms", "the vector engine failed: connection refused"])
+        );
+        let quiet = Passages::of(&SearchReply::default());
+        assert_eq!(retrieval::to_json(&quiet), json!({"results": []}), "no warnings member when none");
+    }
+
+    /// The advertised `outputSchema` is the one derived from [`Passages`], and what the tool
+    /// returns has exactly its members, of its types.
+    #[tokio::test]
+    async fn search_knowledge_s_output_schema_matches_what_it_returns() {
+        let registry = register(Registry::default(), dead_client());
+        let def = registry.definitions().into_iter().find(|d| d["name"] == "search_knowledge").unwrap();
+        let schema = &def["outputSchema"];
+        assert_eq!(*schema, output_schema::<Passages>());
+        assert_eq!(schema["type"], "object");
+        assert!(!schema.to_string().contains("$ref") && schema.get("$schema").is_none(), "self-contained: {schema}");
+        assert_eq!(schema["required"], json!(["results"]));
+        let item = &schema["properties"]["results"]["items"];
+        let value = retrieval::to_json(&Passages::of(&full_reply()));
+        for (key, v) in value["results"][0].as_object().unwrap() {
+            let t = item["properties"][key]["type"].as_str().unwrap_or_else(|| panic!("{key} in the schema: {item}"));
+            let fits = match t {
+                "string" => v.is_string(),
+                "integer" => v.is_u64(),
+                _ => false,
+            };
+            assert!(fits, "{key}: {v} is not {t}");
+        }
+        let mut required: Vec<&str> = item["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        required.sort_unstable();
+        assert_eq!(required, ["heading", "kb", "line_end", "line_start", "path", "snippet"]);
+        assert_eq!(schema["properties"]["warnings"]["type"], "array");
+        for d in registry.definitions().iter().filter(|d| d["name"] != "search_knowledge") {
+            assert!(d.get("outputSchema").is_none(), "{}: no schema where structuredContent varies", d["name"]);
+        }
+    }
+
+    /// The service's refusals of what the call named are the caller's mistakes; its failures are
+    /// the tool's.
+    #[test]
+    fn failed_calls_are_classified() {
+        assert!(matches!(failed(tonic::Status::invalid_argument("query is empty")), Err(Invalid(_))));
+        assert!(matches!(failed(tonic::Status::not_found("no knowledge base \"x\"")), Err(Invalid(_))));
+        assert!(failed(tonic::Status::internal("disk full")).is_ok());
+        assert!(failed(tonic::Status::unavailable("down")).is_ok());
+    }
+
     #[test]
     fn recall_text_shows_ids_and_tags() {
         let r = SearchReply {
@@ -802,7 +967,9 @@ mod tests {
             ("list_skills", Some(r#"{"x": 1}"#), "unknown argument \"x\""),
             ("load_skill", Some(r#"{"name": 1}"#), "invalid type: integer `1`, expected a string"),
         ] {
-            let out = answer_json(registry.call(tool, &caller, args).await);
+            let called = registry.call_metered(tool, &caller, args).await;
+            assert_eq!(called.outcome, crate::mcp::Outcome::Invalid, "{tool} {args:?}: the caller's mistake");
+            let out = answer_json(called.answer);
             assert_eq!(out["isError"], true, "{tool} {args:?}: {out}");
             let text = out["content"][0]["text"].as_str().unwrap();
             assert!(text.starts_with(&format!("coffer__{tool}: invalid arguments: ")), "{text}");
@@ -815,7 +982,9 @@ mod tests {
     async fn a_retrieval_service_that_is_down_is_a_clear_tool_error() {
         let registry = register(Registry::default(), dead_client());
         let started = std::time::Instant::now();
-        let out = answer_json(registry.call("recall", &Session("mcp", "t"), Some(r#"{"query":"x"}"#)).await);
+        let called = registry.call_metered("recall", &Session("mcp", "t"), Some(r#"{"query":"x"}"#)).await;
+        assert_eq!(called.outcome, crate::mcp::Outcome::UpstreamError, "a service down is not the caller's mistake");
+        let out = answer_json(called.answer);
         assert_eq!(out["isError"], true, "{out}");
         let text = out["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("the retrieval service is not running ("), "{text}");

@@ -1,17 +1,28 @@
-//! `coffer__search_tools {query, limit?}`: the caller's tools (its enabled ones, as its
-//! `tools/list` shows them; Coffer's own built-ins left out) that best answer `query`.
+//! `coffer__search_tools {query, limit?}`: the caller's tools (every tool its `tools/list`
+//! would show, and the disabled ones marked as such; Coffer's own built-ins left out) that best
+//! answer `query`, a question or a task in the user's words ("what time is it in Tokyo").
 //!
-//! Two modes, and the result says which one answered (`structuredContent.mode`):
-//! - **semantic**, when an embeddings endpoint is configured (`retrieval.embeddings.*`; the
-//!   client and its key live in `coffer-retrieval`, reached through its `Embed` RPC): tools
-//!   ranked by cosine similarity of the query's vector and each tool's text (exposed name, title
-//!   and description, at most [`TOOL_TEXT_CHARS`] characters), those below [`MIN_SIMILARITY`]
-//!   left out. A tool's vector is cached by a hash of its text (and the model that made it, so
-//!   a new model re-embeds), so a search embeds only the query and the tools it has not seen;
-//!   the cache is filled on `search_tools` calls only, never on another tool's `tools/call`.
-//! - **keyword**, otherwise, or when the endpoint fails (`structuredContent.fallback` and the
-//!   text then say why): words of `query` in a tool's name (3 points a word), title (2) or
-//!   description (1), best first.
+//! Ranking ([`crate::mcp::builtin::tool_rank`]): field-weighted BM25 over each tool's name
+//! (split on `_`, `-`, `.` and case), title, description, parameters and server, on stemmed
+//! terms without stopwords — the **keyword** mode, always there. When an embeddings endpoint is
+//! configured (`retrieval.embeddings.*`; the client and its key live in `coffer-retrieval`,
+//! reached through its `Embed` RPC), the tools are also ranked by cosine similarity of the
+//! query's vector and each tool's text (exposed name, title and description, at most
+//! [`TOOL_TEXT_CHARS`] characters; those below [`MIN_SIMILARITY`] left out), and the two
+//! rankings are fused by reciprocal rank — the **hybrid** mode. A tool's vector is cached by a
+//! hash of its text (and the model that made it, so a new model re-embeds), so a search embeds
+//! only the query and the tools it has not seen; the cache is filled on `search_tools` calls
+//! only. When the endpoint fails, the keyword ranking answers and `structuredContent.fallback`
+//! and the text say why.
+//!
+//! The answer is compact (it lands in a model's context): one line per tool, `exposed_name —
+//! one-line description` (` (disabled)` when it is), at most [`DEFAULT_RESULTS`] unless `limit`
+//! says more; `structuredContent` `{mode, matches: [{name, server, description, enabled}],
+//! fallback?}` with the same one-line descriptions.
+//!
+//! Bad input is the caller's mistake (a tool error recorded as `invalid`): an empty query, one
+//! with no letters or digits, a `limit` that is not a whole number; a query over
+//! [`MAX_QUERY_CHARS`] is refused by the registry's schema check.
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -23,7 +34,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::mcp::answer::Answer;
-use crate::mcp::builtin::{Caller, Provider, input_schema, tool_error};
+use crate::mcp::builtin::tool_rank::{self, ToolDoc, ToolIndex};
+use crate::mcp::builtin::{Caller, Invalid, Provider, Reply, input_schema};
 
 /// Longest `query`, in characters (also the knowledge and memory tools' limit).
 pub const MAX_QUERY_CHARS: usize = 8192;
@@ -102,24 +114,23 @@ impl SearchTools {
 }
 
 /// Results of `coffer__search_tools` when the call names no `limit`, and the most it gives.
-const DEFAULT_RESULTS: u64 = 10;
-const MAX_RESULTS: u64 = 50;
+pub const DEFAULT_RESULTS: u64 = 5;
+pub const MAX_RESULTS: u64 = 50;
+/// Longest one-line description in a result, in characters.
+pub const DESCRIPTION_CHARS: usize = 160;
 
-/// The arguments of `coffer__search_tools`; its `inputSchema` is derived from them. Read
-/// leniently, as they always were: members it does not name are ignored, and a `limit` that is
-/// not a whole number counts as absent.
+/// The arguments of `coffer__search_tools`; its `inputSchema` is derived from them. Members it
+/// does not name are ignored (as they always were); a `limit` outside 1–50 is brought inside.
 #[derive(Deserialize, JsonSchema)]
 pub struct SearchToolsArgs {
-    #[schemars(length(max = MAX_QUERY_CHARS), description = "What you want to do, e.g. \"read a file\".")]
+    #[schemars(
+        length(min = 1, max = MAX_QUERY_CHARS),
+        description = "What you want to do or know, in your words, e.g. \"read a file\" or \"what time is it in Tokyo\"."
+    )]
     query: String,
-    #[serde(default, deserialize_with = "whole_number")]
-    #[schemars(with = "u64", range(min = 1, max = MAX_RESULTS), description = "Most results (default 10).")]
+    #[serde(default)]
+    #[schemars(with = "u64", range(min = 1, max = MAX_RESULTS), description = "Most results (default 5).")]
     limit: Option<u64>,
-}
-
-/// A whole number, or `None` for anything else (a string, a fraction, `null`).
-fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    Ok(Value::deserialize(d)?.as_u64())
 }
 
 impl Provider for SearchTools {
@@ -131,15 +142,16 @@ impl Provider for SearchTools {
         json!({
             "name": "search_tools",
             "title": "Search tools",
-            "description": "Find tools available through Coffer that fit what you want to do (by meaning when an \
-        embeddings endpoint is configured, else by words in their name or description). Returns the best matches \
-        with their exposed names, so you can call them directly.",
+            "description": "Find the tools available through Coffer that fit what you want to do: ask in your own words \
+        (\"what time is it in Tokyo\", \"show the last commits\"). Ranks every tool by its name, description, parameters \
+        and server (and by meaning when an embeddings endpoint is configured). Returns the best matches, one per line, \
+        as `exposed_name — what it does`, so you can call them directly; a disabled tool is marked (disabled).",
             "inputSchema": input_schema::<SearchToolsArgs>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         })
     }
 
-    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, caller: &'a dyn Caller, arguments: Option<&'a str>) -> BoxFuture<'a, Reply> {
         Box::pin(self.search(caller, arguments))
     }
 }
@@ -148,6 +160,7 @@ impl Provider for SearchTools {
 struct Candidate<'a> {
     tool: &'a Value,
     server: &'a str,
+    enabled: bool,
 }
 
 impl Candidate<'_> {
@@ -155,17 +168,23 @@ impl Candidate<'_> {
         self.tool.get(key).and_then(Value::as_str).unwrap_or_default()
     }
 
-    /// What is embedded for the tool: `name: title. description`, cut to [`TOOL_TEXT_CHARS`].
     fn text(&self) -> String {
-        let mut t = self.field("name").to_owned();
-        for part in [self.field("title"), self.field("description")] {
-            if !part.is_empty() {
-                t.push_str(if t.contains(':') { ". " } else { ": " });
-                t.push_str(part);
-            }
-        }
-        t.chars().take(TOOL_TEXT_CHARS).collect()
+        embedded_text(self.tool)
     }
+}
+
+/// What is embedded for a tool (an MCP `Tool` with its exposed name): `name: title.
+/// description`, cut to [`TOOL_TEXT_CHARS`].
+pub fn embedded_text(tool: &Value) -> String {
+    let field = |key: &str| tool.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut t = field("name").to_owned();
+    for part in [field("title"), field("description")] {
+        if !part.is_empty() {
+            t.push_str(if t.contains(':') { ". " } else { ": " });
+            t.push_str(part);
+        }
+    }
+    t.chars().take(TOOL_TEXT_CHARS).collect()
 }
 
 fn text_key(text: &str) -> u64 {
@@ -187,28 +206,45 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na.sqrt() * nb.sqrt()) }
 }
 
+/// The arguments, or the caller's mistake naming it.
+fn parse(args: Option<&str>) -> Result<(String, usize), Invalid> {
+    let bad = |why: &str| Invalid(format!("coffer__search_tools: invalid arguments: {why}"));
+    let a: SearchToolsArgs = serde_json::from_str(args.unwrap_or("{}")).map_err(|e| {
+        let msg = e.to_string();
+        bad(msg.split(" at line ").next().unwrap_or(&msg))
+    })?;
+    if a.query.trim().is_empty() {
+        return Err(bad("query is empty: say what you want to do, e.g. \"read a file\""));
+    }
+    if !a.query.chars().any(char::is_alphanumeric) {
+        return Err(bad("query has no words to search for"));
+    }
+    let limit = a.limit.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS) as usize;
+    Ok((a.query, limit))
+}
+
 impl SearchTools {
-    async fn search(&self, caller: &dyn Caller, args: Option<&str>) -> Answer {
-        let Ok(args) = serde_json::from_str::<SearchToolsArgs>(args.unwrap_or("{}")) else {
-            return tool_error("search_tools needs a string argument \"query\"");
-        };
-        let query = args.query.as_str();
-        let limit = args.limit.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS) as usize;
-        let words: Vec<String> =
-            query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
-        if words.is_empty() {
-            return tool_error("query has no words to search for");
-        }
-        let tools = caller.list_tools().await;
+    async fn search(&self, caller: &dyn Caller, args: Option<&str>) -> Reply {
+        let (query, limit) = parse(args)?;
+        let tools = caller.list_all_tools().await;
         let candidates: Vec<Candidate<'_>> = tools
             .iter()
-            .filter(|(_, server, _)| server != BUILTIN_SERVER)
-            .map(|(tool, server, _)| Candidate { tool, server })
+            .filter(|t| t.1 != BUILTIN_SERVER)
+            .map(|(tool, server, _, enabled)| Candidate { tool, server, enabled: *enabled })
             .collect();
+        let docs: Vec<ToolDoc> = tools
+            .iter()
+            .filter(|t| t.1 != BUILTIN_SERVER)
+            .map(|(t, s, o, _)| ToolDoc::from_definition(t, s, o))
+            .collect();
+        let keyword: Vec<usize> = ToolIndex::new(&docs).rank(&query).into_iter().map(|(i, _)| i).collect();
         let mut fallback = None;
         if let Some(embedder) = &self.embedder {
-            match self.semantic(embedder.as_ref(), query, &candidates).await {
-                Ok(scored) => return render(query, scored, limit, "semantic", None),
+            match self.semantic(embedder.as_ref(), &query, &candidates).await {
+                Ok(semantic) => {
+                    let fused: Vec<usize> = tool_rank::fuse(&[keyword, semantic]).into_iter().map(|(i, _)| i).collect();
+                    return Ok(render(&query, &candidates, &fused, limit, "hybrid", None));
+                }
                 Err(EmbedFailure::Off(_)) => {}
                 Err(EmbedFailure::Failed(why)) => {
                     tracing::warn!(error = %why, "Semantic tool search failed; keyword search answered.");
@@ -216,16 +252,16 @@ impl SearchTools {
                 }
             }
         }
-        render(query, keyword(&words, &candidates), limit, "keyword", fallback)
+        Ok(render(&query, &candidates, &keyword, limit, "keyword", fallback))
     }
 
-    /// Every candidate at or above [`MIN_SIMILARITY`] with its similarity.
-    async fn semantic<'a>(
+    /// The candidates at or above [`MIN_SIMILARITY`], most similar first (ties by position).
+    async fn semantic(
         &self,
         embedder: &dyn Embed,
         query: &str,
-        candidates: &[Candidate<'a>],
-    ) -> Result<Vec<(f64, Candidate<'a>)>, EmbedFailure> {
+        candidates: &[Candidate<'_>],
+    ) -> Result<Vec<usize>, EmbedFailure> {
         let texts: Vec<String> = candidates.iter().map(Candidate::text).collect();
         let keys: Vec<u64> = texts.iter().map(|t| text_key(t)).collect();
         let mut query_vector = None;
@@ -273,73 +309,58 @@ impl SearchTools {
         let query_vector = query_vector.unwrap_or_default();
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let mut scored = Vec::new();
-        for (i, c) in candidates.iter().enumerate() {
-            let Some(v) = cache.vectors.get(&keys[i]) else {
+        for (i, key) in keys.iter().enumerate() {
+            let Some(v) = cache.vectors.get(key) else {
                 return Err(EmbedFailure::Failed("tool vectors could not be kept".into()));
             };
             let s = cosine(&query_vector, v);
             if s >= MIN_SIMILARITY {
-                scored.push((f64::from((s * 1000.0).round() / 1000.0), Candidate { tool: c.tool, server: c.server }));
+                scored.push((i, s));
             }
         }
-        Ok(scored)
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(scored.into_iter().map(|(i, _)| i).collect())
     }
 }
 
-/// Keyword scores (see the module docs); tools that match no word are left out.
-fn keyword<'a>(words: &[String], candidates: &[Candidate<'a>]) -> Vec<(f64, Candidate<'a>)> {
-    candidates
-        .iter()
-        .filter_map(|c| {
-            let name = c.field("name").to_lowercase();
-            let title = c.field("title").to_lowercase();
-            let desc = c.field("description").to_lowercase();
-            let score: u32 = words
-                .iter()
-                .map(|w| {
-                    3 * u32::from(name.contains(w.as_str()))
-                        + 2 * u32::from(title.contains(w.as_str()))
-                        + u32::from(desc.contains(w.as_str()))
-                })
-                .sum();
-            (score > 0).then(|| (f64::from(score), Candidate { tool: c.tool, server: c.server }))
-        })
-        .collect()
+/// `description`'s first line, cut to [`DESCRIPTION_CHARS`] (at the end of a sentence when one
+/// ends in the second half, else with `…`).
+pub fn one_line(description: &str) -> String {
+    let line = description.trim().lines().next().unwrap_or_default().trim();
+    if line.chars().count() <= DESCRIPTION_CHARS {
+        return line.to_owned();
+    }
+    let head: String = line.chars().take(DESCRIPTION_CHARS - 1).collect();
+    match head.rfind(". ") {
+        Some(end) if end >= DESCRIPTION_CHARS / 2 => head[..=end].to_owned(),
+        _ => format!("{}…", head.trim_end()),
+    }
 }
 
-/// The result: best first (ties by name), at most `limit`; `structuredContent` `{mode, matches:
-/// [{name, server, description, score}], fallback?}`.
+/// The answer: the candidates `ranked` names, in that order, at most `limit` (see the module docs).
 fn render(
     query: &str,
-    mut scored: Vec<(f64, Candidate<'_>)>,
+    candidates: &[Candidate<'_>],
+    ranked: &[usize],
     limit: usize,
     mode: &str,
     fallback: Option<String>,
 ) -> Answer {
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.field("name").cmp(b.1.field("name"))));
-    scored.truncate(limit);
-    let matches: Vec<Value> = scored
-        .iter()
-        .map(|(score, c)| {
-            let score = if mode == "keyword" { json!(*score as u64) } else { json!(score) };
-            json!({"name": c.tool["name"], "server": c.server,
-                "description": c.tool.get("description").cloned().unwrap_or(Value::Null), "score": score})
-        })
-        .collect();
-    let mut text = if matches.is_empty() {
-        format!("No tools match {query:?}.")
+    let shown: Vec<&Candidate<'_>> = ranked.iter().take(limit).map(|&i| &candidates[i]).collect();
+    let mut lines = Vec::with_capacity(shown.len());
+    let mut matches = Vec::with_capacity(shown.len());
+    for c in shown {
+        let description = one_line(c.field("description"));
+        let off = if c.enabled { "" } else { " (disabled)" };
+        lines.push(format!("{} — {description}{off}", c.field("name")));
+        matches.push(
+            json!({"name": c.field("name"), "server": c.server, "description": description, "enabled": c.enabled}),
+        );
+    }
+    let mut text = if lines.is_empty() {
+        format!("No tools match {query:?}. Try other words for what you want to do.")
     } else {
-        matches
-            .iter()
-            .map(|m| {
-                format!(
-                    "{} — {}",
-                    m["name"].as_str().unwrap_or_default(),
-                    m["description"].as_str().unwrap_or("").lines().next().unwrap_or("")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        lines.join("\n")
     };
     let mut structured = json!({"mode": mode, "matches": matches});
     if let Some(why) = fallback {
@@ -411,9 +432,11 @@ mod tests {
         }
     }
 
-    fn out(answer: Answer) -> Value {
-        match answer {
-            Answer::Result(r) => serde_json::from_str(r.get()).unwrap(),
+    /// The reply as the client sees it (the caller's mistake as the registry answers it).
+    fn out(reply: Reply) -> Value {
+        match reply {
+            Ok(Answer::Result(r)) => serde_json::from_str(r.get()).unwrap(),
+            Err(Invalid(why)) => json!({"content": [{"type": "text", "text": why}], "isError": true}),
             _ => panic!("a result"),
         }
     }
@@ -443,9 +466,8 @@ mod tests {
         let c = caller();
         // No word of the query is in any tool's name or description: keyword mode finds nothing.
         let v = out(search.search(&c, Some(r#"{"query":"fetch site"}"#)).await);
-        assert_eq!(v["structuredContent"]["mode"], "semantic");
-        assert_eq!(names(&v), ["http__get"]);
-        assert!(v["structuredContent"]["matches"][0]["score"].as_f64().unwrap() > 0.9);
+        assert_eq!(v["structuredContent"]["mode"], "hybrid");
+        assert_eq!(names(&v), ["http__get"], "found by meaning alone");
         assert_eq!(search.cached(), 3, "built-ins are not candidates");
         assert_eq!(meanings.texts.load(Ordering::SeqCst), 4, "the query and three tools");
         let keyword = out(SearchTools::new(None).search(&c, Some(r#"{"query":"fetch site"}"#)).await);
@@ -493,11 +515,144 @@ mod tests {
         assert_eq!(out(search.search(&caller(), Some(r#"{"query":"  ?! "}"#)).await)["isError"], true);
     }
 
+    /// The test peers' real tools (`tool_rank/peer_tools.json`) as a session lists them, with
+    /// the tools named in `disabled` disabled.
+    struct Peers(Vec<(Value, String, String, bool)>);
+
+    impl Peers {
+        fn new(disabled: &[&str]) -> Self {
+            let v: Value = serde_json::from_str(include_str!("tool_rank/peer_tools.json")).unwrap();
+            let mut tools = vec![(
+                json!({"name": "coffer__search_tools", "description": "Find tools"}),
+                BUILTIN_SERVER.to_owned(),
+                "search_tools".to_owned(),
+                true,
+            )];
+            for s in v["servers"].as_array().unwrap() {
+                let server = s["server"].as_str().unwrap();
+                for t in s["tools"].as_array().unwrap() {
+                    let original = t["name"].as_str().unwrap().to_owned();
+                    let mut exposed = t.clone();
+                    exposed["name"] = json!(format!("{server}__{original}"));
+                    let enabled = !disabled.contains(&exposed["name"].as_str().unwrap());
+                    tools.push((exposed, server.to_owned(), original, enabled));
+                }
+            }
+            Self(tools)
+        }
+    }
+
+    impl Caller for Peers {
+        fn session_id(&self) -> &str {
+            "test"
+        }
+        fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
+            Box::pin(
+                async move { self.0.iter().filter(|t| t.3).map(|t| (t.0.clone(), t.1.clone(), t.2.clone())).collect() },
+            )
+        }
+        fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
+            Box::pin(async move { self.0.clone() })
+        }
+    }
+
+    /// Issue 36 §4: the question that found ten filesystem tools finds the time tools first,
+    /// and the answer is a few short lines.
+    #[allow(clippy::print_stdout, reason = "prints the byte counts docs/BENCHMARKS.md quotes")]
+    #[tokio::test]
+    async fn what_time_is_it_in_tokyo_finds_the_time_tools_compactly() {
+        let peers = Peers::new(&["time__convert_time"]);
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what time is it in Tokyo"}"#)).await);
+        let found = names(&v);
+        let mut first_two = found[..2].to_vec();
+        first_two.sort();
+        assert_eq!(first_two, ["time__convert_time", "time__get_current_time"], "{v}");
+        assert!(found.len() <= DEFAULT_RESULTS as usize);
+        let m = &v["structuredContent"]["matches"];
+        let current = m.as_array().unwrap().iter().find(|m| m["name"] == "time__get_current_time").unwrap();
+        assert_eq!(
+            *current,
+            json!({"name": "time__get_current_time", "server": "time", "description": "Get current time in a specific timezone", "enabled": true})
+        );
+        let convert = m.as_array().unwrap().iter().find(|m| m["name"] == "time__convert_time").unwrap();
+        assert_eq!(convert["enabled"], false, "a disabled tool is found, and marked");
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("time__convert_time — Convert time between timezones (disabled)"), "{text}");
+        assert!(!text.contains("coffer__"), "built-ins are not candidates: {text}");
+
+        // Bytes of a typical answer (the whole JSON result), before and after: the old scorer's
+        // answer held ten tools with whole descriptions and scores.
+        let after = v.to_string().len();
+        let long = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"read the file notes.txt"}"#)).await);
+        let long_after = long.to_string().len();
+        println!(
+            "search_tools answer bytes: \"what time is it in Tokyo\" {after}, \"read the file notes.txt\" {long_after}"
+        );
+        assert!(after < 1200 && long_after < 2400, "{after} / {long_after} bytes");
+        for m in long["structuredContent"]["matches"].as_array().unwrap() {
+            assert!(m["description"].as_str().unwrap().chars().count() <= DESCRIPTION_CHARS, "{m}");
+        }
+    }
+
+    #[test]
+    fn one_line_descriptions_end_at_a_sentence_or_an_ellipsis() {
+        assert_eq!(one_line("  Read a file.\nMore lines."), "Read a file.");
+        let long = format!("{}. {}", "a".repeat(100), "b".repeat(200));
+        assert_eq!(one_line(&long), format!("{}.", "a".repeat(100)));
+        let one = "c".repeat(300);
+        let cut = one_line(&one);
+        assert_eq!(cut.chars().count(), DESCRIPTION_CHARS);
+        assert!(cut.ends_with('…'));
+        assert_eq!(one_line(""), "");
+    }
+
+    /// Bad input is a clear tool error recorded as the caller's mistake, never a search.
+    #[tokio::test]
+    async fn bad_input_is_the_caller_s_mistake() {
+        let registry = crate::mcp::builtin::Registry::standard(None);
+        let peers = Peers::new(&[]);
+        for (args, says) in [
+            (Some(r#"{"query":""}"#), "query is empty"),
+            (Some(r#"{"query":"   "}"#), "query is empty"),
+            (Some(r#"{"query":"?! …"}"#), "query has no words to search for"),
+            (Some(r#"{"query":42}"#), "invalid type: integer `42`, expected a string"),
+            (Some(r#"{"query":["time"]}"#), "invalid type: sequence, expected a string"),
+            (Some(r#"{"query":"time","limit":"ten"}"#), "invalid type: string \"ten\""),
+            (Some(r#"{"query":"time","limit":2.5}"#), "invalid type: floating point `2.5`"),
+            (None, "missing argument \"query\""),
+            (Some("[1]"), "arguments must be an object"),
+        ] {
+            let called = registry.call_metered("search_tools", &peers, args).await;
+            assert_eq!(called.outcome, crate::mcp::Outcome::Invalid, "{args:?}");
+            let v = match called.answer {
+                Answer::Result(r) => serde_json::from_str::<Value>(r.get()).unwrap(),
+                _ => panic!("a tool error, not a protocol error"),
+            };
+            assert_eq!(v["isError"], true, "{args:?}");
+            let text = v["content"][0]["text"].as_str().unwrap();
+            assert!(
+                text.starts_with("coffer__search_tools: invalid arguments: ") && text.contains(says),
+                "{args:?}: {text}"
+            );
+        }
+        let huge = json!({"query": "time ".repeat(MAX_QUERY_CHARS)}).to_string();
+        let called = registry.call_metered("search_tools", &peers, Some(&huge)).await;
+        assert_eq!(called.outcome, crate::mcp::Outcome::Invalid);
+        // Limits outside 1–50 are brought inside; unknown members are ignored.
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":0,"x":1}"#)).await);
+        assert_eq!(names(&v).len(), 1);
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":1000}"#)).await);
+        assert!(names(&v).len() > DEFAULT_RESULTS as usize && names(&v).len() <= MAX_RESULTS as usize);
+        // Only stopwords: a normal answer that finds nothing.
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what is it"}"#)).await);
+        assert_eq!(v["content"][0]["text"], "No tools match \"what is it\". Try other words for what you want to do.");
+    }
+
     #[test]
     fn a_tool_s_text_is_bounded_and_cosine_is_safe() {
         let long = "x".repeat(10_000);
         let t = json!({"name": "a__b", "title": "T", "description": long});
-        let c = Candidate { tool: &t, server: "a" };
+        let c = Candidate { tool: &t, server: "a", enabled: true };
         assert!(c.text().starts_with("a__b: T. xxx"));
         assert_eq!(c.text().chars().count(), TOOL_TEXT_CHARS);
         assert_eq!(cosine(&[1.0, 0.0], &[0.0]), 0.0, "different lengths do not compare");

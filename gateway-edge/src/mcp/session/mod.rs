@@ -355,6 +355,16 @@ impl builtin::Caller for Session {
         Box::pin(self.list(ListKind::Tools))
     }
 
+    fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
+        Box::pin(async move {
+            self.list_all(ListKind::Tools)
+                .await
+                .into_iter()
+                .map(|l| (l.item, l.server, l.original, l.enabled))
+                .collect()
+        })
+    }
+
     fn client_name(&self) -> &str {
         &self.client.name
     }

@@ -429,10 +429,12 @@ impl Provider for Whoami {
     fn definition(&self) -> Value {
         json!({"name": "whoami", "description": "Who is calling", "inputSchema": {"type": "object"}})
     }
-    fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, caller: &'a dyn Caller, _: Option<&'a str>) -> BoxFuture<'a, crate::mcp::builtin::Reply> {
         Box::pin(async move {
             let tools = caller.list_tools().await.len();
-            Answer::ok(json!({"content": [], "structuredContent": {"session": caller.session_id(), "tools": tools}}))
+            Ok(Answer::ok(
+                json!({"content": [], "structuredContent": {"session": caller.session_id(), "tools": tools}}),
+            ))
         })
     }
 }

@@ -3,9 +3,10 @@
 //! ends, the answer's citations are read back, renumbered in order of first mention, and become
 //! the reply's `citations`.
 //!
-//! Passages come from the tools' `structuredContent.results` (the JSON of the gateway's
-//! `retrieval::search_result_json`: `kb`, `path`, `heading_path`, `title`, `line_start`,
-//! `line_end`, `snippet`, `fact_id`); the same passage found twice keeps its first number.
+//! Passages come from the tools' `structuredContent.results`: `coffer__search_knowledge`'s
+//! `kb`, `path`, `heading` (the heading path joined by ` > `), `line_start`, `line_end`,
+//! `snippet`, and `coffer__recall`'s search JSON (`heading_path`, `title`, `fact_id`, …); the
+//! same passage found twice keeps its first number.
 //!
 //! A citation carries the source, KB, path, heading path, line range and a snippet of at most
 //! [`MAX_CITATION_SNIPPET`] characters; bracketed numbers in the answer that are not sources are
@@ -150,12 +151,15 @@ fn citation_of(r: &Value) -> Citation {
             snippet,
         },
         None => {
+            let joined = text("heading");
             let mut heading: Vec<String> = r
                 .get("heading_path")
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default();
-            if heading.is_empty() && !text("title").is_empty() {
+            if heading.is_empty() && !joined.is_empty() {
+                heading.push(joined);
+            } else if heading.is_empty() && !text("title").is_empty() {
                 heading.push(text("title"));
             }
             Citation {
@@ -211,6 +215,19 @@ mod tests {
         assert_eq!(s.get(4).unwrap().source, "memory");
         assert!(s.number(&json!({"content": []})).is_none(), "no results array");
         assert!(s.number(&json!({"results": []})).unwrap().starts_with("No passages"));
+    }
+
+    /// `coffer__search_knowledge`'s compact `structuredContent` (the heading path joined).
+    #[test]
+    fn the_compact_knowledge_shape_is_numbered_too() {
+        let mut s = Sources::default();
+        let text = s
+            .number(&json!({"results": [{"kb": "notes", "path": "a.md", "heading": "Intro > Keys", "line_start": 3,
+                "line_end": 9, "snippet": "rotate them"}]}))
+            .unwrap();
+        assert!(text.contains("[1] notes:a.md:3-9 > Intro > Keys\nrotate them"), "{text}");
+        let c = s.get(1).unwrap();
+        assert_eq!((c.source.as_str(), c.heading.as_str(), c.line_end), ("knowledge", "Intro > Keys", 9));
     }
 
     #[test]
