@@ -74,6 +74,7 @@ mod ui_chat;
 mod ui_diffview;
 mod ui_edge;
 mod ui_llm;
+mod ui_pages;
 mod ui_phone;
 mod ui_remote;
 mod ui_session_key;

@@ -103,6 +103,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0012_server_sandbox.sql"),
     migration!("0013_message_files_changed.sql"),
     migration!("0014_conversation_allowed_tools.sql"),
+    migration!("0015_invocation_conversation.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

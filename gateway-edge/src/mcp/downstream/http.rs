@@ -58,16 +58,18 @@ pub fn routes<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
 
 async fn handle(
     State(gw): State<Arc<Gateway>>,
+    via: Option<axum::Extension<crate::middleware::Via>>,
     method: Method,
     headers: HeaderMap,
     upgrade: StreamUpgrade,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
+    let conversation = conversation(via.as_ref().map(|v| &v.0), &headers);
     if let StreamUpgrade::Requested(on_upgrade) = upgrade {
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return crate::mcp::downstream::stream::accept(gw, on_upgrade);
+        return crate::mcp::downstream::stream::accept(gw, on_upgrade, conversation);
     }
     match method {
         Method::POST => {
@@ -88,7 +90,7 @@ async fn handle(
                     );
                 }
             };
-            post(gw, headers, body).await
+            post(gw, headers, body, conversation).await
         }
         Method::GET | Method::DELETE if modern_header(&headers) => {
             let mut r = jsonrpc::http_error(
@@ -195,7 +197,19 @@ fn lookup(gw: &Gateway, headers: &HeaderMap, request: Option<&RawValue>) -> Resu
     }
 }
 
-async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+/// The conversation a managed agent's shim names in `X-Coffer-Conversation`, believed only from a
+/// request authenticated with the agent token (anyone else's is ignored: the owner's clients are
+/// named by their `clientInfo`) and only when it has a conversation id's shape. A label for the
+/// invocation log; it grants nothing.
+fn conversation(via: Option<&crate::middleware::Via>, headers: &HeaderMap) -> Option<Arc<str>> {
+    if !matches!(via, Some(crate::middleware::Via::Agent)) {
+        return None;
+    }
+    let v = headers.get(coffer_types::mcp::CONVERSATION_HEADER)?.to_str().ok()?;
+    coffer_types::mcp::valid_conversation_id(v).then(|| Arc::from(v))
+}
+
+async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes, conversation: Option<Arc<str>>) -> Response {
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
@@ -236,7 +250,9 @@ async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
         return r;
     }
     match parsed {
-        Parsed::Request { id, method, params } if method == "initialize" => initialize(&gw, &id, params.as_deref()),
+        Parsed::Request { id, method, params } if method == "initialize" => {
+            initialize(&gw, &id, params.as_deref(), conversation.as_ref())
+        }
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
             rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
@@ -301,8 +317,9 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 }
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
-fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>) -> Response {
+fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>, conversation: Option<&Arc<str>>) -> Response {
     let (session, body) = message::open_session(gw, id, params);
+    session.attribute(conversation);
     let mut r = json_response(StatusCode::OK, body);
     r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
