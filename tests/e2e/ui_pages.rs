@@ -81,7 +81,10 @@ async fn ui_pages_the_tools_table_fits_its_card_at_1280_and_is_a_list_at_390() -
     let long = "section.caps tr[data-key=read_multiple_files_with_metadata_and_sizes]";
     b.wait_until(&format!("!document.querySelector('{long} .more-toggle').hidden")).await?;
     let clamped = b
-        .eval(&format!("const d = document.querySelector('{long} .desc'); return [d.scrollHeight, d.clientHeight];"), vec![])
+        .eval(
+            &format!("const d = document.querySelector('{long} .desc'); return [d.scrollHeight, d.clientHeight];"),
+            vec![],
+        )
         .await?;
     ensure!(clamped[0].as_u64() > clamped[1].as_u64(), "the long description is clamped: {clamped}");
     ensure!(
@@ -91,8 +94,8 @@ async fn ui_pages_the_tools_table_fits_its_card_at_1280_and_is_a_list_at_390() -
     );
     b.find(&format!("{long} .more-toggle")).await?.click().await?;
     b.wait_until(&format!(
-        "const d = document.querySelector('{long} .desc'); return d.classList.contains('open') && d.scrollHeight <= d.clientHeight + 1
-           && document.querySelector('{long} .more-toggle').textContent === 'Less';"
+        "((d) => d.classList.contains('open') && d.scrollHeight <= d.clientHeight + 1)(document.querySelector('{long} .desc'))
+           && document.querySelector('{long} .more-toggle').textContent === 'Less'"
     ))
     .await?;
     assert_caps_fit(&b, "with the long description open", false).await?;
@@ -184,7 +187,10 @@ async fn ui_pages_activity_names_the_conversation_of_an_agent_call_and_the_clien
                 )
                 .await?;
             let what = format!("Activity at {w}×{h} {theme}");
-            ensure!(v["href"] == format!("/ui/chat?c={id}") && v["text"].as_str().is_some_and(|t| t.contains(TITLE)), "{what}: {v}");
+            ensure!(
+                v["href"] == format!("/ui/chat?c={id}") && v["text"].as_str().is_some_and(|t| t.contains(TITLE)),
+                "{what}: {v}"
+            );
             ensure!(v["client"].as_str().is_some_and(|t| t.contains("coffer-tests 1")), "{what}: {v}");
             ensure!(v["scroll"].as_u64() <= v["width"].as_u64(), "{what}: the page scrolls sideways: {v}");
             b.screenshot(&format!("pages-activity-{w}-{theme}")).await?;
@@ -211,8 +217,8 @@ async fn ui_pages_activity_names_the_conversation_of_an_agent_call_and_the_clien
     //    live row does not carry: the page asks for it).
     turn(&api, &id, r#"mcp:tiny__add {"a":2,"b":3}"#, 4).await?;
     b.wait_until(
-        "const rows = [...document.querySelectorAll('.vtable tbody tr')];
-         return rows.some(r => r.innerText.includes('tiny__add') && r.querySelector('a.caller-conv')?.innerText.includes('Fix the flaky deploy script'));",
+        "[...document.querySelectorAll('.vtable tbody tr')].some(r => r.innerText.includes('tiny__add')
+           && r.querySelector('a.caller-conv')?.innerText.includes('Fix the flaky deploy script'))",
     )
     .await?;
     // …over the tab's one multiplexed stream: no EventSource of its own.
@@ -316,10 +322,12 @@ async fn ui_pages_every_command_the_console_shows_parses_with_the_real_cli() -> 
         let tabs = b.count("#page .tabs button").await?;
         for t in 0..tabs.max(1) {
             if tabs > 0 {
-                b.eval("document.querySelectorAll('#page .tabs button')[arguments[0]].click();", vec![json!(t)]).await?;
+                b.eval("document.querySelectorAll('#page .tabs button')[arguments[0]].click();", vec![json!(t)])
+                    .await?;
                 b.wait_settled().await?;
             }
-            let v = b.eval("return [...document.querySelectorAll('[data-cli]')].map(e => e.textContent);", vec![]).await?;
+            let v =
+                b.eval("return [...document.querySelectorAll('[data-cli]')].map(e => e.textContent);", vec![]).await?;
             for c in v.as_array().into_iter().flatten().filter_map(Value::as_str) {
                 shown.push((format!("/ui/{page} tab {t}"), c.to_owned()));
             }

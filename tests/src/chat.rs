@@ -161,11 +161,7 @@ impl AgentProvider for Scripted {
 ///
 /// # Errors
 /// When the server cannot be started or does not answer within 30 s.
-async fn call_through_coffer(
-    config: &str,
-    tool: &str,
-    arguments: serde_json::Value,
-) -> anyhow::Result<(String, bool)> {
+async fn call_through_coffer(config: &str, tool: &str, arguments: serde_json::Value) -> anyhow::Result<(String, bool)> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let cfg: serde_json::Value = serde_json::from_str(config).context("the MCP config")?;
     let entry = &cfg["mcpServers"]["coffer"];
@@ -189,10 +185,12 @@ async fn call_through_coffer(
         stdin.write_all(format!("{init}\n").as_bytes()).await?;
         answer(&mut lines, 1).await?;
         let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
-        stdin.write_all(
-            format!("{}\n{call}\n", serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).as_bytes(),
-        )
-        .await?;
+        stdin
+            .write_all(
+                format!("{}\n{call}\n", serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                    .as_bytes(),
+            )
+            .await?;
         let v = answer(&mut lines, 2).await?;
         if let Some(e) = v.get("error") {
             return Ok((e["message"].as_str().unwrap_or("error").to_owned(), true));

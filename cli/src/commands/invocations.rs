@@ -188,7 +188,8 @@ mod tests {
         );
         assert_eq!(usage_cell(None), "");
         let mut agent = ask[0].clone();
-        agent.conversation = Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: "Fix the deploy".into() });
+        agent.conversation =
+            Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: "Fix the deploy".into() });
         assert_eq!(caller_cell(&agent), "conversation \"Fix the deploy\"");
         agent.conversation = Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: String::new() });
         assert_eq!(caller_cell(&agent), "conversation c1");
@@ -202,8 +203,21 @@ mod tests {
             crate::Cli::try_parse_from(full)
         };
         assert!(
-            parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp", "--client", "claude-code", "--conversation", "c1"])
-                .is_ok()
+            parse(&[
+                "--outcome",
+                "ok",
+                "--since",
+                "1h",
+                "--limit",
+                "500",
+                "--actor",
+                "mcp",
+                "--client",
+                "claude-code",
+                "--conversation",
+                "c1"
+            ])
+            .is_ok()
         );
         for bad in [&["--outcome", "great"][..], &["--limit", "0"], &["--limit", "501"], &["--limit", "x"]] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");

@@ -414,3 +414,29 @@ async fn delete(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
         lookup(&gw, &headers, None).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::middleware::Via;
+
+    #[test]
+    fn only_the_agent_token_names_a_conversation_and_only_a_well_formed_one() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(coffer_types::mcp::CONVERSATION_HEADER, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert_eq!(conversation(Some(&Via::Agent), &with("01JF3Q-abc_9")).as_deref(), Some("01JF3Q-abc_9"));
+        assert_eq!(
+            conversation(Some(&Via::Token), &with("01JF3Q")),
+            None,
+            "the owner's clients are named by clientInfo"
+        );
+        assert_eq!(conversation(None, &with("01JF3Q")), None);
+        assert_eq!(conversation(Some(&Via::Agent), &HeaderMap::new()), None);
+        for bad in ["", "a b", "../x", "x;y", &"c".repeat(129)] {
+            assert_eq!(conversation(Some(&Via::Agent), &with(bad)), None, "{bad:?}");
+        }
+    }
+}

@@ -52,8 +52,9 @@ function list(root, navigate) {
     if (!servers.length) {
       replace(body, emptyState('No MCP servers yet.',
         'Add one with “Add server”: a command Coffer starts (stdio), or the URL of a remote server.',
-        h('p', null, 'Or import the servers another client already has (Claude Desktop, Claude Code, Cursor, VS Code) in a terminal: ',
-          cli('coffer mcp import CONFIG_FILE'), ', e.g. ', h('code', null, '~/.claude.json'), ' or ', h('code', null, '~/.cursor/mcp.json'), '.')));
+        h('p', null, 'Or import the servers another client already has (Claude Desktop, Claude Code, Cursor, VS Code) in a terminal:',
+          cli('coffer mcp import CONFIG_FILE')),
+        h('p', { class: 'small' }, 'CONFIG_FILE is that client\'s MCP configuration, e.g. ', h('code', null, '~/.claude.json'), ' or ', h('code', null, '~/.cursor/mcp.json'), '.')));
       return;
     }
     const cols = [

@@ -230,7 +230,7 @@ async function status(panel) {
           { label: 'Sessions', cell: (u) => String(u.running) },
           { label: 'Last start', cell: (u) => u.last_start ? h('span', null, u.last_start, ' · ', timeEl(u.last_start_at)) : h('span', { class: 'muted' }, 'never') },
           { label: 'Last error', class: 'wrap', cell: (u) => u.last_error ? h('span', { class: 'last-error' }, u.last_error) : h('span', { class: 'muted' }, '—') },
-        ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run ', cli('coffer mcp import CONFIG_FILE'), '.')))));
+        ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run', cli('coffer mcp import CONFIG_FILE'))))));
   }
   load();
 }

@@ -29,7 +29,7 @@ export function mount(root, { params }) {
     replace(count, items.length ? `${shown.length} of ${items.length} tools` : '');
     if (!items.length) {
       replace(body, emptyState('No tools yet.',
-        h('p', null, 'Tools come from your MCP servers. ', h('a', { href: '/ui/servers', 'data-nav': true }, 'Add a server'), ' or import another client\'s in a terminal: ', cli('coffer mcp import CONFIG_FILE'), '.')));
+        h('p', null, 'Tools come from your MCP servers. ', h('a', { href: '/ui/servers', 'data-nav': true }, 'Add a server'), ' or import another client\'s in a terminal:', cli('coffer mcp import CONFIG_FILE'))));
       return;
     }
     if (!shown.length) { replace(body, emptyState('No tool matches the search.', 'Try fewer words, or another server.')); return; }

@@ -275,9 +275,7 @@ mod tests {
         // An agent turn's call keeps its conversation and is listed by it; the title of a
         // conversation the store does not hold (deleted) is empty.
         let from_agent = Invocation { conversation_id: "conv-1".into(), ..row("s__g", InvocationOutcome::Ok, "mcp") };
-        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![from_agent] }))
-            .await
-            .unwrap();
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![from_agent] })).await.unwrap();
         let by_conversation =
             list(ListInvocationsRequest { conversation_id: "conv-1".into(), ..Default::default() }).await;
         assert_eq!(
