@@ -61,8 +61,8 @@ pub struct Invocation {
     /// sessions (the actor says who called).
     pub client: Option<InvocationClient>,
     /// The conversation whose agent turn made the call (a managed agent's calls through its
-    /// shim: Claude Code, Codex); null for every other caller. Absent from rows written before
-    /// it was recorded.
+    /// shim: Claude Code, Codex); null for every other caller and for calls recorded before
+    /// Coffer kept it (a daemon that predates the field omits it: read as null).
     #[serde(default)]
     pub conversation: Option<InvocationConversation>,
     /// What the internal agent's run used, for `coffer__ask`; null for every other call.

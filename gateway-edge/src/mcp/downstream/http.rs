@@ -58,13 +58,13 @@ pub fn routes<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
 
 async fn handle(
     State(gw): State<Arc<Gateway>>,
-    via: Option<axum::Extension<crate::middleware::Via>>,
+    agent: Option<axum::Extension<AgentToken>>,
     method: Method,
     headers: HeaderMap,
     upgrade: StreamUpgrade,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let conversation = conversation(via.as_ref().map(|v| &v.0), &headers);
+    let conversation = conversation(agent.is_some(), &headers);
     if let StreamUpgrade::Requested(on_upgrade) = upgrade {
         if let Err(r) = check_version(&headers) {
             return r;
@@ -197,12 +197,17 @@ fn lookup(gw: &Gateway, headers: &HeaderMap, request: Option<&RawValue>) -> Resu
     }
 }
 
+/// A request extension the edge's authentication adds to a request authenticated with the
+/// agents' token (`agent-access/agent.json`): only such a request may name its conversation.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentToken;
+
 /// The conversation a managed agent's shim names in `X-Coffer-Conversation`, believed only from a
 /// request authenticated with the agent token (anyone else's is ignored: the owner's clients are
 /// named by their `clientInfo`) and only when it has a conversation id's shape. A label for the
 /// invocation log; it grants nothing.
-fn conversation(via: Option<&crate::middleware::Via>, headers: &HeaderMap) -> Option<Arc<str>> {
-    if !matches!(via, Some(crate::middleware::Via::Agent)) {
+fn conversation(by_agent_token: bool, headers: &HeaderMap) -> Option<Arc<str>> {
+    if !by_agent_token {
         return None;
     }
     let v = headers.get(coffer_types::mcp::CONVERSATION_HEADER)?.to_str().ok()?;
@@ -418,7 +423,6 @@ async fn delete(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::middleware::Via;
 
     #[test]
     fn only_the_agent_token_names_a_conversation_and_only_a_well_formed_one() {
@@ -427,16 +431,16 @@ mod tests {
             h.insert(coffer_types::mcp::CONVERSATION_HEADER, HeaderValue::from_str(v).unwrap());
             h
         };
-        assert_eq!(conversation(Some(&Via::Agent), &with("01JF3Q-abc_9")).as_deref(), Some("01JF3Q-abc_9"));
+        assert_eq!(conversation(true, &with("01JF3Q-abc_9")).as_deref(), Some("01JF3Q-abc_9"));
         assert_eq!(
-            conversation(Some(&Via::Token), &with("01JF3Q")),
+            conversation(false, &with("01JF3Q")),
             None,
             "the owner's clients are named by clientInfo"
         );
-        assert_eq!(conversation(None, &with("01JF3Q")), None);
-        assert_eq!(conversation(Some(&Via::Agent), &HeaderMap::new()), None);
+        assert_eq!(conversation(false, &with("01JF3Q")), None);
+        assert_eq!(conversation(true, &HeaderMap::new()), None);
         for bad in ["", "a b", "../x", "x;y", &"c".repeat(129)] {
-            assert_eq!(conversation(Some(&Via::Agent), &with(bad)), None, "{bad:?}");
+            assert_eq!(conversation(true, &with(bad)), None, "{bad:?}");
         }
     }
 }
