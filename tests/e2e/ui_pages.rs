@@ -319,9 +319,14 @@ async fn ui_pages_every_command_the_console_shows_parses_with_the_real_cli() -> 
         b.goto(&format!("/ui/{page}")).await?;
         b.wait_for_page(page).await?;
         b.wait_settled().await?;
+        if page == "knowledge" || page == "servers" {
+            // Their empty states come once the lists have loaded.
+            b.wait_for("[data-cli]").await?;
+        }
         let tabs = b.count("#page .tabs button").await?;
         for t in 0..tabs.max(1) {
-            if tabs > 0 {
+            // The first tab is the one the page opened on: collected as it stands.
+            if t > 0 {
                 b.eval("document.querySelectorAll('#page .tabs button')[arguments[0]].click();", vec![json!(t)])
                     .await?;
                 b.wait_settled().await?;

@@ -432,11 +432,7 @@ mod tests {
             h
         };
         assert_eq!(conversation(true, &with("01JF3Q-abc_9")).as_deref(), Some("01JF3Q-abc_9"));
-        assert_eq!(
-            conversation(false, &with("01JF3Q")),
-            None,
-            "the owner's clients are named by clientInfo"
-        );
+        assert_eq!(conversation(false, &with("01JF3Q")), None, "the owner's clients are named by clientInfo");
         assert_eq!(conversation(false, &with("01JF3Q")), None);
         assert_eq!(conversation(true, &HeaderMap::new()), None);
         for bad in ["", "a b", "../x", "x;y", &"c".repeat(129)] {
