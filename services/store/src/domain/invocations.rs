@@ -276,8 +276,15 @@ mod tests {
         // conversation the store does not hold (deleted) is empty.
         let from_agent = Invocation { conversation_id: "conv-1".into(), ..row("s__g", InvocationOutcome::Ok, "mcp") };
         svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![from_agent] })).await.unwrap();
-        let by_conversation =
-            list(ListInvocationsRequest { conversation_id: "conv-1".into(), ..Default::default() }).await;
+        let by_conversation = svc
+            .list_invocations(Request::new(ListInvocationsRequest {
+                conversation_id: "conv-1".into(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
         assert_eq!(
             by_conversation
                 .iter()
