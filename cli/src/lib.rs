@@ -46,6 +46,21 @@ pub struct GlobalArgs {
     pub home: Option<PathBuf>,
 }
 
+/// Parses `args` (the program name first, e.g. `["coffer", "kb", "add", "notes"]`) as the `coffer`
+/// command line, running nothing: `Err` holds clap's message for a line `coffer` would refuse
+/// with exit 2 (an unknown command or flag, a missing or extra argument). For a test that every
+/// command the web console tells the user to run is one the CLI takes.
+///
+/// # Errors
+/// The parser's message, as `coffer` would print it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map(drop).map_err(|e| e.to_string())
+}
+
 impl Cli {
     /// Runs the parsed command line.
     ///

@@ -270,6 +270,8 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
         }
         Verdict::Agent if agent_allowed => {
             req.extensions_mut().insert(Via::Agent);
+            // What the MCP transport reads (it never names this module: see mcp/tests/boundaries.rs).
+            req.extensions_mut().insert(crate::mcp::downstream::http::AgentToken);
             return coffer_runtime::grpc::with_auth(AGENT_AUTH.to_owned(), next.run(req)).await;
         }
         Verdict::Agent => {

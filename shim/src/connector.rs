@@ -88,6 +88,21 @@ impl Access {
     }
 }
 
+/// The conversation named by `COFFER_CONVERSATION` (set by Coffer in a managed agent's MCP
+/// config), as the `X-Coffer-Conversation` value the shim sends on `/mcp`; `None` when unset or
+/// not a valid conversation id. Read once per process.
+pub fn conversation_header() -> Option<reqwest::header::HeaderValue> {
+    static ONCE: OnceLock<Option<reqwest::header::HeaderValue>> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let v = std::env::var(coffer_runtime::env::CONVERSATION).ok()?;
+        if !coffer_types::mcp::valid_conversation_id(&v) {
+            return None;
+        }
+        reqwest::header::HeaderValue::from_str(&v).ok()
+    })
+    .clone()
+}
+
 /// The production connector: detect-or-spawn on `COFFER_HOME` (see
 /// [`coffer_runtime::connect::detect_or_spawn`]), starting `coffer-daemon` when none runs; or,
 /// for a managed agent ([`Access::Agent`]), the running daemon through `agent.json` only.

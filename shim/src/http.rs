@@ -103,6 +103,9 @@ impl HttpSession {
             None => endpoint.http.request(method, endpoint.mcp_url()),
         };
         let mut req = req.header(TOKEN, self.token.clone());
+        if let Some(c) = crate::connector::conversation_header() {
+            req = req.header(coffer_types::mcp::CONVERSATION_HEADER, c);
+        }
         if let Some(id) = &self.session_id {
             req = req.header(MCP_SESSION_ID, id.clone());
         }

@@ -423,11 +423,15 @@ async fn upgrade(endpoint: &Endpoint) -> Result<TokioIo<hyper::upgrade::Upgraded
     let mut token = hyper::header::HeaderValue::from_str(endpoint.token.expose_secret())
         .map_err(|_| OpenError::Unreachable("the daemon token is not a valid header value".into()))?;
     token.set_sensitive(true);
-    let req = Request::get(url.path())
+    let mut req = Request::get(url.path())
         .header(HOST, authority)
         .header(CONNECTION, "upgrade")
         .header(UPGRADE, PROTOCOL)
-        .header(coffer_types::header::TOKEN, token)
+        .header(coffer_types::header::TOKEN, token);
+    if let Some(c) = crate::connector::conversation_header() {
+        req = req.header(coffer_types::mcp::CONVERSATION_HEADER, c);
+    }
+    let req = req
         .body(Empty::<Bytes>::new())
         .map_err(|e| OpenError::Unreachable(format!("building the upgrade request failed: {e}")))?;
     let resp = sender

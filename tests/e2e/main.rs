@@ -76,6 +76,7 @@ mod ui_edge;
 mod ui_llm;
 mod ui_messages;
 mod ui_modelset;
+mod ui_pages;
 mod ui_phone;
 mod ui_remote;
 mod ui_session_key;

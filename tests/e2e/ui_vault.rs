@@ -310,7 +310,10 @@ async fn ui_vault_activity_shows_invocations_live_and_the_audit_log() -> anyhow:
     ensure!(r.get("result").is_some(), "{r}");
     b.wait_for_text("tbody tr", "tiny__echo").await?;
     let row = text(&b, "tbody tr").await?;
-    ensure!(row.contains("tiny") && row.contains("ok") && row.contains("mcp"), "{row}");
+    ensure!(row.contains("tiny") && row.contains("ok"), "{row}");
+    // The Caller column names the MCP client (McpSession's clientInfo: coffer-tests 1).
+    let caller = js(&b, "const c = document.querySelector('tbody tr .caller'); return c ? c.textContent : document.querySelector('tbody tr').outerHTML;", vec![]).await?;
+    ensure!(caller.as_str().is_some_and(|c| c.contains("coffer-tests 1")), "the caller: {caller}");
     let failed = mcp.tool("tiny__fail", json!({})).await?;
     ensure!(failed.get("result").is_some(), "{failed}");
     b.wait_for_text("tbody tr", "tiny__fail").await?;

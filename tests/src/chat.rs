@@ -19,6 +19,7 @@
 //! | `tool:<name> [json]` | a `ToolCall` (`input` = the JSON, default `{}`), then its `ToolResult` `"result of <name>"` |
 //! | `tool_error:<name>` | the same with `is_error` and output `"<name> failed"` |
 //! | `call:<name> [json]` | a `ToolCall` only: its result never comes (a turn stopped, failed or crashed mid-tool) |
+//! | `mcp:<tool> [json]` | calls `<tool>` through Coffer for real, as Claude Code would: starts the MCP server of the turn's Claude Code config (`agents_config::claude_mcp_json`: `coffer-mcp-shim` with the agent token and the conversation), `initialize`s as `scripted-agent 1`, `tools/call`s, and reports a `ToolCall` and a `ToolResult` with the result's text (or the error) |
 //! | `session` | says `session=<id>` (the session the turn resumed, or `new`) |
 //! | `fail:<kind> [message]` | ends with `Failed` (`provider`, `auth`, `protocol`, `cli_exited`, `cli_missing`, `internal`) |
 //! | `APPROVE[<Tool>: <text>]` | asks for approval (`ApprovalRequested`: tool `<Tool>`, input `{"command": text}` for Bash/shell, `{"file_path": text}` for Edit/Write, else `{"text": text}`), waits for the answer, then says `approved` or `denied: <message>` (each with a newline; the engine decides by the conversation's mode: `read_only` denies at once) |
@@ -141,15 +142,84 @@ impl AgentProvider for Scripted {
     }
     fn start_turn(
         &self,
-        _env: &AgentEnv,
+        env: &AgentEnv,
         turn: TurnInput,
         events: mpsc::Sender<AgentEvent>,
     ) -> Result<RunningTurn, StartError> {
         let (interrupt, rx) = oneshot::channel();
         let (approvals, answers) = mpsc::channel(APPROVAL_CHANNEL);
-        let task = tokio::spawn(run_script(turn, events, rx, answers));
+        let mcp = coffer_chat::agents_config::claude_mcp_json(&env.shim, &env.coffer_home, &turn.conversation_id);
+        let task = tokio::spawn(run_script(turn, events, rx, answers, mcp));
         Ok(RunningTurn { interrupt, task, approvals: Some(approvals) })
     }
+}
+
+/// Calls `tool` with `arguments` through the MCP server of `config` (a Claude Code MCP config,
+/// JSON text: its `coffer` entry's command and environment), as a managed agent does: one stdio
+/// session (`initialize` as `scripted-agent 1`, `notifications/initialized`, `tools/call`),
+/// then the server is ended. Returns the result's text (its text blocks joined) and whether it
+/// is an error (`isError`, or a JSON-RPC error's message).
+///
+/// # Errors
+/// When the server cannot be started or does not answer within 30 s.
+async fn call_through_coffer(config: &str, tool: &str, arguments: serde_json::Value) -> anyhow::Result<(String, bool)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let cfg: serde_json::Value = serde_json::from_str(config).context("the MCP config")?;
+    let entry = &cfg["mcpServers"]["coffer"];
+    let program = entry["command"].as_str().context("the entry's command")?;
+    let mut spec = coffer_runtime::spawn::SpawnSpec::new(program, "agent", "scripted-mcp");
+    spec.env = entry["env"]
+        .as_object()
+        .context("the entry's env")?
+        .iter()
+        .map(|(k, v)| (k.into(), v.as_str().unwrap_or_default().into()))
+        .collect();
+    spec.stdin = std::process::Stdio::piped();
+    spec.stdout = std::process::Stdio::piped();
+    let mut child = coffer_runtime::spawn::spawn(spec)?;
+    let mut stdin = child.inner().stdin.take().context("stdin")?;
+    let stdout = child.inner().stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let talk = async {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "scripted-agent", "version": "1"}}});
+        stdin.write_all(format!("{init}\n").as_bytes()).await?;
+        answer(&mut lines, 1).await?;
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        stdin
+            .write_all(
+                format!("{}\n{call}\n", serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                    .as_bytes(),
+            )
+            .await?;
+        let v = answer(&mut lines, 2).await?;
+        if let Some(e) = v.get("error") {
+            return Ok((e["message"].as_str().unwrap_or("error").to_owned(), true));
+        }
+        let text = v["result"]["content"]
+            .as_array()
+            .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default();
+        Ok((text, v["result"]["isError"] == true))
+    };
+    let out = tokio::time::timeout(Duration::from_secs(30), talk).await.context("no answer within 30 s")?;
+    drop(stdin);
+    child.terminate(Duration::from_secs(2)).await;
+    out
+}
+
+/// The answer to request `id` among the lines an MCP server writes (other lines skipped).
+async fn answer<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+    id: u64,
+) -> anyhow::Result<serde_json::Value> {
+    while let Some(line) = lines.next_line().await? {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["id"] == id {
+            return Ok(v);
+        }
+    }
+    bail!("the MCP server closed its output before answering request {id}")
 }
 
 /// How a wait inside a script ended.
@@ -197,6 +267,7 @@ async fn run_script(
     events: mpsc::Sender<AgentEvent>,
     mut interrupt: oneshot::Receiver<()>,
     mut answers: mpsc::Receiver<ApprovalAnswer>,
+    mcp: String,
 ) {
     let model = if turn.config.model.is_empty() { "scripted-model".to_owned() } else { turn.config.model.clone() };
     let resumed = turn.config.session_id.clone();
@@ -294,6 +365,20 @@ async fn run_script(
                 let (name, input) = arg.split_once(' ').unwrap_or((arg, "{}"));
                 let input = serde_json::from_str(input).unwrap_or(serde_json::json!({ "raw": input }));
                 send!(AgentEvent::ToolCall { id: format!("toolu_{sent}"), name: name.to_owned(), input });
+                sent += 1;
+                continue;
+            }
+            "mcp" => {
+                let (name, input) = arg.split_once(' ').unwrap_or((arg, "{}"));
+                let input: serde_json::Value =
+                    serde_json::from_str(input).unwrap_or(serde_json::json!({ "raw": input }));
+                let id = format!("toolu_{sent}");
+                send!(AgentEvent::ToolCall { id: id.clone(), name: name.to_owned(), input: input.clone() });
+                let (output, is_error) = match call_through_coffer(&mcp, name, input).await {
+                    Ok(r) => r,
+                    Err(e) => (format!("{e:#}"), true),
+                };
+                send!(AgentEvent::ToolResult { tool_use_id: id, output, is_error });
                 sent += 1;
                 continue;
             }

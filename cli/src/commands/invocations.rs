@@ -20,6 +20,7 @@ Examples:
   coffer invocations --tool everything__echo --outcome disabled --limit 10
   coffer invocations --actor mcp
   coffer invocations --client claude-code
+  coffer invocations --conversation 0193c2d4e5f6
   coffer invocations --since 2026-11-30 --until 2026-12-01T12:00:00Z --json
 
 --since and --until take a duration ago (90s, 15m, 2h, 7d), a date (its midnight UTC) or an
@@ -44,6 +45,9 @@ pub struct InvocationsArgs {
     /// Only calls by MCP clients of this name (their clientInfo name, exact, e.g. claude-code).
     #[arg(long, value_name = "NAME")]
     pub client: Option<String>,
+    /// Only calls made by the agent of this conversation (its id, as `coffer chat list` shows it).
+    #[arg(long, value_name = "ID")]
+    pub conversation: Option<String>,
     /// Only calls at or after this time (15m, 2h, 7d, 2026-11-30, RFC 3339).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
@@ -74,6 +78,7 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
             ("outcome", a.outcome.as_deref()),
             ("actor", a.actor.as_deref()),
             ("client", a.client.as_deref()),
+            ("conversation", a.conversation.as_deref()),
             ("since", a.since.as_deref()),
             ("until", a.until.as_deref()),
             ("limit", Some(&limit)),
@@ -110,6 +115,18 @@ pub fn client_cell(client: Option<&InvocationClient>) -> String {
     output::truncate(format!("{} {}", c.name.trim(), c.version.trim()).trim(), 40)
 }
 
+/// Who made a call as the CLIENT column shows it: `conversation "<title>"` (or its id when it has
+/// no title) for an agent turn's call, else the MCP client ([`client_cell`]).
+pub fn caller_cell(i: &Invocation) -> String {
+    match &i.conversation {
+        Some(c) if !c.title.trim().is_empty() => {
+            format!("conversation \"{}\"", text_cell(c.title.trim(), 40))
+        }
+        Some(c) => format!("conversation {}", text_cell(&c.id, 40)),
+        None => client_cell(i.client.as_ref()),
+    }
+}
+
 /// The invocations table: TIME (UTC) TARGET SERVER ACTOR CLIENT OUTCOME DURATION USAGE.
 pub fn render_invocations(items: &[Invocation]) -> String {
     let rows: Vec<Vec<String>> = items
@@ -120,7 +137,7 @@ pub fn render_invocations(items: &[Invocation]) -> String {
                 text_cell(&i.target, 80),
                 text_cell(&i.server, 40),
                 text_cell(&i.actor, 40),
-                client_cell(i.client.as_ref()),
+                caller_cell(i),
                 text_cell(&i.outcome, 20),
                 format!("{} ms", i.duration_ms),
                 usage_cell(i.usage.as_ref()),
@@ -170,6 +187,12 @@ mod tests {
              2026-11-30 09:57:01  coffer__ask  coffer  mcp            ok       2500 ms   local/m-1 1200+80 tok, 3 req\n"
         );
         assert_eq!(usage_cell(None), "");
+        let mut agent = ask[0].clone();
+        agent.conversation =
+            Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: "Fix the deploy".into() });
+        assert_eq!(caller_cell(&agent), "conversation \"Fix the deploy\"");
+        agent.conversation = Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: String::new() });
+        assert_eq!(caller_cell(&agent), "conversation c1");
     }
 
     #[test]
@@ -180,8 +203,21 @@ mod tests {
             crate::Cli::try_parse_from(full)
         };
         assert!(
-            parse(&["--outcome", "ok", "--since", "1h", "--limit", "500", "--actor", "mcp", "--client", "claude-code"])
-                .is_ok()
+            parse(&[
+                "--outcome",
+                "ok",
+                "--since",
+                "1h",
+                "--limit",
+                "500",
+                "--actor",
+                "mcp",
+                "--client",
+                "claude-code",
+                "--conversation",
+                "c1"
+            ])
+            .is_ok()
         );
         for bad in [&["--outcome", "great"][..], &["--limit", "0"], &["--limit", "501"], &["--limit", "x"]] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");

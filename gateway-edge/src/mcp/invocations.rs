@@ -61,6 +61,9 @@ pub struct Record {
     /// The MCP client's `clientInfo` name and version (shared with its session: no allocation
     /// per call); `None` for a broker session, whose actor names the caller.
     pub client: Option<Arc<ClientIdentity>>,
+    /// The conversation whose agent made the call ([`crate::mcp::Session::conversation`]); `None`
+    /// for every other caller.
+    pub conversation: Option<Arc<str>>,
 }
 
 /// An internal-agent run's usage, as the invocation of the tool that ran it records it.
@@ -102,6 +105,8 @@ impl Record {
             }),
             client_name: self.client.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
             client_version: self.client.as_ref().map(|c| c.version.clone()).unwrap_or_default(),
+            conversation_id: self.conversation.as_deref().unwrap_or_default().to_owned(),
+            conversation_title: String::new(),
         }
     }
 }
@@ -364,8 +369,10 @@ mod tests {
             actor: Cow::Borrowed(MCP_ACTOR),
             usage: None,
             client: Some(Arc::new(ClientIdentity { name: "claude-code".into(), version: "2.1.0".into() })),
+            conversation: Some(Arc::from("c-1")),
         }
         .into_row();
+        assert_eq!(row.conversation_id, "c-1");
         assert_eq!(row.at, "2025-11-30T00:00:00.123Z");
         assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
         assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));

@@ -378,6 +378,7 @@ impl Shared {
             actor: session.actor.clone(),
             usage,
             client: (session.actor == invocations::MCP_ACTOR).then(|| session.client.clone()),
+            conversation: session.conversation.get().cloned(),
         });
     }
 }

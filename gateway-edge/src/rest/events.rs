@@ -10,6 +10,10 @@
 //! elected with the Web Locks API, holds it and fans events out to the others by
 //! `BroadcastChannel`), so sends always find a free connection.
 //!
+//! An `invocations` subscription (`?invocations=KEY`, or `{"sub", "invocations": true}`) carries
+//! the invocation log live, as `GET /v1/invocations/events` does (`invocation`, `lagged`): the
+//! console's Activity page follows it on the tab's one stream.
+//!
 //! Framing: the first frame is `event: hello`, `data: {"stream": ID, "subscriptions": [...]}`
 //! (ID names the stream in `POST /v1/events/{ID}`). Every other frame is the frame of the
 //! single-purpose stream it comes from (`GET /v1/conversations/{id}/events`: `event: <kind>`,
@@ -147,6 +151,7 @@ enum Out {
 enum Spec {
     List,
     Conversation { id: String, after: u64 },
+    Invocations,
 }
 
 fn check_key(k: &str) -> Result<(), String> {
@@ -162,13 +167,14 @@ fn check_key(k: &str) -> Result<(), String> {
 
 fn spec_of(s: &Subscription) -> Result<Spec, String> {
     check_key(&s.sub)?;
-    match (s.list, s.conversation.as_deref()) {
-        (Some(true), None) if s.after.is_none() => Ok(Spec::List),
-        (None | Some(false), Some(id)) if !id.is_empty() && id.len() <= 128 => {
+    match (s.list, s.conversation.as_deref(), s.invocations) {
+        (Some(true), None, None | Some(false)) if s.after.is_none() => Ok(Spec::List),
+        (None | Some(false), Some(id), None | Some(false)) if !id.is_empty() && id.len() <= 128 => {
             Ok(Spec::Conversation { id: id.to_owned(), after: s.after.unwrap_or(0) })
         }
+        (None | Some(false), None, Some(true)) if s.after.is_none() => Ok(Spec::Invocations),
         _ => Err(format!(
-            "subscription {:?}: give exactly one of \"list\": true or \"conversation\": ID (with \"after\" only for a conversation)",
+            "subscription {:?}: give exactly one of \"list\": true, \"conversation\": ID or \"invocations\": true (with \"after\" only for a conversation)",
             s.sub
         )),
     }
@@ -181,6 +187,7 @@ fn parse_query(pairs: Vec<(String, String)>) -> Result<Vec<Subscription>, ApiErr
     for (k, v) in pairs {
         match k.as_str() {
             "list" => out.push(Subscription { sub: v, list: Some(true), ..Default::default() }),
+            "invocations" => out.push(Subscription { sub: v, invocations: Some(true), ..Default::default() }),
             "conversation" => {
                 let mut parts = v.splitn(3, ':');
                 let sub = parts.next().unwrap_or_default().to_owned();
@@ -198,14 +205,17 @@ fn parse_query(pairs: Vec<(String, String)>) -> Result<Vec<Subscription>, ApiErr
             }
             other => {
                 let shown: String = other.chars().take(40).collect();
-                return Err(bad(&shown, format!("unknown parameter {shown:?}; expected list or conversation")));
+                return Err(bad(
+                    &shown,
+                    format!("unknown parameter {shown:?}; expected list, conversation or invocations"),
+                ));
             }
         }
     }
     Ok(out)
 }
 
-/// `GET /v1/events?list=KEY&conversation=KEY:ID[:AFTER]…` → `text/event-stream` (see the
+/// `GET /v1/events?list=KEY&conversation=KEY:ID[:AFTER]&invocations=KEY…` → `text/event-stream` (see the
 /// module docs). A subscription whose conversation is unknown gets an `ended` frame
 /// (`not_found`); a chat service that does not answer is 503 before the stream starts.
 ///
@@ -366,11 +376,13 @@ async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, subs: Vec<Subscription>) -> Res
     enum Source {
         List(tonic::Streaming<ConversationChange>),
         Conversation(tonic::Streaming<Event>),
+        Invocations(tokio::sync::broadcast::Receiver<Arc<coffer_proto::store::Invocation>>),
     }
     let mut started = Vec::new();
     let mut refused = Vec::new();
     for (sub, spec) in specs {
         let source = match spec {
+            Spec::Invocations => Source::Invocations(st.gateway.shared.watch_invocations()),
             Spec::List => Source::List(
                 call(st.chat.clone().watch_conversations(WatchConversationsRequest {}))
                     .await
@@ -402,6 +414,9 @@ async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, subs: Vec<Subscription>) -> Res
         match source {
             Source::Conversation(s) => {
                 tokio::spawn(forward_conversation(s, sub, generation, tx, stop));
+            }
+            Source::Invocations(rx) => {
+                tokio::spawn(forward_invocations(rx, sub, generation, tx, stop));
             }
             Source::List(s) => {
                 tokio::spawn(forward_list(
@@ -463,6 +478,36 @@ async fn forward_conversation(
         };
         let _ = tx.send(out).await;
         return;
+    }
+}
+
+/// Forwards the invocation log's rows (`invocation`, as `GET /v1/invocations/events`; `lagged`
+/// when this stream fell behind the log's live buffer) until `stop` or the gateway's end.
+async fn forward_invocations(
+    mut rx: tokio::sync::broadcast::Receiver<Arc<coffer_proto::store::Invocation>>,
+    sub: String,
+    generation: u64,
+    tx: mpsc::Sender<Out>,
+    stop: CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let got = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            got = rx.recv() => got,
+        };
+        let (kind, value) = match got {
+            Ok(i) => ("invocation", serde_json::to_value(crate::rest::logs::invocation(&i)).unwrap_or_default()),
+            Err(RecvError::Lagged(n)) => {
+                ("lagged", serde_json::to_value(coffer_api::logs::Lagged { missed: n }).unwrap_or_default())
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let frame = SseEvent::default().event(kind).data(tagged(value, &sub));
+        if tx.send(Out::Frame { sub: sub.clone(), generation, frame, last: false }).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -577,6 +622,10 @@ mod tests {
         assert!(spec_of(&both).is_err());
         let list_after = Subscription { sub: "k".into(), list: Some(true), after: Some(3), ..Default::default() };
         assert!(spec_of(&list_after).is_err());
+        let s = q(&[("invocations", "t1.a")]).unwrap();
+        assert!(matches!(spec_of(&s[0]), Ok(Spec::Invocations)));
+        let two = Subscription { sub: "k".into(), list: Some(true), invocations: Some(true), ..Default::default() };
+        assert!(spec_of(&two).is_err());
     }
 
     #[test]

@@ -298,12 +298,13 @@ fn now_ms() -> i64 {
 // ---------------------------------------------------------------------------------------------
 // Invocations and audit.
 
-/// `GET /v1/invocations?server=&target=&outcome=&actor=&client=&since=&until=&limit=&cursor=` →
+/// `GET /v1/invocations?server=&target=&outcome=&actor=&client=&conversation=&since=&until=&limit=&cursor=` →
 /// `{"items":[{id, at, target, method, server, session_id, duration_ms, outcome, trace_id,
-/// actor, client, usage}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
+/// actor, client, conversation, usage}…], "next_cursor": "<opaque>"|null}`, newest first. `actor` is who called (`mcp` for
 /// an MCP client session); `client` is that MCP client's `{name, version}` as its `clientInfo`
 /// gave them (`null` when it gave neither, and for broker sessions); `client=` keeps only the
-/// calls of one client name (exact); `usage` is what an internal-agent run used (`coffer__ask`:
+/// calls of one client name (exact); `conversation` is `{id, title}` of the conversation whose
+/// agent turn made the call (`null` otherwise), `conversation=` keeps only that conversation's; `usage` is what an internal-agent run used (`coffer__ask`:
 /// `{connection, model, input_tokens, output_tokens, iterations}`), `null` for other calls. `since` is inclusive, `until` exclusive
 /// (see [`parse_time`] for the forms); `limit` 1-500, default 50. Every call answered before
 /// the request arrived is in it: the invocation writer is asked to write what it has queued
@@ -316,7 +317,7 @@ async fn list_invocations(
 ) -> Result<Json<Page<api::Invocation>>, ApiError> {
     let p = Params::from_query(
         query,
-        &["server", "target", "outcome", "actor", "client", "since", "until", "limit", "cursor"],
+        &["server", "target", "outcome", "actor", "client", "conversation", "since", "until", "limit", "cursor"],
     )?;
     let now = now_ms();
     // `one_of` admits only the words of `OUTCOMES`; absent is Unspecified ("any").
@@ -327,6 +328,7 @@ async fn list_invocations(
         outcome: outcome.into(),
         actor: p.filter("actor"),
         client_name: p.filter("client"),
+        conversation_id: p.filter("conversation"),
         since: p.time("since", now)?,
         until: p.time("until", now)?,
         before_id: p.cursor()?,
@@ -354,6 +356,10 @@ pub fn invocation(i: &Invocation) -> api::Invocation {
         actor: i.actor.clone(),
         client: (!i.client_name.is_empty() || !i.client_version.is_empty())
             .then(|| api::InvocationClient { name: i.client_name.clone(), version: i.client_version.clone() }),
+        conversation: (!i.conversation_id.is_empty()).then(|| api::InvocationConversation {
+            id: i.conversation_id.clone(),
+            title: i.conversation_title.clone(),
+        }),
         usage: i.usage.as_ref().map(|u| api::InvocationUsage {
             connection: u.connection.clone(),
             model: u.model.clone(),
@@ -841,11 +847,14 @@ mod tests {
         let text = serde_json::to_string(&invocation(&i)).unwrap();
         assert_eq!(
             text,
-            r#"{"id":7,"at":"2026-11-30T09:57:00.211Z","target":"","method":"tools/call","server":"","session_id":"","duration_ms":0,"outcome":"ok","trace_id":"","actor":"mcp","client":null,"usage":null}"#
+            r#"{"id":7,"at":"2026-11-30T09:57:00.211Z","target":"","method":"tools/call","server":"","session_id":"","duration_ms":0,"outcome":"ok","trace_id":"","actor":"mcp","client":null,"conversation":null,"usage":null}"#
         );
         let i = Invocation { client_name: "claude-code".into(), ..i };
         let v = serde_json::to_value(invocation(&i)).unwrap();
         assert_eq!(v["client"], json!({"name": "claude-code", "version": ""}));
+        let i = Invocation { conversation_id: "c1".into(), conversation_title: "Deploy".into(), ..i };
+        let v = serde_json::to_value(invocation(&i)).unwrap();
+        assert_eq!(v["conversation"], json!({"id": "c1", "title": "Deploy"}));
     }
 
     fn params(q: &[(&str, &str)], allowed: &[&str]) -> Result<Params, ApiError> {

@@ -39,7 +39,7 @@ function showSignedOut(reason) {
     h('p', null, reason === 'session_key_missing'
       ? 'This browser is not signed in: it lacks this console\'s session key (a login link hands it over). In a terminal, run'
       : 'This browser has no Coffer session: it ended when the daemon stopped or restarted (a console sign-in lasts one run of the daemon), or it was revoked. In a terminal, run'),
-    h('pre', null, h('code', null, 'coffer ui')),
+    h('pre', null, h('code', { 'data-cli': '' }, 'coffer ui')),
     h('p', null, 'and open the link it prints. A link works once, and only for a short while (60 seconds unless the setting ui.login_code_ttl_s says otherwise).'),
     hasDraft() ? h('p', { class: 'draft-note' }, 'Your unsent message is kept in this tab: it is back in the composer once you sign in here again.') : null));
 }
@@ -75,7 +75,7 @@ function showUnreachable() {
   replace(root, h('section', { class: 'notice unreachable' },
     h('h1', null, 'Coffer is not answering'),
     h('p', null, 'Is the daemon running? In a terminal, run'),
-    h('pre', null, h('code', null, 'coffer daemon start')),
+    h('pre', null, h('code', { 'data-cli': '' }, 'coffer daemon start')),
     note,
     h('button', { type: 'button', class: 'primary', on: { click: () => { if (unreachable) unreachable.until = Date.now() + RETRY_FOR_MS; retryNow(); } } }, 'Retry')));
   if (unreachable) clearInterval(unreachable.timer);

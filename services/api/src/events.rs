@@ -4,8 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One subscription to add to a multiplexed stream: exactly one of `list` (the conversation
-/// list, as `GET /v1/conversations/events`) or `conversation` (its events, as
-/// `GET /v1/conversations/{id}/events`, resumed after `after`).
+/// list, as `GET /v1/conversations/events`), `conversation` (its events, as
+/// `GET /v1/conversations/{id}/events`, resumed after `after`) or `invocations` (the invocation
+/// log live, as `GET /v1/invocations/events`: `invocation` and `lagged` frames).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Subscription {
@@ -22,6 +23,10 @@ pub struct Subscription {
     /// subscription); 0 or absent: the in-flight turn's events so far, then live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<u64>,
+    /// `true`: every invocation the gateway records from now on (`event: invocation`, the item
+    /// of `GET /v1/invocations`; `event: lagged` `{"missed": n}` when this stream fell behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocations: Option<bool>,
 }
 
 /// `POST /v1/events/{stream}`: subscriptions to add and to remove (by `sub`), without

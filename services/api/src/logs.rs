@@ -11,6 +11,15 @@ pub struct InvocationClient {
     pub version: String,
 }
 
+/// The conversation whose agent turn made a call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InvocationConversation {
+    /// Open it at `/ui/chat?c=ID` or `GET /v1/conversations/{id}`.
+    pub id: String,
+    /// Its title; empty when it has none or was deleted since.
+    pub title: String,
+}
+
 /// What an internal-agent run used (`coffer__ask`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct InvocationUsage {
@@ -51,6 +60,11 @@ pub struct Invocation {
     /// request's `_meta`) named it; null when it gave no name or version, and for broker
     /// sessions (the actor says who called).
     pub client: Option<InvocationClient>,
+    /// The conversation whose agent turn made the call (a managed agent's calls through its
+    /// shim: Claude Code, Codex); null for every other caller and for calls recorded before
+    /// Coffer kept it (a daemon that predates the field omits it: read as null).
+    #[serde(default)]
+    pub conversation: Option<InvocationConversation>,
     /// What the internal agent's run used, for `coffer__ask`; null for every other call.
     pub usage: Option<InvocationUsage>,
 }

@@ -52,6 +52,35 @@ pub fn claude_mcp_config(agents_dir: &Path, shim: &Path, coffer_home: &Path) -> 
     Ok(path)
 }
 
+/// The MCP config of one Claude Code turn, passed inline with `--mcp-config`: the same entry as
+/// [`claude_mcp_config`]'s file plus `COFFER_CONVERSATION` = `conversation` in the shim's
+/// environment, so the gateway names the conversation on the agent's calls (Activity). JSON text;
+/// no secret.
+pub fn claude_mcp_json(shim: &Path, coffer_home: &Path, conversation: &str) -> String {
+    let body = json!({"mcpServers": {SERVER_NAME: {
+        "type": "stdio",
+        "command": shim.display().to_string(),
+        "args": [],
+        "env": {
+            coffer_runtime::env::HOME: coffer_home.display().to_string(),
+            coffer_runtime::env::AGENT_SHIM: "1",
+            coffer_runtime::env::CONVERSATION: conversation,
+        },
+    }}});
+    body.to_string()
+}
+
+/// The Codex config override (`-c KEY=VALUE`, given before the subcommand) that puts
+/// `COFFER_CONVERSATION` = `conversation` in the environment of Coffer's MCP entry for one
+/// conversation's `codex app-server` (a process serves one conversation: see `kept.rs`).
+pub fn codex_conversation_override(conversation: &str) -> String {
+    format!(
+        "mcp_servers.{SERVER_NAME}.env.{}={}",
+        coffer_runtime::env::CONVERSATION,
+        serde_json::Value::String(conversation.to_owned())
+    )
+}
+
 /// Where the user's own Codex home is: `$CODEX_HOME` of the daemon's (agent's) environment when
 /// set and not Coffer's own, else `$HOME/.codex`. `None` without either.
 pub fn user_codex_home(codex_home_var: Option<PathBuf>, home_var: Option<PathBuf>, ours: &Path) -> Option<PathBuf> {
@@ -335,6 +364,10 @@ mod tests {
     #[test]
     fn the_claude_config_names_the_shim_and_home_only() {
         let dir = tempfile::tempdir().unwrap();
+        let inline: serde_json::Value =
+            serde_json::from_str(&claude_mcp_json(Path::new("/bin/coffer-mcp-shim"), Path::new("/h"), "c-1")).unwrap();
+        assert_eq!(inline["mcpServers"]["coffer"]["env"]["COFFER_CONVERSATION"], "c-1", "{inline}");
+        assert_eq!(codex_conversation_override("c-1"), "mcp_servers.coffer.env.COFFER_CONVERSATION=\"c-1\"");
         let p = claude_mcp_config(dir.path(), Path::new("/bin/coffer-mcp-shim"), Path::new("/h")).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
         assert_eq!(

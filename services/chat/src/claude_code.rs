@@ -157,8 +157,12 @@ impl AgentProvider for ClaudeCode {
         .map(OsString::from)
         .to_vec();
         args.extend(permission_args(turn.config.permission_mode).iter().map(OsString::from));
+        // The file (agents/claude_code/mcp.json) is what a person inspects; the turn passes the same
+        // entry inline with its conversation in the shim's environment (a kept process serves one
+        // conversation only).
+        drop(mcp);
         args.push("--mcp-config".into());
-        args.push(mcp.into_os_string());
+        args.push(agents_config::claude_mcp_json(&env.shim, &env.coffer_home, &turn.conversation_id).into());
         if !turn.config.session_id.is_empty() {
             args.extend(["--resume".into(), turn.config.session_id.clone().into()]);
         }

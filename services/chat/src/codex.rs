@@ -199,7 +199,12 @@ impl AgentProvider for Codex {
         let (mut process, loaded) = match reused {
             Some((process, thread)) => (process, Some(thread)),
             None => {
-                let args = vec![OsString::from("app-server")];
+                // Coffer's MCP entry names this conversation (one process serves one conversation).
+                let args = vec![
+                    OsString::from("-c"),
+                    agents_config::codex_conversation_override(&turn.conversation_id).into(),
+                    OsString::from("app-server"),
+                ];
                 let cwd = Path::new(&turn.config.cwd);
                 // Its CODEX_HOME (agents/codex/: sessions, logs, history) is its own to write.
                 let sandbox = env.sandbox(cwd).map(|s| s.allow(&home));

@@ -28,6 +28,11 @@ pub const AGENT_TOKEN: &str = "COFFER_AGENT_TOKEN";
 /// writes it into the agents' MCP configs): the shim connects with `agent-access/agent.json`
 /// (the `/mcp`-only agent token), never reads `daemon.json` and never starts a daemon.
 pub const AGENT_SHIM: &str = "COFFER_AGENT_SHIM";
+/// The conversation whose agent started this `coffer-mcp-shim` (Coffer writes it into the MCP
+/// config of each agent turn, beside [`AGENT_SHIM`]); the shim sends it to `/mcp` as
+/// `X-Coffer-Conversation` (`coffer_types::mcp::CONVERSATION_HEADER`), and the gateway records it
+/// on the agent's calls so Activity can name the conversation.
+pub const CONVERSATION: &str = "COFFER_CONVERSATION";
 /// File descriptor number of the service's inherited internal gRPC listener (every service).
 pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
 /// File descriptor number of the inherited public HTTP listener (the gateway only).

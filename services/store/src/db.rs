@@ -104,6 +104,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0013_message_files_changed.sql"),
     migration!("0014_conversation_allowed_tools.sql"),
     migration!("0015_message_agent.sql"),
+    migration!("0016_invocation_conversation.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

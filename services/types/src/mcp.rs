@@ -4,6 +4,20 @@
 /// The `Upgrade` token that switches `GET /mcp` to a stream (RFC 9110 §7.8) carrying MCP's
 /// stdio framing (newline-delimited JSON-RPC) both ways; the shim's fast link.
 pub const STREAM_UPGRADE: &str = "coffer-mcp-stream";
+/// The header a managed agent's shim sends on `/mcp` (and on the stream upgrade) naming the
+/// conversation whose turn it serves. The gateway believes it only from a request authenticated
+/// with the agent token, and only as a label for the invocation log: it grants nothing.
+pub const CONVERSATION_HEADER: &str = "x-coffer-conversation";
+/// Longest conversation id the gateway takes from [`CONVERSATION_HEADER`] (bytes).
+pub const MAX_CONVERSATION_ID: usize = 128;
+
+/// Whether `id` may be a conversation id sent in [`CONVERSATION_HEADER`]: 1 to
+/// [`MAX_CONVERSATION_ID`] ASCII letters, digits, `-` and `_`.
+pub fn valid_conversation_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_CONVERSATION_ID
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
 /// The path of the MCP endpoint, for Streamable HTTP and the stream alike.
 pub const PATH: &str = "/mcp";
 

@@ -15,7 +15,7 @@
 //! answers `flooded N`: a server that floods a client that cannot keep up, bounded so a test
 //! always ends).
 //! `TINY_SERVER_NAME` replaces `tiny` as the `serverInfo.name` it reports (a hostile one in
-//! terminal-escape tests). `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
+//! terminal-escape tests). `TINY_EXTRA_TOOLS=N` adds `tool_0..N`; `TINY_REPEAT_TOOL=NAME` lists tool NAME twice. `TINY_LONG_DESCRIPTIONS=1` adds `read_multiple_files_with_metadata_and_sizes` and `search_files`, with descriptions as long as real servers write (paragraphs, a long path and URL without spaces) for layout tests. Every `tools/list` writes "tools/list received" to stderr. `--banner` prints a non-JSON line first.
 //! `--start-delay-ms N` makes it take N ms before it answers anything (a slow start: an
 //! interpreter loading, a server fetching its config); `--hang` never answers at all (a hung
 //! server: with `--banner`, one that prints a non-JSON line and then nothing).
@@ -62,12 +62,23 @@ fn tools() -> Vec<Value> {
     if let Ok(name) = std::env::var("TINY_REPEAT_TOOL") {
         t.push(json!({"name": name, "description": "The same name again", "inputSchema": obj(json!({"other": {"type": "boolean"}}))}));
     }
+    if std::env::var_os("TINY_LONG_DESCRIPTIONS").is_some() {
+        t.push(json!({"name": "read_multiple_files_with_metadata_and_sizes", "description": LONG_DESCRIPTION, "inputSchema": obj(json!({}))}));
+        t.push(json!({"name": "search_files", "description": "Recursively search for files and directories matching a pattern.\n\nSearches through all subdirectories from the starting path. The search is case-insensitive and matches partial names.", "inputSchema": obj(json!({}))}));
+    }
     let extra: usize = std::env::var("TINY_EXTRA_TOOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     for i in 0..extra {
         t.push(json!({"name": format!("tool_{i}"), "description": format!("Extra tool {i}"), "inputSchema": obj(json!({}))}));
     }
     t
 }
+
+/// A description as long as a real file server's (`TINY_LONG_DESCRIPTIONS`).
+const LONG_DESCRIPTION: &str = "Read the complete contents of multiple files simultaneously. This is more efficient than \
+reading files one by one when you need to analyze or compare multiple files. Each file's content is returned with its \
+path as a reference. Failed reads for individual files won't stop the entire operation.\n\nOnly works within allowed \
+directories: /home/someone/projects/a_very_long_directory_name_without_any_spaces_at_all/src/components and \
+https://example.com/docs/reference/filesystem/read_multiple_files_with_metadata_and_sizes?with=query&and=more";
 
 fn main() {
     let out: Out = Arc::new(Mutex::new(std::io::stdout()));

@@ -58,16 +58,18 @@ pub fn routes<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router
 
 async fn handle(
     State(gw): State<Arc<Gateway>>,
+    agent: Option<axum::Extension<AgentToken>>,
     method: Method,
     headers: HeaderMap,
     upgrade: StreamUpgrade,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
+    let conversation = conversation(agent.is_some(), &headers);
     if let StreamUpgrade::Requested(on_upgrade) = upgrade {
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return crate::mcp::downstream::stream::accept(gw, on_upgrade);
+        return crate::mcp::downstream::stream::accept(gw, on_upgrade, conversation);
     }
     match method {
         Method::POST => {
@@ -88,7 +90,7 @@ async fn handle(
                     );
                 }
             };
-            post(gw, headers, body).await
+            post(gw, headers, body, conversation).await
         }
         Method::GET | Method::DELETE if modern_header(&headers) => {
             let mut r = jsonrpc::http_error(
@@ -195,7 +197,24 @@ fn lookup(gw: &Gateway, headers: &HeaderMap, request: Option<&RawValue>) -> Resu
     }
 }
 
-async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+/// A request extension the edge's authentication adds to a request authenticated with the
+/// agents' token (`agent-access/agent.json`): only such a request may name its conversation.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentToken;
+
+/// The conversation a managed agent's shim names in `X-Coffer-Conversation`, believed only from a
+/// request authenticated with the agent token (anyone else's is ignored: the owner's clients are
+/// named by their `clientInfo`) and only when it has a conversation id's shape. A label for the
+/// invocation log; it grants nothing.
+fn conversation(by_agent_token: bool, headers: &HeaderMap) -> Option<Arc<str>> {
+    if !by_agent_token {
+        return None;
+    }
+    let v = headers.get(coffer_types::mcp::CONVERSATION_HEADER)?.to_str().ok()?;
+    coffer_types::mcp::valid_conversation_id(v).then(|| Arc::from(v))
+}
+
+async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes, conversation: Option<Arc<str>>) -> Response {
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
@@ -236,7 +255,9 @@ async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
         return r;
     }
     match parsed {
-        Parsed::Request { id, method, params } if method == "initialize" => initialize(&gw, &id, params.as_deref()),
+        Parsed::Request { id, method, params } if method == "initialize" => {
+            initialize(&gw, &id, params.as_deref(), conversation.as_ref())
+        }
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
             rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
@@ -301,8 +322,9 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 }
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
-fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>) -> Response {
+fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>, conversation: Option<&Arc<str>>) -> Response {
     let (session, body) = message::open_session(gw, id, params);
+    session.attribute(conversation);
     let mut r = json_response(StatusCode::OK, body);
     r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
@@ -395,5 +417,26 @@ async fn delete(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
         StatusCode::NO_CONTENT.into_response()
     } else {
         lookup(&gw, &headers, None).err().unwrap_or_else(|| StatusCode::NOT_FOUND.into_response())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_agent_token_names_a_conversation_and_only_a_well_formed_one() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(coffer_types::mcp::CONVERSATION_HEADER, HeaderValue::from_str(v).unwrap());
+            h
+        };
+        assert_eq!(conversation(true, &with("01JF3Q-abc_9")).as_deref(), Some("01JF3Q-abc_9"));
+        assert_eq!(conversation(false, &with("01JF3Q")), None, "the owner's clients are named by clientInfo");
+        assert_eq!(conversation(false, &with("01JF3Q")), None);
+        assert_eq!(conversation(true, &HeaderMap::new()), None);
+        for bad in ["", "a b", "../x", "x;y", &"c".repeat(129)] {
+            assert_eq!(conversation(true, &with(bad)), None, "{bad:?}");
+        }
     }
 }

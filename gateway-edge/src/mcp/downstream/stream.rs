@@ -92,7 +92,13 @@ fn lists(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
 
 /// Answers an upgrade request: `101` and the stream served on the switched connection, or 400
 /// when the connection cannot switch (HTTP/2).
-pub(in crate::mcp) fn accept(gateway: Arc<Gateway>, on_upgrade: Option<hyper::upgrade::OnUpgrade>) -> Response {
+/// `conversation`: the agent turn's conversation the connection's session records
+/// (`X-Coffer-Conversation` from the agent token only; see `http.rs`).
+pub(in crate::mcp) fn accept(
+    gateway: Arc<Gateway>,
+    on_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    conversation: Option<Arc<str>>,
+) -> Response {
     let Some(on_upgrade) = on_upgrade else {
         return jsonrpc::http_error(
             StatusCode::BAD_REQUEST,
@@ -105,7 +111,7 @@ pub(in crate::mcp) fn accept(gateway: Arc<Gateway>, on_upgrade: Option<hyper::up
     tokio::spawn(
         async move {
             match on_upgrade.await {
-                Ok(upgraded) => serve(gateway, TokioIo::new(upgraded)).await,
+                Ok(upgraded) => serve(gateway, TokioIo::new(upgraded), conversation).await,
                 Err(err) => debug!(error = %err, "The /mcp stream upgrade did not complete."),
             }
         }
@@ -118,7 +124,7 @@ pub(in crate::mcp) fn accept(gateway: Arc<Gateway>, on_upgrade: Option<hyper::up
 }
 
 /// Serves one switched connection until the client closes it or its session ends.
-async fn serve<IO>(gateway: Arc<Gateway>, io: IO)
+async fn serve<IO>(gateway: Arc<Gateway>, io: IO, conversation: Option<Arc<str>>)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -127,7 +133,8 @@ where
     let (out, other_queue) = Lane::new(LANE_MESSAGES, "notifications to a /mcp stream");
     let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
     let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
-    let mut conn = Conn { gateway, answers, out, budget: budget.clone(), session: None, listens: HashMap::new() };
+    let mut conn =
+        Conn { gateway, answers, out, budget: budget.clone(), session: None, listens: HashMap::new(), conversation };
     let mut reader = FrameReader::new(read, super::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
@@ -211,6 +218,8 @@ struct Conn {
     session: Option<Arc<Session>>,
     /// A modern session's open subscriptions, by `subscriptions/listen` request id (raw JSON).
     listens: HashMap<String, CancellationToken>,
+    /// The agent turn's conversation its session records (see [`accept`]).
+    conversation: Option<Arc<str>>,
 }
 
 impl Conn {
@@ -283,6 +292,7 @@ impl Conn {
         match parsed {
             Parsed::Request { id, method, params } if method == "initialize" => {
                 let (session, body) = open_session(&self.gateway, &id, params.as_deref());
+                session.attribute(self.conversation.as_ref());
                 info!(session = %session.id, "MCP session on a /mcp stream.");
                 self.forward_outbound(&session);
                 self.session = Some(session);
@@ -330,6 +340,7 @@ impl Conn {
             return self.send_error(raw_id(&id), METHOD_NOT_FOUND, &format!("Method not found: {}", truncate(&method)));
         }
         let session = self.gateway.create_session(&meta.version, &meta.init_params());
+        session.attribute(self.conversation.as_ref());
         info!(session = %session.id, "MCP 2026-07-28 session on a /mcp stream.");
         self.session = Some(session.clone());
         self.run_modern(session, id, method, params)

@@ -83,6 +83,10 @@ pub struct Session {
     pub actor: Cow<'static, str>,
     /// The downstream client's `clientInfo` name and version (empty when it gave none).
     pub client: Arc<ClientIdentity>,
+    /// The conversation whose agent turn opened this session (`X-Coffer-Conversation` from a
+    /// managed agent's shim, believed from the agent token only: [`Session::attribute`]); its
+    /// invocations name it. Unset for every other client.
+    pub conversation: std::sync::OnceLock<Arc<str>>,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
@@ -159,6 +163,7 @@ impl Session {
             protocol_version,
             actor,
             client,
+            conversation: std::sync::OnceLock::new(),
             shared,
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::default(),
@@ -169,6 +174,13 @@ impl Session {
         tokio::spawn(policy_watch(Arc::downgrade(&s), s.closed.clone()));
         tokio::spawn(list_changes(Arc::downgrade(&s), s.flow.clone(), s.closed.clone()));
         s
+    }
+
+    /// Names the conversation this session serves (the first call wins; later ones are ignored).
+    pub fn attribute(&self, conversation: Option<&Arc<str>>) {
+        if let Some(c) = conversation {
+            let _ = self.conversation.set(c.clone());
+        }
     }
 
     /// Marks traffic (resets the idle timer).

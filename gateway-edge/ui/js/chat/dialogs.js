@@ -80,7 +80,7 @@ export function noAgentState(list, onChanged) {
       h('h3', null, a.display_name || a.agent_key),
       h('p', { class: 'muted' }, a.reason || 'not available'),
       how ? [
-        h('p', null, 'Install it: ', h('code', null, how.cmd), ', then make sure ', h('code', null, how.bin), ' is on the daemon\'s PATH (restart it with ', h('code', null, 'coffer daemon restart'), ').'),
+        h('p', null, 'Install it: ', h('code', null, how.cmd), ', then make sure ', h('code', null, how.bin), ' is on the daemon\'s PATH (restart it with ', h('code', { 'data-cli': '' }, 'coffer daemon restart'), ').'),
         h('form', { class: 'row', on: { submit: save } },
           h('label', { for: `path-${a.agent_key}` }, 'Or tell Coffer where it is ', h('span', { class: 'hint' }, `(${how.setting})`)),
           path, h('button', { type: 'submit' }, 'Save')),

@@ -24,8 +24,8 @@
 //   the Page Lifecycle `freeze` event and re-announces what it follows on `resume`.
 //
 // follow(spec, handlers, {onState}) mirrors api.js's sse(): handlers map event names to
-// fn(data); onState gets 'open' | 'retrying' | 'failed'. `spec` is {list: true} or
-// {conversation: id, after: seq}.
+// fn(data); onState gets 'open' | 'retrying' | 'failed'. `spec` is {list: true},
+// {conversation: id, after: seq} or {invocations: true} (the invocation log live: Activity).
 import { api, streamUrl } from '../api.js';
 
 const CHANNEL = 'coffer.events';
@@ -81,9 +81,15 @@ export function follow(spec, handlers, { onState = () => {} } = {}) {
   return handle;
 }
 
+/** The spec of `sub` to (re)subscribe with: a conversation from the last seq it received. */
+function specOf(sub) {
+  if (sub.spec.conversation) return { conversation: sub.spec.conversation, after: sub.last };
+  return sub.spec.invocations ? { invocations: true } : { list: true };
+}
+
 /** Tells the hub (this tab's or another's) about subscription `key` of this tab. */
 function announce(key, sub) {
-  const spec = sub.spec.conversation ? { conversation: sub.spec.conversation, after: sub.last } : { list: true };
+  const spec = specOf(sub);
   const names = Object.keys(sub.handlers);
   if (isHub) { hub.add(key, TAB, spec, names); return; }
   if (!channel) return;
@@ -150,7 +156,7 @@ function elect() {
 function becomeHub() {
   isHub = true;
   hub = makeHub();
-  for (const [k, s] of mine) hub.add(k, TAB, s.spec.conversation ? { conversation: s.spec.conversation, after: s.last } : { list: true }, Object.keys(s.handlers));
+  for (const [k, s] of mine) hub.add(k, TAB, specOf(s), Object.keys(s.handlers));
   // Every other tab re-announces what it follows, from the last seq it has.
   if (channel) channel.postMessage({ t: 'hub' });
 }
@@ -253,6 +259,7 @@ function makeHub() {
     const sent = [...subs];
     for (const [k, s] of sent) {
       if (s.spec.conversation) q.append('conversation', `${k}:${s.spec.conversation}:${s.spec.after || 0}`);
+      else if (s.spec.invocations) q.append('invocations', k);
       else q.append('list', k);
     }
     toAdd.clear();
@@ -294,7 +301,8 @@ function makeHub() {
     if (flushing || !stream || (!toAdd.size && !toRemove.size)) return;
     flushing = true;
     await Promise.resolve();
-    const add = [...toAdd].map(([k, s]) => (s.spec.conversation ? { sub: k, conversation: s.spec.conversation, after: s.spec.after || 0 } : { sub: k, list: true }));
+    const add = [...toAdd].map(([k, s]) => (s.spec.conversation ? { sub: k, conversation: s.spec.conversation, after: s.spec.after || 0 }
+      : s.spec.invocations ? { sub: k, invocations: true } : { sub: k, list: true }));
     const remove = [...toRemove];
     toAdd = new Map();
     toRemove = new Set();

@@ -1,8 +1,12 @@
 // The activity page (/ui/activity): the invocation log (GET /v1/invocations, filtered by server,
-// outcome and time, paginated) kept live from GET /v1/invocations/events (SSE, `event:
-// invocation`, one list item each), and the audit log (GET /v1/audit, filtered by actor and
-// action, paginated). Arguments and results are never logged, so none are shown.
-import { sse, withQuery } from '../api.js';
+// outcome and time, paginated) kept live by an `invocations` subscription on the tab's one
+// multiplexed event stream (js/chat/events.js, GET /v1/events: `event: invocation`, one list
+// item each; no EventSource of its own, so it takes none of the browser's six connections per
+// host), and the audit log (GET /v1/audit, filtered by actor and action, paginated). Each call
+// names who made it: the conversation of an agent's turn (linked), else the MCP client, else
+// the REST caller. Arguments and results are never logged, so none are shown.
+import { withQuery } from '../api.js';
+import { follow as followEvents } from '../chat/events.js';
 import { h, replace } from '../dom.js';
 import { vget, errorBox, emptyState, pageHead, table, tableRow, stateBadge, timeEl, tabs, setQuery } from '../vault/common.js';
 
@@ -13,6 +17,41 @@ function usageCell(i) {
   if (!u) return h('span', { class: 'muted' }, '—');
   return h('span', { title: `${u.input_tokens} input and ${u.output_tokens} output tokens over ${u.iterations} model requests` },
     h('code', null, `${u.connection}/${u.model}`), ` ${u.input_tokens} in / ${u.output_tokens} out tokens · ${u.iterations} req`);
+}
+
+/** What the actor of a call without a client or conversation reads as. */
+const ACTOR_LABELS = { api: 'REST API', cli: 'coffer CLI', ui: 'Web console', mcp: 'MCP client', agent: 'Internal agent', daemon: 'Coffer' };
+
+/** Conversation titles already asked for (a live row carries only the id): id → Promise<title>. */
+const titles = new Map();
+function titleOf(id) {
+  if (!titles.has(id)) {
+    titles.set(id, vget(`/v1/conversations/${encodeURIComponent(id)}`).then((r) => (r.conversation && r.conversation.title) || '').catch(() => ''));
+  }
+  return titles.get(id);
+}
+
+/**
+ * Who made call `i`: the conversation of an agent's turn (its title, linked to the thread), the
+ * MCP client (`clientInfo` name and version), or the REST caller (CLI, console, API) or service.
+ * Text nodes only: titles and client names are not Coffer's.
+ */
+export function callerCell(i) {
+  const c = i.conversation;
+  if (c && c.id) {
+    const name = h('span', { class: 'caller-title' }, c.title || 'Untitled conversation');
+    if (!c.title) titleOf(c.id).then((t) => { if (t) name.textContent = t; });
+    const via = i.client && i.client.name ? `${i.client.name} ${i.client.version || ''}`.trim() : '';
+    return h('a', { class: 'caller caller-conv', href: `/ui/chat?c=${encodeURIComponent(c.id)}`, 'data-nav': true, title: `Conversation ${c.id}${via ? ` · through ${via}` : ''}`, dataset: { conversation: c.id } },
+      h('span', { class: 'caller-kind', 'aria-hidden': 'true' }, 'Chat'), name);
+  }
+  if (i.client && (i.client.name || i.client.version)) {
+    return h('span', { class: 'caller caller-client', title: 'The MCP client, as it named itself' },
+      h('span', { class: 'caller-kind', 'aria-hidden': 'true' }, 'MCP'), `${i.client.name} ${i.client.version}`.trim());
+  }
+  const a = String(i.actor || '');
+  const label = ACTOR_LABELS[a] || (a.startsWith('channel:') ? `${a.slice(8)} channel` : a);
+  return h('span', { class: 'caller caller-actor muted', title: `actor ${a}` }, label);
 }
 
 const PAGE = 50;
@@ -67,9 +106,7 @@ function invocations(panel, params) {
     { label: 'Method', cell: (i) => h('span', { class: 'muted' }, i.method) },
     { label: 'Outcome', cell: (i) => stateBadge(i.outcome, i.outcome.replace('_', ' ')) },
     { label: 'Duration', cell: (i) => `${i.duration_ms} ms` },
-    { label: 'By', cell: (i) => i.actor },
-    // The MCP client's clientInfo name and version (text nodes: the client chose them).
-    { label: 'Client', cell: (i) => (i.client ? `${i.client.name} ${i.client.version}`.trim() : '') },
+    { label: 'Caller', class: 'wrap', cell: callerCell },
     { label: 'LLM usage', class: 'wrap', cell: usageCell },
   ];
   let tbody = null;
@@ -130,17 +167,24 @@ function invocations(panel, params) {
     while (tbody.children.length > LIVE_KEEP + PAGE) tbody.lastElementChild.remove();
   };
 
+  // One subscription for the page's life: the filters apply as rows arrive (matches()). A stream
+  // that fell behind (`lagged`) or came back after a break may have missed calls: load afresh.
+  let broken = false;
   const follow = () => {
-    if (stream) stream.close();
-    const f = filters();
-    stream = sse(withQuery('/v1/invocations/events', { server: f.server, outcome: f.outcome }), { invocation: arrive }, {
-      onState: (s) => replace(live, s === 'open' ? h('span', { class: 'badge ok' }, '● live')
-        : s === 'retrying' ? h('span', { class: 'badge warn' }, 'reconnecting…')
-          : h('span', { class: 'badge' }, 'not live: reload to see new calls')),
+    if (stream) return;
+    stream = followEvents({ invocations: true }, { invocation: arrive, lagged: () => reload() }, {
+      onState: (s) => {
+        if (s === 'open' && broken) { broken = false; reload(); } // back after a break: what happened meanwhile
+        if (s === 'retrying') broken = true;
+        if (s === 'failed') { stream = null; broken = true; }
+        replace(live, s === 'open' ? h('span', { class: 'badge ok' }, '● live')
+          : s === 'retrying' ? h('span', { class: 'badge warn' }, 'reconnecting…')
+            : h('span', { class: 'badge' }, 'not live: reload to see new calls'));
+      },
     });
   };
 
-  // The stream opens first so that no call falls between the page and the stream.
+  // The stream is followed first so that no call falls between the page and the stream.
   const reload = () => { seen = new Set(); arrived = []; tbody = null; follow(); load(); };
   for (const el of [server, outcome, since]) el.addEventListener('change', reload);
   (async () => {

@@ -6,7 +6,7 @@ import { withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpost, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery, field,
-  formDialog, confirmDialog, messageOf, bytes, showFieldError,
+  formDialog, confirmDialog, messageOf, bytes, showFieldError, cli,
 } from '../vault/common.js';
 
 const TABS = [
@@ -78,7 +78,7 @@ function search(panel, params) {
       if (names.includes(params.get('kb'))) kb.value = params.get('kb');
       if (!(list.items || []).some((k) => k.kind !== 'memory')) {
         panel.insertBefore(emptyState('No knowledge base yet.',
-          h('p', null, 'Add a folder of markdown notes under “Knowledge bases”, or in a terminal: ', h('code', null, 'coffer kb add NAME PATH'), '.')), out);
+          h('p', null, 'Add a folder of markdown notes under “Knowledge bases”, or in a terminal:', cli('coffer kb add NAME --path FOLDER'))), out);
       }
     } catch (e) {
       panel.insertBefore(errorBox(e, 'Could not list the knowledge bases'), out);

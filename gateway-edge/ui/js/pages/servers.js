@@ -6,7 +6,7 @@ import { withQuery } from '../api.js';
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, toggle, stateBadge, timeEl,
-  confirmDialog, tabs, messageOf, followText,
+  confirmDialog, tabs, messageOf, followText, cli,
 } from '../vault/common.js';
 import { openServerForm } from '../vault/serverform.js';
 
@@ -52,8 +52,9 @@ function list(root, navigate) {
     if (!servers.length) {
       replace(body, emptyState('No MCP servers yet.',
         'Add one with “Add server”: a command Coffer starts (stdio), or the URL of a remote server.',
-        h('p', null, 'Or import the servers another client already has (Claude Desktop, Claude Code, Cursor, VS Code) in a terminal: ',
-          h('code', null, 'coffer mcp import'))));
+        h('p', null, 'Or import the servers another client already has (Claude Desktop, Claude Code, Cursor, VS Code) in a terminal:',
+          cli('coffer mcp import CONFIG_FILE')),
+        h('p', { class: 'small' }, 'CONFIG_FILE is that client\'s MCP configuration, e.g. ', h('code', null, '~/.claude.json'), ' or ', h('code', null, '~/.cursor/mcp.json'), '.')));
       return;
     }
     const cols = [
@@ -255,25 +256,71 @@ async function loadCaps(el, s) {
     const items = c[k.key] || [];
     panel.setAttribute('aria-labelledby', `tab-${k.id}`);
     if (!items.length) { replace(panel, emptyState(`No ${k.key}.`)); return; }
-    replace(panel, table([
-      { label: 'Name', cell: (i) => h('span', { class: 'cap-name' }, h('code', null, i.name)) },
-      { label: 'Exposed as', cell: (i) => h('code', { class: 'muted' }, i.exposed_name) },
-      { label: 'Description', class: 'wrap', cell: (i) => i.description ? h('span', { class: 'desc', title: i.description }, i.description) : h('span', { class: 'muted' }, '—') },
-      { label: 'Enabled', cell: (i) => toggle(`${k.id} ${i.name}`, i.enabled, async (on, input) => {
-        try {
-          await vput(withQuery(`/v1/mcp/servers/${seg(s.name)}/capabilities/${k.id}`, { name: i.name }), { enabled: on });
-          i.enabled = on;
-          toast(`${i.name} ${on ? 'enabled' : 'disabled'}`);
-        } catch (e) {
-          input.checked = !on;
-          toast(messageOf(e), 'error');
-        }
-      }) },
-    ], items, { key: (i) => i.name, caption: k.label }));
+    replace(panel, capTable(k, items, s));
   };
   const bar = tabs(kinds, current, (id) => { current = id; for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; } draw(); });
   replace(el, h('h2', null, 'Capabilities'), bar, panel);
   draw();
+}
+
+/**
+ * One server's tools or prompts as a table that fits its card: a fixed layout whose Tool column
+ * holds the name with the exposed name under it, a Description column that wraps (clamped to
+ * three lines, "More" opens it) and a narrow Enabled column, so the toggles always show. Below
+ * 600 px each row is a list row: name and toggle on one line, the description under them.
+ */
+function capTable(k, items, s) {
+  const row = (i) => h('tr', { dataset: { key: i.name } },
+    h('td', { class: 'cap-tool', 'data-label': 'Tool' },
+      h('code', { class: 'cap-name' }, breakable(i.name)),
+      i.exposed_name !== i.name ? h('div', { class: 'cap-exposed muted small' }, 'as ', h('code', null, breakable(i.exposed_name))) : null),
+    h('td', { class: 'cap-desc', 'data-label': 'Description' }, description(i.description)),
+    h('td', { class: 'cap-on', 'data-label': 'Enabled' }, toggle(`${k.id} ${i.name}`, i.enabled, async (on, input) => {
+      try {
+        await vput(withQuery(`/v1/mcp/servers/${seg(s.name)}/capabilities/${k.id}`, { name: i.name }), { enabled: on });
+        i.enabled = on;
+        toast(`${i.name} ${on ? 'enabled' : 'disabled'}`);
+      } catch (e) {
+        input.checked = !on;
+        toast(messageOf(e), 'error');
+      }
+    })));
+  return h('div', { class: 'table-wrap' },
+    h('table', { class: 'vtable cap-table' },
+      h('caption', { class: 'sr-only' }, k.label),
+      h('colgroup', null, h('col', { class: 'cap-tool-col' }), h('col'), h('col', { class: 'cap-on-col' })),
+      h('thead', null, h('tr', null, h('th', { scope: 'col' }, k.id === 'tool' ? 'Tool' : 'Prompt'), h('th', { scope: 'col' }, 'Description'), h('th', { scope: 'col', class: 'cap-on' }, 'Enabled'))),
+      h('tbody', null, items.map(row))));
+}
+
+/** `name` with a line-break opportunity after each `_`, `.`, `/` and `-` (long tool names wrap
+ * between their words rather than mid-word). */
+export function breakable(name) {
+  const out = [];
+  for (const part of String(name).split(/(?<=[_./-])/)) { if (out.length) out.push(h('wbr')); out.push(part); }
+  return out;
+}
+
+/**
+ * A description that wraps and is clamped to three lines; when it is longer a "More" button
+ * opens it (and "Less" closes it). The button is added once the text has been laid out and
+ * overflows. Text nodes only: the upstream chose the words.
+ */
+export function description(text) {
+  if (!text) return h('span', { class: 'muted' }, '—');
+  const body = h('span', { class: 'desc clamp' }, text);
+  const more = h('button', { type: 'button', class: 'link more-toggle', hidden: true, 'aria-expanded': 'false' }, 'More');
+  more.addEventListener('click', () => {
+    const open = body.classList.toggle('open');
+    more.textContent = open ? 'Less' : 'More';
+    more.setAttribute('aria-expanded', String(open));
+  });
+  const wrap = h('div', { class: 'desc-wrap' }, body, more);
+  // Measured after layout (and again when the width changes): only a clamped text gets the button.
+  const check = () => { if (!body.classList.contains('open')) more.hidden = body.scrollHeight <= body.clientHeight + 1; };
+  if (typeof ResizeObserver === 'function') new ResizeObserver(check).observe(body);
+  else requestAnimationFrame(check);
+  return wrap;
 }
 
 function drawLog(el, name, closers) {

@@ -11,7 +11,7 @@
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
-  field, formDialog, confirmDialog, messageOf, duration, bytes, showFieldError,
+  field, formDialog, confirmDialog, messageOf, duration, bytes, showFieldError, cli,
 } from '../vault/common.js';
 import { llm } from '../vault/llm.js';
 import { channels } from '../vault/channels.js';
@@ -294,7 +294,7 @@ async function status(panel) {
           { label: 'Sessions', cell: (u) => String(u.running) },
           { label: 'Last start', cell: (u) => u.last_start ? h('span', null, u.last_start, ' · ', timeEl(u.last_start_at)) : h('span', { class: 'muted' }, 'never') },
           { label: 'Last error', class: 'wrap', cell: (u) => u.last_error ? h('span', { class: 'last-error' }, u.last_error) : h('span', { class: 'muted' }, '—') },
-        ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run ', h('code', null, 'coffer mcp import'), '.')))));
+        ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run', cli('coffer mcp import CONFIG_FILE'))))));
   }
   load();
 }
@@ -349,7 +349,7 @@ function backup(panel) {
           h('dt', null, 'Created'), h('dd', null, timeEl(r.manifest && r.manifest.created_at)),
           h('dt', null, 'secret.key'), h('dd', null, r.secret_key_included ? h('span', { class: 'badge warn' }, 'included: keep this backup private') : 'not included')),
         (r.skipped || []).length ? h('details', null, h('summary', null, `${r.skipped.length} skipped`), h('ul', null, r.skipped.map((s) => h('li', null, h('code', null, s))))) : null,
-        h('p', { class: 'muted small' }, 'Restore it with ', h('code', null, `coffer restore ${r.path}`), ' while the daemon is stopped.')));
+        h('p', { class: 'muted small' }, 'Restore it with ', cli(`coffer restore ${r.path}`), ' while the daemon is stopped.')));
       toast('Backup written');
     } catch (err) {
       showFieldError(form, Object.assign(err, { details: { field: 'path', ...(err.details || {}) } }), form.querySelector('.form-error'));
@@ -375,7 +375,7 @@ async function sync(panel) {
   }
   if (!s.initialized) {
     replace(body, emptyState('Sync is not set up on this machine',
-      'Run ', h('code', null, 'coffer sync init REMOTE_URL'), ' with a git remote you own (the same one on every machine).'));
+      'Run ', cli('coffer sync init REMOTE_URL'), ' with a git remote you own (the same one on every machine).'));
     return;
   }
   const go = h('button', { type: 'button', class: 'primary', id: 'sync-now' }, 'Sync now');

@@ -3,7 +3,8 @@
 // (client-side: the list is one page), a per-tool toggle (PATCH /v1/tools/{name}) and a "Try"
 // dialog that calls the tool (POST /v1/tools/call) and shows its result as text.
 import { h, replace, toast } from '../dom.js';
-import { vget, vpatch, vpost, seg, errorBox, emptyState, pageHead, table, toggle, messageOf, setQuery } from '../vault/common.js';
+import { breakable, description } from './servers.js';
+import { vget, vpatch, vpost, seg, errorBox, emptyState, pageHead, table, toggle, messageOf, setQuery, cli } from '../vault/common.js';
 
 export function mount(root, { params }) {
   const q = h('input', { type: 'search', id: 'tool-search', placeholder: 'Search by name, server or description', value: params.get('q') || '', autocomplete: 'off', spellcheck: 'false' });
@@ -28,15 +29,15 @@ export function mount(root, { params }) {
     replace(count, items.length ? `${shown.length} of ${items.length} tools` : '');
     if (!items.length) {
       replace(body, emptyState('No tools yet.',
-        h('p', null, 'Tools come from your MCP servers. ', h('a', { href: '/ui/servers', 'data-nav': true }, 'Add a server'), ' or run ', h('code', null, 'coffer mcp import'), ' in a terminal.')));
+        h('p', null, 'Tools come from your MCP servers. ', h('a', { href: '/ui/servers', 'data-nav': true }, 'Add a server'), ' or import another client\'s in a terminal:', cli('coffer mcp import CONFIG_FILE'))));
       return;
     }
     if (!shown.length) { replace(body, emptyState('No tool matches the search.', 'Try fewer words, or another server.')); return; }
     replace(body, table([
-      { label: 'Tool', cell: (t) => h('div', { class: 'tool-name' }, h('code', null, t.name), t.title ? h('div', { class: 'muted small' }, t.title) : null) },
-      { label: 'Original name', cell: (t) => h('code', null, t.original_name) },
+      { label: 'Tool', class: 'wrap', cell: (t) => h('div', { class: 'tool-name' }, h('code', null, breakable(t.name)), t.title ? h('div', { class: 'muted small' }, t.title) : null) },
+      { label: 'Original name', class: 'wrap', cell: (t) => h('code', null, breakable(t.original_name)) },
       { label: 'Server', cell: (t) => t.server },
-      { label: 'Description', class: 'wrap', cell: (t) => t.description ? h('span', { class: 'desc', title: t.description }, t.description) : h('span', { class: 'muted' }, '—') },
+      { label: 'Description', class: 'wrap', cell: (t) => description(t.description) },
       { label: 'Enabled', cell: (t) => toggle(`${t.name}`, t.enabled, async (on, input) => {
         try {
           await vpatch(`/v1/tools/${seg(t.name)}`, { enabled: on });

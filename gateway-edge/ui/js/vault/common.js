@@ -230,3 +230,13 @@ export function setQuery(params) {
 export function followText(url, handlers, options = {}) {
   return sse(url, handlers, { ...options, raw: true });
 }
+
+/**
+ * A `coffer …` command the page tells the user to run, as a code element marked `data-cli`: a
+ * test (tests/e2e/ui_cli_commands.rs) collects every one the console shows and runs it through
+ * the real CLI's argument parser, so a command that would exit 2 fails it. Words in CAPITALS
+ * are placeholders the user fills in (NAME, FOLDER).
+ */
+export function cli(command) {
+  return h('code', { class: 'cli', 'data-cli': '' }, command);
+}

@@ -53,7 +53,7 @@ function kvEditor(kind, initial, credNames) {
       } else if (m === 'secret') {
         valueEl = h('input', { type: 'password', class: 'kv-secret', 'aria-label': `Secret value of ${keyIn.value || keyLabel.toLowerCase()}`, autocomplete: 'new-password', placeholder: 'stored encrypted, never shown' });
       } else {
-        valueEl = h('input', { type: 'text', class: 'kv-text', 'aria-label': `Value of ${keyIn.value || keyLabel.toLowerCase()}`, value: typeof value === 'string' ? value : '', autocomplete: 'off', spellcheck: 'false' });
+        valueEl = h('input', { type: 'text', class: 'kv-text', 'aria-label': `Value of ${keyIn.value || keyLabel.toLowerCase()}`, placeholder: 'value', value: typeof value === 'string' ? value : '', autocomplete: 'off', spellcheck: 'false' });
       }
       replace(slot, valueEl);
     };
@@ -72,6 +72,8 @@ function kvEditor(kind, initial, credNames) {
   for (const [k, v] of Object.entries(initial || {})) addRow(k, v);
   const el = h('fieldset', { class: 'kv', dataset: { field: kind } },
     h('legend', null, label),
+    // Column heads over the rows (each control also has its own aria-label); hidden without rows.
+    h('div', { class: 'kv-head', 'aria-hidden': 'true' }, h('span', null, kind === 'env' ? 'Name' : 'Header'), h('span', null, 'Kind'), h('span', null, 'Value'), h('span')),
     rows,
     h('button', { type: 'button', class: 'kv-add', on: { click: () => addRow() } }, kind === 'env' ? 'Add variable' : 'Add header'),
     h('div', { class: 'field-error' }));

@@ -54,8 +54,8 @@ impl Invocations for InvocationsService {
                 let mut st = t.prepare_cached(
                     "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
                        usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations,
-                       client_name, client_version)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                       client_name, client_version, conversation_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
                 )?;
                 for (i, (method, outcome)) in items.into_iter().zip(words) {
                     let actor = if i.actor.is_empty() { DEFAULT_ACTOR } else { &i.actor };
@@ -77,6 +77,7 @@ impl Invocations for InvocationsService {
                         u.map(|u| i64::from(u.iterations)),
                         i.client_name,
                         i.client_version,
+                        i.conversation_id,
                     ])?;
                     ids.push(t.last_insert_rowid());
                 }
@@ -98,14 +99,18 @@ impl Invocations for InvocationsService {
             .db
             .read(move |c| {
                 let mut st = c.prepare_cached(
-                    "SELECT id, at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
-                       usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations,
-                       client_name, client_version
-                     FROM mcp_invocations
-                     WHERE (?1 = '' OR server = ?1) AND (?2 = '' OR target = ?2) AND (?3 = '' OR outcome = ?3)
-                       AND (?4 = '' OR at >= ?4) AND (?5 = '' OR at < ?5) AND (?6 = 0 OR id < ?6)
-                       AND (?8 = '' OR actor = ?8) AND (?9 = '' OR client_name = ?9)
-                     ORDER BY id DESC LIMIT ?7",
+                    // The conversation's title comes from its row (a deleted one's is empty).
+                    "SELECT i.id, i.at, i.target, i.method, i.server, i.session_id, i.duration_ms, i.outcome,
+                       i.trace_id, i.actor, i.usage_connection, i.usage_model, i.usage_input_tokens,
+                       i.usage_output_tokens, i.usage_iterations, i.client_name, i.client_version,
+                       i.conversation_id, coalesce(c.title, '')
+                     FROM mcp_invocations i
+                     LEFT JOIN conversations c ON i.conversation_id <> '' AND c.id = i.conversation_id
+                     WHERE (?1 = '' OR i.server = ?1) AND (?2 = '' OR i.target = ?2) AND (?3 = '' OR i.outcome = ?3)
+                       AND (?4 = '' OR i.at >= ?4) AND (?5 = '' OR i.at < ?5) AND (?6 = 0 OR i.id < ?6)
+                       AND (?8 = '' OR i.actor = ?8) AND (?9 = '' OR i.client_name = ?9)
+                       AND (?10 = '' OR i.conversation_id = ?10)
+                     ORDER BY i.id DESC LIMIT ?7",
                 )?;
                 let args = params![
                     q.server,
@@ -116,7 +121,8 @@ impl Invocations for InvocationsService {
                     q.before_id,
                     limit + 1,
                     q.actor,
-                    q.client_name
+                    q.client_name,
+                    q.conversation_id
                 ];
                 let rows = st.query_map(args, |r| {
                     Ok(Invocation {
@@ -143,6 +149,8 @@ impl Invocations for InvocationsService {
                         },
                         client_name: r.get(15)?,
                         client_version: r.get(16)?,
+                        conversation_id: r.get(17)?,
+                        conversation_title: r.get(18)?,
                     })
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -263,7 +271,28 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("s__f", "claude-code", "2.1.0")]
         );
-        let rows_before = 5;
+
+        // An agent turn's call keeps its conversation and is listed by it; the title of a
+        // conversation the store does not hold (deleted) is empty.
+        let from_agent = Invocation { conversation_id: "conv-1".into(), ..row("s__g", InvocationOutcome::Ok, "mcp") };
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![from_agent] })).await.unwrap();
+        let by_conversation = svc
+            .list_invocations(Request::new(ListInvocationsRequest {
+                conversation_id: "conv-1".into(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        assert_eq!(
+            by_conversation
+                .iter()
+                .map(|i| (i.target.as_str(), i.conversation_id.as_str(), i.conversation_title.as_str()))
+                .collect::<Vec<_>>(),
+            [("s__g", "conv-1", "")]
+        );
+        let rows_before = 6;
 
         // A row without a method or outcome refuses the batch.
         let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];
