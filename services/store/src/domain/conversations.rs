@@ -893,7 +893,8 @@ impl Conversations for ConversationsService {
                 let after_pk: i64 = if q.after_id.is_empty() {
                     0
                 } else {
-                    c.prepare_cached("SELECT pk FROM messages WHERE id = ?1 AND conversation_id = ?2")?
+                    let pk: i64 = c
+                        .prepare_cached("SELECT pk FROM messages WHERE id = ?1 AND conversation_id = ?2")?
                         .query_row([&q.after_id, &q.conversation_id], |r| r.get(0))
                         .optional()?
                         .ok_or_else(|| {
@@ -901,7 +902,9 @@ impl Conversations for ConversationsService {
                                 "message {:?} (after_id) in conversation {:?}",
                                 q.after_id, q.conversation_id
                             ))
-                        })?
+                        })?;
+                    // `inclusive`: `pk > pk - 1`, the cursor's own message first.
+                    if q.inclusive { pk - 1 } else { pk }
                 };
                 let mut messages = if q.newest {
                     // The last `limit` after the cursor, read newest first and turned around.
@@ -1234,6 +1237,7 @@ mod tests {
             after_id: after.into(),
             limit,
             newest,
+            inclusive: false,
         }))
         .await
         .unwrap()
