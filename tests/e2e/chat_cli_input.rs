@@ -166,6 +166,7 @@ async fn send_watch_exits_non_zero_when_the_turn_s_end_was_not_seen() -> anyhow:
 /// A loopback TCP proxy in front of the daemon's edge that records every request's
 /// `Idempotency-Key` and, once armed, cuts the connection of the next `POST …/messages` after
 /// the daemon got it and before its answer reaches the client (an answer lost on the way).
+/// Request heads have their `Host` turned into the edge's own (the edge checks it exactly).
 struct LossyProxy {
     port: u16,
     keys: Arc<Mutex<Vec<String>>>,
@@ -196,7 +197,7 @@ impl LossyProxy {
                                 Ok(0) | Err(_) => return,
                                 Ok(n) => n,
                             };
-                            let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
+                            let mut chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
                             for line in chunk.split("\r\n") {
                                 if let Some((name, value)) = line.split_once(':')
                                     && name.eq_ignore_ascii_case("idempotency-key")
@@ -207,7 +208,15 @@ impl LossyProxy {
                             if chunk.starts_with("POST /v1/conversations/") && armed.swap(false, Ordering::SeqCst) {
                                 cut_up.store(true, Ordering::SeqCst);
                             }
-                            if sw.write_all(&buf[..n]).await.is_err() {
+                            let own = format!("host: 127.0.0.1:{port}\r\n");
+                            let bytes = match chunk.to_ascii_lowercase().find(&own) {
+                                Some(at) => {
+                                    chunk.replace_range(at..at + own.len(), &format!("host: 127.0.0.1:{upstream}\r\n"));
+                                    chunk.into_bytes()
+                                }
+                                None => buf[..n].to_vec(),
+                            };
+                            if sw.write_all(&bytes).await.is_err() {
                                 return;
                             }
                         }
