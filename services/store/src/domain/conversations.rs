@@ -1708,6 +1708,21 @@ mod tests {
             (35..40u128).map(id).collect::<Vec<_>>()
         );
         assert!(newest.next_after_id.is_empty());
+        // `inclusive`: the page starts at the cursor itself (a message read by its id).
+        let one = |after: u128, inclusive: bool| {
+            svc.list_messages(Request::new(ListMessagesRequest {
+                conversation_id: id(1),
+                after_id: id(after),
+                limit: 1,
+                inclusive,
+                ..Default::default()
+            }))
+        };
+        let page = one(20, true).await.unwrap().into_inner();
+        assert_eq!(page.messages.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), [id(20)]);
+        assert_eq!(page.next_after_id, id(20));
+        assert_eq!(one(20, false).await.unwrap().into_inner().messages[0].id, id(21));
+        assert_eq!(one(500, true).await.unwrap_err().code(), Code::NotFound);
 
         // Cursors and conversations that do not exist.
         let e = svc
