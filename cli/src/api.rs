@@ -14,6 +14,11 @@ use crate::error::{ApiFailure, CliError};
 /// back healthy.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// How many times [`ApiClient::send_idempotent`] sends a request again after no answer.
+pub const IDEMPOTENT_RETRIES: u32 = 2;
+/// The pause before each of those repeats.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(300);
+
 /// Request header naming the acting party in the audit log; the CLI always says `cli`.
 pub use coffer_types::header::ACTOR as ACTOR_HEADER;
 /// Response header carrying the trace id.
@@ -96,6 +101,38 @@ impl ApiClient {
     /// the error envelope, with the trace id) for any non-2xx status.
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Result<ApiResponse, CliError> {
         let resp = req.send().await?;
+        Self::answer(resp).await
+    }
+
+    /// Sends `req`, which carries an `Idempotency-Key` (so the daemon answers a repeat with the
+    /// first answer instead of acting twice), and sends it again — the same request, the same
+    /// key — when it got no answer: the connection could not be made or broke before the
+    /// response came. At most [`IDEMPOTENT_RETRIES`] repeats, [`RETRY_PAUSE`] apart, each said
+    /// on stderr. A timeout is not repeated (the daemon may still be working on it).
+    ///
+    /// # Errors
+    /// As [`ApiClient::send`], for the last attempt.
+    pub async fn send_idempotent(&self, req: reqwest::RequestBuilder) -> Result<ApiResponse, CliError> {
+        let mut attempt = 0;
+        loop {
+            let Some(this) = req.try_clone() else { return self.send(req).await };
+            match this.send().await {
+                Ok(resp) => return Self::answer(resp).await,
+                Err(e) if attempt < IDEMPOTENT_RETRIES && (e.is_connect() || e.is_request()) && !e.is_timeout() => {
+                    attempt += 1;
+                    crate::eprintln_printable!(
+                        "The daemon did not answer ({}); sending again with the same Idempotency-Key ({attempt} of {IDEMPOTENT_RETRIES}).",
+                        crate::error::error_chain(&e)
+                    );
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A response as [`ApiClient::send`] answers it: 2xx kept, any other status decoded.
+    async fn answer(resp: reqwest::Response) -> Result<ApiResponse, CliError> {
         let status = resp.status().as_u16();
         let trace = resp.headers().get(TRACE_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let body = resp.text().await?;

@@ -122,6 +122,15 @@ async fn a_chat_service_killed_mid_turn_finishes_the_progress_message_on_restart
     fake.push_text(OWNER, "slow:300\ndeltas:200");
     let progress = wait_bot(&fake, "w4 ").await?;
     ensure!(progress.visible().trim_end().ends_with('…'), "a progress message: {}", progress.visible());
+    // The store holds the answer so far while it streams (stored about every second).
+    let list = api.get("/v1/conversations").reply().await?.ok_json()?;
+    let conv = list["items"][0]["id"].as_str().context("the channel's conversation")?.to_owned();
+    let kept = wait_for("the streaming answer stored with w4", WAIT, || async {
+        let (status, text, _) = answer(&api, &conv).await?;
+        Ok((status == "streaming" && text.contains("w4 ")).then_some(text))
+    })
+    .await?;
+    ensure!(kept.starts_with("w0 w1 w2 w3 w4 "), "{kept}");
     let old = api.service("chat").await?["pid"].as_i64().context("pid")? as i32;
     procs::signal(old, nix::sys::signal::Signal::SIGKILL);
     wait_for("chat restarted", WAIT, || async {
@@ -142,6 +151,21 @@ async fn a_chat_service_killed_mid_turn_finishes_the_progress_message_on_restart
         reason == "⚠ The turn failed: The chat service stopped during this turn; the turn did not finish.",
         "one line saying why: {v}"
     );
+    // The stored answer keeps the text that had streamed (what was stored before the kill, or
+    // more), marked failed with the reason: not only "stopped".
+    let (status, text, error) = answer(&api, &conv).await?;
+    ensure!(status == "failed" && text.starts_with(&kept), "stored: {status} {text:?} (kept before: {kept:?})");
+    ensure!(error == "The chat service stopped during this turn; the turn did not finish.", "{error}");
+    // The console shows it after a reload: the text, the failed badge and the reason.
+    let b = coffer_tests::browser::Browser::start().await?;
+    b.login(api.base_url(), api.token(), "chat").await?;
+    b.goto(&format!("/ui/chat?c={conv}")).await?;
+    let shown = b.wait_for_text(".msg.assistant[data-status=\"failed\"]", "w0 w1 w2 w3 w4").await?;
+    let shown = shown.text().await?;
+    ensure!(
+        shown.contains("failed") && shown.contains("The chat service stopped during this turn"),
+        "the console shows the kept text with the failure: {shown}"
+    );
     // Finished once: the next restart has nothing left to finish.
     let edits = m.edits;
     let journal = home.root().join("chat/channels/tg.progress.json");
@@ -151,4 +175,27 @@ async fn a_chat_service_killed_mid_turn_finishes_the_progress_message_on_restart
     let again = fake.bot_messages(OWNER).into_iter().find(|m| m.message_id == id).context("the message")?;
     assert_eq!(again.edits, edits, "not edited again");
     Ok(())
+}
+
+/// The newest assistant message of conversation `id` as stored: (status, its text blocks
+/// joined, error).
+async fn answer(api: &Api, id: &str) -> anyhow::Result<(String, String, String)> {
+    let v = api.get(&format!("/v1/conversations/{id}?messages=10")).reply().await?.ok_json()?;
+    let m = v["messages"]
+        .as_array()
+        .context("messages")?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .context("an assistant message")?
+        .clone();
+    let text: String = m["blocks"]
+        .as_array()
+        .context("blocks")?
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    let s = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
+    Ok((s("status"), text, s("error")))
 }

@@ -358,11 +358,20 @@ async fn saved_attachments_are_served_back_and_nothing_else_is() -> anyhow::Resu
         let e = r.expect_envelope(400, "INVALID_ARGUMENT").with_context(|| bad.to_owned())?;
         ensure!(e["message"].as_str().unwrap_or_default().contains("name"), "{bad}: {e}");
     }
-    // A symlink planted in the message's folder, pointing out of it: not served.
-    std::fs::write(home.temp().join("secret.txt"), b"secret")?;
+    // A file planted in the message's folder (by the agent, say) is not one of its recorded
+    // attachments: not served, and the 404 names it.
     let folder = work.join(".coffer/attachments").join(&mid);
+    std::fs::write(folder.join("planted.txt"), b"planted")?;
+    let e = api.get(&url("planted.txt")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    ensure!(e["message"].as_str().unwrap_or_default().contains("no attachment named \"planted.txt\""), "{e}");
+    // A symlink planted in the folder, pointing out of it: not served, whether its name is
+    // unrecorded or a recorded attachment's replaced by the link.
+    std::fs::write(home.temp().join("secret.txt"), b"secret")?;
     std::os::unix::fs::symlink(home.temp().join("secret.txt"), folder.join("link.txt"))?;
     api.get(&url("link.txt")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
+    std::fs::remove_file(folder.join("notes.txt"))?;
+    std::os::unix::fs::symlink(home.temp().join("secret.txt"), folder.join("notes.txt"))?;
+    api.get(&url("notes.txt")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
     api.get(&url("gone.png")).reply().await?.expect_envelope(404, "NOT_FOUND")?;
     // Unknown ids, a bad id, another conversation's message.
     let unknown = "01JDQ8ZKXW5T3M2N4P6R7S8T9V";
@@ -372,10 +381,14 @@ async fn saved_attachments_are_served_back_and_nothing_else_is() -> anyhow::Resu
     ] {
         api.get(&path).reply().await?.expect_envelope(404, "NOT_FOUND").with_context(|| path.clone())?;
     }
-    api.get(&format!("/v1/conversations/{id}/messages/nope/attachments/shot.png"))
+    // A bad message id is named as a message id.
+    let e = api
+        .get(&format!("/v1/conversations/{id}/messages/nope/attachments/shot.png"))
         .reply()
         .await?
         .expect_envelope(400, "INVALID_ARGUMENT")?;
+    let msg = e["message"].as_str().unwrap_or_default();
+    ensure!(msg.starts_with("message_id: \"nope\" is not a message id"), "{e}");
     let other = chat::rest_create(&api).await?;
     let other = other["id"].as_str().context("id")?;
     api.get(&format!("/v1/conversations/{other}/messages/{mid}/attachments/shot.png"))

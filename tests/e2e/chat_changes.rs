@@ -97,6 +97,10 @@ async fn a_turn_s_changed_files_come_as_an_event_on_the_message_and_as_diffs() -
     ensure!(r.status == 201, "create: {} {}", r.status, r.text);
     let c = r.json()?;
     let id = c["id"].as_str().context("id")?.to_owned();
+    let cwd = c["agent_config"]["cwd"].as_str().context("cwd")?.to_owned();
+    // No turn changed files yet: `chat diff` exits 3 (docs/CLI.md), saying so.
+    let out = home.cli(&["chat", "diff", &id]).await?;
+    ensure!(out.code == Some(3) && out.stderr.contains("changed files"), "chat diff with no changes: {out:?}");
     let mut frames = Frames::open(&api, &id).await?;
 
     send(&api, &id, "write:src/a.rs fn a() {}\\nfn b() {}\nwrite:src/new.rs pub fn new() {}\nrm:gone.txt\nmv:old.txt renamed.txt\nsay:done").await?;
@@ -163,8 +167,29 @@ async fn a_turn_s_changed_files_come_as_an_event_on_the_message_and_as_diffs() -
     );
     let out = home.cli(&["chat", "diff", &id, "src/a.rs"]).await?;
     ensure!(out.code == Some(0) && out.stdout.contains("+fn b() {}"), "chat diff PATH: {out:?}");
-    let out = home.cli(&["chat", "diff", &id, "../x"]).await?;
-    ensure!(out.code != Some(0), "a path outside the folder is refused: {out:?}");
+    // PATH is normalised as a shell user types it: `./`, doubled slashes, the folder's absolute path.
+    let absolute = format!("{cwd}/src/a.rs");
+    for given in ["./src/a.rs", "src//a.rs", "src/x/../a.rs", absolute.as_str()] {
+        let out = home.cli(&["chat", "diff", &id, given]).await?;
+        ensure!(out.code == Some(0) && out.stdout.contains("+fn b() {}"), "chat diff {given}: {out:?}");
+    }
+    // Escapes and paths elsewhere stay refused (exit 2, a usage error naming the path); so
+    // does an empty PATH, in the CLI's words (not the REST route's `?path=`).
+    let elsewhere = home.temp().join("elsewhere.rs").display().to_string();
+    for outside in ["../x", "src/../../x", elsewhere.as_str()] {
+        let out = home.cli(&["chat", "diff", &id, outside]).await?;
+        ensure!(
+            out.code == Some(2)
+                && out.stderr.contains("outside the conversation's folder")
+                && out.stderr.contains(outside),
+            "a path outside the folder is refused: {out:?}"
+        );
+    }
+    let out = home.cli(&["chat", "diff", &id, ""]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("PATH is empty") && !out.stderr.contains("?path="),
+        "empty PATH: {out:?}"
+    );
     let out = home.cli(&["chat", "send", &id, "--watch", "write:cli.txt from the cli"]).await?;
     ensure!(out.code == Some(0) && out.stdout.contains("  A cli.txt  +1 \u{2212}0"), "send --watch: {out:?}");
     frames.until("files_changed").await?;

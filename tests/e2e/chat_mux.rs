@@ -97,6 +97,11 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     }
     let r = api.get("/v1/events?list=a%20b").reply().await?;
     ensure!(r.status == 400 && r.text.contains("subscription key"), "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"parameter": "list", "sub": "a b"}), "{}", r.text);
+    // A key given twice is refused (not collapsed), naming the key and the parameter.
+    let r = api.get(&format!("/v1/events?list=K&conversation=K:{c1}")).reply().await?;
+    ensure!(r.status == 400 && r.text.contains("\\\"K\\\" is given twice"), "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"parameter": "conversation", "sub": "K"}), "{}", r.text);
 
     let (mut mux, hello) = Mux::open(&api, &format!("list=L&conversation=A:{c1}")).await?;
     let stream = hello["stream"].as_str().context("stream id")?.to_owned();
@@ -148,6 +153,14 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
         .reply()
         .await?;
     ensure!(r.status == 400, "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"field": "add", "index": 0, "sub": "Y"}), "{}", r.text);
+    // A key twice in one `add` is refused whole, and the removal with it is not applied.
+    let twice = json!({"add": [{"sub": "Z", "list": true}, {"sub": "Z", "conversation": c2}], "remove": ["B"]});
+    let r = api.post_json(&format!("/v1/events/{stream}"), &twice).reply().await?;
+    ensure!(r.status == 400 && r.text.contains("\\\"Z\\\" is given twice"), "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"field": "add", "index": 1, "sub": "Z"}), "{}", r.text);
+    let r = api.post_json(&format!("/v1/events/{stream}"), &json!({})).reply().await?;
+    ensure!(r.json()?["subscriptions"] == json!(["B", "L"]), "nothing changed: {}", r.text);
     let r = api.post_json(&format!("/v1/events/{stream}"), &json!({"subscribe": []})).reply().await?;
     ensure!(r.status == 400 && r.json()?["error"]["code"] == "UNKNOWN_FIELD", "{}", r.text);
 
@@ -219,6 +232,12 @@ async fn an_idempotency_key_queues_a_message_once() -> anyhow::Result<()> {
         ensure!(r.status == 400, "{bad:?}: {} {}", r.status, r.text);
         ensure!(r.json()?["error"]["details"]["header"] == "Idempotency-Key", "{}", r.text);
     }
+    // Two keys on one request: refused (not "the first wins"), and nothing is queued.
+    let r = keyed("k-3", "say:two keys").header("Idempotency-Key", "k-4").reply().await?;
+    ensure!(r.status == 400 && r.text.contains("more than once"), "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"header": "Idempotency-Key"}), "{}", r.text);
+    let view = api.get(&format!("/v1/conversations/{id}")).reply().await?.json()?;
+    ensure!(!view["pending"].to_string().contains("two keys"), "not queued: {view}");
     // Without a key nothing changes: the same text twice is two messages.
     send(&api, &id, "say:twice").await?;
     send(&api, &id, "say:twice").await?;

@@ -21,6 +21,7 @@ use coffer_api::chat::{
     ConversationDeleted, ConversationPatch, ConversationView, Event, EventBody, Interrupted, Message, MessageSend,
     MessageStatus, PendingItemSet, PendingQueue, PendingSet, Role, SendMessageReply, Usage,
 };
+use secrecy::ExposeSecret as _;
 use serde_json::Value;
 
 use crate::api::{ApiClient, path_segment, with_query};
@@ -1181,10 +1182,16 @@ async fn send_and_follow(
     attachments: Option<Vec<coffer_api::chat::AttachmentUpload>>,
 ) -> Result<(), CliError> {
     let body = MessageSend { text: text.to_owned(), now: now.then_some(true), attachments };
+    // One key for this command's message: the daemon queues it once however often the request
+    // is sent (the client sends it again when it got no answer).
+    let key = coffer_runtime::token::random_token();
     let post = |api: &ApiClient| {
-        let req = api.request(reqwest::Method::POST, &format!("{}/messages", conv_path(id))).json(&body);
+        let req = api
+            .request(reqwest::Method::POST, &format!("{}/messages", conv_path(id)))
+            .header("Idempotency-Key", key.expose_secret())
+            .json(&body);
         let api = api.clone();
-        async move { api.send(req).await }
+        async move { api.send_idempotent(req).await }
     };
     if !watch {
         let resp = post(api).await?;
@@ -1356,9 +1363,16 @@ const DIFF_LOOKBACK: &str = "200";
 /// `chat diff ID [PATH] [--message MID]`: the turn's changed files, or one file's unified diff
 /// as the daemon keeps it (`--json`: the server's JSON).
 async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
+    if a.path.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(CliError::Usage(format!(
+            "PATH is empty: give a file as `coffer chat diff {}` lists it (e.g. src/main.rs), or no PATH to list them",
+            a.id
+        )));
+    }
     let api = ctx.connect().await?;
     let view: ConversationView =
         api.get_as(&with_query(&conv_path(&a.id), &[("messages", Some(DIFF_LOOKBACK))])).await?;
+    let path = a.path.as_deref().map(|p| diff_path(p, &view.conversation.agent_config.cwd)).transpose()?;
     let found = view.messages.iter().rev().find(|m| match &a.message {
         Some(id) => &m.id == id,
         None => m.files_changed.as_ref().is_some_and(|f| !f.files.is_empty()),
@@ -1371,7 +1385,7 @@ async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
             }
         }));
     };
-    let Some(path) = &a.path else {
+    let Some(path) = &path else {
         let files = m.files_changed.clone().unwrap_or_default();
         if ctx.json {
             let v = serde_json::to_value(&files).map_err(|e| CliError::Failed(e.to_string()))?;
@@ -1394,6 +1408,52 @@ async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
         text.push('\n');
     }
     output::print(&text)
+}
+
+/// `chat diff`'s PATH as a turn lists its files: relative to the conversation's folder `cwd`,
+/// `/`-separated, normalised lexically (no file is looked at): `./sub/d.rs`, `sub//d.rs`,
+/// `sub/x/../d.rs` and `<cwd>/sub/d.rs` are all `sub/d.rs`.
+///
+/// # Errors
+/// [`CliError::Usage`] for a path that leaves the folder (`../x`, an absolute path elsewhere)
+/// or names the folder itself.
+fn diff_path(path: &str, cwd: &str) -> Result<String, CliError> {
+    use std::path::Component;
+    /// The parts of `p` with `.` dropped and `..` taken back; `None` when `..` goes above its start.
+    fn parts(p: &Path) -> Option<Vec<String>> {
+        let mut out: Vec<String> = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::Normal(n) => out.push(n.to_string_lossy().into_owned()),
+                Component::ParentDir => {
+                    out.pop()?;
+                }
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        Some(out)
+    }
+    let outside = || {
+        CliError::Usage(format!(
+            "PATH {path:?} is outside the conversation's folder {cwd}: give a file inside it (as `coffer chat diff ID` lists it)"
+        ))
+    };
+    let p = Path::new(path);
+    let rel = if p.is_absolute() {
+        let (full, base) = (parts(p).ok_or_else(outside)?, parts(Path::new(cwd)).ok_or_else(outside)?);
+        if cwd.is_empty() || !full.starts_with(&base) {
+            return Err(outside());
+        }
+        full[base.len()..].to_vec()
+    } else {
+        parts(p).ok_or_else(outside)?
+    };
+    if rel.is_empty() {
+        return Err(CliError::Usage(format!(
+            "PATH {path:?} is the conversation's folder itself: give a file in it (as `coffer chat diff ID` lists it)"
+        )));
+    }
+    Ok(rel.join("/"))
 }
 
 async fn show(ctx: &Ctx, a: ShowArgs) -> Result<(), CliError> {
@@ -1512,6 +1572,33 @@ mod tests {
     use clap::Parser;
     use coffer_api::chat::PendingItem;
     use serde_json::json;
+
+    #[test]
+    fn diff_paths_are_normalised_lexically_and_escapes_refused() {
+        let cwd = "/work/proj";
+        for (given, want) in [
+            ("sub/d.rs", "sub/d.rs"),
+            ("./sub/d.rs", "sub/d.rs"),
+            ("sub//d.rs", "sub/d.rs"),
+            ("sub/./x/../d.rs", "sub/d.rs"),
+            ("/work/proj/sub/d.rs", "sub/d.rs"),
+            ("/work//proj/./sub/d.rs", "sub/d.rs"),
+            ("sub/d.rs/", "sub/d.rs"),
+        ] {
+            assert_eq!(diff_path(given, cwd).unwrap(), want, "{given}");
+        }
+        for outside in ["../x", "sub/../../x", "/etc/passwd", "/work/projx/d.rs", "/work/proj/../other/d.rs", "/.."] {
+            let e = diff_path(outside, cwd).unwrap_err();
+            assert!(
+                matches!(&e, CliError::Usage(m) if m.contains("outside the conversation's folder")),
+                "{outside}: {e}"
+            );
+        }
+        for itself in [".", "./", "/work/proj", "sub/.."] {
+            let e = diff_path(itself, cwd).unwrap_err();
+            assert!(matches!(&e, CliError::Usage(m) if m.contains("folder itself")), "{itself}: {e}");
+        }
+    }
 
     /// A body as the daemon would send it, read as `T`.
     fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {

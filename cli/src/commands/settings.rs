@@ -146,13 +146,27 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
                 return output::print_body(&resp.body);
             }
             let existed = before.values.contains_key(&key);
-            let default = known(&key).map(|k| format!(" (default {} applies)", k.default_value())).unwrap_or_default();
+            let default = known(&key).map(default_note).unwrap_or_default();
             output::println(&if existed {
                 format!("Removed setting {key}{default}")
             } else {
                 format!("Setting {key} was not set{default}")
             })
         }
+    }
+}
+
+/// What `settings unset` adds about a known key's default: ` (default 60000 applies)`, or for
+/// an empty default what empty means, from its unit (` (the default applies: empty = `claude`
+/// on PATH)`), else ` (the default applies: empty)`.
+fn default_note(k: &Known) -> String {
+    let d = k.default_value();
+    if !d.is_empty() {
+        return format!(" (default {d} applies)");
+    }
+    match k.unit.split([',', ';']).map(str::trim).find(|p| p.starts_with("empty")) {
+        Some(meaning) => format!(" (the default applies: {meaning})"),
+        None => " (the default applies: empty)".to_owned(),
     }
 }
 
@@ -250,6 +264,18 @@ mod tests {
             assert_eq!(row, [&expect], "{}: {t}", k.key);
         }
         assert_eq!(rows.len(), 1 + KNOWN.len() + 2, "{t}");
+    }
+
+    #[test]
+    fn unset_names_the_default_that_applies_even_an_empty_one() {
+        let k = |key: &str| default_note(known(key).unwrap());
+        assert_eq!(k("gateway.call_timeout_ms"), " (default 60000 applies)");
+        assert_eq!(k("chat.claude_code_path"), " (the default applies: empty = `claude` on PATH)");
+        assert_eq!(k("ui.allowed_hosts"), " (the default applies: empty = loopback only)");
+        for key in KNOWN {
+            let note = default_note(key);
+            assert!(!note.contains("  ") && !note.contains("default  "), "{}: {note:?}", key.key);
+        }
     }
 
     #[test]

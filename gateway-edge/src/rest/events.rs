@@ -148,6 +148,7 @@ enum Out {
 }
 
 /// A validated subscription.
+#[derive(Debug)]
 enum Spec {
     List,
     Conversation { id: String, after: u64 },
@@ -180,7 +181,7 @@ fn spec_of(s: &Subscription) -> Result<Spec, String> {
     }
 }
 
-/// `?list=KEY` and `?conversation=KEY:ID[:AFTER]` pairs as subscriptions.
+/// `?list=KEY`, `?conversation=KEY:ID[:AFTER]` and `?invocations=KEY` pairs as subscriptions.
 fn parse_query(pairs: Vec<(String, String)>) -> Result<Vec<Subscription>, ApiError> {
     let bad = |p: &str, m: String| ApiError::invalid(m).with_details(json!({"parameter": p}));
     let mut out = Vec::new();
@@ -220,7 +221,7 @@ fn parse_query(pairs: Vec<(String, String)>) -> Result<Vec<Subscription>, ApiErr
 /// (`not_found`); a chat service that does not answer is 503 before the stream starts.
 ///
 /// # Errors
-/// 400 naming a malformed parameter or key, 429 past [`MAX_STREAMS`] or
+/// 400 naming a malformed parameter or key, or a key given twice (its parameter and the key), 429 past [`MAX_STREAMS`] or
 /// [`MAX_SUBSCRIPTIONS`], 503 while coffer-chat is down.
 async fn open(
     State(st): State<Arc<AppState>>,
@@ -229,6 +230,7 @@ async fn open(
 ) -> Result<Response, ApiError> {
     let Query(pairs) = q.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
     let subs = parse_query(pairs)?;
+    let specs = specs_of(&subs, Origin::Query)?;
     if subs.len() > MAX_SUBSCRIPTIONS {
         return Err(ApiError::new(
             Code::TooManyRequests,
@@ -257,7 +259,7 @@ async fn open(
     }
     // From here the guard removes the stream again, whatever happens.
     let guard = Registered { st: st.clone(), id: id.clone(), mux: mux.clone() };
-    let refused = add(&st, &mux, subs).await?;
+    let refused = add(&st, &mux, specs).await?;
     let hello = SseEvent::default().event("hello").data(json!({"stream": id, "subscriptions": keys(&mux)}).to_string());
     let mut first = vec![hello];
     first.extend(refused.iter().map(|r| ended_frame(&r.sub, "not_found", &r.message)));
@@ -357,14 +359,56 @@ fn change_frame(c: &ConversationChange, sub: &str) -> Option<(SseEvent, bool)> {
     Some((SseEvent::default().event(kind).data(tagged(value, sub)), reset))
 }
 
-/// Starts `subs` on `mux` (replacing any of the same key). Unknown conversations are refused
-/// one by one; any other failure fails the whole call (nothing of it was started).
-async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, subs: Vec<Subscription>) -> Result<Vec<Refused>, ApiError> {
-    let mut specs = Vec::with_capacity(subs.len());
-    for s in &subs {
-        let spec = spec_of(s).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "add", "sub": s.sub})))?;
+/// Where a request's subscriptions came from, for its errors' `details`.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// `GET /v1/events?list=KEY&conversation=KEY:ID…`: named by its query parameter.
+    Query,
+    /// `POST /v1/events/{stream}` `{"add": [...]}`: named by `add` and its index.
+    Body,
+}
+
+impl Origin {
+    /// `details` of an error about subscription `i`, `s`.
+    fn details(self, i: usize, s: &Subscription) -> Value {
+        match self {
+            Origin::Query => {
+                let parameter = if s.list == Some(true) {
+                    "list"
+                } else if s.invocations == Some(true) {
+                    "invocations"
+                } else {
+                    "conversation"
+                };
+                json!({"parameter": parameter, "sub": s.sub})
+            }
+            Origin::Body => json!({"field": "add", "index": i, "sub": s.sub}),
+        }
+    }
+}
+
+/// The subscriptions of one request as (key, what), each checked ([`spec_of`]) and no key
+/// given twice (which one would win is not the client's to guess).
+///
+/// # Errors
+/// 400 naming the parameter (or `add` and its index) and the key.
+fn specs_of(subs: &[Subscription], origin: Origin) -> Result<Vec<(String, Spec)>, ApiError> {
+    let mut specs: Vec<(String, Spec)> = Vec::with_capacity(subs.len());
+    for (i, s) in subs.iter().enumerate() {
+        let spec = spec_of(s).map_err(|m| ApiError::invalid(m).with_details(origin.details(i, s)))?;
+        if specs.iter().any(|(k, _)| *k == s.sub) {
+            let m = format!("subscription key {:?} is given twice; each subscription needs its own key", s.sub);
+            return Err(ApiError::invalid(m).with_details(origin.details(i, s)));
+        }
         specs.push((s.sub.clone(), spec));
     }
+    Ok(specs)
+}
+
+/// Starts `specs` ([`specs_of`]) on `mux` (replacing any of the same key). Unknown
+/// conversations are refused one by one; any other failure fails the whole call (nothing of it
+/// was started).
+async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, specs: Vec<(String, Spec)>) -> Result<Vec<Refused>, ApiError> {
     let have = mux.subs.lock().unwrap_or_else(|e| e.into_inner()).len();
     if have + specs.len() > MAX_SUBSCRIPTIONS {
         return Err(ApiError::new(
@@ -564,7 +608,7 @@ async fn forward_list(
 ///
 /// # Errors
 /// 404 for an unknown stream or one another session opened, 400 naming a malformed
-/// subscription, 429 past [`MAX_SUBSCRIPTIONS`], 503 while coffer-chat is down.
+/// subscription or a key given twice in `add` (nothing changed), 429 past [`MAX_SUBSCRIPTIONS`], 503 while coffer-chat is down.
 async fn change(
     State(st): State<Arc<AppState>>,
     Path(stream): Path<String>,
@@ -577,6 +621,8 @@ async fn change(
         ApiError::new(Code::NotFound, "no such event stream (it has ended: open GET /v1/events again)")
             .with_details(json!({"stream": stream.chars().take(80).collect::<String>()}))
     })?;
+    // Checked before the removals: a refused request changes nothing.
+    let specs = specs_of(&body.add, Origin::Body)?;
     {
         let mut subs = mux.subs.lock().unwrap_or_else(|e| e.into_inner());
         for k in &body.remove {
@@ -585,7 +631,7 @@ async fn change(
             }
         }
     }
-    let refused = add(&st, &mux, body.add).await?;
+    let refused = add(&st, &mux, specs).await?;
     Ok(Json(Subscriptions { subscriptions: keys(&mux), refused }))
 }
 
@@ -626,6 +672,34 @@ mod tests {
         assert!(matches!(spec_of(&s[0]), Ok(Spec::Invocations)));
         let two = Subscription { sub: "k".into(), list: Some(true), invocations: Some(true), ..Default::default() };
         assert!(spec_of(&two).is_err());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_the_key_and_its_parameter() {
+        let q = |v: &[(&str, &str)]| parse_query(v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect());
+        let subs = q(&[("list", "k1"), ("conversation", "k1:abc")]).unwrap();
+        let e = specs_of(&subs, Origin::Query).unwrap_err();
+        assert!(e.message.contains("\"k1\" is given twice"), "{}", e.message);
+        assert_eq!(e.details, json!({"parameter": "conversation", "sub": "k1"}));
+        let subs = q(&[("conversation", "k2:abc"), ("list", "k2")]).unwrap();
+        assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "list");
+        let subs = q(&[("list", "k3"), ("invocations", "k3")]).unwrap();
+        assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "invocations");
+        // A bad key in the query names its parameter, not `add`.
+        let subs = q(&[("list", "a b")]).unwrap();
+        assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details, json!({"parameter": "list", "sub": "a b"}));
+        // In a body: `add` and the index.
+        let e = specs_of(&subs, Origin::Body).unwrap_err();
+        assert_eq!(e.details, json!({"field": "add", "index": 0, "sub": "a b"}));
+        let twice = [
+            Subscription { sub: "x".into(), list: Some(true), ..Default::default() },
+            Subscription { sub: "x".into(), conversation: Some("c".into()), ..Default::default() },
+        ];
+        assert_eq!(
+            specs_of(&twice, Origin::Body).unwrap_err().details,
+            json!({"field": "add", "index": 1, "sub": "x"})
+        );
+        assert_eq!(specs_of(&twice[..1], Origin::Body).unwrap().len(), 1);
     }
 
     #[test]

@@ -92,9 +92,17 @@ impl Drop for First<'_> {
 /// The key of a request's headers: `None` without one.
 ///
 /// # Errors
-/// 400 naming the header when it is not 1–128 visible ASCII characters.
+/// 400 naming the header when it is not 1–128 visible ASCII characters, or when it is given
+/// more than once (which key names the message would be a guess: the draft allows one).
 pub fn key_of(h: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = h.get(HEADER) else { return Ok(None) };
+    let mut all = h.get_all(HEADER).iter();
+    let Some(v) = all.next() else { return Ok(None) };
+    if all.next().is_some() {
+        return Err(ApiError::invalid(
+            "Idempotency-Key is given more than once: send one key per request (a random id per message)",
+        )
+        .with_details(serde_json::json!({"header": "Idempotency-Key"})));
+    }
     let bad = || {
         ApiError::invalid("Idempotency-Key must be 1-128 visible ASCII characters (a random id per message)")
             .with_details(serde_json::json!({"header": "Idempotency-Key"}))
@@ -217,5 +225,14 @@ mod tests {
         assert!(h("a b").is_err());
         assert!(h(&"x".repeat(129)).is_err());
         assert_eq!(key_of(&axum::http::HeaderMap::new()).unwrap(), None);
+        // Two keys (the same or not): refused, naming the header.
+        for second in ["k2", "k1"] {
+            let mut m = axum::http::HeaderMap::new();
+            m.append(HEADER, "k1".parse().unwrap());
+            m.append(HEADER, second.parse().unwrap());
+            let e = key_of(&m).unwrap_err();
+            assert!(e.message.contains("more than once"), "{}", e.message);
+            assert_eq!(e.details["header"], "Idempotency-Key");
+        }
     }
 }

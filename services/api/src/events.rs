@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct Subscription {
     /// The client's name for this subscription: 1–64 of `A-Z a-z 0-9 _ . -`. Every frame of it
-    /// carries it as `sub`; adding a key again replaces that subscription.
+    /// carries it as `sub`; adding a key again (in a later request) replaces that
+    /// subscription. One request may not give a key twice (400 naming it).
     pub sub: String,
     /// `true`: the conversation list.
     #[serde(default, skip_serializing_if = "Option::is_none")]

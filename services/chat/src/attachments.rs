@@ -332,6 +332,18 @@ pub enum ReadError {
     NotFound(String),
 }
 
+/// Checks that `name` is one this module could have saved: not empty, left as it is by
+/// [`sanitize`] (no path, no `..`, no control characters), not too long.
+///
+/// # Errors
+/// [`ReadError::BadName`] naming the first 80 characters.
+pub fn check_name(name: &str) -> std::result::Result<(), ReadError> {
+    if name.is_empty() || sanitize(name) != name || name.len() > MAX_NAME_BYTES + 8 {
+        return Err(ReadError::BadName(name.chars().take(80).collect()));
+    }
+    Ok(())
+}
+
 /// The bytes and type of message `message_id`'s saved file `name` under `cwd` (module docs:
 /// "Reading back"). `message_id` must be checked by the caller (a ULID: no path characters).
 ///
@@ -342,9 +354,7 @@ pub enum ReadError {
 pub fn read(cwd: &Path, message_id: &str, name: &str) -> std::result::Result<(String, Vec<u8>), ReadError> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    if name.is_empty() || sanitize(name) != name || name.len() > MAX_NAME_BYTES + 8 {
-        return Err(ReadError::BadName(name.chars().take(80).collect()));
-    }
+    check_name(name)?;
     let missing = || ReadError::NotFound(name.to_owned());
     let real_cwd = cwd.canonicalize().map_err(|_| missing())?;
     let expected = real_cwd.join(DIR).join(message_id);

@@ -52,7 +52,9 @@
 //!   no-op. Delete cancels the turn (no more writes), calls the provider's `forget`, deletes the
 //!   rows and ends every subscription with `reset{deleted}`.
 //! - **Restart rules** (before the service answers, [`Engine::recover`]): `FailStreamingMessages`
-//!   (a turn cut by a crash is `failed`), every persisted non-empty queue restored paused;
+//!   (a turn cut by a crash is `failed`, keeping the blocks stored while it streamed: the
+//!   answer is stored at most every [`CHECKPOINT_EVERY`] as it streams, so a crash loses at
+//!   most that much of it), every persisted non-empty queue restored paused;
 //!   `ConversationView.last_seq` after a restart lies past every number handed out before it.
 //! - **Provider switching** (ADR-032, [`crate::binding`]): before each turn
 //!   `Registry::turn_env` resolves the agent's bound connection through the store
@@ -114,6 +116,9 @@ pub const MAX_TOOL_OUTPUT_BYTES: usize = 64 << 10;
 pub const DRAIN: Duration = Duration::from_secs(INTERRUPT_GRACE.as_secs() + 5);
 /// Events an adapter may queue before it waits for the engine.
 const ADAPTER_CHANNEL: usize = 256;
+/// How often a streaming answer is stored while it streams ([`Engine::checkpoint`]): what a
+/// crash of this service can lose of it.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// How long a turn's store write (its start, its answer, the conversation read before it) is
 /// retried while the store does not answer: a supervisor restart of `coffer-store` takes well
 /// under a second, its crash backoff at most a few.
@@ -274,6 +279,9 @@ pub struct TurnShared {
     interrupt_asked: AtomicBool,
     /// Cancelled when the conversation is deleted: the task stops the adapter and writes nothing.
     cancel: CancellationToken,
+    /// When the streaming answer was last stored ([`Engine::checkpoint`]); held across each
+    /// write of the answer, the final one too, so a checkpoint never lands after the end.
+    stored: tokio::sync::Mutex<std::time::Instant>,
 }
 
 #[derive(Default)]
@@ -323,7 +331,9 @@ pub fn check_id(field: &str, id: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Invalid(format!("{field}: {id:?} is not a conversation id (a 26-character ULID)")))
+        // The ids checked here are conversations' and messages' (`message_id`, `after_id`).
+        let what = if matches!(field, "message_id" | "after_id") { "a message id" } else { "a conversation id" };
+        Err(Error::Invalid(format!("{field}: {id:?} is not {what} (a 26-character ULID)")))
     }
 }
 
@@ -444,6 +454,7 @@ impl TurnShared {
             interrupt: Mutex::new(None),
             interrupt_asked: AtomicBool::new(false),
             cancel: CancellationToken::new(),
+            stored: tokio::sync::Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -1361,6 +1372,8 @@ impl Engine {
         let (mut status, mut usage, mut model, error, mut stop) = shape(&outcome);
         let record = record_of(status, usage, &model, error);
         self.pause_at(Step::FinalWrite, &conv.id).await;
+        // After any checkpoint being written: the end is the last word.
+        let _stored = turn.stored.lock().await;
         let store = self.store.clone();
         let written = {
             let record = record.clone();
@@ -1656,29 +1669,42 @@ impl Engine {
     }
 
     /// `GetAttachment`: the saved file `name` of message `message_id` (a message of this
-    /// conversation) as (type, bytes); [`crate::attachments::read`] says which files are served.
+    /// conversation) as (type, bytes). Only a name recorded in one of that message's
+    /// `attachment` blocks is served (a file planted in its folder by anyone else is not), then
+    /// [`crate::attachments::read`] says which files are read.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad id or name; [`Error::NotFound`] for an unknown conversation,
-    /// a message of another conversation, or a file that is not served.
+    /// a message of another conversation, a name the message does not record, or a file that is
+    /// not served.
     pub async fn attachment(&self, conversation_id: &str, message_id: &str, name: &str) -> Result<(String, Vec<u8>)> {
         check_id("conversation_id", conversation_id)?;
         check_id("message_id", message_id)?;
         let record = self.store.get(conversation_id).await?;
-        // The store answers NOT_FOUND for a cursor that is not a message of this conversation:
-        // a one-message page after it proves the message is this conversation's.
+        // The store answers NOT_FOUND for a cursor that is not a message of this conversation;
+        // an inclusive one-message page from it is the message itself.
+        let no_message = || Error::NotFound(format!("no message {message_id} in conversation {conversation_id}"));
         let page = st::ListMessagesRequest {
             conversation_id: conversation_id.to_owned(),
             after_id: message_id.to_owned(),
             limit: 1,
             newest: false,
+            inclusive: true,
         };
-        self.store.messages(page).await.map_err(|e| match e {
-            Error::Store(s) if s.code() == tonic::Code::NotFound => {
-                Error::NotFound(format!("no message {message_id} in conversation {conversation_id}"))
-            }
+        let page = self.store.messages(page).await.map_err(|e| match e {
+            Error::Store(s) if s.code() == tonic::Code::NotFound => no_message(),
             e => e,
         })?;
+        let message = page.messages.into_iter().find(|m| m.id == message_id).ok_or_else(no_message)?;
+        let recorded = message.blocks.iter().any(|b| matches!(&b.block, Some(Block::Attachment(a)) if a.name == name));
+        if !recorded {
+            // Checked first for its own message: a bad name stays a 400 naming it.
+            attachments::check_name(name).map_err(|e| Error::Invalid(e.to_string()))?;
+            return Err(Error::NotFound(format!(
+                "message {message_id} has no attachment named {:?}",
+                name.chars().take(80).collect::<String>()
+            )));
+        }
         let cwd = PathBuf::from(persist::parse_config(&record.agent_config_json).cwd);
         let (m, n) = (message_id.to_owned(), name.to_owned());
         let read = tokio::task::spawn_blocking(move || attachments::read(&cwd, &m, &n))
@@ -1688,6 +1714,38 @@ impl Engine {
             attachments::ReadError::BadName(_) => Error::Invalid(e.to_string()),
             attachments::ReadError::NotFound(_) => Error::NotFound(e.to_string()),
         })
+    }
+
+    /// Stores the streaming answer's blocks so far, at most every [`CHECKPOINT_EVERY`] (called
+    /// after each text, tool call and tool result): when this service dies mid-turn, the store
+    /// marks the answer failed at the next start and it keeps the text that had streamed up to
+    /// the last checkpoint (the console shows it after a reload, with the failure). Nothing
+    /// once the turn has ended or the conversation is deleted; a failed write is only logged
+    /// (the turn's end writes the whole answer again).
+    async fn checkpoint(&self, conv: &Conv, turn: &TurnShared) {
+        let Ok(mut last) = turn.stored.try_lock() else { return };
+        if last.elapsed() < CHECKPOINT_EVERY || conv.deleted() {
+            return;
+        }
+        let record = {
+            let acc = turn.acc();
+            if acc.finalized {
+                return;
+            }
+            st::MessageRecord {
+                id: turn.assistant_message_id.clone(),
+                conversation_id: conv.id.clone(),
+                role: st::MessageRole::Assistant as i32,
+                blocks: acc.blocks.clone(),
+                status: st::MessageStatus::Streaming as i32,
+                model: acc.model.clone(),
+                ..Default::default()
+            }
+        };
+        *last = std::time::Instant::now();
+        if let Err(e) = self.store.update_message(record).await {
+            tracing::debug!(conversation = %conv.id, error = %e, "Cannot store the streaming answer so far.");
+        }
     }
 
     /// Ends the turn with an error and pauses the queue.
@@ -1717,6 +1775,7 @@ impl Engine {
                     _ => acc.blocks.push(text_block(t.clone())),
                 })
                 .await;
+                self.checkpoint(conv, turn).await;
                 false
             }
             AgentEvent::ToolCall { id, name, input } => {
@@ -1732,6 +1791,7 @@ impl Engine {
                     });
                 })
                 .await;
+                self.checkpoint(conv, turn).await;
                 false
             }
             AgentEvent::ToolResult { tool_use_id, output, is_error } => {
@@ -1747,6 +1807,7 @@ impl Engine {
                     });
                 })
                 .await;
+                self.checkpoint(conv, turn).await;
                 false
             }
             AgentEvent::Done { stop_reason, usage, model } => {

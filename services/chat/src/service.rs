@@ -168,6 +168,7 @@ impl ChatService {
                 after_id: r.after_id,
                 limit: r.limit,
                 newest: false,
+                inclusive: false,
             })
             .await?;
         Ok(c::ListMessagesReply {

@@ -909,7 +909,8 @@ impl Conversations for ConversationsService {
                 let after_pk: i64 = if q.after_id.is_empty() {
                     0
                 } else {
-                    c.prepare_cached("SELECT pk FROM messages WHERE id = ?1 AND conversation_id = ?2")?
+                    let pk: i64 = c
+                        .prepare_cached("SELECT pk FROM messages WHERE id = ?1 AND conversation_id = ?2")?
                         .query_row([&q.after_id, &q.conversation_id], |r| r.get(0))
                         .optional()?
                         .ok_or_else(|| {
@@ -917,7 +918,9 @@ impl Conversations for ConversationsService {
                                 "message {:?} (after_id) in conversation {:?}",
                                 q.after_id, q.conversation_id
                             ))
-                        })?
+                        })?;
+                    // `inclusive`: `pk > pk - 1`, the cursor's own message first.
+                    if q.inclusive { pk - 1 } else { pk }
                 };
                 let mut messages = if q.newest {
                     // The last `limit` after the cursor, read newest first and turned around.
@@ -1250,6 +1253,7 @@ mod tests {
             after_id: after.into(),
             limit,
             newest,
+            inclusive: false,
         }))
         .await
         .unwrap()
@@ -1720,6 +1724,21 @@ mod tests {
             (35..40u128).map(id).collect::<Vec<_>>()
         );
         assert!(newest.next_after_id.is_empty());
+        // `inclusive`: the page starts at the cursor itself (a message read by its id).
+        let one = |after: u128, inclusive: bool| {
+            svc.list_messages(Request::new(ListMessagesRequest {
+                conversation_id: id(1),
+                after_id: id(after),
+                limit: 1,
+                inclusive,
+                ..Default::default()
+            }))
+        };
+        let page = one(20, true).await.unwrap().into_inner();
+        assert_eq!(page.messages.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), [id(20)]);
+        assert_eq!(page.next_after_id, id(20));
+        assert_eq!(one(20, false).await.unwrap().into_inner().messages[0].id, id(21));
+        assert_eq!(one(500, true).await.unwrap_err().code(), Code::NotFound);
 
         // Cursors and conversations that do not exist.
         let e = svc
