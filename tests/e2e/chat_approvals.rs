@@ -60,7 +60,10 @@ pub async fn open_approvals(api: &Api, id: &str, n: usize) -> anyhow::Result<Vec
 pub async fn idle(api: &Api, id: &str) -> anyhow::Result<Value> {
     coffer_tests::wait_for("the turn to end", WAIT, || async {
         let v = view(api, id).await?;
-        Ok((v["conversation"]["turn_running"] == false).then_some(v))
+        // Nothing running and nothing waiting: a message just sent may still be queued (the
+        // engine takes it a moment later), and its turn has not started yet.
+        let c = &v["conversation"];
+        Ok((c["turn_running"] == false && c["pending_count"] == 0).then_some(v))
     })
     .await
 }

@@ -82,7 +82,8 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, BodyError> {
         Ok(t) => Ok(t),
         Err(e) => {
             let path = e.path().to_string();
-            Err(describe(&value, &path, &e.into_inner().to_string()))
+            let got = at_segments(&value, e.path());
+            Err(describe(got, &path, &e.into_inner().to_string()))
         }
     }
 }
@@ -100,25 +101,18 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// The value at a `serde_path_to_error` path (`a.b[2].c`; `.` is the root).
-fn at<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
-    if path == "." || path.is_empty() {
-        return Some(root);
-    }
+/// The value at a `serde_path_to_error` path, segment by segment (so a map key with a dot in
+/// it, such as a setting's name, is one key). `None` where the path leaves the value.
+fn at_segments<'a>(root: &'a Value, path: &serde_path_to_error::Path) -> Option<&'a Value> {
+    use serde_path_to_error::Segment;
     let mut v = root;
-    for part in path.split('.') {
-        let (key, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
+    for seg in path.iter() {
+        v = match seg {
+            Segment::Seq { index } => v.get(*index)?,
+            Segment::Map { key } => v.get(key.as_str())?,
+            Segment::Enum { variant } => v.get(variant.as_str())?,
+            Segment::Unknown => return None,
         };
-        if !key.is_empty() {
-            v = v.get(key)?;
-        }
-        while let Some(r) = rest.strip_prefix('[') {
-            let end = r.find(']')?;
-            v = v.get(r[..end].parse::<usize>().ok()?)?;
-            rest = &r[end + 1..];
-        }
     }
     Some(v)
 }
@@ -152,7 +146,8 @@ fn expected_fields(rest: &str) -> Vec<&str> {
     list.split(", ").flat_map(|s| s.split(" or ")).map(|s| s.trim_matches('`')).filter(|s| !s.is_empty()).collect()
 }
 
-fn describe(root: &Value, path: &str, message: &str) -> BodyError {
+/// `got` is the value at `path` in the body, when the path reaches one.
+fn describe(got: Option<&Value>, path: &str, message: &str) -> BodyError {
     let is_root = path == "." || path.is_empty();
     let invalid = |message: String, details: Value| BodyError { kind: BodyErrorKind::Invalid, message, details };
     let joined = |field: &str| if is_root { field.to_owned() } else { format!("{path}.{field}") };
@@ -176,7 +171,6 @@ fn describe(root: &Value, path: &str, message: &str) -> BodyError {
         let field = joined(rest.split('`').next().unwrap_or_default());
         return invalid(format!("field {field:?} is required"), json!({"field": field}));
     }
-    let got = at(root, path);
     if let Some(rest) = message.strip_prefix("invalid type: ") {
         let expected = expected_name(rest.split(", expected ").nth(1).unwrap_or(""));
         let got = got.map_or("something else", type_name);
@@ -280,6 +274,12 @@ mod tests {
         assert_eq!(e.message, "field \"limit\" must be an integer from 0 to 4294967295, not a number");
         let e = err(json!({"text": "a", "map": {"k": 1}}));
         assert_eq!(e.message, "field \"map.k\" must be a string, not an integer");
+        // A key with dots in it (a setting's name) is one key, not a path.
+        let e = err(json!({"text": "a", "map": {"chat.turn_timeout_s": 5}}));
+        assert_eq!(e.message, "field \"map.chat.turn_timeout_s\" must be a string, not an integer");
+        assert_eq!(e.details["got"], "integer");
+        let e = err(json!({"text": "a", "map": {"a.b": [true]}}));
+        assert_eq!(e.details["got"], "array", "{}", e.message);
         let e = err(json!([1]));
         assert_eq!(e.message, "the body must be a JSON object, not an array");
     }
