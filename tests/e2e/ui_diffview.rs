@@ -41,12 +41,7 @@ async fn send(api: &Api, id: &str, text: &str) -> anyhow::Result<()> {
 
 /// Opens conversation `id` and waits for its thread.
 async fn open(b: &Browser, id: &str) -> anyhow::Result<()> {
-    b.goto(&format!("/ui/chat?c={id}")).await?;
-    b.wait_for(&format!(".conv-item[aria-current=\"true\"][data-id=\"{id}\"]")).await?;
-    b.wait_until(
-        "document.querySelector('.thread-title') && document.querySelector('.thread-title').textContent !== '…'",
-    )
-    .await
+    b.open_conversation(id).await
 }
 
 /// `src/long.rs`: 60 numbered functions, one a line.

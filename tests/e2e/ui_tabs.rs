@@ -34,12 +34,7 @@ async fn create(api: &Api, title: &str) -> anyhow::Result<String> {
 
 /// Opens conversation `id` in the current tab and waits for its thread.
 async fn open(b: &Browser, id: &str) -> anyhow::Result<()> {
-    b.goto(&format!("/ui/chat?c={id}")).await?;
-    b.wait_for(&format!(".conv-item[aria-current=\"true\"][data-id=\"{id}\"]")).await?;
-    b.wait_until(
-        "document.querySelector('.thread-title') && document.querySelector('.thread-title').textContent !== '…'",
-    )
-    .await
+    b.open_conversation(id).await
 }
 
 async fn type_and_send(b: &Browser, text: &str) -> anyhow::Result<()> {

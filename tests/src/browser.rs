@@ -379,6 +379,20 @@ impl Browser {
         self.wait_until(&format!("matchMedia('(prefers-color-scheme: {q})').matches")).await
     }
 
+    /// Opens the console's conversation `id` (`/ui/chat?c=ID`) and waits until its row is the
+    /// current one and its thread has a title.
+    ///
+    /// # Errors
+    /// A page that never shows it (the wait's deadline), or a WebDriver failure.
+    pub async fn open_conversation(&self, id: &str) -> anyhow::Result<()> {
+        self.goto(&format!("/ui/chat?c={id}")).await?;
+        self.wait_for(&format!(".conv-item[aria-current=\"true\"][data-id=\"{id}\"]")).await?;
+        self.wait_until(
+            "document.querySelector('.thread-title') && document.querySelector('.thread-title').textContent !== '…'",
+        )
+        .await
+    }
+
     /// Signs this browser in: mints a one-time code with `POST /v1/ui/login-codes` (with
     /// `token`), opens its URL (which sets the session cookie and lands on `/ui/chat`), then
     /// goes to `/ui/<page>` and waits until the router has mounted that page
