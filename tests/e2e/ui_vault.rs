@@ -93,6 +93,31 @@ async fn ui_vault_servers_add_test_toggle_log_remove() -> anyhow::Result<()> {
 
     b.click_text(".vault-head button", "Add server").await?;
     b.wait_for("dialog[open] .server-form").await?;
+    // Controls sit with their labels: a field's label right above its control, left edges
+    // aligned; a checkbox its own size, its label text right beside it on the same line.
+    let misplaced = b
+        .eval(
+            "const d = document.querySelector('dialog[open]'); const bad = [];\
+             for (const w of d.querySelectorAll('.vfield')) {\
+               if (!w.offsetParent) continue;\
+               const l = w.querySelector(':scope > label').getBoundingClientRect();\
+               const c = w.querySelector(':scope > input, :scope > textarea, :scope > select').getBoundingClientRect();\
+               if (c.top - l.bottom > 12 || c.top < l.bottom - 2 || Math.abs(c.left - l.left) > 4) bad.push(w.dataset.field || w.textContent);\
+             }\
+             for (const c of d.querySelectorAll('input[type=checkbox]')) {\
+               if (!c.offsetParent) continue;\
+               const l = d.querySelector(`label[for=\"${c.id}\"]`);\
+               if (!l) { bad.push('no label for a checkbox'); continue; }\
+               const r = document.createRange(); r.selectNodeContents(l);\
+               const t = r.getBoundingClientRect(), b = c.getBoundingClientRect();\
+               const gap = t.left - b.right, dy = Math.abs((t.top + t.bottom) / 2 - (b.top + b.bottom) / 2);\
+               if (b.width > 40 || gap < 0 || gap > 24 || dy > 8) bad.push(`checkbox ${l.textContent}: width ${b.width}, gap ${gap}, dy ${dy}`);\
+             }\
+             return bad;",
+            vec![],
+        )
+        .await?;
+    assert_eq!(misplaced, serde_json::json!([]), "controls away from their labels");
     b.fill("dialog[open] [data-field=name] input", "tiny").await?;
     b.fill("dialog[open] [data-field=command] input", &bin("coffer-tiny-upstream")?.display().to_string()).await?;
     b.click_text("dialog[open] .kv-add", "").await?;
