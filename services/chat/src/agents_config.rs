@@ -38,15 +38,7 @@ pub enum ConfigFileError {
 /// [`ConfigFileError::Write`] naming the file.
 pub fn claude_mcp_config(agents_dir: &Path, shim: &Path, coffer_home: &Path) -> Result<PathBuf, ConfigFileError> {
     let path = agents_dir.join("claude_code").join("mcp.json");
-    let body = json!({"mcpServers": {SERVER_NAME: {
-        "type": "stdio",
-        "command": shim.display().to_string(),
-        "args": [],
-        "env": {
-            coffer_runtime::env::HOME: coffer_home.display().to_string(),
-            coffer_runtime::env::AGENT_SHIM: "1",
-        },
-    }}});
+    let body = claude_mcp_body(shim, coffer_home, None);
     let text = serde_json::to_string_pretty(&body).unwrap_or_default() + "\n";
     write_if_changed(&path, text.as_bytes())?;
     Ok(path)
@@ -57,17 +49,25 @@ pub fn claude_mcp_config(agents_dir: &Path, shim: &Path, coffer_home: &Path) -> 
 /// environment, so the gateway names the conversation on the agent's calls (Activity). JSON text;
 /// no secret.
 pub fn claude_mcp_json(shim: &Path, coffer_home: &Path, conversation: &str) -> String {
-    let body = json!({"mcpServers": {SERVER_NAME: {
+    claude_mcp_body(shim, coffer_home, Some(conversation)).to_string()
+}
+
+/// Claude Code's `mcpServers` object with Coffer's one stdio entry (the shim, its home, the agent
+/// flag, and `COFFER_CONVERSATION` when `conversation` is given).
+fn claude_mcp_body(shim: &Path, coffer_home: &Path, conversation: Option<&str>) -> serde_json::Value {
+    let mut env = json!({
+        coffer_runtime::env::HOME: coffer_home.display().to_string(),
+        coffer_runtime::env::AGENT_SHIM: "1",
+    });
+    if let Some(c) = conversation {
+        env[coffer_runtime::env::CONVERSATION] = json!(c);
+    }
+    json!({"mcpServers": {SERVER_NAME: {
         "type": "stdio",
         "command": shim.display().to_string(),
         "args": [],
-        "env": {
-            coffer_runtime::env::HOME: coffer_home.display().to_string(),
-            coffer_runtime::env::AGENT_SHIM: "1",
-            coffer_runtime::env::CONVERSATION: conversation,
-        },
-    }}});
-    body.to_string()
+        "env": env,
+    }}})
 }
 
 /// The Codex config override (`-c KEY=VALUE`, given before the subcommand) that puts
