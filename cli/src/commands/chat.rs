@@ -983,6 +983,22 @@ fn daemon_changed(e: &CliError) -> bool {
     }
 }
 
+/// Ctrl-C (SIGINT) caught from when this is made: made before a command prints anything or
+/// sends its message, so a Ctrl-C at any moment after ends the watch by [`follow`]'s rule
+/// (exit 130, the turn goes on) instead of killing the process midway. A Ctrl-C that comes
+/// before [`follow`] reads it is kept and seen at its first wait.
+pub struct CtrlC(tokio::signal::unix::Signal);
+
+impl CtrlC {
+    /// # Errors
+    /// The signal handler cannot be installed (no runtime signal driver).
+    pub fn catch() -> Result<Self, CliError> {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map(Self)
+            .map_err(|e| CliError::Failed(format!("cannot catch Ctrl-C: {e}")))
+    }
+}
+
 /// Follows `id`'s events from `after` (or from `first`, a stream already open from there):
 /// prints each one (`--json`: its data line unchanged; else [`Renderer`]), resumes a broken
 /// stream with `Last-Event-ID`, and returns when `target`'s turn ends (never, without one), the
@@ -998,13 +1014,12 @@ pub async fn follow(
     mut after: u64,
     mut first: Option<reqwest::Response>,
     mut target: Option<Target>,
+    mut ctrl_c: CtrlC,
 ) -> Result<End, CliError> {
     let json = ctx.json;
     let mut api = api.clone();
     let path = format!("{}/events", conv_path(id));
     let mut renderer = Renderer::default();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let mut failures = 0u32;
     // The followed turn ended: how, and until when its `files_changed` is waited for.
     let mut ending: Option<(End, String, tokio::time::Instant)> = None;
@@ -1037,7 +1052,7 @@ pub async fn follow(
             };
             let chunk = tokio::select! {
                 c = tokio::time::timeout(silence, resp.chunk()) => c,
-                _ = &mut ctrl_c => {
+                _ = ctrl_c.0.recv() => {
                     output::print(renderer.finish())?;
                     return Ok(End::Stopped);
                 }
@@ -1177,7 +1192,7 @@ async fn send_and_follow(
     api: &ApiClient,
     id: &str,
     text: &str,
-    watch: bool,
+    watch: Option<CtrlC>,
     now: bool,
     attachments: Option<Vec<coffer_api::chat::AttachmentUpload>>,
 ) -> Result<(), CliError> {
@@ -1193,7 +1208,7 @@ async fn send_and_follow(
         let api = api.clone();
         async move { api.send_idempotent(req).await }
     };
-    if !watch {
+    let Some(ctrl_c) = watch else {
         let resp = post(api).await?;
         if ctx.json {
             return output::print_body(&resp.body);
@@ -1202,7 +1217,7 @@ async fn send_and_follow(
             return output::print(&sent_now_line(id));
         }
         return output::print(&sent_line(&resp.parse()?, id));
-    }
+    };
     let after = view_now(api, id).await?.last_seq;
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(after)).await?;
     let resp = post(api).await?;
@@ -1213,7 +1228,7 @@ async fn send_and_follow(
         output::print(&sent_line(&reply, id))?;
     }
     let target = Target::from_reply(&reply, text);
-    finish(follow(ctx, api, id, after, Some(stream), Some(target)).await?, ctx, id)
+    finish(follow(ctx, api, id, after, Some(stream), Some(target), ctrl_c).await?, ctx, id)
 }
 
 /// Exit code of `send --watch` / `new --watch` stopped with Ctrl-C before the turn ended
@@ -1332,6 +1347,7 @@ pub fn new_body(a: &NewArgs, cwd: &Path) -> ConversationCreate {
 async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
     let here = std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current folder: {e}")))?;
     let body = new_body(&a, &here);
+    let ctrl_c = if a.watch { Some(CtrlC::catch()?) } else { None };
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/conversations").json(&body)).await?;
     let c: Conversation = resp.parse()?;
@@ -1348,13 +1364,11 @@ async fn new(ctx: &Ctx, a: NewArgs) -> Result<(), CliError> {
             output::println(&format!("Follow it: coffer chat watch {id}"))?;
         }
     }
-    if !a.watch {
-        return Ok(());
-    }
+    let Some(ctrl_c) = ctrl_c else { return Ok(()) };
     if a.text.is_empty() {
-        return finish(follow(ctx, &api, &id, 0, None, None).await?, ctx, &id);
+        return finish(follow(ctx, &api, &id, 0, None, None, ctrl_c).await?, ctx, &id);
     }
-    send_and_follow(ctx, &api, &id, &a.text.join(" "), true, false, None).await
+    send_and_follow(ctx, &api, &id, &a.text.join(" "), Some(ctrl_c), false, None).await
 }
 
 /// Newest messages `chat diff` looks through for the last turn that changed files.
@@ -1470,17 +1484,19 @@ async fn send(ctx: &Ctx, a: SendArgs) -> Result<(), CliError> {
     // Read and checked before the daemon is reached: a usage error starts nothing.
     let text = TextSource::of(&a).read(!a.attach.is_empty())?;
     let attachments = read_attachments(&a.attach)?;
+    let ctrl_c = if a.watch { Some(CtrlC::catch()?) } else { None };
     let api = ctx.connect().await?;
-    send_and_follow(ctx, &api, &a.id, &text, a.watch, a.now, attachments).await
+    send_and_follow(ctx, &api, &a.id, &text, ctrl_c, a.now, attachments).await
 }
 
 async fn watch(ctx: &Ctx, id: &str) -> Result<(), CliError> {
+    let ctrl_c = CtrlC::catch()?;
     let api = ctx.connect().await?;
     // after = 0: the running turn from its start, then live.
     let stream = api.stream(&format!("{}/events", conv_path(id)), Some(0)).await?;
     // On stderr also with --json: stdout holds only the events.
     crate::eprintln_printable!("Watching conversation {id} (Ctrl-C stops watching, not the turn)");
-    match follow(ctx, &api, id, 0, Some(stream), None).await? {
+    match follow(ctx, &api, id, 0, Some(stream), None, ctrl_c).await? {
         End::Stopped => Ok(()),
         end => finish(end, ctx, id),
     }

@@ -219,6 +219,24 @@ struct Snapshot {
     approvals_waiting: u32,
 }
 
+/// A conversation's live state (turn running, queue counts, approvals) taken at one moment:
+/// [`Engine::pending_with`] gives it to its reader, [`view_with`] shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveState(Snapshot);
+
+/// The Chat conversation of record `r` with `live` state filled in (`None`: a conversation not
+/// loaded in this service: idle, as stored).
+pub fn view_with(r: &st::ConversationRecord, live: Option<LiveState>) -> c::Conversation {
+    let mut v = persist::conversation(r);
+    if let Some(LiveState(s)) = live {
+        v.turn_running = s.turn_running;
+        v.pending_count = s.pending;
+        v.pending_paused = s.paused;
+        v.approvals_waiting = s.approvals_waiting;
+    }
+    v
+}
+
 /// What [`Conv::sync`] last copied from the live state: the counts, and the turns that make the
 /// conversation "running". Whether a turn still runs is read from the turn itself
 /// ([`TurnShared::ended`]: its answer is stored, its end event about to go out), so the
@@ -685,15 +703,8 @@ impl Engine {
 
     /// A Chat conversation from its record with the live state filled in.
     pub fn view(&self, r: &st::ConversationRecord) -> c::Conversation {
-        let mut v = persist::conversation(r);
-        if let Some(conv) = self.convs().get(&r.id) {
-            let s = conv.snapshot();
-            v.turn_running = s.turn_running;
-            v.pending_count = s.pending;
-            v.pending_paused = s.paused;
-            v.approvals_waiting = s.approvals_waiting;
-        }
-        v
+        let live = self.convs().get(&r.id).map(|conv| LiveState(conv.snapshot()));
+        view_with(r, live)
     }
 
     /// The pending queue of `conv`.
@@ -705,9 +716,18 @@ impl Engine {
     /// lock. A pending item becomes a stored user message only under that lock (the turn's
     /// start is stored, then the item leaves the queue), so a view built from the store as
     /// `read` reads it and from this queue shows each item exactly once: queued or stored.
-    pub async fn pending_with<T>(&self, conv: &Conv, read: impl Future<Output = T>) -> (c::PendingQueue, T) {
+    ///
+    /// `read` gets the live state as it was *before* it reads: a turn ends without the lock
+    /// (its answer is stored, then it says it ended), so a state taken after the store was read
+    /// could say "idle" beside an answer read while still `streaming`. Taken before, an idle
+    /// state means the answers read after it are final.
+    pub async fn pending_with<T, F: Future<Output = T>>(
+        &self,
+        conv: &Conv,
+        read: impl FnOnce(LiveState) -> F,
+    ) -> (c::PendingQueue, T) {
         let live = conv.live.lock().await;
-        let read = read.await;
+        let read = read(LiveState(conv.snapshot())).await;
         (queue(&live), read)
     }
 

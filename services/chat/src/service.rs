@@ -125,7 +125,7 @@ impl ChatService {
         // and an idle conversation with an empty queue shows every message it ran.
         let (pending, read) = self
             .engine
-            .pending_with(&conv, async {
+            .pending_with(&conv, |live| async move {
                 let store = self.engine.store();
                 let record = store.get(&r.id).await?;
                 let page = store
@@ -136,7 +136,7 @@ impl ChatService {
                         ..Default::default()
                     })
                     .await?;
-                Ok::<_, Error>((self.engine.view(&record), record.message_count, page))
+                Ok::<_, Error>((crate::engine::view_with(&record, Some(live)), record.message_count, page))
             })
             .await;
         let (conversation, message_count, page) = read?;
