@@ -80,6 +80,9 @@ pub struct Snapshot {
     /// them seen since this gateway started (absent: none changed). An upstream started before
     /// that change holds old values in its environment or headers, so sessions start it again.
     pub credential_epochs: HashMap<String, u64>,
+    /// Profiles by name (`coffer_api::profiles`: what each profile's sessions see). A session
+    /// naming a profile absent here is refused; `default` absent means everything in full mode.
+    pub profiles: HashMap<String, coffer_api::profiles::Profile>,
     /// False until the first load from the store succeeded.
     pub loaded: bool,
 }
@@ -216,6 +219,8 @@ async fn load(store: &mut StoreClients, seq: u64) -> Result<Snapshot, tonic::Sta
             .collect(),
         settings,
         credential_epochs: HashMap::new(),
+        // Filled from the store's profiles domain (issue 36 §1; not stored yet).
+        profiles: HashMap::new(),
         loaded: true,
     })
 }

@@ -194,7 +194,11 @@ async fn timeout_interrupt_read_only_and_mode_changes() -> anyhow::Result<()> {
         .ok_json()?;
     send(&api, &id, "APPROVE[Bash: rm -rf /]").await?;
     let v = idle(&api, &id).await?;
-    assert!(last_text(&v).starts_with("denied: This conversation is read-only"), "{}", serde_json::to_string_pretty(&v).unwrap());
+    assert!(
+        last_text(&v).starts_with("denied: This conversation is read-only"),
+        "{}",
+        serde_json::to_string_pretty(&v).unwrap()
+    );
     assert_eq!(v["approvals"], json!([]));
     let e = api
         .post_json(

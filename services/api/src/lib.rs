@@ -34,6 +34,7 @@ pub mod knowledge;
 pub mod llm;
 pub mod logs;
 pub mod maintenance;
+pub mod profiles;
 pub mod schema;
 pub mod servers;
 pub mod settings;
