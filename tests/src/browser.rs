@@ -393,6 +393,32 @@ impl Browser {
         .await
     }
 
+    /// Shortens the open chat page's own backoffs through its modules, so a test sees the page
+    /// give up without waiting it out: `stream` is the event stream's first and longest
+    /// reconnection wait (ms, `js/chat/events.js` `setRetryBackoffMs`; by default 250 ms
+    /// doubling to 4 s, about 28 s for its ten reconnections), `send` the wait before a send's
+    /// second try (ms, `js/chat/outbox.js` `setBackoffMs`; by default 500 ms, 7.5 s for its
+    /// five tries). `None` leaves that one as it is; the numbers of tries stay the page's.
+    ///
+    /// # Errors
+    /// When a module cannot be imported or WebDriver fails.
+    pub async fn shorten_chat_backoffs(&self, stream: Option<(u64, u64)>, send: Option<u64>) -> anyhow::Result<()> {
+        let (first, longest) = stream.unzip();
+        let set = self
+            .eval_async(
+                "const [first, longest, send, done] = arguments;\
+                 Promise.all([import('/ui/assets/js/chat/events.js'), import('/ui/assets/js/chat/outbox.js')]).then(([e, o]) => {\
+                   if (first !== null) e.setRetryBackoffMs(first, longest);\
+                   if (send !== null) o.setBackoffMs(send);\
+                   done(true);\
+                 }, err => done('ERR ' + err.message));",
+                vec![json!(first), json!(longest), json!(send)],
+            )
+            .await?;
+        ensure!(set == json!(true), "setting the chat page's backoffs: {set}");
+        Ok(())
+    }
+
     /// Signs this browser in: mints a one-time code with `POST /v1/ui/login-codes` (with
     /// `token`), opens its URL (which sets the session cookie and lands on `/ui/chat`), then
     /// goes to `/ui/<page>` and waits until the router has mounted that page

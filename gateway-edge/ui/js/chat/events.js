@@ -35,6 +35,19 @@ const TAB_LOCK = 'coffer.events.tab.';
 const MAX_RETRIES = 10;
 /** The stream is closed this long after the last subscription went (ms). */
 const IDLE_CLOSE_MS = 5000;
+/** The wait before the first reconnection and the longest wait (ms): doubled from one to the other. */
+let retryFirstMs = 250;
+let retryMaxMs = 4000;
+
+/**
+ * Sets the reconnection backoff: the first wait and the longest (ms, each at least 10). The
+ * tests' way of not waiting out ten reconnections (about 28 s) to see the page give up; the
+ * number of reconnections stays MAX_RETRIES. The page never calls it.
+ */
+export function setRetryBackoffMs(firstMs, maxMs) {
+  retryFirstMs = Math.max(10, Number(firstMs) || 250);
+  retryMaxMs = Math.max(retryFirstMs, Number(maxMs) || 4000);
+}
 
 function randomId() {
   const a = new Uint8Array(8);
@@ -293,7 +306,7 @@ function makeHub() {
     if (failures > MAX_RETRIES) { tell(keys, 'failed'); failures = 0; return; }
     tell(keys, 'retrying');
     clearTimeout(timer);
-    timer = setTimeout(open, Math.min(250 * 2 ** (failures - 1), 4000));
+    timer = setTimeout(open, Math.min(retryFirstMs * 2 ** (failures - 1), retryMaxMs));
   }
 
   // Batches the subscription changes of one moment into one request.

@@ -48,8 +48,17 @@ export function forget(id, key) { write(id, kept(id).filter((e) => e.key !== key
 /** Whether a failure may pass by trying again: no answer, a timeout, or the daemon's 5xx. */
 export function transient(e) { return e && (e.status === 0 || e.status >= 500 || e.name === 'AbortError' || e.name === 'TimeoutError'); }
 
+/** The wait before the second try (ms); each later wait doubles it, up to 16 times as long. */
+let firstBackoffMs = 500;
+
 /** The wait before try `n` (1-based) after a failure: 0.5 s, 1 s, 2 s, 4 s … (ms). */
-export function backoff(n) { return Math.min(500 * 2 ** (n - 1), 8000); }
+export function backoff(n) { return Math.min(firstBackoffMs * 2 ** (n - 1), firstBackoffMs * 16); }
+
+/**
+ * Sets the wait before a send's second try (ms, at least 10; later waits double it): the
+ * tests' way of not waiting 7.5 s for a send to be given up. The page never calls it.
+ */
+export function setBackoffMs(ms) { firstBackoffMs = Math.max(10, Number(ms) || 500); }
 
 /** The deadline of one try of a send carrying `bytes` of files (ms). */
 export function deadline(bytes) { return DEADLINE_MS + Math.round(bytes * MS_PER_BYTE); }
