@@ -348,7 +348,12 @@ fn override_text(o: &ToolOverride) -> String {
         parts.push(format!("hides {}", o.hide_params.join(", ")));
     }
     if let Some(a) = &o.annotations {
-        for (k, v) in [("read-only", a.read_only), ("destructive", a.destructive), ("idempotent", a.idempotent), ("open-world", a.open_world)] {
+        for (k, v) in [
+            ("read-only", a.read_only),
+            ("destructive", a.destructive),
+            ("idempotent", a.idempotent),
+            ("open-world", a.open_world),
+        ] {
             if let Some(v) = v {
                 parts.push(format!("{k} {v}"));
             }
@@ -388,7 +393,13 @@ async fn show(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 }
 
 /// Writes `spec` over profile `name` at `version` (`If-Match`).
-async fn put_at(ctx: &Ctx, api: &crate::api::ApiClient, name: &str, version: u64, spec: &ProfileSpec) -> Result<Profile, CliError> {
+async fn put_at(
+    ctx: &Ctx,
+    api: &crate::api::ApiClient,
+    name: &str,
+    version: u64,
+    spec: &ProfileSpec,
+) -> Result<Profile, CliError> {
     let req = api
         .request(reqwest::Method::PUT, &profile_path(name))
         .header(reqwest::header::IF_MATCH, format!("\"{version}\""))
@@ -543,7 +554,8 @@ mod tests {
         assert_eq!(o.name.as_deref(), Some("now"));
         assert_eq!(o.hide_params, ["tz"]);
         assert_eq!(o.annotations.as_ref().and_then(|a| a.read_only), Some(true));
-        let ProfileCommand::Override(b) = parse(&["override", "w", "t__x", "--rename", "", "--hide-param", ""]).unwrap()
+        let ProfileCommand::Override(b) =
+            parse(&["override", "w", "t__x", "--rename", "", "--hide-param", ""]).unwrap()
         else {
             panic!()
         };
