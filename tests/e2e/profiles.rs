@@ -139,7 +139,7 @@ async fn hostile_profile_requests_get_envelopes_naming_the_field_and_write_nothi
             "at most 256",
         ),
         (json!({"name": "w", "description": "d".repeat(4097)}), "INVALID_ARGUMENT", "description", "at most 4096"),
-        (json!({"name": "w", "mode": "sometimes"}), "INVALID_ARGUMENT", "", "sometimes"),
+        (json!({"name": "w", "mode": "sometimes"}), "INVALID_ARGUMENT", "", "\"mode\" must be one of full, lazy"),
         (
             json!({"name": "w", "overrides": {"plain": {}}}),
             "INVALID_ARGUMENT",

@@ -138,8 +138,11 @@ impl Profiles for ProfilesService {
                     .query_row(&format!("SELECT {COLS} FROM profiles WHERE name = ?1"), [&r.name], from_row)
                     .optional()?;
                 let now = coffer_runtime::now_rfc3339();
-                let (next, op, action) = match stored {
-                    Some(_) if r.create_only => return Err(StoreError::Exists(format!("profile {:?}", r.name))),
+                let (next, op, action) = match stored.clone() {
+                    // `default` always exists (as never written when it was not): PUT writes it.
+                    _ if r.create_only && (stored.is_some() || r.name == DEFAULT_PROFILE) => {
+                        return Err(StoreError::Exists(format!("profile {:?}", r.name)));
+                    }
                     Some(cur) => {
                         check_version(&r.name, r.expected_version, cur.version)?;
                         let next =
@@ -235,6 +238,8 @@ mod tests {
         assert_eq!(names(&svc).await, [("default".to_owned(), 0)]);
         let d = svc.get_profile(Request::new(GetProfileRequest { name: "default".into() })).await.unwrap().into_inner();
         assert_eq!((d.spec_json.as_str(), d.version, d.updated_at.as_str()), ("{}", 0, ""));
+        let e = svc.put_profile(put("default", "{}", None, true)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::AlreadyExists, "default always exists");
         // Written at the version it was read at (0), it is created at 1.
         let e = svc.put_profile(put("default", r#"{"mode":"lazy"}"#, Some(3), false)).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::Aborted);
