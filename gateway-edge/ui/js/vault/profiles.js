@@ -152,10 +152,10 @@ export async function profiles(panel) {
 }
 
 /** A textarea of globs, one per line. */
-function globsField(label, name, values, hint) {
-  const ta = h('textarea', { rows: 2, spellcheck: 'false', autocomplete: 'off', placeholder: hint });
+function globsField(label, name, values, placeholder, hint) {
+  const ta = h('textarea', { rows: 2, spellcheck: 'false', autocomplete: 'off', placeholder });
   ta.value = (values || []).join('\n');
-  return field(label, ta, { name });
+  return field(label, ta, { name, hint });
 }
 const lines = (ta) => ta.value.split('\n').map((s) => s.trim()).filter(Boolean);
 
@@ -168,17 +168,17 @@ function profileDialog(p) {
     h('option', { value: 'lazy', selected: !!p && p.mode === 'lazy' }, 'Lazy: a few meta tools that search, describe and call them')), { name: 'mode' });
   const sel = (k) => (p && p[k]) || {};
   const lists = [
-    ['servers', 'Servers', 'by registered name'],
-    ['tools', 'Tools', 'by exposed name, server__tool'],
+    ['servers', 'Servers', 'by name'],
+    ['tools', 'Tools', 'server__tool'],
     ['builtins', 'Built-in tools', 'coffer__…'],
   ].map(([k, label, what]) => ({
     k,
-    inc: globsField(`${label}: include`, `${k}.include`, sel(k).include, `empty: all; one glob per line (${what})`),
-    exc: globsField(`${label}: exclude`, `${k}.exclude`, sel(k).exclude, 'one glob per line'),
+    inc: globsField(`${label}: include`, `${k}.include`, sel(k).include, 'empty: all', what),
+    exc: globsField(`${label}: exclude`, `${k}.exclude`, sel(k).exclude, 'none'),
   }));
   const content = h('div', { class: 'profile-form' },
     name.wrap, desc.wrap, mode.wrap,
-    h('p', { class: 'muted small' }, 'Globs: ', h('code', null, '*'), ' any run of characters, ', h('code', null, '?'), ' one character, matched against the whole name. An exclude wins over an include.'),
+    h('p', { class: 'muted small' }, 'One glob per line: ', h('code', null, '*'), ' any run of characters, ', h('code', null, '?'), ' one character, matched against the whole name. An exclude wins over an include.'),
     h('div', { class: 'profile-globs' }, lists.map((l) => h('fieldset', { dataset: { sel: l.k } }, l.inc.wrap, l.exc.wrap))));
   return formDialog(p ? `Edit ${p.name}` : 'New profile', content, async () => {
     const spec = p ? specOf(p) : {};
