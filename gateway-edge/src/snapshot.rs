@@ -1,5 +1,5 @@
-//! The gateway's in-memory snapshot of the MCP server registry, capability preferences and
-//! settings, kept fresh from the store's change stream. Policy checks read it without any
+//! The gateway's in-memory snapshot of the MCP server registry, capability preferences,
+//! settings and profiles, kept fresh from the store's change stream. Policy checks read it without any
 //! store round trip; a REST mutation waits until the snapshot holds its change
 //! ([`SnapshotHandle::wait_for`]) so policy reads its own writes.
 use std::collections::HashMap;
@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coffer_proto::store::{
-    CapabilityKind, ChangeEntity, GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListServersRequest,
-    McpServer, WatchChangesRequest,
+    CapabilityKind, ChangeEntity, GetSettingsRequest, HeadRequest, ListPreferencesRequest, ListProfilesRequest,
+    ListServersRequest, McpServer, WatchChangesRequest,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -207,6 +207,7 @@ async fn load(store: &mut StoreClients, seq: u64) -> Result<Snapshot, tonic::Sta
         .into_inner()
         .preferences;
     let settings = store.settings.get_settings(GetSettingsRequest {}).await?.into_inner().values;
+    let profiles = store.profiles.list_profiles(ListProfilesRequest {}).await?.into_inner().profiles;
     Ok(Snapshot {
         seq,
         servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
@@ -219,8 +220,8 @@ async fn load(store: &mut StoreClients, seq: u64) -> Result<Snapshot, tonic::Sta
             .collect(),
         settings,
         credential_epochs: HashMap::new(),
-        // Filled from the store's profiles domain (issue 36 §1; not stored yet).
-        profiles: HashMap::new(),
+        // The store lists `default` too (as never written when it was not).
+        profiles: crate::rest::profiles::by_name(&profiles),
         loaded: true,
     })
 }

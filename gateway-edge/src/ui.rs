@@ -142,6 +142,7 @@ static ASSETS: &[Asset] = assets![
     "js/vault/serverform.js" => "text/javascript; charset=utf-8",
     "js/vault/llm.js" => "text/javascript; charset=utf-8",
     "js/vault/channels.js" => "text/javascript; charset=utf-8",
+    "js/vault/profiles.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
     // The web app manifest (installable console) and its icons, drawn by `scripts/ui-icons.sh`.
     "manifest.webmanifest" => "application/manifest+json",

@@ -66,7 +66,7 @@ pub mod sync {
 /// [`audit_client::AuditClient`], [`invocations_client::InvocationsClient`],
 /// [`changes_client::ChangesClient`], [`maintenance_client::MaintenanceClient`], [`index_client::IndexClient`],
 /// [`conversations_client::ConversationsClient`], [`llm_connections_client::LlmConnectionsClient`],
-/// [`channels_client::ChannelsClient`] (and their
+/// [`channels_client::ChannelsClient`], [`profiles_client::ProfilesClient`] (and their
 /// `*_server` counterparts).
 ///
 /// Enums travel as proto enums; REST bodies and the database spell them as lowercase words
@@ -129,6 +129,7 @@ pub mod store {
         Credential => "credential",
         LlmConnection => "llm_connection",
         Channel => "channel",
+        Profile => "profile",
     });
     words!(ChannelKind { Telegram => "telegram", Seatalk => "seatalk" });
     words!(ChangeOp { Create => "create", Update => "update", Delete => "delete", Set => "set" });

@@ -6,6 +6,7 @@
 
 mod edge_contract;
 mod openapi;
+mod profiles;
 mod registry;
 mod settings;
 mod test_layers;

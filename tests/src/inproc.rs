@@ -40,6 +40,7 @@ pub struct Edge {
     shutdown: CancellationToken,
     store: Option<JoinHandle<anyhow::Result<()>>>,
     edge: Option<JoinHandle<()>>,
+    snapshot: coffer_gateway::snapshot::SnapshotHandle,
     // Last: removed after both servers were told to stop.
     _temp: tempfile::TempDir,
 }
@@ -108,16 +109,30 @@ impl Edge {
             };
             anyhow::bail!("the in-process edge loaded no policy snapshot within {SNAPSHOT_TIMEOUT:?}{store_result}");
         }
+        let snapshot = st.snapshot.clone();
         let app = coffer_gateway::router(st);
         let conns = Connections::new("edge", Limits::EDGE);
         let edge =
             tokio::spawn(serve_http(Listener::Tcp(public), conns, app, shutdown.clone(), coffer_gateway::DRAIN_GRACE));
-        Ok(Self { api: Api::new(port, token), home, shutdown, store: Some(store), edge: Some(edge), _temp: temp })
+        Ok(Self {
+            api: Api::new(port, token),
+            home,
+            shutdown,
+            store: Some(store),
+            edge: Some(edge),
+            snapshot,
+            _temp: temp,
+        })
     }
 
     /// A client for the edge (the public token, `127.0.0.1:<port>`).
     pub fn api(&self) -> &Api {
         &self.api
+    }
+
+    /// The edge's policy snapshot (what its MCP sessions read: servers, preferences, profiles).
+    pub fn snapshot(&self) -> &coffer_gateway::snapshot::SnapshotHandle {
+        &self.snapshot
     }
 
     /// The temporary `COFFER_HOME`.

@@ -19,6 +19,7 @@ pub mod llm;
 pub mod logs;
 pub mod mcp;
 pub mod memory;
+pub mod profile;
 pub mod restore;
 pub mod settings;
 pub mod skills;
@@ -55,6 +56,9 @@ pub enum Command {
     /// List and show skills (COFFER_HOME/skills/NAME/SKILL.md).
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// Create, list, show, edit and remove profiles (which tools each kind of client sees).
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
     /// Add, test and choose LLM connections (the providers Coffer's agents and coffer__ask use).
     #[command(subcommand)]
     Llm(llm::LlmCommand),
@@ -113,6 +117,7 @@ impl Command {
             Command::Chat(c) => chat::run(ctx, c).await,
             Command::Channel(c) => channel::run(ctx, c).await,
             Command::Llm(c) => llm::run(ctx, c).await,
+            Command::Profile(c) => profile::run(ctx, c).await,
             Command::Invocations(a) => invocations::run(ctx, a).await,
             Command::Audit(a) => audit::run(ctx, a).await,
             Command::Settings(c) => settings::run(ctx, c).await,

@@ -7,6 +7,7 @@ use coffer_proto::store::credentials_client::CredentialsClient;
 use coffer_proto::store::invocations_client::InvocationsClient;
 use coffer_proto::store::llm_connections_client::LlmConnectionsClient;
 use coffer_proto::store::maintenance_client::MaintenanceClient;
+use coffer_proto::store::profiles_client::ProfilesClient;
 use coffer_proto::store::registry_client::RegistryClient;
 use coffer_proto::store::settings_client::SettingsClient;
 use coffer_runtime::grpc::AuthChannel;
@@ -29,6 +30,8 @@ pub struct StoreClients {
     pub llm: LlmConnectionsClient<AuthChannel>,
     /// Channels (`proto/store_channels.proto`).
     pub channels: ChannelsClient<AuthChannel>,
+    /// Profiles (`proto/store_profiles.proto`).
+    pub profiles: ProfilesClient<AuthChannel>,
 }
 
 impl StoreClients {
@@ -44,7 +47,8 @@ impl StoreClients {
             changes: ChangesClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             maintenance: MaintenanceClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
             llm: LlmConnectionsClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
-            channels: ChannelsClient::new(channel).max_decoding_message_size(MAX_REPLY),
+            channels: ChannelsClient::new(channel.clone()).max_decoding_message_size(MAX_REPLY),
+            profiles: ProfilesClient::new(channel).max_decoding_message_size(MAX_REPLY),
         }
     }
 }

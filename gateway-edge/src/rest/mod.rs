@@ -25,6 +25,7 @@ pub mod llm;
 pub mod logs;
 pub mod openapi;
 pub(crate) mod owned_credentials;
+pub mod profiles;
 pub mod servers;
 pub mod settings;
 pub mod sync;
@@ -52,6 +53,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(agent_sessions::routes())
         .merge(llm::routes())
         .merge(channels::routes())
+        .merge(profiles::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

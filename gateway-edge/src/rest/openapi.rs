@@ -164,6 +164,10 @@ pub const TAGS: &[(&str, &str)] = &[
     ("daemon", "Health, status and lifecycle of the daemon and its services."),
     ("servers", "The MCP server registry and per-capability preferences."),
     ("tools", "The aggregated tools clients see, through the gateway's policy."),
+    (
+        "profiles",
+        "Profiles: named views of the vault for a kind of client — which servers, tools and built-in tools its MCP sessions see (include/exclude globs), in which tool mode (`full` or `lazy`), with which tool overrides (rename, description, hidden parameters, annotations). A profile only narrows: a disabled tool stays hidden. `default` is the profile of a session that names none; its overrides apply in every profile.",
+    ),
     ("credentials", "Encrypted credentials; values are write-only."),
     ("logs", "Invocation log, audit log and the processes' log files."),
     ("settings", "The daemon's flat map of string settings."),
@@ -372,6 +376,7 @@ fn limit_param(r: Route) -> Route {
 
 const SERVER_NAME: &str = "Server name (`^[a-z0-9][a-z0-9-]{0,23}$`).";
 const LLM_NAME: &str = "Connection name (`^[a-z0-9][a-z0-9-]{0,31}$`).";
+const PROFILE_NAME: &str = "Profile name (`^[a-z0-9][a-z0-9-]{0,31}$`); `default` always exists.";
 const CHANNEL_NAME: &str = "Channel name (`^[a-z0-9][a-z0-9-]{0,31}$`).";
 
 // ---------------------------------------------------------------------------------------------
@@ -863,6 +868,36 @@ pub fn routes() -> Vec<Route> {
             .path_param("name", LLM_NAME)
             .ok_of::<coffer_api::llm::LlmModels>(200, "The provider's model ids.")
             .errors(&["NOT_FOUND", "CONFLICT"]),
+        // Profiles.
+        route("GET", "/v1/mcp/profiles", "profiles", "List profiles")
+            .describe("Sorted by name; one page; `default` always among them (version 0 and an empty `updated_at` while never written: everything, full mode).")
+            .ok(200, "The profiles.", page_of::<coffer_api::profiles::Profile>()),
+        route("POST", "/v1/mcp/profiles", "profiles", "Add a profile")
+            .describe("`name` beside the spec's fields. Checked in full, the error's `details.field` naming the part: globs must compile (`*`, `?`, `[…]`; at most 256 per list, 256 bytes each), descriptions at most 4 KiB, at most 256 overrides keyed by exposed names (`<server>__<tool>`), each `name` matching `^[a-zA-Z0-9_-]{1,64}$` and unique in the profile, `hide_params` non-blank and distinct. Answers with `ETag` and `Location`.")
+            .actor()
+            .body_of::<coffer_api::profiles::NewProfile>()
+            .ok_of::<coffer_api::profiles::Profile>(201, "Added.")
+            .errors(&["INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST", "ALREADY_EXISTS"]),
+        route("GET", "/v1/mcp/profiles/{name}", "profiles", "Get one profile")
+            .describe("With `ETag: \"<version>\"`.")
+            .path_param("name", PROFILE_NAME)
+            .ok_of::<coffer_api::profiles::Profile>(200, "The profile.")
+            .errors(&["NOT_FOUND"]),
+        route("PUT", "/v1/mcp/profiles/{name}", "profiles", "Replace a profile")
+            .describe("The whole spec (absent fields take their defaults), checked as on create. Only `default` may be written before it exists. With `If-Match: \"<version>\"` the write happens only at that version (a never-written `default` is at version 0).")
+            .path_param("name", PROFILE_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .body_of::<coffer_api::profiles::ProfileSpec>()
+            .ok_of::<coffer_api::profiles::Profile>(200, "The profile after the write, with its new ETag.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("DELETE", "/v1/mcp/profiles/{name}", "profiles", "Remove a profile")
+            .describe("Honours `If-Match`. `default` cannot be removed (`CONFLICT` naming it; edit it instead).")
+            .path_param("name", PROFILE_NAME)
+            .header("If-Match", "`\"<version>\"` (the ETag) or `*`.")
+            .actor()
+            .no_content("Removed.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT"]),
         // Channels.
         route("GET", "/v1/channels", "channels", "List channels")
             .describe("Sorted by name; one page. Each with its adapter's live state (`adapter` null while coffer-chat does not answer).")

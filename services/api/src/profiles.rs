@@ -138,6 +138,41 @@ pub struct Profile {
     pub updated_at: String,
 }
 
+/// The body of `POST /v1/mcp/profiles`: a name and a [`ProfileSpec`]'s fields beside it
+/// (`{"name": "work", "servers": {"include": ["git"]}, …}`; spelled out rather than flattened so
+/// an unknown field is refused).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProfile {
+    /// `^[a-z0-9][a-z0-9-]{0,31}$` ([`check_profile_name`]).
+    pub name: String,
+    /// One line shown in lists; at most 4 KiB.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Upstream servers, by registered name.
+    #[serde(default)]
+    pub servers: Selection,
+    /// Upstream tools, by exposed name (`<server>__<tool>`, before any override).
+    #[serde(default)]
+    pub tools: Selection,
+    /// Coffer's own tools, by exposed name (`coffer__search_tools`, …).
+    #[serde(default)]
+    pub builtins: Selection,
+    #[serde(default)]
+    pub mode: ToolMode,
+    /// Keyed by the tool's exposed name before any override (`<server>__<tool>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, ToolOverride>,
+}
+
+impl NewProfile {
+    /// The name and the spec.
+    pub fn split(self) -> (String, ProfileSpec) {
+        let NewProfile { name, description, servers, tools, builtins, mode, overrides } = self;
+        (name, ProfileSpec { description, servers, tools, builtins, mode, overrides })
+    }
+}
+
 impl Selection {
     /// Whether this selection takes everything (no include, no exclude).
     pub fn is_all(&self) -> bool {

@@ -12,7 +12,7 @@
 //! in step.
 use coffer_proto::store::{
     audit_server, changes_server, channels_server, conversations_server, credentials_server, index_server,
-    invocations_server, llm_connections_server, maintenance_server, registry_server, settings_server,
+    invocations_server, llm_connections_server, maintenance_server, profiles_server, registry_server, settings_server,
     vault_state_server,
 };
 use coffer_runtime::authz::{Allow, Policy, Rule, Unlisted};
@@ -31,6 +31,7 @@ const CONVERSATIONS: &str = conversations_server::SERVICE_NAME;
 const LLM: &str = llm_connections_server::SERVICE_NAME;
 const CHANNELS: &str = channels_server::SERVICE_NAME;
 const VAULT: &str = vault_state_server::SERVICE_NAME;
+const PROFILES: &str = profiles_server::SERVICE_NAME;
 
 /// Every authenticated service.
 const ANY: Allow = Allow::AnyService;
@@ -142,6 +143,12 @@ pub const POLICY: Policy = Policy {
         rule(CHANNELS, "ClaimPairing", CHAT),
         rule(CHANNELS, "SetCursor", CHAT),
         rule(CHANNELS, "RecordEvent", CHAT),
+        // Profiles: written by the gateway (REST, CLI, console), read by anyone (the gateway's
+        // snapshot; the sync engine exports them with the vault).
+        rule(PROFILES, "ListProfiles", ANY),
+        rule(PROFILES, "GetProfile", ANY),
+        rule(PROFILES, "PutProfile", GATEWAY),
+        rule(PROFILES, "DeleteProfile", GATEWAY),
         // The vault state as text: the sync engine (coffer-retrieval) alone exports and applies
         // it (`coffer sync`, proto/store_vault.proto); credential values never enter it.
         rule(VAULT, "ExportVault", RETRIEVAL),
@@ -188,6 +195,7 @@ mod tests {
             include_str!("../../../proto/store_llm.proto"),
             include_str!("../../../proto/store_channels.proto"),
             include_str!("../../../proto/store_vault.proto"),
+            include_str!("../../../proto/store_profiles.proto"),
         ]
         .into_iter()
         .flat_map(rpcs)

@@ -7,7 +7,7 @@
 // Then credentials (names only; set and delete — a value is typed into a
 // password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
 // a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
-// (js/vault/channels.js), and sync across machines (GET /v1/sync/status, POST /v1/sync).
+// (js/vault/channels.js), the profiles (js/vault/profiles.js), and sync across machines (GET /v1/sync/status, POST /v1/sync).
 import { h, replace, toast } from '../dom.js';
 import {
   vget, vpatch, vpost, vput, vdel, seg, errorBox, emptyState, pageHead, table, stateBadge, timeEl, tabs, setQuery,
@@ -15,6 +15,7 @@ import {
 } from '../vault/common.js';
 import { llm } from '../vault/llm.js';
 import { channels } from '../vault/channels.js';
+import { profiles } from '../vault/profiles.js';
 import { MODES } from '../chat/approvals.js';
 
 const TABS = [
@@ -22,6 +23,7 @@ const TABS = [
   { id: 'credentials', label: 'Credentials' },
   { id: 'llm', label: 'LLM connections' },
   { id: 'channels', label: 'Channels' },
+  { id: 'profiles', label: 'Profiles' },
   { id: 'status', label: 'Status' },
   { id: 'sync', label: 'Sync' },
   { id: 'backup', label: 'Backup' },
@@ -41,7 +43,7 @@ export function mount(root, { params }) {
     for (const b of bar.querySelectorAll('button')) { b.setAttribute('aria-selected', String(b.dataset.tab === id)); b.tabIndex = b.dataset.tab === id ? 0 : -1; }
     panel.setAttribute('aria-labelledby', `tab-${id}`);
     replace(panel);
-    ({ settings: (p) => settings(p, go), credentials, llm, channels, status, sync, backup })[id](panel);
+    ({ settings: (p) => settings(p, go), credentials, llm, channels, profiles, status, sync, backup })[id](panel);
   };
   const go = (id) => { setQuery({ tab: id === 'settings' ? '' : id }); show(id); };
   const bar = tabs(TABS, tab, go);

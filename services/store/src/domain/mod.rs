@@ -14,6 +14,7 @@
 //! | [`conversations`] | `Conversations` | `conversations`, `conversation_titles` (trigram FTS5), `messages`, `pending_items`, `conversation_allowed_tools` (the chat service's) |
 //! | [`llm`] | `LlmConnections` | `llm_connections` (no secret: a credential reference) |
 //! | [`channels`] | `Channels` | `channels`, `channel_events` (no secret: credential references, a pairing code's digest) |
+//! | [`profiles`] | `Profiles` | `profiles` (each spec a `coffer_api::profiles::ProfileSpec` as JSON text) |
 //! | [`sync_export`] | `VaultState` | every table `coffer sync` carries, exported as canonical JSON and applied |
 //!
 //! [`StoreError`] becomes a `tonic::Status` here, once; a domain's own error (the credential crypto's, the
@@ -28,6 +29,7 @@ pub mod index;
 pub mod invocations;
 pub mod llm;
 pub mod maintenance;
+pub mod profiles;
 pub mod registry;
 pub mod settings;
 pub mod sync_export;
@@ -51,8 +53,8 @@ pub fn routes(db: &Db, vault: CredentialCrypto) -> tonic::service::Routes {
         audit_server::AuditServer, changes_server::ChangesServer, channels_server::ChannelsServer,
         conversations_server::ConversationsServer, credentials_server::CredentialsServer, index_server::IndexServer,
         invocations_server::InvocationsServer, llm_connections_server::LlmConnectionsServer,
-        maintenance_server::MaintenanceServer, registry_server::RegistryServer, settings_server::SettingsServer,
-        vault_state_server::VaultStateServer,
+        maintenance_server::MaintenanceServer, profiles_server::ProfilesServer, registry_server::RegistryServer,
+        settings_server::SettingsServer, vault_state_server::VaultStateServer,
     };
     const MAX: usize = MAX_DECODING_MESSAGE_SIZE;
     tonic::service::Routes::new(
@@ -79,6 +81,7 @@ pub fn routes(db: &Db, vault: CredentialCrypto) -> tonic::service::Routes {
     )
     .add_service(LlmConnectionsServer::new(llm::LlmConnectionsService::new(db.clone())).max_decoding_message_size(MAX))
     .add_service(ChannelsServer::new(channels::ChannelsService::new(db.clone())).max_decoding_message_size(MAX))
+    .add_service(ProfilesServer::new(profiles::ProfilesService::new(db.clone())).max_decoding_message_size(MAX))
     .add_service(VaultStateServer::new(sync_export::VaultStateService::new(db.clone())).max_decoding_message_size(MAX))
 }
 

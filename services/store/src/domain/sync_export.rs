@@ -1,6 +1,6 @@
 //! The `VaultState` service: the vault state as deterministic text for `coffer sync`
 //! (`proto/store_vault.proto`). Export turns the MCP server registry, the capability
-//! preferences, settings (but `sync.*`), LLM connections and channel configurations into one
+//! preferences, settings (but `sync.*`), LLM connections, channel configurations and profiles into one
 //! canonical JSON file each (sorted keys; never a secret: credentials stay names); apply makes
 //! the state equal to a set of such files in one transaction, with audit and change rows, so the
 //! gateway's snapshot follows and MCP sessions get `list_changed`.
@@ -8,6 +8,7 @@
 //! The export, in detail: one canonical JSON file (sorted keys, final newline) per server
 //! (`vault/servers/<name>.json`, env/header credential references as
 //! `coffer-credential-ref:<name>`), per server's preferences, per LLM connection, per channel
+//! (`profiles/<name>.json`: per written profile, its spec as `spec`), per channel
 //! (configuration, not its owner, pairing, cursor or whether it runs: a channel pulled onto a
 //! machine arrives disabled and an existing one keeps its own `enabled`, so two machines never poll
 //! one bot token at once) and `settings.json` (all but `sync.*`, `chat.claude_code_path`,
@@ -25,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use coffer_proto::store::vault_state_server::VaultState;
 use coffer_proto::store::*;
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};
@@ -85,6 +86,7 @@ enum Kind {
     Settings,
     Llm,
     Channel,
+    Profile,
 }
 
 /// The kind and entity name of `path`, or why it is not a vault file.
@@ -102,6 +104,7 @@ fn kind_of(path: &str) -> Result<(Kind, String), String> {
         "preferences" => Kind::Preferences,
         "llm" => Kind::Llm,
         "channels" => Kind::Channel,
+        "profiles" => Kind::Profile,
         _ => return Err(format!("unknown vault folder {:?}", truncate(dir, 40))),
     };
     Ok((kind, name.to_owned()))
@@ -231,6 +234,21 @@ fn export(c: &Connection) -> Result<BTreeMap<String, Value>, StoreError> {
         let v = v?;
         out.insert(format!("channels/{}.json", v["name"].as_str().unwrap_or_default()), v);
     }
+
+    // Profiles as written (a never-written `default` is not a file: it is everyone's default).
+    let mut st = c.prepare("SELECT name, spec_json, created_at, updated_at FROM profiles")?;
+    let rows = st.query_map([], |r| {
+        Ok(json!({
+            "name": r.get::<_, String>(0)?,
+            "spec": parse_json_col(&r.get::<_, String>(1)?),
+            "created_at": r.get::<_, String>(2)?,
+            "updated_at": r.get::<_, String>(3)?,
+        }))
+    })?;
+    for v in rows {
+        let v = v?;
+        out.insert(format!("profiles/{}.json", v["name"].as_str().unwrap_or_default()), v);
+    }
     Ok(out)
 }
 
@@ -260,7 +278,7 @@ fn missing_credentials(c: &Connection, state: &BTreeMap<String, Value>) -> Resul
                     refs.extend(v[f].as_str().filter(|s| !s.is_empty()).map(str::to_owned));
                 }
             }
-            Kind::Preferences | Kind::Settings => {}
+            Kind::Preferences | Kind::Settings | Kind::Profile => {}
         }
     }
     let mut st = c.prepare_cached("SELECT 1 FROM credentials WHERE name = ?1")?;
@@ -330,6 +348,16 @@ struct SettingsFile {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    /// A `coffer_api::profiles::ProfileSpec` (checked by [`super::profiles::validate`]).
+    spec: Value,
+    created_at: String,
+    updated_at: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LlmFile {
     name: String,
     wire: String,
@@ -378,6 +406,7 @@ enum Parsed {
     Settings(BTreeMap<String, String>, String),
     Llm(LlmConnection),
     Channel(ChannelRecord),
+    Profile(StoredProfile),
 }
 
 fn check_time(field: &str, at: &str) -> Result<(), String> {
@@ -519,6 +548,21 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
             r.agent_config_json = super::channels::validate(&r).map_err(invalid)?;
             Parsed::Channel(r)
         }
+        Kind::Profile => {
+            let f: ProfileFile = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+            same_name("name", &f.name)?;
+            check_time("created_at", &f.created_at)?;
+            check_time("updated_at", &f.updated_at)?;
+            let spec_json = f.spec.to_string();
+            super::profiles::validate(&f.name, &spec_json).map_err(invalid)?;
+            Parsed::Profile(StoredProfile {
+                name: f.name,
+                spec_json,
+                version: 0,
+                created_at: f.created_at,
+                updated_at: f.updated_at,
+            })
+        }
     };
     Ok((kind, name, parsed, value))
 }
@@ -545,6 +589,9 @@ fn changed_since(t: &Connection, since: u64) -> Result<BTreeSet<String>, StoreEr
             }
             "channel" => {
                 out.insert(format!("channels/{key}.json"));
+            }
+            "profile" => {
+                out.insert(format!("profiles/{key}.json"));
             }
             _ => {}
         }
@@ -641,6 +688,16 @@ fn write_llm(t: &Transaction, ch: &mut Changes, c: &LlmConnection, exists: bool)
     Ok(())
 }
 
+/// A profile from another machine, written as the domain writes it (version one past the row it
+/// replaces, the file's times kept).
+fn write_profile(t: &Transaction, ch: &mut Changes, p: &StoredProfile, exists: bool) -> Result<(), StoreError> {
+    let old: Option<i64> =
+        t.query_row("SELECT version FROM profiles WHERE name = ?1", [&p.name], |r| r.get(0)).optional()?;
+    super::profiles::write_row(t, &StoredProfile { version: old.map_or(1, |v| v + 1), ..p.clone() })?;
+    ch.push(ChangeEntity::Profile, p.name.clone(), if exists { ChangeOp::Update } else { ChangeOp::Create });
+    Ok(())
+}
+
 /// A channel's configuration from another machine. Whether it runs is this machine's own choice:
 /// a channel new here arrives disabled and an existing one keeps its `enabled` flag, so two
 /// machines never poll one bot token at once (Telegram answers the second poller 409) until
@@ -688,6 +745,11 @@ fn remove(t: &Transaction, ch: &mut Changes, kind: Kind, name: &str) -> Result<(
             t.execute("DELETE FROM channel_events WHERE channel = ?1", [name])?;
             t.execute("DELETE FROM channels WHERE name = ?1", [name])?;
             ch.push(ChangeEntity::Channel, name.to_owned(), ChangeOp::Delete);
+        }
+        Kind::Profile => {
+            // `default` removed reads as everything again (its never-written form).
+            t.execute("DELETE FROM profiles WHERE name = ?1", [name])?;
+            ch.push(ChangeEntity::Profile, name.to_owned(), ChangeOp::Delete);
         }
     }
     Ok(())
@@ -785,6 +847,7 @@ impl VaultState for VaultStateService {
                             Some((_, _, Parsed::Settings(values, at), _)) => write_settings(t, ch, values, at)?,
                             Some((_, _, Parsed::Llm(c), _)) => write_llm(t, ch, c, cur.is_some())?,
                             Some((_, _, Parsed::Channel(c), _)) => write_channel(t, ch, c, cur.is_some())?,
+                            Some((_, _, Parsed::Profile(p), _)) => write_profile(t, ch, p, cur.is_some())?,
                             None => {
                                 let (kind, name) = kind_of(&path).map_err(StoreError::Invalid)?;
                                 remove(t, ch, kind, &name)?;
@@ -908,6 +971,72 @@ mod tests {
         let r = svc.apply_vault(Request::new(req)).await.unwrap().into_inner();
         assert_eq!(r.skipped, vec!["servers/gh.json".to_owned()]);
         assert_eq!(r.removed, 0);
+    }
+
+    #[tokio::test]
+    async fn profiles_travel_with_the_vault_and_a_bad_one_is_named() {
+        let (_d, svc) = service();
+        // Written on this machine through the domain: exported as profiles/<name>.json.
+        let profiles = super::super::profiles::ProfilesService::new(svc.db.clone());
+        use coffer_proto::store::profiles_server::Profiles as _;
+        let put = PutProfileRequest {
+            name: "work".into(),
+            spec_json: r#"{"mode":"lazy","tools":{"exclude":["git__git_push"]}}"#.into(),
+            create_only: true,
+            ..Default::default()
+        };
+        profiles.put_profile(Request::new(put)).await.unwrap();
+        let doc = svc.export_vault(Request::new(ExportVaultRequest {})).await.unwrap().into_inner();
+        assert_eq!(
+            doc.entries.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+            ["profiles/work.json"],
+            "a never-written default is no file"
+        );
+        let exported: Value = serde_json::from_str(&doc.entries[0].json).unwrap();
+        assert_eq!(exported["spec"], json!({"mode": "lazy", "tools": {"exclude": ["git__git_push"]}}));
+        // Applied on another machine: the same bytes come back, the change stream says so.
+        let (_d2, other) = service();
+        let r = apply(&other, doc.entries.clone()).await.unwrap();
+        assert_eq!((r.added, r.changed, r.removed), (1, 0, 0));
+        let back = other.export_vault(Request::new(ExportVaultRequest {})).await.unwrap().into_inner();
+        assert_eq!(back.entries, doc.entries, "an applied profile exports to the same bytes");
+        let entity: String = other
+            .db
+            .read(|c| Ok(c.query_row("SELECT entity FROM changes ORDER BY seq DESC LIMIT 1", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(entity, "profile");
+        // A bad profile file is named, nothing applied.
+        for (json, needle) in [
+            (
+                r#"{"name":"work","spec":{"mode":"sometimes"},"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}"#,
+                "sometimes",
+            ),
+            (
+                r#"{"name":"Work","spec":{},"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}"#,
+                "differs from the file name",
+            ),
+            (
+                r#"{"name":"work","spec":[],"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}"#,
+                "not a profile spec",
+            ),
+            (
+                r#"{"name":"work","spec":{},"colour":1,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}"#,
+                "unknown field",
+            ),
+        ] {
+            let e = apply(&other, vec![VaultEntry { path: "profiles/work.json".into(), json: json.into() }])
+                .await
+                .unwrap_err();
+            assert!(
+                e.message().starts_with("vault/profiles/work.json: ") && e.message().contains(needle),
+                "{needle}: {}",
+                e.message()
+            );
+        }
+        // Removed on the other side: removed here.
+        let gone = apply(&other, vec![]).await.unwrap();
+        assert_eq!(gone.removed, 1);
     }
 
     #[tokio::test]
