@@ -240,7 +240,7 @@ impl<C: Connector> Bridge<C> {
         match kind {
             Kind::Request { id, method } if method == "initialize" => {
                 let slot = self.slot.clone().write_owned().await;
-                let cold = slot.as_ref().is_none_or(|l| !l.usable());
+                let cold = slot.as_ref().is_none_or(|l| !l.usable()) && !self.connector.daemon_ready();
                 let recalled = self.recall(&body);
                 let early = match recalled {
                     Some((key, Some(result))) if cold => {
@@ -552,12 +552,14 @@ impl<C: Connector> Bridge<C> {
         Some((key, answer))
     }
 
-    /// Whether no daemon link is up yet (none, lost, or one being established).
+    /// Whether the daemon is not up yet: no daemon link (none, lost, or one being established)
+    /// and no ready daemon to make one with ([`Connector::daemon_ready`]).
     fn cold(&self) -> bool {
-        match self.slot.try_read() {
-            Ok(slot) => slot.as_ref().is_none_or(|l| !l.usable()),
-            Err(_) => true,
-        }
+        let linked = match self.slot.try_read() {
+            Ok(slot) => slot.as_ref().is_some_and(|l| l.usable()),
+            Err(_) => false,
+        };
+        !linked && !self.connector.daemon_ready()
     }
 
     /// A remembered request (`memory.rs`) other than `initialize`: answered from memory at once

@@ -70,6 +70,14 @@ pub trait Connector: Send + Sync + 'static {
     fn memory(&self) -> Option<Memory> {
         None
     }
+
+    /// Whether a daemon is up and ready now (a cheap local check, no request). Only while it
+    /// is not does the shim answer from [`Connector::memory`]: a running daemon answers within
+    /// milliseconds, and its answer is current (a server added since the memory was written is
+    /// in it). The default says yes.
+    fn daemon_ready(&self) -> bool {
+        true
+    }
 }
 
 /// Whose credentials the shim connects with.
@@ -182,6 +190,12 @@ impl Connector for DaemonConnector {
         let profile = std::env::var("COFFER_PROFILE").ok();
         let scope = serde_json::json!([coffer_runtime::VERSION, args, profile]).to_string();
         Some(Memory::new(home.root().join("cache").join("shim"), scope))
+    }
+
+    /// A daemon holds `daemon.lock` and has written `daemon.json` (it does once every service is
+    /// healthy): [`coffer_runtime::connect::ready_daemon`].
+    fn daemon_ready(&self) -> bool {
+        self.home.as_ref().is_ok_and(|home| coffer_runtime::connect::ready_daemon(home).is_some())
     }
 
     async fn connect(&self) -> Result<Endpoint, BoxError> {
