@@ -686,11 +686,11 @@ mod tests {
     #[test]
     fn a_key_given_twice_is_refused_naming_the_key_and_its_parameter() {
         let q = |v: &[(&str, &str)]| parse_query(v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect());
-        let subs = q(&[("list", "k1"), ("conversation", "k1:abc")]).unwrap();
+        let subs = q(&[("list", "k1"), ("conversation", "k1:01JDQ8ZKXW5T3M2N4P6R7S8T9V")]).unwrap();
         let e = specs_of(&subs, Origin::Query).unwrap_err();
         assert!(e.message.contains("\"k1\" is given twice"), "{}", e.message);
         assert_eq!(e.details, json!({"parameter": "conversation", "sub": "k1"}));
-        let subs = q(&[("conversation", "k2:abc"), ("list", "k2")]).unwrap();
+        let subs = q(&[("conversation", "k2:01JDQ8ZKXW5T3M2N4P6R7S8T9V"), ("list", "k2")]).unwrap();
         assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "list");
         let subs = q(&[("list", "k3"), ("invocations", "k3")]).unwrap();
         assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "invocations");
@@ -702,8 +702,20 @@ mod tests {
         assert_eq!(e.details, json!({"field": "add", "index": 0, "sub": "a b"}));
         let twice = [
             Subscription { sub: "x".into(), list: Some(true), ..Default::default() },
-            Subscription { sub: "x".into(), conversation: Some("c".into()), ..Default::default() },
+            Subscription {
+                sub: "x".into(),
+                conversation: Some("01JDQ8ZKXW5T3M2N4P6R7S8T9V".into()),
+                ..Default::default()
+            },
         ];
+        // A conversation id that is not a ULID is refused with the subscription's details.
+        let bad = Subscription { sub: "y".into(), conversation: Some("BAD".into()), ..Default::default() };
+        let e = specs_of(std::slice::from_ref(&bad), Origin::Query).unwrap_err();
+        assert!(e.message.contains("\"BAD\" is not a conversation id"), "{}", e.message);
+        assert_eq!(e.details, json!({"parameter": "conversation", "sub": "y"}));
+        // Past the limit: a 400 naming it.
+        let e = too_many_subscriptions(65, 0);
+        assert_eq!((e.code, e.details), (Code::InvalidArgument, json!({"limit": 64, "asked": 65, "open": 0})));
         assert_eq!(
             specs_of(&twice, Origin::Body).unwrap_err().details,
             json!({"field": "add", "index": 1, "sub": "x"})
