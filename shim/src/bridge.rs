@@ -33,11 +33,21 @@ use crate::frame::Frame;
 use crate::http::snippet;
 use crate::jsonrpc::{self, DAEMON_UNAVAILABLE, INVALID_REQUEST, Kind, PARSE_ERROR, ParseError, Parsed};
 use crate::link::{Answer, Link, Lost, Sink, duplicate_id_frame};
+use crate::memory::{self, Memory};
 use crate::stream::{Liveness, StreamLink, Unsent};
 use crate::{Config, ShimError};
 
 /// How long a notification or response may wait for the daemon's acceptance.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `_meta` key that marks a request of MCP 2026-07-28 (basic/lifecycle: every request carries
+/// its protocol version).
+const MODERN_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key tagging a message of a `subscriptions/listen` stream with its request id (MCP
+/// 2026-07-28, basic/patterns/subscriptions).
+const SUBSCRIPTION_ID_META: &str = "io.modelcontextprotocol/subscriptionId";
+/// `subscriptions/listen` requests remembered for tagging the shim's own `list_changed`.
+const MAX_LISTENS: usize = 16;
 
 /// The client's `initialize`, kept to replay it on a new session.
 struct InitRecord {
@@ -72,6 +82,20 @@ pub(crate) struct Bridge<C> {
     /// that waited while one ran take its outcome instead of starting another.
     attempts: AtomicU64,
     failed: Mutex<Option<(u64, Arc<ShimError>)>>,
+    /// The daemon's discovery answers from earlier sessions (`memory.rs`), when the connector
+    /// keeps any.
+    memory: Option<Memory>,
+    /// An `initialize` answered from memory whose session is still being established: whether
+    /// the client's `notifications/initialized` arrived meanwhile (the initialize task sends it
+    /// once the daemon answered, so the stdin reader never waits for a starting daemon).
+    early_init: Mutex<Option<bool>>,
+    /// Requests the shim asks the daemon itself to check an answer given from memory.
+    rechecks: AtomicU64,
+    /// The client's `subscriptions/listen` requests (MCP 2026-07-28): id and
+    /// `params.notifications`, to tag a `list_changed` the shim sends itself.
+    listens: Mutex<Vec<(Value, Value)>>,
+    /// `subscriptions/listen` acknowledgments given from memory or to remember (`memory.rs`).
+    acks: Arc<memory::Acks>,
     stop: CancellationToken,
     requests: TaskTracker,
     background: TaskTracker,
@@ -79,6 +103,7 @@ pub(crate) struct Bridge<C> {
 
 impl<C: Connector> Bridge<C> {
     pub(crate) fn new(connector: C, config: Config, out: mpsc::Sender<Frame>) -> Arc<Self> {
+        let memory = connector.memory();
         Arc::new(Self {
             connector,
             config,
@@ -89,6 +114,11 @@ impl<C: Connector> Bridge<C> {
             replays: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             failed: Mutex::new(None),
+            memory: memory.clone(),
+            early_init: Mutex::new(None),
+            rechecks: AtomicU64::new(0),
+            listens: Mutex::new(Vec::new()),
+            acks: Arc::new(memory::Acks::new(memory.clone())),
             stop: CancellationToken::new(),
             requests: TaskTracker::new(),
             background: TaskTracker::new(),
@@ -210,10 +240,28 @@ impl<C: Connector> Bridge<C> {
         match kind {
             Kind::Request { id, method } if method == "initialize" => {
                 let slot = self.slot.clone().write_owned().await;
+                let cold = slot.as_ref().is_none_or(|l| !l.usable()) && !self.connector.daemon_ready();
+                let recalled = self.recall(&body);
+                let early = match recalled {
+                    Some((key, Some(result))) if cold => {
+                        // Answered now; the client's next messages must not wait for the daemon.
+                        *self.early_init.lock().unwrap_or_else(PoisonError::into_inner) = Some(false);
+                        self.emit(result_frame(&id, &result)).await;
+                        Some((key, Some(result)))
+                    }
+                    other => other.map(|(key, _)| (key, None)),
+                };
                 let this = self.clone();
-                self.spawn_request(async move { this.initialize(id, body, slot).await });
+                self.spawn_request(async move { this.initialize(id, body, slot, early).await });
             }
-            Kind::Request { id, .. } => {
+            Kind::Request { id, method } if self.memory.is_some() && memory::remembered(&method) => {
+                self.remembered_request(id, method, body).await;
+            }
+            Kind::Request { id, method } => {
+                if method == memory::LISTEN {
+                    self.note_listen(&id, &body);
+                    self.acknowledge_listen(&id, &body).await;
+                }
                 let Some((id, body)) = self.send_on_stream(id, body).await else { return };
                 let this = self.clone();
                 self.spawn_request(async move {
@@ -303,11 +351,16 @@ impl<C: Connector> Bridge<C> {
     /// once more on a re-established session: the daemon did not act on it, and the client sent
     /// it to a daemon it believed running. Requests that may have taken effect are never resent.
     async fn request(self: &Arc<Self>, id: &Value, body: &Bytes) -> Frame {
+        self.request_to(id, body, Sink::Client(&self.out)).await
+    }
+
+    /// [`Bridge::request`] with what the daemon sends before the answer going to `sink`.
+    async fn request_to(self: &Arc<Self>, id: &Value, body: &Bytes, sink: Sink<'_>) -> Frame {
         let link = match self.acquire().await {
             Ok(link) => link,
             Err(err) => return unreachable_frame(id, &err.to_string()),
         };
-        let lost = match link.exchange(body, id, Sink::Client(&self.out)).await {
+        let lost = match link.exchange(body, id, sink).await {
             Ok((frame, _)) => return frame,
             Err(lost) => lost,
         };
@@ -326,7 +379,7 @@ impl<C: Connector> Bridge<C> {
             Ok(link) => link,
             Err(err) => return unreachable_frame(id, &err.to_string()),
         };
-        match link.exchange(body, id, Sink::Client(&self.out)).await {
+        match link.exchange(body, id, sink).await {
             Ok((frame, _)) => frame,
             Err(lost) => {
                 link.lose(&lost.reason);
@@ -339,6 +392,12 @@ impl<C: Connector> Bridge<C> {
     /// (JSON-RPC gives the client no answer to these).
     async fn notify(self: &Arc<Self>, method: Option<&str>, body: &Bytes) {
         let initialized = method == Some("notifications/initialized");
+        if initialized && let Some(pending) = self.early_init.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            // The initialize answered from memory is still being established: its task sends
+            // this once the daemon answered.
+            *pending = true;
+            return;
+        }
         if initialized && let Some(record) = self.init.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
             record.initialized = true;
         }
@@ -374,7 +433,22 @@ impl<C: Connector> Bridge<C> {
     /// holding the session slot, so nothing else is forwarded before the session id is known.
     /// Like any request, it is sent once more (after detect-or-spawn again) when it provably
     /// never reached the daemon.
-    async fn initialize(self: Arc<Self>, id: Value, body: Bytes, mut slot: OwnedRwLockWriteGuard<Option<Arc<Link>>>) {
+    ///
+    /// `early` is the request's memory key and, when the client was already answered from
+    /// memory, that answer: the daemon's own answer then goes nowhere but into the memory (and a
+    /// `notifications/initialized` that arrived meanwhile is sent once it is in).
+    async fn initialize(
+        self: Arc<Self>,
+        id: Value,
+        body: Bytes,
+        mut slot: OwnedRwLockWriteGuard<Option<Arc<Link>>>,
+        early: Option<(String, Option<Value>)>,
+    ) {
+        let (key, answered) = match early {
+            Some((key, answered)) => (Some(key), answered),
+            None => (None, None),
+        };
+        let sink = if answered.is_some() { Sink::Discard } else { Sink::Client(&self.out) };
         let previous = slot.take();
         let mut endpoint = previous.as_ref().filter(|l| l.usable()).map(|l| l.endpoint.clone());
         if let Some(old) = previous.filter(|l| l.usable() && l.has_session()) {
@@ -388,13 +462,16 @@ impl<C: Connector> Bridge<C> {
                     Ok(endpoint) => endpoint,
                     Err(err) => {
                         drop(slot);
-                        self.emit(unreachable_frame(&id, &err.to_string())).await;
+                        self.early_failed(answered.is_some(), &err.to_string());
+                        if answered.is_none() {
+                            self.emit(unreachable_frame(&id, &err.to_string())).await;
+                        }
                         return;
                     }
                 },
             };
             let attempt = match self.open_link(endpoint).await {
-                Ok(fresh) => fresh.exchange(&body, &id, Sink::Client(&self.out)).await.map(|(f, sid)| (fresh, f, sid)),
+                Ok(fresh) => fresh.exchange(&body, &id, sink).await.map(|(f, sid)| (fresh, f, sid)),
                 Err(lost) => Err(lost),
             };
             match attempt {
@@ -405,7 +482,10 @@ impl<C: Connector> Bridge<C> {
                 }
                 Err(lost) => {
                     drop(slot);
-                    self.emit(failure_frame(&id, &lost)).await;
+                    self.early_failed(answered.is_some(), &lost.reason);
+                    if answered.is_none() {
+                        self.emit(failure_frame(&id, &lost)).await;
+                    }
                     return;
                 }
             }
@@ -416,13 +496,180 @@ impl<C: Connector> Bridge<C> {
                 request.map(|request| InitRecord { request, initialized: false });
             let version = result.protocol_version.as_deref().and_then(|v| HeaderValue::from_str(v).ok());
             debug!(generation = fresh.generation, protocol_version = ?result.protocol_version, "Session initialized.");
-            *slot = Some(fresh.with_session(session_id, version));
+            let link = fresh.with_session(session_id, version);
+            if let (Some(key), Some(memory), Some(result)) = (&key, &self.memory, memory::result_of(frame.bytes())) {
+                if answered.as_ref().is_some_and(|a| *a != result) {
+                    // The client keeps what it was told (an initialize cannot be taken back);
+                    // what differs is a newer daemon's: the next session gets it.
+                    warn!(
+                        "The daemon's initialize answer differs from the one given from memory; stored for next time."
+                    );
+                }
+                memory.store(key, "initialize", &result);
+            }
+            let pending = self.early_init.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if pending == Some(true) {
+                if let Some(record) = self.init.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                    record.initialized = true;
+                }
+                let note = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+                match link.post(&note).await {
+                    Ok(Answer::Accepted) => self.listen(&link),
+                    Ok(Answer::Rejected(reason)) | Err(Lost { reason, .. }) => {
+                        warn!(%reason, "The daemon did not take notifications/initialized.");
+                    }
+                    Ok(_) => {}
+                }
+            }
+            *slot = Some(link);
         } else {
             // The daemon refused this initialize; keep the connection for whatever comes next.
+            self.early_failed(answered.is_some(), &snippet(frame.bytes()));
             *slot = Some(fresh);
         }
         drop(slot);
-        self.emit(frame).await;
+        if answered.is_none() {
+            self.emit(frame).await;
+        }
+    }
+
+    /// An `initialize` answered from memory could not be established with the daemon: the
+    /// requests that follow find no session and are answered with the daemon's error then.
+    fn early_failed(&self, early: bool, reason: &str) {
+        if early {
+            self.early_init.lock().unwrap_or_else(PoisonError::into_inner).take();
+            warn!(%reason, "The initialize answered from memory could not be established with the daemon.");
+        }
+    }
+
+    /// The memory key of a request line and the answer stored under it (`None` when the
+    /// bridge keeps no memory or the request is not remembered).
+    fn recall(&self, body: &[u8]) -> Option<(String, Option<Value>)> {
+        let memory = self.memory.as_ref()?;
+        let request: Value = serde_json::from_slice(body).ok()?;
+        let key = memory.key(&request)?;
+        let answer = memory.recall(&key);
+        Some((key, answer))
+    }
+
+    /// Whether the daemon is not up yet: no daemon link (none, lost, or one being established)
+    /// and no ready daemon to make one with ([`Connector::daemon_ready`]).
+    fn cold(&self) -> bool {
+        let linked = match self.slot.try_read() {
+            Ok(slot) => slot.as_ref().is_some_and(|l| l.usable()),
+            Err(_) => false,
+        };
+        !linked && !self.connector.daemon_ready()
+    }
+
+    /// A remembered request (`memory.rs`) other than `initialize`: answered from memory at once
+    /// while the daemon is not up yet, then checked with the daemon; else relayed, its answer
+    /// stored for the next cold start.
+    async fn remembered_request(self: &Arc<Self>, id: Value, method: String, body: Bytes) {
+        let Some((key, answer)) = self.recall(&body) else {
+            let this = self.clone();
+            self.spawn_request(async move {
+                let frame = this.request(&id, &body).await;
+                this.emit(frame).await;
+            });
+            return;
+        };
+        match answer {
+            Some(answer) if self.cold() => {
+                self.emit(result_frame(&id, &answer)).await;
+                let this = self.clone();
+                self.spawn_request(async move { this.recheck(method, body, key, answer).await });
+            }
+            _ => {
+                let this = self.clone();
+                self.spawn_request(async move {
+                    let frame = this.request(&id, &body).await;
+                    if let (Some(memory), Some(result)) = (&this.memory, memory::result_of(frame.bytes())) {
+                        memory.store(&key, &method, &result);
+                    }
+                    this.emit(frame).await;
+                });
+            }
+        }
+    }
+
+    /// Asks the daemon the request answered from memory (under an id of the shim's) and stores
+    /// its answer; when a list differs from what the client was told, sends the client that
+    /// list's `list_changed`, so it lists again.
+    async fn recheck(self: Arc<Self>, method: String, body: Bytes, key: String, answered: Value) {
+        let Ok(mut request) = serde_json::from_slice::<Value>(&body) else { return };
+        let n = self.rechecks.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = json!(format!("coffer-shim-recheck-{n}"));
+        request["id"] = id.clone();
+        let modern = request.pointer("/params/_meta").and_then(|m| m.get(MODERN_VERSION_META)).is_some();
+        let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+        let frame = self.request_to(&id, &body, Sink::Discard).await;
+        let Some(result) = memory::result_of(frame.bytes()) else {
+            debug!(method, answer = %snippet(frame.bytes()), "The daemon did not answer a request given from memory.");
+            return;
+        };
+        if result == answered {
+            return;
+        }
+        if let Some(memory) = &self.memory {
+            memory.store(&key, &method, &result);
+        }
+        let Some(note) = memory::list_changed_method(&method) else { return };
+        info!(method, "The daemon's list differs from the one given from memory; telling the client.");
+        for frame in self.list_changed_frames(note, modern) {
+            self.emit(frame).await;
+        }
+    }
+
+    /// The `list_changed` notification(s) for `note`: one plain notification (2025 revisions),
+    /// or, for a 2026-07-28 client, one per `subscriptions/listen` that opted in to it, tagged
+    /// with its subscription id as the daemon tags its own.
+    fn list_changed_frames(&self, note: &str, modern: bool) -> Vec<Frame> {
+        if !modern {
+            return vec![Frame::from_value(&json!({"jsonrpc": "2.0", "method": note}))];
+        }
+        let opt_in = match note {
+            "notifications/tools/list_changed" => "toolsListChanged",
+            "notifications/prompts/list_changed" => "promptsListChanged",
+            _ => "resourcesListChanged",
+        };
+        let listens = self.listens.lock().unwrap_or_else(PoisonError::into_inner);
+        listens
+            .iter()
+            .filter(|(_, wanted)| wanted.get(opt_in).and_then(Value::as_bool) == Some(true))
+            .map(|(id, _)| {
+                Frame::from_value(&json!({"jsonrpc": "2.0", "method": note,
+                    "params": {"_meta": {SUBSCRIPTION_ID_META: id}}}))
+            })
+            .collect()
+    }
+
+    /// A `subscriptions/listen` while the daemon is not up yet: acknowledged at once from memory
+    /// when its acknowledgment is remembered (the daemon's own is then dropped); otherwise its
+    /// acknowledgment is remembered when the daemon sends it. The request itself is relayed.
+    async fn acknowledge_listen(&self, id: &Value, body: &[u8]) {
+        let Some((key, _)) = self.recall(body) else { return };
+        if self.cold()
+            && let Some(ack) = self.acks.give(id, &key)
+        {
+            self.emit(Frame::from_value(&ack)).await;
+            return;
+        }
+        self.acks.watch(id, key);
+    }
+
+    /// Records a client's `subscriptions/listen` (at most a few are open at a time).
+    fn note_listen(&self, id: &Value, body: &[u8]) {
+        let wanted = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.pointer("/params/notifications").cloned())
+            .unwrap_or_default();
+        let mut listens = self.listens.lock().unwrap_or_else(PoisonError::into_inner);
+        listens.retain(|(known, _)| known != id);
+        if listens.len() >= MAX_LISTENS {
+            listens.remove(0);
+        }
+        listens.push((id.clone(), wanted));
     }
 
     /// The current link, or a new one: detect-or-spawn, then (once the client initialized)
@@ -503,7 +750,7 @@ impl<C: Connector> Bridge<C> {
     /// A new link to `endpoint` (see [`Link::open`]).
     async fn open_link(&self, endpoint: crate::connector::Endpoint) -> Result<Arc<Link>, Lost> {
         let liveness = Liveness { interval: self.config.liveness_interval, timeout: self.config.liveness_timeout };
-        Link::open(self.next_generation(), endpoint, self.out.clone(), liveness).await
+        Link::open(self.next_generation(), endpoint, self.out.clone(), liveness, self.acks.clone()).await
     }
 
     fn next_generation(&self) -> u64 {
@@ -528,6 +775,11 @@ fn cancelled_request_id(body: &[u8]) -> Option<Value> {
         params: Params,
     }
     serde_json::from_slice::<Notification>(body).ok().map(|n| n.params.request_id)
+}
+
+/// A JSON-RPC response with `result` for `id`.
+fn result_frame(id: &Value, result: &Value) -> Frame {
+    Frame::from_value(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
 fn invalid_frame(id: &Value) -> Frame {

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use coffer_runtime::home::CofferHome;
 use secrecy::SecretString;
 
+use crate::memory::Memory;
+
 /// Any error a [`Connector`] reports; the shim only shows its message.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -62,6 +64,20 @@ pub trait Connector: Send + Sync + 'static {
     /// Any error that means the daemon cannot be reached; the shim answers the message that
     /// needed it with a JSON-RPC error (-32001) carrying this error's text.
     fn connect(&self) -> impl Future<Output = Result<Endpoint, BoxError>> + Send;
+
+    /// Where the shim keeps the daemon's discovery answers for a cold start (see
+    /// [`Memory`]); `None` (the default) keeps none, so every request waits for the daemon.
+    fn memory(&self) -> Option<Memory> {
+        None
+    }
+
+    /// Whether a daemon is up and ready now (a cheap local check, no request). Only while it
+    /// is not does the shim answer from [`Connector::memory`]: a running daemon answers within
+    /// milliseconds, and its answer is current (a server added since the memory was written is
+    /// in it). The default says yes.
+    fn daemon_ready(&self) -> bool {
+        true
+    }
 }
 
 /// Whose credentials the shim connects with.
@@ -162,6 +178,26 @@ impl DaemonConnector {
 }
 
 impl Connector for DaemonConnector {
+    /// `COFFER_HOME/cache/shim`, scoped by this shim's version, arguments and `COFFER_PROFILE`
+    /// (what selects the session's view). None for a managed agent: its daemon always runs
+    /// (it is never started by its shim) and its sandbox may not let it write the home.
+    fn memory(&self) -> Option<Memory> {
+        let home = self.home.as_ref().ok()?;
+        if self.access != Access::Owner {
+            return None;
+        }
+        let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+        let profile = std::env::var("COFFER_PROFILE").ok();
+        let scope = serde_json::json!([coffer_runtime::VERSION, args, profile]).to_string();
+        Some(Memory::new(home.root().join("cache").join("shim"), scope))
+    }
+
+    /// A daemon holds `daemon.lock` and has written `daemon.json` (it does once every service is
+    /// healthy): [`coffer_runtime::connect::ready_daemon`].
+    fn daemon_ready(&self) -> bool {
+        self.home.as_ref().is_ok_and(|home| coffer_runtime::connect::ready_daemon(home).is_some())
+    }
+
     async fn connect(&self) -> Result<Endpoint, BoxError> {
         let home = self.home.as_ref().map_err(|e| BoxError::from(e.clone()))?;
         let daemon = match self.access {

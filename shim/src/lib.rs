@@ -65,6 +65,7 @@ mod frame;
 mod http;
 mod jsonrpc;
 mod link;
+mod memory;
 pub mod stdio;
 mod stream;
 
@@ -76,6 +77,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use connector::{Access, BoxError, Connector, DaemonConnector, Endpoint, mcp_client};
 pub use jsonrpc::{DAEMON_UNAVAILABLE, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
+pub use memory::Memory;
 
 use crate::bridge::Bridge;
 use crate::frame::{FrameReader, Input};

@@ -115,11 +115,12 @@ impl Link {
         endpoint: Endpoint,
         out: mpsc::Sender<Frame>,
         liveness: Liveness,
+        acks: Arc<crate::memory::Acks>,
     ) -> Result<Arc<Self>, Lost> {
         let lost = CancellationToken::new();
         let lost_reason = Arc::<OnceLock<String>>::default();
         let transport = if endpoint.stream {
-            match StreamLink::open(&endpoint, out, lost.clone(), lost_reason.clone(), liveness).await {
+            match StreamLink::open(&endpoint, out, lost.clone(), lost_reason.clone(), liveness, acks).await {
                 Ok(stream) => {
                     debug!(generation, "Talking to the daemon on a /mcp stream.");
                     Transport::Stream(stream)

@@ -43,6 +43,7 @@ use tracing::{debug, warn};
 use crate::connector::Endpoint;
 use crate::frame::Frame;
 use crate::jsonrpc::{self, INTERNAL_ERROR, Kind, Parsed};
+use crate::memory::Acks;
 
 /// The `Upgrade` token of the stream.
 use coffer_types::mcp::STREAM_UPGRADE as PROTOCOL;
@@ -103,6 +104,8 @@ pub(crate) struct StreamLink {
     /// When the link opened, and the last time anything came from the daemon (ns after it).
     opened: Instant,
     heard_ns: AtomicU64,
+    /// Acknowledgments of `subscriptions/listen` the shim gave itself or remembers.
+    acks: Arc<Acks>,
 }
 
 impl StreamLink {
@@ -114,6 +117,7 @@ impl StreamLink {
         lost: CancellationToken,
         reason: Arc<OnceLock<String>>,
         liveness: Liveness,
+        acks: Arc<Acks>,
     ) -> Result<Arc<Self>, OpenError> {
         let io = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(endpoint)).await.map_err(|_| {
             OpenError::Unreachable(format!("no answer to the stream upgrade within {CONNECT_TIMEOUT:?}"))
@@ -128,6 +132,7 @@ impl StreamLink {
             reason,
             opened: Instant::now(),
             heard_ns: AtomicU64::new(0),
+            acks,
         });
         tokio::spawn(link.clone().write_loop(lines, write));
         tokio::spawn(link.clone().read_loop(read, out));
@@ -361,7 +366,9 @@ impl StreamLink {
         match jsonrpc::parse(&line) {
             Ok(Parsed::Single(Kind::Response { id })) => self.answer(&id, Frame::from_valid_json(line), out).await,
             Ok(_) => {
-                let _ = out.send(Frame::from_valid_json(line)).await;
+                if self.acks.pass(&line) {
+                    let _ = out.send(Frame::from_valid_json(line)).await;
+                }
             }
             Err(_) => warn!("Skipped a line from the daemon that is not JSON-RPC."),
         }

@@ -357,6 +357,7 @@ async fn saved_attachments_are_served_back_and_nothing_else_is() -> anyhow::Resu
         let r = api.get(&format!("/v1/conversations/{id}/messages/{mid}/attachments/{bad}")).reply().await?;
         let e = r.expect_envelope(400, "INVALID_ARGUMENT").with_context(|| bad.to_owned())?;
         ensure!(e["message"].as_str().unwrap_or_default().contains("name"), "{bad}: {e}");
+        ensure!(e["details"] == json!({"parameter": "name"}), "the details name the parameter: {bad}: {e}");
     }
     // A file planted in the message's folder (by the agent, say) is not one of its recorded
     // attachments: not served, and the 404 names it.
@@ -389,6 +390,7 @@ async fn saved_attachments_are_served_back_and_nothing_else_is() -> anyhow::Resu
         .expect_envelope(400, "INVALID_ARGUMENT")?;
     let msg = e["message"].as_str().unwrap_or_default();
     ensure!(msg.starts_with("message_id: \"nope\" is not a message id"), "{e}");
+    ensure!(e["details"] == json!({"parameter": "message_id"}), "{e}");
     let other = chat::rest_create(&api).await?;
     let other = other["id"].as_str().context("id")?;
     api.get(&format!("/v1/conversations/{other}/messages/{mid}/attachments/shot.png"))

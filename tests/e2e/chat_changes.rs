@@ -165,19 +165,45 @@ async fn a_turn_s_changed_files_come_as_an_event_on_the_message_and_as_diffs() -
         "{}",
         out.stdout
     );
-    let out = home.cli(&["chat", "diff", &id, "src/a.rs"]).await?;
-    ensure!(out.code == Some(0) && out.stdout.contains("+fn b() {}"), "chat diff PATH: {out:?}");
-    // PATH is normalised as a shell user types it: `./`, doubled slashes, the folder's absolute path.
+    // PATH is read from the shell's current directory, as a shell user types it: from the
+    // folder, its subfolder `src`, or anywhere with the absolute path; `./`, doubled slashes.
+    let diff_in = |dir: String, path: &str| {
+        let args = ["chat", "diff", id.as_str(), path].map(str::to_owned);
+        let home = &home;
+        async move {
+            let mut cmd = home.cli_command(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+            let out = cmd.current_dir(&dir).output().await?;
+            let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            anyhow::Ok((out.status.code(), stdout.into_owned(), stderr.into_owned()))
+        }
+    };
     let absolute = format!("{cwd}/src/a.rs");
-    for given in ["./src/a.rs", "src//a.rs", "src/x/../a.rs", absolute.as_str()] {
-        let out = home.cli(&["chat", "diff", &id, given]).await?;
-        ensure!(out.code == Some(0) && out.stdout.contains("+fn b() {}"), "chat diff {given}: {out:?}");
+    let src = format!("{cwd}/src");
+    for (dir, given) in [
+        (&cwd, "src/a.rs"),
+        (&cwd, "./src/a.rs"),
+        (&cwd, "src//a.rs"),
+        (&cwd, "src/x/../a.rs"),
+        (&src, "a.rs"),
+        (&src, "../src/a.rs"),
+        (&home.temp().display().to_string(), absolute.as_str()),
+    ] {
+        let (code, stdout, stderr) = diff_in(dir.clone(), given).await?;
+        ensure!(code == Some(0) && stdout.contains("+fn b() {}"), "chat diff {given} in {dir}: {stdout} {stderr}");
     }
+    // From elsewhere a relative PATH is not the folder's: refused naming it and the directory.
+    let elsewhere_dir = home.temp().display().to_string();
+    let (code, _, stderr) = diff_in(elsewhere_dir.clone(), "src/a.rs").await?;
+    ensure!(
+        code == Some(2) && stderr.contains("\"src/a.rs\" is outside") && stderr.contains(&elsewhere_dir),
+        "{stderr}"
+    );
     // Escapes and paths elsewhere stay refused (exit 2, a usage error naming the path); so
     // does an empty PATH, in the CLI's words (not the REST route's `?path=`).
     let elsewhere = home.temp().join("elsewhere.rs").display().to_string();
     for outside in ["../x", "src/../../x", elsewhere.as_str()] {
-        let out = home.cli(&["chat", "diff", &id, outside]).await?;
+        let (code, _, stderr) = diff_in(cwd.clone(), outside).await?;
+        let out = coffer_tests::CliOutput { args: vec![], code, stdout: String::new(), stderr };
         ensure!(
             out.code == Some(2)
                 && out.stderr.contains("outside the conversation's folder")

@@ -89,12 +89,25 @@ async fn one_stream_carries_the_list_and_conversations_tagged_and_resumes_each_a
     let c2 = create(&api, "second").await?;
 
     // Bad subscriptions are refused before any stream starts, naming what is wrong.
-    for (q, what) in [("after=3", "after"), ("conversation=k", "conversation"), ("conversation=k:c:x", "conversation")]
-    {
+    for (q, what) in [
+        ("after=3", "after"),
+        ("conversation=k", "conversation"),
+        ("conversation=k:c:x", "conversation"),
+        ("conversation=k:BAD", "conversation"),
+    ] {
         let r = api.get(&format!("/v1/events?{q}")).reply().await?;
         ensure!(r.status == 400, "{q}: {} {}", r.status, r.text);
         ensure!(r.json()?["error"]["details"]["parameter"] == what, "{q}: {}", r.text);
     }
+    let r = api.get("/v1/events?conversation=k:BAD").reply().await?;
+    ensure!(r.text.contains("\\\"BAD\\\" is not a conversation id"), "the id is named: {}", r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"parameter": "conversation", "sub": "k"}), "{}", r.text);
+    // Past the limit of subscriptions on one stream: a 400 naming the limit (not a 429: the
+    // same request can never succeed).
+    let many: Vec<String> = (0..=64).map(|i| format!("list=s{i}")).collect();
+    let r = api.get(&format!("/v1/events?{}", many.join("&"))).reply().await?;
+    ensure!(r.status == 400 && r.text.contains("at most 64 subscriptions"), "{} {}", r.status, r.text);
+    ensure!(r.json()?["error"]["details"] == json!({"limit": 64, "asked": 65, "open": 0}), "{}", r.text);
     let r = api.get("/v1/events?list=a%20b").reply().await?;
     ensure!(r.status == 400 && r.text.contains("subscription key"), "{} {}", r.status, r.text);
     ensure!(r.json()?["error"]["details"] == json!({"parameter": "list", "sub": "a b"}), "{}", r.text);

@@ -52,6 +52,12 @@ async fn daemon_lifecycle_through_the_cli() -> anyhow::Result<()> {
 
     let again = home.cli(&["daemon", "start", "--json"]).await?.ok()?.json()?;
     assert_eq!((&again["already_running"], &again["pid"]), (&json!(true), &json!(info.pid)));
+    // The human output says what to do next: the console's URL and `coffer ui`, `coffer status`.
+    let human = home.cli(&["daemon", "start"]).await?.ok()?;
+    let url = format!("http://127.0.0.1:{}/ui", info.port);
+    for next in ["already running", "coffer ui", url.as_str(), "coffer status", "coffer connect claude-code"] {
+        assert!(human.stdout.contains(next), "daemon start names {next:?}: {human}");
+    }
 
     // --json prints the REST body unchanged.
     let st = home.cli(&["daemon", "status", "--json"]).await?.ok()?.json()?;

@@ -142,11 +142,18 @@ async fn bad_input_exits_2_and_bad_configuration_exits_1() -> anyhow::Result<()>
         &["invocations", "--cursor", "garbage"],
         &["audit", "--cursor", "garbage"],
         &["mcp", "add", "x", "--url", "ftp://x/mcp"],
+        &["invocations", "--conversation", "bogus"],
     ] {
         let out = home.cli(args).await?;
         expect_code(&out, 2)?;
         ensure!(out.stderr.starts_with("error: ") && out.stderr.contains("(trace "), "{out}");
     }
+    // A malformed conversation id matches nothing: refused naming it, not an empty list.
+    let out = home.cli(&["invocations", "--conversation", "bogus"]).await?;
+    ensure!(out.stderr.contains("conversation \"bogus\" is not a conversation id"), "{out}");
+    let r = home.api()?.get("/v1/invocations?conversation=bogus").reply().await?;
+    let e = r.expect_envelope(400, "INVALID_ARGUMENT")?;
+    ensure!(e["details"] == serde_json::json!({"parameter": "conversation"}), "{e}");
     // Other outcomes keep their codes.
     expect_code(&home.cli(&["mcp", "show", "nosuch"]).await?, 3)?;
     home.cli(&["mcp", "add", "x", "--url", "http://127.0.0.1:9/mcp"]).await?.ok()?;
@@ -365,7 +372,38 @@ async fn settings_show_defaults_and_check_values() -> anyhow::Result<()> {
     home.cli(&["settings", "set", "gateway.max_tool_name_len", "64"]).await?.ok()?;
     home.cli(&["settings", "set", "my.own.key", "x", "--force"]).await?.ok()?;
     let values = home.cli(&["settings", "get", "--json"]).await?.ok()?.json()?;
-    assert_eq!(values, json!({"values": {"gateway.max_tool_name_len": "64", "my.own.key": "x"}}));
+    assert_eq!(values["values"], json!({"gateway.max_tool_name_len": "64", "my.own.key": "x"}));
+    // … and every setting, as the table shows it: its value in effect and whether it is the default.
+    let rows = values["settings"].as_array().context("settings")?;
+    let row = |key: &str| rows.iter().find(|r| r["key"] == key).cloned().unwrap_or_default();
+    assert_eq!(
+        row("gateway.max_tool_name_len"),
+        json!({"key": "gateway.max_tool_name_len", "value": "64", "source": "set", "default": "51"})
+    );
+    assert_eq!(
+        row("gateway.call_timeout_ms"),
+        json!({"key": "gateway.call_timeout_ms", "value": "60000", "source": "default", "default": "60000"})
+    );
+    assert_eq!(row("my.own.key"), json!({"key": "my.own.key", "value": "x", "source": "set", "default": null}));
+    ensure!(rows.len() == coffer_types::settings::SETTINGS.len() + 1, "every setting once: {values}");
+    // Unsetting a key that is neither read by Coffer nor set is a typo: exit 3 naming it.
+    let out = home.cli(&["settings", "unset", "nope.key"]).await?;
+    expect_code(&out, 3)?;
+    ensure!(out.stderr.contains("\"nope.key\" is not a setting Coffer reads"), "{out}");
+    home.cli(&["settings", "unset", "my.own.key"]).await?.ok()?;
+    // A key given twice in one `set` object is refused naming it (not the last one kept).
+    let r = home
+        .api()?
+        .request(Method::PATCH, "/v1/settings")
+        .header("content-type", "application/json")
+        .body(r#"{"set": {"gateway.call_timeout_ms": "5000", "gateway.call_timeout_ms": "9000"}}"#)
+        .reply()
+        .await?;
+    let e = r.expect_envelope(400, "INVALID_ARGUMENT")?;
+    ensure!(e["message"] == "field \"set\": key \"gateway.call_timeout_ms\" is given twice", "{e}");
+    ensure!(e["details"] == json!({"field": "set", "key": "gateway.call_timeout_ms"}), "{e}");
+    let one = home.cli(&["settings", "get", "gateway.call_timeout_ms"]).await?.ok()?;
+    assert_eq!(one.stdout, "60000\n", "nothing was stored: {one}");
     let out = home.cli(&["settings", "get"]).await?.ok()?;
     let row = out.stdout.lines().find(|l| l.starts_with("gateway.max_tool_name_len")).context("row")?;
     assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["gateway.max_tool_name_len", "64", "set"], "{out}");

@@ -1386,7 +1386,9 @@ async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let view: ConversationView =
         api.get_as(&with_query(&conv_path(&a.id), &[("messages", Some(DIFF_LOOKBACK))])).await?;
-    let path = a.path.as_deref().map(|p| diff_path(p, &view.conversation.agent_config.cwd)).transpose()?;
+    let here =
+        std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current directory: {e}")))?;
+    let path = a.path.as_deref().map(|p| diff_path(p, &here, &view.conversation.agent_config.cwd)).transpose()?;
     let found = view.messages.iter().rev().find(|m| match &a.message {
         Some(id) => &m.id == id,
         None => m.files_changed.as_ref().is_some_and(|f| !f.files.is_empty()),
@@ -1426,12 +1428,14 @@ async fn diff(ctx: &Ctx, a: DiffArgs) -> Result<(), CliError> {
 
 /// `chat diff`'s PATH as a turn lists its files: relative to the conversation's folder `cwd`,
 /// `/`-separated, normalised lexically (no file is looked at): `./sub/d.rs`, `sub//d.rs`,
-/// `sub/x/../d.rs` and `<cwd>/sub/d.rs` are all `sub/d.rs`.
+/// `sub/x/../d.rs` and `<cwd>/sub/d.rs` are all `sub/d.rs`. The command passes the path the
+/// A relative `path` is read against `here`, the shell's current directory, as any command reads
+/// a path (from `<cwd>/sub`, `d.rs` is `sub/d.rs`; from elsewhere, `sub/d.rs` is outside).
 ///
 /// # Errors
 /// [`CliError::Usage`] for a path that leaves the folder (`../x`, an absolute path elsewhere)
 /// or names the folder itself.
-fn diff_path(path: &str, cwd: &str) -> Result<String, CliError> {
+fn diff_path(path: &str, here: &Path, cwd: &str) -> Result<String, CliError> {
     use std::path::Component;
     /// The parts of `p` with `.` dropped and `..` taken back; `None` when `..` goes above its start.
     fn parts(p: &Path) -> Option<Vec<String>> {
@@ -1449,18 +1453,19 @@ fn diff_path(path: &str, cwd: &str) -> Result<String, CliError> {
     }
     let outside = || {
         CliError::Usage(format!(
-            "PATH {path:?} is outside the conversation's folder {cwd}: give a file inside it (as `coffer chat diff ID` lists it)"
+            "PATH {path:?} is outside the conversation's folder {cwd} (a relative PATH is read from the current directory, {}): give a file inside the folder",
+            here.display()
         ))
     };
-    let p = Path::new(path);
+    let p = here.join(path);
     let rel = if p.is_absolute() {
-        let (full, base) = (parts(p).ok_or_else(outside)?, parts(Path::new(cwd)).ok_or_else(outside)?);
+        let (full, base) = (parts(&p).ok_or_else(outside)?, parts(Path::new(cwd)).ok_or_else(outside)?);
         if cwd.is_empty() || !full.starts_with(&base) {
             return Err(outside());
         }
         full[base.len()..].to_vec()
     } else {
-        parts(p).ok_or_else(outside)?
+        parts(&p).ok_or_else(outside)?
     };
     if rel.is_empty() {
         return Err(CliError::Usage(format!(
@@ -1601,17 +1606,27 @@ mod tests {
             ("/work//proj/./sub/d.rs", "sub/d.rs"),
             ("sub/d.rs/", "sub/d.rs"),
         ] {
-            assert_eq!(diff_path(given, cwd).unwrap(), want, "{given}");
+            assert_eq!(diff_path(given, Path::new(cwd), cwd).unwrap(), want, "{given}");
         }
+        // A relative PATH is read from the shell's current directory.
+        let sub = Path::new("/work/proj/sub");
+        assert_eq!(diff_path("d.rs", sub, cwd).unwrap(), "sub/d.rs");
+        assert_eq!(diff_path("../top.rs", sub, cwd).unwrap(), "top.rs");
+        assert_eq!(diff_path("/work/proj/x.rs", Path::new("/elsewhere"), cwd).unwrap(), "x.rs");
+        let e = diff_path("sub/d.rs", Path::new("/elsewhere"), cwd).unwrap_err();
+        assert!(
+            matches!(&e, CliError::Usage(m) if m.contains("\"sub/d.rs\" is outside") && m.contains("/elsewhere")),
+            "{e}"
+        );
         for outside in ["../x", "sub/../../x", "/etc/passwd", "/work/projx/d.rs", "/work/proj/../other/d.rs", "/.."] {
-            let e = diff_path(outside, cwd).unwrap_err();
+            let e = diff_path(outside, Path::new(cwd), cwd).unwrap_err();
             assert!(
                 matches!(&e, CliError::Usage(m) if m.contains("outside the conversation's folder")),
                 "{outside}: {e}"
             );
         }
         for itself in [".", "./", "/work/proj", "sub/.."] {
-            let e = diff_path(itself, cwd).unwrap_err();
+            let e = diff_path(itself, Path::new(cwd), cwd).unwrap_err();
             assert!(matches!(&e, CliError::Usage(m) if m.contains("folder itself")), "{itself}: {e}");
         }
     }

@@ -99,7 +99,20 @@ async fn start(ctx: &Ctx) -> Result<(), CliError> {
         );
     }
     let what = if already { "already running" } else { "running" };
-    output::println(&format!("Coffer daemon {what} (pid {}, port {})", info.pid, info.port))
+    output::print(&format!(
+        "Coffer daemon {what} (pid {}, port {})\n{}",
+        info.pid,
+        info.port,
+        next_steps(&format!("http://127.0.0.1:{}/ui", info.port))
+    ))
+}
+
+/// What to do after `daemon start`: open the console (its URL, and `coffer ui` which opens it
+/// logged in), check the daemon, connect a client.
+fn next_steps(console: &str) -> String {
+    format!(
+        "Next:\n  coffer ui                       open the web console, logged in ({console})\n  coffer status                   what runs, and what is wrong if anything is\n  coffer connect claude-code      give Claude Code Coffer's tools (or codex, …)\n"
+    )
 }
 
 /// `POST /v1/daemon/services/{name}/restart`, which answers once the service is healthy again

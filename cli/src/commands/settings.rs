@@ -35,7 +35,8 @@ Examples:
   coffer settings get --json
 
 Without KEY, lists every setting that is set and every setting Coffer reads, with its default
-when it is not set (SOURCE `default`); --json prints the REST body (only what is set). With KEY,
+when it is not set (SOURCE `default`); --json prints the REST body (`values`: only what is set)
+plus `settings`: every row as {key, value, source: set|default, default}. With KEY,
 prints its value, or the default of a known setting that is not set (noted on stderr); --json
 then prints {\"values\":{KEY: value}}, with \"default\": true for a default. An unknown KEY
 that is not set exits 3.";
@@ -101,10 +102,14 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
     match cmd {
         SettingsCommand::Get(GetArgs { key: None }) => {
             let resp = api.get_raw("/v1/settings").await?;
-            if ctx.json {
-                return output::print_body(&resp.body);
-            }
             let SettingsValues { values } = resp.parse()?;
+            if ctx.json {
+                // The REST body (`values`: what is set), plus every setting as the table shows it.
+                let mut body: serde_json::Value =
+                    serde_json::from_str(&resp.body).map_err(|e| CliError::Failed(e.to_string()))?;
+                body["settings"] = settings_json(&values);
+                return output::print_json(&body);
+            }
             let mut out = String::new();
             if values.is_empty() {
                 out.push_str("No settings are set; Coffer uses these defaults:\n");
@@ -141,6 +146,11 @@ pub async fn run(ctx: &Ctx, cmd: SettingsCommand) -> Result<(), CliError> {
         }
         SettingsCommand::Unset(KeyArg { key }) => {
             let before: SettingsValues = api.get_as("/v1/settings").await?;
+            if known(&key).is_none() && !before.values.contains_key(&key) {
+                // Not a setting Coffer reads, and not stored: a typo, most likely.
+                let unknown = SettingError::UnknownKey { key: key.clone() };
+                return Err(CliError::NotFound(format!("{unknown}; and it is not set, so there is nothing to unset")));
+            }
             let resp = patch(&api, &SettingsPatch { remove: vec![key.clone()], ..SettingsPatch::default() }).await?;
             if ctx.json {
                 return output::print_body(&resp.body);
@@ -188,6 +198,28 @@ pub fn check_set(key: &str, value: &str, force: bool) -> Result<(), CliError> {
 
 async fn patch(api: &crate::api::ApiClient, body: &SettingsPatch) -> Result<crate::api::ApiResponse, CliError> {
     api.send(api.request(reqwest::Method::PATCH, "/v1/settings").json(body)).await
+}
+
+/// `settings get --json`'s `settings`: every row of [`render_settings`]' table in its order,
+/// `{"key", "value", "source": "set"|"default", "default": <the default>|null}` (`default` is
+/// null for a key Coffer does not read), so a script sees the value in effect and whether it is
+/// the default.
+pub fn settings_json(values: &BTreeMap<String, String>) -> serde_json::Value {
+    use coffer_types::settings::Group;
+    let mut rows = Vec::new();
+    for g in Group::ALL {
+        for k in KNOWN.iter().filter(|k| k.group == g) {
+            let default = k.default_value();
+            rows.push(match values.get(k.key) {
+                Some(v) => json!({"key": k.key, "value": v, "source": "set", "default": default}),
+                None => json!({"key": k.key, "value": default, "source": "default", "default": default}),
+            });
+        }
+    }
+    for (k, v) in values.iter().filter(|(k, _)| known(k).is_none()) {
+        rows.push(json!({"key": k, "value": v, "source": "set", "default": null}));
+    }
+    serde_json::Value::Array(rows)
 }
 
 /// The settings table: KEY VALUE SOURCE, every known key (its value, `set`, or its default,

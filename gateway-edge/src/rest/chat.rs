@@ -421,7 +421,9 @@ async fn attachment(
     Path((id, message_id, name)): Path<(String, String, String)>,
 ) -> Result<Response, ApiError> {
     let req = coffer_proto::chat::GetAttachmentRequest { conversation_id: id, message_id, name };
-    let f = call(st.chat.clone().get_attachment(req)).await.map_err(ApiError::from_chat)?;
+    let f = call(st.chat.clone().get_attachment(req))
+        .await
+        .map_err(|s| path_error(s, &[("conversation_id", "id"), ("message_id", "message_id"), ("name", "name")]))?;
     let image = matches!(f.mime.as_str(), "image/png" | "image/jpeg" | "image/gif" | "image/webp");
     let disposition = content_disposition(if image { "inline" } else { "attachment" }, &f.name);
     let mime = header::HeaderValue::from_str(&f.mime)
@@ -434,6 +436,20 @@ async fn attachment(
     h.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("sandbox; default-src 'none'"));
     h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("private, no-store"));
     Ok(r)
+}
+
+/// A chat service error about a request built from path parameters: a 400 whose message
+/// starts with the service's field name (`name: …`, see `coffer_chat`'s checks) gets
+/// `details: {"parameter": P}`, P the path parameter of that field (`fields`: service field →
+/// path parameter). Other errors as [`ApiError::from_chat`].
+fn path_error(s: tonic::Status, fields: &[(&str, &str)]) -> ApiError {
+    let invalid = s.code() == tonic::Code::InvalidArgument;
+    let field = fields.iter().find(|(f, _)| s.message().strip_prefix(f).is_some_and(|r| r.starts_with(':')));
+    let err = ApiError::from_chat(s);
+    match field {
+        Some((_, parameter)) if invalid => err.with_details(json!({"parameter": parameter})),
+        _ => err,
+    }
 }
 
 /// `inline|attachment; filename="<ASCII stand-in>"; filename*=UTF-8''<percent-encoded>`

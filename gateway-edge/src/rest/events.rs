@@ -170,9 +170,14 @@ fn spec_of(s: &Subscription) -> Result<Spec, String> {
     check_key(&s.sub)?;
     match (s.list, s.conversation.as_deref(), s.invocations) {
         (Some(true), None, None | Some(false)) if s.after.is_none() => Ok(Spec::List),
-        (None | Some(false), Some(id), None | Some(false)) if !id.is_empty() && id.len() <= 128 => {
+        (None | Some(false), Some(id), None | Some(false)) if crate::rest::logs::is_conversation_id(id) => {
             Ok(Spec::Conversation { id: id.to_owned(), after: s.after.unwrap_or(0) })
         }
+        (None | Some(false), Some(id), None | Some(false)) => Err(format!(
+            "subscription {:?}: {:?} is not a conversation id (a 26-character ULID)",
+            s.sub,
+            id.chars().take(40).collect::<String>()
+        )),
         (None | Some(false), None, Some(true)) if s.after.is_none() => Ok(Spec::Invocations),
         _ => Err(format!(
             "subscription {:?}: give exactly one of \"list\": true, \"conversation\": ID or \"invocations\": true (with \"after\" only for a conversation)",
@@ -221,8 +226,9 @@ fn parse_query(pairs: Vec<(String, String)>) -> Result<Vec<Subscription>, ApiErr
 /// (`not_found`); a chat service that does not answer is 503 before the stream starts.
 ///
 /// # Errors
-/// 400 naming a malformed parameter or key, or a key given twice (its parameter and the key), 429 past [`MAX_STREAMS`] or
-/// [`MAX_SUBSCRIPTIONS`], 503 while coffer-chat is down.
+/// 400 naming a malformed parameter, key or conversation id, a key given twice (its parameter
+/// and the key), or more than [`MAX_SUBSCRIPTIONS`] (details name the limit); 429 past
+/// [`MAX_STREAMS`]; 503 while coffer-chat is down.
 async fn open(
     State(st): State<Arc<AppState>>,
     via: Option<Extension<Via>>,
@@ -232,10 +238,7 @@ async fn open(
     let subs = parse_query(pairs)?;
     let specs = specs_of(&subs, Origin::Query)?;
     if subs.len() > MAX_SUBSCRIPTIONS {
-        return Err(ApiError::new(
-            Code::TooManyRequests,
-            format!("at most {MAX_SUBSCRIPTIONS} subscriptions on one event stream"),
-        ));
+        return Err(too_many_subscriptions(subs.len(), 0));
     }
     let owner = via.map(|Extension(v)| v).unwrap_or(Via::Token);
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -392,6 +395,15 @@ impl Origin {
 ///
 /// # Errors
 /// 400 naming the parameter (or `add` and its index) and the key.
+/// 400 for `asked` subscriptions more on a stream holding `open`, past [`MAX_SUBSCRIPTIONS`]:
+/// the request itself is too big (retrying it cannot help), so not a 429. `details` name the
+/// limit: `{"limit": 64, "asked": N, "open": M}`.
+fn too_many_subscriptions(asked: usize, open: usize) -> ApiError {
+    let also = if open > 0 { format!(" ({open} open, {asked} more asked)") } else { format!(" ({asked} asked)") };
+    ApiError::invalid(format!("at most {MAX_SUBSCRIPTIONS} subscriptions on one event stream{also}"))
+        .with_details(json!({"limit": MAX_SUBSCRIPTIONS, "asked": asked, "open": open}))
+}
+
 fn specs_of(subs: &[Subscription], origin: Origin) -> Result<Vec<(String, Spec)>, ApiError> {
     let mut specs: Vec<(String, Spec)> = Vec::with_capacity(subs.len());
     for (i, s) in subs.iter().enumerate() {
@@ -411,10 +423,7 @@ fn specs_of(subs: &[Subscription], origin: Origin) -> Result<Vec<(String, Spec)>
 async fn add(st: &Arc<AppState>, mux: &Arc<Mux>, specs: Vec<(String, Spec)>) -> Result<Vec<Refused>, ApiError> {
     let have = mux.subs.lock().unwrap_or_else(|e| e.into_inner()).len();
     if have + specs.len() > MAX_SUBSCRIPTIONS {
-        return Err(ApiError::new(
-            Code::TooManyRequests,
-            format!("at most {MAX_SUBSCRIPTIONS} subscriptions on one event stream ({have} open)"),
-        ));
+        return Err(too_many_subscriptions(specs.len(), have));
     }
     // Every source first (so a failure starts nothing), then the tasks.
     enum Source {
@@ -677,11 +686,11 @@ mod tests {
     #[test]
     fn a_key_given_twice_is_refused_naming_the_key_and_its_parameter() {
         let q = |v: &[(&str, &str)]| parse_query(v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect());
-        let subs = q(&[("list", "k1"), ("conversation", "k1:abc")]).unwrap();
+        let subs = q(&[("list", "k1"), ("conversation", "k1:01JDQ8ZKXW5T3M2N4P6R7S8T9V")]).unwrap();
         let e = specs_of(&subs, Origin::Query).unwrap_err();
         assert!(e.message.contains("\"k1\" is given twice"), "{}", e.message);
         assert_eq!(e.details, json!({"parameter": "conversation", "sub": "k1"}));
-        let subs = q(&[("conversation", "k2:abc"), ("list", "k2")]).unwrap();
+        let subs = q(&[("conversation", "k2:01JDQ8ZKXW5T3M2N4P6R7S8T9V"), ("list", "k2")]).unwrap();
         assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "list");
         let subs = q(&[("list", "k3"), ("invocations", "k3")]).unwrap();
         assert_eq!(specs_of(&subs, Origin::Query).unwrap_err().details["parameter"], "invocations");
@@ -693,8 +702,20 @@ mod tests {
         assert_eq!(e.details, json!({"field": "add", "index": 0, "sub": "a b"}));
         let twice = [
             Subscription { sub: "x".into(), list: Some(true), ..Default::default() },
-            Subscription { sub: "x".into(), conversation: Some("c".into()), ..Default::default() },
+            Subscription {
+                sub: "x".into(),
+                conversation: Some("01JDQ8ZKXW5T3M2N4P6R7S8T9V".into()),
+                ..Default::default()
+            },
         ];
+        // A conversation id that is not a ULID is refused with the subscription's details.
+        let bad = Subscription { sub: "y".into(), conversation: Some("BAD".into()), ..Default::default() };
+        let e = specs_of(std::slice::from_ref(&bad), Origin::Query).unwrap_err();
+        assert!(e.message.contains("\"BAD\" is not a conversation id"), "{}", e.message);
+        assert_eq!(e.details, json!({"parameter": "conversation", "sub": "y"}));
+        // Past the limit: a 400 naming it.
+        let e = too_many_subscriptions(65, 0);
+        assert_eq!((e.code, e.details), (Code::InvalidArgument, json!({"limit": 64, "asked": 65, "open": 0})));
         assert_eq!(
             specs_of(&twice, Origin::Body).unwrap_err().details,
             json!({"field": "add", "index": 1, "sub": "x"})

@@ -59,6 +59,11 @@ pub fn routes() -> Router<Arc<AppState>> {
 #[derive(Debug, Default)]
 pub struct Params(HashMap<String, String>);
 
+/// Whether `id` is a conversation (or message) id: a ULID in its canonical form.
+pub fn is_conversation_id(id: &str) -> bool {
+    ulid::Ulid::from_string(id).is_ok_and(|u| u.to_string() == id)
+}
+
 fn bad_param(name: &str, msg: impl Into<String>) -> ApiError {
     ApiError::invalid(msg).with_details(json!({"parameter": name}))
 }
@@ -105,6 +110,23 @@ impl Params {
     /// The value as a string for a store filter (empty = no filter).
     pub fn filter(&self, name: &str) -> String {
         self.get(name).unwrap_or_default().to_owned()
+    }
+
+    /// A conversation id filter (empty = no filter): a conversation id is a ULID in its
+    /// canonical form (26 uppercase Crockford base-32 characters), so anything else matches no
+    /// conversation and is refused rather than answered with an empty page.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming the parameter and quoting the value.
+    pub fn conversation(&self, name: &str) -> Result<String, ApiError> {
+        match self.get(name) {
+            None => Ok(String::new()),
+            Some(v) if is_conversation_id(v) => Ok(v.to_owned()),
+            Some(v) => Err(bad_param(
+                name,
+                format!("{name} {:?} is not a conversation id (a 26-character ULID)", truncate(v, 40)),
+            )),
+        }
     }
 
     /// A filter restricted to `allowed` values.
@@ -328,7 +350,7 @@ async fn list_invocations(
         outcome: outcome.into(),
         actor: p.filter("actor"),
         client_name: p.filter("client"),
-        conversation_id: p.filter("conversation"),
+        conversation_id: p.conversation("conversation")?,
         since: p.time("since", now)?,
         until: p.time("until", now)?,
         before_id: p.cursor()?,

@@ -57,12 +57,105 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
             details: json!({}),
         });
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| BodyError {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let syntax = |e: &dyn std::fmt::Display| BodyError {
         kind: BodyErrorKind::Syntax,
         message: format!("malformed JSON: {e}"),
         details: json!({}),
-    })?;
+    };
+    let value = match serde_path_to_error::deserialize::<_, Strict>(&mut de) {
+        Ok(Strict(value)) => {
+            de.end().map_err(|e| syntax(&e))?;
+            value
+        }
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if let Some(key) = inner.to_string().strip_prefix(TWICE).and_then(|r| r.split(" at line ").next()) {
+                // The path is the object's that holds the repeated key ("." for the body).
+                let object = if path == "." { String::new() } else { path };
+                let message = if object.is_empty() || object == "." {
+                    format!("key {key} is given twice")
+                } else {
+                    format!("field \"{object}\": key {key} is given twice")
+                };
+                return Err(BodyError {
+                    kind: BodyErrorKind::Invalid,
+                    message,
+                    details: json!({"field": object, "key": serde_json::from_str::<String>(key).unwrap_or_default()}),
+                });
+            }
+            return Err(syntax(&inner));
+        }
+    };
     from_value(value)
+}
+
+/// The start of the message [`Strict`] fails with for a key given twice in one object.
+const TWICE: &str = "duplicate key ";
+
+/// A JSON value read like `serde_json::Value`, except that an object with a key given twice is
+/// an error (RFC 8259 §4: names SHOULD be unique; serde_json would keep the last silently, so
+/// `{"set": {"a": "1", "a": "2"}}` would store "2" without a word).
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(v) = map.next_value()?;
+            if out.contains_key(&key) {
+                // The key is quoted as JSON; it is the client's own key, never a value.
+                return Err(serde::de::Error::custom(format!("{TWICE}{}", Value::String(key))));
+            }
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// [`parse`] of a body already read as JSON.
@@ -247,6 +340,26 @@ mod tests {
 
     fn err(v: Value) -> BodyError {
         from_value::<Body>(v).unwrap_err()
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it_and_its_object() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Patch {
+            set: std::collections::BTreeMap<String, String>,
+        }
+        let e = parse::<Patch>(br#"{"set": {"chat.turn_timeout_s": "5", "chat.turn_timeout_s": "9"}}"#).unwrap_err();
+        assert_eq!(e.kind, BodyErrorKind::Invalid, "{e:?}");
+        assert_eq!(e.message, "field \"set\": key \"chat.turn_timeout_s\" is given twice", "{e:?}");
+        assert_eq!(e.details, json!({"field": "set", "key": "chat.turn_timeout_s"}));
+        let e = parse::<Patch>(br#"{"set": {}, "set": {}}"#).unwrap_err();
+        assert_eq!((e.kind, e.message.as_str()), (BodyErrorKind::Invalid, "key \"set\" is given twice"), "{e:?}");
+        // Everything else reads as before: nested, arrays, numbers, trailing garbage.
+        let ok = parse::<Value>(br#"{"a": [1, -2, 3.5, {"b": null, "c": true}], "d": {"a": 1}}"#).unwrap();
+        assert_eq!(ok, json!({"a": [1, -2, 3.5, {"b": null, "c": true}], "d": {"a": 1}}));
+        assert_eq!(parse::<Value>(br#"{"a": 1} x"#).unwrap_err().kind, BodyErrorKind::Syntax);
+        assert_eq!(parse::<Value>(br#"{"a": "#).unwrap_err().kind, BodyErrorKind::Syntax);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct State {
     /// `GET /mcp` opens a stream (else: 405).
     pub get_allowed: bool,
     resumable: HashMap<String, Value>,
+    /// What `tools/list` answers (`tools`).
+    tools: Value,
 }
 
 impl State {
@@ -154,6 +156,7 @@ impl FakeMcp {
                 released: HashSet::new(),
                 get_allowed: true,
                 resumable: HashMap::new(),
+                tools: json!([]),
             }),
             changed: watch::channel(0).0,
             token: token.to_owned(),
@@ -194,6 +197,11 @@ impl FakeMcp {
     /// Reads the fake's state.
     pub fn with<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         f(&self.shared.state.lock().unwrap())
+    }
+
+    /// Sets what `tools/list` answers from now on (its `tools` array).
+    pub fn set_tools(&self, tools: Value) {
+        self.shared.update(|s| s.tools = tools);
     }
 
     /// Lets the `wait` requests with this gate answer.
@@ -350,6 +358,10 @@ async fn post(shared: &Arc<Shared>, sid: &str, msg: Value) -> Response {
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
     shared.update(|s| s.accepted.push(msg["method"].as_str().unwrap_or_default().to_owned()));
     match msg["method"].as_str().unwrap_or_default() {
+        "tools/list" => {
+            let tools = shared.state.lock().unwrap().tools.clone();
+            json_response(StatusCode::OK, json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}}).to_string())
+        }
         "echo" => {
             let body = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": params}});
             json_response(StatusCode::OK, serde_json::to_string_pretty(&body).expect("json"))

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coffer_shim::{BoxError, Config, Connector, Endpoint, ShimError};
+use coffer_shim::{BoxError, Config, Connector, Endpoint, Memory, ShimError};
 use fake_mcp::{FakeMcp, PROTOCOL};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
@@ -55,7 +55,7 @@ impl Shim {
         Self::start_with(connector, Config::default())
     }
 
-    fn start_with(connector: TestConnector, config: Config) -> Self {
+    fn start_with<C: Connector>(connector: C, config: Config) -> Self {
         let (stdin, shim_in) = tokio::io::duplex(64 * 1024);
         let (shim_out, stdout) = tokio::io::duplex(1024 * 1024);
         let shutdown = CancellationToken::new();
@@ -849,4 +849,84 @@ async fn a_duplicate_id_in_flight_is_refused_and_the_first_request_still_gets_it
     let lost = shim.recv().await;
     assert_eq!((&lost["id"], &lost["error"]["code"]), (&json!(7), &json!(-32001)), "{lost}");
     shim.finish().await;
+}
+
+/// A connector whose "daemon" keeps answers in `memory` and is ready only once `ready` says so:
+/// until then `connect` waits, as detect-or-spawn waits for a daemon it started.
+#[derive(Clone)]
+struct ColdConnector {
+    inner: TestConnector,
+    memory: Memory,
+    ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connector for ColdConnector {
+    async fn connect(&self) -> Result<Endpoint, BoxError> {
+        self.ready.clone().wait_for(|ready| *ready).await.map_err(|e| BoxError::from(e.to_string()))?;
+        self.inner.connect().await
+    }
+    fn memory(&self) -> Option<Memory> {
+        Some(self.memory.clone())
+    }
+    fn daemon_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+}
+
+/// A cold start (no daemon ready yet) is answered from the answers kept from an earlier session
+/// at once: `initialize` and `tools/list` reach the client before the daemon is up. Once it is,
+/// the shim initializes it, sends it the client's `notifications/initialized`, asks it the list
+/// again, and — since a tool was added meanwhile — tells the client `tools/list_changed`.
+#[tokio::test]
+async fn a_cold_start_is_answered_from_memory_and_checked_with_the_daemon() {
+    let fake = FakeMcp::start();
+    fake.set_tools(json!([{"name": "a", "inputSchema": {"type": "object"}}]));
+    let dir = std::env::temp_dir().join(format!("coffer-shim-cold-{}", std::process::id()));
+    let memory = Memory::new(dir.clone(), "test".into());
+    let list = |id: i64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+
+    // Yesterday's session, with the daemon up: its answers are kept.
+    let (_up, ready) = tokio::sync::watch::channel(true);
+    let warm = ColdConnector { inner: TestConnector::new(Some(fake.endpoint())), memory: memory.clone(), ready };
+    let mut shim = Shim::start_with(warm, Config::default());
+    shim.send(initialize_request(json!(0))).await;
+    let live_init = shim.recv().await;
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    shim.send(list(1)).await;
+    assert_eq!(shim.recv().await["result"]["tools"][0]["name"], "a");
+    shim.finish().await;
+
+    // Today: no daemon is ready; a tool was added to it meanwhile.
+    fake.set_tools(
+        json!([{"name": "a", "inputSchema": {"type": "object"}}, {"name": "b", "inputSchema": {"type": "object"}}]),
+    );
+    let seen_before = fake.with(|s| s.requests.len());
+    let posts_before = fake.with(|s| s.posts().count());
+    let (up, ready) = tokio::sync::watch::channel(false);
+    let cold = ColdConnector { inner: TestConnector::new(Some(fake.endpoint())), memory, ready };
+    let mut shim = Shim::start_with(cold, Config::default());
+    shim.send(initialize_request(json!("init"))).await;
+    let init = shim.recv().await;
+    assert_eq!(init["id"], "init");
+    assert_eq!(init["result"], live_init["result"], "the daemon's answer of yesterday");
+    shim.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    shim.send(list(1)).await;
+    let listed = shim.recv().await;
+    assert_eq!((listed["id"].clone(), listed["result"]["tools"].as_array().map(Vec::len)), (json!(1), Some(1)));
+    assert_eq!(fake.with(|s| s.requests.len()), seen_before, "nothing reached the daemon yet");
+
+    // The daemon comes up.
+    up.send(true).unwrap();
+    let note = shim.recv().await;
+    assert_eq!(note, json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+    shim.send(list(2)).await;
+    let listed = shim.recv().await;
+    assert_eq!(listed["result"]["tools"].as_array().map(Vec::len), Some(2), "{listed}");
+    assert_eq!(
+        fake.with(|s| s.posts().skip(posts_before).filter_map(|p| p.method.clone()).take(2).collect::<Vec<_>>()),
+        ["initialize", "notifications/initialized"],
+        "the session is established before anything else reaches it"
+    );
+    shim.finish().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
