@@ -37,6 +37,7 @@ pub mod invocations;
 pub mod jsonrpc;
 pub mod naming;
 pub mod policy;
+pub mod profile;
 pub mod resolver;
 pub mod session;
 #[cfg(test)]

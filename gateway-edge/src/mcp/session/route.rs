@@ -60,8 +60,22 @@ impl Session {
         }
         let mut usage = None;
         let mut builtin_outcome = None;
-        let (answer, server) = match self.resolve(kind, &exposed).await {
-            Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
+        let resolved = match self.resolve_named(kind, &exposed).await {
+            Ok((server, original, named)) if kind == ListKind::Tools => {
+                // A parameter the profile hides is not the client's to set (the upstream
+                // applies its own default).
+                let hidden = self.hidden_params(&named);
+                let args = fields.get("arguments").map(|a| a.get());
+                match crate::mcp::profile::hidden_param_error(&self.profile_name(), &exposed, &hidden, args) {
+                    Some(e) => Err((e, server)),
+                    None => Ok((server, original)),
+                }
+            }
+            Ok((server, original, _)) => Ok((server, original)),
+            Err(e) => Err((e, naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default())),
+        };
+        let (answer, server) = match resolved {
+            Err((e, server)) => (Answer::Error(e), server),
             Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
                 let args = fields.get("arguments").map(|a| a.get().to_owned());
                 let caller: &Session = self;
@@ -102,7 +116,20 @@ impl Session {
         let Some(Ok(uri)) = fields.get("uri").map(|u| serde_json::from_str::<String>(u.get())) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.uri")));
         };
-        let (server, original) = match policy::resolve_uri(&self.shared.snapshot.current(), &self.catalog, &uri) {
+        let resolved =
+            policy::resolve_uri(&self.shared.snapshot.current(), &self.catalog, &uri).and_then(|(server, original)| {
+                // A server the session's profile does not select is refused like a disabled one.
+                if self.profiled && !self.view().selects_server(&server) {
+                    return Err(policy::Refusal::Disabled {
+                        noun: policy::Noun::Resource,
+                        exposed: uri.clone(),
+                        server,
+                        scope: policy::Scope::Capability,
+                    });
+                }
+                Ok((server, original))
+            });
+        let (server, original) = match resolved {
             Ok(p) => p,
             Err(e) => {
                 let mut e = RpcError::from(e);
