@@ -65,6 +65,7 @@ mod frame;
 mod http;
 mod jsonrpc;
 mod link;
+pub mod profile;
 pub mod stdio;
 mod stream;
 

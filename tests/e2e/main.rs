@@ -59,6 +59,7 @@ mod llm_switch;
 mod llm_wire;
 mod mcp_stream;
 mod peers;
+mod profiles_session;
 mod recovery;
 mod retention;
 mod retrieval_service;

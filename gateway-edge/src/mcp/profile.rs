@@ -16,9 +16,9 @@
 //!   policy checks that apart), and an unselected tool is refused exactly like a disabled one.
 //! - **Overrides** ([`View::shape`] out, [`View::inbound`] in): `default`'s overrides apply in
 //!   every profile and the session's own win field by field ([`merge`]). On the way out a tool
-//!   may be renamed (a name valid for strict clients, `^[a-zA-Z0-9_-]{1,64}$`, that collides
-//!   with no other listed name: else skipped, with a warning logged once, and the original
-//!   name kept), re-described (replaced and/or appended on a new paragraph), have optional
+//!   may be renamed (a name valid for strict clients, `^[a-zA-Z0-9_-]+$` and no longer than
+//!   the gateway's longest exposed name, `gateway.max_tool_name_len`, that collides with no
+//!   other listed name: else skipped, with a warning logged once, and the original name kept), re-described (replaced and/or appended on a new paragraph), have optional
 //!   parameters hidden (a required one never: skipped with a warning), and get annotations set.
 //!   On the way in a renamed name resolves to the tool's original exposed name (the upstream
 //!   gets its own name, as for every call), and a hidden parameter in the arguments is
@@ -186,8 +186,10 @@ pub struct View {
 }
 
 impl View {
-    /// Profile `name`'s view of `snap` (see the module docs for a removed profile).
-    pub fn of(snap: &Snapshot, name: &Arc<str>) -> Self {
+    /// Profile `name`'s view of `snap` (see the module docs for a removed profile); renames
+    /// longer than `max_len` characters (the gateway's longest exposed name, so that a client's
+    /// own prefix still fits) are skipped like invalid ones.
+    pub fn of(snap: &Snapshot, name: &Arc<str>, max_len: usize) -> Self {
         let own = snap.profiles.get(&**name);
         let default_overrides = snap.profiles.get(DEFAULT_PROFILE).map(|p| &p.spec.overrides);
         let removed = own.is_none() && &**name != DEFAULT_PROFILE;
@@ -204,11 +206,11 @@ impl View {
         let mut renames = HashMap::new();
         for (original, o) in &overrides {
             let Some(new) = &o.name else { continue };
-            if !valid_name(new) {
+            if !valid_name(new) || new.len() > max_len {
                 warn_once(
                     &format!("{name}/{original}/name"),
                     &format!(
-                        "Profile {name}: the rename of {original} to {new:?} is not a valid tool name (^[a-zA-Z0-9_-]{{1,64}}$); the original name is kept."
+                        "Profile {name}: the rename of {original} to {new:?} is not a valid tool name (^[a-zA-Z0-9_-]{{1,{max_len}}}$); the original name is kept."
                     ),
                 );
                 continue;
@@ -490,7 +492,7 @@ mod tests {
             ..Default::default()
         };
         let snap = Snapshot { profiles: [profile("work", spec)].into(), ..Default::default() };
-        let v = View::of(&snap, &Arc::from("work"));
+        let v = View::of(&snap, &Arc::from("work"), 51);
         assert!(v.selects(ListKind::Tools, "fs", "fs__read_file"));
         assert!(!v.selects(ListKind::Tools, "fs", "fs__write_file"));
         assert!(!v.selects(ListKind::Tools, "git", "git__git_log"), "server not selected");
@@ -503,9 +505,9 @@ mod tests {
         assert!(!v.selects_server("git") && v.selects_server("fs"));
         assert!(!Matcher::of(&sel(&["FS"], &[])).matches("fs"), "case-sensitive");
         assert!(Matcher::of(&sel(&["a[1]"], &[])).matches("a[1]"), "brackets are literal");
-        let default = View::of(&Snapshot::default(), &Arc::from("default"));
+        let default = View::of(&Snapshot::default(), &Arc::from("default"), 51);
         assert!(default.selects(ListKind::Tools, "git", "git__git_log"));
-        let gone = View::of(&Snapshot::default(), &Arc::from("work"));
+        let gone = View::of(&Snapshot::default(), &Arc::from("work"), 51);
         assert!(gone.removed() && !gone.selects(ListKind::Tools, "fs", "fs__read_file"));
     }
 
@@ -539,13 +541,22 @@ mod tests {
         work.overrides.insert("fs__read".into(), ToolOverride { name: Some("fs__other".into()), ..Default::default() });
         work.overrides
             .insert("fs__other".into(), ToolOverride { name: Some("bad name!".into()), ..Default::default() });
+        work.overrides.insert("fs__long".into(), ToolOverride { name: Some("x".repeat(52)), ..Default::default() });
         let snap =
             Snapshot { profiles: [profile("default", default), profile("work", work)].into(), ..Default::default() };
-        let v = View::of(&snap, &Arc::from("work"));
-        let items =
-            vec![tool("fs", "tree", schema.clone()), tool("fs", "read", json!({})), tool("fs", "other", json!({}))];
+        let v = View::of(&snap, &Arc::from("work"), 51);
+        let items = vec![
+            tool("fs", "tree", schema.clone()),
+            tool("fs", "read", json!({})),
+            tool("fs", "other", json!({})),
+            tool("fs", "long", json!({})),
+        ];
         let (shown, hidden) = v.shape(ListKind::Tools, items);
-        assert_eq!(names(&shown), ["tree", "fs__read", "fs__other"], "a colliding and an invalid rename keep the name");
+        assert_eq!(
+            names(&shown),
+            ["tree", "fs__read", "fs__other", "fs__long"],
+            "a colliding, an invalid and a too long rename keep the name"
+        );
         let t = &shown[0].item;
         assert_eq!(t["description"], "Default words.\n\nUse for folders.");
         assert_eq!(t["inputSchema"]["properties"], json!({"path": {}}), "a required parameter is never hidden");
@@ -561,7 +572,7 @@ mod tests {
         assert!(e.message.contains("\"depth\"") && e.message.contains("profile work"), "{}", e.message);
         assert!(hidden_param_error("work", "tree", &hidden["fs__tree"], Some(r#"{"path":"/"}"#)).is_none());
         // The default profile itself: only default's overrides.
-        let d = View::of(&snap, &Arc::from("default"));
+        let d = View::of(&snap, &Arc::from("default"), 51);
         let (shown, _) = d.shape(ListKind::Tools, vec![tool("fs", "tree", schema)]);
         assert_eq!(shown[0].item["description"], "Default words.");
         assert_eq!(shown[0].item["name"], "tree");

@@ -105,6 +105,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0014_conversation_allowed_tools.sql"),
     migration!("0015_message_agent.sql"),
     migration!("0016_invocation_conversation.sql"),
+    migration!("0018_invocation_profile.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

@@ -220,7 +220,7 @@ impl Session {
         {
             return v.clone();
         }
-        let v = Arc::new(View::of(&snap, &self.profile_name()));
+        let v = Arc::new(View::of(&snap, &self.profile_name(), self.shared.max_name_len()));
         *cached = Some((snap, v.clone()));
         v
     }
