@@ -319,15 +319,15 @@ impl Session {
             let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, exposed).await?;
             return Ok((server, original, exposed.to_owned()));
         }
-        let view = self.view();
+        // Nothing of the view is held across the await: a call's future stays small.
         let name = if kind == ListKind::Tools {
             let holder = self.catalog.lookup(kind, exposed).map(|(server, _)| server);
-            view.inbound(exposed, holder.as_deref()).to_owned()
+            self.view().inbound(exposed, holder.as_deref()).to_owned()
         } else {
             exposed.to_owned()
         };
         let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, &name).await?;
-        if !view.selects(kind, &server, &name) {
+        if !self.view().selects(kind, &server, &name) {
             return Err(policy::Refusal::Disabled {
                 noun: policy::Noun::of(kind),
                 exposed: exposed.to_owned(),
