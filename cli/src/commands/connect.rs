@@ -810,9 +810,23 @@ mod tests {
         assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, None, false).unwrap().0, Outcome::Updated);
         // Claude Code's CLI: --env after the name, the command after `--`.
         assert_eq!(
-            claude_add_args(SHIM_PATH, Some(HOME)),
+            claude_add_args(SHIM_PATH, Some(HOME), &[]),
             ["mcp", "add", "--scope", "user", "coffer", "--env", "COFFER_HOME=/srv/vault home", "--", SHIM_PATH]
         );
-        assert_eq!(claude_add_args(SHIM_PATH, None), ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH]);
+        assert_eq!(claude_add_args(SHIM_PATH, None, &[]), ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH]);
+        // A profile: the shim's own arguments follow it; the same entry again is unchanged.
+        let args = shim_args(Some("work")).unwrap();
+        assert_eq!(
+            claude_add_args(SHIM_PATH, None, &args),
+            ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH, "--profile", "work"]
+        );
+        let (_, toml) = toml_edit_coffer_with("", SHIM_PATH, None, &args, false).unwrap();
+        let toml = toml.unwrap();
+        assert_eq!(toml_edit_coffer_with(&toml, SHIM_PATH, None, &args, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, None, false).unwrap().0, Outcome::Updated);
+        let entry = Client::Cursor.json_entry_with(SHIM_PATH, None, &args);
+        let (_, text) = json_edit_coffer("", "mcpServers", &entry, false).unwrap();
+        assert_eq!(json_edit_coffer(&text.unwrap(), "mcpServers", &entry, false).unwrap(), (Outcome::Unchanged, None));
+        assert!(shim_args(Some("Work")).is_err());
     }
 }

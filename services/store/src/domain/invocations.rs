@@ -298,7 +298,12 @@ mod tests {
         // A session's profile is kept and listed by.
         let profiled = Invocation { profile: "work".into(), ..row("s__p", InvocationOutcome::Ok, "mcp") };
         svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![profiled] })).await.unwrap();
-        let by_profile = list(ListInvocationsRequest { profile: "work".into(), ..Default::default() }).await;
+        let by_profile = svc
+            .list_invocations(Request::new(ListInvocationsRequest { profile: "work".into(), ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
         assert_eq!(
             by_profile.iter().map(|i| (i.target.as_str(), i.profile.as_str())).collect::<Vec<_>>(),
             [("s__p", "work")]
