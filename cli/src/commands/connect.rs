@@ -289,6 +289,7 @@ fn shim_path() -> Result<PathBuf, CliError> {
 /// `--print`: the exact snippet or command on stdout; where it goes on stderr. With `--json`,
 /// one object instead: `{client, path, remove, kind, instruction, snippet}`, `kind` being
 /// `command` (run it), `toml` or `json` (merge it into `path`) or `key` (delete it from `path`).
+#[allow(clippy::too_many_arguments)] // the entry's parts and the output's, each used once
 fn print_snippet(
     ctx: &Ctx,
     client: Client,

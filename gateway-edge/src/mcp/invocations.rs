@@ -130,6 +130,9 @@ fn outcome(o: Outcome) -> InvocationOutcome {
 
 /// What the writer's queue carries: records, and now and then a request to write everything
 /// queued before it at once ([`Recorder::flush`]).
+// Records are nearly every item and a flush is rare: boxing the record would cost every call an
+// allocation to save the rare flush some bytes.
+#[allow(clippy::large_enum_variant)]
 enum Queued {
     Record(Record),
     Flush(oneshot::Sender<()>),

@@ -79,29 +79,33 @@ async fn overrides_rename_redescribe_and_hide_out_and_are_reversed_in() {
     let read = json!({"name": "read", "description": "Read.", "inputSchema": {"type": "object"}});
     let (up, url) = fake_listing(vec![tree, read], 0).await;
     let mut snap = snapshot(vec![server("fs", &url)], &[]);
-    let mut default = ProfileSpec::default();
-    default.overrides = BTreeMap::from([(
-        "fs__directory_tree".to_owned(),
-        ToolOverride {
-            name: Some("tree".into()),
-            description: Some("Shows a folder as a tree.".into()),
-            ..Default::default()
-        },
-    )]);
-    let mut work = ProfileSpec::default();
-    work.overrides = BTreeMap::from([
-        (
+    let default = ProfileSpec {
+        overrides: BTreeMap::from([(
             "fs__directory_tree".to_owned(),
             ToolOverride {
-                description_append: Some("Prefer it to listing folder by folder.".into()),
-                hide_params: vec!["depth".into()],
-                annotations: Some(Annotations { read_only: Some(true), ..Default::default() }),
+                name: Some("tree".into()),
+                description: Some("Shows a folder as a tree.".into()),
                 ..Default::default()
             },
-        ),
-        // Collides with a listed tool: skipped, the original name kept.
-        ("fs__read".to_owned(), ToolOverride { name: Some("tree".into()), ..Default::default() }),
-    ]);
+        )]),
+        ..Default::default()
+    };
+    let work = ProfileSpec {
+        overrides: BTreeMap::from([
+            (
+                "fs__directory_tree".to_owned(),
+                ToolOverride {
+                    description_append: Some("Prefer it to listing folder by folder.".into()),
+                    hide_params: vec!["depth".into()],
+                    annotations: Some(Annotations { read_only: Some(true), ..Default::default() }),
+                    ..Default::default()
+                },
+            ),
+            // Collides with a listed tool: skipped, the original name kept.
+            ("fs__read".to_owned(), ToolOverride { name: Some("tree".into()), ..Default::default() }),
+        ]),
+        ..Default::default()
+    };
     snap.profiles.extend([profile("default", default), profile("work", work)]);
     let mut h = Harness::new(snap);
     let s = h.session();
