@@ -252,7 +252,7 @@ pub async fn auth(State(st): State<Arc<AppState>>, mut req: Request, next: Next)
     if safe && (path == "/v1/health" || path == "/ui" || path.starts_with("/ui/")) {
         return next.run(req).await;
     }
-    let agent_allowed = path == AGENT_PATH;
+    let agent_allowed = path == AGENT_PATH || path.starts_with(coffer_types::mcp::PROFILE_PATH_PREFIX);
     let ticket = if safe { take_ticket(&mut req) } else { None };
     let verdict = authorize(&st, req.headers(), ticket.as_deref());
     // An authenticated request makes its connection trusted: at the connection cap, it is

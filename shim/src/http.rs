@@ -106,6 +106,9 @@ impl HttpSession {
         if let Some(c) = crate::connector::conversation_header() {
             req = req.header(coffer_types::mcp::CONVERSATION_HEADER, c);
         }
+        if let Some(p) = crate::profile::header() {
+            req = req.header(coffer_types::mcp::PROFILE_HEADER, p);
+        }
         if let Some(id) = &self.session_id {
             req = req.header(MCP_SESSION_ID, id.clone());
         }

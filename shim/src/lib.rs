@@ -66,6 +66,7 @@ mod http;
 mod jsonrpc;
 mod link;
 mod memory;
+pub mod profile;
 pub mod stdio;
 mod stream;
 

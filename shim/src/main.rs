@@ -16,6 +16,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // stdout is the protocol: logs go to stderr only (the MCP client usually keeps it).
     coffer_runtime::logging::init_stderr("warn");
+    if let Err(e) = coffer_shim::profile::parse_args(std::env::args().skip(1)).and_then(coffer_shim::profile::init) {
+        tracing::error!("{e}");
+        return ExitCode::from(2);
+    }
     // A relay on the request path: ask for short time slices (see `coffer_runtime::sched`).
     let slice = coffer_runtime::sched::request_short_slice();
     tracing::debug!(?slice, "Scheduler time-slice request.");

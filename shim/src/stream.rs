@@ -438,6 +438,9 @@ async fn upgrade(endpoint: &Endpoint) -> Result<TokioIo<hyper::upgrade::Upgraded
     if let Some(c) = crate::connector::conversation_header() {
         req = req.header(coffer_types::mcp::CONVERSATION_HEADER, c);
     }
+    if let Some(p) = crate::profile::header() {
+        req = req.header(coffer_types::mcp::PROFILE_HEADER, p);
+    }
     let req = req
         .body(Empty::<Bytes>::new())
         .map_err(|e| OpenError::Unreachable(format!("building the upgrade request failed: {e}")))?;

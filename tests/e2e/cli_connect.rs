@@ -195,3 +195,71 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     assert!(!user.join(".codex").exists(), "$HOME/.codex untouched when CODEX_HOME is set");
     Ok(())
 }
+
+/// `coffer connect <client> --profile NAME` (issue 36 §1) writes the profile as the shim's
+/// `--profile NAME` arguments for every client; again is unchanged; without `--profile` the
+/// entry goes back to no arguments; a malformed name is refused before anything is written.
+#[tokio::test]
+async fn connect_with_a_profile_writes_it_for_every_client() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let user = user_home(&home)?;
+    let shim = shim()?;
+    let ch = coffer_home(&home);
+    let no_claude = home.temp().join("no-claude-bin");
+    std::fs::create_dir_all(&no_claude)?;
+    let codex_home = home.temp().join("codex-home");
+    std::fs::create_dir_all(&codex_home)?;
+    let path_without = no_claude.display().to_string();
+    let env = [("PATH", path_without.as_str()), ("CODEX_HOME", codex_home.to_str().context("utf-8")?)];
+    let profiled = json!(["--profile", "work"]);
+    for (client, file, section) in [
+        ("cursor", user.join(".cursor/mcp.json"), "mcpServers"),
+        ("claude-desktop", user.join(".config/Claude/claude_desktop_config.json"), "mcpServers"),
+        ("vscode", user.join(".config/Code/User/mcp.json"), "servers"),
+        ("claude-code", user.join(".claude.json"), "mcpServers"),
+    ] {
+        let out = cli_env(&home, &["connect", client, "--profile", "work", "--json"], &env).await?.ok()?;
+        assert_eq!((out.json()?["action"].as_str(), out.json()?["profile"].as_str()), (Some("added"), Some("work")));
+        let entry = &read_json(&file)?[section]["coffer"];
+        assert_eq!((&entry["command"], &entry["args"]), (&json!(shim), &profiled), "{client}: {entry}");
+        let out = cli_env(&home, &["connect", client, "--profile", "work"], &env).await?.ok()?;
+        ensure!(out.stdout.contains("with the profile work") && out.stdout.contains("nothing changed"), "{out}");
+        let out = cli_env(&home, &["connect", client, "--json"], &env).await?.ok()?;
+        assert_eq!(out.json()?["action"], "updated", "{client}: dropping the profile changes the entry");
+        assert_eq!(read_json(&file)?[section]["coffer"]["args"], json!([]), "{client}");
+    }
+    // Codex's TOML.
+    let toml = codex_home.join("config.toml");
+    cli_env(&home, &["connect", "codex", "--profile", "work"], &env).await?.ok()?;
+    let text = std::fs::read_to_string(&toml)?;
+    ensure!(
+        text.contains(&format!(
+            "[mcp_servers.coffer]\ncommand = \"{shim}\"\nargs = [\"--profile\", \"work\"]\nenv = {{ COFFER_HOME = \"{ch}\" }}\n"
+        )),
+        "{text}"
+    );
+    let out = cli_env(&home, &["connect", "codex", "--profile", "work"], &env).await?.ok()?;
+    ensure!(out.stdout.contains("nothing changed"), "{out}");
+    // Claude Code through its own CLI: the profile follows the shim after `--`.
+    let bin = home.temp().join("claude-bin");
+    std::fs::create_dir_all(&bin)?;
+    let log = home.temp().join("claude-args.log");
+    let fake = bin.join("claude");
+    std::fs::write(&fake, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let with = [("PATH", bin.to_str().context("utf-8")?)];
+    let out = cli_env(&home, &["connect", "claude-code", "--profile", "work", "--print"], &with).await?.ok()?;
+    assert_eq!(
+        out.stdout,
+        format!("claude mcp add --scope user coffer --env COFFER_HOME={ch} -- {shim} --profile work\n")
+    );
+    // A malformed name: refused, nothing written.
+    let before = std::fs::read(user.join(".cursor/mcp.json"))?;
+    let out = cli_env(&home, &["connect", "cursor", "--profile", "Work!"], &env).await?;
+    ensure!(out.code != Some(0) && out.stderr.contains("--profile: profile name \"Work!\""), "{out}");
+    assert_eq!(std::fs::read(user.join(".cursor/mcp.json"))?, before);
+    Ok(())
+}

@@ -60,6 +60,7 @@ mod llm_wire;
 mod mcp_stream;
 mod peers;
 mod profiles;
+mod profiles_session;
 mod recovery;
 mod retention;
 mod retrieval_service;

@@ -20,6 +20,12 @@
 //! - VS Code: the user profile's `mcp.json` (`~/.config/Code/User/mcp.json` on Linux,
 //!   `~/Library/Application Support/Code/User/mcp.json` on macOS),
 //!   `servers.coffer = {"type":"stdio","command":SHIM,"args":[]}`.
+//!
+//! `--profile NAME` (issue 36 §1) makes the client's sessions use that profile: the shim is
+//! registered with `args = ["--profile", NAME]` (Claude Code: `claude mcp add … -- SHIM
+//! --profile NAME`) in every client above. The name is checked against the profile-name rule
+//! here; whether the profile exists is the daemon's to say when the client connects (an
+//! unknown one is refused at `initialize`, naming `coffer profile list`).
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -43,6 +49,7 @@ Examples:
   coffer connect claude-code
   coffer connect cursor --print        # show the snippet, change nothing
   coffer connect claude-desktop --remove
+  coffer connect codex --profile work  # its sessions see the profile \"work\"
 
 Registers coffer-mcp-shim (next to this coffer) as the MCP server \"coffer\" in the client's
 configuration; running it again changes nothing. Other settings in the file are kept, and the
@@ -101,9 +108,14 @@ impl Client {
     /// The `coffer` entry of a JSON client (under [`Client::json_section`]); `home`: the `COFFER_HOME` the shim must
     /// use (when it is not the default one, which the shim finds by itself).
     pub fn json_entry(self, shim: &str, home: Option<&str>) -> Value {
+        self.json_entry_with(shim, home, &[])
+    }
+
+    /// [`Client::json_entry`] with the shim's `args` (`--profile NAME`, [`shim_args`]).
+    pub fn json_entry_with(self, shim: &str, home: Option<&str>, args: &[String]) -> Value {
         let mut entry = match self {
-            Client::ClaudeCode | Client::Vscode => json!({"type": "stdio", "command": shim, "args": []}),
-            _ => json!({"command": shim, "args": []}),
+            Client::ClaudeCode | Client::Vscode => json!({"type": "stdio", "command": shim, "args": args}),
+            _ => json!({"command": shim, "args": args}),
         };
         if let Some(home) = home {
             entry["env"] = json!({ENV_HOME: home});
@@ -122,6 +134,23 @@ pub struct ConnectArgs {
     /// Only print the exact snippet or command; change nothing.
     #[arg(long)]
     pub print: bool,
+    /// The profile the client's sessions use (see `coffer profile list`); none: `default`.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+}
+
+/// The shim's arguments for `profile`: `["--profile", NAME]`, or none.
+///
+/// # Errors
+/// [`CliError::Usage`]-style failure naming the rule a malformed name breaks.
+pub fn shim_args(profile: Option<&str>) -> Result<Vec<String>, CliError> {
+    match profile {
+        None => Ok(Vec::new()),
+        Some(p) => {
+            coffer_api::profiles::check_profile_name(p).map_err(|e| CliError::Failed(format!("--profile: {e}")))?;
+            Ok(vec!["--profile".to_owned(), p.to_owned()])
+        }
+    }
 }
 
 /// What a connect or remove did to a client's configuration.
@@ -161,6 +190,7 @@ impl Outcome {
 /// Exit 1 when the shim is missing, `$HOME` is unset, the client's file cannot be parsed
 /// (naming it; it is left untouched) or written, or `claude mcp …` fails.
 pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
+    let args = shim_args(a.profile.as_deref())?;
     let shim = shim_path()?;
     let shim_s = shim.to_string_lossy().into_owned();
     let home = std::env::var_os("HOME")
@@ -174,7 +204,7 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     let coffer_home = coffer_home.as_deref();
 
     if a.print {
-        return print_snippet(ctx, a.client, &path, &shim_s, coffer_home, a.remove, claude.is_some());
+        return print_snippet(ctx, a.client, &path, &shim_s, coffer_home, &args, a.remove, claude.is_some());
     }
     if !shim.is_file() && !a.remove {
         return Err(CliError::Failed(format!(
@@ -184,14 +214,15 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     }
     let (outcome, backup, via) = match (a.client, &claude) {
         (Client::ClaudeCode, Some(claude)) => {
-            (claude_cli(claude, &path, &shim_s, coffer_home, a.remove).await?, None, "claude")
+            (claude_cli(claude, &path, &shim_s, coffer_home, &args, a.remove).await?, None, "claude")
         }
         (Client::Codex, _) => {
-            let (o, b) = edit_file(&path, a.remove, |text| toml_edit_coffer(text, &shim_s, coffer_home, a.remove))?;
+            let (o, b) =
+                edit_file(&path, a.remove, |text| toml_edit_coffer_with(text, &shim_s, coffer_home, &args, a.remove))?;
             (o, b, "file")
         }
         (client, _) => {
-            let entry = client.json_entry(&shim_s, coffer_home);
+            let entry = client.json_entry_with(&shim_s, coffer_home, &args);
             let (o, b) =
                 edit_file(&path, a.remove, |text| json_edit_coffer(text, client.json_section(), &entry, a.remove))?;
             (o, b, "file")
@@ -201,7 +232,7 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
         return output::print_json(&json!({
             "client": a.client.as_str(), "path": path.display().to_string(), "action": outcome.as_str(),
             "changed": outcome.changed(), "backup": backup.map(|b| b.display().to_string()),
-            "command": shim_s, "via": via, "coffer_home": coffer_home,
+            "command": shim_s, "via": via, "coffer_home": coffer_home, "profile": a.profile,
         }));
     }
     let client = a.client.as_str();
@@ -209,6 +240,13 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     let mut out = match outcome {
         Outcome::Added => {
             format!("Connected {client} to Coffer: added the MCP server \"coffer\" ({shim_s}) to {shown}\n")
+        }
+        Outcome::Updated | Outcome::Unchanged if a.profile.is_some() && !a.remove => {
+            let p = a.profile.as_deref().unwrap_or_default();
+            format!(
+                "Connected {client} to Coffer with the profile {p} ({shown}{})\n",
+                if outcome.changed() { "" } else { "; nothing changed" }
+            )
         }
         Outcome::Updated => {
             format!("Connected {client} to Coffer: the MCP server \"coffer\" in {shown} now runs {shim_s}\n")
@@ -251,19 +289,21 @@ fn shim_path() -> Result<PathBuf, CliError> {
 /// `--print`: the exact snippet or command on stdout; where it goes on stderr. With `--json`,
 /// one object instead: `{client, path, remove, kind, instruction, snippet}`, `kind` being
 /// `command` (run it), `toml` or `json` (merge it into `path`) or `key` (delete it from `path`).
+#[allow(clippy::too_many_arguments)] // the entry's parts and the output's, each used once
 fn print_snippet(
     ctx: &Ctx,
     client: Client,
     path: &Path,
     shim: &str,
     home: Option<&str>,
+    args: &[String],
     remove: bool,
     claude: bool,
 ) -> Result<(), CliError> {
     let shown = path.display();
     let (kind, instruction, snippet) = match (client, remove) {
         (Client::ClaudeCode, false) if claude => {
-            let args = claude_add_args(shim, home);
+            let args = claude_add_args(shim, home, args);
             ("command", None, format!("claude {}\n", output::shell_join(args.iter().map(String::as_str))))
         }
         (Client::ClaudeCode, true) if claude => {
@@ -272,13 +312,13 @@ fn print_snippet(
         (Client::Codex, false) => (
             "toml",
             Some(format!("Add to {shown}:")),
-            toml_edit_coffer("", shim, home, false).map_err(CliError::Failed)?.1.unwrap_or_default(),
+            toml_edit_coffer_with("", shim, home, args, false).map_err(CliError::Failed)?.1.unwrap_or_default(),
         ),
         (Client::Codex, true) => {
             ("key", Some(format!("Delete this table from {shown}:")), format!("[mcp_servers.{SERVER_NAME}]\n"))
         }
         (client, false) => {
-            let doc = json!({client.json_section(): {SERVER_NAME: client.json_entry(shim, home)}});
+            let doc = json!({client.json_section(): {SERVER_NAME: client.json_entry_with(shim, home, args)}});
             (
                 "json",
                 Some(format!("Merge into {shown}:")),
@@ -313,6 +353,7 @@ async fn claude_cli(
     config: &Path,
     shim: &str,
     home: Option<&str>,
+    shim_args: &[String],
     remove: bool,
 ) -> Result<Outcome, CliError> {
     let current = match std::fs::read_to_string(config) {
@@ -329,7 +370,7 @@ async fn claude_cli(
         run(vec!["mcp".into(), "remove".into(), "--scope".into(), "user".into(), name]).await?;
         return Ok(Outcome::Removed);
     }
-    if entry.is_some_and(|e| same_entry(e, shim, home)) {
+    if entry.is_some_and(|e| same_entry(e, shim, home, shim_args)) {
         return Ok(Outcome::Unchanged);
     }
     let outcome = if entry.is_some() {
@@ -338,17 +379,18 @@ async fn claude_cli(
     } else {
         Outcome::Added
     };
-    run(claude_add_args(shim, home)).await?;
+    run(claude_add_args(shim, home, shim_args)).await?;
     Ok(outcome)
 }
 
 /// `claude` arguments that add the server (user scope), with the home when it must be given.
-fn claude_add_args(shim: &str, home: Option<&str>) -> Vec<String> {
+fn claude_add_args(shim: &str, home: Option<&str>, shim_args: &[String]) -> Vec<String> {
     let mut args: Vec<String> = ["mcp", "add", "--scope", "user", SERVER_NAME].map(str::to_owned).into();
     if let Some(home) = home {
         args.extend(["--env".to_owned(), format!("{ENV_HOME}={home}")]);
     }
     args.extend(["--".to_owned(), shim.to_owned()]);
+    args.extend(shim_args.iter().cloned());
     args
 }
 
@@ -386,9 +428,9 @@ async fn run_claude(claude: &Path, args: &[String]) -> Result<(), CliError> {
     Err(CliError::Failed(format!("`{shown}` failed ({status}): {}", output::truncate(&said, 400))))
 }
 
-/// True when a client's entry already runs exactly `shim` with no arguments, and with no
-/// environment but `COFFER_HOME=home` when `home` is given.
-fn same_entry(e: &Value, shim: &str, home: Option<&str>) -> bool {
+/// True when a client's entry already runs exactly `shim` with exactly `args` (none: no or
+/// empty `args`), and with no environment but `COFFER_HOME=home` when `home` is given.
+fn same_entry(e: &Value, shim: &str, home: Option<&str>, args: &[String]) -> bool {
     let empty = |k: &str| match e.get(k) {
         None | Some(Value::Null) => true,
         Some(Value::Array(a)) => a.is_empty(),
@@ -399,11 +441,8 @@ fn same_entry(e: &Value, shim: &str, home: Option<&str>) -> bool {
         None => empty("env"),
         Some(home) => e.get("env") == Some(&json!({ENV_HOME: home})),
     };
-    e["command"] == shim
-        && empty("args")
-        && env_ok
-        && e.get("type").is_none_or(|t| t == "stdio")
-        && e.get("url").is_none()
+    let args_ok = if args.is_empty() { empty("args") } else { e.get("args") == Some(&json!(args)) };
+    e["command"] == shim && args_ok && env_ok && e.get("type").is_none_or(|t| t == "stdio") && e.get("url").is_none()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,8 +551,10 @@ pub fn json_edit_coffer(
         let servers = servers.as_object_mut().ok_or_else(|| format!("{section} is not an object"))?;
         let shim = entry["command"].as_str().unwrap_or_default();
         let home = entry["env"][ENV_HOME].as_str();
+        let args: Vec<String> =
+            entry["args"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
         match servers.get(SERVER_NAME) {
-            Some(e) if same_entry(e, shim, home) => return Ok((Outcome::Unchanged, None)),
+            Some(e) if same_entry(e, shim, home, &args) => return Ok((Outcome::Unchanged, None)),
             Some(_) => {
                 servers.insert(SERVER_NAME.to_owned(), entry.clone());
                 Outcome::Updated
@@ -564,6 +605,20 @@ pub fn toml_edit_coffer(
     home: Option<&str>,
     remove: bool,
 ) -> Result<(Outcome, Option<String>), String> {
+    toml_edit_coffer_with(text, shim, home, &[], remove)
+}
+
+/// [`toml_edit_coffer`] with the shim's `args` (`--profile NAME`).
+///
+/// # Errors
+/// As [`toml_edit_coffer`].
+pub fn toml_edit_coffer_with(
+    text: &str,
+    shim: &str,
+    home: Option<&str>,
+    args: &[String],
+    remove: bool,
+) -> Result<(Outcome, Option<String>), String> {
     let mut config = coffer_runtime::codex_config::CodexConfig::parse(text)?;
     if remove {
         return Ok(if config.remove_coffer_server()? {
@@ -572,11 +627,11 @@ pub fn toml_edit_coffer(
             (Outcome::Absent, None)
         });
     }
-    let current = config.coffer_server_is(shim, home);
+    let current = config.coffer_server_is_with(shim, home, args);
     if current == Some(true) {
         return Ok((Outcome::Unchanged, None));
     }
-    config.set_coffer_server(shim, home)?;
+    config.set_coffer_server_with(shim, home, args)?;
     Ok((if current.is_some() { Outcome::Updated } else { Outcome::Added }, Some(config.to_string())))
 }
 
@@ -756,9 +811,23 @@ mod tests {
         assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, None, false).unwrap().0, Outcome::Updated);
         // Claude Code's CLI: --env after the name, the command after `--`.
         assert_eq!(
-            claude_add_args(SHIM_PATH, Some(HOME)),
+            claude_add_args(SHIM_PATH, Some(HOME), &[]),
             ["mcp", "add", "--scope", "user", "coffer", "--env", "COFFER_HOME=/srv/vault home", "--", SHIM_PATH]
         );
-        assert_eq!(claude_add_args(SHIM_PATH, None), ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH]);
+        assert_eq!(claude_add_args(SHIM_PATH, None, &[]), ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH]);
+        // A profile: the shim's own arguments follow it; the same entry again is unchanged.
+        let args = shim_args(Some("work")).unwrap();
+        assert_eq!(
+            claude_add_args(SHIM_PATH, None, &args),
+            ["mcp", "add", "--scope", "user", "coffer", "--", SHIM_PATH, "--profile", "work"]
+        );
+        let (_, toml) = toml_edit_coffer_with("", SHIM_PATH, None, &args, false).unwrap();
+        let toml = toml.unwrap();
+        assert_eq!(toml_edit_coffer_with(&toml, SHIM_PATH, None, &args, false).unwrap(), (Outcome::Unchanged, None));
+        assert_eq!(toml_edit_coffer(&toml, SHIM_PATH, None, false).unwrap().0, Outcome::Updated);
+        let entry = Client::Cursor.json_entry_with(SHIM_PATH, None, &args);
+        let (_, text) = json_edit_coffer("", "mcpServers", &entry, false).unwrap();
+        assert_eq!(json_edit_coffer(&text.unwrap(), "mcpServers", &entry, false).unwrap(), (Outcome::Unchanged, None));
+        assert!(shim_args(Some("Work")).is_err());
     }
 }

@@ -21,6 +21,7 @@ Examples:
   coffer invocations --actor mcp
   coffer invocations --client claude-code
   coffer invocations --conversation 0193c2d4e5f6
+  coffer invocations --profile work
   coffer invocations --since 2026-11-30 --until 2026-12-01T12:00:00Z --json
 
 --since and --until take a duration ago (90s, 15m, 2h, 7d), a date (its midnight UTC) or an
@@ -48,6 +49,9 @@ pub struct InvocationsArgs {
     /// Only calls made by the agent of this conversation (its id, as `coffer chat list` shows it).
     #[arg(long, value_name = "ID")]
     pub conversation: Option<String>,
+    /// Only calls by MCP sessions of this profile (`default`: clients that named none).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// Only calls at or after this time (15m, 2h, 7d, 2026-11-30, RFC 3339).
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
@@ -79,6 +83,7 @@ pub async fn run(ctx: &Ctx, a: InvocationsArgs) -> Result<(), CliError> {
             ("actor", a.actor.as_deref()),
             ("client", a.client.as_deref()),
             ("conversation", a.conversation.as_deref()),
+            ("profile", a.profile.as_deref()),
             ("since", a.since.as_deref()),
             ("until", a.until.as_deref()),
             ("limit", Some(&limit)),
@@ -116,8 +121,19 @@ pub fn client_cell(client: Option<&InvocationClient>) -> String {
 }
 
 /// Who made a call as the CLIENT column shows it: `conversation "<title>"` (or its id when it has
-/// no title) for an agent turn's call, else the MCP client ([`client_cell`]).
+/// no title) for an agent turn's call, else the MCP client ([`client_cell`]); followed by
+/// `· profile NAME` when the session used a profile other than `default`.
 pub fn caller_cell(i: &Invocation) -> String {
+    let who = caller(i);
+    match i.profile.as_deref() {
+        Some(p) if p != coffer_api::profiles::DEFAULT_PROFILE && !p.is_empty() => {
+            format!("{who} · profile {}", text_cell(p, 32)).trim().to_owned()
+        }
+        _ => who,
+    }
+}
+
+fn caller(i: &Invocation) -> String {
     match &i.conversation {
         Some(c) if !c.title.trim().is_empty() => {
             format!("conversation \"{}\"", text_cell(c.title.trim(), 40))
@@ -193,6 +209,10 @@ mod tests {
         assert_eq!(caller_cell(&agent), "conversation \"Fix the deploy\"");
         agent.conversation = Some(coffer_api::logs::InvocationConversation { id: "c1".into(), title: String::new() });
         assert_eq!(caller_cell(&agent), "conversation c1");
+        agent.profile = Some("work".into());
+        assert_eq!(caller_cell(&agent), "conversation c1 · profile work");
+        agent.profile = Some("default".into());
+        assert_eq!(caller_cell(&agent), "conversation c1");
     }
 
     #[test]
@@ -215,7 +235,9 @@ mod tests {
                 "--client",
                 "claude-code",
                 "--conversation",
-                "c1"
+                "c1",
+                "--profile",
+                "work"
             ])
             .is_ok()
         );

@@ -103,7 +103,29 @@ pub fn render_status(status: &Status) -> String {
         out.push_str("\nUpstreams:\n");
         out.push_str(&render_upstreams(&status.upstreams));
     }
+    if !status.sessions.is_empty() {
+        out.push_str("\nMCP sessions:\n");
+        out.push_str(&render_sessions(&status.sessions));
+    }
     out
+}
+
+/// The MCP sessions table of `GET /v1/status`: SESSION CLIENT PROFILE PROTOCOL IDLE.
+pub fn render_sessions(sessions: &[coffer_api::daemon::McpSessionStatus]) -> String {
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|s| {
+            let client = format!("{} {}", s.client_name.trim(), s.client_version.trim());
+            vec![
+                text_cell(&s.id, 8),
+                if client.trim().is_empty() { "-".into() } else { text_cell(client.trim(), 40) },
+                text_cell(&s.profile, 32),
+                text_cell(&s.protocol_version, 12),
+                format_duration(s.idle_s),
+            ]
+        })
+        .collect();
+    render_table(&["SESSION", "CLIENT", "PROFILE", "PROTOCOL", "IDLE"], &rows)
 }
 
 /// `Sandbox: …` from `GET /v1/status` `sandbox`: the kernel's support, and each agent whose
@@ -245,6 +267,29 @@ pub fn render_generic(items: &[Value]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sessions_show_their_client_and_profile() {
+        let sessions: Vec<coffer_api::daemon::McpSessionStatus> = serde_json::from_value(json!([
+            {"id":"a1b2c3d4","client_name":"claude-code","client_version":"2.1.0","profile":"work","protocol_version":"2025-11-25","idle_s":4},
+            {"id":"e5f6a7b8","client_name":"","client_version":"","profile":"default","protocol_version":"2025-06-18","idle_s":75},
+        ]))
+        .unwrap();
+        let t = render_sessions(&sessions);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["SESSION", "CLIENT", "PROFILE", "PROTOCOL", "IDLE"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["a1b2c3d4", "claude-code", "2.1.0", "work", "2025-11-25", &format_duration(4)]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["e5f6a7b8", "-", "default", "2025-06-18", &format_duration(75)]
+        );
+    }
 
     #[test]
     fn services_table() {

@@ -64,6 +64,9 @@ pub struct Record {
     /// The conversation whose agent made the call ([`crate::mcp::Session::conversation`]); `None`
     /// for every other caller.
     pub conversation: Option<Arc<str>>,
+    /// The profile of the MCP session that made the call ([`crate::mcp::Session::profile_name`]);
+    /// `None` for a broker session.
+    pub profile: Option<Arc<str>>,
 }
 
 /// An internal-agent run's usage, as the invocation of the tool that ran it records it.
@@ -107,6 +110,7 @@ impl Record {
             client_version: self.client.as_ref().map(|c| c.version.clone()).unwrap_or_default(),
             conversation_id: self.conversation.as_deref().unwrap_or_default().to_owned(),
             conversation_title: String::new(),
+            profile: self.profile.as_deref().unwrap_or_default().to_owned(),
         }
     }
 }
@@ -126,6 +130,9 @@ fn outcome(o: Outcome) -> InvocationOutcome {
 
 /// What the writer's queue carries: records, and now and then a request to write everything
 /// queued before it at once ([`Recorder::flush`]).
+// Records are nearly every item and a flush is rare: boxing the record would cost every call an
+// allocation to save the rare flush some bytes.
+#[allow(clippy::large_enum_variant)]
 enum Queued {
     Record(Record),
     Flush(oneshot::Sender<()>),
@@ -370,9 +377,10 @@ mod tests {
             usage: None,
             client: Some(Arc::new(ClientIdentity { name: "claude-code".into(), version: "2.1.0".into() })),
             conversation: Some(Arc::from("c-1")),
+            profile: Some(Arc::from("work")),
         }
         .into_row();
-        assert_eq!(row.conversation_id, "c-1");
+        assert_eq!((row.conversation_id.as_str(), row.profile.as_str()), ("c-1", "work"));
         assert_eq!(row.at, "2025-11-30T00:00:00.123Z");
         assert_eq!(row.target.len(), MAX_RECORDED_TARGET);
         assert_eq!((row.method().as_str(), row.server.as_str(), row.session_id.as_str()), ("tools/call", "x", "s1"));

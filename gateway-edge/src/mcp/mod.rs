@@ -37,6 +37,7 @@ pub mod invocations;
 pub mod jsonrpc;
 pub mod naming;
 pub mod policy;
+pub mod profile;
 pub mod resolver;
 pub mod session;
 #[cfg(test)]
@@ -379,6 +380,7 @@ impl Shared {
             usage,
             client: (session.actor == invocations::MCP_ACTOR).then(|| session.client.clone()),
             conversation: session.conversation.get().cloned(),
+            profile: (session.actor == invocations::MCP_ACTOR).then(|| session.profile_name()),
         });
     }
 }
@@ -508,6 +510,25 @@ impl Gateway {
         }
         self.broker.invalidate_all();
         sessions.len()
+    }
+
+    /// Every live MCP client session as `GET /v1/status` shows it (issue 36 §1), most recently
+    /// active first.
+    pub fn session_status(&self) -> Vec<coffer_api::daemon::McpSessionStatus> {
+        let sessions: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
+        let mut out: Vec<coffer_api::daemon::McpSessionStatus> = sessions
+            .iter()
+            .map(|s| coffer_api::daemon::McpSessionStatus {
+                id: s.id.chars().take(8).collect(),
+                client_name: s.client.name.clone(),
+                client_version: s.client.version.clone(),
+                profile: s.profile_name().to_string(),
+                protocol_version: s.protocol_version.clone(),
+                idle_s: s.idle_for().as_secs(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.idle_s.cmp(&b.idle_s).then_with(|| a.id.cmp(&b.id)));
+        out
     }
 
     /// Number of live downstream sessions.

@@ -339,7 +339,19 @@ async fn list_invocations(
 ) -> Result<Json<Page<api::Invocation>>, ApiError> {
     let p = Params::from_query(
         query,
-        &["server", "target", "outcome", "actor", "client", "conversation", "since", "until", "limit", "cursor"],
+        &[
+            "server",
+            "target",
+            "outcome",
+            "actor",
+            "client",
+            "conversation",
+            "profile",
+            "since",
+            "until",
+            "limit",
+            "cursor",
+        ],
     )?;
     let now = now_ms();
     // `one_of` admits only the words of `OUTCOMES`; absent is Unspecified ("any").
@@ -351,6 +363,7 @@ async fn list_invocations(
         actor: p.filter("actor"),
         client_name: p.filter("client"),
         conversation_id: p.conversation("conversation")?,
+        profile: p.filter("profile"),
         since: p.time("since", now)?,
         until: p.time("until", now)?,
         before_id: p.cursor()?,
@@ -382,6 +395,7 @@ pub fn invocation(i: &Invocation) -> api::Invocation {
             id: i.conversation_id.clone(),
             title: i.conversation_title.clone(),
         }),
+        profile: (!i.profile.is_empty()).then(|| i.profile.clone()),
         usage: i.usage.as_ref().map(|u| api::InvocationUsage {
             connection: u.connection.clone(),
             model: u.model.clone(),
@@ -877,6 +891,8 @@ mod tests {
         let i = Invocation { conversation_id: "c1".into(), conversation_title: "Deploy".into(), ..i };
         let v = serde_json::to_value(invocation(&i)).unwrap();
         assert_eq!(v["conversation"], json!({"id": "c1", "title": "Deploy"}));
+        let i = Invocation { profile: "work".into(), ..i };
+        assert_eq!(serde_json::to_value(invocation(&i)).unwrap()["profile"], "work");
     }
 
     fn params(q: &[(&str, &str)], allowed: &[&str]) -> Result<Params, ApiError> {

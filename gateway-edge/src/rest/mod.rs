@@ -95,6 +95,7 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Status>, ApiErro
         upstreams: st.gateway.upstream_status(),
         sandbox: st.gateway.sandbox_status(),
         sync: if retrieval_down { None } else { sync::current_status(&st).await.as_ref().map(sync::status_view) },
+        sessions: st.gateway.session_status(),
     }))
 }
 

@@ -978,7 +978,21 @@ pub fn routes() -> Vec<Route> {
             .describe("SSE; `Last-Event-ID` resumes it.")
             .sse("Server-to-client JSON-RPC messages."),
         mcp_route("DELETE", "End the session").no_content("The session and its upstream children are gone."),
+        mcp_profile_route(),
     ]
+}
+
+/// `/mcp/p/{profile}` (issue 36 §1): `/mcp` for sessions of one profile; documented by its POST.
+fn mcp_profile_route() -> Route {
+    let mut r = route("POST", "/mcp/p/{profile}", "mcp", "Send one JSON-RPC message in a profile")
+        .describe("`/mcp` (every method, both eras, the same Host, Origin and authentication rules) for sessions that use profile `profile`; the same as sending `Coffer-Profile: <profile>` to `/mcp` (both may be sent only when they agree). A session's profile is fixed when it starts: an unknown or malformed profile is refused then with 404 and a JSON-RPC error naming it and `coffer profile list`.")
+        .path_param("profile", "A profile name (`coffer profile list`); `default` always exists.")
+        .header("Mcp-Session-Id", "The session, from `initialize`'s answer; unknown or ended sessions get 404.")
+        .body(json!({"type": ["object", "array"], "description": "JSON-RPC 2.0 message."}))
+        .ok(200, "The JSON-RPC response.", json!({"type": ["object", "array"]}))
+        .sse("The response, preceded by relayed server-to-client messages.");
+    r.error_format = Errors::JsonRpc;
+    r
 }
 
 fn mcp_route(method: &'static str, summary: &'static str) -> Route {
@@ -1419,7 +1433,7 @@ mod tests {
         for r in &routes {
             assert!(seen.insert((r.method, r.path)), "{} {} twice", r.method, r.path);
             assert!(ids.insert(operation_id(r)), "operationId {} twice", operation_id(r));
-            assert!(r.path == "/mcp" || r.path.starts_with("/v1/"), "{}", r.path);
+            assert!(r.path == "/mcp" || r.path.starts_with("/mcp/p/") || r.path.starts_with("/v1/"), "{}", r.path);
             assert!(tags.contains(&r.tag), "{} {}: unknown tag {}", r.method, r.path, r.tag);
             assert!(["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&r.method), "{}", r.method);
             // Path parameters in the template and in the list match.

@@ -107,4 +107,25 @@ pub struct Status {
     pub sandbox: SandboxStatus,
     /// `GET /v1/sync/status`'s body; null while coffer-retrieval does not answer.
     pub sync: Option<SyncStatus>,
+    /// The MCP client sessions open now (issue 36 §1: each with its profile), oldest activity
+    /// last; absent from a daemon that predates it (read as empty).
+    #[serde(default)]
+    pub sessions: Vec<McpSessionStatus>,
+}
+
+/// One MCP client session in `GET /v1/status`'s `sessions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpSessionStatus {
+    /// The first 8 characters of its id (the invocation log's `session_id` starts with them;
+    /// the whole id is the client's to present, never shown).
+    pub id: String,
+    /// The client's `clientInfo` name and version (empty when it gave none).
+    pub client_name: String,
+    pub client_version: String,
+    /// The profile the session uses (`default` when its client named none).
+    pub profile: String,
+    /// The MCP revision it speaks.
+    pub protocol_version: String,
+    /// Seconds since its last request.
+    pub idle_s: u64,
 }

@@ -65,6 +65,11 @@ pub struct Invocation {
     /// Coffer kept it (a daemon that predates the field omits it: read as null).
     #[serde(default)]
     pub conversation: Option<InvocationConversation>,
+    /// The profile of the MCP session that made the call (issue 36 §1): `default` when its
+    /// client named none; absent for in-house callers (REST, channels, the broker) and for calls
+    /// recorded before Coffer kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// What the internal agent's run used, for `coffer__ask`; null for every other call.
     pub usage: Option<InvocationUsage>,
 }

@@ -35,10 +35,21 @@ impl CodexConfig {
     /// writes for `shim` and `home` (`command`, empty or no `args`, `env` holding only
     /// `COFFER_HOME` = `home`, or no `env` when `home` is `None`); `None` when there is no entry.
     pub fn coffer_server_is(&self, shim: &str, home: Option<&str>) -> Option<bool> {
+        self.coffer_server_is_with(shim, home, &[])
+    }
+
+    /// [`CodexConfig::coffer_server_is`] for an entry whose `args` are `args` (e.g. the shim's
+    /// `--profile NAME`); empty `args` also matches no `args`.
+    pub fn coffer_server_is_with(&self, shim: &str, home: Option<&str>, args: &[String]) -> Option<bool> {
         let servers = self.doc.as_table().get("mcp_servers")?.as_table_like()?;
         let t = servers.get(SERVER_NAME).and_then(Item::as_table_like)?;
         let command = t.get("command").and_then(Item::as_str) == Some(shim);
-        let no_args = t.get("args").is_none_or(|a| a.as_array().is_some_and(Array::is_empty));
+        let no_args = match t.get("args") {
+            None => args.is_empty(),
+            Some(a) => {
+                a.as_array().is_some_and(|a| a.iter().map(|v| v.as_str()).eq(args.iter().map(|s| Some(s.as_str()))))
+            }
+        };
         let env = t.get("env").and_then(Item::as_table_like);
         let env_ok = match home {
             None => env.is_none_or(|e| e.is_empty()),
@@ -57,7 +68,15 @@ impl CodexConfig {
     /// # Errors
     /// `mcp_servers is not a table` when it is something else.
     pub fn set_coffer_server(&mut self, shim: &str, home: Option<&str>) -> Result<(), String> {
-        self.set_entry(shim, home, false)
+        self.set_entry(shim, home, false, &[])
+    }
+
+    /// [`CodexConfig::set_coffer_server`] with the shim's `args` (e.g. `--profile NAME`).
+    ///
+    /// # Errors
+    /// `mcp_servers is not a table` when it is something else.
+    pub fn set_coffer_server_with(&mut self, shim: &str, home: Option<&str>, args: &[String]) -> Result<(), String> {
+        self.set_entry(shim, home, false, args)
     }
 
     /// [`CodexConfig::set_coffer_server`] for a Codex managed by the chat service: its `env` also
@@ -67,10 +86,10 @@ impl CodexConfig {
     /// # Errors
     /// `mcp_servers is not a table` when it is something else.
     pub fn set_agent_coffer_server(&mut self, shim: &str, home: &str) -> Result<(), String> {
-        self.set_entry(shim, Some(home), true)
+        self.set_entry(shim, Some(home), true, &[])
     }
 
-    fn set_entry(&mut self, shim: &str, home: Option<&str>, agent: bool) -> Result<(), String> {
+    fn set_entry(&mut self, shim: &str, home: Option<&str>, agent: bool, args: &[String]) -> Result<(), String> {
         let root = self.doc.as_table_mut();
         if !root.contains_key("mcp_servers") {
             let mut t = Table::new();
@@ -79,7 +98,7 @@ impl CodexConfig {
         }
         let mut entry = Table::new();
         entry.insert("command", value(shim));
-        entry.insert("args", value(Array::new()));
+        entry.insert("args", value(args.iter().map(String::as_str).collect::<Array>()));
         let mut env = InlineTable::new();
         if let Some(home) = home {
             env.insert(crate::env::HOME, home.into());

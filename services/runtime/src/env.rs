@@ -33,6 +33,10 @@ pub const AGENT_SHIM: &str = "COFFER_AGENT_SHIM";
 /// `X-Coffer-Conversation` (`coffer_types::mcp::CONVERSATION_HEADER`), and the gateway records it
 /// on the agent's calls so Activity can name the conversation.
 pub const CONVERSATION: &str = "COFFER_CONVERSATION";
+/// The profile a `coffer-mcp-shim`'s client uses (issue 36 §1), when its `--profile NAME`
+/// argument does not name one: sent to `/mcp` as `Coffer-Profile`
+/// (`coffer_types::mcp::PROFILE_HEADER`).
+pub const PROFILE: &str = "COFFER_PROFILE";
 /// File descriptor number of the service's inherited internal gRPC listener (every service).
 pub const LISTEN_FD: &str = "COFFER_LISTEN_FD";
 /// File descriptor number of the inherited public HTTP listener (the gateway only).

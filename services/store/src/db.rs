@@ -106,6 +106,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0015_message_agent.sql"),
     migration!("0016_invocation_conversation.sql"),
     migration!("0017_profiles.sql"),
+    migration!("0018_invocation_profile.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

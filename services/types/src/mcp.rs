@@ -18,6 +18,11 @@ pub fn valid_conversation_id(id: &str) -> bool {
         && id.len() <= MAX_CONVERSATION_ID
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
+/// Header naming the profile a client's MCP session uses (issue 36 §1): sent by the shim
+/// (`--profile NAME` / `COFFER_PROFILE`) or any `/mcp` client; `/mcp/p/{name}` says the same.
+pub const PROFILE_HEADER: &str = "coffer-profile";
+/// Path prefix of `/mcp` for one profile: `/mcp/p/{name}`.
+pub const PROFILE_PATH_PREFIX: &str = "/mcp/p/";
 /// The path of the MCP endpoint, for Streamable HTTP and the stream alike.
 pub const PATH: &str = "/mcp";
 

@@ -53,7 +53,7 @@ pub(in crate::mcp) const VERSION_HEADER: &str = coffer_types::header::MCP_PROTOC
 /// The `/mcp` route over `gateway`, mountable in a router of any state: the transports use the
 /// gateway only.
 pub fn routes<S: Clone + Send + Sync + 'static>(gateway: Arc<Gateway>) -> Router<S> {
-    Router::new().route("/mcp", any(handle)).with_state(gateway)
+    Router::new().route("/mcp", any(handle)).route("/mcp/p/{profile}", any(handle_in_profile)).with_state(gateway)
 }
 
 async fn handle(
@@ -64,12 +64,55 @@ async fn handle(
     upgrade: StreamUpgrade,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let conversation = conversation(agent.is_some(), &headers);
+    serve_mcp(gw, agent.is_some(), None, method, headers, upgrade, body).await
+}
+
+/// `/mcp/p/{profile}`: `/mcp` for sessions of one profile (issue 36 §1), with the same Host,
+/// Origin and authentication rules.
+async fn handle_in_profile(
+    State(gw): State<Arc<Gateway>>,
+    axum::extract::Path(profile): axum::extract::Path<String>,
+    agent: Option<axum::Extension<AgentToken>>,
+    method: Method,
+    headers: HeaderMap,
+    upgrade: StreamUpgrade,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    serve_mcp(gw, agent.is_some(), Some(profile), method, headers, upgrade, body).await
+}
+
+/// What a request names of its session's profile: its path's `/mcp/p/{name}` and its
+/// `Coffer-Profile` header ([`crate::mcp::profile::requested`]); used when it starts a session.
+pub(in crate::mcp) type Requested = Result<Option<String>, crate::mcp::profile::ProfileError>;
+
+/// The profile a new session of `gw` gets for `requested`.
+pub(in crate::mcp) fn choose_profile(
+    gw: &Gateway,
+    requested: &Requested,
+) -> Result<Arc<str>, crate::mcp::profile::ProfileError> {
+    let name = requested.clone()?;
+    crate::mcp::profile::choose(&gw.shared.snapshot.current(), name.as_deref())
+}
+
+async fn serve_mcp(
+    gw: Arc<Gateway>,
+    by_agent_token: bool,
+    path_profile: Option<String>,
+    method: Method,
+    headers: HeaderMap,
+    upgrade: StreamUpgrade,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let conversation = conversation(by_agent_token, &headers);
+    let profile = crate::mcp::profile::requested(
+        path_profile.as_deref(),
+        headers.get(coffer_types::mcp::PROFILE_HEADER).map(HeaderValue::as_bytes),
+    );
     if let StreamUpgrade::Requested(on_upgrade) = upgrade {
         if let Err(r) = check_version(&headers) {
             return r;
         }
-        return crate::mcp::downstream::stream::accept(gw, on_upgrade, conversation);
+        return crate::mcp::downstream::stream::accept(gw, on_upgrade, conversation, profile);
     }
     match method {
         Method::POST => {
@@ -90,7 +133,7 @@ async fn handle(
                     );
                 }
             };
-            post(gw, headers, body, conversation).await
+            post(gw, headers, body, conversation, profile).await
         }
         Method::GET | Method::DELETE if modern_header(&headers) => {
             let mut r = jsonrpc::http_error(
@@ -214,7 +257,13 @@ fn conversation(by_agent_token: bool, headers: &HeaderMap) -> Option<Arc<str>> {
     coffer_types::mcp::valid_conversation_id(v).then(|| Arc::from(v))
 }
 
-async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes, conversation: Option<Arc<str>>) -> Response {
+async fn post(
+    gw: Arc<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+    conversation: Option<Arc<str>>,
+    profile: Requested,
+) -> Response {
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
@@ -249,15 +298,16 @@ async fn post(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes, conversation: O
         || (session_id(&headers).is_none()
             && matches!(&parsed, Parsed::Request { params, .. } if era::mentions_meta(params.as_deref())));
     if modern {
-        return modern::post(gw, headers, parsed).await;
+        return modern::post(gw, headers, parsed, &profile).await;
     }
     if let Err(r) = check_version(&headers) {
         return r;
     }
     match parsed {
-        Parsed::Request { id, method, params } if method == "initialize" => {
-            initialize(&gw, &id, params.as_deref(), conversation.as_ref())
-        }
+        Parsed::Request { id, method, params } if method == "initialize" => match choose_profile(&gw, &profile) {
+            Ok(profile) => initialize(&gw, &id, params.as_deref(), conversation.as_ref(), profile),
+            Err(e) => profile_refused(&id, e),
+        },
         Parsed::Request { id, method, .. } if method == "server/discover" && session_id(&headers).is_none() => {
             let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
             rpc_error(StatusCode::OK, id, METHOD_NOT_FOUND, message::DISCOVER_NOT_FOUND)
@@ -322,12 +372,27 @@ async fn respond(session: Arc<Session>, id: Box<RawValue>, method: String, param
 }
 
 /// `initialize`: negotiates the version, creates the session, answers as one server.
-fn initialize(gw: &Gateway, id: &RawValue, params: Option<&RawValue>, conversation: Option<&Arc<str>>) -> Response {
+fn initialize(
+    gw: &Gateway,
+    id: &RawValue,
+    params: Option<&RawValue>,
+    conversation: Option<&Arc<str>>,
+    profile: Arc<str>,
+) -> Response {
     let (session, body) = message::open_session(gw, id, params);
     session.attribute(conversation);
+    session.select_profile(profile);
     let mut r = json_response(StatusCode::OK, body);
     r.headers_mut().insert(SESSION_HEADER, HeaderValue::from_str(&session.id).expect("hex id"));
     r
+}
+
+/// A session refused for the profile it names: 404 with the JSON-RPC error (naming the profile
+/// and `coffer profile list`) answering request `id`.
+pub(super) fn profile_refused(id: &RawValue, e: crate::mcp::profile::ProfileError) -> Response {
+    let err = crate::mcp::answer::RpcError::from(e);
+    let id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
+    json_response(StatusCode::NOT_FOUND, jsonrpc::error_object(id, err.code, &err.message, err.data).to_string())
 }
 
 /// A JSON-RPC batch: only on a session that negotiated 2025-03-26 (batching was removed in

@@ -98,6 +98,7 @@ pub(in crate::mcp) fn accept(
     gateway: Arc<Gateway>,
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
     conversation: Option<Arc<str>>,
+    profile: crate::mcp::downstream::http::Requested,
 ) -> Response {
     let Some(on_upgrade) = on_upgrade else {
         return jsonrpc::http_error(
@@ -111,7 +112,7 @@ pub(in crate::mcp) fn accept(
     tokio::spawn(
         async move {
             match on_upgrade.await {
-                Ok(upgraded) => serve(gateway, TokioIo::new(upgraded), conversation).await,
+                Ok(upgraded) => serve(gateway, TokioIo::new(upgraded), conversation, profile).await,
                 Err(err) => debug!(error = %err, "The /mcp stream upgrade did not complete."),
             }
         }
@@ -124,8 +125,12 @@ pub(in crate::mcp) fn accept(
 }
 
 /// Serves one switched connection until the client closes it or its session ends.
-async fn serve<IO>(gateway: Arc<Gateway>, io: IO, conversation: Option<Arc<str>>)
-where
+async fn serve<IO>(
+    gateway: Arc<Gateway>,
+    io: IO,
+    conversation: Option<Arc<str>>,
+    profile: crate::mcp::downstream::http::Requested,
+) where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read, write) = tokio::io::split(io);
@@ -133,8 +138,16 @@ where
     let (out, other_queue) = Lane::new(LANE_MESSAGES, "notifications to a /mcp stream");
     let budget = Arc::new(Semaphore::new(MAX_UNWRITTEN_ANSWERS));
     let mut writer = tokio::spawn(write_lines(answer_queue, other_queue, write, budget.clone()));
-    let mut conn =
-        Conn { gateway, answers, out, budget: budget.clone(), session: None, listens: HashMap::new(), conversation };
+    let mut conn = Conn {
+        gateway,
+        answers,
+        out,
+        budget: budget.clone(),
+        session: None,
+        listens: HashMap::new(),
+        conversation,
+        profile,
+    };
     let mut reader = FrameReader::new(read, super::MCP_BODY_LIMIT);
     // The session's end, once there is a session: registered with its token once, not per line.
     let mut ended = std::pin::pin!(None::<tokio_util::sync::WaitForCancellationFutureOwned>);
@@ -220,6 +233,9 @@ struct Conn {
     listens: HashMap<String, CancellationToken>,
     /// The agent turn's conversation its session records (see [`accept`]).
     conversation: Option<Arc<str>>,
+    /// The profile the upgrade request named (`Coffer-Profile`, `/mcp/p/{name}`): checked when
+    /// the session starts, refused then with a JSON-RPC error.
+    profile: crate::mcp::downstream::http::Requested,
 }
 
 impl Conn {
@@ -227,6 +243,14 @@ impl Conn {
     fn send(&self, message: String) {
         // Fails only once the writer is gone (the client went away).
         let _ = self.answers.send(message);
+    }
+
+    /// Queues the refusal of the profile the stream named as the answer to request `id`
+    /// (returns `true`); the stream stays open without a session.
+    fn send_profile_error(&self, id: &RawValue, e: crate::mcp::profile::ProfileError) -> bool {
+        let err = crate::mcp::answer::RpcError::from(e);
+        self.send(jsonrpc::error_object(raw_id(id), err.code, &err.message, err.data).to_string());
+        true
     }
 
     /// Queues a JSON-RPC error as the answer to the line being handled (returns `true`).
@@ -291,8 +315,13 @@ impl Conn {
     fn before_initialize(&mut self, parsed: Parsed) -> bool {
         match parsed {
             Parsed::Request { id, method, params } if method == "initialize" => {
+                let profile = match crate::mcp::downstream::http::choose_profile(&self.gateway, &self.profile) {
+                    Ok(p) => p,
+                    Err(e) => return self.send_profile_error(&id, e),
+                };
                 let (session, body) = open_session(&self.gateway, &id, params.as_deref());
                 session.attribute(self.conversation.as_ref());
+                session.select_profile(profile);
                 info!(session = %session.id, "MCP session on a /mcp stream.");
                 self.forward_outbound(&session);
                 self.session = Some(session);
@@ -339,8 +368,13 @@ impl Conn {
         if !era::is_modern_method(&method) {
             return self.send_error(raw_id(&id), METHOD_NOT_FOUND, &format!("Method not found: {}", truncate(&method)));
         }
+        let profile = match crate::mcp::downstream::http::choose_profile(&self.gateway, &self.profile) {
+            Ok(p) => p,
+            Err(e) => return self.send_profile_error(&id, e),
+        };
         let session = self.gateway.create_session(&meta.version, &meta.init_params());
         session.attribute(self.conversation.as_ref());
+        session.select_profile(profile);
         info!(session = %session.id, "MCP 2026-07-28 session on a /mcp stream.");
         self.session = Some(session.clone());
         self.run_modern(session, id, method, params)

@@ -27,6 +27,7 @@ pub mod relay;
 mod route;
 mod upstream_input;
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,7 @@ pub use crate::mcp::flow::{Flow, LANE_MESSAGES, Lane};
 use crate::mcp::invocations::MCP_ACTOR;
 use crate::mcp::jsonrpc::{self, METHOD_NOT_FOUND};
 use crate::mcp::policy::{self, truncate};
+use crate::mcp::profile::View;
 pub use crate::mcp::session::outbound::{Outbound, OutboundEvent};
 use crate::mcp::session::pool::Pool;
 use crate::mcp::session::progress::Progress;
@@ -87,6 +89,17 @@ pub struct Session {
     /// managed agent's shim, believed from the agent token only: [`Session::attribute`]); its
     /// invocations name it. Unset for every other client.
     pub conversation: std::sync::OnceLock<Arc<str>>,
+    /// The profile this session uses (issue 36 §1), fixed for its life
+    /// ([`Session::select_profile`]); unset: `default`.
+    pub profile: std::sync::OnceLock<Arc<str>>,
+    /// Whether lists and calls go through the profile's view ([`crate::mcp::profile`]): an MCP
+    /// client's session; an in-house caller's (the broker: REST, agents' direct calls) sees
+    /// the vault as it is.
+    pub(super) profiled: bool,
+    /// The profile's view of the last snapshot it was computed for.
+    view: Mutex<Option<(Arc<crate::snapshot::Snapshot>, Arc<View>)>>,
+    /// The parameters the last tools list hid, by original exposed name.
+    hidden: Mutex<HashMap<String, Vec<String>>>,
     pub(super) shared: Arc<Shared>,
     pub(super) pool: Pool,
     pub(super) catalog: Catalog,
@@ -164,6 +177,10 @@ impl Session {
             actor,
             client,
             conversation: std::sync::OnceLock::new(),
+            profile: std::sync::OnceLock::new(),
+            profiled: !patient,
+            view: Mutex::default(),
+            hidden: Mutex::default(),
             shared,
             last_activity: Mutex::new(Instant::now()),
             outbound: Outbound::default(),
@@ -181,6 +198,31 @@ impl Session {
         if let Some(c) = conversation {
             let _ = self.conversation.set(c.clone());
         }
+    }
+
+    /// Sets the profile this session uses (the first call wins; later ones are ignored): one
+    /// [`crate::mcp::profile::choose`] accepted when the session started.
+    pub fn select_profile(&self, profile: Arc<str>) {
+        let _ = self.profile.set(profile);
+    }
+
+    /// The name of this session's profile (`default` when none was selected).
+    pub fn profile_name(&self) -> Arc<str> {
+        self.profile.get().cloned().unwrap_or_else(|| Arc::from(coffer_api::profiles::DEFAULT_PROFILE))
+    }
+
+    /// The session's profile over the current snapshot (recomputed when the snapshot changes).
+    pub fn view(&self) -> Arc<View> {
+        let snap = self.shared.snapshot.current();
+        let mut cached = self.view.lock().expect("view");
+        if let Some((s, v)) = &*cached
+            && Arc::ptr_eq(s, &snap)
+        {
+            return v.clone();
+        }
+        let v = Arc::new(View::of(&snap, &self.profile_name(), self.shared.max_name_len()));
+        *cached = Some((snap, v.clone()));
+        v
     }
 
     /// Marks traffic (resets the idle timer).
@@ -235,9 +277,24 @@ impl Session {
         self.list_all(kind).await.into_iter().filter(|l| l.enabled).map(|l| (l.item, l.server, l.original)).collect()
     }
 
-    /// Every item of `kind` with exposed names and its policy flag ([`Catalog::list_all`]).
+    /// Every item of `kind` with exposed names and its policy flag ([`Catalog::list_all`]), as
+    /// the session's profile shows them (unselected items left out, tool overrides applied).
     pub async fn list_all(&self, kind: ListKind) -> Vec<Listed> {
-        self.catalog.list_all(&self.pool, kind).await
+        let items = self.catalog.list_all(&self.pool, kind).await;
+        if !self.profiled {
+            return items;
+        }
+        let (items, hidden) = self.view().shape(kind, items);
+        if kind == ListKind::Tools {
+            *self.hidden.lock().expect("hidden") = hidden;
+        }
+        items
+    }
+
+    /// What `tools/list` answers: the enabled tools the profile selects, as it shows them.
+    /// (The one place a tool mode changes what is listed.)
+    pub async fn listed_tools(&self) -> Vec<Value> {
+        self.list(ListKind::Tools).await.into_iter().map(|(t, _, _)| t).collect()
     }
 
     /// Resolves an exposed tool or prompt name to `(server, original)` and checks policy
@@ -247,8 +304,51 @@ impl Session {
     /// -32602 for an unknown name or server; -32000 `TOOL_DISABLED`; -32001 when the name's
     /// server had to be listed to learn it and could not be.
     pub async fn resolve(&self, kind: ListKind, exposed: &str) -> Result<(String, String), RpcError> {
+        self.resolve_named(kind, exposed).await.map(|(server, original, _)| (server, original))
+    }
+
+    /// [`Session::resolve`] through the session's profile: a renamed tool's name stands for
+    /// the tool, and what the profile does not select is refused like a disabled capability.
+    /// Returns `(server, original, exposed name before any override)`.
+    ///
+    /// # Errors
+    /// As [`Session::resolve`].
+    pub async fn resolve_named(&self, kind: ListKind, exposed: &str) -> Result<(String, String, String), RpcError> {
         let snap = self.shared.snapshot.current();
-        policy::resolve(&snap, &self.catalog, &self.pool, kind, exposed).await
+        if !self.profiled {
+            let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, exposed).await?;
+            return Ok((server, original, exposed.to_owned()));
+        }
+        // Nothing of the view is held across the await: a call's future stays small.
+        let name = if kind == ListKind::Tools {
+            let holder = self.catalog.lookup(kind, exposed).map(|(server, _)| server);
+            self.view().inbound(exposed, holder.as_deref()).to_owned()
+        } else {
+            exposed.to_owned()
+        };
+        let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, &name).await?;
+        if !self.view().selects(kind, &server, &name) {
+            return Err(policy::Refusal::Disabled {
+                noun: policy::Noun::of(kind),
+                exposed: exposed.to_owned(),
+                server,
+                scope: policy::Scope::Capability,
+            }
+            .into());
+        }
+        Ok((server, original, name))
+    }
+
+    /// The parameters the profile hides of tool `exposed` (original exposed name): as the last
+    /// list hid them, else as the profile names them.
+    pub(super) fn hidden_params(&self, exposed: &str) -> Vec<String> {
+        if !self.profiled {
+            return Vec::new();
+        }
+        if let Some(h) = self.hidden.lock().expect("hidden").get(exposed) {
+            return h.clone();
+        }
+        self.view().hide_params(exposed).to_vec()
     }
 
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original
@@ -271,7 +371,11 @@ impl Session {
     ) -> Answer {
         self.touch();
         let list = |kind: ListKind| async move {
-            let items: Vec<Value> = self.list(kind).await.into_iter().map(|(t, _, _)| t).collect();
+            let items: Vec<Value> = if kind == ListKind::Tools {
+                self.listed_tools().await
+            } else {
+                self.list(kind).await.into_iter().map(|(t, _, _)| t).collect()
+            };
             let mut body = serde_json::Map::new();
             body.insert(kind.key().to_owned(), Value::Array(items));
             Answer::ok(Value::Object(body))

@@ -60,30 +60,71 @@ impl Session {
         }
         let mut usage = None;
         let mut builtin_outcome = None;
-        let (answer, server) = match self.resolve(kind, &exposed).await {
-            Err(e) => (Answer::Error(e), naming::split(&exposed).map(|(s, _)| s.to_owned()).unwrap_or_default()),
-            Ok((server, original)) if server == BUILTIN_SERVER && kind == ListKind::Tools => {
-                let args = fields.get("arguments").map(|a| a.get().to_owned());
-                let caller: &Session = self;
-                let called = Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
-                usage = called.usage;
-                builtin_outcome = Some(called.outcome);
-                (called.answer, server)
+        // Boxed, and its result taken apart before the call's own awaits: the profile's
+        // resolution would otherwise grow every call's future past its bound
+        // (`a_call_s_future_stays_small`).
+        let resolved = Box::pin(self.resolve_call(kind, &exposed, fields.get("arguments").map(|a| a.get()))).await;
+        let (server, original) = match resolved {
+            Ok(found) => found,
+            Err((e, server)) => {
+                let answer = Answer::Error(e);
+                self.shared.record_with_usage(
+                    method,
+                    &exposed,
+                    &server,
+                    self,
+                    started.elapsed(),
+                    answer.outcome(),
+                    None,
+                );
+                return answer;
             }
-            Ok((server, original)) => {
-                let forwarded = to_raw(&fields, "name", &raw_string(&original));
-                let answer = self.forward(&server, method, &forwarded, ctx).await;
-                if kind == ListKind::Tools
-                    && let Answer::Result(r) = &answer
-                {
-                    self.catalog.learn_uris(&server, r);
-                }
-                (answer, server)
+        };
+        let answer = if server == BUILTIN_SERVER && kind == ListKind::Tools {
+            let args = fields.get("arguments").map(|a| a.get().to_owned());
+            let caller: &Session = self;
+            let called = Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
+            usage = called.usage;
+            builtin_outcome = Some(called.outcome);
+            called.answer
+        } else {
+            let forwarded = to_raw(&fields, "name", &raw_string(&original));
+            let answer = self.forward(&server, method, &forwarded, ctx).await;
+            if kind == ListKind::Tools
+                && let Answer::Result(r) = &answer
+            {
+                self.catalog.learn_uris(&server, r);
             }
+            answer
         };
         let outcome = builtin_outcome.unwrap_or_else(|| answer.outcome());
         self.shared.record_with_usage(method, &exposed, &server, self, started.elapsed(), outcome, usage);
         answer
+    }
+
+    /// Resolves the name of a `tools/call` or `prompts/get` through the session's profile
+    /// ([`Session::resolve_named`]) and refuses a tool call whose `arguments` (raw JSON) set a
+    /// parameter the profile hides. `(server, original)`, or the error with the server to
+    /// record it under.
+    async fn resolve_call(
+        &self,
+        kind: ListKind,
+        exposed: &str,
+        arguments: Option<&str>,
+    ) -> Result<(String, String), (RpcError, String)> {
+        match self.resolve_named(kind, exposed).await {
+            Ok((server, original, named)) if kind == ListKind::Tools => {
+                // A parameter the profile hides is not the client's to set (the upstream
+                // applies its own default).
+                let hidden = self.hidden_params(&named);
+                match crate::mcp::profile::hidden_param_error(&self.profile_name(), exposed, &hidden, arguments) {
+                    Some(e) => Err((e, server)),
+                    None => Ok((server, original)),
+                }
+            }
+            Ok((server, original, _)) => Ok((server, original)),
+            Err(e) => Err((e, naming::split(exposed).map(|(s, _)| s.to_owned()).unwrap_or_default())),
+        }
     }
 
     /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: resolve the URI, forward
@@ -102,7 +143,20 @@ impl Session {
         let Some(Ok(uri)) = fields.get("uri").map(|u| serde_json::from_str::<String>(u.get())) else {
             return Answer::Error(RpcError::new(INVALID_PARAMS, format!("{method} needs a string params.uri")));
         };
-        let (server, original) = match policy::resolve_uri(&self.shared.snapshot.current(), &self.catalog, &uri) {
+        let resolved =
+            policy::resolve_uri(&self.shared.snapshot.current(), &self.catalog, &uri).and_then(|(server, original)| {
+                // A server the session's profile does not select is refused like a disabled one.
+                if self.profiled && !self.view().selects_server(&server) {
+                    return Err(policy::Refusal::Disabled {
+                        noun: policy::Noun::Resource,
+                        exposed: uri.clone(),
+                        server,
+                        scope: policy::Scope::Capability,
+                    });
+                }
+                Ok((server, original))
+            });
+        let (server, original) = match resolved {
             Ok(p) => p,
             Err(e) => {
                 let mut e = RpcError::from(e);

@@ -54,8 +54,8 @@ impl Invocations for InvocationsService {
                 let mut st = t.prepare_cached(
                     "INSERT INTO mcp_invocations (at, target, method, server, session_id, duration_ms, outcome, trace_id, actor,
                        usage_connection, usage_model, usage_input_tokens, usage_output_tokens, usage_iterations,
-                       client_name, client_version, conversation_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                       client_name, client_version, conversation_id, profile)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
                 )?;
                 for (i, (method, outcome)) in items.into_iter().zip(words) {
                     let actor = if i.actor.is_empty() { DEFAULT_ACTOR } else { &i.actor };
@@ -78,6 +78,7 @@ impl Invocations for InvocationsService {
                         i.client_name,
                         i.client_version,
                         i.conversation_id,
+                        i.profile,
                     ])?;
                     ids.push(t.last_insert_rowid());
                 }
@@ -103,13 +104,13 @@ impl Invocations for InvocationsService {
                     "SELECT i.id, i.at, i.target, i.method, i.server, i.session_id, i.duration_ms, i.outcome,
                        i.trace_id, i.actor, i.usage_connection, i.usage_model, i.usage_input_tokens,
                        i.usage_output_tokens, i.usage_iterations, i.client_name, i.client_version,
-                       i.conversation_id, coalesce(c.title, '')
+                       i.conversation_id, coalesce(c.title, ''), i.profile
                      FROM mcp_invocations i
                      LEFT JOIN conversations c ON i.conversation_id <> '' AND c.id = i.conversation_id
                      WHERE (?1 = '' OR i.server = ?1) AND (?2 = '' OR i.target = ?2) AND (?3 = '' OR i.outcome = ?3)
                        AND (?4 = '' OR i.at >= ?4) AND (?5 = '' OR i.at < ?5) AND (?6 = 0 OR i.id < ?6)
                        AND (?8 = '' OR i.actor = ?8) AND (?9 = '' OR i.client_name = ?9)
-                       AND (?10 = '' OR i.conversation_id = ?10)
+                       AND (?10 = '' OR i.conversation_id = ?10) AND (?11 = '' OR i.profile = ?11)
                      ORDER BY i.id DESC LIMIT ?7",
                 )?;
                 let args = params![
@@ -122,7 +123,8 @@ impl Invocations for InvocationsService {
                     limit + 1,
                     q.actor,
                     q.client_name,
-                    q.conversation_id
+                    q.conversation_id,
+                    q.profile
                 ];
                 let rows = st.query_map(args, |r| {
                     Ok(Invocation {
@@ -151,6 +153,7 @@ impl Invocations for InvocationsService {
                         client_version: r.get(16)?,
                         conversation_id: r.get(17)?,
                         conversation_title: r.get(18)?,
+                        profile: r.get(19)?,
                     })
                 })?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -292,7 +295,20 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("s__g", "conv-1", "")]
         );
-        let rows_before = 6;
+        // A session's profile is kept and listed by.
+        let profiled = Invocation { profile: "work".into(), ..row("s__p", InvocationOutcome::Ok, "mcp") };
+        svc.append_invocations(Request::new(AppendInvocationsRequest { invocations: vec![profiled] })).await.unwrap();
+        let by_profile = svc
+            .list_invocations(Request::new(ListInvocationsRequest { profile: "work".into(), ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner()
+            .items;
+        assert_eq!(
+            by_profile.iter().map(|i| (i.target.as_str(), i.profile.as_str())).collect::<Vec<_>>(),
+            [("s__p", "work")]
+        );
+        let rows_before = 7;
 
         // A row without a method or outcome refuses the batch.
         let bad = vec![row("s__d", InvocationOutcome::Ok, ""), row("s__e", InvocationOutcome::Unspecified, "")];

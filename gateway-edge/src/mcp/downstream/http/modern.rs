@@ -27,7 +27,7 @@ use crate::mcp::{Gateway, Session};
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// Handles a modern client's POST (already decoded).
-pub(super) async fn post(gw: Arc<Gateway>, headers: HeaderMap, parsed: Parsed) -> Response {
+pub(super) async fn post(gw: Arc<Gateway>, headers: HeaderMap, parsed: Parsed, profile: &super::Requested) -> Response {
     let (id, method, params) = match parsed {
         Parsed::Request { id, method, params } => (id, method, params),
         // Cancellation is closing the request's stream; other notifications carry nothing Coffer
@@ -58,10 +58,16 @@ pub(super) async fn post(gw: Arc<Gateway>, headers: HeaderMap, parsed: Parsed) -
     if let Some(body) = message::sessionless(&method, &id) {
         return json_response(StatusCode::OK, body);
     }
+    let profile = match super::choose_profile(&gw, profile) {
+        Ok(p) => p,
+        Err(e) => return super::profile_refused(&id, e),
+    };
     let session = match scope(&headers, &meta) {
-        Ok(key) => gw.modern_session(&key, &meta),
+        // One gateway session per profile too: a profile is fixed for a session's life.
+        Ok(key) => gw.modern_session(&format!("{key}/{profile}"), &meta),
         Err(r) => return refuse(StatusCode::BAD_REQUEST, id_value(), &r),
     };
+    session.select_profile(profile);
     if method == "subscriptions/listen" {
         return subscribe(session, id, params.as_deref());
     }
