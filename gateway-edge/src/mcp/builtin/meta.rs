@@ -415,6 +415,69 @@ mod tests {
         assert_eq!(c.calls.lock().unwrap().len(), 3, "refused calls reach nothing");
     }
 
+    /// Issue 36 §2's measure (`bench/lazy-tools.sh` prints it; docs/BENCHMARKS.md quotes it):
+    /// the first `tools/list` result of a session with 10 servers, full against lazy. The 10
+    /// servers are the four test peers' real lists (`tool_rank/peer_tools.json`) registered
+    /// under ten names (everything, fs and git three times, time once); Coffer's built-ins are
+    /// the standard set with the knowledge tools and `coffer__ask`. Tokens are bytes / 4.
+    #[allow(clippy::print_stdout, reason = "prints the table docs/BENCHMARKS.md quotes")]
+    #[tokio::test]
+    async fn ten_servers_listed_lazily_cost_under_5_percent_of_the_full_list() {
+        let peers: Value = serde_json::from_str(include_str!("tool_rank/peer_tools.json")).unwrap();
+        let token = secrecy::SecretString::from("00".to_owned());
+        let retrieval = crate::clients::retrieval::client("127.0.0.1:9", &token).unwrap();
+        let llm = crate::clients::llm::client("127.0.0.1:9", &token).unwrap();
+        let registry =
+            crate::mcp::builtin::ask_tool::register(crate::mcp::builtin::Registry::standard(Some(retrieval)), llm);
+        let mut tools: Vec<(Value, String, String)> = registry
+            .definitions()
+            .into_iter()
+            .map(|mut d| {
+                let original = d["name"].as_str().unwrap().to_owned();
+                d["name"] = json!(format!("{BUILTIN_SERVER}__{original}"));
+                (d, BUILTIN_SERVER.to_owned(), original)
+            })
+            .collect();
+        let builtins = tools.len();
+        let names = [
+            ("everything", "everything"),
+            ("everything2", "everything"),
+            ("everything3", "everything"),
+            ("fs", "fs"),
+            ("fs2", "fs"),
+            ("fs3", "fs"),
+            ("git", "git"),
+            ("git2", "git"),
+            ("git3", "git"),
+            ("time", "time"),
+        ];
+        for (name, peer) in names {
+            let s = peers["servers"].as_array().unwrap().iter().find(|s| s["server"] == peer).unwrap();
+            for t in s["tools"].as_array().unwrap() {
+                let original = t["name"].as_str().unwrap().to_owned();
+                let mut exposed = t.clone();
+                exposed["name"] = json!(format!("{name}__{original}"));
+                tools.push((exposed, name.to_owned(), original));
+            }
+        }
+        let upstream = tools.len() - builtins;
+        let snap = Snapshot::default();
+        let size = |list: Vec<Value>| (list.len(), json!({"tools": list}).to_string().len());
+        let (full_n, full) = size(listing(&snap, None, tools.clone()));
+        let (lazy_n, lazy) = size(listing(&snap, Some(&profile(ToolMode::Lazy, &[])), tools));
+        let pct = 100.0 * lazy as f64 / full as f64;
+        println!("| mode | tools listed | bytes | tokens (bytes / 4) |\n| --- | --- | --- | --- |");
+        println!(
+            "| full ({upstream} upstream tools of 10 servers + {builtins} built-ins) | {full_n} | {full} | {} |",
+            full / 4
+        );
+        println!("| lazy | {lazy_n} | {lazy} | {} |", lazy / 4);
+        println!("lazy / full = {pct:.1} %");
+        assert_eq!(full_n, upstream + builtins);
+        assert_eq!(lazy_n, 3);
+        assert!(pct < 5.0, "lazy is {pct:.1} % of full");
+    }
+
     #[test]
     fn call_params_carry_the_arguments_verbatim() {
         assert_eq!(call_params("a__b", Some(r#"{"x": 1}"#)).get(), r#"{"name":"a__b","arguments":{"x": 1}}"#);
