@@ -50,6 +50,8 @@ pub enum TextFormat {
     AllowedHosts,
     /// Empty (loopback only) or `IP:PORT` (see [`crate::remote::parse_bind`]).
     BindAddress,
+    /// Empty (the default) or one of [`TOOL_MODES`].
+    ToolMode,
 }
 
 /// What a person wants to do with a setting: the sections of the console's Settings page, of
@@ -218,6 +220,23 @@ pub const FIRST_LIST_TIMEOUT_MS: Setting = Setting {
     unit: "milliseconds",
     description: "how long an MCP client's list waits for servers not listed yet before it answers with what is ready (REST and the CLI wait up to `gateway.list_timeout_ms`)",
 };
+/// The tool mode of MCP sessions whose profile is not stored (issue 36 §2: the `default`
+/// profile until one is created; a stored profile's own `mode` wins).
+pub const GATEWAY_TOOL_MODE: Setting = Setting {
+    key: "gateway.tool_mode",
+    group: Group::Gateway,
+    label: "Tool mode without a profile",
+    ty: Type::Text,
+    format: TextFormat::ToolMode,
+    default: 0,
+    default_text: "full",
+    min: 0,
+    max: 8,
+    unit: "full or lazy",
+    description: "what an MCP session without a stored profile lists: `full` (every tool with its schema) or `lazy` (only `coffer__search_tools`, `coffer__describe_tool` and `coffer__call_tool`; every tool stays callable)",
+};
+/// The words of [`TextFormat::ToolMode`] (`coffer_api::profiles::ToolMode`'s).
+pub const TOOL_MODES: &[&str] = &["full", "lazy"];
 /// How long a tool-broker session (an in-house caller's, e.g. one per conversation) may stay
 /// idle before it ends and its upstream children stop.
 pub const BROKER_IDLE_TIMEOUT_S: Setting = Setting {
@@ -877,6 +896,7 @@ pub const SETTINGS: &[Setting] = &[
     SESSION_IDLE_TIMEOUT_S,
     BROKER_IDLE_TIMEOUT_S,
     MAX_TOOL_NAME_LEN,
+    GATEWAY_TOOL_MODE,
     EMBEDDINGS_URL,
     EMBEDDINGS_MODEL,
     EMBEDDINGS_CREDENTIAL,
@@ -958,6 +978,11 @@ impl Setting {
         let why = match self.format {
             TextFormat::AllowedHosts => crate::remote::parse_allowed_hosts(value).err(),
             TextFormat::BindAddress => crate::remote::parse_bind(value).err(),
+            TextFormat::ToolMode if !value.trim().is_empty() && !TOOL_MODES.contains(&value.trim()) => Some(format!(
+                "must be {}; got {:?}",
+                TOOL_MODES.join(" or "),
+                value.chars().take(64).collect::<String>()
+            )),
             _ => None,
         };
         if let Some(why) = why {

@@ -19,7 +19,8 @@
 //! learned them).
 //!
 //! **What a session lists** ([`listing`], the hook the session's `tools/list` calls on the
-//! tools it would list, after policy and its profile's selection):
+//! tools it would list, after policy and its profile's selection; a session whose profile is
+//! not stored has the mode of the setting `gateway.tool_mode`):
 //! - `full` mode (and no profile): those tools as they are; `coffer__describe_tool` and
 //!   `coffer__call_tool` are not among them (a model that has every schema needs neither; they
 //!   are registered unlisted, [`crate::mcp::builtin::Registry::with_unlisted`], and stay
@@ -56,12 +57,18 @@ const SUGGESTIONS: usize = 3;
 /// What a session's `tools/list` holds, from the tools it would list (`(definition with the
 /// exposed name, server, original name)`, after policy and its profile's selection), the
 /// policy snapshot (a meta tool disabled by preference is not listed) and its profile
-/// (`None`: no profile, i.e. `default` absent: full mode). See the module docs.
+/// (`None`: not stored, e.g. `default` before one is created: the mode of the setting
+/// `gateway.tool_mode`, `full` by default). See the module docs.
 pub fn listing(snap: &Snapshot, profile: Option<&Profile>, tools: Vec<(Value, String, String)>) -> Vec<Value> {
-    let Some(profile) = profile.filter(|p| p.spec.mode == ToolMode::Lazy) else {
-        return tools.into_iter().map(|(t, _, _)| t).collect();
+    let setting = coffer_types::settings::GATEWAY_TOOL_MODE;
+    let lazy = match profile {
+        Some(p) => p.spec.mode == ToolMode::Lazy,
+        None => setting.text_or_default(snap.settings.get(setting.key).map(String::as_str)) == "lazy",
     };
-    let kept = explicit_builtins(&profile.spec.builtins.include);
+    if !lazy {
+        return tools.into_iter().map(|(t, _, _)| t).collect();
+    }
+    let kept = explicit_builtins(profile.map(|p| p.spec.builtins.include.as_slice()).unwrap_or_default());
     let (search, others): (Vec<_>, Vec<_>) = tools
         .into_iter()
         .filter(|(_, server, original)| {
@@ -356,6 +363,13 @@ mod tests {
         off.prefs.insert((BUILTIN_SERVER.to_owned(), Kind::Tool, CALL.to_owned()), false);
         let lazy = listing(&off, Some(&profile(ToolMode::Lazy, &[])), listed());
         assert_eq!(names(&lazy), ["coffer__search_tools", "coffer__describe_tool"]);
+        // Without a stored profile the setting decides; a stored profile's mode wins over it.
+        let mut set = Snapshot::default();
+        set.settings.insert("gateway.tool_mode".into(), "lazy".into());
+        assert_eq!(listing(&set, None, listed()).len(), 3);
+        assert_eq!(listing(&set, Some(&profile(ToolMode::Full, &[])), listed()).len(), 4);
+        set.settings.insert("gateway.tool_mode".into(), "sometimes".into());
+        assert_eq!(listing(&set, None, listed()).len(), 4, "a value that does not parse is the default");
     }
 
     #[tokio::test]
