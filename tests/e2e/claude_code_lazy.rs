@@ -101,7 +101,7 @@ async fn lazy_claude_code_finds_describes_and_calls_two_upstream_tools_through_t
         let items = wait_for(&format!("{target} in the invocation log"), Duration::from_secs(10), || async {
             let v: Value = api.get(&path).reply().await?.json()?;
             let items: Vec<Value> = v["items"].as_array().cloned().unwrap_or_default();
-            Ok((items.len() >= 1).then_some(items))
+            Ok((!items.is_empty()).then_some(items))
         })
         .await?;
         for i in &items {
