@@ -28,6 +28,7 @@ mod chat_mux;
 mod chat_redirect;
 mod chat_rest;
 mod claude_code;
+mod claude_code_lazy;
 mod cli;
 mod cli_commands;
 mod cli_connect;

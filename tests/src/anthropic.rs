@@ -12,6 +12,9 @@
 //! it first asks `ToolSearch` to load it (`select:<tool>`); once the request carries the call's
 //! `tool_result`, it answers with text quoting it. Every request is recorded, in order.
 //!
+//! [`FakeAnthropic::sequence`] plays a model that makes several calls one after another (each
+//! once the previous one's result came back).
+//!
 //! [`FakeAnthropic::scripted`] plays a model driven by the prompt instead: the directives of
 //! [`crate::script`] in the latest user message choose streamed text (one delta per word), a tool
 //! call (loaded through `ToolSearch` first when Claude Code defers it), an HTTP error, a slow
@@ -73,6 +76,9 @@ impl Recorded {
 struct Inner {
     tool: String,
     input: Value,
+    /// Tool calls to ask for one after another ([`FakeAnthropic::sequence`]); empty: the one
+    /// call of `tool`.
+    steps: Vec<(String, Value)>,
     /// Answer by the prompt's directives ([`crate::script`]) instead of wanting `tool`.
     scripted: bool,
     requests: Mutex<Vec<Recorded>>,
@@ -101,7 +107,14 @@ impl FakeAnthropic {
     /// # Errors
     /// When no port can be bound.
     pub async fn start_calling(tool: &str, input: Value) -> anyhow::Result<Self> {
-        Self::serve(Inner { tool: tool.to_owned(), input, scripted: false, requests: Mutex::default() }).await
+        Self::serve(Inner {
+            tool: tool.to_owned(),
+            input,
+            steps: Vec::new(),
+            scripted: false,
+            requests: Mutex::default(),
+        })
+        .await
     }
 
     /// Starts the fake on a free loopback port, answering by the prompt convention of
@@ -110,7 +123,26 @@ impl FakeAnthropic {
     /// # Errors
     /// When no port can be bound.
     pub async fn scripted() -> anyhow::Result<Self> {
-        Self::serve(Inner { tool: String::new(), input: json!({}), scripted: true, requests: Mutex::default() }).await
+        Self::serve(Inner {
+            tool: String::new(),
+            input: json!({}),
+            steps: Vec::new(),
+            scripted: true,
+            requests: Mutex::default(),
+        })
+        .await
+    }
+
+    /// Starts the fake on a free loopback port, playing a model that calls `steps` (`(tool,
+    /// input)`) one after another, each once the previous one's result came back (`tool_use` id
+    /// [`step_id`]`(i)`; a tool Claude Code defers is loaded with `ToolSearch` first), then
+    /// answers with text quoting every result.
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn sequence(steps: Vec<(String, Value)>) -> anyhow::Result<Self> {
+        Self::serve(Inner { tool: String::new(), input: json!({}), steps, scripted: false, requests: Mutex::default() })
+            .await
     }
 
     async fn serve(inner: Inner) -> anyhow::Result<Self> {
@@ -160,8 +192,37 @@ async fn count_tokens(State(f): State<Arc<Inner>>, uri: Uri, headers: HeaderMap,
     axum::Json(json!({"input_tokens": tokens})).into_response()
 }
 
+/// The `tool_use` id of step `i` of [`FakeAnthropic::sequence`].
+pub fn step_id(i: usize) -> String {
+    format!("toolu_fake_step_{i}")
+}
+
+/// [`reply`] of a sequence: the first step whose result is not in the request yet, or the text.
+fn next_step(f: &Inner, req: &Recorded) -> (Value, &'static str) {
+    let results = req.tool_results();
+    let done = (0..f.steps.len()).take_while(|&i| results.iter().any(|(id, _)| *id == step_id(i))).count();
+    let Some((tool, input)) = f.steps.get(done) else {
+        let text =
+            format!("The tools answered: {}", results.iter().map(|(_, c)| c.as_str()).collect::<Vec<_>>().join(" | "));
+        return (json!({"type": "text", "text": text}), "end_turn");
+    };
+    if req.tools().contains(&tool.as_str()) {
+        return (json!({"type": "tool_use", "id": step_id(done), "name": tool, "input": input}), "tool_use");
+    }
+    // Deferred (Claude Code's tool search): load it first, once per step.
+    let load = format!("toolu_fake_load_{done}");
+    if req.offers(tool) && !results.iter().any(|(id, _)| *id == load) {
+        let input = json!({"query": format!("select:{tool}"), "max_results": 1});
+        return (json!({"type": "tool_use", "id": load, "name": "ToolSearch", "input": input}), "tool_use");
+    }
+    (json!({"type": "text", "text": format!("No tool named {tool} was offered.")}), "end_turn")
+}
+
 /// What the fake model answers to one request: its content block and stop reason.
 fn reply(f: &Inner, req: &Recorded) -> (Value, &'static str) {
+    if !f.steps.is_empty() {
+        return next_step(f, req);
+    }
     let results = req.tool_results();
     if let Some((_, content)) = results.iter().find(|(id, _)| id == CALL_ID) {
         let text = format!("The tool answered: {content}");

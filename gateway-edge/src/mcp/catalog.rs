@@ -545,7 +545,7 @@ impl Catalog {
     /// `server` is not registered.
     pub async fn learn_names(&self, pool: &Pool, kind: ListKind, server: &str) -> Result<(), RpcError> {
         let items: Arc<Vec<Value>> = if server == BUILTIN_SERVER {
-            Arc::new(if kind == ListKind::Tools { self.shared.builtins.definitions() } else { Vec::new() })
+            Arc::new(if kind == ListKind::Tools { self.shared.builtins.all_definitions() } else { Vec::new() })
         } else {
             let Some(spec) = self.shared.snapshot.current().servers.get(server).cloned() else {
                 return Err(RpcError::new(INVALID_PARAMS, format!("Unknown server {server:?}")));

@@ -24,6 +24,7 @@
 //! parser that reads their arguments cannot drift apart; `schema_tests.rs` beside this file holds
 //! every tool's schema to its args type and its documented examples to the parser.
 pub mod ask_tool;
+pub mod meta;
 pub mod retrieval_tools;
 #[cfg(test)]
 mod schema_tests;
@@ -91,6 +92,16 @@ pub trait Caller: Send + Sync {
     fn actor(&self) -> &str {
         crate::mcp::invocations::MCP_ACTOR
     }
+    /// Calls tool `name` (an exposed name) with `arguments` (raw JSON object text; `None`: no
+    /// `arguments` member) exactly as the caller's own `tools/call` would: the same resolution,
+    /// policy, routing, invocation record and answer (`coffer__call_tool`,
+    /// [`crate::mcp::builtin::meta`]). By default refused: a caller that cannot route.
+    fn call_tool<'a>(&'a self, name: &'a str, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+        let _ = arguments;
+        Box::pin(async move {
+            Answer::Error(RpcError::new(INVALID_PARAMS, format!("this caller cannot call {name:?} by name")))
+        })
+    }
 }
 
 /// The caller's mistake in a call of a built-in tool (bad arguments, a name that names nothing):
@@ -127,6 +138,9 @@ pub trait Provider: Send + Sync {
 #[derive(Clone, Default)]
 pub struct Registry {
     providers: BTreeMap<&'static str, (Arc<dyn Provider>, Arc<Value>)>,
+    /// Providers that are callable but not in [`Registry::definitions`] (the lazy mode's
+    /// `describe_tool` and `call_tool`, listed by [`crate::mcp::builtin::meta::listing`] only).
+    unlisted: Vec<&'static str>,
 }
 
 /// What a built-in call produced: the answer, what it used of an LLM, and how the invocation
@@ -138,13 +152,17 @@ pub struct Called {
 }
 
 impl Registry {
-    /// The standard set: `search_tools` ([`crate::mcp::builtin::search_tools`]), and with a `retrieval` client the knowledge, memory
+    /// The standard set: `search_tools` ([`crate::mcp::builtin::search_tools`]), the lazy mode's
+    /// `describe_tool` and `call_tool` ([`crate::mcp::builtin::meta`]), and with a `retrieval` client the knowledge, memory
     /// and skill tools ([`crate::mcp::builtin::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
     /// `forget`, `list_skills`, `load_skill`).
     pub fn standard(retrieval: Option<crate::clients::retrieval::Client>) -> Self {
         // search_tools is semantic when retrieval has an embeddings endpoint (its `Embed` RPC).
         let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn crate::mcp::builtin::search_tools::Embed>);
-        let registry = Self::default().with(SearchTools::new(embedder));
+        let registry = Self::default()
+            .with(SearchTools::new(embedder))
+            .with_unlisted(crate::mcp::builtin::meta::DescribeTool)
+            .with_unlisted(crate::mcp::builtin::meta::CallTool);
         match retrieval {
             Some(client) => crate::mcp::builtin::retrieval_tools::register(registry, client),
             None => registry,
@@ -164,8 +182,21 @@ impl Registry {
         self
     }
 
-    /// Every tool's definition (original names), in name order.
+    /// [`Registry::with`] for a tool that is callable but not listed ([`Registry::definitions`]
+    /// leaves it out; [`Registry::all_definitions`] has it, so its name resolves).
+    #[must_use]
+    pub fn with_unlisted(mut self, provider: impl Provider + 'static) -> Self {
+        self.unlisted.push(provider.name());
+        self.with(provider)
+    }
+
+    /// Every listed tool's definition (original names), in name order.
     pub fn definitions(&self) -> Vec<Value> {
+        self.providers.iter().filter(|(n, _)| !self.unlisted.contains(n)).map(|(_, (p, _))| p.definition()).collect()
+    }
+
+    /// Every tool's definition, the unlisted ones too (what a name may resolve to).
+    pub fn all_definitions(&self) -> Vec<Value> {
         self.providers.values().map(|(p, _)| p.definition()).collect()
     }
 

@@ -15,13 +15,25 @@
 //! only. When the endpoint fails, the keyword ranking answers and `structuredContent.fallback`
 //! and the text say why.
 //!
+//! The candidates are every tool but the meta tools themselves (`search_tools`, `describe_tool`,
+//! `call_tool`): Coffer's own tools (`coffer__remember`, …) are found like upstream ones.
+//!
+//! **Relevance cutoff** (keyword mode, [`tool_rank::cut_weak`]): when the best tool is a good
+//! match (a query term in its name, title or server, or more than half the query's terms), the
+//! tools that only share a word in passing are left out; when even the best is not, the answer
+//! says "No good match" before the closest tools and `structuredContent.weak` is `true` — so
+//! "what time is it in Tokyo" without a time server is not answered with a filesystem tool as if
+//! it fitted. (In hybrid mode the similarity floor [`MIN_SIMILARITY`] is the cutoff.)
+//!
 //! The answer is compact (it lands in a model's context): one line per tool, `exposed_name —
 //! one-line description` (` (disabled)` when it is), at most [`DEFAULT_RESULTS`] unless `limit`
 //! says more; `structuredContent` `{mode, matches: [{name, server, description, enabled}],
-//! fallback?}` with the same one-line descriptions.
+//! weak?, fallback?}` with the same one-line descriptions. A query that finds nothing is quoted
+//! back at most [`QUOTED_QUERY_CHARS`] characters long.
 //!
-//! Bad input is the caller's mistake (a tool error recorded as `invalid`): an empty query, one
-//! with no letters or digits, a `limit` that is not a whole number; a query over
+//! Bad input is the caller's mistake (a tool error recorded as `invalid`), said in plain words:
+//! an empty query, one with no letters or digits, one that is not text, a `limit` that is not a
+//! whole number from 1 to [`MAX_RESULTS`] (refused, never brought inside); a query over
 //! [`MAX_QUERY_CHARS`] is refused by the registry's schema check.
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -35,7 +47,7 @@ use serde_json::{Value, json};
 
 use crate::mcp::answer::Answer;
 use crate::mcp::builtin::tool_rank::{self, ToolDoc, ToolIndex};
-use crate::mcp::builtin::{Caller, Invalid, Provider, Reply, input_schema};
+use crate::mcp::builtin::{Caller, Invalid, Provider, Reply, input_schema, meta};
 
 /// Longest `query`, in characters (also the knowledge and memory tools' limit).
 pub const MAX_QUERY_CHARS: usize = 8192;
@@ -119,9 +131,11 @@ pub const MAX_RESULTS: u64 = 50;
 /// Longest one-line description in a result, in characters.
 pub const DESCRIPTION_CHARS: usize = 160;
 
-/// The arguments of `coffer__search_tools`; its `inputSchema` is derived from them. Members it
-/// does not name are ignored (as they always were); a `limit` outside 1–50 is brought inside.
+/// The arguments of `coffer__search_tools`; its `inputSchema` is derived from them (the call
+/// reads them in [`parse`], for errors in plain words). Members it does not name are ignored
+/// (as they always were); a `limit` outside 1–50 is refused.
 #[derive(Deserialize, JsonSchema)]
+#[allow(dead_code, reason = "the schema's source and its examples' check; the call reads its arguments in parse()")]
 pub struct SearchToolsArgs {
     #[schemars(
         length(min = 1, max = MAX_QUERY_CHARS),
@@ -206,44 +220,89 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na.sqrt() * nb.sqrt()) }
 }
 
-/// The arguments, or the caller's mistake naming it.
+/// The arguments, or the caller's mistake in plain words (never serde's: "limit must be a whole
+/// number from 1 to 50; got \"ten\""). A `limit` outside 1–[`MAX_RESULTS`] is refused, not
+/// brought inside.
 fn parse(args: Option<&str>) -> Result<(String, usize), Invalid> {
     let bad = |why: &str| Invalid(format!("coffer__search_tools: invalid arguments: {why}"));
-    let a: SearchToolsArgs = serde_json::from_str(args.unwrap_or("{}")).map_err(|e| {
-        let msg = e.to_string();
-        bad(msg.split(" at line ").next().unwrap_or(&msg))
-    })?;
-    if a.query.trim().is_empty() {
+    let v: Value = serde_json::from_str(args.unwrap_or("{}")).map_err(|_| bad("arguments are not valid JSON"))?;
+    let query = match v.get("query") {
+        Some(Value::String(q)) => q.clone(),
+        None | Some(Value::Null) => return Err(bad("query is missing: say what you want to do, e.g. \"read a file\"")),
+        Some(other) => {
+            return Err(bad(&format!("query must be text (what you want to do, in words), not {}", json_kind(other))));
+        }
+    };
+    if query.trim().is_empty() {
         return Err(bad("query is empty: say what you want to do, e.g. \"read a file\""));
     }
-    if !a.query.chars().any(char::is_alphanumeric) {
+    if !query.chars().any(char::is_alphanumeric) {
         return Err(bad("query has no words to search for"));
     }
-    let limit = a.limit.unwrap_or(DEFAULT_RESULTS).clamp(1, MAX_RESULTS) as usize;
-    Ok((a.query, limit))
+    let limit = match v.get("limit") {
+        None | Some(Value::Null) => DEFAULT_RESULTS,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=MAX_RESULTS).contains(&n)) => {
+            n.as_u64().unwrap_or(DEFAULT_RESULTS)
+        }
+        Some(other) => {
+            let got = match other {
+                Value::String(t) => format!("{:?}", t.chars().take(20).collect::<String>()),
+                Value::Number(n) => n.to_string(),
+                other => json_kind(other).to_owned(),
+            };
+            return Err(bad(&format!("limit must be a whole number from 1 to {MAX_RESULTS}; got {got}")));
+        }
+    };
+    Ok((query, limit as usize))
+}
+
+/// "text", "a number", … for an error message.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "true or false",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `query` as a "no match" answer quotes it: at most [`QUOTED_QUERY_CHARS`] characters.
+fn quoted(query: &str) -> String {
+    let q = query.trim();
+    if q.chars().count() <= QUOTED_QUERY_CHARS {
+        return format!("{q:?}");
+    }
+    let head: String = q.chars().take(QUOTED_QUERY_CHARS - 1).collect();
+    format!("{:?}", format!("{}…", head.trim_end()))
+}
+
+/// Longest query a "no match" answer quotes, in characters.
+pub const QUOTED_QUERY_CHARS: usize = 60;
+
+/// Whether `original` on [`BUILTIN_SERVER`] is one of the meta tools (`search_tools` itself,
+/// `describe_tool`, `call_tool`): never a search result; every other built-in is a candidate.
+fn is_meta(server: &str, original: &str) -> bool {
+    server == BUILTIN_SERVER && [meta::SEARCH, meta::DESCRIBE, meta::CALL].contains(&original)
 }
 
 impl SearchTools {
     async fn search(&self, caller: &dyn Caller, args: Option<&str>) -> Reply {
         let (query, limit) = parse(args)?;
-        let tools = caller.list_all_tools().await;
-        let candidates: Vec<Candidate<'_>> = tools
-            .iter()
-            .filter(|t| t.1 != BUILTIN_SERVER)
-            .map(|(tool, server, _, enabled)| Candidate { tool, server, enabled: *enabled })
-            .collect();
-        let docs: Vec<ToolDoc> = tools
-            .iter()
-            .filter(|t| t.1 != BUILTIN_SERVER)
-            .map(|(t, s, o, _)| ToolDoc::from_definition(t, s, o))
-            .collect();
-        let keyword: Vec<usize> = ToolIndex::new(&docs).rank(&query).into_iter().map(|(i, _)| i).collect();
+        let mut tools = caller.list_all_tools().await;
+        tools.retain(|(_, server, original, _)| !is_meta(server, original));
+        let candidates: Vec<Candidate<'_>> =
+            tools.iter().map(|(tool, server, _, enabled)| Candidate { tool, server, enabled: *enabled }).collect();
+        let docs: Vec<ToolDoc> = tools.iter().map(|(t, s, o, _)| ToolDoc::from_definition(t, s, o)).collect();
+        let index = ToolIndex::new(&docs);
+        let keyword: Vec<usize> = index.rank(&query).into_iter().map(|(i, _)| i).collect();
         let mut fallback = None;
         if let Some(embedder) = &self.embedder {
             match self.semantic(embedder.as_ref(), &query, &candidates).await {
                 Ok(semantic) => {
                     let fused: Vec<usize> = tool_rank::fuse(&[keyword, semantic]).into_iter().map(|(i, _)| i).collect();
-                    return Ok(render(&query, &candidates, &fused, limit, "hybrid", None));
+                    return Ok(render(&query, &candidates, &fused, limit, "hybrid", None, false));
                 }
                 Err(EmbedFailure::Off(_)) => {}
                 Err(EmbedFailure::Failed(why)) => {
@@ -252,7 +311,8 @@ impl SearchTools {
                 }
             }
         }
-        Ok(render(&query, &candidates, &keyword, limit, "keyword", fallback))
+        let (shown, weak) = tool_rank::cut_weak(&index, &query, &keyword);
+        Ok(render(&query, &candidates, &shown, limit, "keyword", fallback, weak))
     }
 
     /// The candidates at or above [`MIN_SIMILARITY`], most similar first (ties by position).
@@ -345,6 +405,7 @@ fn render(
     limit: usize,
     mode: &str,
     fallback: Option<String>,
+    weak: bool,
 ) -> Answer {
     let shown: Vec<&Candidate<'_>> = ranked.iter().take(limit).map(|&i| &candidates[i]).collect();
     let mut lines = Vec::with_capacity(shown.len());
@@ -358,11 +419,20 @@ fn render(
         );
     }
     let mut text = if lines.is_empty() {
-        format!("No tools match {query:?}. Try other words for what you want to do.")
+        format!("No tools match {}. Try other words for what you want to do.", quoted(query))
+    } else if weak {
+        format!(
+            "No good match: these tools share only a word or two with your query; check that one really does \
+             what you want, or try other words.\n{}",
+            lines.join("\n")
+        )
     } else {
         lines.join("\n")
     };
     let mut structured = json!({"mode": mode, "matches": matches});
+    if weak {
+        structured["weak"] = json!(true);
+    }
     if let Some(why) = fallback {
         text.push_str(&format!("\n(keyword search: the semantic search failed: {why})"));
         structured["fallback"] = json!(why);
@@ -467,9 +537,9 @@ mod tests {
         // No word of the query is in any tool's name or description: keyword mode finds nothing.
         let v = out(search.search(&c, Some(r#"{"query":"fetch site"}"#)).await);
         assert_eq!(v["structuredContent"]["mode"], "hybrid");
-        assert_eq!(names(&v), ["http__get"], "found by meaning alone");
-        assert_eq!(search.cached(), 3, "built-ins are not candidates");
-        assert_eq!(meanings.texts.load(Ordering::SeqCst), 4, "the query and three tools");
+        assert_eq!(names(&v), ["http__get", "coffer__search_knowledge"], "found by meaning alone, built-ins too");
+        assert_eq!(search.cached(), 4, "Coffer's own tools are candidates");
+        assert_eq!(meanings.texts.load(Ordering::SeqCst), 5, "the query and four tools");
         let keyword = out(SearchTools::new(None).search(&c, Some(r#"{"query":"fetch site"}"#)).await);
         assert_eq!(keyword["structuredContent"]["mode"], "keyword");
         assert!(names(&keyword).is_empty());
@@ -477,13 +547,13 @@ mod tests {
         // A second search embeds only its query.
         let v = out(search.search(&c, Some(r#"{"query":"reading text","limit":5}"#)).await);
         assert_eq!(names(&v), ["fs__cat"]);
-        assert_eq!(meanings.texts.load(Ordering::SeqCst), 5);
+        assert_eq!(meanings.texts.load(Ordering::SeqCst), 6);
 
         // A new model re-embeds the tools (vectors of two models never compare).
         *meanings.model.lock().unwrap() = "m2".into();
         let v = out(search.search(&c, Some(r#"{"query":"git branch"}"#)).await);
         assert_eq!(names(&v), ["git__log"]);
-        assert_eq!(meanings.texts.load(Ordering::SeqCst), 5 + 1 + 1 + 3, "query, then query and the tools again");
+        assert_eq!(meanings.texts.load(Ordering::SeqCst), 6 + 1 + 1 + 4, "query, then query and the tools again");
     }
 
     #[tokio::test]
@@ -578,7 +648,8 @@ mod tests {
         assert_eq!(convert["enabled"], false, "a disabled tool is found, and marked");
         let text = v["content"][0]["text"].as_str().unwrap();
         assert!(text.contains("time__convert_time — Convert time between timezones (disabled)"), "{text}");
-        assert!(!text.contains("coffer__"), "built-ins are not candidates: {text}");
+        assert!(!text.contains("coffer__search_tools"), "the search tool itself is no result: {text}");
+        assert!(v["structuredContent"].get("weak").is_none(), "a good match: {v}");
 
         // Bytes of a typical answer (the whole JSON result), before and after: the old scorer's
         // answer held ten tools with whole descriptions and scores.
@@ -615,10 +686,13 @@ mod tests {
             (Some(r#"{"query":""}"#), "query is empty"),
             (Some(r#"{"query":"   "}"#), "query is empty"),
             (Some(r#"{"query":"?! …"}"#), "query has no words to search for"),
-            (Some(r#"{"query":42}"#), "invalid type: integer `42`, expected a string"),
-            (Some(r#"{"query":["time"]}"#), "invalid type: sequence, expected a string"),
-            (Some(r#"{"query":"time","limit":"ten"}"#), "invalid type: string \"ten\""),
-            (Some(r#"{"query":"time","limit":2.5}"#), "invalid type: floating point `2.5`"),
+            (Some(r#"{"query":42}"#), "query must be text (what you want to do, in words), not a number"),
+            (Some(r#"{"query":["time"]}"#), "query must be text (what you want to do, in words), not a list"),
+            (Some(r#"{"query":"time","limit":"ten"}"#), "limit must be a whole number from 1 to 50; got \"ten\""),
+            (Some(r#"{"query":"time","limit":2.5}"#), "limit must be a whole number from 1 to 50; got 2.5"),
+            (Some(r#"{"query":"time","limit":0}"#), "limit must be a whole number from 1 to 50; got 0"),
+            (Some(r#"{"query":"time","limit":1000}"#), "limit must be a whole number from 1 to 50; got 1000"),
+            (Some(r#"{"query":"time","limit":-3}"#), "limit must be a whole number from 1 to 50; got -3"),
             (None, "missing argument \"query\""),
             (Some("[1]"), "arguments must be an object"),
         ] {
@@ -634,18 +708,51 @@ mod tests {
                 text.starts_with("coffer__search_tools: invalid arguments: ") && text.contains(says),
                 "{args:?}: {text}"
             );
+            assert!(!text.contains("invalid type") && !text.contains("expected"), "no serde wording: {text}");
         }
         let huge = json!({"query": "time ".repeat(MAX_QUERY_CHARS)}).to_string();
         let called = registry.call_metered("search_tools", &peers, Some(&huge)).await;
         assert_eq!(called.outcome, crate::mcp::Outcome::Invalid);
-        // Limits outside 1–50 are brought inside; unknown members are ignored.
-        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":0,"x":1}"#)).await);
+        // Limits 1–50 are taken as they are; unknown members are ignored.
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":1,"x":1}"#)).await);
         assert_eq!(names(&v).len(), 1);
-        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":1000}"#)).await);
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"file","limit":50}"#)).await);
         assert!(names(&v).len() > DEFAULT_RESULTS as usize && names(&v).len() <= MAX_RESULTS as usize);
         // Only stopwords: a normal answer that finds nothing.
         let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what is it"}"#)).await);
         assert_eq!(v["content"][0]["text"], "No tools match \"what is it\". Try other words for what you want to do.");
+        // A long query that finds nothing is not echoed whole.
+        let long = format!("{} what is it", "zzzq ".repeat(1000));
+        let v = out(SearchTools::new(None).search(&peers, Some(&json!({"query": long}).to_string())).await);
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("No tools match \"zzzq zzzq") && text.contains('…') && text.len() < 200, "{text}");
+    }
+
+    /// Issue 36 §4 leftovers: without a time server, "what time is it in Tokyo" is answered "no
+    /// good match" (the filesystem tool that mentions a file's time is shown, marked weak), and
+    /// Coffer's own tools are found like any other.
+    #[tokio::test]
+    async fn a_weak_best_match_says_so_and_built_ins_are_found() {
+        let mut peers = Peers::new(&[]);
+        peers.0.retain(|t| t.1 != "time");
+        peers.0.push((
+            json!({"name": "coffer__remember", "description": "Save a fact about the user to long-term memory."}),
+            BUILTIN_SERVER.to_owned(),
+            "remember".to_owned(),
+            true,
+        ));
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"what time is it in Tokyo"}"#)).await);
+        assert_eq!(v["structuredContent"]["weak"], true, "{v}");
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("No good match: "), "{text}");
+        let v = out(SearchTools::new(None).search(&peers, Some(r#"{"query":"remember this fact for later"}"#)).await);
+        assert_eq!(names(&v)[0], "coffer__remember", "{v}");
+        assert!(v["structuredContent"].get("weak").is_none());
+        // A good best match cuts the tools that only share a word in passing.
+        let all = Peers::new(&[]);
+        let q = r#"{"query":"what time is it in Tokyo","limit":50}"#;
+        let v = out(SearchTools::new(None).search(&all, Some(q)).await);
+        assert_eq!(names(&v).len(), 2, "the time tools only, not the file tool that mentions a time: {v}");
     }
 
     #[test]

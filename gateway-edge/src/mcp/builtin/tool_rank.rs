@@ -383,6 +383,25 @@ impl ToolIndex {
         Self { rules: rules.to_vec(), docs: indexed, avg, df }
     }
 
+    /// Whether tool `id` is a good match for the weighted query terms `q` ([`query_terms`]), not
+    /// one that shares a word in passing: a term of the query (typed, or added by the
+    /// [`THESAURUS`]) is in the tool's name, title or server name, or the tool has more than
+    /// half of the query's own terms (in any field; terms no tool has count too, so "what time
+    /// is it in Tokyo" is not a good match for a tool whose description mentions "time" only).
+    pub fn is_strong(&self, id: usize, q: &[(String, f64)]) -> bool {
+        let Some(doc) = self.docs.get(id) else { return false };
+        let named = self.rules.iter().zip(&doc.fields).any(|(rule, (counts, _))| {
+            matches!(rule.field, Field::Name | Field::Title | Field::Server)
+                && q.iter().any(|(t, _)| counts.contains_key(t))
+        });
+        if named {
+            return true;
+        }
+        let own: Vec<&String> = q.iter().filter(|(_, w)| *w >= 1.0).map(|(t, _)| t).collect();
+        let had = own.iter().filter(|t| doc.fields.iter().any(|(counts, _)| counts.contains_key(t.as_str()))).count();
+        2 * had > own.len()
+    }
+
     /// Every tool that shares a term with `query`, as `(id, score)`, best first (ties by id);
     /// empty when the query has no terms.
     pub fn rank(&self, query: &str) -> Vec<(usize, f64)> {
@@ -417,6 +436,23 @@ impl ToolIndex {
         }
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored
+    }
+}
+
+/// The relevance cutoff of a keyword ranking (`ranked`, ids of `index` best first, for
+/// `query`): `(shown, weak)`. When the best tool is a good match ([`ToolIndex::is_strong`]),
+/// only the good matches are shown, in order (a tool that shares one word of a long question in
+/// passing is left out); when it is not, there is no good match: every tool is shown, and
+/// `weak` says so (the answer then says "no good match" rather than offering an unrelated tool
+/// as if it fitted).
+pub fn cut_weak(index: &ToolIndex, query: &str, ranked: &[usize]) -> (Vec<usize>, bool) {
+    let q = query_terms(query);
+    match ranked.first() {
+        Some(&best) if index.is_strong(best, &q) => {
+            (ranked.iter().copied().filter(|&id| index.is_strong(id, &q)).collect(), false)
+        }
+        Some(_) => (ranked.to_vec(), true),
+        None => (Vec::new(), false),
     }
 }
 

@@ -385,7 +385,17 @@ impl Session {
             // `tools/call` is the hot path; the other methods' futures are boxed so that every
             // call's task does not carry (and move) the largest of them.
             "tools/call" => self.route_call_ctx(ListKind::Tools, params, ctx).await,
-            "tools/list" => Box::pin(list(ListKind::Tools)).await,
+            // Issue 36 §2: a lazy profile lists the meta tools ([`builtin::meta::listing`]).
+            "tools/list" => {
+                Box::pin(async {
+                    let tools = self.list(ListKind::Tools).await;
+                    let snap = self.shared.snapshot.current();
+                    let name = self.profile.get().map_or(coffer_api::profiles::DEFAULT_PROFILE, |p| &**p);
+                    let profile = self.profiled.then(|| snap.profiles.get(name)).flatten();
+                    Answer::ok(json!({"tools": builtin::meta::listing(&snap, profile, tools)}))
+                })
+                .await
+            }
             "prompts/list" => Box::pin(list(ListKind::Prompts)).await,
             "resources/list" => Box::pin(list(ListKind::Resources)).await,
             "resources/templates/list" => Box::pin(list(ListKind::ResourceTemplates)).await,
@@ -487,6 +497,13 @@ impl builtin::Caller for Session {
 
     fn actor(&self) -> &str {
         &self.actor
+    }
+
+    fn call_tool<'a>(&'a self, name: &'a str, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+        Box::pin(async move {
+            let params = builtin::meta::call_params(name, arguments);
+            self.route_call_ctx(ListKind::Tools, Some(&params), &RequestCtx::default()).await
+        })
     }
 }
 

@@ -27,7 +27,7 @@ impl Session {
     /// name (a built-in tool is called in-process), return the answer verbatim; records the
     /// invocation.
     pub(in crate::mcp) async fn route_call_ctx(
-        self: &Arc<Self>,
+        &self,
         kind: ListKind,
         params: Option<&RawValue>,
         ctx: &RequestCtx,

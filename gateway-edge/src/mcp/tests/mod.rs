@@ -672,6 +672,7 @@ mod boundaries;
 mod broker;
 mod catalog;
 mod profiles;
+mod lazy;
 mod retrieval_tools;
 
 mod upstream_era;

