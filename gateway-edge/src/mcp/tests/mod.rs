@@ -671,8 +671,8 @@ async fn health_says_why_a_start_failed_and_a_normal_stop_or_a_success_leaves_no
 mod boundaries;
 mod broker;
 mod catalog;
-mod profiles;
 mod lazy;
+mod profiles;
 mod retrieval_tools;
 
 mod upstream_era;
