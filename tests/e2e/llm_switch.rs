@@ -392,7 +392,15 @@ async fn search_tools_is_semantic_with_an_embeddings_endpoint_and_falls_back_to_
         texts.iter().any(|t| t.starts_with("tiny__add: Adds two numbers")),
         "the tools' texts were embedded: {texts:?}"
     );
-    assert!(!texts.iter().any(|t| t.starts_with("coffer__")), "built-ins are not candidates: {texts:?}");
+    // Coffer's own tools are found like upstream ones; the meta tools that search, describe and
+    // call are not candidates.
+    assert!(texts.iter().any(|t| t.starts_with("coffer__remember:")), "built-ins are candidates: {texts:?}");
+    assert!(
+        !texts.iter().any(|t| ["coffer__search_tools:", "coffer__describe_tool:", "coffer__call_tool:"]
+            .iter()
+            .any(|m| t.starts_with(m))),
+        "the meta tools are not candidates: {texts:?}"
+    );
 
     // Tool vectors are cached: the next search embeds its query only.
     let before = fake.embedded();

@@ -176,7 +176,13 @@ async fn two_clients_through_the_shim_with_different_profiles_and_an_override_bo
             && !r.contains(&"everything__echo".to_owned()),
         "{r:?}"
     );
-    ensure!(t.iter().all(|n| n.starts_with("tiny__")) && !t.contains(&"tiny__slow".to_owned()), "{t:?}");
+    // tinkerer keeps Coffer's own tools (its `builtins` selects them all); reader excludes them.
+    ensure!(
+        t.iter().all(|n| n.starts_with("tiny__") || n.starts_with("coffer__"))
+            && t.contains(&"coffer__search_tools".to_owned())
+            && !t.contains(&"tiny__slow".to_owned()),
+        "{t:?}"
+    );
     ensure!(!r.contains(&"tiny__crash".to_owned()) && !t.contains(&"tiny__crash".to_owned()), "disabled stays hidden");
 
     // Both ways: `say` reaches server-everything as `echo` (its own answer); the other

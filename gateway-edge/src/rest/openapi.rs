@@ -979,10 +979,25 @@ pub fn routes() -> Vec<Route> {
             .sse("Server-to-client JSON-RPC messages."),
         mcp_route("DELETE", "End the session").no_content("The session and its upstream children are gone."),
         mcp_profile_route(),
+        mcp_profile_other("GET", "Open a profile session's server-to-client stream")
+            .describe("As `GET /mcp`, for a session of profile `profile`; `Last-Event-ID` resumes it.")
+            .sse("Server-to-client JSON-RPC messages."),
+        mcp_profile_other("DELETE", "End a profile session")
+            .describe("As `DELETE /mcp`, for a session of profile `profile`.")
+            .no_content("The session and its upstream children are gone."),
     ]
 }
 
-/// `/mcp/p/{profile}` (issue 36 §1): `/mcp` for sessions of one profile; documented by its POST.
+/// `GET`/`DELETE /mcp/p/{profile}`: as on `/mcp`, for a session of that profile.
+fn mcp_profile_other(method: &'static str, summary: &'static str) -> Route {
+    let mut r = route(method, "/mcp/p/{profile}", "mcp", summary)
+        .path_param("profile", "The profile the session started with.")
+        .header("Mcp-Session-Id", "The session, from `initialize`'s answer; unknown or ended sessions get 404.");
+    r.error_format = Errors::JsonRpc;
+    r
+}
+
+/// `POST /mcp/p/{profile}` (issue 36 §1): `/mcp` for sessions of one profile.
 fn mcp_profile_route() -> Route {
     let mut r = route("POST", "/mcp/p/{profile}", "mcp", "Send one JSON-RPC message in a profile")
         .describe("`/mcp` (every method, both eras, the same Host, Origin and authentication rules) for sessions that use profile `profile`; the same as sending `Coffer-Profile: <profile>` to `/mcp` (both may be sent only when they agree). A session's profile is fixed when it starts: an unknown or malformed profile is refused then with 404 and a JSON-RPC error naming it and `coffer profile list`.")

@@ -385,9 +385,11 @@ impl ToolIndex {
 
     /// Whether tool `id` is a good match for the weighted query terms `q` ([`query_terms`]), not
     /// one that shares a word in passing: a term of the query (typed, or added by the
-    /// [`THESAURUS`]) is in the tool's name, title or server name, or the tool has more than
-    /// half of the query's own terms (in any field; terms no tool has count too, so "what time
-    /// is it in Tokyo" is not a good match for a tool whose description mentions "time" only).
+    /// [`THESAURUS`]) is in the tool's name, title or server name, or the tool has at least half
+    /// of the query's own terms and two of them when the query has two or more (in any field;
+    /// terms no tool has count too, so "what time is it in Tokyo" is not a good match for a tool
+    /// whose description mentions "time" only, while "show the latest commits of the
+    /// repository" is for `git_log`, "Shows the commit logs").
     pub fn is_strong(&self, id: usize, q: &[(String, f64)]) -> bool {
         let Some(doc) = self.docs.get(id) else { return false };
         let named = self.rules.iter().zip(&doc.fields).any(|(rule, (counts, _))| {
@@ -399,7 +401,7 @@ impl ToolIndex {
         }
         let own: Vec<&String> = q.iter().filter(|(_, w)| *w >= 1.0).map(|(t, _)| t).collect();
         let had = own.iter().filter(|t| doc.fields.iter().any(|(counts, _)| counts.contains_key(t.as_str()))).count();
-        2 * had > own.len()
+        2 * had >= own.len() && had >= own.len().min(2)
     }
 
     /// Every tool that shares a term with `query`, as `(id, score)`, best first (ties by id);
