@@ -29,6 +29,19 @@ pub(crate) async fn cli_env(home: &TestHome, args: &[&str], env: &[(&str, &str)]
     })
 }
 
+/// A stand-in `claude` that appends its arguments, one call a line, to a log: `(the folder to
+/// put on PATH, the log)`.
+fn fake_claude(home: &TestHome) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = home.temp().join("claude-bin");
+    std::fs::create_dir_all(&bin)?;
+    let log = home.temp().join("claude-args.log");
+    let fake = bin.join("claude");
+    std::fs::write(&fake, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()))?;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
+    Ok((bin, log))
+}
+
 fn read_json(p: &Path) -> anyhow::Result<Value> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON: {text}", p.display()))
@@ -151,15 +164,7 @@ async fn connect_claude_code_and_codex() -> anyhow::Result<()> {
     ensure!(out.stdout.contains("Removed"), "{out}");
 
     // With a `claude` on PATH, its own CLI is used (a stand-in that records its arguments).
-    let bin = home.temp().join("claude-bin");
-    std::fs::create_dir_all(&bin)?;
-    let log = home.temp().join("claude-args.log");
-    let fake = bin.join("claude");
-    std::fs::write(&fake, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
-    }
+    let (bin, log) = fake_claude(&home)?;
     let path_with = format!("{}:{system_path}", bin.display());
     let out = cli_env(&home, &["connect", "claude-code", "--json"], &[("PATH", &path_with)]).await?.ok()?;
     assert_eq!((out.json()?["via"].as_str(), out.json()?["action"].as_str()), (Some("claude"), Some("added")));
@@ -241,15 +246,7 @@ async fn connect_with_a_profile_writes_it_for_every_client() -> anyhow::Result<(
     let out = cli_env(&home, &["connect", "codex", "--profile", "work"], &env).await?.ok()?;
     ensure!(out.stdout.contains("nothing changed"), "{out}");
     // Claude Code through its own CLI: the profile follows the shim after `--`.
-    let bin = home.temp().join("claude-bin");
-    std::fs::create_dir_all(&bin)?;
-    let log = home.temp().join("claude-args.log");
-    let fake = bin.join("claude");
-    std::fs::write(&fake, format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
-    }
+    let (bin, _) = fake_claude(&home)?;
     let with = [("PATH", bin.to_str().context("utf-8")?)];
     let out = cli_env(&home, &["connect", "claude-code", "--profile", "work", "--print"], &with).await?.ok()?;
     assert_eq!(

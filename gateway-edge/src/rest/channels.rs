@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, Code, JsonBody};
 use crate::rest::owned_credentials::{credential_names, drop_if_unused, store_secret};
-use crate::rest::servers::{actor, etag, parse_if_match, settle};
+use crate::rest::servers::{actor, etag, parse_if_match, settle, version_conflict};
 use crate::state::AppState;
 
 /// Attempts of a write without `If-Match` that loses a race with another writer.
@@ -336,14 +336,6 @@ fn refused(s: tonic::Status) -> ApiError {
     }
 }
 
-fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
-    ApiError::new(
-        Code::Conflict,
-        format!("channel {name:?} is at version {current}, not {expected}; re-read it and retry"),
-    )
-    .with_details(json!({"expected_version": expected, "current_version": current}))
-}
-
 async fn fetch(st: &AppState, name: &str) -> Result<ChannelRecord, ApiError> {
     Ok(st.store.channels.clone().get_channel(GetChannelRequest { name: name.to_owned() }).await?.into_inner())
 }
@@ -634,7 +626,7 @@ async fn patch(
         if let Some(e) = expected
             && e != cur.version
         {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("channel", &name, e, cur.version));
         }
         check_secrets(cur.kind(), &secrets)?;
         let mut next = apply_patch(&cur, &p)?;
@@ -702,7 +694,7 @@ async fn delete(
     if let Some(e) = expected
         && e != cur.version
     {
-        return Err(conflict(&name, e, cur.version));
+        return Err(version_conflict("channel", &name, e, cur.version));
     }
     let req = DeleteChannelRequest { name: name.clone(), expected_version: Some(cur.version), actor: actor(&headers) };
     let seq = st.store.channels.clone().delete_channel(req).await.map_err(refused)?.into_inner().seq;

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::error::{ApiError, Code, JsonBody};
 use crate::rest::owned_credentials::{credential_names, drop_if_unused, store_secret};
-use crate::rest::servers::{actor, etag, parse_if_match, settle};
+use crate::rest::servers::{actor, etag, parse_if_match, settle, version_conflict};
 use crate::state::AppState;
 
 /// Attempts of a `PATCH` without `If-Match` that loses a race with another writer.
@@ -105,14 +105,6 @@ fn parse_wire(word: &str) -> Result<LlmWire, ApiError> {
 /// Refuses an `api_key` the credential store would refuse, before anything is written.
 fn check_key(key: &str) -> Result<(), ApiError> {
     rules::check_api_key(key).map_err(|m| ApiError::invalid(m).with_details(json!({"field": "api_key"})))
-}
-
-fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
-    ApiError::new(
-        Code::Conflict,
-        format!("LLM connection {name:?} is at version {current}, not {expected}; re-read it and retry"),
-    )
-    .with_details(json!({"expected_version": expected, "current_version": current}))
 }
 
 /// The fields a store refusal may name; its message starts with the field
@@ -282,7 +274,7 @@ async fn patch(
         if let Some(e) = expected
             && e != cur.version
         {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("LLM connection", &name, e, cur.version));
         }
         let next = apply_patch(&cur, &p)?;
         if p.api_key.is_some() && next.credential_ref == generated && cur.credential_ref != generated {
@@ -335,7 +327,7 @@ async fn delete(
     if let Some(e) = expected
         && e != cur.version
     {
-        return Err(conflict(&name, e, cur.version));
+        return Err(version_conflict("LLM connection", &name, e, cur.version));
     }
     let req =
         DeleteConnectionRequest { name: name.clone(), expected_version: Some(cur.version), actor: actor(&headers) };

@@ -24,7 +24,7 @@ use coffer_proto::store::{
 use serde_json::json;
 
 use crate::error::{ApiError, Code, JsonBody};
-use crate::rest::servers::{actor, etag, parse_if_match, settle};
+use crate::rest::servers::{actor, etag, parse_if_match, settle, version_conflict};
 use crate::state::AppState;
 
 /// Most globs in one selection list, and most overrides in one profile.
@@ -201,14 +201,6 @@ fn with_etag(status: StatusCode, p: &StoredProfile) -> Response {
     r
 }
 
-fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
-    ApiError::new(
-        Code::Conflict,
-        format!("profile {name:?} is at version {current}, not {expected}; re-read it and retry"),
-    )
-    .with_details(json!({"expected_version": expected, "current_version": current}))
-}
-
 async fn fetch(st: &AppState, name: &str) -> Result<StoredProfile, ApiError> {
     Ok(st.store.profiles.clone().get_profile(GetProfileRequest { name: name.to_owned() }).await?.into_inner())
 }
@@ -277,7 +269,7 @@ async fn put(
         // Checked here too only for a helpful answer; the store checks again atomically.
         let cur = fetch(&st, &name).await?;
         if cur.version != e {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("profile", &name, e, cur.version));
         }
     }
     let req = PutProfileRequest {
@@ -306,7 +298,7 @@ async fn delete(
     if let Some(e) = expected {
         let cur = fetch(&st, &name).await?;
         if cur.version != e {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("profile", &name, e, cur.version));
         }
     }
     let req = DeleteProfileRequest { name: name.clone(), expected_version: expected, actor: actor(&headers) };

@@ -104,6 +104,17 @@ pub fn parse_if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     inner.parse::<i64>().map(Some).map_err(|_| bad())
 }
 
+/// The 409 of a write at a stale `If-Match`: "`<noun>` "`name`" is at version `current`, not
+/// `expected`; re-read it and retry", both versions in `details` (`expected_version`,
+/// `current_version`).
+pub fn version_conflict(noun: &str, name: &str, expected: i64, current: i64) -> ApiError {
+    ApiError::new(
+        Code::Conflict,
+        format!("{noun} {name:?} is at version {current}, not {expected}; re-read it and retry"),
+    )
+    .with_details(json!({"expected_version": expected, "current_version": current}))
+}
+
 /// The `ETag` value for a version: `"<version>"`.
 pub fn etag(version: i64) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).expect("digits are a valid header value")
@@ -223,14 +234,6 @@ fn with_etag(status: StatusCode, s: &McpServer) -> Response {
     let mut r = (status, Json(server_view(s))).into_response();
     r.headers_mut().insert(header::ETAG, etag(s.version));
     r
-}
-
-fn conflict(name: &str, expected: i64, current: i64) -> ApiError {
-    ApiError::new(
-        Code::Conflict,
-        format!("server {name:?} is at version {current}, not {expected}; re-read it and retry"),
-    )
-    .with_details(json!({"expected_version": expected, "current_version": current}))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -483,7 +486,7 @@ async fn patch_server(
         if let Some(e) = expected
             && e != cur.version
         {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("server", &name, e, cur.version));
         }
         let next = apply_patch(&cur, &p, command.as_deref())?;
         if next == cur {
@@ -523,7 +526,7 @@ async fn delete_server(
         // Checked here too only for a helpful answer; the store checks again atomically.
         let cur = store.get_server(GetServerRequest { name: name.clone() }).await?.into_inner();
         if cur.version != e {
-            return Err(conflict(&name, e, cur.version));
+            return Err(version_conflict("server", &name, e, cur.version));
         }
     }
     let req = DeleteServerRequest { name: name.clone(), expected_version: expected, actor: actor(&headers) };
