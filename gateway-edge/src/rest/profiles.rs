@@ -23,7 +23,7 @@ use coffer_proto::store::{
 };
 use serde_json::json;
 
-use crate::error::{ApiError, Code, JsonBody};
+use crate::error::{ApiError, JsonBody};
 use crate::rest::servers::{actor, etag, parse_if_match, settle, version_conflict};
 use crate::state::AppState;
 
