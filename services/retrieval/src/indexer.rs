@@ -192,8 +192,17 @@ pub fn document_request(
             text: c.text,
         })
         .collect();
-    let req =
-        UpsertDocumentRequest { kb: kb.into(), path: rel.into(), mtime_ms, size, hash, title: doc.title, tags, chunks };
+    let req = UpsertDocumentRequest {
+        kb: kb.into(),
+        path: rel.into(),
+        mtime_ms,
+        size,
+        hash,
+        title: doc.title,
+        tags,
+        chunks,
+        kb_created_ms: 0,
+    };
     Ok((req, note))
 }
 
@@ -782,6 +791,7 @@ impl Indexer {
             mtime_ms: mtime,
             size,
             error,
+            kb_created_ms: def.created_ms,
         };
         if size > max {
             index.mark_document_error(mark(too_large(max))).await?;
@@ -820,6 +830,9 @@ impl Indexer {
             index.mark_document_error(mark(too_large_to_store(encoded, size, max))).await?;
             return Ok(Outcome::Marked);
         }
+        // Written only into the KB this pass read: one removed and added again under the same
+        // name meanwhile refuses it (the store checks `created_ms`).
+        let req = UpsertDocumentRequest { kb_created_ms: def.created_ms, ..req };
         let reply = index.upsert_document(req).await?.into_inner();
         if let Some(rt) = self.runtime(&def.name) {
             rt.note(rel, note);

@@ -102,6 +102,7 @@ async fn run(docs: usize) {
             title: format!("note {d}"),
             tags: vec![format!("tag{}", d % 7)],
             chunks,
+            kb_created_ms: 0,
         });
     }
     println!("corpus: {docs} documents, {} chunks, {:.1} MB of text and index text", docs * 5, bytes as f64 / 1e6);

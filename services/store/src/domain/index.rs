@@ -203,6 +203,23 @@ fn get_kb(c: &Connection, name: &str) -> Result<Option<KnowledgeBase>, StoreErro
 }
 
 /// [`StoreError::NotFound`] unless the KB `name` is defined.
+/// [`require_kb`], and when `created_ms` is not 0, that KB `name` is still the one created then
+/// (not removed and added again under the same name since the writer read it).
+fn require_same_kb(c: &Connection, name: &str, created_ms: i64) -> Result<(), StoreError> {
+    require_kb(c, name)?;
+    if created_ms == 0 {
+        return Ok(());
+    }
+    let mut st = c.prepare_cached("SELECT created_ms FROM kb_knowledge_bases WHERE name = ?1")?;
+    let now: i64 = st.query_row([name], |r| r.get(0))?;
+    if now != created_ms {
+        return Err(StoreError::Precondition(format!(
+            "knowledge base {name:?} was removed and added again since this write was prepared"
+        )));
+    }
+    Ok(())
+}
+
 fn require_kb(c: &Connection, name: &str) -> Result<(), StoreError> {
     let mut st = c.prepare_cached("SELECT 1 FROM kb_knowledge_bases WHERE name = ?1")?;
     if st.query_row([name], |_| Ok(())).optional()?.is_none() {
@@ -336,7 +353,7 @@ fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], no
 
 /// `UpsertDocument` inside the writer's transaction (see the proto).
 fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
-    require_kb(t, &r.kb)?;
+    require_same_kb(t, &r.kb, r.kb_created_ms)?;
     let tags = normalized_tags(&r.tags);
     let doc = write_document(t, r, &tags, now_ms())?;
     let vectors = vector_config(t)?.is_some();
@@ -419,7 +436,7 @@ fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> R
 /// `MarkDocumentError` inside the writer's transaction: the document row carries `error` and
 /// no chunks.
 fn mark_document_error(t: &Connection, vc: &Vectors, r: &MarkDocumentErrorRequest) -> Result<u64, StoreError> {
-    require_kb(t, &r.kb)?;
+    require_same_kb(t, &r.kb, r.kb_created_ms)?;
     let had: Option<i64> = t
         .prepare_cached("SELECT id FROM kb_documents WHERE kb = ?1 AND path = ?2")?
         .query_row(params![r.kb, r.path], |row| row.get(0))
@@ -1827,6 +1844,7 @@ mod tests {
             title: path.into(),
             tags: vec![],
             chunks,
+            kb_created_ms: 0,
         }
     }
 
@@ -2025,6 +2043,7 @@ mod tests {
             mtime_ms: 5,
             size: 9,
             error: "invalid UTF-8".into(),
+            kb_created_ms: 0,
         };
         s.client.mark_document_error(mark).await.unwrap();
         assert_eq!(s.counts().await, (2, 2, 2, 2, 2));
@@ -2376,6 +2395,31 @@ mod tests {
             got,
             [("b.md".into(), "other".into(), vec![], 1, 3), ("a.md".into(), "first".into(), vec!["A".into()], 1, 5)]
         );
+    }
+
+    #[tokio::test]
+    async fn a_write_prepared_for_a_removed_and_re_added_kb_is_refused() {
+        let mut s = serve().await;
+        let list = s.client.list_knowledge_bases(ListKnowledgeBasesRequest {}).await.unwrap().into_inner();
+        let created = list.knowledge_bases.iter().find(|k| k.name == "notes").unwrap().created_ms;
+        assert!(created > 0);
+        let stale = UpsertDocumentRequest { kb_created_ms: created - 1, ..doc("notes", "a.md", vec![]) };
+        let e = s.client.upsert_document(stale).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("removed and added again"), "{}", e.message());
+        let mark = MarkDocumentErrorRequest {
+            kb: "notes".into(),
+            path: "b.md".into(),
+            error: "x".into(),
+            kb_created_ms: created + 1,
+            ..Default::default()
+        };
+        assert_eq!(s.client.mark_document_error(mark).await.unwrap_err().code(), tonic::Code::FailedPrecondition);
+        assert_eq!(s.counts().await.4, 0, "nothing was written");
+        // The KB it was read as, or no check (0): written.
+        s.upsert(UpsertDocumentRequest { kb_created_ms: created, ..doc("notes", "a.md", vec![]) }).await;
+        s.upsert(doc("notes", "b.md", vec![])).await;
+        assert_eq!(s.counts().await.4, 2);
     }
 
     #[tokio::test]
