@@ -25,6 +25,11 @@
 //! "3pm") adds "time". The thesaurus is general vocabulary of files, folders, version control,
 //! clocks and the web, not a list of any server's tool names.
 //!
+//! **Argument values** ([`argument_value`]): a file name, path or URL in a question is what a
+//! tool will be called with, not what the task is about ("print the contents of package.json"
+//! is not about packages): its words are not searched; it adds "file" (and its extension's
+//! thesaurus words: `.png` an image), "path" or "url".
+//!
 //! **Fusion**: when an embeddings ranking is at hand (the search tool's semantic mode), the two
 //! rankings are fused by reciprocal rank ([`fuse`], Cormack, Clarke and Büttcher, SIGIR 2009,
 //! `k` = [`RRF_K`]): no score scales to calibrate, and a tool either ranking finds is kept.
@@ -130,16 +135,109 @@ pub const RRF_K: f64 = 60.0;
 /// Most terms of a query that are scored (a longer query's extra words are ignored).
 pub const MAX_QUERY_TERMS: usize = 64;
 
-/// Words dropped from queries and tools: English function words and the fillers of a spoken
-/// request ("can you please tell me what…", "I want to…"). Short on purpose: only words that
-/// name no task or object. Matched before stemming.
+/// Words dropped from queries and tools: English function words, the fillers of a spoken
+/// request ("can you please tell me what…", "I want to…") and quantifiers ("everything",
+/// "each": "unstage everything I added" is about unstaging, not about a server named
+/// `everything`). Short on purpose: only words that name no task or object. Matched before
+/// stemming.
 pub const STOPWORDS: &[&str] = &[
-    "a", "about", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could", "d",
-    "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "here", "him", "his", "how", "i", "if",
-    "in", "into", "is", "it", "its", "just", "know", "let", "like", "ll", "m", "me", "my", "need", "now", "of", "on",
-    "or", "our", "please", "re", "s", "she", "should", "so", "some", "t", "tell", "than", "that", "the", "their",
-    "them", "then", "there", "these", "they", "this", "those", "to", "up", "us", "ve", "want", "was", "we", "were",
-    "what", "whats", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your",
+    "a",
+    "about",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "anything",
+    "are",
+    "as",
+    "at",
+    "be",
+    "been",
+    "but",
+    "by",
+    "can",
+    "could",
+    "d",
+    "did",
+    "do",
+    "does",
+    "each",
+    "every",
+    "everything",
+    "for",
+    "from",
+    "had",
+    "has",
+    "have",
+    "he",
+    "her",
+    "here",
+    "him",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "just",
+    "know",
+    "let",
+    "like",
+    "ll",
+    "m",
+    "me",
+    "my",
+    "need",
+    "now",
+    "of",
+    "on",
+    "or",
+    "our",
+    "please",
+    "re",
+    "s",
+    "she",
+    "should",
+    "so",
+    "some",
+    "something",
+    "t",
+    "tell",
+    "than",
+    "that",
+    "the",
+    "their",
+    "them",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "to",
+    "up",
+    "us",
+    "ve",
+    "want",
+    "was",
+    "we",
+    "were",
+    "what",
+    "whats",
+    "when",
+    "where",
+    "which",
+    "who",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
 ];
 
 /// How much a term the [`THESAURUS`] adds counts against one the user typed.
@@ -192,6 +290,7 @@ pub const THESAURUS: &[(&str, &[&str])] = &[
     ("pic", &["image", "media"]),
     ("picture", &["image", "media"]),
     ("png", &["image", "media"]),
+    ("print", &["read", "show"]),
     ("rename", &["move"]),
     ("replace", &["edit"]),
     ("save", &["write", "commit"]),
@@ -207,6 +306,8 @@ pub const THESAURUS: &[(&str, &[&str])] = &[
     ("difference", &["diff"]),
     ("dirty", &["status", "changes"]),
     ("history", &["log", "commit"]),
+    ("last", &["log"]),
+    ("latest", &["log"]),
     ("modified", &["status", "changes"]),
     ("pending", &["status", "changes"]),
     ("previous", &["log"]),
@@ -267,15 +368,77 @@ fn has_clock_time(query: &str) -> bool {
     colon || ampm
 }
 
+/// A word of a query that is a value for a tool's argument rather than a word of the task: a file
+/// name (`notes.txt`, `src/main.rs`), a path (`build/output`) or a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgumentValue {
+    /// A file name, with its extension lower-cased (`md` of `README.md`).
+    File(String),
+    /// A path of folders (`build/output`, `/tmp/cache`).
+    Path,
+    /// Anything with a scheme (`https://example.com/page`).
+    Url,
+}
+
+/// What `word` (one whitespace-separated word of a query, with any quotes or punctuation around
+/// it) is as an argument value, if it is one. A file name is a base name of letters, digits,
+/// `_`, `-` and `.` ending in an extension of 1–5 letters and digits that starts with a letter
+/// (`todo.txt`, `report-final.PDF`; not `v1.2` or `e.g.`); a path has a `/` between two names.
+pub fn argument_value(word: &str) -> Option<ArgumentValue> {
+    let core = word.trim_matches(|c: char| "'\"`,;:!?()[]{}<>".contains(c));
+    if core.contains("://") {
+        return Some(ArgumentValue::Url);
+    }
+    let name_char = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let base = core.rsplit('/').next().unwrap_or_default();
+    if let Some((stem, ext)) = base.rsplit_once('.') {
+        let version =
+            core.as_bytes().windows(3).any(|w| w[0].is_ascii_digit() && w[1] == b'.' && w[2].is_ascii_digit());
+        if stem.chars().last().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-')
+            && base.chars().all(name_char)
+            && (1..=5).contains(&ext.chars().count())
+            && ext.chars().next().is_some_and(char::is_alphabetic)
+            && ext.chars().all(char::is_alphanumeric)
+            && !version
+        {
+            return Some(ArgumentValue::File(ext.to_lowercase()));
+        }
+    }
+    let inner = core.trim_matches('/');
+    (inner.contains('/') && inner.chars().all(|c| name_char(c) || matches!(c, '/' | '~')))
+        .then_some(ArgumentValue::Path)
+}
+
 /// The weighted terms of a query: its own terms (weight 1, each once) and what the
-/// [`THESAURUS`] and a clock time add ([`EXPANSION_WEIGHT`], unless typed too), at most
-/// [`MAX_QUERY_TERMS`] of its own.
+/// [`THESAURUS`], a clock time and argument values add ([`EXPANSION_WEIGHT`], unless typed
+/// too), at most [`MAX_QUERY_TERMS`] of its own.
+///
+/// Argument values ([`argument_value`]) are not words of the task: `package.json` says "a file"
+/// (and, through the thesaurus, what its extension is: `png` an image), not "package"; so a file
+/// name adds `file` and its extension's expansions, a path adds `path`, a URL adds `url`, and
+/// their own words are not searched.
 pub fn query_terms(query: &str) -> Vec<(String, f64)> {
-    let mut own = terms(query);
+    let mut text = String::with_capacity(query.len());
+    let mut added: Vec<String> = Vec::new();
+    for word in query.split_whitespace() {
+        match argument_value(word) {
+            Some(ArgumentValue::File(ext)) => {
+                added.push("file".into());
+                added.extend(EXPANSIONS.get(STEMMER.stem(&ext).as_ref()).cloned().unwrap_or_default());
+            }
+            Some(ArgumentValue::Path) => added.push("path".into()),
+            Some(ArgumentValue::Url) => added.push("url".into()),
+            None => {
+                text.push_str(word);
+                text.push(' ');
+            }
+        }
+    }
+    let mut own = terms(&text);
     let mut seen = std::collections::HashSet::new();
     own.retain(|t| seen.insert(t.clone()));
     own.truncate(MAX_QUERY_TERMS);
-    let mut added: Vec<String> = own.iter().flat_map(|t| EXPANSIONS.get(t).cloned().unwrap_or_default()).collect();
+    added.extend(own.iter().flat_map(|t| EXPANSIONS.get(t).cloned().unwrap_or_default()));
     if has_clock_time(query) {
         added.push("time".into());
     }
@@ -502,6 +665,47 @@ mod tests {
         assert_eq!(terms("directory"), ["directori"]);
         assert_eq!(terms(""), Vec::<String>::new());
         assert_eq!(terms("¿日本語 ÉTÉ?"), ["日本語", "été"], "other scripts and accents pass through");
+    }
+
+    #[test]
+    fn argument_values_are_recognised_and_not_searched_as_words() {
+        use ArgumentValue::{File, Path, Url};
+        let cases: [(&str, Option<ArgumentValue>); 16] = [
+            ("todo.txt", Some(File("txt".into()))),
+            ("'README.md'", Some(File("md".into()))),
+            ("report-final.PDF,", Some(File("pdf".into()))),
+            ("src/main.rs", Some(File("rs".into()))),
+            ("~/.bashrc", Some(Path)),
+            (".env", None),
+            ("build/output", Some(Path)),
+            ("/tmp/cache/", Some(Path)),
+            ("https://example.com/a.html", Some(Url)),
+            ("v1.2", None),
+            ("release-1.2.tar", None),
+            ("e.g.", None),
+            ("10:00", None),
+            ("and/or", Some(Path)),
+            ("file", None),
+            ("a.b.c.toolong", None),
+        ];
+        for (word, want) in cases {
+            assert_eq!(argument_value(word), want, "{word:?}");
+        }
+        let q = query_terms("print the contents of package.json");
+        assert!(q.contains(&("file".into(), EXPANSION_WEIGHT)), "{q:?}");
+        assert!(!q.iter().any(|(t, _)| t == "packag" || t == "json"), "the file's own words are not searched: {q:?}");
+        let q = query_terms("show me logo.png");
+        assert!(
+            q.contains(&("imag".into(), EXPANSION_WEIGHT)),
+            "an extension the thesaurus knows adds its words: {q:?}"
+        );
+        assert_eq!(
+            query_terms("notes.txt"),
+            [("file".to_owned(), EXPANSION_WEIGHT)],
+            "only an argument: still a query"
+        );
+        let own: Vec<String> = query_terms("unstage everything I added").into_iter().map(|(t, _)| t).take(2).collect();
+        assert_eq!(own, [terms("unstage"), terms("added")].concat(), "a quantifier is no topic");
     }
 
     fn doc(server: &str, name: &str, description: &str) -> ToolDoc {

@@ -39,6 +39,9 @@ struct Question {
     held_out: bool,
     /// Written in session 45 before any ranker ran on it (a subset of `held_out`).
     untuned: bool,
+    /// Written in session 46 and committed before any ranker ran on it; session 46's ranking
+    /// changes were judged on it, never tuned on it (a subset of `held_out`).
+    fresh: bool,
 }
 
 fn load() -> (Vec<String>, Vec<ToolDoc>, Vec<Question>) {
@@ -72,6 +75,7 @@ fn load_all() -> (Vec<String>, Vec<ToolDoc>, Vec<String>, Vec<Question>) {
             paraphrase: q["paraphrase"].as_bool().unwrap_or(false),
             held_out: q["held_out"].as_bool().unwrap_or(false),
             untuned: q["untuned"].as_bool().unwrap_or(false),
+            fresh: q["fresh"].as_bool().unwrap_or(false),
         })
         .collect();
     (names, docs, texts, questions)
@@ -173,6 +177,7 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
                 paraphrase: q.paraphrase,
                 held_out: q.held_out,
                 untuned: q.untuned,
+                fresh: q.fresh,
             })
             .collect()
     };
@@ -223,6 +228,21 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
         untuned_plain.0, untuned_plain.1, untuned_plain.2
     );
     println!("untuned misses at 3:\n{}", untuned_row.3.join("\n"));
+    let fresh = subset(&|q| q.fresh);
+    let fresh_row = score(&names, &fresh, shipped);
+    let fresh_plain = score(&names, &fresh, |q| ids(plain.rank_terms(&own(q))));
+    println!(
+        "| **shipped, the {} fresh questions of session 46** | **{:.3}** | **{:.3}** | **{:.3}** |",
+        fresh.len(),
+        fresh_row.0,
+        fresh_row.1,
+        fresh_row.2
+    );
+    println!(
+        "| plain BM25, the fresh questions | {:.3} | {:.3} | {:.3} |",
+        fresh_plain.0, fresh_plain.1, fresh_plain.2
+    );
+    println!("fresh misses at 3:\n{}", fresh_row.3.join("\n"));
     // The old answer's size (its scorer, ten results, whole descriptions and scores), to set
     // beside the new one's that search_tools' tests print.
     for q in ["what time is it in Tokyo", "read the file notes.txt"] {
@@ -264,13 +284,13 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
     println!("questions answered \"no good match\" (weak best tool): {weak} of {}", questions.len());
     let (_, _, _, missed) = &rows[4].1;
     println!("shipped ranker's misses at 3:\n{}", missed.join("\n"));
-    // The floor holds on the 69 questions of session 44 (the set it was set on). On the whole
-    // grown set (with the 32 untuned questions of session 45) it does NOT: docs/BENCHMARKS.md
-    // reports both; the ranker was not tuned on the new questions to pass.
-    let before_45 = subset(&|q| !q.untuned);
-    let (recall, ..) = score(&names, &before_45, shipped);
-    println!("shipped, the {} questions of session 44: recall@3 {recall:.3}", before_45.len());
-    assert!(recall >= FLOOR, "recall@3 {recall:.3} is under the floor {FLOOR}");
+    // The floor holds on the whole set (142 questions: 101 tuned on, 41 fresh ones of session
+    // 46 never tuned on). docs/BENCHMARKS.md reports the fresh ones apart.
+    let before_45 = subset(&|q| !q.untuned && !q.fresh);
+    let (recall_44, ..) = score(&names, &before_45, shipped);
+    println!("shipped, the {} questions of session 44: recall@3 {recall_44:.3}", before_45.len());
+    let recall = rows[4].1.0;
+    assert!(recall >= FLOOR, "recall@3 {recall:.3} on the whole set is under the floor {FLOOR}");
     assert!(rows[4].1.1 > rows[1].1.1, "the shipped ranker beats plain BM25 on MRR");
 }
 
