@@ -362,5 +362,36 @@ async fn with_a_real_embeddings_model_when_one_is_given() {
         "| hybrid: BM25F + thesaurus, RRF with embeddings | {:.3} | {:.3} | {:.3} |",
         hybrid.0, hybrid.1, hybrid.2
     );
+    let fresh: Vec<Question> = questions
+        .iter()
+        .filter(|q| q.fresh)
+        .map(|q| Question {
+            q: q.q.clone(),
+            right: q.right.clone(),
+            paraphrase: q.paraphrase,
+            held_out: q.held_out,
+            untuned: q.untuned,
+            fresh: q.fresh,
+        })
+        .collect();
+    let fresh_semantic = score(&names, &fresh, |q| by_query[q].clone());
+    let fresh_hybrid = score(&names, &fresh, |q| {
+        let keyword: Vec<usize> = index.rank(q).into_iter().map(|(i, _)| i).collect();
+        super::fuse(&[keyword, by_query[q].clone()]).into_iter().map(|(i, _)| i).collect()
+    });
+    println!(
+        "| embeddings alone, the {} fresh questions | {:.3} | {:.3} | {:.3} |",
+        fresh.len(),
+        fresh_semantic.0,
+        fresh_semantic.1,
+        fresh_semantic.2
+    );
+    println!(
+        "| hybrid, the {} fresh questions | {:.3} | {:.3} | {:.3} |",
+        fresh.len(),
+        fresh_hybrid.0,
+        fresh_hybrid.1,
+        fresh_hybrid.2
+    );
     println!("hybrid misses at 3:\n{}", hybrid.3.join("\n"));
 }
