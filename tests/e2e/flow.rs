@@ -2,7 +2,8 @@
 //! upstream floods notifications and its clients stop reading, on the shim's `/mcp` stream and
 //! on Streamable HTTP (a POST's SSE answer and the GET stream); list changes are coalesced and
 //! log messages rate-limited; `notifications/progress` reach the client that made the call, in
-//! both eras and on both transports, and stop when it cancels.
+//! both eras and on both transports, and stop when it cancels; the same through the lazy mode's
+//! `coffer__call_tool`, whose routed call is logged once.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -10,7 +11,7 @@ use coffer_tests::mcp::{LATEST, McpSession, mcp_post, patient_lists, register_ev
 use coffer_tests::peers::{PyClient, Sdk, texts};
 use coffer_tests::procs::status_kib;
 use coffer_tests::stream::McpStream;
-use coffer_tests::{Api, TestHome, wait_for};
+use coffer_tests::{Api, SendExt, TestHome, wait_for};
 use serde_json::{Value, json};
 
 /// How long the tiny upstream floods each session.
@@ -253,5 +254,65 @@ async fn a_cancelled_call_stops_its_progress_and_a_post_streams_progress_before_
     let methods: Vec<&str> = msgs.iter().map(|m| m["method"].as_str().unwrap_or("response")).collect();
     assert_eq!(methods, ["notifications/progress", "notifications/progress", "notifications/progress", "response"]);
     ensure!(msgs[..3].iter().all(|m| m["params"]["progressToken"] == "mine"), "{msgs:?}");
+    home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
+}
+
+/// `coffer__call_tool` carries the caller's request on (issue 36 §2): its `progressToken` reaches
+/// the upstream and the progress comes back with the caller's token; cancelling the meta call
+/// cancels the routed call at once. Each call through it is logged once, as the tool it called,
+/// with the session's client and profile; a meta call whose own arguments are wrong is logged
+/// as itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coffer_call_tool_carries_progress_and_cancellation_and_is_logged_once() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    register_tiny(&api, "tiny", json!({})).await?;
+    let invocations = |target: &'static str| {
+        let api = api.clone();
+        async move {
+            let v = api.get(&format!("/v1/invocations?target={target}")).reply().await?.ok_json()?;
+            anyhow::Ok(v["items"].as_array().cloned().unwrap_or_default())
+        }
+    };
+
+    let mut s = McpStream::open(&api, LATEST).await?;
+    s.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "coffer__call_tool", "arguments": {"name": "tiny__slow", "arguments": {"ms": 60_000}},
+        "_meta": {"progressToken": "mine"}}}))
+        .await?;
+    let first = s.notification("notifications/progress", Duration::from_secs(20)).await?;
+    assert_eq!(first["params"], json!({"progressToken": "mine", "progress": 0, "message": "started"}), "{first}");
+    s.notify("notifications/cancelled", Some(json!({"requestId": 7, "reason": "enough"}))).await?;
+    // The routed call ended as cancelled at once (the upstream would answer in a minute).
+    let slow = wait_for("tiny__slow logged as cancelled", Duration::from_secs(10), || async {
+        let items = invocations("tiny__slow").await?;
+        Ok(items.into_iter().find(|i| i["outcome"] == "cancelled"))
+    })
+    .await?;
+    assert_eq!(
+        (&slow["server"], &slow["client"]["name"], &slow["profile"], &slow["actor"]),
+        (&json!("tiny"), &json!("coffer-tests-stream"), &json!("default"), &json!("mcp")),
+        "{slow}"
+    );
+
+    // A call that completes: the upstream's answer, one record.
+    let r = s.tool("coffer__call_tool", json!({"name": "tiny__echo", "arguments": {"message": "once"}})).await?;
+    ensure!(texts(&r["result"]) == "once", "{r}");
+    let echo = wait_for("tiny__echo logged", Duration::from_secs(10), || async {
+        let items = invocations("tiny__echo").await?;
+        Ok((!items.is_empty()).then_some(items))
+    })
+    .await?;
+    ensure!(echo.len() == 1 && echo[0]["outcome"] == "ok", "{echo:?}");
+    // Wrong arguments of the meta call itself: the caller's mistake, logged as the meta call.
+    let r = s.tool("coffer__call_tool", json!({"name": "tiny__echo", "arguments": "not an object"})).await?;
+    ensure!(r["result"]["isError"] == true, "{r}");
+    let meta = wait_for("coffer__call_tool logged as invalid", Duration::from_secs(10), || async {
+        let items = invocations("coffer__call_tool").await?;
+        Ok((!items.is_empty()).then_some(items))
+    })
+    .await?;
+    ensure!(meta.len() == 1 && meta[0]["outcome"] == "invalid", "only the call that routed nothing: {meta:?}");
+    ensure!(invocations("tiny__echo").await?.len() == 1, "the echo stays logged once");
     home.terminate_daemon(Duration::from_secs(20)).await.context("processes left behind")
 }

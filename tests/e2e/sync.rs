@@ -4,7 +4,8 @@
 //! keeps both versions; a server changed on both keeps the newer (the other in the audit log);
 //! an unreachable remote loses nothing and the worker backs off; a malformed vault file pulled is
 //! refused by name with nothing applied; 1,000 notes go across; a kill -9 of the engine mid-sync
-//! leaves a repository the next sync completes; no credential value is in any object pushed.
+//! leaves a repository the next sync completes; no credential value is in any object pushed; a
+//! pulled removal of the default profile is refused and reported.
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -392,5 +393,63 @@ async fn init_follows_the_remote_s_default_branch_and_names_the_machine_distinct
     assert_eq!(status["machine"], "laptop-2");
     let log = git(&path, &["log", "--format=%an", "master"])?;
     ensure!(log.lines().any(|a| a == "laptop-2") && log.lines().any(|a| a == machine), "{log}");
+    Ok(())
+}
+
+/// A pull whose merge removes `vault/profiles/default.json` (a hand edit of the repository:
+/// Coffer itself never removes `default`) is refused, not applied: the local default profile
+/// keeps its overrides (applying the removal would have reset it to "everything" silently), the
+/// sync reports a `local_kept` conflict (exit 4) and audits it, the file goes back to the
+/// remote, and the other machine's default is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pulled_removal_of_the_default_profile_is_refused_and_reported() -> anyhow::Result<()> {
+    let (a, api_a) = machine("alpha").await?;
+    let (b, api_b) = machine("beta").await?;
+    let (remote, url) = bare_remote(a.temp())?;
+    let spec = json!({"description": "lean", "overrides": {"tiny__echo": {"name": "say"}}});
+    let r = api_a.request(Method::PUT, "/v1/mcp/profiles/default").json(&spec).reply().await?;
+    ensure!(r.status == 200, "{} {}", r.status, r.text);
+    let (code, report, stderr) = sync(&a, &["init", &url]).await?;
+    ensure!(code == Some(0), "A init: {code:?} {report} {stderr}");
+    let (code, report, stderr) = sync(&b, &["init", &url]).await?;
+    ensure!(code == Some(0) || code == Some(4), "B init: {code:?} {report} {stderr}");
+    let default_of = |api: &Api| {
+        let api = api.clone();
+        async move { api.get("/v1/mcp/profiles/default").reply().await?.ok_json() }
+    };
+    ensure!(default_of(&api_b).await?["overrides"]["tiny__echo"]["name"] == "say", "B has A's default");
+
+    // Someone removes the file from the repository by hand.
+    let scratch = a.temp().join("scratch");
+    git(a.temp(), &["clone", "-q", &url, scratch.to_str().context("utf-8")?])?;
+    git(&scratch, &["rm", "-q", "vault/profiles/default.json"])?;
+    git(&scratch, &["commit", "-q", "-m", "remove the default profile"])?;
+    git(&scratch, &["push", "-q", "origin", "HEAD:main"])?;
+    ensure!(!remote_files(&remote)?.contains(&"vault/profiles/default.json".to_owned()), "removed on the remote");
+
+    // A pulls it: refused, reported, audited; A's default as it was; the file back on the remote.
+    let (code, report, stderr) = sync(&a, &[]).await?;
+    ensure!(code == Some(4), "a conflict needs the user's eye: {code:?} {report} {stderr}");
+    let conflicts = report["conflicts"].as_array().with_context(|| format!("{report}"))?;
+    let c = conflicts.iter().find(|c| c["kind"] == "local_kept").with_context(|| format!("{report}"))?;
+    assert_eq!((c["kind"].as_str(), c["path"].as_str()), (Some("local_kept"), Some("vault/profiles/default.json")));
+    let detail = c["detail"].as_str().unwrap_or_default();
+    ensure!(detail.contains("default profile cannot be removed") && detail.contains("test"), "{detail}");
+    let p = default_of(&api_a).await?;
+    ensure!(p["overrides"]["tiny__echo"]["name"] == "say" && p["description"] == "lean", "A's default kept: {p}");
+    ensure!(remote_files(&remote)?.contains(&"vault/profiles/default.json".to_owned()), "pushed back");
+    let audit = api_a.get("/v1/audit?limit=50").reply().await?.ok_json()?;
+    let items = audit["items"].as_array().context("items")?;
+    ensure!(
+        items.iter().any(|e| e["action"] == "sync.conflict" && e.to_string().contains("vault/profiles/default.json")),
+        "audited: {audit}"
+    );
+
+    // B's next sync changes nothing of its default.
+    let before = default_of(&api_b).await?;
+    let (code, report, stderr) = sync(&b, &[]).await?;
+    ensure!(code == Some(0) || code == Some(4), "B: {code:?} {report} {stderr}");
+    ensure!(!report.to_string().contains("local_kept"), "B refused nothing: {report}");
+    assert_eq!(default_of(&api_b).await?, before, "B's default untouched");
     Ok(())
 }

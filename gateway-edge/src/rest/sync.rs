@@ -48,6 +48,7 @@ fn conflict(c: &Conflict) -> api::SyncConflict {
     let kind = match c.kind() {
         ConflictKind::BothKept => api::ConflictKind::BothKept,
         ConflictKind::NewerKept => api::ConflictKind::NewerKept,
+        ConflictKind::LocalKept => api::ConflictKind::LocalKept,
         ConflictKind::Unspecified => api::ConflictKind::Unknown,
     };
     api::SyncConflict { kind, path: c.path.clone(), sibling: c.sibling.clone(), detail: c.detail.clone() }

@@ -43,6 +43,9 @@ pub enum ConflictKind {
     BothKept,
     /// A vault entry changed on both sides: the newer kept, the other in the audit log.
     NewerKept,
+    /// A pulled removal refused: the `default` profile cannot be removed, so this machine's
+    /// was kept (and pushed back); the refusal is in the audit log.
+    LocalKept,
     /// A kind this build does not know.
     Unknown,
 }

@@ -1,7 +1,8 @@
 //! A tiny MCP stdio server of our own for volume, fault and benchmark runs (the real peers in
 //! `tests/peers/` prove correctness; this one is small, fast to start and scriptable).
 //!
-//! Tools: `echo {message}`, `add {a,b}`, `slow {ms}` (answers after `ms`, concurrently),
+//! Tools: `echo {message}`, `add {a,b}`, `slow {ms}` (answers after `ms`, concurrently; with a
+//! `progressToken`, sends `notifications/progress` with progress 0 as it starts),
 //! `fail` (an `isError` result), `rpc_error` (a JSON-RPC error), `crash` (exits at once),
 //! `big {bytes}` (a text block of that size), `stderr {lines}` (writes to stderr),
 //! `twice` (answers one request twice), `changed` (emits `notifications/tools/list_changed`),
@@ -179,6 +180,15 @@ fn main() {
                     "slow" => {
                         let ms = args["ms"].as_u64().unwrap_or(100);
                         eprintln!("slow {ms} started");
+                        // With a progress token: one progress notification as it starts (the
+                        // call is then known to be in flight).
+                        if let Some(t) = params["_meta"].get("progressToken") {
+                            send(
+                                &out,
+                                &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                "params": {"progressToken": t, "progress": 0, "message": "started"}}),
+                            );
+                        }
                         let out = out.clone();
                         std::thread::spawn(move || {
                             std::thread::sleep(std::time::Duration::from_millis(ms));

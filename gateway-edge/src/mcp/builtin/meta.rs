@@ -10,10 +10,12 @@
 //! - `coffer__call_tool {name, arguments?}` ([`CallTool`]): calls a tool by its exposed name
 //!   through the session's own `tools/call` ([`Caller::call_tool`]): the same resolution, policy
 //!   (a disabled tool, or one the profile does not select, is refused the same way), routing,
-//!   invocation record and answer, verbatim. The meta call itself is recorded too, as
-//!   `coffer__call_tool`. What a direct call gets from its request context (progress to the
-//!   caller's stream, cancellation by request id, upstream requests relayed on the POST's
-//!   stream) is not carried through the meta call.
+//!   invocation record and answer, verbatim. The routed call is recorded once, as the tool it
+//!   called (with the session's client and profile); the meta call itself is recorded only
+//!   when it routed nothing (its own arguments were wrong). The meta call's request context
+//!   goes with the routed call (`crate::mcp::session::route`'s `InCall`): its `_meta` (so the
+//!   caller's `progressToken` and the upstream's progress on the caller's stream),
+//!   cancellation by the caller's request id, and upstream requests relayed on its stream.
 //!
 //! Upstream tools stay callable by their exposed names in a lazy session (for clients that
 //! learned them).
@@ -251,11 +253,26 @@ impl Provider for CallTool {
 /// # Panics
 /// Never for an `arguments` that is valid JSON (the meta tool passes only objects).
 pub fn call_params(name: &str, arguments: Option<&str>) -> Box<RawValue> {
-    let name = serde_json::to_string(name).expect("json");
-    let text = match arguments {
-        Some(a) => format!("{{\"name\":{name},\"arguments\":{a}}}"),
-        None => format!("{{\"name\":{name}}}"),
-    };
+    call_params_with_meta(name, arguments, None)
+}
+
+/// [`call_params`] with the `_meta` of the meta tool's own `tools/call` (raw JSON; `None`: no
+/// `_meta` member), so that the routed call carries the caller's progress token (MCP
+/// 2025-11-25, basic/utilities/progress).
+///
+/// # Panics
+/// Never for an `arguments` and `meta` that are valid JSON (both come from parsed params).
+pub fn call_params_with_meta(name: &str, arguments: Option<&str>, meta: Option<&str>) -> Box<RawValue> {
+    let mut text = format!("{{\"name\":{}", serde_json::to_string(name).expect("json"));
+    if let Some(a) = arguments {
+        text.push_str(",\"arguments\":");
+        text.push_str(a);
+    }
+    if let Some(m) = meta {
+        text.push_str(",\"_meta\":");
+        text.push_str(m);
+    }
+    text.push('}');
     RawValue::from_string(text).expect("json")
 }
 
@@ -487,5 +504,13 @@ mod tests {
     fn call_params_carry_the_arguments_verbatim() {
         assert_eq!(call_params("a__b", Some(r#"{"x": 1}"#)).get(), r#"{"name":"a__b","arguments":{"x": 1}}"#);
         assert_eq!(call_params("a\"b", None).get(), r#"{"name":"a\"b"}"#);
+        // The caller's `_meta` (its progress token) goes with the routed call, verbatim.
+        assert_eq!(
+            call_params_with_meta("a__b", None, Some(r#"{"progressToken": 7}"#)).get(),
+            r#"{"name":"a__b","_meta":{"progressToken": 7}}"#
+        );
+        let p = call_params_with_meta("a__b", Some("{}"), Some(r#"{"progressToken":"t"}"#));
+        let v: Value = serde_json::from_str(p.get()).unwrap();
+        assert_eq!(v, json!({"name": "a__b", "arguments": {}, "_meta": {"progressToken": "t"}}));
     }
 }

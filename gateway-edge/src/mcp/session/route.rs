@@ -6,13 +6,16 @@
 //! in the invocation log.
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use coffer_types::BUILTIN_SERVER;
+use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::mcp::answer::{Answer, RpcError};
+use crate::mcp::builtin;
 use crate::mcp::catalog::{ListKind, expose_uri, split_uri};
 use crate::mcp::jsonrpc::INVALID_PARAMS;
 use crate::mcp::naming;
@@ -82,8 +85,13 @@ impl Session {
         };
         let answer = if server == BUILTIN_SERVER && kind == ListKind::Tools {
             let args = fields.get("arguments").map(|a| a.get().to_owned());
-            let caller: &Session = self;
-            let called = Box::pin(self.shared.builtins.call_metered(&original, caller, args.as_deref())).await;
+            let meta = fields.get("_meta").map(|m| m.get());
+            let (called, routed) = Box::pin(self.call_builtin(&original, args.as_deref(), meta, ctx)).await;
+            if routed {
+                // `coffer__call_tool` routed a call, which recorded itself (the real tool, with
+                // this session's client and profile): one record per call, not two.
+                return called.answer;
+            }
             usage = called.usage;
             builtin_outcome = Some(called.outcome);
             called.answer
@@ -100,6 +108,24 @@ impl Session {
         let outcome = builtin_outcome.unwrap_or_else(|| answer.outcome());
         self.shared.record_with_usage(method, &exposed, &server, self, started.elapsed(), outcome, usage);
         answer
+    }
+
+    /// Calls built-in tool `original` with `arguments` (raw JSON object text) for this
+    /// session's request `ctx` whose params carried `meta` (`_meta`, raw JSON). A call the tool
+    /// routes ([`builtin::Caller::call_tool`], `coffer__call_tool`) goes through this session's
+    /// own `tools/call` with the same `ctx` and `_meta`: its progress token reaches the upstream
+    /// and its progress the caller's stream, and cancelling the request cancels it. Returns the
+    /// call and whether it routed one (which then recorded itself).
+    async fn call_builtin(
+        &self,
+        original: &str,
+        arguments: Option<&str>,
+        meta: Option<&str>,
+        ctx: &RequestCtx,
+    ) -> (builtin::Called, bool) {
+        let caller = InCall { session: self, ctx, meta, routed: AtomicBool::new(false) };
+        let called = self.shared.builtins.call_metered(original, &caller, arguments).await;
+        (called, caller.routed.load(Ordering::Acquire))
     }
 
     /// Resolves the name of a `tools/call` or `prompts/get` through the session's profile
@@ -373,6 +399,47 @@ impl Session {
             return Err(Answer::Cancelled);
         }
         Ok(res)
+    }
+}
+
+/// What a built-in tool sees of the session during one `tools/call` of it: the session, and
+/// the request's context and `_meta`, which a call the tool routes carries on.
+struct InCall<'a> {
+    session: &'a Session,
+    ctx: &'a RequestCtx,
+    /// The `_meta` of the built-in's `tools/call` params (raw JSON), e.g. `{"progressToken": 7}`.
+    meta: Option<&'a str>,
+    /// Set when the tool routed a call through [`builtin::Caller::call_tool`].
+    routed: AtomicBool,
+}
+
+impl builtin::Caller for InCall<'_> {
+    fn session_id(&self) -> &str {
+        builtin::Caller::session_id(self.session)
+    }
+
+    fn list_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String)>> {
+        builtin::Caller::list_tools(self.session)
+    }
+
+    fn list_all_tools(&self) -> BoxFuture<'_, Vec<(Value, String, String, bool)>> {
+        builtin::Caller::list_all_tools(self.session)
+    }
+
+    fn client_name(&self) -> &str {
+        builtin::Caller::client_name(self.session)
+    }
+
+    fn actor(&self) -> &str {
+        builtin::Caller::actor(self.session)
+    }
+
+    fn call_tool<'a>(&'a self, name: &'a str, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
+        Box::pin(async move {
+            self.routed.store(true, Ordering::Release);
+            let params = builtin::meta::call_params_with_meta(name, arguments, self.meta);
+            self.session.route_call_ctx(ListKind::Tools, Some(&params), self.ctx).await
+        })
     }
 }
 

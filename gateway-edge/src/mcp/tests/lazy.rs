@@ -72,8 +72,8 @@ async fn a_lazy_session_lists_the_meta_tools_and_finds_describes_and_calls_throu
         ("time__get_current_time", "time", "ok")
     );
     assert_eq!(inner.session_id, s.id);
-    let outer = h.record();
-    assert_eq!((outer.target.as_str(), outer.outcome.as_str()), ("coffer__call_tool", "ok"));
+    // Recorded once: the meta call itself is not (it routed the call).
+    assert!(h.records.try_recv().is_err(), "the meta call recorded beside the call it routed");
 
     // Upstream tools stay callable by their exposed names.
     let direct = result(call(&s, "git__git_log", json!({"repo_path": "/r"})).await);
@@ -87,15 +87,24 @@ async fn a_lazy_session_lists_the_meta_tools_and_finds_describes_and_calls_throu
     let meta = error(call(&s, "coffer__call_tool", json!({"name": "time__convert_time"})).await);
     assert_eq!((meta.code, &meta.message, &meta.data), (direct.code, &direct.message, &direct.data));
     assert_eq!(meta.code, TOOL_DISABLED);
-    let (inner, outer) = (h.record(), h.record());
+    let inner = h.record();
     assert_eq!((inner.target.as_str(), inner.outcome.as_str()), ("time__convert_time", "disabled"));
-    assert_eq!(outer.outcome.as_str(), "disabled");
+    assert!(h.records.try_recv().is_err(), "one record of a refused call");
     // So is a name that names nothing.
     let direct = error(call(&s, "ghost__x", json!({})).await);
     let meta = error(call(&s, "coffer__call_tool", json!({"name": "ghost__x"})).await);
     assert_eq!((meta.code, meta.message), (direct.code, direct.message));
     assert_eq!(time.count("tools/call"), 1);
-    while h.records.try_recv().is_ok() {}
+    let (direct, meta) = (h.record(), h.record());
+    assert_eq!((direct.target.as_str(), meta.target.as_str()), ("ghost__x", "ghost__x"));
+    assert!(h.records.try_recv().is_err(), "one record each");
+    // A meta call that routes nothing (its own arguments are wrong) is the caller's mistake,
+    // recorded as itself.
+    let bad = result(call(&s, "coffer__call_tool", json!({"name": "time__get_current_time", "arguments": 7})).await);
+    assert_eq!(bad["isError"], true, "{bad}");
+    let r = h.record();
+    assert_eq!((r.target.as_str(), r.outcome.as_str()), ("coffer__call_tool", "invalid"));
+    assert_eq!(time.count("tools/call"), 1);
     s.close().await;
 }
 

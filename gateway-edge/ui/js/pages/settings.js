@@ -5,8 +5,8 @@
 // spans as code, never raw backticks) and its key small for power users; on/off settings,
 // permission modes and the LLM connection an agent runs on are pickers, not typed text.
 // Then credentials (names only; set and delete — a value is typed into a
-// password input, sent once and never shown), the services and upstreams (GET /v1/status; restart
-// a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
+// password input, sent once and never shown), the connected MCP clients with their profiles, the
+// services and upstreams (GET /v1/status; restart a service), a backup of the home (POST /v1/backup), the LLM connections (js/vault/llm.js) and the channels
 // (js/vault/channels.js), the profiles (js/vault/profiles.js), and sync across machines (GET /v1/sync/status, POST /v1/sync).
 import { h, replace, toast } from '../dom.js';
 import {
@@ -278,6 +278,7 @@ async function status(panel) {
           h('dt', null, 'Process'), h('dd', null, String(d.pid ?? '')),
           h('dt', null, 'Port'), h('dd', null, String(d.port ?? '')),
           h('dt', null, 'Started'), h('dd', null, timeEl(d.started_at)))),
+      clientsCard(s.sessions || []),
       h('section', { class: 'card' }, h('h2', null, 'Services'),
         table([
           { label: 'Service', cell: (x) => h('strong', null, x.name) },
@@ -299,6 +300,25 @@ async function status(panel) {
         ], ups, { key: (u) => u.name, caption: 'Upstreams' }) : emptyState('No MCP server registered.', h('p', null, h('a', { href: '/ui/servers', 'data-nav': true }, 'Add one'), ' or run', cli('coffer mcp import CONFIG_FILE'))))));
   }
   load();
+}
+
+/**
+ * Who is connected: the MCP client sessions open now (GET /v1/status `sessions`), each with
+ * its client's name and version, the profile it uses (a link to its tools' overrides) and how
+ * long it has been idle.
+ */
+function clientsCard(sessions) {
+  return h('section', { class: 'card clients-card', 'aria-labelledby': 'clients-title' },
+    h('h2', { id: 'clients-title' }, 'Connected MCP clients'),
+    sessions.length ? table([
+      { label: 'Client', cell: (x) => h('div', null, h('strong', null, x.client_name || 'unnamed client'),
+        x.client_version ? h('span', { class: 'muted small' }, ` ${x.client_version}`) : null) },
+      { label: 'Profile', cell: (x) => h('a', { href: `/ui/tools?profile=${encodeURIComponent(x.profile)}`, 'data-nav': true, class: 'badge accent', dataset: { profile: x.profile } }, x.profile) },
+      { label: 'Session', cell: (x) => h('code', { title: 'The first characters of its id, as the invocation log shows it' }, x.id) },
+      { label: 'Protocol', cell: (x) => x.protocol_version || '—' },
+      { label: 'Idle', cell: (x) => duration(x.idle_s) },
+    ], sessions, { key: (x) => x.id, caption: 'Connected MCP clients' })
+      : h('p', { class: 'muted' }, 'No MCP client is connected now. A client connects through ', h('code', null, 'coffer-mcp-shim'), ' or ', h('code', null, '/mcp'), '; ', cli('coffer connect claude-code'), ' registers Coffer in Claude Code (codex, cursor, vscode and claude-desktop likewise).'));
 }
 
 function restartButton(x, after) {

@@ -7,9 +7,32 @@
 // change is refused with a message, never lost; the daemon's refusal is shown next to the field
 // it names. `default` (a session naming no profile gets it) can be edited, not removed.
 import { h, replace, toast } from '../dom.js';
+import { ApiError } from '../api.js';
 import { vget, vpost, vput, vdel, seg, errorBox, table, field, formDialog, confirmDialog, messageOf, cli } from './common.js';
 
 const path = (name) => `/v1/mcp/profiles/${seg(name)}`;
+
+/**
+ * Writes `overrides` (tool → override) as profile `p`'s whole overrides, at the version `p`
+ * was read at (If-Match). On a 409 (changed elsewhere since) `p` is re-read in place, so that
+ * saving again writes over the profile as it is now (keeping the other tools' overrides),
+ * and the error says so; nothing was written. Resolves with the profile after the write.
+ */
+export async function writeOverrides(p, overrides) {
+  try {
+    const next = await vput(path(p.name), { ...specOf(p), overrides }, { headers: { 'If-Match': `"${p.version}"` } });
+    Object.assign(p, next);
+    return next;
+  } catch (e) {
+    if (!(e instanceof ApiError) || e.status !== 409) throw e;
+    let now = null;
+    try { now = await vget(path(p.name)); } catch { /* keep p; the message still holds */ }
+    if (now) Object.assign(p, now);
+    throw new ApiError(409, e.code,
+      `Not saved: ${p.name} was changed elsewhere while you edited${now ? ` (it is now at version ${now.version})` : ''}. `
+      + 'Save again to write your override over the current profile, or Cancel to see what changed.', { conflict: true });
+  }
+}
 
 /** The spec part of a profile (what PUT takes). */
 function specOf(p) {
@@ -126,10 +149,6 @@ export async function profiles(panel) {
       h('p', { class: 'muted small' }, 'From a terminal: ', cli(`coffer profile override ${p.name} TOOL --rename NAME`))));
   }
 
-  async function writeOverrides(p, overrides) {
-    return vput(path(p.name), { ...specOf(p), overrides }, { headers: { 'If-Match': `"${p.version}"` } });
-  }
-
   async function overrideRemove(p, tool) {
     if (!await confirmDialog(`Remove the override of ${tool}?`, `In ${p.name}, ${tool} is then shown as the upstream describes it.`, { confirm: 'Remove' })) return;
     const next = { ...(p.overrides || {}) };
@@ -202,8 +221,12 @@ function triState(label, name, value) {
     h('option', { value: 'false', selected: value === false }, 'no')), { name });
 }
 
-/** The add (tool null) or edit dialog of one override; resolves with {tool}, or null. */
-async function overrideDialog(p, tool, o, write) {
+/**
+ * The add (tool null) or edit dialog of one override of profile `p`, written with
+ * `write(p, overrides)` ([`writeOverrides`]); an override left with no field set is removed.
+ * Resolves with {tool}, or null when cancelled. `opts.title` replaces the dialog's title.
+ */
+export async function overrideDialog(p, tool, o, write, opts = {}) {
   const cur = o || {};
   const listId = `profile-tools-${Math.random().toString(36).slice(2, 8)}`;
   const known = h('datalist', { id: listId });
@@ -224,7 +247,7 @@ async function overrideDialog(p, tool, o, write) {
   const destructive = triState('Destructive', 'destructive', ann.destructive);
   const content = h('div', { class: 'profile-form' }, toolF.wrap, known, rename.wrap, desc.wrap, append.wrap, hidden.wrap,
     h('div', { class: 'profile-ann' }, ro.wrap, destructive.wrap));
-  return formDialog(tool ? `Override of ${tool} in ${p.name}` : `Add an override to ${p.name}`, content, async () => {
+  return formDialog(opts.title || (tool ? `Override of ${tool} in ${p.name}` : `Add an override to ${p.name}`), content, async () => {
     const key = tool || toolF.input.value.trim();
     const next = { ...cur };
     const text = (k, v) => { if (v.trim()) next[k] = v.trim(); else delete next[k]; };
@@ -242,8 +265,10 @@ async function overrideDialog(p, tool, o, write) {
       replace(toolF.error, 'Name the tool (server__tool).');
       throw Object.assign(new Error('Name the tool (server__tool).'), { details: { field: 'tool' } });
     }
+    const all = { ...(p.overrides || {}) };
+    if (Object.keys(next).length) all[key] = next; else delete all[key];
     try {
-      await write(p, { ...(p.overrides || {}), [key]: next });
+      await write(p, all);
     } catch (e) {
       onField(e, true);
     }

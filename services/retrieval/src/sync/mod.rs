@@ -420,9 +420,19 @@ impl Engine {
                         if !o.ok {
                             return Err(Error::Internal(format!("git commit failed: {}", git::tail(&o.stderr))));
                         }
+                        let mut notes = notes;
+                        if let Some((c, n)) = self.keep_default_profile(git, &before, &user).await? {
+                            conflicts.push(c);
+                            notes.push(n);
+                        }
                         self.apply(git, &before, notes, &mut missing).await?;
                     } else {
-                        self.apply(git, &before, Vec::new(), &mut missing).await?;
+                        let mut notes = Vec::new();
+                        if let Some((c, n)) = self.keep_default_profile(git, &before, &user).await? {
+                            conflicts.push(c);
+                            notes.push(n);
+                        }
+                        self.apply(git, &before, notes, &mut missing).await?;
                     }
                 }
             }
@@ -572,6 +582,50 @@ impl Engine {
             out.push(VaultEntry { path: rel, json });
         }
         Ok(out)
+    }
+
+    /// After a merge from `before` (this machine's commit): a merge that removed
+    /// `vault/profiles/default.json` is refused, because `default` is every unnamed client's
+    /// profile and cannot be removed anywhere else (`DELETE /v1/mcp/profiles/default` is a 409);
+    /// applying the removal would silently reset this machine's default profile to "everything,
+    /// no overrides". This machine's file is restored in a commit of its own (`user`: the `-c`
+    /// identity arguments), so the push puts it back on the remote too, and the refusal is
+    /// reported as a conflict ([`ConflictKind::LocalKept`]) and noted for the audit log
+    /// (`sync.conflict`, `kept: local`). `None` when the merge kept the file (or this machine
+    /// never wrote it).
+    async fn keep_default_profile(
+        &self,
+        git: &Git,
+        before: &str,
+        user: &[String],
+    ) -> Result<Option<(Conflict, SyncConflictNote)>> {
+        let had = git.run(&["cat-file", "-e", &format!("{before}:{DEFAULT_PROFILE_FILE}")]).await?.ok;
+        let has = git.run(&["cat-file", "-e", &format!("HEAD:{DEFAULT_PROFILE_FILE}")]).await?.ok;
+        if !had || has {
+            return Ok(None);
+        }
+        let by = sanitize(&git.ok(&["log", "-1", "--format=%an", "HEAD^2"]).await.unwrap_or_default());
+        let by = if by.is_empty() { "another machine".to_owned() } else { by };
+        git.ok(&["checkout", before, "--", DEFAULT_PROFILE_FILE]).await?;
+        let msg = format!("coffer sync: keep the default profile ({by} removed it; it cannot be removed)");
+        let args: Vec<String> =
+            user.iter().cloned().chain(["commit", "-q", "-m", &msg].into_iter().map(str::to_owned)).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = git.run(&refs).await?;
+        if !o.ok {
+            return Err(Error::Internal(format!("git commit failed: {}", git::tail(&o.stderr))));
+        }
+        tracing::warn!(by = %by, "A pulled removal of the default profile was refused; this machine's is kept.");
+        let rel = DEFAULT_PROFILE_FILE.trim_start_matches("vault/").to_owned();
+        let conflict = Conflict {
+            kind: ConflictKind::LocalKept as i32,
+            path: DEFAULT_PROFILE_FILE.to_owned(),
+            sibling: String::new(),
+            detail: format!(
+                "removed on {by}: the default profile cannot be removed, so this machine's was kept (and goes back to the remote); to start it afresh, edit it (coffer profile edit default)"
+            ),
+        };
+        Ok(Some((conflict, SyncConflictNote { path: rel, discarded_json: "null".into(), kept: "local".into() })))
     }
 
     /// Keeps both sides of every conflicted path: a file's other version becomes a sibling
@@ -984,6 +1038,9 @@ fn original_of(sibling: &str) -> String {
     };
     if dir.is_empty() { name } else { format!("{dir}/{name}") }
 }
+
+/// The vault file of the `default` profile (a removal of it is refused: [`Engine::keep_default_profile`]).
+const DEFAULT_PROFILE_FILE: &str = "vault/profiles/default.json";
 
 async fn rev(git: &Git, name: &str) -> Result<Option<String>> {
     let o = git.run(&["rev-parse", "-q", "--verify", &format!("{name}^{{commit}}")]).await?;
