@@ -40,7 +40,7 @@ const K: usize = 10;
 /// search API's largest limit).
 const HYBRID_DEPTH: usize = 50;
 /// The fusion weights measured besides the defaults: `(keyword, vector)` (grep 1).
-const WEIGHT_SWEEP: [(u32, u32); 5] = [(1, 1), (3, 2), (2, 1), (3, 1), (4, 1)];
+const WEIGHT_SWEEP: [(u32, u32); 3] = [(1, 1), (3, 2), (3, 1)];
 /// The KB names used.
 const QUALITY_KB: &str = "cranfield";
 const SPEED_KB: &str = "notes";
