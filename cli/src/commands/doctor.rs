@@ -31,6 +31,7 @@ use coffer_api::channels::Channel;
 use coffer_api::chat::Agent;
 use coffer_api::credentials::Credential;
 use coffer_api::daemon::{ServiceStatus, Status as DaemonStatus};
+use coffer_api::knowledge::{JobState, KnowledgeBases};
 use coffer_api::llm::LlmConnection;
 use coffer_api::servers::{EnvValue, McpServer, Transport, UpstreamState, UpstreamStatus};
 use coffer_api::settings::SettingsValues;
@@ -189,6 +190,14 @@ pub async fn run(ctx: &Ctx, _a: DoctorArgs) -> Result<(), CliError> {
                 Err(e) => {
                     checks.push(Check::fail("channels", format!("cannot read the channels: {e}"), "coffer logs store"))
                 }
+            }
+            match api.get_as::<KnowledgeBases>("/v1/knowledge").await {
+                Ok(k) => checks.extend(check_knowledge(&k)),
+                Err(e) => checks.push(Check::warn(
+                    "knowledge",
+                    format!("cannot list the knowledge bases: {e}"),
+                    "coffer status; then coffer logs retrieval",
+                )),
             }
             match api.get_as::<Page<Agent>>("/v1/agents").await {
                 Ok(a) => checks.extend(check_agents(&a.items)),
@@ -496,6 +505,81 @@ pub fn check_sync(s: &SyncStatus) -> Vec<Check> {
     match &s.last_error {
         Some(e) => out.push(Check::warn("sync", format!("the last sync failed: {e}"), "coffer sync")),
         None => out.push(Check::ok("sync", format!("set up with {}", s.remote))),
+    }
+    out
+}
+
+/// One check per knowledge base (`GET /v1/knowledge`), and one for the vector engine when its
+/// embeddings fail:
+/// - fail: its last pass failed, or its folder is gone (the message says which, with why);
+/// - warn: not watching its folder (changes are seen only by the periodic rescan), folders it
+///   cannot watch, files it cannot read (`cannot read: …`), other files it could not index;
+/// - ok: indexed, with its documents, chunks and embedded chunks.
+///
+/// The memory knowledge base is checked like the others.
+pub fn check_knowledge(k: &KnowledgeBases) -> Vec<Check> {
+    let mut out = Vec::new();
+    for kb in &k.items {
+        let name = format!("knowledge {}", kb.name);
+        let status = format!("coffer kb status {}", kb.name);
+        let progress = kb.progress.clone().unwrap_or_default();
+        if progress.state == JobState::Failed {
+            let gone = progress.message.contains(" is gone");
+            let why = if progress.message.is_empty() { "no reason given".to_owned() } else { progress.message.clone() };
+            let fix = if gone {
+                "move the folder back (it is indexed again as soon as it is there), or coffer kb remove it".to_owned()
+            } else {
+                format!("{status}; then coffer logs retrieval")
+            };
+            out.push(Check::fail(&name, format!("{}: {why}", if gone { "gone" } else { "failed" }), fix));
+            continue;
+        }
+        let unwatched: Vec<&str> =
+            kb.errors.iter().filter(|e| e.error.starts_with("not watched")).map(|e| e.path.as_str()).collect();
+        let unreadable: Vec<&str> =
+            kb.errors.iter().filter(|e| e.error.starts_with("cannot read")).map(|e| e.path.as_str()).collect();
+        let other = kb.errors.len() - unwatched.len() - unreadable.len();
+        let list = |v: &[&str]| {
+            let shown: Vec<&str> = v.iter().take(3).copied().collect();
+            let more = v.len().saturating_sub(shown.len());
+            if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+        };
+        let mut problems = Vec::new();
+        if !kb.watching && kb.kind == "folder" {
+            problems.push("not watching its folder: changes are seen only by the periodic rescan".to_owned());
+        }
+        if !unwatched.is_empty() {
+            problems.push(format!("{} folder(s) it cannot watch ({})", unwatched.len(), list(&unwatched)));
+        }
+        if !unreadable.is_empty() {
+            problems.push(format!("{} file(s) or folder(s) it cannot read ({})", unreadable.len(), list(&unreadable)));
+        }
+        if problems.is_empty() {
+            let errors =
+                if other > 0 { format!("; {other} file(s) not indexed (binary, too large…)") } else { String::new() };
+            out.push(Check::ok(
+                &name,
+                format!("{} documents, {} chunks, {} embedded{errors}", kb.documents, kb.chunks, kb.embedded),
+            ));
+        } else {
+            if other > 0 {
+                problems.push(format!("{other} other file(s) not indexed"));
+            }
+            out.push(Check::warn(
+                &name,
+                problems.join("; "),
+                format!("{status} (make the named folders and files readable by the daemon's user)"),
+            ));
+        }
+    }
+    if let Some(v) = k.engines.iter().find(|e| e.name == "vector")
+        && let Some((_, why)) = v.detail.split_once("failing: ")
+    {
+        out.push(Check::warn(
+            "knowledge embeddings",
+            format!("the vector engine cannot embed: {why}"),
+            "coffer settings get retrieval.embeddings.url (is the endpoint up?); then coffer logs retrieval",
+        ));
     }
     out
 }
@@ -993,6 +1077,67 @@ mod tests {
             "timeout_ms": null, "sandbox": null, "version": 1, "created_at": "x", "updated_at": "x"}))
         .unwrap();
         assert_eq!(check_server(&http, ws, &creds).status, Status::Ok);
+    }
+
+    #[test]
+    fn knowledge_health() {
+        let kbs = |items: Value, vector: &str| -> KnowledgeBases {
+            serde_json::from_value(json!({"items": items, "next_cursor": null,
+                "engines": [{"name": "vector", "enabled": true, "detail": vector}]}))
+            .unwrap()
+        };
+        let kb = |name: &str, state: &str, message: &str, watching: bool, errors: Value| {
+            json!({"name": name, "kind": "folder", "root": "/n", "include": [], "exclude": [], "created_ms": 1,
+                "documents": 3, "chunks": 5, "embedded": 5, "last_sync_ms": 1, "pending": 0, "pending_embeddings": 0,
+                "errors": errors, "watching": watching,
+                "progress": {"state": state, "done": 0, "total": 0, "bytes_done": 0, "bytes_total": 0,
+                    "started_ms": null, "message": message, "job": 1}})
+        };
+        let checks = check_knowledge(&kbs(
+            json!([
+                kb("fine", "idle", "", true, json!([{"path": "x.png.md", "error": "binary"}])),
+                kb("gone", "failed", "the folder /n is gone (deleted, moved or unmounted); …", false, json!([])),
+                kb("broken", "failed", "the pass stopped: store unavailable", true, json!([])),
+                kb("blind", "idle", "", false, json!([])),
+                kb(
+                    "locked",
+                    "idle",
+                    "",
+                    true,
+                    json!([
+                        {"path": "private", "error": "not watched for changes (Permission denied); the periodic rescan still looks at it"},
+                        {"path": "private", "error": "cannot read: Permission denied (os error 13)"},
+                        {"path": "a.md", "error": "cannot read: Permission denied (os error 13)"},
+                    ])
+                ),
+            ]),
+            "m (384) at http://127.0.0.1:9/v1; failing: connection refused",
+        ));
+        let got: Vec<(&str, &str)> = checks.iter().map(|c| (c.name.as_str(), c.status.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("knowledge fine", "ok"),
+                ("knowledge gone", "fail"),
+                ("knowledge broken", "fail"),
+                ("knowledge blind", "warn"),
+                ("knowledge locked", "warn"),
+                ("knowledge embeddings", "warn"),
+            ]
+        );
+        assert!(checks[0].message.contains("1 file(s) not indexed"), "{}", checks[0].message);
+        assert!(checks[1].message.starts_with("gone: "), "{}", checks[1].message);
+        assert!(checks[1].fix.as_deref().unwrap().contains("move the folder back"));
+        assert!(checks[2].message.contains("store unavailable"), "{}", checks[2].message);
+        assert!(checks[3].message.contains("not watching"), "{}", checks[3].message);
+        assert!(checks[4].message.contains("1 folder(s) it cannot watch (private)"), "{}", checks[4].message);
+        assert!(
+            checks[4].message.contains("2 file(s) or folder(s) it cannot read (private, a.md)"),
+            "{}",
+            checks[4].message
+        );
+        assert_eq!(checks[5].message, "the vector engine cannot embed: connection refused");
+        assert!(check_knowledge(&kbs(json!([]), "off: retrieval.embeddings.url is not set")).is_empty());
     }
 
     #[test]

@@ -293,12 +293,39 @@ pub fn render_kb(kb: &KnowledgeBaseInfo) -> String {
         ("pending", format!("{} files, {} embeddings", kb.pending, kb.pending_embeddings)),
         ("last sync", time_of(kb.last_sync_ms)),
         ("watching", yes_no(kb.watching).to_owned()),
+        ("index", index_size(kb)),
+        ("hidden", hidden_folders(kb)),
         ("state", progress),
         ("errors", kb.errors.len().to_string()),
     ];
     let mut out = render_fields(&fields);
     out.push_str(&render_file_errors(kb, usize::MAX));
     out
+}
+
+/// `12.0 MiB on disk for 4.0 MiB of files (3.00×)`, or `-` before anything is indexed.
+fn index_size(kb: &KnowledgeBaseInfo) -> String {
+    if kb.index_bytes == 0 && kb.corpus_bytes == 0 {
+        return "-".into();
+    }
+    let ratio = if kb.corpus_bytes > 0 {
+        format!(" ({:.2}×)", kb.index_bytes as f64 / kb.corpus_bytes as f64)
+    } else {
+        String::new()
+    };
+    format!("{} on disk for {} of files{ratio}", bytes(kb.index_bytes), bytes(kb.corpus_bytes))
+}
+
+/// `none`, or `2 skipped (not searched): .github, .obsidian` (names as the service lists them,
+/// escaped for the terminal).
+fn hidden_folders(kb: &KnowledgeBaseInfo) -> String {
+    if kb.hidden_skipped_count == 0 {
+        return "none".into();
+    }
+    let names: Vec<String> = kb.hidden_skipped.iter().map(|n| text_cell(n, 120)).collect();
+    let more = kb.hidden_skipped_count.saturating_sub(names.len() as u64);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("{} skipped (not searched): {}{more}", kb.hidden_skipped_count, names.join(", "))
 }
 
 /// The engines' configuration, one line each: `vector   off: not configured`.
@@ -962,5 +989,13 @@ mod tests {
         let mut globbed = items[0].clone();
         globbed.include = vec!["docs/**/*.md".into()];
         assert!(render_kb(&globbed).contains("include:   docs/**/*.md\n"));
+        assert!(shown.contains("index:     -\n") && shown.contains("hidden:    none\n"), "{shown}");
+        let mut sized = items[0].clone();
+        (sized.index_bytes, sized.corpus_bytes) = (3 * 1024 * 1024, 2 * 1024 * 1024);
+        sized.hidden_skipped = vec![".github".into(), ".obsidian".into()];
+        sized.hidden_skipped_count = 3;
+        let shown = render_kb(&sized);
+        assert!(shown.contains("index:     3.00 MiB on disk for 2.00 MiB of files (1.50×)\n"), "{shown}");
+        assert!(shown.contains("hidden:    3 skipped (not searched): .github, .obsidian and 1 more\n"), "{shown}");
     }
 }

@@ -161,6 +161,10 @@ pub fn kb(k: KnowledgeBaseInfo) -> api::KnowledgeBaseInfo {
         pending_embeddings: k.pending_embeddings,
         errors: k.errors.into_iter().map(|e| api::FileError { path: e.path, error: e.error }).collect(),
         watching: k.watching,
+        hidden_skipped: k.hidden_skipped,
+        hidden_skipped_count: k.hidden_skipped_count,
+        corpus_bytes: k.corpus_bytes,
+        index_bytes: k.index_bytes,
     }
 }
 
@@ -379,7 +383,7 @@ mod tests {
         let keys = |v: Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
         assert_eq!(
             keys(to_json(&super::kb(KnowledgeBaseInfo::default()))),
-            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching"
+            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching,hidden_skipped,hidden_skipped_count,corpus_bytes,index_bytes"
         );
         let p = Progress::default();
         assert_eq!(keys(to_json(&progress(&p))), "state,done,total,bytes_done,bytes_total,started_ms,message,job");

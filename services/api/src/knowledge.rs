@@ -189,6 +189,20 @@ pub struct KnowledgeBaseInfo {
     pub progress: Option<Progress>,
     /// The folder watcher is live.
     pub watching: bool,
+    /// Hidden folders the walk skipped (`.github`, `.obsidian`…; relative to the root; `.git`
+    /// not counted), at most 20 named.
+    #[serde(default)]
+    pub hidden_skipped: Vec<String>,
+    /// How many hidden folders were skipped.
+    #[serde(default)]
+    pub hidden_skipped_count: u64,
+    /// Bytes of its documents' files.
+    #[serde(default)]
+    pub corpus_bytes: u64,
+    /// Bytes of the index on disk that are its share (estimated: the index tables' size shared
+    /// out among knowledge bases by corpus bytes).
+    #[serde(default)]
+    pub index_bytes: u64,
 }
 
 /// How one search engine is configured.

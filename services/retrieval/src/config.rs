@@ -44,16 +44,20 @@ impl std::fmt::Debug for EmbeddingsSettings {
 }
 
 /// Every setting retrieval reads, with defaults applied for unset or unusable values.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Per-engine deadline of a search.
     pub engine_timeout: Duration,
     /// Largest file a KB indexes, bytes.
     pub max_file_bytes: u64,
+    /// How often an idle KB is rescanned (`retrieval.rescan_interval_s`); zero = never.
+    pub rescan_interval: Duration,
     /// The embeddings endpoint.
     pub embeddings: EmbeddingsSettings,
     /// The sync worker's settings (`sync.*`).
     pub sync: SyncSettings,
+    /// Each engine's weight in fusion (`retrieval.fusion.*_weight`).
+    pub fusion: crate::fusion::Weights,
 }
 
 /// The sync worker's settings (`sync.*`).
@@ -83,6 +87,7 @@ impl Config {
         Self {
             engine_timeout: Duration::from_millis(int(&s::ENGINE_TIMEOUT_MS)),
             max_file_bytes: int(&s::MAX_FILE_BYTES),
+            rescan_interval: Duration::from_secs(int(&s::RESCAN_INTERVAL_S)),
             embeddings: EmbeddingsSettings {
                 url: text(&s::EMBEDDINGS_URL).trim_end_matches('/').to_owned(),
                 model: text(&s::EMBEDDINGS_MODEL),
@@ -97,6 +102,11 @@ impl Config {
                 debounce: Duration::from_secs(int(&s::SYNC_DEBOUNCE_S)),
                 pull_interval: Duration::from_secs(int(&s::SYNC_PULL_INTERVAL_S)),
                 machine: text(&s::SYNC_MACHINE_NAME),
+            },
+            fusion: crate::fusion::Weights {
+                grep: int(&s::FUSION_GREP_WEIGHT) as f64,
+                keyword: int(&s::FUSION_KEYWORD_WEIGHT) as f64,
+                vector: int(&s::FUSION_VECTOR_WEIGHT) as f64,
             },
         }
     }
@@ -126,6 +136,7 @@ mod tests {
         let d = Config::default();
         assert_eq!(d.engine_timeout, Duration::from_millis(2000));
         assert_eq!(d.max_file_bytes, 16 * 1024 * 1024);
+        assert_eq!(d.rescan_interval, Duration::from_secs(300));
         assert_eq!(d.embeddings.url, "");
         assert_eq!((d.embeddings.batch_size, d.embeddings.concurrency), (32, 2));
         let values: HashMap<String, String> = [
@@ -143,6 +154,23 @@ mod tests {
         assert_eq!((c.embeddings.model.as_str(), c.embeddings.dimensions), ("m", 8));
         assert_eq!(c.engine_timeout, Duration::from_millis(2000), "an unusable value keeps the default");
         assert_eq!(c.max_file_bytes, 4096);
+    }
+
+    #[test]
+    fn fusion_weights_default_and_are_read() {
+        let d = Config::default().fusion;
+        assert_eq!((d.grep, d.keyword, d.vector), (1.0, 2.0, 1.0));
+        let values: HashMap<String, String> = [
+            ("retrieval.fusion.keyword_weight", "3"),
+            ("retrieval.fusion.vector_weight", "0"),
+            ("retrieval.fusion.grep_weight", "-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let c = Config::from_values(&values).fusion;
+        assert_eq!(c.keyword, 3.0);
+        assert_eq!((c.vector, c.grep), (1.0, 1.0), "out of bounds or not a number: the default");
     }
 
     #[test]

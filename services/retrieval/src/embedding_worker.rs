@@ -271,7 +271,7 @@ impl Embeddings {
             }
             let batches: Vec<Vec<(i64, String)>> = pending
                 .into_iter()
-                .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.title, &c.heading_path, &c.text))))
+                .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.path, &c.title, &c.heading_path, &c.text))))
                 .collect::<Vec<_>>()
                 .chunks(settings.batch_size.max(1))
                 .map(<[_]>::to_vec)
@@ -327,15 +327,34 @@ impl Embeddings {
     }
 }
 
-/// What is embedded for a chunk: the document title and heading path give it context.
-pub fn embed_text(title: &str, heading_path: &[String], text: &str) -> String {
+/// What is embedded for a chunk (of the document at `path`, relative to its KB): its text, after
+/// the context a reader would see above it — the document's title and the chunk's heading path
+/// (`A > B`) — but only what is real and not already there:
+///
+/// - the title only when it is a real one (front matter or `#` heading): a title equal to the
+///   file's stem is the fallback the parser made up (`D3-1`, or a memory fact's ULID), and
+///   embedding it lowers the similarity of relevant chunks;
+/// - the title not again when it is the first heading of the path;
+/// - the chunk's own heading not again when the chunk's text starts with it (`# A` …).
+pub fn embed_text(path: &str, title: &str, heading_path: &[String], text: &str) -> String {
+    let stem = std::path::Path::new(path).file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let real_title =
+        !title.trim().is_empty() && title != stem && heading_path.first().map(String::as_str) != Some(title);
+    let mut headings: &[String] = heading_path;
+    if let Some((last, rest)) = headings.split_last() {
+        let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let own = first_line.trim_start_matches('#');
+        if own.len() < first_line.len() && own.trim() == last.trim() {
+            headings = rest;
+        }
+    }
     let mut out = String::new();
-    if !title.is_empty() {
+    if real_title {
         out.push_str(title);
         out.push('\n');
     }
-    if !heading_path.is_empty() {
-        out.push_str(&heading_path.join(" > "));
+    if !headings.is_empty() {
+        out.push_str(&headings.join(" > "));
         out.push('\n');
     }
     out.push_str(text);
@@ -391,7 +410,16 @@ mod tests {
 
     #[test]
     fn embedded_text_carries_its_context() {
-        assert_eq!(embed_text("Doc", &["A".into(), "B".into()], "body"), "Doc\nA > B\nbody");
-        assert_eq!(embed_text("", &[], "body"), "body");
+        let h = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(embed_text("n/doc.md", "Doc", &h(&["A", "B"]), "body"), "Doc\nA > B\nbody");
+        assert_eq!(embed_text("doc.md", "", &[], "body"), "body");
+        // A made-up title (the file's stem, or a memory fact's ULID) is not embedded.
+        assert_eq!(embed_text("notes/D3-1.md", "D3-1", &[], "body"), "body");
+        assert_eq!(embed_text("01JABCDEF0123456789ABCDEFG.md", "01JABCDEF0123456789ABCDEFG", &[], "a fact"), "a fact");
+        // The title that is the first heading, and the heading the chunk starts with, once.
+        assert_eq!(embed_text("d.md", "Flow", &h(&["Flow"]), "# Flow\nbody"), "# Flow\nbody");
+        assert_eq!(embed_text("d.md", "Flow", &h(&["Flow", "Wake"]), "## Wake\nbody"), "Flow\n## Wake\nbody");
+        assert_eq!(embed_text("d.md", "Flow", &h(&["Flow", "Wake"]), "more body"), "Flow > Wake\nmore body");
+        assert_eq!(embed_text("d.md", "T", &h(&["A"]), "## Not A\nx"), "T\nA\n## Not A\nx");
     }
 }

@@ -22,6 +22,12 @@
 //! document of it is written afterwards. A changed `.gitignore` or `.ignore` makes the watcher ask
 //! for a pass, so notes it now hides leave the index. A KB's failing pass backs off (`RETRY` to
 //! `RETRY_MAX`) and is logged on state changes only (`coffer_runtime::logging::FailureLog`).
+//!
+//! A file that cannot be read (permissions, I/O) is that file's error (`cannot read: …`), like
+//! a binary one, not the pass's; it is read again by every pass and when the watcher sees it
+//! change. A folder that cannot be watched (see [`crate::watch::start`]) is the KB's error and
+//! the others are still watched; an idle KB is rescanned every `retrieval.rescan_interval_s`
+//! as a safety net for what the watcher cannot see.
 use coffer_runtime::logging::{Failing, FailureLog, clip};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -78,7 +84,9 @@ pub struct Plan {
 
 /// The reconcile plan: `files` from the walk against `stored` from `ListDocuments`.
 /// A stored document with an error counts as unchanged while mtime and size match (a binary
-/// file is not re-read on every pass); a clean pass starts from an empty index anyway.
+/// file is not re-read on every pass), except one that could not be read ([`CANNOT_READ`]):
+/// its permissions may have changed without its mtime. A clean pass starts from an empty index
+/// anyway.
 pub fn plan(files: Vec<walk::FileEntry>, stored: &[DocumentMeta]) -> Plan {
     let by_path: HashMap<&str, &DocumentMeta> = stored.iter().map(|d| (d.path.as_str(), d)).collect();
     let mut out = Plan::default();
@@ -86,7 +94,9 @@ pub fn plan(files: Vec<walk::FileEntry>, stored: &[DocumentMeta]) -> Plan {
     for f in files {
         seen.insert(f.rel_path.clone());
         match by_path.get(f.rel_path.as_str()) {
-            Some(d) if d.mtime_ms == f.mtime_ms && d.size == f.size => out.unchanged += 1,
+            Some(d) if d.mtime_ms == f.mtime_ms && d.size == f.size && !d.error.starts_with(CANNOT_READ) => {
+                out.unchanged += 1
+            }
             _ => out.index.push(f),
         }
     }
@@ -111,6 +121,16 @@ pub fn unindexable(bytes: &[u8], max: u64) -> Option<String> {
         return Some(format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()));
     }
     None
+}
+
+/// The start of the error recorded for a file that could not be read ([`cannot_read`]): such a
+/// document is read again by every pass (see [`plan`]), unlike a binary or too large one.
+pub const CANNOT_READ: &str = "cannot read: ";
+
+/// The error recorded for a file the indexer could not read (`cannot read: Permission denied
+/// (os error 13)`).
+pub fn cannot_read(e: &std::io::Error) -> String {
+    format!("{CANNOT_READ}{e}")
 }
 
 fn too_large(max: u64) -> String {
@@ -254,6 +274,10 @@ struct RunState {
     pending: u64,
     /// A task waits for the vanished folder to come back.
     awaiting_return: bool,
+    /// Folders the watcher cannot watch (relative; `.` = the root), and why.
+    unwatched: Vec<FileError>,
+    /// Hidden folders the last walk skipped (relative, sorted; not `.git`).
+    hidden: Vec<String>,
 }
 
 impl KbRuntime {
@@ -294,7 +318,28 @@ impl KbRuntime {
     pub fn walk_issues(&self) -> Vec<FileError> {
         let st = self.state.lock().expect("kb state");
         let notes = st.notes.iter().map(|(path, error)| FileError { path: path.clone(), error: error.clone() });
-        st.walk_issues.iter().cloned().chain(notes).collect()
+        st.walk_issues.iter().cloned().chain(st.unwatched.iter().cloned()).chain(notes).collect()
+    }
+
+    /// Hidden folders the last walk skipped (relative, sorted; `.git` not counted).
+    pub fn hidden_skipped(&self) -> Vec<String> {
+        self.state.lock().expect("kb state").hidden.clone()
+    }
+
+    /// Folders the watcher cannot watch (relative to the root, `.` for the root itself).
+    pub fn unwatched(&self) -> Vec<FileError> {
+        self.state.lock().expect("kb state").unwatched.clone()
+    }
+
+    fn set_unwatched(&self, folders: Vec<(String, String)>) {
+        let list = folders
+            .into_iter()
+            .map(|(path, error)| FileError {
+                path,
+                error: format!("not watched for changes ({error}); the periodic rescan still looks at it"),
+            })
+            .collect();
+        self.set(|st| st.unwatched = list);
     }
 
     fn note(&self, rel: &str, note: Option<String>) {
@@ -481,10 +526,28 @@ impl Indexer {
                         }
                     }
                 },
-                None => tokio::select! {
-                    _ = rt.cancel.cancelled() => return,
-                    _ = rt.wake.notified() => {}
-                },
+                // Idle: until asked, or until the periodic rescan is due (a safety net for what
+                // the watcher cannot see: an unwatched folder, a lost event, a network mount).
+                None => {
+                    let mut config = self.config.clone();
+                    let every = config.borrow_and_update().rescan_interval;
+                    let rescan = async {
+                        if every.is_zero() {
+                            std::future::pending::<()>().await;
+                        }
+                        tokio::time::sleep(every).await;
+                    };
+                    tokio::select! {
+                        _ = rt.cancel.cancelled() => return,
+                        _ = rt.wake.notified() => {}
+                        // A new interval applies at once (the wait starts again).
+                        Ok(()) = config.changed() => {}
+                        _ = rescan => {
+                            tracing::debug!(kb = %rt.name, "Periodic rescan.");
+                            self.request(&rt, false);
+                        }
+                    }
+                }
             }
         }
     }
@@ -514,13 +577,16 @@ impl Indexer {
             return Ok(());
         }
         self.sources.set_gone(&def.name, None);
-        self.ensure_watcher(rt, &root);
         let spec = self.spec(&def);
-        let walked = tokio::task::spawn_blocking(move || walk::walk(&spec))
+        self.ensure_watcher(rt, &root, &spec.skip);
+        let walked = tokio::task::spawn_blocking(move || walk::walk_full(&spec))
             .await
             .map_err(|e| Error::Internal(format!("the walk panicked: {e}")))?;
         let (files, issues) = match walked {
-            Ok(w) => w,
+            Ok(w) => {
+                rt.set(|st| st.hidden = w.hidden);
+                (w.files, w.issues)
+            }
             Err(e) => {
                 if !root.is_dir() {
                     self.folder_gone(rt, &root).await;
@@ -595,6 +661,7 @@ impl Indexer {
     /// come back ([`Indexer::await_return`]), which asks for a pass.
     async fn folder_gone(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path) {
         rt.watcher.lock().expect("kb watcher").take();
+        rt.set(|st| st.unwatched.clear());
         let message = format!(
             "the folder {} is gone (deleted, moved or unmounted); its index is kept but not searched, and it is indexed again as soon as the folder is back",
             root.display()
@@ -637,14 +704,28 @@ impl Indexer {
         }
     }
 
-    fn ensure_watcher(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path) {
+    /// Starts the KB's watcher if it is not running, or brings a per-folder one up to date with
+    /// the folder tree; records the folders it cannot watch as the KB's errors.
+    fn ensure_watcher(self: &Arc<Self>, rt: &Arc<KbRuntime>, root: &Path, skip: &[PathBuf]) {
         let mut slot = rt.watcher.lock().expect("kb watcher");
-        if slot.is_some() {
+        if let Some(w) = slot.as_mut() {
+            w.refresh();
+            rt.set_unwatched(w.unwatched());
             return;
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
-        match watch::start(root, tx) {
+        match watch::start(root, skip, tx) {
             Ok(w) => {
+                let unwatched = w.unwatched();
+                if !unwatched.is_empty() {
+                    tracing::warn!(
+                        kb = %rt.name,
+                        folders = unwatched.len(),
+                        first = %unwatched[0].0,
+                        "Some folders cannot be watched; watching the others (the periodic rescan covers the rest)."
+                    );
+                }
+                rt.set_unwatched(unwatched);
                 *slot = Some(w);
                 let me = self.clone();
                 let rt = rt.clone();
@@ -665,7 +746,10 @@ impl Indexer {
                     }
                 });
             }
-            Err(e) => tracing::warn!(kb = %rt.name, error = %e, "Cannot watch the folder; passes only."),
+            Err(e) => {
+                tracing::warn!(kb = %rt.name, error = %e, "Cannot watch the folder; periodic rescans only.");
+                rt.set_unwatched(vec![(".".into(), e.to_string())]);
+            }
         }
     }
 
@@ -770,7 +854,21 @@ impl Indexer {
                 }
                 return Ok(Outcome::Deleted);
             }
-            Err(e) => return Err(Error::io(format!("reading {}", abs.display()), e)),
+            // Unreadable (permissions, I/O): this file's error, not the pass's (which would
+            // fail the whole KB and be retried forever). Retried by every pass, and at once
+            // when the watcher sees its permissions change.
+            Err(e) => {
+                let req = MarkDocumentErrorRequest {
+                    kb: def.name.clone(),
+                    path: rel.to_owned(),
+                    mtime_ms: 0,
+                    size: 0,
+                    error: cannot_read(&e),
+                    kb_created_ms: def.created_ms,
+                };
+                index.mark_document_error(req).await?;
+                return Ok(Outcome::Marked);
+            }
         };
         if !meta.is_file() {
             return Ok(Outcome::Skipped);
@@ -803,7 +901,10 @@ impl Indexer {
                 index.delete_document(gone()).await?;
                 return Ok(Outcome::Deleted);
             }
-            Err(e) => return Err(Error::io(format!("reading {}", abs.display()), e)),
+            Err(e) => {
+                index.mark_document_error(mark(cannot_read(&e))).await?;
+                return Ok(Outcome::Marked);
+            }
         };
         if let Some(why) = unindexable(&bytes, max) {
             index.mark_document_error(mark(why)).await?;
@@ -938,6 +1039,11 @@ mod tests {
         // Nothing stored: everything is read; nothing on disk: everything goes.
         assert_eq!(plan(vec![file("a.md", 1, 1)], &[]).index.len(), 1);
         assert_eq!(plan(vec![], &stored).delete.len(), stored.len());
+        // A file that could not be read is read again by every pass, mtime and size unchanged.
+        let e = cannot_read(&std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(e.starts_with("cannot read: "), "{e}");
+        let p = plan(vec![file("locked.md", 3, 3)], &[doc("locked.md", 3, 3, &e)]);
+        assert_eq!((p.index.len(), p.unchanged), (1, 0));
     }
 
     #[test]

@@ -11,9 +11,10 @@
 //!   matched, then by hit count.
 //! - vector: the query embedded by the configured endpoint, then `VectorQuery` (cosine KNN).
 //!
-//! Results are one per document: each engine's list keeps a document's best chunk only, the
-//! lists are fused at chunk level, and a document whose chunks two engines ranked differently
-//! is shown once, with its better fused chunk.
+//! Results are one per document: each engine's list keeps a document's best chunk only, and the
+//! lists are fused per (KB, path) with the engines' weights (`retrieval.fusion.*_weight`,
+//! [`fusion::fuse`]), so a document whose best keyword chunk differs from its best vector
+//! chunk has both engines' credit; it shows the chunk of the engine that contributed most.
 //!
 //! A vector hit whose cosine similarity is below [`MIN_VECTOR_SIMILARITY`] is not a result on
 //! its own (nearest is not near: every query has nearest neighbours); it still adds its rank to
@@ -246,7 +247,10 @@ impl Searcher {
             .cloned()
             .collect();
         let q = &Query { kbs: searched, ..q.clone() };
-        let timeout = self.config.borrow().engine_timeout;
+        let (timeout, weights) = {
+            let c = self.config.borrow();
+            (c.engine_timeout, c.fusion)
+        };
         let filters = Filters {
             kb: q.kbs.clone(),
             path_prefix: q.path_prefix.clone(),
@@ -341,13 +345,10 @@ impl Searcher {
             lists.push(Ranked { engine: run.name, hits: ranked });
         }
         let highlight: Vec<String> = if terms.is_empty() { vec![q.text.clone()] } else { terms.clone() };
-        // Fused at chunk level; then one result per document (engines may have picked different
-        // chunks of it: the better fused one stays).
-        let mut shown = HashSet::new();
-        let results = fusion::fuse(&lists, usize::MAX)
+        // Fused per document (engines may have picked different chunks of it: each still counts).
+        let results = fusion::fuse(&lists, &weights, usize::MAX)
             .into_iter()
             .filter(|f| !weak_vector_only(&f.ranks))
-            .filter(|f| shown.insert((f.chunk.kb.clone(), f.chunk.path.clone())))
             .take(q.limit as usize)
             .filter_map(|f| {
                 let c = chunks.get(&f.chunk.id)?;
@@ -383,7 +384,7 @@ impl Searcher {
             engines: reports,
             warnings,
             took_ms: started.elapsed().as_millis() as u32,
-            fusion: fusion::NAME.into(),
+            fusion: weights.name(),
         })
     }
 

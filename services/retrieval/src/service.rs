@@ -22,6 +22,8 @@ use crate::sources::{MEMORY, Sources};
 
 /// Most file errors listed per KB.
 const MAX_ERRORS: usize = 200;
+/// Hidden folders named in a KB's status (all are counted).
+const MAX_HIDDEN_NAMED: usize = 20;
 
 /// The service's state: what each RPC reaches.
 pub struct RetrievalService {
@@ -98,6 +100,7 @@ impl RetrievalService {
         let embedded = stats.map_or(0, |s| s.embedded);
         let chunks = stats.map_or(0, |s| s.chunks);
         let vectors_on = self.embeddings.ready().is_some();
+        let hidden = rt.as_ref().map(|r| r.hidden_skipped()).unwrap_or_default();
         KnowledgeBaseInfo {
             name: def.name.clone(),
             kind: if def.kind == KnowledgeBaseKind::Memory as i32 { "memory" } else { "folder" }.into(),
@@ -114,6 +117,10 @@ impl RetrievalService {
             errors,
             progress: rt.as_ref().map(|r| r.progress()),
             watching: rt.as_ref().is_some_and(|r| r.watching()),
+            hidden_skipped_count: hidden.len() as u64,
+            hidden_skipped: hidden.into_iter().take(MAX_HIDDEN_NAMED).collect(),
+            corpus_bytes: stats.map_or(0, |s| s.corpus_bytes),
+            index_bytes: stats.map_or(0, |s| s.index_bytes),
         }
     }
 

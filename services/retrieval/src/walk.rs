@@ -243,21 +243,24 @@ pub(crate) struct Prepared {
     pub(crate) root: PathBuf,
     pub(crate) filter: PathFilter,
     pub(crate) issues: Arc<Mutex<Vec<WalkIssue>>>,
+    /// Hidden folders skipped (relative), `.git` left out.
+    pub(crate) hidden: Arc<Mutex<Vec<String>>>,
 }
 
 impl Prepared {
     pub(crate) fn new(spec: &WalkSpec) -> Result<Self, WalkError> {
         let root = canonical_root(&spec.root)?;
         let filter = filter_for(&root, spec)?;
-        Ok(Self { root, filter, issues: Arc::new(Mutex::new(Vec::new())) })
+        Ok(Self { root, filter, issues: Arc::new(Mutex::new(Vec::new())), hidden: Arc::new(Mutex::new(Vec::new())) })
     }
 
     /// A builder over the root with the rules above; `sorted` sorts each folder by name (for
     /// a deterministic sequential walk; the parallel walk ignores it).
     pub(crate) fn builder(&self, sorted: bool) -> WalkBuilder {
         let mut b = WalkBuilder::new(&self.root);
+        // Hidden entries are skipped by `admit` (which counts the folders), not by the walker.
         b.standard_filters(true)
-            .hidden(true)
+            .hidden(false)
             .parents(false)
             .ignore(true)
             .git_ignore(true)
@@ -270,7 +273,17 @@ impl Prepared {
         }
         let filter = self.filter.clone();
         let issues = self.issues.clone();
-        b.filter_entry(move |entry| admit(&filter, &issues, entry));
+        let hidden = self.hidden.clone();
+        b.filter_entry(move |entry| {
+            if entry.depth() > 0 && entry.file_name().to_string_lossy().starts_with('.') {
+                let name = entry.file_name();
+                if name != ".git" && entry.file_type().is_some_and(|t| t.is_dir()) {
+                    hidden.lock().expect("hidden folders").push(lossy_rel(&filter.root, entry.path()));
+                }
+                return false;
+            }
+            admit(&filter, &issues, entry)
+        });
         b
     }
 
@@ -427,6 +440,25 @@ fn admit(filter: &PathFilter, issues: &Mutex<Vec<WalkIssue>>, entry: &DirEntry) 
 /// # Errors
 /// [`WalkError`] when the root is missing, not a folder or unreadable, or a glob is bad.
 pub fn walk(spec: &WalkSpec) -> Result<(Vec<FileEntry>, Vec<WalkIssue>), WalkError> {
+    walk_full(spec).map(|w| (w.files, w.issues))
+}
+
+/// What [`walk_full`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// The documents, by `rel_path`.
+    pub files: Vec<FileEntry>,
+    /// What it could not take.
+    pub issues: Vec<WalkIssue>,
+    /// The hidden folders it skipped (relative, sorted; `.git` not counted: never notes).
+    pub hidden: Vec<String>,
+}
+
+/// [`walk`], also naming the hidden folders it skipped.
+///
+/// # Errors
+/// As [`walk`].
+pub fn walk_full(spec: &WalkSpec) -> Result<Walk, WalkError> {
     let prepared = Prepared::new(spec)?;
     let mut files: Vec<FileEntry> = Vec::new();
     for result in prepared.builder(true).build() {
@@ -438,7 +470,10 @@ pub fn walk(spec: &WalkSpec) -> Result<(Vec<FileEntry>, Vec<WalkIssue>), WalkErr
     let mut issues = prepared.take_issues();
     issues.sort_by(|a, b| a.rel_path.cmp(&b.rel_path).then_with(|| a.error.cmp(&b.error)));
     issues.dedup();
-    Ok((files, issues))
+    let mut hidden = std::mem::take(&mut *prepared.hidden.lock().expect("hidden folders"));
+    hidden.sort();
+    hidden.dedup();
+    Ok(Walk { files, issues, hidden })
 }
 
 /// Keeps one entry per real file: the one whose `rel_path` is the file's real (canonical)

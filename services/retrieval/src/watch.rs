@@ -2,7 +2,8 @@
 //! editor's burst of events (write, rename over, chmod) becomes one batch of paths
 //! [`DEBOUNCE`] after the last event (at most [`MAX_DELAY`] after the first). The batches go to
 //! the indexer ([`crate::indexer::Indexer::on_paths`]), which decides per path: index, delete,
-//! or rescan.
+//! or rescan. A folder inside the root that cannot be watched (inotify needs read permission on
+//! each folder it watches) does not stop the others from being watched: see [`start`].
 //!
 //! Reads are not changes: inotify also reports every `open` (notify watches `IN_OPEN`), of a
 //! file and of a folder being listed, so the indexer's own reads, a grep search and the user's
@@ -36,8 +37,76 @@ pub enum WatchError {
 
 /// A live watcher; dropping it stops watching (and closes its batch channel).
 pub struct KbWatcher {
-    _watcher: RecommendedWatcher,
+    watcher: RecommendedWatcher,
     batcher: tokio::task::JoinHandle<()>,
+    /// `Some` when the recursive watch failed (a folder inside cannot be watched): every
+    /// readable folder is then watched on its own ([`KbWatcher::refresh`]).
+    per_folder: Option<PerFolder>,
+}
+
+/// The per-folder mode's state.
+struct PerFolder {
+    root: PathBuf,
+    skip: Vec<PathBuf>,
+    watched: std::collections::HashSet<PathBuf>,
+    /// Folders that could not be watched, relative to the root, with why.
+    unwatched: Vec<(String, String)>,
+}
+
+impl KbWatcher {
+    /// Folders that are not watched (relative to the root, `/`-separated) and why: empty when
+    /// the recursive watch works.
+    pub fn unwatched(&self) -> Vec<(String, String)> {
+        self.per_folder.as_ref().map(|p| p.unwatched.clone()).unwrap_or_default()
+    }
+
+    /// In per-folder mode, watches the folders created since the last call and tries again the
+    /// ones that could not be watched (a reconcile pass calls this before it walks, so a file
+    /// created after it is an event, one created before is in the walk). Blocking: reads the
+    /// folder tree. A no-op with a recursive watch (notify adds new folders itself).
+    pub fn refresh(&mut self) {
+        let Some(pf) = &mut self.per_folder else { return };
+        pf.unwatched.clear();
+        let mut stack = vec![pf.root.clone()];
+        let mut present = std::collections::HashSet::new();
+        while let Some(dir) = stack.pop() {
+            present.insert(dir.clone());
+            let rel = || crate::indexer::relative(&pf.root, &dir).unwrap_or_else(|| ".".into());
+            if !pf.watched.contains(&dir) {
+                match self.watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                    Ok(()) => {
+                        pf.watched.insert(dir.clone());
+                    }
+                    Err(e) => {
+                        pf.unwatched.push((rel(), e.to_string()));
+                        continue;
+                    }
+                }
+            }
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(r) => r,
+                Err(e) => {
+                    pf.unwatched.push((rel(), format!("cannot list it: {e}")));
+                    continue;
+                }
+            };
+            for entry in entries.flatten() {
+                // Not through symlinks (as the recursive watch), not into hidden folders (the
+                // walk skips them), not into COFFER_HOME.
+                let hidden = entry.file_name().to_string_lossy().starts_with('.');
+                let path = entry.path();
+                if !hidden
+                    && entry.file_type().is_ok_and(|t| t.is_dir())
+                    && !pf.skip.iter().any(|s| path.starts_with(s))
+                {
+                    stack.push(path);
+                }
+            }
+        }
+        // Folders gone since: their watches went with them.
+        pf.watched.retain(|d| present.contains(d));
+        pf.unwatched.sort();
+    }
 }
 
 impl Drop for KbWatcher {
@@ -76,8 +145,29 @@ pub fn is_change(kind: &EventKind) -> bool {
 ///
 /// # Errors
 /// [`WatchError::Notify`] when the folder cannot be watched.
-pub fn start(root: &Path, tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
-    start_with(root, RecursiveMode::Recursive, tx)
+///
+/// When the recursive watch fails because a folder inside cannot be watched (inotify needs read
+/// permission on each folder), the root and every folder that can be are watched one by one
+/// instead, skipping hidden folders and those under `skip`; [`KbWatcher::unwatched`] names the
+/// others, and [`KbWatcher::refresh`] follows the tree as it changes.
+pub fn start(root: &Path, skip: &[PathBuf], tx: mpsc::UnboundedSender<Batch>) -> Result<KbWatcher, WatchError> {
+    match start_with(root, RecursiveMode::Recursive, tx.clone()) {
+        Ok(w) => Ok(w),
+        // The root itself cannot be watched (gone, unreadable, out of inotify watches): nothing
+        // per folder would do better.
+        Err(e) if start_with(root, RecursiveMode::NonRecursive, mpsc::unbounded_channel().0).is_err() => Err(e),
+        Err(_) => {
+            let mut w = start_with(root, RecursiveMode::NonRecursive, tx)?;
+            w.per_folder = Some(PerFolder {
+                root: root.to_owned(),
+                skip: skip.to_vec(),
+                watched: std::iter::once(root.to_owned()).collect(),
+                unwatched: Vec::new(),
+            });
+            w.refresh();
+            Ok(w)
+        }
+    }
 }
 
 /// Watches `dir` itself, not its subfolders: the entries created, removed or renamed in it
@@ -106,7 +196,7 @@ fn start_with(root: &Path, mode: RecursiveMode, tx: mpsc::UnboundedSender<Batch>
     let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher = RecommendedWatcher::new(handler, config).map_err(err)?;
     watcher.watch(root, mode).map_err(err)?;
-    Ok(KbWatcher { _watcher: watcher, batcher: tokio::spawn(batch(events, tx)) })
+    Ok(KbWatcher { watcher, batcher: tokio::spawn(batch(events, tx)), per_folder: None })
 }
 
 /// Collects events into batches: one batch per burst (quiet for [`DEBOUNCE`], or [`MAX_DELAY`]
@@ -155,7 +245,7 @@ mod tests {
         // earlier can beat inotify's watch on it (the indexer rescans on a folder event).
         std::fs::create_dir(root.join("sub")).unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let _w = start(&root, tx).unwrap();
+        let _w = start(&root, &[], tx).unwrap();
         std::fs::write(root.join("sub").join("a.md"), "one").unwrap();
         let mut seen = Vec::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -166,7 +256,7 @@ mod tests {
             }
         }
         let (tx, _rx) = mpsc::unbounded_channel();
-        let e = start(&root.join("absent"), tx).unwrap_err().to_string();
+        let e = start(&root.join("absent"), &[], tx).unwrap_err().to_string();
         assert!(e.contains("absent"), "{e}");
     }
 
@@ -177,7 +267,7 @@ mod tests {
         std::fs::create_dir(root.join("sub")).unwrap();
         std::fs::write(root.join("sub").join("a.md"), "one").unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let _w = start(&root, tx).unwrap();
+        let _w = start(&root, &[], tx).unwrap();
         // Reads and listings: nothing must come of them …
         for _ in 0..3 {
             assert_eq!(std::fs::read_to_string(root.join("sub").join("a.md")).unwrap(), "one");
@@ -201,7 +291,7 @@ mod tests {
         std::fs::create_dir_all(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let _w = start(&root, tx).unwrap();
+        let _w = start(&root, &[], tx).unwrap();
         // A change behind the link is not watched; the next change inside is the first batch.
         std::fs::write(outside.join("x.md"), "outside").unwrap();
         std::fs::write(root.join("a.md"), "inside").unwrap();

@@ -242,6 +242,23 @@ impl Db {
         let mut conn = Connection::open(path)?;
         let row_sizes = Arc::new(crate::fts_rank::RowSizes::default());
         configure(&conn, &row_sizes)?;
+        // Freed pages go back to the file system on request (`Db::reclaim`, after a knowledge
+        // base's index is removed). A new file takes the mode at once; an existing one in
+        // another mode is rebuilt once by VACUUM (the only way to switch), logged.
+        if existed {
+            let mode: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+            if mode != 2 {
+                let started = std::time::Instant::now();
+                conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+                conn.execute_batch("VACUUM")?;
+                tracing::info!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "Switched the database to incremental vacuum (once)."
+                );
+            }
+        } else {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode keeps every committed transaction across a process kill (the WAL is
         // in the OS page cache); only power loss may drop the last few.
@@ -293,6 +310,36 @@ impl Db {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn: &mut Connection| {
             let r = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(StoreError::from);
+            let _ = tx.send(r);
+        });
+        self.submit(job).await?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Gives space freed by deletions back to the file system, through the writer thread:
+    /// `PRAGMA incremental_vacuum` (every free page; the database is in `auto_vacuum =
+    /// INCREMENTAL` mode, see [`Db::open`]) then a `wal_checkpoint(TRUNCATE)` (the WAL grew with
+    /// the deletions). Best effort: a reader holding an old snapshot leaves part of the WAL for
+    /// the next checkpoint. Returns the database file's size after it, bytes.
+    ///
+    /// # Errors
+    /// When SQLite fails or the writer is gone.
+    pub async fn reclaim(&self) -> Result<u64, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let path = self.path.clone();
+        let job: Job = Box::new(move |conn: &mut Connection| {
+            let r = (|| {
+                // incremental_vacuum returns a row per step; every row must be stepped through.
+                let mut st = conn.prepare("PRAGMA incremental_vacuum")?;
+                let mut rows = st.query([])?;
+                while rows.next()?.is_some() {}
+                drop(rows);
+                drop(st);
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+                Ok::<_, rusqlite::Error>(())
+            })()
+            .map_err(StoreError::from)
+            .map(|()| std::fs::metadata(path.as_path()).map(|m| m.len()).unwrap_or(0));
             let _ = tx.send(r);
         });
         self.submit(job).await?;

@@ -416,6 +416,62 @@ pub const ENGINE_TIMEOUT_MS: Setting = Setting {
     unit: "milliseconds",
     description: "how long each search engine (grep, keyword, vector) may take before the search answers without it",
 };
+/// How often an idle knowledge base is rescanned.
+pub const RESCAN_INTERVAL_S: Setting = Setting {
+    key: "retrieval.rescan_interval_s",
+    group: Group::Knowledge,
+    label: "Rescan knowledge bases every",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 300,
+    min: 0,
+    max: 86_400,
+    unit: "seconds, 0 = never",
+    description: "how often each knowledge base folder is compared with its index besides the folder watcher (a safety net for folders it cannot watch and changes it misses); unchanged files cost a stat each",
+};
+/// The keyword engine's weight in fusion.
+pub const FUSION_KEYWORD_WEIGHT: Setting = Setting {
+    key: "retrieval.fusion.keyword_weight",
+    group: Group::Knowledge,
+    label: "Keyword engine's weight in fusion",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 2,
+    min: 1,
+    max: 100,
+    unit: "relative weight (only the ratio between engines matters)",
+    description: "the keyword engine's share of a result's fused score (weighted reciprocal rank fusion)",
+};
+/// The vector engine's weight in fusion.
+pub const FUSION_VECTOR_WEIGHT: Setting = Setting {
+    key: "retrieval.fusion.vector_weight",
+    group: Group::Knowledge,
+    label: "Vector engine's weight in fusion",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 1,
+    min: 1,
+    max: 100,
+    unit: "relative weight (only the ratio between engines matters)",
+    description: "the vector engine's share of a result's fused score (weighted reciprocal rank fusion)",
+};
+/// The grep engine's weight in fusion.
+pub const FUSION_GREP_WEIGHT: Setting = Setting {
+    key: "retrieval.fusion.grep_weight",
+    group: Group::Knowledge,
+    label: "Grep engine's weight in fusion",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 1,
+    min: 1,
+    max: 100,
+    unit: "relative weight (only the ratio between engines matters)",
+    description: "the grep engine's share of a result's fused score (weighted reciprocal rank fusion)",
+};
 /// Largest file a knowledge base indexes.
 pub const MAX_FILE_BYTES: Setting = Setting {
     key: "retrieval.max_file_bytes",
@@ -885,6 +941,10 @@ pub const SETTINGS: &[Setting] = &[
     EMBEDDINGS_CONCURRENCY,
     EMBEDDINGS_TIMEOUT_MS,
     ENGINE_TIMEOUT_MS,
+    RESCAN_INTERVAL_S,
+    FUSION_KEYWORD_WEIGHT,
+    FUSION_VECTOR_WEIGHT,
+    FUSION_GREP_WEIGHT,
     MAX_FILE_BYTES,
     LLM_ASK_MAX_ITERATIONS,
     LLM_ASK_CONTEXT_TOKENS,

@@ -43,6 +43,12 @@ fn default_globs_gitignore_and_hidden_outside_a_repo() {
     assert_eq!(a.size, 3);
     assert!(a.mtime_ms > 1_600_000_000_000, "{}", a.mtime_ms);
     assert!(a.abs_path.is_absolute() && a.abs_path.ends_with("a.md"));
+    // The hidden folders skipped are named (not `.git`: never notes), nested ones by their path.
+    write(root, "notes/.obsidian/x.md", "hidden too");
+    write(root, ".git/HEAD", "ref");
+    let w = walk_full(&spec(root)).expect("walk");
+    assert_eq!(w.hidden, [".hidden", "notes/.obsidian"]);
+    assert_eq!(w.files.len(), 5);
 }
 
 #[test]

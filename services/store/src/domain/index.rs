@@ -1303,6 +1303,30 @@ pub struct IndexService {
     /// Woken by every write of `kb_fts`: [`warm_term_counts`] reads the common terms' counts
     /// again once the writes have stopped for [`WARM_AFTER`].
     warm_wake: Arc<tokio::sync::Notify>,
+    /// The index tables' size on disk ([`index_tables_bytes`]) and when it was measured, for
+    /// [`INDEX_BYTES_TTL`].
+    index_bytes: Arc<std::sync::Mutex<Option<(std::time::Instant, u64)>>>,
+}
+
+/// How long a measured size of the index tables is reused by `Stats` (measuring reads every
+/// page of them).
+const INDEX_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Bytes of the pages of every table and index of the knowledge-base index (`kb_*`: documents,
+/// chunks, the FTS5 table's shadow tables, the vectors' shadow tables, their indexes, and the
+/// automatic index of `kb_documents`' unique key), from SQLite's `dbstat` table.
+fn index_tables_bytes(c: &Connection) -> rusqlite::Result<u64> {
+    let mut names = c.prepare(
+        "SELECT name FROM sqlite_schema WHERE type IN ('table', 'index') AND rootpage > 0
+         AND (name GLOB 'kb_*' OR name GLOB 'sqlite_autoindex_kb_*')",
+    )?;
+    let names: Vec<String> = names.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let mut size = c.prepare("SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name = ?1 AND aggregate = 1")?;
+    let mut total = 0u64;
+    for n in names {
+        total += size.query_row([&n], |r| r.get::<_, i64>(0))? as u64;
+    }
+    Ok(total)
 }
 
 /// How long `kb_fts` must go unwritten before [`warm_term_counts`] reads the term counts again.
@@ -1338,6 +1362,22 @@ async fn warm_term_counts(db: Db, df: Arc<DocFreq>, wake: Arc<tokio::sync::Notif
 }
 
 impl IndexService {
+    /// After a knowledge base's index was removed or cleared: its pages back to the file
+    /// system and the WAL truncated ([`Db::reclaim`]). A failure is logged, not the caller's
+    /// (the removal itself is committed).
+    async fn reclaim(&self) {
+        let started = std::time::Instant::now();
+        match self.db.reclaim().await {
+            Ok(bytes) => tracing::info!(
+                db_bytes = bytes,
+                took_ms = started.elapsed().as_millis() as u64,
+                "Reclaimed the space of a removed index."
+            ),
+            Err(e) => tracing::warn!(error = %e, "Could not reclaim the space of a removed index."),
+        }
+        self.index_bytes.lock().expect("index bytes").take();
+    }
+
     /// The service over `db`; inside a Tokio runtime it also starts [`warm_term_counts`].
     pub fn new(db: Db) -> Self {
         let doc_freq: Arc<DocFreq> = Arc::default();
@@ -1345,7 +1385,7 @@ impl IndexService {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(warm_term_counts(db.clone(), doc_freq.clone(), warm_wake.clone()));
         }
-        Self { db, vectors: Vectors::default(), doc_freq, warm_wake }
+        Self { db, vectors: Vectors::default(), doc_freq, warm_wake, index_bytes: Arc::default() }
     }
 
     /// [`Db::write`] for a job that may change `kb_vectors`: the job keeps the in-memory copy in
@@ -1440,6 +1480,7 @@ impl Index for IndexService {
                 Ok(removed)
             })
             .await?;
+        self.reclaim().await;
         Ok(Response::new(DeleteReply { removed }))
     }
 
@@ -1508,6 +1549,7 @@ impl Index for IndexService {
                 }
             })
             .await?;
+        self.reclaim().await;
         Ok(Response::new(DeleteReply { removed }))
     }
 
@@ -1643,7 +1685,22 @@ impl Index for IndexService {
         if !kb.is_empty() {
             validate_kb_name("kb", &kb)?;
         }
-        let reply = self.db.read(move |c| stats(c, &kb)).await?;
+        let cached = *self.index_bytes.lock().expect("index bytes");
+        let cache = self.index_bytes.clone();
+        let reply = self
+            .db
+            .read(move |c| {
+                let index = match cached {
+                    Some((at, bytes)) if at.elapsed() < INDEX_BYTES_TTL => bytes,
+                    _ => {
+                        let bytes = index_tables_bytes(c)?;
+                        *cache.lock().expect("index bytes") = Some((std::time::Instant::now(), bytes));
+                        bytes
+                    }
+                };
+                stats(c, &kb, index)
+            })
+            .await?;
         Ok(Response::new(reply))
     }
 }
@@ -1737,15 +1794,20 @@ fn put_embeddings(t: &Connection, vc: &Vectors, r: &PutEmbeddingsRequest) -> Res
 }
 
 /// `Stats` on a reader: per KB (or only `kb`), counts and the documents with an error.
-fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
+/// `Stats` of one KB or all (`kb` empty). `index_bytes` is the size of the index tables
+/// ([`index_tables_bytes`]); each KB's `index_bytes` is its share of them by corpus bytes (the
+/// tables hold every KB's rows together, so a KB's own share is estimated, not measured).
+fn stats(c: &Connection, kb: &str, index_bytes: u64) -> Result<StatsReply, StoreError> {
     if !kb.is_empty() {
         require_kb(c, kb)?;
     }
     let mut per_kb = c.prepare_cached(
-        "SELECT k.name, COUNT(d.id), COALESCE(SUM(d.chunk_count), 0), COALESCE(MAX(d.indexed_ms), 0)
+        "SELECT k.name, COUNT(d.id), COALESCE(SUM(d.chunk_count), 0), COALESCE(MAX(d.indexed_ms), 0),
+                COALESCE(SUM(d.size), 0)
          FROM kb_knowledge_bases k LEFT JOIN kb_documents d ON d.kb = k.name
          WHERE ?1 = '' OR k.name = ?1 GROUP BY k.name ORDER BY k.name",
     )?;
+    let all_corpus: i64 = c.query_row("SELECT COALESCE(SUM(size), 0) FROM kb_documents", [], |r| r.get(0))?;
     // Chunks without a vector, through the partial index (few once embedding has caught up).
     let mut pending = c.prepare_cached(
         "SELECT COUNT(*) FROM kb_chunks c INDEXED BY kb_chunks_pending CROSS JOIN kb_documents d
@@ -1764,6 +1826,8 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
             embedded: 0,
             last_indexed_ms: r.get(3)?,
             errors: vec![],
+            corpus_bytes: r.get::<_, i64>(4)? as u64,
+            index_bytes: 0,
         })
     })?;
     let mut knowledge_bases = rows.collect::<Result<Vec<_>, _>>()?;
@@ -1772,6 +1836,9 @@ fn stats(c: &Connection, kb: &str) -> Result<StatsReply, StoreError> {
             s.embedded = s.chunks.saturating_sub(pending.query_row([&s.kb], |r| r.get::<_, i64>(0))? as u64);
         }
         s.errors = errors.query_map([&s.kb], document_meta)?.collect::<Result<_, _>>()?;
+        if all_corpus > 0 {
+            s.index_bytes = (index_bytes as f64 * s.corpus_bytes as f64 / all_corpus as f64).round() as u64;
+        }
     }
     let (vector_model, vector_dimension) = vectors.unwrap_or_default();
     Ok(StatsReply { knowledge_bases, vector_model, vector_dimension })
