@@ -1303,14 +1303,14 @@ pub struct IndexService {
     /// Woken by every write of `kb_fts`: [`warm_term_counts`] reads the common terms' counts
     /// again once the writes have stopped for [`WARM_AFTER`].
     warm_wake: Arc<tokio::sync::Notify>,
-    /// The index tables' size on disk ([`index_tables_bytes`]) and when it was measured, for
-    /// [`INDEX_BYTES_TTL`].
-    index_bytes: Arc<std::sync::Mutex<Option<(std::time::Instant, u64)>>>,
+    /// The index tables' size on disk ([`index_tables_bytes`]), when it was measured and what
+    /// the index held then (highest chunk id, Σ document sizes), for [`INDEX_BYTES_TTL`].
+    index_bytes: Arc<std::sync::Mutex<Option<(std::time::Instant, (i64, i64), u64)>>>,
 }
 
-/// How long a measured size of the index tables is reused by `Stats` (measuring reads every
-/// page of them).
-const INDEX_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a measured size of the index tables is reused by `Stats` after the index changed
+/// (measuring reads every page of them); unchanged, it is reused until it changes.
+const INDEX_BYTES_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Bytes of the pages of every table and index of the knowledge-base index (`kb_*`: documents,
 /// chunks, the FTS5 table's shadow tables, the vectors' shadow tables, their indexes, and the
@@ -1690,11 +1690,18 @@ impl Index for IndexService {
         let reply = self
             .db
             .read(move |c| {
+                // What the index holds, cheaply: a measure is reused while this is unchanged, and
+                // for INDEX_BYTES_TTL after a change (a pass writes continuously).
+                let key: (i64, i64) = c.query_row(
+                    "SELECT COALESCE((SELECT MAX(id) FROM kb_chunks), 0), COALESCE((SELECT SUM(size) FROM kb_documents), 0)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
                 let index = match cached {
-                    Some((at, bytes)) if at.elapsed() < INDEX_BYTES_TTL => bytes,
+                    Some((at, k, bytes)) if k == key || at.elapsed() < INDEX_BYTES_TTL => bytes,
                     _ => {
                         let bytes = index_tables_bytes(c)?;
-                        *cache.lock().expect("index bytes") = Some((std::time::Instant::now(), bytes));
+                        *cache.lock().expect("index bytes") = Some((std::time::Instant::now(), key, bytes));
                         bytes
                     }
                 };
