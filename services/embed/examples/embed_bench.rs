@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bash bench/setup.sh
-//! cargo run --release -p coffer-embed --example embed_bench -- ../shared/data/cranfield/cran.all.1400
+//! cargo run -p coffer-embed --example embed_bench -- ../shared/data/cranfield/cran.all.1400
 //! ```
 #![allow(clippy::print_stdout)]
 use std::time::Instant;
