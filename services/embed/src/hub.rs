@@ -211,9 +211,10 @@ async fn fetch_file(
                     continue;
                 }
                 _ => {
-                    return Err(
-                        corrupt(format!("was redirected more than {MAX_REDIRECTS} times or to a non-HTTP URL")).into()
-                    );
+                    return Err(corrupt(format!(
+                        "was redirected more than {MAX_REDIRECTS} times or to a non-HTTP URL"
+                    ))
+                    .into());
                 }
             }
         }
