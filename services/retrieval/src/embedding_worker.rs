@@ -568,16 +568,11 @@ impl Embeddings {
 /// `downloading all-MiniLM-L6-v2: model.safetensors 41% (37.2 of 90.9 MB)`.
 fn download_line(model: &str, p: &coffer_embed::hub::Progress) -> String {
     let mb = |b: u64| b as f64 / 1e6;
-    if p.total > 0 {
-        format!(
-            "downloading {model}: {} {}% ({:.1} of {:.1} MB)",
-            p.file,
-            p.done * 100 / p.total,
-            mb(p.done),
-            mb(p.total)
-        )
-    } else {
-        format!("downloading {model}: {} {:.1} MB", p.file, mb(p.done))
+    match (p.done * 100).checked_div(p.total) {
+        Some(pct) => {
+            format!("downloading {model}: {} {pct}% ({:.1} of {:.1} MB)", p.file, mb(p.done), mb(p.total))
+        }
+        None => format!("downloading {model}: {} {:.1} MB", p.file, mb(p.done)),
     }
 }
 
