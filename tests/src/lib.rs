@@ -45,6 +45,7 @@ pub mod http;
 pub mod images;
 pub mod inproc;
 pub mod mcp;
+pub mod model_hub;
 pub mod openai;
 pub mod peers;
 pub mod ports;
@@ -189,6 +190,9 @@ impl TestHomeBuilder {
         // A private HOME: whatever ignores COFFER_HOME still cannot reach the real ~/.coffer.
         env.insert("HOME".to_owned(), user_home.display().to_string());
         env.insert("TMPDIR".to_owned(), tmp.display().to_string());
+        // No test downloads a model from a real hub (the built-in embedding engine would, on
+        // first use); a test of downloads unsets it and names its fake hub.
+        env.insert("HF_HUB_OFFLINE".to_owned(), "1".to_owned());
         for k in &self.unset {
             env.remove(k);
         }

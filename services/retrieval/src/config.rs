@@ -26,6 +26,12 @@ pub struct EmbeddingsSettings {
     pub concurrency: usize,
     /// Per-request deadline.
     pub timeout: Duration,
+    /// The built-in engine's model (used while `url` is empty); empty = built-in engine off.
+    pub builtin_model: String,
+    /// Folder of the built-in model's files; empty = `COFFER_HOME/models/<builtin_model>`.
+    pub model_dir: String,
+    /// Hub a missing built-in model is downloaded from; empty = never download.
+    pub hub_url: String,
 }
 
 impl std::fmt::Debug for EmbeddingsSettings {
@@ -39,6 +45,16 @@ impl std::fmt::Debug for EmbeddingsSettings {
             .field("batch_size", &self.batch_size)
             .field("concurrency", &self.concurrency)
             .field("timeout", &self.timeout)
+            .field("builtin_model", &self.builtin_model)
+            .field("model_dir", &self.model_dir)
+            .field(
+                "hub_url",
+                &if self.hub_url.is_empty() {
+                    String::new()
+                } else {
+                    crate::embeddings_client::shown_url_str(&self.hub_url)
+                },
+            )
             .finish()
     }
 }
@@ -96,6 +112,13 @@ impl Config {
                 batch_size: int(&s::EMBEDDINGS_BATCH_SIZE) as usize,
                 concurrency: int(&s::EMBEDDINGS_CONCURRENCY) as usize,
                 timeout: Duration::from_millis(int(&s::EMBEDDINGS_TIMEOUT_MS)),
+                builtin_model: text(&s::EMBEDDINGS_BUILTIN_MODEL),
+                model_dir: text(&s::EMBEDDINGS_MODEL_DIR),
+                hub_url: if hub_offline() {
+                    String::new()
+                } else {
+                    text(&s::EMBEDDINGS_HUB_URL).trim_end_matches('/').to_owned()
+                },
             },
             sync: SyncSettings {
                 auto: int(&s::SYNC_AUTO) == 1,
@@ -110,6 +133,15 @@ impl Config {
             },
         }
     }
+}
+
+/// `HF_HUB_OFFLINE` is set to `1`, `true`, `yes` or `on` (any case): the Hugging Face tools'
+/// variable for "never download", honoured the same way here (the built-in engine's hub is then
+/// off whatever `retrieval.embeddings.hub_url` says). The test harness sets it so no test reaches
+/// a real hub.
+pub fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 /// A shared, current [`Config`].
@@ -139,6 +171,9 @@ mod tests {
         assert_eq!(d.rescan_interval, Duration::from_secs(300));
         assert_eq!(d.embeddings.url, "");
         assert_eq!((d.embeddings.batch_size, d.embeddings.concurrency), (32, 2));
+        assert_eq!(d.embeddings.builtin_model, "all-MiniLM-L6-v2", "the built-in engine is on by default");
+        let hub = if hub_offline() { "" } else { "https://huggingface.co" };
+        assert_eq!((d.embeddings.model_dir.as_str(), d.embeddings.hub_url.as_str()), ("", hub));
         let values: HashMap<String, String> = [
             ("retrieval.embeddings.url", "http://127.0.0.1:9/v1/"),
             ("retrieval.embeddings.model", "m"),
@@ -183,9 +218,13 @@ mod tests {
             batch_size: 1,
             concurrency: 1,
             timeout: Duration::from_secs(1),
+            builtin_model: String::new(),
+            model_dir: String::new(),
+            hub_url: "https://bob:pw@hub.example/?token=HUBSECRET".into(),
         };
         let shown = format!("{e:?}");
         assert!(shown.contains("http://127.0.0.1:8191/v1"), "{shown}");
         assert!(!shown.contains("hunter2") && !shown.contains("alice") && !shown.contains("QUERYSECRET"), "{shown}");
+        assert!(!shown.contains("HUBSECRET") && !shown.contains("pw@"), "{shown}");
     }
 }

@@ -1,17 +1,27 @@
 //! The embedding worker: keeps every chunk's vector current for the configured model, in the
 //! background, never in the way of keyword indexing.
 //!
-//! It reads `retrieval.embeddings.*` ([`crate::config`]), resolves the credential through the
-//! store's `Credentials.ResolveCredentials`, learns the dimension (the setting, or the first
-//! answer's length), tells the store (`ConfigureVectors`: a new model or dimension drops every
-//! vector, a clean re-embed), then loops: `PendingEmbeddings` →
-//! [`embeddings_client::Embedder::embed`] (batches of `batch_size`, `concurrency` requests at
-//! once) → `PutEmbeddings`. A vector of the
-//! wrong length or with NaN is refused before it reaches the store. An endpoint that is down or
-//! answers garbage is retried with exponential backoff and reported by [`Embeddings::engine`];
-//! a settings change starts over.
+//! It reads `retrieval.embeddings.*` ([`crate::config`]) and picks the engine: the
+//! OpenAI-compatible endpoint when `url` is set ([`embeddings_client`]; the credential resolved
+//! through the store's `Credentials.ResolveCredentials`), else the built-in engine
+//! ([`coffer_embed`]) with `builtin_model`, read from `model_dir` (or
+//! `COFFER_HOME/models/<model>`, downloaded from `hub_url` on first use, progress in the
+//! engine's status). It learns the dimension (the setting, the first answer's length, or the
+//! model's), tells the store (`ConfigureVectors`: a new model or dimension drops every vector, a
+//! clean re-embed), then loops: `PendingEmbeddings` → embed (batches, `concurrency` at once for
+//! an endpoint, one at a time for the built-in engine, which uses every core) → `PutEmbeddings`,
+//! each batch stored as soon as it is computed.
+//!
+//! The batch size adapts to the measured latency ([`BatchSizer`]): it shrinks when a batch
+//! takes more than a quarter of the request time limit (half of it for the built-in engine's
+//! one-second goal) or times out — a timed-out batch is retried smaller, never dropped — and
+//! grows back toward `batch_size` while batches are quick. A vector of the wrong length or with
+//! NaN is refused before it reaches the store. An engine that fails is retried with exponential
+//! backoff; [`Embeddings::engine`] shows the state, the progress (chunks embedded, rate, batch
+//! size) and the last error; a settings change starts over.
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use coffer_proto::retrieval::EngineConfig;
 use coffer_proto::store::credentials_client::CredentialsClient;
@@ -33,17 +43,140 @@ const IDLE: Duration = Duration::from_secs(5);
 /// Backoff bounds after a failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The built-in engine's goal for one batch: short enough that a search's query vector never
+/// waits long behind background indexing.
+const BUILTIN_BATCH_GOAL: Duration = Duration::from_millis(1000);
+/// Sequences per forward pass inside the built-in engine (sorted by length, so padding is small).
+const BUILTIN_PASS: usize = 16;
 
-/// A configured, working endpoint: what the vector engine queries with.
+/// The built-in engine: one loaded model, one call at a time (a call already uses every core).
+pub struct Builtin {
+    engine: Arc<coffer_embed::Engine>,
+    turn: tokio::sync::Mutex<()>,
+}
+
+/// What computes vectors.
+pub enum Embedder {
+    /// An OpenAI-compatible endpoint.
+    Endpoint(embeddings_client::Embedder),
+    /// The built-in engine.
+    Builtin(Builtin),
+}
+
+impl Embedder {
+    /// One unit vector per input, in input order.
+    ///
+    /// # Errors
+    /// The endpoint's or the engine's error, as a message (never a key).
+    pub async fn embed(&self, inputs: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        self.embed_typed(inputs).await.map_err(|e| e.to_string())
+    }
+
+    async fn embed_typed(&self, inputs: &[String]) -> Result<Vec<Vec<f32>>, EmbedFailure> {
+        match self {
+            Embedder::Endpoint(e) => e.embed(inputs).await.map_err(|e| match e {
+                embeddings_client::EmbedError::Timeout(_) => EmbedFailure::Timeout(e.to_string()),
+                e => EmbedFailure::Other(e.to_string()),
+            }),
+            Embedder::Builtin(b) => {
+                let _turn = b.turn.lock().await;
+                let engine = b.engine.clone();
+                let inputs = inputs.to_vec();
+                tokio::task::spawn_blocking(move || engine.embed(&inputs, BUILTIN_PASS))
+                    .await
+                    .map_err(|e| EmbedFailure::Other(format!("the built-in engine stopped: {e}")))?
+                    .map_err(|e| EmbedFailure::Other(format!("the built-in engine failed: {e}")))
+            }
+        }
+    }
+}
+
+enum EmbedFailure {
+    Timeout(String),
+    Other(String),
+}
+
+impl std::fmt::Display for EmbedFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmbedFailure::Timeout(m) | EmbedFailure::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A configured, working engine: what the vector engine queries with.
 pub struct Ready {
-    /// The client.
-    pub embedder: embeddings_client::Embedder,
+    /// The engine.
+    pub embedder: Embedder,
     /// Model name.
     pub model: String,
     /// Vector length.
     pub dimension: u32,
-    /// Base URL (shown in status).
+    /// The endpoint's base URL, or the built-in model's folder (what a settings change is
+    /// compared against).
     pub url: String,
+}
+
+impl Ready {
+    /// Where vectors come from, for status: `at http://host:port/v1` or `built-in, from <dir>`.
+    fn source(&self) -> String {
+        match &self.embedder {
+            Embedder::Endpoint(_) => format!("at {}", embeddings_client::shown_url_str(&self.url)),
+            Embedder::Builtin(_) => format!("built-in, from {}", self.url),
+        }
+    }
+}
+
+/// The batch size in force: starts at the setting, halves when a batch is slow or times out,
+/// grows by half again (up to the setting) while batches take under half the goal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchSizer {
+    size: usize,
+    max: usize,
+    goal: Duration,
+}
+
+impl BatchSizer {
+    /// `max` chunks at most (at least 1), aiming at `goal` per batch.
+    pub fn new(max: usize, goal: Duration) -> Self {
+        let max = max.max(1);
+        Self { size: max, max, goal }
+    }
+
+    /// The size to send now.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// A batch of `n` chunks took `took`.
+    pub fn took(&mut self, n: usize, took: Duration) {
+        if took > self.goal && self.size > 1 {
+            // Scale to the goal, at least halving.
+            let per = took.as_secs_f64() / n.max(1) as f64;
+            let fit = (self.goal.as_secs_f64() / per.max(1e-9)).floor() as usize;
+            self.size = fit.clamp(1, (self.size / 2).max(1));
+        } else if took < self.goal / 2 && n >= self.size && self.size < self.max {
+            self.size = (self.size + self.size.div_ceil(2)).min(self.max);
+        }
+    }
+
+    /// A batch timed out: halve.
+    pub fn timed_out(&mut self) {
+        self.size = (self.size / 2).max(1);
+    }
+}
+
+/// Progress of the embedding loop, for status.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Chunks embedded and stored since the engine became ready.
+    embedded: u64,
+    /// Chunks per second of the last batch.
+    rate: f64,
+    /// The batch size in force.
+    batch: usize,
+    /// The last error and when (it stays shown after a recovery, with its age).
+    last_error: Option<(String, Instant)>,
 }
 
 /// Checks one vector: `dimension` long, every component finite.
@@ -60,21 +193,26 @@ pub fn check_vector(v: &[f32], dimension: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// What keeps the vector engine off, if anything: it needs both the endpoint's URL and the
-/// model (half a configuration never embeds; the message names what is missing).
+/// What keeps the vector engine off, if anything: the endpoint needs both its URL and the
+/// model (half a configuration never embeds; the message names what is missing); without an
+/// endpoint, the built-in engine needs a model name, and its files or a hub to fetch them from.
 pub fn missing(settings: &EmbeddingsSettings) -> Option<String> {
     let (url, model) = (settings.url.trim(), settings.model.trim());
     match (url.is_empty(), model.is_empty()) {
-        (true, true) => Some("retrieval.embeddings.url is not set (the vector engine is opt-in)".into()),
         (false, true) => Some(
-            "retrieval.embeddings.model is not set (retrieval.embeddings.url is): set both to turn the vector engine on"
-                .into(),
-        ),
-        (true, false) => Some(
-            "retrieval.embeddings.url is not set (retrieval.embeddings.model is): set both to turn the vector engine on"
+            "retrieval.embeddings.model is not set (retrieval.embeddings.url is): set both to use the embeddings endpoint"
                 .into(),
         ),
         (false, false) => None,
+        (true, _) if settings.builtin_model.trim().is_empty() => Some(
+            "retrieval.embeddings.url and retrieval.embeddings.builtin_model are empty (no endpoint, built-in engine off)"
+                .into(),
+        ),
+        (true, _) if settings.model_dir.trim().is_empty() && settings.hub_url.trim().is_empty() => Some(format!(
+            "the built-in model {} is not in COFFER_HOME/models/ and downloads are off (retrieval.embeddings.hub_url is empty or HF_HUB_OFFLINE is set): put its files (config.json, tokenizer.json, model.safetensors) in a folder and set retrieval.embeddings.model_dir",
+            settings.builtin_model.trim()
+        )),
+        (true, _) => None,
     }
 }
 
@@ -82,6 +220,7 @@ pub fn missing(settings: &EmbeddingsSettings) -> Option<String> {
 enum State {
     Off(String),
     Starting,
+    Downloading(String),
     Ready,
     Failing(String),
 }
@@ -90,6 +229,7 @@ enum State {
 pub struct Embeddings {
     state: Mutex<State>,
     ready: Mutex<Option<Arc<Ready>>>,
+    progress: Mutex<Progress>,
     /// Woken when chunks were added (the indexer) or settings changed.
     pub wake: Arc<Notify>,
 }
@@ -97,7 +237,12 @@ pub struct Embeddings {
 impl Embeddings {
     /// Off until [`Embeddings::run`] configures it.
     pub fn new(wake: Arc<Notify>) -> Arc<Self> {
-        Arc::new(Self { state: Mutex::new(State::Off("not configured yet".into())), ready: Mutex::new(None), wake })
+        Arc::new(Self {
+            state: Mutex::new(State::Off("not configured yet".into())),
+            ready: Mutex::new(None),
+            progress: Mutex::new(Progress::default()),
+            wake,
+        })
     }
 
     /// The working endpoint, if any.
@@ -110,33 +255,40 @@ impl Embeddings {
         match &*self.state.lock().expect("embeddings") {
             State::Ready => None,
             State::Off(why) => Some(why.clone()),
-            State::Starting => Some("the embeddings endpoint is being configured".into()),
+            State::Starting => Some("the embeddings engine is starting".into()),
+            State::Downloading(what) => Some(what.clone()),
             State::Failing(why) => Some(why.clone()),
         }
     }
 
-    /// The vector engine's row of `Status`.
+    /// The vector engine's row of `Status`: the model and where vectors come from, then the
+    /// progress (`embedded N chunks, R chunks/s, batch B`) and the last error with its age, or
+    /// why it is off, starting, downloading (with a percentage) or failing.
     pub fn engine(&self) -> EngineConfig {
         let state = self.state.lock().expect("embeddings").clone();
         let ready = self.ready();
-        let (enabled, detail) = match (state, ready) {
+        let progress = self.progress.lock().expect("embeddings").clone();
+        let (enabled, mut detail) = match (state, ready) {
             (State::Off(why), _) => (false, format!("off: {why}")),
-            (State::Starting, _) => (false, "starting".into()),
-            (State::Ready, Some(r)) => {
-                (true, format!("{} ({}) at {}", r.model, r.dimension, crate::embeddings_client::shown_url_str(&r.url)))
+            (State::Starting, _) | (State::Ready, None) => (false, "starting".into()),
+            (State::Downloading(what), _) => (false, what),
+            (State::Ready, Some(r)) => (true, format!("{} ({}) {}", r.model, r.dimension, r.source())),
+            (State::Failing(why), Some(r)) => {
+                (true, format!("{} ({}) {}; failing: {why}", r.model, r.dimension, r.source()))
             }
-            (State::Ready, None) => (false, "starting".into()),
-            (State::Failing(why), Some(r)) => (
-                true,
-                format!(
-                    "{} ({}) at {}; failing: {why}",
-                    r.model,
-                    r.dimension,
-                    crate::embeddings_client::shown_url_str(&r.url)
-                ),
-            ),
             (State::Failing(why), None) => (false, format!("failing: {why}")),
         };
+        if enabled && progress.batch > 0 {
+            detail.push_str(&format!(
+                "; embedded {} chunks, {:.1} chunks/s, batch {}",
+                progress.embedded, progress.rate, progress.batch
+            ));
+        }
+        if let Some((error, at)) = &progress.last_error
+            && !detail.contains(error.as_str())
+        {
+            detail.push_str(&format!("; last error {} s ago: {error}", at.elapsed().as_secs()));
+        }
         EngineConfig { name: "vector".into(), enabled, detail }
     }
 
@@ -150,6 +302,7 @@ impl Embeddings {
         mut config: ConfigRx,
         index: Index,
         credentials: CredentialsClient<AuthChannel>,
+        models: PathBuf,
         shutdown: CancellationToken,
     ) {
         let mut backoff = coffer_runtime::Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
@@ -161,7 +314,7 @@ impl Embeddings {
             let outcome = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = config.changed() => Err(None),
-                r = self.serve(&settings, index.clone(), credentials.clone()) => r.map_err(Some),
+                r = self.serve(&settings, index.clone(), credentials.clone(), &models) => r.map_err(Some),
             };
             match outcome {
                 Ok(()) => {
@@ -186,6 +339,7 @@ impl Embeddings {
                         }
                         coffer_runtime::logging::Failing::Quiet => {}
                     }
+                    self.progress.lock().expect("embeddings").last_error = Some((why.clone(), Instant::now()));
                     self.set(State::Failing(why));
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
@@ -202,17 +356,153 @@ impl Embeddings {
         &self,
         settings: &EmbeddingsSettings,
         mut index: Index,
-        mut credentials: CredentialsClient<AuthChannel>,
+        credentials: CredentialsClient<AuthChannel>,
+        models: &Path,
     ) -> Result<(), String> {
-        if let Some(why) = missing(settings) {
+        let Some(choice) = choose(settings, models) else {
             *self.ready.lock().expect("embeddings") = None;
-            self.set(State::Off(why));
+            self.set(State::Off(missing(settings).unwrap_or_else(|| "no embedding engine is configured".into())));
             return std::future::pending().await;
-        }
-        let keep_ready = self.ready().is_some_and(|r| r.url == settings.url && r.model == settings.model);
+        };
+        let keep_ready = self.ready().is_some_and(|r| r.url == choice.source() && r.model == choice.model(settings));
         if !keep_ready {
             self.set(State::Starting);
         }
+        let (embedder, model, source, goal, concurrency) = match choice {
+            Choice::Endpoint => {
+                let embedder = self.endpoint(settings, credentials).await?;
+                (embedder, settings.model.clone(), settings.url.clone(), settings.timeout / 4, settings.concurrency)
+            }
+            Choice::Builtin { dir, download } => {
+                let embedder = self.builtin(settings, &dir, download).await?;
+                (embedder, settings.builtin_model.clone(), dir.display().to_string(), BUILTIN_BATCH_GOAL, 1)
+            }
+        };
+        let dimension = match &embedder {
+            Embedder::Builtin(b) => b.engine.dimension() as u32,
+            Embedder::Endpoint(_) if settings.dimensions > 0 => settings.dimensions,
+            Embedder::Endpoint(_) => {
+                let probe = embedder.embed(&["dimension probe".to_owned()]).await?;
+                let first = probe.first().ok_or("the embeddings endpoint answered no vector")?;
+                if first.is_empty() {
+                    return Err("the embeddings endpoint answered an empty vector".into());
+                }
+                first.len() as u32
+            }
+        };
+        let reply = index
+            .configure_vectors(ConfigureVectorsRequest { model: model.clone(), dimension })
+            .await
+            .map_err(|e| format!("the store refused the vector configuration: {}", e.message()))?
+            .into_inner();
+        if reply.reset {
+            tracing::info!(model = %model, dimension, dropped = reply.dropped, "Vectors reset: re-embedding every chunk.");
+        }
+        let ready = Arc::new(Ready { embedder, model, dimension, url: source });
+        *self.ready.lock().expect("embeddings") = Some(ready.clone());
+        self.set(State::Ready);
+        let mut sizer = BatchSizer::new(settings.batch_size, goal);
+        {
+            let mut p = self.progress.lock().expect("embeddings");
+            p.embedded = 0;
+            p.batch = sizer.size();
+        }
+        loop {
+            let limit = (sizer.size() * concurrency).clamp(1, 4096) as u32;
+            let pending = index
+                .pending_embeddings(PendingEmbeddingsRequest { limit })
+                .await
+                .map_err(|e| format!("the store is unavailable: {}", e.message()))?
+                .into_inner()
+                .hits;
+            if pending.is_empty() {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(IDLE) => {}
+                }
+                continue;
+            }
+            let batches: Vec<Vec<(i64, String)>> = pending
+                .into_iter()
+                .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.path, &c.title, &c.heading_path, &c.text))))
+                .collect::<Vec<_>>()
+                .chunks(sizer.size())
+                .map(<[_]>::to_vec)
+                .collect();
+            let mut results = futures_util::stream::iter(batches)
+                .map(|batch| {
+                    let ready = ready.clone();
+                    async move {
+                        let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
+                        let started = Instant::now();
+                        let vectors = ready.embedder.embed_typed(&texts).await?;
+                        let took = started.elapsed();
+                        if vectors.len() != batch.len() {
+                            return Err(EmbedFailure::Other(format!(
+                                "the engine answered {} vectors for {} inputs",
+                                vectors.len(),
+                                batch.len()
+                            )));
+                        }
+                        let embeddings = batch
+                            .iter()
+                            .zip(vectors)
+                            .map(|((id, _), v)| {
+                                check_vector(&v, ready.dimension).map(|()| Embedding { chunk_id: *id, vector: v })
+                            })
+                            .collect::<Result<Vec<_>, String>>()
+                            .map_err(EmbedFailure::Other)?;
+                        Ok((embeddings, took))
+                    }
+                })
+                .buffer_unordered(concurrency.max(1));
+            let mut first_error = None;
+            // Each batch is stored as soon as it is computed: a later batch's failure loses
+            // nothing already embedded.
+            while let Some(r) = results.next().await {
+                match r {
+                    Ok((embeddings, took)) => {
+                        let n = embeddings.len();
+                        index
+                            .put_embeddings(PutEmbeddingsRequest {
+                                model: ready.model.clone(),
+                                dimension: ready.dimension,
+                                embeddings,
+                            })
+                            .await
+                            .map_err(|e| format!("the store refused vectors: {}", e.message()))?;
+                        sizer.took(n, took);
+                        let mut p = self.progress.lock().expect("embeddings");
+                        p.embedded += n as u64;
+                        p.rate = n as f64 / took.as_secs_f64().max(1e-6);
+                        p.batch = sizer.size();
+                    }
+                    Err(EmbedFailure::Timeout(e)) if sizer.size() > 1 => {
+                        // Retried smaller on the next round, not dropped.
+                        sizer.timed_out();
+                        tracing::info!(batch = sizer.size(), error = %e, "Embedding batch timed out; retrying smaller batches.");
+                        let mut p = self.progress.lock().expect("embeddings");
+                        p.batch = sizer.size();
+                        p.last_error = Some((e, Instant::now()));
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e.to_string());
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            self.set(State::Ready);
+        }
+    }
+
+    /// The endpoint client for `settings` (its credential resolved).
+    async fn endpoint(
+        &self,
+        settings: &EmbeddingsSettings,
+        mut credentials: CredentialsClient<AuthChannel>,
+    ) -> Result<Embedder, String> {
         let api_key = if settings.credential.is_empty() {
             None
         } else {
@@ -233,98 +523,116 @@ impl Embeddings {
             timeout: settings.timeout,
         })
         .map_err(|e| format!("the embeddings endpoint is not usable: {e}"))?;
-        let dimension = if settings.dimensions > 0 {
-            settings.dimensions
-        } else {
-            let probe = embedder.embed(&["dimension probe".to_owned()]).await.map_err(|e| e.to_string())?;
-            let first = probe.first().ok_or("the embeddings endpoint answered no vector")?;
-            if first.is_empty() {
-                return Err("the embeddings endpoint answered an empty vector".into());
-            }
-            first.len() as u32
-        };
-        let reply = index
-            .configure_vectors(ConfigureVectorsRequest { model: settings.model.clone(), dimension })
-            .await
-            .map_err(|e| format!("the store refused the vector configuration: {}", e.message()))?
-            .into_inner();
-        if reply.reset {
-            tracing::info!(model = %settings.model, dimension, dropped = reply.dropped, "Vectors reset: re-embedding every chunk.");
+        Ok(Embedder::Endpoint(embedder))
+    }
+
+    /// The built-in engine with the model in `dir`, downloaded first when `download` (the
+    /// state shows the progress).
+    async fn builtin(&self, settings: &EmbeddingsSettings, dir: &Path, download: bool) -> Result<Embedder, String> {
+        if let Some(r) = self.ready()
+            && r.url == dir.display().to_string()
+            && r.model == settings.builtin_model
+            && let Embedder::Builtin(b) = &r.embedder
+        {
+            return Ok(Embedder::Builtin(Builtin { engine: b.engine.clone(), turn: tokio::sync::Mutex::new(()) }));
         }
-        let ready = Arc::new(Ready { embedder, model: settings.model.clone(), dimension, url: settings.url.clone() });
-        *self.ready.lock().expect("embeddings") = Some(ready.clone());
-        self.set(State::Ready);
-        loop {
-            let limit = (settings.batch_size * settings.concurrency).min(4096) as u32;
-            let pending = index
-                .pending_embeddings(PendingEmbeddingsRequest { limit })
-                .await
-                .map_err(|e| format!("the store is unavailable: {}", e.message()))?
-                .into_inner()
-                .hits;
-            if pending.is_empty() {
-                tokio::select! {
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(IDLE) => {}
+        if download {
+            let model =
+                coffer_embed::catalogue::find(&settings.builtin_model).ok_or_else(|| unknown_model(settings))?;
+            let name = model.name;
+            let mut shown_at = Instant::now() - Duration::from_secs(1);
+            tracing::info!(model = name, folder = %dir.display(), hub = %embeddings_client::shown_url_str(&settings.hub_url), "Downloading the built-in embedding model.");
+            self.set(State::Downloading(format!(
+                "downloading {name} from {}",
+                embeddings_client::shown_url_str(&settings.hub_url)
+            )));
+            coffer_embed::hub::ensure_model(model, &settings.hub_url, dir, |p| {
+                if shown_at.elapsed() >= Duration::from_millis(250) {
+                    shown_at = Instant::now();
+                    self.set(State::Downloading(download_line(name, p)));
                 }
-                continue;
-            }
-            let batches: Vec<Vec<(i64, String)>> = pending
-                .into_iter()
-                .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.path, &c.title, &c.heading_path, &c.text))))
-                .collect::<Vec<_>>()
-                .chunks(settings.batch_size.max(1))
-                .map(<[_]>::to_vec)
-                .collect();
-            let results: Vec<Result<Vec<Embedding>, String>> = futures_util::stream::iter(batches)
-                .map(|batch| {
-                    let ready = ready.clone();
-                    async move {
-                        let texts: Vec<String> = batch.iter().map(|(_, t)| t.clone()).collect();
-                        let vectors = ready.embedder.embed(&texts).await.map_err(|e| e.to_string())?;
-                        if vectors.len() != batch.len() {
-                            return Err(format!(
-                                "the endpoint answered {} vectors for {} inputs",
-                                vectors.len(),
-                                batch.len()
-                            ));
-                        }
-                        batch
-                            .iter()
-                            .zip(vectors)
-                            .map(|((id, _), v)| {
-                                check_vector(&v, ready.dimension).map(|()| Embedding { chunk_id: *id, vector: v })
-                            })
-                            .collect()
-                    }
-                })
-                .buffer_unordered(settings.concurrency.max(1))
-                .collect()
-                .await;
-            let mut first_error = None;
-            for r in results {
-                match r {
-                    Ok(embeddings) => {
-                        index
-                            .put_embeddings(PutEmbeddingsRequest {
-                                model: ready.model.clone(),
-                                dimension: ready.dimension,
-                                embeddings,
-                            })
-                            .await
-                            .map_err(|e| format!("the store refused vectors: {}", e.message()))?;
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
-            self.set(State::Ready);
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            tracing::info!(model = name, folder = %dir.display(), "Built-in embedding model downloaded.");
+        }
+        let owned = dir.to_owned();
+        let engine = tokio::task::spawn_blocking(move || coffer_embed::Engine::load(&owned))
+            .await
+            .map_err(|e| format!("loading the built-in model stopped: {e}"))?
+            .map_err(|e| format!("the built-in model cannot be loaded: {e}"))?;
+        Ok(Embedder::Builtin(Builtin { engine: Arc::new(engine), turn: tokio::sync::Mutex::new(()) }))
+    }
+}
+
+/// `downloading all-MiniLM-L6-v2: model.safetensors 41% (37.2 of 90.9 MB)`.
+fn download_line(model: &str, p: &coffer_embed::hub::Progress) -> String {
+    let mb = |b: u64| b as f64 / 1e6;
+    match (p.done * 100).checked_div(p.total) {
+        Some(pct) => {
+            format!("downloading {model}: {} {pct}% ({:.1} of {:.1} MB)", p.file, mb(p.done), mb(p.total))
+        }
+        None => format!("downloading {model}: {} {:.1} MB", p.file, mb(p.done)),
+    }
+}
+
+fn unknown_model(settings: &EmbeddingsSettings) -> String {
+    let names: Vec<&str> = coffer_embed::catalogue::MODELS.iter().map(|m| m.name).collect();
+    format!(
+        "retrieval.embeddings.builtin_model {:?} is not a model the built-in engine can download (one of {}); set retrieval.embeddings.model_dir to a folder holding its files to use another BERT-style model",
+        settings.builtin_model,
+        names.join(", ")
+    )
+}
+
+/// Which engine the settings pick.
+#[derive(Debug, Clone, PartialEq)]
+enum Choice {
+    /// The OpenAI-compatible endpoint (`url` and `model` set).
+    Endpoint,
+    /// The built-in engine, its model in `dir`; `download`: fetch it from the hub first.
+    Builtin { dir: PathBuf, download: bool },
+}
+
+impl Choice {
+    fn source(&self) -> String {
+        match self {
+            Choice::Endpoint => String::new(),
+            Choice::Builtin { dir, .. } => dir.display().to_string(),
         }
     }
+
+    fn model(&self, settings: &EmbeddingsSettings) -> String {
+        match self {
+            Choice::Endpoint => settings.model.clone(),
+            Choice::Builtin { .. } => settings.builtin_model.clone(),
+        }
+    }
+}
+
+/// The engine `settings` pick, `None` when vectors are off (see [`missing`] for why). The
+/// endpoint wins when its URL is set; else the built-in model, from `model_dir`, or from
+/// `models/<name>` (downloaded first when its files are not all there and a hub is set).
+fn choose(settings: &EmbeddingsSettings, models: &Path) -> Option<Choice> {
+    if !settings.url.trim().is_empty() {
+        return (!settings.model.trim().is_empty()).then_some(Choice::Endpoint);
+    }
+    let name = settings.builtin_model.trim();
+    if name.is_empty() {
+        return None;
+    }
+    if !settings.model_dir.trim().is_empty() {
+        return Some(Choice::Builtin { dir: PathBuf::from(settings.model_dir.trim()), download: false });
+    }
+    let dir = models.join(name);
+    let complete = coffer_embed::engine::REQUIRED_FILES.iter().all(|f| dir.join(f).is_file());
+    if complete {
+        return Some(Choice::Builtin { dir, download: false });
+    }
+    if settings.hub_url.trim().is_empty() {
+        return None;
+    }
+    Some(Choice::Builtin { dir, download: true })
 }
 
 /// What is embedded for a chunk (of the document at `path`, relative to its KB): its text, after
@@ -365,9 +673,8 @@ pub fn embed_text(path: &str, title: &str, heading_path: &[String], text: &str) 
 mod tests {
     use super::*;
 
-    #[test]
-    fn half_a_configuration_keeps_the_engine_off_and_says_what_is_missing() {
-        let with = |url: &str, model: &str| EmbeddingsSettings {
+    fn with(url: &str, model: &str) -> EmbeddingsSettings {
+        EmbeddingsSettings {
             url: url.into(),
             model: model.into(),
             credential: String::new(),
@@ -375,18 +682,91 @@ mod tests {
             batch_size: 1,
             concurrency: 1,
             timeout: Duration::from_secs(1),
-        };
+            builtin_model: String::new(),
+            model_dir: String::new(),
+            hub_url: String::new(),
+        }
+    }
+
+    #[test]
+    fn half_a_configuration_keeps_the_engine_off_and_says_what_is_missing() {
         let off = missing(&with("", "")).unwrap();
-        assert!(off.contains("url is not set"), "{off}");
+        assert!(off.contains("built-in engine off"), "{off}");
         let no_model = missing(&with("http://127.0.0.1:9/v1", "")).unwrap();
         assert!(
             no_model.starts_with("retrieval.embeddings.model is not set") && no_model.contains("set both"),
             "{no_model}"
         );
-        let no_url = missing(&with("", "bge-small")).unwrap();
-        assert!(no_url.starts_with("retrieval.embeddings.url is not set") && no_url.contains("set both"), "{no_url}");
         assert!(missing(&with("http://127.0.0.1:9/v1", "  ")).is_some(), "a blank model is no model");
         assert_eq!(missing(&with("http://127.0.0.1:9/v1", "bge-small")), None);
+        let models = Path::new("/nonexistent/models");
+        assert_eq!(choose(&with("http://127.0.0.1:9/v1", "bge-small"), models), Some(Choice::Endpoint));
+        assert_eq!(choose(&with("", ""), models), None);
+    }
+
+    #[test]
+    fn without_an_endpoint_the_builtin_engine_is_chosen_and_downloads_only_what_is_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = with("", "");
+        s.builtin_model = "all-MiniLM-L6-v2".into();
+        s.hub_url = "https://hub.example".into();
+        let dir = tmp.path().join("all-MiniLM-L6-v2");
+        assert_eq!(choose(&s, tmp.path()), Some(Choice::Builtin { dir: dir.clone(), download: true }));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in coffer_embed::engine::REQUIRED_FILES {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        assert_eq!(choose(&s, tmp.path()), Some(Choice::Builtin { dir: dir.clone(), download: false }));
+        // No hub and no files: off, saying what to do.
+        s.hub_url.clear();
+        std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+        assert_eq!(choose(&s, tmp.path()), None);
+        assert!(missing(&s).unwrap().contains("set retrieval.embeddings.model_dir"));
+        // A folder the user names is used as it is, never downloaded into.
+        s.model_dir = "/srv/models/minilm".into();
+        assert_eq!(
+            choose(&s, tmp.path()),
+            Some(Choice::Builtin { dir: PathBuf::from("/srv/models/minilm"), download: false })
+        );
+        assert_eq!(missing(&s), None);
+        // An endpoint wins over the built-in engine.
+        s.url = "http://127.0.0.1:9/v1".into();
+        s.model = "m".into();
+        assert_eq!(choose(&s, tmp.path()), Some(Choice::Endpoint));
+        let unknown = unknown_model(&EmbeddingsSettings { builtin_model: "gte-huge".into(), ..with("", "") });
+        assert!(
+            unknown.contains("\"gte-huge\"") && unknown.contains("paraphrase-multilingual-MiniLM-L12-v2"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn the_batch_size_follows_the_measured_latency() {
+        let mut b = BatchSizer::new(32, Duration::from_secs(1));
+        assert_eq!(b.size(), 32);
+        // 32 chunks in 4 s: 125 ms each, 8 fit the goal.
+        b.took(32, Duration::from_secs(4));
+        assert_eq!(b.size(), 8);
+        // Slightly slow: at least halved.
+        b.took(8, Duration::from_millis(1100));
+        assert_eq!(b.size(), 4);
+        b.timed_out();
+        assert_eq!(b.size(), 2);
+        b.timed_out();
+        b.timed_out();
+        assert_eq!(b.size(), 1, "never below 1");
+        // Quick batches grow it back, never past the setting.
+        for _ in 0..20 {
+            let n = b.size();
+            b.took(n, Duration::from_millis(100));
+        }
+        assert_eq!(b.size(), 32);
+        // A short last batch (fewer pending chunks) says nothing about growing.
+        let mut c = BatchSizer::new(32, Duration::from_secs(1));
+        c.took(32, Duration::from_secs(2));
+        let before = c.size();
+        c.took(3, Duration::from_millis(10));
+        assert_eq!(c.size(), before);
     }
 
     #[test]
@@ -406,6 +786,11 @@ mod tests {
         assert_eq!(e.unavailable().as_deref(), Some("retrieval.embeddings.url is not set"));
         e.set(State::Failing("embeddings endpoint: connection refused".into()));
         assert!(e.engine().detail.contains("connection refused"));
+        e.progress.lock().unwrap().last_error = Some(("connection refused".into(), Instant::now()));
+        assert!(!e.engine().detail.contains("last error"), "the error shown once");
+        e.set(State::Downloading("downloading all-MiniLM-L6-v2: model.safetensors 41% (37.2 of 90.9 MB)".into()));
+        assert!(e.engine().detail.starts_with("downloading all-MiniLM-L6-v2"));
+        assert!(!e.engine().enabled);
     }
 
     #[test]

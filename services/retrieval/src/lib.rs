@@ -116,7 +116,13 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
     let (head_tx, head_rx) = tokio::sync::watch::channel(0u64);
     tokio::spawn(sync::follow_head(ChangesClient::new(channel.clone()), head_tx, shutdown.clone()));
     tokio::spawn(engine.clone().worker(head_rx, shutdown.clone()));
-    tokio::spawn(embeddings.clone().run(config_rx, index, CredentialsClient::new(channel), shutdown.clone()));
+    tokio::spawn(embeddings.clone().run(
+        config_rx,
+        index,
+        CredentialsClient::new(channel),
+        home.root().join("models"),
+        shutdown.clone(),
+    ));
 
     let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings };
     let routes =

