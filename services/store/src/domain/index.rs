@@ -1305,8 +1305,12 @@ pub struct IndexService {
     warm_wake: Arc<tokio::sync::Notify>,
     /// The index tables' size on disk ([`index_tables_bytes`]), when it was measured and what
     /// the index held then (highest chunk id, Σ document sizes), for [`INDEX_BYTES_TTL`].
-    index_bytes: Arc<std::sync::Mutex<Option<(std::time::Instant, (i64, i64), u64)>>>,
+    index_bytes: Arc<std::sync::Mutex<Option<IndexBytes>>>,
 }
+
+/// A measure of the index tables' size: when, what the index held (highest chunk id, Σ
+/// document sizes), bytes.
+type IndexBytes = (std::time::Instant, (i64, i64), u64);
 
 /// How long a measured size of the index tables is reused by `Stats` after the index changed
 /// (measuring reads every page of them); unchanged, it is reused until it changes.
