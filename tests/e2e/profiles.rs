@@ -282,6 +282,8 @@ async fn the_cli_creates_lists_shows_edits_overrides_and_removes_profiles() -> a
         ])
         .await?;
     ensure!(o.code == Some(0) && o.stdout.contains("shown as now"), "{o:?}");
+    // No server offers the tool here: written, with a warning (a typo must not pass silently).
+    ensure!(o.stderr.contains("warning: no enabled server lists a tool time__get_current_time"), "{o:?}");
     let o = home.cli(&["profile", "override", "work", "time__get_current_time", "--rename", "bad name"]).await?;
     ensure!(o.code == Some(2) && o.stderr.contains("must match"), "{o:?}");
     let o = home.cli(&["profile", "override", "work", "git__git_log"]).await?;

@@ -484,12 +484,29 @@ async fn override_tool(ctx: &Ctx, a: OverrideArgs) -> Result<(), CliError> {
         spec.overrides.insert(a.tool.clone(), o);
     }
     let p = put_at(ctx, &api, &a.name, cur.version, &spec).await?;
+    if !a.clear {
+        warn_if_unlisted(&api, &a.tool).await;
+    }
     if ctx.json {
         return Ok(());
     }
     match p.spec.overrides.get(&a.tool) {
         Some(o) => output::println(&format!("Profile {}: {} {}", p.name, a.tool, override_text(o))),
         None => output::println(&format!("Profile {}: {} has no override now", p.name, a.tool)),
+    }
+}
+
+/// A typo in an override's tool name is not an error (a server may offer the tool later), but
+/// an override nobody sees should not pass silently: a warning on stderr when no enabled
+/// server lists `tool` now (`GET /v1/tools`; skipped when that fails).
+async fn warn_if_unlisted(api: &crate::api::ApiClient, tool: &str) {
+    let Ok(r) = api.get_raw("/v1/tools").await else { return };
+    let Ok(tools) = r.json() else { return };
+    let listed = tools["items"].as_array().is_some_and(|items| items.iter().any(|t| t["name"] == tool));
+    if !listed {
+        output::eprint_line(&format!(
+            "warning: no enabled server lists a tool {tool} now (coffer tools list shows them); the override applies once one does"
+        ));
     }
 }
 
