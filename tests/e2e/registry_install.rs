@@ -183,7 +183,7 @@ async fn install_from_a_fake_registry_and_call_the_tool_with_a_real_client() -> 
 
     // Hostile and malformed: clear errors, nothing registered.
     let out = home.cli(&["mcp", "install", "io.github.coffer-test/evil", "--as", "evil"]).await?;
-    assert_eq!(out.code, Some(1), "{out}");
+    assert_eq!(out.code, Some(2), "{out}");
     ensure!(out.stderr.contains("is not a valid npm name"), "{}", out.stderr);
     let r = api.get("/v1/mcp/servers/evil").reply().await?;
     assert_eq!(r.status.as_u16(), 404);

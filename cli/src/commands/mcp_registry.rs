@@ -53,9 +53,9 @@ pub struct InstallArgs {
     /// Register it under this Coffer name [default: from its registry name].
     #[arg(long = "as", value_name = "NAME")]
     pub server: Option<String>,
-    /// A version [default: the latest].
-    #[arg(long)]
-    pub version: Option<String>,
+    /// A version of it [default: the latest].
+    #[arg(long = "server-version", value_name = "VERSION")]
+    pub server_version: Option<String>,
     /// Which package or remote to install (`package:0`, `remote:1`, …).
     #[arg(long, value_name = "ID")]
     pub option: Option<String>,
@@ -145,12 +145,13 @@ fn option_text(o: &InstallOption) -> String {
 /// `coffer mcp install NAME`.
 ///
 /// # Errors
-/// A required input without a value off a terminal (exit 2), the daemon's errors (a hostile or
-/// malformed entry, nothing runnable: exit 1; a duplicate name: exit 4), exit 5 without a daemon.
+/// A required input without a value off a terminal (exit 2), the daemon's errors (a hostile
+/// entry, nothing runnable, a bad input: exit 2; the registry unreachable or malformed: exit 1;
+/// a duplicate name: exit 4), exit 5 without a daemon.
 pub async fn install(ctx: &Ctx, a: InstallArgs) -> Result<(), CliError> {
     let api = ctx.connect().await?;
     let mut path = format!("/v1/mcp/registry/servers/{}", path_segment(&a.name));
-    if let Some(v) = &a.version {
+    if let Some(v) = &a.server_version {
         path.push_str(&format!("?version={}", path_segment(v)));
     }
     let entry: RegistryServer = api.get_as(&path).await?;
@@ -171,7 +172,7 @@ pub async fn install(ctx: &Ctx, a: InstallArgs) -> Result<(), CliError> {
     }
     let body = RegistryInstall {
         name: entry.name.clone(),
-        version: a.version.clone(),
+        version: a.server_version.clone(),
         server: Some(server.clone()),
         option: id,
         inputs,

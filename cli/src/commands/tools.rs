@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use coffer_api::Page;
-use coffer_api::servers::{Capabilities, McpServer, Transport};
+use coffer_api::servers::{Capabilities, McpServer};
 use coffer_api::tools::{CallToolResult, EnabledFlag, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
