@@ -30,12 +30,15 @@ enum Endpoint {
     None,
 }
 
+/// One request the fake saw: (HTTP method, path, x-api-key, JSON-RPC method).
+type Seen = (String, String, Option<String>, String);
+
 struct Fake {
     endpoint: Endpoint,
     /// The open stream's sender (one session at a time is enough here).
     stream: Mutex<Option<mpsc::UnboundedSender<String>>>,
     /// Every request line: (HTTP method, path, x-api-key, JSON-RPC method).
-    seen: watch::Sender<Vec<(String, String, Option<String>, String)>>,
+    seen: watch::Sender<Vec<Seen>>,
 }
 
 impl Fake {
