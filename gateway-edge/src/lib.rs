@@ -16,6 +16,7 @@ pub mod grpc;
 pub mod mcp;
 pub mod middleware;
 pub mod reach;
+pub mod registry;
 pub mod rest;
 pub mod snapshot;
 pub mod state;

@@ -139,6 +139,7 @@ static ASSETS: &[Asset] = assets![
     "js/pages/knowledge.js" => "text/javascript; charset=utf-8",
     "js/pages/settings.js" => "text/javascript; charset=utf-8",
     "js/vault/common.js" => "text/javascript; charset=utf-8",
+    "js/vault/registrydialog.js" => "text/javascript; charset=utf-8",
     "js/vault/serverform.js" => "text/javascript; charset=utf-8",
     "js/vault/llm.js" => "text/javascript; charset=utf-8",
     "js/vault/channels.js" => "text/javascript; charset=utf-8",

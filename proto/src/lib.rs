@@ -105,7 +105,7 @@ pub mod store {
         };
     }
 
-    words!(Transport { Stdio => "stdio", Http => "http" });
+    words!(Transport { Stdio => "stdio", Http => "http", Sse => "sse" });
     words!(CapabilityKind { Tool => "tool", Prompt => "prompt", Resource => "resource" });
     words!(AuditOutcome { Ok => "ok", Error => "error" });
     words!(InvocationMethod {

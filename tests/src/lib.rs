@@ -38,6 +38,7 @@ pub mod chat;
 pub mod console;
 pub mod embeddings;
 pub mod fake_llm;
+pub mod fake_registry;
 pub mod fake_seatalk;
 pub mod fake_telegram;
 pub mod hostile;

@@ -1,4 +1,5 @@
-//! `coffer mcp add|list|show|remove|enable|disable|refresh|test|logs`: the registry of upstream
+//! `coffer mcp add|list|show|remove|enable|disable|refresh|test|logs` (`search` and `install` are
+//! in `mcp_registry.rs`): the registry of upstream
 //! MCP servers (`/v1/mcp/servers…`) and a look at one server's live capabilities and stderr.
 //!
 //! `add` resolves a stdio server's command here, against the user's `PATH` and current folder:
@@ -31,6 +32,7 @@ Examples:
   coffer mcp add gh --env-credential GITHUB_TOKEN=github -- ./bin/github-server
   coffer mcp add remote --url https://mcp.example.com/mcp --header 'X-Team: a' \\
       --header-credential 'Authorization:remote-auth'
+  coffer mcp add old --url https://legacy.example.com/events --transport sse
 
 Secrets belong in the credential store (`coffer credentials set NAME`): --env-credential and
 --header-credential send a reference to credential NAME, resolved only when the server starts; the
@@ -117,6 +119,13 @@ pub enum McpCommand {
     /// Register the MCP servers of a Claude Desktop, Claude Code, Cursor or VS Code config file.
     #[command(after_help = crate::commands::import::IMPORT_EXAMPLES)]
     Import(crate::commands::import::ImportArgs),
+    /// Find servers in the MCP Registry.
+    #[command(after_help = crate::commands::mcp_registry::SEARCH_EXAMPLES)]
+    Search(crate::commands::mcp_registry::SearchArgs),
+    /// Install a server from the MCP Registry: pick a package this machine can run (or a remote),
+    /// ask for its inputs (secrets into the credential store), register it, wait for its tools.
+    #[command(after_help = crate::commands::mcp_registry::INSTALL_EXAMPLES)]
+    Install(crate::commands::mcp_registry::InstallArgs),
 }
 
 #[derive(Debug, Args)]
@@ -155,9 +164,14 @@ pub struct AddArgs {
     /// coffer.db, other servers' logs). Only for a server you trust that needs it.
     #[arg(long, conflicts_with = "url")]
     pub no_sandbox: bool,
-    /// The URL of a Streamable HTTP server (instead of a command).
+    /// The URL of a Streamable HTTP server (instead of a command). A legacy HTTP+SSE server
+    /// (MCP 2024-11-05) is detected: its URL ends in /sse, or it refuses the first POST.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// How to speak to the --url server: `http` (Streamable HTTP, the default) or `sse` (the
+    /// legacy HTTP+SSE transport of MCP 2024-11-05, without detection).
+    #[arg(long, value_name = "TRANSPORT", requires = "url", value_parser = ["http", "sse"])]
+    pub transport: Option<String>,
     /// An HTTP header sent to the --url server (repeatable).
     #[arg(short = 'H', long = "header", value_name = "KEY:VALUE", value_parser = parse_header_pair, conflicts_with = "command")]
     pub headers: Vec<(String, String)>,
@@ -277,6 +291,8 @@ pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
         McpCommand::Test(a) => test(ctx, &a.name).await,
         McpCommand::Logs(a) => logs(ctx, a).await,
         McpCommand::Import(a) => crate::commands::import::run(ctx, a).await,
+        McpCommand::Search(a) => crate::commands::mcp_registry::search(ctx, a).await,
+        McpCommand::Install(a) => crate::commands::mcp_registry::install(ctx, a).await,
     }
 }
 
@@ -652,7 +668,7 @@ fn add_body(a: &AddArgs, cwd: &Path, lookup: impl Fn(&str) -> Option<PathBuf>) -
         sandbox: None,
     };
     if let Some(url) = &a.url {
-        body.transport = Some("http".into());
+        body.transport = Some(a.transport.clone().unwrap_or_else(|| "http".into()));
         body.url = Some(url.clone());
         body.headers = wire_map("--header", &a.headers, &a.header_credentials, true)?;
     } else {
@@ -896,7 +912,7 @@ pub fn render_servers(items: &[McpServer], width: Option<usize>) -> String {
 
 /// A stdio server's command line (quoted so it can be pasted) or an http server's URL.
 fn target(s: &McpServer) -> String {
-    if s.transport == Transport::Http {
+    if s.transport.is_remote() {
         return or_dash(s.url.as_deref());
     }
     let words = std::iter::once(s.command.as_deref().unwrap_or("-")).chain(s.args.iter().map(String::as_str));
@@ -969,7 +985,7 @@ pub fn server_fields(s: &McpServer) -> Vec<(&'static str, String)> {
     };
     let mut f = vec![("name", s.name.clone()), ("transport", s.transport.word().to_owned())];
     f.push(("enabled", yes_no(s.enabled).into()));
-    if s.transport == Transport::Http {
+    if s.transport.is_remote() {
         f.push(("url", or_dash(s.url.as_deref())));
         f.push(("headers", map_lines(&s.headers, ": ")));
     } else {
@@ -1069,7 +1085,7 @@ async fn test(ctx: &Ctx, name: &str) -> Result<(), CliError> {
 pub fn look_further(name: &str, report: &ProbeReport) -> String {
     if report.log.is_some() {
         format!("see `coffer mcp logs {name}`")
-    } else if report.transport == Transport::Http {
+    } else if report.transport.is_remote() {
         format!("check that its URL answers (`coffer mcp show {name}` shows it)")
     } else {
         format!("it wrote nothing on stderr; `coffer mcp show {name}` shows how it is run")

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use coffer_api::Page;
-use coffer_api::servers::{Capabilities, McpServer, Transport};
+use coffer_api::servers::{Capabilities, McpServer};
 use coffer_api::tools::{CallToolResult, EnabledFlag, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -361,7 +361,7 @@ async fn explain_call_error(api: &ApiClient, name: &str, e: CliError) -> CliErro
             let http = api
                 .get_as::<McpServer>(&format!("/v1/mcp/servers/{}", path_segment(&server)))
                 .await
-                .is_ok_and(|s| s.transport == Transport::Http);
+                .is_ok_and(|s| s.transport.is_remote());
             if http {
                 e.with_hint(format!("`coffer mcp test {server}` shows more; check that its URL answers"))
             } else {

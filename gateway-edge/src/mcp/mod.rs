@@ -697,6 +697,7 @@ pub fn transport_view(t: coffer_proto::store::Transport) -> coffer_api::servers:
     use coffer_proto::store::Transport;
     match t {
         Transport::Http => coffer_api::servers::Transport::Http,
+        Transport::Sse => coffer_api::servers::Transport::Sse,
         Transport::Stdio | Transport::Unspecified => coffer_api::servers::Transport::Stdio,
     }
 }

@@ -195,11 +195,8 @@ pub fn parse_definition(def: &Value, vars: &Variables) -> Result<Definition, Str
     let transport = match kind.as_deref() {
         Some("stdio") => "stdio",
         Some("http" | "streamable-http" | "streamable_http" | "streamablehttp") => "http",
-        Some("sse") => {
-            return Err("type sse (the HTTP+SSE transport of MCP 2024-11-05) is not supported: Coffer speaks \
-                        Streamable HTTP; if the server offers it too, add it with `coffer mcp add NAME --url URL`"
-                .into());
-        }
+        // The legacy HTTP+SSE transport of MCP 2024-11-05.
+        Some("sse") => "sse",
         Some(other) => return Err(format!("type {:?} is not one of stdio, http, sse", shorten(other, 30))),
         None if command.is_some() => "stdio",
         None if url.is_some() => "http",
@@ -575,7 +572,7 @@ fn plan_one(
     }
     let server = McpServer {
         name: name.to_owned(),
-        // `Definition::transport` is one of the two words.
+        // `Definition::transport` is one of the three words.
         transport: Transport::parse(def.transport).unwrap_or_default().into(),
         command,
         args: def.args.clone(),
@@ -953,7 +950,7 @@ mod tests {
     #[test]
     fn claude_code_project() {
         let p = run(CLAUDE_CODE_PROJECT, &[], &[]);
-        assert_eq!(names(&p), ["notes", "linear"]);
+        assert_eq!(names(&p), ["notes", "linear", "old-sse"]);
         let notes = &p.imported[0].server;
         assert_eq!(notes.command, "/bin/sh");
         assert_eq!(notes.env["NOTES_DIR"], "/tmp/notes");
@@ -965,7 +962,9 @@ mod tests {
         );
         assert_eq!(linear.server.headers["Authorization"], "coffer-credential-ref:linear-Authorization");
         assert_eq!(linear.credentials[0].1.expose_secret(), "Bearer lin_api_0123456789abcdef");
-        assert!(reason(&p.invalid, "old-sse").contains("Streamable HTTP"));
+        // The legacy HTTP+SSE transport of MCP 2024-11-05.
+        let old = &p.imported[2].server;
+        assert_eq!((old.transport().as_str(), old.url.as_str()), ("sse", "http://127.0.0.1:9/sse"));
         let r = reason(&p.invalid, "expanded");
         assert!(r.contains("${API_KEY}") && r.contains("headers"), "{r}");
     }
@@ -999,13 +998,13 @@ mod tests {
     fn vscode() {
         let p = run(VSCODE, &[], &[]);
         assert_eq!(p.format, "vscode");
-        assert_eq!(names(&p), ["fetch", "github"]);
+        assert_eq!(names(&p), ["fetch", "github", "legacy"]);
         let r = reason(&p.invalid, "Perplexity");
         assert!(r.contains("${input:perplexity-key}") && !r.contains("description"), "{r}");
         assert!(r.contains("coffer credentials set perplexity-PERPLEXITY_API_KEY"), "the fix is offered: {r}");
         // Once that credential exists, importing again references it.
         let again = run(VSCODE, &[], &["perplexity-PERPLEXITY_API_KEY"]);
-        assert_eq!(names(&again), ["perplexity", "fetch", "github"]);
+        assert_eq!(names(&again), ["perplexity", "fetch", "github", "legacy"]);
         let perplexity = &again.imported[0];
         assert_eq!(perplexity.server.env["PERPLEXITY_API_KEY"], "coffer-credential-ref:perplexity-PERPLEXITY_API_KEY");
         assert!(perplexity.credentials.is_empty(), "nothing new is stored");
@@ -1018,7 +1017,6 @@ mod tests {
         let mixed = json!({"servers": {"x": {"command": "/bin/sh", "env": {"K": "Bearer ${input:k}"}}}});
         let m = plan(&mixed, &BTreeMap::new(), &BTreeSet::from(["x-K".to_owned()]), lookup, &None).unwrap();
         assert!(reason(&m.invalid, "x").contains("Coffer expands no variables"), "{:?}", m.invalid);
-        assert!(reason(&p.invalid, "legacy").contains("sse"));
         assert!(reason(&p.invalid, "weird").contains("not one of stdio, http, sse"));
         let settings = json!({"editor.fontSize": 14, "mcp": {"servers": {"fetch": {"command": "uvx", "args": ["mcp-server-fetch"]}}}});
         let p = plan(&settings, &BTreeMap::new(), &BTreeSet::new(), lookup, &None).unwrap();

@@ -26,6 +26,7 @@ pub mod logs;
 pub mod openapi;
 pub(crate) mod owned_credentials;
 pub mod profiles;
+pub mod registry;
 pub mod servers;
 pub mod settings;
 pub mod sync;
@@ -54,6 +55,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(llm::routes())
         .merge(channels::routes())
         .merge(profiles::routes())
+        .merge(registry::routes())
 }
 
 /// `GET /v1/health` → `{status, pid, version, started_at}`. Touches no other service; `pid` is

@@ -276,7 +276,7 @@ pub fn check_args(args: &[String], allow: bool) -> Result<(), ApiError> {
 fn check_transport_fields(b: &McpServerCreate) -> Result<Transport, ApiError> {
     let transport = match (b.transport.as_deref(), &b.command, &b.url) {
         (Some(word), ..) => Transport::parse(word).ok_or_else(|| {
-            ApiError::invalid(format!("transport {:?} is not one of stdio, http", truncate(word, 20)))
+            ApiError::invalid(format!("transport {:?} is not one of stdio, http, sse", truncate(word, 20)))
                 .with_details(json!({"field": "transport"}))
         })?,
         (None, Some(_), _) => Transport::Stdio,
@@ -308,8 +308,9 @@ fn check_transport_fields(b: &McpServerCreate) -> Result<Transport, ApiError> {
         return Err(ApiError::invalid(format!("{f} does not apply to a {} server", transport.as_str()))
             .with_details(json!({"field": f})));
     }
-    if transport == Transport::Http && b.url.is_none() {
-        return Err(ApiError::invalid("an http server needs a url").with_details(json!({"field": "url"})));
+    if transport != Transport::Stdio && b.url.is_none() {
+        return Err(ApiError::invalid(format!("an {} server needs a url", transport.as_str()))
+            .with_details(json!({"field": "url"})));
     }
     Ok(transport)
 }

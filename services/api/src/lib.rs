@@ -35,6 +35,7 @@ pub mod llm;
 pub mod logs;
 pub mod maintenance;
 pub mod profiles;
+pub mod registry;
 pub mod schema;
 pub mod servers;
 pub mod settings;

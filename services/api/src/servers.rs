@@ -7,12 +7,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-/// How Coffer reaches a server: a child process on stdio, or MCP Streamable HTTP.
+/// How Coffer reaches a server: a child process on stdio, MCP Streamable HTTP (a legacy
+/// HTTP+SSE server behind the URL is detected), or the legacy HTTP+SSE transport (MCP
+/// 2024-11-05) chosen outright.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     Stdio,
     Http,
+    Sse,
 }
 
 impl Transport {
@@ -21,7 +24,13 @@ impl Transport {
         match self {
             Transport::Stdio => "stdio",
             Transport::Http => "http",
+            Transport::Sse => "sse",
         }
+    }
+
+    /// A server reached by URL (`http` or `sse`), not a child process.
+    pub fn is_remote(self) -> bool {
+        matches!(self, Transport::Http | Transport::Sse)
     }
 }
 

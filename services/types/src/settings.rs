@@ -247,6 +247,23 @@ pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     unit: "characters",
     description: "longest exposed tool name (`<server>__<tool>`, shortened deterministically)",
 };
+/// The MCP Registry `coffer mcp search` and `coffer mcp install` read (its `/v0.1/servers`
+/// API); empty means the official one, [`OFFICIAL_MCP_REGISTRY`].
+pub const MCP_REGISTRY_URL: Setting = Setting {
+    key: "gateway.mcp_registry_url",
+    group: Group::Gateway,
+    label: "MCP Registry",
+    ty: Type::Text,
+    format: TextFormat::HttpUrlOrEmpty,
+    default: 0,
+    default_text: "",
+    min: 0,
+    max: 2048,
+    unit: "URL, empty = the official registry",
+    description: "base URL of the MCP Registry that `coffer mcp search` and `coffer mcp install` read (its `/v0.1/servers` API); empty: https://registry.modelcontextprotocol.io",
+};
+/// The official MCP Registry's base URL.
+pub const OFFICIAL_MCP_REGISTRY: &str = "https://registry.modelcontextprotocol.io";
 /// Age limit of invocation rows.
 pub const RETENTION_INVOCATIONS_DAYS: Setting = Setting {
     key: "retention.invocations_days",
@@ -975,6 +992,7 @@ pub const SETTINGS: &[Setting] = &[
     SESSION_IDLE_TIMEOUT_S,
     BROKER_IDLE_TIMEOUT_S,
     MAX_TOOL_NAME_LEN,
+    MCP_REGISTRY_URL,
     EMBEDDINGS_URL,
     EMBEDDINGS_MODEL,
     EMBEDDINGS_CREDENTIAL,

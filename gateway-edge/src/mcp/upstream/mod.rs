@@ -339,7 +339,7 @@ impl Upstream {
                 let (t, pid) = stdio::start_stdio(server, home, core.clone(), redactor.clone()).map_err(start_err)?;
                 (t, pid)
             }
-            ServerTransport::Http => {
+            ServerTransport::Http | ServerTransport::Sse => {
                 let t = http::HttpTransport::new(server, core.clone()).map_err(start_err)?;
                 (Transport::Http(t), 0)
             }

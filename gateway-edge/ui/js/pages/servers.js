@@ -9,6 +9,7 @@ import {
   confirmDialog, tabs, messageOf, followText, cli,
 } from '../vault/common.js';
 import { openServerForm } from '../vault/serverform.js';
+import { openRegistryDialog } from '../vault/registrydialog.js';
 
 /** Lines of the log kept on screen while following. */
 const LOG_KEEP = 1000;
@@ -35,8 +36,16 @@ function list(root, navigate) {
       announceListed(s);
     }
   } } }, 'Add server');
+  const install = h('button', { type: 'button', on: { click: async () => {
+    const r = await openRegistryDialog();
+    if (r) {
+      toast(`Installed ${r.server.name}${r.credentials_created.length ? `; stored ${r.credentials_created.join(', ')}` : ''}`);
+      navigate(`/ui/servers?name=${encodeURIComponent(r.server.name)}`);
+      announceListed(r.server);
+    }
+  } } }, 'Install from registry');
   const refresh = h('button', { type: 'button', on: { click: () => load() } }, 'Refresh');
-  root.append(pageHead('MCP servers', 'The upstream servers Coffer aggregates for your MCP clients.', refresh, add), result, body);
+  root.append(pageHead('MCP servers', 'The upstream servers Coffer aggregates for your MCP clients.', refresh, install, add), result, body);
 
   async function load() {
     let servers; let status = null;
@@ -75,7 +84,7 @@ function list(root, navigate) {
 
 /** What a server runs: its command line, or its URL. */
 function target(s) {
-  if (s.transport === 'http') return s.url || '';
+  if (s.transport !== 'stdio') return s.url || '';
   return [s.command || '', ...(s.args || [])].join(' ');
 }
 
@@ -221,10 +230,10 @@ function drawConfig(el, s, u) {
     u && u.last_error ? ['Last error', errorCell(u)] : null,
     u && u.last_start_at ? ['Last start', h('span', null, u.last_start || '', ' · ', timeEl(u.last_start_at))] : null,
     ['Transport', s.transport],
-    s.transport === 'http' ? ['URL', h('code', { class: 'wrap' }, s.url || '')] : ['Command', h('code', { class: 'wrap' }, s.command || '')],
-    s.transport === 'http' ? null : ['Arguments', (s.args || []).length ? h('ol', { class: 'plain args' }, s.args.map((a) => h('li', null, h('code', null, a)))) : h('span', { class: 'muted' }, 'none')],
-    s.transport === 'http' ? ['Headers', kv(s.headers)] : ['Environment', kv(s.env)],
-    s.transport === 'http' ? null : ['Working directory', s.cwd ? h('code', null, s.cwd) : h('span', { class: 'muted' }, 'default')],
+    s.transport !== 'stdio' ? ['URL', h('code', { class: 'wrap' }, s.url || '')] : ['Command', h('code', { class: 'wrap' }, s.command || '')],
+    s.transport !== 'stdio' ? null : ['Arguments', (s.args || []).length ? h('ol', { class: 'plain args' }, s.args.map((a) => h('li', null, h('code', null, a)))) : h('span', { class: 'muted' }, 'none')],
+    s.transport !== 'stdio' ? ['Headers', kv(s.headers)] : ['Environment', kv(s.env)],
+    s.transport !== 'stdio' ? null : ['Working directory', s.cwd ? h('code', null, s.cwd) : h('span', { class: 'muted' }, 'default')],
     ['Call timeout', s.timeout_ms ? `${s.timeout_ms / 1000} s` : h('span', { class: 'muted' }, 'default')],
     ['Version', String(s.version)],
     ['Updated', timeEl(s.updated_at)],

@@ -134,7 +134,8 @@ export async function openServerForm(server) {
     { name: 'name', hint: 'lower-case letters, digits, -; up to 24' });
   const transport = field('Transport', h('select', { disabled: editing },
     h('option', { value: 'stdio' }, 'stdio: a command Coffer starts'),
-    h('option', { value: 'http' }, 'HTTP: a URL (Streamable HTTP)')), { name: 'transport' });
+    h('option', { value: 'http' }, 'HTTP: a URL (Streamable HTTP; a legacy SSE server is detected)'),
+    h('option', { value: 'sse' }, 'Legacy HTTP+SSE: a URL (MCP 2024-11-05)')), { name: 'transport' });
   transport.input.value = s.transport || 'stdio';
   const command = field('Command', h('input', { type: 'text', value: s.command || '', autocomplete: 'off', spellcheck: 'false', placeholder: '/usr/bin/node or npx' }),
     { name: 'command', hint: 'an absolute path, or a name on the daemon\'s PATH' });
@@ -150,7 +151,7 @@ export async function openServerForm(server) {
   const stdioPart = h('div', { class: 'stdio-part' }, command.wrap, args.wrap, env.el, cwd.wrap);
   const httpPart = h('div', { class: 'http-part' }, url.wrap, headers.el);
   const show = () => {
-    const http = transport.input.value === 'http';
+    const http = transport.input.value !== 'stdio';
     stdioPart.hidden = http;
     httpPart.hidden = !http;
   };
@@ -164,7 +165,7 @@ export async function openServerForm(server) {
   return formDialog(editing ? `Edit ${s.name}` : 'Add an MCP server', content, async () => {
     const serverName = editing ? s.name : name.input.value.trim();
     if (!serverName) throw Object.assign(new Error('give the server a name'), { details: { field: 'name' } });
-    const http = transport.input.value === 'http';
+    const http = transport.input.value !== 'stdio';
     const t = timeout.input.value.trim();
     const timeoutS = t === '' ? null : Number(t);
     if (t !== '' && !(timeoutS > 0)) throw Object.assign(new Error('the timeout must be a positive number of seconds'), { details: { field: 'timeout' } });
@@ -187,7 +188,7 @@ export async function openServerForm(server) {
         body.timeout_s = timeoutS;
         saved = await vpatch(`/v1/mcp/servers/${seg(s.name)}`, body, { headers: { 'If-Match': `"${s.version}"` } });
       } else {
-        Object.assign(body, { name: serverName, transport: http ? 'http' : 'stdio', enabled: enabled.checked });
+        Object.assign(body, { name: serverName, transport: transport.input.value, enabled: enabled.checked });
         if (timeoutS !== null) body.timeout_s = timeoutS;
         saved = await vpost('/v1/mcp/servers', body);
       }

@@ -43,7 +43,7 @@ pub(crate) fn validate_server(s: &McpServer) -> Result<(), StoreError> {
                 )));
             }
         }
-        Transport::Http => {
+        Transport::Http | Transport::Sse => {
             if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
                 return Err(StoreError::Invalid(format!(
                     "url {:?} must start with http:// or https://",

@@ -436,7 +436,7 @@ fn parse_entry(path: &str, text: &str) -> Result<(Kind, String, Parsed, Value), 
             check_time("created_at", &f.created_at)?;
             check_time("updated_at", &f.updated_at)?;
             let transport = Transport::parse(&f.transport)
-                .ok_or_else(|| format!("transport {:?} must be stdio or http", truncate(&f.transport, 20)))?;
+                .ok_or_else(|| format!("transport {:?} must be stdio, http or sse", truncate(&f.transport, 20)))?;
             // A credential reference must name a credential this machine could hold: otherwise
             // doctor would ask the user to set a name `coffer credentials set` refuses.
             for (field, map) in [("env", &f.env), ("headers", &f.headers)] {

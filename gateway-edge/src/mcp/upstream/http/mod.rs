@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use crate::mcp::jsonrpc::UPSTREAM_UNAVAILABLE;
 use crate::mcp::upstream::{Core, MAX_FRAME, UpstreamError, trim_line};
 
+mod legacy;
 mod sse;
 #[cfg(test)]
 mod tests;
@@ -138,6 +139,13 @@ struct Inner {
     /// The upstream speaks the stateless revision: no session id is kept, no `GET` stream
     /// opened, no `DELETE` sent.
     stateless: AtomicBool,
+    /// The upstream speaks the legacy HTTP+SSE transport (MCP 2024-11-05; see `legacy.rs`):
+    /// chosen by its registration or URL, or detected from a first `POST` answered 404/405.
+    legacy: AtomicBool,
+    /// A `POST` succeeded: the upstream speaks Streamable HTTP, no legacy detection any more.
+    confirmed: AtomicBool,
+    /// The legacy transport's `POST` endpoint, once its SSE stream named it.
+    endpoint: tokio::sync::OnceCell<Url>,
 }
 
 impl HttpTransport {
@@ -150,6 +158,7 @@ impl HttpTransport {
     /// value is not valid HTTP or names a header the transport sets itself.
     pub fn new(server: &McpServer, core: Arc<Core>) -> Result<Self, String> {
         let url = parse_url(&server.url)?;
+        let legacy = legacy::chosen(server, &url);
         let mut headers = HeaderMap::new();
         let mut secrets = Vec::new();
         for (name, value) in &server.headers {
@@ -197,6 +206,9 @@ impl HttpTransport {
                 expired: AtomicBool::new(false),
                 close_reason: Mutex::new(String::new()),
                 stateless: AtomicBool::new(false),
+                legacy: AtomicBool::new(legacy),
+                confirmed: AtomicBool::new(false),
+                endpoint: tokio::sync::OnceCell::new(),
             }),
             tasks: Mutex::new(JoinSet::new()),
             listening: AtomicBool::new(false),
@@ -212,7 +224,7 @@ impl HttpTransport {
         {
             *self.inner.protocol_version.lock().expect("version") = Some(v);
         }
-        if self.inner.cancel.is_cancelled() || self.listening.swap(true, Ordering::AcqRel) {
+        if self.inner.cancel.is_cancelled() || self.inner.is_legacy() || self.listening.swap(true, Ordering::AcqRel) {
             return;
         }
         self.spawn(self.inner.clone().listen());
@@ -246,6 +258,17 @@ impl HttpTransport {
             return Err(self.inner.closed_error());
         }
         let inner = self.inner.clone();
+        if inner.is_legacy() {
+            let stateless = mirror.is_some();
+            if request_id.is_some() {
+                self.spawn(inner.legacy_post(line, request_id, None, stateless));
+                return Ok(());
+            }
+            let (accepted, answered) = oneshot::channel();
+            self.spawn(inner.legacy_post(line, None, Some(accepted), stateless));
+            let _ = answered.await;
+            return if self.inner.core.is_alive() { Ok(()) } else { Err(self.inner.closed_error()) };
+        }
         if request_id.is_some() {
             self.spawn(inner.post(line, request_id, None, mirror));
             return Ok(());
@@ -342,11 +365,23 @@ impl Inner {
                 rb = rb.header(MCP_NAME, v);
             }
         }
+        // Kept until the server proved it speaks Streamable HTTP, to re-send over the legacy
+        // transport if it turns out not to.
+        let first = (!had_session && !self.confirmed.load(Ordering::Acquire)).then(|| body.clone());
         let rb = rb.header(CONTENT_TYPE, JSON).header(ACCEPT, ACCEPT_POST).body(body);
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => return self.send_failed(request_id, e),
         };
+        if let Some(body) = first
+            && self.detects_legacy(resp.status(), had_session)
+        {
+            self.switch_to_legacy(resp.status());
+            return self.legacy_post(body, request_id, accepted, stateless).await;
+        }
+        if resp.status().is_success() {
+            self.confirmed.store(true, Ordering::Release);
+        }
         // A stateless request (or the probe) never starts a session, even if a server sends an
         // id with its answer.
         if !stateless {
