@@ -107,7 +107,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0016_invocation_conversation.sql"),
     migration!("0017_profiles.sql"),
     migration!("0018_invocation_profile.sql"),
-    migration!("0022_server_sse.sql"),
+    migration!("0019_server_sse.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.
