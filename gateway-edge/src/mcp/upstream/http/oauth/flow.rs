@@ -225,10 +225,9 @@ impl OAuth {
             state: tx.clone(),
             done: done.clone(),
         });
-        let router = axum::Router::new()
-            .route(CALLBACK_PATH, axum::routing::get(callback))
-            .fallback(|| async { plain(StatusCode::NOT_FOUND, "Not found.") })
-            .with_state(shared.clone());
+        // One handler for every path (this listener serves nothing else): the redirect on GET
+        // `CALLBACK_PATH`, 404 for the rest.
+        let router = axum::Router::new().fallback(callback).with_state(shared.clone());
         let name = server.to_owned();
         let task = tokio::spawn(async move {
             let serve = std::future::IntoFuture::into_future(
@@ -291,7 +290,19 @@ struct Redirect {
     error_description: Option<String>,
 }
 
-async fn callback(State(l): State<Arc<Listener>>, headers: HeaderMap, Query(q): Query<Redirect>) -> Response {
+async fn callback(
+    State(l): State<Arc<Listener>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    q: Result<Query<Redirect>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if uri.path() != CALLBACK_PATH || method != axum::http::Method::GET {
+        return plain(StatusCode::NOT_FOUND, "Not found.");
+    }
+    let Ok(Query(q)) = q else {
+        return plain(StatusCode::BAD_REQUEST, "Coffer: this address only takes the sign-in redirect.");
+    };
     // The redirect comes from the user's browser to the exact address Coffer gave it; any other
     // Host is a rebound name or a confused request.
     if headers.get(header::HOST).and_then(|h| h.to_str().ok()) != Some(l.host.as_str()) {
