@@ -117,6 +117,9 @@ pub enum McpCommand {
     /// Register the MCP servers of a Claude Desktop, Claude Code, Cursor or VS Code config file.
     #[command(after_help = crate::commands::import::IMPORT_EXAMPLES)]
     Import(crate::commands::import::ImportArgs),
+    /// Sign in to an HTTP server that uses OAuth (opens a browser), show or end the sign-in.
+    #[command(after_help = crate::commands::mcp_auth::AUTH_EXAMPLES)]
+    Auth(crate::commands::mcp_auth::AuthArgs),
 }
 
 #[derive(Debug, Args)]
@@ -277,6 +280,7 @@ pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
         McpCommand::Test(a) => test(ctx, &a.name).await,
         McpCommand::Logs(a) => logs(ctx, a).await,
         McpCommand::Import(a) => crate::commands::import::run(ctx, a).await,
+        McpCommand::Auth(a) => crate::commands::mcp_auth::run(ctx, a).await,
     }
 }
 
@@ -340,6 +344,9 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let mut out = format!("Added MCP server {name}{state} ({}: {})\n", s.transport.word(), target(&s));
     if let Some(l) = &listed {
         crate::commands::listed::report(&mut out, l);
+        if let Some(hint) = crate::commands::mcp_auth::sign_in_hint(&name, &l.state.to_string()) {
+            out.push_str(&hint);
+        }
     }
     let failed = listed.as_ref().is_some_and(Listed::failed);
     if enabled && !failed {

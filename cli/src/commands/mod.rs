@@ -18,6 +18,7 @@ pub mod listed;
 pub mod llm;
 pub mod logs;
 pub mod mcp;
+pub mod mcp_auth;
 pub mod memory;
 pub mod profile;
 pub mod restore;
