@@ -213,10 +213,18 @@ impl ServerAuth {
     ) -> Result<&'a mut Loaded, AuthError> {
         if g.is_none() {
             let name = credential_name(&self.server);
-            let mut values = self.store.resolve(vec![name.clone()]).await.map_err(|why| AuthError::Unavailable {
-                server: self.server.clone(),
-                why: format!("its OAuth grant cannot be read: {why}"),
-            })?;
+            // The store answers NOT_FOUND naming a credential it does not hold: no grant.
+            let absent = format!("credential {name:?} not found");
+            let mut values = match self.store.resolve(vec![name.clone()]).await {
+                Ok(v) => v,
+                Err(why) if why == absent => HashMap::new(),
+                Err(why) => {
+                    return Err(AuthError::Unavailable {
+                        server: self.server.clone(),
+                        why: format!("its OAuth grant cannot be read: {why}"),
+                    });
+                }
+            };
             let loaded = match values.remove(&name) {
                 None => Loaded::Absent,
                 Some(v) => match serde_json::from_str::<Grant>(v.expose_secret()) {
