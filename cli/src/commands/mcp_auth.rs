@@ -138,12 +138,9 @@ pub async fn run(ctx: &Ctx, a: AuthArgs) -> Result<(), CliError> {
                 }
                 // The catalog lists the server afresh, so clients are offered its tools now.
                 let mut out = format!("Signed in to {}.\n", a.name);
-                let listed = crate::commands::listed::wait(
-                    &api,
-                    std::slice::from_ref(&a.name),
-                    crate::commands::listed::WAIT,
-                )
-                .await;
+                let listed =
+                    crate::commands::listed::wait(&api, std::slice::from_ref(&a.name), crate::commands::listed::WAIT)
+                        .await;
                 if let Some(l) = listed.first() {
                     crate::commands::listed::report(&mut out, l);
                 }
