@@ -62,6 +62,7 @@ mod llm_connections;
 mod llm_switch;
 mod llm_wire;
 mod mcp_stream;
+mod oauth;
 mod peers;
 mod profiles;
 mod profiles_session;

@@ -434,6 +434,14 @@ pub fn check_upstream_health(upstreams: &[UpstreamStatus]) -> Vec<Check> {
             let name = &u.name;
             let err = u.last_error.as_deref().map(|e| format!(": {}", output::truncate(e, 200))).unwrap_or_default();
             let at = u.last_error_at.as_deref().map(|t| format!(" (at {t})")).unwrap_or_default();
+            // An HTTP server whose OAuth grant is gone needs the user's sign-in, not a test.
+            if let Some(a) = u.auth.as_ref().filter(|a| a.state == coffer_api::servers::AuthState::NeedsSignIn) {
+                return Check::warn(
+                    format!("upstream {name} (running)"),
+                    format!("needs sign-in ({})", a.why.as_deref().unwrap_or("no usable OAuth grant")),
+                    a.command.clone().unwrap_or_else(|| format!("coffer mcp auth {name}")),
+                );
+            }
             Check::warn(
                 format!("upstream {name} (running)"),
                 format!("unhealthy{err}{at}"),

@@ -126,6 +126,9 @@ pub enum McpCommand {
     /// ask for its inputs (secrets into the credential store), register it, wait for its tools.
     #[command(after_help = crate::commands::mcp_registry::INSTALL_EXAMPLES)]
     Install(crate::commands::mcp_registry::InstallArgs),
+    /// Sign in to an HTTP server that uses OAuth (opens a browser), show or end the sign-in.
+    #[command(after_help = crate::commands::mcp_auth::AUTH_EXAMPLES)]
+    Auth(crate::commands::mcp_auth::AuthArgs),
 }
 
 #[derive(Debug, Args)]
@@ -293,6 +296,7 @@ pub async fn run(ctx: &Ctx, cmd: McpCommand) -> Result<(), CliError> {
         McpCommand::Import(a) => crate::commands::import::run(ctx, a).await,
         McpCommand::Search(a) => crate::commands::mcp_registry::search(ctx, a).await,
         McpCommand::Install(a) => crate::commands::mcp_registry::install(ctx, a).await,
+        McpCommand::Auth(a) => crate::commands::mcp_auth::run(ctx, a).await,
     }
 }
 
@@ -356,6 +360,9 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let mut out = format!("Added MCP server {name}{state} ({}: {})\n", s.transport.word(), target(&s));
     if let Some(l) = &listed {
         crate::commands::listed::report(&mut out, l);
+        if let Some(hint) = crate::commands::mcp_auth::sign_in_hint(&name, &l.state.to_string()) {
+            out.push_str(&hint);
+        }
     }
     let failed = listed.as_ref().is_some_and(Listed::failed);
     if enabled && !failed {

@@ -19,6 +19,7 @@ pub mod llm;
 pub mod logs;
 pub mod mcp;
 pub mod mcp_registry;
+pub mod mcp_auth;
 pub mod memory;
 pub mod profile;
 pub mod restore;

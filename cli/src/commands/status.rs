@@ -195,6 +195,13 @@ pub fn render_upstreams(ups: &[UpstreamStatus]) -> String {
         &rows,
     );
     for u in ups {
+        if let Some(a) = u.auth.as_ref().filter(|a| a.state == coffer_api::servers::AuthState::NeedsSignIn) {
+            out.push_str(&format!(
+                "note: {} needs sign-in: run `{}`\n",
+                text_cell(&u.name, 40),
+                a.command.clone().unwrap_or_else(|| format!("coffer mcp auth {}", u.name))
+            ));
+        }
         if !u.duplicates.is_empty() {
             out.push_str(&format!(
                 "note: {} listed {} more than once; only the first of each is offered\n",

@@ -249,6 +249,8 @@ pub struct Shared {
     /// The last list each registered server returned, for every session (kept in a cache file
     /// under `COFFER_HOME`, never in the database).
     pub lists: gateway_catalog::GatewayCatalog,
+    /// HTTP upstreams' OAuth grants and sign-ins (kept in the credential store).
+    pub oauth: Arc<upstream::http::oauth::OAuth>,
 }
 
 impl Shared {
@@ -263,7 +265,8 @@ impl Shared {
         builtins: builtin::Registry,
     ) -> Arc<Self> {
         let lists = gateway_catalog::GatewayCatalog::load(&home.root().join(gateway_catalog::CACHE_FILE));
-        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins, lists })
+        let oauth = upstream::http::oauth::OAuth::new(credentials.clone());
+        Arc::new(Self { home, snapshot, health: Health::default(), recorder, credentials, builtins, lists, oauth })
     }
 
     /// The value of `setting` in the current snapshot: its default when unset or not a value the
@@ -685,6 +688,7 @@ impl Gateway {
                     duplicates,
                     sandbox: sandbox_state(s),
                     catalog: self.shared.lists.status(n, snap.generation(s)),
+                    auth: None,
                 }
             })
             .collect()

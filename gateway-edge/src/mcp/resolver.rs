@@ -4,11 +4,11 @@
 //! decrypts them); tests give fixed values ([`FixedCredentials`]).
 use std::collections::HashMap;
 
-use coffer_proto::store::ResolveCredentialsRequest;
 use coffer_proto::store::credentials_client::CredentialsClient;
+use coffer_proto::store::{DeleteCredentialRequest, ResolveCredentialsRequest, SetCredentialRequest};
 use coffer_runtime::grpc::AuthChannel;
 use futures_util::future::BoxFuture;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 /// Where credential values come from.
 pub trait CredentialResolver: Send + Sync {
@@ -18,7 +18,23 @@ pub trait CredentialResolver: Send + Sync {
     /// # Errors
     /// A message naming the credential that cannot be read, or why none can (never a value).
     fn resolve(&self, names: Vec<String>) -> BoxFuture<'_, Result<HashMap<String, SecretString>, String>>;
+
+    /// Stores `value` under credential `name` (the gateway's own credentials: an upstream's
+    /// OAuth grant, see `upstream::http::oauth`).
+    ///
+    /// # Errors
+    /// Why it could not be stored (never the value).
+    fn store(&self, name: String, value: SecretString) -> BoxFuture<'_, Result<(), String>>;
+
+    /// Deletes credential `name`; deleting one that does not exist succeeds.
+    ///
+    /// # Errors
+    /// Why it could not be deleted.
+    fn remove(&self, name: String) -> BoxFuture<'_, Result<(), String>>;
 }
+
+/// The actor the gateway's own credential writes are audited as.
+pub const GATEWAY_ACTOR: &str = "gateway:oauth";
 
 /// Credentials from the store (`ResolveCredentials`, decrypted there; only the gateway may ask).
 pub struct StoreResolver(CredentialsClient<AuthChannel>);
@@ -44,15 +60,68 @@ impl CredentialResolver for StoreResolver {
             Ok(reply.into_inner().values.into_iter().map(|(k, v)| (k, SecretString::from(v))).collect())
         })
     }
+
+    fn store(&self, name: String, value: SecretString) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let req = SetCredentialRequest {
+                name,
+                value: value.expose_secret().to_owned(),
+                actor: GATEWAY_ACTOR.into(),
+                create_only: false,
+            };
+            self.0.clone().set_credential(req).await.map(|_| ()).map_err(|s| store_error(&s))
+        })
+    }
+
+    fn remove(&self, name: String) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let req = DeleteCredentialRequest { name, actor: GATEWAY_ACTOR.into() };
+            match self.0.clone().delete_credential(req).await {
+                Ok(_) => Ok(()),
+                Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+                Err(s) => Err(store_error(&s)),
+            }
+        })
+    }
 }
 
-/// Fixed credential values held in memory (tests; a credential it lacks is not found).
+/// A store refusal as a message (its own words for what the caller can act on).
+fn store_error(s: &tonic::Status) -> String {
+    match s.code() {
+        tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => s.message().to_owned(),
+        code => format!("the store is unavailable ({code})"),
+    }
+}
+
+/// Fixed credential values held in memory (tests; a credential it lacks is not found). What is
+/// stored through it is kept in memory too.
 #[derive(Default)]
-pub struct FixedCredentials(pub HashMap<String, SecretString>);
+pub struct FixedCredentials(pub HashMap<String, SecretString>, pub std::sync::Mutex<HashMap<String, SecretString>>);
+
+impl FixedCredentials {
+    /// Fixed `values`, nothing stored yet.
+    pub fn new(values: HashMap<String, SecretString>) -> Self {
+        Self(values, std::sync::Mutex::default())
+    }
+}
 
 impl CredentialResolver for FixedCredentials {
     fn resolve(&self, names: Vec<String>) -> BoxFuture<'_, Result<HashMap<String, SecretString>, String>> {
-        let found = names.into_iter().filter_map(|n| Some((n.clone(), self.0.get(&n)?.clone()))).collect();
+        let stored = self.1.lock().expect("stored");
+        let found = names
+            .into_iter()
+            .filter_map(|n| Some((n.clone(), stored.get(&n).or_else(|| self.0.get(&n))?.clone())))
+            .collect();
         Box::pin(async move { Ok(found) })
+    }
+
+    fn store(&self, name: String, value: SecretString) -> BoxFuture<'_, Result<(), String>> {
+        self.1.lock().expect("stored").insert(name, value);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, name: String) -> BoxFuture<'_, Result<(), String>> {
+        self.1.lock().expect("stored").remove(&name);
+        Box::pin(async { Ok(()) })
     }
 }

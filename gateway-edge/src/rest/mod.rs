@@ -27,6 +27,7 @@ pub mod openapi;
 pub(crate) mod owned_credentials;
 pub mod profiles;
 pub mod registry;
+pub mod server_auth;
 pub mod servers;
 pub mod settings;
 pub mod sync;
@@ -40,6 +41,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/daemon/stop", post(stop))
         .route("/v1/daemon/services/{name}/restart", post(restart_service))
         .merge(servers::routes())
+        .merge(server_auth::routes())
         .merge(credentials::routes())
         .merge(import::routes())
         .merge(logs::routes())
@@ -91,10 +93,12 @@ async fn status(State(st): State<Arc<AppState>>) -> Result<Json<Status>, ApiErro
             on_demand: s.on_demand,
         })
         .collect();
+    let mut upstreams = st.gateway.upstream_status();
+    server_auth::annotate(&st, &mut upstreams).await;
     Ok(Json(Status {
         daemon: DaemonInfo { pid: r.pid, version: r.version, started_at: r.started_at, port: r.port },
         services,
-        upstreams: st.gateway.upstream_status(),
+        upstreams,
         sandbox: st.gateway.sandbox_status(),
         sync: if retrieval_down { None } else { sync::current_status(&st).await.as_ref().map(sync::status_view) },
         sessions: st.gateway.session_status(),

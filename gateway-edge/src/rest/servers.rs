@@ -533,6 +533,12 @@ async fn delete_server(
     let req = DeleteServerRequest { name: name.clone(), expected_version: expected, actor: actor(&headers) };
     let seq = store.delete_server(req).await?.into_inner().seq;
     settle(&st, seq).await;
+    // Its OAuth grant goes with it: a server added later under the same name may be another.
+    let oauth = &st.gateway.shared.oauth;
+    if let Err(e) = oauth.server(&name).sign_out().await {
+        tracing::warn!(server = %name, error = %e, "The removed server's OAuth grant could not be deleted.");
+    }
+    oauth.forget(&name);
     tracing::info!(server = %name, "Server removed.");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -405,6 +405,95 @@ pub struct UpstreamStatus {
     /// stdio: its vault sandbox; null for http (nothing is spawned).
     pub sandbox: Option<SandboxState>,
     pub catalog: CatalogStatus,
+    /// http: its OAuth sign-in, when a grant is stored or a sign-in ran (null otherwise, and
+    /// for stdio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ServerAuth>,
+}
+
+/// Where an HTTP server's OAuth sign-in stands (MCP 2025-11-25 basic/authorization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthState {
+    /// No grant is stored (the server may need none).
+    None,
+    /// An access token is stored (and refreshed when it expires, if `refreshable`).
+    SignedIn,
+    /// Only a new sign-in helps (never signed in, or a refresh was refused): run `command`.
+    NeedsSignIn,
+}
+
+/// A sign-in in progress or ended (since the daemon started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInState {
+    /// Waiting for the browser's redirect to `redirect_uri`.
+    Pending,
+    /// The grant is stored.
+    SignedIn,
+    /// Ended without a grant; `error` says why.
+    Failed,
+}
+
+/// A browser sign-in, as `POST`/`GET /v1/mcp/servers/{name}/auth` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SignInFlow {
+    pub state: SignInState,
+    /// pending: the URL to open in a browser (authorization code request with PKCE S256,
+    /// `state` and RFC 8707 `resource`). Holds no secret of Coffer's.
+    pub authorization_url: Option<String>,
+    /// pending: Coffer's one-shot loopback redirect listener for this sign-in.
+    pub redirect_uri: Option<String>,
+    /// pending: when the listener gives up.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: Option<String>,
+    /// failed: why.
+    pub error: Option<String>,
+}
+
+/// `GET /v1/mcp/servers/{name}/auth` and `UpstreamStatus.auth`: an HTTP server's OAuth state.
+/// Never a token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerAuth {
+    pub state: AuthState,
+    /// needs_sign_in: why.
+    pub why: Option<String>,
+    /// needs_sign_in: the command that signs in (`coffer mcp auth NAME`).
+    pub command: Option<String>,
+    /// signed_in: the authorization server (its issuer identifier).
+    pub issuer: Option<String>,
+    /// signed_in: the scopes granted (space-separated), when known.
+    pub scope: Option<String>,
+    /// signed_in: when the access token expires, when the server said.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: Option<String>,
+    /// signed_in: a refresh token is stored.
+    pub refreshable: bool,
+    /// The latest sign-in since the daemon started, if any.
+    pub flow: Option<SignInFlow>,
+}
+
+/// `POST /v1/mcp/servers/{name}/auth`: start a browser sign-in. Every field is optional.
+// No `Debug`: it may carry a client secret.
+#[derive(Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignInRequest {
+    /// A client id registered with the authorization server by hand (skips registration).
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Its secret, for a confidential client (sent as `client_secret_post`); stored sealed.
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// An `https://` URL of a Client ID Metadata Document for Coffer, used as the client id
+    /// when the authorization server supports such documents.
+    #[serde(default)]
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for (space-separated) instead of those the server names.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// How long the redirect listener waits, 1-1800 seconds (default 300).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
 }
 
 /// `POST /v1/mcp/import`: import the MCP servers of another client's config.

@@ -201,7 +201,8 @@ impl Pool {
                 // `attempts` failures in a row: waits FIRST_BACKOFF × 2^attempts (1 s after
                 // the first), i.e. one doubling ahead of the shared curve.
                 let backoff = coffer_runtime::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF).delay_after(*attempts + 1);
-                if at.elapsed() < backoff {
+                // A sign-in since the failure is what it waited for (MCP authorization).
+                if at.elapsed() < backoff && !self.shared.oauth.signed_in_since(&server.name, *at) {
                     return Err(error.clone());
                 }
                 *attempts
@@ -227,6 +228,8 @@ impl Pool {
                     self.shared.start_timeout(),
                     secrets,
                     hint,
+                    (resolved.transport() == coffer_proto::store::Transport::Http)
+                        .then(|| self.shared.oauth.server(&server.name)),
                 )
                 .await
             }

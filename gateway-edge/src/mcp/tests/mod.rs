@@ -477,7 +477,7 @@ async fn credentials_are_resolved_only_when_an_upstream_starts() {
     with_ref.headers = HashMap::from([("X-Api-Key".to_owned(), encode_ref("api"))]);
     let mut missing = server("missing", &url);
     missing.headers = HashMap::from([("X-Api-Key".to_owned(), encode_ref("absent"))]);
-    let credentials = FixedCredentials(HashMap::from([("api".to_owned(), SecretString::from("sk-value"))]));
+    let credentials = FixedCredentials::new(HashMap::from([("api".to_owned(), SecretString::from("sk-value"))]));
     let mut h = Harness::with(snapshot(vec![with_ref, missing], &[]), Registry::standard(None), credentials);
     let s = h.session();
     assert!(up.header("x-api-key").is_none());

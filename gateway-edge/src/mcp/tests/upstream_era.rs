@@ -161,7 +161,7 @@ async fn start(
 ) -> (Result<Arc<Upstream>, crate::mcp::upstream::UpstreamError>, crate::mcp::upstream::EventQueue) {
     let (tx, rx) = crate::mcp::upstream::events(crate::mcp::upstream::EVENT_QUEUE);
     let home = CofferHome::at(std::path::PathBuf::from("/nonexistent-coffer-home"));
-    let up = Upstream::start(&server("x", url), &home, &client(), tx, timeout, Vec::new(), hint).await;
+    let up = Upstream::start(&server("x", url), &home, &client(), tx, timeout, Vec::new(), hint, None).await;
     (up, rx)
 }
 

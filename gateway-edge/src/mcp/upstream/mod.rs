@@ -315,11 +315,15 @@ impl Upstream {
     /// found (a refused handshake is probed, a failed probe falls back). Without a hint the
     /// probe waits at most [`PROBE_TIMEOUT`] (and half of `timeout`). Non-response messages go to `events`. `secrets`
     /// are the credential values resolved into `server` (see `Shared::resolve_server`): they
-    /// are redacted from the child's stderr log and from start errors.
+    /// are redacted from the child's stderr log and from start errors. `auth`: an HTTP
+    /// server's OAuth state ([`http::oauth`]), which gives its access token.
     ///
     /// # Errors
     /// [`UpstreamError::Start`] when the process cannot start, exits, or answers neither
     /// `server/discover` nor `initialize` within `timeout`.
+    // Each argument is a separate input of one start (the pool's call site names them all); a
+    // struct would only move the list.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         server: &McpServer,
         home: &CofferHome,
@@ -328,6 +332,7 @@ impl Upstream {
         timeout: Duration,
         secrets: Vec<SecretString>,
         hint: Option<Era>,
+        auth: Option<Arc<http::oauth::ServerAuth>>,
     ) -> Result<Arc<Self>, UpstreamError> {
         let name = server.name.clone();
         let redactor = Arc::new(crate::credentials::Redactor::new(&secrets));
@@ -340,7 +345,7 @@ impl Upstream {
                 (t, pid)
             }
             ServerTransport::Http | ServerTransport::Sse => {
-                let t = http::HttpTransport::new(server, core.clone()).map_err(start_err)?;
+                let t = http::HttpTransport::new(server, core.clone(), auth).map_err(start_err)?;
                 (Transport::Http(t), 0)
             }
             other => return Err(start_err(format!("transport {:?} is not supported", other.as_str_name()))),

@@ -228,6 +228,7 @@ function drawConfig(el, s, u) {
   const rows = [
     ['State', stateCell(u, s)],
     u && u.last_error ? ['Last error', errorCell(u)] : null,
+    s.transport === 'http' ? ['Sign-in', signInCell(s, u && u.auth)] : null,
     u && u.last_start_at ? ['Last start', h('span', null, u.last_start || '', ' · ', timeEl(u.last_start_at))] : null,
     ['Transport', s.transport],
     s.transport !== 'stdio' ? ['URL', h('code', { class: 'wrap' }, s.url || '')] : ['Command', h('code', { class: 'wrap' }, s.command || '')],
@@ -239,6 +240,54 @@ function drawConfig(el, s, u) {
     ['Updated', timeEl(s.updated_at)],
   ].filter(Boolean);
   replace(el, h('h2', null, 'Configuration'), h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])));
+}
+
+/** An HTTP server's OAuth sign-in (`UpstreamStatus.auth`): its state and a button that starts
+ * a browser sign-in (`POST /v1/mcp/servers/{name}/auth`), opens the authorization URL in a new
+ * tab and waits for the daemon's loopback listener to get the redirect. The redirect goes to
+ * 127.0.0.1, so the sign-in works from a browser on the daemon's machine. */
+function signInCell(s, auth) {
+  const state = auth ? auth.state : 'none';
+  const out = h('span', { class: 'row' });
+  const label = {
+    none: h('span', { class: 'muted' }, 'not signed in'),
+    signed_in: h('span', null, 'signed in', auth && auth.issuer ? h('span', { class: 'muted small' }, ' · ', auth.issuer) : null),
+    needs_sign_in: h('span', { class: 'last-error' }, `needs sign-in${auth && auth.why ? ` (${auth.why})` : ''}`),
+  }[state] || h('span', null, state);
+  const start = h('button', { type: 'button', class: state === 'needs_sign_in' ? 'primary' : '', on: { click: async () => {
+    start.disabled = true;
+    // Opened now, in the click, so that a popup blocker lets it through; pointed at the URL
+    // once the daemon has it.
+    const tab = window.open('', '_blank');
+    try {
+      const r = await vpost(`/v1/mcp/servers/${seg(s.name)}/auth`, {});
+      const url = r.flow && r.flow.authorization_url;
+      if (!url) throw new Error('the daemon started no sign-in');
+      if (tab) { tab.opener = null; tab.location.href = url; } else { window.open(url, '_blank', 'noopener'); }
+      toast(`Sign in to ${s.name} in the new tab…`);
+      for (;;) {
+        const st = await vget(`/v1/mcp/servers/${seg(s.name)}/auth?wait_s=30`);
+        const f = st.flow && st.flow.state;
+        if (f === 'pending') continue;
+        if (f === 'signed_in') toast(`Signed in to ${s.name}.`);
+        else toast(`Sign-in to ${s.name} failed: ${(st.flow && st.flow.error) || 'no reason given'}`, 'error');
+        break;
+      }
+    } catch (e) {
+      if (tab) tab.close();
+      toast(`Sign-in to ${s.name} failed: ${messageOf(e)}`, 'error');
+    } finally {
+      start.disabled = false;
+    }
+  } } }, state === 'signed_in' ? 'Sign in again' : 'Sign in');
+  out.append(label, start);
+  if (state === 'signed_in') {
+    out.append(h('button', { type: 'button', on: { click: async () => {
+      try { await vdel(`/v1/mcp/servers/${seg(s.name)}/auth`); toast(`Signed out of ${s.name}.`); } catch (e) { toast(messageOf(e), 'error'); }
+    } } }, 'Sign out'));
+  }
+  if (state === 'needs_sign_in') out.append(cli(`coffer mcp auth ${s.name}`));
+  return out;
 }
 
 async function loadCaps(el, s) {

@@ -43,8 +43,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::jsonrpc::UPSTREAM_UNAVAILABLE;
 use crate::mcp::upstream::{Core, MAX_FRAME, UpstreamError, trim_line};
+use oauth::{AuthError, ServerAuth};
 
 mod legacy;
+pub mod oauth;
 mod sse;
 #[cfg(test)]
 mod tests;
@@ -146,6 +148,9 @@ struct Inner {
     confirmed: AtomicBool,
     /// The legacy transport's `POST` endpoint, once its SSE stream named it.
     endpoint: tokio::sync::OnceCell<Url>,
+    /// The server's OAuth state, unless its registration sets `Authorization` itself (then a
+    /// `401` is that credential's problem, not a sign-in to offer).
+    auth: Option<Arc<ServerAuth>>,
 }
 
 impl HttpTransport {
@@ -156,7 +161,10 @@ impl HttpTransport {
     /// A message (never quoting a header value or the URL) when the URL is missing, not
     /// `http://` or `https://`, or a header name or
     /// value is not valid HTTP or names a header the transport sets itself.
-    pub fn new(server: &McpServer, core: Arc<Core>) -> Result<Self, String> {
+    ///
+    /// `auth`: the server's OAuth state ([`oauth`]): its access token goes in `Authorization`
+    /// and a `401` refreshes it; ignored when the registration configures `Authorization`.
+    pub fn new(server: &McpServer, core: Arc<Core>, auth: Option<Arc<ServerAuth>>) -> Result<Self, String> {
         let url = parse_url(&server.url)?;
         let legacy = legacy::chosen(server, &url);
         let mut headers = HeaderMap::new();
@@ -192,6 +200,7 @@ impl HttpTransport {
             .build()
             .map_err(|e| format!("HTTP client: {e}"))?;
         let shown_url = shown_url(&url);
+        let auth = auth.filter(|_| !headers.contains_key(reqwest::header::AUTHORIZATION));
         Ok(Self {
             inner: Arc::new(Inner {
                 core,
@@ -209,6 +218,7 @@ impl HttpTransport {
                 legacy: AtomicBool::new(legacy),
                 confirmed: AtomicBool::new(false),
                 endpoint: tokio::sync::OnceCell::new(),
+                auth,
             }),
             tasks: Mutex::new(JoinSet::new()),
             listening: AtomicBool::new(false),
@@ -331,6 +341,23 @@ enum Checked {
 }
 
 impl Inner {
+    /// [`Inner::request`] with the OAuth access token (when the server has a grant), and the
+    /// token sent.
+    ///
+    /// # Errors
+    /// The server needs sign-in, or its token could not be refreshed.
+    async fn authorized(
+        &self,
+        method: Method,
+    ) -> Result<(reqwest::RequestBuilder, bool, Option<SecretString>), AuthError> {
+        let token = match &self.auth {
+            Some(a) => a.bearer().await?,
+            None => None,
+        };
+        let (rb, had_session) = self.request(method);
+        Ok((with_bearer(rb, token.as_ref()), had_session, token))
+    }
+
     /// A request builder carrying the configured headers, the session id and the protocol
     /// version; and whether it carries a session id (a 404 then means the session expired).
     fn request(&self, method: Method) -> (reqwest::RequestBuilder, bool) {
@@ -354,30 +381,57 @@ impl Inner {
         accepted: Option<oneshot::Sender<()>>,
         mirror: Option<Box<Mirror>>,
     ) {
-        let (mut rb, had_session) = self.request(Method::POST);
+        let (rb, had_session, token) = match self.authorized(Method::POST).await {
+            Ok(r) => r,
+            Err(e) => return self.auth_failed(request_id, e),
+        };
         let stateless = mirror.is_some();
-        if let Some(m) = mirror {
-            rb = rb.header(MCP_PROTOCOL_VERSION, m.version);
-            if let Ok(v) = HeaderValue::from_str(&m.method) {
-                rb = rb.header(MCP_METHOD, v);
+        let finish = |mut rb: reqwest::RequestBuilder, body: String| {
+            if let Some(m) = &mirror {
+                rb = rb.header(MCP_PROTOCOL_VERSION, m.version);
+                if let Ok(v) = HeaderValue::from_str(&m.method) {
+                    rb = rb.header(MCP_METHOD, v);
+                }
+                if let Some(v) = m.name.as_deref().and_then(|n| HeaderValue::from_str(n).ok()) {
+                    rb = rb.header(MCP_NAME, v);
+                }
             }
-            if let Some(v) = m.name.and_then(|n| HeaderValue::from_str(&n).ok()) {
-                rb = rb.header(MCP_NAME, v);
-            }
-        }
+            rb.header(CONTENT_TYPE, JSON).header(ACCEPT, ACCEPT_POST).body(body)
+        };
         // Kept until the server proved it speaks Streamable HTTP, to re-send over the legacy
         // transport if it turns out not to.
         let first = (!had_session && !self.confirmed.load(Ordering::Acquire)).then(|| body.clone());
-        let rb = rb.header(CONTENT_TYPE, JSON).header(ACCEPT, ACCEPT_POST).body(body);
-        let resp = match rb.send().await {
+        let mut resp = match finish(rb, body.clone()).send().await {
             Ok(r) => r,
             Err(e) => return self.send_failed(request_id, e),
         };
-        if let Some(body) = first
+        if let Some(first) = first
             && self.detects_legacy(resp.status(), had_session)
         {
             self.switch_to_legacy(resp.status());
-            return self.legacy_post(body, request_id, accepted, stateless).await;
+            return self.legacy_post(first, request_id, accepted, stateless).await;
+        }
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            // MCP 2025-11-25 basic/authorization §Token Handling: a refused (expired, revoked)
+            // token is refreshed once and the request sent again; a second refusal, or no
+            // way to refresh, means only a new sign-in helps.
+            let challenged = bearer_challenged(&resp);
+            let Some(auth) = self.auth.clone().filter(|_| challenged || token.is_some()) else {
+                return self.refused_unauthorized(resp, request_id).await;
+            };
+            let fresh = match auth.rejected(token.as_ref()).await {
+                Ok(t) => t,
+                Err(e) => return self.auth_failed(request_id, e),
+            };
+            let (rb, _) = self.request(Method::POST);
+            resp = match finish(with_bearer(rb, Some(&fresh)), body).send().await {
+                Ok(r) => r,
+                Err(e) => return self.send_failed(request_id, e),
+            };
+            if resp.status() == StatusCode::UNAUTHORIZED {
+                let e = auth.refused_after_refresh().await;
+                return self.auth_failed(request_id, e);
+            }
         }
         if resp.status().is_success() {
             self.confirmed.store(true, Ordering::Release);
@@ -429,6 +483,32 @@ impl Inner {
         if let Some(id) = request_id {
             self.core.fail(id, UPSTREAM_UNAVAILABLE, &msg);
         }
+    }
+
+    /// The request cannot be authorized: a server that needs sign-in is closed with that reason
+    /// (every request in flight fails with it, and a start fails naming the command to run);
+    /// a refresh that failed for now fails this request only.
+    fn auth_failed(&self, request_id: Option<u64>, e: AuthError) {
+        match &e {
+            AuthError::NeedsSignIn { .. } => {
+                tracing::warn!(server = %self.core.server, url = %self.shown_url, error = %e, "Upstream needs sign-in.");
+                self.close_core(&e.to_string());
+                self.cancel.cancel();
+            }
+            AuthError::Unavailable { .. } => match request_id {
+                Some(id) => self.core.fail(id, UPSTREAM_UNAVAILABLE, &e.to_string()),
+                None => tracing::warn!(server = %self.core.server, error = %e, "Upstream did not take a notification."),
+            },
+        }
+    }
+
+    /// A `401` that is not about OAuth (the configured `Authorization` was refused, or the
+    /// server sent no `Bearer` challenge): reported like any refusal.
+    async fn refused_unauthorized(&self, resp: Response, request_id: Option<u64>) {
+        let status = resp.status();
+        let ctype = content_type(&resp);
+        let snippet = self.snippet(resp, &ctype).await;
+        self.refused(status, &ctype, &snippet, request_id);
     }
 
     /// A request could not be sent or got no HTTP answer.
@@ -566,6 +646,12 @@ impl Inner {
             return;
         }
         let (rb, _) = self.request(Method::DELETE);
+        // A token that is at hand is sent; a DELETE never waits for a refresh.
+        let token = match &self.auth {
+            Some(a) => tokio::time::timeout(DELETE_TIMEOUT, a.bearer()).await.ok().and_then(Result::ok).flatten(),
+            None => None,
+        };
+        let rb = with_bearer(rb, token.as_ref());
         match tokio::time::timeout(DELETE_TIMEOUT, rb.send()).await {
             Ok(Ok(resp)) => {
                 tracing::debug!(server = %self.core.server, status = resp.status().as_u16(), "Upstream session deleted.")
@@ -630,6 +716,24 @@ impl Inner {
         }
         if out.is_empty() { "(empty body)".into() } else { out }
     }
+}
+
+/// `rb` with `Authorization: Bearer <token>` (RFC 6750 §2.1, marked sensitive) when there is
+/// a token.
+fn with_bearer(rb: reqwest::RequestBuilder, token: Option<&SecretString>) -> reqwest::RequestBuilder {
+    match token.and_then(|t| HeaderValue::from_str(&format!("Bearer {}", t.expose_secret())).ok()) {
+        Some(mut v) => {
+            v.set_sensitive(true);
+            rb.header(reqwest::header::AUTHORIZATION, v)
+        }
+        None => rb,
+    }
+}
+
+/// Whether a `401` carries a `Bearer` challenge (RFC 6750 §3).
+fn bearer_challenged(resp: &Response) -> bool {
+    let values = resp.headers().get_all(reqwest::header::WWW_AUTHENTICATE);
+    oauth::discovery::bearer_challenge(values.iter().filter_map(|v| v.to_str().ok())).is_some()
 }
 
 /// Parses and checks an upstream URL.

@@ -73,7 +73,7 @@ impl Inner {
     async fn resume(&self, last: &str) -> Result<Response, String> {
         let server = &self.core.server;
         let last = HeaderValue::from_str(last).map_err(|_| format!("upstream {server} sent an unusable event id"))?;
-        let (rb, had_session) = self.request(Method::GET);
+        let (rb, had_session, _) = self.authorized(Method::GET).await.map_err(|e| e.to_string())?;
         let resp = match rb.header(ACCEPT, EVENT_STREAM).header(LAST_EVENT_ID, last).send().await {
             Ok(r) => r,
             Err(e) => {
@@ -162,7 +162,13 @@ impl Inner {
             if !self.core.is_alive() {
                 return;
             }
-            let (rb, had_session) = self.request(Method::GET);
+            let (rb, had_session) = match self.authorized(Method::GET).await {
+                Ok((rb, had_session, _)) => (rb, had_session),
+                Err(e) => {
+                    tracing::debug!(server = %server, error = %e, "No GET stream: the upstream's token is not usable.");
+                    return;
+                }
+            };
             let mut rb = rb.header(ACCEPT, EVENT_STREAM);
             if let Some(last) = parser.last_event_id()
                 && let Ok(v) = HeaderValue::from_str(last)

@@ -205,6 +205,7 @@ async fn start(url: &str) -> Result<(Arc<Upstream>, EventQueue), UpstreamError> 
         WAIT,
         Vec::new(),
         Some(crate::mcp::upstream::era::Era::Legacy),
+        None,
     )
     .await?;
     Ok((up, rx))
@@ -492,16 +493,16 @@ fn configuration_errors_never_quote_values() {
     let core = Core::new("fake", tx);
     let mut s = server("http://127.0.0.1:1/mcp");
     s.headers.insert("X-Bad".into(), format!("{SECRET}\n"));
-    let err = HttpTransport::new(&s, core.clone()).err().unwrap();
+    let err = HttpTransport::new(&s, core.clone(), None).err().unwrap();
     assert_eq!(err, "the value of header \"X-Bad\" is not valid");
     let mut s = server("http://127.0.0.1:1/mcp");
     s.headers.insert("Mcp-Session-Id".into(), "x".into());
-    assert!(HttpTransport::new(&s, core.clone()).err().unwrap().contains("set by the transport"));
+    assert!(HttpTransport::new(&s, core.clone(), None).err().unwrap().contains("set by the transport"));
     assert_eq!(
-        HttpTransport::new(&server("ftp://h/x"), core.clone()).err().unwrap(),
+        HttpTransport::new(&server("ftp://h/x"), core.clone(), None).err().unwrap(),
         "url scheme \"ftp\" is not supported (use http:// or https://)"
     );
-    assert_eq!(HttpTransport::new(&server(""), core).err().unwrap(), "no url is configured");
+    assert_eq!(HttpTransport::new(&server(""), core, None).err().unwrap(), "no url is configured");
     let url = Url::parse("http://user:pw@host:1/mcp?key=k#frag").unwrap();
     assert_eq!(shown_url(&url), "http://host:1/mcp");
 }
@@ -509,7 +510,7 @@ fn configuration_errors_never_quote_values() {
 #[test]
 fn sanitize_quotes_json_rpc_errors_and_cuts_long_bodies() {
     let (tx, _rx) = events(EVENT_QUEUE);
-    let t = HttpTransport::new(&server("http://127.0.0.1:1/mcp"), Core::new("fake", tx)).unwrap();
+    let t = HttpTransport::new(&server("http://127.0.0.1:1/mcp"), Core::new("fake", tx), None).unwrap();
     let body =
         br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: Unsupported protocol version"}}"#;
     assert_eq!(t.inner.sanitize(body, JSON), "Bad Request: Unsupported protocol version");
