@@ -812,9 +812,16 @@ mod tests {
                 .as_str(),
             "http"
         );
+        // The legacy HTTP+SSE transport (MCP 2024-11-05) is chosen by name.
+        assert_eq!(
+            check_transport_fields(&create(json!({"name": "a", "transport": "sse", "url": "http://x"})))
+                .unwrap()
+                .as_str(),
+            "sse"
+        );
         for bad in [
             json!({"name": "a"}),
-            json!({"name": "a", "transport": "sse", "url": "http://x"}),
+            json!({"name": "a", "transport": "sse"}),
             json!({"name": "a", "command": "x", "url": "http://x"}),
             json!({"name": "a", "command": "x", "headers": {"a": "b"}}),
             json!({"name": "a", "url": "http://x", "args": ["y"]}),

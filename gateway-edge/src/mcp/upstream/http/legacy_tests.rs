@@ -150,7 +150,7 @@ async fn start(url: &str, hint: Option<Era>) -> Result<(Arc<Upstream>, EventQueu
     let params =
         json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}});
     let home = CofferHome::at(PathBuf::from("/nonexistent-coffer-home"));
-    let up = Upstream::start(&server, &home, &params, tx, WAIT, Vec::new(), hint).await?;
+    let up = Upstream::start(&server, &home, &params, tx, WAIT, Vec::new(), hint, None).await?;
     Ok((up, rx))
 }
 
