@@ -127,7 +127,7 @@ async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> any
     // Debug logging everywhere, so the scan covers what only debug lines would say.
     let home = TestHome::builder().log_filter("debug").build()?;
     let api = home.start_daemon().await?;
-    let (_peer, base) = start_peer(&home)?;
+    let (mut peer, base) = start_peer(&home)?;
     let url = format!("{base}/mcp");
 
     // Registering it says it needs sign-in, and how.
@@ -219,6 +219,9 @@ async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> any
     // and after the stop.
     let (found, _) = files_containing(home.root(), &issued)?;
     ensure!(found.is_empty(), "files hold tokens while the daemon runs: {found:?}");
+    // The peer is a process of the home too: end it first, then stop the daemon.
+    peer.kill()?;
+    peer.wait()?;
     home.terminate_daemon(Duration::from_secs(30)).await?;
     let (found, scanned) = files_containing(home.root(), &issued)?;
     ensure!(found.is_empty(), "files hold tokens after the stop: {found:?}");
