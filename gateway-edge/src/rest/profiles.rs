@@ -157,6 +157,13 @@ pub fn check_spec(spec: &ProfileSpec) -> Result<(), ApiError> {
             if !valid_override_name(name) {
                 return Err(invalid(f, format!("{at}.name {:?} must match ^[a-zA-Z0-9_-]{{1,64}}$", shown(name))));
             }
+            // Coffer's own tools keep their names: a rename onto one would be shadowed by it.
+            if name.starts_with("coffer__") {
+                return Err(invalid(
+                    f,
+                    format!("{at}.name {name:?} is reserved: names starting with coffer__ are Coffer's own tools"),
+                ));
+            }
             if let Some(other) = renamed.insert(name, key) {
                 return Err(invalid(
                     f,
@@ -369,6 +376,11 @@ mod tests {
                 json!({"overrides": {"git__a": {"name": "git__b"}, "git__b": {"description": "x"}}}),
                 "overrides[\"git__a\"].name",
                 "name of another tool",
+            ),
+            (
+                json!({"overrides": {"git__show": {"name": "coffer__search_tools"}}}),
+                "overrides[\"git__show\"].name",
+                "is reserved",
             ),
             (
                 json!({"overrides": {"git__a": {"hide_params": ["ok", " "]}}}),
