@@ -87,7 +87,6 @@ mod ui_modelset;
 mod ui_pages;
 mod ui_phone;
 mod ui_profiles;
-mod ui_registry;
 mod ui_remote;
 mod ui_session_key;
 mod ui_shell;
