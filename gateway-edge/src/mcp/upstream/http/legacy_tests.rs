@@ -19,7 +19,7 @@ use crate::mcp::upstream::era::Era;
 use crate::mcp::upstream::{EVENT_QUEUE, EventQueue, Reply, Upstream, UpstreamEvent, events};
 
 const SECRET: &str = "sk-legacy-secret-456";
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(30);
 
 /// How the fake names its endpoint.
 #[derive(Clone, Copy, PartialEq)]
