@@ -32,6 +32,7 @@ fn own(query: &str) -> Vec<(String, f64)> {
 /// Recall@3 the keyword ranker must reach on the set.
 const FLOOR: f64 = 0.9;
 
+#[derive(Clone)]
 struct Question {
     q: String,
     right: Vec<String>,
@@ -167,20 +168,8 @@ fn the_labelled_set_meets_its_floor_with_keywords_alone() {
         ("BM25, one concatenated text, + thesaurus", score(&names, &questions, |q| ids(plain.rank(q)))),
         ("**BM25F + thesaurus (shipped)**", score(&names, &questions, shipped)),
     ];
-    let subset = |f: &dyn Fn(&Question) -> bool| -> Vec<Question> {
-        questions
-            .iter()
-            .filter(|q| f(q))
-            .map(|q| Question {
-                q: q.q.clone(),
-                right: q.right.clone(),
-                paraphrase: q.paraphrase,
-                held_out: q.held_out,
-                untuned: q.untuned,
-                fresh: q.fresh,
-            })
-            .collect()
-    };
+    let subset =
+        |f: &dyn Fn(&Question) -> bool| -> Vec<Question> { questions.iter().filter(|q| f(q)).cloned().collect() };
     let paraphrases = subset(&|q| q.paraphrase);
     let held_out = subset(&|q| q.held_out);
     let tuned = subset(&|q| !q.held_out);
@@ -362,18 +351,7 @@ async fn with_a_real_embeddings_model_when_one_is_given() {
         "| hybrid: BM25F + thesaurus, RRF with embeddings | {:.3} | {:.3} | {:.3} |",
         hybrid.0, hybrid.1, hybrid.2
     );
-    let fresh: Vec<Question> = questions
-        .iter()
-        .filter(|q| q.fresh)
-        .map(|q| Question {
-            q: q.q.clone(),
-            right: q.right.clone(),
-            paraphrase: q.paraphrase,
-            held_out: q.held_out,
-            untuned: q.untuned,
-            fresh: q.fresh,
-        })
-        .collect();
+    let fresh: Vec<Question> = questions.iter().filter(|q| q.fresh).cloned().collect();
     let fresh_semantic = score(&names, &fresh, |q| by_query[q].clone());
     let fresh_hybrid = score(&names, &fresh, |q| {
         let keyword: Vec<usize> = index.rank(q).into_iter().map(|(i, _)| i).collect();
