@@ -258,5 +258,21 @@ async fn connect_with_a_profile_writes_it_for_every_client() -> anyhow::Result<(
     let out = cli_env(&home, &["connect", "cursor", "--profile", "Work!"], &env).await?;
     ensure!(out.code != Some(0) && out.stderr.contains("--profile: profile name \"Work!\""), "{out}");
     assert_eq!(std::fs::read(user.join(".cursor/mcp.json"))?, before);
+    // No daemon ran so far, and none was started for a check: no warning above. With one
+    // running, a profile it does not have is written (it may be created later) with a warning.
+    ensure!(!cli_env(&home, &["connect", "cursor", "--profile", "work"], &env).await?.ok()?.stderr.contains("warning"));
+    home.start_daemon().await?;
+    let out = cli_env(&home, &["connect", "cursor", "--profile", "nosuch"], &env).await?.ok()?;
+    ensure!(
+        out.stderr.contains("warning: Coffer has no profile nosuch (it has: default)")
+            && out.stderr.contains("coffer profile create nosuch"),
+        "{out}"
+    );
+    assert_eq!(
+        read_json(&user.join(".cursor/mcp.json"))?["mcpServers"]["coffer"]["args"],
+        json!(["--profile", "nosuch"])
+    );
+    let out = cli_env(&home, &["connect", "cursor", "--profile", "default"], &env).await?.ok()?;
+    ensure!(!out.stderr.contains("warning"), "{out}");
     Ok(())
 }

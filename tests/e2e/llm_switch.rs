@@ -206,6 +206,9 @@ async fn claude_code_bound_to_a_connection_sends_its_traffic_there_with_the_conn
     let own = ClaudeCode::with_env([
         ("HOME", home.clone().into_os_string()),
         ("CLAUDE_CONFIG_DIR", home.join(".claude").into_os_string()),
+        // The home's private TMPDIR, as in `claude_unconfigured`: this COFFER_HOME is under /tmp,
+        // which the vault sandbox closes to the agent (Claude Code makes `$TMPDIR/claude-<uid>`).
+        ("TMPDIR", bench.home.env()["TMPDIR"].clone().into()),
         ("ANTHROPIC_BASE_URL", own_api.url.clone().into()),
         ("ANTHROPIC_API_KEY", "sk-ant-users-own-key".into()),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),

@@ -165,6 +165,13 @@ async fn hostile_profile_requests_get_envelopes_naming_the_field_and_write_nothi
             "not blank",
         ),
         (json!({"name": "w", "overrides": {"git__a": {"hide_params": "p"}}}), "INVALID_ARGUMENT", "", "hide_params"),
+        // A parameter the listed tool requires: never hidden, so refused rather than ignored.
+        (
+            json!({"name": "w", "overrides": {"coffer__search_knowledge": {"hide_params": ["kb", "query"]}}}),
+            "INVALID_ARGUMENT",
+            "overrides[\"coffer__search_knowledge\"].hide_params[1]",
+            "\"query\" is a required parameter of coffer__search_knowledge: a client must set it",
+        ),
         (json!({"name": "w", "colour": "red"}), "UNKNOWN_FIELD", "", "colour"),
         (json!({"name": "w", "servers": {"include": [], "only": []}}), "UNKNOWN_FIELD", "", "only"),
         (json!({"name": "w", "overrides": {"git__a": {"rename": "x"}}}), "UNKNOWN_FIELD", "", "rename"),

@@ -184,7 +184,25 @@ impl Outcome {
     }
 }
 
-/// Runs `coffer connect`. Never contacts the daemon.
+/// A warning on stderr when a running daemon has no profile `name` (the client would be refused
+/// at `initialize`): a typo is seen now, not at the client's next start. The profile may be
+/// created later, so it is not an error; no daemon running (never started for this) or a failed
+/// request: nothing is said.
+async fn warn_if_no_such_profile(ctx: &Ctx, name: &str) {
+    let Some(api) = ctx.detect_quietly().await else { return };
+    let Ok(resp) = api.get_raw("/v1/mcp/profiles").await else { return };
+    let Ok(page) = resp.json() else { return };
+    let known: Vec<&str> = page["items"].as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+    if !known.is_empty() && !known.contains(&name) {
+        output::eprint_line(&format!(
+            "warning: Coffer has no profile {name} (it has: {}); the client's sessions are refused until it exists (coffer profile create {name})",
+            known.join(", ")
+        ));
+    }
+}
+
+/// Runs `coffer connect`. Contacts the daemon only if it is running, to warn about a
+/// `--profile` it does not know.
 ///
 /// # Errors
 /// Exit 1 when the shim is missing, `$HOME` is unset, the client's file cannot be parsed
@@ -257,6 +275,9 @@ pub async fn run(ctx: &Ctx, a: ConnectArgs) -> Result<(), CliError> {
     };
     if let Some(b) = &backup {
         out.push_str(&format!("The file as it was before is kept as {}\n", b.display()));
+    }
+    if let Some(p) = a.profile.as_deref().filter(|_| !a.remove) {
+        warn_if_no_such_profile(ctx, p).await;
     }
     if outcome.changed() {
         out.push_str(&format!("Restart {client} to pick it up.\n"));

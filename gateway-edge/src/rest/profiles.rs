@@ -201,6 +201,47 @@ pub fn check_spec(spec: &ProfileSpec) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// How long a write waits for the tool lists [`check_required_not_hidden`] reads (the gateway's
+/// cached lists answer at once; a server that cannot be listed in time is not checked).
+const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Refuses an override that hides a parameter its tool requires (`inputSchema.required`, as the
+/// tool is listed now): such a parameter is never hidden (a client must set it), so the setting
+/// would be accepted and silently not applied. Tools not listed now are not checked (their
+/// server may be down or not added yet); the listing still skips such a parameter.
+///
+/// Errors: `INVALID_ARGUMENT` naming `overrides["<tool>"].hide_params[i]`, the parameter and the tool.
+async fn check_required_not_hidden(st: &AppState, headers: &HeaderMap, spec: &ProfileSpec) -> Result<(), ApiError> {
+    if spec.overrides.values().all(|o| o.hide_params.is_empty()) {
+        return Ok(());
+    }
+    let session = crate::rest::tools::rest_session(st, headers)?;
+    let Ok(listed) = tokio::time::timeout(LIST_WAIT, session.list_all(crate::mcp::session::ListKind::Tools)).await
+    else {
+        return Ok(());
+    };
+    for (key, o) in &spec.overrides {
+        let Some(tool) = listed.iter().find(|l| l.item["name"] == key.as_str()) else { continue };
+        let required: Vec<&str> = tool
+            .item
+            .pointer("/inputSchema/required")
+            .and_then(serde_json::Value::as_array)
+            .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some((i, p)) = o.hide_params.iter().enumerate().find(|(_, p)| required.contains(&p.as_str())) {
+            let f = format!("overrides[{key:?}].hide_params[{i}]");
+            return Err(invalid(
+                f.clone(),
+                format!(
+                    "{f} {:?} is a required parameter of {key}: a client must set it, so it cannot be hidden",
+                    shown(p)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A single-profile response with its `ETag`.
 fn with_etag(status: StatusCode, p: &StoredProfile) -> Response {
     let mut r = (status, Json(profile_view(p))).into_response();
@@ -239,6 +280,7 @@ async fn create(
     let (name, spec) = body.split();
     check_name(&name)?;
     check_spec(&spec)?;
+    check_required_not_hidden(&st, &headers, &spec).await?;
     let req = PutProfileRequest {
         name: name.clone(),
         spec_json: serde_json::to_string(&spec).expect("a spec serializes"),
@@ -271,6 +313,7 @@ async fn put(
 ) -> Result<Response, ApiError> {
     let expected = parse_if_match(&headers)?;
     check_spec(&spec)?;
+    check_required_not_hidden(&st, &headers, &spec).await?;
     let mut store = st.store.profiles.clone();
     if let Some(e) = expected {
         // Checked here too only for a helpful answer; the store checks again atomically.

@@ -26,7 +26,7 @@ use crate::state::AppState;
 
 /// The REST caller's broker session: the gateway's own (in-process), keyed by the acting party
 /// of the request, whose invocations it records.
-fn rest_session(st: &AppState, headers: &HeaderMap) -> Result<Lease, ApiError> {
+pub(crate) fn rest_session(st: &AppState, headers: &HeaderMap) -> Result<Lease, ApiError> {
     let actor = crate::rest::servers::actor(headers);
     st.gateway.broker.lease(Identity::Gateway, &actor, &actor).map_err(ApiError::internal)
 }

@@ -43,6 +43,7 @@ use crate::mcp::answer::Answer;
 use crate::mcp::builtin::search_tools::one_line;
 use crate::mcp::builtin::tool_rank::{ToolDoc, ToolIndex};
 use crate::mcp::builtin::{Caller, Invalid, Provider, Reply, input_schema};
+use crate::mcp::jsonrpc::INVALID_PARAMS;
 use crate::snapshot::{Kind, Snapshot};
 
 /// The meta tools' original names (exposed as `coffer__<name>`).
@@ -242,7 +243,15 @@ impl Provider for CallTool {
                     )));
                 }
             };
-            Ok(caller.call_tool(&a.name, args.as_deref()).await)
+            match caller.call_tool(&a.name, args.as_deref()).await {
+                // A name that names nothing is the model's mistake, answered as
+                // `coffer__describe_tool` answers it (a tool error with close names), not as the
+                // routed call's protocol error: a model reads tool errors, and retries on them.
+                Answer::Error(e) if e.code == INVALID_PARAMS && e.message.starts_with("Unknown tool") => {
+                    Err(unknown(CALL, &a.name, &caller.list_all_tools().await))
+                }
+                answer => Ok(answer),
+            }
         })
     }
 }
@@ -302,7 +311,15 @@ mod tests {
         }
         fn call_tool<'a>(&'a self, name: &'a str, arguments: Option<&'a str>) -> BoxFuture<'a, Answer> {
             self.calls.lock().unwrap().push((name.to_owned(), arguments.map(str::to_owned)));
-            Box::pin(async move { Answer::ok(json!({"content": [{"type": "text", "text": "called"}]})) })
+            // As a session's own tools/call answers a name it does not know.
+            let known = self.tools.iter().any(|t| t.0["name"] == name);
+            Box::pin(async move {
+                if known {
+                    Answer::ok(json!({"content": [{"type": "text", "text": "called"}]}))
+                } else {
+                    Answer::Error(crate::mcp::answer::RpcError::new(INVALID_PARAMS, format!("Unknown tool {name:?}")))
+                }
+            })
         }
     }
 
@@ -435,6 +452,15 @@ mod tests {
             assert!(e.starts_with("coffer__call_tool: ") && e.contains(says), "{args}: {e}");
         }
         assert_eq!(c.calls.lock().unwrap().len(), 3, "refused calls reach nothing");
+
+        // A name that names nothing: a tool error with close names, as describe_tool gives.
+        let e = out(CallTool.call(&c, Some(r#"{"name":"time__current_time"}"#)).await).unwrap_err();
+        assert!(
+            e.starts_with(
+                "coffer__call_tool: no tool is named \"time__current_time\". Close names: time__get_current_time"
+            ) && e.ends_with("Find tools with coffer__search_tools."),
+            "{e}"
+        );
     }
 
     /// Issue 36 §2's measure (`bench/lazy-tools.sh` prints it; docs/BENCHMARKS.md quotes it):

@@ -319,6 +319,19 @@ impl Session {
             let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, exposed).await?;
             return Ok((server, original, exposed.to_owned()));
         }
+        // A profile removed after the session started selects nothing: say so, instead of
+        // refusing each name as if it alone were disabled.
+        if self.view().removed() {
+            let profile = self.profile_name();
+            return Err(crate::mcp::answer::RpcError::new(
+                jsonrpc::TOOL_DISABLED,
+                format!(
+                    "Profile {profile} was removed after this session started: nothing is available through it. \
+                     Reconnect with another profile (coffer profile list shows them)."
+                ),
+            )
+            .with_data(json!({"profile": &*profile, "reason": "profile_removed"})));
+        }
         // Nothing of the view is held across the await: a call's future stays small.
         let name = if kind == ListKind::Tools {
             let holder = self.catalog.lookup(kind, exposed).map(|(server, _)| server);

@@ -67,7 +67,16 @@ async fn two_sessions_with_different_profiles_list_and_call_different_tools() {
     // The profile is removed: the session sees nothing and is refused everything.
     h.policy.send(Arc::new(make())).unwrap();
     assert!(b.list(ListKind::Tools).await.is_empty());
-    assert_eq!(error(call(&b, "fs__read", json!({})).await).code, TOOL_DISABLED);
+    let e = error(call(&b, "fs__read", json!({})).await);
+    assert_eq!(e.code, TOOL_DISABLED);
+    assert!(
+        e.message.starts_with("Profile reader was removed after this session started")
+            && e.message.contains("coffer profile list"),
+        "the refusal names the removed profile, not the tool: {}",
+        e.message
+    );
+    assert_eq!(e.data, Some(json!({"profile": "reader", "reason": "profile_removed"})));
+    assert_eq!(h.record().outcome.as_str(), "disabled");
     a.close().await;
     b.close().await;
 }
