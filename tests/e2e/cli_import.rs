@@ -136,8 +136,14 @@ async fn import_each_client_format() -> anyhow::Result<()> {
     )?;
     let (out, report) = import(&home, &mcp_json, &[]).await?;
     no_secret("the import report", &out.stdout)?;
-    assert_eq!(names(&report, "imported"), ["notes", "linear"]);
-    assert!(reason(&report, "invalid", "old").contains("Streamable HTTP"), "{report}");
+    assert_eq!(names(&report, "imported"), ["notes", "linear", "old"]);
+    // A `"type": "sse"` entry is a server of the legacy HTTP+SSE transport, which Coffer speaks.
+    let old = api.get("/v1/mcp/servers/old").reply().await?.ok_json()?;
+    assert_eq!(
+        (old["transport"].as_str(), old["url"].as_str()),
+        (Some("sse"), Some("http://127.0.0.1:9/sse")),
+        "{old}"
+    );
     let notes = api.get("/v1/mcp/servers/notes").reply().await?.ok_json()?;
     // A bare command is registered as given: each machine resolves it when the server starts.
     assert_eq!(notes["command"], "sh", "{notes}");

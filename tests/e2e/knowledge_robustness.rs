@@ -25,6 +25,17 @@ fn chmod(p: &std::path::Path, mode: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Adds `dir` as the knowledge base `notes` over REST.
+async fn add_notes(api: &coffer_tests::Api, dir: &std::path::Path) -> anyhow::Result<()> {
+    let r = api
+        .request(reqwest::Method::POST, "/v1/knowledge")
+        .json(&json!({"name": "notes", "path": dir}))
+        .reply()
+        .await?;
+    ensure!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text);
+    Ok(())
+}
+
 async fn info(c: &Client) -> anyhow::Result<coffer_proto::retrieval::KnowledgeBaseInfo> {
     Ok(c.clone().get_knowledge_base(KnowledgeBaseName { name: "notes".into() }).await?.into_inner())
 }
@@ -41,12 +52,7 @@ async fn an_unreadable_folder_or_file_is_that_kb_s_error_and_the_rest_stays_watc
     chmod(&dir.join("secret.md"), 0o000)?;
     let api = home.start_daemon().await?;
     let c = client(&api).await?;
-    let r = api
-        .request(reqwest::Method::POST, "/v1/knowledge")
-        .json(&json!({"name": "notes", "path": dir}))
-        .reply()
-        .await?;
-    ensure!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text);
+    add_notes(&api, &dir).await?;
     let first = indexed(&c, "notes", 1, None).await?;
 
     // The pass ends idle, not failed; both problems are the KB's errors, by path; the watcher
@@ -113,12 +119,7 @@ async fn an_idle_kb_is_rescanned_periodically() -> anyhow::Result<()> {
     write(&dir.join("a.md"), "# A\n\naardvark\n")?;
     let api = home.start_daemon().await?;
     let c = client(&api).await?;
-    let r = api
-        .request(reqwest::Method::POST, "/v1/knowledge")
-        .json(&json!({"name": "notes", "path": dir}))
-        .reply()
-        .await?;
-    ensure!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text);
+    add_notes(&api, &dir).await?;
     let first = indexed(&c, "notes", 1, Some(1)).await?;
     let job = first.progress.unwrap_or_default().job;
     let r = api
@@ -152,12 +153,7 @@ async fn hidden_folders_are_counted_the_index_size_is_reported_and_a_removal_giv
     write(&dir.join(".git/HEAD.md"), "ref\n")?;
     let api = home.start_daemon().await?;
     let c = client(&api).await?;
-    let r = api
-        .request(reqwest::Method::POST, "/v1/knowledge")
-        .json(&json!({"name": "notes", "path": dir}))
-        .reply()
-        .await?;
-    ensure!(r.status == 201 || r.status == 200, "{} {}", r.status, r.text);
+    add_notes(&api, &dir).await?;
     indexed(&c, "notes", 1, Some(NOTES as u64)).await?;
     // The size is measured again at most every 2 s while the index changes.
     let kb = wait_for("the index size measured after the pass", Duration::from_secs(10), || async {

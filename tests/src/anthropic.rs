@@ -152,11 +152,7 @@ impl FakeAnthropic {
             .route("/v1/messages/count_tokens", axum::routing::post(count_tokens))
             .fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(error("not_found_error", "no such endpoint"))) })
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = crate::http::serve_on_loopback(app).await?;
         Ok(Self { url, inner, task })
     }
 

@@ -88,11 +88,7 @@ impl FakeRegistry {
             .route("/v0.1/servers", axum::routing::get(list))
             .route("/v0.1/servers/{name}/versions/{version}", axum::routing::get(version))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = crate::http::serve_on_loopback(app).await?;
         Ok(Self { url, shared, task })
     }
 

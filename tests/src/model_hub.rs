@@ -39,11 +39,7 @@ impl FakeHub {
         let app = axum::Router::new()
             .route("/{owner}/{name}/resolve/{rev}/{file}", axum::routing::get(file))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = crate::http::serve_on_loopback(app).await?;
         Ok(Self { url, inner, task })
     }
 

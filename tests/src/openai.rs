@@ -113,11 +113,8 @@ impl FakeOpenAi {
                 (StatusCode::NOT_FOUND, axum::Json(error_body(&format!("no such endpoint {uri}"), "not_found")))
             })
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/v1", listener.local_addr()?);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = crate::http::serve_on_loopback(app).await?;
+        let url = format!("{url}/v1");
         Ok(Self { url, inner, task })
     }
 

@@ -121,7 +121,9 @@ async fn a_model_is_fetched_with_progress_then_resumed_after_a_cut_and_embeds_li
     assert!(e.to_string().contains("retrieval.embeddings.model_dir"), "{e}");
     assert!(!folder.join("model.safetensors").exists(), "no half file under the real name");
     let part = std::fs::metadata(folder.join("model.safetensors.part")).unwrap().len();
-    assert!((10 << 20..90_868_376).contains(&part), "{part}");
+    // What reached the file before the cut: some of the weights, not all (the bytes in
+    // flight when the connection dropped may be lost; the resume asks for the rest of the file).
+    assert!((1..90_868_376).contains(&part), "{part}");
     assert!(folder.join("config.json").is_file() && folder.join("tokenizer.json").is_file());
     // Second try resumes from the partial file.
     seen.clear();
