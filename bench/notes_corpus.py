@@ -14,7 +14,8 @@ Usage:
 
 How the files were chosen (--refresh): every `*.md` of 1 KiB or more under a crate's folder,
 leaving out changelogs, licences, codes of conduct, contribution and security policies, release
-notes and anything under tests/, benches/, fixtures/ or testdata/ (boilerplate, not notes); one
+notes and anything under tests/, benches/, fixtures/, testdata/ or a hidden folder (boilerplate,
+not notes; Coffer skips hidden folders); one
 version per crate (the highest, so two versions of syn give one set of files); files whose text
 is identical to one already taken are skipped. The lock pins each file as
 `<crate>-<version>/<path> <sha256>`.
@@ -30,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 LOCK = HERE / "notes-corpus.lock"
 SKIP = re.compile(
     r"(changelog|changes|history|license|licence|code[_-]of[_-]conduct|contributing|security|releases?"
-    r"|release[_-]notes)[^/]*\.md$|(^|/)(tests?|benches|fixtures?|testdata)/",
+    r"|release[_-]notes)[^/]*\.md$|(^|/)(tests?|benches|fixtures?|testdata|\.[^/]*)/",
     re.IGNORECASE,
 )
 MIN_BYTES = 1024
