@@ -2878,7 +2878,8 @@ mod tests {
         assert_eq!(cached.len() as i64, vectors);
         assert_eq!(chunks, vectors);
         assert_eq!(cached[0].0, some, "the re-embedded chunk is the nearest");
-        assert!((cached[0].1 - 1.0).abs() < 1e-6);
+        // The stored 8-bit vector is ~1e-5 off the float one at 3 dimensions.
+        assert!((cached[0].1 - 1.0).abs() < 1e-4);
         // A fresh service loads the copy from the database: the same answer.
         let fresh = IndexService::new(s.db.clone());
         let loaded = answer(fresh.vector_query(Request::new(q.clone())).await.unwrap().into_inner());
@@ -2936,7 +2937,7 @@ mod tests {
         }
         let reopened = Db::open(&path).unwrap();
         let (sql, count, embedded) = reopened
-            .read(|c| {
+            .read(move |c| {
                 let n = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0));
                 Ok((
                     ddl(c),
