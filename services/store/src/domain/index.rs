@@ -1010,14 +1010,14 @@ impl VectorCache {
         match self.pos.get(&id) {
             Some(&i) => {
                 self.data[i * d..(i + 1) * d].copy_from_slice(&v);
-                self.q8[i * d..(i + 1) * d].copy_from_slice(&q);
+                self.q8[i * d..(i + 1) * d].copy_from_slice(q);
                 self.scale[i] = scale;
             }
             None => {
                 self.pos.insert(id, self.ids.len());
                 self.ids.push(id);
                 self.data.extend_from_slice(&v);
-                self.q8.extend_from_slice(&q);
+                self.q8.extend_from_slice(q);
                 self.scale.push(scale);
             }
         }
