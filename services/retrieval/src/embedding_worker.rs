@@ -14,7 +14,8 @@
 //!
 //! The batch size adapts to the measured latency ([`BatchSizer`]): it shrinks when a batch
 //! takes more than a quarter of the request time limit (half of it for the built-in engine's
-//! one-second goal) or times out — a timed-out batch is retried smaller, never dropped — and
+//! one-second goal, but never below one 16-sequence forward pass, whose throughput small
+//! batches lose) or times out — a timed-out batch is retried smaller, never dropped — and
 //! grows back toward `batch_size` while batches are quick. A vector of the wrong length or with
 //! NaN is refused before it reaches the store. An engine that fails is retried with exponential
 //! backoff; [`Embeddings::engine`] shows the state, the progress (chunks embedded, rate, batch
@@ -47,6 +48,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// waits long behind background indexing.
 const BUILTIN_BATCH_GOAL: Duration = Duration::from_millis(1000);
 /// Sequences per forward pass inside the built-in engine (sorted by length, so padding is small).
+/// Also the smallest batch the built-in engine is given: a pass of fewer sequences computes
+/// far fewer chunks per second (1 sequence: 4.6 chunks/s, 16: 64.7, on the same loaded machine,
+/// `docs/BENCHMARKS.md`), so shrinking the batch toward the latency goal on a busy machine
+/// made the first index ~15× slower (Cranfield: batch 2, ~1 chunk/s through the daemon).
 const BUILTIN_PASS: usize = 16;
 
 /// The built-in engine: one loaded model, one call at a time (a call already uses every core).
@@ -132,6 +137,7 @@ impl Ready {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchSizer {
     size: usize,
+    min: usize,
     max: usize,
     goal: Duration,
 }
@@ -140,7 +146,14 @@ impl BatchSizer {
     /// `max` chunks at most (at least 1), aiming at `goal` per batch.
     pub fn new(max: usize, goal: Duration) -> Self {
         let max = max.max(1);
-        Self { size: max, max, goal }
+        Self { size: max, min: 1, max, goal }
+    }
+
+    /// Never below `min` chunks (at most the setting): for an engine whose throughput collapses
+    /// with small batches, the goal gives way.
+    pub fn at_least(mut self, min: usize) -> Self {
+        self.min = min.clamp(1, self.max);
+        self
     }
 
     /// The size to send now.
@@ -150,11 +163,11 @@ impl BatchSizer {
 
     /// A batch of `n` chunks took `took`.
     pub fn took(&mut self, n: usize, took: Duration) {
-        if took > self.goal && self.size > 1 {
+        if took > self.goal && self.size > self.min {
             // Scale to the goal, at least halving.
             let per = took.as_secs_f64() / n.max(1) as f64;
             let fit = (self.goal.as_secs_f64() / per.max(1e-9)).floor() as usize;
-            self.size = fit.clamp(1, (self.size / 2).max(1));
+            self.size = fit.clamp(self.min, (self.size / 2).max(self.min));
         } else if took < self.goal / 2 && n >= self.size && self.size < self.max {
             self.size = (self.size + self.size.div_ceil(2)).min(self.max);
         }
@@ -162,7 +175,7 @@ impl BatchSizer {
 
     /// A batch timed out: halve.
     pub fn timed_out(&mut self) {
-        self.size = (self.size / 2).max(1);
+        self.size = (self.size / 2).max(self.min);
     }
 }
 
@@ -368,14 +381,15 @@ impl Embeddings {
         if !keep_ready {
             self.set(State::Starting);
         }
-        let (embedder, model, source, goal, concurrency) = match choice {
+        let (embedder, model, source, goal, concurrency, min_batch) = match choice {
             Choice::Endpoint => {
                 let embedder = self.endpoint(settings, credentials).await?;
-                (embedder, settings.model.clone(), settings.url.clone(), settings.timeout / 4, settings.concurrency)
+                (embedder, settings.model.clone(), settings.url.clone(), settings.timeout / 4, settings.concurrency, 1)
             }
             Choice::Builtin { dir, download } => {
                 let embedder = self.builtin(settings, &dir, download).await?;
-                (embedder, settings.builtin_model.clone(), dir.display().to_string(), BUILTIN_BATCH_GOAL, 1)
+                let source = dir.display().to_string();
+                (embedder, settings.builtin_model.clone(), source, BUILTIN_BATCH_GOAL, 1, BUILTIN_PASS)
             }
         };
         let dimension = match &embedder {
@@ -401,7 +415,7 @@ impl Embeddings {
         let ready = Arc::new(Ready { embedder, model, dimension, url: source });
         *self.ready.lock().expect("embeddings") = Some(ready.clone());
         self.set(State::Ready);
-        let mut sizer = BatchSizer::new(settings.batch_size, goal);
+        let mut sizer = BatchSizer::new(settings.batch_size, goal).at_least(min_batch);
         {
             let mut p = self.progress.lock().expect("embeddings");
             p.embedded = 0;
@@ -767,6 +781,18 @@ mod tests {
         let before = c.size();
         c.took(3, Duration::from_millis(10));
         assert_eq!(c.size(), before);
+        // The built-in engine's floor: slow batches do not take it below one forward pass.
+        let mut d = BatchSizer::new(32, Duration::from_secs(1)).at_least(16);
+        d.took(32, Duration::from_secs(8));
+        assert_eq!(d.size(), 16);
+        d.took(16, Duration::from_secs(8));
+        d.timed_out();
+        assert_eq!(d.size(), 16, "never below the floor");
+        assert_eq!(
+            BatchSizer::new(4, Duration::from_secs(1)).at_least(16).size(),
+            4,
+            "the floor is at most the setting"
+        );
     }
 
     #[test]

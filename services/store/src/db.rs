@@ -279,6 +279,12 @@ impl Db {
         }
         migrations.to_latest(&mut conn)?;
         record_applied(&conn, list)?;
+        // Derived data whose format changed without a migration (a `vec0` table's DDL depends
+        // on the configured dimension, which a SQL file cannot know).
+        let converted = crate::domain::index::upgrade_vectors_to_int8(&mut conn)?;
+        if converted > 0 {
+            tracing::info!(vectors = converted, "Stored the knowledge bases' vectors as 8-bit integers (once).");
+        }
         let head: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| r.get(0))?;
 
         let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1024);

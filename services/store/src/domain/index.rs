@@ -2,8 +2,9 @@
 //! `coffer-retrieval`, its only writer — knowledge bases' definitions (`kb_knowledge_bases`),
 //! documents (`kb_documents`, `kb_document_tags`), chunks (`kb_chunks`), the FTS5 keyword index
 //! (`kb_fts`, rowid = chunk id, holding its own copy of the normalized text so that bm25's statistics stay exact under deletes) and the sqlite-vec vector index (`kb_vectors`, a
-//! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id; its model and dimension in
-//! `kb_vector_config`).
+//! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id, each vector stored as
+//! 8-bit integers at unit scale ([`stored_i8`]: a quarter of the float bytes on disk); its model
+//! and dimension in `kb_vector_config`).
 //!
 //! Every write is one transaction on the store's writer thread; queries run on the reader pool,
 //! the searches' (`KeywordQuery`, `VectorQuery`, `LocateLines`) on the RPC's own thread
@@ -37,9 +38,10 @@
 //!   little, and scoring every row that holds it dominated the query).
 //! - **Vector.** `VectorQuery` scans the in-memory copy (loaded on first use, at most
 //!   `VECTOR_CACHE_MAX_BYTES`; beyond that sqlite-vec's KNN with over-fetch and an exact filtered
-//!   fallback) in two stages: every allowed row scored on an 8-bit copy of its vector (a quarter
-//!   of the bytes to stream), then the best `rescore_candidates` (4 × limit + 64) rescored exactly
-//!   in f32; the answer is their exact order (a test checks it equals the exact scan's on random
+//!   fallback) in two stages: every allowed row scored on its stored 8-bit vector (a quarter
+//!   of the bytes to stream), then the best `rescore_candidates` (4 × limit + 64) rescored
+//!   in f32 against the vectors those integers stand for (the stored vectors, not the floats the
+//!   embedder sent, which are not kept); the answer is their exact order (a test checks it equals the exact scan's on random
 //!   vectors). The 8-bit loop (`dot_rows_i8`) takes its AVX2 build when the CPU has it and splits
 //!   large scans over two threads; its dot products are exact integers on every path (a test
 //!   compares them). A filter by KBs alone leaves out the other KBs' chunks, found from the KB
@@ -771,9 +773,75 @@ fn rarer_terms(c: &Connection, df: &DocFreq, terms: &[String]) -> Result<Vec<Str
     Ok(if rare.is_empty() { terms.to_vec() } else { rare })
 }
 
-/// A vector as sqlite-vec's float32 blob (little-endian).
-fn vector_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// How a vector is stored in `kb_vectors` (`int8[dimension]`): scaled to unit length, then to
+/// 8-bit integers with its largest component at ±127 ([`quantize`]). A quarter of the float
+/// bytes; cosine similarity ignores the per-vector scale, so none is stored, and a similarity
+/// computed from the stored integers differs from the float one by about 1e-3 at 384
+/// dimensions (Cranfield's nDCG@10 is unchanged: `docs/BENCHMARKS.md`, "Index size").
+fn stored_i8(v: &[f32]) -> Vec<i8> {
+    quantize(&unit(v)).0
+}
+
+/// An 8-bit vector as sqlite-vec's int8 blob (pass it through `vec_int8(?)`).
+fn i8_blob(v: &[i8]) -> Vec<u8> {
+    v.iter().map(|x| x.to_le_bytes()[0]).collect()
+}
+
+/// An int8 blob of `kb_vectors` back as integers.
+fn blob_i8(b: &[u8]) -> Vec<i8> {
+    b.iter().map(|x| i8::from_le_bytes([*x])).collect()
+}
+
+/// Converts a `kb_vectors` written before vectors were stored as 8-bit integers
+/// (`float[N]`, up to session 46) in place: each vector read, quantized as [`stored_i8`], the
+/// table recreated as `int8[N]`. Nothing is re-embedded. Does nothing when there is no
+/// `kb_vectors` or it is already `int8`. Runs once at open, on the writer connection, in one
+/// transaction; returns how many vectors were converted.
+///
+/// # Errors
+/// [`StoreError`] when SQLite fails (the transaction is rolled back: the float table stays).
+pub fn upgrade_vectors_to_int8(conn: &mut Connection) -> Result<u64, StoreError> {
+    let sql: Option<String> = conn
+        .query_row("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'kb_vectors'", [], |r| r.get(0))
+        .optional()?;
+    let Some(sql) = sql else { return Ok(0) };
+    if !sql.contains("float[") {
+        return Ok(0);
+    }
+    let t = conn.transaction()?;
+    let Some((_, dimension)) = vector_config(&t)? else {
+        t.execute_batch("DROP TABLE kb_vectors")?;
+        t.commit()?;
+        return Ok(0);
+    };
+    let rows: Vec<(i64, Vec<i8>)> = {
+        let mut st = t.prepare("SELECT chunk_id, embedding FROM kb_vectors")?;
+        let rows = st.query_map([], |r| {
+            let blob: Vec<u8> = r.get(1)?;
+            let v: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            Ok((r.get::<_, i64>(0)?, stored_i8(&v)))
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    t.execute_batch("DROP TABLE kb_vectors")?;
+    t.execute_batch(&vectors_ddl(dimension))?;
+    {
+        let mut ins = t.prepare("INSERT INTO kb_vectors (chunk_id, embedding) VALUES (?1, vec_int8(?2))")?;
+        for (id, v) in &rows {
+            ins.execute(params![id, i8_blob(v)])?;
+        }
+    }
+    t.commit()?;
+    Ok(rows.len() as u64)
+}
+
+/// `CREATE VIRTUAL TABLE kb_vectors` for vectors of `dimension` (a validated integer:
+/// formatting it into the DDL is safe).
+fn vectors_ddl(dimension: u32) -> String {
+    format!(
+        "CREATE VIRTUAL TABLE kb_vectors USING vec0 (chunk_id integer primary key, embedding int8[{dimension}] \
+         distance_metric=cosine)"
+    )
 }
 
 /// [`StoreError::Invalid`] naming `field` unless `v` has `dimension` finite values, not all zero.
@@ -920,24 +988,36 @@ impl VectorCache {
         Self { dim, ids: vec![], data: vec![], q8: vec![], scale: vec![], pos: HashMap::new() }
     }
 
+    /// Keeps the vector of chunk `id` as it is stored ([`stored_i8`]), so that a copy kept in
+    /// step by writes and one loaded from the database answer alike.
     fn put(&mut self, id: i64, v: &[f32]) {
-        if v.len() != self.dim {
+        self.put_i8(id, &stored_i8(v));
+    }
+
+    /// Keeps a stored 8-bit vector: the integers for the scan, and the vector they stand for at
+    /// unit length (the rescoring's floats; `scale` maps the integers to it).
+    fn put_i8(&mut self, id: i64, q: &[i8]) {
+        if q.len() != self.dim {
             return;
         }
-        let v = unit(v);
-        let (q, scale) = quantize(&v);
+        let norm = q.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+        if norm == 0.0 {
+            return;
+        }
+        let v: Vec<f32> = q.iter().map(|x| (f64::from(*x) / norm) as f32).collect();
+        let scale = (1.0 / norm) as f32;
         let d = self.dim;
         match self.pos.get(&id) {
             Some(&i) => {
                 self.data[i * d..(i + 1) * d].copy_from_slice(&v);
-                self.q8[i * d..(i + 1) * d].copy_from_slice(&q);
+                self.q8[i * d..(i + 1) * d].copy_from_slice(q);
                 self.scale[i] = scale;
             }
             None => {
                 self.pos.insert(id, self.ids.len());
                 self.ids.push(id);
                 self.data.extend_from_slice(&v);
-                self.q8.extend_from_slice(&q);
+                self.q8.extend_from_slice(q);
                 self.scale.push(scale);
             }
         }
@@ -1168,8 +1248,7 @@ impl Vectors {
         while let Some(r) = rows.next()? {
             let id: i64 = r.get(0)?;
             let blob: Vec<u8> = r.get(1)?;
-            let v: Vec<f32> = blob.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            cache.put(id, &v);
+            cache.put_i8(id, &blob_i8(&blob));
         }
         Ok(Some((cache, generation)))
     }
@@ -1209,7 +1288,9 @@ fn sort_hits(hits: &mut [ChunkHit]) {
     });
 }
 
-/// `VectorQuery` on a reader: exact top `limit` by cosine distance, ties by KB, path, ordinal.
+/// `VectorQuery` on a reader: exact top `limit` by cosine distance between the stored 8-bit
+/// vectors and the query's (`blob`: [`stored_i8`] of the query, as [`i8_blob`]), ties by KB,
+/// path, ordinal.
 ///
 /// The KNN over `kb_vectors` fetches more than `limit` (more when filters are present) and
 /// filters in SQL; when that cannot prove the answer exact (fewer than `limit` survivors of a
@@ -1222,7 +1303,7 @@ fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<V
     let page: Vec<(Chunk, f64, bool)> = {
         let mut st = c.prepare_cached(&format!(
             "WITH knn AS MATERIALIZED (
-                 SELECT chunk_id, distance FROM kb_vectors WHERE embedding MATCH ?5 AND k = ?6)
+                 SELECT chunk_id, distance FROM kb_vectors WHERE embedding MATCH vec_int8(?5) AND k = ?6)
              SELECT {CHUNK_COLS}, knn.distance, {FILTER_SQL}
              FROM knn CROSS JOIN kb_chunks c CROSS JOIN kb_documents d
              WHERE c.id = knn.chunk_id AND d.id = c.document
@@ -1249,7 +1330,7 @@ fn vector_query(c: &Connection, blob: &[u8], f: &Filter, limit: u32) -> Result<V
         return Ok(hits);
     }
     let mut st = c.prepare_cached(&format!(
-        "SELECT {CHUNK_COLS}, vec_distance_cosine(v.embedding, ?5) AS distance
+        "SELECT {CHUNK_COLS}, vec_distance_cosine(v.embedding, vec_int8(?5)) AS distance
          FROM kb_documents d CROSS JOIN kb_chunks c CROSS JOIN kb_vectors v
          WHERE c.document = d.id AND c.embedded = 1 AND v.chunk_id = c.id AND {FILTER_SQL}
          ORDER BY distance, d.kb, d.path, c.ordinal
@@ -1597,7 +1678,7 @@ impl Index for IndexService {
                 validate_vector("embedding", &r.embedding, dimension)?;
                 match vectors.nearest(c, &r.embedding, &filter, limit)? {
                     Some(candidates) => candidate_hits(c, candidates, limit),
-                    None => vector_query(c, &vector_blob(&r.embedding), &filter, limit),
+                    None => vector_query(c, &i8_blob(&stored_i8(&r.embedding)), &filter, limit),
                 }
             })
             .await?;
@@ -1753,11 +1834,7 @@ fn configure_vectors(
         0
     };
     t.execute_batch("DROP TABLE IF EXISTS kb_vectors")?;
-    // The dimension is a validated integer: formatting it into the DDL is safe.
-    t.execute_batch(&format!(
-        "CREATE VIRTUAL TABLE kb_vectors USING vec0 (chunk_id integer primary key, embedding float[{dimension}] \
-         distance_metric=cosine)"
-    ))?;
+    t.execute_batch(&vectors_ddl(dimension))?;
     t.execute("UPDATE kb_chunks SET embedded = 0 WHERE embedded = 1", [])?;
     t.execute(
         "INSERT INTO kb_vector_config (id, model, dimension) VALUES (1, ?1, ?2)
@@ -1785,7 +1862,7 @@ fn put_embeddings(t: &Connection, vc: &Vectors, r: &PutEmbeddingsRequest) -> Res
     }
     let mut exists = t.prepare_cached("SELECT embedded FROM kb_chunks WHERE id = ?1")?;
     let mut del = t.prepare_cached("DELETE FROM kb_vectors WHERE chunk_id = ?1")?;
-    let mut ins = t.prepare_cached("INSERT INTO kb_vectors (chunk_id, embedding) VALUES (?1, ?2)")?;
+    let mut ins = t.prepare_cached("INSERT INTO kb_vectors (chunk_id, embedding) VALUES (?1, vec_int8(?2))")?;
     let mut mark = t.prepare_cached("UPDATE kb_chunks SET embedded = 1 WHERE id = ?1")?;
     let mut reply = PutEmbeddingsReply::default();
     for e in &r.embeddings {
@@ -1796,7 +1873,7 @@ fn put_embeddings(t: &Connection, vc: &Vectors, r: &PutEmbeddingsRequest) -> Res
         if embedded != 0 {
             del.execute([e.chunk_id])?;
         }
-        ins.execute(params![e.chunk_id, vector_blob(&e.vector)])?;
+        ins.execute(params![e.chunk_id, i8_blob(&stored_i8(&e.vector))])?;
         mark.execute([e.chunk_id])?;
         vc.put(e.chunk_id, &e.vector);
         reply.stored += 1;
@@ -2682,7 +2759,8 @@ mod tests {
             let db = s.db.clone();
             async move {
                 let f = Filter::new(filters.as_ref()).unwrap();
-                let hits = db.read(move |c| vector_query(c, &vector_blob(&[1.0, 0.0]), &f, limit)).await.unwrap();
+                let hits =
+                    db.read(move |c| vector_query(c, &i8_blob(&stored_i8(&[1.0, 0.0])), &f, limit)).await.unwrap();
                 hits.into_iter().map(|h| h.chunk.unwrap().ordinal).collect::<Vec<u32>>()
             }
         };
@@ -2800,7 +2878,8 @@ mod tests {
         assert_eq!(cached.len() as i64, vectors);
         assert_eq!(chunks, vectors);
         assert_eq!(cached[0].0, some, "the re-embedded chunk is the nearest");
-        assert!((cached[0].1 - 1.0).abs() < 1e-6);
+        // The stored 8-bit vector is ~1e-5 off the float one at 3 dimensions.
+        assert!((cached[0].1 - 1.0).abs() < 1e-4);
         // A fresh service loads the copy from the database: the same answer.
         let fresh = IndexService::new(s.db.clone());
         let loaded = answer(fresh.vector_query(Request::new(q.clone())).await.unwrap().into_inner());
@@ -2808,6 +2887,75 @@ mod tests {
         // Clearing the index empties it.
         s.client.clear_index(ClearIndexRequest::default()).await.unwrap();
         assert!(s.client.vector_query(q).await.unwrap().into_inner().hits.is_empty());
+    }
+
+    /// A database written before vectors were stored as 8-bit integers (`kb_vectors` as
+    /// `float[N]`) is converted when it is opened: every vector kept (nothing to re-embed), the
+    /// table now `int8[N]`, and vector queries answer as a database written in the new format.
+    #[tokio::test]
+    async fn a_float_vector_table_of_an_old_database_is_converted_at_open() {
+        let mut s = serve().await;
+        s.client.configure_vectors(ConfigureVectorsRequest { model: "m".into(), dimension: 8 }).await.unwrap();
+        for i in 0..5 {
+            let chunks = (0..4).map(|j| chunk(&[], (j + 1, j + 1), &format!("d{i} c{j}"))).collect();
+            s.upsert(doc("notes", &format!("d{i}.md"), chunks)).await;
+        }
+        let ids: Vec<i64> = {
+            let mut all = Vec::new();
+            for i in 0..5 {
+                all.extend(s.chunk_ids("notes", &format!("d{i}.md")).await.into_iter().map(|c| c.0));
+            }
+            all
+        };
+        let vector = |id: i64| -> Vec<f32> { (0..8).map(|k| ((id * 7 + k) as f32 * 0.37).sin()).collect() };
+        let embeddings = ids.iter().map(|&id| Embedding { chunk_id: id, vector: vector(id) }).collect();
+        s.client.put_embeddings(PutEmbeddingsRequest { model: "m".into(), dimension: 8, embeddings }).await.unwrap();
+        let q = VectorQueryRequest { embedding: vector(ids[3]), filters: None, limit: 10 };
+        let answer = |hits: ChunkHits| hits.hits.into_iter().map(|h| h.chunk.unwrap().id).collect::<Vec<_>>();
+        let new_format = answer(s.client.vector_query(q.clone()).await.unwrap().into_inner());
+        assert_eq!(new_format[0], ids[3]);
+        let ddl = |c: &Connection| -> String {
+            c.query_row("SELECT sql FROM sqlite_schema WHERE name = 'kb_vectors'", [], |r| r.get(0)).unwrap()
+        };
+
+        // The same vectors as the old code wrote them: a float table.
+        let path = s._dir.path().join("coffer.db");
+        {
+            #[allow(clippy::disallowed_methods)]
+            let c = Connection::open(&path).unwrap();
+            assert!(ddl(&c).contains("int8[8]"), "{}", ddl(&c));
+            c.execute_batch(
+                "DROP TABLE kb_vectors;
+                 CREATE VIRTUAL TABLE kb_vectors USING vec0 (chunk_id integer primary key, embedding float[8] \
+                 distance_metric=cosine)",
+            )
+            .unwrap();
+            for &id in &ids {
+                let blob: Vec<u8> = vector(id).iter().flat_map(|x| x.to_le_bytes()).collect();
+                c.execute("INSERT INTO kb_vectors (chunk_id, embedding) VALUES (?1, ?2)", params![id, blob]).unwrap();
+            }
+        }
+        let reopened = Db::open(&path).unwrap();
+        let (sql, count, embedded) = reopened
+            .read(move |c| {
+                let n = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0));
+                Ok((
+                    ddl(c),
+                    n("SELECT COUNT(*) FROM kb_vectors")?,
+                    n("SELECT COUNT(*) FROM kb_chunks WHERE embedded = 1")?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert!(sql.contains("int8[8]"), "{sql}");
+        assert_eq!((count, embedded), (ids.len() as i64, ids.len() as i64), "every vector kept, nothing to re-embed");
+        let fresh = IndexService::new(reopened.clone());
+        let converted = answer(fresh.vector_query(Request::new(q.clone())).await.unwrap().into_inner());
+        assert_eq!(converted, new_format);
+        // Opening it again changes nothing.
+        #[allow(clippy::disallowed_methods)]
+        let mut c = Connection::open(&path).unwrap();
+        assert_eq!(upgrade_vectors_to_int8(&mut c).unwrap(), 0);
     }
 
     /// The ranked path for a KB-only filter (rows of other KBs skipped as they come) answers

@@ -553,7 +553,7 @@ async fn main() -> Result<()> {
     let bins = std::env::var_os("COFFER_BENCH_BINS").map(PathBuf::from).unwrap_or_else(|| root.join("target/release"));
     let everything = root.join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const SECTIONS: [&str; 10] = [
+    const SECTIONS: [&str; 11] = [
         "daemon",
         "gateway",
         "sessions",
@@ -561,6 +561,7 @@ async fn main() -> Result<()> {
         "retrieval",
         "retrieval-quality",
         "retrieval-speed",
+        "retrieval-notes",
         "chat",
         "ui",
         "sandbox",
@@ -1001,9 +1002,12 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// The retrieval sections: `only` is `retrieval-quality`, `retrieval-speed`, or anything else
-/// for both.
+/// The retrieval sections: `only` is `retrieval-quality`, `retrieval-speed`, `retrieval-notes`
+/// (the paraphrase set, run only when named), or anything else for quality and speed.
 async fn retrieval_sections(root: &Path, bins: &Path, http: &reqwest::Client, only: Option<&str>) -> Result<()> {
+    if only == Some("retrieval-notes") {
+        return retrieval::notes(root, bins, http).await;
+    }
     if only != Some("retrieval-speed") {
         retrieval::quality(root, bins, http).await?;
     }

