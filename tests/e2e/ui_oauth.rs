@@ -31,6 +31,8 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     b.wait_for_text("dl.facts .last-error", "coffer mcp auth secure").await?;
 
     b.click_text("dl.facts button", "Sign in").await?;
+    // The daemon started the sign-in (the page says so once it has the URL).
+    b.wait_for_text("#toasts", "Sign in to secure in the new tab").await?;
     let flow = api.get("/v1/mcp/servers/secure/auth").reply().await?.ok_json()?;
     let redirect = flow["flow"]["redirect_uri"].as_str().context("no redirect_uri")?.to_owned();
     b.allow_origin(&redirect)?;
@@ -62,7 +64,9 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     b.screenshot("server-needs-sign-in-390").await?;
     b.set_viewport(1280, 800).await?;
 
+    b.eval("document.getElementById('toasts')?.replaceChildren(); return true;", vec![]).await?;
     b.click_text("dl.facts button", "Sign in").await?;
+    b.wait_for_text("#toasts", "Sign in to secure in the new tab").await?;
     let flow = api.get("/v1/mcp/servers/secure/auth").reply().await?.ok_json()?;
     b.allow_origin(flow["flow"]["redirect_uri"].as_str().context("no redirect_uri")?)?;
     b.wait_for_text("#toasts", "Signed in to secure.").await?;

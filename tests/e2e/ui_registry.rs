@@ -5,9 +5,9 @@
 //! package registry). Search, pick, fill a secret input, install: the server is registered, its
 //! secret is a credential, a client lists its tools. A hostile entry (markup in its title and
 //! description, a package name with shell metacharacters) renders inert and cannot be picked.
-//! Screenshots at 1280 and 360 px in `target/ui-screenshots/`.
+//! Screenshots at 1280, 390 and 360 px in `target/ui-screenshots/`.
 use anyhow::ensure;
-use coffer_tests::browser::Browser;
+use coffer_tests::browser::{Browser, keys};
 use coffer_tests::fake_registry::FakeRegistry;
 use coffer_tests::mcp::McpSession;
 use coffer_tests::{SendExt, TestHome, bin};
@@ -72,7 +72,7 @@ async fn ui_registry_search_pick_fill_and_install() -> anyhow::Result<()> {
     b.click_text(".vault-head button", "Install from registry").await?;
     b.wait_for("dialog[open] .registry-dialog").await?;
     b.fill("dialog[open] input[type=search]", "tiny").await?;
-    b.press("Enter").await?;
+    b.press(keys::ENTER).await?;
     b.wait_for_text("dialog[open] .registry-results", "A tiny MCP server for tests").await?;
     // The hostile entry is shown as text and cannot be picked.
     b.wait_for_text("dialog[open] .registry-item.unusable", "is not a valid npm name").await?;
@@ -84,7 +84,9 @@ async fn ui_registry_search_pick_fill_and_install() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!(inert, json!({"pwned": 0, "img": 0, "b": 0, "disabled": true}), "the hostile entry was not inert");
-    b.click_text("dialog[open] .registry-item label", "Tiny").await?;
+    b.shots("registry-results").await?;
+    // A user clicks the entry's title: its label picks the radio.
+    b.click_text("dialog[open] .registry-item label strong", "Tiny").await?;
     b.wait_for("dialog[open] [data-field=API_TOKEN] input[type=password]").await?;
     let hint =
         b.eval("return document.querySelector('dialog[open] [data-field=API_TOKEN]').innerText;", vec![]).await?;
@@ -103,6 +105,10 @@ async fn ui_registry_search_pick_fill_and_install() -> anyhow::Result<()> {
     b.wait_for_text("dialog[open] .dialog-error", "needs a value for API_TOKEN").await?;
     b.fill("dialog[open] [data-field=API_TOKEN] input", SECRET).await?;
     b.shots("registry-install-dialog").await?;
+    b.set_viewport(390, 844).await?;
+    ensure!(b.horizontal_overflow().await? <= 0, "the dialog overflows sideways at 390 px");
+    b.screenshot("registry-install-dialog-390").await?;
+    b.set_viewport(1280, 800).await?;
     b.click_text("dialog[open] button[type=submit]", "Install").await?;
     b.wait_until("location.search.includes('name=tiny')").await?;
     b.wait_for_text("#toasts", "tiny offers").await?;
