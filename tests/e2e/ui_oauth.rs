@@ -24,6 +24,8 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     // The sign-in tab goes to the peer (authorization endpoint) and the daemon's loopback
     // listener: both expected.
     b.allow_origin(&base)?;
+    // Its capabilities cannot be listed while it needs sign-in: the page says so (a 502).
+    b.allow_console("/v1/mcp/servers/secure/capabilities - Failed to load resource: the server responded with a status of 502");
     b.login(api.base_url(), api.token(), "servers").await?;
     b.goto("/ui/servers?name=secure").await?;
     b.wait_for_text("dl.facts", "not signed in").await?;
