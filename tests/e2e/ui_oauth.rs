@@ -25,7 +25,9 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     // listener: both expected.
     b.allow_origin(&base)?;
     // Its capabilities cannot be listed while it needs sign-in: the page says so (a 502).
-    b.allow_console("/v1/mcp/servers/secure/capabilities - Failed to load resource: the server responded with a status of 502");
+    b.allow_console(
+        "/v1/mcp/servers/secure/capabilities - Failed to load resource: the server responded with a status of 502",
+    );
     b.login(api.base_url(), api.token(), "servers").await?;
     b.goto("/ui/servers?name=secure").await?;
     b.wait_for_text("dl.facts", "not signed in").await?;
@@ -41,7 +43,10 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     b.wait_for_text("#toasts", "Signed in to secure.").await?;
     let auth = api.get("/v1/mcp/servers/secure/auth").reply().await?.ok_json()?;
     assert_eq!(auth["state"], "signed_in", "{auth}");
-    let r = api.post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "hi"}})).reply().await?;
+    let r = api
+        .post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "hi"}}))
+        .reply()
+        .await?;
     ensure!(r.text.contains("Echo: hi"), "{}", r.text);
     b.refresh().await?;
     b.wait_for_text("dl.facts", "signed in").await?;
@@ -51,7 +56,10 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     // Revoked: the next call is refused, the page says "needs sign-in" and how.
     peer_post(&base, "/test/revoke").await?;
     peer_post(&base, "/test/expire").await?;
-    let r = api.post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "x"}})).reply().await?;
+    let r = api
+        .post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "x"}}))
+        .reply()
+        .await?;
     ensure!(r.text.contains("needs sign-in"), "{}", r.text);
     b.refresh().await?;
     b.wait_for_text("dl.facts .last-error", "needs sign-in (its refresh was refused").await?;
@@ -72,7 +80,10 @@ async fn ui_server_page_signs_in_and_shows_needs_sign_in() -> anyhow::Result<()>
     let flow = api.get("/v1/mcp/servers/secure/auth").reply().await?.ok_json()?;
     b.allow_origin(flow["flow"]["redirect_uri"].as_str().context("no redirect_uri")?)?;
     b.wait_for_text("#toasts", "Signed in to secure.").await?;
-    let r = api.post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "again"}})).reply().await?;
+    let r = api
+        .post_json("/v1/tools/call", &json!({"name": "secure__echo", "arguments": {"message": "again"}}))
+        .reply()
+        .await?;
     ensure!(r.text.contains("Echo: again"), "{}", r.text);
     b.assert_clean().await;
     peer.kill()?;

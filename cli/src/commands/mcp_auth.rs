@@ -251,7 +251,9 @@ pub fn describe(name: &str, v: &ServerAuth) -> String {
 /// sign-in: `Some(text)` when `error` says so.
 pub fn sign_in_hint(name: &str, error: &str) -> Option<String> {
     error.contains("needs sign-in").then(|| {
-        format!("{name} needs sign-in (OAuth): run `coffer mcp auth {name}` (opens a browser), then its tools appear.\n")
+        format!(
+            "{name} needs sign-in (OAuth): run `coffer mcp auth {name}` (opens a browser), then its tools appear.\n"
+        )
     })
 }
 

@@ -196,7 +196,10 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         let e = set(&path).unwrap_err();
         assert_eq!(e.code, Code::InvalidArgument);
-        assert_eq!((&e.details["key"], &e.details["problem"]), (&json!("retrieval.embeddings.model_dir"), &json!("bad_value")));
+        assert_eq!(
+            (&e.details["key"], &e.details["problem"]),
+            (&json!("retrieval.embeddings.model_dir"), &json!("bad_value"))
+        );
         assert!(e.message.contains("has no tokenizer.json"), "{}", e.message);
         std::fs::write(dir.path().join("tokenizer.json"), "{}").unwrap();
         assert!(set(&path).unwrap_err().message.contains("has no model.safetensors"));

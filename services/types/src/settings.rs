@@ -469,10 +469,9 @@ pub fn check_model_dir(value: &str) -> Result<(), String> {
         return Err(format!("{value} is not a folder on this machine"));
     }
     match EMBEDDINGS_MODEL_FILES.iter().find(|f| !dir.join(f).is_file()) {
-        Some(f) => Err(format!(
-            "{value} has no {f}: the folder must hold the model's {}",
-            EMBEDDINGS_MODEL_FILES.join(", ")
-        )),
+        Some(f) => {
+            Err(format!("{value} has no {f}: the folder must hold the model's {}", EMBEDDINGS_MODEL_FILES.join(", ")))
+        }
         None => Ok(()),
     }
 }

@@ -284,8 +284,11 @@ async fn probe(http: &reqwest::Client, url: &Url) -> Result<Option<Challenge>, O
         // A legacy HTTP+SSE server (MCP 2024-11-05) takes no POST there (404/405, MCP
         // 2025-11-25 §Backwards Compatibility): its challenge comes with the stream's GET.
         StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => {
-            match tokio::time::timeout(PROBE_TIMEOUT, http.get(url.clone()).header(header::ACCEPT, "text/event-stream").send())
-                .await
+            match tokio::time::timeout(
+                PROBE_TIMEOUT,
+                http.get(url.clone()).header(header::ACCEPT, "text/event-stream").send(),
+            )
+            .await
             {
                 Ok(Ok(r)) if r.status() == StatusCode::UNAUTHORIZED => r,
                 // A stream that opened (no auth needed) is dropped at once.
