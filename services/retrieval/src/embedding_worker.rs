@@ -786,7 +786,7 @@ mod tests {
 
     #[test]
     fn the_settings_check_names_the_files_the_engine_reads() {
-        assert_eq!(coffer_types::settings::EMBEDDINGS_MODEL_FILES, coffer_embed::REQUIRED_FILES);
+        assert_eq!(coffer_types::settings::EMBEDDINGS_MODEL_FILES, coffer_embed::engine::REQUIRED_FILES);
     }
 
     #[test]

@@ -448,7 +448,7 @@ pub const EMBEDDINGS_MODEL_DIR: Setting = Setting {
     description: "folder holding the built-in model's config.json, tokenizer.json and model.safetensors (for offline machines); empty: COFFER_HOME/models/<model>, downloaded on first use",
 };
 /// The files the built-in embedding engine reads from a model folder
-/// ([`EMBEDDINGS_MODEL_DIR`]); the same as `coffer_embed::REQUIRED_FILES`.
+/// ([`EMBEDDINGS_MODEL_DIR`]); the same as `coffer_embed::engine::REQUIRED_FILES`.
 pub const EMBEDDINGS_MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 
 /// Checks a [`EMBEDDINGS_MODEL_DIR`] value against this machine's files: empty (the default
