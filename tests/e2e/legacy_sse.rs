@@ -103,6 +103,24 @@ async fn legacy_sse_upstreams_list_and_call_through_a_real_client() -> anyhow::R
     for name in ["evsse", "pysse", "pydetect"] {
         coffer_tests::mcp::wait_listed(&api, name).await?;
     }
+    // All three show as sse: by URL, chosen, and detected (once it has been spoken to), in
+    // `mcp list` (and --json), the REST body the console shows, and status.
+    let out = home.cli(&["--json", "mcp", "list"]).await?.ok()?;
+    let listed: serde_json::Value = serde_json::from_str(&out.stdout)?;
+    for name in ["evsse", "pysse", "pydetect"] {
+        let s = listed["items"].as_array().context("items")?.iter().find(|s| s["name"] == name).context("listed")?;
+        assert_eq!(s["transport"], "sse", "{name}: {s}");
+        let shown = api.get(&format!("/v1/mcp/servers/{name}")).reply().await?.ok_json()?;
+        assert_eq!(shown["transport"], "sse", "{name}: {shown}");
+    }
+    let table = home.cli(&["mcp", "list"]).await?.ok()?.stdout;
+    for name in ["evsse", "pysse", "pydetect"] {
+        let line = table.lines().find(|l| l.starts_with(name)).context("row")?;
+        ensure!(line.split_whitespace().nth(1) == Some("sse"), "{line}");
+    }
+    let st = api.get("/v1/status").reply().await?.ok_json()?;
+    let up = st["upstreams"].as_array().context("upstreams")?.iter().find(|u| u["name"] == "pydetect").cloned();
+    assert_eq!(up.context("pydetect in status")?["transport"], "sse");
 
     // A real MCP client (the Python SDK through the shim) lists and calls all three.
     let mut client = PyClient::through_shim(&home, &[]).await?;

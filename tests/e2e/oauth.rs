@@ -21,6 +21,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// Starts `oauth_server.py` on a free port (a process of the home, so its cleanup ends it) and
 /// waits for its "listening" line. Returns it and its base URL.
 fn start_peer(home: &TestHome) -> anyhow::Result<(std::process::Child, String)> {
+    start_peer_with(home, &[])
+}
+
+/// [`start_peer`] with more arguments (`--transport sse`, `--step-up SCOPE`).
+pub(crate) fn start_peer_with(home: &TestHome, extra: &[&str]) -> anyhow::Result<(std::process::Child, String)> {
     use std::io::BufRead as _;
     let python = venv_bin(Sdk::V1, "python")?;
     let script = peer_path("oauth_server.py")?;
@@ -29,6 +34,7 @@ fn start_peer(home: &TestHome) -> anyhow::Result<(std::process::Child, String)> 
         .command(&python)
         .arg(script)
         .args(["--port", &port.to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -54,7 +60,7 @@ fn text_of(r: &Value) -> String {
     r["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
-async fn peer_post(base: &str, path: &str) -> anyhow::Result<Value> {
+pub(crate) async fn peer_post(base: &str, path: &str) -> anyhow::Result<Value> {
     Ok(reqwest::Client::new().post(format!("{base}{path}")).send().await?.error_for_status()?.json().await?)
 }
 
@@ -65,6 +71,11 @@ async fn peer_get(base: &str, path: &str) -> anyhow::Result<Value> {
 /// Runs `coffer mcp auth NAME --no-browser`, plays the browser on the URL it prints, and
 /// returns its output once it exits.
 async fn sign_in(home: &TestHome, name: &str) -> anyhow::Result<(Option<i32>, String, String)> {
+    sign_in_at(home, name).await.map(|(code, out, err, _)| (code, out, err))
+}
+
+/// [`sign_in`], also returning the authorization URL it opened.
+async fn sign_in_at(home: &TestHome, name: &str) -> anyhow::Result<(Option<i32>, String, String, String)> {
     let mut child = home.cli_command(&["mcp", "auth", name, "--no-browser", "--timeout", "60"])?.spawn()?;
     let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
     let mut url = String::new();
@@ -82,7 +93,7 @@ async fn sign_in(home: &TestHome, name: &str) -> anyhow::Result<(Option<i32>, St
     let mut rest = String::new();
     tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut rest).await?;
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??;
-    Ok((out.status.code(), rest, String::from_utf8_lossy(&out.stderr).into_owned()))
+    Ok((out.status.code(), rest, String::from_utf8_lossy(&out.stderr).into_owned(), url))
 }
 
 /// Every regular file under `dir` holding any of `needles`.
@@ -226,5 +237,122 @@ async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> any
     let (found, scanned) = files_containing(home.root(), &issued)?;
     ensure!(found.is_empty(), "files hold tokens after the stop: {found:?}");
     ensure!(home.root().join("coffer.db").is_file() && scanned >= 5, "scanned only {scanned} files");
+    Ok(())
+}
+
+/// A stand-in browser for `$BROWSER`: follows the authorization URL's redirect (curl) to the
+/// loopback listener, as a browser on this machine would, and records the page it got.
+fn curl_browser(home: &TestHome) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = home.temp().join("browser");
+    std::fs::create_dir_all(&dir)?;
+    let page = dir.join("page.html");
+    let script = dir.join("browser");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nexec curl -sSL --noproxy '*' --max-time 30 -o '{}' \"$1\"\n", page.display()),
+    )?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok((script, page))
+}
+
+/// Issue 37, a legacy HTTP+SSE server (MCP 2024-11-05) behind OAuth: the same Python SDK peer
+/// serving `GET /sse` and `POST /messages/` behind its bearer check. `coffer mcp add --url …/sse
+/// --auth` says it needs sign-in and starts the browser sign-in at once (`$BROWSER` is a
+/// stand-in that follows the redirect); the stream's GET and every POST then carry the token
+/// (the peer checks it was issued for `…/sse`), an expired token is refreshed, a revoked grant
+/// is "needs sign-in" naming the command; no token in any file of the home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_server_behind_oauth_signs_in_calls_and_refreshes() -> anyhow::Result<()> {
+    let mut home = TestHome::builder().log_filter("debug").build()?;
+    let (browser, page) = curl_browser(&home)?;
+    home.set_env("BROWSER", browser.display().to_string());
+    let api = home.start_daemon().await?;
+    let (mut peer, base) = start_peer_with(&home, &["--transport", "sse"])?;
+    let url = format!("{base}/sse");
+
+    let out = home.cli(&["mcp", "add", "oldsecure", "--url", &url, "--auth"]).await?;
+    ensure!(out.code == Some(0), "{:?}\n{}\n{}", out.code, out.stdout, out.stderr);
+    ensure!(out.stdout.contains("needs sign-in") && out.stdout.contains("coffer mcp auth oldsecure"), "{}", out.stdout);
+    ensure!(out.stdout.contains("Signed in to oldsecure"), "{}\n{}", out.stdout, out.stderr);
+    ensure!(!out.stdout.contains("Enable it with"), "an enabled server was told to be enabled: {}", out.stdout);
+    let shown = std::fs::read_to_string(&page)?;
+    ensure!(shown.contains("signed in to oldsecure"), "{shown}");
+    let auth = api.get("/v1/mcp/servers/oldsecure/auth").reply().await?.ok_json()?;
+    ensure!(auth.to_string().contains("signed_in"), "{auth}");
+
+    let r = call(&api, "oldsecure__whoami", json!({})).await?.ok_json()?;
+    ensure!(text_of(&r).starts_with("client ") && text_of(&r).contains("mcp:tools"), "{r}");
+
+    // An expired access token: the POST gets a 401, the token is refreshed, the call goes on.
+    peer_post(&base, "/test/expire").await?;
+    let r = call(&api, "oldsecure__echo", json!({"message": "legacy after expiry"})).await?.ok_json()?;
+    assert_eq!(text_of(&r), "Echo: legacy after expiry", "{r}");
+    let stats = peer_get(&base, "/test/stats").await?;
+    ensure!(stats["refreshes"].as_u64() >= Some(1), "no refresh: {stats}");
+
+    // Revoked: needs sign-in, with the command.
+    peer_post(&base, "/test/revoke").await?;
+    peer_post(&base, "/test/expire").await?;
+    let r = call(&api, "oldsecure__echo", json!({"message": "after revoke"})).await?;
+    ensure!(r.status.as_u16() >= 400, "{} {}", r.status, r.text);
+    ensure!(r.text.contains("needs sign-in") && r.text.contains("coffer mcp auth oldsecure"), "{}", r.text);
+    let auth = api.get("/v1/mcp/servers/oldsecure/auth").reply().await?.ok_json()?;
+    ensure!(auth.to_string().contains("needs_sign_in"), "{auth}");
+
+    let issued: Vec<String> = peer_get(&base, "/test/tokens").await?["issued"]
+        .as_array()
+        .context("issued")?
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    ensure!(issued.len() >= 4, "{issued:?}");
+    peer.kill()?;
+    peer.wait()?;
+    home.terminate_daemon(Duration::from_secs(30)).await?;
+    let (found, scanned) = files_containing(home.root(), &issued)?;
+    ensure!(found.is_empty(), "files hold tokens: {found:?}");
+    ensure!(scanned >= 5, "scanned only {scanned} files");
+    Ok(())
+}
+
+/// Issue 37, step-up (MCP 2025-11-25 basic/authorization §Scope Challenge Handling): a call the
+/// server refuses with `403` and `WWW-Authenticate: Bearer error="insufficient_scope",
+/// scope="mcp:tools mcp:admin"` puts the server in needs-sign-in naming the wider scopes and the
+/// command; the next `coffer mcp auth` asks for them (the authorization URL's `scope`), and the
+/// call then goes through with a token carrying both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_challenge_needs_a_sign_in_that_asks_for_the_wider_scopes() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let (mut peer, base) = start_peer_with(&home, &["--step-up", "mcp:admin"])?;
+    let out = home.cli(&["mcp", "add", "stepper", "--url", &format!("{base}/mcp"), "--no-auth"]).await?;
+    ensure!(out.stdout.contains("coffer mcp auth stepper"), "{}\n{}", out.stdout, out.stderr);
+    let (code, stdout, stderr, url) = sign_in_at(&home, "stepper").await?;
+    ensure!(code == Some(0), "{code:?} {stdout} {stderr}");
+    ensure!(url.contains("scope=mcp%3Atools&") || url.ends_with("scope=mcp%3Atools"), "first sign-in scope: {url}");
+    let r = call(&api, "stepper__whoami", json!({})).await?.ok_json()?;
+    ensure!(text_of(&r).ends_with("with scopes mcp:tools"), "{r}");
+
+    // The scope challenge.
+    let r = call(&api, "stepper__admin", json!({})).await?;
+    ensure!(r.status.as_u16() >= 400, "{} {}", r.status, r.text);
+    ensure!(r.text.contains("needs sign-in") && r.text.contains("coffer mcp auth stepper"), "{}", r.text);
+    ensure!(r.text.contains("mcp:tools mcp:admin"), "the error does not name the scopes: {}", r.text);
+    let auth = api.get("/v1/mcp/servers/stepper/auth").reply().await?.ok_json()?;
+    assert_eq!(auth["state"], "needs_sign_in", "{auth}");
+    let out = home.cli(&["mcp", "auth", "stepper", "--status"]).await?;
+    ensure!(out.stdout.contains("needs sign-in") && out.stdout.contains("mcp:admin"), "{}", out.stdout);
+
+    // The next sign-in asks for both scopes; the call goes through.
+    let (code, stdout, stderr, url) = sign_in_at(&home, "stepper").await?;
+    ensure!(code == Some(0), "{code:?} {stdout} {stderr}");
+    ensure!(url.contains("scope=mcp%3Atools+mcp%3Aadmin") || url.contains("scope=mcp%3Atools%20mcp%3Aadmin"), "{url}");
+    let r = call(&api, "stepper__admin", json!({})).await?.ok_json()?;
+    assert_eq!(text_of(&r), "admin with scopes mcp:tools mcp:admin", "{r}");
+    let auth = api.get("/v1/mcp/servers/stepper/auth").reply().await?.ok_json()?;
+    assert_eq!(auth["state"], "signed_in", "{auth}");
+    peer.kill()?;
+    peer.wait()?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 """An OAuth-protected MCP server on the Python mcp 1.x SDK, for Coffer's sign-in tests.
 
 Run with tests/peers/.venv-mcp1/bin/python:
-    oauth_server.py --port PORT [--token-ttl SECONDS]
+    oauth_server.py --port PORT [--token-ttl SECONDS] [--transport streamable-http|sse]
+                    [--step-up SCOPE]
 
 One process is both the authorization server and the resource server, built from the SDK's
 `mcp.server.auth` modules: FastMCP with an `OAuthAuthorizationServerProvider` (held in memory
@@ -9,7 +10,10 @@ here), `AuthSettings` with dynamic client registration on, and the resource serv
 each token was issued for its own URL (`validate_token_resource`, RFC 8707). Its endpoints:
     POST /mcp                       Streamable HTTP; 401 + WWW-Authenticate resource_metadata
                                     without a valid token
-    /.well-known/oauth-protected-resource/mcp, /.well-known/oauth-authorization-server,
+    (with --transport sse instead: GET /sse opens the legacy HTTP+SSE stream of MCP 2024-11-05,
+    POST /messages/?session_id=… takes the messages; both 401 without a valid token, and the
+    resource is {base}/sse)
+    /.well-known/oauth-protected-resource/mcp (/sse), /.well-known/oauth-authorization-server,
     /register, /authorize, /token   the SDK's
 The consent step is automatic: /authorize redirects straight back to the client with a code
 (the test drives the "browser" by following that redirect). Test controls (no auth needed):
@@ -20,11 +24,16 @@ The consent step is automatic: /authorize redirects straight back to the client 
 Prints "listening on port PORT" on stderr once it accepts.
 
 Tools: whoami -> "client <client_id> with scopes <scopes>"; echo {message} -> "Echo: <message>".
+With --step-up SCOPE also admin -> "admin with scopes <scopes>": a call of it with a token that
+lacks SCOPE is answered 403 with `WWW-Authenticate: Bearer error="insufficient_scope",
+scope="mcp:tools SCOPE", resource_metadata=…` (MCP 2025-11-25 basic/authorization §Scope
+Challenge Handling), and clients may register for SCOPE too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import sys
 import time
@@ -129,22 +138,81 @@ class MemoryProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refresh
         self.refresh.pop(token.token, None)
 
 
+class StepUp:
+    """ASGI middleware: a `tools/call` of `admin` whose bearer token lacks `need` is answered
+    403 insufficient_scope with the scopes it needs (the granted one and `need`)."""
+
+    def __init__(self, app, provider: MemoryProvider, need: str, metadata_url: str) -> None:
+        self.app = app
+        self.provider = provider
+        self.need = need
+        self.metadata_url = metadata_url
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        try:
+            rpc = json.loads(body)
+        except ValueError:
+            rpc = None
+        if isinstance(rpc, dict) and rpc.get("method") == "tools/call" and (rpc.get("params") or {}).get("name") == "admin":
+            header = dict(scope["headers"]).get(b"authorization", b"").decode()
+            token = header[7:] if header.lower().startswith("bearer ") else ""
+            at = self.provider.access.get(token)
+            if at is not None and self.need not in at.scopes:
+                challenge = (
+                    f'Bearer error="insufficient_scope", scope="{SCOPE} {self.need}", '
+                    f'resource_metadata="{self.metadata_url}", error_description="admin needs {self.need}"'
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
+                return
+        await self.app(scope, replay, send)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token-ttl", type=int, default=3600)
+    parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
+    parser.add_argument("--step-up", default=None)
     args = parser.parse_args()
     base = f"http://127.0.0.1:{args.port}"
+    endpoint = "/sse" if args.transport == "sse" else "/mcp"
     provider = MemoryProvider(args.token_ttl)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         auth = AuthSettings(
             issuer_url=base,
-            resource_server_url=f"{base}/mcp",
+            resource_server_url=f"{base}{endpoint}",
             validate_token_resource=True,
             required_scopes=[SCOPE],
             client_registration_options=ClientRegistrationOptions(
-                enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+                enabled=True,
+                valid_scopes=[SCOPE] + ([args.step_up] if args.step_up else []),
+                default_scopes=[SCOPE],
             ),
         )
     server = FastMCP("oauth-peer", auth_server_provider=provider, auth=auth, host="127.0.0.1", port=args.port)
@@ -161,6 +229,14 @@ def main() -> None:
     def echo(message: str) -> str:
         """Echoes the message back."""
         return f"Echo: {message}"
+
+    if args.step_up:
+
+        @server.tool()
+        def admin() -> str:
+            """Needs the step-up scope."""
+            tok = get_access_token()
+            return f"admin with scopes {' '.join(tok.scopes) if tok else ''}"
 
     @server.custom_route("/test/revoke", methods=["POST"])
     async def revoke(_: Request) -> JSONResponse:
@@ -184,7 +260,9 @@ def main() -> None:
 
     import uvicorn
 
-    app = server.streamable_http_app()
+    app = server.sse_app() if args.transport == "sse" else server.streamable_http_app()
+    if args.step_up:
+        app = StepUp(app, provider, args.step_up, f"{base}/.well-known/oauth-protected-resource{endpoint}")
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     uv = uvicorn.Server(config)
 

@@ -580,14 +580,27 @@ pub fn check_knowledge(k: &KnowledgeBases) -> Vec<Check> {
             ));
         }
     }
-    if let Some(v) = k.engines.iter().find(|e| e.name == "vector")
-        && let Some((_, why)) = v.detail.split_once("failing: ")
-    {
-        out.push(Check::warn(
-            "knowledge embeddings",
-            format!("the vector engine cannot embed: {why}"),
-            "coffer settings get retrieval.embeddings.url (is the endpoint up?); then coffer logs retrieval",
-        ));
+    if let Some(v) = k.engines.iter().find(|e| e.name == "vector") {
+        // The built-in engine without its model: not downloaded and downloads off, or the
+        // download failed.
+        let no_model = v.detail.contains("built-in model") || v.detail.contains("cannot download");
+        let failing = v.detail.split_once("failing: ").map(|(_, why)| why);
+        if no_model {
+            let why = failing.or_else(|| v.detail.strip_prefix("off: ")).unwrap_or(&v.detail);
+            out.push(Check::warn(
+                "knowledge embeddings",
+                format!("the built-in embedding engine has no model: {why}"),
+                "put the model's files (config.json, tokenizer.json, model.safetensors) in a folder and run \
+                 coffer settings set retrieval.embeddings.model_dir /path/to/that/folder; or let it download: \
+                 coffer settings unset retrieval.embeddings.hub_url (and unset HF_HUB_OFFLINE)",
+            ));
+        } else if let Some(why) = failing {
+            out.push(Check::warn(
+                "knowledge embeddings",
+                format!("the vector engine cannot embed: {why}"),
+                "coffer settings get retrieval.embeddings.url (is the endpoint up?); then coffer logs retrieval",
+            ));
+        }
     }
     out
 }
@@ -1146,6 +1159,18 @@ mod tests {
         );
         assert_eq!(checks[5].message, "the vector engine cannot embed: connection refused");
         assert!(check_knowledge(&kbs(json!([]), "off: retrieval.embeddings.url is not set")).is_empty());
+        // The built-in engine's model is missing (downloads off, or the download failed): a fix.
+        for detail in [
+            "off: the built-in model all-MiniLM-L6-v2 is not in COFFER_HOME/models/ and downloads are off (retrieval.embeddings.hub_url is empty or HF_HUB_OFFLINE is set): put its files …",
+            "failing: cannot download all-MiniLM-L6-v2 from https://huggingface.co: connection refused. Connect this machine, or …",
+        ] {
+            let c = check_knowledge(&kbs(json!([]), detail));
+            assert_eq!(c.len(), 1, "{detail}");
+            assert_eq!((c[0].name.as_str(), c[0].status.as_str()), ("knowledge embeddings", "warn"));
+            assert!(c[0].message.starts_with("the built-in embedding engine has no model: "), "{}", c[0].message);
+            let fix = c[0].fix.as_deref().unwrap();
+            assert!(fix.contains("coffer settings set retrieval.embeddings.model_dir"), "{fix}");
+        }
     }
 
     #[test]

@@ -194,6 +194,13 @@ pub struct AddArgs {
     /// capabilities are listed for MCP clients.
     #[arg(long)]
     pub no_wait: bool,
+    /// When the --url server answers that it needs an OAuth sign-in, start it at once (as
+    /// `coffer mcp auth NAME` does: opens a browser) instead of asking on a terminal.
+    #[arg(long, requires = "url", conflicts_with_all = ["no_auth", "no_wait", "disabled"])]
+    pub auth: bool,
+    /// Never offer the sign-in: only say which command starts it.
+    #[arg(long, requires = "url")]
+    pub no_auth: bool,
     /// The command that starts a stdio server, and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -358,19 +365,27 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     }
     let state = if enabled { "" } else { ", disabled" };
     let mut out = format!("Added MCP server {name}{state} ({}: {})\n", s.transport.word(), target(&s));
+    let mut needs_sign_in = false;
     if let Some(l) = &listed {
         crate::commands::listed::report(&mut out, l);
         if let Some(hint) = crate::commands::mcp_auth::sign_in_hint(&name, &l.state.to_string()) {
             out.push_str(&hint);
+            needs_sign_in = true;
         }
     }
     let failed = listed.as_ref().is_some_and(Listed::failed);
-    if enabled && !failed {
-        out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
-    } else {
+    if !enabled {
         out.push_str(&format!("Enable it with: coffer mcp enable {name}\n"));
+    } else if !failed {
+        out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
+    } else if !needs_sign_in {
+        out.push_str(&format!("See why: coffer mcp test {name} (and coffer mcp logs {name})\n"));
     }
-    output::print(&out)
+    output::print(&out)?;
+    if needs_sign_in && crate::commands::mcp_auth::offer_sign_in(&name, a.auth, a.no_auth)? {
+        return crate::commands::mcp_auth::run(ctx, crate::commands::mcp_auth::AuthArgs::new(name)).await;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

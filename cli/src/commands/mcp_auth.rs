@@ -62,6 +62,52 @@ pub struct AuthArgs {
     pub sign_out: bool,
 }
 
+impl AuthArgs {
+    /// A browser sign-in to `name` with the defaults (as `coffer mcp auth NAME`).
+    pub fn new(name: String) -> Self {
+        Self {
+            name,
+            no_browser: false,
+            client_id: None,
+            client_secret_env: None,
+            client_metadata_url: None,
+            scope: None,
+            timeout: 300,
+            status: false,
+            sign_out: false,
+        }
+    }
+}
+
+/// Whether to start the sign-in to `name`, a server just registered that needs one: yes with
+/// `--auth`, no with `--no-auth`; otherwise asked on a terminal (stdin and stderr), and off a
+/// terminal no (the command to run was printed).
+///
+/// # Errors
+/// The terminal cannot be read.
+pub fn offer_sign_in(name: &str, auth: bool, no_auth: bool) -> Result<bool, CliError> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if auth || no_auth {
+        return Ok(auth);
+    }
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Ok(false);
+    }
+    eprint!("Sign in to {name} now (opens a browser)? [Y/n] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| CliError::Failed(format!("cannot read from the terminal: {e}")))?;
+    Ok(sign_in_answer(&line))
+}
+
+/// A yes/no answer to the sign-in question: empty (Enter) or y/yes is yes.
+fn sign_in_answer(line: &str) -> bool {
+    matches!(line.trim().to_ascii_lowercase().as_str(), "" | "y" | "yes")
+}
+
 fn auth_path(name: &str) -> String {
     format!("/v1/mcp/servers/{}/auth", path_segment(name))
 }
@@ -205,6 +251,33 @@ pub fn describe(name: &str, v: &ServerAuth) -> String {
 /// sign-in: `Some(text)` when `error` says so.
 pub fn sign_in_hint(name: &str, error: &str) -> Option<String> {
     error.contains("needs sign-in").then(|| {
-        format!("{name} uses OAuth: sign in with `coffer mcp auth {name}` (opens a browser), then its tools appear.\n")
+        format!(
+            "{name} needs sign-in (OAuth): run `coffer mcp auth {name}` (opens a browser), then its tools appear.\n"
+        )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enter_or_yes_starts_the_sign_in_anything_else_does_not() {
+        for yes in ["\n", "y\n", "Y\n", "yes\r\n", " YES "] {
+            assert!(sign_in_answer(yes), "{yes:?}");
+        }
+        for no in ["n\n", "no\n", "later\n", "q"] {
+            assert!(!sign_in_answer(no), "{no:?}");
+        }
+        // The flags decide without asking.
+        assert!(offer_sign_in("x", true, false).unwrap());
+        assert!(!offer_sign_in("x", false, true).unwrap());
+    }
+
+    #[test]
+    fn the_hint_names_the_exact_command() {
+        let hint = sign_in_hint("linear", "upstream linear needs sign-in (it asks for OAuth sign-in): run …").unwrap();
+        assert!(hint.contains("needs sign-in") && hint.contains("`coffer mcp auth linear`"), "{hint}");
+        assert_eq!(sign_in_hint("linear", "unreachable at http://127.0.0.1:9/"), None);
+    }
 }

@@ -71,6 +71,13 @@ pub struct InstallArgs {
     /// Return at once instead of waiting (up to 60 s) for its first list of tools.
     #[arg(long)]
     pub no_wait: bool,
+    /// When the installed remote answers that it needs an OAuth sign-in, start it at once (as
+    /// `coffer mcp auth NAME` does) instead of asking on a terminal.
+    #[arg(long, conflicts_with_all = ["no_auth", "no_wait", "disabled"])]
+    pub auth: bool,
+    /// Never offer the sign-in: only say which command starts it.
+    #[arg(long)]
+    pub no_auth: bool,
 }
 
 fn parse_input(s: &str) -> Result<(String, String), String> {
@@ -199,14 +206,18 @@ pub async fn install(ctx: &Ctx, a: InstallArgs) -> Result<(), CliError> {
         out.push_str(&format!("Stored credential {c}\n"));
     }
     if needs_sign_in {
-        out.push_str(&format!("It needs a sign-in: run `coffer mcp auth {name}`\n"));
+        out.push_str(&format!("It needs sign-in: run `coffer mcp auth {name}`\n"));
     } else if let Some(l) = &listed {
         crate::commands::listed::report(&mut out, l);
         if !l.failed() {
             out.push_str(&format!("See its tools: coffer tools list --server {name}\n"));
         }
     }
-    output::print(&out)
+    output::print(&out)?;
+    if needs_sign_in && crate::commands::mcp_auth::offer_sign_in(&name, a.auth, a.no_auth)? {
+        return crate::commands::mcp_auth::run(ctx, crate::commands::mcp_auth::AuthArgs::new(name)).await;
+    }
+    Ok(())
 }
 
 /// Whether the server's first list failed for want of a sign-in (HTTP 401 or an OAuth

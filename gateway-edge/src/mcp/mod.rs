@@ -99,6 +99,8 @@ struct HealthRecord {
     error: Option<(String, String)>,
     /// Names its last list of each kind gave more than once (later ones were dropped).
     duplicates: std::collections::BTreeMap<&'static str, Vec<String>>,
+    /// A server registered as `http` was found to speak the legacy HTTP+SSE transport.
+    legacy_sse: bool,
 }
 
 impl ServerHealth {
@@ -154,6 +156,28 @@ impl Health {
             h.failing.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         h
+    }
+
+    /// `server` (registered as `http`) was found to speak the legacy HTTP+SSE transport: it is
+    /// shown as `sse` ([`Health::transport`]) until its registration changes.
+    pub fn spoke_legacy_sse(&self, server: &McpServer) {
+        let h = self.entry(&server.name);
+        h.for_version(server.version).legacy_sse = true;
+    }
+
+    /// The transport `server` speaks as far as is known: its registration's, or `sse` for an
+    /// `http` registration found to speak the legacy HTTP+SSE transport (by its URL's
+    /// `/sse`, or because its first `POST` was refused).
+    pub fn transport(&self, server: &McpServer) -> coffer_proto::store::Transport {
+        use coffer_proto::store::Transport;
+        let t = server.transport();
+        if t == Transport::Http
+            && let Ok(url) = reqwest::Url::parse(server.url.trim())
+            && (upstream::http::looks_legacy(&url) || self.record(&server.name, server.version).legacy_sse)
+        {
+            return Transport::Sse;
+        }
+        t
     }
 
     /// `server` failed to start with `error` (the cause, as the server's user needs it).
@@ -591,7 +615,7 @@ impl Gateway {
             protocol_version,
             server_info,
             capabilities,
-            transport: transport_view(server.transport()),
+            transport: transport_view(self.shared.health.transport(server)),
             warnings,
             log: log.exists().then(|| log.display().to_string()),
             elapsed_ms: started.elapsed().as_millis() as u64,
@@ -678,7 +702,7 @@ impl Gateway {
                 UpstreamStatus {
                     name: n.clone(),
                     enabled: s.enabled,
-                    transport: transport_view(s.transport()),
+                    transport: transport_view(self.shared.health.transport(s)),
                     state,
                     running: running.get(n).copied().unwrap_or(0) as u64,
                     last_start,

@@ -30,7 +30,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// The registered HTTP server `name`.
 async fn http_server(st: &AppState, name: String) -> Result<McpServer, ApiError> {
     let s = st.store.registry.clone().get_server(GetServerRequest { name }).await?.into_inner();
-    if s.transport() != Transport::Http {
+    if s.transport() == Transport::Stdio {
         return Err(ApiError::invalid(format!(
             "server {} runs on stdio; OAuth sign-in is for HTTP servers (--url)",
             s.name
@@ -189,7 +189,7 @@ fn flow_view(s: flow::FlowState) -> SignInFlow {
 /// a server that needs sign-in is `unhealthy` with that as its error when no other stands.
 pub async fn annotate(st: &AppState, upstreams: &mut [coffer_api::servers::UpstreamStatus]) {
     let oauth = &st.gateway.shared.oauth;
-    for u in upstreams.iter_mut().filter(|u| u.transport == coffer_api::servers::Transport::Http) {
+    for u in upstreams.iter_mut().filter(|u| u.transport.is_remote()) {
         let v = view(oauth, &u.name, Duration::ZERO).await;
         if v.state == AuthState::None && v.flow.is_none() {
             continue;

@@ -229,9 +229,16 @@ pub fn server_view(s: &McpServer) -> api::McpServer {
     }
 }
 
+/// [`server_view`] with the transport the server speaks as far as the gateway knows: `sse`
+/// for an `http` registration found to speak the legacy HTTP+SSE transport
+/// ([`crate::mcp::Health::transport`]).
+pub fn seen_view(st: &AppState, s: &McpServer) -> api::McpServer {
+    api::McpServer { transport: transport_view(st.gateway.shared.health.transport(s)), ..server_view(s) }
+}
+
 /// A single-server response with its `ETag`.
-fn with_etag(status: StatusCode, s: &McpServer) -> Response {
-    let mut r = (status, Json(server_view(s))).into_response();
+fn with_etag(st: &AppState, status: StatusCode, s: &McpServer) -> Response {
+    let mut r = (status, Json(seen_view(st, s))).into_response();
     r.headers_mut().insert(header::ETAG, etag(s.version));
     r
 }
@@ -244,7 +251,7 @@ fn with_etag(status: StatusCode, s: &McpServer) -> Response {
 /// Errors: `SERVICE_UNAVAILABLE` while the store restarts.
 async fn list_servers(State(st): State<Arc<AppState>>) -> Result<Json<Page<api::McpServer>>, ApiError> {
     let servers = st.store.registry.clone().list_servers(ListServersRequest {}).await?.into_inner().servers;
-    Ok(Json(Page::all(servers.iter().map(server_view).collect())))
+    Ok(Json(Page::all(servers.iter().map(|s| seen_view(&st, s)).collect())))
 }
 
 /// Refuses `args` that look like secrets ([`coffer_types::secrets::secret_args`]) unless
@@ -372,7 +379,7 @@ async fn create_server(
     settle(&st, reply.seq).await;
     let s = reply.server.unwrap_or_default();
     tracing::info!(server = %s.name, transport = s.transport().as_str(), "Server registered.");
-    let mut r = with_etag(StatusCode::CREATED, &s);
+    let mut r = with_etag(&st, StatusCode::CREATED, &s);
     if let Ok(loc) = HeaderValue::from_str(&format!("/v1/mcp/servers/{}", s.name)) {
         r.headers_mut().insert(header::LOCATION, loc);
     }
@@ -384,7 +391,7 @@ async fn create_server(
 /// Errors: `NOT_FOUND`.
 async fn get_server(State(st): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let s = st.store.registry.clone().get_server(GetServerRequest { name }).await?.into_inner();
-    Ok(with_etag(StatusCode::OK, &s))
+    Ok(with_etag(&st, StatusCode::OK, &s))
 }
 
 /// Applies `p` to `cur`; `command` is the already resolved command when the patch sets one.
@@ -491,7 +498,7 @@ async fn patch_server(
         }
         let next = apply_patch(&cur, &p, command.as_deref())?;
         if next == cur {
-            return Ok(with_etag(StatusCode::OK, &cur));
+            return Ok(with_etag(&st, StatusCode::OK, &cur));
         }
         let req =
             UpdateServerRequest { server: Some(next), expected_version: Some(cur.version), actor: actor(&headers) };
@@ -501,7 +508,7 @@ async fn patch_server(
                 settle(&st, r.seq).await;
                 let s = r.server.unwrap_or_default();
                 tracing::info!(server = %s.name, version = s.version, "Server updated.");
-                return Ok(with_etag(StatusCode::OK, &s));
+                return Ok(with_etag(&st, StatusCode::OK, &s));
             }
             // Without If-Match the caller asked for "whatever is current": lost races retry.
             Err(e) if e.code() == tonic::Code::Aborted && expected.is_none() && attempt < PATCH_ATTEMPTS => {

@@ -81,6 +81,14 @@ pub fn check_patch(p: &SettingsPatch) -> Result<(), ApiError> {
             Err(SettingError::UnknownKey { .. }) if p.force => {}
             Err(e) => return Err(setting_error(&e, v)),
         }
+        // A model folder is checked on this machine: a folder without the model's files would
+        // only fail later, in the retrieval service's log.
+        if k == settings::EMBEDDINGS_MODEL_DIR.key
+            && let Err(why) = settings::check_model_dir(v)
+        {
+            return Err(ApiError::invalid(format!("{k}: {why}"))
+                .with_details(json!({"key": k, "problem": "bad_value", "value": v})));
+        }
     }
     Ok(())
 }
@@ -178,6 +186,29 @@ mod tests {
         let e = patch(json!({"sett": {}})).unwrap_err();
         assert_eq!(e.code, Code::UnknownField);
         assert_eq!(e.details["field"], "sett");
+    }
+
+    #[test]
+    fn a_model_folder_without_the_model_files_is_refused_naming_the_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().display().to_string();
+        let set = |v: &str| check_patch(&patch(json!({"set": {"retrieval.embeddings.model_dir": v}})).unwrap());
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let e = set(&path).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert_eq!(
+            (&e.details["key"], &e.details["problem"]),
+            (&json!("retrieval.embeddings.model_dir"), &json!("bad_value"))
+        );
+        assert!(e.message.contains("has no tokenizer.json"), "{}", e.message);
+        std::fs::write(dir.path().join("tokenizer.json"), "{}").unwrap();
+        assert!(set(&path).unwrap_err().message.contains("has no model.safetensors"));
+        std::fs::write(dir.path().join("model.safetensors"), "x").unwrap();
+        set(&path).unwrap();
+        // Empty: the default folder. Relative or absent: refused.
+        set("").unwrap();
+        assert!(set("models/minilm").unwrap_err().message.contains("not an absolute path"));
+        assert!(set(&format!("{path}/nowhere")).unwrap_err().message.contains("is not a folder"));
     }
 
     #[test]

@@ -309,6 +309,16 @@ impl Embeddings {
         *self.state.lock().expect("embeddings") = s;
     }
 
+    /// A batch of `n` vectors computed in `took` was stored; the next batch has `batch`
+    /// inputs. An error of an earlier batch is over then: status no longer shows it.
+    fn stored(&self, n: usize, took: Duration, batch: usize) {
+        let mut p = self.progress.lock().expect("embeddings");
+        p.embedded += n as u64;
+        p.rate = n as f64 / took.as_secs_f64().max(1e-6);
+        p.batch = batch;
+        p.last_error = None;
+    }
+
     /// Runs until `shutdown`: configures from the settings and embeds pending chunks.
     pub async fn run(
         self: Arc<Self>,
@@ -486,10 +496,7 @@ impl Embeddings {
                             .await
                             .map_err(|e| format!("the store refused vectors: {}", e.message()))?;
                         sizer.took(n, took);
-                        let mut p = self.progress.lock().expect("embeddings");
-                        p.embedded += n as u64;
-                        p.rate = n as f64 / took.as_secs_f64().max(1e-6);
-                        p.batch = sizer.size();
+                        self.stored(n, took, sizer.size());
                     }
                     Err(EmbedFailure::Timeout(e)) if sizer.size() > 1 => {
                         // Retried smaller on the next round, not dropped.
@@ -804,6 +811,11 @@ mod tests {
     }
 
     #[test]
+    fn the_settings_check_names_the_files_the_engine_reads() {
+        assert_eq!(coffer_types::settings::EMBEDDINGS_MODEL_FILES, coffer_embed::engine::REQUIRED_FILES);
+    }
+
+    #[test]
     fn status_says_why_vectors_are_off() {
         let e = Embeddings::new(Arc::new(Notify::new()));
         assert!(!e.engine().enabled);
@@ -814,6 +826,12 @@ mod tests {
         assert!(e.engine().detail.contains("connection refused"));
         e.progress.lock().unwrap().last_error = Some(("connection refused".into(), Instant::now()));
         assert!(!e.engine().detail.contains("last error"), "the error shown once");
+        // A batch stored after an error: the error is over, no longer shown as the last one.
+        e.set(State::Starting);
+        e.progress.lock().unwrap().last_error = Some(("connection refused".into(), Instant::now()));
+        assert!(e.engine().detail.contains("last error"), "{}", e.engine().detail);
+        e.stored(8, Duration::from_millis(10), 16);
+        assert!(!e.engine().detail.contains("last error"), "a stale error after a success: {}", e.engine().detail);
         e.set(State::Downloading("downloading all-MiniLM-L6-v2: model.safetensors 41% (37.2 of 90.9 MB)".into()));
         assert!(e.engine().detail.starts_with("downloading all-MiniLM-L6-v2"));
         assert!(!e.engine().enabled);

@@ -447,6 +447,35 @@ pub const EMBEDDINGS_MODEL_DIR: Setting = Setting {
     unit: "absolute path, empty = COFFER_HOME/models/<model>",
     description: "folder holding the built-in model's config.json, tokenizer.json and model.safetensors (for offline machines); empty: COFFER_HOME/models/<model>, downloaded on first use",
 };
+/// The files the built-in embedding engine reads from a model folder
+/// ([`EMBEDDINGS_MODEL_DIR`]); the same as `coffer_embed::engine::REQUIRED_FILES`.
+pub const EMBEDDINGS_MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+
+/// Checks a [`EMBEDDINGS_MODEL_DIR`] value against this machine's files: empty (the default
+/// folder), or an absolute path to a folder holding every one of [`EMBEDDINGS_MODEL_FILES`].
+///
+/// # Errors
+/// Why not: a relative path, no such folder, or the first model file missing from it (named).
+pub fn check_model_dir(value: &str) -> Result<(), String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(());
+    }
+    let dir = std::path::Path::new(value);
+    if !dir.is_absolute() {
+        return Err(format!("{value} is not an absolute path"));
+    }
+    if !dir.is_dir() {
+        return Err(format!("{value} is not a folder on this machine"));
+    }
+    match EMBEDDINGS_MODEL_FILES.iter().find(|f| !dir.join(f).is_file()) {
+        Some(f) => {
+            Err(format!("{value} has no {f}: the folder must hold the model's {}", EMBEDDINGS_MODEL_FILES.join(", ")))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Where the built-in engine downloads a missing model from.
 pub const EMBEDDINGS_HUB_URL: Setting = Setting {
     key: "retrieval.embeddings.hub_url",

@@ -228,7 +228,7 @@ impl Pool {
                     self.shared.start_timeout(),
                     secrets,
                     hint,
-                    (resolved.transport() == coffer_proto::store::Transport::Http)
+                    (resolved.transport() != coffer_proto::store::Transport::Stdio)
                         .then(|| self.shared.oauth.server(&server.name)),
                 )
                 .await
@@ -239,6 +239,9 @@ impl Pool {
             Ok(u) => {
                 tracing::info!(server = %server.name, session = %self.session_id, pid = u.pid, era = u.era().as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "Upstream started.");
                 u.watch_health(self.shared.health.started(server));
+                if u.speaks_legacy_sse() {
+                    self.shared.health.spoke_legacy_sse(server);
+                }
                 self.shared.lists.learn_era(&server.name, generation, u.era());
                 let level = self.log_level.lock().expect("level").clone();
                 if let Some(level) = level

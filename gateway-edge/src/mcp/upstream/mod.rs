@@ -534,6 +534,12 @@ impl Upstream {
         })
     }
 
+    /// Whether it speaks the legacy HTTP+SSE transport (MCP 2024-11-05): registered so, or
+    /// detected when its first `POST` was refused.
+    pub fn speaks_legacy_sse(&self) -> bool {
+        matches!(&self.transport, Transport::Http(t) if t.is_legacy())
+    }
+
     /// The protocol era it speaks.
     pub fn era(&self) -> Era {
         self.era

@@ -228,7 +228,7 @@ function drawConfig(el, s, u) {
   const rows = [
     ['State', stateCell(u, s)],
     u && u.last_error ? ['Last error', errorCell(u)] : null,
-    s.transport === 'http' ? ['Sign-in', signInCell(s, u && u.auth)] : null,
+    s.transport !== 'stdio' ? ['Sign-in', signInCell(s, u && u.auth)] : null,
     u && u.last_start_at ? ['Last start', h('span', null, u.last_start || '', ' · ', timeEl(u.last_start_at))] : null,
     ['Transport', s.transport],
     s.transport !== 'stdio' ? ['URL', h('code', { class: 'wrap' }, s.url || '')] : ['Command', h('code', { class: 'wrap' }, s.command || '')],

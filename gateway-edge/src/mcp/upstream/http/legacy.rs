@@ -36,7 +36,7 @@ pub(super) fn chosen(server: &McpServer, url: &Url) -> bool {
 }
 
 /// Whether `url` names a legacy HTTP+SSE endpoint by convention (its path ends in `/sse`).
-pub(super) fn looks_legacy(url: &Url) -> bool {
+pub fn looks_legacy(url: &Url) -> bool {
     url.path().trim_end_matches('/').ends_with("/sse")
 }
 
@@ -86,18 +86,38 @@ impl Inner {
                 return self.close_core(&why);
             }
         };
-        let rb = self.client.post(endpoint).headers(self.headers.clone()).header(CONTENT_TYPE, JSON).body(body);
-        let sent = match request_id {
-            // A request: as long as someone waits for its answer (the server-everything SDK
-            // never answers a POST for a session it does not know).
-            Some(_) => self.while_wanted(request_id, rb.send()).await,
-            None => tokio::time::timeout(LEGACY_ACCEPT_TIMEOUT, rb.send()).await.ok(),
+        let token = match self.bearer().await {
+            Ok(t) => t,
+            Err(e) => return self.auth_failed(request_id, e),
         };
-        let resp = match sent {
+        let mut resp = match self.legacy_send(&endpoint, &body, token.as_ref(), request_id).await {
             None => return,
             Some(Ok(r)) => r,
             Some(Err(e)) => return self.send_failed(request_id, e),
         };
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            // As on Streamable HTTP: a refused token is refreshed once and the POST sent again.
+            let Some(auth) = self.auth.clone().filter(|_| bearer_challenged(&resp) || token.is_some()) else {
+                drop(accepted);
+                return self.refused_unauthorized(resp, request_id).await;
+            };
+            let fresh = match auth.rejected(token.as_ref()).await {
+                Ok(t) => t,
+                Err(e) => return self.auth_failed(request_id, e),
+            };
+            resp = match self.legacy_send(&endpoint, &body, Some(&fresh), request_id).await {
+                None => return,
+                Some(Ok(r)) => r,
+                Some(Err(e)) => return self.send_failed(request_id, e),
+            };
+            if resp.status() == StatusCode::UNAUTHORIZED {
+                let e = auth.refused_after_refresh().await;
+                return self.auth_failed(request_id, e);
+            }
+        }
+        if let Some(e) = self.scope_challenged(&resp).await {
+            return self.auth_failed(request_id, e);
+        }
         drop(accepted);
         let status = resp.status();
         if status.is_success() {
@@ -115,26 +135,65 @@ impl Inner {
         self.refused(status, &ctype, &snippet, request_id);
     }
 
+    /// POSTs `body` to the legacy `endpoint` with the configured headers and `token` (OAuth):
+    /// a request as long as someone waits for its answer (the server-everything SDK never
+    /// answers a POST for a session it does not know), anything else for at most
+    /// [`LEGACY_ACCEPT_TIMEOUT`]. `None` when it is no longer wanted or timed out.
+    async fn legacy_send(
+        &self,
+        endpoint: &Url,
+        body: &str,
+        token: Option<&SecretString>,
+        request_id: Option<u64>,
+    ) -> Option<Result<Response, reqwest::Error>> {
+        let rb = self.client.post(endpoint.clone()).headers(self.headers.clone()).header(CONTENT_TYPE, JSON);
+        let rb = with_bearer(rb, token).body(body.to_owned());
+        match request_id {
+            Some(_) => self.while_wanted(request_id, rb.send()).await,
+            None => tokio::time::timeout(LEGACY_ACCEPT_TIMEOUT, rb.send()).await.ok(),
+        }
+    }
+
+    /// The `GET` of the SSE stream with the configured headers and `token` (OAuth).
+    ///
+    /// # Errors
+    /// The reason, as [`Inner::legacy_connect`] gives it.
+    async fn legacy_get(&self, token: Option<&SecretString>) -> Result<Response, String> {
+        let server = &self.core.server;
+        let rb = self.client.get(self.url.clone()).headers(self.headers.clone()).header(ACCEPT, EVENT_STREAM);
+        match tokio::time::timeout(ENDPOINT_TIMEOUT, with_bearer(rb, token).send()).await {
+            Err(_) => {
+                Err(format!("upstream {server} did not answer the SSE GET within {} s", ENDPOINT_TIMEOUT.as_secs()))
+            }
+            Ok(Err(e)) if e.is_connect() => Err(format!("unreachable at {} ({})", self.shown_url, describe(e))),
+            Ok(Err(e)) => Err(format!("upstream {server}: the SSE GET failed: {}", describe(e))),
+            Ok(Ok(r)) => Ok(r),
+        }
+    }
+
     /// `GET`s the SSE stream and waits (at most [`ENDPOINT_TIMEOUT`]) for its `endpoint` event;
     /// a task then reads the stream until it ends or the transport closes.
     ///
+    /// The `GET` carries the OAuth access token when the server has a grant; a `401` with a
+    /// `Bearer` challenge refreshes it once (or, without a grant, says the server needs
+    /// sign-in, naming the command), as a `POST` does.
+    ///
     /// # Errors
     /// A reason naming the upstream: unreachable, HTTP error, not an SSE stream, no endpoint
-    /// in time, an endpoint that is not a URL or is on another origin.
+    /// in time, an endpoint that is not a URL or is on another origin, a sign-in needed.
     async fn legacy_connect(self: Arc<Self>) -> Result<Url, String> {
         let server = self.core.server.clone();
-        let rb = self.client.get(self.url.clone()).headers(self.headers.clone()).header(ACCEPT, EVENT_STREAM);
-        let resp = match tokio::time::timeout(ENDPOINT_TIMEOUT, rb.send()).await {
-            Err(_) => {
-                return Err(format!(
-                    "upstream {server} did not answer the SSE GET within {} s",
-                    ENDPOINT_TIMEOUT.as_secs()
-                ));
+        let token = self.bearer().await.map_err(|e| e.to_string())?;
+        let mut resp = self.legacy_get(token.as_ref()).await?;
+        if resp.status() == StatusCode::UNAUTHORIZED
+            && let Some(auth) = self.auth.clone().filter(|_| bearer_challenged(&resp) || token.is_some())
+        {
+            let fresh = auth.rejected(token.as_ref()).await.map_err(|e| e.to_string())?;
+            resp = self.legacy_get(Some(&fresh)).await?;
+            if resp.status() == StatusCode::UNAUTHORIZED {
+                return Err(auth.refused_after_refresh().await.to_string());
             }
-            Ok(Err(e)) if e.is_connect() => return Err(format!("unreachable at {} ({})", self.shown_url, describe(e))),
-            Ok(Err(e)) => return Err(format!("upstream {server}: the SSE GET failed: {}", describe(e))),
-            Ok(Ok(r)) => r,
-        };
+        }
         let (status, ctype) = (resp.status(), content_type(&resp));
         if !status.is_success() || ctype != EVENT_STREAM {
             let snippet = self.snippet(resp, &ctype).await;

@@ -47,6 +47,7 @@ use oauth::{AuthError, ServerAuth};
 
 mod legacy;
 pub mod oauth;
+pub use legacy::looks_legacy;
 mod sse;
 #[cfg(test)]
 mod tests;
@@ -226,6 +227,11 @@ impl HttpTransport {
         })
     }
 
+    /// True once it speaks the legacy HTTP+SSE transport (chosen, or detected).
+    pub fn is_legacy(&self) -> bool {
+        self.inner.is_legacy()
+    }
+
     /// Records the negotiated protocol version (sent as `MCP-Protocol-Version` on every later
     /// request; nothing when empty) and opens the `GET` stream for server-to-client messages.
     pub fn initialized(&self, protocol_version: &str) {
@@ -341,6 +347,18 @@ enum Checked {
 }
 
 impl Inner {
+    /// The OAuth access token to send, when the server has a grant (refreshed first when it is
+    /// about to expire).
+    ///
+    /// # Errors
+    /// The server needs sign-in, or its token could not be refreshed.
+    async fn bearer(&self) -> Result<Option<SecretString>, AuthError> {
+        match &self.auth {
+            Some(a) => a.bearer().await,
+            None => Ok(None),
+        }
+    }
+
     /// [`Inner::request`] with the OAuth access token (when the server has a grant), and the
     /// token sent.
     ///
@@ -350,10 +368,7 @@ impl Inner {
         &self,
         method: Method,
     ) -> Result<(reqwest::RequestBuilder, bool, Option<SecretString>), AuthError> {
-        let token = match &self.auth {
-            Some(a) => a.bearer().await?,
-            None => None,
-        };
+        let token = self.bearer().await?;
         let (rb, had_session) = self.request(method);
         Ok((with_bearer(rb, token.as_ref()), had_session, token))
     }
@@ -433,6 +448,9 @@ impl Inner {
                 return self.auth_failed(request_id, e);
             }
         }
+        if let Some(e) = self.scope_challenged(&resp).await {
+            return self.auth_failed(request_id, e);
+        }
         if resp.status().is_success() {
             self.confirmed.store(true, Ordering::Release);
         }
@@ -500,6 +518,23 @@ impl Inner {
                 None => tracing::warn!(server = %self.core.server, error = %e, "Upstream did not take a notification."),
             },
         }
+    }
+
+    /// A `403` whose `Bearer` challenge says `error="insufficient_scope"` (MCP 2025-11-25
+    /// basic/authorization §Scope Challenge Handling): the server needs a new sign-in asking
+    /// for the scopes the challenge names (with those granted), and this is that error.
+    /// `None` for any other answer, or a server whose registration sets `Authorization`.
+    async fn scope_challenged(&self, resp: &Response) -> Option<AuthError> {
+        if resp.status() != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let auth = self.auth.as_ref()?;
+        let values = resp.headers().get_all(reqwest::header::WWW_AUTHENTICATE);
+        let challenge = oauth::discovery::bearer_challenge(values.iter().filter_map(|v| v.to_str().ok()))?;
+        if challenge.error.as_deref() != Some("insufficient_scope") {
+            return None;
+        }
+        Some(auth.insufficient_scope(challenge.scope.as_deref()).await)
     }
 
     /// A `401` that is not about OAuth (the configured `Authorization` was refused, or the

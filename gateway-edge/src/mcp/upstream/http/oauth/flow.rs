@@ -143,9 +143,14 @@ impl OAuth {
         let prm = discovery::resource_metadata(&http, &server_url, challenge.as_ref()).await?;
         let issuer = prm.authorization_servers[0].clone();
         let meta = discovery::server_metadata(&http, &issuer).await?;
+        // MCP 2025-11-25 basic/authorization §Scope Selection Strategy: the user's choice, then
+        // a step-up's scopes (a 403 insufficient_scope named them), the challenge's, the
+        // resource's.
+        let step_up = self.server(server).step_up_scope().await;
         let scope = opts
             .scope
             .clone()
+            .or(step_up)
             .or_else(|| challenge.as_ref().and_then(|c| c.scope.clone()))
             .or_else(|| (!prm.scopes_supported.is_empty()).then(|| prm.scopes_supported.join(" ")))
             .filter(|s| !s.trim().is_empty());
@@ -274,9 +279,24 @@ async fn probe(http: &reqwest::Client, url: &Url) -> Result<Option<Challenge>, O
     .map_err(|e| {
         OAuthError::Flow(format!("the server at {} is unreachable: {}", shown(url), discovery::describe(e)))
     })?;
-    if resp.status() != StatusCode::UNAUTHORIZED {
-        return Ok(None);
-    }
+    let resp = match resp.status() {
+        StatusCode::UNAUTHORIZED => resp,
+        // A legacy HTTP+SSE server (MCP 2024-11-05) takes no POST there (404/405, MCP
+        // 2025-11-25 §Backwards Compatibility): its challenge comes with the stream's GET.
+        StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => {
+            match tokio::time::timeout(
+                PROBE_TIMEOUT,
+                http.get(url.clone()).header(header::ACCEPT, "text/event-stream").send(),
+            )
+            .await
+            {
+                Ok(Ok(r)) if r.status() == StatusCode::UNAUTHORIZED => r,
+                // A stream that opened (no auth needed) is dropped at once.
+                _ => return Ok(None),
+            }
+        }
+        _ => return Ok(None),
+    };
     let values: Vec<&str> =
         resp.headers().get_all(header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
     Ok(discovery::bearer_challenge(values))

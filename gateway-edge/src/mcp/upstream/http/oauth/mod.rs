@@ -103,6 +103,11 @@ pub struct Grant {
     /// Set when only a new sign-in helps: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needs_sign_in: Option<String>,
+    /// The scopes the next sign-in asks for (space-separated): the granted ones and those a
+    /// `403 insufficient_scope` challenge named (MCP 2025-11-25 basic/authorization §Scope
+    /// Challenge Handling, step-up). Cleared by a sign-in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_up_scope: Option<String>,
     /// When the user signed in (Unix ms).
     #[serde(default)]
     pub signed_in_at_ms: u64,
@@ -162,6 +167,18 @@ impl Grant {
         self.expires_at_ms = None;
         self.needs_sign_in = Some(why.to_owned());
     }
+}
+
+/// The scopes of `granted` and then those of `challenged` not among them, space-separated
+/// (a step-up asks for both, so no permission granted before is lost).
+pub fn scope_union(granted: Option<&str>, challenged: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for s in granted.unwrap_or_default().split_whitespace().chain(challenged.split_whitespace()) {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out.join(" ")
 }
 
 /// Now, in Unix ms.
@@ -302,6 +319,41 @@ impl ServerAuth {
         self.needs(why)
     }
 
+    /// The server refused a request for want of scope (`403` with `error="insufficient_scope"`
+    /// and the scopes it needs, MCP 2025-11-25 basic/authorization §Scope Challenge Handling):
+    /// only a new sign-in asking for wider scopes helps. The grant is marked so (stored), with
+    /// the granted scopes and the challenged ones as the next sign-in's scope.
+    pub async fn insufficient_scope(&self, challenged: Option<&str>) -> AuthError {
+        let mut g = self.grant.lock().await;
+        let loaded = self.loaded(&mut g).await;
+        let granted = match &loaded {
+            Ok(Loaded::Grant(grant)) => grant.scope.clone(),
+            _ => None,
+        };
+        let wanted = scope_union(granted.as_deref(), challenged.unwrap_or_default());
+        let why = if wanted.is_empty() {
+            "it refused the access token for want of scope".to_owned()
+        } else {
+            format!("it needs the scopes \"{wanted}\"")
+        };
+        if let Ok(Loaded::Grant(grant)) = loaded {
+            grant.needs_sign_in = Some(why.clone());
+            grant.step_up_scope = (!wanted.is_empty()).then(|| wanted.clone());
+            self.save(grant).await;
+        }
+        tracing::warn!(server = %self.server, scope = %wanted, "The upstream asks for more OAuth scopes; it needs sign-in.");
+        self.needs(&why)
+    }
+
+    /// The scopes a step-up asks for (set by [`ServerAuth::insufficient_scope`]), if any.
+    pub async fn step_up_scope(&self) -> Option<String> {
+        let mut g = self.grant.lock().await;
+        match self.loaded(&mut g).await {
+            Ok(Loaded::Grant(grant)) => grant.step_up_scope.clone(),
+            _ => None,
+        }
+    }
+
     /// Refreshes `grant` (its lock held by the caller) and stores the result.
     async fn refresh(&self, grant: &mut Grant) -> Result<SecretString, AuthError> {
         let Some(refresh_token) = grant.refresh_token.clone().map(SecretString::from) else {
@@ -335,6 +387,11 @@ impl ServerAuth {
             }
             Err(TokenError::Unavailable(why)) => {
                 tracing::warn!(server = %self.server, error = %why, "OAuth refresh failed.");
+                let why = format!(
+                    "{why}; check that its token endpoint {} answers, or sign in again with `{}`",
+                    discovery::shown(&endpoint),
+                    sign_in_command(&self.server)
+                );
                 Err(AuthError::Unavailable { server: self.server.clone(), why })
             }
         }

@@ -424,3 +424,51 @@ fn needs_sign_in_names_the_command() {
     let e = AuthError::NeedsSignIn { server: "linear".into(), why: "its refresh was refused".into() };
     assert_eq!(e.to_string(), "upstream linear needs sign-in (its refresh was refused): run `coffer mcp auth linear`");
 }
+
+#[tokio::test]
+async fn a_refresh_that_gets_no_answer_says_to_check_the_endpoint_or_sign_in_again() {
+    // A token endpoint on a loopback port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let store: Arc<dyn CredentialResolver> = Arc::new(FixedCredentials::default());
+    let grant = Grant {
+        resource: "http://127.0.0.1:1/mcp".into(),
+        token_endpoint: format!("http://127.0.0.1:{port}/token"),
+        client_id: "c".into(),
+        access_token: Some("old".into()),
+        refresh_token: Some("r".into()),
+        expires_at_ms: Some(1),
+        ..Grant::default()
+    };
+    store.store(credential_name("down"), SecretString::from(serde_json::to_string(&grant).unwrap())).await.unwrap();
+    let oauth = OAuth::new(store);
+    let e = oauth.server("down").bearer().await.unwrap_err();
+    assert!(matches!(e, AuthError::Unavailable { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains(&format!("check that its token endpoint http://127.0.0.1:{port}/token answers")), "{text}");
+    assert!(text.contains("sign in again with `coffer mcp auth down`"), "{text}");
+}
+
+#[tokio::test]
+async fn a_scope_challenge_marks_the_grant_with_the_union_of_scopes() {
+    let store: Arc<dyn CredentialResolver> = Arc::new(FixedCredentials::default());
+    let grant = Grant { scope: Some("files:read".into()), access_token: Some("at".into()), ..Grant::default() };
+    store.store(credential_name("s"), SecretString::from(serde_json::to_string(&grant).unwrap())).await.unwrap();
+    let oauth = OAuth::new(store.clone());
+    let auth = oauth.server("s");
+    let e = auth.insufficient_scope(Some("files:read files:write")).await;
+    assert_eq!(
+        e.to_string(),
+        "upstream s needs sign-in (it needs the scopes \"files:read files:write\"): run `coffer mcp auth s`"
+    );
+    assert_eq!(auth.step_up_scope().await.as_deref(), Some("files:read files:write"));
+    assert!(matches!(auth.bearer().await, Err(AuthError::NeedsSignIn { .. })));
+    // Stored: a restart keeps it.
+    let again = OAuth::new(store).server("s");
+    assert_eq!(again.step_up_scope().await.as_deref(), Some("files:read files:write"));
+    assert!(matches!(again.status().await.unwrap(), AuthState::NeedsSignIn { .. }));
+    assert_eq!(super::scope_union(Some("a b"), "b c"), "a b c");
+    assert_eq!(super::scope_union(None, ""), "");
+}
