@@ -232,18 +232,6 @@ impl Provider for ReadNote {
 /// `coffer__write_note {kb, path, content, mode?}` → `WriteNote`.
 pub struct WriteNote(pub Client);
 
-/// How `coffer__write_note` writes: `create` a new note (refused when it exists), `replace` an
-/// existing note's whole content, `append` at its end (a new note when missing).
-#[derive(Deserialize, JsonSchema, Clone, Copy, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum WriteMode {
-    // (No doc comments on the variants: they would turn the schema's `enum` into a `oneOf`.)
-    #[default]
-    Create,
-    Replace,
-    Append,
-}
-
 /// The arguments of `coffer__write_note`; its `inputSchema` is derived from them.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -262,9 +250,11 @@ pub struct WriteNoteArgs {
     content: String,
     #[serde(default)]
     #[schemars(
+        with = "String",
+        extend("enum" = ["create", "replace", "append"]),
         description = "create (default): a new note, refused if it exists; replace: overwrite an existing note; append: add to its end."
     )]
-    mode: WriteMode,
+    mode: Option<String>,
 }
 
 impl Provider for WriteNote {
@@ -290,11 +280,9 @@ impl Provider for WriteNote {
             if a.content.chars().count() > MAX_CONTENT_CHARS {
                 return Err(Invalid(format!("coffer__write_note: content is over {MAX_CONTENT_CHARS} characters")));
             }
-            let mode = match a.mode {
-                WriteMode::Create => "create",
-                WriteMode::Replace => "replace",
-                WriteMode::Append => "append",
-            };
+            // The service checks the mode and names the accepted ones.
+            let mode = a.mode.unwrap_or_else(|| "create".to_owned());
+            let mode = mode.as_str();
             let req = WriteNoteRequest { kb: a.kb, path: a.path, content: a.content, mode: mode.into() };
             match retrieval::call(self.0.clone().write_note(req)).await {
                 Ok(r) => {
