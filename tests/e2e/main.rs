@@ -62,6 +62,7 @@ mod llm_connections;
 mod llm_switch;
 mod llm_wire;
 mod mcp_stream;
+mod notes;
 mod oauth;
 mod peers;
 mod profiles;

@@ -86,6 +86,32 @@ pub enum KbCommand {
     /// Show documents, chunks, embedded chunks, last sync, pending work, errors per file and engines.
     #[command(after_help = "Examples:\n  coffer kb status\n  coffer kb status notes --json")]
     Status(StatusArgs),
+    /// Change a knowledge base's settings: whether tools may write notes into it.
+    #[command(after_help = "Example:\n  coffer kb set vault --writable true")]
+    Set(SetArgs),
+    /// List the notes that link to a note ([[wikilinks]] by file name, alias or path).
+    #[command(
+        after_help = "Examples:\n  coffer kb backlinks vault Projects/Coffer.md\n  coffer kb backlinks vault Ideas.md --json"
+    )]
+    Backlinks(BacklinksArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The knowledge base's name.
+    pub kb: String,
+    /// Let coffer__write_note write notes into the folder (true) or not (false). A knowledge base
+    /// under COFFER_HOME/knowledge is always writable.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub writable: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BacklinksArgs {
+    /// The knowledge base's name.
+    pub kb: String,
+    /// The note's path inside it, e.g. Projects/Coffer.md.
+    pub path: String,
 }
 
 #[derive(Debug, Args)]
@@ -174,7 +200,55 @@ pub async fn run(ctx: &Ctx, cmd: KbCommand) -> Result<(), CliError> {
         KbCommand::Search(a) => search(ctx, a).await,
         KbCommand::Reindex(a) => reindex(ctx, a).await,
         KbCommand::Status(a) => status(ctx, a).await,
+        KbCommand::Set(a) => set(ctx, a).await,
+        KbCommand::Backlinks(a) => backlinks(ctx, a).await,
     }
+}
+
+async fn set(ctx: &Ctx, a: SetArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let body = coffer_api::knowledge::KnowledgeBasePatch { writable: Some(a.writable) };
+    let resp = api.send(api.request(reqwest::Method::PATCH, &kb_path(&a.kb)?).json(&body)).await?;
+    if ctx.json {
+        return output::print_body(&resp.body);
+    }
+    let kb: KnowledgeBaseInfo = resp.parse()?;
+    output::println(&if kb.writable {
+        format!("Knowledge base {} is writable: tools may write notes into {}", kb.name, printable(&kb.root))
+    } else {
+        format!("Knowledge base {} is read-only for tools", kb.name)
+    })
+}
+
+/// The lines of `kb backlinks`: one `path:line  title` per linking note.
+pub fn render_backlinks(note: &coffer_api::knowledge::Note) -> String {
+    if note.backlinks.is_empty() {
+        return format!("No note links to {}\n", printable(&note.path));
+    }
+    let mut out = String::new();
+    for b in &note.backlinks {
+        out.push_str(&format!("{}:{}  {}\n", printable(&b.path), b.line, text_cell(&b.title, 80)));
+    }
+    if note.backlinks_truncated {
+        out.push_str("(more not shown)\n");
+    }
+    out
+}
+
+async fn backlinks(ctx: &Ctx, a: BacklinksArgs) -> Result<(), CliError> {
+    let api = ctx.connect().await?;
+    let note_path = format!("{}/note", kb_path(&a.kb)?);
+    let path = crate::api::with_query(
+        &note_path,
+        &[("path", Some(&a.path)), ("start_line", Some("1")), ("end_line", Some("1"))],
+    );
+    let resp = api.get_raw(&path).await?;
+    let note: coffer_api::knowledge::Note = resp.parse()?;
+    if ctx.json {
+        let v = serde_json::json!({"kb": note.kb, "path": note.path, "title": note.title, "backlinks": note.backlinks, "backlinks_truncated": note.backlinks_truncated});
+        return output::println(&v.to_string());
+    }
+    output::print(&render_backlinks(&note))
 }
 
 fn kb_path(name: &str) -> Result<String, CliError> {
@@ -293,6 +367,7 @@ pub fn render_kb(kb: &KnowledgeBaseInfo) -> String {
         ("pending", format!("{} files, {} embeddings", kb.pending, kb.pending_embeddings)),
         ("last sync", time_of(kb.last_sync_ms)),
         ("watching", yes_no(kb.watching).to_owned()),
+        ("writable", yes_no(kb.writable).to_owned()),
         ("index", index_size(kb)),
         ("hidden", hidden_folders(kb)),
         ("state", progress),

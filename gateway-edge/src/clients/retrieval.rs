@@ -165,6 +165,45 @@ pub fn kb(k: KnowledgeBaseInfo) -> api::KnowledgeBaseInfo {
         hidden_skipped_count: k.hidden_skipped_count,
         corpus_bytes: k.corpus_bytes,
         index_bytes: k.index_bytes,
+        writable: k.writable,
+    }
+}
+
+/// `Note` as the API shows it.
+pub fn note(n: coffer_proto::retrieval::Note) -> api::Note {
+    api::Note {
+        kb: n.kb,
+        path: n.path,
+        absolute_path: n.absolute_path,
+        title: n.title,
+        tags: n.tags,
+        text: n.text,
+        start_line: n.start_line,
+        end_line: n.end_line,
+        total_lines: n.total_lines,
+        truncated: n.truncated,
+        next: n.next,
+        links: n
+            .links
+            .into_iter()
+            .map(|l| api::NoteLink {
+                target: l.target,
+                fragment: l.fragment,
+                alias: l.alias,
+                embed: l.embed,
+                line: l.line,
+                resolved_path: l.resolved_path,
+            })
+            .collect(),
+        backlinks: n
+            .backlinks
+            .into_iter()
+            .map(|b| api::NoteBacklink { path: b.path, title: b.title, line: b.line, alias: b.alias })
+            .collect(),
+        backlinks_truncated: n.backlinks_truncated,
+        modified_ms: n.modified_ms,
+        size: n.size,
+        indexed: n.indexed,
     }
 }
 

@@ -17,12 +17,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use coffer_api::knowledge::{
-    self as api, FactCreate, KnowledgeBaseCreate, RecallRequest as RecallBody, Reindex, SearchRequest as SearchBody,
+    self as api, FactCreate, KnowledgeBaseCreate, KnowledgeBasePatch, RecallRequest as RecallBody, Reindex,
+    SearchRequest as SearchBody,
 };
 use coffer_api::skills;
 use coffer_proto::retrieval::{
-    AddKnowledgeBaseRequest, FactId, KnowledgeBaseName, ListFactsRequest, ListSkillsRequest, RecallRequest,
-    ReindexRequest, RememberRequest, SearchFilters, SearchRequest, SkillName, StatusRequest,
+    AddKnowledgeBaseRequest, FactId, KnowledgeBaseName, ListFactsRequest, ListSkillsRequest, ReadNoteRequest,
+    RecallRequest, ReindexRequest, RememberRequest, SearchFilters, SearchRequest, SetWritableRequest, SkillName,
+    StatusRequest,
 };
 use serde_json::json;
 
@@ -43,7 +45,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/knowledge", get(list_kbs).post(add_kb))
         .route("/v1/knowledge/reindex", post(reindex))
         .route("/v1/knowledge/search", post(search))
-        .route("/v1/knowledge/{kb}", get(get_kb).delete(remove_kb))
+        .route("/v1/knowledge/{kb}", get(get_kb).delete(remove_kb).patch(patch_kb))
+        .route("/v1/knowledge/{kb}/note", get(read_note))
         .route("/v1/memory", get(list_facts).post(remember))
         .route("/v1/memory/recall", post(recall))
         .route("/v1/memory/{id}", get(get_fact).delete(forget))
@@ -113,6 +116,48 @@ async fn get_kb(
         .await
         .map_err(ApiError::from_retrieval)?;
     Ok(Json(retrieval::kb(kb)))
+}
+
+/// `PATCH /v1/knowledge/{kb} {"writable": bool}` → [`api::KnowledgeBaseInfo`]: marks the user's
+/// folder writable (or read-only again) for `coffer__write_note`.
+async fn patch_kb(
+    State(st): State<Arc<AppState>>,
+    Path(kb): Path<String>,
+    JsonBody(body): JsonBody<KnowledgeBasePatch>,
+) -> Result<Json<api::KnowledgeBaseInfo>, ApiError> {
+    let info = match body.writable {
+        Some(writable) => {
+            tracing::info!(kb = %kb, writable, "Knowledge base writability set.");
+            call(st.retrieval.clone().set_writable(SetWritableRequest { kb, writable })).await
+        }
+        None => call(st.retrieval.clone().get_knowledge_base(KnowledgeBaseName { name: kb })).await,
+    }
+    .map_err(ApiError::from_retrieval)?;
+    Ok(Json(retrieval::kb(info)))
+}
+
+/// The query of `GET /v1/knowledge/{kb}/note`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoteQuery {
+    path: String,
+    #[serde(default)]
+    start_line: Option<u32>,
+    #[serde(default)]
+    end_line: Option<u32>,
+}
+
+/// `GET /v1/knowledge/{kb}/note?path=&start_line=&end_line=` → [`api::Note`].
+async fn read_note(
+    State(st): State<Arc<AppState>>,
+    Path(kb): Path<String>,
+    query: Result<Query<NoteQuery>, QueryRejection>,
+) -> Result<Json<api::Note>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
+    let req =
+        ReadNoteRequest { kb, path: q.path, start_line: q.start_line.unwrap_or(0), end_line: q.end_line.unwrap_or(0) };
+    let n = call(st.retrieval.clone().read_note(req)).await.map_err(ApiError::from_retrieval)?;
+    Ok(Json(retrieval::note(n)))
 }
 
 /// `DELETE /v1/knowledge/{kb}` → `{"removed": N}` (documents forgotten); never deletes a file.

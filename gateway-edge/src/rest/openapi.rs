@@ -643,6 +643,20 @@ pub fn routes() -> Vec<Route> {
             .path_param("kb", "Knowledge base name (`^[a-z0-9][a-z0-9_-]{0,63}$`, or `memory`).")
             .ok_of::<coffer_api::knowledge::KnowledgeBaseInfo>(200, "The knowledge base.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
+        route("PATCH", "/v1/knowledge/{kb}", "knowledge", "Mark a knowledge base writable")
+            .describe("`writable: true` lets `coffer__write_note` write notes into the user's own folder (atomic writes, secret checks, `.md` only); `false` makes it read-only again. A knowledge base under `COFFER_HOME/knowledge/` is always writable; memory cannot be marked (409).")
+            .path_param("kb", "Knowledge base name.")
+            .body_of::<coffer_api::knowledge::KnowledgeBasePatch>()
+            .ok_of::<coffer_api::knowledge::KnowledgeBaseInfo>(200, "The knowledge base.")
+            .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
+        route("GET", "/v1/knowledge/{kb}/note", "knowledge", "Read a note")
+            .describe("One note's lines (all, or `start_line`..`end_line`; at most 2,000 lines or 64 KiB, `next` says how to read on), its title, tags (front matter and inline `#tags`), its `[[wikilinks]]` resolved Obsidian's way (file name, then alias, then path) and its backlinks. A path with `..`, an absolute one or a symbolic link out of the folder is `INVALID_ARGUMENT`.")
+            .path_param("kb", "Knowledge base name.")
+            .query("path", json!({"type": "string"}), "The note's path relative to the knowledge base root.")
+            .query("start_line", json!({"type": "integer", "minimum": 1}), "First line, 1-based (default 1).")
+            .query("end_line", json!({"type": "integer", "minimum": 1}), "Last line, inclusive (default: the end).")
+            .ok_of::<coffer_api::knowledge::Note>(200, "The note.")
+            .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("DELETE", "/v1/knowledge/{kb}", "knowledge", "Remove a knowledge base")
             .describe("Forgets it and its indexes; never deletes a file. The memory knowledge base cannot be removed (409).")
             .path_param("kb", "Knowledge base name.")

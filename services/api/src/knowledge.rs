@@ -203,6 +203,75 @@ pub struct KnowledgeBaseInfo {
     /// out among knowledge bases by corpus bytes).
     #[serde(default)]
     pub index_bytes: u64,
+    /// `coffer__write_note` may write into it: always for `COFFER_HOME/knowledge/<name>`, for
+    /// the user's own folder once marked (`PATCH /v1/knowledge/{kb} {"writable": true}`).
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// `PATCH /v1/knowledge/{kb}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KnowledgeBasePatch {
+    /// Let `coffer__write_note` write into this folder (true) or make it read-only again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<bool>,
+}
+
+/// A `[[wikilink]]` of a note, resolved.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NoteLink {
+    /// As written: `Note`, `folder/Note`; empty for a link into the same note.
+    pub target: String,
+    /// After `#`: a heading or `^block`.
+    pub fragment: String,
+    /// After `|`.
+    pub alias: String,
+    /// `![[…]]`.
+    pub embed: bool,
+    /// 1-based line of the link.
+    pub line: u32,
+    /// The note it resolves to (by file name, then alias, then path); empty: unresolved.
+    pub resolved_path: String,
+}
+
+/// A note that links to another.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NoteBacklink {
+    pub path: String,
+    pub title: String,
+    /// The link's line in it.
+    pub line: u32,
+    /// The link's `|alias` text.
+    pub alias: String,
+}
+
+/// `GET /v1/knowledge/{kb}/note?path=…`: one note's lines (at most 2,000 lines or 64 KiB; `next`
+/// says how to read on), title, tags, links and backlinks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Note {
+    pub kb: String,
+    pub path: String,
+    pub absolute_path: String,
+    pub title: String,
+    /// Front matter tags, then inline `#tags`.
+    pub tags: Vec<String>,
+    pub text: String,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub total_lines: u32,
+    pub truncated: bool,
+    /// When `truncated`: how to read on (`start_line=N`).
+    pub next: String,
+    pub links: Vec<NoteLink>,
+    pub backlinks: Vec<NoteBacklink>,
+    pub backlinks_truncated: bool,
+    /// Unix milliseconds.
+    pub modified_ms: i64,
+    /// Bytes of the whole file.
+    pub size: u64,
+    /// False: not in the index yet (links unresolved, no backlinks).
+    pub indexed: bool,
 }
 
 /// How one search engine is configured.

@@ -37,7 +37,7 @@ use std::time::Duration;
 use coffer_proto::retrieval::{FileError, JobState, Progress};
 use coffer_proto::store::{
     ChunkInput, ClearIndexRequest, DocumentMeta, DocumentRef, KnowledgeBase, ListDocumentsRequest,
-    MarkDocumentErrorRequest, UpsertDocumentRequest,
+    MarkDocumentErrorRequest, NoteLink, UpsertDocumentRequest,
 };
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
@@ -197,7 +197,26 @@ pub fn document_request(
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let note = front_matter_error.map(|e| format!("front matter ignored: {e}"));
     let index_title = terms::index_text(&doc.title);
-    let tags = doc.front_matter.as_ref().map(|f| f.tags.clone()).unwrap_or_default();
+    // Front matter tags first, then the body's inline `#tags` not already among them.
+    let mut tags = doc.front_matter.as_ref().map(|f| f.tags.clone()).unwrap_or_default();
+    for t in &doc.inline_tags {
+        if !tags.iter().any(|f| f.to_lowercase() == t.to_lowercase()) {
+            tags.push(t.clone());
+        }
+    }
+    tags.truncate(MAX_TAGS);
+    let aliases = doc.front_matter.as_ref().map(|f| f.aliases.clone()).unwrap_or_default();
+    let links = doc
+        .links
+        .iter()
+        .map(|l| NoteLink {
+            target: clip_bytes(&l.target, MAX_LINK_TEXT_BYTES),
+            fragment: clip_bytes(&l.fragment, MAX_LINK_TEXT_BYTES),
+            alias: clip_bytes(&l.alias, MAX_LINK_TEXT_BYTES),
+            embed: l.embed,
+            line: l.line,
+        })
+        .collect();
     let chunks = doc
         .chunks
         .into_iter()
@@ -222,8 +241,27 @@ pub fn document_request(
         tags,
         chunks,
         kb_created_ms: 0,
+        links,
+        aliases: aliases.into_iter().take(MAX_TAGS).map(|a| clip_bytes(&a, 256)).collect(),
     };
     Ok((req, note))
+}
+
+/// Most tags (front matter and inline) and aliases sent for one document (the store's limit).
+const MAX_TAGS: usize = 256;
+/// Longest link target, fragment or alias sent (bytes; the store's limit).
+const MAX_LINK_TEXT_BYTES: usize = 1024;
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn clip_bytes(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }
 
 fn mtime_ms(meta: &std::fs::Metadata) -> i64 {
@@ -1094,5 +1132,19 @@ mod tests {
         assert!(note.is_some_and(|n| n.starts_with("front matter ignored")));
         let body: String = r.chunks.iter().map(|c| c.index_body.clone()).collect();
         assert!(body.contains("searchable") && !body.contains("unclosed"), "{body}");
+    }
+
+    #[test]
+    fn inline_tags_merge_with_front_matter_tags_and_links_go_along() {
+        let text = "---\ntags: [project]\naliases: [Home]\n---\nWork on #Project and #ops/oncall; see [[Runbook|the runbook]].\n";
+        let (r, _) = document_request("kb", "a.md", text, 1, text.len() as u64, content_hash(text.as_bytes())).unwrap();
+        assert_eq!(r.tags, ["project", "ops/oncall"], "#Project is the front matter's project");
+        assert_eq!(r.aliases, ["Home"]);
+        assert_eq!(r.links.len(), 1);
+        assert_eq!(
+            (r.links[0].target.as_str(), r.links[0].alias.as_str(), r.links[0].line),
+            ("Runbook", "the runbook", 5)
+        );
+        assert_eq!(clip_bytes("日本語", 4), "日");
     }
 }

@@ -27,6 +27,7 @@ pub mod error;
 pub mod fusion;
 pub mod indexer;
 pub mod memory;
+pub mod notes;
 pub mod search;
 pub mod service;
 pub mod skills;
@@ -124,7 +125,8 @@ pub async fn run(ctx: ServiceCtx) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings };
+    let notes = Arc::new(notes::Notes::new(sources.clone(), indexer.clone()));
+    let service = service::RetrievalService { sources, indexer, memory, searcher, embeddings, notes };
     let routes =
         tonic::service::Routes::new(RetrievalServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES))
             .add_service(SyncServer::new(sync::service::SyncService { engine }));

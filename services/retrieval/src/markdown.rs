@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
-use pulldown_cmark::{Event, MetadataBlockKind, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{Event, LinkType, MetadataBlockKind, Options, Parser, Tag, TagEnd};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use yaml_rust2::parser::{Event as YamlEvent, Parser as YamlParser};
@@ -56,6 +56,9 @@ pub struct FrontMatter {
     /// `tags` (or `tag`): a list, or a string split at commas and spaces; a leading `#`
     /// dropped, empty ones dropped, duplicates removed, order kept.
     pub tags: Vec<String>,
+    /// `aliases` (or `alias`): other names the note's `[[wikilinks]]` may use; a list, or one
+    /// string (not split); trimmed, empty ones and duplicates dropped.
+    pub aliases: Vec<String>,
 }
 
 /// One piece of a document for the indexes.
@@ -85,6 +88,43 @@ pub struct Document {
     pub chunks: Vec<Chunk>,
     /// First line after the front matter, 1-based (1 without front matter).
     pub body_line: u32,
+    /// Inline `#tags` of the body (see [`inline_tags_and_links`]), in order, without `#`.
+    pub inline_tags: Vec<String>,
+    /// `[[wikilinks]]` and `![[embeds]]` of the body, in order.
+    pub links: Vec<WikiLink>,
+}
+
+/// A `[[wikilink]]` or `![[embed]]` in a note's body, as written (resolution to a note is the
+/// store's: by file name, then alias, then path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WikiLink {
+    /// The note part (`Note`, `folder/Note`, `Note.md`), trimmed; empty for `[[#Heading]]` (a
+    /// link into the same note).
+    pub target: String,
+    /// After the first `#`: a heading or `^block` id; empty without.
+    pub fragment: String,
+    /// The text after `|` (`[[Note|alias text]]`); empty without.
+    pub alias: String,
+    /// `![[…]]`: the target is embedded, not only linked.
+    pub embed: bool,
+    /// 1-based line of the file where the link starts.
+    pub line: u32,
+}
+
+impl WikiLink {
+    /// The key a link resolves by: the target lower-cased, `\` as `/`, without a trailing `.md`
+    /// or `.markdown` and without leading `./` or `/`.
+    pub fn target_key(&self) -> String {
+        link_key(&self.target)
+    }
+}
+
+/// [`WikiLink::target_key`] of any target text (a link's, a file path, an alias).
+pub fn link_key(target: &str) -> String {
+    let t = target.trim().replace('\\', "/").to_lowercase();
+    let t = t.trim_start_matches("./").trim_start_matches('/');
+    let t = t.strip_suffix(".md").or_else(|| t.strip_suffix(".markdown")).unwrap_or(t);
+    t.to_owned()
 }
 
 /// Why a document could not be parsed.
@@ -161,7 +201,8 @@ pub fn parse_front_matter(text: &str) -> Result<(Option<FrontMatter>, usize), Ma
         _ => None,
     };
     let tags = tags_of(fields.get("tags").or_else(|| fields.get("tag")));
-    Ok((Some(FrontMatter { fields, title, tags }), body_start))
+    let aliases = aliases_of(fields.get("aliases").or_else(|| fields.get("alias")));
+    Ok((Some(FrontMatter { fields, title, tags, aliases }), body_start))
 }
 
 /// The metadata block that opens `text`, whatever its YAML holds: the byte offset where the
@@ -236,6 +277,29 @@ fn tags_of(v: Option<&Value>) -> Vec<String> {
         let t = t.trim().trim_start_matches('#').trim();
         if !t.is_empty() && !out.iter().any(|o| o == t) {
             out.push(t.to_owned());
+        }
+    }
+    out
+}
+
+fn aliases_of(v: Option<&Value>) -> Vec<String> {
+    let raw: Vec<String> = match v {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| match i {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+            .collect(),
+        Some(Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for a in raw {
+        let a = a.trim();
+        if !a.is_empty() && !out.iter().any(|o| o == a) {
+            out.push(a.to_owned());
         }
     }
     out
@@ -675,7 +739,120 @@ fn parse_body(
         }
         chunk_section(&lines, &line_chars, &cut_after, s, opts, &mut chunks);
     }
-    Document { front_matter, title, chunks, body_line }
+    let (inline_tags, links) =
+        if body_start < text.len() { inline_tags_and_links(text, body_start) } else { Default::default() };
+    Document { front_matter, title, chunks, body_line, inline_tags, links }
+}
+
+/// Longest inline tag kept, in bytes (a longer `#run` is not a tag).
+pub const MAX_INLINE_TAG_BYTES: usize = 128;
+/// Most inline tags and most links kept of one note (the rest are ignored).
+pub const MAX_INLINE_TAGS: usize = 256;
+/// Most `[[wikilinks]]` kept of one note.
+pub const MAX_LINKS: usize = 4096;
+
+/// The inline `#tags` and `[[wikilinks]]` of the body of `text` (from byte `body_start`).
+///
+/// A tag is `#` followed by letters, digits, `_`, `-` and `/` (nested tags such as `#a/b`),
+/// at the start of a text run or after whitespace, with at least one character that is not a
+/// digit (`#1984` is not a tag), as Obsidian reads them. It is found in prose only: not in code
+/// spans or blocks, raw HTML, link destinations (URL fragments), and a `# heading` marker is
+/// not one. Tags come back without `#`, in order, without duplicates (compared
+/// case-insensitively, the first spelling kept), at most [`MAX_INLINE_TAGS`].
+///
+/// Links are pulldown-cmark's wikilinks (`[[Note]]`, `[[Note|alias]]`, `[[Note#Heading]]`, and
+/// `![[embed]]`), at most [`MAX_LINKS`], with the line each starts on.
+pub fn inline_tags_and_links(text: &str, body_start: usize) -> (Vec<String>, Vec<WikiLink>) {
+    let body = &text[body_start..];
+    let opts = Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_TASKLISTS
+        | Options::ENABLE_HEADING_ATTRIBUTES
+        | Options::ENABLE_GFM
+        | Options::ENABLE_WIKILINKS;
+    let line_starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let line_of =
+        |offset: usize| -> u32 { u32::try_from(line_starts.partition_point(|&s| s <= offset)).unwrap_or(u32::MAX) };
+    let mut tags: Vec<String> = Vec::new();
+    let mut links: Vec<WikiLink> = Vec::new();
+    let mut code_depth = 0usize;
+    // The open wikilink: its link and the alias text gathered so far.
+    let mut open: Option<(WikiLink, Option<String>)> = None;
+    // Whether the previous event ended in a character that may precede a tag.
+    let mut boundary = true;
+    for (event, range) in Parser::new_ext(body, opts).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(_)) => code_depth += 1,
+            Event::End(TagEnd::CodeBlock) => code_depth = code_depth.saturating_sub(1),
+            Event::Start(Tag::Link { link_type: LinkType::WikiLink { has_pothole }, dest_url, .. })
+            | Event::Start(Tag::Image { link_type: LinkType::WikiLink { has_pothole }, dest_url, .. }) => {
+                let embed = body[range.clone()].starts_with('!');
+                let (target, fragment) = match dest_url.split_once('#') {
+                    Some((t, f)) => (t.trim().to_owned(), f.trim().to_owned()),
+                    None => (dest_url.trim().to_owned(), String::new()),
+                };
+                let link =
+                    WikiLink { target, fragment, alias: String::new(), embed, line: line_of(body_start + range.start) };
+                open = Some((link, has_pothole.then(String::new)));
+            }
+            Event::End(TagEnd::Link | TagEnd::Image) => {
+                if let Some((mut link, alias)) = open.take() {
+                    if let Some(alias) = alias {
+                        link.alias = alias.split_whitespace().collect::<Vec<_>>().join(" ");
+                    }
+                    if links.len() < MAX_LINKS && !(link.target.is_empty() && link.fragment.is_empty()) {
+                        links.push(link);
+                    }
+                }
+                boundary = false;
+            }
+            Event::Text(t) => {
+                if let Some((_, alias)) = &mut open {
+                    if let Some(alias) = alias {
+                        alias.push_str(&t);
+                    }
+                } else if code_depth == 0 {
+                    scan_tags(&t, boundary, &mut tags);
+                }
+                boundary = t.chars().last().is_none_or(char::is_whitespace);
+            }
+            Event::SoftBreak | Event::HardBreak => boundary = true,
+            Event::Start(_) | Event::End(_) => boundary = true,
+            _ => boundary = false,
+        }
+    }
+    (tags, links)
+}
+
+/// The `#tags` of one run of prose text, appended to `out` (see [`inline_tags_and_links`]).
+/// `boundary`: the run starts where a tag may start.
+fn scan_tags(text: &str, boundary: bool, out: &mut Vec<String>) {
+    let is_tag_char = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '/');
+    let mut prev_ok = boundary;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c == '#' && prev_ok {
+            let rest = &text[i + 1..];
+            let end = rest.find(|c: char| !is_tag_char(c)).unwrap_or(rest.len());
+            let tag = rest[..end].trim_end_matches('/');
+            let valid = !tag.is_empty()
+                && !tag.starts_with('/')
+                && !tag.contains("//")
+                && tag.len() <= MAX_INLINE_TAG_BYTES
+                && tag.chars().any(|c| !c.is_ascii_digit() && c != '/');
+            if valid && out.len() < MAX_INLINE_TAGS && !out.iter().any(|o| o.to_lowercase() == tag.to_lowercase()) {
+                out.push(tag.to_owned());
+            }
+            // Skip what was read as the tag (or the run after a `#` that is not one).
+            while chars.peek().is_some_and(|&(j, _)| j <= i + end) {
+                chars.next();
+            }
+            prev_ok = false;
+            continue;
+        }
+        prev_ok = c.is_whitespace() || matches!(c, '(' | '[' | ',' | ';');
+    }
 }
 
 fn make_chunk(path: &[String], first: usize, last: usize, text: String) -> Chunk {

@@ -7,8 +7,9 @@ use coffer_proto::retrieval::retrieval_server::Retrieval;
 use coffer_proto::retrieval::{
     AddKnowledgeBaseRequest, EmbedReply, EmbedRequest, EngineConfig, Fact, FactId, FileError, KnowledgeBaseInfo,
     KnowledgeBaseName, ListFactsReply, ListFactsRequest, ListKnowledgeBasesReply, ListKnowledgeBasesRequest,
-    ListSkillsReply, ListSkillsRequest, RecallRequest, ReindexReply, ReindexRequest, RememberReply, RememberRequest,
-    RemoveReply, SearchFilters, SearchReply, SearchRequest, Skill, SkillName, StatusReply, StatusRequest, Vector,
+    ListSkillsReply, ListSkillsRequest, Note, ReadNoteRequest, RecallRequest, ReindexReply, ReindexRequest,
+    RememberReply, RememberRequest, RemoveReply, SearchFilters, SearchReply, SearchRequest, SetWritableRequest, Skill,
+    SkillName, StatusReply, StatusRequest, Vector, WriteNoteReply, WriteNoteRequest,
 };
 use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseStats, StatsRequest};
 use tonic::{Request, Response, Status};
@@ -37,6 +38,8 @@ pub struct RetrievalService {
     pub searcher: Arc<Searcher>,
     /// The vector engine's worker.
     pub embeddings: Arc<Embeddings>,
+    /// Notes read and written by path.
+    pub notes: Arc<crate::notes::Notes>,
 }
 
 type Reply<T> = std::result::Result<Response<T>, Status>;
@@ -121,6 +124,7 @@ impl RetrievalService {
             hidden_skipped: hidden.into_iter().take(MAX_HIDDEN_NAMED).collect(),
             corpus_bytes: stats.map_or(0, |s| s.corpus_bytes),
             index_bytes: stats.map_or(0, |s| s.index_bytes),
+            writable: self.notes.writable(def),
         }
     }
 
@@ -277,6 +281,28 @@ impl Retrieval for RetrievalService {
 
     async fn embed(&self, req: Request<EmbedRequest>) -> Reply<EmbedReply> {
         ok(self.embed_texts(req.into_inner().texts).await)
+    }
+
+    async fn read_note(&self, req: Request<ReadNoteRequest>) -> Reply<Note> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(self.notes.read(&r.kb, &r.path, r.start_line, r.end_line).await)
+    }
+
+    async fn write_note(&self, req: Request<WriteNoteRequest>) -> Reply<WriteNoteReply> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(self.notes.write(&r.kb, &r.path, &r.content, &r.mode).await)
+    }
+
+    async fn set_writable(&self, req: Request<SetWritableRequest>) -> Reply<KnowledgeBaseInfo> {
+        self.sources.ready()?;
+        let r = req.into_inner();
+        ok(async {
+            self.sources.set_writable(&r.kb, r.writable).await?;
+            self.one(&r.kb).await
+        }
+        .await)
     }
 
     async fn load_skill(&self, req: Request<SkillName>) -> Reply<Skill> {

@@ -201,6 +201,7 @@ impl Sources {
                     include: vec!["*.md".into()],
                     exclude: vec![],
                     created_ms: 0,
+                    writable: false,
                 };
                 let created = match self.index.clone().create_knowledge_base(def).await {
                     Ok(r) => r.into_inner(),
@@ -339,6 +340,7 @@ impl Sources {
             include,
             exclude,
             created_ms: 0,
+            writable: false,
         };
         let created = self.index.clone().create_knowledge_base(def).await.map_err(|s| {
             if s.code() == tonic::Code::AlreadyExists {
@@ -350,6 +352,31 @@ impl Sources {
         let created = created.into_inner();
         self.cache.write().expect("sources lock").insert(created.name.clone(), created.clone());
         Ok(created)
+    }
+
+    /// Whether KB `def` lives in COFFER_HOME/knowledge (Coffer's own folder: always writable by
+    /// `WriteNote`), not in a folder of the user's.
+    pub fn coffer_owned(&self, def: &KnowledgeBase) -> bool {
+        let home_root = self.home.root().canonicalize().unwrap_or_else(|_| self.home.root().to_path_buf());
+        def.kind != KnowledgeBaseKind::Memory as i32 && Path::new(&def.root).starts_with(home_root.join("knowledge"))
+    }
+
+    /// Marks folder KB `name` writable (or not) for `WriteNote`, in the store and the cache.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Precondition`] for memory (written by `remember` only), the
+    /// store's errors.
+    pub async fn set_writable(&self, name: &str, writable: bool) -> Result<KnowledgeBase> {
+        if name == MEMORY {
+            return Err(Error::Precondition(
+                "the memory knowledge base is written by remember (coffer__remember), not as notes".into(),
+            ));
+        }
+        self.require(name)?;
+        let req = coffer_proto::store::SetKnowledgeBaseWritableRequest { name: name.into(), writable };
+        let def = self.index.clone().set_knowledge_base_writable(req).await?.into_inner();
+        self.cache.write().expect("sources lock").insert(def.name.clone(), def.clone());
+        Ok(def)
     }
 
     /// Forgets KB `name` and its indexes (never a file). Returns the store's count of removed

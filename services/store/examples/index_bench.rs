@@ -103,6 +103,8 @@ async fn run(docs: usize) {
             tags: vec![format!("tag{}", d % 7)],
             chunks,
             kb_created_ms: 0,
+            links: vec![],
+            aliases: vec![],
         });
     }
     println!("corpus: {docs} documents, {} chunks, {:.1} MB of text and index text", docs * 5, bytes as f64 / 1e6);

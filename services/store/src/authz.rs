@@ -103,6 +103,8 @@ pub const POLICY: Policy = Policy {
         rule(INDEX, "PendingEmbeddings", ANY),
         rule(INDEX, "PutEmbeddings", RETRIEVAL),
         rule(INDEX, "Stats", ANY),
+        rule(INDEX, "NoteLinks", ANY),
+        rule(INDEX, "SetKnowledgeBaseWritable", RETRIEVAL),
         // Conversations: the chat service's state, read and written by coffer-chat alone (the
         // messages are the owner's private talk with an agent; the gateway goes through chat).
         rule(CONVERSATIONS, "CreateConversation", CHAT),
@@ -237,6 +239,7 @@ mod tests {
             "ClearIndex",
             "ConfigureVectors",
             "PutEmbeddings",
+            "SetKnowledgeBaseWritable",
         ];
         let reads = [
             "ListKnowledgeBases",
@@ -248,6 +251,7 @@ mod tests {
             "GetChunks",
             "PendingEmbeddings",
             "Stats",
+            "NoteLinks",
         ];
         for m in writes {
             assert_eq!(POLICY.check(Identity::Retrieval, &path(m)), Ok(()), "{m}");

@@ -108,6 +108,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0017_profiles.sql"),
     migration!("0018_invocation_profile.sql"),
     migration!("0019_server_sse.sql"),
+    migration!("0020_note_links.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.

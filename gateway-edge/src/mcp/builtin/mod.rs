@@ -25,6 +25,7 @@
 //! every tool's schema to its args type and its documented examples to the parser.
 pub mod ask_tool;
 pub mod meta;
+pub mod notes_tools;
 pub mod retrieval_tools;
 #[cfg(test)]
 mod schema_tests;
@@ -155,7 +156,8 @@ impl Registry {
     /// The standard set: `search_tools` ([`crate::mcp::builtin::search_tools`]), the lazy mode's
     /// `describe_tool` and `call_tool` ([`crate::mcp::builtin::meta`]), and with a `retrieval` client the knowledge, memory
     /// and skill tools ([`crate::mcp::builtin::retrieval_tools`]: `search_knowledge`, `recall`, `remember`,
-    /// `forget`, `list_skills`, `load_skill`).
+    /// `forget`, `list_skills`, `load_skill`) and note tools ([`crate::mcp::builtin::notes_tools`]:
+    /// `read_note`, `write_note`).
     pub fn standard(retrieval: Option<crate::clients::retrieval::Client>) -> Self {
         // search_tools is semantic when retrieval has an embeddings endpoint (its `Embed` RPC).
         let embedder = retrieval.clone().map(|c| Arc::new(c) as Arc<dyn crate::mcp::builtin::search_tools::Embed>);
@@ -164,7 +166,10 @@ impl Registry {
             .with_unlisted(crate::mcp::builtin::meta::DescribeTool)
             .with_unlisted(crate::mcp::builtin::meta::CallTool);
         match retrieval {
-            Some(client) => crate::mcp::builtin::retrieval_tools::register(registry, client),
+            Some(client) => {
+                let registry = crate::mcp::builtin::retrieval_tools::register(registry, client.clone());
+                crate::mcp::builtin::notes_tools::register(registry, client)
+            }
             None => registry,
         }
     }

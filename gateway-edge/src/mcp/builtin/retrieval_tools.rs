@@ -70,7 +70,7 @@ pub fn register(registry: Registry, client: Client) -> Registry {
 
 /// The arguments of `tool` as `T`; absent arguments are `{}`. A problem is the caller's
 /// mistake naming the tool and the field (serde's words, without its line and column).
-fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid> {
+pub(crate) fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid> {
     serde_json::from_str(raw.unwrap_or("{}")).map_err(|e| {
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg);
@@ -81,14 +81,14 @@ fn args<T: DeserializeOwned>(tool: &str, raw: Option<&str>) -> Result<T, Invalid
 /// A failed retrieval call, with the REST envelope's message: the caller's mistake when the
 /// service refused the request (`INVALID_ARGUMENT`, `OUT_OF_RANGE`, or `NOT_FOUND`: a knowledge
 /// base, skill or fact the call named does not exist), else a tool error of the tool's own.
-fn failed(status: tonic::Status) -> Reply {
+pub(crate) fn failed(status: tonic::Status) -> Reply {
     let callers =
         matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::OutOfRange | tonic::Code::NotFound);
     let message = ApiError::from_retrieval(status).message;
     if callers { Err(Invalid(message)) } else { Ok(tool_error(&message)) }
 }
 
-fn result(text: String, structured: Value) -> Reply {
+pub(crate) fn result(text: String, structured: Value) -> Reply {
     Ok(Answer::ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})))
 }
 

@@ -6,6 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::ask_tool::AskArgs;
+use super::notes_tools::{ReadNoteArgs, WriteNoteArgs};
 use super::retrieval_tools::{ForgetArgs, LoadArgs, NoArgs, RecallArgs, RememberArgs, SearchArgs};
 use super::search_tools::SearchToolsArgs;
 use super::{Registry, check_arguments, input_schema};
@@ -66,6 +67,21 @@ fn tools() -> Vec<Tool> {
         tool::<ForgetArgs>("forget", vec![json!({"id": "01JDQ8ZKXW5T3M2N4P6R7S8T9V"})]),
         tool::<NoArgs>("list_skills", vec![json!({})]),
         tool::<LoadArgs>("load_skill", vec![json!({"name": "release-notes"})]),
+        tool::<ReadNoteArgs>(
+            "read_note",
+            vec![
+                json!({"kb": "notes", "path": "projects/coffer.md"}),
+                json!({"kb": "notes", "path": "projects/coffer.md", "start_line": 2001, "end_line": 4000}),
+            ],
+        ),
+        tool::<WriteNoteArgs>(
+            "write_note",
+            vec![
+                json!({"kb": "inbox", "path": "meetings/2026-12-07.md", "content": "# Standup\n\nShipped [[Release 4]]. #meeting"}),
+                json!({"kb": "inbox", "path": "meetings/2026-12-07.md", "content": "more", "mode": "append"}),
+                json!({"kb": "inbox", "path": "a.md", "content": "", "mode": "replace"}),
+            ],
+        ),
         tool::<AskArgs>(
             "ask",
             vec![
@@ -125,6 +141,10 @@ fn the_derived_schemas_keep_their_bounds_and_defaults() {
     let remember = input_schema::<RememberArgs>();
     assert_eq!(remember["properties"]["allow_secret"]["default"], false);
     assert_eq!(input_schema::<NoArgs>(), json!({"type": "object", "properties": {}, "additionalProperties": false}));
+    let write = input_schema::<WriteNoteArgs>();
+    assert_eq!(write["required"], json!(["kb", "path", "content"]));
+    assert_eq!(write["properties"]["mode"]["enum"], json!(["create", "replace", "append"]));
+    assert_eq!(input_schema::<ReadNoteArgs>()["required"], json!(["kb", "path"]));
     let search_tools = input_schema::<SearchToolsArgs>();
     assert_eq!(search_tools.get("additionalProperties"), None, "search_tools ignores members it does not name");
 }

@@ -151,6 +151,24 @@ impl coffer_proto::retrieval::retrieval_server::Retrieval for FakeRetrieval {
     ) -> Rpc<coffer_proto::retrieval::Skill> {
         Err(tonic::Status::unimplemented("fake"))
     }
+    async fn read_note(
+        &self,
+        _: tonic::Request<coffer_proto::retrieval::ReadNoteRequest>,
+    ) -> Rpc<coffer_proto::retrieval::Note> {
+        Err(tonic::Status::unimplemented("fake"))
+    }
+    async fn write_note(
+        &self,
+        _: tonic::Request<coffer_proto::retrieval::WriteNoteRequest>,
+    ) -> Rpc<coffer_proto::retrieval::WriteNoteReply> {
+        Err(tonic::Status::unimplemented("fake"))
+    }
+    async fn set_writable(
+        &self,
+        _: tonic::Request<coffer_proto::retrieval::SetWritableRequest>,
+    ) -> Rpc<coffer_proto::retrieval::KnowledgeBaseInfo> {
+        Err(tonic::Status::unimplemented("fake"))
+    }
 }
 
 /// Serves `fake` on a loopback port; returns a client of it.

@@ -402,3 +402,58 @@ fn lenient_parse_skips_a_malformed_block_and_reports_it() {
     assert_eq!(d, parse(ok, "stem", &ChunkOptions::default()).expect("parse"));
     assert!(matches!(parse_lenient(ok, "s", &opts(4, 0)), Err(MarkdownError::Options(_))));
 }
+
+#[test]
+fn inline_tags_are_found_in_prose_only() {
+    let text = "---\ntags: [fm]\n---\n# Heading #inhead\n\nPlain #alpha and #Nested/deep/ tags, #alpha again, #ALPHA too.\n\
+        Not a tag: `#code` span, a#glued, https://x.org/page#frag, [link](https://x.org/#dest), #1984, #, ##.\n\n\
+        ```\n#infence\n```\n\n    #indented-code\n\n<div>#inhtml</div>\n\n- item #in-list\n\n中文 #标签 (#paren)\n";
+    let d = doc(text);
+    assert_eq!(d.inline_tags, ["inhead", "alpha", "Nested/deep", "in-list", "标签", "paren"]);
+    assert_eq!(d.front_matter.unwrap().tags, ["fm"], "front matter tags stay apart");
+    // A `# heading` is a heading, not a tag; `#heading` without a space is a tag.
+    assert_eq!(doc("# Title\n\n#todo\n").inline_tags, ["todo"]);
+    // Front matter is not prose.
+    assert!(doc("---\nnote: \"#notatag\"\n---\nbody\n").inline_tags.is_empty());
+}
+
+#[test]
+fn wikilinks_embeds_aliases_and_headings() {
+    let text = "---\naliases: [Other name, \"Second\"]\n---\nSee [[Note]] and [[folder/Deep Note|the deep one]].\n\
+        Jump to [[Note#Some Heading]] or [[#Local]]; embed ![[diagram.png]] and ![[Note#^block]].\n\
+        `[[not a link]]`\n\n```\n[[neither]]\n```\n";
+    let d = doc(text);
+    let fm = d.front_matter.as_ref().unwrap();
+    assert_eq!(fm.aliases, ["Other name", "Second"]);
+    let got: Vec<(&str, &str, &str, bool, u32)> =
+        d.links.iter().map(|l| (l.target.as_str(), l.fragment.as_str(), l.alias.as_str(), l.embed, l.line)).collect();
+    assert_eq!(
+        got,
+        [
+            ("Note", "", "", false, 4),
+            ("folder/Deep Note", "", "the deep one", false, 4),
+            ("Note", "Some Heading", "", false, 5),
+            ("", "Local", "", false, 5),
+            ("diagram.png", "", "", true, 5),
+            ("Note", "^block", "", true, 5),
+        ]
+    );
+    assert_eq!(d.links[1].target_key(), "folder/deep note");
+    assert_eq!(link_key("./Folder\\Note.md"), "folder/note");
+    // One string alias is one alias, not split at spaces.
+    assert_eq!(doc("---\nalias: My Long Name\n---\nx\n").front_matter.unwrap().aliases, ["My Long Name"]);
+}
+
+#[test]
+fn hostile_tags_and_links_are_bounded() {
+    let many: String = (0..10_000).map(|i| format!("#t{i} [[n{i}]] ")).collect();
+    let d = doc(&many);
+    assert_eq!(d.inline_tags.len(), MAX_INLINE_TAGS);
+    assert_eq!(d.links.len(), MAX_LINKS);
+    let long = format!("#{}", "a".repeat(MAX_INLINE_TAG_BYTES + 1));
+    assert!(doc(&long).inline_tags.is_empty());
+    // Unclosed brackets and stray `#` are text, nothing breaks.
+    let d = doc("[[unclosed and #ok\n[[|]] [[]] #/x #a//b\n");
+    assert_eq!(d.inline_tags, ["ok"]);
+    assert!(d.links.iter().all(|l| !l.target.is_empty() || !l.fragment.is_empty()));
+}

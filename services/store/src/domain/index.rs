@@ -80,6 +80,11 @@ pub const MAX_IDS: usize = 1000;
 /// Most tags of a document or of a filter; longest tag (bytes).
 const MAX_TAGS: usize = 256;
 const MAX_TAG_BYTES: usize = 256;
+/// Most `[[wikilinks]]` stored of one document; longest target, fragment or alias (bytes).
+pub const MAX_LINKS: usize = 4096;
+const MAX_LINK_TEXT_BYTES: usize = 1024;
+/// Default and largest number of backlinks `NoteLinks` returns.
+const DEFAULT_BACKLINKS: u32 = 200;
 /// Largest vector dimension (sqlite-vec's `vec0` limit).
 pub const MAX_DIMENSION: u32 = 8192;
 /// Largest `k` of a sqlite-vec KNN query.
@@ -194,10 +199,11 @@ fn kb_from_row(r: &Row<'_>) -> rusqlite::Result<KnowledgeBase> {
         include: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
         exclude: serde_json::from_str(&r.get::<_, String>(4)?).unwrap_or_default(),
         created_ms: r.get(5)?,
+        writable: r.get(6)?,
     })
 }
 
-const KB_COLS: &str = "name, kind, root, include_json, exclude_json, created_ms";
+const KB_COLS: &str = "name, kind, root, include_json, exclude_json, created_ms, writable";
 
 fn get_kb(c: &Connection, name: &str) -> Result<Option<KnowledgeBase>, StoreError> {
     let mut st = c.prepare_cached(&format!("SELECT {KB_COLS} FROM kb_knowledge_bases WHERE name = ?1"))?;
@@ -298,6 +304,19 @@ fn validate_upsert(r: &UpsertDocumentRequest) -> Result<(), StoreError> {
     validate_kb_name("kb", &r.kb)?;
     validate_path("path", &r.path)?;
     validate_strings("tags", &r.tags, MAX_TAGS, MAX_TAG_BYTES)?;
+    validate_strings("aliases", &r.aliases, MAX_TAGS, MAX_TAG_BYTES)?;
+    if r.links.len() > MAX_LINKS {
+        return Err(StoreError::Invalid(format!("links: {} links; at most {MAX_LINKS}", r.links.len())));
+    }
+    for (i, l) in r.links.iter().enumerate() {
+        for (field, v) in [("target", &l.target), ("fragment", &l.fragment), ("alias", &l.alias)] {
+            if v.len() > MAX_LINK_TEXT_BYTES {
+                return Err(StoreError::Invalid(format!(
+                    "links[{i}].{field} is longer than {MAX_LINK_TEXT_BYTES} bytes"
+                )));
+            }
+        }
+    }
     for (i, c) in r.chunks.iter().enumerate() {
         if c.hash.is_empty() {
             return Err(StoreError::Invalid(format!("chunks[{i}].hash is required")));
@@ -353,11 +372,131 @@ fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], no
     Ok(id)
 }
 
+/// The lower-cased key a `[[wikilink]]` target, a file name, an alias or a path resolves by:
+/// `\` as `/`, without leading `./` or `/`, without a trailing `.md` or `.markdown`.
+pub fn link_key(target: &str) -> String {
+    let t = target.trim().replace('\\', "/").to_lowercase();
+    let t = t.trim_start_matches("./").trim_start_matches('/');
+    let t = t.strip_suffix(".md").or_else(|| t.strip_suffix(".markdown")).unwrap_or(t);
+    t.to_owned()
+}
+
+/// Replaces document `doc`'s links and names (file name, aliases, path) with those of `r`.
+fn write_links(t: &Connection, doc: i64, r: &UpsertDocumentRequest) -> Result<(), StoreError> {
+    t.prepare_cached("DELETE FROM kb_links WHERE document = ?1")?.execute([doc])?;
+    t.prepare_cached("DELETE FROM kb_note_names WHERE document = ?1")?.execute([doc])?;
+    let mut ins = t.prepare_cached(
+        "INSERT INTO kb_links (document, ordinal, target, target_key, fragment, alias, embed, line)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for (i, l) in r.links.iter().enumerate() {
+        ins.execute(params![doc, i as i64, l.target, link_key(&l.target), l.fragment, l.alias, l.embed, l.line])?;
+    }
+    let mut name = t.prepare_cached("INSERT OR IGNORE INTO kb_note_names (document, kind, key) VALUES (?1, ?2, ?3)")?;
+    let path_key = link_key(&r.path);
+    let stem = path_key.rsplit('/').next().unwrap_or(&path_key).to_owned();
+    name.execute(params![doc, 0, stem])?;
+    for a in &r.aliases {
+        let a = link_key(a);
+        if !a.is_empty() {
+            name.execute(params![doc, 1, a])?;
+        }
+    }
+    name.execute(params![doc, 2, path_key])?;
+    Ok(())
+}
+
+/// The path of the note of KB `kb` that a link with `key` ([`link_key`]) resolves to: by file
+/// name, else alias, else path; several of a kind: the shortest path, then the first.
+fn resolve_link(c: &Connection, kb: &str, key: &str) -> Result<Option<String>, StoreError> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    let mut st = c.prepare_cached(
+        "SELECT d.path FROM kb_note_names n JOIN kb_documents d ON d.id = n.document
+         WHERE n.key = ?2 AND d.kb = ?1 AND d.error = ''
+         ORDER BY n.kind, length(d.path), d.path LIMIT 1",
+    )?;
+    Ok(st.query_row(params![kb, key], |r| r.get(0)).optional()?)
+}
+
+/// `NoteLinks` (see the proto).
+fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLinksReply, StoreError> {
+    require_kb(c, kb)?;
+    let doc: i64 = c
+        .prepare_cached("SELECT id FROM kb_documents WHERE kb = ?1 AND path = ?2")?
+        .query_row(params![kb, path], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("document {path:?} in knowledge base {kb:?}")))?;
+    let mut cache: HashMap<String, Option<String>> = HashMap::new();
+    let mut resolve = |c: &Connection, key: &str| -> Result<Option<String>, StoreError> {
+        if let Some(hit) = cache.get(key) {
+            return Ok(hit.clone());
+        }
+        let hit = resolve_link(c, kb, key)?;
+        cache.insert(key.to_owned(), hit.clone());
+        Ok(hit)
+    };
+    let mut links = Vec::new();
+    {
+        let mut st = c.prepare_cached(
+            "SELECT target, target_key, fragment, alias, embed, line FROM kb_links WHERE document = ?1 ORDER BY ordinal",
+        )?;
+        let rows = st.query_map([doc], |r| {
+            Ok((
+                NoteLink {
+                    target: r.get(0)?,
+                    fragment: r.get(2)?,
+                    alias: r.get(3)?,
+                    embed: r.get(4)?,
+                    line: r.get(5)?,
+                },
+                r.get::<_, String>(1)?,
+            ))
+        })?;
+        for row in rows {
+            let (link, key) = row?;
+            let resolved_path = resolve(c, &key)?.unwrap_or_default();
+            links.push(ResolvedLink { link: Some(link), resolved_path });
+        }
+    }
+    // Backlinks: links whose key is one of this note's names and that resolve to it (another
+    // note may own that name first).
+    let mut backlinks = Vec::new();
+    let mut truncated = false;
+    let mut st = c.prepare_cached(
+        "SELECT d.path, d.title, l.line, l.alias, l.embed, l.target_key
+         FROM kb_links l JOIN kb_documents d ON d.id = l.document
+         WHERE d.kb = ?1 AND d.id <> ?2 AND l.target_key IN (SELECT key FROM kb_note_names WHERE document = ?2)
+         ORDER BY d.path, l.line, l.ordinal",
+    )?;
+    let mut rows = st.query(params![kb, doc])?;
+    while let Some(r) = rows.next()? {
+        let key: String = r.get(5)?;
+        if resolve(c, &key)?.as_deref() != Some(path) {
+            continue;
+        }
+        if backlinks.len() >= limit as usize {
+            truncated = true;
+            break;
+        }
+        backlinks.push(Backlink {
+            path: r.get(0)?,
+            title: r.get(1)?,
+            line: r.get(2)?,
+            alias: r.get(3)?,
+            embed: r.get(4)?,
+        });
+    }
+    Ok(NoteLinksReply { links, backlinks, backlinks_truncated: truncated })
+}
+
 /// `UpsertDocument` inside the writer's transaction (see the proto).
 fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
     require_same_kb(t, &r.kb, r.kb_created_ms)?;
     let tags = normalized_tags(&r.tags);
     let doc = write_document(t, r, &tags, now_ms())?;
+    write_links(t, doc, r)?;
     let vectors = vector_config(t)?.is_some();
 
     // Existing chunks by position key; several equal chunks (boilerplate) are matched in order.
@@ -1515,14 +1654,15 @@ impl Index for IndexService {
                 }
                 kb.created_ms = now_ms();
                 t.execute(
-                    &format!("INSERT INTO kb_knowledge_bases ({KB_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                    &format!("INSERT INTO kb_knowledge_bases ({KB_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
                     params![
                         kb.name,
                         kind_str(kind),
                         kb.root,
                         serde_json::to_string(&kb.include).expect("json"),
                         serde_json::to_string(&kb.exclude).expect("json"),
-                        kb.created_ms
+                        kb.created_ms,
+                        kb.writable
                     ],
                 )?;
                 Ok(kb)
@@ -1765,6 +1905,35 @@ impl Index for IndexService {
         Ok(Response::new(reply))
     }
 
+    async fn note_links(&self, req: Request<NoteLinksRequest>) -> Result<Response<NoteLinksReply>, Status> {
+        let r = req.into_inner();
+        validate_kb_name("kb", &r.kb)?;
+        validate_path("path", &r.path)?;
+        let limit = match r.backlinks_limit {
+            0 => DEFAULT_BACKLINKS,
+            n => validate_limit("backlinks_limit", n)?,
+        };
+        let reply = self.db.read(move |c| note_links(c, &r.kb, &r.path, limit)).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn set_knowledge_base_writable(
+        &self,
+        req: Request<SetKnowledgeBaseWritableRequest>,
+    ) -> Result<Response<KnowledgeBase>, Status> {
+        let r = req.into_inner();
+        validate_kb_name("name", &r.name)?;
+        let (kb, _) = self
+            .db
+            .write(move |t, _| {
+                require_kb(t, &r.name)?;
+                t.execute("UPDATE kb_knowledge_bases SET writable = ?2 WHERE name = ?1", params![r.name, r.writable])?;
+                Ok(get_kb(t, &r.name)?.expect("checked"))
+            })
+            .await?;
+        Ok(Response::new(kb))
+    }
+
     async fn stats(&self, req: Request<StatsRequest>) -> Result<Response<StatsReply>, Status> {
         let kb = req.into_inner().kb;
         if !kb.is_empty() {
@@ -2000,7 +2169,124 @@ mod tests {
             tags: vec![],
             chunks,
             kb_created_ms: 0,
+            links: vec![],
+            aliases: vec![],
         }
+    }
+
+    fn link(target: &str, line: u32) -> NoteLink {
+        NoteLink { target: target.into(), line, ..Default::default() }
+    }
+
+    /// A note with `links` and `aliases`.
+    fn note(kb: &str, path: &str, links: Vec<NoteLink>, aliases: &[&str]) -> UpsertDocumentRequest {
+        UpsertDocumentRequest {
+            links,
+            aliases: aliases.iter().map(|s| s.to_string()).collect(),
+            ..doc(kb, path, vec![chunk(&[], (1, 1), path)])
+        }
+    }
+
+    impl Served {
+        async fn links_of(&mut self, kb: &str, path: &str) -> (Vec<(String, String)>, Vec<(String, u32)>) {
+            let r = self
+                .client
+                .note_links(NoteLinksRequest { kb: kb.into(), path: path.into(), backlinks_limit: 0 })
+                .await
+                .unwrap()
+                .into_inner();
+            (
+                r.links.into_iter().map(|l| (l.link.unwrap().target, l.resolved_path)).collect(),
+                r.backlinks.into_iter().map(|b| (b.path, b.line)).collect(),
+            )
+        }
+    }
+
+    #[tokio::test]
+    async fn links_resolve_by_name_then_alias_then_path_and_backlinks_follow_the_notes() {
+        let mut s = serve().await;
+        s.upsert(note("notes", "Projects/Coffer.md", vec![link("Roadmap", 3)], &["The Vault"])).await;
+        s.upsert(note("notes", "Roadmap.md", vec![], &[])).await;
+        s.upsert(note("notes", "deep/a/Roadmap.md", vec![], &[])).await;
+        s.upsert(note(
+            "notes",
+            "Daily/today.md",
+            vec![
+                link("coffer", 2),
+                link("The Vault", 4),
+                link("projects/coffer.md", 5),
+                link("Nowhere", 6),
+                link("", 7),
+            ],
+            &[],
+        ))
+        .await;
+        // The same names in another KB never resolve here.
+        s.upsert(note("work", "Coffer.md", vec![link("Coffer", 1)], &[])).await;
+        let (links, back) = s.links_of("notes", "Daily/today.md").await;
+        assert_eq!(
+            links,
+            [
+                ("coffer".into(), "Projects/Coffer.md".into()),
+                ("The Vault".into(), "Projects/Coffer.md".into()),
+                ("projects/coffer.md".into(), "Projects/Coffer.md".into()),
+                ("Nowhere".into(), String::new()),
+                (String::new(), String::new()),
+            ]
+        );
+        assert!(back.is_empty());
+        let (_, back) = s.links_of("notes", "Projects/Coffer.md").await;
+        assert_eq!(back, [("Daily/today.md".into(), 2), ("Daily/today.md".into(), 4), ("Daily/today.md".into(), 5)]);
+        // Two notes named Roadmap: the shortest path wins, the other has no backlink by name.
+        let (links, _) = s.links_of("notes", "Projects/Coffer.md").await;
+        assert_eq!(links, [("Roadmap".into(), "Roadmap.md".into())]);
+        assert_eq!(s.links_of("notes", "Roadmap.md").await.1, [("Projects/Coffer.md".into(), 3)]);
+        assert!(s.links_of("notes", "deep/a/Roadmap.md").await.1.is_empty());
+        // A name beats an alias: a note named "The Vault" takes the alias's links.
+        s.upsert(note("notes", "The Vault.md", vec![], &[])).await;
+        assert_eq!(s.links_of("notes", "The Vault.md").await.1, [("Daily/today.md".into(), 4)]);
+        assert_eq!(s.links_of("notes", "Projects/Coffer.md").await.1.len(), 2);
+        // An edit replaces the note's links; a removed note takes its links and names along.
+        s.upsert(note("notes", "Daily/today.md", vec![link("Roadmap", 9)], &[])).await;
+        assert!(s.links_of("notes", "Projects/Coffer.md").await.1.is_empty());
+        s.client.delete_document(DocumentRef { kb: "notes".into(), path: "Daily/today.md".into() }).await.unwrap();
+        assert_eq!(s.links_of("notes", "Roadmap.md").await.1, [("Projects/Coffer.md".into(), 3)]);
+        s.client.delete_document(DocumentRef { kb: "notes".into(), path: "Roadmap.md".into() }).await.unwrap();
+        assert_eq!(
+            s.links_of("notes", "deep/a/Roadmap.md").await.1,
+            [("Projects/Coffer.md".into(), 3)],
+            "the other Roadmap now"
+        );
+        let c =
+            s.db.read(|c| Ok(c.query_row("SELECT count(*) FROM kb_links", [], |r| r.get::<_, i64>(0))?)).await.unwrap();
+        assert_eq!(c, 2, "only the links of the notes still there");
+        // Unknown note and KB: NOT_FOUND; a bad path: INVALID_ARGUMENT.
+        let e = s
+            .client
+            .note_links(NoteLinksRequest { kb: "notes".into(), path: "absent.md".into(), backlinks_limit: 0 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        let e = s
+            .client
+            .note_links(NoteLinksRequest { kb: "notes".into(), path: "../x.md".into(), backlinks_limit: 0 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        // Too many links is refused whole.
+        let many = (0..=MAX_LINKS as u32).map(|i| link("x", i)).collect();
+        let e = s.client.upsert_document(note("notes", "many.md", many, &[])).await.unwrap_err();
+        assert!(e.message().contains("links"), "{e}");
+        // A KB marked writable says so; the mark survives in the definition.
+        let kb = s
+            .client
+            .set_knowledge_base_writable(SetKnowledgeBaseWritableRequest { name: "work".into(), writable: true })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(kb.writable);
+        let again = s.client.get_knowledge_base(KnowledgeBaseRef { name: "work".into() }).await.unwrap().into_inner();
+        assert!(again.writable);
     }
 
     fn kw(terms: &[&str], mode: MatchMode) -> KeywordQueryRequest {

@@ -1,0 +1,276 @@
+//! Notes as a person keeps them (issue 38 §4), through a real MCP client (the Python SDK through
+//! the shim) on the real daemon: an Obsidian-style folder with `[[wikilinks]]`, aliases and
+//! inline `#tags` is searched by an inline tag, a note is read with its resolved links and its
+//! backlinks, a note written into a Coffer-owned KB is found by the next search, and the user's
+//! own folder, paths that escape, secrets and oversized notes are refused as tool errors that
+//! name the problem. Concurrent writes to one note leave one of them whole.
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use coffer_tests::peers::{PyClient, texts};
+use coffer_tests::write_file as write;
+use coffer_tests::{Api, TestHome, wait_for};
+use serde_json::{Value, json};
+
+/// How long indexing a small folder may take on a loaded machine.
+const INDEXED: Duration = Duration::from_secs(60);
+
+async fn indexed(api: &Api, kb: &str, documents: u64) -> anyhow::Result<Value> {
+    wait_for(&format!("knowledge base {kb} indexed with {documents} documents"), INDEXED, || async {
+        let v = api.get(&format!("/v1/knowledge/{kb}")).reply().await?.ok_json()?;
+        Ok((v["progress"]["state"] == "idle" && v["documents"] == documents).then_some(v))
+    })
+    .await
+}
+
+/// A vault: notes linking each other by name, by alias, by path and with headings; inline tags
+/// in prose, and `#`s that are not tags (code, URL fragments, headings).
+fn vault(dir: &Path) -> anyhow::Result<()> {
+    write(
+        &dir.join("Projects/Coffer.md"),
+        "---\naliases: [The Vault App]\ntags: [project]\n---\n# Coffer\n\nA local vault for MCP. #rust/async is how it is built.\n\n```\n#not-a-tag\n```\nSee https://example.org/page#fragment too.\n",
+    )?;
+    write(
+        &dir.join("Daily/2026-12-07.md"),
+        "# Monday\n\nWorked on [[Coffer]] today, then [[The Vault App|the app]] again. #journal\n\nAlso [[Nowhere]] and [[Projects/Coffer#Coffer]].\n",
+    )?;
+    write(&dir.join("Ideas.md"), "# Ideas\n\nMaybe ![[Coffer]] could sync notes. `#codeword`\n")?;
+    Ok(())
+}
+
+async fn tool_error(client: &mut PyClient, tool: &str, args: Value) -> anyhow::Result<String> {
+    let r = client.call(tool, args.clone()).await?;
+    let result = r.get("result").with_context(|| format!("{tool} {args}: {r}"))?;
+    ensure!(result["isError"] == true, "{tool} {args} should be refused: {result}");
+    Ok(texts(result))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    let secret_outside = outside.path().join("outside.md");
+    std::fs::write(&secret_outside, "# Outside\n\nnot part of the vault\n")?;
+    std::os::unix::fs::symlink(&secret_outside, folder.join("escape.md"))?;
+    let api = home.start_daemon().await?;
+    api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()}))
+        .reply()
+        .await?
+        .ok_json()?;
+    api.post_json("/v1/knowledge", &json!({"name": "inbox"})).reply().await?.ok_json()?;
+    indexed(&api, "vault", 3).await?;
+    indexed(&api, "inbox", 0).await?;
+
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let tools = client.tools().await?;
+    for t in ["coffer__read_note", "coffer__write_note", "coffer__search_knowledge"] {
+        ensure!(tools.iter().any(|x| x == t), "{t} not listed: {tools:?}");
+    }
+
+    // 1. An inline tag (nested) is a tag: the search's tag filter finds the note by it; a `#`
+    // in a code block is not one.
+    let found = client
+        .call("coffer__search_knowledge", json!({"query": "vault", "kb": "vault", "tags": ["rust/async"]}))
+        .await?;
+    let result = &found["result"];
+    let paths: Vec<&str> = result["structuredContent"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["path"].as_str())
+        .collect();
+    ensure!(paths == ["Projects/Coffer.md"], "{found}");
+    let journal = client.call("coffer__search_knowledge", json!({"query": "Monday", "tags": "journal"})).await?;
+    ensure!(texts(&journal["result"]).contains("Daily/2026-12-07.md"), "{journal}");
+    let none = client.call("coffer__search_knowledge", json!({"query": "vault", "tags": ["not-a-tag"]})).await?;
+    ensure!(none["result"]["structuredContent"]["results"] == json!([]), "a code block's #word is no tag: {none}");
+
+    // 2. read_note: the note, its tags, and its backlinks (by name, alias, path and embed).
+    let read = client.call("coffer__read_note", json!({"kb": "vault", "path": "Projects/Coffer.md"})).await?;
+    let r = &read["result"];
+    ensure!(r["isError"] != true, "{read}");
+    let note = &r["structuredContent"];
+    ensure!(note["title"] == "Coffer", "{note}");
+    ensure!(note["tags"] == json!(["project", "rust/async"]), "{note}");
+    ensure!(note["text"].as_str().is_some_and(|t| t.contains("A local vault for MCP.")), "{note}");
+    let backlinks: Vec<(String, u64)> = note["backlinks"]
+        .as_array()
+        .context("backlinks")?
+        .iter()
+        .map(|b| (b["path"].as_str().unwrap_or_default().to_owned(), b["line"].as_u64().unwrap_or(0)))
+        .collect();
+    ensure!(
+        backlinks
+            == [
+                ("Daily/2026-12-07.md".to_owned(), 3),
+                ("Daily/2026-12-07.md".to_owned(), 3),
+                ("Daily/2026-12-07.md".to_owned(), 5),
+                ("Ideas.md".to_owned(), 3),
+            ],
+        "{backlinks:?}"
+    );
+    ensure!(texts(r).contains("backlinks: Daily/2026-12-07.md:3"), "{}", texts(r));
+    // Outgoing links: resolved by name, alias and path; the unknown one stays unresolved.
+    let daily = client.call("coffer__read_note", json!({"kb": "vault", "path": "Daily/2026-12-07.md"})).await?;
+    let links = daily["result"]["structuredContent"]["links"].as_array().cloned().context("links")?;
+    let resolved: Vec<(&str, &str)> =
+        links.iter().map(|l| (l["target"].as_str().unwrap_or(""), l["resolved_path"].as_str().unwrap_or(""))).collect();
+    ensure!(
+        resolved
+            == [
+                ("Coffer", "Projects/Coffer.md"),
+                ("The Vault App", "Projects/Coffer.md"),
+                ("Nowhere", ""),
+                ("Projects/Coffer", "Projects/Coffer.md"),
+            ],
+        "{resolved:?}"
+    );
+    // A line range.
+    let part = client
+        .call(
+            "coffer__read_note",
+            json!({"kb": "vault", "path": "Daily/2026-12-07.md", "start_line": 3, "end_line": 3}),
+        )
+        .await?;
+    let part = &part["result"]["structuredContent"];
+    ensure!(part["start_line"] == 3 && part["end_line"] == 3 && part["total_lines"] == 5, "{part}");
+    ensure!(
+        part["text"].as_str().is_some_and(|t| t.starts_with("Worked on [[Coffer]]") && !t.contains("Monday")),
+        "{part}"
+    );
+
+    // 3. Paths that escape the KB are refused, naming the problem.
+    let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": "../outside.md"})).await?;
+    ensure!(why.contains("'..'"), "{why}");
+    let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": "/etc/passwd"})).await?;
+    ensure!(why.contains("absolute"), "{why}");
+    let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": "escape.md"})).await?;
+    ensure!(why.contains("outside the knowledge base") && !why.contains("not part of the vault"), "{why}");
+    let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": "Absent.md"})).await?;
+    ensure!(why.contains("Absent.md"), "{why}");
+
+    // 4. write_note into the Coffer-owned KB: on disk at once, and the next search finds it,
+    // with its inline tag and its link to a note of that KB.
+    let wrote = client
+        .call(
+            "coffer__write_note",
+            json!({"kb": "inbox", "path": "meetings/standup.md", "content": "# Standup\n\nShipped the zanzibar release. #meeting\n"}),
+        )
+        .await?;
+    ensure!(wrote["result"]["isError"] != true, "{wrote}");
+    ensure!(texts(&wrote["result"]).contains("Created inbox:meetings/standup.md"), "{wrote}");
+    let on_disk = std::fs::read_to_string(home.root().join("knowledge/inbox/meetings/standup.md"))?;
+    ensure!(on_disk.contains("zanzibar"), "{on_disk}");
+    let found = client.call_text("coffer__search_knowledge", json!({"query": "zanzibar", "tags": ["meeting"]})).await?;
+    ensure!(found.contains("inbox:meetings/standup.md"), "written and searchable at once: {found}");
+    client
+        .call_text(
+            "coffer__write_note",
+            json!({"kb": "inbox", "path": "todo.md", "content": "- follow up on [[standup]]", "mode": "append"}),
+        )
+        .await?;
+    let standup = client.call("coffer__read_note", json!({"kb": "inbox", "path": "meetings/standup.md"})).await?;
+    let b = &standup["result"]["structuredContent"]["backlinks"];
+    ensure!(b.as_array().is_some_and(|b| b.len() == 1 && b[0]["path"] == "todo.md"), "{standup}");
+    let why = tool_error(
+        &mut client,
+        "coffer__write_note",
+        json!({"kb": "inbox", "path": "meetings/standup.md", "content": "again"}),
+    )
+    .await?;
+    ensure!(why.contains("exists") && why.contains("replace"), "{why}");
+
+    // 5. The user's own folder is read-only, and the refusal says how to mark it writable.
+    let before = std::fs::read_to_string(folder.join("Ideas.md"))?;
+    let why = tool_error(
+        &mut client,
+        "coffer__write_note",
+        json!({"kb": "vault", "path": "Ideas.md", "content": "overwritten", "mode": "replace"}),
+    )
+    .await?;
+    ensure!(why.contains("\"vault\"") && why.contains("--writable"), "{why}");
+    ensure!(std::fs::read_to_string(folder.join("Ideas.md"))? == before, "the user's note changed");
+
+    // 6. Hostile writes: escaping or hidden paths, not markdown, a secret (kind named, value
+    // never echoed), too large.
+    for (args, needle) in [
+        (json!({"kb": "inbox", "path": "../escape.md", "content": "x"}), "'..'"),
+        (json!({"kb": "inbox", "path": "/tmp/x.md", "content": "x"}), "absolute"),
+        (json!({"kb": "inbox", "path": ".obsidian/x.md", "content": "x"}), "hidden"),
+        (json!({"kb": "inbox", "path": "notes.txt", "content": "x"}), ".md"),
+        (json!({"kb": "inbox", "path": "k.md", "content": "key: ghp_abcdefghijklmnopqrstuvwxyz0123456789"}), "secret"),
+        (json!({"kb": "inbox", "path": "big.md", "content": "x".repeat(1024 * 1024 + 1)}), "content"),
+        (json!({"kb": "nope", "path": "a.md", "content": "x"}), "nope"),
+    ] {
+        let why = tool_error(&mut client, "coffer__write_note", args.clone()).await?;
+        ensure!(why.contains(needle), "{args}: {why}");
+        ensure!(!why.contains("ghp_abcdefghijkl"), "the secret was echoed: {why}");
+    }
+    ensure!(!home.root().join("knowledge/inbox/k.md").exists(), "a refused note was written");
+    ensure!(!outside.path().join("escape.md").exists(), "a write escaped");
+    client.close().await?;
+
+    // 7. Concurrent writes to one note from four sessions: every append lands whole and none
+    // is lost; of the replaces, the last one wins whole (never a mix).
+    let bodies: Vec<String> =
+        (0..4).map(|i| format!("# Version {i}\n\n{}\n", format!("line {i} ").repeat(4000))).collect();
+    let mut tasks = Vec::new();
+    for body in bodies.clone() {
+        let mut c = PyClient::through_shim(&home, &[]).await?;
+        tasks.push(tokio::spawn(async move {
+            let a = c
+                .call(
+                    "coffer__write_note",
+                    json!({"kb": "inbox", "path": "race-a.md", "content": body, "mode": "append"}),
+                )
+                .await;
+            let r = c
+                .call(
+                    "coffer__write_note",
+                    json!({"kb": "inbox", "path": "race-r.md", "content": body, "mode": "append"}),
+                )
+                .await;
+            let _ = c.close().await;
+            (a, r)
+        }));
+    }
+    for t in tasks {
+        let (a, r) = t.await?;
+        let (a, r) = (a?, r?);
+        ensure!(a["result"]["isError"] != true && r["result"]["isError"] != true, "{a} {r}");
+    }
+    let appended = std::fs::read_to_string(home.root().join("knowledge/inbox/race-a.md"))?;
+    for body in &bodies {
+        ensure!(appended.matches(body.as_str()).count() == 1, "an append was lost or interleaved");
+    }
+    let mut tasks = Vec::new();
+    for body in bodies.clone() {
+        let mut c = PyClient::through_shim(&home, &[]).await?;
+        tasks.push(tokio::spawn(async move {
+            let r = c
+                .call(
+                    "coffer__write_note",
+                    json!({"kb": "inbox", "path": "race-r.md", "content": body, "mode": "replace"}),
+                )
+                .await;
+            let _ = c.close().await;
+            r
+        }));
+    }
+    for t in tasks {
+        let r = t.await??;
+        ensure!(r["result"]["isError"] != true, "{r}");
+    }
+    let replaced = std::fs::read_to_string(home.root().join("knowledge/inbox/race-r.md"))?;
+    ensure!(bodies.contains(&replaced), "the note is not one whole version ({} bytes)", replaced.len());
+    let left: Vec<String> = std::fs::read_dir(home.root().join("knowledge/inbox"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    ensure!(left.is_empty(), "temp files left: {left:?}");
+    Ok(())
+}
