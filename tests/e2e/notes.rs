@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use coffer_tests::peers::{PyClient, texts};
 use coffer_tests::write_file as write;
-use coffer_tests::{Api, TestHome, wait_for};
+use coffer_tests::{Api, SendExt, TestHome, wait_for};
 use serde_json::{Value, json};
 
 /// How long indexing a small folder may take on a loaded machine.
@@ -56,11 +56,10 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     std::fs::write(&secret_outside, "# Outside\n\nnot part of the vault\n")?;
     std::os::unix::fs::symlink(&secret_outside, folder.join("escape.md"))?;
     let api = home.start_daemon().await?;
-    api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()}))
-        .reply()
-        .await?
-        .ok_json()?;
-    api.post_json("/v1/knowledge", &json!({"name": "inbox"})).reply().await?.ok_json()?;
+    for body in [json!({"name": "vault", "path": folder.display().to_string()}), json!({"name": "inbox"})] {
+        let r = api.post_json("/v1/knowledge", &body).reply().await?;
+        ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
+    }
     indexed(&api, "vault", 3).await?;
     indexed(&api, "inbox", 0).await?;
 

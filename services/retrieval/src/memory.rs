@@ -95,7 +95,7 @@ pub fn check_id(id: &str) -> Result<Ulid> {
 }
 
 /// Checks tags: at most [`MAX_TAGS`], each 1-[`MAX_TAG_CHARS`] letters (any script), digits,
-/// `_`, `.` or `-`.
+/// `_`, `.` or `-`, parts of a nested tag joined by `/` (`rust/async`).
 ///
 /// # Errors
 /// [`Error::Invalid`] naming the tag.
@@ -104,11 +104,13 @@ pub fn check_tags(tags: &[String]) -> Result<()> {
         return Err(Error::Invalid(format!("tags has {} entries; at most {MAX_TAGS}", tags.len())));
     }
     for t in tags {
+        // `/` nests tags as notes apps do (`#rust/async`), between two parts only.
         let ok = (1..=MAX_TAG_CHARS).contains(&t.chars().count())
-            && t.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            && t.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '/'))
+            && t.split('/').all(|part| !part.is_empty());
         if !ok {
             return Err(Error::Invalid(format!(
-                "tag {:?} must be 1-{MAX_TAG_CHARS} letters, digits, _, . or -",
+                "tag {:?} must be 1-{MAX_TAG_CHARS} letters, digits, _, . or -, with / between nested parts",
                 t.chars().take(70).collect::<String>()
             )));
         }
@@ -596,8 +598,8 @@ mod tests {
 
     #[test]
     fn tags_are_checked() {
-        check_tags(&["work".into(), "项目".into(), "a.b-c_d".into()]).unwrap();
-        for bad in ["", "a b", "a/b", "..x/", &"t".repeat(65)] {
+        check_tags(&["work".into(), "项目".into(), "a.b-c_d".into(), "rust/async".into()]).unwrap();
+        for bad in ["", "a b", "/a", "a//b", "..x/", &"t".repeat(65)] {
             assert!(check_tags(&[bad.to_owned()]).is_err(), "{bad:?}");
         }
         assert!(check_tags(&vec!["t".to_owned(); 33]).is_err());
