@@ -518,3 +518,20 @@ mod tests {
         }
     }
 }
+
+/// Writes `prompt` on stderr and reads one line from stdin: the line without its end
+/// (`\n` or `\r\n`); empty at end of input.
+///
+/// # Errors
+/// [`crate::error::CliError::Failed`] when stdin cannot be read.
+pub fn prompt_line(prompt: &str) -> Result<String, crate::error::CliError> {
+    use std::io::{BufRead, Write};
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| crate::error::CliError::Failed(format!("cannot read from the terminal: {e}")))?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}

@@ -133,6 +133,20 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Server `server` (signed in) answers a tool call with the token (the peer checked it was
+/// issued for its own resource); then the access token expires, and the next call gets a 401,
+/// refreshes and goes through.
+async fn calls_then_survives_an_expiry(api: &Api, base: &str, server: &str) -> anyhow::Result<()> {
+    let r = call(api, &format!("{server}__whoami"), json!({})).await?.ok_json()?;
+    ensure!(text_of(&r).starts_with("client ") && text_of(&r).contains("mcp:tools"), "{r}");
+    peer_post(base, "/test/expire").await?;
+    let r = call(api, &format!("{server}__echo"), json!({"message": "after expiry"})).await?.ok_json()?;
+    assert_eq!(text_of(&r), "Echo: after expiry", "{r}");
+    let stats = peer_get(base, "/test/stats").await?;
+    ensure!(stats["refreshes"].as_u64() >= Some(1), "no refresh: {stats}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> anyhow::Result<()> {
     // Debug logging everywhere, so the scan covers what only debug lines would say.
@@ -154,16 +168,7 @@ async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> any
     let stats = peer_get(&base, "/test/stats").await?;
     assert_eq!((stats["registered"].as_u64(), stats["tokens_issued"].as_u64()), (Some(1), Some(1)), "{stats}");
 
-    // A tool call with the token (the peer checked it was issued for its own resource).
-    let r = call(&api, "secure__whoami", json!({})).await?.ok_json()?;
-    ensure!(text_of(&r).starts_with("client ") && text_of(&r).contains("mcp:tools"), "{r}");
-
-    // The access token expires: the next call gets a 401, refreshes, and goes through.
-    peer_post(&base, "/test/expire").await?;
-    let r = call(&api, "secure__echo", json!({"message": "after expiry"})).await?.ok_json()?;
-    assert_eq!(text_of(&r), "Echo: after expiry", "{r}");
-    let stats = peer_get(&base, "/test/stats").await?;
-    ensure!(stats["refreshes"].as_u64() >= Some(1), "no refresh: {stats}");
+    calls_then_survives_an_expiry(&api, &base, "secure").await?;
     let st = api.get("/v1/status").reply().await?.ok_json()?;
     let up = st["upstreams"].as_array().context("upstreams")?.iter().find(|u| u["name"] == "secure").cloned();
     let up = up.context("secure in status")?;
@@ -281,15 +286,8 @@ async fn a_legacy_sse_server_behind_oauth_signs_in_calls_and_refreshes() -> anyh
     let auth = api.get("/v1/mcp/servers/oldsecure/auth").reply().await?.ok_json()?;
     ensure!(auth.to_string().contains("signed_in"), "{auth}");
 
-    let r = call(&api, "oldsecure__whoami", json!({})).await?.ok_json()?;
-    ensure!(text_of(&r).starts_with("client ") && text_of(&r).contains("mcp:tools"), "{r}");
-
-    // An expired access token: the POST gets a 401, the token is refreshed, the call goes on.
-    peer_post(&base, "/test/expire").await?;
-    let r = call(&api, "oldsecure__echo", json!({"message": "legacy after expiry"})).await?.ok_json()?;
-    assert_eq!(text_of(&r), "Echo: legacy after expiry", "{r}");
-    let stats = peer_get(&base, "/test/stats").await?;
-    ensure!(stats["refreshes"].as_u64() >= Some(1), "no refresh: {stats}");
+    // On the legacy transport the expired token's 401 answers the POST.
+    calls_then_survives_an_expiry(&api, &base, "oldsecure").await?;
 
     // Revoked: needs sign-in, with the command.
     peer_post(&base, "/test/revoke").await?;

@@ -305,6 +305,26 @@ impl Reply {
     }
 }
 
+/// Serves `app` on a free loopback port until the returned task is aborted or dropped with its
+/// owner: `("http://127.0.0.1:PORT", task)`. Every accepted connection gets `TCP_NODELAY`, so a
+/// fake never adds Nagle's delay (~40 ms a reply written in two parts) to what a test or a
+/// benchmark measures through it.
+///
+/// # Errors
+/// When no loopback port can be bound.
+pub async fn serve_on_loopback(app: axum::Router) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((url, task))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,24 +354,4 @@ mod tests {
         assert!(e.contains("expected code CONFLICT"), "{e}");
         assert!(r.expect_jsonrpc_error(404).is_err(), "an envelope is not JSON-RPC");
     }
-}
-
-/// Serves `app` on a free loopback port until the returned task is aborted or dropped with its
-/// owner: `("http://127.0.0.1:PORT", task)`. Every accepted connection gets `TCP_NODELAY`, so a
-/// fake never adds Nagle's delay (~40 ms a reply written in two parts) to what a test or a
-/// benchmark measures through it.
-///
-/// # Errors
-/// When no loopback port can be bound.
-pub async fn serve_on_loopback(app: axum::Router) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
-    use axum::serve::ListenerExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    Ok((url, task))
 }

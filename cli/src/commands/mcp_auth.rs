@@ -86,20 +86,14 @@ impl AuthArgs {
 /// # Errors
 /// The terminal cannot be read.
 pub fn offer_sign_in(name: &str, auth: bool, no_auth: bool) -> Result<bool, CliError> {
-    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    use std::io::IsTerminal as _;
     if auth || no_auth {
         return Ok(auth);
     }
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return Ok(false);
     }
-    eprint!("Sign in to {name} now (opens a browser)? [Y/n] ");
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| CliError::Failed(format!("cannot read from the terminal: {e}")))?;
+    let line = crate::output::prompt_line(&format!("Sign in to {name} now (opens a browser)? [Y/n] "))?;
     Ok(sign_in_answer(&line))
 }
 

@@ -270,15 +270,7 @@ pub fn collect_inputs(
                 .trim_end_matches(['\r', '\n'])
                 .to_owned()
         } else {
-            use std::io::{BufRead, Write};
-            eprint!("{prompt}");
-            let _ = std::io::stderr().flush();
-            let mut line = String::new();
-            std::io::stdin()
-                .lock()
-                .read_line(&mut line)
-                .map_err(|e| CliError::Failed(format!("cannot read from the terminal: {e}")))?;
-            line.trim_end_matches(['\r', '\n']).to_owned()
+            crate::output::prompt_line(&prompt)?
         };
         if value.is_empty() {
             return Err(CliError::Usage(format!("{} needs a value", i.name)));

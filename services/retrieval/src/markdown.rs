@@ -468,14 +468,20 @@ struct Block {
     heading: Option<(usize, String)>,
 }
 
-fn top_level_blocks(text: &str, body_start: usize) -> Vec<Block> {
-    let body = &text[body_start..];
-    let opts = Options::ENABLE_TABLES
+/// The markdown a note may hold, as pulldown-cmark reads it: CommonMark with GitHub's extensions
+/// (tables, footnotes, strikethrough, task lists, heading attributes, alerts).
+fn markdown_options() -> Options {
+    Options::ENABLE_TABLES
         | Options::ENABLE_FOOTNOTES
         | Options::ENABLE_STRIKETHROUGH
         | Options::ENABLE_TASKLISTS
         | Options::ENABLE_HEADING_ATTRIBUTES
-        | Options::ENABLE_GFM;
+        | Options::ENABLE_GFM
+}
+
+fn top_level_blocks(text: &str, body_start: usize) -> Vec<Block> {
+    let body = &text[body_start..];
+    let opts = markdown_options();
     let mut blocks = Vec::new();
     let mut depth = 0usize;
     let mut current: Option<Block> = None;
@@ -764,13 +770,7 @@ pub const MAX_LINKS: usize = 4096;
 /// `![[embed]]`), at most [`MAX_LINKS`], with the line each starts on.
 pub fn inline_tags_and_links(text: &str, body_start: usize) -> (Vec<String>, Vec<WikiLink>) {
     let body = &text[body_start..];
-    let opts = Options::ENABLE_TABLES
-        | Options::ENABLE_FOOTNOTES
-        | Options::ENABLE_STRIKETHROUGH
-        | Options::ENABLE_TASKLISTS
-        | Options::ENABLE_HEADING_ATTRIBUTES
-        | Options::ENABLE_GFM
-        | Options::ENABLE_WIKILINKS;
+    let opts = markdown_options() | Options::ENABLE_WIKILINKS;
     let line_starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
     let line_of =
         |offset: usize| -> u32 { u32::try_from(line_starts.partition_point(|&s| s <= offset)).unwrap_or(u32::MAX) };
