@@ -339,6 +339,23 @@ pub fn seconds_since(rfc3339: &str) -> Option<u64> {
     Some(((now - then).max(0) / 1000) as u64)
 }
 
+/// Writes `prompt` on stderr and reads one line from stdin: the line without its end
+/// (`\n` or `\r\n`); empty at end of input.
+///
+/// # Errors
+/// [`crate::error::CliError::Failed`] when stdin cannot be read.
+pub fn prompt_line(prompt: &str) -> Result<String, crate::error::CliError> {
+    use std::io::{BufRead, Write};
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| crate::error::CliError::Failed(format!("cannot read from the terminal: {e}")))?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,21 +534,4 @@ mod tests {
             assert_eq!(parse_rfc3339_ms(bad), None, "{bad}");
         }
     }
-}
-
-/// Writes `prompt` on stderr and reads one line from stdin: the line without its end
-/// (`\n` or `\r\n`); empty at end of input.
-///
-/// # Errors
-/// [`crate::error::CliError::Failed`] when stdin cannot be read.
-pub fn prompt_line(prompt: &str) -> Result<String, crate::error::CliError> {
-    use std::io::{BufRead, Write};
-    eprint!("{prompt}");
-    let _ = std::io::stderr().flush();
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| crate::error::CliError::Failed(format!("cannot read from the terminal: {e}")))?;
-    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
