@@ -150,6 +150,19 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     ensure!(why.contains("outside the knowledge base") && !why.contains("not part of the vault"), "{why}");
     let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": "Absent.md"})).await?;
     ensure!(why.contains("Absent.md"), "{why}");
+    // Only the KB's notes are read: not its hidden files, other kinds of file, or what its
+    // .gitignore leaves out (a newcomer read `.env` and `.git/config` this way).
+    write(&folder.join(".env"), "API_KEY=do-not-read-me\n")?;
+    write(&folder.join(".git/config"), "[remote]\n\turl = https://do-not-read-me@example.org\n")?;
+    write(&folder.join("secrets.txt"), "do-not-read-me\n")?;
+    write(&folder.join(".gitignore"), "drafts/\n")?;
+    write(&folder.join("drafts/old.md"), "# Old\n\ndo-not-read-me\n")?;
+    for (path, needle) in
+        [(".env", "hidden"), (".git/config", "hidden"), ("secrets.txt", "markdown"), ("drafts/old.md", ".gitignore")]
+    {
+        let why = tool_error(&mut client, "coffer__read_note", json!({"kb": "vault", "path": path})).await?;
+        ensure!(why.contains(needle) && !why.contains("do-not-read-me"), "{path}: {why}");
+    }
 
     // 4. write_note into the Coffer-owned KB: on disk at once, and the next search finds it,
     // with its inline tag and its link to a note of that KB.
@@ -199,7 +212,7 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
         (json!({"kb": "inbox", "path": "../escape.md", "content": "x"}), "'..'"),
         (json!({"kb": "inbox", "path": "/tmp/x.md", "content": "x"}), "absolute"),
         (json!({"kb": "inbox", "path": ".obsidian/x.md", "content": "x"}), "hidden"),
-        (json!({"kb": "inbox", "path": "notes.txt", "content": "x"}), ".md"),
+        (json!({"kb": "inbox", "path": "notes.txt", "content": "x"}), "markdown"),
         (json!({"kb": "inbox", "path": "k.md", "content": "key: ghp_abcdefghijklmnopqrstuvwxyz0123456789"}), "secret"),
         (json!({"kb": "inbox", "path": "big.md", "content": "x".repeat(1024 * 1024 + 1)}), "content"),
         (json!({"kb": "nope", "path": "a.md", "content": "x"}), "nope"),

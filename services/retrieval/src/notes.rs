@@ -133,6 +133,43 @@ impl Notes {
         def.kind != KnowledgeBaseKind::Memory as i32 && (def.writable || self.sources.coffer_owned(def))
     }
 
+    /// Whether `path` names a note KB `def` indexes, the only files the note tools read or write:
+    /// a safe relative path ([`check_note_path`]) with no hidden segment, a markdown name
+    /// (`.md` or `.markdown`), that the KB's include/exclude globs and `.gitignore` take.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the path and which rule it breaks.
+    fn check_indexable(&self, def: &KnowledgeBase, path: &str) -> Result<()> {
+        let segments = check_note_path(path)?;
+        if let Some(s) = segments.iter().find(|s| s.starts_with('.')) {
+            return Err(Error::Invalid(format!(
+                "path {:?} has a hidden segment {:?}; notes are visible files",
+                clip(path, 120),
+                clip(s, 40)
+            )));
+        }
+        let name = segments.last().copied().unwrap_or_default();
+        let markdown = [".md", ".markdown"].iter().any(|ext| name.len() > ext.len() && name.ends_with(ext));
+        if !markdown {
+            return Err(Error::Invalid(format!(
+                "path {:?} must name a markdown file (ending in .md or .markdown)",
+                clip(path, 120)
+            )));
+        }
+        let spec = self.sources.walk_spec(def);
+        let filter =
+            crate::walk::matcher(&spec).map_err(|e| Error::Invalid(format!("the knowledge base's globs: {e}")))?;
+        if !filter.accepts(path) {
+            return Err(Error::Invalid(format!(
+                "path {:?} is left out by knowledge base {:?} (its include/exclude globs or .gitignore), so it is \
+                 not one of its notes",
+                clip(path, 120),
+                def.name
+            )));
+        }
+        Ok(())
+    }
+
     /// `ReadNote`: lines `start..=end` of note `path` in KB `kb` (bounded by
     /// [`MAX_READ_LINES`] and [`MAX_READ_BYTES`]; `truncated` and `next` say how to read on),
     /// with its title, tags, links and backlinks.
@@ -142,7 +179,9 @@ impl Notes {
     /// I/O and store errors.
     pub async fn read(&self, kb: &str, path: &str, start: u32, end: u32) -> Result<Note> {
         let def = self.sources.require(kb)?;
-        check_note_path(path)?;
+        // Only what the KB indexes is a note: not its hidden files (`.env`, `.git/config`), not
+        // other kinds of file, not what its globs or `.gitignore` leave out.
+        self.check_indexable(&def, path)?;
         if end != 0 && end < start {
             return Err(Error::Invalid(format!("end_line {end} is before start_line {start}")));
         }
@@ -266,18 +305,9 @@ impl Notes {
                 def.name, def.root, def.name
             )));
         }
+        self.check_indexable(&def, path)?;
         let segments = check_note_path(path)?;
-        if let Some(s) = segments.iter().find(|s| s.starts_with('.')) {
-            return Err(Error::Invalid(format!(
-                "path {:?} has a hidden segment {:?}; notes are visible files",
-                clip(path, 120),
-                clip(s, 40)
-            )));
-        }
         let name = segments.last().copied().unwrap_or_default();
-        if !name.ends_with(".md") || name.len() <= 3 {
-            return Err(Error::Invalid(format!("path {:?} must name a markdown file ending in .md", clip(path, 120))));
-        }
         if content.len() > MAX_NOTE_BYTES {
             return Err(Error::Invalid(format!(
                 "content is {} bytes, over the {} KiB a note may hold",
@@ -292,16 +322,6 @@ impl Notes {
             return Err(Error::Invalid(format!(
                 "content looks like it holds a secret ({why}); notes are plain markdown that models read and sync \
                  copies: keep secrets in the credential store (`coffer credentials set NAME`) and write only where they are"
-            )));
-        }
-        let spec = self.sources.walk_spec(&def);
-        let filter =
-            crate::walk::matcher(&spec).map_err(|e| Error::Invalid(format!("the knowledge base's globs: {e}")))?;
-        if !filter.accepts(path) {
-            return Err(Error::Invalid(format!(
-                "path {:?} is left out by knowledge base {:?}'s include/exclude globs, so it would not be indexed",
-                clip(path, 120),
-                def.name
             )));
         }
 
