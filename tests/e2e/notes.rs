@@ -205,6 +205,27 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     .await?;
     ensure!(why.contains("\"vault\"") && why.contains("--writable"), "{why}");
     ensure!(std::fs::read_to_string(folder.join("Ideas.md"))? == before, "the user's note changed");
+    // Marked writable, the user's folder takes notes, and a note keeps the mode the user gave
+    // it (a new one gets 0644, not the daemon's private 0600).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let r =
+            api.request(reqwest::Method::PATCH, "/v1/knowledge/vault").json(&json!({"writable": true})).reply().await?;
+        ensure!(r.status == 200, "{} {}", r.status, r.text);
+        let ideas = folder.join("Ideas.md");
+        std::fs::set_permissions(&ideas, std::fs::Permissions::from_mode(0o664))?;
+        for args in [
+            json!({"kb": "vault", "path": "Ideas.md", "content": "\nAppended.\n", "mode": "append"}),
+            json!({"kb": "vault", "path": "Fresh.md", "content": "# Fresh\n", "mode": "create"}),
+        ] {
+            let r = client.call("coffer__write_note", args.clone()).await?;
+            ensure!(r["result"]["isError"] != true, "{args}: {r}");
+        }
+        let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+        ensure!(mode(&ideas)? == 0o664, "the appended note's mode: {:o}", mode(&ideas)?);
+        ensure!(mode(&folder.join("Fresh.md"))? == 0o644, "a new note's mode: {:o}", mode(&folder.join("Fresh.md"))?);
+        ensure!(std::fs::read_to_string(&ideas)?.ends_with("\nAppended.\n"));
+    }
 
     // 6. Hostile writes: escaping or hidden paths, not markdown, a secret (kind named, value
     // never echoed), too large.

@@ -308,6 +308,16 @@ fn credential_like(value: &str, pin: bool) -> bool {
 /// # Errors
 /// The I/O error, with the path.
 pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf> {
+    write_atomic_with_mode(dir, name, contents, None)
+}
+
+/// [`write_atomic`], the file getting permission bits `mode` (e.g. `0o644`) instead of what the
+/// process's umask gives a new file: a note written into the user's own folder keeps the mode
+/// the user gave it.
+///
+/// # Errors
+/// As [`write_atomic`].
+pub fn write_atomic_with_mode(dir: &Path, name: &str, contents: &[u8], mode: Option<u32>) -> Result<PathBuf> {
     let target = dir.join(name);
     let mut suffix = [0u8; 8];
     getrandom::fill(&mut suffix).map_err(|e| Error::Internal(format!("no randomness: {e}")))?;
@@ -317,6 +327,11 @@ pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf> 
         let mut f =
             std::fs::OpenOptions::new().write(true).create_new(true).open(&temp).map_err(|e| io("creating", e))?;
         f.write_all(contents).map_err(|e| io("writing", e))?;
+        if let Some(mode) = mode {
+            use std::os::unix::fs::PermissionsExt as _;
+            f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                .map_err(|e| io("setting the mode of", e))?;
+        }
         f.sync_all().map_err(|e| io("syncing", e))?;
         drop(f);
         std::fs::rename(&temp, &target).map_err(|e| io("renaming", e))?;

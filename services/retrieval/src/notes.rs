@@ -396,7 +396,16 @@ impl Notes {
         let (dir2, name2, data) = (dir.clone(), name.to_owned(), bytes);
         let size = data.len() as u64;
         let lines = count_lines(&data);
-        let written = tokio::task::spawn_blocking(move || memory::write_atomic(&dir2, &name2, &data))
+        // In the user's own folder a note keeps the mode it had (a new one is 0644, like a file
+        // an editor makes); the replacement is a new file (atomic rename), so a hard link to the
+        // old one keeps the old text. Coffer's own KBs keep the daemon's private default.
+        let mode = if self.sources.coffer_owned(&def) {
+            None
+        } else {
+            use std::os::unix::fs::PermissionsExt as _;
+            Some(std::fs::metadata(dir.join(name)).map_or(0o644, |m| m.permissions().mode()))
+        };
+        let written = tokio::task::spawn_blocking(move || memory::write_atomic_with_mode(&dir2, &name2, &data, mode))
             .await
             .map_err(|e| Error::Internal(format!("writing panicked: {e}")))??;
         // Indexed now, not when the watcher gets to it: the next search finds it.
