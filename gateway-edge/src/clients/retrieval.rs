@@ -422,7 +422,7 @@ mod tests {
         let keys = |v: Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
         assert_eq!(
             keys(to_json(&super::kb(KnowledgeBaseInfo::default()))),
-            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching,hidden_skipped,hidden_skipped_count,corpus_bytes,index_bytes"
+            "name,kind,root,include,exclude,created_ms,documents,chunks,embedded,last_sync_ms,pending,pending_embeddings,errors,progress,watching,hidden_skipped,hidden_skipped_count,corpus_bytes,index_bytes,writable"
         );
         let p = Progress::default();
         assert_eq!(keys(to_json(&progress(&p))), "state,done,total,bytes_done,bytes_total,started_ms,message,job");
