@@ -133,6 +133,16 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Every token (access and refresh) the peer has issued so far.
+async fn issued_tokens(base: &str) -> anyhow::Result<Vec<String>> {
+    Ok(peer_get(base, "/test/tokens").await?["issued"]
+        .as_array()
+        .context("issued")?
+        .iter()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect())
+}
+
 /// Server `server` (signed in) answers a tool call with the token (the peer checked it was
 /// issued for its own resource); then the access token expires, and the next call gets a 401,
 /// refreshes and goes through.
@@ -214,12 +224,7 @@ async fn sign_in_call_refresh_and_needs_sign_in_without_leaking_a_token() -> any
     let objects = git(&remote, &["cat-file", "--batch-all-objects", "--batch"])?;
     ensure!(objects.contains("secure"), "the server was not pushed: {objects}");
 
-    let issued: Vec<String> = peer_get(&base, "/test/tokens").await?["issued"]
-        .as_array()
-        .context("issued")?
-        .iter()
-        .filter_map(|t| t.as_str().map(str::to_owned))
-        .collect();
+    let issued = issued_tokens(&base).await?;
     ensure!(issued.len() >= 6, "{issued:?}");
     for t in &issued {
         ensure!(!objects.contains(t.as_str()), "a token was pushed");
@@ -298,12 +303,7 @@ async fn a_legacy_sse_server_behind_oauth_signs_in_calls_and_refreshes() -> anyh
     let auth = api.get("/v1/mcp/servers/oldsecure/auth").reply().await?.ok_json()?;
     ensure!(auth.to_string().contains("needs_sign_in"), "{auth}");
 
-    let issued: Vec<String> = peer_get(&base, "/test/tokens").await?["issued"]
-        .as_array()
-        .context("issued")?
-        .iter()
-        .filter_map(|t| t.as_str().map(str::to_owned))
-        .collect();
+    let issued = issued_tokens(&base).await?;
     ensure!(issued.len() >= 4, "{issued:?}");
     peer.kill()?;
     peer.wait()?;
