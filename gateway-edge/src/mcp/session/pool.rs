@@ -203,7 +203,7 @@ impl Pool {
                 let backoff = coffer_runtime::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF).delay_after(*attempts + 1);
                 // A sign-in since the failure is what it waited for (MCP authorization).
                 if at.elapsed() < backoff && !self.shared.oauth.signed_in_since(&server.name, *at) {
-                    return Err(error.clone());
+                    return Err(during_backoff(error, at.elapsed(), backoff));
                 }
                 *attempts
             }
@@ -302,5 +302,22 @@ impl Pool {
     pub async fn close(&self) {
         let slots: Vec<Arc<Slot>> = self.slots.lock().expect("slots").drain().map(|(_, s)| s).collect();
         futures_util::future::join_all(slots.iter().map(|slot| slot.stop())).await;
+    }
+}
+
+/// The failure a start within its backoff answers: the last start's error, saying it is that
+/// one and when the next start is tried (a server back up within the backoff is otherwise
+/// reported unreachable while it answers). `since`/`backoff`: elapsed and total, ms shown.
+fn during_backoff(error: &UpstreamError, since: Duration, backoff: Duration) -> UpstreamError {
+    match error {
+        UpstreamError::Start { server, reason } => UpstreamError::Start {
+            server: server.clone(),
+            reason: format!(
+                "{reason} (the last try, {} ms ago; the next start is tried in {} ms)",
+                since.as_millis(),
+                backoff.saturating_sub(since).as_millis().max(1)
+            ),
+        },
+        other => other.clone(),
     }
 }

@@ -83,7 +83,8 @@ impl Inner {
             Ok(u) => u.clone(),
             Err(why) => {
                 tracing::warn!(server = %self.core.server, url = %self.shown_url, error = %why, "Legacy HTTP+SSE upstream unusable.");
-                return self.close_core(&why);
+                self.close_core(&why);
+                return self.cancel.cancel();
             }
         };
         let token = match self.bearer().await {
@@ -259,10 +260,13 @@ impl Inner {
                 Err(e) => break describe(e),
             }
         };
-        // Before the endpoint, the connect that waits for it says why (and closes the core).
-        let announced = endpoint.is_none();
-        drop(endpoint);
-        if announced && self.core.is_alive() {
+        // Before the endpoint, the connect that waits for it says why, closes the core and
+        // cancels the transport: cancelling here could end that connect's task (it runs under
+        // the same token) before it has failed the request waiting for it.
+        if endpoint.is_some() {
+            return;
+        }
+        if self.core.is_alive() {
             tracing::info!(server = %server, url = %self.shown_url, reason = %why, "Legacy HTTP+SSE stream closed; the next call starts a new session.");
             self.close_core(&format!("its HTTP+SSE stream closed ({why}); the next call starts a new session"));
         }
