@@ -249,7 +249,11 @@ impl RegistryClient {
                 q.append_pair("cursor", c);
             }
         }
-        let list: ServerList = self.get(url, "a server list").await?;
+        let list: ServerList = self.get(url, "a server list").await.map_err(|e| match e {
+            // The list is the registry's root resource: a 404 there is no registry at all.
+            RegistryError::NotFound(_) => self.not_a_registry("answered 404"),
+            other => other,
+        })?;
         if list.servers.len() > MAX_LIMIT as usize * 2 {
             return Err(RegistryError::Malformed(format!(
                 "the registry at {} answered {} servers to a search for at most {MAX_LIMIT}",
@@ -271,15 +275,29 @@ impl RegistryClient {
     /// [`RegistryError::Malformed`].
     pub async fn server(&self, name: &str, version: Option<&str>) -> Result<ServerResponse, RegistryError> {
         let url = self.url(&["v0.1", "servers", name, "versions", version.unwrap_or("latest")]);
-        let found: ServerResponse = self.get(url, "a server").await.map_err(|e| match e {
-            RegistryError::NotFound(_) => RegistryError::NotFound(match version {
-                Some(v) => format!("the registry at {} has no server {name:?} at version {v:?}", self.shown),
-                None => format!("the registry at {} has no server {name:?}", self.shown),
-            }),
-            other => other,
-        })?;
+        let found: ServerResponse = match self.get(url, "a server").await {
+            Ok(found) => found,
+            Err(RegistryError::NotFound(_)) => {
+                // Any web server answers 404 here: "no server NAME" only from a registry, which
+                // answers its server list.
+                self.search("", 1, None).await?;
+                return Err(RegistryError::NotFound(match version {
+                    Some(v) => format!("the registry at {} has no server {name:?} at version {v:?}", self.shown),
+                    None => format!("the registry at {} has no server {name:?}", self.shown),
+                }));
+            }
+            Err(other) => return Err(other),
+        };
         self.check(&found.server)?;
         Ok(found)
+    }
+
+    /// The configured URL does not serve the registry API (`why`: what its server list answered).
+    fn not_a_registry(&self, why: &str) -> RegistryError {
+        RegistryError::Unavailable(format!(
+            "{} is not an MCP registry: its server list (GET /v0.1/servers) {why}; check the setting mcp_registry_url",
+            self.shown
+        ))
     }
 
     /// The base URL with `segments` appended (each percent-encoded: a server name's `/` stays in

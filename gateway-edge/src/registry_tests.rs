@@ -204,6 +204,33 @@ async fn malformed_oversized_and_failing_answers_are_named() {
     assert!(matches!(RegistryClient::new("ftp://x"), Err(RegistryError::Invalid(_))));
 }
 
+#[tokio::test]
+async fn a_url_that_is_no_registry_is_named_so_and_a_missing_server_only_by_a_registry() {
+    // A registry: a server it lacks is "no server".
+    let (_f, client) = fake().await;
+    match client.server("io.github.example/nothing", None).await {
+        Err(RegistryError::NotFound(m)) => assert!(m.ends_with("has no server \"io.github.example/nothing\""), "{m}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // A web server that answers 404 to everything (a URL that is not a registry).
+    let app = Router::new().fallback(|| async { (AxStatus::NOT_FOUND, "Not Found") });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let web = RegistryClient::new(&base).unwrap();
+    for r in [web.search("x", 5, None).await.map(|_| ()), web.server("foo", None).await.map(|_| ())] {
+        match r {
+            Err(RegistryError::Unavailable(m)) => assert_eq!(
+                m,
+                format!(
+                    "{base} is not an MCP registry: its server list (GET /v0.1/servers) answered 404; check the setting mcp_registry_url"
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[test]
 fn an_npm_package_becomes_a_stdio_registration_with_its_secret_a_credential() {
     let e = parse(entry());

@@ -166,7 +166,9 @@ async fn claude_code_first_turn(program: std::path::PathBuf) -> anyhow::Result<(
     let setup = Registered::eight_servers().await?;
     let home = &setup.home;
     let model = FakeAnthropic::start(TOOL).await?;
-    let claude = ClaudeCode::of(program, home, &model.url)?;
+    // Waiting for its MCP servers: the first turn then holds Coffer's first list, which is what
+    // this test judges (by default Claude Code races the shim's start against the first turn).
+    let claude = ClaudeCode::of(program, home, &model.url)?.waiting_for_mcp();
     claude.add_coffer(home).await?;
     let args = ["-p", "Call the echo tool of Coffer's everything server.", "--allowedTools", TOOL];
     let args = [&args[..], &["--output-format", "stream-json", "--verbose"]].concat();

@@ -226,6 +226,10 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
         ensure!(mode(&folder.join("Fresh.md"))? == 0o644, "a new note's mode: {:o}", mode(&folder.join("Fresh.md"))?);
         ensure!(std::fs::read_to_string(&ideas)?.ends_with("\nAppended.\n"));
     }
+    // Coffer's own folder cannot be made read-only (a newcomer was told it was set, and it
+    // stayed writable).
+    let out = home.cli(&["kb", "set", "inbox", "--writable", "false"]).await?;
+    ensure!(out.code != Some(0) && out.stderr.contains("always writable"), "{out:?}");
 
     // 6. Hostile writes: escaping or hidden paths, not markdown, a secret (kind named, value
     // never echoed), too large.
@@ -237,6 +241,7 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
         (json!({"kb": "inbox", "path": "k.md", "content": "key: ghp_abcdefghijklmnopqrstuvwxyz0123456789"}), "secret"),
         (json!({"kb": "inbox", "path": "big.md", "content": "x".repeat(1024 * 1024 + 1)}), "content"),
         (json!({"kb": "nope", "path": "a.md", "content": "x"}), "nope"),
+        (json!({"kb": "inbox", "path": format!("{}.md", "n".repeat(300)), "content": "x"}), "longer than 200 bytes"),
     ] {
         let why = tool_error(&mut client, "coffer__write_note", args.clone()).await?;
         ensure!(why.contains(needle), "{args}: {why}");

@@ -172,6 +172,13 @@ async fn hostile_profile_requests_get_envelopes_naming_the_field_and_write_nothi
             "overrides[\"coffer__search_knowledge\"].hide_params[1]",
             "\"query\" is a required parameter of coffer__search_knowledge: a client must set it",
         ),
+        // A parameter the listed tool does not have (a typo): it would hide nothing.
+        (
+            json!({"name": "w", "overrides": {"coffer__search_knowledge": {"hide_params": ["kb", "querry"]}}}),
+            "INVALID_ARGUMENT",
+            "overrides[\"coffer__search_knowledge\"].hide_params[1]",
+            "\"querry\" is not a parameter of coffer__search_knowledge (its parameters: ",
+        ),
         (json!({"name": "w", "colour": "red"}), "UNKNOWN_FIELD", "", "colour"),
         (json!({"name": "w", "servers": {"include": [], "only": []}}), "UNKNOWN_FIELD", "", "only"),
         (json!({"name": "w", "overrides": {"git__a": {"rename": "x"}}}), "UNKNOWN_FIELD", "", "rename"),

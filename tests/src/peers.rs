@@ -557,6 +557,8 @@ pub struct ClaudeCode {
     program: PathBuf,
     config_dir: PathBuf,
     model_url: String,
+    /// `MCP_CONNECTION_NONBLOCKING=false`: see [`ClaudeCode::waiting_for_mcp`].
+    wait_for_mcp: bool,
 }
 
 impl ClaudeCode {
@@ -574,7 +576,23 @@ impl ClaudeCode {
     /// When the test home has no private `HOME`.
     pub fn of(program: PathBuf, home: &TestHome, model_url: &str) -> anyhow::Result<Self> {
         let user_home = home.env().get("HOME").map(PathBuf::from).context("the test home has a private HOME")?;
-        Ok(Self { program, config_dir: user_home.join(".claude"), model_url: model_url.to_owned() })
+        Ok(Self {
+            program,
+            config_dir: user_home.join(".claude"),
+            model_url: model_url.to_owned(),
+            wait_for_mcp: false,
+        })
+    }
+
+    /// Makes `claude -p` wait for its MCP servers to connect before the first model turn
+    /// (`MCP_CONNECTION_NONBLOCKING=false`). By default both pinned versions connect them in the
+    /// background and send the first turn at once (2.1.332 offers `WaitForMcpServers` instead):
+    /// whether Coffer's tools are on that turn is then a race between the shim's start and the
+    /// first API request, which a loaded machine loses (the shim's session began 6 s after
+    /// the restart at load 11). A test of what Coffer's first list holds waits.
+    pub fn waiting_for_mcp(mut self) -> Self {
+        self.wait_for_mcp = true;
+        self
     }
 
     /// Registers Coffer's shim as the user-scope MCP server `coffer`, as `coffer connect
@@ -612,6 +630,9 @@ impl ClaudeCode {
             .env("DISABLE_AUTOUPDATER", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if self.wait_for_mcp {
+            cmd.env("MCP_CONNECTION_NONBLOCKING", "false");
+        }
         crate::die_with_test_thread(&mut cmd);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);

@@ -437,13 +437,13 @@ pub fn check_upstream_health(upstreams: &[UpstreamStatus]) -> Vec<Check> {
             // An HTTP server whose OAuth grant is gone needs the user's sign-in, not a test.
             if let Some(a) = u.auth.as_ref().filter(|a| a.state == coffer_api::servers::AuthState::NeedsSignIn) {
                 return Check::warn(
-                    format!("upstream {name} (running)"),
+                    format!("upstream {name} (gateway)"),
                     format!("needs sign-in ({})", a.why.as_deref().unwrap_or("no usable OAuth grant")),
                     a.command.clone().unwrap_or_else(|| format!("coffer mcp auth {name}")),
                 );
             }
             Check::warn(
-                format!("upstream {name} (running)"),
+                format!("upstream {name} (gateway)"),
                 format!("unhealthy{err}{at}"),
                 format!("coffer mcp test {name}; coffer logs gateway"),
             )
@@ -885,7 +885,8 @@ pub fn check_server(s: &McpServer, workspace: &Path, credentials: &BTreeSet<Stri
     if s.transport != Transport::Stdio {
         let url = s.url.as_deref().unwrap_or("-");
         let state = if enabled { "" } else { ", disabled" };
-        return Check::ok(label, format!("http {url}{state} (not contacted; coffer mcp test {name} tries it)"));
+        let word = s.transport.word();
+        return Check::ok(label, format!("{word} {url}{state} (not contacted; coffer mcp test {name} tries it)"));
     }
     let command = s.command.as_deref().unwrap_or_default();
     // A bare name is registered as given and resolved on each machine's PATH when the server
@@ -991,7 +992,7 @@ mod tests {
         ];
         let c = check_upstream_health(&status);
         assert_eq!(c.len(), 1);
-        assert_eq!((c[0].name.as_str(), c[0].status), ("upstream remote (running)", Status::Warn));
+        assert_eq!((c[0].name.as_str(), c[0].status), ("upstream remote (gateway)", Status::Warn));
         assert!(c[0].message.contains("connection refused") && c[0].message.contains("2026-11-30"), "{}", c[0].message);
         assert!(check_upstream_health(&[]).is_empty());
     }

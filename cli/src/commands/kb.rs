@@ -138,6 +138,10 @@ pub struct AddArgs {
     /// Skip files matching this glob (repeatable); .gitignore is respected too.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Let coffer__write_note write notes into your folder (as `coffer kb set NAME --writable
+    /// true` after adding). A new COFFER_HOME/knowledge/NAME/ is always writable.
+    #[arg(long)]
+    pub writable: bool,
 }
 
 #[derive(Debug, Args)]
@@ -151,7 +155,8 @@ pub struct SearchArgs {
     /// Only files under this path inside the knowledge base.
     #[arg(long = "path", value_name = "PREFIX")]
     pub path_prefix: Option<String>,
-    /// Only documents with this tag (repeatable: all must match).
+    /// Only documents with this tag (repeatable: all must match; a tag matches its nested tags,
+    /// `project` matching `project/coffer`, in any case).
     #[arg(long = "tag", value_name = "T")]
     pub tags: Vec<String>,
     /// Only documents modified since (15m, 2h, 7d, 2026-11-30, RFC 3339).
@@ -220,14 +225,16 @@ async fn set(ctx: &Ctx, a: SetArgs) -> Result<(), CliError> {
     })
 }
 
-/// The lines of `kb backlinks`: one `path:line  title` per linking note.
+/// The lines of `kb backlinks`: one `path:line  title` per linking note, and `(as "alias")`
+/// when the link shows other text (`[[Note|alias]]`).
 pub fn render_backlinks(note: &coffer_api::knowledge::Note) -> String {
     if note.backlinks.is_empty() {
         return format!("No note links to {}\n", printable(&note.path));
     }
     let mut out = String::new();
     for b in &note.backlinks {
-        out.push_str(&format!("{}:{}  {}\n", printable(&b.path), b.line, text_cell(&b.title, 80)));
+        let alias = if b.alias.is_empty() { String::new() } else { format!("  (as {:?})", text_cell(&b.alias, 60)) };
+        out.push_str(&format!("{}:{}  {}{alias}\n", printable(&b.path), b.line, text_cell(&b.title, 80)));
     }
     if note.backlinks_truncated {
         out.push_str("(more not shown)\n");
@@ -584,14 +591,24 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<(), CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Failed(format!("cannot read the current folder: {e}")))?;
     let body = add_body(&a, &cwd);
     let api = ctx.connect().await?;
-    let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge").json(&body)).await?;
+    let mut resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge").json(&body)).await?;
+    if a.writable && a.path.is_some() {
+        let patch = coffer_api::knowledge::KnowledgeBasePatch { writable: Some(true) };
+        resp = api.send(api.request(reqwest::Method::PATCH, &kb_path(&a.name)?).json(&patch)).await.map_err(|e| {
+            CliError::Failed(format!(
+                "added knowledge base {}, but marking it writable failed: {e}; retry with `coffer kb set {} --writable true`",
+                a.name, a.name
+            ))
+        })?;
+    }
     if ctx.json {
         return output::print_body(&resp.body);
     }
     let kb: KnowledgeBaseInfo = resp.parse()?;
     let name = &kb.name;
+    let writable = if kb.writable { "; tools may write notes into it" } else { "" };
     output::print(&format!(
-        "Added knowledge base {name} ({}); indexing in the background\nFollow it: coffer kb status {name}\n",
+        "Added knowledge base {name} ({}){writable}; indexing in the background\nFollow it: coffer kb status {name}\n",
         printable(&kb.root)
     ))
 }
@@ -943,12 +960,18 @@ mod tests {
         assert_eq!(absolute(Path::new("./notes"), cwd), PathBuf::from("/home/u/work/notes"));
         assert_eq!(absolute(Path::new("../x"), cwd), PathBuf::from("/home/u/work/../x"));
         assert_eq!(absolute(Path::new("/abs/./v"), cwd), PathBuf::from("/abs/v"));
-        let a = AddArgs { name: "n".into(), path: Some("docs".into()), include: vec!["*.md".into()], exclude: vec![] };
+        let a = AddArgs {
+            name: "n".into(),
+            path: Some("docs".into()),
+            include: vec!["*.md".into()],
+            exclude: vec![],
+            writable: false,
+        };
         assert_eq!(
             serde_json::to_value(add_body(&a, cwd)).unwrap(),
             json!({"name": "n", "path": "/home/u/work/docs", "include": ["*.md"]})
         );
-        let a = AddArgs { name: "n".into(), path: None, include: vec![], exclude: vec![] };
+        let a = AddArgs { name: "n".into(), path: None, include: vec![], exclude: vec![], writable: false };
         assert_eq!(serde_json::to_value(add_body(&a, cwd)).unwrap(), json!({"name": "n"}));
     }
 
@@ -1072,5 +1095,29 @@ mod tests {
         let shown = render_kb(&sized);
         assert!(shown.contains("index:     3.00 MiB on disk for 2.00 MiB of files (1.50×)\n"), "{shown}");
         assert!(shown.contains("hidden:    3 skipped (not searched): .github, .obsidian and 1 more\n"), "{shown}");
+    }
+
+    #[test]
+    fn backlinks_show_each_linking_note_and_the_alias_it_links_with() {
+        use coffer_api::knowledge::{Note, NoteBacklink};
+        let link = |path: &str, title: &str, line: u32, alias: &str| NoteBacklink {
+            path: path.into(),
+            title: title.into(),
+            line,
+            alias: alias.into(),
+        };
+        let note = Note {
+            kb: "vault".into(),
+            path: "Coffer.md".into(),
+            backlinks: vec![link("Daily/2026-12-07.md", "Monday", 3, ""), link("Ideas.md", "Ideas", 12, "the vault")],
+            backlinks_truncated: true,
+            ..Note::default()
+        };
+        assert_eq!(
+            render_backlinks(&note),
+            "Daily/2026-12-07.md:3  Monday\nIdeas.md:12  Ideas  (as \"the vault\")\n(more not shown)\n"
+        );
+        let none = Note { kb: "vault".into(), path: "Alone.md".into(), ..Note::default() };
+        assert_eq!(render_backlinks(&none), "No note links to Alone.md\n");
     }
 }

@@ -246,7 +246,9 @@ pub fn describe(name: &str, v: &ServerAuth) -> String {
 pub fn sign_in_hint(name: &str, error: &str) -> Option<String> {
     error.contains("needs sign-in").then(|| {
         format!(
-            "{name} needs sign-in (OAuth): run `coffer mcp auth {name}` (opens a browser), then its tools appear.\n"
+            "{name} needs sign-in: run `coffer mcp auth {name}` (opens a browser), then its tools appear.\n\
+             If it takes an API token instead of an OAuth sign-in, give it as a header: \
+             `coffer mcp edit {name} --header-credential 'Authorization:CREDENTIAL'` (a stored `Bearer …` value).\n"
         )
     })
 }
@@ -272,6 +274,7 @@ mod tests {
     fn the_hint_names_the_exact_command() {
         let hint = sign_in_hint("linear", "upstream linear needs sign-in (it asks for OAuth sign-in): run …").unwrap();
         assert!(hint.contains("needs sign-in") && hint.contains("`coffer mcp auth linear`"), "{hint}");
+        assert!(hint.contains("coffer mcp edit linear --header-credential"), "an API-token server's way: {hint}");
         assert_eq!(sign_in_hint("linear", "unreachable at http://127.0.0.1:9/"), None);
     }
 }

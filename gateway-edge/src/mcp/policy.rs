@@ -35,7 +35,9 @@ impl Noun {
             Noun::Resource => "resource",
         }
     }
-    fn title(self) -> &'static str {
+
+    /// Capitalized, to begin a message (`Tool`).
+    pub fn title(self) -> &'static str {
         match self {
             Noun::Tool => "Tool",
             Noun::Prompt => "Prompt",

@@ -299,9 +299,10 @@ impl View {
             if let Some(d) = desc {
                 l.item["description"] = Value::String(d);
             }
-            let shown_hidden = hide_params(&self.name, &exposed, &mut l.item, &o.hide_params);
-            if !shown_hidden.is_empty() {
-                hidden.insert(exposed.clone(), shown_hidden);
+            // Every tool the override names parameters of has an entry, empty when each is
+            // required: a call then knows nothing is hidden, not that the tool was not listed.
+            if !o.hide_params.is_empty() {
+                hidden.insert(exposed.clone(), hide_params(&self.name, &exposed, &mut l.item, &o.hide_params));
             }
             if let Some(a) = &o.annotations {
                 if !l.item.get("annotations").is_some_and(Value::is_object) {

@@ -207,8 +207,9 @@ const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Refuses an override that hides a parameter its tool requires (`inputSchema.required`, as the
 /// tool is listed now): such a parameter is never hidden (a client must set it), so the setting
-/// would be accepted and silently not applied. Tools not listed now are not checked (their
-/// server may be down or not added yet); the listing still skips such a parameter.
+/// would be accepted and silently not applied; and one that hides a parameter the tool does not
+/// have (`inputSchema.properties`; a typo hides nothing). Tools not listed now are not checked
+/// (their server may be down or not added yet); the listing still skips a required parameter.
 ///
 /// Errors: `INVALID_ARGUMENT` naming `overrides["<tool>"].hide_params[i]`, the parameter and the tool.
 async fn check_required_not_hidden(st: &AppState, headers: &HeaderMap, spec: &ProfileSpec) -> Result<(), ApiError> {
@@ -236,6 +237,20 @@ async fn check_required_not_hidden(st: &AppState, headers: &HeaderMap, spec: &Pr
                     "{f} {:?} is a required parameter of {key}: a client must set it, so it cannot be hidden",
                     shown(p)
                 ),
+            ));
+        }
+        // A name the tool does not have hides nothing: most likely a typo of one it has.
+        let properties = tool.item.pointer("/inputSchema/properties").and_then(serde_json::Value::as_object);
+        if let Some(props) = properties
+            && let Some((i, p)) = o.hide_params.iter().enumerate().find(|(_, p)| !props.contains_key(p.as_str()))
+        {
+            let f = format!("overrides[{key:?}].hide_params[{i}]");
+            let mut have: Vec<&str> = props.keys().map(String::as_str).collect();
+            have.sort_unstable();
+            let have = if have.is_empty() { "none".to_owned() } else { have.join(", ") };
+            return Err(invalid(
+                f.clone(),
+                format!("{f} {:?} is not a parameter of {key} (its parameters: {})", shown(p), shown(&have)),
             ));
         }
     }

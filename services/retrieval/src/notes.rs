@@ -65,6 +65,10 @@ impl Mode {
     }
 }
 
+/// Longest file or folder name in a note's path (bytes): 255 (Linux) less the atomic write's
+/// temporary-name overhead, rounded down.
+const MAX_NAME_BYTES: usize = 200;
+
 /// Checks a note path as given (relative to the KB root, `/`-separated) and returns its
 /// segments.
 ///
@@ -86,6 +90,9 @@ pub fn check_note_path(path: &str) -> Result<Vec<&str>> {
         "has a '..' segment: paths stay inside the knowledge base"
     } else if path.split('/').any(|s| s.is_empty() || s == ".") {
         "has an empty or '.' segment"
+    } else if path.split('/').any(|s| s.len() > MAX_NAME_BYTES) {
+        // Linux file names hold 255 bytes; the atomic write's temporary name adds 22.
+        "has a file or folder name longer than 200 bytes"
     } else {
         return Ok(path.split('/').collect());
     };
@@ -510,6 +517,12 @@ mod tests {
             assert!(e.contains(why), "{bad:?}: {e}");
         }
         assert!(check_note_path(&"a".repeat(2000)).unwrap_err().to_string().contains("longer than"));
+        // A name the file system cannot hold is refused as such (a newcomer's 300-character
+        // file name was an internal error).
+        let long = format!("dir/{}.md", "n".repeat(300));
+        assert!(check_note_path(&long).unwrap_err().to_string().contains("name longer than 200 bytes"));
+        let fits = format!("{}/{}.md", "d".repeat(200), "n".repeat(197));
+        assert_eq!(check_note_path(&fits).unwrap().len(), 2);
     }
 
     #[test]

@@ -364,15 +364,22 @@ impl Sources {
     /// Marks folder KB `name` writable (or not) for `WriteNote`, in the store and the cache.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::Precondition`] for memory (written by `remember` only), the
-    /// store's errors.
+    /// [`Error::NotFound`], [`Error::Precondition`] for memory (written by `remember` only) and
+    /// for making a Coffer-owned folder read-only (it is always writable), the store's errors.
     pub async fn set_writable(&self, name: &str, writable: bool) -> Result<KnowledgeBase> {
         if name == MEMORY {
             return Err(Error::Precondition(
                 "the memory knowledge base is written by remember (coffer__remember), not as notes".into(),
             ));
         }
-        self.require(name)?;
+        let current = self.require(name)?;
+        if !writable && self.coffer_owned(&current) {
+            return Err(Error::Precondition(format!(
+                "knowledge base {name} is Coffer's own folder ({}): its notes are always writable by tools; \
+                 only a folder of yours can be made read-only",
+                current.root
+            )));
+        }
         let req = coffer_proto::store::SetKnowledgeBaseWritableRequest { name: name.into(), writable };
         let def = self.index.clone().set_knowledge_base_writable(req).await?.into_inner();
         self.cache.write().expect("sources lock").insert(def.name.clone(), def.clone());

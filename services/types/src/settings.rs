@@ -248,7 +248,7 @@ pub const MAX_TOOL_NAME_LEN: Setting = Setting {
     description: "longest exposed tool name (`<server>__<tool>`, shortened deterministically)",
 };
 /// The MCP Registry `coffer mcp search` and `coffer mcp install` read (its `/v0.1/servers`
-/// API); empty means the official one, [`OFFICIAL_MCP_REGISTRY`].
+/// API); the official one, [`OFFICIAL_MCP_REGISTRY`], by default (and when set empty).
 pub const MCP_REGISTRY_URL: Setting = Setting {
     key: "gateway.mcp_registry_url",
     group: Group::Gateway,
@@ -256,7 +256,7 @@ pub const MCP_REGISTRY_URL: Setting = Setting {
     ty: Type::Text,
     format: TextFormat::HttpUrlOrEmpty,
     default: 0,
-    default_text: "",
+    default_text: OFFICIAL_MCP_REGISTRY,
     min: 0,
     max: 2048,
     unit: "URL, empty = the official registry",

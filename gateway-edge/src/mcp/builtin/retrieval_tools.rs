@@ -271,7 +271,7 @@ pub struct SearchArgs {
         with = "Vec<String>",
         length(max = MAX_FILTER_ITEMS),
         inner(length(max = MAX_NAME_CHARS)),
-        description = "Only documents with every one of these front-matter tags."
+        description = "Only documents with every one of these tags (front matter or inline #tag; a tag matches its nested tags, project matching project/coffer, in any case)."
     )]
     tags: Option<OneOrMany>,
     #[serde(default)]

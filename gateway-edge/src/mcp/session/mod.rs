@@ -308,7 +308,8 @@ impl Session {
     }
 
     /// [`Session::resolve`] through the session's profile: a renamed tool's name stands for
-    /// the tool, and what the profile does not select is refused like a disabled capability.
+    /// the tool, and what the profile does not select is refused with a disabled capability's
+    /// code (`TOOL_DISABLED`), naming the profile (`data.reason = "not_in_profile"`).
     /// Returns `(server, original, exposed name before any override)`.
     ///
     /// # Errors
@@ -341,27 +342,43 @@ impl Session {
         };
         let (server, original) = policy::resolve(&snap, &self.catalog, &self.pool, kind, &name).await?;
         if !self.view().selects(kind, &server, &name) {
-            return Err(policy::Refusal::Disabled {
-                noun: policy::Noun::of(kind),
-                exposed: exposed.to_owned(),
-                server,
-                scope: policy::Scope::Capability,
-            }
-            .into());
+            // Refused with TOOL_DISABLED's code, as a disabled capability, but naming the
+            // profile: the tool is fine, this connection's profile leaves it out.
+            let profile = self.profile_name();
+            let noun = policy::Noun::of(kind);
+            return Err(crate::mcp::answer::RpcError::new(
+                jsonrpc::TOOL_DISABLED,
+                format!(
+                    "{} {exposed} is not in profile {profile} (coffer profile show {profile} lists what it selects)",
+                    noun.title()
+                ),
+            )
+            .with_data(json!({
+                "code": "TOOL_DISABLED", "server": server, "tool": exposed, "kind": noun.as_str(),
+                "scope": "profile", "profile": &*profile, "reason": "not_in_profile"
+            })));
         }
         Ok((server, original, name))
     }
 
     /// The parameters the profile hides of tool `exposed` (original exposed name): as the last
-    /// list hid them, else as the profile names them.
-    pub(super) fn hidden_params(&self, exposed: &str) -> Vec<String> {
+    /// list hid them (a required parameter is never hidden); a tool this session has not listed
+    /// yet is listed first (the catalog's lists answer at once), so a call in a session that
+    /// never listed is judged like one that did; only a tool that cannot be listed falls back to
+    /// the profile's names.
+    pub(super) async fn hidden_params(&self, exposed: &str) -> Vec<String> {
         if !self.profiled {
             return Vec::new();
         }
-        if let Some(h) = self.hidden.lock().expect("hidden").get(exposed) {
-            return h.clone();
+        let listed = || self.hidden.lock().expect("hidden").get(exposed).cloned();
+        if let Some(h) = listed() {
+            return h;
         }
-        self.view().hide_params(exposed).to_vec()
+        if self.view().hide_params(exposed).is_empty() {
+            return Vec::new();
+        }
+        self.list_all(ListKind::Tools).await;
+        listed().unwrap_or_else(|| self.view().hide_params(exposed).to_vec())
     }
 
     /// Routes `tools/call` or `prompts/get`: resolve, check policy, forward with the original

@@ -142,7 +142,7 @@ impl Session {
             Ok((server, original, named)) if kind == ListKind::Tools => {
                 // A parameter the profile hides is not the client's to set (the upstream
                 // applies its own default).
-                let hidden = self.hidden_params(&named);
+                let hidden = self.hidden_params(&named).await;
                 match crate::mcp::profile::hidden_param_error(&self.profile_name(), exposed, &hidden, arguments) {
                     Some(e) => Err((e, server)),
                     None => Ok((server, original)),

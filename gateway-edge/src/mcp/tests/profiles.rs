@@ -1,5 +1,5 @@
 //! Profiles on the session side (issue 36 §1 and §3): a session's profile narrows what it lists
-//! and refuses what it does not select like a disabled tool; overrides rename, re-describe, hide
+//! and refuses what it does not select with a disabled tool's code, naming the profile; overrides rename, re-describe, hide
 //! parameters and set annotations on the way out and are reversed on the way in, invisible to
 //! the (fake, wire-speaking) upstream.
 use std::collections::BTreeMap;
@@ -44,12 +44,25 @@ async fn two_sessions_with_different_profiles_list_and_call_different_tools() {
     assert_eq!(names(&a.list(ListKind::Tools).await), ["coffer__search_tools", "fs__read", "fs__write", "time__now"]);
     assert_eq!(names(&b.list(ListKind::Tools).await), ["fs__read"], "the disabled fs__secret is hidden in both");
 
-    // Refused exactly like a disabled tool, before any upstream contact.
-    for name in ["fs__write", "time__now", "coffer__search_tools", "fs__secret"] {
+    // Refused with a disabled tool's code, before any upstream contact, naming the profile;
+    // a tool disabled for everyone is refused as disabled.
+    for name in ["fs__write", "time__now", "coffer__search_tools"] {
         let e = error(call(&b, name, json!({})).await);
-        assert_eq!((e.code, e.message.clone()), (TOOL_DISABLED, format!("Tool {name} is disabled")), "{name}");
+        assert_eq!(
+            (e.code, e.message.clone()),
+            (
+                TOOL_DISABLED,
+                format!("Tool {name} is not in profile reader (coffer profile show reader lists what it selects)")
+            ),
+            "{name}"
+        );
+        let data = e.data.clone().unwrap();
+        assert_eq!((data["reason"].as_str(), data["profile"].as_str()), (Some("not_in_profile"), Some("reader")));
         assert_eq!(h.record().outcome.as_str(), "disabled", "{name}");
     }
+    let e = error(call(&b, "fs__secret", json!({})).await);
+    assert_eq!((e.code, e.message.clone()), (TOOL_DISABLED, "Tool fs__secret is disabled".to_owned()));
+    assert_eq!(h.record().outcome.as_str(), "disabled");
     assert_eq!(result(call(&b, "fs__read", json!({})).await)["structuredContent"]["name"], "read");
     h.record();
 
@@ -115,7 +128,16 @@ async fn overrides_rename_redescribe_and_hide_out_and_are_reversed_in() {
         ]),
         ..Default::default()
     };
-    snap.profiles.extend([profile("default", default), profile("work", work)]);
+    // Stored before its tool was ever listed (the REST check could not see it): hides the
+    // required `path`, which is never hidden.
+    let strict = ProfileSpec {
+        overrides: BTreeMap::from([(
+            "fs__directory_tree".to_owned(),
+            ToolOverride { hide_params: vec!["path".into(), "depth".into()], ..Default::default() },
+        )]),
+        ..Default::default()
+    };
+    snap.profiles.extend([profile("default", default), profile("work", work), profile("strict", strict)]);
     let mut h = Harness::new(snap);
     let s = h.session();
     s.select_profile(Arc::from("work"));
@@ -151,7 +173,15 @@ async fn overrides_rename_redescribe_and_hide_out_and_are_reversed_in() {
     let fresh = h.session();
     fresh.select_profile(Arc::from("work"));
     assert_eq!(result(call(&fresh, "tree", json!({"path": "/"})).await)["structuredContent"]["name"], "directory_tree");
-    for x in [s, d, fresh] {
+    // A session that never listed calls with the required parameter a profile names: judged as
+    // if it had listed (a newcomer's session was refused every call of such a tool).
+    let cold = h.session();
+    cold.select_profile(Arc::from("strict"));
+    let out = result(call(&cold, "tree", json!({"path": "/c"})).await);
+    assert_eq!(out["structuredContent"]["arguments"], json!({"path": "/c"}));
+    let e = error(call(&cold, "tree", json!({"path": "/c", "depth": 1})).await);
+    assert!(e.message.contains("\"depth\"") && e.message.contains("profile strict"), "{}", e.message);
+    for x in [s, d, fresh, cold] {
         x.close().await;
     }
 }

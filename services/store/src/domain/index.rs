@@ -637,13 +637,18 @@ impl Filter {
 
 /// The filter condition over `d` (kb_documents), parameters `?1` KBs (JSON array, `[]` = any),
 /// `?2` path prefix (`''` = any; compared with `substr`, so `%` and `_` are literal), `?3` tags
-/// (JSON array without duplicates: the document has every one), `?4` mtime strictly after. The
-/// `IN (SELECT …)` sets do not depend on the row: SQLite computes each once per query.
+/// (JSON array: the document has every one, as Obsidian matches tags: ASCII case-insensitive,
+/// and a tag matches its nested tags, `project` matching `project/coffer`), `?4` mtime strictly
+/// after. The KB set does not depend on the row: SQLite computes it once per query; the tag
+/// check reads the document's own tags through the `(document, tag)` key.
 const FILTER_SQL: &str = "(?1 = '[]' OR d.kb IN (SELECT value FROM json_each(?1)))
     AND (?2 = '' OR substr(d.path, 1, length(?2)) = ?2)
-    AND (?3 = '[]' OR d.id IN (SELECT g.document FROM kb_document_tags g
-                               WHERE g.tag IN (SELECT value FROM json_each(?3))
-                               GROUP BY g.document HAVING COUNT(*) = json_array_length(?3)))
+    AND (?3 = '[]' OR NOT EXISTS (
+        SELECT 1 FROM json_each(?3) w WHERE NOT EXISTS (
+            SELECT 1 FROM kb_document_tags g
+            WHERE g.document = d.id
+              AND (lower(g.tag) = lower(w.value)
+                   OR substr(lower(g.tag), 1, length(w.value) + 1) = lower(w.value) || '/'))))
     AND d.mtime_ms > ?4";
 
 /// Columns of a [`Chunk`] over `c` (kb_chunks) and `d` (kb_documents); read by [`chunk_at`].
@@ -2774,6 +2779,17 @@ mod tests {
         let one = s.keyword(q(Filters { tags: vec!["db".into()], ..Default::default() })).await;
         assert_eq!(paths(one), ["p%_/d.md", "projects/a.md", "projects/e.md"]);
         assert!(s.keyword(q(Filters { tags: vec!["none".into()], ..Default::default() })).await.is_empty());
+        // As Obsidian: a tag matches its nested tags and any case; not a tag it only begins.
+        s.upsert(mk("notes", "nested/f.md", &["Project/Coffer", "db"], 50)).await;
+        s.upsert(mk("notes", "nested/g.md", &["projects"], 60)).await;
+        for asked in ["project", "PROJECT", "project/coffer"] {
+            let f = Filters { tags: vec![asked.into(), "db".into()], ..Default::default() };
+            assert_eq!(paths(s.keyword(q(f)).await), ["nested/f.md"], "{asked}");
+        }
+        assert!(s.keyword(q(Filters { tags: vec!["project/cof".into()], ..Default::default() })).await.is_empty());
+        for path in ["nested/f.md", "nested/g.md"] {
+            s.client.delete_document(DocumentRef { kb: "notes".into(), path: path.into() }).await.unwrap();
+        }
         let newer = s.keyword(q(Filters { modified_after_ms: 300, ..Default::default() })).await;
         assert_eq!(paths(newer), ["p%_/d.md", "projects/e.md"]);
         let mixed = Filters {

@@ -337,7 +337,8 @@ pub async fn resource_metadata(
     }
     let Some(doc) = found else {
         return Err(OAuthError::Discovery(format!(
-            "no protected resource metadata (RFC 9728) at {}",
+            "no protected resource metadata (RFC 9728) at {}: the server does not offer an MCP OAuth sign-in; \
+             if it takes an API token, give it as a header (`coffer mcp edit NAME --header-credential 'Authorization:CREDENTIAL'`)",
             uris.iter().map(shown).collect::<Vec<_>>().join(" or ")
         )));
     };
