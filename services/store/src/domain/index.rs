@@ -2718,6 +2718,34 @@ mod tests {
         assert_eq!(fresh.stored_index_text().await, (2, 2, 1, 1));
     }
 
+    /// A chunk without an index title of its own reads its document's: when the document's
+    /// changes (here its first chunk's index title) the FTS row of every kept chunk is rewritten,
+    /// even one whose own index text did not change (it then stores its own title).
+    #[tokio::test]
+    async fn a_kept_chunk_reading_its_document_s_title_follows_a_new_title() {
+        let two = |title: &str, first: &str, second: &str| {
+            let mut d = titled("two.md", title, "", vec![chunk(&[], (1, 1), "one"), chunk(&[], (2, 2), "two")]);
+            d.chunks[0].index_title = first.into();
+            d.chunks[1].index_title = second.into();
+            d
+        };
+        let mut edited = serve().await;
+        edited.upsert(two("Alpha", "alpha", "alpha")).await;
+        assert_eq!(edited.stored_index_text().await, (0, 0, 0, 0), "both chunks read the title");
+        let r = edited.upsert(two("Bravo", "bravo", "alpha")).await;
+        assert_eq!((r.kept, r.added, r.removed), (2, 0, 0));
+        edited.fts_integrity().await;
+        assert_eq!(edited.stored_index_text().await, (0, 0, 1, 0), "the second chunk keeps its own title");
+        let mut fresh = serve().await;
+        fresh.upsert(two("Bravo", "bravo", "alpha")).await;
+        let want = scores(&mut fresh, &["alpha", "bravo", "one"]).await;
+        assert_eq!(want.len(), 2, "{want:?}");
+        assert_eq!(scores(&mut edited, &["alpha", "bravo", "one"]).await, want);
+        edited.client.delete_document(DocumentRef { kb: "notes".into(), path: "two.md".into() }).await.unwrap();
+        edited.fts_integrity().await;
+        assert_eq!(edited.counts().await, (0, 0, 0, 0, 0));
+    }
+
     /// A database written by the store of schema 0020 (`kb_fts` holding its own copy of the
     /// text, CJK as bigrams, rows deleted) converts at open: the same scores as an index built
     /// fresh, `integrity-check` passes, the text that tokenizes as the raw text is dropped, and
