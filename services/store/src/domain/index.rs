@@ -559,6 +559,14 @@ impl<'a> ChunkIndexText<'a> {
     }
 }
 
+/// One chunk of an `UpsertDocument` request: its heading path (JSON), its index hash, and the
+/// existing chunk it keeps with whether that one's FTS row is rewritten.
+struct Planned {
+    headings: String,
+    index_hash: String,
+    kept: Option<(Existing, bool)>,
+}
+
 /// `UpsertDocument` inside the writer's transaction (see the proto).
 ///
 /// Order matters with the external-content `kb_fts`: the FTS rows of chunks that go or whose
@@ -607,9 +615,7 @@ fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> R
         }
     }
 
-    // Each chunk of the request: its heading path, index hash, and the existing chunk it keeps
-    // (with whether its FTS row is rewritten).
-    let mut plan: Vec<(String, String, Option<(Existing, bool)>)> = Vec::with_capacity(r.chunks.len());
+    let mut plan: Vec<Planned> = Vec::with_capacity(r.chunks.len());
     for c in &r.chunks {
         let headings = serde_json::to_string(&c.heading_path).expect("json");
         let ih = index_hash(c);
@@ -618,14 +624,14 @@ fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> R
             let rewrite = title_changed || e.index_hash != ih;
             (e, rewrite)
         });
-        plan.push((headings, ih, kept));
+        plan.push(Planned { headings, index_hash: ih, kept });
     }
     let gone: Vec<i64> = existing.into_values().flatten().map(|e| e.id).collect();
 
     // FTS rows first, while the view still reads what they indexed.
     let mut delete_fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
-    for (_, _, kept) in &plan {
-        if let Some((e, true)) = kept {
+    for p in &plan {
+        if let Some((e, true)) = &p.kept {
             delete_fts.execute([e.id])?;
         }
     }
@@ -649,7 +655,7 @@ fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> R
     let mut set_index_text = t.prepare_cached(
         "UPDATE kb_chunks SET index_hash = ?2, index_title = ?3, index_headings = ?4, index_body = ?5 WHERE id = ?1",
     )?;
-    for (ordinal, (c, (headings, ih, kept))) in r.chunks.iter().zip(plan).enumerate() {
+    for (ordinal, (c, Planned { headings, index_hash: ih, kept })) in r.chunks.iter().zip(plan).enumerate() {
         let (ordinal, start, end) = (ordinal as i64, c.line_start as i64, c.line_end as i64);
         match kept {
             Some((e, rewrite)) => {
