@@ -109,6 +109,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!("0018_invocation_profile.sql"),
     migration!("0019_server_sse.sql"),
     migration!("0020_note_links.sql"),
+    migration!("0021_fts_external_content.sql"),
 ];
 
 /// The migrations as `rusqlite_migration` runs them.
@@ -116,7 +117,7 @@ pub fn migrations() -> Migrations<'static> {
     migrations_of(MIGRATIONS)
 }
 
-fn migrations_of(list: &'static [Migration]) -> Migrations<'static> {
+pub(crate) fn migrations_of(list: &'static [Migration]) -> Migrations<'static> {
     Migrations::new(list.iter().map(|m| M::up(m.sql)).collect())
 }
 
@@ -282,6 +283,14 @@ impl Db {
         record_applied(&conn, list)?;
         // Derived data whose format changed without a migration (a `vec0` table's DDL depends
         // on the configured dimension, which a SQL file cannot know).
+        // The keyword index's text as 0021 copied it, reduced to what the raw text does not give
+        // (the tokenizer is Rust-side knowledge too), once, by the open that applied 0021.
+        if list.iter().position(|m| m.file == "0021_fts_external_content.sql").is_some_and(|at| current <= at) {
+            let compacted = crate::domain::index::compact_index_text(&mut conn)?;
+            if compacted > 0 {
+                tracing::info!(rows = compacted, "Kept the keyword index's text once (migration 0021).");
+            }
+        }
         let converted = crate::domain::index::upgrade_vectors_to_int8(&mut conn)?;
         if converted > 0 {
             tracing::info!(vectors = converted, "Stored the knowledge bases' vectors as 8-bit integers (once).");

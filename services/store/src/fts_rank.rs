@@ -129,53 +129,144 @@ fn fts5_api(conn: &rusqlite::Connection) -> rusqlite::Result<*mut ffi::fts5_api>
 /// # Errors
 /// When the FTS5 API cannot be found, or the tokenizer fails.
 pub fn tokens(conn: &rusqlite::Connection, spec: &str, text: &str) -> rusqlite::Result<Option<Vec<String>>> {
-    let fail = |rc: c_int, what: &str| {
-        rusqlite::Error::SqliteFailure(ffi::Error::new(rc), Some(format!("fts5 tokenizer: {what}")))
-    };
-    if spec.contains(['\'', '"', '`', '[', '\0']) || text.len() > c_int::MAX as usize {
-        return Ok(None);
-    }
-    let mut words = spec.split_whitespace().map(|w| std::ffi::CString::new(w).expect("no NUL"));
-    let Some(name) = words.next() else { return Ok(None) };
-    let args: Vec<std::ffi::CString> = words.collect();
-    let mut argv: Vec<*const std::os::raw::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    let api = fts5_api(conn)?;
+    let Some(tokenizer) = Tokenizer::new(conn, spec)? else { return Ok(None) };
     let mut out: Vec<String> = Vec::new();
-    // SAFETY: `api` is `conn`'s FTS5 API (see `fts5_api`), used on this thread during this
-    // call; `name` and `argv`'s strings outlive the calls that read them; the tokenizer
-    // instance is created, used and deleted here, once; the callback's context is `out`, a
-    // live `Vec<String>` only the callback touches while `xTokenize` runs, and the callback
-    // reads each token within the length FTS5 gives.
-    #[allow(unsafe_code)]
-    unsafe {
-        let Some(find) = (*api).xFindTokenizer else { return Ok(None) };
-        let mut user: *mut std::ffi::c_void = std::ptr::null_mut();
-        let mut tk = ffi::fts5_tokenizer { xCreate: None, xDelete: None, xTokenize: None };
-        if find(api, name.as_ptr(), &raw mut user, &raw mut tk) != ffi::SQLITE_OK {
+    tokenizer.run(text, (&raw mut out).cast(), push_token)?;
+    Ok(Some(out))
+}
+
+/// One instance of an FTS5 tokenizer of a connection, created once to tokenize many texts
+/// (creating one reads the FTS5 API with a statement).
+pub struct Tokenizer<'c> {
+    instance: *mut ffi::Fts5Tokenizer,
+    tokenize: unsafe extern "C" fn(
+        *mut ffi::Fts5Tokenizer,
+        *mut std::ffi::c_void,
+        c_int,
+        *const std::os::raw::c_char,
+        c_int,
+        Option<TokenCallback>,
+    ) -> c_int,
+    delete: unsafe extern "C" fn(*mut ffi::Fts5Tokenizer),
+    _conn: std::marker::PhantomData<&'c rusqlite::Connection>,
+}
+
+/// FTS5's per-token callback (`xToken`).
+type TokenCallback =
+    unsafe extern "C" fn(*mut std::ffi::c_void, c_int, *const std::os::raw::c_char, c_int, c_int, c_int) -> c_int;
+
+impl<'c> Tokenizer<'c> {
+    /// The tokenizer `spec` (see [`tokens`]) of `conn`; `None` when `spec` is empty, quotes an
+    /// argument, or names a tokenizer `conn` does not have.
+    ///
+    /// # Errors
+    /// When the FTS5 API cannot be found or the tokenizer cannot be created.
+    pub fn new(conn: &'c rusqlite::Connection, spec: &str) -> rusqlite::Result<Option<Self>> {
+        if spec.contains(['\'', '"', '`', '[', '\0']) {
             return Ok(None);
         }
-        let (Some(create), Some(delete), Some(tokenize)) = (tk.xCreate, tk.xDelete, tk.xTokenize) else {
-            return Ok(None);
-        };
-        let mut instance: *mut ffi::Fts5Tokenizer = std::ptr::null_mut();
-        let rc = create(user, argv.as_mut_ptr(), argv.len() as c_int, &raw mut instance);
-        if rc != ffi::SQLITE_OK || instance.is_null() {
-            return Err(fail(rc, "xCreate"));
-        }
-        let rc = tokenize(
-            instance,
-            (&raw mut out).cast(),
-            ffi::FTS5_TOKENIZE_QUERY,
-            text.as_ptr().cast(),
-            text.len() as c_int,
-            Some(push_token),
-        );
-        delete(instance);
-        if rc != ffi::SQLITE_OK {
-            return Err(fail(rc, "xTokenize"));
+        let mut words = spec.split_whitespace().map(|w| std::ffi::CString::new(w).expect("no NUL"));
+        let Some(name) = words.next() else { return Ok(None) };
+        let args: Vec<std::ffi::CString> = words.collect();
+        let mut argv: Vec<*const std::os::raw::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        let api = fts5_api(conn)?;
+        // SAFETY: `api` is `conn`'s FTS5 API (see `fts5_api`), valid for as long as `conn`,
+        // which the returned value borrows; `name` and `argv`'s strings outlive the calls that
+        // read them (xCreate copies what it keeps).
+        #[allow(unsafe_code)]
+        unsafe {
+            let Some(find) = (*api).xFindTokenizer else { return Ok(None) };
+            let mut user: *mut std::ffi::c_void = std::ptr::null_mut();
+            let mut tk = ffi::fts5_tokenizer { xCreate: None, xDelete: None, xTokenize: None };
+            if find(api, name.as_ptr(), &raw mut user, &raw mut tk) != ffi::SQLITE_OK {
+                return Ok(None);
+            }
+            let (Some(create), Some(delete), Some(tokenize)) = (tk.xCreate, tk.xDelete, tk.xTokenize) else {
+                return Ok(None);
+            };
+            let mut instance: *mut ffi::Fts5Tokenizer = std::ptr::null_mut();
+            let rc = create(user, argv.as_mut_ptr(), argv.len() as c_int, &raw mut instance);
+            if rc != ffi::SQLITE_OK || instance.is_null() {
+                return Err(tokenizer_error(rc, "xCreate"));
+            }
+            Ok(Some(Self { instance, tokenize, delete, _conn: std::marker::PhantomData }))
         }
     }
-    Ok(Some(out))
+
+    /// Calls `callback` with `ctx` for each token of `text` (tokenized as a query).
+    fn run(&self, text: &str, ctx: *mut std::ffi::c_void, callback: TokenCallback) -> rusqlite::Result<()> {
+        if text.len() > c_int::MAX as usize {
+            return Err(tokenizer_error(ffi::SQLITE_TOOBIG, "text longer than 2 GiB"));
+        }
+        // SAFETY: `self.instance` is live until `drop`; `text` outlives the call; `ctx` is what
+        // `callback` expects (each caller passes the matching pair).
+        #[allow(unsafe_code)]
+        let rc = unsafe {
+            (self.tokenize)(
+                self.instance,
+                ctx,
+                ffi::FTS5_TOKENIZE_QUERY,
+                text.as_ptr().cast(),
+                text.len() as c_int,
+                Some(callback),
+            )
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(tokenizer_error(rc, "xTokenize"));
+        }
+        Ok(())
+    }
+
+    /// The tokens of `text` in order, each as its length (4 bytes, little-endian) then its bytes:
+    /// two texts are indexed alike (same terms at the same positions) exactly when these are
+    /// equal.
+    ///
+    /// # Errors
+    /// When the tokenizer fails.
+    pub fn token_bytes(&self, text: &str) -> rusqlite::Result<Vec<u8>> {
+        let mut out: Vec<u8> = Vec::with_capacity(text.len() + text.len() / 2);
+        self.run(text, (&raw mut out).cast(), push_token_bytes)?;
+        Ok(out)
+    }
+}
+
+impl Drop for Tokenizer<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the instance was created by `new` and is deleted once, here.
+        #[allow(unsafe_code)]
+        unsafe {
+            (self.delete)(self.instance);
+        }
+    }
+}
+
+fn tokenizer_error(rc: c_int, what: &str) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(ffi::Error::new(rc), Some(format!("fts5 tokenizer: {what}")))
+}
+
+/// [`Tokenizer::token_bytes`]' callback: appends one token (a colocated synonym is left out),
+/// length first, to the `Vec<u8>` in `ctx`.
+#[allow(unsafe_code)]
+unsafe extern "C" fn push_token_bytes(
+    ctx: *mut std::ffi::c_void,
+    flags: c_int,
+    token: *const std::os::raw::c_char,
+    len: c_int,
+    _start: c_int,
+    _end: c_int,
+) -> c_int {
+    if flags & ffi::FTS5_TOKEN_COLOCATED != 0 {
+        return ffi::SQLITE_OK;
+    }
+    // SAFETY: `ctx` is the `Vec<u8>` `token_bytes` passed; `token` points to `len` bytes that
+    // FTS5 keeps valid during this call.
+    unsafe {
+        let out = &mut *ctx.cast::<Vec<u8>>();
+        let len = u32::try_from(len).unwrap_or(0);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(std::slice::from_raw_parts(token.cast::<u8>(), len as usize));
+    }
+    ffi::SQLITE_OK
 }
 
 /// [`tokens`]' callback: appends one token (a colocated synonym is left out) to the
@@ -200,6 +291,19 @@ unsafe extern "C" fn push_token(
         out.push(String::from_utf8_lossy(bytes).into_owned());
     }
     ffi::SQLITE_OK
+}
+
+/// `kb_fts`'s tokenizer as its `CREATE` statement names it; `None` without `kb_fts` or when the
+/// statement's `tokenize` option cannot be read.
+///
+/// # Errors
+/// When the schema cannot be read.
+pub fn table_tokenizer(c: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
+    let sql: Option<String> = c
+        .prepare_cached("SELECT sql FROM main.sqlite_master WHERE name = 'kb_fts'")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    Ok(sql.as_deref().and_then(tokenizer_of))
 }
 
 /// Why a row could not be scored.
@@ -808,11 +912,7 @@ impl DocFreq {
 /// when it cannot be read: the caller counts with `MATCH`); and, on `c`, the temporary table
 /// [`DocFreq`] reads ([`vocab_table_on`]).
 fn vocab_table(c: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
-    let sql: Option<String> = c
-        .prepare_cached("SELECT sql FROM main.sqlite_master WHERE name = 'kb_fts'")?
-        .query_row([], |r| r.get(0))
-        .optional()?;
-    let Some(spec) = sql.as_deref().and_then(tokenizer_of) else { return Ok(None) };
+    let Some(spec) = table_tokenizer(c)? else { return Ok(None) };
     Ok(vocab_table_on(c)?.then_some(spec))
 }
 
@@ -908,41 +1008,106 @@ mod tests {
     }
 
     fn db() -> rusqlite::Connection {
+        db_with(false)
+    }
+
+    /// 300 random rows over a small vocabulary (CJK bigrams among it) in `kb_fts`; with
+    /// `external`, `kb_fts` is an external-content table over `src` (as the store's is over its
+    /// view), and every third row is deleted again (FTS row first, through FTS5's own `delete`
+    /// with the old values) and replaced, so that the statistics have seen deletes.
+    fn db_with(external: bool) -> rusqlite::Connection {
         // A test database of this module's own, in memory.
         #[allow(clippy::disallowed_methods)]
         let c = rusqlite::Connection::open_in_memory().unwrap();
         register(&c, &Arc::default()).unwrap();
-        c.execute_batch(
-            "CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');",
-        )
-        .unwrap();
-        let words = ["apple", "banana", "cherry", "durian", "elder", "fig", "grape", "apples", "running", "ran"];
+        if external {
+            c.execute_batch(
+                "CREATE TABLE src (id INTEGER PRIMARY KEY, title TEXT, headings TEXT, body TEXT);
+                 CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, content = 'src', content_rowid = 'id',
+                   tokenize = 'porter unicode61 remove_diacritics 2');",
+            )
+            .unwrap();
+        } else {
+            c.execute_batch(
+                "CREATE VIRTUAL TABLE kb_fts USING fts5 (title, headings, body, tokenize = 'porter unicode61 remove_diacritics 2');",
+            )
+            .unwrap();
+        }
+        let words = [
+            "apple", "banana", "cherry", "durian", "elder", "fig", "grape", "apples", "running", "ran", "机器", "器学",
+        ];
         let mut rng = 7u64;
         let mut next = |n: usize| {
             rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (rng >> 33) as usize % n
         };
-        for _ in 0..300 {
+        for i in 1..=300i64 {
             let body_len = 5 + next(40);
             let mut col = |len: usize| (0..len).map(|_| words[next(words.len())]).collect::<Vec<_>>().join(" ");
             let (t, h, b) = (col(2), col(3), col(body_len));
-            c.execute("INSERT INTO kb_fts (title, headings, body) VALUES (?1, ?2, ?3)", [t, h, b]).unwrap();
+            if external {
+                c.execute(
+                    "INSERT INTO src (id, title, headings, body) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![i, t, h, b],
+                )
+                .unwrap();
+            }
+            c.execute(
+                "INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![i, t, h, b],
+            )
+            .unwrap();
+        }
+        if external {
+            for i in (3..=300i64).step_by(3) {
+                let (t, h, b): (String, String, String) = c
+                    .query_row("SELECT title, headings, body FROM src WHERE id = ?1", [i], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .unwrap();
+                c.execute(
+                    "INSERT INTO kb_fts (kb_fts, rowid, title, headings, body) VALUES ('delete', ?1, ?2, ?3, ?4)",
+                    rusqlite::params![i, t, h, b],
+                )
+                .unwrap();
+                c.execute("DELETE FROM src WHERE id = ?1", [i]).unwrap();
+                let b = format!("{b} apple 器学");
+                c.execute(
+                    "INSERT INTO src (id, title, headings, body) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![i + 1000, t, h, b],
+                )
+                .unwrap();
+                c.execute(
+                    "INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![i + 1000, t, h, b],
+                )
+                .unwrap();
+            }
+            c.execute("INSERT INTO kb_fts (kb_fts, rank) VALUES ('integrity-check', 1)", []).unwrap();
         }
         c
     }
 
+    /// On a table with its own content and on an external-content one whose rows were deleted
+    /// and replaced.
     #[test]
     fn scores_equal_the_builtin_bm25() {
-        let c = db();
+        for external in [false, true] {
+            scores_equal_the_builtin_bm25_on(&db_with(external));
+        }
+    }
+
+    fn scores_equal_the_builtin_bm25_on(c: &rusqlite::Connection) {
         let df = DocFreq::default();
         for phrases in [
             vec!["\"apple\""],
             vec!["\"banana\"", "\"cherry\""],
             vec!["\"run\"", "\"fig\"", "\"grape\""],
             vec!["\"elder fig\""],
+            vec!["\"机器\"", "\"器学\""],
         ] {
             let phrases: Vec<String> = phrases.into_iter().map(String::from).collect();
-            let blob = df.blob(&c, &phrases).unwrap();
+            let blob = df.blob(c, &phrases).unwrap();
             for op in [" AND ", " OR "] {
                 let expr = phrases.join(op);
                 let mut st = c
@@ -1267,5 +1432,23 @@ mod tests {
     fn idf_matches_sqlite_and_is_floored() {
         assert!((idf(100, 10) - ((90.5f64) / 10.5).ln()).abs() < 1e-12);
         assert_eq!(idf(100, 80), 1e-6);
+    }
+
+    /// Two texts FTS5 indexes alike give equal token bytes: what the store's view relies on to
+    /// keep only the raw text of a chunk.
+    #[test]
+    fn token_bytes_tell_texts_indexed_alike() {
+        #[allow(clippy::disallowed_methods)]
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        let tk = Tokenizer::new(&c, "porter unicode61 remove_diacritics 2").unwrap().unwrap();
+        let same = |a: &str, b: &str| tk.token_bytes(a).unwrap() == tk.token_bytes(b).unwrap();
+        assert!(same("Running, the *Café*!", "running the cafe"));
+        assert!(same("[\"A\",\"B c\"]", "A B c"));
+        assert!(!same("机器学习", "机器 器学 学习"), "a CJK run is one token, its bigrams three");
+        assert!(!same("a b", "b a"), "order counts");
+        assert!(!same("[\"x\\ny\"]", "x\ny"), "a JSON escape is a token of its own");
+        assert!(!same("ab", "a b"));
+        assert_eq!(tokens(&c, "porter unicode61 remove_diacritics 2", "Ran RUNNING").unwrap().unwrap(), ["ran", "run"]);
+        assert!(Tokenizer::new(&c, "nosuch").unwrap().is_none());
     }
 }

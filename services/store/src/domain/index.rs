@@ -1,7 +1,9 @@
 //! The `Index` service (`proto/store_index.proto`): the derived retrieval indexes of
 //! `coffer-retrieval`, its only writer — knowledge bases' definitions (`kb_knowledge_bases`),
 //! documents (`kb_documents`, `kb_document_tags`), chunks (`kb_chunks`), the FTS5 keyword index
-//! (`kb_fts`, rowid = chunk id, holding its own copy of the normalized text so that bm25's statistics stay exact under deletes) and the sqlite-vec vector index (`kb_vectors`, a
+//! (`kb_fts`, rowid = chunk id, an external-content table over the view `kb_fts_source`: the text
+//! is stored once, in `kb_chunks`/`kb_documents`, with the normalized form beside the raw only
+//! where they tokenize differently, see [`IndexText`]) and the sqlite-vec vector index (`kb_vectors`, a
 //! `vec0` table created by `ConfigureVectors`, `chunk_id` = chunk id, each vector stored as
 //! 8-bit integers at unit scale ([`stored_i8`]: a quarter of the float bytes on disk); its model
 //! and dimension in `kb_vector_config`).
@@ -23,7 +25,10 @@
 //!   chunk deleted since can never land on another. `UpsertDocument` replaces a document's chunks
 //!   in one transaction: a chunk whose (hash, heading path) is already stored keeps its id, vector
 //!   and FTS row (rewritten only if its index text changed, e.g. a new title); the others are
-//!   inserted, the missing ones deleted with their FTS rows and vectors. `ConfigureVectors` creates
+//!   inserted, the missing ones deleted with their FTS rows and vectors. FTS5 deletes a row of
+//!   the external-content `kb_fts` by reading its text back from `kb_fts_source`, so an FTS row
+//!   is always deleted before anything that view reads changes (the chunk, its document's title),
+//!   and the bm25 statistics stay those of a fresh index. `ConfigureVectors` creates
 //!   `kb_vectors` once the dimension is known; another model or dimension drops and recreates it
 //!   (never mixed vectors).
 //! - **Keyword.** `KeywordQuery` builds the MATCH expression itself (each term a quoted string,
@@ -243,7 +248,8 @@ fn vector_config(c: &Connection) -> Result<Option<(String, u32)>, StoreError> {
 }
 
 /// Removes the FTS row and the vector of each chunk in `ids` (the caller deletes the chunk rows,
-/// usually by deleting their documents).
+/// usually by deleting their documents, and only after this: FTS5 reads a row's text back from
+/// `kb_fts_source` to delete it).
 fn forget_chunks(t: &Connection, vc: &Vectors, ids: &[i64], vectors: bool) -> Result<(), StoreError> {
     let mut fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
     for id in ids {
@@ -265,8 +271,9 @@ fn purge_documents(t: &Connection, vc: &Vectors, kb: Option<&str>, path: Option<
     let vectors = vector_config(t)?.is_some();
     match (kb, path) {
         (None, _) => {
-            // Everything: one statement per table.
-            t.execute("DELETE FROM kb_fts", [])?;
+            // Everything: one statement per table (FTS5's `delete-all` empties an
+            // external-content table without reading its rows back).
+            t.execute("INSERT INTO kb_fts (kb_fts) VALUES ('delete-all')", [])?;
             if vectors {
                 t.execute("DELETE FROM kb_vectors", [])?;
                 vc.clear();
@@ -341,13 +348,21 @@ struct Existing {
 }
 
 /// Writes the document row of `r` (insert or update, error cleared) and its tags; returns its id.
-fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], now: i64) -> Result<i64, StoreError> {
+/// `index_title`: the normalized title its chunks' FTS rows read when it is not the title
+/// ([`IndexText::stored`]).
+fn write_document(
+    t: &Connection,
+    r: &UpsertDocumentRequest,
+    tags: &[String],
+    index_title: Option<&str>,
+    now: i64,
+) -> Result<i64, StoreError> {
     let mut st = t.prepare_cached(
-        "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, tags_json, error, indexed_ms, chunk_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9)
+        "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, tags_json, error, indexed_ms, chunk_count, index_title)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '', ?8, ?9, ?10)
          ON CONFLICT (kb, path) DO UPDATE SET mtime_ms = excluded.mtime_ms, size = excluded.size,
            hash = excluded.hash, title = excluded.title, tags_json = excluded.tags_json, error = '',
-           indexed_ms = excluded.indexed_ms, chunk_count = excluded.chunk_count
+           indexed_ms = excluded.indexed_ms, chunk_count = excluded.chunk_count, index_title = excluded.index_title
          RETURNING id",
     )?;
     let id: i64 = st.query_row(
@@ -360,7 +375,8 @@ fn write_document(t: &Connection, r: &UpsertDocumentRequest, tags: &[String], no
             r.title,
             serde_json::to_string(tags).expect("json"),
             now,
-            r.chunks.len() as i64
+            r.chunks.len() as i64,
+            index_title
         ],
         |row| row.get(0),
     )?;
@@ -491,17 +507,92 @@ fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLi
     Ok(NoteLinksReply { links, backlinks, backlinks_truncated: truncated })
 }
 
+/// Decides which normalized index text must be stored beside the raw text it was made of.
+///
+/// `kb_fts` is an external-content table over the view `kb_fts_source` (migration 0021): FTS5
+/// keeps no copy of what it indexed, and reads a row's text back from the view to delete it, so
+/// the view must give back text that FTS5's tokenizer makes the very tokens of. The view reads
+/// `coalesce(index_x, x)`: the normalized text (`index_title`, `index_headings`, `index_body`)
+/// is stored only when its tokens are not those of the raw text (CJK bigrams, a heading path's
+/// JSON escapes), so most chunks store their text once.
+struct IndexText<'c> {
+    tokenizer: Option<crate::fts_rank::Tokenizer<'c>>,
+}
+
+impl<'c> IndexText<'c> {
+    fn new(c: &'c Connection) -> Result<Self, StoreError> {
+        let tokenizer = match crate::fts_rank::table_tokenizer(c)? {
+            Some(spec) => crate::fts_rank::Tokenizer::new(c, &spec)?,
+            None => None,
+        };
+        Ok(Self { tokenizer })
+    }
+
+    /// `normalized` when FTS5 would index it otherwise than `raw` (what the view gives back in
+    /// its place), else `None`. Without the tokenizer: always `normalized`.
+    fn stored<'a>(&self, normalized: &'a str, raw: &str) -> Result<Option<&'a str>, StoreError> {
+        if normalized == raw {
+            return Ok(None);
+        }
+        let Some(tk) = &self.tokenizer else { return Ok(Some(normalized)) };
+        let same = tk.token_bytes(normalized)? == tk.token_bytes(raw)?;
+        Ok((!same).then_some(normalized))
+    }
+}
+
+/// What a chunk stores of its index text besides its raw text ([`IndexText`]).
+struct ChunkIndexText<'a> {
+    title: Option<&'a str>,
+    headings: Option<&'a str>,
+    body: Option<&'a str>,
+}
+
+impl<'a> ChunkIndexText<'a> {
+    /// `doc_title`: what the view gives for the chunk without a title of its own (the
+    /// document's stored index title, else its title); `headings`: the stored heading path.
+    fn of(x: &IndexText<'_>, c: &'a ChunkInput, doc_title: &str, headings: &str) -> Result<Self, StoreError> {
+        Ok(Self {
+            title: x.stored(&c.index_title, doc_title)?,
+            headings: x.stored(&c.index_headings, headings)?,
+            body: x.stored(&c.index_body, &c.text)?,
+        })
+    }
+}
+
+/// One chunk of an `UpsertDocument` request: its heading path (JSON), its index hash, and the
+/// existing chunk it keeps with whether that one's FTS row is rewritten.
+struct Planned {
+    headings: String,
+    index_hash: String,
+    kept: Option<(Existing, bool)>,
+}
+
 /// `UpsertDocument` inside the writer's transaction (see the proto).
+///
+/// Order matters with the external-content `kb_fts`: the FTS rows of chunks that go or whose
+/// index text changes are deleted first, while `kb_fts_source` still gives back what they
+/// indexed; then the document row (its title), the chunks, and the new FTS rows.
 fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> Result<UpsertDocumentReply, StoreError> {
     require_same_kb(t, &r.kb, r.kb_created_ms)?;
     let tags = normalized_tags(&r.tags);
-    let doc = write_document(t, r, &tags, now_ms())?;
-    write_links(t, doc, r)?;
     let vectors = vector_config(t)?.is_some();
+    let x = IndexText::new(t)?;
+    // The document's index title: its first chunk's, stored when it is not the title.
+    let doc_index_title = match r.chunks.first() {
+        Some(c) => x.stored(&c.index_title, &r.title)?,
+        None => None,
+    };
+    let doc_title = doc_index_title.unwrap_or(&r.title);
+    let old: Option<(i64, String)> = t
+        .prepare_cached("SELECT id, coalesce(index_title, title) FROM kb_documents WHERE kb = ?1 AND path = ?2")?
+        .query_row(params![r.kb, r.path], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    // Another title for the chunks without their own: every kept chunk's FTS row is rewritten.
+    let title_changed = old.as_ref().is_some_and(|(_, t)| t != doc_title);
 
     // Existing chunks by position key; several equal chunks (boilerplate) are matched in order.
     let mut existing: HashMap<(String, String), VecDeque<Existing>> = HashMap::new();
-    {
+    if let Some((doc, _)) = &old {
         let mut st = t.prepare_cached(
             "SELECT id, hash, heading_path, ordinal, line_start, line_end, index_hash
              FROM kb_chunks WHERE document = ?1 ORDER BY ordinal, id",
@@ -524,47 +615,84 @@ fn upsert_document(t: &Connection, vc: &Vectors, r: &UpsertDocumentRequest) -> R
         }
     }
 
+    let mut plan: Vec<Planned> = Vec::with_capacity(r.chunks.len());
+    for c in &r.chunks {
+        let headings = serde_json::to_string(&c.heading_path).expect("json");
+        let ih = index_hash(c);
+        let kept = existing.get_mut(&(c.hash.clone(), headings.clone())).and_then(VecDeque::pop_front);
+        let kept = kept.map(|e| {
+            let rewrite = title_changed || e.index_hash != ih;
+            (e, rewrite)
+        });
+        plan.push(Planned { headings, index_hash: ih, kept });
+    }
+    let gone: Vec<i64> = existing.into_values().flatten().map(|e| e.id).collect();
+
+    // FTS rows first, while the view still reads what they indexed.
+    let mut delete_fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
+    for p in &plan {
+        if let Some((e, true)) = &p.kept {
+            delete_fts.execute([e.id])?;
+        }
+    }
+    if !gone.is_empty() {
+        forget_chunks(t, vc, &gone, vectors)?;
+    }
+
+    let doc = write_document(t, r, &tags, doc_index_title, now_ms())?;
+    write_links(t, doc, r)?;
+
     let mut reply = UpsertDocumentReply::default();
     let mut insert_chunk = t.prepare_cached(
-        "INSERT INTO kb_chunks (document, ordinal, heading_path, line_start, line_end, hash, index_hash, text)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO kb_chunks (document, ordinal, heading_path, line_start, line_end, hash, index_hash, text,
+           index_title, index_headings, index_body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?;
     let mut insert_fts =
         t.prepare_cached("INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, ?2, ?3, ?4)")?;
-    let mut delete_fts = t.prepare_cached("DELETE FROM kb_fts WHERE rowid = ?1")?;
     let mut move_chunk =
         t.prepare_cached("UPDATE kb_chunks SET ordinal = ?2, line_start = ?3, line_end = ?4 WHERE id = ?1")?;
-    let mut set_index_hash = t.prepare_cached("UPDATE kb_chunks SET index_hash = ?2 WHERE id = ?1")?;
-    for (ordinal, c) in r.chunks.iter().enumerate() {
-        let headings = serde_json::to_string(&c.heading_path).expect("json");
-        let ih = index_hash(c);
+    let mut set_index_text = t.prepare_cached(
+        "UPDATE kb_chunks SET index_hash = ?2, index_title = ?3, index_headings = ?4, index_body = ?5 WHERE id = ?1",
+    )?;
+    for (ordinal, (c, Planned { headings, index_hash: ih, kept })) in r.chunks.iter().zip(plan).enumerate() {
         let (ordinal, start, end) = (ordinal as i64, c.line_start as i64, c.line_end as i64);
-        let kept = existing.get_mut(&(c.hash.clone(), headings.clone())).and_then(VecDeque::pop_front);
         match kept {
-            Some(e) => {
+            Some((e, rewrite)) => {
                 if (e.ordinal, e.line_start, e.line_end) != (ordinal, start, end) {
                     move_chunk.execute(params![e.id, ordinal, start, end])?;
                 }
-                if e.index_hash != ih {
+                if rewrite {
                     // Same chunk, new index text (the document's title changed): the FTS row
                     // follows, id and vector stay.
-                    delete_fts.execute([e.id])?;
+                    let own = ChunkIndexText::of(&x, c, doc_title, &headings)?;
+                    set_index_text.execute(params![e.id, ih, own.title, own.headings, own.body])?;
                     insert_fts.execute(params![e.id, c.index_title, c.index_headings, c.index_body])?;
-                    set_index_hash.execute(params![e.id, ih])?;
                 }
                 reply.kept += 1;
             }
             None => {
-                insert_chunk.execute(params![doc, ordinal, headings, start, end, c.hash, ih, c.text])?;
+                let own = ChunkIndexText::of(&x, c, doc_title, &headings)?;
+                insert_chunk.execute(params![
+                    doc,
+                    ordinal,
+                    headings,
+                    start,
+                    end,
+                    c.hash,
+                    ih,
+                    c.text,
+                    own.title,
+                    own.headings,
+                    own.body
+                ])?;
                 let id = t.last_insert_rowid();
                 insert_fts.execute(params![id, c.index_title, c.index_headings, c.index_body])?;
                 reply.added += 1;
             }
         }
     }
-    let gone: Vec<i64> = existing.into_values().flatten().map(|e| e.id).collect();
     if !gone.is_empty() {
-        forget_chunks(t, vc, &gone, vectors)?;
         let mut del = t.prepare_cached("DELETE FROM kb_chunks WHERE id = ?1")?;
         for id in &gone {
             del.execute([id])?;
@@ -934,6 +1062,75 @@ fn i8_blob(v: &[i8]) -> Vec<u8> {
 /// An int8 blob of `kb_vectors` back as integers.
 fn blob_i8(b: &[u8]) -> Vec<i8> {
     b.iter().map(|x| i8::from_le_bytes([*x])).collect()
+}
+
+/// Drops the normalized text migration 0021 copied from the old `kb_fts` where FTS5 makes the
+/// same tokens of the raw text ([`IndexText`]), and gives each document the index title of its
+/// first chunk when that is not its title (its chunks then store theirs only when it differs).
+/// What `kb_fts_source` gives back for every row tokenizes as before, so `kb_fts` stays valid
+/// as it is. Runs once, at the open that applied 0021, on the writer connection, in one
+/// transaction; returns how many chunk and document rows changed.
+///
+/// # Errors
+/// [`StoreError`] when SQLite or the tokenizer fails (the transaction is rolled back: the copies
+/// stay, which is correct, only larger).
+pub fn compact_index_text(conn: &mut Connection) -> Result<u64, StoreError> {
+    /// A chunk's stored index text: (id, title the view gives, own title stored, headings,
+    /// heading path, body, text); the raw parts only where the normalized one is stored.
+    type Row = (i64, String, bool, Option<String>, Option<String>, Option<String>, Option<String>);
+    let t = conn.transaction()?;
+    let mut changed = 0u64;
+    {
+        let x = IndexText::new(&t)?;
+        let docs: Vec<(i64, String, Option<String>)> = {
+            let mut st =
+                t.prepare("SELECT id, title, index_title FROM kb_documents WHERE chunk_count > 0 ORDER BY id")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut chunks_of = t.prepare(
+            "SELECT id, coalesce(index_title, ?2), index_title IS NOT NULL,
+                    index_headings, CASE WHEN index_headings IS NULL THEN NULL ELSE heading_path END,
+                    index_body, CASE WHEN index_body IS NULL THEN NULL ELSE text END
+             FROM kb_chunks WHERE document = ?1 ORDER BY ordinal, id",
+        )?;
+        let mut set_doc = t.prepare("UPDATE kb_documents SET index_title = ?2 WHERE id = ?1")?;
+        let mut set_chunk =
+            t.prepare("UPDATE kb_chunks SET index_title = ?2, index_headings = ?3, index_body = ?4 WHERE id = ?1")?;
+        for (doc, title, index_title) in docs {
+            let old_title = index_title.as_deref().unwrap_or(&title);
+            let rows: Vec<Row> = chunks_of
+                .query_map(params![doc, old_title], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            let Some(first) = rows.first() else { continue };
+            let doc_index_title = x.stored(&first.1, &title)?.map(str::to_owned);
+            if doc_index_title != index_title {
+                set_doc.execute(params![doc, doc_index_title])?;
+                changed += 1;
+            }
+            let doc_title = doc_index_title.as_deref().unwrap_or(&title);
+            for (id, view_title, own_title, headings, heading_path, body, text) in rows {
+                let new_title = x.stored(&view_title, doc_title)?;
+                let new_headings = match (&headings, &heading_path) {
+                    (Some(h), Some(raw)) => x.stored(h, raw)?,
+                    _ => None,
+                };
+                let new_body = match (&body, &text) {
+                    (Some(b), Some(raw)) => x.stored(b, raw)?,
+                    _ => None,
+                };
+                let old_title = own_title.then_some(view_title.as_str());
+                if (new_title, new_headings, new_body) != (old_title, headings.as_deref(), body.as_deref()) {
+                    set_chunk.execute(params![id, new_title, new_headings, new_body])?;
+                    changed += 1;
+                }
+            }
+        }
+    }
+    t.commit()?;
+    Ok(changed)
 }
 
 /// Converts a `kb_vectors` written before vectors were stored as 8-bit integers
@@ -2124,17 +2321,7 @@ mod tests {
     async fn serve() -> Served {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&dir.path().join("coffer.db")).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let svc = IndexServer::new(IndexService::new(db.clone())).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
-        let client = IndexClient::new(channel).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
-        let mut s = Served { db, client, _dir: dir };
+        let mut s = serve_db(db, dir).await;
         for name in ["notes", "work"] {
             s.client
                 .create_knowledge_base(KnowledgeBase {
@@ -2147,6 +2334,21 @@ mod tests {
                 .unwrap();
         }
         s
+    }
+
+    /// The Index service over `db` (in `dir`), served on loopback, and a client of it.
+    async fn serve_db(db: Db, dir: tempfile::TempDir) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let svc = IndexServer::new(IndexService::new(db.clone())).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+        let client = IndexClient::new(channel).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
+        Served { db, client, _dir: dir }
     }
 
     /// A chunk whose text, hash and index body are `body` (headings `h`).
@@ -2383,6 +2585,267 @@ mod tests {
         let want = scores(&mut fresh, &["apple", "kiwi"]).await;
         assert_eq!(want.len(), 3, "{want:?}");
         assert_eq!(scores(&mut edited, &["apple", "kiwi"]).await, want);
+    }
+
+    /// A chunk of CJK text as coffer-retrieval sends it: `index_*` hold its runs as bigrams
+    /// (`pairs`: the text's bigram form), under headings `h` (`h_pairs` likewise) and a
+    /// document title whose index form is `title`.
+    fn cjk_chunk(h: &[&str], h_pairs: &str, lines: (u32, u32), text: &str, pairs: &str, title: &str) -> ChunkInput {
+        ChunkInput {
+            index_title: title.into(),
+            index_headings: h_pairs.into(),
+            index_body: pairs.into(),
+            text: text.into(),
+            hash: hex::encode(Sha256::digest(text.as_bytes())),
+            ..chunk(h, lines, "")
+        }
+    }
+
+    /// A document titled `title` whose chunks' index title is `index_title`.
+    fn titled(path: &str, title: &str, index_title: &str, chunks: Vec<ChunkInput>) -> UpsertDocumentRequest {
+        let chunks = chunks.into_iter().map(|c| ChunkInput { index_title: index_title.into(), ..c }).collect();
+        UpsertDocumentRequest { title: title.into(), ..doc("notes", path, chunks) }
+    }
+
+    /// The final documents of the CJK and title tests: CJK text, headings and title; a chunk
+    /// with an index title of its own; a heading with JSON escapes; plain English.
+    fn cjk_finals() -> Vec<UpsertDocumentRequest> {
+        let zh = cjk_chunk(&["机器学习"], "机器 器学 学习", (1, 3), "机器学习 apple", "机器 器学 学习 apple", "");
+        let zh2 = ChunkInput {
+            index_title: "数据 据库 其他".into(),
+            ..cjk_chunk(
+                &["机器学习", "深度"],
+                "机器 器学 学习 深度",
+                (4, 6),
+                "深度学习 kiwi",
+                "深度 度学 学习 kiwi",
+                "",
+            )
+        };
+        let quoted = chunk(&["He said \"hi\" \\ there"], (1, 2), "apple cherry");
+        vec![
+            UpsertDocumentRequest {
+                chunks: vec![ChunkInput { index_title: "数据 据库 notes".into(), ..zh }, zh2],
+                ..titled("zh.md", "数据库 notes", "", vec![])
+            },
+            titled("en.md", "Apple Pie", "apple pie", vec![chunk(&["Recipe"], (1, 4), "apple pie, with kiwi")]),
+            titled("q.md", "Quoted", "quoted", vec![quoted]),
+        ]
+    }
+
+    impl Served {
+        /// FTS5's `integrity-check` of `kb_fts` with rank 1: the index holds exactly the tokens of
+        /// the text `kb_fts_source` gives back for every row.
+        async fn fts_integrity(&self) {
+            self.db
+                .write(|t, _| Ok(t.execute("INSERT INTO kb_fts (kb_fts, rank) VALUES ('integrity-check', 1)", [])?))
+                .await
+                .unwrap();
+        }
+
+        /// How many (chunks store their index body, their index headings, their own index title;
+        /// documents store their index title).
+        async fn stored_index_text(&self) -> (i64, i64, i64, i64) {
+            self.db
+                .read(|c| {
+                    Ok(c.query_row(
+                        "SELECT count(index_body), count(index_headings), count(index_title),
+                                (SELECT count(index_title) FROM kb_documents) FROM kb_chunks",
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                    )?)
+                })
+                .await
+                .unwrap()
+        }
+    }
+
+    const CJK_TERMS: [&str; 7] = ["机器", "学习", "数据", "其他", "apple", "kiwi", "hi"];
+
+    /// With CJK text (indexed as bigrams, not as FTS5 would split the raw text) and title
+    /// changes, FTS5 still removes exactly what it indexed: after inserts, edits, title changes,
+    /// error marks and deletes, the scores are a fresh index's and `integrity-check` passes at
+    /// every step; the normalized text is stored only where it tokenizes otherwise than the raw.
+    #[tokio::test]
+    async fn cjk_text_and_title_changes_score_as_a_fresh_index_and_stay_intact() {
+        let finals = cjk_finals();
+        let mut edited = serve().await;
+        // Earlier versions: another title (bigrams too), other chunks, a document that goes.
+        let mut old_zh = finals[0].clone();
+        old_zh.title = "旧标题".into();
+        for c in &mut old_zh.chunks {
+            c.index_title = "旧标 标题".into();
+        }
+        edited.upsert(old_zh).await;
+        edited.fts_integrity().await;
+        edited.upsert(titled("en.md", "Old", "old", vec![chunk(&["Recipe"], (1, 4), "apple pie, with kiwi")])).await;
+        edited.upsert(titled("en.md", "Old", "old", vec![chunk(&[], (1, 9), &"apple filler ".repeat(30))])).await;
+        edited
+            .upsert(titled(
+                "gone.md",
+                "走了",
+                "走了",
+                vec![cjk_chunk(&[], "", (1, 1), "机器学习机器", "机器 器学 学习 习机 机器", "走了")],
+            ))
+            .await;
+        edited.fts_integrity().await;
+        edited
+            .upsert(titled("err.md", "错误", "错误", vec![cjk_chunk(&[], "", (1, 1), "数据库", "数据 据库", "错误")]))
+            .await;
+        let mark = MarkDocumentErrorRequest {
+            kb: "notes".into(),
+            path: "err.md".into(),
+            mtime_ms: 5,
+            size: 9,
+            error: "unreadable".into(),
+            kb_created_ms: 0,
+        };
+        edited.client.mark_document_error(mark).await.unwrap();
+        for d in &finals {
+            let r = edited.upsert(d.clone()).await;
+            edited.fts_integrity().await;
+            if d.path == "zh.md" {
+                assert_eq!((r.kept, r.added, r.removed), (2, 0, 0), "a new title keeps the chunks");
+            }
+        }
+        let gone = DocumentRef { kb: "notes".into(), path: "gone.md".into() };
+        edited.client.delete_document(gone).await.unwrap();
+        edited.fts_integrity().await;
+
+        let mut fresh = serve().await;
+        for d in &finals {
+            fresh.upsert(d.clone()).await;
+        }
+        fresh.fts_integrity().await;
+        let want = scores(&mut fresh, &CJK_TERMS).await;
+        assert_eq!(want.len(), 4, "{want:?}");
+        assert_eq!(scores(&mut edited, &CJK_TERMS).await, want);
+        assert!(edited.keyword(kw(&["标题"], MatchMode::Any)).await.is_empty(), "the old title is gone");
+        assert!(edited.keyword(kw(&["走了"], MatchMode::Any)).await.is_empty());
+        assert_eq!(edited.keyword(kw(&["其他"], MatchMode::Any)).await, [("zh.md".into(), 1)]);
+        // Stored: both CJK bodies and headings, zh.md's index title and its second chunk's own,
+        // and err.md's nothing (no chunks); no English text twice, the escaped heading neither.
+        assert_eq!(edited.stored_index_text().await, (2, 2, 1, 1));
+        assert_eq!(fresh.stored_index_text().await, (2, 2, 1, 1));
+    }
+
+    /// A chunk without an index title of its own reads its document's: when the document's
+    /// changes (here its first chunk's index title) the FTS row of every kept chunk is rewritten,
+    /// even one whose own index text did not change (it then stores its own title).
+    #[tokio::test]
+    async fn a_kept_chunk_reading_its_document_s_title_follows_a_new_title() {
+        let two = |title: &str, first: &str, second: &str| {
+            let mut d = titled("two.md", title, "", vec![chunk(&[], (1, 1), "one"), chunk(&[], (2, 2), "two")]);
+            d.chunks[0].index_title = first.into();
+            d.chunks[1].index_title = second.into();
+            d
+        };
+        let mut edited = serve().await;
+        edited.upsert(two("Alpha", "alpha", "alpha")).await;
+        assert_eq!(edited.stored_index_text().await, (0, 0, 0, 0), "both chunks read the title");
+        let r = edited.upsert(two("Bravo", "bravo", "alpha")).await;
+        assert_eq!((r.kept, r.added, r.removed), (2, 0, 0));
+        edited.fts_integrity().await;
+        assert_eq!(edited.stored_index_text().await, (0, 0, 1, 0), "the second chunk keeps its own title");
+        let mut fresh = serve().await;
+        fresh.upsert(two("Bravo", "bravo", "alpha")).await;
+        let want = scores(&mut fresh, &["alpha", "bravo", "one"]).await;
+        assert_eq!(want.len(), 2, "{want:?}");
+        assert_eq!(scores(&mut edited, &["alpha", "bravo", "one"]).await, want);
+        edited.client.delete_document(DocumentRef { kb: "notes".into(), path: "two.md".into() }).await.unwrap();
+        edited.fts_integrity().await;
+        assert_eq!(edited.counts().await, (0, 0, 0, 0, 0));
+    }
+
+    /// A database written by the store of schema 0020 (`kb_fts` holding its own copy of the
+    /// text, CJK as bigrams, rows deleted) converts at open: the same scores as an index built
+    /// fresh, `integrity-check` passes, the text that tokenizes as the raw text is dropped, and
+    /// the index keeps working through edits and deletes.
+    #[tokio::test]
+    async fn an_index_of_schema_0020_converts_and_scores_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("coffer.db");
+        let finals = cjk_finals();
+        {
+            // The old store's writes, as SQL.
+            #[allow(clippy::disallowed_methods)]
+            let mut c = Connection::open(&path).unwrap();
+            crate::db::migrations_of(&crate::db::MIGRATIONS[..20]).to_latest(&mut c).unwrap();
+            c.execute(
+                "INSERT INTO kb_knowledge_bases (name, kind, root, created_ms) VALUES ('notes', 'folder', '/tmp/notes', 1)",
+                [],
+            )
+            .unwrap();
+            let gone = titled(
+                "gone.md",
+                "走了",
+                "走了",
+                vec![cjk_chunk(&[], "", (1, 1), "机器学习", "机器 器学 学习", "走了")],
+            );
+            for d in finals.iter().chain([&gone]) {
+                c.execute(
+                    "INSERT INTO kb_documents (kb, path, mtime_ms, size, hash, title, indexed_ms, chunk_count)
+                     VALUES (?1, ?2, 1, 1, 'h', ?3, 1, ?4)",
+                    params![d.kb, d.path, d.title, d.chunks.len() as i64],
+                )
+                .unwrap();
+                let doc = c.last_insert_rowid();
+                for (i, ch) in d.chunks.iter().enumerate() {
+                    c.execute(
+                        "INSERT INTO kb_chunks (document, ordinal, heading_path, line_start, line_end, hash, index_hash, text)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        params![
+                            doc,
+                            i as i64,
+                            serde_json::to_string(&ch.heading_path).unwrap(),
+                            ch.line_start,
+                            ch.line_end,
+                            ch.hash,
+                            index_hash(ch),
+                            ch.text
+                        ],
+                    )
+                    .unwrap();
+                    c.execute(
+                        "INSERT INTO kb_fts (rowid, title, headings, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![c.last_insert_rowid(), ch.index_title, ch.index_headings, ch.index_body],
+                    )
+                    .unwrap();
+                }
+            }
+            c.execute("DELETE FROM kb_fts WHERE rowid IN (SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document WHERE d.path = 'gone.md')", []).unwrap();
+            c.execute("DELETE FROM kb_documents WHERE path = 'gone.md'", []).unwrap();
+        }
+        let db = Db::open(&path).unwrap();
+        let mut migrated = serve_db(db, dir).await;
+        migrated.fts_integrity().await;
+        let mut fresh = serve().await;
+        for d in &finals {
+            fresh.upsert(d.clone()).await;
+        }
+        let want = scores(&mut fresh, &CJK_TERMS).await;
+        assert_eq!(want.len(), 4, "{want:?}");
+        assert_eq!(scores(&mut migrated, &CJK_TERMS).await, want);
+        assert_eq!(migrated.stored_index_text().await, fresh.stored_index_text().await);
+        // Writes on the converted index: everything kept, then a new title, an edit and a
+        // delete, as on the fresh one.
+        for d in &finals {
+            let r = migrated.upsert(d.clone()).await;
+            assert_eq!((r.added, r.removed), (0, 0), "{}: the converted chunks are kept", d.path);
+        }
+        for s in [&mut migrated, &mut fresh] {
+            let mut zh = finals[0].clone();
+            zh.title = "新数据库".into();
+            zh.chunks[0].index_title = "新数 数据 据库".into();
+            s.upsert(zh).await;
+            s.upsert(titled("en.md", "Apple Pie", "apple pie", vec![chunk(&["Recipe"], (1, 4), "apple crumble")]))
+                .await;
+            s.client.delete_document(DocumentRef { kb: "notes".into(), path: "q.md".into() }).await.unwrap();
+            s.fts_integrity().await;
+        }
+        let want = scores(&mut fresh, &CJK_TERMS).await;
+        assert_eq!(scores(&mut migrated, &CJK_TERMS).await, want);
+        assert_eq!(migrated.counts().await.1, 3, "three FTS rows");
     }
 
     #[tokio::test]
