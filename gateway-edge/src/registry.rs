@@ -250,8 +250,12 @@ impl RegistryClient {
             }
         }
         let list: ServerList = self.get(url, "a server list").await.map_err(|e| match e {
-            // The list is the registry's root resource: a 404 there is no registry at all.
+            // The list is the registry's root resource: a 404 there, or an answer that is not
+            // JSON at all (a web page), is no registry.
             RegistryError::NotFound(_) => self.not_a_registry("answered 404"),
+            RegistryError::Malformed(m) if m.ends_with("expected value at line 1 column 1") => {
+                self.not_a_registry("answered something that is not JSON")
+            }
             other => other,
         })?;
         if list.servers.len() > MAX_LIMIT as usize * 2 {
@@ -295,7 +299,7 @@ impl RegistryClient {
     /// The configured URL does not serve the registry API (`why`: what its server list answered).
     fn not_a_registry(&self, why: &str) -> RegistryError {
         RegistryError::Unavailable(format!(
-            "{} is not an MCP registry: its server list (GET /v0.1/servers) {why}; check the setting mcp_registry_url",
+            "{} is not an MCP registry: its server list (GET /v0.1/servers) {why}; check the setting gateway.mcp_registry_url",
             self.shown
         ))
     }

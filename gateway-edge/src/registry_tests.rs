@@ -174,8 +174,18 @@ async fn malformed_oversized_and_failing_answers_are_named() {
         }
         other => panic!("{:?}", other.map(|_| ())),
     }
+    // A web page where the list should be: no registry there.
     *f.list.lock().unwrap() = Some((200, "<html>nope</html>".into()));
-    assert!(matches!(client.search("x", 5, None).await, Err(RegistryError::Malformed(_))));
+    match client.search("x", 5, None).await {
+        Err(RegistryError::Unavailable(m)) => assert!(
+            m.ends_with(
+                "is not an MCP registry: its server list (GET /v0.1/servers) answered something that is not JSON; \
+                 check the setting gateway.mcp_registry_url"
+            ),
+            "{m}"
+        ),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
     *f.list.lock().unwrap() = Some((200, format!("{{\"servers\": [], \"pad\": \"{}\"}}", "x".repeat(MAX_ANSWER))));
     match client.search("x", 5, None).await {
         Err(RegistryError::Malformed(m)) => assert!(m.ends_with("sent an answer larger than 4 MiB"), "{m}"),
@@ -223,7 +233,7 @@ async fn a_url_that_is_no_registry_is_named_so_and_a_missing_server_only_by_a_re
             Err(RegistryError::Unavailable(m)) => assert_eq!(
                 m,
                 format!(
-                    "{base} is not an MCP registry: its server list (GET /v0.1/servers) answered 404; check the setting mcp_registry_url"
+                    "{base} is not an MCP registry: its server list (GET /v0.1/servers) answered 404; check the setting gateway.mcp_registry_url"
                 )
             ),
             other => panic!("{other:?}"),

@@ -130,8 +130,15 @@ fn fts5_api(conn: &rusqlite::Connection) -> rusqlite::Result<*mut ffi::fts5_api>
 /// When the FTS5 API cannot be found, or the tokenizer fails.
 pub fn tokens(conn: &rusqlite::Connection, spec: &str, text: &str) -> rusqlite::Result<Option<Vec<String>>> {
     let Some(tokenizer) = Tokenizer::new(conn, spec)? else { return Ok(None) };
-    let mut out: Vec<String> = Vec::new();
-    tokenizer.run(text, (&raw mut out).cast(), push_token)?;
+    // `token_bytes` gives each token length first (u32, little-endian), then its bytes.
+    let bytes = tokenizer.token_bytes(text)?;
+    let mut out = Vec::new();
+    let mut rest = bytes.as_slice();
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let (token, tail) = tail.split_at((u32::from_le_bytes(*len) as usize).min(tail.len()));
+        out.push(String::from_utf8_lossy(token).into_owned());
+        rest = tail;
+    }
     Ok(Some(out))
 }
 
@@ -265,30 +272,6 @@ unsafe extern "C" fn push_token_bytes(
         let len = u32::try_from(len).unwrap_or(0);
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(std::slice::from_raw_parts(token.cast::<u8>(), len as usize));
-    }
-    ffi::SQLITE_OK
-}
-
-/// [`tokens`]' callback: appends one token (a colocated synonym is left out) to the
-/// `Vec<String>` in `ctx`.
-#[allow(unsafe_code)]
-unsafe extern "C" fn push_token(
-    ctx: *mut std::ffi::c_void,
-    flags: c_int,
-    token: *const std::os::raw::c_char,
-    len: c_int,
-    _start: c_int,
-    _end: c_int,
-) -> c_int {
-    if flags & ffi::FTS5_TOKEN_COLOCATED != 0 {
-        return ffi::SQLITE_OK;
-    }
-    // SAFETY: `ctx` is the `Vec<String>` `tokens` passed; `token` points to `len` bytes that
-    // FTS5 keeps valid during this call.
-    unsafe {
-        let out = &mut *ctx.cast::<Vec<String>>();
-        let bytes = std::slice::from_raw_parts(token.cast::<u8>(), usize::try_from(len).unwrap_or(0));
-        out.push(String::from_utf8_lossy(bytes).into_owned());
     }
     ffi::SQLITE_OK
 }
