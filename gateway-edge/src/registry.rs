@@ -252,10 +252,7 @@ impl RegistryClient {
         let list: ServerList = self.get(url, "a server list").await.map_err(|e| match e {
             // The list is the registry's root resource: a 404 there, or an answer that is not
             // JSON at all (a web page), is no registry.
-            RegistryError::NotFound(_) => self.not_a_registry("answered 404"),
-            RegistryError::Malformed(m) if m.ends_with("expected value at line 1 column 1") => {
-                self.not_a_registry("answered something that is not JSON")
-            }
+            RegistryError::NotFound(_) => self.not_a_registry("its server list (GET /v0.1/servers) answered 404"),
             other => other,
         })?;
         if list.servers.len() > MAX_LIMIT as usize * 2 {
@@ -296,10 +293,10 @@ impl RegistryClient {
         Ok(found)
     }
 
-    /// The configured URL does not serve the registry API (`why`: what its server list answered).
+    /// The configured URL does not serve the registry API (`why`: what it answered where).
     fn not_a_registry(&self, why: &str) -> RegistryError {
         RegistryError::Unavailable(format!(
-            "{} is not an MCP registry: its server list (GET /v0.1/servers) {why}; check the setting gateway.mcp_registry_url",
+            "{} is not an MCP registry: {why}; check the setting gateway.mcp_registry_url",
             self.shown
         ))
     }
@@ -317,6 +314,7 @@ impl RegistryClient {
     /// GETs `url` and parses the JSON answer as `T` (`what` names it in errors).
     async fn get<T: serde::de::DeserializeOwned>(&self, url: Url, what: &str) -> Result<T, RegistryError> {
         let shown = &self.shown;
+        let path = url.path().to_owned();
         let mut resp =
             self.http.get(url).header(reqwest::header::ACCEPT, "application/json").send().await.map_err(|e| {
                 RegistryError::Unavailable(format!("the registry at {shown} could not be reached: {}", describe(e)))
@@ -348,6 +346,11 @@ impl RegistryClient {
                     )));
                 }
             }
+        }
+        // Not JSON at all (a web page): whatever serves this URL is no registry.
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err() {
+            let noun = what.trim_start_matches("a ");
+            return Err(self.not_a_registry(&format!("its {noun} (GET {path}) answered something that is not JSON")));
         }
         let de = &mut serde_json::Deserializer::from_slice(&body);
         serde_path_to_error::deserialize(de).map_err(|e| {
