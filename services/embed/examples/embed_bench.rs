@@ -1,6 +1,7 @@
-//! Throughput of the built-in engine on Cranfield's 1,400 abstracts (one input each, as Coffer
-//! embeds a short note: title, then text): model load time, chunks per second at a few
-//! forward-pass sizes, peak RSS (`VmHWM`). The numbers in docs/BENCHMARKS.md came from
+//! Throughput of the built-in engine on Cranfield's abstracts (the first 400; one input each, as
+//! Coffer embeds a short note: title, then text): model load time, chunks per second and CPU
+//! seconds per chunk for a few ways of calling it (pass size; inputs in file order or sorted by
+//! length), peak RSS (`VmHWM`). The numbers in docs/BENCHMARKS.md came from
 //!
 //! ```text
 //! bash bench/setup.sh
@@ -36,6 +37,32 @@ fn cranfield(path: &str) -> Vec<String> {
     out
 }
 
+/// CPU time of this process so far (user + system, every thread), seconds: on a machine shared
+/// with other work, CPU seconds per chunk compare runs where wall time does not.
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // After the command's closing parenthesis come fields 3 (state) onwards: utime is field 14
+    // and stime field 15 (proc(5)), in clock ticks of 1/100 s (USER_HZ).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(14 - 3) + tick(15 - 3)) / 100.0
+}
+
+/// Embeds `docs` in calls of `call` inputs each (each call sorts its own inputs by length and
+/// runs passes of `pass`), as the daemon's worker calls the engine; prints chunks/s and CPU
+/// seconds per chunk.
+fn run(engine: &coffer_embed::Engine, label: &str, docs: &[String], call: usize, pass: usize) {
+    let (t, c) = (Instant::now(), cpu_s());
+    for group in docs.chunks(call) {
+        let v = engine.embed(group, pass).expect("embed");
+        assert_eq!(v.len(), group.len());
+    }
+    let (s, cpu) = (t.elapsed().as_secs_f64(), cpu_s() - c);
+    let n = docs.len() as f64;
+    println!("{label}: {} inputs in {s:.1} s = {:.1} chunks/s, {:.3} CPU s per chunk", docs.len(), n / s, cpu / n);
+}
+
 fn main() {
     let path = std::env::args().nth(1).unwrap_or_else(|| "../shared/data/cranfield/cran.all.1400".into());
     let docs = cranfield(&path);
@@ -48,13 +75,11 @@ fn main() {
         docs.len(),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for pass in [1, 16, 64] {
-        let n = if pass == 1 { 200 } else { docs.len() };
-        let t = Instant::now();
-        let v = engine.embed(&docs[..n], pass).expect("embed");
-        let s = t.elapsed().as_secs_f64();
-        assert_eq!(v.len(), n);
-        println!("forward pass of {pass:>2}: {n} inputs in {s:.1} s = {:.1} chunks/s", n as f64 / s);
-    }
+    let some = &docs[..docs.len().min(400)];
+    run(&engine, "passes of  1, in file order                      ", &some[..some.len().min(100)], 1, 1);
+    run(&engine, "passes of 16, in file order (calls of 16)        ", some, 16, 16);
+    run(&engine, "passes of 16, sorted in calls of 128 (the worker)", some, 128, 16);
+    run(&engine, "passes of 16, all inputs sorted in one call      ", some, some.len(), 16);
+    run(&engine, "passes of 64, all inputs sorted in one call      ", some, some.len(), 64);
     println!("RSS peak: {:.0} MiB", hwm_mib());
 }

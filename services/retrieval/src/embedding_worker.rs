@@ -9,7 +9,8 @@
 //! engine's status). It learns the dimension (the setting, the first answer's length, or the
 //! model's), tells the store (`ConfigureVectors`: a new model or dimension drops every vector, a
 //! clean re-embed), then loops: `PendingEmbeddings` → embed (batches, `concurrency` at once for
-//! an endpoint, one at a time for the built-in engine, which uses every core) → `PutEmbeddings`,
+//! an endpoint, one at a time for the built-in engine, which uses every core; the pending chunks
+//! read at once are sorted by length first, so a forward pass pads little) → `PutEmbeddings`,
 //! each batch stored as soon as it is computed.
 //!
 //! The batch size adapts to the measured latency ([`BatchSizer`]): it shrinks when a batch
@@ -53,6 +54,11 @@ const BUILTIN_BATCH_GOAL: Duration = Duration::from_millis(1000);
 /// `docs/BENCHMARKS.md`), so shrinking the batch toward the latency goal on a busy machine
 /// made the first index ~15× slower (Cranfield: batch 2, ~1 chunk/s through the daemon).
 const BUILTIN_PASS: usize = 16;
+/// Batches' worth of pending chunks the built-in engine's loop reads at once and sorts by length
+/// before cutting them into batches: a forward pass pads every input to its longest, and chunks in
+/// id order mix a heading-only chunk with a 256-token one. Each batch still takes the engine's
+/// turn alone, so a search's query vector waits for one batch at most.
+const BUILTIN_WINDOW: usize = 8;
 
 /// The built-in engine: one loaded model, one call at a time (a call already uses every core).
 pub struct Builtin {
@@ -391,15 +397,24 @@ impl Embeddings {
         if !keep_ready {
             self.set(State::Starting);
         }
-        let (embedder, model, source, goal, concurrency, min_batch) = match choice {
+        let (embedder, model, source, goal, concurrency, min_batch, window) = match choice {
             Choice::Endpoint => {
                 let embedder = self.endpoint(settings, credentials).await?;
-                (embedder, settings.model.clone(), settings.url.clone(), settings.timeout / 4, settings.concurrency, 1)
+                let concurrency = settings.concurrency;
+                (
+                    embedder,
+                    settings.model.clone(),
+                    settings.url.clone(),
+                    settings.timeout / 4,
+                    concurrency,
+                    1,
+                    concurrency,
+                )
             }
             Choice::Builtin { dir, download } => {
                 let embedder = self.builtin(settings, &dir, download).await?;
                 let source = dir.display().to_string();
-                (embedder, settings.builtin_model.clone(), source, BUILTIN_BATCH_GOAL, 1, BUILTIN_PASS)
+                (embedder, settings.builtin_model.clone(), source, BUILTIN_BATCH_GOAL, 1, BUILTIN_PASS, BUILTIN_WINDOW)
             }
         };
         let dimension = match &embedder {
@@ -432,7 +447,7 @@ impl Embeddings {
             p.batch = sizer.size();
         }
         loop {
-            let limit = (sizer.size() * concurrency).clamp(1, 4096) as u32;
+            let limit = (sizer.size() * window.max(1)).clamp(1, 4096) as u32;
             let pending = index
                 .pending_embeddings(PendingEmbeddingsRequest { limit })
                 .await
@@ -446,13 +461,13 @@ impl Embeddings {
                 }
                 continue;
             }
-            let batches: Vec<Vec<(i64, String)>> = pending
-                .into_iter()
-                .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.path, &c.title, &c.heading_path, &c.text))))
-                .collect::<Vec<_>>()
-                .chunks(sizer.size())
-                .map(<[_]>::to_vec)
-                .collect();
+            let batches = length_sorted_batches(
+                pending
+                    .into_iter()
+                    .filter_map(|h| h.chunk.map(|c| (c.id, embed_text(&c.path, &c.title, &c.heading_path, &c.text))))
+                    .collect(),
+                sizer.size(),
+            );
             let mut results = futures_util::stream::iter(batches)
                 .map(|batch| {
                     let ready = ready.clone();
@@ -656,6 +671,14 @@ fn choose(settings: &EmbeddingsSettings, models: &Path) -> Option<Choice> {
     Some(Choice::Builtin { dir, download: true })
 }
 
+/// `inputs` (chunk id, text to embed) cut into batches of at most `size`, shortest texts first
+/// (byte length, a proxy for token count): every input of a forward pass is padded to the
+/// pass's longest, so similar lengths together waste the least. Ties keep id order.
+pub fn length_sorted_batches(mut inputs: Vec<(i64, String)>, size: usize) -> Vec<Vec<(i64, String)>> {
+    inputs.sort_by_key(|(_, text)| text.len());
+    inputs.chunks(size.max(1)).map(<[_]>::to_vec).collect()
+}
+
 /// What is embedded for a chunk (of the document at `path`, relative to its KB): its text, after
 /// the context a reader would see above it — the document's title and the chunk's heading path
 /// (`A > B`) — but only what is real and not already there:
@@ -707,6 +730,22 @@ mod tests {
             model_dir: String::new(),
             hub_url: String::new(),
         }
+    }
+
+    #[test]
+    fn pending_chunks_are_batched_by_length_and_none_is_lost() {
+        let lengths = [300, 5, 120, 5, 40, 300, 1, 77, 200];
+        let inputs: Vec<(i64, String)> = lengths.iter().enumerate().map(|(i, n)| (i as i64, "x".repeat(*n))).collect();
+        let batches = length_sorted_batches(inputs, 4);
+        let shape: Vec<Vec<(i64, usize)>> =
+            batches.iter().map(|b| b.iter().map(|(id, t)| (*id, t.len())).collect()).collect();
+        assert_eq!(
+            shape,
+            vec![vec![(6, 1), (1, 5), (3, 5), (4, 40)], vec![(7, 77), (2, 120), (8, 200), (0, 300)], vec![(5, 300)],],
+            "shortest first, ties in id order, every chunk once"
+        );
+        assert_eq!(length_sorted_batches(vec![(1, "a".into())], 0).len(), 1, "a size of 0 is taken as 1");
+        assert!(length_sorted_batches(Vec::new(), 16).is_empty());
     }
 
     #[test]

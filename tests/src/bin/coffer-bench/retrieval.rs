@@ -281,6 +281,31 @@ fn rrf(lists: &[&[u32]], k: usize) -> Vec<u32> {
     v.into_iter().take(k).map(|(d, _)| d).collect()
 }
 
+/// Weighted RRF per document over ranked lists (`(list, weight)`), with constant `k`: what the
+/// retrieval service's fusion computes (`services/retrieval/src/fusion.rs`: a list's repeated
+/// document keeps its first rank, ties by id), for the what-if grid. The first `limit` ids.
+fn weighted_rrf<T: Ord + Clone>(lists: &[(&[T], f64)], k: f64, limit: usize) -> Vec<T> {
+    let mut score: BTreeMap<T, f64> = BTreeMap::new();
+    for (list, weight) in lists {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut rank = 0.0;
+        for d in list.iter() {
+            if seen.insert(d.clone()) {
+                rank += 1.0;
+                *score.entry(d.clone()).or_default() += weight / (k + rank);
+            }
+        }
+    }
+    let mut v: Vec<(T, f64)> = score.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.into_iter().take(limit).map(|(d, _)| d).collect()
+}
+
+/// The what-if grid: RRF constants and `(keyword, vector)` weights, simulated offline on the
+/// keyword and vector engines' lists (top [`HYBRID_DEPTH`] each) of the same run.
+const GRID_K: [f64; 5] = [5.0, 10.0, 20.0, 30.0, 60.0];
+const GRID_WEIGHTS: [(f64, f64); 5] = [(1.0, 1.0), (3.0, 2.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)];
+
 fn quality_row(label: String, runs: &[(Vec<u32>, Duration, bool)], c: &Collection) -> QualityRow {
     let mut ndcg = Vec::new();
     let mut recall = Vec::new();
@@ -513,6 +538,7 @@ async fn quality_measure(
     // The plain hybrid baseline: the baseline's BM25 list and the vector engine's (the same
     // model's cosine, one entry per file), RRF k = 60 with equal weights, per file.
     let (vector_deep, _) = sweep(api, c, &["vector"], HYBRID_DEPTH).await?;
+    let (keyword_deep, _) = sweep(api, c, &["keyword"], HYBRID_DEPTH).await?;
     let hybrid: Vec<(Vec<u32>, Duration, bool)> =
         bm25_lists.iter().zip(&vector_deep).map(|(b, (v, took, failed))| (rrf(&[b, v], K), *took, *failed)).collect();
     rows.push(quality_row(
@@ -555,6 +581,8 @@ async fn quality_measure(
     .await
     .ok();
 
+    // The index (FTS5, chunks, vectors: the KB's share of coffer.db) over the corpus's bytes.
+    let size_ratio = u(&info_e, "index_bytes") as f64 / u(&info_e, "corpus_bytes").max(1) as f64;
     println!("## Retrieval quality: Cranfield 1400 (225 queries, nDCG@10 and recall@10)\n");
     println!(
         "{} documents, {} chunks ({} embedded) indexed through `POST /v1/knowledge`; keyword index {:.1} s, {embed_note}; index {} for a corpus of {} ({:.2}×).\n",
@@ -564,7 +592,7 @@ async fn quality_measure(
         index_s.as_secs_f64(),
         mib_text(u(&info_e, "index_bytes")),
         mib_text(u(&info_e, "corpus_bytes")),
-        u(&info_e, "index_bytes") as f64 / u(&info_e, "corpus_bytes").max(1) as f64,
+        size_ratio,
     );
     println!(
         "| engine | nDCG@10 | recall@10 | queries better / worse / same as keyword | answered with nothing | engine failed | documents in top 10 (mean) | p50 | p95 |"
@@ -603,8 +631,39 @@ async fn quality_measure(
         );
     }
     println!(
+        "| index / corpus (bytes, every chunk embedded) | {size_ratio:.2}× | index < 3× the corpus: {} |",
+        pass(size_ratio < 3.0)
+    );
+    println!(
         "\nAnchors measured elsewhere on the same files (not this run): plain FTS5 BM25 nDCG@10 {ANCHOR_BM25}; basic-memory {ANCHOR_BASIC_MEMORY} (15 of 225 answered with nothing).\n"
     );
+    // What other fusion settings would give on this run's lists (no grep: the service adds it
+    // only for literal-looking questions), against keyword alone.
+    println!(
+        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; weighted RRF per document as the service computes it): nDCG@10 / recall@10, and questions better / worse than keyword.\n"
+    );
+    print!("| k |");
+    for (kw, vec) in GRID_WEIGHTS {
+        print!(" keyword {kw} : vector {vec} |");
+    }
+    println!("\n|---|{}", "---|".repeat(GRID_WEIGHTS.len()));
+    for k in GRID_K {
+        print!("| {k} |");
+        for (kw_w, vec_w) in GRID_WEIGHTS {
+            let runs: Vec<(Vec<u32>, Duration, bool)> = keyword_deep
+                .iter()
+                .zip(&vector_deep)
+                .map(|((kl, _, _), (vl, _, _))| {
+                    (weighted_rrf(&[(kl.as_slice(), kw_w), (vl.as_slice(), vec_w)], k, K), Duration::ZERO, false)
+                })
+                .collect();
+            let r = quality_row(String::new(), &runs, c);
+            let (w, l, _) = wins_losses(&r, kw);
+            print!(" {:.3} / {:.3} ({w} / {l}) |", r.ndcg, r.recall);
+        }
+        println!();
+    }
+    println!();
     Ok(())
 }
 
@@ -1016,6 +1075,31 @@ async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase
             r.mrr()
         );
     }
+    // The what-if grid: the engines' top-HYBRID_DEPTH lists, fused offline.
+    async fn deep(api: &Api, questions: &[Paraphrase], engine: &str) -> Result<Vec<Vec<String>>> {
+        let mut out = Vec::new();
+        for q in questions {
+            let body = json!({"query": q.question, "kb": [NOTES_KB], "engines": [engine], "limit": HYBRID_DEPTH});
+            let (results, _, _) = api.search(&body).await?;
+            out.push(results.iter().filter_map(|r| r["path"].as_str().map(str::to_owned)).collect());
+        }
+        Ok(out)
+    }
+    let (kw_deep, vec_deep) = (deep(api, questions, "keyword").await?, deep(api, questions, "vector").await?);
+    let mut grid = Vec::new();
+    for k in GRID_K {
+        let mut cells = Vec::new();
+        for (kw_w, vec_w) in GRID_WEIGHTS {
+            let (mut first, mut recall) = (Vec::new(), Vec::new());
+            for ((q, kl), vl) in questions.iter().zip(&kw_deep).zip(&vec_deep) {
+                let paths = weighted_rrf(&[(kl.as_slice(), kw_w), (vl.as_slice(), vec_w)], k, K);
+                first.push(paths.iter().position(|p| q.relevant.contains(p)).map(|i| i + 1));
+                recall.push(q.relevant.iter().filter(|r| paths.contains(r)).count() as f64 / q.relevant.len() as f64);
+            }
+            cells.push(NotesRow { label: String::new(), first, recall });
+        }
+        grid.push((k, cells));
+    }
     let (kw, fu) = (&rows[0], &rows[2]);
     let (kw_r, fu_r) = (mean(&kw.recall), mean(&fu.recall));
     let better = fu.top1() >= kw.top1() && fu_r >= kw_r && (fu.top1() > kw.top1() || fu_r > kw_r);
@@ -1025,6 +1109,24 @@ async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase
         kw.top1(),
         pass(better)
     );
+    println!(
+        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; weighted RRF per document as the service computes it): top-1 / recall@10 / MRR@10 (keyword alone: {} / {kw_r:.3} / {:.3}).\n",
+        kw.top1(),
+        kw.mrr()
+    );
+    print!("| k |");
+    for (kw_w, vec_w) in GRID_WEIGHTS {
+        print!(" keyword {kw_w} : vector {vec_w} |");
+    }
+    println!("\n|---|{}", "---|".repeat(GRID_WEIGHTS.len()));
+    for (k, cells) in &grid {
+        print!("| {k} |");
+        for r in cells {
+            print!(" {} / {:.3} / {:.3} |", r.top1(), mean(&r.recall), r.mrr());
+        }
+        println!();
+    }
+    println!();
     println!("| question | relevant | keyword | vector | fusion (default) |\n|---|---|---|---|---|");
     let rank = |r: Option<usize>| r.map_or("—".to_owned(), |r| r.to_string());
     for (i, q) in questions.iter().enumerate() {
