@@ -312,3 +312,58 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     ensure!(left.is_empty(), "temp files left: {left:?}");
     Ok(())
 }
+
+/// Issue 38 §4: two `kb add`s of one folder at the same moment both succeeded (the "one folder is
+/// one knowledge base" check was not atomic). Now exactly one of several concurrent adds of a
+/// folder, under different names, succeeds; every other one gets the refusal a later add gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_of_one_folder_make_one_knowledge_base() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    let api = home.start_daemon().await?;
+    const ADDS: usize = 6;
+    let adds = (0..ADDS).map(|i| {
+        let api = api.clone();
+        let body = json!({"name": format!("vault{i}"), "path": folder.display().to_string()});
+        async move { api.post_json("/v1/knowledge", &body).reply().await }
+    });
+    let replies = futures_util::future::join_all(adds).await;
+    let mut created = Vec::new();
+    let mut refused = Vec::new();
+    for (i, r) in replies.into_iter().enumerate() {
+        let r = r?;
+        if r.status == 201 {
+            created.push(i);
+        } else {
+            refused.push(r.expect_envelope(409, "CONFLICT")?["message"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    ensure!(created.len() == 1, "{} of {ADDS} concurrent adds of one folder succeeded: {created:?}", created.len());
+    let winner = format!("vault{}", created[0]);
+    let root = folder.canonicalize()?.display().to_string();
+    let sequential = format!(
+        "knowledge base {winner:?} already indexes {root}; one folder is one knowledge base (remove {winner:?} first, or search it)"
+    );
+    for m in &refused {
+        ensure!(m == &sequential, "a concurrent loser's refusal differs from the sequential one: {m}");
+    }
+    // The same refusal, afterwards; and the list holds the one KB.
+    let later = api
+        .post_json("/v1/knowledge", &json!({"name": "later", "path": folder.display().to_string()}))
+        .reply()
+        .await?
+        .expect_envelope(409, "CONFLICT")?;
+    ensure!(later["message"] == sequential.as_str(), "{later}");
+    let list = api.get("/v1/knowledge").reply().await?.ok_json()?;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .filter_map(|k| k["name"].as_str())
+        .filter(|n| n.starts_with("vault") || *n == "later")
+        .collect();
+    ensure!(names == [winner.as_str()], "{list}");
+    Ok(())
+}

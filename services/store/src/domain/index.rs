@@ -233,6 +233,12 @@ fn require_same_kb(c: &Connection, name: &str, created_ms: i64) -> Result<(), St
     Ok(())
 }
 
+/// The name of the KB whose root is `root`, if there is one.
+fn kb_at_root(c: &Connection, root: &str) -> Result<Option<String>, StoreError> {
+    let mut st = c.prepare_cached("SELECT name FROM kb_knowledge_bases WHERE root = ?1 ORDER BY name LIMIT 1")?;
+    Ok(st.query_row([root], |r| r.get(0)).optional()?)
+}
+
 fn require_kb(c: &Connection, name: &str) -> Result<(), StoreError> {
     let mut st = c.prepare_cached("SELECT 1 FROM kb_knowledge_bases WHERE name = ?1")?;
     if st.query_row([name], |_| Ok(())).optional()?.is_none() {
