@@ -3094,6 +3094,10 @@ mod tests {
         };
         let e = s.client.create_knowledge_base(kb("notes", "/x", KnowledgeBaseKind::Folder)).await.unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::AlreadyExists, "knowledge base \"notes\" already exists"));
+        // One folder is one KB: checked in the write, whatever the caller checked before.
+        let e = s.client.create_knowledge_base(kb("again", "/tmp/notes", KnowledgeBaseKind::Folder)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+        assert!(e.message().contains("/tmp/notes") && e.message().contains("\"notes\""), "{}", e.message());
         let e = s.client.create_knowledge_base(kb("x", "rel", KnowledgeBaseKind::Folder)).await.unwrap_err();
         assert!(e.message().starts_with("root \"rel\""), "{}", e.message());
         let e = s.client.create_knowledge_base(kb("x", "/x", KnowledgeBaseKind::Unspecified)).await.unwrap_err();
