@@ -367,3 +367,32 @@ async fn concurrent_adds_of_one_folder_make_one_knowledge_base() -> anyhow::Resu
     ensure!(names == [winner.as_str()], "{list}");
     Ok(())
 }
+
+/// Issue 38 §4: how a note links here, the same in `coffer__read_note`'s backlinks line and in
+/// `coffer kb backlinks`: the alias the linking note used (`(as "the app")`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    let api = home.start_daemon().await?;
+    let r = api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()})).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    indexed(&api, "vault", 3).await?;
+
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let read = client.call("coffer__read_note", json!({"kb": "vault", "path": "Projects/Coffer.md"})).await?;
+    ensure!(read["result"]["isError"] != true, "{read}");
+    let text = texts(&read["result"]);
+    let line = text.lines().find(|l| l.starts_with("backlinks: ")).with_context(|| text.clone())?;
+    ensure!(line.contains("Daily/2026-12-07.md:3 (as \"the app\")"), "read_note: {line}");
+    let structured = &read["result"]["structuredContent"]["backlinks"];
+    ensure!(structured.as_array().is_some_and(|b| b.iter().any(|b| b["alias"] == "the app")), "{structured}");
+    client.close().await?;
+
+    let out = home.cli(&["kb", "backlinks", "vault", "Projects/Coffer.md"]).await?;
+    ensure!(out.code == Some(0), "{out:?}");
+    ensure!(out.stdout.contains("Daily/2026-12-07.md:3  Monday  (as \"the app\")\n"), "kb backlinks: {}", out.stdout);
+    Ok(())
+}

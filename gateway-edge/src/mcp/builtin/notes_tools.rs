@@ -8,7 +8,7 @@
 //! under `COFFER_HOME/knowledge` or ones the user marked writable; the service refuses the rest
 //! (naming how to mark one), paths that escape, secrets and oversized content, each as a tool
 //! error.
-use coffer_proto::retrieval::{Note, ReadNoteRequest, WriteNoteRequest};
+use coffer_proto::retrieval::{Note, NoteBacklink, ReadNoteRequest, WriteNoteRequest};
 use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -106,6 +106,9 @@ pub struct BacklinkView {
     pub title: String,
     /// The line of the link in it.
     pub line: u32,
+    /// The text the link shows instead of the note's name (`[[Note|alias]]`), if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub alias: String,
 }
 
 impl NoteView {
@@ -134,7 +137,12 @@ impl NoteView {
             backlinks: n
                 .backlinks
                 .iter()
-                .map(|b| BacklinkView { path: b.path.clone(), title: b.title.clone(), line: b.line })
+                .map(|b| BacklinkView {
+                    path: b.path.clone(),
+                    title: b.title.clone(),
+                    line: b.line,
+                    alias: b.alias.clone(),
+                })
                 .collect(),
         }
     }
@@ -178,8 +186,7 @@ pub fn note_text(n: &Note) -> String {
             out.push_str("backlinks: none\n");
         }
     } else {
-        let shown: Vec<String> =
-            n.backlinks.iter().take(MAX_LISTED).map(|b| format!("{}:{}", b.path, b.line)).collect();
+        let shown: Vec<String> = n.backlinks.iter().take(MAX_LISTED).map(backlink_text).collect();
         let more = n.backlinks.len().saturating_sub(MAX_LISTED);
         let more = if more > 0 || n.backlinks_truncated { format!(" (+{more} more)") } else { String::new() };
         out.push_str(&format!("backlinks: {}{more}\n", shown.join(", ")));
@@ -188,6 +195,16 @@ pub fn note_text(n: &Note) -> String {
     out.push_str(&n.text);
     if n.truncated && !n.next.is_empty() {
         out.push_str(&format!("\n[{}]", n.next));
+    }
+    out
+}
+
+/// One backlink as `read_note`'s text names it: `path:line`, then `(as "alias")` when the link
+/// shows other text (as `coffer kb backlinks` prints it).
+fn backlink_text(b: &NoteBacklink) -> String {
+    let mut out = format!("{}:{}", b.path, b.line);
+    if !b.alias.is_empty() {
+        out.push_str(&format!(" (as {:?})", b.alias.chars().take(60).collect::<String>()));
     }
     out
 }
@@ -312,7 +329,7 @@ impl Provider for WriteNote {
 
 #[cfg(test)]
 mod tests {
-    use coffer_proto::retrieval::{NoteBacklink, NoteLinkInfo};
+    use coffer_proto::retrieval::NoteLinkInfo;
 
     use super::*;
 
@@ -336,12 +353,21 @@ mod tests {
                 },
                 NoteLinkInfo { target: "Nowhere".into(), line: 3, ..Default::default() },
             ],
-            backlinks: vec![NoteBacklink {
-                path: "Daily/2026-12-07.md".into(),
-                title: "Today".into(),
-                line: 4,
-                ..Default::default()
-            }],
+            backlinks: vec![
+                NoteBacklink {
+                    path: "Daily/2026-12-07.md".into(),
+                    title: "Today".into(),
+                    line: 4,
+                    ..Default::default()
+                },
+                NoteBacklink {
+                    path: "Ideas.md".into(),
+                    title: "Ideas".into(),
+                    line: 2,
+                    alias: "the vault".into(),
+                    ..Default::default()
+                },
+            ],
             indexed: true,
             ..Default::default()
         };
@@ -351,10 +377,12 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("links to: Roadmap.md, Nowhere (unresolved)\n"), "{t}");
-        assert!(t.contains("backlinks: Daily/2026-12-07.md:4\n"), "{t}");
+        // The alias a linking note used, as `coffer kb backlinks` shows it.
+        assert!(t.contains("backlinks: Daily/2026-12-07.md:4, Ideas.md:2 (as \"the vault\")\n"), "{t}");
         assert!(t.ends_with("See [[Roadmap]] and [[Nowhere]].\n"), "{t}");
         let v = retrieval::to_json(&NoteView::of(&n));
         assert_eq!(v["backlinks"][0]["path"], "Daily/2026-12-07.md");
+        assert_eq!((v["backlinks"][0].get("alias"), &v["backlinks"][1]["alias"]), (None, &json!("the vault")));
         assert_eq!(v["links"][1]["resolved_path"], "");
         let cut = Note { truncated: true, next: "read on with start_line=2001".into(), ..n };
         assert!(note_text(&cut).ends_with("[read on with start_line=2001]"));
