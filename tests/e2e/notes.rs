@@ -369,17 +369,20 @@ async fn concurrent_adds_of_one_folder_make_one_knowledge_base() -> anyhow::Resu
 }
 
 /// Issue 38 §4: how a note links here, the same in `coffer__read_note`'s backlinks line and in
-/// `coffer kb backlinks`: the alias the linking note used (`(as "the app")`).
+/// `coffer kb backlinks`: the alias the linking note used (`(as "the app")`), a link to a heading
+/// (`#Coffer`) and an embed (`(embed)`), one line per distinct link (the same link twice on a
+/// line is one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyhow::Result<()> {
     let home = TestHome::new()?;
     let outside = tempfile::tempdir()?;
     let folder = outside.path().join("Vault");
     vault(&folder)?;
+    write(&folder.join("Again.md"), "# Again\n\n[[Coffer]] and [[Coffer]] once more.\n")?;
     let api = home.start_daemon().await?;
     let r = api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()})).reply().await?;
     ensure!(r.status == 201, "{} {}", r.status, r.text);
-    indexed(&api, "vault", 3).await?;
+    indexed(&api, "vault", 4).await?;
 
     let mut client = PyClient::through_shim(&home, &[]).await?;
     let read = client.call("coffer__read_note", json!({"kb": "vault", "path": "Projects/Coffer.md"})).await?;
@@ -387,12 +390,23 @@ async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyho
     let text = texts(&read["result"]);
     let line = text.lines().find(|l| l.starts_with("backlinks: ")).with_context(|| text.clone())?;
     ensure!(line.contains("Daily/2026-12-07.md:3 (as \"the app\")"), "read_note: {line}");
+    ensure!(line.contains("Daily/2026-12-07.md:5 #Coffer") && line.contains("Ideas.md:3 (embed)"), "read_note: {line}");
+    ensure!(line.matches("Again.md:3").count() == 1, "read_note: {line}");
     let structured = &read["result"]["structuredContent"]["backlinks"];
     ensure!(structured.as_array().is_some_and(|b| b.iter().any(|b| b["alias"] == "the app")), "{structured}");
     client.close().await?;
 
     let out = home.cli(&["kb", "backlinks", "vault", "Projects/Coffer.md"]).await?;
     ensure!(out.code == Some(0), "{out:?}");
-    ensure!(out.stdout.contains("Daily/2026-12-07.md:3  Monday  (as \"the app\")\n"), "kb backlinks: {}", out.stdout);
+    ensure!(
+        out.stdout
+            == "Again.md:3  Again\n\
+                Daily/2026-12-07.md:3  Monday\n\
+                Daily/2026-12-07.md:3  Monday  (as \"the app\")\n\
+                Daily/2026-12-07.md:5  Monday  #Coffer\n\
+                Ideas.md:3  Ideas  (embed)\n",
+        "kb backlinks: {}",
+        out.stdout
+    );
     Ok(())
 }

@@ -225,16 +225,32 @@ async fn set(ctx: &Ctx, a: SetArgs) -> Result<(), CliError> {
     })
 }
 
-/// The lines of `kb backlinks`: one `path:line  title` per linking note, and `(as "alias")`
-/// when the link shows other text (`[[Note|alias]]`).
+/// The lines of `kb backlinks`: one `path:line  title` per distinct link, then what kind of
+/// link it is: `#Heading` for a link to a heading or `^block` (`[[Note#Heading]]`), `(embed)` for
+/// an embed (`![[Note]]`), and `(as "alias")` when the link shows other text (`[[Note|alias]]`).
 pub fn render_backlinks(note: &coffer_api::knowledge::Note) -> String {
     if note.backlinks.is_empty() {
         return format!("No note links to {}\n", printable(&note.path));
     }
     let mut out = String::new();
+    let mut seen = std::collections::HashSet::new();
     for b in &note.backlinks {
-        let alias = if b.alias.is_empty() { String::new() } else { format!("  (as {:?})", text_cell(&b.alias, 60)) };
-        out.push_str(&format!("{}:{}  {}{alias}\n", printable(&b.path), b.line, text_cell(&b.title, 80)));
+        // The service sends each distinct link once; an older one may repeat a link.
+        if !seen.insert((&b.path, b.line, &b.fragment, b.embed, &b.alias)) {
+            continue;
+        }
+        let mut line = format!("{}:{}  {}", printable(&b.path), b.line, text_cell(&b.title, 80));
+        if !b.fragment.is_empty() {
+            line.push_str(&format!("  #{}", text_cell(&b.fragment, 60)));
+        }
+        if b.embed {
+            line.push_str("  (embed)");
+        }
+        if !b.alias.is_empty() {
+            line.push_str(&format!("  (as {:?})", text_cell(&b.alias, 60)));
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     if note.backlinks_truncated {
         out.push_str("(more not shown)\n");
@@ -1105,17 +1121,27 @@ mod tests {
             title: title.into(),
             line,
             alias: alias.into(),
+            ..NoteBacklink::default()
         };
+        let heading = NoteBacklink { fragment: "Plans".into(), ..link("Daily/2026-12-07.md", "Monday", 5, "") };
+        let embed = NoteBacklink { embed: true, ..link("Ideas.md", "Ideas", 3, "") };
         let note = Note {
             kb: "vault".into(),
             path: "Coffer.md".into(),
-            backlinks: vec![link("Daily/2026-12-07.md", "Monday", 3, ""), link("Ideas.md", "Ideas", 12, "the vault")],
+            backlinks: vec![
+                link("Daily/2026-12-07.md", "Monday", 3, ""),
+                link("Daily/2026-12-07.md", "Monday", 3, ""),
+                heading,
+                embed,
+                link("Ideas.md", "Ideas", 12, "the vault"),
+            ],
             backlinks_truncated: true,
             ..Note::default()
         };
         assert_eq!(
             render_backlinks(&note),
-            "Daily/2026-12-07.md:3  Monday\nIdeas.md:12  Ideas  (as \"the vault\")\n(more not shown)\n"
+            "Daily/2026-12-07.md:3  Monday\nDaily/2026-12-07.md:5  Monday  #Plans\nIdeas.md:3  Ideas  (embed)\n\
+             Ideas.md:12  Ideas  (as \"the vault\")\n(more not shown)\n"
         );
         let none = Note { kb: "vault".into(), path: "Alone.md".into(), ..Note::default() };
         assert_eq!(render_backlinks(&none), "No note links to Alone.md\n");

@@ -198,7 +198,14 @@ pub fn note(n: coffer_proto::retrieval::Note) -> api::Note {
         backlinks: n
             .backlinks
             .into_iter()
-            .map(|b| api::NoteBacklink { path: b.path, title: b.title, line: b.line, alias: b.alias })
+            .map(|b| api::NoteBacklink {
+                path: b.path,
+                title: b.title,
+                line: b.line,
+                alias: b.alias,
+                fragment: b.fragment,
+                embed: b.embed,
+            })
             .collect(),
         backlinks_truncated: n.backlinks_truncated,
         modified_ms: n.modified_ms,

@@ -244,6 +244,12 @@ pub struct NoteBacklink {
     pub line: u32,
     /// The link's `|alias` text.
     pub alias: String,
+    /// The heading or `^block` it links to (`[[Note#Heading]]`), if any.
+    #[serde(default)]
+    pub fragment: String,
+    /// An embed (`![[Note]]`).
+    #[serde(default)]
+    pub embed: bool,
 }
 
 /// `GET /v1/knowledge/{kb}/note?path=…`: one note's lines (at most 2,000 lines or 64 KiB; `next`

@@ -268,7 +268,14 @@ impl Notes {
                 note.backlinks = r
                     .backlinks
                     .into_iter()
-                    .map(|b| NoteBacklink { path: b.path, title: b.title, line: b.line, alias: b.alias })
+                    .map(|b| NoteBacklink {
+                        path: b.path,
+                        title: b.title,
+                        line: b.line,
+                        alias: b.alias,
+                        fragment: b.fragment,
+                        embed: b.embed,
+                    })
                     .collect();
                 note.backlinks_truncated = r.backlinks_truncated;
             }

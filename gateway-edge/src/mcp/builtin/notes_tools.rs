@@ -109,6 +109,12 @@ pub struct BacklinkView {
     /// The text the link shows instead of the note's name (`[[Note|alias]]`), if any.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub alias: String,
+    /// The heading or `^block` it links to (`[[Note#Heading]]`), if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fragment: String,
+    /// An embed (`![[Note]]`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub embed: bool,
 }
 
 impl NoteView {
@@ -142,6 +148,8 @@ impl NoteView {
                     title: b.title.clone(),
                     line: b.line,
                     alias: b.alias.clone(),
+                    fragment: b.fragment.clone(),
+                    embed: b.embed,
                 })
                 .collect(),
         }
@@ -199,10 +207,17 @@ pub fn note_text(n: &Note) -> String {
     out
 }
 
-/// One backlink as `read_note`'s text names it: `path:line`, then `(as "alias")` when the link
-/// shows other text (as `coffer kb backlinks` prints it).
+/// One backlink as `read_note`'s text names it: `path:line`, then `#Heading` for a link to a
+/// heading or block, `(embed)` for an embed and `(as "alias")` when the link shows other text
+/// (as `coffer kb backlinks` prints it).
 fn backlink_text(b: &NoteBacklink) -> String {
     let mut out = format!("{}:{}", b.path, b.line);
+    if !b.fragment.is_empty() {
+        out.push_str(&format!(" #{}", b.fragment.chars().take(60).collect::<String>()));
+    }
+    if b.embed {
+        out.push_str(" (embed)");
+    }
     if !b.alias.is_empty() {
         out.push_str(&format!(" (as {:?})", b.alias.chars().take(60).collect::<String>()));
     }
@@ -367,6 +382,14 @@ mod tests {
                     alias: "the vault".into(),
                     ..Default::default()
                 },
+                NoteBacklink {
+                    path: "Ideas.md".into(),
+                    title: "Ideas".into(),
+                    line: 5,
+                    fragment: "Plans".into(),
+                    embed: true,
+                    ..Default::default()
+                },
             ],
             indexed: true,
             ..Default::default()
@@ -378,7 +401,10 @@ mod tests {
         );
         assert!(t.contains("links to: Roadmap.md, Nowhere (unresolved)\n"), "{t}");
         // The alias a linking note used, as `coffer kb backlinks` shows it.
-        assert!(t.contains("backlinks: Daily/2026-12-07.md:4, Ideas.md:2 (as \"the vault\")\n"), "{t}");
+        assert!(
+            t.contains("backlinks: Daily/2026-12-07.md:4, Ideas.md:2 (as \"the vault\"), Ideas.md:5 #Plans (embed)\n"),
+            "{t}"
+        );
         assert!(t.ends_with("See [[Roadmap]] and [[Nowhere]].\n"), "{t}");
         let v = retrieval::to_json(&NoteView::of(&n));
         assert_eq!(v["backlinks"][0]["path"], "Daily/2026-12-07.md");

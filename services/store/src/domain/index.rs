@@ -484,10 +484,11 @@ fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLi
     }
     // Backlinks: links whose key is one of this note's names and that resolve to it (another
     // note may own that name first).
-    let mut backlinks = Vec::new();
+    // One per distinct link: the same link written twice on a line is one backlink.
+    let mut backlinks: Vec<Backlink> = Vec::new();
     let mut truncated = false;
     let mut st = c.prepare_cached(
-        "SELECT d.path, d.title, l.line, l.alias, l.embed, l.target_key
+        "SELECT d.path, d.title, l.line, l.alias, l.embed, l.target_key, l.fragment
          FROM kb_links l JOIN kb_documents d ON d.id = l.document
          WHERE d.kb = ?1 AND d.id <> ?2 AND l.target_key IN (SELECT key FROM kb_note_names WHERE document = ?2)
          ORDER BY d.path, l.line, l.ordinal",
@@ -498,17 +499,23 @@ fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLi
         if resolve(c, &key)?.as_deref() != Some(path) {
             continue;
         }
-        if backlinks.len() >= limit as usize {
-            truncated = true;
-            break;
-        }
-        backlinks.push(Backlink {
+        let b = Backlink {
             path: r.get(0)?,
             title: r.get(1)?,
             line: r.get(2)?,
             alias: r.get(3)?,
             embed: r.get(4)?,
-        });
+            fragment: r.get(6)?,
+        };
+        // Rows come by path and line: a duplicate is among the last few.
+        if backlinks.iter().rev().take_while(|o| o.path == b.path && o.line == b.line).any(|o| *o == b) {
+            continue;
+        }
+        if backlinks.len() >= limit as usize {
+            truncated = true;
+            break;
+        }
+        backlinks.push(b);
     }
     Ok(NoteLinksReply { links, backlinks, backlinks_truncated: truncated })
 }
@@ -2413,6 +2420,29 @@ mod tests {
                 r.backlinks.into_iter().map(|b| (b.path, b.line)).collect(),
             )
         }
+    }
+
+    #[tokio::test]
+    async fn backlinks_are_one_per_distinct_link_with_heading_and_embed() {
+        let mut s = serve().await;
+        s.upsert(note("notes", "Coffer.md", vec![], &[])).await;
+        let heading = NoteLink { fragment: "Roadmap".into(), ..link("Coffer", 2) };
+        let embed = NoteLink { embed: true, ..link("Coffer", 2) };
+        let aliased = NoteLink { alias: "the app".into(), ..link("Coffer", 2) };
+        let links = vec![link("Coffer", 2), link("Coffer", 2), heading, embed, aliased, link("Coffer", 3)];
+        s.upsert(note("notes", "Daily.md", links, &[])).await;
+        let r = s
+            .client
+            .note_links(NoteLinksRequest { kb: "notes".into(), path: "Coffer.md".into(), backlinks_limit: 0 })
+            .await
+            .unwrap()
+            .into_inner();
+        let got: Vec<(u32, &str, &str, bool)> =
+            r.backlinks.iter().map(|b| (b.line, b.fragment.as_str(), b.alias.as_str(), b.embed)).collect();
+        assert_eq!(
+            got,
+            [(2, "", "", false), (2, "Roadmap", "", false), (2, "", "", true), (2, "", "the app", false), (3, "", "", false)]
+        );
     }
 
     #[tokio::test]
