@@ -1867,6 +1867,14 @@ impl Index for IndexService {
                 if get_kb(t, &kb.name)?.is_some() {
                     return Err(StoreError::Exists(format!("knowledge base {:?}", kb.name)));
                 }
+                // One folder is one KB. Checked here, in the write transaction (one writer at a
+                // time), so two concurrent adds of one folder cannot both pass.
+                if let Some(other) = kb_at_root(t, &kb.root)? {
+                    return Err(StoreError::Exists(format!(
+                        "a knowledge base for folder {} (knowledge base {other:?})",
+                        kb.root
+                    )));
+                }
                 kb.created_ms = now_ms();
                 t.execute(
                     &format!("INSERT INTO kb_knowledge_bases ({KB_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
