@@ -410,3 +410,53 @@ async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyho
     );
     Ok(())
 }
+
+/// Issue 38 §4: a note whose one line is longer than 64 KiB could not be read past 64 KiB (a
+/// line range cannot split a line). The answer now says where the line was cut, and
+/// `start_byte` reads on in it; every answer stays bounded, and the parts make the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_note_reads_on_in_a_line_longer_than_64_kib() -> anyhow::Result<()> {
+    const KIB64: usize = 64 * 1024;
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let r = api.post_json("/v1/knowledge", &json!({"name": "inbox"})).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    // 150 KiB on one line (multi-byte characters across the cuts), between two short lines.
+    let long: String = (0..150 * 1024 / 3).map(|i| if i % 2 == 0 { "é-" } else { "x" }).collect();
+    let note = format!("# Long\n{long}\nthe end\n");
+    write(&home.root().join("knowledge/inbox/long.md"), &note)?;
+
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let mut got = String::new();
+    let mut args = json!({"kb": "inbox", "path": "long.md"});
+    for part in 0.. {
+        ensure!(part < 10, "reading on never ended: {} of {} bytes", got.len(), note.len());
+        let r = client.call("coffer__read_note", args.clone()).await?;
+        ensure!(r["result"]["isError"] != true, "{args}: {r}");
+        let n = &r["result"]["structuredContent"];
+        let text = n["text"].as_str().context("text")?;
+        ensure!(text.len() <= KIB64, "part {part} is {} bytes", text.len());
+        got.push_str(text);
+        if n["truncated"] != true {
+            break;
+        }
+        let line = n["end_line"].as_u64().context("end_line")?;
+        let cut = n["cut_at_byte"].as_u64().unwrap_or(0);
+        ensure!(cut > 0 && line == 2, "the long line's cut is named: {n}");
+        let next = n["next"].as_str().unwrap_or_default();
+        ensure!(next.contains(&format!("start_line=2 start_byte={cut}")), "{next}");
+        ensure!(texts(&r["result"]).contains(next), "the text says how to read on");
+        args = json!({"kb": "inbox", "path": "long.md", "start_line": line, "start_byte": cut});
+    }
+    ensure!(got == note, "the parts are not the note: {} of {} bytes", got.len(), note.len());
+    // An offset that is no place in the line is refused, naming why.
+    let why = tool_error(
+        &mut client,
+        "coffer__read_note",
+        json!({"kb": "inbox", "path": "long.md", "start_line": 1, "start_byte": 99}),
+    )
+    .await?;
+    ensure!(why.contains("past the end of line 1"), "{why}");
+    client.close().await?;
+    Ok(())
+}

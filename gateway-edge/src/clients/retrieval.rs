@@ -183,6 +183,8 @@ pub fn note(n: coffer_proto::retrieval::Note) -> api::Note {
         total_lines: n.total_lines,
         truncated: n.truncated,
         next: n.next,
+        start_byte: n.start_byte,
+        cut_at_byte: n.cut_at_byte,
         links: n
             .links
             .into_iter()

@@ -267,8 +267,16 @@ pub struct Note {
     pub end_line: u32,
     pub total_lines: u32,
     pub truncated: bool,
-    /// When `truncated`: how to read on (`start_line=N`).
+    /// When `truncated`: how to read on (`start_line=N`, or `start_line=N start_byte=B` in a
+    /// line longer than 64 KiB).
     pub next: String,
+    /// `text` starts this many bytes into `start_line` (the `start_byte` asked for).
+    #[serde(default)]
+    pub start_byte: u32,
+    /// Non-zero: line `end_line` is longer than 64 KiB and was cut after this many of its bytes;
+    /// `start_line=end_line&start_byte=cut_at_byte` reads on.
+    #[serde(default)]
+    pub cut_at_byte: u32,
     pub links: Vec<NoteLink>,
     pub backlinks: Vec<NoteBacklink>,
     pub backlinks_truncated: bool,

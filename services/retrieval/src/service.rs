@@ -286,7 +286,7 @@ impl Retrieval for RetrievalService {
     async fn read_note(&self, req: Request<ReadNoteRequest>) -> Reply<Note> {
         self.sources.ready()?;
         let r = req.into_inner();
-        ok(self.notes.read(&r.kb, &r.path, r.start_line, r.end_line).await)
+        ok(self.notes.read(&r.kb, &r.path, r.start_line, r.end_line, r.start_byte).await)
     }
 
     async fn write_note(&self, req: Request<WriteNoteRequest>) -> Reply<WriteNoteReply> {
