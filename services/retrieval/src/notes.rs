@@ -99,8 +99,14 @@ pub fn check_note_path(path: &str) -> Result<Vec<&str>> {
     Err(Error::Invalid(format!("path {:?} {why}", clip(path, 120))))
 }
 
+/// `s` cut to its first `n` characters, ending in `…` when cut (so the reader sees it was).
 fn clip(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+    let mut chars = s.chars();
+    let mut out: String = chars.by_ref().take(n).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// The note paths and bounds of one KB's notes.
@@ -546,11 +552,17 @@ mod tests {
             let e = check_note_path(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
-        assert!(check_note_path(&"a".repeat(2000)).unwrap_err().to_string().contains("longer than"));
+        // A path too long to show whole is shown clipped, ending in "…" so the cut shows.
+        let e = check_note_path(&"a".repeat(2000)).unwrap_err().to_string();
+        assert_eq!(e, format!("path \"{}…\" is longer than 1024 bytes", "a".repeat(120)));
         // A name the file system cannot hold is refused as such (a newcomer's 300-character
         // file name was an internal error).
         let long = format!("dir/{}.md", "n".repeat(300));
-        assert!(check_note_path(&long).unwrap_err().to_string().contains("name longer than 200 bytes"));
+        let e = check_note_path(&long).unwrap_err().to_string();
+        assert!(e.contains("name longer than 200 bytes") && e.contains("nnn…\""), "{e}");
+        // A path that fits is shown whole, without "…".
+        let e = check_note_path("a//b.md").unwrap_err().to_string();
+        assert!(e.starts_with("path \"a//b.md\" ") && !e.contains('…'), "{e}");
         let fits = format!("{}/{}.md", "d".repeat(200), "n".repeat(197));
         assert_eq!(check_note_path(&fits).unwrap().len(), 2);
     }
