@@ -325,8 +325,9 @@ pub fn state_text(kb: &KnowledgeBaseInfo, max: usize) -> String {
     }
 }
 
-/// The knowledge bases table: NAME KIND DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST SYNC ROOT
-/// (the root last, cut to `width`).
+/// The knowledge bases table: NAME KIND WRITABLE DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST
+/// SYNC ROOT (WRITABLE: whether `coffer__write_note` may write into it; the root last, cut to
+/// `width`).
 pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -334,6 +335,7 @@ pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
             vec![
                 text_cell(&k.name, 64),
                 text_cell(&k.kind, 10),
+                crate::output::yes_no(k.writable).to_owned(),
                 k.documents.to_string(),
                 k.chunks.to_string(),
                 k.embedded.to_string(),
@@ -345,7 +347,7 @@ pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
         })
         .collect();
     render_table_fitted(
-        &["NAME", "KIND", "DOCUMENTS", "CHUNKS", "EMBEDDED", "STATE", "ERRORS", "LAST SYNC (UTC)", "ROOT"],
+        &["NAME", "KIND", "WRITABLE", "DOCUMENTS", "CHUNKS", "EMBEDDED", "STATE", "ERRORS", "LAST SYNC (UTC)", "ROOT"],
         &rows,
         width,
     )
@@ -1076,11 +1078,13 @@ mod tests {
 
     #[test]
     fn tables_show_counts_state_and_errors() {
-        let items = vec![kb("notes", "indexing", 120, 500, 2), kb("vault", "failed", 0, 0, 1)];
+        let mut items = vec![kb("notes", "indexing", 120, 500, 2), kb("vault", "failed", 0, 0, 1)];
+        items[0].writable = true;
         let t = render_kbs(&items, None);
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].starts_with("NAME   KIND    DOCUMENTS  CHUNKS  EMBEDDED  STATE"), "{t}");
+        assert!(lines[0].starts_with("NAME   KIND    WRITABLE  DOCUMENTS  CHUNKS  EMBEDDED  STATE"), "{t}");
         assert!(lines[1].contains("indexing 120/500") && lines[1].ends_with("/srv/notes"), "{t}");
+        assert!(lines[1].contains("  yes  ") && lines[2].contains("  no  "), "{t}");
         assert!(lines[2].contains("failed"), "{t}");
         let s = render_status(
             &items,
