@@ -146,8 +146,9 @@ pub struct AddArgs {
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// What to look for (words or a question).
-    #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+    /// What to look for (words or a question). Without one, `--tag` lists the notes with that
+    /// tag, by knowledge base then path.
+    #[arg(num_args = 0.., value_name = "QUERY", required_unless_present = "tags")]
     pub query: Vec<String>,
     /// Only this knowledge base (repeatable; `memory` searches remembered facts).
     #[arg(long, value_name = "KB")]
@@ -155,8 +156,8 @@ pub struct SearchArgs {
     /// Only files under this path inside the knowledge base.
     #[arg(long = "path", value_name = "PREFIX")]
     pub path_prefix: Option<String>,
-    /// Only documents with this tag (repeatable: all must match; a tag matches its nested tags,
-    /// `project` matching `project/coffer`, in any case).
+    /// Only documents with this tag (repeatable: all must match; `#project` is `project`; a tag
+    /// matches its nested tags, `project` matching `project/coffer`, in any case).
     #[arg(long = "tag", value_name = "T")]
     pub tags: Vec<String>,
     /// Only documents modified since (15m, 2h, 7d, 2026-11-30, RFC 3339).
@@ -171,6 +172,9 @@ pub struct SearchArgs {
     /// Treat the query as a regular expression (grep engine).
     #[arg(long)]
     pub regex: bool,
+    /// The next page of a tag listing (no QUERY), as the previous page printed it.
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -599,6 +603,7 @@ pub fn search_body(a: &SearchArgs) -> SearchRequest {
         limit: Some(a.limit),
         snippet_chars: None,
         regex: a.regex.then_some(true),
+        cursor: a.cursor.clone(),
     }
 }
 
@@ -674,8 +679,29 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
     }
     let reply: SearchReply = resp.parse()?;
     output::print_styled(&render_results(&reply, stdout_is_styled()))?;
+    if let Some(next) = &reply.next_cursor {
+        output::println(&next_page_line(&a, next))?;
+    }
     print_warnings(&reply);
     Ok(())
+}
+
+/// How to get a tag listing's next page: the same command with `--cursor`.
+pub fn next_page_line(a: &SearchArgs, next: &str) -> String {
+    let mut cmd = String::from("coffer kb search");
+    for kb in &a.kb {
+        cmd.push_str(&format!(" --kb {}", crate::output::shell_quote(kb)));
+    }
+    if let Some(p) = &a.path_prefix {
+        cmd.push_str(&format!(" --path {}", crate::output::shell_quote(p)));
+    }
+    for t in &a.tags {
+        cmd.push_str(&format!(" --tag {}", crate::output::shell_quote(t)));
+    }
+    if a.limit != 8 {
+        cmd.push_str(&format!(" --limit {}", a.limit));
+    }
+    format!("More: {cmd} --cursor {}", crate::output::shell_quote(next))
 }
 
 /// The reply's warnings, on stderr.
@@ -1115,6 +1141,27 @@ mod tests {
         let shown = render_kb(&sized);
         assert!(shown.contains("index:     3.00 MiB on disk for 2.00 MiB of files (1.50×)\n"), "{shown}");
         assert!(shown.contains("hidden:    3 skipped (not searched): .github, .obsidian and 1 more\n"), "{shown}");
+    }
+
+    #[test]
+    fn a_tag_listing_says_how_to_get_its_next_page() {
+        let a = SearchArgs {
+            query: vec![],
+            kb: vec!["vault".into()],
+            path_prefix: None,
+            tags: vec!["#project".into()],
+            since: None,
+            engines: vec![],
+            limit: 2,
+            regex: false,
+            cursor: Some("vault:a.md".into()),
+        };
+        assert_eq!(search_body(&a).cursor.as_deref(), Some("vault:a.md"));
+        assert_eq!(search_body(&a).query, "");
+        assert_eq!(
+            next_page_line(&a, "vault:Daily/it's.md"),
+            "More: coffer kb search --kb vault --tag '#project' --limit 2 --cursor 'vault:Daily/it'\\''s.md'"
+        );
     }
 
     #[test]

@@ -241,6 +241,7 @@ pub fn search_reply(r: SearchReply) -> api::SearchReply {
         warnings: r.warnings,
         took_ms: r.took_ms,
         fusion: r.fusion,
+        next_cursor: (!r.next_cursor.is_empty()).then_some(r.next_cursor),
     }
 }
 
@@ -399,6 +400,7 @@ mod tests {
             warnings: vec!["vector engine failed: connection refused".into()],
             took_ms: 4,
             fusion: "rrf k=60".into(),
+            ..Default::default()
         };
         let v = search_reply_json(&r);
         let res = &v["results"][0];

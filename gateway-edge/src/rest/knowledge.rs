@@ -207,11 +207,13 @@ pub fn search_request(body: SearchBody) -> SearchRequest {
         limit: body.limit.unwrap_or(0),
         snippet_chars: body.snippet_chars.unwrap_or(0),
         regex: body.regex.unwrap_or(false),
+        cursor: body.cursor.unwrap_or_default(),
     }
 }
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
-/// limit?, snippet_chars?, regex?}` → [`api::SearchReply`].
+/// limit?, snippet_chars?, regex?, cursor?}` → [`api::SearchReply`] (without a query but with
+/// tags: the notes with those tags, a page at a time, `next_cursor` for the next).
 async fn search(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<SearchBody>,

@@ -40,7 +40,9 @@ pub struct Reindex {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
-    /// 1-8192 bytes after trimming.
+    /// 1-8192 bytes after trimming; empty (or absent) with `tags`: no search, the notes with
+    /// those tags, by knowledge base then path, `limit` a page.
+    #[serde(default)]
     pub query: String,
     /// Only these knowledge bases; default every folder one (not memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +67,9 @@ pub struct SearchRequest {
     /// grep engine: the query is a regex (else literal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regex: Option<bool>,
+    /// A tag listing's next page: the `next_cursor` of the previous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
 }
 
 /// `POST /v1/memory/recall`.
@@ -399,6 +404,9 @@ pub struct SearchReply {
     pub took_ms: u32,
     /// e.g. `rrf k=60`.
     pub fusion: String,
+    /// A tag listing with more notes: pass it as `cursor` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// A remembered fact (`GET /v1/memory/{id}`, an item of `GET /v1/memory`).

@@ -601,7 +601,7 @@ mod tests {
         assert!(n.truncated && n.text.len() <= MAX_READ_BYTES && n.next.contains("was cut"));
         // A line longer than 64 KiB, between two others: read on in it by start_byte until it
         // is whole, then on to the next line. Every part is bounded; together they are the note.
-        let long = format!("before\n{}\nafter\n", "é".repeat(MAX_READ_BYTES) + &"x".repeat(100));
+        let long = format!("before\n{}\nafter\n", "é".repeat(MAX_READ_BYTES / 2) + &"x".repeat(100));
         let mut n = Note::default();
         slice_lines(&long, 2, 0, 0, &mut n).unwrap();
         assert_eq!((n.end_line, n.cut_at_byte, n.truncated), (2, MAX_READ_BYTES as u32, true));
@@ -610,7 +610,10 @@ mod tests {
         let mut m = Note::default();
         slice_lines(&long, 2, 0, n.cut_at_byte, &mut m).unwrap();
         assert!(m.text.len() <= MAX_READ_BYTES, "{}", m.text.len());
-        assert_eq!((m.start_line, m.start_byte, m.end_line, m.cut_at_byte, m.truncated), (2, n.cut_at_byte, 3, 0, false));
+        assert_eq!(
+            (m.start_line, m.start_byte, m.end_line, m.cut_at_byte, m.truncated),
+            (2, n.cut_at_byte, 3, 0, false)
+        );
         parts.push_str(&m.text);
         assert_eq!(format!("before\n{parts}"), long);
         // Offsets that are not a place in the line are refused, naming why.

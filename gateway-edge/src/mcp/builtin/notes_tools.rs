@@ -182,7 +182,11 @@ pub fn note_text(n: &Note) -> String {
     if n.total_lines == 0 {
         out.push_str("(empty note)\n");
     } else {
-        let from = if n.start_byte > 0 { format!(" (from byte {} of line {})", n.start_byte, n.start_line) } else { String::new() };
+        let from = if n.start_byte > 0 {
+            format!(" (from byte {} of line {})", n.start_byte, n.start_line)
+        } else {
+            String::new()
+        };
         out.push_str(&format!("lines {}-{} of {}{from}\n", n.start_line, n.end_line, n.total_lines));
     }
     if !n.tags.is_empty() {

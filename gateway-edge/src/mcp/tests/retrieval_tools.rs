@@ -91,6 +91,7 @@ impl coffer_proto::retrieval::retrieval_server::Retrieval for FakeRetrieval {
             warnings: vec![],
             took_ms: 1,
             fusion: "rrf k=60".into(),
+            next_cursor: String::new(),
         }))
     }
     async fn remember(

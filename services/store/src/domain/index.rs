@@ -2029,6 +2029,45 @@ impl Index for IndexService {
         Ok(Response::new(ChunkHits { hits }))
     }
 
+    async fn tagged_documents(&self, req: Request<TaggedDocumentsRequest>) -> Result<Response<ChunkHits>, Status> {
+        let r = req.into_inner();
+        if r.filters.as_ref().is_none_or(|f| f.tags.is_empty()) {
+            return Err(StoreError::Invalid("filters.tags must name at least one tag".into()).into());
+        }
+        let filter = Filter::new(r.filters.as_ref())?;
+        let limit = validate_limit("limit", r.limit)?;
+        if r.after_path.len() > MAX_PATH_BYTES || r.after_kb.len() > 64 {
+            return Err(StoreError::Invalid("after_kb or after_path is too long".into()).into());
+        }
+        let hits = self
+            .db
+            .read_now(move |c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT coalesce(c.id, 0), d.kb, d.path, coalesce(c.heading_path, '[]'),
+                            coalesce(c.line_start, 1), coalesce(c.line_end, 1), coalesce(c.text, ''),
+                            d.title, d.tags_json, d.mtime_ms, coalesce(c.ordinal, 0)
+                     FROM kb_documents d LEFT JOIN kb_chunks c ON c.document = d.id AND c.ordinal = 0
+                     WHERE {FILTER_SQL} AND d.error = '' AND (d.kb > ?5 OR (d.kb = ?5 AND d.path > ?6))
+                     ORDER BY d.kb, d.path LIMIT ?7"
+                ))?;
+                let rows = st.query_map(
+                    params![
+                        filter.kb_json,
+                        filter.prefix,
+                        filter.tags_json,
+                        filter.after,
+                        r.after_kb,
+                        r.after_path,
+                        limit
+                    ],
+                    |row| Ok(ChunkHit { chunk: Some(chunk_at(row)?), score: 0.0, lines: vec![] }),
+                )?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
     async fn vector_query(&self, req: Request<VectorQueryRequest>) -> Result<Response<ChunkHits>, Status> {
         let r = req.into_inner();
         let filter = Filter::new(r.filters.as_ref())?;
@@ -2449,7 +2488,13 @@ mod tests {
             r.backlinks.iter().map(|b| (b.line, b.fragment.as_str(), b.alias.as_str(), b.embed)).collect();
         assert_eq!(
             got,
-            [(2, "", "", false), (2, "Roadmap", "", false), (2, "", "", true), (2, "", "the app", false), (3, "", "", false)]
+            [
+                (2, "", "", false),
+                (2, "Roadmap", "", false),
+                (2, "", "", true),
+                (2, "", "the app", false),
+                (3, "", "", false)
+            ]
         );
     }
 
@@ -3298,6 +3343,29 @@ mod tests {
             assert_eq!(paths(s.keyword(q(f)).await), ["nested/f.md"], "{asked}");
         }
         assert!(s.keyword(q(Filters { tags: vec!["project/cof".into()], ..Default::default() })).await.is_empty());
+        // The notes with a tag, without a query: by KB then path, a page at a time.
+        let tagged = |tag: &str, after: (&str, &str), limit: u32| TaggedDocumentsRequest {
+            filters: Some(Filters { tags: vec![tag.into()], ..Default::default() }),
+            after_kb: after.0.into(),
+            after_path: after.1.into(),
+            limit,
+        };
+        let page = |r: ChunkHits| {
+            r.hits.into_iter().map(|h| h.chunk.unwrap()).map(|c| format!("{}:{}", c.kb, c.path)).collect::<Vec<_>>()
+        };
+        let first = s.client.tagged_documents(tagged("db", ("", ""), 2)).await.unwrap().into_inner();
+        assert_eq!(first.hits[0].chunk.as_ref().unwrap().text, "common word");
+        assert_eq!(page(first), ["notes:nested/f.md", "notes:p%_/d.md"]);
+        let next = s.client.tagged_documents(tagged("db", ("notes", "p%_/d.md"), 2)).await.unwrap().into_inner();
+        assert_eq!(page(next), ["notes:projects/a.md", "work:projects/e.md"]);
+        let last = s.client.tagged_documents(tagged("db", ("work", "projects/e.md"), 2)).await.unwrap().into_inner();
+        assert!(last.hits.is_empty());
+        assert_eq!(
+            page(s.client.tagged_documents(tagged("PROJECT", ("", ""), 10)).await.unwrap().into_inner()),
+            ["notes:nested/f.md"]
+        );
+        let e = s.client.tagged_documents(TaggedDocumentsRequest { limit: 5, ..Default::default() }).await.unwrap_err();
+        assert!(e.message().contains("at least one tag"), "{e}");
         for path in ["nested/f.md", "nested/g.md"] {
             s.client.delete_document(DocumentRef { kb: "notes".into(), path: path.into() }).await.unwrap();
         }
