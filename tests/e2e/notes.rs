@@ -312,3 +312,259 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     ensure!(left.is_empty(), "temp files left: {left:?}");
     Ok(())
 }
+
+/// Issue 38 §4: two `kb add`s of one folder at the same moment both succeeded (the "one folder is
+/// one knowledge base" check was not atomic). Now exactly one of several concurrent adds of a
+/// folder, under different names, succeeds; every other one gets the refusal a later add gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_of_one_folder_make_one_knowledge_base() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    let api = home.start_daemon().await?;
+    const ADDS: usize = 6;
+    let adds = (0..ADDS).map(|i| {
+        let api = api.clone();
+        let body = json!({"name": format!("vault{i}"), "path": folder.display().to_string()});
+        async move { api.post_json("/v1/knowledge", &body).reply().await }
+    });
+    let replies = futures_util::future::join_all(adds).await;
+    let mut created = Vec::new();
+    let mut refused = Vec::new();
+    for (i, r) in replies.into_iter().enumerate() {
+        let r = r?;
+        if r.status == 201 {
+            created.push(i);
+        } else {
+            refused.push(r.expect_envelope(409, "CONFLICT")?["message"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    ensure!(created.len() == 1, "{} of {ADDS} concurrent adds of one folder succeeded: {created:?}", created.len());
+    let winner = format!("vault{}", created[0]);
+    let root = folder.canonicalize()?.display().to_string();
+    let sequential = format!(
+        "knowledge base {winner:?} already indexes {root}; one folder is one knowledge base (remove {winner:?} first, or search it)"
+    );
+    for m in &refused {
+        ensure!(m == &sequential, "a concurrent loser's refusal differs from the sequential one: {m}");
+    }
+    // The same refusal, afterwards; and the list holds the one KB.
+    let later = api
+        .post_json("/v1/knowledge", &json!({"name": "later", "path": folder.display().to_string()}))
+        .reply()
+        .await?
+        .expect_envelope(409, "CONFLICT")?;
+    ensure!(later["message"] == sequential.as_str(), "{later}");
+    let list = api.get("/v1/knowledge").reply().await?.ok_json()?;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .filter_map(|k| k["name"].as_str())
+        .filter(|n| n.starts_with("vault") || *n == "later")
+        .collect();
+    ensure!(names == [winner.as_str()], "{list}");
+    Ok(())
+}
+
+/// Issue 38 §4: how a note links here, the same in `coffer__read_note`'s backlinks line and in
+/// `coffer kb backlinks`: the alias the linking note used (`(as "the app")`), a link to a heading
+/// (`#Coffer`) and an embed (`(embed)`), one line per distinct link (the same link twice on a
+/// line is one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    write(&folder.join("Again.md"), "# Again\n\n[[Coffer]] and [[Coffer]] once more.\n")?;
+    let api = home.start_daemon().await?;
+    let r =
+        api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()})).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    indexed(&api, "vault", 4).await?;
+
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let read = client.call("coffer__read_note", json!({"kb": "vault", "path": "Projects/Coffer.md"})).await?;
+    ensure!(read["result"]["isError"] != true, "{read}");
+    let text = texts(&read["result"]);
+    let line = text.lines().find(|l| l.starts_with("backlinks: ")).with_context(|| text.clone())?;
+    ensure!(line.contains("Daily/2026-12-07.md:3 (as \"the app\")"), "read_note: {line}");
+    ensure!(line.contains("Daily/2026-12-07.md:5 #Coffer") && line.contains("Ideas.md:3 (embed)"), "read_note: {line}");
+    ensure!(line.matches("Again.md:3").count() == 1, "read_note: {line}");
+    let structured = &read["result"]["structuredContent"]["backlinks"];
+    ensure!(structured.as_array().is_some_and(|b| b.iter().any(|b| b["alias"] == "the app")), "{structured}");
+    client.close().await?;
+
+    let out = home.cli(&["kb", "backlinks", "vault", "Projects/Coffer.md"]).await?;
+    ensure!(out.code == Some(0), "{out:?}");
+    ensure!(
+        out.stdout
+            == "Again.md:3  Again\n\
+                Daily/2026-12-07.md:3  Monday\n\
+                Daily/2026-12-07.md:3  Monday  (as \"the app\")\n\
+                Daily/2026-12-07.md:5  Monday  #Coffer\n\
+                Ideas.md:3  Ideas  (embed)\n",
+        "kb backlinks: {}",
+        out.stdout
+    );
+    Ok(())
+}
+
+/// Issue 38 §4: a note whose one line is longer than 64 KiB could not be read past 64 KiB (a
+/// line range cannot split a line). The answer now says where the line was cut, and
+/// `start_byte` reads on in it; every answer stays bounded, and the parts make the note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_note_reads_on_in_a_line_longer_than_64_kib() -> anyhow::Result<()> {
+    const KIB64: usize = 64 * 1024;
+    let home = TestHome::new()?;
+    let api = home.start_daemon().await?;
+    let r = api.post_json("/v1/knowledge", &json!({"name": "inbox"})).reply().await?;
+    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    // 100 KiB on one line (multi-byte characters across the cuts), between two short lines.
+    let long: String = (0..150 * 1024 / 3).map(|i| if i % 2 == 0 { "é-" } else { "x" }).collect();
+    let note = format!("# Long\n{long}\nthe end\n");
+    write(&home.root().join("knowledge/inbox/long.md"), &note)?;
+
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let mut got = String::new();
+    let mut cuts = 0;
+    let mut args = json!({"kb": "inbox", "path": "long.md"});
+    for part in 0.. {
+        ensure!(part < 10, "reading on never ended: {} of {} bytes", got.len(), note.len());
+        let r = client.call("coffer__read_note", args.clone()).await?;
+        ensure!(r["result"]["isError"] != true, "{args}: {r}");
+        let n = &r["result"]["structuredContent"];
+        let text = n["text"].as_str().context("text")?;
+        ensure!(text.len() <= KIB64, "part {part} is {} bytes", text.len());
+        got.push_str(text);
+        if n["truncated"] != true {
+            break;
+        }
+        let line = n["end_line"].as_u64().context("end_line")?;
+        let next = n["next"].as_str().unwrap_or_default();
+        ensure!(texts(&r["result"]).contains(next), "the text says how to read on");
+        let cut = n["cut_at_byte"].as_u64().unwrap_or(0);
+        if cut == 0 {
+            // Cut before the long line: read on at the next one.
+            args = json!({"kb": "inbox", "path": "long.md", "start_line": line + 1});
+            continue;
+        }
+        cuts += 1;
+        ensure!(line == 2, "only the long line is cut inside: {n}");
+        ensure!(next.contains(&format!("start_line=2 start_byte={cut}")), "{next}");
+        args = json!({"kb": "inbox", "path": "long.md", "start_line": line, "start_byte": cut});
+    }
+    ensure!(cuts >= 1, "the 100 KiB line is read in 2 parts at least: {cuts} cuts");
+    ensure!(got == note, "the parts are not the note: {} of {} bytes", got.len(), note.len());
+    // An offset that is no place in the line is refused, naming why.
+    let why = tool_error(
+        &mut client,
+        "coffer__read_note",
+        json!({"kb": "inbox", "path": "long.md", "start_line": 1, "start_byte": 99}),
+    )
+    .await?;
+    ensure!(why.contains("past the end of line 1"), "{why}");
+    client.close().await?;
+    Ok(())
+}
+
+/// Issue 38 §4: tags as a person writes them and lists them. A tag filter given as in a note
+/// (`--tag '#project'`) matches like `project`; a tag with no query lists the notes with that tag
+/// (CLI, REST, MCP), a page at a time; `kb list` says which knowledge bases tools may write to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_filter_with_a_hash_and_list_notes_without_a_query() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let outside = tempfile::tempdir()?;
+    let folder = outside.path().join("Vault");
+    vault(&folder)?;
+    for i in 1..=5 {
+        write(&folder.join(format!("Journal/day{i}.md")), format!("# Day {i}\n\nWrote things down. #journal\n"))?;
+    }
+    let api = home.start_daemon().await?;
+    for body in [json!({"name": "vault", "path": folder.display().to_string()}), json!({"name": "inbox"})] {
+        let r = api.post_json("/v1/knowledge", &body).reply().await?;
+        ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
+    }
+    indexed(&api, "vault", 8).await?;
+
+    // 5. `#project` is the tag `project`, in a search.
+    let out = home.cli(&["kb", "search", "vault", "--tag", "#project"]).await?;
+    ensure!(out.code == Some(0) && out.stdout.contains("vault:Projects/Coffer.md:"), "{out:?}");
+
+    // 6. No query: the notes with the tag, by KB then path, a page at a time.
+    let out = home.cli(&["kb", "search", "--tag", "#project"]).await?;
+    if out.code != Some(0) {
+        let g = home.cli(&["logs", "gateway", "-n", "30"]).await?;
+        let r = home.cli(&["logs", "retrieval", "-n", "30"]).await?;
+        anyhow::bail!("{out:?}\n{}\n{}", g.stdout, r.stdout);
+    }
+    ensure!(out.stdout.starts_with("vault:Projects/Coffer.md:"), "{}", out.stdout);
+    ensure!(!out.stdout.contains("More:"), "{}", out.stdout);
+    let mut listed = Vec::new();
+    let mut args: Vec<String> = ["kb", "search", "--tag", "journal", "--limit", "2"].map(String::from).to_vec();
+    for page in 0.. {
+        ensure!(page < 5, "the pages never ended: {listed:?}");
+        let out = home.cli(&args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        ensure!(out.code == Some(0), "{out:?}");
+        let paths: Vec<String> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("vault:"))
+            .map(|l| l.split(':').nth(1).unwrap_or("").to_owned())
+            .collect();
+        ensure!(!paths.is_empty() && paths.len() <= 2, "a page of at most 2: {}", out.stdout);
+        listed.extend(paths);
+        let Some(more) = out.stdout.lines().find_map(|l| l.strip_prefix("More: coffer ")) else { break };
+        let cursor = more.rsplit_once("--cursor ").context("cursor")?.1.trim_matches('\'').to_owned();
+        args = ["kb", "search", "--tag", "journal", "--limit", "2", "--cursor"].map(String::from).to_vec();
+        args.push(cursor);
+    }
+    let want: Vec<String> = std::iter::once("Daily/2026-12-07.md".to_owned())
+        .chain((1..=5).map(|i| format!("Journal/day{i}.md")))
+        .collect();
+    ensure!(listed == want, "{listed:?}");
+    // REST: the same listing, `next_cursor` for the next page.
+    let first =
+        api.post_json("/v1/knowledge/search", &json!({"tags": ["journal"], "limit": 4})).reply().await?.ok_json()?;
+    let cursor = first["next_cursor"].as_str().context("next_cursor")?.to_owned();
+    let rest = api
+        .post_json("/v1/knowledge/search", &json!({"tags": ["#journal"], "limit": 4, "cursor": cursor}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let paths = |v: &Value| -> Vec<String> {
+        v["results"].as_array().into_iter().flatten().filter_map(|r| r["path"].as_str().map(str::to_owned)).collect()
+    };
+    ensure!([paths(&first), paths(&rest)].concat() == want && rest.get("next_cursor").is_none(), "{first} {rest}");
+    // Neither a query nor a tag is still refused, by name.
+    api.post_json("/v1/knowledge/search", &json!({"query": " "}))
+        .reply()
+        .await?
+        .expect_envelope(400, "INVALID_ARGUMENT")?;
+    // MCP: tags alone.
+    let mut client = PyClient::through_shim(&home, &[]).await?;
+    let r = client.call("coffer__search_knowledge", json!({"tags": "#project"})).await?;
+    ensure!(r["result"]["isError"] != true, "{r}");
+    ensure!(texts(&r["result"]).starts_with("1 note tagged #project:\n\nvault:Projects/Coffer.md:"), "{r}");
+    client.close().await?;
+
+    // 7. WRITABLE in `kb list`, `writable` in its JSON.
+    let out = home.cli(&["kb", "list"]).await?;
+    ensure!(out.code == Some(0) && out.stdout.lines().next().is_some_and(|h| h.contains("WRITABLE")), "{out:?}");
+    let cell = |name: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_owned())
+    };
+    ensure!(cell("inbox").as_deref() == Some("yes") && cell("vault").as_deref() == Some("no"), "{}", out.stdout);
+    let out = home.cli(&["kb", "list", "--json"]).await?;
+    let v: Value = serde_json::from_str(&out.stdout).with_context(|| out.stdout.clone())?;
+    let writable = |name: &str| {
+        v["items"].as_array().into_iter().flatten().find(|k| k["name"] == name).map(|k| k["writable"].clone())
+    };
+    ensure!(writable("inbox") == Some(json!(true)) && writable("vault") == Some(json!(false)), "{v}");
+    Ok(())
+}

@@ -71,6 +71,7 @@ pub(crate) fn search(query: &str, kb: &[&str], engines: &[&str]) -> SearchReques
         limit: 20,
         snippet_chars: 0,
         regex: false,
+        cursor: String::new(),
     }
 }
 

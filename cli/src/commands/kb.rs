@@ -146,8 +146,9 @@ pub struct AddArgs {
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// What to look for (words or a question).
-    #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+    /// What to look for (words or a question). Without one, `--tag` lists the notes with that
+    /// tag, by knowledge base then path.
+    #[arg(num_args = 0.., value_name = "QUERY", required_unless_present = "tags")]
     pub query: Vec<String>,
     /// Only this knowledge base (repeatable; `memory` searches remembered facts).
     #[arg(long, value_name = "KB")]
@@ -155,8 +156,8 @@ pub struct SearchArgs {
     /// Only files under this path inside the knowledge base.
     #[arg(long = "path", value_name = "PREFIX")]
     pub path_prefix: Option<String>,
-    /// Only documents with this tag (repeatable: all must match; a tag matches its nested tags,
-    /// `project` matching `project/coffer`, in any case).
+    /// Only documents with this tag (repeatable: all must match; `#project` is `project`; a tag
+    /// matches its nested tags, `project` matching `project/coffer`, in any case).
     #[arg(long = "tag", value_name = "T")]
     pub tags: Vec<String>,
     /// Only documents modified since (15m, 2h, 7d, 2026-11-30, RFC 3339).
@@ -171,6 +172,9 @@ pub struct SearchArgs {
     /// Treat the query as a regular expression (grep engine).
     #[arg(long)]
     pub regex: bool,
+    /// The next page of a tag listing (no QUERY), as the previous page printed it.
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -225,16 +229,32 @@ async fn set(ctx: &Ctx, a: SetArgs) -> Result<(), CliError> {
     })
 }
 
-/// The lines of `kb backlinks`: one `path:line  title` per linking note, and `(as "alias")`
-/// when the link shows other text (`[[Note|alias]]`).
+/// The lines of `kb backlinks`: one `path:line  title` per distinct link, then what kind of
+/// link it is: `#Heading` for a link to a heading or `^block` (`[[Note#Heading]]`), `(embed)` for
+/// an embed (`![[Note]]`), and `(as "alias")` when the link shows other text (`[[Note|alias]]`).
 pub fn render_backlinks(note: &coffer_api::knowledge::Note) -> String {
     if note.backlinks.is_empty() {
         return format!("No note links to {}\n", printable(&note.path));
     }
     let mut out = String::new();
+    let mut seen = std::collections::HashSet::new();
     for b in &note.backlinks {
-        let alias = if b.alias.is_empty() { String::new() } else { format!("  (as {:?})", text_cell(&b.alias, 60)) };
-        out.push_str(&format!("{}:{}  {}{alias}\n", printable(&b.path), b.line, text_cell(&b.title, 80)));
+        // The service sends each distinct link once; an older one may repeat a link.
+        if !seen.insert((&b.path, b.line, &b.fragment, b.embed, &b.alias)) {
+            continue;
+        }
+        let mut line = format!("{}:{}  {}", printable(&b.path), b.line, text_cell(&b.title, 80));
+        if !b.fragment.is_empty() {
+            line.push_str(&format!("  #{}", text_cell(&b.fragment, 60)));
+        }
+        if b.embed {
+            line.push_str("  (embed)");
+        }
+        if !b.alias.is_empty() {
+            line.push_str(&format!("  (as {:?})", text_cell(&b.alias, 60)));
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     if note.backlinks_truncated {
         out.push_str("(more not shown)\n");
@@ -309,8 +329,9 @@ pub fn state_text(kb: &KnowledgeBaseInfo, max: usize) -> String {
     }
 }
 
-/// The knowledge bases table: NAME KIND DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST SYNC ROOT
-/// (the root last, cut to `width`).
+/// The knowledge bases table: NAME KIND WRITABLE DOCUMENTS CHUNKS EMBEDDED STATE ERRORS LAST
+/// SYNC ROOT (WRITABLE: whether `coffer__write_note` may write into it; the root last, cut to
+/// `width`).
 pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -318,6 +339,7 @@ pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
             vec![
                 text_cell(&k.name, 64),
                 text_cell(&k.kind, 10),
+                crate::output::yes_no(k.writable).to_owned(),
                 k.documents.to_string(),
                 k.chunks.to_string(),
                 k.embedded.to_string(),
@@ -329,7 +351,7 @@ pub fn render_kbs(items: &[KnowledgeBaseInfo], width: Option<usize>) -> String {
         })
         .collect();
     render_table_fitted(
-        &["NAME", "KIND", "DOCUMENTS", "CHUNKS", "EMBEDDED", "STATE", "ERRORS", "LAST SYNC (UTC)", "ROOT"],
+        &["NAME", "KIND", "WRITABLE", "DOCUMENTS", "CHUNKS", "EMBEDDED", "STATE", "ERRORS", "LAST SYNC (UTC)", "ROOT"],
         &rows,
         width,
     )
@@ -581,6 +603,7 @@ pub fn search_body(a: &SearchArgs) -> SearchRequest {
         limit: Some(a.limit),
         snippet_chars: None,
         regex: a.regex.then_some(true),
+        cursor: a.cursor.clone(),
     }
 }
 
@@ -656,8 +679,29 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
     }
     let reply: SearchReply = resp.parse()?;
     output::print_styled(&render_results(&reply, stdout_is_styled()))?;
+    if let Some(next) = &reply.next_cursor {
+        output::println(&next_page_line(&a, next))?;
+    }
     print_warnings(&reply);
     Ok(())
+}
+
+/// How to get a tag listing's next page: the same command with `--cursor`.
+pub fn next_page_line(a: &SearchArgs, next: &str) -> String {
+    let mut cmd = String::from("coffer kb search");
+    for kb in &a.kb {
+        cmd.push_str(&format!(" --kb {}", crate::output::shell_quote(kb)));
+    }
+    if let Some(p) = &a.path_prefix {
+        cmd.push_str(&format!(" --path {}", crate::output::shell_quote(p)));
+    }
+    for t in &a.tags {
+        cmd.push_str(&format!(" --tag {}", crate::output::shell_quote(t)));
+    }
+    if a.limit != 8 {
+        cmd.push_str(&format!(" --limit {}", a.limit));
+    }
+    format!("More: {cmd} --cursor {}", crate::output::shell_quote(next))
 }
 
 /// The reply's warnings, on stderr.
@@ -1060,11 +1104,13 @@ mod tests {
 
     #[test]
     fn tables_show_counts_state_and_errors() {
-        let items = vec![kb("notes", "indexing", 120, 500, 2), kb("vault", "failed", 0, 0, 1)];
+        let mut items = vec![kb("notes", "indexing", 120, 500, 2), kb("vault", "failed", 0, 0, 1)];
+        items[0].writable = true;
         let t = render_kbs(&items, None);
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].starts_with("NAME   KIND    DOCUMENTS  CHUNKS  EMBEDDED  STATE"), "{t}");
+        assert!(lines[0].starts_with("NAME   KIND    WRITABLE  DOCUMENTS  CHUNKS  EMBEDDED  STATE"), "{t}");
         assert!(lines[1].contains("indexing 120/500") && lines[1].ends_with("/srv/notes"), "{t}");
+        assert!(lines[1].contains("  yes  ") && lines[2].contains("  no  "), "{t}");
         assert!(lines[2].contains("failed"), "{t}");
         let s = render_status(
             &items,
@@ -1098,6 +1144,27 @@ mod tests {
     }
 
     #[test]
+    fn a_tag_listing_says_how_to_get_its_next_page() {
+        let a = SearchArgs {
+            query: vec![],
+            kb: vec!["vault".into()],
+            path_prefix: None,
+            tags: vec!["#project".into()],
+            since: None,
+            engines: vec![],
+            limit: 2,
+            regex: false,
+            cursor: Some("vault:a.md".into()),
+        };
+        assert_eq!(search_body(&a).cursor.as_deref(), Some("vault:a.md"));
+        assert_eq!(search_body(&a).query, "");
+        assert_eq!(
+            next_page_line(&a, "vault:Daily/it's.md"),
+            "More: coffer kb search --kb vault --tag '#project' --limit 2 --cursor 'vault:Daily/it'\\''s.md'"
+        );
+    }
+
+    #[test]
     fn backlinks_show_each_linking_note_and_the_alias_it_links_with() {
         use coffer_api::knowledge::{Note, NoteBacklink};
         let link = |path: &str, title: &str, line: u32, alias: &str| NoteBacklink {
@@ -1105,17 +1172,27 @@ mod tests {
             title: title.into(),
             line,
             alias: alias.into(),
+            ..NoteBacklink::default()
         };
+        let heading = NoteBacklink { fragment: "Plans".into(), ..link("Daily/2026-12-07.md", "Monday", 5, "") };
+        let embed = NoteBacklink { embed: true, ..link("Ideas.md", "Ideas", 3, "") };
         let note = Note {
             kb: "vault".into(),
             path: "Coffer.md".into(),
-            backlinks: vec![link("Daily/2026-12-07.md", "Monday", 3, ""), link("Ideas.md", "Ideas", 12, "the vault")],
+            backlinks: vec![
+                link("Daily/2026-12-07.md", "Monday", 3, ""),
+                link("Daily/2026-12-07.md", "Monday", 3, ""),
+                heading,
+                embed,
+                link("Ideas.md", "Ideas", 12, "the vault"),
+            ],
             backlinks_truncated: true,
             ..Note::default()
         };
         assert_eq!(
             render_backlinks(&note),
-            "Daily/2026-12-07.md:3  Monday\nIdeas.md:12  Ideas  (as \"the vault\")\n(more not shown)\n"
+            "Daily/2026-12-07.md:3  Monday\nDaily/2026-12-07.md:5  Monday  #Plans\nIdeas.md:3  Ideas  (embed)\n\
+             Ideas.md:12  Ideas  (as \"the vault\")\n(more not shown)\n"
         );
         let none = Note { kb: "vault".into(), path: "Alone.md".into(), ..Note::default() };
         assert_eq!(render_backlinks(&none), "No note links to Alone.md\n");

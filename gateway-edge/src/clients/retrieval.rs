@@ -183,6 +183,8 @@ pub fn note(n: coffer_proto::retrieval::Note) -> api::Note {
         total_lines: n.total_lines,
         truncated: n.truncated,
         next: n.next,
+        start_byte: n.start_byte,
+        cut_at_byte: n.cut_at_byte,
         links: n
             .links
             .into_iter()
@@ -198,7 +200,14 @@ pub fn note(n: coffer_proto::retrieval::Note) -> api::Note {
         backlinks: n
             .backlinks
             .into_iter()
-            .map(|b| api::NoteBacklink { path: b.path, title: b.title, line: b.line, alias: b.alias })
+            .map(|b| api::NoteBacklink {
+                path: b.path,
+                title: b.title,
+                line: b.line,
+                alias: b.alias,
+                fragment: b.fragment,
+                embed: b.embed,
+            })
             .collect(),
         backlinks_truncated: n.backlinks_truncated,
         modified_ms: n.modified_ms,
@@ -232,6 +241,7 @@ pub fn search_reply(r: SearchReply) -> api::SearchReply {
         warnings: r.warnings,
         took_ms: r.took_ms,
         fusion: r.fusion,
+        next_cursor: (!r.next_cursor.is_empty()).then_some(r.next_cursor),
     }
 }
 
@@ -390,6 +400,7 @@ mod tests {
             warnings: vec!["vector engine failed: connection refused".into()],
             took_ms: 4,
             fusion: "rrf k=60".into(),
+            ..Default::default()
         };
         let v = search_reply_json(&r);
         let res = &v["results"][0];

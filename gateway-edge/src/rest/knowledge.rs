@@ -145,17 +145,24 @@ pub struct NoteQuery {
     start_line: Option<u32>,
     #[serde(default)]
     end_line: Option<u32>,
+    #[serde(default)]
+    start_byte: Option<u32>,
 }
 
-/// `GET /v1/knowledge/{kb}/note?path=&start_line=&end_line=` → [`api::Note`].
+/// `GET /v1/knowledge/{kb}/note?path=&start_line=&end_line=&start_byte=` → [`api::Note`].
 async fn read_note(
     State(st): State<Arc<AppState>>,
     Path(kb): Path<String>,
     query: Result<Query<NoteQuery>, QueryRejection>,
 ) -> Result<Json<api::Note>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
-    let req =
-        ReadNoteRequest { kb, path: q.path, start_line: q.start_line.unwrap_or(0), end_line: q.end_line.unwrap_or(0) };
+    let req = ReadNoteRequest {
+        kb,
+        path: q.path,
+        start_line: q.start_line.unwrap_or(0),
+        end_line: q.end_line.unwrap_or(0),
+        start_byte: q.start_byte.unwrap_or(0),
+    };
     let n = call(st.retrieval.clone().read_note(req)).await.map_err(ApiError::from_retrieval)?;
     Ok(Json(retrieval::note(n)))
 }
@@ -200,11 +207,13 @@ pub fn search_request(body: SearchBody) -> SearchRequest {
         limit: body.limit.unwrap_or(0),
         snippet_chars: body.snippet_chars.unwrap_or(0),
         regex: body.regex.unwrap_or(false),
+        cursor: body.cursor.unwrap_or_default(),
     }
 }
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
-/// limit?, snippet_chars?, regex?}` → [`api::SearchReply`].
+/// limit?, snippet_chars?, regex?, cursor?}` → [`api::SearchReply`] (without a query but with
+/// tags: the notes with those tags, a page at a time, `next_cursor` for the next).
 async fn search(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<SearchBody>,

@@ -650,11 +650,12 @@ pub fn routes() -> Vec<Route> {
             .ok_of::<coffer_api::knowledge::KnowledgeBaseInfo>(200, "The knowledge base.")
             .errors(&["NOT_FOUND", "CONFLICT", "INVALID_ARGUMENT", "UNKNOWN_FIELD", "BAD_REQUEST"]),
         route("GET", "/v1/knowledge/{kb}/note", "knowledge", "Read a note")
-            .describe("One note's lines (all, or `start_line`..`end_line`; at most 2,000 lines or 64 KiB, `next` says how to read on), its title, tags (front matter and inline `#tags`), its `[[wikilinks]]` resolved Obsidian's way (file name, then alias, then path) and its backlinks. A path with `..`, an absolute one or a symbolic link out of the folder is `INVALID_ARGUMENT`.")
+            .describe("One note's lines (all, or `start_line`..`end_line`; at most 2,000 lines or 64 KiB, `next` says how to read on; a longer line is cut, `cut_at_byte` says where and `start_byte` reads on in it), its title, tags (front matter and inline `#tags`), its `[[wikilinks]]` resolved Obsidian's way (file name, then alias, then path) and its backlinks. A path with `..`, an absolute one or a symbolic link out of the folder is `INVALID_ARGUMENT`.")
             .path_param("kb", "Knowledge base name.")
             .query("path", json!({"type": "string"}), "The note's path relative to the knowledge base root.")
             .query("start_line", json!({"type": "integer", "minimum": 1}), "First line, 1-based (default 1).")
             .query("end_line", json!({"type": "integer", "minimum": 1}), "Last line, inclusive (default: the end).")
+            .query("start_byte", json!({"type": "integer", "minimum": 0}), "Bytes of `start_line` to skip (default 0): reads on in a line longer than 64 KiB, from the `cut_at_byte` the previous answer gave.")
             .ok_of::<coffer_api::knowledge::Note>(200, "The note.")
             .errors(&["NOT_FOUND", "INVALID_ARGUMENT"]),
         route("DELETE", "/v1/knowledge/{kb}", "knowledge", "Remove a knowledge base")

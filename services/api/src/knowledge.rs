@@ -40,7 +40,9 @@ pub struct Reindex {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
-    /// 1-8192 bytes after trimming.
+    /// 1-8192 bytes after trimming; empty (or absent) with `tags`: no search, the notes with
+    /// those tags, by knowledge base then path, `limit` a page.
+    #[serde(default)]
     pub query: String,
     /// Only these knowledge bases; default every folder one (not memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +67,9 @@ pub struct SearchRequest {
     /// grep engine: the query is a regex (else literal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regex: Option<bool>,
+    /// A tag listing's next page: the `next_cursor` of the previous one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
 }
 
 /// `POST /v1/memory/recall`.
@@ -244,6 +249,12 @@ pub struct NoteBacklink {
     pub line: u32,
     /// The link's `|alias` text.
     pub alias: String,
+    /// The heading or `^block` it links to (`[[Note#Heading]]`), if any.
+    #[serde(default)]
+    pub fragment: String,
+    /// An embed (`![[Note]]`).
+    #[serde(default)]
+    pub embed: bool,
 }
 
 /// `GET /v1/knowledge/{kb}/note?path=…`: one note's lines (at most 2,000 lines or 64 KiB; `next`
@@ -261,8 +272,16 @@ pub struct Note {
     pub end_line: u32,
     pub total_lines: u32,
     pub truncated: bool,
-    /// When `truncated`: how to read on (`start_line=N`).
+    /// When `truncated`: how to read on (`start_line=N`, or `start_line=N start_byte=B` in a
+    /// line longer than 64 KiB).
     pub next: String,
+    /// `text` starts this many bytes into `start_line` (the `start_byte` asked for).
+    #[serde(default)]
+    pub start_byte: u32,
+    /// Non-zero: line `end_line` is longer than 64 KiB and was cut after this many of its bytes;
+    /// `start_line=end_line&start_byte=cut_at_byte` reads on.
+    #[serde(default)]
+    pub cut_at_byte: u32,
     pub links: Vec<NoteLink>,
     pub backlinks: Vec<NoteBacklink>,
     pub backlinks_truncated: bool,
@@ -385,6 +404,9 @@ pub struct SearchReply {
     pub took_ms: u32,
     /// e.g. `rrf k=60`.
     pub fusion: String,
+    /// A tag listing with more notes: pass it as `cursor` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// A remembered fact (`GET /v1/memory/{id}`, an item of `GET /v1/memory`).

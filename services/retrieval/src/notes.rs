@@ -99,8 +99,14 @@ pub fn check_note_path(path: &str) -> Result<Vec<&str>> {
     Err(Error::Invalid(format!("path {:?} {why}", clip(path, 120))))
 }
 
+/// `s` cut to its first `n` characters, ending in `…` when cut (so the reader sees it was).
 fn clip(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+    let mut chars = s.chars();
+    let mut out: String = chars.by_ref().take(n).collect();
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// The note paths and bounds of one KB's notes.
@@ -184,7 +190,7 @@ impl Notes {
     /// # Errors
     /// [`Error::NotFound`] (KB, note), [`Error::Invalid`] (path, range, not UTF-8, too large),
     /// I/O and store errors.
-    pub async fn read(&self, kb: &str, path: &str, start: u32, end: u32) -> Result<Note> {
+    pub async fn read(&self, kb: &str, path: &str, start: u32, end: u32, start_byte: u32) -> Result<Note> {
         let def = self.sources.require(kb)?;
         // Only what the KB indexes is a note: not its hidden files (`.env`, `.git/config`), not
         // other kinds of file, not what its globs or `.gitignore` leave out.
@@ -244,7 +250,7 @@ impl Notes {
             size: meta.len(),
             ..Note::default()
         };
-        slice_lines(&text, start, end, &mut note)?;
+        slice_lines(&text, start, end, start_byte, &mut note)?;
         let req = NoteLinksRequest { kb: def.name.clone(), path: path.to_owned(), backlinks_limit: MAX_BACKLINKS };
         match self.sources.index().note_links(req).await {
             Ok(r) => {
@@ -268,7 +274,14 @@ impl Notes {
                 note.backlinks = r
                     .backlinks
                     .into_iter()
-                    .map(|b| NoteBacklink { path: b.path, title: b.title, line: b.line, alias: b.alias })
+                    .map(|b| NoteBacklink {
+                        path: b.path,
+                        title: b.title,
+                        line: b.line,
+                        alias: b.alias,
+                        fragment: b.fragment,
+                        embed: b.embed,
+                    })
                     .collect();
                 note.backlinks_truncated = r.backlinks_truncated;
             }
@@ -435,13 +448,16 @@ fn count_lines(b: &[u8]) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Fills `note`'s text and range from `text`: lines `start..=end` (0 = from 1 / to the end),
-/// cut at [`MAX_READ_LINES`] lines or [`MAX_READ_BYTES`] bytes (whole lines; at least one line,
-/// itself cut at a character boundary when longer).
+/// Lines `start..=end` of `text` into `note` (`text`, `start_line`, `end_line`, `total_lines`,
+/// `truncated`, `next`, `start_byte`, `cut_at_byte`), bounded by [`MAX_READ_LINES`] and
+/// [`MAX_READ_BYTES`]. The first line starts `start_byte` bytes in (reading on in a line cut
+/// before). A single line longer than [`MAX_READ_BYTES`] is cut at a character boundary:
+/// `cut_at_byte` is where, and `next` says to read on with `start_line` and `start_byte`.
 ///
 /// # Errors
-/// [`Error::Invalid`] when `start` is past the last line.
-pub fn slice_lines(text: &str, start: u32, end: u32, note: &mut Note) -> Result<()> {
+/// [`Error::Invalid`] for a `start` past the last line, or a `start_byte` past the end of line
+/// `start` or inside one of its characters.
+pub fn slice_lines(text: &str, start: u32, end: u32, start_byte: u32, note: &mut Note) -> Result<()> {
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let total = u32::try_from(lines.len()).unwrap_or(u32::MAX);
     note.total_lines = total;
@@ -454,11 +470,25 @@ pub fn slice_lines(text: &str, start: u32, end: u32, note: &mut Note) -> Result<
     if start > total {
         return Err(Error::Invalid(format!("start_line {start} is past the note's last line ({total})")));
     }
+    let first = lines[(start - 1) as usize];
+    let skip = start_byte as usize;
+    if skip > first.len() {
+        return Err(Error::Invalid(format!(
+            "start_byte {start_byte} is past the end of line {start} ({} bytes)",
+            first.len()
+        )));
+    }
+    if !first.is_char_boundary(skip) {
+        return Err(Error::Invalid(format!(
+            "start_byte {start_byte} is inside a character of line {start}; use the cut_at_byte a read gave"
+        )));
+    }
     let want_end = if end == 0 { total } else { end.min(total) };
     let mut out = String::new();
     let mut last = start - 1;
+    let mut cut_at = 0;
     for n in start..=want_end {
-        let line = lines[(n - 1) as usize];
+        let (line, offset) = if n == start { (&first[skip..], skip) } else { (lines[(n - 1) as usize], 0) };
         if n - start >= MAX_READ_LINES || (out.len() + line.len() > MAX_READ_BYTES && n > start) {
             break;
         }
@@ -469,6 +499,7 @@ pub fn slice_lines(text: &str, start: u32, end: u32, note: &mut Note) -> Result<
             }
             out.push_str(&line[..cut]);
             last = n;
+            cut_at = offset + cut;
             note.truncated = true;
             break;
         }
@@ -481,16 +512,21 @@ pub fn slice_lines(text: &str, start: u32, end: u32, note: &mut Note) -> Result<
     note.text = out;
     note.start_line = start;
     note.end_line = last;
+    note.start_byte = start_byte;
+    note.cut_at_byte = u32::try_from(cut_at).unwrap_or(u32::MAX);
     if note.truncated {
-        note.next = if last < total {
+        note.next = if cut_at > 0 {
+            format!(
+                "line {last} is longer than {} KiB and was cut after byte {cut_at} of it: read on with start_line={last} start_byte={cut_at}",
+                MAX_READ_BYTES / 1024
+            )
+        } else {
             format!(
                 "cut at {} lines or {} KiB: read on with start_line={}",
                 MAX_READ_LINES,
                 MAX_READ_BYTES / 1024,
                 last + 1
             )
-        } else {
-            format!("line {last} is longer than {} KiB and was cut", MAX_READ_BYTES / 1024)
         };
     }
     Ok(())
@@ -516,11 +552,17 @@ mod tests {
             let e = check_note_path(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
-        assert!(check_note_path(&"a".repeat(2000)).unwrap_err().to_string().contains("longer than"));
+        // A path too long to show whole is shown clipped, ending in "…" so the cut shows.
+        let e = check_note_path(&"a".repeat(2000)).unwrap_err().to_string();
+        assert_eq!(e, format!("path \"{}…\" is longer than 1024 bytes", "a".repeat(120)));
         // A name the file system cannot hold is refused as such (a newcomer's 300-character
         // file name was an internal error).
         let long = format!("dir/{}.md", "n".repeat(300));
-        assert!(check_note_path(&long).unwrap_err().to_string().contains("name longer than 200 bytes"));
+        let e = check_note_path(&long).unwrap_err().to_string();
+        assert!(e.contains("name longer than 200 bytes") && e.contains("nnn…\""), "{e}");
+        // A path that fits is shown whole, without "…".
+        let e = check_note_path("a//b.md").unwrap_err().to_string();
+        assert!(e.starts_with("path \"a//b.md\" ") && !e.contains('…'), "{e}");
         let fits = format!("{}/{}.md", "d".repeat(200), "n".repeat(197));
         assert_eq!(check_note_path(&fits).unwrap().len(), 2);
     }
@@ -536,29 +578,52 @@ mod tests {
     fn reads_are_bounded_and_say_how_to_read_on() {
         let text: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
         let mut n = Note::default();
-        slice_lines(&text, 0, 0, &mut n).unwrap();
+        slice_lines(&text, 0, 0, 0, &mut n).unwrap();
         assert_eq!((n.start_line, n.end_line, n.total_lines, n.truncated), (1, MAX_READ_LINES, 5000, true));
         assert!(n.next.contains("start_line=2001"), "{}", n.next);
         assert!(n.text.starts_with("line 1\n") && n.text.ends_with("line 2000\n"));
         let mut n = Note::default();
-        slice_lines(&text, 4999, 0, &mut n).unwrap();
+        slice_lines(&text, 4999, 0, 0, &mut n).unwrap();
         assert_eq!(
             (n.start_line, n.end_line, n.truncated, n.text.as_str()),
             (4999, 5000, false, "line 4999\nline 5000\n")
         );
         let mut n = Note::default();
-        assert!(slice_lines(&text, 5001, 0, &mut n).unwrap_err().to_string().contains("past the note's last line"));
+        assert!(slice_lines(&text, 5001, 0, 0, &mut n).unwrap_err().to_string().contains("past the note's last line"));
         // Bytes bound: long lines stop the range early, a single huge line is cut.
         let wide: String = (0..100).map(|_| format!("{}\n", "é".repeat(1000))).collect();
         let mut n = Note::default();
-        slice_lines(&wide, 1, 0, &mut n).unwrap();
+        slice_lines(&wide, 1, 0, 0, &mut n).unwrap();
         assert!(n.text.len() <= MAX_READ_BYTES && n.truncated && n.end_line < 100, "{}", n.end_line);
         let huge = "é".repeat(MAX_READ_BYTES);
         let mut n = Note::default();
-        slice_lines(&huge, 1, 1, &mut n).unwrap();
+        slice_lines(&huge, 1, 1, 0, &mut n).unwrap();
         assert!(n.truncated && n.text.len() <= MAX_READ_BYTES && n.next.contains("was cut"));
+        // A line longer than 64 KiB, between two others: read on in it by start_byte until it
+        // is whole, then on to the next line. Every part is bounded; together they are the note.
+        let long = format!("before\n{}\nafter\n", "é".repeat(MAX_READ_BYTES / 2) + &"x".repeat(100));
         let mut n = Note::default();
-        slice_lines("", 0, 0, &mut n).unwrap();
+        slice_lines(&long, 2, 0, 0, &mut n).unwrap();
+        assert_eq!((n.end_line, n.cut_at_byte, n.truncated), (2, MAX_READ_BYTES as u32, true));
+        assert!(n.next.ends_with(&format!("start_line=2 start_byte={MAX_READ_BYTES}")), "{}", n.next);
+        let mut parts = n.text.clone();
+        let mut m = Note::default();
+        slice_lines(&long, 2, 0, n.cut_at_byte, &mut m).unwrap();
+        assert!(m.text.len() <= MAX_READ_BYTES, "{}", m.text.len());
+        assert_eq!(
+            (m.start_line, m.start_byte, m.end_line, m.cut_at_byte, m.truncated),
+            (2, n.cut_at_byte, 3, 0, false)
+        );
+        parts.push_str(&m.text);
+        assert_eq!(format!("before\n{parts}"), long);
+        // Offsets that are not a place in the line are refused, naming why.
+        let mut m = Note::default();
+        let e = slice_lines(&long, 2, 0, 1, &mut m).unwrap_err().to_string();
+        assert!(e.contains("inside a character"), "{e}");
+        let e = slice_lines(&long, 1, 0, 8, &mut m).unwrap_err().to_string();
+        assert!(e.contains("past the end of line 1 (7 bytes)"), "{e}");
+        let mut n = Note::default();
+        slice_lines("", 0, 0, 0, &mut n).unwrap();
         assert_eq!((n.total_lines, n.text.as_str()), (0, ""));
     }
 }

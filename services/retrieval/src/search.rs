@@ -88,6 +88,8 @@ pub struct Query {
     pub snippet_chars: u32,
     /// Grep treats the query as a regex.
     pub regex: bool,
+    /// A tag listing (empty `text`): the previous page's `next_cursor`.
+    pub cursor: String,
 }
 
 /// Checks the query text: 1..=[`MAX_QUERY_BYTES`] bytes once trimmed.
@@ -119,8 +121,10 @@ pub fn validate(
     regex: bool,
     folder_kbs: &[String],
 ) -> Result<Query> {
-    let text = check_query(query)?.to_owned();
     let f = filters.cloned().unwrap_or_default();
+    // No query but a tag: the notes with that tag ([`Searcher::tagged`]).
+    let text =
+        if query.trim().is_empty() && !f.tags.is_empty() { String::new() } else { check_query(query)?.to_owned() };
     let limit = match limit {
         0 => DEFAULT_LIMIT,
         n if n > MAX_LIMIT => return Err(Error::Invalid(format!("limit is {n}; at most {MAX_LIMIT}"))),
@@ -151,8 +155,10 @@ pub fn validate(
     if f.path_prefix.len() > 1024 || f.path_prefix.contains('\0') {
         return Err(Error::Invalid("path_prefix must be at most 1024 bytes".into()));
     }
-    crate::memory::check_tags(&f.tags)?;
-    if regex {
+    // A tag as notes write it (`#project`) is the tag `project`: one leading `#` is dropped.
+    let tags: Vec<String> = f.tags.iter().map(|t| t.strip_prefix('#').unwrap_or(t).to_owned()).collect();
+    crate::memory::check_tags(&tags)?;
+    if regex && !text.is_empty() {
         grep_regex::RegexMatcherBuilder::new()
             .build(&text)
             .map(drop)
@@ -163,13 +169,14 @@ pub fn validate(
         text,
         kbs,
         path_prefix: f.path_prefix,
-        tags: f.tags,
+        tags,
         modified_after_ms: f.modified_after_ms,
         engines: asked,
         engines_named,
         limit,
         snippet_chars,
         regex,
+        cursor: String::new(),
     })
 }
 
@@ -212,6 +219,104 @@ impl Searcher {
     /// Every folder KB's name.
     pub fn folder_kbs(&self) -> Vec<String> {
         self.sources.folder_names()
+    }
+
+    /// A tag listing (`q.text` empty, `q.tags` not): the notes with every tag of `q` that pass
+    /// its other filters, by KB then path, `q.limit` of them after `q.cursor` (`kb:path` of the
+    /// previous page's last note); `next_cursor` when there are more. Each result is the note's
+    /// first chunk (lines and snippet), without a score.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown KB, [`Error::Invalid`] for a cursor no listing gave,
+    /// the store's errors.
+    pub async fn tagged(&self, q: &Query) -> Result<SearchReply> {
+        let started = Instant::now();
+        let after = if q.cursor.is_empty() {
+            (String::new(), String::new())
+        } else {
+            match q.cursor.split_once(':') {
+                Some((kb, path)) if crate::sources::check_name(kb).is_ok() && !path.is_empty() => {
+                    (kb.to_owned(), path.to_owned())
+                }
+                _ => {
+                    return Err(Error::Invalid(format!(
+                        "cursor {:?} is not one a tag listing gave (next_cursor)",
+                        q.cursor.chars().take(80).collect::<String>()
+                    )));
+                }
+            }
+        };
+        let mut roots = BTreeMap::new();
+        let mut warnings = Vec::new();
+        for kb in &q.kbs {
+            let def = self.sources.require(kb)?;
+            match self.sources.gone(kb) {
+                Some(why) => warnings.push(format!("knowledge base {kb} not searched: {why}")),
+                None => {
+                    roots.insert(kb.clone(), def);
+                }
+            }
+        }
+        if roots.is_empty() {
+            return Ok(SearchReply {
+                warnings,
+                took_ms: started.elapsed().as_millis() as u32,
+                ..SearchReply::default()
+            });
+        }
+        let req = coffer_proto::store::TaggedDocumentsRequest {
+            filters: Some(Filters {
+                kb: roots.keys().cloned().collect(),
+                path_prefix: q.path_prefix.clone(),
+                tags: q.tags.clone(),
+                modified_after_ms: q.modified_after_ms,
+            }),
+            after_kb: after.0,
+            after_path: after.1,
+            limit: q.limit + 1,
+        };
+        let mut hits = self.sources.index().tagged_documents(req).await?.into_inner().hits;
+        let more = hits.len() > q.limit as usize;
+        hits.truncate(q.limit as usize);
+        let results: Vec<SearchResult> = hits
+            .into_iter()
+            .filter_map(|h| h.chunk)
+            .map(|c| {
+                let root = roots.get(&c.kb).map(|k| PathBuf::from(&k.root)).unwrap_or_default();
+                let fact_id = if c.kb == MEMORY {
+                    c.path.strip_suffix(".md").unwrap_or(&c.path).to_owned()
+                } else {
+                    String::new()
+                };
+                SearchResult {
+                    snippet: snippet::snippet(&c.text, &[], q.snippet_chars as usize),
+                    absolute_path: root.join(&c.path).display().to_string(),
+                    kb: c.kb,
+                    path: c.path,
+                    title: c.title,
+                    heading_path: c.heading_path,
+                    line_start: c.line_start,
+                    line_end: c.line_end,
+                    score: 0.0,
+                    ranks: vec![],
+                    tags: c.tags,
+                    modified_ms: c.mtime_ms,
+                    fact_id,
+                }
+            })
+            .collect();
+        let next_cursor = match results.last() {
+            Some(last) if more => format!("{}:{}", last.kb, last.path),
+            _ => String::new(),
+        };
+        Ok(SearchReply {
+            results,
+            engines: vec![],
+            warnings,
+            took_ms: started.elapsed().as_millis() as u32,
+            fusion: String::new(),
+            next_cursor,
+        })
     }
 
     /// Runs `q` (validated by [`validate`]); every KB it names must exist.
@@ -385,6 +490,7 @@ impl Searcher {
             warnings,
             took_ms: started.elapsed().as_millis() as u32,
             fusion: weights.name(),
+            next_cursor: String::new(),
         })
     }
 
@@ -652,6 +758,17 @@ mod tests {
         assert_eq!(q.engines, ["keyword"]);
         let f = SearchFilters { kb: vec!["memory".into()], tags: vec!["a b".into()], ..Default::default() };
         assert!(validate("x", Some(&f), &[], 0, 0, false, &[]).unwrap_err().to_string().contains("tag"));
+        // A tag written as in a note (`#project`) filters like `project`; only one `#` goes.
+        let f = SearchFilters { tags: vec!["#project".into(), "rust/async".into()], ..Default::default() };
+        assert_eq!(validate("x", Some(&f), &[], 0, 0, false, &[]).unwrap().tags, ["project", "rust/async"]);
+        // No query but a tag: a tag listing (empty text); no query and no tag is still refused.
+        let f = SearchFilters { tags: vec!["#project".into()], ..Default::default() };
+        let q = validate("  ", Some(&f), &[], 0, 0, true, &[]).unwrap();
+        assert_eq!((q.text.as_str(), q.tags.as_slice()), ("", ["project".to_owned()].as_slice()));
+        assert_eq!(validate("", None, &[], 0, 0, false, &[]).unwrap_err().to_string(), "query is empty");
+        let f = SearchFilters { tags: vec!["##project".into()], ..Default::default() };
+        let e = validate("x", Some(&f), &[], 0, 0, false, &[]).unwrap_err().to_string();
+        assert!(e.contains("\"#project\""), "{e}");
         let e = validate("(unclosed", None, &[], 0, 0, true, &[]).unwrap_err().to_string();
         assert!(e.starts_with("query is not a valid regex"), "{e}");
         assert!(validate("(unclosed", None, &[], 0, 0, false, &[]).is_ok(), "literal grep takes anything");

@@ -152,6 +152,14 @@ impl RetrievalService {
         for kb in &q.kbs {
             crate::sources::check_name(kb).map_err(|e| Error::Invalid(format!("filters.kb: {e}")))?;
         }
+        if q.text.is_empty() {
+            return self.searcher.tagged(&search::Query { cursor: r.cursor, ..q }).await;
+        }
+        if !r.cursor.is_empty() {
+            return Err(Error::Invalid(
+                "cursor pages a tag listing (tags without a query); a search has no pages".into(),
+            ));
+        }
         self.searcher.search(&q).await
     }
 }
@@ -252,6 +260,7 @@ impl Retrieval for RetrievalService {
             limit: r.limit,
             snippet_chars: r.snippet_chars,
             regex: false,
+            cursor: String::new(),
         };
         ok(self.search_req(search).await)
     }
@@ -286,7 +295,7 @@ impl Retrieval for RetrievalService {
     async fn read_note(&self, req: Request<ReadNoteRequest>) -> Reply<Note> {
         self.sources.ready()?;
         let r = req.into_inner();
-        ok(self.notes.read(&r.kb, &r.path, r.start_line, r.end_line).await)
+        ok(self.notes.read(&r.kb, &r.path, r.start_line, r.end_line, r.start_byte).await)
     }
 
     async fn write_note(&self, req: Request<WriteNoteRequest>) -> Reply<WriteNoteReply> {

@@ -80,6 +80,13 @@ pub fn resolve_root(home: &CofferHome, name: &str, path: &str) -> Result<PathBuf
     Ok(canonical)
 }
 
+/// The refusal of a new KB at `root`, which KB `other` already indexes.
+fn folder_taken(other: &str, root: &str) -> Error {
+    Error::AlreadyExists(format!(
+        "knowledge base {other:?} already indexes {root}; one folder is one knowledge base (remove {other:?} first, or search it)"
+    ))
+}
+
 /// The KB definitions, as the store holds them, cached (retrieval is their only writer).
 pub struct Sources {
     home: CofferHome,
@@ -217,9 +224,10 @@ impl Sources {
                 list.knowledge_bases.push(created);
             }
         }
+        let roots: std::collections::BTreeSet<String> = list.knowledge_bases.iter().map(|k| k.root.clone()).collect();
         let mut defs = Vec::with_capacity(list.knowledge_bases.len());
         for def in list.knowledge_bases {
-            defs.push(self.rehome(def).await?);
+            defs.push(self.rehome(def, &roots).await?);
         }
         let mut cache = self.cache.write().expect("sources lock");
         *cache = defs.into_iter().map(|k| (k.name.clone(), k)).collect();
@@ -230,8 +238,9 @@ impl Sources {
     /// A folder KB in another home's `knowledge/<name>/` (a backup restored into this home, or
     /// `COFFER_HOME` moved) whose folder this home has: defined afresh at this home's folder (its
     /// old index goes with the old definition; the start-up pass indexes the files here).
-    /// Anything else is returned as it is.
-    async fn rehome(&self, def: KnowledgeBase) -> Result<KnowledgeBase> {
+    /// Anything else, or one whose folder here another KB (of `roots`) indexes, is returned as
+    /// it is.
+    async fn rehome(&self, def: KnowledgeBase, roots: &std::collections::BTreeSet<String>) -> Result<KnowledgeBase> {
         if def.kind == KnowledgeBaseKind::Memory as i32 {
             return Ok(def);
         }
@@ -244,6 +253,9 @@ impl Sources {
             return Ok(def);
         }
         let here = here.canonicalize().map_err(|e| Error::io(format!("resolving {}", here.display()), e))?;
+        if roots.contains(&here.display().to_string()) {
+            return Ok(def);
+        }
         tracing::info!(kb = %def.name, from = %def.root, to = %here.display(), "Knowledge base moved with COFFER_HOME; defined at its new folder.");
         self.index.clone().delete_knowledge_base(KnowledgeBaseRef { name: def.name.clone() }).await?;
         let moved = KnowledgeBase { root: here.display().to_string(), created_ms: 0, ..def };
@@ -321,10 +333,7 @@ impl Sources {
         let root = resolve_root(&self.home, name, path)?;
         let shown = root.display().to_string();
         if let Some(other) = self.all().into_iter().find(|k| k.root == shown) {
-            return Err(Error::AlreadyExists(format!(
-                "knowledge base {:?} already indexes {shown}; one folder is one knowledge base (remove {:?} first, or search it)",
-                other.name, other.name
-            )));
+            return Err(folder_taken(&other.name, &shown));
         }
         let spec = crate::walk::WalkSpec {
             root: root.clone(),
@@ -342,14 +351,20 @@ impl Sources {
             created_ms: 0,
             writable: false,
         };
-        let created = self.index.clone().create_knowledge_base(def).await.map_err(|s| {
-            if s.code() == tonic::Code::AlreadyExists {
-                Error::AlreadyExists(format!("a knowledge base named {name:?} exists"))
-            } else {
-                Error::Store(s)
+        let created = match self.index.clone().create_knowledge_base(def).await {
+            Ok(created) => created.into_inner(),
+            // Another add got there first (the store checks name and folder in its write
+            // transaction): the same refusal as when that add had finished before this one.
+            Err(s) if s.code() == tonic::Code::AlreadyExists => {
+                let list = self.index.clone().list_knowledge_bases(ListKnowledgeBasesRequest {}).await?.into_inner();
+                let kbs = list.knowledge_bases;
+                return Err(match kbs.iter().find(|k| k.name != name && k.root == shown) {
+                    Some(other) if !kbs.iter().any(|k| k.name == name) => folder_taken(&other.name, &shown),
+                    _ => Error::AlreadyExists(format!("a knowledge base named {name:?} exists")),
+                });
             }
-        })?;
-        let created = created.into_inner();
+            Err(s) => return Err(Error::Store(s)),
+        };
         self.cache.write().expect("sources lock").insert(created.name.clone(), created.clone());
         Ok(created)
     }

@@ -104,6 +104,7 @@ pub const POLICY: Policy = Policy {
         rule(INDEX, "PutEmbeddings", RETRIEVAL),
         rule(INDEX, "Stats", ANY),
         rule(INDEX, "NoteLinks", ANY),
+        rule(INDEX, "TaggedDocuments", ANY),
         rule(INDEX, "SetKnowledgeBaseWritable", RETRIEVAL),
         // Conversations: the chat service's state, read and written by coffer-chat alone (the
         // messages are the owner's private talk with an agent; the gateway goes through chat).
@@ -252,6 +253,7 @@ mod tests {
             "PendingEmbeddings",
             "Stats",
             "NoteLinks",
+            "TaggedDocuments",
         ];
         for m in writes {
             assert_eq!(POLICY.check(Identity::Retrieval, &path(m)), Ok(()), "{m}");

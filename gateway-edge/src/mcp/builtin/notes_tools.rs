@@ -8,7 +8,7 @@
 //! under `COFFER_HOME/knowledge` or ones the user marked writable; the service refuses the rest
 //! (naming how to mark one), paths that escape, secrets and oversized content, each as a tool
 //! error.
-use coffer_proto::retrieval::{Note, ReadNoteRequest, WriteNoteRequest};
+use coffer_proto::retrieval::{Note, NoteBacklink, ReadNoteRequest, WriteNoteRequest};
 use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -51,6 +51,12 @@ pub struct ReadNoteArgs {
     #[serde(default)]
     #[schemars(with = "u32", range(min = 1), description = "Last line to read, inclusive (default: the end).")]
     end_line: Option<u32>,
+    #[serde(default)]
+    #[schemars(
+        with = "u32",
+        description = "Bytes of start_line to skip (default 0). A line longer than 64 KiB comes cut: the answer's cut_at_byte (and its last line) says where, and start_line=<that line>, start_byte=<cut_at_byte> reads on in it."
+    )]
+    start_byte: Option<u32>,
 }
 
 /// `coffer__read_note`'s `structuredContent` (its `outputSchema` is derived from this type).
@@ -77,6 +83,13 @@ pub struct NoteView {
     /// How to read on when cut.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub next: String,
+    /// `text` starts this many bytes into `start_line` (reading on in a long line).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub start_byte: u32,
+    /// Line `end_line` is longer than 64 KiB and was cut after this many of its bytes: read on
+    /// with `start_line` = `end_line` and `start_byte` = this. 0: not cut.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cut_at_byte: u32,
     /// Outgoing `[[wikilinks]]`, in order.
     pub links: Vec<LinkView>,
     /// The notes that link here.
@@ -106,6 +119,19 @@ pub struct BacklinkView {
     pub title: String,
     /// The line of the link in it.
     pub line: u32,
+    /// The text the link shows instead of the note's name (`[[Note|alias]]`), if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub alias: String,
+    /// The heading or `^block` it links to (`[[Note#Heading]]`), if any.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fragment: String,
+    /// An embed (`![[Note]]`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub embed: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl NoteView {
@@ -121,6 +147,8 @@ impl NoteView {
             total_lines: n.total_lines,
             truncated: n.truncated,
             next: n.next.clone(),
+            start_byte: n.start_byte,
+            cut_at_byte: n.cut_at_byte,
             links: n
                 .links
                 .iter()
@@ -134,7 +162,14 @@ impl NoteView {
             backlinks: n
                 .backlinks
                 .iter()
-                .map(|b| BacklinkView { path: b.path.clone(), title: b.title.clone(), line: b.line })
+                .map(|b| BacklinkView {
+                    path: b.path.clone(),
+                    title: b.title.clone(),
+                    line: b.line,
+                    alias: b.alias.clone(),
+                    fragment: b.fragment.clone(),
+                    embed: b.embed,
+                })
                 .collect(),
         }
     }
@@ -147,7 +182,12 @@ pub fn note_text(n: &Note) -> String {
     if n.total_lines == 0 {
         out.push_str("(empty note)\n");
     } else {
-        out.push_str(&format!("lines {}-{} of {}\n", n.start_line, n.end_line, n.total_lines));
+        let from = if n.start_byte > 0 {
+            format!(" (from byte {} of line {})", n.start_byte, n.start_line)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!("lines {}-{} of {}{from}\n", n.start_line, n.end_line, n.total_lines));
     }
     if !n.tags.is_empty() {
         out.push_str(&format!("tags: {}\n", n.tags.join(", ")));
@@ -178,8 +218,7 @@ pub fn note_text(n: &Note) -> String {
             out.push_str("backlinks: none\n");
         }
     } else {
-        let shown: Vec<String> =
-            n.backlinks.iter().take(MAX_LISTED).map(|b| format!("{}:{}", b.path, b.line)).collect();
+        let shown: Vec<String> = n.backlinks.iter().take(MAX_LISTED).map(backlink_text).collect();
         let more = n.backlinks.len().saturating_sub(MAX_LISTED);
         let more = if more > 0 || n.backlinks_truncated { format!(" (+{more} more)") } else { String::new() };
         out.push_str(&format!("backlinks: {}{more}\n", shown.join(", ")));
@@ -188,6 +227,23 @@ pub fn note_text(n: &Note) -> String {
     out.push_str(&n.text);
     if n.truncated && !n.next.is_empty() {
         out.push_str(&format!("\n[{}]", n.next));
+    }
+    out
+}
+
+/// One backlink as `read_note`'s text names it: `path:line`, then `#Heading` for a link to a
+/// heading or block, `(embed)` for an embed and `(as "alias")` when the link shows other text
+/// (as `coffer kb backlinks` prints it).
+fn backlink_text(b: &NoteBacklink) -> String {
+    let mut out = format!("{}:{}", b.path, b.line);
+    if !b.fragment.is_empty() {
+        out.push_str(&format!(" #{}", b.fragment.chars().take(60).collect::<String>()));
+    }
+    if b.embed {
+        out.push_str(" (embed)");
+    }
+    if !b.alias.is_empty() {
+        out.push_str(&format!(" (as {:?})", b.alias.chars().take(60).collect::<String>()));
     }
     out
 }
@@ -202,7 +258,7 @@ impl Provider for ReadNote {
             "name": "read_note",
             "title": "Read a note",
             "description": "Read one note of the user's knowledge bases (an Obsidian vault, a notes or docs folder) by knowledge base and path, as coffer__search_knowledge shows them: the whole note or a line range, with its title, tags (front matter and inline #tags), the notes its [[wikilinks]] point to, and its backlinks (the notes that link to it). \
-        Use it to open a search result in full, or to follow links between notes. Long notes come in parts of at most 2,000 lines or 64 KiB; the answer says which start_line reads on.",
+        Use it to open a search result in full, or to follow links between notes. Long notes come in parts of at most 2,000 lines or 64 KiB; the answer says which start_line reads on. A single line longer than 64 KiB is cut: the answer says where (cut_at_byte), and start_line with start_byte reads the rest of that line.",
             "inputSchema": input_schema::<ReadNoteArgs>(),
             "outputSchema": output_schema::<NoteView>(),
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
@@ -217,6 +273,7 @@ impl Provider for ReadNote {
                 path: a.path,
                 start_line: a.start_line.unwrap_or(0),
                 end_line: a.end_line.unwrap_or(0),
+                start_byte: a.start_byte.unwrap_or(0),
             };
             match retrieval::call(self.0.clone().read_note(req)).await {
                 Ok(note) => result(note_text(&note), retrieval::to_json(&NoteView::of(&note))),
@@ -312,7 +369,7 @@ impl Provider for WriteNote {
 
 #[cfg(test)]
 mod tests {
-    use coffer_proto::retrieval::{NoteBacklink, NoteLinkInfo};
+    use coffer_proto::retrieval::NoteLinkInfo;
 
     use super::*;
 
@@ -336,12 +393,29 @@ mod tests {
                 },
                 NoteLinkInfo { target: "Nowhere".into(), line: 3, ..Default::default() },
             ],
-            backlinks: vec![NoteBacklink {
-                path: "Daily/2026-12-07.md".into(),
-                title: "Today".into(),
-                line: 4,
-                ..Default::default()
-            }],
+            backlinks: vec![
+                NoteBacklink {
+                    path: "Daily/2026-12-07.md".into(),
+                    title: "Today".into(),
+                    line: 4,
+                    ..Default::default()
+                },
+                NoteBacklink {
+                    path: "Ideas.md".into(),
+                    title: "Ideas".into(),
+                    line: 2,
+                    alias: "the vault".into(),
+                    ..Default::default()
+                },
+                NoteBacklink {
+                    path: "Ideas.md".into(),
+                    title: "Ideas".into(),
+                    line: 5,
+                    fragment: "Plans".into(),
+                    embed: true,
+                    ..Default::default()
+                },
+            ],
             indexed: true,
             ..Default::default()
         };
@@ -351,12 +425,24 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("links to: Roadmap.md, Nowhere (unresolved)\n"), "{t}");
-        assert!(t.contains("backlinks: Daily/2026-12-07.md:4\n"), "{t}");
+        // The alias a linking note used, as `coffer kb backlinks` shows it.
+        assert!(
+            t.contains("backlinks: Daily/2026-12-07.md:4, Ideas.md:2 (as \"the vault\"), Ideas.md:5 #Plans (embed)\n"),
+            "{t}"
+        );
         assert!(t.ends_with("See [[Roadmap]] and [[Nowhere]].\n"), "{t}");
         let v = retrieval::to_json(&NoteView::of(&n));
         assert_eq!(v["backlinks"][0]["path"], "Daily/2026-12-07.md");
+        assert_eq!((v["backlinks"][0].get("alias"), &v["backlinks"][1]["alias"]), (None, &json!("the vault")));
         assert_eq!(v["links"][1]["resolved_path"], "");
         let cut = Note { truncated: true, next: "read on with start_line=2001".into(), ..n };
         assert!(note_text(&cut).ends_with("[read on with start_line=2001]"));
+        let on = Note { start_line: 3, end_line: 3, start_byte: 65536, ..cut };
+        assert!(note_text(&on).contains("lines 3-3 of 3 (from byte 65536 of line 3)\n"), "{}", note_text(&on));
+        assert_eq!(retrieval::to_json(&NoteView::of(&on))["start_byte"], 65536);
+        // The schema tells a model how to read on in a long line.
+        let schema = input_schema::<ReadNoteArgs>();
+        let d = schema["properties"]["start_byte"]["description"].as_str().unwrap_or_default();
+        assert!(d.contains("cut_at_byte") && d.contains("64 KiB"), "{schema}");
     }
 }

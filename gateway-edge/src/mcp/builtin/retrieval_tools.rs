@@ -192,6 +192,35 @@ pub fn search_text(query: &str, reply: &SearchReply) -> String {
     out
 }
 
+/// The text of a tag listing (no query): the notes with `tags`, one block each as in a search,
+/// then how to get the next page.
+pub fn tagged_text(tags: &[String], reply: &SearchReply) -> String {
+    let (_, warnings) = engines_text(reply);
+    let tags = tags.join(", ");
+    let mut out = if reply.results.is_empty() {
+        format!("No notes tagged {tags}.")
+    } else {
+        let n = reply.results.len();
+        format!("{n} note{} tagged {tags}:", if n == 1 { "" } else { "s" })
+    };
+    for r in &reply.results {
+        out.push_str(&format!("\n\n{}:{}:{}-{}", r.kb, r.path, r.line_start, r.line_end));
+        if !r.title.is_empty() {
+            out.push_str(&format!("  > {}", r.title));
+        }
+        out.push('\n');
+        out.push_str(r.snippet.trim());
+    }
+    if !reply.next_cursor.is_empty() {
+        out.push_str(&format!("\n\nMore notes: call again with cursor={:?}.", reply.next_cursor));
+    }
+    for w in warnings {
+        out.push_str("\n\n");
+        out.push_str(&w);
+    }
+    out
+}
+
 /// The text of a recall: one block per fact (`fact <id>  [tags: …]`, then its text).
 pub fn recall_text(query: &str, reply: &SearchReply) -> String {
     let (_, warnings) = engines_text(reply);
@@ -246,9 +275,10 @@ pub struct SearchKnowledge(pub Client);
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchArgs {
+    #[serde(default)]
     #[schemars(
-        length(min = 1, max = MAX_QUERY_CHARS),
-        description = "What to look for: a question or words, e.g. \"how do we rotate the API keys\"."
+        length(max = MAX_QUERY_CHARS),
+        description = "What to look for: a question or words, e.g. \"how do we rotate the API keys\". Leave it out and give tags to list the notes with those tags instead (by knowledge base and path, limit a page)."
     )]
     query: String,
     #[serde(default)]
@@ -288,6 +318,9 @@ pub struct SearchArgs {
         description = format!("Snippet length in characters (default {DEFAULT_SNIPPET}, at most {MAX_SNIPPET}).")
     )]
     snippet_chars: Option<u32>,
+    #[serde(default)]
+    #[schemars(length(max = 2048), description = "A tag listing's next page: the next_cursor the previous page gave.")]
+    cursor: Option<String>,
 }
 
 impl Provider for SearchKnowledge {
@@ -313,23 +346,36 @@ impl Provider for SearchKnowledge {
         Box::pin(async move {
             let a: SearchArgs = args("search_knowledge", arguments)?;
             let (limit, snippet) = bounds(a.limit, a.snippet_chars);
+            let req_tags = a.tags.map(OneOrMany::into_vec).unwrap_or_default();
+            if a.query.trim().is_empty() && req_tags.is_empty() {
+                return Err(Invalid(
+                    "coffer__search_knowledge: invalid arguments: give a query, or tags to list the notes with them"
+                        .into(),
+                ));
+            }
             let req = SearchRequest {
                 query: a.query.clone(),
                 filters: Some(SearchFilters {
                     kb: a.kb.map(OneOrMany::into_vec).unwrap_or_default(),
                     path_prefix: a.path_prefix.unwrap_or_default(),
-                    tags: a.tags.map(OneOrMany::into_vec).unwrap_or_default(),
+                    tags: req_tags.clone(),
                     modified_after_ms: 0,
                 }),
                 engines: Vec::new(),
                 limit,
                 snippet_chars: snippet,
                 regex: false,
+                cursor: a.cursor.unwrap_or_default(),
             };
             match retrieval::call(self.0.clone().search(req)).await {
                 Ok(reply) => {
                     let reply = bound_reply(reply, limit, snippet);
-                    result(search_text(&a.query, &reply), retrieval::to_json(&Passages::of(&reply)))
+                    let text = if a.query.trim().is_empty() {
+                        tagged_text(&req_tags, &reply)
+                    } else {
+                        search_text(&a.query, &reply)
+                    };
+                    result(text, retrieval::to_json(&Passages::of(&reply)))
                 }
                 Err(s) => failed(s),
             }
@@ -348,6 +394,9 @@ pub struct Passages {
     /// Engines that failed or timed out (results may be incomplete); absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A tag listing (no query) with more notes: the `cursor` of the next page.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub next_cursor: String,
 }
 
 /// One passage of [`Passages`].
@@ -385,7 +434,7 @@ impl Passages {
             .collect();
         let (_, warnings) = engines_text(reply);
         let warnings = warnings.into_iter().map(|w| w.trim_start_matches("warning: ").to_owned()).collect();
-        Self { results, warnings }
+        Self { results, warnings, next_cursor: reply.next_cursor.clone() }
     }
 }
 
@@ -818,6 +867,7 @@ mod tests {
             warnings: vec!["grep engine timed out after 2000 ms".into()],
             took_ms: 3,
             fusion: "rrf k=60".into(),
+            ..Default::default()
         }
     }
 
@@ -958,7 +1008,8 @@ mod tests {
         let caller = Session("mcp", "t");
         for (tool, args, needle) in [
             // Missing and unknown arguments are found against the schema, before the provider.
-            ("search_knowledge", None, "missing argument \"query\""),
+            ("search_knowledge", None, "give a query, or tags to list the notes with them"),
+            ("search_knowledge", Some(r#"{"query": " "}"#), "give a query, or tags to list the notes with them"),
             ("search_knowledge", Some(r#"{"query": 5}"#), "invalid type: integer `5`, expected a string"),
             ("search_knowledge", Some(r#"{"query": "x", "limit": "many"}"#), "invalid type: string \"many\""),
             ("recall", Some(r#"{"query": "x", "color": 1}"#), "unknown argument \"color\""),

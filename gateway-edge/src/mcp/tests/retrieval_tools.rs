@@ -91,6 +91,7 @@ impl coffer_proto::retrieval::retrieval_server::Retrieval for FakeRetrieval {
             warnings: vec![],
             took_ms: 1,
             fusion: "rrf k=60".into(),
+            next_cursor: String::new(),
         }))
     }
     async fn remember(
@@ -229,10 +230,14 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
     assert_eq!(fake.searched.lock().unwrap()[1].snippet_chars, 1000);
     let _ = (h.record(), h.record());
 
-    // The service's refusals are tool errors with its message; the log records them.
+    // The service's refusals are tool errors with its message; the log records them. (An
+    // empty query without tags is refused before the service: tags alone list notes.)
     let bad = result(call(&s, "coffer__search_knowledge", json!({"query": "  "})).await);
     assert_eq!(bad["isError"], true);
-    assert_eq!(bad["content"][0]["text"], "query is empty: give 1-8192 bytes of text");
+    assert_eq!(
+        bad["content"][0]["text"],
+        "coffer__search_knowledge: invalid arguments: give a query, or tags to list the notes with them"
+    );
     let _ = h.record();
     let gone = result(call(&s, "coffer__forget", json!({"id": "01NOPE"})).await);
     assert_eq!((&gone["isError"], &gone["content"][0]["text"]), (&json!(true), &json!("no fact \"01NOPE\"")));

@@ -233,6 +233,12 @@ fn require_same_kb(c: &Connection, name: &str, created_ms: i64) -> Result<(), St
     Ok(())
 }
 
+/// The name of the KB whose root is `root`, if there is one.
+fn kb_at_root(c: &Connection, root: &str) -> Result<Option<String>, StoreError> {
+    let mut st = c.prepare_cached("SELECT name FROM kb_knowledge_bases WHERE root = ?1 ORDER BY name LIMIT 1")?;
+    Ok(st.query_row([root], |r| r.get(0)).optional()?)
+}
+
 fn require_kb(c: &Connection, name: &str) -> Result<(), StoreError> {
     let mut st = c.prepare_cached("SELECT 1 FROM kb_knowledge_bases WHERE name = ?1")?;
     if st.query_row([name], |_| Ok(())).optional()?.is_none() {
@@ -478,10 +484,11 @@ fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLi
     }
     // Backlinks: links whose key is one of this note's names and that resolve to it (another
     // note may own that name first).
-    let mut backlinks = Vec::new();
+    // One per distinct link: the same link written twice on a line is one backlink.
+    let mut backlinks: Vec<Backlink> = Vec::new();
     let mut truncated = false;
     let mut st = c.prepare_cached(
-        "SELECT d.path, d.title, l.line, l.alias, l.embed, l.target_key
+        "SELECT d.path, d.title, l.line, l.alias, l.embed, l.target_key, l.fragment
          FROM kb_links l JOIN kb_documents d ON d.id = l.document
          WHERE d.kb = ?1 AND d.id <> ?2 AND l.target_key IN (SELECT key FROM kb_note_names WHERE document = ?2)
          ORDER BY d.path, l.line, l.ordinal",
@@ -492,17 +499,23 @@ fn note_links(c: &Connection, kb: &str, path: &str, limit: u32) -> Result<NoteLi
         if resolve(c, &key)?.as_deref() != Some(path) {
             continue;
         }
-        if backlinks.len() >= limit as usize {
-            truncated = true;
-            break;
-        }
-        backlinks.push(Backlink {
+        let b = Backlink {
             path: r.get(0)?,
             title: r.get(1)?,
             line: r.get(2)?,
             alias: r.get(3)?,
             embed: r.get(4)?,
-        });
+            fragment: r.get(6)?,
+        };
+        // Rows come by path and line: a duplicate is among the last few.
+        if backlinks.iter().rev().take_while(|o| o.path == b.path && o.line == b.line).any(|o| *o == b) {
+            continue;
+        }
+        if backlinks.len() >= limit as usize {
+            truncated = true;
+            break;
+        }
+        backlinks.push(b);
     }
     Ok(NoteLinksReply { links, backlinks, backlinks_truncated: truncated })
 }
@@ -1854,6 +1867,14 @@ impl Index for IndexService {
                 if get_kb(t, &kb.name)?.is_some() {
                     return Err(StoreError::Exists(format!("knowledge base {:?}", kb.name)));
                 }
+                // One folder is one KB. Checked here, in the write transaction (one writer at a
+                // time), so two concurrent adds of one folder cannot both pass.
+                if let Some(other) = kb_at_root(t, &kb.root)? {
+                    return Err(StoreError::Exists(format!(
+                        "a knowledge base for folder {} (knowledge base {other:?})",
+                        kb.root
+                    )));
+                }
                 kb.created_ms = now_ms();
                 t.execute(
                     &format!("INSERT INTO kb_knowledge_bases ({KB_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
@@ -2003,6 +2024,45 @@ impl Index for IndexService {
                 let expr = phrases.join(if any { " OR " } else { " AND " });
                 let counts = df.blob(c, &phrases)?;
                 keyword_query(c, (&expr, &counts), &filter, limit, r.one_per_document)
+            })
+            .await?;
+        Ok(Response::new(ChunkHits { hits }))
+    }
+
+    async fn tagged_documents(&self, req: Request<TaggedDocumentsRequest>) -> Result<Response<ChunkHits>, Status> {
+        let r = req.into_inner();
+        if r.filters.as_ref().is_none_or(|f| f.tags.is_empty()) {
+            return Err(StoreError::Invalid("filters.tags must name at least one tag".into()).into());
+        }
+        let filter = Filter::new(r.filters.as_ref())?;
+        let limit = validate_limit("limit", r.limit)?;
+        if r.after_path.len() > MAX_PATH_BYTES || r.after_kb.len() > 64 {
+            return Err(StoreError::Invalid("after_kb or after_path is too long".into()).into());
+        }
+        let hits = self
+            .db
+            .read_now(move |c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT coalesce(c.id, 0), d.kb, d.path, coalesce(c.heading_path, '[]'),
+                            coalesce(c.line_start, 1), coalesce(c.line_end, 1), coalesce(c.text, ''),
+                            d.title, d.tags_json, d.mtime_ms, coalesce(c.ordinal, 0)
+                     FROM kb_documents d LEFT JOIN kb_chunks c ON c.document = d.id AND c.ordinal = 0
+                     WHERE {FILTER_SQL} AND d.error = '' AND (d.kb > ?5 OR (d.kb = ?5 AND d.path > ?6))
+                     ORDER BY d.kb, d.path LIMIT ?7"
+                ))?;
+                let rows = st.query_map(
+                    params![
+                        filter.kb_json,
+                        filter.prefix,
+                        filter.tags_json,
+                        filter.after,
+                        r.after_kb,
+                        r.after_path,
+                        limit
+                    ],
+                    |row| Ok(ChunkHit { chunk: Some(chunk_at(row)?), score: 0.0, lines: vec![] }),
+                )?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .await?;
         Ok(Response::new(ChunkHits { hits }))
@@ -2407,6 +2467,35 @@ mod tests {
                 r.backlinks.into_iter().map(|b| (b.path, b.line)).collect(),
             )
         }
+    }
+
+    #[tokio::test]
+    async fn backlinks_are_one_per_distinct_link_with_heading_and_embed() {
+        let mut s = serve().await;
+        s.upsert(note("notes", "Coffer.md", vec![], &[])).await;
+        let heading = NoteLink { fragment: "Roadmap".into(), ..link("Coffer", 2) };
+        let embed = NoteLink { embed: true, ..link("Coffer", 2) };
+        let aliased = NoteLink { alias: "the app".into(), ..link("Coffer", 2) };
+        let links = vec![link("Coffer", 2), link("Coffer", 2), heading, embed, aliased, link("Coffer", 3)];
+        s.upsert(note("notes", "Daily.md", links, &[])).await;
+        let r = s
+            .client
+            .note_links(NoteLinksRequest { kb: "notes".into(), path: "Coffer.md".into(), backlinks_limit: 0 })
+            .await
+            .unwrap()
+            .into_inner();
+        let got: Vec<(u32, &str, &str, bool)> =
+            r.backlinks.iter().map(|b| (b.line, b.fragment.as_str(), b.alias.as_str(), b.embed)).collect();
+        assert_eq!(
+            got,
+            [
+                (2, "", "", false),
+                (2, "Roadmap", "", false),
+                (2, "", "", true),
+                (2, "", "the app", false),
+                (3, "", "", false)
+            ]
+        );
     }
 
     #[tokio::test]
@@ -3088,6 +3177,10 @@ mod tests {
         };
         let e = s.client.create_knowledge_base(kb("notes", "/x", KnowledgeBaseKind::Folder)).await.unwrap_err();
         assert_eq!((e.code(), e.message()), (tonic::Code::AlreadyExists, "knowledge base \"notes\" already exists"));
+        // One folder is one KB: checked in the write, whatever the caller checked before.
+        let e = s.client.create_knowledge_base(kb("again", "/tmp/notes", KnowledgeBaseKind::Folder)).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+        assert!(e.message().contains("/tmp/notes") && e.message().contains("\"notes\""), "{}", e.message());
         let e = s.client.create_knowledge_base(kb("x", "rel", KnowledgeBaseKind::Folder)).await.unwrap_err();
         assert!(e.message().starts_with("root \"rel\""), "{}", e.message());
         let e = s.client.create_knowledge_base(kb("x", "/x", KnowledgeBaseKind::Unspecified)).await.unwrap_err();
@@ -3250,6 +3343,29 @@ mod tests {
             assert_eq!(paths(s.keyword(q(f)).await), ["nested/f.md"], "{asked}");
         }
         assert!(s.keyword(q(Filters { tags: vec!["project/cof".into()], ..Default::default() })).await.is_empty());
+        // The notes with a tag, without a query: by KB then path, a page at a time.
+        let tagged = |tag: &str, after: (&str, &str), limit: u32| TaggedDocumentsRequest {
+            filters: Some(Filters { tags: vec![tag.into()], ..Default::default() }),
+            after_kb: after.0.into(),
+            after_path: after.1.into(),
+            limit,
+        };
+        let page = |r: ChunkHits| {
+            r.hits.into_iter().map(|h| h.chunk.unwrap()).map(|c| format!("{}:{}", c.kb, c.path)).collect::<Vec<_>>()
+        };
+        let first = s.client.tagged_documents(tagged("db", ("", ""), 2)).await.unwrap().into_inner();
+        assert_eq!(first.hits[0].chunk.as_ref().unwrap().text, "common word");
+        assert_eq!(page(first), ["notes:nested/f.md", "notes:p%_/d.md"]);
+        let next = s.client.tagged_documents(tagged("db", ("notes", "p%_/d.md"), 2)).await.unwrap().into_inner();
+        assert_eq!(page(next), ["notes:projects/a.md", "work:projects/e.md"]);
+        let last = s.client.tagged_documents(tagged("db", ("work", "projects/e.md"), 2)).await.unwrap().into_inner();
+        assert!(last.hits.is_empty());
+        assert_eq!(
+            page(s.client.tagged_documents(tagged("PROJECT", ("", ""), 10)).await.unwrap().into_inner()),
+            ["notes:nested/f.md"]
+        );
+        let e = s.client.tagged_documents(TaggedDocumentsRequest { limit: 5, ..Default::default() }).await.unwrap_err();
+        assert!(e.message().contains("at least one tag"), "{e}");
         for path in ["nested/f.md", "nested/g.md"] {
             s.client.delete_document(DocumentRef { kb: "notes".into(), path: path.into() }).await.unwrap();
         }
