@@ -234,7 +234,7 @@ async fn memory_and_skills_through_the_shim_with_a_real_mcp_client() -> anyhow::
     for (tool, args, needle) in [
         ("coffer__load_skill", json!({"name": "../etc"}), ""),
         ("coffer__load_skill", json!({"name": "absent"}), "absent"),
-        ("coffer__search_knowledge", json!({"query": " "}), "query is empty"),
+        ("coffer__search_knowledge", json!({"query": " "}), "give a query, or tags to list the notes with them"),
         ("coffer__search_knowledge", json!({"query": "x".repeat(10_000)}), "8192"),
         ("coffer__remember", json!({"txt": "x"}), "unknown argument \"txt\""),
     ] {

@@ -167,10 +167,10 @@ async fn hostile_profile_requests_get_envelopes_naming_the_field_and_write_nothi
         (json!({"name": "w", "overrides": {"git__a": {"hide_params": "p"}}}), "INVALID_ARGUMENT", "", "hide_params"),
         // A parameter the listed tool requires: never hidden, so refused rather than ignored.
         (
-            json!({"name": "w", "overrides": {"coffer__search_knowledge": {"hide_params": ["kb", "query"]}}}),
+            json!({"name": "w", "overrides": {"coffer__read_note": {"hide_params": ["start_byte", "path"]}}}),
             "INVALID_ARGUMENT",
-            "overrides[\"coffer__search_knowledge\"].hide_params[1]",
-            "\"query\" is a required parameter of coffer__search_knowledge: a client must set it",
+            "overrides[\"coffer__read_note\"].hide_params[1]",
+            "\"path\" is a required parameter of coffer__read_note: a client must set it",
         ),
         // A parameter the listed tool does not have (a typo): it would hide nothing.
         (

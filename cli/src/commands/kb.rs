@@ -698,6 +698,10 @@ pub fn next_page_line(a: &SearchArgs, next: &str) -> String {
     for t in &a.tags {
         cmd.push_str(&format!(" --tag {}", crate::output::shell_quote(t)));
     }
+    // The instant the first page's --since stood for (a relative 1d would move between pages).
+    if let Some(ms) = a.since {
+        cmd.push_str(&format!(" --since {}", coffer_runtime::rfc3339_from_unix_ms(ms)));
+    }
     if a.limit != 8 {
         cmd.push_str(&format!(" --limit {}", a.limit));
     }
@@ -1162,6 +1166,11 @@ mod tests {
             next_page_line(&a, "vault:Daily/it's.md"),
             "More: coffer kb search --kb vault --tag '#project' --limit 2 --cursor 'vault:Daily/it'\\''s.md'"
         );
+        // --since is kept, as the instant it stood for, and reads back to the same instant.
+        let since = since_at("1d", 1_796_601_600_000).expect("since");
+        let line = next_page_line(&SearchArgs { since: Some(since), ..a }, "vault:a.md");
+        let given = line.split(" --since ").nth(1).and_then(|r| r.split(' ').next()).expect("--since in the line");
+        assert_eq!(parse_since(given), Ok(since), "{line}");
     }
 
     #[test]

@@ -102,8 +102,9 @@ async fn add_kb(
     JsonBody(body): JsonBody<KnowledgeBaseCreate>,
 ) -> Result<(StatusCode, Json<api::KnowledgeBaseInfo>), ApiError> {
     let req = add_request(body)?;
-    tracing::info!(kb = %req.name, "Knowledge base added.");
     let kb = call(st.retrieval.clone().add_knowledge_base(req)).await.map_err(ApiError::from_retrieval)?;
+    // Logged once added: a refused add (a name or folder taken, a bad path) is not one.
+    tracing::info!(kb = %kb.name, "Knowledge base added.");
     Ok((StatusCode::CREATED, Json(retrieval::kb(kb))))
 }
 

@@ -319,7 +319,11 @@ pub struct SearchArgs {
     )]
     snippet_chars: Option<u32>,
     #[serde(default)]
-    #[schemars(length(max = 2048), description = "A tag listing's next page: the next_cursor the previous page gave.")]
+    #[schemars(
+        with = "String",
+        length(max = 2048),
+        description = "A tag listing's next page: the next_cursor the previous page gave."
+    )]
     cursor: Option<String>,
 }
 
