@@ -24,6 +24,13 @@ async fn indexed(api: &Api, kb: &str, documents: u64) -> anyhow::Result<Value> {
     .await
 }
 
+/// Adds a knowledge base (`POST /v1/knowledge` with `body`), which must answer 201.
+async fn add_kb(api: &Api, body: Value) -> anyhow::Result<()> {
+    let r = api.post_json("/v1/knowledge", &body).reply().await?;
+    ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
+    Ok(())
+}
+
 /// A vault: notes linking each other by name, by alias, by path and with headings; inline tags
 /// in prose, and `#`s that are not tags (code, URL fragments, headings).
 fn vault(dir: &Path) -> anyhow::Result<()> {
@@ -56,10 +63,8 @@ async fn wikilinks_backlinks_inline_tags_and_notes_through_a_real_mcp_client() -
     std::fs::write(&secret_outside, "# Outside\n\nnot part of the vault\n")?;
     std::os::unix::fs::symlink(&secret_outside, folder.join("escape.md"))?;
     let api = home.start_daemon().await?;
-    for body in [json!({"name": "vault", "path": folder.display().to_string()}), json!({"name": "inbox"})] {
-        let r = api.post_json("/v1/knowledge", &body).reply().await?;
-        ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
-    }
+    add_kb(&api, json!({"name": "vault", "path": folder.display().to_string()})).await?;
+    add_kb(&api, json!({"name": "inbox"})).await?;
     indexed(&api, "vault", 3).await?;
     indexed(&api, "inbox", 0).await?;
 
@@ -380,9 +385,7 @@ async fn backlinks_say_how_a_note_links_in_read_note_and_kb_backlinks() -> anyho
     vault(&folder)?;
     write(&folder.join("Again.md"), "# Again\n\n[[Coffer]] and [[Coffer]] once more.\n")?;
     let api = home.start_daemon().await?;
-    let r =
-        api.post_json("/v1/knowledge", &json!({"name": "vault", "path": folder.display().to_string()})).reply().await?;
-    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    add_kb(&api, json!({"name": "vault", "path": folder.display().to_string()})).await?;
     indexed(&api, "vault", 4).await?;
 
     let mut client = PyClient::through_shim(&home, &[]).await?;
@@ -420,8 +423,7 @@ async fn read_note_reads_on_in_a_line_longer_than_64_kib() -> anyhow::Result<()>
     const KIB64: usize = 64 * 1024;
     let home = TestHome::new()?;
     let api = home.start_daemon().await?;
-    let r = api.post_json("/v1/knowledge", &json!({"name": "inbox"})).reply().await?;
-    ensure!(r.status == 201, "{} {}", r.status, r.text);
+    add_kb(&api, json!({"name": "inbox"})).await?;
     // 100 KiB on one line (multi-byte characters across the cuts), between two short lines.
     let long: String = (0..150 * 1024 / 3).map(|i| if i % 2 == 0 { "é-" } else { "x" }).collect();
     let note = format!("# Long\n{long}\nthe end\n");
@@ -483,10 +485,8 @@ async fn tags_filter_with_a_hash_and_list_notes_without_a_query() -> anyhow::Res
         write(&folder.join(format!("Journal/day{i}.md")), format!("# Day {i}\n\nWrote things down. #journal\n"))?;
     }
     let api = home.start_daemon().await?;
-    for body in [json!({"name": "vault", "path": folder.display().to_string()}), json!({"name": "inbox"})] {
-        let r = api.post_json("/v1/knowledge", &body).reply().await?;
-        ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
-    }
+    add_kb(&api, json!({"name": "vault", "path": folder.display().to_string()})).await?;
+    add_kb(&api, json!({"name": "inbox"})).await?;
     indexed(&api, "vault", 8).await?;
 
     // 5. `#project` is the tag `project`, in a search.

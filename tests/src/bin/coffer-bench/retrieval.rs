@@ -270,15 +270,8 @@ fn wins_losses(row: &QualityRow, than: &QualityRow) -> (usize, usize, usize) {
 
 /// Reciprocal rank fusion (k = 60, equal weights) of document-id lists, best first; ties by id.
 fn rrf(lists: &[&[u32]], k: usize) -> Vec<u32> {
-    let mut score: BTreeMap<u32, f64> = BTreeMap::new();
-    for list in lists {
-        for (i, d) in coffer_tests::bench::metrics::top_k_unique(list, usize::MAX).iter().enumerate() {
-            *score.entry(*d).or_default() += 1.0 / (60.0 + i as f64 + 1.0);
-        }
-    }
-    let mut v: Vec<(u32, f64)> = score.into_iter().collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    v.into_iter().take(k).map(|(d, _)| d).collect()
+    let weighted: Vec<(&[u32], f64)> = lists.iter().map(|l| (*l, 1.0)).collect();
+    weighted_rrf(&weighted, 60.0, k)
 }
 
 /// Weighted RRF per document over ranked lists (`(list, weight)`), with constant `k`: what the
