@@ -72,8 +72,8 @@ pub struct Config {
     pub embeddings: EmbeddingsSettings,
     /// The sync worker's settings (`sync.*`).
     pub sync: SyncSettings,
-    /// Each engine's weight in fusion (`retrieval.fusion.*_weight`).
-    pub fusion: crate::fusion::Weights,
+    /// The fusion's method, k and engine weights (`retrieval.fusion.method`, `.k`, `.*_weight`).
+    pub fusion: crate::fusion::Params,
 }
 
 /// The sync worker's settings (`sync.*`).
@@ -126,7 +126,9 @@ impl Config {
                 pull_interval: Duration::from_secs(int(&s::SYNC_PULL_INTERVAL_S)),
                 machine: text(&s::SYNC_MACHINE_NAME),
             },
-            fusion: crate::fusion::Weights {
+            fusion: crate::fusion::Params {
+                method: crate::fusion::Method::parse(&text(&s::FUSION_METHOD)),
+                k: int(&s::FUSION_K) as f64,
                 grep: int(&s::FUSION_GREP_WEIGHT) as f64,
                 keyword: int(&s::FUSION_KEYWORD_WEIGHT) as f64,
                 vector: int(&s::FUSION_VECTOR_WEIGHT) as f64,
@@ -194,8 +196,11 @@ mod tests {
     #[test]
     fn fusion_weights_default_and_are_read() {
         let d = Config::default().fusion;
-        assert_eq!((d.grep, d.keyword, d.vector), (1.0, 2.0, 1.0));
+        assert_eq!((d.grep, d.keyword, d.vector), (1.0, 1.0, 1.0));
+        assert_eq!((d.method, d.k), (crate::fusion::Method::Scores, 60.0));
         let values: HashMap<String, String> = [
+            ("retrieval.fusion.method", "rrf"),
+            ("retrieval.fusion.k", "10"),
             ("retrieval.fusion.keyword_weight", "3"),
             ("retrieval.fusion.vector_weight", "0"),
             ("retrieval.fusion.grep_weight", "-1"),
@@ -204,6 +209,7 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         let c = Config::from_values(&values).fusion;
+        assert_eq!((c.method, c.k), (crate::fusion::Method::Rrf, 10.0));
         assert_eq!(c.keyword, 3.0);
         assert_eq!((c.vector, c.grep), (1.0, 1.0), "out of bounds or not a number: the default");
     }

@@ -12,9 +12,10 @@
 //! - vector: the query embedded by the configured endpoint, then `VectorQuery` (cosine KNN).
 //!
 //! Results are one per document: each engine's list keeps a document's best chunk only, and the
-//! lists are fused per (KB, path) with the engines' weights (`retrieval.fusion.*_weight`,
-//! [`fusion::fuse`]), so a document whose best keyword chunk differs from its best vector
-//! chunk has both engines' credit; it shows the chunk of the engine that contributed most.
+//! lists are fused per (KB, path) as the `retrieval.fusion.*` settings say (weighted normalised
+//! scores by default, or weighted reciprocal ranks; [`fusion::fuse`]), so a document whose best
+//! keyword chunk differs from its best vector chunk has both engines' credit; it shows the chunk
+//! of the engine that contributed most.
 //!
 //! A vector hit whose cosine similarity is below [`MIN_VECTOR_SIMILARITY`] is not a result on
 //! its own (nearest is not near: every query has nearest neighbours); it still adds its rank to
@@ -352,7 +353,7 @@ impl Searcher {
             .cloned()
             .collect();
         let q = &Query { kbs: searched, ..q.clone() };
-        let (timeout, weights) = {
+        let (timeout, fusion_params) = {
             let c = self.config.borrow();
             (c.engine_timeout, c.fusion)
         };
@@ -451,7 +452,7 @@ impl Searcher {
         }
         let highlight: Vec<String> = if terms.is_empty() { vec![q.text.clone()] } else { terms.clone() };
         // Fused per document (engines may have picked different chunks of it: each still counts).
-        let results = fusion::fuse(&lists, &weights, usize::MAX)
+        let results = fusion::fuse(&lists, &fusion_params, usize::MAX)
             .into_iter()
             .filter(|f| !weak_vector_only(&f.ranks))
             .take(q.limit as usize)
@@ -489,7 +490,7 @@ impl Searcher {
             engines: reports,
             warnings,
             took_ms: started.elapsed().as_millis() as u32,
-            fusion: weights.name(),
+            fusion: fusion_params.name(),
             next_cursor: String::new(),
         })
     }

@@ -45,11 +45,24 @@ pub enum TextFormat {
     /// Empty (the default) or one of [`PERMISSION_MODES`] (a unit variant: the words live in the
     /// constant, so a setting stays small).
     PermissionMode,
+    /// One of [`FUSION_METHODS`] (empty: the default).
+    FusionMethod,
     /// Origins the console may also be opened at, separated by commas or spaces (see
     /// [`crate::remote::parse_allowed_hosts`]); empty: loopback only.
     AllowedHosts,
     /// Empty (loopback only) or `IP:PORT` (see [`crate::remote::parse_bind`]).
     BindAddress,
+}
+
+impl TextFormat {
+    /// The words a setting of this format may hold (besides empty), when it is one of a list.
+    pub fn words(self) -> Option<&'static [&'static str]> {
+        match self {
+            TextFormat::PermissionMode => Some(PERMISSION_MODES),
+            TextFormat::FusionMethod => Some(FUSION_METHODS),
+            _ => None,
+        }
+    }
 }
 
 /// What a person wants to do with a setting: the sections of the console's Settings page, of
@@ -518,6 +531,36 @@ pub const RESCAN_INTERVAL_S: Setting = Setting {
     unit: "seconds, 0 = never",
     description: "how often each knowledge base folder is compared with its index besides the folder watcher (a safety net for folders it cannot watch and changes it misses); unchanged files cost a stat each",
 };
+/// How the search engines' lists are fused.
+pub const FUSION_METHOD: Setting = Setting {
+    key: "retrieval.fusion.method",
+    group: Group::Knowledge,
+    label: "Fusion method",
+    ty: Type::Text,
+    format: TextFormat::FusionMethod,
+    default: 0,
+    default_text: "scores",
+    min: 0,
+    max: 16,
+    unit: "scores or rrf",
+    description: "how a search merges its engines' results: scores (each document's weighted sum of the keyword score divided by the search's best keyword score, the vector cosine similarity and the grep score divided by its best) or rrf (weighted reciprocal rank fusion with retrieval.fusion.k)",
+};
+/// The words of [`FUSION_METHOD`].
+pub const FUSION_METHODS: &[&str] = &["scores", "rrf"];
+/// The reciprocal rank fusion constant k.
+pub const FUSION_K: Setting = Setting {
+    key: "retrieval.fusion.k",
+    group: Group::Knowledge,
+    label: "Fusion's rank constant k",
+    ty: Type::Integer,
+    format: TextFormat::Any,
+    default_text: "",
+    default: 60,
+    min: 1,
+    max: 1000,
+    unit: "ranks",
+    description: "reciprocal rank fusion's k (method rrf): a document ranked r by an engine scores weight / (k + r); a smaller k lets one engine's first results count for more against documents every engine ranks lower (60 is plain RRF)",
+};
 /// The keyword engine's weight in fusion.
 pub const FUSION_KEYWORD_WEIGHT: Setting = Setting {
     key: "retrieval.fusion.keyword_weight",
@@ -526,11 +569,11 @@ pub const FUSION_KEYWORD_WEIGHT: Setting = Setting {
     ty: Type::Integer,
     format: TextFormat::Any,
     default_text: "",
-    default: 2,
+    default: 1,
     min: 1,
     max: 100,
     unit: "relative weight (only the ratio between engines matters)",
-    description: "the keyword engine's share of a result's fused score (weighted reciprocal rank fusion)",
+    description: "the keyword engine's share of a result's fused score (either fusion method)",
 };
 /// The vector engine's weight in fusion.
 pub const FUSION_VECTOR_WEIGHT: Setting = Setting {
@@ -544,7 +587,7 @@ pub const FUSION_VECTOR_WEIGHT: Setting = Setting {
     min: 1,
     max: 100,
     unit: "relative weight (only the ratio between engines matters)",
-    description: "the vector engine's share of a result's fused score (weighted reciprocal rank fusion)",
+    description: "the vector engine's share of a result's fused score (either fusion method)",
 };
 /// The grep engine's weight in fusion.
 pub const FUSION_GREP_WEIGHT: Setting = Setting {
@@ -558,7 +601,7 @@ pub const FUSION_GREP_WEIGHT: Setting = Setting {
     min: 1,
     max: 100,
     unit: "relative weight (only the ratio between engines matters)",
-    description: "the grep engine's share of a result's fused score (weighted reciprocal rank fusion)",
+    description: "the grep engine's share of a result's fused score (either fusion method)",
 };
 /// Largest file a knowledge base indexes.
 pub const MAX_FILE_BYTES: Setting = Setting {
@@ -1034,6 +1077,8 @@ pub const SETTINGS: &[Setting] = &[
     EMBEDDINGS_HUB_URL,
     ENGINE_TIMEOUT_MS,
     RESCAN_INTERVAL_S,
+    FUSION_METHOD,
+    FUSION_K,
     FUSION_KEYWORD_WEIGHT,
     FUSION_VECTOR_WEIGHT,
     FUSION_GREP_WEIGHT,
@@ -1115,9 +1160,9 @@ impl Setting {
         if let Some(why) = why {
             return Err(SettingError::BadValue { setting: Box::new(*self), why });
         }
-        if self.format == TextFormat::PermissionMode
+        if let Some(words) = self.format.words()
             && !value.trim().is_empty()
-            && !PERMISSION_MODES.contains(&value.trim())
+            && !words.contains(&value.trim())
         {
             return Err(SettingError::NotOneOf { setting: Box::new(*self), value: value.chars().take(64).collect() });
         }
@@ -1309,7 +1354,7 @@ impl std::fmt::Display for SettingError {
                 s.key, s.unit
             ),
             SettingError::NotOneOf { setting: s, value } => {
-                write!(f, "{} must be one of {}; got {value:?}", s.key, PERMISSION_MODES.join(", "))
+                write!(f, "{} must be one of {}; got {value:?}", s.key, s.format.words().unwrap_or_default().join(", "))
             }
             SettingError::BadValue { setting: s, why } => write!(f, "{}: {why} ({})", s.key, s.unit),
             SettingError::NotText { setting } => write!(f, "{} is an integer setting, not text", setting.key),

@@ -39,8 +39,42 @@ const K: usize = 10;
 /// Depth of the lists the plain hybrid baseline fuses (BM25's and the vector engine's; 50 is the
 /// search API's largest limit).
 const HYBRID_DEPTH: usize = 50;
-/// The fusion weights measured besides the defaults: `(keyword, vector)` (grep 1).
-const WEIGHT_SWEEP: [(u32, u32); 3] = [(1, 1), (3, 2), (3, 1)];
+/// The fusion settings measured besides the defaults: `(method, keyword weight, vector weight)`
+/// (grep 1, k 60): the defaults before session 50 (rrf 2 : 1) and scores leaning either way.
+const FUSION_VARIANTS: [(&str, u32, u32); 3] = [("rrf", 2, 1), ("scores", 2, 3), ("scores", 3, 2)];
+/// The settings [`use_fusion`] changes.
+const FUSION_KEYS: [&str; 3] =
+    ["retrieval.fusion.method", "retrieval.fusion.keyword_weight", "retrieval.fusion.vector_weight"];
+
+/// Sets the fusion's method and weights and waits until retrieval's replies (a search on `kb`)
+/// name them; returns the fusion's name.
+async fn use_fusion(api: &Api, kb: &str, (method, kw, vec): (&str, u32, u32)) -> Result<String> {
+    api.settings(&[
+        (FUSION_KEYS[0], method.to_owned()),
+        (FUSION_KEYS[1], kw.to_string()),
+        (FUSION_KEYS[2], vec.to_string()),
+    ])
+    .await?;
+    // Retrieval follows the settings on its own: wait until its replies name the new fusion.
+    let want = format!("keyword {kw} vector {vec}");
+    let t = Instant::now();
+    loop {
+        let body = json!({"query": "flow", "kb": [kb], "limit": 1});
+        let (_, reply, _) = api.search(&body).await?;
+        if let Some(f) = reply["fusion"].as_str().filter(|f| f.starts_with(method) && f.ends_with(&want)) {
+            return Ok(f.to_owned());
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            bail!("retrieval did not take up the fusion {method} {want} within 30 s: {}", reply["fusion"]);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Removes what [`use_fusion`] set (the defaults back).
+async fn default_fusion(api: &Api) {
+    api.ok(reqwest::Method::PATCH, "/v1/settings", Some(&json!({"remove": FUSION_KEYS}))).await.ok();
+}
 /// The KB names used.
 const QUALITY_KB: &str = "cranfield";
 const SPEED_KB: &str = "notes";
@@ -187,6 +221,38 @@ async fn wait_kb(
     }
 }
 
+/// Each question's top-[`HYBRID_DEPTH`] list from `engines` on `kb` with every result's
+/// (path, fused score, per-engine ranks), as JSON, for offline fusion experiments.
+async fn scored_lists(api: &Api, kb: &str, questions: &[&str], engines: &[&str]) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for q in questions {
+        let body = json!({"query": q, "kb": [kb], "engines": engines, "limit": HYBRID_DEPTH});
+        let (results, _, _) = api.search(&body).await?;
+        out.push(Value::Array(results.iter().map(|r| json!([r["path"], r["score"], r["ranks"]])).collect::<Vec<_>>()));
+    }
+    Ok(out)
+}
+
+/// With `COFFER_BENCH_DUMP=<dir>`: writes `<dir>/<name>.json`, each question's keyword and vector
+/// lists with scores beside its judgements (`relevant`), so other fusions can be tried offline.
+async fn dump_lists(api: &Api, kb: &str, name: &str, questions: &[(&str, Value)]) -> Result<()> {
+    let Some(dir) = std::env::var_os("COFFER_BENCH_DUMP") else {
+        return Ok(());
+    };
+    let texts: Vec<&str> = questions.iter().map(|(q, _)| *q).collect();
+    let keyword = scored_lists(api, kb, &texts, &["keyword"]).await?;
+    let vector = scored_lists(api, kb, &texts, &["vector"]).await?;
+    let rows: Vec<Value> = questions
+        .iter()
+        .zip(keyword.into_iter().zip(vector))
+        .map(|((q, relevant), (k, v))| json!({"question": q, "relevant": relevant, "keyword": k, "vector": v}))
+        .collect();
+    let path = PathBuf::from(dir).join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec(&rows)?).with_context(|| path.display().to_string())?;
+    eprintln!("  lists with scores written to {}", path.display());
+    Ok(())
+}
+
 /// Indexed: the pass is idle, nothing pending, at least `documents` documents.
 fn indexed(info: &Value, documents: u64) -> bool {
     info["progress"]["state"] == "idle" && u(info, "pending") == 0 && u(info, "documents") >= documents
@@ -294,10 +360,73 @@ fn weighted_rrf<T: Ord + Clone>(lists: &[(&[T], f64)], k: f64, limit: usize) -> 
     v.into_iter().take(limit).map(|(d, _)| d).collect()
 }
 
-/// The what-if grid: RRF constants and `(keyword, vector)` weights, simulated offline on the
-/// keyword and vector engines' lists (top [`HYBRID_DEPTH`] each) of the same run.
-const GRID_K: [f64; 5] = [5.0, 10.0, 20.0, 30.0, 60.0];
-const GRID_WEIGHTS: [(f64, f64); 5] = [(1.0, 1.0), (3.0, 2.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)];
+/// The service's `scores` fusion (`services/retrieval/src/fusion.rs`) of `(list, weight,
+/// absolute)` scored lists, per document: each list's first entry of a document counts, its
+/// score divided by the list's best (cosine similarity, `absolute`, as is, at least 0), times
+/// the weight, summed; ties by id. The first `limit` ids.
+fn weighted_scores<T: Ord + Clone>(lists: &[(&[(T, f64)], f64, bool)], limit: usize) -> Vec<T> {
+    let mut score: BTreeMap<T, f64> = BTreeMap::new();
+    for (list, weight, absolute) in lists {
+        let best = list.iter().map(|(_, s)| *s).fold(f64::NEG_INFINITY, f64::max);
+        let mut seen = std::collections::BTreeSet::new();
+        for (d, s) in list.iter() {
+            if seen.insert(d.clone()) {
+                let part = if *absolute {
+                    s.max(0.0)
+                } else if best > 0.0 {
+                    (s / best).max(0.0)
+                } else {
+                    0.0
+                };
+                *score.entry(d.clone()).or_default() += weight * part;
+            }
+        }
+    }
+    let mut v: Vec<(T, f64)> = score.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.into_iter().take(limit).map(|(d, _)| d).collect()
+}
+
+/// The what-if grid: `scores` and RRF with several constants, by `(keyword, vector)` weights,
+/// simulated offline on the keyword and vector engines' scored lists (top [`HYBRID_DEPTH`]
+/// each) of the same run. `None`: scores; `Some(k)`: RRF with that k.
+const GRID_METHODS: [Option<f64>; 6] = [None, Some(5.0), Some(10.0), Some(20.0), Some(30.0), Some(60.0)];
+const GRID_WEIGHTS: [(f64, f64); 6] = [(2.0, 3.0), (1.0, 1.0), (3.0, 2.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)];
+
+/// One question's fused list for a grid cell.
+fn grid_fuse<T: Ord + Clone>(method: Option<f64>, kl: &[(T, f64)], vl: &[(T, f64)], (kw, vec): (f64, f64)) -> Vec<T> {
+    match method {
+        None => weighted_scores(&[(kl, kw, false), (vl, vec, true)], K),
+        Some(k) => {
+            let ids = |l: &[(T, f64)]| l.iter().map(|(d, _)| d.clone()).collect::<Vec<T>>();
+            let (ki, vi) = (ids(kl), ids(vl));
+            weighted_rrf(&[(ki.as_slice(), kw), (vi.as_slice(), vec)], k, K)
+        }
+    }
+}
+
+/// A grid row's name.
+fn grid_method_name(method: Option<f64>) -> String {
+    method.map_or("scores".to_owned(), |k| format!("rrf k={k}"))
+}
+
+/// Each question's `engine` list on `kb` (top [`HYBRID_DEPTH`]): `(path, the engine's score)`.
+async fn engine_lists(api: &Api, kb: &str, questions: &[&str], engine: &str) -> Result<Vec<Vec<(String, f64)>>> {
+    let lists = scored_lists(api, kb, questions, &[engine]).await?;
+    Ok(lists
+        .iter()
+        .map(|l| {
+            l.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    let score = e[2].as_array()?.iter().find(|r| r["engine"] == engine)?["score"].as_f64()?;
+                    Some((e[0].as_str()?.to_owned(), score))
+                })
+                .collect()
+        })
+        .collect())
+}
 
 fn quality_row(label: String, runs: &[(Vec<u32>, Duration, bool)], c: &Collection) -> QualityRow {
     let mut ndcg = Vec::new();
@@ -488,10 +617,7 @@ async fn quality_measure(
         ("keyword", vec!["keyword"]),
         ("grep (the question as a literal)", vec!["grep"]),
         ("vector", vec!["vector"]),
-        (
-            "fusion, default weights: no engines named (keyword + vector; grep only for literal-looking questions)",
-            vec![],
-        ),
+        ("fusion, defaults: no engines named (keyword + vector; grep only for literal-looking questions)", vec![]),
     ];
     /// One sweep of the 225 questions: each query's document ids, latency and whether an engine
     /// failed; and the fusion's name from the replies.
@@ -530,8 +656,13 @@ async fn quality_measure(
     }
     // The plain hybrid baseline: the baseline's BM25 list and the vector engine's (the same
     // model's cosine, one entry per file), RRF k = 60 with equal weights, per file.
+    let judged: Vec<(&str, Value)> = c
+        .queries
+        .iter()
+        .map(|q| (q.text.as_str(), json!(c.gains.get(&q.number).cloned().unwrap_or_default())))
+        .collect();
+    dump_lists(api, QUALITY_KB, "cranfield", &judged).await?;
     let (vector_deep, _) = sweep(api, c, &["vector"], HYBRID_DEPTH).await?;
-    let (keyword_deep, _) = sweep(api, c, &["keyword"], HYBRID_DEPTH).await?;
     let hybrid: Vec<(Vec<u32>, Duration, bool)> =
         bm25_lists.iter().zip(&vector_deep).map(|(b, (v, took, failed))| (rrf(&[b, v], K), *took, *failed)).collect();
     rows.push(quality_row(
@@ -541,38 +672,14 @@ async fn quality_measure(
         &hybrid,
         c,
     ));
-    // Fusion with other weights (a setting: no re-index), then the defaults back.
+    // Fusion with other settings (no re-index), then the defaults back.
     let mut sweep_rows = Vec::new();
-    for (kw, vec) in WEIGHT_SWEEP {
-        api.settings(&[
-            ("retrieval.fusion.keyword_weight", kw.to_string()),
-            ("retrieval.fusion.vector_weight", vec.to_string()),
-        ])
-        .await?;
-        // Retrieval follows the settings on its own: wait until its replies name the weights.
-        let want = format!("keyword {kw} vector {vec}");
-        let t = Instant::now();
-        loop {
-            let body = json!({"query": "flow", "kb": [QUALITY_KB], "limit": 1});
-            let (_, reply, _) = api.search(&body).await?;
-            if reply["fusion"].as_str().is_some_and(|f| f.ends_with(&want)) {
-                break;
-            }
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!("retrieval did not take up the weights {want} within 30 s: {}", reply["fusion"]);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    for variant in FUSION_VARIANTS {
+        use_fusion(api, QUALITY_KB, variant).await?;
         let (runs, name) = sweep(api, c, &[], K).await?;
         sweep_rows.push(quality_row(format!("fusion, no engines named ({name})"), &runs, c));
     }
-    api.ok(
-        reqwest::Method::PATCH,
-        "/v1/settings",
-        Some(&json!({"remove": ["retrieval.fusion.keyword_weight", "retrieval.fusion.vector_weight"]})),
-    )
-    .await
-    .ok();
+    default_fusion(api).await;
 
     // The index (FTS5, chunks, vectors: the KB's share of coffer.db) over the corpus's bytes.
     let size_ratio = u(&info_e, "index_bytes") as f64 / u(&info_e, "corpus_bytes").max(1) as f64;
@@ -633,22 +740,29 @@ async fn quality_measure(
     // What other fusion settings would give on this run's lists (no grep: the service adds it
     // only for literal-looking questions), against keyword alone.
     println!(
-        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; weighted RRF per document as the service computes it): nDCG@10 / recall@10, and questions better / worse than keyword.\n"
+        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; `scores` and weighted RRF per document as the service computes them): nDCG@10 / recall@10, and questions better / worse than keyword.\n"
     );
-    print!("| k |");
+    let texts: Vec<&str> = c.queries.iter().map(|q| q.text.as_str()).collect();
+    let as_ids = |lists: Vec<Vec<(String, f64)>>| -> Vec<Vec<(u32, f64)>> {
+        lists
+            .into_iter()
+            .map(|l| l.into_iter().filter_map(|(p, s)| Some((Collection::doc_id(&p)?, s))).collect())
+            .collect()
+    };
+    let kw_scored = as_ids(engine_lists(api, QUALITY_KB, &texts, "keyword").await?);
+    let vec_scored = as_ids(engine_lists(api, QUALITY_KB, &texts, "vector").await?);
+    print!("| method |");
     for (kw, vec) in GRID_WEIGHTS {
         print!(" keyword {kw} : vector {vec} |");
     }
     println!("\n|---|{}", "---|".repeat(GRID_WEIGHTS.len()));
-    for k in GRID_K {
-        print!("| {k} |");
-        for (kw_w, vec_w) in GRID_WEIGHTS {
-            let runs: Vec<(Vec<u32>, Duration, bool)> = keyword_deep
+    for method in GRID_METHODS {
+        print!("| {} |", grid_method_name(method));
+        for weights in GRID_WEIGHTS {
+            let runs: Vec<(Vec<u32>, Duration, bool)> = kw_scored
                 .iter()
-                .zip(&vector_deep)
-                .map(|((kl, _, _), (vl, _, _))| {
-                    (weighted_rrf(&[(kl.as_slice(), kw_w), (vl.as_slice(), vec_w)], k, K), Duration::ZERO, false)
-                })
+                .zip(&vec_scored)
+                .map(|(kl, vl)| (grid_fuse(method, kl, vl, weights), Duration::ZERO, false))
                 .collect();
             let r = quality_row(String::new(), &runs, c);
             let (w, l, _) = wins_losses(&r, kw);
@@ -1024,28 +1138,12 @@ async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase
         let body = json!({"query": "x", "kb": [NOTES_KB], "limit": 1});
         api.search(&body).await?.1["fusion"].as_str().unwrap_or_default().to_owned()
     };
-    rows.push(run(api, questions, &[], format!("fusion, default weights ({fused_name})")).await?);
-    for (kw, vec) in WEIGHT_SWEEP {
-        api.settings(&[
-            ("retrieval.fusion.keyword_weight", kw.to_string()),
-            ("retrieval.fusion.vector_weight", vec.to_string()),
-        ])
-        .await?;
-        let want = format!("keyword {kw} vector {vec}");
-        let t = Instant::now();
-        let name = loop {
-            let body = json!({"query": "x", "kb": [NOTES_KB], "limit": 1});
-            let (_, reply, _) = api.search(&body).await?;
-            if let Some(f) = reply["fusion"].as_str().filter(|f| f.ends_with(&want)) {
-                break f.to_owned();
-            }
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!("retrieval did not take up the weights {want} within 30 s: {}", reply["fusion"]);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+    rows.push(run(api, questions, &[], format!("fusion, defaults ({fused_name})")).await?);
+    for variant in FUSION_VARIANTS {
+        let name = use_fusion(api, NOTES_KB, variant).await?;
         rows.push(run(api, questions, &[], format!("fusion ({name})")).await?);
     }
+    default_fusion(api).await;
 
     let n = questions.len();
     println!("## Retrieval: paraphrased questions over package docs ({n} questions)\n");
@@ -1069,51 +1167,46 @@ async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase
         );
     }
     // The what-if grid: the engines' top-HYBRID_DEPTH lists, fused offline.
-    async fn deep(api: &Api, questions: &[Paraphrase], engine: &str) -> Result<Vec<Vec<String>>> {
-        let mut out = Vec::new();
-        for q in questions {
-            let body = json!({"query": q.question, "kb": [NOTES_KB], "engines": [engine], "limit": HYBRID_DEPTH});
-            let (results, _, _) = api.search(&body).await?;
-            out.push(results.iter().filter_map(|r| r["path"].as_str().map(str::to_owned)).collect());
-        }
-        Ok(out)
-    }
-    let (kw_deep, vec_deep) = (deep(api, questions, "keyword").await?, deep(api, questions, "vector").await?);
+    let judged: Vec<(&str, Value)> = questions.iter().map(|q| (q.question.as_str(), json!(q.relevant))).collect();
+    dump_lists(api, NOTES_KB, "notes", &judged).await?;
+    let texts: Vec<&str> = questions.iter().map(|q| q.question.as_str()).collect();
+    let kw_deep = engine_lists(api, NOTES_KB, &texts, "keyword").await?;
+    let vec_deep = engine_lists(api, NOTES_KB, &texts, "vector").await?;
     let mut grid = Vec::new();
-    for k in GRID_K {
+    for method in GRID_METHODS {
         let mut cells = Vec::new();
-        for (kw_w, vec_w) in GRID_WEIGHTS {
+        for weights in GRID_WEIGHTS {
             let (mut first, mut recall) = (Vec::new(), Vec::new());
             for ((q, kl), vl) in questions.iter().zip(&kw_deep).zip(&vec_deep) {
-                let paths = weighted_rrf(&[(kl.as_slice(), kw_w), (vl.as_slice(), vec_w)], k, K);
+                let paths = grid_fuse(method, kl, vl, weights);
                 first.push(paths.iter().position(|p| q.relevant.contains(p)).map(|i| i + 1));
                 recall.push(q.relevant.iter().filter(|r| paths.contains(r)).count() as f64 / q.relevant.len() as f64);
             }
             cells.push(NotesRow { label: String::new(), first, recall });
         }
-        grid.push((k, cells));
+        grid.push((method, cells));
     }
     let (kw, fu) = (&rows[0], &rows[2]);
     let (kw_r, fu_r) = (mean(&kw.recall), mean(&fu.recall));
     let better = fu.top1() >= kw.top1() && fu_r >= kw_r && (fu.top1() > kw.top1() || fu_r > kw_r);
     println!(
-        "\n| floor | value | |\n|---|---|---|\n| fusion (default weights) improves over keyword alone: top-1 and recall@10 not lower, one of them higher | top-1 {} vs {}, recall@10 {fu_r:.3} vs {kw_r:.3} | {} |\n",
+        "\n| floor | value | |\n|---|---|---|\n| fusion (defaults) improves over keyword alone: top-1 and recall@10 not lower, one of them higher | top-1 {} vs {}, recall@10 {fu_r:.3} vs {kw_r:.3} | {} |\n",
         fu.top1(),
         kw.top1(),
         pass(better)
     );
     println!(
-        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; weighted RRF per document as the service computes it): top-1 / recall@10 / MRR@10 (keyword alone: {} / {kw_r:.3} / {:.3}).\n",
+        "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; `scores` and weighted RRF per document as the service computes them): top-1 / recall@10 / MRR@10 (keyword alone: {} / {kw_r:.3} / {:.3}).\n",
         kw.top1(),
         kw.mrr()
     );
-    print!("| k |");
+    print!("| method |");
     for (kw_w, vec_w) in GRID_WEIGHTS {
         print!(" keyword {kw_w} : vector {vec_w} |");
     }
     println!("\n|---|{}", "---|".repeat(GRID_WEIGHTS.len()));
-    for (k, cells) in &grid {
-        print!("| {k} |");
+    for (method, cells) in &grid {
+        print!("| {} |", grid_method_name(*method));
         for r in cells {
             print!(" {} / {:.3} / {:.3} |", r.top1(), mean(&r.recall), r.mrr());
         }
