@@ -279,7 +279,40 @@ async fn backlinks(ctx: &Ctx, a: BacklinksArgs) -> Result<(), CliError> {
 }
 
 fn kb_path(name: &str) -> Result<String, CliError> {
+    check_len("knowledge base name", name, MAX_KB_NAME_BYTES)?;
     Ok(format!("/v1/knowledge/{}", crate::api::name_segment("knowledge base", name)?))
+}
+
+/// Longest knowledge base name (the daemon's rule: 1-64 of a-z, 0-9, `_`, `-`).
+pub const MAX_KB_NAME_BYTES: usize = 64;
+/// Longest `--path` of a search, bytes.
+pub const MAX_PATH_PREFIX_BYTES: usize = 1024;
+/// Longest `--cursor`, bytes.
+pub const MAX_CURSOR_BYTES: usize = 2048;
+
+/// Refuses `value` of `what` when it is over `max` bytes, before the daemon is asked (a usage
+/// error, exit 2, naming the argument and the limit; the value is not echoed).
+///
+/// # Errors
+/// [`CliError::Usage`].
+pub fn check_len(what: &str, value: &str, max: usize) -> Result<(), CliError> {
+    if value.len() > max {
+        return Err(CliError::Usage(format!("{what} is {} bytes; at most {max}", value.len())));
+    }
+    Ok(())
+}
+
+/// The arguments of `kb search` a daemon would refuse for their length, refused here first.
+///
+/// # Errors
+/// [`CliError::Usage`] naming the flag and its limit.
+pub fn check_search_args(a: &SearchArgs) -> Result<(), CliError> {
+    for kb in &a.kb {
+        check_len("--kb", kb, MAX_KB_NAME_BYTES)?;
+    }
+    check_len("--path", a.path_prefix.as_deref().unwrap_or_default(), MAX_PATH_PREFIX_BYTES)?;
+    check_len("--cursor", a.cursor.as_deref().unwrap_or_default(), MAX_CURSOR_BYTES)?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -672,6 +705,7 @@ async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
 }
 
 async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
+    check_search_args(&a)?;
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/search").json(&search_body(&a))).await?;
     if ctx.json {
@@ -844,6 +878,7 @@ pub fn render_summary(kbs: &[KnowledgeBaseInfo]) -> String {
 }
 
 async fn reindex(ctx: &Ctx, a: ReindexArgs) -> Result<(), CliError> {
+    check_len("knowledge base name", a.kb.as_deref().unwrap_or_default(), MAX_KB_NAME_BYTES)?;
     let api = ctx.connect().await?;
     let body = Reindex { kb: a.kb.clone(), clean: Some(a.clean) };
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/reindex").json(&body)).await?;

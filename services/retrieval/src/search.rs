@@ -41,6 +41,8 @@ use crate::{grep, snippet, terms};
 
 /// Longest query, bytes (after trimming).
 pub const MAX_QUERY_BYTES: usize = 8192;
+/// Longest `filters.path_prefix`, bytes.
+pub const MAX_PATH_PREFIX_BYTES: usize = 1024;
 /// Default and largest number of results.
 pub const DEFAULT_LIMIT: u32 = 8;
 /// Largest number of results.
@@ -142,8 +144,8 @@ pub fn validate(
             Some(_) => {}
             None => {
                 return Err(Error::Invalid(format!(
-                    "engine {:?} is not one of grep, keyword, vector",
-                    e.chars().take(40).collect::<String>()
+                    "engine {} is not one of grep, keyword, vector",
+                    crate::error::shown_at(e, 40)
                 )));
             }
         }
@@ -152,8 +154,14 @@ pub fn validate(
     if asked.is_empty() {
         asked = ENGINES.to_vec();
     }
-    if f.path_prefix.len() > 1024 || f.path_prefix.contains('\0') {
-        return Err(Error::Invalid("path_prefix must be at most 1024 bytes".into()));
+    if f.path_prefix.len() > MAX_PATH_PREFIX_BYTES {
+        return Err(Error::Invalid(format!(
+            "path_prefix is {} bytes; at most {MAX_PATH_PREFIX_BYTES}",
+            f.path_prefix.len()
+        )));
+    }
+    if f.path_prefix.contains('\0') {
+        return Err(Error::Invalid("path_prefix contains a NUL byte".into()));
     }
     // A tag as notes write it (`#project`) is the tag `project`: one leading `#` is dropped.
     let tags: Vec<String> = f.tags.iter().map(|t| t.strip_prefix('#').unwrap_or(t).to_owned()).collect();
