@@ -112,3 +112,134 @@ async fn oversized_names_paths_and_cursors_are_refused_by_field_and_the_daemon_k
     ensure!(out.code == Some(0) && out.stdout.starts_with("notes:a.md:"), "{out:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_listing_s_more_line_works_pasted_and_a_cursor_says_what_it_needs() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let dir = home.temp().join("vault");
+    for n in ["a", "b", "c"] {
+        write(&dir.join(format!("{n}.md")), format!("# {n}\n\nnote {n} #project\n"))?;
+    }
+    let api = home.start_daemon().await?;
+    add_indexed(&api, "vault", &dir, 3).await?;
+    let h = home.root().display().to_string();
+
+    // The More: line keeps --home: pasted into a shell without COFFER_HOME, it is the next page.
+    let first = home.cli(&["--home", &h, "kb", "search", "--tag", "project", "--limit", "2"]).await?;
+    ensure!(first.code == Some(0) && first.stdout.contains("vault:b.md"), "{first:?}");
+    let more = first.stdout.lines().find_map(|l| l.strip_prefix("More: ")).context("a More: line")?;
+    ensure!(
+        more.starts_with("coffer --home ") && more.contains(" kb search --tag project --limit 2 --cursor "),
+        "{more}"
+    );
+    let mut sh = home.command(Path::new("sh"));
+    let path = format!("{}:{}", coffer_tests::bins::bin_dir()?.display(), std::env::var("PATH").unwrap_or_default());
+    sh.env_remove("COFFER_HOME").env("PATH", path).arg("-c").arg(more);
+    let out = tokio::process::Command::from(sh).output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success() && stdout.starts_with("vault:c.md:") && !stdout.contains("vault:a.md"),
+        "{more}: {out:?}"
+    );
+
+    // A cursor alone or with a query: a usage error saying what to pass, not clap's "missing QUERY".
+    let out = home.cli(&["kb", "search", "--cursor", "vault:b.md"]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("pass it with the same --tag"), "{out:?}");
+    let out = home.cli(&["kb", "search", "--cursor", "vault:b.md", "note"]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("a search with a QUERY has no next page"), "{out:?}");
+
+    // A cursor is checked in the user's terms: not one a listing gave, or into a knowledge base
+    // the listing does not cover (removed since): a 400 saying "invalid cursor", start again.
+    for (cursor, says) in [
+        ("garbage", "invalid cursor: \"garbage\" is not a next_cursor a tag listing gave"),
+        ("gone:a.md", "invalid cursor: it continues in knowledge base \"gone\", which this listing does not cover"),
+    ] {
+        let r = api.post_json("/v1/knowledge/search", &json!({"tags": ["project"], "cursor": cursor})).reply().await?;
+        let err = r.expect_envelope(400, "INVALID_ARGUMENT")?;
+        let msg = err["message"].as_str().unwrap_or_default();
+        ensure!(msg.starts_with(says) && !msg.contains("after_"), "{cursor}: {msg}");
+    }
+    let out = home.cli(&["kb", "search", "--tag", "project", "--cursor", "gone:a.md"]).await?;
+    ensure!(out.code == Some(2) && out.stderr.contains("invalid cursor: it continues in knowledge base"), "{out:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_filter_is_relative_to_the_kb_and_a_path_outside_every_kb_says_so() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    let dir = home.temp().join("vault");
+    write(&dir.join("a.md"), "# A\n\nbeta blocker\n")?;
+    write(&dir.join("sub/b.md"), "# B\n\nbeta carotene\n")?;
+    let api = home.start_daemon().await?;
+    add_indexed(&api, "vault", &dir, 2).await?;
+
+    // An absolute path outside every knowledge base: refused, naming the problem.
+    let out = home.cli(&["kb", "search", "--path", "/etc", "beta"]).await?;
+    ensure!(
+        out.code == Some(2) && out.stderr.contains("\"/etc\" is absolute and inside no knowledge base searched"),
+        "{out:?}"
+    );
+    // An absolute path inside one: that knowledge base, the rest as the filter.
+    let inside = format!("{}/sub/", dir.canonicalize()?.display());
+    let out = home.cli(&["kb", "search", "--path", &inside, "beta"]).await?;
+    ensure!(
+        out.code == Some(0) && out.stdout.starts_with("vault:sub/b.md:") && !out.stdout.contains("a.md"),
+        "{out:?}"
+    );
+    // A relative path no knowledge base has: the results are empty, and a warning says why.
+    let out = home.cli(&["kb", "search", "--path", "nowhere/", "beta"]).await?;
+    ensure!(
+        out.code == Some(0)
+            && out.stdout.starts_with("No results")
+            && out.stderr.contains(
+                "warning: no file or folder of the knowledge bases searched starts with path_prefix \"nowhere/\""
+            ),
+        "{out:?}"
+    );
+    // The grep engine honours the filter too (it reads only the files under it).
+    let v = api
+        .post_json("/v1/knowledge/search", &json!({"query": "beta", "path_prefix": "sub/", "engines": ["grep"]}))
+        .reply()
+        .await?
+        .ok_json()?;
+    let paths: Vec<&str> = v["results"].as_array().into_iter().flatten().filter_map(|r| r["path"].as_str()).collect();
+    ensure!(paths == ["sub/b.md"], "{v}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shim_prints_its_help_and_a_tag_listing_reads_cleanly() -> anyhow::Result<()> {
+    let home = TestHome::new()?;
+    // `coffer-mcp-shim --help`: usage on stdout, exit 0, nothing started (no daemon appears).
+    let mut cmd = home.command(&coffer_tests::bin("coffer-mcp-shim")?);
+    cmd.arg("--help");
+    let out = tokio::process::Command::from(cmd).output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success() && stdout.contains("Usage: coffer-mcp-shim [--profile NAME]"), "{out:?}");
+    ensure!(!home.daemon_json_path().exists(), "--help started a daemon");
+
+    let dir = home.temp().join("vault");
+    write(&dir.join("a.md"), "# A\n\nnote #project\n")?;
+    let api = home.start_daemon().await?;
+    add_indexed(&api, "vault", &dir, 1).await?;
+    // The CLI's tag listing has no `engines: -` line.
+    let out = home.cli(&["kb", "search", "--tag", "#project"]).await?;
+    ensure!(out.code == Some(0) && out.stdout.starts_with("vault:a.md:") && !out.stdout.contains("engines"), "{out:?}");
+    // MCP: one `#` whichever way the tag was given; "1 line", not "1 lines".
+    let s = McpSession::latest(&api).await?;
+    for tag in ["project", "#project"] {
+        let r = s.tool("coffer__search_knowledge", json!({"tags": [tag]})).await?;
+        ensure!(texts(&r["result"]).starts_with("1 note tagged #project:\n"), "{tag}: {r}");
+    }
+    let inbox = json!({"name": "inbox"});
+    let r = api.post_json("/v1/knowledge", &inbox).reply().await?;
+    ensure!(r.status == 201, "{}", r.text);
+    let r = s.tool("coffer__write_note", json!({"kb": "inbox", "path": "one.md", "content": "just one line"})).await?;
+    ensure!(texts(&r["result"]).starts_with("Created inbox:one.md (1 line, "), "{r}");
+    // Over the schema's maximum: refused, not lowered.
+    let r = s.tool("coffer__search_knowledge", json!({"query": "note", "limit": 21})).await?;
+    ensure!(r["result"]["isError"] == true && texts(&r["result"]).contains("over its maximum of 20"), "{r}");
+    let r = s.tool("coffer__read_note", json!({"kb": "vault", "path": "a.md", "start_byte": 20_000_000})).await?;
+    ensure!(r["result"]["isError"] == true && texts(&r["result"]).contains("\"start_byte\""), "{r}");
+    Ok(())
+}
