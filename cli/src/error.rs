@@ -251,6 +251,14 @@ impl From<reqwest::Error> for CliError {
     /// Transport failures (connect, timeout, reset mid-request) mean the daemon is unreachable;
     /// anything else (a body that does not decode) is a plain error.
     fn from(e: reqwest::Error) -> Self {
+        // A request that could not be built (a URL over the HTTP client's limits): the message
+        // without the URL, which holds the argument (it may be megabytes).
+        if e.is_builder() {
+            return CliError::Usage(format!(
+                "the request could not be built (an argument is too long or malformed): {}",
+                error_chain(&e.without_url())
+            ));
+        }
         if e.is_connect() || e.is_timeout() || e.is_request() {
             CliError::Unreachable(error_chain(&e))
         } else {

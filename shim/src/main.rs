@@ -13,7 +13,34 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What `coffer-mcp-shim --help` prints (and nothing starts).
+const USAGE: &str = "\
+coffer-mcp-shim: the stdio MCP server an MCP client starts to reach Coffer. It relays MCP
+messages between stdin/stdout and the Coffer daemon (started on demand).
+
+Usage: coffer-mcp-shim [--profile NAME]
+
+Options:
+  --profile NAME  Use this Coffer profile's tools [default: $COFFER_PROFILE, else the default]
+  -h, --help      Print this help and exit
+  -V, --version   Print the version and exit
+
+Add it to an MCP client with `coffer connect CLIENT`; Coffer's home is $COFFER_HOME (~/.coffer).
+";
+
 fn main() -> ExitCode {
+    // --help and --version answer and exit; nothing is started, stdin is not read.
+    if let Some(a) = std::env::args().skip(1).find(|a| matches!(a.as_str(), "-h" | "--help" | "-V" | "--version")) {
+        let text = if a.starts_with("-h") || a == "--help" {
+            USAGE.to_owned()
+        } else {
+            format!("coffer-mcp-shim {}\n", env!("CARGO_PKG_VERSION"))
+        };
+        return match std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
     // stdout is the protocol: logs go to stderr only (the MCP client usually keeps it).
     coffer_runtime::logging::init_stderr("warn");
     if let Err(e) = coffer_shim::profile::parse_args(std::env::args().skip(1)).and_then(coffer_shim::profile::init) {

@@ -54,6 +54,7 @@ mod http_upstream;
 mod internal_auth;
 mod knowledge;
 mod knowledge_folders;
+mod knowledge_inputs;
 mod knowledge_robustness;
 mod legacy_sse;
 mod limits;

@@ -144,11 +144,11 @@ pub struct AddArgs {
     pub writable: bool,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SearchArgs {
     /// What to look for (words or a question). Without one, `--tag` lists the notes with that
     /// tag, by knowledge base then path.
-    #[arg(num_args = 0.., value_name = "QUERY", required_unless_present = "tags")]
+    #[arg(num_args = 0.., value_name = "QUERY", required_unless_present_any = ["tags", "cursor"])]
     pub query: Vec<String>,
     /// Only this knowledge base (repeatable; `memory` searches remembered facts).
     #[arg(long, value_name = "KB")]
@@ -172,7 +172,9 @@ pub struct SearchArgs {
     /// Treat the query as a regular expression (grep engine).
     #[arg(long)]
     pub regex: bool,
-    /// The next page of a tag listing (no QUERY), as the previous page printed it.
+    /// The next page of a tag listing (--tag without a QUERY): paste the More: line the
+    /// previous page printed (the same --tag and filters with this cursor). A search with a
+    /// QUERY has no pages: it shows its best --limit results.
     #[arg(long, value_name = "CURSOR")]
     pub cursor: Option<String>,
 }
@@ -279,7 +281,40 @@ async fn backlinks(ctx: &Ctx, a: BacklinksArgs) -> Result<(), CliError> {
 }
 
 fn kb_path(name: &str) -> Result<String, CliError> {
+    check_len("knowledge base name", name, MAX_KB_NAME_BYTES)?;
     Ok(format!("/v1/knowledge/{}", crate::api::name_segment("knowledge base", name)?))
+}
+
+/// Longest knowledge base name (the daemon's rule: 1-64 of a-z, 0-9, `_`, `-`).
+pub const MAX_KB_NAME_BYTES: usize = 64;
+/// Longest `--path` of a search, bytes.
+pub const MAX_PATH_PREFIX_BYTES: usize = 1024;
+/// Longest `--cursor`, bytes.
+pub const MAX_CURSOR_BYTES: usize = 2048;
+
+/// Refuses `value` of `what` when it is over `max` bytes, before the daemon is asked (a usage
+/// error, exit 2, naming the argument and the limit; the value is not echoed).
+///
+/// # Errors
+/// [`CliError::Usage`].
+pub fn check_len(what: &str, value: &str, max: usize) -> Result<(), CliError> {
+    if value.len() > max {
+        return Err(CliError::Usage(format!("{what} is {} bytes; at most {max}", value.len())));
+    }
+    Ok(())
+}
+
+/// The arguments of `kb search` a daemon would refuse for their length, refused here first.
+///
+/// # Errors
+/// [`CliError::Usage`] naming the flag and its limit.
+pub fn check_search_args(a: &SearchArgs) -> Result<(), CliError> {
+    for kb in &a.kb {
+        check_len("--kb", kb, MAX_KB_NAME_BYTES)?;
+    }
+    check_len("--path", a.path_prefix.as_deref().unwrap_or_default(), MAX_PATH_PREFIX_BYTES)?;
+    check_len("--cursor", a.cursor.as_deref().unwrap_or_default(), MAX_CURSOR_BYTES)?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -490,7 +525,8 @@ pub fn engines_line(reply: &SearchReply) -> String {
 }
 
 /// Search results, compactly: `kb:path:start-end  A › B` then the snippet indented, a blank
-/// line between passages, the engines' report last.
+/// line between passages, the engines' report last (none for a tag listing, which runs no
+/// engine).
 pub fn render_results(reply: &SearchReply, bold: bool) -> String {
     let mut out = String::new();
     if reply.results.is_empty() {
@@ -515,8 +551,11 @@ pub fn render_results(reply: &SearchReply, bold: bool) -> String {
         }
         out.push('\n');
     }
-    out.push_str(&engines_line(reply));
-    out.push('\n');
+    // A tag listing runs no engine: no engines line (it would read `engines: -`).
+    if !reply.engines.is_empty() {
+        out.push_str(&engines_line(reply));
+        out.push('\n');
+    }
     out
 }
 
@@ -672,6 +711,8 @@ async fn remove(ctx: &Ctx, kb: &str) -> Result<(), CliError> {
 }
 
 async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
+    check_search_args(&a)?;
+    check_cursor_use(&a)?;
     let api = ctx.connect().await?;
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/search").json(&search_body(&a))).await?;
     if ctx.json {
@@ -680,15 +721,49 @@ async fn search(ctx: &Ctx, a: SearchArgs) -> Result<(), CliError> {
     let reply: SearchReply = resp.parse()?;
     output::print_styled(&render_results(&reply, stdout_is_styled()))?;
     if let Some(next) = &reply.next_cursor {
-        output::println(&next_page_line(&a, next))?;
+        let home = (ctx.home_source == crate::context::HomeSource::Flag).then(|| ctx.home.root());
+        output::println(&next_page_line(&a, home, next))?;
     }
     print_warnings(&reply);
     Ok(())
 }
 
-/// How to get a tag listing's next page: the same command with `--cursor`.
-pub fn next_page_line(a: &SearchArgs, next: &str) -> String {
-    let mut cmd = String::from("coffer kb search");
+/// `--cursor` continues a tag listing only: with a QUERY (a search has no pages) or without
+/// `--tag` (the cursor is a position in the listing of those tags), a usage error saying what
+/// to pass.
+///
+/// # Errors
+/// [`CliError::Usage`] (exit 2).
+pub fn check_cursor_use(a: &SearchArgs) -> Result<(), CliError> {
+    if a.cursor.is_none() {
+        return Ok(());
+    }
+    if !a.query.is_empty() {
+        return Err(CliError::Usage(
+            "--cursor pages a tag listing (--tag without a QUERY); a search with a QUERY has no next page: \
+             it shows its best --limit results (at most 50); narrow it with --kb, --path, --tag or --since"
+                .into(),
+        ));
+    }
+    if a.tags.is_empty() {
+        return Err(CliError::Usage(
+            "--cursor continues a tag listing: pass it with the same --tag (and --kb, --path, --since, --limit) \
+             as the page that printed it; its More: line is that whole command"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// How to get a tag listing's next page: the same command with `--cursor`, and `--home` (made
+/// absolute) when the user gave it, so the line works pasted as it is.
+pub fn next_page_line(a: &SearchArgs, home: Option<&Path>, next: &str) -> String {
+    let mut cmd = String::from("coffer");
+    if let Some(home) = home {
+        let abs = std::path::absolute(home).unwrap_or_else(|_| home.to_path_buf());
+        cmd.push_str(&format!(" --home {}", crate::output::shell_quote(&abs.display().to_string())));
+    }
+    cmd.push_str(" kb search");
     for kb in &a.kb {
         cmd.push_str(&format!(" --kb {}", crate::output::shell_quote(kb)));
     }
@@ -844,6 +919,7 @@ pub fn render_summary(kbs: &[KnowledgeBaseInfo]) -> String {
 }
 
 async fn reindex(ctx: &Ctx, a: ReindexArgs) -> Result<(), CliError> {
+    check_len("knowledge base name", a.kb.as_deref().unwrap_or_default(), MAX_KB_NAME_BYTES)?;
     let api = ctx.connect().await?;
     let body = Reindex { kb: a.kb.clone(), clean: Some(a.clean) };
     let resp = api.send(api.request(reqwest::Method::POST, "/v1/knowledge/reindex").json(&body)).await?;
@@ -1077,7 +1153,7 @@ mod tests {
         let styled = render_results(&reply, true);
         assert!(styled.contains("how to \u{1b}[1mrotate\u{1b}[0m the"), "{styled:?}");
         assert_eq!(snippet("open **end", true), "open \u{1b}[1mend\u{1b}[0m");
-        assert_eq!(render_results(&SearchReply::default(), false), "No results\nengines: -, 0 ms\n");
+        assert_eq!(render_results(&SearchReply::default(), false), "No results\n", "a tag listing: no engines line");
     }
 
     #[test]
@@ -1163,12 +1239,23 @@ mod tests {
         assert_eq!(search_body(&a).cursor.as_deref(), Some("vault:a.md"));
         assert_eq!(search_body(&a).query, "");
         assert_eq!(
-            next_page_line(&a, "vault:Daily/it's.md"),
+            next_page_line(&a, None, "vault:Daily/it's.md"),
             "More: coffer kb search --kb vault --tag '#project' --limit 2 --cursor 'vault:Daily/it'\\''s.md'"
         );
+        // The --home the user gave comes along, absolute.
+        assert_eq!(
+            next_page_line(&a, Some(Path::new("/srv/my home")), "vault:a.md"),
+            "More: coffer --home '/srv/my home' kb search --kb vault --tag '#project' --limit 2 --cursor vault:a.md"
+        );
+        // A cursor goes with the listing's --tag, never with a query.
+        assert!(check_cursor_use(&a).is_ok());
+        let e = check_cursor_use(&SearchArgs { tags: vec![], ..a.clone() }).expect_err("no --tag");
+        assert!(e.to_string().contains("pass it with the same --tag"), "{e}");
+        let e = check_cursor_use(&SearchArgs { query: vec!["x".into()], ..a.clone() }).expect_err("a query");
+        assert!(e.to_string().contains("has no next page"), "{e}");
         // --since is kept, as the instant it stood for, and reads back to the same instant.
         let since = since_at("1d", 1_796_601_600_000).expect("since");
-        let line = next_page_line(&SearchArgs { since: Some(since), ..a }, "vault:a.md");
+        let line = next_page_line(&SearchArgs { since: Some(since), ..a }, None, "vault:a.md");
         let given = line.split(" --since ").nth(1).and_then(|r| r.split(' ').next()).expect("--since in the line");
         assert_eq!(parse_since(given), Ok(since), "{line}");
     }

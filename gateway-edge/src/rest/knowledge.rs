@@ -35,6 +35,29 @@ use crate::state::AppState;
 /// Names a knowledge base cannot have here: `/v1/knowledge/<name>` would be these routes.
 pub const RESERVED_KB_NAMES: &[&str] = &["reindex", "search"];
 
+/// Longest knowledge base name (the service's rule: 1-64 of a-z, 0-9, `_`, `-`).
+pub const MAX_KB_NAME_BYTES: usize = 64;
+/// Longest `path_prefix` of a search, bytes.
+pub const MAX_PATH_PREFIX_BYTES: usize = 1024;
+/// Longest `query` of a search, bytes (after trimming, as the service counts).
+pub const MAX_QUERY_BYTES: usize = 8192;
+/// Longest `cursor` of a search (a `next_cursor` is a KB name, `:` and a note path).
+pub const MAX_CURSOR_BYTES: usize = 2048;
+
+/// Refuses `value` of `field` when it is longer than `max` bytes: 400 `INVALID_ARGUMENT` naming
+/// the field, its length and the limit (`details: {"field", "limit"}`), before any service is
+/// called. The value itself is not echoed (it may be megabytes).
+///
+/// # Errors
+/// The envelope above.
+pub fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.len() <= max {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!("{field} is {} bytes; at most {max}", value.len()))
+        .with_details(json!({"field": field, "limit": max})))
+}
+
 /// Default and largest page of `GET /v1/memory`.
 pub const FACTS_PAGE: u32 = 50;
 pub const MAX_FACTS_PAGE: u32 = 500;
@@ -113,6 +136,7 @@ async fn get_kb(
     State(st): State<Arc<AppState>>,
     Path(kb): Path<String>,
 ) -> Result<Json<api::KnowledgeBaseInfo>, ApiError> {
+    check_len("kb", &kb, MAX_KB_NAME_BYTES)?;
     let kb = call(st.retrieval.clone().get_knowledge_base(KnowledgeBaseName { name: kb }))
         .await
         .map_err(ApiError::from_retrieval)?;
@@ -126,6 +150,7 @@ async fn patch_kb(
     Path(kb): Path<String>,
     JsonBody(body): JsonBody<KnowledgeBasePatch>,
 ) -> Result<Json<api::KnowledgeBaseInfo>, ApiError> {
+    check_len("kb", &kb, MAX_KB_NAME_BYTES)?;
     let info = match body.writable {
         Some(writable) => {
             tracing::info!(kb = %kb, writable, "Knowledge base writability set.");
@@ -156,6 +181,7 @@ async fn read_note(
     Path(kb): Path<String>,
     query: Result<Query<NoteQuery>, QueryRejection>,
 ) -> Result<Json<api::Note>, ApiError> {
+    check_len("kb", &kb, MAX_KB_NAME_BYTES)?;
     let Query(q) = query.map_err(|e| ApiError::invalid(format!("malformed query string: {}", e.body_text())))?;
     let req = ReadNoteRequest {
         kb,
@@ -170,6 +196,7 @@ async fn read_note(
 
 /// `DELETE /v1/knowledge/{kb}` → `{"removed": N}` (documents forgotten); never deletes a file.
 async fn remove_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> Result<Json<api::Removed>, ApiError> {
+    check_len("kb", &kb, MAX_KB_NAME_BYTES)?;
     tracing::info!(kb = %kb, "Knowledge base removed.");
     let r = call(st.retrieval.clone().remove_knowledge_base(KnowledgeBaseName { name: kb }))
         .await
@@ -178,8 +205,13 @@ async fn remove_kb(State(st): State<Arc<AppState>>, Path(kb): Path<String>) -> R
 }
 
 /// The `Reindex` request of a `POST /v1/knowledge/reindex` body.
-pub fn reindex_request(body: Reindex) -> ReindexRequest {
-    ReindexRequest { kb: body.kb.unwrap_or_default(), clean: body.clean.unwrap_or(false) }
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a `kb` name over [`MAX_KB_NAME_BYTES`].
+pub fn reindex_request(body: Reindex) -> Result<ReindexRequest, ApiError> {
+    let kb = body.kb.unwrap_or_default();
+    check_len("kb", &kb, MAX_KB_NAME_BYTES)?;
+    Ok(ReindexRequest { kb, clean: body.clean.unwrap_or(false) })
 }
 
 /// `POST /v1/knowledge/reindex {kb?, clean?}` → 202 [`api::ReindexStarted`]: the pass has
@@ -188,15 +220,25 @@ async fn reindex(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<Reindex>,
 ) -> Result<(StatusCode, Json<api::ReindexStarted>), ApiError> {
-    let req = reindex_request(body);
+    let req = reindex_request(body)?;
     let r = call(st.retrieval.clone().reindex(req)).await.map_err(ApiError::from_retrieval)?;
     let items = r.knowledge_bases.into_iter().map(retrieval::kb).collect();
     Ok((StatusCode::ACCEPTED, Json(api::ReindexStarted { items })))
 }
 
 /// The `Search` request of a `POST /v1/knowledge/search` body.
-pub fn search_request(body: SearchBody) -> SearchRequest {
-    SearchRequest {
+///
+/// # Errors
+/// `INVALID_ARGUMENT` ([`check_len`]) for a `query`, `kb` name, `path_prefix` or `cursor` over
+/// its limit.
+pub fn search_request(body: SearchBody) -> Result<SearchRequest, ApiError> {
+    check_len("query", body.query.trim(), MAX_QUERY_BYTES)?;
+    for kb in body.kb.iter().flatten() {
+        check_len("kb", kb, MAX_KB_NAME_BYTES)?;
+    }
+    check_len("path_prefix", body.path_prefix.as_deref().unwrap_or_default(), MAX_PATH_PREFIX_BYTES)?;
+    check_len("cursor", body.cursor.as_deref().unwrap_or_default(), MAX_CURSOR_BYTES)?;
+    Ok(SearchRequest {
         query: body.query,
         filters: Some(SearchFilters {
             kb: body.kb.unwrap_or_default(),
@@ -209,7 +251,7 @@ pub fn search_request(body: SearchBody) -> SearchRequest {
         snippet_chars: body.snippet_chars.unwrap_or(0),
         regex: body.regex.unwrap_or(false),
         cursor: body.cursor.unwrap_or_default(),
-    }
+    })
 }
 
 /// `POST /v1/knowledge/search {query, kb?, path_prefix?, tags?, modified_after_ms?, engines?,
@@ -219,7 +261,7 @@ async fn search(
     State(st): State<Arc<AppState>>,
     JsonBody(body): JsonBody<SearchBody>,
 ) -> Result<Json<api::SearchReply>, ApiError> {
-    let req = search_request(body);
+    let req = search_request(body)?;
     let r = call(st.retrieval.clone().search(req)).await.map_err(ApiError::from_retrieval)?;
     Ok(Json(retrieval::search_reply(r)))
 }
@@ -370,10 +412,10 @@ mod tests {
         add_request(body(v)?)
     }
     fn reindex(v: Value) -> Result<ReindexRequest, ApiError> {
-        body(v).map(reindex_request)
+        reindex_request(body(v)?)
     }
     fn search(v: Value) -> Result<SearchRequest, ApiError> {
-        body(v).map(search_request)
+        search_request(body(v)?)
     }
     fn recall(v: Value) -> Result<RecallRequest, ApiError> {
         body(v).map(recall_request)

@@ -47,6 +47,8 @@ pub struct SearchRequest {
     /// Only these knowledge bases; default every folder one (not memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kb: Option<Vec<String>>,
+    /// Only files whose path inside their knowledge base (relative to its root, e.g.
+    /// `projects/`) starts with this; at most 1024 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_prefix: Option<String>,
     /// Documents with every one of these tags.
@@ -67,7 +69,10 @@ pub struct SearchRequest {
     /// grep engine: the query is a regex (else literal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regex: Option<bool>,
-    /// A tag listing's next page: the `next_cursor` of the previous one.
+    /// A tag listing's next page: the `next_cursor` of the previous one, as it is (at most 2048
+    /// bytes). A cursor into a knowledge base the listing no longer covers (removed since the
+    /// previous page, or not among `kb`) is refused (`invalid cursor: …`): start again without
+    /// one. A search with a `query` has no pages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }

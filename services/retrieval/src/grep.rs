@@ -46,6 +46,15 @@ pub struct GrepQuery {
     pub max_per_file: usize,
     /// When to stop (hits found so far are returned with `timed_out`); `None` = no deadline.
     pub deadline: Option<Instant>,
+    /// Only files whose path relative to their KB's root starts with this (empty: every
+    /// file); folders that cannot hold one are not entered, other files are not read.
+    pub path_prefix: String,
+}
+
+/// Whether the walk enters folder `rel` (relative, `/`-separated) for files starting with
+/// `prefix`: the folder is under the prefix, or the prefix goes on inside it.
+fn folder_may_hold(rel: &str, prefix: &str) -> bool {
+    prefix.is_empty() || rel.starts_with(prefix) || prefix.strip_prefix(rel).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A knowledge base to search.
@@ -289,11 +298,21 @@ pub fn search(roots: &[GrepRoot], q: &GrepQuery) -> Result<GrepOutcome, GrepErro
                     return WalkState::Quit;
                 }
                 let Ok(entry) = result else { return WalkState::Continue };
+                let prefix = shared.q.path_prefix.as_str();
+                if entry.file_type().is_some_and(|t| t.is_dir()) {
+                    if entry.depth() > 0
+                        && let Some(rel) = rel_of(&p.root, entry.path())
+                        && !folder_may_hold(&rel, prefix)
+                    {
+                        return WalkState::Skip;
+                    }
+                    return WalkState::Continue;
+                }
                 if !entry.file_type().is_some_and(|t| t.is_file()) {
                     return WalkState::Continue;
                 }
                 let Some(rel) = rel_of(&p.root, entry.path()) else { return WalkState::Continue };
-                if !p.filter.globs_accept(&rel) {
+                if !rel.starts_with(prefix) || !p.filter.globs_accept(&rel) {
                     return WalkState::Continue;
                 }
                 shared.files.fetch_add(1, Ordering::Relaxed);

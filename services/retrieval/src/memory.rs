@@ -74,8 +74,8 @@ pub fn check_fact_id(id: &str) -> Result<String> {
         Ok(id.to_owned())
     } else {
         Err(Error::Invalid(format!(
-            "id {:?} is not a fact id (a 26-character ULID, or the name of a note in memory/ without .md: at most {MAX_NOTE_ID} bytes, no / or \\, not starting with .)",
-            id.chars().take(40).collect::<String>()
+            "id {} is not a fact id (a 26-character ULID, or the name of a note in memory/ without .md: at most {MAX_NOTE_ID} bytes, no / or \\, not starting with .)",
+            crate::error::shown_at(id, 40)
         )))
     }
 }
@@ -87,10 +87,7 @@ pub fn check_fact_id(id: &str) -> Result<String> {
 pub fn check_id(id: &str) -> Result<Ulid> {
     let ok = id.len() == 26 && id.bytes().all(|b| b.is_ascii_alphanumeric());
     ok.then(|| Ulid::from_string(id).ok()).flatten().ok_or_else(|| {
-        Error::Invalid(format!(
-            "id {:?} is not a fact id (a 26-character ULID)",
-            id.chars().take(40).collect::<String>()
-        ))
+        Error::Invalid(format!("id {} is not a fact id (a 26-character ULID)", crate::error::shown_at(id, 40)))
     })
 }
 
@@ -110,8 +107,8 @@ pub fn check_tags(tags: &[String]) -> Result<()> {
             && t.split('/').all(|part| !part.is_empty());
         if !ok {
             return Err(Error::Invalid(format!(
-                "tag {:?} must be 1-{MAX_TAG_CHARS} letters, digits, _, . or -, with / between nested parts",
-                t.chars().take(70).collect::<String>()
+                "tag {} must be 1-{MAX_TAG_CHARS} letters, digits, _, . or -, with / between nested parts",
+                crate::error::shown_at(t, 70)
             )));
         }
     }
@@ -384,7 +381,7 @@ impl Memory {
                 return Ok(name);
             }
         }
-        Err(Error::NotFound(format!("no fact {:?}", id.chars().take(40).collect::<String>())))
+        Err(Error::NotFound(format!("no fact {}", crate::error::shown_at(id, 40))))
     }
 
     /// Reads fact `id` from its file (a malformed front matter gives the fact with a
@@ -399,7 +396,7 @@ impl Memory {
         let bytes = match std::fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound(format!("no fact {id:?}")));
+                return Err(Error::NotFound(format!("no fact {}", crate::error::shown(id))));
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
@@ -574,7 +571,7 @@ impl Memory {
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound(format!("no fact {id:?}")));
+                return Err(Error::NotFound(format!("no fact {}", crate::error::shown(id))));
             }
             Err(e) => return Err(Error::io(format!("removing {}", path.display()), e)),
         }

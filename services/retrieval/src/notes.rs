@@ -18,7 +18,7 @@ use std::sync::Arc;
 use coffer_proto::retrieval::{Note, NoteBacklink, NoteLinkInfo, WriteNoteReply};
 use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, NoteLinksRequest};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown, shown_at};
 use crate::indexer::{self, Indexer, Outcome};
 use crate::sources::{MEMORY, Sources};
 use crate::{markdown, memory};
@@ -57,10 +57,7 @@ impl Mode {
             "" | "create" => Ok(Self::Create),
             "replace" => Ok(Self::Replace),
             "append" => Ok(Self::Append),
-            other => Err(Error::Invalid(format!(
-                "mode {:?} is not one of create, replace, append",
-                other.chars().take(40).collect::<String>()
-            ))),
+            other => Err(Error::Invalid(format!("mode {} is not one of create, replace, append", shown_at(other, 40)))),
         }
     }
 }
@@ -96,17 +93,7 @@ pub fn check_note_path(path: &str) -> Result<Vec<&str>> {
     } else {
         return Ok(path.split('/').collect());
     };
-    Err(Error::Invalid(format!("path {:?} {why}", clip(path, 120))))
-}
-
-/// `s` cut to its first `n` characters, ending in `…` when cut (so the reader sees it was).
-fn clip(s: &str, n: usize) -> String {
-    let mut chars = s.chars();
-    let mut out: String = chars.by_ref().take(n).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
+    Err(Error::Invalid(format!("path {} {why}", shown(path))))
 }
 
 /// The note paths and bounds of one KB's notes.
@@ -121,15 +108,16 @@ pub struct Notes {
 ///
 /// # Errors
 /// [`Error::NotFound`] when it does not exist; [`Error::Invalid`] when it leads out of the KB.
-fn inside(root: &Path, abs: &Path, shown: &str) -> Result<PathBuf> {
+fn inside(root: &Path, abs: &Path, given: &str) -> Result<PathBuf> {
     let real = abs.canonicalize().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NotFound(format!("no note {shown:?}")),
-        _ => Error::io(format!("resolving {shown:?}"), e),
+        std::io::ErrorKind::NotFound => Error::NotFound(format!("no note {shown_q}", shown_q = shown(given))),
+        _ => Error::io(format!("resolving {shown_q}", shown_q = shown(given)), e),
     })?;
     if !real.starts_with(root) {
         return Err(Error::Invalid(format!(
-            "path {shown:?} leads outside the knowledge base (a symbolic link to {}); only files inside it are notes",
-            real.display()
+            "path {shown_q} leads outside the knowledge base (a symbolic link to {}); only files inside it are notes",
+            real.display(),
+            shown_q = shown(given)
         )));
     }
     Ok(real)
@@ -156,17 +144,17 @@ impl Notes {
         let segments = check_note_path(path)?;
         if let Some(s) = segments.iter().find(|s| s.starts_with('.')) {
             return Err(Error::Invalid(format!(
-                "path {:?} has a hidden segment {:?}; notes are visible files",
-                clip(path, 120),
-                clip(s, 40)
+                "path {} has a hidden segment {}; notes are visible files",
+                shown(path),
+                shown_at(s, 40)
             )));
         }
         let name = segments.last().copied().unwrap_or_default();
         let markdown = [".md", ".markdown"].iter().any(|ext| name.len() > ext.len() && name.ends_with(ext));
         if !markdown {
             return Err(Error::Invalid(format!(
-                "path {:?} must name a markdown file (ending in .md or .markdown)",
-                clip(path, 120)
+                "path {} must name a markdown file (ending in .md or .markdown)",
+                shown(path)
             )));
         }
         let spec = self.sources.walk_spec(def);
@@ -174,10 +162,10 @@ impl Notes {
             crate::walk::matcher(&spec).map_err(|e| Error::Invalid(format!("the knowledge base's globs: {e}")))?;
         if !filter.accepts(path) {
             return Err(Error::Invalid(format!(
-                "path {:?} is left out by knowledge base {:?} (its include/exclude globs or .gitignore), so it is \
+                "path {} is left out by knowledge base {} (its include/exclude globs or .gitignore), so it is \
                  not one of its notes",
-                clip(path, 120),
-                def.name
+                shown(path),
+                shown(&def.name)
             )));
         }
         Ok(())
@@ -200,22 +188,27 @@ impl Notes {
         }
         let root = PathBuf::from(&def.root);
         let real = inside(&root, &root.join(path), path)?;
-        let meta = std::fs::metadata(&real).map_err(|e| Error::io(format!("reading {path:?}"), e))?;
+        let meta =
+            std::fs::metadata(&real).map_err(|e| Error::io(format!("reading {path_q}", path_q = shown(path)), e))?;
         if !meta.is_file() {
-            return Err(Error::Invalid(format!("path {path:?} is a folder, not a note")));
+            return Err(Error::Invalid(format!("path {path_q} is a folder, not a note", path_q = shown(path))));
         }
         if meta.len() > MAX_READ_FILE_BYTES {
             return Err(Error::Invalid(format!(
-                "note {path:?} is {} bytes, over the {} MiB a read takes",
+                "note {path_q} is {} bytes, over the {} MiB a read takes",
                 meta.len(),
-                MAX_READ_FILE_BYTES >> 20
+                MAX_READ_FILE_BYTES >> 20,
+                path_q = shown(path)
             )));
         }
-        let bytes = tokio::fs::read(&real).await.map_err(|e| Error::io(format!("reading {path:?}"), e))?;
+        let bytes = tokio::fs::read(&real)
+            .await
+            .map_err(|e| Error::io(format!("reading {path_q}", path_q = shown(path)), e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             Error::Invalid(format!(
-                "note {path:?} is not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
+                "note {path_q} is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to(),
+                path_q = shown(path)
             ))
         })?;
         let modified_ms = meta
@@ -357,12 +350,17 @@ impl Notes {
                     inside(&root, &dir, path)?;
                 }
                 Ok(_) => {
-                    return Err(Error::Invalid(format!("path {:?}: {seg:?} is a file, not a folder", clip(path, 120))));
+                    return Err(Error::Invalid(format!(
+                        "path {}: {seg_q} is a file, not a folder",
+                        shown(path),
+                        seg_q = shown(seg)
+                    )));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    std::fs::create_dir(&dir).map_err(|e| Error::io(format!("creating the folder of {path:?}"), e))?;
+                    std::fs::create_dir(&dir)
+                        .map_err(|e| Error::io(format!("creating the folder of {path_q}", path_q = shown(path)), e))?;
                 }
-                Err(e) => return Err(Error::io(format!("checking the folder of {path:?}"), e)),
+                Err(e) => return Err(Error::io(format!("checking the folder of {path_q}", path_q = shown(path)), e)),
             }
         }
         let dir = inside(&root, &dir, path)?;
@@ -370,34 +368,32 @@ impl Notes {
         let existing = match std::fs::symlink_metadata(&target) {
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(Error::Invalid(format!(
-                    "path {:?} is a symbolic link; write_note writes only plain files",
-                    clip(path, 120)
+                    "path {} is a symbolic link; write_note writes only plain files",
+                    shown(path)
                 )));
             }
-            Ok(m) if !m.is_file() => return Err(Error::Invalid(format!("path {:?} is not a file", clip(path, 120)))),
+            Ok(m) if !m.is_file() => return Err(Error::Invalid(format!("path {} is not a file", shown(path)))),
             Ok(_) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io(format!("checking {path:?}"), e)),
+            Err(e) => return Err(Error::io(format!("checking {path_q}", path_q = shown(path)), e)),
         };
         let bytes: Vec<u8> = match (mode, existing) {
             (Mode::Create, true) => {
                 return Err(Error::AlreadyExists(format!(
-                    "note {:?} exists; use mode \"replace\" to overwrite it or \"append\" to add to it",
-                    clip(path, 120)
+                    "note {} exists; use mode \"replace\" to overwrite it or \"append\" to add to it",
+                    shown(path)
                 )));
             }
             (Mode::Replace, false) => {
-                return Err(Error::NotFound(format!("no note {:?} to replace; use mode \"create\"", clip(path, 120))));
+                return Err(Error::NotFound(format!("no note {} to replace; use mode \"create\"", shown(path))));
             }
             (Mode::Create | Mode::Replace, _) => content.as_bytes().to_vec(),
             (Mode::Append, false) => content.as_bytes().to_vec(),
             (Mode::Append, true) => {
-                let mut old = std::fs::read(&target).map_err(|e| Error::io(format!("reading {path:?}"), e))?;
+                let mut old = std::fs::read(&target)
+                    .map_err(|e| Error::io(format!("reading {path_q}", path_q = shown(path)), e))?;
                 if std::str::from_utf8(&old).is_err() {
-                    return Err(Error::Invalid(format!(
-                        "note {:?} is not UTF-8 text; not appending to it",
-                        clip(path, 120)
-                    )));
+                    return Err(Error::Invalid(format!("note {} is not UTF-8 text; not appending to it", shown(path))));
                 }
                 if !old.is_empty() && !old.ends_with(b"\n") {
                     old.push(b'\n');

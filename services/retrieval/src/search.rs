@@ -42,6 +42,8 @@ use crate::{grep, snippet, terms};
 
 /// Longest query, bytes (after trimming).
 pub const MAX_QUERY_BYTES: usize = 8192;
+/// Longest `filters.path_prefix`, bytes.
+pub const MAX_PATH_PREFIX_BYTES: usize = 1024;
 /// Default and largest number of results.
 pub const DEFAULT_LIMIT: u32 = 8;
 /// Largest number of results.
@@ -143,8 +145,8 @@ pub fn validate(
             Some(_) => {}
             None => {
                 return Err(Error::Invalid(format!(
-                    "engine {:?} is not one of grep, keyword, vector",
-                    e.chars().take(40).collect::<String>()
+                    "engine {} is not one of grep, keyword, vector",
+                    crate::error::shown_at(e, 40)
                 )));
             }
         }
@@ -153,8 +155,14 @@ pub fn validate(
     if asked.is_empty() {
         asked = ENGINES.to_vec();
     }
-    if f.path_prefix.len() > 1024 || f.path_prefix.contains('\0') {
-        return Err(Error::Invalid("path_prefix must be at most 1024 bytes".into()));
+    if f.path_prefix.len() > MAX_PATH_PREFIX_BYTES {
+        return Err(Error::Invalid(format!(
+            "path_prefix is {} bytes; at most {MAX_PATH_PREFIX_BYTES}",
+            f.path_prefix.len()
+        )));
+    }
+    if f.path_prefix.contains('\0') {
+        return Err(Error::Invalid("path_prefix contains a NUL byte".into()));
     }
     // A tag as notes write it (`#project`) is the tag `project`: one leading `#` is dropped.
     let tags: Vec<String> = f.tags.iter().map(|t| t.strip_prefix('#').unwrap_or(t).to_owned()).collect();
@@ -179,6 +187,78 @@ pub fn validate(
         regex,
         cursor: String::new(),
     })
+}
+
+/// Longest cursor, bytes (a `next_cursor` is a KB name, `:` and a note path).
+pub const MAX_CURSOR_BYTES: usize = 2048;
+
+/// The position a tag listing's `cursor` names: (KB, path) of the previous page's last note;
+/// empty for none. `kbs` are the KBs the listing covers.
+///
+/// # Errors
+/// [`Error::Invalid`] starting "invalid cursor: ", in the caller's terms: longer than
+/// [`MAX_CURSOR_BYTES`]; not `kb:path` as a `next_cursor` is; or naming a KB the listing does not
+/// cover (one removed since the previous page, or not among the `kb` asked for now): the
+/// listing has to start again, since notes of that KB can no longer be placed.
+pub fn parse_cursor(cursor: &str, kbs: &[String]) -> Result<(String, String)> {
+    if cursor.is_empty() {
+        return Ok((String::new(), String::new()));
+    }
+    if cursor.len() > MAX_CURSOR_BYTES {
+        return Err(Error::Invalid(format!(
+            "invalid cursor: it is {} bytes; at most {MAX_CURSOR_BYTES} (pass the next_cursor of the previous page as it is)",
+            cursor.len()
+        )));
+    }
+    let Some((kb, path)) = cursor
+        .split_once(':')
+        .filter(|(kb, path)| crate::sources::check_name(kb).is_ok() && !path.is_empty() && !path.contains('\0'))
+    else {
+        return Err(Error::Invalid(format!(
+            "invalid cursor: {} is not a next_cursor a tag listing gave (pass the previous page's next_cursor \
+             as it is, or leave the cursor out for the first page)",
+            crate::error::shown_at(cursor, 80)
+        )));
+    };
+    if !kbs.iter().any(|k| k == kb) {
+        return Err(Error::Invalid(format!(
+            "invalid cursor: it continues in knowledge base {}, which this listing does not cover (removed since \
+             the previous page, or not among the knowledge bases asked for); start the listing again without a cursor",
+            crate::error::shown(kb)
+        )));
+    }
+    Ok((kb.to_owned(), path.to_owned()))
+}
+
+/// Grep's list: the chunks holding matched lines, ranked by how many distinct matched terms
+/// their text holds, then how many distinct terms their lines matched, then how many lines
+/// (then by KB, path, line); at most [`DEPTH`]. A line longer than a chunk is split over
+/// several chunks with the same line range: the one whose text holds the match comes first, so
+/// the result (one chunk per document) and its snippet show the match, not the line's start.
+fn rank_grep_chunks(located: Vec<ChunkHit>, matched: &HashMap<(String, String, u32), Vec<String>>) -> Vec<ChunkHit> {
+    let mut ranked: Vec<((usize, usize, usize), ChunkHit)> = located
+        .into_iter()
+        .filter_map(|mut h| {
+            let c = h.chunk.as_ref()?;
+            let mut distinct: Vec<&String> =
+                h.lines.iter().filter_map(|l| matched.get(&(c.kb.clone(), c.path.clone(), *l))).flatten().collect();
+            distinct.sort();
+            distinct.dedup();
+            let text = c.text.to_lowercase();
+            let held = distinct.iter().filter(|t| text.contains(t.as_str())).count();
+            let (terms, count) = (distinct.len(), h.lines.len());
+            h.score = terms as f64 + count as f64 / 1000.0;
+            Some(((held, terms, count), h))
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.0.cmp(&a.0).then_with(|| {
+            let (ca, cb) = (a.1.chunk.as_ref(), b.1.chunk.as_ref());
+            ca.map(|c| (&c.kb, &c.path, c.line_start, c.ordinal))
+                .cmp(&cb.map(|c| (&c.kb, &c.path, c.line_start, c.ordinal)))
+        })
+    });
+    ranked.into_iter().take(DEPTH as usize).map(|(_, h)| h).collect()
 }
 
 /// What one engine produced.
@@ -228,25 +308,11 @@ impl Searcher {
     /// first chunk (lines and snippet), without a score.
     ///
     /// # Errors
-    /// [`Error::NotFound`] for an unknown KB, [`Error::Invalid`] for a cursor no listing gave,
-    /// the store's errors.
+    /// [`Error::NotFound`] for an unknown KB, [`Error::Invalid`] for a cursor no listing gave
+    /// or one into a KB this listing does not cover ([`parse_cursor`]), the store's errors.
     pub async fn tagged(&self, q: &Query) -> Result<SearchReply> {
         let started = Instant::now();
-        let after = if q.cursor.is_empty() {
-            (String::new(), String::new())
-        } else {
-            match q.cursor.split_once(':') {
-                Some((kb, path)) if crate::sources::check_name(kb).is_ok() && !path.is_empty() => {
-                    (kb.to_owned(), path.to_owned())
-                }
-                _ => {
-                    return Err(Error::Invalid(format!(
-                        "cursor {:?} is not one a tag listing gave (next_cursor)",
-                        q.cursor.chars().take(80).collect::<String>()
-                    )));
-                }
-            }
-        };
+        let after = parse_cursor(&q.cursor, &q.kbs)?;
         let mut roots = BTreeMap::new();
         let mut warnings = Vec::new();
         for kb in &q.kbs {
@@ -565,6 +631,7 @@ impl Searcher {
             max_hits: GREP_MAX_HITS,
             max_per_file: GREP_MAX_PER_FILE,
             deadline: Some(Instant::now() + timeout),
+            path_prefix: q.path_prefix.clone(),
         };
         let prefix = q.path_prefix.clone();
         let outcome = tokio::task::spawn_blocking(move || grep::search(&grep_roots, &gq))
@@ -593,26 +660,7 @@ impl Searcher {
             .map_err(|e| e.message().to_owned())?
             .into_inner()
             .hits;
-        let mut ranked: Vec<(usize, usize, ChunkHit)> = located
-            .into_iter()
-            .filter_map(|mut h| {
-                let c = h.chunk.as_ref()?;
-                let mut distinct: Vec<&String> =
-                    h.lines.iter().filter_map(|l| matched.get(&(c.kb.clone(), c.path.clone(), *l))).flatten().collect();
-                distinct.sort();
-                distinct.dedup();
-                let (terms, count) = (distinct.len(), h.lines.len());
-                h.score = terms as f64 + count as f64 / 1000.0;
-                Some((terms, count, h))
-            })
-            .collect();
-        ranked.sort_by(|a, b| {
-            (b.0, b.1).cmp(&(a.0, a.1)).then_with(|| {
-                let (ca, cb) = (a.2.chunk.as_ref(), b.2.chunk.as_ref());
-                ca.map(|c| (&c.kb, &c.path, c.line_start)).cmp(&cb.map(|c| (&c.kb, &c.path, c.line_start)))
-            })
-        });
-        Ok((ranked.into_iter().take(DEPTH as usize).map(|(_, _, h)| h).collect(), warnings))
+        Ok((rank_grep_chunks(located, &matched), warnings))
     }
 }
 
@@ -678,6 +726,52 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grep_prefers_the_chunk_of_a_long_line_that_holds_the_match() {
+        // One 3-line document whose line 3 is split over three chunks; the match is in the last.
+        let chunk = |id: i64, ordinal: u32, text: &str| ChunkHit {
+            chunk: Some(Chunk {
+                id,
+                kb: "vault".into(),
+                path: "long.md".into(),
+                line_start: 3,
+                line_end: 3,
+                ordinal,
+                text: text.into(),
+                ..Chunk::default()
+            }),
+            score: 0.0,
+            lines: vec![3],
+        };
+        let located =
+            vec![chunk(1, 0, "filler0 filler1"), chunk(2, 1, "filler2 filler3"), chunk(3, 2, "a Zebrafish here")];
+        let matched = HashMap::from([(("vault".to_owned(), "long.md".to_owned(), 3), vec!["zebrafish".to_owned()])]);
+        let ids: Vec<i64> =
+            rank_grep_chunks(located, &matched).iter().filter_map(|h| h.chunk.as_ref().map(|c| c.id)).collect();
+        assert_eq!(ids, [3, 1, 2]);
+    }
+
+    #[test]
+    fn a_cursor_is_checked_in_the_caller_s_terms() {
+        let kbs = ["vault".to_owned(), "notes".to_owned()];
+        assert_eq!(parse_cursor("", &kbs).ok(), Some((String::new(), String::new())));
+        assert_eq!(parse_cursor("vault:a/b:c.md", &kbs).ok(), Some(("vault".into(), "a/b:c.md".into())));
+        let msg = |c: &str| parse_cursor(c, &kbs).err().map(|e| e.to_string()).unwrap_or_default();
+        for bad in ["nocolon", "Vault:a.md", "vault:", ":a.md"] {
+            let m = msg(bad);
+            assert!(m.starts_with("invalid cursor: ") && m.contains("not a next_cursor"), "{bad}: {m}");
+            assert!(!m.contains("after_"), "{m}");
+        }
+        assert!(msg(&format!("vault:{}", "x".repeat(2042))).is_empty(), "2048 bytes pass");
+        let m = msg(&format!("vault:{}", "x".repeat(2043)));
+        assert_eq!(
+            m,
+            "invalid cursor: it is 2049 bytes; at most 2048 (pass the next_cursor of the previous page as it is)"
+        );
+        let m = msg("gone:a.md");
+        assert!(m.starts_with("invalid cursor: it continues in knowledge base \"gone\", which this listing"), "{m}");
+    }
 
     fn v(query: &str) -> Result<Query> {
         validate(query, None, &[], 0, 0, false, &["notes".into()])

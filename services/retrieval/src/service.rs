@@ -152,16 +152,78 @@ impl RetrievalService {
         for kb in &q.kbs {
             crate::sources::check_name(kb).map_err(|e| Error::Invalid(format!("filters.kb: {e}")))?;
         }
+        let (q, prefix_warning) = self.place_path_prefix(q)?;
         if q.text.is_empty() {
-            return self.searcher.tagged(&search::Query { cursor: r.cursor, ..q }).await;
+            let mut reply = self.searcher.tagged(&search::Query { cursor: r.cursor, ..q }).await?;
+            reply.warnings.extend(prefix_warning);
+            return Ok(reply);
         }
         if !r.cursor.is_empty() {
             return Err(Error::Invalid(
                 "cursor pages a tag listing (tags without a query); a search has no pages".into(),
             ));
         }
-        self.searcher.search(&q).await
+        let mut reply = self.searcher.search(&q).await?;
+        reply.warnings.extend(prefix_warning);
+        Ok(reply)
     }
+
+    /// `filters.path_prefix` is relative to each KB's root. An absolute one inside the root of
+    /// a KB searched is that KB with the rest as the prefix (what the user meant); one inside
+    /// none is refused, naming the problem. A relative one that no KB searched has a file or
+    /// folder for gives a warning (its results are empty for that reason, not for the query).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an absolute prefix outside every KB searched.
+    fn place_path_prefix(&self, mut q: search::Query) -> Result<(search::Query, Option<String>)> {
+        if q.path_prefix.is_empty() {
+            return Ok((q, None));
+        }
+        let roots: Vec<(String, std::path::PathBuf)> = q
+            .kbs
+            .iter()
+            .filter_map(|kb| self.sources.get(kb).map(|d| (kb.clone(), std::path::PathBuf::from(d.root))))
+            .collect();
+        if q.path_prefix.starts_with('/') {
+            let given = std::path::Path::new(&q.path_prefix);
+            let inside = roots.iter().find_map(|(kb, root)| given.strip_prefix(root).ok().map(|rest| (kb, rest)));
+            let Some((kb, rest)) = inside else {
+                return Err(Error::Invalid(format!(
+                    "path_prefix {} is absolute and inside no knowledge base searched; it is a path inside a \
+                     knowledge base, relative to its root (e.g. projects/)",
+                    crate::error::shown(&q.path_prefix)
+                )));
+            };
+            let mut rel = rest.to_string_lossy().into_owned();
+            if q.path_prefix.ends_with('/') && !rel.is_empty() {
+                rel.push('/');
+            }
+            q.kbs = vec![kb.clone()];
+            q.path_prefix = rel;
+            return Ok((q, None));
+        }
+        let exists = roots.iter().any(|(_, root)| prefix_exists(root, &q.path_prefix));
+        let warning = (!exists).then(|| {
+            format!(
+                "no file or folder of the knowledge bases searched starts with path_prefix {}: it is a path inside \
+                 a knowledge base, relative to its root (e.g. projects/)",
+                crate::error::shown(&q.path_prefix)
+            )
+        });
+        Ok((q, warning))
+    }
+}
+
+/// Whether a file or folder under `root` has a path (relative, `/`-separated) starting with
+/// `prefix`: the folder `prefix` names up to its last `/` holds an entry whose name starts with
+/// the rest.
+fn prefix_exists(root: &std::path::Path, prefix: &str) -> bool {
+    let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+    if dir.split('/').any(|s| s == "..") {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(root.join(dir)) else { return false };
+    entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(start))
 }
 
 #[tonic::async_trait]

@@ -32,9 +32,9 @@ pub fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        let shown: String = name.chars().take(70).collect();
         Err(Error::Invalid(format!(
-            "skill name {shown:?} must be 1-64 characters of A-Z, a-z, 0-9, _, . and -, starting with a letter or digit, without \"..\""
+            "skill name {} must be 1-64 characters of A-Z, a-z, 0-9, _, . and -, starting with a letter or digit, without \"..\"",
+            crate::error::shown_at(name, 70)
         )))
     }
 }
@@ -250,11 +250,12 @@ pub fn load(dir: &Path, name: &str) -> Result<Skill> {
         let found = list(dir).skills.into_iter().find(|s| s.name == name);
         match found {
             Some(s) => PathBuf::from(s.path).parent().map(Path::to_path_buf).unwrap_or(direct),
-            None => return Err(Error::NotFound(format!("no skill {name:?}"))),
+            None => return Err(Error::NotFound(format!("no skill {}", crate::error::shown(name)))),
         }
     };
     let file = folder.join("SKILL.md");
-    let p = read_skill(dir, &file).map_err(|e| Error::NotFound(format!("skill {name:?} is not usable: {e}")))?;
+    let p = read_skill(dir, &file)
+        .map_err(|e| Error::NotFound(format!("skill {} is not usable: {e}", crate::error::shown(name))))?;
     Ok(Skill {
         name: p.name,
         description: p.description,

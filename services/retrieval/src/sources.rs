@@ -15,7 +15,7 @@ use coffer_proto::store::{KnowledgeBase, KnowledgeBaseKind, KnowledgeBaseRef, Li
 use coffer_runtime::grpc::AuthChannel;
 use coffer_runtime::home::CofferHome;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown, shown_at};
 
 /// The store's Index client.
 pub type Index = IndexClient<AuthChannel>;
@@ -38,9 +38,9 @@ pub fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        let shown: String = name.chars().take(70).collect();
         Err(Error::Invalid(format!(
-            "name {shown:?} must be 1-{MAX_NAME} characters of a-z, 0-9, _ and -, starting with a letter or digit"
+            "name {} must be 1-{MAX_NAME} characters of a-z, 0-9, _ and -, starting with a letter or digit",
+            shown_at(name, 70)
         )))
     }
 }
@@ -62,18 +62,19 @@ pub fn resolve_root(home: &CofferHome, name: &str, path: &str) -> Result<PathBuf
     }
     let given = Path::new(path);
     if !given.is_absolute() {
-        return Err(Error::Invalid(format!("path {path:?} must be absolute")));
+        return Err(Error::Invalid(format!("path {} must be absolute", shown(path))));
     }
     let canonical = given.canonicalize().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::Invalid(format!("path {path:?} does not exist")),
-        _ => Error::Invalid(format!("path {path:?} cannot be resolved: {e}")),
+        std::io::ErrorKind::NotFound => Error::Invalid(format!("path {} does not exist", shown(path))),
+        _ => Error::Invalid(format!("path {} cannot be resolved: {e}", shown(path))),
     })?;
     if !canonical.is_dir() {
-        return Err(Error::Invalid(format!("path {path:?} is not a directory")));
+        return Err(Error::Invalid(format!("path {} is not a directory", shown(path))));
     }
     if canonical.starts_with(&home_root) && !(canonical.starts_with(&knowledge) && canonical != knowledge) {
         return Err(Error::Invalid(format!(
-            "path {path:?} is inside COFFER_HOME ({}); only folders under its knowledge/ may be knowledge bases",
+            "path {} is inside COFFER_HOME ({}); only folders under its knowledge/ may be knowledge bases",
+            shown(path),
             home_root.display()
         )));
     }
@@ -289,7 +290,14 @@ impl Sources {
     /// # Errors
     /// [`Error::NotFound`] naming it.
     pub fn require(&self, name: &str) -> Result<KnowledgeBase> {
-        self.get(name).ok_or_else(|| Error::NotFound(format!("no knowledge base {name:?}")))
+        if name.len() > MAX_NAME {
+            return Err(Error::Invalid(format!(
+                "knowledge base name {} is {} bytes; at most {MAX_NAME}",
+                shown_at(name, 70),
+                name.len()
+            )));
+        }
+        self.get(name).ok_or_else(|| Error::NotFound(format!("no knowledge base {}", shown(name))))
     }
 
     /// The folder KBs' names (every KB but memory).
@@ -320,20 +328,20 @@ impl Sources {
         }
         check_name(name)?;
         if self.get(name).is_some() {
-            return Err(Error::AlreadyExists(format!("a knowledge base named {name:?} exists")));
+            return Err(Error::AlreadyExists(format!("a knowledge base named {} exists", shown(name))));
         }
         for (field, globs) in [("include", &include), ("exclude", &exclude)] {
             if globs.len() > 64 {
                 return Err(Error::Invalid(format!("{field} has {} globs; at most 64", globs.len())));
             }
             if let Some(g) = globs.iter().find(|g| g.is_empty() || g.len() > 512) {
-                return Err(Error::Invalid(format!("{field} glob {g:?} must be 1-512 bytes")));
+                return Err(Error::Invalid(format!("{field} glob {} must be 1-512 bytes", shown(g))));
             }
         }
         let root = resolve_root(&self.home, name, path)?;
-        let shown = root.display().to_string();
-        if let Some(other) = self.all().into_iter().find(|k| k.root == shown) {
-            return Err(folder_taken(&other.name, &shown));
+        let root_shown = root.display().to_string();
+        if let Some(other) = self.all().into_iter().find(|k| k.root == root_shown) {
+            return Err(folder_taken(&other.name, &root_shown));
         }
         let spec = crate::walk::WalkSpec {
             root: root.clone(),
@@ -358,9 +366,9 @@ impl Sources {
             Err(s) if s.code() == tonic::Code::AlreadyExists => {
                 let list = self.index.clone().list_knowledge_bases(ListKnowledgeBasesRequest {}).await?.into_inner();
                 let kbs = list.knowledge_bases;
-                return Err(match kbs.iter().find(|k| k.name != name && k.root == shown) {
-                    Some(other) if !kbs.iter().any(|k| k.name == name) => folder_taken(&other.name, &shown),
-                    _ => Error::AlreadyExists(format!("a knowledge base named {name:?} exists")),
+                return Err(match kbs.iter().find(|k| k.name != name && k.root == root_shown) {
+                    Some(other) if !kbs.iter().any(|k| k.name == name) => folder_taken(&other.name, &root_shown),
+                    _ => Error::AlreadyExists(format!("a knowledge base named {} exists", shown(name))),
                 });
             }
             Err(s) => return Err(Error::Store(s)),

@@ -233,7 +233,7 @@ impl Registry {
 }
 
 /// Checks `arguments` (raw JSON, absent = `{}`) against a tool's `inputSchema`: no member the schema does not name when it says
-/// `additionalProperties: false`; no string longer than its `maxLength` (characters, as JSON
+/// `additionalProperties: false`; no number over its `maximum`; no string longer than its `maxLength` (characters, as JSON
 /// Schema counts them) and no array with more than `maxItems` items or an item longer than the
 /// items' `maxLength` (a single string where an array is declared, which the tools accept, is
 /// checked as one item); then every `required` member is there. Types beyond that are left to
@@ -281,7 +281,8 @@ pub fn check_arguments(schema: &Value, arguments: Option<&str>) -> Result<(), St
     Ok(())
 }
 
-/// `maxLength` of a string and `maxItems` of an array (the other checks of [`check_arguments`]).
+/// `maxLength` of a string, `maxItems` of an array and `maximum` of a number (the other checks
+/// of [`check_arguments`]).
 fn check_size(name: &str, rule: &Value, value: &Value) -> Result<(), String> {
     let limit = |key: &str| rule.get(key).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
     match value {
@@ -299,6 +300,13 @@ fn check_size(name: &str, rule: &Value, value: &Value) -> Result<(), String> {
                 && a.len() > max
             {
                 return Err(format!("argument \"{name}\" has {} items, over its limit of {max}", a.len()));
+            }
+        }
+        Value::Number(n) => {
+            if let (Some(max), Some(v)) = (rule.get("maximum").and_then(Value::as_f64), n.as_f64())
+                && v > max
+            {
+                return Err(format!("argument \"{name}\" is {n}, over its maximum of {max}"));
             }
         }
         _ => {}

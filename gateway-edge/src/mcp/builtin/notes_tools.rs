@@ -22,6 +22,9 @@ use crate::mcp::builtin::{Caller, Invalid, Provider, Registry, Reply, input_sche
 pub const MAX_CONTENT_CHARS: usize = 1024 * 1024;
 /// Backlinks and links named in `read_note`'s text (all are in `structuredContent`).
 const MAX_LISTED: usize = 50;
+/// Largest `start_byte` of `read_note`: the largest file the service reads (16 MiB), so an
+/// offset beyond it can point at nothing.
+pub const MAX_START_BYTE: u32 = 16 * 1024 * 1024;
 
 /// `registry` with the two note tools, each calling `client`.
 pub fn register(registry: Registry, client: Client) -> Registry {
@@ -54,6 +57,7 @@ pub struct ReadNoteArgs {
     #[serde(default)]
     #[schemars(
         with = "u32",
+        range(max = MAX_START_BYTE),
         description = "Bytes of start_line to skip (default 0). A line longer than 64 KiB comes cut: the answer's cut_at_byte (and its last line) says where, and start_line=<that line>, start_byte=<cut_at_byte> reads on in it."
     )]
     start_byte: Option<u32>,
@@ -349,10 +353,11 @@ impl Provider for WriteNote {
                         _ => "Replaced",
                     };
                     let text = format!(
-                        "{verb} {}:{} ({} lines, {} bytes){}.",
+                        "{verb} {}:{} ({} line{}, {} bytes){}.",
                         r.kb,
                         r.path,
                         r.lines,
+                        if r.lines == 1 { "" } else { "s" },
                         r.size,
                         if r.indexed { "; searchable now" } else { "" }
                     );

@@ -32,7 +32,8 @@ use crate::mcp::invocations::MCP_ACTOR;
 
 /// Results a search returns when the call does not say (`limit`).
 pub const DEFAULT_LIMIT: u32 = 8;
-/// Most results a search returns through MCP (larger `limit`s are lowered to it).
+/// Most results a search returns through MCP (the schema's `maximum`: a larger `limit` is
+/// refused by the arguments' check).
 pub const MAX_LIMIT: u32 = 20;
 /// Snippet length when the call does not say (`snippet_chars`), in characters.
 pub const DEFAULT_SNIPPET: u32 = 240;
@@ -196,7 +197,8 @@ pub fn search_text(query: &str, reply: &SearchReply) -> String {
 /// then how to get the next page.
 pub fn tagged_text(tags: &[String], reply: &SearchReply) -> String {
     let (_, warnings) = engines_text(reply);
-    let tags = tags.join(", ");
+    // Each tag with one `#`, however it was given (`project` or `#project`).
+    let tags = tags.iter().map(|t| format!("#{}", t.trim_start_matches('#'))).collect::<Vec<_>>().join(", ");
     let mut out = if reply.results.is_empty() {
         format!("No notes tagged {tags}.")
     } else {

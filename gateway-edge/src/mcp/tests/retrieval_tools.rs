@@ -224,11 +224,24 @@ async fn retrieval_tools_set_the_source_bound_results_and_obey_policy_and_the_lo
     let asked = fake.searched.lock().unwrap()[0].clone();
     assert_eq!((asked.limit, asked.snippet_chars, asked.filters.unwrap().kb), (8, 240, vec!["notes".to_owned()]));
     let big = result(
-        call(&s, "coffer__search_knowledge", json!({"query": "word", "limit": 100, "snippet_chars": 9999})).await,
+        call(&s, "coffer__search_knowledge", json!({"query": "word", "limit": 20, "snippet_chars": 1000})).await,
     );
     assert_eq!(big["structuredContent"]["results"].as_array().unwrap().len(), 20);
     assert_eq!(fake.searched.lock().unwrap()[1].snippet_chars, 1000);
     let _ = (h.record(), h.record());
+    // Over the schema's maximum: refused by name, not lowered.
+    for (args, says) in [
+        (json!({"query": "word", "limit": 21}), "argument \"limit\" is 21, over its maximum of 20"),
+        (
+            json!({"query": "word", "snippet_chars": 9999}),
+            "argument \"snippet_chars\" is 9999, over its maximum of 1000",
+        ),
+    ] {
+        let r = result(call(&s, "coffer__search_knowledge", args).await);
+        assert_eq!(r["isError"], true, "{r}");
+        assert!(r["content"][0]["text"].as_str().unwrap().contains(says), "{r}");
+        let _ = h.record();
+    }
 
     // The service's refusals are tool errors with its message; the log records them. (An
     // empty query without tags is refused before the service: tags alone list notes.)

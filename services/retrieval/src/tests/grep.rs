@@ -16,7 +16,36 @@ fn root(kb: &str, dir: &Path) -> GrepRoot {
 }
 
 fn q(query: &str) -> GrepQuery {
-    GrepQuery { query: query.into(), regex: false, max_hits: 1000, max_per_file: 100, deadline: None }
+    GrepQuery {
+        query: query.into(),
+        regex: false,
+        max_hits: 1000,
+        max_per_file: 100,
+        deadline: None,
+        path_prefix: String::new(),
+    }
+}
+
+#[test]
+fn a_path_prefix_reads_only_the_files_under_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    write(d, "a.md", b"boundary\n");
+    write(d, "sub/b.md", b"boundary\n");
+    write(d, "sub/deeper/c.md", b"boundary\n");
+    write(d, "subway/d.md", b"boundary\n");
+    write(d, "other/e.md", b"boundary\n");
+    let under = |prefix: &str| {
+        let o = search(&[root("kb", d)], &GrepQuery { path_prefix: prefix.into(), ..q("boundary") }).expect("search");
+        (o.hits.iter().map(|h| h.rel_path.clone()).collect::<Vec<_>>(), o.files_searched)
+    };
+    assert_eq!(under("sub/"), (vec!["sub/b.md".into(), "sub/deeper/c.md".into()], 2), "only those files are read");
+    assert_eq!(under("sub"), (vec!["sub/b.md".into(), "sub/deeper/c.md".into(), "subway/d.md".into()], 3));
+    assert_eq!(under("sub/deeper/c"), (vec!["sub/deeper/c.md".into()], 1));
+    assert_eq!(under("nowhere/"), (vec![], 0));
+    assert_eq!(under("").1, 5);
+    assert!(folder_may_hold("sub", "sub/deeper/") && folder_may_hold("sub/deeper/x", "sub/"));
+    assert!(!folder_may_hold("other", "sub/") && !folder_may_hold("su", "sub/"));
 }
 
 fn lines(o: &GrepOutcome) -> Vec<(String, u32)> {
