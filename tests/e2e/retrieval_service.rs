@@ -175,7 +175,7 @@ async fn knowledge_base_is_searched_by_each_engine_and_follows_edits() -> anyhow
     // Fused: both engines rank it; the reply says how.
     let r = c.search(search("ERR-4711 disk full", &[], &[])).await?.into_inner();
     assert_eq!(paths(&r), BTreeSet::from(["ops/errors.md".to_owned()]), "{r:?}");
-    assert_eq!(r.fusion, "scores per document, weights grep 1 keyword 1 vector 1");
+    assert_eq!(r.fusion, "scores per document, weights grep 1 keyword 3 vector 2");
     assert_eq!(r.results[0].ranks.len(), 2, "grep and keyword: {:?}", r.results[0].ranks);
     assert_eq!(engine(&r, "keyword").state, EngineState::Ok as i32);
     assert!(engine(&r, "keyword").hits >= 1);

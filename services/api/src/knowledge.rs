@@ -407,7 +407,7 @@ pub struct SearchReply {
     pub warnings: Vec<String>,
     /// Milliseconds.
     pub took_ms: u32,
-    /// e.g. `scores per document, weights grep 1 keyword 1 vector 1`.
+    /// e.g. `scores per document, weights grep 1 keyword 3 vector 2`.
     pub fusion: String,
     /// A tag listing with more notes: pass it as `cursor` for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]

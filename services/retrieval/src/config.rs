@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn fusion_weights_default_and_are_read() {
         let d = Config::default().fusion;
-        assert_eq!((d.grep, d.keyword, d.vector), (1.0, 1.0, 1.0));
+        assert_eq!((d.grep, d.keyword, d.vector), (1.0, 3.0, 2.0));
         assert_eq!((d.method, d.k), (crate::fusion::Method::Scores, 60.0));
         let values: HashMap<String, String> = [
             ("retrieval.fusion.method", "rrf"),
@@ -211,7 +211,7 @@ mod tests {
         let c = Config::from_values(&values).fusion;
         assert_eq!((c.method, c.k), (crate::fusion::Method::Rrf, 10.0));
         assert_eq!(c.keyword, 3.0);
-        assert_eq!((c.vector, c.grep), (1.0, 1.0), "out of bounds or not a number: the default");
+        assert_eq!((c.vector, c.grep), (2.0, 1.0), "out of bounds or not a number: the default");
     }
 
     #[test]

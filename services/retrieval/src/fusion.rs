@@ -28,9 +28,9 @@
 //! rank 10th outscores one that a single engine ranks 1st; a small k lets a first rank count for
 //! more. It ignores the engines' scores.
 //!
-//! On Cranfield and on the paraphrase set (docs/BENCHMARKS.md, session 50) scores with equal
-//! weights is the one setting tried that beats keyword alone on both: rrf with any k and weights
-//! either lost Cranfield's nDCG@10 floor or the paraphrase set's top-1.
+//! On Cranfield and on the paraphrase set (docs/BENCHMARKS.md, session 50) scores with keyword 3
+//! : vector 2 (the default weights) is the setting measured that holds both sets' floors: rrf
+//! with any k and weights either lost Cranfield's nDCG@10 floor or the paraphrase set's top-1.
 //!
 //! The result shows the chunk of the engine that contributed most to the document's score
 //! (ties: the earlier list); engines' own scores are kept for display ([`Fused::ranks`]). Ties
@@ -302,10 +302,14 @@ mod tests {
         let kw: Vec<&ChunkRef> = std::iter::once(&top).chain(&fill[..6]).chain([&both]).collect();
         let vec: Vec<&ChunkRef> = fill[6..13].iter().chain([&both]).collect();
         let lists = [list("keyword", &kw), list("vector", &vec)];
-        let first = |k: f64| fuse(&lists, &Params { k, ..Params::default() }, 10)[0].chunk.path.clone();
+        let top_first = |k: f64| {
+            let out = fuse(&lists, &Params { k, ..Params::default() }, 20);
+            let at = |p: &str| out.iter().position(|f| f.chunk.path == p);
+            at("top.md") < at("both.md")
+        };
         // k = 60: 1/61 < 2/68, agreement wins; k = 5: 1/6 > 2/13, the first rank wins.
-        assert_eq!(first(60.0), "both.md");
-        assert_eq!(first(5.0), "top.md");
+        assert!(!top_first(60.0));
+        assert!(top_first(5.0));
         let p = Params { k: 10.0, grep: 1.0, keyword: 3.0, vector: 1.0, method: Method::Rrf };
         assert!((p.contribution("keyword", 2, 7.5, 9.0) - 3.0 / 12.0).abs() < 1e-15);
         assert_eq!(p.name(), "rrf k=10 per document, weights grep 1 keyword 3 vector 1");
@@ -329,7 +333,8 @@ mod tests {
         assert!((out[2].score - 0.2).abs() < 1e-12, "a document one engine missed gets nothing from it");
         // The scale of bm25 does not matter: ten times the scores, the same fusion.
         let tenfold = [scored("keyword", &[(&a, 200.0), (&b, 100.0)]), lists[1].clone()];
-        assert_eq!(fuse(&tenfold, &p, 10), out);
+        let shape = |v: &[Fused]| v.iter().map(|f| (f.chunk.path.clone(), f.score)).collect::<Vec<_>>();
+        assert_eq!(shape(&fuse(&tenfold, &p, 10)), shape(&out));
         // A weak match for the model (cosines 0.1 and 0.35) leaves keyword's order.
         let weak = [lists[0].clone(), scored("vector", &[(&b, 0.35), (&a, 0.1)])];
         assert_eq!(fuse(&weak, &p, 10)[0].chunk.path, "a.md");

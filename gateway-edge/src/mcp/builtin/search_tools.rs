@@ -691,7 +691,8 @@ mod tests {
             (Some(r#"{"query":"time","limit":"ten"}"#), "limit must be a whole number from 1 to 50; got \"ten\""),
             (Some(r#"{"query":"time","limit":2.5}"#), "limit must be a whole number from 1 to 50; got 2.5"),
             (Some(r#"{"query":"time","limit":0}"#), "limit must be a whole number from 1 to 50; got 0"),
-            (Some(r#"{"query":"time","limit":1000}"#), "limit must be a whole number from 1 to 50; got 1000"),
+            // Over the schema's maximum: the arguments check refuses it by name before the tool runs.
+            (Some(r#"{"query":"time","limit":1000}"#), "argument \"limit\" is 1000, over its maximum of 50"),
             (Some(r#"{"query":"time","limit":-3}"#), "limit must be a whole number from 1 to 50; got -3"),
             (None, "missing argument \"query\""),
             (Some("[1]"), "arguments must be an object"),
