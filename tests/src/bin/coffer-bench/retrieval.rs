@@ -361,11 +361,15 @@ fn weighted_rrf<T: Ord + Clone>(lists: &[(&[T], f64)], k: f64, limit: usize) -> 
     v.into_iter().take(limit).map(|(d, _)| d).collect()
 }
 
+/// One engine's `(id, score)` list for [`weighted_scores`], its weight, and whether its scores
+/// are absolute (cosine similarity) rather than relative (divided by the list's best).
+type ScoredList<'a, T> = (&'a [(T, f64)], f64, bool);
+
 /// The service's `scores` fusion (`services/retrieval/src/fusion.rs`) of `(list, weight,
 /// absolute)` scored lists, per document: each list's first entry of a document counts, its
 /// score divided by the list's best (cosine similarity, `absolute`, as is, at least 0), times
 /// the weight, summed; ties by id. The first `limit` ids.
-fn weighted_scores<T: Ord + Clone>(lists: &[(&[(T, f64)], f64, bool)], limit: usize) -> Vec<T> {
+fn weighted_scores<T: Ord + Clone>(lists: &[ScoredList<'_, T>], limit: usize) -> Vec<T> {
     let mut score: BTreeMap<T, f64> = BTreeMap::new();
     for (list, weight, absolute) in lists {
         let best = list.iter().map(|(_, s)| *s).fold(f64::NEG_INFINITY, f64::max);
