@@ -186,6 +186,14 @@ async fn a_path_filter_is_relative_to_the_kb_and_a_path_outside_every_kb_says_so
         out.code == Some(0) && out.stdout.starts_with("vault:sub/b.md:") && !out.stdout.contains("a.md"),
         "{out:?}"
     );
+    // A relative path written as a shell user would (`./sub`, doubled slashes) is the same filter.
+    for written in ["./sub", "./sub/", "sub//"] {
+        let out = home.cli(&["kb", "search", "--path", written, "beta"]).await?;
+        ensure!(
+            out.code == Some(0) && out.stdout.starts_with("vault:sub/b.md:") && !out.stdout.contains("a.md"),
+            "{written}: {out:?}"
+        );
+    }
     // A relative path no knowledge base has: the results are empty, and a warning says why.
     let out = home.cli(&["kb", "search", "--path", "nowhere/", "beta"]).await?;
     ensure!(

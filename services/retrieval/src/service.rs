@@ -202,6 +202,10 @@ impl RetrievalService {
             q.path_prefix = rel;
             return Ok((q, None));
         }
+        q.path_prefix = tidy_relative_prefix(&q.path_prefix);
+        if q.path_prefix.is_empty() {
+            return Ok((q, None));
+        }
         let exists = roots.iter().any(|(_, root)| prefix_exists(root, &q.path_prefix));
         let warning = (!exists).then(|| {
             format!(
@@ -212,6 +216,17 @@ impl RetrievalService {
         });
         Ok((q, warning))
     }
+}
+
+/// A relative path prefix as the index stores paths: `.` and empty segments dropped
+/// (`./projects`, `projects//notes` → `projects`, `projects/notes`), a trailing `/` kept; `..`
+/// stays (such a prefix names nothing inside a knowledge base, and the caller warns).
+fn tidy_relative_prefix(prefix: &str) -> String {
+    let mut tidy = prefix.split('/').filter(|s| !s.is_empty() && *s != ".").collect::<Vec<_>>().join("/");
+    if prefix.ends_with('/') && !tidy.is_empty() {
+        tidy.push('/');
+    }
+    tidy
 }
 
 /// Whether a file or folder under `root` has a path (relative, `/`-separated) starting with
@@ -383,5 +398,26 @@ impl Retrieval for RetrievalService {
             .await
             .map_err(|e| Error::Internal(format!("loading a skill panicked: {e}")))
             .and_then(|r| r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tidy_relative_prefix;
+
+    #[test]
+    fn relative_prefixes_are_tidied_as_the_index_stores_paths() {
+        for (given, want) in [
+            ("./projects", "projects"),
+            ("./projects/", "projects/"),
+            ("projects//notes", "projects/notes"),
+            ("projects/./notes/", "projects/notes/"),
+            ("./", ""),
+            (".", ""),
+            ("projects", "projects"),
+            ("projects/../daily", "projects/../daily"),
+        ] {
+            assert_eq!(tidy_relative_prefix(given), want, "{given:?}");
+        }
     }
 }
