@@ -4,28 +4,19 @@
 //! error) and the daemon keeps serving; errors quote a caller's value clipped (ending in `…`)
 //! with the CLI's escapes (`\u001b`).
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use coffer_proto::retrieval::{KnowledgeBaseName, ReadNoteRequest};
 use coffer_tests::mcp::McpSession;
 use coffer_tests::peers::texts;
 use coffer_tests::write_file as write;
-use coffer_tests::{Api, SendExt, TestHome, wait_for};
+use coffer_tests::{Api, SendExt, TestHome};
 use serde_json::{Value, json};
-
-/// How long indexing a small folder may take on a loaded machine.
-const INDEXED: Duration = Duration::from_secs(60);
 
 /// Adds `dir` as knowledge base `name` and waits until its `documents` are indexed.
 async fn add_indexed(api: &Api, name: &str, dir: &Path, documents: u64) -> anyhow::Result<()> {
-    let r = api.post_json("/v1/knowledge", &json!({"name": name, "path": dir.display().to_string()})).reply().await?;
-    ensure!(r.status == 201, "{}: {}", r.status, r.text);
-    wait_for(&format!("knowledge base {name} indexed with {documents} documents"), INDEXED, || async {
-        let v = api.get(&format!("/v1/knowledge/{name}")).reply().await?.ok_json()?;
-        Ok((v["progress"]["state"] == "idle" && v["documents"] == documents).then_some(()))
-    })
-    .await
+    crate::notes::add_kb(api, json!({"name": name, "path": dir.display().to_string()})).await?;
+    crate::notes::indexed(api, name, documents).await.map(drop)
 }
 
 /// A 400 `INVALID_ARGUMENT` naming `field` and `limit` in its details and message, short.

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 /// How long indexing a small folder may take on a loaded machine.
 const INDEXED: Duration = Duration::from_secs(60);
 
-async fn indexed(api: &Api, kb: &str, documents: u64) -> anyhow::Result<Value> {
+/// Waits until knowledge base `kb` is idle with `documents` documents; its last answer.
+pub(crate) async fn indexed(api: &Api, kb: &str, documents: u64) -> anyhow::Result<Value> {
     wait_for(&format!("knowledge base {kb} indexed with {documents} documents"), INDEXED, || async {
         let v = api.get(&format!("/v1/knowledge/{kb}")).reply().await?.ok_json()?;
         Ok((v["progress"]["state"] == "idle" && v["documents"] == documents).then_some(v))
@@ -25,7 +26,7 @@ async fn indexed(api: &Api, kb: &str, documents: u64) -> anyhow::Result<Value> {
 }
 
 /// Adds a knowledge base (`POST /v1/knowledge` with `body`), which must answer 201.
-async fn add_kb(api: &Api, body: Value) -> anyhow::Result<()> {
+pub(crate) async fn add_kb(api: &Api, body: Value) -> anyhow::Result<()> {
     let r = api.post_json("/v1/knowledge", &body).reply().await?;
     ensure!(r.status == 201, "{body}: {} {}", r.status, r.text);
     Ok(())

@@ -235,17 +235,15 @@ async fn scored_lists(api: &Api, kb: &str, questions: &[&str], engines: &[&str])
 }
 
 /// With `COFFER_BENCH_DUMP=<dir>`: writes `<dir>/<name>.json`, each question's keyword and vector
-/// lists with scores beside its judgements (`relevant`), so other fusions can be tried offline.
-async fn dump_lists(api: &Api, kb: &str, name: &str, questions: &[(&str, Value)]) -> Result<()> {
+/// lists with scores (from [`scored_lists`]) beside its judgements (`relevant`), so other fusions
+/// can be tried offline.
+fn dump_lists(name: &str, questions: &[(&str, Value)], keyword: &[Value], vector: &[Value]) -> Result<()> {
     let Some(dir) = std::env::var_os("COFFER_BENCH_DUMP") else {
         return Ok(());
     };
-    let texts: Vec<&str> = questions.iter().map(|(q, _)| *q).collect();
-    let keyword = scored_lists(api, kb, &texts, &["keyword"]).await?;
-    let vector = scored_lists(api, kb, &texts, &["vector"]).await?;
     let rows: Vec<Value> = questions
         .iter()
-        .zip(keyword.into_iter().zip(vector))
+        .zip(keyword.iter().zip(vector))
         .map(|((q, relevant), (k, v))| json!({"question": q, "relevant": relevant, "keyword": k, "vector": v}))
         .collect();
     let path = PathBuf::from(dir).join(format!("{name}.json"));
@@ -415,10 +413,9 @@ fn grid_method_name(method: Option<f64>) -> String {
     method.map_or("scores".to_owned(), |k| format!("rrf k={k}"))
 }
 
-/// Each question's `engine` list on `kb` (top [`HYBRID_DEPTH`]): `(path, the engine's score)`.
-async fn engine_lists(api: &Api, kb: &str, questions: &[&str], engine: &str) -> Result<Vec<Vec<(String, f64)>>> {
-    let lists = scored_lists(api, kb, questions, &[engine]).await?;
-    Ok(lists
+/// Each question's list from [`scored_lists`] as `(path, the engine's own score)`.
+fn engine_scores(lists: &[Value], engine: &str) -> Vec<Vec<(String, f64)>> {
+    lists
         .iter()
         .map(|l| {
             l.as_array()
@@ -430,7 +427,7 @@ async fn engine_lists(api: &Api, kb: &str, questions: &[&str], engine: &str) -> 
                 })
                 .collect()
         })
-        .collect())
+        .collect()
 }
 
 fn quality_row(label: String, runs: &[(Vec<u32>, Duration, bool)], c: &Collection) -> QualityRow {
@@ -666,7 +663,10 @@ async fn quality_measure(
         .iter()
         .map(|q| (q.text.as_str(), json!(c.gains.get(&q.number).cloned().unwrap_or_default())))
         .collect();
-    dump_lists(api, QUALITY_KB, "cranfield", &judged).await?;
+    let texts: Vec<&str> = c.queries.iter().map(|q| q.text.as_str()).collect();
+    let keyword_scored = scored_lists(api, QUALITY_KB, &texts, &["keyword"]).await?;
+    let vector_scored = scored_lists(api, QUALITY_KB, &texts, &["vector"]).await?;
+    dump_lists("cranfield", &judged, &keyword_scored, &vector_scored)?;
     let (vector_deep, _) = sweep(api, c, &["vector"], HYBRID_DEPTH).await?;
     let hybrid: Vec<(Vec<u32>, Duration, bool)> =
         bm25_lists.iter().zip(&vector_deep).map(|(b, (v, took, failed))| (rrf(&[b, v], K), *took, *failed)).collect();
@@ -747,15 +747,14 @@ async fn quality_measure(
     println!(
         "What-if fusion (simulated on this run's keyword and vector lists, top {HYBRID_DEPTH} each; `scores` and weighted RRF per document as the service computes them): nDCG@10 / recall@10, and questions better / worse than keyword.\n"
     );
-    let texts: Vec<&str> = c.queries.iter().map(|q| q.text.as_str()).collect();
     let as_ids = |lists: Vec<Vec<(String, f64)>>| -> Vec<Vec<(u32, f64)>> {
         lists
             .into_iter()
             .map(|l| l.into_iter().filter_map(|(p, s)| Some((Collection::doc_id(&p)?, s))).collect())
             .collect()
     };
-    let kw_scored = as_ids(engine_lists(api, QUALITY_KB, &texts, "keyword").await?);
-    let vec_scored = as_ids(engine_lists(api, QUALITY_KB, &texts, "vector").await?);
+    let kw_scored = as_ids(engine_scores(&keyword_scored, "keyword"));
+    let vec_scored = as_ids(engine_scores(&vector_scored, "vector"));
     print!("| method |");
     for (kw, vec) in GRID_WEIGHTS {
         print!(" keyword {kw} : vector {vec} |");
@@ -1173,10 +1172,12 @@ async fn notes_on(api: &Api, root: &Path, folder: &Path, questions: &[Paraphrase
     }
     // The what-if grid: the engines' top-HYBRID_DEPTH lists, fused offline.
     let judged: Vec<(&str, Value)> = questions.iter().map(|q| (q.question.as_str(), json!(q.relevant))).collect();
-    dump_lists(api, NOTES_KB, "notes", &judged).await?;
     let texts: Vec<&str> = questions.iter().map(|q| q.question.as_str()).collect();
-    let kw_deep = engine_lists(api, NOTES_KB, &texts, "keyword").await?;
-    let vec_deep = engine_lists(api, NOTES_KB, &texts, "vector").await?;
+    let keyword_scored = scored_lists(api, NOTES_KB, &texts, &["keyword"]).await?;
+    let vector_scored = scored_lists(api, NOTES_KB, &texts, &["vector"]).await?;
+    dump_lists("notes", &judged, &keyword_scored, &vector_scored)?;
+    let kw_deep = engine_scores(&keyword_scored, "keyword");
+    let vec_deep = engine_scores(&vector_scored, "vector");
     let mut grid = Vec::new();
     for method in GRID_METHODS {
         let mut cells = Vec::new();
